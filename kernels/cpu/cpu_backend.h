@@ -1,0 +1,18 @@
+// The CPU backend: the reference ops of cpu_ops.h behind the Backend interface, on host
+// memory. CpuBackend<float> is what the trainer runs on a machine without a GPU;
+// CpuBackend<double> runs the whole model in double precision so that the model's
+// gradient can be checked against finite differences tightly.
+#pragma once
+
+#include <memory>
+
+#include "kernels/ops.h"
+
+namespace thpc {
+
+std::unique_ptr<Backend> make_cpu_backend(DType dtype = DType::F32);
+
+// Threads the CPU BLAS may use (OpenBLAS); the reference loops themselves are serial.
+void set_cpu_threads(int threads);
+
+}  // namespace thpc

@@ -1,0 +1,49 @@
+// Error reporting shared by every part of transformer_hpc.
+//
+// A failed check throws transformer_hpc::Error whose message carries the failed
+// expression, file:line, and the process identity (rank and host), so that a message
+// from one rank of a large job says where it came from. main() turns an Error into a
+// one-line message on stderr and a non-zero exit code.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace thpc {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+// "rank R on HOST" for this process. The rank is -1 until the distributed layer sets
+// it (single-process runs say "rank 0").
+std::string process_identity();
+void set_process_rank(int rank);
+
+[[noreturn]] void throw_check_failure(const char* expression, const char* file, int line,
+                                      const std::string& detail);
+
+}  // namespace thpc
+
+// THPC_CHECK(cond, "detail " << value): throws thpc::Error naming the expression,
+// file:line, rank and host when cond is false.
+#define THPC_CHECK(cond, detail)                                                  \
+  do {                                                                            \
+    if (!(cond)) {                                                                \
+      std::ostringstream thpc_check_stream_;                                      \
+      thpc_check_stream_ << detail;                                               \
+      ::thpc::throw_check_failure(#cond, __FILE__, __LINE__,                      \
+                                  thpc_check_stream_.str());                      \
+    }                                                                             \
+  } while (0)
+
+// User-facing failure (bad config, bad file): a plain message without source
+// location, since it is the input and not the code that is wrong.
+#define THPC_FAIL(detail)                                                         \
+  do {                                                                            \
+    std::ostringstream thpc_fail_stream_;                                         \
+    thpc_fail_stream_ << detail;                                                  \
+    throw ::thpc::Error(thpc_fail_stream_.str());                                 \
+  } while (0)

@@ -1,0 +1,88 @@
+// The run configuration: ini file + command-line overrides, through
+// Boost.Program_options, driven by one option table (config.cc) that also prints --help.
+//
+//   transformer_hpc CONFIG.ini [--section.key=value ...] [--dry-run] [--help]
+//
+// Every key lives in a section ([model] [train] [data] ...); on the command line it is
+// written section.key. A command-line value overrides the file's.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace thpc {
+
+// §3 and Table 3: every hyperparameter of the architecture is a key.
+struct ModelConfig {
+  int layers = 6;             // N, encoder and decoder stacks alike
+  int d_model = 512;
+  int d_ff = 2048;
+  int heads = 8;              // h
+  int d_k = 0;                // per-head query/key width; 0 = d_model / h
+  int d_v = 0;                // per-head value width; 0 = d_model / h
+  float dropout = 0.1f;       // P_drop on sub-layer outputs and embeddings (§5.4)
+  float attention_dropout = 0.0f;  // on attention probabilities (the parser uses it)
+  float label_smoothing = 0.1f;    // eps_ls (§5.4)
+  std::string positions = "sinusoidal";  // sinusoidal | learned (Table 3 row E)
+  int max_positions = 1024;   // longest sequence the position table covers
+  int vocab_size = 0;         // shared source/target vocabulary; 0 = from the data
+  bool attention_bias = false;  // biases on Q/K/V/O projections (the paper has none)
+  float layernorm_eps = 1e-5f;
+
+  int head_dim_k() const { return d_k > 0 ? d_k : d_model / heads; }
+  int head_dim_v() const { return d_v > 0 ? d_v : d_model / heads; }
+};
+
+struct TrainConfig {
+  std::string backend = "auto";  // auto | cpu (cuda once the CUDA ops exist)
+  uint64_t seed = 1;
+  int64_t max_steps = 100000;
+  int64_t tokens_per_step = 25000;  // padded tokens per step on each side (source, target)
+  int accumulate = 1;              // micro-batches per optimizer step
+  int warmup_steps = 4000;         // §5.3
+  float lr_scale = 1.0f;           // multiplies the §5.3 schedule (1 = the paper)
+  float adam_beta1 = 0.9f;         // §5.3
+  float adam_beta2 = 0.98f;
+  float adam_eps = 1e-9f;
+  int log_every = 100;             // steps between progress lines
+  int threads = 0;                 // CPU backend BLAS threads; 0 = all cores
+};
+
+// Where batches come from. The synthetic tasks need no files: they generate
+// (source, target) pairs from the seed, for smoke tests, learning tests and benchmarks.
+struct DataConfig {
+  std::string synthetic = "reverse";  // reverse | copy | sort
+  int synthetic_vocab = 32;     // vocabulary of the synthetic task, specials included
+  int synthetic_min_len = 3;    // sentence lengths drawn uniformly in [min, max]
+  int synthetic_max_len = 12;
+};
+
+struct Config {
+  ModelConfig model;
+  TrainConfig train;
+  DataConfig data;
+
+  std::string source_file;  // the ini file the config came from ("" if none)
+  bool dry_run = false;
+  // The resolved configuration as ini text (every key, file and overrides applied).
+  std::string to_ini() const;
+};
+
+// Parses argv. Returns false if --help was given (the help text is printed to stdout).
+// Any problem (unknown key, wrong type, bad value, missing file) throws thpc::Error
+// whose message names the key and the file.
+bool parse_command_line(int argc, const char* const* argv, Config& config);
+
+// Parses an ini file with optional "section.key=value" overrides (tests use this).
+Config load_config(const std::string& ini_path,
+                   const std::vector<std::string>& overrides = {});
+
+// Checks the values that each have a legal range or depend on each other; throws
+// thpc::Error naming the key and the file.
+void validate(const Config& config);
+
+// The --help text: every option of the table with its type, default and meaning.
+std::string help_text();
+
+}  // namespace thpc

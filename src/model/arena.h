@@ -1,0 +1,76 @@
+// A bump allocator for activations on a backend: a pass takes its tensors from the
+// arena in order, and reset() hands all of them back at once. When a pass needs more
+// than the arena holds, the extra comes from new blocks; the next reset() replaces all
+// blocks by one large enough for the biggest pass seen, so once the longest batch has
+// gone through, a pass makes no allocation at all.
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/ops.h"
+
+namespace thpc {
+
+class Arena {
+ public:
+  explicit Arena(Backend& backend) : backend_(backend), block_dtype_(backend.param_dtype()) {}
+  ~Arena() { release(); }
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+
+  // A tensor of `numel` elements of `dtype`, contents unspecified.
+  Tensor take(DType dtype, int64_t numel) {
+    // 256-byte alignment for every tensor, as for the parameter buffer.
+    const int64_t bytes = (numel * static_cast<int64_t>(dtype_size(dtype)) + 255) / 256 * 256;
+    used_ += bytes;
+    if (blocks_.empty() || fill_ + bytes > block_bytes(blocks_.back())) {
+      blocks_.push_back(alloc_bytes(std::max<int64_t>(bytes, 1 << 20)));
+      fill_ = 0;
+    }
+    Tensor t;
+    t.data = static_cast<char*>(blocks_.back().data) + fill_;
+    t.dtype = dtype;
+    t.numel = numel;
+    fill_ += bytes;
+    return t;
+  }
+  // take() then zero: gradient buffers, which backward ops accumulate into.
+  Tensor take_zeroed(DType dtype, int64_t numel) {
+    Tensor t = take(dtype, numel);
+    backend_.zero(t);
+    return t;
+  }
+
+  void reset() {
+    peak_ = std::max(peak_, used_);
+    if (blocks_.size() > 1) {
+      release();
+      blocks_.push_back(alloc_bytes(peak_));
+    }
+    used_ = 0;
+    fill_ = 0;
+  }
+
+ private:
+  Tensor alloc_bytes(int64_t bytes) {
+    const int64_t element = static_cast<int64_t>(dtype_size(block_dtype_));
+    return backend_.alloc(block_dtype_, (bytes + element - 1) / element);
+  }
+  int64_t block_bytes(const Tensor& block) const {
+    return block.numel * static_cast<int64_t>(dtype_size(block_dtype_));
+  }
+  void release() {
+    for (Tensor& block : blocks_) backend_.free(block);
+    blocks_.clear();
+  }
+
+  Backend& backend_;
+  DType block_dtype_;
+  std::vector<Tensor> blocks_;
+  int64_t fill_ = 0;  // bytes used of the last block
+  int64_t used_ = 0;  // bytes taken since the last reset
+  int64_t peak_ = 0;
+};
+
+}  // namespace thpc

@@ -1,0 +1,83 @@
+// The encoder-decoder Transformer of Vaswani et al. (2017), written once over the op
+// interface of kernels/ops.h, forward and backward.
+//
+//   x_0      = Dropout(E[tokens] * sqrt(d_model) + PE)                  (§3.4, §3.5, §5.4)
+//   sublayer: x = LayerNorm(x + Dropout(Sublayer(x)))                    (§3.1, post-norm)
+//   encoder layer: self-attention, FFN;  decoder layer: masked self-attention,
+//   encoder-decoder attention, FFN;  FFN(x) = max(0, x W1 + b1) W2 + b2    (§3.3)
+//   logits  = h E^T (the embedding matrix is shared by both embeddings and the
+//             pre-softmax projection, §3.4); loss: label-smoothed cross-entropy (§5.4).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "data/batch.h"
+#include "kernels/ops.h"
+#include "model/arena.h"
+#include "model/params.h"
+
+namespace thpc {
+
+// Which dropout masks a training micro-batch draws (see DropoutKey in kernels/ops.h).
+struct DropoutContext {
+  uint64_t seed = 0;
+  uint32_t step = 0;
+  uint32_t stream = 0;
+};
+
+// Adds the model's parameters (names, shapes, initialisation) to an empty store. Free
+// of any backend, so the parameter count of a config can be had without allocating.
+void add_transformer_parameters(const ModelConfig& config, int vocab_size, ParamStore& store);
+
+class Transformer {
+ public:
+  // Builds the parameter table, allocates it on `backend` and initialises it from seed.
+  Transformer(const ModelConfig& config, int vocab_size, const SpecialIds& ids,
+              Backend& backend, uint64_t init_seed);
+  ~Transformer();
+
+  const ModelConfig& config() const { return config_; }
+  int vocab_size() const { return vocab_; }
+  ParamStore& params() { return params_; }
+  const ParamStore& params() const { return params_; }
+  Backend& backend() { return backend_; }
+
+  // One training micro-batch: forward with dropout, loss, backward. Parameter gradients
+  // ACCUMULATE into params().grads(); the loss sum is scaled by grad_scale (1 / target
+  // tokens of the whole step) before differentiation.
+  LossSums train_step(const Batch& batch, float grad_scale, const DropoutContext& dropout);
+
+  // Forward without dropout; the loss of a batch (validation), no gradients.
+  LossSums evaluate(const Batch& batch);
+
+  // Decoding support (no dropout). encode() runs the encoder over a source batch (the
+  // targets of `batch` are ignored) and keeps its output; next_token_log_probs() runs
+  // the decoder over target prefixes tgt_in [B, T] (bos first, pad-free up to each
+  // sentence's `prefix_lengths[b]`) against it, recomputing every position, and
+  // returns log p(next token | prefix) for each sentence: host [B, vocab].
+  void encode(const Batch& batch);
+  std::vector<float> next_token_log_probs(const std::vector<int32_t>& tgt_in,
+                                          const std::vector<int32_t>& prefix_lengths, int T);
+
+ private:
+  struct State;  // parameter views, activations, arenas (transformer.cc)
+
+  void upload_batch(const Batch& batch);
+  void forward_encoder(bool train, const DropoutContext& dropout);
+  void forward_decoder(int batch_size, int T, bool train, const DropoutContext& dropout);
+  // Backward from the loss gradient (left in the logits) to the embeddings.
+  void backward_decoder(const DropoutContext& dropout, bool train);
+  void backward_encoder(const DropoutContext& dropout, bool train);
+
+  ModelConfig config_;
+  int vocab_;
+  SpecialIds ids_;
+  Backend& backend_;
+  ParamStore params_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace thpc

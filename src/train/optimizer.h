@@ -1,0 +1,40 @@
+// Adam over the flat parameter buffer (§5.3: beta1 0.9, beta2 0.98, eps 1e-9): the
+// moments are two more buffers of the parameter layout, so one op call updates every
+// parameter.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/ops.h"
+#include "model/params.h"
+
+namespace thpc {
+
+struct AdamSettings {
+  float beta1 = 0.9f;
+  float beta2 = 0.98f;
+  float eps = 1e-9f;
+};
+
+class Adam {
+ public:
+  Adam(ParamStore& params, Backend& backend, const AdamSettings& settings);
+  ~Adam();
+  Adam(const Adam&) = delete;
+  Adam& operator=(const Adam&) = delete;
+
+  // One update with learning rate lr; `step` is the 1-based optimizer step (bias
+  // correction uses it).
+  void update(float lr, int64_t step);
+
+  Tensor first_moment() const { return m_; }
+  Tensor second_moment() const { return v_; }
+
+ private:
+  ParamStore& params_;
+  Backend& backend_;
+  AdamSettings settings_;
+  Tensor m_, v_;
+};
+
+}  // namespace thpc

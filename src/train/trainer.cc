@@ -1,0 +1,132 @@
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+#include "common/error.h"
+#include "data/synthetic.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "train/lr_schedule.h"
+
+namespace thpc {
+
+std::unique_ptr<Backend> make_backend(const TrainConfig& train) {
+  if (train.backend == "auto" || train.backend == "cpu") {
+    if (train.threads > 0) set_cpu_threads(train.threads);
+    return make_cpu_backend(DType::F32);
+  }
+  THPC_FAIL("train.backend: unknown backend '" << train.backend << "'");
+}
+
+std::unique_ptr<BatchSource> make_training_source(const Config& config) {
+  SyntheticSpec spec;
+  spec.task = parse_synthetic_task(config.data.synthetic);
+  spec.vocab = config.data.synthetic_vocab;
+  spec.min_len = config.data.synthetic_min_len;
+  spec.max_len = config.data.synthetic_max_len;
+  spec.seed = config.train.seed;
+  spec.split = SyntheticSplit::Train;
+  return std::make_unique<SyntheticSource>(spec);
+}
+
+int resolve_vocab_size(const Config& config, const BatchSource& source) {
+  const int data_vocab = source.vocab_size();
+  if (config.model.vocab_size > 0 && config.model.vocab_size != data_vocab) {
+    THPC_FAIL(config.source_file << ": model.vocab_size is " << config.model.vocab_size
+                                 << " but the training data has a vocabulary of " << data_vocab
+                                 << " (set 0 to take the data's)");
+  }
+  return data_vocab;
+}
+
+Trainer::Trainer(const Config& config) : config_(config) {
+  backend_ = make_backend(config_.train);
+  source_ = make_training_source(config_);
+  const int vocab = resolve_vocab_size(config_, *source_);
+  model_ = std::make_unique<Transformer>(config_.model, vocab, source_->special_ids(), *backend_,
+                                         config_.train.seed);
+  AdamSettings adam;
+  adam.beta1 = config_.train.adam_beta1;
+  adam.beta2 = config_.train.adam_beta2;
+  adam.eps = config_.train.adam_eps;
+  adam_ = std::make_unique<Adam>(model_->params(), *backend_, adam);
+}
+
+Trainer::~Trainer() = default;
+
+StepStats Trainer::step() {
+  const int64_t step = completed_steps_ + 1;
+  // Gather the step's micro-batches first: the loss is normalised by the step's total
+  // target tokens, so every micro-batch's gradient is scaled by 1 / total (the sum over
+  // micro-batches is then the gradient of the per-token mean loss).
+  const int accumulate = config_.train.accumulate;
+  const int64_t micro_budget = std::max<int64_t>(1, config_.train.tokens_per_step / accumulate);
+  std::vector<Batch> micro_batches;
+  StepStats stats;
+  stats.step = step;
+  for (int i = 0; i < accumulate; ++i) {
+    micro_batches.push_back(source_->next(micro_budget));
+    stats.src_tokens += micro_batches.back().src_tokens();
+    stats.tgt_tokens += micro_batches.back().tgt_tokens();
+  }
+  stats.micro_batches = accumulate;
+
+  backend_->zero(model_->params().grads());
+  const float grad_scale = 1.0f / static_cast<float>(stats.tgt_tokens);
+  LossSums total;
+  for (int i = 0; i < accumulate; ++i) {
+    DropoutContext dropout;
+    dropout.seed = config_.train.seed;
+    dropout.step = static_cast<uint32_t>(step);
+    dropout.stream = static_cast<uint32_t>(i);
+    const LossSums sums = model_->train_step(micro_batches[i], grad_scale, dropout);
+    total.loss += sums.loss;
+    total.nll += sums.nll;
+    total.tokens += sums.tokens;
+  }
+  stats.lr = learning_rate(step, config_.model.d_model, config_.train.warmup_steps,
+                           config_.train.lr_scale);
+  adam_->update(static_cast<float>(stats.lr), step);
+  stats.loss = total.loss / static_cast<double>(total.tokens);
+  stats.nll = total.nll / static_cast<double>(total.tokens);
+  THPC_CHECK(std::isfinite(stats.loss), "the loss of step " << step << " is " << stats.loss);
+  completed_steps_ = step;
+  return stats;
+}
+
+void Trainer::run(std::ostream& log) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto interval_start = start;
+  int64_t interval_tokens = 0;
+  StepStats last;
+  log << "training " << model_->params().count() << " parameters on " << backend_->name()
+      << " for " << config_.train.max_steps << " steps" << std::endl;
+  while (completed_steps_ < config_.train.max_steps) {
+    last = step();
+    interval_tokens += last.src_tokens + last.tgt_tokens;
+    if (last.step % config_.train.log_every == 0 || last.step == config_.train.max_steps) {
+      const auto now = Clock::now();
+      const double interval = std::chrono::duration<double>(now - interval_start).count();
+      const double elapsed = std::chrono::duration<double>(now - start).count();
+      const double eta = elapsed / last.step * (config_.train.max_steps - last.step);
+      std::ostringstream line;
+      line << "step " << last.step << "/" << config_.train.max_steps << " | loss "
+           << std::fixed << std::setprecision(4) << last.loss << " | ppl "
+           << std::setprecision(2) << std::exp(last.nll) << " | lr " << std::scientific
+           << std::setprecision(3) << last.lr << std::fixed << std::setprecision(0)
+           << " | tokens/s " << interval_tokens / std::max(interval, 1e-9) << " | elapsed "
+           << std::setprecision(1) << elapsed << "s | eta " << eta << "s";
+      log << line.str() << std::endl;
+      interval_start = now;
+      interval_tokens = 0;
+    }
+  }
+  log << "final: step=" << completed_steps_ << " loss=" << std::fixed << std::setprecision(6)
+      << last.loss << " params_sha256=" << model_->params().sha256_hex() << std::endl;
+}
+
+}  // namespace thpc

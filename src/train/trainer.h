@@ -1,0 +1,60 @@
+// The training loop (one process): batches from a BatchSource, forward/backward over
+// `train.accumulate` micro-batches, loss normalised by the step's target tokens, Adam
+// with the §5.3 schedule, a progress line every `train.log_every` steps, and a final
+// line with the sha256 of the parameters so that two runs can be compared exactly.
+#pragma once
+
+#include <iosfwd>
+#include <memory>
+
+#include "config/config.h"
+#include "data/batch_source.h"
+#include "kernels/ops.h"
+#include "model/transformer.h"
+#include "train/optimizer.h"
+
+namespace thpc {
+
+// The backend train.backend names ("auto" is the CPU until a GPU backend exists).
+std::unique_ptr<Backend> make_backend(const TrainConfig& train);
+
+// The training data the config names.
+std::unique_ptr<BatchSource> make_training_source(const Config& config);
+
+// The vocabulary the model is built with: model.vocab_size, which must match the
+// data's when both are given, or the data's.
+int resolve_vocab_size(const Config& config, const BatchSource& source);
+
+struct StepStats {
+  int64_t step = 0;
+  double loss = 0.0;  // label-smoothed cross-entropy per target token
+  double nll = 0.0;   // negative log-likelihood per target token (log of perplexity)
+  double lr = 0.0;
+  int64_t src_tokens = 0, tgt_tokens = 0;  // non-pad tokens of the step
+  int micro_batches = 0;
+};
+
+class Trainer {
+ public:
+  explicit Trainer(const Config& config);
+  ~Trainer();
+
+  // One optimizer step over train.accumulate micro-batches.
+  StepStats step();
+  // Steps until train.max_steps, logging to `log`; ends with the "final:" line.
+  void run(std::ostream& log);
+
+  Transformer& model() { return *model_; }
+  Backend& backend() { return *backend_; }
+  int64_t completed_steps() const { return completed_steps_; }
+
+ private:
+  Config config_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<BatchSource> source_;
+  std::unique_ptr<Transformer> model_;
+  std::unique_ptr<Adam> adam_;
+  int64_t completed_steps_ = 0;
+};
+
+}  // namespace thpc

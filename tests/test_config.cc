@@ -1,0 +1,511 @@
+// The configuration system: the paper's values in input/base.ini and input/big.ini, the
+// override order, the round trip through to_ini(), the help text, and that every kind
+// of mistake fails with one line naming the key and the file.
+#include "config/config.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+
+namespace thpc {
+namespace {
+
+const std::string kInputDir = std::string(THPC_SOURCE_DIR) + "/input/";
+const std::string kBaseIni = kInputDir + "base.ini";
+const std::string kBigIni = kInputDir + "big.ini";
+const std::string kTinyIni = kInputDir + "tiny.ini";
+
+// Every key the table must know, section.key, as the fields of config.h.
+const std::vector<std::string> kAllKeys = {
+    "model.layers",          "model.d_model",         "model.d_ff",
+    "model.heads",           "model.d_k",             "model.d_v",
+    "model.dropout",         "model.attention_dropout", "model.label_smoothing",
+    "model.positions",       "model.max_positions",   "model.vocab_size",
+    "model.attention_bias",  "model.layernorm_eps",   "train.backend",
+    "train.seed",            "train.max_steps",       "train.tokens_per_step",
+    "train.accumulate",      "train.warmup_steps",    "train.lr_scale",
+    "train.adam_beta1",      "train.adam_beta2",      "train.adam_eps",
+    "train.log_every",       "train.threads",         "data.synthetic",
+    "data.synthetic_vocab",  "data.synthetic_min_len", "data.synthetic_max_len",
+};
+
+void expect_same_config(const Config& actual, const Config& expected) {
+  EXPECT_EQ(actual.model.layers, expected.model.layers);
+  EXPECT_EQ(actual.model.d_model, expected.model.d_model);
+  EXPECT_EQ(actual.model.d_ff, expected.model.d_ff);
+  EXPECT_EQ(actual.model.heads, expected.model.heads);
+  EXPECT_EQ(actual.model.d_k, expected.model.d_k);
+  EXPECT_EQ(actual.model.d_v, expected.model.d_v);
+  EXPECT_EQ(actual.model.dropout, expected.model.dropout);
+  EXPECT_EQ(actual.model.attention_dropout, expected.model.attention_dropout);
+  EXPECT_EQ(actual.model.label_smoothing, expected.model.label_smoothing);
+  EXPECT_EQ(actual.model.positions, expected.model.positions);
+  EXPECT_EQ(actual.model.max_positions, expected.model.max_positions);
+  EXPECT_EQ(actual.model.vocab_size, expected.model.vocab_size);
+  EXPECT_EQ(actual.model.attention_bias, expected.model.attention_bias);
+  EXPECT_EQ(actual.model.layernorm_eps, expected.model.layernorm_eps);
+  EXPECT_EQ(actual.train.backend, expected.train.backend);
+  EXPECT_EQ(actual.train.seed, expected.train.seed);
+  EXPECT_EQ(actual.train.max_steps, expected.train.max_steps);
+  EXPECT_EQ(actual.train.tokens_per_step, expected.train.tokens_per_step);
+  EXPECT_EQ(actual.train.accumulate, expected.train.accumulate);
+  EXPECT_EQ(actual.train.warmup_steps, expected.train.warmup_steps);
+  EXPECT_EQ(actual.train.lr_scale, expected.train.lr_scale);
+  EXPECT_EQ(actual.train.adam_beta1, expected.train.adam_beta1);
+  EXPECT_EQ(actual.train.adam_beta2, expected.train.adam_beta2);
+  EXPECT_EQ(actual.train.adam_eps, expected.train.adam_eps);
+  EXPECT_EQ(actual.train.log_every, expected.train.log_every);
+  EXPECT_EQ(actual.train.threads, expected.train.threads);
+  EXPECT_EQ(actual.data.synthetic, expected.data.synthetic);
+  EXPECT_EQ(actual.data.synthetic_vocab, expected.data.synthetic_vocab);
+  EXPECT_EQ(actual.data.synthetic_min_len, expected.data.synthetic_min_len);
+  EXPECT_EQ(actual.data.synthetic_max_len, expected.data.synthetic_max_len);
+}
+
+// Runs `action`, which must throw thpc::Error with one line containing every fragment.
+void expect_error(const std::function<void()>& action, const std::vector<std::string>& fragments) {
+  try {
+    action();
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    EXPECT_EQ(message.find('\n'), std::string::npos) << "not one line: " << message;
+    for (const std::string& fragment : fragments) {
+      EXPECT_NE(message.find(fragment), std::string::npos)
+          << "message lacks '" << fragment << "': " << message;
+    }
+    return;
+  } catch (const std::exception& other) {
+    ADD_FAILURE() << "threw a non-thpc exception: " << other.what();
+    return;
+  }
+  ADD_FAILURE() << "no error thrown; expected one mentioning '" << fragments.front() << "'";
+}
+
+// parse_command_line over a list of words, argv[0] included.
+bool run_command_line(const std::vector<std::string>& words, Config& config) {
+  std::vector<const char*> argv;
+  for (const std::string& word : words) argv.push_back(word.c_str());
+  return parse_command_line(static_cast<int>(argv.size()), argv.data(), config);
+}
+
+// A scratch directory for ini files with mistakes in them.
+class ConfigFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    directory_ = std::filesystem::temp_directory_path() /
+                 ("thpc_test_config_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(directory_);
+  }
+  void TearDown() override { std::filesystem::remove_all(directory_); }
+
+  std::string write_ini(const std::string& name, const std::string& text) const {
+    const std::string path = (directory_ / name).string();
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  std::filesystem::path directory_;
+};
+
+// ---- the paper's configurations ----
+
+TEST(Config, BaseIniHasThePapersValues) {
+  const Config config = load_config(kBaseIni);
+  EXPECT_EQ(config.model.layers, 6);
+  EXPECT_EQ(config.model.d_model, 512);
+  EXPECT_EQ(config.model.d_ff, 2048);
+  EXPECT_EQ(config.model.heads, 8);
+  EXPECT_EQ(config.model.d_k, 64);
+  EXPECT_EQ(config.model.d_v, 64);
+  EXPECT_EQ(config.model.head_dim_k(), 64);
+  EXPECT_EQ(config.model.head_dim_v(), 64);
+  EXPECT_EQ(config.model.dropout, 0.1f);
+  EXPECT_EQ(config.model.attention_dropout, 0.0f);
+  EXPECT_EQ(config.model.label_smoothing, 0.1f);
+  EXPECT_EQ(config.model.positions, "sinusoidal");
+  EXPECT_EQ(config.model.vocab_size, 37000);
+  EXPECT_FALSE(config.model.attention_bias);
+  EXPECT_EQ(config.train.max_steps, 100000);
+  EXPECT_EQ(config.train.tokens_per_step, 25000);
+  EXPECT_EQ(config.train.warmup_steps, 4000);
+  EXPECT_EQ(config.train.lr_scale, 1.0f);
+  EXPECT_EQ(config.train.adam_beta1, 0.9f);
+  EXPECT_EQ(config.train.adam_beta2, 0.98f);
+  EXPECT_EQ(config.train.adam_eps, 1e-9f);
+  EXPECT_EQ(config.source_file, kBaseIni);
+  EXPECT_FALSE(config.dry_run);
+}
+
+TEST(Config, BigIniHasThePapersValues) {
+  const Config config = load_config(kBigIni);
+  EXPECT_EQ(config.model.layers, 6);
+  EXPECT_EQ(config.model.d_model, 1024);
+  EXPECT_EQ(config.model.d_ff, 4096);
+  EXPECT_EQ(config.model.heads, 16);
+  EXPECT_EQ(config.model.d_k, 64);
+  EXPECT_EQ(config.model.d_v, 64);
+  EXPECT_EQ(config.model.head_dim_k(), 64);
+  EXPECT_EQ(config.model.head_dim_v(), 64);
+  EXPECT_EQ(config.model.dropout, 0.3f);
+  EXPECT_EQ(config.model.attention_dropout, 0.0f);
+  EXPECT_EQ(config.model.label_smoothing, 0.1f);
+  EXPECT_EQ(config.model.positions, "sinusoidal");
+  EXPECT_EQ(config.model.vocab_size, 37000);
+  EXPECT_FALSE(config.model.attention_bias);
+  EXPECT_EQ(config.train.max_steps, 300000);
+  EXPECT_EQ(config.train.tokens_per_step, 25000);
+  EXPECT_EQ(config.train.warmup_steps, 4000);
+  EXPECT_EQ(config.train.lr_scale, 1.0f);
+  EXPECT_EQ(config.train.adam_beta1, 0.9f);
+  EXPECT_EQ(config.train.adam_beta2, 0.98f);
+  EXPECT_EQ(config.train.adam_eps, 1e-9f);
+}
+
+TEST(Config, TinyIniIsASmallReversalModel) {
+  const Config config = load_config(kTinyIni);
+  EXPECT_EQ(config.model.layers, 2);
+  EXPECT_EQ(config.model.d_model, 64);
+  EXPECT_EQ(config.model.d_ff, 256);
+  EXPECT_EQ(config.model.heads, 4);
+  EXPECT_EQ(config.model.max_positions, 64);
+  EXPECT_EQ(config.model.vocab_size, 0);
+  EXPECT_EQ(config.train.max_steps, 300);
+  EXPECT_EQ(config.train.tokens_per_step, 1000);
+  EXPECT_EQ(config.train.warmup_steps, 100);
+  EXPECT_EQ(config.train.log_every, 20);
+  EXPECT_EQ(config.data.synthetic, "reverse");
+  EXPECT_EQ(config.data.synthetic_vocab, 32);
+  EXPECT_EQ(config.data.synthetic_min_len, 3);
+  EXPECT_EQ(config.data.synthetic_max_len, 12);
+}
+
+TEST(Config, DefaultsAreValid) { EXPECT_NO_THROW(validate(Config{})); }
+
+// ---- overrides ----
+
+TEST(Config, OverridesBeatTheFile) {
+  const Config config =
+      load_config(kTinyIni, {"model.layers=3", "train.max_steps=7", "data.synthetic=sort"});
+  EXPECT_EQ(config.model.layers, 3);
+  EXPECT_EQ(config.train.max_steps, 7);
+  EXPECT_EQ(config.data.synthetic, "sort");
+  EXPECT_EQ(config.model.d_model, 64);  // untouched keys keep the file's value
+}
+
+TEST(Config, CommandLineBeatsTheFile) {
+  Config config;
+  ASSERT_TRUE(run_command_line(
+      {"transformer_hpc", kTinyIni, "--model.layers=3", "--train.seed", "42"}, config));
+  EXPECT_EQ(config.model.layers, 3);
+  EXPECT_EQ(config.train.seed, 42u);
+  EXPECT_EQ(config.model.d_model, 64);
+  EXPECT_EQ(config.source_file, kTinyIni);
+  EXPECT_FALSE(config.dry_run);
+}
+
+TEST(Config, OptionsMayComeBeforeTheFile) {
+  Config config;
+  ASSERT_TRUE(run_command_line({"transformer_hpc", "--dry-run", "--model.layers=1", kTinyIni},
+                               config));
+  EXPECT_TRUE(config.dry_run);
+  EXPECT_EQ(config.model.layers, 1);
+}
+
+TEST(Config, HelpPrintsTheTableAndReturnsFalse) {
+  Config config;
+  ::testing::internal::CaptureStdout();
+  const bool go_on = run_command_line({"transformer_hpc", "--help"}, config);
+  const std::string printed = ::testing::internal::GetCapturedStdout();
+  EXPECT_FALSE(go_on);
+  EXPECT_EQ(printed, help_text());
+}
+
+TEST(Config, BooleansAcceptTrueFalseOneZero) {
+  EXPECT_TRUE(load_config(kTinyIni, {"model.attention_bias=true"}).model.attention_bias);
+  EXPECT_TRUE(load_config(kTinyIni, {"model.attention_bias=1"}).model.attention_bias);
+  EXPECT_FALSE(load_config(kTinyIni, {"model.attention_bias=false"}).model.attention_bias);
+  EXPECT_FALSE(load_config(kTinyIni, {"model.attention_bias=0"}).model.attention_bias);
+}
+
+TEST(Config, SeedIsAFullUint64) {
+  const std::uint64_t largest = std::numeric_limits<std::uint64_t>::max();
+  const Config config = load_config(kTinyIni, {"train.seed=" + std::to_string(largest)});
+  EXPECT_EQ(config.train.seed, largest);
+}
+
+TEST(Config, StepsAreInt64) {
+  const Config config = load_config(kTinyIni, {"train.max_steps=10000000000",
+                                               "train.tokens_per_step=5000000000"});
+  EXPECT_EQ(config.train.max_steps, std::int64_t{10000000000});
+  EXPECT_EQ(config.train.tokens_per_step, std::int64_t{5000000000});
+}
+
+TEST(Config, ExplicitHeadWidthsAllowIndivisibleHeads) {
+  const Config config = load_config(kTinyIni, {"model.heads=3", "model.d_k=16", "model.d_v=16"});
+  EXPECT_EQ(config.model.head_dim_k(), 16);
+  EXPECT_EQ(config.model.head_dim_v(), 16);
+}
+
+// ---- to_ini and help ----
+
+// Values that differ from every default and every file, so a key that to_ini() forgot
+// would come back wrong.
+const std::vector<std::string> kUnusualValues = {
+    "model.layers=3",          "model.d_model=96",       "model.d_ff=200",
+    "model.heads=6",           "model.d_k=20",           "model.d_v=24",
+    "model.dropout=0.15",      "model.attention_dropout=0.05", "model.label_smoothing=0.2",
+    "model.positions=learned", "model.max_positions=40", "model.vocab_size=123",
+    "model.attention_bias=true", "model.layernorm_eps=1e-6", "train.backend=cpu",
+    "train.seed=18446744073709551615", "train.max_steps=12345678901",
+    "train.tokens_per_step=777", "train.accumulate=3", "train.warmup_steps=17",
+    "train.lr_scale=0.3",      "train.adam_beta1=0.85",  "train.adam_beta2=0.995",
+    "train.adam_eps=3e-8",     "train.log_every=9",      "train.threads=2",
+    "data.synthetic=copy",     "data.synthetic_vocab=11", "data.synthetic_min_len=2",
+    "data.synthetic_max_len=7",
+};
+
+TEST_F(ConfigFiles, ToIniRoundTrips) {
+  ASSERT_EQ(kUnusualValues.size(), kAllKeys.size());
+  for (const std::vector<std::string>& overrides :
+       {std::vector<std::string>{}, kUnusualValues}) {
+    for (const std::string& source : {kBaseIni, kBigIni, kTinyIni}) {
+      SCOPED_TRACE(source + (overrides.empty() ? "" : " with unusual values"));
+      const Config original = load_config(source, overrides);
+      const Config reloaded = load_config(write_ini("resolved.ini", original.to_ini()));
+      expect_same_config(reloaded, original);
+      // The text names the file it came from; everything after that line must agree.
+      const auto body = [](const std::string& ini) { return ini.substr(ini.find('\n')); };
+      EXPECT_EQ(body(reloaded.to_ini()), body(original.to_ini()));
+    }
+  }
+}
+
+TEST(Config, ToIniHoldsEveryKeyUnderItsSection) {
+  const std::string ini = Config{}.to_ini();
+  for (const std::string& name : kAllKeys) {
+    const std::string section = name.substr(0, name.find('.'));
+    const std::string key = name.substr(name.find('.') + 1);
+    const auto section_at = ini.find("\n[" + section + "]\n");
+    ASSERT_NE(section_at, std::string::npos) << section;
+    const auto key_at = ini.find("\n" + key + " = ", section_at);
+    ASSERT_NE(key_at, std::string::npos) << name;
+    const auto next_section = ini.find("\n[", section_at + 1);
+    EXPECT_LT(key_at, next_section) << name << " is not under [" << section << "]";
+  }
+}
+
+TEST(Config, HelpMentionsEveryKey) {
+  const std::string help = help_text();
+  for (const std::string& name : kAllKeys) {
+    const std::string section = name.substr(0, name.find('.'));
+    const std::string key = name.substr(name.find('.') + 1);
+    EXPECT_NE(help.find("[" + section + "]"), std::string::npos) << section;
+    EXPECT_NE(help.find("  " + key + " "), std::string::npos) << name;
+  }
+  // Every key of the table, not only those listed here: read them back from to_ini().
+  std::istringstream ini(Config{}.to_ini());
+  std::string line;
+  int keys_in_ini = 0;
+  while (std::getline(ini, line)) {
+    const auto equals = line.find(" = ");
+    if (equals == std::string::npos || line.front() == '#') continue;
+    ++keys_in_ini;
+    EXPECT_NE(help.find("  " + line.substr(0, equals) + " "), std::string::npos) << line;
+  }
+  EXPECT_EQ(keys_in_ini, static_cast<int>(kAllKeys.size()));
+  EXPECT_NE(help.find("--dry-run"), std::string::npos);
+  EXPECT_NE(help.find("sinusoidal | learned"), std::string::npos);
+}
+
+// ---- mistakes in the file ----
+
+TEST_F(ConfigFiles, UnknownKeyNamesKeyAndFile) {
+  const std::string path = write_ini("unknown_key.ini", "[model]\nlayers = 2\nfoo = 1\n");
+  expect_error([&] { load_config(path); }, {"unknown_key.ini", "unknown key 'model.foo'"});
+}
+
+TEST_F(ConfigFiles, UnknownSectionNamesKeyAndFile) {
+  const std::string path = write_ini("unknown_section.ini", "[optimizer]\nlr = 1\n");
+  expect_error([&] { load_config(path); },
+               {"unknown_section.ini", "optimizer.lr", "no such section"});
+}
+
+TEST_F(ConfigFiles, KeyOutsideAnySectionIsUnknown) {
+  const std::string path = write_ini("no_section.ini", "layers = 2\n");
+  expect_error([&] { load_config(path); }, {"no_section.ini", "unknown key 'layers'"});
+}
+
+TEST_F(ConfigFiles, WrongTypesNameKeyAndFile) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"[model]\nheads = abc\n", {"model.heads: 'abc' is not an integer"}},
+      {"[model]\nheads = 2.5\n", {"model.heads: '2.5' is not an integer"}},
+      {"[model]\nheads = 99999999999\n", {"model.heads", "out of range"}},
+      {"[model]\nheads =\n", {"model.heads: '' is not an integer"}},
+      {"[model]\ndropout = high\n", {"model.dropout: 'high' is not a number"}},
+      {"[model]\ndropout = nan\n", {"model.dropout", "not a finite number"}},
+      {"[model]\nattention_bias = yes\n", {"model.attention_bias: 'yes' is not a boolean"}},
+      {"[train]\nseed = -1\n", {"train.seed: '-1' is not a non-negative integer"}},
+      {"[train]\nmax_steps = ten\n", {"train.max_steps: 'ten' is not an integer"}},
+  };
+  for (const auto& [text, fragments] : cases) {
+    SCOPED_TRACE(text);
+    const std::string path = write_ini("wrong_type.ini", text);
+    std::vector<std::string> expected = fragments;
+    expected.push_back("wrong_type.ini: ");
+    expect_error([&] { load_config(path); }, expected);
+  }
+}
+
+TEST_F(ConfigFiles, RepeatedKeyNamesKeyAndFile) {
+  const std::string path = write_ini("repeated.ini", "[model]\nlayers = 2\nlayers = 3\n");
+  expect_error([&] { load_config(path); }, {"repeated.ini", "model.layers", "more than once"});
+}
+
+TEST_F(ConfigFiles, InvalidLineNamesFile) {
+  const std::string path = write_ini("bad_line.ini", "[model]\nlayers 2\n");
+  expect_error([&] { load_config(path); }, {"bad_line.ini", "invalid line 'layers 2'"});
+}
+
+TEST_F(ConfigFiles, BadValueInFileNamesKeyAndFile) {
+  const std::string path = write_ini("bad_value.ini", "[train]\nwarmup_steps = 0\n");
+  expect_error([&] { load_config(path); },
+               {"bad_value.ini: train.warmup_steps: must be ≥ 1, got 0"});
+}
+
+TEST(Config, MissingFileIsNamed) {
+  expect_error([] { load_config("no/such/file.ini"); },
+               {"cannot open config file 'no/such/file.ini'"});
+  Config config;
+  expect_error([&] { run_command_line({"transformer_hpc", "missing.ini"}, config); },
+               {"cannot open config file 'missing.ini'"});
+}
+
+TEST(Config, DirectoryIsNotAConfigFile) {
+  expect_error([] { load_config(kInputDir); }, {"cannot open config file", "directory"});
+}
+
+// ---- mistakes on the command line ----
+
+TEST(Config, NoFileGiven) {
+  Config config;
+  expect_error([&] { run_command_line({"transformer_hpc"}, config); }, {"no config file given"});
+  expect_error([&] { run_command_line({"transformer_hpc", "--model.layers=2"}, config); },
+               {"no config file given"});
+}
+
+TEST(Config, TwoFilesGiven) {
+  Config config;
+  expect_error([&] { run_command_line({"transformer_hpc", kTinyIni, kBaseIni}, config); },
+               {"more than one config file"});
+}
+
+TEST(Config, HeadsNotDividingDModelOnTheCommandLine) {
+  Config config;
+  expect_error([&] { run_command_line({"transformer_hpc", kTinyIni, "--model.heads=3"}, config); },
+               {"tiny.ini", "model.heads: d_model 64 is not divisible by heads 3"});
+}
+
+TEST(Config, WrongTypeOnTheCommandLine) {
+  Config config;
+  expect_error(
+      [&] { run_command_line({"transformer_hpc", kTinyIni, "--train.max_steps=ten"}, config); },
+      {"tiny.ini", "train.max_steps: 'ten' is not an integer", "command line"});
+  expect_error([&] { load_config(kTinyIni, {"model.attention_bias=maybe"}); },
+               {"tiny.ini", "model.attention_bias", "not a boolean"});
+}
+
+TEST(Config, UnknownCommandLineOption) {
+  Config config;
+  expect_error([&] { run_command_line({"transformer_hpc", kTinyIni, "--model.foo=1"}, config); },
+               {"tiny.ini", "unknown command-line option '--model.foo=1'"});
+  expect_error(
+      [&] { run_command_line({"transformer_hpc", kTinyIni, "--optimizer.lr=1"}, config); },
+      {"tiny.ini", "optimizer.lr", "no such section"});
+  expect_error([&] { load_config(kTinyIni, {"optimizer.lr=1"}); },
+               {"tiny.ini", "optimizer.lr", "no such section"});
+  // No guessing: a prefix of a key is not that key.
+  expect_error([&] { load_config(kTinyIni, {"model.head=4"}); }, {"tiny.ini", "model.head"});
+}
+
+TEST(Config, OptionWithoutValue) {
+  expect_error([&] { load_config(kTinyIni, {"model.heads"}); },
+               {"tiny.ini", "model.heads", "missing value"});
+  Config config;
+  expect_error([&] { run_command_line({"transformer_hpc", kTinyIni, "--model.heads"}, config); },
+               {"tiny.ini", "model.heads", "missing value"});
+}
+
+TEST(Config, OptionGivenTwiceOnTheCommandLine) {
+  expect_error([&] { load_config(kTinyIni, {"model.layers=2", "model.layers=3"}); },
+               {"tiny.ini", "model.layers", "more than once"});
+}
+
+// ---- validate(): every range and relation, each naming its key and the file ----
+
+TEST(Config, BadValuesNameKeyAndFile) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"model.layers=0"}, "model.layers: must be ≥ 1, got 0"},
+      {{"model.d_model=0"}, "model.d_model"},
+      {{"model.heads=0"}, "model.heads"},
+      {{"model.heads=3"}, "model.heads: d_model 64 is not divisible by heads 3"},
+      {{"model.heads=3", "model.d_k=16"}, "model.heads: d_model 64 is not divisible"},
+      {{"model.d_k=-1"}, "model.d_k"},
+      {{"model.d_v=-1"}, "model.d_v"},
+      {{"model.d_ff=0"}, "model.d_ff"},
+      {{"model.dropout=-0.1"}, "model.dropout: must be in [0, 1), got -0.1"},
+      {{"model.dropout=1.0"}, "model.dropout: must be in [0, 1), got 1"},
+      {{"model.attention_dropout=1"}, "model.attention_dropout"},
+      {{"model.attention_dropout=-0.5"}, "model.attention_dropout"},
+      {{"model.label_smoothing=1"}, "model.label_smoothing"},
+      {{"model.label_smoothing=-0.1"}, "model.label_smoothing"},
+      {{"model.positions=absolute"},
+       "model.positions: 'absolute' is not one of sinusoidal, learned"},
+      {{"model.max_positions=0"}, "model.max_positions"},
+      {{"model.vocab_size=-1"}, "model.vocab_size"},
+      {{"model.layernorm_eps=0"}, "model.layernorm_eps: must be > 0"},
+      {{"train.backend=gpu"}, "train.backend: 'gpu' is not one of auto, cpu"},
+      {{"train.max_steps=0"}, "train.max_steps"},
+      {{"train.tokens_per_step=0"}, "train.tokens_per_step"},
+      {{"train.accumulate=0"}, "train.accumulate"},
+      {{"train.warmup_steps=0"}, "train.warmup_steps: must be ≥ 1, got 0"},
+      {{"train.lr_scale=0"}, "train.lr_scale"},
+      {{"train.lr_scale=-1"}, "train.lr_scale"},
+      {{"train.adam_beta1=1"}, "train.adam_beta1"},
+      {{"train.adam_beta2=-0.1"}, "train.adam_beta2"},
+      {{"train.adam_eps=0"}, "train.adam_eps"},
+      {{"train.log_every=0"}, "train.log_every"},
+      {{"train.threads=-1"}, "train.threads"},
+      {{"data.synthetic=shuffle"}, "data.synthetic: 'shuffle' is not one of reverse, copy, sort"},
+      {{"data.synthetic_vocab=4"}, "data.synthetic_vocab: must be ≥ 5, got 4"},
+      {{"data.synthetic_min_len=0"}, "data.synthetic_min_len"},
+      {{"data.synthetic_min_len=13"}, "data.synthetic_max_len"},
+      {{"data.synthetic_max_len=63"}, "data.synthetic_max_len: 63 + 2 (bos, eos) exceeds"},
+      {{"model.max_positions=13"}, "data.synthetic_max_len"},
+  };
+  for (const auto& [overrides, fragment] : cases) {
+    SCOPED_TRACE(overrides.front());
+    expect_error([&] { load_config(kTinyIni, overrides); }, {"tiny.ini: ", fragment});
+  }
+  // The boundaries themselves are legal.
+  EXPECT_NO_THROW(load_config(kTinyIni, {"model.dropout=0", "data.synthetic_vocab=5",
+                                         "data.synthetic_min_len=12", "model.max_positions=14"}));
+}
+
+TEST(Config, ValidateNamesTheSourceFile) {
+  Config config = load_config(kTinyIni);
+  config.train.warmup_steps = 0;
+  expect_error([&] { validate(config); }, {"tiny.ini: train.warmup_steps"});
+}
+
+}  // namespace
+}  // namespace thpc

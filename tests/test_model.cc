@@ -1,0 +1,340 @@
+// The model as a whole: its gradient against finite differences, its parameter count
+// against the closed form, the learning-rate schedule against §5.3, the synthetic data,
+// and the training loop's determinism.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "common/sha256.h"
+#include "config/config.h"
+#include "data/synthetic.h"
+#include "decode/greedy.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "model/transformer.h"
+#include "train/lr_schedule.h"
+#include "train/trainer.h"
+
+namespace thpc {
+namespace {
+
+const std::string kRoot = THPC_SOURCE_DIR;
+
+TEST(Sha256, KnownVectors) {
+  // FIPS 180-4 examples.
+  EXPECT_EQ(sha256_hex("", 0),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(sha256_hex("abc", 3),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  const std::string two_blocks = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  EXPECT_EQ(sha256_hex(two_blocks.data(), two_blocks.size()),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+}
+
+TEST(LearningRate, MatchesThePaperFormula) {
+  // lrate = d^-0.5 * min(step^-0.5, step * warmup^-1.5), computed here by hand.
+  const int d = 512, warmup = 4000;
+  EXPECT_NEAR(learning_rate(1, d, warmup), 1.0 / std::sqrt(512.0) * 1.0 / std::pow(4000.0, 1.5),
+              1e-15);
+  EXPECT_NEAR(learning_rate(100, d, warmup), 100.0 / std::sqrt(512.0) / std::pow(4000.0, 1.5),
+              1e-15);
+  // At the end of warm-up both branches meet: d^-0.5 * warmup^-0.5 = 6.9877e-4.
+  EXPECT_NEAR(learning_rate(4000, d, warmup), 1.0 / std::sqrt(512.0 * 4000.0), 1e-15);
+  EXPECT_NEAR(learning_rate(4000, d, warmup), 6.98771242e-4, 1e-11);
+  EXPECT_NEAR(learning_rate(16000, d, warmup), 1.0 / std::sqrt(512.0) / std::sqrt(16000.0),
+              1e-15);
+  EXPECT_NEAR(learning_rate(100000, d, warmup), 1.0 / std::sqrt(512.0 * 100000.0), 1e-15);
+  // Peak at warmup: rising before, falling after.
+  EXPECT_LT(learning_rate(3999, d, warmup), learning_rate(4000, d, warmup));
+  EXPECT_LT(learning_rate(4001, d, warmup), learning_rate(4000, d, warmup));
+  EXPECT_NEAR(learning_rate(4000, d, warmup, 2.0), 2.0 * learning_rate(4000, d, warmup), 1e-15);
+}
+
+// The closed form of the parameter count for the paper's architecture (no attention
+// biases, shared embedding, post-norm with no final norm).
+int64_t closed_form_count(int64_t N, int64_t d, int64_t f, int64_t vocab) {
+  const int64_t ffn = 2 * d * f + f + d;
+  const int64_t norm = 2 * d;
+  const int64_t encoder_layer = 4 * d * d + ffn + 2 * norm;
+  const int64_t decoder_layer = 8 * d * d + ffn + 3 * norm;
+  return vocab * d + N * (encoder_layer + decoder_layer);
+}
+
+TEST(ParameterCount, BaseIniMatchesClosedForm) {
+  const Config config = load_config(kRoot + "/input/base.ini", {"model.vocab_size=37000"});
+  ParamStore table;
+  add_transformer_parameters(config.model, 37000, table);
+  EXPECT_EQ(table.count(), closed_form_count(6, 512, 2048, 37000));
+  EXPECT_EQ(table.count(), 63046656);  // ≈ 63M; Table 3 rounds base to 65M
+}
+
+TEST(ParameterCount, BigIniMatchesClosedForm) {
+  const Config config = load_config(kRoot + "/input/big.ini", {"model.vocab_size=37000"});
+  ParamStore table;
+  add_transformer_parameters(config.model, 37000, table);
+  EXPECT_EQ(table.count(), closed_form_count(6, 1024, 4096, 37000));
+}
+
+TEST(ParameterCount, OptionalPartsAddWhatTheyShould) {
+  ModelConfig c;
+  c.layers = 2;
+  c.d_model = 16;
+  c.d_ff = 32;
+  c.heads = 4;
+  c.max_positions = 50;
+  ParamStore plain, learned, biased;
+  add_transformer_parameters(c, 100, plain);
+  c.positions = "learned";
+  add_transformer_parameters(c, 100, learned);
+  EXPECT_EQ(learned.count() - plain.count(), 50 * 16);
+  c.positions = "sinusoidal";
+  c.attention_bias = true;
+  add_transformer_parameters(c, 100, biased);
+  // Per layer: encoder q,k,v,o biases (4d), decoder self (4d) and cross (4d).
+  EXPECT_EQ(biased.count() - plain.count(), 2 * (4 * 16 + 8 * 16));
+}
+
+// ---- the whole model's gradient against central finite differences ---------------
+
+ModelConfig small_model(bool learned_positions, bool attention_bias) {
+  ModelConfig c;
+  c.layers = 2;
+  c.d_model = 8;
+  c.d_ff = 12;
+  c.heads = 2;
+  c.d_k = 3;  // d_k != d_v != d_model / h: Table 3 row B style
+  c.d_v = 5;
+  c.dropout = 0.1f;
+  c.attention_dropout = 0.1f;
+  c.label_smoothing = 0.1f;
+  c.positions = learned_positions ? "learned" : "sinusoidal";
+  c.max_positions = 16;
+  c.attention_bias = attention_bias;
+  return c;
+}
+
+Batch small_batch() {
+  // Three pairs of different lengths: padding on both sides, cross-attention with
+  // S != T.
+  const std::vector<TokenSequence> sources = {{4, 5, 6, 7, 8}, {9, 10}, {11, 4, 12}};
+  const std::vector<TokenSequence> targets = {{5, 6}, {7, 8, 9, 10, 11, 12}, {4}};
+  return make_batch(sources, targets, SpecialIds{});
+}
+
+std::vector<double> download_f64(Backend& backend, Tensor t) {
+  std::vector<double> host(t.numel);
+  backend.download(host.data(), t);
+  return host;
+}
+
+class ModelGradient : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
+
+TEST_P(ModelGradient, MatchesCentralDifferences) {
+  const auto [learned_positions, attention_bias] = GetParam();
+  auto backend = make_cpu_backend(DType::F64);
+  Transformer model(small_model(learned_positions, attention_bias), 13, SpecialIds{}, *backend,
+                    7);
+  const Batch batch = small_batch();
+  const DropoutContext dropout{11, 3, 1};
+  const double scale = 1.0 / static_cast<double>(batch.tgt_tokens());
+  ParamStore& params = model.params();
+
+  backend->zero(params.grads());
+  model.train_step(batch, static_cast<float>(scale), dropout);
+  const std::vector<double> analytic = download_f64(*backend, params.grads());
+  std::vector<double> values = download_f64(*backend, params.params());
+
+  auto loss_at = [&](int64_t index, double delta) {
+    std::vector<double> shifted = values;
+    shifted[index] += delta;
+    backend->upload(params.params(), shifted.data());
+    const LossSums sums = model.train_step(batch, 0.0f, dropout);
+    return sums.loss * scale;
+  };
+
+  // A few elements of every parameter tensor, chosen at random.
+  std::mt19937 rng(5);
+  int checked = 0, nonzero = 0;
+  for (const ParamEntry& entry : params.entries()) {
+    for (int sample = 0; sample < 4; ++sample) {
+      const int64_t index =
+          entry.offset + std::uniform_int_distribution<int64_t>(0, entry.numel() - 1)(rng);
+      // h = 1e-5 in double: truncation error ~h^2 |f'''| ≈ 1e-10, rounding ~eps/h ≈ 1e-11;
+      // the tolerance leaves room for ReLU kinks not being crossed by chance.
+      const double h = 1e-5;
+      const double numeric = (loss_at(index, h) - loss_at(index, -h)) / (2 * h);
+      EXPECT_NEAR(analytic[index], numeric, 1e-8 + 1e-5 * std::abs(numeric))
+          << entry.name << " element " << index - entry.offset;
+      ++checked;
+      if (std::abs(analytic[index]) > 1e-6) ++nonzero;
+    }
+  }
+  backend->upload(params.params(), values.data());
+  // Token ids absent from the batch have zero embedding gradient, and so may a few
+  // samples; most must carry signal, or the test checks nothing.
+  EXPECT_GT(nonzero, checked * 3 / 4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, ModelGradient,
+                         ::testing::Values(std::make_tuple(false, false),
+                                           std::make_tuple(true, true)));
+
+TEST(ModelForward, FloatAndDoubleBackendsAgree) {
+  // Same parameters (initialised in double, then rounded to float), same batch: the
+  // fp32 loss must track the fp64 one to fp32 accuracy over a deep-enough stack
+  // (tolerance: ~1e-7 eps times a few hundred accumulated terms).
+  auto f64 = make_cpu_backend(DType::F64);
+  auto f32 = make_cpu_backend(DType::F32);
+  const ModelConfig c = small_model(false, false);
+  Transformer reference(c, 13, SpecialIds{}, *f64, 3);
+  Transformer single(c, 13, SpecialIds{}, *f32, 3);
+  const Batch batch = small_batch();
+  const DropoutContext dropout{1, 1, 0};
+  const LossSums a = reference.train_step(batch, 1.0f, dropout);
+  const LossSums b = single.train_step(batch, 1.0f, dropout);
+  EXPECT_NEAR(a.loss, b.loss, 1e-4 * std::abs(a.loss));
+  EXPECT_NEAR(a.nll, b.nll, 1e-4 * std::abs(a.nll));
+  EXPECT_EQ(a.tokens, batch.tgt_tokens());
+}
+
+TEST(ModelForward, PaddingDoesNotChangeAnotherSentence) {
+  // A sentence's loss is the same alone or batched with a longer one: padding is
+  // masked in attention and ignored by the loss.
+  auto backend = make_cpu_backend(DType::F64);
+  ModelConfig c = small_model(false, false);
+  c.dropout = 0.0f;
+  c.attention_dropout = 0.0f;
+  Transformer model(c, 13, SpecialIds{}, *backend, 3);
+  const Batch alone = make_batch({{9, 10}}, {{7, 8}}, SpecialIds{});
+  const Batch padded = make_batch({{9, 10}, {4, 5, 6, 7, 8, 9}}, {{7, 8}, {4, 4, 4, 4, 4}},
+                                  SpecialIds{});
+  const Batch other = make_batch({{4, 5, 6, 7, 8, 9}}, {{4, 4, 4, 4, 4}}, SpecialIds{});
+  const double loss_alone = model.evaluate(alone).loss;
+  const double loss_other = model.evaluate(other).loss;
+  EXPECT_NEAR(model.evaluate(padded).loss, loss_alone + loss_other, 1e-10);
+}
+
+TEST(ModelForward, DecoderIsCausal) {
+  // Changing a later target token must not change the log-probabilities predicted at
+  // earlier positions.
+  auto backend = make_cpu_backend(DType::F64);
+  ModelConfig c = small_model(false, false);
+  Transformer model(c, 13, SpecialIds{}, *backend, 3);
+  model.encode(make_batch({{4, 5, 6}}, {{}}, SpecialIds{}));
+  const std::vector<float> a = model.next_token_log_probs({2, 7, 8, 9}, {2}, 4);
+  const std::vector<float> b = model.next_token_log_probs({2, 7, 11, 12}, {2}, 4);
+  ASSERT_EQ(a.size(), 13u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_FLOAT_EQ(a[i], b[i]);
+  const std::vector<float> c3 = model.next_token_log_probs({2, 7, 11, 12}, {3}, 4);
+  bool differs = false;
+  for (size_t i = 0; i < a.size(); ++i) differs |= a[i] != c3[i];
+  EXPECT_TRUE(differs) << "the next-token distribution ignores the prefix";
+}
+
+// ---- synthetic data ---------------------------------------------------------------
+
+TEST(Synthetic, BatchesRespectTheBudgetAndTheTask) {
+  SyntheticSpec spec;
+  spec.vocab = 20;
+  spec.min_len = 2;
+  spec.max_len = 9;
+  SyntheticSource source(spec);
+  for (int i = 0; i < 50; ++i) {
+    const Batch batch = source.next(64);
+    EXPECT_LE(int64_t(batch.size) * batch.src_len, 64);
+    EXPECT_LE(int64_t(batch.size) * batch.tgt_len, 64);
+    for (int b = 0; b < batch.size; ++b) {
+      const int n = batch.src_lengths[b] - 1;
+      ASSERT_EQ(batch.tgt_lengths[b], n + 1);
+      for (int t = 0; t < n; ++t) {
+        EXPECT_EQ(batch.tgt_out[b * batch.tgt_len + t], batch.src[b * batch.src_len + n - 1 - t]);
+        EXPECT_GE(batch.src[b * batch.src_len + t], 4);
+        EXPECT_LT(batch.src[b * batch.src_len + t], 20);
+      }
+      EXPECT_EQ(batch.src[b * batch.src_len + n], SpecialIds{}.eos);
+      EXPECT_EQ(batch.tgt_out[b * batch.tgt_len + n], SpecialIds{}.eos);
+      EXPECT_EQ(batch.tgt_in[b * batch.tgt_len], SpecialIds{}.bos);
+    }
+  }
+}
+
+TEST(Synthetic, HeldOutIsDisjointFromTrainingAndPositionsRestart) {
+  SyntheticSpec spec;
+  spec.vocab = 8;  // few symbols: collisions would be frequent if splits overlapped
+  spec.min_len = 2;
+  spec.max_len = 4;
+  SyntheticSource train(spec);
+  spec.split = SyntheticSplit::HeldOut;
+  SyntheticSource held_out(spec);
+  std::set<TokenSequence> seen;
+  for (int i = 0; i < 5000; ++i) seen.insert(train.next_source());
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(seen.count(held_out.next_source()), 0u);
+
+  const DataPosition mark = train.position();
+  const Batch first = train.next(40);
+  train.seek(mark);
+  EXPECT_EQ(train.next(40).src, first.src);
+}
+
+// ---- the training loop ------------------------------------------------------------
+
+TEST(Trainer, TwoRunsAreBitIdentical) {
+  Config config = load_config(kRoot + "/input/tiny.ini", {"train.max_steps=3"});
+  std::ostringstream log_a, log_b;
+  Trainer(config).run(log_a);
+  Trainer(config).run(log_b);
+  EXPECT_NE(log_a.str().find("final: step=3 loss="), std::string::npos) << log_a.str();
+  EXPECT_EQ(log_a.str().substr(log_a.str().find("final:")),
+            log_b.str().substr(log_b.str().find("final:")));
+}
+
+TEST(Trainer, AccumulationEqualsOneBigBatchOfTheSameSentences) {
+  // The gradient of one step over two micro-batches equals that of one batch holding
+  // both, when dropout is off (masks are per micro-batch by design): the loss is
+  // normalised by the step's total target tokens either way.
+  Config config = load_config(kRoot + "/input/tiny.ini",
+                              {"train.max_steps=1", "model.dropout=0", "train.accumulate=2",
+                               "train.tokens_per_step=200"});
+  Trainer accumulated(config);
+  const StepStats stats = accumulated.step();
+  EXPECT_EQ(stats.micro_batches, 2);
+  // Adam leaves the gradient buffer as it was: the accumulated gradient of the step.
+  std::vector<float> a(accumulated.model().params().buffer_numel());
+  accumulated.backend().download(a.data(), accumulated.model().params().grads());
+
+  // The same two micro-batches, drawn from a fresh source, concatenated.
+  auto source = make_training_source(config);
+  Batch first = source->next(100), second = source->next(100);
+  std::vector<TokenSequence> sources, targets;
+  for (const Batch* batch : {&first, &second}) {
+    for (int b = 0; b < batch->size; ++b) {
+      const int n = batch->src_lengths[b] - 1;
+      sources.emplace_back(batch->src.begin() + b * batch->src_len,
+                           batch->src.begin() + b * batch->src_len + n);
+      targets.push_back(synthetic_target(SyntheticTask::Reverse, sources.back()));
+    }
+  }
+  const Batch joined = make_batch(sources, targets, SpecialIds{});
+  EXPECT_EQ(joined.tgt_tokens(), stats.tgt_tokens);
+  auto backend = make_cpu_backend(DType::F32);
+  Transformer model(config.model, source->vocab_size(), SpecialIds{}, *backend,
+                    config.train.seed);
+  backend->zero(model.params().grads());
+  model.train_step(joined, 1.0f / joined.tgt_tokens(), DropoutContext{});
+  std::vector<float> b(model.params().buffer_numel());
+  backend->download(b.data(), model.params().grads());
+
+  // Summation order differs (two GEMMs of different shapes vs one): fp32 rounding,
+  // relative to the largest gradient (eps 1.2e-7 times sums of a few hundred terms).
+  double largest = 0;
+  for (float g : b) largest = std::max(largest, double(std::abs(g)));
+  ASSERT_GT(largest, 0.0);
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_NEAR(a[i], b[i], 1e-5 * largest) << "gradient element " << i;
+  }
+}
+
+}  // namespace
+}  // namespace thpc

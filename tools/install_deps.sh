@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages transformer_hpc builds and tests with (as root).
+# The CUDA toolkit (nvcc, cuBLAS, NCCL) is optional: without it the build is CPU-only.
+# Clusters use Spack.yaml instead.
+set -euo pipefail
+packages=(
+  cmake ninja-build g++ pkg-config ccache
+  libopenmpi-dev openmpi-bin
+  libhdf5-dev hdf5-tools
+  libboost-program-options-dev
+  libsentencepiece-dev sentencepiece
+  libopenblas-dev
+  libgtest-dev
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install_deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "install_deps: all ${#packages[@]} packages present"
+fi
