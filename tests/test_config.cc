@@ -172,21 +172,18 @@ TEST(Config, BigIniHasThePapersValues) {
 }
 
 TEST(Config, TinyIniIsASmallReversalModel) {
+  // What tiny.ini is for (the learning test pins how well it learns): the reversal task
+  // on a model far smaller than base, taking its vocabulary from the data, with the
+  // paper's regularization kept.
   const Config config = load_config(kTinyIni);
-  EXPECT_EQ(config.model.layers, 2);
-  EXPECT_EQ(config.model.d_model, 64);
-  EXPECT_EQ(config.model.d_ff, 256);
-  EXPECT_EQ(config.model.heads, 4);
-  EXPECT_EQ(config.model.max_positions, 64);
-  EXPECT_EQ(config.model.vocab_size, 0);
-  EXPECT_EQ(config.train.max_steps, 300);
-  EXPECT_EQ(config.train.tokens_per_step, 1000);
-  EXPECT_EQ(config.train.warmup_steps, 100);
-  EXPECT_EQ(config.train.log_every, 20);
   EXPECT_EQ(config.data.synthetic, "reverse");
-  EXPECT_EQ(config.data.synthetic_vocab, 32);
-  EXPECT_EQ(config.data.synthetic_min_len, 3);
-  EXPECT_EQ(config.data.synthetic_max_len, 12);
+  EXPECT_EQ(config.model.vocab_size, 0);
+  EXPECT_LE(config.model.d_model, 128);
+  EXPECT_LE(config.model.layers, 3);
+  EXPECT_FLOAT_EQ(config.model.dropout, 0.1f);
+  EXPECT_FLOAT_EQ(config.model.label_smoothing, 0.1f);
+  EXPECT_GE(config.model.max_positions, config.data.synthetic_max_len + 2);
+  EXPECT_LE(config.train.tokens_per_step, 5000);
 }
 
 TEST(Config, DefaultsAreValid) { EXPECT_NO_THROW(validate(Config{})); }

@@ -1,0 +1,222 @@
+// Multi-head scaled dot-product attention (§3.2.1, §3.2.2) on the CPU.
+//
+// For each sentence b and head i the three products are one BLAS GEMM each on strided
+// views of q, k, v (no copies): S = Q_i K_i^T / sqrt(d_k), the masked softmax and the
+// dropout are plain loops over S, and out_i = P' V_i. Backward regenerates the dropout
+// mask from the DropoutKey, so only the probabilities P are saved.
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "common/error.h"
+#include "common/philox.h"
+#include "kernels/cpu/blas.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace thpc::cpu {
+namespace {
+
+void check_shape(const AttentionShape& shape, int ldq, int ldk, int ldv) {
+  THPC_CHECK(shape.batch >= 0 && shape.heads >= 0 && shape.query_len >= 0 &&
+                 shape.key_len >= 0,
+             "attention shape B=" << shape.batch << " h=" << shape.heads
+                                  << " Lq=" << shape.query_len << " Lk=" << shape.key_len);
+  THPC_CHECK(shape.d_k > 0 && shape.d_v > 0,
+             "attention head widths d_k=" << shape.d_k << " d_v=" << shape.d_v);
+  THPC_CHECK(ldq >= shape.heads * shape.d_k && ldk >= shape.heads * shape.d_k &&
+                 ldv >= shape.heads * shape.d_v,
+             "attention row strides ldq=" << ldq << " ldk=" << ldk << " ldv=" << ldv
+                                          << " narrower than h*d_k=" << shape.heads * shape.d_k
+                                          << " / h*d_v=" << shape.heads * shape.d_v);
+  THPC_CHECK(shape.dropout >= 0.0f && shape.dropout < 1.0f,
+             "attention dropout " << shape.dropout << " outside [0, 1)");
+}
+
+// How many keys sentence b may attend to: key_lengths[b] (all Lk when no lengths given).
+int valid_keys(const AttentionShape& shape, int b) {
+  if (shape.key_lengths == nullptr) return shape.key_len;
+  const int length = shape.key_lengths[b];
+  THPC_CHECK(length >= 0 && length <= shape.key_len,
+             "key length " << length << " of sentence " << b << " outside [0, "
+                           << shape.key_len << "]");
+  return length;
+}
+
+// Keys [0, visible) are visible to query t: the non-pad keys and, when causal, only
+// those at positions <= t (§3.2.3: "prevent leftward information flow").
+int visible_keys(const AttentionShape& shape, int valid, int t) {
+  return shape.causal && t + 1 < valid ? t + 1 : valid;
+}
+
+// The flat index of P[b, head, t, 0] in [B, h, Lq, Lk]: the saved layout and the element
+// index of the attention dropout draws.
+int64_t probability_offset(const AttentionShape& shape, int b, int head, int t) {
+  return ((static_cast<int64_t>(b) * shape.heads + head) * shape.query_len + t) *
+         shape.key_len;
+}
+
+// The dropout factors M / (1 - p) of `count` consecutive probabilities whose first has
+// flat index first_element in [B, h, Lq, Lk] (the element index of the draw): 1 / (1 - p)
+// where kept, 0 where dropped. p = 0 gives all ones without drawing.
+template <typename T>
+void dropout_factors(T* factors, int64_t count, int64_t first_element,
+                     const AttentionShape& shape) {
+  const float p = shape.dropout;
+  if (p == 0.0f) {
+    for (int64_t j = 0; j < count; ++j) factors[j] = T(1);
+    return;
+  }
+  const DropoutKey& key = shape.dropout_key;
+  const T keep_scale = T(1) / (T(1) - static_cast<T>(p));
+  for (int64_t j = 0; j < count; ++j) {
+    const bool keep =
+        dropout_keep(key.seed, key.site, key.step, key.stream, first_element + j, p);
+    factors[j] = keep ? keep_scale : T(0);
+  }
+}
+
+}  // namespace
+
+int64_t attention_saved_numel(const AttentionShape& shape) {
+  return static_cast<int64_t>(shape.batch) * shape.heads * shape.query_len * shape.key_len;
+}
+
+// out_i = Dropout(softmax(Q_i K_i^T / sqrt(d_k) + mask)) V_i, heads concatenated.
+// saved (may be null when no backward follows) receives the probabilities before
+// dropout, masked entries exactly 0.
+template <typename T>
+void attention_forward(T* out, T* saved, const T* q, int ldq, const T* k, int ldk,
+                       const T* v, int ldv, const AttentionShape& shape) {
+  check_shape(shape, ldq, ldk, ldv);
+  const int Lq = shape.query_len, Lk = shape.key_len, d_k = shape.d_k, d_v = shape.d_v;
+  const int ld_out = shape.heads * d_v;
+  const T scale = T(1) / std::sqrt(static_cast<T>(d_k));
+  std::vector<T> scores(static_cast<size_t>(Lq) * Lk);   // S, then P in place
+  std::vector<T> dropped(static_cast<size_t>(Lq) * Lk);  // P' = Dropout(P)
+  std::vector<T> factors(static_cast<size_t>(Lk));       // one row's M / (1 - p)
+  for (int b = 0; b < shape.batch; ++b) {
+    const int valid = valid_keys(shape, b);
+    for (int head = 0; head < shape.heads; ++head) {
+      const T* q_head = q + static_cast<int64_t>(b) * Lq * ldq + head * d_k;
+      const T* k_head = k + static_cast<int64_t>(b) * Lk * ldk + head * d_k;
+      const T* v_head = v + static_cast<int64_t>(b) * Lk * ldv + head * d_v;
+      T* out_head = out + static_cast<int64_t>(b) * Lq * ld_out + head * d_v;
+      if (Lq == 0) continue;
+      if (Lk == 0) {  // nothing to attend to: the weighted sum is empty
+        for (int t = 0; t < Lq; ++t) {
+          for (int c = 0; c < d_v; ++c) out_head[static_cast<int64_t>(t) * ld_out + c] = T(0);
+        }
+        continue;
+      }
+      // S = Q K^T / sqrt(d_k)  [Lq, Lk]
+      gemm(CblasNoTrans, CblasTrans, Lq, Lk, d_k, scale, q_head, ldq, k_head, ldk, T(0),
+           scores.data(), Lk);
+      for (int t = 0; t < Lq; ++t) {
+        T* row = scores.data() + static_cast<size_t>(t) * Lk;
+        const int visible = visible_keys(shape, valid, t);
+        // Numerically stable softmax over the visible keys: subtract the row maximum.
+        // A row with no visible key (a pad sentence, key length 0) becomes all zeros.
+        T row_max = visible > 0 ? row[0] : T(0);
+        for (int j = 1; j < visible; ++j) row_max = row[j] > row_max ? row[j] : row_max;
+        double sum = 0.0;
+        for (int j = 0; j < visible; ++j) {
+          row[j] = std::exp(row[j] - row_max);
+          sum += static_cast<double>(row[j]);
+        }
+        const T inverse_sum = visible > 0 ? static_cast<T>(1.0 / sum) : T(0);
+        for (int j = 0; j < visible; ++j) row[j] *= inverse_sum;
+        for (int j = visible; j < Lk; ++j) row[j] = T(0);  // masked: exactly 0
+        const int64_t offset = probability_offset(shape, b, head, t);
+        if (saved != nullptr) {
+          for (int j = 0; j < Lk; ++j) saved[offset + j] = row[j];
+        }
+        dropout_factors(factors.data(), Lk, offset, shape);
+        T* dropped_row = dropped.data() + static_cast<size_t>(t) * Lk;
+        for (int j = 0; j < Lk; ++j) dropped_row[j] = row[j] * factors[j];
+      }
+      // out_i = P' V  [Lq, d_v]
+      gemm(CblasNoTrans, CblasNoTrans, Lq, d_v, Lk, T(1), dropped.data(), Lk, v_head, ldv, T(0),
+           out_head, ld_out);
+    }
+  }
+}
+
+// With P the saved probabilities, M the regenerated keep mask and P' = P * M / (1 - p):
+//   dV += P'^T dO,  dP' = dO V^T,  dP = dP' * M / (1 - p),
+//   dS = P * (dP - rowsum(dP * P))   (the softmax Jacobian),
+//   dQ += dS K / sqrt(d_k),  dK += dS^T Q / sqrt(d_k).
+// Masked entries have P = 0, hence dS = 0: the mask needs no separate treatment.
+template <typename T>
+void attention_backward(T* dq, T* dk, T* dv, const T* d_out, const T* saved, const T* q,
+                        int ldq, const T* k, int ldk, const T* v, int ldv,
+                        const AttentionShape& shape) {
+  check_shape(shape, ldq, ldk, ldv);
+  THPC_CHECK(saved != nullptr, "attention backward needs the probabilities saved by forward");
+  const int Lq = shape.query_len, Lk = shape.key_len, d_k = shape.d_k, d_v = shape.d_v;
+  if (Lq == 0 || Lk == 0) return;  // no products, no gradient
+  const int ld_out = shape.heads * d_v;
+  const T scale = T(1) / std::sqrt(static_cast<T>(d_k));
+  std::vector<T> factors(static_cast<size_t>(Lq) * Lk);   // M / (1 - p), regenerated
+  std::vector<T> dropped(static_cast<size_t>(Lq) * Lk);   // P' = P * M / (1 - p)
+  std::vector<T> d_scores(static_cast<size_t>(Lq) * Lk);  // dP', then dP, then dS in place
+  for (int b = 0; b < shape.batch; ++b) {
+    for (int head = 0; head < shape.heads; ++head) {
+      const int64_t head_offset = probability_offset(shape, b, head, 0);
+      const T* probabilities = saved + head_offset;
+      const T* q_head = q + static_cast<int64_t>(b) * Lq * ldq + head * d_k;
+      const T* k_head = k + static_cast<int64_t>(b) * Lk * ldk + head * d_k;
+      const T* v_head = v + static_cast<int64_t>(b) * Lk * ldv + head * d_v;
+      const T* d_out_head = d_out + static_cast<int64_t>(b) * Lq * ld_out + head * d_v;
+      // The mask of this (b, head) block is the draws [head_offset, head_offset + Lq*Lk),
+      // exactly those forward made.
+      dropout_factors(factors.data(), static_cast<int64_t>(Lq) * Lk, head_offset, shape);
+      for (size_t e = 0; e < dropped.size(); ++e) dropped[e] = probabilities[e] * factors[e];
+      // dV += P'^T dO  [Lk, d_v]
+      if (dv != nullptr) {
+        T* dv_head = dv + static_cast<int64_t>(b) * Lk * ldv + head * d_v;
+        gemm(CblasTrans, CblasNoTrans, Lk, d_v, Lq, T(1), dropped.data(), Lk, d_out_head,
+             ld_out, T(1), dv_head, ldv);
+      }
+      if (dq == nullptr && dk == nullptr) continue;
+      // dP' = dO V^T  [Lq, Lk]
+      gemm(CblasNoTrans, CblasTrans, Lq, Lk, d_v, T(1), d_out_head, ld_out, v_head, ldv, T(0),
+           d_scores.data(), Lk);
+      for (int t = 0; t < Lq; ++t) {
+        T* row = d_scores.data() + static_cast<size_t>(t) * Lk;
+        const T* p_row = probabilities + static_cast<int64_t>(t) * Lk;
+        const T* factor_row = factors.data() + static_cast<size_t>(t) * Lk;
+        for (int j = 0; j < Lk; ++j) row[j] *= factor_row[j];  // dP = dP' * M / (1 - p)
+        double row_dot = 0.0;  // rowsum(dP * P)
+        for (int j = 0; j < Lk; ++j) row_dot += static_cast<double>(row[j]) * p_row[j];
+        const T dot = static_cast<T>(row_dot);
+        for (int j = 0; j < Lk; ++j) row[j] = p_row[j] * (row[j] - dot);  // dS
+      }
+      // dQ += dS K / sqrt(d_k)  [Lq, d_k]
+      if (dq != nullptr) {
+        T* dq_head = dq + static_cast<int64_t>(b) * Lq * ldq + head * d_k;
+        gemm(CblasNoTrans, CblasNoTrans, Lq, d_k, Lk, scale, d_scores.data(), Lk, k_head, ldk,
+             T(1), dq_head, ldq);
+      }
+      // dK += dS^T Q / sqrt(d_k)  [Lk, d_k]
+      if (dk != nullptr) {
+        T* dk_head = dk + static_cast<int64_t>(b) * Lk * ldk + head * d_k;
+        gemm(CblasTrans, CblasNoTrans, Lk, d_k, Lq, scale, d_scores.data(), Lk, q_head, ldq,
+             T(1), dk_head, ldk);
+      }
+    }
+  }
+}
+
+template void attention_forward<float>(float*, float*, const float*, int, const float*, int,
+                                       const float*, int, const AttentionShape&);
+template void attention_forward<double>(double*, double*, const double*, int, const double*,
+                                        int, const double*, int, const AttentionShape&);
+template void attention_backward<float>(float*, float*, float*, const float*, const float*,
+                                        const float*, int, const float*, int, const float*, int,
+                                        const AttentionShape&);
+template void attention_backward<double>(double*, double*, double*, const double*,
+                                         const double*, const double*, int, const double*, int,
+                                         const double*, int, const AttentionShape&);
+
+}  // namespace thpc::cpu

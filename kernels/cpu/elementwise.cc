@@ -1,0 +1,115 @@
+// ReLU (the position-wise feed-forward network of §3.3), dropout and the residual
+// connection with dropout (§5.4, "Residual Dropout") on the CPU.
+#include <cstdint>
+
+#include "common/error.h"
+#include "common/philox.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace thpc::cpu {
+namespace {
+
+void check_probability(float p) {
+  THPC_CHECK(p >= 0.0f && p < 1.0f, "dropout probability " << p << " outside [0, 1)");
+}
+
+// Element i is kept when its Philox draw (element index i) is >= p.
+bool keeps(const DropoutKey& key, int64_t element, float p) {
+  return dropout_keep(key.seed, key.site, key.step, key.stream,
+                      static_cast<uint64_t>(element), p);
+}
+
+// Inverted dropout: kept elements are scaled by 1 / (1 - p) so the expectation of the
+// output equals the input and inference needs no rescaling.
+template <typename T>
+T keep_scale(float p) {
+  return T(1) / (T(1) - static_cast<T>(p));
+}
+
+}  // namespace
+
+// y = max(0, x)
+template <typename T>
+void relu_forward(T* y, const T* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > T(0) ? x[i] : T(0);
+}
+
+// dx += dy * (y > 0): the output tells where the input was positive, so x is not kept.
+template <typename T>
+void relu_backward(T* dx, const T* dy, const T* y, int64_t n) {
+  if (dx == nullptr) return;
+  for (int64_t i = 0; i < n; ++i) {
+    if (y[i] > T(0)) dx[i] += dy[i];
+  }
+}
+
+// y = x * keep / (1 - p); p = 0 copies without drawing.
+template <typename T>
+void dropout_forward(T* y, const T* x, int64_t n, float p, DropoutKey key) {
+  check_probability(p);
+  if (p == 0.0f) {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i];
+    return;
+  }
+  const T scale = keep_scale<T>(p);
+  for (int64_t i = 0; i < n; ++i) y[i] = keeps(key, i, p) ? x[i] * scale : T(0);
+}
+
+// dx += dy * keep / (1 - p), the mask redrawn from the key.
+template <typename T>
+void dropout_backward(T* dx, const T* dy, int64_t n, float p, DropoutKey key) {
+  check_probability(p);
+  if (dx == nullptr) return;
+  if (p == 0.0f) {
+    for (int64_t i = 0; i < n; ++i) dx[i] += dy[i];
+    return;
+  }
+  const T scale = keep_scale<T>(p);
+  for (int64_t i = 0; i < n; ++i) {
+    if (keeps(key, i, p)) dx[i] += dy[i] * scale;
+  }
+}
+
+// §3.1/§5.4: the sub-layer output is dropped out before it is added to its input,
+// y = x + Dropout(sub) (the layer norm follows as a separate op).
+template <typename T>
+void residual_dropout_forward(T* y, const T* x, const T* sub, int64_t n, float p,
+                              DropoutKey key) {
+  check_probability(p);
+  if (p == 0.0f) {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] + sub[i];
+    return;
+  }
+  const T scale = keep_scale<T>(p);
+  for (int64_t i = 0; i < n; ++i) y[i] = keeps(key, i, p) ? x[i] + sub[i] * scale : x[i];
+}
+
+// dx += dy;  d_sub += dy * keep / (1 - p): the dropout's own backward.
+template <typename T>
+void residual_dropout_backward(T* dx, T* d_sub, const T* dy, int64_t n, float p,
+                               DropoutKey key) {
+  check_probability(p);
+  if (dx != nullptr) {
+    for (int64_t i = 0; i < n; ++i) dx[i] += dy[i];
+  }
+  dropout_backward(d_sub, dy, n, p, key);
+}
+
+template void relu_forward<float>(float*, const float*, int64_t);
+template void relu_forward<double>(double*, const double*, int64_t);
+template void relu_backward<float>(float*, const float*, const float*, int64_t);
+template void relu_backward<double>(double*, const double*, const double*, int64_t);
+template void dropout_forward<float>(float*, const float*, int64_t, float, DropoutKey);
+template void dropout_forward<double>(double*, const double*, int64_t, float, DropoutKey);
+template void dropout_backward<float>(float*, const float*, int64_t, float, DropoutKey);
+template void dropout_backward<double>(double*, const double*, int64_t, float, DropoutKey);
+template void residual_dropout_forward<float>(float*, const float*, const float*, int64_t,
+                                              float, DropoutKey);
+template void residual_dropout_forward<double>(double*, const double*, const double*, int64_t,
+                                               float, DropoutKey);
+template void residual_dropout_backward<float>(float*, float*, const float*, int64_t, float,
+                                               DropoutKey);
+template void residual_dropout_backward<double>(double*, double*, const double*, int64_t, float,
+                                                DropoutKey);
+
+}  // namespace thpc::cpu

@@ -1,0 +1,86 @@
+// Dense layers and the tied output projection on the CPU: every matrix product is one
+// BLAS GEMM (sgemm for float, dgemm for double).
+#include <cstdint>
+
+#include "kernels/cpu/blas.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace thpc::cpu {
+
+// y = x W + b (x [M, K], W [K, N], b [N] or null): the bias is broadcast into y first
+// and the GEMM adds x W on top (beta = 1), so y is written once per element.
+template <typename T>
+void linear_forward(T* y, const T* x, const T* W, const T* b, int M, int K, int N) {
+  if (M == 0 || N == 0) return;
+  for (int row = 0; row < M; ++row) {
+    T* y_row = y + static_cast<int64_t>(row) * N;
+    for (int col = 0; col < N; ++col) y_row[col] = (b != nullptr) ? b[col] : T(0);
+  }
+  if (K == 0) return;  // an empty product adds nothing (and BLAS rejects lda = 0)
+  gemm(CblasNoTrans, CblasNoTrans, M, N, K, T(1), x, K, W, N, T(1), y, N);
+}
+
+// dx += dy W^T [M, K];  dW += x^T dy [K, N];  db += column sums of dy [N].
+template <typename T>
+void linear_backward(T* dx, T* dW, T* db, const T* dy, const T* x, const T* W, int M, int K,
+                     int N) {
+  // With an empty dimension the products are empty or zero: nothing to add (and BLAS
+  // rejects a leading dimension of 0).
+  const bool has_product = M > 0 && N > 0 && K > 0;
+  if (has_product && dx != nullptr) {
+    gemm(CblasNoTrans, CblasTrans, M, K, N, T(1), dy, N, W, N, T(1), dx, K);
+  }
+  if (has_product && dW != nullptr) {
+    gemm(CblasTrans, CblasNoTrans, K, N, M, T(1), x, K, dy, N, T(1), dW, N);
+  }
+  if (db != nullptr) {
+    for (int row = 0; row < M; ++row) {
+      const T* dy_row = dy + static_cast<int64_t>(row) * N;
+      for (int col = 0; col < N; ++col) db[col] += dy_row[col];
+    }
+  }
+}
+
+// logits = h E^T (h [M, d], E [vocab, d]): the pre-softmax linear transformation shares
+// its weights with the embeddings (§3.4), so E is read transposed in place.
+template <typename T>
+void output_projection_forward(T* logits, const T* h, const T* E, int M, int d, int vocab) {
+  if (M == 0 || vocab == 0) return;
+  if (d == 0) {
+    for (int64_t i = 0; i < static_cast<int64_t>(M) * vocab; ++i) logits[i] = T(0);
+    return;
+  }
+  gemm(CblasNoTrans, CblasTrans, M, vocab, d, T(1), h, d, E, d, T(0), logits, vocab);
+}
+
+// dh += d_logits E [M, d];  dE += d_logits^T h [vocab, d].
+template <typename T>
+void output_projection_backward(T* dh, T* dE, const T* d_logits, const T* h, const T* E,
+                                int M, int d, int vocab) {
+  if (M == 0 || d == 0 || vocab == 0) return;
+  if (dh != nullptr) {
+    gemm(CblasNoTrans, CblasNoTrans, M, d, vocab, T(1), d_logits, vocab, E, d, T(1), dh, d);
+  }
+  if (dE != nullptr) {
+    gemm(CblasTrans, CblasNoTrans, vocab, d, M, T(1), d_logits, vocab, h, d, T(1), dE, d);
+  }
+}
+
+template void linear_forward<float>(float*, const float*, const float*, const float*, int, int,
+                                    int);
+template void linear_forward<double>(double*, const double*, const double*, const double*, int,
+                                     int, int);
+template void linear_backward<float>(float*, float*, float*, const float*, const float*,
+                                     const float*, int, int, int);
+template void linear_backward<double>(double*, double*, double*, const double*, const double*,
+                                      const double*, int, int, int);
+template void output_projection_forward<float>(float*, const float*, const float*, int, int,
+                                               int);
+template void output_projection_forward<double>(double*, const double*, const double*, int, int,
+                                                int);
+template void output_projection_backward<float>(float*, float*, const float*, const float*,
+                                                const float*, int, int, int);
+template void output_projection_backward<double>(double*, double*, const double*,
+                                                 const double*, const double*, int, int, int);
+
+}  // namespace thpc::cpu
