@@ -80,6 +80,9 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // True when tensors live in host memory (the CPU backend): host-side collectives such
+  // as MPI_Allreduce may then work on them directly.
+  virtual bool host_memory() const = 0;
   virtual DType param_dtype() const = 0;
   virtual DType compute_dtype() const = 0;
 

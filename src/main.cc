@@ -1,12 +1,14 @@
 // transformer_hpc: trains the Transformer of "Attention Is All You Need".
 //
-//   transformer_hpc CONFIG.ini [--section.key=value ...] [--dry-run] [--help]
+//   [mpirun -np N] transformer_hpc CONFIG.ini [--section.key=value ...] [--dry-run] [--help]
 //
-// Exit codes: 0 success, 1 a runtime failure, 2 a bad command line or config.
+// Exit codes: 0 success, 1 a runtime failure (on any rank: the whole job is ended),
+// 2 a bad command line or config.
 #include <iostream>
 
 #include "common/error.h"
 #include "config/config.h"
+#include "dist/communicator.h"
 #include "model/params.h"
 #include "model/transformer.h"
 #include "train/trainer.h"
@@ -26,20 +28,26 @@ int dry_run(const thpc::Config& config) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  thpc::MpiSession mpi(&argc, &argv);
+  const thpc::Communicator comm = thpc::Communicator::world();
   thpc::Config config;
   try {
     if (!thpc::parse_command_line(argc, argv, config)) return 0;  // --help
   } catch (const thpc::Error& e) {
-    std::cerr << "transformer_hpc: " << e.what() << "\n(see transformer_hpc --help)\n";
+    // Every rank reads the same config and fails alike; one message is enough.
+    if (comm.is_root()) std::cerr << "transformer_hpc: " << e.what() << "\n(see --help)\n";
     return 2;
   }
   try {
-    if (config.dry_run) return dry_run(config);
-    thpc::Trainer trainer(config);
+    if (config.dry_run) return comm.is_root() ? dry_run(config) : 0;
+    thpc::Trainer trainer(config, comm);
+    std::cout << thpc::startup_line(comm, "device cpu (" + trainer.backend().name() + ")")
+              << std::endl;
     trainer.run(std::cout);
   } catch (const std::exception& e) {
-    std::cerr << "transformer_hpc: error: " << e.what() << "\n";
-    return 1;
+    // A failure on one rank must end the whole job, not leave the others waiting in a
+    // collective: report it with this rank's identity and abort every rank.
+    comm.abort("transformer_hpc: error on " + thpc::process_identity() + ": " + e.what(), 1);
   }
   return 0;
 }

@@ -37,6 +37,7 @@ const std::vector<std::string> kAllKeys = {
     "train.adam_beta1",      "train.adam_beta2",      "train.adam_eps",
     "train.log_every",       "train.threads",         "data.synthetic",
     "data.synthetic_vocab",  "data.synthetic_min_len", "data.synthetic_max_len",
+    "dist.bucket_mb",        "dist.device",
 };
 
 void expect_same_config(const Config& actual, const Config& expected) {
@@ -70,6 +71,8 @@ void expect_same_config(const Config& actual, const Config& expected) {
   EXPECT_EQ(actual.data.synthetic_vocab, expected.data.synthetic_vocab);
   EXPECT_EQ(actual.data.synthetic_min_len, expected.data.synthetic_min_len);
   EXPECT_EQ(actual.data.synthetic_max_len, expected.data.synthetic_max_len);
+  EXPECT_EQ(actual.dist.bucket_mb, expected.dist.bucket_mb);
+  EXPECT_EQ(actual.dist.device, expected.dist.device);
 }
 
 // Runs `action`, which must throw thpc::Error with one line containing every fragment.
@@ -268,7 +271,7 @@ const std::vector<std::string> kUnusualValues = {
     "train.lr_scale=0.3",      "train.adam_beta1=0.85",  "train.adam_beta2=0.995",
     "train.adam_eps=3e-8",     "train.log_every=9",      "train.threads=2",
     "data.synthetic=copy",     "data.synthetic_vocab=11", "data.synthetic_min_len=2",
-    "data.synthetic_max_len=7",
+    "data.synthetic_max_len=7", "dist.bucket_mb=3.5",   "dist.device=2",
 };
 
 TEST_F(ConfigFiles, ToIniRoundTrips) {
@@ -482,6 +485,8 @@ TEST(Config, BadValuesNameKeyAndFile) {
       {{"train.adam_eps=0"}, "train.adam_eps"},
       {{"train.log_every=0"}, "train.log_every"},
       {{"train.threads=-1"}, "train.threads"},
+      {{"dist.bucket_mb=0"}, "dist.bucket_mb"},
+      {{"dist.device=-2"}, "dist.device"},
       {{"data.synthetic=shuffle"}, "data.synthetic: 'shuffle' is not one of reverse, copy, sort"},
       {{"data.synthetic_vocab=4"}, "data.synthetic_vocab: must be ≥ 5, got 4"},
       {{"data.synthetic_min_len=0"}, "data.synthetic_min_len"},

@@ -22,6 +22,7 @@ template <typename T>
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return std::string("cpu-") + dtype_name(dtype_of<T>()); }
+  bool host_memory() const override { return true; }
   DType param_dtype() const override { return dtype_of<T>(); }
   DType compute_dtype() const override { return dtype_of<T>(); }
 

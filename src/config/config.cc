@@ -103,6 +103,12 @@ const std::vector<Option>& option_table() {
       THPC_OPTION(data, synthetic_min_len, THPC_ANY, "shortest synthetic sentence, >= 1"),
       THPC_OPTION(data, synthetic_max_len, THPC_ANY,
                   "longest synthetic sentence; + 2 (bos, eos) <= model.max_positions"),
+
+      // [dist]: the ranks of an MPI job.
+      THPC_OPTION(dist, bucket_mb, THPC_ANY,
+                  "gradient all-reduce bucket size in MiB, > 0 (one collective per bucket)"),
+      THPC_OPTION(dist, device, THPC_ANY,
+                  "GPU index of every rank; -1 = local rank modulo the visible GPUs"),
   };
   return table;
 }
@@ -451,6 +457,10 @@ void validate(const Config& config) {
                std::to_string(data.synthetic_max_len) + " + 2 (bos, eos) exceeds " +
                    "model.max_positions " + std::to_string(model.max_positions));
   }
+
+  const DistConfig& dist = config.dist;
+  check.positive("dist.bucket_mb", dist.bucket_mb);
+  check.at_least("dist.device", dist.device, -1);
 }
 
 std::string Config::to_ini() const {

@@ -58,10 +58,17 @@ struct DataConfig {
   int synthetic_max_len = 12;
 };
 
+// How the ranks of an MPI job work together (one rank per GPU).
+struct DistConfig {
+  float bucket_mb = 25.0f;  // gradient all-reduce bucket size, MiB
+  int device = -1;          // GPU of this rank; -1 = local rank modulo visible devices
+};
+
 struct Config {
   ModelConfig model;
   TrainConfig train;
   DataConfig data;
+  DistConfig dist;
 
   std::string source_file;  // the ini file the config came from ("" if none)
   bool dry_run = false;

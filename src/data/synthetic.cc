@@ -47,6 +47,8 @@ SyntheticSource::SyntheticSource(const SyntheticSpec& spec) : spec_(spec) {
                                        << " has no room beside the 4 special ids");
   THPC_CHECK(spec.min_len >= 1 && spec.min_len <= spec.max_len,
              "synthetic lengths [" << spec.min_len << ", " << spec.max_len << "]");
+  THPC_CHECK(spec.shards >= 1 && spec.shard >= 0 && spec.shard < spec.shards,
+             "synthetic shard " << spec.shard << " of " << spec.shards);
 }
 
 TokenSequence SyntheticSource::candidate(int64_t index) const {
@@ -81,6 +83,17 @@ TokenSequence SyntheticSource::next_source() {
 }
 
 Batch SyntheticSource::next(int64_t max_tokens) {
+  // Of each group of `shards` consecutive batches, this rank keeps number `shard`. All
+  // ranks pack with the same budget, so they agree on where every batch starts.
+  Batch mine;
+  for (int s = 0; s < spec_.shards; ++s) {
+    Batch batch = next_of_stream(max_tokens);
+    if (s == spec_.shard) mine = std::move(batch);
+  }
+  return mine;
+}
+
+Batch SyntheticSource::next_of_stream(int64_t max_tokens) {
   // Pack pairs in stream order while the padded batch stays within the budget on both
   // sides (a target is as long as its source in these tasks, plus bos/eos).
   std::vector<TokenSequence> sources, targets;

@@ -27,6 +27,10 @@ struct SyntheticSpec {
   int max_len = 12;
   uint64_t seed = 1;
   SyntheticSplit split = SyntheticSplit::Train;
+  // Rank `shard` of `shards` takes batches shard, shard + shards, ... of the stream, so
+  // the ranks together see every pair exactly once.
+  int shard = 0;
+  int shards = 1;
 };
 
 // The target the task asks for, given a source.
@@ -45,6 +49,7 @@ class SyntheticSource final : public BatchSource {
   TokenSequence next_source();
 
  private:
+  Batch next_of_stream(int64_t max_tokens);
   TokenSequence candidate(int64_t index) const;
   bool in_split(const TokenSequence& source) const;
 

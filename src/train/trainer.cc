@@ -1,6 +1,8 @@
 #include "train/trainer.h"
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <iomanip>
 #include <ostream>
@@ -21,7 +23,8 @@ std::unique_ptr<Backend> make_backend(const TrainConfig& train) {
   THPC_FAIL("train.backend: unknown backend '" << train.backend << "'");
 }
 
-std::unique_ptr<BatchSource> make_training_source(const Config& config) {
+std::unique_ptr<BatchSource> make_training_source(const Config& config, int shard,
+                                                  int shards) {
   SyntheticSpec spec;
   spec.task = parse_synthetic_task(config.data.synthetic);
   spec.vocab = config.data.synthetic_vocab;
@@ -29,6 +32,8 @@ std::unique_ptr<BatchSource> make_training_source(const Config& config) {
   spec.max_len = config.data.synthetic_max_len;
   spec.seed = config.train.seed;
   spec.split = SyntheticSplit::Train;
+  spec.shard = shard;
+  spec.shards = shards;
   return std::make_unique<SyntheticSource>(spec);
 }
 
@@ -42,9 +47,29 @@ int resolve_vocab_size(const Config& config, const BatchSource& source) {
   return data_vocab;
 }
 
-Trainer::Trainer(const Config& config) : config_(config) {
+namespace {
+
+// Fault injection for the tests of job failure: THPC_FAIL_AT=RANK:STEP makes that rank
+// throw at the start of that step, as a real fault (an out-of-memory, a bad file) would.
+void maybe_inject_failure(const Communicator& comm, int64_t step) {
+  static const char* spec = std::getenv("THPC_FAIL_AT");
+  if (spec == nullptr) return;
+  int rank = -1;
+  long long at_step = -1;
+  if (std::sscanf(spec, "%d:%lld", &rank, &at_step) == 2 && rank == comm.rank() &&
+      at_step == step) {
+    THPC_FAIL("failure injected by THPC_FAIL_AT=" << spec << " at step " << step);
+  }
+}
+
+}  // namespace
+
+Trainer::Trainer(const Config& config, Communicator comm)
+    : config_(config), comm_(std::move(comm)) {
   backend_ = make_backend(config_.train);
-  source_ = make_training_source(config_);
+  THPC_CHECK(comm_.size() == 1 || backend_->host_memory(),
+             "the " << backend_->name() << " backend has no gradient all-reduce yet");
+  source_ = make_training_source(config_, comm_.rank(), comm_.size());
   const int vocab = resolve_vocab_size(config_, *source_);
   model_ = std::make_unique<Transformer>(config_.model, vocab, source_->special_ids(), *backend_,
                                          config_.train.seed);
@@ -59,20 +84,25 @@ Trainer::~Trainer() = default;
 
 StepStats Trainer::step() {
   const int64_t step = completed_steps_ + 1;
-  // Gather the step's micro-batches first: the loss is normalised by the step's total
-  // target tokens, so every micro-batch's gradient is scaled by 1 / total (the sum over
-  // micro-batches is then the gradient of the per-token mean loss).
+  maybe_inject_failure(comm_, step);
+  // Gather the step's micro-batches first: the loss is normalised by the step's target
+  // tokens over all ranks and micro-batches, so every micro-batch's gradient is scaled by
+  // 1 / total; the sum over micro-batches and ranks is then the gradient of the
+  // per-token mean loss of the whole step.
   const int accumulate = config_.train.accumulate;
-  const int64_t micro_budget = std::max<int64_t>(1, config_.train.tokens_per_step / accumulate);
+  const int64_t micro_budget = std::max<int64_t>(
+      1, config_.train.tokens_per_step / (static_cast<int64_t>(accumulate) * comm_.size()));
   std::vector<Batch> micro_batches;
   StepStats stats;
   stats.step = step;
   for (int i = 0; i < accumulate; ++i) {
     micro_batches.push_back(source_->next(micro_budget));
     stats.src_tokens += micro_batches.back().src_tokens();
-    stats.tgt_tokens += micro_batches.back().tgt_tokens();
+    stats.local_tgt_tokens += micro_batches.back().tgt_tokens();
   }
   stats.micro_batches = accumulate;
+  stats.src_tokens = comm_.sum(stats.src_tokens);
+  stats.tgt_tokens = comm_.sum(stats.local_tgt_tokens);
 
   backend_->zero(model_->params().grads());
   const float grad_scale = 1.0f / static_cast<float>(stats.tgt_tokens);
@@ -81,17 +111,21 @@ StepStats Trainer::step() {
     DropoutContext dropout;
     dropout.seed = config_.train.seed;
     dropout.step = static_cast<uint32_t>(step);
-    dropout.stream = static_cast<uint32_t>(i);
+    // Micro-batch i of rank r draws the masks that micro-batch r * accumulate + i of a
+    // single rank accumulating over all of them would draw.
+    dropout.stream = static_cast<uint32_t>(comm_.rank() * accumulate + i);
     const LossSums sums = model_->train_step(micro_batches[i], grad_scale, dropout);
     total.loss += sums.loss;
     total.nll += sums.nll;
-    total.tokens += sums.tokens;
   }
+  // Sum the gradients over ranks (each already scaled by 1 / global tokens).
+  comm_.sum_in_place(model_->params().grads(),
+                     static_cast<int64_t>(config_.dist.bucket_mb * 1024.0 * 1024.0));
   stats.lr = learning_rate(step, config_.model.d_model, config_.train.warmup_steps,
                            config_.train.lr_scale);
   adam_->update(static_cast<float>(stats.lr), step);
-  stats.loss = total.loss / static_cast<double>(total.tokens);
-  stats.nll = total.nll / static_cast<double>(total.tokens);
+  stats.loss = comm_.sum(total.loss) / static_cast<double>(stats.tgt_tokens);
+  stats.nll = comm_.sum(total.nll) / static_cast<double>(stats.tgt_tokens);
   THPC_CHECK(std::isfinite(stats.loss), "the loss of step " << step << " is " << stats.loss);
   completed_steps_ = step;
   return stats;
@@ -103,12 +137,17 @@ void Trainer::run(std::ostream& log) {
   auto interval_start = start;
   int64_t interval_tokens = 0;
   StepStats last;
-  log << "training " << model_->params().count() << " parameters on " << backend_->name()
-      << " for " << config_.train.max_steps << " steps" << std::endl;
+  const bool logs = comm_.is_root();
+  if (logs) {
+    log << "training " << model_->params().count() << " parameters on " << backend_->name()
+        << " for " << config_.train.max_steps << " steps on " << comm_.size() << " rank"
+        << (comm_.size() > 1 ? "s" : "") << std::endl;
+  }
   while (completed_steps_ < config_.train.max_steps) {
     last = step();
     interval_tokens += last.src_tokens + last.tgt_tokens;
-    if (last.step % config_.train.log_every == 0 || last.step == config_.train.max_steps) {
+    if (logs &&
+        (last.step % config_.train.log_every == 0 || last.step == config_.train.max_steps)) {
       const auto now = Clock::now();
       const double interval = std::chrono::duration<double>(now - interval_start).count();
       const double elapsed = std::chrono::duration<double>(now - start).count();
@@ -125,8 +164,19 @@ void Trainer::run(std::ostream& log) {
       interval_tokens = 0;
     }
   }
-  log << "final: step=" << completed_steps_ << " loss=" << std::fixed << std::setprecision(6)
-      << last.loss << " params_sha256=" << model_->params().sha256_hex() << std::endl;
+  // Every rank applied the same update to the same parameters; a difference would mean
+  // a broken all-reduce, so check before declaring the result.
+  const std::string digest = model_->params().sha256_hex();
+  const std::vector<std::string> digests = comm_.all_gather(digest);
+  for (size_t r = 0; r < digests.size(); ++r) {
+    THPC_CHECK(digests[r] == digest, "the parameters of rank " << r << " differ from rank "
+                                     << comm_.rank() << "'s after " << completed_steps_
+                                     << " steps");
+  }
+  if (logs) {
+    log << "final: step=" << completed_steps_ << " loss=" << std::fixed << std::setprecision(6)
+        << last.loss << " params_sha256=" << digest << std::endl;
+  }
 }
 
 }  // namespace thpc

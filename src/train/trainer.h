@@ -9,6 +9,7 @@
 
 #include "config/config.h"
 #include "data/batch_source.h"
+#include "dist/communicator.h"
 #include "kernels/ops.h"
 #include "model/transformer.h"
 #include "train/optimizer.h"
@@ -18,8 +19,9 @@ namespace thpc {
 // The backend train.backend names ("auto" is the CPU until a GPU backend exists).
 std::unique_ptr<Backend> make_backend(const TrainConfig& train);
 
-// The training data the config names.
-std::unique_ptr<BatchSource> make_training_source(const Config& config);
+// The training data the config names; rank `shard` of `shards` gets its share.
+std::unique_ptr<BatchSource> make_training_source(const Config& config, int shard = 0,
+                                                  int shards = 1);
 
 // The vocabulary the model is built with: model.vocab_size, which must match the
 // data's when both are given, or the data's.
@@ -30,13 +32,19 @@ struct StepStats {
   double loss = 0.0;  // label-smoothed cross-entropy per target token
   double nll = 0.0;   // negative log-likelihood per target token (log of perplexity)
   double lr = 0.0;
-  int64_t src_tokens = 0, tgt_tokens = 0;  // non-pad tokens of the step
-  int micro_batches = 0;
+  int64_t src_tokens = 0, tgt_tokens = 0;  // non-pad tokens of the step, all ranks
+  int64_t local_tgt_tokens = 0;             // this rank's share
+  int micro_batches = 0;                    // per rank
 };
 
+// Data-parallel over the ranks of `comm`: each rank trains on its own share of every
+// step's batches, the loss is normalised by the step's target tokens summed over all
+// ranks, and the gradients are summed over ranks before the (identical) Adam update, so
+// N ranks x B tokens train exactly as 1 rank x N*B tokens (or B tokens x N accumulated
+// micro-batches). Rank 0 logs.
 class Trainer {
  public:
-  explicit Trainer(const Config& config);
+  explicit Trainer(const Config& config, Communicator comm = Communicator::single());
   ~Trainer();
 
   // One optimizer step over train.accumulate micro-batches.
@@ -47,9 +55,11 @@ class Trainer {
   Transformer& model() { return *model_; }
   Backend& backend() { return *backend_; }
   int64_t completed_steps() const { return completed_steps_; }
+  const Communicator& comm() const { return comm_; }
 
  private:
   Config config_;
+  Communicator comm_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<BatchSource> source_;
   std::unique_ptr<Transformer> model_;

@@ -1,0 +1,164 @@
+#include "dist/communicator.h"
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace thpc {
+namespace {
+
+std::string hostname() {
+  char host[HOST_NAME_MAX + 1] = {0};
+  if (gethostname(host, sizeof(host) - 1) != 0) return "?";
+  return host;
+}
+
+bool mpi_initialised() {
+  int initialised = 0, finalised = 0;
+  MPI_Initialized(&initialised);
+  MPI_Finalized(&finalised);
+  return initialised && !finalised;
+}
+
+void check_mpi(int status, const char* call) {
+  if (status == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING] = {0};
+  int length = 0;
+  MPI_Error_string(status, text, &length);
+  THPC_FAIL(call << " failed: " << text << " (" << process_identity() << ")");
+}
+
+MPI_Datatype mpi_type(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return MPI_FLOAT;
+    case DType::F64: return MPI_DOUBLE;
+    default: THPC_FAIL("MPI sums of " << dtype_name(dtype) << " buffers are not supported");
+  }
+}
+
+}  // namespace
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  int provided = 0;
+  // FUNNELED: only the main thread calls MPI (the CPU BLAS threads never do).
+  check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  // Errors come back as codes, so they become thpc::Error with the call named.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  set_process_rank(rank);
+}
+
+MpiSession::~MpiSession() {
+  if (mpi_initialised()) MPI_Finalize();
+}
+
+Communicator Communicator::single() {
+  Communicator comm;
+  comm.host_ = hostname();
+  return comm;
+}
+
+Communicator Communicator::world() {
+  Communicator comm = single();
+  if (!mpi_initialised()) return comm;
+  comm.mpi_ = true;
+  check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &comm.rank_), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &comm.size_), "MPI_Comm_size");
+  MPI_Comm node;
+  check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, comm.rank_,
+                                MPI_INFO_NULL, &node),
+            "MPI_Comm_split_type");
+  MPI_Comm_rank(node, &comm.local_rank_);
+  MPI_Comm_size(node, &comm.local_size_);
+  MPI_Comm_free(&node);
+  return comm;
+}
+
+namespace {
+
+template <typename T>
+T sum_over_ranks(T value, MPI_Datatype type) {
+  T total{};
+  check_mpi(MPI_Allreduce(&value, &total, 1, type, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+  return total;
+}
+
+}  // namespace
+
+int64_t Communicator::sum(int64_t value) const {
+  return mpi_ ? sum_over_ranks(value, MPI_INT64_T) : value;
+}
+
+double Communicator::sum(double value) const {
+  return mpi_ ? sum_over_ranks(value, MPI_DOUBLE) : value;
+}
+
+void Communicator::sum_in_place(Tensor buffer, int64_t bucket_bytes) const {
+  if (!mpi_ || size_ == 1) return;
+  const MPI_Datatype type = mpi_type(buffer.dtype);
+  const int64_t element = static_cast<int64_t>(dtype_size(buffer.dtype));
+  // MPI counts are int: a bucket never exceeds INT_MAX elements.
+  const int64_t per_bucket =
+      std::max<int64_t>(1, std::min<int64_t>(bucket_bytes / element, INT_MAX));
+  std::vector<MPI_Request> requests;
+  for (int64_t offset = 0; offset < buffer.numel; offset += per_bucket) {
+    const int count = static_cast<int>(std::min(per_bucket, buffer.numel - offset));
+    requests.emplace_back();
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, static_cast<char*>(buffer.data) + offset * element,
+                             count, type, MPI_SUM, MPI_COMM_WORLD, &requests.back()),
+              "MPI_Iallreduce");
+  }
+  check_mpi(MPI_Waitall(static_cast<int>(requests.size()), requests.data(),
+                        MPI_STATUSES_IGNORE),
+            "MPI_Waitall");
+}
+
+std::vector<std::string> Communicator::all_gather(const std::string& value) const {
+  if (!mpi_) return {value};
+  const int length = static_cast<int>(value.size());
+  std::vector<int> lengths(size_);
+  check_mpi(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD),
+            "MPI_Allgather");
+  std::vector<int> offsets(size_, 0);
+  for (int r = 1; r < size_; ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
+  std::string joined(static_cast<size_t>(offsets.back() + lengths.back()), '\0');
+  check_mpi(MPI_Allgatherv(value.data(), length, MPI_CHAR, joined.data(), lengths.data(),
+                           offsets.data(), MPI_CHAR, MPI_COMM_WORLD),
+            "MPI_Allgatherv");
+  std::vector<std::string> values;
+  for (int r = 0; r < size_; ++r) values.push_back(joined.substr(offsets[r], lengths[r]));
+  return values;
+}
+
+void Communicator::abort(const std::string& message, int code) const {
+  std::cerr << message << std::endl;
+  if (mpi_ && size_ > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
+
+int select_device(const Communicator& comm, int visible_devices, int forced) {
+  if (visible_devices <= 0) return -1;
+  if (forced >= 0) {
+    THPC_CHECK(forced < visible_devices, "dist.device = " << forced << " but only "
+                                         << visible_devices << " devices are visible");
+    return forced;
+  }
+  return comm.local_rank() % visible_devices;
+}
+
+std::string startup_line(const Communicator& comm, const std::string& device_description) {
+  std::ostringstream line;
+  line << "rank " << comm.rank() << "/" << comm.size() << " local " << comm.local_rank()
+       << "/" << comm.local_size() << " on " << comm.host() << ": " << device_description;
+  return line.str();
+}
+
+}  // namespace thpc

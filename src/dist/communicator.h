@@ -1,0 +1,68 @@
+// The job's ranks and the collectives the trainer needs, over MPI.
+//
+// One MPI rank per GPU (or per CPU process): MPI starts the ranks, the node-local rank
+// (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED) picks the device. On the CPU backend
+// gradients are summed with MPI_Allreduce; the CUDA backend sums with NCCL, whose
+// communicator is bootstrapped over this one (rank 0 makes the unique id, MPI_Bcast).
+//
+// A program that never initialised MPI (the unit tests, a plain run without mpirun)
+// gets a communicator of one rank whose collectives are the identity.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/ops.h"
+
+namespace thpc {
+
+// MPI_Init_thread on construction, MPI_Finalize on destruction; owned by main().
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+};
+
+class Communicator {
+ public:
+  // MPI_COMM_WORLD when MPI is initialised, otherwise a single rank.
+  static Communicator world();
+  static Communicator single();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }  // rank among the ranks of this node
+  int local_size() const { return local_size_; }
+  const std::string& host() const { return host_; }
+  bool is_root() const { return rank_ == 0; }
+
+  // In-place sums over all ranks.
+  int64_t sum(int64_t value) const;
+  double sum(double value) const;
+  // Sums a host-memory fp32/fp64 buffer over all ranks in buckets of `bucket_bytes`:
+  // each bucket's MPI_Iallreduce is posted at once and all are awaited together, so
+  // large buffers overlap their transfers and no single message is huge.
+  void sum_in_place(Tensor host_buffer, int64_t bucket_bytes) const;
+  // Every rank's string, in rank order (for checks such as identical parameters).
+  std::vector<std::string> all_gather(const std::string& value) const;
+  // Ends every rank of the job with `code` (MPI_Abort) after printing `message`.
+  [[noreturn]] void abort(const std::string& message, int code) const;
+
+ private:
+  bool mpi_ = false;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  std::string host_;
+};
+
+// The device this rank drives: local rank modulo the visible devices, or `forced`
+// (>= 0) from the config; -1 when there is no device (CPU backend).
+int select_device(const Communicator& comm, int visible_devices, int forced);
+
+// The start-up line of a rank: host, rank, local rank, and the device (name and PCI
+// bus id) or "cpu".
+std::string startup_line(const Communicator& comm, const std::string& device_description);
+
+}  // namespace thpc
