@@ -145,15 +145,6 @@ int run(const CommandLine& command) {
                                            << hypotheses.size());
     }
   }
-  for (size_t i = 0; i < hypotheses.size(); ++i) {
-    bool any_reference = false;
-    for (const auto& stream : references) any_reference = any_reference || !stream[i].empty();
-    if (!any_reference) {
-      THPC_FAIL(command.reference_paths[0]
-                << ": line " << i + 1 << ": empty reference (and no other reference for it)");
-    }
-  }
-
   const thpc::metrics::BleuScorer scorer(references, command.options);
   const std::string signature = scorer.signature();
   if (command.sentence_level) {

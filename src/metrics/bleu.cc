@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <set>
 #include <sstream>
 
 #include "common/error.h"
@@ -191,12 +190,11 @@ BleuScorer::BleuScorer(const std::vector<std::vector<std::string>>& references,
                                     << " segments, stream 1 has " << num_segments);
     }
   }
-  std::set<size_t> reference_counts;
   segments_.resize(num_segments);
   for (size_t i = 0; i < num_segments; ++i) {
     ReferenceSegment& segment = segments_[i];
     for (const std::vector<std::string>& stream : references) {
-      if (stream[i].empty()) continue;  // fewer references for this segment
+      // An empty reference stays a reference: length 0, no n-grams (sacreBLEU 2.6).
       std::vector<std::string> tokens = preprocess(stream[i]);
       segment.lengths.push_back(static_cast<int64_t>(tokens.size()));
       for (const auto& [ngram, count] : count_ngrams(tokens, options_.max_ngram_order)) {
@@ -204,11 +202,8 @@ BleuScorer::BleuScorer(const std::vector<std::vector<std::string>>& references,
         limit = std::max(limit, count);
       }
     }
-    if (segment.lengths.empty()) THPC_FAIL("segment " << i + 1 << ": every reference is empty");
-    reference_counts.insert(segment.lengths.size());
   }
-  num_refs_ = reference_counts.size() == 1 ? static_cast<int>(*reference_counts.begin()) : -1;
-  if (reference_counts.empty()) num_refs_ = static_cast<int>(references.size());
+  num_refs_ = static_cast<int>(references.size());
 }
 
 std::vector<std::string> BleuScorer::preprocess(std::string_view segment) const {
@@ -271,7 +266,7 @@ std::string BleuScorer::signature() const {
               "]";
   }
   std::ostringstream out;
-  out << "nrefs:" << (num_refs_ < 0 ? std::string("var") : std::to_string(num_refs_))
+  out << "nrefs:" << num_refs_
       << "|case:" << (options_.lowercase ? "lc" : "mixed")
       << "|eff:" << (options_.effective_order ? "yes" : "no")
       << "|tok:" << tokenizer_name(options_.tokenizer) << "|smooth:" << smooth;
@@ -299,9 +294,14 @@ std::vector<std::string> read_segments(std::istream& in, const std::string& sour
   if (in.bad()) THPC_FAIL(source << ": read error");
   const std::string bytes = buffer.str();
 
+  // Lines end at \n only: sacreBLEU opens files with newline="\n", so a lone \r is
+  // part of the line (whitespace to the tokenizers) and a \r before \n is trailing
+  // whitespace that rstrip removes.
   std::vector<std::string> segments;
   size_t line_start = 0;
-  auto finish_line = [&](size_t line_end) {
+  while (line_start < bytes.size()) {
+    size_t line_end = bytes.find('\n', line_start);
+    if (line_end == std::string::npos) line_end = bytes.size();
     const std::string_view line(bytes.data() + line_start, line_end - line_start);
     size_t bad_offset = 0;
     std::optional<std::u32string> text = decode_utf8(line, &bad_offset);
@@ -310,18 +310,8 @@ std::vector<std::string> read_segments(std::istream& in, const std::string& sour
                        << bad_offset + 1 << " of the line");
     }
     segments.push_back(encode_utf8(python_rstrip(*text)));
-  };
-  size_t i = 0;
-  while (i < bytes.size()) {
-    if (bytes[i] == '\n' || bytes[i] == '\r') {
-      finish_line(i);
-      i += (bytes[i] == '\r' && i + 1 < bytes.size() && bytes[i + 1] == '\n') ? 2 : 1;
-      line_start = i;
-    } else {
-      ++i;
-    }
+    line_start = line_end + 1;
   }
-  if (line_start < bytes.size()) finish_line(bytes.size());
   return segments;
 }
 

@@ -83,8 +83,8 @@ BleuScore compute_bleu(const BleuStatistics& statistics, const BleuOptions& opti
 class BleuScorer {
  public:
   // references[r][i] is segment i of reference stream r; all streams have the same
-  // length. An empty reference segment is skipped (so segments may have different
-  // numbers of references); a segment with no non-empty reference is an error.
+  // length. An empty reference segment counts, as in sacreBLEU 2.6: length 0, no
+  // n-grams (it can still be the closest length to a short hypothesis).
   BleuScorer(const std::vector<std::vector<std::string>>& references, BleuOptions options);
 
   size_t num_segments() const { return segments_.size(); }
@@ -97,7 +97,7 @@ class BleuScorer {
   BleuScore sentence_score(size_t segment, std::string_view hypothesis) const;
 
   // "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.x-compatible", in
-  // sacreBLEU's key order; nrefs is "var" when segments differ in reference count.
+  // sacreBLEU's key order; "|order:N" before version when N is not 4.
   std::string signature() const;
 
  private:
@@ -111,7 +111,7 @@ class BleuScorer {
 
   BleuOptions options_;
   std::vector<ReferenceSegment> segments_;
-  int num_refs_ = 0;  // -1: varies between segments
+  int num_refs_ = 0;
 };
 
 // One-call forms of the above.
@@ -121,8 +121,8 @@ BleuScore corpus_bleu(const std::vector<std::string>& hypotheses,
 BleuScore sentence_bleu(std::string_view hypothesis, const std::vector<std::string>& references,
                         const BleuOptions& options);
 
-// Reads segments the way sacreBLEU's command line reads a file: one per line
-// (universal newlines: \n, \r\n, \r), trailing whitespace removed (str.rstrip()).
+// Reads segments the way sacreBLEU's command line reads a file: one per line (lines
+// end at \n), trailing whitespace removed (str.rstrip()).
 // Throws thpc::Error naming `source` and the line on invalid UTF-8, and naming the
 // file when it cannot be read.
 std::vector<std::string> read_segments(std::istream& in, const std::string& source);
