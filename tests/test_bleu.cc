@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -574,6 +575,71 @@ TEST_F(ScoreProgram, BadCommandLine) {
   result = run_score("-i " + kUedin);
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_NE(result.err.find("no reference file"), std::string::npos) << result.err;
+}
+
+// ---- cross-check against Python's sacreBLEU, when it is installed ----
+
+// The interpreter to look for sacrebleu in: $THPC_PYTHON, or python3 on the PATH.
+std::string python_interpreter() {
+  const char* configured = std::getenv("THPC_PYTHON");
+  return configured != nullptr && *configured != '\0' ? configured : "python3";
+}
+
+std::string run_capture(const std::string& command, int* exit_code) {
+  std::string out;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return out;
+  char buffer[4096];
+  size_t got;
+  while ((got = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, got);
+  const int status = ::pclose(pipe);
+  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+// Everything after "SIGNATURE = " on each line: the scores, not the version tag.
+std::string scores_only(const std::string& output) {
+  std::stringstream lines(output);
+  std::string line;
+  std::string kept;
+  while (std::getline(lines, line)) {
+    const size_t equals = line.find(" = ");
+    kept += (equals == std::string::npos ? line : line.substr(equals + 3)) + "\n";
+  }
+  return kept;
+}
+
+TEST(SacreBleuPython, SameOutputLinesWhenInstalled) {
+  const std::string python = python_interpreter();
+  int exit_code = -1;
+  run_capture(python + " -c 'import sacrebleu' 2>/dev/null", &exit_code);
+  if (exit_code != 0) {
+    GTEST_SKIP() << "Python sacrebleu is not importable by '" << python
+                 << "' (pip install sacrebleu, or set THPC_PYTHON); the fixed expected "
+                    "values above still check everything";
+  }
+  const std::string ro = kSmall + "/sentence_ro.ref -i " + kSmall + "/sentence_ro.hyp";
+  const std::string readme = kSmall + "/readme_example.ref1 " + kSmall +
+                             "/readme_example.ref2 -i " + kSmall + "/readme_example.hyp";
+  const std::string wmt = kWmt17Ref + " -i " + kWmt17 + "/newstest2017.online-A.0.en-de";
+  const std::vector<std::string> arguments = {
+      readme + " -w 6",
+      readme + " -w 6 -tok intl -lc",
+      readme + " -w 6 -sl -s floor -sv 0.3 -tok char",
+      ro + " -w 6 -sl -s add-k -sv 2 -lc",
+      ro + " -w 6 -sl -tok intl",
+      wmt + " -w 6 -lc -tok intl",
+      wmt + " -w 6 -tok char",
+  };
+  for (const std::string& argument : arguments) {
+    int sacrebleu_exit = -1;
+    const std::string expected = run_capture(
+        python + " -m sacrebleu -q -f text " + argument + " 2>/dev/null", &sacrebleu_exit);
+    ASSERT_EQ(sacrebleu_exit, 0) << argument;
+    ProgramResult ours = run_score(argument);
+    ASSERT_EQ(ours.exit_code, 0) << ours.err;
+    EXPECT_EQ(scores_only(ours.out), scores_only(expected)) << argument;
+  }
 }
 
 }  // namespace
