@@ -144,25 +144,32 @@ TEST_F(ReadmeExample, Default13aExpSmoothing) {
             "nrefs:2|case:mixed|eff:no|tok:13a|smooth:exp|version:2.x-compatible");
 }
 
-TEST_F(ReadmeExample, TokenizeNone) {
-  BleuOptions options;
-  options.tokenizer = TokenizerKind::kNone;
-  BleuScore score = thpc::metrics::corpus_bleu(hypotheses, references, options);
-  EXPECT_NEAR(score.score, 49.1919566, 1e-6);
-  EXPECT_EQ(score.counts, (std::vector<double>{10, 6, 4, 2}));
-  EXPECT_EQ(score.totals, (std::vector<double>{14, 11, 8, 5}));
-  EXPECT_EQ(score.hyp_len, 14);
-  EXPECT_EQ(score.ref_len, 15);
-}
-
-TEST_F(ReadmeExample, TokenizeIntl) {
-  BleuOptions options;
-  options.tokenizer = TokenizerKind::kIntl;
-  BleuScore score = thpc::metrics::corpus_bleu(hypotheses, references, options);
-  EXPECT_NEAR(score.score, 43.91623493, 1e-6);
-  EXPECT_EQ(score.totals, (std::vector<double>{19, 16, 13, 10}));
-  EXPECT_EQ(score.hyp_len, 19);
-  EXPECT_EQ(score.ref_len, 18);
+TEST_F(ReadmeExample, TokenizeNoneAndIntl) {
+  struct Expected {
+    TokenizerKind tokenizer;
+    double score;
+    std::vector<double> counts;  // empty: sacreBLEU's test states none
+    std::vector<double> totals;
+    int64_t hyp_len;
+    int64_t ref_len;
+  };
+  const std::vector<Expected> settings = {
+      {TokenizerKind::kNone, 49.1919566, {10, 6, 4, 2}, {14, 11, 8, 5}, 14, 15},
+      {TokenizerKind::kIntl, 43.91623493, {}, {19, 16, 13, 10}, 19, 18},
+  };
+  for (const Expected& expected : settings) {
+    BleuOptions options;
+    options.tokenizer = expected.tokenizer;
+    BleuScore score = thpc::metrics::corpus_bleu(hypotheses, references, options);
+    const std::string name = thpc::metrics::tokenizer_name(expected.tokenizer);
+    EXPECT_NEAR(score.score, expected.score, 1e-6) << name;
+    if (!expected.counts.empty()) {
+      EXPECT_EQ(score.counts, expected.counts) << name;
+    }
+    EXPECT_EQ(score.totals, expected.totals) << name;
+    EXPECT_EQ(score.hyp_len, expected.hyp_len) << name;
+    EXPECT_EQ(score.ref_len, expected.ref_len) << name;
+  }
 }
 
 TEST_F(ReadmeExample, NoSmoothingNeedsNoneHere) {
@@ -246,12 +253,18 @@ TEST(RawCorpusBleu, SacreBleuInlineCases) {
   EXPECT_EQ(sequence.totals, (std::vector<double>{6, 5, 4, 3}));
 }
 
-TEST(ComputeBleu, FromStatistics) {
+BleuStatistics make_statistics(std::vector<int64_t> matches, std::vector<int64_t> totals,
+                               int64_t hyp_len, int64_t ref_len) {
   BleuStatistics statistics;
-  statistics.matches = {9, 7, 5, 3};
-  statistics.totals = {10, 8, 6, 4};
-  statistics.hyp_len = 11;
-  statistics.ref_len = 11;
+  statistics.matches = std::move(matches);
+  statistics.totals = std::move(totals);
+  statistics.hyp_len = hyp_len;
+  statistics.ref_len = ref_len;
+  return statistics;
+}
+
+TEST(ComputeBleu, FromStatistics) {
+  const BleuStatistics statistics = make_statistics({9, 7, 5, 3}, {10, 8, 6, 4}, 11, 11);
   BleuOptions options;
   options.smoothing = Smoothing::kNone;
   EXPECT_NEAR(thpc::metrics::compute_bleu(statistics, options).score / 100.0, 0.8375922397,
@@ -259,27 +272,16 @@ TEST(ComputeBleu, FromStatistics) {
 }
 
 TEST(ComputeBleu, DegenerateStatisticsWithFloorGiveExactlyZero) {
+  const BleuStatistics zero = make_statistics({0, 0, 0, 0}, {6, 5, 4, 3}, 6, 6);
   for (double floor : {0.0, 0.1, 0.01}) {
-    BleuStatistics zero;
-    zero.totals = {6, 5, 4, 3};
-    zero.hyp_len = 6;
-    zero.ref_len = 6;
     EXPECT_EQ(thpc::metrics::compute_bleu(zero, raw_floor(floor)).score, 0.0);
   }
-  BleuStatistics no_four_grams;
-  no_four_grams.matches = {6, 5, 4, 0};
-  no_four_grams.totals = {6, 5, 4, 3};
-  no_four_grams.hyp_len = 6;
-  no_four_grams.ref_len = 6;
+  const BleuStatistics no_four_grams = make_statistics({6, 5, 4, 0}, {6, 5, 4, 3}, 6, 6);
   EXPECT_EQ(thpc::metrics::compute_bleu(no_four_grams, raw_floor(0.0)).score, 0.0);
 }
 
 TEST(ComputeBleu, BrevityPenaltyIsExpOneMinusRefOverHyp) {
-  BleuStatistics statistics;
-  statistics.matches = {5, 4, 3, 2};
-  statistics.totals = {5, 4, 3, 2};
-  statistics.hyp_len = 5;
-  statistics.ref_len = 8;
+  const BleuStatistics statistics = make_statistics({5, 4, 3, 2}, {5, 4, 3, 2}, 5, 8);
   BleuScore score = thpc::metrics::compute_bleu(statistics, BleuOptions{});
   EXPECT_DOUBLE_EQ(score.brevity_penalty, std::exp(1.0 - 8.0 / 5.0));
   EXPECT_DOUBLE_EQ(score.score, 100.0 * std::exp(1.0 - 8.0 / 5.0));
@@ -452,6 +454,19 @@ struct ProgramResult {
   std::string err;
 };
 
+// Runs `command` through the shell; its standard output, and its exit code in *exit_code.
+std::string run_capture(const std::string& command, int* exit_code) {
+  std::string out;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return out;
+  char buffer[4096];
+  size_t got;
+  while ((got = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, got);
+  const int status = ::pclose(pipe);
+  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
 ProgramResult run_score(const std::string& arguments) {
   const std::filesystem::path err_path =
       std::filesystem::temp_directory_path() /
@@ -459,13 +474,7 @@ ProgramResult run_score(const std::string& arguments) {
   const std::string command = std::string(THPC_BINARY_DIR) + "/transformer_score " + arguments +
                               " 2>" + err_path.string();
   ProgramResult result;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  size_t got;
-  while ((got = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.out.append(buffer, got);
-  const int status = ::pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.out = run_capture(command, &result.exit_code);
   std::ifstream err(err_path);
   std::stringstream text;
   text << err.rdbuf();
@@ -583,18 +592,6 @@ TEST_F(ScoreProgram, BadCommandLine) {
 std::string python_interpreter() {
   const char* configured = std::getenv("THPC_PYTHON");
   return configured != nullptr && *configured != '\0' ? configured : "python3";
-}
-
-std::string run_capture(const std::string& command, int* exit_code) {
-  std::string out;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return out;
-  char buffer[4096];
-  size_t got;
-  while ((got = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, got);
-  const int status = ::pclose(pipe);
-  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
 }
 
 // Everything after "SIGNATURE = " on each line: the scores, not the version tag.

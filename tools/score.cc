@@ -45,28 +45,28 @@ struct CommandLine {
   bool help = false;
 };
 
-int parse_int(const std::string& option, const std::string& text) {
+// The whole argument must be the number: "12x" or "" is an error, not 12 or 0.
+template <typename Convert>
+auto parse_number(const std::string& option, const std::string& text, Convert convert) {
   size_t used = 0;
-  int value = 0;
+  decltype(convert(text, &used)) value{};
   try {
-    value = std::stoi(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size()) THPC_FAIL(option << ": '" << text << "' is not an integer");
-  return value;
-}
-
-double parse_double(const std::string& option, const std::string& text) {
-  size_t used = 0;
-  double value = 0.0;
-  try {
-    value = std::stod(text, &used);
+    value = convert(text, &used);
   } catch (const std::exception&) {
     used = 0;
   }
   if (used == 0 || used != text.size()) THPC_FAIL(option << ": '" << text << "' is not a number");
   return value;
+}
+
+int parse_int(const std::string& option, const std::string& text) {
+  return parse_number(option, text,
+                      [](const std::string& t, size_t* used) { return std::stoi(t, used); });
+}
+
+double parse_double(const std::string& option, const std::string& text) {
+  return parse_number(option, text,
+                      [](const std::string& t, size_t* used) { return std::stod(t, used); });
 }
 
 CommandLine parse_command_line(int argc, char** argv) {
