@@ -120,6 +120,13 @@ TEST(PythonText, StrictUtf8AsPythonsCodec) {
   ASSERT_TRUE(text);
   EXPECT_EQ(*text, U"a\u00e9\u20ac\U0001F600");
   EXPECT_EQ(thpc::metrics::encode_utf8(*text), "a\u00e9\u20ac\U0001F600");
+  try {
+    thpc::metrics::corpus_bleu({"ok", "bad \xFF"}, {{"ok", "fine"}});
+    ADD_FAILURE() << "invalid UTF-8 accepted";
+  } catch (const thpc::Error& e) {
+    EXPECT_STREQ(e.what(), "hypothesis segment 2: invalid UTF-8 at byte 5");
+  }
+  EXPECT_THROW(thpc::metrics::corpus_bleu({"ok"}, {{"ok"}, {"\xC3"}}), thpc::Error);
 }
 
 // ---- corpus BLEU: sacreBLEU's README example, two references ----
@@ -549,6 +556,8 @@ TEST_F(ScoreProgram, MissingFile) {
   const std::string missing_hyp = (dir / "no_such.hyp").string();
   expect_one_line_error(run_score(kWmt17Ref + " -i " + missing_hyp), 1,
                         {missing_hyp, "cannot open"});
+  expect_one_line_error(run_score(dir.string() + " -i " + kUedin), 1,
+                        {dir.string(), "is a directory"});
 }
 
 TEST_F(ScoreProgram, LineCountMismatch) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -193,9 +194,9 @@ BleuScorer::BleuScorer(const std::vector<std::vector<std::string>>& references,
   segments_.resize(num_segments);
   for (size_t i = 0; i < num_segments; ++i) {
     ReferenceSegment& segment = segments_[i];
-    for (const std::vector<std::string>& stream : references) {
+    for (size_t r = 0; r < references.size(); ++r) {
       // An empty reference stays a reference: length 0, no n-grams (sacreBLEU 2.6).
-      std::vector<std::string> tokens = preprocess(stream[i]);
+      std::vector<std::string> tokens = preprocess(references[r][i], r, i);
       segment.lengths.push_back(static_cast<int64_t>(tokens.size()));
       for (const auto& [ngram, count] : count_ngrams(tokens, options_.max_ngram_order)) {
         int64_t& limit = segment.max_counts[ngram];
@@ -206,10 +207,20 @@ BleuScorer::BleuScorer(const std::vector<std::vector<std::string>>& references,
   num_refs_ = static_cast<int>(references.size());
 }
 
-std::vector<std::string> BleuScorer::preprocess(std::string_view segment) const {
+std::vector<std::string> BleuScorer::preprocess(std::string_view segment,
+                                                std::optional<size_t> reference_stream,
+                                                size_t index) const {
   size_t bad_offset = 0;
   std::optional<std::u32string> text = decode_utf8(segment, &bad_offset);
-  if (!text) THPC_FAIL("invalid UTF-8 at byte " << bad_offset);
+  if (!text) {
+    std::ostringstream where;
+    if (reference_stream) {
+      where << "reference " << *reference_stream + 1 << ", segment " << index + 1;
+    } else {
+      where << "hypothesis segment " << index + 1;
+    }
+    THPC_FAIL(where.str() << ": invalid UTF-8 at byte " << bad_offset + 1);
+  }
   if (options_.lowercase) text = python_lower(*text);
   const std::u32string tokenized = tokenize(python_rstrip(*text), options_.tokenizer);
   std::vector<std::string> tokens;
@@ -222,7 +233,7 @@ BleuStatistics BleuScorer::segment_statistics(size_t segment,
   THPC_CHECK(segment < segments_.size(),
              "segment " << segment << " of " << segments_.size());
   const ReferenceSegment& reference = segments_[segment];
-  const std::vector<std::string> tokens = preprocess(hypothesis);
+  const std::vector<std::string> tokens = preprocess(hypothesis, std::nullopt, segment);
 
   BleuStatistics statistics(options_.max_ngram_order);
   statistics.hyp_len = static_cast<int64_t>(tokens.size());
@@ -316,6 +327,9 @@ std::vector<std::string> read_segments(std::istream& in, const std::string& sour
 }
 
 std::vector<std::string> read_segments(const std::string& path) {
+  // A directory opens like a file on Linux and then reads as empty: say what it is.
+  std::error_code ignored;
+  if (std::filesystem::is_directory(path, ignored)) THPC_FAIL(path << ": is a directory");
   std::ifstream in(path, std::ios::binary);
   if (!in) THPC_FAIL(path << ": cannot open: " << std::strerror(errno));
   return read_segments(in, path);

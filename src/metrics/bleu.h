@@ -107,7 +107,12 @@ class BleuScorer {
     std::vector<int64_t> lengths;  // tokens in each reference
   };
 
-  std::vector<std::string> preprocess(std::string_view segment) const;
+  // Lowercase (if asked), rstrip, tokenize, split: sacreBLEU's _preprocess_segment.
+  // reference_stream (nullopt for a hypothesis) and index only name the segment in
+  // the error for invalid UTF-8.
+  std::vector<std::string> preprocess(std::string_view segment,
+                                      std::optional<size_t> reference_stream,
+                                      size_t index) const;
 
   BleuOptions options_;
   std::vector<ReferenceSegment> segments_;
