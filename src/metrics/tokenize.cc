@@ -1,0 +1,326 @@
+#include "metrics/tokenize.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "metrics/unicode_tables.h"
+
+namespace thpc::metrics {
+namespace {
+
+bool in_ranges(char32_t c, const unicode::CodePointRange* table, size_t size) {
+  const unicode::CodePointRange* end = table + size;
+  // The first range starting after c; c can only lie in the one before it.
+  const unicode::CodePointRange* after = std::upper_bound(
+      table, end, c, [](char32_t value, const unicode::CodePointRange& range) {
+        return value < range.first;
+      });
+  return after != table && c <= (after - 1)->last;
+}
+
+bool is_punctuation(char32_t c) {
+  return in_ranges(c, unicode::kPunctuation, unicode::kPunctuation_size);
+}
+bool is_symbol(char32_t c) { return in_ranges(c, unicode::kSymbol, unicode::kSymbol_size); }
+bool is_number(char32_t c) { return in_ranges(c, unicode::kNumber, unicode::kNumber_size); }
+bool is_cased(char32_t c) { return in_ranges(c, unicode::kCased, unicode::kCased_size); }
+bool is_case_ignorable(char32_t c) {
+  return in_ranges(c, unicode::kCaseIgnorable, unicode::kCaseIgnorable_size);
+}
+
+bool is_ascii_digit(char32_t c) { return c >= U'0' && c <= U'9'; }
+
+// The first rule of mteval-v13a: [{-~[-` -&(-+:-@/], i.e. ASCII punctuation and
+// symbols except ' - . , which the later rules (or nothing) handle.
+bool is_13a_split_character(char32_t c) {
+  return (c >= U'{' && c <= U'~') || (c >= U'[' && c <= U'`') || (c >= U' ' && c <= U'&') ||
+         (c >= U'(' && c <= U'+') || (c >= U':' && c <= U'@') || c == U'/';
+}
+
+// Python's str.replace(from, to): left to right, non-overlapping.
+std::u32string replace_all(std::u32string_view text, std::u32string_view from,
+                           std::u32string_view to) {
+  std::u32string out;
+  out.reserve(text.size());
+  size_t position = 0;
+  while (true) {
+    size_t found = text.find(from, position);
+    if (found == std::u32string_view::npos) break;
+    out.append(text.substr(position, found - position));
+    out.append(to);
+    position = found + from.size();
+  }
+  out.append(text.substr(position));
+  return out;
+}
+
+// re.sub(r'(X)', r' \1 ', text): every X gets a space either side.
+template <typename Predicate>
+std::u32string pad_each(std::u32string_view text, Predicate matches) {
+  std::u32string out;
+  out.reserve(text.size() * 2);
+  for (char32_t c : text) {
+    if (matches(c)) {
+      out += U' ';
+      out += c;
+      out += U' ';
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// Which side of the matched pair the replacement adds spaces to:
+//   kAfterFirst:  (A)(B) -> "\1 \2 "     kBeforeFirst: (A)(B) -> " \1 \2"
+enum class PairSpacing { kAfterFirst, kBeforeFirst };
+
+// re.sub on a two-character pattern (A)(B): scanning left to right, a match consumes
+// both characters, so the second one cannot start the next match.
+template <typename FirstPredicate, typename SecondPredicate>
+std::u32string split_pairs(std::u32string_view text, FirstPredicate first_matches,
+                           SecondPredicate second_matches, PairSpacing spacing) {
+  std::u32string out;
+  out.reserve(text.size() * 2);
+  size_t i = 0;
+  while (i < text.size()) {
+    if (i + 1 < text.size() && first_matches(text[i]) && second_matches(text[i + 1])) {
+      if (spacing == PairSpacing::kAfterFirst) {
+        out += text[i];
+        out += U' ';
+        out += text[i + 1];
+        out += U' ';
+      } else {
+        out += U' ';
+        out += text[i];
+        out += U' ';
+        out += text[i + 1];
+      }
+      i += 2;
+    } else {
+      out += text[i];
+      i += 1;
+    }
+  }
+  return out;
+}
+
+// ' '.join(text.split()): single spaces between tokens, none at the ends.
+std::u32string join_tokens(std::u32string_view text) {
+  std::u32string out;
+  for (std::u32string_view token : python_split(text)) {
+    if (!out.empty()) out += U' ';
+    out.append(token);
+  }
+  return out;
+}
+
+bool is_period_or_comma(char32_t c) { return c == U'.' || c == U','; }
+bool is_not_ascii_digit(char32_t c) { return !is_ascii_digit(c); }
+
+std::u32string tokenize_13a(std::u32string_view line) {
+  // mteval-v13a's language-independent part: drop <skipped>, join hyphenated line
+  // breaks, undo the four HTML escapes that WMT's SGML carries.
+  std::u32string text = replace_all(line, U"<skipped>", U"");
+  text = replace_all(text, U"-\n", U"");
+  text = replace_all(text, U"\n", U" ");
+  text = replace_all(text, U"&quot;", U"\"");
+  text = replace_all(text, U"&amp;", U"&");
+  text = replace_all(text, U"&lt;", U"<");
+  text = replace_all(text, U"&gt;", U">");
+  // The padding spaces let the period/comma rules see a neighbour at both ends.
+  text = U" " + text + U" ";
+
+  text = pad_each(text, is_13a_split_character);
+  // Period and comma split off unless between digits (3.14, 1,000 stay whole).
+  text = split_pairs(text, is_not_ascii_digit, is_period_or_comma, PairSpacing::kAfterFirst);
+  text = split_pairs(text, is_period_or_comma, is_not_ascii_digit, PairSpacing::kBeforeFirst);
+  // A dash after a digit splits off (ranges such as 1990-2000).
+  text = split_pairs(text, is_ascii_digit, [](char32_t c) { return c == U'-'; },
+                     PairSpacing::kAfterFirst);
+  return join_tokens(text);
+}
+
+std::u32string tokenize_intl(std::u32string_view line) {
+  // mteval-v14 --international-tokenization: Unicode punctuation splits off unless
+  // a number is on the relevant side; every symbol splits off.
+  auto is_not_number = [](char32_t c) { return !is_number(c); };
+  std::u32string text =
+      split_pairs(line, is_not_number, is_punctuation, PairSpacing::kAfterFirst);
+  text = split_pairs(text, is_punctuation, is_not_number, PairSpacing::kBeforeFirst);
+  text = pad_each(text, is_symbol);
+  return join_tokens(text);
+}
+
+std::u32string tokenize_char(std::u32string_view line) {
+  // " ".join(line): every code point its own token (whitespace vanishes on split).
+  std::u32string out;
+  out.reserve(line.size() * 2);
+  for (size_t i = 0; i < line.size(); ++i) {
+    if (i > 0) out += U' ';
+    out += line[i];
+  }
+  return out;
+}
+
+// CPython's Final_Sigma test: capital sigma lowercases to final sigma when a cased
+// letter precedes it and none follows, case-ignorable characters skipped both ways.
+bool is_final_sigma(std::u32string_view text, size_t position) {
+  size_t j = position;
+  while (j > 0 && is_case_ignorable(text[j - 1])) --j;
+  if (j == 0 || !is_cased(text[j - 1])) return false;
+  size_t k = position + 1;
+  while (k < text.size() && is_case_ignorable(text[k])) ++k;
+  return k == text.size() || !is_cased(text[k]);
+}
+
+}  // namespace
+
+TokenizerKind parse_tokenizer(const std::string& name) {
+  if (name == "13a") return TokenizerKind::k13a;
+  if (name == "intl") return TokenizerKind::kIntl;
+  if (name == "char") return TokenizerKind::kChar;
+  if (name == "none") return TokenizerKind::kNone;
+  THPC_FAIL("unknown tokenizer '" << name << "' (expected 13a | intl | char | none)");
+}
+
+std::string tokenizer_name(TokenizerKind kind) {
+  switch (kind) {
+    case TokenizerKind::k13a: return "13a";
+    case TokenizerKind::kIntl: return "intl";
+    case TokenizerKind::kChar: return "char";
+    case TokenizerKind::kNone: return "none";
+  }
+  return "?";
+}
+
+std::optional<std::u32string> decode_utf8(std::string_view bytes, size_t* error_offset) {
+  std::u32string out;
+  out.reserve(bytes.size());
+  size_t i = 0;
+  auto fail = [&](size_t at) -> std::optional<std::u32string> {
+    if (error_offset != nullptr) *error_offset = at;
+    return std::nullopt;
+  };
+  while (i < bytes.size()) {
+    const unsigned char lead = static_cast<unsigned char>(bytes[i]);
+    if (lead < 0x80) {
+      out += static_cast<char32_t>(lead);
+      ++i;
+      continue;
+    }
+    size_t length;
+    char32_t value;
+    char32_t smallest;  // below this the encoding is overlong
+    if (lead >= 0xC2 && lead <= 0xDF) {
+      length = 2, value = lead & 0x1F, smallest = 0x80;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+      length = 3, value = lead & 0x0F, smallest = 0x800;
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+      length = 4, value = lead & 0x07, smallest = 0x10000;
+    } else {
+      return fail(i);
+    }
+    if (i + length > bytes.size()) return fail(i);
+    for (size_t k = 1; k < length; ++k) {
+      const unsigned char next = static_cast<unsigned char>(bytes[i + k]);
+      if ((next & 0xC0) != 0x80) return fail(i);
+      value = (value << 6) | (next & 0x3F);
+    }
+    if (value < smallest || value > 0x10FFFF || (value >= 0xD800 && value <= 0xDFFF)) {
+      return fail(i);
+    }
+    out += value;
+    i += length;
+  }
+  return out;
+}
+
+std::string encode_utf8(std::u32string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char32_t c : text) {
+    if (c < 0x80) {
+      out += static_cast<char>(c);
+    } else if (c < 0x800) {
+      out += static_cast<char>(0xC0 | (c >> 6));
+      out += static_cast<char>(0x80 | (c & 0x3F));
+    } else if (c < 0x10000) {
+      out += static_cast<char>(0xE0 | (c >> 12));
+      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (c & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (c >> 18));
+      out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (c & 0x3F));
+    }
+  }
+  return out;
+}
+
+bool is_python_whitespace(char32_t c) {
+  return in_ranges(c, unicode::kWhitespace, unicode::kWhitespace_size);
+}
+
+std::u32string python_lower(std::u32string_view text) {
+  std::u32string out;
+  out.reserve(text.size());
+  const unicode::LowercaseMapping* begin = unicode::kLowercase;
+  const unicode::LowercaseMapping* end = begin + unicode::kLowercase_size;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char32_t c = text[i];
+    if (c == U'\u03A3') {
+      out += is_final_sigma(text, i) ? U'\u03C2' : U'\u03C3';
+      continue;
+    }
+    const unicode::LowercaseMapping* found = std::lower_bound(
+        begin, end, c, [](const unicode::LowercaseMapping& mapping, char32_t value) {
+          return mapping.code_point < value;
+        });
+    if (found == end || found->code_point != c) {
+      out += c;
+      continue;
+    }
+    out += found->lower_first;
+    if (found->lower_second != 0) out += found->lower_second;
+  }
+  return out;
+}
+
+std::u32string_view python_rstrip(std::u32string_view text) {
+  size_t end = text.size();
+  while (end > 0 && is_python_whitespace(text[end - 1])) --end;
+  return text.substr(0, end);
+}
+
+std::vector<std::u32string_view> python_split(std::u32string_view text) {
+  std::vector<std::u32string_view> tokens;
+  size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && is_python_whitespace(text[i])) ++i;
+    size_t start = i;
+    while (i < text.size() && !is_python_whitespace(text[i])) ++i;
+    if (i > start) tokens.push_back(text.substr(start, i - start));
+  }
+  return tokens;
+}
+
+std::u32string tokenize(std::u32string_view line, TokenizerKind kind) {
+  switch (kind) {
+    case TokenizerKind::k13a: return tokenize_13a(line);
+    case TokenizerKind::kIntl: return tokenize_intl(line);
+    case TokenizerKind::kChar: return tokenize_char(line);
+    case TokenizerKind::kNone: return std::u32string(line);
+  }
+  return std::u32string(line);
+}
+
+std::string tokenize_utf8(std::string_view line, TokenizerKind kind) {
+  size_t bad_offset = 0;
+  std::optional<std::u32string> decoded = decode_utf8(line, &bad_offset);
+  if (!decoded) THPC_FAIL("invalid UTF-8 at byte " << bad_offset);
+  return encode_utf8(tokenize(*decoded, kind));
+}
+
+}  // namespace thpc::metrics

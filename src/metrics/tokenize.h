@@ -1,0 +1,48 @@
+// Text handling for BLEU, exactly as sacreBLEU 2.x does it in Python: strict UTF-8,
+// Python's str.lower(), str.rstrip() and str.split(), and the tokenizers 13a (the
+// mteval-v13a.pl rules, sacreBLEU's default), intl (mteval-v14.pl --international-
+// tokenization), char and none.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace thpc::metrics {
+
+enum class TokenizerKind { k13a, kIntl, kChar, kNone };
+
+// "13a" | "intl" | "char" | "none"; anything else throws thpc::Error.
+TokenizerKind parse_tokenizer(const std::string& name);
+// The name sacreBLEU puts in the signature (tok:13a).
+std::string tokenizer_name(TokenizerKind kind);
+
+// Decodes UTF-8 as Python's strict codec does (no overlong forms, no surrogates,
+// nothing above U+10FFFF). Returns nullopt on invalid input and, if given, sets
+// *error_offset to the byte offset of the first bad sequence.
+std::optional<std::u32string> decode_utf8(std::string_view bytes,
+                                          size_t* error_offset = nullptr);
+std::string encode_utf8(std::u32string_view text);
+
+// Python's str.isspace() for one code point: what str.split() separates on.
+bool is_python_whitespace(char32_t c);
+
+// Python's str.lower(), final sigma included.
+std::u32string python_lower(std::u32string_view text);
+
+// Python's str.rstrip(): trailing whitespace removed.
+std::u32string_view python_rstrip(std::u32string_view text);
+
+// Python's str.split() with no argument: runs of whitespace separate, no empty tokens.
+std::vector<std::u32string_view> python_split(std::u32string_view text);
+
+// One segment through the named tokenizer; the result is space-separated tokens
+// (sacreBLEU's tokenizer output, before n-gram extraction splits it).
+std::u32string tokenize(std::u32string_view line, TokenizerKind kind);
+
+// Convenience for UTF-8 callers: decode (throws thpc::Error on invalid UTF-8),
+// tokenize, encode.
+std::string tokenize_utf8(std::string_view line, TokenizerKind kind);
+
+}  // namespace thpc::metrics

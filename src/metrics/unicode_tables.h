@@ -1,0 +1,43 @@
+// Unicode data for the BLEU tokenizers, generated from Python by
+// tools/gen_unicode_tables.py (see there for how each table is derived) so that our
+// tokenisation matches sacreBLEU's, which runs on Python's string functions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace thpc::metrics::unicode {
+
+struct CodePointRange {
+  char32_t first;  // inclusive
+  char32_t last;   // inclusive
+};
+
+// str.lower() of one code point: one or two code points (second is 0 when one).
+struct LowercaseMapping {
+  char32_t code_point;
+  char32_t lower_first;
+  char32_t lower_second;
+};
+
+extern const char kUnicodeVersion[];
+
+// Sorted, disjoint ranges.
+extern const CodePointRange kPunctuation[];    // general category P*
+extern const std::size_t kPunctuation_size;
+extern const CodePointRange kSymbol[];         // general category S*
+extern const std::size_t kSymbol_size;
+extern const CodePointRange kNumber[];         // general category N*
+extern const std::size_t kNumber_size;
+extern const CodePointRange kWhitespace[];     // Python str.isspace()
+extern const std::size_t kWhitespace_size;
+extern const CodePointRange kCased[];          // Unicode Cased
+extern const std::size_t kCased_size;
+extern const CodePointRange kCaseIgnorable[];  // Unicode Case_Ignorable
+extern const std::size_t kCaseIgnorable_size;
+
+// Sorted by code point; only code points that str.lower() changes.
+extern const LowercaseMapping kLowercase[];
+extern const std::size_t kLowercase_size;
+
+}  // namespace thpc::metrics::unicode

@@ -1,0 +1,651 @@
+// BLEU against sacreBLEU 2.x: the vectors of sacreBLEU's own unit tests
+// (../shared/data/sacrebleu_tests/small), the 16 WMT17 En→De systems with sacreBLEU's
+// n-gram counts (SCORES.tsv), the tokenizers rule by rule, and transformer_score run
+// as a program, bad input included.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "metrics/bleu.h"
+#include "metrics/tokenize.h"
+
+namespace {
+
+using thpc::metrics::BleuOptions;
+using thpc::metrics::BleuScore;
+using thpc::metrics::BleuScorer;
+using thpc::metrics::BleuStatistics;
+using thpc::metrics::Smoothing;
+using thpc::metrics::TokenizerKind;
+
+const std::string kData = THPC_SOURCE_DIR "/../shared/data/sacrebleu_tests";
+const std::string kSmall = kData + "/small";
+const std::string kWmt17 = kData + "/wmt17_en-de";
+
+std::vector<std::string> read(const std::string& path) {
+  return thpc::metrics::read_segments(path);
+}
+
+std::string fixed(double value, int decimals) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.*f", decimals, value);
+  return buffer;
+}
+
+std::string tokenize(const std::string& text, TokenizerKind kind) {
+  return thpc::metrics::tokenize_utf8(text, kind);
+}
+
+// ---- tokenizers ----
+
+TEST(Tokenize13a, SplitsPunctuationButKeepsNumbersWhole) {
+  EXPECT_EQ(tokenize("The dog bit the man.", TokenizerKind::k13a), "The dog bit the man .");
+  EXPECT_EQ(tokenize("It wasn't surprising.", TokenizerKind::k13a), "It wasn't surprising .");
+  EXPECT_EQ(tokenize("pi is 3.14, not 1,000.", TokenizerKind::k13a),
+            "pi is 3.14 , not 1,000 .");
+  EXPECT_EQ(tokenize("1990-2000 well-known", TokenizerKind::k13a), "1990 - 2000 well-known");
+  EXPECT_EQ(tokenize("(a) [b] {c} \"d\" x/y a@b ~ ^ $5 #1 50% a&b;c:d?e!",
+                     TokenizerKind::k13a),
+            "( a ) [ b ] { c } \" d \" x / y a @ b ~ ^ $ 5 # 1 50 % a & b ; c : d ? e !");
+  EXPECT_EQ(tokenize("end.", TokenizerKind::k13a), "end .");
+  EXPECT_EQ(tokenize("1.", TokenizerKind::k13a), "1 .");  // the padding space splits it
+  EXPECT_EQ(tokenize("a..b", TokenizerKind::k13a), "a . . b");
+}
+
+TEST(Tokenize13a, MtevalPreStepsSkippedTagsLineJoinsAndEscapes) {
+  EXPECT_EQ(tokenize("a <skipped> b", TokenizerKind::k13a), "a b");
+  EXPECT_EQ(tokenize("hyphen-\nated line\nbreak", TokenizerKind::k13a),
+            "hyphenated line break");
+  EXPECT_EQ(tokenize("&quot;x&quot; &amp; y &lt;z&gt;", TokenizerKind::k13a),
+            "\" x \" & y < z >");
+  // Replacements run in order, so &amp;lt; becomes &lt; and then <.
+  EXPECT_EQ(tokenize("&amp;lt;", TokenizerKind::k13a), "<");
+  EXPECT_EQ(tokenize("&apos;", TokenizerKind::k13a), "& apos ;");
+}
+
+TEST(Tokenize13a, PythonWhitespaceSeparatesAndByteOrderMarkDoesNot) {
+  // U+00A0, U+3000 and U+2028 are whitespace for str.split(); U+FEFF and U+200B not.
+  EXPECT_EQ(tokenize("a\u00a0b\u3000c\u2028d", TokenizerKind::k13a), "a b c d");
+  EXPECT_EQ(tokenize("\ufeff28 x\u200by", TokenizerKind::k13a), "\ufeff28 x\u200by");
+}
+
+TEST(TokenizeIntl, UnicodePunctuationAndSymbols) {
+  EXPECT_EQ(tokenize("«Hallo», sagte er — 3,5 €.", TokenizerKind::kIntl),
+            "« Hallo » , sagte er — 3,5 € .");
+  // mteval-v14's known quirk: a number's final period stays (no padding space).
+  EXPECT_EQ(tokenize("im Jahr 2017.", TokenizerKind::kIntl), "im Jahr 2017.");
+  EXPECT_EQ(tokenize("x+y=z", TokenizerKind::kIntl), "x + y = z");
+  EXPECT_EQ(tokenize("它说：“好”。", TokenizerKind::kIntl), "它说 ： “ 好 ” 。");
+}
+
+TEST(TokenizeCharAndNone, AsSacreBleu) {
+  EXPECT_EQ(tokenize("ab c", TokenizerKind::kChar), "a b   c");
+  EXPECT_EQ(tokenize("țară", TokenizerKind::kChar), "ț a r ă");
+  EXPECT_EQ(tokenize("a.b  c", TokenizerKind::kNone), "a.b  c");
+}
+
+TEST(PythonText, LowerIncludingFinalSigmaAndDottedCapitalI) {
+  auto lower = [](const std::string& text) {
+    return thpc::metrics::encode_utf8(
+        thpc::metrics::python_lower(*thpc::metrics::decode_utf8(text)));
+  };
+  EXPECT_EQ(lower("Producția ŢARĂ ÄÖÜ"), "producția ţară äöü");
+  EXPECT_EQ(lower("ΟΔΟΣ ΟΔΟΣ."), "οδος οδος.");
+  EXPECT_EQ(lower("Σ ΑΣΑ"), "σ ασα");
+  EXPECT_EQ(lower("İ"), "i\u0307");
+}
+
+TEST(PythonText, StrictUtf8AsPythonsCodec) {
+  size_t offset = 0;
+  EXPECT_FALSE(thpc::metrics::decode_utf8("ab\xC3", &offset));
+  EXPECT_EQ(offset, 2u);
+  EXPECT_FALSE(thpc::metrics::decode_utf8("\xC0\xAF"));          // overlong '/'
+  EXPECT_FALSE(thpc::metrics::decode_utf8("\xED\xA0\x80"));      // surrogate
+  EXPECT_FALSE(thpc::metrics::decode_utf8("\xF4\x90\x80\x80"));  // above U+10FFFF
+  EXPECT_FALSE(thpc::metrics::decode_utf8("\x80"));
+  std::optional<std::u32string> text = thpc::metrics::decode_utf8("a\u00e9\u20ac\U0001F600");
+  ASSERT_TRUE(text);
+  EXPECT_EQ(*text, U"a\u00e9\u20ac\U0001F600");
+  EXPECT_EQ(thpc::metrics::encode_utf8(*text), "a\u00e9\u20ac\U0001F600");
+  try {
+    thpc::metrics::corpus_bleu({"ok", "bad \xFF"}, {{"ok", "fine"}});
+    ADD_FAILURE() << "invalid UTF-8 accepted";
+  } catch (const thpc::Error& e) {
+    EXPECT_STREQ(e.what(), "hypothesis segment 2: invalid UTF-8 at byte 5");
+  }
+  EXPECT_THROW(thpc::metrics::corpus_bleu({"ok"}, {{"ok"}, {"\xC3"}}), thpc::Error);
+}
+
+// ---- corpus BLEU: sacreBLEU's README example, two references ----
+
+struct ReadmeExample : ::testing::Test {
+  std::vector<std::string> hypotheses = read(kSmall + "/readme_example.hyp");
+  std::vector<std::vector<std::string>> references = {read(kSmall + "/readme_example.ref1"),
+                                                      read(kSmall + "/readme_example.ref2")};
+};
+
+TEST_F(ReadmeExample, Default13aExpSmoothing) {
+  BleuScorer scorer(references, BleuOptions{});
+  BleuScore score = scorer.corpus_score(hypotheses);
+  EXPECT_NEAR(score.score, 48.530827, 1e-6);
+  EXPECT_EQ(score.counts, (std::vector<double>{14, 7, 5, 3}));
+  EXPECT_EQ(score.totals, (std::vector<double>{17, 14, 11, 8}));
+  EXPECT_EQ(score.hyp_len, 17);
+  EXPECT_EQ(score.ref_len, 18);
+  EXPECT_EQ(score.verbose(),
+            "82.4/50.0/45.5/37.5 (BP = 0.943 ratio = 0.944 hyp_len = 17 ref_len = 18)");
+  EXPECT_EQ(scorer.signature(),
+            "nrefs:2|case:mixed|eff:no|tok:13a|smooth:exp|version:2.x-compatible");
+}
+
+TEST_F(ReadmeExample, TokenizeNoneAndIntl) {
+  struct Expected {
+    TokenizerKind tokenizer;
+    double score;
+    std::vector<double> counts;  // empty: sacreBLEU's test states none
+    std::vector<double> totals;
+    int64_t hyp_len;
+    int64_t ref_len;
+  };
+  const std::vector<Expected> settings = {
+      {TokenizerKind::kNone, 49.1919566, {10, 6, 4, 2}, {14, 11, 8, 5}, 14, 15},
+      {TokenizerKind::kIntl, 43.91623493, {}, {19, 16, 13, 10}, 19, 18},
+  };
+  for (const Expected& expected : settings) {
+    BleuOptions options;
+    options.tokenizer = expected.tokenizer;
+    BleuScore score = thpc::metrics::corpus_bleu(hypotheses, references, options);
+    const std::string name = thpc::metrics::tokenizer_name(expected.tokenizer);
+    EXPECT_NEAR(score.score, expected.score, 1e-6) << name;
+    if (!expected.counts.empty()) {
+      EXPECT_EQ(score.counts, expected.counts) << name;
+    }
+    EXPECT_EQ(score.totals, expected.totals) << name;
+    EXPECT_EQ(score.hyp_len, expected.hyp_len) << name;
+    EXPECT_EQ(score.ref_len, expected.ref_len) << name;
+  }
+}
+
+TEST_F(ReadmeExample, NoSmoothingNeedsNoneHere) {
+  BleuOptions options;
+  options.smoothing = Smoothing::kNone;
+  EXPECT_NEAR(thpc::metrics::corpus_bleu(hypotheses, references, options).score, 48.530827,
+              1e-6);
+}
+
+TEST_F(ReadmeExample, EmptyHypothesesScoreZero) {
+  BleuScore score = thpc::metrics::corpus_bleu({"", "", ""}, references);
+  EXPECT_EQ(score.score, 0.0);
+  EXPECT_EQ(score.hyp_len, 0);
+  EXPECT_EQ(score.brevity_penalty, 0.0);
+}
+
+TEST_F(ReadmeExample, MaxNgramOrderOneToSix) {
+  const std::map<int, std::string> expected = {{1, "77.65"}, {2, "60.50"}, {3, "53.93"},
+                                               {4, "48.53"}, {5, "46.14"}, {6, "43.28"}};
+  for (const auto& [order, score] : expected) {
+    BleuOptions options;
+    options.max_ngram_order = order;
+    BleuScore result = thpc::metrics::corpus_bleu(hypotheses, references, options);
+    EXPECT_EQ(fixed(result.score, 2), score) << "max_ngram_order " << order;
+    EXPECT_EQ(result.precisions.size(), static_cast<size_t>(order));
+  }
+}
+
+TEST(ClosestReferenceLength, PrefersTheShorterOnTies) {
+  // A 4-token hypothesis is 1 away from both 5 and 3 -> 3.
+  BleuScorer scorer({{"a b c"}, {"a b c d e"}}, BleuOptions{});
+  EXPECT_EQ(scorer.segment_statistics(0, "a b c d").ref_len, 3);
+  EXPECT_EQ(scorer.segment_statistics(0, "a b c d e f").ref_len, 5);
+  EXPECT_EQ(scorer.segment_statistics(0, "a").ref_len, 3);
+}
+
+TEST(ClosestReferenceLength, EmptyReferenceHasLengthZero) {
+  BleuScorer scorer({{""}, {"a b c"}}, BleuOptions{});
+  EXPECT_EQ(scorer.segment_statistics(0, "a").ref_len, 0);
+  EXPECT_EQ(scorer.segment_statistics(0, "a b").ref_len, 3);
+  EXPECT_EQ(scorer.signature().rfind("nrefs:2|", 0), 0u);
+}
+
+// ---- BLEU from statistics and the raw cases of sacreBLEU's test_bleu.py ----
+
+BleuOptions raw_floor(double value) {
+  BleuOptions options;
+  options.tokenizer = TokenizerKind::kNone;
+  options.smoothing = Smoothing::kFloor;
+  options.smooth_value = value;
+  options.effective_order = true;
+  return options;
+}
+
+TEST(RawCorpusBleu, SacreBleuInlineCases) {
+  struct Case {
+    std::vector<std::string> hypotheses;
+    std::vector<std::string> references;
+    double floor;
+    double expected;  // fraction, as test_bleu.py states it
+  };
+  const std::vector<Case> cases = {
+      {{"this is a test", "another test"}, {"ref1", "ref2"}, 0.01, 0.0},
+      {{"this is a test"}, {"this is a test"}, 0.01, 1.0},
+      {{"this is a fest"}, {"this is a test"}, 0.01, 0.223606797749979},
+      {{"test"}, {"a test"}, 0.01, 0.3678794411714425},
+      {{"a test"}, {"a test"}, 0.01, 1.0},
+      {{"a little test"}, {"a test"}, 0.01, 0.03218297948685433},
+      {{"am I am a character sequence"}, {"I am a symbol string sequence a a"}, 0.0, 0.0},
+      {{"am I am a character sequence"}, {"I am a symbol string sequence a a"}, 0.1,
+       0.1555722182},
+  };
+  for (const Case& c : cases) {
+    BleuScore score = thpc::metrics::corpus_bleu(c.hypotheses, {c.references}, raw_floor(c.floor));
+    EXPECT_NEAR(score.score / 100.0, c.expected, 1e-9) << c.hypotheses[0];
+  }
+  BleuScore sequence = thpc::metrics::corpus_bleu({"am I am a character sequence"},
+                                                  {{"I am a symbol string sequence a a"}},
+                                                  raw_floor(0.1));
+  EXPECT_EQ(sequence.counts, (std::vector<double>{4, 2, 1, 0}));
+  EXPECT_EQ(sequence.totals, (std::vector<double>{6, 5, 4, 3}));
+}
+
+BleuStatistics make_statistics(std::vector<int64_t> matches, std::vector<int64_t> totals,
+                               int64_t hyp_len, int64_t ref_len) {
+  BleuStatistics statistics;
+  statistics.matches = std::move(matches);
+  statistics.totals = std::move(totals);
+  statistics.hyp_len = hyp_len;
+  statistics.ref_len = ref_len;
+  return statistics;
+}
+
+TEST(ComputeBleu, FromStatistics) {
+  const BleuStatistics statistics = make_statistics({9, 7, 5, 3}, {10, 8, 6, 4}, 11, 11);
+  BleuOptions options;
+  options.smoothing = Smoothing::kNone;
+  EXPECT_NEAR(thpc::metrics::compute_bleu(statistics, options).score / 100.0, 0.8375922397,
+              1e-10);
+}
+
+TEST(ComputeBleu, DegenerateStatisticsWithFloorGiveExactlyZero) {
+  const BleuStatistics zero = make_statistics({0, 0, 0, 0}, {6, 5, 4, 3}, 6, 6);
+  for (double floor : {0.0, 0.1, 0.01}) {
+    EXPECT_EQ(thpc::metrics::compute_bleu(zero, raw_floor(floor)).score, 0.0);
+  }
+  const BleuStatistics no_four_grams = make_statistics({6, 5, 4, 0}, {6, 5, 4, 3}, 6, 6);
+  EXPECT_EQ(thpc::metrics::compute_bleu(no_four_grams, raw_floor(0.0)).score, 0.0);
+}
+
+TEST(ComputeBleu, BrevityPenaltyIsExpOneMinusRefOverHyp) {
+  const BleuStatistics statistics = make_statistics({5, 4, 3, 2}, {5, 4, 3, 2}, 5, 8);
+  BleuScore score = thpc::metrics::compute_bleu(statistics, BleuOptions{});
+  EXPECT_DOUBLE_EQ(score.brevity_penalty, std::exp(1.0 - 8.0 / 5.0));
+  EXPECT_DOUBLE_EQ(score.score, 100.0 * std::exp(1.0 - 8.0 / 5.0));
+}
+
+// ---- sentence BLEU (effective order) ----
+
+struct SentenceRow {
+  Smoothing smoothing;
+  std::optional<double> value;
+  TokenizerKind tokenizer;
+  bool lowercase;
+  double expected;
+  double tolerance;
+};
+
+TEST(SentenceBleu, RomanianExampleEveryReadmeRow) {
+  const std::string hypothesis = read(kSmall + "/sentence_ro.hyp").at(0);
+  const std::string reference = read(kSmall + "/sentence_ro.ref").at(0);
+  const std::vector<SentenceRow> rows = {
+      {Smoothing::kExp, std::nullopt, TokenizerKind::k13a, false, 8.493, 1e-3},
+      {Smoothing::kNone, std::nullopt, TokenizerKind::k13a, false, 0.0, 1e-3},
+      {Smoothing::kFloor, std::nullopt, TokenizerKind::k13a, false, 4.51688, 1e-3},
+      {Smoothing::kFloor, 0.1, TokenizerKind::k13a, false, 4.51688, 1e-3},
+      {Smoothing::kFloor, 0.5, TokenizerKind::k13a, false, 10.10, 1e-2},
+      {Smoothing::kAddK, std::nullopt, TokenizerKind::k13a, false, 14.882, 1e-3},
+      {Smoothing::kAddK, 1.0, TokenizerKind::k13a, false, 14.882, 1e-3},
+      {Smoothing::kAddK, 2.0, TokenizerKind::k13a, false, 21.389, 1e-3},
+      {Smoothing::kExp, std::nullopt, TokenizerKind::kNone, false, 7.347, 1e-3},
+      {Smoothing::kExp, std::nullopt, TokenizerKind::kIntl, false, 8.493, 1e-3},
+      {Smoothing::kExp, std::nullopt, TokenizerKind::kChar, false, 40.8759, 1e-3},
+      {Smoothing::kExp, std::nullopt, TokenizerKind::kChar, true, 42.0267, 1e-3},
+  };
+  for (const SentenceRow& row : rows) {
+    BleuOptions options;
+    options.smoothing = row.smoothing;
+    options.smooth_value = row.value;
+    options.tokenizer = row.tokenizer;
+    options.lowercase = row.lowercase;
+    options.effective_order = true;
+    BleuScore score = thpc::metrics::sentence_bleu(hypothesis, {reference}, options);
+    EXPECT_NEAR(score.score, row.expected, row.tolerance)
+        << thpc::metrics::smoothing_name(row.smoothing) << " "
+        << thpc::metrics::tokenizer_name(row.tokenizer) << " lowercase " << row.lowercase;
+  }
+}
+
+TEST(SentenceBleu, RomanianExampleStatistics) {
+  const std::string hypothesis = read(kSmall + "/sentence_ro.hyp").at(0);
+  const std::string reference = read(kSmall + "/sentence_ro.ref").at(0);
+  auto statistics = [&](TokenizerKind tokenizer) {
+    BleuOptions options;
+    options.tokenizer = tokenizer;
+    options.effective_order = true;
+    return BleuScorer({{reference}}, options).segment_statistics(0, hypothesis);
+  };
+  BleuStatistics tok13a = statistics(TokenizerKind::k13a);
+  EXPECT_EQ(tok13a.matches, (std::vector<int64_t>{5, 2, 0, 0}));
+  EXPECT_EQ(tok13a.totals, (std::vector<int64_t>{14, 13, 12, 11}));
+  EXPECT_EQ(tok13a.hyp_len, 14);
+  EXPECT_EQ(tok13a.ref_len, 10);
+  BleuStatistics none = statistics(TokenizerKind::kNone);
+  EXPECT_EQ(none.matches, (std::vector<int64_t>{4, 1, 0, 0}));
+  EXPECT_EQ(none.totals, (std::vector<int64_t>{13, 12, 11, 10}));
+  BleuStatistics characters = statistics(TokenizerKind::kChar);
+  EXPECT_EQ(characters.matches, (std::vector<int64_t>{37, 30, 21, 15}));
+  EXPECT_EQ(characters.totals, (std::vector<int64_t>{61, 60, 59, 58}));
+}
+
+TEST(SentenceBleu, ZeroMatchesScoreZeroWithEverySmoothing) {
+  const std::string hypothesis = read(kSmall + "/sentence_zero.hyp").at(0);
+  const std::string reference = read(kSmall + "/sentence_zero.ref").at(0);
+  const std::vector<std::pair<Smoothing, std::optional<double>>> settings = {
+      {Smoothing::kExp, std::nullopt},  {Smoothing::kNone, std::nullopt},
+      {Smoothing::kFloor, std::nullopt}, {Smoothing::kFloor, 0.1},
+      {Smoothing::kAddK, std::nullopt},  {Smoothing::kAddK, 1.0}};
+  for (const auto& [smoothing, value] : settings) {
+    BleuOptions options;
+    options.smoothing = smoothing;
+    options.smooth_value = value;
+    options.effective_order = true;
+    BleuScore score = thpc::metrics::sentence_bleu(hypothesis, {reference}, options);
+    EXPECT_EQ(score.score, 0.0) << thpc::metrics::smoothing_name(smoothing);
+    EXPECT_EQ(score.counts, (std::vector<double>{0, 0, 0, 0}));
+    EXPECT_EQ(score.totals, (std::vector<double>{4, 3, 2, 1}));
+  }
+}
+
+// ---- WMT17 En→De: 16 systems against sacreBLEU's statistics ----
+
+struct Wmt17Row {
+  std::string file;
+  double moses_bleu = 0.0;  // mteval-v13a.pl, two decimals
+  double bleu = 0.0;        // sacreBLEU, six decimals
+  std::vector<int64_t> matches;
+  std::vector<int64_t> totals;
+  int64_t sys_len = 0;
+  int64_t ref_len = 0;
+  double intl_bleu = 0.0;
+};
+
+std::vector<Wmt17Row> read_scores_tsv() {
+  std::ifstream in(kWmt17 + "/SCORES.tsv");
+  EXPECT_TRUE(in) << kWmt17 << "/SCORES.tsv";
+  std::string line;
+  std::getline(in, line);  // header
+  std::vector<Wmt17Row> rows;
+  while (std::getline(in, line)) {
+    std::vector<std::string> fields;
+    std::stringstream stream(line);
+    std::string field;
+    while (std::getline(stream, field, '\t')) fields.push_back(field);
+    if (fields.size() < 19) continue;
+    Wmt17Row row;
+    row.file = fields[0];
+    row.moses_bleu = std::stod(fields[1]);
+    row.bleu = std::stod(fields[6]);
+    for (int n = 0; n < 4; ++n) row.matches.push_back(std::stoll(fields[7 + n]));
+    for (int n = 0; n < 4; ++n) row.totals.push_back(std::stoll(fields[11 + n]));
+    row.sys_len = std::stoll(fields[15]);
+    row.ref_len = std::stoll(fields[16]);
+    row.intl_bleu = std::stod(fields[18]);
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+TEST(Wmt17, SixteenSystemsCountsAndBleuAsSacreBleu) {
+  const std::vector<Wmt17Row> rows = read_scores_tsv();
+  ASSERT_EQ(rows.size(), 16u);
+  const BleuScorer scorer({read(kWmt17 + "/newstest2017-ende-ref.de")}, BleuOptions{});
+  for (const Wmt17Row& row : rows) {
+    const BleuStatistics statistics = scorer.corpus_statistics(read(kWmt17 + "/" + row.file));
+    EXPECT_EQ(statistics.matches, row.matches) << row.file;
+    EXPECT_EQ(statistics.totals, row.totals) << row.file;
+    EXPECT_EQ(statistics.hyp_len, row.sys_len) << row.file;
+    EXPECT_EQ(statistics.ref_len, row.ref_len) << row.file;
+    const double bleu = thpc::metrics::compute_bleu(statistics, scorer.options()).score;
+    EXPECT_NEAR(bleu, row.bleu, 1e-5) << row.file;
+    EXPECT_NEAR(bleu, row.moses_bleu, 0.01) << row.file << " vs mteval-v13a.pl";
+  }
+}
+
+TEST(Wmt17, SixteenSystemsIntlTokenisation) {
+  const std::vector<Wmt17Row> rows = read_scores_tsv();
+  ASSERT_EQ(rows.size(), 16u);
+  BleuOptions options;
+  options.tokenizer = TokenizerKind::kIntl;
+  const BleuScorer scorer({read(kWmt17 + "/newstest2017-ende-ref.de")}, options);
+  for (const Wmt17Row& row : rows) {
+    const double bleu = scorer.corpus_score(read(kWmt17 + "/" + row.file)).score;
+    EXPECT_NEAR(bleu, row.intl_bleu, 1e-5) << row.file;
+    if (row.file == "newstest2017.LIUM-NMT.4900.en-de") {
+      EXPECT_NEAR(bleu, 26.89, 0.01) << "mteval-v14.pl --international-tokenization";
+    }
+  }
+}
+
+TEST(Wmt17, ByteOrderMarkStaysGluedToTheFirstToken) {
+  const std::vector<std::string> online_a = read(kWmt17 + "/newstest2017.online-A.0.en-de");
+  ASSERT_EQ(online_a.at(0).rfind("\xEF\xBB\xBF", 0), 0u);
+  EXPECT_EQ(tokenize(online_a[0], TokenizerKind::k13a).rfind("\xEF\xBB\xBF" "28 ", 0), 0u);
+}
+
+// ---- the program ----
+
+struct ProgramResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs `command` through the shell; its standard output, and its exit code in *exit_code.
+std::string run_capture(const std::string& command, int* exit_code) {
+  std::string out;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return out;
+  char buffer[4096];
+  size_t got;
+  while ((got = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, got);
+  const int status = ::pclose(pipe);
+  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+ProgramResult run_score(const std::string& arguments) {
+  const std::filesystem::path err_path =
+      std::filesystem::temp_directory_path() /
+      ("test_bleu_stderr_" + std::to_string(::getpid()) + ".txt");
+  const std::string command = std::string(THPC_BINARY_DIR) + "/transformer_score " + arguments +
+                              " 2>" + err_path.string();
+  ProgramResult result;
+  result.out = run_capture(command, &result.exit_code);
+  std::ifstream err(err_path);
+  std::stringstream text;
+  text << err.rdbuf();
+  result.err = text.str();
+  std::filesystem::remove(err_path);
+  return result;
+}
+
+struct ScoreProgram : ::testing::Test {
+  std::filesystem::path dir;
+  void SetUp() override {
+    dir = std::filesystem::temp_directory_path() /
+          ("test_bleu_" + std::to_string(::getpid()) + "_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir); }
+  std::string write(const std::string& name, const std::string& bytes) {
+    const std::string path = (dir / name).string();
+    std::ofstream(path, std::ios::binary) << bytes;
+    return path;
+  }
+};
+
+const std::string kUedin = kWmt17 + "/newstest2017.uedin-nmt.4722.en-de";
+const std::string kWmt17Ref = kWmt17 + "/newstest2017-ende-ref.de";
+
+TEST_F(ScoreProgram, ScoreOnlyOnOneWmt17System) {
+  ProgramResult result = run_score(kWmt17Ref + " -i " + kUedin + " -b");
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out, "28.3\n");
+  result = run_score(kWmt17Ref + " -b -w 2 < " + kUedin);  // hypothesis on stdin
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out, "28.30\n");
+}
+
+TEST_F(ScoreProgram, FullLineWithSignature) {
+  ProgramResult result = run_score(kSmall + "/readme_example.ref1 " + kSmall +
+                                   "/readme_example.ref2 -i " + kSmall + "/readme_example.hyp");
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out,
+            "BLEU|nrefs:2|case:mixed|eff:no|tok:13a|smooth:exp|version:2.x-compatible = 48.5 "
+            "82.4/50.0/45.5/37.5 (BP = 0.943 ratio = 0.944 hyp_len = 17 ref_len = 18)\n");
+}
+
+TEST_F(ScoreProgram, SentenceLevelWithSmoothingAndLowercase) {
+  ProgramResult result = run_score(kSmall + "/sentence_ro.ref -i " + kSmall +
+                                   "/sentence_ro.hyp --sentence-level -s add-k -sv 2 -w 3");
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out.substr(0, result.out.find(" = ")),
+            "BLEU|nrefs:1|case:mixed|eff:yes|tok:13a|smooth:add-k[2.00]|version:2.x-compatible");
+  EXPECT_NE(result.out.find(" = 21.389 "), std::string::npos) << result.out;
+  result = run_score(kSmall + "/sentence_ro.ref -i " + kSmall +
+                     "/sentence_ro.hyp -sl --tokenize char -lc -b -w 4");
+  EXPECT_EQ(result.out, "42.0268\n");
+}
+
+void expect_one_line_error(const ProgramResult& result, int exit_code,
+                           const std::vector<std::string>& mentions) {
+  EXPECT_EQ(result.exit_code, exit_code) << result.err;
+  EXPECT_TRUE(result.out.empty()) << result.out;
+  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
+  for (const std::string& mention : mentions) {
+    EXPECT_NE(result.err.find(mention), std::string::npos) << result.err;
+  }
+}
+
+TEST_F(ScoreProgram, MissingFile) {
+  const std::string missing = (dir / "no_such.ref").string();
+  expect_one_line_error(run_score(missing + " -i " + kUedin), 1,
+                        {missing, "cannot open", "No such file"});
+  const std::string missing_hyp = (dir / "no_such.hyp").string();
+  expect_one_line_error(run_score(kWmt17Ref + " -i " + missing_hyp), 1,
+                        {missing_hyp, "cannot open"});
+  expect_one_line_error(run_score(dir.string() + " -i " + kUedin), 1,
+                        {dir.string(), "is a directory"});
+}
+
+TEST_F(ScoreProgram, LineCountMismatch) {
+  const std::string ref = write("ref.txt", "a b\nc d\n");
+  const std::string hyp = write("hyp.txt", "a b\n");
+  expect_one_line_error(run_score(ref + " -i " + hyp), 1, {ref, "2 lines", hyp, "has 1"});
+}
+
+TEST_F(ScoreProgram, InvalidUtf8) {
+  const std::string ref = write("ref.txt", "a b\nc d\n");
+  const std::string hyp = write("hyp.txt", "a b\nc \xC3\x28\n");
+  expect_one_line_error(run_score(ref + " -i " + hyp), 1,
+                        {hyp, "line 2", "invalid UTF-8", "byte 3"});
+}
+
+TEST_F(ScoreProgram, EmptyReferenceLineIsAReferenceOfLengthZero) {
+  // As sacreBLEU 2.6: no error; the whitespace-only line is an empty reference.
+  const std::string ref = write("ref.txt", "a b c d\n  \r\n");
+  const std::string hyp = write("hyp.txt", "a b c d\nc d\n");
+  ProgramResult result = run_score(ref + " -i " + hyp + " -w 4");
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  // sacreBLEU 2.6.0 prints this line for the same two files.
+  EXPECT_NE(result.out.find(" = 84.0896 66.7/75.0/100.0/100.0 (BP = 1.000 ratio = 1.500 "
+                            "hyp_len = 6 ref_len = 4)"),
+            std::string::npos)
+      << result.out;
+}
+
+TEST_F(ScoreProgram, BadCommandLine) {
+  ProgramResult result = run_score(kWmt17Ref + " -i " + kUedin + " --tokenize zh");
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_NE(result.err.find("unknown tokenizer 'zh'"), std::string::npos) << result.err;
+  result = run_score("-i " + kUedin);
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_NE(result.err.find("no reference file"), std::string::npos) << result.err;
+}
+
+// ---- cross-check against Python's sacreBLEU, when it is installed ----
+
+// The interpreter to look for sacrebleu in: $THPC_PYTHON, or python3 on the PATH.
+std::string python_interpreter() {
+  const char* configured = std::getenv("THPC_PYTHON");
+  return configured != nullptr && *configured != '\0' ? configured : "python3";
+}
+
+// Everything after "SIGNATURE = " on each line: the scores, not the version tag.
+std::string scores_only(const std::string& output) {
+  std::stringstream lines(output);
+  std::string line;
+  std::string kept;
+  while (std::getline(lines, line)) {
+    const size_t equals = line.find(" = ");
+    kept += (equals == std::string::npos ? line : line.substr(equals + 3)) + "\n";
+  }
+  return kept;
+}
+
+TEST(SacreBleuPython, SameOutputLinesWhenInstalled) {
+  const std::string python = python_interpreter();
+  int exit_code = -1;
+  run_capture(python + " -c 'import sacrebleu' 2>/dev/null", &exit_code);
+  if (exit_code != 0) {
+    GTEST_SKIP() << "Python sacrebleu is not importable by '" << python
+                 << "' (pip install sacrebleu, or set THPC_PYTHON); the fixed expected "
+                    "values above still check everything";
+  }
+  const std::string ro = kSmall + "/sentence_ro.ref -i " + kSmall + "/sentence_ro.hyp";
+  const std::string readme = kSmall + "/readme_example.ref1 " + kSmall +
+                             "/readme_example.ref2 -i " + kSmall + "/readme_example.hyp";
+  const std::string wmt = kWmt17Ref + " -i " + kWmt17 + "/newstest2017.online-A.0.en-de";
+  const std::vector<std::string> arguments = {
+      readme + " -w 6",
+      readme + " -w 6 -tok intl -lc",
+      readme + " -w 6 -sl -s floor -sv 0.3 -tok char",
+      ro + " -w 6 -sl -s add-k -sv 2 -lc",
+      ro + " -w 6 -sl -tok intl",
+      wmt + " -w 6 -lc -tok intl",
+      wmt + " -w 6 -tok char",
+  };
+  for (const std::string& argument : arguments) {
+    int sacrebleu_exit = -1;
+    const std::string expected = run_capture(
+        python + " -m sacrebleu -q -f text " + argument + " 2>/dev/null", &sacrebleu_exit);
+    ASSERT_EQ(sacrebleu_exit, 0) << argument;
+    ProgramResult ours = run_score(argument);
+    ASSERT_EQ(ours.exit_code, 0) << ours.err;
+    EXPECT_EQ(scores_only(ours.out), scores_only(expected)) << argument;
+  }
+}
+
+}  // namespace
