@@ -37,6 +37,9 @@ const std::vector<std::string> kAllKeys = {
     "train.adam_beta1",      "train.adam_beta2",      "train.adam_eps",
     "train.log_every",       "train.threads",         "data.synthetic",
     "data.synthetic_vocab",  "data.synthetic_min_len", "data.synthetic_max_len",
+    "checkpoint.dir",        "checkpoint.minutes",    "checkpoint.every_steps",
+    "checkpoint.keep",       "checkpoint.resume",     "checkpoint.init",
+    "checkpoint.average_last",
 };
 
 void expect_same_config(const Config& actual, const Config& expected) {
@@ -70,6 +73,13 @@ void expect_same_config(const Config& actual, const Config& expected) {
   EXPECT_EQ(actual.data.synthetic_vocab, expected.data.synthetic_vocab);
   EXPECT_EQ(actual.data.synthetic_min_len, expected.data.synthetic_min_len);
   EXPECT_EQ(actual.data.synthetic_max_len, expected.data.synthetic_max_len);
+  EXPECT_EQ(actual.checkpoint.dir, expected.checkpoint.dir);
+  EXPECT_EQ(actual.checkpoint.minutes, expected.checkpoint.minutes);
+  EXPECT_EQ(actual.checkpoint.every_steps, expected.checkpoint.every_steps);
+  EXPECT_EQ(actual.checkpoint.keep, expected.checkpoint.keep);
+  EXPECT_EQ(actual.checkpoint.resume, expected.checkpoint.resume);
+  EXPECT_EQ(actual.checkpoint.init, expected.checkpoint.init);
+  EXPECT_EQ(actual.checkpoint.average_last, expected.checkpoint.average_last);
 }
 
 // Runs `action`, which must throw thpc::Error with one line containing every fragment.
@@ -142,6 +152,9 @@ TEST(Config, BaseIniHasThePapersValues) {
   EXPECT_EQ(config.train.adam_beta1, 0.9f);
   EXPECT_EQ(config.train.adam_beta2, 0.98f);
   EXPECT_EQ(config.train.adam_eps, 1e-9f);
+  EXPECT_EQ(config.checkpoint.minutes, 10.0f);  // every 10 minutes (§5.2)
+  EXPECT_EQ(config.checkpoint.average_last, 5);  // the last 5 averaged (§6.1)
+  EXPECT_GE(config.checkpoint.keep, config.checkpoint.average_last);
   EXPECT_EQ(config.source_file, kBaseIni);
   EXPECT_FALSE(config.dry_run);
 }
@@ -169,6 +182,9 @@ TEST(Config, BigIniHasThePapersValues) {
   EXPECT_EQ(config.train.adam_beta1, 0.9f);
   EXPECT_EQ(config.train.adam_beta2, 0.98f);
   EXPECT_EQ(config.train.adam_eps, 1e-9f);
+  EXPECT_EQ(config.checkpoint.minutes, 10.0f);    // every 10 minutes (§5.2)
+  EXPECT_EQ(config.checkpoint.average_last, 20);  // the last 20 averaged (§6.1)
+  EXPECT_GE(config.checkpoint.keep, config.checkpoint.average_last);
 }
 
 TEST(Config, TinyIniIsASmallReversalModel) {
@@ -268,7 +284,9 @@ const std::vector<std::string> kUnusualValues = {
     "train.lr_scale=0.3",      "train.adam_beta1=0.85",  "train.adam_beta2=0.995",
     "train.adam_eps=3e-8",     "train.log_every=9",      "train.threads=2",
     "data.synthetic=copy",     "data.synthetic_vocab=11", "data.synthetic_min_len=2",
-    "data.synthetic_max_len=7",
+    "data.synthetic_max_len=7", "checkpoint.dir=runs/x/ckpt", "checkpoint.minutes=0.25",
+    "checkpoint.every_steps=500", "checkpoint.keep=7", "checkpoint.resume=auto",
+    "checkpoint.init=runs/x/average.h5", "checkpoint.average_last=6",
 };
 
 TEST_F(ConfigFiles, ToIniRoundTrips) {
@@ -488,6 +506,11 @@ TEST(Config, BadValuesNameKeyAndFile) {
       {{"data.synthetic_min_len=13"}, "data.synthetic_max_len"},
       {{"data.synthetic_max_len=63"}, "data.synthetic_max_len: 63 + 2 (bos, eos) exceeds"},
       {{"model.max_positions=13"}, "data.synthetic_max_len"},
+      {{"checkpoint.minutes=-1"}, "checkpoint.minutes: must be ≥ 0, got -1"},
+      {{"checkpoint.every_steps=-1"}, "checkpoint.every_steps"},
+      {{"checkpoint.keep=0"}, "checkpoint.keep: must be ≥ 1, got 0"},
+      {{"checkpoint.average_last=-1"}, "checkpoint.average_last"},
+      {{"checkpoint.average_last=6"}, "checkpoint.average_last: 6 exceeds checkpoint.keep 5"},
   };
   for (const auto& [overrides, fragment] : cases) {
     SCOPED_TRACE(overrides.front());
@@ -502,6 +525,12 @@ TEST(Config, ValidateNamesTheSourceFile) {
   Config config = load_config(kTinyIni);
   config.train.warmup_steps = 0;
   expect_error([&] { validate(config); }, {"tiny.ini: train.warmup_steps"});
+}
+
+TEST_F(ConfigFiles, EmptyCheckpointDirIsRefused) {
+  // The command line cannot give an empty value; a file can.
+  const std::string path = write_ini("empty_dir.ini", "[checkpoint]\ndir =\n");
+  expect_error([&] { load_config(path); }, {"empty_dir.ini: checkpoint.dir: must not be empty"});
 }
 
 }  // namespace

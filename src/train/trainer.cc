@@ -2,10 +2,15 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <iomanip>
 #include <ostream>
 #include <sstream>
 
+#include "checkpoint/stop_request.h"
 #include "common/error.h"
 #include "data/synthetic.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -97,14 +102,151 @@ StepStats Trainer::step() {
   return stats;
 }
 
-void Trainer::run(std::ostream& log) {
+namespace {
+
+// Test hook (docs/checkpoints.md): THPC_TEST_STOP_AT_STEP=K makes the process send itself
+// SIGTERM once step K is complete, so that tests interrupt a run at an exact step
+// instead of racing a kill against the log. 0 when unset.
+int64_t test_stop_step() {
+  const char* value = std::getenv("THPC_TEST_STOP_AT_STEP");
+  return value ? std::strtoll(value, nullptr, 10) : 0;
+}
+
+const char* signal_name(int signal_number) {
+  if (signal_number == SIGTERM) return "SIGTERM";
+  if (signal_number == SIGUSR1) return "SIGUSR1";
+  return "a signal";
+}
+
+}  // namespace
+
+Checkpoint Trainer::snapshot() const {
+  const ParamStore& params = model_->params();
+  Checkpoint checkpoint;
+  checkpoint.step = completed_steps_;
+  checkpoint.seed = config_.train.seed;
+  checkpoint.world_size = 1;  // one process until the distributed issue sets the ranks
+  checkpoint.data_position = source_->position();
+  checkpoint.architecture = architecture_text(config_.model, model_->vocab_size());
+  checkpoint.config_ini = config_.to_ini();
+  checkpoint.params = gather_named(params, *backend_, params.params());
+  checkpoint.adam_m = gather_named(params, *backend_, adam_->first_moment());
+  checkpoint.adam_v = gather_named(params, *backend_, adam_->second_moment());
+  return checkpoint;
+}
+
+void Trainer::check_architecture(const Checkpoint& checkpoint, const std::string& source) const {
+  const std::string expected = architecture_text(config_.model, model_->vocab_size());
+  if (checkpoint.architecture != expected) {
+    THPC_FAIL("checkpoint " << source << ": architecture mismatch: the file has '"
+                            << checkpoint.architecture << "', " << config_.source_file
+                            << " configures '" << expected << "'");
+  }
+}
+
+void Trainer::restore(const Checkpoint& checkpoint, const std::string& source) {
+  check_architecture(checkpoint, source);
+  // The random stream of a step is keyed by (seed, step): another seed would continue
+  // some other run, not this one.
+  if (checkpoint.seed != config_.train.seed) {
+    THPC_FAIL("checkpoint " << source << ": written with train.seed " << checkpoint.seed << ", "
+                            << config_.source_file << " has train.seed " << config_.train.seed
+                            << " (a resumed run keeps its seed)");
+  }
+  if (checkpoint.adam_m.empty() || checkpoint.adam_v.empty()) {
+    THPC_FAIL("checkpoint " << source << ": holds parameters only (an average?); resume needs "
+                            << "the Adam moments, use checkpoint.init to start from it");
+  }
+  const ParamStore& params = model_->params();
+  scatter_named(checkpoint.params, params, *backend_, params.params(), "checkpoint " + source);
+  scatter_named(checkpoint.adam_m, params, *backend_, adam_->first_moment(),
+                "checkpoint " + source + " /adam/m");
+  scatter_named(checkpoint.adam_v, params, *backend_, adam_->second_moment(),
+                "checkpoint " + source + " /adam/v");
+  source_->seek(checkpoint.data_position);
+  completed_steps_ = checkpoint.step;
+}
+
+void Trainer::load_parameters(const Checkpoint& checkpoint, const std::string& source) {
+  check_architecture(checkpoint, source);
+  const ParamStore& params = model_->params();
+  scatter_named(checkpoint.params, params, *backend_, params.params(), "checkpoint " + source);
+}
+
+void Trainer::apply_start_options(std::ostream& log) {
+  const CheckpointConfig& options = config_.checkpoint;
+  if (options.resume == "auto") {
+    Checkpoint checkpoint;
+    const std::string path = newest_valid_checkpoint(options.dir, log, &checkpoint);
+    if (!path.empty()) {
+      restore(checkpoint, path);
+      log << "resumed from " << path << " at step " << completed_steps_ << " (data epoch "
+          << checkpoint.data_position.epoch << ", index " << checkpoint.data_position.index
+          << ")" << std::endl;
+      return;
+    }
+    log << "checkpoint.resume=auto: no valid checkpoint in " << options.dir
+        << ", starting from step 0" << std::endl;
+  } else if (!options.resume.empty()) {
+    restore(read_checkpoint(options.resume), options.resume);
+    log << "resumed from " << options.resume << " at step " << completed_steps_ << std::endl;
+    return;
+  }
+  if (!options.init.empty()) {
+    load_parameters(read_checkpoint(options.init, CheckpointParts::ParamsOnly), options.init);
+    log << "parameters initialised from " << options.init << std::endl;
+  }
+}
+
+std::string Trainer::save_checkpoint(std::ostream& log) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
-  auto interval_start = start;
-  int64_t interval_tokens = 0;
-  StepStats last;
+  const std::string path =
+      (std::filesystem::path(config_.checkpoint.dir) / checkpoint_file_name(completed_steps_))
+          .string();
+  write_checkpoint(path, snapshot());
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  std::error_code error;
+  const auto bytes = std::filesystem::file_size(path, error);
+  log << "checkpoint " << path << " (" << std::fixed << std::setprecision(1)
+      << (error ? 0.0 : static_cast<double>(bytes) / 1e6) << " MB, " << std::setprecision(2)
+      << seconds << " s)" << std::endl;
+  for (const std::string& deleted :
+       prune_checkpoints(config_.checkpoint.dir, config_.checkpoint.keep, path)) {
+    log << "removed old checkpoint " << deleted << " (checkpoint.keep = "
+        << config_.checkpoint.keep << ")" << std::endl;
+  }
+  return path;
+}
+
+void Trainer::write_average(std::ostream& log) {
+  const int wanted = config_.checkpoint.average_last;
+  std::vector<std::string> paths = list_checkpoints(config_.checkpoint.dir);
+  if (static_cast<int>(paths.size()) > wanted) paths.erase(paths.begin(), paths.end() - wanted);
+  const std::string output = (std::filesystem::path(config_.checkpoint.dir) /
+                              ("average_last" + std::to_string(wanted) + ".h5"))
+                                 .string();
+  write_checkpoint(output, average_checkpoints(paths));
+  log << "average of the last " << paths.size() << " checkpoints"
+      << (static_cast<int>(paths.size()) < wanted ? " (fewer than checkpoint.average_last exist)"
+                                                  : "")
+      << " written to " << output << std::endl;
+}
+
+RunEnd Trainer::run(std::ostream& log) {
+  using Clock = std::chrono::steady_clock;
+  const StopSignalGuard stop_signals;
+  const int64_t stop_at_step = test_stop_step();
   log << "training " << model_->params().count() << " parameters on " << backend_->name()
       << " for " << config_.train.max_steps << " steps" << std::endl;
+  apply_start_options(log);
+  const int64_t first_step = completed_steps_;
+  int64_t last_saved_step = config_.checkpoint.resume.empty() ? -1 : completed_steps_;
+  const auto start = Clock::now();
+  auto interval_start = start;
+  auto last_save = start;
+  int64_t interval_tokens = 0;
+  StepStats last;
   while (completed_steps_ < config_.train.max_steps) {
     last = step();
     interval_tokens += last.src_tokens + last.tgt_tokens;
@@ -112,7 +254,8 @@ void Trainer::run(std::ostream& log) {
       const auto now = Clock::now();
       const double interval = std::chrono::duration<double>(now - interval_start).count();
       const double elapsed = std::chrono::duration<double>(now - start).count();
-      const double eta = elapsed / last.step * (config_.train.max_steps - last.step);
+      const double eta =
+          elapsed / (last.step - first_step) * (config_.train.max_steps - last.step);
       std::ostringstream line;
       line << "step " << last.step << "/" << config_.train.max_steps << " | loss "
            << std::fixed << std::setprecision(4) << last.loss << " | ppl "
@@ -124,9 +267,26 @@ void Trainer::run(std::ostream& log) {
       interval_start = now;
       interval_tokens = 0;
     }
+    if (last.step == stop_at_step) std::raise(SIGTERM);
+    // Both values are rank 0's to decide; the distributed layer broadcasts them.
+    const int stop_signal = stop_requested_by();
+    const double since_save = std::chrono::duration<double>(Clock::now() - last_save).count();
+    if (stop_signal != 0 || checkpoint_due(config_.checkpoint, last.step, since_save)) {
+      const std::string path = save_checkpoint(log);
+      last_saved_step = last.step;
+      last_save = Clock::now();
+      if (stop_signal != 0) {
+        log << "stopped: " << signal_name(stop_signal) << " received; step=" << completed_steps_
+            << " checkpoint=" << path << " (resume with --checkpoint.resume=auto)" << std::endl;
+        return RunEnd::Stopped;
+      }
+    }
   }
+  if (last_saved_step != completed_steps_) save_checkpoint(log);
+  if (config_.checkpoint.average_last > 0) write_average(log);
   log << "final: step=" << completed_steps_ << " loss=" << std::fixed << std::setprecision(6)
       << last.loss << " params_sha256=" << model_->params().sha256_hex() << std::endl;
+  return RunEnd::Finished;
 }
 
 }  // namespace thpc
