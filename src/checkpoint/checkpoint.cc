@@ -41,7 +41,7 @@ void silence_hdf5_error_printing() {
 std::string hdf5_reason() {
   std::string reason;
   H5Ewalk2(
-      H5E_DEFAULT, H5E_WALK_DOWNWARD,
+      H5E_DEFAULT, H5E_WALK_UPWARD,
       [](unsigned depth, const H5E_error2_t* error, void* data) -> herr_t {
         auto* text = static_cast<std::string*>(data);
         if (depth == 0 && error->desc != nullptr) *text = error->desc;
@@ -393,6 +393,10 @@ Checkpoint read_checkpoint(const std::string& path, CheckpointParts parts) {
     checkpoint.params.push_back(reader.tensor(params.get(), "/params", name));
   }
   if (parts == CheckpointParts::All) {
+    if (!reader.exists(root, "adam")) {
+      reader.fail("holds parameters only (no /adam group: an average?); resuming needs the "
+                  "Adam moments, checkpoint.init starts from parameters only");
+    }
     Handle adam = reader.open_group(root, "adam");
     Handle m = reader.open_group(adam.get(), "m");
     Handle v = reader.open_group(adam.get(), "v");
