@@ -173,23 +173,40 @@ void Trainer::load_parameters(const Checkpoint& checkpoint, const std::string& s
   scatter_named(checkpoint.params, params, *backend_, params.params(), "checkpoint " + source);
 }
 
+void Trainer::note_world_size_change(const Checkpoint& checkpoint, std::ostream& log) const {
+  const int64_t world_size = 1;  // one process until the distributed issue sets the ranks
+  if (checkpoint.world_size == world_size) return;
+  log << "note: the checkpoint was written by " << checkpoint.world_size
+      << " ranks, this run has " << world_size
+      << ": parameters, moments, step and schedule continue, but each rank's share of the "
+      << "batches differs from here on, so the losses are not those of the original run"
+      << std::endl;
+}
+
 void Trainer::apply_start_options(std::ostream& log) {
   const CheckpointConfig& options = config_.checkpoint;
   if (options.resume == "auto") {
+    const auto start = std::chrono::steady_clock::now();
     Checkpoint checkpoint;
     const std::string path = newest_valid_checkpoint(options.dir, log, &checkpoint);
     if (!path.empty()) {
       restore(checkpoint, path);
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       log << "resumed from " << path << " at step " << completed_steps_ << " (data epoch "
           << checkpoint.data_position.epoch << ", index " << checkpoint.data_position.index
-          << ")" << std::endl;
+          << "; read and verified in " << std::fixed << std::setprecision(2) << seconds << " s)"
+          << std::endl;
+      note_world_size_change(checkpoint, log);
       return;
     }
     log << "checkpoint.resume=auto: no valid checkpoint in " << options.dir
         << ", starting from step 0" << std::endl;
   } else if (!options.resume.empty()) {
-    restore(read_checkpoint(options.resume), options.resume);
+    const Checkpoint checkpoint = read_checkpoint(options.resume);
+    restore(checkpoint, options.resume);
     log << "resumed from " << options.resume << " at step " << completed_steps_ << std::endl;
+    note_world_size_change(checkpoint, log);
     return;
   }
   if (!options.init.empty()) {
@@ -204,13 +221,19 @@ std::string Trainer::save_checkpoint(std::ostream& log) {
   const std::string path =
       (std::filesystem::path(config_.checkpoint.dir) / checkpoint_file_name(completed_steps_))
           .string();
-  write_checkpoint(path, snapshot());
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  // Copying the state out is what the other ranks would wait for; the file write could
+  // overlap training (docs/checkpoints.md says why it does not yet).
+  const Checkpoint state = snapshot();
+  const auto copied = Clock::now();
+  write_checkpoint(path, state);
+  const auto written = Clock::now();
   std::error_code error;
   const auto bytes = std::filesystem::file_size(path, error);
   log << "checkpoint " << path << " (" << std::fixed << std::setprecision(1)
-      << (error ? 0.0 : static_cast<double>(bytes) / 1e6) << " MB, " << std::setprecision(2)
-      << seconds << " s)" << std::endl;
+      << (error ? 0.0 : static_cast<double>(bytes) / 1e6) << " MB; copy "
+      << std::setprecision(2) << std::chrono::duration<double>(copied - start).count()
+      << " s, write " << std::chrono::duration<double>(written - copied).count() << " s)"
+      << std::endl;
   for (const std::string& deleted :
        prune_checkpoints(config_.checkpoint.dir, config_.checkpoint.keep, path)) {
     log << "removed old checkpoint " << deleted << " (checkpoint.keep = "
@@ -284,8 +307,15 @@ RunEnd Trainer::run(std::ostream& log) {
   }
   if (last_saved_step != completed_steps_) save_checkpoint(log);
   if (config_.checkpoint.average_last > 0) write_average(log);
-  log << "final: step=" << completed_steps_ << " loss=" << std::fixed << std::setprecision(6)
-      << last.loss << " params_sha256=" << model_->params().sha256_hex() << std::endl;
+  // A run resumed at its last step trains no step: it has no loss of its own to print.
+  std::ostringstream loss;
+  if (completed_steps_ > first_step) {
+    loss << std::fixed << std::setprecision(6) << last.loss;
+  } else {
+    loss << "n/a";
+  }
+  log << "final: step=" << completed_steps_ << " loss=" << loss.str()
+      << " params_sha256=" << model_->params().sha256_hex() << std::endl;
   return RunEnd::Finished;
 }
 

@@ -72,6 +72,7 @@ class Trainer {
   std::unique_ptr<Adam> adam_;
   // checkpoint.resume, else checkpoint.init (the first run of a job has nothing to resume).
   void apply_start_options(std::ostream& log);
+  void note_world_size_change(const Checkpoint& checkpoint, std::ostream& log) const;
   void check_architecture(const Checkpoint& checkpoint, const std::string& source) const;
   // Writes DIR/step_NNNNNNNN.h5 for the completed step and prunes to checkpoint.keep.
   std::string save_checkpoint(std::ostream& log);
