@@ -333,6 +333,15 @@ TEST_F(CheckpointTest, PruningNeverDeletesTheOneJustWritten) {
   EXPECT_TRUE(fs::exists(path(checkpoint_file_name(9))));
 }
 
+TEST_F(CheckpointTest, AFailedWriteLeavesNoFileBehind) {
+  Checkpoint twice = constant_checkpoint(1.0f, 3, "arch");
+  twice.params.push_back(twice.params.front());  // HDF5 refuses a second dataset of one name
+  const std::string file = path(checkpoint_file_name(3));
+  expect_error([&] { write_checkpoint(file, twice); },
+               {"cannot write checkpoint " + file, "dataset /params/a.weight"});
+  EXPECT_TRUE(fs::is_empty(directory_));  // neither the checkpoint nor its .tmp
+}
+
 // ---- averaging ----
 
 TEST_F(CheckpointTest, AveragingKnownValuesIsExact) {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <map>
 #include <ostream>
 #include <sstream>
+#include <thread>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -77,6 +79,36 @@ class Handle {
   herr_t (*close_)(hid_t);
 };
 
+// The sha256 of each tensor's bytes, on all cores: hashing is most of the time a
+// checkpoint takes to write and to verify (docs/checkpoints.md), and tensors hash
+// independently of each other.
+std::vector<std::string> sha256_of_each(const std::vector<const NamedTensor*>& tensors) {
+  std::vector<std::string> digests(tensors.size());
+  if (tensors.empty()) return digests;
+  std::atomic<size_t> next{0};
+  const auto hash_remaining = [&] {
+    for (size_t i = next++; i < tensors.size(); i = next++) {
+      digests[i] = sha256_hex(tensors[i]->values.data(), tensors[i]->values.size() * sizeof(float));
+    }
+  };
+  const size_t helpers =
+      std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), tensors.size()) - 1;
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < helpers; ++i) threads.emplace_back(hash_remaining);
+  hash_remaining();
+  for (std::thread& thread : threads) thread.join();
+  return digests;
+}
+
+std::vector<const NamedTensor*> pointers_to(
+    std::initializer_list<const std::vector<NamedTensor>*> groups) {
+  std::vector<const NamedTensor*> pointers;
+  for (const std::vector<NamedTensor>* group : groups) {
+    for (const NamedTensor& tensor : *group) pointers.push_back(&tensor);
+  }
+  return pointers;
+}
+
 // ---- writing ----
 
 class Writer {
@@ -119,8 +151,10 @@ class Writer {
   }
 
   // A contiguous (unchunked, uncompressed) fp32 dataset [rows, cols] with its sha256.
+  // `digests` holds the sha256 of each tensor, in order, from `next_digest` on.
   void tensors(hid_t group_id, const std::string& group_path,
-               const std::vector<NamedTensor>& named) const {
+               const std::vector<NamedTensor>& named, const std::vector<std::string>& digests,
+               size_t& next_digest) const {
     for (const NamedTensor& tensor : named) {
       const std::string where = group_path + "/" + tensor.name;
       THPC_CHECK(static_cast<int64_t>(tensor.values.size()) == tensor.rows * tensor.cols,
@@ -136,8 +170,7 @@ class Writer {
       check(H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                      tensor.values.data()),
             "dataset " + where);
-      string_attribute(dataset.get(), "sha256",
-                       sha256_hex(tensor.values.data(), tensor.values.size() * sizeof(float)));
+      string_attribute(dataset.get(), "sha256", digests.at(next_digest++));
     }
   }
 
@@ -232,7 +265,9 @@ class Reader {
     return names;
   }
 
-  NamedTensor tensor(hid_t group, const std::string& group_path, const std::string& name) const {
+  // Reads a dataset and the sha256 recorded with it (verified later, all at once).
+  NamedTensor tensor(hid_t group, const std::string& group_path, const std::string& name,
+                     std::vector<std::string>& recorded_digests) const {
     const std::string where = group_path + "/" + name;
     if (!exists(group, name)) fail("missing dataset " + where);
     Handle dataset(H5Dopen2(group, name.c_str(), H5P_DEFAULT), H5Dclose);
@@ -256,13 +291,7 @@ class Reader {
                 tensor.values.data()) < 0) {
       fail("cannot read dataset " + where + " (" + hdf5_reason() + ")");
     }
-    const std::string expected = string_attribute(dataset.get(), where, "sha256");
-    const std::string actual =
-        sha256_hex(tensor.values.data(), tensor.values.size() * sizeof(float));
-    if (actual != expected) {
-      fail("bad checksum for dataset " + where + " (sha256 " + actual + ", recorded " +
-           expected + "): the file is corrupt");
-    }
+    recorded_digests.push_back(string_attribute(dataset.get(), where, "sha256"));
     return tensor;
   }
 
@@ -282,6 +311,41 @@ int64_t step_of_file_name(const std::string& name) {
     return -1;
   }
   return std::stoll(digits);
+}
+
+// The HDF5 part of write_checkpoint(): the whole file at `temporary`, flushed and closed.
+void write_hdf5_file(const std::string& temporary, const std::string& path,
+                     const Checkpoint& checkpoint) {
+  Writer writer(path);
+  const std::vector<std::string> digests = sha256_of_each(
+      pointers_to({&checkpoint.params, &checkpoint.adam_m, &checkpoint.adam_v}));
+  size_t next_digest = 0;
+  {
+    Handle file(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+    if (!file.valid()) writer.fail("cannot create " + temporary);
+    const hid_t root = file.get();
+    writer.integer_attribute(root, "format_version", kCheckpointFormatVersion);
+    writer.integer_attribute(root, "step", checkpoint.step);
+    writer.integer_attribute(root, "seed", checkpoint.seed);
+    writer.integer_attribute(root, "world_size", checkpoint.world_size);
+    writer.integer_attribute(root, "data_epoch", checkpoint.data_position.epoch);
+    writer.integer_attribute(root, "data_index", checkpoint.data_position.index);
+    writer.string_attribute(root, "architecture", checkpoint.architecture);
+    writer.string_attribute(root, "config", checkpoint.config_ini);
+    {
+      Handle params(writer.group(root, "params"), H5Gclose);
+      writer.tensors(params.get(), "/params", checkpoint.params, digests, next_digest);
+    }
+    if (!checkpoint.adam_m.empty() || !checkpoint.adam_v.empty()) {
+      Handle adam(writer.group(root, "adam"), H5Gclose);
+      Handle m(writer.group(adam.get(), "m"), H5Gclose);
+      writer.tensors(m.get(), "/adam/m", checkpoint.adam_m, digests, next_digest);
+      Handle v(writer.group(adam.get(), "v"), H5Gclose);
+      writer.tensors(v.get(), "/adam/v", checkpoint.adam_v, digests, next_digest);
+    }
+    writer.check(H5Fflush(root, H5F_SCOPE_GLOBAL), "flush");
+    writer.check(file.close(), "close");
+  }
 }
 
 }  // namespace
@@ -319,34 +383,13 @@ void write_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
                                          << ": " << error.message());
   }
   const std::string temporary = (directory / ("." + final_path.filename().string() + ".tmp"));
-  Writer writer(path);
-  {
-    Handle file(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-    if (!file.valid()) writer.fail("cannot create " + temporary);
-    const hid_t root = file.get();
-    writer.integer_attribute(root, "format_version", kCheckpointFormatVersion);
-    writer.integer_attribute(root, "step", checkpoint.step);
-    writer.integer_attribute(root, "seed", checkpoint.seed);
-    writer.integer_attribute(root, "world_size", checkpoint.world_size);
-    writer.integer_attribute(root, "data_epoch", checkpoint.data_position.epoch);
-    writer.integer_attribute(root, "data_index", checkpoint.data_position.index);
-    writer.string_attribute(root, "architecture", checkpoint.architecture);
-    writer.string_attribute(root, "config", checkpoint.config_ini);
-    {
-      Handle params(writer.group(root, "params"), H5Gclose);
-      writer.tensors(params.get(), "/params", checkpoint.params);
-    }
-    if (!checkpoint.adam_m.empty() || !checkpoint.adam_v.empty()) {
-      Handle adam(writer.group(root, "adam"), H5Gclose);
-      Handle m(writer.group(adam.get(), "m"), H5Gclose);
-      writer.tensors(m.get(), "/adam/m", checkpoint.adam_m);
-      Handle v(writer.group(adam.get(), "v"), H5Gclose);
-      writer.tensors(v.get(), "/adam/v", checkpoint.adam_v);
-    }
-    writer.check(H5Fflush(root, H5F_SCOPE_GLOBAL), "flush");
-    writer.check(file.close(), "close");
+  try {
+    write_hdf5_file(temporary, path, checkpoint);
+    fsync_path(temporary, path);
+  } catch (const Error&) {
+    fs::remove(temporary, error);  // a partial file helps nobody
+    throw;
   }
-  fsync_path(temporary, path);
   fs::rename(temporary, final_path, error);
   if (error) {
     THPC_FAIL("cannot write checkpoint " << path << ": rename of " << temporary << ": "
@@ -389,8 +432,11 @@ Checkpoint read_checkpoint(const std::string& path, CheckpointParts parts) {
   Handle params = reader.open_group(root, "params");
   const std::vector<std::string> names = reader.member_names(params.get(), "/params");
   if (names.empty()) reader.fail("/params holds no datasets");
+  std::vector<std::string> recorded_digests;
+  std::vector<std::string> dataset_paths;
   for (const std::string& name : names) {
-    checkpoint.params.push_back(reader.tensor(params.get(), "/params", name));
+    checkpoint.params.push_back(reader.tensor(params.get(), "/params", name, recorded_digests));
+    dataset_paths.push_back("/params/" + name);
   }
   if (parts == CheckpointParts::All) {
     if (!reader.exists(root, "adam")) {
@@ -408,7 +454,8 @@ Checkpoint read_checkpoint(const std::string& path, CheckpointParts parts) {
         reader.fail(std::string(group_path) + " does not hold one moment per parameter");
       }
       for (const NamedTensor& param : checkpoint.params) {
-        into->push_back(reader.tensor(group, group_path, param.name));
+        into->push_back(reader.tensor(group, group_path, param.name, recorded_digests));
+        dataset_paths.push_back(std::string(group_path) + "/" + param.name);
         if (into->back().rows != param.rows || into->back().cols != param.cols) {
           reader.fail("dataset " + std::string(group_path) + "/" + param.name +
                       " is not shaped like its parameter");
@@ -417,6 +464,14 @@ Checkpoint read_checkpoint(const std::string& path, CheckpointParts parts) {
     }
   }
   if (file.close() < 0) reader.fail("cannot be closed (" + hdf5_reason() + ")");
+  const std::vector<std::string> digests = sha256_of_each(
+      pointers_to({&checkpoint.params, &checkpoint.adam_m, &checkpoint.adam_v}));
+  for (size_t i = 0; i < digests.size(); ++i) {
+    if (digests[i] != recorded_digests[i]) {
+      reader.fail("bad checksum for dataset " + dataset_paths[i] + " (sha256 " + digests[i] +
+                  ", recorded " + recorded_digests[i] + "): the file is corrupt");
+    }
+  }
   return checkpoint;
 }
 

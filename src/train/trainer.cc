@@ -249,7 +249,14 @@ void Trainer::write_average(std::ostream& log) {
   const std::string output = (std::filesystem::path(config_.checkpoint.dir) /
                               ("average_last" + std::to_string(wanted) + ".h5"))
                                  .string();
-  write_checkpoint(output, average_checkpoints(paths));
+  // The training itself succeeded: a bad old checkpoint costs the average, not the run
+  // (a failing exit would make the batch system requeue a finished job).
+  try {
+    write_checkpoint(output, average_checkpoints(paths));
+  } catch (const Error& error) {
+    log << "warning: no average written: " << error.what() << std::endl;
+    return;
+  }
   log << "average of the last " << paths.size() << " checkpoints"
       << (static_cast<int>(paths.size()) < wanted ? " (fewer than checkpoint.average_last exist)"
                                                   : "")
