@@ -246,6 +246,70 @@ TEST_F(CheckpointTest, ResumeAfterSigtermIsIdenticalToTheUninterruptedRun) {
   EXPECT_EQ(final_line(resumed.output), final_line(whole.output));
 }
 
+// Starts `argv` with stdout and stderr into a pipe; returns the pid and the read end.
+pid_t start_process(const std::vector<std::string>& argv, FILE** output) {
+  int fds[2];
+  if (::pipe(fds) != 0) return -1;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::dup2(fds[1], STDERR_FILENO);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    std::vector<char*> args;
+    for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  *output = ::fdopen(fds[0], "r");
+  return pid;
+}
+
+TEST_F(CheckpointTest, SigtermFromOutsideStopsCleanlyAndTheRunResumesExactly) {
+  // What Slurm does: the signal arrives from another process, at whatever point of a
+  // step the trainer is in.
+  const std::vector<std::string> command = {kTrainer, kTinyIni, "--model.layers=1",
+                                            "--train.max_steps=60", "--train.log_every=1"};
+  std::vector<std::string> interrupted = command;
+  interrupted.push_back("--checkpoint.dir=" + path("interrupted"));
+  FILE* output = nullptr;
+  const pid_t pid = start_process(interrupted, &output);
+  ASSERT_GT(pid, 0);
+  ASSERT_NE(output, nullptr);
+  std::string log;
+  char line[4096];
+  bool signalled = false;
+  while (std::fgets(line, sizeof line, output) != nullptr) {
+    log += line;
+    if (!signalled && std::string(line).rfind("step 5/60 ", 0) == 0) {
+      ::kill(pid, SIGTERM);
+      signalled = true;
+    }
+  }
+  std::fclose(output);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(signalled) << log;
+  ASSERT_TRUE(WIFEXITED(status)) << log;  // not killed by the signal
+  EXPECT_EQ(WEXITSTATUS(status), 0) << log;
+  ASSERT_NE(log.find("stopped: SIGTERM received"), std::string::npos) << log;
+  const std::vector<std::string> saved = list_checkpoints(path("interrupted"));
+  ASSERT_EQ(saved.size(), 1u) << log;
+
+  std::string resume_command;
+  for (const std::string& arg : interrupted) resume_command += arg + " ";
+  const ProcessResult resumed = run_process(resume_command + "--checkpoint.resume=auto");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  std::string whole_command;
+  for (const std::string& arg : command) whole_command += arg + " ";
+  const ProcessResult whole = run_process(whole_command + "--checkpoint.dir=" + path("whole"));
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  ASSERT_NE(final_line(whole.output), "");
+  EXPECT_EQ(final_line(resumed.output), final_line(whole.output));
+}
+
 TEST(StopSignal, SigusrOneAsksToStopAndTheOldHandlerComesBack) {
   static volatile std::sig_atomic_t previous_handler_calls = 0;
   std::signal(SIGUSR1, [](int) { previous_handler_calls = previous_handler_calls + 1; });

@@ -320,32 +320,30 @@ void write_hdf5_file(const std::string& temporary, const std::string& path,
   const std::vector<std::string> digests = sha256_of_each(
       pointers_to({&checkpoint.params, &checkpoint.adam_m, &checkpoint.adam_v}));
   size_t next_digest = 0;
+  Handle file(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+  if (!file.valid()) writer.fail("cannot create " + temporary);
+  const hid_t root = file.get();
+  writer.integer_attribute(root, "format_version", kCheckpointFormatVersion);
+  writer.integer_attribute(root, "step", checkpoint.step);
+  writer.integer_attribute(root, "seed", checkpoint.seed);
+  writer.integer_attribute(root, "world_size", checkpoint.world_size);
+  writer.integer_attribute(root, "data_epoch", checkpoint.data_position.epoch);
+  writer.integer_attribute(root, "data_index", checkpoint.data_position.index);
+  writer.string_attribute(root, "architecture", checkpoint.architecture);
+  writer.string_attribute(root, "config", checkpoint.config_ini);
   {
-    Handle file(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-    if (!file.valid()) writer.fail("cannot create " + temporary);
-    const hid_t root = file.get();
-    writer.integer_attribute(root, "format_version", kCheckpointFormatVersion);
-    writer.integer_attribute(root, "step", checkpoint.step);
-    writer.integer_attribute(root, "seed", checkpoint.seed);
-    writer.integer_attribute(root, "world_size", checkpoint.world_size);
-    writer.integer_attribute(root, "data_epoch", checkpoint.data_position.epoch);
-    writer.integer_attribute(root, "data_index", checkpoint.data_position.index);
-    writer.string_attribute(root, "architecture", checkpoint.architecture);
-    writer.string_attribute(root, "config", checkpoint.config_ini);
-    {
-      Handle params(writer.group(root, "params"), H5Gclose);
-      writer.tensors(params.get(), "/params", checkpoint.params, digests, next_digest);
-    }
-    if (!checkpoint.adam_m.empty() || !checkpoint.adam_v.empty()) {
-      Handle adam(writer.group(root, "adam"), H5Gclose);
-      Handle m(writer.group(adam.get(), "m"), H5Gclose);
-      writer.tensors(m.get(), "/adam/m", checkpoint.adam_m, digests, next_digest);
-      Handle v(writer.group(adam.get(), "v"), H5Gclose);
-      writer.tensors(v.get(), "/adam/v", checkpoint.adam_v, digests, next_digest);
-    }
-    writer.check(H5Fflush(root, H5F_SCOPE_GLOBAL), "flush");
-    writer.check(file.close(), "close");
+    Handle params(writer.group(root, "params"), H5Gclose);
+    writer.tensors(params.get(), "/params", checkpoint.params, digests, next_digest);
   }
+  if (!checkpoint.adam_m.empty() || !checkpoint.adam_v.empty()) {
+    Handle adam(writer.group(root, "adam"), H5Gclose);
+    Handle m(writer.group(adam.get(), "m"), H5Gclose);
+    writer.tensors(m.get(), "/adam/m", checkpoint.adam_m, digests, next_digest);
+    Handle v(writer.group(adam.get(), "v"), H5Gclose);
+    writer.tensors(v.get(), "/adam/v", checkpoint.adam_v, digests, next_digest);
+  }
+  writer.check(H5Fflush(root, H5F_SCOPE_GLOBAL), "flush");
+  writer.check(file.close(), "close");
 }
 
 }  // namespace
