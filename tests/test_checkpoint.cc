@@ -24,6 +24,8 @@
 #include "checkpoint/stop_request.h"
 #include "common/error.h"
 #include "config/config.h"
+#include "data/synthetic.h"
+#include "decode/greedy.h"
 #include "train/trainer.h"
 
 namespace thpc {
@@ -202,11 +204,8 @@ TEST_F(CheckpointTest, ArchitectureMismatchIsRefusedOnLoad) {
   Trainer two_layers(load_config(kTinyIni, {"checkpoint.dir=" + path("run")}));
   expect_error([&] { two_layers.restore(read_checkpoint(file), file); },
                {file, "architecture mismatch", "layers=1", "layers=2"});
-  expect_error(
-      [&] {
-        two_layers.load_parameters(read_checkpoint(file, CheckpointParts::ParamsOnly), file);
-      },
-      {file, "architecture mismatch"});
+  expect_error([&] { load_parameters(file, two_layers.model()); },
+               {file, "architecture mismatch"});
 }
 
 // ---- resume ----
@@ -451,7 +450,7 @@ TEST_F(CheckpointTest, AveragingRefusesMismatchedArchitectures) {
   EXPECT_FALSE(fs::exists(path("out.h5")));
 }
 
-TEST_F(CheckpointTest, AveragedCheckpointInitialisesTraining) {
+TEST_F(CheckpointTest, ParametersOnlyCheckpointServesDecodingAndInit) {
   Trainer source(small_config(path("run")));
   source.step();
   Checkpoint params_only = source.snapshot();
@@ -459,24 +458,36 @@ TEST_F(CheckpointTest, AveragedCheckpointInitialisesTraining) {
   params_only.adam_v.clear();
   write_checkpoint(path("average.h5"), params_only);
 
+  // Decoding: a fresh model loaded from the file decodes as the model that wrote it.
+  Trainer fresh(small_config(path("run2")));
+  load_parameters(path("average.h5"), fresh.model());
+  EXPECT_EQ(fresh.model().params().sha256_hex(), source.model().params().sha256_hex());
+  std::vector<TokenSequence> sentences;
+  SyntheticSource sentence_source(SyntheticSpec{});
+  for (int i = 0; i < 4; ++i) sentences.push_back(sentence_source.next_source());
+  EXPECT_EQ(greedy_decode(fresh.model(), sentences, SpecialIds{}),
+            greedy_decode(source.model(), sentences, SpecialIds{}));
+
+  // Training: checkpoint.init takes the parameters and starts at step 0.
   std::ostringstream log;
-  Trainer started(small_config(path("run2"), {"train.max_steps=1",
+  Trainer started(small_config(path("run3"), {"train.max_steps=1",
                                               "checkpoint.init=" + path("average.h5")}));
-  started.load_parameters(read_checkpoint(path("average.h5"), CheckpointParts::ParamsOnly),
-                          path("average.h5"));
-  EXPECT_EQ(started.model().params().sha256_hex(), source.model().params().sha256_hex());
-  EXPECT_EQ(started.completed_steps(), 0);  // parameters only: the run starts at step 0
   started.run(log);
   EXPECT_NE(log.str().find("parameters initialised from " + path("average.h5")),
             std::string::npos)
       << log.str();
+  EXPECT_NE(log.str().find("final: step=1 "), std::string::npos) << log.str();
 
   // Resuming needs the moments: a parameters-only file is refused by name.
-  Trainer resuming(small_config(path("run3")));
-  expect_error([&] { resuming.restore(read_checkpoint(path("average.h5"), CheckpointParts::ParamsOnly),
-                                      path("average.h5")); },
-               {path("average.h5"), "parameters only"});
-  expect_error([&] { read_checkpoint(path("average.h5")); }, {path("average.h5"), "holds parameters only"});
+  expect_error([&] { read_checkpoint(path("average.h5")); },
+               {path("average.h5"), "holds parameters only"});
+  Trainer resuming(small_config(path("run4")));
+  expect_error(
+      [&] {
+        resuming.restore(read_checkpoint(path("average.h5"), CheckpointParts::ParamsOnly),
+                         path("average.h5"));
+      },
+      {path("average.h5"), "parameters only"});
 }
 
 // ---- corruption ----

@@ -572,6 +572,22 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths) {
   return average;
 }
 
+void check_architecture(const Checkpoint& checkpoint, const Transformer& model,
+                        const std::string& source) {
+  const std::string expected = architecture_text(model.config(), model.vocab_size());
+  if (checkpoint.architecture != expected) {
+    THPC_FAIL("checkpoint " << source << ": architecture mismatch: the file has '"
+                            << checkpoint.architecture << "', the model is '" << expected << "'");
+  }
+}
+
+void load_parameters(const std::string& path, Transformer& model) {
+  const Checkpoint checkpoint = read_checkpoint(path, CheckpointParts::ParamsOnly);
+  check_architecture(checkpoint, model, path);
+  ParamStore& params = model.params();
+  scatter_named(checkpoint.params, params, model.backend(), params.params(), "checkpoint " + path);
+}
+
 std::vector<NamedTensor> gather_named(const ParamStore& store, Backend& backend, Tensor buffer) {
   THPC_CHECK(buffer.numel == store.buffer_numel(),
              "buffer of " << buffer.numel << " elements, layout of " << store.buffer_numel());

@@ -17,6 +17,7 @@
 #include "data/batch_source.h"
 #include "kernels/ops.h"
 #include "model/params.h"
+#include "model/transformer.h"
 
 namespace thpc {
 
@@ -84,6 +85,15 @@ std::vector<std::string> prune_checkpoints(const std::string& dir, int keep,
 // parameters-only, carries the newest input's step, seed, config and world size.
 // Refuses (thpc::Error naming the files) inputs whose architectures or tensors differ.
 Checkpoint average_checkpoints(const std::vector<std::string>& paths);
+
+// Throws thpc::Error naming `source` when the checkpoint's architecture_text() is not
+// the model's: its parameters would not fit, or would mean something else.
+void check_architecture(const Checkpoint& checkpoint, const Transformer& model,
+                        const std::string& source);
+
+// Loads the parameters of any checkpoint (a step or an average) into `model`, after
+// checking the architecture: what decoding and checkpoint.init start from.
+void load_parameters(const std::string& path, Transformer& model);
 
 // The values of a parameter-layout buffer (parameters, or an Adam moment) by name, and
 // back. `buffer` has the layout of `store` and the dtype of `backend`'s parameters.

@@ -135,17 +135,8 @@ Checkpoint Trainer::snapshot() const {
   return checkpoint;
 }
 
-void Trainer::check_architecture(const Checkpoint& checkpoint, const std::string& source) const {
-  const std::string expected = architecture_text(config_.model, model_->vocab_size());
-  if (checkpoint.architecture != expected) {
-    THPC_FAIL("checkpoint " << source << ": architecture mismatch: the file has '"
-                            << checkpoint.architecture << "', " << config_.source_file
-                            << " configures '" << expected << "'");
-  }
-}
-
 void Trainer::restore(const Checkpoint& checkpoint, const std::string& source) {
-  check_architecture(checkpoint, source);
+  check_architecture(checkpoint, *model_, source);
   // The random stream of a step is keyed by (seed, step): another seed would continue
   // some other run, not this one.
   if (checkpoint.seed != config_.train.seed) {
@@ -165,12 +156,6 @@ void Trainer::restore(const Checkpoint& checkpoint, const std::string& source) {
                 "checkpoint " + source + " /adam/v");
   source_->seek(checkpoint.data_position);
   completed_steps_ = checkpoint.step;
-}
-
-void Trainer::load_parameters(const Checkpoint& checkpoint, const std::string& source) {
-  check_architecture(checkpoint, source);
-  const ParamStore& params = model_->params();
-  scatter_named(checkpoint.params, params, *backend_, params.params(), "checkpoint " + source);
 }
 
 void Trainer::note_world_size_change(const Checkpoint& checkpoint, std::ostream& log) const {
@@ -210,7 +195,7 @@ void Trainer::apply_start_options(std::ostream& log) {
     return;
   }
   if (!options.init.empty()) {
-    load_parameters(read_checkpoint(options.init, CheckpointParts::ParamsOnly), options.init);
+    load_parameters(options.init, *model_);
     log << "parameters initialised from " << options.init << std::endl;
   }
 }

@@ -57,8 +57,6 @@ class Trainer {
   Checkpoint snapshot() const;
   // Continues from `checkpoint` (read from `source`), which must be of this model and seed.
   void restore(const Checkpoint& checkpoint, const std::string& source);
-  // Replaces the parameters only (checkpoint.init), leaving optimizer and step as they are.
-  void load_parameters(const Checkpoint& checkpoint, const std::string& source);
 
   Transformer& model() { return *model_; }
   Backend& backend() { return *backend_; }
@@ -73,7 +71,6 @@ class Trainer {
   // checkpoint.resume, else checkpoint.init (the first run of a job has nothing to resume).
   void apply_start_options(std::ostream& log);
   void note_world_size_change(const Checkpoint& checkpoint, std::ostream& log) const;
-  void check_architecture(const Checkpoint& checkpoint, const std::string& source) const;
   // Writes DIR/step_NNNNNNNN.h5 for the completed step and prunes to checkpoint.keep.
   std::string save_checkpoint(std::ostream& log);
   void write_average(std::ostream& log);
