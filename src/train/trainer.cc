@@ -125,7 +125,7 @@ Checkpoint Trainer::snapshot() const {
   Checkpoint checkpoint;
   checkpoint.step = completed_steps_;
   checkpoint.seed = config_.train.seed;
-  checkpoint.world_size = 1;  // one process until the distributed issue sets the ranks
+  checkpoint.world_size = world_size();
   checkpoint.data_position = source_->position();
   checkpoint.architecture = architecture_text(config_.model, model_->vocab_size());
   checkpoint.config_ini = config_.to_ini();
@@ -159,10 +159,9 @@ void Trainer::restore(const Checkpoint& checkpoint, const std::string& source) {
 }
 
 void Trainer::note_world_size_change(const Checkpoint& checkpoint, std::ostream& log) const {
-  const int64_t world_size = 1;  // one process until the distributed issue sets the ranks
-  if (checkpoint.world_size == world_size) return;
+  if (checkpoint.world_size == world_size()) return;
   log << "note: the checkpoint was written by " << checkpoint.world_size
-      << " ranks, this run has " << world_size
+      << " ranks, this run has " << world_size()
       << ": parameters, moments, step and schedule continue, but each rank's share of the "
       << "batches differs from here on, so the losses are not those of the original run"
       << std::endl;

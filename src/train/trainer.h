@@ -70,6 +70,8 @@ class Trainer {
   std::unique_ptr<Adam> adam_;
   // checkpoint.resume, else checkpoint.init (the first run of a job has nothing to resume).
   void apply_start_options(std::ostream& log);
+  // Ranks of this run: one process until the distributed issue sets them.
+  int64_t world_size() const { return 1; }
   void note_world_size_change(const Checkpoint& checkpoint, std::ostream& log) const;
   // Writes DIR/step_NNNNNNNN.h5 for the completed step and prunes to checkpoint.keep.
   std::string save_checkpoint(std::ostream& log);
