@@ -38,6 +38,9 @@ const std::vector<std::string> kAllKeys = {
     "train.log_every",       "train.threads",         "data.synthetic",
     "data.synthetic_vocab",  "data.synthetic_min_len", "data.synthetic_max_len",
     "dist.bucket_mb",        "dist.device",
+    "checkpoint.dir",        "checkpoint.minutes",    "checkpoint.every_steps",
+    "checkpoint.keep",       "checkpoint.resume",     "checkpoint.init",
+    "checkpoint.average_last",
 };
 
 void expect_same_config(const Config& actual, const Config& expected) {
@@ -73,6 +76,13 @@ void expect_same_config(const Config& actual, const Config& expected) {
   EXPECT_EQ(actual.data.synthetic_max_len, expected.data.synthetic_max_len);
   EXPECT_EQ(actual.dist.bucket_mb, expected.dist.bucket_mb);
   EXPECT_EQ(actual.dist.device, expected.dist.device);
+  EXPECT_EQ(actual.checkpoint.dir, expected.checkpoint.dir);
+  EXPECT_EQ(actual.checkpoint.minutes, expected.checkpoint.minutes);
+  EXPECT_EQ(actual.checkpoint.every_steps, expected.checkpoint.every_steps);
+  EXPECT_EQ(actual.checkpoint.keep, expected.checkpoint.keep);
+  EXPECT_EQ(actual.checkpoint.resume, expected.checkpoint.resume);
+  EXPECT_EQ(actual.checkpoint.init, expected.checkpoint.init);
+  EXPECT_EQ(actual.checkpoint.average_last, expected.checkpoint.average_last);
 }
 
 // Runs `action`, which must throw thpc::Error with one line containing every fragment.
@@ -145,6 +155,9 @@ TEST(Config, BaseIniHasThePapersValues) {
   EXPECT_EQ(config.train.adam_beta1, 0.9f);
   EXPECT_EQ(config.train.adam_beta2, 0.98f);
   EXPECT_EQ(config.train.adam_eps, 1e-9f);
+  EXPECT_EQ(config.checkpoint.minutes, 10.0f);  // every 10 minutes (§5.2)
+  EXPECT_EQ(config.checkpoint.average_last, 5);  // the last 5 averaged (§6.1)
+  EXPECT_GE(config.checkpoint.keep, config.checkpoint.average_last);
   EXPECT_EQ(config.source_file, kBaseIni);
   EXPECT_FALSE(config.dry_run);
 }
@@ -172,6 +185,9 @@ TEST(Config, BigIniHasThePapersValues) {
   EXPECT_EQ(config.train.adam_beta1, 0.9f);
   EXPECT_EQ(config.train.adam_beta2, 0.98f);
   EXPECT_EQ(config.train.adam_eps, 1e-9f);
+  EXPECT_EQ(config.checkpoint.minutes, 10.0f);    // every 10 minutes (§5.2)
+  EXPECT_EQ(config.checkpoint.average_last, 20);  // the last 20 averaged (§6.1)
+  EXPECT_GE(config.checkpoint.keep, config.checkpoint.average_last);
 }
 
 TEST(Config, TinyIniIsASmallReversalModel) {
@@ -272,6 +288,9 @@ const std::vector<std::string> kUnusualValues = {
     "train.adam_eps=3e-8",     "train.log_every=9",      "train.threads=2",
     "data.synthetic=copy",     "data.synthetic_vocab=11", "data.synthetic_min_len=2",
     "data.synthetic_max_len=7", "dist.bucket_mb=3.5",   "dist.device=2",
+    "checkpoint.dir=runs/x/ckpt", "checkpoint.minutes=0.25",
+    "checkpoint.every_steps=500", "checkpoint.keep=7", "checkpoint.resume=auto",
+    "checkpoint.init=runs/x/average.h5", "checkpoint.average_last=6",
 };
 
 TEST_F(ConfigFiles, ToIniRoundTrips) {
@@ -493,6 +512,11 @@ TEST(Config, BadValuesNameKeyAndFile) {
       {{"data.synthetic_min_len=13"}, "data.synthetic_max_len"},
       {{"data.synthetic_max_len=63"}, "data.synthetic_max_len: 63 + 2 (bos, eos) exceeds"},
       {{"model.max_positions=13"}, "data.synthetic_max_len"},
+      {{"checkpoint.minutes=-1"}, "checkpoint.minutes: must be ≥ 0, got -1"},
+      {{"checkpoint.every_steps=-1"}, "checkpoint.every_steps"},
+      {{"checkpoint.keep=0"}, "checkpoint.keep: must be ≥ 1, got 0"},
+      {{"checkpoint.average_last=-1"}, "checkpoint.average_last"},
+      {{"checkpoint.average_last=6"}, "checkpoint.average_last: 6 exceeds checkpoint.keep 5"},
   };
   for (const auto& [overrides, fragment] : cases) {
     SCOPED_TRACE(overrides.front());
@@ -507,6 +531,12 @@ TEST(Config, ValidateNamesTheSourceFile) {
   Config config = load_config(kTinyIni);
   config.train.warmup_steps = 0;
   expect_error([&] { validate(config); }, {"tiny.ini: train.warmup_steps"});
+}
+
+TEST_F(ConfigFiles, EmptyCheckpointDirIsRefused) {
+  // The command line cannot give an empty value; a file can.
+  const std::string path = write_ini("empty_dir.ini", "[checkpoint]\ndir =\n");
+  expect_error([&] { load_config(path); }, {"empty_dir.ini: checkpoint.dir: must not be empty"});
 }
 
 }  // namespace

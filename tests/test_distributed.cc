@@ -4,8 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
+#include <map>
+#include <regex>
 #include <cstdio>
 #include <string>
+
+#include <unistd.h>
 
 namespace {
 
@@ -69,6 +74,51 @@ TEST(Distributed, ABadConfigFailsEveryRankWithOneMessage) {
   const size_t first = run.output.find(needle);
   EXPECT_NE(first, std::string::npos) << run.output;
   EXPECT_EQ(run.output.find(needle, first + 1), std::string::npos) << run.output;
+}
+
+// step -> "loss X" of every progress line, and the final digest.
+std::map<int, std::string> losses_by_step(const std::string& output) {
+  std::map<int, std::string> losses;
+  const std::regex line(R"(step (\d+)/\d+ \| loss ([0-9.]+))");
+  for (std::sregex_iterator it(output.begin(), output.end(), line), end; it != end; ++it) {
+    losses[std::stoi((*it)[1])] = (*it)[2];
+  }
+  return losses;
+}
+
+std::string final_digest(const std::string& output) {
+  std::smatch m;
+  return std::regex_search(output, m, std::regex("params_sha256=([0-9a-f]{64})")) ? m[1].str()
+                                                                                    : "";
+}
+
+TEST(Distributed, TwoRankRunStoppedBySigtermResumesIdentically) {
+  const std::filesystem::path root =
+      std::filesystem::temp_directory_path() / ("thpc_dist_resume_" + std::to_string(getpid()));
+  std::filesystem::remove_all(root);
+  const std::string common = "--train.max_steps=20 --train.log_every=1 --checkpoint.minutes=0 ";
+  const JobResult whole =
+      mpirun_trainer("", common + "--checkpoint.dir=" + (root / "whole").string());
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  // THPC_TEST_STOP_AT_STEP makes every rank raise SIGTERM after step 8; rank 0 decides,
+  // writes the checkpoint, and the job exits 0 as Slurm expects.
+  const std::string dir = "--checkpoint.dir=" + (root / "split").string();
+  const JobResult first = mpirun_trainer("THPC_TEST_STOP_AT_STEP=8", common + dir);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  ASSERT_NE(first.output.find("stopped: SIGTERM received; step=8"), std::string::npos)
+      << first.output;
+  const JobResult second = mpirun_trainer("", common + dir + " --checkpoint.resume=auto");
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("at step 8"), std::string::npos) << second.output;
+
+  const auto expected = losses_by_step(whole.output);
+  const auto resumed = losses_by_step(second.output);
+  ASSERT_EQ(expected.size(), 20u) << whole.output;
+  ASSERT_EQ(resumed.size(), 12u) << second.output;
+  for (const auto& [step, loss] : resumed) EXPECT_EQ(loss, expected.at(step)) << "step " << step;
+  EXPECT_EQ(final_digest(second.output), final_digest(whole.output));
+  EXPECT_EQ(final_digest(whole.output).size(), 64u);
+  std::filesystem::remove_all(root);
 }
 
 }  // namespace

@@ -5,6 +5,9 @@
 // any op and this test fails.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <iostream>
 
 #include "config/config.h"
@@ -16,10 +19,16 @@ namespace thpc {
 namespace {
 
 TEST(Learning, TinyModelLearnsToReverseHeldOutSequences) {
-  const Config config = load_config(std::string(THPC_SOURCE_DIR) + "/input/tiny.ini");
+  // The run ends with a checkpoint; keep it out of the source tree.
+  const std::string checkpoints = (std::filesystem::temp_directory_path() /
+                                   ("thpc_test_learning_" + std::to_string(::getpid())))
+                                      .string();
+  const Config config = load_config(std::string(THPC_SOURCE_DIR) + "/input/tiny.ini",
+                                    {"checkpoint.dir=" + checkpoints});
   ASSERT_EQ(config.data.synthetic, "reverse");
   Trainer trainer(config);
   trainer.run(std::cout);
+  std::filesystem::remove_all(checkpoints);
 
   // Loss on held-out batches, without dropout. Label smoothing with eps = 0.1 over
   // V = 32 classes puts its floor at the entropy of the smoothed target,

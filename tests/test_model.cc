@@ -2,8 +2,10 @@
 // against the closed form, the learning-rate schedule against §5.3, the synthetic data,
 // and the training loop's determinism.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <random>
 #include <set>
 #include <sstream>
@@ -281,13 +283,19 @@ TEST(Synthetic, HeldOutIsDisjointFromTrainingAndPositionsRestart) {
 // ---- the training loop ------------------------------------------------------------
 
 TEST(Trainer, TwoRunsAreBitIdentical) {
-  Config config = load_config(kRoot + "/input/tiny.ini", {"train.max_steps=3"});
+  // Each run ends with a checkpoint; keep them out of the source tree.
+  const std::string checkpoints = (std::filesystem::temp_directory_path() /
+                                   ("thpc_test_model_" + std::to_string(::getpid())))
+                                      .string();
+  Config config = load_config(kRoot + "/input/tiny.ini",
+                              {"train.max_steps=3", "checkpoint.dir=" + checkpoints});
   std::ostringstream log_a, log_b;
   Trainer(config).run(log_a);
   Trainer(config).run(log_b);
   EXPECT_NE(log_a.str().find("final: step=3 loss="), std::string::npos) << log_a.str();
   EXPECT_EQ(log_a.str().substr(log_a.str().find("final:")),
             log_b.str().substr(log_b.str().find("final:")));
+  std::filesystem::remove_all(checkpoints);
 }
 
 TEST(Trainer, GoldenLossesOfTinyIni) {

@@ -109,6 +109,22 @@ const std::vector<Option>& option_table() {
                   "gradient all-reduce bucket size in MiB, > 0 (one collective per bucket)"),
       THPC_OPTION(dist, device, THPC_ANY,
                   "GPU index of every rank; -1 = local rank modulo the visible GPUs"),
+
+      // [checkpoint]: written by rank 0 (docs/checkpoints.md).
+      THPC_OPTION(checkpoint, dir, THPC_ANY,
+                  "directory of step_NNNNNNNN.h5 checkpoints (relative to the working directory)"),
+      THPC_OPTION(checkpoint, minutes, THPC_ANY,
+                  "wall-clock minutes between checkpoints, fractions allowed; 0 = none by time"),
+      THPC_OPTION(checkpoint, every_steps, THPC_ANY,
+                  "also a checkpoint every this many steps; 0 = none by step count"),
+      THPC_OPTION(checkpoint, keep, THPC_ANY, "newest checkpoints kept in dir, >= 1"),
+      THPC_OPTION(checkpoint, resume, THPC_ANY,
+                  "continue a run: auto = newest valid checkpoint in dir, or a file; "
+                  "empty = start fresh"),
+      THPC_OPTION(checkpoint, init, THPC_ANY,
+                  "start from this checkpoint's parameters only (ignored when resuming)"),
+      THPC_OPTION(checkpoint, average_last, THPC_ANY,
+                  "at the end, write dir/average_lastN.h5 from the last N checkpoints; 0 = off"),
   };
   return table;
 }
@@ -461,6 +477,21 @@ void validate(const Config& config) {
   const DistConfig& dist = config.dist;
   check.positive("dist.bucket_mb", dist.bucket_mb);
   check.at_least("dist.device", dist.device, -1);
+
+  const CheckpointConfig& checkpoint = config.checkpoint;
+  if (checkpoint.dir.empty()) check.fail("checkpoint.dir", "must not be empty");
+  if (!(checkpoint.minutes >= 0.0f)) {
+    check.fail("checkpoint.minutes", "must be ≥ 0, got " + Checker::text(checkpoint.minutes));
+  }
+  check.at_least("checkpoint.every_steps", checkpoint.every_steps, std::int64_t{0});
+  check.at_least("checkpoint.keep", checkpoint.keep, 1);
+  check.at_least("checkpoint.average_last", checkpoint.average_last, 0);
+  // Averaging reads the checkpoints the run kept: it cannot average more than that.
+  if (checkpoint.average_last > checkpoint.keep) {
+    check.fail("checkpoint.average_last",
+               std::to_string(checkpoint.average_last) + " exceeds checkpoint.keep " +
+                   std::to_string(checkpoint.keep) + " (the run keeps only that many)");
+  }
 }
 
 std::string Config::to_ini() const {

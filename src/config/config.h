@@ -64,11 +64,24 @@ struct DistConfig {
   int device = -1;          // GPU of this rank; -1 = local rank modulo visible devices
 };
 
+// Checkpoints (docs/checkpoints.md): when rank 0 writes them, how many stay, and what a
+// run starts from.
+struct CheckpointConfig {
+  std::string dir = "checkpoints";  // DIR/step_NNNNNNNN.h5, relative to the working directory
+  float minutes = 10.0f;            // wall-clock minutes between checkpoints; 0 = none by time
+  std::int64_t every_steps = 0;     // also every this many steps; 0 = none by step count
+  int keep = 5;                     // the newest `keep` step_*.h5 of DIR are kept
+  std::string resume;               // "" = fresh start | auto = newest valid in DIR | a path
+  std::string init;                 // parameters only, when the run does not resume
+  int average_last = 0;             // at the end, average the last N into DIR; 0 = off
+};
+
 struct Config {
   ModelConfig model;
   TrainConfig train;
   DataConfig data;
   DistConfig dist;
+  CheckpointConfig checkpoint;
 
   std::string source_file;  // the ini file the config came from ("" if none)
   bool dry_run = false;

@@ -101,6 +101,12 @@ double Communicator::sum(double value) const {
   return mpi_ ? sum_over_ranks(value, MPI_DOUBLE) : value;
 }
 
+int64_t Communicator::broadcast_from_root(int64_t value) const {
+  if (!mpi_) return value;
+  check_mpi(MPI_Bcast(&value, 1, MPI_INT64_T, 0, MPI_COMM_WORLD), "MPI_Bcast");
+  return value;
+}
+
 void Communicator::sum_in_place(Tensor buffer, int64_t bucket_bytes) const {
   if (!mpi_ || size_ == 1) return;
   const MPI_Datatype type = mpi_type(buffer.dtype);

@@ -46,6 +46,8 @@ class Communicator {
   // each bucket's MPI_Iallreduce is posted at once and all are awaited together, so
   // large buffers overlap their transfers and no single message is huge.
   void sum_in_place(Tensor host_buffer, int64_t bucket_bytes) const;
+  // Rank 0's value, on every rank (decisions that all ranks must take together).
+  int64_t broadcast_from_root(int64_t value) const;
   // Every rank's string, in rank order (for checks such as identical parameters).
   std::vector<std::string> all_gather(const std::string& value) const;
   // Ends every rank of the job with `code` (MPI_Abort) after printing `message`.

@@ -2,12 +2,16 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cmath>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <iomanip>
 #include <ostream>
 #include <sstream>
 
+#include "checkpoint/stop_request.h"
 #include "common/error.h"
 #include "data/synthetic.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -131,27 +135,178 @@ StepStats Trainer::step() {
   return stats;
 }
 
-void Trainer::run(std::ostream& log) {
+namespace {
+
+// Test hook (docs/checkpoints.md): THPC_TEST_STOP_AT_STEP=K makes the process send itself
+// SIGTERM once step K is complete, so that tests interrupt a run at an exact step
+// instead of racing a kill against the log. 0 when unset.
+int64_t test_stop_step() {
+  const char* value = std::getenv("THPC_TEST_STOP_AT_STEP");
+  return value ? std::strtoll(value, nullptr, 10) : 0;
+}
+
+const char* signal_name(int signal_number) {
+  if (signal_number == SIGTERM) return "SIGTERM";
+  if (signal_number == SIGUSR1) return "SIGUSR1";
+  return "a signal";
+}
+
+}  // namespace
+
+Checkpoint Trainer::snapshot() const {
+  const ParamStore& params = model_->params();
+  Checkpoint checkpoint;
+  checkpoint.step = completed_steps_;
+  checkpoint.seed = config_.train.seed;
+  checkpoint.world_size = comm_.size();
+  checkpoint.data_position = source_->position();
+  checkpoint.architecture = architecture_text(config_.model, model_->vocab_size());
+  checkpoint.config_ini = config_.to_ini();
+  checkpoint.params = gather_named(params, *backend_, params.params());
+  checkpoint.adam_m = gather_named(params, *backend_, adam_->first_moment());
+  checkpoint.adam_v = gather_named(params, *backend_, adam_->second_moment());
+  return checkpoint;
+}
+
+void Trainer::restore(const Checkpoint& checkpoint, const std::string& source) {
+  check_architecture(checkpoint, *model_, source);
+  // The random stream of a step is keyed by (seed, step): another seed would continue
+  // some other run, not this one.
+  if (checkpoint.seed != config_.train.seed) {
+    THPC_FAIL("checkpoint " << source << ": written with train.seed " << checkpoint.seed << ", "
+                            << config_.source_file << " has train.seed " << config_.train.seed
+                            << " (a resumed run keeps its seed)");
+  }
+  if (checkpoint.adam_m.empty() || checkpoint.adam_v.empty()) {
+    THPC_FAIL("checkpoint " << source << ": holds parameters only (an average?); resume needs "
+                            << "the Adam moments, use checkpoint.init to start from it");
+  }
+  const ParamStore& params = model_->params();
+  scatter_named(checkpoint.params, params, *backend_, params.params(), "checkpoint " + source);
+  scatter_named(checkpoint.adam_m, params, *backend_, adam_->first_moment(),
+                "checkpoint " + source + " /adam/m");
+  scatter_named(checkpoint.adam_v, params, *backend_, adam_->second_moment(),
+                "checkpoint " + source + " /adam/v");
+  source_->seek(checkpoint.data_position);
+  completed_steps_ = checkpoint.step;
+}
+
+void Trainer::note_world_size_change(const Checkpoint& checkpoint, std::ostream& log) const {
+  if (checkpoint.world_size == comm_.size()) return;
+  log << "note: the checkpoint was written by " << checkpoint.world_size
+      << " ranks, this run has " << comm_.size()
+      << ": parameters, moments, step and schedule continue, but each rank's share of the "
+      << "batches differs from here on, so the losses are not those of the original run"
+      << std::endl;
+}
+
+void Trainer::apply_start_options(std::ostream& log) {
+  const CheckpointConfig& options = config_.checkpoint;
+  if (options.resume == "auto") {
+    const auto start = std::chrono::steady_clock::now();
+    Checkpoint checkpoint;
+    const std::string path = newest_valid_checkpoint(options.dir, log, &checkpoint);
+    if (!path.empty()) {
+      restore(checkpoint, path);
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      log << "resumed from " << path << " at step " << completed_steps_ << " (data epoch "
+          << checkpoint.data_position.epoch << ", index " << checkpoint.data_position.index
+          << "; read and verified in " << std::fixed << std::setprecision(2) << seconds << " s)"
+          << std::endl;
+      note_world_size_change(checkpoint, log);
+      return;
+    }
+    log << "checkpoint.resume=auto: no valid checkpoint in " << options.dir
+        << ", starting from step 0" << std::endl;
+  } else if (!options.resume.empty()) {
+    const Checkpoint checkpoint = read_checkpoint(options.resume);
+    restore(checkpoint, options.resume);
+    log << "resumed from " << options.resume << " at step " << completed_steps_ << std::endl;
+    note_world_size_change(checkpoint, log);
+    return;
+  }
+  if (!options.init.empty()) {
+    load_parameters(options.init, *model_);
+    log << "parameters initialised from " << options.init << std::endl;
+  }
+}
+
+std::string Trainer::save_checkpoint(std::ostream& log) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
+  const std::string path =
+      (std::filesystem::path(config_.checkpoint.dir) / checkpoint_file_name(completed_steps_))
+          .string();
+  // Copying the state out is what the other ranks would wait for; the file write could
+  // overlap training (docs/checkpoints.md says why it does not yet).
+  const Checkpoint state = snapshot();
+  const auto copied = Clock::now();
+  write_checkpoint(path, state);
+  const auto written = Clock::now();
+  std::error_code error;
+  const auto bytes = std::filesystem::file_size(path, error);
+  log << "checkpoint " << path << " (" << std::fixed << std::setprecision(1)
+      << (error ? 0.0 : static_cast<double>(bytes) / 1e6) << " MB; copy "
+      << std::setprecision(2) << std::chrono::duration<double>(copied - start).count()
+      << " s, write " << std::chrono::duration<double>(written - copied).count() << " s)"
+      << std::endl;
+  for (const std::string& deleted :
+       prune_checkpoints(config_.checkpoint.dir, config_.checkpoint.keep, path)) {
+    log << "removed old checkpoint " << deleted << " (checkpoint.keep = "
+        << config_.checkpoint.keep << ")" << std::endl;
+  }
+  return path;
+}
+
+void Trainer::write_average(std::ostream& log) {
+  const int wanted = config_.checkpoint.average_last;
+  std::vector<std::string> paths = list_checkpoints(config_.checkpoint.dir);
+  if (static_cast<int>(paths.size()) > wanted) paths.erase(paths.begin(), paths.end() - wanted);
+  const std::string output = (std::filesystem::path(config_.checkpoint.dir) /
+                              ("average_last" + std::to_string(wanted) + ".h5"))
+                                 .string();
+  // The training itself succeeded: a bad old checkpoint costs the average, not the run
+  // (a failing exit would make the batch system requeue a finished job).
+  try {
+    write_checkpoint(output, average_checkpoints(paths));
+  } catch (const Error& error) {
+    log << "warning: no average written: " << error.what() << std::endl;
+    return;
+  }
+  log << "average of the last " << paths.size() << " checkpoints"
+      << (static_cast<int>(paths.size()) < wanted ? " (fewer than checkpoint.average_last exist)"
+                                                  : "")
+      << " written to " << output << std::endl;
+}
+
+RunEnd Trainer::run(std::ostream& log) {
+  using Clock = std::chrono::steady_clock;
+  const StopSignalGuard stop_signals;
+  const int64_t stop_at_step = test_stop_step();
+  // Rank 0 speaks for the job; the other ranks' lines would only repeat it.
+  std::ostream silent(nullptr);
+  std::ostream& out = comm_.is_root() ? log : silent;
+  out << "training " << model_->params().count() << " parameters on " << backend_->name()
+      << " for " << config_.train.max_steps << " steps on " << comm_.size() << " rank"
+      << (comm_.size() > 1 ? "s" : "") << std::endl;
+  apply_start_options(out);
+  const int64_t first_step = completed_steps_;
+  int64_t last_saved_step = config_.checkpoint.resume.empty() ? -1 : completed_steps_;
+  const auto start = Clock::now();
   auto interval_start = start;
+  auto last_save = start;
   int64_t interval_tokens = 0;
   StepStats last;
-  const bool logs = comm_.is_root();
-  if (logs) {
-    log << "training " << model_->params().count() << " parameters on " << backend_->name()
-        << " for " << config_.train.max_steps << " steps on " << comm_.size() << " rank"
-        << (comm_.size() > 1 ? "s" : "") << std::endl;
-  }
   while (completed_steps_ < config_.train.max_steps) {
     last = step();
     interval_tokens += last.src_tokens + last.tgt_tokens;
-    if (logs &&
-        (last.step % config_.train.log_every == 0 || last.step == config_.train.max_steps)) {
+    if (last.step % config_.train.log_every == 0 || last.step == config_.train.max_steps) {
       const auto now = Clock::now();
       const double interval = std::chrono::duration<double>(now - interval_start).count();
       const double elapsed = std::chrono::duration<double>(now - start).count();
-      const double eta = elapsed / last.step * (config_.train.max_steps - last.step);
+      const double eta =
+          elapsed / (last.step - first_step) * (config_.train.max_steps - last.step);
       std::ostringstream line;
       line << "step " << last.step << "/" << config_.train.max_steps << " | loss "
            << std::fixed << std::setprecision(4) << last.loss << " | ppl "
@@ -159,10 +314,32 @@ void Trainer::run(std::ostream& log) {
            << std::setprecision(3) << last.lr << std::fixed << std::setprecision(0)
            << " | tokens/s " << interval_tokens / std::max(interval, 1e-9) << " | elapsed "
            << std::setprecision(1) << elapsed << "s | eta " << eta << "s";
-      log << line.str() << std::endl;
+      out << line.str() << std::endl;
       interval_start = now;
       interval_tokens = 0;
     }
+    if (last.step == stop_at_step) std::raise(SIGTERM);
+    // Whether to save (and stop) is rank 0's decision, from its clock and the signals
+    // it saw, broadcast so that every rank agrees on the step without waiting on clocks.
+    const double since_save = std::chrono::duration<double>(Clock::now() - last_save).count();
+    const int64_t decision = comm_.broadcast_from_root(
+        2 * static_cast<int64_t>(stop_requested_by()) +
+        (checkpoint_due(config_.checkpoint, last.step, since_save) ? 1 : 0));
+    const int stop_signal = static_cast<int>(decision / 2);
+    if (decision != 0) {
+      const std::string path = comm_.is_root() ? save_checkpoint(out) : std::string();
+      last_saved_step = last.step;
+      last_save = Clock::now();
+      if (stop_signal != 0) {
+        out << "stopped: " << signal_name(stop_signal) << " received; step=" << completed_steps_
+            << " checkpoint=" << path << " (resume with --checkpoint.resume=auto)" << std::endl;
+        return RunEnd::Stopped;
+      }
+    }
+  }
+  if (comm_.is_root()) {
+    if (last_saved_step != completed_steps_) save_checkpoint(out);
+    if (config_.checkpoint.average_last > 0) write_average(out);
   }
   // Every rank applied the same update to the same parameters; a difference would mean
   // a broken all-reduce, so check before declaring the result.
@@ -173,10 +350,16 @@ void Trainer::run(std::ostream& log) {
                                      << comm_.rank() << "'s after " << completed_steps_
                                      << " steps");
   }
-  if (logs) {
-    log << "final: step=" << completed_steps_ << " loss=" << std::fixed << std::setprecision(6)
-        << last.loss << " params_sha256=" << digest << std::endl;
+  // A run resumed at its last step trains no step: it has no loss of its own to print.
+  std::ostringstream loss;
+  if (completed_steps_ > first_step) {
+    loss << std::fixed << std::setprecision(6) << last.loss;
+  } else {
+    loss << "n/a";
   }
+  out << "final: step=" << completed_steps_ << " loss=" << loss.str()
+      << " params_sha256=" << digest << std::endl;
+  return RunEnd::Finished;
 }
 
 }  // namespace thpc

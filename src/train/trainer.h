@@ -2,11 +2,14 @@
 // `train.accumulate` micro-batches, loss normalised by the step's target tokens, Adam
 // with the §5.3 schedule, a progress line every `train.log_every` steps, and a final
 // line with the sha256 of the parameters so that two runs can be compared exactly.
+// Checkpoints (checkpoint/checkpoint.h) are written by the loop: on a schedule, at the
+// end, and when SIGTERM/SIGUSR1 ask it to stop; a run can resume from one exactly.
 #pragma once
 
 #include <iosfwd>
 #include <memory>
 
+#include "checkpoint/checkpoint.h"
 #include "config/config.h"
 #include "data/batch_source.h"
 #include "dist/communicator.h"
@@ -37,6 +40,10 @@ struct StepStats {
   int micro_batches = 0;                    // per rank
 };
 
+// How run() ended: all train.max_steps done, or stopped early by SIGTERM/SIGUSR1 after
+// writing a checkpoint (both are a success for the batch system: exit code 0).
+enum class RunEnd { Finished, Stopped };
+
 // Data-parallel over the ranks of `comm`: each rank trains on its own share of every
 // step's batches, the loss is normalised by the step's target tokens summed over all
 // ranks, and the gradients are summed over ranks before the (identical) Adam update, so
@@ -49,8 +56,15 @@ class Trainer {
 
   // One optimizer step over train.accumulate micro-batches.
   StepStats step();
-  // Steps until train.max_steps, logging to `log`; ends with the "final:" line.
-  void run(std::ostream& log);
+  // Applies checkpoint.resume / checkpoint.init, then steps until train.max_steps,
+  // logging to `log` and writing checkpoints; ends with the "final:" line (or, when a
+  // signal stopped it, with the "stopped:" line).
+  RunEnd run(std::ostream& log);
+
+  // The whole training state (parameters, Adam moments, step, seed, data position).
+  Checkpoint snapshot() const;
+  // Continues from `checkpoint` (read from `source`), which must be of this model and seed.
+  void restore(const Checkpoint& checkpoint, const std::string& source);
 
   Transformer& model() { return *model_; }
   Backend& backend() { return *backend_; }
@@ -64,6 +78,14 @@ class Trainer {
   std::unique_ptr<BatchSource> source_;
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<Adam> adam_;
+
+  // checkpoint.resume, else checkpoint.init (the first run of a job has nothing to resume).
+  void apply_start_options(std::ostream& log);
+  void note_world_size_change(const Checkpoint& checkpoint, std::ostream& log) const;
+  // Writes DIR/step_NNNNNNNN.h5 for the completed step and prunes to checkpoint.keep.
+  std::string save_checkpoint(std::ostream& log);
+  void write_average(std::ostream& log);
+
   int64_t completed_steps_ = 0;
 };
 

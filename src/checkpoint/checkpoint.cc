@@ -1,0 +1,647 @@
+#include "checkpoint/checkpoint.h"
+
+#include <fcntl.h>
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <ostream>
+#include <sstream>
+#include <thread>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "common/error.h"
+#include "common/sha256.h"
+
+namespace thpc {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kStepPrefix = "step_";
+constexpr const char* kStepSuffix = ".h5";
+
+// HDF5 prints its whole error stack to stderr by default; a user should see one line
+// naming the file and the problem instead. Turned off once, before the first HDF5 call.
+void silence_hdf5_error_printing() {
+  static const bool silenced = [] {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    return true;
+  }();
+  (void)silenced;
+}
+
+// The most specific message of HDF5's current error stack ("truncated file: eof = ...").
+std::string hdf5_reason() {
+  std::string reason;
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_UPWARD,
+      [](unsigned depth, const H5E_error2_t* error, void* data) -> herr_t {
+        auto* text = static_cast<std::string*>(data);
+        if (depth == 0 && error->desc != nullptr) *text = error->desc;
+        return 0;
+      },
+      &reason);
+  H5Eclear2(H5E_DEFAULT);
+  return reason.empty() ? std::string("unknown HDF5 error") : reason;
+}
+
+// Owns one HDF5 identifier and closes it with the function of its kind.
+class Handle {
+ public:
+  Handle(hid_t id, herr_t (*closer)(hid_t)) : id_(id), close_(closer) {}
+  ~Handle() {
+    if (id_ >= 0) close_(id_);
+  }
+  Handle(Handle&& other) noexcept : id_(std::exchange(other.id_, -1)), close_(other.close_) {}
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  Handle& operator=(Handle&&) = delete;
+  hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+  // Closes now, reporting failure (a file's close is where its last bytes are written).
+  herr_t close() {
+    const herr_t status = id_ >= 0 ? close_(id_) : 0;
+    id_ = -1;
+    return status;
+  }
+
+ private:
+  hid_t id_;
+  herr_t (*close_)(hid_t);
+};
+
+// The sha256 of each tensor's bytes, on all cores: hashing is most of the time a
+// checkpoint takes to write and to verify (docs/checkpoints.md), and tensors hash
+// independently of each other.
+std::vector<std::string> sha256_of_each(const std::vector<const NamedTensor*>& tensors) {
+  std::vector<std::string> digests(tensors.size());
+  if (tensors.empty()) return digests;
+  std::atomic<size_t> next{0};
+  const auto hash_remaining = [&] {
+    for (size_t i = next++; i < tensors.size(); i = next++) {
+      digests[i] = sha256_hex(tensors[i]->values.data(), tensors[i]->values.size() * sizeof(float));
+    }
+  };
+  const size_t helpers =
+      std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), tensors.size()) - 1;
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < helpers; ++i) threads.emplace_back(hash_remaining);
+  hash_remaining();
+  for (std::thread& thread : threads) thread.join();
+  return digests;
+}
+
+std::vector<const NamedTensor*> pointers_to(
+    std::initializer_list<const std::vector<NamedTensor>*> groups) {
+  std::vector<const NamedTensor*> pointers;
+  for (const std::vector<NamedTensor>* group : groups) {
+    for (const NamedTensor& tensor : *group) pointers.push_back(&tensor);
+  }
+  return pointers;
+}
+
+// ---- writing ----
+
+class Writer {
+ public:
+  explicit Writer(const std::string& path) : path_(path) {}
+
+  [[noreturn]] void fail(const std::string& what) const {
+    THPC_FAIL("cannot write checkpoint " << path_ << ": " << what << " (" << hdf5_reason()
+                                         << ")");
+  }
+  void check(herr_t status, const std::string& what) const {
+    if (status < 0) fail(what);
+  }
+
+  void string_attribute(hid_t object, const char* name, const std::string& value) const {
+    Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+    check(H5Tset_size(type.get(), value.size() + 1), "string type");
+    check(H5Tset_strpad(type.get(), H5T_STR_NULLTERM), "string type");
+    Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+    Handle attribute(H5Acreate2(object, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                     H5Aclose);
+    if (!attribute.valid()) fail(std::string("attribute ") + name);
+    check(H5Awrite(attribute.get(), type.get(), value.c_str()), std::string("attribute ") + name);
+  }
+
+  template <typename Integer>
+  void integer_attribute(hid_t object, const char* name, Integer value) const {
+    const hid_t type = std::is_signed_v<Integer> ? H5T_NATIVE_INT64 : H5T_NATIVE_UINT64;
+    Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+    Handle attribute(H5Acreate2(object, name, type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                     H5Aclose);
+    if (!attribute.valid()) fail(std::string("attribute ") + name);
+    check(H5Awrite(attribute.get(), type, &value), std::string("attribute ") + name);
+  }
+
+  hid_t group(hid_t parent, const char* name) {
+    const hid_t id = H5Gcreate2(parent, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (id < 0) fail(std::string("group ") + name);
+    return id;
+  }
+
+  // A contiguous (unchunked, uncompressed) fp32 dataset [rows, cols] with its sha256.
+  // `digests` holds the sha256 of each tensor, in order, from `next_digest` on.
+  void tensors(hid_t group_id, const std::string& group_path,
+               const std::vector<NamedTensor>& named, const std::vector<std::string>& digests,
+               size_t& next_digest) const {
+    for (const NamedTensor& tensor : named) {
+      const std::string where = group_path + "/" + tensor.name;
+      THPC_CHECK(static_cast<int64_t>(tensor.values.size()) == tensor.rows * tensor.cols,
+                 where << " holds " << tensor.values.size() << " values for shape "
+                       << tensor.rows << "x" << tensor.cols);
+      const hsize_t dims[2] = {static_cast<hsize_t>(tensor.rows),
+                               static_cast<hsize_t>(tensor.cols)};
+      Handle space(H5Screate_simple(2, dims, nullptr), H5Sclose);
+      Handle dataset(H5Dcreate2(group_id, tensor.name.c_str(), H5T_IEEE_F32LE, space.get(),
+                                H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                     H5Dclose);
+      if (!dataset.valid()) fail("dataset " + where);
+      check(H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                     tensor.values.data()),
+            "dataset " + where);
+      string_attribute(dataset.get(), "sha256", digests.at(next_digest++));
+    }
+  }
+
+ private:
+  std::string path_;
+};
+
+void fsync_path(const std::string& path, const std::string& checkpoint_path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    const int error = errno;
+    if (fd >= 0) ::close(fd);
+    THPC_FAIL("cannot write checkpoint " << checkpoint_path << ": fsync of " << path << ": "
+                                         << std::strerror(error));
+  }
+  ::close(fd);
+}
+
+// ---- reading ----
+
+class Reader {
+ public:
+  explicit Reader(const std::string& path) : path_(path) {}
+
+  [[noreturn]] void fail(const std::string& what) const {
+    THPC_FAIL("checkpoint " << path_ << ": " << what);
+  }
+
+  bool exists(hid_t parent, const std::string& name) const {
+    const htri_t found = H5Lexists(parent, name.c_str(), H5P_DEFAULT);
+    if (found < 0) fail("cannot look up " + name + " (" + hdf5_reason() + ")");
+    return found > 0;
+  }
+
+  Handle open_group(hid_t parent, const std::string& name) const {
+    if (!exists(parent, name)) fail("missing group " + name);
+    Handle group(H5Gopen2(parent, name.c_str(), H5P_DEFAULT), H5Gclose);
+    if (!group.valid()) fail("cannot open group " + name + " (" + hdf5_reason() + ")");
+    return group;
+  }
+
+  Handle open_attribute(hid_t object, const std::string& object_name, const char* name) const {
+    const htri_t found = H5Aexists(object, name);
+    if (found <= 0) fail("missing attribute " + std::string(name) + " of " + object_name);
+    Handle attribute(H5Aopen(object, name, H5P_DEFAULT), H5Aclose);
+    if (!attribute.valid()) {
+      fail("cannot open attribute " + std::string(name) + " of " + object_name + " (" +
+           hdf5_reason() + ")");
+    }
+    return attribute;
+  }
+
+  std::string string_attribute(hid_t object, const std::string& object_name,
+                               const char* name) const {
+    Handle attribute = open_attribute(object, object_name, name);
+    Handle type(H5Aget_type(attribute.get()), H5Tclose);
+    if (H5Tget_class(type.get()) != H5T_STRING || H5Tis_variable_str(type.get()) != 0) {
+      fail("attribute " + std::string(name) + " of " + object_name +
+           " is not a fixed-length string");
+    }
+    std::string value(H5Tget_size(type.get()), '\0');
+    if (H5Aread(attribute.get(), type.get(), value.data()) < 0) {
+      fail("cannot read attribute " + std::string(name) + " of " + object_name + " (" +
+           hdf5_reason() + ")");
+    }
+    value.resize(std::strlen(value.c_str()));
+    return value;
+  }
+
+  template <typename Integer>
+  Integer integer_attribute(hid_t object, const char* name) const {
+    Handle attribute = open_attribute(object, "/", name);
+    Integer value = 0;
+    const hid_t type = std::is_signed_v<Integer> ? H5T_NATIVE_INT64 : H5T_NATIVE_UINT64;
+    if (H5Aread(attribute.get(), type, &value) < 0) {
+      fail("cannot read attribute " + std::string(name) + " (" + hdf5_reason() + ")");
+    }
+    return value;
+  }
+
+  // The names of the datasets of a group, in HDF5's (alphabetical) order.
+  std::vector<std::string> member_names(hid_t group, const std::string& group_path) const {
+    std::vector<std::string> names;
+    const herr_t status = H5Literate(
+        group, H5_INDEX_NAME, H5_ITER_INC, nullptr,
+        [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
+          static_cast<std::vector<std::string>*>(data)->push_back(name);
+          return 0;
+        },
+        &names);
+    if (status < 0) fail("cannot list " + group_path + " (" + hdf5_reason() + ")");
+    return names;
+  }
+
+  // Reads a dataset and the sha256 recorded with it (verified later, all at once).
+  NamedTensor tensor(hid_t group, const std::string& group_path, const std::string& name,
+                     std::vector<std::string>& recorded_digests) const {
+    const std::string where = group_path + "/" + name;
+    if (!exists(group, name)) fail("missing dataset " + where);
+    Handle dataset(H5Dopen2(group, name.c_str(), H5P_DEFAULT), H5Dclose);
+    if (!dataset.valid()) fail("cannot open dataset " + where + " (" + hdf5_reason() + ")");
+    Handle type(H5Dget_type(dataset.get()), H5Tclose);
+    if (H5Tget_class(type.get()) != H5T_FLOAT || H5Tget_size(type.get()) != sizeof(float)) {
+      fail("dataset " + where + " is not fp32");
+    }
+    Handle space(H5Dget_space(dataset.get()), H5Sclose);
+    hsize_t dims[2] = {0, 0};
+    if (H5Sget_simple_extent_ndims(space.get()) != 2 ||
+        H5Sget_simple_extent_dims(space.get(), dims, nullptr) != 2) {
+      fail("dataset " + where + " is not two-dimensional");
+    }
+    NamedTensor tensor;
+    tensor.name = name;
+    tensor.rows = static_cast<int64_t>(dims[0]);
+    tensor.cols = static_cast<int64_t>(dims[1]);
+    tensor.values.resize(dims[0] * dims[1]);
+    if (H5Dread(dataset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                tensor.values.data()) < 0) {
+      fail("cannot read dataset " + where + " (" + hdf5_reason() + ")");
+    }
+    recorded_digests.push_back(string_attribute(dataset.get(), where, "sha256"));
+    return tensor;
+  }
+
+ private:
+  std::string path_;
+};
+
+// The step of "step_00001234.h5", or -1 for any other name.
+int64_t step_of_file_name(const std::string& name) {
+  const std::string prefix = kStepPrefix, suffix = kStepSuffix;
+  if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return -1;
+  }
+  const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return -1;
+  }
+  return std::stoll(digits);
+}
+
+// The HDF5 part of write_checkpoint(): the whole file at `temporary`, flushed and closed.
+void write_hdf5_file(const std::string& temporary, const std::string& path,
+                     const Checkpoint& checkpoint) {
+  Writer writer(path);
+  const std::vector<std::string> digests = sha256_of_each(
+      pointers_to({&checkpoint.params, &checkpoint.adam_m, &checkpoint.adam_v}));
+  size_t next_digest = 0;
+  Handle file(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+  if (!file.valid()) writer.fail("cannot create " + temporary);
+  const hid_t root = file.get();
+  writer.integer_attribute(root, "format_version", kCheckpointFormatVersion);
+  writer.integer_attribute(root, "step", checkpoint.step);
+  writer.integer_attribute(root, "seed", checkpoint.seed);
+  writer.integer_attribute(root, "world_size", checkpoint.world_size);
+  writer.integer_attribute(root, "data_epoch", checkpoint.data_position.epoch);
+  writer.integer_attribute(root, "data_index", checkpoint.data_position.index);
+  writer.string_attribute(root, "architecture", checkpoint.architecture);
+  writer.string_attribute(root, "config", checkpoint.config_ini);
+  {
+    Handle params(writer.group(root, "params"), H5Gclose);
+    writer.tensors(params.get(), "/params", checkpoint.params, digests, next_digest);
+  }
+  if (!checkpoint.adam_m.empty() || !checkpoint.adam_v.empty()) {
+    Handle adam(writer.group(root, "adam"), H5Gclose);
+    Handle m(writer.group(adam.get(), "m"), H5Gclose);
+    writer.tensors(m.get(), "/adam/m", checkpoint.adam_m, digests, next_digest);
+    Handle v(writer.group(adam.get(), "v"), H5Gclose);
+    writer.tensors(v.get(), "/adam/v", checkpoint.adam_v, digests, next_digest);
+  }
+  writer.check(H5Fflush(root, H5F_SCOPE_GLOBAL), "flush");
+  writer.check(file.close(), "close");
+}
+
+}  // namespace
+
+std::string architecture_text(const ModelConfig& model, int vocab_size) {
+  std::ostringstream text;
+  text << "layers=" << model.layers << " d_model=" << model.d_model << " d_ff=" << model.d_ff
+       << " heads=" << model.heads << " d_k=" << model.head_dim_k()
+       << " d_v=" << model.head_dim_v() << " vocab_size=" << vocab_size
+       << " positions=" << model.positions << " max_positions=" << model.max_positions
+       << " attention_bias=" << (model.attention_bias ? "true" : "false");
+  return text.str();
+}
+
+bool checkpoint_due(const CheckpointConfig& config, int64_t step, double seconds_since_last) {
+  if (config.every_steps > 0 && step % config.every_steps == 0) return true;
+  return config.minutes > 0.0f && seconds_since_last >= 60.0 * config.minutes;
+}
+
+std::string checkpoint_file_name(int64_t step) {
+  char name[64];
+  std::snprintf(name, sizeof name, "%s%08lld%s", kStepPrefix, static_cast<long long>(step),
+                kStepSuffix);
+  return name;
+}
+
+void write_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
+  silence_hdf5_error_printing();
+  const fs::path final_path(path);
+  const fs::path directory = final_path.has_parent_path() ? final_path.parent_path() : ".";
+  std::error_code error;
+  fs::create_directories(directory, error);
+  if (error) {
+    THPC_FAIL("cannot write checkpoint " << path << ": cannot create directory " << directory
+                                         << ": " << error.message());
+  }
+  const std::string temporary = (directory / ("." + final_path.filename().string() + ".tmp"));
+  try {
+    write_hdf5_file(temporary, path, checkpoint);
+    fsync_path(temporary, path);
+  } catch (const Error&) {
+    fs::remove(temporary, error);  // a partial file helps nobody
+    throw;
+  }
+  fs::rename(temporary, final_path, error);
+  if (error) {
+    THPC_FAIL("cannot write checkpoint " << path << ": rename of " << temporary << ": "
+                                         << error.message());
+  }
+  // The rename itself is durable only once the directory entry is on disk.
+  fsync_path(directory.string(), path);
+}
+
+Checkpoint read_checkpoint(const std::string& path, CheckpointParts parts) {
+  silence_hdf5_error_printing();
+  Reader reader(path);
+  std::error_code error;
+  if (!fs::is_regular_file(path, error)) reader.fail("no such file");
+  if (H5Fis_hdf5(path.c_str()) <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    reader.fail("not an HDF5 file (no HDF5 signature: empty, truncated to nothing, or another "
+                "format)");
+  }
+  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!file.valid()) {
+    reader.fail("cannot be opened, the file is truncated or damaged (HDF5: " + hdf5_reason() +
+                ")");
+  }
+  const hid_t root = file.get();
+  const auto version = reader.integer_attribute<int64_t>(root, "format_version");
+  if (version != kCheckpointFormatVersion) {
+    reader.fail("format_version " + std::to_string(version) + ", this program reads version " +
+                std::to_string(kCheckpointFormatVersion));
+  }
+  Checkpoint checkpoint;
+  checkpoint.step = reader.integer_attribute<int64_t>(root, "step");
+  checkpoint.seed = reader.integer_attribute<uint64_t>(root, "seed");
+  checkpoint.world_size = reader.integer_attribute<int64_t>(root, "world_size");
+  checkpoint.data_position.epoch = reader.integer_attribute<int64_t>(root, "data_epoch");
+  checkpoint.data_position.index = reader.integer_attribute<int64_t>(root, "data_index");
+  checkpoint.architecture = reader.string_attribute(root, "/", "architecture");
+  checkpoint.config_ini = reader.string_attribute(root, "/", "config");
+
+  Handle params = reader.open_group(root, "params");
+  const std::vector<std::string> names = reader.member_names(params.get(), "/params");
+  if (names.empty()) reader.fail("/params holds no datasets");
+  std::vector<std::string> recorded_digests;
+  std::vector<std::string> dataset_paths;
+  for (const std::string& name : names) {
+    checkpoint.params.push_back(reader.tensor(params.get(), "/params", name, recorded_digests));
+    dataset_paths.push_back("/params/" + name);
+  }
+  if (parts == CheckpointParts::All) {
+    if (!reader.exists(root, "adam")) {
+      reader.fail("holds parameters only (no /adam group: an average?); resuming needs the "
+                  "Adam moments, checkpoint.init starts from parameters only");
+    }
+    Handle adam = reader.open_group(root, "adam");
+    Handle m = reader.open_group(adam.get(), "m");
+    Handle v = reader.open_group(adam.get(), "v");
+    // A moment for each parameter, of its shape; extra moments mean a different model.
+    for (const auto& [group, group_path, into] :
+         {std::tuple{m.get(), "/adam/m", &checkpoint.adam_m},
+          std::tuple{v.get(), "/adam/v", &checkpoint.adam_v}}) {
+      if (reader.member_names(group, group_path).size() != names.size()) {
+        reader.fail(std::string(group_path) + " does not hold one moment per parameter");
+      }
+      for (const NamedTensor& param : checkpoint.params) {
+        into->push_back(reader.tensor(group, group_path, param.name, recorded_digests));
+        dataset_paths.push_back(std::string(group_path) + "/" + param.name);
+        if (into->back().rows != param.rows || into->back().cols != param.cols) {
+          reader.fail("dataset " + std::string(group_path) + "/" + param.name +
+                      " is not shaped like its parameter");
+        }
+      }
+    }
+  }
+  if (file.close() < 0) reader.fail("cannot be closed (" + hdf5_reason() + ")");
+  const std::vector<std::string> digests = sha256_of_each(
+      pointers_to({&checkpoint.params, &checkpoint.adam_m, &checkpoint.adam_v}));
+  for (size_t i = 0; i < digests.size(); ++i) {
+    if (digests[i] != recorded_digests[i]) {
+      reader.fail("bad checksum for dataset " + dataset_paths[i] + " (sha256 " + digests[i] +
+                  ", recorded " + recorded_digests[i] + "): the file is corrupt");
+    }
+  }
+  return checkpoint;
+}
+
+std::vector<std::string> list_checkpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code error;
+  if (!fs::is_directory(dir, error)) return {};
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
+    const int64_t step = step_of_file_name(entry.path().filename().string());
+    if (step >= 0 && entry.is_regular_file(error)) found.emplace_back(step, entry.path().string());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> paths;
+  for (auto& [step, path] : found) paths.push_back(std::move(path));
+  return paths;
+}
+
+std::string newest_valid_checkpoint(const std::string& dir, std::ostream& warnings,
+                                    Checkpoint* loaded) {
+  const std::vector<std::string> paths = list_checkpoints(dir);
+  for (auto path = paths.rbegin(); path != paths.rend(); ++path) {
+    try {
+      Checkpoint checkpoint = read_checkpoint(*path);
+      if (loaded) *loaded = std::move(checkpoint);
+      return *path;
+    } catch (const Error& error) {
+      warnings << "warning: skipping invalid " << error.what() << std::endl;
+    }
+  }
+  return "";
+}
+
+std::vector<std::string> prune_checkpoints(const std::string& dir, int keep,
+                                           const std::string& protected_path) {
+  THPC_CHECK(keep >= 1, "keep " << keep);
+  std::vector<std::string> paths = list_checkpoints(dir);
+  std::vector<std::string> deleted;
+  int kept = 0;
+  std::error_code error;
+  // Newest first: the newest `keep` stay, the one just written stays whatever its step.
+  for (auto path = paths.rbegin(); path != paths.rend(); ++path) {
+    const bool is_protected = fs::equivalent(*path, protected_path, error);
+    if (is_protected || kept < keep) {
+      ++kept;
+      continue;
+    }
+    if (fs::remove(*path, error)) deleted.push_back(*path);
+  }
+  return deleted;
+}
+
+Checkpoint average_checkpoints(const std::vector<std::string>& paths) {
+  THPC_CHECK(!paths.empty(), "no checkpoints to average");
+  std::vector<std::vector<double>> sums;
+  Checkpoint first;
+  Checkpoint newest;
+  for (size_t index = 0; index < paths.size(); ++index) {
+    Checkpoint current = read_checkpoint(paths[index], CheckpointParts::ParamsOnly);
+    if (index == 0) {
+      for (const NamedTensor& tensor : current.params) {
+        sums.emplace_back(tensor.values.begin(), tensor.values.end());
+      }
+      first = current;
+    } else {
+      if (current.architecture != first.architecture) {
+        THPC_FAIL("cannot average checkpoints of different architectures: "
+                  << paths.front() << " has '" << first.architecture << "' but " << paths[index]
+                  << " has '" << current.architecture << "'");
+      }
+      if (current.params.size() != first.params.size()) {
+        THPC_FAIL("cannot average " << paths.front() << " and " << paths[index] << ": they hold "
+                                    << first.params.size() << " and " << current.params.size()
+                                    << " parameters");
+      }
+      for (size_t t = 0; t < current.params.size(); ++t) {
+        const NamedTensor& a = first.params[t];
+        const NamedTensor& b = current.params[t];
+        if (a.name != b.name || a.rows != b.rows || a.cols != b.cols) {
+          THPC_FAIL("cannot average " << paths.front() << " and " << paths[index] << ": "
+                                      << a.name << " " << a.rows << "x" << a.cols << " vs "
+                                      << b.name << " " << b.rows << "x" << b.cols);
+        }
+        for (size_t i = 0; i < b.values.size(); ++i) sums[t][i] += b.values[i];
+      }
+    }
+    if (index == 0 || current.step >= newest.step) {
+      current.params.clear();  // only the metadata of the newest is kept
+      newest = std::move(current);
+    }
+  }
+  Checkpoint average = std::move(newest);
+  average.params = std::move(first.params);
+  const double count = static_cast<double>(paths.size());
+  for (size_t t = 0; t < average.params.size(); ++t) {
+    std::vector<float>& values = average.params[t].values;
+    for (size_t i = 0; i < values.size(); ++i) {
+      values[i] = static_cast<float>(sums[t][i] / count);
+    }
+  }
+  return average;
+}
+
+void check_architecture(const Checkpoint& checkpoint, const Transformer& model,
+                        const std::string& source) {
+  const std::string expected = architecture_text(model.config(), model.vocab_size());
+  if (checkpoint.architecture != expected) {
+    THPC_FAIL("checkpoint " << source << ": architecture mismatch: the file has '"
+                            << checkpoint.architecture << "', the model is '" << expected << "'");
+  }
+}
+
+void load_parameters(const std::string& path, Transformer& model) {
+  const Checkpoint checkpoint = read_checkpoint(path, CheckpointParts::ParamsOnly);
+  check_architecture(checkpoint, model, path);
+  ParamStore& params = model.params();
+  scatter_named(checkpoint.params, params, model.backend(), params.params(), "checkpoint " + path);
+}
+
+std::vector<NamedTensor> gather_named(const ParamStore& store, Backend& backend, Tensor buffer) {
+  THPC_CHECK(buffer.numel == store.buffer_numel(),
+             "buffer of " << buffer.numel << " elements, layout of " << store.buffer_numel());
+  std::vector<float> host(store.buffer_numel());
+  if (buffer.dtype == DType::F64) {
+    std::vector<double> wide(store.buffer_numel());
+    backend.download(wide.data(), buffer);
+    std::copy(wide.begin(), wide.end(), host.begin());
+  } else {
+    THPC_CHECK(buffer.dtype == DType::F32, "parameters are fp32 or fp64");
+    backend.download(host.data(), buffer);
+  }
+  std::vector<NamedTensor> named;
+  named.reserve(store.entries().size());
+  for (const ParamEntry& entry : store.entries()) {
+    NamedTensor tensor;
+    tensor.name = entry.name;
+    tensor.rows = entry.rows;
+    tensor.cols = entry.cols;
+    tensor.values.assign(host.begin() + entry.offset, host.begin() + entry.offset + entry.numel());
+    named.push_back(std::move(tensor));
+  }
+  return named;
+}
+
+void scatter_named(const std::vector<NamedTensor>& tensors, const ParamStore& store,
+                   Backend& backend, Tensor buffer, const std::string& source) {
+  THPC_CHECK(buffer.numel == store.buffer_numel(),
+             "buffer of " << buffer.numel << " elements, layout of " << store.buffer_numel());
+  std::map<std::string, const NamedTensor*> by_name;
+  for (const NamedTensor& tensor : tensors) by_name[tensor.name] = &tensor;
+  if (by_name.size() != store.entries().size()) {
+    THPC_FAIL(source << ": holds " << by_name.size() << " tensors, the model has "
+                     << store.entries().size() << " parameters");
+  }
+  // Padding between parameters stays zero, as allocate() left it.
+  std::vector<double> host(store.buffer_numel(), 0.0);
+  for (const ParamEntry& entry : store.entries()) {
+    const auto found = by_name.find(entry.name);
+    if (found == by_name.end()) THPC_FAIL(source << ": missing parameter " << entry.name);
+    const NamedTensor& tensor = *found->second;
+    if (tensor.rows != entry.rows || tensor.cols != entry.cols) {
+      THPC_FAIL(source << ": parameter " << entry.name << " is " << tensor.rows << "x"
+                       << tensor.cols << ", the model's is " << entry.rows << "x" << entry.cols);
+    }
+    std::copy(tensor.values.begin(), tensor.values.end(), host.begin() + entry.offset);
+  }
+  if (buffer.dtype == DType::F64) {
+    backend.upload(buffer, host.data());
+  } else {
+    THPC_CHECK(buffer.dtype == DType::F32, "parameters are fp32 or fp64");
+    const std::vector<float> single(host.begin(), host.end());
+    backend.upload(buffer, single.data());
+  }
+}
+
+}  // namespace thpc

@@ -1,0 +1,105 @@
+// Checkpoints: one HDF5 file per saved step, DIR/step_NNNNNNNN.h5, holding the
+// parameters by name, the Adam moments, and everything else a resumed run needs to
+// continue the identical run (step, seed, data position, world size, config). Every
+// dataset carries the sha256 of its bytes, so truncation and bit flips are caught on
+// load. The layout is documented in docs/checkpoints.md.
+//
+// Files are written to DIR/.step_NNNNNNNN.h5.tmp, flushed, fsync'ed and renamed, so a
+// step_*.h5 that exists was written completely (a crash leaves only a .tmp behind).
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "data/batch_source.h"
+#include "kernels/ops.h"
+#include "model/params.h"
+#include "model/transformer.h"
+
+namespace thpc {
+
+// Version 1: the layout of docs/checkpoints.md. A reader refuses other versions.
+constexpr int64_t kCheckpointFormatVersion = 1;
+
+// One parameter-shaped array (a parameter or one of its Adam moments), packed.
+struct NamedTensor {
+  std::string name;
+  int64_t rows = 0, cols = 0;
+  std::vector<float> values;  // rows * cols, row-major
+};
+
+struct Checkpoint {
+  int64_t step = 0;          // optimizer steps completed
+  uint64_t seed = 0;         // with step, the whole RNG state (Philox is counter-based)
+  int64_t world_size = 1;    // ranks of the run that wrote it
+  DataPosition data_position;  // where rank 0's reader continues
+  std::string architecture;  // architecture_text() of the model: what averaging compares
+  std::string config_ini;    // the resolved configuration of the run (Config::to_ini())
+  std::vector<NamedTensor> params;
+  // Adam's first and second moments, in the order of params; both empty in a
+  // parameters-only checkpoint (an average, or a file read with ParamsOnly).
+  std::vector<NamedTensor> adam_m, adam_v;
+};
+
+enum class CheckpointParts { All, ParamsOnly };
+
+// "layers=6 d_model=512 ..." : every model key that shapes or interprets the parameters,
+// and the vocabulary. Two checkpoints with equal texts hold interchangeable parameters.
+std::string architecture_text(const ModelConfig& model, int vocab_size);
+
+// Whether the step just completed ends with a checkpoint: every checkpoint.every_steps
+// steps, or once checkpoint.minutes of wall clock have passed since the last one. Rank 0
+// decides with its own clock and the answer is one value, so that the distributed layer
+// broadcasts it and every rank saves at the same step without consulting its own clock.
+bool checkpoint_due(const CheckpointConfig& config, int64_t step, double seconds_since_last);
+
+// The canonical file name of a step: "step_00001234.h5".
+std::string checkpoint_file_name(int64_t step);
+
+// Writes atomically (temporary file, fsync, rename). Throws thpc::Error naming the path.
+void write_checkpoint(const std::string& path, const Checkpoint& checkpoint);
+
+// Reads and verifies structure, format version, shapes and every dataset's sha256.
+// Throws thpc::Error naming the file and the problem (truncated, bad checksum for
+// dataset X, missing dataset, ...).
+Checkpoint read_checkpoint(const std::string& path,
+                           CheckpointParts parts = CheckpointParts::All);
+
+// The step_*.h5 files of `dir`, oldest step first (a missing dir has none).
+std::vector<std::string> list_checkpoints(const std::string& dir);
+
+// The newest checkpoint of `dir` that reads back valid, or "" if none does; each file
+// skipped on the way gets a warning line on `warnings`. `loaded` receives its contents.
+std::string newest_valid_checkpoint(const std::string& dir, std::ostream& warnings,
+                                    Checkpoint* loaded);
+
+// Deletes the oldest step_*.h5 of `dir` until `keep` remain, never `protected_path`
+// (the one just written). Returns the deleted paths.
+std::vector<std::string> prune_checkpoints(const std::string& dir, int keep,
+                                           const std::string& protected_path);
+
+// The parameters of `paths`, averaged element-wise in double precision; the result is
+// parameters-only, carries the newest input's step, seed, config and world size.
+// Refuses (thpc::Error naming the files) inputs whose architectures or tensors differ.
+Checkpoint average_checkpoints(const std::vector<std::string>& paths);
+
+// Throws thpc::Error naming `source` when the checkpoint's architecture_text() is not
+// the model's: its parameters would not fit, or would mean something else.
+void check_architecture(const Checkpoint& checkpoint, const Transformer& model,
+                        const std::string& source);
+
+// Loads the parameters of any checkpoint (a step or an average) into `model`, after
+// checking the architecture: what decoding and checkpoint.init start from.
+void load_parameters(const std::string& path, Transformer& model);
+
+// The values of a parameter-layout buffer (parameters, or an Adam moment) by name, and
+// back. `buffer` has the layout of `store` and the dtype of `backend`'s parameters.
+std::vector<NamedTensor> gather_named(const ParamStore& store, Backend& backend, Tensor buffer);
+// Throws thpc::Error naming `source` when a tensor is missing or shaped differently.
+void scatter_named(const std::vector<NamedTensor>& tensors, const ParamStore& store,
+                   Backend& backend, Tensor buffer, const std::string& source);
+
+}  // namespace thpc

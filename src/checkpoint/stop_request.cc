@@ -1,0 +1,38 @@
+#include "checkpoint/stop_request.h"
+
+#include <csignal>
+
+namespace thpc {
+namespace {
+
+// Written by the handler, read by the loop: a lock-free atomic is what a handler may touch.
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+constexpr int kStopSignals[] = {SIGTERM, SIGUSR1};
+struct sigaction g_previous[sizeof kStopSignals / sizeof kStopSignals[0]];
+
+extern "C" void record_stop_signal(int signal_number) { g_stop_signal = signal_number; }
+
+}  // namespace
+
+StopSignalGuard::StopSignalGuard() {
+  g_stop_signal = 0;
+  struct sigaction action {};
+  action.sa_handler = record_stop_signal;
+  sigemptyset(&action.sa_mask);
+  // Restart interrupted system calls: a write in progress must not fail with EINTR.
+  action.sa_flags = SA_RESTART;
+  for (size_t i = 0; i < sizeof kStopSignals / sizeof kStopSignals[0]; ++i) {
+    sigaction(kStopSignals[i], &action, &g_previous[i]);
+  }
+}
+
+StopSignalGuard::~StopSignalGuard() {
+  for (size_t i = 0; i < sizeof kStopSignals / sizeof kStopSignals[0]; ++i) {
+    sigaction(kStopSignals[i], &g_previous[i], nullptr);
+  }
+}
+
+int stop_requested_by() { return g_stop_signal; }
+
+}  // namespace thpc

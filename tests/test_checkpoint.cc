@@ -1,0 +1,536 @@
+// Checkpoints: the HDF5 round trip is bitwise, a run stopped by SIGTERM and resumed
+// logs the same losses and ends with the same parameters as an uninterrupted run, the
+// time and step schedules, keep-last-K pruning, averaging (exact on known values,
+// refusing mismatched architectures), and corruption (truncation, a flipped byte)
+// detected by path and skipped by checkpoint.resume=auto.
+#include "checkpoint/checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "checkpoint/stop_request.h"
+#include "common/error.h"
+#include "config/config.h"
+#include "data/synthetic.h"
+#include "decode/greedy.h"
+#include "train/trainer.h"
+
+namespace thpc {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kTinyIni = std::string(THPC_SOURCE_DIR) + "/input/tiny.ini";
+const std::string kTrainer = std::string(THPC_BINARY_DIR) + "/transformer_hpc";
+const std::string kAverager = std::string(THPC_BINARY_DIR) + "/transformer_average";
+
+struct ProcessResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+ProcessResult run_process(const std::string& command) {
+  ProcessResult result;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buffer[4096];
+  size_t read = 0;
+  while ((read = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) result.output.append(buffer, read);
+  const int status = ::pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+// "step 17/40 | loss 3.1234 | ..." lines by step: the loss text of each.
+std::map<int64_t, std::string> losses_by_step(const std::string& log) {
+  std::map<int64_t, std::string> losses;
+  std::istringstream lines(log);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind("step ", 0) != 0) continue;
+    const int64_t step = std::stoll(line.substr(5));
+    const auto at = line.find("| loss ");
+    if (at == std::string::npos) continue;
+    losses[step] = line.substr(at + 7, line.find(' ', at + 7) - (at + 7));
+  }
+  return losses;
+}
+
+std::string final_line(const std::string& log) {
+  const auto at = log.find("final: ");
+  if (at == std::string::npos) return "";
+  return log.substr(at, log.find('\n', at) - at);
+}
+
+void flip_byte(const std::string& path, std::uintmax_t offset) {
+  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+  file.seekg(static_cast<std::streamoff>(offset));
+  char byte = 0;
+  file.read(&byte, 1);
+  byte = static_cast<char>(byte ^ 0x10);
+  file.seekp(static_cast<std::streamoff>(offset));
+  file.write(&byte, 1);
+}
+
+// Where a contiguous dataset's values start in the file.
+std::uintmax_t dataset_offset(const std::string& path, const std::string& dataset) {
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  const hid_t data = H5Dopen2(file, dataset.c_str(), H5P_DEFAULT);
+  const haddr_t offset = H5Dget_offset(data);
+  H5Dclose(data);
+  H5Fclose(file);
+  return offset;
+}
+
+// Runs `action`, which must throw thpc::Error whose message holds every fragment.
+void expect_error(const std::function<void()>& action, const std::vector<std::string>& fragments) {
+  try {
+    action();
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    for (const std::string& fragment : fragments) {
+      EXPECT_NE(message.find(fragment), std::string::npos)
+          << "message lacks '" << fragment << "': " << message;
+    }
+    return;
+  }
+  ADD_FAILURE() << "no thpc::Error thrown";
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    directory_ = fs::temp_directory_path() /
+                 ("thpc_test_checkpoint_" + std::to_string(::getpid()) + "_" + info->name());
+    fs::remove_all(directory_);
+    fs::create_directories(directory_);
+  }
+  void TearDown() override { fs::remove_all(directory_); }
+
+  std::string path(const std::string& name) const { return (directory_ / name).string(); }
+
+  // input/tiny.ini shrunk to one layer per stack, checkpoints into `dir`.
+  Config small_config(const std::string& dir, std::vector<std::string> overrides = {}) const {
+    overrides.insert(overrides.begin(), {"model.layers=1", "checkpoint.dir=" + dir});
+    return load_config(kTinyIni, overrides);
+  }
+
+  fs::path directory_;
+};
+
+void expect_same_tensors(const std::vector<NamedTensor>& a, const std::vector<NamedTensor>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t t = 0; t < a.size(); ++t) {
+    EXPECT_EQ(a[t].name, b[t].name);
+    EXPECT_EQ(a[t].rows, b[t].rows);
+    EXPECT_EQ(a[t].cols, b[t].cols);
+    ASSERT_EQ(a[t].values.size(), b[t].values.size());
+    EXPECT_EQ(std::memcmp(a[t].values.data(), b[t].values.data(), a[t].values.size() * 4), 0)
+        << a[t].name;
+  }
+}
+
+// A checkpoint of two tensors, every value `value`.
+Checkpoint constant_checkpoint(float value, int64_t step, const std::string& architecture) {
+  Checkpoint checkpoint;
+  checkpoint.step = step;
+  checkpoint.architecture = architecture;
+  checkpoint.config_ini = "[model]\n";
+  checkpoint.params.push_back({"a.weight", 3, 4, std::vector<float>(12, value)});
+  checkpoint.params.push_back({"b.bias", 1, 5, std::vector<float>(5, value)});
+  return checkpoint;
+}
+
+// ---- the file ----
+
+TEST_F(CheckpointTest, RoundTripIsBitwise) {
+  const Config config = small_config(path("run"));
+  Trainer trainer(config);
+  trainer.step();
+  trainer.step();
+  const Checkpoint saved = trainer.snapshot();
+  const std::string file = path("run/" + checkpoint_file_name(saved.step));
+  write_checkpoint(file, saved);
+  EXPECT_EQ(fs::path(file).filename(), "step_00000002.h5");
+  EXPECT_FALSE(fs::exists(path("run/.step_00000002.h5.tmp")));  // renamed into place
+
+  const Checkpoint loaded = read_checkpoint(file);
+  EXPECT_EQ(loaded.step, 2);
+  EXPECT_EQ(loaded.seed, config.train.seed);
+  EXPECT_EQ(loaded.world_size, 1);
+  EXPECT_EQ(loaded.data_position.epoch, saved.data_position.epoch);
+  EXPECT_EQ(loaded.data_position.index, saved.data_position.index);
+  EXPECT_GT(loaded.data_position.index, 0);
+  EXPECT_EQ(loaded.architecture, saved.architecture);
+  EXPECT_EQ(loaded.config_ini, config.to_ini());
+  // Datasets come back in HDF5's name order; compare by the table's order.
+  std::map<std::string, NamedTensor> by_name;
+  for (const NamedTensor& tensor : loaded.params) by_name[tensor.name] = tensor;
+  std::vector<NamedTensor> reordered;
+  for (const NamedTensor& tensor : saved.params) reordered.push_back(by_name[tensor.name]);
+  expect_same_tensors(reordered, saved.params);
+
+  // Restored into a fresh trainer, the state is the saved one, to the bit.
+  Trainer restored(config);
+  restored.restore(loaded, file);
+  EXPECT_EQ(restored.completed_steps(), 2);
+  EXPECT_EQ(restored.model().params().sha256_hex(), trainer.model().params().sha256_hex());
+  const Checkpoint again = restored.snapshot();
+  expect_same_tensors(again.params, saved.params);
+  expect_same_tensors(again.adam_m, saved.adam_m);
+  expect_same_tensors(again.adam_v, saved.adam_v);
+  // And it continues as the original does.
+  EXPECT_EQ(restored.step().loss, trainer.step().loss);
+}
+
+TEST_F(CheckpointTest, ArchitectureMismatchIsRefusedOnLoad) {
+  Trainer one_layer(small_config(path("run")));
+  const std::string file = path("one_layer.h5");
+  write_checkpoint(file, one_layer.snapshot());
+  Trainer two_layers(load_config(kTinyIni, {"checkpoint.dir=" + path("run")}));
+  expect_error([&] { two_layers.restore(read_checkpoint(file), file); },
+               {file, "architecture mismatch", "layers=1", "layers=2"});
+  expect_error([&] { load_parameters(file, two_layers.model()); },
+               {file, "architecture mismatch"});
+}
+
+// ---- resume ----
+
+TEST_F(CheckpointTest, ResumeAfterSigtermIsIdenticalToTheUninterruptedRun) {
+  const std::string common = kTrainer + " " + kTinyIni +
+                             " --train.max_steps=40 --train.log_every=1 --checkpoint.dir=";
+  const ProcessResult whole = run_process(common + path("whole"));
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+
+  // The test hook raises SIGTERM on the process itself once step 15 is complete.
+  const ProcessResult stopped =
+      run_process("THPC_TEST_STOP_AT_STEP=15 " + common + path("interrupted"));
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.output;
+  EXPECT_NE(stopped.output.find("stopped: SIGTERM received; step=15"), std::string::npos)
+      << stopped.output;
+  EXPECT_EQ(final_line(stopped.output), "");
+  ASSERT_TRUE(fs::exists(path("interrupted/step_00000015.h5")));
+  EXPECT_EQ(losses_by_step(stopped.output).rbegin()->first, 15);
+
+  const ProcessResult resumed =
+      run_process(common + path("interrupted") + " --checkpoint.resume=auto");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + path("interrupted/step_00000015.h5") +
+                                " at step 15"),
+            std::string::npos)
+      << resumed.output;
+
+  const auto expected = losses_by_step(whole.output);
+  const auto actual = losses_by_step(resumed.output);
+  ASSERT_EQ(expected.size(), 40u);
+  ASSERT_EQ(actual.size(), 25u);  // steps 16..40
+  for (const auto& [step, loss] : actual) {
+    EXPECT_EQ(loss, expected.at(step)) << "step " << step;
+  }
+  ASSERT_NE(final_line(whole.output), "");
+  EXPECT_EQ(final_line(resumed.output), final_line(whole.output));
+}
+
+// Starts `argv` with stdout and stderr into a pipe; returns the pid and the read end.
+pid_t start_process(const std::vector<std::string>& argv, FILE** output) {
+  int fds[2];
+  if (::pipe(fds) != 0) return -1;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::dup2(fds[1], STDERR_FILENO);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    std::vector<char*> args;
+    for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  *output = ::fdopen(fds[0], "r");
+  return pid;
+}
+
+TEST_F(CheckpointTest, SigtermFromOutsideStopsCleanlyAndTheRunResumesExactly) {
+  // What Slurm does: the signal arrives from another process, at whatever point of a
+  // step the trainer is in.
+  const std::vector<std::string> command = {kTrainer, kTinyIni, "--model.layers=1",
+                                            "--train.max_steps=60", "--train.log_every=1"};
+  std::vector<std::string> interrupted = command;
+  interrupted.push_back("--checkpoint.dir=" + path("interrupted"));
+  FILE* output = nullptr;
+  const pid_t pid = start_process(interrupted, &output);
+  ASSERT_GT(pid, 0);
+  ASSERT_NE(output, nullptr);
+  std::string log;
+  char line[4096];
+  bool signalled = false;
+  while (std::fgets(line, sizeof line, output) != nullptr) {
+    log += line;
+    if (!signalled && std::string(line).rfind("step 5/60 ", 0) == 0) {
+      ::kill(pid, SIGTERM);
+      signalled = true;
+    }
+  }
+  std::fclose(output);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(signalled) << log;
+  ASSERT_TRUE(WIFEXITED(status)) << log;  // not killed by the signal
+  EXPECT_EQ(WEXITSTATUS(status), 0) << log;
+  ASSERT_NE(log.find("stopped: SIGTERM received"), std::string::npos) << log;
+  const std::vector<std::string> saved = list_checkpoints(path("interrupted"));
+  ASSERT_EQ(saved.size(), 1u) << log;
+
+  std::string resume_command;
+  for (const std::string& arg : interrupted) resume_command += arg + " ";
+  const ProcessResult resumed = run_process(resume_command + "--checkpoint.resume=auto");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  std::string whole_command;
+  for (const std::string& arg : command) whole_command += arg + " ";
+  const ProcessResult whole = run_process(whole_command + "--checkpoint.dir=" + path("whole"));
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  ASSERT_NE(final_line(whole.output), "");
+  EXPECT_EQ(final_line(resumed.output), final_line(whole.output));
+}
+
+TEST(StopSignal, SigusrOneAsksToStopAndTheOldHandlerComesBack) {
+  static volatile std::sig_atomic_t previous_handler_calls = 0;
+  std::signal(SIGUSR1, [](int) { previous_handler_calls = previous_handler_calls + 1; });
+  {
+    const StopSignalGuard guard;
+    EXPECT_EQ(stop_requested_by(), 0);
+    std::raise(SIGUSR1);
+    EXPECT_EQ(stop_requested_by(), SIGUSR1);
+    EXPECT_EQ(previous_handler_calls, 0);
+  }
+  std::raise(SIGUSR1);
+  EXPECT_EQ(previous_handler_calls, 1);
+  std::signal(SIGUSR1, SIG_DFL);
+}
+
+// ---- when checkpoints are written, and how many stay ----
+
+TEST(CheckpointSchedule, ByStepsAndByTime) {
+  CheckpointConfig options;
+  options.minutes = 0.5f;
+  options.every_steps = 0;
+  EXPECT_FALSE(checkpoint_due(options, 7, 29.9));
+  EXPECT_TRUE(checkpoint_due(options, 7, 30.0));
+  options.every_steps = 4;
+  EXPECT_TRUE(checkpoint_due(options, 8, 0.0));
+  EXPECT_FALSE(checkpoint_due(options, 9, 0.0));
+  options.minutes = 0.0f;  // off
+  EXPECT_FALSE(checkpoint_due(options, 9, 1e9));
+}
+
+TEST_F(CheckpointTest, TinyMinutesSaveDuringTheRunAndZeroDoesNot) {
+  // 0.0005 minutes = 30 ms: a few steps each, without sleeping.
+  std::ostringstream log;
+  Trainer(small_config(path("timed"), {"train.max_steps=20", "checkpoint.minutes=0.0005",
+                                       "checkpoint.keep=100"}))
+      .run(log);
+  EXPECT_GE(list_checkpoints(path("timed")).size(), 3u) << log.str();
+
+  std::ostringstream quiet_log;
+  Trainer(small_config(path("untimed"), {"train.max_steps=20", "checkpoint.minutes=0"}))
+      .run(quiet_log);
+  const std::vector<std::string> only_final = list_checkpoints(path("untimed"));
+  ASSERT_EQ(only_final.size(), 1u) << quiet_log.str();
+  EXPECT_EQ(fs::path(only_final[0]).filename(), "step_00000020.h5");
+}
+
+TEST_F(CheckpointTest, KeepsTheLastKAndAveragesTheLastN) {
+  std::ostringstream log;
+  Trainer(small_config(path("run"), {"train.max_steps=10", "checkpoint.every_steps=2",
+                                     "checkpoint.keep=3", "checkpoint.average_last=3"}))
+      .run(log);
+  std::vector<std::string> names;
+  for (const std::string& file : list_checkpoints(path("run"))) {
+    names.push_back(fs::path(file).filename().string());
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"step_00000006.h5", "step_00000008.h5",
+                                             "step_00000010.h5"}))
+      << log.str();
+
+  // The run's own average is the element-wise mean of the three it kept.
+  const Checkpoint average = read_checkpoint(path("run/average_last3.h5"),
+                                             CheckpointParts::ParamsOnly);
+  EXPECT_EQ(average.step, 10);
+  std::vector<Checkpoint> kept;
+  for (const std::string& name : names) kept.push_back(read_checkpoint(path("run/" + name)));
+  for (size_t t = 0; t < average.params.size(); ++t) {
+    for (size_t i = 0; i < average.params[t].values.size(); i += 97) {
+      const double mean = (static_cast<double>(kept[0].params[t].values[i]) +
+                           kept[1].params[t].values[i] + kept[2].params[t].values[i]) /
+                          3.0;
+      EXPECT_EQ(average.params[t].values[i], static_cast<float>(mean));
+    }
+  }
+}
+
+TEST_F(CheckpointTest, PruningNeverDeletesTheOneJustWritten) {
+  const Checkpoint checkpoint = constant_checkpoint(1.0f, 5, "arch");
+  for (int64_t step : {5, 7, 9}) write_checkpoint(path(checkpoint_file_name(step)), checkpoint);
+  // A stale newer file (a run resumed from an older checkpoint) must not push out the
+  // checkpoint that was just written.
+  const std::vector<std::string> deleted =
+      prune_checkpoints(directory_.string(), 1, path(checkpoint_file_name(5)));
+  EXPECT_EQ(deleted, std::vector<std::string>{path(checkpoint_file_name(7))});
+  EXPECT_TRUE(fs::exists(path(checkpoint_file_name(5))));
+  EXPECT_TRUE(fs::exists(path(checkpoint_file_name(9))));
+}
+
+TEST_F(CheckpointTest, AFailedWriteLeavesNoFileBehind) {
+  Checkpoint twice = constant_checkpoint(1.0f, 3, "arch");
+  twice.params.push_back(twice.params.front());  // HDF5 refuses a second dataset of one name
+  const std::string file = path(checkpoint_file_name(3));
+  expect_error([&] { write_checkpoint(file, twice); },
+               {"cannot write checkpoint " + file, "dataset /params/a.weight"});
+  EXPECT_TRUE(fs::is_empty(directory_));  // neither the checkpoint nor its .tmp
+}
+
+// ---- averaging ----
+
+TEST_F(CheckpointTest, AveragingKnownValuesIsExact) {
+  const std::string architecture = "layers=1 test";
+  write_checkpoint(path("ckpt/step_00000010.h5"), constant_checkpoint(1.0f, 10, architecture));
+  write_checkpoint(path("ckpt/step_00000020.h5"), constant_checkpoint(2.0f, 20, architecture));
+  write_checkpoint(path("ckpt/step_00000030.h5"), constant_checkpoint(6.0f, 30, architecture));
+
+  const Checkpoint average = average_checkpoints(list_checkpoints(path("ckpt")));
+  EXPECT_EQ(average.step, 30);
+  EXPECT_TRUE(average.adam_m.empty());
+  for (const NamedTensor& tensor : average.params) {
+    for (float value : tensor.values) EXPECT_EQ(value, 3.0f) << tensor.name;
+  }
+
+  // The program: --inputs DIR --last N, and a list of files.
+  const ProcessResult by_dir = run_process(kAverager + " --inputs " + path("ckpt") +
+                                           " --last 2 --output " + path("last2.h5"));
+  ASSERT_EQ(by_dir.exit_code, 0) << by_dir.output;
+  for (const NamedTensor& tensor : read_checkpoint(path("last2.h5"), CheckpointParts::ParamsOnly)
+                                       .params) {
+    for (float value : tensor.values) EXPECT_EQ(value, 4.0f) << tensor.name;  // (2 + 6) / 2
+  }
+  const ProcessResult by_files =
+      run_process(kAverager + " --inputs " + path("ckpt/step_00000010.h5") + " " +
+                  path("ckpt/step_00000030.h5") + " --output " + path("pair.h5"));
+  ASSERT_EQ(by_files.exit_code, 0) << by_files.output;
+  for (const NamedTensor& tensor : read_checkpoint(path("pair.h5"), CheckpointParts::ParamsOnly)
+                                       .params) {
+    for (float value : tensor.values) EXPECT_EQ(value, 3.5f) << tensor.name;  // (1 + 6) / 2
+  }
+}
+
+TEST_F(CheckpointTest, AveragingRefusesMismatchedArchitectures) {
+  write_checkpoint(path("a.h5"), constant_checkpoint(1.0f, 1, "layers=1 d_model=64"));
+  write_checkpoint(path("b.h5"), constant_checkpoint(2.0f, 2, "layers=2 d_model=64"));
+  expect_error([&] { average_checkpoints({path("a.h5"), path("b.h5")}); },
+               {"different architectures", path("a.h5"), path("b.h5"), "layers=2"});
+  const ProcessResult refused = run_process(kAverager + " --inputs " + path("a.h5") + " " +
+                                            path("b.h5") + " --output " + path("out.h5"));
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_NE(refused.output.find("different architectures"), std::string::npos) << refused.output;
+  EXPECT_FALSE(fs::exists(path("out.h5")));
+}
+
+TEST_F(CheckpointTest, ParametersOnlyCheckpointServesDecodingAndInit) {
+  Trainer source(small_config(path("run")));
+  source.step();
+  Checkpoint params_only = source.snapshot();
+  params_only.adam_m.clear();
+  params_only.adam_v.clear();
+  write_checkpoint(path("average.h5"), params_only);
+
+  // Decoding: a fresh model loaded from the file decodes as the model that wrote it.
+  Trainer fresh(small_config(path("run2")));
+  load_parameters(path("average.h5"), fresh.model());
+  EXPECT_EQ(fresh.model().params().sha256_hex(), source.model().params().sha256_hex());
+  std::vector<TokenSequence> sentences;
+  SyntheticSource sentence_source(SyntheticSpec{});
+  for (int i = 0; i < 4; ++i) sentences.push_back(sentence_source.next_source());
+  EXPECT_EQ(greedy_decode(fresh.model(), sentences, SpecialIds{}),
+            greedy_decode(source.model(), sentences, SpecialIds{}));
+
+  // Training: checkpoint.init takes the parameters and starts at step 0.
+  std::ostringstream log;
+  Trainer started(small_config(path("run3"), {"train.max_steps=1",
+                                              "checkpoint.init=" + path("average.h5")}));
+  started.run(log);
+  EXPECT_NE(log.str().find("parameters initialised from " + path("average.h5")),
+            std::string::npos)
+      << log.str();
+  EXPECT_NE(log.str().find("final: step=1 "), std::string::npos) << log.str();
+
+  // Resuming needs the moments: a parameters-only file is refused by name.
+  expect_error([&] { read_checkpoint(path("average.h5")); },
+               {path("average.h5"), "holds parameters only"});
+  Trainer resuming(small_config(path("run4")));
+  expect_error(
+      [&] {
+        resuming.restore(read_checkpoint(path("average.h5"), CheckpointParts::ParamsOnly),
+                         path("average.h5"));
+      },
+      {path("average.h5"), "parameters only"});
+}
+
+// ---- corruption ----
+
+TEST_F(CheckpointTest, TruncationAndFlippedBytesAreDetected) {
+  std::ostringstream log;
+  Trainer(small_config(path("run"), {"train.max_steps=4", "checkpoint.every_steps=2"})).run(log);
+  const std::string good = path("run/step_00000002.h5");
+  const std::string newest = path("run/step_00000004.h5");
+  ASSERT_TRUE(fs::exists(good) && fs::exists(newest)) << log.str();
+
+  const std::string truncated = path("truncated.h5");
+  fs::copy_file(newest, truncated);
+  fs::resize_file(truncated, fs::file_size(truncated) / 2);
+  expect_error([&] { read_checkpoint(truncated); }, {truncated, "truncated"});
+
+  const std::string flipped = path("flipped.h5");
+  fs::copy_file(newest, flipped);
+  const std::string dataset = "/params/encoder.0.ffn.fc1.weight";
+  flip_byte(flipped, dataset_offset(flipped, dataset) + 123);
+  expect_error([&] { read_checkpoint(flipped); }, {flipped, "bad checksum for dataset " + dataset});
+
+  // auto skips a bad newest checkpoint, says so, and resumes from the previous one.
+  fs::copy_file(flipped, newest, fs::copy_options::overwrite_existing);
+  std::ostringstream resume_log;
+  Trainer resumed(small_config(path("run"), {"train.max_steps=4", "checkpoint.resume=auto"}));
+  resumed.run(resume_log);
+  EXPECT_NE(resume_log.str().find("warning: skipping invalid checkpoint " + newest),
+            std::string::npos)
+      << resume_log.str();
+  EXPECT_NE(resume_log.str().find("resumed from " + good + " at step 2"), std::string::npos)
+      << resume_log.str();
+
+  // By path, the program refuses it: exit code 1, one line naming the file.
+  fs::copy_file(flipped, newest, fs::copy_options::overwrite_existing);
+  const ProcessResult refused = run_process(kTrainer + " " + kTinyIni +
+                                            " --model.layers=1 --checkpoint.dir=" + path("run") +
+                                            " --checkpoint.resume=" + newest);
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_NE(refused.output.find(newest + ": bad checksum for dataset " + dataset),
+            std::string::npos)
+      << refused.output;
+}
+
+}  // namespace
+}  // namespace thpc

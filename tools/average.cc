@@ -1,0 +1,95 @@
+// transformer_average: averages the parameters of checkpoints, after fairseq's
+// scripts/average_checkpoints.py (the paper averages the last 5 checkpoints of a base
+// run and the last 20 of a big one, §6.1).
+//
+//   transformer_average --inputs DIR --last N --output FILE
+//   transformer_average --inputs F1 F2 ... --output FILE
+//
+// The result is a parameters-only checkpoint that decoding accepts and that training can
+// start from (checkpoint.init=FILE). Exit codes: 0 success, 1 a bad checkpoint or
+// mismatched architectures, 2 a bad command line.
+#include <boost/program_options.hpp>
+
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+#include "common/error.h"
+
+namespace {
+
+namespace po = boost::program_options;
+
+struct Arguments {
+  std::vector<std::string> inputs;
+  int last = 0;
+  std::string output;
+};
+
+// The files to average: the last N step_*.h5 of a directory, or the files as given.
+std::vector<std::string> resolve_inputs(const Arguments& arguments) {
+  std::error_code error;
+  const bool one_directory =
+      arguments.inputs.size() == 1 && std::filesystem::is_directory(arguments.inputs[0], error);
+  if (!one_directory) {
+    if (arguments.last > 0) THPC_FAIL("--last selects from a directory; give --inputs DIR");
+    return arguments.inputs;
+  }
+  if (arguments.last < 1) THPC_FAIL("--inputs DIR needs --last N (N >= 1)");
+  std::vector<std::string> paths = thpc::list_checkpoints(arguments.inputs[0]);
+  if (static_cast<int>(paths.size()) < arguments.last) {
+    THPC_FAIL(arguments.inputs[0] << " holds " << paths.size() << " step_*.h5 checkpoints, "
+                                  << "--last asks for " << arguments.last);
+  }
+  paths.erase(paths.begin(), paths.end() - arguments.last);
+  return paths;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Arguments arguments;
+  po::options_description options(
+      "usage: transformer_average --inputs DIR --last N --output FILE\n"
+      "       transformer_average --inputs F1 F2 ... --output FILE\n\n"
+      "Averages the parameters of checkpoints (in double precision) into a new,\n"
+      "parameters-only checkpoint. All inputs must share one architecture.\n\noptions");
+  options.add_options()("help", "print this text and exit")(
+      "inputs", po::value(&arguments.inputs)->multitoken()->required(),
+      "a run's checkpoint directory, or checkpoint files")(
+      "last", po::value(&arguments.last), "with a directory: average its newest N checkpoints")(
+      "output", po::value(&arguments.output)->required(), "the averaged checkpoint to write");
+  try {
+    po::variables_map values;
+    po::store(po::command_line_parser(argc, argv).options(options).run(), values);
+    if (values.count("help")) {
+      std::cout << options << "\n";
+      return 0;
+    }
+    po::notify(values);
+  } catch (const po::error& error) {
+    std::cerr << "transformer_average: " << error.what() << "\n(see transformer_average --help)\n";
+    return 2;
+  }
+  std::vector<std::string> paths;
+  try {
+    paths = resolve_inputs(arguments);
+  } catch (const thpc::Error& error) {
+    std::cerr << "transformer_average: " << error.what() << "\n";
+    return 2;
+  }
+  try {
+    const thpc::Checkpoint average = thpc::average_checkpoints(paths);
+    thpc::write_checkpoint(arguments.output, average);
+    std::cout << "averaged " << paths.size() << " checkpoints:";
+    for (const std::string& path : paths) std::cout << " " << path;
+    std::cout << "\nwrote " << arguments.output << " (step " << average.step << ", "
+              << average.architecture << ")\n";
+  } catch (const std::exception& error) {
+    std::cerr << "transformer_average: error: " << error.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
