@@ -20,13 +20,25 @@ struct JobResult {
   double seconds = 0;
 };
 
+// A scratch checkpoint directory per test process, out of the source tree.
+std::string scratch_checkpoints() {
+  return (std::filesystem::temp_directory_path() /
+          ("thpc_dist_" + std::to_string(getpid()) + "_scratch"))
+      .string();
+}
+
 // Runs `env mpirun -np 2 transformer_hpc input/tiny.ini args` and captures stdout+stderr.
+// Checkpoints go to a scratch directory unless `args` names one.
 // `timeout` bounds a hang so that a broken abort fails the test instead of CI.
 JobResult mpirun_trainer(const std::string& env, const std::string& args) {
   const std::string command = "cd " THPC_SOURCE_DIR " && " + env +
                               " OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
                               " timeout 120 " THPC_MPIEXEC " -np 2 --oversubscribe " THPC_BINARY_DIR
-                              "/transformer_hpc input/tiny.ini " + args + " 2>&1";
+                              "/transformer_hpc input/tiny.ini " +
+                              (args.find("--checkpoint.dir=") == std::string::npos
+                                   ? "--checkpoint.dir=" + scratch_checkpoints() + " "
+                                   : std::string()) +
+                              args + " 2>&1";
   const auto start = std::chrono::steady_clock::now();
   JobResult run;
   FILE* pipe = popen(command.c_str(), "r");
@@ -55,6 +67,7 @@ TEST(Distributed, TwoRanksTrainAndAnnounceThemselves) {
     ++finals;
   }
   EXPECT_EQ(finals, 1u) << run.output;
+  std::filesystem::remove_all(scratch_checkpoints());
 }
 
 TEST(Distributed, AFailingRankEndsTheJobWithinThirtySeconds) {
