@@ -44,7 +44,12 @@ std::vector<TokenSequence> greedy_decode(Transformer& model,
     for (int b = 0; b < B; ++b) {
       if (finished[b]) continue;
       const float* row = log_probs.data() + static_cast<size_t>(b) * vocab;
-      const int best = static_cast<int>(std::max_element(row, row + vocab) - row);
+      // pad and bos are never generated (as in beam search).
+      int best = -1;
+      for (int token = 0; token < vocab; ++token) {
+        if (token == ids.pad || token == ids.bos) continue;
+        if (best < 0 || row[token] > row[best]) best = token;
+      }
       if (best == ids.eos || t + 1 >= limit[b]) {
         finished[b] = true;
         if (best != ids.eos) hypotheses[b].push_back(best);

@@ -1,0 +1,174 @@
+#include "decode/beam_search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "common/error.h"
+
+namespace thpc {
+
+double length_penalty(int length, float alpha) {
+  return std::pow((5.0 + length) / 6.0, static_cast<double>(alpha));
+}
+
+void TransformerScorer::start(const std::vector<TokenSequence>& sources) {
+  sources_ = sources;
+  encoded_source_of_.clear();
+}
+
+std::vector<float> TransformerScorer::log_probs(const std::vector<TokenSequence>& prefixes,
+                                                const std::vector<int>& source_of) {
+  // The encoder runs once per distinct row layout: rows are re-encoded only when the
+  // set of hypotheses per source changes (sentences finishing, the first step).
+  if (source_of != encoded_source_of_) {
+    std::vector<TokenSequence> rows;
+    for (int s : source_of) rows.push_back(sources_.at(s));
+    model_.encode(make_batch(rows, std::vector<TokenSequence>(rows.size()), ids_));
+    encoded_source_of_ = source_of;
+  }
+  int T = 0;
+  for (const TokenSequence& p : prefixes) T = std::max(T, static_cast<int>(p.size()) + 1);
+  std::vector<int32_t> tgt_in(prefixes.size() * static_cast<size_t>(T), ids_.pad);
+  std::vector<int32_t> lengths;
+  for (size_t i = 0; i < prefixes.size(); ++i) {
+    tgt_in[i * T] = ids_.bos;
+    std::copy(prefixes[i].begin(), prefixes[i].end(), tgt_in.begin() + i * T + 1);
+    lengths.push_back(static_cast<int32_t>(prefixes[i].size()) + 1);
+  }
+  return model_.next_token_log_probs(tgt_in, lengths, T);
+}
+
+namespace {
+
+struct Live {
+  TokenSequence tokens;
+  double log_prob = 0;
+};
+
+struct SentenceState {
+  std::vector<Live> live;
+  std::vector<Hypothesis> finished;  // sorted best first, at most `beam`
+  int max_len = 0;
+  bool done = false;
+};
+
+void add_finished(SentenceState& state, Hypothesis hypothesis, int beam) {
+  state.finished.push_back(std::move(hypothesis));
+  std::stable_sort(state.finished.begin(), state.finished.end(),
+                   [](const Hypothesis& a, const Hypothesis& b) { return a.score > b.score; });
+  if (static_cast<int>(state.finished.size()) > beam) state.finished.resize(beam);
+}
+
+// Early termination: with `beam` finished hypotheses, stop when no live one can end
+// better than the worst of them. A live hypothesis' raw score only falls as it grows
+// (log-probabilities are <= 0), and its length penalty is at most lp(max_len), so its
+// best possible final score is raw / lp(max_len) (raw < 0 shrinks in magnitude as lp
+// grows).
+bool cannot_improve(const SentenceState& state, int beam, float alpha) {
+  if (static_cast<int>(state.finished.size()) < beam) return false;
+  const double worst_finished = state.finished.back().score;
+  const double best_penalty = length_penalty(state.max_len, alpha);
+  for (const Live& hypothesis : state.live) {
+    if (hypothesis.log_prob / best_penalty > worst_finished) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
+                                                 const std::vector<TokenSequence>& sources,
+                                                 const SpecialIds& ids,
+                                                 const BeamOptions& options) {
+  THPC_CHECK(options.beam >= 1, "beam size " << options.beam);
+  THPC_CHECK(options.nbest >= 1 && options.nbest <= options.beam,
+             "nbest " << options.nbest << " must be in [1, beam " << options.beam << "]");
+  const int vocab = scorer.vocab_size();
+  const int beam = options.beam;
+  std::vector<SentenceState> states(sources.size());
+  for (size_t s = 0; s < sources.size(); ++s) {
+    int limit = options.max_len_a * static_cast<int>(sources[s].size()) + options.max_len_b;
+    if (options.max_len_cap > 0) limit = std::min(limit, options.max_len_cap);
+    states[s].max_len = std::max(1, limit);
+    states[s].live.push_back(Live{});
+  }
+  scorer.start(sources);
+
+  while (true) {
+    // All live hypotheses of unfinished sentences, scored in one call.
+    std::vector<TokenSequence> prefixes;
+    std::vector<int> source_of;
+    for (size_t s = 0; s < states.size(); ++s) {
+      if (states[s].done) continue;
+      for (const Live& hypothesis : states[s].live) {
+        prefixes.push_back(hypothesis.tokens);
+        source_of.push_back(static_cast<int>(s));
+      }
+    }
+    if (prefixes.empty()) break;
+    const std::vector<float> log_probs = scorer.log_probs(prefixes, source_of);
+
+    size_t row = 0;
+    for (size_t s = 0; s < states.size(); ++s) {
+      SentenceState& state = states[s];
+      if (state.done) continue;
+      // Candidates: every live hypothesis extended by every token.
+      struct Candidate {
+        double log_prob;
+        int parent;
+        int token;
+      };
+      std::vector<Candidate> candidates;
+      for (size_t h = 0; h < state.live.size(); ++h, ++row) {
+        const float* lp = log_probs.data() + row * static_cast<size_t>(vocab);
+        for (int token = 0; token < vocab; ++token) {
+          if (token == ids.pad || token == ids.bos) continue;  // never generated
+          candidates.push_back({state.live[h].log_prob + lp[token], static_cast<int>(h), token});
+        }
+      }
+      // The best 2 * beam candidates suffice: at most `beam` of them end in eos, so at
+      // least `beam` continue.
+      const size_t keep = std::min(candidates.size(), static_cast<size_t>(2 * beam));
+      std::partial_sort(candidates.begin(), candidates.begin() + keep, candidates.end(),
+                        [](const Candidate& a, const Candidate& b) {
+                          return a.log_prob > b.log_prob ||
+                                 (a.log_prob == b.log_prob &&
+                                  (a.parent < b.parent ||
+                                   (a.parent == b.parent && a.token < b.token)));
+                        });
+      std::vector<Live> next_live;
+      for (size_t c = 0; c < keep && static_cast<int>(next_live.size()) < beam; ++c) {
+        const Candidate& candidate = candidates[c];
+        const TokenSequence& parent = state.live[candidate.parent].tokens;
+        const int generated = static_cast<int>(parent.size()) + 1;  // with this token
+        if (candidate.token == ids.eos || generated >= state.max_len) {
+          // Ends here: by eos, or forced at the length limit (the limit counts eos).
+          Hypothesis done;
+          done.tokens = parent;
+          if (candidate.token != ids.eos) done.tokens.push_back(candidate.token);
+          done.log_prob = candidate.log_prob;
+          done.score = candidate.log_prob / length_penalty(generated, options.alpha);
+          add_finished(state, std::move(done), beam);
+        } else {
+          Live extended{parent, candidate.log_prob};
+          extended.tokens.push_back(candidate.token);
+          next_live.push_back(std::move(extended));
+        }
+      }
+      state.live = std::move(next_live);
+      state.done = state.live.empty() || cannot_improve(state, beam, options.alpha);
+    }
+  }
+
+  std::vector<std::vector<Hypothesis>> results;
+  for (SentenceState& state : states) {
+    if (static_cast<int>(state.finished.size()) > options.nbest) {
+      state.finished.resize(options.nbest);
+    }
+    results.push_back(std::move(state.finished));
+  }
+  return results;
+}
+
+}  // namespace thpc

@@ -1,0 +1,76 @@
+// Batched beam search (§6.1: beam 4, length penalty alpha 0.6, maximum output length
+// = input length + 50, early termination when possible).
+//
+// The search is written against a NextTokenScorer, so the same code runs over the
+// model (TransformerScorer: the decoder over each hypothesis' prefix) and over a
+// hand-built score table in the tests. Hypotheses of all sentences are scored together
+// in one call per step.
+//
+// Scores: a hypothesis Y has the raw score log P(Y | x) = sum of its tokens' log
+// probabilities (eos included), and is ranked, once finished, by the GNMT length
+// normalisation (Wu et al. 2016) score(Y) = log P(Y | x) / lp(Y), with
+// lp(Y) = ((5 + |Y|) / 6)^alpha and |Y| the number of generated tokens, eos included.
+#pragma once
+
+#include <vector>
+
+#include "data/batch.h"
+#include "model/transformer.h"
+
+namespace thpc {
+
+// Gives log p(next token | source, prefix) for a set of hypotheses.
+class NextTokenScorer {
+ public:
+  virtual ~NextTokenScorer() = default;
+  virtual int vocab_size() const = 0;
+  // Called once per search with the source sentences.
+  virtual void start(const std::vector<TokenSequence>& sources) = 0;
+  // prefixes[i] (without bos) extends source sources[source_of[i]]; returns host
+  // log-probabilities [prefixes.size(), vocab].
+  virtual std::vector<float> log_probs(const std::vector<TokenSequence>& prefixes,
+                                       const std::vector<int>& source_of) = 0;
+};
+
+// The model as a scorer: encodes each hypothesis' source and runs the decoder over its
+// whole prefix (no cache: the reference that incremental decoding must agree with).
+class TransformerScorer final : public NextTokenScorer {
+ public:
+  TransformerScorer(Transformer& model, const SpecialIds& ids) : model_(model), ids_(ids) {}
+  int vocab_size() const override { return model_.vocab_size(); }
+  void start(const std::vector<TokenSequence>& sources) override;
+  std::vector<float> log_probs(const std::vector<TokenSequence>& prefixes,
+                               const std::vector<int>& source_of) override;
+
+ private:
+  Transformer& model_;
+  SpecialIds ids_;
+  std::vector<TokenSequence> sources_;
+  std::vector<int> encoded_source_of_;  // the sources of the rows last encoded
+};
+
+struct BeamOptions {
+  int beam = 4;
+  float alpha = 0.6f;    // length penalty exponent; 0 ranks by raw log-probability
+  int max_len_a = 1;     // output length limit: max_len_a * |x| + max_len_b tokens
+  int max_len_b = 50;
+  int max_len_cap = 0;   // > 0: never longer than this (the model's position table)
+  int nbest = 1;         // hypotheses returned per sentence, best first (<= beam)
+};
+
+struct Hypothesis {
+  TokenSequence tokens;  // without bos and eos
+  double log_prob = 0;   // raw score, eos included
+  double score = 0;      // log_prob / lp(|tokens| + 1)
+};
+
+// lp(Y) = ((5 + length) / 6)^alpha.
+double length_penalty(int length, float alpha);
+
+// For each source, its nbest hypotheses, best first.
+std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
+                                                 const std::vector<TokenSequence>& sources,
+                                                 const SpecialIds& ids,
+                                                 const BeamOptions& options);
+
+}  // namespace thpc

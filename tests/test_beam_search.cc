@@ -1,0 +1,212 @@
+// Beam search against exhaustive search over a score table, its early termination, the
+// length penalty, and beam 1 against greedy decoding on the model.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <random>
+
+#include "decode/beam_search.h"
+#include "decode/greedy.h"
+#include "kernels/cpu/cpu_backend.h"
+
+namespace thpc {
+namespace {
+
+const SpecialIds kIds;  // pad 0, unk 1, bos 2, eos 3
+constexpr int kVocab = 6;  // and symbols 4, 5
+
+// log p(next | source, prefix) from a fixed pseudo-random table: each (source, prefix)
+// gets its own distribution over the vocabulary (pad and bos get probability 0).
+class TableScorer final : public NextTokenScorer {
+ public:
+  explicit TableScorer(double eos_bias = 0.0) : eos_bias_(eos_bias) {}
+  int vocab_size() const override { return kVocab; }
+  void start(const std::vector<TokenSequence>& sources) override { sources_ = sources; }
+  std::vector<float> log_probs(const std::vector<TokenSequence>& prefixes,
+                               const std::vector<int>& source_of) override {
+    ++calls;
+    std::vector<float> out;
+    for (size_t i = 0; i < prefixes.size(); ++i) {
+      const std::vector<double> row = distribution(sources_[source_of[i]], prefixes[i]);
+      out.insert(out.end(), row.begin(), row.end());
+    }
+    return out;
+  }
+  std::vector<double> distribution(const TokenSequence& source,
+                                   const TokenSequence& prefix) const {
+    TokenSequence key = source;
+    key.push_back(-1);
+    key.insert(key.end(), prefix.begin(), prefix.end());
+    std::seed_seq seed(key.begin(), key.end());
+    std::mt19937 rng(seed);
+    std::vector<double> logits(kVocab);
+    for (double& z : logits) z = std::normal_distribution<double>(0.0, 1.5)(rng);
+    logits[kIds.eos] += eos_bias_;
+    double total = 0;
+    for (int j = 0; j < kVocab; ++j) {
+      if (j != kIds.pad && j != kIds.bos) total += std::exp(logits[j]);
+    }
+    std::vector<double> log_probs(kVocab, -1e30);
+    for (int j = 0; j < kVocab; ++j) {
+      if (j != kIds.pad && j != kIds.bos) log_probs[j] = logits[j] - std::log(total);
+    }
+    return log_probs;
+  }
+  int calls = 0;
+
+ private:
+  double eos_bias_;
+  std::vector<TokenSequence> sources_;
+};
+
+// Every output the search could produce, scored: sequences over {unk, 4, 5} ended by
+// eos within max_len generated tokens, or cut at max_len without eos.
+std::vector<Hypothesis> exhaustive(const TableScorer& table, const TokenSequence& source,
+                                   int max_len, float alpha) {
+  std::vector<Hypothesis> all;
+  std::function<void(TokenSequence, double)> grow = [&](TokenSequence prefix, double log_prob) {
+    const std::vector<double> lp = table.distribution(source, prefix);
+    const int generated = static_cast<int>(prefix.size()) + 1;
+    for (int token : {kIds.unk, kIds.eos, 4, 5}) {
+      const double extended = log_prob + lp[token];
+      if (token == kIds.eos || generated == max_len) {
+        Hypothesis h;
+        h.tokens = prefix;
+        if (token != kIds.eos) h.tokens.push_back(token);
+        h.log_prob = extended;
+        h.score = extended / length_penalty(generated, alpha);
+        all.push_back(h);
+      } else {
+        TokenSequence next = prefix;
+        next.push_back(token);
+        grow(next, extended);
+      }
+    }
+  };
+  grow({}, 0.0);
+  std::stable_sort(all.begin(), all.end(),
+                   [](const Hypothesis& a, const Hypothesis& b) { return a.score > b.score; });
+  return all;
+}
+
+TEST(LengthPenalty, IsTheGnmtForm) {
+  // lp(Y) = ((5 + |Y|) / 6)^alpha
+  EXPECT_DOUBLE_EQ(length_penalty(1, 0.6f), 1.0);
+  EXPECT_NEAR(length_penalty(7, 0.6f), std::pow(2.0, 0.6f), 1e-12);
+  EXPECT_NEAR(length_penalty(25, 0.6f), std::pow(5.0, double(0.6f)), 1e-12);
+  EXPECT_DOUBLE_EQ(length_penalty(40, 0.0f), 1.0);
+}
+
+TEST(BeamSearch, WideBeamFindsTheExhaustiveOptimumAndNBest) {
+  const std::vector<TokenSequence> sources = {{4, 5}, {5}, {4, 4, 5}};
+  for (float alpha : {0.0f, 0.6f, 1.0f}) {
+    TableScorer table;
+    BeamOptions options;
+    options.beam = 64;  // wider than the 3^3 live prefixes: the search is exhaustive
+    options.alpha = alpha;
+    options.max_len_a = 0;
+    options.max_len_b = 4;
+    options.nbest = 5;
+    const auto results = beam_search(table, sources, kIds, options);
+    ASSERT_EQ(results.size(), sources.size());
+    for (size_t s = 0; s < sources.size(); ++s) {
+      const std::vector<Hypothesis> truth = exhaustive(table, sources[s], 4, alpha);
+      ASSERT_EQ(results[s].size(), 5u);
+      for (int k = 0; k < 5; ++k) {
+        EXPECT_EQ(results[s][k].tokens, truth[k].tokens) << "alpha " << alpha << " rank " << k;
+        EXPECT_NEAR(results[s][k].score, truth[k].score, 1e-5);
+        EXPECT_NEAR(results[s][k].log_prob, truth[k].log_prob, 1e-5);
+      }
+    }
+  }
+}
+
+TEST(BeamSearch, AWiderBeamFindsWhatGreedyMisses) {
+  // Over many table sentences, beam 1 must sometimes end below the optimum that beam 4
+  // reaches, and beam 4 must never be worse than beam 1 when it reaches the optimum.
+  TableScorer table;
+  std::vector<TokenSequence> sources;
+  for (int i = 0; i < 40; ++i) sources.push_back({4 + i % 2, 4 + (i / 2) % 2, 4 + i % 3 % 2, i});
+  BeamOptions narrow, wide;
+  narrow.beam = 1;
+  wide.beam = 4;
+  for (BeamOptions* o : {&narrow, &wide}) {
+    o->alpha = 0.0f;
+    o->max_len_a = 0;
+    o->max_len_b = 5;
+  }
+  const auto greedy = beam_search(table, sources, kIds, narrow);
+  const auto beamed = beam_search(table, sources, kIds, wide);
+  // The scorer hands out fp32 log-probabilities; the exhaustive search sums doubles.
+  const double rounding = 1e-5;
+  int improved = 0;
+  for (size_t s = 0; s < sources.size(); ++s) {
+    const double optimum = exhaustive(table, sources[s], 5, 0.0f)[0].score;
+    EXPECT_LE(greedy[s][0].score, optimum + rounding);
+    EXPECT_LE(beamed[s][0].score, optimum + rounding);
+    if (beamed[s][0].score > greedy[s][0].score + rounding) ++improved;
+  }
+  EXPECT_GT(improved, 0) << "beam 4 never beat beam 1: the table is too easy to test search";
+}
+
+TEST(BeamSearch, StopsEarlyWhenNoLiveHypothesisCanWin) {
+  // eos is very likely everywhere: after a few steps every live hypothesis has fallen so
+  // far that even the most generous length normalisation (lp at max_len) cannot lift it
+  // above the finished ones, so the search stops long before max_len = 60.
+  TableScorer table(/*eos_bias=*/8.0);
+  BeamOptions options;
+  options.max_len_a = 0;
+  options.max_len_b = 60;
+  const auto results = beam_search(table, {{4, 5, 4}}, kIds, options);
+  ASSERT_EQ(results[0].size(), 1u);
+  EXPECT_LE(table.calls, 8) << "no early termination";
+  // Stopping early lost nothing: the optimum among outputs of up to 6 tokens (the bound
+  // proves no longer one can win) is what the search returned.
+  EXPECT_EQ(results[0][0].tokens, exhaustive(table, {4, 5, 4}, 6, 0.6f)[0].tokens);
+}
+
+TEST(BeamSearch, RespectsTheLengthLimitAndIsDeterministic) {
+  TableScorer table(/*eos_bias=*/-30.0);  // eos never wins: every output hits the limit
+  BeamOptions options;
+  options.max_len_a = 1;
+  options.max_len_b = 2;
+  const std::vector<TokenSequence> sources = {{4}, {4, 5, 4, 5}};
+  const auto first = beam_search(table, sources, kIds, options);
+  EXPECT_EQ(first[0][0].tokens.size(), 3u);  // 1 * 1 + 2
+  EXPECT_EQ(first[1][0].tokens.size(), 6u);  // 1 * 4 + 2
+  const auto second = beam_search(table, sources, kIds, options);
+  for (size_t s = 0; s < sources.size(); ++s) EXPECT_EQ(first[s][0].tokens, second[s][0].tokens);
+}
+
+TEST(BeamSearch, BeamOneWithoutLengthPenaltyIsGreedyOnTheModel) {
+  // Beam 1 with alpha = 0 keeps the single best extension, and stops when the best
+  // extension is eos (a live hypothesis ranked below a finished one can never beat it
+  // without length normalisation): exactly greedy decoding. With alpha > 0 a longer
+  // hypothesis may still overtake, so beam 1 may search on where greedy stops.
+  auto backend = make_cpu_backend(DType::F32);
+  ModelConfig c;
+  c.layers = 2;
+  c.d_model = 16;
+  c.d_ff = 32;
+  c.heads = 4;
+  c.max_positions = 32;
+  Transformer model(c, 12, kIds, *backend, 5);
+  const std::vector<TokenSequence> sources = {{4, 5, 6}, {7}, {8, 9, 10, 11, 4}, {6, 6}};
+  GreedyOptions greedy_options;
+  greedy_options.max_len_b = 8;
+  const auto greedy = greedy_decode(model, sources, kIds, greedy_options);
+  TransformerScorer scorer(model, kIds);
+  BeamOptions options;
+  options.beam = 1;
+  options.alpha = 0.0f;
+  options.max_len_b = 8;
+  options.max_len_cap = c.max_positions - 1;
+  const auto beamed = beam_search(scorer, sources, kIds, options);
+  for (size_t s = 0; s < sources.size(); ++s) EXPECT_EQ(beamed[s][0].tokens, greedy[s]) << s;
+}
+
+}  // namespace
+}  // namespace thpc
