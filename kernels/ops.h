@@ -144,7 +144,8 @@ class Backend {
   // columns [i*d_k, (i+1)*d_k) of q with row stride ldq (likewise k with ldk, v with
   // ldv and d_v), so a fused QKV projection is passed as three offset views.
   // out [B*Lq, h*d_v] (row stride h*d_v), heads concatenated.
-  // `saved` holds what backward needs; its size is attention_saved_numel(shape).
+  // `saved` holds what backward needs; its size is attention_saved_numel(shape). It may
+  // be null when no backward follows (decoding).
   virtual int64_t attention_saved_numel(const AttentionShape& shape) const = 0;
   virtual void attention_forward(Tensor out, Tensor saved, Tensor q, int ldq, Tensor k,
                                  int ldk, Tensor v, int ldv,
@@ -169,6 +170,13 @@ class Backend {
   // dx += dy; d_sub += dy * keep / (1 - p).
   virtual void residual_dropout_backward(Tensor dx, Tensor d_sub, Tensor dy, int64_t n,
                                          float p, DropoutKey key) = 0;
+
+  // ---- row copies ---------------------------------------------------------------
+  // dst[dst_rows[i], :] = src[src_rows[i], :] for i in [0, count), rows of `width`
+  // elements; a null index list means row i. Indices are int32 in backend memory. Used
+  // by incremental decoding to append to and reorder its key/value caches.
+  virtual void copy_rows(Tensor dst, const int32_t* dst_rows, Tensor src,
+                         const int32_t* src_rows, int count, int width) = 0;
 
   // ---- label-smoothed cross-entropy (§5.4) --------------------------------------
   // Per row r with target t = targets[r] != pad_id, p = softmax(logits[r]) and the

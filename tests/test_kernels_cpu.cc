@@ -1215,3 +1215,25 @@ TEST(FloatVsDouble, InstantiationsAgree) {
 
 }  // namespace
 }  // namespace thpc
+
+namespace thpc {
+namespace {
+
+TEST(CopyRows, GathersAndScattersByIndex) {
+  // src rows r = [10r, 10r + 1, 10r + 2]; gather rows 2, 0 into dst rows 1, 3.
+  std::vector<float> src(4 * 3), dst(4 * 3, -1.0f);
+  for (int r = 0; r < 4; ++r) {
+    for (int c = 0; c < 3; ++c) src[r * 3 + c] = 10.0f * r + c;
+  }
+  const int32_t from[] = {2, 0}, to[] = {1, 3};
+  cpu::copy_rows<float>(dst.data(), to, src.data(), from, 2, 3);
+  const std::vector<float> expected = {-1, -1, -1, 20, 21, 22, -1, -1, -1, 0, 1, 2};
+  EXPECT_EQ(dst, expected);
+  // Null index lists mean rows 0, 1, ...
+  std::vector<float> copy(2 * 3, 0.0f);
+  cpu::copy_rows<float>(copy.data(), nullptr, src.data(), from, 2, 3);
+  EXPECT_EQ(copy, (std::vector<float>{20, 21, 22, 0, 1, 2}));
+}
+
+}  // namespace
+}  // namespace thpc

@@ -137,6 +137,10 @@ class CpuBackend final : public Backend {
                                  DropoutKey key) override {
     cpu::residual_dropout_backward<T>(p(dx), p(d_sub), p(dy), n, prob, key);
   }
+  void copy_rows(Tensor dst, const int32_t* dst_rows, Tensor src, const int32_t* src_rows,
+                 int count, int width) override {
+    cpu::copy_rows<T>(p(dst), dst_rows, p(src), src_rows, count, width);
+  }
   LossSums softmax_cross_entropy(Tensor d_logits, Tensor logits, const int32_t* targets,
                                  int rows, int vocab, float eps, int pad_id,
                                  float grad_scale) override {

@@ -77,6 +77,10 @@ template <typename T>
 void residual_dropout_backward(T* dx, T* d_sub, const T* dy, int64_t n, float p,
                                DropoutKey key);
 
+template <typename T>
+void copy_rows(T* dst, const int32_t* dst_rows, const T* src, const int32_t* src_rows,
+               int count, int width);
+
 // ---- cross_entropy.cc ----
 template <typename T>
 LossSums softmax_cross_entropy(T* d_logits, const T* logits, const int32_t* targets, int rows,

@@ -1,5 +1,6 @@
 // ReLU (the position-wise feed-forward network of §3.3), dropout and the residual
 // connection with dropout (§5.4, "Residual Dropout") on the CPU.
+#include <algorithm>
 #include <cstdint>
 
 #include "common/error.h"
@@ -107,6 +108,23 @@ template void residual_dropout_forward<float>(float*, const float*, const float*
                                               float, DropoutKey);
 template void residual_dropout_forward<double>(double*, const double*, const double*, int64_t,
                                                float, DropoutKey);
+// Row gathers/scatters (see kernels/ops.h). The source rows are read before any row is
+// written only per row, so dst and src must not overlap.
+template <typename T>
+void copy_rows(T* dst, const int32_t* dst_rows, const T* src, const int32_t* src_rows,
+               int count, int width) {
+  for (int i = 0; i < count; ++i) {
+    const int64_t to = dst_rows != nullptr ? dst_rows[i] : i;
+    const int64_t from = src_rows != nullptr ? src_rows[i] : i;
+    THPC_CHECK(to >= 0 && from >= 0, "negative row index in copy_rows (" << to << ", " << from
+                                                                          << ")");
+    std::copy(src + from * width, src + (from + 1) * width, dst + to * width);
+  }
+}
+
+template void copy_rows<float>(float*, const int32_t*, const float*, const int32_t*, int, int);
+template void copy_rows<double>(double*, const int32_t*, const double*, const int32_t*, int,
+                                int);
 template void residual_dropout_backward<float>(float*, float*, const float*, int64_t, float,
                                                DropoutKey);
 template void residual_dropout_backward<double>(double*, double*, const double*, int64_t, float,

@@ -39,6 +39,41 @@ std::vector<float> TransformerScorer::log_probs(const std::vector<TokenSequence>
   return model_.next_token_log_probs(tgt_in, lengths, T);
 }
 
+void CachedTransformerScorer::start(const std::vector<TokenSequence>& sources) {
+  model_.encode(make_batch(sources, std::vector<TokenSequence>(sources.size()), ids_));
+  previous_rows_.clear();
+}
+
+std::vector<float> CachedTransformerScorer::log_probs(const std::vector<TokenSequence>& prefixes,
+                                                      const std::vector<int>& source_of) {
+  THPC_CHECK(!prefixes.empty(), "no hypotheses to score");
+  const int position = static_cast<int>(prefixes[0].size());  // 0 feeds bos
+  std::vector<int32_t> tokens;
+  if (position == 0) {
+    model_.begin_incremental(source_of, std::min(max_len_ + 1, model_.config().max_positions));
+    tokens.assign(prefixes.size(), ids_.bos);
+  } else {
+    // Every hypothesis extends one of the previous step's by one token.
+    std::vector<int> parent;
+    for (size_t i = 0; i < prefixes.size(); ++i) {
+      THPC_CHECK(static_cast<int>(prefixes[i].size()) == position,
+                 "hypotheses of different lengths in one step");
+      const TokenSequence stem(prefixes[i].begin(), prefixes[i].end() - 1);
+      const auto found = previous_rows_.find({source_of[i], stem});
+      THPC_CHECK(found != previous_rows_.end(),
+                 "hypothesis " << i << " does not extend one scored at the previous step");
+      parent.push_back(found->second);
+      tokens.push_back(prefixes[i].back());
+    }
+    model_.reorder_incremental(parent);
+  }
+  previous_rows_.clear();
+  for (size_t i = 0; i < prefixes.size(); ++i) {
+    previous_rows_[{source_of[i], prefixes[i]}] = static_cast<int>(i);
+  }
+  return model_.incremental_log_probs(tokens, position);
+}
+
 namespace {
 
 struct Live {

@@ -12,6 +12,8 @@
 // lp(Y) = ((5 + |Y|) / 6)^alpha and |Y| the number of generated tokens, eos included.
 #pragma once
 
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "data/batch.h"
@@ -47,6 +49,27 @@ class TransformerScorer final : public NextTokenScorer {
   SpecialIds ids_;
   std::vector<TokenSequence> sources_;
   std::vector<int> encoded_source_of_;  // the sources of the rows last encoded
+};
+
+// The model as a scorer with incremental decoding: each source is encoded once, the
+// decoder keeps its self-attention keys/values per hypothesis and each step feeds only
+// the newest token. The beam search hands over whole prefixes; this scorer finds each
+// one's parent among the previous step's prefixes and reorders the caches to match.
+class CachedTransformerScorer final : public NextTokenScorer {
+ public:
+  CachedTransformerScorer(Transformer& model, const SpecialIds& ids, int max_len)
+      : model_(model), ids_(ids), max_len_(max_len) {}
+  int vocab_size() const override { return model_.vocab_size(); }
+  void start(const std::vector<TokenSequence>& sources) override;
+  std::vector<float> log_probs(const std::vector<TokenSequence>& prefixes,
+                               const std::vector<int>& source_of) override;
+
+ private:
+  Transformer& model_;
+  SpecialIds ids_;
+  int max_len_;
+  // The previous step's hypotheses: (source, prefix) -> row in the caches.
+  std::map<std::pair<int, TokenSequence>, int> previous_rows_;
 };
 
 struct BeamOptions {

@@ -93,7 +93,7 @@ struct IdBuffer {
 struct Transformer::State {
   explicit State(Backend& backend)
       : encoder_arena(backend), decoder_arena(backend), grad_arena(backend),
-        scratch_arena(backend) {}
+        scratch_arena(backend), step_arena(backend) {}
 
   // Parameters.
   Param embedding;        // E [vocab, d], shared (§3.4)
@@ -111,6 +111,18 @@ struct Transformer::State {
   std::vector<LayerActs> encoder_acts, decoder_acts;
   Tensor encoder_out, decoder_out, logits;
   Tensor d_encoder_out;  // filled by backward_decoder, read by backward_encoder
+  std::vector<int32_t> src_lengths_host;
+
+  // Incremental decoding: per decoder layer, the fused q|k|v rows of every past position
+  // of every hypothesis [H * max_len, h(2dk+dv)] (the k|v columns are what attention
+  // reads) and the encoder's k|v rows expanded per hypothesis [H * S, h(dk+dv)].
+  struct Incremental {
+    int hypotheses = 0, capacity = 0, max_len = 0;
+    std::vector<Tensor> self_cache, cross_kv;
+    std::vector<int32_t> cross_lengths_host;
+    IdBuffer self_lengths, cross_lengths, rows;
+  } incremental;
+  Arena step_arena;  // one incremental step's activations
 };
 
 // ---------------------------------------------------------------------------------
@@ -358,8 +370,11 @@ Transformer::Transformer(const ModelConfig& config, int vocab_size, const Specia
 }
 
 Transformer::~Transformer() {
+  release_incremental();
   State& s = *state_;
-  for (IdBuffer* b : {&s.src, &s.tgt_in, &s.tgt_out, &s.src_lengths, &s.tgt_lengths}) {
+  for (IdBuffer* b : {&s.src, &s.tgt_in, &s.tgt_out, &s.src_lengths, &s.tgt_lengths,
+                      &s.incremental.self_lengths, &s.incremental.cross_lengths,
+                      &s.incremental.rows}) {
     backend_.free_ids(b->ids);
   }
   if (s.sinusoid) backend_.free(s.sinusoid);
@@ -375,6 +390,7 @@ void Transformer::upload_batch(const Batch& batch) {
   s.tgt_len = batch.tgt_len;
   ensure_ids(backend_, s.src, batch.src);
   ensure_ids(backend_, s.src_lengths, batch.src_lengths);
+  s.src_lengths_host = batch.src_lengths;
   if (!batch.tgt_in.empty()) {
     ensure_ids(backend_, s.tgt_in, batch.tgt_in);
     ensure_ids(backend_, s.tgt_out, batch.tgt_out);
@@ -650,21 +666,201 @@ std::vector<float> Transformer::next_token_log_probs(const std::vector<int32_t>&
   forward_decoder(B, T, false, DropoutContext{});
   backend_.log_softmax(s.logits, s.logits, B * T, vocab_);
 
-  // Download the rows at each sentence's last prefix position, converted to float.
-  std::vector<float> result(static_cast<size_t>(B) * vocab_);
+  // The rows at each sentence's last prefix position.
+  std::vector<float> result;
   for (int b = 0; b < B; ++b) {
     const int row = b * T + prefix_lengths[b] - 1;
-    Tensor slice = s.logits.slice(int64_t(row) * vocab_, vocab_);
-    if (slice.dtype == DType::F64) {
-      std::vector<double> host(vocab_);
-      backend_.download(host.data(), slice);
-      std::copy(host.begin(), host.end(), result.begin() + int64_t(b) * vocab_);
-    } else {
-      THPC_CHECK(slice.dtype == DType::F32, "log-probabilities in " << dtype_name(slice.dtype));
-      backend_.download(result.data() + int64_t(b) * vocab_, slice);
-    }
+    const std::vector<float> one =
+        download_rows_f32(s.logits.slice(int64_t(row) * vocab_, vocab_), 1, vocab_);
+    result.insert(result.end(), one.begin(), one.end());
   }
   return result;
+}
+
+std::vector<float> Transformer::download_rows_f32(Tensor rows, int count, int width) {
+  std::vector<float> result(static_cast<size_t>(count) * width);
+  THPC_CHECK(rows.numel >= int64_t(count) * width, "downloading " << count << " rows of "
+                                                                  << width << " from "
+                                                                  << rows.numel);
+  Tensor used = rows.slice(0, int64_t(count) * width);
+  if (used.dtype == DType::F64) {
+    std::vector<double> host(result.size());
+    backend_.download(host.data(), used);
+    std::copy(host.begin(), host.end(), result.begin());
+  } else {
+    THPC_CHECK(used.dtype == DType::F32, "rows in " << dtype_name(used.dtype));
+    backend_.download(result.data(), used);
+  }
+  return result;
+}
+
+// ---------------------------------------------------------------------------------
+// Incremental decoding
+
+void Transformer::release_incremental() {
+  State::Incremental& inc = state_->incremental;
+  for (Tensor& t : inc.self_cache) backend_.free(t);
+  for (Tensor& t : inc.cross_kv) backend_.free(t);
+  inc.self_cache.clear();
+  inc.cross_kv.clear();
+  inc.hypotheses = 0;
+}
+
+void Transformer::begin_incremental(const std::vector<int>& source_of, int max_len) {
+  State& s = *state_;
+  State::Incremental& inc = s.incremental;
+  THPC_CHECK(s.encoder_out, "begin_incremental() before encode()");
+  THPC_CHECK(max_len >= 1 && max_len <= config_.max_positions,
+             "incremental decoding of " << max_len << " positions (model.max_positions = "
+                                        << config_.max_positions << ")");
+  release_incremental();
+  Sublayers sub = sublayers_for(backend_, config_);
+  const int H = static_cast<int>(source_of.size());
+  const int S = s.src_len;
+  const int kv_width = sub.h * (sub.dk + sub.dv);
+  inc.hypotheses = H;
+  inc.max_len = max_len;
+  // Which encoder rows each hypothesis reads: hypothesis h, key j <- row source*S + j.
+  std::vector<int32_t> rows;
+  inc.cross_lengths_host.clear();
+  for (int h = 0; h < H; ++h) {
+    THPC_CHECK(source_of[h] >= 0 && source_of[h] < s.batch_size,
+               "hypothesis " << h << " continues source " << source_of[h] << " of "
+                             << s.batch_size);
+    for (int j = 0; j < S; ++j) rows.push_back(source_of[h] * S + j);
+    inc.cross_lengths_host.push_back(s.src_lengths_host[source_of[h]]);
+  }
+  ensure_ids(backend_, inc.rows, rows);
+  ensure_ids(backend_, inc.cross_lengths, inc.cross_lengths_host);
+  Arena& arena = s.step_arena;
+  arena.reset();
+  for (int layer = 0; layer < config_.layers; ++layer) {
+    const AttentionParams& p = s.decoder[layer].cross_attention;
+    // The encoder's k|v once per source, then one copy per hypothesis.
+    Tensor per_source = arena.take(sub.act, int64_t(s.batch_size) * S * kv_width);
+    backend_.linear_forward(per_source, s.encoder_out, p.kv_weight.value, p.kv_bias.value,
+                            s.batch_size * S, sub.d, kv_width);
+    inc.cross_kv.push_back(backend_.alloc(sub.act, int64_t(H) * S * kv_width));
+    backend_.copy_rows(inc.cross_kv.back(), nullptr, per_source, inc.rows.ids, H * S, kv_width);
+    // Zeroed: attention multiplies the not-yet-written rows by probability 0, and 0 times
+    // uninitialised memory could be NaN.
+    inc.self_cache.push_back(backend_.alloc(sub.act, int64_t(H) * max_len * sub.qkv_width()));
+    backend_.zero(inc.self_cache.back());
+  }
+  inc.capacity = H;
+}
+
+void Transformer::reorder_incremental(const std::vector<int>& parent) {
+  State& s = *state_;
+  State::Incremental& inc = s.incremental;
+  Sublayers sub = sublayers_for(backend_, config_);
+  const int H = static_cast<int>(parent.size());
+  const int S = s.src_len;
+  const int kv_width = sub.h * (sub.dk + sub.dv);
+  for (int h = 0; h < H; ++h) {
+    THPC_CHECK(parent[h] >= 0 && parent[h] < inc.hypotheses,
+               "hypothesis " << h << " continues " << parent[h] << " of " << inc.hypotheses);
+  }
+  // The beam grows from one hypothesis per sentence to `beam`: caches grow with it.
+  const int capacity = std::max(H, inc.capacity);
+  // Each cache is gathered into a new buffer: hypothesis h gets every row of parent[h].
+  auto gather = [&](std::vector<Tensor>& caches, int rows_per_hypothesis, int width) {
+    std::vector<int32_t> rows;
+    for (int h = 0; h < H; ++h) {
+      for (int j = 0; j < rows_per_hypothesis; ++j) {
+        rows.push_back(parent[h] * rows_per_hypothesis + j);
+      }
+    }
+    ensure_ids(backend_, inc.rows, rows);
+    for (Tensor& cache : caches) {
+      Tensor gathered = backend_.alloc(sub.act, int64_t(capacity) * rows_per_hypothesis * width);
+      backend_.zero(gathered);
+      backend_.copy_rows(gathered, nullptr, cache, inc.rows.ids, H * rows_per_hypothesis, width);
+      backend_.free(cache);
+      cache = gathered;
+    }
+  };
+  gather(inc.self_cache, inc.max_len, sub.qkv_width());
+  gather(inc.cross_kv, S, kv_width);
+  std::vector<int32_t> lengths;
+  for (int h = 0; h < H; ++h) lengths.push_back(inc.cross_lengths_host[parent[h]]);
+  inc.cross_lengths_host = lengths;
+  ensure_ids(backend_, inc.cross_lengths, inc.cross_lengths_host);
+  inc.hypotheses = H;
+  inc.capacity = capacity;
+}
+
+std::vector<float> Transformer::incremental_log_probs(const std::vector<int32_t>& tokens,
+                                                      int position) {
+  State& s = *state_;
+  State::Incremental& inc = s.incremental;
+  Sublayers sub = sublayers_for(backend_, config_);
+  const int H = inc.hypotheses;
+  const int d = config_.d_model;
+  const int width = sub.qkv_width();
+  const int kv_width = sub.h * (sub.dk + sub.dv);
+  THPC_CHECK(static_cast<int>(tokens.size()) == H,
+             tokens.size() << " tokens for " << H << " hypotheses");
+  THPC_CHECK(position >= 0 && position < inc.max_len,
+             "position " << position << " outside the cache of " << inc.max_len);
+  Arena& arena = s.step_arena;
+  arena.reset();
+  ensure_ids(backend_, s.tgt_in, tokens);
+  ensure_ids(backend_, inc.self_lengths, std::vector<int32_t>(H, position + 1));
+
+  // The token embedding at this position: the position table's row `position`.
+  Tensor table = s.positions.value ? s.positions.value : s.sinusoid;
+  Tensor x = arena.take(sub.act, int64_t(H) * d);
+  backend_.embedding_forward(x, s.tgt_in.ids, s.embedding.value,
+                             table.slice(int64_t(position) * d, d), H, 1, d, vocab_,
+                             std::sqrt(static_cast<float>(d)));
+  std::vector<int32_t> append_rows;
+  for (int h = 0; h < H; ++h) append_rows.push_back(h * inc.max_len + position);
+  ensure_ids(backend_, inc.rows, append_rows);
+  const DropoutKey none;
+  for (int layer = 0; layer < config_.layers; ++layer) {
+    const LayerParams& p = s.decoder[layer];
+    LayerActs a;
+    // Self-attention: project the new position, append it to the cache, attend over
+    // positions 0..position (the cache rows beyond are masked by the key lengths).
+    Tensor qkv = arena.take(sub.act, int64_t(H) * width);
+    backend_.linear_forward(qkv, x, p.self_attention.in_weight.value,
+                            p.self_attention.in_bias.value, H, d, width);
+    Tensor& cache = inc.self_cache[layer];
+    backend_.copy_rows(cache, inc.rows.ids, qkv, nullptr, H, width);
+    AttentionShape self_shape = attention_shape(config_, H, 1, inc.max_len, false,
+                                                inc.self_lengths.ids, 0.0f, none);
+    Tensor context = arena.take(sub.act, int64_t(H) * sub.h * sub.dv);
+    const int64_t k_off = int64_t(sub.h) * sub.dk, v_off = 2 * k_off;
+    backend_.attention_forward(context, Tensor{}, qkv, width,
+                               cache.slice(k_off, cache.numel - k_off), width,
+                               cache.slice(v_off, cache.numel - v_off), width, self_shape);
+    Tensor self_out = arena.take(sub.act, int64_t(H) * d);
+    backend_.linear_forward(self_out, context, p.self_attention.out_weight.value,
+                            p.self_attention.out_bias.value, H, sub.h * sub.dv, d);
+    sub.add_norm_forward(a.norm1, arena, x, self_out, p.norm1, H, 0.0f, none);
+
+    // Encoder-decoder attention over the cached encoder k|v of each hypothesis.
+    Tensor q = arena.take(sub.act, int64_t(H) * sub.h * sub.dk);
+    backend_.linear_forward(q, a.norm1.y, p.cross_attention.in_weight.value,
+                            p.cross_attention.in_bias.value, H, d, sub.h * sub.dk);
+    AttentionShape cross_shape = attention_shape(config_, H, 1, s.src_len, false,
+                                                 inc.cross_lengths.ids, 0.0f, none);
+    Tensor& kv = inc.cross_kv[layer];
+    backend_.attention_forward(context, Tensor{}, q, sub.h * sub.dk, kv, kv_width,
+                               kv.slice(k_off, kv.numel - k_off), kv_width, cross_shape);
+    Tensor cross_out = arena.take(sub.act, int64_t(H) * d);
+    backend_.linear_forward(cross_out, context, p.cross_attention.out_weight.value,
+                            p.cross_attention.out_bias.value, H, sub.h * sub.dv, d);
+    sub.add_norm_forward(a.norm2, arena, a.norm1.y, cross_out, p.norm2, H, 0.0f, none);
+    sub.ffn_forward(a.ffn, arena, a.norm2.y, p.ffn, H);
+    sub.add_norm_forward(a.norm3, arena, a.norm2.y, a.ffn.out, p.norm3, H, 0.0f, none);
+    x = a.norm3.y;
+  }
+  Tensor logits = arena.take(sub.act, int64_t(H) * vocab_);
+  backend_.output_projection_forward(logits, x, s.embedding.value, H, d, vocab_);
+  backend_.log_softmax(logits, logits, H, vocab_);
+  return download_rows_f32(logits, H, vocab_);
 }
 
 }  // namespace thpc

@@ -62,10 +62,24 @@ class Transformer {
   std::vector<float> next_token_log_probs(const std::vector<int32_t>& tgt_in,
                                           const std::vector<int32_t>& prefix_lengths, int T);
 
+  // Incremental decoding against the last encode(): each hypothesis h continues source
+  // row source_of[h] of the encoded batch. The decoder self-attention keys/values of
+  // past positions are cached per layer and the cross-attention keys/values of the
+  // encoder output are computed once, so a step costs one position, not the prefix.
+  //   begin_incremental(source_of, max_len)   hypotheses, at most max_len positions
+  //   incremental_log_probs(tokens, position) feeds tokens[h] at `position` (0: bos),
+  //                                           returns log p(next) host [H, vocab]
+  //   reorder_incremental(parent)             hypothesis i continues old parent[i]
+  void begin_incremental(const std::vector<int>& source_of, int max_len);
+  std::vector<float> incremental_log_probs(const std::vector<int32_t>& tokens, int position);
+  void reorder_incremental(const std::vector<int>& parent);
+
  private:
   struct State;  // parameter views, activations, arenas (transformer.cc)
 
   void upload_batch(const Batch& batch);
+  void release_incremental();
+  std::vector<float> download_rows_f32(Tensor rows, int count, int width);
   void forward_encoder(bool train, const DropoutContext& dropout);
   void forward_decoder(int batch_size, int T, bool train, const DropoutContext& dropout);
   // Backward from the loss gradient (left in the logits) to the embeddings.
