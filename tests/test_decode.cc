@@ -1,0 +1,140 @@
+// build/transformer_decode end to end: a SentencePiece model trained on Multi30k
+// English, a (randomly initialised) model saved as a checkpoint, and the program run as
+// a user runs it. Translation quality needs a trained model (the data issue's Multi30k
+// run); here: one output line per input line in input order, empty lines, over-long
+// lines truncated with a warning, determinism, --greedy = --beam 1 --lenpen 0, n-best.
+#include <gtest/gtest.h>
+#include <sentencepiece_trainer.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "checkpoint/checkpoint.h"
+#include "config/config.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "model/transformer.h"
+
+namespace thpc {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) lines.push_back(line);
+  return lines;
+}
+
+class DecodeProgram : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("thpc_decode_" + std::to_string(getpid()));
+    fs::create_directories(dir_);
+    // A small SentencePiece model on the first 3000 Multi30k English sentences, with the
+    // project's special ids.
+    std::ifstream corpus(std::string(THPC_SOURCE_DIR) + "/../shared/data/multi30k/train.en");
+    ASSERT_TRUE(corpus.good()) << "../shared/data/multi30k/train.en is missing";
+    std::ofstream sample(dir_ / "sample.en");
+    std::string line;
+    for (int i = 0; i < 3000 && std::getline(corpus, line); ++i) sample << line << "\n";
+    sample.close();
+    const auto status = sentencepiece::SentencePieceTrainer::Train(
+        "--input=" + (dir_ / "sample.en").string() + " --model_prefix=" +
+        (dir_ / "spm").string() +
+        " --vocab_size=300 --model_type=bpe --pad_id=0 --unk_id=1 --bos_id=2 --eos_id=3"
+        " --minloglevel=2");
+    ASSERT_TRUE(status.ok()) << status.ToString();
+
+    // A small model of that vocabulary, saved as a parameters-only checkpoint.
+    Config config = load_config(std::string(THPC_SOURCE_DIR) + "/input/tiny.ini",
+                                {"model.layers=1", "model.d_model=32", "model.d_ff=64",
+                                 "model.max_positions=40"});
+    auto backend = make_cpu_backend(DType::F32);
+    Transformer model(config.model, 300, SpecialIds{}, *backend, 3);
+    Checkpoint checkpoint;
+    checkpoint.seed = config.train.seed;
+    checkpoint.architecture = architecture_text(config.model, 300);
+    checkpoint.config_ini = config.to_ini();
+    checkpoint.params = gather_named(model.params(), *backend, model.params().params());
+    write_checkpoint((dir_ / "model.h5").string(), checkpoint);
+
+    std::ofstream input(dir_ / "input.en");
+    input << "A man is riding a bike.\n\nTwo dogs play in the snow.\n";
+    for (int i = 0; i < 1000; ++i) input << "dog ";
+    input << "\n";
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+
+  // Runs the program; returns its exit code, stdout in `out`, stderr in `err`.
+  int decode(const std::string& options, std::string& out, std::string& err) {
+    const fs::path out_file = dir_ / "out.txt", err_file = dir_ / "err.txt";
+    const std::string command = std::string(THPC_BINARY_DIR) + "/transformer_decode --checkpoint " +
+                                (dir_ / "model.h5").string() + " --spm-model " +
+                                (dir_ / "spm.model").string() + " --input " +
+                                (dir_ / "input.en").string() + " " + options + " > " +
+                                out_file.string() + " 2> " + err_file.string();
+    const int status = std::system(command.c_str());
+    out = read_file(out_file);
+    err = read_file(err_file);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+  static fs::path dir_;
+};
+
+fs::path DecodeProgram::dir_;
+
+TEST_F(DecodeProgram, OneLinePerInputLineInOrderDeterministic) {
+  std::string out, err, out_again, err_again;
+  ASSERT_EQ(decode("--max-len-b 5", out, err), 0) << err;
+  const std::vector<std::string> lines = lines_of(out);
+  ASSERT_EQ(lines.size(), 4u) << out;
+  EXPECT_EQ(lines[1], "") << "an empty input line gives an empty output line";
+  EXPECT_NE(err.find("warning: line 4 has"), std::string::npos) << err;
+  EXPECT_NE(err.find("truncated to 39"), std::string::npos) << err;
+  ASSERT_EQ(decode("--max-len-b 5", out_again, err_again), 0);
+  EXPECT_EQ(out, out_again);
+  // A different batching must not change any translation (order is restored).
+  ASSERT_EQ(decode("--max-len-b 5 --batch-tokens 8", out_again, err_again), 0);
+  EXPECT_EQ(out, out_again);
+}
+
+TEST_F(DecodeProgram, GreedyIsBeamOneWithoutLengthPenalty) {
+  std::string greedy, beam_one, err;
+  ASSERT_EQ(decode("--greedy --max-len-b 6", greedy, err), 0) << err;
+  ASSERT_EQ(decode("--beam 1 --lenpen 0 --max-len-b 6", beam_one, err), 0) << err;
+  EXPECT_EQ(greedy, beam_one);
+}
+
+TEST_F(DecodeProgram, NBestGivesKScoredLinesPerSentence) {
+  std::string out, err;
+  ASSERT_EQ(decode("--nbest 3 --max-len-b 4", out, err), 0) << err;
+  const std::vector<std::string> lines = lines_of(out);
+  ASSERT_EQ(lines.size(), 3u + 1u + 3u + 3u) << out;  // the empty line gives one
+  EXPECT_EQ(lines[0].rfind("0 ||| ", 0), 0u) << lines[0];
+  EXPECT_EQ(lines[3].rfind("1 ||| ", 0), 0u) << lines[3];
+}
+
+TEST_F(DecodeProgram, BadInputFailsWithAMessage) {
+  std::string out, err;
+  EXPECT_EQ(decode("--beam 0", out, err), 2) << err;
+  const std::string missing = std::string(THPC_BINARY_DIR) +
+                              "/transformer_decode --checkpoint /nonexistent.h5 --spm-model x"
+                              " < /dev/null > /dev/null 2>&1";
+  const int status = std::system(missing.c_str());
+  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 1);
+}
+
+}  // namespace
+}  // namespace thpc

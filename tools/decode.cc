@@ -1,0 +1,243 @@
+// transformer_decode: translates text with a trained checkpoint (a step or an average),
+// after fairseq-interactive / fairseq-generate.
+//
+//   transformer_decode --checkpoint FILE --spm-model FILE [--input FILE|-] [--output FILE]
+//                      [--beam 4] [--lenpen 0.6] [--max-len-a 1 --max-len-b 50]
+//                      [--batch-tokens 4096] [--nbest 1] [--greedy]
+//
+// Each input line is SentencePiece-encoded, sentences are sorted by length into batches
+// of at most --batch-tokens source tokens, translated by batched beam search with a KV
+// cache (§6.1: beam 4, alpha 0.6, output length <= input length + 50) and written back
+// detokenised, one line per input line, in input order. With --nbest K > 1 each input
+// gives K lines `INDEX ||| hypothesis ||| score`. Exit codes: 0 success, 1 a bad file or
+// checkpoint, 2 a bad command line.
+#include <sentencepiece_processor.h>
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+#include "common/error.h"
+#include "config/config.h"
+#include "decode/beam_search.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "model/transformer.h"
+#include "train/trainer.h"
+
+namespace {
+
+namespace po = boost::program_options;
+
+struct Arguments {
+  std::string checkpoint, spm_model, input = "-", output = "-";
+  int beam = 4, nbest = 1, max_len_a = 1, max_len_b = 50, batch_tokens = 4096;
+  float lenpen = 0.6f;
+  bool greedy = false;
+};
+
+// The run configuration stored in the checkpoint, parsed by the same option table.
+thpc::Config stored_config(const thpc::Checkpoint& checkpoint, const std::string& path) {
+  const std::filesystem::path scratch =
+      std::filesystem::temp_directory_path() /
+      ("thpc_decode_config_" + std::to_string(::getpid()) + ".ini");
+  {
+    std::ofstream out(scratch);
+    out << checkpoint.config_ini;
+  }
+  try {
+    thpc::Config config = thpc::load_config(scratch.string());
+    std::filesystem::remove(scratch);
+    return config;
+  } catch (const thpc::Error& error) {
+    std::filesystem::remove(scratch);
+    THPC_FAIL(path << ": its stored configuration does not load: " << error.what());
+  }
+}
+
+int vocabulary_of(const thpc::Checkpoint& checkpoint, const std::string& path) {
+  for (const thpc::NamedTensor& tensor : checkpoint.params) {
+    if (tensor.name == "embed.weight") return static_cast<int>(tensor.rows);
+  }
+  THPC_FAIL(path << ": no embed.weight dataset");
+}
+
+std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream file;
+  std::istream* in = &std::cin;
+  if (path != "-") {
+    file.open(path);
+    if (!file) THPC_FAIL("cannot open input file '" << path << "'");
+    in = &file;
+  }
+  std::vector<std::string> lines;
+  std::string line;
+  while (std::getline(*in, line)) lines.push_back(line);
+  return lines;
+}
+
+int run(const Arguments& args) {
+  const thpc::Checkpoint checkpoint =
+      thpc::read_checkpoint(args.checkpoint, thpc::CheckpointParts::ParamsOnly);
+  const thpc::Config config = stored_config(checkpoint, args.checkpoint);
+  const int vocab = vocabulary_of(checkpoint, args.checkpoint);
+
+  sentencepiece::SentencePieceProcessor spm;
+  const auto status = spm.Load(args.spm_model);
+  if (!status.ok()) THPC_FAIL("cannot load SentencePiece model '" << args.spm_model << "': "
+                                                                   << status.ToString());
+  if (spm.GetPieceSize() != vocab) {
+    THPC_FAIL(args.spm_model << ": a vocabulary of " << spm.GetPieceSize() << " pieces, but "
+                             << args.checkpoint << " was trained with " << vocab);
+  }
+  thpc::SpecialIds ids;
+  if (spm.pad_id() != ids.pad || spm.unk_id() != ids.unk || spm.bos_id() != ids.bos ||
+      spm.eos_id() != ids.eos) {
+    THPC_FAIL(args.spm_model << ": special ids pad/unk/bos/eos are " << spm.pad_id() << "/"
+                             << spm.unk_id() << "/" << spm.bos_id() << "/" << spm.eos_id()
+                             << ", the model expects 0/1/2/3");
+  }
+
+  auto backend = thpc::make_backend(config.train);
+  thpc::Transformer model(config.model, vocab, ids, *backend, config.train.seed);
+  thpc::load_parameters(args.checkpoint, model);
+
+  const std::vector<std::string> lines = read_lines(args.input);
+  // The longest source the position table holds: eos takes one position.
+  const int longest_source = config.model.max_positions - 1;
+  std::vector<thpc::TokenSequence> sources(lines.size());
+  for (size_t i = 0; i < lines.size(); ++i) {
+    std::vector<int> pieces;
+    spm.Encode(lines[i], &pieces);
+    if (static_cast<int>(pieces.size()) > longest_source) {
+      std::cerr << "transformer_decode: warning: line " << i + 1 << " has " << pieces.size()
+                << " tokens; truncated to " << longest_source << " (model.max_positions = "
+                << config.model.max_positions << ")\n";
+      pieces.resize(longest_source);
+    }
+    sources[i].assign(pieces.begin(), pieces.end());
+  }
+
+  thpc::BeamOptions options;
+  options.beam = args.greedy ? 1 : args.beam;
+  options.alpha = args.greedy ? 0.0f : args.lenpen;
+  options.max_len_a = args.max_len_a;
+  options.max_len_b = args.max_len_b;
+  options.max_len_cap = config.model.max_positions - 1;
+  options.nbest = std::min(args.nbest, options.beam);
+
+  // Longest first, so that similar lengths share a batch and padding stays small.
+  std::vector<size_t> order(lines.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return sources[a].size() > sources[b].size();
+  });
+  std::vector<std::vector<thpc::Hypothesis>> results(lines.size());
+  size_t next = 0;
+  while (next < order.size()) {
+    if (sources[order[next]].empty()) {  // empty line: nothing to translate
+      ++next;
+      continue;
+    }
+    std::vector<size_t> members;
+    size_t longest = 0;
+    while (next < order.size() && !sources[order[next]].empty()) {
+      longest = std::max(longest, sources[order[next]].size() + 1);
+      if (!members.empty() &&
+          static_cast<int64_t>(longest * (members.size() + 1)) > args.batch_tokens) {
+        break;
+      }
+      members.push_back(order[next++]);
+    }
+    std::vector<thpc::TokenSequence> batch;
+    int max_output = 0;
+    for (size_t i : members) {
+      batch.push_back(sources[i]);
+      max_output = std::max(
+          max_output, options.max_len_a * static_cast<int>(sources[i].size()) + options.max_len_b);
+    }
+    thpc::CachedTransformerScorer scorer(model, ids,
+                                         std::min(max_output, options.max_len_cap));
+    const auto found = thpc::beam_search(scorer, batch, ids, options);
+    for (size_t k = 0; k < members.size(); ++k) results[members[k]] = found[k];
+  }
+
+  std::ofstream file;
+  std::ostream* out = &std::cout;
+  if (args.output != "-") {
+    file.open(args.output);
+    if (!file) THPC_FAIL("cannot write output file '" << args.output << "'");
+    out = &file;
+  }
+  for (size_t i = 0; i < lines.size(); ++i) {
+    auto detokenise = [&](const thpc::TokenSequence& tokens) {
+      std::string text;
+      spm.Decode(std::vector<int>(tokens.begin(), tokens.end()), &text);
+      return text;
+    };
+    if (options.nbest == 1) {
+      *out << (results[i].empty() ? std::string() : detokenise(results[i][0].tokens)) << "\n";
+      continue;
+    }
+    for (const thpc::Hypothesis& h : results[i]) {
+      *out << i << " ||| " << detokenise(h.tokens) << " ||| " << std::fixed
+           << std::setprecision(4) << h.score << "\n";
+    }
+    if (results[i].empty()) *out << i << " |||  ||| 0.0000\n";
+  }
+  out->flush();
+  if (!*out) THPC_FAIL("writing the output failed");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Arguments args;
+  po::options_description options("transformer_decode options");
+  options.add_options()
+      ("help", "print this text")
+      ("checkpoint", po::value(&args.checkpoint)->required(), "checkpoint (a step or an average)")
+      ("spm-model", po::value(&args.spm_model)->required(), "SentencePiece model of the corpus")
+      ("input", po::value(&args.input), "source text, one sentence per line (- = stdin)")
+      ("output", po::value(&args.output), "translations (- = stdout)")
+      ("beam", po::value(&args.beam), "beam size (§6.1: 4)")
+      ("lenpen", po::value(&args.lenpen), "length penalty alpha, ((5+|Y|)/6)^alpha (§6.1: 0.6)")
+      ("max-len-a", po::value(&args.max_len_a), "output length <= a * input length + b")
+      ("max-len-b", po::value(&args.max_len_b), "(§6.1: a = 1, b = 50)")
+      ("batch-tokens", po::value(&args.batch_tokens), "padded source tokens per batch")
+      ("nbest", po::value(&args.nbest), "hypotheses per sentence (<= beam)")
+      ("greedy", po::bool_switch(&args.greedy), "greedy decoding (beam 1, no length penalty)");
+  try {
+    po::variables_map values;
+    po::store(po::parse_command_line(argc, argv, options), values);
+    if (values.count("help")) {
+      std::cout << options << "\n";
+      return 0;
+    }
+    po::notify(values);
+    if (args.beam < 1 || args.nbest < 1 || args.batch_tokens < 1 || args.max_len_a < 0 ||
+        args.max_len_b < 0 || args.lenpen < 0) {
+      THPC_FAIL("--beam, --nbest and --batch-tokens must be >= 1; --max-len-a, --max-len-b "
+                "and --lenpen >= 0");
+    }
+  } catch (const std::exception& error) {
+    std::cerr << "transformer_decode: " << error.what() << " (see --help)\n";
+    return 2;
+  }
+  try {
+    return run(args);
+  } catch (const std::exception& error) {
+    std::cerr << "transformer_decode: error: " << error.what() << "\n";
+    return 1;
+  }
+}
