@@ -9,6 +9,7 @@
 
 #include "config/config.h"
 #include "data/batch_source.h"
+#include "data/shard_reader.h"
 #include "dist/communicator.h"
 #include "kernels/ops.h"
 #include "model/transformer.h"
@@ -19,9 +20,14 @@ namespace thpc {
 // The backend train.backend names ("auto" is the CPU until a GPU backend exists).
 std::unique_ptr<Backend> make_backend(const TrainConfig& train);
 
-// The training data the config names; rank `shard` of `shards` gets its share.
+// The training data the config names (data.dir's shards, else the synthetic task); rank
+// `shard` of `shards` gets its share.
 std::unique_ptr<BatchSource> make_training_source(const Config& config, int shard = 0,
                                                   int shards = 1);
+
+// The validation shards (data.dir/data.valid), in file order, rank `shard`'s share.
+std::unique_ptr<ShardReader> make_validation_source(const Config& config, int shard = 0,
+                                                    int shards = 1);
 
 // The vocabulary the model is built with: model.vocab_size, which must match the
 // data's when both are given, or the data's.
@@ -37,6 +43,13 @@ struct StepStats {
   int micro_batches = 0;                    // per rank
 };
 
+// One pass over the validation shards, summed over all ranks.
+struct ValidationStats {
+  double loss = 0.0;  // label-smoothed cross-entropy per target token
+  double nll = 0.0;   // per target token; perplexity = exp(nll)
+  int64_t tgt_tokens = 0;
+};
+
 // Data-parallel over the ranks of `comm`: each rank trains on its own share of every
 // step's batches, the loss is normalised by the step's target tokens summed over all
 // ranks, and the gradients are summed over ranks before the (identical) Adam update, so
@@ -49,7 +62,10 @@ class Trainer {
 
   // One optimizer step over train.accumulate micro-batches.
   StepStats step();
-  // Steps until train.max_steps, logging to `log`; ends with the "final:" line.
+  // The loss on the validation shards (every rank must call it: the sums are global).
+  ValidationStats validate();
+  // Steps until train.max_steps, logging to `log` (and a validation line every
+  // train.valid_every steps); ends with the "final:" line.
   void run(std::ostream& log);
 
   Transformer& model() { return *model_; }
@@ -62,9 +78,11 @@ class Trainer {
   Communicator comm_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<BatchSource> source_;
+  std::unique_ptr<ShardReader> valid_source_;  // when train.valid_every > 0
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<Adam> adam_;
   int64_t completed_steps_ = 0;
+  int64_t micro_budget_ = 1;  // padded tokens per side of one rank's micro-batch
 };
 
 }  // namespace thpc
