@@ -143,10 +143,13 @@ void ShardReader::plan(int64_t max_tokens) {
     for (size_t i = 0; i < shard->order.size(); ++i) {
       const int32_t pair = shard->order[i];
       // Padded lengths as make_batch builds them: x + eos, and bos + y (or y + eos).
-      const int64_t src_len = std::max<int64_t>(longest_src, src[pair] + 1);
-      const int64_t tgt_len = std::max<int64_t>(longest_tgt, tgt[pair] + 1);
-      if ((rows + 1) * src_len > max_tokens || (rows + 1) * tgt_len > max_tokens) {
-        if (rows == 0) {
+      const auto fits = [&](int64_t longest_src_then, int64_t longest_tgt_then, int64_t rows_then) {
+        const int64_t src_len = std::max<int64_t>(longest_src_then, src[pair] + 1);
+        const int64_t tgt_len = std::max<int64_t>(longest_tgt_then, tgt[pair] + 1);
+        return (rows_then + 1) * src_len <= max_tokens && (rows_then + 1) * tgt_len <= max_tokens;
+      };
+      if (!fits(longest_src, longest_tgt, rows)) {
+        if (!fits(0, 0, 0)) {
           THPC_FAIL(shard->path << ": pair " << pair << " (" << src[pair] << " source and "
                                 << tgt[pair] << " target tokens) does not fit a batch of "
                                 << max_tokens << " tokens per rank; raise train.tokens_per_step"
@@ -154,12 +157,11 @@ void ShardReader::plan(int64_t max_tokens) {
         }
         shard->batch_starts.push_back(static_cast<int64_t>(i));
         rows = 0;
-        longest_src = src[pair] + 1;
-        longest_tgt = tgt[pair] + 1;
-      } else {
-        longest_src = src_len;
-        longest_tgt = tgt_len;
+        longest_src = 0;
+        longest_tgt = 0;
       }
+      longest_src = std::max<int64_t>(longest_src, src[pair] + 1);
+      longest_tgt = std::max<int64_t>(longest_tgt, tgt[pair] + 1);
       ++rows;
     }
     if (rows > 0) shard->batch_starts.push_back(static_cast<int64_t>(shard->order.size()));
