@@ -2,7 +2,7 @@
 // packed to a token budget, shuffled per epoch, each rank getting its share.
 //
 // The plan of an epoch:
-//  * Within each shard, pairs are sorted by (source length, target length) and packed
+//  * Within each shard, pairs are sorted by (longer side, source, target length) and packed
 //    greedily into batches whose padded size, rows x longest sentence (eos and bos
 //    included), stays within the budget on both sides. Batches never span shards, so a
 //    shard is all a rank needs in memory to assemble them.
