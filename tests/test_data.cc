@@ -522,5 +522,39 @@ TEST_F(DataPipeline, TrainerRefusesABadShard) {
   EXPECT_EQ(result.output.find("HDF5-DIAG"), std::string::npos) << result.output;
 }
 
+// ---- the default job's corpus ----
+
+TEST(NumbersCorpus, SpellsNumbersInEnglishAndGermanDeterministically) {
+  const CommandResult spelled = run_command(
+      "cd " THPC_SOURCE_DIR "/tools && PYTHONDONTWRITEBYTECODE=1 python3 -c 'from make_numbers_corpus import *\n"
+      "for n in (0, 1, 17, 21, 101, 1001, 21000, 342107): print(english(n), \"|\", german(n))'");
+  ASSERT_EQ(spelled.exit_code, 0) << spelled.output;
+  EXPECT_EQ(spelled.output,
+            "zero | null\n"
+            "one | eins\n"
+            "seventeen | siebzehn\n"
+            "twenty-one | einundzwanzig\n"
+            "one hundred one | einhunderteins\n"
+            "one thousand one | eintausendeins\n"
+            "twenty-one thousand | einundzwanzigtausend\n"
+            "three hundred forty-two thousand one hundred seven | "
+            "dreihundertzweiundvierzigtausendeinhundertsieben\n");
+  const fs::path dir = fs::temp_directory_path() / ("thpc_numbers_" + std::to_string(::getpid()));
+  for (const std::string run : {"a", "b"}) {
+    const CommandResult made = run_command("python3 " THPC_SOURCE_DIR
+                                           "/tools/make_numbers_corpus.py --train 300 --valid 20 "
+                                           "--test 20 --out " + (dir / run).string());
+    ASSERT_EQ(made.exit_code, 0) << made.output;
+  }
+  std::set<std::string> seen;
+  for (const std::string split : {"train", "valid", "test"}) {
+    EXPECT_EQ(read_bytes(dir / "a" / (split + ".de")), read_bytes(dir / "b" / (split + ".de")));
+    const std::vector<std::string> lines = head_lines((dir / "a" / (split + ".en")).string(), 1000);
+    for (const std::string& line : lines) EXPECT_TRUE(seen.insert(line).second) << line;
+  }
+  EXPECT_EQ(seen.size(), 340u);  // distinct numbers: no test pair is seen in training
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace thpc
