@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "expect_error.h"
 
 namespace thpc {
 namespace {
@@ -80,25 +81,6 @@ void expect_same_config(const Config& actual, const Config& expected) {
   EXPECT_EQ(actual.data.synthetic_max_len, expected.data.synthetic_max_len);
   EXPECT_EQ(actual.dist.bucket_mb, expected.dist.bucket_mb);
   EXPECT_EQ(actual.dist.device, expected.dist.device);
-}
-
-// Runs `action`, which must throw thpc::Error with one line containing every fragment.
-void expect_error(const std::function<void()>& action, const std::vector<std::string>& fragments) {
-  try {
-    action();
-  } catch (const Error& error) {
-    const std::string message = error.what();
-    EXPECT_EQ(message.find('\n'), std::string::npos) << "not one line: " << message;
-    for (const std::string& fragment : fragments) {
-      EXPECT_NE(message.find(fragment), std::string::npos)
-          << "message lacks '" << fragment << "': " << message;
-    }
-    return;
-  } catch (const std::exception& other) {
-    ADD_FAILURE() << "threw a non-thpc exception: " << other.what();
-    return;
-  }
-  ADD_FAILURE() << "no error thrown; expected one mentioning '" << fragments.front() << "'";
 }
 
 // parse_command_line over a list of words, argv[0] included.

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "expect_error.h"
 #include "data/preprocess.h"
 #include "data/shard_file.h"
 #include "data/shard_reader.h"
@@ -65,22 +66,6 @@ CommandResult run_command(const std::string& command) {
   const int status = pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
-}
-
-// Runs `action`, which must throw thpc::Error with one line containing every fragment.
-void expect_error(const std::function<void()>& action, const std::vector<std::string>& fragments) {
-  try {
-    action();
-  } catch (const Error& error) {
-    const std::string message = error.what();
-    EXPECT_EQ(message.find('\n'), std::string::npos) << "not one line: " << message;
-    for (const std::string& fragment : fragments) {
-      EXPECT_NE(message.find(fragment), std::string::npos)
-          << "message lacks '" << fragment << "': " << message;
-    }
-    return;
-  }
-  ADD_FAILURE() << "no error thrown; expected one mentioning '" << fragments.front() << "'";
 }
 
 using Pair = std::pair<TokenSequence, TokenSequence>;
@@ -520,6 +505,26 @@ TEST_F(DataPipeline, TrainerRefusesABadShard) {
             std::string::npos)
       << result.output;
   EXPECT_EQ(result.output.find("HDF5-DIAG"), std::string::npos) << result.output;
+}
+
+// The trainer on shards: training and validation lines, on one rank and on two.
+TEST_F(DataPipeline, TrainerReportsValidationLossAndPerplexity) {
+  for (const std::string launcher : {"", THPC_MPIEXEC " -np 2 --oversubscribe "}) {
+    const CommandResult result = run_command(
+        "cd " THPC_SOURCE_DIR " && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " +
+        launcher + THPC_BINARY_DIR "/transformer_hpc input/tiny.ini --data.dir=" +
+        (root_ / "corpus").string() +
+        " --model.max_positions=130 --train.tokens_per_step=1200 --train.max_steps=4"
+        " --train.log_every=2 --train.valid_every=2");
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    EXPECT_NE(result.output.find("step 2/4 | loss "), std::string::npos) << result.output;
+    for (const std::string step : {"2", "4"}) {
+      const auto at = result.output.find("valid step " + step + " | loss ");
+      ASSERT_NE(at, std::string::npos) << result.output;
+      EXPECT_NE(result.output.find(" | ppl ", at), std::string::npos) << result.output;
+    }
+    EXPECT_NE(result.output.find("final: step=4"), std::string::npos) << result.output;
+  }
 }
 
 // ---- the default job's corpus ----
