@@ -436,6 +436,22 @@ TEST_F(DataPipeline, BadTextInputFailsWithOneClearMessage) {
   expect_preprocess_failure(dir, "bad.de", "no such file");
 }
 
+TEST_F(DataPipeline, AFailureAfterWritingBeganLeavesNothingThatLooksValid) {
+  // The valid split is read, but nothing of it survives the filters: the training
+  // shards are written by then and must not remain.
+  const fs::path dir = root_ / "late_failure";
+  fs::create_directories(dir);
+  std::string too_long;
+  for (int i = 0; i < 200; ++i) too_long += "cat ";
+  write_lines(dir / "valid.en", {too_long, ""});
+  write_lines(dir / "valid.de", {"eine Katze", "eine Katze"});
+  PreprocessOptions late = options(dir / "out");
+  late.valid_prefix = (dir / "valid").string();
+  std::ostringstream log;
+  expect_error([&] { preprocess(late, log); }, {"valid.en", "no validation pair survived"});
+  EXPECT_TRUE(fs::is_empty(dir / "out"));
+}
+
 TEST_F(DataPipeline, BadShardsFailWithOneClearMessage) {
   // Truncated: the first half of a valid shard.
   const fs::path truncated_dir = root_ / "truncated";

@@ -179,12 +179,12 @@ int64_t ShardReader::batches_per_epoch(int64_t max_tokens) {
   return batches_per_epoch_;
 }
 
-std::vector<int64_t> ShardReader::permutation(int64_t size, uint32_t stream, int64_t epoch) const {
+std::vector<int64_t> ShardReader::permutation(int64_t size, uint32_t site, uint32_t stream,
+                                              int64_t epoch) const {
   std::vector<int64_t> order(static_cast<size_t>(size));
   std::iota(order.begin(), order.end(), 0);
   if (!spec_.shuffle) return order;
   // Fisher-Yates driven by Philox keyed by (seed; site, epoch, stream).
-  const uint32_t site = stream == UINT32_MAX ? kShardOrderSite : kBatchOrderSite;
   for (int64_t i = size - 1; i > 0; --i) {
     const uint64_t draw =
         (static_cast<uint64_t>(philox_bits(spec_.seed, site, static_cast<uint32_t>(epoch), stream,
@@ -210,7 +210,7 @@ const ShardContents& ShardReader::load(int shard) {
 
 Batch ShardReader::assemble(int64_t epoch, int64_t index) {
   if (shard_order_epoch_ != epoch) {
-    shard_order_ = permutation(static_cast<int64_t>(shards_.size()), UINT32_MAX, epoch);
+    shard_order_ = permutation(static_cast<int64_t>(shards_.size()), kShardOrderSite, 0, epoch);
     shard_order_epoch_ = epoch;
   }
   int shard = -1;
@@ -224,7 +224,8 @@ Batch ShardReader::assemble(int64_t epoch, int64_t index) {
   }
   THPC_CHECK(shard >= 0, "batch index beyond the epoch");
   if (batch_order_epoch_ != epoch || batch_order_shard_ != shard) {
-    batch_order_ = permutation(shards_[shard]->batches(), static_cast<uint32_t>(shard), epoch);
+    batch_order_ = permutation(shards_[shard]->batches(), kBatchOrderSite,
+                               static_cast<uint32_t>(shard), epoch);
     batch_order_epoch_ = epoch;
     batch_order_shard_ = shard;
   }

@@ -72,7 +72,10 @@ class ShardReader final : public BatchSource {
   void plan(int64_t max_tokens);
   Batch assemble(int64_t epoch, int64_t index);
   const ShardContents& load(int shard);
-  std::vector<int64_t> permutation(int64_t size, uint32_t stream, int64_t epoch) const;
+  // A permutation of [0, size), from (seed; Philox site, epoch, stream); the identity
+  // when the spec says not to shuffle.
+  std::vector<int64_t> permutation(int64_t size, uint32_t site, uint32_t stream,
+                                   int64_t epoch) const;
 
   ShardReaderSpec spec_;
   ShardMetadata metadata_;
