@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cmath>
 #include <iomanip>
+#include <optional>
 #include <ostream>
 #include <sstream>
 
@@ -97,10 +98,12 @@ Trainer::Trainer(const Config& config, Communicator comm)
   const int vocab = resolve_vocab_size(config_, *source_);
   if (config_.train.valid_every > 0) {
     valid_source_ = make_validation_source(config_, comm_.rank(), comm_.size());
-    THPC_CHECK(valid_source_->metadata().spm_model ==
-                   static_cast<const ShardReader&>(*source_).metadata().spm_model,
-               config_.data.dir << ": the " << config_.data.valid << " shards have another "
-                                << "vocabulary than the " << config_.data.train << " shards");
+    // Both come from data.dir (validate() requires it), so the training source is a reader.
+    const ShardReader& train_reader = static_cast<const ShardReader&>(*source_);
+    if (valid_source_->metadata().spm_model != train_reader.metadata().spm_model) {
+      THPC_FAIL(config_.data.dir << ": the " << config_.data.valid << " shards have another "
+                                 << "vocabulary than the " << config_.data.train << " shards");
+    }
   }
   // Each rank's micro-batch is the step's budget divided over ranks and micro-batches.
   micro_budget_ = std::max<int64_t>(
