@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "expect_error.h"
 
 namespace thpc {
 namespace {
@@ -35,7 +36,9 @@ const std::vector<std::string> kAllKeys = {
     "train.seed",            "train.max_steps",       "train.tokens_per_step",
     "train.accumulate",      "train.warmup_steps",    "train.lr_scale",
     "train.adam_beta1",      "train.adam_beta2",      "train.adam_eps",
-    "train.log_every",       "train.threads",         "data.synthetic",
+    "train.log_every",       "train.threads",         "train.valid_every",
+    "data.dir",              "data.train",            "data.valid",
+    "data.memory_mb",        "data.synthetic",
     "data.synthetic_vocab",  "data.synthetic_min_len", "data.synthetic_max_len",
     "dist.bucket_mb",        "dist.device",
     "checkpoint.dir",        "checkpoint.minutes",    "checkpoint.every_steps",
@@ -70,6 +73,11 @@ void expect_same_config(const Config& actual, const Config& expected) {
   EXPECT_EQ(actual.train.adam_eps, expected.train.adam_eps);
   EXPECT_EQ(actual.train.log_every, expected.train.log_every);
   EXPECT_EQ(actual.train.threads, expected.train.threads);
+  EXPECT_EQ(actual.train.valid_every, expected.train.valid_every);
+  EXPECT_EQ(actual.data.dir, expected.data.dir);
+  EXPECT_EQ(actual.data.train, expected.data.train);
+  EXPECT_EQ(actual.data.valid, expected.data.valid);
+  EXPECT_EQ(actual.data.memory_mb, expected.data.memory_mb);
   EXPECT_EQ(actual.data.synthetic, expected.data.synthetic);
   EXPECT_EQ(actual.data.synthetic_vocab, expected.data.synthetic_vocab);
   EXPECT_EQ(actual.data.synthetic_min_len, expected.data.synthetic_min_len);
@@ -83,25 +91,6 @@ void expect_same_config(const Config& actual, const Config& expected) {
   EXPECT_EQ(actual.checkpoint.resume, expected.checkpoint.resume);
   EXPECT_EQ(actual.checkpoint.init, expected.checkpoint.init);
   EXPECT_EQ(actual.checkpoint.average_last, expected.checkpoint.average_last);
-}
-
-// Runs `action`, which must throw thpc::Error with one line containing every fragment.
-void expect_error(const std::function<void()>& action, const std::vector<std::string>& fragments) {
-  try {
-    action();
-  } catch (const Error& error) {
-    const std::string message = error.what();
-    EXPECT_EQ(message.find('\n'), std::string::npos) << "not one line: " << message;
-    for (const std::string& fragment : fragments) {
-      EXPECT_NE(message.find(fragment), std::string::npos)
-          << "message lacks '" << fragment << "': " << message;
-    }
-    return;
-  } catch (const std::exception& other) {
-    ADD_FAILURE() << "threw a non-thpc exception: " << other.what();
-    return;
-  }
-  ADD_FAILURE() << "no error thrown; expected one mentioning '" << fragments.front() << "'";
 }
 
 // parse_command_line over a list of words, argv[0] included.
@@ -286,6 +275,8 @@ const std::vector<std::string> kUnusualValues = {
     "train.tokens_per_step=777", "train.accumulate=3", "train.warmup_steps=17",
     "train.lr_scale=0.3",      "train.adam_beta1=0.85",  "train.adam_beta2=0.995",
     "train.adam_eps=3e-8",     "train.log_every=9",      "train.threads=2",
+    "train.valid_every=5",     "data.dir=corpus/wmt",    "data.train=tr",
+    "data.valid=dev",          "data.memory_mb=77",
     "data.synthetic=copy",     "data.synthetic_vocab=11", "data.synthetic_min_len=2",
     "data.synthetic_max_len=7", "dist.bucket_mb=3.5",   "dist.device=2",
     "checkpoint.dir=runs/x/ckpt", "checkpoint.minutes=0.25",
@@ -517,6 +508,9 @@ TEST(Config, BadValuesNameKeyAndFile) {
       {{"checkpoint.keep=0"}, "checkpoint.keep: must be ≥ 1, got 0"},
       {{"checkpoint.average_last=-1"}, "checkpoint.average_last"},
       {{"checkpoint.average_last=6"}, "checkpoint.average_last: 6 exceeds checkpoint.keep 5"},
+      {{"train.valid_every=-1", "data.dir=d"}, "train.valid_every: must be ≥ 0"},
+      {{"train.valid_every=10"}, "train.valid_every: validation reads shards: set data.dir"},
+      {{"data.memory_mb=0"}, "data.memory_mb: must be ≥ 1, got 0"},
   };
   for (const auto& [overrides, fragment] : cases) {
     SCOPED_TRACE(overrides.front());
@@ -525,6 +519,16 @@ TEST(Config, BadValuesNameKeyAndFile) {
   // The boundaries themselves are legal.
   EXPECT_NO_THROW(load_config(kTinyIni, {"model.dropout=0", "data.synthetic_vocab=5",
                                          "data.synthetic_min_len=12", "model.max_positions=14"}));
+}
+
+// Empty values cannot be written on the command line, so these go through validate().
+TEST(Config, ShardPrefixesMustNotBeEmpty) {
+  Config config = load_config(kTinyIni, {"data.dir=corpus", "train.valid_every=10"});
+  EXPECT_NO_THROW(validate(config));
+  config.data.valid.clear();
+  expect_error([&] { validate(config); }, {"tiny.ini: data.valid: must name"});
+  config.data.train.clear();
+  expect_error([&] { validate(config); }, {"tiny.ini: data.train: must name"});
 }
 
 TEST(Config, ValidateNamesTheSourceFile) {

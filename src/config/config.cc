@@ -94,8 +94,18 @@ const std::vector<Option>& option_table() {
       THPC_OPTION(train, adam_eps, THPC_ANY, "Adam epsilon, > 0 (§5.3)"),
       THPC_OPTION(train, log_every, THPC_ANY, "steps between progress lines"),
       THPC_OPTION(train, threads, THPC_ANY, "CPU backend BLAS threads; 0 = all cores"),
+      THPC_OPTION(train, valid_every, THPC_ANY,
+                  "steps between validation loss/perplexity lines; 0 = none (needs data.dir)"),
 
-      // [data]: the synthetic tasks, generated from the seed.
+      // [data]: HDF5 shards of transformer_preprocess, or a synthetic task.
+      THPC_OPTION(data, dir, THPC_ANY,
+                  "directory of HDF5 shards (transformer_preprocess --destdir); when set the "
+                  "synthetic_* keys are ignored; empty = the synthetic task"),
+      THPC_OPTION(data, train, THPC_ANY, "training shards: dir/TRAIN.00000.h5, ..."),
+      THPC_OPTION(data, valid, THPC_ANY,
+                  "validation shards: dir/VALID.00000.h5, ... (read when train.valid_every > 0)"),
+      THPC_OPTION(data, memory_mb, THPC_ANY,
+                  "MiB of token arrays a rank keeps; a larger corpus is streamed shard by shard"),
       THPC_OPTION(data, synthetic, THPC_ONE_OF("reverse", "copy", "sort"),
                   "synthetic task: target = source reversed, copied or sorted"),
       THPC_OPTION(data, synthetic_vocab, THPC_ANY,
@@ -457,8 +467,20 @@ void validate(const Config& config) {
   check.positive("train.adam_eps", train.adam_eps);
   check.at_least("train.log_every", train.log_every, 1);
   check.at_least("train.threads", train.threads, 0);
+  check.at_least("train.valid_every", train.valid_every, 0);
 
   const DataConfig& data = config.data;
+  if (train.valid_every > 0 && data.dir.empty()) {
+    check.fail("train.valid_every",
+               "validation reads shards: set data.dir (or train.valid_every = 0)");
+  }
+  if (!data.dir.empty() && data.train.empty()) {
+    check.fail("data.train", "must name the training shards (e.g. train)");
+  }
+  if (train.valid_every > 0 && data.valid.empty()) {
+    check.fail("data.valid", "must name the validation shards when train.valid_every > 0");
+  }
+  check.at_least("data.memory_mb", data.memory_mb, 1);
   // Ids 0..3 are pad, unk, bos, eos; a task needs at least one symbol besides them.
   check.at_least("data.synthetic_vocab", data.synthetic_vocab, 5);
   check.at_least("data.synthetic_min_len", data.synthetic_min_len, 1);

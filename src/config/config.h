@@ -46,12 +46,18 @@ struct TrainConfig {
   float adam_beta2 = 0.98f;
   float adam_eps = 1e-9f;
   int log_every = 100;             // steps between progress lines
+  int valid_every = 0;             // steps between validation passes; 0 = none
   int threads = 0;                 // CPU backend BLAS threads; 0 = all cores
 };
 
-// Where batches come from. The synthetic tasks need no files: they generate
-// (source, target) pairs from the seed, for smoke tests, learning tests and benchmarks.
+// Where batches come from: the HDF5 shards transformer_preprocess wrote to `dir`, or,
+// when `dir` is empty, a synthetic task that needs no files: it generates (source,
+// target) pairs from the seed, for smoke tests, learning tests and benchmarks.
 struct DataConfig {
+  std::string dir;              // shard directory; empty = the synthetic task
+  std::string train = "train";  // training shards: dir/TRAIN.NNNNN.h5
+  std::string valid = "valid";  // validation shards: dir/VALID.NNNNN.h5
+  int memory_mb = 4096;         // token arrays a rank keeps; a larger corpus is streamed
   std::string synthetic = "reverse";  // reverse | copy | sort
   int synthetic_vocab = 32;     // vocabulary of the synthetic task, specials included
   int synthetic_min_len = 3;    // sentence lengths drawn uniformly in [min, max]

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iomanip>
+#include <optional>
 #include <ostream>
 #include <sstream>
 
@@ -27,8 +28,32 @@ std::unique_ptr<Backend> make_backend(const TrainConfig& train) {
   THPC_FAIL("train.backend: unknown backend '" << train.backend << "'");
 }
 
+namespace {
+
+std::unique_ptr<ShardReader> make_shard_reader(const Config& config, const std::string& prefix,
+                                               bool shuffle, int shard, int shards) {
+  ShardReaderSpec spec;
+  spec.files = find_shards(config.data.dir, prefix);
+  spec.seed = config.train.seed;
+  spec.shuffle = shuffle;
+  spec.rank = shard;
+  spec.ranks = shards;
+  spec.memory_budget_bytes = static_cast<int64_t>(config.data.memory_mb) << 20;
+  return std::make_unique<ShardReader>(spec);
+}
+
+}  // namespace
+
+std::unique_ptr<ShardReader> make_validation_source(const Config& config, int shard,
+                                                    int shards) {
+  return make_shard_reader(config, config.data.valid, /*shuffle=*/false, shard, shards);
+}
+
 std::unique_ptr<BatchSource> make_training_source(const Config& config, int shard,
                                                   int shards) {
+  if (!config.data.dir.empty()) {
+    return make_shard_reader(config, config.data.train, /*shuffle=*/true, shard, shards);
+  }
   SyntheticSpec spec;
   spec.task = parse_synthetic_task(config.data.synthetic);
   spec.vocab = config.data.synthetic_vocab;
@@ -75,6 +100,19 @@ Trainer::Trainer(const Config& config, Communicator comm)
              "the " << backend_->name() << " backend has no gradient all-reduce yet");
   source_ = make_training_source(config_, comm_.rank(), comm_.size());
   const int vocab = resolve_vocab_size(config_, *source_);
+  if (config_.train.valid_every > 0) {
+    valid_source_ = make_validation_source(config_, comm_.rank(), comm_.size());
+    // Both come from data.dir (validate() requires it), so the training source is a reader.
+    const ShardReader& train_reader = static_cast<const ShardReader&>(*source_);
+    if (valid_source_->metadata().spm_model != train_reader.metadata().spm_model) {
+      THPC_FAIL(config_.data.dir << ": the " << config_.data.valid << " shards have another "
+                                 << "vocabulary than the " << config_.data.train << " shards");
+    }
+  }
+  // Each rank's micro-batch is the step's budget divided over ranks and micro-batches.
+  micro_budget_ = std::max<int64_t>(
+      1, config_.train.tokens_per_step /
+             (static_cast<int64_t>(config_.train.accumulate) * comm_.size()));
   model_ = std::make_unique<Transformer>(config_.model, vocab, source_->special_ids(), *backend_,
                                          config_.train.seed);
   AdamSettings adam;
@@ -94,13 +132,11 @@ StepStats Trainer::step() {
   // 1 / total; the sum over micro-batches and ranks is then the gradient of the
   // per-token mean loss of the whole step.
   const int accumulate = config_.train.accumulate;
-  const int64_t micro_budget = std::max<int64_t>(
-      1, config_.train.tokens_per_step / (static_cast<int64_t>(accumulate) * comm_.size()));
   std::vector<Batch> micro_batches;
   StepStats stats;
   stats.step = step;
   for (int i = 0; i < accumulate; ++i) {
-    micro_batches.push_back(source_->next(micro_budget));
+    micro_batches.push_back(source_->next(micro_budget_));
     stats.src_tokens += micro_batches.back().src_tokens();
     stats.local_tgt_tokens += micro_batches.back().tgt_tokens();
   }
@@ -132,6 +168,23 @@ StepStats Trainer::step() {
   stats.nll = comm_.sum(total.nll) / static_cast<double>(stats.tgt_tokens);
   THPC_CHECK(std::isfinite(stats.loss), "the loss of step " << step << " is " << stats.loss);
   completed_steps_ = step;
+  return stats;
+}
+
+ValidationStats Trainer::validate() {
+  THPC_CHECK(valid_source_ != nullptr, "validation without validation shards");
+  valid_source_->seek(DataPosition{});
+  LossSums sums;
+  while (std::optional<Batch> batch = valid_source_->next_in_epoch(micro_budget_)) {
+    const LossSums batch_sums = model_->evaluate(*batch);
+    sums.loss += batch_sums.loss;
+    sums.nll += batch_sums.nll;
+    sums.tokens += batch_sums.tokens;
+  }
+  ValidationStats stats;
+  stats.tgt_tokens = comm_.sum(sums.tokens);
+  stats.loss = comm_.sum(sums.loss) / static_cast<double>(stats.tgt_tokens);
+  stats.nll = comm_.sum(sums.nll) / static_cast<double>(stats.tgt_tokens);
   return stats;
 }
 
@@ -317,6 +370,15 @@ RunEnd Trainer::run(std::ostream& log) {
       out << line.str() << std::endl;
       interval_start = now;
       interval_tokens = 0;
+    }
+    if (valid_source_ &&
+        (last.step % config_.train.valid_every == 0 || last.step == config_.train.max_steps)) {
+      const ValidationStats valid = validate();
+      std::ostringstream line;
+      line << "valid step " << last.step << " | loss " << std::fixed << std::setprecision(4)
+           << valid.loss << " | ppl " << std::setprecision(2) << std::exp(valid.nll)
+           << " | target tokens " << valid.tgt_tokens;
+      out << line.str() << std::endl;
     }
     if (last.step == stop_at_step) std::raise(SIGTERM);
     // Whether to save (and stop) is rank 0's decision, from its clock and the signals

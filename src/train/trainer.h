@@ -12,6 +12,7 @@
 #include "checkpoint/checkpoint.h"
 #include "config/config.h"
 #include "data/batch_source.h"
+#include "data/shard_reader.h"
 #include "dist/communicator.h"
 #include "kernels/ops.h"
 #include "model/transformer.h"
@@ -22,9 +23,14 @@ namespace thpc {
 // The backend train.backend names ("auto" is the CPU until a GPU backend exists).
 std::unique_ptr<Backend> make_backend(const TrainConfig& train);
 
-// The training data the config names; rank `shard` of `shards` gets its share.
+// The training data the config names (data.dir's shards, else the synthetic task); rank
+// `shard` of `shards` gets its share.
 std::unique_ptr<BatchSource> make_training_source(const Config& config, int shard = 0,
                                                   int shards = 1);
+
+// The validation shards (data.dir/data.valid), in file order, rank `shard`'s share.
+std::unique_ptr<ShardReader> make_validation_source(const Config& config, int shard = 0,
+                                                    int shards = 1);
 
 // The vocabulary the model is built with: model.vocab_size, which must match the
 // data's when both are given, or the data's.
@@ -38,6 +44,13 @@ struct StepStats {
   int64_t src_tokens = 0, tgt_tokens = 0;  // non-pad tokens of the step, all ranks
   int64_t local_tgt_tokens = 0;             // this rank's share
   int micro_batches = 0;                    // per rank
+};
+
+// One pass over the validation shards, summed over all ranks.
+struct ValidationStats {
+  double loss = 0.0;  // label-smoothed cross-entropy per target token
+  double nll = 0.0;   // per target token; perplexity = exp(nll)
+  int64_t tgt_tokens = 0;
 };
 
 // How run() ended: all train.max_steps done, or stopped early by SIGTERM/SIGUSR1 after
@@ -56,9 +69,12 @@ class Trainer {
 
   // One optimizer step over train.accumulate micro-batches.
   StepStats step();
+  // The loss on the validation shards (every rank must call it: the sums are global).
+  ValidationStats validate();
   // Applies checkpoint.resume / checkpoint.init, then steps until train.max_steps,
-  // logging to `log` and writing checkpoints; ends with the "final:" line (or, when a
-  // signal stopped it, with the "stopped:" line).
+  // logging to `log` (a validation line every train.valid_every steps) and writing
+  // checkpoints; ends with the "final:" line (or, when a signal stopped it, with the
+  // "stopped:" line).
   RunEnd run(std::ostream& log);
 
   // The whole training state (parameters, Adam moments, step, seed, data position).
@@ -76,6 +92,7 @@ class Trainer {
   Communicator comm_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<BatchSource> source_;
+  std::unique_ptr<ShardReader> valid_source_;  // when train.valid_every > 0
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<Adam> adam_;
 
@@ -87,6 +104,7 @@ class Trainer {
   void write_average(std::ostream& log);
 
   int64_t completed_steps_ = 0;
+  int64_t micro_budget_ = 1;  // padded tokens per side of one rank's micro-batch
 };
 
 }  // namespace thpc

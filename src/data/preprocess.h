@@ -1,0 +1,50 @@
+// Raw parallel text -> SentencePiece -> HDF5 shards: what transformer_preprocess does.
+//
+// Reads PREFIX.SRC / PREFIX.TGT (one sentence per line) for the train, valid and
+// optional test splits, trains a shared SentencePiece model on the training text (or
+// loads one), encodes every line, drops pairs that are empty, too long or (train only)
+// over the length ratio, and writes DEST/train.NNNNN.h5, DEST/valid.00000.h5,
+// DEST/test.00000.h5 and DEST/spm.model. Everything is written under temporary names
+// and renamed at the end, so a failed run leaves nothing that looks valid. The same
+// input and seed give byte-identical output.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+
+namespace thpc {
+
+struct PreprocessOptions {
+  std::string source_lang, target_lang;
+  std::string train_prefix, valid_prefix, test_prefix;  // test optional ("")
+  std::string dest_dir;
+  int vocab_size = 37000;    // the paper's shared EN-DE BPE vocabulary (§5.1)
+  std::string spm_model;     // an existing SentencePiece model instead of training one
+  std::string model_type = "bpe";  // bpe | unigram
+  int shards = 1;            // of the training split
+  int max_len = 250;         // subword tokens per sentence, eos excluded
+  double max_ratio = 9.0;    // longer side / shorter side, training pairs only
+  uint64_t seed = 1;
+  int threads = 0;           // 0 = all cores
+  int64_t spm_sentences = 10000000;  // SentencePiece trains on at most this many lines
+};
+
+struct SplitCounts {
+  int64_t read = 0, kept = 0, empty = 0, too_long = 0, over_ratio = 0;
+};
+
+struct PreprocessSummary {
+  SplitCounts train, valid, test;
+  int vocab_size = 0;
+  double seconds = 0.0;
+};
+
+// Throws thpc::Error naming the file and the problem (missing or empty file, different
+// line counts, invalid UTF-8, a SentencePiece failure).
+PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log);
+
+// "train: 29000 read, 28990 kept, 10 dropped (0 empty, 2 too long, 8 over ratio)"
+std::string describe(const std::string& split, const SplitCounts& counts);
+
+}  // namespace thpc

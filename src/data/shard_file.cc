@@ -1,0 +1,323 @@
+#include "data/shard_file.h"
+
+#include <hdf5.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <utility>
+
+#include "common/error.h"
+
+namespace thpc {
+namespace {
+
+// HDF5 prints an error stack of its internals on every failed call unless told not to;
+// every failure here is reported as one line naming the file instead.
+void silence_hdf5_error_stacks() {
+  static const bool silenced = [] {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    return true;
+  }();
+  (void)silenced;
+}
+
+// An HDF5 identifier closed by its matching H5*close when it goes out of scope.
+class Handle {
+ public:
+  Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  Handle(Handle&& other) noexcept : id_(std::exchange(other.id_, -1)), close_(other.close_) {}
+  ~Handle() {
+    if (id_ >= 0) close_(id_);
+  }
+  hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+
+ private:
+  hid_t id_;
+  herr_t (*close_)(hid_t);
+};
+
+// ---- writing ----
+
+class ShardWriter {
+ public:
+  explicit ShardWriter(const std::string& path) : path_(path) {}
+
+  void write(const ShardContents& contents) {
+    // Dense attribute storage (format 1.8+) lets the SentencePiece model, which exceeds
+    // the 64 KiB of a compact attribute, live in an attribute.
+    const Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+    check(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST), "set format");
+    const Handle fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
+    check(H5Pset_obj_track_times(fcpl.get(), false), "disable timestamps");
+    const Handle file(H5Fcreate(path_.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()),
+                      H5Fclose);
+    if (!file.valid()) THPC_FAIL(path_ << ": cannot create the HDF5 file");
+    write_column(file.get(), "src", contents.source);
+    write_column(file.get(), "tgt", contents.target);
+    const ShardMetadata& meta = contents.metadata;
+    write_int(file.get(), "format_version", meta.format_version);
+    write_int(file.get(), "vocab_size", meta.vocab_size);
+    write_int(file.get(), "pad_id", meta.ids.pad);
+    write_int(file.get(), "unk_id", meta.ids.unk);
+    write_int(file.get(), "bos_id", meta.ids.bos);
+    write_int(file.get(), "eos_id", meta.ids.eos);
+    write_int(file.get(), "pairs", contents.source.sentences());
+    write_string(file.get(), "source_lang", meta.source_lang);
+    write_string(file.get(), "target_lang", meta.target_lang);
+    write_bytes(file.get(), "spm_model", meta.spm_model);
+    check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "flush");
+  }
+
+ private:
+  void check(herr_t status, const char* what) const {
+    if (status < 0) THPC_FAIL(path_ << ": HDF5 failed to " << what);
+  }
+
+  static Handle object_create_plist(hid_t plist_class) {
+    Handle plist(H5Pcreate(plist_class), H5Pclose);
+    H5Pset_obj_track_times(plist.get(), false);
+    return plist;
+  }
+
+  template <typename T>
+  void write_dataset(hid_t group, const char* name, hid_t type, const std::vector<T>& values) {
+    const hsize_t size = values.size();
+    const Handle space(H5Screate_simple(1, &size, nullptr), H5Sclose);
+    const Handle dcpl = object_create_plist(H5P_DATASET_CREATE);
+    const Handle dataset(H5Dcreate2(group, name, type, space.get(), H5P_DEFAULT, dcpl.get(),
+                                    H5P_DEFAULT),
+                         H5Dclose);
+    if (!dataset.valid()) THPC_FAIL(path_ << ": cannot create dataset " << name);
+    if (size > 0) {
+      check(H5Dwrite(dataset.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()),
+            "write a dataset");
+    }
+  }
+
+  void write_column(hid_t file, const char* group_name, const TokenColumn& column) {
+    const Handle gcpl = object_create_plist(H5P_GROUP_CREATE);
+    const Handle group(H5Gcreate2(file, group_name, H5P_DEFAULT, gcpl.get(), H5P_DEFAULT),
+                       H5Gclose);
+    if (!group.valid()) THPC_FAIL(path_ << ": cannot create group " << group_name);
+    write_dataset(group.get(), "tokens", H5T_NATIVE_INT32, column.tokens);
+    write_dataset(group.get(), "offsets", H5T_NATIVE_INT64, column.offsets);
+  }
+
+  void write_attribute(hid_t object, const char* name, hid_t type, hsize_t count,
+                       const void* data) {
+    const Handle space(count == 0 ? H5Screate(H5S_NULL) : H5Screate_simple(1, &count, nullptr),
+                       H5Sclose);
+    const Handle attribute(H5Acreate2(object, name, type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                           H5Aclose);
+    if (!attribute.valid()) THPC_FAIL(path_ << ": cannot create attribute " << name);
+    if (count > 0) check(H5Awrite(attribute.get(), type, data), "write an attribute");
+  }
+
+  void write_int(hid_t object, const char* name, int64_t value) {
+    write_attribute(object, name, H5T_NATIVE_INT64, 1, &value);
+  }
+  void write_string(hid_t object, const char* name, const std::string& value) {
+    write_bytes(object, name, value);
+  }
+  // Strings and the model are stored as uint8 arrays: exact bytes, no encoding questions.
+  void write_bytes(hid_t object, const char* name, const std::string& value) {
+    write_attribute(object, name, H5T_NATIVE_UINT8, value.size(), value.data());
+  }
+
+  std::string path_;
+};
+
+// ---- reading ----
+
+class ShardFileReader {
+ public:
+  explicit ShardFileReader(const std::string& path) : path_(path), file_(open_file(path)) {}
+
+  ShardMetadata metadata(int64_t* pairs) const {
+    ShardMetadata meta;
+    meta.format_version = static_cast<int>(read_int("format_version"));
+    if (meta.format_version != kShardFormatVersion) {
+      THPC_FAIL(path_ << ": shard format version " << meta.format_version
+                      << ", this program reads version " << kShardFormatVersion
+                      << " (re-run transformer_preprocess)");
+    }
+    meta.vocab_size = static_cast<int>(read_int("vocab_size"));
+    meta.ids.pad = static_cast<int>(read_int("pad_id"));
+    meta.ids.unk = static_cast<int>(read_int("unk_id"));
+    meta.ids.bos = static_cast<int>(read_int("bos_id"));
+    meta.ids.eos = static_cast<int>(read_int("eos_id"));
+    meta.source_lang = read_bytes("source_lang");
+    meta.target_lang = read_bytes("target_lang");
+    meta.spm_model = read_bytes("spm_model");
+    *pairs = read_int("pairs");
+    if (meta.vocab_size <= 0) THPC_FAIL(path_ << ": vocabulary size " << meta.vocab_size);
+    for (const int id : {meta.ids.pad, meta.ids.unk, meta.ids.bos, meta.ids.eos}) {
+      if (id < 0 || id >= meta.vocab_size) {
+        THPC_FAIL(path_ << ": special id " << id << " outside the vocabulary of "
+                        << meta.vocab_size);
+      }
+    }
+    if (*pairs < 0) THPC_FAIL(path_ << ": negative pair count " << *pairs);
+    return meta;
+  }
+
+  // The offsets of one side, checked against the pair count and the token count.
+  std::vector<int64_t> offsets(const std::string& side, int64_t pairs,
+                               int64_t* token_count) const {
+    std::vector<int64_t> values = read_dataset<int64_t>(side + "/offsets", H5T_NATIVE_INT64);
+    *token_count = dataset_size(side + "/tokens");
+    const std::string name = "/" + side + "/offsets";
+    if (static_cast<int64_t>(values.size()) != pairs + 1) {
+      THPC_FAIL(path_ << ": " << name << " has " << values.size() << " entries for " << pairs
+                      << " pairs (expected " << pairs + 1 << ")");
+    }
+    if (values.front() != 0) THPC_FAIL(path_ << ": " << name << " does not start at 0");
+    for (size_t i = 1; i < values.size(); ++i) {
+      if (values[i] < values[i - 1]) {
+        THPC_FAIL(path_ << ": " << name << " is not monotone at entry " << i << " ("
+                        << values[i - 1] << " then " << values[i] << ")");
+      }
+    }
+    if (values.back() != *token_count) {
+      THPC_FAIL(path_ << ": " << name << " ends at " << values.back() << " but /" << side
+                      << "/tokens holds " << *token_count << " tokens");
+    }
+    return values;
+  }
+
+  std::vector<int32_t> tokens(const std::string& side, int vocab_size) const {
+    std::vector<int32_t> values = read_dataset<int32_t>(side + "/tokens", H5T_NATIVE_INT32);
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (values[i] < 0 || values[i] >= vocab_size) {
+        THPC_FAIL(path_ << ": /" << side << "/tokens[" << i << "] = " << values[i]
+                        << " is outside the vocabulary [0, " << vocab_size << ")");
+      }
+    }
+    return values;
+  }
+
+ private:
+  static Handle open_file(const std::string& path) {
+    silence_hdf5_error_stacks();
+    std::error_code error;
+    if (!std::filesystem::is_regular_file(path, error)) THPC_FAIL(path << ": no such shard file");
+    if (H5Fis_hdf5(path.c_str()) <= 0) {
+      THPC_FAIL(path << ": not an HDF5 file (or its header is damaged)");
+    }
+    Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    if (!file.valid()) THPC_FAIL(path << ": cannot open the HDF5 file (truncated or damaged?)");
+    return file;
+  }
+
+  Handle open_dataset(const std::string& name) const {
+    Handle dataset(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
+    if (!dataset.valid()) THPC_FAIL(path_ << ": missing dataset /" << name);
+    return dataset;
+  }
+
+  int64_t dataset_size(const std::string& name) const {
+    const Handle dataset = open_dataset(name);
+    const Handle space(H5Dget_space(dataset.get()), H5Sclose);
+    if (H5Sget_simple_extent_ndims(space.get()) != 1) {
+      THPC_FAIL(path_ << ": dataset /" << name << " is not one-dimensional");
+    }
+    hsize_t size = 0;
+    H5Sget_simple_extent_dims(space.get(), &size, nullptr);
+    return static_cast<int64_t>(size);
+  }
+
+  template <typename T>
+  std::vector<T> read_dataset(const std::string& name, hid_t type) const {
+    const int64_t size = dataset_size(name);
+    const Handle dataset = open_dataset(name);
+    std::vector<T> values(static_cast<size_t>(size));
+    if (size > 0 &&
+        H5Dread(dataset.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) < 0) {
+      THPC_FAIL(path_ << ": cannot read dataset /" << name << " (truncated or damaged file?)");
+    }
+    return values;
+  }
+
+  Handle open_attribute(const char* name) const {
+    if (H5Aexists(file_.get(), name) <= 0) THPC_FAIL(path_ << ": missing attribute " << name);
+    Handle attribute(H5Aopen(file_.get(), name, H5P_DEFAULT), H5Aclose);
+    if (!attribute.valid()) THPC_FAIL(path_ << ": cannot open attribute " << name);
+    return attribute;
+  }
+
+  int64_t read_int(const char* name) const {
+    const Handle attribute = open_attribute(name);
+    const Handle space(H5Aget_space(attribute.get()), H5Sclose);
+    if (H5Sget_simple_extent_npoints(space.get()) != 1) {
+      THPC_FAIL(path_ << ": attribute " << name << " is not a single number");
+    }
+    int64_t value = 0;
+    if (H5Aread(attribute.get(), H5T_NATIVE_INT64, &value) < 0) {
+      THPC_FAIL(path_ << ": cannot read attribute " << name << " as an integer");
+    }
+    return value;
+  }
+
+  std::string read_bytes(const char* name) const {
+    const Handle attribute = open_attribute(name);
+    const Handle space(H5Aget_space(attribute.get()), H5Sclose);
+    if (H5Sget_simple_extent_type(space.get()) == H5S_NULL) return "";
+    const hssize_t count = H5Sget_simple_extent_npoints(space.get());
+    std::string value(static_cast<size_t>(std::max<hssize_t>(count, 0)), '\0');
+    if (count < 0 || H5Aread(attribute.get(), H5T_NATIVE_UINT8, value.data()) < 0) {
+      THPC_FAIL(path_ << ": cannot read attribute " << name << " as bytes");
+    }
+    return value;
+  }
+
+  std::string path_;
+  Handle file_;
+};
+
+std::vector<int32_t> lengths_of(const std::vector<int64_t>& offsets) {
+  std::vector<int32_t> lengths(offsets.size() - 1);
+  for (size_t i = 0; i + 1 < offsets.size(); ++i) {
+    lengths[i] = static_cast<int32_t>(offsets[i + 1] - offsets[i]);
+  }
+  return lengths;
+}
+
+}  // namespace
+
+void write_shard(const std::string& path, const ShardContents& contents) {
+  silence_hdf5_error_stacks();
+  THPC_CHECK(contents.source.sentences() == contents.target.sentences(),
+             path << ": " << contents.source.sentences() << " sources but "
+                  << contents.target.sentences() << " targets");
+  ShardWriter(path).write(contents);
+}
+
+ShardSummary read_shard_summary(const std::string& path) {
+  const ShardFileReader reader(path);
+  ShardSummary summary;
+  summary.metadata = reader.metadata(&summary.pairs);
+  summary.source_lengths =
+      lengths_of(reader.offsets("src", summary.pairs, &summary.source_tokens));
+  summary.target_lengths =
+      lengths_of(reader.offsets("tgt", summary.pairs, &summary.target_tokens));
+  return summary;
+}
+
+ShardContents read_shard(const std::string& path) {
+  const ShardFileReader reader(path);
+  ShardContents contents;
+  int64_t pairs = 0;
+  int64_t token_count = 0;
+  contents.metadata = reader.metadata(&pairs);
+  const int vocab = contents.metadata.vocab_size;
+  contents.source.offsets = reader.offsets("src", pairs, &token_count);
+  contents.source.tokens = reader.tokens("src", vocab);
+  contents.target.offsets = reader.offsets("tgt", pairs, &token_count);
+  contents.target.tokens = reader.tokens("tgt", vocab);
+  return contents;
+}
+
+}  // namespace thpc

@@ -1,0 +1,72 @@
+// One HDF5 corpus shard: the file format shared by transformer_preprocess (which writes
+// it) and the trainer's reader (which validates and reads it).
+//
+//   /src/tokens   int32 [n_src_tokens]   every source sentence's subword ids, concatenated
+//   /src/offsets  int64 [pairs + 1]      sentence i is tokens[offsets[i], offsets[i+1])
+//   /tgt/tokens, /tgt/offsets            the same for the targets
+//   attributes of /: format_version, vocab_size, pad_id, unk_id, bos_id, eos_id,
+//   source_lang, target_lang, pairs, spm_model (the SentencePiece model's bytes)
+//
+// Sentences carry no bos/eos: make_batch adds them. Files are written without object
+// timestamps, so the same content gives the same bytes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/batch.h"
+
+namespace thpc {
+
+constexpr int kShardFormatVersion = 1;
+
+// Flat token arrays with offsets: the in-memory image of one side of a shard.
+struct TokenColumn {
+  std::vector<int32_t> tokens;
+  std::vector<int64_t> offsets{0};
+
+  int64_t sentences() const { return static_cast<int64_t>(offsets.size()) - 1; }
+  int64_t length(int64_t i) const { return offsets[i + 1] - offsets[i]; }
+  void append(const std::vector<int>& sentence) {
+    tokens.insert(tokens.end(), sentence.begin(), sentence.end());
+    offsets.push_back(static_cast<int64_t>(tokens.size()));
+  }
+  TokenSequence sentence(int64_t i) const {
+    return TokenSequence(tokens.begin() + offsets[i], tokens.begin() + offsets[i + 1]);
+  }
+};
+
+// What every shard of one corpus states about itself; equal across a corpus's shards.
+struct ShardMetadata {
+  int format_version = kShardFormatVersion;
+  int vocab_size = 0;
+  SpecialIds ids;
+  std::string source_lang, target_lang;
+  std::string spm_model;  // serialized SentencePiece ModelProto
+};
+
+struct ShardContents {
+  ShardMetadata metadata;
+  TokenColumn source, target;
+};
+
+// Writes `contents` to `path` (replacing it). Throws thpc::Error naming the file.
+void write_shard(const std::string& path, const ShardContents& contents);
+
+// The metadata and pair count of a shard, with the offsets of both sides checked (monotone,
+// starting at 0, ending at the token count, as many as the pairs + 1). Throws thpc::Error
+// naming the file and the problem: not HDF5 or truncated, a missing dataset or attribute,
+// a format version this program does not read, bad offsets.
+struct ShardSummary {
+  ShardMetadata metadata;
+  int64_t pairs = 0;
+  int64_t source_tokens = 0, target_tokens = 0;
+  std::vector<int32_t> source_lengths, target_lengths;  // per pair
+};
+ShardSummary read_shard_summary(const std::string& path);
+
+// The whole shard, with every id checked against the vocabulary.
+ShardContents read_shard(const std::string& path);
+
+}  // namespace thpc

@@ -1,0 +1,97 @@
+// The trainer's reader of HDF5 corpus shards (shard_file.h): length-bucketed batches,
+// packed to a token budget, shuffled per epoch, each rank getting its share.
+//
+// The plan of an epoch:
+//  * Within each shard, pairs are sorted by (longer side, source, target length) and packed
+//    greedily into batches whose padded size, rows x longest sentence (eos and bos
+//    included), stays within the budget on both sides. Batches never span shards, so a
+//    shard is all a rank needs in memory to assemble them.
+//  * Each epoch visits the shards in an order shuffled from (seed, epoch) and each
+//    shard's batches in an order shuffled from (seed, epoch, shard).
+//  * The epochs form one stream of batches. Rank r of W takes batches g + r of each group
+//    g, g + W, ...: every batch goes to exactly one rank, so every pair is seen exactly
+//    once per epoch across the ranks, and the ranks step in lockstep.
+//
+// Memory: the per-pair lengths and the plan stay resident (12 bytes per pair); token
+// arrays stay resident only while the whole corpus fits `memory_budget_bytes`,
+// otherwise one shard at a time is loaded as the stream reaches it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/batch_source.h"
+#include "data/shard_file.h"
+
+namespace thpc {
+
+// The files PREFIX.00000.h5, PREFIX.00001.h5, ... of `directory`, in order. Throws if
+// there are none, or if the numbering has a gap (a shard is missing).
+std::vector<std::string> find_shards(const std::string& directory, const std::string& prefix);
+
+struct ShardReaderSpec {
+  std::vector<std::string> files;  // the shards of one corpus
+  uint64_t seed = 1;
+  bool shuffle = true;  // false: shards and batches in file order (validation)
+  int rank = 0;         // this reader's share: batches rank, rank + ranks, ...
+  int ranks = 1;
+  int64_t memory_budget_bytes = int64_t{1} << 30;
+};
+
+class ShardReader final : public BatchSource {
+ public:
+  // Opens and validates every shard: format, offsets, ids within the vocabulary, and
+  // one vocabulary (size, special ids, SentencePiece model) for all of them.
+  explicit ShardReader(const ShardReaderSpec& spec);
+  ~ShardReader() override;
+
+  int vocab_size() const override { return metadata_.vocab_size; }
+  SpecialIds special_ids() const override { return metadata_.ids; }
+  const ShardMetadata& metadata() const { return metadata_; }
+
+  // This rank's next batch; an epoch that ends mid-group continues into the next epoch.
+  Batch next(int64_t max_tokens) override;
+  // This rank's next batch of the current epoch, or nothing once the epoch has none left
+  // for it (the ranks may get one batch more or less): one pass, as validation needs.
+  std::optional<Batch> next_in_epoch(int64_t max_tokens);
+
+  // The start of the next group of batches (the same on every rank).
+  DataPosition position() const override { return position_; }
+  void seek(const DataPosition& position) override;
+
+  int64_t pairs() const { return total_pairs_; }
+  int64_t batches_per_epoch(int64_t max_tokens);
+  // Bytes of token arrays held now (for the memory-budget test and the docs).
+  int64_t resident_token_bytes() const;
+
+ private:
+  struct Shard;
+  void plan(int64_t max_tokens);
+  Batch assemble(int64_t epoch, int64_t index);
+  const ShardContents& load(int shard);
+  // A permutation of [0, size), from (seed; Philox site, epoch, stream); the identity
+  // when the spec says not to shuffle.
+  std::vector<int64_t> permutation(int64_t size, uint32_t site, uint32_t stream,
+                                   int64_t epoch) const;
+
+  ShardReaderSpec spec_;
+  ShardMetadata metadata_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  int64_t total_pairs_ = 0;
+  bool all_resident_ = false;
+  int64_t planned_budget_ = -1;
+  int64_t batches_per_epoch_ = 0;
+  DataPosition position_;
+  // The last epoch's shard order and the last shard's batch order, reused while the
+  // stream stays in them.
+  int64_t shard_order_epoch_ = -1;
+  std::vector<int64_t> shard_order_;
+  int64_t batch_order_epoch_ = -1;
+  int batch_order_shard_ = -1;
+  std::vector<int64_t> batch_order_;
+};
+
+}  // namespace thpc

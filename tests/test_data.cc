@@ -1,0 +1,594 @@
+// The data pipeline: transformer_preprocess (text -> SentencePiece -> HDF5 shards) and
+// the trainer's shard reader (buckets, budget, per-epoch shuffle, ranks, position).
+// The corpus is a slice of Multi30k from ../shared/data plus hand-made lines that
+// exercise normalisation and each filter.
+#include <gtest/gtest.h>
+#include <sentencepiece_processor.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "expect_error.h"
+#include "data/preprocess.h"
+#include "data/shard_file.h"
+#include "data/shard_reader.h"
+
+namespace thpc {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kMulti30k = std::string(THPC_SOURCE_DIR) + "/../shared/data/multi30k/";
+
+std::vector<std::string> head_lines(const std::string& path, size_t count) {
+  std::ifstream stream(path);
+  std::vector<std::string> lines;
+  std::string line;
+  while (lines.size() < count && std::getline(stream, line)) lines.push_back(line);
+  return lines;
+}
+
+void write_lines(const fs::path& path, const std::vector<std::string>& lines) {
+  std::ofstream stream(path, std::ios::binary);
+  for (const std::string& line : lines) stream << line << "\n";
+}
+
+std::string read_bytes(const fs::path& path) {
+  std::ifstream stream(path, std::ios::binary);
+  std::ostringstream bytes;
+  bytes << stream.rdbuf();
+  return bytes.str();
+}
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+CommandResult run_command(const std::string& command) {
+  CommandResult result;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) result.output.append(buffer, n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+using Pair = std::pair<TokenSequence, TokenSequence>;
+
+// The (source, target) pairs of a batch, without eos/bos/padding.
+std::vector<Pair> pairs_of(const Batch& batch) {
+  std::vector<Pair> pairs;
+  for (int b = 0; b < batch.size; ++b) {
+    const int32_t* src = batch.src.data() + static_cast<size_t>(b) * batch.src_len;
+    const int32_t* tgt = batch.tgt_out.data() + static_cast<size_t>(b) * batch.tgt_len;
+    pairs.emplace_back(TokenSequence(src, src + batch.src_lengths[b] - 1),
+                       TokenSequence(tgt, tgt + batch.tgt_lengths[b] - 1));
+  }
+  return pairs;
+}
+
+// One corpus for the whole suite: 1000 Multi30k pairs plus lines for each filter, in
+// three training shards.
+class DataPipeline : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = fs::temp_directory_path() / ("thpc_test_data_" + std::to_string(::getpid()));
+    fs::create_directories(root_);
+    std::vector<std::string> en = head_lines(kMulti30k + "val.en", 1000);
+    std::vector<std::string> de = head_lines(kMulti30k + "val.de", 1000);
+    // Normalisation cases: runs of spaces and a compatibility ligature (NFKC: "ﬁ" -> "fi").
+    en.push_back("  Two   dogs \xEF\xAC\x81ght  in the snow. ");
+    de.push_back("Zwei Hunde   k\xC3\xA4mpfen im Schnee.");
+    // One pair for each filter: empty, too long (> 120 tokens), over the ratio.
+    en.push_back("");
+    de.push_back("Ein Hund.");
+    std::string long_line;
+    for (int i = 0; i < 200; ++i) long_line += "dog ";
+    en.push_back(long_line);
+    de.push_back("Ein Hund.");
+    en.push_back("Dog.");
+    de.push_back("Ein Hund rennt \xC3\xBC" "ber eine gr\xC3\xBCne Wiese und ein Mann sieht "
+                 "ihm zu, w\xC3\xA4hrend eine Frau in einem roten Kleid singt und tanzt.");
+    write_lines(root_ / "train.en", en);
+    write_lines(root_ / "train.de", de);
+    write_lines(root_ / "valid.en", head_lines(kMulti30k + "test_2016_flickr.en", 100));
+    write_lines(root_ / "valid.de", head_lines(kMulti30k + "test_2016_flickr.de", 100));
+    std::ostringstream log;
+    summary_ = preprocess(options(root_ / "corpus"), log);
+    log_ = log.str();
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+
+  static PreprocessOptions options(const fs::path& dest) {
+    PreprocessOptions options;
+    options.source_lang = "en";
+    options.target_lang = "de";
+    options.train_prefix = (root_ / "train").string();
+    options.valid_prefix = (root_ / "valid").string();
+    options.dest_dir = dest.string();
+    options.vocab_size = 600;
+    options.shards = 3;
+    options.max_len = 120;
+    options.max_ratio = 3.0;
+    options.threads = 2;
+    return options;
+  }
+
+  static std::vector<std::string> train_files() {
+    return find_shards((root_ / "corpus").string(), "train");
+  }
+
+  static ShardReaderSpec reader_spec(int rank = 0, int ranks = 1) {
+    ShardReaderSpec spec;
+    spec.files = train_files();
+    spec.seed = 7;
+    spec.rank = rank;
+    spec.ranks = ranks;
+    return spec;
+  }
+
+  // Every pair of the training shards, as the reader should deliver them in one epoch.
+  static std::multiset<Pair> all_pairs() {
+    std::multiset<Pair> pairs;
+    for (const std::string& file : train_files()) {
+      const ShardContents contents = read_shard(file);
+      for (int64_t i = 0; i < contents.source.sentences(); ++i) {
+        pairs.emplace(contents.source.sentence(i), contents.target.sentence(i));
+      }
+    }
+    return pairs;
+  }
+
+  // A copy of the first training shard with `change` applied, as the only shard of `name`.
+  static std::string altered_shard(const std::string& name,
+                                   const std::function<void(ShardContents&)>& change) {
+    ShardContents contents = read_shard(train_files().front());
+    change(contents);
+    const fs::path dir = root_ / name;
+    fs::create_directories(dir);
+    const std::string path = (dir / "train.00000.h5").string();
+    write_shard(path, contents);
+    return path;
+  }
+
+  static fs::path root_;
+  static PreprocessSummary summary_;
+  static std::string log_;
+};
+
+fs::path DataPipeline::root_;
+PreprocessSummary DataPipeline::summary_;
+std::string DataPipeline::log_;
+
+TEST_F(DataPipeline, CountsEachKindOfDroppedPair) {
+  EXPECT_EQ(summary_.train.read, 1004);
+  EXPECT_EQ(summary_.train.empty, 1);
+  EXPECT_EQ(summary_.train.too_long, 1);
+  EXPECT_GE(summary_.train.over_ratio, 1);  // the hand-made pair, perhaps a real one too
+  EXPECT_EQ(summary_.train.kept + summary_.train.empty + summary_.train.too_long +
+                summary_.train.over_ratio,
+            summary_.train.read);
+  EXPECT_EQ(summary_.valid.read, 100);
+  EXPECT_NE(log_.find("train: 1004 read, " + std::to_string(summary_.train.kept) + " kept"),
+            std::string::npos)
+      << log_;
+  EXPECT_LE(summary_.vocab_size, 600);
+}
+
+TEST_F(DataPipeline, WritesShardsModelAndMetadata) {
+  const fs::path corpus = root_ / "corpus";
+  EXPECT_EQ(train_files().size(), 3u);
+  EXPECT_TRUE(fs::exists(corpus / "valid.00000.h5"));
+  EXPECT_TRUE(fs::exists(corpus / "spm.model"));
+  for (const auto& entry : fs::directory_iterator(corpus)) {
+    EXPECT_EQ(entry.path().string().find(".partial"), std::string::npos) << entry.path();
+  }
+  int64_t pairs = 0;
+  for (const std::string& file : train_files()) {
+    const ShardSummary shard = read_shard_summary(file);
+    pairs += shard.pairs;
+    EXPECT_EQ(shard.metadata.format_version, kShardFormatVersion);
+    EXPECT_EQ(shard.metadata.vocab_size, summary_.vocab_size);
+    EXPECT_EQ(shard.metadata.ids.pad, 0);
+    EXPECT_EQ(shard.metadata.ids.unk, 1);
+    EXPECT_EQ(shard.metadata.ids.bos, 2);
+    EXPECT_EQ(shard.metadata.ids.eos, 3);
+    EXPECT_EQ(shard.metadata.source_lang, "en");
+    EXPECT_EQ(shard.metadata.target_lang, "de");
+    EXPECT_EQ(shard.metadata.spm_model, read_bytes(corpus / "spm.model"));
+  }
+  EXPECT_EQ(pairs, summary_.train.kept);
+}
+
+TEST_F(DataPipeline, TextToShardsToTextIsSentencePiecesNormalisedText) {
+  sentencepiece::SentencePieceProcessor processor;
+  ASSERT_TRUE(processor.Load((root_ / "corpus" / "spm.model").string()).ok());
+  std::vector<std::string> decoded_sources, decoded_targets;
+  for (const std::string& file : train_files()) {
+    const ShardContents contents = read_shard(file);
+    for (int64_t i = 0; i < contents.source.sentences(); ++i) {
+      const TokenSequence src = contents.source.sentence(i);
+      const TokenSequence tgt = contents.target.sentence(i);
+      std::string text;
+      ASSERT_TRUE(processor.Decode(std::vector<int>(src.begin(), src.end()), &text).ok());
+      decoded_sources.push_back(text);
+      ASSERT_TRUE(processor.Decode(std::vector<int>(tgt.begin(), tgt.end()), &text).ok());
+      decoded_targets.push_back(text);
+    }
+  }
+  // The kept pairs in order, each as SentencePiece normalises the original line.
+  const auto normalised = [&](const std::string& line) {
+    std::vector<int> ids;
+    std::string text;
+    EXPECT_TRUE(processor.Encode(line, &ids).ok());
+    EXPECT_TRUE(processor.Decode(ids, &text).ok());
+    return text;
+  };
+  const std::vector<std::string> en = head_lines((root_ / "train.en").string(), 1001);
+  const std::vector<std::string> de = head_lines((root_ / "train.de").string(), 1001);
+  ASSERT_EQ(decoded_sources.size(), static_cast<size_t>(summary_.train.kept));
+  size_t kept = 0;
+  for (size_t i = 0; i < en.size() && kept < decoded_sources.size(); ++i) {
+    if (decoded_sources[kept] != normalised(en[i])) continue;  // dropped by the ratio filter
+    EXPECT_EQ(decoded_targets[kept], normalised(de[i])) << "line " << i + 1;
+    ++kept;
+  }
+  EXPECT_EQ(kept, static_cast<size_t>(summary_.train.kept));
+  // The hand-made line: spaces collapsed and trimmed, the ligature decomposed.
+  EXPECT_EQ(decoded_sources.back(), "Two dogs fight in the snow.");
+  EXPECT_EQ(decoded_targets.back(), "Zwei Hunde k\xC3\xA4mpfen im Schnee.");
+}
+
+TEST_F(DataPipeline, SameInputAndSeedGiveByteIdenticalShards) {
+  const fs::path again = root_ / "again";
+  std::ostringstream log;
+  preprocess(options(again), log);
+  for (const std::string name : {"train.00000.h5", "train.00001.h5", "train.00002.h5",
+                                 "valid.00000.h5", "spm.model"}) {
+    EXPECT_EQ(read_bytes(again / name), read_bytes(root_ / "corpus" / name)) << name;
+  }
+  // Fewer shards into the same directory leave no stale shard behind.
+  PreprocessOptions fewer = options(again);
+  fewer.shards = 2;
+  preprocess(fewer, log);
+  EXPECT_FALSE(fs::exists(again / "train.00002.h5"));
+  EXPECT_EQ(find_shards(again.string(), "train").size(), 2u);
+}
+
+TEST_F(DataPipeline, EveryPairOnceperEpochAcrossOneTwoAndThreeRanks) {
+  const std::multiset<Pair> expected = all_pairs();
+  const int64_t budget = 400;
+  for (int ranks = 1; ranks <= 3; ++ranks) {
+    SCOPED_TRACE(std::to_string(ranks) + " ranks");
+    std::vector<std::unique_ptr<ShardReader>> readers;
+    for (int rank = 0; rank < ranks; ++rank) {
+      readers.push_back(std::make_unique<ShardReader>(reader_spec(rank, ranks)));
+    }
+    const int64_t batches = readers[0]->batches_per_epoch(budget);
+    // Through next(): the stream's first `batches` batches, group by group.
+    std::multiset<Pair> seen;
+    for (int64_t group = 0; group * ranks < batches; ++group) {
+      for (int rank = 0; rank < ranks; ++rank) {
+        const Batch batch = readers[rank]->next(budget);
+        if (group * ranks + rank >= batches) continue;  // already the next epoch's
+        for (Pair& pair : pairs_of(batch)) seen.insert(std::move(pair));
+      }
+    }
+    EXPECT_EQ(seen, expected);
+    // Through next_in_epoch(): one pass, as validation reads it.
+    seen.clear();
+    for (int rank = 0; rank < ranks; ++rank) {
+      ShardReader reader(reader_spec(rank, ranks));
+      while (std::optional<Batch> batch = reader.next_in_epoch(budget)) {
+        for (Pair& pair : pairs_of(*batch)) seen.insert(std::move(pair));
+      }
+    }
+    EXPECT_EQ(seen, expected);
+  }
+}
+
+TEST_F(DataPipeline, NoBatchExceedsTheBudgetAndBatchesAreLengthBucketed) {
+  for (const int64_t budget : {128, 300, 2500}) {
+    ShardReader reader(reader_spec());
+    int64_t padded = 0, real = 0;
+    const int64_t batches = reader.batches_per_epoch(budget);
+    for (int64_t i = 0; i < batches; ++i) {
+      const Batch batch = reader.next(budget);
+      EXPECT_LE(static_cast<int64_t>(batch.src.size()), budget);
+      EXPECT_LE(static_cast<int64_t>(batch.tgt_in.size()), budget);
+      padded += static_cast<int64_t>(batch.src.size() + batch.tgt_in.size());
+      real += batch.src_tokens() + batch.tgt_tokens();
+    }
+    // Sorting by length keeps padding small; random batches of Multi30k waste ~40%.
+    EXPECT_LT(static_cast<double>(padded - real) / padded, 0.25) << "budget " << budget;
+  }
+}
+
+TEST_F(DataPipeline, ATooLongPairForTheBudgetIsAClearError) {
+  ShardReader reader(reader_spec());
+  expect_error([&] { reader.next(8); }, {"train.0000", "does not fit a batch of 8 tokens"});
+}
+
+TEST_F(DataPipeline, DeterministicPerSeedAndShuffledPerEpoch) {
+  const int64_t budget = 300;
+  ShardReader first(reader_spec()), second(reader_spec());
+  ShardReaderSpec other_seed = reader_spec();
+  other_seed.seed = 8;
+  ShardReader third(other_seed);
+  const int64_t batches = first.batches_per_epoch(budget);
+  std::vector<std::vector<Pair>> epoch0, epoch1, seed8;
+  for (int64_t i = 0; i < batches; ++i) {
+    const Batch a = first.next(budget);
+    const Batch b = second.next(budget);
+    EXPECT_EQ(a.src, b.src);
+    EXPECT_EQ(a.tgt_in, b.tgt_in);
+    epoch0.push_back(pairs_of(a));
+    seed8.push_back(pairs_of(third.next(budget)));
+  }
+  for (int64_t i = 0; i < batches; ++i) epoch1.push_back(pairs_of(first.next(budget)));
+  EXPECT_NE(epoch0, epoch1);
+  EXPECT_NE(epoch0, seed8);
+  // The same batches, in another order.
+  std::sort(epoch0.begin(), epoch0.end());
+  std::sort(epoch1.begin(), epoch1.end());
+  EXPECT_EQ(epoch0, epoch1);
+}
+
+TEST_F(DataPipeline, SeekToAPositionContinuesExactly) {
+  const int64_t budget = 300;
+  for (int ranks : {1, 2}) {
+    ShardReader reader(reader_spec(ranks - 1, ranks));
+    const int64_t batches = reader.batches_per_epoch(budget);
+    // Stop just before an epoch boundary so that the continuation crosses it.
+    for (int64_t i = 0; i < batches / ranks - 1; ++i) reader.next(budget);
+    const DataPosition position = reader.position();
+    std::vector<Batch> expected;
+    for (int i = 0; i < 6; ++i) expected.push_back(reader.next(budget));
+    EXPECT_GE(reader.position().epoch, 1);
+
+    ShardReader resumed(reader_spec(ranks - 1, ranks));
+    resumed.seek(position);
+    EXPECT_EQ(resumed.position().epoch, position.epoch);
+    EXPECT_EQ(resumed.position().index, position.index);
+    for (const Batch& batch : expected) {
+      const Batch again = resumed.next(budget);
+      EXPECT_EQ(again.src, batch.src);
+      EXPECT_EQ(again.tgt_out, batch.tgt_out);
+    }
+  }
+}
+
+TEST_F(DataPipeline, ACorpusOverTheMemoryBudgetIsStreamedShardByShard) {
+  ShardReader resident(reader_spec());
+  ShardReaderSpec small = reader_spec();
+  int64_t largest_shard = 0, total = 0;
+  for (const std::string& file : train_files()) {
+    const ShardSummary shard = read_shard_summary(file);
+    const int64_t bytes = (shard.source_tokens + shard.target_tokens) * 4 + 16 * (shard.pairs + 1);
+    largest_shard = std::max(largest_shard, bytes);
+    total += bytes;
+  }
+  small.memory_budget_bytes = largest_shard;
+  ShardReader streamed(small);
+  EXPECT_EQ(resident.resident_token_bytes(), total);
+  const int64_t budget = 300;
+  for (int64_t i = 0; i < 2 * resident.batches_per_epoch(budget); ++i) {
+    const Batch a = resident.next(budget);
+    const Batch b = streamed.next(budget);
+    ASSERT_EQ(a.src, b.src) << "batch " << i;
+    ASSERT_EQ(a.tgt_in, b.tgt_in) << "batch " << i;
+    EXPECT_LE(streamed.resident_token_bytes(), largest_shard);
+  }
+  small.memory_budget_bytes = largest_shard - 1;
+  expect_error([&] { ShardReader too_small(small); }, {"more than the", "data.memory_mb"});
+}
+
+// ---- bad input: one clear message naming the file and the problem ----
+
+// transformer_preprocess on the given text files; must fail with one line naming `file`.
+void expect_preprocess_failure(const fs::path& dir, const std::string& file,
+                               const std::string& problem) {
+  const std::string command = std::string(THPC_BINARY_DIR) +
+                              "/transformer_preprocess --source-lang en --target-lang de "
+                              "--trainpref " + (dir / "bad").string() + " --validpref " +
+                              (dir / "bad").string() + " --destdir " + (dir / "out").string() +
+                              " --vocab-size 100";
+  const CommandResult result = run_command(command);
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_EQ(std::count(result.output.begin(), result.output.end(), '\n'), 1) << result.output;
+  EXPECT_NE(result.output.find("transformer_preprocess: " + (dir / file).string()),
+            std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find(problem), std::string::npos) << result.output;
+  EXPECT_FALSE(fs::exists(dir / "out" / "train.00000.h5"));
+  EXPECT_FALSE(fs::exists(dir / "out" / "spm.model"));
+}
+
+TEST_F(DataPipeline, BadTextInputFailsWithOneClearMessage) {
+  const fs::path dir = root_ / "bad_text";
+  fs::create_directories(dir);
+  write_lines(dir / "bad.en", {"a dog", "a cat", "a bird"});
+  write_lines(dir / "bad.de", {"ein Hund", "eine Katze"});
+  expect_preprocess_failure(dir, "bad.en", "has 3 lines but");
+
+  write_lines(dir / "bad.de", {"ein Hund", "eine \xC3(Katze", "ein Vogel"});
+  expect_preprocess_failure(dir, "bad.de", ":2: invalid UTF-8");
+
+  write_lines(dir / "bad.de", {});
+  expect_preprocess_failure(dir, "bad.de", "empty file");
+
+  fs::remove(dir / "bad.de");
+  expect_preprocess_failure(dir, "bad.de", "no such file");
+}
+
+TEST_F(DataPipeline, AFailureAfterWritingBeganLeavesNothingThatLooksValid) {
+  // The valid split is read, but nothing of it survives the filters: the training
+  // shards are written by then and must not remain.
+  const fs::path dir = root_ / "late_failure";
+  fs::create_directories(dir);
+  std::string too_long;
+  for (int i = 0; i < 200; ++i) too_long += "cat ";
+  write_lines(dir / "valid.en", {too_long, ""});
+  write_lines(dir / "valid.de", {"eine Katze", "eine Katze"});
+  PreprocessOptions late = options(dir / "out");
+  late.valid_prefix = (dir / "valid").string();
+  std::ostringstream log;
+  expect_error([&] { preprocess(late, log); }, {"valid.en", "no validation pair survived"});
+  EXPECT_TRUE(fs::is_empty(dir / "out"));
+}
+
+TEST_F(DataPipeline, BadShardsFailWithOneClearMessage) {
+  // Truncated: the first half of a valid shard.
+  const fs::path truncated_dir = root_ / "truncated";
+  fs::create_directories(truncated_dir);
+  const std::string bytes = read_bytes(train_files().front());
+  std::ofstream(truncated_dir / "train.00000.h5", std::ios::binary)
+      << bytes.substr(0, bytes.size() / 2);
+  const std::string truncated = (truncated_dir / "train.00000.h5").string();
+  expect_error([&] { read_shard(truncated); }, {truncated, "truncated"});
+
+  const std::string big_id = altered_shard("big_id", [](ShardContents& contents) {
+    contents.target.tokens[5] = contents.metadata.vocab_size;
+  });
+  expect_error([&] { read_shard(big_id); },
+               {big_id, "/tgt/tokens[5] = ", "outside the vocabulary"});
+
+  const std::string unordered = altered_shard("unordered", [](ShardContents& contents) {
+    std::swap(contents.source.offsets[3], contents.source.offsets[4]);
+  });
+  expect_error([&] { read_shard_summary(unordered); },
+               {unordered, "/src/offsets is not monotone at entry"});
+
+  const std::string version = altered_shard("version", [](ShardContents& contents) {
+    contents.metadata.format_version = 99;
+  });
+  expect_error([&] { read_shard_summary(version); }, {version, "format version 99"});
+
+  const std::string not_hdf5 = (root_ / "train.en").string();
+  expect_error([&] { read_shard_summary(not_hdf5); }, {not_hdf5, "not an HDF5 file"});
+
+  // Two shards of different vocabularies.
+  const fs::path mixed = root_ / "mixed";
+  fs::create_directories(mixed);
+  fs::copy_file(train_files()[0], mixed / "train.00000.h5");
+  ShardContents other = read_shard(train_files()[1]);
+  other.metadata.vocab_size += 1;
+  write_shard((mixed / "train.00001.h5").string(), other);
+  ShardReaderSpec spec;
+  spec.files = find_shards(mixed.string(), "train");
+  expect_error([&] { ShardReader reader(spec); },
+               {(mixed / "train.00001.h5").string(), "vocabulary size", "differs"});
+  other.metadata.vocab_size -= 1;
+  other.metadata.spm_model += "x";
+  write_shard((mixed / "train.00001.h5").string(), other);
+  expect_error([&] { ShardReader reader(spec); },
+               {(mixed / "train.00001.h5").string(), "SentencePiece vocabulary differs"});
+
+  // A gap in the numbering, and no shards at all.
+  fs::rename(mixed / "train.00001.h5", mixed / "train.00002.h5");
+  expect_error([&] { find_shards(mixed.string(), "train"); },
+               {"train.00002.h5", "shard 1 is missing"});
+  expect_error([&] { find_shards(mixed.string(), "valid"); }, {mixed.string(), "no shards"});
+}
+
+// The trainer itself: a bad shard ends the run with exit 1 and the message, no HDF5 stack.
+TEST_F(DataPipeline, TrainerRefusesABadShard) {
+  altered_shard("trainer_big_id", [](ShardContents& contents) {
+    contents.source.tokens[0] = -4;
+  });
+  const CommandResult result =
+      run_command("cd " THPC_SOURCE_DIR " && OMPI_ALLOW_RUN_AS_ROOT=1 "
+                  "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " THPC_BINARY_DIR
+                  "/transformer_hpc input/tiny.ini --dry-run --data.dir=" +
+                  (root_ / "trainer_big_id").string());
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_NE(result.output.find("/src/tokens[0] = -4 is outside the vocabulary"),
+            std::string::npos)
+      << result.output;
+  EXPECT_EQ(result.output.find("HDF5-DIAG"), std::string::npos) << result.output;
+}
+
+// The final loss of a "final: step=N loss=X ..." line.
+double final_loss(const std::string& output) {
+  const auto at = output.find("final: step=");
+  if (at == std::string::npos) return -1.0;
+  return std::stod(output.substr(output.find("loss=", at) + 5));
+}
+
+// The trainer on shards: training and validation lines; 2 ranks train as 1 rank
+// accumulating 2 micro-batches, since rank r's batches are those micro-batch r would get.
+TEST_F(DataPipeline, TrainerReportsValidationLossAndTwoRanksEqualOneAccumulatingTwo) {
+  std::vector<double> losses;
+  for (const std::string& launcher :
+       {std::string(THPC_MPIEXEC " -np 2 --oversubscribe "), std::string()}) {
+    const CommandResult result = run_command(
+        "cd " THPC_SOURCE_DIR " && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " +
+        launcher + THPC_BINARY_DIR "/transformer_hpc input/tiny.ini --data.dir=" +
+        (root_ / "corpus").string() +
+        " --model.max_positions=130 --train.tokens_per_step=1200 --train.max_steps=4"
+        " --train.log_every=2 --train.valid_every=2" +
+        (launcher.empty() ? " --train.accumulate=2" : ""));
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    EXPECT_NE(result.output.find("step 2/4 | loss "), std::string::npos) << result.output;
+    for (const std::string step : {"2", "4"}) {
+      const auto at = result.output.find("valid step " + step + " | loss ");
+      ASSERT_NE(at, std::string::npos) << result.output;
+      EXPECT_NE(result.output.find(" | ppl ", at), std::string::npos) << result.output;
+    }
+    losses.push_back(final_loss(result.output));
+  }
+  EXPECT_GT(losses[0], 0.0);
+  EXPECT_NEAR(losses[0], losses[1], 1e-5);
+}
+
+// ---- the default job's corpus ----
+
+TEST(NumbersCorpus, SpellsNumbersInEnglishAndGermanDeterministically) {
+  const CommandResult spelled = run_command(
+      "cd " THPC_SOURCE_DIR "/tools && PYTHONDONTWRITEBYTECODE=1 python3 -c 'from make_numbers_corpus import *\n"
+      "for n in (0, 1, 17, 21, 101, 1001, 21000, 342107): print(english(n), \"|\", german(n))'");
+  ASSERT_EQ(spelled.exit_code, 0) << spelled.output;
+  EXPECT_EQ(spelled.output,
+            "zero | null\n"
+            "one | eins\n"
+            "seventeen | siebzehn\n"
+            "twenty-one | einundzwanzig\n"
+            "one hundred one | einhunderteins\n"
+            "one thousand one | eintausendeins\n"
+            "twenty-one thousand | einundzwanzigtausend\n"
+            "three hundred forty-two thousand one hundred seven | "
+            "dreihundertzweiundvierzigtausendeinhundertsieben\n");
+  const fs::path dir = fs::temp_directory_path() / ("thpc_numbers_" + std::to_string(::getpid()));
+  for (const std::string run : {"a", "b"}) {
+    const CommandResult made = run_command("python3 " THPC_SOURCE_DIR
+                                           "/tools/make_numbers_corpus.py --train 300 --valid 20 "
+                                           "--test 20 --out " + (dir / run).string());
+    ASSERT_EQ(made.exit_code, 0) << made.output;
+  }
+  std::set<std::string> seen;
+  for (const std::string split : {"train", "valid", "test"}) {
+    EXPECT_EQ(read_bytes(dir / "a" / (split + ".de")), read_bytes(dir / "b" / (split + ".de")));
+    const std::vector<std::string> lines = head_lines((dir / "a" / (split + ".en")).string(), 1000);
+    for (const std::string& line : lines) EXPECT_TRUE(seen.insert(line).second) << line;
+  }
+  EXPECT_EQ(seen.size(), 340u);  // distinct numbers: no test pair is seen in training
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace thpc

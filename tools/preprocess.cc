@@ -1,0 +1,67 @@
+// transformer_preprocess: parallel text -> SentencePiece -> HDF5 shards for the trainer.
+// The options are fairseq-preprocess's names (see --help); the work is in
+// src/data/preprocess.cc.
+//
+// Exit codes: 0 success, 1 bad input or a failure, 2 a bad command line.
+#include <boost/program_options.hpp>
+
+#include <iostream>
+
+#include "common/error.h"
+#include "data/preprocess.h"
+
+namespace po = boost::program_options;
+
+int main(int argc, char** argv) {
+  thpc::PreprocessOptions options;
+  po::options_description description(
+      "usage: transformer_preprocess --source-lang en --target-lang de --trainpref P "
+      "--validpref P [--testpref P] --destdir DIR [options]\n\n"
+      "Reads P.en / P.de (one sentence per line), trains a shared SentencePiece model on "
+      "the training text (or loads --spm-model), and writes DIR/train.NNNNN.h5, "
+      "DIR/valid.00000.h5, DIR/test.00000.h5 and DIR/spm.model. In a trainer config, "
+      "[data] dir = DIR is then all that is needed.\n\noptions");
+  description.add_options()("help", "print this text and exit")(
+      "source-lang", po::value(&options.source_lang)->required(), "source language suffix")(
+      "target-lang", po::value(&options.target_lang)->required(), "target language suffix")(
+      "trainpref", po::value(&options.train_prefix)->required(), "training text prefix")(
+      "validpref", po::value(&options.valid_prefix)->required(), "validation text prefix")(
+      "testpref", po::value(&options.test_prefix), "test text prefix (optional)")(
+      "destdir", po::value(&options.dest_dir)->required(), "output directory")(
+      "vocab-size", po::value(&options.vocab_size)->default_value(options.vocab_size),
+      "shared vocabulary size (the paper's EN-DE BPE: 37000)")(
+      "spm-model", po::value(&options.spm_model), "use this SentencePiece .model, no training")(
+      "model-type", po::value(&options.model_type)->default_value(options.model_type),
+      "SentencePiece model: bpe | unigram")(
+      "shards", po::value(&options.shards)->default_value(options.shards),
+      "number of training shards")(
+      "max-len", po::value(&options.max_len)->default_value(options.max_len),
+      "drop pairs with a side longer than this many subword tokens")(
+      "max-ratio", po::value(&options.max_ratio)->default_value(options.max_ratio),
+      "drop training pairs whose longer side exceeds this many times the shorter")(
+      "seed", po::value(&options.seed)->default_value(options.seed),
+      "seed of SentencePiece's sentence sampling")(
+      "threads", po::value(&options.threads)->default_value(options.threads),
+      "threads for training and encoding; 0 = all cores")(
+      "spm-sentences", po::value(&options.spm_sentences)->default_value(options.spm_sentences),
+      "SentencePiece trains on at most this many lines (sampled with the seed)");
+  try {
+    po::variables_map values;
+    po::store(po::parse_command_line(argc, argv, description), values);
+    if (values.count("help")) {
+      std::cout << description << "\n";
+      return 0;
+    }
+    po::notify(values);
+  } catch (const po::error& error) {
+    std::cerr << "transformer_preprocess: " << error.what() << " (see --help)\n";
+    return 2;
+  }
+  try {
+    thpc::preprocess(options, std::cout);
+  } catch (const std::exception& error) {
+    std::cerr << "transformer_preprocess: " << error.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Multi30k EN->DE: preprocess ../shared/data/multi30k (train, val, test_2016_flickr)
+# into HDF5 shards with a shared 8000-piece BPE vocabulary, then train input/multi30k.ini.
+#
+#   bash tools/run_multi30k.sh [--section.key=value ...]   # overrides go to the trainer
+#
+# MULTI30K (default ../shared/data/multi30k) is the text directory; BUILD (default
+# build) the CMake build directory; MPIRUN="mpirun -np 8" trains on several ranks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${BUILD:-build}
+text=${MULTI30K:-../shared/data/multi30k}
+data=$build/multi30k/data
+mkdir -p "$build/multi30k"
+
+"$build/transformer_preprocess" --source-lang en --target-lang de \
+  --trainpref "$text/train" --validpref "$text/val" --testpref "$text/test_2016_flickr" \
+  --destdir "$data" --vocab-size 8000 --model-type bpe --shards 1 --seed 1 \
+  2> "$build/multi30k/preprocess.log" || { cat "$build/multi30k/preprocess.log" >&2; exit 1; }
+"$build/transformer_data_stats" "$data" --tokens-per-step 8000
+${MPIRUN:-} "$build/transformer_hpc" input/multi30k.ini --data.dir="$data" "$@"
