@@ -126,6 +126,28 @@ TEST_F(DecodeProgram, NBestGivesKScoredLinesPerSentence) {
   EXPECT_EQ(lines[3].rfind("1 ||| ", 0), 0u) << lines[3];
 }
 
+TEST_F(DecodeProgram, EvaluateScriptAveragesDecodesAndScores) {
+  // Two checkpoints of the run in a directory: the script averages them, translates
+  // and prints sacreBLEU's line (the reference here is the input itself).
+  const fs::path run = dir_ / "run";
+  fs::create_directories(run);
+  fs::copy_file(dir_ / "model.h5", run / "step_00000001.h5");
+  fs::copy_file(dir_ / "model.h5", run / "step_00000002.h5");
+  std::ofstream(dir_ / "test.en") << "A man is riding a bike.\nTwo dogs play.\n";
+  const std::string command = "THPC_BUILD=" + std::string(THPC_BINARY_DIR) + " bash " +
+                              THPC_SOURCE_DIR + "/tools/evaluate.sh " + run.string() + " " +
+                              (dir_ / "spm.model").string() + " " + (dir_ / "test.en").string() +
+                              " " + (dir_ / "test.en").string() + " 2 -- --max-len-b 3 > " +
+                              (dir_ / "eval.txt").string() + " 2>&1";
+  const int status = std::system(command.c_str());
+  const std::string output = read_file(dir_ / "eval.txt");
+  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0) << output;
+  EXPECT_NE(output.find("BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp"), std::string::npos)
+      << output;
+  EXPECT_TRUE(fs::exists(run / "eval" / "average_last2.h5"));
+  EXPECT_EQ(lines_of(read_file(run / "eval" / "test.en.hyp")).size(), 2u);
+}
+
 TEST_F(DecodeProgram, BadInputFailsWithAMessage) {
   std::string out, err;
   EXPECT_EQ(decode("--beam 0", out, err), 2) << err;
