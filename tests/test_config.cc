@@ -545,3 +545,24 @@ TEST_F(ConfigFiles, EmptyCheckpointDirIsRefused) {
 
 }  // namespace
 }  // namespace thpc
+
+namespace thpc {
+namespace {
+
+TEST(ConfigText, StoredTextLoadsLikeItsFileAndNamesItsSourceInErrors) {
+  const Config original = load_config(std::string(THPC_SOURCE_DIR) + "/input/base.ini");
+  const Config again = load_config_text(original.to_ini(), "ckpt.h5 (stored configuration)");
+  EXPECT_EQ(again.to_ini().substr(again.to_ini().find('\n')),
+            original.to_ini().substr(original.to_ini().find('\n')));
+  try {
+    load_config_text("[model]\nheads = 3\n", "ckpt.h5 (stored configuration)");
+    FAIL() << "an invalid stored configuration loaded";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("ckpt.h5 (stored configuration): model.heads"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace thpc

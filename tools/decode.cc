@@ -12,12 +12,10 @@
 // gives K lines `INDEX ||| hypothesis ||| score`. Exit codes: 0 success, 1 a bad file or
 // checkpoint, 2 a bad command line.
 #include <sentencepiece_processor.h>
-#include <unistd.h>
 
 #include <boost/program_options.hpp>
 
 #include <algorithm>
-#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -47,21 +45,7 @@ struct Arguments {
 
 // The run configuration stored in the checkpoint, parsed by the same option table.
 thpc::Config stored_config(const thpc::Checkpoint& checkpoint, const std::string& path) {
-  const std::filesystem::path scratch =
-      std::filesystem::temp_directory_path() /
-      ("thpc_decode_config_" + std::to_string(::getpid()) + ".ini");
-  {
-    std::ofstream out(scratch);
-    out << checkpoint.config_ini;
-  }
-  try {
-    thpc::Config config = thpc::load_config(scratch.string());
-    std::filesystem::remove(scratch);
-    return config;
-  } catch (const thpc::Error& error) {
-    std::filesystem::remove(scratch);
-    THPC_FAIL(path << ": its stored configuration does not load: " << error.what());
-  }
+  return thpc::load_config_text(checkpoint.config_ini, path + " (stored configuration)");
 }
 
 int vocabulary_of(const thpc::Checkpoint& checkpoint, const std::string& path) {

@@ -333,21 +333,14 @@ constexpr int kCommandLineStyle =
     // Exact names only: a misspelt key must fail, not silently match a longer one.
     po::command_line_style::unix_style & ~po::command_line_style::allow_guessing;
 
-// Reads the ini file into `values`, which already holds the command line's values (Boost
-// keeps the first value stored, so the command line wins), converts every value into a
-// Config and validates it.
-Config resolve(const std::string& ini_path, po::variables_map& values) {
+// Reads ini text from `stream` (named `ini_path` in messages) into `values`, which
+// already holds the command line's values (Boost keeps the first value stored, so the
+// command line wins), converts every value into a Config and validates it.
+Config resolve(const std::string& ini_path, std::istream& stream, po::variables_map& values) {
   std::set<std::string> from_command_line;
   for (const auto& [name, value] : values) {
     if (find_option(name) != nullptr) from_command_line.insert(name);
   }
-
-  std::error_code ignored;
-  if (std::filesystem::is_directory(ini_path, ignored)) {
-    THPC_FAIL("cannot open config file '" << ini_path << "': it is a directory");
-  }
-  std::ifstream stream(ini_path);
-  if (!stream) THPC_FAIL("cannot open config file '" << ini_path << "'");
 
   try {
     const bool allow_unregistered = false;
@@ -414,6 +407,17 @@ class Checker {
  private:
   std::string where_;
 };
+
+// resolve() over the file at `ini_path`.
+Config resolve_file(const std::string& ini_path, po::variables_map& values) {
+  std::error_code ignored;
+  if (std::filesystem::is_directory(ini_path, ignored)) {
+    THPC_FAIL("cannot open config file '" << ini_path << "': it is a directory");
+  }
+  std::ifstream stream(ini_path);
+  if (!stream) THPC_FAIL("cannot open config file '" << ini_path << "'");
+  return resolve(ini_path, stream, values);
+}
 
 }  // namespace
 
@@ -596,7 +600,13 @@ Config load_config(const std::string& ini_path, const std::vector<std::string>& 
   } catch (const po::error& error) {
     fail_command_line(ini_path, error);
   }
-  return resolve(ini_path, values);
+  return resolve_file(ini_path, values);
+}
+
+Config load_config_text(const std::string& ini_text, const std::string& source_name) {
+  std::istringstream stream(ini_text);
+  po::variables_map values;
+  return resolve(source_name, stream, values);
 }
 
 bool parse_command_line(int argc, const char* const* argv, Config& config) {
@@ -660,7 +670,7 @@ bool parse_command_line(int argc, const char* const* argv, Config& config) {
   const bool dry_run = values.count("dry-run") > 0;
   values.erase("dry-run");
 
-  config = resolve(config_files.front(), values);
+  config = resolve_file(config_files.front(), values);
   config.dry_run = dry_run;
   return true;
 }

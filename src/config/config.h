@@ -104,6 +104,10 @@ bool parse_command_line(int argc, const char* const* argv, Config& config);
 Config load_config(const std::string& ini_path,
                    const std::vector<std::string>& overrides = {});
 
+// Parses ini text, e.g. the configuration a checkpoint stores; `source_name` stands for
+// the file in messages.
+Config load_config_text(const std::string& ini_text, const std::string& source_name);
+
 // Checks the values that each have a legal range or depend on each other; throws
 // thpc::Error naming the key and the file.
 void validate(const Config& config);
