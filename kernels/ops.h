@@ -16,7 +16,10 @@
 // * A Tensor's dtype is the backend's: Backend::param_dtype() for parameters, their
 //   gradients and optimizer state; Backend::compute_dtype() for activations and the
 //   weights as the GEMMs read them. Per-row statistics (layer norm mean/rstd, losses)
-//   are always in param_dtype.
+//   are always in param_dtype. So on the bf16 GPU backend an op reads bf16 weights (the
+//   model's compute copy, ParamStore::compute) and bf16 activations, writes bf16
+//   activation gradients, and accumulates weight gradients (dW, db, dgamma, dbeta,
+//   d_table) into fp32. On the CPU both dtypes are the same.
 // * Token ids and lengths are int32 in the backend's memory.
 #pragma once
 

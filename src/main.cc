@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
   try {
     if (config.dry_run) return comm.is_root() ? dry_run(config) : 0;
     thpc::Trainer trainer(config, comm);
-    std::cout << thpc::startup_line(comm, "device cpu (" + trainer.backend().name() + ")")
+    std::cout << thpc::startup_line(comm, "device " + trainer.device_description())
               << std::endl;
     trainer.run(std::cout);
   } catch (const std::exception& e) {

@@ -33,6 +33,7 @@ const std::vector<std::string> kAllKeys = {
     "model.dropout",         "model.attention_dropout", "model.label_smoothing",
     "model.positions",       "model.max_positions",   "model.vocab_size",
     "model.attention_bias",  "model.layernorm_eps",   "train.backend",
+    "train.precision",
     "train.seed",            "train.max_steps",       "train.tokens_per_step",
     "train.accumulate",      "train.warmup_steps",    "train.lr_scale",
     "train.adam_beta1",      "train.adam_beta2",      "train.adam_eps",
@@ -62,6 +63,7 @@ void expect_same_config(const Config& actual, const Config& expected) {
   EXPECT_EQ(actual.model.attention_bias, expected.model.attention_bias);
   EXPECT_EQ(actual.model.layernorm_eps, expected.model.layernorm_eps);
   EXPECT_EQ(actual.train.backend, expected.train.backend);
+  EXPECT_EQ(actual.train.precision, expected.train.precision);
   EXPECT_EQ(actual.train.seed, expected.train.seed);
   EXPECT_EQ(actual.train.max_steps, expected.train.max_steps);
   EXPECT_EQ(actual.train.tokens_per_step, expected.train.tokens_per_step);
@@ -271,6 +273,7 @@ const std::vector<std::string> kUnusualValues = {
     "model.dropout=0.15",      "model.attention_dropout=0.05", "model.label_smoothing=0.2",
     "model.positions=learned", "model.max_positions=40", "model.vocab_size=123",
     "model.attention_bias=true", "model.layernorm_eps=1e-6", "train.backend=cpu",
+    "train.precision=fp32",
     "train.seed=18446744073709551615", "train.max_steps=12345678901",
     "train.tokens_per_step=777", "train.accumulate=3", "train.warmup_steps=17",
     "train.lr_scale=0.3",      "train.adam_beta1=0.85",  "train.adam_beta2=0.995",
@@ -483,7 +486,8 @@ TEST(Config, BadValuesNameKeyAndFile) {
       {{"model.max_positions=0"}, "model.max_positions"},
       {{"model.vocab_size=-1"}, "model.vocab_size"},
       {{"model.layernorm_eps=0"}, "model.layernorm_eps: must be > 0"},
-      {{"train.backend=gpu"}, "train.backend: 'gpu' is not one of auto, cpu"},
+      {{"train.backend=gpu"}, "train.backend: 'gpu' is not one of auto, cuda, cpu"},
+      {{"train.precision=fp16"}, "train.precision: 'fp16' is not one of bf16, fp32"},
       {{"train.max_steps=0"}, "train.max_steps"},
       {{"train.tokens_per_step=0"}, "train.tokens_per_step"},
       {{"train.accumulate=0"}, "train.accumulate"},

@@ -586,6 +586,7 @@ void load_parameters(const std::string& path, Transformer& model) {
   check_architecture(checkpoint, model, path);
   ParamStore& params = model.params();
   scatter_named(checkpoint.params, params, model.backend(), params.params(), "checkpoint " + path);
+  params.refresh_compute();
 }
 
 std::vector<NamedTensor> gather_named(const ParamStore& store, Backend& backend, Tensor buffer) {

@@ -81,7 +81,10 @@ const std::vector<Option>& option_table() {
       THPC_OPTION(model, layernorm_eps, THPC_ANY, "epsilon of layer normalization, > 0"),
 
       // [train]: §5.
-      THPC_OPTION(train, backend, THPC_ONE_OF("auto", "cpu"), "where the math runs"),
+      THPC_OPTION(train, backend, THPC_ONE_OF("auto", "cuda", "cpu"),
+                  "where the math runs; auto = the GPU when one is visible, else the CPU"),
+      THPC_OPTION(train, precision, THPC_ONE_OF("bf16", "fp32"),
+                  "GPU activations and GEMM operands (weights, moments stay fp32)"),
       THPC_OPTION(train, seed, THPC_ANY, "seed of parameters, dropout and synthetic data"),
       THPC_OPTION(train, max_steps, THPC_ANY, "optimizer steps to train (§5.2)"),
       THPC_OPTION(train, tokens_per_step, THPC_ANY,

@@ -35,7 +35,8 @@ struct ModelConfig {
 };
 
 struct TrainConfig {
-  std::string backend = "auto";  // auto | cpu (cuda once the CUDA ops exist)
+  std::string backend = "auto";  // auto | cuda | cpu
+  std::string precision = "bf16";  // GPU activations and GEMM operands: bf16 | fp32
   uint64_t seed = 1;
   int64_t max_steps = 100000;
   int64_t tokens_per_step = 25000;  // padded tokens per step on each side (source, target)

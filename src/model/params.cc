@@ -54,10 +54,22 @@ void ParamStore::allocate(Backend& backend) {
   grads_ = backend.alloc(backend.param_dtype(), buffer_numel_);
   backend.zero(params_);
   backend.zero(grads_);
+  if (backend.compute_dtype() == backend.param_dtype()) {
+    compute_ = params_;
+  } else {
+    compute_ = backend.alloc(backend.compute_dtype(), buffer_numel_);
+    backend.zero(compute_);
+  }
+}
+
+void ParamStore::refresh_compute() {
+  THPC_CHECK(backend_ != nullptr, "refresh_compute() before allocate()");
+  if (compute_.data != params_.data) backend_->copy(compute_, params_);
 }
 
 ParamStore::~ParamStore() {
   if (backend_) {
+    if (compute_.data != params_.data) backend_->free(compute_);
     backend_->free(params_);
     backend_->free(grads_);
   }
@@ -97,6 +109,7 @@ void ParamStore::initialize(uint64_t seed) {
     std::vector<float> single(host.begin(), host.end());
     backend_->upload(params_, single.data());
   }
+  refresh_compute();
 }
 
 bool ParamStore::has(const std::string& name) const {
@@ -116,6 +129,11 @@ const ParamEntry& ParamStore::entry(const std::string& name) const {
 Tensor ParamStore::param(const std::string& name) const {
   const ParamEntry& e = entry(name);
   return params_.slice(e.offset, e.numel());
+}
+
+Tensor ParamStore::compute(const std::string& name) const {
+  const ParamEntry& e = entry(name);
+  return compute_.slice(e.offset, e.numel());
 }
 
 Tensor ParamStore::grad(const std::string& name) const {

@@ -51,8 +51,16 @@ class ParamStore {
   bool has(const std::string& name) const;
   Tensor param(const std::string& name) const;
   Tensor grad(const std::string& name) const;
+  // The weights as the ops read them, in the backend's compute dtype: the fp32 master
+  // parameters themselves when the dtypes agree (CPU, GPU fp32), else a bf16 copy of
+  // the same layout that refresh_compute() rewrites from the masters.
+  Tensor compute(const std::string& name) const;
   Tensor params() const { return params_; }  // the flat buffers, padding included
   Tensor grads() const { return grads_; }
+  Tensor compute_params() const { return compute_; }
+  // Brings the compute copy up to date after the master parameters changed (the
+  // optimizer step, a checkpoint load, initialisation). A no-op without a copy.
+  void refresh_compute();
   int64_t buffer_numel() const { return buffer_numel_; }
   // Number of trainable values (padding excluded).
   int64_t count() const;
@@ -68,6 +76,7 @@ class ParamStore {
   int64_t buffer_numel_ = 0;
   Backend* backend_ = nullptr;
   Tensor params_, grads_;
+  Tensor compute_;  // == params_ when param and compute dtypes agree
 };
 
 }  // namespace thpc

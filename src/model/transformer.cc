@@ -36,6 +36,9 @@ std::string layer_prefix(const char* stack, int layer) {
 }
 
 // A parameter together with its gradient; both empty for an absent optional bias.
+// value is the weight as the ops read it (ParamStore::compute: the bf16 copy on a bf16
+// GPU backend, the fp32/fp64 master otherwise); grad is always in param_dtype, so
+// weight gradients accumulate in fp32 even when the activations are bf16.
 struct Param {
   Tensor value, grad;
 };
@@ -177,7 +180,7 @@ namespace {
 
 Param lookup(const ParamStore& store, const std::string& name) {
   if (!store.has(name)) return Param{};
-  return Param{store.param(name), store.grad(name)};
+  return Param{store.compute(name), store.grad(name)};
 }
 
 LayerParams lookup_layer(const ParamStore& store, const std::string& p, bool decoder) {
@@ -687,6 +690,12 @@ std::vector<float> Transformer::download_rows_f32(Tensor rows, int count, int wi
     std::vector<double> host(result.size());
     backend_.download(host.data(), used);
     std::copy(host.begin(), host.end(), result.begin());
+  } else if (used.dtype == DType::BF16) {
+    // Widen on the device (exact: every bf16 is an fp32), then download.
+    Tensor wide = backend_.alloc(DType::F32, used.numel);
+    backend_.copy(wide, used);
+    backend_.download(result.data(), wide);
+    backend_.free(wide);
   } else {
     THPC_CHECK(used.dtype == DType::F32, "rows in " << dtype_name(used.dtype));
     backend_.download(result.data(), used);

@@ -19,6 +19,7 @@ void Adam::update(float lr, int64_t step) {
   // The alignment padding between parameters has zero gradient and stays zero.
   backend_.adam_update(params_.params(), params_.grads(), m_, v_, params_.buffer_numel(), lr,
                        settings_.beta1, settings_.beta2, settings_.eps, step);
+  params_.refresh_compute();
 }
 
 }  // namespace thpc

@@ -15,20 +15,29 @@
 #include "checkpoint/stop_request.h"
 #include "common/error.h"
 #include "data/synthetic.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "train/lr_schedule.h"
 
 namespace thpc {
 
 std::unique_ptr<Backend> make_backend(const TrainConfig& train) {
-  if (train.backend == "auto" || train.backend == "cpu") {
-    if (train.threads > 0) set_cpu_threads(train.threads);
-    return make_cpu_backend(DType::F32);
-  }
-  THPC_FAIL("train.backend: unknown backend '" << train.backend << "'");
+  BackendRequest request;
+  request.backend = train.backend;
+  request.precision = train.precision;
+  request.cpu_threads = train.threads;
+  return make_backend(request);
 }
 
 namespace {
+
+BackendRequest backend_request(const Config& config, const Communicator& comm) {
+  BackendRequest request;
+  request.backend = config.train.backend;
+  request.precision = config.train.precision;
+  request.cpu_threads = config.train.threads;
+  // One rank per GPU: local rank modulo the visible devices unless dist.device forces one.
+  request.device = std::max(0, select_device(comm, visible_cuda_devices(), config.dist.device));
+  return request;
+}
 
 std::unique_ptr<ShardReader> make_shard_reader(const Config& config, const std::string& prefix,
                                                bool shuffle, int shard, int shards) {
@@ -95,7 +104,9 @@ void maybe_inject_failure(const Communicator& comm, int64_t step) {
 
 Trainer::Trainer(const Config& config, Communicator comm)
     : config_(config), comm_(std::move(comm)) {
-  backend_ = make_backend(config_.train);
+  const BackendRequest request = backend_request(config_, comm_);
+  backend_ = make_backend(request);
+  device_ = request.device;
   THPC_CHECK(comm_.size() == 1 || backend_->host_memory(),
              "the " << backend_->name() << " backend has no gradient all-reduce yet");
   source_ = make_training_source(config_, comm_.rank(), comm_.size());
@@ -234,8 +245,9 @@ void Trainer::restore(const Checkpoint& checkpoint, const std::string& source) {
     THPC_FAIL("checkpoint " << source << ": holds parameters only (an average?); resume needs "
                             << "the Adam moments, use checkpoint.init to start from it");
   }
-  const ParamStore& params = model_->params();
+  ParamStore& params = model_->params();
   scatter_named(checkpoint.params, params, *backend_, params.params(), "checkpoint " + source);
+  params.refresh_compute();
   scatter_named(checkpoint.adam_m, params, *backend_, adam_->first_moment(),
                 "checkpoint " + source + " /adam/m");
   scatter_named(checkpoint.adam_v, params, *backend_, adam_->second_moment(),

@@ -15,12 +15,14 @@
 #include "data/shard_reader.h"
 #include "dist/communicator.h"
 #include "kernels/ops.h"
+#include "model/backends.h"
 #include "model/transformer.h"
 #include "train/optimizer.h"
 
 namespace thpc {
 
-// The backend train.backend names ("auto" is the CPU until a GPU backend exists).
+// The backend train.backend and train.precision name, on CUDA device 0 (the tools; the
+// trainer picks one device per rank).
 std::unique_ptr<Backend> make_backend(const TrainConfig& train);
 
 // The training data the config names (data.dir's shards, else the synthetic task); rank
@@ -84,6 +86,8 @@ class Trainer {
 
   Transformer& model() { return *model_; }
   Backend& backend() { return *backend_; }
+  // "GPU i NAME, PCI BUS" or "cpu (...)": for the start-up line of this rank.
+  std::string device_description() const { return thpc::device_description(*backend_, device_); }
   int64_t completed_steps() const { return completed_steps_; }
   const Communicator& comm() const { return comm_; }
 
@@ -91,6 +95,7 @@ class Trainer {
   Config config_;
   Communicator comm_;
   std::unique_ptr<Backend> backend_;
+  int device_ = 0;  // the CUDA device of this rank (unused on the CPU)
   std::unique_ptr<BatchSource> source_;
   std::unique_ptr<ShardReader> valid_source_;  // when train.valid_every > 0
   std::unique_ptr<Transformer> model_;

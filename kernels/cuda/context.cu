@@ -1,0 +1,60 @@
+// The per-backend CUDA context: stream, cuBLAS/cuBLASLt handles, workspaces.
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_ops.h"
+
+namespace thpc {
+
+std::string cublas_status_text(cublasStatus_t status) {
+  return std::string(cublasGetStatusName(status)) + " (" + cublasGetStatusString(status) + ")";
+}
+
+namespace cuda {
+
+Context::Context(int device) : device_(device) {
+  THPC_CUDA_CHECK(cudaSetDevice(device));
+  THPC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  THPC_CUBLAS_CHECK(cublasCreate(&blas_));
+  THPC_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+  THPC_CUBLAS_CHECK(cublasLtCreate(&lt_));
+  THPC_CUDA_CHECK(cudaMalloc(&lt_workspace_, kLtWorkspaceBytes));
+  // cuBLAS keeps its own workspace per stream; give it the same one so that the
+  // legacy API (batched attention GEMMs) allocates nothing during a step.
+  THPC_CUBLAS_CHECK(cublasSetWorkspace(blas_, lt_workspace_, kLtWorkspaceBytes));
+}
+
+Context::~Context() {
+  // Destructors must not throw: errors here (a dead device) are ignored.
+  if (stream_) cudaStreamSynchronize(stream_);
+  if (pinned_) cudaFreeHost(pinned_);
+  if (scratch_) cudaFree(scratch_);
+  if (lt_workspace_) cudaFree(lt_workspace_);
+  if (lt_) cublasLtDestroy(lt_);
+  if (blas_) cublasDestroy(blas_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void* Context::scratch(size_t bytes) {
+  if (bytes > scratch_bytes_) {
+    // Ops queued earlier may still read the old buffer; cudaFree waits for the device.
+    if (scratch_) THPC_CUDA_CHECK(cudaFree(scratch_));
+    scratch_ = nullptr;
+    const size_t grown = (bytes + bytes / 4 + 255) / 256 * 256;  // +25%: fewer regrowths
+    THPC_CUDA_CHECK(cudaMalloc(&scratch_, grown));
+    scratch_bytes_ = grown;
+  }
+  return scratch_;
+}
+
+void* Context::pinned(size_t bytes) {
+  if (bytes > pinned_bytes_) {
+    THPC_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (pinned_) THPC_CUDA_CHECK(cudaFreeHost(pinned_));
+    pinned_ = nullptr;
+    THPC_CUDA_CHECK(cudaMallocHost(&pinned_, bytes));
+    pinned_bytes_ = bytes;
+  }
+  return pinned_;
+}
+
+}  // namespace cuda
+}  // namespace thpc

@@ -1,0 +1,20 @@
+// The CUDA backend: the ops of kernels/cuda behind the Backend interface, on one GPU.
+//
+// Parameters, their gradients and the Adam moments are fp32 (param_dtype); activations
+// and the weights as the GEMMs read them are bf16 (precision "bf16", what training uses)
+// or fp32 (precision "fp32", for checking against the CPU backend). Every op is queued
+// on the backend's one stream; download(), sums and synchronize() wait for it.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kernels/ops.h"
+
+namespace thpc {
+
+// device: a CUDA device index of this process (after CUDA_VISIBLE_DEVICES);
+// compute_dtype: DType::BF16 or DType::F32.
+std::unique_ptr<Backend> make_cuda_backend(int device, DType compute_dtype);
+
+}  // namespace thpc

@@ -1,0 +1,66 @@
+#include "model/backends.h"
+
+#include "common/error.h"
+#include "kernels/cpu/cpu_backend.h"
+#if THPC_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/device_info.h"
+#endif
+
+namespace thpc {
+
+std::string cuda_unavailable_reason() {
+#if THPC_HAVE_CUDA
+  if (cuda_devices().empty()) {
+    return "no CUDA device visible (no driver, no GPU, or CUDA_VISIBLE_DEVICES empty)";
+  }
+  return "";
+#else
+  return "built without CUDA (no nvcc at configure time, or -DTRANSFORMER_CUDA=OFF)";
+#endif
+}
+
+int visible_cuda_devices() {
+#if THPC_HAVE_CUDA
+  return static_cast<int>(cuda_devices().size());
+#else
+  return 0;
+#endif
+}
+
+std::string device_description(const Backend& backend, int device) {
+#if THPC_HAVE_CUDA
+  if (!backend.host_memory()) {
+    for (const CudaDeviceInfo& info : cuda_devices()) {
+      if (info.index == device) {
+        return "GPU " + std::to_string(device) + " " + info.name + ", PCI " + info.pci_bus_id +
+               " (" + backend.name() + ")";
+      }
+    }
+  }
+#endif
+  return "cpu (" + backend.name() + ")";
+}
+
+std::unique_ptr<Backend> make_backend(const BackendRequest& request) {
+  const bool want_cuda = request.backend == "cuda" || request.backend == "auto";
+  THPC_CHECK(request.backend == "cuda" || request.backend == "cpu" || request.backend == "auto",
+             "unknown backend '" << request.backend << "'");
+  THPC_CHECK(request.precision == "bf16" || request.precision == "fp32",
+             "unknown precision '" << request.precision << "'");
+  if (want_cuda) {
+    const std::string reason = cuda_unavailable_reason();
+    if (reason.empty()) {
+#if THPC_HAVE_CUDA
+      return make_cuda_backend(request.device,
+                               request.precision == "fp32" ? DType::F32 : DType::BF16);
+#endif
+    } else if (request.backend == "cuda") {
+      THPC_FAIL("train.backend = cuda, but " << reason);
+    }
+  }
+  if (request.cpu_threads > 0) set_cpu_threads(request.cpu_threads);
+  return make_cpu_backend(DType::F32);
+}
+
+}  // namespace thpc

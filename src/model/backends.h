@@ -1,0 +1,33 @@
+// Choosing and making a backend: `[train] backend = auto | cuda | cpu` and
+// `[train] precision = bf16 | fp32`, shared by the trainer and the tools.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kernels/ops.h"
+
+namespace thpc {
+
+struct BackendRequest {
+  std::string backend = "auto";    // auto: CUDA when a device is present, else the CPU
+  std::string precision = "bf16";  // GPU activations: bf16 | fp32 (the CPU computes in fp32)
+  int device = 0;                  // CUDA device index (after CUDA_VISIBLE_DEVICES)
+  int cpu_threads = 0;             // CPU BLAS threads; 0 = OpenBLAS's default
+};
+
+// Why no CUDA backend can be made here ("" when one can): built without CUDA, or
+// cudaGetDeviceCount failed / found no device. Tests print it when they skip.
+std::string cuda_unavailable_reason();
+
+// Number of CUDA devices this process sees; 0 without CUDA.
+int visible_cuda_devices();
+
+// "NAME, PCI BUS_ID" of a CUDA device, or "cpu", for the start-up line of each rank.
+std::string device_description(const Backend& backend, int device);
+
+// The backend a request names. backend = cuda without a usable device is an error
+// naming the reason; auto falls back to the CPU.
+std::unique_ptr<Backend> make_backend(const BackendRequest& request);
+
+}  // namespace thpc

@@ -1,0 +1,181 @@
+// Shared helpers of the CUDA twin tests (tests/test_cuda_*.cc): each CUDA op is run on
+// the same random inputs as its CPU reference twin, through the Backend interface, and
+// the outputs are compared with a tolerance abs + rel * eps(dtype) chosen per op.
+//
+// Without a GPU (or in a CPU-only build) every such test reports SKIPPED with the
+// reason — never a silent pass (ctest shows them as "Skipped").
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/ops.h"
+#include "model/backends.h"
+
+// First statement of a test that needs a GPU: skips with the reason when none is usable.
+#define THPC_REQUIRE_GPU()                                                             \
+  do {                                                                                 \
+    const std::string thpc_gpu_reason_ = ::thpc::cuda_unavailable_reason();            \
+    if (!thpc_gpu_reason_.empty()) GTEST_SKIP() << "needs a GPU: " << thpc_gpu_reason_; \
+  } while (0)
+
+namespace thpc::test {
+
+// Machine epsilon (distance from 1 to the next value) of a compute dtype: 2^-23 for fp32,
+// 2^-7 for bf16 (8 significand bits), 2^-52 for fp64.
+inline double eps_of(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return std::ldexp(1.0, -23);
+    case DType::BF16: return std::ldexp(1.0, -7);
+    case DType::F64: return std::ldexp(1.0, -52);
+  }
+  return 0.0;
+}
+
+// The GPU precisions every twin test runs: fp32 (tight), bf16 (training).
+inline std::vector<DType> gpu_compute_dtypes() { return {DType::F32, DType::BF16}; }
+
+// fp32 -> bf16 bits, round to nearest even (what __float2bfloat16_rn does); NaN stays NaN.
+inline uint16_t bf16_bits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+inline float from_bf16_bits(uint16_t half) {
+  const uint32_t bits = static_cast<uint32_t>(half) << 16;
+  float value;
+  std::memcpy(&value, &bits, 4);
+  return value;
+}
+// The value as a tensor of `dtype` holds it: rounded to bf16 for BF16, unchanged else.
+// The CPU twin gets the rounded inputs, so differences come from the op, not the upload.
+inline std::vector<float> representable(const std::vector<float>& values, DType dtype) {
+  if (dtype != DType::BF16) return values;
+  std::vector<float> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = from_bf16_bits(bf16_bits(values[i]));
+  return out;
+}
+
+// Uniform in [lo, hi], redrawn while |x| < 1e-3: random and never zero.
+inline std::vector<float> random_values(size_t count, std::mt19937& rng, float lo = -1.0f,
+                                        float hi = 1.0f) {
+  std::uniform_real_distribution<float> uniform(lo, hi);
+  std::vector<float> values(count);
+  for (float& value : values) {
+    do value = uniform(rng);
+    while (std::abs(value) < 1e-3f);
+  }
+  return values;
+}
+
+// Tensors allocated on one backend, freed together when the scope ends.
+class Scope {
+ public:
+  explicit Scope(Backend& backend) : backend_(backend) {}
+  ~Scope() {
+    for (Tensor& t : tensors_) backend_.free(t);
+    for (int32_t*& ids : ids_) backend_.free_ids(ids);
+  }
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+  Backend& backend() { return backend_; }
+
+  // A tensor of `dtype` holding `host` (rounded to the dtype).
+  Tensor put(DType dtype, const std::vector<float>& host) {
+    Tensor t = alloc(dtype, static_cast<int64_t>(host.size()));
+    if (dtype == DType::F32) {
+      backend_.upload(t, host.data());
+    } else {
+      Tensor staging = backend_.alloc(DType::F32, t.numel);
+      backend_.upload(staging, host.data());
+      backend_.copy(t, staging);  // converts
+      backend_.free(staging);
+    }
+    return t;
+  }
+  Tensor alloc(DType dtype, int64_t numel) {
+    tensors_.push_back(backend_.alloc(dtype, numel));
+    return tensors_.back();
+  }
+  Tensor zeros(DType dtype, int64_t numel) {
+    Tensor t = alloc(dtype, numel);
+    backend_.zero(t);
+    return t;
+  }
+  int32_t* put_ids(const std::vector<int32_t>& host) {
+    ids_.push_back(backend_.alloc_ids(static_cast<int64_t>(host.size())));
+    backend_.upload_ids(ids_.back(), host.data(), static_cast<int64_t>(host.size()));
+    return ids_.back();
+  }
+  // The tensor's values widened to fp32.
+  std::vector<float> get(Tensor t) {
+    std::vector<float> host(static_cast<size_t>(t.numel));
+    if (t.dtype == DType::F32) {
+      backend_.download(host.data(), t);
+    } else {
+      Tensor staging = backend_.alloc(DType::F32, t.numel);
+      backend_.copy(staging, t);
+      backend_.download(host.data(), staging);
+      backend_.free(staging);
+    }
+    return host;
+  }
+
+ private:
+  Backend& backend_;
+  std::vector<Tensor> tensors_;
+  std::vector<int32_t*> ids_;
+};
+
+// A CPU reference backend and a CUDA backend computing in `gpu_dtype`, for one test.
+struct Twins {
+  explicit Twins(DType gpu_dtype)
+      : compute(gpu_dtype), cpu(make_cpu_backend(DType::F32)),
+        gpu(make_backend(BackendRequest{"cuda", gpu_dtype == DType::BF16 ? "bf16" : "fp32", 0, 0})) {}
+  DType compute;
+  std::unique_ptr<Backend> cpu, gpu;
+};
+
+// Every |actual - expected| <= abs_tol + rel_tol * |expected|; on failure names the
+// worst element and how many failed.
+inline ::testing::AssertionResult all_close(const std::vector<float>& actual,
+                                            const std::vector<float>& expected, double abs_tol,
+                                            double rel_tol) {
+  if (actual.size() != expected.size()) {
+    return ::testing::AssertionFailure()
+           << "sizes differ: " << actual.size() << " vs " << expected.size();
+  }
+  size_t failures = 0, worst = 0;
+  double worst_excess = 0.0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    const double diff = std::abs(static_cast<double>(actual[i]) - expected[i]);
+    const double allowed = abs_tol + rel_tol * std::abs(static_cast<double>(expected[i]));
+    if (!(diff <= allowed)) {  // also catches NaN
+      ++failures;
+      const double excess = std::isnan(diff) ? INFINITY : diff - allowed;
+      if (failures == 1 || excess > worst_excess) {
+        worst_excess = excess;
+        worst = i;
+      }
+    }
+  }
+  if (failures == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << failures << " of " << actual.size() << " elements outside " << abs_tol << " + "
+         << rel_tol << "*|expected|; worst at " << worst << ": got " << actual[worst]
+         << ", expected " << expected[worst];
+}
+
+}  // namespace thpc::test
