@@ -101,6 +101,11 @@ class Backend {
   virtual void download(void* host, Tensor src) = 0;
   virtual void upload_ids(int32_t* dst, const int32_t* host, int64_t count) = 0;
   virtual void synchronize() = 0;
+  // The cudaStream_t every op is queued on (CUDA backend; null on the CPU), so that the
+  // gradient all-reduce can order its own stream after the ops that wrote a bucket.
+  virtual void* native_stream() const { return nullptr; }
+  // The CUDA device index of a GPU backend; -1 on the CPU.
+  virtual int device() const { return -1; }
 
   // ---- embedding ----------------------------------------------------------------
   // out[r, :] = table[tokens[r], :] * scale + positions[r % length, :]

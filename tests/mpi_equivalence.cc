@@ -73,6 +73,20 @@ TEST(DataParallel, TwoRanksEqualOneRankAccumulatingTwo) {
   EXPECT_GT(moved, 1e-5);
 }
 
+// Buckets small enough that most of them start during backward (the overlap path) must
+// not change the result: each element is still the sum of the same two values.
+TEST(DataParallel, SmallBucketsOverlappingBackwardGiveTheSameParameters) {
+  const Communicator comm = Communicator::world();
+  ASSERT_EQ(comm.size(), 2) << "run this test with mpirun -np 2";
+  Trainer one_bucket(tiny({"train.tokens_per_step=400", "dist.bucket_mb=1000"}), comm);
+  Trainer many_buckets(tiny({"train.tokens_per_step=400", "dist.bucket_mb=0.01"}), comm);
+  for (int step = 0; step < kSteps; ++step) {
+    one_bucket.step();
+    many_buckets.step();
+  }
+  EXPECT_EQ(one_bucket.model().params().sha256_hex(), many_buckets.model().params().sha256_hex());
+}
+
 }  // namespace
 }  // namespace thpc
 

@@ -41,7 +41,7 @@ const std::vector<std::string> kAllKeys = {
     "data.dir",              "data.train",            "data.valid",
     "data.memory_mb",        "data.synthetic",
     "data.synthetic_vocab",  "data.synthetic_min_len", "data.synthetic_max_len",
-    "dist.bucket_mb",        "dist.device",
+    "dist.bucket_mb",        "dist.device",           "dist.timeout_s",
     "checkpoint.dir",        "checkpoint.minutes",    "checkpoint.every_steps",
     "checkpoint.keep",       "checkpoint.resume",     "checkpoint.init",
     "checkpoint.average_last",
@@ -85,6 +85,7 @@ void expect_same_config(const Config& actual, const Config& expected) {
   EXPECT_EQ(actual.data.synthetic_min_len, expected.data.synthetic_min_len);
   EXPECT_EQ(actual.data.synthetic_max_len, expected.data.synthetic_max_len);
   EXPECT_EQ(actual.dist.bucket_mb, expected.dist.bucket_mb);
+  EXPECT_EQ(actual.dist.timeout_s, expected.dist.timeout_s);
   EXPECT_EQ(actual.dist.device, expected.dist.device);
   EXPECT_EQ(actual.checkpoint.dir, expected.checkpoint.dir);
   EXPECT_EQ(actual.checkpoint.minutes, expected.checkpoint.minutes);
@@ -282,6 +283,7 @@ const std::vector<std::string> kUnusualValues = {
     "data.valid=dev",          "data.memory_mb=77",
     "data.synthetic=copy",     "data.synthetic_vocab=11", "data.synthetic_min_len=2",
     "data.synthetic_max_len=7", "dist.bucket_mb=3.5",   "dist.device=2",
+    "dist.timeout_s=42.5",
     "checkpoint.dir=runs/x/ckpt", "checkpoint.minutes=0.25",
     "checkpoint.every_steps=500", "checkpoint.keep=7", "checkpoint.resume=auto",
     "checkpoint.init=runs/x/average.h5", "checkpoint.average_last=6",
@@ -500,6 +502,7 @@ TEST(Config, BadValuesNameKeyAndFile) {
       {{"train.log_every=0"}, "train.log_every"},
       {{"train.threads=-1"}, "train.threads"},
       {{"dist.bucket_mb=0"}, "dist.bucket_mb"},
+      {{"dist.timeout_s=0"}, "dist.timeout_s"},
       {{"dist.device=-2"}, "dist.device"},
       {{"data.synthetic=shuffle"}, "data.synthetic: 'shuffle' is not one of reverse, copy, sort"},
       {{"data.synthetic_vocab=4"}, "data.synthetic_vocab: must be ≥ 5, got 4"},

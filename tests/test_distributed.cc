@@ -12,6 +12,10 @@
 
 #include <unistd.h>
 
+#include "dist/gradient_reducer.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "model/transformer.h"
+
 namespace {
 
 struct JobResult {
@@ -135,3 +139,105 @@ TEST(Distributed, TwoRankRunStoppedBySigtermResumesIdentically) {
 }
 
 }  // namespace
+
+namespace {
+
+// A transport that only records which buckets were started, and when.
+class RecordingReducer final : public thpc::GradientReducer {
+ public:
+  using GradientReducer::GradientReducer;
+  struct Started {
+    int64_t begin, end;
+    int during_call;  // index of the ready_from() call that started it; -1 = finish()
+  };
+  std::vector<Started> started;
+  int calls = 0;
+  bool completed = false;
+  void ready(int64_t offset) {
+    ready_from(offset);
+    ++calls;
+  }
+
+ protected:
+  void start(thpc::Tensor bucket) override {
+    const int64_t begin = (static_cast<char*>(bucket.data) - base) / 4;
+    started.push_back({begin, begin + bucket.numel, finishing ? -1 : calls});
+  }
+  void complete() override { completed = true; }
+
+ public:
+  char* base = nullptr;
+  bool finishing = false;
+};
+
+}  // namespace
+
+// The buckets tile the buffer exactly once, from its end downwards, each starting as soon
+// as the watermark has passed below it, and their boundaries do not depend on how the
+// watermark fell (so every rank issues identical collectives).
+TEST(GradientReducer, BucketsTileTheBufferAndStartWhenFinal) {
+  std::vector<float> grads(1000, 1.0f);
+  thpc::Tensor buffer{grads.data(), thpc::DType::F32, 1000};
+  auto run = [&](const std::vector<int64_t>& watermarks) {
+    RecordingReducer reducer(/*bucket_bytes=*/4 * 128);
+    reducer.base = reinterpret_cast<char*>(grads.data());
+    reducer.begin(buffer);
+    for (int64_t offset : watermarks) reducer.ready(offset);
+    reducer.finishing = true;
+    reducer.finish();
+    EXPECT_TRUE(reducer.completed);
+    return reducer.started;
+  };
+  const auto gradual = run({900, 700, 650, 300, 100});
+  // 1000 = 7 buckets of 128 from the end, then the remainder [0, 104).
+  ASSERT_EQ(gradual.size(), 8u);
+  int64_t expected_end = 1000;
+  for (const auto& bucket : gradual) {
+    EXPECT_EQ(bucket.end, expected_end);
+    expected_end = bucket.begin;
+  }
+  EXPECT_EQ(expected_end, 0);
+  EXPECT_EQ(gradual.back().begin, 0);
+  EXPECT_EQ(gradual.back().end, 104);
+  // After the watermark 700, buckets [872,1000) and [744,872) are final, not [616,744).
+  EXPECT_EQ(gradual[0].during_call, 1);  // 900 leaves only 100 final: nothing yet
+  EXPECT_EQ(gradual[1].during_call, 1);
+  EXPECT_EQ(gradual[2].during_call, 3);  // [616,744) once the watermark is 300
+  EXPECT_EQ(gradual.back().during_call, -1);  // the remainder waits for finish()
+  // All at once (no overlap) gives the same buckets.
+  const auto at_once = run({});
+  ASSERT_EQ(at_once.size(), gradual.size());
+  for (size_t i = 0; i < at_once.size(); ++i) {
+    EXPECT_EQ(at_once[i].begin, gradual[i].begin);
+    EXPECT_EQ(at_once[i].end, gradual[i].end);
+  }
+}
+
+// The model reports its gradients final layer by layer, from the end of the buffer down
+// to 0, during backward.
+TEST(GradientReducer, ModelReportsAFallingWatermarkEndingAtZero) {
+  thpc::ModelConfig model;
+  model.layers = 2;
+  model.d_model = 16;
+  model.d_ff = 32;
+  model.heads = 2;
+  model.max_positions = 16;
+  auto backend = thpc::make_cpu_backend();
+  thpc::Transformer transformer(model, 20, thpc::SpecialIds{}, *backend, 1);
+  thpc::Batch batch;
+  batch.size = 2;
+  batch.src_len = 4;
+  batch.tgt_len = 3;
+  batch.src = {5, 6, 7, 3, 8, 9, 3, 0};
+  batch.src_lengths = {4, 3};
+  batch.tgt_in = {2, 10, 11, 2, 12, 0};
+  batch.tgt_out = {10, 11, 3, 12, 3, 0};
+  batch.tgt_lengths = {3, 2};
+  std::vector<int64_t> offsets;
+  transformer.set_gradients_final_hook([&](int64_t offset) { offsets.push_back(offset); });
+  transformer.train_step(batch, 0.1f, thpc::DropoutContext{});
+  ASSERT_EQ(offsets.size(), 5u);  // 2 decoder layers, 2 encoder layers, the embedding
+  for (size_t i = 1; i < offsets.size(); ++i) EXPECT_LT(offsets[i], offsets[i - 1]);
+  EXPECT_EQ(offsets.back(), 0);
+  EXPECT_EQ(offsets[0], transformer.params().entry("decoder.1.self_attn.qkv.weight").offset);
+}

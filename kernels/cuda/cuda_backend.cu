@@ -92,6 +92,8 @@ class CudaBackend final : public Backend {
     THPC_CUDA_CHECK(cudaStreamSynchronize(stream()));
   }
   void synchronize() override { THPC_CUDA_CHECK(cudaStreamSynchronize(stream())); }
+  void* native_stream() const override { return stream(); }
+  int device() const override { return context_.device(); }
 
   // ---- ops ----
   void embedding_forward(Tensor out, const int32_t* tokens, Tensor table, Tensor positions,

@@ -120,6 +120,9 @@ const std::vector<Option>& option_table() {
       // [dist]: the ranks of an MPI job.
       THPC_OPTION(dist, bucket_mb, THPC_ANY,
                   "gradient all-reduce bucket size in MiB, > 0 (one collective per bucket)"),
+      THPC_OPTION(dist, timeout_s, THPC_ANY,
+                  "seconds a GPU gradient all-reduce may take before the job is ended "
+                  "(a lost or stuck peer), > 0"),
       THPC_OPTION(dist, device, THPC_ANY,
                   "GPU index of every rank; -1 = local rank modulo the visible GPUs"),
 
@@ -505,6 +508,7 @@ void validate(const Config& config) {
 
   const DistConfig& dist = config.dist;
   check.positive("dist.bucket_mb", dist.bucket_mb);
+  check.positive("dist.timeout_s", dist.timeout_s);
   check.at_least("dist.device", dist.device, -1);
 
   const CheckpointConfig& checkpoint = config.checkpoint;

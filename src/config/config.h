@@ -69,6 +69,7 @@ struct DataConfig {
 struct DistConfig {
   float bucket_mb = 25.0f;  // gradient all-reduce bucket size, MiB
   int device = -1;          // GPU of this rank; -1 = local rank modulo visible devices
+  float timeout_s = 300.0f;  // a gradient sum (NCCL) that takes longer ends the job
 };
 
 // Checkpoints (docs/checkpoints.md): when rank 0 writes them, how many stay, and what a

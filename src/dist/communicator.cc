@@ -107,24 +107,32 @@ int64_t Communicator::broadcast_from_root(int64_t value) const {
   return value;
 }
 
-void Communicator::sum_in_place(Tensor buffer, int64_t bucket_bytes) const {
+void Communicator::broadcast_bytes_from_root(void* data, int bytes) const {
+  if (!mpi_) return;
+  check_mpi(MPI_Bcast(data, bytes, MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast");
+}
+
+void Communicator::start_sum(Tensor buffer) {
   if (!mpi_ || size_ == 1) return;
-  const MPI_Datatype type = mpi_type(buffer.dtype);
-  const int64_t element = static_cast<int64_t>(dtype_size(buffer.dtype));
-  // MPI counts are int: a bucket never exceeds INT_MAX elements.
-  const int64_t per_bucket =
-      std::max<int64_t>(1, std::min<int64_t>(bucket_bytes / element, INT_MAX));
-  std::vector<MPI_Request> requests;
-  for (int64_t offset = 0; offset < buffer.numel; offset += per_bucket) {
-    const int count = static_cast<int>(std::min(per_bucket, buffer.numel - offset));
-    requests.emplace_back();
-    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, static_cast<char*>(buffer.data) + offset * element,
-                             count, type, MPI_SUM, MPI_COMM_WORLD, &requests.back()),
-              "MPI_Iallreduce");
+  THPC_CHECK(buffer.numel <= INT_MAX, "an MPI sum of " << buffer.numel << " elements");
+  auto* request = new MPI_Request;
+  pending_.push_back(request);
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buffer.data, static_cast<int>(buffer.numel),
+                           mpi_type(buffer.dtype), MPI_SUM, MPI_COMM_WORLD, request),
+            "MPI_Iallreduce");
+}
+
+void Communicator::wait_sums() {
+  std::vector<void*> pending;
+  pending.swap(pending_);
+  int status = MPI_SUCCESS;
+  for (void* boxed : pending) {
+    auto* request = static_cast<MPI_Request*>(boxed);
+    const int one = MPI_Wait(request, MPI_STATUS_IGNORE);
+    if (status == MPI_SUCCESS) status = one;
+    delete request;
   }
-  check_mpi(MPI_Waitall(static_cast<int>(requests.size()), requests.data(),
-                        MPI_STATUSES_IGNORE),
-            "MPI_Waitall");
+  check_mpi(status, "MPI_Wait");
 }
 
 std::vector<std::string> Communicator::all_gather(const std::string& value) const {

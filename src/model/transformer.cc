@@ -597,6 +597,9 @@ void Transformer::backward_decoder(const DropoutContext& ctx, bool train) {
     sub.self_attention_backward(d_x, d_self_out, a.self_attention, a.x, p.self_attention,
                                 self_shape, scratch);
     std::swap(d_x, d_y);  // this layer's input gradient is the next one's output gradient
+    // Parameters are laid out embedding, encoder 0..N-1, decoder 0..N-1, and a layer's
+    // first entry is its fused QKV weight: from it upwards every gradient is final.
+    gradients_final_from(params_.entry(layer_prefix("decoder", layer) + "self_attn.qkv.weight").offset);
   }
   // d_y now holds the gradient of the dropped-out target embedding.
   Tensor d_embedded = s.scratch_arena.take_zeroed(sub.act, int64_t(rows) * d);
@@ -640,12 +643,14 @@ void Transformer::backward_encoder(const DropoutContext& ctx, bool train) {
     sub.self_attention_backward(d_x, d_self_out, a.self_attention, a.x, p.self_attention, shape,
                                 scratch);
     std::swap(d_x, d_y);
+    gradients_final_from(params_.entry(layer_prefix("encoder", layer) + "self_attn.qkv.weight").offset);
   }
   Tensor d_embedded = s.scratch_arena.take_zeroed(sub.act, int64_t(rows) * d);
   backend_.dropout_backward(d_embedded, d_y, int64_t(rows) * d, p_drop,
                             dropout_key(ctx, SitePart::Embedding, 0, SiteSlot::SourceEmbedding));
   backend_.embedding_backward(s.embedding.grad, s.positions.grad, d_embedded, s.src.ids, rows,
                               s.src_len, d, vocab_, std::sqrt(static_cast<float>(d)));
+  gradients_final_from(0);
 }
 
 void Transformer::encode(const Batch& batch) {

@@ -9,6 +9,7 @@
 //             pre-softmax projection, §3.4); loss: label-smoothed cross-entropy (§5.4).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +50,13 @@ class Transformer {
   // ACCUMULATE into params().grads(); the loss sum is scaled by grad_scale (1 / target
   // tokens of the whole step) before differentiation.
   LossSums train_step(const Batch& batch, float grad_scale, const DropoutContext& dropout);
+  // Called during train_step's backward each time every gradient at a flat offset >= x
+  // is final: x falls layer by layer (decoder N-1..0, encoder N-1..0) and ends at 0 once
+  // the shared embedding is done. The gradient all-reduce starts its buckets from it.
+  // An empty function (the default) turns the calls off.
+  void set_gradients_final_hook(std::function<void(int64_t offset)> hook) {
+    gradients_final_hook_ = std::move(hook);
+  }
 
   // Forward without dropout; the loss of a batch (validation), no gradients.
   LossSums evaluate(const Batch& batch);
@@ -91,6 +99,10 @@ class Transformer {
   SpecialIds ids_;
   Backend& backend_;
   ParamStore params_;
+  std::function<void(int64_t)> gradients_final_hook_;
+  void gradients_final_from(int64_t offset) const {
+    if (gradients_final_hook_) gradients_final_hook_(offset);
+  }
   std::unique_ptr<State> state_;
 };
 

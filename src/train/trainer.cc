@@ -107,8 +107,6 @@ Trainer::Trainer(const Config& config, Communicator comm)
   const BackendRequest request = backend_request(config_, comm_);
   backend_ = make_backend(request);
   device_ = request.device;
-  THPC_CHECK(comm_.size() == 1 || backend_->host_memory(),
-             "the " << backend_->name() << " backend has no gradient all-reduce yet");
   source_ = make_training_source(config_, comm_.rank(), comm_.size());
   const int vocab = resolve_vocab_size(config_, *source_);
   if (config_.train.valid_every > 0) {
@@ -131,6 +129,13 @@ Trainer::Trainer(const Config& config, Communicator comm)
   adam.beta2 = config_.train.adam_beta2;
   adam.eps = config_.train.adam_eps;
   adam_ = std::make_unique<Adam>(model_->params(), *backend_, adam);
+  if (comm_.size() > 1) {
+    const int64_t bucket_bytes = static_cast<int64_t>(config_.dist.bucket_mb * 1024.0 * 1024.0);
+    reducer_ = backend_->host_memory()
+                   ? make_mpi_gradient_reducer(comm_, bucket_bytes)
+                   : make_nccl_gradient_reducer(comm_, *backend_, bucket_bytes,
+                                                config_.dist.timeout_s);
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -165,13 +170,20 @@ StepStats Trainer::step() {
     // Micro-batch i of rank r draws the masks that micro-batch r * accumulate + i of a
     // single rank accumulating over all of them would draw.
     dropout.stream = static_cast<uint32_t>(comm_.rank() * accumulate + i);
+    // The last micro-batch's backward finishes the gradients: its buckets are summed
+    // over ranks while backward goes on (gradient_reducer.h).
+    const bool last = i + 1 == accumulate;
+    if (reducer_ && last) {
+      reducer_->begin(model_->params().grads());
+      model_->set_gradients_final_hook([this](int64_t offset) { reducer_->ready_from(offset); });
+    }
     const LossSums sums = model_->train_step(micro_batches[i], grad_scale, dropout);
+    if (reducer_ && last) model_->set_gradients_final_hook(nullptr);
     total.loss += sums.loss;
     total.nll += sums.nll;
   }
-  // Sum the gradients over ranks (each already scaled by 1 / global tokens).
-  comm_.sum_in_place(model_->params().grads(),
-                     static_cast<int64_t>(config_.dist.bucket_mb * 1024.0 * 1024.0));
+  // Complete the sums over ranks (each gradient already scaled by 1 / global tokens).
+  if (reducer_) reducer_->finish();
   stats.lr = learning_rate(step, config_.model.d_model, config_.train.warmup_steps,
                            config_.train.lr_scale);
   adam_->update(static_cast<float>(stats.lr), step);

@@ -14,6 +14,7 @@
 #include "data/batch_source.h"
 #include "data/shard_reader.h"
 #include "dist/communicator.h"
+#include "dist/gradient_reducer.h"
 #include "kernels/ops.h"
 #include "model/backends.h"
 #include "model/transformer.h"
@@ -95,6 +96,7 @@ class Trainer {
   Config config_;
   Communicator comm_;
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<GradientReducer> reducer_;  // null on one rank
   int device_ = 0;  // the CUDA device of this rank (unused on the CPU)
   std::unique_ptr<BatchSource> source_;
   std::unique_ptr<ShardReader> valid_source_;  // when train.valid_every > 0

@@ -1,0 +1,61 @@
+#include "dist/gradient_reducer.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+
+namespace thpc {
+
+void GradientReducer::begin(Tensor grads) {
+  grads_ = grads;
+  pending_end_ = grads.numel;
+  buckets_started_ = 0;
+}
+
+void GradientReducer::ready_from(int64_t offset) {
+  THPC_CHECK(grads_, "ready_from() outside begin()/finish()");
+  const int64_t element = static_cast<int64_t>(dtype_size(grads_.dtype));
+  const int64_t bucket = std::max<int64_t>(1, bucket_bytes_ / element);
+  // Whole buckets only: the last (lowest) one is whatever remains at finish().
+  while (pending_end_ - bucket >= std::max<int64_t>(offset, 0) && pending_end_ - bucket > 0) {
+    start(grads_.slice(pending_end_ - bucket, bucket));
+    pending_end_ -= bucket;
+    ++buckets_started_;
+  }
+}
+
+void GradientReducer::finish() {
+  THPC_CHECK(grads_, "finish() without begin()");
+  ready_from(0);
+  if (pending_end_ > 0) {
+    start(grads_.slice(0, pending_end_));
+    pending_end_ = 0;
+    ++buckets_started_;
+  }
+  complete();
+  grads_ = Tensor{};
+}
+
+namespace {
+
+class MpiGradientReducer final : public GradientReducer {
+ public:
+  MpiGradientReducer(Communicator& comm, int64_t bucket_bytes)
+      : GradientReducer(bucket_bytes), comm_(comm) {}
+
+ protected:
+  void start(Tensor bucket) override { comm_.start_sum(bucket); }
+  void complete() override { comm_.wait_sums(); }
+
+ private:
+  Communicator& comm_;
+};
+
+}  // namespace
+
+std::unique_ptr<GradientReducer> make_mpi_gradient_reducer(Communicator& comm,
+                                                           int64_t bucket_bytes) {
+  return std::make_unique<MpiGradientReducer>(comm, bucket_bytes);
+}
+
+}  // namespace thpc
