@@ -1,0 +1,206 @@
+// Whole-model checks of the CUDA backend against the CPU reference (issue: CUDA backend):
+// a GPU-fp32 training run equals the CPU's, bf16 tracks fp32 on Multi30k, one-rank NCCL
+// gradients equal the unreduced CPU ones, a resumed GPU run is bit-identical, and
+// compute-sanitizer finds nothing on a short run. Every test needs a GPU and reports
+// SKIPPED with the reason without one.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "config/config.h"
+#include "cuda_twin.h"
+#include "data/preprocess.h"
+#include "dist/gradient_reducer.h"
+#include "model/transformer.h"
+#include "train/trainer.h"
+
+namespace thpc {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kTinyIni = std::string(THPC_SOURCE_DIR) + "/input/tiny.ini";
+const std::string kMulti30k = std::string(THPC_SOURCE_DIR) + "/../shared/data/multi30k/";
+
+Config tiny(const std::vector<std::string>& overrides) {
+  std::vector<std::string> all = {"checkpoint.dir=" + (fs::temp_directory_path() /
+                                                       ("thpc_cuda_" + std::to_string(getpid())))
+                                                          .string()};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return load_config(kTinyIni, all);
+}
+
+// max_i |a_i - b_i| / max_i |b_i|: the error relative to the tensor's scale, so entries
+// that happen to be near zero do not dominate.
+double scaled_max_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double largest = 0.0, difference = 0.0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    largest = std::max(largest, std::abs(double(b[i])));
+    difference = std::max(difference, std::abs(double(a[i]) - double(b[i])));
+  }
+  return largest > 0.0 ? difference / largest : difference;
+}
+
+// Three steps of tiny.ini (dropout on) on the GPU in fp32 and on the CPU: the parameters
+// agree within 1e-4 relative (the issue's bound). The GPU sums in other orders (GEMM
+// tiling, block reductions): each op differs by ~1e-6 relative, and three Adam steps
+// (whose first updates are ~lr * sign(g)) keep the parameters within ~1e-5.
+TEST(CudaTraining, Fp32ThreeStepsMatchTheCpu) {
+  THPC_REQUIRE_GPU();
+  Trainer cpu(tiny({"train.backend=cpu"}));
+  Trainer gpu(tiny({"train.backend=cuda", "train.precision=fp32"}));
+  for (int step = 0; step < 3; ++step) {
+    const StepStats a = cpu.step();
+    const StepStats b = gpu.step();
+    EXPECT_NEAR(b.loss, a.loss, 1e-4 * a.loss) << "step " << a.step;
+  }
+  const double difference = scaled_max_difference(gpu.model().params().to_host_f32(),
+                                                  cpu.model().params().to_host_f32());
+  std::printf("GPU fp32 vs CPU after 3 steps: max |difference| / max |param| = %.3g\n",
+              difference);
+  EXPECT_LE(difference, 1e-4);
+}
+
+// One rank with NCCL: a step's gradients after the (identity) all-reduce equal the CPU
+// path's for one rank, the buckets having been started during backward.
+TEST(CudaTraining, OneRankNcclGradientsEqualTheCpuPath) {
+  THPC_REQUIRE_GPU();
+  const Config config = tiny({});
+  const Batch batch = make_training_source(config)->next(400);
+
+  auto gradients = [&](Backend& backend, GradientReducer* reducer) {
+    Transformer model(config.model, config.data.synthetic_vocab, SpecialIds{}, backend,
+                      config.train.seed);
+    backend.zero(model.params().grads());
+    if (reducer) {
+      reducer->begin(model.params().grads());
+      model.set_gradients_final_hook([&](int64_t offset) { reducer->ready_from(offset); });
+    }
+    DropoutContext dropout;
+    dropout.seed = 7;
+    dropout.step = 1;
+    model.train_step(batch, 1.0f / static_cast<float>(batch.tgt_tokens()), dropout);
+    if (reducer) reducer->finish();
+    std::vector<float> host(static_cast<size_t>(model.params().buffer_numel()));
+    backend.download(host.data(), model.params().grads());
+    return host;
+  };
+  auto cpu = make_cpu_backend(DType::F32);
+  auto gpu = make_backend(BackendRequest{"cuda", "fp32", 0, 0});
+  auto reducer = make_nccl_gradient_reducer(Communicator::single(), *gpu, /*bucket_bytes=*/16384,
+                                            /*timeout_seconds=*/60.0);
+  const std::vector<float> expected = gradients(*cpu, nullptr);
+  const std::vector<float> actual = gradients(*gpu, reducer.get());
+  EXPECT_GT(reducer->buckets_started(), 2);
+  // fp32 on both sides; the GPU's summation orders differ: 1e-5 of the largest gradient.
+  EXPECT_LE(scaled_max_difference(actual, expected), 1e-5);
+}
+
+// The golden resume on the GPU: 4 steps straight equal 2 steps, a checkpoint, a fresh
+// trainer restored from it, and 2 more, to the bit (the kernels use no atomics).
+TEST(CudaTraining, ResumedBf16RunIsBitIdentical) {
+  THPC_REQUIRE_GPU();
+  const Config config = tiny({"train.backend=cuda", "train.precision=bf16"});
+  Trainer whole(config);
+  for (int step = 0; step < 4; ++step) whole.step();
+  Trainer first(config);
+  for (int step = 0; step < 2; ++step) first.step();
+  const Checkpoint saved = first.snapshot();
+  Trainer second(config);
+  second.restore(saved, "snapshot after step 2");
+  for (int step = 0; step < 2; ++step) second.step();
+  EXPECT_EQ(second.model().params().sha256_hex(), whole.model().params().sha256_hex());
+  // Two identical runs are identical too (determinism, not just resume).
+  Trainer again(config);
+  for (int step = 0; step < 4; ++step) again.step();
+  EXPECT_EQ(again.model().params().sha256_hex(), whole.model().params().sha256_hex());
+}
+
+// bf16 against fp32 over 200 steps of a small model on Multi30k: the curves stay within
+// a band. bf16 rounds activations to 8 significant bits (relative 2^-9 per rounding);
+// with fp32 accumulation, fp32 master weights and fp32 softmax/loss the training loss
+// of mixed precision is known to follow fp32 to ~1% (Micikevicius et al. 2018). The
+// band below (mean |difference| <= 2% of the fp32 loss over steps 101-200, final
+// 20-step means within 3%) is that expectation with room for dropout noise; it is to
+// be tightened with the first measured curves (bench/RESULTS.md).
+TEST(CudaTraining, Bf16LossCurveTracksFp32OnMulti30k) {
+  THPC_REQUIRE_GPU();
+  const fs::path root = fs::temp_directory_path() / ("thpc_m30k_" + std::to_string(getpid()));
+  PreprocessOptions options;
+  options.source_lang = "en";
+  options.target_lang = "de";
+  options.train_prefix = kMulti30k + "train";
+  options.valid_prefix = kMulti30k + "val";
+  options.dest_dir = (root / "data").string();
+  options.vocab_size = 8000;
+  options.threads = 8;
+  std::ostringstream log;
+  preprocess(options, log);
+
+  auto curve = [&](const std::string& precision) {
+    Trainer trainer(load_config(
+        std::string(THPC_SOURCE_DIR) + "/input/multi30k.ini",
+        {"data.dir=" + options.dest_dir, "train.backend=cuda", "train.precision=" + precision,
+         "train.valid_every=0", "train.warmup_steps=100", "train.tokens_per_step=8000",
+         "checkpoint.dir=" + (root / ("ckpt_" + precision)).string()}));
+    std::vector<double> losses;
+    for (int step = 0; step < 200; ++step) losses.push_back(trainer.step().loss);
+    return losses;
+  };
+  const std::vector<double> fp32 = curve("fp32");
+  const std::vector<double> bf16 = curve("bf16");
+  double mean_relative = 0.0, tail_fp32 = 0.0, tail_bf16 = 0.0;
+  for (int step = 100; step < 200; ++step) {
+    mean_relative += std::abs(bf16[step] - fp32[step]) / fp32[step] / 100.0;
+  }
+  for (int step = 180; step < 200; ++step) {
+    tail_fp32 += fp32[step] / 20.0;
+    tail_bf16 += bf16[step] / 20.0;
+  }
+  std::printf("Multi30k 200 steps: loss fp32 %.4f -> %.4f, bf16 %.4f -> %.4f, mean relative "
+              "difference over steps 101-200 %.4f\n",
+              fp32.front(), tail_fp32, bf16.front(), tail_bf16, mean_relative);
+  EXPECT_LT(tail_fp32, fp32.front() - 1.0) << "fp32 did not learn: the comparison is vacuous";
+  EXPECT_LE(mean_relative, 0.02);
+  EXPECT_NEAR(tail_bf16, tail_fp32, 0.03 * tail_fp32);
+  fs::remove_all(root);
+}
+
+// compute-sanitizer's memcheck over a short bf16 training run with dropout: no
+// out-of-bounds or misaligned access, no leak reported at exit.
+TEST(CudaTraining, MemcheckIsCleanOnAShortRun) {
+  THPC_REQUIRE_GPU();
+  const char* sanitizer = "compute-sanitizer";
+  if (std::system("command -v compute-sanitizer > /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "needs compute-sanitizer on PATH (CUDA toolkit bin/)";
+  }
+  const fs::path dir = fs::temp_directory_path() / ("thpc_memcheck_" + std::to_string(getpid()));
+  const std::string command = std::string("cd ") + THPC_SOURCE_DIR + " && " + sanitizer +
+                              " --tool memcheck --leak-check full --error-exitcode 9 " +
+                              THPC_BINARY_DIR + "/transformer_hpc " + kTinyIni +
+                              " --train.backend=cuda --train.max_steps=3 --train.log_every=1"
+                              " --checkpoint.minutes=0 --checkpoint.average_last=0"
+                              " --checkpoint.dir=" + dir.string() + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
+  const int status = pclose(pipe);
+  fs::remove_all(dir);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << output;
+  EXPECT_NE(output.find("ERROR SUMMARY: 0 errors"), std::string::npos) << output;
+}
+
+}  // namespace
+}  // namespace thpc
