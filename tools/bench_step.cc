@@ -1,0 +1,177 @@
+// transformer_bench_step: the training step time of transformer_hpc on the shapes of
+// ../shared/bench/torch_reference.py, printed as the same JSON fields, so that
+// bench/step_vs_torch.sh can print the ratio of the two in one run.
+//
+//   transformer_bench_step [--config input/base.ini] [--tokens 25000] [--steps 60]
+//                          [--warmup-steps 15] [--vocab 37000] [--backend auto]
+//                          [--precision bf16] [--peak-tflops 790] [--set KEY=VALUE ...]
+//
+// Batches: for L in 12 18 24 28 32 40 48 64 96 (cycled), tokens / L sentences of source
+// length L and target length L + 1 (decoder input and output L each), random ids in
+// [4, vocab): the reference's length-bucketed synthetic batches. A step is the whole
+// training step: forward, label-smoothed loss, backward, Adam with the §5.3 schedule.
+// Model FLOPs are counted as the reference counts them (matrix products, 3x forward).
+#include <boost/program_options.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "config/config.h"
+#include "data/batch.h"
+#include "model/transformer.h"
+#include "train/lr_schedule.h"
+#include "train/optimizer.h"
+#include "train/trainer.h"
+
+namespace {
+
+namespace po = boost::program_options;
+
+const int kLengths[] = {12, 18, 24, 28, 32, 40, 48, 64, 96};
+
+struct Arguments {
+  std::string config = "input/base.ini", backend = "auto", precision = "bf16";
+  int tokens = 25000, steps = 60, warmup_steps = 15, vocab = 37000;
+  double peak_tflops = 790.0;
+  std::vector<std::string> overrides;  // SECTION.KEY=VALUE, as the trainer's --SECTION.KEY
+};
+
+thpc::Batch random_batch(int length, int tokens, int vocab, std::mt19937& rng) {
+  std::uniform_int_distribution<int32_t> id(4, vocab - 1);
+  thpc::Batch batch;
+  batch.size = std::max(1, tokens / length);
+  batch.src_len = length;
+  batch.tgt_len = length;
+  for (int b = 0; b < batch.size; ++b) {
+    for (int t = 0; t < length; ++t) batch.src.push_back(id(rng));
+    std::vector<int32_t> target(length + 1);
+    for (int32_t& token : target) token = id(rng);
+    batch.tgt_in.insert(batch.tgt_in.end(), target.begin(), target.end() - 1);
+    batch.tgt_out.insert(batch.tgt_out.end(), target.begin() + 1, target.end());
+    batch.src_lengths.push_back(length);
+    batch.tgt_lengths.push_back(length);
+  }
+  return batch;
+}
+
+// The reference's train_flops_per_step: matrix-product FLOPs of forward, times 3.
+double train_flops(const thpc::ModelConfig& m, int vocab, double src_tokens, double tgt_tokens,
+                   int length) {
+  const double d = m.d_model, f = m.d_ff, n = m.layers;
+  const double encoder = n * (4 * d * d + 2 * d * f);
+  const double decoder = n * (8 * d * d + 2 * d * f);
+  double forward = 2 * (src_tokens * encoder + tgt_tokens * (decoder + vocab * d));
+  forward += 2 * 2 * n * d * length * (src_tokens + 2 * tgt_tokens);
+  return 3 * forward;
+}
+
+int run(const Arguments& args) {
+  std::vector<std::string> overrides = {"train.backend=" + args.backend,
+                                        "train.precision=" + args.precision};
+  overrides.insert(overrides.end(), args.overrides.begin(), args.overrides.end());
+  const thpc::Config config = thpc::load_config(args.config, overrides);
+  auto backend = thpc::make_backend(config.train);
+  thpc::Transformer model(config.model, args.vocab, thpc::SpecialIds{}, *backend,
+                          config.train.seed);
+  thpc::AdamSettings settings;
+  settings.beta1 = config.train.adam_beta1;
+  settings.beta2 = config.train.adam_beta2;
+  settings.eps = config.train.adam_eps;
+  thpc::Adam adam(model.params(), *backend, settings);
+
+  std::mt19937 rng(1);
+  std::vector<thpc::Batch> batches;
+  for (int length : kLengths) batches.push_back(random_batch(length, args.tokens, args.vocab, rng));
+
+  int64_t step = 0;
+  double loss = 0.0;
+  auto train = [&](const thpc::Batch& batch) {
+    ++step;
+    backend->zero(model.params().grads());
+    thpc::DropoutContext dropout;
+    dropout.seed = config.train.seed;
+    dropout.step = static_cast<uint32_t>(step);
+    const thpc::LossSums sums =
+        model.train_step(batch, 1.0f / static_cast<float>(batch.tgt_tokens()), dropout);
+    adam.update(static_cast<float>(thpc::learning_rate(step, config.model.d_model,
+                                                       config.train.warmup_steps, 1.0)),
+                step);
+    loss = sums.loss / static_cast<double>(sums.tokens);
+  };
+  for (int i = 0; i < args.warmup_steps; ++i) train(batches[i % batches.size()]);
+  backend->synchronize();
+
+  std::vector<double> step_seconds;
+  double tokens = 0.0, flops = 0.0;
+  const auto begin = std::chrono::steady_clock::now();
+  auto last = begin;
+  for (int i = 0; i < args.steps; ++i) {
+    const thpc::Batch& batch = batches[i % batches.size()];
+    train(batch);  // the loss read-back synchronises each step
+    const auto now = std::chrono::steady_clock::now();
+    step_seconds.push_back(std::chrono::duration<double>(now - last).count());
+    last = now;
+    tokens += static_cast<double>(batch.src_tokens() + batch.tgt_tokens());
+    flops += train_flops(config.model, args.vocab, static_cast<double>(batch.src_tokens()),
+                         static_cast<double>(batch.tgt_tokens()), batch.src_len);
+  }
+  backend->synchronize();
+  const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  std::sort(step_seconds.begin(), step_seconds.end());
+  const double median = step_seconds.empty() ? 0.0 : step_seconds[step_seconds.size() / 2];
+  std::printf("{\"system\": \"transformer_hpc\", \"backend\": \"%s\", \"config\": \"%s\", "
+              "\"tokens_per_step\": %d, \"median_step_ms\": %.3f, \"tokens_per_s\": %.0f, "
+              "\"model_tflops\": %.1f, \"mfu\": %.3f, \"final_loss\": %.4f}\n",
+              backend->name().c_str(), args.config.c_str(), 2 * args.tokens, 1e3 * median,
+              tokens / total, flops / total / 1e12, flops / total / 1e12 / args.peak_tflops,
+              loss);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Arguments args;
+  po::options_description options("transformer_bench_step options");
+  options.add_options()
+      ("help,h", "this help")
+      ("config", po::value(&args.config)->default_value(args.config), "model and optimizer config")
+      ("tokens", po::value(&args.tokens)->default_value(args.tokens),
+       "source tokens per step (target alike), as torch_reference.py --tokens")
+      ("steps", po::value(&args.steps)->default_value(args.steps), "timed steps")
+      ("warmup-steps", po::value(&args.warmup_steps)->default_value(args.warmup_steps),
+       "untimed steps first")
+      ("vocab", po::value(&args.vocab)->default_value(args.vocab), "vocabulary size")
+      ("backend", po::value(&args.backend)->default_value(args.backend), "auto | cuda | cpu")
+      ("precision", po::value(&args.precision)->default_value(args.precision), "bf16 | fp32 (GPU)")
+      ("peak-tflops", po::value(&args.peak_tflops)->default_value(args.peak_tflops),
+       "the GPU's bf16 GEMM ceiling, for MFU")
+      ("set", po::value(&args.overrides)->composing(),
+       "SECTION.KEY=VALUE config override (repeatable), e.g. --set model.max_positions=128");
+  try {
+    po::variables_map values;
+    po::store(po::parse_command_line(argc, argv, options), values);
+    if (values.count("help")) {
+      std::cout << options << "\n";
+      return 0;
+    }
+    po::notify(values);
+    THPC_CHECK(args.tokens > 0 && args.steps > 0 && args.vocab > 4 && args.warmup_steps >= 0,
+               "--tokens, --steps and --vocab must be positive");
+  } catch (const std::exception& e) {
+    std::cerr << "transformer_bench_step: " << e.what() << "\n";
+    return 2;
+  }
+  try {
+    return run(args);
+  } catch (const std::exception& e) {
+    std::cerr << "transformer_bench_step: " << e.what() << "\n";
+    return 1;
+  }
+}
