@@ -18,8 +18,7 @@ if [[ -d shared-for-gpu && ! -e ../shared ]]; then ln -s "$PWD/shared-for-gpu" .
 source gpu-bundle/use.sh /tmp/sysroot gpu-bundle > "$OUT/setup.log" 2>&1 || {
   echo "gpu-bundle/use.sh failed"; tail -20 "$OUT/setup.log"; exit 1; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
-{ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DNCCL_INCLUDE_DIR="${NCCL_ROOT:-/usr}/include" &&
+{ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
   cmake --build build-gpu -j"$(nproc)"; } > "$OUT/build.log" 2>&1 || {
   echo "build failed"; tail -40 "$OUT/build.log"; exit 1; }
 ldd build-gpu/transformer_hpc | grep -E "not found|cuda|nccl|mpi|hdf5" | tee "$OUT/ldd.txt"
