@@ -7,7 +7,8 @@
 // sentence with no key at all), dropout 0 and 0.1 (the GPU must draw the CPU's mask
 // exactly, or whole probabilities would differ), no key lengths, a long sequence
 // (257), decoding without `saved`, and the backward pass accumulating into pre-filled
-// gradients. Cross-entropy covers pad rows, eps 0 and 0.1, aliasing, a 37000-ish and a
+// gradients. Head widths that are multiples of 8 take the one-call pointer-array GEMM
+// path, odd ones (d_k = 5, a spare column in ldq) the per-sentence strided fallback. Cross-entropy covers pad rows, eps 0 and 0.1, aliasing, a 37000-ish and a
 // small odd vocabulary, sums only, and a bad target id.
 #include <cmath>
 #include <cstdint>
@@ -146,15 +147,17 @@ AttentionResult run_attention(Backend& backend, DType dtype, const AttentionData
 // growing like sqrt(K) over K <= 257 terms of O(1): ~1e-5 absolute on O(1) values.
 // bf16: inputs are identical, scores accumulate in fp32, but P, P' and dS are rounded
 // to bf16 (2^-9 relative each) before the second GEMM and the result is rounded once
-// more: out = sum_j P'_j v_j errs by <= ~2^-8 * sum_j P'_j |v_j| <= 2^-8 * 2.2 ~ eps,
-// and the gradients (O(1) with d_v <= 40 terms in dP) by a few eps/4 plus the rounding of
-// the pre-filled value: abs 2 eps, rel 1 eps.
+// more: out = sum_j P'_j v_j (|v| <= 2, sum_j P'_j <= 1.12) errs by at most
+// 2^-8 * 2.2 ~ 1.1 eps in the worst case (random roundings make it far less) plus the
+// output rounding (rel): abs 2 eps, rel 1 eps. The gradients (O(1); dP sums <= 40
+// products) err by a few eps/4 plus the rounding of the pre-filled sum: abs 2 eps,
+// rel 1 eps.
 struct Tolerance {
   double abs, rel;
 };
 Tolerance out_tolerance(DType dtype) {
   const double eps = eps_of(dtype);
-  return dtype == DType::F32 ? Tolerance{200 * eps, 800 * eps} : Tolerance{eps, eps};
+  return dtype == DType::F32 ? Tolerance{200 * eps, 800 * eps} : Tolerance{2 * eps, eps};
 }
 Tolerance probability_tolerance(DType dtype) {
   // Probabilities are <= 1; bf16: one rounding (2^-9 relative) of a value whose fp32
