@@ -1,16 +1,528 @@
-// PLACEHOLDER: the attention launchers are being written (see cuda_ops.h); each throws until then.
+// Multi-head scaled dot-product attention (§3.2.1, §3.2.2) on the GPU:
+//   out_i = Dropout(softmax(Q_i K_i^T / sqrt(d_k) + mask)) V_i,  heads concatenated,
+// with the CPU twin kernels/cpu/attention.cc as the specification (same layouts, same
+// saved probabilities, same Philox dropout draws).
+//
+// Shape of the computation. Per (sentence, head) pair there are two products, QK^T
+// (2 Lq Lk d_k FLOP) and P'V (2 Lq Lk d_v FLOP), and between them a row-wise masked
+// softmax + dropout over Lq Lk scores (~10 FLOP and ~10 bytes per score: fp32 S read,
+// T P and P' written): GEMM-bound for d_k = 64, the row pass memory-bound. The products
+// run on the tensor cores as ONE batched GEMM each over all B*h pairs
+// (cublasGemmBatchedEx, fp32 accumulation): the head views of q, k, v are column blocks
+// of wider row-major matrices, so pair (b, i) starts at q + b*Lq*ldq + i*d_k. That
+// offset is not one uniform stride across b and i (Lq*ldq vs d_k), so strided-batched
+// GEMMs would need one call per sentence (B launches per product, each only h wide); a
+// device array of B*h pointers, built by one tiny kernel, gives one launch per product
+// whatever B is. cuBLAS cannot check the alignment of each pointer of such an array and
+// assumes it from k (gemm_pairs); our scratch matrices are padded so that it holds, and
+// when a caller's head views break it (odd head widths or offsets, never the model's
+// d_k = d_v = 64) we fall back to the per-sentence strided-batched loop, which cuBLAS
+// checks itself. The softmax is one warp per score row (rows are Lk long, typically
+// <= a few hundred: 32 lanes stride the row with coalesced loads and reduce with
+// shuffles, no shared memory, no block barriers).
+//
+// Backward (5 batched GEMMs + 1 row kernel, mask regenerated from the DropoutKey):
+//   dV += P'^T dO,  dP' = dO V^T,  dS = P * (dP - rowsum(dP * P)) with dP = dP' M/(1-p),
+//   dQ += dS K / sqrt(d_k),  dK += dS^T Q / sqrt(d_k).
+//
+// cuBLAS is column-major: a row-major [R, C] matrix with row stride ld is, to cuBLAS, the
+// column-major [C, R] matrix (its transpose) with leading dimension ld. Each call below
+// is written as the column-major product of those transposes (the comment on each shows
+// the row-major product it computes).
+//
+// Determinism: GEMMs with a fixed configuration and warp-shuffle butterflies in a fixed
+// order; no atomics. Scratch (one Context::scratch call per launcher): the pointer
+// arrays, fp32 scores (or score gradients) and the T matrices P' (and dS), each pair's
+// matrix padded to a multiple of 8 elements.
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
 #include "common/error.h"
+#include "common/philox.h"
+#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 
 namespace thpc::cuda {
+namespace {
 
-int64_t attention_saved_numel(const AttentionShape& shape) { return static_cast<int64_t>(shape.batch) * shape.heads * shape.query_len * shape.key_len; }
-template <typename T> void attention_forward(Context&, T*, T*, const T*, int, const T*, int, const T*, int, const AttentionShape&) { THPC_FAIL("not implemented yet"); }
-template <typename T> void attention_backward(Context&, T*, T*, T*, const T*, const T*, const T*, int, const T*, int, const T*, int, const AttentionShape&) { THPC_FAIL("not implemented yet"); }
-#define INSTANTIATE(T) \
-  template void attention_forward<T>(Context&, T*, T*, const T*, int, const T*, int, const T*, int, const AttentionShape&); \
-  template void attention_backward<T>(Context&, T*, T*, T*, const T*, const T*, const T*, int, const T*, int, const T*, int, const AttentionShape&);
+constexpr int kWarp = 32;
+constexpr int kRowsPerBlock = 4;  // warps (= score rows) per block of the row kernels
+
+template <typename T>
+__device__ __forceinline__ float to_float(T x) {
+  return static_cast<float>(x);
+}
+template <>
+__device__ __forceinline__ float to_float<bf16>(bf16 x) {
+  return __bfloat162float(x);
+}
+template <typename T>
+__device__ __forceinline__ T from_float(float x) {
+  return static_cast<T>(x);
+}
+template <>
+__device__ __forceinline__ bf16 from_float<bf16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  }
+  return x;
+}
+__device__ __forceinline__ float warp_sum(float x) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    x += __shfl_xor_sync(0xffffffffu, x, offset);
+  }
+  return x;
+}
+
+// Everything a row kernel needs to know about the mask and the dropout of one score
+// row r in [0, B*h*Lq) (r = (b*h + head)*Lq + t, so r*Lk + j is the flat index of
+// P[b, head, t, j] in [B, h, Lq, Lk]: the saved layout and the dropout element index).
+struct RowMask {
+  int heads, query_len, key_len;
+  bool causal;
+  const int32_t* key_lengths;  // device, may be null (all keys valid)
+  float dropout;
+  float keep_scale;  // 1 / (1 - p)
+  DropoutKey key;
+};
+
+// Keys [0, visible) are visible to row r: the sentence's non-pad keys and, when causal,
+// only positions <= t. A key length outside [0, Lk] (the CPU throws on it; a kernel
+// cannot) is clamped.
+__device__ __forceinline__ int visible_keys(const RowMask& m, int64_t r) {
+  const int t = static_cast<int>(r % m.query_len);
+  const int b = static_cast<int>(r / (static_cast<int64_t>(m.heads) * m.query_len));
+  int valid = m.key_len;
+  if (m.key_lengths != nullptr) valid = min(max(m.key_lengths[b], 0), m.key_len);
+  return m.causal && t + 1 < valid ? t + 1 : valid;
+}
+
+// M / (1 - p) of element `element`: keep_scale where kept, 0 where dropped (the CPU's
+// dropout_factors, exactly the same draws).
+__device__ __forceinline__ float dropout_factor(const RowMask& m, uint64_t element) {
+  if (m.dropout == 0.0f) return 1.0f;
+  return dropout_keep(m.key.seed, m.key.site, m.key.step, m.key.stream, element, m.dropout)
+             ? m.keep_scale
+             : 0.0f;
+}
+
+// Scratch matrices of one (sentence, head) pair are Lq*Lk long but start every
+// `stride` = Lq*Lk rounded up to 8 elements, so that every per-pair pointer handed to
+// the batched GEMMs is 16-byte aligned (see gemm_pairs). Row r = pair*Lq + t of such a
+// matrix starts at pair*stride + t*Lk; the same row of `saved` (contiguous, the CPU's
+// layout) at r*Lk.
+__device__ __forceinline__ int64_t padded_row(int64_t r, int query_len, int key_len,
+                                              int64_t stride) {
+  return (r / query_len) * stride + (r % query_len) * key_len;
+}
+
+// One warp per score row: masked, stable softmax of the fp32 scores S (already scaled
+// by 1/sqrt(d_k)) -> P (type T, masked entries exactly 0) into `saved` (contiguous; may
+// be null) and P' = P * M / (1 - p) into `weights` (padded), P' computed from the
+// rounded P so that forward and backward use the same P'.
+template <typename T>
+__global__ void softmax_dropout_rows(T* __restrict__ saved, T* __restrict__ weights,
+                                     const float* __restrict__ scores, int64_t rows,
+                                     int64_t stride, RowMask mask) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  if (r >= rows) return;  // whole warp leaves together: the shuffles below stay full
+  const int Lk = mask.key_len;
+  const int visible = visible_keys(mask, r);
+  const int64_t at = padded_row(r, mask.query_len, Lk, stride);
+  const float* s = scores + at;
+  float row_max = -INFINITY;
+  for (int j = lane; j < visible; j += kWarp) row_max = fmaxf(row_max, s[j]);
+  row_max = warp_max(row_max);
+  float sum = 0.0f;
+  for (int j = lane; j < visible; j += kWarp) sum += expf(s[j] - row_max);
+  sum = warp_sum(sum);
+  const float inverse_sum = visible > 0 ? 1.0f / sum : 0.0f;
+  T* p_row = saved != nullptr ? saved + r * Lk : nullptr;
+  T* w_row = weights + at;
+  const uint64_t first = static_cast<uint64_t>(r) * Lk;  // element index of P[.., t, 0]
+  for (int j = lane; j < Lk; j += kWarp) {
+    const T p = from_float<T>(j < visible ? expf(s[j] - row_max) * inverse_sum : 0.0f);
+    if (p_row != nullptr) p_row[j] = p;
+    w_row[j] = mask.dropout == 0.0f ? p : from_float<T>(to_float(p) * dropout_factor(mask, first + j));
+  }
+}
+
+// P' = P * M / (1 - p) (a copy when p = 0) from the contiguous saved P into the padded
+// weights, over all B*h*Lq*Lk elements (backward).
+template <typename T>
+__global__ void dropped_weights(T* __restrict__ weights, const T* __restrict__ saved,
+                                int64_t n, int64_t block, int64_t stride, RowMask mask) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
+       e += step) {
+    const T p = saved[e];
+    weights[(e / block) * stride + e % block] =
+        mask.dropout == 0.0f ? p : from_float<T>(to_float(p) * dropout_factor(mask, static_cast<uint64_t>(e)));
+  }
+}
+
+// One warp per row: dP = dP' * M / (1 - p), dS = P * (dP - rowsum(dP * P)) -> T.
+// Masked entries have P = 0 and so dS = 0. dP' and dS are padded, P (saved) is not.
+template <typename T>
+__global__ void softmax_backward_rows(T* __restrict__ d_scores, const float* __restrict__ d_dropped,
+                                      const T* __restrict__ saved, int64_t rows, int64_t stride,
+                                      RowMask mask) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  if (r >= rows) return;
+  const int Lk = mask.key_len;
+  const int64_t at = padded_row(r, mask.query_len, Lk, stride);
+  const float* g = d_dropped + at;
+  const T* p_row = saved + r * Lk;
+  const uint64_t first = static_cast<uint64_t>(r) * Lk;
+  float dot = 0.0f;
+  for (int j = lane; j < Lk; j += kWarp) {
+    dot += g[j] * dropout_factor(mask, first + j) * to_float(p_row[j]);
+  }
+  dot = warp_sum(dot);
+  T* out = d_scores + at;
+  for (int j = lane; j < Lk; j += kWarp) {
+    const float dp = g[j] * dropout_factor(mask, first + j);
+    out[j] = from_float<T>(to_float(p_row[j]) * (dp - dot));
+  }
+}
+
+// One GEMM operand over the B*h pairs: pair (b, head) starts at
+// base + b*b_stride + head*head_stride elements of `type`, leading dimension ld.
+struct Operand {
+  const void* base;
+  int64_t b_stride, head_stride;
+  cudaDataType_t type;
+  int ld;
+  int array = -1;  // index of its device pointer array (set by PointerArrays::add)
+};
+
+size_t type_size(cudaDataType_t type) { return type == CUDA_R_32F ? 4 : 2; }
+
+template <typename U>
+Operand operand(const U* base, int64_t b_stride, int64_t head_stride, int ld) {
+  return Operand{base, b_stride, head_stride,
+                 std::is_same<U, float>::value ? CUDA_R_32F : CUDA_R_16BF, ld};
+}
+
+// The device arrays of per-pair pointers of up to kMaxPointerArrays operands, filled by
+// one launch of build_pointers.
+struct PointerSpec {
+  const char* base;
+  int64_t b_stride;     // bytes
+  int64_t head_stride;  // bytes
+};
+constexpr int kMaxPointerArrays = 12;
+struct PointerPlan {
+  PointerSpec spec[kMaxPointerArrays];
+  int count;
+  int heads;
+  int pairs;
+};
+
+// arrays[a * pairs + i] = the pointer of pair i = b*h + head in operand a.
+__global__ void build_pointers(const void** arrays, PointerPlan plan) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= plan.pairs) return;
+  const int b = i / plan.heads, head = i % plan.heads;
+  for (int a = 0; a < plan.count; ++a) {
+    const PointerSpec& s = plan.spec[a];
+    arrays[static_cast<int64_t>(a) * plan.pairs + i] =
+        s.base + b * s.b_stride + head * s.head_stride;
+  }
+}
+
+class PointerArrays {
+ public:
+  PointerArrays(int heads, int pairs) {
+    plan_.count = 0;
+    plan_.heads = heads;
+    plan_.pairs = pairs;
+  }
+  void add(Operand& op) {
+    THPC_CHECK(plan_.count < kMaxPointerArrays, "attention pointer plan overflow");
+    const int64_t size = static_cast<int64_t>(type_size(op.type));
+    plan_.spec[plan_.count] = PointerSpec{static_cast<const char*>(op.base),
+                                          op.b_stride * size, op.head_stride * size};
+    op.array = plan_.count++;
+  }
+  void build(const void** arrays, cudaStream_t stream) {
+    arrays_ = arrays;
+    const int threads = 128;
+    build_pointers<<<(plan_.pairs + threads - 1) / threads, threads, 0, stream>>>(arrays, plan_);
+    THPC_CUDA_CHECK_LAUNCH("build_pointers");
+  }
+  const void* const* of(const Operand& op) const {
+    return arrays_ + static_cast<int64_t>(op.array) * plan_.pairs;
+  }
+
+ private:
+  PointerPlan plan_{};
+  const void** arrays_ = nullptr;
+};
+
+// Whether every per-pair pointer of `op` meets cuBLAS's alignment rule for pointer-array
+// batched GEMMs with reduced-precision / tensor-core math (cuBLAS cannot inspect each
+// pointer, so it assumes: k % 8 == 0 -> 16-byte aligned, k % 2 == 0 -> 4-byte aligned).
+bool meets_alignment(const Operand& op, int k) {
+  const int64_t need = k % 8 == 0 ? 16 : k % 2 == 0 ? 4 : 1;
+  const int64_t size = static_cast<int64_t>(type_size(op.type));
+  return reinterpret_cast<uintptr_t>(op.base) % need == 0 && op.b_stride * size % need == 0 &&
+         op.head_stride * size % need == 0;
+}
+
+// C = alpha op(A) op(B) + beta C for every pair, in cuBLAS's column-major terms, fp32
+// compute. One cublasGemmBatchedEx over all B*h pairs when every pointer meets the
+// alignment rule (always so for the model's d_k = d_v = 64 and our padded scratch);
+// otherwise (odd head widths or offsets) one cublasGemmStridedBatchedEx per sentence over
+// its h heads, whose base pointers cuBLAS checks itself.
+void gemm_pairs(Context& context, const PointerArrays& arrays, int batch, int heads,
+                cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
+                float alpha, const Operand& a, const Operand& b, float beta, const Operand& c) {
+  if (meets_alignment(a, k) && meets_alignment(b, k) && meets_alignment(c, k)) {
+    THPC_CUBLAS_CHECK(cublasGemmBatchedEx(
+        context.blas(), op_a, op_b, m, n, k, &alpha, arrays.of(a), a.type, a.ld, arrays.of(b),
+        b.type, b.ld, &beta, const_cast<void* const*>(arrays.of(c)), c.type, c.ld,
+        batch * heads, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return;
+  }
+  auto at = [](const Operand& op, int s) {
+    return static_cast<const char*>(op.base) +
+           static_cast<int64_t>(s) * op.b_stride * static_cast<int64_t>(type_size(op.type));
+  };
+  for (int s = 0; s < batch; ++s) {
+    THPC_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+        context.blas(), op_a, op_b, m, n, k, &alpha, at(a, s), a.type, a.ld, a.head_stride,
+        at(b, s), b.type, b.ld, b.head_stride, &beta, const_cast<char*>(at(c, s)), c.type,
+        c.ld, c.head_stride, heads, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+}
+
+// Bump allocation inside one scratch buffer, every piece 256-byte aligned: first plan
+// the sizes (base == nullptr), then call Context::scratch once and take again.
+class ScratchPlan {
+ public:
+  explicit ScratchPlan(char* base) : base_(base) {}
+  template <typename U>
+  U* take(int64_t count) {
+    char* at = base_ != nullptr ? base_ + used_ : nullptr;
+    used_ += (static_cast<size_t>(count) * sizeof(U) + 255) / 256 * 256;
+    return reinterpret_cast<U*>(at);
+  }
+  size_t used() const { return used_; }
+
+ private:
+  char* base_;
+  size_t used_ = 0;
+};
+
+void check_shape(const AttentionShape& shape, int ldq, int ldk, int ldv) {
+  THPC_CHECK(shape.batch >= 0 && shape.heads >= 0 && shape.query_len >= 0 &&
+                 shape.key_len >= 0,
+             "attention shape B=" << shape.batch << " h=" << shape.heads
+                                  << " Lq=" << shape.query_len << " Lk=" << shape.key_len);
+  THPC_CHECK(shape.d_k > 0 && shape.d_v > 0,
+             "attention head widths d_k=" << shape.d_k << " d_v=" << shape.d_v);
+  THPC_CHECK(ldq >= shape.heads * shape.d_k && ldk >= shape.heads * shape.d_k &&
+                 ldv >= shape.heads * shape.d_v,
+             "attention row strides ldq=" << ldq << " ldk=" << ldk << " ldv=" << ldv
+                                          << " narrower than h*d_k=" << shape.heads * shape.d_k
+                                          << " / h*d_v=" << shape.heads * shape.d_v);
+  THPC_CHECK(shape.dropout >= 0.0f && shape.dropout < 1.0f,
+             "attention dropout " << shape.dropout << " outside [0, 1)");
+}
+
+RowMask row_mask(const AttentionShape& shape) {
+  const float p = shape.dropout;
+  return RowMask{shape.heads, shape.query_len, shape.key_len, shape.causal, shape.key_lengths,
+                 p, 1.0f / (1.0f - p), shape.dropout_key};
+}
+
+// Lq*Lk rounded up to 8 elements: the per-pair stride of the scratch matrices (16 bytes
+// or more in both precisions).
+int64_t padded_block(int Lq, int Lk) {
+  return (static_cast<int64_t>(Lq) * Lk + 7) / 8 * 8;
+}
+
+unsigned row_blocks(int64_t rows) {
+  return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+}
+
+// Cublas' default pointer mode is host; set it anyway (alpha and beta live on the host)
+// in case another user of the shared handle changed it.
+void host_scalars(Context& context) {
+  THPC_CUBLAS_CHECK(cublasSetPointerMode(context.blas(), CUBLAS_POINTER_MODE_HOST));
+}
+
+}  // namespace
+
+int64_t attention_saved_numel(const AttentionShape& shape) {
+  return static_cast<int64_t>(shape.batch) * shape.heads * shape.query_len * shape.key_len;
+}
+
+template <typename T>
+void attention_forward(Context& context, T* out, T* saved, const T* q, int ldq, const T* k,
+                       int ldk, const T* v, int ldv, const AttentionShape& shape) {
+  check_shape(shape, ldq, ldk, ldv);
+  const int B = shape.batch, h = shape.heads, Lq = shape.query_len, Lk = shape.key_len;
+  const int d_k = shape.d_k, d_v = shape.d_v, ld_out = h * d_v;
+  const int pairs = B * h;
+  if (pairs == 0 || Lq == 0) return;
+  cudaStream_t stream = context.stream();
+  if (Lk == 0) {  // nothing to attend to: every weighted sum is empty (out is contiguous)
+    THPC_CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<size_t>(B) * Lq * ld_out * sizeof(T),
+                                    stream));
+    return;
+  }
+  const int64_t stride = padded_block(Lq, Lk);
+  // Scratch: pointer arrays, S (fp32), P' (T), the last two padded per pair.
+  auto layout = [&](char* base, const void*** arrays, float** scores, T** weights) {
+    ScratchPlan plan(base);
+    *arrays = plan.take<const void*>(static_cast<int64_t>(6) * pairs);
+    *scores = plan.take<float>(pairs * stride);
+    *weights = plan.take<T>(pairs * stride);
+    return plan.used();
+  };
+  const void** arrays;
+  float* scores;
+  T* weights;
+  const size_t bytes = layout(nullptr, &arrays, &scores, &weights);
+  layout(static_cast<char*>(context.scratch(bytes)), &arrays, &scores, &weights);
+
+  // S = Q K^T: A = K, B = Q, C = S. out = P' V: A = V, B = P', C = out.
+  Operand op_k = operand(k, static_cast<int64_t>(Lk) * ldk, d_k, ldk);
+  Operand op_q = operand(q, static_cast<int64_t>(Lq) * ldq, d_k, ldq);
+  Operand op_s = operand(scores, h * stride, stride, Lk);
+  Operand op_v = operand(v, static_cast<int64_t>(Lk) * ldv, d_v, ldv);
+  Operand op_w = operand(weights, h * stride, stride, Lk);
+  Operand op_o = operand(out, static_cast<int64_t>(Lq) * ld_out, d_v, ld_out);
+  PointerArrays pointers(h, pairs);
+  for (Operand* op : {&op_k, &op_q, &op_s, &op_v, &op_w, &op_o}) pointers.add(*op);
+  pointers.build(arrays, stream);
+  host_scalars(context);
+
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d_k));
+  // S [Lq, Lk] = Q K^T / sqrt(d_k), fp32   (column-major: S^T = (K^T)^T Q^T)
+  gemm_pairs(context, pointers, B, h, CUBLAS_OP_T, CUBLAS_OP_N, Lk, Lq, d_k, scale, op_k, op_q,
+             0.0f, op_s);
+  const int64_t rows = static_cast<int64_t>(pairs) * Lq;
+  softmax_dropout_rows<T><<<row_blocks(rows), kRowsPerBlock * kWarp, 0, stream>>>(
+      saved, weights, scores, rows, stride, row_mask(shape));
+  THPC_CUDA_CHECK_LAUNCH("softmax_dropout_rows");
+  // out [Lq, d_v] = P' V   (column-major: out^T = V^T P'^T)
+  gemm_pairs(context, pointers, B, h, CUBLAS_OP_N, CUBLAS_OP_N, d_v, Lq, Lk, 1.0f, op_v, op_w,
+             0.0f, op_o);
+}
+
+template <typename T>
+void attention_backward(Context& context, T* dq, T* dk, T* dv, const T* d_out, const T* saved,
+                        const T* q, int ldq, const T* k, int ldk, const T* v, int ldv,
+                        const AttentionShape& shape) {
+  check_shape(shape, ldq, ldk, ldv);
+  THPC_CHECK(saved != nullptr, "attention backward needs the probabilities saved by forward");
+  const int B = shape.batch, h = shape.heads, Lq = shape.query_len, Lk = shape.key_len;
+  const int d_k = shape.d_k, d_v = shape.d_v, ld_out = h * d_v;
+  const int pairs = B * h;
+  if (pairs == 0 || Lq == 0 || Lk == 0) return;  // no products, no gradient
+  const bool need_scores = dq != nullptr || dk != nullptr;
+  if (dv == nullptr && !need_scores) return;
+  cudaStream_t stream = context.stream();
+  const int64_t block = static_cast<int64_t>(Lq) * Lk, stride = padded_block(Lq, Lk);
+  const RowMask mask = row_mask(shape);
+
+  // Scratch: pointer arrays; P' (T, for dV), dP' (fp32) and dS (T), padded per pair.
+  auto layout = [&](char* base, const void*** arrays, T** weights, float** d_dropped,
+                    T** d_scores) {
+    ScratchPlan plan(base);
+    *arrays = plan.take<const void*>(static_cast<int64_t>(kMaxPointerArrays) * pairs);
+    *weights = dv != nullptr ? plan.take<T>(pairs * stride) : nullptr;
+    *d_dropped = need_scores ? plan.take<float>(pairs * stride) : nullptr;
+    *d_scores = need_scores ? plan.take<T>(pairs * stride) : nullptr;
+    return plan.used();
+  };
+  const void** arrays;
+  T *weights, *d_scores;
+  float* d_dropped;
+  const size_t bytes = layout(nullptr, &arrays, &weights, &d_dropped, &d_scores);
+  layout(static_cast<char*>(context.scratch(bytes)), &arrays, &weights, &d_dropped, &d_scores);
+
+  PointerArrays pointers(h, pairs);
+  Operand op_do = operand(d_out, static_cast<int64_t>(Lq) * ld_out, d_v, ld_out);
+  pointers.add(op_do);
+  Operand op_w{}, op_dv{}, op_v{}, op_g{}, op_ds{}, op_k{}, op_dq{}, op_q{}, op_dk{};
+  if (dv != nullptr) {
+    op_w = operand(weights, h * stride, stride, Lk);
+    op_dv = operand(dv, static_cast<int64_t>(Lk) * ldv, d_v, ldv);
+    pointers.add(op_w);
+    pointers.add(op_dv);
+  }
+  if (need_scores) {
+    op_v = operand(v, static_cast<int64_t>(Lk) * ldv, d_v, ldv);
+    op_g = operand(d_dropped, h * stride, stride, Lk);
+    op_ds = operand(d_scores, h * stride, stride, Lk);
+    for (Operand* op : {&op_v, &op_g, &op_ds}) pointers.add(*op);
+    if (dq != nullptr) {
+      op_k = operand(k, static_cast<int64_t>(Lk) * ldk, d_k, ldk);
+      op_dq = operand(dq, static_cast<int64_t>(Lq) * ldq, d_k, ldq);
+      pointers.add(op_k);
+      pointers.add(op_dq);
+    }
+    if (dk != nullptr) {
+      op_q = operand(q, static_cast<int64_t>(Lq) * ldq, d_k, ldq);
+      op_dk = operand(dk, static_cast<int64_t>(Lk) * ldk, d_k, ldk);
+      pointers.add(op_q);
+      pointers.add(op_dk);
+    }
+  }
+  pointers.build(arrays, stream);
+  host_scalars(context);
+
+  if (dv != nullptr) {
+    const int threads = 256;
+    const int64_t n = static_cast<int64_t>(pairs) * block;
+    const int64_t wanted = (n + threads - 1) / threads;
+    const unsigned blocks = static_cast<unsigned>(wanted < 65536 ? wanted : 65536);
+    dropped_weights<T><<<blocks, threads, 0, stream>>>(weights, saved, n, block, stride, mask);
+    THPC_CUDA_CHECK_LAUNCH("dropped_weights");
+    // dV [Lk, d_v] += P'^T dO   (column-major: dV^T += dO^T P')
+    gemm_pairs(context, pointers, B, h, CUBLAS_OP_N, CUBLAS_OP_T, d_v, Lk, Lq, 1.0f, op_do, op_w,
+               1.0f, op_dv);
+  }
+  if (!need_scores) return;
+  // dP' [Lq, Lk] = dO V^T, fp32   (column-major: dP'^T = (V^T)^T dO^T)
+  gemm_pairs(context, pointers, B, h, CUBLAS_OP_T, CUBLAS_OP_N, Lk, Lq, d_v, 1.0f, op_v, op_do,
+             0.0f, op_g);
+  const int64_t rows = static_cast<int64_t>(pairs) * Lq;
+  softmax_backward_rows<T><<<row_blocks(rows), kRowsPerBlock * kWarp, 0, stream>>>(
+      d_scores, d_dropped, saved, rows, stride, mask);
+  THPC_CUDA_CHECK_LAUNCH("softmax_backward_rows");
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d_k));
+  if (dq != nullptr) {
+    // dQ [Lq, d_k] += dS K / sqrt(d_k)   (column-major: dQ^T += K^T dS^T)
+    gemm_pairs(context, pointers, B, h, CUBLAS_OP_N, CUBLAS_OP_N, d_k, Lq, Lk, scale, op_k, op_ds,
+               1.0f, op_dq);
+  }
+  if (dk != nullptr) {
+    // dK [Lk, d_k] += dS^T Q / sqrt(d_k)   (column-major: dK^T += Q^T dS)
+    gemm_pairs(context, pointers, B, h, CUBLAS_OP_N, CUBLAS_OP_T, d_k, Lk, Lq, scale, op_q, op_ds,
+               1.0f, op_dk);
+  }
+}
+
+#define INSTANTIATE(T)                                                                         \
+  template void attention_forward<T>(Context&, T*, T*, const T*, int, const T*, int, const T*, \
+                                     int, const AttentionShape&);                              \
+  template void attention_backward<T>(Context&, T*, T*, T*, const T*, const T*, const T*, int, \
+                                      const T*, int, const T*, int, const AttentionShape&);
 INSTANTIATE(float)
 INSTANTIATE(bf16)
+#undef INSTANTIATE
 
 }  // namespace thpc::cuda

@@ -1,15 +1,273 @@
-// PLACEHOLDER: the cross_entropy launchers are being written (see cuda_ops.h); each throws until then.
+// Label-smoothed softmax cross-entropy (§5.4, "Label Smoothing") and log-softmax for
+// decoding on the GPU, with the CPU twin kernels/cpu/cross_entropy.cc as specification.
+// Per row r with target t != pad, lse = log sum_j exp(z_j) and q = (1-eps) onehot(t) + eps/V:
+//   loss_r = lse - (1 - eps) z_t - (eps / V) sum_j z_j,   nll_r = lse - z_t,
+//   d_logits[r, j] = grad_scale * (softmax(z)_j - q_j);   pad rows: d_logits = 0.
+//
+// Shape: the logits are the largest activation of the model ([tokens, 37000] T), and the
+// op does ~5 FLOP per logit, so it is purely memory-bound: the floor is one read of the
+// logits and one write of the gradient (4 bytes per logit in bf16). One block per row:
+// pass 1 reads the row once for an online (running max, rescaled sum of exp) and the
+// plain sum, reduced across the block in fp32; pass 2 reads it again (mostly from L2)
+// and writes the gradient. Both passes stride the row with the whole block, so loads
+// and stores are coalesced. The row statistics are complete (block barrier) before any
+// element is written, so d_logits may alias logits. No fp32 copy of the logits exists.
+//
+// Determinism: per-thread partials combine in a fixed shuffle/shared-memory tree; the
+// per-row loss, nll and token flags go to scratch and one single-block kernel sums them
+// in double in a fixed order; no atomics. The result (and the first bad target, if any)
+// comes back through one copy into pinned memory and a stream synchronisation.
+
+#include <cmath>
+#include <cstdint>
+
 #include "common/error.h"
+#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 
 namespace thpc::cuda {
+namespace {
 
-template <typename T> LossSums softmax_cross_entropy(Context&, T*, const T*, const int32_t*, int, int, float, int, float) { THPC_FAIL("not implemented yet"); }
-template <typename T> void log_softmax(T*, const T*, int, int, cudaStream_t) { THPC_FAIL("not implemented yet"); }
-#define INSTANTIATE(T) \
-  template LossSums softmax_cross_entropy<T>(Context&, T*, const T*, const int32_t*, int, int, float, int, float); \
+constexpr int kWarp = 32;
+constexpr int kThreads = 256;  // per row block
+constexpr int kWarps = kThreads / kWarp;
+constexpr int kSumThreads = 512;  // the single block of the final loss reduction
+
+template <typename T>
+__device__ __forceinline__ float to_float(T x) {
+  return static_cast<float>(x);
+}
+template <>
+__device__ __forceinline__ float to_float<bf16>(bf16 x) {
+  return __bfloat162float(x);
+}
+template <typename T>
+__device__ __forceinline__ T from_float(float x) {
+  return static_cast<T>(x);
+}
+template <>
+__device__ __forceinline__ bf16 from_float<bf16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// Running softmax statistics: max m and sum_j exp(z_j - m), plus sum_j z_j.
+struct Stats {
+  float max;
+  float sum_exp;
+  float sum;
+};
+
+__device__ __forceinline__ Stats merge(Stats a, Stats b) {
+  if (a.max < b.max) {
+    const Stats t = a;
+    a = b;
+    b = t;
+  }
+  // a.max >= b.max; an empty side (max = -inf, sum_exp = 0) contributes nothing.
+  const float rescaled = b.max == -INFINITY ? 0.0f : b.sum_exp * expf(b.max - a.max);
+  return Stats{a.max, a.sum_exp + rescaled, a.sum + b.sum};
+}
+
+// The statistics of one row over the whole block, returned to every thread.
+template <typename T>
+__device__ Stats row_stats(const T* z, int vocab) {
+  Stats s{-INFINITY, 0.0f, 0.0f};
+  for (int j = threadIdx.x; j < vocab; j += kThreads) {
+    const float x = to_float(z[j]);
+    if (x > s.max) {
+      s.sum_exp = s.sum_exp * expf(s.max - x) + 1.0f;  // exp(-inf) = 0 on the first
+      s.max = x;
+    } else {
+      s.sum_exp += expf(x - s.max);
+    }
+    s.sum += x;
+  }
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    Stats other;
+    other.max = __shfl_xor_sync(0xffffffffu, s.max, offset);
+    other.sum_exp = __shfl_xor_sync(0xffffffffu, s.sum_exp, offset);
+    other.sum = __shfl_xor_sync(0xffffffffu, s.sum, offset);
+    s = merge(s, other);
+  }
+  __shared__ Stats partial[kWarps];
+  __shared__ Stats total;
+  if (threadIdx.x % kWarp == 0) partial[threadIdx.x / kWarp] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    Stats all = partial[0];
+    for (int w = 1; w < kWarps; ++w) all = merge(all, partial[w]);
+    total = all;
+  }
+  __syncthreads();  // every read of the row is done: the row may now be overwritten
+  return total;
+}
+
+// Per-row status in the scratch: 1 = counted target, 0 = pad, -1 = target outside vocab.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_rows(T* d_logits, const T* logits, const int32_t* __restrict__ targets,
+                       int vocab, float eps, int pad_id, float grad_scale, double* row_loss,
+                       double* row_nll, int* row_status) {
+  const int64_t r = blockIdx.x;
+  const int32_t target = targets[r];
+  T* dz = d_logits != nullptr ? d_logits + r * vocab : nullptr;
+  if (target == pad_id) {
+    if (dz != nullptr) {
+      for (int j = threadIdx.x; j < vocab; j += kThreads) dz[j] = from_float<T>(0.0f);
+    }
+    if (threadIdx.x == 0) {
+      row_loss[r] = 0.0;
+      row_nll[r] = 0.0;
+      row_status[r] = 0;
+    }
+    return;
+  }
+  if (target < 0 || target >= vocab) {  // the host throws; d_logits is left as it was
+    if (threadIdx.x == 0) {
+      row_loss[r] = 0.0;
+      row_nll[r] = 0.0;
+      row_status[r] = -1;
+    }
+    return;
+  }
+  const T* z = logits + r * vocab;
+  const float target_logit = to_float(z[target]);  // read before the barrier in row_stats
+  const Stats s = row_stats(z, vocab);
+  const float lse = s.max + logf(s.sum_exp);
+  if (threadIdx.x == 0) {
+    const double smoothing = static_cast<double>(eps);
+    row_loss[r] = static_cast<double>(lse) - (1.0 - smoothing) * target_logit -
+                  smoothing / vocab * static_cast<double>(s.sum);
+    row_nll[r] = static_cast<double>(lse) - target_logit;
+    row_status[r] = 1;
+  }
+  if (dz == nullptr) return;
+  const float uniform_mass = eps / static_cast<float>(vocab);
+  for (int j = threadIdx.x; j < vocab; j += kThreads) {
+    const float p = expf(to_float(z[j]) - lse);
+    const float q = uniform_mass + (j == target ? 1.0f - eps : 0.0f);
+    dz[j] = from_float<T>(grad_scale * (p - q));
+  }
+}
+
+struct LossResult {
+  double loss;
+  double nll;
+  long long tokens;
+  int bad_row;  // first row whose target is outside [0, vocab), -1 if none
+  int bad_target;
+};
+
+// One block: thread i sums rows i, i + kSumThreads, ... in double, in order; then a
+// fixed tree over the threads. The first bad row is a minimum (order-free).
+__global__ void __launch_bounds__(kSumThreads)
+    sum_rows(LossResult* result, const double* row_loss, const double* row_nll,
+             const int* row_status, const int32_t* targets, int rows) {
+  __shared__ double loss[kSumThreads], nll[kSumThreads];
+  __shared__ long long tokens[kSumThreads];
+  __shared__ int bad[kSumThreads];
+  double my_loss = 0.0, my_nll = 0.0;
+  long long my_tokens = 0;
+  int my_bad = rows;
+  for (int r = threadIdx.x; r < rows; r += kSumThreads) {
+    my_loss += row_loss[r];
+    my_nll += row_nll[r];
+    if (row_status[r] == 1) ++my_tokens;
+    if (row_status[r] < 0 && r < my_bad) my_bad = r;
+  }
+  const int i = threadIdx.x;
+  loss[i] = my_loss;
+  nll[i] = my_nll;
+  tokens[i] = my_tokens;
+  bad[i] = my_bad;
+  __syncthreads();
+  for (int half = kSumThreads / 2; half > 0; half /= 2) {
+    if (i < half) {
+      loss[i] += loss[i + half];
+      nll[i] += nll[i + half];
+      tokens[i] += tokens[i + half];
+      bad[i] = min(bad[i], bad[i + half]);
+    }
+    __syncthreads();
+  }
+  if (i == 0) {
+    const bool any_bad = bad[0] < rows;
+    *result = LossResult{loss[0], nll[0], tokens[0], any_bad ? bad[0] : -1,
+                         any_bad ? targets[bad[0]] : 0};
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    log_softmax_rows(T* log_probs, const T* logits, int vocab) {
+  const int64_t r = blockIdx.x;
+  const T* z = logits + r * vocab;
+  T* out = log_probs + r * vocab;
+  const Stats s = row_stats(z, vocab);
+  const float lse = s.max + logf(s.sum_exp);
+  for (int j = threadIdx.x; j < vocab; j += kThreads) {
+    out[j] = from_float<T>(to_float(z[j]) - lse);
+  }
+}
+
+size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+}  // namespace
+
+template <typename T>
+LossSums softmax_cross_entropy(Context& context, T* d_logits, const T* logits,
+                               const int32_t* targets, int rows, int vocab, float eps,
+                               int pad_id, float grad_scale) {
+  THPC_CHECK(vocab > 0, "cross-entropy over a vocabulary of " << vocab);
+  THPC_CHECK(rows >= 0, "cross-entropy over " << rows << " rows");
+  if (rows == 0) return LossSums{};
+  cudaStream_t stream = context.stream();
+  // Scratch: per-row loss, nll (double), status (int), then the result.
+  const size_t n = static_cast<size_t>(rows);
+  const size_t loss_at = 0, nll_at = aligned(n * sizeof(double));
+  const size_t status_at = nll_at + aligned(n * sizeof(double));
+  const size_t result_at = status_at + aligned(n * sizeof(int));
+  char* scratch = static_cast<char*>(context.scratch(result_at + sizeof(LossResult)));
+  double* row_loss = reinterpret_cast<double*>(scratch + loss_at);
+  double* row_nll = reinterpret_cast<double*>(scratch + nll_at);
+  int* row_status = reinterpret_cast<int*>(scratch + status_at);
+  LossResult* result = reinterpret_cast<LossResult*>(scratch + result_at);
+
+  cross_entropy_rows<T><<<rows, kThreads, 0, stream>>>(d_logits, logits, targets, vocab, eps,
+                                                       pad_id, grad_scale, row_loss, row_nll,
+                                                       row_status);
+  THPC_CUDA_CHECK_LAUNCH("cross_entropy_rows");
+  sum_rows<<<1, kSumThreads, 0, stream>>>(result, row_loss, row_nll, row_status, targets, rows);
+  THPC_CUDA_CHECK_LAUNCH("sum_rows");
+  auto* host = static_cast<LossResult*>(context.pinned(sizeof(LossResult)));
+  THPC_CUDA_CHECK(
+      cudaMemcpyAsync(host, result, sizeof(LossResult), cudaMemcpyDeviceToHost, stream));
+  THPC_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const LossResult sums = *host;
+  if (sums.bad_row >= 0) {
+    THPC_FAIL("target id " << sums.bad_target << " at row " << sums.bad_row
+                           << " is outside the vocabulary [0, " << vocab << ")");
+  }
+  LossSums out;
+  out.loss = sums.loss;
+  out.nll = sums.nll;
+  out.tokens = static_cast<int64_t>(sums.tokens);
+  return out;
+}
+
+template <typename T>
+void log_softmax(T* log_probs, const T* logits, int rows, int vocab, cudaStream_t stream) {
+  if (vocab <= 0 || rows <= 0) return;
+  log_softmax_rows<T><<<rows, kThreads, 0, stream>>>(log_probs, logits, vocab);
+  THPC_CUDA_CHECK_LAUNCH("log_softmax_rows");
+}
+
+#define INSTANTIATE(T)                                                                   \
+  template LossSums softmax_cross_entropy<T>(Context&, T*, const T*, const int32_t*, int, \
+                                             int, float, int, float);                     \
   template void log_softmax<T>(T*, const T*, int, int, cudaStream_t);
 INSTANTIATE(float)
 INSTANTIATE(bf16)
+#undef INSTANTIATE
 
 }  // namespace thpc::cuda
