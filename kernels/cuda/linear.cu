@@ -123,8 +123,15 @@ using PlanKey = std::array<int64_t, 17>;
 
 class PlanCache {
  public:
-  ~PlanCache() {
-    // Host-side objects only; errors at exit are ignored.
+  ~PlanCache() { clear(); }
+  std::mutex& mutex() { return mutex_; }
+  // Callers hold mutex().
+  Plan& get(Context& context, const Gemm& g);
+
+ private:
+  // Host-side objects only (a matmul already enqueued does not need them); errors are
+  // ignored, as at exit.
+  void clear() {
     for (auto& entry : plans_) {
       Plan& plan = entry.second;
       if (plan.a) cublasLtMatrixLayoutDestroy(plan.a);
@@ -132,12 +139,11 @@ class PlanCache {
       if (plan.c) cublasLtMatrixLayoutDestroy(plan.c);
       if (plan.desc) cublasLtMatmulDescDestroy(plan.desc);
     }
+    plans_.clear();
   }
-  std::mutex& mutex() { return mutex_; }
-  // Callers hold mutex().
-  Plan& get(Context& context, const Gemm& g);
-
- private:
+  // The row count M follows the batch, so shapes keep coming; past this many plans the
+  // cache starts over (the heuristic is deterministic: a re-made plan is the same).
+  static constexpr size_t kMaxPlans = 4096;
   std::map<PlanKey, Plan> plans_;
   std::mutex mutex_;
 };
@@ -155,6 +161,7 @@ Plan& PlanCache::get(Context& context, const Gemm& g) {
                        static_cast<int64_t>(context.lt_workspace_bytes())};
   auto found = plans_.find(key);
   if (found != plans_.end()) return found->second;
+  if (plans_.size() >= kMaxPlans) clear();
 
   Plan plan;
   THPC_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
