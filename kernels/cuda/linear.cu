@@ -1,18 +1,345 @@
-// PLACEHOLDER: the linear launchers are being written (see cuda_ops.h); each throws until then.
+// Dense layers and the tied output projection on the GPU (CPU twin: kernels/cpu/linear.cc).
+//
+//   linear:            y = x W + b                      (every projection of §3.2.2, FFN §3.3)
+//                      dx += dy W^T,  dW += x^T dy,  db += colsum(dy)
+//   output projection: logits = h E^T                   (weights shared with the embedding, §3.4)
+//                      dh += d_logits E,  dE += d_logits^T h
+//
+// Every product is one cuBLASLt matmul with fp32 accumulation (CUBLAS_COMPUTE_32F, so no
+// TF32 in the fp32 mode): 2*M*K*N FLOPs against (M*K + K*N + M*N) elements moved, i.e.
+// hundreds of FLOPs per byte at model sizes, so these ops are GEMM(tensor-core)-bound and
+// nothing is gained by hand-written kernels. The bias of the forward pass is fused as the
+// BIAS epilogue (its vector has D's type, T: see CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE), the
+// bias gradient is one more GEMM, dy^T times a vector of ones, accumulated in fp32 into db
+// (an M-long dot product per column, ~M*N FLOPs, memory-bound but reads dy once).
+//
+// Row-major <-> column-major: a row-major [R, C] matrix is a column-major [C, R] one, so
+// each row-major product P = X Y is computed as the column-major P^T = Y^T X^T.
+//
+// Determinism: cuBLAS(Lt) gives bit-identical results for identical calls on one GPU model
+// and toolkit; the algorithm is chosen once per shape and cached, and split-K reductions
+// are restricted to the kinds that sum partials in fp32 in a separate, ordered pass (never
+// in bf16 in the output buffer), so nothing here depends on timing.
+//
+// Fallback: when cuBLASLt's heuristic offers no algorithm (an alignment or type it does
+// not cover), or THPC_GEMM_FALLBACK=1 is set (the tests use it to check that path), the
+// product goes through cublasGemmEx with the same types and fp32 compute; the bias is then
+// written into the output first and the GEMM adds onto it (beta = 1).
+#include <array>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
 #include "common/error.h"
+#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 
 namespace thpc::cuda {
+namespace {
 
-template <typename T> void linear_forward(Context&, T*, const T*, const T*, const T*, int, int, int) { THPC_FAIL("not implemented yet"); }
-template <typename T> void linear_backward(Context&, T*, float*, float*, const T*, const T*, const T*, int, int, int) { THPC_FAIL("not implemented yet"); }
-template <typename T> void output_projection_forward(Context&, T*, const T*, const T*, int, int, int) { THPC_FAIL("not implemented yet"); }
-template <typename T> void output_projection_backward(Context&, T*, float*, const T*, const T*, const T*, int, int, int) { THPC_FAIL("not implemented yet"); }
-#define INSTANTIATE(T) \
+template <typename T>
+constexpr cudaDataType_t cuda_type();
+template <>
+constexpr cudaDataType_t cuda_type<float>() { return CUDA_R_32F; }
+template <>
+constexpr cudaDataType_t cuda_type<bf16>() { return CUDA_R_16BF; }
+
+// One column-major product D = alpha op(A) op(B) + beta C with C = D, optional bias
+// (length m, type of C, only with beta = 0).
+struct Gemm {
+  cublasOperation_t trans_a = CUBLAS_OP_N, trans_b = CUBLAS_OP_N;
+  int m = 0, n = 0, k = 0;
+  const void* A = nullptr;
+  int lda = 0;
+  const void* B = nullptr;
+  int ldb = 0;
+  void* C = nullptr;
+  int ldc = 0;
+  cudaDataType_t ab_type = CUDA_R_32F, c_type = CUDA_R_32F;
+  float beta = 0.0f;
+  const void* bias = nullptr;
+};
+
+// The largest power of two (<= 256) dividing the address: what cuBLASLt may assume.
+uint32_t alignment_of(const void* pointer) {
+  const auto address = reinterpret_cast<uintptr_t>(pointer);
+  uint32_t alignment = 1;
+  while (alignment < 256 && address % (2 * alignment) == 0) alignment *= 2;
+  return alignment;
+}
+
+// C[i + j*ldc] = bias ? bias[i] : 0 for i < m, j < n (column-major m x n): the bias
+// broadcast along the columns, i.e. along the rows of the row-major output.
+template <typename T>
+__global__ void fill_columns_kernel(T* C, int ldc, int m, int n, const T* bias) {
+  const int64_t count = static_cast<int64_t>(m) * n;
+  for (int64_t index = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       index < count; index += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int i = static_cast<int>(index % m);
+    const int64_t j = index / m;
+    C[i + j * ldc] = bias != nullptr ? bias[i] : static_cast<T>(0.0f);
+  }
+}
+
+template <typename T>
+__global__ void fill_value_kernel(T* values, int n, float value) {
+  const int index = blockIdx.x * blockDim.x + threadIdx.x;
+  if (index < n) values[index] = static_cast<T>(value);
+}
+
+constexpr int kFillThreads = 256;
+
+int fill_blocks(int64_t count) {
+  const int64_t blocks = (count + kFillThreads - 1) / kFillThreads;
+  return static_cast<int>(blocks < 65536 ? blocks : 65536);  // grid-stride beyond
+}
+
+void fill_columns(void* C, cudaDataType_t type, int ldc, int m, int n, const void* bias,
+                  cudaStream_t stream) {
+  const int64_t count = static_cast<int64_t>(m) * n;
+  if (count == 0) return;
+  if (type == CUDA_R_32F) {
+    fill_columns_kernel<float><<<fill_blocks(count), kFillThreads, 0, stream>>>(
+        static_cast<float*>(C), ldc, m, n, static_cast<const float*>(bias));
+  } else {
+    fill_columns_kernel<bf16><<<fill_blocks(count), kFillThreads, 0, stream>>>(
+        static_cast<bf16*>(C), ldc, m, n, static_cast<const bf16*>(bias));
+  }
+  THPC_CUDA_CHECK_LAUNCH("fill_columns_kernel");
+}
+
+// A cached cuBLASLt plan: descriptors and the heuristic's algorithm for one shape.
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool usable = false;  // false: cuBLASLt offered no algorithm, use cublasGemmEx
+};
+
+// Everything the descriptors and the heuristic's choice depend on.
+using PlanKey = std::array<int64_t, 17>;
+
+class PlanCache {
+ public:
+  ~PlanCache() { clear(); }
+  std::mutex& mutex() { return mutex_; }
+  // Callers hold mutex().
+  Plan& get(Context& context, const Gemm& g);
+
+ private:
+  // Host-side objects only (a matmul already enqueued does not need them); errors are
+  // ignored, as at exit.
+  void clear() {
+    for (auto& entry : plans_) {
+      Plan& plan = entry.second;
+      if (plan.a) cublasLtMatrixLayoutDestroy(plan.a);
+      if (plan.b) cublasLtMatrixLayoutDestroy(plan.b);
+      if (plan.c) cublasLtMatrixLayoutDestroy(plan.c);
+      if (plan.desc) cublasLtMatmulDescDestroy(plan.desc);
+    }
+    plans_.clear();
+  }
+  // The row count M follows the batch, so shapes keep coming; past this many plans the
+  // cache starts over (the heuristic is deterministic: a re-made plan is the same).
+  static constexpr size_t kMaxPlans = 4096;
+  std::map<PlanKey, Plan> plans_;
+  std::mutex mutex_;
+};
+
+PlanCache& plan_cache() {
+  static PlanCache cache;
+  return cache;
+}
+
+Plan& PlanCache::get(Context& context, const Gemm& g) {
+  const PlanKey key = {context.device(), g.trans_a, g.trans_b, g.m, g.n, g.k, g.lda, g.ldb,
+                       g.ldc, g.ab_type, g.c_type, g.bias != nullptr,
+                       alignment_of(g.A), alignment_of(g.B), alignment_of(g.C),
+                       g.bias != nullptr ? alignment_of(g.bias) : 0,
+                       static_cast<int64_t>(context.lt_workspace_bytes())};
+  auto found = plans_.find(key);
+  if (found != plans_.end()) return found->second;
+  if (plans_.size() >= kMaxPlans) clear();
+
+  Plan plan;
+  THPC_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const int32_t trans_a = g.trans_a, trans_b = g.trans_b;
+  THPC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                   &trans_a, sizeof(trans_a)));
+  THPC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                   &trans_b, sizeof(trans_b)));
+  const uint32_t epilogue = g.bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  THPC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                   &epilogue, sizeof(epilogue)));
+  if (g.bias != nullptr) {
+    const int32_t bias_type = g.c_type;  // the bias has the output's type
+    THPC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+    // The heuristic reads the pointer's alignment.
+    THPC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                     &g.bias, sizeof(g.bias)));
+  }
+  // Stored shapes: op(A) is m x k, op(B) is k x n, C is m x n.
+  const bool ta = g.trans_a != CUBLAS_OP_N, tb = g.trans_b != CUBLAS_OP_N;
+  THPC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, g.ab_type, ta ? g.k : g.m,
+                                               ta ? g.m : g.k, g.lda));
+  THPC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, g.ab_type, tb ? g.n : g.k,
+                                               tb ? g.k : g.n, g.ldb));
+  THPC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, g.c_type, g.m, g.n, g.ldc));
+
+  cublasLtMatmulPreference_t preference = nullptr;
+  THPC_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  const uint64_t workspace = context.lt_workspace_bytes();
+  THPC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)));
+  // Split-K only with partials summed in fp32 in a separate pass: no bf16 partial sums.
+  const uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  THPC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reductions, sizeof(reductions)));
+  // The actual alignments (weights are slices of one flat buffer, not 256-aligned).
+  const uint32_t align_a = alignment_of(g.A), align_b = alignment_of(g.B),
+                 align_c = alignment_of(g.C);
+  THPC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
+  THPC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
+  THPC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c)));
+  THPC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
+
+  cublasLtMatmulHeuristicResult_t result{};
+  int returned = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+      context.lt(), plan.desc, plan.a, plan.b, plan.c, plan.c, preference, 1, &result, &returned);
+  cublasLtMatmulPreferenceDestroy(preference);
+  if (status == CUBLAS_STATUS_SUCCESS && returned > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
+    plan.algo = result.algo;
+    plan.usable = true;
+  } else if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED) {
+    THPC_CUBLAS_CHECK(status);  // a real error, not "no algorithm for this case"
+  }
+  return plans_.emplace(key, plan).first->second;
+}
+
+bool fallback_forced() {
+  const char* value = std::getenv("THPC_GEMM_FALLBACK");
+  return value != nullptr && std::strcmp(value, "1") == 0;
+}
+
+void gemm_ex(Context& context, const Gemm& g) {
+  float beta = g.beta;
+  if (g.bias != nullptr) {
+    fill_columns(g.C, g.c_type, g.ldc, g.m, g.n, g.bias, context.stream());
+    beta = 1.0f;
+  }
+  const float alpha = 1.0f;
+  THPC_CUBLAS_CHECK(cublasGemmEx(context.blas(), g.trans_a, g.trans_b, g.m, g.n, g.k, &alpha,
+                                 g.A, g.ab_type, g.lda, g.B, g.ab_type, g.ldb, &beta, g.C,
+                                 g.c_type, g.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void gemm(Context& context, const Gemm& g) {
+  if (g.m == 0 || g.n == 0) return;
+  if (g.k == 0) {  // an empty product: D = beta C + bias
+    if (g.beta == 0.0f) fill_columns(g.C, g.c_type, g.ldc, g.m, g.n, g.bias, context.stream());
+    return;  // beta = 1 (accumulation): nothing to add
+  }
+  if (fallback_forced()) {
+    gemm_ex(context, g);
+    return;
+  }
+  PlanCache& cache = plan_cache();
+  std::lock_guard<std::mutex> lock(cache.mutex());
+  Plan& plan = cache.get(context, g);
+  if (!plan.usable) {
+    gemm_ex(context, g);
+    return;
+  }
+  if (g.bias != nullptr) {  // same alignment as when planned (it is in the key)
+    THPC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                     &g.bias, sizeof(g.bias)));
+  }
+  const float alpha = 1.0f;
+  THPC_CUBLAS_CHECK(cublasLtMatmul(context.lt(), plan.desc, &alpha, g.A, plan.a, g.B, plan.b,
+                                   &g.beta, g.C, plan.c, g.C, plan.c, &plan.algo,
+                                   context.lt_workspace(), context.lt_workspace_bytes(),
+                                   context.stream()));
+}
+
+}  // namespace
+
+// Each product below is written as the column-major Gemm
+//   {trans_a, trans_b, m, n, k, A, lda, B, ldb, C, ldc, ab_type, c_type, beta, bias}.
+
+// y^T [N, M] = W^T [N, K] x^T [K, M]: row-major W [K, N] is column-major [N, K] (ld N),
+// row-major x [M, K] is column-major [K, M] (ld K); the bias runs along D's rows (N).
+template <typename T>
+void linear_forward(Context& context, T* y, const T* x, const T* W, const T* b, int M, int K,
+                    int N) {
+  gemm(context, Gemm{CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, W, N, x, K, y, N, cuda_type<T>(),
+                     cuda_type<T>(), 0.0f, b});
+}
+
+template <typename T>
+void linear_backward(Context& context, T* dx, float* dW, float* db, const T* dy, const T* x,
+                     const T* W, int M, int K, int N) {
+  if (dx != nullptr) {
+    // dx^T [K, M] += W [K, N] dy^T [N, M]: W is stored column-major [N, K] (ld N), so op T.
+    gemm(context, Gemm{CUBLAS_OP_T, CUBLAS_OP_N, K, M, N, W, N, dy, N, dx, K, cuda_type<T>(),
+                       cuda_type<T>(), 1.0f, nullptr});
+  }
+  if (dW != nullptr) {
+    // dW^T [N, K] += dy^T [N, M] x [M, K]: x is stored column-major [K, M] (ld K), so op T.
+    gemm(context, Gemm{CUBLAS_OP_N, CUBLAS_OP_T, N, K, M, dy, N, x, K, dW, N, cuda_type<T>(),
+                       CUDA_R_32F, 1.0f, nullptr});
+  }
+  if (db != nullptr && M > 0 && N > 0) {
+    // db [N] += dy^T [N, M] ones [M]: a GEMM with n = 1, fp32 accumulation and output.
+    T* ones = static_cast<T*>(context.scratch(static_cast<size_t>(M) * sizeof(T)));
+    fill_value_kernel<T><<<(M + kFillThreads - 1) / kFillThreads, kFillThreads, 0,
+                           context.stream()>>>(ones, M, 1.0f);
+    THPC_CUDA_CHECK_LAUNCH("fill_value_kernel");
+    gemm(context, Gemm{CUBLAS_OP_N, CUBLAS_OP_N, N, 1, M, dy, N, ones, M, db, N, cuda_type<T>(),
+                       CUDA_R_32F, 1.0f, nullptr});
+  }
+}
+
+// logits^T [V, M] = E [V, d] h^T [d, M]: row-major E [V, d] is column-major [d, V] (ld d),
+// so op T; row-major h [M, d] is column-major [d, M] (ld d).
+template <typename T>
+void output_projection_forward(Context& context, T* logits, const T* h, const T* E, int M,
+                               int d, int vocab) {
+  gemm(context, Gemm{CUBLAS_OP_T, CUBLAS_OP_N, vocab, M, d, E, d, h, d, logits, vocab,
+                     cuda_type<T>(), cuda_type<T>(), 0.0f, nullptr});
+}
+
+template <typename T>
+void output_projection_backward(Context& context, T* dh, float* dE, const T* d_logits,
+                                const T* h, const T* E, int M, int d, int vocab) {
+  if (dh != nullptr) {
+    // dh^T [d, M] += E^T [d, V] d_logits^T [V, M]: E stored column-major [d, V] (ld d),
+    // d_logits column-major [V, M] (ld V).
+    gemm(context, Gemm{CUBLAS_OP_N, CUBLAS_OP_N, d, M, vocab, E, d, d_logits, vocab, dh, d,
+                       cuda_type<T>(), cuda_type<T>(), 1.0f, nullptr});
+  }
+  if (dE != nullptr) {
+    // dE^T [d, V] += h^T [d, M] d_logits [M, V]: d_logits stored column-major [V, M]
+    // (ld V), so op T.
+    gemm(context, Gemm{CUBLAS_OP_N, CUBLAS_OP_T, d, vocab, M, h, d, d_logits, vocab, dE, d,
+                       cuda_type<T>(), CUDA_R_32F, 1.0f, nullptr});
+  }
+}
+
+#define INSTANTIATE(T)                                                                       \
   template void linear_forward<T>(Context&, T*, const T*, const T*, const T*, int, int, int); \
-  template void linear_backward<T>(Context&, T*, float*, float*, const T*, const T*, const T*, int, int, int); \
+  template void linear_backward<T>(Context&, T*, float*, float*, const T*, const T*,         \
+                                   const T*, int, int, int);                                 \
   template void output_projection_forward<T>(Context&, T*, const T*, const T*, int, int, int); \
-  template void output_projection_backward<T>(Context&, T*, float*, const T*, const T*, const T*, int, int, int);
+  template void output_projection_backward<T>(Context&, T*, float*, const T*, const T*,      \
+                                              const T*, int, int, int);
 INSTANTIATE(float)
 INSTANTIATE(bf16)
 
