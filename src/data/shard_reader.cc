@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <numeric>
 
 #include "common/error.h"
@@ -131,44 +132,67 @@ void ShardReader::plan(int64_t max_tokens) {
     const std::vector<int32_t>& tgt = shard->summary.target_lengths;
     shard->order.resize(src.size());
     std::iota(shard->order.begin(), shard->order.end(), 0);
-    // Neighbours in this order are alike on both sides, so a batch of neighbours carries
-    // little padding: by the longer side first (sorting by the source alone leaves the
-    // targets of a batch ragged: 20% padding on Multi30k instead of 9% at 25000 tokens),
-    // then the source, the target, and the index for determinism.
+    // Padded lengths as make_batch builds them: x + eos, and bos + y (or y + eos).
+    const auto padded_src = [&](int32_t pair) { return int64_t{src[pair]} + 1; };
+    const auto padded_tgt = [&](int32_t pair) { return int64_t{tgt[pair]} + 1; };
+    for (int32_t pair : shard->order) {
+      if (padded_src(pair) > max_tokens || padded_tgt(pair) > max_tokens) {
+        THPC_FAIL(shard->path << ": pair " << pair << " (" << src[pair] << " source and "
+                              << tgt[pair] << " target tokens) does not fit a batch of "
+                              << max_tokens << " tokens per rank; raise train.tokens_per_step"
+                              << " or preprocess with a smaller --max-len");
+      }
+    }
+    // The order: neighbours are alike on both sides. By the longer side L first (sorting
+    // by the source alone leaves the targets of a batch ragged: 20% padding on Multi30k at
+    // 25000 tokens); pairs of one L lie on an L-shape of the (source, target) grid, walked
+    // by source - target, ascending for even L and descending for odd L, so that the
+    // L-shapes of consecutive L meet at the same end (a snake) and a batch that spans two
+    // of them stays compact. The index breaks ties, for determinism.
     std::sort(shard->order.begin(), shard->order.end(), [&](int32_t a, int32_t b) {
       const int32_t longer_a = std::max(src[a], tgt[a]), longer_b = std::max(src[b], tgt[b]);
       if (longer_a != longer_b) return longer_a < longer_b;
-      if (src[a] != src[b]) return src[a] < src[b];
-      if (tgt[a] != tgt[b]) return tgt[a] < tgt[b];
+      const int32_t skew_a = src[a] - tgt[a], skew_b = src[b] - tgt[b];
+      if (skew_a != skew_b) return (longer_a % 2 == 0) == (skew_a < skew_b);
       return a < b;
     });
-    shard->batch_starts.assign(1, 0);
-    int64_t rows = 0, longest_src = 0, longest_tgt = 0;
-    for (size_t i = 0; i < shard->order.size(); ++i) {
-      const int32_t pair = shard->order[i];
-      // Padded lengths as make_batch builds them: x + eos, and bos + y (or y + eos).
-      const auto fits = [&](int64_t longest_src_then, int64_t longest_tgt_then, int64_t rows_then) {
-        const int64_t src_len = std::max<int64_t>(longest_src_then, src[pair] + 1);
-        const int64_t tgt_len = std::max<int64_t>(longest_tgt_then, tgt[pair] + 1);
-        return (rows_then + 1) * src_len <= max_tokens && (rows_then + 1) * tgt_len <= max_tokens;
-      };
-      if (!fits(longest_src, longest_tgt, rows)) {
-        if (!fits(0, 0, 0)) {
-          THPC_FAIL(shard->path << ": pair " << pair << " (" << src[pair] << " source and "
-                                << tgt[pair] << " target tokens) does not fit a batch of "
-                                << max_tokens << " tokens per rank; raise train.tokens_per_step"
-                                << " or preprocess with a smaller --max-len");
+    // The cuts. A batch of B pairs costs B * S + B * T padded tokens, S and T its longest
+    // padded source and target (padding = that minus the real tokens, fixed for the
+    // shard), plus kStepCost for being one more step. Dynamic programming over the order
+    // finds the cuts of least total cost, every batch within the budget on both sides
+    // (B * S <= budget, B * T <= budget): cost[j] = min over i of cost[i] + cost of the
+    // batch order[i, j). Packing greedily to the budget (the first version) forced
+    // batches across whole ranges of lengths: 8.98% padding on Multi30k with one rank at
+    // 25000 tokens (19 batches); this plan pays 4.33% (31 batches), and at 3125 tokens
+    // 1.97% instead of 3.15% with the same 140 batches. Without the step cost every
+    // pair would be a batch of its own; with it a batch is cut only where that saves
+    // more than kStepCost padded tokens. O(pairs x rows of a batch).
+    constexpr int64_t kStepCost = 1000;
+    const size_t count = shard->order.size();
+    std::vector<int64_t> cost(count + 1, std::numeric_limits<int64_t>::max());
+    std::vector<int64_t> cut(count + 1, 0);  // the batch ending before j starts at cut[j]
+    cost[0] = 0;
+    for (size_t j = 1; j <= count; ++j) {
+      int64_t longest_src = 0, longest_tgt = 0;
+      for (size_t i = j; i-- > 0;) {
+        const int32_t pair = shard->order[i];
+        longest_src = std::max(longest_src, padded_src(pair));
+        longest_tgt = std::max(longest_tgt, padded_tgt(pair));
+        const int64_t rows = static_cast<int64_t>(j - i);
+        if (rows * longest_src > max_tokens || rows * longest_tgt > max_tokens) break;
+        const int64_t total = cost[i] + rows * (longest_src + longest_tgt) + kStepCost;
+        if (total < cost[j]) {
+          cost[j] = total;
+          cut[j] = static_cast<int64_t>(i);
         }
-        shard->batch_starts.push_back(static_cast<int64_t>(i));
-        rows = 0;
-        longest_src = 0;
-        longest_tgt = 0;
       }
-      longest_src = std::max<int64_t>(longest_src, src[pair] + 1);
-      longest_tgt = std::max<int64_t>(longest_tgt, tgt[pair] + 1);
-      ++rows;
     }
-    if (rows > 0) shard->batch_starts.push_back(static_cast<int64_t>(shard->order.size()));
+    shard->batch_starts.clear();
+    for (int64_t j = static_cast<int64_t>(count); j > 0; j = cut[j]) {
+      shard->batch_starts.push_back(j);
+    }
+    shard->batch_starts.push_back(0);
+    std::reverse(shard->batch_starts.begin(), shard->batch_starts.end());
     batches_per_epoch_ += shard->batches();
   }
   planned_budget_ = max_tokens;
