@@ -5,8 +5,8 @@
 //  * Within each shard, pairs are ordered by the longer side, then source - target length
 //    (a snake over the length grid), and cut into batches whose padded size, rows x
 //    longest sentence (eos and bos included), stays within the budget on both sides; the
-//    cuts minimise the padded tokens plus a fixed cost per batch (dynamic programming,
-//    see plan()). Batches never span shards, so a shard is all a rank needs in memory to
+//    cuts make as few batches as greedy packing to the budget would and, among such
+//    partitions, the fewest padded tokens (dynamic programming, see plan()). Batches never span shards, so a shard is all a rank needs in memory to
 //    assemble them.
 //  * Each epoch visits the shards in an order shuffled from (seed, epoch) and each
 //    shard's batches in an order shuffled from (seed, epoch, shard).
