@@ -321,9 +321,10 @@ TEST_F(DataPipeline, NoBatchExceedsTheBudgetAndBatchesAreLengthBucketed) {
 
 // One rank taking a large budget gets few, large batches: greedy packing up to the
 // budget made each of them span a wide range of lengths (8.98% padding on Multi30k,
-// 37k BPE, at 25,000 tokens). Here all of Multi30k's training text, 2,000 BPE pieces
-// (preprocessing takes seconds), one rank at 8,000 tokens: the greedy packing paid
-// 6.12% (77 batches), the least-cost cuts pay 3.71% (83 batches).
+// 37k BPE, at 25,000 tokens). The plan keeps greedy's batch count (the batches stay
+// full: tokens_per_step means the step's size) and moves the cuts to pad least. Measures,
+// on all of Multi30k's training text with 2,000 BPE pieces (preprocessing takes seconds)
+// and one rank, the epoch's padding, its batch count and how full the batches are.
 TEST(ShardReaderPadding, ALargeBudgetOnOneRankWastesUnderFivePercent) {
   const fs::path root =
       fs::temp_directory_path() / ("thpc_test_padding_" + std::to_string(::getpid()));
@@ -345,7 +346,12 @@ TEST(ShardReaderPadding, ALargeBudgetOnOneRankWastesUnderFivePercent) {
   ShardReaderSpec spec;
   spec.files = find_shards((root / "corpus").string(), "train");
   ShardReader reader(spec);
-  const int64_t budget = 8000;
+  // The largest per-rank budget (of 8,000 to 10,000 by 500) at which this corpus stays
+  // under 5%: packing greedily to the budget in the same order takes 69 batches and wastes
+  // 5.50% (the old order: 6.12% at 8,000), the plan keeps the 69 batches, 98% full on
+  // average, and wastes 4.81%.
+  const int64_t budget = 9000;
+  const int64_t greedy_batches = 69;
   const int64_t batches = reader.batches_per_epoch(budget);
   int64_t src_padded = 0, tgt_padded = 0, real = 0, pairs = 0, filled = 0;
   for (int64_t i = 0; i < batches; ++i) {
@@ -364,9 +370,10 @@ TEST(ShardReaderPadding, ALargeBudgetOnOneRankWastesUnderFivePercent) {
   const double fill = static_cast<double>(filled) / static_cast<double>(batches * budget);
   std::printf("%lld batches, padding %.2f%%, filled %.1f%%\n", static_cast<long long>(batches),
               100 * padding, 100 * fill);
+  // As many steps as greedy packing (tokens_per_step keeps its meaning), less padding.
+  EXPECT_LE(batches, greedy_batches);
+  EXPECT_GE(fill, 0.90) << batches << " batches";
   EXPECT_LT(padding, 0.05) << batches << " batches";
-  // Batches stay large: their longer side fills 91% of the budget on average here.
-  EXPECT_GE(fill, 0.85) << batches << " batches";
   fs::remove_all(root);
 }
 
