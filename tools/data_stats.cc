@@ -6,6 +6,7 @@
 //                              [--accumulate 1] [--epochs 1] [--memory-mb 4096]
 #include <boost/program_options.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <iomanip>
 #include <iostream>
@@ -54,8 +55,12 @@ int main(int argc, char** argv) {
     spec.memory_budget_bytes = static_cast<int64_t>(memory_mb) << 20;
     thpc::ShardReader reader(spec);
     const int64_t budget = std::max<int64_t>(1, tokens_per_step / (int64_t{ranks} * accumulate));
+    const auto plan_start = std::chrono::steady_clock::now();
     const int64_t batches = reader.batches_per_epoch(budget);
+    const double plan_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - plan_start).count();
     int64_t src_padded = 0, tgt_padded = 0, src_real = 0, tgt_real = 0, assembled = 0;
+    int64_t longer_sides = 0;
     const auto start = std::chrono::steady_clock::now();
     for (int epoch = 0; epoch < epochs; ++epoch) {
       reader.seek(thpc::DataPosition{epoch, 0});
@@ -64,6 +69,7 @@ int main(int argc, char** argv) {
         tgt_padded += static_cast<int64_t>(batch->tgt_in.size());
         src_real += batch->src_tokens();
         tgt_real += batch->tgt_tokens();
+        longer_sides += static_cast<int64_t>(std::max(batch->src.size(), batch->tgt_in.size()));
         ++assembled;
       }
     }
@@ -76,7 +82,12 @@ int main(int argc, char** argv) {
               << reader.pairs() << " pairs, vocabulary " << reader.vocab_size() << "\n"
               << "budget " << budget << " tokens per side per rank (" << tokens_per_step
               << " / (" << ranks << " ranks x " << accumulate << ")): " << batches
-              << " batches per epoch\n"
+              << " batches per epoch, planned in " << std::setprecision(3) << plan_seconds
+              << " s\n"
+              << std::setprecision(2) << "fill (rank 0's batches): longer side "
+              << 100.0 * static_cast<double>(longer_sides) /
+                     static_cast<double>(std::max<int64_t>(1, assembled) * budget)
+              << "% of the budget on average\n"
               << "padding (rank 0's batches): source " << waste(src_padded, src_real)
               << "%, target " << waste(tgt_padded, tgt_real) << "%, both "
               << waste(src_padded + tgt_padded, src_real + tgt_real) << "% of padded tokens\n"
