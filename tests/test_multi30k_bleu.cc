@@ -1,19 +1,20 @@
 // The whole pipeline on real data, as a user runs it, with a BLEU floor: Multi30k EN->DE
 // preprocessed with a small shared BPE (build/transformer_preprocess), a small model
-// trained on the CPU (build/transformer_hpc input/multi30k_tiny.ini, about 3 minutes on
-// 2 cores), its last two checkpoints averaged at the end of the run, a held-out slice of
+// trained on the CPU (build/transformer_hpc input/multi30k_tiny.ini, about 2.5 minutes
+// on one core), its last two checkpoints averaged at the end of the run, a held-out slice of
 // test_2016_flickr translated with beam search (build/transformer_decode, with the
 // SentencePiece model the checkpoint carries) and scored with the sacreBLEU-exact
 // scorer (build/transformer_score).
 //
-// Four minutes of CPU training reach a meaningful BLEU only on short sentences, so
+// A few minutes of CPU training reach a meaningful BLEU only on short sentences, so
 // training and test use the pairs whose English side has at most 10 words (11,833 of
 // the 29,000 training pairs; the first 200 such sentences of test_2016_flickr).
 //
-// Calibration (2 cores, threads = 2, measured while developing this test; the test itself
-// takes about 140 s alone on those cores, almost all of it training):
-//   the trained model, beam 4 (average of steps 550 + 600)        BLEU 16.65
-//   the model of step 600 alone, beam 4 / greedy                  BLEU 16.3 / 16.1
+// Calibration (2 cores; the test itself takes about 160 s alone on them, almost all of it
+// training on one thread, train.threads = 1):
+//   the trained model, beam 4 (average of steps 550 + 600)        BLEU 16.38
+//   with train.threads = 2 (other float sums): the average / step 600 alone, beam 4 /
+//   step 600 alone, greedy                                        BLEU 16.65 / 16.3 / 16.1
 //   broken: decoder trained with its causal mask disabled         BLEU  0.0 (it learns to
 //           read the next target token, so at inference it emits eos at once)
 //   broken: untrained (random-init) model                         BLEU  0.0
