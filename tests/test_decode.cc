@@ -166,6 +166,8 @@ TEST_F(DecodeProgram, EvaluateScriptAveragesDecodesAndScores) {
 TEST_F(DecodeProgram, BadInputFailsWithAMessage) {
   std::string out, err;
   EXPECT_EQ(decode("--beam 0", out, err), 2) << err;
+  EXPECT_EQ(decode("--threads -1", out, err), 2) << err;
+  EXPECT_EQ(decode("--threads 2 --max-len-b 2", out, err), 0) << err;  // a valid setting
   const std::string missing = std::string(THPC_BINARY_DIR) +
                               "/transformer_decode --checkpoint /nonexistent.h5 --spm-model x"
                               " < /dev/null > /dev/null 2>&1";

@@ -3,7 +3,7 @@
 //
 //   transformer_decode --checkpoint FILE [--spm-model FILE] [--input FILE|-] [--output FILE]
 //                      [--beam 4] [--lenpen 0.6] [--max-len-a 1 --max-len-b 50]
-//                      [--batch-tokens 4096] [--nbest 1] [--greedy]
+//                      [--batch-tokens 4096] [--nbest 1] [--greedy] [--threads N]
 //
 // The SentencePiece model is --spm-model when given, else the one stored in the
 // checkpoint by the trainer (fairseq-like). Each input line is SentencePiece-encoded, sentences are sorted by length into batches
@@ -40,6 +40,7 @@ namespace po = boost::program_options;
 struct Arguments {
   std::string checkpoint, spm_model, input = "-", output = "-";
   int beam = 4, nbest = 1, max_len_a = 1, max_len_b = 50, batch_tokens = 4096;
+  int threads = -1;  // < 0: the checkpoint's train.threads
   float lenpen = 0.6f;
   bool greedy = false;
 };
@@ -73,7 +74,8 @@ std::vector<std::string> read_lines(const std::string& path) {
 int run(const Arguments& args) {
   const thpc::Checkpoint checkpoint =
       thpc::read_checkpoint(args.checkpoint, thpc::CheckpointParts::ParamsOnly);
-  const thpc::Config config = stored_config(checkpoint, args.checkpoint);
+  thpc::Config config = stored_config(checkpoint, args.checkpoint);
+  if (args.threads >= 0) config.train.threads = args.threads;
   const int vocab = vocabulary_of(checkpoint, args.checkpoint);
 
   sentencepiece::SentencePieceProcessor spm;
@@ -214,7 +216,9 @@ int main(int argc, char** argv) {
       ("max-len-b", po::value(&args.max_len_b), "(§6.1: a = 1, b = 50)")
       ("batch-tokens", po::value(&args.batch_tokens), "padded source tokens per batch")
       ("nbest", po::value(&args.nbest), "hypotheses per sentence (<= beam)")
-      ("greedy", po::bool_switch(&args.greedy), "greedy decoding (beam 1, no length penalty)");
+      ("greedy", po::bool_switch(&args.greedy), "greedy decoding (beam 1, no length penalty)")
+      ("threads", po::value(&args.threads),
+       "CPU backend BLAS threads, 0 = all cores (default: the checkpoint's train.threads)");
   try {
     po::variables_map values;
     po::store(po::parse_command_line(argc, argv, options), values);
@@ -224,9 +228,9 @@ int main(int argc, char** argv) {
     }
     po::notify(values);
     if (args.beam < 1 || args.nbest < 1 || args.batch_tokens < 1 || args.max_len_a < 0 ||
-        args.max_len_b < 0 || args.lenpen < 0) {
-      THPC_FAIL("--beam, --nbest and --batch-tokens must be >= 1; --max-len-a, --max-len-b "
-                "and --lenpen >= 0");
+        args.max_len_b < 0 || args.lenpen < 0 || (values.count("threads") && args.threads < 0)) {
+      THPC_FAIL("--beam, --nbest and --batch-tokens must be >= 1; --max-len-a, --max-len-b, "
+                "--lenpen and --threads >= 0");
     }
   } catch (const std::exception& error) {
     std::cerr << "transformer_decode: " << error.what() << " (see --help)\n";
