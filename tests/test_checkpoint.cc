@@ -27,6 +27,7 @@
 #include "data/synthetic.h"
 #include "decode/greedy.h"
 #include "train/trainer.h"
+#include "program.h"
 
 namespace thpc {
 namespace {
@@ -36,23 +37,6 @@ namespace fs = std::filesystem;
 const std::string kTinyIni = std::string(THPC_SOURCE_DIR) + "/input/tiny.ini";
 const std::string kTrainer = std::string(THPC_BINARY_DIR) + "/transformer_hpc";
 const std::string kAverager = std::string(THPC_BINARY_DIR) + "/transformer_average";
-
-struct ProcessResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-ProcessResult run_process(const std::string& command) {
-  ProcessResult result;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  size_t read = 0;
-  while ((read = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) result.output.append(buffer, read);
-  const int status = ::pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
 
 // "step 17/40 | loss 3.1234 | ..." lines by step: the loss text of each.
 std::map<int64_t, std::string> losses_by_step(const std::string& log) {
@@ -488,6 +472,52 @@ TEST_F(CheckpointTest, ParametersOnlyCheckpointServesDecodingAndInit) {
                          path("average.h5"));
       },
       {path("average.h5"), "parameters only"});
+}
+
+TEST_F(CheckpointTest, SentencePieceModelIsStoredCheckedAndAveraged) {
+  // A serialized model is binary: NULs and high bytes must come back as they went in.
+  const std::string spm("\x0a\x00piece\x00\xff\x80 model", 16);
+  const std::string architecture = "layers=1 test";
+  Checkpoint with_spm = constant_checkpoint(1.0f, 10, architecture);
+  with_spm.spm_model = spm;
+  write_checkpoint(path("ckpt/step_00000010.h5"), with_spm);
+  EXPECT_EQ(read_checkpoint(path("ckpt/step_00000010.h5"), CheckpointParts::ParamsOnly).spm_model,
+            spm);
+  // A checkpoint without one (a synthetic run, or one written before models were
+  // stored) has no /spm_model dataset and loads with an empty model.
+  write_checkpoint(path("ckpt/step_00000020.h5"), constant_checkpoint(2.0f, 20, architecture));
+  const hid_t old_style = H5Fopen(path("ckpt/step_00000020.h5").c_str(), H5F_ACC_RDONLY,
+                                  H5P_DEFAULT);
+  EXPECT_EQ(H5Lexists(old_style, "spm_model", H5P_DEFAULT), 0);
+  H5Fclose(old_style);
+  EXPECT_EQ(read_checkpoint(path("ckpt/step_00000020.h5"), CheckpointParts::ParamsOnly).spm_model,
+            "");
+  write_checkpoint(path("ckpt/step_00000030.h5"), with_spm);
+
+  // Averaging carries it over, also when the newest input is one without it; the program
+  // writes it.
+  EXPECT_EQ(average_checkpoints(list_checkpoints(path("ckpt"))).spm_model, spm);
+  EXPECT_EQ(average_checkpoints({path("ckpt/step_00000030.h5"), path("ckpt/step_00000020.h5")})
+                .spm_model,
+            spm);
+  const ProcessResult averaged = run_process(kAverager + " --inputs " + path("ckpt") +
+                                             " --last 3 --output " + path("average.h5"));
+  ASSERT_EQ(averaged.exit_code, 0) << averaged.output;
+  EXPECT_EQ(read_checkpoint(path("average.h5"), CheckpointParts::ParamsOnly).spm_model, spm);
+
+  // Checkpoints of other vocabularies are not averaged.
+  Checkpoint other = with_spm;
+  other.spm_model[3] = 'P';
+  write_checkpoint(path("other.h5"), other);
+  expect_error([&] { average_checkpoints({path("ckpt/step_00000010.h5"), path("other.h5")}); },
+               {"different SentencePiece models", path("ckpt/step_00000010.h5"),
+                path("other.h5")});
+
+  // Its sha256 is checked like every other dataset's.
+  const std::string flipped = path("ckpt/step_00000030.h5");
+  flip_byte(flipped, dataset_offset(flipped, "/spm_model") + 5);
+  expect_error([&] { read_checkpoint(flipped, CheckpointParts::ParamsOnly); },
+               {flipped, "bad checksum for dataset /spm_model"});
 }
 
 // ---- corruption ----

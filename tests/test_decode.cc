@@ -2,7 +2,8 @@
 // English, a (randomly initialised) model saved as a checkpoint, and the program run as
 // a user runs it. Translation quality needs a trained model (the data issue's Multi30k
 // run); here: one output line per input line in input order, empty lines, over-long
-// lines truncated with a warning, determinism, --greedy = --beam 1 --lenpen 0, n-best.
+// lines truncated with a warning, determinism, --greedy = --beam 1 --lenpen 0, n-best,
+// the SentencePiece model taken from the checkpoint when --spm-model is not given.
 #include <gtest/gtest.h>
 #include <sentencepiece_trainer.h>
 #include <unistd.h>
@@ -15,26 +16,12 @@
 #include "config/config.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/transformer.h"
+#include "program.h"
 
 namespace thpc {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) lines.push_back(line);
-  return lines;
-}
 
 class DecodeProgram : public ::testing::Test {
  protected:
@@ -68,6 +55,9 @@ class DecodeProgram : public ::testing::Test {
     checkpoint.config_ini = config.to_ini();
     checkpoint.params = gather_named(model.params(), *backend, model.params().params());
     write_checkpoint((dir_ / "model.h5").string(), checkpoint);
+    // The same, carrying its SentencePiece model as the trainer stores it.
+    checkpoint.spm_model = read_file(dir_ / "spm.model");
+    write_checkpoint((dir_ / "model_spm.h5").string(), checkpoint);
 
     std::ofstream input(dir_ / "input.en");
     input << "A man is riding a bike.\n\nTwo dogs play in the snow.\n";
@@ -76,14 +66,17 @@ class DecodeProgram : public ::testing::Test {
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
 
-  // Runs the program; returns its exit code, stdout in `out`, stderr in `err`.
-  int decode(const std::string& options, std::string& out, std::string& err) {
+  // Runs the program on `checkpoint` (with --spm-model unless `spm_model` is false);
+  // returns its exit code, stdout in `out`, stderr in `err`.
+  int decode(const std::string& options, std::string& out, std::string& err,
+             const std::string& checkpoint = "model.h5", bool spm_model = true) {
     const fs::path out_file = dir_ / "out.txt", err_file = dir_ / "err.txt";
-    const std::string command = std::string(THPC_BINARY_DIR) + "/transformer_decode --checkpoint " +
-                                (dir_ / "model.h5").string() + " --spm-model " +
-                                (dir_ / "spm.model").string() + " --input " +
-                                (dir_ / "input.en").string() + " " + options + " > " +
-                                out_file.string() + " 2> " + err_file.string();
+    const std::string command =
+        std::string(THPC_BINARY_DIR) + "/transformer_decode --checkpoint " +
+        (dir_ / checkpoint).string() +
+        (spm_model ? " --spm-model " + (dir_ / "spm.model").string() : std::string()) +
+        " --input " + (dir_ / "input.en").string() + " " + options + " > " + out_file.string() +
+        " 2> " + err_file.string();
     const int status = std::system(command.c_str());
     out = read_file(out_file);
     err = read_file(err_file);
@@ -117,6 +110,25 @@ TEST_F(DecodeProgram, GreedyIsBeamOneWithoutLengthPenalty) {
   EXPECT_EQ(greedy, beam_one);
 }
 
+TEST_F(DecodeProgram, SentencePieceModelComesFromTheCheckpointOrTheCommandLine) {
+  std::string given, stored, err;
+  ASSERT_EQ(decode("--max-len-b 5", given, err), 0) << err;
+  ASSERT_EQ(decode("--max-len-b 5", stored, err, "model_spm.h5", /*spm_model=*/false), 0) << err;
+  EXPECT_EQ(stored, given);
+  ASSERT_EQ(decode("--max-len-b 5", stored, err, "model_spm.h5", /*spm_model=*/true), 0) << err;
+  EXPECT_EQ(stored, given);
+  // Neither: one line naming the checkpoint and what to do, exit code 1.
+  std::string out;
+  EXPECT_EQ(decode("", out, err, "model.h5", /*spm_model=*/false), 1) << err;
+  EXPECT_NE(err.find("transformer_decode: error: checkpoint " + (dir_ / "model.h5").string() +
+                     " holds no SentencePiece model"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("give --spm-model FILE"), std::string::npos) << err;
+  EXPECT_EQ(lines_of(err).size(), 1u) << err;
+  EXPECT_EQ(out, "");
+}
+
 TEST_F(DecodeProgram, NBestGivesKScoredLinesPerSentence) {
   std::string out, err;
   ASSERT_EQ(decode("--nbest 3 --max-len-b 4", out, err), 0) << err;
@@ -127,30 +139,35 @@ TEST_F(DecodeProgram, NBestGivesKScoredLinesPerSentence) {
 }
 
 TEST_F(DecodeProgram, EvaluateScriptAveragesDecodesAndScores) {
-  // Two checkpoints of the run in a directory: the script averages them, translates
-  // and prints sacreBLEU's line (the reference here is the input itself).
-  const fs::path run = dir_ / "run";
-  fs::create_directories(run);
-  fs::copy_file(dir_ / "model.h5", run / "step_00000001.h5");
-  fs::copy_file(dir_ / "model.h5", run / "step_00000002.h5");
+  // Two checkpoints of a run in a directory: the script averages them, translates and
+  // prints sacreBLEU's line (the reference here is the input itself). With a SentencePiece
+  // model given, and without one from checkpoints that carry theirs.
   std::ofstream(dir_ / "test.en") << "A man is riding a bike.\nTwo dogs play.\n";
-  const std::string command = "THPC_BUILD=" + std::string(THPC_BINARY_DIR) + " bash " +
-                              THPC_SOURCE_DIR + "/tools/evaluate.sh " + run.string() + " " +
-                              (dir_ / "spm.model").string() + " " + (dir_ / "test.en").string() +
-                              " " + (dir_ / "test.en").string() + " 2 -- --max-len-b 3 > " +
-                              (dir_ / "eval.txt").string() + " 2>&1";
-  const int status = std::system(command.c_str());
-  const std::string output = read_file(dir_ / "eval.txt");
-  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0) << output;
-  EXPECT_NE(output.find("BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp"), std::string::npos)
-      << output;
-  EXPECT_TRUE(fs::exists(run / "eval" / "average_last2.h5"));
-  EXPECT_EQ(lines_of(read_file(run / "eval" / "test.en.hyp")).size(), 2u);
+  for (const auto& [checkpoint, spm_argument] :
+       {std::pair{std::string("model.h5"), " " + (dir_ / "spm.model").string()},
+        std::pair{std::string("model_spm.h5"), std::string()}}) {
+    const fs::path run = dir_ / ("run_" + checkpoint);
+    fs::create_directories(run);
+    fs::copy_file(dir_ / checkpoint, run / "step_00000001.h5");
+    fs::copy_file(dir_ / checkpoint, run / "step_00000002.h5");
+    const ProcessResult result = run_process(
+        "THPC_BUILD=" + std::string(THPC_BINARY_DIR) + " bash " + THPC_SOURCE_DIR +
+        "/tools/evaluate.sh " + run.string() + spm_argument + " " + (dir_ / "test.en").string() +
+        " " + (dir_ / "test.en").string() + " 2 -- --max-len-b 3");
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    EXPECT_NE(result.output.find("BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp"),
+              std::string::npos)
+        << result.output;
+    EXPECT_TRUE(fs::exists(run / "eval" / "average_last2.h5"));
+    EXPECT_EQ(lines_of(read_file(run / "eval" / "test.en.hyp")).size(), 2u);
+  }
 }
 
 TEST_F(DecodeProgram, BadInputFailsWithAMessage) {
   std::string out, err;
   EXPECT_EQ(decode("--beam 0", out, err), 2) << err;
+  EXPECT_EQ(decode("--threads -1", out, err), 2) << err;
+  EXPECT_EQ(decode("--threads 2 --max-len-b 2", out, err), 0) << err;  // a valid setting
   const std::string missing = std::string(THPC_BINARY_DIR) +
                               "/transformer_decode --checkpoint /nonexistent.h5 --spm-model x"
                               " < /dev/null > /dev/null 2>&1";

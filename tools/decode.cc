@@ -1,11 +1,12 @@
 // transformer_decode: translates text with a trained checkpoint (a step or an average),
 // after fairseq-interactive / fairseq-generate.
 //
-//   transformer_decode --checkpoint FILE --spm-model FILE [--input FILE|-] [--output FILE]
+//   transformer_decode --checkpoint FILE [--spm-model FILE] [--input FILE|-] [--output FILE]
 //                      [--beam 4] [--lenpen 0.6] [--max-len-a 1 --max-len-b 50]
-//                      [--batch-tokens 4096] [--nbest 1] [--greedy]
+//                      [--batch-tokens 4096] [--nbest 1] [--greedy] [--threads N]
 //
-// Each input line is SentencePiece-encoded, sentences are sorted by length into batches
+// The SentencePiece model is --spm-model when given, else the one stored in the
+// checkpoint by the trainer (fairseq-like). Each input line is SentencePiece-encoded, sentences are sorted by length into batches
 // of at most --batch-tokens source tokens, translated by batched beam search with a KV
 // cache (§6.1: beam 4, alpha 0.6, output length <= input length + 50) and written back
 // detokenised, one line per input line, in input order. With --nbest K > 1 each input
@@ -39,6 +40,7 @@ namespace po = boost::program_options;
 struct Arguments {
   std::string checkpoint, spm_model, input = "-", output = "-";
   int beam = 4, nbest = 1, max_len_a = 1, max_len_b = 50, batch_tokens = 4096;
+  int threads = -1;  // < 0: the checkpoint's train.threads
   float lenpen = 0.6f;
   bool greedy = false;
 };
@@ -72,23 +74,36 @@ std::vector<std::string> read_lines(const std::string& path) {
 int run(const Arguments& args) {
   const thpc::Checkpoint checkpoint =
       thpc::read_checkpoint(args.checkpoint, thpc::CheckpointParts::ParamsOnly);
-  const thpc::Config config = stored_config(checkpoint, args.checkpoint);
+  thpc::Config config = stored_config(checkpoint, args.checkpoint);
+  if (args.threads >= 0) config.train.threads = args.threads;
   const int vocab = vocabulary_of(checkpoint, args.checkpoint);
 
   sentencepiece::SentencePieceProcessor spm;
-  const auto status = spm.Load(args.spm_model);
-  if (!status.ok()) THPC_FAIL("cannot load SentencePiece model '" << args.spm_model << "': "
-                                                                   << status.ToString());
+  // What error messages call the model: the file, or the checkpoint's copy.
+  std::string spm_source = args.spm_model;
+  if (!args.spm_model.empty()) {
+    const auto status = spm.Load(args.spm_model);
+    if (!status.ok()) THPC_FAIL("cannot load SentencePiece model '" << args.spm_model << "': "
+                                                                     << status.ToString());
+  } else if (!checkpoint.spm_model.empty()) {
+    spm_source = "the SentencePiece model stored in " + args.checkpoint;
+    const auto status = spm.LoadFromSerializedProto(checkpoint.spm_model);
+    if (!status.ok()) THPC_FAIL("cannot load " << spm_source << ": " << status.ToString());
+  } else {
+    THPC_FAIL("checkpoint " << args.checkpoint << " holds no SentencePiece model (its run "
+              << "trained on data without one, e.g. a synthetic task, or predates stored "
+              << "models); give --spm-model FILE");
+  }
   if (spm.GetPieceSize() != vocab) {
-    THPC_FAIL(args.spm_model << ": a vocabulary of " << spm.GetPieceSize() << " pieces, but "
-                             << args.checkpoint << " was trained with " << vocab);
+    THPC_FAIL(spm_source << ": a vocabulary of " << spm.GetPieceSize() << " pieces, but "
+                         << args.checkpoint << " was trained with " << vocab);
   }
   thpc::SpecialIds ids;
   if (spm.pad_id() != ids.pad || spm.unk_id() != ids.unk || spm.bos_id() != ids.bos ||
       spm.eos_id() != ids.eos) {
-    THPC_FAIL(args.spm_model << ": special ids pad/unk/bos/eos are " << spm.pad_id() << "/"
-                             << spm.unk_id() << "/" << spm.bos_id() << "/" << spm.eos_id()
-                             << ", the model expects 0/1/2/3");
+    THPC_FAIL(spm_source << ": special ids pad/unk/bos/eos are " << spm.pad_id() << "/"
+                         << spm.unk_id() << "/" << spm.bos_id() << "/" << spm.eos_id()
+                         << ", the model expects 0/1/2/3");
   }
 
   auto backend = thpc::make_backend(config.train);
@@ -191,7 +206,8 @@ int main(int argc, char** argv) {
   options.add_options()
       ("help", "print this text")
       ("checkpoint", po::value(&args.checkpoint)->required(), "checkpoint (a step or an average)")
-      ("spm-model", po::value(&args.spm_model)->required(), "SentencePiece model of the corpus")
+      ("spm-model", po::value(&args.spm_model),
+       "SentencePiece model of the corpus (default: the one stored in the checkpoint)")
       ("input", po::value(&args.input), "source text, one sentence per line (- = stdin)")
       ("output", po::value(&args.output), "translations (- = stdout)")
       ("beam", po::value(&args.beam), "beam size (§6.1: 4)")
@@ -200,7 +216,9 @@ int main(int argc, char** argv) {
       ("max-len-b", po::value(&args.max_len_b), "(§6.1: a = 1, b = 50)")
       ("batch-tokens", po::value(&args.batch_tokens), "padded source tokens per batch")
       ("nbest", po::value(&args.nbest), "hypotheses per sentence (<= beam)")
-      ("greedy", po::bool_switch(&args.greedy), "greedy decoding (beam 1, no length penalty)");
+      ("greedy", po::bool_switch(&args.greedy), "greedy decoding (beam 1, no length penalty)")
+      ("threads", po::value(&args.threads),
+       "CPU backend BLAS threads, 0 = all cores (default: the checkpoint's train.threads)");
   try {
     po::variables_map values;
     po::store(po::parse_command_line(argc, argv, options), values);
@@ -210,9 +228,9 @@ int main(int argc, char** argv) {
     }
     po::notify(values);
     if (args.beam < 1 || args.nbest < 1 || args.batch_tokens < 1 || args.max_len_a < 0 ||
-        args.max_len_b < 0 || args.lenpen < 0) {
-      THPC_FAIL("--beam, --nbest and --batch-tokens must be >= 1; --max-len-a, --max-len-b "
-                "and --lenpen >= 0");
+        args.max_len_b < 0 || args.lenpen < 0 || (values.count("threads") && args.threads < 0)) {
+      THPC_FAIL("--beam, --nbest and --batch-tokens must be >= 1; --max-len-a, --max-len-b, "
+                "--lenpen and --threads >= 0");
     }
   } catch (const std::exception& error) {
     std::cerr << "transformer_decode: " << error.what() << " (see --help)\n";

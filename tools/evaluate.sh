@@ -2,26 +2,36 @@
 # Evaluates a run as the paper does (§6.1): average the last N checkpoints, translate a
 # test set with beam search, score with sacreBLEU-exact BLEU.
 #
-#   tools/evaluate.sh CHECKPOINT_DIR|CHECKPOINT SPM_MODEL SOURCE REFERENCE [N] [-- decode options]
+#   tools/evaluate.sh CHECKPOINT_DIR|CHECKPOINT [SPM_MODEL] SOURCE REFERENCE [N] [-- decode options]
 #
-#   tools/evaluate.sh checkpoints build/wmt14_en_de/data/spm.model \
+#   tools/evaluate.sh checkpoints \
 #       ../shared/data/wmt14_test/newstest2014.en ../shared/data/wmt14_test/newstest2014.de 5
 #
-# N (default 5, the paper's base recipe; 20 for big) applies to a directory; a single
-# checkpoint file is decoded as it is. The translations are kept next to the average
-# (DIR/eval/). THPC_BUILD names the build directory (default: build).
+# SPM_MODEL defaults to the SentencePiece model stored in the checkpoint (the trainer
+# stores the one of its shards). N (default 5, the paper's base recipe; 20 for big)
+# applies to a directory; a single checkpoint file is decoded as it is. The translations
+# are kept next to the average (DIR/eval/). THPC_BUILD names the build directory
+# (default: build).
 set -euo pipefail
-if [ $# -lt 4 ]; then
-  sed -n '2,13p' "$0" >&2
-  exit 2
-fi
-checkpoint=$1 spm=$2 source=$3 reference=$4
-shift 4
+usage() { sed -n '2,15p' "$0" >&2; exit 2; }
+positional=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do positional+=("$1"); shift; done
+[ $# -gt 0 ] && shift  # the "--"
 last=5
-if [ $# -gt 0 ] && [ "$1" != "--" ]; then last=$1; shift; fi
-[ $# -gt 0 ] && [ "$1" = "--" ] && shift
+count=${#positional[@]}
+if [ "$count" -ge 4 ] && [[ ${positional[count - 1]} =~ ^[0-9]+$ ]]; then
+  last=${positional[count - 1]}
+  unset 'positional[count - 1]'
+  count=$((count - 1))
+fi
+case $count in
+  3) checkpoint=${positional[0]} spm= source=${positional[1]} reference=${positional[2]} ;;
+  4) checkpoint=${positional[0]} spm=${positional[1]} source=${positional[2]}
+     reference=${positional[3]} ;;
+  *) usage ;;
+esac
 build=${THPC_BUILD:-build}
-for f in "$spm" "$source" "$reference"; do
+for f in ${spm:+"$spm"} "$source" "$reference"; do
   [ -f "$f" ] || { echo "evaluate.sh: no such file: $f" >&2; exit 1; }
 done
 
@@ -37,7 +47,7 @@ else
   model=$checkpoint
 fi
 hypothesis=$out_dir/$(basename "$source").hyp
-"$build/transformer_decode" --checkpoint "$model" --spm-model "$spm" --input "$source" \
+"$build/transformer_decode" --checkpoint "$model" ${spm:+--spm-model "$spm"} --input "$source" \
   --output "$hypothesis" "$@"
 echo "translations: $hypothesis"
 "$build/transformer_score" "$reference" -i "$hypothesis"

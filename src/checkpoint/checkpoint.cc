@@ -28,6 +28,7 @@ namespace fs = std::filesystem;
 
 constexpr const char* kStepPrefix = "step_";
 constexpr const char* kStepSuffix = ".h5";
+constexpr const char* kSpmModelDataset = "spm_model";
 
 // HDF5 prints its whole error stack to stderr by default; a user should see one line
 // naming the file and the problem instead. Turned off once, before the first HDF5 call.
@@ -150,6 +151,20 @@ class Writer {
     return id;
   }
 
+  // A one-dimensional uint8 dataset holding `bytes` (which may contain NULs), with its
+  // sha256.
+  void bytes_dataset(hid_t parent, const std::string& name, const std::string& bytes) const {
+    const hsize_t dims[1] = {static_cast<hsize_t>(bytes.size())};
+    Handle space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+    Handle dataset(H5Dcreate2(parent, name.c_str(), H5T_STD_U8LE, space.get(), H5P_DEFAULT,
+                              H5P_DEFAULT, H5P_DEFAULT),
+                   H5Dclose);
+    if (!dataset.valid()) fail("dataset /" + name);
+    check(H5Dwrite(dataset.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()),
+          "dataset /" + name);
+    string_attribute(dataset.get(), "sha256", sha256_hex(bytes.data(), bytes.size()));
+  }
+
   // A contiguous (unchunked, uncompressed) fp32 dataset [rows, cols] with its sha256.
   // `digests` holds the sha256 of each tensor, in order, from `next_digest` on.
   void tensors(hid_t group_id, const std::string& group_path,
@@ -265,6 +280,38 @@ class Reader {
     return names;
   }
 
+  // The bytes of a one-dimensional uint8 dataset (bytes_dataset()), checked against the
+  // sha256 recorded with it.
+  std::string bytes_dataset(hid_t parent, const std::string& name) const {
+    const std::string where = "/" + name;
+    Handle dataset(H5Dopen2(parent, name.c_str(), H5P_DEFAULT), H5Dclose);
+    if (!dataset.valid()) fail("cannot open dataset " + where + " (" + hdf5_reason() + ")");
+    Handle type(H5Dget_type(dataset.get()), H5Tclose);
+    Handle space(H5Dget_space(dataset.get()), H5Sclose);
+    hsize_t size = 0;
+    if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != 1 ||
+        H5Sget_simple_extent_ndims(space.get()) != 1 ||
+        H5Sget_simple_extent_dims(space.get(), &size, nullptr) != 1) {
+      fail("dataset " + where + " is not a one-dimensional uint8 array");
+    }
+    std::string bytes(size, '\0');
+    if (size > 0 && H5Dread(dataset.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                            bytes.data()) < 0) {
+      fail("cannot read dataset " + where + " (" + hdf5_reason() + ")");
+    }
+    verify_checksum(where, sha256_hex(bytes.data(), bytes.size()),
+                    string_attribute(dataset.get(), where, "sha256"));
+    return bytes;
+  }
+
+  void verify_checksum(const std::string& dataset_path, const std::string& actual,
+                       const std::string& recorded) const {
+    if (actual != recorded) {
+      fail("bad checksum for dataset " + dataset_path + " (sha256 " + actual + ", recorded " +
+           recorded + "): the file is corrupt");
+    }
+  }
+
   // Reads a dataset and the sha256 recorded with it (verified later, all at once).
   NamedTensor tensor(hid_t group, const std::string& group_path, const std::string& name,
                      std::vector<std::string>& recorded_digests) const {
@@ -331,6 +378,9 @@ void write_hdf5_file(const std::string& temporary, const std::string& path,
   writer.integer_attribute(root, "data_index", checkpoint.data_position.index);
   writer.string_attribute(root, "architecture", checkpoint.architecture);
   writer.string_attribute(root, "config", checkpoint.config_ini);
+  if (!checkpoint.spm_model.empty()) {
+    writer.bytes_dataset(root, kSpmModelDataset, checkpoint.spm_model);
+  }
   {
     Handle params(writer.group(root, "params"), H5Gclose);
     writer.tensors(params.get(), "/params", checkpoint.params, digests, next_digest);
@@ -426,6 +476,11 @@ Checkpoint read_checkpoint(const std::string& path, CheckpointParts parts) {
   checkpoint.data_position.index = reader.integer_attribute<int64_t>(root, "data_index");
   checkpoint.architecture = reader.string_attribute(root, "/", "architecture");
   checkpoint.config_ini = reader.string_attribute(root, "/", "config");
+  // Absent from checkpoints of runs without one and from those written before it was
+  // stored: both read as "no model".
+  if (reader.exists(root, kSpmModelDataset)) {
+    checkpoint.spm_model = reader.bytes_dataset(root, kSpmModelDataset);
+  }
 
   Handle params = reader.open_group(root, "params");
   const std::vector<std::string> names = reader.member_names(params.get(), "/params");
@@ -465,10 +520,7 @@ Checkpoint read_checkpoint(const std::string& path, CheckpointParts parts) {
   const std::vector<std::string> digests = sha256_of_each(
       pointers_to({&checkpoint.params, &checkpoint.adam_m, &checkpoint.adam_v}));
   for (size_t i = 0; i < digests.size(); ++i) {
-    if (digests[i] != recorded_digests[i]) {
-      reader.fail("bad checksum for dataset " + dataset_paths[i] + " (sha256 " + digests[i] +
-                  ", recorded " + recorded_digests[i] + "): the file is corrupt");
-    }
+    reader.verify_checksum(dataset_paths[i], digests[i], recorded_digests[i]);
   }
   return checkpoint;
 }
@@ -526,8 +578,20 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths) {
   std::vector<std::vector<double>> sums;
   Checkpoint first;
   Checkpoint newest;
+  std::string spm_model, spm_model_source;  // the inputs' SentencePiece model, if any has one
   for (size_t index = 0; index < paths.size(); ++index) {
     Checkpoint current = read_checkpoint(paths[index], CheckpointParts::ParamsOnly);
+    // Equal architectures with other vocabularies would average unrelated embeddings.
+    // A checkpoint without a model (written before models were stored) fits any.
+    if (!current.spm_model.empty()) {
+      if (spm_model.empty()) {
+        spm_model = current.spm_model;
+        spm_model_source = paths[index];
+      } else if (current.spm_model != spm_model) {
+        THPC_FAIL("cannot average checkpoints of different SentencePiece models: "
+                  << spm_model_source << " and " << paths[index]);
+      }
+    }
     if (index == 0) {
       for (const NamedTensor& tensor : current.params) {
         sums.emplace_back(tensor.values.begin(), tensor.values.end());
@@ -562,6 +626,7 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths) {
   }
   Checkpoint average = std::move(newest);
   average.params = std::move(first.params);
+  average.spm_model = std::move(spm_model);
   const double count = static_cast<double>(paths.size());
   for (size_t t = 0; t < average.params.size(); ++t) {
     std::vector<float>& values = average.params[t].values;

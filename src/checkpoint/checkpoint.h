@@ -1,6 +1,7 @@
 // Checkpoints: one HDF5 file per saved step, DIR/step_NNNNNNNN.h5, holding the
 // parameters by name, the Adam moments, and everything else a resumed run needs to
-// continue the identical run (step, seed, data position, world size, config). Every
+// continue the identical run (step, seed, data position, world size, config), and the
+// SentencePiece model of the training data when it had one. Every
 // dataset carries the sha256 of its bytes, so truncation and bit flips are caught on
 // load. The layout is documented in docs/checkpoints.md.
 //
@@ -38,6 +39,10 @@ struct Checkpoint {
   DataPosition data_position;  // where rank 0's reader continues
   std::string architecture;  // architecture_text() of the model: what averaging compares
   std::string config_ini;    // the resolved configuration of the run (Config::to_ini())
+  // The serialized SentencePiece model of the training shards (their `spm_model`), so
+  // that decoding needs no separate file; empty when the run had none (a synthetic task,
+  // or a checkpoint written before this was stored). Stored as /spm_model, uint8.
+  std::string spm_model;
   std::vector<NamedTensor> params;
   // Adam's first and second moments, in the order of params; both empty in a
   // parameters-only checkpoint (an average, or a file read with ParamsOnly).
@@ -82,8 +87,9 @@ std::vector<std::string> prune_checkpoints(const std::string& dir, int keep,
                                            const std::string& protected_path);
 
 // The parameters of `paths`, averaged element-wise in double precision; the result is
-// parameters-only, carries the newest input's step, seed, config and world size.
-// Refuses (thpc::Error naming the files) inputs whose architectures or tensors differ.
+// parameters-only, carries the newest input's step, seed, config, world size and
+// SentencePiece model. Refuses (thpc::Error naming the files) inputs whose
+// architectures, tensors or SentencePiece models differ.
 Checkpoint average_checkpoints(const std::vector<std::string>& paths);
 
 // Throws thpc::Error naming `source` when the checkpoint's architecture_text() is not

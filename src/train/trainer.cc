@@ -238,6 +238,10 @@ Checkpoint Trainer::snapshot() const {
   checkpoint.data_position = source_->position();
   checkpoint.architecture = architecture_text(config_.model, model_->vocab_size());
   checkpoint.config_ini = config_.to_ini();
+  // The vocabulary travels with the parameters, so that decoding needs only the file.
+  if (const auto* shards = dynamic_cast<const ShardReader*>(source_.get())) {
+    checkpoint.spm_model = shards->metadata().spm_model;
+  }
   checkpoint.params = gather_named(params, *backend_, params.params());
   checkpoint.adam_m = gather_named(params, *backend_, adam_->first_moment());
   checkpoint.adam_v = gather_named(params, *backend_, adam_->second_moment());

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# CPU decode speed of build/transformer_decode: target tokens per second with beam 4
+# (alpha 0.6) and greedy, on the first LINES lines of newstest2014.en.
+#
+#   bench/cpu_decode_speed.sh CHECKPOINT [LINES] [-- decode options]
+#
+# Tokens are the SentencePiece pieces of the translations (the checkpoint's own model,
+# extracted with h5dump; the end-of-sentence token not counted), divided by the wall
+# time of the whole program (loading and encoding included). The CPU backend uses the
+# checkpoint's train.threads (0 = all cores). THPC_BUILD names the build directory.
+set -euo pipefail
+[ $# -ge 1 ] || { sed -n '2,10p' "$0" >&2; exit 2; }
+checkpoint=$1
+shift
+lines=300
+if [ $# -gt 0 ] && [ "$1" != "--" ]; then lines=$1; shift; fi
+[ $# -gt 0 ] && shift  # the "--"
+build=${THPC_BUILD:-build}
+data=${WMT14_TEST:-$(dirname "$0")/../../shared/data/wmt14_test}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+head -n "$lines" "$data/newstest2014.en" > "$work/source.en"
+h5dump -d /spm_model -b LE -o "$work/spm.model" "$checkpoint" > /dev/null
+echo "$(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+echo "checkpoint $checkpoint: $(h5dump -a /architecture "$checkpoint" | grep -o '"layers=[^"]*"')"
+for mode in "--beam 4" "--greedy"; do
+  start=$(date +%s.%N)
+  "$build/transformer_decode" --checkpoint "$checkpoint" --input "$work/source.en" \
+    --output "$work/hyp" $mode "$@"
+  end=$(date +%s.%N)
+  tokens=$(spm_encode --model "$work/spm.model" < "$work/hyp" | wc -w)
+  awk -v mode="$mode" -v lines="$lines" -v tokens="$tokens" -v start="$start" -v end="$end" \
+    'BEGIN { s = end - start; printf "%-9s %d lines, %d target tokens in %.1f s: %.0f tokens/s, %.1f sentences/s\n", mode, lines, tokens, s, tokens / s, lines / s }'
+done
