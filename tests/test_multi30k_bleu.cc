@@ -24,10 +24,10 @@
 //   broken: translations shifted by one line (output order lost) BLEU  0.4
 //   broken: the source copied                                     BLEU  0.3
 //   broken: empty output                                          BLEU  0.0
-// The floor of 8 sits between them with a margin of about 2x on both sides (within the
-// whole suite under ctest -j2 the test took 258 s with 600 steps on a machine that other
-// users' jobs loaded; 500 steps keep it near 4 minutes there); the test
+// The floor of 8 sits between them with a margin of about 2x on both sides; the test
 // also checks the two cheap ones (source copied, shifted) against it on every run.
+// Inside the whole suite (ctest -j2) it took 130 s with 500 steps, and 258 s with 600
+// steps while other users' jobs loaded the machine: hence 500.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
