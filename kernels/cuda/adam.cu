@@ -11,19 +11,16 @@
 // as on the CPU, and the per-element arithmetic uses the CPU's operation order with
 // explicitly rounded fp32 intrinsics (no FMA contraction, IEEE division and square
 // root), so the GPU's results equal the CPU's bit for bit.
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include "common/error.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/device_util.cuh"
 
 namespace thpc::cuda {
 namespace {
-
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 8192;
 
 // The per-call constants, all fp32 as the CPU's float instantiation holds them.
 struct AdamConstants {
@@ -32,9 +29,7 @@ struct AdamConstants {
 
 __global__ void adam_kernel(float* params, const float* grads, float* m, float* v, int64_t n,
                             AdamConstants c) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
     const float g = grads[i];
     // m = b1 * m + (1 - b1) * g
     const float mi = __fadd_rn(__fmul_rn(c.b1, m[i]), __fmul_rn(c.one_minus_b1, g));
@@ -68,9 +63,7 @@ void adam_update(float* params, const float* grads, float* m, float* v, int64_t 
   c.second_correction = static_cast<float>(1.0 - std::pow(static_cast<double>(beta2), steps));
   c.lr = lr;
   c.eps = eps;
-  const int blocks =
-      static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
-  adam_kernel<<<blocks, kThreads, 0, stream>>>(params, grads, m, v, n, c);
+  adam_kernel<<<grid_blocks(n), kGridThreads, 0, stream>>>(params, grads, m, v, n, c);
   THPC_CUDA_CHECK_LAUNCH("adam_kernel");
 }
 

@@ -43,42 +43,12 @@
 #include "common/philox.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/device_util.cuh"
 
 namespace thpc::cuda {
 namespace {
 
-constexpr int kWarp = 32;
 constexpr int kRowsPerBlock = 4;  // warps (= score rows) per block of the row kernels
-
-template <typename T>
-__device__ __forceinline__ float to_float(T x) {
-  return static_cast<float>(x);
-}
-template <>
-__device__ __forceinline__ float to_float<bf16>(bf16 x) {
-  return __bfloat162float(x);
-}
-template <typename T>
-__device__ __forceinline__ T from_float(float x) {
-  return static_cast<T>(x);
-}
-template <>
-__device__ __forceinline__ bf16 from_float<bf16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-
-__device__ __forceinline__ float warp_max(float x) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
-  }
-  return x;
-}
-__device__ __forceinline__ float warp_sum(float x) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-    x += __shfl_xor_sync(0xffffffffu, x, offset);
-  }
-  return x;
-}
 
 // Everything a row kernel needs to know about the mask and the dropout of one score
 // row r in [0, B*h*Lq) (r = (b*h + head)*Lq + t, so r*Lk + j is the flat index of

@@ -24,31 +24,14 @@
 #include "common/error.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/device_util.cuh"
 
 namespace thpc::cuda {
 namespace {
 
-constexpr int kWarp = 32;
 constexpr int kThreads = 256;  // per row block
 constexpr int kWarps = kThreads / kWarp;
 constexpr int kSumThreads = 512;  // the single block of the final loss reduction
-
-template <typename T>
-__device__ __forceinline__ float to_float(T x) {
-  return static_cast<float>(x);
-}
-template <>
-__device__ __forceinline__ float to_float<bf16>(bf16 x) {
-  return __bfloat162float(x);
-}
-template <typename T>
-__device__ __forceinline__ T from_float(float x) {
-  return static_cast<T>(x);
-}
-template <>
-__device__ __forceinline__ bf16 from_float<bf16>(float x) {
-  return __float2bfloat16_rn(x);
-}
 
 // Running softmax statistics: max m and sum_j exp(z_j - m), plus sum_j z_j.
 struct Stats {

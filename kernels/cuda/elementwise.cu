@@ -30,32 +30,10 @@
 #include "common/philox.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/device_util.cuh"
 
 namespace thpc::cuda {
 namespace {
-
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 8192;
-
-// Blocks of kThreads for a grid-stride loop over `work` items.
-int grid_for(int64_t work) {
-  return static_cast<int>(std::min<int64_t>((work + kThreads - 1) / kThreads, kMaxBlocks));
-}
-
-__device__ __forceinline__ int64_t first_index() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ int64_t grid_stride() {
-  return static_cast<int64_t>(gridDim.x) * blockDim.x;
-}
-
-// Loads widen to fp32, stores round to nearest even.
-__device__ __forceinline__ float load(const float* p, int64_t i) { return p[i]; }
-__device__ __forceinline__ float load(const bf16* p, int64_t i) { return __bfloat162float(p[i]); }
-__device__ __forceinline__ void store(float* p, int64_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void store(bf16* p, int64_t i, float v) {
-  p[i] = __float2bfloat16_rn(v);
-}
 
 // ---- conversion ----------------------------------------------------------------------
 
@@ -180,7 +158,7 @@ DropMask make_mask(const DropoutKey& key, float p, bool needed) {
 template <typename Op>
 void launch_dropout(const Op& op, int64_t n, const DropMask& mask, cudaStream_t stream) {
   if (n <= 0) return;
-  dropout_kernel<<<grid_for((n + 3) / 4), kThreads, 0, stream>>>(op, n, mask);
+  dropout_kernel<<<grid_blocks((n + 3) / 4), kGridThreads, 0, stream>>>(op, n, mask);
   THPC_CUDA_CHECK_LAUNCH("dropout_kernel");
 }
 
@@ -262,10 +240,10 @@ void convert(void* dst, DType dst_dtype, const void* src, DType src_dtype, int64
     return;
   }
   if (dst_dtype == DType::BF16) {
-    convert_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<bf16*>(dst),
+    convert_kernel<<<grid_blocks(n), kGridThreads, 0, stream>>>(static_cast<bf16*>(dst),
                                                          static_cast<const float*>(src), n);
   } else {
-    convert_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<float*>(dst),
+    convert_kernel<<<grid_blocks(n), kGridThreads, 0, stream>>>(static_cast<float*>(dst),
                                                          static_cast<const bf16*>(src), n);
   }
   THPC_CUDA_CHECK_LAUNCH("convert_kernel");
@@ -274,14 +252,14 @@ void convert(void* dst, DType dst_dtype, const void* src, DType src_dtype, int64
 template <typename T>
 void relu_forward(T* y, const T* x, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  relu_forward_kernel<<<grid_for(n), kThreads, 0, stream>>>(y, x, n);
+  relu_forward_kernel<<<grid_blocks(n), kGridThreads, 0, stream>>>(y, x, n);
   THPC_CUDA_CHECK_LAUNCH("relu_forward_kernel");
 }
 
 template <typename T>
 void relu_backward(T* dx, const T* dy, const T* y, int64_t n, cudaStream_t stream) {
   if (n <= 0 || dx == nullptr) return;
-  relu_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(dx, dy, y, n);
+  relu_backward_kernel<<<grid_blocks(n), kGridThreads, 0, stream>>>(dx, dy, y, n);
   THPC_CUDA_CHECK_LAUNCH("relu_backward_kernel");
 }
 
@@ -323,14 +301,14 @@ template <typename T>
 void copy_rows(T* dst, const int32_t* dst_rows, const T* src, const int32_t* src_rows,
                int count, int width, cudaStream_t stream) {
   if (count <= 0 || width <= 0) return;
-  copy_rows_kernel<<<grid_for(static_cast<int64_t>(count) * width), kThreads, 0, stream>>>(
+  copy_rows_kernel<<<grid_blocks(static_cast<int64_t>(count) * width), kGridThreads, 0, stream>>>(
       dst, dst_rows, src, src_rows, count, width);
   THPC_CUDA_CHECK_LAUNCH("copy_rows_kernel");
 }
 
 void scale(float* x, int64_t n, float alpha, cudaStream_t stream) {
   if (n <= 0) return;
-  scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, alpha);
+  scale_kernel<<<grid_blocks(n), kGridThreads, 0, stream>>>(x, n, alpha);
   THPC_CUDA_CHECK_LAUNCH("scale_kernel");
 }
 
@@ -339,10 +317,10 @@ double sum_squares(Context& context, const float* x, int64_t n) {
   const cudaStream_t stream = context.stream();
   // The grid depends on n only, so the summation order (and the bits) is fixed.
   const int blocks = static_cast<int>(
-      std::min<int64_t>((n + kThreads - 1) / kThreads, static_cast<int64_t>(kMaxPartials)));
+      std::min<int64_t>((n + kGridThreads - 1) / kGridThreads, static_cast<int64_t>(kMaxPartials)));
   double* partials = static_cast<double*>(context.scratch(sizeof(double) * (blocks + 1)));
   double* total = partials + blocks;
-  sum_squares_partial_kernel<<<blocks, kThreads, 0, stream>>>(x, n, partials);
+  sum_squares_partial_kernel<<<blocks, kGridThreads, 0, stream>>>(x, n, partials);
   THPC_CUDA_CHECK_LAUNCH("sum_squares_partial_kernel");
   sum_partials_kernel<<<1, kMaxPartials, 0, stream>>>(partials, blocks, total);
   THPC_CUDA_CHECK_LAUNCH("sum_partials_kernel");

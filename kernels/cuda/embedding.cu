@@ -33,21 +33,10 @@
 #include "common/error.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/device_util.cuh"
 
 namespace thpc::cuda {
 namespace {
-
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 8192;
-
-int grid_for(int64_t work) {
-  return static_cast<int>(std::min<int64_t>((work + kThreads - 1) / kThreads, kMaxBlocks));
-}
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(bf16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ void store_rounded(float* p, float v) { *p = v; }
-__device__ __forceinline__ void store_rounded(bf16* p, float v) { *p = __float2bfloat16_rn(v); }
 
 template <typename T>
 __global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T* table,
@@ -68,7 +57,7 @@ __global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T*
         value = __fadd_rn(value, to_float(positions[(row % length) * d + col]));
       }
     }
-    store_rounded(out + i, value);
+    store(out, i, value);
   }
 }
 
@@ -150,7 +139,7 @@ void embedding_forward(T* out, const int32_t* tokens, const T* table, const T* p
                        cudaStream_t stream) {
   THPC_CHECK(rows == 0 || length > 0, "embedding of " << rows << " rows with length " << length);
   if (rows <= 0 || d <= 0) return;
-  embedding_forward_kernel<<<grid_for(static_cast<int64_t>(rows) * d), kThreads, 0, stream>>>(
+  embedding_forward_kernel<<<grid_blocks(static_cast<int64_t>(rows) * d), kGridThreads, 0, stream>>>(
       out, tokens, table, positions, rows, length, d, vocab, scale);
   THPC_CUDA_CHECK_LAUNCH("embedding_forward_kernel");
 }
@@ -180,7 +169,7 @@ void embedding_backward(Context& context, float* d_table, float* d_positions, co
     auto* rows_out = reinterpret_cast<int32_t*>(scratch + 2 * keys_bytes + rows_bytes);
     void* sort_temp = scratch + 2 * keys_bytes + 2 * rows_bytes;
 
-    sort_input_kernel<<<grid_for(rows), kThreads, 0, stream>>>(keys_in, rows_in, tokens, rows,
+    sort_input_kernel<<<grid_blocks(rows), kGridThreads, 0, stream>>>(keys_in, rows_in, tokens, rows,
                                                                vocab);
     THPC_CUDA_CHECK_LAUNCH("sort_input_kernel");
     THPC_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_temp, sort_bytes, keys_in, keys_out,
@@ -195,7 +184,7 @@ void embedding_backward(Context& context, float* d_table, float* d_positions, co
 
   if (d_positions != nullptr) {
     const int64_t work = static_cast<int64_t>(std::min(length, rows)) * d;
-    embedding_positions_backward_kernel<<<grid_for(work), kThreads, 0, stream>>>(
+    embedding_positions_backward_kernel<<<grid_blocks(work), kGridThreads, 0, stream>>>(
         d_positions, d_out, rows, length, d);
     THPC_CUDA_CHECK_LAUNCH("embedding_positions_backward_kernel");
   }

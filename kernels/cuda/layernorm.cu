@@ -23,29 +23,16 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/device_util.cuh"
 
 namespace thpc::cuda {
 namespace {
 
-constexpr int kWarp = 32;
 constexpr int kRowsPerBlock = 8;               // warps per block in the row kernels
 constexpr int kRowThreads = kRowsPerBlock * kWarp;
 constexpr int kColumnThreads = 256;            // columns per block in the column sums
 constexpr int kMinRowsPerChunk = 64;           // rows one thread sums for a partial
 constexpr int kMaxChunks = 65535;              // gridDim.y limit
-
-__device__ __forceinline__ float load(const float* p, int64_t i) { return p[i]; }
-__device__ __forceinline__ float load(const bf16* p, int64_t i) { return __bfloat162float(p[i]); }
-__device__ __forceinline__ void store(float* p, int64_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void store(bf16* p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
-
-// Butterfly sum: every lane ends with the same value, in a fixed order.
-__device__ __forceinline__ float warp_sum(float value) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-    value += __shfl_xor_sync(0xffffffffu, value, offset);
-  }
-  return value;
-}
 
 template <typename T>
 __global__ void layernorm_forward_kernel(T* y, float* mean_out, float* rstd_out, const T* x,
