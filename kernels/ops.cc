@@ -22,6 +22,22 @@ const char* dtype_name(DType dtype) {
   return "?";
 }
 
+void check_attention_shape(const AttentionShape& shape, int ldq, int ldk, int ldv) {
+  THPC_CHECK(shape.batch >= 0 && shape.heads >= 0 && shape.query_len >= 0 &&
+                 shape.key_len >= 0,
+             "attention shape B=" << shape.batch << " h=" << shape.heads
+                                  << " Lq=" << shape.query_len << " Lk=" << shape.key_len);
+  THPC_CHECK(shape.d_k > 0 && shape.d_v > 0,
+             "attention head widths d_k=" << shape.d_k << " d_v=" << shape.d_v);
+  THPC_CHECK(ldq >= shape.heads * shape.d_k && ldk >= shape.heads * shape.d_k &&
+                 ldv >= shape.heads * shape.d_v,
+             "attention row strides ldq=" << ldq << " ldk=" << ldk << " ldv=" << ldv
+                                          << " narrower than h*d_k=" << shape.heads * shape.d_k
+                                          << " / h*d_v=" << shape.heads * shape.d_v);
+  THPC_CHECK(shape.dropout >= 0.0f && shape.dropout < 1.0f,
+             "attention dropout " << shape.dropout << " outside [0, 1)");
+}
+
 Tensor Tensor::slice(int64_t offset, int64_t count) const {
   THPC_CHECK(offset >= 0 && count >= 0 && offset + count <= numel,
              "slice [" << offset << ", " << offset + count << ") of a tensor of " << numel);

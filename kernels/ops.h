@@ -79,6 +79,10 @@ struct LossSums {
   int64_t tokens = 0;     // non-pad targets
 };
 
+// Throws unless the sizes, head widths, row strides and attention dropout of `shape` are
+// valid: the check both backends' attention ops make first.
+void check_attention_shape(const AttentionShape& shape, int ldq, int ldk, int ldv);
+
 class Backend {
  public:
   virtual ~Backend() = default;

@@ -17,22 +17,6 @@
 namespace thpc::cpu {
 namespace {
 
-void check_shape(const AttentionShape& shape, int ldq, int ldk, int ldv) {
-  THPC_CHECK(shape.batch >= 0 && shape.heads >= 0 && shape.query_len >= 0 &&
-                 shape.key_len >= 0,
-             "attention shape B=" << shape.batch << " h=" << shape.heads
-                                  << " Lq=" << shape.query_len << " Lk=" << shape.key_len);
-  THPC_CHECK(shape.d_k > 0 && shape.d_v > 0,
-             "attention head widths d_k=" << shape.d_k << " d_v=" << shape.d_v);
-  THPC_CHECK(ldq >= shape.heads * shape.d_k && ldk >= shape.heads * shape.d_k &&
-                 ldv >= shape.heads * shape.d_v,
-             "attention row strides ldq=" << ldq << " ldk=" << ldk << " ldv=" << ldv
-                                          << " narrower than h*d_k=" << shape.heads * shape.d_k
-                                          << " / h*d_v=" << shape.heads * shape.d_v);
-  THPC_CHECK(shape.dropout >= 0.0f && shape.dropout < 1.0f,
-             "attention dropout " << shape.dropout << " outside [0, 1)");
-}
-
 // How many keys sentence b may attend to: key_lengths[b] (all Lk when no lengths given).
 int valid_keys(const AttentionShape& shape, int b) {
   if (shape.key_lengths == nullptr) return shape.key_len;
@@ -88,7 +72,7 @@ int64_t attention_saved_numel(const AttentionShape& shape) {
 template <typename T>
 void attention_forward(T* out, T* saved, const T* q, int ldq, const T* k, int ldk,
                        const T* v, int ldv, const AttentionShape& shape) {
-  check_shape(shape, ldq, ldk, ldv);
+  check_attention_shape(shape, ldq, ldk, ldv);
   const int Lq = shape.query_len, Lk = shape.key_len, d_k = shape.d_k, d_v = shape.d_v;
   const int ld_out = shape.heads * d_v;
   const T scale = T(1) / std::sqrt(static_cast<T>(d_k));
@@ -151,7 +135,7 @@ template <typename T>
 void attention_backward(T* dq, T* dk, T* dv, const T* d_out, const T* saved, const T* q,
                         int ldq, const T* k, int ldk, const T* v, int ldv,
                         const AttentionShape& shape) {
-  check_shape(shape, ldq, ldk, ldv);
+  check_attention_shape(shape, ldq, ldk, ldv);
   THPC_CHECK(saved != nullptr, "attention backward needs the probabilities saved by forward");
   const int Lq = shape.query_len, Lk = shape.key_len, d_k = shape.d_k, d_v = shape.d_v;
   if (Lq == 0 || Lk == 0) return;  // no products, no gradient

@@ -293,22 +293,6 @@ class ScratchPlan {
   size_t used_ = 0;
 };
 
-void check_shape(const AttentionShape& shape, int ldq, int ldk, int ldv) {
-  THPC_CHECK(shape.batch >= 0 && shape.heads >= 0 && shape.query_len >= 0 &&
-                 shape.key_len >= 0,
-             "attention shape B=" << shape.batch << " h=" << shape.heads
-                                  << " Lq=" << shape.query_len << " Lk=" << shape.key_len);
-  THPC_CHECK(shape.d_k > 0 && shape.d_v > 0,
-             "attention head widths d_k=" << shape.d_k << " d_v=" << shape.d_v);
-  THPC_CHECK(ldq >= shape.heads * shape.d_k && ldk >= shape.heads * shape.d_k &&
-                 ldv >= shape.heads * shape.d_v,
-             "attention row strides ldq=" << ldq << " ldk=" << ldk << " ldv=" << ldv
-                                          << " narrower than h*d_k=" << shape.heads * shape.d_k
-                                          << " / h*d_v=" << shape.heads * shape.d_v);
-  THPC_CHECK(shape.dropout >= 0.0f && shape.dropout < 1.0f,
-             "attention dropout " << shape.dropout << " outside [0, 1)");
-}
-
 RowMask row_mask(const AttentionShape& shape) {
   const float p = shape.dropout;
   return RowMask{shape.heads, shape.query_len, shape.key_len, shape.causal, shape.key_lengths,
@@ -340,7 +324,7 @@ int64_t attention_saved_numel(const AttentionShape& shape) {
 template <typename T>
 void attention_forward(Context& context, T* out, T* saved, const T* q, int ldq, const T* k,
                        int ldk, const T* v, int ldv, const AttentionShape& shape) {
-  check_shape(shape, ldq, ldk, ldv);
+  check_attention_shape(shape, ldq, ldk, ldv);
   const int B = shape.batch, h = shape.heads, Lq = shape.query_len, Lk = shape.key_len;
   const int d_k = shape.d_k, d_v = shape.d_v, ld_out = h * d_v;
   const int pairs = B * h;
@@ -395,7 +379,7 @@ template <typename T>
 void attention_backward(Context& context, T* dq, T* dk, T* dv, const T* d_out, const T* saved,
                         const T* q, int ldq, const T* k, int ldk, const T* v, int ldv,
                         const AttentionShape& shape) {
-  check_shape(shape, ldq, ldk, ldv);
+  check_attention_shape(shape, ldq, ldk, ldv);
   THPC_CHECK(saved != nullptr, "attention backward needs the probabilities saved by forward");
   const int B = shape.batch, h = shape.heads, Lq = shape.query_len, Lk = shape.key_len;
   const int d_k = shape.d_k, d_v = shape.d_v, ld_out = h * d_v;
