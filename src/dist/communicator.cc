@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "dist/gradient_reducer.h"
 
 namespace thpc {
 namespace {
@@ -112,29 +113,6 @@ void Communicator::broadcast_bytes_from_root(void* data, int bytes) const {
   check_mpi(MPI_Bcast(data, bytes, MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast");
 }
 
-void Communicator::start_sum(Tensor buffer) {
-  if (!mpi_ || size_ == 1) return;
-  THPC_CHECK(buffer.numel <= INT_MAX, "an MPI sum of " << buffer.numel << " elements");
-  auto* request = new MPI_Request;
-  pending_.push_back(request);
-  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buffer.data, static_cast<int>(buffer.numel),
-                           mpi_type(buffer.dtype), MPI_SUM, MPI_COMM_WORLD, request),
-            "MPI_Iallreduce");
-}
-
-void Communicator::wait_sums() {
-  std::vector<void*> pending;
-  pending.swap(pending_);
-  int status = MPI_SUCCESS;
-  for (void* boxed : pending) {
-    auto* request = static_cast<MPI_Request*>(boxed);
-    const int one = MPI_Wait(request, MPI_STATUS_IGNORE);
-    if (status == MPI_SUCCESS) status = one;
-    delete request;
-  }
-  check_mpi(status, "MPI_Wait");
-}
-
 std::vector<std::string> Communicator::all_gather(const std::string& value) const {
   if (!mpi_) return {value};
   const int length = static_cast<int>(value.size());
@@ -150,6 +128,41 @@ std::vector<std::string> Communicator::all_gather(const std::string& value) cons
   std::vector<std::string> values;
   for (int r = 0; r < size_; ++r) values.push_back(joined.substr(offsets[r], lengths[r]));
   return values;
+}
+
+namespace {
+
+// The CPU backend's transport: each bucket's MPI_Iallreduce is posted when the bucket is
+// final, all are awaited at the end of backward.
+class MpiGradientReducer final : public GradientReducer {
+ public:
+  explicit MpiGradientReducer(int64_t bucket_bytes) : GradientReducer(bucket_bytes) {}
+
+ protected:
+  void start(Tensor bucket) override {
+    THPC_CHECK(bucket.numel <= INT_MAX, "an MPI sum of " << bucket.numel << " elements");
+    pending_.emplace_back();
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, bucket.data, static_cast<int>(bucket.numel),
+                             mpi_type(bucket.dtype), MPI_SUM, MPI_COMM_WORLD, &pending_.back()),
+              "MPI_Iallreduce");
+  }
+  void complete() override {
+    const int status = MPI_Waitall(static_cast<int>(pending_.size()), pending_.data(),
+                                   MPI_STATUSES_IGNORE);
+    pending_.clear();
+    check_mpi(status, "MPI_Waitall");
+  }
+
+ private:
+  std::vector<MPI_Request> pending_;
+};
+
+}  // namespace
+
+std::unique_ptr<GradientReducer> make_mpi_gradient_reducer(const Communicator& comm,
+                                                           int64_t bucket_bytes) {
+  THPC_CHECK(comm.size() > 1, "an MPI gradient sum over " << comm.size() << " rank");
+  return std::make_unique<MpiGradientReducer>(bucket_bytes);
 }
 
 void Communicator::abort(const std::string& message, int code) const {

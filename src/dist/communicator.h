@@ -46,10 +46,7 @@ class Communicator {
   int64_t broadcast_from_root(int64_t value) const;
   // Rank 0's `bytes` bytes at `data`, on every rank (the NCCL unique id).
   void broadcast_bytes_from_root(void* data, int bytes) const;
-  // Starts in-place sums over all ranks of the fp32/fp64 host-memory `buffer`
-  // (MPI_Iallreduce); wait_sums() completes every sum started so far.
-  void start_sum(Tensor buffer);
-  void wait_sums();
+
   // Every rank's string, in rank order (for checks such as identical parameters).
   std::vector<std::string> all_gather(const std::string& value) const;
   // Ends every rank of the job with `code` (MPI_Abort) after printing `message`.
@@ -57,7 +54,6 @@ class Communicator {
 
  private:
   bool mpi_ = false;
-  std::vector<void*> pending_;  // MPI_Request handles of start_sum(), boxed
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   std::string host_;
 };

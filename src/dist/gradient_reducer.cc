@@ -36,26 +36,4 @@ void GradientReducer::finish() {
   grads_ = Tensor{};
 }
 
-namespace {
-
-class MpiGradientReducer final : public GradientReducer {
- public:
-  MpiGradientReducer(Communicator& comm, int64_t bucket_bytes)
-      : GradientReducer(bucket_bytes), comm_(comm) {}
-
- protected:
-  void start(Tensor bucket) override { comm_.start_sum(bucket); }
-  void complete() override { comm_.wait_sums(); }
-
- private:
-  Communicator& comm_;
-};
-
-}  // namespace
-
-std::unique_ptr<GradientReducer> make_mpi_gradient_reducer(Communicator& comm,
-                                                           int64_t bucket_bytes) {
-  return std::make_unique<MpiGradientReducer>(comm, bucket_bytes);
-}
-
 }  // namespace thpc

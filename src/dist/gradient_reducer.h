@@ -49,8 +49,9 @@ class GradientReducer {
   int buckets_started_ = 0;
 };
 
-// MPI_Iallreduce of host-memory buckets (the CPU backend).
-std::unique_ptr<GradientReducer> make_mpi_gradient_reducer(Communicator& comm,
+// MPI_Iallreduce of host-memory buckets (the CPU backend; in communicator.cc, beside the
+// other MPI calls). comm must span more than one rank.
+std::unique_ptr<GradientReducer> make_mpi_gradient_reducer(const Communicator& comm,
                                                            int64_t bucket_bytes);
 
 // NCCL on the backend's GPU (CUDA builds): rank 0 makes the unique id, MPI_Bcast hands it
