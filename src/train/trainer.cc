@@ -19,25 +19,24 @@
 
 namespace thpc {
 
-std::unique_ptr<Backend> make_backend(const TrainConfig& train) {
+namespace {
+
+BackendRequest backend_request(const TrainConfig& train, int device) {
   BackendRequest request;
   request.backend = train.backend;
   request.precision = train.precision;
   request.cpu_threads = train.threads;
-  return make_backend(request);
+  request.device = device;
+  return request;
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(const TrainConfig& train) {
+  return make_backend(backend_request(train, 0));
 }
 
 namespace {
-
-BackendRequest backend_request(const Config& config, const Communicator& comm) {
-  BackendRequest request;
-  request.backend = config.train.backend;
-  request.precision = config.train.precision;
-  request.cpu_threads = config.train.threads;
-  // One rank per GPU: local rank modulo the visible devices unless dist.device forces one.
-  request.device = std::max(0, select_device(comm, visible_cuda_devices(), config.dist.device));
-  return request;
-}
 
 std::unique_ptr<ShardReader> make_shard_reader(const Config& config, const std::string& prefix,
                                                bool shuffle, int shard, int shards) {
@@ -104,7 +103,10 @@ void maybe_inject_failure(const Communicator& comm, int64_t step) {
 
 Trainer::Trainer(const Config& config, Communicator comm)
     : config_(config), comm_(std::move(comm)) {
-  const BackendRequest request = backend_request(config_, comm_);
+  // One rank per GPU: local rank modulo the visible devices unless dist.device forces one.
+  const BackendRequest request = backend_request(
+      config_.train, std::max(0, select_device(comm_, visible_cuda_devices(),
+                                               config_.dist.device)));
   backend_ = make_backend(request);
   device_ = request.device;
   source_ = make_training_source(config_, comm_.rank(), comm_.size());
