@@ -100,7 +100,8 @@ int run(const Arguments& args) {
     const thpc::LossSums sums =
         model.train_step(batch, 1.0f / static_cast<float>(batch.tgt_tokens()), dropout);
     adam.update(static_cast<float>(thpc::learning_rate(step, config.model.d_model,
-                                                       config.train.warmup_steps, 1.0)),
+                                                       config.train.warmup_steps,
+                                                       config.train.lr_scale)),
                 step);
     loss = sums.loss / static_cast<double>(sums.tokens);
   };
@@ -162,8 +163,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     po::notify(values);
-    THPC_CHECK(args.tokens > 0 && args.steps > 0 && args.vocab > 4 && args.warmup_steps >= 0,
-               "--tokens, --steps and --vocab must be positive");
+    if (args.tokens <= 0 || args.steps <= 0 || args.warmup_steps < 0 || args.vocab <= 4) {
+      THPC_FAIL("--tokens and --steps must be positive, --warmup-steps not negative, and "
+                "--vocab above the 4 special ids");
+    }
   } catch (const std::exception& e) {
     std::cerr << "transformer_bench_step: " << e.what() << "\n";
     return 2;
