@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The training-step benchmark against the PyTorch peer, in one run on one GPU:
-#   bash bench/step_vs_torch.sh [base|big] [TOKENS]
+#   [BUILD=build] bash bench/step_vs_torch.sh [base|big] [TOKENS]
 # runs ../shared/bench/torch_reference.py (eager bf16, fused Adam, SDPA attention) and
 # build/transformer_bench_step on the same batch shapes (tokens / L sentences of length
 # L for L in 12..96, vocabulary 37000), prints both JSON lines and the ratio of their
@@ -11,9 +11,10 @@ preset=${1:-base}
 tokens=${2:-25000}
 config=input/${preset}.ini
 reference=../shared/bench/torch_reference.py
-[[ -x build/transformer_bench_step ]] || { echo "build first: cmake --build build" >&2; exit 1; }
+build=${BUILD:-build}
+[[ -x $build/transformer_bench_step ]] || { echo "build first: cmake --build $build" >&2; exit 1; }
 torch_line=$(python3 "$reference" --preset "$preset" --tokens "$tokens" --steps 60 | tail -1)
-ours_line=$(build/transformer_bench_step --config "$config" --tokens "$tokens" --steps 60 \
+ours_line=$("$build"/transformer_bench_step --config "$config" --tokens "$tokens" --steps 60 \
             --backend cuda --precision bf16 | tail -1)
 echo "$torch_line"
 echo "$ours_line"
