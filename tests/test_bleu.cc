@@ -1,5 +1,5 @@
 // BLEU against sacreBLEU 2.x: the vectors of sacreBLEU's own unit tests
-// (../shared/data/sacrebleu_tests/small), the 16 WMT17 En→De systems with sacreBLEU's
+// ($THPC_DATA/sacrebleu_tests/small, see tests/data_dir.h), the 16 WMT17 En→De systems with sacreBLEU's
 // n-gram counts (SCORES.tsv), the tokenizers rule by rule, and transformer_score run
 // as a program, bad input included.
 #include <gtest/gtest.h>
@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "data_dir.h"
 #include "common/error.h"
 #include "metrics/bleu.h"
 #include "metrics/tokenize.h"
@@ -31,7 +32,7 @@ using thpc::metrics::BleuStatistics;
 using thpc::metrics::Smoothing;
 using thpc::metrics::TokenizerKind;
 
-const std::string kData = THPC_SOURCE_DIR "/../shared/data/sacrebleu_tests";
+const std::string kData = thpc::data_root() + "/sacrebleu_tests";
 const std::string kSmall = kData + "/small";
 const std::string kWmt17 = kData + "/wmt17_en-de";
 
@@ -132,9 +133,13 @@ TEST(PythonText, StrictUtf8AsPythonsCodec) {
 // ---- corpus BLEU: sacreBLEU's README example, two references ----
 
 struct ReadmeExample : ::testing::Test {
-  std::vector<std::string> hypotheses = read(kSmall + "/readme_example.hyp");
-  std::vector<std::vector<std::string>> references = {read(kSmall + "/readme_example.ref1"),
-                                                      read(kSmall + "/readme_example.ref2")};
+  void SetUp() override {
+    THPC_REQUIRE_DATA("sacrebleu_tests/small");
+    hypotheses = read(kSmall + "/readme_example.hyp");
+    references = {read(kSmall + "/readme_example.ref1"), read(kSmall + "/readme_example.ref2")};
+  }
+  std::vector<std::string> hypotheses;
+  std::vector<std::vector<std::string>> references;
 };
 
 TEST_F(ReadmeExample, Default13aExpSmoothing) {
@@ -306,6 +311,7 @@ struct SentenceRow {
 };
 
 TEST(SentenceBleu, RomanianExampleEveryReadmeRow) {
+  THPC_REQUIRE_DATA("sacrebleu_tests/small");
   const std::string hypothesis = read(kSmall + "/sentence_ro.hyp").at(0);
   const std::string reference = read(kSmall + "/sentence_ro.ref").at(0);
   const std::vector<SentenceRow> rows = {
@@ -337,6 +343,7 @@ TEST(SentenceBleu, RomanianExampleEveryReadmeRow) {
 }
 
 TEST(SentenceBleu, RomanianExampleStatistics) {
+  THPC_REQUIRE_DATA("sacrebleu_tests/small");
   const std::string hypothesis = read(kSmall + "/sentence_ro.hyp").at(0);
   const std::string reference = read(kSmall + "/sentence_ro.ref").at(0);
   auto statistics = [&](TokenizerKind tokenizer) {
@@ -359,6 +366,7 @@ TEST(SentenceBleu, RomanianExampleStatistics) {
 }
 
 TEST(SentenceBleu, ZeroMatchesScoreZeroWithEverySmoothing) {
+  THPC_REQUIRE_DATA("sacrebleu_tests/small");
   const std::string hypothesis = read(kSmall + "/sentence_zero.hyp").at(0);
   const std::string reference = read(kSmall + "/sentence_zero.ref").at(0);
   const std::vector<std::pair<Smoothing, std::optional<double>>> settings = {
@@ -417,6 +425,7 @@ std::vector<Wmt17Row> read_scores_tsv() {
 }
 
 TEST(Wmt17, SixteenSystemsCountsAndBleuAsSacreBleu) {
+  THPC_REQUIRE_DATA("sacrebleu_tests/wmt17_en-de/SCORES.tsv");
   const std::vector<Wmt17Row> rows = read_scores_tsv();
   ASSERT_EQ(rows.size(), 16u);
   const BleuScorer scorer({read(kWmt17 + "/newstest2017-ende-ref.de")}, BleuOptions{});
@@ -433,6 +442,7 @@ TEST(Wmt17, SixteenSystemsCountsAndBleuAsSacreBleu) {
 }
 
 TEST(Wmt17, SixteenSystemsIntlTokenisation) {
+  THPC_REQUIRE_DATA("sacrebleu_tests/wmt17_en-de/SCORES.tsv");
   const std::vector<Wmt17Row> rows = read_scores_tsv();
   ASSERT_EQ(rows.size(), 16u);
   BleuOptions options;
@@ -448,6 +458,7 @@ TEST(Wmt17, SixteenSystemsIntlTokenisation) {
 }
 
 TEST(Wmt17, ByteOrderMarkStaysGluedToTheFirstToken) {
+  THPC_REQUIRE_DATA("sacrebleu_tests/wmt17_en-de");
   const std::vector<std::string> online_a = read(kWmt17 + "/newstest2017.online-A.0.en-de");
   ASSERT_EQ(online_a.at(0).rfind("\xEF\xBB\xBF", 0), 0u);
   EXPECT_EQ(tokenize(online_a[0], TokenizerKind::k13a).rfind("\xEF\xBB\xBF" "28 ", 0), 0u);
@@ -510,6 +521,7 @@ const std::string kUedin = kWmt17 + "/newstest2017.uedin-nmt.4722.en-de";
 const std::string kWmt17Ref = kWmt17 + "/newstest2017-ende-ref.de";
 
 TEST_F(ScoreProgram, ScoreOnlyOnOneWmt17System) {
+  THPC_REQUIRE_DATA("sacrebleu_tests/wmt17_en-de");
   ProgramResult result = run_score(kWmt17Ref + " -i " + kUedin + " -b");
   EXPECT_EQ(result.exit_code, 0) << result.err;
   EXPECT_EQ(result.out, "28.3\n");
@@ -519,6 +531,7 @@ TEST_F(ScoreProgram, ScoreOnlyOnOneWmt17System) {
 }
 
 TEST_F(ScoreProgram, FullLineWithSignature) {
+  THPC_REQUIRE_DATA("sacrebleu_tests/small");
   ProgramResult result = run_score(kSmall + "/readme_example.ref1 " + kSmall +
                                    "/readme_example.ref2 -i " + kSmall + "/readme_example.hyp");
   EXPECT_EQ(result.exit_code, 0) << result.err;
@@ -528,6 +541,7 @@ TEST_F(ScoreProgram, FullLineWithSignature) {
 }
 
 TEST_F(ScoreProgram, SentenceLevelWithSmoothingAndLowercase) {
+  THPC_REQUIRE_DATA("sacrebleu_tests/small");
   ProgramResult result = run_score(kSmall + "/sentence_ro.ref -i " + kSmall +
                                    "/sentence_ro.hyp --sentence-level -s add-k -sv 2 -w 3");
   EXPECT_EQ(result.exit_code, 0) << result.err;
@@ -550,6 +564,7 @@ void expect_one_line_error(const ProgramResult& result, int exit_code,
 }
 
 TEST_F(ScoreProgram, MissingFile) {
+  THPC_REQUIRE_DATA("sacrebleu_tests/wmt17_en-de");
   const std::string missing = (dir / "no_such.ref").string();
   expect_one_line_error(run_score(missing + " -i " + kUedin), 1,
                         {missing, "cannot open", "No such file"});
@@ -587,6 +602,7 @@ TEST_F(ScoreProgram, EmptyReferenceLineIsAReferenceOfLengthZero) {
 }
 
 TEST_F(ScoreProgram, BadCommandLine) {
+  THPC_REQUIRE_DATA("sacrebleu_tests/wmt17_en-de");
   ProgramResult result = run_score(kWmt17Ref + " -i " + kUedin + " --tokenize zh");
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_NE(result.err.find("unknown tokenizer 'zh'"), std::string::npos) << result.err;
@@ -616,6 +632,8 @@ std::string scores_only(const std::string& output) {
 }
 
 TEST(SacreBleuPython, SameOutputLinesWhenInstalled) {
+  THPC_REQUIRE_DATA("sacrebleu_tests/small");
+  THPC_REQUIRE_DATA("sacrebleu_tests/wmt17_en-de");
   const std::string python = python_interpreter();
   int exit_code = -1;
   run_capture(python + " -c 'import sacrebleu' 2>/dev/null", &exit_code);

@@ -17,6 +17,7 @@
 
 #include "config/config.h"
 #include "cuda_twin.h"
+#include "data_dir.h"
 #include "data/preprocess.h"
 #include "dist/gradient_reducer.h"
 #include "model/transformer.h"
@@ -28,7 +29,7 @@ namespace {
 namespace fs = std::filesystem;
 
 const std::string kTinyIni = std::string(THPC_SOURCE_DIR) + "/input/tiny.ini";
-const std::string kMulti30k = std::string(THPC_SOURCE_DIR) + "/../shared/data/multi30k/";
+const std::string kMulti30k = data_root() + "/multi30k/";
 
 Config tiny(const std::vector<std::string>& overrides) {
   std::vector<std::string> all = {"checkpoint.dir=" + (fs::temp_directory_path() /
@@ -134,6 +135,7 @@ TEST(CudaTraining, ResumedBf16RunIsBitIdentical) {
 // be tightened with the first measured curves (bench/RESULTS.md).
 TEST(CudaTraining, Bf16LossCurveTracksFp32OnMulti30k) {
   THPC_REQUIRE_GPU();
+  THPC_REQUIRE_DATA("multi30k/train.en");
   const fs::path root = fs::temp_directory_path() / ("thpc_m30k_" + std::to_string(getpid()));
   PreprocessOptions options;
   options.source_lang = "en";

@@ -1,7 +1,7 @@
 // The data pipeline: transformer_preprocess (text -> SentencePiece -> HDF5 shards) and
 // the trainer's shard reader (buckets, budget, per-epoch shuffle, ranks, position).
-// The corpus is a slice of Multi30k from ../shared/data plus hand-made lines that
-// exercise normalisation and each filter.
+// The corpus is a slice of Multi30k ($THPC_DATA/multi30k, see data_dir.h) plus hand-made
+// lines that exercise normalisation and each filter.
 #include <gtest/gtest.h>
 #include <sentencepiece_processor.h>
 #include <unistd.h>
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "data_dir.h"
 #include "expect_error.h"
 #include "data/preprocess.h"
 #include "data/shard_file.h"
@@ -29,7 +30,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kMulti30k = std::string(THPC_SOURCE_DIR) + "/../shared/data/multi30k/";
+const std::string kMulti30k = thpc::data_root() + "/multi30k/";
 
 std::vector<std::string> head_lines(const std::string& path, size_t count) {
   std::ifstream stream(path);
@@ -87,6 +88,7 @@ std::vector<Pair> pairs_of(const Batch& batch) {
 class DataPipeline : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    if (data_path("multi30k/val.en").empty()) return;  // every test skips in SetUp
     root_ = fs::temp_directory_path() / ("thpc_test_data_" + std::to_string(::getpid()));
     fs::create_directories(root_);
     std::vector<std::string> en = head_lines(kMulti30k + "val.en", 1000);
@@ -112,7 +114,10 @@ class DataPipeline : public ::testing::Test {
     summary_ = preprocess(options(root_ / "corpus"), log);
     log_ = log.str();
   }
-  static void TearDownTestSuite() { fs::remove_all(root_); }
+  static void TearDownTestSuite() {
+    if (!root_.empty()) fs::remove_all(root_);
+  }
+  void SetUp() override { THPC_REQUIRE_DATA("multi30k/val.en"); }
 
   static PreprocessOptions options(const fs::path& dest) {
     PreprocessOptions options;
@@ -326,6 +331,7 @@ TEST_F(DataPipeline, NoBatchExceedsTheBudgetAndBatchesAreLengthBucketed) {
 // on all of Multi30k's training text with 2,000 BPE pieces (preprocessing takes seconds)
 // and one rank, the epoch's padding, its batch count and how full the batches are.
 TEST(ShardReaderPadding, ALargeBudgetOnOneRankWastesUnderFivePercent) {
+  THPC_REQUIRE_DATA("multi30k/train.en");
   const fs::path root =
       fs::temp_directory_path() / ("thpc_test_padding_" + std::to_string(::getpid()));
   fs::create_directories(root);
@@ -646,6 +652,33 @@ TEST(NumbersCorpus, SpellsNumbersInEnglishAndGermanDeterministically) {
   }
   EXPECT_EQ(seen.size(), 340u);  // distinct numbers: no test pair is seen in training
   fs::remove_all(dir);
+}
+
+// ---- tools/fetch_data.sh: the checksums that stand between a download and the tests ----
+
+TEST(FetchData, VerifyAcceptsTheTestsDataAndRefusesOneChangedByte) {
+  THPC_REQUIRE_DATA("evalb/sample/sample.gld");
+  const std::string script = "bash " THPC_SOURCE_DIR "/tools/fetch_data.sh";
+  const CommandResult good = run_command(script + " --verify evalb " + data_root());
+  EXPECT_EQ(good.exit_code, 0) << good.output;
+  const fs::path copy = fs::temp_directory_path() / ("thpc_fetch_" + std::to_string(::getpid()));
+  fs::remove_all(copy);
+  fs::create_directories(copy);
+  fs::copy(data_path("evalb"), copy / "evalb", fs::copy_options::recursive);
+  fs::permissions(copy / "evalb" / "sample" / "sample.gld", fs::perms::owner_write,
+                  fs::perm_options::add);
+  {
+    std::fstream gold(copy / "evalb" / "sample" / "sample.gld",
+                      std::ios::in | std::ios::out | std::ios::binary);
+    gold.seekp(10);
+    gold.put('#');
+  }
+  const CommandResult changed = run_command(script + " --verify evalb " + copy.string());
+  EXPECT_EQ(changed.exit_code, 1) << changed.output;
+  EXPECT_NE(changed.output.find("sample/sample.gld: FAILED"), std::string::npos) << changed.output;
+  const CommandResult unknown = run_command(script + " --verify no_such_set " + copy.string());
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
+  fs::remove_all(copy);
 }
 
 }  // namespace

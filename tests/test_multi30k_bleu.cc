@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "data_dir.h"
 #include "program.h"
 
 namespace thpc {
@@ -50,7 +51,7 @@ constexpr double kBleuFloor = 8.0;
 constexpr int kMaxSourceWords = 10;
 constexpr int kTestSentences = 200;
 
-const std::string kData = std::string(THPC_SOURCE_DIR) + "/../shared/data/multi30k/";
+const std::string kData = data_root() + "/multi30k/";
 const std::string kBuild = std::string(THPC_BINARY_DIR) + "/";
 
 int words(const std::string& line) {
@@ -87,6 +88,7 @@ double bleu(const fs::path& reference, const fs::path& hypothesis) {
 }
 
 TEST(Multi30kBleu, TrainedModelClearsTheFloorThatBrokenDecodersCannotReach) {
+  THPC_REQUIRE_DATA("multi30k/train.en");
   const fs::path dir = fs::temp_directory_path() / ("thpc_multi30k_" + std::to_string(getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
