@@ -16,7 +16,7 @@ lines=300
 if [ $# -gt 0 ] && [ "$1" != "--" ]; then lines=$1; shift; fi
 [ $# -gt 0 ] && shift  # the "--"
 build=${THPC_BUILD:-build}
-data=${WMT14_TEST:-$(dirname "$0")/../../shared/data/wmt14_test}
+data=${WMT14_TEST:-${THPC_DATA:-$(dirname "$0")/../../shared/data}/wmt14_test}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 head -n "$lines" "$data/newstest2014.en" > "$work/source.en"

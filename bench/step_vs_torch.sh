@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 preset=${1:-base}
 tokens=${2:-25000}
 config=input/${preset}.ini
-reference=../shared/bench/torch_reference.py
+reference=${TORCH_REFERENCE:-../shared/bench/torch_reference.py}  # the PyTorch peer; not part of this repository
 build=${BUILD:-build}
 [[ -x $build/transformer_bench_step ]] || { echo "build first: cmake --build $build" >&2; exit 1; }
 torch_line=$(python3 "$reference" --preset "$preset" --tokens "$tokens" --steps 60 | tail -1)

@@ -5,7 +5,7 @@
 #   tools/evaluate.sh CHECKPOINT_DIR|CHECKPOINT [SPM_MODEL] SOURCE REFERENCE [N] [-- decode options]
 #
 #   tools/evaluate.sh checkpoints \
-#       ../shared/data/wmt14_test/newstest2014.en ../shared/data/wmt14_test/newstest2014.de 5
+#       $THPC_DATA/wmt14_test/newstest2014.en $THPC_DATA/wmt14_test/newstest2014.de 5
 #
 # SPM_MODEL defaults to the SentencePiece model stored in the checkpoint (the trainer
 # stores the one of its shards). N (default 5, the paper's base recipe; 20 for big)

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Multi30k EN->DE: preprocess ../shared/data/multi30k (train, val, test_2016_flickr)
+# Multi30k EN->DE: preprocess $THPC_DATA/multi30k (train, val, test_2016_flickr)
 # into HDF5 shards with a shared 8000-piece BPE vocabulary, then train input/multi30k.ini.
 #
 #   bash tools/run_multi30k.sh [--section.key=value ...]   # overrides go to the trainer
 #
-# MULTI30K (default ../shared/data/multi30k) is the text directory; BUILD (default
+# MULTI30K (default $THPC_DATA/multi30k; `bash tools/fetch_data.sh multi30k DIR` fetches
+# it) is the text directory; BUILD (default
 # build) the CMake build directory; MPIRUN="mpirun -np 8" trains on several ranks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build}
-text=${MULTI30K:-../shared/data/multi30k}
+text=${MULTI30K:-${THPC_DATA:-../shared/data}/multi30k}
+[ -f "$text/train.en" ] || { echo "run_multi30k: $text/train.en not found: run 'bash tools/fetch_data.sh multi30k DIR' and set THPC_DATA=DIR" >&2; exit 1; }
 data=$build/multi30k/data
 mkdir -p "$build/multi30k"
 
