@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -149,7 +150,10 @@ struct Twins {
 };
 
 // Every |actual - expected| <= abs_tol + rel_tol * |expected|; on failure names the
-// worst element and how many failed.
+// worst element and how many failed. Every call also prints one line
+//   twin SUITE.TEST: max |error| E, max error/allowed U, tolerance A + R*|expected|, N elements
+// pass or fail, so a GPU run yields the measured errors to tighten the tolerances with
+// (U is the share of the tolerance used; bench/gpu_session.sh collects these lines).
 inline ::testing::AssertionResult all_close(const std::vector<float>& actual,
                                             const std::vector<float>& expected, double abs_tol,
                                             double rel_tol) {
@@ -158,10 +162,12 @@ inline ::testing::AssertionResult all_close(const std::vector<float>& actual,
            << "sizes differ: " << actual.size() << " vs " << expected.size();
   }
   size_t failures = 0, worst = 0;
-  double worst_excess = 0.0;
+  double worst_excess = 0.0, max_error = 0.0, max_used = 0.0;
   for (size_t i = 0; i < actual.size(); ++i) {
     const double diff = std::abs(static_cast<double>(actual[i]) - expected[i]);
     const double allowed = abs_tol + rel_tol * std::abs(static_cast<double>(expected[i]));
+    max_error = std::isnan(diff) ? INFINITY : std::max(max_error, diff);
+    max_used = std::max(max_used, allowed > 0.0 ? diff / allowed : (diff > 0.0 ? INFINITY : 0.0));
     if (!(diff <= allowed)) {  // also catches NaN
       ++failures;
       const double excess = std::isnan(diff) ? INFINITY : diff - allowed;
@@ -171,6 +177,11 @@ inline ::testing::AssertionResult all_close(const std::vector<float>& actual,
       }
     }
   }
+  const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::printf("twin %s.%s: max |error| %.3g, max error/allowed %.3g, "
+              "tolerance %.3g + %.3g*|expected|, %zu elements\n",
+              test != nullptr ? test->test_suite_name() : "?", test != nullptr ? test->name() : "?",
+              max_error, max_used, abs_tol, rel_tol, actual.size());
   if (failures == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure()
          << failures << " of " << actual.size() << " elements outside " << abs_tol << " + "
