@@ -107,7 +107,7 @@ int run(const Arguments& args) {
   }
 
   auto backend = thpc::make_backend(config.train);
-  thpc::Transformer model(config.model, vocab, ids, *backend, config.train.seed);
+  thpc::Transformer model(config.model, vocab, ids, *backend, /*init_seed=*/std::nullopt);
   thpc::load_parameters(args.checkpoint, model);
 
   const std::vector<std::string> lines = read_lines(args.input);

@@ -689,24 +689,29 @@ void scatter_named(const std::vector<NamedTensor>& tensors, const ParamStore& st
     THPC_FAIL(source << ": holds " << by_name.size() << " tensors, the model has "
                      << store.entries().size() << " parameters");
   }
-  // Padding between parameters stays zero, as allocate() left it.
-  std::vector<double> host(store.buffer_numel(), 0.0);
-  for (const ParamEntry& entry : store.entries()) {
-    const auto found = by_name.find(entry.name);
-    if (found == by_name.end()) THPC_FAIL(source << ": missing parameter " << entry.name);
-    const NamedTensor& tensor = *found->second;
-    if (tensor.rows != entry.rows || tensor.cols != entry.cols) {
-      THPC_FAIL(source << ": parameter " << entry.name << " is " << tensor.rows << "x"
-                       << tensor.cols << ", the model's is " << entry.rows << "x" << entry.cols);
+  // Assembled on the host in the buffer's own type (one copy of the model, not a double
+  // one and a float one: a base model is 250 MB in fp32). Padding between parameters
+  // stays zero, as allocate() left it.
+  auto assemble = [&](auto zero) {
+    std::vector<decltype(zero)> host(store.buffer_numel(), zero);
+    for (const ParamEntry& entry : store.entries()) {
+      const auto found = by_name.find(entry.name);
+      if (found == by_name.end()) THPC_FAIL(source << ": missing parameter " << entry.name);
+      const NamedTensor& tensor = *found->second;
+      if (tensor.rows != entry.rows || tensor.cols != entry.cols) {
+        THPC_FAIL(source << ": parameter " << entry.name << " is " << tensor.rows << "x"
+                         << tensor.cols << ", the model's is " << entry.rows << "x"
+                         << entry.cols);
+      }
+      std::copy(tensor.values.begin(), tensor.values.end(), host.begin() + entry.offset);
     }
-    std::copy(tensor.values.begin(), tensor.values.end(), host.begin() + entry.offset);
-  }
-  if (buffer.dtype == DType::F64) {
     backend.upload(buffer, host.data());
+  };
+  if (buffer.dtype == DType::F64) {
+    assemble(0.0);
   } else {
     THPC_CHECK(buffer.dtype == DType::F32, "parameters are fp32 or fp64");
-    const std::vector<float> single(host.begin(), host.end());
-    backend.upload(buffer, single.data());
+    assemble(0.0f);
   }
 }
 

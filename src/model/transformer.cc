@@ -121,9 +121,13 @@ struct Transformer::State {
   // reads) and the encoder's k|v rows expanded per hypothesis [H * S, h(dk+dv)].
   struct Incremental {
     int hypotheses = 0, capacity = 0, max_len = 0;
-    std::vector<Tensor> self_cache, cross_kv;
+    int filled = 0;  // cache positions written so far (0..filled-1)
+    // Per layer: the live caches, and spares of the same size that a reorder gathers
+    // into before the two swap, so no decode step allocates or zeroes a cache.
+    std::vector<Tensor> self_cache, cross_kv, self_spare, cross_spare;
     std::vector<int32_t> cross_lengths_host;
-    IdBuffer self_lengths, cross_lengths, rows;
+    std::vector<int> source_of;  // the source sentence each hypothesis row reads
+    IdBuffer self_lengths, cross_lengths, rows, from_rows;
   } incremental;
   Arena step_arena;  // one incremental step's activations
 };
@@ -341,12 +345,12 @@ struct Sublayers {
 // ---------------------------------------------------------------------------------
 
 Transformer::Transformer(const ModelConfig& config, int vocab_size, const SpecialIds& ids,
-                         Backend& backend, uint64_t init_seed)
+                         Backend& backend, std::optional<uint64_t> init_seed)
     : config_(config), vocab_(vocab_size), ids_(ids), backend_(backend),
       state_(std::make_unique<State>(backend)) {
   add_transformer_parameters(config_, vocab_, params_);
   params_.allocate(backend_);
-  params_.initialize(init_seed);
+  if (init_seed) params_.initialize(*init_seed);
 
   State& s = *state_;
   s.embedding = lookup(params_, "embed.weight");
@@ -377,7 +381,7 @@ Transformer::~Transformer() {
   State& s = *state_;
   for (IdBuffer* b : {&s.src, &s.tgt_in, &s.tgt_out, &s.src_lengths, &s.tgt_lengths,
                       &s.incremental.self_lengths, &s.incremental.cross_lengths,
-                      &s.incremental.rows}) {
+                      &s.incremental.rows, &s.incremental.from_rows}) {
     backend_.free_ids(b->ids);
   }
   if (s.sinusoid) backend_.free(s.sinusoid);
@@ -713,11 +717,14 @@ std::vector<float> Transformer::download_rows_f32(Tensor rows, int count, int wi
 
 void Transformer::release_incremental() {
   State::Incremental& inc = state_->incremental;
-  for (Tensor& t : inc.self_cache) backend_.free(t);
-  for (Tensor& t : inc.cross_kv) backend_.free(t);
-  inc.self_cache.clear();
-  inc.cross_kv.clear();
+  for (std::vector<Tensor>* caches :
+       {&inc.self_cache, &inc.cross_kv, &inc.self_spare, &inc.cross_spare}) {
+    for (Tensor& t : *caches) backend_.free(t);
+    caches->clear();
+  }
   inc.hypotheses = 0;
+  inc.capacity = 0;
+  inc.filled = 0;
 }
 
 void Transformer::begin_incremental(const std::vector<int>& source_of, int max_len) {
@@ -756,12 +763,13 @@ void Transformer::begin_incremental(const std::vector<int>& source_of, int max_l
                             s.batch_size * S, sub.d, kv_width);
     inc.cross_kv.push_back(backend_.alloc(sub.act, int64_t(H) * S * kv_width));
     backend_.copy_rows(inc.cross_kv.back(), nullptr, per_source, inc.rows.ids, H * S, kv_width);
-    // Zeroed: attention multiplies the not-yet-written rows by probability 0, and 0 times
-    // uninitialised memory could be NaN.
+    // Zeroed once: attention multiplies the rows not yet written by probability 0, and 0
+    // times uninitialised memory could be NaN. Later steps leave only finite values there.
     inc.self_cache.push_back(backend_.alloc(sub.act, int64_t(H) * max_len * sub.qkv_width()));
     backend_.zero(inc.self_cache.back());
   }
   inc.capacity = H;
+  inc.source_of = source_of;
 }
 
 void Transformer::reorder_incremental(const std::vector<int>& parent) {
@@ -771,35 +779,59 @@ void Transformer::reorder_incremental(const std::vector<int>& parent) {
   const int H = static_cast<int>(parent.size());
   const int S = s.src_len;
   const int kv_width = sub.h * (sub.dk + sub.dv);
+  std::vector<int> source_of(H);
   for (int h = 0; h < H; ++h) {
     THPC_CHECK(parent[h] >= 0 && parent[h] < inc.hypotheses,
                "hypothesis " << h << " continues " << parent[h] << " of " << inc.hypotheses);
+    source_of[h] = inc.source_of[parent[h]];
   }
-  // The beam grows from one hypothesis per sentence to `beam`: caches grow with it.
+  // The beam widens from one hypothesis per sentence to `beam` once, at the first step:
+  // only then are caches (and their spares) allocated anew, zeroed, at the new capacity.
+  const bool grow = H > inc.capacity;
   const int capacity = std::max(H, inc.capacity);
-  // Each cache is gathered into a new buffer: hypothesis h gets every row of parent[h].
-  auto gather = [&](std::vector<Tensor>& caches, int rows_per_hypothesis, int width) {
-    std::vector<int32_t> rows;
+  // Gathers each cache's first `rows_used` rows of every hypothesis' parent into the
+  // spare (hypothesis h <- parent[h]) and swaps the two: the steady state moves only the
+  // rows written so far, and allocates, frees and zeroes nothing.
+  auto gather = [&](std::vector<Tensor>& caches, std::vector<Tensor>& spares,
+                    int rows_per_hypothesis, int rows_used, int width) {
+    std::vector<int32_t> to, from;
     for (int h = 0; h < H; ++h) {
-      for (int j = 0; j < rows_per_hypothesis; ++j) {
-        rows.push_back(parent[h] * rows_per_hypothesis + j);
+      for (int j = 0; j < rows_used; ++j) {
+        to.push_back(h * rows_per_hypothesis + j);
+        from.push_back(parent[h] * rows_per_hypothesis + j);
       }
     }
-    ensure_ids(backend_, inc.rows, rows);
-    for (Tensor& cache : caches) {
-      Tensor gathered = backend_.alloc(sub.act, int64_t(capacity) * rows_per_hypothesis * width);
-      backend_.zero(gathered);
-      backend_.copy_rows(gathered, nullptr, cache, inc.rows.ids, H * rows_per_hypothesis, width);
-      backend_.free(cache);
-      cache = gathered;
+    if (to.empty()) return;
+    ensure_ids(backend_, inc.rows, to);
+    ensure_ids(backend_, inc.from_rows, from);
+    const int64_t numel = int64_t(capacity) * rows_per_hypothesis * width;
+    for (size_t layer = 0; layer < caches.size(); ++layer) {
+      if (spares.size() <= layer) spares.push_back(Tensor{});
+      if (grow || !spares[layer]) {
+        if (spares[layer]) backend_.free(spares[layer]);
+        spares[layer] = backend_.alloc(sub.act, numel);
+        backend_.zero(spares[layer]);
+      }
+      backend_.copy_rows(spares[layer], inc.rows.ids, caches[layer], inc.from_rows.ids,
+                         static_cast<int>(to.size()), width);
+      std::swap(caches[layer], spares[layer]);
+      if (grow) {  // the old, smaller cache cannot serve as a spare
+        backend_.free(spares[layer]);
+        spares[layer] = Tensor{};
+      }
     }
   };
-  gather(inc.self_cache, inc.max_len, sub.qkv_width());
-  gather(inc.cross_kv, S, kv_width);
+  gather(inc.self_cache, inc.self_spare, inc.max_len, inc.filled, sub.qkv_width());
+  // The encoder's k|v depend only on the source a row reads: while every row keeps its
+  // source (hypotheses reordered within their own sentence's beam), nothing moves.
+  if (grow || H != inc.hypotheses || source_of != inc.source_of) {
+    gather(inc.cross_kv, inc.cross_spare, S, S, kv_width);
+  }
   std::vector<int32_t> lengths;
   for (int h = 0; h < H; ++h) lengths.push_back(inc.cross_lengths_host[parent[h]]);
   inc.cross_lengths_host = lengths;
   ensure_ids(backend_, inc.cross_lengths, inc.cross_lengths_host);
+  inc.source_of = source_of;
   inc.hypotheses = H;
   inc.capacity = capacity;
 }
@@ -871,6 +903,7 @@ std::vector<float> Transformer::incremental_log_probs(const std::vector<int32_t>
     sub.add_norm_forward(a.norm3, arena, a.norm2.y, a.ffn.out, p.norm3, H, 0.0f, none);
     x = a.norm3.y;
   }
+  inc.filled = position + 1;
   Tensor logits = arena.take(sub.act, int64_t(H) * vocab_);
   backend_.output_projection_forward(logits, x, s.embedding.value, H, d, vocab_);
   backend_.log_softmax(logits, logits, H, vocab_);

@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,9 +36,11 @@ void add_transformer_parameters(const ModelConfig& config, int vocab_size, Param
 
 class Transformer {
  public:
-  // Builds the parameter table, allocates it on `backend` and initialises it from seed.
+  // Builds the parameter table, allocates it on `backend` and initialises it from seed;
+  // without a seed the parameters stay zero, for a caller that loads all of them next
+  // (decoding: drawing 63M random numbers only to overwrite them costs a second).
   Transformer(const ModelConfig& config, int vocab_size, const SpecialIds& ids,
-              Backend& backend, uint64_t init_seed);
+              Backend& backend, std::optional<uint64_t> init_seed);
   ~Transformer();
 
   const ModelConfig& config() const { return config_; }
