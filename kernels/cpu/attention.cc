@@ -87,15 +87,27 @@ void attention_forward(T* out, T* saved, const T* q, int ldq, const T* k, int ld
       const T* v_head = v + static_cast<int64_t>(b) * Lk * ldv + head * d_v;
       T* out_head = out + static_cast<int64_t>(b) * Lq * ld_out + head * d_v;
       if (Lq == 0) continue;
-      if (Lk == 0) {  // nothing to attend to: the weighted sum is empty
+      if (valid == 0) {  // nothing to attend to: the weighted sum is empty
         for (int t = 0; t < Lq; ++t) {
           for (int c = 0; c < d_v; ++c) out_head[static_cast<int64_t>(t) * ld_out + c] = T(0);
+          if (saved != nullptr) {
+            T* saved_row = saved + probability_offset(shape, b, head, t);
+            for (int j = 0; j < Lk; ++j) saved_row[j] = T(0);
+          }
         }
         continue;
       }
-      // S = Q K^T / sqrt(d_k)  [Lq, Lk]
-      gemm(CblasNoTrans, CblasTrans, Lq, Lk, d_k, scale, q_head, ldq, k_head, ldk, T(0),
-           scores.data(), Lk);
+      // Only the first `valid` keys can have a nonzero probability, so both products run
+      // over them alone: a decoding cache of max_len rows holding `position + 1`, or a
+      // short sentence padded to the batch's length, costs what it holds.
+      // S = Q K^T / sqrt(d_k)  [Lq, valid]; one query (an incremental decoding step) is
+      // S^T = K q, a GEMV.
+      if (Lq == 1) {
+        gemv(CblasNoTrans, valid, d_k, scale, k_head, ldk, q_head, T(0), scores.data());
+      } else {
+        gemm(CblasNoTrans, CblasTrans, Lq, valid, d_k, scale, q_head, ldq, k_head, ldk, T(0),
+             scores.data(), Lk);
+      }
       for (int t = 0; t < Lq; ++t) {
         T* row = scores.data() + static_cast<size_t>(t) * Lk;
         const int visible = visible_keys(shape, valid, t);
@@ -115,13 +127,21 @@ void attention_forward(T* out, T* saved, const T* q, int ldq, const T* k, int ld
         if (saved != nullptr) {
           for (int j = 0; j < Lk; ++j) saved[offset + j] = row[j];
         }
-        dropout_factors(factors.data(), Lk, offset, shape);
+        // Draw j is element offset + j whatever the count, so drawing only the visible
+        // ones gives the same mask; the product below reads only the first `valid`.
+        dropout_factors(factors.data(), visible, offset, shape);
         T* dropped_row = dropped.data() + static_cast<size_t>(t) * Lk;
-        for (int j = 0; j < Lk; ++j) dropped_row[j] = row[j] * factors[j];
+        for (int j = 0; j < visible; ++j) dropped_row[j] = row[j] * factors[j];
+        for (int j = visible; j < valid; ++j) dropped_row[j] = T(0);
       }
-      // out_i = P' V  [Lq, d_v]
-      gemm(CblasNoTrans, CblasNoTrans, Lq, d_v, Lk, T(1), dropped.data(), Lk, v_head, ldv, T(0),
-           out_head, ld_out);
+      // out_i = P' V  [Lq, d_v], summed over the valid keys; for one query
+      // out_i^T = V^T p'.
+      if (Lq == 1) {
+        gemv(CblasTrans, valid, d_v, T(1), v_head, ldv, dropped.data(), T(0), out_head);
+      } else {
+        gemm(CblasNoTrans, CblasNoTrans, Lq, d_v, valid, T(1), dropped.data(), Lk, v_head,
+             ldv, T(0), out_head, ld_out);
+      }
     }
   }
 }

@@ -1,6 +1,8 @@
-// The one BLAS entry point of the CPU reference ops: row-major
-// C = alpha * op(A) op(B) + beta * C with op(A) [m, k] and op(B) [k, n], overloaded so a
-// template over the element type picks sgemm (float) or dgemm (double).
+// The BLAS entry points of the CPU reference ops, overloaded so a template over the
+// element type picks the float (s) or double (d) routine: row-major
+// C = alpha * op(A) op(B) + beta * C with op(A) [m, k] and op(B) [k, n], and its
+// one-row case y = alpha * op(A) x + beta * y, which BLAS does without packing A (the
+// packing copy dominates a GEMM whose result is a single row).
 #pragma once
 
 #include <cblas.h>
@@ -17,6 +19,17 @@ inline void gemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n,
                  double alpha, const double* a, int lda, const double* b, int ldb, double beta,
                  double* c, int ldc) {
   cblas_dgemm(CblasRowMajor, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// y = alpha * op(A) x + beta * y, A row-major [m, n] with leading dimension lda.
+inline void gemv(CBLAS_TRANSPOSE trans_a, int m, int n, float alpha, const float* a, int lda,
+                 const float* x, float beta, float* y) {
+  cblas_sgemv(CblasRowMajor, trans_a, m, n, alpha, a, lda, x, 1, beta, y, 1);
+}
+
+inline void gemv(CBLAS_TRANSPOSE trans_a, int m, int n, double alpha, const double* a,
+                 int lda, const double* x, double beta, double* y) {
+  cblas_dgemv(CblasRowMajor, trans_a, m, n, alpha, a, lda, x, 1, beta, y, 1);
 }
 
 }  // namespace thpc::cpu
