@@ -72,7 +72,7 @@ std::vector<std::string> read_lines(const std::string& path) {
 }
 
 int run(const Arguments& args) {
-  const thpc::Checkpoint checkpoint =
+  thpc::Checkpoint checkpoint =
       thpc::read_checkpoint(args.checkpoint, thpc::CheckpointParts::ParamsOnly);
   thpc::Config config = stored_config(checkpoint, args.checkpoint);
   if (args.threads >= 0) config.train.threads = args.threads;
@@ -108,7 +108,8 @@ int run(const Arguments& args) {
 
   auto backend = thpc::make_backend(config.train);
   thpc::Transformer model(config.model, vocab, ids, *backend, /*init_seed=*/std::nullopt);
-  thpc::load_parameters(args.checkpoint, model);
+  thpc::load_parameters(checkpoint, args.checkpoint, model);
+  std::vector<thpc::NamedTensor>().swap(checkpoint.params);  // the model holds them now
 
   const std::vector<std::string> lines = read_lines(args.input);
   // The longest source the position table holds: eos takes one position.

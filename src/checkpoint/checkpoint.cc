@@ -647,10 +647,15 @@ void check_architecture(const Checkpoint& checkpoint, const Transformer& model,
 }
 
 void load_parameters(const std::string& path, Transformer& model) {
-  const Checkpoint checkpoint = read_checkpoint(path, CheckpointParts::ParamsOnly);
-  check_architecture(checkpoint, model, path);
+  load_parameters(read_checkpoint(path, CheckpointParts::ParamsOnly), path, model);
+}
+
+void load_parameters(const Checkpoint& checkpoint, const std::string& source,
+                     Transformer& model) {
+  check_architecture(checkpoint, model, source);
   ParamStore& params = model.params();
-  scatter_named(checkpoint.params, params, model.backend(), params.params(), "checkpoint " + path);
+  scatter_named(checkpoint.params, params, model.backend(), params.params(),
+                "checkpoint " + source);
   params.refresh_compute();
 }
 

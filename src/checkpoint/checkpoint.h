@@ -100,6 +100,10 @@ void check_architecture(const Checkpoint& checkpoint, const Transformer& model,
 // Loads the parameters of any checkpoint (a step or an average) into `model`, after
 // checking the architecture: what decoding and checkpoint.init start from.
 void load_parameters(const std::string& path, Transformer& model);
+// The same from a checkpoint already read (`source` names it in errors): a caller that
+// needed its metadata first reads and verifies the file once, not twice.
+void load_parameters(const Checkpoint& checkpoint, const std::string& source,
+                     Transformer& model);
 
 // The values of a parameter-layout buffer (parameters, or an Adam moment) by name, and
 // back. `buffer` has the layout of `store` and the dtype of `backend`'s parameters.
