@@ -1,6 +1,7 @@
 // Trees for the parsing mode: reading PTB .mrg files, normalising, linearizing and back
 // (the whole NLTK WSJ sample), the repair rule, the baseline and malformed input.
 #include <gtest/gtest.h>
+#include <sentencepiece_processor.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "data/preprocess.h"
 #include "data_dir.h"
 #include "expect_error.h"
 #include "parse/evalb.h"
@@ -98,7 +100,7 @@ TEST(Trees, DelinearizeRepairsByTheDocumentedRule) {
   EXPECT_EQ(tree("(S (NP XX ) )", Reconstruction::kRepaired),
             "(TOP (S (NP (PRP He)) (VBD said) (PRP it) (. .)))");
   // No constituent at all: the right-branching baseline.
-  const std::string baseline = "(TOP (S (PRP He) (NP (VBD said) (NP (PRP it) (. .)))))";
+  const std::string baseline = "(TOP (S (PRP He) (VP (VBD said) (VP (PRP it) (. .)))))";
   EXPECT_EQ(tree("XX XX XX XX", Reconstruction::kBaseline), baseline);
   EXPECT_EQ(tree("", Reconstruction::kBaseline), baseline);
   EXPECT_EQ(to_evalb_line(right_branching_tree(words, tags)), baseline);
@@ -230,6 +232,51 @@ TEST(Trees, RoundTripOfTheWholeSample) {
   const EvalbResult same = run_evalb(collins, gold_in, back_in, report, errors);
   EXPECT_EQ(same.errors, 0) << errors.str();
   EXPECT_DOUBLE_EQ(same.all.f_measure(), 100.0);
+  fs::remove_all(dir);
+}
+
+// transformer_preprocess --user-symbols keeps the bracket tokens whole: every piece of
+// an encoded tree is one token of the tree, while without the option BPE cuts them.
+TEST(Trees, PreprocessKeepsUserSymbolsWhole) {
+  const fs::path dir = fresh_directory("thpc_trees_spm");
+  {
+    std::ofstream words(dir / "train.words");
+    std::ofstream trees(dir / "train.tree");
+    const char* sentences[] = {"the cat sat", "a dog ran home", "NPs see XX", "it rained"};
+    const char* linearized[] = {"(S (NP XX XX ) (VP XX ) )", "(S (NP XX XX ) (VP XX (NP XX ) ) )",
+                                "(S (NP XX ) (VP XX (NP XX ) ) )", "(S (NP XX ) (VP XX ) )"};
+    for (int copy = 0; copy < 50; ++copy) {
+      for (int i = 0; i < 4; ++i) {
+        words << sentences[i] << "\n";
+        trees << linearized[i] << "\n";
+      }
+    }
+  }
+  auto pieces_of = [&](const std::string& symbols, const std::string& text) {
+    thpc::PreprocessOptions options;
+    options.source_lang = "words";
+    options.target_lang = "tree";
+    options.train_prefix = options.valid_prefix = (dir / "train").string();
+    options.dest_dir = (dir / ("out" + std::to_string(symbols.size()))).string();
+    options.vocab_size = 60;
+    options.user_symbols = symbols;
+    options.threads = 1;
+    std::ostringstream log;
+    thpc::preprocess(options, log);
+    sentencepiece::SentencePieceProcessor processor;
+    EXPECT_TRUE(processor.Load(options.dest_dir + "/spm.model").ok());
+    std::vector<std::string> pieces;
+    processor.Encode(text, &pieces);
+    return pieces;
+  };
+  const std::string tree = "(S (NP XX XX ) (VP XX (NP XX ) ) )";
+  const std::vector<std::string> whole = pieces_of("(S,(NP,(VP,),XX", tree);
+  std::vector<std::string> expected;
+  for (const std::string& token : split(tree)) expected.push_back("\xe2\x96\x81" + token);
+  EXPECT_EQ(whole, expected);
+  // A word XX of a sentence is the symbol too: the placeholder must not be a real word.
+  EXPECT_EQ(pieces_of("(S,(NP,(VP,),XX", "NPs XX").back(), "\xe2\x96\x81XX");
+  EXPECT_NE(pieces_of("", tree).size(), expected.size());
   fs::remove_all(dir);
 }
 

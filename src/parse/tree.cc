@@ -290,11 +290,11 @@ TreeNode right_branching_tree(const std::vector<std::string>& words,
   // Built from the right: the last two words share the innermost constituent.
   const size_t n = words.size();
   TreeNode inner;
-  inner.label = "NP";
+  inner.label = "VP";
   inner.children.push_back(make_preterminal(tags[n - 1], words[n - 1]));
   for (size_t i = n - 1; i-- > 0;) {
     TreeNode outer;
-    outer.label = i == 0 ? "S" : "NP";
+    outer.label = i == 0 ? "S" : "VP";
     outer.children.push_back(make_preterminal(tags[i], words[i]));
     if (i == n - 2) {
       outer.children.push_back(std::move(inner.children.front()));

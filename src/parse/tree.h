@@ -83,8 +83,9 @@ struct Delinearized {
 Delinearized delinearize(const std::string& sequence, const std::vector<std::string>& words,
                          const std::vector<std::string>& tags);
 
-// The right-branching baseline: (S w1 (NP w2 (NP w3 ... (NP w_n-1 w_n)))), every word a
-// pre-terminal with its tag.
+// The right-branching baseline: (S w1 (VP w2 (VP w3 ... (VP w_n-1 w_n)))), every word a
+// pre-terminal with its tag. VP is the label that scores best on the dev split (labelled
+// F1 17.3 against 12.9 with NP), so the parser is compared with the stronger baseline.
 TreeNode right_branching_tree(const std::vector<std::string>& words,
                               const std::vector<std::string>& tags);
 
