@@ -45,6 +45,8 @@ const std::vector<std::string> kAllKeys = {
     "checkpoint.dir",        "checkpoint.minutes",    "checkpoint.every_steps",
     "checkpoint.keep",       "checkpoint.resume",     "checkpoint.init",
     "checkpoint.average_last",
+    "decode.beam",           "decode.alpha",          "decode.max_len_a",
+    "decode.max_len_b",
 };
 
 void expect_same_config(const Config& actual, const Config& expected) {
@@ -94,6 +96,10 @@ void expect_same_config(const Config& actual, const Config& expected) {
   EXPECT_EQ(actual.checkpoint.resume, expected.checkpoint.resume);
   EXPECT_EQ(actual.checkpoint.init, expected.checkpoint.init);
   EXPECT_EQ(actual.checkpoint.average_last, expected.checkpoint.average_last);
+  EXPECT_EQ(actual.decode.beam, expected.decode.beam);
+  EXPECT_EQ(actual.decode.alpha, expected.decode.alpha);
+  EXPECT_EQ(actual.decode.max_len_a, expected.decode.max_len_a);
+  EXPECT_EQ(actual.decode.max_len_b, expected.decode.max_len_b);
 }
 
 // parse_command_line over a list of words, argv[0] included.
@@ -287,6 +293,8 @@ const std::vector<std::string> kUnusualValues = {
     "checkpoint.dir=runs/x/ckpt", "checkpoint.minutes=0.25",
     "checkpoint.every_steps=500", "checkpoint.keep=7", "checkpoint.resume=auto",
     "checkpoint.init=runs/x/average.h5", "checkpoint.average_last=6",
+    "decode.beam=21",          "decode.alpha=0.3",       "decode.max_len_a=2",
+    "decode.max_len_b=300",
 };
 
 TEST_F(ConfigFiles, ToIniRoundTrips) {
@@ -515,6 +523,9 @@ TEST(Config, BadValuesNameKeyAndFile) {
       {{"checkpoint.keep=0"}, "checkpoint.keep: must be ≥ 1, got 0"},
       {{"checkpoint.average_last=-1"}, "checkpoint.average_last"},
       {{"checkpoint.average_last=6"}, "checkpoint.average_last: 6 exceeds checkpoint.keep 5"},
+      {{"decode.beam=0"}, "decode.beam: must be ≥ 1, got 0"},
+      {{"decode.alpha=-0.5"}, "decode.alpha: must be ≥ 0, got -0.5"},
+      {{"decode.max_len_b=-1"}, "decode.max_len_b: must be ≥ 0, got -1"},
       {{"train.valid_every=-1", "data.dir=d"}, "train.valid_every: must be ≥ 0"},
       {{"train.valid_every=10"}, "train.valid_every: validation reads shards: set data.dir"},
       {{"data.memory_mb=0"}, "data.memory_mb: must be ≥ 1, got 0"},

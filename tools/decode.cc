@@ -2,13 +2,14 @@
 // after fairseq-interactive / fairseq-generate.
 //
 //   transformer_decode --checkpoint FILE [--spm-model FILE] [--input FILE|-] [--output FILE]
-//                      [--beam 4] [--lenpen 0.6] [--max-len-a 1 --max-len-b 50]
+//                      [--beam B] [--lenpen A] [--max-len-a 1 --max-len-b 50]
 //                      [--batch-tokens 4096] [--nbest 1] [--greedy] [--threads N]
 //
 // The SentencePiece model is --spm-model when given, else the one stored in the
 // checkpoint by the trainer (fairseq-like). Each input line is SentencePiece-encoded, sentences are sorted by length into batches
 // of at most --batch-tokens source tokens, translated by batched beam search with a KV
-// cache (§6.1: beam 4, alpha 0.6, output length <= input length + 50) and written back
+// cache (the checkpoint's [decode] settings unless given here; the defaults are §6.1's:
+// beam 4, alpha 0.6, output length <= input length + 50) and written back
 // detokenised, one line per input line, in input order. With --nbest K > 1 each input
 // gives K lines `INDEX ||| hypothesis ||| score`. Exit codes: 0 success, 1 a bad file or
 // checkpoint, 2 a bad command line.
@@ -21,6 +22,7 @@
 #include <iomanip>
 #include <iostream>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -39,9 +41,11 @@ namespace po = boost::program_options;
 
 struct Arguments {
   std::string checkpoint, spm_model, input = "-", output = "-";
-  int beam = 4, nbest = 1, max_len_a = 1, max_len_b = 50, batch_tokens = 4096;
+  int nbest = 1, batch_tokens = 4096;
+  // Unset: the checkpoint's [decode] beam, alpha, max_len_a, max_len_b.
+  std::optional<int> beam, max_len_a, max_len_b;
+  std::optional<float> lenpen;
   int threads = -1;  // < 0: the checkpoint's train.threads
-  float lenpen = 0.6f;
   bool greedy = false;
 };
 
@@ -76,6 +80,8 @@ int run(const Arguments& args) {
       thpc::read_checkpoint(args.checkpoint, thpc::CheckpointParts::ParamsOnly);
   thpc::Config config = stored_config(checkpoint, args.checkpoint);
   if (args.threads >= 0) config.train.threads = args.threads;
+  const thpc::DecodeConfig& stored = config.decode;
+  const int beam = args.beam.value_or(stored.beam);
   const int vocab = vocabulary_of(checkpoint, args.checkpoint);
 
   sentencepiece::SentencePieceProcessor spm;
@@ -128,10 +134,10 @@ int run(const Arguments& args) {
   }
 
   thpc::BeamOptions options;
-  options.beam = args.greedy ? 1 : args.beam;
-  options.alpha = args.greedy ? 0.0f : args.lenpen;
-  options.max_len_a = args.max_len_a;
-  options.max_len_b = args.max_len_b;
+  options.beam = args.greedy ? 1 : beam;
+  options.alpha = args.greedy ? 0.0f : args.lenpen.value_or(stored.alpha);
+  options.max_len_a = args.max_len_a.value_or(stored.max_len_a);
+  options.max_len_b = args.max_len_b.value_or(stored.max_len_b);
   options.max_len_cap = config.model.max_positions - 1;
   options.nbest = std::min(args.nbest, options.beam);
 
@@ -211,10 +217,11 @@ int main(int argc, char** argv) {
        "SentencePiece model of the corpus (default: the one stored in the checkpoint)")
       ("input", po::value(&args.input), "source text, one sentence per line (- = stdin)")
       ("output", po::value(&args.output), "translations (- = stdout)")
-      ("beam", po::value(&args.beam), "beam size (§6.1: 4)")
-      ("lenpen", po::value(&args.lenpen), "length penalty alpha, ((5+|Y|)/6)^alpha (§6.1: 0.6)")
-      ("max-len-a", po::value(&args.max_len_a), "output length <= a * input length + b")
-      ("max-len-b", po::value(&args.max_len_b), "(§6.1: a = 1, b = 50)")
+      ("beam", po::value<int>(), "beam size (default: the checkpoint's decode.beam; §6.1: 4)")
+      ("lenpen", po::value<float>(),
+       "length penalty alpha, ((5+|Y|)/6)^alpha (default: decode.alpha; §6.1: 0.6)")
+      ("max-len-a", po::value<int>(), "output length <= a * input length + b")
+      ("max-len-b", po::value<int>(), "(default: decode.max_len_a/b; §6.1: a = 1, b = 50)")
       ("batch-tokens", po::value(&args.batch_tokens), "padded source tokens per batch")
       ("nbest", po::value(&args.nbest), "hypotheses per sentence (<= beam)")
       ("greedy", po::bool_switch(&args.greedy), "greedy decoding (beam 1, no length penalty)")
@@ -228,8 +235,13 @@ int main(int argc, char** argv) {
       return 0;
     }
     po::notify(values);
-    if (args.beam < 1 || args.nbest < 1 || args.batch_tokens < 1 || args.max_len_a < 0 ||
-        args.max_len_b < 0 || args.lenpen < 0 || (values.count("threads") && args.threads < 0)) {
+    if (values.count("beam")) args.beam = values["beam"].as<int>();
+    if (values.count("lenpen")) args.lenpen = values["lenpen"].as<float>();
+    if (values.count("max-len-a")) args.max_len_a = values["max-len-a"].as<int>();
+    if (values.count("max-len-b")) args.max_len_b = values["max-len-b"].as<int>();
+    if (args.beam.value_or(1) < 1 || args.nbest < 1 || args.batch_tokens < 1 ||
+        args.max_len_a.value_or(0) < 0 || args.max_len_b.value_or(0) < 0 ||
+        args.lenpen.value_or(0.0f) < 0 || (values.count("threads") && args.threads < 0)) {
       THPC_FAIL("--beam, --nbest and --batch-tokens must be >= 1; --max-len-a, --max-len-b, "
                 "--lenpen and --threads >= 0");
     }

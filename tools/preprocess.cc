@@ -33,6 +33,9 @@ int main(int argc, char** argv) {
       "spm-model", po::value(&options.spm_model), "use this SentencePiece .model, no training")(
       "model-type", po::value(&options.model_type)->default_value(options.model_type),
       "SentencePiece model: bpe | unigram")(
+      "user-symbols", po::value(&options.user_symbols),
+      "comma-separated tokens SentencePiece keeps whole, each as a word of its own (the "
+      "parser's bracket tokens: '(S,(NP,),XX')")(
       "shards", po::value(&options.shards)->default_value(options.shards),
       "number of training shards")(
       "max-len", po::value(&options.max_len)->default_value(options.max_len),

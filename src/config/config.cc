@@ -141,6 +141,14 @@ const std::vector<Option>& option_table() {
                   "start from this checkpoint's parameters only (ignored when resuming)"),
       THPC_OPTION(checkpoint, average_last, THPC_ANY,
                   "at the end, write dir/average_lastN.h5 from the last N checkpoints; 0 = off"),
+
+      // [decode]: transformer_decode's defaults (§6.1; the parser's §6.3).
+      THPC_OPTION(decode, beam, THPC_ANY, "beam size, >= 1 (§6.1: 4; parsing §6.3: 21)"),
+      THPC_OPTION(decode, alpha, THPC_ANY,
+                  "length penalty ((5+|Y|)/6)^alpha, >= 0 (§6.1: 0.6; parsing: 0.3)"),
+      THPC_OPTION(decode, max_len_a, THPC_ANY,
+                  "output length <= max_len_a * input length + max_len_b, >= 0"),
+      THPC_OPTION(decode, max_len_b, THPC_ANY, "(§6.1: 1, 50; parsing §6.3: 1, 300), >= 0"),
   };
   return table;
 }
@@ -525,6 +533,14 @@ void validate(const Config& config) {
                std::to_string(checkpoint.average_last) + " exceeds checkpoint.keep " +
                    std::to_string(checkpoint.keep) + " (the run keeps only that many)");
   }
+
+  const DecodeConfig& decode = config.decode;
+  check.at_least("decode.beam", decode.beam, 1);
+  if (!(decode.alpha >= 0.0f)) {
+    check.fail("decode.alpha", "must be ≥ 0, got " + Checker::text(decode.alpha));
+  }
+  check.at_least("decode.max_len_a", decode.max_len_a, 0);
+  check.at_least("decode.max_len_b", decode.max_len_b, 0);
 }
 
 std::string Config::to_ini() const {

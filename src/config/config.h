@@ -84,12 +84,22 @@ struct CheckpointConfig {
   int average_last = 0;             // at the end, average the last N into DIR; 0 = off
 };
 
+// Beam search (§6.1; §6.3 for the parser): transformer_decode's defaults, stored in every
+// checkpoint with the rest of the configuration so that a model decodes as its config says.
+struct DecodeConfig {
+  int beam = 4;           // beam size
+  float alpha = 0.6f;     // length penalty ((5 + |Y|) / 6)^alpha
+  int max_len_a = 1;      // output length <= max_len_a * input length + max_len_b
+  int max_len_b = 50;
+};
+
 struct Config {
   ModelConfig model;
   TrainConfig train;
   DataConfig data;
   DistConfig dist;
   CheckpointConfig checkpoint;
+  DecodeConfig decode;
 
   std::string source_file;  // the ini file the config came from ("" if none)
   bool dry_run = false;

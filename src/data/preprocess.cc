@@ -110,7 +110,7 @@ std::string sentencepiece_model(const PreprocessOptions& options, const Parallel
     return bytes.str();
   }
   sentencepiece::SetRandomGeneratorSeed(static_cast<unsigned int>(options.seed));
-  const std::unordered_map<std::string, std::string> arguments = {
+  std::unordered_map<std::string, std::string> arguments = {
       {"input", train.source_path + "," + train.target_path},
       {"model_type", options.model_type},
       {"vocab_size", std::to_string(options.vocab_size)},
@@ -127,6 +127,17 @@ std::string sentencepiece_model(const PreprocessOptions& options, const Parallel
       {"max_sentence_length", "65536"},
       {"num_threads", std::to_string(hardware_threads(options.threads))},
   };
+  if (!options.user_symbols.empty()) {
+    // SentencePiece sees a word as "▁word": the symbol must carry that marker to match a
+    // whole word (and only a whole word).
+    std::string symbols;
+    std::istringstream list(options.user_symbols);
+    for (std::string symbol; std::getline(list, symbol, ',');) {
+      if (symbol.empty()) THPC_FAIL("--user-symbols: an empty symbol in '" << options.user_symbols << "'");
+      symbols += (symbols.empty() ? "" : ",") + std::string("\xe2\x96\x81") + symbol;
+    }
+    arguments["user_defined_symbols"] = symbols;
+  }
   std::string model;
   const auto status = sentencepiece::SentencePieceTrainer::Train(arguments, nullptr, &model);
   if (!status.ok()) {

@@ -22,6 +22,9 @@ struct PreprocessOptions {
   int vocab_size = 37000;    // the paper's shared EN-DE BPE vocabulary (§5.1)
   std::string spm_model;     // an existing SentencePiece model instead of training one
   std::string model_type = "bpe";  // bpe | unigram
+  // Comma-separated tokens never split nor merged with a neighbour: each becomes one
+  // piece when it stands as a word (the parser's "(NP", ")", "XX"). Empty: none.
+  std::string user_symbols;
   int shards = 1;            // of the training split
   int max_len = 250;         // subword tokens per sentence, eos excluded
   double max_ratio = 9.0;    // longer side / shorter side, training pairs only

@@ -1,0 +1,310 @@
+#include "parse/tree.h"
+
+#include <cctype>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace thpc::parse {
+namespace {
+
+struct Token {
+  enum Kind { kOpen, kClose, kAtom, kEnd } kind = kEnd;
+  std::string text;
+  int line = 0;
+};
+
+class Tokenizer {
+ public:
+  Tokenizer(std::istream& in, const std::string& source) : in_(in), source_(source) {}
+
+  Token next() {
+    int c = in_.get();
+    while (c != EOF && std::isspace(c)) {
+      if (c == '\n') ++line_;
+      c = in_.get();
+    }
+    Token token;
+    token.line = line_;
+    if (c == EOF) return token;
+    if (c == '(') {
+      token.kind = Token::kOpen;
+    } else if (c == ')') {
+      token.kind = Token::kClose;
+    } else {
+      token.kind = Token::kAtom;
+      while (c != EOF && !std::isspace(c) && c != '(' && c != ')') {
+        token.text += static_cast<char>(c);
+        c = in_.get();
+      }
+      if (c != EOF) in_.unget();
+    }
+    return token;
+  }
+
+  const std::string& source() const { return source_; }
+
+ private:
+  std::istream& in_;
+  std::string source_;
+  int line_ = 1;
+};
+
+// After the '(' of a constituent: its label (possibly empty at the top), then a word or
+// children. `tree_line` is where the tree began, which errors name.
+TreeNode read_constituent(Tokenizer& tokens, int tree_line, bool is_top) {
+  TreeNode node;
+  Token token = tokens.next();
+  if (token.kind == Token::kAtom) {
+    node.label = token.text;
+    token = tokens.next();
+  } else if (!is_top) {
+    // PTB files start every tree with an unlabelled bracket: one below the top means
+    // the previous tree was never closed.
+    THPC_FAIL(tokens.source() << ":" << tree_line << ": unbalanced tree: still open at line "
+                              << token.line << ", where an unlabelled bracket starts the next");
+  }
+  bool has_word = false;
+  for (;; token = tokens.next()) {
+    switch (token.kind) {
+      case Token::kEnd:
+        THPC_FAIL(tokens.source() << ":" << tree_line
+                                  << ": unbalanced tree: still open at the end of the file");
+      case Token::kClose:
+        if (!has_word && node.children.empty()) {
+          THPC_FAIL(tokens.source() << ":" << token.line << ": empty constituent '("
+                                    << node.label << ")'");
+        }
+        return node;
+      case Token::kAtom:
+        if (has_word || !node.children.empty() || node.label.empty()) {
+          THPC_FAIL(tokens.source() << ":" << token.line << ": stray text '" << token.text
+                                    << "' inside constituent '(" << node.label << "'");
+        }
+        node.word = token.text;
+        has_word = true;
+        break;
+      case Token::kOpen:
+        if (has_word) {
+          THPC_FAIL(tokens.source() << ":" << token.line << ": pre-terminal '(" << node.label
+                                    << " " << node.word << "' has a constituent inside");
+        }
+        node.children.push_back(read_constituent(tokens, tree_line, false));
+        break;
+    }
+  }
+}
+
+TreeNode make_preterminal(const std::string& tag, const std::string& word) {
+  TreeNode leaf;
+  leaf.label = tag;
+  leaf.word = word;
+  return leaf;
+}
+
+void collect(const TreeNode& node, bool want_words, std::vector<std::string>& out) {
+  if (node.is_preterminal()) {
+    out.push_back(want_words ? node.word : node.label);
+    return;
+  }
+  for (const TreeNode& child : node.children) collect(child, want_words, out);
+}
+
+void write_bracketed(const TreeNode& node, std::string& out) {
+  out += "(" + node.label + " ";
+  if (node.is_preterminal()) {
+    out += node.word;
+  } else {
+    for (size_t i = 0; i < node.children.size(); ++i) {
+      if (i > 0) out += " ";
+      write_bracketed(node.children[i], out);
+    }
+  }
+  out += ")";
+}
+
+void write_linearized(const TreeNode& node, std::string& out) {
+  if (node.is_preterminal()) {
+    out += kWordPlaceholder;
+    return;
+  }
+  out += "(" + node.label;
+  for (const TreeNode& child : node.children) {
+    out += " ";
+    write_linearized(child, out);
+  }
+  out += " )";
+}
+
+// A constituent under construction by delinearize: children are built bottom-up and an
+// empty one (no word inside) is dropped when it closes. False when it was dropped.
+bool close_into(std::vector<TreeNode>& stack) {
+  TreeNode done = std::move(stack.back());
+  stack.pop_back();
+  if (done.children.empty()) return false;
+  stack.back().children.push_back(std::move(done));
+  return true;
+}
+
+}  // namespace
+
+std::vector<TreeNode> read_ptb_trees(std::istream& in, const std::string& source_name) {
+  Tokenizer tokens(in, source_name);
+  std::vector<TreeNode> trees;
+  for (Token token = tokens.next(); token.kind != Token::kEnd; token = tokens.next()) {
+    if (token.kind == Token::kAtom) {
+      THPC_FAIL(source_name << ":" << token.line << ": stray text '" << token.text
+                            << "' between trees");
+    }
+    if (token.kind == Token::kClose) {
+      THPC_FAIL(source_name << ":" << token.line << ": unbalanced tree: ')' without '('");
+    }
+    TreeNode outer = read_constituent(tokens, token.line, true);
+    if (!outer.label.empty()) {
+      trees.push_back(std::move(outer));
+    } else if (outer.children.size() == 1) {
+      trees.push_back(std::move(outer.children.front()));
+    } else {
+      THPC_FAIL(source_name << ":" << token.line << ": the outer bracket holds "
+                            << outer.children.size() << " constituents; expected one");
+    }
+  }
+  return trees;
+}
+
+std::string canonical_label(const std::string& label) {
+  if (label.empty() || label[0] == '-') return label;
+  std::string result = label.substr(0, label.find('|'));
+  const size_t cut = result.find_first_of("-=");
+  if (cut != std::string::npos && cut > 0) result.resize(cut);
+  return result;
+}
+
+bool normalize_tree(const TreeNode& tree, TreeNode* normalized) {
+  if (tree.is_preterminal()) {
+    if (tree.label == "-NONE-") return false;
+    *normalized = tree;
+    return true;
+  }
+  TreeNode result;
+  result.label = canonical_label(tree.label);
+  for (const TreeNode& child : tree.children) {
+    TreeNode kept;
+    if (normalize_tree(child, &kept)) result.children.push_back(std::move(kept));
+  }
+  if (result.children.empty()) return false;
+  *normalized = std::move(result);
+  return true;
+}
+
+std::vector<std::string> words_of(const TreeNode& tree) {
+  std::vector<std::string> words;
+  collect(tree, true, words);
+  return words;
+}
+
+std::vector<std::string> tags_of(const TreeNode& tree) {
+  std::vector<std::string> tags;
+  collect(tree, false, tags);
+  return tags;
+}
+
+std::string to_evalb_line(const TreeNode& tree) {
+  std::string out = "(TOP ";
+  write_bracketed(tree, out);
+  out += ")";
+  return out;
+}
+
+std::string linearize(const TreeNode& tree) {
+  std::string out;
+  write_linearized(tree, out);
+  return out;
+}
+
+Delinearized delinearize(const std::string& sequence, const std::vector<std::string>& words,
+                         const std::vector<std::string>& tags) {
+  THPC_CHECK(!words.empty() && words.size() == tags.size(),
+             "delinearize needs words and as many tags: " << words.size() << " words, "
+                                                          << tags.size() << " tags");
+  Delinearized result;
+  bool repaired = false;
+  bool opened_any = false;
+  // stack[0] is a virtual root that collects the top level.
+  std::vector<TreeNode> stack(1);
+  size_t next_word = 0;
+  std::istringstream tokens(sequence);
+  std::string token;
+  while (tokens >> token) {
+    if (token[0] == '(') {
+      TreeNode opened;
+      opened.label = token.size() > 1 ? token.substr(1) : "X";
+      if (token.size() == 1) repaired = true;
+      stack.push_back(std::move(opened));
+      opened_any = true;
+    } else if (token[0] == ')') {
+      if (stack.size() > 1) {
+        if (!close_into(stack)) repaired = true;
+      } else {
+        repaired = true;
+      }
+    } else if (next_word < words.size()) {
+      stack.back().children.push_back(make_preterminal(tags[next_word], words[next_word]));
+      ++next_word;
+    } else {
+      repaired = true;
+    }
+  }
+  if (!opened_any) {
+    result.tree = right_branching_tree(words, tags);
+    result.how = Reconstruction::kBaseline;
+    return result;
+  }
+  if (stack.size() > 1) repaired = true;
+  while (stack.size() > 1) close_into(stack);  // rule 2
+  std::vector<TreeNode>& top = stack.front().children;
+  if (next_word < words.size()) {
+    repaired = true;
+    // Rule 3: leftover words become the last children of the root.
+    std::vector<TreeNode>* root_children = &top;
+    if (top.size() == 1 && !top.front().is_preterminal()) root_children = &top.front().children;
+    for (; next_word < words.size(); ++next_word) {
+      root_children->push_back(make_preterminal(tags[next_word], words[next_word]));
+    }
+  }
+  if (top.size() == 1 && !top.front().is_preterminal()) {
+    result.tree = std::move(top.front());
+  } else {
+    repaired = true;
+    result.tree.label = "S";
+    result.tree.children = std::move(top);
+  }
+  result.how = repaired ? Reconstruction::kRepaired : Reconstruction::kWellFormed;
+  return result;
+}
+
+TreeNode right_branching_tree(const std::vector<std::string>& words,
+                              const std::vector<std::string>& tags) {
+  THPC_CHECK(!words.empty() && words.size() == tags.size(),
+             "right_branching_tree needs words and as many tags");
+  // Built from the right: the last two words share the innermost constituent.
+  const size_t n = words.size();
+  TreeNode inner;
+  inner.label = "VP";
+  inner.children.push_back(make_preterminal(tags[n - 1], words[n - 1]));
+  for (size_t i = n - 1; i-- > 0;) {
+    TreeNode outer;
+    outer.label = i == 0 ? "S" : "VP";
+    outer.children.push_back(make_preterminal(tags[i], words[i]));
+    if (i == n - 2) {
+      outer.children.push_back(std::move(inner.children.front()));
+    } else {
+      outer.children.push_back(std::move(inner));
+    }
+    inner = std::move(outer);
+  }
+  if (n == 1) inner.label = "S";
+  return inner;
+}
+
+}  // namespace thpc::parse

@@ -1,0 +1,92 @@
+// Constituency trees for the parsing mode (§6.3): Penn Treebank .mrg files in, the
+// linearized target sequence the Transformer learns, and back.
+//
+// Normalisation (what the gold trees and the round trip are exact after):
+//   - `-NONE-` empty elements are removed, and with them every constituent left empty;
+//   - a constituent label keeps its first alternative and loses function tags and
+//     indices: `PRT|ADVP` → `PRT`, `NP-SBJ-1` → `NP`, `S=2` → `S` (a label that starts
+//     with '-' is kept whole); part-of-speech tags (`-LRB-`, `PRP$`, `-NONE-`) are
+//     never changed;
+//   - the outer unlabeled bracket `( (S ...) )` is dropped: the tree is its one child.
+//
+// Linearization: a constituent is `(LABEL`, its children, then `)` (closing brackets
+// carry no label); every word, with its tag, is the placeholder `XX`, so the sequence
+// says nothing the input sentence does not and the word count equals the number of
+// `XX`. `(S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .))` ↔ `(S (NP XX XX ) (VP XX ) XX )`.
+// Together with the input words (and their tags) the sequence gives back the tree.
+//
+// Repair rule of delinearize (deterministic, applied to whatever the decoder wrote):
+//   1. tokens are read left to right: `(LABEL` opens (an empty label becomes `X`),
+//      `)` (or `)LABEL`, the label ignored) closes the innermost open constituent and is
+//      dropped when none is open; every other token is a word slot and takes the next
+//      input word, slots beyond the last word are dropped;
+//   2. constituents still open at the end are closed there;
+//   3. input words left without a slot are attached, in order, as the last children of
+//      the root;
+//   4. constituents that hold no word are removed;
+//   5. the result is the single top-level constituent when there is exactly one; any
+//      other top level (several constituents, or bare words) is put under one `S`.
+//   A sequence without any `(LABEL` is not repaired but replaced by the right-branching
+//   baseline tree of the sentence (both cases are counted by the tools).
+#pragma once
+
+#include <istream>
+#include <string>
+#include <vector>
+
+namespace thpc::parse {
+
+// A constituent (label and children) or, when it has no children, a pre-terminal: the
+// tag in `label` and the word in `word`.
+struct TreeNode {
+  std::string label;
+  std::string word;
+  std::vector<TreeNode> children;
+
+  bool is_preterminal() const { return children.empty(); }
+};
+
+// The placeholder a word becomes in the linearized sequence.
+inline constexpr const char* kWordPlaceholder = "XX";
+
+// Reads every tree of a .mrg file (trees span several lines). Throws thpc::Error
+// "SOURCE:LINE: what is wrong" for an unbalanced tree, an empty one, text between
+// trees or more than a word inside a pre-terminal.
+std::vector<TreeNode> read_ptb_trees(std::istream& in, const std::string& source_name);
+
+// `NP-SBJ-1` → `NP`, `PRT|ADVP` → `PRT`, `-LRB-` unchanged.
+std::string canonical_label(const std::string& label);
+
+// The tree after the normalisation above; false when nothing is left (a tree of
+// empty elements only).
+bool normalize_tree(const TreeNode& tree, TreeNode* normalized);
+
+std::vector<std::string> words_of(const TreeNode& tree);
+std::vector<std::string> tags_of(const TreeNode& tree);
+
+// One line, `(TOP (S (NP (DT The) (NN cat)) ...))`: the form EVALB reads (TOP is a
+// DELETE_LABEL of COLLINS.prm).
+std::string to_evalb_line(const TreeNode& tree);
+
+// `(S (NP XX XX ) (VP XX ) XX )`.
+std::string linearize(const TreeNode& tree);
+
+enum class Reconstruction { kWellFormed, kRepaired, kBaseline };
+
+struct Delinearized {
+  TreeNode tree;
+  Reconstruction how = Reconstruction::kWellFormed;
+};
+
+// The tree a decoded sequence describes over `words` (tagged with `tags`, the same
+// length), repaired by the rule above. Never throws on a bad sequence; needs >= 1 word.
+Delinearized delinearize(const std::string& sequence, const std::vector<std::string>& words,
+                         const std::vector<std::string>& tags);
+
+// The right-branching baseline: (S w1 (VP w2 (VP w3 ... (VP w_n-1 w_n)))), every word a
+// pre-terminal with its tag. VP is the label that scores best on the dev split (labelled
+// F1 17.3 against 12.9 with NP), so the parser is compared with the stronger baseline.
+TreeNode right_branching_tree(const std::vector<std::string>& words,
+                              const std::vector<std::string>& tags);
+
+}  // namespace thpc::parse

@@ -1,0 +1,283 @@
+// Trees for the parsing mode: reading PTB .mrg files, normalising, linearizing and back
+// (the whole NLTK WSJ sample), the repair rule, the baseline and malformed input.
+#include <gtest/gtest.h>
+#include <sentencepiece_processor.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "data/preprocess.h"
+#include "data_dir.h"
+#include "expect_error.h"
+#include "parse/evalb.h"
+#include "parse/tree.h"
+#include "program.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace thpc::parse;
+using thpc::lines_of;
+using thpc::read_file;
+using thpc::run_process;
+
+const std::string kTrees = std::string(THPC_BINARY_DIR) + "/transformer_trees";
+
+fs::path fresh_directory(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+TreeNode parse_one(const std::string& text) {
+  std::istringstream in(text);
+  const std::vector<TreeNode> trees = read_ptb_trees(in, "test.mrg");
+  EXPECT_EQ(trees.size(), 1u);
+  return trees.empty() ? TreeNode{} : trees.front();
+}
+
+std::vector<std::string> split(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<std::string> tokens;
+  for (std::string token; in >> token;) tokens.push_back(token);
+  return tokens;
+}
+
+TEST(Trees, CanonicalLabels) {
+  EXPECT_EQ(canonical_label("NP-SBJ-1"), "NP");
+  EXPECT_EQ(canonical_label("S=2"), "S");
+  EXPECT_EQ(canonical_label("PRT|ADVP"), "PRT");
+  EXPECT_EQ(canonical_label("ADVP|PRT-CLR"), "ADVP");
+  EXPECT_EQ(canonical_label("-NONE-"), "-NONE-");
+  EXPECT_EQ(canonical_label("-LRB-"), "-LRB-");
+  EXPECT_EQ(canonical_label("WHNP"), "WHNP");
+}
+
+// Empty elements go, and so does every constituent they leave empty; function tags and
+// indices go; tags stay as they are.
+TEST(Trees, NormalisationRemovesEmptyElementsAndFunctionTags) {
+  const TreeNode raw = parse_one(
+      "( (S (NP-SBJ-1 (PRP He)) (VP (VBD said) (SBAR (-NONE- 0) (S (-NONE- *T*-1))))"
+      " (-LRB- -LRB-) (. .)) )");
+  TreeNode normalized;
+  ASSERT_TRUE(normalize_tree(raw, &normalized));
+  EXPECT_EQ(to_evalb_line(normalized),
+            "(TOP (S (NP (PRP He)) (VP (VBD said)) (-LRB- -LRB-) (. .)))");
+  EXPECT_EQ(linearize(normalized), "(S (NP XX ) (VP XX ) XX XX )");
+  TreeNode nothing;
+  EXPECT_FALSE(normalize_tree(parse_one("( (S (-NONE- *)) )"), &nothing));
+}
+
+TEST(Trees, DelinearizeRepairsByTheDocumentedRule) {
+  const std::vector<std::string> words = {"He", "said", "it", "."};
+  const std::vector<std::string> tags = {"PRP", "VBD", "PRP", "."};
+  auto tree = [&](const std::string& sequence, Reconstruction expected_how) {
+    const Delinearized result = delinearize(sequence, words, tags);
+    EXPECT_EQ(static_cast<int>(result.how), static_cast<int>(expected_how)) << sequence;
+    return to_evalb_line(result.tree);
+  };
+  const std::string exact = "(TOP (S (NP (PRP He)) (VP (VBD said) (NP (PRP it))) (. .)))";
+  EXPECT_EQ(tree("(S (NP XX ) (VP XX (NP XX ) ) XX )", Reconstruction::kWellFormed), exact);
+  // Labelled closing brackets are read as plain ones.
+  EXPECT_EQ(tree("(S (NP XX )NP (VP XX (NP XX )NP )VP XX )S", Reconstruction::kWellFormed), exact);
+  // Missing closing brackets are closed at the end (rule 2), the word without a slot
+  // goes to the root (rule 3).
+  EXPECT_EQ(tree("(S (NP XX ) (VP XX (NP XX", Reconstruction::kRepaired), exact);
+  // A ')' with nothing open is dropped; the second top-level constituent and the
+  // leftover words go under one S (rules 1, 3, 5).
+  EXPECT_EQ(tree("(NP XX ) ) (VP XX )", Reconstruction::kRepaired),
+            "(TOP (S (NP (PRP He)) (VP (VBD said)) (PRP it) (. .)))");
+  // Slots beyond the last word are dropped, and constituents left empty removed.
+  EXPECT_EQ(tree("(S (NP XX XX XX XX XX ) (VP ) )", Reconstruction::kRepaired),
+            "(TOP (S (NP (PRP He) (VBD said) (PRP it) (. .))))");
+  // Too few slots: the rest attach to the root (rule 3).
+  EXPECT_EQ(tree("(S (NP XX ) )", Reconstruction::kRepaired),
+            "(TOP (S (NP (PRP He)) (VBD said) (PRP it) (. .)))");
+  // No constituent at all: the right-branching baseline.
+  const std::string baseline = "(TOP (S (PRP He) (VP (VBD said) (VP (PRP it) (. .)))))";
+  EXPECT_EQ(tree("XX XX XX XX", Reconstruction::kBaseline), baseline);
+  EXPECT_EQ(tree("", Reconstruction::kBaseline), baseline);
+  EXPECT_EQ(to_evalb_line(right_branching_tree(words, tags)), baseline);
+  EXPECT_EQ(to_evalb_line(right_branching_tree({"Hi"}, {"UH"})), "(TOP (S (UH Hi)))");
+}
+
+TEST(Trees, MalformedTreesNameFileAndLine) {
+  auto parse = [](const std::string& text) {
+    return [text] {
+      std::istringstream in(text);
+      read_ptb_trees(in, "bad.mrg");
+    };
+  };
+  thpc::expect_error(parse("( (S (NP (NN a)) )\n\n( (S (NN b)) )\n"),
+                     {"bad.mrg:1:", "unbalanced tree: still open at line 3"});
+  thpc::expect_error(parse("( (S (NN a)) )\n( (S (NP (NN b))\n"),
+                     {"bad.mrg:2:", "unbalanced tree: still open at the end of the file"});
+  thpc::expect_error(parse("( (S (NN a)) ))\n"), {"bad.mrg:1:", "')' without '('"});
+  thpc::expect_error(parse("( (S (NN a)) )\nstray\n( (S (NN b)) )\n"),
+                     {"bad.mrg:2:", "stray text 'stray' between trees"});
+  thpc::expect_error(parse("( (S (NN a b)) )\n"), {"bad.mrg:1:", "stray text 'b'"});
+  thpc::expect_error(parse("\n( )\n"), {"bad.mrg:2:", "empty"});
+  thpc::expect_error(parse("( (S (NP)) )\n"), {"bad.mrg:1:", "empty constituent '(NP)'"});
+}
+
+// The program on a malformed file: one line naming file and line, exit 1, and none of
+// the four outputs (nor a partial one) left behind.
+TEST(Trees, MalformedFileLeavesNoOutput) {
+  const fs::path dir = fresh_directory("thpc_trees_bad");
+  {
+    std::ofstream good(dir / "good.mrg");
+    good << "( (S (NP (NN a)) (VP (VBZ is))) )\n";
+    std::ofstream bad(dir / "bad.mrg");
+    bad << "( (S (NP (NN a)) (VP (VBZ is))) )\n\n( (S (NP (NN b))\n";
+  }
+  const auto result = run_process(kTrees + " linearize --output " + (dir / "out").string() + " " +
+                                  (dir / "good.mrg").string() + " " + (dir / "bad.mrg").string());
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(lines_of(result.output).size(), 1u) << result.output;
+  EXPECT_NE(result.output.find("bad.mrg:3: unbalanced tree: still open at the end of the file"),
+            std::string::npos)
+      << result.output;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    EXPECT_EQ(entry.path().filename().string().rfind("out", 0), std::string::npos)
+        << "left behind: " << entry.path();
+  }
+  EXPECT_EQ(run_process(kTrees + " frobnicate --output x a.mrg").exit_code, 2);
+  EXPECT_EQ(run_process(kTrees + " linearize a.mrg").exit_code, 2);
+  fs::remove_all(dir);
+}
+
+// All 3,914 trees of the NLTK WSJ sample: linearize -> delinearize gives the normalised
+// trees back exactly, and what is written agrees with counts taken from the raw files.
+TEST(Trees, RoundTripOfTheWholeSample) {
+  THPC_REQUIRE_DATA("ptb_sample/combined/wsj_0001.mrg");
+  const fs::path dir = fresh_directory("thpc_trees_roundtrip");
+  const std::string combined = thpc::data_path("ptb_sample/combined");
+  const std::string prefix = (dir / "all").string();
+  const auto linearized =
+      run_process(kTrees + " linearize --output " + prefix + " " + combined + "/wsj_*.mrg");
+  ASSERT_EQ(linearized.exit_code, 0) << linearized.output;
+  const auto back = run_process(kTrees + " delinearize --words " + prefix + ".words --tags " +
+                                prefix + ".tags --input " + prefix + ".tree --output " + prefix +
+                                ".back");
+  ASSERT_EQ(back.exit_code, 0) << back.output;
+  EXPECT_NE(back.output.find("3914 well-formed, 0 repaired, 0 replaced"), std::string::npos)
+      << back.output;
+  const std::string gold = read_file(prefix + ".gold");
+  EXPECT_EQ(read_file(prefix + ".back"), gold);
+
+  const auto gold_lines = lines_of(gold);
+  const auto word_lines = lines_of(read_file(prefix + ".words"));
+  const auto tree_lines = lines_of(read_file(prefix + ".tree"));
+  ASSERT_EQ(gold_lines.size(), 3914u);
+  ASSERT_EQ(word_lines.size(), 3914u);
+  ASSERT_EQ(tree_lines.size(), 3914u);
+  // The first tree of wsj_0001.mrg, normalised by hand.
+  EXPECT_EQ(gold_lines.front(),
+            "(TOP (S (NP (NP (NNP Pierre) (NNP Vinken)) (, ,) (ADJP (NP (CD 61) (NNS years)) "
+            "(JJ old)) (, ,)) (VP (MD will) (VP (VB join) (NP (DT the) (NN board)) (PP (IN as) "
+            "(NP (DT a) (JJ nonexecutive) (NN director))) (NP (NNP Nov.) (CD 29)))) (. .)))");
+  EXPECT_EQ(word_lines.front(), "Pierre Vinken , 61 years old , will join the board as a "
+                                "nonexecutive director Nov. 29 .");
+
+  // Words: every (TAG word) of the raw files except the -NONE- ones, counted here with a
+  // regular expression rather than the tree reader.
+  size_t raw_words = 0;
+  const std::regex preterminal(R"(\(([^()\s]+)\s+([^()\s]+)\))");
+  for (const auto& entry : fs::directory_iterator(combined)) {
+    if (entry.path().extension() != ".mrg") continue;
+    const std::string text = read_file(entry.path());
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), preterminal);
+         it != std::sregex_iterator(); ++it) {
+      if ((*it)[1] != "-NONE-") ++raw_words;
+    }
+  }
+  size_t written_words = 0;
+  for (size_t i = 0; i < tree_lines.size(); ++i) {
+    const auto sentence = split(word_lines[i]);
+    size_t slots = 0;
+    int depth = 0;
+    for (const std::string& token : split(tree_lines[i])) {
+      if (token == kWordPlaceholder) ++slots;
+      if (token[0] == '(') {
+        ++depth;
+        EXPECT_EQ(token.find_first_of("-=|", 1), std::string::npos) << "line " << i + 1;
+      }
+      if (token == ")") --depth;
+    }
+    EXPECT_EQ(slots, sentence.size()) << "line " << i + 1;
+    EXPECT_EQ(depth, 0) << "line " << i + 1;
+    written_words += sentence.size();
+  }
+  EXPECT_EQ(written_words, raw_words);
+  EXPECT_EQ(raw_words, 94084u);
+  EXPECT_EQ(gold.find("-NONE-"), std::string::npos);
+
+  // EVALB scores the round trip 100.
+  const EvalbParameters collins = [] {
+    EvalbParameters parameters;
+    parameters.delete_labels = {"TOP", "-NONE-", ",", ":", "``", "''", "."};
+    parameters.delete_labels_for_length = {"-NONE-"};
+    parameters.equal_labels = {{"ADVP", "PRT"}};
+    parameters.max_error = 0;
+    return parameters;
+  }();
+  std::istringstream gold_in(gold), back_in(read_file(prefix + ".back"));
+  std::ostringstream report, errors;
+  const EvalbResult same = run_evalb(collins, gold_in, back_in, report, errors);
+  EXPECT_EQ(same.errors, 0) << errors.str();
+  EXPECT_DOUBLE_EQ(same.all.f_measure(), 100.0);
+  fs::remove_all(dir);
+}
+
+// transformer_preprocess --user-symbols keeps the bracket tokens whole: every piece of
+// an encoded tree is one token of the tree, while without the option BPE cuts them.
+TEST(Trees, PreprocessKeepsUserSymbolsWhole) {
+  const fs::path dir = fresh_directory("thpc_trees_spm");
+  {
+    std::ofstream words(dir / "train.words");
+    std::ofstream trees(dir / "train.tree");
+    const char* sentences[] = {"the cat sat", "a dog ran home", "NPs see XX", "it rained"};
+    const char* linearized[] = {"(S (NP XX XX ) (VP XX ) )", "(S (NP XX XX ) (VP XX (NP XX ) ) )",
+                                "(S (NP XX ) (VP XX (NP XX ) ) )", "(S (NP XX ) (VP XX ) )"};
+    for (int copy = 0; copy < 50; ++copy) {
+      for (int i = 0; i < 4; ++i) {
+        words << sentences[i] << "\n";
+        trees << linearized[i] << "\n";
+      }
+    }
+  }
+  auto pieces_of = [&](const std::string& symbols, const std::string& text) {
+    thpc::PreprocessOptions options;
+    options.source_lang = "words";
+    options.target_lang = "tree";
+    options.train_prefix = options.valid_prefix = (dir / "train").string();
+    options.dest_dir = (dir / ("out" + std::to_string(symbols.size()))).string();
+    options.vocab_size = 60;
+    options.user_symbols = symbols;
+    options.threads = 1;
+    std::ostringstream log;
+    thpc::preprocess(options, log);
+    sentencepiece::SentencePieceProcessor processor;
+    EXPECT_TRUE(processor.Load(options.dest_dir + "/spm.model").ok());
+    std::vector<std::string> pieces;
+    processor.Encode(text, &pieces);
+    return pieces;
+  };
+  const std::string tree = "(S (NP XX XX ) (VP XX (NP XX ) ) )";
+  const std::vector<std::string> whole = pieces_of("(S,(NP,(VP,),XX", tree);
+  std::vector<std::string> expected;
+  for (const std::string& token : split(tree)) expected.push_back("\xe2\x96\x81" + token);
+  EXPECT_EQ(whole, expected);
+  // A word XX of a sentence is the symbol too: the placeholder must not be a real word.
+  EXPECT_EQ(pieces_of("(S,(NP,(VP,),XX", "NPs XX").back(), "\xe2\x96\x81XX");
+  EXPECT_NE(pieces_of("", tree).size(), expected.size());
+  fs::remove_all(dir);
+}
+
+}  // namespace

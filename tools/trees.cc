@@ -1,0 +1,244 @@
+// transformer_trees: Penn Treebank trees to and from the sequences the parser learns.
+//
+//   transformer_trees linearize --output PREFIX FILE.mrg [FILE.mrg ...]
+//       writes PREFIX.words (the sentence), PREFIX.tree (the linearized tree, the
+//       target), PREFIX.tags (the part-of-speech tags) and PREFIX.gold (the normalised
+//       tree for EVALB), one sentence per line, in file order
+//   transformer_trees delinearize --words W --tags T [--input SEQ] --output OUT
+//       the trees the decoded sequences SEQ (default: standard input) describe over the
+//       words W, repaired where needed (src/parse/tree.h has the rule), in EVALB's form
+//   transformer_trees baseline --words W --tags T --output OUT
+//       the right-branching tree of every sentence, in EVALB's form
+//
+// Outputs are written under temporary names and renamed when complete, so a failure
+// leaves no half-written file. Exit codes: 0 success, 1 bad input (one line naming the
+// file and line), 2 a bad command line.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/error.h"
+#include "parse/tree.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using thpc::parse::TreeNode;
+
+constexpr const char* kUsage =
+    "usage: transformer_trees linearize --output PREFIX FILE.mrg [FILE.mrg ...]\n"
+    "       transformer_trees delinearize --words W --tags T [--input SEQ] --output OUT\n"
+    "       transformer_trees baseline --words W --tags T --output OUT\n"
+    "\n"
+    "linearize    Penn Treebank .mrg trees -> PREFIX.words (sentences), PREFIX.tree\n"
+    "             (targets such as '(S (NP XX XX ) (VP XX ) XX )'), PREFIX.tags and\n"
+    "             PREFIX.gold (normalised trees, one per line, for transformer_evalb)\n"
+    "delinearize  decoded sequences (SEQ or standard input) + the sentences' words and tags\n"
+    "             -> trees for transformer_evalb; bad sequences are repaired, or replaced\n"
+    "             by the right-branching tree when they hold no constituent\n"
+    "baseline     the right-branching tree of every sentence\n";
+
+struct CommandLine {
+  std::string command;
+  std::string output;
+  std::string words_path;
+  std::string tags_path;
+  std::string input_path;  // "" = standard input
+  std::vector<std::string> files;
+  bool help = false;
+};
+
+CommandLine parse_command_line(int argc, char** argv) {
+  CommandLine command;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) THPC_FAIL(arg << " needs a value");
+      return argv[++i];
+    };
+    if (arg == "-h" || arg == "--help") {
+      command.help = true;
+    } else if (arg == "--output") {
+      command.output = value();
+    } else if (arg == "--words") {
+      command.words_path = value();
+    } else if (arg == "--tags") {
+      command.tags_path = value();
+    } else if (arg == "--input") {
+      command.input_path = value();
+    } else if (arg.size() > 1 && arg[0] == '-') {
+      THPC_FAIL("unknown option " << arg);
+    } else if (command.command.empty()) {
+      command.command = arg;
+    } else {
+      command.files.push_back(arg);
+    }
+  }
+  if (command.help) return command;
+  if (command.command != "linearize" && command.command != "delinearize" &&
+      command.command != "baseline") {
+    THPC_FAIL("the first argument must be linearize, delinearize or baseline, not '"
+              << command.command << "'");
+  }
+  if (command.output.empty()) THPC_FAIL(command.command << " needs --output");
+  if (command.command == "linearize") {
+    if (command.files.empty()) THPC_FAIL("linearize needs at least one .mrg file");
+  } else {
+    if (command.words_path.empty() || command.tags_path.empty()) {
+      THPC_FAIL(command.command << " needs --words and --tags");
+    }
+    if (!command.files.empty()) THPC_FAIL("unexpected argument '" << command.files.front() << "'");
+  }
+  return command;
+}
+
+// Writes every (path, text) under PATH.partial, then renames them all; on failure the
+// partial files are removed and no final file is touched.
+void write_files_atomically(const std::vector<std::pair<std::string, std::string>>& files) {
+  std::vector<std::string> written;
+  try {
+    for (const auto& [path, text] : files) {
+      const std::string partial = path + ".partial";
+      written.push_back(partial);
+      std::ofstream out(partial, std::ios::binary);
+      out << text;
+      out.close();
+      if (!out) THPC_FAIL(path << ": cannot write");
+    }
+  } catch (...) {
+    std::error_code ignored;
+    for (const std::string& partial : written) fs::remove(partial, ignored);
+    throw;
+  }
+  for (const auto& [path, text] : files) fs::rename(path + ".partial", path);
+}
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string line;
+  for (size_t i = 0; i < items.size(); ++i) line += (i > 0 ? " " : "") + items[i];
+  return line;
+}
+
+std::vector<std::vector<std::string>> read_token_lines(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) THPC_FAIL(path << ": cannot open");
+  std::vector<std::vector<std::string>> lines;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::vector<std::string> tokens;
+    std::string token;
+    while (fields >> token) tokens.push_back(token);
+    if (tokens.empty()) THPC_FAIL(path << ":" << lines.size() + 1 << ": empty sentence");
+    lines.push_back(std::move(tokens));
+  }
+  return lines;
+}
+
+int linearize_files(const CommandLine& command) {
+  std::string words, tree, tags, gold;
+  size_t trees = 0;
+  size_t empty = 0;
+  for (const std::string& path : command.files) {
+    std::ifstream in(path);
+    if (!in) THPC_FAIL(path << ": cannot open");
+    for (const TreeNode& raw : thpc::parse::read_ptb_trees(in, path)) {
+      TreeNode normalized;
+      if (!thpc::parse::normalize_tree(raw, &normalized)) {
+        ++empty;
+        continue;
+      }
+      words += joined(thpc::parse::words_of(normalized)) + "\n";
+      tags += joined(thpc::parse::tags_of(normalized)) + "\n";
+      tree += thpc::parse::linearize(normalized) + "\n";
+      gold += thpc::parse::to_evalb_line(normalized) + "\n";
+      ++trees;
+    }
+  }
+  const std::string& prefix = command.output;
+  write_files_atomically({{prefix + ".words", words},
+                          {prefix + ".tree", tree},
+                          {prefix + ".tags", tags},
+                          {prefix + ".gold", gold}});
+  std::cerr << "linearize: " << trees << " trees from " << command.files.size() << " files"
+            << " (" << empty << " of empty elements only, left out) -> " << prefix
+            << ".{words,tree,tags,gold}\n";
+  return 0;
+}
+
+int reconstruct(const CommandLine& command) {
+  const auto words = read_token_lines(command.words_path);
+  const auto tags = read_token_lines(command.tags_path);
+  if (tags.size() != words.size()) {
+    THPC_FAIL(command.tags_path << ": " << tags.size() << " lines, but " << command.words_path
+                                << " has " << words.size());
+  }
+  for (size_t i = 0; i < words.size(); ++i) {
+    if (tags[i].size() != words[i].size()) {
+      THPC_FAIL(command.tags_path << ":" << i + 1 << ": " << tags[i].size() << " tags for "
+                                  << words[i].size() << " words");
+    }
+  }
+  std::string out;
+  if (command.command == "baseline") {
+    for (size_t i = 0; i < words.size(); ++i) {
+      out += thpc::parse::to_evalb_line(thpc::parse::right_branching_tree(words[i], tags[i])) + "\n";
+    }
+    write_files_atomically({{command.output, out}});
+    std::cerr << "baseline: " << words.size() << " right-branching trees -> " << command.output
+              << "\n";
+    return 0;
+  }
+  std::ifstream file;
+  if (!command.input_path.empty()) {
+    file.open(command.input_path);
+    if (!file) THPC_FAIL(command.input_path << ": cannot open");
+  }
+  std::istream& in = command.input_path.empty() ? std::cin : file;
+  const std::string input_name = command.input_path.empty() ? "<stdin>" : command.input_path;
+  std::vector<std::string> sequences;
+  for (std::string line; std::getline(in, line);) sequences.push_back(line);
+  if (sequences.size() != words.size()) {
+    THPC_FAIL(input_name << ": " << sequences.size() << " lines, but " << command.words_path
+                         << " has " << words.size());
+  }
+  size_t counts[3] = {0, 0, 0};
+  for (size_t i = 0; i < words.size(); ++i) {
+    const thpc::parse::Delinearized result =
+        thpc::parse::delinearize(sequences[i], words[i], tags[i]);
+    ++counts[static_cast<int>(result.how)];
+    out += thpc::parse::to_evalb_line(result.tree) + "\n";
+  }
+  write_files_atomically({{command.output, out}});
+  std::cerr << "delinearize: " << words.size() << " trees: " << counts[0] << " well-formed, "
+            << counts[1] << " repaired, " << counts[2]
+            << " replaced by the right-branching baseline -> " << command.output << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CommandLine command;
+  try {
+    command = parse_command_line(argc, argv);
+  } catch (const thpc::Error& e) {
+    std::cerr << "transformer_trees: " << e.what() << "\n(see transformer_trees --help)\n";
+    return 2;
+  }
+  if (command.help) {
+    std::cout << kUsage;
+    return 0;
+  }
+  try {
+    return command.command == "linearize" ? linearize_files(command) : reconstruct(command);
+  } catch (const std::exception& e) {
+    std::cerr << "transformer_trees: error: " << e.what() << "\n";
+    return 1;
+  }
+}
