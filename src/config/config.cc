@@ -135,8 +135,9 @@ const std::vector<Option>& option_table() {
                   "also a checkpoint every this many steps; 0 = none by step count"),
       THPC_OPTION(checkpoint, keep, THPC_ANY, "newest checkpoints kept in dir, >= 1"),
       THPC_OPTION(checkpoint, resume, THPC_ANY,
-                  "continue a run: auto = newest valid checkpoint in dir, or a file; "
-                  "empty = start fresh"),
+                  "continue a run: auto = newest valid checkpoint in dir (none there: step 0; "
+                  "only invalid ones: an error), auto_or_fresh = the same but step 0 when all "
+                  "are invalid (they are renamed *.corrupt), or a file; empty = start fresh"),
       THPC_OPTION(checkpoint, init, THPC_ANY,
                   "start from this checkpoint's parameters only (ignored when resuming)"),
       THPC_OPTION(checkpoint, average_last, THPC_ANY,
