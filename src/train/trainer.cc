@@ -47,6 +47,8 @@ std::unique_ptr<ShardReader> make_shard_reader(const Config& config, const std::
   spec.rank = shard;
   spec.ranks = shards;
   spec.memory_budget_bytes = static_cast<int64_t>(config.data.memory_mb) << 20;
+  // make_batch adds eos to the source and bos to the target: one position each.
+  spec.max_sentence_tokens = config.model.max_positions - 1;
   return std::make_unique<ShardReader>(spec);
 }
 
@@ -392,6 +394,10 @@ RunEnd Trainer::run(std::ostream& log) {
   out << "training " << model_->params().count() << " parameters on " << backend_->name()
       << " for " << config_.train.max_steps << " steps on " << comm_.size() << " rank"
       << (comm_.size() > 1 ? "s" : "") << std::endl;
+  if (const auto* shards = dynamic_cast<const ShardReader*>(source_.get())) {
+    shards->print_notes(out, "data.train");
+  }
+  if (valid_source_) valid_source_->print_notes(out, "data.valid");
   apply_start_options(out);
   const int64_t first_step = completed_steps_;
   int64_t last_saved_step = config_.checkpoint.resume.empty() ? -1 : completed_steps_;
