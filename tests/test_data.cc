@@ -496,6 +496,26 @@ TEST_F(DataPipeline, BadTextInputFailsWithOneClearMessage) {
   expect_preprocess_failure(dir, "bad.de", "no such file");
 }
 
+// An option out of range is a usage error (exit 2, a plain line), not an internal check.
+TEST_F(DataPipeline, PreprocessOptionsOutOfRangeAreUsageErrors) {
+  const std::string command = std::string(THPC_BINARY_DIR) +
+                              "/transformer_preprocess --source-lang en --target-lang de "
+                              "--trainpref " + (root_ / "train").string() + " --validpref " +
+                              (root_ / "valid").string() + " --destdir " +
+                              (root_ / "bad_options").string() + " ";
+  for (const auto& [option, message] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"--shards 0", "--shards must be >= 1, got 0"},
+           {"--vocab-size 0", "--vocab-size must be >= 5 (4 special ids + 1), got 0"},
+           {"--max-len 0", "--max-len must be >= 1, got 0"},
+           {"--model-type word2", "--model-type must be bpe or unigram, got 'word2'"}}) {
+    const CommandResult result = run_command(command + option);
+    EXPECT_EQ(result.exit_code, 2) << option << ": " << result.output;
+    EXPECT_EQ(result.output, "transformer_preprocess: " + message + " (see --help)\n") << option;
+  }
+  EXPECT_FALSE(fs::exists(root_ / "bad_options"));
+}
+
 TEST_F(DataPipeline, AFailureAfterWritingBeganLeavesNothingThatLooksValid) {
   // The valid split is read, but nothing of it survives the filters: the training
   // shards are written by then and must not remain.
