@@ -4,7 +4,9 @@
 //
 // Exit codes: 0 success, 1 a runtime failure (on any rank: the whole job is ended),
 // 2 a bad command line or config.
+#include <filesystem>
 #include <iostream>
+#include <memory>
 
 #include "common/error.h"
 #include "config/config.h"
@@ -17,7 +19,17 @@ namespace {
 
 int dry_run(const thpc::Config& config) {
   int vocab = config.model.vocab_size;
-  if (vocab == 0) vocab = thpc::make_training_source(config)->vocab_size();
+  // A configured vocabulary needs no data (base.ini checks before the shards exist); when
+  // the data is there (the synthetic task always is) it is read and checked as training
+  // would read it (drops and warnings included), and must agree with model.vocab_size.
+  std::error_code missing;
+  if (config.data.dir.empty()) {
+    vocab = thpc::resolve_vocab_size(config, *thpc::make_training_source(config));
+  } else if (vocab == 0 || std::filesystem::is_directory(config.data.dir, missing)) {
+    const std::unique_ptr<thpc::BatchSource> source = thpc::make_training_source(config);
+    static_cast<const thpc::ShardReader&>(*source).print_notes(std::cout, "data.train");
+    vocab = thpc::resolve_vocab_size(config, *source);
+  }
   thpc::ParamStore table;
   thpc::add_transformer_parameters(config.model, vocab, table);
   std::cout << config.to_ini() << "\n# parameters: " << table.count() << " (vocabulary "

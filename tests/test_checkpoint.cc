@@ -27,6 +27,8 @@
 #include "data/synthetic.h"
 #include "decode/greedy.h"
 #include "train/trainer.h"
+#include "expect_error.h"
+#include "file_bytes.h"
 #include "program.h"
 
 namespace thpc {
@@ -57,41 +59,6 @@ std::string final_line(const std::string& log) {
   const auto at = log.find("final: ");
   if (at == std::string::npos) return "";
   return log.substr(at, log.find('\n', at) - at);
-}
-
-void flip_byte(const std::string& path, std::uintmax_t offset) {
-  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
-  file.seekg(static_cast<std::streamoff>(offset));
-  char byte = 0;
-  file.read(&byte, 1);
-  byte = static_cast<char>(byte ^ 0x10);
-  file.seekp(static_cast<std::streamoff>(offset));
-  file.write(&byte, 1);
-}
-
-// Where a contiguous dataset's values start in the file.
-std::uintmax_t dataset_offset(const std::string& path, const std::string& dataset) {
-  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  const hid_t data = H5Dopen2(file, dataset.c_str(), H5P_DEFAULT);
-  const haddr_t offset = H5Dget_offset(data);
-  H5Dclose(data);
-  H5Fclose(file);
-  return offset;
-}
-
-// Runs `action`, which must throw thpc::Error whose message holds every fragment.
-void expect_error(const std::function<void()>& action, const std::vector<std::string>& fragments) {
-  try {
-    action();
-  } catch (const Error& error) {
-    const std::string message = error.what();
-    for (const std::string& fragment : fragments) {
-      EXPECT_NE(message.find(fragment), std::string::npos)
-          << "message lacks '" << fragment << "': " << message;
-    }
-    return;
-  }
-  ADD_FAILURE() << "no thpc::Error thrown";
 }
 
 class CheckpointTest : public ::testing::Test {
@@ -434,6 +401,48 @@ TEST_F(CheckpointTest, AveragingRefusesMismatchedArchitectures) {
   EXPECT_FALSE(fs::exists(path("out.h5")));
 }
 
+TEST_F(CheckpointTest, AveragingNeverOverwritesAnInputOrATrainingCheckpoint) {
+  // Full training states (with Adam moments), as a run writes them.
+  const auto training_state = [](float value, int64_t step) {
+    Checkpoint checkpoint = constant_checkpoint(value, step, "layers=1 test");
+    checkpoint.adam_m = checkpoint.params;
+    checkpoint.adam_v = checkpoint.params;
+    return checkpoint;
+  };
+  const std::string older = path("ck/step_00000015.h5");
+  const std::string newer = path("ck/step_00000020.h5");
+  write_checkpoint(older, training_state(1.0f, 15));
+  write_checkpoint(newer, training_state(2.0f, 20));
+  const std::string newer_bytes = read_file(newer);
+
+  const ProcessResult onto_input =
+      run_process(kAverager + " --inputs " + older + " " + newer + " --output " + newer);
+  EXPECT_EQ(onto_input.exit_code, 2) << onto_input.output;
+  EXPECT_NE(onto_input.output.find("--output " + newer), std::string::npos) << onto_input.output;
+  EXPECT_EQ(read_file(newer), newer_bytes);  // the Adam moments are still there
+  EXPECT_EQ(read_checkpoint(newer).adam_m.size(), 2u);
+
+  // The same file under another name (a hard link) is still an input.
+  fs::create_hard_link(newer, path("link.h5"));
+  const ProcessResult onto_link =
+      run_process(kAverager + " --inputs " + older + " " + newer + " --output " + path("link.h5"));
+  EXPECT_EQ(onto_link.exit_code, 2) << onto_link.output;
+  EXPECT_NE(onto_link.output.find("is the input " + newer), std::string::npos) << onto_link.output;
+  EXPECT_EQ(read_file(newer), newer_bytes);
+
+  // A new step_*.h5 would pass for a training checkpoint with resume=auto and pruning.
+  const std::string fake_step = path("ck/step_00000099.h5");
+  const ProcessResult as_step =
+      run_process(kAverager + " --inputs " + path("ck") + " --last 2 --output " + fake_step);
+  EXPECT_EQ(as_step.exit_code, 2) << as_step.output;
+  EXPECT_NE(as_step.output.find("step_*.h5"), std::string::npos) << as_step.output;
+  EXPECT_FALSE(fs::exists(fake_step));
+
+  const ProcessResult elsewhere = run_process(kAverager + " --inputs " + path("ck") +
+                                              " --last 2 --output " + path("ck/average.h5"));
+  EXPECT_EQ(elsewhere.exit_code, 0) << elsewhere.output;
+}
+
 TEST_F(CheckpointTest, ParametersOnlyCheckpointServesDecodingAndInit) {
   Trainer source(small_config(path("run")));
   source.step();
@@ -515,7 +524,7 @@ TEST_F(CheckpointTest, SentencePieceModelIsStoredCheckedAndAveraged) {
 
   // Its sha256 is checked like every other dataset's.
   const std::string flipped = path("ckpt/step_00000030.h5");
-  flip_byte(flipped, dataset_offset(flipped, "/spm_model") + 5);
+  flip_bits(flipped, dataset_offset(flipped, "/spm_model") + 5, 0x10);
   expect_error([&] { read_checkpoint(flipped, CheckpointParts::ParamsOnly); },
                {flipped, "bad checksum for dataset /spm_model"});
 }
@@ -537,7 +546,7 @@ TEST_F(CheckpointTest, TruncationAndFlippedBytesAreDetected) {
   const std::string flipped = path("flipped.h5");
   fs::copy_file(newest, flipped);
   const std::string dataset = "/params/encoder.0.ffn.fc1.weight";
-  flip_byte(flipped, dataset_offset(flipped, dataset) + 123);
+  flip_bits(flipped, dataset_offset(flipped, dataset) + 123, 0x10);
   expect_error([&] { read_checkpoint(flipped); }, {flipped, "bad checksum for dataset " + dataset});
 
   // auto skips a bad newest checkpoint, says so, and resumes from the previous one.
@@ -560,6 +569,50 @@ TEST_F(CheckpointTest, TruncationAndFlippedBytesAreDetected) {
   EXPECT_NE(refused.output.find(newest + ": bad checksum for dataset " + dataset),
             std::string::npos)
       << refused.output;
+}
+
+// When every checkpoint is damaged, auto refuses (the run's progress and the evidence
+// would be lost: a fresh run writes the same step names over them); auto_or_fresh starts
+// over only after moving the damaged files aside.
+TEST_F(CheckpointTest, AllCheckpointsInvalidIsRefusedUnlessAutoOrFreshWhichKeepsThem) {
+  std::ostringstream log;
+  Trainer(small_config(path("run"), {"train.max_steps=4", "checkpoint.every_steps=2"})).run(log);
+  const std::string truncated = path("run/step_00000002.h5");
+  const std::string flipped = path("run/step_00000004.h5");
+  fs::resize_file(truncated, fs::file_size(truncated) / 2);
+  flip_bits(flipped, dataset_offset(flipped, "/params/encoder.0.ffn.fc1.weight") + 7, 0x10);
+  const std::string truncated_bytes = read_file(truncated);
+  const std::string flipped_bytes = read_file(flipped);
+
+  const std::string command = kTrainer + " " + kTinyIni + " --model.layers=1 " +
+                              "--train.max_steps=4 --checkpoint.every_steps=2 " +
+                              "--checkpoint.dir=" + path("run") + " --checkpoint.resume=";
+  const ProcessResult refused = run_process(command + "auto");
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_NE(refused.output.find("checkpoint.resume=auto: none of the 2 checkpoints in " +
+                                path("run") + " is valid"),
+            std::string::npos)
+      << refused.output;
+  EXPECT_NE(refused.output.find(truncated + ": cannot be opened, the file is truncated"),
+            std::string::npos)
+      << refused.output;
+  EXPECT_NE(refused.output.find(flipped + ": bad checksum"), std::string::npos) << refused.output;
+  EXPECT_EQ(refused.output.find("starting from step 0"), std::string::npos) << refused.output;
+  EXPECT_EQ(read_file(truncated), truncated_bytes);
+  EXPECT_EQ(read_file(flipped), flipped_bytes);
+
+  const ProcessResult fresh = run_process(command + "auto_or_fresh");
+  EXPECT_EQ(fresh.exit_code, 0) << fresh.output;
+  EXPECT_NE(fresh.output.find("moved invalid checkpoint " + flipped + " aside to " + flipped +
+                              ".corrupt"),
+            std::string::npos)
+      << fresh.output;
+  EXPECT_NE(fresh.output.find("no valid checkpoint in " + path("run") + ", starting from step 0"),
+            std::string::npos)
+      << fresh.output;
+  EXPECT_EQ(read_file(truncated + ".corrupt"), truncated_bytes);
+  EXPECT_EQ(read_file(flipped + ".corrupt"), flipped_bytes);
+  EXPECT_EQ(read_checkpoint(flipped).step, 4);  // the new run's own step 4
 }
 
 }  // namespace

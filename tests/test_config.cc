@@ -405,6 +405,38 @@ TEST_F(ConfigFiles, BadValueInFileNamesKeyAndFile) {
                {"bad_value.ini: train.warmup_steps: must be ≥ 1, got 0"});
 }
 
+TEST_F(ConfigFiles, ALeadingByteOrderMarkIsSkipped) {
+  const std::string path = write_ini("bom.ini", "\xEF\xBB\xBF[model]\nlayers = 2\n");
+  EXPECT_EQ(load_config(path).model.layers, 2);
+}
+
+TEST_F(ConfigFiles, AConfigWithoutKeysIsRefused) {
+  for (const std::string& text : {std::string(), std::string("# only a comment\n[model]\n")}) {
+    const std::string path = write_ini("no_keys.ini", text);
+    expect_error([&] { load_config(path); }, {"no_keys.ini: holds no keys at all"});
+  }
+}
+
+// Values from a binary or huge file come back escaped and cut, on one short line.
+TEST_F(ConfigFiles, ValuesInErrorsAreEscapedAndCut) {
+  const std::string binary = write_ini("binary.ini", std::string("[model]\nlayers = ") + "\x01\xff\x7f" + "\n");
+  expect_error([&] { load_config(binary); }, {"model.layers: '\\x01\\xff\\x7f' is not an integer"});
+  const std::string huge = write_ini("huge.ini", "[model]\nlayers = " + std::string(100000, 'z') + "\n");
+  try {
+    load_config(huge);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    EXPECT_LT(message.size(), 250u) << message;
+    EXPECT_NE(message.find("'" + std::string(80, 'z') + "\u2026' (100000 bytes) is not an integer"),
+              std::string::npos)
+        << message;
+  }
+  // UTF-8 stays readable.
+  EXPECT_EQ(quoted("Gr\xC3\xBC\xC3\x9F" "e"), "'Gr\xC3\xBC\xC3\x9F" "e'");
+  EXPECT_EQ(quoted("\xC3(x"), "'\\xc3(x'");
+}
+
 TEST(Config, MissingFileIsNamed) {
   expect_error([] { load_config("no/such/file.ini"); },
                {"cannot open config file 'no/such/file.ini'"});
@@ -468,6 +500,15 @@ TEST(Config, OptionWithoutValue) {
                {"tiny.ini", "model.heads", "missing value"});
 }
 
+// Boost would take the next option as the value: `--model.layers --dry-run`.
+TEST(Config, TheNextOptionIsNotAValue) {
+  Config config;
+  expect_error(
+      [&] { run_command_line({"transformer_hpc", kTinyIni, "--model.layers", "--dry-run"}, config); },
+      {"tiny.ini", "model.layers: missing value on the command line",
+       "'--dry-run' was taken for it", "--model.layers=VALUE"});
+}
+
 TEST(Config, OptionGivenTwiceOnTheCommandLine) {
   expect_error([&] { load_config(kTinyIni, {"model.layers=2", "model.layers=3"}); },
                {"tiny.ini", "model.layers", "more than once"});
@@ -495,6 +536,8 @@ TEST(Config, BadValuesNameKeyAndFile) {
        "model.positions: 'absolute' is not one of sinusoidal, learned"},
       {{"model.max_positions=0"}, "model.max_positions"},
       {{"model.vocab_size=-1"}, "model.vocab_size"},
+      {{"model.vocab_size=3"}, "model.vocab_size: must be 0 (the data's) or ≥ 5 (4 special ids "
+                               "+ 1), got 3"},
       {{"model.layernorm_eps=0"}, "model.layernorm_eps: must be > 0"},
       {{"train.backend=gpu"}, "train.backend: 'gpu' is not one of auto, cuda, cpu"},
       {{"train.precision=fp16"}, "train.precision: 'fp16' is not one of bf16, fp32"},

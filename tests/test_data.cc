@@ -3,6 +3,7 @@
 // The corpus is a slice of Multi30k ($THPC_DATA/multi30k, see data_dir.h) plus hand-made
 // lines that exercise normalisation and each filter.
 #include <gtest/gtest.h>
+#include <hdf5.h>
 #include <sentencepiece_processor.h>
 #include <unistd.h>
 
@@ -21,6 +22,7 @@
 #include "common/error.h"
 #include "data_dir.h"
 #include "expect_error.h"
+#include "file_bytes.h"
 #include "data/preprocess.h"
 #include "data/shard_file.h"
 #include "data/shard_reader.h"
@@ -500,6 +502,26 @@ TEST_F(DataPipeline, BadTextInputFailsWithOneClearMessage) {
   expect_preprocess_failure(dir, "bad.de", "no such file");
 }
 
+// An option out of range is a usage error (exit 2, a plain line), not an internal check.
+TEST_F(DataPipeline, PreprocessOptionsOutOfRangeAreUsageErrors) {
+  const std::string command = std::string(THPC_BINARY_DIR) +
+                              "/transformer_preprocess --source-lang en --target-lang de "
+                              "--trainpref " + (root_ / "train").string() + " --validpref " +
+                              (root_ / "valid").string() + " --destdir " +
+                              (root_ / "bad_options").string() + " ";
+  for (const auto& [option, message] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"--shards 0", "--shards must be >= 1, got 0"},
+           {"--vocab-size 0", "--vocab-size must be >= 5 (4 special ids + 1), got 0"},
+           {"--max-len 0", "--max-len must be >= 1, got 0"},
+           {"--model-type word2", "--model-type must be bpe or unigram, got 'word2'"}}) {
+    const CommandResult result = run_command(command + option);
+    EXPECT_EQ(result.exit_code, 2) << option << ": " << result.output;
+    EXPECT_EQ(result.output, "transformer_preprocess: " + message + " (see --help)\n") << option;
+  }
+  EXPECT_FALSE(fs::exists(root_ / "bad_options"));
+}
+
 TEST_F(DataPipeline, AFailureAfterWritingBeganLeavesNothingThatLooksValid) {
   // The valid split is read, but nothing of it survives the filters: the training
   // shards are written by then and must not remain.
@@ -568,6 +590,139 @@ TEST_F(DataPipeline, BadShardsFailWithOneClearMessage) {
   expect_error([&] { find_shards(mixed.string(), "train"); },
                {"train.00002.h5", "shard 1 is missing"});
   expect_error([&] { find_shards(mixed.string(), "valid"); }, {mixed.string(), "no shards"});
+}
+
+// A copy of the first training shard as the only shard of directory `name`.
+std::string copied_shard(const fs::path& root, const std::string& name,
+                         const std::string& from) {
+  fs::create_directories(root / name);
+  const fs::path path = root / name / "train.00000.h5";
+  fs::copy_file(from, path, fs::copy_options::overwrite_existing);
+  return path.string();
+}
+
+// Damage that every other check lets through: an id changed to another id of the
+// vocabulary, an offset moved within its neighbours. Only the checksums see it.
+TEST_F(DataPipeline, BitFlipsThatLeaveTheShardPlausibleFailTheChecksum) {
+  const ShardContents original = read_shard(train_files().front());
+  const int vocab = original.metadata.vocab_size;
+
+  const std::string token_flipped = copied_shard(root_, "token_flip", train_files().front());
+  size_t token = 0;
+  while ((original.source.tokens[token] ^ 1) >= vocab) ++token;
+  flip_bits(token_flipped, dataset_offset(token_flipped, "/src/tokens") + 4 * token, 0x01);
+  expect_error([&] { read_shard(token_flipped); },
+               {token_flipped, "bad checksum for dataset /src/tokens", "corrupt"});
+
+  const std::string offset_flipped = copied_shard(root_, "offset_flip", train_files().front());
+  const std::vector<int64_t>& offsets = original.target.offsets;
+  size_t entry = 1;
+  while (offsets[entry] + 2 > offsets[entry + 1] || (offsets[entry] & 0xff) == 0xff) ++entry;
+  flip_bits(offset_flipped, dataset_offset(offset_flipped, "/tgt/offsets") + 8 * entry, 0x01);
+  expect_error([&] { read_shard_summary(offset_flipped); },
+               {offset_flipped, "bad checksum for dataset /tgt/offsets"});
+
+  // The trainer refuses it before training: exit 1, the file named.
+  const CommandResult result =
+      run_command("cd " THPC_SOURCE_DIR " && " THPC_BINARY_DIR "/transformer_hpc input/tiny.ini "
+                  "--train.max_steps=1 --checkpoint.dir=" + (root_ / "token_flip_ckpt").string() +
+                  " --data.dir=" + (root_ / "token_flip").string());
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_NE(result.output.find(token_flipped + ": bad checksum for dataset /src/tokens"),
+            std::string::npos)
+      << result.output;
+  EXPECT_FALSE(fs::exists(root_ / "token_flip_ckpt"));
+}
+
+TEST_F(DataPipeline, TokensMustBeInt32AndOffsetsInt64) {
+  const std::string as_float = copied_shard(root_, "float_tokens", train_files().front());
+  const std::vector<int32_t> tokens = read_shard(as_float).source.tokens;
+  const std::vector<float> float_tokens(tokens.begin(), tokens.end());
+  const hid_t file = H5Fopen(as_float.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(H5Ldelete(file, "/src/tokens", H5P_DEFAULT), 0);
+  const hsize_t size = float_tokens.size();
+  const hid_t space = H5Screate_simple(1, &size, nullptr);
+  const hid_t dataset = H5Dcreate2(file, "/src/tokens", H5T_IEEE_F32LE, space, H5P_DEFAULT,
+                                   H5P_DEFAULT, H5P_DEFAULT);
+  ASSERT_GE(H5Dwrite(dataset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                     float_tokens.data()),
+            0);
+  H5Dclose(dataset);
+  H5Sclose(space);
+  H5Fclose(file);
+  expect_error([&] { read_shard(as_float); },
+               {as_float, "dataset /src/tokens is float32, expected int32"});
+}
+
+TEST_F(DataPipeline, AnEmptySentenceIsRefusedNamingTheFileAndThePair) {
+  const std::string empty_source = altered_shard("empty_source", [](ShardContents& contents) {
+    TokenColumn without_pair_two;
+    for (int64_t i = 0; i < contents.source.sentences(); ++i) {
+      const TokenSequence sentence = contents.source.sentence(i);
+      without_pair_two.append(i == 2 ? std::vector<int>{}
+                                     : std::vector<int>(sentence.begin(), sentence.end()));
+    }
+    contents.source = without_pair_two;
+  });
+  expect_error([&] { read_shard_summary(empty_source); },
+               {empty_source, "pair 2 has an empty source sentence"});
+}
+
+TEST_F(DataPipeline, FormatOneShardsWithoutChecksumsLoadWithOneWarning) {
+  const std::string old_format = altered_shard("format_one", [](ShardContents& contents) {
+    contents.metadata.format_version = 1;
+  });
+  EXPECT_FALSE(read_shard_summary(old_format).checksummed);
+  EXPECT_EQ(read_shard(old_format).source.tokens, read_shard(train_files().front()).source.tokens);
+  EXPECT_TRUE(read_shard_summary(train_files().front()).checksummed);
+
+  const CommandResult result =
+      run_command("cd " THPC_SOURCE_DIR " && " THPC_BINARY_DIR "/transformer_hpc input/tiny.ini "
+                  "--dry-run --data.dir=" + (root_ / "format_one").string());
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  const auto warning = result.output.find("warning: data.train: 1 of 1 shards (" + old_format +
+                                          ") are of format 1, without checksums");
+  EXPECT_NE(warning, std::string::npos) << result.output;
+  EXPECT_EQ(result.output.find("warning", warning + 1), std::string::npos) << result.output;
+}
+
+// Pairs the model's positions cannot hold are dropped and counted before training,
+// rather than stopping the run when a batch reaches them.
+TEST_F(DataPipeline, PairsLongerThanTheModelsPositionsAreDroppedAndCounted) {
+  ShardReaderSpec spec = reader_spec();
+  const int64_t all = ShardReader(spec).pairs();
+  spec.max_sentence_tokens = 20;
+  ShardReader reader(spec);
+  EXPECT_GT(reader.dropped_too_long(), 0);
+  EXPECT_EQ(reader.pairs() + reader.dropped_too_long(), all);
+  std::ostringstream notes;
+  reader.print_notes(notes, "data.train");
+  EXPECT_EQ(notes.str(), "data.train: " + std::to_string(reader.dropped_too_long()) + " of " +
+                             std::to_string(all) + " pairs dropped: a side longer than 20 "
+                             "tokens does not fit model.max_positions with bos/eos\n");
+  const int64_t batches = reader.batches_per_epoch(4000);
+  int64_t delivered = 0;
+  for (int64_t b = 0; b < batches; ++b) {
+    const Batch batch = reader.next(4000);
+    EXPECT_LE(batch.src_len, 21);
+    EXPECT_LE(batch.tgt_len, 21);
+    delivered += batch.size;
+  }
+  EXPECT_EQ(delivered, reader.pairs());
+
+  // The trainer with positions shorter than the corpus's longest pairs trains on.
+  const CommandResult result = run_command(
+      "cd " THPC_SOURCE_DIR " && " THPC_BINARY_DIR "/transformer_hpc input/tiny.ini "
+      "--train.max_steps=2 --model.max_positions=21 --checkpoint.dir=" +
+      (root_ / "short_positions_ckpt").string() + " --data.dir=" + (root_ / "corpus").string());
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("pairs dropped: a side longer than 20 tokens"), std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("final: step=2"), std::string::npos) << result.output;
+
+  spec.max_sentence_tokens = 0;  // no sentence is empty
+  expect_error([&] { ShardReader nothing_fits(spec); },
+               {"train.00000.h5", "all", "longer than the model's positions allow"});
 }
 
 // The trainer itself: a bad shard ends the run with exit 1 and the message, no HDF5 stack.

@@ -177,6 +177,18 @@ TEST_F(DecodeProgram, BadInputFailsWithAMessage) {
                               " < /dev/null > /dev/null 2>&1";
   const int status = std::system(missing.c_str());
   EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 1);
+
+  // Invalid UTF-8 is refused naming the file and line, as transformer_score does.
+  const fs::path bad = dir_ / "bad_utf8.en";
+  std::ofstream(bad, std::ios::binary) << "A dog runs.\nA \xC3(cat.\n";
+  const ProcessResult invalid = run_process(
+      std::string(THPC_BINARY_DIR) + "/transformer_decode --checkpoint " +
+      (dir_ / "model.h5").string() + " --spm-model " + (dir_ / "spm.model").string() +
+      " --input " + bad.string() + " --max-len-b 2");
+  EXPECT_EQ(invalid.exit_code, 1) << invalid.output;
+  EXPECT_NE(invalid.output.find(bad.string() + ": line 2: invalid UTF-8 at byte 3 of the line"),
+            std::string::npos)
+      << invalid.output;
 }
 
 }  // namespace

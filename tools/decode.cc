@@ -31,6 +31,7 @@
 #include "common/error.h"
 #include "config/config.h"
 #include "decode/beam_search.h"
+#include "metrics/bleu.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/transformer.h"
 #include "train/trainer.h"
@@ -61,18 +62,13 @@ int vocabulary_of(const thpc::Checkpoint& checkpoint, const std::string& path) {
   THPC_FAIL(path << ": no embed.weight dataset");
 }
 
+// The input lines, read and checked as transformer_score reads its files (the same
+// function): invalid UTF-8 is refused naming the file and line rather than passed to
+// SentencePiece, which would decode it to something. Trailing whitespace is dropped, as
+// SentencePiece's normalisation would drop it anyway.
 std::vector<std::string> read_lines(const std::string& path) {
-  std::ifstream file;
-  std::istream* in = &std::cin;
-  if (path != "-") {
-    file.open(path);
-    if (!file) THPC_FAIL("cannot open input file '" << path << "'");
-    in = &file;
-  }
-  std::vector<std::string> lines;
-  std::string line;
-  while (std::getline(*in, line)) lines.push_back(line);
-  return lines;
+  if (path == "-") return thpc::metrics::read_segments(std::cin, "<stdin>");
+  return thpc::metrics::read_segments(path);
 }
 
 int run(const Arguments& args) {

@@ -56,7 +56,11 @@ int main(int argc, char** argv) {
       return 0;
     }
     po::notify(values);
+    thpc::check_preprocess_options(options);
   } catch (const po::error& error) {
+    std::cerr << "transformer_preprocess: " << error.what() << " (see --help)\n";
+    return 2;
+  } catch (const thpc::Error& error) {
     std::cerr << "transformer_preprocess: " << error.what() << " (see --help)\n";
     return 2;
   }

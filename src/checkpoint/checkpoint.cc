@@ -354,7 +354,9 @@ int64_t step_of_file_name(const std::string& name) {
     return -1;
   }
   const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+  // More than 18 digits would overflow int64 (std::stoll throws): not a step of ours.
+  if (digits.size() > 18 ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     return -1;
   }
   return std::stoll(digits);
@@ -445,6 +447,10 @@ void write_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
   }
   // The rename itself is durable only once the directory entry is on disk.
   fsync_path(directory.string(), path);
+}
+
+bool is_step_checkpoint_name(const std::string& path) {
+  return step_of_file_name(fs::path(path).filename().string()) >= 0;
 }
 
 Checkpoint read_checkpoint(const std::string& path, CheckpointParts parts) {
@@ -540,7 +546,7 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
 }
 
 std::string newest_valid_checkpoint(const std::string& dir, std::ostream& warnings,
-                                    Checkpoint* loaded) {
+                                    Checkpoint* loaded, std::vector<InvalidCheckpoint>* invalid) {
   const std::vector<std::string> paths = list_checkpoints(dir);
   for (auto path = paths.rbegin(); path != paths.rend(); ++path) {
     try {
@@ -549,9 +555,24 @@ std::string newest_valid_checkpoint(const std::string& dir, std::ostream& warnin
       return *path;
     } catch (const Error& error) {
       warnings << "warning: skipping invalid " << error.what() << std::endl;
+      if (invalid) invalid->push_back({*path, error.what()});
     }
   }
   return "";
+}
+
+std::string move_aside_corrupt(const std::string& path) {
+  std::string aside = path + ".corrupt";
+  std::error_code error;
+  for (int n = 1; fs::exists(aside, error) || fs::is_symlink(aside, error); ++n) {
+    aside = path + ".corrupt." + std::to_string(n);
+  }
+  fs::rename(path, aside, error);
+  if (error) {
+    THPC_FAIL("cannot move invalid checkpoint " << path << " aside to " << aside << ": "
+                                                << error.message());
+  }
+  return aside;
 }
 
 std::vector<std::string> prune_checkpoints(const std::string& dir, int keep,

@@ -64,6 +64,10 @@ bool checkpoint_due(const CheckpointConfig& config, int64_t step, double seconds
 // The canonical file name of a step: "step_00001234.h5".
 std::string checkpoint_file_name(int64_t step);
 
+// Whether the last component of `path` is a training checkpoint's name (step_*.h5 with
+// digits): the files list_checkpoints(), resume=auto and pruning act on.
+bool is_step_checkpoint_name(const std::string& path);
+
 // Writes atomically (temporary file, fsync, rename). Throws thpc::Error naming the path.
 void write_checkpoint(const std::string& path, const Checkpoint& checkpoint);
 
@@ -77,9 +81,20 @@ Checkpoint read_checkpoint(const std::string& path,
 std::vector<std::string> list_checkpoints(const std::string& dir);
 
 // The newest checkpoint of `dir` that reads back valid, or "" if none does; each file
-// skipped on the way gets a warning line on `warnings`. `loaded` receives its contents.
+// skipped on the way gets a warning line on `warnings`, and its path and the reason
+// (thpc::Error's line) are appended to `invalid` when given. `loaded` receives its contents.
+struct InvalidCheckpoint {
+  std::string path;
+  std::string reason;
+};
 std::string newest_valid_checkpoint(const std::string& dir, std::ostream& warnings,
-                                    Checkpoint* loaded);
+                                    Checkpoint* loaded,
+                                    std::vector<InvalidCheckpoint>* invalid = nullptr);
+
+// Renames an invalid checkpoint to PATH.corrupt (PATH.corrupt.1, ... if taken): out of the
+// way of list_checkpoints() and of the run, which would otherwise write the same step's
+// file over it, and kept as evidence. Returns the new path; throws thpc::Error naming both.
+std::string move_aside_corrupt(const std::string& path);
 
 // Deletes the oldest step_*.h5 of `dir` until `keep` remain, never `protected_path`
 // (the one just written). Returns the deleted paths.

@@ -19,6 +19,57 @@ std::string process_identity() {
   return out.str();
 }
 
+namespace {
+
+// The length of the well-formed UTF-8 sequence at `at` (2-4 bytes), or 0 if there is none.
+size_t utf8_sequence_length(const std::string& text, size_t at) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(at);
+  size_t length = 0;
+  if (lead >= 0xC2 && lead <= 0xDF) length = 2;
+  if (lead >= 0xE0 && lead <= 0xEF) length = 3;
+  if (lead >= 0xF0 && lead <= 0xF4) length = 4;
+  if (length == 0 || at + length > text.size()) return 0;
+  for (size_t i = 1; i < length; ++i) {
+    if ((byte(at + i) & 0xC0) != 0x80) return 0;
+  }
+  // Overlong forms and surrogates: the second byte's range narrows for these leads.
+  const unsigned char second = byte(at + 1);
+  if ((lead == 0xE0 && second < 0xA0) || (lead == 0xED && second > 0x9F) ||
+      (lead == 0xF0 && second < 0x90) || (lead == 0xF4 && second > 0x8F)) {
+    return 0;
+  }
+  return length;
+}
+
+}  // namespace
+
+std::string quoted(const std::string& text, size_t max_bytes) {
+  static const char* const kHex = "0123456789abcdef";
+  std::string out = "'";
+  size_t at = 0;
+  while (at < text.size() && at < max_bytes) {
+    const unsigned char byte = static_cast<unsigned char>(text[at]);
+    const size_t sequence = byte >= 0x80 ? utf8_sequence_length(text, at) : 0;
+    if (sequence > 0) {
+      out.append(text, at, sequence);
+      at += sequence;
+    } else if (byte < 0x20 || byte >= 0x7F) {
+      out += "\\x";
+      out += kHex[byte >> 4];
+      out += kHex[byte & 15];
+      ++at;
+    } else {
+      out += static_cast<char>(byte);
+      ++at;
+    }
+  }
+  if (at < text.size()) {
+    return out + "\u2026' (" + std::to_string(text.size()) + " bytes)";
+  }
+  return out + "'";
+}
+
 void throw_check_failure(const char* expression, const char* file, int line,
                          const std::string& detail) {
   std::ostringstream out;

@@ -22,6 +22,12 @@ class Error : public std::runtime_error {
 std::string process_identity();
 void set_process_rank(int rank);
 
+// `text` in single quotes for a one-line message about user input: control bytes and
+// bytes that are not part of well-formed UTF-8 as \xNN (a binary file must not put raw
+// bytes, newlines included, on the terminal), and anything past `max_bytes` cut, with
+// the full size said: "'aaaa…' (100000 bytes)".
+std::string quoted(const std::string& text, size_t max_bytes = 80);
+
 [[noreturn]] void throw_check_failure(const char* expression, const char* file, int line,
                                       const std::string& detail);
 

@@ -135,8 +135,9 @@ const std::vector<Option>& option_table() {
                   "also a checkpoint every this many steps; 0 = none by step count"),
       THPC_OPTION(checkpoint, keep, THPC_ANY, "newest checkpoints kept in dir, >= 1"),
       THPC_OPTION(checkpoint, resume, THPC_ANY,
-                  "continue a run: auto = newest valid checkpoint in dir, or a file; "
-                  "empty = start fresh"),
+                  "continue a run: auto = newest valid checkpoint in dir (none there: step 0; "
+                  "only invalid ones: an error), auto_or_fresh = the same but step 0 when all "
+                  "are invalid (they are renamed *.corrupt), or a file; empty = start fresh"),
       THPC_OPTION(checkpoint, init, THPC_ANY,
                   "start from this checkpoint's parameters only (ignored when resuming)"),
       THPC_OPTION(checkpoint, average_last, THPC_ANY,
@@ -209,12 +210,12 @@ std::string parse_integer(const std::string& text, Integer* value) {
   const char* const end = text.data() + text.size();
   const auto result = std::from_chars(text.data(), end, *value);
   if (result.ec == std::errc::result_out_of_range) {
-    return "'" + text + "' is out of range [" +
+    return quoted(text) + " is out of range [" +
            std::to_string(std::numeric_limits<Integer>::min()) + ", " +
            std::to_string(std::numeric_limits<Integer>::max()) + "]";
   }
   if (result.ec != std::errc() || result.ptr != end || text.empty()) {
-    return "'" + text + "' is not " +
+    return quoted(text) + " is not " +
            (std::is_signed_v<Integer> ? "an integer" : "a non-negative integer");
   }
   return "";
@@ -233,12 +234,12 @@ std::string parse_value(const std::string& text, float* value) {
   float parsed = 0.0f;
   const auto result = std::from_chars(text.data(), end, parsed);
   if (result.ec == std::errc::result_out_of_range) {
-    return "'" + text + "' is out of the range of a float";
+    return quoted(text) + " is out of the range of a float";
   }
   if (result.ec != std::errc() || result.ptr != end || text.empty()) {
-    return "'" + text + "' is not a number";
+    return quoted(text) + " is not a number";
   }
-  if (!std::isfinite(parsed)) return "'" + text + "' is not a finite number";
+  if (!std::isfinite(parsed)) return quoted(text) + " is not a finite number";
   *value = parsed;
   return "";
 }
@@ -249,7 +250,7 @@ std::string parse_value(const std::string& text, bool* value) {
   } else if (text == "false" || text == "0") {
     *value = false;
   } else {
-    return "'" + text + "' is not a boolean (use true, false, 1 or 0)";
+    return quoted(text) + " is not a boolean (use true, false, 1 or 0)";
   }
   return "";
 }
@@ -330,14 +331,22 @@ std::string key_name(const po::error_with_option_name& error) {
 }
 
 // Rejects command-line tokens that name no option (collected rather than thrown by
-// Boost, so that the message can name the config file given on the same line).
+// Boost, so that the message can name the config file given on the same line), and a
+// key whose value is the next option: Boost takes `--model.layers --dry-run` as layers =
+// "--dry-run". No value of the table starts with "--".
 void reject_unknown_options(const std::string& file_label, const po::parsed_options& parsed) {
   for (const po::option& option : parsed.options) {
+    if (!option.unregistered && find_option(option.string_key) != nullptr &&
+        !option.value.empty() && option.value.front().rfind("--", 0) == 0) {
+      THPC_FAIL(file_label << ": " << option.string_key << ": missing value on the command "
+                           << "line (the next argument " << quoted(option.value.front())
+                           << " was taken for it; write --" << option.string_key << "=VALUE)");
+    }
     if (!option.unregistered) continue;
     const std::string token =
         option.original_tokens.empty() ? option.string_key : option.original_tokens.front();
     const bool names_a_key = option.string_key.find('.') != std::string::npos;
-    THPC_FAIL(file_label << ": unknown command-line option '" << token << "'"
+    THPC_FAIL(file_label << ": unknown command-line option " << quoted(token)
                          << (names_a_key ? unknown_key_hint(option.string_key)
                                          : std::string(" (see --help)")));
   }
@@ -350,7 +359,10 @@ constexpr int kCommandLineStyle =
 // Reads ini text from `stream` (named `ini_path` in messages) into `values`, which
 // already holds the command line's values (Boost keeps the first value stored, so the
 // command line wins), converts every value into a Config and validates it.
-Config resolve(const std::string& ini_path, std::istream& stream, po::variables_map& values) {
+// `require_keys`: a file with no key at all is refused (an empty or wrong file would
+// otherwise train the full base model on the defaults).
+Config resolve(const std::string& ini_path, std::istream& stream, po::variables_map& values,
+               bool require_keys) {
   std::set<std::string> from_command_line;
   for (const auto& [name, value] : values) {
     if (find_option(name) != nullptr) from_command_line.insert(name);
@@ -358,15 +370,24 @@ Config resolve(const std::string& ini_path, std::istream& stream, po::variables_
 
   try {
     const bool allow_unregistered = false;
-    po::store(po::parse_config_file(stream, table_description(), allow_unregistered), values);
+    const po::parsed_options parsed =
+        po::parse_config_file(stream, table_description(), allow_unregistered);
+    if (require_keys && parsed.options.empty()) {
+      THPC_FAIL(ini_path << ": holds no keys at all (an empty config would train the "
+                         << "defaults, the base model; write at least one 'key = value' "
+                         << "under a [section])");
+    }
+    po::store(parsed, values);
+  } catch (const Error&) {
+    throw;
   } catch (const po::unknown_option& error) {
     const std::string name = key_name(error);
-    THPC_FAIL(ini_path << ": unknown key '" << name << "'" << unknown_key_hint(name));
+    THPC_FAIL(ini_path << ": unknown key " << quoted(name) << unknown_key_hint(name));
   } catch (const po::multiple_occurrences& error) {
     THPC_FAIL(ini_path << ": " << key_name(error) << ": given more than once");
   } catch (const po::invalid_config_file_syntax& error) {
-    THPC_FAIL(ini_path << ": invalid line '" << error.tokens()
-                       << "' (expected 'key = value' or '[section]')");
+    THPC_FAIL(ini_path << ": invalid line " << quoted(error.tokens())
+                       << " (expected 'key = value' or '[section]')");
   } catch (const po::error& error) {
     THPC_FAIL(ini_path << ": " << error.what());
   }
@@ -428,9 +449,16 @@ Config resolve_file(const std::string& ini_path, po::variables_map& values) {
   if (std::filesystem::is_directory(ini_path, ignored)) {
     THPC_FAIL("cannot open config file '" << ini_path << "': it is a directory");
   }
-  std::ifstream stream(ini_path);
-  if (!stream) THPC_FAIL("cannot open config file '" << ini_path << "'");
-  return resolve(ini_path, stream, values);
+  std::ifstream file(ini_path, std::ios::binary);
+  if (!file) THPC_FAIL("cannot open config file '" << ini_path << "'");
+  std::ostringstream bytes;
+  bytes << file.rdbuf();
+  std::string text = bytes.str();
+  // Editors on Windows start UTF-8 files with a byte order mark; it is not part of the
+  // first line.
+  if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
+  std::istringstream stream(text);
+  return resolve(ini_path, stream, values, /*require_keys=*/true);
 }
 
 }  // namespace
@@ -449,7 +477,7 @@ void validate(const Config& config) {
     if (std::find(allowed.begin(), allowed.end(), value) == allowed.end()) {
       std::string choices;
       for (const std::string& choice : allowed) choices += (choices.empty() ? "" : ", ") + choice;
-      check.fail(option.name().c_str(), "'" + value + "' is not one of " + choices);
+      check.fail(option.name().c_str(), quoted(value) + " is not one of " + choices);
     }
   }
 
@@ -471,7 +499,11 @@ void validate(const Config& config) {
   check.fraction("model.attention_dropout", model.attention_dropout);
   check.fraction("model.label_smoothing", model.label_smoothing);
   check.at_least("model.max_positions", model.max_positions, 1);
-  check.at_least("model.vocab_size", model.vocab_size, 0);
+  // Ids 0..3 are pad, unk, bos, eos: a vocabulary needs at least one token besides them.
+  if (model.vocab_size != 0 && model.vocab_size < 5) {
+    check.fail("model.vocab_size", "must be 0 (the data's) or ≥ 5 (4 special ids + 1), got " +
+                                       std::to_string(model.vocab_size));
+  }
   check.positive("model.layernorm_eps", model.layernorm_eps);
 
   const TrainConfig& train = config.train;
@@ -629,7 +661,7 @@ Config load_config(const std::string& ini_path, const std::vector<std::string>& 
 Config load_config_text(const std::string& ini_text, const std::string& source_name) {
   std::istringstream stream(ini_text);
   po::variables_map values;
-  return resolve(source_name, stream, values);
+  return resolve(source_name, stream, values, /*require_keys=*/false);
 }
 
 bool parse_command_line(int argc, const char* const* argv, Config& config) {

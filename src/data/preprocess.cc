@@ -274,14 +274,23 @@ std::string describe(const std::string& split, const SplitCounts& counts) {
   return text.str();
 }
 
+void check_preprocess_options(const PreprocessOptions& options) {
+  if (options.model_type != "bpe" && options.model_type != "unigram") {
+    THPC_FAIL("--model-type must be bpe or unigram, got '" << options.model_type << "'");
+  }
+  if (options.shards < 1) THPC_FAIL("--shards must be >= 1, got " << options.shards);
+  if (options.max_len < 1) THPC_FAIL("--max-len must be >= 1, got " << options.max_len);
+  if (!(options.max_ratio >= 1.0)) {
+    THPC_FAIL("--max-ratio must be >= 1, got " << options.max_ratio);
+  }
+  if (options.vocab_size < 5) {
+    THPC_FAIL("--vocab-size must be >= 5 (4 special ids + 1), got " << options.vocab_size);
+  }
+}
+
 PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log) {
   const auto start = std::chrono::steady_clock::now();
-  THPC_CHECK(options.model_type == "bpe" || options.model_type == "unigram",
-             "--model-type must be bpe or unigram, got '" << options.model_type << "'");
-  THPC_CHECK(options.shards >= 1, "--shards must be >= 1, got " << options.shards);
-  THPC_CHECK(options.max_len >= 1, "--max-len must be >= 1, got " << options.max_len);
-  THPC_CHECK(options.max_ratio >= 1.0, "--max-ratio must be >= 1, got " << options.max_ratio);
-  THPC_CHECK(options.vocab_size >= 5, "--vocab-size must be >= 5, got " << options.vocab_size);
+  check_preprocess_options(options);
 
   const ParallelText train = read_parallel(options.train_prefix, options);
   const ParallelText valid = read_parallel(options.valid_prefix, options);

@@ -47,6 +47,11 @@ struct PreprocessSummary {
 // line counts, invalid UTF-8, a SentencePiece failure).
 PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log);
 
+// Throws thpc::Error naming the option and its value when one is out of range (a model
+// type other than bpe/unigram, no shards, a vocabulary of fewer than the 4 specials + 1,
+// a max length or ratio that would drop everything): a usage error, before any reading.
+void check_preprocess_options(const PreprocessOptions& options);
+
 // "train: 29000 read, 28990 kept, 10 dropped (0 empty, 2 too long, 8 over ratio)"
 std::string describe(const std::string& split, const SplitCounts& counts);
 

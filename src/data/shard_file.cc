@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/sha256.h"
 
 namespace thpc {
 namespace {
@@ -39,6 +40,13 @@ class Handle {
   herr_t (*close_)(hid_t);
 };
 
+constexpr const char* kChecksumAttribute = "sha256";
+
+template <typename T>
+std::string sha256_of(const std::vector<T>& values) {
+  return sha256_hex(values.data(), values.size() * sizeof(T));
+}
+
 // ---- writing ----
 
 class ShardWriter {
@@ -55,9 +63,10 @@ class ShardWriter {
     const Handle file(H5Fcreate(path_.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()),
                       H5Fclose);
     if (!file.valid()) THPC_FAIL(path_ << ": cannot create the HDF5 file");
+    const ShardMetadata& meta = contents.metadata;
+    checksummed_ = meta.format_version >= 2;
     write_column(file.get(), "src", contents.source);
     write_column(file.get(), "tgt", contents.target);
-    const ShardMetadata& meta = contents.metadata;
     write_int(file.get(), "format_version", meta.format_version);
     write_int(file.get(), "vocab_size", meta.vocab_size);
     write_int(file.get(), "pad_id", meta.ids.pad);
@@ -95,6 +104,7 @@ class ShardWriter {
       check(H5Dwrite(dataset.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()),
             "write a dataset");
     }
+    if (checksummed_) write_bytes(dataset.get(), kChecksumAttribute, sha256_of(values));
   }
 
   void write_column(hid_t file, const char* group_name, const TokenColumn& column) {
@@ -128,6 +138,7 @@ class ShardWriter {
   }
 
   std::string path_;
+  bool checksummed_ = true;
 };
 
 // ---- reading ----
@@ -136,14 +147,16 @@ class ShardFileReader {
  public:
   explicit ShardFileReader(const std::string& path) : path_(path), file_(open_file(path)) {}
 
-  ShardMetadata metadata(int64_t* pairs) const {
+  ShardMetadata metadata(int64_t* pairs) {
     ShardMetadata meta;
     meta.format_version = static_cast<int>(read_int("format_version"));
-    if (meta.format_version != kShardFormatVersion) {
+    if (meta.format_version < kOldestShardFormatVersion ||
+        meta.format_version > kShardFormatVersion) {
       THPC_FAIL(path_ << ": shard format version " << meta.format_version
-                      << ", this program reads version " << kShardFormatVersion
-                      << " (re-run transformer_preprocess)");
+                      << ", this program reads versions " << kOldestShardFormatVersion
+                      << " to " << kShardFormatVersion << " (re-run transformer_preprocess)");
     }
+    checksummed_ = meta.format_version >= 2;
     meta.vocab_size = static_cast<int>(read_int("vocab_size"));
     meta.ids.pad = static_cast<int>(read_int("pad_id"));
     meta.ids.unk = static_cast<int>(read_int("unk_id"));
@@ -168,6 +181,7 @@ class ShardFileReader {
   std::vector<int64_t> offsets(const std::string& side, int64_t pairs,
                                int64_t* token_count) const {
     std::vector<int64_t> values = read_dataset<int64_t>(side + "/offsets", H5T_NATIVE_INT64);
+    verify_checksum(side + "/offsets", values);
     *token_count = dataset_size(side + "/tokens");
     const std::string name = "/" + side + "/offsets";
     if (static_cast<int64_t>(values.size()) != pairs + 1) {
@@ -185,11 +199,24 @@ class ShardFileReader {
       THPC_FAIL(path_ << ": " << name << " ends at " << values.back() << " but /" << side
                       << "/tokens holds " << *token_count << " tokens");
     }
+    // Preprocessing drops empty pairs; one here was written by something else, and an
+    // empty source would leave the encoder nothing but eos to attend to.
+    for (size_t i = 1; i < values.size(); ++i) {
+      if (values[i] == values[i - 1]) {
+        THPC_FAIL(path_ << ": pair " << i - 1 << " has an empty "
+                        << (side == "src" ? "source" : "target") << " sentence (" << name << "["
+                        << i - 1 << "] = " << name << "[" << i
+                        << "]); transformer_preprocess drops empty pairs");
+      }
+    }
     return values;
   }
 
+  bool checksummed() const { return checksummed_; }
+
   std::vector<int32_t> tokens(const std::string& side, int vocab_size) const {
     std::vector<int32_t> values = read_dataset<int32_t>(side + "/tokens", H5T_NATIVE_INT32);
+    verify_checksum(side + "/tokens", values);
     for (size_t i = 0; i < values.size(); ++i) {
       if (values[i] < 0 || values[i] >= vocab_size) {
         THPC_FAIL(path_ << ": /" << side << "/tokens[" << i << "] = " << values[i]
@@ -229,10 +256,41 @@ class ShardFileReader {
     return static_cast<int64_t>(size);
   }
 
+  // A bit flip that leaves ids in range and offsets monotone passes every other check.
+  template <typename T>
+  void verify_checksum(const std::string& name, const std::vector<T>& values) const {
+    if (!checksummed_) return;
+    const Handle dataset = open_dataset(name);
+    if (H5Aexists(dataset.get(), kChecksumAttribute) <= 0) {
+      THPC_FAIL(path_ << ": dataset /" << name << " has no " << kChecksumAttribute
+                      << " attribute (required by shard format " << kShardFormatVersion << ")");
+    }
+    const std::string recorded = read_bytes(dataset.get(), kChecksumAttribute);
+    const std::string actual = sha256_of(values);
+    if (actual != recorded) {
+      THPC_FAIL(path_ << ": bad checksum for dataset /" << name << " (sha256 " << actual
+                      << ", recorded " << recorded << "): the shard is corrupt");
+    }
+  }
+
+  // The datasets are integers of exactly the reader's width: HDF5 would otherwise convert
+  // float32 tokens or int32 offsets silently on reading.
   template <typename T>
   std::vector<T> read_dataset(const std::string& name, hid_t type) const {
     const int64_t size = dataset_size(name);
     const Handle dataset = open_dataset(name);
+    const Handle stored(H5Dget_type(dataset.get()), H5Tclose);
+    const H5T_class_t stored_class = H5Tget_class(stored.get());
+    if (stored_class != H5T_INTEGER || H5Tget_size(stored.get()) != sizeof(T) ||
+        H5Tget_sign(stored.get()) != H5T_SGN_2) {
+      THPC_FAIL(path_ << ": dataset /" << name << " is "
+                      << (stored_class == H5T_FLOAT     ? "float"
+                          : stored_class == H5T_INTEGER ? (H5Tget_sign(stored.get()) == H5T_SGN_2
+                                                               ? "int"
+                                                               : "uint")
+                                                        : "non-numeric")
+                      << 8 * H5Tget_size(stored.get()) << ", expected int" << 8 * sizeof(T));
+    }
     std::vector<T> values(static_cast<size_t>(size));
     if (size > 0 &&
         H5Dread(dataset.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) < 0) {
@@ -241,9 +299,10 @@ class ShardFileReader {
     return values;
   }
 
-  Handle open_attribute(const char* name) const {
-    if (H5Aexists(file_.get(), name) <= 0) THPC_FAIL(path_ << ": missing attribute " << name);
-    Handle attribute(H5Aopen(file_.get(), name, H5P_DEFAULT), H5Aclose);
+  Handle open_attribute(const char* name, hid_t object = -1) const {
+    if (object < 0) object = file_.get();
+    if (H5Aexists(object, name) <= 0) THPC_FAIL(path_ << ": missing attribute " << name);
+    Handle attribute(H5Aopen(object, name, H5P_DEFAULT), H5Aclose);
     if (!attribute.valid()) THPC_FAIL(path_ << ": cannot open attribute " << name);
     return attribute;
   }
@@ -261,8 +320,9 @@ class ShardFileReader {
     return value;
   }
 
-  std::string read_bytes(const char* name) const {
-    const Handle attribute = open_attribute(name);
+  std::string read_bytes(const char* name) const { return read_bytes(file_.get(), name); }
+  std::string read_bytes(hid_t object, const char* name) const {
+    const Handle attribute = open_attribute(name, object);
     const Handle space(H5Aget_space(attribute.get()), H5Sclose);
     if (H5Sget_simple_extent_type(space.get()) == H5S_NULL) return "";
     const hssize_t count = H5Sget_simple_extent_npoints(space.get());
@@ -275,6 +335,7 @@ class ShardFileReader {
 
   std::string path_;
   Handle file_;
+  bool checksummed_ = true;  // from format_version, read first by metadata()
 };
 
 std::vector<int32_t> lengths_of(const std::vector<int64_t>& offsets) {
@@ -296,9 +357,10 @@ void write_shard(const std::string& path, const ShardContents& contents) {
 }
 
 ShardSummary read_shard_summary(const std::string& path) {
-  const ShardFileReader reader(path);
+  ShardFileReader reader(path);
   ShardSummary summary;
   summary.metadata = reader.metadata(&summary.pairs);
+  summary.checksummed = reader.checksummed();
   summary.source_lengths =
       lengths_of(reader.offsets("src", summary.pairs, &summary.source_tokens));
   summary.target_lengths =
@@ -307,7 +369,7 @@ ShardSummary read_shard_summary(const std::string& path) {
 }
 
 ShardContents read_shard(const std::string& path) {
-  const ShardFileReader reader(path);
+  ShardFileReader reader(path);
   ShardContents contents;
   int64_t pairs = 0;
   int64_t token_count = 0;

@@ -6,9 +6,17 @@
 //   /tgt/tokens, /tgt/offsets            the same for the targets
 //   attributes of /: format_version, vocab_size, pad_id, unk_id, bos_id, eos_id,
 //   source_lang, target_lang, pairs, spm_model (the SentencePiece model's bytes)
+//   attribute of each of the four datasets (format 2): sha256, the hex digest of its
+//   values' bytes (little-endian), as uint8 text like the other string attributes
 //
-// Sentences carry no bos/eos: make_batch adds them. Files are written without object
+// Sentences carry no bos/eos: make_batch adds them; no sentence is empty (preprocessing
+// drops such pairs, the reader refuses them). Files are written without object
 // timestamps, so the same content gives the same bytes.
+//
+// The checksums are sha256 rather than HDF5's Fletcher32 filter: Fletcher32 needs chunked
+// datasets (another layout, a chunk size to choose), is weaker, and is checked only
+// through HDF5, while a sha256 per dataset is what checkpoints carry (one mechanism to
+// trust, checkable with sha256sum on the bytes h5py reads) and keeps the layout of format 1.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +27,10 @@
 
 namespace thpc {
 
-constexpr int kShardFormatVersion = 1;
+// Version 2 adds the datasets' sha256; version 1 shards (without) are still read, with
+// a warning (ShardSummary::checksummed is false). Other versions are refused.
+constexpr int kShardFormatVersion = 2;
+constexpr int kOldestShardFormatVersion = 1;
 
 // Flat token arrays with offsets: the in-memory image of one side of a shard.
 struct TokenColumn {
@@ -51,22 +62,27 @@ struct ShardContents {
   TokenColumn source, target;
 };
 
-// Writes `contents` to `path` (replacing it). Throws thpc::Error naming the file.
+// Writes `contents` to `path` (replacing it), in the layout of its metadata's
+// format_version (version 1: without checksums). Throws thpc::Error naming the file.
 void write_shard(const std::string& path, const ShardContents& contents);
 
 // The metadata and pair count of a shard, with the offsets of both sides checked (monotone,
 // starting at 0, ending at the token count, as many as the pairs + 1). Throws thpc::Error
 // naming the file and the problem: not HDF5 or truncated, a missing dataset or attribute,
-// a format version this program does not read, bad offsets.
+// a format version this program does not read, a dataset of another type than int32
+// tokens / int64 offsets, offsets whose sha256 is not the recorded one, bad offsets, an
+// empty sentence.
 struct ShardSummary {
   ShardMetadata metadata;
+  bool checksummed = true;  // false for format 1 shards: corruption goes undetected
   int64_t pairs = 0;
   int64_t source_tokens = 0, target_tokens = 0;
   std::vector<int32_t> source_lengths, target_lengths;  // per pair
 };
 ShardSummary read_shard_summary(const std::string& path);
 
-// The whole shard, with every id checked against the vocabulary.
+// The whole shard, with every id checked against the vocabulary and every dataset
+// against its sha256 (format 2).
 ShardContents read_shard(const std::string& path);
 
 }  // namespace thpc

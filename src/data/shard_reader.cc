@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <limits>
 #include <numeric>
+#include <ostream>
 
 #include "common/error.h"
 #include "common/philox.h"
@@ -34,6 +35,15 @@ struct ShardReader::Shard {
 
   int64_t batches() const { return static_cast<int64_t>(batch_starts.size()) - 1; }
 };
+
+namespace {
+
+bool fits_positions(const ShardSummary& summary, int32_t pair, int64_t max_sentence_tokens) {
+  return summary.source_lengths[pair] <= max_sentence_tokens &&
+         summary.target_lengths[pair] <= max_sentence_tokens;
+}
+
+}  // namespace
 
 std::vector<std::string> find_shards(const std::string& directory, const std::string& prefix) {
   std::error_code error;
@@ -101,8 +111,21 @@ ShardReader::ShardReader(const ShardReaderSpec& spec) : spec_(spec) {
                      << " MiB of data.memory_mb (preprocess with more --shards)");
     }
     total_bytes += shard->bytes;
-    total_pairs_ += shard->summary.pairs;
+    if (!shard->summary.checksummed) unchecksummed_files_.push_back(path);
+    for (int32_t pair = 0; pair < shard->summary.pairs; ++pair) {
+      if (fits_positions(shard->summary, pair, spec.max_sentence_tokens)) {
+        ++total_pairs_;
+      } else {
+        ++dropped_too_long_;
+      }
+    }
     shards_.push_back(std::move(shard));
+  }
+  if (total_pairs_ == 0 && dropped_too_long_ > 0) {
+    THPC_FAIL(spec.files.front() << ": all " << dropped_too_long_ << " sentence pairs are longer "
+                                 << "than the model's positions allow ("
+                                 << spec.max_sentence_tokens << " tokens + bos/eos; raise "
+                                 << "model.max_positions)");
   }
   if (total_pairs_ == 0) THPC_FAIL(spec.files.front() << ": the corpus has no sentence pairs");
   // Check every id now rather than hours into a run; keep the tokens if they all fit.
@@ -114,6 +137,21 @@ ShardReader::ShardReader(const ShardReaderSpec& spec) : spec_(spec) {
 }
 
 ShardReader::~ShardReader() = default;
+
+void ShardReader::print_notes(std::ostream& log, const std::string& what) const {
+  if (dropped_too_long_ > 0) {
+    log << what << ": " << dropped_too_long_ << " of " << dropped_too_long_ + total_pairs_
+        << " pairs dropped: a side longer than " << spec_.max_sentence_tokens
+        << " tokens does not fit model.max_positions with bos/eos" << std::endl;
+  }
+  if (!unchecksummed_files_.empty()) {
+    log << "warning: " << what << ": " << unchecksummed_files_.size() << " of " << shards_.size()
+        << " shards (" << unchecksummed_files_.front()
+        << (unchecksummed_files_.size() > 1 ? ", ..." : "")
+        << ") are of format 1, without checksums: corruption cannot be detected (re-run "
+        << "transformer_preprocess)" << std::endl;
+  }
+}
 
 int64_t ShardReader::resident_token_bytes() const {
   int64_t bytes = 0;
@@ -130,8 +168,12 @@ void ShardReader::plan(int64_t max_tokens) {
   for (auto& shard : shards_) {
     const std::vector<int32_t>& src = shard->summary.source_lengths;
     const std::vector<int32_t>& tgt = shard->summary.target_lengths;
-    shard->order.resize(src.size());
-    std::iota(shard->order.begin(), shard->order.end(), 0);
+    shard->order.clear();
+    for (int32_t pair = 0; pair < static_cast<int32_t>(src.size()); ++pair) {
+      if (fits_positions(shard->summary, pair, spec_.max_sentence_tokens)) {
+        shard->order.push_back(pair);
+      }
+    }
     // Padded lengths as make_batch builds them: x + eos, and bos + y (or y + eos).
     const auto padded_src = [&](int32_t pair) { return int64_t{src[pair]} + 1; };
     const auto padded_tgt = [&](int32_t pair) { return int64_t{tgt[pair]} + 1; };

@@ -20,6 +20,8 @@
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,6 +43,11 @@ struct ShardReaderSpec {
   int rank = 0;         // this reader's share: batches rank, rank + ranks, ...
   int ranks = 1;
   int64_t memory_budget_bytes = int64_t{1} << 30;
+  // The longest sentence (without bos/eos) the model can take: model.max_positions - 1.
+  // Longer pairs are dropped before training and counted (dropped_too_long()), as
+  // preprocessing drops pairs over --max-len, rather than stopping the run when a batch
+  // reaches them.
+  int64_t max_sentence_tokens = std::numeric_limits<int32_t>::max();
 };
 
 class ShardReader final : public BatchSource {
@@ -64,7 +71,14 @@ class ShardReader final : public BatchSource {
   DataPosition position() const override { return position_; }
   void seek(const DataPosition& position) override;
 
+  // The pairs an epoch delivers: those of the shards, less dropped_too_long().
   int64_t pairs() const { return total_pairs_; }
+  int64_t dropped_too_long() const { return dropped_too_long_; }
+  // The shards of format 1, which carry no checksums.
+  const std::vector<std::string>& unchecksummed_files() const { return unchecksummed_files_; }
+  // One line for each thing a user should know before training on this corpus (named
+  // `what`: "data.train"): pairs dropped as too long, shards without checksums.
+  void print_notes(std::ostream& log, const std::string& what) const;
   int64_t batches_per_epoch(int64_t max_tokens);
   // Bytes of token arrays held now (for the memory-budget test and the docs).
   int64_t resident_token_bytes() const;
@@ -83,6 +97,8 @@ class ShardReader final : public BatchSource {
   ShardMetadata metadata_;
   std::vector<std::unique_ptr<Shard>> shards_;
   int64_t total_pairs_ = 0;
+  int64_t dropped_too_long_ = 0;
+  std::vector<std::string> unchecksummed_files_;
   bool all_resident_ = false;
   int64_t planned_budget_ = -1;
   int64_t batches_per_epoch_ = 0;

@@ -47,6 +47,8 @@ std::unique_ptr<ShardReader> make_shard_reader(const Config& config, const std::
   spec.rank = shard;
   spec.ranks = shards;
   spec.memory_budget_bytes = static_cast<int64_t>(config.data.memory_mb) << 20;
+  // make_batch adds eos to the source and bos to the target: one position each.
+  spec.max_sentence_tokens = config.model.max_positions - 1;
   return std::make_unique<ShardReader>(spec);
 }
 
@@ -285,10 +287,29 @@ void Trainer::note_world_size_change(const Checkpoint& checkpoint, std::ostream&
 
 void Trainer::apply_start_options(std::ostream& log) {
   const CheckpointConfig& options = config_.checkpoint;
-  if (options.resume == "auto") {
+  if (options.resume == "auto" || options.resume == "auto_or_fresh") {
     const auto start = std::chrono::steady_clock::now();
     Checkpoint checkpoint;
-    const std::string path = newest_valid_checkpoint(options.dir, log, &checkpoint);
+    std::vector<InvalidCheckpoint> invalid;
+    const std::string path = newest_valid_checkpoint(options.dir, log, &checkpoint, &invalid);
+    // Checkpoints exist but none is valid: starting over would discard the run's progress
+    // and, step by step, write new files over the damaged ones (the evidence). Only an
+    // explicit auto_or_fresh starts over, and then the damaged files are moved aside.
+    if (path.empty() && !invalid.empty() && options.resume == "auto") {
+      std::ostringstream reasons;
+      for (const InvalidCheckpoint& file : invalid) reasons << "; " << file.reason;
+      THPC_FAIL("checkpoint.resume=auto: none of the " << invalid.size() << " checkpoints in "
+                << options.dir << " is valid (fix or move them, or set "
+                << "checkpoint.resume=auto_or_fresh to start from step 0 with them renamed "
+                << "*.corrupt)" << reasons.str());
+    }
+    // A run resumed from an older checkpoint would overwrite newer damaged ones too.
+    if (comm_.is_root()) {
+      for (const InvalidCheckpoint& file : invalid) {
+        log << "moved invalid checkpoint " << file.path << " aside to "
+            << move_aside_corrupt(file.path) << std::endl;
+      }
+    }
     if (!path.empty()) {
       restore(checkpoint, path);
       const double seconds =
@@ -300,7 +321,7 @@ void Trainer::apply_start_options(std::ostream& log) {
       note_world_size_change(checkpoint, log);
       return;
     }
-    log << "checkpoint.resume=auto: no valid checkpoint in " << options.dir
+    log << "checkpoint.resume=" << options.resume << ": no valid checkpoint in " << options.dir
         << ", starting from step 0" << std::endl;
   } else if (!options.resume.empty()) {
     const Checkpoint checkpoint = read_checkpoint(options.resume);
@@ -373,6 +394,10 @@ RunEnd Trainer::run(std::ostream& log) {
   out << "training " << model_->params().count() << " parameters on " << backend_->name()
       << " for " << config_.train.max_steps << " steps on " << comm_.size() << " rank"
       << (comm_.size() > 1 ? "s" : "") << std::endl;
+  if (const auto* shards = dynamic_cast<const ShardReader*>(source_.get())) {
+    shards->print_notes(out, "data.train");
+  }
+  if (valid_source_) valid_source_->print_notes(out, "data.valid");
   apply_start_options(out);
   const int64_t first_step = completed_steps_;
   int64_t last_saved_step = config_.checkpoint.resume.empty() ? -1 : completed_steps_;
