@@ -564,7 +564,8 @@ TEST_F(DataPipeline, BadShardsFailWithOneClearMessage) {
   expect_error([&] { find_shards(mixed.string(), "valid"); }, {mixed.string(), "no shards"});
 }
 
-// The trainer itself: a bad shard ends the run with exit 1 and the message, no HDF5 stack.
+// The trainer itself: a bad shard ends the run with exit 3 (a data error) and the
+// message, no HDF5 stack.
 TEST_F(DataPipeline, TrainerRefusesABadShard) {
   altered_shard("trainer_big_id", [](ShardContents& contents) {
     contents.source.tokens[0] = -4;
@@ -574,7 +575,7 @@ TEST_F(DataPipeline, TrainerRefusesABadShard) {
                   "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " THPC_BINARY_DIR
                   "/transformer_hpc input/tiny.ini --dry-run --data.dir=" +
                   (root_ / "trainer_big_id").string());
-  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_EQ(result.exit_code, 3) << result.output;
   EXPECT_NE(result.output.find("/src/tokens[0] = -4 is outside the vocabulary"),
             std::string::npos)
       << result.output;
