@@ -11,6 +11,8 @@ packages=(
   libsentencepiece-dev sentencepiece
   libopenblas-dev
   libgtest-dev
+  # tests/slurm_job_test.sh starts its own Slurm on localhost (jobs/*.sbatch on a real one)
+  slurm-wlm munge
 )
 missing=()
 for p in "${packages[@]}"; do
