@@ -2,12 +2,15 @@
 //
 //   [mpirun -np N] transformer_hpc CONFIG.ini [--section.key=value ...] [--dry-run] [--help]
 //
-// Exit codes: 0 success, 1 a runtime failure (on any rank: the whole job is ended),
-// 2 a bad command line or config.
+// Exit codes (README "Exit codes"): 0 trained to the end, or stopped by SIGTERM/SIGUSR1
+// (with a checkpoint, or before training when the signal came during start-up);
+// 1 a runtime failure (on any rank: the whole job is ended); 2 a bad command line or
+// config; 3 missing or invalid training data.
 #include <filesystem>
 #include <iostream>
 #include <memory>
 
+#include "checkpoint/stop_request.h"
 #include "common/error.h"
 #include "config/config.h"
 #include "dist/communicator.h"
@@ -41,6 +44,10 @@ int dry_run(const thpc::Config& config) {
 
 int main(int argc, char** argv) {
   thpc::MpiSession mpi(&argc, &argv);
+  // Slurm's stop signals are recorded from here on: one that arrives while the shards are
+  // checked or a checkpoint is read stops the run before training (exit 0), instead of
+  // killing the process without a word (exit 143).
+  const thpc::StopSignalGuard stop_signals;
   const thpc::Communicator comm = thpc::Communicator::world();
   thpc::Config config;
   try {
@@ -56,6 +63,12 @@ int main(int argc, char** argv) {
     std::cout << thpc::startup_line(comm, "device " + trainer.device_description())
               << std::endl;
     trainer.run(std::cout);
+  } catch (const thpc::AllRanksError& e) {
+    // Every rank raised it together: one message, and no rank needs ending by force.
+    if (comm.is_root()) std::cerr << "transformer_hpc: error: " << e.what() << std::endl;
+    return 1;
+  } catch (const thpc::DataError& e) {
+    comm.abort("transformer_hpc: error on " + thpc::process_identity() + ": " + e.what(), 3);
   } catch (const std::exception& e) {
     // A failure on one rank must end the whole job, not leave the others waiting in a
     // collective: report it with this rank's identity and abort every rank.

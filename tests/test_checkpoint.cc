@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -217,6 +218,40 @@ pid_t start_process(const std::vector<std::string>& argv, FILE** output) {
   return pid;
 }
 
+// Reads `output` to its end and waits for `pid`; its log and wait status.
+std::string finish_process(pid_t pid, FILE* output, int* status) {
+  std::string log;
+  char line[4096];
+  while (std::fgets(line, sizeof line, output) != nullptr) log += line;
+  std::fclose(output);
+  ::waitpid(pid, status, 0);
+  return log;
+}
+
+struct SignalledRun {
+  std::string log;
+  int status = 0;  // as waitpid gives it
+  bool signalled = false;
+};
+
+// Runs `argv` and sends it SIGTERM as soon as it prints a line starting with `prefix`.
+SignalledRun run_and_signal_at(const std::vector<std::string>& argv, const std::string& prefix) {
+  SignalledRun run;
+  FILE* output = nullptr;
+  const pid_t pid = start_process(argv, &output);
+  if (pid <= 0 || output == nullptr) return run;
+  char line[4096];
+  while (!run.signalled && std::fgets(line, sizeof line, output) != nullptr) {
+    run.log += line;
+    if (std::string(line).rfind(prefix, 0) == 0) {
+      ::kill(pid, SIGTERM);
+      run.signalled = true;
+    }
+  }
+  run.log += finish_process(pid, output, &run.status);
+  return run;
+}
+
 TEST_F(CheckpointTest, SigtermFromOutsideStopsCleanlyAndTheRunResumesExactly) {
   // What Slurm does: the signal arrives from another process, at whatever point of a
   // step the trainer is in.
@@ -224,26 +259,11 @@ TEST_F(CheckpointTest, SigtermFromOutsideStopsCleanlyAndTheRunResumesExactly) {
                                             "--train.max_steps=60", "--train.log_every=1"};
   std::vector<std::string> interrupted = command;
   interrupted.push_back("--checkpoint.dir=" + path("interrupted"));
-  FILE* output = nullptr;
-  const pid_t pid = start_process(interrupted, &output);
-  ASSERT_GT(pid, 0);
-  ASSERT_NE(output, nullptr);
-  std::string log;
-  char line[4096];
-  bool signalled = false;
-  while (std::fgets(line, sizeof line, output) != nullptr) {
-    log += line;
-    if (!signalled && std::string(line).rfind("step 5/60 ", 0) == 0) {
-      ::kill(pid, SIGTERM);
-      signalled = true;
-    }
-  }
-  std::fclose(output);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ASSERT_TRUE(signalled) << log;
-  ASSERT_TRUE(WIFEXITED(status)) << log;  // not killed by the signal
-  EXPECT_EQ(WEXITSTATUS(status), 0) << log;
+  const SignalledRun run = run_and_signal_at(interrupted, "step 5/60 ");
+  const std::string& log = run.log;
+  ASSERT_TRUE(run.signalled) << log;
+  ASSERT_TRUE(WIFEXITED(run.status)) << log;  // not killed by the signal
+  EXPECT_EQ(WEXITSTATUS(run.status), 0) << log;
   ASSERT_NE(log.find("stopped: SIGTERM received"), std::string::npos) << log;
   const std::vector<std::string> saved = list_checkpoints(path("interrupted"));
   ASSERT_EQ(saved.size(), 1u) << log;
@@ -258,6 +278,80 @@ TEST_F(CheckpointTest, SigtermFromOutsideStopsCleanlyAndTheRunResumesExactly) {
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
   ASSERT_NE(final_line(whole.output), "");
   EXPECT_EQ(final_line(resumed.output), final_line(whole.output));
+}
+
+// Whether `pid` has a handler for SIGTERM installed (/proc/PID/status, SigCgt): the
+// moment from which a signal is recorded instead of killing it.
+bool catches_sigterm(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("SigCgt:", 0) == 0) {
+      const unsigned long long caught = std::stoull(line.substr(7), nullptr, 16);
+      return (caught >> (SIGTERM - 1)) & 1ULL;
+    }
+  }
+  return false;
+}
+
+// Slurm's signal can come before the first step: while the shards are checked, the
+// model is built or a checkpoint is read. main() installs the handler right after MPI
+// starts, so such a signal stops the run cleanly, with nothing to save, instead of
+// killing it (exit 143, no message).
+TEST_F(CheckpointTest, SigtermDuringStartUpStopsBeforeTrainingWithExitZero) {
+  // 44M parameters: building the model takes about 2 s on the development machine, so
+  // the signal, sent as soon as the handler is in, lands inside the start-up.
+  FILE* output = nullptr;
+  const pid_t pid = start_process(
+      {kTrainer, kTinyIni, "--model.layers=6", "--model.d_model=512", "--model.d_ff=2048",
+       "--model.heads=8", "--train.max_steps=5", "--checkpoint.dir=" + path("startup")},
+      &output);
+  ASSERT_GT(pid, 0);
+  ASSERT_NE(output, nullptr);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!catches_sigterm(pid) && std::chrono::steady_clock::now() < deadline) {
+    ::usleep(1000);
+  }
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  const std::string log = finish_process(pid, output, &status);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status) << "\n" << log;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << log;
+  EXPECT_NE(log.find("stopped before training: SIGTERM received during start-up; step=0, "
+                     "nothing to save"),
+            std::string::npos)
+      << log;
+  EXPECT_TRUE(losses_by_step(log).empty()) << log;
+  EXPECT_TRUE(list_checkpoints(path("startup")).empty()) << log;
+}
+
+TEST_F(CheckpointTest, SigtermWhileReadingTheCheckpointStopsWithoutANewOne) {
+  // 11M parameters: a 133 MB checkpoint, about a second to read and verify here.
+  const std::vector<std::string> command = {
+      kTrainer, kTinyIni, "--model.layers=6", "--model.d_model=256", "--model.d_ff=1024",
+      "--checkpoint.dir=" + path("resume"), "--checkpoint.resume=auto"};
+  std::string first_run;
+  for (const std::string& arg : command) first_run += arg + " ";
+  const ProcessResult first = run_process(first_run + "--train.max_steps=1");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  ASSERT_EQ(list_checkpoints(path("resume")).size(), 1u) << first.output;
+
+  std::vector<std::string> resumed = command;
+  resumed.push_back("--train.max_steps=3");
+  // The "training ..." line comes just before the checkpoint is read.
+  const SignalledRun run = run_and_signal_at(resumed, "training ");
+  const std::string& log = run.log;
+  ASSERT_TRUE(run.signalled) << log;
+  ASSERT_TRUE(WIFEXITED(run.status)) << "killed by signal " << WTERMSIG(run.status) << "\n" << log;
+  EXPECT_EQ(WEXITSTATUS(run.status), 0) << log;
+  EXPECT_NE(log.find("stopped before training: SIGTERM received during start-up"),
+            std::string::npos)
+      << log;
+  EXPECT_TRUE(losses_by_step(log).empty()) << log;
+  // The state is the checkpoint's: nothing new was written.
+  EXPECT_EQ(list_checkpoints(path("resume")),
+            std::vector<std::string>{path("resume/step_00000001.h5")})
+      << log;
 }
 
 TEST(StopSignal, SigusrOneAsksToStopAndTheOldHandlerComesBack) {

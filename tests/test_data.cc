@@ -725,7 +725,8 @@ TEST_F(DataPipeline, PairsLongerThanTheModelsPositionsAreDroppedAndCounted) {
                {"train.00000.h5", "all", "longer than the model's positions allow"});
 }
 
-// The trainer itself: a bad shard ends the run with exit 1 and the message, no HDF5 stack.
+// The trainer itself: a bad shard ends the run with exit 3 (a data error) and the
+// message, no HDF5 stack.
 TEST_F(DataPipeline, TrainerRefusesABadShard) {
   altered_shard("trainer_big_id", [](ShardContents& contents) {
     contents.source.tokens[0] = -4;
@@ -735,7 +736,7 @@ TEST_F(DataPipeline, TrainerRefusesABadShard) {
                   "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " THPC_BINARY_DIR
                   "/transformer_hpc input/tiny.ini --dry-run --data.dir=" +
                   (root_ / "trainer_big_id").string());
-  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_EQ(result.exit_code, 3) << result.output;
   EXPECT_NE(result.output.find("/src/tokens[0] = -4 is outside the vocabulary"),
             std::string::npos)
       << result.output;

@@ -9,9 +9,11 @@
 #include <regex>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include <unistd.h>
 
+#include "checkpoint/checkpoint.h"
 #include "dist/gradient_reducer.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/transformer.h"
@@ -31,18 +33,14 @@ std::string scratch_checkpoints() {
       .string();
 }
 
-// Runs `env mpirun -np 2 transformer_hpc input/tiny.ini args` and captures stdout+stderr.
-// Checkpoints go to a scratch directory unless `args` names one.
-// `timeout` bounds a hang so that a broken abort fails the test instead of CI.
-JobResult mpirun_trainer(const std::string& env, const std::string& args) {
+// Runs `env mpirun --oversubscribe mpirun_args` from the repository and captures
+// stdout+stderr. `timeout` bounds a hang so that a broken abort fails the test instead
+// of CI.
+JobResult run_mpi_job(const std::string& env, const std::string& mpirun_args) {
   const std::string command = "cd " THPC_SOURCE_DIR " && " + env +
                               " OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
-                              " timeout 120 " THPC_MPIEXEC " -np 2 --oversubscribe " THPC_BINARY_DIR
-                              "/transformer_hpc input/tiny.ini " +
-                              (args.find("--checkpoint.dir=") == std::string::npos
-                                   ? "--checkpoint.dir=" + scratch_checkpoints() + " "
-                                   : std::string()) +
-                              args + " 2>&1";
+                              " timeout 120 " THPC_MPIEXEC " --oversubscribe " +
+                              mpirun_args + " 2>&1";
   const auto start = std::chrono::steady_clock::now();
   JobResult run;
   FILE* pipe = popen(command.c_str(), "r");
@@ -55,6 +53,16 @@ JobResult mpirun_trainer(const std::string& env, const std::string& args) {
   run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return run;
+}
+
+// Runs `env mpirun -np 2 transformer_hpc input/tiny.ini args`.
+// Checkpoints go to a scratch directory unless `args` names one.
+JobResult mpirun_trainer(const std::string& env, const std::string& args) {
+  return run_mpi_job(env, "-np 2 " THPC_BINARY_DIR "/transformer_hpc input/tiny.ini " +
+                              (args.find("--checkpoint.dir=") == std::string::npos
+                                   ? "--checkpoint.dir=" + scratch_checkpoints() + " "
+                                   : std::string()) +
+                              args);
 }
 
 TEST(Distributed, TwoRanksTrainAndAnnounceThemselves) {
@@ -135,6 +143,78 @@ TEST(Distributed, TwoRankRunStoppedBySigtermResumesIdentically) {
   for (const auto& [step, loss] : resumed) EXPECT_EQ(loss, expected.at(step)) << "step " << step;
   EXPECT_EQ(final_digest(second.output), final_digest(whole.output));
   EXPECT_EQ(final_digest(whole.output).size(), 64u);
+  std::filesystem::remove_all(root);
+}
+
+// Two ranks that see different files under the same relative checkpoint.dir, as ranks
+// on a shared filesystem whose listings have not caught up with each other do: rank r
+// runs in `views/rank<r>`, whose `ckpt/` holds the checkpoints of `whole` at
+// `steps_seen[r]`.
+JobResult resume_with_different_views(const std::filesystem::path& root,
+                                      const std::vector<std::vector<int>>& steps_seen,
+                                      const std::string& args) {
+  std::string contexts;
+  for (size_t rank = 0; rank < steps_seen.size(); ++rank) {
+    const std::filesystem::path view = root / "views" / ("rank" + std::to_string(rank));
+    std::filesystem::create_directories(view / "ckpt");
+    for (const int step : steps_seen[rank]) {
+      const std::string name = thpc::checkpoint_file_name(step);
+      std::filesystem::copy_file(root / "whole" / name, view / "ckpt" / name);
+    }
+    contexts += std::string(rank == 0 ? "" : " : ") + "-np 1 -wdir " + view.string() +
+                " " THPC_BINARY_DIR "/transformer_hpc " THPC_SOURCE_DIR "/input/tiny.ini " +
+                args + " --checkpoint.dir=ckpt --checkpoint.resume=auto";
+  }
+  return run_mpi_job("", contexts);
+}
+
+const std::string kEveryFourSteps =
+    "--train.log_every=1 --checkpoint.minutes=0 --checkpoint.every_steps=4 "
+    "--checkpoint.keep=10 ";
+
+// checkpoint.resume=auto: rank 0 chooses, every rank loads that file. Here rank 1 sees a
+// newer checkpoint than rank 0 (rank 0's listing lags); choosing for itself, it would
+// resume at another step than rank 0 and the job would hang or fail at the end.
+TEST(Distributed, EveryRankResumesFromRankZerosChoice) {
+  const std::filesystem::path root =
+      std::filesystem::temp_directory_path() / ("thpc_dist_views_" + std::to_string(getpid()));
+  std::filesystem::remove_all(root);
+  const std::string args = kEveryFourSteps + "--train.max_steps=12";
+  const JobResult whole =
+      mpirun_trainer("", args + " --checkpoint.dir=" + (root / "whole").string());
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+
+  const JobResult resumed = resume_with_different_views(root, {{4, 8}, {4, 8, 12}}, args);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from ckpt/step_00000008.h5 at step 8"), std::string::npos)
+      << resumed.output;
+  EXPECT_EQ(losses_by_step(resumed.output).size(), 4u) << resumed.output;  // steps 9..12
+  EXPECT_EQ(final_digest(resumed.output), final_digest(whole.output)) << resumed.output;
+  EXPECT_EQ(final_digest(whole.output).size(), 64u);
+  std::filesystem::remove_all(root);
+}
+
+// Rank 1 does not (yet) see the checkpoint rank 0 chose: every rank stops, with one
+// message naming the file and the rank, instead of ranks training from different steps.
+TEST(Distributed, ACheckpointSomeRankCannotReadFailsEveryRankWithOneMessage) {
+  const std::filesystem::path root =
+      std::filesystem::temp_directory_path() / ("thpc_dist_lag_" + std::to_string(getpid()));
+  std::filesystem::remove_all(root);
+  const std::string args = kEveryFourSteps + "--train.max_steps=12";
+  const JobResult whole = mpirun_trainer(
+      "", kEveryFourSteps + "--train.max_steps=8 --checkpoint.dir=" + (root / "whole").string());
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+
+  const JobResult resumed = resume_with_different_views(root, {{4, 8}, {4}}, args);
+  EXPECT_EQ(resumed.exit_code, 1) << resumed.output;
+  const std::string needle = "rank 0 resumes from ckpt/step_00000008.h5 (step 8) but not every "
+                             "rank can read it";
+  const size_t first = resumed.output.find(needle);
+  ASSERT_NE(first, std::string::npos) << resumed.output;
+  EXPECT_EQ(resumed.output.find(needle, first + 1), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("; rank 1: checkpoint ckpt/step_00000008.h5"), std::string::npos)
+      << resumed.output;
+  EXPECT_EQ(resumed.output.find("step 9/"), std::string::npos) << resumed.output;
   std::filesystem::remove_all(root);
 }
 

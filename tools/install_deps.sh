@@ -10,7 +10,9 @@ packages=(
   libboost-program-options-dev
   libsentencepiece-dev sentencepiece
   libopenblas-dev
-  libgtest-dev
+  libgtest-dev libyaml-cpp-dev
+  # tests/slurm_job_test.sh starts its own Slurm on localhost (jobs/*.sbatch on a real one)
+  slurm-wlm munge
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -10,12 +10,16 @@ volatile std::sig_atomic_t g_stop_signal = 0;
 
 constexpr int kStopSignals[] = {SIGTERM, SIGUSR1};
 struct sigaction g_previous[sizeof kStopSignals / sizeof kStopSignals[0]];
+// Guards alive now; only the outermost installs and restores (the process is
+// single-threaded where guards are made: main and the trainer's run()).
+int g_live_guards = 0;
 
 extern "C" void record_stop_signal(int signal_number) { g_stop_signal = signal_number; }
 
 }  // namespace
 
 StopSignalGuard::StopSignalGuard() {
+  if (g_live_guards++ > 0) return;
   g_stop_signal = 0;
   struct sigaction action {};
   action.sa_handler = record_stop_signal;
@@ -28,11 +32,18 @@ StopSignalGuard::StopSignalGuard() {
 }
 
 StopSignalGuard::~StopSignalGuard() {
+  if (--g_live_guards > 0) return;
   for (size_t i = 0; i < sizeof kStopSignals / sizeof kStopSignals[0]; ++i) {
     sigaction(kStopSignals[i], &g_previous[i], nullptr);
   }
 }
 
 int stop_requested_by() { return g_stop_signal; }
+
+const char* stop_signal_name(int signal_number) {
+  if (signal_number == SIGTERM) return "SIGTERM";
+  if (signal_number == SIGUSR1) return "SIGUSR1";
+  return "a signal";
+}
 
 }  // namespace thpc

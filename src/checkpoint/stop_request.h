@@ -7,6 +7,11 @@ namespace thpc {
 
 // Installs the handlers for SIGTERM and SIGUSR1 while it lives, clearing any earlier
 // request; the previous handlers come back when it is destroyed.
+//
+// main() makes one right after MPI starts, so that a signal during start-up (checking
+// the shards, reading a checkpoint) is recorded instead of killing the process; the
+// trainer makes its own for callers other than main. A guard made while another lives
+// changes nothing: the outer one's handlers stay, and so does a request already made.
 class StopSignalGuard {
  public:
   StopSignalGuard();
@@ -17,5 +22,8 @@ class StopSignalGuard {
 
 // The signal number that asked to stop, or 0 if none has.
 int stop_requested_by();
+
+// "SIGTERM", "SIGUSR1" (for log lines).
+const char* stop_signal_name(int signal_number);
 
 }  // namespace thpc

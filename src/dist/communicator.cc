@@ -108,6 +108,16 @@ int64_t Communicator::broadcast_from_root(int64_t value) const {
   return value;
 }
 
+std::string Communicator::broadcast_from_root(const std::string& value) const {
+  if (!mpi_) return value;
+  const int64_t length = broadcast_from_root(static_cast<int64_t>(value.size()));
+  THPC_CHECK(length <= INT_MAX, "a broadcast of " << length << " bytes");
+  std::string copy = value;
+  copy.resize(static_cast<size_t>(length));
+  broadcast_bytes_from_root(copy.data(), static_cast<int>(length));
+  return copy;
+}
+
 void Communicator::broadcast_bytes_from_root(void* data, int bytes) const {
   if (!mpi_) return;
   check_mpi(MPI_Bcast(data, bytes, MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast");

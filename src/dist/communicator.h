@@ -13,9 +13,18 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "kernels/ops.h"
 
 namespace thpc {
+
+// A failure that every rank has agreed on over MPI and raises together (for example a
+// checkpoint that some rank cannot read): rank 0 reports it once and every rank exits
+// normally with the code, instead of one rank ending the others with MPI_Abort.
+class AllRanksError : public Error {
+ public:
+  explicit AllRanksError(const std::string& message) : Error(message) {}
+};
 
 // MPI_Init_thread on construction, MPI_Finalize on destruction; owned by main().
 class MpiSession {
@@ -44,6 +53,8 @@ class Communicator {
   double sum(double value) const;
   // Rank 0's value, on every rank (decisions that all ranks must take together).
   int64_t broadcast_from_root(int64_t value) const;
+  // Rank 0's string, on every rank (a path rank 0 chose).
+  std::string broadcast_from_root(const std::string& value) const;
   // Rank 0's `bytes` bytes at `data`, on every rank (the NCCL unique id).
   void broadcast_bytes_from_root(void* data, int bytes) const;
 

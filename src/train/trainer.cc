@@ -40,16 +40,23 @@ namespace {
 
 std::unique_ptr<ShardReader> make_shard_reader(const Config& config, const std::string& prefix,
                                                bool shuffle, int shard, int shards) {
-  ShardReaderSpec spec;
-  spec.files = find_shards(config.data.dir, prefix);
-  spec.seed = config.train.seed;
-  spec.shuffle = shuffle;
-  spec.rank = shard;
-  spec.ranks = shards;
-  spec.memory_budget_bytes = static_cast<int64_t>(config.data.memory_mb) << 20;
-  // make_batch adds eos to the source and bos to the target: one position each.
-  spec.max_sentence_tokens = config.model.max_positions - 1;
-  return std::make_unique<ShardReader>(spec);
+  // The shards are found and checked here: a failure is the data's, and says so.
+  try {
+    ShardReaderSpec spec;
+    spec.files = find_shards(config.data.dir, prefix);
+    spec.seed = config.train.seed;
+    spec.shuffle = shuffle;
+    spec.rank = shard;
+    spec.ranks = shards;
+    spec.memory_budget_bytes = static_cast<int64_t>(config.data.memory_mb) << 20;
+    // make_batch adds eos to the source and bos to the target: one position each.
+    spec.max_sentence_tokens = config.model.max_positions - 1;
+    return std::make_unique<ShardReader>(spec);
+  } catch (const DataError&) {
+    throw;
+  } catch (const Error& error) {
+    throw DataError(error.what());
+  }
 }
 
 }  // namespace
@@ -112,16 +119,18 @@ Trainer::Trainer(const Config& config, Communicator comm)
   backend_ = make_backend(request);
   device_ = request.device;
   source_ = make_training_source(config_, comm_.rank(), comm_.size());
-  const int vocab = resolve_vocab_size(config_, *source_);
   if (config_.train.valid_every > 0) {
     valid_source_ = make_validation_source(config_, comm_.rank(), comm_.size());
     // Both come from data.dir (validate() requires it), so the training source is a reader.
     const ShardReader& train_reader = static_cast<const ShardReader&>(*source_);
     if (valid_source_->metadata().spm_model != train_reader.metadata().spm_model) {
-      THPC_FAIL(config_.data.dir << ": the " << config_.data.valid << " shards have another "
-                                 << "vocabulary than the " << config_.data.train << " shards");
+      std::ostringstream message;
+      message << config_.data.dir << ": the " << config_.data.valid << " shards have another "
+              << "vocabulary than the " << config_.data.train << " shards";
+      throw DataError(message.str());
     }
   }
+  const int vocab = resolve_vocab_size(config_, *source_);
   // Each rank's micro-batch is the step's budget divided over ranks and micro-batches.
   micro_budget_ = std::max<int64_t>(
       1, config_.train.tokens_per_step /
@@ -225,12 +234,6 @@ int64_t test_stop_step() {
   return value ? std::strtoll(value, nullptr, 10) : 0;
 }
 
-const char* signal_name(int signal_number) {
-  if (signal_number == SIGTERM) return "SIGTERM";
-  if (signal_number == SIGUSR1) return "SIGUSR1";
-  return "a signal";
-}
-
 }  // namespace
 
 Checkpoint Trainer::snapshot() const {
@@ -285,32 +288,78 @@ void Trainer::note_world_size_change(const Checkpoint& checkpoint, std::ostream&
       << std::endl;
 }
 
+void Trainer::read_chosen_checkpoint(const std::string& path, Checkpoint* checkpoint) const {
+  const int64_t step = comm_.broadcast_from_root(checkpoint->step);
+  std::string failure;
+  if (!comm_.is_root()) {
+    try {
+      *checkpoint = read_checkpoint(path);
+      if (checkpoint->step != step) {
+        THPC_FAIL("checkpoint " << path << ": holds step " << checkpoint->step
+                                << ", rank 0 read step " << step);
+      }
+    } catch (const Error& error) {
+      failure = error.what();
+    }
+  }
+  std::ostringstream failed;
+  const std::vector<std::string> failures = comm_.all_gather(failure);
+  for (size_t rank = 0; rank < failures.size(); ++rank) {
+    if (!failures[rank].empty()) failed << "; rank " << rank << ": " << failures[rank];
+  }
+  if (!failed.str().empty()) {
+    throw AllRanksError("rank 0 resumes from " + path + " (step " + std::to_string(step) +
+                        ") but not every rank can read it (a shared filesystem that has not "
+                        "caught up?)" + failed.str());
+  }
+}
+
+bool Trainer::stopped_before_training(std::ostream& log) const {
+  const int signal = static_cast<int>(comm_.broadcast_from_root(stop_requested_by()));
+  if (signal == 0) return false;
+  log << "stopped before training: " << stop_signal_name(signal)
+      << " received during start-up; step=" << completed_steps_
+      << ", nothing to save" << std::endl;
+  return true;
+}
+
 void Trainer::apply_start_options(std::ostream& log) {
   const CheckpointConfig& options = config_.checkpoint;
   if (options.resume == "auto" || options.resume == "auto_or_fresh") {
     const auto start = std::chrono::steady_clock::now();
+    // Rank 0 chooses and every rank loads its choice: ranks choosing for themselves would
+    // take different files when a shared filesystem shows them different listings.
     Checkpoint checkpoint;
-    std::vector<InvalidCheckpoint> invalid;
-    const std::string path = newest_valid_checkpoint(options.dir, log, &checkpoint, &invalid);
-    // Checkpoints exist but none is valid: starting over would discard the run's progress
-    // and, step by step, write new files over the damaged ones (the evidence). Only an
-    // explicit auto_or_fresh starts over, and then the damaged files are moved aside.
-    if (path.empty() && !invalid.empty() && options.resume == "auto") {
-      std::ostringstream reasons;
-      for (const InvalidCheckpoint& file : invalid) reasons << "; " << file.reason;
-      THPC_FAIL("checkpoint.resume=auto: none of the " << invalid.size() << " checkpoints in "
-                << options.dir << " is valid (fix or move them, or set "
-                << "checkpoint.resume=auto_or_fresh to start from step 0 with them renamed "
-                << "*.corrupt)" << reasons.str());
-    }
-    // A run resumed from an older checkpoint would overwrite newer damaged ones too.
+    std::string path, refusal;
     if (comm_.is_root()) {
-      for (const InvalidCheckpoint& file : invalid) {
-        log << "moved invalid checkpoint " << file.path << " aside to "
-            << move_aside_corrupt(file.path) << std::endl;
+      std::vector<InvalidCheckpoint> invalid;
+      path = newest_valid_checkpoint(options.dir, log, &checkpoint, &invalid);
+      if (path.empty() && !invalid.empty() && options.resume == "auto") {
+        // Checkpoints exist but none is valid: starting over would discard the run's
+        // progress and, step by step, write new files over the damaged ones (the
+        // evidence). Only an explicit auto_or_fresh starts over, with them moved aside.
+        std::ostringstream reasons;
+        for (const InvalidCheckpoint& file : invalid) reasons << "; " << file.reason;
+        std::ostringstream message;
+        message << "checkpoint.resume=auto: none of the " << invalid.size()
+                << " checkpoints in " << options.dir << " is valid (fix or move them, or set "
+                << "checkpoint.resume=auto_or_fresh to start from step 0 with them renamed "
+                << "*.corrupt)" << reasons.str();
+        refusal = message.str();
+      } else {
+        // A run resumed from an older checkpoint would overwrite newer damaged ones too.
+        for (const InvalidCheckpoint& file : invalid) {
+          log << "moved invalid checkpoint " << file.path << " aside to "
+              << move_aside_corrupt(file.path) << std::endl;
+        }
       }
     }
+    path = comm_.broadcast_from_root(path);
+    // Every rank fails with rank 0's reason, rather than the others waiting for it.
+    refusal = comm_.broadcast_from_root(refusal);
+    if (!refusal.empty()) THPC_FAIL(refusal);
     if (!path.empty()) {
+      read_chosen_checkpoint(path, &checkpoint);
       restore(checkpoint, path);
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -324,7 +373,9 @@ void Trainer::apply_start_options(std::ostream& log) {
     log << "checkpoint.resume=" << options.resume << ": no valid checkpoint in " << options.dir
         << ", starting from step 0" << std::endl;
   } else if (!options.resume.empty()) {
-    const Checkpoint checkpoint = read_checkpoint(options.resume);
+    Checkpoint checkpoint;
+    if (comm_.is_root()) checkpoint = read_checkpoint(options.resume);
+    read_chosen_checkpoint(options.resume, &checkpoint);
     restore(checkpoint, options.resume);
     log << "resumed from " << options.resume << " at step " << completed_steps_ << std::endl;
     note_world_size_change(checkpoint, log);
@@ -398,7 +449,11 @@ RunEnd Trainer::run(std::ostream& log) {
     shards->print_notes(out, "data.train");
   }
   if (valid_source_) valid_source_->print_notes(out, "data.valid");
+  // A signal during start-up (before run(): main installed the handler first) or while a
+  // checkpoint was read ends the run here; the state is what is on disk already.
+  if (stopped_before_training(out)) return RunEnd::Stopped;
   apply_start_options(out);
+  if (stopped_before_training(out)) return RunEnd::Stopped;
   const int64_t first_step = completed_steps_;
   int64_t last_saved_step = config_.checkpoint.resume.empty() ? -1 : completed_steps_;
   const auto start = Clock::now();
@@ -448,7 +503,7 @@ RunEnd Trainer::run(std::ostream& log) {
       last_saved_step = last.step;
       last_save = Clock::now();
       if (stop_signal != 0) {
-        out << "stopped: " << signal_name(stop_signal) << " received; step=" << completed_steps_
+        out << "stopped: " << stop_signal_name(stop_signal) << " received; step=" << completed_steps_
             << " checkpoint=" << path << " (resume with --checkpoint.resume=auto)" << std::endl;
         return RunEnd::Stopped;
       }

@@ -26,8 +26,16 @@ namespace thpc {
 // trainer picks one device per rank).
 std::unique_ptr<Backend> make_backend(const TrainConfig& train);
 
+// The training or validation shards are missing or invalid (found by the checks made
+// before training): transformer_hpc exits 3 for it, which a job script can tell from a
+// crash (exit 1) and need not retry.
+class DataError : public Error {
+ public:
+  explicit DataError(const std::string& message) : Error(message) {}
+};
+
 // The training data the config names (data.dir's shards, else the synthetic task); rank
-// `shard` of `shards` gets its share.
+// `shard` of `shards` gets its share. Missing or invalid shards throw DataError.
 std::unique_ptr<BatchSource> make_training_source(const Config& config, int shard = 0,
                                                   int shards = 1);
 
@@ -57,7 +65,8 @@ struct ValidationStats {
 };
 
 // How run() ended: all train.max_steps done, or stopped early by SIGTERM/SIGUSR1 after
-// writing a checkpoint (both are a success for the batch system: exit code 0).
+// writing a checkpoint, or before the first step when the signal came during start-up
+// (all are a success for the batch system: exit code 0).
 enum class RunEnd { Finished, Stopped };
 
 // Data-parallel over the ranks of `comm`: each rank trains on its own share of every
@@ -105,6 +114,11 @@ class Trainer {
 
   // checkpoint.resume, else checkpoint.init (the first run of a job has nothing to resume).
   void apply_start_options(std::ostream& log);
+  // Every rank reads `path`, which rank 0 chose and has read into *checkpoint already;
+  // all succeed or all throw AllRanksError naming the ranks that could not.
+  void read_chosen_checkpoint(const std::string& path, Checkpoint* checkpoint) const;
+  // True (after a "stopped before training" line) when rank 0 has seen a stop signal.
+  bool stopped_before_training(std::ostream& log) const;
   void note_world_size_change(const Checkpoint& checkpoint, std::ostream& log) const;
   // Writes DIR/step_NNNNNNNN.h5 for the completed step and prunes to checkpoint.keep.
   std::string save_checkpoint(std::ostream& log);

@@ -1,0 +1,138 @@
+# What every job script of jobs/ does, sourced by them (bash), so that the four of them
+# differ only in their #SBATCH lines and the trainer options of their model:
+#
+#   thpc_train CONFIG [trainer options...]
+#
+# runs build/transformer_hpc CONFIG on the job's ranks, with checkpoints in the job's run
+# directory and checkpoint.resume=auto, and turns Slurm's warning signal into a
+# checkpoint and a requeue:
+#
+#   1. Slurm sends SIGUSR1 to this batch shell (#SBATCH --signal=B:USR1@300: 300 s before
+#      the time limit; or `scancel --batch --signal=USR1 JOBID` by hand). Without B:,
+#      Slurm signals job steps only, and ranks started by mpirun inside the batch step
+#      never hear of it.
+#   2. The trap forwards it as SIGUSR1 to the launcher, which passes it to every rank
+#      (mpirun and srun both forward SIGUSR1; mpirun would answer SIGTERM by killing the
+#      ranks a second later, hence USR1 whatever the shell got). A SIGTERM to this shell is
+#      forwarded the same way, so the shell itself never dies of it.
+#   3. The trainer finishes its step, rank 0 writes the checkpoint, every rank exits 0.
+#   4. This script sees a stop signal and a clean exit: `scontrol requeue $SLURM_JOB_ID`.
+#      The job goes back to the queue under the same id, runs again in the same run
+#      directory and resumes from the checkpoint; the log is appended to
+#      (#SBATCH --open-mode=append). A job that ends without a signal is done: exit 0.
+#
+# Exit codes the batch system sees: 0 finished, or checkpointed and requeued; otherwise
+# the trainer's (README "Exit codes": 1 a runtime failure, 2 a bad configuration, 3 bad
+# data), and the job ends FAILED without a requeue, since running it again would fail
+# again.
+#
+# Settings (environment variables; sbatch passes the submitting shell's environment):
+#   THPC_ROOT      the repository (default: the directory sbatch was called from)
+#   THPC_BUILD     the directory holding transformer_hpc (default: $THPC_ROOT/build)
+#   THPC_RUN_NAME  the run directory runs/NAME (default: JOBNAME-JOBID, so every job has
+#                  its own checkpoints and a requeued job finds its own again). Give
+#                  the name of an earlier run to continue it in a new job.
+#   THPC_LAUNCHER  how the ranks are started:
+#                    mpirun (default): Open MPI's mpirun inside the batch step. Works
+#                      wherever Open MPI does, whatever Slurm's MPI plugins (Debian's
+#                      packages, MpiDefault=none).
+#                    srun: `srun --mpi=pmix`, Slurm starts the ranks as a job step. Needs
+#                      Slurm's PMIx plugin (`srun --mpi=list` lists pmix) and an Open MPI
+#                      built against the same PMIx; it is the choice where the site
+#                      supports it (the Spack.yaml Open MPI is built with
+#                      schedulers=slurm), since Slurm then tracks and binds every rank.
+#   THPC_MPIRUN_OPTIONS, THPC_SRUN_OPTIONS  extra options for the launcher (GPU binding,
+#                  e.g. THPC_SRUN_OPTIONS="--gpus-per-task=1 --gpu-bind=single:1").
+
+thpc_root=${THPC_ROOT:-${SLURM_SUBMIT_DIR:-$PWD}}
+thpc_build=${THPC_BUILD:-$thpc_root/build}
+thpc_stop_signal=""  # the stop signal this shell received, if any
+thpc_trapped=0       # a stop signal arrived during the current `wait`
+thpc_launcher_pid=""
+
+# The run directory of this job (created): runs/NAME under the submission directory.
+thpc_run_dir() {
+  local name=${THPC_RUN_NAME:-${SLURM_JOB_NAME:-thpc}-${SLURM_JOB_ID:-local-$$}}
+  local dir=${SLURM_SUBMIT_DIR:-$PWD}/runs/$name
+  mkdir -p "$dir"
+  echo "$dir"
+}
+
+# True when the trainer options ("$@" after KEY) set KEY: the trainer refuses a key given
+# twice, so a script's default for KEY must give way to the user's.
+thpc_given() {
+  local key=$1 option
+  shift
+  for option in "$@"; do
+    case $option in --"$key"=*) return 0 ;; esac
+  done
+  return 1
+}
+
+thpc_forward_stop() {
+  thpc_stop_signal=$1
+  thpc_trapped=1
+  echo "thpc: $1 received, asking the ranks to checkpoint and stop (SIGUSR1 to the launcher)"
+  [ -n "$thpc_launcher_pid" ] && kill -USR1 "$thpc_launcher_pid" 2>/dev/null
+  return 0
+}
+
+# The launcher command for the job's ranks, in the array thpc_launch_command.
+thpc_launch_command_for() {
+  local ranks=${THPC_RANKS:-${SLURM_NTASKS:-1}}
+  case ${THPC_LAUNCHER:-mpirun} in
+    mpirun)
+      if [ "$(id -u)" = 0 ]; then
+        # Open MPI refuses root unless told twice (containers, test clusters).
+        export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+      fi
+      # --bind-to none leaves the data reader's and the BLAS threads free; mpirun reads
+      # the allocation (nodes, tasks per node) from Slurm.
+      # shellcheck disable=SC2206
+      thpc_launch_command=(mpirun -np "$ranks" --bind-to none ${THPC_MPIRUN_OPTIONS:-}) ;;
+    srun)
+      # shellcheck disable=SC2206
+      thpc_launch_command=(srun --mpi=pmix --kill-on-bad-exit=1 ${THPC_SRUN_OPTIONS:-}) ;;
+    *)
+      echo "thpc: THPC_LAUNCHER must be mpirun or srun, not '$THPC_LAUNCHER'" >&2
+      return 2 ;;
+  esac
+}
+
+thpc_train() {
+  local config=$1
+  shift
+  cd "$thpc_root" || return 1
+  local run_dir
+  run_dir=$(thpc_run_dir)
+  thpc_launch_command_for || return $?
+  local trainer=("$thpc_build/transformer_hpc" "$config")
+  thpc_given checkpoint.dir "$@" || trainer+=("--checkpoint.dir=$run_dir/checkpoints")
+  thpc_given checkpoint.resume "$@" || trainer+=(--checkpoint.resume=auto)
+  trainer+=("$@")
+  echo "thpc: job ${SLURM_JOB_ID:-(none)} run ${SLURM_RESTART_COUNT:-0} on $(hostname)," \
+       "run directory $run_dir"
+  echo "thpc: ${thpc_launch_command[*]} ${trainer[*]}"
+  trap 'thpc_forward_stop USR1' USR1
+  trap 'thpc_forward_stop TERM' TERM
+  "${thpc_launch_command[@]}" "${trainer[@]}" &
+  thpc_launcher_pid=$!
+  # `wait` returns early (status > 128) when a trapped signal arrives; then wait again
+  # for the launcher's own exit status, which bash keeps until it has been waited for.
+  local status
+  while :; do
+    thpc_trapped=0
+    status=0
+    wait "$thpc_launcher_pid" || status=$?
+    [ "$thpc_trapped" = 1 ] && [ "$status" -gt 128 ] || break
+  done
+  if [ "$status" != 0 ]; then
+    echo "thpc: the trainer failed (exit $status); not requeued"
+    return "$status"
+  fi
+  if [ -n "$thpc_stop_signal" ] && [ -n "${SLURM_JOB_ID:-}" ]; then
+    echo "thpc: checkpointed after $thpc_stop_signal; requeueing job $SLURM_JOB_ID"
+    scontrol requeue "$SLURM_JOB_ID"
+  fi
+  return 0
+}

@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# jobs/tiny_cpu.sbatch on a real Slurm: munged, slurmctld and slurmd started here on
+# localhost, with a configuration written into a temporary directory (one node with this
+# machine's CPUs, MpiDefault=none as Debian's packages have it), as a new user would try
+# the job scripts.
+#
+#   1. A job runs to the end: exit code 0, the log, the last checkpoint in the job's own
+#      run directory, and its final params_sha256.
+#   2. The same job again, sent SIGUSR1 mid-run as Slurm's warning before a time limit
+#      is sent (scancel --batch: the batch shell only): it must checkpoint, requeue
+#      itself, run again under the same job id, resume from that checkpoint, append to
+#      the same log and end COMPLETED with the uninterrupted job's params_sha256.
+#
+#   tests/slurm_job_test.sh SOURCE_DIR BINARY_DIR      (ctest runs it)
+#
+# It installs nothing: tools/install_deps.sh installs slurm-wlm and munge. Exit 77 (ctest
+# SKIP_RETURN_CODE) with the reason when the daemons cannot be had or cannot start; every
+# daemon and job it started is stopped on every way out. THPC_KEEP_SLURM_TEST_DIR=1 keeps
+# the temporary directory (configuration, daemon logs, job logs) for a look afterwards.
+set -uo pipefail
+source_dir=$(cd "$1" && pwd)
+binary_dir=$(cd "$2" && pwd)
+
+skip() {
+  echo "SKIPPED: $*"
+  exit 77
+}
+for program in munged slurmctld slurmd sbatch scontrol scancel sinfo mpirun; do
+  command -v "$program" >/dev/null ||
+    skip "$program is not installed (tools/install_deps.sh installs slurm-wlm, munge, openmpi-bin)"
+done
+[ "$(id -u)" = 0 ] || skip "slurmd must run as root to start jobs, and this is uid $(id -u)"
+[ -x "$binary_dir/transformer_hpc" ] || { echo "FAILED: no $binary_dir/transformer_hpc"; exit 1; }
+
+tmp=$(mktemp -d /tmp/thpc_slurm_test.XXXXXX)
+# munged checks that every directory above its key and socket is not writable by others.
+chmod 755 "$tmp"
+daemon_pids=()
+export SLURM_CONF=$tmp/slurm.conf
+
+cleanup() {
+  # Jobs first (their slurmstepd outlives slurmd), then the daemons, by PID.
+  if [ ${#daemon_pids[@]} -gt 0 ]; then
+    scancel --full --quiet --user=root 2>/dev/null
+    local waited=0
+    while [ -n "$(squeue -h -o %i 2>/dev/null)" ] && [ $waited -lt 30 ]; do
+      sleep 1
+      waited=$((waited + 1))
+    done
+  fi
+  local pid
+  for pid in "${daemon_pids[@]}"; do kill "$pid" 2>/dev/null; done
+  for pid in "${daemon_pids[@]}"; do wait "$pid" 2>/dev/null; done
+  if [ -n "${THPC_KEEP_SLURM_TEST_DIR:-}" ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
+}
+trap cleanup EXIT
+
+show_logs() {
+  local log
+  for log in "$tmp"/log/* "$tmp"/submit/*.out; do
+    [ -f "$log" ] || continue
+    echo "---- $log (last 40 lines)"
+    tail -n 40 "$log"
+  done
+}
+
+fail() {
+  echo "FAILED: $*"
+  show_logs
+  exit 1
+}
+
+# ---- the cluster ----
+mkdir -p "$tmp"/munge "$tmp"/state "$tmp"/spool "$tmp"/log "$tmp"/submit
+chmod 711 "$tmp"/munge
+head -c 1024 /dev/urandom >"$tmp"/munge/munge.key
+chmod 400 "$tmp"/munge/munge.key
+munged --foreground --force --socket="$tmp"/munge/socket --key-file="$tmp"/munge/munge.key \
+  --pid-file="$tmp"/munge/munged.pid --seed-file="$tmp"/munge/seed \
+  --log-file="$tmp"/log/munged.log >"$tmp"/log/munged.out 2>&1 &
+daemon_pids+=($!)
+
+# Ports of our own, so that a Slurm already on this machine is not disturbed.
+port=$((20000 + RANDOM % 20000))
+cat >"$SLURM_CONF" <<EOF
+ClusterName=thpctest
+SlurmctldHost=localhost
+SlurmctldPort=$port
+SlurmdPort=$((port + 1))
+SlurmUser=root
+AuthType=auth/munge
+AuthInfo=socket=$tmp/munge/socket
+CredType=cred/munge
+StateSaveLocation=$tmp/state
+SlurmdSpoolDir=$tmp/spool
+SlurmctldPidFile=$tmp/slurmctld.pid
+SlurmdPidFile=$tmp/slurmd.pid
+SlurmctldLogFile=$tmp/log/slurmctld.log
+SlurmdLogFile=$tmp/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SlurmdParameters=config_overrides
+ReturnToService=2
+MailProg=/bin/true
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=$(nproc) State=UNKNOWN
+PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+EOF
+slurmctld -D -f "$SLURM_CONF" >"$tmp"/log/slurmctld.out 2>&1 &
+daemon_pids+=($!)
+slurmd -D -N localhost -f "$SLURM_CONF" >"$tmp"/log/slurmd.out 2>&1 &
+daemon_pids+=($!)
+
+for _ in $(seq 60); do
+  [ "$(sinfo -h -n localhost -o %T 2>/dev/null)" = idle ] && break
+  sleep 0.5
+done
+if [ "$(sinfo -h -n localhost -o %T 2>/dev/null)" != idle ]; then
+  show_logs
+  skip "the Slurm daemons did not come up (node state: '$(sinfo -h -o %T 2>&1)')"
+fi
+echo "Slurm up: slurmctld on port $port, node localhost with $(nproc) CPUs"
+
+# ---- the jobs ----
+# The job scripts find the repository and the build through these (sbatch passes the
+# environment on); the jobs write their logs and runs/ into the submission directory.
+export THPC_ROOT=$source_dir THPC_BUILD=$binary_dir
+cd "$tmp"/submit || exit 1
+trainer_options=(--train.max_steps=40 --train.log_every=1 --checkpoint.minutes=0)
+
+job_field() {  # job_field JOBID KEY: KEY=value from scontrol show job
+  scontrol show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1
+}
+digest_of() { sed -n 's/^final: .*params_sha256=\([0-9a-f]*\).*/\1/p' "$1" | tail -n 1; }
+
+started=$SECONDS
+whole_id=$(sbatch --parsable --wait "$source_dir"/jobs/tiny_cpu.sbatch "${trainer_options[@]}")
+status=$?
+whole_log=thpc-tiny-$whole_id.out
+[ "$status" = 0 ] || fail "the uninterrupted job $whole_id: sbatch --wait gave $status"
+grep -q '^final: step=40 ' "$whole_log" || fail "no 'final: step=40' in $whole_log"
+[ -f runs/thpc-tiny-"$whole_id"/checkpoints/step_00000040.h5 ] ||
+  fail "no runs/thpc-tiny-$whole_id/checkpoints/step_00000040.h5"
+whole_digest=$(digest_of "$whole_log")
+[ -n "${THPC_TRACE:-}" ] && { date +%T; scontrol show job "$whole_id" | grep -oE '(StartTime|EndTime)=[^ ]*'; }
+echo "job $whole_id: trained 40 steps in $((SECONDS - started)) s, params_sha256=$whole_digest"
+
+started=$SECONDS
+job_id=$(sbatch --parsable "$source_dir"/jobs/tiny_cpu.sbatch "${trainer_options[@]}") ||
+  fail "sbatch refused the second job"
+log=thpc-tiny-$job_id.out
+for _ in $(seq 600); do
+  grep -q '^step 5/40 ' "$log" 2>/dev/null && break
+  sleep 0.1
+done
+grep -q '^step 5/40 ' "$log" 2>/dev/null || fail "job $job_id never reached step 5"
+# What #SBATCH --signal=B:USR1@60 does before the time limit: the batch shell only.
+scancel --batch --signal=USR1 "$job_id" || fail "scancel --batch --signal=USR1 $job_id"
+state=""
+released=""
+for _ in $(seq 300); do
+  # Slurm holds a requeued job back for two minutes (its BeginTime); release it at once,
+  # as `scontrol update` lets a user do, to keep the test short.
+  if [ -z "$released" ] && [ "$(job_field "$job_id" Restarts)" = 1 ] &&
+    [ "$(job_field "$job_id" JobState)" = PENDING ]; then
+    scontrol update JobId="$job_id" StartTime=now && released=yes
+  fi
+  [ -n "${THPC_TRACE:-}" ] && echo "$(date +%T) $(scontrol show job "$job_id" | grep -oE '(JobState|BeginTime|Restarts|StartTime|EndTime)=[^ ]*' | tr '\n' ' ')"
+  state=$(job_field "$job_id" JobState)
+  case $state in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) break ;; esac
+  sleep 0.5
+done
+echo "job $job_id: $state after $((SECONDS - started)) s, restarts $(job_field "$job_id" Restarts)"
+[ "$state" = COMPLETED ] || fail "job $job_id ended $state, exit $(job_field "$job_id" ExitCode)"
+[ "$(job_field "$job_id" ExitCode)" = 0:0 ] || fail "job $job_id exit $(job_field "$job_id" ExitCode)"
+[ "$(job_field "$job_id" Restarts)" = 1 ] || fail "job $job_id was not requeued exactly once"
+stopped=$(sed -n 's/^stopped: SIGUSR1 received; step=\([0-9]*\) .*/\1/p' "$log")
+[ -n "$stopped" ] || fail "job $job_id: no 'stopped: SIGUSR1 received' line (the signal never reached the ranks)"
+grep -q "^thpc: checkpointed after USR1; requeueing job $job_id" "$log" ||
+  fail "job $job_id did not requeue itself"
+checkpoint=$(printf '%s/runs/thpc-tiny-%s/checkpoints/step_%08d.h5' "$PWD" "$job_id" "$stopped")
+grep -qF "resumed from $checkpoint at step $stopped" "$log" ||
+  fail "the requeued job did not resume from $checkpoint (the log was appended to?)"
+digest=$(digest_of "$log")
+[ -n "$whole_digest" ] && [ "$digest" = "$whole_digest" ] ||
+  fail "stopped at step $stopped and resumed: params_sha256=$digest, uninterrupted $whole_digest"
+echo "PASSED: stopped at step $stopped by SIGUSR1, requeued, resumed, same params_sha256"
