@@ -622,12 +622,12 @@ TEST_F(DataPipeline, BitFlipsThatLeaveTheShardPlausibleFailTheChecksum) {
   expect_error([&] { read_shard_summary(offset_flipped); },
                {offset_flipped, "bad checksum for dataset /tgt/offsets"});
 
-  // The trainer refuses it before training: exit 1, the file named.
+  // The trainer refuses it before training: exit 3 (a data error), the file named.
   const CommandResult result =
       run_command("cd " THPC_SOURCE_DIR " && " THPC_BINARY_DIR "/transformer_hpc input/tiny.ini "
                   "--train.max_steps=1 --checkpoint.dir=" + (root_ / "token_flip_ckpt").string() +
                   " --data.dir=" + (root_ / "token_flip").string());
-  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_EQ(result.exit_code, 3) << result.output;
   EXPECT_NE(result.output.find(token_flipped + ": bad checksum for dataset /src/tokens"),
             std::string::npos)
       << result.output;

@@ -107,6 +107,20 @@ TEST_F(DecodeProgram, OneLinePerInputLineInOrderDeterministic) {
   EXPECT_EQ(out, out_again);
 }
 
+// --threads N: N workers sharing the batches, each with its own model copy. The output
+// is the single worker's, line for line, whatever the split (3 workers on 3 sentences:
+// a batch each; 2 workers: one takes two).
+TEST_F(DecodeProgram, WorkersShareTheBatchesWithoutChangingAnyTranslation) {
+  std::string one, err;
+  ASSERT_EQ(decode("--max-len-b 8 --threads 1", one, err), 0) << err;
+  ASSERT_EQ(lines_of(one).size(), 4u) << one;
+  for (const char* threads : {"2", "3", "8"}) {
+    std::string several;
+    ASSERT_EQ(decode(std::string("--max-len-b 8 --threads ") + threads, several, err), 0) << err;
+    EXPECT_EQ(several, one) << "--threads " << threads;
+  }
+}
+
 TEST_F(DecodeProgram, GreedyIsBeamOneWithoutLengthPenalty) {
   std::string greedy, beam_one, err;
   ASSERT_EQ(decode("--greedy --max-len-b 6", greedy, err), 0) << err;

@@ -6,8 +6,9 @@
 //                      [--batch-tokens 4096] [--nbest 1] [--greedy] [--threads N]
 //
 // The SentencePiece model is --spm-model when given, else the one stored in the
-// checkpoint by the trainer (fairseq-like). Each input line is SentencePiece-encoded, sentences are sorted by length into batches
-// of at most --batch-tokens source tokens, translated by batched beam search with a KV
+// checkpoint by the trainer (fairseq-like). Each input line is SentencePiece-encoded,
+// sentences are sorted by length into batches of at most --batch-tokens source tokens
+// (shared among --threads workers on the CPU), translated by batched beam search with a KV
 // cache (the checkpoint's [decode] settings unless given here; the defaults are §6.1's:
 // beam 4, alpha 0.6, output length <= input length + 50) and written back
 // detokenised, one line per input line, in input order. With --nbest K > 1 each input
@@ -18,13 +19,16 @@
 #include <boost/program_options.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
-#include <numeric>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
@@ -71,6 +75,55 @@ std::vector<std::string> read_lines(const std::string& path) {
   return thpc::metrics::read_segments(path);
 }
 
+// A batch: the input lines it translates and their longest allowed output.
+struct Batch {
+  std::vector<size_t> members;
+  int max_output = 0;
+};
+
+// The non-empty sources, longest first (so that similar lengths share a batch and
+// padding stays small), cut into batches of at most `batch_tokens` padded source tokens.
+// With several workers the budget shrinks so that each gets at least two batches, as far
+// as the input allows: the last batches then finish together instead of one worker
+// translating half the input alone. Sentences are translated independently of their
+// batch (attention reads only a sentence's own keys), so the output does not depend on it.
+std::vector<Batch> make_batches(const std::vector<thpc::TokenSequence>& sources,
+                                const thpc::BeamOptions& options, int batch_tokens,
+                                int workers) {
+  std::vector<size_t> order;
+  int64_t total_tokens = 0;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    if (sources[i].empty()) continue;  // empty line: nothing to translate
+    order.push_back(i);
+    total_tokens += static_cast<int64_t>(sources[i].size()) + 1;
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return sources[a].size() > sources[b].size();
+  });
+  int64_t budget = batch_tokens;
+  if (workers > 1) budget = std::min<int64_t>(budget, (total_tokens + 2 * workers - 1) / (2 * workers));
+  std::vector<Batch> batches;
+  size_t next = 0;
+  while (next < order.size()) {
+    Batch batch;
+    size_t longest = 0;
+    while (next < order.size()) {
+      longest = std::max(longest, sources[order[next]].size() + 1);
+      if (!batch.members.empty() &&
+          static_cast<int64_t>(longest * (batch.members.size() + 1)) > budget) {
+        break;
+      }
+      const size_t i = order[next++];
+      batch.members.push_back(i);
+      batch.max_output = std::max(
+          batch.max_output, options.max_len_a * static_cast<int>(sources[i].size()) + options.max_len_b);
+    }
+    batch.max_output = std::min(batch.max_output, options.max_len_cap);
+    batches.push_back(std::move(batch));
+  }
+  return batches;
+}
+
 int run(const Arguments& args) {
   thpc::Checkpoint checkpoint =
       thpc::read_checkpoint(args.checkpoint, thpc::CheckpointParts::ParamsOnly);
@@ -108,11 +161,6 @@ int run(const Arguments& args) {
                          << ", the model expects 0/1/2/3");
   }
 
-  auto backend = thpc::make_backend(config.train);
-  thpc::Transformer model(config.model, vocab, ids, *backend, /*init_seed=*/std::nullopt);
-  thpc::load_parameters(checkpoint, args.checkpoint, model);
-  std::vector<thpc::NamedTensor>().swap(checkpoint.params);  // the model holds them now
-
   const std::vector<std::string> lines = read_lines(args.input);
   // The longest source the position table holds: eos takes one position.
   const int longest_source = config.model.max_positions - 1;
@@ -137,40 +185,59 @@ int run(const Arguments& args) {
   options.max_len_cap = config.model.max_positions - 1;
   options.nbest = std::min(args.nbest, options.beam);
 
-  // Longest first, so that similar lengths share a batch and padding stays small.
-  std::vector<size_t> order(lines.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return sources[a].size() > sources[b].size();
-  });
+  // On the CPU, N threads are N workers, each with its own copy of the model and
+  // single-threaded BLAS, taking whole batches from a shared list: a decoding step is
+  // many small products and loops that BLAS threads cannot share without spinning
+  // (their futex/sched_yield time was most of a 2-thread run), while batches are
+  // independent. A GPU is one worker.
+  std::vector<std::unique_ptr<thpc::Backend>> backends;
+  backends.push_back(thpc::make_backend(config.train));
+  int workers = 1;
+  if (backends.front()->host_memory()) {
+    workers = config.train.threads > 0
+                  ? config.train.threads
+                  : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
+  const std::vector<Batch> batches = make_batches(sources, options, args.batch_tokens, workers);
+  workers = std::max(1, std::min<int>(workers, static_cast<int>(batches.size())));
+  if (workers > 1) {
+    thpc::TrainConfig single_threaded = config.train;
+    single_threaded.threads = 1;
+    while (static_cast<int>(backends.size()) < workers) {
+      backends.push_back(thpc::make_backend(single_threaded));
+    }
+    thpc::set_cpu_threads(1);  // BLAS's setting is global: all workers have one
+  }
+
   std::vector<std::vector<thpc::Hypothesis>> results(lines.size());
-  size_t next = 0;
-  while (next < order.size()) {
-    if (sources[order[next]].empty()) {  // empty line: nothing to translate
-      ++next;
-      continue;
-    }
-    std::vector<size_t> members;
-    size_t longest = 0;
-    while (next < order.size() && !sources[order[next]].empty()) {
-      longest = std::max(longest, sources[order[next]].size() + 1);
-      if (!members.empty() &&
-          static_cast<int64_t>(longest * (members.size() + 1)) > args.batch_tokens) {
-        break;
+  std::atomic<size_t> next_batch{0};
+  std::vector<std::exception_ptr> failures(workers);
+  auto work = [&](int worker, std::unique_ptr<thpc::Backend> backend) {
+    try {
+      thpc::Transformer model(config.model, vocab, ids, *backend, /*init_seed=*/std::nullopt);
+      thpc::load_parameters(checkpoint, args.checkpoint, model);
+      for (size_t b = next_batch++; b < batches.size(); b = next_batch++) {
+        const Batch& batch = batches[b];
+        std::vector<thpc::TokenSequence> batch_sources;
+        for (size_t i : batch.members) batch_sources.push_back(sources[i]);
+        thpc::CachedTransformerScorer scorer(model, ids, batch.max_output);
+        const auto found = thpc::beam_search(scorer, batch_sources, ids, options);
+        // Each sentence belongs to one batch: the workers write disjoint elements.
+        for (size_t k = 0; k < batch.members.size(); ++k) results[batch.members[k]] = found[k];
       }
-      members.push_back(order[next++]);
+    } catch (...) {
+      failures[worker] = std::current_exception();
+      next_batch = batches.size();  // the others stop after their current batch
     }
-    std::vector<thpc::TokenSequence> batch;
-    int max_output = 0;
-    for (size_t i : members) {
-      batch.push_back(sources[i]);
-      max_output = std::max(
-          max_output, options.max_len_a * static_cast<int>(sources[i].size()) + options.max_len_b);
-    }
-    thpc::CachedTransformerScorer scorer(model, ids,
-                                         std::min(max_output, options.max_len_cap));
-    const auto found = thpc::beam_search(scorer, batch, ids, options);
-    for (size_t k = 0; k < members.size(); ++k) results[members[k]] = found[k];
+  };
+  std::vector<std::thread> helpers;
+  for (int worker = 1; worker < workers; ++worker) {
+    helpers.emplace_back(work, worker, std::move(backends[worker]));
+  }
+  work(0, std::move(backends[0]));
+  for (std::thread& helper : helpers) helper.join();
+  for (const std::exception_ptr& failure : failures) {
+    if (failure) std::rethrow_exception(failure);
   }
 
   std::ofstream file;
@@ -222,7 +289,8 @@ int main(int argc, char** argv) {
       ("nbest", po::value(&args.nbest), "hypotheses per sentence (<= beam)")
       ("greedy", po::bool_switch(&args.greedy), "greedy decoding (beam 1, no length penalty)")
       ("threads", po::value(&args.threads),
-       "CPU backend BLAS threads, 0 = all cores (default: the checkpoint's train.threads)");
+       "CPU decoding workers, each translating whole batches with its own copy of the model; "
+       "0 = one per core (default: the checkpoint's train.threads)");
   try {
     po::variables_map values;
     po::store(po::parse_command_line(argc, argv, options), values);
