@@ -83,7 +83,8 @@ TEST_F(SpackEnvironment, NamesEveryDependencyCMakeLooksFor) {
       {"MPI", "openmpi"},         {"HDF5", "hdf5"},       {"Boost", "boost"},
       {"PkgConfig", "pkgconf"},   {"sentencepiece", "sentencepiece"},
       {"OpenBLAS", "openblas"},   {"GTest", "googletest"}, {"CUDAToolkit", "cuda"},
-      {"nccl", "nccl"},           {"yaml-cpp", "yaml-cpp"}, {"Threads", ""}};
+      {"nccl", "nccl"},           {"yaml-cpp", "yaml-cpp"}, {"OpenSSL", "openssl"},
+      {"Threads", ""}};
   ASSERT_GE(deps.size(), 10u) << "the CMakeLists.txt parser found too little";
   for (const std::string& dep : deps) {
     auto it = provider.find(dep);

@@ -10,6 +10,7 @@ packages=(
   libboost-program-options-dev
   libsentencepiece-dev sentencepiece
   libopenblas-dev
+  libssl-dev
   libgtest-dev libyaml-cpp-dev
   # tests/slurm_job_test.sh starts its own Slurm on localhost (jobs/*.sbatch on a real one)
   slurm-wlm munge

@@ -1,4 +1,5 @@
-// SHA-256 (FIPS 180-4), used to fingerprint parameter buffers so that two runs can be
+// SHA-256 (FIPS 180-4, computed by OpenSSL's libcrypto): the checksum of every checkpoint
+// and shard dataset, and the fingerprint of parameter buffers that lets two runs be
 // compared exactly from their last log line.
 #pragma once
 
