@@ -16,7 +16,8 @@ lines=300
 if [ $# -gt 0 ] && [ "$1" != "--" ]; then lines=$1; shift; fi
 [ $# -gt 0 ] && shift  # the "--"
 build=${THPC_BUILD:-build}
-data=${WMT14_TEST:-${THPC_DATA:-$(dirname "$0")/../../shared/data}/wmt14_test}
+data=${WMT14_TEST:-${THPC_DATA:-}/wmt14_test}
+[ -f "$data/newstest2014.en" ] || { echo "$data/newstest2014.en not found: run 'bash tools/fetch_data.sh wmt14_test DIR' and set THPC_DATA=DIR" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 head -n "$lines" "$data/newstest2014.en" > "$work/source.en"

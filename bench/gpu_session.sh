@@ -11,8 +11,7 @@
 # Debian libraries able to build: .debs unpacked with dpkg -x, see their README) into
 # gpu-bundle/, and copies what the GPU run reads into shared-for-gpu/: the data sets the
 # GPU tests and benchmarks use, laid out for THPC_DATA (from $THPC_DATA, see
-# tools/fetch_data.sh), and the PyTorch peer (TORCH_REFERENCE, default
-# ../shared/bench/torch_reference.py). Both folders are git-ignored: they travel only as
+# tools/fetch_data.sh), and the PyTorch peer (from $TORCH_REFERENCE). Both folders are git-ignored: they travel only as
 # the device call's carried paths.
 #
 # On the GPU host it unpacks the Debian libraries (gpu-bundle/use.sh), builds for sm_90,
@@ -27,13 +26,16 @@ readonly TRANSFER_LIMIT_BYTES=$((64 * 1024 * 1024))
 # Data sets the GPU run reads (tests/test_cuda_training.cc: multi30k; the decode numbers:
 # wmt14_test; the parser's GPU numbers: ptb_sample and evalb).
 readonly GPU_DATA_SETS=(multi30k wmt14_test ptb_sample evalb)
+# --prepare copies from the caller's THPC_DATA and TORCH_REFERENCE; the run reads the copies.
+SOURCE_DATA=${SOURCE_DATA:-${THPC_DATA:-}}
+SOURCE_TORCH_REFERENCE=${SOURCE_TORCH_REFERENCE:-${TORCH_REFERENCE:-}}
 export THPC_DATA=$PWD/shared-for-gpu/data
 export TORCH_REFERENCE=$PWD/shared-for-gpu/bench/torch_reference.py
 
 prepare() {
   local host_dir=${1:?usage: bench/gpu_session.sh --prepare GPU_HOST_DIR}
-  local data=${SOURCE_DATA:-${THPC_SOURCE_DATA:-../shared/data}}
-  local reference=${SOURCE_TORCH_REFERENCE:-../shared/bench/torch_reference.py}
+  local data=${SOURCE_DATA:?set THPC_DATA to the data folder (tools/fetch_data.sh)}
+  local reference=${SOURCE_TORCH_REFERENCE:?set TORCH_REFERENCE to torch_reference.py}
   bash "$host_dir/fetch.sh" gpu-bundle || { echo "fetch.sh failed" >&2; exit 1; }
   rm -rf shared-for-gpu
   mkdir -p shared-for-gpu/data shared-for-gpu/bench

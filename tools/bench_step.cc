@@ -1,5 +1,5 @@
 // transformer_bench_step: the training step time of transformer_hpc on the shapes of
-// ../shared/bench/torch_reference.py, printed as the same JSON fields, so that
+// the PyTorch peer torch_reference.py, printed as the same JSON fields, so that
 // bench/step_vs_torch.sh can print the ratio of the two in one run.
 //
 //   transformer_bench_step [--config input/base.ini] [--tokens 25000] [--steps 60]

@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build}
-text=${MULTI30K:-${THPC_DATA:-../shared/data}/multi30k}
+text=${MULTI30K:-${THPC_DATA:-}/multi30k}
 [ -f "$text/train.en" ] || { echo "run_multi30k: $text/train.en not found: run 'bash tools/fetch_data.sh multi30k DIR' and set THPC_DATA=DIR" >&2; exit 1; }
 data=$build/multi30k/data
 mkdir -p "$build/multi30k"
