@@ -107,21 +107,29 @@ struct LinearShape {
 const std::vector<LinearShape> kLinearShapes = {
     {1, 37, 61}, {5, 129, 7}, {17, 64, 100}, {3, 0, 5}, {33, 512, 129}, {128, 256, 512}};
 
-void check_linear_forward(DType dtype, const LinearShape& s, bool bias, uint32_t seed) {
+// bias_offset > 0 places the bias that many elements into its buffer: a slice of the
+// flat parameter buffer that is not 16-byte aligned.
+void check_linear_forward(DType dtype, const LinearShape& s, bool bias, uint32_t seed,
+                          int bias_offset = 0) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " M=" << s.M << " K=" << s.K
-                                    << " N=" << s.N << (bias ? " bias" : " no bias"));
+                                    << " N=" << s.N << (bias ? " bias" : " no bias")
+                                    << " bias offset " << bias_offset);
   std::mt19937 rng(seed);
   const auto x = representable(random_values(static_cast<size_t>(s.M) * s.K, rng), dtype);
   const auto W = representable(random_values(static_cast<size_t>(s.K) * s.N, rng), dtype);
-  const auto b = representable(random_values(static_cast<size_t>(s.N), rng), dtype);
+  const auto padded_b =
+      representable(random_values(static_cast<size_t>(s.N + bias_offset), rng), dtype);
+  const std::vector<float> b(padded_b.begin() + bias_offset, padded_b.end());
   Twins twins(dtype);
   Scope cpu(*twins.cpu), gpu(*twins.gpu);
   Tensor y_cpu = cpu.alloc(DType::F32, static_cast<int64_t>(s.M) * s.N);
   Tensor y_gpu = gpu.alloc(dtype, static_cast<int64_t>(s.M) * s.N);
-  twins.cpu->linear_forward(y_cpu, cpu.put(DType::F32, x), cpu.put(DType::F32, W),
-                            bias ? cpu.put(DType::F32, b) : Tensor{}, s.M, s.K, s.N);
-  twins.gpu->linear_forward(y_gpu, gpu.put(dtype, x), gpu.put(dtype, W),
-                            bias ? gpu.put(dtype, b) : Tensor{}, s.M, s.K, s.N);
+  twins.cpu->linear_forward(
+      y_cpu, cpu.put(DType::F32, x), cpu.put(DType::F32, W),
+      bias ? cpu.put(DType::F32, padded_b).slice(bias_offset, s.N) : Tensor{}, s.M, s.K, s.N);
+  twins.gpu->linear_forward(
+      y_gpu, gpu.put(dtype, x), gpu.put(dtype, W),
+      bias ? gpu.put(dtype, padded_b).slice(bias_offset, s.N) : Tensor{}, s.M, s.K, s.N);
   auto scale = product_scale(s.M, s.N, s.K, x, s.K, 1, W, s.N, 1, nullptr);
   if (bias) {
     for (int i = 0; i < s.M; ++i) {
@@ -148,6 +156,18 @@ TEST(CudaLinear, ForwardThroughGemmExFallbackMatchesCpu) {
   for (DType dtype : gpu_compute_dtypes()) {
     for (const LinearShape& shape : kLinearShapes) {
       for (bool bias : {true, false}) check_linear_forward(dtype, shape, bias, seed++);
+    }
+  }
+}
+
+// A bias 1 or 3 elements into its buffer (2 to 12 bytes off 16-byte alignment) takes the
+// cublasGemmEx path and must give the same result as an aligned one.
+TEST(CudaLinear, ForwardWithAMisalignedBiasMatchesCpu) {
+  THPC_REQUIRE_GPU();
+  uint32_t seed = 200;
+  for (DType dtype : gpu_compute_dtypes()) {
+    for (const LinearShape& shape : kLinearShapes) {
+      for (int offset : {1, 3}) check_linear_forward(dtype, shape, true, seed++, offset);
     }
   }
 }

@@ -247,7 +247,11 @@ void gemm(Context& context, const Gemm& g) {
     if (g.beta == 0.0f) fill_columns(g.C, g.c_type, g.ldc, g.m, g.n, g.bias, context.stream());
     return;  // beta = 1 (accumulation): nothing to add
   }
-  if (fallback_forced()) {
+  // cuBLASLt's BIAS epilogue reads the bias with vector loads: a bias that is not 16-byte
+  // aligned (a slice of the flat parameter buffer at an odd offset, e.g. d_model not a
+  // multiple of 8 in bf16) may be accepted by the heuristic and then fail or misread at
+  // run time. Such products take the cublasGemmEx path with the bias written first.
+  if (fallback_forced() || (g.bias != nullptr && alignment_of(g.bias) < 16)) {
     gemm_ex(context, g);
     return;
   }
