@@ -10,7 +10,14 @@
 // the compute stream carries on with the layers beneath. finish() makes the compute
 // stream wait for the NCCL stream (the optimizer then reads summed gradients) and polls
 // for completion with ncclCommGetAsyncError and a timeout: a peer that died or hangs
-// ends this rank with an error instead of a silent hang.
+// ends this rank with an error instead of a silent hang. The timer starts when the
+// step's first bucket is launched, so dist.timeout_s bounds the sums themselves.
+//
+// The communicator is non-blocking (ncclConfig_t::blocking = 0): creating it with a peer
+// that never arrives would otherwise hang in ncclCommInitRankConfig forever; here it is
+// polled with the same dist.timeout_s. On a non-blocking communicator any call may
+// return ncclInProgress, and the next call must wait until ncclCommGetAsyncError says
+// ncclSuccess (wait_ready).
 #include "dist/gradient_reducer.h"
 
 #include "common/error.h"
@@ -20,6 +27,8 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <sstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -41,6 +50,8 @@ ncclDataType_t nccl_type(DType dtype) {
 }
 
 class NcclGradientReducer final : public GradientReducer {
+  using Clock = std::chrono::steady_clock;
+
  public:
   NcclGradientReducer(const Communicator& comm, Backend& backend, int64_t bucket_bytes,
                       double timeout_seconds)
@@ -52,7 +63,12 @@ class NcclGradientReducer final : public GradientReducer {
     ncclUniqueId id{};
     if (comm.is_root()) THPC_NCCL_CHECK(ncclGetUniqueId(&id));
     comm.broadcast_bytes_from_root(&id, static_cast<int>(sizeof(id)));
-    THPC_NCCL_CHECK(ncclCommInitRank(&nccl_, comm.size(), id, comm.rank()));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    const Clock::time_point started = Clock::now();
+    accept_in_progress(ncclCommInitRankConfig(&nccl_, comm.size(), id, comm.rank(), &config),
+                       "creating the communicator");
+    wait_ready("creating the communicator", started);
     THPC_CUDA_CHECK(cudaStreamCreateWithFlags(&nccl_stream_, cudaStreamNonBlocking));
     THPC_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
   }
@@ -72,20 +88,24 @@ class NcclGradientReducer final : public GradientReducer {
       THPC_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
       ready_events_.push_back(event);
     }
+    if (next_event_ == 0) first_launch_ = std::chrono::steady_clock::now();
     cudaEvent_t ready = ready_events_[next_event_++];
     THPC_CUDA_CHECK(cudaEventRecord(ready, compute_stream_));
     THPC_CUDA_CHECK(cudaStreamWaitEvent(nccl_stream_, ready, 0));
-    THPC_NCCL_CHECK(ncclAllReduce(bucket.data, bucket.data, static_cast<size_t>(bucket.numel),
-                                  nccl_type(bucket.dtype), ncclSum, nccl_, nccl_stream_));
+    accept_in_progress(
+        ncclAllReduce(bucket.data, bucket.data, static_cast<size_t>(bucket.numel),
+                      nccl_type(bucket.dtype), ncclSum, nccl_, nccl_stream_),
+        "launching a gradient sum");
+    wait_ready("launching a gradient sum", first_launch_);
   }
 
   void complete() override {
+    const Clock::time_point started = next_event_ > 0 ? first_launch_ : Clock::now();
     next_event_ = 0;
     THPC_CUDA_CHECK(cudaEventRecord(done_, nccl_stream_));
     THPC_CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, done_, 0));
     // Poll instead of blocking in cudaEventSynchronize, so that an asynchronous NCCL
     // error or a peer that never arrives is noticed.
-    const auto started = std::chrono::steady_clock::now();
     for (;;) {
       const cudaError_t state = cudaEventQuery(done_);
       if (state == cudaSuccess) return;
@@ -93,26 +113,61 @@ class NcclGradientReducer final : public GradientReducer {
       ncclResult_t async = ncclSuccess;
       THPC_NCCL_CHECK(ncclCommGetAsyncError(nccl_, &async));
       if (async != ncclSuccess && async != ncclInProgress) {
-        ncclCommAbort(nccl_);
-        nccl_ = nullptr;
-        THPC_FAIL("NCCL gradient all-reduce failed on " << process_identity() << ": "
-                  << ncclGetErrorString(async) << " (" << ncclGetLastError(nullptr) << ")");
+        abort_and_fail("gradient all-reduce", std::string(ncclGetErrorString(async)) + " (" +
+                                                  ncclGetLastError(nccl_) + ")");
       }
-      const double waited = std::chrono::duration<double>(
-          std::chrono::steady_clock::now() - started).count();
+      const double waited = std::chrono::duration<double>(Clock::now() - started).count();
       if (waited > timeout_seconds_) {
-        ncclCommAbort(nccl_);
-        nccl_ = nullptr;
-        THPC_FAIL("NCCL gradient all-reduce on " << process_identity()
-                  << " did not complete within dist.timeout_s = " << timeout_seconds_
-                  << " s: a peer rank is lost or stuck");
+        std::ostringstream reason;
+        reason << "did not complete within dist.timeout_s = " << timeout_seconds_
+               << " s: a peer rank is lost or stuck";
+        abort_and_fail("gradient all-reduce", reason.str());
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
 
  private:
+  // A call on the non-blocking communicator: ncclInProgress is not an error.
+  void accept_in_progress(ncclResult_t result, const char* what) {
+    if (result == ncclSuccess || result == ncclInProgress) return;
+    abort_and_fail(what, std::string(ncclGetErrorString(result)) + " (" +
+                             ncclGetLastError(nccl_) + ")");
+  }
+
+  // Polls until the communicator has finished its last call; fails after dist.timeout_s
+  // counted from `started`.
+  void wait_ready(const char* what, Clock::time_point started) {
+    for (;;) {
+      ncclResult_t state = ncclInProgress;
+      if (nccl_ != nullptr) {
+        const ncclResult_t queried = ncclCommGetAsyncError(nccl_, &state);
+        if (queried != ncclSuccess) state = queried;
+      }
+      if (state == ncclSuccess) return;
+      if (state != ncclInProgress) {
+        abort_and_fail(what, std::string(ncclGetErrorString(state)) + " (" +
+                                 ncclGetLastError(nccl_) + ")");
+      }
+      const double waited = std::chrono::duration<double>(Clock::now() - started).count();
+      if (waited > timeout_seconds_) {
+        std::ostringstream reason;
+        reason << "not done within dist.timeout_s = " << timeout_seconds_
+               << " s: a peer rank is lost or stuck";
+        abort_and_fail(what, reason.str());
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  [[noreturn]] void abort_and_fail(const char* what, const std::string& reason) {
+    if (nccl_ != nullptr) ncclCommAbort(nccl_);
+    nccl_ = nullptr;
+    THPC_FAIL("NCCL " << what << " failed on " << process_identity() << ": " << reason);
+  }
+
   double timeout_seconds_;
+  Clock::time_point first_launch_;
   ncclComm_t nccl_ = nullptr;
   cudaStream_t compute_stream_ = nullptr, nccl_stream_ = nullptr;
   cudaEvent_t done_ = nullptr;
