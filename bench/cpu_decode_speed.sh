@@ -6,8 +6,9 @@
 #
 # Tokens are the SentencePiece pieces of the translations (the checkpoint's own model,
 # extracted with h5dump; the end-of-sentence token not counted), divided by the wall
-# time of the whole program (loading and encoding included). The CPU backend uses the
-# checkpoint's train.threads (0 = all cores). THPC_BUILD names the build directory.
+# time of the whole program (loading and encoding included). Without --threads in the
+# decode options, the workers are the checkpoint's train.threads (0 = one per core).
+# THPC_BUILD names the build directory.
 set -euo pipefail
 [ $# -ge 1 ] || { sed -n '2,10p' "$0" >&2; exit 2; }
 checkpoint=$1

@@ -1,8 +1,10 @@
 // Where the tests find the public data sets (Multi30k, newstest2014, the PTB sample, EVALB's
 // and sacreBLEU's test vectors): one setting, the environment variable THPC_DATA, naming a
 // folder laid out as `tools/fetch_data.sh` writes it (DATA/multi30k, DATA/wmt14_test,
-// DATA/ptb_sample, DATA/evalb, DATA/sacrebleu_tests). Without it, a `data` folder beside
-// the repository's parent is used when it exists (a checkout next to a prepared data tree).
+// DATA/ptb_sample, DATA/evalb, DATA/sacrebleu_tests); when set and non-empty it is used
+// as given. When it is unset or empty, the fallback is `shared/data` in the folder that
+// holds the repository (THPC_SOURCE_DIR/../shared/data), used when it is a directory (a
+// checkout next to a prepared data tree).
 // A test that needs absent data skips, naming the command that fetches it, so a clone with
 // nothing beside it still passes.
 #pragma once
@@ -15,7 +17,8 @@
 
 namespace thpc {
 
-// The data root, or "" when neither THPC_DATA nor the default folder exists.
+// The data root: THPC_DATA when set and non-empty, else the fallback folder (canonical
+// path) when it is a directory, else "".
 inline std::string data_root() {
   namespace fs = std::filesystem;
   if (const char* chosen = std::getenv("THPC_DATA"); chosen != nullptr && *chosen != '\0') {

@@ -6,7 +6,7 @@
 // mode, checked tightly against the CPU) and __nv_bfloat16 (training precision).
 // Parameter-side tensors that the op writes — weight gradients, layer-norm statistics,
 // Adam state — are always fp32 (float*), whatever T is: master weights, moments and
-// statistics stay in fp32 (DESIGN.md, "GPU numerics"). The weights the GEMMs read are
+// statistics stay in fp32 (docs/design.md, "Mixed precision"). The weights the GEMMs read are
 // the bf16 (or fp32) compute copy, type T.
 //
 // One .cu file per op family, forward and backward side by side, each with its CPU twin

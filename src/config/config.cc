@@ -96,7 +96,9 @@ const std::vector<Option>& option_table() {
       THPC_OPTION(train, adam_beta2, THPC_ANY, "Adam beta2, in [0, 1) (§5.3)"),
       THPC_OPTION(train, adam_eps, THPC_ANY, "Adam epsilon, > 0 (§5.3)"),
       THPC_OPTION(train, log_every, THPC_ANY, "steps between progress lines"),
-      THPC_OPTION(train, threads, THPC_ANY, "CPU backend BLAS threads; 0 = all cores"),
+      THPC_OPTION(train, threads, THPC_ANY,
+                  "CPU backend BLAS threads; 0 = OpenBLAS's default (all cores unless "
+                  "OPENBLAS_NUM_THREADS is set)"),
       THPC_OPTION(train, valid_every, THPC_ANY,
                   "steps between validation loss/perplexity lines; 0 = none (needs data.dir)"),
 

@@ -48,7 +48,7 @@ struct TrainConfig {
   float adam_eps = 1e-9f;
   int log_every = 100;             // steps between progress lines
   int valid_every = 0;             // steps between validation passes; 0 = none
-  int threads = 0;                 // CPU backend BLAS threads; 0 = all cores
+  int threads = 0;                 // CPU backend BLAS threads; 0 = OpenBLAS's default
 };
 
 // Where batches come from: the HDF5 shards transformer_preprocess wrote to `dir`, or,

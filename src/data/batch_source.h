@@ -1,5 +1,6 @@
-// Where the trainer's batches come from. The synthetic tasks (synthetic.h) implement it
-// today; the HDF5 shard reader of the data issue implements the same interface.
+// Where the trainer's batches come from. Two implementations: SyntheticSource
+// (synthetic.h, the generated tasks) and ShardReader (shard_reader.h, the HDF5 corpus
+// shards that transformer_preprocess writes).
 #pragma once
 
 #include <cstdint>

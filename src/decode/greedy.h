@@ -1,7 +1,9 @@
 // Greedy decoding by full recomputation: at each step the decoder runs over the whole
-// prefix and the most probable next token is appended. It is the reference the
-// incremental (KV-cached) beam search of the decoding issue must agree with, and what
-// the learning test uses to check that a trained model really transduces.
+// prefix and the most probable next token is appended. It is the reference that
+// beam_search (decode/beam_search.h) with beam 1 and alpha 0 must equal
+// (BeamSearch.BeamOneWithoutLengthPenaltyIsGreedyOnTheModel); the KV-cached
+// CachedTransformerScorer is checked against the full-recomputation TransformerScorer
+// there. The learning test uses it to check that a trained model really transduces.
 #pragma once
 
 #include <vector>
