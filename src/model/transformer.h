@@ -86,7 +86,7 @@ class Transformer {
   void reorder_incremental(const std::vector<int>& parent);
 
  private:
-  struct State;  // parameter views, activations, arenas (transformer.cc)
+  struct State;  // parameter views, activations, arenas (transformer_state.h)
 
   void upload_batch(const Batch& batch);
   void release_incremental();
@@ -94,8 +94,8 @@ class Transformer {
   void forward_encoder(bool train, const DropoutContext& dropout);
   void forward_decoder(int batch_size, int T, bool train, const DropoutContext& dropout);
   // Backward from the loss gradient (left in the logits) to the embeddings.
-  void backward_decoder(const DropoutContext& dropout, bool train);
-  void backward_encoder(const DropoutContext& dropout, bool train);
+  void backward_decoder(const DropoutContext& dropout);
+  void backward_encoder(const DropoutContext& dropout);
 
   ModelConfig config_;
   int vocab_;

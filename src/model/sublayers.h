@@ -1,0 +1,156 @@
+// The sublayers of Figure 1, forward and backward side by side: add & norm
+// (x = LayerNorm(x + Dropout(sublayer))), multi-head self- and encoder-decoder attention,
+// the position-wise feed-forward network. Transformer strings them into stacks.
+// Every size argument is spelled out because the op interface takes explicit shapes.
+#pragma once
+
+#include "model/transformer_state.h"
+
+namespace thpc::model_detail {
+
+// `ops` is the backend; activations come from the arena each call is given.
+struct Sublayers {
+  Backend& ops;
+  const ModelConfig& c;
+  DType act;    // activation dtype
+  DType stat;   // per-row statistics dtype
+  int d, dk, dv, h;
+
+  // ---- x = LayerNorm(x + Dropout(sub)) ----
+  void add_norm_forward(AddNormActs& a, Arena& arena, Tensor x, Tensor sub,
+                        const NormParams& p, int rows, float p_drop, DropoutKey key) {
+    a.residual = arena.take(act, int64_t(rows) * d);
+    a.mean = arena.take(stat, rows);
+    a.rstd = arena.take(stat, rows);
+    a.y = arena.take(act, int64_t(rows) * d);
+    ops.residual_dropout_forward(a.residual, x, sub, int64_t(rows) * d, p_drop, key);
+    ops.layernorm_forward(a.y, a.mean, a.rstd, a.residual, p.gamma.value, p.beta.value, rows,
+                          d, c.layernorm_eps);
+  }
+  void add_norm_backward(Tensor d_x, Tensor d_sub, Tensor d_y, const AddNormActs& a,
+                         const NormParams& p, Arena& scratch, int rows, float p_drop,
+                         DropoutKey key) {
+    Tensor d_residual = scratch.take_zeroed(act, int64_t(rows) * d);
+    ops.layernorm_backward(d_residual, p.gamma.grad, p.beta.grad, d_y, a.residual, a.mean,
+                           a.rstd, p.gamma.value, rows, d);
+    ops.residual_dropout_backward(d_x, d_sub, d_residual, int64_t(rows) * d, p_drop, key);
+  }
+
+  // ---- self-attention: fused Q|K|V projection, attention, W^O ----
+  int qkv_width() const { return h * (2 * dk + dv); }
+  void self_attention_forward(AttentionActs& a, Arena& arena, Tensor x,
+                              const AttentionParams& p, const AttentionShape& shape) {
+    const int rows = shape.batch * shape.query_len;
+    const int width = qkv_width();
+    a.in = arena.take(act, int64_t(rows) * width);
+    a.saved = arena.take(act, ops.attention_saved_numel(shape));
+    a.context = arena.take(act, int64_t(rows) * h * dv);
+    a.out = arena.take(act, int64_t(rows) * d);
+    ops.linear_forward(a.in, x, p.in_weight.value, p.in_bias.value, rows, d, width);
+    ops.attention_forward(a.context, a.saved, a.in, width, a.in.slice(h * dk, a.in.numel - h * dk),
+                          width, a.in.slice(2 * h * dk, a.in.numel - 2 * h * dk), width, shape);
+    ops.linear_forward(a.out, a.context, p.out_weight.value, p.out_bias.value, rows, h * dv, d);
+  }
+  void self_attention_backward(Tensor d_x, Tensor d_out, const AttentionActs& a, Tensor x,
+                               const AttentionParams& p, const AttentionShape& shape,
+                               Arena& scratch) {
+    const int rows = shape.batch * shape.query_len;
+    const int width = qkv_width();
+    Tensor d_context = scratch.take_zeroed(act, int64_t(rows) * h * dv);
+    ops.linear_backward(d_context, p.out_weight.grad, p.out_bias.grad, d_out, a.context,
+                        p.out_weight.value, rows, h * dv, d);
+    Tensor d_in = scratch.take_zeroed(act, int64_t(rows) * width);
+    const int64_t k_off = h * dk, v_off = 2 * h * dk;
+    ops.attention_backward(d_in, d_in.slice(k_off, d_in.numel - k_off),
+                           d_in.slice(v_off, d_in.numel - v_off), d_context, a.saved, a.in,
+                           width, a.in.slice(k_off, a.in.numel - k_off), width,
+                           a.in.slice(v_off, a.in.numel - v_off), width, shape);
+    ops.linear_backward(d_x, p.in_weight.grad, p.in_bias.grad, d_in, x, p.in_weight.value,
+                        rows, d, width);
+  }
+
+  // ---- encoder-decoder attention: Q from the decoder, K|V from the encoder output ----
+  void cross_attention_forward(AttentionActs& a, Arena& arena, Tensor x, Tensor memory,
+                               const AttentionParams& p, const AttentionShape& shape) {
+    const int rows = shape.batch * shape.query_len;
+    const int memory_rows = shape.batch * shape.key_len;
+    const int kv_width = h * (dk + dv);
+    a.in = arena.take(act, int64_t(rows) * h * dk);
+    a.kv = arena.take(act, int64_t(memory_rows) * kv_width);
+    a.saved = arena.take(act, ops.attention_saved_numel(shape));
+    a.context = arena.take(act, int64_t(rows) * h * dv);
+    a.out = arena.take(act, int64_t(rows) * d);
+    ops.linear_forward(a.in, x, p.in_weight.value, p.in_bias.value, rows, d, h * dk);
+    ops.linear_forward(a.kv, memory, p.kv_weight.value, p.kv_bias.value, memory_rows, d,
+                       kv_width);
+    ops.attention_forward(a.context, a.saved, a.in, h * dk, a.kv, kv_width,
+                          a.kv.slice(h * dk, a.kv.numel - h * dk), kv_width, shape);
+    ops.linear_forward(a.out, a.context, p.out_weight.value, p.out_bias.value, rows, h * dv, d);
+  }
+  void cross_attention_backward(Tensor d_x, Tensor d_memory, Tensor d_out,
+                                const AttentionActs& a, Tensor x, Tensor memory,
+                                const AttentionParams& p, const AttentionShape& shape,
+                                Arena& scratch) {
+    const int rows = shape.batch * shape.query_len;
+    const int memory_rows = shape.batch * shape.key_len;
+    const int kv_width = h * (dk + dv);
+    Tensor d_context = scratch.take_zeroed(act, int64_t(rows) * h * dv);
+    ops.linear_backward(d_context, p.out_weight.grad, p.out_bias.grad, d_out, a.context,
+                        p.out_weight.value, rows, h * dv, d);
+    Tensor d_q = scratch.take_zeroed(act, int64_t(rows) * h * dk);
+    Tensor d_kv = scratch.take_zeroed(act, int64_t(memory_rows) * kv_width);
+    const int64_t v_off = h * dk;
+    ops.attention_backward(d_q, d_kv, d_kv.slice(v_off, d_kv.numel - v_off), d_context,
+                           a.saved, a.in, h * dk, a.kv, kv_width,
+                           a.kv.slice(v_off, a.kv.numel - v_off), kv_width, shape);
+    ops.linear_backward(d_x, p.in_weight.grad, p.in_bias.grad, d_q, x, p.in_weight.value, rows,
+                        d, h * dk);
+    ops.linear_backward(d_memory, p.kv_weight.grad, p.kv_bias.grad, d_kv, memory,
+                        p.kv_weight.value, memory_rows, d, kv_width);
+  }
+
+  // ---- FFN(x) = max(0, x W1 + b1) W2 + b2 (§3.3) ----
+  void ffn_forward(FfnActs& a, Arena& arena, Tensor x, const FfnParams& p, int rows) {
+    a.hidden = arena.take(act, int64_t(rows) * c.d_ff);
+    a.out = arena.take(act, int64_t(rows) * d);
+    ops.linear_forward(a.hidden, x, p.w1.value, p.b1.value, rows, d, c.d_ff);
+    ops.relu_forward(a.hidden, a.hidden, int64_t(rows) * c.d_ff);  // in place
+    ops.linear_forward(a.out, a.hidden, p.w2.value, p.b2.value, rows, c.d_ff, d);
+  }
+  void ffn_backward(Tensor d_x, Tensor d_out, const FfnActs& a, Tensor x, const FfnParams& p,
+                    int rows, Arena& scratch) {
+    Tensor d_hidden = scratch.take_zeroed(act, int64_t(rows) * c.d_ff);
+    ops.linear_backward(d_hidden, p.w2.grad, p.b2.grad, d_out, a.hidden, p.w2.value, rows,
+                        c.d_ff, d);
+    Tensor d_pre = scratch.take_zeroed(act, int64_t(rows) * c.d_ff);
+    ops.relu_backward(d_pre, d_hidden, a.hidden, int64_t(rows) * c.d_ff);
+    ops.linear_backward(d_x, p.w1.grad, p.b1.grad, d_pre, x, p.w1.value, rows, d, c.d_ff);
+  }
+};
+
+
+
+inline Sublayers sublayers_for(Backend& backend, const ModelConfig& c) {
+  return Sublayers{backend, c, backend.compute_dtype(), backend.param_dtype(),
+                   c.d_model, c.head_dim_k(), c.head_dim_v(), c.heads};
+}
+
+inline AttentionShape attention_shape(const ModelConfig& c, int batch, int query_len,
+                                      int key_len, bool causal, const int32_t* key_lengths,
+                                      float dropout, DropoutKey key) {
+  AttentionShape shape;
+  shape.batch = batch;
+  shape.heads = c.heads;
+  shape.query_len = query_len;
+  shape.key_len = key_len;
+  shape.d_k = c.head_dim_k();
+  shape.d_v = c.head_dim_v();
+  shape.causal = causal;
+  shape.key_lengths = key_lengths;
+  shape.dropout = dropout;
+  shape.dropout_key = key;
+  return shape;
+}
+
+
+}  // namespace thpc::model_detail
