@@ -228,8 +228,9 @@ TEST(Config, ParseWsjIniHasThePapersParserValues) {
   EXPECT_GE(config.model.max_positions, 300 + 250);
 }
 
-// parse_tiny.ini is parse_wsj.ini's recipe, smaller: the same decoding length rule and
-// regularization, no averaging, a model the CPU trains in minutes.
+// parse_tiny.ini is parse_wsj.ini's recipe, smaller: the same regularization and length
+// penalty, no averaging, a model the CPU trains in minutes, and an output bound that
+// still holds every training tree (at most 3.3 tree tokens a word + 10 in the sample).
 TEST(Config, ParseTinyIniIsTheParserShrunk) {
   const Config tiny = load_config(kInputDir + "parse_tiny.ini");
   const Config wsj = load_config(kInputDir + "parse_wsj.ini");
@@ -239,8 +240,8 @@ TEST(Config, ParseTinyIniIsTheParserShrunk) {
   EXPECT_GT(tiny.model.attention_dropout, 0.0f);
   EXPECT_EQ(tiny.model.label_smoothing, wsj.model.label_smoothing);
   EXPECT_EQ(tiny.decode.alpha, wsj.decode.alpha);
-  EXPECT_EQ(tiny.decode.max_len_a, wsj.decode.max_len_a);
-  EXPECT_EQ(tiny.decode.max_len_b, wsj.decode.max_len_b);
+  EXPECT_GE(tiny.decode.max_len_a, 4);
+  EXPECT_GE(tiny.decode.max_len_b, 10);
   EXPECT_EQ(tiny.checkpoint.average_last, 0);
   EXPECT_LE(tiny.train.max_steps, 1000);
 }
