@@ -203,6 +203,49 @@ TEST(Config, TinyIniIsASmallReversalModel) {
   EXPECT_LE(config.train.tokens_per_step, 5000);
 }
 
+// §6.3: "a 4-layer transformer with d_model = 1024", "a vocabulary of 16K tokens for the
+// WSJ only setting", attention and residual dropout, beam 21, alpha 0.3, maximum output
+// length = input length + 300; single models, no checkpoint averaging; the rest as base.
+TEST(Config, ParseWsjIniHasThePapersParserValues) {
+  const Config config = load_config(kInputDir + "parse_wsj.ini");
+  EXPECT_EQ(config.model.layers, 4);
+  EXPECT_EQ(config.model.d_model, 1024);
+  // "all other parameters remained unchanged from the base translation model" (§6.3).
+  EXPECT_EQ(config.model.d_ff, 2048);
+  EXPECT_EQ(config.model.heads, 8);
+  EXPECT_EQ(config.model.vocab_size, 16000);
+  EXPECT_GT(config.model.dropout, 0.0f);
+  EXPECT_GT(config.model.attention_dropout, 0.0f);
+  EXPECT_EQ(config.model.label_smoothing, 0.1f);
+  EXPECT_EQ(config.train.warmup_steps, 4000);
+  EXPECT_EQ(config.decode.beam, 21);
+  EXPECT_EQ(config.decode.alpha, 0.3f);
+  EXPECT_EQ(config.decode.max_len_a, 1);
+  EXPECT_EQ(config.decode.max_len_b, 300);
+  EXPECT_EQ(config.checkpoint.average_last, 0);
+  // A tree is about 2.5 target tokens a word: the positions hold input + 300 for the
+  // sample's longest sentences.
+  EXPECT_GE(config.model.max_positions, 300 + 250);
+}
+
+// parse_tiny.ini is parse_wsj.ini's recipe, smaller: the same regularization and length
+// penalty, no averaging, a model the CPU trains in minutes, and an output bound that
+// still holds every training tree (at most 3.3 tree tokens a word + 10 in the sample).
+TEST(Config, ParseTinyIniIsTheParserShrunk) {
+  const Config tiny = load_config(kInputDir + "parse_tiny.ini");
+  const Config wsj = load_config(kInputDir + "parse_wsj.ini");
+  EXPECT_LE(tiny.model.d_model, 256);
+  EXPECT_LE(tiny.model.layers, wsj.model.layers);
+  EXPECT_GT(tiny.model.vocab_size, 0);
+  EXPECT_GT(tiny.model.attention_dropout, 0.0f);
+  EXPECT_EQ(tiny.model.label_smoothing, wsj.model.label_smoothing);
+  EXPECT_EQ(tiny.decode.alpha, wsj.decode.alpha);
+  EXPECT_GE(tiny.decode.max_len_a, 4);
+  EXPECT_GE(tiny.decode.max_len_b, 10);
+  EXPECT_EQ(tiny.checkpoint.average_last, 0);
+  EXPECT_LE(tiny.train.max_steps, 1000);
+}
+
 TEST(Config, DefaultsAreValid) { EXPECT_NO_THROW(validate(Config{})); }
 
 // ---- overrides ----

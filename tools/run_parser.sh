@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Constituency parsing end to end (§6.3): the NLTK WSJ sample split into train
+# wsj_0001-0159, dev wsj_0160-0179 and test wsj_0180-0199, linearized, preprocessed
+# into HDF5 shards (bracket tokens kept whole), trained with CONFIG, the dev and test
+# sentences beam-searched with the config's [decode] settings, the sequences turned
+# back into trees (repaired, or replaced by the right-branching baseline, and counted),
+# and everything scored with EVALB's COLLINS.prm beside the right-branching baseline.
+#
+#   bash tools/run_parser.sh [CONFIG.ini] [--section.key=value ...]   # overrides go to the trainer
+#
+# CONFIG defaults to input/parse_tiny.ini; its model.vocab_size is the SentencePiece
+# vocabulary and its data.dir / checkpoint.dir say where shards and checkpoints go
+# (checkpoints of an earlier run there are moved to DIR.previous first).
+# Environment: THPC_DATA (required: the folder `bash tools/fetch_data.sh ptb_sample DIR`
+# and `bash tools/fetch_data.sh evalb DIR` fill), BUILD (default build), WORK (the text
+# and trees, default BUILD/parse), MAX_LEN (the longest training pair in pieces, default
+# 200), EVAL_LIMIT (decode only the first N dev and test sentences; default all),
+# EVAL_MAX_WORDS (decode only the sentences of at most N words; default all), MPIRUN
+# (e.g. "mpirun -np 2"), PREPARE_ONLY=1 (stop after the shards: to train elsewhere, e.g.
+# sbatch jobs/parse_wsj.sbatch), CHECKPOINT=FILE (no preprocessing or training: decode
+# and score this checkpoint, with the SentencePiece model it carries).
+set -euo pipefail
+fail() { echo "run_parser.sh: $*" >&2; exit 1; }
+fetch="fetch the data with 'bash tools/fetch_data.sh ptb_sample DIR' and 'bash tools/fetch_data.sh evalb DIR', then set THPC_DATA=DIR"
+[[ -n ${THPC_DATA:-} && -d ${THPC_DATA:-} ]] || fail "THPC_DATA (${THPC_DATA:-unset}) is not a folder: $fetch"
+data=$(cd "$THPC_DATA" && pwd)  # absolute: the script changes directory
+cd "$(dirname "$0")/.."
+config=input/parse_tiny.ini
+if [[ $# -gt 0 && $1 != --* ]]; then config=$1; shift; fi
+[[ -f $config ]] || fail "$config: no such config file"
+build=${BUILD:-build}
+work=${WORK:-$build/parse}
+trees=$data/ptb_sample/combined
+prm=$data/evalb/COLLINS.prm
+for needed in "$trees/wsj_0001.mrg" "$trees/wsj_0199.mrg" "$prm"; do
+  [[ -e $needed ]] || fail "$needed is missing: $fetch"
+done
+
+# One key of the config file (the trainer's own parser checks the file; this only reads).
+ini_value() {
+  awk -F= -v section="$1" -v key="$2" '
+    /^[[:space:]]*\[/ { gsub(/[][[:space:]]/, ""); current = $0; next }
+    { name = $1; gsub(/[[:space:]]/, "", name) }
+    current == section && name == key { sub(/^[^=]*=[[:space:]]*/, ""); sub(/[[:space:]]*#.*/, ""); print; exit }
+  ' "$config"
+}
+vocab=$(ini_value model vocab_size)
+shards=$(ini_value data dir)
+checkpoints=$(ini_value checkpoint dir)
+for override in "$@"; do  # the trainer's overrides of these keys hold here too
+  case $override in
+    --model.vocab_size=*) vocab=${override#*=} ;;
+    --data.dir=*) shards=${override#*=} ;;
+    --checkpoint.dir=*) checkpoints=${override#*=} ;;
+  esac
+done
+if [[ -z $vocab || $vocab == 0 || -z $shards || -z $checkpoints ]]; then
+  fail "$config must set model.vocab_size (> 0), data.dir and checkpoint.dir"
+fi
+
+mkdir -p "$work"
+files() { for i in $(seq "$1" "$2"); do printf '%s/wsj_%04d.mrg\n' "$trees" "$i"; done; }
+"$build/transformer_trees" linearize --output "$work/train" $(files 1 159)
+"$build/transformer_trees" linearize --output "$work/dev" $(files 160 179)
+"$build/transformer_trees" linearize --output "$work/test" $(files 180 199)
+# The sentences decoded: the first EVAL_LIMIT (0 = all) of those with at most
+# EVAL_MAX_WORDS words (0 = any length), the same lines of words, tags and gold trees.
+for split in dev test; do
+  awk -v max="${EVAL_MAX_WORDS:-0}" -v limit="${EVAL_LIMIT:-0}" \
+    '(max == 0 || NF <= max) && (limit == 0 || ++kept <= limit) { print NR }' \
+    "$work/$split.words" > "$work/$split.eval.lines"
+  for part in words tags gold; do
+    awk 'NR == FNR { chosen[$1] = 1; next } FNR in chosen' "$work/$split.eval.lines" \
+      "$work/$split.$part" > "$work/$split.eval.$part"
+  done
+done
+
+if [[ -z ${CHECKPOINT:-} ]]; then
+  # Every opening bracket of the training trees, ')' and the word placeholder: whole tokens.
+  symbols=$(tr ' ' '\n' < "$work/train.tree" | grep '^(' | sort -u | paste -sd, -)",),XX"
+  "$build/transformer_preprocess" --source-lang words --target-lang tree \
+    --trainpref "$work/train" --validpref "$work/dev" --testpref "$work/test" \
+    --destdir "$shards" --vocab-size "$vocab" --user-symbols "$symbols" \
+    --max-len "${MAX_LEN:-200}" --seed 1 2> "$work/preprocess.log" \
+    || { cat "$work/preprocess.log" >&2; exit 1; }
+  grep -E '^(train|valid|test):' "$work/preprocess.log" || true
+  if [[ ${PREPARE_ONLY:-0} == 1 ]]; then echo "run_parser.sh: shards in $shards"; exit 0; fi
+
+  if compgen -G "$checkpoints/*.h5" > /dev/null; then
+    rm -rf "$checkpoints.previous"
+    mv "$checkpoints" "$checkpoints.previous"
+    echo "run_parser.sh: the checkpoints of an earlier run are in $checkpoints.previous" >&2
+  fi
+  ${MPIRUN:-} "$build/transformer_hpc" "$config" "$@"
+  CHECKPOINT=$(ls -1 "$checkpoints"/step_*.h5 2> /dev/null | tail -n 1)
+  [[ -n $CHECKPOINT ]] || fail "no checkpoint in $checkpoints after training"
+fi
+
+f_measure() {  # the "-- All --" F-measure of an EVALB report
+  awk '/^-- All --/ { all = 1 } all && /^Bracketing FMeasure/ { print $NF; exit }' "$1"
+}
+for split in dev test; do
+  "$build/transformer_decode" --checkpoint "$CHECKPOINT" --input "$work/$split.eval.words" \
+    --output "$work/$split.hyp.tree"
+  "$build/transformer_trees" delinearize --words "$work/$split.eval.words" \
+    --tags "$work/$split.eval.tags" --input "$work/$split.hyp.tree" \
+    --output "$work/$split.hyp.gold" 2> "$work/$split.delinearize.log"
+  "$build/transformer_trees" baseline --words "$work/$split.eval.words" \
+    --tags "$work/$split.eval.tags" --output "$work/$split.baseline.gold" 2> /dev/null
+  "$build/transformer_evalb" -p "$prm" "$work/$split.eval.gold" "$work/$split.hyp.gold" \
+    > "$work/$split.evalb"
+  "$build/transformer_evalb" -p "$prm" "$work/$split.eval.gold" "$work/$split.baseline.gold" \
+    > "$work/$split.baseline.evalb"
+  sentences=$(wc -l < "$work/$split.eval.gold")
+  echo "$split: parser F1 $(f_measure "$work/$split.evalb") | right-branching F1" \
+       "$(f_measure "$work/$split.baseline.evalb") | $sentences sentences," \
+       "$(sed 's/^delinearize: [0-9]* trees: //; s/ ->.*//' "$work/$split.delinearize.log")"
+done
