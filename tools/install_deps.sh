@@ -11,6 +11,7 @@ packages=(
   libsentencepiece-dev sentencepiece
   libopenblas-dev
   libgtest-dev
+  python3-venv
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -24,3 +25,13 @@ if [ ${#missing[@]} -gt 0 ]; then
 else
   echo "install_deps: all ${#packages[@]} packages present"
 fi
+
+# sacreBLEU (not packaged by Debian 12) from PyPI, for test_bleu's cross-check with the
+# reference implementation: a virtual environment, so the system Python is left alone.
+venv=${THPC_VENV:-$HOME/.cache/thpc-venv}
+if ! "$venv/bin/python" -c 'import sacrebleu' 2>/dev/null; then
+  echo "install_deps: installing sacrebleu into $venv"
+  python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q 'sacrebleu>=2,<3'
+fi
+echo "install_deps: sacrebleu in $venv (THPC_PYTHON=$venv/bin/python)"
