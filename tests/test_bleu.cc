@@ -638,6 +638,11 @@ TEST(SacreBleuPython, SameOutputLinesWhenInstalled) {
   int exit_code = -1;
   run_capture(python + " -c 'import sacrebleu' 2>/dev/null", &exit_code);
   if (exit_code != 0) {
+    // Named explicitly (as .ci/run does), the interpreter must have it: CI fails instead
+    // of skipping the cross-check.
+    const char* configured = std::getenv("THPC_PYTHON");
+    ASSERT_TRUE(configured == nullptr || *configured == '\0')
+        << "THPC_PYTHON=" << configured << " cannot import sacrebleu";
     GTEST_SKIP() << "Python sacrebleu is not importable by '" << python
                  << "' (pip install sacrebleu, or set THPC_PYTHON); the fixed expected "
                     "values above still check everything";

@@ -384,13 +384,23 @@ TEST(CheckpointSchedule, ByStepsAndByTime) {
   EXPECT_FALSE(checkpoint_due(options, 9, 1e9));
 }
 
-TEST_F(CheckpointTest, TinyMinutesSaveDuringTheRunAndZeroDoesNot) {
-  // 0.0005 minutes = 30 ms: a few steps each, without sleeping.
+TEST_F(CheckpointTest, MinutesSaveOnTheClockDuringTheRunAndZeroDoesNot) {
+  // An injected clock on which every step takes 10 s: with checkpoint.minutes = 0.5 a
+  // checkpoint falls due every third step, whatever the machine's speed.
   std::ostringstream log;
-  Trainer(small_config(path("timed"), {"train.max_steps=20", "checkpoint.minutes=0.0005",
-                                       "checkpoint.keep=100"}))
-      .run(log);
-  EXPECT_GE(list_checkpoints(path("timed")).size(), 3u) << log.str();
+  Trainer timed(small_config(path("timed"), {"train.max_steps=20", "checkpoint.minutes=0.5",
+                                             "checkpoint.keep=100"}));
+  timed.set_checkpoint_clock([&timed] { return 10.0 * static_cast<double>(timed.completed_steps()); });
+  timed.run(log);
+  std::vector<std::string> names;
+  for (const std::string& file : list_checkpoints(path("timed"))) {
+    names.push_back(fs::path(file).filename().string());
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"step_00000003.h5", "step_00000006.h5",
+                                             "step_00000009.h5", "step_00000012.h5",
+                                             "step_00000015.h5", "step_00000018.h5",
+                                             "step_00000020.h5"}))
+      << log.str();
 
   std::ostringstream quiet_log;
   Trainer(small_config(path("untimed"), {"train.max_steps=20", "checkpoint.minutes=0"}))

@@ -12,6 +12,7 @@ packages=(
   libopenblas-dev
   libssl-dev
   libgtest-dev libyaml-cpp-dev
+  python3-venv
   # tests/slurm_job_test.sh starts its own Slurm on localhost (jobs/*.sbatch on a real one)
   slurm-wlm munge
 )
@@ -27,3 +28,13 @@ if [ ${#missing[@]} -gt 0 ]; then
 else
   echo "install_deps: all ${#packages[@]} packages present"
 fi
+
+# sacreBLEU (not packaged by Debian 12) from PyPI, for test_bleu's cross-check with the
+# reference implementation: a virtual environment, so the system Python is left alone.
+venv=${THPC_VENV:-$HOME/.cache/thpc-venv}
+if ! "$venv/bin/python" -c 'import sacrebleu' 2>/dev/null; then
+  echo "install_deps: installing sacrebleu into $venv"
+  python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q 'sacrebleu>=2,<3'
+fi
+echo "install_deps: sacrebleu in $venv (THPC_PYTHON=$venv/bin/python)"

@@ -143,7 +143,9 @@ std::vector<std::string> Communicator::all_gather(const std::string& value) cons
 namespace {
 
 // The CPU backend's transport: each bucket's MPI_Iallreduce is posted when the bucket is
-// final, all are awaited at the end of backward.
+// final, all are awaited at the end of backward. Open MPI (without a progress thread)
+// advances a non-blocking collective only inside MPI calls, so an MPI_Testall after each
+// layer of backward moves the started sums on instead of leaving all of it to MPI_Waitall.
 class MpiGradientReducer final : public GradientReducer {
  public:
   explicit MpiGradientReducer(int64_t bucket_bytes) : GradientReducer(bucket_bytes) {}
@@ -155,6 +157,13 @@ class MpiGradientReducer final : public GradientReducer {
     check_mpi(MPI_Iallreduce(MPI_IN_PLACE, bucket.data, static_cast<int>(bucket.numel),
                              mpi_type(bucket.dtype), MPI_SUM, MPI_COMM_WORLD, &pending_.back()),
               "MPI_Iallreduce");
+  }
+  void progress() override {
+    if (pending_.empty()) return;
+    int all_done = 0;
+    check_mpi(MPI_Testall(static_cast<int>(pending_.size()), pending_.data(), &all_done,
+                          MPI_STATUSES_IGNORE),
+              "MPI_Testall");
   }
   void complete() override {
     const int status = MPI_Waitall(static_cast<int>(pending_.size()), pending_.data(),

@@ -22,6 +22,7 @@ void GradientReducer::ready_from(int64_t offset) {
     pending_end_ -= bucket;
     ++buckets_started_;
   }
+  progress();
 }
 
 void GradientReducer::finish() {

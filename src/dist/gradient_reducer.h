@@ -40,6 +40,9 @@ class GradientReducer {
 
  protected:
   virtual void start(Tensor bucket) = 0;
+  // Called each time backward reports progress (once a layer): lets a transport that
+  // advances only inside library calls move the started sums on.
+  virtual void progress() {}
   virtual void complete() = 0;
 
  private:

@@ -435,6 +435,11 @@ void Trainer::write_average(std::ostream& log) {
       << " written to " << output << std::endl;
 }
 
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 RunEnd Trainer::run(std::ostream& log) {
   using Clock = std::chrono::steady_clock;
   const StopSignalGuard stop_signals;
@@ -458,7 +463,7 @@ RunEnd Trainer::run(std::ostream& log) {
   int64_t last_saved_step = config_.checkpoint.resume.empty() ? -1 : completed_steps_;
   const auto start = Clock::now();
   auto interval_start = start;
-  auto last_save = start;
+  double last_save = checkpoint_clock_();
   int64_t interval_tokens = 0;
   StepStats last;
   while (completed_steps_ < config_.train.max_steps) {
@@ -493,7 +498,7 @@ RunEnd Trainer::run(std::ostream& log) {
     if (last.step == stop_at_step) std::raise(SIGTERM);
     // Whether to save (and stop) is rank 0's decision, from its clock and the signals
     // it saw, broadcast so that every rank agrees on the step without waiting on clocks.
-    const double since_save = std::chrono::duration<double>(Clock::now() - last_save).count();
+    const double since_save = checkpoint_clock_() - last_save;
     const int64_t decision = comm_.broadcast_from_root(
         2 * static_cast<int64_t>(stop_requested_by()) +
         (checkpoint_due(config_.checkpoint, last.step, since_save) ? 1 : 0));
@@ -501,7 +506,7 @@ RunEnd Trainer::run(std::ostream& log) {
     if (decision != 0) {
       const std::string path = comm_.is_root() ? save_checkpoint(out) : std::string();
       last_saved_step = last.step;
-      last_save = Clock::now();
+      last_save = checkpoint_clock_();
       if (stop_signal != 0) {
         out << "stopped: " << stop_signal_name(stop_signal) << " received; step=" << completed_steps_
             << " checkpoint=" << path << " (resume with --checkpoint.resume=auto)" << std::endl;

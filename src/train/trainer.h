@@ -6,6 +6,7 @@
 // end, and when SIGTERM/SIGUSR1 ask it to stop; a run can resume from one exactly.
 #pragma once
 
+#include <functional>
 #include <iosfwd>
 #include <memory>
 
@@ -46,6 +47,9 @@ std::unique_ptr<ShardReader> make_validation_source(const Config& config, int sh
 // The vocabulary the model is built with: model.vocab_size, which must match the
 // data's when both are given, or the data's.
 int resolve_vocab_size(const Config& config, const BatchSource& source);
+
+// Seconds on the monotonic clock (std::chrono::steady_clock), from an arbitrary origin.
+double steady_seconds();
 
 struct StepStats {
   int64_t step = 0;
@@ -94,6 +98,12 @@ class Trainer {
   // Continues from `checkpoint` (read from `source`), which must be of this model and seed.
   void restore(const Checkpoint& checkpoint, const std::string& source);
 
+  // The clock of checkpoint.minutes, in seconds (steady_seconds() unless replaced): a
+  // test drives it to get checkpoints at exact steps instead of depending on wall time.
+  void set_checkpoint_clock(std::function<double()> seconds) {
+    checkpoint_clock_ = std::move(seconds);
+  }
+
   Transformer& model() { return *model_; }
   Backend& backend() { return *backend_; }
   // "GPU i NAME, PCI BUS" or "cpu (...)": for the start-up line of this rank.
@@ -126,6 +136,7 @@ class Trainer {
 
   int64_t completed_steps_ = 0;
   int64_t micro_budget_ = 1;  // padded tokens per side of one rank's micro-batch
+  std::function<double()> checkpoint_clock_ = steady_seconds;
 };
 
 }  // namespace thpc
