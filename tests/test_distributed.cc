@@ -8,12 +8,14 @@
 #include <map>
 #include <regex>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
+#include "dist/communicator.h"
 #include "dist/gradient_reducer.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/transformer.h"
@@ -216,6 +218,32 @@ TEST(Distributed, ACheckpointSomeRankCannotReadFailsEveryRankWithOneMessage) {
       << resumed.output;
   EXPECT_EQ(resumed.output.find("step 9/"), std::string::npos) << resumed.output;
   std::filesystem::remove_all(root);
+}
+
+// Rank -> GPU: local rank modulo the devices the rank sees; a rank bound to one GPU by
+// Slurm (--gpus-per-task=1, --gpu-bind) sees exactly one and takes device 0.
+TEST(DeviceSelection, EachRankOfANodeTakesItsOwnGpuAndABoundRankTakesDeviceZero) {
+  for (int local = 0; local < 8; ++local) {
+    EXPECT_EQ(thpc::select_device(local, 8, -1), local);  // mpirun: every rank sees all 8
+    EXPECT_EQ(thpc::select_device(local, 1, -1), 0);      // bound: one each
+    EXPECT_EQ(thpc::select_device(local, 0, -1), -1);     // no GPU: the CPU backend
+  }
+  EXPECT_EQ(thpc::select_device(5, 4, -1), 1);  // more ranks than GPUs: shared, round robin
+  EXPECT_EQ(thpc::select_device(5, 4, 2), 2);   // dist.device forces one
+  EXPECT_THROW(thpc::select_device(0, 4, 4), thpc::Error);
+}
+
+TEST(DeviceSelection, StartUpLineShowsWhatCudaVisibleDevicesLeftTheRank) {
+  const thpc::Communicator single = thpc::Communicator::single();
+  ::setenv("CUDA_VISIBLE_DEVICES", "3", 1);
+  const std::string bound = thpc::startup_line(single, "device GPU 0 H100, PCI 0000:4e:00.0");
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  EXPECT_NE(bound.find("rank 0/1 local 0/1 on "), std::string::npos) << bound;
+  EXPECT_NE(bound.find(": device GPU 0 H100, PCI 0000:4e:00.0 (CUDA_VISIBLE_DEVICES=3)"),
+            std::string::npos)
+      << bound;
+  const std::string unbound = thpc::startup_line(single, "device cpu (cpu-fp32)");
+  EXPECT_EQ(unbound.find("CUDA_VISIBLE_DEVICES"), std::string::npos) << unbound;
 }
 
 }  // namespace

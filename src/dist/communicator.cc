@@ -190,20 +190,23 @@ void Communicator::abort(const std::string& message, int code) const {
   std::exit(code);
 }
 
-int select_device(const Communicator& comm, int visible_devices, int forced) {
+int select_device(int local_rank, int visible_devices, int forced) {
   if (visible_devices <= 0) return -1;
   if (forced >= 0) {
     THPC_CHECK(forced < visible_devices, "dist.device = " << forced << " but only "
                                          << visible_devices << " devices are visible");
     return forced;
   }
-  return comm.local_rank() % visible_devices;
+  return local_rank % visible_devices;
 }
 
 std::string startup_line(const Communicator& comm, const std::string& device_description) {
   std::ostringstream line;
   line << "rank " << comm.rank() << "/" << comm.size() << " local " << comm.local_rank()
        << "/" << comm.local_size() << " on " << comm.host() << ": " << device_description;
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
+    line << " (CUDA_VISIBLE_DEVICES=" << visible << ")";
+  }
   return line.str();
 }
 

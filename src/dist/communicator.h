@@ -69,12 +69,17 @@ class Communicator {
   std::string host_;
 };
 
-// The device this rank drives: local rank modulo the visible devices, or `forced`
-// (>= 0) from the config; -1 when there is no device (CPU backend).
-int select_device(const Communicator& comm, int visible_devices, int forced);
+// The device a rank drives: its local rank (among the ranks of its node) modulo the
+// devices it sees, or `forced` (>= 0, dist.device); -1 when it sees none (CPU backend).
+// The devices a rank sees are those CUDA_VISIBLE_DEVICES leaves it, which is how Slurm
+// binds GPUs (--gpus-per-task, --gpu-bind): a rank that sees exactly one takes device 0.
+// The local rank is MPI's (MPI_COMM_TYPE_SHARED), not SLURM_LOCALID: under srun they
+// agree, but ranks started by mpirun inside a batch job all inherit the batch step's
+// SLURM_LOCALID=0.
+int select_device(int local_rank, int visible_devices, int forced);
 
 // The start-up line of a rank: host, rank, local rank, and the device (name and PCI
-// bus id) or "cpu".
+// bus id) or "cpu", and CUDA_VISIBLE_DEVICES when it is set (what the rank was given).
 std::string startup_line(const Communicator& comm, const std::string& device_description);
 
 }  // namespace thpc

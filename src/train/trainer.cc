@@ -114,8 +114,8 @@ Trainer::Trainer(const Config& config, Communicator comm)
     : config_(config), comm_(std::move(comm)) {
   // One rank per GPU: local rank modulo the visible devices unless dist.device forces one.
   const BackendRequest request = backend_request(
-      config_.train, std::max(0, select_device(comm_, visible_cuda_devices(),
-                                               config_.dist.device)));
+      config_.train,
+      std::max(0, select_device(comm_.local_rank(), visible_cuda_devices(), config_.dist.device)));
   backend_ = make_backend(request);
   device_ = request.device;
   source_ = make_training_source(config_, comm_.rank(), comm_.size());
