@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <random>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -311,6 +312,50 @@ TEST(Trainer, GoldenLossesOfTinyIni) {
     const StepStats stats = trainer.step();
     EXPECT_NEAR(stats.loss, expected, 1e-4) << "step " << stats.step;
   }
+}
+
+// The norm of the gradient buffer as the test computes it, in double on the host.
+double host_gradient_norm(Trainer& trainer) {
+  std::vector<float> grads(trainer.model().params().buffer_numel());
+  trainer.backend().download(grads.data(), trainer.model().params().grads());
+  double sum = 0.0;
+  for (float g : grads) sum += static_cast<double>(g) * g;
+  return std::sqrt(sum);
+}
+
+TEST(Trainer, GradientNormIsTheNormOfTheGradientBuffer) {
+  // Adam leaves the gradient buffer as the step summed it, so the norm reported by the
+  // step can be recomputed from it independently.
+  Trainer trainer(load_config(kRoot + "/input/tiny.ini", {"train.max_steps=3"}));
+  for (int i = 0; i < 3; ++i) {
+    const StepStats stats = trainer.step();
+    const double expected = host_gradient_norm(trainer);
+    EXPECT_GT(expected, 0.0);
+    EXPECT_NEAR(stats.grad_norm, expected, 1e-9 * expected) << "step " << stats.step;
+  }
+}
+
+TEST(Trainer, ProgressAndSummaryLinesCarryEveryField) {
+  const std::string checkpoints = (std::filesystem::temp_directory_path() /
+                                   ("thpc_test_progress_" + std::to_string(::getpid())) /
+                                   "checkpoints")
+                                      .string();
+  std::ostringstream log;
+  Trainer(load_config(kRoot + "/input/tiny.ini",
+                      {"train.max_steps=4", "train.log_every=2", "checkpoint.dir=" + checkpoints}))
+      .run(log);
+  const std::string number = R"([0-9]+(\.[0-9]+)?)";
+  const std::regex progress("(^|\n)step 2/4 \\| loss " + number + " \\| ppl " + number +
+                            " \\| epoch 1 \\| lr [0-9]\\.[0-9]{3}e[-+][0-9]+ \\| gnorm "
+                            "[0-9.e+-]+ \\| tgt tokens/s [0-9]+ \\| ms/step " + number +
+                            " \\| peak mem " + number + " MiB \\| elapsed " + number +
+                            "s \\| eta " + number + "s\n");
+  EXPECT_TRUE(std::regex_search(log.str(), progress)) << log.str();
+  const std::regex summary("\nsummary: steps 4 \\(0 to 4\\) \\| wall " + number +
+                           "s \\| tgt tokens/s [0-9]+ \\| best valid ppl n/a \\| "
+                           "checkpoints 1\nfinal: step=4 ");
+  EXPECT_TRUE(std::regex_search(log.str(), summary)) << log.str();
+  std::filesystem::remove_all(std::filesystem::path(checkpoints).parent_path());
 }
 
 TEST(Trainer, AccumulationEqualsOneBigBatchOfTheSameSentences) {

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <optional>
 #include <ostream>
@@ -164,6 +165,8 @@ StepStats Trainer::step() {
   std::vector<Batch> micro_batches;
   StepStats stats;
   stats.step = step;
+  // The reader advances its position eagerly, so the epoch is read before drawing.
+  stats.epoch = source_->position().epoch + 1;
   for (int i = 0; i < accumulate; ++i) {
     micro_batches.push_back(source_->next(micro_budget_));
     stats.src_tokens += micro_batches.back().src_tokens();
@@ -197,6 +200,9 @@ StepStats Trainer::step() {
   }
   // Complete the sums over ranks (each gradient already scaled by 1 / global tokens).
   if (reducer_) reducer_->finish();
+  // Every rank now holds the same summed gradient, hence computes the same norm.
+  const Tensor grads = model_->params().grads();
+  stats.grad_norm = std::sqrt(backend_->sum_squares(grads, grads.numel));
   stats.lr = learning_rate(step, config_.model.d_model, config_.train.warmup_steps,
                            config_.train.lr_scale);
   adam_->update(static_cast<float>(stats.lr), step);
@@ -398,6 +404,7 @@ std::string Trainer::save_checkpoint(std::ostream& log) {
   const Checkpoint state = snapshot();
   const auto copied = Clock::now();
   write_checkpoint(path, state);
+  ++checkpoints_written_;
   const auto written = Clock::now();
   std::error_code error;
   const auto bytes = std::filesystem::file_size(path, error);
@@ -435,6 +442,21 @@ void Trainer::write_average(std::ostream& log) {
       << " written to " << output << std::endl;
 }
 
+namespace {
+
+// Peak resident set of this process in bytes (VmHWM of /proc/self/status: the CPU
+// backend's tensors live there); -1 where the file or the field is missing.
+int64_t peak_resident_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtoll(line.c_str() + 6, nullptr, 10) * 1024;
+  }
+  return -1;
+}
+
+}  // namespace
+
 RunEnd Trainer::run(std::ostream& log) {
   using Clock = std::chrono::steady_clock;
   const StopSignalGuard stop_signals;
@@ -459,34 +481,73 @@ RunEnd Trainer::run(std::ostream& log) {
   const auto start = Clock::now();
   auto interval_start = start;
   auto last_save = start;
-  int64_t interval_tokens = 0;
+  int64_t interval_first_step = first_step;  // the step before the interval's first
+  int64_t interval_tgt_tokens = 0, total_tgt_tokens = 0;
+  double best_valid_ppl = -1.0;  // none yet
+  int64_t best_valid_step = 0;
+  checkpoints_written_ = 0;
+  // The closing summary (rank 0): what this run() trained, with and without a stop.
+  const auto print_summary = [&] {
+    const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+    std::ostringstream line;
+    line << "summary: steps " << completed_steps_ - first_step << " (" << first_step << " to "
+         << completed_steps_ << ") | wall " << std::fixed << std::setprecision(1) << wall
+         << "s | tgt tokens/s " << std::setprecision(0)
+         << static_cast<double>(total_tgt_tokens) / std::max(wall, 1e-9) << " | best valid ppl ";
+    if (best_valid_ppl < 0.0) {
+      line << "n/a";
+    } else {
+      line << std::setprecision(2) << best_valid_ppl << " (step " << best_valid_step << ")";
+    }
+    line << " | checkpoints " << checkpoints_written_;
+    out << line.str() << std::endl;
+  };
   StepStats last;
   while (completed_steps_ < config_.train.max_steps) {
     last = step();
-    interval_tokens += last.src_tokens + last.tgt_tokens;
+    interval_tgt_tokens += last.tgt_tokens;
+    total_tgt_tokens += last.tgt_tokens;
     if (last.step % config_.train.log_every == 0 || last.step == config_.train.max_steps) {
       const auto now = Clock::now();
-      const double interval = std::chrono::duration<double>(now - interval_start).count();
+      const double interval = std::max(
+          std::chrono::duration<double>(now - interval_start).count(), 1e-9);
       const double elapsed = std::chrono::duration<double>(now - start).count();
       const double eta =
           elapsed / (last.step - first_step) * (config_.train.max_steps - last.step);
+      const int64_t interval_steps = last.step - interval_first_step;
+      // The GPU backend has no memory query (yet): its peak is not the host's resident set.
+      const int64_t peak_bytes = backend_->host_memory() ? peak_resident_bytes() : -1;
       std::ostringstream line;
       line << "step " << last.step << "/" << config_.train.max_steps << " | loss "
            << std::fixed << std::setprecision(4) << last.loss << " | ppl "
-           << std::setprecision(2) << std::exp(last.nll) << " | lr " << std::scientific
-           << std::setprecision(3) << last.lr << std::fixed << std::setprecision(0)
-           << " | tokens/s " << interval_tokens / std::max(interval, 1e-9) << " | elapsed "
-           << std::setprecision(1) << elapsed << "s | eta " << eta << "s";
+           << std::setprecision(2) << std::exp(last.nll) << " | epoch " << last.epoch
+           << " | lr " << std::scientific << std::setprecision(3) << last.lr << " | gnorm "
+           << std::defaultfloat << std::setprecision(4) << last.grad_norm << std::fixed
+           << std::setprecision(0) << " | tgt tokens/s " << interval_tgt_tokens / interval
+           << " | ms/step " << std::setprecision(1) << 1000.0 * interval / interval_steps
+           << " | peak mem ";
+      if (peak_bytes < 0) {
+        line << "n/a";
+      } else {
+        line << static_cast<double>(peak_bytes) / (1 << 20) << " MiB";
+      }
+      line << " | elapsed " << elapsed << "s | eta " << eta << "s";
       out << line.str() << std::endl;
       interval_start = now;
-      interval_tokens = 0;
+      interval_first_step = last.step;
+      interval_tgt_tokens = 0;
     }
     if (valid_source_ &&
         (last.step % config_.train.valid_every == 0 || last.step == config_.train.max_steps)) {
       const ValidationStats valid = validate();
+      const double ppl = std::exp(valid.nll);
+      if (best_valid_ppl < 0.0 || ppl < best_valid_ppl) {
+        best_valid_ppl = ppl;
+        best_valid_step = last.step;
+      }
       std::ostringstream line;
       line << "valid step " << last.step << " | loss " << std::fixed << std::setprecision(4)
-           << valid.loss << " | ppl " << std::setprecision(2) << std::exp(valid.nll)
+           << valid.loss << " | ppl " << std::setprecision(2) << ppl
            << " | target tokens " << valid.tgt_tokens;
       out << line.str() << std::endl;
     }
@@ -503,6 +564,7 @@ RunEnd Trainer::run(std::ostream& log) {
       last_saved_step = last.step;
       last_save = Clock::now();
       if (stop_signal != 0) {
+        print_summary();
         out << "stopped: " << stop_signal_name(stop_signal) << " received; step=" << completed_steps_
             << " checkpoint=" << path << " (resume with --checkpoint.resume=auto)" << std::endl;
         return RunEnd::Stopped;
@@ -522,6 +584,7 @@ RunEnd Trainer::run(std::ostream& log) {
                                      << comm_.rank() << "'s after " << completed_steps_
                                      << " steps");
   }
+  print_summary();
   // A run resumed at its last step trains no step: it has no loss of its own to print.
   std::ostringstream loss;
   if (completed_steps_ > first_step) {

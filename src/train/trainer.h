@@ -52,6 +52,10 @@ struct StepStats {
   double loss = 0.0;  // label-smoothed cross-entropy per target token
   double nll = 0.0;   // negative log-likelihood per target token (log of perplexity)
   double lr = 0.0;
+  // L2 norm of the step's gradient of the mean loss, summed over ranks and micro-batches,
+  // before any clipping (the same on every rank).
+  double grad_norm = 0.0;
+  int64_t epoch = 1;  // 1-based pass over the training data the step's batches began in
   int64_t src_tokens = 0, tgt_tokens = 0;  // non-pad tokens of the step, all ranks
   int64_t local_tgt_tokens = 0;             // this rank's share
   int micro_batches = 0;                    // per rank
@@ -125,6 +129,7 @@ class Trainer {
   void write_average(std::ostream& log);
 
   int64_t completed_steps_ = 0;
+  int checkpoints_written_ = 0;  // by this run() (the summary line counts them)
   int64_t micro_budget_ = 1;  // padded tokens per side of one rank's micro-batch
 };
 
