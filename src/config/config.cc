@@ -95,6 +95,9 @@ const std::vector<Option>& option_table() {
       THPC_OPTION(train, adam_beta1, THPC_ANY, "Adam beta1, in [0, 1) (§5.3)"),
       THPC_OPTION(train, adam_beta2, THPC_ANY, "Adam beta2, in [0, 1) (§5.3)"),
       THPC_OPTION(train, adam_eps, THPC_ANY, "Adam epsilon, > 0 (§5.3)"),
+      THPC_OPTION(train, clip_norm, THPC_ANY,
+                  "scale the gradient to this L2 norm when it is larger, before Adam, >= 0; "
+                  "0 = no clipping (the paper has none)"),
       THPC_OPTION(train, log_every, THPC_ANY, "steps between progress lines"),
       THPC_OPTION(train, threads, THPC_ANY,
                   "CPU backend BLAS threads; 0 = OpenBLAS's default (all cores unless "
@@ -517,6 +520,10 @@ void validate(const Config& config) {
   check.fraction("train.adam_beta1", train.adam_beta1);
   check.fraction("train.adam_beta2", train.adam_beta2);
   check.positive("train.adam_eps", train.adam_eps);
+  if (!(train.clip_norm >= 0.0f)) {
+    check.fail("train.clip_norm", "must be ≥ 0 (0 = no clipping), got " +
+                                      Checker::text(train.clip_norm));
+  }
   check.at_least("train.log_every", train.log_every, 1);
   check.at_least("train.threads", train.threads, 0);
   check.at_least("train.valid_every", train.valid_every, 0);

@@ -46,6 +46,7 @@ struct TrainConfig {
   float adam_beta1 = 0.9f;         // §5.3
   float adam_beta2 = 0.98f;
   float adam_eps = 1e-9f;
+  float clip_norm = 0.0f;          // gradient norm bound; 0 = no clipping (the paper has none)
   int log_every = 100;             // steps between progress lines
   int valid_every = 0;             // steps between validation passes; 0 = none
   int threads = 0;                 // CPU backend BLAS threads; 0 = OpenBLAS's default

@@ -203,6 +203,11 @@ StepStats Trainer::step() {
   // Every rank now holds the same summed gradient, hence computes the same norm.
   const Tensor grads = model_->params().grads();
   stats.grad_norm = std::sqrt(backend_->sum_squares(grads, grads.numel));
+  // train.clip_norm: g *= min(1, clip / |g|), the same factor on every rank.
+  const double clip = config_.train.clip_norm;
+  if (clip > 0.0 && stats.grad_norm > clip) {
+    backend_->scale(grads, grads.numel, static_cast<float>(clip / stats.grad_norm));
+  }
   stats.lr = learning_rate(step, config_.model.d_model, config_.train.warmup_steps,
                            config_.train.lr_scale);
   adam_->update(static_cast<float>(stats.lr), step);
