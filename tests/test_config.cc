@@ -38,7 +38,7 @@ const std::vector<std::string> kAllKeys = {
     "train.accumulate",      "train.warmup_steps",    "train.lr_scale",
     "train.adam_beta1",      "train.adam_beta2",      "train.adam_eps",
     "train.log_every",       "train.threads",         "train.valid_every",
-    "train.clip_norm",
+    "train.clip_norm",       "train.metrics_dir",
     "data.dir",              "data.train",            "data.valid",
     "data.memory_mb",        "data.synthetic",
     "data.synthetic_vocab",  "data.synthetic_min_len", "data.synthetic_max_len",
@@ -80,6 +80,7 @@ void expect_same_config(const Config& actual, const Config& expected) {
   EXPECT_EQ(actual.train.threads, expected.train.threads);
   EXPECT_EQ(actual.train.valid_every, expected.train.valid_every);
   EXPECT_EQ(actual.train.clip_norm, expected.train.clip_norm);
+  EXPECT_EQ(actual.train.metrics_dir, expected.train.metrics_dir);
   EXPECT_EQ(actual.data.dir, expected.data.dir);
   EXPECT_EQ(actual.data.train, expected.data.train);
   EXPECT_EQ(actual.data.valid, expected.data.valid);
@@ -287,7 +288,8 @@ const std::vector<std::string> kUnusualValues = {
     "train.tokens_per_step=777", "train.accumulate=3", "train.warmup_steps=17",
     "train.lr_scale=0.3",      "train.adam_beta1=0.85",  "train.adam_beta2=0.995",
     "train.adam_eps=3e-8",     "train.log_every=9",      "train.threads=2",
-    "train.valid_every=5",     "train.clip_norm=1.5",    "data.dir=corpus/wmt",    "data.train=tr",
+    "train.valid_every=5",     "train.clip_norm=1.5",    "train.metrics_dir=runs/m",
+    "data.dir=corpus/wmt",    "data.train=tr",
     "data.valid=dev",          "data.memory_mb=77",
     "data.synthetic=copy",     "data.synthetic_vocab=11", "data.synthetic_min_len=2",
     "data.synthetic_max_len=7", "dist.bucket_mb=3.5",   "dist.device=2",

@@ -285,9 +285,9 @@ TEST(Synthetic, HeldOutIsDisjointFromTrainingAndPositionsRestart) {
 
 TEST(Trainer, TwoRunsAreBitIdentical) {
   // Each run ends with a checkpoint; keep them out of the source tree.
-  const std::string checkpoints = (std::filesystem::temp_directory_path() /
-                                   ("thpc_test_model_" + std::to_string(::getpid())))
-                                      .string();
+  const std::filesystem::path run =
+      std::filesystem::temp_directory_path() / ("thpc_test_model_" + std::to_string(::getpid()));
+  const std::string checkpoints = (run / "checkpoints").string();
   Config config = load_config(kRoot + "/input/tiny.ini",
                               {"train.max_steps=3", "checkpoint.dir=" + checkpoints});
   std::ostringstream log_a, log_b;
@@ -296,7 +296,7 @@ TEST(Trainer, TwoRunsAreBitIdentical) {
   EXPECT_NE(log_a.str().find("final: step=3 loss="), std::string::npos) << log_a.str();
   EXPECT_EQ(log_a.str().substr(log_a.str().find("final:")),
             log_b.str().substr(log_b.str().find("final:")));
-  std::filesystem::remove_all(checkpoints);
+  std::filesystem::remove_all(run);
 }
 
 // The first six losses of input/tiny.ini (GoldenLossesOfTinyIni says where they come from).

@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "data/synthetic.h"
 #include "train/lr_schedule.h"
+#include "train/run_log.h"
 
 namespace thpc {
 
@@ -447,6 +448,13 @@ void Trainer::write_average(std::ostream& log) {
       << " written to " << output << std::endl;
 }
 
+std::vector<LogField> validation_fields(const ValidationStats& valid) {
+  return {fixed_field("loss", "valid_loss", valid.loss, 4),
+          fixed_field("ppl", "valid_ppl", std::exp(valid.nll), 2),
+          fixed_field("target tokens", "valid_tgt_tokens", static_cast<double>(valid.tgt_tokens),
+                      0)};
+}
+
 namespace {
 
 // Peak resident set of this process in bytes (VmHWM of /proc/self/status: the CPU
@@ -491,21 +499,29 @@ RunEnd Trainer::run(std::ostream& log) {
   double best_valid_ppl = -1.0;  // none yet
   int64_t best_valid_step = 0;
   checkpoints_written_ = 0;
+  // Rank 0 writes every value it logs to metrics.jsonl as well (run_log.h).
+  MetricsFile metrics = comm_.is_root() ? MetricsFile(metrics_path(config_)) : MetricsFile();
+  const auto seconds_since_start = [&] {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
   // The closing summary (rank 0): what this run() trained, with and without a stop.
   const auto print_summary = [&] {
-    const double wall = std::chrono::duration<double>(Clock::now() - start).count();
-    std::ostringstream line;
-    line << "summary: steps " << completed_steps_ - first_step << " (" << first_step << " to "
-         << completed_steps_ << ") | wall " << std::fixed << std::setprecision(1) << wall
-         << "s | tgt tokens/s " << std::setprecision(0)
-         << static_cast<double>(total_tgt_tokens) / std::max(wall, 1e-9) << " | best valid ppl ";
-    if (best_valid_ppl < 0.0) {
-      line << "n/a";
-    } else {
-      line << std::setprecision(2) << best_valid_ppl << " (step " << best_valid_step << ")";
-    }
-    line << " | checkpoints " << checkpoints_written_;
-    out << line.str() << std::endl;
+    const double wall = seconds_since_start();
+    const int64_t steps = completed_steps_ - first_step;
+    LogField best = fixed_field("best valid ppl", "best_valid_ppl",
+                                best_valid_ppl < 0.0 ? NAN : best_valid_ppl, 2);
+    if (best_valid_ppl >= 0.0) best.text += " (step " + std::to_string(best_valid_step) + ")";
+    const std::vector<LogField> fields = {
+        fixed_field("steps", "steps", static_cast<double>(steps), 0,
+                    " (" + std::to_string(first_step) + " to " +
+                        std::to_string(completed_steps_) + ")"),
+        fixed_field("wall", "train_wall_s", wall, 1, "s"),
+        fixed_field("tgt tokens/s", "tgt_tokens_per_s",
+                    static_cast<double>(total_tgt_tokens) / std::max(wall, 1e-9), 0),
+        best,
+        fixed_field("checkpoints", "checkpoints", checkpoints_written_, 0)};
+    out << "summary: " << log_line("", fields) << std::endl;
+    metrics.write("summary", completed_steps_, wall, fields);
   };
   StepStats last;
   while (completed_steps_ < config_.train.max_steps) {
@@ -522,22 +538,24 @@ RunEnd Trainer::run(std::ostream& log) {
       const int64_t interval_steps = last.step - interval_first_step;
       // The GPU backend has no memory query (yet): its peak is not the host's resident set.
       const int64_t peak_bytes = backend_->host_memory() ? peak_resident_bytes() : -1;
-      std::ostringstream line;
-      line << "step " << last.step << "/" << config_.train.max_steps << " | loss "
-           << std::fixed << std::setprecision(4) << last.loss << " | ppl "
-           << std::setprecision(2) << std::exp(last.nll) << " | epoch " << last.epoch
-           << " | lr " << std::scientific << std::setprecision(3) << last.lr << " | gnorm "
-           << std::defaultfloat << std::setprecision(4) << last.grad_norm << std::fixed
-           << std::setprecision(0) << " | tgt tokens/s " << interval_tgt_tokens / interval
-           << " | ms/step " << std::setprecision(1) << 1000.0 * interval / interval_steps
-           << " | peak mem ";
-      if (peak_bytes < 0) {
-        line << "n/a";
-      } else {
-        line << static_cast<double>(peak_bytes) / (1 << 20) << " MiB";
-      }
-      line << " | elapsed " << elapsed << "s | eta " << eta << "s";
-      out << line.str() << std::endl;
+      const std::vector<LogField> fields = {
+          fixed_field("loss", "loss", last.loss, 4),
+          fixed_field("ppl", "ppl", std::exp(last.nll), 2),
+          fixed_field("epoch", "epoch", static_cast<double>(last.epoch), 0),
+          scientific_field("lr", "lr", last.lr, 3),
+          general_field("gnorm", "grad_norm", last.grad_norm, 4),
+          fixed_field("tgt tokens/s", "tgt_tokens_per_s", interval_tgt_tokens / interval, 0),
+          fixed_field("ms/step", "ms_per_step", 1000.0 * interval / interval_steps, 1),
+          fixed_field("peak mem", "peak_mem_mib",
+                      peak_bytes < 0 ? NAN : static_cast<double>(peak_bytes) / (1 << 20), 1,
+                      " MiB"),
+          fixed_field("elapsed", "elapsed_s", elapsed, 1, "s"),
+          fixed_field("eta", "eta_s", eta, 1, "s")};
+      out << log_line("step " + std::to_string(last.step) + "/" +
+                          std::to_string(config_.train.max_steps),
+                      fields)
+          << std::endl;
+      metrics.write("train", last.step, elapsed, fields);
       interval_start = now;
       interval_first_step = last.step;
       interval_tgt_tokens = 0;
@@ -550,11 +568,9 @@ RunEnd Trainer::run(std::ostream& log) {
         best_valid_ppl = ppl;
         best_valid_step = last.step;
       }
-      std::ostringstream line;
-      line << "valid step " << last.step << " | loss " << std::fixed << std::setprecision(4)
-           << valid.loss << " | ppl " << std::setprecision(2) << ppl
-           << " | target tokens " << valid.tgt_tokens;
-      out << line.str() << std::endl;
+      const std::vector<LogField> fields = validation_fields(valid);
+      out << log_line("valid step " + std::to_string(last.step), fields) << std::endl;
+      metrics.write("valid", last.step, seconds_since_start(), fields);
     }
     if (last.step == stop_at_step) std::raise(SIGTERM);
     // Whether to save (and stop) is rank 0's decision, from its clock and the signals

@@ -19,6 +19,7 @@
 #include "model/backends.h"
 #include "model/transformer.h"
 #include "train/optimizer.h"
+#include "train/run_log.h"
 
 namespace thpc {
 
@@ -67,6 +68,9 @@ struct ValidationStats {
   double nll = 0.0;   // per target token; perplexity = exp(nll)
   int64_t tgt_tokens = 0;
 };
+
+// The fields of a "valid step N | loss ... | ppl ... | target tokens ..." line.
+std::vector<LogField> validation_fields(const ValidationStats& stats);
 
 // How run() ended: all train.max_steps done, or stopped early by SIGTERM/SIGUSR1 after
 // writing a checkpoint, or before the first step when the signal came during start-up
