@@ -142,5 +142,47 @@ TEST_F(RunOutputs, AMetricsDirThatCannotBeCreatedIsAOneLineError) {
   EXPECT_NE(result.output.find("train.metrics_dir"), std::string::npos) << result.output;
 }
 
+// The files under `dir` with their sizes: what --eval must leave as it found.
+std::map<std::string, uintmax_t> listing(const fs::path& dir) {
+  std::map<std::string, uintmax_t> files;
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    files[entry.path().string()] = entry.is_regular_file() ? entry.file_size() : 0;
+  }
+  return files;
+}
+
+TEST_F(RunOutputs, EvalReproducesTheValidLineOfTheRunThatWroteTheCheckpoint) {
+  ASSERT_EQ(run_.exit_code, 0) << run_.output;
+  const auto before = listing(root_);
+  for (const std::string step : {"2", "4"}) {
+    SCOPED_TRACE("step " + step);
+    const std::string checkpoint =
+        (root_ / "run/checkpoints" / ("step_0000000" + step + ".h5")).string();
+    // --eval runs with the training's config (here, the defaults of numbers.ini).
+    const ProcessResult eval = run_process(trainer_command() + " --eval " + checkpoint);
+    ASSERT_EQ(eval.exit_code, 0) << eval.output;
+    const std::string valid = "valid step " + step + " | ";
+    const auto in_run = run_.output.find(valid), in_eval = eval.output.find(valid);
+    ASSERT_NE(in_run, std::string::npos) << run_.output;
+    ASSERT_NE(in_eval, std::string::npos) << eval.output;
+    EXPECT_EQ(eval.output.substr(in_eval, eval.output.find('\n', in_eval) - in_eval),
+              run_.output.substr(in_run, run_.output.find('\n', in_run) - in_run));
+    EXPECT_EQ(eval.output.find("step 1/"), std::string::npos) << "it trained: " << eval.output;
+  }
+  EXPECT_EQ(listing(root_), before) << "--eval wrote or changed a file";
+}
+
+TEST_F(RunOutputs, EvalOfAMissingCheckpointOrWithoutAFileIsAOneLineError) {
+  const std::string missing = (root_ / "no_such.h5").string();
+  const ProcessResult result = run_process(trainer_command() + " --eval " + missing);
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find(missing), std::string::npos) << result.output;
+  EXPECT_EQ(lines_of(result.output).size(), 1u) << result.output;
+
+  const ProcessResult no_file = run_process(trainer_command() + " --eval");
+  EXPECT_EQ(no_file.exit_code, 2) << no_file.output;
+  EXPECT_NE(no_file.output.find("eval"), std::string::npos) << no_file.output;
+}
+
 }  // namespace
 }  // namespace thpc

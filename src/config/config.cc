@@ -619,13 +619,18 @@ std::string help_text() {
   };
 
   std::ostringstream help;
-  help << "usage: transformer_hpc CONFIG.ini [--section.key=value ...] [--dry-run] [--help]\n"
+  help << "usage: transformer_hpc CONFIG.ini [--section.key=value ...] [--dry-run | --eval "
+          "CHECKPOINT] [--help]\n"
        << "\n"
        << "Trains the Transformer configured by CONFIG.ini. Every key below belongs to a\n"
        << "[section] of the file; --section.key=value on the command line overrides it.\n"
        << "\n"
        << "  --help     print this text and exit\n"
-       << "  --dry-run  load and check the configuration, then stop before training\n";
+       << "  --dry-run  load and check the configuration, then stop before training\n"
+       << "  --eval CHECKPOINT\n"
+       << "             print the validation loss and perplexity of CHECKPOINT on the\n"
+       << "             data.valid shards of data.dir, as a 'valid step N' line; trains and\n"
+       << "             writes nothing\n";
   std::string current_section;
   for (const Option& option : option_table()) {
     if (option.section != current_section) {
@@ -680,6 +685,7 @@ bool parse_command_line(int argc, const char* const* argv, Config& config) {
   po::options_description flags;
   flags.add_options()("help", "print the help text and exit")(
       "dry-run", "check the configuration and stop")(
+      "eval", po::value<std::string>(), "score a checkpoint on the validation shards")(
       "config", po::value<std::vector<std::string>>(), "the ini file");
   po::options_description all_options;
   all_options.add(flags).add(table_description());
@@ -736,9 +742,17 @@ bool parse_command_line(int argc, const char* const* argv, Config& config) {
   values.erase("help");
   const bool dry_run = values.count("dry-run") > 0;
   values.erase("dry-run");
+  std::string eval_checkpoint;
+  if (values.count("eval")) {
+    eval_checkpoint = values["eval"].as<std::string>();
+    values.erase("eval");
+    if (eval_checkpoint.empty()) THPC_FAIL("--eval: needs a checkpoint file (--eval=FILE)");
+    if (dry_run) THPC_FAIL("--eval and --dry-run: give one of them");
+  }
 
   config = resolve_file(config_files.front(), values);
   config.dry_run = dry_run;
+  config.eval_checkpoint = eval_checkpoint;
   return true;
 }
 

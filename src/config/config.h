@@ -105,6 +105,7 @@ struct Config {
 
   std::string source_file;  // the ini file the config came from ("" if none)
   bool dry_run = false;
+  std::string eval_checkpoint;  // --eval CHECKPOINT: score it on the validation shards
   // The resolved configuration as ini text (every key, file and overrides applied).
   std::string to_ini() const;
 };

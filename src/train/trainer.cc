@@ -32,6 +32,14 @@ BackendRequest backend_request(const TrainConfig& train, int device) {
   return request;
 }
 
+// Each rank's micro-batch: the step's budget divided over ranks and micro-batches. The
+// validation batches are cut by the same budget, so that --eval batches (and hence
+// rounds) exactly as the run that wrote the checkpoint did.
+int64_t micro_batch_budget(const Config& config, const Communicator& comm) {
+  return std::max<int64_t>(1, config.train.tokens_per_step /
+                                  (static_cast<int64_t>(config.train.accumulate) * comm.size()));
+}
+
 }  // namespace
 
 std::unique_ptr<Backend> make_backend(const TrainConfig& train) {
@@ -133,10 +141,7 @@ Trainer::Trainer(const Config& config, Communicator comm)
     }
   }
   const int vocab = resolve_vocab_size(config_, *source_);
-  // Each rank's micro-batch is the step's budget divided over ranks and micro-batches.
-  micro_budget_ = std::max<int64_t>(
-      1, config_.train.tokens_per_step /
-             (static_cast<int64_t>(config_.train.accumulate) * comm_.size()));
+  micro_budget_ = micro_batch_budget(config_, comm_);
   model_ = std::make_unique<Transformer>(config_.model, vocab, source_->special_ids(), *backend_,
                                          config_.train.seed);
   AdamSettings adam;
@@ -219,21 +224,59 @@ StepStats Trainer::step() {
   return stats;
 }
 
-ValidationStats Trainer::validate() {
-  THPC_CHECK(valid_source_ != nullptr, "validation without validation shards");
-  valid_source_->seek(DataPosition{});
+namespace {
+
+// One pass over the validation shards, summed over all ranks.
+ValidationStats validation_pass(Transformer& model, ShardReader& shards,
+                                const Communicator& comm, int64_t budget) {
+  shards.seek(DataPosition{});
   LossSums sums;
-  while (std::optional<Batch> batch = valid_source_->next_in_epoch(micro_budget_)) {
-    const LossSums batch_sums = model_->evaluate(*batch);
+  while (std::optional<Batch> batch = shards.next_in_epoch(budget)) {
+    const LossSums batch_sums = model.evaluate(*batch);
     sums.loss += batch_sums.loss;
     sums.nll += batch_sums.nll;
     sums.tokens += batch_sums.tokens;
   }
   ValidationStats stats;
-  stats.tgt_tokens = comm_.sum(sums.tokens);
-  stats.loss = comm_.sum(sums.loss) / static_cast<double>(stats.tgt_tokens);
-  stats.nll = comm_.sum(sums.nll) / static_cast<double>(stats.tgt_tokens);
+  stats.tgt_tokens = comm.sum(sums.tokens);
+  stats.loss = comm.sum(sums.loss) / static_cast<double>(stats.tgt_tokens);
+  stats.nll = comm.sum(sums.nll) / static_cast<double>(stats.tgt_tokens);
   return stats;
+}
+
+}  // namespace
+
+ValidationStats Trainer::validate() {
+  THPC_CHECK(valid_source_ != nullptr, "validation without validation shards");
+  return validation_pass(*model_, *valid_source_, comm_, micro_budget_);
+}
+
+void evaluate_checkpoint(const Config& config, const std::string& path,
+                         const Communicator& comm, std::ostream& log) {
+  if (config.data.dir.empty()) {
+    THPC_FAIL(config.source_file << ": --eval scores the validation shards: set data.dir");
+  }
+  if (config.data.valid.empty()) THPC_FAIL(config.source_file << ": data.valid: must not be empty");
+  const std::unique_ptr<Backend> backend = make_backend(backend_request(
+      config.train, std::max(0, select_device(comm, visible_cuda_devices(), config.dist.device))));
+  const std::unique_ptr<ShardReader> shards =
+      make_validation_source(config, comm.rank(), comm.size());
+  const Checkpoint checkpoint = read_checkpoint(path, CheckpointParts::ParamsOnly);
+  // A model scores the pieces of its own vocabulary only.
+  if (!checkpoint.spm_model.empty() && checkpoint.spm_model != shards->metadata().spm_model) {
+    THPC_FAIL("checkpoint " << path << ": trained with another vocabulary than the "
+                            << config.data.valid << " shards of " << config.data.dir);
+  }
+  Transformer model(config.model, resolve_vocab_size(config, *shards), shards->special_ids(),
+                    *backend, config.train.seed);
+  load_parameters(checkpoint, path, model);
+  const ValidationStats stats =
+      validation_pass(model, *shards, comm, micro_batch_budget(config, comm));
+  if (!comm.is_root()) return;
+  log << "evaluated " << path << " (step " << checkpoint.step << ") on " << config.data.dir
+      << "/" << config.data.valid << ".*.h5" << std::endl;
+  log << log_line("valid step " + std::to_string(checkpoint.step), validation_fields(stats))
+      << std::endl;
 }
 
 namespace {

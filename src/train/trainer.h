@@ -72,6 +72,13 @@ struct ValidationStats {
 // The fields of a "valid step N | loss ... | ppl ... | target tokens ..." line.
 std::vector<LogField> validation_fields(const ValidationStats& stats);
 
+// transformer_hpc CONFIG --eval CHECKPOINT: the validation loss and perplexity of the
+// checkpoint's parameters on the config's validation shards, printed by rank 0 as the
+// "valid step N" line of a training run (N = the checkpoint's step). Trains nothing and
+// writes no file.
+void evaluate_checkpoint(const Config& config, const std::string& path,
+                         const Communicator& comm, std::ostream& log);
+
 // How run() ended: all train.max_steps done, or stopped early by SIGTERM/SIGUSR1 after
 // writing a checkpoint, or before the first step when the signal came during start-up
 // (all are a success for the batch system: exit code 0).
