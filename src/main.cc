@@ -1,6 +1,7 @@
 // transformer_hpc: trains the Transformer of "Attention Is All You Need".
 //
-//   [mpirun -np N] transformer_hpc CONFIG.ini [--section.key=value ...] [--dry-run] [--help]
+//   [mpirun -np N] transformer_hpc CONFIG.ini [--section.key=value ...]
+//                  [--dry-run | --eval CHECKPOINT] [--help]
 //
 // Exit codes (README "Exit codes"): 0 trained to the end, or stopped by SIGTERM/SIGUSR1
 // (with a checkpoint, or before training when the signal came during start-up);
@@ -59,6 +60,10 @@ int main(int argc, char** argv) {
   }
   try {
     if (config.dry_run) return comm.is_root() ? dry_run(config) : 0;
+    if (!config.eval_checkpoint.empty()) {
+      thpc::evaluate_checkpoint(config, config.eval_checkpoint, comm, std::cout);
+      return 0;
+    }
     thpc::Trainer trainer(config, comm);
     std::cout << thpc::startup_line(comm, "device " + trainer.device_description())
               << std::endl;

@@ -38,6 +38,7 @@ const std::vector<std::string> kAllKeys = {
     "train.accumulate",      "train.warmup_steps",    "train.lr_scale",
     "train.adam_beta1",      "train.adam_beta2",      "train.adam_eps",
     "train.log_every",       "train.threads",         "train.valid_every",
+    "train.clip_norm",       "train.metrics_dir",
     "data.dir",              "data.train",            "data.valid",
     "data.memory_mb",        "data.synthetic",
     "data.synthetic_vocab",  "data.synthetic_min_len", "data.synthetic_max_len",
@@ -78,6 +79,8 @@ void expect_same_config(const Config& actual, const Config& expected) {
   EXPECT_EQ(actual.train.log_every, expected.train.log_every);
   EXPECT_EQ(actual.train.threads, expected.train.threads);
   EXPECT_EQ(actual.train.valid_every, expected.train.valid_every);
+  EXPECT_EQ(actual.train.clip_norm, expected.train.clip_norm);
+  EXPECT_EQ(actual.train.metrics_dir, expected.train.metrics_dir);
   EXPECT_EQ(actual.data.dir, expected.data.dir);
   EXPECT_EQ(actual.data.train, expected.data.train);
   EXPECT_EQ(actual.data.valid, expected.data.valid);
@@ -328,7 +331,8 @@ const std::vector<std::string> kUnusualValues = {
     "train.tokens_per_step=777", "train.accumulate=3", "train.warmup_steps=17",
     "train.lr_scale=0.3",      "train.adam_beta1=0.85",  "train.adam_beta2=0.995",
     "train.adam_eps=3e-8",     "train.log_every=9",      "train.threads=2",
-    "train.valid_every=5",     "data.dir=corpus/wmt",    "data.train=tr",
+    "train.valid_every=5",     "train.clip_norm=1.5",    "train.metrics_dir=runs/m",
+    "data.dir=corpus/wmt",    "data.train=tr",
     "data.valid=dev",          "data.memory_mb=77",
     "data.synthetic=copy",     "data.synthetic_vocab=11", "data.synthetic_min_len=2",
     "data.synthetic_max_len=7", "dist.bucket_mb=3.5",   "dist.device=2",
@@ -446,6 +450,13 @@ TEST_F(ConfigFiles, BadValueInFileNamesKeyAndFile) {
   const std::string path = write_ini("bad_value.ini", "[train]\nwarmup_steps = 0\n");
   expect_error([&] { load_config(path); },
                {"bad_value.ini: train.warmup_steps: must be ≥ 1, got 0"});
+}
+
+TEST_F(ConfigFiles, NegativeClipNormIsRefused) {
+  const std::string path = write_ini("clip.ini", "[train]\nclip_norm = -1\n");
+  expect_error([&] { load_config(path); },
+               {"clip.ini: train.clip_norm: must be ≥ 0 (0 = no clipping), got -1"});
+  EXPECT_EQ(load_config(kTinyIni).train.clip_norm, 0.0f);  // off unless asked for
 }
 
 TEST_F(ConfigFiles, ALeadingByteOrderMarkIsSkipped) {

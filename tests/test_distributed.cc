@@ -28,12 +28,13 @@ struct JobResult {
   double seconds = 0;
 };
 
-// A scratch checkpoint directory per test process, out of the source tree.
-std::string scratch_checkpoints() {
-  return (std::filesystem::temp_directory_path() /
-          ("thpc_dist_" + std::to_string(getpid()) + "_scratch"))
-      .string();
+// A scratch run directory per test process, out of the source tree: checkpoints in
+// checkpoints/, metrics.jsonl beside them.
+std::filesystem::path scratch_run() {
+  return std::filesystem::temp_directory_path() /
+         ("thpc_dist_" + std::to_string(getpid()) + "_scratch");
 }
+std::string scratch_checkpoints() { return (scratch_run() / "checkpoints").string(); }
 
 // Runs `env mpirun --oversubscribe mpirun_args` from the repository and captures
 // stdout+stderr. `timeout` bounds a hang so that a broken abort fails the test instead
@@ -81,7 +82,7 @@ TEST(Distributed, TwoRanksTrainAndAnnounceThemselves) {
     ++finals;
   }
   EXPECT_EQ(finals, 1u) << run.output;
-  std::filesystem::remove_all(scratch_checkpoints());
+  std::filesystem::remove_all(scratch_run());
 }
 
 TEST(Distributed, AFailingRankEndsTheJobWithinThirtySeconds) {

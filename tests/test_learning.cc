@@ -20,15 +20,15 @@ namespace {
 
 TEST(Learning, TinyModelLearnsToReverseHeldOutSequences) {
   // The run ends with a checkpoint; keep it out of the source tree.
-  const std::string checkpoints = (std::filesystem::temp_directory_path() /
-                                   ("thpc_test_learning_" + std::to_string(::getpid())))
-                                      .string();
+  const std::filesystem::path run = std::filesystem::temp_directory_path() /
+                                    ("thpc_test_learning_" + std::to_string(::getpid()));
+  const std::string checkpoints = (run / "checkpoints").string();
   const Config config = load_config(std::string(THPC_SOURCE_DIR) + "/input/tiny.ini",
                                     {"checkpoint.dir=" + checkpoints});
   ASSERT_EQ(config.data.synthetic, "reverse");
   Trainer trainer(config);
   trainer.run(std::cout);
-  std::filesystem::remove_all(checkpoints);
+  std::filesystem::remove_all(run);
 
   // Loss on held-out batches, without dropout. Label smoothing with eps = 0.1 over
   // V = 32 classes puts its floor at the entropy of the smoothed target,

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <random>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -284,9 +285,9 @@ TEST(Synthetic, HeldOutIsDisjointFromTrainingAndPositionsRestart) {
 
 TEST(Trainer, TwoRunsAreBitIdentical) {
   // Each run ends with a checkpoint; keep them out of the source tree.
-  const std::string checkpoints = (std::filesystem::temp_directory_path() /
-                                   ("thpc_test_model_" + std::to_string(::getpid())))
-                                      .string();
+  const std::filesystem::path run =
+      std::filesystem::temp_directory_path() / ("thpc_test_model_" + std::to_string(::getpid()));
+  const std::string checkpoints = (run / "checkpoints").string();
   Config config = load_config(kRoot + "/input/tiny.ini",
                               {"train.max_steps=3", "checkpoint.dir=" + checkpoints});
   std::ostringstream log_a, log_b;
@@ -295,8 +296,12 @@ TEST(Trainer, TwoRunsAreBitIdentical) {
   EXPECT_NE(log_a.str().find("final: step=3 loss="), std::string::npos) << log_a.str();
   EXPECT_EQ(log_a.str().substr(log_a.str().find("final:")),
             log_b.str().substr(log_b.str().find("final:")));
-  std::filesystem::remove_all(checkpoints);
+  std::filesystem::remove_all(run);
 }
+
+// The first six losses of input/tiny.ini (RegressionPin.FirstLossesOfTinyIni says where
+// they come from).
+const double kTinyGoldenLosses[] = {4.196724, 4.082856, 3.915161, 3.775877, 3.627720, 3.573549};
 
 TEST(RegressionPin, FirstLossesOfTinyIni) {
   // A regression pin, not an independent check: the first steps of input/tiny.ini (seed
@@ -308,11 +313,89 @@ TEST(RegressionPin, FirstLossesOfTinyIni) {
   // differ by ~1e-6 relative) while any change of substance moves the loss by more.
   const Config config = load_config(kRoot + "/input/tiny.ini", {"train.max_steps=6"});
   Trainer trainer(config);
-  const double golden[] = {4.196724, 4.082856, 3.915161, 3.775877, 3.627720, 3.573549};
-  for (double expected : golden) {
+  for (double expected : kTinyGoldenLosses) {
     const StepStats stats = trainer.step();
     EXPECT_NEAR(stats.loss, expected, 1e-4) << "step " << stats.step;
   }
+}
+
+// The norm of the gradient buffer as the test computes it, in double on the host.
+double host_gradient_norm(Trainer& trainer) {
+  std::vector<float> grads(trainer.model().params().buffer_numel());
+  trainer.backend().download(grads.data(), trainer.model().params().grads());
+  double sum = 0.0;
+  for (float g : grads) sum += static_cast<double>(g) * g;
+  return std::sqrt(sum);
+}
+
+TEST(Trainer, GradientNormIsTheNormOfTheGradientBuffer) {
+  // Adam leaves the gradient buffer as the step summed it, so the norm reported by the
+  // step can be recomputed from it independently.
+  Trainer trainer(load_config(kRoot + "/input/tiny.ini", {"train.max_steps=3"}));
+  for (int i = 0; i < 3; ++i) {
+    const StepStats stats = trainer.step();
+    const double expected = host_gradient_norm(trainer);
+    EXPECT_GT(expected, 0.0);
+    EXPECT_NEAR(stats.grad_norm, expected, 1e-9 * expected) << "step " << stats.step;
+  }
+}
+
+TEST(Trainer, ClippingScalesTheGradientToTheBound) {
+  // A bound of 0.5 is below step 1's norm (asserted), one of 1000 far above it.
+  const std::string tiny = kRoot + "/input/tiny.ini";
+  Trainer unclipped(load_config(tiny, {"train.max_steps=1"}));
+  const StepStats reference = unclipped.step();
+  ASSERT_GT(reference.grad_norm, 0.5);
+
+  Trainer clipped(load_config(tiny, {"train.max_steps=1", "train.clip_norm=0.5"}));
+  const StepStats stats = clipped.step();
+  // The reported norm is the one before clipping; the buffer Adam read holds the bound.
+  EXPECT_EQ(stats.grad_norm, reference.grad_norm);
+  EXPECT_NEAR(host_gradient_norm(clipped), 0.5, 1e-6);
+  // Adam used the clipped gradient: after step 1 its first moment is (1 - beta1) g.
+  double moment_squares = 0.0;
+  for (const NamedTensor& tensor : clipped.snapshot().adam_m) {
+    for (float m : tensor.values) moment_squares += static_cast<double>(m) * m;
+  }
+  EXPECT_NEAR(std::sqrt(moment_squares), (1.0 - 0.9) * 0.5, 1e-6);
+
+  Trainer loose(load_config(tiny, {"train.max_steps=1", "train.clip_norm=1000"}));
+  loose.step();
+  EXPECT_EQ(host_gradient_norm(loose), host_gradient_norm(unclipped));
+  EXPECT_EQ(loose.model().params().sha256_hex(), unclipped.model().params().sha256_hex());
+}
+
+TEST(Trainer, ClipNormZeroKeepsTheGoldenLosses) {
+  // clip_norm = 0 (the default RegressionPin.FirstLossesOfTinyIni runs with) is the same run as no
+  // clipping at all; said explicitly so that a changed default would fail here.
+  Trainer trainer(load_config(kRoot + "/input/tiny.ini",
+                              {"train.max_steps=6", "train.clip_norm=0"}));
+  for (double expected : kTinyGoldenLosses) {
+    EXPECT_NEAR(trainer.step().loss, expected, 1e-4);
+  }
+}
+
+TEST(Trainer, ProgressAndSummaryLinesCarryEveryField) {
+  const std::string checkpoints = (std::filesystem::temp_directory_path() /
+                                   ("thpc_test_progress_" + std::to_string(::getpid())) /
+                                   "checkpoints")
+                                      .string();
+  std::ostringstream log;
+  Trainer(load_config(kRoot + "/input/tiny.ini",
+                      {"train.max_steps=4", "train.log_every=2", "checkpoint.dir=" + checkpoints}))
+      .run(log);
+  const std::string number = R"([0-9]+(\.[0-9]+)?)";
+  const std::regex progress("(^|\n)step 2/4 \\| loss " + number + " \\| ppl " + number +
+                            " \\| epoch 1 \\| lr [0-9]\\.[0-9]{3}e[-+][0-9]+ \\| gnorm "
+                            "[0-9.e+-]+ \\| tgt tokens/s [0-9]+ \\| ms/step " + number +
+                            " \\| peak mem " + number + " MiB \\| elapsed " + number +
+                            "s \\| eta " + number + "s\n");
+  EXPECT_TRUE(std::regex_search(log.str(), progress)) << log.str();
+  const std::regex summary("\nsummary: steps 4 \\(0 to 4\\) \\| wall " + number +
+                           "s \\| tgt tokens/s [0-9]+ \\| best valid ppl n/a \\| "
+                           "checkpoints 1\nfinal: step=4 ");
+  EXPECT_TRUE(std::regex_search(log.str(), summary)) << log.str();
+  std::filesystem::remove_all(std::filesystem::path(checkpoints).parent_path());
 }
 
 TEST(Trainer, AccumulationEqualsOneBigBatchOfTheSameSentences) {

@@ -95,12 +95,18 @@ const std::vector<Option>& option_table() {
       THPC_OPTION(train, adam_beta1, THPC_ANY, "Adam beta1, in [0, 1) (§5.3)"),
       THPC_OPTION(train, adam_beta2, THPC_ANY, "Adam beta2, in [0, 1) (§5.3)"),
       THPC_OPTION(train, adam_eps, THPC_ANY, "Adam epsilon, > 0 (§5.3)"),
+      THPC_OPTION(train, clip_norm, THPC_ANY,
+                  "scale the gradient to this L2 norm when it is larger, before Adam, >= 0; "
+                  "0 = no clipping (the paper has none)"),
       THPC_OPTION(train, log_every, THPC_ANY, "steps between progress lines"),
       THPC_OPTION(train, threads, THPC_ANY,
                   "CPU backend BLAS threads; 0 = OpenBLAS's default (all cores unless "
                   "OPENBLAS_NUM_THREADS is set)"),
       THPC_OPTION(train, valid_every, THPC_ANY,
                   "steps between validation loss/perplexity lines; 0 = none (needs data.dir)"),
+      THPC_OPTION(train, metrics_dir, THPC_ANY,
+                  "rank 0 appends every logged value to DIR/metrics.jsonl; empty = the "
+                  "directory holding checkpoint.dir (a job's run directory)"),
 
       // [data]: HDF5 shards of transformer_preprocess, or a synthetic task.
       THPC_OPTION(data, dir, THPC_ANY,
@@ -517,6 +523,10 @@ void validate(const Config& config) {
   check.fraction("train.adam_beta1", train.adam_beta1);
   check.fraction("train.adam_beta2", train.adam_beta2);
   check.positive("train.adam_eps", train.adam_eps);
+  if (!(train.clip_norm >= 0.0f)) {
+    check.fail("train.clip_norm", "must be ≥ 0 (0 = no clipping), got " +
+                                      Checker::text(train.clip_norm));
+  }
   check.at_least("train.log_every", train.log_every, 1);
   check.at_least("train.threads", train.threads, 0);
   check.at_least("train.valid_every", train.valid_every, 0);
@@ -609,13 +619,18 @@ std::string help_text() {
   };
 
   std::ostringstream help;
-  help << "usage: transformer_hpc CONFIG.ini [--section.key=value ...] [--dry-run] [--help]\n"
+  help << "usage: transformer_hpc CONFIG.ini [--section.key=value ...] [--dry-run | --eval "
+          "CHECKPOINT] [--help]\n"
        << "\n"
        << "Trains the Transformer configured by CONFIG.ini. Every key below belongs to a\n"
        << "[section] of the file; --section.key=value on the command line overrides it.\n"
        << "\n"
        << "  --help     print this text and exit\n"
-       << "  --dry-run  load and check the configuration, then stop before training\n";
+       << "  --dry-run  load and check the configuration, then stop before training\n"
+       << "  --eval CHECKPOINT\n"
+       << "             print the validation loss and perplexity of CHECKPOINT on the\n"
+       << "             data.valid shards of data.dir, as a 'valid step N' line; trains and\n"
+       << "             writes nothing\n";
   std::string current_section;
   for (const Option& option : option_table()) {
     if (option.section != current_section) {
@@ -670,6 +685,7 @@ bool parse_command_line(int argc, const char* const* argv, Config& config) {
   po::options_description flags;
   flags.add_options()("help", "print the help text and exit")(
       "dry-run", "check the configuration and stop")(
+      "eval", po::value<std::string>(), "score a checkpoint on the validation shards")(
       "config", po::value<std::vector<std::string>>(), "the ini file");
   po::options_description all_options;
   all_options.add(flags).add(table_description());
@@ -726,9 +742,17 @@ bool parse_command_line(int argc, const char* const* argv, Config& config) {
   values.erase("help");
   const bool dry_run = values.count("dry-run") > 0;
   values.erase("dry-run");
+  std::string eval_checkpoint;
+  if (values.count("eval")) {
+    eval_checkpoint = values["eval"].as<std::string>();
+    values.erase("eval");
+    if (eval_checkpoint.empty()) THPC_FAIL("--eval: needs a checkpoint file (--eval=FILE)");
+    if (dry_run) THPC_FAIL("--eval and --dry-run: give one of them");
+  }
 
   config = resolve_file(config_files.front(), values);
   config.dry_run = dry_run;
+  config.eval_checkpoint = eval_checkpoint;
   return true;
 }
 

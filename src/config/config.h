@@ -46,9 +46,11 @@ struct TrainConfig {
   float adam_beta1 = 0.9f;         // §5.3
   float adam_beta2 = 0.98f;
   float adam_eps = 1e-9f;
+  float clip_norm = 0.0f;          // gradient norm bound; 0 = no clipping (the paper has none)
   int log_every = 100;             // steps between progress lines
   int valid_every = 0;             // steps between validation passes; 0 = none
   int threads = 0;                 // CPU backend BLAS threads; 0 = OpenBLAS's default
+  std::string metrics_dir;         // DIR/metrics.jsonl; "" = the parent of checkpoint.dir
 };
 
 // Where batches come from: the HDF5 shards transformer_preprocess wrote to `dir`, or,
@@ -103,6 +105,7 @@ struct Config {
 
   std::string source_file;  // the ini file the config came from ("" if none)
   bool dry_run = false;
+  std::string eval_checkpoint;  // --eval CHECKPOINT: score it on the validation shards
   // The resolved configuration as ini text (every key, file and overrides applied).
   std::string to_ini() const;
 };

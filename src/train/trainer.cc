@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <optional>
 #include <ostream>
@@ -16,6 +17,7 @@
 #include "common/error.h"
 #include "data/synthetic.h"
 #include "train/lr_schedule.h"
+#include "train/run_log.h"
 
 namespace thpc {
 
@@ -28,6 +30,14 @@ BackendRequest backend_request(const TrainConfig& train, int device) {
   request.cpu_threads = train.threads;
   request.device = device;
   return request;
+}
+
+// Each rank's micro-batch: the step's budget divided over ranks and micro-batches. The
+// validation batches are cut by the same budget, so that --eval batches (and hence
+// rounds) exactly as the run that wrote the checkpoint did.
+int64_t micro_batch_budget(const Config& config, const Communicator& comm) {
+  return std::max<int64_t>(1, config.train.tokens_per_step /
+                                  (static_cast<int64_t>(config.train.accumulate) * comm.size()));
 }
 
 }  // namespace
@@ -131,10 +141,7 @@ Trainer::Trainer(const Config& config, Communicator comm)
     }
   }
   const int vocab = resolve_vocab_size(config_, *source_);
-  // Each rank's micro-batch is the step's budget divided over ranks and micro-batches.
-  micro_budget_ = std::max<int64_t>(
-      1, config_.train.tokens_per_step /
-             (static_cast<int64_t>(config_.train.accumulate) * comm_.size()));
+  micro_budget_ = micro_batch_budget(config_, comm_);
   model_ = std::make_unique<Transformer>(config_.model, vocab, source_->special_ids(), *backend_,
                                          config_.train.seed);
   AdamSettings adam;
@@ -164,6 +171,8 @@ StepStats Trainer::step() {
   std::vector<Batch> micro_batches;
   StepStats stats;
   stats.step = step;
+  // The reader advances its position eagerly, so the epoch is read before drawing.
+  stats.epoch = source_->position().epoch + 1;
   for (int i = 0; i < accumulate; ++i) {
     micro_batches.push_back(source_->next(micro_budget_));
     stats.src_tokens += micro_batches.back().src_tokens();
@@ -197,6 +206,14 @@ StepStats Trainer::step() {
   }
   // Complete the sums over ranks (each gradient already scaled by 1 / global tokens).
   if (reducer_) reducer_->finish();
+  // Every rank now holds the same summed gradient, hence computes the same norm.
+  const Tensor grads = model_->params().grads();
+  stats.grad_norm = std::sqrt(backend_->sum_squares(grads, grads.numel));
+  // train.clip_norm: g *= min(1, clip / |g|), the same factor on every rank.
+  const double clip = config_.train.clip_norm;
+  if (clip > 0.0 && stats.grad_norm > clip) {
+    backend_->scale(grads, grads.numel, static_cast<float>(clip / stats.grad_norm));
+  }
   stats.lr = learning_rate(step, config_.model.d_model, config_.train.warmup_steps,
                            config_.train.lr_scale);
   adam_->update(static_cast<float>(stats.lr), step);
@@ -207,21 +224,59 @@ StepStats Trainer::step() {
   return stats;
 }
 
-ValidationStats Trainer::validate() {
-  THPC_CHECK(valid_source_ != nullptr, "validation without validation shards");
-  valid_source_->seek(DataPosition{});
+namespace {
+
+// One pass over the validation shards, summed over all ranks.
+ValidationStats validation_pass(Transformer& model, ShardReader& shards,
+                                const Communicator& comm, int64_t budget) {
+  shards.seek(DataPosition{});
   LossSums sums;
-  while (std::optional<Batch> batch = valid_source_->next_in_epoch(micro_budget_)) {
-    const LossSums batch_sums = model_->evaluate(*batch);
+  while (std::optional<Batch> batch = shards.next_in_epoch(budget)) {
+    const LossSums batch_sums = model.evaluate(*batch);
     sums.loss += batch_sums.loss;
     sums.nll += batch_sums.nll;
     sums.tokens += batch_sums.tokens;
   }
   ValidationStats stats;
-  stats.tgt_tokens = comm_.sum(sums.tokens);
-  stats.loss = comm_.sum(sums.loss) / static_cast<double>(stats.tgt_tokens);
-  stats.nll = comm_.sum(sums.nll) / static_cast<double>(stats.tgt_tokens);
+  stats.tgt_tokens = comm.sum(sums.tokens);
+  stats.loss = comm.sum(sums.loss) / static_cast<double>(stats.tgt_tokens);
+  stats.nll = comm.sum(sums.nll) / static_cast<double>(stats.tgt_tokens);
   return stats;
+}
+
+}  // namespace
+
+ValidationStats Trainer::validate() {
+  THPC_CHECK(valid_source_ != nullptr, "validation without validation shards");
+  return validation_pass(*model_, *valid_source_, comm_, micro_budget_);
+}
+
+void evaluate_checkpoint(const Config& config, const std::string& path,
+                         const Communicator& comm, std::ostream& log) {
+  if (config.data.dir.empty()) {
+    THPC_FAIL(config.source_file << ": --eval scores the validation shards: set data.dir");
+  }
+  if (config.data.valid.empty()) THPC_FAIL(config.source_file << ": data.valid: must not be empty");
+  const std::unique_ptr<Backend> backend = make_backend(backend_request(
+      config.train, std::max(0, select_device(comm, visible_cuda_devices(), config.dist.device))));
+  const std::unique_ptr<ShardReader> shards =
+      make_validation_source(config, comm.rank(), comm.size());
+  const Checkpoint checkpoint = read_checkpoint(path, CheckpointParts::ParamsOnly);
+  // A model scores the pieces of its own vocabulary only.
+  if (!checkpoint.spm_model.empty() && checkpoint.spm_model != shards->metadata().spm_model) {
+    THPC_FAIL("checkpoint " << path << ": trained with another vocabulary than the "
+                            << config.data.valid << " shards of " << config.data.dir);
+  }
+  Transformer model(config.model, resolve_vocab_size(config, *shards), shards->special_ids(),
+                    *backend, config.train.seed);
+  load_parameters(checkpoint, path, model);
+  const ValidationStats stats =
+      validation_pass(model, *shards, comm, micro_batch_budget(config, comm));
+  if (!comm.is_root()) return;
+  log << "evaluated " << path << " (step " << checkpoint.step << ") on " << config.data.dir
+      << "/" << config.data.valid << ".*.h5" << std::endl;
+  log << log_line("valid step " + std::to_string(checkpoint.step), validation_fields(stats))
+      << std::endl;
 }
 
 namespace {
@@ -398,6 +453,7 @@ std::string Trainer::save_checkpoint(std::ostream& log) {
   const Checkpoint state = snapshot();
   const auto copied = Clock::now();
   write_checkpoint(path, state);
+  ++checkpoints_written_;
   const auto written = Clock::now();
   std::error_code error;
   const auto bytes = std::filesystem::file_size(path, error);
@@ -440,6 +496,28 @@ double steady_seconds() {
       .count();
 }
 
+std::vector<LogField> validation_fields(const ValidationStats& valid) {
+  return {fixed_field("loss", "valid_loss", valid.loss, 4),
+          fixed_field("ppl", "valid_ppl", std::exp(valid.nll), 2),
+          fixed_field("target tokens", "valid_tgt_tokens", static_cast<double>(valid.tgt_tokens),
+                      0)};
+}
+
+namespace {
+
+// Peak resident set of this process in bytes (VmHWM of /proc/self/status: the CPU
+// backend's tensors live there); -1 where the file or the field is missing.
+int64_t peak_resident_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtoll(line.c_str() + 6, nullptr, 10) * 1024;
+  }
+  return -1;
+}
+
+}  // namespace
+
 RunEnd Trainer::run(std::ostream& log) {
   using Clock = std::chrono::steady_clock;
   const StopSignalGuard stop_signals;
@@ -464,36 +542,83 @@ RunEnd Trainer::run(std::ostream& log) {
   const auto start = Clock::now();
   auto interval_start = start;
   double last_save = checkpoint_clock_();
-  int64_t interval_tokens = 0;
+  int64_t interval_first_step = first_step;  // the step before the interval's first
+  int64_t interval_tgt_tokens = 0, total_tgt_tokens = 0;
+  double best_valid_ppl = -1.0;  // none yet
+  int64_t best_valid_step = 0;
+  checkpoints_written_ = 0;
+  // Rank 0 writes every value it logs to metrics.jsonl as well (run_log.h).
+  MetricsFile metrics = comm_.is_root() ? MetricsFile(metrics_path(config_)) : MetricsFile();
+  const auto seconds_since_start = [&] {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  // The closing summary (rank 0): what this run() trained, with and without a stop.
+  const auto print_summary = [&] {
+    const double wall = seconds_since_start();
+    const int64_t steps = completed_steps_ - first_step;
+    LogField best = fixed_field("best valid ppl", "best_valid_ppl",
+                                best_valid_ppl < 0.0 ? NAN : best_valid_ppl, 2);
+    if (best_valid_ppl >= 0.0) best.text += " (step " + std::to_string(best_valid_step) + ")";
+    const std::vector<LogField> fields = {
+        fixed_field("steps", "steps", static_cast<double>(steps), 0,
+                    " (" + std::to_string(first_step) + " to " +
+                        std::to_string(completed_steps_) + ")"),
+        fixed_field("wall", "train_wall_s", wall, 1, "s"),
+        fixed_field("tgt tokens/s", "tgt_tokens_per_s",
+                    static_cast<double>(total_tgt_tokens) / std::max(wall, 1e-9), 0),
+        best,
+        fixed_field("checkpoints", "checkpoints", checkpoints_written_, 0)};
+    out << "summary: " << log_line("", fields) << std::endl;
+    metrics.write("summary", completed_steps_, wall, fields);
+  };
   StepStats last;
   while (completed_steps_ < config_.train.max_steps) {
     last = step();
-    interval_tokens += last.src_tokens + last.tgt_tokens;
+    interval_tgt_tokens += last.tgt_tokens;
+    total_tgt_tokens += last.tgt_tokens;
     if (last.step % config_.train.log_every == 0 || last.step == config_.train.max_steps) {
       const auto now = Clock::now();
-      const double interval = std::chrono::duration<double>(now - interval_start).count();
+      const double interval = std::max(
+          std::chrono::duration<double>(now - interval_start).count(), 1e-9);
       const double elapsed = std::chrono::duration<double>(now - start).count();
       const double eta =
           elapsed / (last.step - first_step) * (config_.train.max_steps - last.step);
-      std::ostringstream line;
-      line << "step " << last.step << "/" << config_.train.max_steps << " | loss "
-           << std::fixed << std::setprecision(4) << last.loss << " | ppl "
-           << std::setprecision(2) << std::exp(last.nll) << " | lr " << std::scientific
-           << std::setprecision(3) << last.lr << std::fixed << std::setprecision(0)
-           << " | tokens/s " << interval_tokens / std::max(interval, 1e-9) << " | elapsed "
-           << std::setprecision(1) << elapsed << "s | eta " << eta << "s";
-      out << line.str() << std::endl;
+      const int64_t interval_steps = last.step - interval_first_step;
+      // The GPU backend has no memory query (yet): its peak is not the host's resident set.
+      const int64_t peak_bytes = backend_->host_memory() ? peak_resident_bytes() : -1;
+      const std::vector<LogField> fields = {
+          fixed_field("loss", "loss", last.loss, 4),
+          fixed_field("ppl", "ppl", std::exp(last.nll), 2),
+          fixed_field("epoch", "epoch", static_cast<double>(last.epoch), 0),
+          scientific_field("lr", "lr", last.lr, 3),
+          general_field("gnorm", "grad_norm", last.grad_norm, 4),
+          fixed_field("tgt tokens/s", "tgt_tokens_per_s", interval_tgt_tokens / interval, 0),
+          fixed_field("ms/step", "ms_per_step", 1000.0 * interval / interval_steps, 1),
+          fixed_field("peak mem", "peak_mem_mib",
+                      peak_bytes < 0 ? NAN : static_cast<double>(peak_bytes) / (1 << 20), 1,
+                      " MiB"),
+          fixed_field("elapsed", "elapsed_s", elapsed, 1, "s"),
+          fixed_field("eta", "eta_s", eta, 1, "s")};
+      out << log_line("step " + std::to_string(last.step) + "/" +
+                          std::to_string(config_.train.max_steps),
+                      fields)
+          << std::endl;
+      metrics.write("train", last.step, elapsed, fields);
       interval_start = now;
-      interval_tokens = 0;
+      interval_first_step = last.step;
+      interval_tgt_tokens = 0;
     }
     if (valid_source_ &&
         (last.step % config_.train.valid_every == 0 || last.step == config_.train.max_steps)) {
       const ValidationStats valid = validate();
-      std::ostringstream line;
-      line << "valid step " << last.step << " | loss " << std::fixed << std::setprecision(4)
-           << valid.loss << " | ppl " << std::setprecision(2) << std::exp(valid.nll)
-           << " | target tokens " << valid.tgt_tokens;
-      out << line.str() << std::endl;
+      const double ppl = std::exp(valid.nll);
+      if (best_valid_ppl < 0.0 || ppl < best_valid_ppl) {
+        best_valid_ppl = ppl;
+        best_valid_step = last.step;
+      }
+      const std::vector<LogField> fields = validation_fields(valid);
+      out << log_line("valid step " + std::to_string(last.step), fields) << std::endl;
+      metrics.write("valid", last.step, seconds_since_start(), fields);
     }
     if (last.step == stop_at_step) std::raise(SIGTERM);
     // Whether to save (and stop) is rank 0's decision, from its clock and the signals
@@ -508,6 +633,7 @@ RunEnd Trainer::run(std::ostream& log) {
       last_saved_step = last.step;
       last_save = checkpoint_clock_();
       if (stop_signal != 0) {
+        print_summary();
         out << "stopped: " << stop_signal_name(stop_signal) << " received; step=" << completed_steps_
             << " checkpoint=" << path << " (resume with --checkpoint.resume=auto)" << std::endl;
         return RunEnd::Stopped;
@@ -527,6 +653,7 @@ RunEnd Trainer::run(std::ostream& log) {
                                      << comm_.rank() << "'s after " << completed_steps_
                                      << " steps");
   }
+  print_summary();
   // A run resumed at its last step trains no step: it has no loss of its own to print.
   std::ostringstream loss;
   if (completed_steps_ > first_step) {

@@ -20,6 +20,7 @@
 #include "model/backends.h"
 #include "model/transformer.h"
 #include "train/optimizer.h"
+#include "train/run_log.h"
 
 namespace thpc {
 
@@ -56,6 +57,10 @@ struct StepStats {
   double loss = 0.0;  // label-smoothed cross-entropy per target token
   double nll = 0.0;   // negative log-likelihood per target token (log of perplexity)
   double lr = 0.0;
+  // L2 norm of the step's gradient of the mean loss, summed over ranks and micro-batches,
+  // before any clipping (the same on every rank).
+  double grad_norm = 0.0;
+  int64_t epoch = 1;  // 1-based pass over the training data the step's batches began in
   int64_t src_tokens = 0, tgt_tokens = 0;  // non-pad tokens of the step, all ranks
   int64_t local_tgt_tokens = 0;             // this rank's share
   int micro_batches = 0;                    // per rank
@@ -67,6 +72,16 @@ struct ValidationStats {
   double nll = 0.0;   // per target token; perplexity = exp(nll)
   int64_t tgt_tokens = 0;
 };
+
+// The fields of a "valid step N | loss ... | ppl ... | target tokens ..." line.
+std::vector<LogField> validation_fields(const ValidationStats& stats);
+
+// transformer_hpc CONFIG --eval CHECKPOINT: the validation loss and perplexity of the
+// checkpoint's parameters on the config's validation shards, printed by rank 0 as the
+// "valid step N" line of a training run (N = the checkpoint's step). Trains nothing and
+// writes no file.
+void evaluate_checkpoint(const Config& config, const std::string& path,
+                         const Communicator& comm, std::ostream& log);
 
 // How run() ended: all train.max_steps done, or stopped early by SIGTERM/SIGUSR1 after
 // writing a checkpoint, or before the first step when the signal came during start-up
@@ -135,6 +150,7 @@ class Trainer {
   void write_average(std::ostream& log);
 
   int64_t completed_steps_ = 0;
+  int checkpoints_written_ = 0;  // by this run() (the summary line counts them)
   int64_t micro_budget_ = 1;  // padded tokens per side of one rank's micro-batch
   std::function<double()> checkpoint_clock_ = steady_seconds;
 };

@@ -1,0 +1,60 @@
+// What the trainer logs, in two forms from one list of values: the text line a user
+// reads ("step 100/1200 | loss 2.9517 | ppl 11.82 | ...") and a JSON object per line in
+// RUN/metrics.jsonl for plots and scripts. Building both from the same LogField list is
+// what keeps the file holding exactly the values the log shows.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+
+namespace thpc {
+
+// One scalar of a log line: "label text" in the line, "key": value in metrics.jsonl.
+// A value that is not available (peak memory on the GPU) is NaN: text "n/a", JSON null.
+struct LogField {
+  std::string label;  // "loss", "tgt tokens/s"
+  std::string key;    // "loss", "tgt_tokens_per_s"
+  double value = 0.0;
+  std::string text;   // the value as the line prints it, with its unit
+};
+
+// Fields printed with `digits` decimals (fixed), as d.ddde±xx (scientific, `digits`
+// decimals) or with `digits` significant digits (general, like printf %g); `unit`
+// follows the number ("s", " MiB").
+LogField fixed_field(const std::string& label, const std::string& key, double value,
+                     int digits, const std::string& unit = "");
+LogField scientific_field(const std::string& label, const std::string& key, double value,
+                          int digits);
+LogField general_field(const std::string& label, const std::string& key, double value,
+                       int digits);
+
+// "head | label text | label text ..."; without a head, "label text | ...".
+std::string log_line(const std::string& head, const std::vector<LogField>& fields);
+
+// RUN/metrics.jsonl: where train.metrics_dir says, else the directory that holds
+// checkpoint.dir (the run directory of jobs/, runs/NAME/).
+std::string metrics_path(const Config& config);
+
+// Appends one JSON object per record, flushed at once so that a killed job keeps what it
+// logged. A default-constructed file writes nothing (ranks other than 0).
+class MetricsFile {
+ public:
+  MetricsFile() = default;
+  // Creates the directory and opens `path` for appending (a resumed run continues the
+  // file); a failure throws naming the file and train.metrics_dir.
+  explicit MetricsFile(const std::string& path);
+
+  // {"kind": KIND, "step": STEP, "wall_s": WALL, "time": unix seconds, key: value, ...}
+  void write(const std::string& kind, int64_t step, double wall_s,
+             const std::vector<LogField>& fields);
+
+ private:
+  std::string path_;
+  std::ofstream file_;
+};
+
+}  // namespace thpc
