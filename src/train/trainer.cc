@@ -257,8 +257,9 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
     THPC_FAIL(config.source_file << ": --eval scores the validation shards: set data.dir");
   }
   if (config.data.valid.empty()) THPC_FAIL(config.source_file << ": data.valid: must not be empty");
-  const std::unique_ptr<Backend> backend = make_backend(backend_request(
-      config.train, std::max(0, select_device(comm, visible_cuda_devices(), config.dist.device))));
+  const int device =
+      std::max(0, select_device(comm.local_rank(), visible_cuda_devices(), config.dist.device));
+  const std::unique_ptr<Backend> backend = make_backend(backend_request(config.train, device));
   const std::unique_ptr<ShardReader> shards =
       make_validation_source(config, comm.rank(), comm.size());
   const Checkpoint checkpoint = read_checkpoint(path, CheckpointParts::ParamsOnly);
