@@ -37,8 +37,8 @@
 #include "decode/beam_search.h"
 #include "metrics/bleu.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "model/backends.h"
 #include "model/transformer.h"
-#include "train/trainer.h"
 
 namespace {
 

@@ -63,4 +63,17 @@ std::unique_ptr<Backend> make_backend(const BackendRequest& request) {
   return make_cpu_backend(DType::F32);
 }
 
+BackendRequest backend_request(const TrainConfig& train, int device) {
+  BackendRequest request;
+  request.backend = train.backend;
+  request.precision = train.precision;
+  request.cpu_threads = train.threads;
+  request.device = device;
+  return request;
+}
+
+std::unique_ptr<Backend> make_backend(const TrainConfig& train) {
+  return make_backend(backend_request(train, 0));
+}
+
 }  // namespace thpc

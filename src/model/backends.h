@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "config/config.h"
 #include "kernels/ops.h"
 
 namespace thpc {
@@ -29,5 +30,13 @@ std::string device_description(const Backend& backend, int device);
 // The backend a request names. backend = cuda without a usable device is an error
 // naming the reason; auto falls back to the CPU.
 std::unique_ptr<Backend> make_backend(const BackendRequest& request);
+
+// The request a run's [train] section makes, on CUDA device `device` (the trainer picks
+// one per rank).
+BackendRequest backend_request(const TrainConfig& train, int device);
+
+// The backend train.backend and train.precision name, on CUDA device 0: what the tools
+// (decoding, benchmarks) use, without depending on the trainer.
+std::unique_ptr<Backend> make_backend(const TrainConfig& train);
 
 }  // namespace thpc

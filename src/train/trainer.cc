@@ -23,15 +23,6 @@ namespace thpc {
 
 namespace {
 
-BackendRequest backend_request(const TrainConfig& train, int device) {
-  BackendRequest request;
-  request.backend = train.backend;
-  request.precision = train.precision;
-  request.cpu_threads = train.threads;
-  request.device = device;
-  return request;
-}
-
 // Each rank's micro-batch: the step's budget divided over ranks and micro-batches. The
 // validation batches are cut by the same budget, so that --eval batches (and hence
 // rounds) exactly as the run that wrote the checkpoint did.
@@ -41,10 +32,6 @@ int64_t micro_batch_budget(const Config& config, const Communicator& comm) {
 }
 
 }  // namespace
-
-std::unique_ptr<Backend> make_backend(const TrainConfig& train) {
-  return make_backend(backend_request(train, 0));
-}
 
 namespace {
 

@@ -24,10 +24,6 @@
 
 namespace thpc {
 
-// The backend train.backend and train.precision name, on CUDA device 0 (the tools; the
-// trainer picks one device per rank).
-std::unique_ptr<Backend> make_backend(const TrainConfig& train);
-
 // The training or validation shards are missing or invalid (found by the checks made
 // before training): transformer_hpc exits 3 for it, which a job script can tell from a
 // crash (exit 1) and need not retry.
