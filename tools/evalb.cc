@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "parse/evalb.h"
+#include "tools/tool_main.h"
 
 namespace {
 
@@ -105,21 +106,5 @@ int run(const CommandLine& command) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CommandLine command;
-  try {
-    command = parse_command_line(argc, argv);
-  } catch (const thpc::Error& e) {
-    std::cerr << "transformer_evalb: " << e.what() << "\n(see transformer_evalb --help)\n";
-    return 2;
-  }
-  if (command.help) {
-    std::cout << kUsage;
-    return 0;
-  }
-  try {
-    return run(command);
-  } catch (const std::exception& e) {
-    std::cerr << "transformer_evalb: error: " << e.what() << "\n";
-    return 1;
-  }
+  return thpc::tools::tool_main("transformer_evalb", kUsage, argc, argv, parse_command_line, run);
 }

@@ -24,6 +24,7 @@
 
 #include "common/error.h"
 #include "parse/tree.h"
+#include "tools/tool_main.h"
 
 namespace {
 
@@ -224,21 +225,10 @@ int reconstruct(const CommandLine& command) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CommandLine command;
-  try {
-    command = parse_command_line(argc, argv);
-  } catch (const thpc::Error& e) {
-    std::cerr << "transformer_trees: " << e.what() << "\n(see transformer_trees --help)\n";
-    return 2;
-  }
-  if (command.help) {
-    std::cout << kUsage;
-    return 0;
-  }
-  try {
-    return command.command == "linearize" ? linearize_files(command) : reconstruct(command);
-  } catch (const std::exception& e) {
-    std::cerr << "transformer_trees: error: " << e.what() << "\n";
-    return 1;
-  }
+  return thpc::tools::tool_main("transformer_trees", kUsage, argc, argv, parse_command_line,
+                                [](const CommandLine& command) {
+                                  return command.command == "linearize"
+                                             ? linearize_files(command)
+                                             : reconstruct(command);
+                                });
 }
