@@ -110,20 +110,7 @@ class NcclGradientReducer final : public GradientReducer {
       const cudaError_t state = cudaEventQuery(done_);
       if (state == cudaSuccess) return;
       if (state != cudaErrorNotReady) THPC_CUDA_CHECK(state);
-      ncclResult_t async = ncclSuccess;
-      THPC_NCCL_CHECK(ncclCommGetAsyncError(nccl_, &async));
-      if (async != ncclSuccess && async != ncclInProgress) {
-        abort_and_fail("gradient all-reduce", std::string(ncclGetErrorString(async)) + " (" +
-                                                  ncclGetLastError(nccl_) + ")");
-      }
-      const double waited = std::chrono::duration<double>(Clock::now() - started).count();
-      if (waited > timeout_seconds_) {
-        std::ostringstream reason;
-        reason << "did not complete within dist.timeout_s = " << timeout_seconds_
-               << " s: a peer rank is lost or stuck";
-        abort_and_fail("gradient all-reduce", reason.str());
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      fail_if_broken_or_late("gradient all-reduce", async_state(), started);
     }
   }
 
@@ -131,33 +118,44 @@ class NcclGradientReducer final : public GradientReducer {
   // A call on the non-blocking communicator: ncclInProgress is not an error.
   void accept_in_progress(ncclResult_t result, const char* what) {
     if (result == ncclSuccess || result == ncclInProgress) return;
-    abort_and_fail(what, std::string(ncclGetErrorString(result)) + " (" +
-                             ncclGetLastError(nccl_) + ")");
+    abort_and_fail(what, nccl_reason(result));
   }
 
   // Polls until the communicator has finished its last call; fails after dist.timeout_s
   // counted from `started`.
   void wait_ready(const char* what, Clock::time_point started) {
     for (;;) {
-      ncclResult_t state = ncclInProgress;
-      if (nccl_ != nullptr) {
-        const ncclResult_t queried = ncclCommGetAsyncError(nccl_, &state);
-        if (queried != ncclSuccess) state = queried;
-      }
+      const ncclResult_t state = async_state();
       if (state == ncclSuccess) return;
-      if (state != ncclInProgress) {
-        abort_and_fail(what, std::string(ncclGetErrorString(state)) + " (" +
-                                 ncclGetLastError(nccl_) + ")");
-      }
-      const double waited = std::chrono::duration<double>(Clock::now() - started).count();
-      if (waited > timeout_seconds_) {
-        std::ostringstream reason;
-        reason << "not done within dist.timeout_s = " << timeout_seconds_
-               << " s: a peer rank is lost or stuck";
-        abort_and_fail(what, reason.str());
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      fail_if_broken_or_late(what, state, started);
     }
+  }
+
+  // The communicator's asynchronous state: ncclSuccess, ncclInProgress or an error
+  // (ncclInProgress while ncclCommInitRankConfig has not yet given a communicator).
+  ncclResult_t async_state() {
+    if (nccl_ == nullptr) return ncclInProgress;
+    ncclResult_t state = ncclInProgress;
+    const ncclResult_t queried = ncclCommGetAsyncError(nccl_, &state);
+    return queried != ncclSuccess ? queried : state;
+  }
+
+  // One poll of a wait: ends the job when `state` is an error or `started` lies more
+  // than dist.timeout_s back, else sleeps a moment.
+  void fail_if_broken_or_late(const char* what, ncclResult_t state, Clock::time_point started) {
+    if (state != ncclSuccess && state != ncclInProgress) abort_and_fail(what, nccl_reason(state));
+    const double waited = std::chrono::duration<double>(Clock::now() - started).count();
+    if (waited > timeout_seconds_) {
+      std::ostringstream reason;
+      reason << "not done within dist.timeout_s = " << timeout_seconds_
+             << " s: a peer rank is lost or stuck";
+      abort_and_fail(what, reason.str());
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+
+  std::string nccl_reason(ncclResult_t result) const {
+    return std::string(ncclGetErrorString(result)) + " (" + ncclGetLastError(nccl_) + ")";
   }
 
   [[noreturn]] void abort_and_fail(const char* what, const std::string& reason) {
