@@ -84,7 +84,7 @@ TEST_F(SpackEnvironment, NamesEveryDependencyCMakeLooksFor) {
       {"PkgConfig", "pkgconf"},   {"sentencepiece", "sentencepiece"},
       {"OpenBLAS", "openblas"},   {"GTest", "googletest"}, {"CUDAToolkit", "cuda"},
       {"nccl", "nccl"},           {"yaml-cpp", "yaml-cpp"}, {"OpenSSL", "openssl"},
-      {"Threads", ""}};
+      {"Protobuf", "protobuf"},   {"Threads", ""}};
   ASSERT_GE(deps.size(), 10u) << "the CMakeLists.txt parser found too little";
   for (const std::string& dep : deps) {
     auto it = provider.find(dep);
@@ -103,6 +103,8 @@ TEST_F(SpackEnvironment, VariantsTheBuildNeeds) {
   // Serial HDF5 (rank 0 alone writes; h5ls/h5dump and the high-level library).
   EXPECT_NE(spec("hdf5").find("~mpi"), std::string::npos) << spec("hdf5");
   EXPECT_NE(spec("hdf5").find("+hl"), std::string::npos) << spec("hdf5");
+  // Static protobuf: CMakeLists.txt links it hidden (Protobuf_USE_STATIC_LIBS).
+  EXPECT_NE(spec("protobuf").find("~shared"), std::string::npos) << spec("protobuf");
   for (const char* variant : {"+cuda", "fabrics=ucx", "schedulers=slurm"}) {
     EXPECT_NE(spec("openmpi").find(variant), std::string::npos) << spec("openmpi");
   }

@@ -12,6 +12,8 @@ packages=(
   libopenblas-dev
   libssl-dev
   libgtest-dev libyaml-cpp-dev
+  # TensorBoard event files: the protobuf runtime and protoc (boost/crc.hpp gives CRC-32C)
+  libprotobuf-dev protobuf-compiler
   python3-venv
   # tests/slurm_job_test.sh starts its own Slurm on localhost (jobs/*.sbatch on a real one)
   slurm-wlm munge
@@ -29,12 +31,14 @@ else
   echo "install_deps: all ${#packages[@]} packages present"
 fi
 
-# sacreBLEU (not packaged by Debian 12) from PyPI, for test_bleu's cross-check with the
-# reference implementation: a virtual environment, so the system Python is left alone.
+# Python packages Debian 12 lacks or has too old, from PyPI into a virtual environment,
+# so the system Python is left alone: sacreBLEU (test_bleu's cross-check with the
+# reference implementation), TensorBoard (to watch runs; test_run_outputs reads the event
+# files back with its reader) and matplotlib (tools/plot_metrics.py).
 venv=${THPC_VENV:-$HOME/.cache/thpc-venv}
-if ! "$venv/bin/python" -c 'import sacrebleu' 2>/dev/null; then
-  echo "install_deps: installing sacrebleu into $venv"
+if ! "$venv/bin/python" -c 'import sacrebleu, tensorboard, matplotlib' 2>/dev/null; then
+  echo "install_deps: installing sacrebleu, tensorboard and matplotlib into $venv"
   python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install -q 'sacrebleu>=2,<3'
+  "$venv/bin/python" -m pip install -q 'sacrebleu>=2,<3' 'tensorboard>=2.12' 'matplotlib>=3.6'
 fi
-echo "install_deps: sacrebleu in $venv (THPC_PYTHON=$venv/bin/python)"
+echo "install_deps: sacrebleu, tensorboard, matplotlib in $venv (THPC_PYTHON=$venv/bin/python)"

@@ -78,6 +78,7 @@ MetricsFile::MetricsFile(const std::string& path) : path_(path) {
                                               << (error ? error.message() : std::strerror(errno))
                                               << "; train.metrics_dir chooses its directory)");
   }
+  events_ = EventFile(parent.empty() ? "." : parent.string());
 }
 
 void MetricsFile::write(const std::string& kind, int64_t step, double wall_s,
@@ -96,6 +97,10 @@ void MetricsFile::write(const std::string& kind, int64_t step, double wall_s,
   record << "}\n";
   file_ << record.str() << std::flush;
   if (!file_) THPC_FAIL("cannot write the metrics file " << path_ << " (disk full?)");
+
+  std::vector<TaggedScalar> scalars = {{kind + "/wall_s", wall_s}};
+  for (const LogField& field : fields) scalars.emplace_back(kind + "/" + field.key, field.value);
+  events_.write_scalars(step, now, scalars);
 }
 
 }  // namespace thpc

@@ -1,7 +1,8 @@
-// What the trainer logs, in two forms from one list of values: the text line a user
-// reads ("step 100/1200 | loss 2.9517 | ppl 11.82 | ...") and a JSON object per line in
-// RUN/metrics.jsonl for plots and scripts. Building both from the same LogField list is
-// what keeps the file holding exactly the values the log shows.
+// What the trainer logs, from one list of values: the text line a user reads ("step
+// 100/1200 | loss 2.9517 | ppl 11.82 | ..."), a JSON object per line in RUN/metrics.jsonl
+// for plots and scripts, and the same scalars in a TensorBoard event file beside it.
+// Building all from the same LogField list is what keeps the files holding exactly the
+// values the log shows.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "train/event_file.h"
 
 namespace thpc {
 
@@ -39,22 +41,29 @@ std::string log_line(const std::string& head, const std::vector<LogField>& field
 // checkpoint.dir (the run directory of jobs/, runs/NAME/).
 std::string metrics_path(const Config& config);
 
-// Appends one JSON object per record, flushed at once so that a killed job keeps what it
-// logged. A default-constructed file writes nothing (ranks other than 0).
+// Appends one JSON object per record to metrics.jsonl and the same record as one Event to
+// a TensorBoard event file in the same directory (event_file.h), both flushed at once so
+// that a killed job keeps what it logged. A default-constructed file writes nothing
+// (ranks other than 0).
 class MetricsFile {
  public:
   MetricsFile() = default;
-  // Creates the directory and opens `path` for appending (a resumed run continues the
-  // file); a failure throws naming the file and train.metrics_dir.
+  // Creates the directory, opens `path` for appending (a resumed run continues the file)
+  // and starts a new event file beside it; a failure throws naming the file and
+  // train.metrics_dir.
   explicit MetricsFile(const std::string& path);
 
-  // {"kind": KIND, "step": STEP, "wall_s": WALL, "time": unix seconds, key: value, ...}
+  // metrics.jsonl: {"kind": KIND, "step": STEP, "wall_s": WALL, "time": unix seconds,
+  // key: value, ...}. Event file: an Event at STEP with wall_time = the same Unix time
+  // and the scalars KIND/wall_s and KIND/key (e.g. "train/loss", "valid/valid_ppl");
+  // a null (not finite) value is left out.
   void write(const std::string& kind, int64_t step, double wall_s,
              const std::vector<LogField>& fields);
 
  private:
   std::string path_;
   std::ofstream file_;
+  EventFile events_;
 };
 
 }  // namespace thpc

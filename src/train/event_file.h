@@ -1,0 +1,55 @@
+// TensorBoard event files: what `tensorboard --logdir RUN` reads. A file is a sequence of
+// TFRecords, each holding one serialized Event (proto/tensorboard/event.proto, compiled
+// by protoc): first a file_version record, then one Event per metrics.jsonl record with
+// its scalars as Summary values.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace thpc {
+
+// CRC-32C (Castagnoli), the checksum of TFRecord framing; from Boost.CRC.
+uint32_t crc32c(std::string_view data);
+
+// The CRC a TFRecord stores: CRC-32C rotated right by 15 bits plus 0xa282ead8 (TFRecord
+// masks it so that a CRC of data holding CRCs stays a good check).
+uint32_t masked_crc32c(std::string_view data);
+
+// One TFRecord: the data's length (uint64), the masked CRC-32C of those 8 bytes (uint32),
+// the data, the masked CRC-32C of the data (uint32); integers little-endian.
+std::string tfrecord(std::string_view data);
+
+// A scalar as TensorBoard shows it: tag (e.g. "train/loss") and value.
+using TaggedScalar = std::pair<std::string, double>;
+
+// Appends Events to DIR/events.out.tfevents.<unix seconds>.<host>, each record flushed at
+// once so that a live TensorBoard, and a job killed mid-run, see every value written.
+// A default-constructed file writes nothing (ranks other than 0).
+class EventFile {
+ public:
+  EventFile() = default;
+  // Opens the file in the existing directory `dir` for appending (a run restarted within
+  // the same second continues it) and writes the file_version record; a failure throws
+  // naming the file.
+  explicit EventFile(const std::string& dir);
+
+  const std::string& path() const { return path_; }
+
+  // One Event at `step` and `wall_time` (Unix seconds) with a Summary value per scalar.
+  // TensorBoard stores a scalar as a 32-bit float, so each value is rounded to float; a
+  // value that is not finite (shown as n/a) is left out.
+  void write_scalars(int64_t step, double wall_time, const std::vector<TaggedScalar>& scalars);
+
+ private:
+  void write_record(const std::string& event_bytes);
+
+  std::string path_;
+  std::ofstream file_;
+};
+
+}  // namespace thpc
