@@ -1,14 +1,17 @@
 // What a training run leaves for its user besides the log: RUN/metrics.jsonl, which must
-// hold exactly the values the log lines show, and the checkpoint that --eval scores
-// again. The corpus is the default job's (tools/make_numbers_corpus.py), small, so
+// hold exactly the values the log lines show, the TensorBoard event file beside it, which
+// must hold the same values as TensorBoard reads them, and the checkpoint that --eval
+// scores again. The corpus is the default job's (tools/make_numbers_corpus.py), small, so
 // nothing is downloaded.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -127,6 +130,63 @@ TEST_F(RunOutputs, MetricsFileHoldsExactlyTheLoggedValues) {
   EXPECT_EQ(train_lines, 2);
   EXPECT_EQ(valid_lines, 2);
   EXPECT_EQ(summary_lines, 1);
+}
+
+TEST_F(RunOutputs, EventFileHoldsEveryMetricsValue) {
+  ASSERT_EQ(run_.exit_code, 0) << run_.output;
+  const std::string python = python_interpreter().path;
+  if (run_process(python + " -c 'import tensorboard'").exit_code != 0) {
+    GTEST_SKIP() << "'" << python << "' cannot import tensorboard, whose reader this test "
+                    "uses (bash tools/install_deps.sh, or set THPC_PYTHON)";
+  }
+  int event_files = 0;
+  for (const auto& entry : fs::directory_iterator(root_ / "run")) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("events.out.tfevents.", 0) == 0) ++event_files;
+  }
+  EXPECT_EQ(event_files, 1) << "one run, one event file";
+  // (tag, step) -> the scalar as TensorBoard's EventAccumulator reads it.
+  const ProcessResult read = run_process(python + " " THPC_SOURCE_DIR
+                                         "/tests/tensorboard_scalars.py " + (root_ / "run").string());
+  ASSERT_EQ(read.exit_code, 0) << read.output;
+  std::map<std::pair<std::string, std::string>, std::map<std::string, std::string>> scalars;
+  for (const std::string& line : lines_of(read.output)) {
+    std::map<std::string, std::string> scalar = parse_record(line);
+    ASSERT_EQ(scalar.size(), 4u) << line;
+    const std::string tag = scalar.at("tag").substr(1, scalar.at("tag").size() - 2);
+    ASSERT_TRUE(scalars.emplace(std::make_pair(tag, scalar.at("step")), scalar).second)
+        << "twice: " << line;
+  }
+  size_t expected = 0;
+  std::set<std::string> kinds;
+  for (const std::string& line : lines_of(read_file(root_ / "run/metrics.jsonl"))) {
+    SCOPED_TRACE(line);
+    const std::map<std::string, std::string> record = parse_record(line);
+    const std::string kind = record.at("kind").substr(1, record.at("kind").size() - 2);
+    kinds.insert(kind);
+    for (const auto& [key, value] : record) {
+      if (key == "kind" || key == "step" || key == "time") continue;
+      const auto found = scalars.find({kind + "/" + key, record.at("step")});
+      if (value == "null") {  // n/a: no point in the curve
+        EXPECT_EQ(found, scalars.end()) << kind << "/" << key << " written although null";
+        continue;
+      }
+      ++expected;
+      ASSERT_NE(found, scalars.end()) << kind << "/" << key << " missing";
+      // TensorBoard keeps a scalar as a 32-bit float: the writer rounds the double to the
+      // nearest float, and so does this cast of the JSON value (which reads back the
+      // exact double), so the two must be equal: a tolerance of float32's rounding,
+      // half an ulp (2^-24 relative), and no more.
+      EXPECT_EQ(std::stod(found->second.at("value")),
+                static_cast<double>(static_cast<float>(std::stod(value))))
+          << kind << "/" << key << " = " << value;
+      // The Event's wall_time is the record's Unix time, which the JSON rounds to ms.
+      EXPECT_NEAR(std::stod(found->second.at("wall_time")), std::stod(record.at("time")), 5e-4 + 1e-6)
+          << kind << "/" << key;
+    }
+  }
+  EXPECT_EQ(kinds, (std::set<std::string>{"train", "valid", "summary"}));
+  EXPECT_EQ(scalars.size(), expected) << "scalars that are not in metrics.jsonl";
 }
 
 TEST_F(RunOutputs, AMetricsDirThatCannotBeCreatedIsAOneLineError) {
