@@ -132,13 +132,22 @@ TEST_F(RunOutputs, MetricsFileHoldsExactlyTheLoggedValues) {
   EXPECT_EQ(summary_lines, 1);
 }
 
+// The Python interpreter (program.h) when it can import `module` (tensorboard's reader,
+// matplotlib); else "" and `why_not` is the reason to skip.
+std::string python_with(const std::string& module, std::string* why_not) {
+  const std::string python = python_interpreter().path;
+  if (run_process(python + " -c 'import " + module + "'").exit_code == 0) return python;
+  *why_not = "'" + python + "' cannot import " + module +
+             " (bash tools/install_deps.sh puts it into its virtual environment, or set "
+             "THPC_PYTHON)";
+  return "";
+}
+
 TEST_F(RunOutputs, EventFileHoldsEveryMetricsValue) {
   ASSERT_EQ(run_.exit_code, 0) << run_.output;
-  const std::string python = python_interpreter().path;
-  if (run_process(python + " -c 'import tensorboard'").exit_code != 0) {
-    GTEST_SKIP() << "'" << python << "' cannot import tensorboard, whose reader this test "
-                    "uses (bash tools/install_deps.sh, or set THPC_PYTHON)";
-  }
+  std::string why_not;
+  const std::string python = python_with("tensorboard", &why_not);
+  if (python.empty()) GTEST_SKIP() << why_not;
   int event_files = 0;
   for (const auto& entry : fs::directory_iterator(root_ / "run")) {
     const std::string name = entry.path().filename().string();
@@ -187,6 +196,89 @@ TEST_F(RunOutputs, EventFileHoldsEveryMetricsValue) {
   }
   EXPECT_EQ(kinds, (std::set<std::string>{"train", "valid", "summary"}));
   EXPECT_EQ(scalars.size(), expected) << "scalars that are not in metrics.jsonl";
+}
+
+// What is wrong with `bytes` as a PNG image of width x height pixels; empty when nothing:
+// the signature, an IHDR chunk first (width and height, big-endian), an IEND chunk last.
+std::string png_problem(const std::string& bytes, uint32_t width, uint32_t height) {
+  const std::string signature = "\x89PNG\r\n\x1a\n";
+  if (bytes.compare(0, signature.size(), signature) != 0) return "no PNG signature";
+  if (bytes.size() < 33 || bytes.compare(12, 4, "IHDR") != 0) return "no IHDR chunk first";
+  const auto big_endian = [&](size_t at) {
+    uint32_t value = 0;
+    for (size_t i = 0; i < 4; ++i) value = value << 8 | static_cast<unsigned char>(bytes[at + i]);
+    return value;
+  };
+  if (big_endian(16) != width || big_endian(20) != height) {
+    return std::to_string(big_endian(16)) + "x" + std::to_string(big_endian(20)) + " pixels";
+  }
+  // The last chunk: length 0, "IEND", its CRC.
+  if (bytes.compare(bytes.size() - 12, 8, std::string("\0\0\0\0IEND", 8)) != 0) {
+    return "no IEND chunk at the end (truncated?)";
+  }
+  return "";
+}
+
+TEST_F(RunOutputs, PlotsArePngsOfTheStatedSize) {
+  ASSERT_EQ(run_.exit_code, 0) << run_.output;
+  std::string why_not;
+  const std::string python = python_with("matplotlib", &why_not);
+  if (python.empty()) GTEST_SKIP() << why_not;
+  // A second run to overlay: the same records under another name.
+  fs::create_directories(root_ / "other");
+  fs::copy_file(root_ / "run/metrics.jsonl", root_ / "other/metrics.jsonl",
+                fs::copy_options::overwrite_existing);
+  const fs::path out = root_ / "plots";
+  const ProcessResult plot = run_process(
+      python + " " THPC_SOURCE_DIR "/tools/plot_metrics.py " + (root_ / "run").string() + " " +
+      (root_ / "other/metrics.jsonl").string() + " --out " + out.string() + " --size 640x480");
+  ASSERT_EQ(plot.exit_code, 0) << plot.output;
+  std::set<std::string> expected;
+  for (const char* curve : {"loss", "ppl", "lr", "grad_norm", "tokens_per_s"}) {
+    for (const char* axis : {"_step.png", "_time.png"}) expected.insert(curve + std::string(axis));
+  }
+  // BLEU curves only when validation BLEU was logged.
+  if (read_file(root_ / "run/metrics.jsonl").find("\"valid_bleu\"") != std::string::npos) {
+    expected.insert({"bleu_step.png", "bleu_time.png"});
+  }
+  std::set<std::string> written;
+  for (const auto& entry : fs::directory_iterator(out)) {
+    const std::string name = entry.path().filename().string();
+    written.insert(name);
+    const std::string bytes = read_file(entry.path());
+    // A blank 640x480 RGBA canvas compresses to about 2 KB; axes, labels and curves add more.
+    EXPECT_GT(bytes.size(), 10000u) << name;
+    EXPECT_EQ(png_problem(bytes, 640, 480), "") << name;
+    EXPECT_NE(plot.output.find(entry.path().string()), std::string::npos)
+        << name << " written but not listed: " << plot.output;
+  }
+  EXPECT_EQ(written, expected);
+}
+
+TEST_F(RunOutputs, PlotsOfAMissingOrMalformedMetricsFileAreAOneLineError) {
+  std::string why_not;
+  const std::string python = python_with("matplotlib", &why_not);
+  if (python.empty()) GTEST_SKIP() << why_not;
+  const std::string plot = python + " " THPC_SOURCE_DIR "/tools/plot_metrics.py --out " +
+                           (root_ / "bad_plots").string() + " ";
+  const std::string missing = (root_ / "no_such_run").string();
+  ProcessResult result = run_process(plot + missing);
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_NE(result.output.find(missing + ": no such run directory"), std::string::npos)
+      << result.output;
+  EXPECT_EQ(lines_of(result.output).size(), 1u) << result.output;
+
+  const fs::path malformed = root_ / "malformed.jsonl";
+  std::ofstream(malformed) << "{\"kind\": \"train\", \"step\": 1, \"wall_s\": 0.5}\n{\"kind\": \"tr\n";
+  result = run_process(plot + malformed.string());
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_NE(result.output.find(malformed.string() + ": line 2:"), std::string::npos) << result.output;
+  EXPECT_EQ(lines_of(result.output).size(), 1u) << result.output;
+
+  result = run_process(plot + malformed.string() + " --size 640");
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_NE(result.output.find("--size"), std::string::npos) << result.output;
+  EXPECT_FALSE(fs::exists(root_ / "bad_plots")) << "a failed call wrote plots";
 }
 
 TEST_F(RunOutputs, AMetricsDirThatCannotBeCreatedIsAOneLineError) {

@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""Training curves as PNG files, from the metrics.jsonl of one or several runs.
+
+    plot_metrics.py RUN [RUN ...] [--out DIR] [--size WxH]
+
+RUN is a run directory holding metrics.jsonl (train.metrics_dir, or the directory that
+holds checkpoint.dir) or the file itself. For each curve that some run has, two PNG files
+of W x H pixels (default 1200x800) go to DIR (default RUN/plots of the first RUN):
+NAME_step.png against the optimizer step and NAME_time.png against training wall time,
+every run overlaid in its own colour, training values as lines, validation values as
+dashed lines with markers:
+
+    loss        training loss (label-smoothed) and validation loss
+    ppl         training and validation perplexity (log scale)
+    lr          learning rate
+    grad_norm   gradient norm before clipping
+    tokens_per_s  target tokens per second
+    bleu        validation BLEU (only when a run logged valid_bleu)
+
+A resumed run appends to its metrics.jsonl, so a step may appear twice: the later record
+is the one that continued and is the one plotted. Training wall time adds up wall_s over
+the processes of a run (a record whose wall_s is smaller than the one before starts a new
+process), so the time a job waited in the queue between them is not counted.
+
+Needs matplotlib (tools/install_deps.sh puts it into ~/.cache/thpc-venv). Exit codes: 0
+done, 2 a bad command line, 1 an unreadable or malformed metrics file (one line naming it).
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+# Each curve: file name, y label, log scale, and its series: (record kind, key, label).
+CURVES = [
+    ("loss", "loss per target token", False,
+     [("train", "loss", "train"), ("valid", "valid_loss", "valid")]),
+    ("ppl", "perplexity", True, [("train", "ppl", "train"), ("valid", "valid_ppl", "valid")]),
+    ("lr", "learning rate", False, [("train", "lr", "")]),
+    ("grad_norm", "gradient norm (before clipping)", False, [("train", "grad_norm", "")]),
+    ("tokens_per_s", "target tokens/s", False, [("train", "tgt_tokens_per_s", "")]),
+    ("bleu", "validation BLEU", False, [("valid", "valid_bleu", "")]),
+]
+
+
+class MetricsError(Exception):
+    """A metrics file that cannot be read or parsed; the message names it."""
+
+
+def metrics_file(run):
+    return os.path.join(run, "metrics.jsonl") if os.path.isdir(run) else run
+
+
+def read_run(run):
+    """{(kind, key): [(step, training seconds, value), ...]} of one run, sorted by step."""
+    if not os.path.exists(run):
+        raise MetricsError(f"{run}: no such run directory or metrics file")
+    path = metrics_file(run)
+    try:
+        with open(path, encoding="utf-8") as stream:
+            lines = stream.read().splitlines()
+    except OSError as error:
+        raise MetricsError(f"{path}: cannot read the metrics file ({error.strerror})") from None
+    latest = {}  # (kind, step) -> (training seconds, record); a later record replaces
+    offset, previous_wall = 0.0, None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            kind, step, wall = record["kind"], int(record["step"]), float(record["wall_s"])
+        except (ValueError, KeyError, TypeError) as error:
+            raise MetricsError(f"{path}: line {number}: not a metrics record ({error})") from None
+        if previous_wall is not None and wall < previous_wall:
+            offset += previous_wall  # a new process (a resumed run) starts its clock at 0
+        previous_wall = wall
+        latest[(kind, step)] = (offset + wall, record)
+    if not latest:
+        raise MetricsError(f"{path}: no records")
+    series = {}
+    for (kind, step), (seconds, record) in sorted(latest.items(), key=lambda item: item[0][1]):
+        for key, value in record.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and \
+                    math.isfinite(value):
+                series.setdefault((kind, key), []).append((step, seconds, value))
+    return series
+
+
+def run_labels(runs):
+    """Legend names: each run's directory name, the whole path where names repeat."""
+    names = [os.path.basename(os.path.dirname(os.path.abspath(metrics_file(run)))) or run
+             for run in runs]
+    return [name if names.count(name) == 1 else run for name, run in zip(names, runs)]
+
+
+def time_axis(seconds_max):
+    """The unit that keeps the wall-time axis readable: (divisor, label)."""
+    if seconds_max < 120:
+        return 1.0, "training wall time (s)"
+    if seconds_max < 2 * 3600:
+        return 60.0, "training wall time (min)"
+    return 3600.0, "training wall time (h)"
+
+
+def plot(runs, out_dir, width, height):
+    """Writes the PNG files; returns their paths."""
+    import matplotlib
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    data = [read_run(run) for run in runs]
+    labels = run_labels(runs)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    seconds_max = max(point[1] for series in data for points in series.values()
+                      for point in points)
+    divisor, time_label = time_axis(seconds_max)
+    os.makedirs(out_dir, exist_ok=True)
+    written = []
+    dpi = 100
+    for name, y_label, log_scale, curve in CURVES:
+        if not any((kind, key) in series for series in data for kind, key, _ in curve):
+            continue
+        for x_name, x_label in (("step", "step"), ("time", time_label)):
+            figure, axes = plt.subplots(figsize=(width / dpi, height / dpi), dpi=dpi,
+                                        layout="constrained")
+            for index, (series, label) in enumerate(zip(data, labels)):
+                for kind, key, part in curve:
+                    points = series.get((kind, key))
+                    if not points:
+                        continue
+                    xs = [step if x_name == "step" else seconds / divisor
+                          for step, seconds, _ in points]
+                    style = dict(linestyle="--", marker="o", markersize=3) if kind == "valid" \
+                        else dict(linestyle="-")
+                    axes.plot(xs, [value for _, _, value in points],
+                              color=colours[index % len(colours)],
+                              label=f"{label} {part}".strip(), **style)
+            axes.set_xlabel(x_label)
+            axes.set_ylabel(y_label)
+            if log_scale:
+                axes.set_yscale("log")
+            axes.grid(True, alpha=0.3)
+            axes.legend()
+            path = os.path.join(out_dir, f"{name}_{x_name}.png")
+            figure.savefig(path, dpi=dpi)
+            plt.close(figure)
+            written.append(path)
+    return written
+
+
+def size(text):
+    try:
+        width, height = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not WIDTHxHEIGHT in pixels") from None
+    if not (16 <= width <= 10000 and 16 <= height <= 10000):
+        raise argparse.ArgumentTypeError(f"'{text}': each side must be 16 to 10000 pixels")
+    return width, height
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description="PNG training curves from the metrics.jsonl of one or several runs.")
+    parser.add_argument("runs", nargs="+", metavar="RUN",
+                        help="run directory holding metrics.jsonl, or the file itself")
+    parser.add_argument("--out", metavar="DIR",
+                        help="where the PNG files go (default: RUN/plots of the first RUN)")
+    parser.add_argument("--size", type=size, default=(1200, 800), metavar="WxH",
+                        help="pixels of each PNG (default 1200x800)")
+    args = parser.parse_args()
+    out_dir = args.out or os.path.join(
+        os.path.dirname(os.path.abspath(metrics_file(args.runs[0]))), "plots")
+    try:
+        import matplotlib  # noqa: F401  (only to say what is missing before any work)
+    except ImportError:
+        sys.exit("plot_metrics.py: needs matplotlib: bash tools/install_deps.sh, then run "
+                 "this with ~/.cache/thpc-venv/bin/python")
+    try:
+        written = plot(args.runs, out_dir, *args.size)
+    except MetricsError as error:
+        sys.exit(f"plot_metrics.py: {error}")
+    for path in written:
+        print(path)
+
+
+if __name__ == "__main__":
+    main()
