@@ -105,8 +105,9 @@ const std::vector<Option>& option_table() {
       THPC_OPTION(train, valid_every, THPC_ANY,
                   "steps between validation loss/perplexity lines; 0 = none (needs data.dir)"),
       THPC_OPTION(train, metrics_dir, THPC_ANY,
-                  "rank 0 appends every logged value to DIR/metrics.jsonl; empty = the "
-                  "directory holding checkpoint.dir (a job's run directory)"),
+                  "rank 0 appends every logged value to DIR/metrics.jsonl and a TensorBoard "
+                  "event file; empty = the directory holding checkpoint.dir (a job's run "
+                  "directory)"),
 
       // [data]: HDF5 shards of transformer_preprocess, or a synthetic task.
       THPC_OPTION(data, dir, THPC_ANY,

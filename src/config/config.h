@@ -50,7 +50,7 @@ struct TrainConfig {
   int log_every = 100;             // steps between progress lines
   int valid_every = 0;             // steps between validation passes; 0 = none
   int threads = 0;                 // CPU backend BLAS threads; 0 = OpenBLAS's default
-  std::string metrics_dir;         // DIR/metrics.jsonl; "" = the parent of checkpoint.dir
+  std::string metrics_dir;         // metrics.jsonl, event file; "" = the parent of checkpoint.dir
 };
 
 // Where batches come from: the HDF5 shards transformer_preprocess wrote to `dir`, or,
