@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "data_dir.h"
+#include "python_interpreter.h"
 #include "common/error.h"
 #include "metrics/bleu.h"
 #include "metrics/tokenize.h"
@@ -613,27 +614,8 @@ TEST_F(ScoreProgram, BadCommandLine) {
 
 // ---- cross-check against Python's sacreBLEU, when it is installed ----
 
-// The interpreter to look for sacrebleu in, and whether it was named (then it must have
-// sacrebleu: the cross-check fails instead of skipping): $THPC_PYTHON; else the virtual
-// environment tools/install_deps.sh makes ($THPC_VENV, default ~/.cache/thpc-venv), so
-// the README's test command and CI run the cross-check with nothing set; else python3.
-struct Interpreter {
-  std::string path;
-  bool named;
-};
-Interpreter python_interpreter() {
-  const char* configured = std::getenv("THPC_PYTHON");
-  if (configured != nullptr && *configured != '\0') return {configured, true};
-  const char* venv = std::getenv("THPC_VENV");
-  const char* home = std::getenv("HOME");
-  const std::string venv_dir = venv != nullptr && *venv != '\0' ? std::string(venv)
-                               : home != nullptr ? std::string(home) + "/.cache/thpc-venv"
-                                                 : std::string();
-  if (!venv_dir.empty() && std::filesystem::exists(venv_dir + "/bin/python")) {
-    return {venv_dir + "/bin/python", true};
-  }
-  return {"python3", false};
-}
+using thpc::Interpreter;
+using thpc::python_interpreter;
 
 // Everything after "SIGNATURE = " on each line: the scores, not the version tag.
 std::string scores_only(const std::string& output) {
