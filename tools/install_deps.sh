@@ -29,12 +29,13 @@ else
   echo "install_deps: all ${#packages[@]} packages present"
 fi
 
-# sacreBLEU (not packaged by Debian 12) from PyPI, for test_bleu's cross-check with the
-# reference implementation: a virtual environment, so the system Python is left alone.
+# From PyPI into a virtual environment, so the system Python is left alone: sacreBLEU
+# (not packaged by Debian 12) for test_bleu's cross-check with the reference
+# implementation; matplotlib and h5py for tools/plot_attention.py.
 venv=${THPC_VENV:-$HOME/.cache/thpc-venv}
-if ! "$venv/bin/python" -c 'import sacrebleu' 2>/dev/null; then
-  echo "install_deps: installing sacrebleu into $venv"
+if ! "$venv/bin/python" -c 'import sacrebleu, matplotlib, h5py' 2>/dev/null; then
+  echo "install_deps: installing sacrebleu, matplotlib and h5py into $venv"
   python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install -q 'sacrebleu>=2,<3'
+  "$venv/bin/python" -m pip install -q 'sacrebleu>=2,<3' matplotlib h5py
 fi
-echo "install_deps: sacrebleu in $venv (THPC_PYTHON=$venv/bin/python)"
+echo "install_deps: sacrebleu, matplotlib, h5py in $venv (THPC_PYTHON=$venv/bin/python)"
