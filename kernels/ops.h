@@ -156,8 +156,11 @@ class Backend {
   // columns [i*d_k, (i+1)*d_k) of q with row stride ldq (likewise k with ldk, v with
   // ldv and d_v), so a fused QKV projection is passed as three offset views.
   // out [B*Lq, h*d_v] (row stride h*d_v), heads concatenated.
-  // `saved` holds what backward needs; its size is attention_saved_numel(shape). It may
-  // be null when no backward follows (decoding).
+  // `saved` holds what backward needs: the probabilities before attention dropout,
+  // P [B, h, Lq, Lk] contiguous, masked entries (padding, future positions) exactly 0;
+  // its size is attention_saved_numel(shape). The model also reads them back for
+  // attention pictures (Transformer::attention_weights). It may be null when no backward
+  // follows (incremental decoding).
   virtual int64_t attention_saved_numel(const AttentionShape& shape) const = 0;
   virtual void attention_forward(Tensor out, Tensor saved, Tensor q, int ldq, Tensor k,
                                  int ldk, Tensor v, int ldv,

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "python_interpreter.h"  // python_interpreter(), for suites running Python tools
+
 namespace thpc {
 
 struct ProcessResult {
@@ -45,28 +47,6 @@ inline std::vector<std::string> lines_of(const std::string& text) {
   std::string line;
   while (std::getline(in, line)) lines.push_back(line);
   return lines;
-}
-
-// The Python interpreter for the tests that use PyPI packages (sacrebleu, tensorboard),
-// and whether it was named: $THPC_PYTHON; else the virtual environment
-// tools/install_deps.sh makes ($THPC_VENV, default ~/.cache/thpc-venv), so the README's
-// test command and CI find the packages with nothing set; else python3 (not named).
-struct Interpreter {
-  std::string path;
-  bool named;
-};
-inline Interpreter python_interpreter() {
-  const char* configured = std::getenv("THPC_PYTHON");
-  if (configured != nullptr && *configured != '\0') return {configured, true};
-  const char* venv = std::getenv("THPC_VENV");
-  const char* home = std::getenv("HOME");
-  const std::string venv_dir = venv != nullptr && *venv != '\0' ? std::string(venv)
-                               : home != nullptr ? std::string(home) + "/.cache/thpc-venv"
-                                                 : std::string();
-  if (!venv_dir.empty() && std::filesystem::exists(venv_dir + "/bin/python")) {
-    return {venv_dir + "/bin/python", true};
-  }
-  return {"python3", false};
 }
 
 }  // namespace thpc

@@ -614,8 +614,8 @@ TEST_F(ScoreProgram, BadCommandLine) {
 
 // ---- cross-check against Python's sacreBLEU, when it is installed ----
 
-// The interpreter to look for sacrebleu in (program.h); when it was named it must have
-// sacrebleu: the cross-check fails instead of skipping.
+// The interpreter to look for sacrebleu in (python_interpreter.h); when it was named it
+// must have sacrebleu: the cross-check fails instead of skipping.
 using thpc::Interpreter;
 using thpc::python_interpreter;
 

@@ -5,7 +5,6 @@
 // lines truncated with a warning, determinism, --greedy = --beam 1 --lenpen 0, n-best,
 // the SentencePiece model taken from the checkpoint when --spm-model is not given.
 #include <gtest/gtest.h>
-#include <sentencepiece_trainer.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -18,6 +17,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "model/transformer.h"
 #include "program.h"
+#include "spm_model.h"
 
 namespace thpc {
 namespace {
@@ -37,11 +37,8 @@ class DecodeProgram : public ::testing::Test {
     std::string line;
     for (int i = 0; i < 3000 && std::getline(corpus, line); ++i) sample << line << "\n";
     sample.close();
-    const auto status = sentencepiece::SentencePieceTrainer::Train(
-        "--input=" + (dir_ / "sample.en").string() + " --model_prefix=" +
-        (dir_ / "spm").string() +
-        " --vocab_size=300 --model_type=bpe --pad_id=0 --unk_id=1 --bos_id=2 --eos_id=3"
-        " --minloglevel=2");
+    const auto status =
+        train_test_spm_model((dir_ / "sample.en").string(), (dir_ / "spm").string(), 300);
     ASSERT_TRUE(status.ok()) << status.ToString();
 
     // A small model of that vocabulary, saved as a parameters-only checkpoint.

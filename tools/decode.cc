@@ -4,6 +4,7 @@
 //   transformer_decode --checkpoint FILE [--spm-model FILE] [--input FILE|-] [--output FILE]
 //                      [--beam B] [--lenpen A] [--max-len-a 1 --max-len-b 50]
 //                      [--batch-tokens 4096] [--nbest 1] [--greedy] [--threads N]
+//                      [--dump-attention FILE.h5 --dump-lines 1,5,9]
 //
 // The SentencePiece model is --spm-model when given, else the one stored in the
 // checkpoint by the trainer (fairseq-like). Each input line is SentencePiece-encoded,
@@ -12,8 +13,11 @@
 // cache (the checkpoint's [decode] settings unless given here; the defaults are §6.1's:
 // beam 4, alpha 0.6, output length <= input length + 50) and written back
 // detokenised, one line per input line, in input order. With --nbest K > 1 each input
-// gives K lines `INDEX ||| hypothesis ||| score`. Exit codes: 0 success, 1 a bad file or
-// checkpoint, 2 a bad command line.
+// gives K lines `INDEX ||| hypothesis ||| score`. --dump-attention stores, for the input
+// lines --dump-lines names, every layer's and head's attention weights of the best
+// translation in an HDF5 file (decode/attention_dump.h has the layout;
+// tools/plot_attention.py draws it). Exit codes: 0 success, 1 a bad file or checkpoint,
+// 2 a bad command line (--dump-lines naming a line the input lacks included).
 #include <sentencepiece_processor.h>
 
 #include <boost/program_options.hpp>
@@ -26,7 +30,9 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,6 +40,7 @@
 #include "checkpoint/checkpoint.h"
 #include "common/error.h"
 #include "config/config.h"
+#include "decode/attention_dump.h"
 #include "decode/beam_search.h"
 #include "metrics/bleu.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -52,7 +59,38 @@ struct Arguments {
   std::optional<float> lenpen;
   int threads = -1;  // < 0: the checkpoint's train.threads
   bool greedy = false;
+  std::string dump_attention;   // empty: no attention dump
+  std::vector<int> dump_lines;  // 1-based input lines, ascending, each once
 };
+
+// A command-line mistake found only once the input is read (--dump-lines naming a line
+// it lacks): exit code 2, like the mistakes found while parsing.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// "1,5,9" -> {1, 5, 9}: 1-based line numbers, comma-separated, ascending and each once
+// in the result whatever the order given.
+std::vector<int> parse_line_numbers(const std::string& text) {
+  std::set<int> numbers;
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    const bool digits_only = !item.empty() && item.size() <= 9 &&
+                             item.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits_only || std::stoi(item) < 1) {
+      THPC_FAIL("--dump-lines '" << text << "': '" << item << "' is not a line number "
+                << "(1-based numbers separated by commas, e.g. 1,5,9)");
+    }
+    numbers.insert(std::stoi(item));
+  }
+  if (numbers.empty() || text.back() == ',') {
+    THPC_FAIL("--dump-lines '" << text << "': expected 1-based line numbers separated by "
+              << "commas, e.g. 1,5,9");
+  }
+  return {numbers.begin(), numbers.end()};
+}
 
 // The run configuration stored in the checkpoint, parsed by the same option table.
 thpc::Config stored_config(const thpc::Checkpoint& checkpoint, const std::string& path) {
@@ -164,6 +202,13 @@ int run(const Arguments& args) {
   const std::vector<std::string> lines = read_lines(args.input);
   // The longest source the position table holds: eos takes one position.
   const int longest_source = config.model.max_positions - 1;
+  const std::string input_name = args.input == "-" ? "<stdin>" : args.input;
+  for (int line : args.dump_lines) {
+    if (line > static_cast<int>(lines.size())) {
+      throw UsageError("--dump-lines: line " + std::to_string(line) + " is beyond the " +
+                       std::to_string(lines.size()) + " lines of " + input_name);
+    }
+  }
   std::vector<thpc::TokenSequence> sources(lines.size());
   for (size_t i = 0; i < lines.size(); ++i) {
     std::vector<int> pieces;
@@ -175,6 +220,17 @@ int run(const Arguments& args) {
       pieces.resize(longest_source);
     }
     sources[i].assign(pieces.begin(), pieces.end());
+  }
+  // The dumps, in the order of --dump-lines; dump_slot[i] is input line i's, or -1.
+  std::vector<thpc::AttentionDump> dumps(args.dump_lines.size());
+  std::vector<int> dump_slot(lines.size(), -1);
+  for (size_t slot = 0; slot < args.dump_lines.size(); ++slot) {
+    const int line = args.dump_lines[slot];
+    if (sources[line - 1].empty()) {
+      throw UsageError("--dump-lines: line " + std::to_string(line) + " of " + input_name +
+                       " is empty: it has no translation to show");
+    }
+    dump_slot[line - 1] = static_cast<int>(slot);
   }
 
   thpc::BeamOptions options;
@@ -224,6 +280,14 @@ int run(const Arguments& args) {
         const auto found = thpc::beam_search(scorer, batch_sources, ids, options);
         // Each sentence belongs to one batch: the workers write disjoint elements.
         for (size_t k = 0; k < batch.members.size(); ++k) results[batch.members[k]] = found[k];
+        // The weights of each dumped line's best translation, by a forward pass over it
+        // (the search's cache keeps none); it leaves nothing the next batch reads.
+        for (size_t k = 0; k < batch.members.size(); ++k) {
+          const size_t i = batch.members[k];
+          if (dump_slot[i] < 0) continue;
+          dumps[dump_slot[i]] = thpc::capture_attention(model, sources[i], found[k][0].tokens, ids);
+          dumps[dump_slot[i]].line = static_cast<int>(i) + 1;
+        }
       }
     } catch (...) {
       failures[worker] = std::current_exception();
@@ -240,6 +304,11 @@ int run(const Arguments& args) {
     if (failure) std::rethrow_exception(failure);
   }
 
+  auto detokenise = [&](const thpc::TokenSequence& tokens) {
+    std::string text;
+    spm.Decode(std::vector<int>(tokens.begin(), tokens.end()), &text);
+    return text;
+  };
   std::ofstream file;
   std::ostream* out = &std::cout;
   if (args.output != "-") {
@@ -248,11 +317,6 @@ int run(const Arguments& args) {
     out = &file;
   }
   for (size_t i = 0; i < lines.size(); ++i) {
-    auto detokenise = [&](const thpc::TokenSequence& tokens) {
-      std::string text;
-      spm.Decode(std::vector<int>(tokens.begin(), tokens.end()), &text);
-      return text;
-    };
     if (options.nbest == 1) {
       *out << (results[i].empty() ? std::string() : detokenise(results[i][0].tokens)) << "\n";
       continue;
@@ -265,6 +329,21 @@ int run(const Arguments& args) {
   }
   out->flush();
   if (!*out) THPC_FAIL("writing the output failed");
+
+  if (!args.dump_attention.empty()) {
+    auto pieces_of = [&](const thpc::TokenSequence& ids_of_pieces) {
+      std::vector<std::string> pieces;
+      for (int32_t id : ids_of_pieces) pieces.push_back(spm.IdToPiece(id));
+      return pieces;
+    };
+    for (thpc::AttentionDump& dump : dumps) {
+      dump.source_text = lines[dump.line - 1];
+      dump.target_text = detokenise(results[dump.line - 1][0].tokens);
+      dump.source_tokens = pieces_of(dump.source_ids);
+      dump.target_tokens = pieces_of(dump.target_ids);
+    }
+    thpc::write_attention_dumps(args.dump_attention, dumps, args.checkpoint);
+  }
   return 0;
 }
 
@@ -290,7 +369,12 @@ int main(int argc, char** argv) {
       ("greedy", po::bool_switch(&args.greedy), "greedy decoding (beam 1, no length penalty)")
       ("threads", po::value(&args.threads),
        "CPU decoding workers, each translating whole batches with its own copy of the model; "
-       "0 = one per core (default: the checkpoint's train.threads)");
+       "0 = one per core (default: the checkpoint's train.threads)")
+      ("dump-attention", po::value(&args.dump_attention),
+       "write every layer's and head's attention weights of the --dump-lines translations "
+       "to this HDF5 file (tools/plot_attention.py draws them)")
+      ("dump-lines", po::value<std::string>(),
+       "the input lines to dump, 1-based and comma-separated, e.g. 1,5,9");
   try {
     po::variables_map values;
     po::store(po::parse_command_line(argc, argv, options), values);
@@ -309,12 +393,21 @@ int main(int argc, char** argv) {
       THPC_FAIL("--beam, --nbest and --batch-tokens must be >= 1; --max-len-a, --max-len-b, "
                 "--lenpen and --threads >= 0");
     }
+    if (values.count("dump-lines")) {
+      args.dump_lines = parse_line_numbers(values["dump-lines"].as<std::string>());
+    }
+    if (args.dump_attention.empty() != args.dump_lines.empty()) {
+      THPC_FAIL("--dump-attention FILE and --dump-lines N,... go together");
+    }
   } catch (const std::exception& error) {
     std::cerr << "transformer_decode: " << error.what() << " (see --help)\n";
     return 2;
   }
   try {
     return run(args);
+  } catch (const UsageError& error) {
+    std::cerr << "transformer_decode: " << error.what() << " (see --help)\n";
+    return 2;
   } catch (const std::exception& error) {
     std::cerr << "transformer_decode: error: " << error.what() << "\n";
     return 1;

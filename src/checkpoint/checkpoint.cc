@@ -1,12 +1,9 @@
 #include "checkpoint/checkpoint.h"
 
-#include <fcntl.h>
 #include <hdf5.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +15,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "checkpoint/hdf5_file.h"
 #include "common/error.h"
 #include "common/sha256.h"
 
@@ -30,55 +28,8 @@ constexpr const char* kStepPrefix = "step_";
 constexpr const char* kStepSuffix = ".h5";
 constexpr const char* kSpmModelDataset = "spm_model";
 
-// HDF5 prints its whole error stack to stderr by default; a user should see one line
-// naming the file and the problem instead. Turned off once, before the first HDF5 call.
-void silence_hdf5_error_printing() {
-  static const bool silenced = [] {
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-    return true;
-  }();
-  (void)silenced;
-}
-
-// The most specific message of HDF5's current error stack ("truncated file: eof = ...").
-std::string hdf5_reason() {
-  std::string reason;
-  H5Ewalk2(
-      H5E_DEFAULT, H5E_WALK_UPWARD,
-      [](unsigned depth, const H5E_error2_t* error, void* data) -> herr_t {
-        auto* text = static_cast<std::string*>(data);
-        if (depth == 0 && error->desc != nullptr) *text = error->desc;
-        return 0;
-      },
-      &reason);
-  H5Eclear2(H5E_DEFAULT);
-  return reason.empty() ? std::string("unknown HDF5 error") : reason;
-}
-
-// Owns one HDF5 identifier and closes it with the function of its kind.
-class Handle {
- public:
-  Handle(hid_t id, herr_t (*closer)(hid_t)) : id_(id), close_(closer) {}
-  ~Handle() {
-    if (id_ >= 0) close_(id_);
-  }
-  Handle(Handle&& other) noexcept : id_(std::exchange(other.id_, -1)), close_(other.close_) {}
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-  Handle& operator=(Handle&&) = delete;
-  hid_t get() const { return id_; }
-  bool valid() const { return id_ >= 0; }
-  // Closes now, reporting failure (a file's close is where its last bytes are written).
-  herr_t close() {
-    const herr_t status = id_ >= 0 ? close_(id_) : 0;
-    id_ = -1;
-    return status;
-  }
-
- private:
-  hid_t id_;
-  herr_t (*close_)(hid_t);
-};
+using hdf5::Handle;
+using hdf5::silence_error_printing;
 
 // The sha256 of each tensor's bytes, on all cores: hashing is most of the time a
 // checkpoint takes to write and to verify (docs/checkpoints.md), and tensors hash
@@ -112,44 +63,10 @@ std::vector<const NamedTensor*> pointers_to(
 
 // ---- writing ----
 
-class Writer {
+// The checkpoint's own datasets beside hdf5::Writer's attributes and groups.
+class Writer : public hdf5::Writer {
  public:
-  explicit Writer(const std::string& path) : path_(path) {}
-
-  [[noreturn]] void fail(const std::string& what) const {
-    THPC_FAIL("cannot write checkpoint " << path_ << ": " << what << " (" << hdf5_reason()
-                                         << ")");
-  }
-  void check(herr_t status, const std::string& what) const {
-    if (status < 0) fail(what);
-  }
-
-  void string_attribute(hid_t object, const char* name, const std::string& value) const {
-    Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
-    check(H5Tset_size(type.get(), value.size() + 1), "string type");
-    check(H5Tset_strpad(type.get(), H5T_STR_NULLTERM), "string type");
-    Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-    Handle attribute(H5Acreate2(object, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                     H5Aclose);
-    if (!attribute.valid()) fail(std::string("attribute ") + name);
-    check(H5Awrite(attribute.get(), type.get(), value.c_str()), std::string("attribute ") + name);
-  }
-
-  template <typename Integer>
-  void integer_attribute(hid_t object, const char* name, Integer value) const {
-    const hid_t type = std::is_signed_v<Integer> ? H5T_NATIVE_INT64 : H5T_NATIVE_UINT64;
-    Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-    Handle attribute(H5Acreate2(object, name, type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                     H5Aclose);
-    if (!attribute.valid()) fail(std::string("attribute ") + name);
-    check(H5Awrite(attribute.get(), type, &value), std::string("attribute ") + name);
-  }
-
-  hid_t group(hid_t parent, const char* name) {
-    const hid_t id = H5Gcreate2(parent, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    if (id < 0) fail(std::string("group ") + name);
-    return id;
-  }
+  explicit Writer(const std::string& path) : hdf5::Writer("checkpoint " + path) {}
 
   // A one-dimensional uint8 dataset holding `bytes` (which may contain NULs), with its
   // sha256.
@@ -188,21 +105,7 @@ class Writer {
       string_attribute(dataset.get(), "sha256", digests.at(next_digest++));
     }
   }
-
- private:
-  std::string path_;
 };
-
-void fsync_path(const std::string& path, const std::string& checkpoint_path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0 || ::fsync(fd) != 0) {
-    const int error = errno;
-    if (fd >= 0) ::close(fd);
-    THPC_FAIL("cannot write checkpoint " << checkpoint_path << ": fsync of " << path << ": "
-                                         << std::strerror(error));
-  }
-  ::close(fd);
-}
 
 // ---- reading ----
 
@@ -216,14 +119,14 @@ class Reader {
 
   bool exists(hid_t parent, const std::string& name) const {
     const htri_t found = H5Lexists(parent, name.c_str(), H5P_DEFAULT);
-    if (found < 0) fail("cannot look up " + name + " (" + hdf5_reason() + ")");
+    if (found < 0) fail("cannot look up " + name + " (" + hdf5::reason() + ")");
     return found > 0;
   }
 
   Handle open_group(hid_t parent, const std::string& name) const {
     if (!exists(parent, name)) fail("missing group " + name);
     Handle group(H5Gopen2(parent, name.c_str(), H5P_DEFAULT), H5Gclose);
-    if (!group.valid()) fail("cannot open group " + name + " (" + hdf5_reason() + ")");
+    if (!group.valid()) fail("cannot open group " + name + " (" + hdf5::reason() + ")");
     return group;
   }
 
@@ -233,7 +136,7 @@ class Reader {
     Handle attribute(H5Aopen(object, name, H5P_DEFAULT), H5Aclose);
     if (!attribute.valid()) {
       fail("cannot open attribute " + std::string(name) + " of " + object_name + " (" +
-           hdf5_reason() + ")");
+           hdf5::reason() + ")");
     }
     return attribute;
   }
@@ -249,7 +152,7 @@ class Reader {
     std::string value(H5Tget_size(type.get()), '\0');
     if (H5Aread(attribute.get(), type.get(), value.data()) < 0) {
       fail("cannot read attribute " + std::string(name) + " of " + object_name + " (" +
-           hdf5_reason() + ")");
+           hdf5::reason() + ")");
     }
     value.resize(std::strlen(value.c_str()));
     return value;
@@ -261,7 +164,7 @@ class Reader {
     Integer value = 0;
     const hid_t type = std::is_signed_v<Integer> ? H5T_NATIVE_INT64 : H5T_NATIVE_UINT64;
     if (H5Aread(attribute.get(), type, &value) < 0) {
-      fail("cannot read attribute " + std::string(name) + " (" + hdf5_reason() + ")");
+      fail("cannot read attribute " + std::string(name) + " (" + hdf5::reason() + ")");
     }
     return value;
   }
@@ -276,7 +179,7 @@ class Reader {
           return 0;
         },
         &names);
-    if (status < 0) fail("cannot list " + group_path + " (" + hdf5_reason() + ")");
+    if (status < 0) fail("cannot list " + group_path + " (" + hdf5::reason() + ")");
     return names;
   }
 
@@ -285,7 +188,7 @@ class Reader {
   std::string bytes_dataset(hid_t parent, const std::string& name) const {
     const std::string where = "/" + name;
     Handle dataset(H5Dopen2(parent, name.c_str(), H5P_DEFAULT), H5Dclose);
-    if (!dataset.valid()) fail("cannot open dataset " + where + " (" + hdf5_reason() + ")");
+    if (!dataset.valid()) fail("cannot open dataset " + where + " (" + hdf5::reason() + ")");
     Handle type(H5Dget_type(dataset.get()), H5Tclose);
     Handle space(H5Dget_space(dataset.get()), H5Sclose);
     hsize_t size = 0;
@@ -297,7 +200,7 @@ class Reader {
     std::string bytes(size, '\0');
     if (size > 0 && H5Dread(dataset.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                             bytes.data()) < 0) {
-      fail("cannot read dataset " + where + " (" + hdf5_reason() + ")");
+      fail("cannot read dataset " + where + " (" + hdf5::reason() + ")");
     }
     verify_checksum(where, sha256_hex(bytes.data(), bytes.size()),
                     string_attribute(dataset.get(), where, "sha256"));
@@ -318,7 +221,7 @@ class Reader {
     const std::string where = group_path + "/" + name;
     if (!exists(group, name)) fail("missing dataset " + where);
     Handle dataset(H5Dopen2(group, name.c_str(), H5P_DEFAULT), H5Dclose);
-    if (!dataset.valid()) fail("cannot open dataset " + where + " (" + hdf5_reason() + ")");
+    if (!dataset.valid()) fail("cannot open dataset " + where + " (" + hdf5::reason() + ")");
     Handle type(H5Dget_type(dataset.get()), H5Tclose);
     if (H5Tget_class(type.get()) != H5T_FLOAT || H5Tget_size(type.get()) != sizeof(float)) {
       fail("dataset " + where + " is not fp32");
@@ -336,7 +239,7 @@ class Reader {
     tensor.values.resize(dims[0] * dims[1]);
     if (H5Dread(dataset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                 tensor.values.data()) < 0) {
-      fail("cannot read dataset " + where + " (" + hdf5_reason() + ")");
+      fail("cannot read dataset " + where + " (" + hdf5::reason() + ")");
     }
     recorded_digests.push_back(string_attribute(dataset.get(), where, "sha256"));
     return tensor;
@@ -423,30 +326,10 @@ std::string checkpoint_file_name(int64_t step) {
 }
 
 void write_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
-  silence_hdf5_error_printing();
-  const fs::path final_path(path);
-  const fs::path directory = final_path.has_parent_path() ? final_path.parent_path() : ".";
-  std::error_code error;
-  fs::create_directories(directory, error);
-  if (error) {
-    THPC_FAIL("cannot write checkpoint " << path << ": cannot create directory " << directory
-                                         << ": " << error.message());
-  }
-  const std::string temporary = (directory / ("." + final_path.filename().string() + ".tmp"));
-  try {
+  silence_error_printing();
+  hdf5::write_atomically(path, "checkpoint " + path, [&](const std::string& temporary) {
     write_hdf5_file(temporary, path, checkpoint);
-    fsync_path(temporary, path);
-  } catch (const Error&) {
-    fs::remove(temporary, error);  // a partial file helps nobody
-    throw;
-  }
-  fs::rename(temporary, final_path, error);
-  if (error) {
-    THPC_FAIL("cannot write checkpoint " << path << ": rename of " << temporary << ": "
-                                         << error.message());
-  }
-  // The rename itself is durable only once the directory entry is on disk.
-  fsync_path(directory.string(), path);
+  });
 }
 
 bool is_step_checkpoint_name(const std::string& path) {
@@ -454,7 +337,7 @@ bool is_step_checkpoint_name(const std::string& path) {
 }
 
 Checkpoint read_checkpoint(const std::string& path, CheckpointParts parts) {
-  silence_hdf5_error_printing();
+  silence_error_printing();
   Reader reader(path);
   std::error_code error;
   if (!fs::is_regular_file(path, error)) reader.fail("no such file");
@@ -465,7 +348,7 @@ Checkpoint read_checkpoint(const std::string& path, CheckpointParts parts) {
   }
   Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (!file.valid()) {
-    reader.fail("cannot be opened, the file is truncated or damaged (HDF5: " + hdf5_reason() +
+    reader.fail("cannot be opened, the file is truncated or damaged (HDF5: " + hdf5::reason() +
                 ")");
   }
   const hid_t root = file.get();
@@ -522,7 +405,7 @@ Checkpoint read_checkpoint(const std::string& path, CheckpointParts parts) {
       }
     }
   }
-  if (file.close() < 0) reader.fail("cannot be closed (" + hdf5_reason() + ")");
+  if (file.close() < 0) reader.fail("cannot be closed (" + hdf5::reason() + ")");
   const std::vector<std::string> digests = sha256_of_each(
       pointers_to({&checkpoint.params, &checkpoint.adam_m, &checkpoint.adam_v}));
   for (size_t i = 0; i < digests.size(); ++i) {

@@ -176,6 +176,9 @@ void Transformer::forward_encoder(bool train, const DropoutContext& ctx) {
                            dropout_key(ctx, SitePart::Embedding, 0, SiteSlot::SourceEmbedding));
 
   s.encoder_acts.assign(config_.layers, LayerActs{});
+  // The decoder's activations belong to the previous source: attention_weights() must
+  // not pair them with this one.
+  s.decoder_acts.clear();
   for (int layer = 0; layer < config_.layers; ++layer) {
     const LayerParams& p = s.encoder[layer];
     LayerActs& a = s.encoder_acts[layer];
@@ -214,6 +217,7 @@ void Transformer::forward_decoder(int batch_size, int T, bool train, const Dropo
                            dropout_key(ctx, SitePart::Embedding, 0, SiteSlot::TargetEmbedding));
 
   s.decoder_acts.assign(config_.layers, LayerActs{});
+  s.decoder_len = T;
   for (int layer = 0; layer < config_.layers; ++layer) {
     const LayerParams& p = s.decoder[layer];
     LayerActs& a = s.decoder_acts[layer];
@@ -412,6 +416,25 @@ std::vector<float> Transformer::next_token_log_probs(const std::vector<int32_t>&
     result.insert(result.end(), one.begin(), one.end());
   }
   return result;
+}
+
+std::vector<float> Transformer::attention_weights(AttentionKind kind, int layer) {
+  State& s = *state_;
+  const bool encoder = kind == AttentionKind::EncoderSelf;
+  const std::vector<LayerActs>& acts = encoder ? s.encoder_acts : s.decoder_acts;
+  THPC_CHECK(layer >= 0 && layer < static_cast<int>(acts.size()),
+             "attention weights of " << (encoder ? "encoder" : "decoder") << " layer " << layer
+                                     << " asked for, but " << acts.size()
+                                     << " such layers ran the last forward pass");
+  const Tensor saved = kind == AttentionKind::Cross ? acts[layer].cross_attention.saved
+                                                    : acts[layer].self_attention.saved;
+  const int query_len = encoder ? s.src_len : s.decoder_len;
+  const int key_len = kind == AttentionKind::DecoderSelf ? s.decoder_len : s.src_len;
+  THPC_CHECK(saved.numel == int64_t(s.batch_size) * config_.heads * query_len * key_len,
+             "saved attention of " << saved.numel << " values for [" << s.batch_size << ", "
+                                   << config_.heads << ", " << query_len << ", " << key_len
+                                   << "]");
+  return download_rows_f32(saved, s.batch_size * config_.heads * query_len, key_len);
 }
 
 std::vector<float> Transformer::download_rows_f32(Tensor rows, int count, int width) {

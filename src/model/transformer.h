@@ -85,6 +85,18 @@ class Transformer {
   std::vector<float> incremental_log_probs(const std::vector<int32_t>& tokens, int position);
   void reorder_incremental(const std::vector<int>& parent);
 
+  // The attention weights of the last full forward pass (train_step, evaluate, or
+  // encode then next_token_log_probs; incremental decoding keeps none), for pictures
+  // like the paper's Figures 3-5: the softmax probabilities each attention op saved for
+  // backward (before attention dropout; masked entries, padding and future positions,
+  // exactly 0), host [B, heads, Lq, Lk] of layer `layer`.
+  enum class AttentionKind {
+    EncoderSelf,  // Lq = Lk = the padded source length S
+    DecoderSelf,  // Lq = Lk = the target length T (the prefix length when decoding)
+    Cross,        // encoder-decoder attention: Lq = T, Lk = S
+  };
+  std::vector<float> attention_weights(AttentionKind kind, int layer);
+
  private:
   struct State;  // parameter views, activations, arenas (transformer_state.h)
 

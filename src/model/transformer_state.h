@@ -129,6 +129,7 @@ struct Transformer::State {
   // The current batch on the backend.
   model_detail::IdBuffer src, tgt_in, tgt_out, src_lengths, tgt_lengths;
   int batch_size = 0, src_len = 0, tgt_len = 0;
+  int decoder_len = 0;  // T of the last forward_decoder (a prefix length when decoding)
 
   // Activations.
   Arena encoder_arena, decoder_arena, grad_arena, scratch_arena;
