@@ -23,6 +23,7 @@
 #include "common/error.h"
 #include "common/philox.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/positions.h"
 
 namespace thpc {
 namespace {
@@ -257,7 +258,7 @@ TEST(Embedding, RejectsTokenOutsideVocabulary) {
 TEST(Embedding, SinusoidalPositionsFollowTheFormula) {
   const int max_len = 50, d = 9;  // odd d: the last column is a sine without its cosine
   Values table(max_len * d);
-  cpu::sinusoidal_positions<double>(table.data(), max_len, d);
+  sinusoidal_positions<double>(table.data(), max_len, d);
   // PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)).
   const std::vector<std::pair<int, int>> pos_and_i{{0, 0}, {1, 0}, {3, 1}, {17, 2}, {49, 3},
                                                    {49, 4}, {25, 4}};
@@ -271,7 +272,7 @@ TEST(Embedding, SinusoidalPositionsFollowTheFormula) {
   EXPECT_EQ(table[0], 0.0);  // sin(0)
   EXPECT_EQ(table[1], 1.0);  // cos(0)
   std::vector<float> table_float(max_len * d);
-  cpu::sinusoidal_positions<float>(table_float.data(), max_len, d);
+  sinusoidal_positions<float>(table_float.data(), max_len, d);
   for (size_t e = 0; e < table.size(); ++e) {
     EXPECT_EQ(table_float[e], static_cast<float>(table[e])) << e;  // rounded from double
   }
@@ -1076,7 +1077,7 @@ std::vector<std::pair<std::string, Values>> run_every_op(std::mt19937::result_ty
     record("embedding d_table", d_table);
     record("embedding d_positions", d_positions);
     std::vector<T> sinusoids(length * d);
-    cpu::sinusoidal_positions<T>(sinusoids.data(), length, d);
+    sinusoidal_positions<T>(sinusoids.data(), length, d);
     record("sinusoidal", sinusoids);
   }
   // Linear and output projection.
