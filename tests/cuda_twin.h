@@ -1,6 +1,7 @@
-// Shared helpers of the CUDA twin tests (tests/test_cuda_*.cc): each CUDA op is run on
-// the same random inputs as its CPU reference twin, through the Backend interface, and
-// the outputs are compared with a tolerance abs + rel * eps(dtype) chosen per op.
+// Shared helpers of the CUDA twin tests (tests/kernels/<op>_test.cc, beside each op's CPU
+// reference tests, and tests/test_cuda_training.cc): each CUDA op is run on the same
+// random inputs as its CPU reference twin, through the Backend interface, and the
+// outputs are compared with a tolerance abs + rel * eps(dtype) chosen per op.
 //
 // Without a GPU (or in a CPU-only build) every such test reports SKIPPED with the
 // reason — never a silent pass (ctest shows them as "Skipped").
@@ -17,6 +18,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
@@ -187,6 +189,100 @@ inline ::testing::AssertionResult all_close(const std::vector<float>& actual,
          << failures << " of " << actual.size() << " elements outside " << abs_tol << " + "
          << rel_tol << "*|expected|; worst at " << worst << ": got " << actual[worst]
          << ", expected " << expected[worst];
+}
+
+// ---- comparing the two backends, shared by the twin tests -----------------------------
+
+// Relative tolerance of an activation output of an op that performs the CPU's fp32
+// operations in the CPU's order: 0 in fp32 (bit-identical), and in bf16 eps_of(bf16), the
+// CPU's fp32 result rounded once to bf16 (at most half an ulp, 2^-8 |x|, away).
+inline double rounding_rel(DType dtype) { return dtype == DType::F32 ? 0.0 : eps_of(dtype); }
+
+// The same tensor on each backend.
+struct Pair {
+  Tensor cpu, gpu;
+};
+
+// Tensors on the CPU twin and on the GPU, freed at scope end. Activations are in the
+// GPU's compute dtype on the GPU and hold the same (representable) values in fp32 on
+// the CPU; parameter-side tensors are fp32 on both.
+class Both {
+ public:
+  explicit Both(Twins& twins)
+      : dtype_(twins.compute), cpu_(*twins.cpu), gpu_(*twins.gpu) {}
+  Backend& cpu() { return cpu_.backend(); }
+  Backend& gpu() { return gpu_.backend(); }
+  DType dtype() const { return dtype_; }
+
+  Pair act(const std::vector<float>& host) {
+    return {cpu_.put(DType::F32, representable(host, dtype_)), gpu_.put(dtype_, host)};
+  }
+  Pair param(const std::vector<float>& host) {
+    return {cpu_.put(DType::F32, host), gpu_.put(DType::F32, host)};
+  }
+  // Filled with NaN, so an element the op does not write fails the comparison.
+  Pair act_poisoned(int64_t n) { return act(std::vector<float>(static_cast<size_t>(n), NAN)); }
+  Pair act_zeros(int64_t n) { return {cpu_.zeros(DType::F32, n), gpu_.zeros(dtype_, n)}; }
+  std::pair<int32_t*, int32_t*> ids(const std::vector<int32_t>& host) {
+    return {cpu_.put_ids(host), gpu_.put_ids(host)};
+  }
+  std::vector<float> cpu_values(const Pair& t) { return cpu_.get(t.cpu); }
+  std::vector<float> gpu_values(const Pair& t) { return gpu_.get(t.gpu); }
+
+ private:
+  DType dtype_;
+  Scope cpu_, gpu_;
+};
+
+// "DTYPE n=N p=P": what a test's SCOPED_TRACE names.
+inline std::string describe(DType dtype, int64_t n, float p = 0.0f) {
+  std::ostringstream out;
+  out << dtype_name(dtype) << " n=" << n << " p=" << p;
+  return out.str();
+}
+
+// Bitwise equality of two float vectors (determinism).
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// 2^-23, the machine epsilon of fp32, as the GEMM and sum tolerances count it.
+inline constexpr double kEps32 = 1.0 / (1 << 23);
+
+// Half a ulp of the output type, relative: the rounding of a stored result.
+inline double output_rounding(DType dtype) {
+  return dtype == DType::BF16 ? eps_of(dtype) / 2 : 0.0;
+}
+
+// Every |actual - expected| <= factor * scale[i] (+ a floor of 1e-30 for scale 0).
+inline ::testing::AssertionResult within_scaled(const std::vector<float>& actual,
+                                                const std::vector<float>& expected,
+                                                const std::vector<double>& scale,
+                                                double factor) {
+  if (actual.size() != expected.size() || actual.size() != scale.size()) {
+    return ::testing::AssertionFailure() << "sizes differ: " << actual.size() << ", "
+                                         << expected.size() << ", " << scale.size();
+  }
+  size_t failures = 0, worst = 0;
+  double worst_ratio = 0.0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    const double diff = std::abs(static_cast<double>(actual[i]) - expected[i]);
+    const double allowed = factor * scale[i] + 1e-30;
+    if (!(diff <= allowed)) {
+      ++failures;
+      const double ratio = std::isnan(diff) ? INFINITY : diff / allowed;
+      if (failures == 1 || ratio > worst_ratio) {
+        worst_ratio = ratio;
+        worst = i;
+      }
+    }
+  }
+  if (failures == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << failures << " of " << actual.size() << " elements outside " << factor
+         << " * scale; worst at " << worst << ": got " << actual[worst] << ", expected "
+         << expected[worst] << ", scale " << scale[worst] << " (" << worst_ratio
+         << " times the tolerance)";
 }
 
 }  // namespace thpc::test

@@ -477,7 +477,7 @@ void expect_preprocess_failure(const fs::path& dir, const std::string& file,
   const CommandResult result = run_command(command);
   EXPECT_EQ(result.exit_code, 1) << result.output;
   EXPECT_EQ(std::count(result.output.begin(), result.output.end(), '\n'), 1) << result.output;
-  EXPECT_NE(result.output.find("transformer_preprocess: " + (dir / file).string()),
+  EXPECT_NE(result.output.find("transformer_preprocess: error: " + (dir / file).string()),
             std::string::npos)
       << result.output;
   EXPECT_NE(result.output.find(problem), std::string::npos) << result.output;

@@ -18,6 +18,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "common/error.h"
+#include "tools/tool_main.h"
 
 namespace {
 
@@ -27,6 +28,8 @@ struct Arguments {
   std::vector<std::string> inputs;
   int last = 0;
   std::string output;
+  bool help = false;
+  std::vector<std::string> paths;  // the checkpoints to average, from inputs and last
 };
 
 // The files to average: the last N step_*.h5 of a directory, or the files as given.
@@ -84,39 +87,30 @@ int main(int argc, char** argv) {
       "parameters-only checkpoint. All inputs must share one architecture.\n\noptions");
   options.add_options()("help", "print this text and exit")(
       "inputs", po::value(&arguments.inputs)->multitoken()->required(),
-      "a run's checkpoint directory, or checkpoint files")(
-      "last", po::value(&arguments.last), "with a directory: average its newest N checkpoints")(
-      "output", po::value(&arguments.output)->required(), "the averaged checkpoint to write");
-  try {
-    po::variables_map values;
-    po::store(po::command_line_parser(argc, argv).options(options).run(), values);
-    if (values.count("help")) {
-      std::cout << options << "\n";
-      return 0;
+      "a run's checkpoint directory, or checkpoint files (required)")(
+      "last", po::value(&arguments.last),
+      "with a directory: average its newest N checkpoints (required then)")(
+      "output", po::value(&arguments.output)->required(),
+      "the averaged checkpoint to write (required)");
+  // Which files, and whether the output may be written, are part of the command line:
+  // a mistake there is exit 2, like a bad option.
+  const auto parse = [&](int count, char** values) {
+    arguments.help = thpc::tools::parse_options(options, count, values).count("help") > 0;
+    if (!arguments.help) {
+      arguments.paths = resolve_inputs(arguments);
+      check_output(arguments.output, arguments.paths);
     }
-    po::notify(values);
-  } catch (const po::error& error) {
-    std::cerr << "transformer_average: " << error.what() << "\n(see transformer_average --help)\n";
-    return 2;
-  }
-  std::vector<std::string> paths;
-  try {
-    paths = resolve_inputs(arguments);
-    check_output(arguments.output, paths);
-  } catch (const thpc::Error& error) {
-    std::cerr << "transformer_average: " << error.what() << "\n";
-    return 2;
-  }
-  try {
-    const thpc::Checkpoint average = thpc::average_checkpoints(paths);
-    thpc::write_checkpoint(arguments.output, average);
-    std::cout << "averaged " << paths.size() << " checkpoints:";
-    for (const std::string& path : paths) std::cout << " " << path;
-    std::cout << "\nwrote " << arguments.output << " (step " << average.step << ", "
+    return arguments;
+  };
+  const auto run = [](const Arguments& command) {
+    const thpc::Checkpoint average = thpc::average_checkpoints(command.paths);
+    thpc::write_checkpoint(command.output, average);
+    std::cout << "averaged " << command.paths.size() << " checkpoints:";
+    for (const std::string& path : command.paths) std::cout << " " << path;
+    std::cout << "\nwrote " << command.output << " (step " << average.step << ", "
               << average.architecture << ")\n";
-  } catch (const std::exception& error) {
-    std::cerr << "transformer_average: error: " << error.what() << "\n";
-    return 1;
-  }
-  return 0;
+    return 0;
+  };
+  return thpc::tools::tool_main("transformer_average", thpc::tools::usage_text(options), argc,
+                                argv, parse, run);
 }

@@ -28,6 +28,7 @@
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
+#include "tools/tool_main.h"
 
 namespace {
 
@@ -40,6 +41,7 @@ struct Arguments {
   int tokens = 25000, steps = 60, warmup_steps = 15, vocab = 37000;
   double peak_tflops = 790.0;
   std::vector<std::string> overrides;  // SECTION.KEY=VALUE, as the trainer's --SECTION.KEY
+  bool help = false;
 };
 
 thpc::Batch random_batch(int length, int tokens, int vocab, std::mt19937& rng) {
@@ -155,26 +157,15 @@ int main(int argc, char** argv) {
        "the GPU's bf16 GEMM ceiling, for MFU")
       ("set", po::value(&args.overrides)->composing(),
        "SECTION.KEY=VALUE config override (repeatable), e.g. --set model.max_positions=128");
-  try {
-    po::variables_map values;
-    po::store(po::parse_command_line(argc, argv, options), values);
-    if (values.count("help")) {
-      std::cout << options << "\n";
-      return 0;
-    }
-    po::notify(values);
-    if (args.tokens <= 0 || args.steps <= 0 || args.warmup_steps < 0 || args.vocab <= 4) {
+  const auto parse = [&](int count, char** values) {
+    args.help = thpc::tools::parse_options(options, count, values).count("help") > 0;
+    if (!args.help &&
+        (args.tokens <= 0 || args.steps <= 0 || args.warmup_steps < 0 || args.vocab <= 4)) {
       THPC_FAIL("--tokens and --steps must be positive, --warmup-steps not negative, and "
                 "--vocab above the 4 special ids");
     }
-  } catch (const std::exception& e) {
-    std::cerr << "transformer_bench_step: " << e.what() << "\n";
-    return 2;
-  }
-  try {
-    return run(args);
-  } catch (const std::exception& e) {
-    std::cerr << "transformer_bench_step: " << e.what() << "\n";
-    return 1;
-  }
+    return args;
+  };
+  return thpc::tools::tool_main("transformer_bench_step", thpc::tools::usage_text(options), argc,
+                                argv, parse, run);
 }

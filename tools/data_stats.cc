@@ -13,92 +13,105 @@
 
 #include "common/error.h"
 #include "data/shard_reader.h"
+#include "tools/tool_main.h"
 
 namespace po = boost::program_options;
 
-int main(int argc, char** argv) {
+namespace {
+
+struct Arguments {
   std::string dir, prefix = "train";
   int64_t tokens_per_step = 25000;
   int ranks = 1, accumulate = 1, epochs = 1, memory_mb = 4096;
+  bool help = false;
+};
+
+int run(const Arguments& arguments) {
+  const std::string& dir = arguments.dir;
+  const std::string& prefix = arguments.prefix;
+  const int64_t tokens_per_step = arguments.tokens_per_step;
+  const int ranks = arguments.ranks, accumulate = arguments.accumulate;
+  thpc::ShardReaderSpec spec;
+  spec.files = thpc::find_shards(dir, prefix);
+  spec.ranks = ranks;
+  spec.memory_budget_bytes = static_cast<int64_t>(arguments.memory_mb) << 20;
+  thpc::ShardReader reader(spec);
+  const int64_t budget = std::max<int64_t>(1, tokens_per_step / (int64_t{ranks} * accumulate));
+  const auto plan_start = std::chrono::steady_clock::now();
+  const int64_t batches = reader.batches_per_epoch(budget);
+  const double plan_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - plan_start).count();
+  int64_t src_padded = 0, tgt_padded = 0, src_real = 0, tgt_real = 0, assembled = 0;
+  int64_t longer_sides = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (int epoch = 0; epoch < arguments.epochs; ++epoch) {
+    reader.seek(thpc::DataPosition{epoch, 0});
+    while (std::optional<thpc::Batch> batch = reader.next_in_epoch(budget)) {
+      src_padded += static_cast<int64_t>(batch->src.size());
+      tgt_padded += static_cast<int64_t>(batch->tgt_in.size());
+      src_real += batch->src_tokens();
+      tgt_real += batch->tgt_tokens();
+      longer_sides += static_cast<int64_t>(std::max(batch->src.size(), batch->tgt_in.size()));
+      ++assembled;
+    }
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto waste = [](int64_t padded, int64_t real) {
+    return 100.0 * static_cast<double>(padded - real) / static_cast<double>(padded);
+  };
+  std::cout << std::fixed << std::setprecision(2) << dir << "/" << prefix << ": "
+            << reader.pairs() << " pairs, vocabulary " << reader.vocab_size() << "\n"
+            << "budget " << budget << " tokens per side per rank (" << tokens_per_step
+            << " / (" << ranks << " ranks x " << accumulate << ")): " << batches
+            << " batches per epoch, planned in " << std::setprecision(3) << plan_seconds
+            << " s\n"
+            << std::setprecision(2) << "fill (rank 0's batches): longer side "
+            << 100.0 * static_cast<double>(longer_sides) /
+                   static_cast<double>(std::max<int64_t>(1, assembled) * budget)
+            << "% of the budget on average\n"
+            << "padding (rank 0's batches): source " << waste(src_padded, src_real)
+            << "%, target " << waste(tgt_padded, tgt_real) << "%, both "
+            << waste(src_padded + tgt_padded, src_real + tgt_real) << "% of padded tokens\n"
+            << "reader: " << assembled << " batches in " << seconds << " s, "
+            << std::setprecision(1)
+            << static_cast<double>(src_padded + tgt_padded) / seconds / 1e6
+            << "M padded tokens/s (" << static_cast<double>(src_real + tgt_real) / seconds / 1e6
+            << "M real) on one rank\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Arguments arguments;
   po::options_description description(
       "usage: transformer_data_stats DIR [options]\n\nBatches of one rank at the trainer's "
       "per-rank budget tokens-per-step / (ranks x accumulate): padding waste and reader "
       "throughput.\n\noptions");
   description.add_options()("help", "print this text and exit")(
-      "dir", po::value(&dir)->required(), "directory of shards (transformer_preprocess --destdir)")(
-      "prefix", po::value(&prefix)->default_value(prefix), "shard prefix: train | valid | test")(
-      "tokens-per-step", po::value(&tokens_per_step)->default_value(tokens_per_step),
+      "dir", po::value(&arguments.dir)->required(),
+      "directory of shards (transformer_preprocess --destdir)")(
+      "prefix", po::value(&arguments.prefix)->default_value(arguments.prefix),
+      "shard prefix: train | valid | test")(
+      "tokens-per-step",
+      po::value(&arguments.tokens_per_step)->default_value(arguments.tokens_per_step),
       "train.tokens_per_step (global, per side)")(
-      "ranks", po::value(&ranks)->default_value(ranks), "MPI ranks the budget is divided over")(
-      "accumulate", po::value(&accumulate)->default_value(accumulate), "train.accumulate")(
-      "epochs", po::value(&epochs)->default_value(epochs), "epochs to read for the timing")(
-      "memory-mb", po::value(&memory_mb)->default_value(memory_mb), "data.memory_mb");
+      "ranks", po::value(&arguments.ranks)->default_value(arguments.ranks),
+      "MPI ranks the budget is divided over")(
+      "accumulate", po::value(&arguments.accumulate)->default_value(arguments.accumulate),
+      "train.accumulate")(
+      "epochs", po::value(&arguments.epochs)->default_value(arguments.epochs),
+      "epochs to read for the timing")(
+      "memory-mb", po::value(&arguments.memory_mb)->default_value(arguments.memory_mb),
+      "data.memory_mb");
   po::positional_options_description positional;
   positional.add("dir", 1);
-  try {
-    po::variables_map values;
-    po::store(po::command_line_parser(argc, argv).options(description).positional(positional).run(),
-              values);
-    if (values.count("help")) {
-      std::cout << description << "\n";
-      return 0;
-    }
-    po::notify(values);
-  } catch (const po::error& error) {
-    std::cerr << "transformer_data_stats: " << error.what() << " (see --help)\n";
-    return 2;
-  }
-  try {
-    thpc::ShardReaderSpec spec;
-    spec.files = thpc::find_shards(dir, prefix);
-    spec.ranks = ranks;
-    spec.memory_budget_bytes = static_cast<int64_t>(memory_mb) << 20;
-    thpc::ShardReader reader(spec);
-    const int64_t budget = std::max<int64_t>(1, tokens_per_step / (int64_t{ranks} * accumulate));
-    const auto plan_start = std::chrono::steady_clock::now();
-    const int64_t batches = reader.batches_per_epoch(budget);
-    const double plan_seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - plan_start).count();
-    int64_t src_padded = 0, tgt_padded = 0, src_real = 0, tgt_real = 0, assembled = 0;
-    int64_t longer_sides = 0;
-    const auto start = std::chrono::steady_clock::now();
-    for (int epoch = 0; epoch < epochs; ++epoch) {
-      reader.seek(thpc::DataPosition{epoch, 0});
-      while (std::optional<thpc::Batch> batch = reader.next_in_epoch(budget)) {
-        src_padded += static_cast<int64_t>(batch->src.size());
-        tgt_padded += static_cast<int64_t>(batch->tgt_in.size());
-        src_real += batch->src_tokens();
-        tgt_real += batch->tgt_tokens();
-        longer_sides += static_cast<int64_t>(std::max(batch->src.size(), batch->tgt_in.size()));
-        ++assembled;
-      }
-    }
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const auto waste = [](int64_t padded, int64_t real) {
-      return 100.0 * static_cast<double>(padded - real) / static_cast<double>(padded);
-    };
-    std::cout << std::fixed << std::setprecision(2) << dir << "/" << prefix << ": "
-              << reader.pairs() << " pairs, vocabulary " << reader.vocab_size() << "\n"
-              << "budget " << budget << " tokens per side per rank (" << tokens_per_step
-              << " / (" << ranks << " ranks x " << accumulate << ")): " << batches
-              << " batches per epoch, planned in " << std::setprecision(3) << plan_seconds
-              << " s\n"
-              << std::setprecision(2) << "fill (rank 0's batches): longer side "
-              << 100.0 * static_cast<double>(longer_sides) /
-                     static_cast<double>(std::max<int64_t>(1, assembled) * budget)
-              << "% of the budget on average\n"
-              << "padding (rank 0's batches): source " << waste(src_padded, src_real)
-              << "%, target " << waste(tgt_padded, tgt_real) << "%, both "
-              << waste(src_padded + tgt_padded, src_real + tgt_real) << "% of padded tokens\n"
-              << "reader: " << assembled << " batches in " << seconds << " s, "
-              << std::setprecision(1)
-              << static_cast<double>(src_padded + tgt_padded) / seconds / 1e6
-              << "M padded tokens/s (" << static_cast<double>(src_real + tgt_real) / seconds / 1e6
-              << "M real) on one rank\n";
-  } catch (const std::exception& error) {
-    std::cerr << "transformer_data_stats: " << error.what() << "\n";
-    return 1;
-  }
-  return 0;
+  const auto parse = [&](int count, char** values) {
+    arguments.help =
+        thpc::tools::parse_options(description, count, values, positional).count("help") > 0;
+    return arguments;
+  };
+  return thpc::tools::tool_main("transformer_data_stats", thpc::tools::usage_text(description),
+                                argc, argv, parse, run);
 }

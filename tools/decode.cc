@@ -46,6 +46,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "model/backends.h"
 #include "model/transformer.h"
+#include "tools/tool_main.h"
 
 namespace {
 
@@ -61,13 +62,7 @@ struct Arguments {
   bool greedy = false;
   std::string dump_attention;   // empty: no attention dump
   std::vector<int> dump_lines;  // 1-based input lines, ascending, each once
-};
-
-// A command-line mistake found only once the input is read (--dump-lines naming a line
-// it lacks): exit code 2, like the mistakes found while parsing.
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
+  bool help = false;
 };
 
 // "1,5,9" -> {1, 5, 9}: 1-based line numbers, comma-separated, ascending and each once
@@ -205,7 +200,7 @@ int run(const Arguments& args) {
   const std::string input_name = args.input == "-" ? "<stdin>" : args.input;
   for (int line : args.dump_lines) {
     if (line > static_cast<int>(lines.size())) {
-      throw UsageError("--dump-lines: line " + std::to_string(line) + " is beyond the " +
+      throw thpc::tools::UsageError("--dump-lines: line " + std::to_string(line) + " is beyond the " +
                        std::to_string(lines.size()) + " lines of " + input_name);
     }
   }
@@ -227,7 +222,7 @@ int run(const Arguments& args) {
   for (size_t slot = 0; slot < args.dump_lines.size(); ++slot) {
     const int line = args.dump_lines[slot];
     if (sources[line - 1].empty()) {
-      throw UsageError("--dump-lines: line " + std::to_string(line) + " of " + input_name +
+      throw thpc::tools::UsageError("--dump-lines: line " + std::to_string(line) + " of " + input_name +
                        " is empty: it has no translation to show");
     }
     dump_slot[line - 1] = static_cast<int>(slot);
@@ -351,23 +346,31 @@ int run(const Arguments& args) {
 
 int main(int argc, char** argv) {
   Arguments args;
-  po::options_description options("transformer_decode options");
+  po::options_description options(
+      "usage: transformer_decode --checkpoint FILE [options]\n\n"
+      "Translates the input, one sentence per line, with beam search (or greedily) and\n"
+      "writes one line per input line, in input order.\n\noptions");
   options.add_options()
-      ("help", "print this text")
-      ("checkpoint", po::value(&args.checkpoint)->required(), "checkpoint (a step or an average)")
+      ("help", "print this text and exit")
+      ("checkpoint", po::value(&args.checkpoint)->required(),
+       "checkpoint (a step or an average; required)")
       ("spm-model", po::value(&args.spm_model),
        "SentencePiece model of the corpus (default: the one stored in the checkpoint)")
-      ("input", po::value(&args.input), "source text, one sentence per line (- = stdin)")
-      ("output", po::value(&args.output), "translations (- = stdout)")
+      ("input", po::value(&args.input)->default_value(args.input),
+       "source text, one sentence per line (- = stdin)")
+      ("output", po::value(&args.output)->default_value(args.output),
+       "translations (- = stdout)")
       ("beam", po::value<int>(), "beam size (default: the checkpoint's decode.beam; §6.1: 4)")
       ("lenpen", po::value<float>(),
        "length penalty alpha, ((5+|Y|)/6)^alpha (default: decode.alpha; §6.1: 0.6)")
       ("max-len-a", po::value<int>(), "output length <= a * input length + b")
       ("max-len-b", po::value<int>(), "(default: decode.max_len_a/b; §6.1: a = 1, b = 50)")
-      ("batch-tokens", po::value(&args.batch_tokens), "padded source tokens per batch")
-      ("nbest", po::value(&args.nbest), "hypotheses per sentence (<= beam)")
+      ("batch-tokens", po::value(&args.batch_tokens)->default_value(args.batch_tokens),
+       "padded source tokens per batch")
+      ("nbest", po::value(&args.nbest)->default_value(args.nbest),
+       "hypotheses per sentence (<= beam)")
       ("greedy", po::bool_switch(&args.greedy), "greedy decoding (beam 1, no length penalty)")
-      ("threads", po::value(&args.threads),
+      ("threads", po::value<int>(),
        "CPU decoding workers, each translating whole batches with its own copy of the model; "
        "0 = one per core (default: the checkpoint's train.threads)")
       ("dump-attention", po::value(&args.dump_attention),
@@ -375,18 +378,14 @@ int main(int argc, char** argv) {
        "to this HDF5 file (tools/plot_attention.py draws them)")
       ("dump-lines", po::value<std::string>(),
        "the input lines to dump, 1-based and comma-separated, e.g. 1,5,9");
-  try {
-    po::variables_map values;
-    po::store(po::parse_command_line(argc, argv, options), values);
-    if (values.count("help")) {
-      std::cout << options << "\n";
-      return 0;
-    }
-    po::notify(values);
+  const auto parse = [&](int count, char** arguments) {
+    const po::variables_map values = thpc::tools::parse_options(options, count, arguments);
+    args.help = values.count("help") > 0;
     if (values.count("beam")) args.beam = values["beam"].as<int>();
     if (values.count("lenpen")) args.lenpen = values["lenpen"].as<float>();
     if (values.count("max-len-a")) args.max_len_a = values["max-len-a"].as<int>();
     if (values.count("max-len-b")) args.max_len_b = values["max-len-b"].as<int>();
+    if (values.count("threads")) args.threads = values["threads"].as<int>();
     if (args.beam.value_or(1) < 1 || args.nbest < 1 || args.batch_tokens < 1 ||
         args.max_len_a.value_or(0) < 0 || args.max_len_b.value_or(0) < 0 ||
         args.lenpen.value_or(0.0f) < 0 || (values.count("threads") && args.threads < 0)) {
@@ -399,17 +398,8 @@ int main(int argc, char** argv) {
     if (args.dump_attention.empty() != args.dump_lines.empty()) {
       THPC_FAIL("--dump-attention FILE and --dump-lines N,... go together");
     }
-  } catch (const std::exception& error) {
-    std::cerr << "transformer_decode: " << error.what() << " (see --help)\n";
-    return 2;
-  }
-  try {
-    return run(args);
-  } catch (const UsageError& error) {
-    std::cerr << "transformer_decode: " << error.what() << " (see --help)\n";
-    return 2;
-  } catch (const std::exception& error) {
-    std::cerr << "transformer_decode: error: " << error.what() << "\n";
-    return 1;
-  }
+    return args;
+  };
+  return thpc::tools::tool_main("transformer_decode", thpc::tools::usage_text(options), argc,
+                                argv, parse, run);
 }

@@ -9,11 +9,22 @@
 
 #include "common/error.h"
 #include "data/preprocess.h"
+#include "tools/tool_main.h"
 
 namespace po = boost::program_options;
 
-int main(int argc, char** argv) {
+namespace {
+
+struct Command {
   thpc::PreprocessOptions options;
+  bool help = false;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Command command;
+  thpc::PreprocessOptions& options = command.options;
   po::options_description description(
       "usage: transformer_preprocess --source-lang en --target-lang de --trainpref P "
       "--validpref P [--testpref P] --destdir DIR [options]\n\n"
@@ -48,27 +59,15 @@ int main(int argc, char** argv) {
       "threads for training and encoding; 0 = all cores")(
       "spm-sentences", po::value(&options.spm_sentences)->default_value(options.spm_sentences),
       "SentencePiece trains on at most this many lines (sampled with the seed)");
-  try {
-    po::variables_map values;
-    po::store(po::parse_command_line(argc, argv, description), values);
-    if (values.count("help")) {
-      std::cout << description << "\n";
-      return 0;
-    }
-    po::notify(values);
-    thpc::check_preprocess_options(options);
-  } catch (const po::error& error) {
-    std::cerr << "transformer_preprocess: " << error.what() << " (see --help)\n";
-    return 2;
-  } catch (const thpc::Error& error) {
-    std::cerr << "transformer_preprocess: " << error.what() << " (see --help)\n";
-    return 2;
-  }
-  try {
-    thpc::preprocess(options, std::cout);
-  } catch (const std::exception& error) {
-    std::cerr << "transformer_preprocess: " << error.what() << "\n";
-    return 1;
-  }
-  return 0;
+  const auto parse = [&](int count, char** values) {
+    command.help = thpc::tools::parse_options(description, count, values).count("help") > 0;
+    if (!command.help) thpc::check_preprocess_options(options);
+    return command;
+  };
+  const auto run = [](const Command& given) {
+    thpc::preprocess(given.options, std::cout);
+    return 0;
+  };
+  return thpc::tools::tool_main("transformer_preprocess", thpc::tools::usage_text(description),
+                                argc, argv, parse, run);
 }

@@ -1,26 +1,43 @@
-// The main() of a tool with a hand-parsed command line (transformer_score, _evalb,
-// _trees): one place that maps a bad command line to exit 2 with "(see NAME --help)",
-// --help to the usage text and exit 0, and any runtime failure to exit 1 with
-// "NAME: error: ...".
+// The main() of every tool (transformer_preprocess, _decode, _average, _data_stats,
+// _bench_step, _score, _evalb, _trees): one place that maps a bad command line to exit 2
+// with one line "NAME: PROBLEM (see --help)", --help to the usage text and exit 0, and
+// any runtime failure to exit 1 with one line "NAME: error: PROBLEM".
+//
+// A tool either parses its command line by hand (score, evalb, trees) or declares a
+// Boost.Program_options description whose values are bound to its variables
+// (po::value(&field)->default_value(field), so that --help shows every default) and
+// parses it with parse_options() below.
 #pragma once
+
+#include <boost/program_options.hpp>
 
 #include <exception>
 #include <iostream>
+#include <stdexcept>
+#include <sstream>
+#include <string>
 
 #include "common/error.h"
 
 namespace thpc::tools {
 
+// A command-line mistake found only once the tool runs (transformer_decode --dump-lines
+// naming a line its input lacks): exit 2 with the usage line, like those found parsing.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // `parse(argc, argv)` returns the command line (with a bool `help`) or throws
 // thpc::Error for a usage error; `run(command)` returns the exit code.
 template <typename Parse, typename Run>
-int tool_main(const char* name, const char* usage, int argc, char** argv, Parse parse,
+int tool_main(const char* name, const std::string& usage, int argc, char** argv, Parse parse,
               Run run) {
   decltype(parse(argc, argv)) command;
   try {
     command = parse(argc, argv);
   } catch (const thpc::Error& e) {
-    std::cerr << name << ": " << e.what() << "\n(see " << name << " --help)\n";
+    std::cerr << name << ": " << e.what() << " (see --help)\n";
     return 2;
   }
   if (command.help) {
@@ -29,10 +46,40 @@ int tool_main(const char* name, const char* usage, int argc, char** argv, Parse 
   }
   try {
     return run(command);
+  } catch (const UsageError& e) {
+    std::cerr << name << ": " << e.what() << " (see --help)\n";
+    return 2;
   } catch (const std::exception& e) {
     std::cerr << name << ": error: " << e.what() << "\n";
     return 1;
   }
+}
+
+// The --help text of a description: Boost writes each option's default after its name
+// ("--beam arg (=4)") when the option was declared with default_value.
+inline std::string usage_text(const boost::program_options::options_description& options) {
+  std::ostringstream text;
+  text << options << "\n";
+  return text.str();
+}
+
+// Parses argv against `options` (and `positional`, if any). Without --help, stores the
+// values into the variables they are bound to and checks required options; Boost's
+// errors (an unknown option, a missing or malformed value) become thpc::Error, which
+// tool_main reports as a bad command line. The returned map says what was given.
+inline boost::program_options::variables_map parse_options(
+    const boost::program_options::options_description& options, int argc, char** argv,
+    const boost::program_options::positional_options_description& positional = {}) {
+  namespace po = boost::program_options;
+  po::variables_map values;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(options).positional(positional).run(),
+              values);
+    if (!values.count("help")) po::notify(values);
+  } catch (const po::error& error) {
+    THPC_FAIL(error.what());
+  }
+  return values;
 }
 
 }  // namespace thpc::tools

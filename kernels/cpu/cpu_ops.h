@@ -23,10 +23,6 @@ void embedding_forward(T* out, const int32_t* tokens, const T* table, const T* p
 template <typename T>
 void embedding_backward(T* d_table, T* d_positions, const T* d_out, const int32_t* tokens,
                         int rows, int length, int d, int vocab, T scale);
-// The sinusoidal encodings of §3.5, [max_len, d]:
-//   PE(pos, 2i) = sin(pos / 10000^(2i/d)),  PE(pos, 2i+1) = cos(pos / 10000^(2i/d)).
-template <typename T>
-void sinusoidal_positions(T* table, int max_len, int d);
 
 // ---- linear.cc (BLAS: sgemm / dgemm) ----
 // y = x W + b;  x [M, K], W [K, N], b [N] or null.

@@ -1,5 +1,5 @@
-// Token embedding with positional encoding (§3.4, §3.5) on the CPU.
-#include <cmath>
+// Token embedding with positional encoding (§3.4, §3.5) on the CPU; the sinusoidal table
+// itself is kernels/positions.cc.
 #include <cstdint>
 
 #include "common/error.h"
@@ -59,21 +59,6 @@ void embedding_backward(T* d_table, T* d_positions, const T* d_out, const int32_
   }
 }
 
-// §3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)).
-// Computed in double so the fp32 table is the correctly rounded value of the formula.
-template <typename T>
-void sinusoidal_positions(T* table, int max_len, int d) {
-  for (int pos = 0; pos < max_len; ++pos) {
-    for (int col = 0; col < d; ++col) {
-      const int pair = col / 2;  // i: columns 2i and 2i+1 share one frequency
-      const double angle =
-          static_cast<double>(pos) / std::pow(10000.0, 2.0 * pair / static_cast<double>(d));
-      const double value = (col % 2 == 0) ? std::sin(angle) : std::cos(angle);
-      table[static_cast<int64_t>(pos) * d + col] = static_cast<T>(value);
-    }
-  }
-}
-
 template void embedding_forward<float>(float*, const int32_t*, const float*, const float*, int,
                                        int, int, int, float);
 template void embedding_forward<double>(double*, const int32_t*, const double*, const double*,
@@ -82,7 +67,5 @@ template void embedding_backward<float>(float*, float*, const float*, const int3
                                         int, int, float);
 template void embedding_backward<double>(double*, double*, const double*, const int32_t*, int,
                                          int, int, int, double);
-template void sinusoidal_positions<float>(float*, int, int);
-template void sinusoidal_positions<double>(double*, int, int);
 
 }  // namespace thpc::cpu

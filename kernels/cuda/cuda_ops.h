@@ -10,7 +10,7 @@
 // the bf16 (or fp32) compute copy, type T.
 //
 // One .cu file per op family, forward and backward side by side, each with its CPU twin
-// in kernels/cpu and a test against that twin in tests/test_cuda_*.cc:
+// in kernels/cpu and a test against that twin in tests/kernels/<family>_test.cc:
 //   embedding.cu, linear.cu, layernorm.cu, attention.cu, elementwise.cu,
 //   cross_entropy.cu, adam.cu.
 //

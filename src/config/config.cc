@@ -1,8 +1,9 @@
-// The run configuration. One option table (option_table() below) names every key once:
-// it drives the Boost.Program_options descriptions for the ini file and the command
-// line, the conversion of each value to its field, the --help text, the allowed-value
-// checks of validate(), and Config::to_ini(). Adding a key means adding a field to
-// config.h and one OPTION line here.
+// The run configuration. One option table (option_table() below) names every key once,
+// with the values it accepts: it drives the Boost.Program_options descriptions for the
+// ini file and the command line, the conversion of each value to its field, the --help
+// text (the README's key table is a copy, checked by test_config), the per-key checks
+// of validate(), and Config::to_ini(). Adding a key means adding a field to config.h and
+// one THPC_OPTION line here; only a constraint between keys needs code in validate().
 //
 // Every value is registered with Boost as plain text and converted here, so that a bad
 // value yields one line naming the file and the key ("input/x.ini: model.heads: 'abc' is
@@ -21,6 +22,7 @@
 #include <set>
 #include <sstream>
 #include <type_traits>
+#include <utility>
 #include <variant>
 
 #include "common/error.h"
@@ -34,51 +36,113 @@ namespace po = boost::program_options;
 using FieldPointer =
     std::variant<int*, std::int64_t*, std::uint64_t*, float*, bool*, std::string*>;
 
+// The values a key accepts beyond those of its type: any, a closed set, a text that is
+// not empty, or a numeric range, optionally with 0 besides (a key whose 0 means "off"
+// or "from elsewhere"). --help prints range_text(), validate() asks problem().
+struct Allowed {
+  std::vector<std::string> values;  // a closed set; empty: no set
+  bool non_empty = false;
+  double min = -std::numeric_limits<double>::infinity();
+  bool min_open = false;  // min itself excluded: > instead of ≥
+  double max = std::numeric_limits<double>::infinity();
+  bool max_open = false;  // max itself excluded: < instead of ≤
+  bool zero_too = false;
+
+  bool bounded() const { return std::isfinite(min) || std::isfinite(max); }
+  std::string range_text() const;
+  // "" when the field's value is allowed, else why not ("must be ≥ 1, got 0").
+  std::string problem(const FieldPointer& field) const;
+};
+
+Allowed one_of(std::vector<std::string> values) {
+  Allowed allowed;
+  allowed.values = std::move(values);
+  return allowed;
+}
+Allowed at_least(double minimum) {
+  Allowed allowed;
+  allowed.min = minimum;
+  return allowed;
+}
+Allowed above(double bound) {
+  Allowed allowed = at_least(bound);
+  allowed.min_open = true;
+  return allowed;
+}
+Allowed zero_or_at_least(double minimum) {
+  Allowed allowed = at_least(minimum);
+  allowed.zero_too = true;
+  return allowed;
+}
+// [0, 1): a probability that must leave something (dropout 1 drops everything).
+Allowed fraction() {
+  Allowed allowed = at_least(0.0);
+  allowed.max = 1.0;
+  allowed.max_open = true;
+  return allowed;
+}
+Allowed not_empty() {
+  Allowed allowed;
+  allowed.non_empty = true;
+  return allowed;
+}
+
 struct Option {
   const char* section;
   const char* key;
   FieldPointer (*field)(Config&);
-  std::vector<std::string> allowed_values;  // empty: any value of the type
+  Allowed allowed;
   const char* help;
 
   std::string name() const { return std::string(section) + "." + key; }
 };
 
 // The section and key are the member path itself, so a key can never drift from its field.
-#define THPC_OPTION(section, key, allowed_values, help)                                 \
+#define THPC_OPTION(section, key, allowed, help)                                        \
   Option {                                                                              \
     #section, #key, [](Config& config) -> FieldPointer { return &config.section.key; }, \
-        allowed_values, help                                                            \
+        allowed, help                                                                   \
   }
-#define THPC_ANY std::vector<std::string>{}
-#define THPC_ONE_OF(...) std::vector<std::string>{__VA_ARGS__}
+#define THPC_ANY Allowed{}
+#define THPC_ONE_OF(...) one_of({__VA_ARGS__})
+#define THPC_AT_LEAST(minimum) at_least(minimum)
+#define THPC_ABOVE(bound) above(bound)
+#define THPC_ZERO_OR_AT_LEAST(minimum) zero_or_at_least(minimum)
+#define THPC_FRACTION fraction()
+#define THPC_NOT_EMPTY not_empty()
 
 // The single source of truth for the keys. Defaults are the member initializers of
 // config.h (read from a default-constructed Config), so they are not repeated here.
 const std::vector<Option>& option_table() {
   static const std::vector<Option> table = {
       // [model]: §3 and Table 3.
-      THPC_OPTION(model, layers, THPC_ANY,
+      THPC_OPTION(model, layers, THPC_AT_LEAST(1),
                   "N: identical layers in each of the encoder and decoder stacks (§3.1)"),
-      THPC_OPTION(model, d_model, THPC_ANY,
+      THPC_OPTION(model, d_model, THPC_AT_LEAST(1),
                   "width of embeddings and of every sub-layer output (§3.1)"),
-      THPC_OPTION(model, d_ff, THPC_ANY, "inner width of the position-wise feed-forward (§3.3)"),
-      THPC_OPTION(model, heads, THPC_ANY, "h: parallel attention heads (§3.2.2)"),
-      THPC_OPTION(model, d_k, THPC_ANY, "per-head query/key width; 0 = d_model / heads (§3.2.2)"),
-      THPC_OPTION(model, d_v, THPC_ANY, "per-head value width; 0 = d_model / heads (§3.2.2)"),
-      THPC_OPTION(model, dropout, THPC_ANY,
-                  "P_drop on sub-layer outputs and embedding sums, in [0, 1) (§5.4)"),
-      THPC_OPTION(model, attention_dropout, THPC_ANY,
-                  "dropout on attention probabilities, in [0, 1) (not in the paper)"),
-      THPC_OPTION(model, label_smoothing, THPC_ANY, "eps_ls, in [0, 1) (§5.4)"),
+      THPC_OPTION(model, d_ff, THPC_AT_LEAST(1),
+                  "inner width of the position-wise feed-forward (§3.3)"),
+      THPC_OPTION(model, heads, THPC_AT_LEAST(1),
+                  "h: parallel attention heads (§3.2.2); d_model must divide by h unless "
+                  "d_k and d_v are both set"),
+      THPC_OPTION(model, d_k, THPC_AT_LEAST(0),
+                  "per-head query/key width; 0 = d_model / heads (§3.2.2)"),
+      THPC_OPTION(model, d_v, THPC_AT_LEAST(0),
+                  "per-head value width; 0 = d_model / heads (§3.2.2)"),
+      THPC_OPTION(model, dropout, THPC_FRACTION,
+                  "P_drop on sub-layer outputs and embedding sums (§5.4)"),
+      THPC_OPTION(model, attention_dropout, THPC_FRACTION,
+                  "dropout on attention probabilities (not in the paper)"),
+      THPC_OPTION(model, label_smoothing, THPC_FRACTION, "eps_ls (§5.4)"),
       THPC_OPTION(model, positions, THPC_ONE_OF("sinusoidal", "learned"),
                   "position encoding (§3.5; learned is Table 3 row E)"),
-      THPC_OPTION(model, max_positions, THPC_ANY, "longest sequence the positions cover"),
-      THPC_OPTION(model, vocab_size, THPC_ANY,
-                  "shared source/target vocabulary; 0 = from the data (§5.1)"),
+      THPC_OPTION(model, max_positions, THPC_AT_LEAST(1), "longest sequence the positions cover"),
+      THPC_OPTION(model, vocab_size, THPC_ZERO_OR_AT_LEAST(5),
+                  "shared source/target vocabulary, the 4 special ids (pad unk bos eos) "
+                  "included; 0 = from the data (§5.1)"),
       THPC_OPTION(model, attention_bias, THPC_ANY,
                   "biases on the Q/K/V/O projections (the paper has none)"),
-      THPC_OPTION(model, layernorm_eps, THPC_ANY, "epsilon of layer normalization, > 0"),
+      THPC_OPTION(model, layernorm_eps, THPC_ABOVE(0), "epsilon of layer normalization"),
 
       // [train]: §5.
       THPC_OPTION(train, backend, THPC_ONE_OF("auto", "cuda", "cpu"),
@@ -86,23 +150,23 @@ const std::vector<Option>& option_table() {
       THPC_OPTION(train, precision, THPC_ONE_OF("bf16", "fp32"),
                   "GPU activations and GEMM operands (weights, moments stay fp32)"),
       THPC_OPTION(train, seed, THPC_ANY, "seed of parameters, dropout and synthetic data"),
-      THPC_OPTION(train, max_steps, THPC_ANY, "optimizer steps to train (§5.2)"),
-      THPC_OPTION(train, tokens_per_step, THPC_ANY,
+      THPC_OPTION(train, max_steps, THPC_AT_LEAST(1), "optimizer steps to train (§5.2)"),
+      THPC_OPTION(train, tokens_per_step, THPC_AT_LEAST(1),
                   "padded tokens per step on each side, source and target (§5.1)"),
-      THPC_OPTION(train, accumulate, THPC_ANY, "micro-batches per optimizer step"),
-      THPC_OPTION(train, warmup_steps, THPC_ANY, "linear learning-rate warmup (§5.3)"),
-      THPC_OPTION(train, lr_scale, THPC_ANY, "factor on the §5.3 schedule; 1 = the paper"),
-      THPC_OPTION(train, adam_beta1, THPC_ANY, "Adam beta1, in [0, 1) (§5.3)"),
-      THPC_OPTION(train, adam_beta2, THPC_ANY, "Adam beta2, in [0, 1) (§5.3)"),
-      THPC_OPTION(train, adam_eps, THPC_ANY, "Adam epsilon, > 0 (§5.3)"),
-      THPC_OPTION(train, clip_norm, THPC_ANY,
-                  "scale the gradient to this L2 norm when it is larger, before Adam, >= 0; "
+      THPC_OPTION(train, accumulate, THPC_AT_LEAST(1), "micro-batches per optimizer step"),
+      THPC_OPTION(train, warmup_steps, THPC_AT_LEAST(1), "linear learning-rate warmup (§5.3)"),
+      THPC_OPTION(train, lr_scale, THPC_ABOVE(0), "factor on the §5.3 schedule; 1 = the paper"),
+      THPC_OPTION(train, adam_beta1, THPC_FRACTION, "Adam beta1 (§5.3)"),
+      THPC_OPTION(train, adam_beta2, THPC_FRACTION, "Adam beta2 (§5.3)"),
+      THPC_OPTION(train, adam_eps, THPC_ABOVE(0), "Adam epsilon (§5.3)"),
+      THPC_OPTION(train, clip_norm, THPC_AT_LEAST(0),
+                  "scale the gradient to this L2 norm when it is larger, before Adam; "
                   "0 = no clipping (the paper has none)"),
-      THPC_OPTION(train, log_every, THPC_ANY, "steps between progress lines"),
-      THPC_OPTION(train, threads, THPC_ANY,
+      THPC_OPTION(train, log_every, THPC_AT_LEAST(1), "steps between progress lines"),
+      THPC_OPTION(train, threads, THPC_AT_LEAST(0),
                   "CPU backend BLAS threads; 0 = OpenBLAS's default (all cores unless "
                   "OPENBLAS_NUM_THREADS is set)"),
-      THPC_OPTION(train, valid_every, THPC_ANY,
+      THPC_OPTION(train, valid_every, THPC_AT_LEAST(0),
                   "steps between validation loss/perplexity lines; 0 = none (needs data.dir)"),
       THPC_OPTION(train, metrics_dir, THPC_ANY,
                   "rank 0 appends every logged value to DIR/metrics.jsonl and a TensorBoard "
@@ -113,52 +177,55 @@ const std::vector<Option>& option_table() {
       THPC_OPTION(data, dir, THPC_ANY,
                   "directory of HDF5 shards (transformer_preprocess --destdir); when set the "
                   "synthetic_* keys are ignored; empty = the synthetic task"),
-      THPC_OPTION(data, train, THPC_ANY, "training shards: dir/TRAIN.00000.h5, ..."),
+      THPC_OPTION(data, train, THPC_ANY,
+                  "training shards: dir/TRAIN.00000.h5, ... (not empty when dir is set)"),
       THPC_OPTION(data, valid, THPC_ANY,
                   "validation shards: dir/VALID.00000.h5, ... (read when train.valid_every > 0)"),
-      THPC_OPTION(data, memory_mb, THPC_ANY,
+      THPC_OPTION(data, memory_mb, THPC_AT_LEAST(1),
                   "MiB of token arrays a rank keeps; a larger corpus is streamed shard by shard"),
       THPC_OPTION(data, synthetic, THPC_ONE_OF("reverse", "copy", "sort"),
                   "synthetic task: target = source reversed, copied or sorted"),
-      THPC_OPTION(data, synthetic_vocab, THPC_ANY,
-                  "synthetic vocabulary, 4 specials (pad unk bos eos) included; >= 5"),
-      THPC_OPTION(data, synthetic_min_len, THPC_ANY, "shortest synthetic sentence, >= 1"),
+      THPC_OPTION(data, synthetic_vocab, THPC_AT_LEAST(5),
+                  "synthetic vocabulary, 4 specials (pad unk bos eos) included"),
+      THPC_OPTION(data, synthetic_min_len, THPC_AT_LEAST(1), "shortest synthetic sentence"),
       THPC_OPTION(data, synthetic_max_len, THPC_ANY,
-                  "longest synthetic sentence; + 2 (bos, eos) <= model.max_positions"),
+                  "longest synthetic sentence, >= synthetic_min_len; + 2 (bos, eos) <= "
+                  "model.max_positions"),
 
       // [dist]: the ranks of an MPI job.
-      THPC_OPTION(dist, bucket_mb, THPC_ANY,
-                  "gradient all-reduce bucket size in MiB, > 0 (one collective per bucket)"),
-      THPC_OPTION(dist, timeout_s, THPC_ANY,
+      THPC_OPTION(dist, bucket_mb, THPC_ABOVE(0),
+                  "gradient all-reduce bucket size in MiB (one collective per bucket)"),
+      THPC_OPTION(dist, timeout_s, THPC_ABOVE(0),
                   "seconds a GPU gradient all-reduce may take before the job is ended "
-                  "(a lost or stuck peer), > 0"),
-      THPC_OPTION(dist, device, THPC_ANY,
+                  "(a lost or stuck peer)"),
+      THPC_OPTION(dist, device, THPC_AT_LEAST(-1),
                   "GPU index of every rank; -1 = local rank modulo the visible GPUs"),
 
       // [checkpoint]: written by rank 0 (docs/checkpoints.md).
-      THPC_OPTION(checkpoint, dir, THPC_ANY,
+      THPC_OPTION(checkpoint, dir, THPC_NOT_EMPTY,
                   "directory of step_NNNNNNNN.h5 checkpoints (relative to the working directory)"),
-      THPC_OPTION(checkpoint, minutes, THPC_ANY,
+      THPC_OPTION(checkpoint, minutes, THPC_AT_LEAST(0),
                   "wall-clock minutes between checkpoints, fractions allowed; 0 = none by time"),
-      THPC_OPTION(checkpoint, every_steps, THPC_ANY,
+      THPC_OPTION(checkpoint, every_steps, THPC_AT_LEAST(0),
                   "also a checkpoint every this many steps; 0 = none by step count"),
-      THPC_OPTION(checkpoint, keep, THPC_ANY, "newest checkpoints kept in dir, >= 1"),
+      THPC_OPTION(checkpoint, keep, THPC_AT_LEAST(1), "newest checkpoints kept in dir"),
       THPC_OPTION(checkpoint, resume, THPC_ANY,
                   "continue a run: auto = newest valid checkpoint in dir (none there: step 0; "
                   "only invalid ones: an error), auto_or_fresh = the same but step 0 when all "
                   "are invalid (they are renamed *.corrupt), or a file; empty = start fresh"),
       THPC_OPTION(checkpoint, init, THPC_ANY,
                   "start from this checkpoint's parameters only (ignored when resuming)"),
-      THPC_OPTION(checkpoint, average_last, THPC_ANY,
-                  "at the end, write dir/average_lastN.h5 from the last N checkpoints; 0 = off"),
+      THPC_OPTION(checkpoint, average_last, THPC_AT_LEAST(0),
+                  "at the end, write dir/average_lastN.h5 from the last N checkpoints, "
+                  "N <= keep; 0 = off"),
 
       // [decode]: transformer_decode's defaults (§6.1; the parser's §6.3).
-      THPC_OPTION(decode, beam, THPC_ANY, "beam size, >= 1 (§6.1: 4; parsing §6.3: 21)"),
-      THPC_OPTION(decode, alpha, THPC_ANY,
-                  "length penalty ((5+|Y|)/6)^alpha, >= 0 (§6.1: 0.6; parsing: 0.3)"),
-      THPC_OPTION(decode, max_len_a, THPC_ANY,
-                  "output length <= max_len_a * input length + max_len_b, >= 0"),
-      THPC_OPTION(decode, max_len_b, THPC_ANY, "(§6.1: 1, 50; parsing §6.3: 1, 300), >= 0"),
+      THPC_OPTION(decode, beam, THPC_AT_LEAST(1), "beam size (§6.1: 4; parsing §6.3: 21)"),
+      THPC_OPTION(decode, alpha, THPC_AT_LEAST(0),
+                  "length penalty ((5+|Y|)/6)^alpha (§6.1: 0.6; parsing: 0.3)"),
+      THPC_OPTION(decode, max_len_a, THPC_AT_LEAST(0),
+                  "output length <= max_len_a * input length + max_len_b"),
+      THPC_OPTION(decode, max_len_b, THPC_AT_LEAST(0), "(§6.1: 1, 50; parsing §6.3: 1, 300)"),
   };
   return table;
 }
@@ -166,6 +233,11 @@ const std::vector<Option>& option_table() {
 #undef THPC_OPTION
 #undef THPC_ANY
 #undef THPC_ONE_OF
+#undef THPC_AT_LEAST
+#undef THPC_ABOVE
+#undef THPC_ZERO_OR_AT_LEAST
+#undef THPC_FRACTION
+#undef THPC_NOT_EMPTY
 
 // ---- values as text ----
 
@@ -198,6 +270,59 @@ std::string format_value(const FieldPointer& field) {
     std::string operator()(const std::string* value) const { return *value; }
   };
   return std::visit(Visitor{}, field);
+}
+
+// A range's bound as the shortest text that reads back to it: 0, 1, -1, 0.5.
+std::string format_bound(double bound) {
+  char buffer[64];
+  const auto result = std::to_chars(buffer, buffer + sizeof buffer, bound);
+  return std::string(buffer, result.ptr);
+}
+
+std::string Allowed::range_text() const {
+  if (!values.empty()) {
+    std::string choices;
+    for (const std::string& choice : values) choices += (choices.empty() ? "" : " | ") + choice;
+    return choices;
+  }
+  if (non_empty) return "not empty";
+  if (!bounded()) return "";
+  std::string text;
+  if (std::isfinite(min) && std::isfinite(max)) {
+    text = (min_open ? "(" : "[") + format_bound(min) + ", " + format_bound(max) +
+           (max_open ? ")" : "]");
+  } else if (std::isfinite(min)) {
+    text = (min_open ? "> " : "≥ ") + format_bound(min);
+  } else {
+    text = (max_open ? "< " : "≤ ") + format_bound(max);
+  }
+  return zero_too ? "0 or " + text : text;
+}
+
+std::string Allowed::problem(const FieldPointer& field) const {
+  const std::string value = format_value(field);
+  if (!values.empty() && std::find(values.begin(), values.end(), value) == values.end()) {
+    std::string choices;
+    for (const std::string& choice : values) choices += (choices.empty() ? "" : ", ") + choice;
+    return quoted(value) + " is not one of " + choices;
+  }
+  if (non_empty && value.empty()) return "must not be empty";
+  if (!bounded()) return "";
+  const double number = std::visit(
+      [](const auto* field_value) {
+        using Value = std::remove_cv_t<std::remove_pointer_t<decltype(field_value)>>;
+        if constexpr (std::is_arithmetic_v<Value>) {
+          return static_cast<double>(*field_value);
+        } else {
+          return std::numeric_limits<double>::quiet_NaN();
+        }
+      },
+      field);
+  const bool in_range = (min_open ? number > min : number >= min) &&
+                        (max_open ? number < max : number <= max);
+  if (in_range || (zero_too && number == 0.0)) return "";  // NaN is neither
+  const bool interval = std::isfinite(min) && std::isfinite(max);
+  return "must be " + std::string(interval ? "in " : "") + range_text() + ", got " + value;
 }
 
 std::string default_value_text(const Option& option) {
@@ -430,24 +555,6 @@ class Checker {
     THPC_FAIL(where_ << ": " << key << ": " << problem);
   }
 
-  template <typename Number>
-  void at_least(const char* key, Number value, Number minimum) const {
-    if (!(value >= minimum)) fail(key, "must be ≥ " + text(minimum) + ", got " + text(value));
-  }
-  void positive(const char* key, float value) const {
-    if (!(value > 0.0f)) fail(key, "must be > 0, got " + text(value));
-  }
-  // [0, 1): probabilities that must leave something (dropout 1 drops everything).
-  void fraction(const char* key, float value) const {
-    if (!(value >= 0.0f && value < 1.0f)) fail(key, "must be in [0, 1), got " + text(value));
-  }
-
-  static std::string text(float value) { return format_float(value); }
-  template <typename Integer>
-  static std::string text(Integer value) {
-    return std::to_string(value);
-  }
-
  private:
   std::string where_;
 };
@@ -477,25 +584,15 @@ Config resolve_file(const std::string& ini_path, po::variables_map& values) {
 void validate(const Config& config) {
   const Checker check(config);
 
-  // Keys with a closed set of values, as the table lists them.
+  // Each key against the values its table entry allows.
   Config copy = config;  // the table's accessors take a mutable Config
   for (const Option& option : option_table()) {
-    if (option.allowed_values.empty()) continue;
-    const std::string value = format_value(option.field(copy));
-    const auto& allowed = option.allowed_values;
-    if (std::find(allowed.begin(), allowed.end(), value) == allowed.end()) {
-      std::string choices;
-      for (const std::string& choice : allowed) choices += (choices.empty() ? "" : ", ") + choice;
-      check.fail(option.name().c_str(), quoted(value) + " is not one of " + choices);
-    }
+    const std::string problem = option.allowed.problem(option.field(copy));
+    if (!problem.empty()) check.fail(option.name().c_str(), problem);
   }
 
+  // Relations between keys.
   const ModelConfig& model = config.model;
-  check.at_least("model.layers", model.layers, 1);
-  check.at_least("model.d_model", model.d_model, 1);
-  check.at_least("model.heads", model.heads, 1);
-  check.at_least("model.d_k", model.d_k, 0);
-  check.at_least("model.d_v", model.d_v, 0);
   // Without explicit head widths each head gets d_model / h (§3.2.2), which must be exact.
   const bool head_widths_given = model.d_k > 0 && model.d_v > 0;
   if (!head_widths_given && model.d_model % model.heads != 0) {
@@ -503,35 +600,8 @@ void validate(const Config& config) {
                                   " is not divisible by heads " + std::to_string(model.heads) +
                                   " (or set both model.d_k and model.d_v)");
   }
-  check.at_least("model.d_ff", model.d_ff, 1);
-  check.fraction("model.dropout", model.dropout);
-  check.fraction("model.attention_dropout", model.attention_dropout);
-  check.fraction("model.label_smoothing", model.label_smoothing);
-  check.at_least("model.max_positions", model.max_positions, 1);
-  // Ids 0..3 are pad, unk, bos, eos: a vocabulary needs at least one token besides them.
-  if (model.vocab_size != 0 && model.vocab_size < 5) {
-    check.fail("model.vocab_size", "must be 0 (the data's) or ≥ 5 (4 special ids + 1), got " +
-                                       std::to_string(model.vocab_size));
-  }
-  check.positive("model.layernorm_eps", model.layernorm_eps);
 
   const TrainConfig& train = config.train;
-  check.at_least("train.max_steps", train.max_steps, std::int64_t{1});
-  check.at_least("train.tokens_per_step", train.tokens_per_step, std::int64_t{1});
-  check.at_least("train.accumulate", train.accumulate, 1);
-  check.at_least("train.warmup_steps", train.warmup_steps, 1);
-  check.positive("train.lr_scale", train.lr_scale);
-  check.fraction("train.adam_beta1", train.adam_beta1);
-  check.fraction("train.adam_beta2", train.adam_beta2);
-  check.positive("train.adam_eps", train.adam_eps);
-  if (!(train.clip_norm >= 0.0f)) {
-    check.fail("train.clip_norm", "must be ≥ 0 (0 = no clipping), got " +
-                                      Checker::text(train.clip_norm));
-  }
-  check.at_least("train.log_every", train.log_every, 1);
-  check.at_least("train.threads", train.threads, 0);
-  check.at_least("train.valid_every", train.valid_every, 0);
-
   const DataConfig& data = config.data;
   if (train.valid_every > 0 && data.dir.empty()) {
     check.fail("train.valid_every",
@@ -543,10 +613,6 @@ void validate(const Config& config) {
   if (train.valid_every > 0 && data.valid.empty()) {
     check.fail("data.valid", "must name the validation shards when train.valid_every > 0");
   }
-  check.at_least("data.memory_mb", data.memory_mb, 1);
-  // Ids 0..3 are pad, unk, bos, eos; a task needs at least one symbol besides them.
-  check.at_least("data.synthetic_vocab", data.synthetic_vocab, 5);
-  check.at_least("data.synthetic_min_len", data.synthetic_min_len, 1);
   if (data.synthetic_max_len < data.synthetic_min_len) {
     check.fail("data.synthetic_max_len",
                "must be ≥ data.synthetic_min_len " + std::to_string(data.synthetic_min_len) +
@@ -559,33 +625,13 @@ void validate(const Config& config) {
                    "model.max_positions " + std::to_string(model.max_positions));
   }
 
-  const DistConfig& dist = config.dist;
-  check.positive("dist.bucket_mb", dist.bucket_mb);
-  check.positive("dist.timeout_s", dist.timeout_s);
-  check.at_least("dist.device", dist.device, -1);
-
   const CheckpointConfig& checkpoint = config.checkpoint;
-  if (checkpoint.dir.empty()) check.fail("checkpoint.dir", "must not be empty");
-  if (!(checkpoint.minutes >= 0.0f)) {
-    check.fail("checkpoint.minutes", "must be ≥ 0, got " + Checker::text(checkpoint.minutes));
-  }
-  check.at_least("checkpoint.every_steps", checkpoint.every_steps, std::int64_t{0});
-  check.at_least("checkpoint.keep", checkpoint.keep, 1);
-  check.at_least("checkpoint.average_last", checkpoint.average_last, 0);
   // Averaging reads the checkpoints the run kept: it cannot average more than that.
   if (checkpoint.average_last > checkpoint.keep) {
     check.fail("checkpoint.average_last",
                std::to_string(checkpoint.average_last) + " exceeds checkpoint.keep " +
                    std::to_string(checkpoint.keep) + " (the run keeps only that many)");
   }
-
-  const DecodeConfig& decode = config.decode;
-  check.at_least("decode.beam", decode.beam, 1);
-  if (!(decode.alpha >= 0.0f)) {
-    check.fail("decode.alpha", "must be ≥ 0, got " + Checker::text(decode.alpha));
-  }
-  check.at_least("decode.max_len_a", decode.max_len_a, 0);
-  check.at_least("decode.max_len_b", decode.max_len_b, 0);
 }
 
 std::string Config::to_ini() const {
@@ -606,17 +652,26 @@ std::string Config::to_ini() const {
 }
 
 std::string help_text() {
+  // Widths in characters, not bytes: a range may hold "≥".
+  const auto width = [](const std::string& text) {
+    return static_cast<std::size_t>(std::count_if(text.begin(), text.end(), [](char c) {
+      return (static_cast<unsigned char>(c) & 0xC0) != 0x80;  // not a UTF-8 continuation
+    }));
+  };
   std::size_t key_width = 0;
   std::size_t type_width = 0;
   std::size_t default_width = 0;
+  std::size_t range_width = std::string("range").size();
   Config defaults;
   for (const Option& option : option_table()) {
-    key_width = std::max(key_width, std::string(option.key).size());
-    type_width = std::max(type_width, std::string(type_name(option.field(defaults))).size());
-    default_width = std::max(default_width, default_value_text(option).size());
+    key_width = std::max(key_width, width(option.key));
+    type_width = std::max(type_width, width(type_name(option.field(defaults))));
+    default_width = std::max(default_width, width(default_value_text(option)));
+    range_width = std::max(range_width, width(option.allowed.range_text()));
   }
-  const auto pad = [](const std::string& text, std::size_t width) {
-    return text + std::string(width > text.size() ? width - text.size() : 0, ' ');
+  const auto pad = [&](const std::string& text, std::size_t column_width) {
+    const std::size_t used = width(text);
+    return text + std::string(column_width > used ? column_width - used : 0, ' ');
   };
 
   std::ostringstream help;
@@ -625,6 +680,7 @@ std::string help_text() {
        << "\n"
        << "Trains the Transformer configured by CONFIG.ini. Every key below belongs to a\n"
        << "[section] of the file; --section.key=value on the command line overrides it.\n"
+       << "A value outside its key's range stops the program before any work.\n"
        << "\n"
        << "  --help     print this text and exit\n"
        << "  --dry-run  load and check the configuration, then stop before training\n"
@@ -638,19 +694,13 @@ std::string help_text() {
       current_section = option.section;
       help << "\n[" << current_section << "]\n"
            << "  " << pad("key", key_width) << "  " << pad("type", type_width) << "  "
-           << pad("default", default_width) << "  meaning\n";
-    }
-    std::string meaning = option.help;
-    if (!option.allowed_values.empty()) {
-      std::string choices;
-      for (const std::string& choice : option.allowed_values) {
-        choices += (choices.empty() ? "" : " | ") + choice;
-      }
-      meaning += " [" + choices + "]";
+           << pad("default", default_width) << "  " << pad("range", range_width)
+           << "  meaning\n";
     }
     help << "  " << pad(option.key, key_width) << "  "
          << pad(type_name(option.field(defaults)), type_width) << "  "
-         << pad(default_value_text(option), default_width) << "  " << meaning << "\n";
+         << pad(default_value_text(option), default_width) << "  "
+         << pad(option.allowed.range_text(), range_width) << "  " << option.help << "\n";
   }
   return help.str();
 }

@@ -123,11 +123,11 @@ Config load_config(const std::string& ini_path,
 // the file in messages.
 Config load_config_text(const std::string& ini_text, const std::string& source_name);
 
-// Checks the values that each have a legal range or depend on each other; throws
-// thpc::Error naming the key and the file.
+// Checks each value against its key's range (the option table's) and the relations
+// between keys; throws thpc::Error naming the file, the key, the value and the range.
 void validate(const Config& config);
 
-// The --help text: every option of the table with its type, default and meaning.
+// The --help text: every option of the table with its type, default, range and meaning.
 std::string help_text();
 
 }  // namespace thpc

@@ -52,8 +52,8 @@ class GradientReducer {
   int buckets_started_ = 0;
 };
 
-// MPI_Iallreduce of host-memory buckets (the CPU backend; in communicator.cc, beside the
-// other MPI calls). comm must span more than one rank.
+// MPI_Iallreduce of host-memory buckets (the CPU backend; mpi_reducer.cc). comm must span
+// more than one rank.
 std::unique_ptr<GradientReducer> make_mpi_gradient_reducer(const Communicator& comm,
                                                            int64_t bucket_bytes);
 

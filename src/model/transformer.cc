@@ -3,9 +3,9 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "kernels/positions.h"
 #include "model/sublayers.h"
 #include "model/transformer_state.h"
-#include "kernels/cpu/cpu_ops.h"
 
 namespace thpc {
 
@@ -108,7 +108,7 @@ Transformer::Transformer(const ModelConfig& config, int vocab_size, const Specia
   if (!s.positions.value) {
     // The fixed sinusoidal table, computed on the host in double and uploaded once.
     std::vector<double> table(static_cast<size_t>(config_.max_positions) * config_.d_model);
-    cpu::sinusoidal_positions<double>(table.data(), config_.max_positions, config_.d_model);
+    sinusoidal_positions<double>(table.data(), config_.max_positions, config_.d_model);
     s.sinusoid = backend_.alloc(backend_.compute_dtype(), static_cast<int64_t>(table.size()));
     Tensor staging = backend_.alloc(backend_.param_dtype(), static_cast<int64_t>(table.size()));
     if (backend_.param_dtype() == DType::F64) {

@@ -1,6 +1,9 @@
-// CUDA twins of the elementwise, embedding and Adam ops (kernels/cuda/elementwise.cu,
-// embedding.cu, adam.cu) against the CPU reference backend, on random non-zero inputs,
-// in both GPU precisions (fp32 and bf16). Without a GPU every test reports SKIPPED.
+// The elementwise ops (kernels/cpu/elementwise.cc, kernels/cuda/elementwise.cu): ReLU,
+// dropout, residual + dropout, row copies, and on the GPU the dtype conversion, scale and
+// sum_squares. The CPU reference against its formula, the Philox draws and central
+// finite differences (cpu_reference.h), then the CUDA twins.
+// The CUDA twins run the op on the GPU and on the CPU reference backend (tests/cuda_twin.h)
+// in fp32 and bf16; without a GPU (or in a CPU-only build) they report SKIPPED.
 //
 // Tolerances. These kernels perform the CPU's IEEE fp32 operations in the CPU's order
 // (explicitly rounded intrinsics, no FMA contraction; reductions in the CPU's row
@@ -9,26 +12,154 @@
 //   changed operation order or a contraction, which is worth a failure.
 // * bf16 mode: an activation output is the CPU's fp32 result rounded once to bf16, at
 //   most half an ulp = 2^-8 |x| away; we allow eps_of(bf16) = 2^-7 relative.
-//   fp32 outputs (d_table, d_positions) see the same fp32 chain as the CPU: exact.
-// * Adam: exact by construction; 2 ulp of slack (few-ulp agreement is what matters).
 // * sum_squares: the squares are exact in double; the sums run in another order, so
 //   the relative error is <= n * 2^-53 in the worst case (1.1e-10 at 1e6 elements,
 //   typically sqrt(n) * 2^-53): we allow 1e-10. A dropped or doubled element would move
 //   the sum by ~1/n relative, >= 1e-6 at our sizes.
 // Dropout masks must agree exactly: the zero patterns of outputs and of gradients
 // accumulated into zeros are compared position by position.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <numeric>
 #include <random>
-#include <sstream>
 #include <string>
-#include <utility>
 #include <vector>
 
+#include "common/error.h"
+#include "common/philox.h"
+#include "cpu_reference.h"
 #include "cuda_twin.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace thpc::cpu_test {
+namespace {
+
+TEST(Relu, ForwardAndBackwardMatchFiniteDifferences) {
+  std::mt19937 rng(51);
+  const int64_t n = 37;
+  // |x| >= 0.1, so x +- h never crosses the kink at 0.
+  Values x = random_away_from_zero(n, rng, 0.1);
+  const Values weights = random_values(n, rng);
+  const auto forward = [&] {
+    Values y(n);
+    cpu::relu_forward<double>(y.data(), x.data(), n);
+    return y;
+  };
+  const Values y = forward();
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(y[i], std::max(0.0, x[i])) << i;
+  const Values dx_before = random_values(n, rng);
+  Values dx = dx_before;
+  cpu::relu_backward<double>(dx.data(), weights.data(), y.data(), n);
+  expect_gradient_matches("relu dx", x, difference(dx, dx_before),
+                          [&] { return weighted_sum(forward(), weights); });
+}
+
+TEST(Dropout, MaskIsTheDrawOfTheFlatIndex) {
+  std::mt19937 rng(52);
+  const int64_t n = 1001;
+  const float p = 0.3f;
+  const Values x = random_values(n, rng), sub = random_values(n, rng);
+  Values y(n), residual(n);
+  cpu::dropout_forward<double>(y.data(), x.data(), n, p, kDropoutKey);
+  cpu::residual_dropout_forward<double>(residual.data(), x.data(), sub.data(), n, p,
+                                        kDropoutKey);
+  int64_t dropped = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const bool keep = dropout_keep(kDropoutKey.seed, kDropoutKey.site, kDropoutKey.step,
+                                   kDropoutKey.stream, static_cast<uint64_t>(i), p);
+    const double scale = 1.0 / (1.0 - static_cast<double>(p));
+    EXPECT_EQ(y[i], keep ? x[i] * scale : 0.0) << i;
+    EXPECT_EQ(residual[i], keep ? x[i] + sub[i] * scale : x[i]) << i;
+    dropped += keep ? 0 : 1;
+  }
+  EXPECT_GT(dropped, 0);
+  EXPECT_LT(dropped, n);
+  // Another step draws another mask.
+  DropoutKey next_step = kDropoutKey;
+  next_step.step += 1;
+  Values y_next(n);
+  cpu::dropout_forward<double>(y_next.data(), x.data(), n, p, next_step);
+  EXPECT_NE(y_next, y);
+}
+
+TEST(Dropout, ZeroProbabilityIsIdentityAndInvalidProbabilityIsRejected) {
+  std::mt19937 rng(53);
+  const int64_t n = 17;
+  const Values x = random_values(n, rng), sub = random_values(n, rng);
+  Values y(n), residual(n), dx(n, 0.0);
+  cpu::dropout_forward<double>(y.data(), x.data(), n, 0.0f, kDropoutKey);
+  EXPECT_EQ(y, x);
+  cpu::residual_dropout_forward<double>(residual.data(), x.data(), sub.data(), n, 0.0f,
+                                        kDropoutKey);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(residual[i], x[i] + sub[i]);
+  cpu::dropout_backward<double>(dx.data(), x.data(), n, 0.0f, kDropoutKey);
+  EXPECT_EQ(dx, x);
+  EXPECT_THROW(cpu::dropout_forward<double>(y.data(), x.data(), n, 1.0f, kDropoutKey), Error);
+  EXPECT_THROW(cpu::dropout_forward<double>(y.data(), x.data(), n, -0.1f, kDropoutKey), Error);
+}
+
+TEST(Dropout, BackwardMatchesFiniteDifferences) {
+  std::mt19937 rng(54);
+  const int64_t n = 37;
+  const float p = 0.3f;
+  Values x = random_values(n, rng);
+  const Values weights = random_values(n, rng);
+  const Values dx_before = random_values(n, rng);
+  Values dx = dx_before;
+  cpu::dropout_backward<double>(dx.data(), weights.data(), n, p, kDropoutKey);
+  expect_gradient_matches("dropout dx", x, difference(dx, dx_before), [&] {
+    Values y(n);
+    cpu::dropout_forward<double>(y.data(), x.data(), n, p, kDropoutKey);
+    return weighted_sum(y, weights);
+  });
+}
+
+TEST(ResidualDropout, BackwardMatchesFiniteDifferences) {
+  std::mt19937 rng(55);
+  const int64_t n = 37;
+  const float p = 0.3f;
+  Values x = random_values(n, rng), sub = random_values(n, rng);
+  const Values weights = random_values(n, rng);
+  const Values dx_before = random_values(n, rng), d_sub_before = random_values(n, rng);
+  Values dx = dx_before, d_sub = d_sub_before;
+  cpu::residual_dropout_backward<double>(dx.data(), d_sub.data(), weights.data(), n, p,
+                                         kDropoutKey);
+  const auto objective = [&] {
+    Values y(n);
+    cpu::residual_dropout_forward<double>(y.data(), x.data(), sub.data(), n, p, kDropoutKey);
+    return weighted_sum(y, weights);
+  };
+  expect_gradient_matches("residual dx", x, difference(dx, dx_before), objective);
+  expect_gradient_matches("residual d_sub", sub, difference(d_sub, d_sub_before), objective);
+  // Null d_sub (or dx) is skipped.
+  Values dx_only = dx_before;
+  cpu::residual_dropout_backward<double>(dx_only.data(), nullptr, weights.data(), n, p,
+                                         kDropoutKey);
+  EXPECT_EQ(dx_only, dx);
+}
+
+TEST(CopyRows, GathersAndScattersByIndex) {
+  // src rows r = [10r, 10r + 1, 10r + 2]; gather rows 2, 0 into dst rows 1, 3.
+  std::vector<float> src(4 * 3), dst(4 * 3, -1.0f);
+  for (int r = 0; r < 4; ++r) {
+    for (int c = 0; c < 3; ++c) src[r * 3 + c] = 10.0f * r + c;
+  }
+  const int32_t from[] = {2, 0}, to[] = {1, 3};
+  cpu::copy_rows<float>(dst.data(), to, src.data(), from, 2, 3);
+  const std::vector<float> expected = {-1, -1, -1, 20, 21, 22, -1, -1, -1, 0, 1, 2};
+  EXPECT_EQ(dst, expected);
+  // Null index lists mean rows 0, 1, ...
+  std::vector<float> copy(2 * 3, 0.0f);
+  cpu::copy_rows<float>(copy.data(), nullptr, src.data(), from, 2, 3);
+  EXPECT_EQ(copy, (std::vector<float>{20, 21, 22, 0, 1, 2}));
+}
+
+}  // namespace
+}  // namespace thpc::cpu_test
 
 namespace thpc::test {
 namespace {
@@ -36,51 +167,6 @@ namespace {
 // Sizes: tiny, odd, not multiples of 4 (the GPU draws dropout masks 4 elements at a
 // time), of 32, 128 or 256 (threads per block), and one over a million elements.
 const std::vector<int64_t> kSizes = {1, 3, 37, 1027, 65539, 1000003};
-
-// Relative tolerance of an activation output (see the header).
-double rounding_rel(DType dtype) { return dtype == DType::F32 ? 0.0 : eps_of(dtype); }
-
-// The same tensor on each backend.
-struct Pair {
-  Tensor cpu, gpu;
-};
-
-// Tensors on the CPU twin and on the GPU, freed at scope end. Activations are in the
-// GPU's compute dtype on the GPU and hold the same (representable) values in fp32 on
-// the CPU; parameter-side tensors are fp32 on both.
-class Both {
- public:
-  explicit Both(Twins& twins)
-      : dtype_(twins.compute), cpu_(*twins.cpu), gpu_(*twins.gpu) {}
-  Backend& cpu() { return cpu_.backend(); }
-  Backend& gpu() { return gpu_.backend(); }
-  DType dtype() const { return dtype_; }
-
-  Pair act(const std::vector<float>& host) {
-    return {cpu_.put(DType::F32, representable(host, dtype_)), gpu_.put(dtype_, host)};
-  }
-  Pair param(const std::vector<float>& host) {
-    return {cpu_.put(DType::F32, host), gpu_.put(DType::F32, host)};
-  }
-  // Filled with NaN, so an element the op does not write fails the comparison.
-  Pair act_poisoned(int64_t n) { return act(std::vector<float>(static_cast<size_t>(n), NAN)); }
-  Pair act_zeros(int64_t n) { return {cpu_.zeros(DType::F32, n), gpu_.zeros(dtype_, n)}; }
-  std::pair<int32_t*, int32_t*> ids(const std::vector<int32_t>& host) {
-    return {cpu_.put_ids(host), gpu_.put_ids(host)};
-  }
-  std::vector<float> cpu_values(const Pair& t) { return cpu_.get(t.cpu); }
-  std::vector<float> gpu_values(const Pair& t) { return gpu_.get(t.gpu); }
-
- private:
-  DType dtype_;
-  Scope cpu_, gpu_;
-};
-
-std::string describe(DType dtype, int64_t n, float p = 0.0f) {
-  std::ostringstream out;
-  out << dtype_name(dtype) << " n=" << n << " p=" << p;
-  return out.str();
-}
 
 // Same positions of exact zeros (the dropped elements): the dropout masks agree.
 ::testing::AssertionResult same_zeros(const std::vector<float>& actual,
@@ -98,11 +184,6 @@ std::string describe(DType dtype, int64_t n, float p = 0.0f) {
                                        << " mask positions differ (CPU drops " << zeros
                                        << "); first at " << first << ": got " << actual[first]
                                        << ", expected " << expected[first];
-}
-
-// Bitwise equality of two float vectors (determinism).
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // A key with every field non-zero, high seed bits included.
@@ -308,8 +389,6 @@ TEST(CudaElementwise, CopyRowsMatchesCpu) {
   }
 }
 
-// ---- fp32 parameter-side ops: scale, sum_squares, Adam ------------------------------
-
 TEST(CudaElementwise, ScaleAndSumSquaresMatchCpu) {
   THPC_REQUIRE_GPU();
   std::mt19937 rng(6);
@@ -330,196 +409,6 @@ TEST(CudaElementwise, ScaleAndSumSquaresMatchCpu) {
   }
   Scope gpu(*twins.gpu);
   EXPECT_EQ(twins.gpu->sum_squares(gpu.put(DType::F32, {2.0f}), 0), 0.0);
-}
-
-TEST(CudaAdam, UpdateMatchesCpu) {
-  THPC_REQUIRE_GPU();
-  std::mt19937 rng(7);
-  Twins twins(DType::F32);  // Adam works on the fp32 master weights in both precisions
-  const float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.98f, eps = 1e-9f;
-  // Exact by construction; 2 ulp of slack.
-  const double rel = 2.0 * eps_of(DType::F32);
-  for (int64_t n : {int64_t{1}, int64_t{1027}, int64_t{1000003}}) {
-    for (int64_t first_step : {int64_t{1}, int64_t{1000}}) {
-      SCOPED_TRACE(describe(DType::F32, n) + " step " + std::to_string(first_step));
-      const size_t count = static_cast<size_t>(n);
-      Both both(twins);
-      Pair params = both.param(random_values(count, rng));
-      Pair m = both.param(random_values(count, rng, -0.01f, 0.01f));
-      std::vector<float> v_host = random_values(count, rng, 1e-3f, 1e-2f);
-      Pair v = both.param(v_host);
-      // Three consecutive steps, each reading the state the previous one left.
-      for (int64_t step = first_step; step < first_step + 3; ++step) {
-        Pair grads = both.param(random_values(count, rng, -0.1f, 0.1f));
-        both.cpu().adam_update(params.cpu, grads.cpu, m.cpu, v.cpu, n, lr, beta1, beta2, eps, step);
-        both.gpu().adam_update(params.gpu, grads.gpu, m.gpu, v.gpu, n, lr, beta1, beta2, eps, step);
-      }
-      EXPECT_TRUE(all_close(both.gpu_values(m), both.cpu_values(m), 0.0, rel));
-      EXPECT_TRUE(all_close(both.gpu_values(v), both.cpu_values(v), 0.0, rel));
-      EXPECT_TRUE(all_close(both.gpu_values(params), both.cpu_values(params), 0.0, rel));
-    }
-  }
-  Both both(twins);
-  Pair p = both.param({1.0f});
-  EXPECT_ANY_THROW(both.gpu().adam_update(p.gpu, p.gpu, p.gpu, p.gpu, 1, lr, beta1, beta2, eps, 0));
-}
-
-// ---- embedding ------------------------------------------------------------------------
-
-struct EmbeddingShape {
-  int batch, length, max_len, d, vocab;
-};
-// Odd widths, d over 256 (two column passes per block), one long sequence, and a tiny
-// vocabulary whose tokens repeat over a thousand times (runs longer than a block).
-const std::vector<EmbeddingShape> kEmbeddingShapes = {
-    {3, 7, 9, 37, 50}, {2, 129, 130, 512, 1000}, {1, 1000, 1000, 64, 33},
-    {4, 33, 40, 300, 5}, {8, 600, 600, 40, 3},   {5, 1, 1, 1, 2}};
-
-// Token ids with repeats: about a third are the pad id 0, the rest uniform.
-std::vector<int32_t> random_tokens(int rows, int vocab, std::mt19937& rng) {
-  std::uniform_int_distribution<int32_t> token(0, vocab - 1);
-  std::bernoulli_distribution pad(0.3);
-  std::vector<int32_t> tokens(static_cast<size_t>(rows));
-  for (int32_t& t : tokens) t = pad(rng) ? 0 : token(rng);
-  return tokens;
-}
-
-std::string describe(DType dtype, const EmbeddingShape& s, bool learned) {
-  std::ostringstream out;
-  out << dtype_name(dtype) << " B=" << s.batch << " L=" << s.length << " d=" << s.d
-      << " vocab=" << s.vocab << (learned ? " learned" : " sinusoidal/none");
-  return out.str();
-}
-
-// Runs check(both, shape, positions on/off, rows, scale, CPU tokens, GPU tokens) for
-// every precision, shape and positions setting, on fresh random tokens.
-template <typename Check>
-void for_each_embedding_case(std::mt19937& rng, const Check& check) {
-  for (DType dtype : gpu_compute_dtypes()) {
-    Twins twins(dtype);
-    for (const EmbeddingShape& s : kEmbeddingShapes) {
-      for (bool with_positions : {true, false}) {
-        SCOPED_TRACE(describe(dtype, s, with_positions));
-        const int rows = s.batch * s.length;
-        const float scale = std::sqrt(static_cast<float>(s.d));
-        Both both(twins);
-        auto [tokens_cpu, tokens_gpu] = both.ids(random_tokens(rows, s.vocab, rng));
-        check(both, s, with_positions, rows, scale, tokens_cpu, tokens_gpu);
-      }
-    }
-  }
-}
-
-TEST(CudaEmbedding, ForwardMatchesCpu) {
-  THPC_REQUIRE_GPU();
-  std::mt19937 rng(8);
-  for_each_embedding_case(rng, [&](Both& both, const EmbeddingShape& s, bool with_positions,
-                                   int rows, float scale, const int32_t* tokens_cpu,
-                                   const int32_t* tokens_gpu) {
-    Pair table = both.act(random_values(static_cast<size_t>(s.vocab) * s.d, rng));
-    Pair positions = with_positions
-                         ? both.act(random_values(static_cast<size_t>(s.max_len) * s.d, rng))
-                         : Pair{};
-    Pair out = both.act_poisoned(static_cast<int64_t>(rows) * s.d);
-    both.cpu().embedding_forward(out.cpu, tokens_cpu, table.cpu, positions.cpu, rows,
-                                 s.length, s.d, s.vocab, scale);
-    both.gpu().embedding_forward(out.gpu, tokens_gpu, table.gpu, positions.gpu, rows,
-                                 s.length, s.d, s.vocab, scale);
-    EXPECT_TRUE(all_close(both.gpu_values(out), both.cpu_values(out), 0.0,
-                          rounding_rel(both.dtype())));
-  });
-}
-
-TEST(CudaEmbedding, BackwardMatchesCpuWithRepeatedTokens) {
-  THPC_REQUIRE_GPU();
-  std::mt19937 rng(9);
-  for_each_embedding_case(rng, [&](Both& both, const EmbeddingShape& s, bool learned, int rows,
-                                   float scale, const int32_t* tokens_cpu,
-                                   const int32_t* tokens_gpu) {
-    Pair d_out = both.act(random_values(static_cast<size_t>(rows) * s.d, rng));
-    // fp32 gradients, pre-filled: the op accumulates.
-    Pair d_table = both.param(random_values(static_cast<size_t>(s.vocab) * s.d, rng));
-    Pair d_positions =
-        learned ? both.param(random_values(static_cast<size_t>(s.max_len) * s.d, rng))
-                : Pair{};
-    both.cpu().embedding_backward(d_table.cpu, d_positions.cpu, d_out.cpu, tokens_cpu, rows,
-                                  s.length, s.d, s.vocab, scale);
-    both.gpu().embedding_backward(d_table.gpu, d_positions.gpu, d_out.gpu, tokens_gpu, rows,
-                                  s.length, s.d, s.vocab, scale);
-    // The CPU's per-(token, column) chain of fp32 roundings, in row order: exact, in
-    // both precisions (the bf16 d_out values are the CPU's inputs too).
-    EXPECT_TRUE(all_close(both.gpu_values(d_table), both.cpu_values(d_table), 0.0, 0.0));
-    if (learned) {
-      EXPECT_TRUE(
-          all_close(both.gpu_values(d_positions), both.cpu_values(d_positions), 0.0, 0.0));
-    }
-  });
-}
-
-TEST(CudaEmbedding, BackwardIsDeterministic) {
-  THPC_REQUIRE_GPU();
-  std::mt19937 rng(10);
-  const int batch = 64, length = 256, d = 512, vocab = 100;  // ~16k rows, long token runs
-  const int rows = batch * length;
-  for (DType dtype : gpu_compute_dtypes()) {
-    SCOPED_TRACE(dtype_name(dtype));
-    Twins twins(dtype);
-    Scope gpu(*twins.gpu);
-    int32_t* tokens = gpu.put_ids(random_tokens(rows, vocab, rng));
-    Tensor d_out = gpu.put(dtype, random_values(static_cast<size_t>(rows) * d, rng));
-    const std::vector<float> table_init = random_values(static_cast<size_t>(vocab) * d, rng);
-    const std::vector<float> positions_init = random_values(static_cast<size_t>(length) * d, rng);
-    std::vector<std::vector<float>> tables, positions;
-    for (int run = 0; run < 2; ++run) {
-      Tensor d_table = gpu.put(DType::F32, table_init);
-      Tensor d_positions = gpu.put(DType::F32, positions_init);
-      twins.gpu->embedding_backward(d_table, d_positions, d_out, tokens, rows, length, d, vocab,
-                                    std::sqrt(static_cast<float>(d)));
-      tables.push_back(gpu.get(d_table));
-      positions.push_back(gpu.get(d_positions));
-    }
-    EXPECT_TRUE(same_bits(tables[0], tables[1])) << "d_table differs between identical calls";
-    EXPECT_TRUE(same_bits(positions[0], positions[1]))
-        << "d_positions differs between identical calls";
-  }
-}
-
-// The GPU cannot throw from a kernel: an out-of-vocabulary token gives a NaN row in the
-// forward (visible in the loss) and is skipped by the backward; nothing is out of bounds.
-TEST(CudaEmbedding, OutOfVocabularyTokensArePoisonedNotReadOutOfBounds) {
-  THPC_REQUIRE_GPU();
-  std::mt19937 rng(11);
-  const int d = 5, vocab = 4, length = 4, rows = 4;
-  const std::vector<int32_t> tokens = {1, -1, vocab, 2};
-  Twins twins(DType::F32);
-  Scope gpu(*twins.gpu);
-  int32_t* ids = gpu.put_ids(tokens);
-  const std::vector<float> table_host = random_values(static_cast<size_t>(vocab) * d, rng);
-  Tensor table = gpu.put(DType::F32, table_host);
-  Tensor out = gpu.put(DType::F32, std::vector<float>(static_cast<size_t>(rows) * d, 0.0f));
-  twins.gpu->embedding_forward(out, ids, table, Tensor{}, rows, length, d, vocab, 2.0f);
-  const std::vector<float> got = gpu.get(out);
-  for (int r = 0; r < rows; ++r) {
-    for (int c = 0; c < d; ++c) {
-      const float value = got[static_cast<size_t>(r) * d + c];
-      if (r == 1 || r == 2) {
-        EXPECT_TRUE(std::isnan(value)) << "row " << r;
-      } else {
-        EXPECT_EQ(value, table_host[static_cast<size_t>(tokens[r]) * d + c] * 2.0f) << "row " << r;
-      }
-    }
-  }
-  const std::vector<float> d_out_host = random_values(static_cast<size_t>(rows) * d, rng);
-  Tensor d_out = gpu.put(DType::F32, d_out_host);
-  Tensor d_table = gpu.put(DType::F32, table_host);
-  twins.gpu->embedding_backward(d_table, Tensor{}, d_out, ids, rows, length, d, vocab, 2.0f);
-  std::vector<float> expected = table_host;
-  for (int r : {0, 3}) {
-    for (int c = 0; c < d; ++c) {
-      expected[static_cast<size_t>(tokens[r]) * d + c] += d_out_host[static_cast<size_t>(r) * d + c] * 2.0f;
-    }
-  }
-  EXPECT_TRUE(all_close(gpu.get(d_table), expected, 0.0, 0.0));
 }
 
 }  // namespace

@@ -1,0 +1,580 @@
+// Attention (kernels/cpu/attention.cc, kernels/cuda/attention.cu): the CPU reference
+// against a naive evaluation of §3.2 and central finite differences (cpu_reference.h),
+// then the CUDA twins.
+// The CUDA twins run the op on the GPU and on the CPU reference backend (tests/cuda_twin.h)
+// in fp32 and bf16; without a GPU (or in a CPU-only build) they report SKIPPED.
+//
+// The twins cover self- and cross-attention (Lq != Lk), d_k != d_v, fused-QKV strided
+// views and separate buffers with a spare column, causal and padding masks (one
+// sentence with no key at all), dropout 0 and 0.1 (the GPU must draw the CPU's mask
+// exactly, or whole probabilities would differ), no key lengths, a long sequence
+// (257), decoding without `saved`, and the backward pass accumulating into pre-filled
+// gradients. Head widths that are multiples of 8 take the one-call pointer-array GEMM
+// path, odd ones (d_k = 5, a spare column in ldq) the per-sentence strided fallback.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/philox.h"
+#include "cpu_reference.h"
+#include "cuda_twin.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace thpc::cpu_test {
+namespace {
+
+// One attention configuration. Self-attention reads Q, K and V from one fused
+// [rows, 3 h d_k] buffer (the fused QKV projection: three offset views with the same row
+// stride); cross-attention reads Q from its own buffer (with a spare column, so the
+// row stride exceeds h d_k) and K, V from a fused [rows, h (d_k + d_v)] buffer.
+struct AttentionCase {
+  std::string name;
+  int batch, heads, query_len, key_len, d_k, d_v;
+  bool causal;
+  float dropout;
+  std::vector<int32_t> key_lengths;
+  bool fused_qkv;
+};
+
+struct AttentionProblem {
+  AttentionCase config;
+  AttentionShape shape;
+  Values q_buffer, kv_buffer;  // kv_buffer is empty when Q, K, V are fused in q_buffer
+  int ldq = 0, ldk = 0, ldv = 0;
+  size_t k_offset = 0, v_offset = 0;  // into kv_buffer, or q_buffer when fused
+  Values weights;                     // R, [B*Lq, h*d_v]
+
+  AttentionProblem(const AttentionCase& c, std::mt19937& rng) : config(c) {
+    shape.batch = c.batch;
+    shape.heads = c.heads;
+    shape.query_len = c.query_len;
+    shape.key_len = c.key_len;
+    shape.d_k = c.d_k;
+    shape.d_v = c.d_v;
+    shape.causal = c.causal;
+    shape.key_lengths = config.key_lengths.data();
+    shape.dropout = c.dropout;
+    shape.dropout_key = kDropoutKey;
+    const int width_k = c.heads * c.d_k, width_v = c.heads * c.d_v;
+    if (c.fused_qkv) {
+      ldq = ldk = ldv = 2 * width_k + width_v;
+      k_offset = width_k;
+      v_offset = 2 * width_k;
+      q_buffer = random_values(static_cast<size_t>(c.batch) * c.query_len * ldq, rng);
+    } else {
+      ldq = width_k + 1;  // a column no head reads
+      ldk = ldv = width_k + width_v;
+      k_offset = 0;
+      v_offset = width_k;
+      q_buffer = random_values(static_cast<size_t>(c.batch) * c.query_len * ldq, rng);
+      kv_buffer = random_values(static_cast<size_t>(c.batch) * c.key_len * ldk, rng);
+    }
+    weights = random_values(out_numel(), rng);
+  }
+
+  size_t out_numel() const {
+    return static_cast<size_t>(shape.batch) * shape.query_len * shape.heads * shape.d_v;
+  }
+  const double* q() const { return q_buffer.data(); }
+  const double* kv_base() const { return config.fused_qkv ? q_buffer.data() : kv_buffer.data(); }
+  const double* k() const { return kv_base() + k_offset; }
+  const double* v() const { return kv_base() + v_offset; }
+
+  Values forward(Values* saved = nullptr) const {
+    Values out(out_numel(), 99.0);
+    Values probabilities(static_cast<size_t>(cpu::attention_saved_numel(shape)), 99.0);
+    cpu::attention_forward<double>(out.data(), probabilities.data(), q(), ldq, k(), ldk, v(),
+                                   ldv, shape);
+    if (saved != nullptr) *saved = probabilities;
+    return out;
+  }
+
+  // Gradients wrt q_buffer and kv_buffer, accumulated into the given buffers.
+  void backward(Values& d_q_buffer, Values& d_kv_buffer, const Values& saved) const {
+    double* d_kv_base = config.fused_qkv ? d_q_buffer.data() : d_kv_buffer.data();
+    cpu::attention_backward<double>(d_q_buffer.data(), d_kv_base + k_offset,
+                                    d_kv_base + v_offset, weights.data(), saved.data(), q(),
+                                    ldq, k(), ldk, v(), ldv, shape);
+  }
+
+  // The naive evaluation of §3.2: for each sentence, head and query t, p_j =
+  // softmax_j(q_t . k_j / sqrt(d_k)) over the visible keys j < key_lengths[b] (and
+  // j <= t when causal), the dropout draw of element ((b h + i) Lq + t) Lk + j,
+  // out_t = sum_j p_j keep_j / (1 - p) v_j. Also returns the probabilities.
+  Values naive_forward(Values* probabilities) const {
+    const int B = shape.batch, H = shape.heads, Lq = shape.query_len, Lk = shape.key_len;
+    const int dk = shape.d_k, dv = shape.d_v;
+    Values out(out_numel(), 0.0);
+    probabilities->assign(static_cast<size_t>(B) * H * Lq * Lk, 0.0);
+    for (int b = 0; b < B; ++b) {
+      for (int head = 0; head < H; ++head) {
+        for (int t = 0; t < Lq; ++t) {
+          std::vector<double> scores;
+          for (int j = 0; j < Lk; ++j) {
+            if (j >= config.key_lengths[b] || (shape.causal && j > t)) break;
+            double dot = 0.0;
+            for (int c = 0; c < dk; ++c) {
+              dot += q()[(b * Lq + t) * ldq + head * dk + c] *
+                     k()[(b * Lk + j) * ldk + head * dk + c];
+            }
+            scores.push_back(dot / std::sqrt(static_cast<double>(dk)));
+          }
+          double denominator = 0.0;
+          for (double score : scores) denominator += std::exp(score);
+          for (size_t j = 0; j < scores.size(); ++j) {
+            const double probability = std::exp(scores[j]) / denominator;
+            const int64_t element = ((static_cast<int64_t>(b) * H + head) * Lq + t) * Lk +
+                                    static_cast<int64_t>(j);
+            (*probabilities)[element] = probability;
+            double dropped = probability;
+            if (shape.dropout > 0.0f) {
+              const bool keep = dropout_keep(kDropoutKey.seed, kDropoutKey.site,
+                                             kDropoutKey.step, kDropoutKey.stream,
+                                             static_cast<uint64_t>(element), shape.dropout);
+              dropped = keep ? probability / (1.0 - static_cast<double>(shape.dropout)) : 0.0;
+            }
+            for (int c = 0; c < dv; ++c) {
+              out[(b * Lq + t) * H * dv + head * dv + c] +=
+                  dropped * v()[(b * Lk + static_cast<int>(j)) * ldv + head * dv + c];
+            }
+          }
+        }
+      }
+    }
+    return out;
+  }
+};
+
+std::vector<AttentionCase> attention_cases() {
+  return {
+      // name, B, h, Lq, Lk, d_k, d_v, causal, dropout, key_lengths, fused
+      {"encoder_self_padded", 2, 3, 5, 5, 3, 3, false, 0.0f, {5, 3}, true},
+      {"decoder_self_causal", 2, 2, 5, 5, 3, 3, true, 0.0f, {4, 5}, true},
+      {"decoder_self_causal_dropout", 2, 2, 5, 5, 3, 3, true, 0.2f, {5, 3}, true},
+      {"cross_dropout", 2, 2, 3, 5, 3, 4, false, 0.2f, {5, 2}, false},
+      {"cross_no_dropout", 3, 1, 5, 3, 4, 3, false, 0.0f, {3, 1, 2}, false},
+  };
+}
+
+TEST(Attention, SavedNumelIsBatchHeadsQueryKey) {
+  AttentionShape shape;
+  shape.batch = 3;
+  shape.heads = 5;
+  shape.query_len = 7;
+  shape.key_len = 11;
+  EXPECT_EQ(cpu::attention_saved_numel(shape), 3 * 5 * 7 * 11);
+}
+
+TEST(Attention, ForwardMatchesNaiveEvaluation) {
+  std::mt19937 rng(42);
+  // The cases, plus the plainest one: a single head, no mask, no dropout.
+  std::vector<AttentionCase> cases = attention_cases();
+  cases.push_back({"single_head", 1, 1, 3, 4, 2, 3, false, 0.0f, {4}, false});
+  for (const AttentionCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const AttentionProblem problem(c, rng);
+    Values saved, naive_probabilities;
+    const Values out = problem.forward(&saved);
+    const Values naive = problem.naive_forward(&naive_probabilities);
+    for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], naive[i], 1e-14) << i;
+    for (size_t i = 0; i < saved.size(); ++i) {
+      EXPECT_NEAR(saved[i], naive_probabilities[i], 1e-15) << i;
+    }
+  }
+}
+
+// Masked keys get probability exactly 0 and every query row is a distribution (the
+// saved probabilities are those before dropout).
+TEST(Attention, MaskedProbabilitiesAreZeroAndRowsSumToOne) {
+  std::mt19937 rng(43);
+  for (const AttentionCase& c : attention_cases()) {
+    SCOPED_TRACE(c.name);
+    const AttentionProblem problem(c, rng);
+    Values saved;
+    problem.forward(&saved);
+    for (int b = 0; b < c.batch; ++b) {
+      for (int head = 0; head < c.heads; ++head) {
+        for (int t = 0; t < c.query_len; ++t) {
+          const size_t row = ((static_cast<size_t>(b) * c.heads + head) * c.query_len + t) *
+                             c.key_len;
+          double sum = 0.0;
+          for (int j = 0; j < c.key_len; ++j) {
+            const bool masked = j >= c.key_lengths[b] || (c.causal && j > t);
+            if (masked) {
+              EXPECT_EQ(saved[row + j], 0.0) << b << "," << head << "," << t << "," << j;
+            } else {
+              EXPECT_GT(saved[row + j], 0.0) << b << "," << head << "," << t << "," << j;
+            }
+            sum += saved[row + j];
+          }
+          EXPECT_NEAR(sum, 1.0, 1e-14) << b << "," << head << "," << t;
+        }
+      }
+    }
+  }
+}
+
+// Attention dropout changes the output (some probabilities are dropped) but not the
+// saved probabilities.
+TEST(Attention, DropoutDropsSomeProbabilities) {
+  std::mt19937 rng(44);
+  AttentionCase c = attention_cases()[2];
+  AttentionProblem with_dropout(c, rng);
+  AttentionProblem without_dropout = with_dropout;
+  without_dropout.shape.dropout = 0.0f;
+  without_dropout.shape.key_lengths = without_dropout.config.key_lengths.data();
+  Values saved_with, saved_without;
+  const Values out_with = with_dropout.forward(&saved_with);
+  const Values out_without = without_dropout.forward(&saved_without);
+  EXPECT_EQ(saved_with, saved_without);
+  EXPECT_GT(max_abs(difference(out_with, out_without)), 1e-3);
+}
+
+TEST(Attention, BackwardMatchesFiniteDifferencesAndAccumulates) {
+  std::mt19937 rng(45);
+  for (const AttentionCase& c : attention_cases()) {
+    SCOPED_TRACE(c.name);
+    AttentionProblem problem(c, rng);
+    Values saved;
+    problem.forward(&saved);
+    const Values d_q_before = random_values(problem.q_buffer.size(), rng);
+    const Values d_kv_before = random_values(problem.kv_buffer.size(), rng);
+    Values d_q = d_q_before, d_kv = d_kv_before;
+    problem.backward(d_q, d_kv, saved);
+    const auto objective = [&] { return weighted_sum(problem.forward(), problem.weights); };
+    expect_gradient_matches(c.name + " q buffer", problem.q_buffer,
+                            difference(d_q, d_q_before), objective);
+    if (!c.fused_qkv) {
+      expect_gradient_matches(c.name + " kv buffer", problem.kv_buffer,
+                              difference(d_kv, d_kv_before), objective);
+    }
+  }
+}
+
+TEST(Attention, NullGradientOutputsAreSkipped) {
+  std::mt19937 rng(46);
+  const AttentionProblem problem(attention_cases()[3], rng);
+  Values saved;
+  problem.forward(&saved);
+  Values d_q(problem.q_buffer.size(), 0.0), d_kv(problem.kv_buffer.size(), 0.0);
+  problem.backward(d_q, d_kv, saved);
+  // Only dV: the V columns of d_kv match, everything else stays zero.
+  Values d_v_only(problem.kv_buffer.size(), 0.0);
+  cpu::attention_backward<double>(nullptr, nullptr, d_v_only.data() + problem.v_offset,
+                                  problem.weights.data(), saved.data(), problem.q(),
+                                  problem.ldq, problem.k(), problem.ldk, problem.v(),
+                                  problem.ldv, problem.shape);
+  for (size_t e = 0; e < d_kv.size(); ++e) {
+    const bool is_v_column = (e % problem.ldv) >= problem.v_offset;
+    EXPECT_EQ(d_v_only[e], is_v_column ? d_kv[e] : 0.0) << e;
+  }
+  // Only dQ.
+  Values d_q_only(problem.q_buffer.size(), 0.0);
+  cpu::attention_backward<double>(d_q_only.data(), nullptr, nullptr, problem.weights.data(),
+                                  saved.data(), problem.q(), problem.ldq, problem.k(),
+                                  problem.ldk, problem.v(), problem.ldv, problem.shape);
+  for (size_t e = 0; e < d_q.size(); ++e) EXPECT_NEAR(d_q_only[e], d_q[e], 1e-15) << e;
+}
+
+// A padding sentence with no valid key (key length 0) yields zeros, not NaN, forward
+// and backward.
+TEST(Attention, SentenceWithoutKeysGivesZeros) {
+  std::mt19937 rng(47);
+  const AttentionProblem problem({"empty", 2, 2, 3, 4, 3, 2, false, 0.2f, {0, 4}, false},
+                                 rng);
+  Values saved;
+  const Values out = problem.forward(&saved);
+  const int row_width = 2 * 2;  // h * d_v
+  for (size_t e = 0; e < out.size(); ++e) {
+    ASSERT_TRUE(std::isfinite(out[e])) << e;
+    if (e < static_cast<size_t>(3 * row_width)) {
+      EXPECT_EQ(out[e], 0.0) << e;  // sentence 0
+    }
+  }
+  EXPECT_GT(max_abs(out), 0.0);  // sentence 1 is not empty
+  Values d_q(problem.q_buffer.size(), 0.0), d_kv(problem.kv_buffer.size(), 0.0);
+  problem.backward(d_q, d_kv, saved);
+  for (double g : d_q) ASSERT_TRUE(std::isfinite(g));
+  for (double g : d_kv) ASSERT_TRUE(std::isfinite(g));
+  for (int e = 0; e < 3 * problem.ldq; ++e) EXPECT_EQ(d_q[e], 0.0) << e;  // sentence 0's Q
+  for (int e = 0; e < 4 * problem.ldk; ++e) EXPECT_EQ(d_kv[e], 0.0) << e;  // its K and V
+}
+
+}  // namespace
+}  // namespace thpc::cpu_test
+
+namespace thpc::test {
+namespace {
+
+struct AttentionCase {
+  std::string name;
+  int batch, heads, query_len, key_len, d_k, d_v;
+  bool causal;
+  float dropout;
+  std::vector<int32_t> key_lengths;  // empty: all keys valid (shape.key_lengths = null)
+  bool fused;  // Q, K, V as three offset views of one [rows, h(2d_k+d_v)] buffer
+};
+
+std::vector<AttentionCase> attention_cases() {
+  return {
+      {"self_fused", 2, 3, 7, 7, 8, 8, false, 0.0f, {7, 5}, true},
+      {"causal_fused_dropout_empty_sentence", 3, 2, 9, 9, 16, 16, true, 0.1f, {9, 4, 0}, true},
+      {"cross_dk_ne_dv_dropout", 2, 4, 5, 11, 12, 20, false, 0.1f, {11, 3}, false},
+      {"cross_causal_odd", 3, 1, 13, 6, 5, 7, true, 0.0f, {6, 1, 4}, false},
+      {"no_key_lengths_dropout", 2, 2, 6, 6, 8, 8, true, 0.1f, {}, true},
+      {"long_257_causal_dropout", 1, 2, 257, 257, 32, 32, true, 0.1f, {257}, true},
+      {"long_257_padded", 2, 2, 257, 257, 24, 40, false, 0.0f, {257, 200}, false},
+  };
+}
+
+// Host buffers of one case: q (or the fused qkv) buffer, the kv buffer (unless fused),
+// the output gradient and the pre-filled input gradients, all random and never zero.
+struct AttentionData {
+  AttentionCase c;
+  int ldq = 0, ldk = 0, ldv = 0;
+  int64_t k_offset = 0, v_offset = 0;  // into the kv buffer (the q buffer when fused)
+  std::vector<float> q, kv, d_out, dq_fill, dkv_fill;
+
+  AttentionData(const AttentionCase& config, DType dtype, std::mt19937& rng) : c(config) {
+    const int wk = c.heads * c.d_k, wv = c.heads * c.d_v;
+    if (c.fused) {
+      ldq = ldk = ldv = 2 * wk + wv;
+      k_offset = wk;
+      v_offset = 2 * wk;
+    } else {
+      ldq = wk + 1;  // a column no head reads: must stay untouched
+      ldk = ldv = wk + wv;
+      v_offset = wk;
+    }
+    // Scores of O(1) (inputs in [-2, 2]) make the softmax neither flat nor one-hot.
+    q = representable(random_values(static_cast<size_t>(c.batch) * c.query_len * ldq, rng,
+                                    -2.0f, 2.0f), dtype);
+    dq_fill = representable(random_values(q.size(), rng), dtype);
+    if (!c.fused) {
+      kv = representable(random_values(static_cast<size_t>(c.batch) * c.key_len * ldk, rng,
+                                       -2.0f, 2.0f), dtype);
+      dkv_fill = representable(random_values(kv.size(), rng), dtype);
+    }
+    d_out = representable(
+        random_values(static_cast<size_t>(c.batch) * c.query_len * wv, rng), dtype);
+  }
+  int64_t out_numel() const {
+    return static_cast<int64_t>(c.batch) * c.query_len * c.heads * c.d_v;
+  }
+};
+
+// What one backend computed for one case.
+struct AttentionResult {
+  std::vector<float> out, saved, dq_buffer, dkv_buffer;
+};
+
+struct AttentionRun {
+  bool with_saved = true;
+  bool backward = true;
+  bool want_dq = true, want_dk = true, want_dv = true;
+};
+
+AttentionResult run_attention(Backend& backend, DType dtype, const AttentionData& data,
+                              const AttentionRun& run) {
+  Scope scope(backend);
+  const AttentionCase& c = data.c;
+  AttentionShape shape;
+  shape.batch = c.batch;
+  shape.heads = c.heads;
+  shape.query_len = c.query_len;
+  shape.key_len = c.key_len;
+  shape.d_k = c.d_k;
+  shape.d_v = c.d_v;
+  shape.causal = c.causal;
+  shape.key_lengths = c.key_lengths.empty() ? nullptr : scope.put_ids(c.key_lengths);
+  shape.dropout = c.dropout;
+  shape.dropout_key.seed = 0x1234abcd5678ull;
+  shape.dropout_key.step = 17;
+  shape.dropout_key.stream = 3;
+  shape.dropout_key.site = 5;
+
+  const Tensor q_buffer = scope.put(dtype, data.q);
+  const Tensor kv_buffer = c.fused ? q_buffer : scope.put(dtype, data.kv);
+  const Tensor q = q_buffer;
+  const Tensor k = kv_buffer.slice(data.k_offset, kv_buffer.numel - data.k_offset);
+  const Tensor v = kv_buffer.slice(data.v_offset, kv_buffer.numel - data.v_offset);
+  const Tensor out = scope.alloc(dtype, data.out_numel());
+  const int64_t saved_numel = backend.attention_saved_numel(shape);
+  const Tensor saved = run.with_saved ? scope.alloc(dtype, saved_numel) : Tensor{};
+  backend.attention_forward(out, saved, q, data.ldq, k, data.ldk, v, data.ldv, shape);
+
+  AttentionResult result;
+  result.out = scope.get(out);
+  if (run.with_saved) result.saved = scope.get(saved);
+  if (!run.backward) return result;
+
+  const Tensor d_out = scope.put(dtype, data.d_out);
+  const Tensor dq_buffer = scope.put(dtype, data.dq_fill);
+  const Tensor dkv_buffer = c.fused ? dq_buffer : scope.put(dtype, data.dkv_fill);
+  const Tensor dq = run.want_dq ? dq_buffer : Tensor{};
+  const Tensor dk = run.want_dk ? dkv_buffer.slice(data.k_offset, dkv_buffer.numel - data.k_offset)
+                                : Tensor{};
+  const Tensor dv = run.want_dv ? dkv_buffer.slice(data.v_offset, dkv_buffer.numel - data.v_offset)
+                                : Tensor{};
+  backend.attention_backward(dq, dk, dv, d_out, saved, q, data.ldq, k, data.ldk, v, data.ldv,
+                             shape);
+  result.dq_buffer = scope.get(dq_buffer);
+  if (!c.fused) result.dkv_buffer = scope.get(dkv_buffer);
+  return result;
+}
+
+// Tolerances (abs, rel in units of eps_of(dtype); eps = 2^-23 fp32, 2^-7 bf16).
+// fp32: both sides compute in fp32 with different summation orders (BLAS vs tensor-core
+// GEMM, shuffle trees vs loops) and expf vs std::exp: errors of a few ulps per term,
+// growing like sqrt(K) over K <= 257 terms of O(1): ~1e-5 absolute on O(1) values.
+// bf16: inputs are identical, scores accumulate in fp32, but P, P' and dS are rounded
+// to bf16 (2^-9 relative each) before the second GEMM and the result is rounded once
+// more: out = sum_j P'_j v_j (|v| <= 2, sum_j P'_j <= 1.12) errs by at most
+// 2^-8 * 2.2 ~ 1.1 eps in the worst case (random roundings make it far less) plus the
+// output rounding (rel): abs 2 eps, rel 1 eps. The gradients (O(1); dP sums <= 40
+// products) err by a few eps/4 plus the rounding of the pre-filled sum: abs 2 eps,
+// rel 1 eps.
+struct Tolerance {
+  double abs, rel;
+};
+Tolerance out_tolerance(DType dtype) {
+  const double eps = eps_of(dtype);
+  return dtype == DType::F32 ? Tolerance{200 * eps, 800 * eps} : Tolerance{2 * eps, eps};
+}
+Tolerance probability_tolerance(DType dtype) {
+  // Probabilities are <= 1; bf16: one rounding (2^-9 relative) of a value whose fp32
+  // score error is negligible.
+  const double eps = eps_of(dtype);
+  return dtype == DType::F32 ? Tolerance{64 * eps, 256 * eps} : Tolerance{eps / 8, eps};
+}
+Tolerance gradient_tolerance(DType dtype) {
+  const double eps = eps_of(dtype);
+  return dtype == DType::F32 ? Tolerance{500 * eps, 1000 * eps} : Tolerance{2 * eps, eps};
+}
+
+std::string label(const AttentionCase& c, DType dtype) {
+  return c.name + " in " + dtype_name(dtype);
+}
+
+TEST(CudaAttention, ForwardMatchesCpu) {
+  THPC_REQUIRE_GPU();
+  for (DType dtype : gpu_compute_dtypes()) {
+    std::mt19937 rng(11);
+    for (const AttentionCase& c : attention_cases()) {
+      SCOPED_TRACE(label(c, dtype));
+      Twins twins(dtype);
+      const AttentionData data(c, dtype, rng);
+      AttentionRun run;
+      run.backward = false;
+      const AttentionResult cpu = run_attention(*twins.cpu, DType::F32, data, run);
+      const AttentionResult gpu = run_attention(*twins.gpu, dtype, data, run);
+      const Tolerance o = out_tolerance(dtype), p = probability_tolerance(dtype);
+      EXPECT_TRUE(all_close(gpu.out, cpu.out, o.abs, o.rel)) << "out";
+      EXPECT_TRUE(all_close(gpu.saved, cpu.saved, p.abs, p.rel)) << "saved probabilities";
+      // Masked probabilities are exactly 0 on both sides (random scores never give an
+      // exact 0 otherwise), and nothing else is.
+      ASSERT_EQ(gpu.saved.size(), cpu.saved.size());
+      size_t mismatched_zeros = 0;
+      for (size_t i = 0; i < cpu.saved.size(); ++i) {
+        if ((cpu.saved[i] == 0.0f) != (gpu.saved[i] == 0.0f)) ++mismatched_zeros;
+      }
+      EXPECT_EQ(mismatched_zeros, 0u) << "masks differ";
+    }
+  }
+}
+
+// Decoding passes no `saved`: the probabilities go to scratch, the output is the same,
+// bit for bit (the same kernels on the same data).
+TEST(CudaAttention, ForwardWithoutSavedEqualsForwardWithSaved) {
+  THPC_REQUIRE_GPU();
+  for (DType dtype : gpu_compute_dtypes()) {
+    std::mt19937 rng(12);
+    for (const AttentionCase& c : attention_cases()) {
+      SCOPED_TRACE(label(c, dtype));
+      Twins twins(dtype);
+      const AttentionData data(c, dtype, rng);
+      AttentionRun with, without;
+      with.backward = without.backward = false;
+      without.with_saved = false;
+      const AttentionResult a = run_attention(*twins.gpu, dtype, data, with);
+      const AttentionResult b = run_attention(*twins.gpu, dtype, data, without);
+      EXPECT_EQ(a.out, b.out);
+    }
+  }
+}
+
+TEST(CudaAttention, BackwardMatchesCpuAndAccumulates) {
+  THPC_REQUIRE_GPU();
+  for (DType dtype : gpu_compute_dtypes()) {
+    std::mt19937 rng(13);
+    for (const AttentionCase& c : attention_cases()) {
+      SCOPED_TRACE(label(c, dtype));
+      Twins twins(dtype);
+      const AttentionData data(c, dtype, rng);
+      const AttentionRun run;
+      const AttentionResult cpu = run_attention(*twins.cpu, DType::F32, data, run);
+      const AttentionResult gpu = run_attention(*twins.gpu, dtype, data, run);
+      const Tolerance g = gradient_tolerance(dtype);
+      EXPECT_TRUE(all_close(gpu.dq_buffer, cpu.dq_buffer, g.abs, g.rel))
+          << (c.fused ? "d qkv" : "dq");
+      if (!c.fused) {
+        EXPECT_TRUE(all_close(gpu.dkv_buffer, cpu.dkv_buffer, g.abs, g.rel)) << "d kv";
+      }
+      // Bit-identical when repeated: no atomics, fixed reduction orders.
+      const AttentionResult again = run_attention(*twins.gpu, dtype, data, run);
+      EXPECT_EQ(again.dq_buffer, gpu.dq_buffer);
+      EXPECT_EQ(again.dkv_buffer, gpu.dkv_buffer);
+    }
+  }
+}
+
+// Null gradient outputs are skipped; the others still match (and the skipped ones'
+// memory keeps its pre-filled values).
+TEST(CudaAttention, BackwardSkipsNullOutputs) {
+  THPC_REQUIRE_GPU();
+  const std::vector<AttentionCase> cases = attention_cases();
+  for (DType dtype : gpu_compute_dtypes()) {
+    std::mt19937 rng(14);
+    for (int variant = 0; variant < 3; ++variant) {
+      const AttentionCase& c = cases[2];  // separate q and kv buffers, dropout
+      SCOPED_TRACE(label(c, dtype) + " variant " + std::to_string(variant));
+      Twins twins(dtype);
+      const AttentionData data(c, dtype, rng);
+      AttentionRun run;
+      run.want_dq = variant == 0;
+      run.want_dk = variant == 1;
+      run.want_dv = variant != 1;
+      const AttentionResult cpu = run_attention(*twins.cpu, DType::F32, data, run);
+      const AttentionResult gpu = run_attention(*twins.gpu, dtype, data, run);
+      const Tolerance g = gradient_tolerance(dtype);
+      EXPECT_TRUE(all_close(gpu.dq_buffer, cpu.dq_buffer, g.abs, g.rel));
+      EXPECT_TRUE(all_close(gpu.dkv_buffer, cpu.dkv_buffer, g.abs, g.rel));
+    }
+  }
+}
+
+// No keys at all: every output row is 0, as on the CPU.
+TEST(CudaAttention, NoKeysGivesZeros) {
+  THPC_REQUIRE_GPU();
+  for (DType dtype : gpu_compute_dtypes()) {
+    std::mt19937 rng(15);
+    const AttentionCase c{"no_keys", 2, 2, 3, 0, 4, 4, false, 0.0f, {0, 0}, false};
+    SCOPED_TRACE(label(c, dtype));
+    Twins twins(dtype);
+    AttentionData data(c, dtype, rng);
+    // K and V have no rows; one spare row gives the views something to point into.
+    data.kv = std::vector<float>(static_cast<size_t>(data.ldk), 1.0f);
+    AttentionRun run;
+    run.backward = false;
+    run.with_saved = false;
+    const AttentionResult gpu = run_attention(*twins.gpu, dtype, data, run);
+    EXPECT_EQ(gpu.out, std::vector<float>(static_cast<size_t>(data.out_numel()), 0.0f));
+  }
+}
+
+}  // namespace
+}  // namespace thpc::test

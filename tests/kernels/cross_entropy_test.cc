@@ -1,0 +1,336 @@
+// Label-smoothed cross-entropy and log-softmax (kernels/cpu/cross_entropy.cc,
+// kernels/cuda/cross_entropy.cu): the CPU reference against the direct formulas and
+// central finite differences (cpu_reference.h), then the CUDA twins.
+// The CUDA twins run the op on the GPU and on the CPU reference backend (tests/cuda_twin.h)
+// in fp32 and bf16; without a GPU (or in a CPU-only build) they report SKIPPED.
+//
+// The twins cover pad rows, eps 0 and 0.1, aliasing, a 37000-ish and a small odd
+// vocabulary, sums only, and a bad target id.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "cpu_reference.h"
+#include "cuda_twin.h"
+#include "expect_error.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace thpc::cpu_test {
+namespace {
+
+struct CrossEntropyProblem {
+  static constexpr int kRows = 7, kVocab = 9, kPad = 0;
+  Values logits;
+  // Rows 2 and 5 are padding (target == pad id 0).
+  std::vector<int32_t> targets{3, 8, kPad, 1, 4, kPad, 7};
+  explicit CrossEntropyProblem(std::mt19937& rng) : logits(random_values(kRows * kVocab, rng)) {
+    for (double& z : logits) z *= 3.0;  // a spread of probabilities
+  }
+  LossSums run(Values* d_logits, float eps, float grad_scale) const {
+    return cpu::softmax_cross_entropy<double>(d_logits ? d_logits->data() : nullptr,
+                                              logits.data(), targets.data(), kRows, kVocab,
+                                              eps, kPad, grad_scale);
+  }
+};
+
+// -log softmax(z)_j evaluated directly from the definition.
+double direct_negative_log_probability(const double* z, int vocab, int j) {
+  double denominator = 0.0;
+  for (int c = 0; c < vocab; ++c) denominator += std::exp(z[c]);
+  return -std::log(std::exp(z[j]) / denominator);
+}
+
+TEST(CrossEntropy, WithoutSmoothingLossIsNegativeLogSoftmaxAtTarget) {
+  std::mt19937 rng(61);
+  const CrossEntropyProblem problem(rng);
+  const LossSums sums = problem.run(nullptr, 0.0f, 1.0f);
+  double expected = 0.0;
+  for (int r = 0; r < CrossEntropyProblem::kRows; ++r) {
+    if (problem.targets[r] == CrossEntropyProblem::kPad) continue;
+    expected += direct_negative_log_probability(
+        problem.logits.data() + r * CrossEntropyProblem::kVocab, CrossEntropyProblem::kVocab,
+        problem.targets[r]);
+  }
+  EXPECT_NEAR(sums.loss, expected, 1e-13);
+  EXPECT_NEAR(sums.nll, expected, 1e-13);
+  EXPECT_EQ(sums.tokens, 5);
+}
+
+TEST(CrossEntropy, LabelSmoothingMatchesDirectComputation) {
+  std::mt19937 rng(62);
+  const CrossEntropyProblem problem(rng);
+  const float eps = 0.1f;
+  const LossSums sums = problem.run(nullptr, eps, 1.0f);
+  // loss_r = -sum_j q_j log p_j with q = (1 - eps) onehot(t) + eps / V.
+  double expected_loss = 0.0, expected_nll = 0.0;
+  constexpr int kVocab = CrossEntropyProblem::kVocab;
+  for (int r = 0; r < CrossEntropyProblem::kRows; ++r) {
+    const int target = problem.targets[r];
+    if (target == CrossEntropyProblem::kPad) continue;
+    const double* z = problem.logits.data() + r * kVocab;
+    for (int j = 0; j < kVocab; ++j) {
+      const double q = (j == target ? 1.0 - eps : 0.0) + static_cast<double>(eps) / kVocab;
+      expected_loss += q * direct_negative_log_probability(z, kVocab, j);
+    }
+    expected_nll += direct_negative_log_probability(z, kVocab, target);
+  }
+  EXPECT_NEAR(sums.loss, expected_loss, 1e-13);
+  EXPECT_NEAR(sums.nll, expected_nll, 1e-13);
+  EXPECT_GT(sums.loss - sums.nll, 1e-3);  // smoothing changes the loss, not the nll
+  EXPECT_EQ(sums.tokens, 5);
+}
+
+TEST(CrossEntropy, GradientMatchesFiniteDifferencesWithPadRows) {
+  std::mt19937 rng(63);
+  CrossEntropyProblem problem(rng);
+  const float eps = 0.1f, grad_scale = 0.37f;
+  // d_logits is written, not accumulated: garbage before must not survive, and pad rows
+  // must become exactly 0.
+  Values d_logits = random_values(problem.logits.size(), rng);
+  problem.run(&d_logits, eps, grad_scale);
+  constexpr int kVocab = CrossEntropyProblem::kVocab;
+  for (int r = 0; r < CrossEntropyProblem::kRows; ++r) {
+    if (problem.targets[r] != CrossEntropyProblem::kPad) continue;
+    for (int j = 0; j < kVocab; ++j) EXPECT_EQ(d_logits[r * kVocab + j], 0.0) << r << "," << j;
+  }
+  // The gradient of grad_scale * sum_r loss_r.
+  expect_gradient_matches("d_logits", problem.logits, d_logits, [&] {
+    return static_cast<double>(grad_scale) * problem.run(nullptr, eps, grad_scale).loss;
+  });
+}
+
+TEST(CrossEntropy, GradientMayOverwriteTheLogits) {
+  std::mt19937 rng(64);
+  const CrossEntropyProblem problem(rng);
+  Values separate(problem.logits.size());
+  const LossSums expected = problem.run(&separate, 0.1f, 0.5f);
+  Values in_place = problem.logits;
+  const LossSums sums = cpu::softmax_cross_entropy<double>(
+      in_place.data(), in_place.data(), problem.targets.data(), CrossEntropyProblem::kRows,
+      CrossEntropyProblem::kVocab, 0.1f, CrossEntropyProblem::kPad, 0.5f);
+  EXPECT_EQ(in_place, separate);
+  EXPECT_EQ(sums.loss, expected.loss);
+  EXPECT_EQ(sums.nll, expected.nll);
+  EXPECT_EQ(sums.tokens, expected.tokens);
+}
+
+TEST(CrossEntropy, RejectsTargetOutsideVocabulary) {
+  std::mt19937 rng(65);
+  CrossEntropyProblem problem(rng);
+  problem.targets[1] = CrossEntropyProblem::kVocab;
+  EXPECT_THROW(problem.run(nullptr, 0.1f, 1.0f), Error);
+}
+
+TEST(LogSoftmax, MatchesDirectFormulaIsStableAndMayAlias) {
+  std::mt19937 rng(66);
+  const int rows = 3, vocab = 11;
+  const Values logits = random_values(rows * vocab, rng);
+  Values log_probs(rows * vocab);
+  cpu::log_softmax<double>(log_probs.data(), logits.data(), rows, vocab);
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < vocab; ++j) {
+      EXPECT_NEAR(log_probs[r * vocab + j],
+                  -direct_negative_log_probability(logits.data() + r * vocab, vocab, j), 1e-14);
+    }
+  }
+  // Shifting a row by 1000 (exp would overflow without the max subtraction) leaves the
+  // log-probabilities unchanged; and the op may write over its input.
+  Values shifted = logits;
+  for (double& z : shifted) z += 1000.0;
+  cpu::log_softmax<double>(shifted.data(), shifted.data(), rows, vocab);
+  for (size_t e = 0; e < shifted.size(); ++e) EXPECT_NEAR(shifted[e], log_probs[e], 1e-12) << e;
+}
+
+}  // namespace
+}  // namespace thpc::cpu_test
+
+namespace thpc::test {
+namespace {
+
+constexpr int kPad = 1;
+
+struct LossCase {
+  std::string name;
+  int rows, vocab;
+  float eps;
+  int pad_rows;  // rows whose target is the pad id
+};
+
+std::vector<LossCase> loss_cases() {
+  return {
+      {"small_odd_vocab", 9, 37, 0.1f, 3},
+      {"small_odd_vocab_no_smoothing", 7, 37, 0.0f, 2},
+      {"vocab_1003", 13, 1003, 0.1f, 4},
+      {"vocab_37003", 5, 37003, 0.1f, 1},
+      {"vocab_37003_no_smoothing", 4, 37003, 0.0f, 0},
+  };
+}
+
+// Random logits in [-4, 4] (a realistic spread: probabilities span e^8) and targets in
+// [0, vocab) other than the pad id, with `pad_rows` rows set to the pad id.
+struct LossData {
+  std::vector<float> logits;
+  std::vector<int32_t> targets;
+  LossData(const LossCase& c, DType dtype, std::mt19937& rng) {
+    logits = representable(random_values(static_cast<size_t>(c.rows) * c.vocab, rng, -4.0f,
+                                          4.0f), dtype);
+    std::uniform_int_distribution<int32_t> id(0, c.vocab - 1);
+    targets.resize(static_cast<size_t>(c.rows));
+    for (int32_t& t : targets) {
+      do t = id(rng);
+      while (t == kPad);
+    }
+    for (int r = 0; r < c.pad_rows; ++r) targets[static_cast<size_t>((r * 5 + 1) % c.rows)] = kPad;
+  }
+};
+
+struct LossResult {
+  LossSums sums;
+  std::vector<float> d_logits;
+};
+
+// mode 0: separate d_logits; 1: d_logits aliases logits; 2: sums only (null d_logits).
+LossResult run_loss(Backend& backend, DType dtype, const LossCase& c, const LossData& data,
+                    float grad_scale, int mode) {
+  Scope scope(backend);
+  const Tensor logits = scope.put(dtype, data.logits);
+  const int32_t* targets = scope.put_ids(data.targets);
+  const Tensor d_logits = mode == 0   ? scope.alloc(dtype, logits.numel)
+                          : mode == 1 ? logits
+                                      : Tensor{};
+  LossResult result;
+  result.sums = backend.softmax_cross_entropy(d_logits, logits, targets, c.rows, c.vocab, c.eps,
+                                              kPad, grad_scale);
+  if (d_logits) result.d_logits = scope.get(d_logits);
+  return result;
+}
+
+// The sums: both sides read the same logits and the GPU keeps fp32 row statistics (the
+// CPU double): the log-sum-exp of up to 37003 terms errs by ~sqrt(V) * 2^-24 relative,
+// ~1e-5 absolute per row, in either precision (bf16 only rounds the gradient).
+// The gradient p - q: fp32, the exp of an argument with ~1e-5 error: rel 1e-4, abs
+// 1e-5 * grad_scale; bf16, one rounding of the output: rel eps (2^-7 >= 2 * 2^-9).
+void expect_sums_close(const LossSums& gpu, const LossSums& cpu, int rows) {
+  EXPECT_EQ(gpu.tokens, cpu.tokens);
+  EXPECT_NEAR(gpu.loss, cpu.loss, 1e-4 * rows + 1e-5 * std::abs(cpu.loss));
+  EXPECT_NEAR(gpu.nll, cpu.nll, 1e-4 * rows + 1e-5 * std::abs(cpu.nll));
+}
+
+TEST(CudaCrossEntropy, MatchesCpu) {
+  THPC_REQUIRE_GPU();
+  for (DType dtype : gpu_compute_dtypes()) {
+    std::mt19937 rng(21);
+    for (const LossCase& c : loss_cases()) {
+      for (int mode = 0; mode < 3; ++mode) {
+        SCOPED_TRACE(c.name + " in " + dtype_name(dtype) + " mode " + std::to_string(mode));
+        Twins twins(dtype);
+        const LossData data(c, dtype, rng);
+        const float grad_scale = 0.37f;
+        const LossResult cpu = run_loss(*twins.cpu, DType::F32, c, data, grad_scale, mode);
+        const LossResult gpu = run_loss(*twins.gpu, dtype, c, data, grad_scale, mode);
+        expect_sums_close(gpu.sums, cpu.sums, c.rows);
+        const double eps = eps_of(dtype);
+        const double abs_tol = 1e-5 * grad_scale;
+        const double rel_tol = dtype == DType::F32 ? 1000 * eps : eps;
+        EXPECT_TRUE(all_close(gpu.d_logits, cpu.d_logits, abs_tol, rel_tol));
+        // Pad rows are exactly zero.
+        for (int r = 0; r < c.rows && !gpu.d_logits.empty(); ++r) {
+          if (data.targets[static_cast<size_t>(r)] != kPad) continue;
+          for (int j = 0; j < c.vocab; ++j) {
+            ASSERT_EQ(gpu.d_logits[static_cast<size_t>(r) * c.vocab + j], 0.0f) << "pad row " << r;
+          }
+        }
+        // Deterministic: the same call gives the same sums, bit for bit.
+        if (mode == 2) {
+          const LossResult again = run_loss(*twins.gpu, dtype, c, data, grad_scale, mode);
+          EXPECT_EQ(again.sums.loss, gpu.sums.loss);
+          EXPECT_EQ(again.sums.nll, gpu.sums.nll);
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaCrossEntropy, AllPadRowsAndNoRows) {
+  THPC_REQUIRE_GPU();
+  for (DType dtype : gpu_compute_dtypes()) {
+    std::mt19937 rng(22);
+    Twins twins(dtype);
+    const LossCase all_pad{"all_pad", 3, 41, 0.1f, 3};
+    LossData data(all_pad, dtype, rng);
+    for (int32_t& t : data.targets) t = kPad;
+    const LossResult gpu = run_loss(*twins.gpu, dtype, all_pad, data, 1.0f, 0);
+    EXPECT_EQ(gpu.sums.tokens, 0);
+    EXPECT_EQ(gpu.sums.loss, 0.0);
+    EXPECT_EQ(gpu.d_logits, std::vector<float>(gpu.d_logits.size(), 0.0f));
+    const LossSums none = twins.gpu->softmax_cross_entropy(Tensor{}, Tensor{}, nullptr, 0, 41,
+                                                           0.1f, kPad, 1.0f);
+    EXPECT_EQ(none.tokens, 0);
+  }
+}
+
+// A target outside [0, vocab) that is not the pad id throws, naming the first such row
+// and the id, as the CPU does.
+TEST(CudaCrossEntropy, BadTargetThrows) {
+  THPC_REQUIRE_GPU();
+  for (DType dtype : gpu_compute_dtypes()) {
+    std::mt19937 rng(23);
+    Twins twins(dtype);
+    const LossCase c{"bad", 8, 37, 0.1f, 1};
+    LossData data(c, dtype, rng);
+    data.targets[3] = 37;
+    data.targets[6] = -5;
+    expect_error([&] { run_loss(*twins.gpu, dtype, c, data, 1.0f, 0); },
+                 {"target id 37", "row 3", "[0, 37)"});
+    expect_error([&] { run_loss(*twins.cpu, DType::F32, c, data, 1.0f, 0); },
+                 {"target id 37", "row 3", "[0, 37)"});
+    // The backend is still usable afterwards.
+    data.targets[3] = 2;
+    data.targets[6] = 4;
+    const LossResult ok = run_loss(*twins.gpu, dtype, c, data, 1.0f, 2);
+    EXPECT_EQ(ok.sums.tokens, c.rows - 1);
+  }
+}
+
+// log_softmax = z - lse: fp32, the lse of up to 37003 terms errs by ~1e-5 (and the
+// outputs are ~-lse ~ -10): abs 200 eps + rel 100 eps; bf16, one rounding of the
+// output (2^-9 relative) plus that: rel eps, abs 1e-4.
+TEST(CudaLogSoftmax, MatchesCpuIncludingAliasing) {
+  THPC_REQUIRE_GPU();
+  for (DType dtype : gpu_compute_dtypes()) {
+    std::mt19937 rng(31);
+    for (const int vocab : {37, 1003, 37003}) {
+      for (const bool alias : {false, true}) {
+        SCOPED_TRACE("vocab " + std::to_string(vocab) + " in " + dtype_name(dtype) +
+                     (alias ? " aliased" : ""));
+        Twins twins(dtype);
+        const int rows = vocab > 10000 ? 3 : 11;
+        const std::vector<float> logits = representable(
+            random_values(static_cast<size_t>(rows) * vocab, rng, -4.0f, 4.0f), dtype);
+        auto run = [&](Backend& backend, DType type) {
+          Scope scope(backend);
+          const Tensor z = scope.put(type, logits);
+          const Tensor out = alias ? z : scope.alloc(type, z.numel);
+          backend.log_softmax(out, z, rows, vocab);
+          return scope.get(out);
+        };
+        const std::vector<float> cpu = run(*twins.cpu, DType::F32);
+        const std::vector<float> gpu = run(*twins.gpu, dtype);
+        const double eps = eps_of(dtype);
+        if (dtype == DType::F32) {
+          EXPECT_TRUE(all_close(gpu, cpu, 200 * eps, 100 * eps));
+        } else {
+          EXPECT_TRUE(all_close(gpu, cpu, 1e-4, eps));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace thpc::test
