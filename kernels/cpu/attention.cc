@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "common/error.h"
-#include "common/philox.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/dropout_mask.h"
 
 namespace thpc::cpu {
 namespace {
@@ -53,11 +53,9 @@ void dropout_factors(T* factors, int64_t count, int64_t first_element,
   }
   const DropoutKey& key = shape.dropout_key;
   const T keep_scale = T(1) / (T(1) - static_cast<T>(p));
-  for (int64_t j = 0; j < count; ++j) {
-    const bool keep =
-        dropout_keep(key.seed, key.site, key.step, key.stream, first_element + j, p);
+  for_each_dropout_draw(key, first_element, count, p, [&](int64_t j, bool keep) {
     factors[j] = keep ? keep_scale : T(0);
-  }
+  });
 }
 
 }  // namespace

@@ -4,20 +4,14 @@
 #include <cstdint>
 
 #include "common/error.h"
-#include "common/philox.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/dropout_mask.h"
 
 namespace thpc::cpu {
 namespace {
 
 void check_probability(float p) {
   THPC_CHECK(p >= 0.0f && p < 1.0f, "dropout probability " << p << " outside [0, 1)");
-}
-
-// Element i is kept when its Philox draw (element index i) is >= p.
-bool keeps(const DropoutKey& key, int64_t element, float p) {
-  return dropout_keep(key.seed, key.site, key.step, key.stream,
-                      static_cast<uint64_t>(element), p);
 }
 
 // Inverted dropout: kept elements are scaled by 1 / (1 - p) so the expectation of the
@@ -53,7 +47,10 @@ void dropout_forward(T* y, const T* x, int64_t n, float p, DropoutKey key) {
     return;
   }
   const T scale = keep_scale<T>(p);
-  for (int64_t i = 0; i < n; ++i) y[i] = keeps(key, i, p) ? x[i] * scale : T(0);
+  // Element i is kept when its Philox draw (element index i) is >= p.
+  for_each_dropout_draw(key, 0, n, p, [&](int64_t i, bool keep) {
+    y[i] = keep ? x[i] * scale : T(0);
+  });
 }
 
 // dx += dy * keep / (1 - p), the mask redrawn from the key.
@@ -66,9 +63,9 @@ void dropout_backward(T* dx, const T* dy, int64_t n, float p, DropoutKey key) {
     return;
   }
   const T scale = keep_scale<T>(p);
-  for (int64_t i = 0; i < n; ++i) {
-    if (keeps(key, i, p)) dx[i] += dy[i] * scale;
-  }
+  for_each_dropout_draw(key, 0, n, p, [&](int64_t i, bool keep) {
+    if (keep) dx[i] += dy[i] * scale;
+  });
 }
 
 // §3.1/§5.4: the sub-layer output is dropped out before it is added to its input,
@@ -82,7 +79,9 @@ void residual_dropout_forward(T* y, const T* x, const T* sub, int64_t n, float p
     return;
   }
   const T scale = keep_scale<T>(p);
-  for (int64_t i = 0; i < n; ++i) y[i] = keeps(key, i, p) ? x[i] + sub[i] * scale : x[i];
+  for_each_dropout_draw(key, 0, n, p, [&](int64_t i, bool keep) {
+    y[i] = keep ? x[i] + sub[i] * scale : x[i];
+  });
 }
 
 // dx += dy;  d_sub += dy * keep / (1 - p): the dropout's own backward.
