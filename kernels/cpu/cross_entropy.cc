@@ -2,9 +2,11 @@
 // decoding, on the CPU.
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "common/error.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/parallel.h"
 
 namespace thpc::cpu {
 namespace {
@@ -49,9 +51,18 @@ template <typename T>
 LossSums softmax_cross_entropy(T* d_logits, const T* logits, const int32_t* targets, int rows,
                                int vocab, float eps, int pad_id, float grad_scale) {
   THPC_CHECK(vocab > 0, "cross-entropy over a vocabulary of " << vocab);
-  LossSums sums;
+  for (int row = 0; row < rows; ++row) {  // before the parallel loop, which cannot throw
+    const int32_t target = targets[row];
+    THPC_CHECK(target == pad_id || (target >= 0 && target < vocab),
+               "target id " << target << " at row " << row << " is outside the vocabulary [0, "
+                            << vocab << ")");
+  }
   const double smoothing = static_cast<double>(eps);
   const double uniform_mass = smoothing / vocab;  // eps / V, the smoothed mass per class
+  // Each row's loss and nll, summed afterwards in row order (the same bits with any
+  // number of threads).
+  std::vector<double> row_loss(rows, 0.0), row_nll(rows, 0.0);
+#pragma omp parallel for schedule(static) num_threads(threads_for(int64_t(rows) * vocab))
   for (int row = 0; row < rows; ++row) {
     const T* z = logits + static_cast<int64_t>(row) * vocab;
     T* dz = d_logits != nullptr ? d_logits + static_cast<int64_t>(row) * vocab : nullptr;
@@ -62,15 +73,11 @@ LossSums softmax_cross_entropy(T* d_logits, const T* logits, const int32_t* targ
       }
       continue;
     }
-    THPC_CHECK(target >= 0 && target < vocab,
-               "target id " << target << " at row " << row << " is outside the vocabulary [0, "
-                            << vocab << ")");
     const RowStats stats = row_stats(z, vocab);
     const double target_logit = static_cast<double>(z[target]);
-    sums.loss +=
+    row_loss[row] =
         stats.log_sum_exp - (1.0 - smoothing) * target_logit - uniform_mass * stats.sum;
-    sums.nll += stats.log_sum_exp - target_logit;
-    sums.tokens += 1;
+    row_nll[row] = stats.log_sum_exp - target_logit;
     if (dz == nullptr) continue;
     const double scale = static_cast<double>(grad_scale);
     for (int j = 0; j < vocab; ++j) {
@@ -78,6 +85,13 @@ LossSums softmax_cross_entropy(T* d_logits, const T* logits, const int32_t* targ
       const double smoothed_target = uniform_mass + (j == target ? 1.0 - smoothing : 0.0);
       dz[j] = static_cast<T>(scale * (probability - smoothed_target));
     }
+  }
+  LossSums sums;
+  for (int row = 0; row < rows; ++row) {
+    if (targets[row] == pad_id) continue;
+    sums.loss += row_loss[row];
+    sums.nll += row_nll[row];
+    sums.tokens += 1;
   }
   return sums;
 }
@@ -87,6 +101,7 @@ LossSums softmax_cross_entropy(T* d_logits, const T* logits, const int32_t* targ
 template <typename T>
 void log_softmax(T* log_probs, const T* logits, int rows, int vocab) {
   if (vocab <= 0) return;
+#pragma omp parallel for schedule(static) num_threads(threads_for(int64_t(rows) * vocab))
   for (int row = 0; row < rows; ++row) {
     const T* z = logits + static_cast<int64_t>(row) * vocab;
     T* out = log_probs + static_cast<int64_t>(row) * vocab;
