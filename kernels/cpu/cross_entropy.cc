@@ -16,11 +16,15 @@ namespace {
 struct RowStats {
   double max = 0.0;
   double log_sum_exp = 0.0;
+  double sum_exp = 0.0;  // sum_j exp(z_j - max)
   double sum = 0.0;  // sum_j z_j, for the uniform eps / vocab part of the smoothed target
 };
 
+// With `exps` given (vocab entries), also keeps exp(z_j - max) there, so that the
+// probabilities exp(z_j - max) / sum_exp need no second exponential per logit (the
+// exponentials of the loss were the largest cost outside GEMM in a CPU step).
 template <typename T>
-RowStats row_stats(const T* logits, int vocab) {
+RowStats row_stats(const T* logits, int vocab, double* exps = nullptr) {
   RowStats stats;
   stats.max = static_cast<double>(logits[0]);
   for (int j = 1; j < vocab; ++j) {
@@ -30,9 +34,12 @@ RowStats row_stats(const T* logits, int vocab) {
   double sum_exp = 0.0;
   for (int j = 0; j < vocab; ++j) {
     const double z = static_cast<double>(logits[j]);
-    sum_exp += std::exp(z - stats.max);
+    const double e = std::exp(z - stats.max);
+    if (exps != nullptr) exps[j] = e;
+    sum_exp += e;
     stats.sum += z;
   }
+  stats.sum_exp = sum_exp;
   stats.log_sum_exp = stats.max + std::log(sum_exp);
   return stats;
 }
@@ -73,7 +80,10 @@ LossSums softmax_cross_entropy(T* d_logits, const T* logits, const int32_t* targ
       }
       continue;
     }
-    const RowStats stats = row_stats(z, vocab);
+    // exp(z_j - max) of this row, one buffer per thread, grown once.
+    thread_local std::vector<double> exps;
+    if (dz != nullptr && static_cast<int>(exps.size()) < vocab) exps.resize(vocab);
+    const RowStats stats = row_stats(z, vocab, dz != nullptr ? exps.data() : nullptr);
     const double target_logit = static_cast<double>(z[target]);
     row_loss[row] =
         stats.log_sum_exp - (1.0 - smoothing) * target_logit - uniform_mass * stats.sum;
@@ -81,7 +91,7 @@ LossSums softmax_cross_entropy(T* d_logits, const T* logits, const int32_t* targ
     if (dz == nullptr) continue;
     const double scale = static_cast<double>(grad_scale);
     for (int j = 0; j < vocab; ++j) {
-      const double probability = std::exp(static_cast<double>(z[j]) - stats.log_sum_exp);
+      const double probability = exps[j] / stats.sum_exp;  // p_j = exp(z_j - lse)
       const double smoothed_target = uniform_mass + (j == target ? 1.0 - smoothing : 0.0);
       dz[j] = static_cast<T>(scale * (probability - smoothed_target));
     }
