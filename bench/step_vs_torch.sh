@@ -11,8 +11,10 @@
 # ends with the median ratio. On the GPU: bf16, vocabulary 37000, 60 timed steps after
 # 15. On the CPU (bench/cpu_step_vs_torch.sh): fp32, vocabulary 8000, THREADS threads,
 # 9 timed steps after 2. The last line is always
-#   step_vs_torch: device=D preset=P tokens=T runs=R ours_tokens_per_s=A torch_tokens_per_s=B ratio=X
-# with medians over the runs. Installs nothing: PyTorch comes from PyPI
+#   step_vs_torch: device=D preset=P tokens=T runs=R ours_tokens_per_s=A torch_tokens_per_s=B ratio=X ours_mfu=M torch_mfu=N
+# with medians over the runs. MFU is model FLOPs/s over the GEMM ceiling: on the CPU the
+# fp32 sgemm rate transformer_bench_step measures in the same run, on the GPU its
+# --peak-tflops; the peer's share follows from the ratio (same FLOPs per token). Installs nothing: PyTorch comes from PyPI
 # (`python3 -m pip install torch`); PYTHON names the interpreter that has it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,23 +53,30 @@ else
   ours_args=(--vocab 8000 --steps 9 --warmup-steps 2 --backend cpu --set "train.threads=$threads")
 fi
 
-ratios=() ours_rates=() torch_rates=()
+ratios=() ours_rates=() torch_rates=() ours_mfus=() torch_mfus=()
 for ((run = 1; run <= runs; run++)); do
   torch_line=$("$python" "$reference" --preset "$preset" --tokens "$tokens" "${torch_args[@]}" | tail -1)
   ours_line=$("$build"/transformer_bench_step --config "$config" --tokens "$tokens" \
               "${ours_args[@]}" "${model_sets[@]}" | tail -1)
   echo "$torch_line"
   echo "$ours_line"
-  read -r ours_rate torch_rate ratio < <("$python" - "$torch_line" "$ours_line" <<'PY'
+  read -r ours_rate torch_rate ratio ours_mfu torch_mfu < <("$python" - "$torch_line" "$ours_line" <<'PY'
 import json, sys
 torch, ours = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-print(ours["tokens_per_s"], torch["tokens_per_s"], round(ours["tokens_per_s"] / torch["tokens_per_s"], 3))
+ratio = ours["tokens_per_s"] / torch["tokens_per_s"]
+# Both count the same model FLOPs per token on the same shapes, so the peer's share of
+# the ceiling ours measured (or was given) is ours divided by the ratio.
+print(ours["tokens_per_s"], torch["tokens_per_s"], round(ratio, 3), ours["mfu"],
+      round(ours["mfu"] / ratio, 3))
 PY
 )
-  echo "run $run: tokens/s transformer_hpc $ours_rate / pytorch $torch_rate = ${ratio}x"
+  echo "run $run: tokens/s transformer_hpc $ours_rate / pytorch $torch_rate = ${ratio}x;" \
+       "share of the GEMM ceiling: transformer_hpc $ours_mfu, pytorch $torch_mfu"
   ratios+=("$ratio") ours_rates+=("$ours_rate") torch_rates+=("$torch_rate")
+  ours_mfus+=("$ours_mfu") torch_mfus+=("$torch_mfu")
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 echo "step_vs_torch: device=$device preset=$preset tokens=$tokens runs=$runs" \
      "ours_tokens_per_s=$(median "${ours_rates[@]}") torch_tokens_per_s=$(median "${torch_rates[@]}")" \
-     "ratio=$(median "${ratios[@]}")"
+     "ratio=$(median "${ratios[@]}") ours_mfu=$(median "${ours_mfus[@]}")" \
+     "torch_mfu=$(median "${torch_mfus[@]}")"

@@ -78,13 +78,13 @@ TEST_F(SpackEnvironment, NamesEveryDependencyCMakeLooksFor) {
       cmake_dependencies(read_file(kRoot + "/tests/CMakeLists.txt"));
   deps.insert(test_deps.begin(), test_deps.end());
   // CMake's name -> the Spack package that provides it. Threads is the C library's,
-  // GoogleTest is CMake's own module for the tests.
+  // OpenMP the compiler's, GoogleTest is CMake's own module for the tests.
   const std::map<std::string, std::string> provider = {
       {"MPI", "openmpi"},         {"HDF5", "hdf5"},       {"Boost", "boost"},
       {"PkgConfig", "pkgconf"},   {"sentencepiece", "sentencepiece"},
       {"OpenBLAS", "openblas"},   {"GTest", "googletest"}, {"CUDAToolkit", "cuda"},
       {"nccl", "nccl"},           {"yaml-cpp", "yaml-cpp"}, {"OpenSSL", "openssl"},
-      {"Protobuf", "protobuf"},   {"Threads", ""}};
+      {"Protobuf", "protobuf"},   {"Threads", ""},         {"OpenMP", ""}};
   ASSERT_GE(deps.size(), 10u) << "the CMakeLists.txt parser found too little";
   for (const std::string& dep : deps) {
     auto it = provider.find(dep);
@@ -105,6 +105,8 @@ TEST_F(SpackEnvironment, VariantsTheBuildNeeds) {
   EXPECT_NE(spec("hdf5").find("+hl"), std::string::npos) << spec("hdf5");
   // Static protobuf: CMakeLists.txt links it hidden (Protobuf_USE_STATIC_LIBS).
   EXPECT_NE(spec("protobuf").find("~shared"), std::string::npos) << spec("protobuf");
+  // One OpenMP team for the CPU kernels' loops and BLAS (CMakeLists.txt says why).
+  EXPECT_NE(spec("openblas").find("threads=openmp"), std::string::npos) << spec("openblas");
   for (const char* variant : {"+cuda", "fabrics=ucx", "schedulers=slurm"}) {
     EXPECT_NE(spec("openmpi").find(variant), std::string::npos) << spec("openmpi");
   }

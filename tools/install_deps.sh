@@ -9,7 +9,7 @@ packages=(
   libhdf5-dev hdf5-tools
   libboost-program-options-dev
   libsentencepiece-dev sentencepiece
-  libopenblas-dev
+  libopenblas-dev libopenblas-openmp-dev
   libssl-dev
   libgtest-dev libyaml-cpp-dev
   # TensorBoard event files: the protobuf runtime and protoc (boost/crc.hpp gives CRC-32C)

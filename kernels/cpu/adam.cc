@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/parallel.h"
 
 namespace thpc::cpu {
 
@@ -24,6 +25,7 @@ void adam_update(T* params, const T* grads, T* m, T* v, int64_t n, float lr, flo
       static_cast<T>(1.0 - std::pow(static_cast<double>(beta2), steps));
   const T b1 = static_cast<T>(beta1), b2 = static_cast<T>(beta2);
   const T learning_rate = static_cast<T>(lr), epsilon = static_cast<T>(eps);
+#pragma omp parallel for schedule(static) num_threads(threads_for(n))
   for (int64_t i = 0; i < n; ++i) {
     const T g = grads[i];
     m[i] = b1 * m[i] + (T(1) - b1) * g;

@@ -10,9 +10,10 @@
 #include <vector>
 
 #include "common/error.h"
-#include "common/philox.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/dropout_mask.h"
+#include "kernels/cpu/parallel.h"
 
 namespace thpc::cpu {
 namespace {
@@ -53,11 +54,9 @@ void dropout_factors(T* factors, int64_t count, int64_t first_element,
   }
   const DropoutKey& key = shape.dropout_key;
   const T keep_scale = T(1) / (T(1) - static_cast<T>(p));
-  for (int64_t j = 0; j < count; ++j) {
-    const bool keep =
-        dropout_keep(key.seed, key.site, key.step, key.stream, first_element + j, p);
+  for_each_dropout_draw(key, first_element, count, p, [&](int64_t j, bool keep) {
     factors[j] = keep ? keep_scale : T(0);
-  }
+  });
 }
 
 }  // namespace
@@ -76,12 +75,19 @@ void attention_forward(T* out, T* saved, const T* q, int ldq, const T* k, int ld
   const int Lq = shape.query_len, Lk = shape.key_len, d_k = shape.d_k, d_v = shape.d_v;
   const int ld_out = shape.heads * d_v;
   const T scale = T(1) / std::sqrt(static_cast<T>(d_k));
-  std::vector<T> scores(static_cast<size_t>(Lq) * Lk);   // S, then P in place
-  std::vector<T> dropped(static_cast<size_t>(Lq) * Lk);  // P' = Dropout(P)
-  std::vector<T> factors(static_cast<size_t>(Lk));       // one row's M / (1 - p)
-  for (int b = 0; b < shape.batch; ++b) {
-    const int valid = valid_keys(shape, b);
-    for (int head = 0; head < shape.heads; ++head) {
+  // The (sentence, head) blocks are independent: they are spread over the threads, each
+  // with its own scratch, and a GEMM inside runs on the thread that calls it.
+  for (int b = 0; b < shape.batch; ++b) valid_keys(shape, b);  // throws here, not in a thread
+  const int blocks = shape.batch * shape.heads;
+#pragma omp parallel num_threads(threads_for(int64_t(blocks) * Lq * Lk * (d_k + d_v)))
+  {
+    std::vector<T> scores(static_cast<size_t>(Lq) * Lk);   // S, then P in place
+    std::vector<T> dropped(static_cast<size_t>(Lq) * Lk);  // P' = Dropout(P)
+    std::vector<T> factors(static_cast<size_t>(Lk));       // one row's M / (1 - p)
+#pragma omp for schedule(dynamic)
+    for (int block = 0; block < blocks; ++block) {
+      const int b = block / shape.heads, head = block % shape.heads;
+      const int valid = valid_keys(shape, b);
       const T* q_head = q + static_cast<int64_t>(b) * Lq * ldq + head * d_k;
       const T* k_head = k + static_cast<int64_t>(b) * Lk * ldk + head * d_k;
       const T* v_head = v + static_cast<int64_t>(b) * Lk * ldv + head * d_v;
@@ -161,11 +167,15 @@ void attention_backward(T* dq, T* dk, T* dv, const T* d_out, const T* saved, con
   if (Lq == 0 || Lk == 0) return;  // no products, no gradient
   const int ld_out = shape.heads * d_v;
   const T scale = T(1) / std::sqrt(static_cast<T>(d_k));
-  std::vector<T> factors(static_cast<size_t>(Lq) * Lk);   // M / (1 - p), regenerated
-  std::vector<T> dropped(static_cast<size_t>(Lq) * Lk);   // P' = P * M / (1 - p)
-  std::vector<T> d_scores(static_cast<size_t>(Lq) * Lk);  // dP', then dP, then dS in place
-  for (int b = 0; b < shape.batch; ++b) {
-    for (int head = 0; head < shape.heads; ++head) {
+  const int blocks = shape.batch * shape.heads;  // independent, as in forward
+#pragma omp parallel num_threads(threads_for(int64_t(blocks) * Lq * Lk * (d_k + 2 * d_v)))
+  {
+    std::vector<T> factors(static_cast<size_t>(Lq) * Lk);   // M / (1 - p), regenerated
+    std::vector<T> dropped(static_cast<size_t>(Lq) * Lk);   // P' = P * M / (1 - p)
+    std::vector<T> d_scores(static_cast<size_t>(Lq) * Lk);  // dP', then dP, then dS in place
+#pragma omp for schedule(dynamic)
+    for (int block = 0; block < blocks; ++block) {
+      const int b = block / shape.heads, head = block % shape.heads;
       const int64_t head_offset = probability_offset(shape, b, head, 0);
       const T* probabilities = saved + head_offset;
       const T* q_head = q + static_cast<int64_t>(b) * Lq * ldq + head * d_k;

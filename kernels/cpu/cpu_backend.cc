@@ -1,12 +1,15 @@
 #include "kernels/cpu/cpu_backend.h"
 
 #include <cblas.h>
+#include <omp.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
 #include "common/error.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/parallel.h"
 
 namespace thpc {
 namespace {
@@ -178,7 +181,24 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-void set_cpu_threads(int threads) { openblas_set_num_threads(threads); }
+namespace {
+std::atomic<int> cpu_thread_count{0};  // 0: not set, OpenMP's default
+}  // namespace
+
+void set_cpu_threads(int threads) {
+  THPC_CHECK(threads >= 1, "CPU threads must be at least 1, not " << threads);
+  cpu_thread_count.store(threads);
+  // The OpenMP build of OpenBLAS (CMakeLists.txt) runs its GEMMs on this many threads of
+  // the same OpenMP pool the ops' loops use.
+  openblas_set_num_threads(threads);
+}
+
+namespace cpu {
+int cpu_threads() {
+  const int threads = cpu_thread_count.load();
+  return threads > 0 ? threads : omp_get_max_threads();
+}
+}  // namespace cpu
 
 std::unique_ptr<Backend> make_cpu_backend(DType dtype) {
   switch (dtype) {

@@ -12,7 +12,8 @@ namespace thpc {
 
 std::unique_ptr<Backend> make_cpu_backend(DType dtype = DType::F32);
 
-// Threads the CPU BLAS may use (OpenBLAS); the reference loops themselves are serial.
+// Threads the CPU ops' loops (OpenMP) and BLAS (OpenBLAS's OpenMP build) use, for the
+// whole process; by default one per core. The results do not depend on it.
 void set_cpu_threads(int threads);
 
 }  // namespace thpc

@@ -4,20 +4,15 @@
 #include <cstdint>
 
 #include "common/error.h"
-#include "common/philox.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/dropout_mask.h"
+#include "kernels/cpu/parallel.h"
 
 namespace thpc::cpu {
 namespace {
 
 void check_probability(float p) {
   THPC_CHECK(p >= 0.0f && p < 1.0f, "dropout probability " << p << " outside [0, 1)");
-}
-
-// Element i is kept when its Philox draw (element index i) is >= p.
-bool keeps(const DropoutKey& key, int64_t element, float p) {
-  return dropout_keep(key.seed, key.site, key.step, key.stream,
-                      static_cast<uint64_t>(element), p);
 }
 
 // Inverted dropout: kept elements are scaled by 1 / (1 - p) so the expectation of the
@@ -27,21 +22,43 @@ T keep_scale(float p) {
   return T(1) / (T(1) - static_cast<T>(p));
 }
 
+// Calls visit(i, keep) for i in [0, n) with element i's dropout draw, the elements cut
+// into chunks (whole Philox blocks) spread over the threads.
+template <typename Visit>
+void parallel_dropout_draws(const DropoutKey& key, int64_t n, float p, Visit&& visit) {
+  constexpr int64_t kChunk = 4096;  // a multiple of the 4 draws of a Philox block
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) num_threads(threads_for(n))
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    const int64_t first = chunk * kChunk;
+    const int64_t count = std::min(kChunk, n - first);
+    for_each_dropout_draw(key, first, count, p,
+                          [&](int64_t j, bool keep) { visit(first + j, keep); });
+  }
+}
+
+// Calls body(i) for i in [0, n) over the threads.
+template <typename Body>
+void parallel_elements(int64_t n, Body&& body) {
+#pragma omp parallel for schedule(static) num_threads(threads_for(n))
+  for (int64_t i = 0; i < n; ++i) body(i);
+}
+
 }  // namespace
 
 // y = max(0, x)
 template <typename T>
 void relu_forward(T* y, const T* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > T(0) ? x[i] : T(0);
+  parallel_elements(n, [&](int64_t i) { y[i] = x[i] > T(0) ? x[i] : T(0); });
 }
 
 // dx += dy * (y > 0): the output tells where the input was positive, so x is not kept.
 template <typename T>
 void relu_backward(T* dx, const T* dy, const T* y, int64_t n) {
   if (dx == nullptr) return;
-  for (int64_t i = 0; i < n; ++i) {
+  parallel_elements(n, [&](int64_t i) {
     if (y[i] > T(0)) dx[i] += dy[i];
-  }
+  });
 }
 
 // y = x * keep / (1 - p); p = 0 copies without drawing.
@@ -49,11 +66,14 @@ template <typename T>
 void dropout_forward(T* y, const T* x, int64_t n, float p, DropoutKey key) {
   check_probability(p);
   if (p == 0.0f) {
-    for (int64_t i = 0; i < n; ++i) y[i] = x[i];
+    parallel_elements(n, [&](int64_t i) { y[i] = x[i]; });
     return;
   }
   const T scale = keep_scale<T>(p);
-  for (int64_t i = 0; i < n; ++i) y[i] = keeps(key, i, p) ? x[i] * scale : T(0);
+  // Element i is kept when its Philox draw (element index i) is >= p.
+  parallel_dropout_draws(key, n, p, [&](int64_t i, bool keep) {
+    y[i] = keep ? x[i] * scale : T(0);
+  });
 }
 
 // dx += dy * keep / (1 - p), the mask redrawn from the key.
@@ -62,13 +82,13 @@ void dropout_backward(T* dx, const T* dy, int64_t n, float p, DropoutKey key) {
   check_probability(p);
   if (dx == nullptr) return;
   if (p == 0.0f) {
-    for (int64_t i = 0; i < n; ++i) dx[i] += dy[i];
+    parallel_elements(n, [&](int64_t i) { dx[i] += dy[i]; });
     return;
   }
   const T scale = keep_scale<T>(p);
-  for (int64_t i = 0; i < n; ++i) {
-    if (keeps(key, i, p)) dx[i] += dy[i] * scale;
-  }
+  parallel_dropout_draws(key, n, p, [&](int64_t i, bool keep) {
+    if (keep) dx[i] += dy[i] * scale;
+  });
 }
 
 // §3.1/§5.4: the sub-layer output is dropped out before it is added to its input,
@@ -78,11 +98,13 @@ void residual_dropout_forward(T* y, const T* x, const T* sub, int64_t n, float p
                               DropoutKey key) {
   check_probability(p);
   if (p == 0.0f) {
-    for (int64_t i = 0; i < n; ++i) y[i] = x[i] + sub[i];
+    parallel_elements(n, [&](int64_t i) { y[i] = x[i] + sub[i]; });
     return;
   }
   const T scale = keep_scale<T>(p);
-  for (int64_t i = 0; i < n; ++i) y[i] = keeps(key, i, p) ? x[i] + sub[i] * scale : x[i];
+  parallel_dropout_draws(key, n, p, [&](int64_t i, bool keep) {
+    y[i] = keep ? x[i] + sub[i] * scale : x[i];
+  });
 }
 
 // dx += dy;  d_sub += dy * keep / (1 - p): the dropout's own backward.
@@ -91,7 +113,7 @@ void residual_dropout_backward(T* dx, T* d_sub, const T* dy, int64_t n, float p,
                                DropoutKey key) {
   check_probability(p);
   if (dx != nullptr) {
-    for (int64_t i = 0; i < n; ++i) dx[i] += dy[i];
+    parallel_elements(n, [&](int64_t i) { dx[i] += dy[i]; });
   }
   dropout_backward(d_sub, dy, n, p, key);
 }

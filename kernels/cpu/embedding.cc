@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/parallel.h"
 
 namespace thpc::cpu {
 namespace {
@@ -24,9 +25,10 @@ template <typename T>
 void embedding_forward(T* out, const int32_t* tokens, const T* table, const T* positions,
                        int rows, int length, int d, int vocab, T scale) {
   THPC_CHECK(rows == 0 || length > 0, "embedding of " << rows << " rows with length " << length);
+  for (int row = 0; row < rows; ++row) check_token(tokens[row], vocab, row);
+#pragma omp parallel for schedule(static) num_threads(threads_for(int64_t(rows) * d))
   for (int row = 0; row < rows; ++row) {
     const int32_t token = tokens[row];
-    check_token(token, vocab, row);
     const T* token_vector = table + static_cast<int64_t>(token) * d;
     T* out_row = out + static_cast<int64_t>(row) * d;
     const int position = row % length;  // sentence b's position t is row b * length + t

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/parallel.h"
 
 namespace thpc::cpu {
 
@@ -15,6 +16,7 @@ namespace thpc::cpu {
 template <typename T>
 void layernorm_forward(T* y, T* mean, T* rstd, const T* x, const T* gamma, const T* beta,
                        int rows, int d, T eps) {
+#pragma omp parallel for schedule(static) num_threads(threads_for(int64_t(rows) * d))
   for (int row = 0; row < rows; ++row) {
     const T* x_row = x + static_cast<int64_t>(row) * d;
     T* y_row = y + static_cast<int64_t>(row) * d;
@@ -47,19 +49,31 @@ void layernorm_forward(T* y, T* mean, T* rstd, const T* x, const T* gamma, const
 template <typename T>
 void layernorm_backward(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, const T* mean,
                         const T* rstd, const T* gamma, int rows, int d) {
+  const int threads = threads_for(int64_t(rows) * d);
+  // dgamma and dbeta sum over rows: each thread owns a range of columns and adds the
+  // rows in order, as one thread would.
+  if (dgamma != nullptr || dbeta != nullptr) {
+    parallel_ranges(d, threads, [&](int col_begin, int col_end) {
+      for (int row = 0; row < rows; ++row) {
+        const T* x_row = x + static_cast<int64_t>(row) * d;
+        const T* dy_row = dy + static_cast<int64_t>(row) * d;
+        const double row_mean = static_cast<double>(mean[row]);
+        const double row_rstd = static_cast<double>(rstd[row]);
+        for (int col = col_begin; col < col_end; ++col) {
+          const double xhat = (static_cast<double>(x_row[col]) - row_mean) * row_rstd;
+          if (dgamma != nullptr) dgamma[col] += static_cast<T>(dy_row[col] * xhat);
+          if (dbeta != nullptr) dbeta[col] += dy_row[col];
+        }
+      }
+    });
+  }
+  if (dx == nullptr) return;
+#pragma omp parallel for schedule(static) num_threads(threads)
   for (int row = 0; row < rows; ++row) {
     const T* x_row = x + static_cast<int64_t>(row) * d;
     const T* dy_row = dy + static_cast<int64_t>(row) * d;
     const double row_mean = static_cast<double>(mean[row]);
     const double row_rstd = static_cast<double>(rstd[row]);
-    if (dgamma != nullptr || dbeta != nullptr) {
-      for (int col = 0; col < d; ++col) {
-        const double xhat = (static_cast<double>(x_row[col]) - row_mean) * row_rstd;
-        if (dgamma != nullptr) dgamma[col] += static_cast<T>(dy_row[col] * xhat);
-        if (dbeta != nullptr) dbeta[col] += dy_row[col];
-      }
-    }
-    if (dx == nullptr) continue;
     double sum_g = 0.0, sum_g_xhat = 0.0;
     for (int col = 0; col < d; ++col) {
       const double xhat = (static_cast<double>(x_row[col]) - row_mean) * row_rstd;

@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/parallel.h"
 
 namespace thpc::cpu {
 
@@ -12,6 +13,7 @@ namespace thpc::cpu {
 template <typename T>
 void linear_forward(T* y, const T* x, const T* W, const T* b, int M, int K, int N) {
   if (M == 0 || N == 0) return;
+#pragma omp parallel for schedule(static) num_threads(threads_for(int64_t(M) * N))
   for (int row = 0; row < M; ++row) {
     T* y_row = y + static_cast<int64_t>(row) * N;
     for (int col = 0; col < N; ++col) y_row[col] = (b != nullptr) ? b[col] : T(0);
@@ -34,10 +36,13 @@ void linear_backward(T* dx, T* dW, T* db, const T* dy, const T* x, const T* W, i
     gemm(CblasTrans, CblasNoTrans, K, N, M, T(1), x, K, dy, N, T(1), dW, N);
   }
   if (db != nullptr) {
-    for (int row = 0; row < M; ++row) {
-      const T* dy_row = dy + static_cast<int64_t>(row) * N;
-      for (int col = 0; col < N; ++col) db[col] += dy_row[col];
-    }
+    // Column sums: each thread owns a range of columns and adds the rows in order.
+    parallel_ranges(N, threads_for(int64_t(M) * N), [&](int col_begin, int col_end) {
+      for (int row = 0; row < M; ++row) {
+        const T* dy_row = dy + static_cast<int64_t>(row) * N;
+        for (int col = col_begin; col < col_end; ++col) db[col] += dy_row[col];
+      }
+    });
   }
 }
 

@@ -164,8 +164,8 @@ const std::vector<Option>& option_table() {
                   "0 = no clipping (the paper has none)"),
       THPC_OPTION(train, log_every, THPC_AT_LEAST(1), "steps between progress lines"),
       THPC_OPTION(train, threads, THPC_AT_LEAST(0),
-                  "CPU backend BLAS threads; 0 = OpenBLAS's default (all cores unless "
-                  "OPENBLAS_NUM_THREADS is set)"),
+                  "CPU backend threads, for the ops' loops and BLAS alike (one OpenMP "
+                  "team); 0 = OpenMP's default (all cores unless OMP_NUM_THREADS is set)"),
       THPC_OPTION(train, valid_every, THPC_AT_LEAST(0),
                   "steps between validation loss/perplexity lines; 0 = none (needs data.dir)"),
       THPC_OPTION(train, metrics_dir, THPC_ANY,

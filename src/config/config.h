@@ -49,7 +49,7 @@ struct TrainConfig {
   float clip_norm = 0.0f;          // gradient norm bound; 0 = no clipping (the paper has none)
   int log_every = 100;             // steps between progress lines
   int valid_every = 0;             // steps between validation passes; 0 = none
-  int threads = 0;                 // CPU backend BLAS threads; 0 = OpenBLAS's default
+  int threads = 0;                 // CPU backend threads (ops and BLAS); 0 = OpenMP's default
   std::string metrics_dir;         // metrics.jsonl, event file; "" = the parent of checkpoint.dir
 };
 

@@ -14,7 +14,7 @@ struct BackendRequest {
   std::string backend = "auto";    // auto: CUDA when a device is present, else the CPU
   std::string precision = "bf16";  // GPU activations: bf16 | fp32 (the CPU computes in fp32)
   int device = 0;                  // CUDA device index (after CUDA_VISIBLE_DEVICES)
-  int cpu_threads = 0;             // CPU BLAS threads; 0 = OpenBLAS's default
+  int cpu_threads = 0;             // CPU threads (ops and BLAS); 0 = OpenMP's default
 };
 
 // Why no CUDA backend can be made here ("" when one can): built without CUDA, or
