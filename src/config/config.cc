@@ -104,6 +104,16 @@ const std::vector<Option>& option_table() {
                   "OPENBLAS_NUM_THREADS is set)"),
       THPC_OPTION(train, valid_every, THPC_ANY,
                   "steps between validation loss/perplexity lines; 0 = none (needs data.dir)"),
+      THPC_OPTION(train, valid_bleu, THPC_ANY,
+                  "at each validation also translate the validation sources (shared out "
+                  "among the ranks) and log sacreBLEU-exact BLEU against the targets, both "
+                  "detokenised with the shards' SentencePiece model (needs valid_every)"),
+      THPC_OPTION(train, valid_beam, THPC_ANY,
+                  "beam of the validation translation, >= 1; 1 = greedy (no length penalty), "
+                  "else decode.alpha and decode.max_len_a/b as transformer_decode --beam"),
+      THPC_OPTION(train, valid_bleu_tokenize, THPC_ONE_OF("13a", "intl", "char", "none"),
+                  "tokenisation of the validation BLEU, as transformer_score -tok (char for "
+                  "targets of one word, such as compounds)"),
       THPC_OPTION(train, metrics_dir, THPC_ANY,
                   "rank 0 appends every logged value to DIR/metrics.jsonl; empty = the "
                   "directory holding checkpoint.dir (a job's run directory)"),
@@ -146,6 +156,13 @@ const std::vector<Option>& option_table() {
                   "continue a run: auto = newest valid checkpoint in dir (none there: step 0; "
                   "only invalid ones: an error), auto_or_fresh = the same but step 0 when all "
                   "are invalid (they are renamed *.corrupt), or a file; empty = start fresh"),
+      THPC_OPTION(checkpoint, keep_best, THPC_ONE_OF("none", "ppl", "bleu"),
+                  "write dir/best.h5 (the whole state, never pruned) at each validation that "
+                  "improves this metric: lower perplexity or higher BLEU (needs "
+                  "train.valid_bleu)"),
+      THPC_OPTION(checkpoint, patience, THPC_ANY,
+                  "stop training (checkpoint, summary, exit 0) after this many validations "
+                  "in a row without a better keep_best metric, >= 0; 0 = never"),
       THPC_OPTION(checkpoint, init, THPC_ANY,
                   "start from this checkpoint's parameters only (ignored when resuming)"),
       THPC_OPTION(checkpoint, average_last, THPC_ANY,
@@ -530,6 +547,10 @@ void validate(const Config& config) {
   check.at_least("train.log_every", train.log_every, 1);
   check.at_least("train.threads", train.threads, 0);
   check.at_least("train.valid_every", train.valid_every, 0);
+  check.at_least("train.valid_beam", train.valid_beam, 1);
+  if (train.valid_bleu && train.valid_every == 0) {
+    check.fail("train.valid_bleu", "translates at each validation: set train.valid_every > 0");
+  }
 
   const DataConfig& data = config.data;
   if (train.valid_every > 0 && data.dir.empty()) {
@@ -576,6 +597,22 @@ void validate(const Config& config) {
     check.fail("checkpoint.average_last",
                std::to_string(checkpoint.average_last) + " exceeds checkpoint.keep " +
                    std::to_string(checkpoint.keep) + " (the run keeps only that many)");
+  }
+
+  // keep_best and patience judge validations: they need validations, and BLEU needs
+  // the translation pass.
+  if (checkpoint.keep_best != "none" && train.valid_every == 0) {
+    check.fail("checkpoint.keep_best",
+               checkpoint.keep_best + " compares validations: set train.valid_every > 0");
+  }
+  if (checkpoint.keep_best == "bleu" && !train.valid_bleu) {
+    check.fail("checkpoint.keep_best", "bleu needs train.valid_bleu = true");
+  }
+  check.at_least("checkpoint.patience", checkpoint.patience, 0);
+  if (checkpoint.patience > 0 && checkpoint.keep_best == "none") {
+    check.fail("checkpoint.patience",
+               "counts validations without a better checkpoint.keep_best metric: set "
+               "checkpoint.keep_best = ppl or bleu");
   }
 
   const DecodeConfig& decode = config.decode;
