@@ -665,9 +665,9 @@ std::string help_text() {
        << "  --help     print this text and exit\n"
        << "  --dry-run  load and check the configuration, then stop before training\n"
        << "  --eval CHECKPOINT\n"
-       << "             print the validation loss and perplexity of CHECKPOINT on the\n"
-       << "             data.valid shards of data.dir, as a 'valid step N' line; trains and\n"
-       << "             writes nothing\n";
+       << "             print the validation loss and perplexity (and BLEU, with\n"
+       << "             train.valid_bleu) of CHECKPOINT on the data.valid shards of\n"
+       << "             data.dir, as a 'valid step N' line; trains and writes nothing\n";
   std::string current_section;
   for (const Option& option : option_table()) {
     if (option.section != current_section) {
