@@ -149,7 +149,8 @@ TEST_F(ValidBleu, TranslatingDoesNotChangeTraining) {
   std::string finals[2];
   for (const int with_bleu : {0, 1}) {
     const ProcessResult run = run_process(
-        trainer_command() + (with_bleu ? kValidBleu + " --checkpoint.keep_best=bleu" : "") +
+        trainer_command() +
+        (with_bleu ? kValidBleu + " --checkpoint.keep_best=bleu" : " --train.valid_bleu=false") +
         " --train.max_steps=10 --train.valid_every=5 --checkpoint.dir=" +
         (root_ / ("same" + std::to_string(with_bleu)) / "checkpoints").string());
     ASSERT_EQ(run.exit_code, 0) << run.output;
@@ -193,7 +194,8 @@ TEST_F(ValidBleu, TwoRanksShareTheTranslationAndAgreeOnTheStop) {
   const fs::path trained = root_ / "two_ranks_init/checkpoints";
   const ProcessResult init = run_process(trainer_command() +
                                          " --train.max_steps=40 --train.warmup_steps=30"
-                                         " --train.valid_every=0 --checkpoint.dir=" +
+                                         " --train.valid_every=0 --train.valid_bleu=false"
+                                         " --checkpoint.dir=" +
                                          trained.string());
   ASSERT_EQ(init.exit_code, 0) << init.output;
   const fs::path dir = root_ / "two_ranks/checkpoints";
@@ -214,7 +216,8 @@ TEST_F(ValidBleu, BadOptionValuesAreOneLineErrorsNamingTheKey) {
   // keep_best = bleu without translating, and a negative patience: exit 2, the first line
   // naming the file and the key (the second says "(see --help)").
   for (const auto& [options, fragment] : std::vector<std::pair<std::string, std::string>>{
-           {" --checkpoint.keep_best=bleu", "checkpoint.keep_best: bleu needs train.valid_bleu"},
+           {" --train.valid_bleu=false --checkpoint.keep_best=bleu",
+            "checkpoint.keep_best: bleu needs train.valid_bleu"},
            {" --checkpoint.patience=-1", "checkpoint.patience: must be ≥ 0, got -1"}}) {
     const ProcessResult result = run_process(trainer_command() + options + " --dry-run");
     EXPECT_EQ(result.exit_code, 2) << result.output;
