@@ -39,14 +39,15 @@ const std::vector<std::string> kAllKeys = {
     "train.accumulate",      "train.warmup_steps",    "train.lr_scale",
     "train.adam_beta1",      "train.adam_beta2",      "train.adam_eps",
     "train.log_every",       "train.threads",         "train.valid_every",
-    "train.clip_norm",       "train.metrics_dir",
+    "train.clip_norm",       "train.metrics_dir",     "train.valid_bleu",
+    "train.valid_beam",      "train.valid_bleu_tokenize",
     "data.dir",              "data.train",            "data.valid",
     "data.memory_mb",        "data.synthetic",
     "data.synthetic_vocab",  "data.synthetic_min_len", "data.synthetic_max_len",
     "dist.bucket_mb",        "dist.device",           "dist.timeout_s",
     "checkpoint.dir",        "checkpoint.minutes",    "checkpoint.every_steps",
     "checkpoint.keep",       "checkpoint.resume",     "checkpoint.init",
-    "checkpoint.average_last",
+    "checkpoint.average_last", "checkpoint.keep_best", "checkpoint.patience",
     "decode.beam",           "decode.alpha",          "decode.max_len_a",
     "decode.max_len_b",
 };
@@ -82,6 +83,9 @@ void expect_same_config(const Config& actual, const Config& expected) {
   EXPECT_EQ(actual.train.valid_every, expected.train.valid_every);
   EXPECT_EQ(actual.train.clip_norm, expected.train.clip_norm);
   EXPECT_EQ(actual.train.metrics_dir, expected.train.metrics_dir);
+  EXPECT_EQ(actual.train.valid_bleu, expected.train.valid_bleu);
+  EXPECT_EQ(actual.train.valid_beam, expected.train.valid_beam);
+  EXPECT_EQ(actual.train.valid_bleu_tokenize, expected.train.valid_bleu_tokenize);
   EXPECT_EQ(actual.data.dir, expected.data.dir);
   EXPECT_EQ(actual.data.train, expected.data.train);
   EXPECT_EQ(actual.data.valid, expected.data.valid);
@@ -100,6 +104,8 @@ void expect_same_config(const Config& actual, const Config& expected) {
   EXPECT_EQ(actual.checkpoint.resume, expected.checkpoint.resume);
   EXPECT_EQ(actual.checkpoint.init, expected.checkpoint.init);
   EXPECT_EQ(actual.checkpoint.average_last, expected.checkpoint.average_last);
+  EXPECT_EQ(actual.checkpoint.keep_best, expected.checkpoint.keep_best);
+  EXPECT_EQ(actual.checkpoint.patience, expected.checkpoint.patience);
   EXPECT_EQ(actual.decode.beam, expected.decode.beam);
   EXPECT_EQ(actual.decode.alpha, expected.decode.alpha);
   EXPECT_EQ(actual.decode.max_len_a, expected.decode.max_len_a);
@@ -333,6 +339,7 @@ const std::vector<std::string> kUnusualValues = {
     "train.lr_scale=0.3",      "train.adam_beta1=0.85",  "train.adam_beta2=0.995",
     "train.adam_eps=3e-8",     "train.log_every=9",      "train.threads=2",
     "train.valid_every=5",     "train.clip_norm=1.5",    "train.metrics_dir=runs/m",
+    "train.valid_bleu=true",   "train.valid_beam=3",     "train.valid_bleu_tokenize=char",
     "data.dir=corpus/wmt",    "data.train=tr",
     "data.valid=dev",          "data.memory_mb=77",
     "data.synthetic=copy",     "data.synthetic_vocab=11", "data.synthetic_min_len=2",
@@ -341,6 +348,7 @@ const std::vector<std::string> kUnusualValues = {
     "checkpoint.dir=runs/x/ckpt", "checkpoint.minutes=0.25",
     "checkpoint.every_steps=500", "checkpoint.keep=7", "checkpoint.resume=auto",
     "checkpoint.init=runs/x/average.h5", "checkpoint.average_last=6",
+    "checkpoint.keep_best=bleu", "checkpoint.patience=3",
     "decode.beam=21",          "decode.alpha=0.3",       "decode.max_len_a=2",
     "decode.max_len_b=300",
 };
@@ -739,6 +747,18 @@ TEST(Config, BadValuesNameKeyAndFile) {
       {{"train.valid_every=-1", "data.dir=d"}, "train.valid_every: must be ≥ 0"},
       {{"train.valid_every=10"}, "train.valid_every: validation reads shards: set data.dir"},
       {{"data.memory_mb=0"}, "data.memory_mb: must be ≥ 1, got 0"},
+      {{"train.valid_beam=0"}, "train.valid_beam: must be ≥ 1, got 0"},
+      {{"train.valid_bleu=true"}, "train.valid_bleu: translates at each validation: set "
+                                  "train.valid_every > 0"},
+      {{"train.valid_bleu_tokenize=zh"}, "train.valid_bleu_tokenize: 'zh' is not one of"},
+      {{"checkpoint.keep_best=loss"}, "checkpoint.keep_best: 'loss' is not one of none, ppl, bleu"},
+      {{"checkpoint.keep_best=ppl"}, "checkpoint.keep_best: ppl compares validations: set "
+                                     "train.valid_every > 0"},
+      {{"checkpoint.keep_best=bleu", "train.valid_every=10", "data.dir=d"},
+       "checkpoint.keep_best: bleu needs train.valid_bleu = true"},
+      {{"checkpoint.patience=-1"}, "checkpoint.patience: must be ≥ 0, got -1"},
+      {{"checkpoint.patience=2"}, "checkpoint.patience: counts validations without a better "
+                                  "checkpoint.keep_best metric"},
   };
   for (const auto& [overrides, fragment] : cases) {
     SCOPED_TRACE(overrides.front());

@@ -393,7 +393,7 @@ TEST(Trainer, ProgressAndSummaryLinesCarryEveryField) {
   EXPECT_TRUE(std::regex_search(log.str(), progress)) << log.str();
   const std::regex summary("\nsummary: steps 4 \\(0 to 4\\) \\| wall " + number +
                            "s \\| tgt tokens/s [0-9]+ \\| best valid ppl n/a \\| "
-                           "checkpoints 1\nfinal: step=4 ");
+                           "best valid bleu n/a \\| checkpoints 1\nfinal: step=4 ");
   EXPECT_TRUE(std::regex_search(log.str(), summary)) << log.str();
   std::filesystem::remove_all(std::filesystem::path(checkpoints).parent_path());
 }

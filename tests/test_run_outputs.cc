@@ -30,12 +30,7 @@ class RunOutputs : public ::testing::Test {
   static void SetUpTestSuite() {
     root_ = fs::temp_directory_path() / ("thpc_test_run_outputs_" + std::to_string(::getpid()));
     fs::create_directories(root_);
-    const ProcessResult corpus = run_process(
-        "python3 " THPC_SOURCE_DIR "/tools/make_numbers_corpus.py --train 400 --valid 60 "
-        "--test 10 --seed 1 --out " + (root_ / "text").string() + " && " + kBuild +
-        "transformer_preprocess --source-lang en --target-lang de --trainpref " +
-        (root_ / "text/train").string() + " --validpref " + (root_ / "text/valid").string() +
-        " --destdir " + (root_ / "data").string() + " --vocab-size 120 --model-type bpe --seed 1");
+    const ProcessResult corpus = run_process(small_numbers_corpus_command(root_));
     ASSERT_EQ(corpus.exit_code, 0) << corpus.output;
     run_ = run_process(trainer_command() +
                        " --train.max_steps=4 --train.log_every=2 --train.valid_every=2"
@@ -61,7 +56,8 @@ const std::map<std::string, std::string> kKeyOfLabel = {
     {"ms/step", "ms_per_step"}, {"peak mem", "peak_mem_mib"},
     {"elapsed", "elapsed_s"},   {"eta", "eta_s"},
     {"steps", "steps"},         {"wall", "train_wall_s"},
-    {"best valid ppl", "best_valid_ppl"},
+    {"best valid ppl", "best_valid_ppl"}, {"best valid bleu", "best_valid_bleu"},
+    {"bleu", "bleu"},
     {"checkpoints", "checkpoints"}, {"target tokens", "valid_tgt_tokens"}};
 
 // The flat JSON object of one metrics.jsonl line: key -> value text.

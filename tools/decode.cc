@@ -42,6 +42,7 @@
 #include "config/config.h"
 #include "decode/attention_dump.h"
 #include "decode/beam_search.h"
+#include "decode/translate.h"
 #include "metrics/bleu.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/backends.h"
@@ -106,55 +107,6 @@ int vocabulary_of(const thpc::Checkpoint& checkpoint, const std::string& path) {
 std::vector<std::string> read_lines(const std::string& path) {
   if (path == "-") return thpc::metrics::read_segments(std::cin, "<stdin>");
   return thpc::metrics::read_segments(path);
-}
-
-// A batch: the input lines it translates and their longest allowed output.
-struct Batch {
-  std::vector<size_t> members;
-  int max_output = 0;
-};
-
-// The non-empty sources, longest first (so that similar lengths share a batch and
-// padding stays small), cut into batches of at most `batch_tokens` padded source tokens.
-// With several workers the budget shrinks so that each gets at least two batches, as far
-// as the input allows: the last batches then finish together instead of one worker
-// translating half the input alone. Sentences are translated independently of their
-// batch (attention reads only a sentence's own keys), so the output does not depend on it.
-std::vector<Batch> make_batches(const std::vector<thpc::TokenSequence>& sources,
-                                const thpc::BeamOptions& options, int batch_tokens,
-                                int workers) {
-  std::vector<size_t> order;
-  int64_t total_tokens = 0;
-  for (size_t i = 0; i < sources.size(); ++i) {
-    if (sources[i].empty()) continue;  // empty line: nothing to translate
-    order.push_back(i);
-    total_tokens += static_cast<int64_t>(sources[i].size()) + 1;
-  }
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return sources[a].size() > sources[b].size();
-  });
-  int64_t budget = batch_tokens;
-  if (workers > 1) budget = std::min<int64_t>(budget, (total_tokens + 2 * workers - 1) / (2 * workers));
-  std::vector<Batch> batches;
-  size_t next = 0;
-  while (next < order.size()) {
-    Batch batch;
-    size_t longest = 0;
-    while (next < order.size()) {
-      longest = std::max(longest, sources[order[next]].size() + 1);
-      if (!batch.members.empty() &&
-          static_cast<int64_t>(longest * (batch.members.size() + 1)) > budget) {
-        break;
-      }
-      const size_t i = order[next++];
-      batch.members.push_back(i);
-      batch.max_output = std::max(
-          batch.max_output, options.max_len_a * static_cast<int>(sources[i].size()) + options.max_len_b);
-    }
-    batch.max_output = std::min(batch.max_output, options.max_len_cap);
-    batches.push_back(std::move(batch));
-  }
-  return batches;
 }
 
 int run(const Arguments& args) {
@@ -249,7 +201,8 @@ int run(const Arguments& args) {
                   ? config.train.threads
                   : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
-  const std::vector<Batch> batches = make_batches(sources, options, args.batch_tokens, workers);
+  const std::vector<thpc::DecodeBatch> batches =
+      thpc::make_decode_batches(sources, options, args.batch_tokens, workers);
   workers = std::max(1, std::min<int>(workers, static_cast<int>(batches.size())));
   if (workers > 1) {
     thpc::TrainConfig single_threaded = config.train;
@@ -268,19 +221,13 @@ int run(const Arguments& args) {
       thpc::Transformer model(config.model, vocab, ids, *backend, /*init_seed=*/std::nullopt);
       thpc::load_parameters(checkpoint, args.checkpoint, model);
       for (size_t b = next_batch++; b < batches.size(); b = next_batch++) {
-        const Batch& batch = batches[b];
-        std::vector<thpc::TokenSequence> batch_sources;
-        for (size_t i : batch.members) batch_sources.push_back(sources[i]);
-        thpc::CachedTransformerScorer scorer(model, ids, batch.max_output);
-        const auto found = thpc::beam_search(scorer, batch_sources, ids, options);
         // Each sentence belongs to one batch: the workers write disjoint elements.
-        for (size_t k = 0; k < batch.members.size(); ++k) results[batch.members[k]] = found[k];
+        thpc::translate_batch(model, ids, sources, batches[b], options, results);
         // The weights of each dumped line's best translation, by a forward pass over it
         // (the search's cache keeps none); it leaves nothing the next batch reads.
-        for (size_t k = 0; k < batch.members.size(); ++k) {
-          const size_t i = batch.members[k];
+        for (const size_t i : batches[b].members) {
           if (dump_slot[i] < 0) continue;
-          dumps[dump_slot[i]] = thpc::capture_attention(model, sources[i], found[k][0].tokens, ids);
+          dumps[dump_slot[i]] = thpc::capture_attention(model, sources[i], results[i][0].tokens, ids);
           dumps[dump_slot[i]].line = static_cast<int>(i) + 1;
         }
       }

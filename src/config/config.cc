@@ -168,6 +168,16 @@ const std::vector<Option>& option_table() {
                   "team); 0 = OpenMP's default (all cores unless OMP_NUM_THREADS is set)"),
       THPC_OPTION(train, valid_every, THPC_AT_LEAST(0),
                   "steps between validation loss/perplexity lines; 0 = none (needs data.dir)"),
+      THPC_OPTION(train, valid_bleu, THPC_ANY,
+                  "at each validation also translate the validation sources (shared out "
+                  "among the ranks) and log sacreBLEU-exact BLEU against the targets, both "
+                  "detokenised with the shards' SentencePiece model (needs valid_every)"),
+      THPC_OPTION(train, valid_beam, THPC_AT_LEAST(1),
+                  "beam of the validation translation; 1 = greedy (no length penalty), "
+                  "else decode.alpha and decode.max_len_a/b as transformer_decode --beam"),
+      THPC_OPTION(train, valid_bleu_tokenize, THPC_ONE_OF("13a", "intl", "char", "none"),
+                  "tokenisation of the validation BLEU, as transformer_score -tok (char for "
+                  "targets of one word, such as compounds)"),
       THPC_OPTION(train, metrics_dir, THPC_ANY,
                   "rank 0 appends every logged value to DIR/metrics.jsonl and a TensorBoard "
                   "event file; empty = the directory holding checkpoint.dir (a job's run "
@@ -213,6 +223,13 @@ const std::vector<Option>& option_table() {
                   "continue a run: auto = newest valid checkpoint in dir (none there: step 0; "
                   "only invalid ones: an error), auto_or_fresh = the same but step 0 when all "
                   "are invalid (they are renamed *.corrupt), or a file; empty = start fresh"),
+      THPC_OPTION(checkpoint, keep_best, THPC_ONE_OF("none", "ppl", "bleu"),
+                  "write dir/best.h5 (the whole state, never pruned) at each validation that "
+                  "improves this metric: lower perplexity or higher BLEU (needs "
+                  "train.valid_bleu)"),
+      THPC_OPTION(checkpoint, patience, THPC_AT_LEAST(0),
+                  "stop training (checkpoint, summary, exit 0) after this many validations "
+                  "in a row without a better keep_best metric; 0 = never (needs keep_best)"),
       THPC_OPTION(checkpoint, init, THPC_ANY,
                   "start from this checkpoint's parameters only (ignored when resuming)"),
       THPC_OPTION(checkpoint, average_last, THPC_AT_LEAST(0),
@@ -602,6 +619,9 @@ void validate(const Config& config) {
   }
 
   const TrainConfig& train = config.train;
+  if (train.valid_bleu && train.valid_every == 0) {
+    check.fail("train.valid_bleu", "translates at each validation: set train.valid_every > 0");
+  }
   const DataConfig& data = config.data;
   if (train.valid_every > 0 && data.dir.empty()) {
     check.fail("train.valid_every",
@@ -631,6 +651,21 @@ void validate(const Config& config) {
     check.fail("checkpoint.average_last",
                std::to_string(checkpoint.average_last) + " exceeds checkpoint.keep " +
                    std::to_string(checkpoint.keep) + " (the run keeps only that many)");
+  }
+
+  // keep_best and patience judge validations: they need validations, and BLEU needs
+  // the translation pass.
+  if (checkpoint.keep_best != "none" && train.valid_every == 0) {
+    check.fail("checkpoint.keep_best",
+               checkpoint.keep_best + " compares validations: set train.valid_every > 0");
+  }
+  if (checkpoint.keep_best == "bleu" && !train.valid_bleu) {
+    check.fail("checkpoint.keep_best", "bleu needs train.valid_bleu = true");
+  }
+  if (checkpoint.patience > 0 && checkpoint.keep_best == "none") {
+    check.fail("checkpoint.patience",
+               "counts validations without a better checkpoint.keep_best metric: set "
+               "checkpoint.keep_best = ppl or bleu");
   }
 }
 
@@ -685,9 +720,9 @@ std::string help_text() {
        << "  --help     print this text and exit\n"
        << "  --dry-run  load and check the configuration, then stop before training\n"
        << "  --eval CHECKPOINT\n"
-       << "             print the validation loss and perplexity of CHECKPOINT on the\n"
-       << "             data.valid shards of data.dir, as a 'valid step N' line; trains and\n"
-       << "             writes nothing\n";
+       << "             print the validation loss and perplexity (and BLEU, with\n"
+       << "             train.valid_bleu) of CHECKPOINT on the data.valid shards of\n"
+       << "             data.dir, as a 'valid step N' line; trains and writes nothing\n";
   std::string current_section;
   for (const Option& option : option_table()) {
     if (option.section != current_section) {

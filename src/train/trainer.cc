@@ -80,6 +80,23 @@ std::unique_ptr<BatchSource> make_training_source(const Config& config, int shar
   return std::make_unique<SyntheticSource>(spec);
 }
 
+namespace {
+
+// A failure to read what BLEU needs from the validation shards is the data's, like the
+// shards' other checks.
+std::unique_ptr<ValidationBleu> make_validation_bleu(const Config& config,
+                                                     const Communicator& comm) {
+  try {
+    return std::make_unique<ValidationBleu>(config, comm);
+  } catch (const DataError&) {
+    throw;
+  } catch (const Error& error) {
+    throw DataError(error.what());
+  }
+}
+
+}  // namespace
+
 int resolve_vocab_size(const Config& config, const BatchSource& source) {
   const int data_vocab = source.vocab_size();
   if (config.model.vocab_size > 0 && config.model.vocab_size != data_vocab) {
@@ -126,6 +143,7 @@ Trainer::Trainer(const Config& config, Communicator comm)
               << "vocabulary than the " << config_.data.train << " shards";
       throw DataError(message.str());
     }
+    if (config_.train.valid_bleu) valid_bleu_ = make_validation_bleu(config_, comm_);
   }
   const int vocab = resolve_vocab_size(config_, *source_);
   micro_budget_ = micro_batch_budget(config_, comm_);
@@ -235,7 +253,9 @@ ValidationStats validation_pass(Transformer& model, ShardReader& shards,
 
 ValidationStats Trainer::validate() {
   THPC_CHECK(valid_source_ != nullptr, "validation without validation shards");
-  return validation_pass(*model_, *valid_source_, comm_, micro_budget_);
+  ValidationStats stats = validation_pass(*model_, *valid_source_, comm_, micro_budget_);
+  if (valid_bleu_) stats.bleu = valid_bleu_->score(*model_);
+  return stats;
 }
 
 void evaluate_checkpoint(const Config& config, const std::string& path,
@@ -258,8 +278,8 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
   Transformer model(config.model, resolve_vocab_size(config, *shards), shards->special_ids(),
                     *backend, config.train.seed);
   load_parameters(checkpoint, path, model);
-  const ValidationStats stats =
-      validation_pass(model, *shards, comm, micro_batch_budget(config, comm));
+  ValidationStats stats = validation_pass(model, *shards, comm, micro_batch_budget(config, comm));
+  if (config.train.valid_bleu) stats.bleu = make_validation_bleu(config, comm)->score(model);
   if (!comm.is_root()) return;
   log << "evaluated " << path << " (step " << checkpoint.step << ") on " << config.data.dir
       << "/" << config.data.valid << ".*.h5" << std::endl;
@@ -479,16 +499,27 @@ void Trainer::write_average(std::ostream& log) {
       << " written to " << output << std::endl;
 }
 
+void Trainer::save_best_checkpoint(const std::string& metric, const LogField& value,
+                                   std::ostream& log) {
+  const std::string path = (std::filesystem::path(config_.checkpoint.dir) / "best.h5").string();
+  write_checkpoint(path, snapshot());
+  log << "best checkpoint " << path << " (step " << completed_steps_ << ", valid " << metric
+      << " " << value.text << ")" << std::endl;
+}
+
 double steady_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
 std::vector<LogField> validation_fields(const ValidationStats& valid) {
-  return {fixed_field("loss", "valid_loss", valid.loss, 4),
-          fixed_field("ppl", "valid_ppl", std::exp(valid.nll), 2),
-          fixed_field("target tokens", "valid_tgt_tokens", static_cast<double>(valid.tgt_tokens),
-                      0)};
+  std::vector<LogField> fields = {
+      fixed_field("loss", "valid_loss", valid.loss, 4),
+      fixed_field("ppl", "valid_ppl", std::exp(valid.nll), 2),
+      fixed_field("target tokens", "valid_tgt_tokens", static_cast<double>(valid.tgt_tokens), 0)};
+  // Only runs that translate have the field, so that the lines of the others stay as they were.
+  if (!std::isnan(valid.bleu)) fields.push_back(fixed_field("bleu", "valid_bleu", valid.bleu, 2));
+  return fields;
 }
 
 namespace {
@@ -532,8 +563,13 @@ RunEnd Trainer::run(std::ostream& log) {
   double last_save = checkpoint_clock_();
   int64_t interval_first_step = first_step;  // the step before the interval's first
   int64_t interval_tgt_tokens = 0, total_tgt_tokens = 0;
-  double best_valid_ppl = -1.0;  // none yet
-  int64_t best_valid_step = 0;
+  double best_valid_ppl = -1.0, best_valid_bleu = -1.0;  // none yet
+  int64_t best_ppl_step = 0, best_bleu_step = 0;
+  // checkpoint.keep_best's metric: its best step, and the validations since (patience).
+  const std::string& kept_metric = config_.checkpoint.keep_best;
+  int64_t best_kept_step = 0;
+  int validations_since_best = 0;
+  bool stopped_by_patience = false;
   checkpoints_written_ = 0;
   // Rank 0 writes every value it logs to metrics.jsonl as well (run_log.h).
   MetricsFile metrics = comm_.is_root() ? MetricsFile(metrics_path(config_)) : MetricsFile();
@@ -544,18 +580,28 @@ RunEnd Trainer::run(std::ostream& log) {
   const auto print_summary = [&] {
     const double wall = seconds_since_start();
     const int64_t steps = completed_steps_ - first_step;
-    LogField best = fixed_field("best valid ppl", "best_valid_ppl",
-                                best_valid_ppl < 0.0 ? NAN : best_valid_ppl, 2);
-    if (best_valid_ppl >= 0.0) best.text += " (step " + std::to_string(best_valid_step) + ")";
-    const std::vector<LogField> fields = {
+    const auto best_field = [](const std::string& metric, double value, int64_t step) {
+      LogField best = fixed_field("best valid " + metric, "best_valid_" + metric,
+                                  value < 0.0 ? NAN : value, 2);
+      if (value >= 0.0) best.text += " (step " + std::to_string(step) + ")";
+      return best;
+    };
+    std::vector<LogField> fields = {
         fixed_field("steps", "steps", static_cast<double>(steps), 0,
                     " (" + std::to_string(first_step) + " to " +
                         std::to_string(completed_steps_) + ")"),
         fixed_field("wall", "train_wall_s", wall, 1, "s"),
         fixed_field("tgt tokens/s", "tgt_tokens_per_s",
                     static_cast<double>(total_tgt_tokens) / std::max(wall, 1e-9), 0),
-        best,
+        best_field("ppl", best_valid_ppl, best_ppl_step),
+        best_field("bleu", best_valid_bleu, best_bleu_step),
         fixed_field("checkpoints", "checkpoints", checkpoints_written_, 0)};
+    if (stopped_by_patience) {
+      fields.push_back(fixed_field("stopped by patience", "stopped_by_patience",
+                                   config_.checkpoint.patience, 0,
+                                   " (no better valid " + kept_metric + " since step " +
+                                       std::to_string(best_kept_step) + ")"));
+    }
     out << "summary: " << log_line("", fields) << std::endl;
     metrics.write("summary", completed_steps_, wall, fields);
   };
@@ -600,13 +646,45 @@ RunEnd Trainer::run(std::ostream& log) {
         (last.step % config_.train.valid_every == 0 || last.step == config_.train.max_steps)) {
       const ValidationStats valid = validate();
       const double ppl = std::exp(valid.nll);
-      if (best_valid_ppl < 0.0 || ppl < best_valid_ppl) {
+      const bool ppl_improved = best_valid_ppl < 0.0 || ppl < best_valid_ppl;
+      if (ppl_improved) {
         best_valid_ppl = ppl;
-        best_valid_step = last.step;
+        best_ppl_step = last.step;
+      }
+      const bool bleu_improved =
+          !std::isnan(valid.bleu) && (best_valid_bleu < 0.0 || valid.bleu > best_valid_bleu);
+      if (bleu_improved) {
+        best_valid_bleu = valid.bleu;
+        best_bleu_step = last.step;
       }
       const std::vector<LogField> fields = validation_fields(valid);
       out << log_line("valid step " + std::to_string(last.step), fields) << std::endl;
       metrics.write("valid", last.step, seconds_since_start(), fields);
+      if (kept_metric != "none") {
+        // Every rank holds the same values (global sums, BLEU broadcast); rank 0's verdict
+        // is broadcast all the same, so that best.h5 and the patience stop cannot part them.
+        const bool improved = comm_.broadcast_from_root(
+                                  kept_metric == "ppl" ? ppl_improved : bleu_improved) != 0;
+        if (improved) {
+          best_kept_step = last.step;
+          validations_since_best = 0;
+          if (comm_.is_root()) {
+            const std::string key = "valid_" + kept_metric;
+            for (const LogField& field : fields) {
+              if (field.key == key) save_best_checkpoint(kept_metric, field, out);
+            }
+          }
+        } else {
+          ++validations_since_best;
+        }
+        const int patience = config_.checkpoint.patience;
+        stopped_by_patience = patience > 0 && validations_since_best >= patience;
+        if (stopped_by_patience) {
+          out << "stopping at step " << last.step << ": " << validations_since_best
+              << " validations without a better valid " << kept_metric << " than step "
+              << best_kept_step << "'s (checkpoint.patience = " << patience << ")" << std::endl;
+        }
+      }
     }
     if (last.step == stop_at_step) std::raise(SIGTERM);
     // Whether to save (and stop) is rank 0's decision, from its clock and the signals
@@ -627,6 +705,8 @@ RunEnd Trainer::run(std::ostream& log) {
         return RunEnd::Stopped;
       }
     }
+    // A stop by patience ends like a finished run: final checkpoint, average, summary.
+    if (stopped_by_patience) break;
   }
   if (comm_.is_root()) {
     if (last_saved_step != completed_steps_) save_checkpoint(out);

@@ -6,6 +6,7 @@
 // end, and when SIGTERM/SIGUSR1 ask it to stop; a run can resume from one exactly.
 #pragma once
 
+#include <cmath>
 #include <functional>
 #include <iosfwd>
 #include <memory>
@@ -21,6 +22,7 @@
 #include "model/transformer.h"
 #include "train/optimizer.h"
 #include "train/run_log.h"
+#include "train/valid_bleu.h"
 
 namespace thpc {
 
@@ -67,9 +69,10 @@ struct ValidationStats {
   double loss = 0.0;  // label-smoothed cross-entropy per target token
   double nll = 0.0;   // per target token; perplexity = exp(nll)
   int64_t tgt_tokens = 0;
+  double bleu = NAN;  // of the translations, with train.valid_bleu (valid_bleu.h); else NaN
 };
 
-// The fields of a "valid step N | loss ... | ppl ... | target tokens ..." line.
+// The fields of a "valid step N | loss ... | ppl ... | target tokens ... [| bleu ...]" line.
 std::vector<LogField> validation_fields(const ValidationStats& stats);
 
 // transformer_hpc CONFIG --eval CHECKPOINT: the validation loss and perplexity of the
@@ -96,7 +99,8 @@ class Trainer {
 
   // One optimizer step over train.accumulate micro-batches.
   StepStats step();
-  // The loss on the validation shards (every rank must call it: the sums are global).
+  // The loss on the validation shards, and with train.valid_bleu the BLEU of their
+  // translation (every rank must call it: the sums are global).
   ValidationStats validate();
   // Applies checkpoint.resume / checkpoint.init, then steps until train.max_steps,
   // logging to `log` (a validation line every train.valid_every steps) and writing
@@ -130,6 +134,7 @@ class Trainer {
   int device_ = 0;  // the CUDA device of this rank (unused on the CPU)
   std::unique_ptr<BatchSource> source_;
   std::unique_ptr<ShardReader> valid_source_;  // when train.valid_every > 0
+  std::unique_ptr<ValidationBleu> valid_bleu_;  // when train.valid_bleu
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<Adam> adam_;
 
@@ -144,6 +149,9 @@ class Trainer {
   // Writes DIR/step_NNNNNNNN.h5 for the completed step and prunes to checkpoint.keep.
   std::string save_checkpoint(std::ostream& log);
   void write_average(std::ostream& log);
+  // Writes DIR/best.h5 (the whole state of the completed step, atomically like the
+  // others; not a step_*.h5, so pruning and resume=auto leave it alone).
+  void save_best_checkpoint(const std::string& metric, const LogField& value, std::ostream& log);
 
   int64_t completed_steps_ = 0;
   int checkpoints_written_ = 0;  // by this run() (the summary line counts them)

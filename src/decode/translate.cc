@@ -1,0 +1,68 @@
+#include "decode/translate.h"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace thpc {
+
+std::vector<DecodeBatch> make_decode_batches(const std::vector<TokenSequence>& sources,
+                                             const BeamOptions& options, int batch_tokens,
+                                             int workers) {
+  std::vector<size_t> order;
+  int64_t total_tokens = 0;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    if (sources[i].empty()) continue;  // empty line: nothing to translate
+    order.push_back(i);
+    total_tokens += static_cast<int64_t>(sources[i].size()) + 1;
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return sources[a].size() > sources[b].size();
+  });
+  int64_t budget = batch_tokens;
+  if (workers > 1) budget = std::min<int64_t>(budget, (total_tokens + 2 * workers - 1) / (2 * workers));
+  std::vector<DecodeBatch> batches;
+  size_t next = 0;
+  while (next < order.size()) {
+    DecodeBatch batch;
+    size_t longest = 0;
+    while (next < order.size()) {
+      longest = std::max(longest, sources[order[next]].size() + 1);
+      if (!batch.members.empty() &&
+          static_cast<int64_t>(longest * (batch.members.size() + 1)) > budget) {
+        break;
+      }
+      const size_t i = order[next++];
+      batch.members.push_back(i);
+      batch.max_output = std::max(
+          batch.max_output, options.max_len_a * static_cast<int>(sources[i].size()) + options.max_len_b);
+    }
+    batch.max_output = std::min(batch.max_output, options.max_len_cap);
+    batches.push_back(std::move(batch));
+  }
+  return batches;
+}
+
+void translate_batch(Transformer& model, const SpecialIds& ids,
+                     const std::vector<TokenSequence>& sources, const DecodeBatch& batch,
+                     const BeamOptions& options,
+                     std::vector<std::vector<Hypothesis>>& results) {
+  std::vector<TokenSequence> batch_sources;
+  for (size_t i : batch.members) batch_sources.push_back(sources[i]);
+  CachedTransformerScorer scorer(model, ids, batch.max_output);
+  const auto found = beam_search(scorer, batch_sources, ids, options);
+  for (size_t k = 0; k < batch.members.size(); ++k) results[batch.members[k]] = found[k];
+}
+
+BeamOptions configured_beam_options(const Config& config, int beam) {
+  BeamOptions options;
+  options.beam = beam;
+  options.alpha = beam == 1 ? 0.0f : config.decode.alpha;
+  options.max_len_a = config.decode.max_len_a;
+  options.max_len_b = config.decode.max_len_b;
+  // The position table holds bos and the output: one position less than its size.
+  options.max_len_cap = config.model.max_positions - 1;
+  options.nbest = 1;
+  return options;
+}
+
+}  // namespace thpc

@@ -1,0 +1,56 @@
+// Validation BLEU (train.valid_bleu): the validation pairs' sources translated with the
+// model's current parameters, as transformer_decode translates them (decode/translate.h:
+// beam train.valid_beam, 1 = greedy; the [decode] length limits), detokenised with the
+// shards' SentencePiece model and scored with sacreBLEU-exact BLEU (metrics/bleu.h,
+// sacreBLEU's defaults but for the tokenisation, train.valid_bleu_tokenize) against the
+// pairs' targets, detokenised the same way.
+//
+// The references are the shards' target ids decoded back to text, as fairseq's
+// --eval-bleu takes them from its binarized targets: the shards are all a run has, and
+// for text that SentencePiece reproduces (no characters its normalisation changes, no
+// unknown pieces) they are the reference file's lines, which is what makes the score
+// equal `transformer_decode | transformer_score REFERENCE` on a checkpoint of that step.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "decode/beam_search.h"
+#include "dist/communicator.h"
+#include "metrics/bleu.h"
+#include "model/transformer.h"
+
+namespace sentencepiece {
+class SentencePieceProcessor;
+}
+
+namespace thpc {
+
+class ValidationBleu {
+ public:
+  // Reads the pairs of the data.valid shards that the loss pass scores too (both sides
+  // within model.max_positions - 1 tokens), in file order; rank r of W keeps the sources
+  // of pairs r, r + W, ... Rank 0 detokenises every target as the reference. Throws
+  // naming the shards when they carry no SentencePiece model.
+  ValidationBleu(const Config& config, const Communicator& comm);
+  ~ValidationBleu();
+
+  // BLEU in percent of `model`'s translations, on every rank (rank 0 scores, then
+  // broadcasts). Every rank must call it: each translates its share, rank 0 gathers.
+  double score(Transformer& model) const;
+
+  int64_t sentences() const { return pairs_; }
+
+ private:
+  Communicator comm_;
+  BeamOptions options_;
+  SpecialIds ids_;
+  int64_t pairs_ = 0;
+  std::vector<TokenSequence> sources_;  // this rank's share
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> spm_;  // rank 0
+  std::unique_ptr<metrics::BleuScorer> scorer_;                  // rank 0
+};
+
+}  // namespace thpc

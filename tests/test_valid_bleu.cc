@@ -1,0 +1,231 @@
+// Validation BLEU during training (train.valid_bleu), checkpoint.keep_best and
+// checkpoint.patience, on the default job's corpus at a small size (nothing downloaded).
+// The BLEU a run logs must be what a user gets by translating the checkpoint of that step
+// with transformer_decode and scoring it with transformer_score.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+#include "program.h"
+
+namespace thpc {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kBuild = THPC_BINARY_DIR "/";
+
+// Every German number of the corpus is one word, so word-level BLEU (13a) has no bigrams
+// and is 0 for any system: the run scores characters, as transformer_score -tok char.
+const std::string kValidBleu =
+    " --train.valid_bleu=true --train.valid_bleu_tokenize=char";
+
+class ValidBleu : public ::testing::Test {
+ protected:
+  // One corpus for all tests (ctest runs each test in a process of its own).
+  static void SetUpTestSuite() {
+    root_ = fs::temp_directory_path() / ("thpc_test_valid_bleu_" + std::to_string(::getpid()));
+    fs::create_directories(root_);
+    const ProcessResult corpus = run_process(small_numbers_corpus_command(root_));
+    ASSERT_EQ(corpus.exit_code, 0) << corpus.output;
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+
+  static std::string trainer_command() {
+    return "cd " THPC_SOURCE_DIR " && " + kBuild + "transformer_hpc input/numbers.ini --data.dir=" +
+           (root_ / "data").string();
+  }
+  static std::string checkpoint(int step) {
+    char name[32];
+    std::snprintf(name, sizeof name, "step_%08d.h5", step);
+    return (root_ / "run/checkpoints" / name).string();
+  }
+  // transformer_decode's translation of the validation sources with `decode_options`,
+  // scored by transformer_score -tok char with `score_options`: its printed output.
+  static std::string decode_and_score(const std::string& model, const std::string& decode_options,
+                                      const std::string& score_options) {
+    const ProcessResult result = run_process(
+        kBuild + "transformer_decode --checkpoint " + model + " --input " +
+        (root_ / "text/valid.en").string() + " " + decode_options + " | " + kBuild +
+        "transformer_score -tok char " + (root_ / "text/valid.de").string() + " " + score_options);
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    return result.output.substr(0, result.output.find('\n'));
+  }
+
+  static inline fs::path root_;
+};
+
+// The "bleu" value of the line "valid step STEP | ..." of `output`, as printed.
+std::string printed_bleu(const std::string& output, int step) {
+  std::smatch match;
+  const std::regex line("valid step " + std::to_string(step) + R"( \|[^\n]*\| bleu ([0-9.]+)\n)");
+  return std::regex_search(output, match, line) ? match[1].str() : "no bleu for step " +
+                                                                      std::to_string(step);
+}
+
+// valid_bleu of each "valid" record of metrics.jsonl, by step.
+std::map<int, double> logged_bleu(const fs::path& metrics) {
+  std::map<int, double> bleu;
+  const std::regex record(R"re("kind": "valid", "step": (\d+),.*"valid_bleu": ([-+0-9.eE]+))re");
+  for (const std::string& line : lines_of(read_file(metrics))) {
+    std::smatch match;
+    if (std::regex_search(line, match, record)) bleu[std::stoi(match[1])] = std::stod(match[2]);
+  }
+  return bleu;
+}
+
+void expect_same_tensors(const std::vector<NamedTensor>& a, const std::vector<NamedTensor>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].name, b[i].name);
+    EXPECT_EQ(a[i].values, b[i].values) << a[i].name;  // bit for bit: the same state
+  }
+}
+
+// One test for one 60-step run (about 20 s on 2 cores), validating with BLEU and saving
+// every 20 steps; a short warmup makes the BLEU move within those steps (2.8, 14.1, 3.8
+// when written, so the best is not the last).
+TEST_F(ValidBleu, LoggedBleuIsTransformerScoreOfTheDecodedCheckpointAndBestH5IsTheBestStep) {
+  const ProcessResult run = run_process(
+      trainer_command() + kValidBleu +
+      " --train.max_steps=60 --train.warmup_steps=30 --train.log_every=20"
+      " --train.valid_every=20 --checkpoint.every_steps=20 --checkpoint.keep_best=bleu"
+      " --checkpoint.dir=" + (root_ / "run/checkpoints").string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::map<int, double> logged = logged_bleu(root_ / "run/metrics.jsonl");
+  ASSERT_EQ(logged.size(), 3u) << read_file(root_ / "run/metrics.jsonl");
+  int nonzero = 0;
+  for (const int step : {20, 40, 60}) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    // Greedy, as train.valid_beam = 1: the printed digits, and the full value to the 10
+    // decimals transformer_score prints with -w 10 (it rounds to 5e-11; both sides are
+    // the same double arithmetic on the same text).
+    EXPECT_EQ(printed_bleu(run.output, step),
+              decode_and_score(checkpoint(step), "--greedy", "-b -w 2"));
+    const double scored = std::stod(decode_and_score(checkpoint(step), "--greedy", "-b -w 10"));
+    EXPECT_NEAR(logged.at(step), scored, 1e-10);
+    nonzero += scored > 0.0;
+  }
+  EXPECT_GT(nonzero, 0) << "every BLEU is 0: the comparison says little";
+
+  // Beam search: --eval prints the "valid step N" line of a run with these options, BLEU
+  // included; beam 4 uses decode.alpha (0.6) as transformer_decode --beam 4 does.
+  const ProcessResult eval = run_process(trainer_command() + kValidBleu +
+                                         " --train.valid_beam=4 --eval " + checkpoint(60));
+  ASSERT_EQ(eval.exit_code, 0) << eval.output;
+  const std::string beam = decode_and_score(checkpoint(60), "--beam 4", "-b -w 2");
+  EXPECT_EQ(printed_bleu(eval.output, 60), beam);
+  // Not the greedy score by accident: with these parameters the two differ (4.01, 3.83).
+  EXPECT_NE(beam, printed_bleu(run.output, 60));
+
+  // keep_best = bleu: best.h5 is the whole state of the first step with the highest BLEU
+  // (a later equal score is no improvement).
+  int best_step = logged.begin()->first;
+  for (const auto& [step, bleu] : logged) {
+    if (bleu > logged.at(best_step)) best_step = step;
+  }
+  const Checkpoint best = read_checkpoint((root_ / "run/checkpoints/best.h5").string());
+  const Checkpoint step = read_checkpoint(checkpoint(best_step));
+  EXPECT_EQ(best.step, best_step);
+  expect_same_tensors(best.params, step.params);
+  expect_same_tensors(best.adam_m, step.adam_m);
+  expect_same_tensors(best.adam_v, step.adam_v);
+  EXPECT_NE(run.output.find("best valid bleu " + printed_bleu(run.output, best_step) +
+                            " (step " + std::to_string(best_step) + ")"),
+            std::string::npos)
+      << run.output;
+}
+
+TEST_F(ValidBleu, TranslatingDoesNotChangeTraining) {
+  // The same 10 steps with and without validation BLEU end with the same parameters.
+  std::string finals[2];
+  for (const int with_bleu : {0, 1}) {
+    const ProcessResult run = run_process(
+        trainer_command() +
+        (with_bleu ? kValidBleu + " --checkpoint.keep_best=bleu" : " --train.valid_bleu=false") +
+        " --train.max_steps=10 --train.valid_every=5 --checkpoint.dir=" +
+        (root_ / ("same" + std::to_string(with_bleu)) / "checkpoints").string());
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    finals[with_bleu] = run.output.substr(run.output.find("final: "));
+  }
+  EXPECT_EQ(finals[0], finals[1]);
+}
+
+// Parameters that never change (a learning rate of 1e-30 moves no float32 weight) give
+// the same perplexity at every validation: none is an improvement after the first.
+const std::string kFrozen = " --train.lr_scale=1e-30 --train.max_steps=100 --train.valid_every=2";
+
+TEST_F(ValidBleu, PatienceStopsAfterThatManyValidationsWithoutImprovement) {
+  const fs::path dir = root_ / "patience/checkpoints";
+  const ProcessResult run =
+      run_process(trainer_command() + kFrozen +
+                  " --checkpoint.keep_best=ppl --checkpoint.patience=2 --checkpoint.keep=1"
+                  " --checkpoint.dir=" + dir.string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  // Best at step 2; steps 4 and 6 are not better: stop at 6, saved like a finished run.
+  EXPECT_NE(run.output.find("stopping at step 6: 2 validations without a better valid ppl than "
+                            "step 2's (checkpoint.patience = 2)"),
+            std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("| stopped by patience 2 (no better valid ppl since step 2)"),
+            std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("final: step=6 "), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("valid step 8 "), std::string::npos) << run.output;
+  // checkpoint.keep = 1 pruned every step checkpoint but the last; best.h5 stays.
+  EXPECT_EQ(list_checkpoints(dir.string()), std::vector<std::string>{(dir / "step_00000006.h5").string()});
+  EXPECT_EQ(read_checkpoint((dir / "best.h5").string()).step, 2);
+}
+
+TEST_F(ValidBleu, TwoRanksShareTheTranslationAndAgreeOnTheStop) {
+  // Each rank translates every other pair; rank 0's BLEU of the gathered translations
+  // must be the one-process score of the same parameters, and both ranks must stop at the
+  // same step (else the job hangs or fails instead of exiting 0). The parameters are
+  // trained for 40 steps first: the translations of an untrained model are much alike,
+  // and would hardly show pairs matched to the wrong references.
+  const fs::path trained = root_ / "two_ranks_init/checkpoints";
+  const ProcessResult init = run_process(trainer_command() +
+                                         " --train.max_steps=40 --train.warmup_steps=30"
+                                         " --train.valid_every=0 --train.valid_bleu=false"
+                                         " --checkpoint.dir=" +
+                                         trained.string());
+  ASSERT_EQ(init.exit_code, 0) << init.output;
+  const fs::path dir = root_ / "two_ranks/checkpoints";
+  const ProcessResult run = run_process(
+      "cd " THPC_SOURCE_DIR " && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+      "timeout 120 " THPC_MPIEXEC " --oversubscribe -np 2 " + kBuild +
+      "transformer_hpc input/numbers.ini --data.dir=" + (root_ / "data").string() + kFrozen +
+      kValidBleu + " --checkpoint.init=" + (trained / "step_00000040.h5").string() +
+      " --checkpoint.keep_best=bleu --checkpoint.patience=1 --checkpoint.dir=" + dir.string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("final: step=4 "), std::string::npos) << run.output;
+  const std::string bleu = printed_bleu(run.output, 4);
+  EXPECT_EQ(bleu, decode_and_score((dir / "step_00000004.h5").string(), "--greedy", "-b -w 2"));
+  EXPECT_GT(std::atof(bleu.c_str()), 1.0) << "not a trained model's translations";
+}
+
+TEST_F(ValidBleu, BadOptionValuesAreOneLineErrorsNamingTheKey) {
+  // keep_best = bleu without translating, and a negative patience: exit 2, the first line
+  // naming the file and the key (the second says "(see --help)").
+  for (const auto& [options, fragment] : std::vector<std::pair<std::string, std::string>>{
+           {" --train.valid_bleu=false --checkpoint.keep_best=bleu",
+            "checkpoint.keep_best: bleu needs train.valid_bleu"},
+           {" --checkpoint.patience=-1", "checkpoint.patience: must be ≥ 0, got -1"}}) {
+    const ProcessResult result = run_process(trainer_command() + options + " --dry-run");
+    EXPECT_EQ(result.exit_code, 2) << result.output;
+    EXPECT_NE(lines_of(result.output).front().find("input/numbers.ini: " + fragment),
+              std::string::npos)
+        << result.output;
+  }
+}
+
+}  // namespace
+}  // namespace thpc
