@@ -652,6 +652,13 @@ TEST_F(CheckpointTest, TruncationAndFlippedBytesAreDetected) {
   const std::string dataset = "/params/encoder.0.ffn.fc1.weight";
   flip_bits(flipped, dataset_offset(flipped, dataset) + 123, 0x10);
   expect_error([&] { read_checkpoint(flipped); }, {flipped, "bad checksum for dataset " + dataset});
+  // The same checks on the bytes in memory (the fuzzer's entry point).
+  const Checkpoint from_image = read_checkpoint_image("image.h5", read_file(good));
+  EXPECT_EQ(from_image.params.front().values, read_checkpoint(good).params.front().values);
+  expect_error([&] { read_checkpoint_image("image.h5", read_file(truncated)); },
+               {"image.h5", "truncated"});
+  expect_error([&] { read_checkpoint_image("image.h5", read_file(flipped)); },
+               {"image.h5", "bad checksum for dataset " + dataset});
 
   // auto skips a bad newest checkpoint, says so, and resumes from the previous one.
   fs::copy_file(flipped, newest, fs::copy_options::overwrite_existing);

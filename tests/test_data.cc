@@ -538,6 +538,22 @@ TEST_F(DataPipeline, AFailureAfterWritingBeganLeavesNothingThatLooksValid) {
   EXPECT_TRUE(fs::is_empty(dir / "out"));
 }
 
+// The fuzzer's entry point: the same checks on the bytes of a file in memory.
+TEST_F(DataPipeline, AShardImageInMemoryReadsAsItsFile) {
+  const std::string file = train_files().front();
+  const std::string bytes = read_bytes(file);
+  const ShardContents from_file = read_shard(file);
+  const ShardContents from_image = read_shard_image("image.h5", bytes);
+  EXPECT_EQ(from_image.source.tokens, from_file.source.tokens);
+  EXPECT_EQ(from_image.target.offsets, from_file.target.offsets);
+  EXPECT_EQ(from_image.metadata.spm_model, from_file.metadata.spm_model);
+  EXPECT_EQ(read_shard_summary_image("image.h5", bytes).target_lengths,
+            read_shard_summary(file).target_lengths);
+  expect_error([&] { read_shard_image("half.h5", bytes.substr(0, bytes.size() / 2)); },
+               {"half.h5", "truncated"});
+  expect_error([&] { read_shard_image("empty.h5", ""); }, {"empty.h5", "not an HDF5 file"});
+}
+
 TEST_F(DataPipeline, BadShardsFailWithOneClearMessage) {
   // Truncated: the first half of a valid shard.
   const fs::path truncated_dir = root_ / "truncated";

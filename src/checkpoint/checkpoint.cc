@@ -453,21 +453,14 @@ bool is_step_checkpoint_name(const std::string& path) {
   return step_of_file_name(fs::path(path).filename().string()) >= 0;
 }
 
-Checkpoint read_checkpoint(const std::string& path, CheckpointParts parts) {
-  silence_hdf5_error_printing();
-  Reader reader(path);
-  std::error_code error;
-  if (!fs::is_regular_file(path, error)) reader.fail("no such file");
-  if (H5Fis_hdf5(path.c_str()) <= 0) {
-    H5Eclear2(H5E_DEFAULT);
-    reader.fail("not an HDF5 file (no HDF5 signature: empty, truncated to nothing, or another "
-                "format)");
-  }
-  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  if (!file.valid()) {
-    reader.fail("cannot be opened, the file is truncated or damaged (HDF5: " + hdf5_reason() +
-                ")");
-  }
+namespace {
+
+[[noreturn]] void fail_to_open(const Reader& reader) {
+  reader.fail("cannot be opened, the file is truncated or damaged (HDF5: " + hdf5_reason() + ")");
+}
+
+// Everything read_checkpoint() checks, on a file already open.
+Checkpoint read_open_checkpoint(const Reader& reader, Handle file, CheckpointParts parts) {
   const hid_t root = file.get();
   const auto version = reader.integer_attribute<int64_t>(root, "format_version");
   if (version != kCheckpointFormatVersion) {
@@ -529,6 +522,39 @@ Checkpoint read_checkpoint(const std::string& path, CheckpointParts parts) {
     reader.verify_checksum(dataset_paths[i], digests[i], recorded_digests[i]);
   }
   return checkpoint;
+}
+
+}  // namespace
+
+Checkpoint read_checkpoint(const std::string& path, CheckpointParts parts) {
+  silence_hdf5_error_printing();
+  Reader reader(path);
+  std::error_code error;
+  if (!fs::is_regular_file(path, error)) reader.fail("no such file");
+  if (H5Fis_hdf5(path.c_str()) <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    reader.fail("not an HDF5 file (no HDF5 signature: empty, truncated to nothing, or another "
+                "format)");
+  }
+  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!file.valid()) fail_to_open(reader);
+  return read_open_checkpoint(reader, std::move(file), parts);
+}
+
+Checkpoint read_checkpoint_image(const std::string& name, std::string_view image,
+                                 CheckpointParts parts) {
+  silence_hdf5_error_printing();
+  Reader reader(name);
+  if (image.empty()) reader.fail("not an HDF5 file (empty)");
+  // HDF5's core driver on a copy of the image, without a backing file.
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  if (H5Pset_fapl_core(fapl.get(), image.size(), false) < 0 ||
+      H5Pset_file_image(fapl.get(), const_cast<char*>(image.data()), image.size()) < 0) {
+    reader.fail("HDF5 cannot take the file image (" + hdf5_reason() + ")");
+  }
+  Handle file(H5Fopen(name.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
+  if (!file.valid()) fail_to_open(reader);
+  return read_open_checkpoint(reader, std::move(file), parts);
 }
 
 std::vector<std::string> list_checkpoints(const std::string& dir) {
