@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <ostream>
 #include <sstream>
@@ -20,6 +21,7 @@
 
 #include "common/error.h"
 #include "common/sha256.h"
+#include "data/hdf5_storage.h"
 
 namespace thpc {
 namespace {
@@ -294,6 +296,10 @@ class Reader {
         H5Sget_simple_extent_dims(space.get(), &size, nullptr) != 1) {
       fail("dataset " + where + " is not a one-dimensional uint8 array");
     }
+    if (!stores_values(dataset.get(), size, 1)) {
+      fail("dataset " + where + " states " + std::to_string(size) +
+           " bytes that the file does not hold (truncated or damaged)");
+    }
     std::string bytes(size, '\0');
     if (size > 0 && H5Dread(dataset.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                             bytes.data()) < 0) {
@@ -328,6 +334,13 @@ class Reader {
     if (H5Sget_simple_extent_ndims(space.get()) != 2 ||
         H5Sget_simple_extent_dims(space.get(), dims, nullptr) != 2) {
       fail("dataset " + where + " is not two-dimensional");
+    }
+    if (dims[1] != 0 && dims[0] > std::numeric_limits<hsize_t>::max() / dims[1]) {
+      fail("dataset " + where + " has an impossible shape");
+    }
+    if (!stores_values(dataset.get(), dims[0] * dims[1], sizeof(float))) {
+      fail("dataset " + where + " states " + std::to_string(dims[0]) + "x" +
+           std::to_string(dims[1]) + " values that the file does not hold (truncated or damaged)");
     }
     NamedTensor tensor;
     tensor.name = name;

@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/sha256.h"
+#include "data/hdf5_storage.h"
 
 namespace thpc {
 namespace {
@@ -186,9 +187,10 @@ class ShardFileReader {
     verify_checksum(side + "/offsets", values);
     *token_count = dataset_size(side + "/tokens");
     const std::string name = "/" + side + "/offsets";
-    if (static_cast<int64_t>(values.size()) != pairs + 1) {
+    // (pairs is any int64 the file states: pairs + 1 could overflow)
+    if (static_cast<int64_t>(values.size()) - 1 != pairs) {
       THPC_FAIL(path_ << ": " << name << " has " << values.size() << " entries for " << pairs
-                      << " pairs (expected " << pairs + 1 << ")");
+                      << " pairs (expected " << static_cast<uint64_t>(pairs) + 1 << ")");
     }
     if (values.front() != 0) THPC_FAIL(path_ << ": " << name << " does not start at 0");
     for (size_t i = 1; i < values.size(); ++i) {
@@ -307,6 +309,10 @@ class ShardFileReader {
                                                                : "uint")
                                                         : "non-numeric")
                       << 8 * H5Tget_size(stored.get()) << ", expected int" << 8 * sizeof(T));
+    }
+    if (!stores_values(dataset.get(), static_cast<hsize_t>(size), sizeof(T))) {
+      THPC_FAIL(path_ << ": dataset /" << name << " states " << size
+                      << " values that the file does not hold (truncated or damaged)");
     }
     std::vector<T> values(static_cast<size_t>(size));
     if (size > 0 &&
