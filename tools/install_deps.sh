@@ -13,6 +13,8 @@ packages=(
   libssl-dev
   libgtest-dev libyaml-cpp-dev
   python3-venv
+  # tools/fuzz.sh: clang and its runtime libraries (libFuzzer, ASan, UBSan)
+  clang libclang-rt-14-dev
   # tests/slurm_job_test.sh starts its own Slurm on localhost (jobs/*.sbatch on a real one)
   slurm-wlm munge
 )
