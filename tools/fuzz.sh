@@ -3,7 +3,7 @@
 # seed corpora and runs them (docs/reliability.md "Fuzzing" has the figures).
 #
 #   bash tools/fuzz.sh [TARGET|all] [SECONDS]   # each target for SECONDS (default 60)
-#   RUNS=1000000 bash tools/fuzz.sh shard       # ... or for RUNS executions instead
+#   RUNS=1000000 bash tools/fuzz.sh shard 3600  # ... or until RUNS executions, if sooner
 #
 # TARGET: config, shard, checkpoint, bleu_tokenize, ptb_trees. Seeds: input/*.ini; a
 # shard pair preprocessed from a small numbers corpus and a 1-step checkpoint of a
@@ -82,7 +82,8 @@ printf 'Ελληνικά ΣΊΣΥΦΟΣ 日本語のテキスト، عربى\t en
 status=0
 for t in "${targets[@]}"; do
   [ "$which" = all ] || [ "$which" = "$t" ] || continue
-  if [ -n "${RUNS:-}" ]; then bound=(-runs="$RUNS"); else bound=(-max_total_time="$seconds"); fi
+  bound=(-max_total_time="$seconds")
+  [ -z "${RUNS:-}" ] || bound+=(-runs="$RUNS")
   echo "fuzz.sh: $t (${bound[*]})"
   # LeakSanitizer on: a reader that leaks on bad input is a finding like a crash
   # (fuzz/lsan.supp: what HDF5 itself leaks on a damaged file).
