@@ -14,8 +14,9 @@
 namespace thpc {
 
 // Runs `action`, which must throw thpc::Error with one line containing every fragment.
-inline void expect_error(const std::function<void()>& action,
-                         const std::vector<std::string>& fragments) {
+// Returns the message ("" when there was none), for checks beyond the fragments.
+inline std::string expect_error(const std::function<void()>& action,
+                                const std::vector<std::string>& fragments) {
   try {
     action();
   } catch (const Error& error) {
@@ -25,12 +26,13 @@ inline void expect_error(const std::function<void()>& action,
       EXPECT_NE(message.find(fragment), std::string::npos)
           << "message lacks '" << fragment << "': " << message;
     }
-    return;
+    return message;
   } catch (const std::exception& other) {
     ADD_FAILURE() << "threw a non-thpc exception: " << other.what();
-    return;
+    return "";
   }
   ADD_FAILURE() << "no error thrown; expected one mentioning '" << fragments.front() << "'";
+  return "";
 }
 
 }  // namespace thpc

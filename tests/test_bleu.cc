@@ -21,6 +21,7 @@
 #include "data_dir.h"
 #include "program.h"
 #include "common/error.h"
+#include "expect_error.h"
 #include "metrics/bleu.h"
 #include "metrics/tokenize.h"
 
@@ -122,12 +123,9 @@ TEST(PythonText, StrictUtf8AsPythonsCodec) {
   ASSERT_TRUE(text);
   EXPECT_EQ(*text, U"a\u00e9\u20ac\U0001F600");
   EXPECT_EQ(thpc::metrics::encode_utf8(*text), "a\u00e9\u20ac\U0001F600");
-  try {
-    thpc::metrics::corpus_bleu({"ok", "bad \xFF"}, {{"ok", "fine"}});
-    ADD_FAILURE() << "invalid UTF-8 accepted";
-  } catch (const thpc::Error& e) {
-    EXPECT_STREQ(e.what(), "hypothesis segment 2: invalid UTF-8 at byte 5");
-  }
+  EXPECT_EQ(thpc::expect_error([] { thpc::metrics::corpus_bleu({"ok", "bad \xFF"}, {{"ok", "fine"}}); },
+                               {"hypothesis segment 2"}),
+            "hypothesis segment 2: invalid UTF-8 at byte 5");
   EXPECT_THROW(thpc::metrics::corpus_bleu({"ok"}, {{"ok"}, {"\xC3"}}), thpc::Error);
 }
 

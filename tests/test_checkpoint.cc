@@ -635,6 +635,30 @@ TEST_F(CheckpointTest, SentencePieceModelIsStoredCheckedAndAveraged) {
 
 // ---- corruption ----
 
+// Found by fuzz_checkpoint: a damaged header stating a huge shape made the reader
+// allocate for it (std::length_error, or a product of dimensions that wraps around)
+// instead of refusing the file. The shape is checked against the bytes the file holds.
+TEST_F(CheckpointTest, AShapeTheFileDoesNotHoldIsRefusedBeforeAllocating) {
+  for (const auto& [rows, cols] : {std::pair<hsize_t, hsize_t>{1 << 20, 1 << 20},
+                                   std::pair<hsize_t, hsize_t>{hsize_t{1} << 40, 1 << 30}}) {
+    const std::string file = path("huge.h5");
+    write_checkpoint(file, constant_checkpoint(1.0f, 5, "arch"));
+    // A dataset whose header states rows x cols floats that were never written.
+    const hid_t h5 = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hsize_t dims[2] = {rows, cols};
+    const hid_t space = H5Screate_simple(2, dims, nullptr);
+    const hid_t dataset = H5Dcreate2(h5, "/params/c.weight", H5T_NATIVE_FLOAT, space,
+                                     H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(dataset, 0);
+    H5Dclose(dataset);
+    H5Sclose(space);
+    H5Fclose(h5);
+    expect_error([&] { read_checkpoint(file, CheckpointParts::ParamsOnly); },
+                 {file, "/params/c.weight", rows == cols ? "that the file does not hold"
+                                                         : "impossible shape"});
+  }
+}
+
 TEST_F(CheckpointTest, TruncationAndFlippedBytesAreDetected) {
   std::ostringstream log;
   Trainer(small_config(path("run"), {"train.max_steps=4", "checkpoint.every_steps=2"})).run(log);
@@ -652,6 +676,13 @@ TEST_F(CheckpointTest, TruncationAndFlippedBytesAreDetected) {
   const std::string dataset = "/params/encoder.0.ffn.fc1.weight";
   flip_bits(flipped, dataset_offset(flipped, dataset) + 123, 0x10);
   expect_error([&] { read_checkpoint(flipped); }, {flipped, "bad checksum for dataset " + dataset});
+  // The same checks on the bytes in memory (the fuzzer's entry point).
+  const Checkpoint from_image = read_checkpoint_image("image.h5", read_file(good));
+  EXPECT_EQ(from_image.params.front().values, read_checkpoint(good).params.front().values);
+  expect_error([&] { read_checkpoint_image("image.h5", read_file(truncated)); },
+               {"image.h5", "truncated"});
+  expect_error([&] { read_checkpoint_image("image.h5", read_file(flipped)); },
+               {"image.h5", "bad checksum for dataset " + dataset});
 
   // auto skips a bad newest checkpoint, says so, and resumes from the previous one.
   fs::copy_file(flipped, newest, fs::copy_options::overwrite_existing);

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <set>
@@ -536,6 +537,53 @@ TEST_F(DataPipeline, AFailureAfterWritingBeganLeavesNothingThatLooksValid) {
   std::ostringstream log;
   expect_error([&] { preprocess(late, log); }, {"valid.en", "no validation pair survived"});
   EXPECT_TRUE(fs::is_empty(dir / "out"));
+}
+
+// The fuzzer's entry point: the same checks on the bytes of a file in memory.
+TEST_F(DataPipeline, AShardImageInMemoryReadsAsItsFile) {
+  const std::string file = train_files().front();
+  const std::string bytes = read_bytes(file);
+  const ShardContents from_file = read_shard(file);
+  const ShardContents from_image = read_shard_image("image.h5", bytes);
+  EXPECT_EQ(from_image.source.tokens, from_file.source.tokens);
+  EXPECT_EQ(from_image.target.offsets, from_file.target.offsets);
+  EXPECT_EQ(from_image.metadata.spm_model, from_file.metadata.spm_model);
+  EXPECT_EQ(read_shard_summary_image("image.h5", bytes).target_lengths,
+            read_shard_summary(file).target_lengths);
+  expect_error([&] { read_shard_image("half.h5", bytes.substr(0, bytes.size() / 2)); },
+               {"half.h5", "truncated"});
+  expect_error([&] { read_shard_image("empty.h5", ""); }, {"empty.h5", "not an HDF5 file"});
+}
+
+// Found by reading the code beside fuzz_shard: a damaged header stating more offsets
+// than the file holds made the reader allocate for them (std::bad_alloc at 2^40) before
+// any check, and a pair count of 2^63 - 1 overflowed pairs + 1.
+TEST_F(DataPipeline, ExtentsAndCountsTheFileDoesNotHoldAreRefusedBeforeAllocating) {
+  const std::string huge = altered_shard("huge_offsets", [](ShardContents&) {});
+  {
+    const hid_t file = H5Fopen(huge.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(H5Ldelete(file, "/src/offsets", H5P_DEFAULT), 0);
+    const hsize_t size = hsize_t{1} << 40;
+    const hid_t space = H5Screate_simple(1, &size, nullptr);
+    H5Dclose(H5Dcreate2(file, "/src/offsets", H5T_NATIVE_INT64, space, H5P_DEFAULT,
+                        H5P_DEFAULT, H5P_DEFAULT));
+    H5Sclose(space);
+    H5Fclose(file);
+  }
+  expect_error([&] { read_shard_summary(huge); },
+               {huge, "/src/offsets states 1099511627776 values that the file does not hold"});
+
+  const std::string most = altered_shard("most_pairs", [](ShardContents&) {});
+  {
+    const hid_t file = H5Fopen(most.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t pairs = H5Aopen(file, "pairs", H5P_DEFAULT);
+    const int64_t value = std::numeric_limits<int64_t>::max();
+    H5Awrite(pairs, H5T_NATIVE_INT64, &value);
+    H5Aclose(pairs);
+    H5Fclose(file);
+  }
+  expect_error([&] { read_shard_summary(most); },
+               {most, "for 9223372036854775807 pairs (expected 9223372036854775808)"});
 }
 
 TEST_F(DataPipeline, BadShardsFailWithOneClearMessage) {

@@ -126,6 +126,37 @@ TEST(Trees, MalformedTreesNameFileAndLine) {
   thpc::expect_error(parse("( (S (NP)) )\n"), {"bad.mrg:1:", "empty constituent '(NP)'"});
 }
 
+// Found beside fuzz_ptb_trees: every function here recursed once per bracket, so a file
+// (or a decoded sequence) of 200,000 nested brackets overflowed the stack. Reading now
+// refuses trees deeper than kMaxTreeDepth; delinearize drops the brackets beyond it.
+TEST(Trees, DeepNestingIsAnErrorOrRepairedNotAStackOverflow) {
+  auto nested = [](int depth, const std::string& open, const std::string& inside,
+                   const std::string& close) {
+    std::string text;
+    for (int i = 0; i < depth; ++i) text += open;
+    text += inside;
+    for (int i = 0; i < depth; ++i) text += close;
+    return text;
+  };
+  const std::string deep = nested(200000, "(A ", "(NN a)", ")");
+  thpc::expect_error(
+      [&] {
+        std::istringstream in("( " + deep + " )\n");
+        read_ptb_trees(in, "deep.mrg");
+      },
+      {"deep.mrg:1:", "nested deeper than 1000 levels"});
+  std::istringstream deepest("( " + nested(kMaxTreeDepth - 1, "(A ", "(NN a)", ")") + " )\n");
+  EXPECT_EQ(read_ptb_trees(deepest, "deepest.mrg").size(), 1u);
+
+  const Delinearized repaired =
+      delinearize(nested(200000, "(A ", "XX", " )") + " (B XX )", {"a", "b"}, {"NN", "NN"});
+  EXPECT_EQ(static_cast<int>(repaired.how), static_cast<int>(Reconstruction::kRepaired));
+  // The kMaxTreeDepth outer constituents kept, the word inside them, B beside them.
+  EXPECT_EQ(words_of(repaired.tree), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(to_evalb_line(repaired.tree),
+            "(TOP (S " + nested(kMaxTreeDepth, "(A ", "(NN a)", ")") + " (B (NN b))))");
+}
+
 // The program on a malformed file: one line naming file and line, exit 1, and none of
 // the four outputs (nor a partial one) left behind.
 TEST(Trees, MalformedFileLeavesNoOutput) {

@@ -15,6 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
+#include "config/config.h"
+#include "data/batch.h"
+#include "data/shard_file.h"
+#include "data/shard_reader.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "model/transformer.h"
 #include "program.h"
 
 namespace thpc {
@@ -318,6 +325,58 @@ TEST_F(RunOutputs, EvalReproducesTheValidLineOfTheRunThatWroteTheCheckpoint) {
     EXPECT_EQ(eval.output.find("step 1/"), std::string::npos) << "it trained: " << eval.output;
   }
   EXPECT_EQ(listing(root_), before) << "--eval wrote or changed a file";
+}
+
+// The validation line's numbers recomputed without the trainer's validation pass (its
+// reader, batching, sums over ranks and formatting): the checkpoint's parameters in a
+// model of their own, the validation shards read directly, every pair a batch of its
+// own, the sums in double here. metrics.jsonl holds the line's values at full precision.
+TEST_F(RunOutputs, ValidationLossAndPerplexityEqualAnIndependentPairByPairComputation) {
+  ASSERT_EQ(run_.exit_code, 0) << run_.output;
+  std::map<std::string, std::map<std::string, std::string>> logged;  // step -> record
+  for (const std::string& line : lines_of(read_file(root_ / "run/metrics.jsonl"))) {
+    const auto record = parse_record(line);
+    if (record.at("kind") == "\"valid\"") logged[record.at("step")] = record;
+  }
+  ASSERT_EQ(logged.size(), 2u);
+  std::vector<ShardContents> shards;
+  for (const std::string& file : find_shards((root_ / "data").string(), "valid")) {
+    shards.push_back(read_shard(file));
+  }
+  for (const std::string step : {"2", "4"}) {
+    SCOPED_TRACE("step " + step);
+    const Checkpoint checkpoint = read_checkpoint(
+        (root_ / "run/checkpoints" / ("step_0000000" + step + ".h5")).string(),
+        CheckpointParts::ParamsOnly);
+    const Config config = load_config_text(checkpoint.config_ini, "checkpoint");
+    const ShardMetadata& metadata = shards.front().metadata;
+    auto backend = make_cpu_backend(DType::F32);
+    Transformer model(config.model, metadata.vocab_size, metadata.ids, *backend, std::nullopt);
+    load_parameters(checkpoint, "checkpoint", model);
+    double loss = 0.0, nll = 0.0;
+    int64_t tokens = 0, pairs = 0;
+    for (const ShardContents& shard : shards) {
+      for (int64_t i = 0; i < shard.source.sentences(); ++i) {
+        // The reader drops pairs the positions cannot hold (none in this corpus).
+        ASSERT_LT(std::max(shard.source.length(i), shard.target.length(i)),
+                  config.model.max_positions);
+        const LossSums sums = model.evaluate(
+            make_batch({shard.source.sentence(i)}, {shard.target.sentence(i)}, metadata.ids));
+        loss += sums.loss;
+        nll += sums.nll;
+        tokens += sums.tokens;
+        ++pairs;
+      }
+    }
+    ASSERT_GT(pairs, 50);
+    const auto& record = logged.at(step);
+    EXPECT_EQ(std::stoll(record.at("valid_tgt_tokens")), tokens);
+    // fp32 forward passes over other batch shapes round differently: 1e-9 relative
+    // measured, 1e-6 allowed; a wrong normalisation or a lost batch is off by far more.
+    EXPECT_NEAR(std::stod(record.at("valid_loss")), loss / tokens, 1e-6 * loss / tokens);
+    EXPECT_NEAR(std::stod(record.at("valid_ppl")), std::exp(nll / tokens),
+                1e-6 * std::exp(nll / tokens));
+  }
 }
 
 TEST_F(RunOutputs, EvalOfAMissingCheckpointOrWithoutAFileIsAOneLineError) {

@@ -15,6 +15,8 @@ packages=(
   # TensorBoard event files: the protobuf runtime and protoc (boost/crc.hpp gives CRC-32C)
   libprotobuf-dev protobuf-compiler
   python3-venv
+  # tools/fuzz.sh: clang and its runtime libraries (libFuzzer, ASan, UBSan)
+  clang libclang-rt-14-dev
   # tests/slurm_job_test.sh starts its own Slurm on localhost (jobs/*.sbatch on a real one)
   slurm-wlm munge
 )

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <ostream>
 #include <sstream>
@@ -18,6 +19,7 @@
 #include "checkpoint/hdf5_file.h"
 #include "common/error.h"
 #include "common/sha256.h"
+#include "data/hdf5_storage.h"
 
 namespace thpc {
 namespace {
@@ -197,6 +199,10 @@ class Reader {
         H5Sget_simple_extent_dims(space.get(), &size, nullptr) != 1) {
       fail("dataset " + where + " is not a one-dimensional uint8 array");
     }
+    if (!stores_values(dataset.get(), size, 1)) {
+      fail("dataset " + where + " states " + std::to_string(size) +
+           " bytes that the file does not hold (truncated or damaged)");
+    }
     std::string bytes(size, '\0');
     if (size > 0 && H5Dread(dataset.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                             bytes.data()) < 0) {
@@ -231,6 +237,13 @@ class Reader {
     if (H5Sget_simple_extent_ndims(space.get()) != 2 ||
         H5Sget_simple_extent_dims(space.get(), dims, nullptr) != 2) {
       fail("dataset " + where + " is not two-dimensional");
+    }
+    if (dims[1] != 0 && dims[0] > std::numeric_limits<hsize_t>::max() / dims[1]) {
+      fail("dataset " + where + " has an impossible shape");
+    }
+    if (!stores_values(dataset.get(), dims[0] * dims[1], sizeof(float))) {
+      fail("dataset " + where + " states " + std::to_string(dims[0]) + "x" +
+           std::to_string(dims[1]) + " values that the file does not hold (truncated or damaged)");
     }
     NamedTensor tensor;
     tensor.name = name;
@@ -336,21 +349,14 @@ bool is_step_checkpoint_name(const std::string& path) {
   return step_of_file_name(fs::path(path).filename().string()) >= 0;
 }
 
-Checkpoint read_checkpoint(const std::string& path, CheckpointParts parts) {
-  silence_error_printing();
-  Reader reader(path);
-  std::error_code error;
-  if (!fs::is_regular_file(path, error)) reader.fail("no such file");
-  if (H5Fis_hdf5(path.c_str()) <= 0) {
-    H5Eclear2(H5E_DEFAULT);
-    reader.fail("not an HDF5 file (no HDF5 signature: empty, truncated to nothing, or another "
-                "format)");
-  }
-  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  if (!file.valid()) {
-    reader.fail("cannot be opened, the file is truncated or damaged (HDF5: " + hdf5::reason() +
-                ")");
-  }
+namespace {
+
+[[noreturn]] void fail_to_open(const Reader& reader) {
+  reader.fail("cannot be opened, the file is truncated or damaged (HDF5: " + hdf5::reason() + ")");
+}
+
+// Everything read_checkpoint() checks, on a file already open.
+Checkpoint read_open_checkpoint(const Reader& reader, Handle file, CheckpointParts parts) {
   const hid_t root = file.get();
   const auto version = reader.integer_attribute<int64_t>(root, "format_version");
   if (version != kCheckpointFormatVersion) {
@@ -412,6 +418,39 @@ Checkpoint read_checkpoint(const std::string& path, CheckpointParts parts) {
     reader.verify_checksum(dataset_paths[i], digests[i], recorded_digests[i]);
   }
   return checkpoint;
+}
+
+}  // namespace
+
+Checkpoint read_checkpoint(const std::string& path, CheckpointParts parts) {
+  silence_error_printing();
+  Reader reader(path);
+  std::error_code error;
+  if (!fs::is_regular_file(path, error)) reader.fail("no such file");
+  if (H5Fis_hdf5(path.c_str()) <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    reader.fail("not an HDF5 file (no HDF5 signature: empty, truncated to nothing, or another "
+                "format)");
+  }
+  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!file.valid()) fail_to_open(reader);
+  return read_open_checkpoint(reader, std::move(file), parts);
+}
+
+Checkpoint read_checkpoint_image(const std::string& name, std::string_view image,
+                                 CheckpointParts parts) {
+  silence_error_printing();
+  Reader reader(name);
+  if (image.empty()) reader.fail("not an HDF5 file (empty)");
+  // HDF5's core driver on a copy of the image, without a backing file.
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  if (H5Pset_fapl_core(fapl.get(), image.size(), false) < 0 ||
+      H5Pset_file_image(fapl.get(), const_cast<char*>(image.data()), image.size()) < 0) {
+    reader.fail("HDF5 cannot take the file image (" + hdf5::reason() + ")");
+  }
+  Handle file(H5Fopen(name.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
+  if (!file.valid()) fail_to_open(reader);
+  return read_open_checkpoint(reader, std::move(file), parts);
 }
 
 std::vector<std::string> list_checkpoints(const std::string& dir) {

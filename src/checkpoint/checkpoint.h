@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "config/config.h"
@@ -76,6 +77,10 @@ void write_checkpoint(const std::string& path, const Checkpoint& checkpoint);
 // dataset X, missing dataset, ...).
 Checkpoint read_checkpoint(const std::string& path,
                            CheckpointParts parts = CheckpointParts::All);
+// The same from the bytes of a checkpoint file in memory (HDF5's core driver; `name`
+// stands for the file in messages): what the checkpoint reader's fuzzer feeds.
+Checkpoint read_checkpoint_image(const std::string& name, std::string_view image,
+                                 CheckpointParts parts = CheckpointParts::All);
 
 // The step_*.h5 files of `dir`, oldest step first (a missing dir has none).
 std::vector<std::string> list_checkpoints(const std::string& dir);

@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/sha256.h"
+#include "data/hdf5_storage.h"
 
 namespace thpc {
 namespace {
@@ -146,6 +147,8 @@ class ShardWriter {
 class ShardFileReader {
  public:
   explicit ShardFileReader(const std::string& path) : path_(path), file_(open_file(path)) {}
+  ShardFileReader(const std::string& name, std::string_view image)
+      : path_(name), file_(open_image(name, image)) {}
 
   ShardMetadata metadata(int64_t* pairs) {
     ShardMetadata meta;
@@ -184,9 +187,10 @@ class ShardFileReader {
     verify_checksum(side + "/offsets", values);
     *token_count = dataset_size(side + "/tokens");
     const std::string name = "/" + side + "/offsets";
-    if (static_cast<int64_t>(values.size()) != pairs + 1) {
+    // (pairs is any int64 the file states: pairs + 1 could overflow)
+    if (static_cast<int64_t>(values.size()) - 1 != pairs) {
       THPC_FAIL(path_ << ": " << name << " has " << values.size() << " entries for " << pairs
-                      << " pairs (expected " << pairs + 1 << ")");
+                      << " pairs (expected " << static_cast<uint64_t>(pairs) + 1 << ")");
     }
     if (values.front() != 0) THPC_FAIL(path_ << ": " << name << " does not start at 0");
     for (size_t i = 1; i < values.size(); ++i) {
@@ -236,6 +240,21 @@ class ShardFileReader {
     }
     Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
     if (!file.valid()) THPC_FAIL(path << ": cannot open the HDF5 file (truncated or damaged?)");
+    return file;
+  }
+
+  // HDF5's core driver on a copy of the image, without a backing file: nothing is read
+  // from or written to the file system.
+  static Handle open_image(const std::string& name, std::string_view image) {
+    silence_hdf5_error_stacks();
+    if (image.empty()) THPC_FAIL(name << ": not an HDF5 file (or its header is damaged)");
+    const Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+    if (H5Pset_fapl_core(fapl.get(), image.size(), false) < 0 ||
+        H5Pset_file_image(fapl.get(), const_cast<char*>(image.data()), image.size()) < 0) {
+      THPC_FAIL(name << ": HDF5 cannot take the file image");
+    }
+    Handle file(H5Fopen(name.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
+    if (!file.valid()) THPC_FAIL(name << ": cannot open the HDF5 file (truncated or damaged?)");
     return file;
   }
 
@@ -290,6 +309,10 @@ class ShardFileReader {
                                                                : "uint")
                                                         : "non-numeric")
                       << 8 * H5Tget_size(stored.get()) << ", expected int" << 8 * sizeof(T));
+    }
+    if (!stores_values(dataset.get(), static_cast<hsize_t>(size), sizeof(T))) {
+      THPC_FAIL(path_ << ": dataset /" << name << " states " << size
+                      << " values that the file does not hold (truncated or damaged)");
     }
     std::vector<T> values(static_cast<size_t>(size));
     if (size > 0 &&
@@ -346,6 +369,30 @@ std::vector<int32_t> lengths_of(const std::vector<int64_t>& offsets) {
   return lengths;
 }
 
+ShardSummary summarize(ShardFileReader& reader) {
+  ShardSummary summary;
+  summary.metadata = reader.metadata(&summary.pairs);
+  summary.checksummed = reader.checksummed();
+  summary.source_lengths =
+      lengths_of(reader.offsets("src", summary.pairs, &summary.source_tokens));
+  summary.target_lengths =
+      lengths_of(reader.offsets("tgt", summary.pairs, &summary.target_tokens));
+  return summary;
+}
+
+ShardContents read_contents(ShardFileReader& reader) {
+  ShardContents contents;
+  int64_t pairs = 0;
+  int64_t token_count = 0;
+  contents.metadata = reader.metadata(&pairs);
+  const int vocab = contents.metadata.vocab_size;
+  contents.source.offsets = reader.offsets("src", pairs, &token_count);
+  contents.source.tokens = reader.tokens("src", vocab);
+  contents.target.offsets = reader.offsets("tgt", pairs, &token_count);
+  contents.target.tokens = reader.tokens("tgt", vocab);
+  return contents;
+}
+
 }  // namespace
 
 void write_shard(const std::string& path, const ShardContents& contents) {
@@ -358,28 +405,22 @@ void write_shard(const std::string& path, const ShardContents& contents) {
 
 ShardSummary read_shard_summary(const std::string& path) {
   ShardFileReader reader(path);
-  ShardSummary summary;
-  summary.metadata = reader.metadata(&summary.pairs);
-  summary.checksummed = reader.checksummed();
-  summary.source_lengths =
-      lengths_of(reader.offsets("src", summary.pairs, &summary.source_tokens));
-  summary.target_lengths =
-      lengths_of(reader.offsets("tgt", summary.pairs, &summary.target_tokens));
-  return summary;
+  return summarize(reader);
 }
 
 ShardContents read_shard(const std::string& path) {
   ShardFileReader reader(path);
-  ShardContents contents;
-  int64_t pairs = 0;
-  int64_t token_count = 0;
-  contents.metadata = reader.metadata(&pairs);
-  const int vocab = contents.metadata.vocab_size;
-  contents.source.offsets = reader.offsets("src", pairs, &token_count);
-  contents.source.tokens = reader.tokens("src", vocab);
-  contents.target.offsets = reader.offsets("tgt", pairs, &token_count);
-  contents.target.tokens = reader.tokens("tgt", vocab);
-  return contents;
+  return read_contents(reader);
+}
+
+ShardSummary read_shard_summary_image(const std::string& name, std::string_view image) {
+  ShardFileReader reader(name, image);
+  return summarize(reader);
+}
+
+ShardContents read_shard_image(const std::string& name, std::string_view image) {
+  ShardFileReader reader(name, image);
+  return read_contents(reader);
 }
 
 }  // namespace thpc

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "data/batch.h"
@@ -84,5 +85,10 @@ ShardSummary read_shard_summary(const std::string& path);
 // The whole shard, with every id checked against the vocabulary and every dataset
 // against its sha256 (format 2).
 ShardContents read_shard(const std::string& path);
+
+// The same two from the bytes of a shard file in memory (HDF5's core driver; `name`
+// stands for the file in messages): what the shard reader's fuzzer feeds.
+ShardSummary read_shard_summary_image(const std::string& name, std::string_view image);
+ShardContents read_shard_image(const std::string& name, std::string_view image);
 
 }  // namespace thpc

@@ -51,8 +51,13 @@ class Tokenizer {
 };
 
 // After the '(' of a constituent: its label (possibly empty at the top), then a word or
-// children. `tree_line` is where the tree began, which errors name.
-TreeNode read_constituent(Tokenizer& tokens, int tree_line, bool is_top) {
+// children. `tree_line` is where the tree began, which errors name; `depth` counts the
+// brackets open around this one (0 at the top).
+TreeNode read_constituent(Tokenizer& tokens, int tree_line, bool is_top, int depth = 0) {
+  if (depth > kMaxTreeDepth) {
+    THPC_FAIL(tokens.source() << ":" << tree_line << ": tree nested deeper than "
+                              << kMaxTreeDepth << " levels");
+  }
   TreeNode node;
   Token token = tokens.next();
   if (token.kind == Token::kAtom) {
@@ -89,7 +94,7 @@ TreeNode read_constituent(Tokenizer& tokens, int tree_line, bool is_top) {
           THPC_FAIL(tokens.source() << ":" << token.line << ": pre-terminal '(" << node.label
                                     << " " << node.word << "' has a constituent inside");
         }
-        node.children.push_back(read_constituent(tokens, tree_line, false));
+        node.children.push_back(read_constituent(tokens, tree_line, false, depth + 1));
         break;
     }
   }
@@ -232,11 +237,17 @@ Delinearized delinearize(const std::string& sequence, const std::vector<std::str
   bool opened_any = false;
   // stack[0] is a virtual root that collects the top level.
   std::vector<TreeNode> stack(1);
+  int dropped_open = 0;  // opened beyond kMaxTreeDepth and not yet closed
   size_t next_word = 0;
   std::istringstream tokens(sequence);
   std::string token;
   while (tokens >> token) {
-    if (token[0] == '(') {
+    if (token[0] == '(' && (dropped_open > 0 || stack.size() > kMaxTreeDepth)) {
+      ++dropped_open;
+      repaired = true;
+    } else if (token[0] == ')' && dropped_open > 0) {
+      --dropped_open;
+    } else if (token[0] == '(') {
       TreeNode opened;
       opened.label = token.size() > 1 ? token.substr(1) : "X";
       if (token.size() == 1) repaired = true;

@@ -28,6 +28,12 @@
 //      other top level (several constituents, or bare words) is put under one `S`.
 //   A sequence without any `(LABEL` is not repaired but replaced by the right-branching
 //   baseline tree of the sentence (both cases are counted by the tools).
+//   An `(LABEL` that would open a constituent deeper than kMaxTreeDepth is dropped with
+//   the `)` that closes it (repaired).
+//
+// Trees are at most kMaxTreeDepth constituents deep: the functions below recurse once per
+// level, and a file of a million '(' must be an error, not a stack overflow. The Penn
+// Treebank's deepest trees have a few dozen levels.
 #pragma once
 
 #include <istream>
@@ -46,12 +52,14 @@ struct TreeNode {
   bool is_preterminal() const { return children.empty(); }
 };
 
+inline constexpr int kMaxTreeDepth = 1000;
+
 // The placeholder a word becomes in the linearized sequence.
 inline constexpr const char* kWordPlaceholder = "XX";
 
 // Reads every tree of a .mrg file (trees span several lines). Throws thpc::Error
 // "SOURCE:LINE: what is wrong" for an unbalanced tree, an empty one, text between
-// trees or more than a word inside a pre-terminal.
+// trees, more than a word inside a pre-terminal or a tree deeper than kMaxTreeDepth.
 std::vector<TreeNode> read_ptb_trees(std::istream& in, const std::string& source_name);
 
 // `NP-SBJ-1` → `NP`, `PRT|ADVP` → `PRT`, `-LRB-` unchanged.

@@ -1,0 +1,41 @@
+// BLEU's text handling (src/metrics/tokenize): any bytes as a line of a hypothesis or
+// reference file. Strict UTF-8 decoding must reject exactly what tokenize_utf8 rejects
+// and give back the bytes it accepted; every tokenizer must take every decoded line.
+#include "fuzz_target.h"
+#include "metrics/bleu.h"
+#include "metrics/tokenize.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace thpc;
+  using namespace thpc::metrics;
+  const std::string_view bytes = fuzz::bytes_of(data, size);
+  size_t error_offset = 0;
+  const std::optional<std::u32string> text = decode_utf8(bytes, &error_offset);
+  if (!text) {
+    fuzz::require(error_offset < size, "the bad sequence's offset lies in the input");
+    bool refused = false;
+    try {
+      tokenize_utf8(bytes, TokenizerKind::k13a);
+    } catch (const Error&) {
+      refused = true;
+    }
+    fuzz::require(refused, "tokenize_utf8 accepts what decode_utf8 rejects");
+    return 0;
+  }
+  fuzz::require(encode_utf8(*text) == bytes, "encode_utf8(decode_utf8(x)) == x");
+  for (const std::u32string_view word : python_split(*text)) {
+    fuzz::require(!word.empty(), "str.split() gives no empty tokens");
+    for (const char32_t c : word) fuzz::require(!is_python_whitespace(c), "no space in a token");
+  }
+  const std::u32string lower = python_lower(*text);
+  python_rstrip(lower);
+  for (const TokenizerKind kind :
+       {TokenizerKind::k13a, TokenizerKind::kIntl, TokenizerKind::kChar, TokenizerKind::kNone}) {
+    tokenize(*text, kind);
+  }
+  // The line scored against itself, as transformer_score would.
+  const std::string line(bytes);
+  const BleuScore score = sentence_bleu(line, {line}, BleuOptions{});
+  fuzz::require(score.score >= 0.0 && score.score <= 100.0 + 1e-9, "BLEU within [0, 100]");
+  return 0;
+}

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets of fuzz/ (clang, ASan + UBSan, build-fuzz/), makes their
+# seed corpora and runs them (docs/reliability.md "Fuzzing" has the figures).
+#
+#   bash tools/fuzz.sh [TARGET|all] [SECONDS]   # each target for SECONDS (default 60)
+#   RUNS=1000000 bash tools/fuzz.sh shard 3600  # ... or until RUNS executions, if sooner
+#
+# TARGET: config, shard, checkpoint, bleu_tokenize, ptb_trees. Seeds: input/*.ini; a
+# shard pair preprocessed from a small numbers corpus and a 1-step checkpoint of a
+# shrunk input/tiny.ini, both made by the programs built here; PTB .mrg files and
+# Multi30k / sacreBLEU test lines from $THPC_DATA when it is there (a few hand-written
+# lines when not). Inputs that found new coverage stay in build-fuzz/corpus/TARGET, a
+# crashing input lands in build-fuzz/artifacts/ and the script exits 1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+targets=(config shard checkpoint bleu_tokenize ptb_trees)
+which=${1:-all}
+seconds=${2:-60}
+build=${BUILD_FUZZ:-build-fuzz}
+data=${THPC_DATA:-}
+if [ "$which" != all ] && [[ ! " ${targets[*]} " == *" $which "* ]]; then
+  echo "fuzz.sh: unknown target '$which' (one of: ${targets[*]}, all)" >&2
+  exit 2
+fi
+
+mkdir -p "$build"
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+  -DTHPC_FUZZ=ON -DTRANSFORMER_TESTS=OFF -DTRANSFORMER_CUDA=OFF > "$build/configure.log" ||
+  { cat "$build/configure.log" >&2; exit 1; }
+cmake --build "$build" -j2 --target "${targets[@]/#/fuzz_}" transformer_preprocess transformer_hpc
+
+# ---- seed corpora (remade each time: cheap, and they follow the current formats) ----
+seeds=$build/seeds
+rm -rf "$seeds"
+for t in "${targets[@]}"; do mkdir -p "$seeds/$t" "$build/corpus/$t"; done
+mkdir -p "$build/artifacts"
+# The seed programs are sanitized too; Open MPI's start-up allocations are not our leaks.
+export ASAN_OPTIONS=detect_leaks=0
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+cp input/*.ini "$seeds/config/"
+
+work=$build/seed_work
+rm -rf "$work"
+python3 tools/make_numbers_corpus.py --train 40 --valid 8 --test 8 --seed 1 --out "$work/text" > /dev/null
+"$build/transformer_preprocess" --source-lang en --target-lang de \
+  --trainpref "$work/text/train" --validpref "$work/text/valid" --destdir "$work/data" \
+  --vocab-size 60 --model-type bpe --seed 1 > "$work/preprocess.log" 2>&1 ||
+  { cat "$work/preprocess.log" >&2; exit 1; }
+cp "$work/data/train.00000.h5" "$work/data/valid.00000.h5" "$seeds/shard/"
+
+"$build/transformer_hpc" input/tiny.ini --model.layers=1 --model.d_model=8 --model.d_ff=16 \
+  --model.heads=2 --train.max_steps=1 --checkpoint.every_steps=1 \
+  --checkpoint.dir="$work/checkpoints" > "$work/train.log" 2>&1 ||
+  { cat "$work/train.log" >&2; exit 1; }
+cp "$work/checkpoints/step_00000001.h5" "$seeds/checkpoint/"
+
+if [ -n "$data" ] && [ -d "$data/ptb_sample/combined" ]; then
+  cp "$data"/ptb_sample/combined/wsj_*.mrg "$seeds/ptb_trees/"
+else
+  printf '( (S (NP-SBJ (DT The) (NN cat)) (VP (VBD sat) (-NONE- *T*-1)) (. .)) )\n' \
+    > "$seeds/ptb_trees/hand.mrg"
+fi
+# The first N lines of a file, one seed each: the tokenizer reads lines.
+line_seeds() {
+  local n=0
+  while IFS= read -r line && [ $n -lt "$2" ]; do
+    printf '%s' "$line" > "$seeds/bleu_tokenize/$(basename "$1").$n"
+    n=$((n + 1))
+  done < "$1"
+}
+if [ -n "$data" ] && [ -d "$data/multi30k" ]; then
+  line_seeds "$data/multi30k/val.de" 100
+  line_seeds "$data/multi30k/val.en" 100
+  line_seeds "$data/sacrebleu_tests/wmt17_en-de/newstest2017-ende-ref.de" 100
+fi
+printf 'Die Katze saß auf der Matte — „schön“ (1.000,50 €)!' > "$seeds/bleu_tokenize/hand.0"
+printf 'Ελληνικά ΣΊΣΥΦΟΣ 日本語のテキスト، عربى\t end.' > "$seeds/bleu_tokenize/hand.1"
+
+# ---- runs ----
+status=0
+for t in "${targets[@]}"; do
+  [ "$which" = all ] || [ "$which" = "$t" ] || continue
+  bound=(-max_total_time="$seconds")
+  [ -z "${RUNS:-}" ] || bound+=(-runs="$RUNS")
+  echo "fuzz.sh: $t (${bound[*]})"
+  # LeakSanitizer on: a reader that leaks on bad input is a finding like a crash
+  # (fuzz/lsan.supp: what HDF5 itself leaks on a damaged file).
+  if ! ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$PWD/fuzz/lsan.supp \
+      "$build/fuzz_$t" "${bound[@]}" -timeout=30 \
+      -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$build/artifacts/$t-" \
+      "$build/corpus/$t" "$seeds/$t" > "$build/fuzz_$t.log" 2>&1; then
+    tail -n 60 "$build/fuzz_$t.log" >&2
+    echo "fuzz.sh: $t FAILED (log: $build/fuzz_$t.log, input: $build/artifacts/$t-*)" >&2
+    status=1
+    continue
+  fi
+  grep -E '^Done [0-9]+ runs|stat::number_of_executed_units|stat::peak_rss_mb' \
+    "$build/fuzz_$t.log" | sed "s/^/fuzz.sh: $t: /"
+done
+exit $status
