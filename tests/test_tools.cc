@@ -4,10 +4,12 @@
 // "NAME: error: PROBLEM".
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "program.h"
+#include "tools/progress.h"
 
 namespace thpc {
 namespace {
@@ -99,6 +101,38 @@ TEST(Tools, RuntimeFailureExitsOneWithOneLineNamingTheProgram) {
     EXPECT_EQ(result.output.rfind(tool.name + ": error: ", 0), 0u) << result.output;
     EXPECT_NE(result.output.find("/nonexistent"), std::string::npos) << result.output;
   }
+}
+
+// The progress line the long tools show on a terminal: counts, share and time, rewritten
+// in place with carriage returns, ended by a newline.
+TEST(Tools, ProgressLineCountsTheItemsDone) {
+  std::FILE* file = std::tmpfile();
+  ASSERT_NE(file, nullptr);
+  {
+    tools::Progress progress("transformer_decode", "sentences", 10, file);
+    progress.advance(3);  // the first call always shows (no line shown before)
+    progress.advance(7);  // within 100 ms of the first: not shown until finish()
+    progress.finish();
+  }
+  std::rewind(file);
+  std::string text;
+  for (int c = std::fgetc(file); c != EOF; c = std::fgetc(file)) text.push_back(static_cast<char>(c));
+  std::fclose(file);
+  EXPECT_NE(text.find("\rtransformer_decode: 3/10 sentences (30%), "), std::string::npos) << text;
+  EXPECT_NE(text.find("\rtransformer_decode: 10/10 sentences (100%), "), std::string::npos)
+      << text;
+  EXPECT_EQ(text.back(), '\n') << text;
+}
+
+// Off a terminal (here: the test's pipe) the tools print no progress at all, so batch
+// logs hold no carriage returns.
+TEST(Tools, NoProgressLineWhenStderrIsNotATerminal) {
+  if (isatty(fileno(stderr))) GTEST_SKIP() << "stderr is a terminal here: run under ctest";
+  tools::Progress progress("transformer_decode", "sentences", 10);
+  testing::internal::CaptureStderr();
+  progress.advance(10);
+  progress.finish();
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
 }
 
 }  // namespace

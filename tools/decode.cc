@@ -47,6 +47,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "model/backends.h"
 #include "model/transformer.h"
+#include "tools/progress.h"
 #include "tools/tool_main.h"
 
 namespace {
@@ -210,12 +211,16 @@ int run(const Arguments& args) {
     while (static_cast<int>(backends.size()) < workers) {
       backends.push_back(thpc::make_backend(single_threaded));
     }
-    thpc::set_cpu_threads(1);  // BLAS's setting is global: all workers have one
+    thpc::set_cpu_threads(1);  // process-wide (the ops' loops and BLAS): each worker has one
   }
 
   std::vector<std::vector<thpc::Hypothesis>> results(lines.size());
   std::atomic<size_t> next_batch{0};
   std::vector<std::exception_ptr> failures(workers);
+  size_t sentences = 0;
+  for (const thpc::DecodeBatch& batch : batches) sentences += batch.members.size();
+  thpc::tools::Progress progress("transformer_decode", "sentences",
+                                 static_cast<int64_t>(sentences));
   auto work = [&](int worker, std::unique_ptr<thpc::Backend> backend) {
     try {
       thpc::Transformer model(config.model, vocab, ids, *backend, /*init_seed=*/std::nullopt);
@@ -223,6 +228,7 @@ int run(const Arguments& args) {
       for (size_t b = next_batch++; b < batches.size(); b = next_batch++) {
         // Each sentence belongs to one batch: the workers write disjoint elements.
         thpc::translate_batch(model, ids, sources, batches[b], options, results);
+        progress.advance(static_cast<int64_t>(batches[b].members.size()));
         // The weights of each dumped line's best translation, by a forward pass over it
         // (the search's cache keeps none); it leaves nothing the next batch reads.
         for (const size_t i : batches[b].members) {
@@ -245,6 +251,7 @@ int run(const Arguments& args) {
   for (const std::exception_ptr& failure : failures) {
     if (failure) std::rethrow_exception(failure);
   }
+  progress.finish();
 
   auto detokenise = [&](const thpc::TokenSequence& tokens) {
     std::string text;
