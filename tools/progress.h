@@ -31,24 +31,25 @@ class Progress {
     const auto now = std::chrono::steady_clock::now();
     if (out_ == nullptr || now - last_shown_ < std::chrono::milliseconds(100)) return;
     last_shown_ = now;
-    show("\r");
+    show();
   }
 
   // The final count, with a newline (once the work is done).
   void finish() {
     std::lock_guard<std::mutex> lock(mutex_);
     if (out_ == nullptr) return;
-    show("\r");
+    show();
     std::fputc('\n', out_);
     std::fflush(out_);
   }
 
  private:
-  void show(const char* prefix) {
+  // "\rNAME: DONE/TOTAL UNIT (P%), S s": the carriage return rewrites the line in place.
+  void show() {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     const double percent = total_ > 0 ? 100.0 * static_cast<double>(done_) / total_ : 100.0;
-    std::fprintf(out_, "%s%s: %lld/%lld %s (%.0f%%), %.1f s", prefix, name_.c_str(),
+    std::fprintf(out_, "\r%s: %lld/%lld %s (%.0f%%), %.1f s", name_.c_str(),
                  static_cast<long long>(done_), static_cast<long long>(total_), unit_.c_str(),
                  percent, seconds);
     std::fflush(out_);

@@ -19,9 +19,7 @@ void for_each_dropout_draw(const DropoutKey& key, int64_t first, int64_t count, 
   int64_t j = 0;
   while (j < count) {
     const uint64_t element = static_cast<uint64_t>(first + j);
-    const Philox4x32 block =
-        philox4x32_10(static_cast<uint32_t>(element >> 2), key.site, key.step, key.stream,
-                      static_cast<uint32_t>(key.seed), static_cast<uint32_t>(key.seed >> 32));
+    const Philox4x32 block = philox_block(key.seed, key.site, key.step, key.stream, element);
     // The lanes of this block from element's lane to 3, or fewer at the end.
     for (uint32_t lane = element & 3; lane < 4 && j < count; ++lane, ++j) {
       visit(j, uniform_from_bits(block.v[lane]) >= p);

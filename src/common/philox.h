@@ -50,12 +50,17 @@ THPC_HOST_DEVICE float uniform_from_bits(uint32_t bits) {
 
 // The 32-bit draw for element `element` of the stream (seed; site, step, stream):
 // counter = (element / 4, site, step, stream), key = seed, lane = element % 4.
+// The block holding element `element`'s draw: its four lanes are the draws of elements
+// 4 * (element / 4) .. + 3, so a loop over consecutive elements needs one per four.
+THPC_HOST_DEVICE Philox4x32 philox_block(uint64_t seed, uint32_t site, uint32_t step,
+                                         uint32_t stream, uint64_t element) {
+  return philox4x32_10(static_cast<uint32_t>(element >> 2), site, step, stream,
+                       static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+}
+
 THPC_HOST_DEVICE uint32_t philox_bits(uint64_t seed, uint32_t site, uint32_t step,
                                       uint32_t stream, uint64_t element) {
-  const Philox4x32 r = philox4x32_10(static_cast<uint32_t>(element >> 2), site, step, stream,
-                                     static_cast<uint32_t>(seed),
-                                     static_cast<uint32_t>(seed >> 32));
-  return r.v[element & 3];
+  return philox_block(seed, site, step, stream, element).v[element & 3];
 }
 
 // Dropout keeps an element when its uniform draw is >= p, so P(keep) = 1 - p.
