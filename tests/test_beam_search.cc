@@ -243,6 +243,12 @@ TEST(IncrementalDecoding, CachedStepsEqualFullRecomputation) {
         {{{7, 4}, {6, 8}, {5, 11}, {5, 4}}, {1, 0, 0, 0}},
         {{{5, 4, 10}, {7, 4, 6}}, {0, 1}},
         {{{7, 4, 6, 6}, {7, 4, 6, 5}, {5, 4, 10, 9}}, {1, 1, 0}},
+        // As many hypotheses as before: the cache moves in place, the decoder's rows
+        // become a permutation of the hypotheses (a row changes sentence here) ...
+        {{{5, 4, 10, 9, 4}, {7, 4, 6, 5, 8}, {5, 4, 10, 9, 7}}, {0, 1, 0}},
+        // ... and stay one across a further in-place step.
+        {{{7, 4, 6, 5, 8, 8}, {5, 4, 10, 9, 7, 5}, {5, 4, 10, 9, 4, 6}}, {1, 0, 0}},
+        {{{5, 4, 10, 9, 4, 6, 9}, {7, 4, 6, 5, 8, 8, 11}}, {0, 1}},
     };
     for (size_t step = 0; step < steps.size(); ++step) {
       const auto& [prefixes, source_of] = steps[step];

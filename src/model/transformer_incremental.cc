@@ -1,7 +1,9 @@
 // Incremental (KV-cache) decoding: the decoder one position at a time for a beam of
 // hypotheses, each layer's past keys/values kept per hypothesis and reordered as the
 // beam search reorders hypotheses (see docs/design.md, "Decoding").
+#include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "common/error.h"
 #include "model/sublayers.h"
@@ -23,9 +25,24 @@ void Transformer::release_incremental() {
     caches->clear();
   }
   inc.hypotheses = 0;
-  inc.capacity = 0;
   inc.filled = 0;
+  inc.row_of.clear();
 }
+
+namespace {
+
+// Makes `buffer` hold at least `numel` elements: kept when it does (what it holds stays),
+// else replaced by a new buffer, zeroed when `zero_new`. Returns whether it was replaced.
+bool ensure_capacity(Backend& backend, Tensor& buffer, DType dtype, int64_t numel,
+                     bool zero_new) {
+  if (buffer && buffer.numel >= numel) return false;
+  if (buffer) backend.free(buffer);
+  buffer = backend.alloc(dtype, numel);
+  if (zero_new) backend.zero(buffer);
+  return true;
+}
+
+}  // namespace
 
 void Transformer::begin_incremental(const std::vector<int>& source_of, int max_len) {
   State& s = *state_;
@@ -34,41 +51,45 @@ void Transformer::begin_incremental(const std::vector<int>& source_of, int max_l
   THPC_CHECK(max_len >= 1 && max_len <= config_.max_positions,
              "incremental decoding of " << max_len << " positions (model.max_positions = "
                                         << config_.max_positions << ")");
-  release_incremental();
   Sublayers sub = sublayers_for(backend_, config_);
   const int H = static_cast<int>(source_of.size());
   const int S = s.src_len;
   const int kv_width = sub.h * (sub.dk + sub.dv);
   inc.hypotheses = H;
   inc.max_len = max_len;
+  inc.filled = 0;
   // Which encoder rows each hypothesis reads: hypothesis h, key j <- row source*S + j.
   std::vector<int32_t> rows;
   inc.cross_lengths_host.clear();
+  inc.row_of.clear();
   for (int h = 0; h < H; ++h) {
     THPC_CHECK(source_of[h] >= 0 && source_of[h] < s.batch_size,
                "hypothesis " << h << " continues source " << source_of[h] << " of "
                              << s.batch_size);
     for (int j = 0; j < S; ++j) rows.push_back(source_of[h] * S + j);
     inc.cross_lengths_host.push_back(s.src_lengths_host[source_of[h]]);
+    inc.row_of.push_back(h);
   }
   ensure_ids(backend_, inc.rows, rows);
   ensure_ids(backend_, inc.cross_lengths, inc.cross_lengths_host);
   Arena& arena = s.step_arena;
   arena.reset();
+  inc.cross_kv.resize(config_.layers);
+  inc.self_cache.resize(config_.layers);
   for (int layer = 0; layer < config_.layers; ++layer) {
     const AttentionParams& p = s.decoder[layer].cross_attention;
     // The encoder's k|v once per source, then one copy per hypothesis.
     Tensor per_source = arena.take(sub.act, int64_t(s.batch_size) * S * kv_width);
     backend_.linear_forward(per_source, s.encoder_out, p.kv_weight.value, p.kv_bias.value,
                             s.batch_size * S, sub.d, kv_width);
-    inc.cross_kv.push_back(backend_.alloc(sub.act, int64_t(H) * S * kv_width));
-    backend_.copy_rows(inc.cross_kv.back(), nullptr, per_source, inc.rows.ids, H * S, kv_width);
-    // Zeroed once: attention multiplies the rows not yet written by probability 0, and 0
-    // times uninitialised memory could be NaN. Later steps leave only finite values there.
-    inc.self_cache.push_back(backend_.alloc(sub.act, int64_t(H) * max_len * sub.qkv_width()));
-    backend_.zero(inc.self_cache.back());
+    ensure_capacity(backend_, inc.cross_kv[layer], sub.act, int64_t(H) * S * kv_width, false);
+    backend_.copy_rows(inc.cross_kv[layer], nullptr, per_source, inc.rows.ids, H * S, kv_width);
+    // Attention multiplies the cache rows not yet written by probability 0, and 0 times
+    // uninitialised memory could be NaN: a new cache is zeroed once. A kept one holds
+    // finite values of an earlier batch there, which is as good.
+    ensure_capacity(backend_, inc.self_cache[layer], sub.act,
+                    int64_t(H) * max_len * sub.qkv_width(), true);
   }
-  inc.capacity = H;
   inc.source_of = source_of;
 }
 
@@ -79,61 +100,105 @@ void Transformer::reorder_incremental(const std::vector<int>& parent) {
   const int H = static_cast<int>(parent.size());
   const int S = s.src_len;
   const int kv_width = sub.h * (sub.dk + sub.dv);
-  std::vector<int> source_of(H);
   for (int h = 0; h < H; ++h) {
     THPC_CHECK(parent[h] >= 0 && parent[h] < inc.hypotheses,
                "hypothesis " << h << " continues " << parent[h] << " of " << inc.hypotheses);
-    source_of[h] = inc.source_of[parent[h]];
   }
-  // The beam widens from one hypothesis per sentence to `beam` once, at the first step:
-  // only then are caches (and their spares) allocated anew, zeroed, at the new capacity.
-  const bool grow = H > inc.capacity;
-  const int capacity = std::max(H, inc.capacity);
-  // Gathers each cache's first `rows_used` rows of every hypothesis' parent into the
-  // spare (hypothesis h <- parent[h]) and swaps the two: the steady state moves only the
-  // rows written so far, and allocates, frees and zeroes nothing.
-  auto gather = [&](std::vector<Tensor>& caches, std::vector<Tensor>& spares,
-                    int rows_per_hypothesis, int rows_used, int width) {
+  const int self_width = sub.qkv_width();
+  const int self_rows_used = inc.filled;  // positions 0..filled-1 of each row are read
+  // Copies rows_used rows of every (from, to) cache-row pair within each layer's buffers.
+  auto copy_blocks = [&](std::vector<Tensor>& dst, const std::vector<Tensor>& src,
+                         const std::vector<std::pair<int, int>>& moves, int rows_per_row,
+                         int rows_used, int width) {
     std::vector<int32_t> to, from;
-    for (int h = 0; h < H; ++h) {
+    for (const auto& [from_row, to_row] : moves) {
       for (int j = 0; j < rows_used; ++j) {
-        to.push_back(h * rows_per_hypothesis + j);
-        from.push_back(parent[h] * rows_per_hypothesis + j);
+        to.push_back(to_row * rows_per_row + j);
+        from.push_back(from_row * rows_per_row + j);
       }
     }
     if (to.empty()) return;
     ensure_ids(backend_, inc.rows, to);
     ensure_ids(backend_, inc.from_rows, from);
-    const int64_t numel = int64_t(capacity) * rows_per_hypothesis * width;
-    for (size_t layer = 0; layer < caches.size(); ++layer) {
-      if (spares.size() <= layer) spares.push_back(Tensor{});
-      if (grow || !spares[layer]) {
-        if (spares[layer]) backend_.free(spares[layer]);
-        spares[layer] = backend_.alloc(sub.act, numel);
-        backend_.zero(spares[layer]);
-      }
-      backend_.copy_rows(spares[layer], inc.rows.ids, caches[layer], inc.from_rows.ids,
+    for (size_t layer = 0; layer < dst.size(); ++layer) {
+      backend_.copy_rows(dst[layer], inc.rows.ids, src[layer], inc.from_rows.ids,
                          static_cast<int>(to.size()), width);
-      std::swap(caches[layer], spares[layer]);
-      if (grow) {  // the old, smaller cache cannot serve as a spare
-        backend_.free(spares[layer]);
-        spares[layer] = Tensor{};
-      }
     }
   };
-  gather(inc.self_cache, inc.self_spare, inc.max_len, inc.filled, sub.qkv_width());
-  // The encoder's k|v depend only on the source a row reads: while every row keeps its
-  // source (hypotheses reordered within their own sentence's beam), nothing moves.
-  if (grow || H != inc.hypotheses || source_of != inc.source_of) {
-    gather(inc.cross_kv, inc.cross_spare, S, S, kv_width);
+
+  if (H == inc.hypotheses) {
+    // In place: each parent's first continuation keeps the parent's cache row; a further
+    // continuation takes the row of a hypothesis that has none, of the same sentence
+    // when there is one (its encoder k|v then stay too). The rows copied from are all
+    // kept and the rows copied into all freed, so no copy reads what another wrote.
+    std::vector<int> row_of(H, -1);
+    std::vector<char> kept(H, 0);
+    for (int h = 0; h < H; ++h) {
+      const int row = inc.row_of[parent[h]];
+      if (!kept[row]) {
+        kept[row] = 1;
+        row_of[h] = row;
+      }
+    }
+    std::vector<std::pair<int, int>> self_moves, cross_moves;
+    for (int h = 0; h < H; ++h) {
+      if (row_of[h] >= 0) continue;
+      const int from = inc.row_of[parent[h]];
+      int to = -1;
+      for (int row = 0; row < H && to < 0; ++row) {
+        if (!kept[row] && inc.source_of[row] == inc.source_of[from]) to = row;
+      }
+      for (int row = 0; row < H && to < 0; ++row) {
+        if (!kept[row]) to = row;
+      }
+      kept[to] = 1;
+      row_of[h] = to;
+      self_moves.push_back({from, to});
+      if (inc.source_of[to] != inc.source_of[from]) {
+        cross_moves.push_back({from, to});
+        inc.source_of[to] = inc.source_of[from];
+        inc.cross_lengths_host[to] = inc.cross_lengths_host[from];
+      }
+    }
+    copy_blocks(inc.self_cache, inc.self_cache, self_moves, inc.max_len, self_rows_used,
+                self_width);
+    copy_blocks(inc.cross_kv, inc.cross_kv, cross_moves, S, S, kv_width);
+    if (!cross_moves.empty()) ensure_ids(backend_, inc.cross_lengths, inc.cross_lengths_host);
+    inc.row_of = row_of;
+    return;
   }
-  std::vector<int32_t> lengths;
-  for (int h = 0; h < H; ++h) lengths.push_back(inc.cross_lengths_host[parent[h]]);
+
+  // The number of hypotheses changes (the beam widens at the first step, sentences
+  // finish): gather every hypothesis' parent rows, self and encoder k|v, into the
+  // spares in hypothesis order, and swap the two.
+  std::vector<std::pair<int, int>> moves;
+  std::vector<int> source_of(H);
+  std::vector<int32_t> lengths(H);
+  for (int h = 0; h < H; ++h) {
+    const int from = inc.row_of[parent[h]];
+    moves.push_back({from, h});
+    source_of[h] = inc.source_of[from];
+    lengths[h] = inc.cross_lengths_host[from];
+  }
+  auto gather = [&](std::vector<Tensor>& caches, std::vector<Tensor>& spares,
+                    int rows_per_row, int rows_used, int width, bool zero_new) {
+    spares.resize(caches.size());
+    for (Tensor& spare : spares) {
+      ensure_capacity(backend_, spare, sub.act, int64_t(H) * rows_per_row * width, zero_new);
+    }
+    copy_blocks(spares, caches, moves, rows_per_row, rows_used, width);
+    std::swap(caches, spares);
+  };
+  gather(inc.self_cache, inc.self_spare, inc.max_len, self_rows_used, self_width, true);
+  // The encoder's k|v depend only on the source a row reads: while every row keeps its
+  // source, nothing moves.
+  gather(inc.cross_kv, inc.cross_spare, S, S, kv_width, false);
   inc.cross_lengths_host = lengths;
   ensure_ids(backend_, inc.cross_lengths, inc.cross_lengths_host);
   inc.source_of = source_of;
   inc.hypotheses = H;
-  inc.capacity = capacity;
+  inc.row_of.resize(H);
+  for (int h = 0; h < H; ++h) inc.row_of[h] = h;
 }
 
 std::vector<float> Transformer::incremental_log_probs(const std::vector<int32_t>& tokens,
@@ -151,7 +216,14 @@ std::vector<float> Transformer::incremental_log_probs(const std::vector<int32_t>
              "position " << position << " outside the cache of " << inc.max_len);
   Arena& arena = s.step_arena;
   arena.reset();
-  ensure_ids(backend_, s.tgt_in, tokens);
+  // The decoder runs over cache rows; tokens and log-probabilities are per hypothesis.
+  std::vector<int32_t> row_tokens(H);
+  bool rows_in_order = true;
+  for (int h = 0; h < H; ++h) {
+    row_tokens[inc.row_of[h]] = tokens[h];
+    rows_in_order = rows_in_order && inc.row_of[h] == h;
+  }
+  ensure_ids(backend_, s.tgt_in, row_tokens);
   ensure_ids(backend_, inc.self_lengths, std::vector<int32_t>(H, position + 1));
 
   // The token embedding at this position: the position table's row `position`.
@@ -207,7 +279,14 @@ std::vector<float> Transformer::incremental_log_probs(const std::vector<int32_t>
   Tensor logits = arena.take(sub.act, int64_t(H) * vocab_);
   backend_.output_projection_forward(logits, x, s.embedding.value, H, d, vocab_);
   backend_.log_softmax(logits, logits, H, vocab_);
-  return download_rows_f32(logits, H, vocab_);
+  std::vector<float> by_row = download_rows_f32(logits, H, vocab_);
+  if (rows_in_order) return by_row;
+  std::vector<float> by_hypothesis(by_row.size());
+  for (int h = 0; h < H; ++h) {
+    std::copy_n(by_row.begin() + int64_t(inc.row_of[h]) * vocab_, vocab_,
+                by_hypothesis.begin() + int64_t(h) * vocab_);
+  }
+  return by_hypothesis;
 }
 
 }  // namespace thpc

@@ -143,13 +143,19 @@ struct Transformer::State {
   // of every hypothesis [H * max_len, h(2dk+dv)] (the k|v columns are what attention
   // reads) and the encoder's k|v rows expanded per hypothesis [H * S, h(dk+dv)].
   struct Incremental {
-    int hypotheses = 0, capacity = 0, max_len = 0;
+    int hypotheses = 0, max_len = 0;
     int filled = 0;  // cache positions written so far (0..filled-1)
-    // Per layer: the live caches, and spares of the same size that a reorder gathers
-    // into before the two swap, so no decode step allocates or zeroes a cache.
+    // Per layer: the live caches, and spares that a reorder which changes the number of
+    // hypotheses gathers into before the two swap. Buffers are kept from one batch to
+    // the next and grow only, so decoding allocates and zeroes a cache rarely.
     std::vector<Tensor> self_cache, cross_kv, self_spare, cross_spare;
-    std::vector<int32_t> cross_lengths_host;
-    std::vector<int> source_of;  // the source sentence each hypothesis row reads
+    // Per cache row (the rows the decoder's products run over, in this order):
+    std::vector<int32_t> cross_lengths_host;  // the source length it attends over
+    std::vector<int> source_of;               // the source sentence it reads
+    // Per hypothesis: its cache row. A reorder that keeps the number of hypotheses
+    // leaves every parent's first continuation in the parent's row, so only the rows of
+    // the other continuations are copied (see reorder_incremental).
+    std::vector<int> row_of;
     model_detail::IdBuffer self_lengths, cross_lengths, rows, from_rows;
   } incremental;
   Arena step_arena;  // one incremental step's activations
