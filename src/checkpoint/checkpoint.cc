@@ -516,8 +516,10 @@ std::vector<std::string> prune_checkpoints(const std::string& dir, int keep,
   return deleted;
 }
 
-Checkpoint average_checkpoints(const std::vector<std::string>& paths) {
+Checkpoint average_checkpoints(const std::vector<std::string>& paths,
+                               ProgressListener& progress) {
   THPC_CHECK(!paths.empty(), "no checkpoints to average");
+  progress.begin("", "checkpoints read", static_cast<int64_t>(paths.size()));
   std::vector<std::vector<double>> sums;
   Checkpoint first;
   Checkpoint newest;
@@ -566,7 +568,9 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths) {
       current.params.clear();  // only the metadata of the newest is kept
       newest = std::move(current);
     }
+    progress.advance(1);
   }
+  progress.end();
   Checkpoint average = std::move(newest);
   average.params = std::move(first.params);
   average.spm_model = std::move(spm_model);

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/progress.h"
 #include "config/config.h"
 #include "data/batch_source.h"
 #include "kernels/ops.h"
@@ -109,8 +110,10 @@ std::vector<std::string> prune_checkpoints(const std::string& dir, int keep,
 // The parameters of `paths`, averaged element-wise in double precision; the result is
 // parameters-only, carries the newest input's step, seed, config, world size and
 // SentencePiece model. Refuses (thpc::Error naming the files) inputs whose
-// architectures, tensors or SentencePiece models differ.
-Checkpoint average_checkpoints(const std::vector<std::string>& paths);
+// architectures, tensors or SentencePiece models differ. `progress` is told of one stage,
+// the checkpoints read and added to the sum.
+Checkpoint average_checkpoints(const std::vector<std::string>& paths,
+                               ProgressListener& progress = ProgressListener::none());
 
 // Throws thpc::Error naming `source` when the checkpoint's architecture_text() is not
 // the model's: its parameters would not fit, or would mean something else.
