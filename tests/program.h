@@ -2,7 +2,12 @@
 // as a user does and read what they write.
 #pragma once
 
+#include <pty.h>
 #include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +35,38 @@ inline ProcessResult run_process(const std::string& command) {
   size_t read = 0;
   while ((read = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) result.output.append(buffer, read);
   const int status = ::pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+// Runs a shell command with its standard input, output and error on a new pseudo-terminal,
+// as at a user's terminal (isatty() is true for each); its exit code and everything it
+// wrote there, byte for byte (the terminal is raw: it does not turn "\n" into "\r\n").
+inline ProcessResult run_on_terminal(const std::string& command) {
+  ProcessResult result;
+  termios raw{};
+  ::cfmakeraw(&raw);
+  int terminal = -1;
+  const pid_t pid = ::forkpty(&terminal, nullptr, &raw, nullptr);
+  if (pid < 0) return result;
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  char buffer[4096];
+  for (;;) {
+    const ssize_t read = ::read(terminal, buffer, sizeof buffer);
+    if (read > 0) {
+      result.output.append(buffer, static_cast<size_t>(read));
+    } else if (read < 0 && errno == EINTR) {
+      continue;
+    } else {
+      break;  // EIO once the command and its children have closed the terminal
+    }
+  }
+  ::close(terminal);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -114,7 +115,11 @@ TEST_F(CheckpointTest, RoundTripIsBitwise) {
   Trainer trainer(config);
   trainer.step();
   trainer.step();
-  const Checkpoint saved = trainer.snapshot();
+  Checkpoint saved = trainer.snapshot();
+  // A trainer that has not validated yet has no best values (NaN), which read back as such.
+  ASSERT_TRUE(saved.best_valid.has_value());
+  EXPECT_TRUE(std::isnan(saved.best_valid->ppl.value));
+  saved.best_valid->ppl = {3.25, 2, 0};
   const std::string file = path("run/" + checkpoint_file_name(saved.step));
   write_checkpoint(file, saved);
   EXPECT_EQ(fs::path(file).filename(), "step_00000002.h5");
@@ -129,6 +134,9 @@ TEST_F(CheckpointTest, RoundTripIsBitwise) {
   EXPECT_GT(loaded.data_position.index, 0);
   EXPECT_EQ(loaded.architecture, saved.architecture);
   EXPECT_EQ(loaded.config_ini, config.to_ini());
+  ASSERT_TRUE(loaded.best_valid.has_value());
+  EXPECT_EQ(loaded.best_valid->ppl.value, 3.25);
+  EXPECT_TRUE(std::isnan(loaded.best_valid->bleu.value));
   // Datasets come back in HDF5's name order; compare by the table's order.
   std::map<std::string, NamedTensor> by_name;
   for (const NamedTensor& tensor : loaded.params) by_name[tensor.name] = tensor;
@@ -145,6 +153,9 @@ TEST_F(CheckpointTest, RoundTripIsBitwise) {
   expect_same_tensors(again.params, saved.params);
   expect_same_tensors(again.adam_m, saved.adam_m);
   expect_same_tensors(again.adam_v, saved.adam_v);
+  ASSERT_TRUE(again.best_valid.has_value());
+  EXPECT_EQ(again.best_valid->ppl.value, 3.25);
+  EXPECT_EQ(again.best_valid->ppl.step, 2);
   // And it continues as the original does.
   EXPECT_EQ(restored.step().loss, trainer.step().loss);
 }
@@ -631,6 +642,45 @@ TEST_F(CheckpointTest, SentencePieceModelIsStoredCheckedAndAveraged) {
   flip_bits(flipped, dataset_offset(flipped, "/spm_model") + 5, 0x10);
   expect_error([&] { read_checkpoint(flipped, CheckpointParts::ParamsOnly); },
                {flipped, "bad checksum for dataset /spm_model"});
+}
+
+TEST_F(CheckpointTest, BestValidationValuesAreStoredCheckedAndLeftOutOfAverages) {
+  // A run's record (trainer.h): the best perplexity at step 8 and one validation since,
+  // no BLEU measured (NaN).
+  const std::string architecture = "layers=1 test";
+  Checkpoint with_record = constant_checkpoint(1.0f, 10, architecture);
+  with_record.best_valid = ValidationRecord{{2.5, 8, 1}, {}};
+  const std::string file = path("ckpt/step_00000010.h5");
+  write_checkpoint(file, with_record);
+  const Checkpoint loaded = read_checkpoint(file, CheckpointParts::ParamsOnly);
+  ASSERT_TRUE(loaded.best_valid.has_value());
+  EXPECT_EQ(loaded.best_valid->ppl.value, 2.5);
+  EXPECT_EQ(loaded.best_valid->ppl.step, 8);
+  EXPECT_EQ(loaded.best_valid->ppl.validations_since, 1);
+  EXPECT_TRUE(std::isnan(loaded.best_valid->bleu.value));
+  EXPECT_EQ(loaded.best_valid->bleu.step, 0);
+  EXPECT_EQ(loaded.best_valid->bleu.validations_since, 0);
+
+  // A checkpoint written before the record was stored has no /best_valid: none.
+  write_checkpoint(path("ckpt/step_00000020.h5"), constant_checkpoint(2.0f, 20, architecture));
+  EXPECT_FALSE(read_checkpoint(path("ckpt/step_00000020.h5"), CheckpointParts::ParamsOnly)
+                   .best_valid.has_value());
+  // An average is no step of the run: it carries none, whatever its inputs hold.
+  write_checkpoint(path("ckpt/step_00000030.h5"), with_record);
+  EXPECT_FALSE(average_checkpoints(list_checkpoints(path("ckpt"))).best_valid.has_value());
+
+  // A step after the checkpoint's own is no step the run had reached.
+  Checkpoint beyond = with_record;
+  beyond.best_valid->bleu = {30.0, 11, 0};
+  write_checkpoint(path("beyond.h5"), beyond);
+  expect_error([&] { read_checkpoint(path("beyond.h5"), CheckpointParts::ParamsOnly); },
+               {path("beyond.h5"), "/best_valid/bleu", "its step up to 10"});
+
+  // The values' sha256 is checked like every other dataset's (2.5's third byte is 0: the
+  // flip leaves a plausible number).
+  flip_bits(file, dataset_offset(file, "/best_valid/ppl") + 2, 0x10);
+  expect_error([&] { read_checkpoint(file, CheckpointParts::ParamsOnly); },
+               {file, "bad checksum for dataset /best_valid/ppl"});
 }
 
 // ---- corruption ----

@@ -4,15 +4,21 @@
 // "NAME: error: PROBLEM".
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "program.h"
 #include "tools/progress.h"
 
 namespace thpc {
 namespace {
+
+namespace fs = std::filesystem;
 
 struct Tool {
   std::string name;
@@ -103,6 +109,15 @@ TEST(Tools, RuntimeFailureExitsOneWithOneLineNamingTheProgram) {
   }
 }
 
+// Everything written to `file` (from its start), which is then closed.
+std::string text_and_close(std::FILE* file) {
+  std::rewind(file);
+  std::string text;
+  for (int c = std::fgetc(file); c != EOF; c = std::fgetc(file)) text.push_back(static_cast<char>(c));
+  std::fclose(file);
+  return text;
+}
+
 // The progress line the long tools show on a terminal: counts, share and time, rewritten
 // in place with carriage returns, ended by a newline.
 TEST(Tools, ProgressLineCountsTheItemsDone) {
@@ -114,10 +129,7 @@ TEST(Tools, ProgressLineCountsTheItemsDone) {
     progress.advance(7);  // within 100 ms of the first: not shown until finish()
     progress.finish();
   }
-  std::rewind(file);
-  std::string text;
-  for (int c = std::fgetc(file); c != EOF; c = std::fgetc(file)) text.push_back(static_cast<char>(c));
-  std::fclose(file);
+  const std::string text = text_and_close(file);
   EXPECT_NE(text.find("\rtransformer_decode: 3/10 sentences (30%), "), std::string::npos) << text;
   EXPECT_NE(text.find("\rtransformer_decode: 10/10 sentences (100%), "), std::string::npos)
       << text;
@@ -133,6 +145,123 @@ TEST(Tools, NoProgressLineWhenStderrIsNotATerminal) {
   progress.advance(10);
   progress.finish();
   EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+}
+
+// Library work in stages (common/progress.h): a line per stage, named after the tool and
+// the stage, without a share when the total is unknown; each ended by a newline, also
+// when the work fails half-way (the error message then starts a line of its own).
+TEST(Tools, StageProgressShowsEachStageOnALineOfItsOwn) {
+  std::FILE* file = std::tmpfile();
+  ASSERT_NE(file, nullptr);
+  {
+    tools::StageProgress progress("transformer_preprocess", file);
+    progress.begin("train", "lines read", ProgressListener::kUnknownTotal);
+    progress.advance(4096);
+    progress.begin("train", "lines encoded", 8192);  // ends the stage before
+    progress.advance(4096);
+    progress.end();
+    progress.begin("", "checkpoints read", 2);
+    progress.advance(1);  // shown, then the work "fails": no end()
+  }
+  const std::string text = text_and_close(file);
+  EXPECT_EQ(text.back(), '\n') << text;
+  const std::vector<std::string> lines = lines_of(text);
+  ASSERT_EQ(lines.size(), 3u) << text;
+  EXPECT_EQ(lines[0].rfind("\rtransformer_preprocess: train: 4096 lines read, ", 0), 0u)
+      << lines[0];
+  EXPECT_EQ(lines[0].find('%'), std::string::npos) << lines[0];
+  EXPECT_EQ(lines[1].rfind("\rtransformer_preprocess: train: 4096/8192 lines encoded (50%), ", 0),
+            0u)
+      << lines[1];
+  EXPECT_EQ(lines[2].rfind("\rtransformer_preprocess: 1/2 checkpoints read (50%), ", 0), 0u)
+      << lines[2];
+}
+
+// A scratch directory for one test, removed at its end.
+class ScratchDirectory {
+ public:
+  ScratchDirectory() {
+    const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = fs::temp_directory_path() /
+            ("thpc_test_tools_" + std::to_string(::getpid()) + "_" + test->name());
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~ScratchDirectory() { fs::remove_all(path_); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// transformer_preprocess on a terminal shows each split's lines read and encoded; in a
+// pipe it shows nothing of them, and its own lines are the same either way.
+TEST(Tools, PreprocessShowsItsProgressOnATerminalOnly) {
+  const ScratchDirectory scratch;
+  const std::string text = (scratch.path() / "text").string();
+  const ProcessResult corpus = run_process(
+      "python3 " THPC_SOURCE_DIR "/tools/make_numbers_corpus.py --train 400 --valid 60 "
+      "--test 10 --seed 1 --out " + text);
+  ASSERT_EQ(corpus.exit_code, 0) << corpus.output;
+  const std::string command = std::string(THPC_BINARY_DIR) +
+                              "/transformer_preprocess --source-lang en --target-lang de "
+                              "--trainpref " + text + "/train --validpref " + text +
+                              "/valid --testpref " + text + "/test --vocab-size 120 --destdir ";
+  const ProcessResult terminal = run_on_terminal(command + (scratch.path() / "a").string());
+  const ProcessResult pipe = run_process(command + (scratch.path() / "b").string());
+  ASSERT_EQ(terminal.exit_code, 0) << terminal.output;
+  ASSERT_EQ(pipe.exit_code, 0) << pipe.output;
+  // Both languages' lines: 2 x 400 training pairs, 2 x 60 validation, 2 x 10 test.
+  for (const char* progress :
+       {"\rtransformer_preprocess: train: 800 lines read, ",
+        "\rtransformer_preprocess: valid: 120 lines read, ",
+        "\rtransformer_preprocess: test: 20 lines read, ",
+        "\rtransformer_preprocess: train: 800/800 lines encoded (100%), ",
+        "\rtransformer_preprocess: valid: 120/120 lines encoded (100%), ",
+        "\rtransformer_preprocess: test: 20/20 lines encoded (100%), "}) {
+    EXPECT_NE(terminal.output.find(progress), std::string::npos) << progress << terminal.output;
+  }
+  EXPECT_EQ(pipe.output.find('\r'), std::string::npos) << pipe.output;
+  EXPECT_EQ(pipe.output.find("lines read"), std::string::npos) << pipe.output;
+  for (const char* line :
+       {"\ntrain: 400 read, 400 kept, 0 dropped (0 empty, 0 too long, 0 over ratio)\n",
+        "\nvalid: 60 read, 60 kept, 0 dropped (0 empty, 0 too long, 0 over ratio)\n",
+        "\ntest: 10 read, 10 kept, 0 dropped (0 empty, 0 too long, 0 over ratio)\n",
+        "\nwrote 1 train shard, valid, test and spm.model to "}) {
+    EXPECT_NE(terminal.output.find(line), std::string::npos) << line << terminal.output;
+    EXPECT_NE(pipe.output.find(line), std::string::npos) << line << pipe.output;
+  }
+}
+
+// transformer_average on a terminal shows the checkpoints read; in a pipe it prints its
+// two lines only.
+TEST(Tools, AverageShowsItsProgressOnATerminalOnly) {
+  const ScratchDirectory scratch;
+  std::string inputs;
+  for (int step = 1; step <= 3; ++step) {
+    Checkpoint checkpoint;
+    checkpoint.step = step;
+    checkpoint.architecture = "one 2x2 tensor";
+    checkpoint.config_ini = "[model]\n";
+    checkpoint.params.push_back({"w", 2, 2, std::vector<float>(4, static_cast<float>(step))});
+    const std::string path = (scratch.path() / checkpoint_file_name(step)).string();
+    write_checkpoint(path, checkpoint);
+    inputs += " " + path;
+  }
+  const std::string average = (scratch.path() / "average.h5").string();
+  const std::string command = std::string(THPC_BINARY_DIR) + "/transformer_average --inputs" +
+                              inputs + " --output " + average;
+  const std::string lines =
+      "averaged 3 checkpoints:" + inputs + "\nwrote " + average + " (step 3, one 2x2 tensor)\n";
+  const ProcessResult terminal = run_on_terminal(command);
+  ASSERT_EQ(terminal.exit_code, 0) << terminal.output;
+  EXPECT_EQ(terminal.output.rfind("\rtransformer_average: ", 0), 0u) << terminal.output;
+  const size_t last = terminal.output.find("\rtransformer_average: 3/3 checkpoints read (100%), ");
+  ASSERT_NE(last, std::string::npos) << terminal.output;
+  EXPECT_EQ(terminal.output.substr(terminal.output.find('\n', last) + 1), lines);
+  const ProcessResult pipe = run_process(command);
+  ASSERT_EQ(pipe.exit_code, 0) << pipe.output;
+  EXPECT_EQ(pipe.output, lines);
 }
 
 }  // namespace

@@ -185,6 +185,79 @@ TEST_F(ValidBleu, PatienceStopsAfterThatManyValidationsWithoutImprovement) {
   EXPECT_EQ(read_checkpoint((dir / "best.h5").string()).step, 2);
 }
 
+// The rest of the line of `output` that starts at `marker` ("" when there is none).
+std::string line_from(const std::string& output, const std::string& marker) {
+  const size_t at = output.find(marker);
+  return at == std::string::npos ? "" : output.substr(at, output.find('\n', at) - at);
+}
+
+// keep_best and patience continue across a resume: a run stopped by SIGTERM at step 5
+// (between the validations of steps 4 and 6) and resumed ends as the uninterrupted run
+// does, at the same step, with the same best.h5. With frozen parameters the best
+// perplexity is step 2's and patience 3 stops at step 8; a resumed run that had forgotten
+// the best would take step 6's for it and stop at step 12, as a resume from a checkpoint
+// written before the values were stored still does (with a warning line).
+TEST_F(ValidBleu, PatienceAndTheBestCheckpointContinueAcrossAResume) {
+  const std::string command = trainer_command() + kFrozen +
+                              " --checkpoint.keep_best=ppl --checkpoint.patience=3"
+                              " --checkpoint.dir=";
+  const std::string stop = "stopping at step 8: 3 validations without a better valid ppl than "
+                           "step 2's (checkpoint.patience = 3)";
+  const fs::path whole = root_ / "resume_whole/checkpoints";
+  const ProcessResult uninterrupted = run_process(command + whole.string());
+  ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.output;
+  EXPECT_NE(uninterrupted.output.find(stop), std::string::npos) << uninterrupted.output;
+
+  const fs::path dir = root_ / "resume_stopped/checkpoints";
+  const ProcessResult stopped = run_process("export THPC_TEST_STOP_AT_STEP=5 && " + command + dir.string());
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.output;
+  ASSERT_NE(stopped.output.find("stopped: SIGTERM received; step=5"), std::string::npos)
+      << stopped.output;
+  const Checkpoint at_step_5 = read_checkpoint((dir / "step_00000005.h5").string());
+  const ProcessResult resumed = run_process(command + dir.string() + " --checkpoint.resume=auto");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find(stop), std::string::npos) << resumed.output;
+  EXPECT_EQ(resumed.output.find("best checkpoint"), std::string::npos) << resumed.output;
+  EXPECT_EQ(resumed.output.find("warning"), std::string::npos) << resumed.output;
+  // The summary's best values (with their steps) and stop, and the final state, are the
+  // uninterrupted run's.
+  for (const std::string marker : {"| best valid ppl ", "final: "}) {
+    EXPECT_NE(line_from(uninterrupted.output, marker), "") << uninterrupted.output;
+    EXPECT_EQ(line_from(resumed.output, marker), line_from(uninterrupted.output, marker));
+  }
+  const Checkpoint best = read_checkpoint((dir / "best.h5").string());
+  const Checkpoint expected = read_checkpoint((whole / "best.h5").string());
+  EXPECT_EQ(best.step, 2);
+  EXPECT_EQ(best.step, expected.step);
+  expect_same_tensors(best.params, expected.params);
+  expect_same_tensors(best.adam_m, expected.adam_m);
+  expect_same_tensors(best.adam_v, expected.adam_v);
+  ASSERT_TRUE(best.best_valid.has_value() && expected.best_valid.has_value());
+  EXPECT_EQ(best.best_valid->ppl.value, expected.best_valid->ppl.value);
+  EXPECT_EQ(best.best_valid->bleu.value, expected.best_valid->bleu.value);
+
+  // The same checkpoint without the values, as written before they were stored.
+  Checkpoint old_style = at_step_5;
+  old_style.best_valid.reset();
+  const fs::path old_dir = root_ / "resume_old/checkpoints";
+  const std::string old_file = (old_dir / "step_00000005.h5").string();
+  write_checkpoint(old_file, old_style);
+  const ProcessResult afresh = run_process(command + old_dir.string() + " --checkpoint.resume=auto");
+  ASSERT_EQ(afresh.exit_code, 0) << afresh.output;
+  EXPECT_NE(afresh.output.find("warning: checkpoint " + old_file + " holds no best validation "
+                               "values"),
+            std::string::npos)
+      << afresh.output;
+  EXPECT_NE(afresh.output.find("best checkpoint " + (old_dir / "best.h5").string() +
+                               " (step 6, valid ppl "),
+            std::string::npos)
+      << afresh.output;
+  EXPECT_NE(afresh.output.find("stopping at step 12: 3 validations without a better valid ppl "
+                               "than step 6's"),
+            std::string::npos)
+      << afresh.output;
+}
+
 TEST_F(ValidBleu, TwoRanksShareTheTranslationAndAgreeOnTheStop) {
   // Each rank translates every other pair; rank 0's BLEU of the gathered translations
   // must be the one-process score of the same parameters, and both ranks must stop at the

@@ -8,7 +8,8 @@
 // The result is a parameters-only checkpoint that decoding accepts and that training can
 // start from (checkpoint.init=FILE). Exit codes: 0 success, 1 a bad checkpoint or
 // mismatched architectures, 2 a bad command line (an output that is an input or is named
-// step_*.h5 included).
+// step_*.h5 included). On a terminal it shows the checkpoints read so far on stderr
+// (tools/progress.h).
 #include <boost/program_options.hpp>
 
 #include <filesystem>
@@ -18,6 +19,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "common/error.h"
+#include "tools/progress.h"
 #include "tools/tool_main.h"
 
 namespace {
@@ -103,7 +105,8 @@ int main(int argc, char** argv) {
     return arguments;
   };
   const auto run = [](const Arguments& command) {
-    const thpc::Checkpoint average = thpc::average_checkpoints(command.paths);
+    thpc::tools::StageProgress progress("transformer_average");
+    const thpc::Checkpoint average = thpc::average_checkpoints(command.paths, progress);
     thpc::write_checkpoint(command.output, average);
     std::cout << "averaged " << command.paths.size() << " checkpoints:";
     for (const std::string& path : command.paths) std::cout << " " << path;

@@ -1,6 +1,7 @@
 // transformer_preprocess: parallel text -> SentencePiece -> HDF5 shards for the trainer.
 // The options are fairseq-preprocess's names (see --help); the work is in
-// src/data/preprocess.cc.
+// src/data/preprocess.cc. On a terminal it shows each split's lines read, then encoded,
+// on stderr (tools/progress.h); its output lines are the same with or without one.
 //
 // Exit codes: 0 success, 1 bad input or a failure, 2 a bad command line.
 #include <boost/program_options.hpp>
@@ -9,6 +10,7 @@
 
 #include "common/error.h"
 #include "data/preprocess.h"
+#include "tools/progress.h"
 #include "tools/tool_main.h"
 
 namespace po = boost::program_options;
@@ -65,7 +67,8 @@ int main(int argc, char** argv) {
     return command;
   };
   const auto run = [](const Command& given) {
-    thpc::preprocess(given.options, std::cout);
+    thpc::tools::StageProgress progress("transformer_preprocess");
+    thpc::preprocess(given.options, std::cout, progress);
     return 0;
   };
   return thpc::tools::tool_main("transformer_preprocess", thpc::tools::usage_text(description),

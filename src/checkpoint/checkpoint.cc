@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -29,6 +30,31 @@ namespace fs = std::filesystem;
 constexpr const char* kStepPrefix = "step_";
 constexpr const char* kStepSuffix = ".h5";
 constexpr const char* kSpmModelDataset = "spm_model";
+constexpr const char* kBestValidGroup = "best_valid";
+
+// The HDF5 types of the one-dimensional datasets of a checkpoint: bytes (the
+// SentencePiece model) and float64 numbers (the best validation values).
+template <typename Value>
+struct VectorType;
+template <>
+struct VectorType<uint8_t> {
+  static constexpr const char* kName = "uint8";
+  static constexpr H5T_class_t kClass = H5T_INTEGER;
+  static hid_t file() { return H5T_STD_U8LE; }
+  static hid_t memory() { return H5T_NATIVE_UINT8; }
+};
+template <>
+struct VectorType<double> {
+  static constexpr const char* kName = "float64";
+  static constexpr H5T_class_t kClass = H5T_FLOAT;
+  static hid_t file() { return H5T_IEEE_F64LE; }
+  static hid_t memory() { return H5T_NATIVE_DOUBLE; }
+};
+
+// A BestValidation as its dataset holds it: the value, its step, the validations since.
+std::vector<double> best_validation_values(const BestValidation& best) {
+  return {best.value, static_cast<double>(best.step), static_cast<double>(best.validations_since)};
+}
 
 using hdf5::Handle;
 using hdf5::silence_error_printing;
@@ -70,18 +96,37 @@ class Writer : public hdf5::Writer {
  public:
   explicit Writer(const std::string& path) : hdf5::Writer("checkpoint " + path) {}
 
-  // A one-dimensional uint8 dataset holding `bytes` (which may contain NULs), with its
-  // sha256.
-  void bytes_dataset(hid_t parent, const std::string& name, const std::string& bytes) const {
-    const hsize_t dims[1] = {static_cast<hsize_t>(bytes.size())};
+  // A one-dimensional dataset of `count` Values (VectorType) at `where` (its path, for
+  // messages), named `name` in `parent`, with the sha256 of their bytes.
+  template <typename Value>
+  void vector_dataset(hid_t parent, const std::string& where, const std::string& name,
+                      const Value* values, size_t count) const {
+    const hsize_t dims[1] = {static_cast<hsize_t>(count)};
     Handle space(H5Screate_simple(1, dims, nullptr), H5Sclose);
-    Handle dataset(H5Dcreate2(parent, name.c_str(), H5T_STD_U8LE, space.get(), H5P_DEFAULT,
-                              H5P_DEFAULT, H5P_DEFAULT),
+    Handle dataset(H5Dcreate2(parent, name.c_str(), VectorType<Value>::file(), space.get(),
+                              H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                    H5Dclose);
-    if (!dataset.valid()) fail("dataset /" + name);
-    check(H5Dwrite(dataset.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()),
-          "dataset /" + name);
-    string_attribute(dataset.get(), "sha256", sha256_hex(bytes.data(), bytes.size()));
+    if (!dataset.valid()) fail("dataset " + where);
+    check(H5Dwrite(dataset.get(), VectorType<Value>::memory(), H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                   values),
+          "dataset " + where);
+    string_attribute(dataset.get(), "sha256", sha256_hex(values, count * sizeof(Value)));
+  }
+
+  // A one-dimensional uint8 dataset of the root holding `bytes` (which may contain NULs).
+  void bytes_dataset(hid_t root, const std::string& name, const std::string& bytes) const {
+    vector_dataset(root, "/" + name, name, reinterpret_cast<const uint8_t*>(bytes.data()),
+                   bytes.size());
+  }
+
+  // /best_valid/ppl and /best_valid/bleu: float64 [3] each, best_validation_values().
+  void best_valid(hid_t root, const ValidationRecord& record) const {
+    Handle group(this->group(root, kBestValidGroup), H5Gclose);
+    for (const auto& [name, best] : {std::pair{"ppl", &record.ppl}, std::pair{"bleu", &record.bleu}}) {
+      const std::vector<double> values = best_validation_values(*best);
+      vector_dataset(group.get(), std::string("/") + kBestValidGroup + "/" + name, name,
+                     values.data(), values.size());
+    }
   }
 
   // A contiguous (unchunked, uncompressed) fp32 dataset [rows, cols] with its sha256.
@@ -185,32 +230,65 @@ class Reader {
     return names;
   }
 
-  // The bytes of a one-dimensional uint8 dataset (bytes_dataset()), checked against the
-  // sha256 recorded with it.
-  std::string bytes_dataset(hid_t parent, const std::string& name) const {
-    const std::string where = "/" + name;
+  // The values of a one-dimensional dataset of Values (Writer::vector_dataset()) named
+  // `name` in `parent`, at `where`, checked against the sha256 recorded with it.
+  template <typename Value>
+  std::vector<Value> vector_dataset(hid_t parent, const std::string& where,
+                                    const std::string& name) const {
+    if (!exists(parent, name)) fail("missing dataset " + where);
     Handle dataset(H5Dopen2(parent, name.c_str(), H5P_DEFAULT), H5Dclose);
     if (!dataset.valid()) fail("cannot open dataset " + where + " (" + hdf5::reason() + ")");
     Handle type(H5Dget_type(dataset.get()), H5Tclose);
     Handle space(H5Dget_space(dataset.get()), H5Sclose);
     hsize_t size = 0;
-    if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != 1 ||
+    if (H5Tget_class(type.get()) != VectorType<Value>::kClass ||
+        H5Tget_size(type.get()) != sizeof(Value) ||
         H5Sget_simple_extent_ndims(space.get()) != 1 ||
         H5Sget_simple_extent_dims(space.get(), &size, nullptr) != 1) {
-      fail("dataset " + where + " is not a one-dimensional uint8 array");
+      fail("dataset " + where + " is not a one-dimensional " + VectorType<Value>::kName +
+           " array");
     }
-    if (!stores_values(dataset.get(), size, 1)) {
+    if (!stores_values(dataset.get(), size, sizeof(Value))) {
       fail("dataset " + where + " states " + std::to_string(size) +
-           " bytes that the file does not hold (truncated or damaged)");
+           " values that the file does not hold (truncated or damaged)");
     }
-    std::string bytes(size, '\0');
-    if (size > 0 && H5Dread(dataset.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                            bytes.data()) < 0) {
+    std::vector<Value> values(size);
+    if (size > 0 && H5Dread(dataset.get(), VectorType<Value>::memory(), H5S_ALL, H5S_ALL,
+                            H5P_DEFAULT, values.data()) < 0) {
       fail("cannot read dataset " + where + " (" + hdf5::reason() + ")");
     }
-    verify_checksum(where, sha256_hex(bytes.data(), bytes.size()),
+    verify_checksum(where, sha256_hex(values.data(), values.size() * sizeof(Value)),
                     string_attribute(dataset.get(), where, "sha256"));
-    return bytes;
+    return values;
+  }
+
+  // The bytes of a one-dimensional uint8 dataset of the root (Writer::bytes_dataset()).
+  std::string bytes_dataset(hid_t root, const std::string& name) const {
+    const std::vector<uint8_t> bytes = vector_dataset<uint8_t>(root, "/" + name, name);
+    return std::string(bytes.begin(), bytes.end());
+  }
+
+  // The record of /best_valid (Writer::best_valid()), each value checked for what it
+  // can be: a step of the run up to `step`, a count of validations.
+  ValidationRecord best_valid(hid_t root, int64_t step) const {
+    Handle group = open_group(root, kBestValidGroup);
+    ValidationRecord record;
+    for (const auto& [name, best] : {std::pair{"ppl", &record.ppl}, std::pair{"bleu", &record.bleu}}) {
+      const std::string where = std::string("/") + kBestValidGroup + "/" + name;
+      const std::vector<double> values = vector_dataset<double>(group.get(), where, name);
+      const auto is_count = [](double x, double most) {
+        return x >= 0.0 && x <= most && x == std::floor(x);
+      };
+      if (values.size() != 3 || !is_count(values[1], static_cast<double>(step)) ||
+          !is_count(values[2], static_cast<double>(step))) {
+        fail("dataset " + where + " is not (best value, its step up to " +
+             std::to_string(step) + ", validations since)");
+      }
+      best->value = values[0];
+      best->step = static_cast<int64_t>(values[1]);
+      best->validations_since = static_cast<int64_t>(values[2]);
+    }
+    return record;
   }
 
   void verify_checksum(const std::string& dataset_path, const std::string& actual,
@@ -299,6 +377,7 @@ void write_hdf5_file(const std::string& temporary, const std::string& path,
   if (!checkpoint.spm_model.empty()) {
     writer.bytes_dataset(root, kSpmModelDataset, checkpoint.spm_model);
   }
+  if (checkpoint.best_valid) writer.best_valid(root, *checkpoint.best_valid);
   {
     Handle params(writer.group(root, "params"), H5Gclose);
     writer.tensors(params.get(), "/params", checkpoint.params, digests, next_digest);
@@ -375,6 +454,10 @@ Checkpoint read_open_checkpoint(const Reader& reader, Handle file, CheckpointPar
   // stored: both read as "no model".
   if (reader.exists(root, kSpmModelDataset)) {
     checkpoint.spm_model = reader.bytes_dataset(root, kSpmModelDataset);
+  }
+  // Absent from averages and from checkpoints written before it was stored.
+  if (reader.exists(root, kBestValidGroup)) {
+    checkpoint.best_valid = reader.best_valid(root, checkpoint.step);
   }
 
   Handle params = reader.open_group(root, "params");
@@ -516,8 +599,10 @@ std::vector<std::string> prune_checkpoints(const std::string& dir, int keep,
   return deleted;
 }
 
-Checkpoint average_checkpoints(const std::vector<std::string>& paths) {
+Checkpoint average_checkpoints(const std::vector<std::string>& paths,
+                               ProgressListener& progress) {
   THPC_CHECK(!paths.empty(), "no checkpoints to average");
+  progress.begin("", "checkpoints read", static_cast<int64_t>(paths.size()));
   std::vector<std::vector<double>> sums;
   Checkpoint first;
   Checkpoint newest;
@@ -566,10 +651,13 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths) {
       current.params.clear();  // only the metadata of the newest is kept
       newest = std::move(current);
     }
+    progress.advance(1);
   }
+  progress.end();
   Checkpoint average = std::move(newest);
   average.params = std::move(first.params);
   average.spm_model = std::move(spm_model);
+  average.best_valid.reset();  // the validations of one step, not of the average
   const double count = static_cast<double>(paths.size());
   for (size_t t = 0; t < average.params.size(); ++t) {
     std::vector<float>& values = average.params[t].values;

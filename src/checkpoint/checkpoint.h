@@ -9,12 +9,15 @@
 // step_*.h5 that exists was written completely (a crash leaves only a .tmp behind).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/progress.h"
 #include "config/config.h"
 #include "data/batch_source.h"
 #include "kernels/ops.h"
@@ -33,6 +36,20 @@ struct NamedTensor {
   std::vector<float> values;  // rows * cols, row-major
 };
 
+// The best validation value of one metric up to a step, which checkpoint.keep_best
+// compares against and checkpoint.patience counts from.
+struct BestValidation {
+  double value = NAN;             // NaN: no validation has measured the metric yet
+  int64_t step = 0;               // the step that reached it
+  int64_t validations_since = 0;  // validations after that step without a better value
+};
+
+// What a run has seen of its validations, kept in each checkpoint so that a resumed run
+// continues the comparison (and best.h5, and the patience count) where the run was.
+struct ValidationRecord {
+  BestValidation ppl, bleu;  // lower perplexity is better, higher BLEU is
+};
+
 struct Checkpoint {
   int64_t step = 0;          // optimizer steps completed
   uint64_t seed = 0;         // with step, the whole RNG state (Philox is counter-based)
@@ -48,6 +65,9 @@ struct Checkpoint {
   // Adam's first and second moments, in the order of params; both empty in a
   // parameters-only checkpoint (an average, or a file read with ParamsOnly).
   std::vector<NamedTensor> adam_m, adam_v;
+  // The run's best validation values as of `step`; absent from an average and from the
+  // checkpoints written before they were stored (/best_valid).
+  std::optional<ValidationRecord> best_valid;
 };
 
 enum class CheckpointParts { All, ParamsOnly };
@@ -109,8 +129,10 @@ std::vector<std::string> prune_checkpoints(const std::string& dir, int keep,
 // The parameters of `paths`, averaged element-wise in double precision; the result is
 // parameters-only, carries the newest input's step, seed, config, world size and
 // SentencePiece model. Refuses (thpc::Error naming the files) inputs whose
-// architectures, tensors or SentencePiece models differ.
-Checkpoint average_checkpoints(const std::vector<std::string>& paths);
+// architectures, tensors or SentencePiece models differ. `progress` is told of one stage,
+// the checkpoints read and added to the sum.
+Checkpoint average_checkpoints(const std::vector<std::string>& paths,
+                               ProgressListener& progress = ProgressListener::none());
 
 // Throws thpc::Error naming `source` when the checkpoint's architecture_text() is not
 // the model's: its parameters would not fit, or would mean something else.

@@ -52,7 +52,11 @@ size_t utf8_sequence_length(const std::string& text, size_t at) {
   return length;
 }
 
-std::vector<std::string> read_lines(const std::string& path) {
+// Lines are counted to `progress` in blocks of this many: often enough for a line that
+// is redrawn ten times a second, rarely enough that its lock costs nothing.
+constexpr int64_t kProgressBlock = 4096;
+
+std::vector<std::string> read_lines(const std::string& path, ProgressListener& progress) {
   std::error_code error;
   if (!fs::is_regular_file(path, error)) THPC_FAIL(path << ": no such file");
   std::ifstream stream(path, std::ios::binary);
@@ -70,7 +74,9 @@ std::vector<std::string> read_lines(const std::string& path) {
       at += length;
     }
     lines.push_back(std::move(line));
+    if (lines.size() % kProgressBlock == 0) progress.advance(kProgressBlock);
   }
+  progress.advance(static_cast<int64_t>(lines.size()) % kProgressBlock);
   if (lines.empty()) THPC_FAIL(path << ": empty file (expected one sentence per line)");
   return lines;
 }
@@ -80,12 +86,15 @@ struct ParallelText {
   std::vector<std::string> source, target;
 };
 
-ParallelText read_parallel(const std::string& prefix, const PreprocessOptions& options) {
+ParallelText read_parallel(const std::string& split, const std::string& prefix,
+                           const PreprocessOptions& options, ProgressListener& progress) {
   ParallelText text;
   text.source_path = prefix + "." + options.source_lang;
   text.target_path = prefix + "." + options.target_lang;
-  text.source = read_lines(text.source_path);
-  text.target = read_lines(text.target_path);
+  progress.begin(split, "lines read", ProgressListener::kUnknownTotal);
+  text.source = read_lines(text.source_path, progress);
+  text.target = read_lines(text.target_path, progress);
+  progress.end();
   if (text.source.size() != text.target.size()) {
     THPC_FAIL(text.source_path << " has " << text.source.size() << " lines but "
                                << text.target_path << " has " << text.target.size()
@@ -150,7 +159,8 @@ std::string sentencepiece_model(const PreprocessOptions& options, const Parallel
 // Encodes every line on all cores; each thread takes a contiguous block of lines.
 std::vector<std::vector<int>> encode_lines(const sentencepiece::SentencePieceProcessor& processor,
                                            const std::vector<std::string>& lines,
-                                           const std::string& path, int threads) {
+                                           const std::string& path, int threads,
+                                           ProgressListener& progress) {
   std::vector<std::vector<int>> encoded(lines.size());
   std::vector<std::string> failures(static_cast<size_t>(threads));
   std::vector<std::thread> workers;
@@ -164,7 +174,9 @@ std::vector<std::vector<int>> encode_lines(const sentencepiece::SentencePiecePro
           failures[t] = path + ":" + std::to_string(i + 1) + ": " + status.ToString();
           return;
         }
+        if ((i + 1 - begin) % kProgressBlock == 0) progress.advance(kProgressBlock);
       }
+      progress.advance(static_cast<int64_t>(end - begin) % kProgressBlock);
     });
   }
   for (std::thread& worker : workers) worker.join();
@@ -178,13 +190,17 @@ enum class Filter { LengthOnly, LengthAndRatio };
 
 // The encoded pairs that survive the filters, with the counts of each kind of drop.
 std::vector<std::pair<std::vector<int>, std::vector<int>>> encode_and_filter(
-    const sentencepiece::SentencePieceProcessor& processor, const ParallelText& text,
-    const PreprocessOptions& options, Filter filter, SplitCounts* counts) {
+    const sentencepiece::SentencePieceProcessor& processor, const std::string& split,
+    const ParallelText& text, const PreprocessOptions& options, Filter filter,
+    SplitCounts* counts, ProgressListener& progress) {
   const int threads = hardware_threads(options.threads);
+  progress.begin(split, "lines encoded",
+                 static_cast<int64_t>(text.source.size() + text.target.size()));
   std::vector<std::vector<int>> source =
-      encode_lines(processor, text.source, text.source_path, threads);
+      encode_lines(processor, text.source, text.source_path, threads, progress);
   std::vector<std::vector<int>> target =
-      encode_lines(processor, text.target, text.target_path, threads);
+      encode_lines(processor, text.target, text.target_path, threads, progress);
+  progress.end();
   std::vector<std::pair<std::vector<int>, std::vector<int>>> kept;
   counts->read = static_cast<int64_t>(source.size());
   for (size_t i = 0; i < source.size(); ++i) {
@@ -288,14 +304,17 @@ void check_preprocess_options(const PreprocessOptions& options) {
   }
 }
 
-PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log) {
+PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log,
+                             ProgressListener& progress) {
   const auto start = std::chrono::steady_clock::now();
   check_preprocess_options(options);
 
-  const ParallelText train = read_parallel(options.train_prefix, options);
-  const ParallelText valid = read_parallel(options.valid_prefix, options);
+  const ParallelText train = read_parallel("train", options.train_prefix, options, progress);
+  const ParallelText valid = read_parallel("valid", options.valid_prefix, options, progress);
   ParallelText test;
-  if (!options.test_prefix.empty()) test = read_parallel(options.test_prefix, options);
+  if (!options.test_prefix.empty()) {
+    test = read_parallel("test", options.test_prefix, options, progress);
+  }
 
   std::error_code error;
   fs::create_directories(options.dest_dir, error);
@@ -322,12 +341,15 @@ PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log
   PreprocessSummary summary;
   summary.vocab_size = metadata.vocab_size;
   PendingOutputs outputs;
-  write_split(encode_and_filter(processor, train, options, Filter::LengthAndRatio, &summary.train),
+  write_split(encode_and_filter(processor, "train", train, options, Filter::LengthAndRatio,
+                                &summary.train, progress),
               metadata, options.dest_dir, "train", options.shards, outputs);
-  write_split(encode_and_filter(processor, valid, options, Filter::LengthOnly, &summary.valid),
+  write_split(encode_and_filter(processor, "valid", valid, options, Filter::LengthOnly,
+                                &summary.valid, progress),
               metadata, options.dest_dir, "valid", 1, outputs);
   if (!options.test_prefix.empty()) {
-    write_split(encode_and_filter(processor, test, options, Filter::LengthOnly, &summary.test),
+    write_split(encode_and_filter(processor, "test", test, options, Filter::LengthOnly,
+                                  &summary.test, progress),
                 metadata, options.dest_dir, "test", 1, outputs);
   }
   if (summary.train.kept == 0) THPC_FAIL(train.source_path << ": no training pair survived");

@@ -13,6 +13,8 @@
 #include <iosfwd>
 #include <string>
 
+#include "common/progress.h"
+
 namespace thpc {
 
 struct PreprocessOptions {
@@ -44,8 +46,11 @@ struct PreprocessSummary {
 };
 
 // Throws thpc::Error naming the file and the problem (missing or empty file, different
-// line counts, invalid UTF-8, a SentencePiece failure).
-PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log);
+// line counts, invalid UTF-8, a SentencePiece failure). `progress` is told of two stages
+// per split, named after it ("train"): its lines read (both languages, total unknown
+// until the end), then its lines encoded (of a known total).
+PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log,
+                             ProgressListener& progress = ProgressListener::none());
 
 // Throws thpc::Error naming the option and its value when one is out of range (a model
 // type other than bpe/unigram, no shards, a vocabulary of fewer than the 4 specials + 1,

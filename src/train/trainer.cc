@@ -315,6 +315,7 @@ Checkpoint Trainer::snapshot() const {
   checkpoint.params = gather_named(params, *backend_, params.params());
   checkpoint.adam_m = gather_named(params, *backend_, adam_->first_moment());
   checkpoint.adam_v = gather_named(params, *backend_, adam_->second_moment());
+  checkpoint.best_valid = best_valid_;
   return checkpoint;
 }
 
@@ -340,6 +341,7 @@ void Trainer::restore(const Checkpoint& checkpoint, const std::string& source) {
                 "checkpoint " + source + " /adam/v");
   source_->seek(checkpoint.data_position);
   completed_steps_ = checkpoint.step;
+  best_valid_ = checkpoint.best_valid.value_or(ValidationRecord{});
 }
 
 void Trainer::note_world_size_change(const Checkpoint& checkpoint, std::ostream& log) const {
@@ -349,6 +351,14 @@ void Trainer::note_world_size_change(const Checkpoint& checkpoint, std::ostream&
       << ": parameters, moments, step and schedule continue, but each rank's share of the "
       << "batches differs from here on, so the losses are not those of the original run"
       << std::endl;
+}
+
+void Trainer::note_missing_best_valid(const Checkpoint& checkpoint, const std::string& source,
+                                      std::ostream& log) const {
+  if (checkpoint.best_valid || config_.train.valid_every == 0) return;
+  log << "warning: checkpoint " << source << " holds no best validation values (written "
+      << "before checkpoints stored them): the best valid ppl and bleu, best.h5 and the "
+      << "checkpoint.patience count start afresh at this run's first validation" << std::endl;
 }
 
 void Trainer::read_chosen_checkpoint(const std::string& path, Checkpoint* checkpoint) const {
@@ -431,6 +441,7 @@ void Trainer::apply_start_options(std::ostream& log) {
           << "; read and verified in " << std::fixed << std::setprecision(2) << seconds << " s)"
           << std::endl;
       note_world_size_change(checkpoint, log);
+      note_missing_best_valid(checkpoint, path, log);
       return;
     }
     log << "checkpoint.resume=" << options.resume << ": no valid checkpoint in " << options.dir
@@ -442,6 +453,7 @@ void Trainer::apply_start_options(std::ostream& log) {
     restore(checkpoint, options.resume);
     log << "resumed from " << options.resume << " at step " << completed_steps_ << std::endl;
     note_world_size_change(checkpoint, log);
+    note_missing_best_valid(checkpoint, options.resume, log);
     return;
   }
   if (!options.init.empty()) {
@@ -535,6 +547,21 @@ int64_t peak_resident_bytes() {
   return -1;
 }
 
+enum class Better { Lower, Higher };
+
+// Counts one validation's `value` of a metric into `best`: the first value, or one
+// better than the best (an equal one is not), becomes the best, reached at `step`; any
+// other is one more validation without improvement.
+void note_validation(BestValidation& best, double value, Better better, int64_t step) {
+  const bool improved = std::isnan(best.value) ||
+                        (better == Better::Lower ? value < best.value : value > best.value);
+  if (improved) {
+    best = BestValidation{value, step, 0};
+  } else {
+    ++best.validations_since;
+  }
+}
+
 }  // namespace
 
 RunEnd Trainer::run(std::ostream& log) {
@@ -563,12 +590,10 @@ RunEnd Trainer::run(std::ostream& log) {
   double last_save = checkpoint_clock_();
   int64_t interval_first_step = first_step;  // the step before the interval's first
   int64_t interval_tgt_tokens = 0, total_tgt_tokens = 0;
-  double best_valid_ppl = -1.0, best_valid_bleu = -1.0;  // none yet
-  int64_t best_ppl_step = 0, best_bleu_step = 0;
-  // checkpoint.keep_best's metric: its best step, and the validations since (patience).
+  // checkpoint.keep_best's metric, whose best step and validations since (patience) are
+  // in best_valid_ with the other's (restored by a resume).
   const std::string& kept_metric = config_.checkpoint.keep_best;
-  int64_t best_kept_step = 0;
-  int validations_since_best = 0;
+  const BestValidation& kept = kept_metric == "bleu" ? best_valid_.bleu : best_valid_.ppl;
   bool stopped_by_patience = false;
   checkpoints_written_ = 0;
   // Rank 0 writes every value it logs to metrics.jsonl as well (run_log.h).
@@ -580,11 +605,10 @@ RunEnd Trainer::run(std::ostream& log) {
   const auto print_summary = [&] {
     const double wall = seconds_since_start();
     const int64_t steps = completed_steps_ - first_step;
-    const auto best_field = [](const std::string& metric, double value, int64_t step) {
-      LogField best = fixed_field("best valid " + metric, "best_valid_" + metric,
-                                  value < 0.0 ? NAN : value, 2);
-      if (value >= 0.0) best.text += " (step " + std::to_string(step) + ")";
-      return best;
+    const auto best_field = [](const std::string& metric, const BestValidation& best) {
+      LogField field = fixed_field("best valid " + metric, "best_valid_" + metric, best.value, 2);
+      if (!std::isnan(best.value)) field.text += " (step " + std::to_string(best.step) + ")";
+      return field;
     };
     std::vector<LogField> fields = {
         fixed_field("steps", "steps", static_cast<double>(steps), 0,
@@ -593,14 +617,14 @@ RunEnd Trainer::run(std::ostream& log) {
         fixed_field("wall", "train_wall_s", wall, 1, "s"),
         fixed_field("tgt tokens/s", "tgt_tokens_per_s",
                     static_cast<double>(total_tgt_tokens) / std::max(wall, 1e-9), 0),
-        best_field("ppl", best_valid_ppl, best_ppl_step),
-        best_field("bleu", best_valid_bleu, best_bleu_step),
+        best_field("ppl", best_valid_.ppl),
+        best_field("bleu", best_valid_.bleu),
         fixed_field("checkpoints", "checkpoints", checkpoints_written_, 0)};
     if (stopped_by_patience) {
       fields.push_back(fixed_field("stopped by patience", "stopped_by_patience",
                                    config_.checkpoint.patience, 0,
                                    " (no better valid " + kept_metric + " since step " +
-                                       std::to_string(best_kept_step) + ")"));
+                                       std::to_string(kept.step) + ")"));
     }
     out << "summary: " << log_line("", fields) << std::endl;
     metrics.write("summary", completed_steps_, wall, fields);
@@ -645,44 +669,29 @@ RunEnd Trainer::run(std::ostream& log) {
     if (valid_source_ &&
         (last.step % config_.train.valid_every == 0 || last.step == config_.train.max_steps)) {
       const ValidationStats valid = validate();
-      const double ppl = std::exp(valid.nll);
-      const bool ppl_improved = best_valid_ppl < 0.0 || ppl < best_valid_ppl;
-      if (ppl_improved) {
-        best_valid_ppl = ppl;
-        best_ppl_step = last.step;
-      }
-      const bool bleu_improved =
-          !std::isnan(valid.bleu) && (best_valid_bleu < 0.0 || valid.bleu > best_valid_bleu);
-      if (bleu_improved) {
-        best_valid_bleu = valid.bleu;
-        best_bleu_step = last.step;
+      note_validation(best_valid_.ppl, std::exp(valid.nll), Better::Lower, last.step);
+      if (!std::isnan(valid.bleu)) {
+        note_validation(best_valid_.bleu, valid.bleu, Better::Higher, last.step);
       }
       const std::vector<LogField> fields = validation_fields(valid);
       out << log_line("valid step " + std::to_string(last.step), fields) << std::endl;
       metrics.write("valid", last.step, seconds_since_start(), fields);
       if (kept_metric != "none") {
-        // Every rank holds the same values (global sums, BLEU broadcast); rank 0's verdict
+        // Every rank holds the same values (global sums, BLEU broadcast); rank 0's count
         // is broadcast all the same, so that best.h5 and the patience stop cannot part them.
-        const bool improved = comm_.broadcast_from_root(
-                                  kept_metric == "ppl" ? ppl_improved : bleu_improved) != 0;
-        if (improved) {
-          best_kept_step = last.step;
-          validations_since_best = 0;
-          if (comm_.is_root()) {
-            const std::string key = "valid_" + kept_metric;
-            for (const LogField& field : fields) {
-              if (field.key == key) save_best_checkpoint(kept_metric, field, out);
-            }
+        const int64_t since = comm_.broadcast_from_root(kept.validations_since);
+        if (since == 0 && comm_.is_root()) {
+          const std::string key = "valid_" + kept_metric;
+          for (const LogField& field : fields) {
+            if (field.key == key) save_best_checkpoint(kept_metric, field, out);
           }
-        } else {
-          ++validations_since_best;
         }
         const int patience = config_.checkpoint.patience;
-        stopped_by_patience = patience > 0 && validations_since_best >= patience;
+        stopped_by_patience = patience > 0 && since >= patience;
         if (stopped_by_patience) {
-          out << "stopping at step " << last.step << ": " << validations_since_best
+          out << "stopping at step " << last.step << ": " << since
               << " validations without a better valid " << kept_metric << " than step "
-              << best_kept_step << "'s (checkpoint.patience = " << patience << ")" << std::endl;
+              << kept.step << "'s (checkpoint.patience = " << patience << ")" << std::endl;
         }
       }
     }

@@ -108,9 +108,12 @@ class Trainer {
   // "stopped:" line).
   RunEnd run(std::ostream& log);
 
-  // The whole training state (parameters, Adam moments, step, seed, data position).
+  // The whole training state (parameters, Adam moments, step, seed, data position, the
+  // best validation values so far).
   Checkpoint snapshot() const;
   // Continues from `checkpoint` (read from `source`), which must be of this model and seed.
+  // One without best validation values (written before they were stored) starts their
+  // comparison afresh.
   void restore(const Checkpoint& checkpoint, const std::string& source);
 
   // The clock of checkpoint.minutes, in seconds (steady_seconds() unless replaced): a
@@ -146,6 +149,10 @@ class Trainer {
   // True (after a "stopped before training" line) when rank 0 has seen a stop signal.
   bool stopped_before_training(std::ostream& log) const;
   void note_world_size_change(const Checkpoint& checkpoint, std::ostream& log) const;
+  // A warning line when a run that validates resumes from a checkpoint without best
+  // validation values: best.h5 and checkpoint.patience start afresh.
+  void note_missing_best_valid(const Checkpoint& checkpoint, const std::string& source,
+                               std::ostream& log) const;
   // Writes DIR/step_NNNNNNNN.h5 for the completed step and prunes to checkpoint.keep.
   std::string save_checkpoint(std::ostream& log);
   void write_average(std::ostream& log);
@@ -154,6 +161,8 @@ class Trainer {
   void save_best_checkpoint(const std::string& metric, const LogField& value, std::ostream& log);
 
   int64_t completed_steps_ = 0;
+  // The best validation values of the run, resumed runs before this one included.
+  ValidationRecord best_valid_;
   int checkpoints_written_ = 0;  // by this run() (the summary line counts them)
   int64_t micro_budget_ = 1;  // padded tokens per side of one rank's micro-batch
   std::function<double()> checkpoint_clock_ = steady_seconds;
