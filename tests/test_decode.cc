@@ -200,6 +200,18 @@ TEST_F(DecodeProgram, BadInputFailsWithAMessage) {
   EXPECT_NE(invalid.output.find(bad.string() + ": line 2: invalid UTF-8 at byte 3 of the line"),
             std::string::npos)
       << invalid.output;
+
+  // The parsing mode's constraint on a translation model: its vocabulary has no tree
+  // tokens, which the one line says.
+  const ProcessResult not_a_parser = run_process(
+      std::string(THPC_BINARY_DIR) + "/transformer_decode --checkpoint " +
+      (dir_ / "model.h5").string() + " --spm-model " + (dir_ / "spm.model").string() +
+      " --tree-constraints --max-len-b 2 < /dev/null");
+  EXPECT_EQ(not_a_parser.exit_code, 1) << not_a_parser.output;
+  EXPECT_NE(not_a_parser.output.find("--tree-constraints: " + (dir_ / "spm.model").string() +
+                                     ": the vocabulary has no"),
+            std::string::npos)
+      << not_a_parser.output;
 }
 
 }  // namespace

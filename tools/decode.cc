@@ -4,7 +4,7 @@
 //   transformer_decode --checkpoint FILE [--spm-model FILE] [--input FILE|-] [--output FILE]
 //                      [--beam B] [--lenpen A] [--max-len-a 1 --max-len-b 50]
 //                      [--batch-tokens 4096] [--nbest 1] [--greedy] [--threads N]
-//                      [--dump-attention FILE.h5 --dump-lines 1,5,9]
+//                      [--dump-attention FILE.h5 --dump-lines 1,5,9] [--tree-constraints]
 //
 // The SentencePiece model is --spm-model when given, else the one stored in the
 // checkpoint by the trainer (fairseq-like). Each input line is SentencePiece-encoded,
@@ -16,7 +16,9 @@
 // gives K lines `INDEX ||| hypothesis ||| score`. --dump-attention stores, for the input
 // lines --dump-lines names, every layer's and head's attention weights of the best
 // translation in an HDF5 file (decode/attention_dump.h has the layout;
-// tools/plot_attention.py draws it). Exit codes: 0 success, 1 a bad file or checkpoint,
+// tools/plot_attention.py draws it). --tree-constraints (the parsing mode) lets the search
+// write only well-formed linearized trees over exactly the input line's words
+// (decode/tree_filter.h). Exit codes: 0 success, 1 a bad file or checkpoint,
 // 2 a bad command line (--dump-lines naming a line the input lacks included).
 #include <sentencepiece_processor.h>
 
@@ -38,6 +40,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "decode/tree_filter.h"
 #include "common/error.h"
 #include "config/config.h"
 #include "decode/attention_dump.h"
@@ -62,6 +65,7 @@ struct Arguments {
   std::optional<float> lenpen;
   int threads = -1;  // < 0: the checkpoint's train.threads
   bool greedy = false;
+  bool tree_constraints = false;
   std::string dump_attention;   // empty: no attention dump
   std::vector<int> dump_lines;  // 1-based input lines, ascending, each once
   bool help = false;
@@ -188,6 +192,24 @@ int run(const Arguments& args) {
   options.max_len_b = args.max_len_b.value_or(stored.max_len_b);
   options.max_len_cap = config.model.max_positions - 1;
   options.nbest = std::min(args.nbest, options.beam);
+  std::optional<thpc::TreeTokenFilter> tree_filter;
+  if (args.tree_constraints) {
+    std::vector<std::string> pieces;
+    for (int id = 0; id < vocab; ++id) pieces.push_back(spm.IdToPiece(id));
+    std::vector<int> words;
+    for (const std::string& line : lines) {
+      std::istringstream fields(line);
+      int count = 0;
+      for (std::string word; fields >> word;) ++count;
+      words.push_back(count);
+    }
+    try {
+      tree_filter.emplace(pieces, ids.eos, std::move(words));
+    } catch (const thpc::Error& error) {
+      THPC_FAIL("--tree-constraints: " << spm_source << ": " << error.what());
+    }
+    options.filter = &*tree_filter;
+  }
 
   // On the CPU, N threads are N workers, each with its own copy of the model and
   // single-threaded BLAS, taking whole batches from a shared list: a decoding step is
@@ -331,7 +353,10 @@ int main(int argc, char** argv) {
        "write every layer's and head's attention weights of the --dump-lines translations "
        "to this HDF5 file (tools/plot_attention.py draws them)")
       ("dump-lines", po::value<std::string>(),
-       "the input lines to dump, 1-based and comma-separated, e.g. 1,5,9");
+       "the input lines to dump, 1-based and comma-separated, e.g. 1,5,9")
+      ("tree-constraints", po::bool_switch(&args.tree_constraints),
+       "parsing mode: write only well-formed linearized trees ('(S (NP XX ) XX )') with "
+       "exactly as many XX as the input line has words");
   const auto parse = [&](int count, char** arguments) {
     const po::variables_map values = thpc::tools::parse_options(options, count, arguments);
     args.help = values.count("help") > 0;

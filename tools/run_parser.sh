@@ -18,7 +18,8 @@
 # EVAL_MAX_WORDS (decode only the sentences of at most N words; default all), MPIRUN
 # (e.g. "mpirun -np 2"), PREPARE_ONLY=1 (stop after the shards: to train elsewhere, e.g.
 # sbatch jobs/parse_wsj.sbatch), CHECKPOINT=FILE (no preprocessing or training: decode
-# and score this checkpoint, with the SentencePiece model it carries).
+# and score this checkpoint, with the SentencePiece model it carries), TREE_CONSTRAINTS=0
+# (decode without the well-formed-tree constraint).
 set -euo pipefail
 fail() { echo "run_parser.sh: $*" >&2; exit 1; }
 fetch="fetch the data with 'bash tools/fetch_data.sh ptb_sample DIR' and 'bash tools/fetch_data.sh evalb DIR', then set THPC_DATA=DIR"
@@ -99,9 +100,14 @@ fi
 f_measure() {  # the "-- All --" F-measure of an EVALB report
   awk '/^-- All --/ { all = 1 } all && /^Bracketing FMeasure/ { print $NF; exit }' "$1"
 }
+# Constrained decoding (transformer_decode --tree-constraints): only well-formed trees
+# over exactly the sentence's words; TREE_CONSTRAINTS=0 decodes freely and leaves the
+# repairs to delinearize.
+constraints=--tree-constraints
+[[ ${TREE_CONSTRAINTS:-1} == 0 ]] && constraints=
 for split in dev test; do
   "$build/transformer_decode" --checkpoint "$CHECKPOINT" --input "$work/$split.eval.words" \
-    --output "$work/$split.hyp.tree"
+    --output "$work/$split.hyp.tree" $constraints
   "$build/transformer_trees" delinearize --words "$work/$split.eval.words" \
     --tags "$work/$split.eval.tags" --input "$work/$split.hyp.tree" \
     --output "$work/$split.hyp.gold" 2> "$work/$split.delinearize.log"

@@ -129,6 +129,7 @@ std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
     states[s].live.push_back(Live{});
   }
   scorer.start(sources);
+  std::vector<char> allowed;  // the filter's answer for one hypothesis
 
   while (true) {
     // All live hypotheses of unfinished sentences, scored in one call.
@@ -157,8 +158,16 @@ std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
       std::vector<Candidate> candidates;
       for (size_t h = 0; h < state.live.size(); ++h, ++row) {
         const float* lp = log_probs.data() + row * static_cast<size_t>(vocab);
+        if (options.filter != nullptr) {
+          options.filter->allowed_next(static_cast<int>(s), state.live[h].tokens,
+                                       state.max_len, allowed);
+          THPC_CHECK(static_cast<int>(allowed.size()) == vocab,
+                     "the token filter answered for " << allowed.size() << " tokens, not "
+                                                      << vocab);
+        }
         for (int token = 0; token < vocab; ++token) {
           if (token == ids.pad || token == ids.bos) continue;  // never generated
+          if (options.filter != nullptr && !allowed[token]) continue;
           candidates.push_back({state.live[h].log_prob + lp[token], static_cast<int>(h), token});
         }
       }

@@ -72,6 +72,17 @@ class CachedTransformerScorer final : public NextTokenScorer {
   std::map<std::pair<int, TokenSequence>, int> previous_rows_;
 };
 
+// Which tokens may extend a hypothesis (constrained decoding, e.g. the parser's
+// well-formed trees: decode/tree_filter.h). `source` indexes the search's sources,
+// `max_len` is that sentence's length limit (eos counted); `allowed` gets one entry per
+// vocabulary token, eos included. Disallowed tokens are never candidates.
+class NextTokenFilter {
+ public:
+  virtual ~NextTokenFilter() = default;
+  virtual void allowed_next(int source, const TokenSequence& prefix, int max_len,
+                            std::vector<char>& allowed) const = 0;
+};
+
 struct BeamOptions {
   int beam = 4;
   float alpha = 0.6f;    // length penalty exponent; 0 ranks by raw log-probability
@@ -79,6 +90,7 @@ struct BeamOptions {
   int max_len_b = 50;
   int max_len_cap = 0;   // > 0: never longer than this (the model's position table)
   int nbest = 1;         // hypotheses returned per sentence, best first (<= beam)
+  const NextTokenFilter* filter = nullptr;  // none: every token but pad and bos
 };
 
 struct Hypothesis {

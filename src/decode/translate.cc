@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 
 namespace thpc {
 
@@ -49,7 +50,27 @@ void translate_batch(Transformer& model, const SpecialIds& ids,
   std::vector<TokenSequence> batch_sources;
   for (size_t i : batch.members) batch_sources.push_back(sources[i]);
   CachedTransformerScorer scorer(model, ids, batch.max_output);
-  const auto found = beam_search(scorer, batch_sources, ids, options);
+  // The filter answers for all sentences; the search numbers the batch's members.
+  class MemberFilter final : public NextTokenFilter {
+   public:
+    MemberFilter(const NextTokenFilter& all, const std::vector<size_t>& members)
+        : all_(all), members_(members) {}
+    void allowed_next(int source, const TokenSequence& prefix, int max_len,
+                      std::vector<char>& allowed) const override {
+      all_.allowed_next(static_cast<int>(members_.at(source)), prefix, max_len, allowed);
+    }
+
+   private:
+    const NextTokenFilter& all_;
+    const std::vector<size_t>& members_;
+  };
+  BeamOptions batch_options = options;
+  std::optional<MemberFilter> member_filter;
+  if (options.filter != nullptr) {
+    member_filter.emplace(*options.filter, batch.members);
+    batch_options.filter = &*member_filter;
+  }
+  const auto found = beam_search(scorer, batch_sources, ids, batch_options);
   for (size_t k = 0; k < batch.members.size(); ++k) results[batch.members[k]] = found[k];
 }
 
