@@ -59,6 +59,21 @@ TEST(Trees, CanonicalLabels) {
   EXPECT_EQ(canonical_label("WHNP"), "WHNP");
 }
 
+// A label whose first alternative is empty (`|P`, found by fuzz_ptb_trees) lost its whole
+// label and linearized as `( XX )`, which comes back as X: it is kept whole instead.
+TEST(Trees, ALabelStartingWithABarSurvivesTheRoundTrip) {
+  EXPECT_EQ(canonical_label("|P"), "|P");
+  EXPECT_EQ(canonical_label("|"), "|");
+  TreeNode normalized;
+  ASSERT_TRUE(normalize_tree(parse_one("( (NP (NP (NN Junk)) (|P (DT a) (NN rumor))) )"),
+                             &normalized));
+  const std::string sequence = linearize(normalized);
+  EXPECT_EQ(sequence, "(NP (NP XX ) (|P XX XX ) )");
+  const Delinearized back = delinearize(sequence, words_of(normalized), tags_of(normalized));
+  EXPECT_EQ(static_cast<int>(back.how), static_cast<int>(Reconstruction::kWellFormed));
+  EXPECT_EQ(to_evalb_line(back.tree), to_evalb_line(normalized));
+}
+
 // Empty elements go, and so does every constituent they leave empty; function tags and
 // indices go; tags stay as they are.
 TEST(Trees, NormalisationRemovesEmptyElementsAndFunctionTags) {

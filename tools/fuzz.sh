@@ -7,10 +7,11 @@
 #
 # TARGET: config, shard, checkpoint, bleu_tokenize, ptb_trees. Seeds: input/*.ini; a
 # shard pair preprocessed from a small numbers corpus and a 1-step checkpoint of a
-# shrunk input/tiny.ini, both made by the programs built here; PTB .mrg files and
-# Multi30k / sacreBLEU test lines from $THPC_DATA when it is there (a few hand-written
-# lines when not). Inputs that found new coverage stay in build-fuzz/corpus/TARGET, a
-# crashing input lands in build-fuzz/artifacts/ and the script exits 1.
+# shrunk input/tiny.ini, both made by the programs built here; the trees of the PTB .mrg
+# files (one per seed) and Multi30k / sacreBLEU test lines from $THPC_DATA when it is
+# there (a few hand-written lines when not). Inputs are at most the largest seed's size
+# (4096 bytes at least). Inputs that found new coverage stay in build-fuzz/corpus/TARGET,
+# a crashing input lands in build-fuzz/artifacts/ and the script exits 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 targets=(config shard checkpoint bleu_tokenize ptb_trees)
@@ -44,9 +45,17 @@ cp input/*.ini "$seeds/config/"
 work=$build/seed_work
 rm -rf "$work"
 python3 tools/make_numbers_corpus.py --train 40 --valid 8 --test 8 --seed 1 --out "$work/text" > /dev/null
+# The vocabulary without SentencePiece's default normalization (nmt_nfkc), whose table
+# (238 KB) the shard stores inside spm_model: with it a 40-pair shard is 249 KB, HDF5
+# copies all of it for every input and most mutations land in a table the reader only
+# passes on; without it the shards are 11 KB and 7 KB, and an input costs half the time.
+spm_train --input="$work/text/train.en,$work/text/train.de" --model_prefix="$work/spm" \
+  --vocab_size=60 --model_type=bpe --pad_id=0 --unk_id=1 --bos_id=2 --eos_id=3 \
+  --character_coverage=1.0 --hard_vocab_limit=false --normalization_rule_name=identity \
+  --num_threads=1 > "$work/spm_train.log" 2>&1 || { cat "$work/spm_train.log" >&2; exit 1; }
 "$build/transformer_preprocess" --source-lang en --target-lang de \
   --trainpref "$work/text/train" --validpref "$work/text/valid" --destdir "$work/data" \
-  --vocab-size 60 --model-type bpe --seed 1 > "$work/preprocess.log" 2>&1 ||
+  --spm-model "$work/spm.model" --seed 1 > "$work/preprocess.log" 2>&1 ||
   { cat "$work/preprocess.log" >&2; exit 1; }
 cp "$work/data/train.00000.h5" "$work/data/valid.00000.h5" "$seeds/shard/"
 
@@ -57,7 +66,12 @@ cp "$work/data/train.00000.h5" "$work/data/valid.00000.h5" "$seeds/shard/"
 cp "$work/checkpoints/step_00000001.h5" "$seeds/checkpoint/"
 
 if [ -n "$data" ] && [ -d "$data/ptb_sample/combined" ]; then
-  cp "$data"/ptb_sample/combined/wsj_*.mrg "$seeds/ptb_trees/"
+  # One tree per seed (each starts with '(' in the first column), not whole files: the
+  # reader takes any number of trees, and a whole file (up to 130 KB, 185 trees) costs
+  # every tree's work per input where a mutation touches one. The largest tree is 6.7 KB.
+  awk -v out="$seeds/ptb_trees/tree" \
+    '/^\(/ { if (n) close(out "." n); n++ } n { print > (out "." n) }' \
+    "$data"/ptb_sample/combined/wsj_*.mrg
 else
   printf '( (S (NP-SBJ (DT The) (NN cat)) (VP (VBD sat) (-NONE- *T*-1)) (. .)) )\n' \
     > "$seeds/ptb_trees/hand.mrg"
@@ -82,12 +96,21 @@ printf 'Ελληνικά ΣΊΣΥΦΟΣ 日本語のテキスト، عربى\t en
 status=0
 for t in "${targets[@]}"; do
   [ "$which" = all ] || [ "$which" = "$t" ] || continue
-  bound=(-max_total_time="$seconds")
+  # Inputs up to the largest seed (at least libFuzzer's usual 4096 bytes): without the
+  # bound libFuzzer takes the largest file of the corpus too, which a corpus kept from
+  # older, larger seeds would set.
+  largest_seed=$(find "$seeds/$t" -type f -printf '%s\n' | sort -n | tail -n 1)
+  max_len=$((largest_seed > 4096 ? largest_seed : 4096))
+  bound=(-max_total_time="$seconds" -max_len="$max_len")
   [ -z "${RUNS:-}" ] || bound+=(-runs="$RUNS")
   echo "fuzz.sh: $t (${bound[*]})"
   # LeakSanitizer on: a reader that leaks on bad input is a finding like a crash
-  # (fuzz/lsan.supp: what HDF5 itself leaks on a damaged file).
-  if ! ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$PWD/fuzz/lsan.supp \
+  # (fuzz/lsan.supp: what HDF5 itself leaks on a damaged file; fuzz/asan.supp: where it
+  # reads past its own buffers decoding one). malloc returns NULL for an impossible size,
+  # as outside ASan: HDF5 asks for sizes a damaged file states and checks for NULL; an
+  # allocation of ours that fails throws std::bad_alloc, still a finding.
+  if ! ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:suppressions=$PWD/fuzz/asan.supp \
+      LSAN_OPTIONS=suppressions=$PWD/fuzz/lsan.supp \
       "$build/fuzz_$t" "${bound[@]}" -timeout=30 \
       -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$build/artifacts/$t-" \
       "$build/corpus/$t" "$seeds/$t" > "$build/fuzz_$t.log" 2>&1; then

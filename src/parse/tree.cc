@@ -178,7 +178,9 @@ std::vector<TreeNode> read_ptb_trees(std::istream& in, const std::string& source
 }
 
 std::string canonical_label(const std::string& label) {
-  if (label.empty() || label[0] == '-') return label;
+  // Cut at a leading '-' or '|' the label would be empty, and linearize would write an
+  // unlabeled bracket that delinearize reads back as X: such a label is kept whole.
+  if (label.empty() || label[0] == '-' || label[0] == '|') return label;
   std::string result = label.substr(0, label.find('|'));
   const size_t cut = result.find_first_of("-=");
   if (cut != std::string::npos && cut > 0) result.resize(cut);

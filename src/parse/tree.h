@@ -5,8 +5,8 @@
 //   - `-NONE-` empty elements are removed, and with them every constituent left empty;
 //   - a constituent label keeps its first alternative and loses function tags and
 //     indices: `PRT|ADVP` → `PRT`, `NP-SBJ-1` → `NP`, `S=2` → `S` (a label that starts
-//     with '-' is kept whole); part-of-speech tags (`-LRB-`, `PRP$`, `-NONE-`) are
-//     never changed;
+//     with '-' or '|' is kept whole: cut, nothing would be left); part-of-speech tags
+//     (`-LRB-`, `PRP$`, `-NONE-`) are never changed;
 //   - the outer unlabeled bracket `( (S ...) )` is dropped: the tree is its one child.
 //
 // Linearization: a constituent is `(LABEL`, its children, then `)` (closing brackets
@@ -62,7 +62,7 @@ inline constexpr const char* kWordPlaceholder = "XX";
 // trees, more than a word inside a pre-terminal or a tree deeper than kMaxTreeDepth.
 std::vector<TreeNode> read_ptb_trees(std::istream& in, const std::string& source_name);
 
-// `NP-SBJ-1` → `NP`, `PRT|ADVP` → `PRT`, `-LRB-` unchanged.
+// `NP-SBJ-1` → `NP`, `PRT|ADVP` → `PRT`, `-LRB-` and `|P` unchanged.
 std::string canonical_label(const std::string& label);
 
 // The tree after the normalisation above; false when nothing is left (a tree of
