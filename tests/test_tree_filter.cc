@@ -98,7 +98,9 @@ Counted search_and_count(bool filtered, int max_len_a, int max_len_b, bool requi
                             parse::Reconstruction::kWellFormed &&
                         placeholders == words[s] && text.find("the") == std::string::npos;
       (tree ? counted.well_formed : counted.not_well_formed)++;
-      if (require_trees) EXPECT_TRUE(tree) << words[s] << " words: '" << text << "'";
+      if (require_trees) {
+        EXPECT_TRUE(tree) << words[s] << " words: '" << text << "'";
+      }
     }
   }
   return counted;
