@@ -1,6 +1,10 @@
 #include "decode/tree_filter.h"
 
+#include <string>
+#include <utility>
+
 #include "common/error.h"
+#include "parse/tree.h"
 
 namespace thpc {
 
@@ -11,6 +15,9 @@ const std::string kWordMarker = "\xe2\x96\x81";  // SentencePiece's "▁"
 TreeTokenFilter::TreeTokenFilter(const std::vector<std::string>& pieces, int eos_id,
                                  std::vector<int> words_per_source)
     : kind_(pieces.size(), Kind::kOther), words_per_source_(std::move(words_per_source)) {
+  THPC_CHECK(eos_id >= 0 && eos_id < static_cast<int>(pieces.size()),
+             "eos id " << eos_id << " outside the vocabulary of " << pieces.size());
+  const std::string word_piece = kWordMarker + parse::kWordPlaceholder;
   bool open = false, close = false, word = false;
   for (size_t id = 0; id < pieces.size(); ++id) {
     const std::string& piece = pieces[id];
@@ -19,7 +26,7 @@ TreeTokenFilter::TreeTokenFilter(const std::vector<std::string>& pieces, int eos
     } else if (piece == kWordMarker + ")") {
       kind_[id] = Kind::kClose;
       close = true;
-    } else if (piece == kWordMarker + "XX") {
+    } else if (piece == word_piece) {
       kind_[id] = Kind::kWord;
       word = true;
     } else if (piece.size() > kWordMarker.size() + 1 && piece.compare(0, kWordMarker.size() + 1, kWordMarker + "(") == 0) {
@@ -27,8 +34,6 @@ TreeTokenFilter::TreeTokenFilter(const std::vector<std::string>& pieces, int eos
       open = true;
     }
   }
-  THPC_CHECK(eos_id >= 0 && eos_id < static_cast<int>(pieces.size()),
-             "eos id " << eos_id << " outside the vocabulary of " << pieces.size());
   if (!open || !close || !word) {
     THPC_FAIL("the vocabulary has no " << (!open ? "'▁(LABEL' opening bracket" : !close ? "'▁)' piece" : "'▁XX' piece")
               << ": not a parser's (transformer_preprocess --user-symbols keeps the bracket "

@@ -32,14 +32,13 @@ void Transformer::release_incremental() {
 namespace {
 
 // Makes `buffer` hold at least `numel` elements: kept when it does (what it holds stays),
-// else replaced by a new buffer, zeroed when `zero_new`. Returns whether it was replaced.
-bool ensure_capacity(Backend& backend, Tensor& buffer, DType dtype, int64_t numel,
+// else replaced by a new buffer, zeroed when `zero_new`.
+void ensure_capacity(Backend& backend, Tensor& buffer, DType dtype, int64_t numel,
                      bool zero_new) {
-  if (buffer && buffer.numel >= numel) return false;
+  if (buffer && buffer.numel >= numel) return;
   if (buffer) backend.free(buffer);
   buffer = backend.alloc(dtype, numel);
   if (zero_new) backend.zero(buffer);
-  return true;
 }
 
 }  // namespace
@@ -190,8 +189,7 @@ void Transformer::reorder_incremental(const std::vector<int>& parent) {
     std::swap(caches, spares);
   };
   gather(inc.self_cache, inc.self_spare, inc.max_len, self_rows_used, self_width, true);
-  // The encoder's k|v depend only on the source a row reads: while every row keeps its
-  // source, nothing moves.
+  // Every row of the encoder's k|v is rewritten (S rows each), so a new spare needs no zeroing.
   gather(inc.cross_kv, inc.cross_spare, S, S, kv_width, false);
   inc.cross_lengths_host = lengths;
   ensure_ids(backend_, inc.cross_lengths, inc.cross_lengths_host);
