@@ -800,6 +800,8 @@ double final_loss(const std::string& output) {
 
 // The trainer on shards: training and validation lines; 2 ranks train as 1 rank
 // accumulating 2 micro-batches, since rank r's batches are those micro-batch r would get.
+// The runs start in the source tree (input/tiny.ini is relative), so their checkpoints,
+// metrics.jsonl and event files go to the scratch root, not into the repository.
 TEST_F(DataPipeline, TrainerReportsValidationLossAndTwoRanksEqualOneAccumulatingTwo) {
   std::vector<double> losses;
   for (const std::string& launcher :
@@ -809,7 +811,8 @@ TEST_F(DataPipeline, TrainerReportsValidationLossAndTwoRanksEqualOneAccumulating
         launcher + THPC_BINARY_DIR "/transformer_hpc input/tiny.ini --data.dir=" +
         (root_ / "corpus").string() +
         " --model.max_positions=130 --train.tokens_per_step=1200 --train.max_steps=4"
-        " --train.log_every=2 --train.valid_every=2" +
+        " --train.log_every=2 --train.valid_every=2 --checkpoint.dir=" +
+        (root_ / (launcher.empty() ? "run_one_rank" : "run_two_ranks") / "checkpoints").string() +
         (launcher.empty() ? " --train.accumulate=2" : ""));
     EXPECT_EQ(result.exit_code, 0) << result.output;
     EXPECT_NE(result.output.find("step 2/4 | loss "), std::string::npos) << result.output;
