@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "config/config.h"
 #include "dist/communicator.h"
+#include "dist/mpi_sanitizer_options.h"
 #include "model/params.h"
 #include "model/transformer.h"
 #include "train/trainer.h"

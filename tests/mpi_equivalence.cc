@@ -21,6 +21,7 @@
 
 #include "config/config.h"
 #include "dist/communicator.h"
+#include "dist/mpi_sanitizer_options.h"
 #include "train/trainer.h"
 
 namespace thpc {
