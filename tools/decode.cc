@@ -40,12 +40,12 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
-#include "decode/tree_filter.h"
 #include "common/error.h"
 #include "config/config.h"
 #include "decode/attention_dump.h"
 #include "decode/beam_search.h"
 #include "decode/translate.h"
+#include "decode/tree_filter.h"
 #include "metrics/bleu.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/backends.h"

@@ -18,24 +18,29 @@ TreeTokenFilter::TreeTokenFilter(const std::vector<std::string>& pieces, int eos
   THPC_CHECK(eos_id >= 0 && eos_id < static_cast<int>(pieces.size()),
              "eos id " << eos_id << " outside the vocabulary of " << pieces.size());
   const std::string word_piece = kWordMarker + parse::kWordPlaceholder;
+  const std::string close_piece = kWordMarker + ")";
+  const std::string open_prefix = kWordMarker + "(";  // followed by the label
   bool open = false, close = false, word = false;
   for (size_t id = 0; id < pieces.size(); ++id) {
     const std::string& piece = pieces[id];
     if (static_cast<int>(id) == eos_id) {
       kind_[id] = Kind::kEos;
-    } else if (piece == kWordMarker + ")") {
+    } else if (piece == close_piece) {
       kind_[id] = Kind::kClose;
       close = true;
     } else if (piece == word_piece) {
       kind_[id] = Kind::kWord;
       word = true;
-    } else if (piece.size() > kWordMarker.size() + 1 && piece.compare(0, kWordMarker.size() + 1, kWordMarker + "(") == 0) {
+    } else if (piece.size() > open_prefix.size() &&
+               piece.compare(0, open_prefix.size(), open_prefix) == 0) {
       kind_[id] = Kind::kOpen;
       open = true;
     }
   }
   if (!open || !close || !word) {
-    THPC_FAIL("the vocabulary has no " << (!open ? "'▁(LABEL' opening bracket" : !close ? "'▁)' piece" : "'▁XX' piece")
+    const char* missing =
+        !open ? "'▁(LABEL' opening bracket" : !close ? "'▁)' piece" : "'▁XX' piece";
+    THPC_FAIL("the vocabulary has no " << missing
               << ": not a parser's (transformer_preprocess --user-symbols keeps the bracket "
                  "tokens and XX whole)");
   }
