@@ -25,15 +25,14 @@ class TableScorer final : public NextTokenScorer {
   explicit TableScorer(double eos_bias = 0.0) : eos_bias_(eos_bias) {}
   int vocab_size() const override { return kVocab; }
   void start(const std::vector<TokenSequence>& sources) override { sources_ = sources; }
-  std::vector<float> log_probs(const std::vector<TokenSequence>& prefixes,
-                               const std::vector<int>& source_of) override {
+  void log_probs(const std::vector<TokenSequence>& prefixes, const std::vector<int>& source_of,
+                 std::vector<float>& out) override {
     ++calls;
-    std::vector<float> out;
+    out.clear();
     for (size_t i = 0; i < prefixes.size(); ++i) {
       const std::vector<double> row = distribution(sources_[source_of[i]], prefixes[i]);
       out.insert(out.end(), row.begin(), row.end());
     }
-    return out;
   }
   std::vector<double> distribution(const TokenSequence& source,
                                    const TokenSequence& prefix) const {
@@ -120,6 +119,53 @@ TEST(BeamSearch, WideBeamFindsTheExhaustiveOptimumAndNBest) {
         EXPECT_NEAR(results[s][k].score, truth[k].score, 1e-5);
         EXPECT_NEAR(results[s][k].log_prob, truth[k].log_prob, 1e-5);
       }
+    }
+  }
+}
+
+// The search keeps each live hypothesis' best 2 * beam extensions and ranks their union:
+// the same candidates, in the same order, as ranking every (hypothesis, token) pair,
+// here with many exact ties (log-probabilities from four values, parents of equal
+// log-probability) and with and without a filter.
+TEST(BeamSearch, EachHypothesisBestExtensionsHoldTheSentenceBest) {
+  using beam_detail::Candidate;
+  std::mt19937 rng(12345);
+  constexpr int kRowVocab = 50;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int parents = 1 + trial % 5;
+    const size_t count = 1 + trial % 10;
+    const bool filtered = trial % 3 == 0;
+    std::vector<float> rows(static_cast<size_t>(parents) * kRowVocab);
+    for (float& value : rows) value = -0.5f * static_cast<float>(rng() % 4);
+    std::vector<double> parent_log_probs(parents);
+    for (double& value : parent_log_probs) value = -0.5 * static_cast<double>(rng() % 3);
+    std::vector<char> allowed(kRowVocab);
+    for (char& a : allowed) a = rng() % 4 != 0;
+
+    std::vector<Candidate> all, kept;
+    for (int h = 0; h < parents; ++h) {
+      const float* row = rows.data() + static_cast<size_t>(h) * kRowVocab;
+      const size_t before = kept.size();
+      beam_detail::add_best_extensions(row, kRowVocab, parent_log_probs[h], h,
+                                       filtered ? allowed.data() : nullptr, kIds, count, kept);
+      size_t allowed_here = 0;
+      for (int token = 0; token < kRowVocab; ++token) {
+        if (token == kIds.pad || token == kIds.bos || (filtered && !allowed[token])) continue;
+        all.push_back({parent_log_probs[h] + row[token], h, token});
+        ++allowed_here;
+      }
+      ASSERT_EQ(kept.size() - before, std::min(count, allowed_here)) << "trial " << trial;
+      ASSERT_TRUE(std::is_sorted(kept.begin() + before, kept.end(), beam_detail::ranks_before))
+          << "trial " << trial;
+    }
+    std::sort(all.begin(), all.end(), beam_detail::ranks_before);
+    const size_t keep = std::min(all.size(), count);
+    ASSERT_GE(kept.size(), keep);
+    std::partial_sort(kept.begin(), kept.begin() + keep, kept.end(), beam_detail::ranks_before);
+    for (size_t c = 0; c < keep; ++c) {
+      EXPECT_EQ(kept[c].log_prob, all[c].log_prob) << "trial " << trial << " rank " << c;
+      EXPECT_EQ(kept[c].parent, all[c].parent) << "trial " << trial << " rank " << c;
+      EXPECT_EQ(kept[c].token, all[c].token) << "trial " << trial << " rank " << c;
     }
   }
 }
@@ -250,10 +296,11 @@ TEST(IncrementalDecoding, CachedStepsEqualFullRecomputation) {
         {{{7, 4, 6, 5, 8, 8}, {5, 4, 10, 9, 7, 5}, {5, 4, 10, 9, 4, 6}}, {1, 0, 0}},
         {{{5, 4, 10, 9, 4, 6, 9}, {7, 4, 6, 5, 8, 8, 11}}, {0, 1}},
     };
+    std::vector<float> a, b;  // kept across steps, as the search keeps its vector
     for (size_t step = 0; step < steps.size(); ++step) {
       const auto& [prefixes, source_of] = steps[step];
-      const std::vector<float> a = cached.log_probs(prefixes, source_of);
-      const std::vector<float> b = full.log_probs(prefixes, source_of);
+      cached.log_probs(prefixes, source_of, a);
+      full.log_probs(prefixes, source_of, b);
       ASSERT_EQ(a.size(), b.size());
       for (size_t i = 0; i < a.size(); ++i) {
         ASSERT_NEAR(a[i], b[i], 1e-5) << "learned " << learned << " step " << step << " i " << i;

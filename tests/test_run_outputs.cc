@@ -107,7 +107,9 @@ TEST_F(RunOutputs, MetricsFileHoldsExactlyTheLoggedValues) {
     const std::string kind = parts[2].matched ? "train" : parts[3].matched ? "valid" : "summary";
     (kind == "train" ? train_lines : kind == "valid" ? valid_lines : summary_lines) += 1;
     EXPECT_EQ(record.at("kind"), "\"" + kind + "\"");
-    if (kind != "summary") EXPECT_EQ(record.at("step"), parts[kind == "train" ? 2 : 3].str());
+    if (kind != "summary") {
+      EXPECT_EQ(record.at("step"), parts[kind == "train" ? 2 : 3].str());
+    }
     // Every "label text" of the line, and nothing else besides kind, step, wall_s, time.
     std::string rest = parts[4];
     if (kind == "summary") rest = "| " + rest;

@@ -28,9 +28,9 @@ class RandomScorer final : public NextTokenScorer {
  public:
   int vocab_size() const override { return static_cast<int>(kPieces.size()); }
   void start(const std::vector<TokenSequence>& sources) override { sources_ = sources; }
-  std::vector<float> log_probs(const std::vector<TokenSequence>& prefixes,
-                               const std::vector<int>& source_of) override {
-    std::vector<float> out;
+  void log_probs(const std::vector<TokenSequence>& prefixes, const std::vector<int>& source_of,
+                 std::vector<float>& out) override {
+    out.clear();
     for (size_t i = 0; i < prefixes.size(); ++i) {
       TokenSequence key = sources_[source_of[i]];
       key.push_back(-1);
@@ -49,7 +49,6 @@ class RandomScorer final : public NextTokenScorer {
         out.push_back(static_cast<float>(logits[j] - std::log(total)));
       }
     }
-    return out;
   }
 
  private:

@@ -17,8 +17,8 @@ void TransformerScorer::start(const std::vector<TokenSequence>& sources) {
   encoded_source_of_.clear();
 }
 
-std::vector<float> TransformerScorer::log_probs(const std::vector<TokenSequence>& prefixes,
-                                                const std::vector<int>& source_of) {
+void TransformerScorer::log_probs(const std::vector<TokenSequence>& prefixes,
+                                  const std::vector<int>& source_of, std::vector<float>& out) {
   // The encoder runs once per distinct row layout: rows are re-encoded only when the
   // set of hypotheses per source changes (sentences finishing, the first step).
   if (source_of != encoded_source_of_) {
@@ -36,7 +36,7 @@ std::vector<float> TransformerScorer::log_probs(const std::vector<TokenSequence>
     std::copy(prefixes[i].begin(), prefixes[i].end(), tgt_in.begin() + i * T + 1);
     lengths.push_back(static_cast<int32_t>(prefixes[i].size()) + 1);
   }
-  return model_.next_token_log_probs(tgt_in, lengths, T);
+  out = model_.next_token_log_probs(tgt_in, lengths, T);
 }
 
 void CachedTransformerScorer::start(const std::vector<TokenSequence>& sources) {
@@ -44,8 +44,9 @@ void CachedTransformerScorer::start(const std::vector<TokenSequence>& sources) {
   previous_rows_.clear();
 }
 
-std::vector<float> CachedTransformerScorer::log_probs(const std::vector<TokenSequence>& prefixes,
-                                                      const std::vector<int>& source_of) {
+void CachedTransformerScorer::log_probs(const std::vector<TokenSequence>& prefixes,
+                                        const std::vector<int>& source_of,
+                                        std::vector<float>& out) {
   THPC_CHECK(!prefixes.empty(), "no hypotheses to score");
   const int position = static_cast<int>(prefixes[0].size());  // 0 feeds bos
   std::vector<int32_t> tokens;
@@ -71,7 +72,7 @@ std::vector<float> CachedTransformerScorer::log_probs(const std::vector<TokenSeq
   for (size_t i = 0; i < prefixes.size(); ++i) {
     previous_rows_[{source_of[i], prefixes[i]}] = static_cast<int>(i);
   }
-  return model_.incremental_log_probs(tokens, position);
+  model_.incremental_log_probs(tokens, position, out);
 }
 
 namespace {
@@ -112,6 +113,43 @@ bool cannot_improve(const SentenceState& state, int beam, float alpha) {
 
 }  // namespace
 
+namespace beam_detail {
+
+bool ranks_before(const Candidate& a, const Candidate& b) {
+  return a.log_prob > b.log_prob ||
+         (a.log_prob == b.log_prob &&
+          (a.parent < b.parent || (a.parent == b.parent && a.token < b.token)));
+}
+
+// A candidate with k better ones in its sentence has at most k better ones among its own
+// parent's, so keeping each row's best `count` loses none of the sentence's best
+// `count`; and a sorted list of `count` replaces beam * vocab candidates to sort.
+void add_best_extensions(const float* row, int vocab, double parent_log_prob, int parent,
+                         const char* allowed, const SpecialIds& ids, size_t count,
+                         std::vector<Candidate>& candidates) {
+  if (count == 0) return;
+  const size_t row_begin = candidates.size();
+  for (int token = 0; token < vocab; ++token) {
+    if (token == ids.pad || token == ids.bos) continue;  // never generated
+    if (allowed != nullptr && !allowed[token]) continue;
+    const double log_prob = parent_log_prob + row[token];
+    if (candidates.size() - row_begin == count) {
+      // Full: a tie with the worst kept loses to that one's smaller token.
+      if (!(log_prob > candidates.back().log_prob)) continue;
+      candidates.pop_back();
+    }
+    // After every kept one at least as good (tokens come in increasing order).
+    auto at = candidates.end();
+    while (static_cast<size_t>(at - candidates.begin()) > row_begin &&
+           (at - 1)->log_prob < log_prob) {
+      --at;
+    }
+    candidates.insert(at, {log_prob, parent, token});
+  }
+}
+
+}  // namespace beam_detail
+
 std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
                                                  const std::vector<TokenSequence>& sources,
                                                  const SpecialIds& ids,
@@ -130,6 +168,12 @@ std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
   }
   scorer.start(sources);
   std::vector<char> allowed;  // the filter's answer for one hypothesis
+  std::vector<float> log_probs;  // [hypotheses, vocab], the same vector every step
+  using beam_detail::Candidate;
+  std::vector<Candidate> candidates;  // one sentence's, the same vector every step
+  // The best 2 * beam candidates of a sentence suffice: at most `beam` of them end in
+  // eos, so at least `beam` continue.
+  const size_t best_count = static_cast<size_t>(2 * beam);
 
   while (true) {
     // All live hypotheses of unfinished sentences, scored in one call.
@@ -143,21 +187,19 @@ std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
       }
     }
     if (prefixes.empty()) break;
-    const std::vector<float> log_probs = scorer.log_probs(prefixes, source_of);
+    scorer.log_probs(prefixes, source_of, log_probs);
+    THPC_CHECK(log_probs.size() == prefixes.size() * static_cast<size_t>(vocab),
+               "the scorer gave " << log_probs.size() << " log-probabilities for "
+                                  << prefixes.size() << " hypotheses of " << vocab << " tokens");
 
     size_t row = 0;
     for (size_t s = 0; s < states.size(); ++s) {
       SentenceState& state = states[s];
       if (state.done) continue;
-      // Candidates: every live hypothesis extended by every token.
-      struct Candidate {
-        double log_prob;
-        int parent;
-        int token;
-      };
-      std::vector<Candidate> candidates;
+      // Candidates: live hypotheses extended by one token, each hypothesis' best
+      // 2 * beam only (see add_best_extensions), then the sentence's best of those.
+      candidates.clear();
       for (size_t h = 0; h < state.live.size(); ++h, ++row) {
-        const float* lp = log_probs.data() + row * static_cast<size_t>(vocab);
         if (options.filter != nullptr) {
           options.filter->allowed_next(static_cast<int>(s), state.live[h].tokens,
                                        state.max_len, allowed);
@@ -165,22 +207,14 @@ std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
                      "the token filter answered for " << allowed.size() << " tokens, not "
                                                       << vocab);
         }
-        for (int token = 0; token < vocab; ++token) {
-          if (token == ids.pad || token == ids.bos) continue;  // never generated
-          if (options.filter != nullptr && !allowed[token]) continue;
-          candidates.push_back({state.live[h].log_prob + lp[token], static_cast<int>(h), token});
-        }
+        beam_detail::add_best_extensions(
+            log_probs.data() + row * static_cast<size_t>(vocab), vocab,
+            state.live[h].log_prob, static_cast<int>(h),
+            options.filter != nullptr ? allowed.data() : nullptr, ids, best_count, candidates);
       }
-      // The best 2 * beam candidates suffice: at most `beam` of them end in eos, so at
-      // least `beam` continue.
-      const size_t keep = std::min(candidates.size(), static_cast<size_t>(2 * beam));
+      const size_t keep = std::min(candidates.size(), best_count);
       std::partial_sort(candidates.begin(), candidates.begin() + keep, candidates.end(),
-                        [](const Candidate& a, const Candidate& b) {
-                          return a.log_prob > b.log_prob ||
-                                 (a.log_prob == b.log_prob &&
-                                  (a.parent < b.parent ||
-                                   (a.parent == b.parent && a.token < b.token)));
-                        });
+                        beam_detail::ranks_before);
       std::vector<Live> next_live;
       for (size_t c = 0; c < keep && static_cast<int>(next_live.size()) < beam; ++c) {
         const Candidate& candidate = candidates[c];

@@ -28,10 +28,11 @@ class NextTokenScorer {
   virtual int vocab_size() const = 0;
   // Called once per search with the source sentences.
   virtual void start(const std::vector<TokenSequence>& sources) = 0;
-  // prefixes[i] (without bos) extends source sources[source_of[i]]; returns host
-  // log-probabilities [prefixes.size(), vocab].
-  virtual std::vector<float> log_probs(const std::vector<TokenSequence>& prefixes,
-                                       const std::vector<int>& source_of) = 0;
+  // prefixes[i] (without bos) extends source sources[source_of[i]]; puts the host
+  // log-probabilities [prefixes.size(), vocab] in `out` (resized: the search passes the
+  // same vector every step, so a scorer that reuses its capacity allocates nothing).
+  virtual void log_probs(const std::vector<TokenSequence>& prefixes,
+                         const std::vector<int>& source_of, std::vector<float>& out) = 0;
 };
 
 // The model as a scorer: encodes each hypothesis' source and runs the decoder over its
@@ -41,8 +42,8 @@ class TransformerScorer final : public NextTokenScorer {
   TransformerScorer(Transformer& model, const SpecialIds& ids) : model_(model), ids_(ids) {}
   int vocab_size() const override { return model_.vocab_size(); }
   void start(const std::vector<TokenSequence>& sources) override;
-  std::vector<float> log_probs(const std::vector<TokenSequence>& prefixes,
-                               const std::vector<int>& source_of) override;
+  void log_probs(const std::vector<TokenSequence>& prefixes, const std::vector<int>& source_of,
+                 std::vector<float>& out) override;
 
  private:
   Transformer& model_;
@@ -61,8 +62,8 @@ class CachedTransformerScorer final : public NextTokenScorer {
       : model_(model), ids_(ids), max_len_(max_len) {}
   int vocab_size() const override { return model_.vocab_size(); }
   void start(const std::vector<TokenSequence>& sources) override;
-  std::vector<float> log_probs(const std::vector<TokenSequence>& prefixes,
-                               const std::vector<int>& source_of) override;
+  void log_probs(const std::vector<TokenSequence>& prefixes, const std::vector<int>& source_of,
+                 std::vector<float>& out) override;
 
  private:
   Transformer& model_;
@@ -108,4 +109,27 @@ std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
                                                  const SpecialIds& ids,
                                                  const BeamOptions& options);
 
+// One step's candidate selection, exposed for its test.
+namespace beam_detail {
+
+// A live hypothesis (`parent`, its index in the sentence's live list) extended by `token`.
+struct Candidate {
+  double log_prob;
+  int parent;
+  int token;
+};
+
+// The search's ranking: higher log-probability first, then the smaller parent, then the
+// smaller token (so equal scores never make the result depend on the sort).
+bool ranks_before(const Candidate& a, const Candidate& b);
+
+// Appends to `candidates` the best `count` extensions of one live hypothesis (in the
+// order of ranks_before): parent_log_prob + row[token] for every token but pad and bos
+// (and, when `allowed` is not null, those with allowed[token] true). A sentence's best
+// `count` candidates are always among its hypotheses' best `count` each.
+void add_best_extensions(const float* row, int vocab, double parent_log_prob, int parent,
+                         const char* allowed, const SpecialIds& ids, size_t count,
+                         std::vector<Candidate>& candidates);
+
+}  // namespace beam_detail
 }  // namespace thpc

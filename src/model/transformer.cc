@@ -438,7 +438,14 @@ std::vector<float> Transformer::attention_weights(AttentionKind kind, int layer)
 }
 
 std::vector<float> Transformer::download_rows_f32(Tensor rows, int count, int width) {
-  std::vector<float> result(static_cast<size_t>(count) * width);
+  std::vector<float> result;
+  download_rows_f32(rows, count, width, result);
+  return result;
+}
+
+void Transformer::download_rows_f32(Tensor rows, int count, int width,
+                                    std::vector<float>& result) {
+  result.resize(static_cast<size_t>(count) * width);
   THPC_CHECK(rows.numel >= int64_t(count) * width, "downloading " << count << " rows of "
                                                                   << width << " from "
                                                                   << rows.numel);
@@ -457,7 +464,6 @@ std::vector<float> Transformer::download_rows_f32(Tensor rows, int count, int wi
     THPC_CHECK(used.dtype == DType::F32, "rows in " << dtype_name(used.dtype));
     backend_.download(result.data(), used);
   }
-  return result;
 }
 
 }  // namespace thpc

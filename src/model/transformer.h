@@ -79,10 +79,12 @@ class Transformer {
   // encoder output are computed once, so a step costs one position, not the prefix.
   //   begin_incremental(source_of, max_len)   hypotheses, at most max_len positions
   //   incremental_log_probs(tokens, position) feeds tokens[h] at `position` (0: bos),
-  //                                           returns log p(next) host [H, vocab]
+  //                                           puts log p(next) [H, vocab] in a host
+  //                                           vector whose capacity is reused
   //   reorder_incremental(parent)             hypothesis i continues old parent[i]
   void begin_incremental(const std::vector<int>& source_of, int max_len);
-  std::vector<float> incremental_log_probs(const std::vector<int32_t>& tokens, int position);
+  void incremental_log_probs(const std::vector<int32_t>& tokens, int position,
+                             std::vector<float>& log_probs);
   void reorder_incremental(const std::vector<int>& parent);
 
   // The attention weights of the last full forward pass (train_step, evaluate, or
@@ -103,6 +105,8 @@ class Transformer {
   void upload_batch(const Batch& batch);
   void release_incremental();
   std::vector<float> download_rows_f32(Tensor rows, int count, int width);
+  // The same into `out` (resized; a vector kept from step to step allocates no memory).
+  void download_rows_f32(Tensor rows, int count, int width, std::vector<float>& out);
   void forward_encoder(bool train, const DropoutContext& dropout);
   void forward_decoder(int batch_size, int T, bool train, const DropoutContext& dropout);
   // Backward from the loss gradient (left in the logits) to the embeddings.

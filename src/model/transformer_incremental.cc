@@ -199,8 +199,8 @@ void Transformer::reorder_incremental(const std::vector<int>& parent) {
   for (int h = 0; h < H; ++h) inc.row_of[h] = h;
 }
 
-std::vector<float> Transformer::incremental_log_probs(const std::vector<int32_t>& tokens,
-                                                      int position) {
+void Transformer::incremental_log_probs(const std::vector<int32_t>& tokens, int position,
+                                        std::vector<float>& log_probs) {
   State& s = *state_;
   State::Incremental& inc = s.incremental;
   Sublayers sub = sublayers_for(backend_, config_);
@@ -277,14 +277,17 @@ std::vector<float> Transformer::incremental_log_probs(const std::vector<int32_t>
   Tensor logits = arena.take(sub.act, int64_t(H) * vocab_);
   backend_.output_projection_forward(logits, x, s.embedding.value, H, d, vocab_);
   backend_.log_softmax(logits, logits, H, vocab_);
-  std::vector<float> by_row = download_rows_f32(logits, H, vocab_);
-  if (rows_in_order) return by_row;
-  std::vector<float> by_hypothesis(by_row.size());
+  if (rows_in_order) {
+    download_rows_f32(logits, H, vocab_, log_probs);
+    return;
+  }
+  std::vector<float>& by_row = inc.log_probs_by_row;
+  download_rows_f32(logits, H, vocab_, by_row);
+  log_probs.resize(by_row.size());
   for (int h = 0; h < H; ++h) {
     std::copy_n(by_row.begin() + int64_t(inc.row_of[h]) * vocab_, vocab_,
-                by_hypothesis.begin() + int64_t(h) * vocab_);
+                log_probs.begin() + int64_t(h) * vocab_);
   }
-  return by_hypothesis;
 }
 
 }  // namespace thpc

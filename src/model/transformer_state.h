@@ -157,6 +157,9 @@ struct Transformer::State {
     // the other continuations are copied (see reorder_incremental).
     std::vector<int> row_of;
     model_detail::IdBuffer self_lengths, cross_lengths, rows, from_rows;
+    // The log-probabilities in cache-row order, before they are put in hypothesis order
+    // (kept: [H, vocab] floats every step, megabytes, would otherwise be new memory).
+    std::vector<float> log_probs_by_row;
   } incremental;
   Arena step_arena;  // one incremental step's activations
 };
