@@ -445,10 +445,10 @@ std::vector<float> Transformer::download_rows_f32(Tensor rows, int count, int wi
 
 void Transformer::download_rows_f32(Tensor rows, int count, int width,
                                     std::vector<float>& result) {
-  result.resize(static_cast<size_t>(count) * width);
   THPC_CHECK(rows.numel >= int64_t(count) * width, "downloading " << count << " rows of "
                                                                   << width << " from "
                                                                   << rows.numel);
+  result.resize(static_cast<size_t>(count) * width);
   Tensor used = rows.slice(0, int64_t(count) * width);
   if (used.dtype == DType::F64) {
     std::vector<double> host(result.size());
