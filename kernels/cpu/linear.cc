@@ -7,6 +7,35 @@
 #include "kernels/cpu/parallel.h"
 
 namespace thpc::cpu {
+namespace {
+
+// Below this many multiply-adds a product is not worth a team of two.
+constexpr int64_t kSideBySideMinWork = int64_t(1) << 20;
+
+// The two products of a backward (dx and dW, or dh and dE) cost the same 2·M·K·N FLOPs
+// and write different outputs. On two threads they run side by side, one single-threaded
+// GEMM per core (inside an OpenMP team the OpenMP build of OpenBLAS runs a GEMM on the
+// calling thread alone), instead of one after the other, each split over both cores:
+// no synchronisation inside a GEMM and each core packs its own panels. The bits are
+// those of the same GEMMs run one after the other. With more threads the products run
+// one after the other on all of them.
+template <typename First, typename Second>
+void run_side_by_side(int64_t multiply_adds_each, First&& first, Second&& second) {
+  if (cpu_threads() == 2 && multiply_adds_each >= kSideBySideMinWork) {
+#pragma omp parallel sections num_threads(2)
+    {
+#pragma omp section
+      first();
+#pragma omp section
+      second();
+    }
+  } else {
+    first();
+    second();
+  }
+}
+
+}  // namespace
 
 // y = x W + b (x [M, K], W [K, N], b [N] or null): the bias is broadcast into y first
 // and the GEMM adds x W on top (beta = 1), so y is written once per element.
@@ -29,12 +58,18 @@ void linear_backward(T* dx, T* dW, T* db, const T* dy, const T* x, const T* W, i
   // With an empty dimension the products are empty or zero: nothing to add (and BLAS
   // rejects a leading dimension of 0).
   const bool has_product = M > 0 && N > 0 && K > 0;
-  if (has_product && dx != nullptr) {
-    gemm(CblasNoTrans, CblasTrans, M, K, N, T(1), dy, N, W, N, T(1), dx, K);
-  }
-  if (has_product && dW != nullptr) {
-    gemm(CblasTrans, CblasNoTrans, K, N, M, T(1), x, K, dy, N, T(1), dW, N);
-  }
+  run_side_by_side(
+      dx != nullptr && dW != nullptr ? int64_t(M) * K * N : 0,
+      [&] {
+        if (has_product && dx != nullptr) {
+          gemm(CblasNoTrans, CblasTrans, M, K, N, T(1), dy, N, W, N, T(1), dx, K);
+        }
+      },
+      [&] {
+        if (has_product && dW != nullptr) {
+          gemm(CblasTrans, CblasNoTrans, K, N, M, T(1), x, K, dy, N, T(1), dW, N);
+        }
+      });
   if (db != nullptr) {
     // Column sums: each thread owns a range of columns and adds the rows in order.
     parallel_ranges(N, threads_for(int64_t(M) * N), [&](int col_begin, int col_end) {
@@ -63,12 +98,20 @@ template <typename T>
 void output_projection_backward(T* dh, T* dE, const T* d_logits, const T* h, const T* E,
                                 int M, int d, int vocab) {
   if (M == 0 || d == 0 || vocab == 0) return;
-  if (dh != nullptr) {
-    gemm(CblasNoTrans, CblasNoTrans, M, d, vocab, T(1), d_logits, vocab, E, d, T(1), dh, d);
-  }
-  if (dE != nullptr) {
-    gemm(CblasTrans, CblasNoTrans, vocab, d, M, T(1), d_logits, vocab, h, d, T(1), dE, d);
-  }
+  run_side_by_side(
+      dh != nullptr && dE != nullptr ? int64_t(M) * d * vocab : 0,
+      [&] {
+        if (dh != nullptr) {
+          gemm(CblasNoTrans, CblasNoTrans, M, d, vocab, T(1), d_logits, vocab, E, d, T(1), dh,
+               d);
+        }
+      },
+      [&] {
+        if (dE != nullptr) {
+          gemm(CblasTrans, CblasNoTrans, vocab, d, M, T(1), d_logits, vocab, h, d, T(1), dE,
+               d);
+        }
+      });
 }
 
 template void linear_forward<float>(float*, const float*, const float*, const float*, int, int,
