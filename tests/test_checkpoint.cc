@@ -637,9 +637,12 @@ TEST_F(CheckpointTest, SentencePieceModelIsStoredCheckedAndAveraged) {
                {"different SentencePiece models", path("ckpt/step_00000010.h5"),
                 path("other.h5")});
 
-  // Its sha256 is checked like every other dataset's.
+  // Its sha256 is checked like every other dataset's (the file header re-stamped after
+  // the flip, as a program editing the file in place would, so that the flip gets past
+  // the whole-file checksum to the dataset's own).
   const std::string flipped = path("ckpt/step_00000030.h5");
   flip_bits(flipped, dataset_offset(flipped, "/spm_model") + 5, 0x10);
+  stamp_checkpoint_header(flipped);
   expect_error([&] { read_checkpoint(flipped, CheckpointParts::ParamsOnly); },
                {flipped, "bad checksum for dataset /spm_model"});
 }
@@ -677,8 +680,9 @@ TEST_F(CheckpointTest, BestValidationValuesAreStoredCheckedAndLeftOutOfAverages)
                {path("beyond.h5"), "/best_valid/bleu", "its step up to 10"});
 
   // The values' sha256 is checked like every other dataset's (2.5's third byte is 0: the
-  // flip leaves a plausible number).
+  // flip leaves a plausible number; the header re-stamped, as above).
   flip_bits(file, dataset_offset(file, "/best_valid/ppl") + 2, 0x10);
+  stamp_checkpoint_header(file);
   expect_error([&] { read_checkpoint(file, CheckpointParts::ParamsOnly); },
                {file, "bad checksum for dataset /best_valid/ppl"});
 }
@@ -703,6 +707,7 @@ TEST_F(CheckpointTest, AShapeTheFileDoesNotHoldIsRefusedBeforeAllocating) {
     H5Dclose(dataset);
     H5Sclose(space);
     H5Fclose(h5);
+    stamp_checkpoint_header(file);  // edited in place: past the whole-file checksum
     expect_error([&] { read_checkpoint(file, CheckpointParts::ParamsOnly); },
                  {file, "/params/c.weight", rows == cols ? "that the file does not hold"
                                                          : "impossible shape"});
@@ -725,14 +730,14 @@ TEST_F(CheckpointTest, TruncationAndFlippedBytesAreDetected) {
   fs::copy_file(newest, flipped);
   const std::string dataset = "/params/encoder.0.ffn.fc1.weight";
   flip_bits(flipped, dataset_offset(flipped, dataset) + 123, 0x10);
-  expect_error([&] { read_checkpoint(flipped); }, {flipped, "bad checksum for dataset " + dataset});
+  expect_error([&] { read_checkpoint(flipped); }, {flipped, "bad checksum for the file"});
   // The same checks on the bytes in memory (the fuzzer's entry point).
   const Checkpoint from_image = read_checkpoint_image("image.h5", read_file(good));
   EXPECT_EQ(from_image.params.front().values, read_checkpoint(good).params.front().values);
   expect_error([&] { read_checkpoint_image("image.h5", read_file(truncated)); },
                {"image.h5", "truncated"});
   expect_error([&] { read_checkpoint_image("image.h5", read_file(flipped)); },
-               {"image.h5", "bad checksum for dataset " + dataset});
+               {"image.h5", "bad checksum for the file"});
 
   // auto skips a bad newest checkpoint, says so, and resumes from the previous one.
   fs::copy_file(flipped, newest, fs::copy_options::overwrite_existing);
@@ -751,9 +756,73 @@ TEST_F(CheckpointTest, TruncationAndFlippedBytesAreDetected) {
                                             " --model.layers=1 --checkpoint.dir=" + path("run") +
                                             " --checkpoint.resume=" + newest);
   EXPECT_EQ(refused.exit_code, 1);
-  EXPECT_NE(refused.output.find(newest + ": bad checksum for dataset " + dataset),
+  EXPECT_NE(refused.output.find(newest + ": bad checksum for the file"),
             std::string::npos)
       << refused.output;
+}
+
+// The file header (docs/checkpoints.md) is checked before HDF5 reads anything: HDF5
+// crashed (SIGSEGV) opening a damaged file fuzz_checkpoint made. Any byte changed after
+// the header, a damaged header, a wrong size or a file without the header is refused
+// with one line; HDF5 itself reads the file as usual (the header is its user block).
+TEST_F(CheckpointTest, TheFileHeaderIsVerifiedBeforeHdf5ReadsTheFile) {
+  const std::string good = path("good.h5");
+  write_checkpoint(good, constant_checkpoint(1.5f, 7, "arch"));
+  const std::string bytes = read_file(good);
+  ASSERT_EQ(bytes.rfind("thpc-checkpoint-file 1\nbytes " + std::to_string(bytes.size()) +
+                            "\nsha256 ",
+                        0),
+            0u)
+      << bytes.substr(0, 80);
+  const hid_t h5 = H5Fopen(good.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  EXPECT_GE(h5, 0);
+  H5Fclose(h5);
+  EXPECT_EQ(read_checkpoint(good, CheckpointParts::ParamsOnly).step, 7);
+
+  auto damaged = [&](const std::string& name, auto&& change) {
+    std::string copy = bytes;
+    change(copy);
+    const std::string file = path(name);
+    std::ofstream(file, std::ios::binary) << copy;
+    return file;
+  };
+  const struct {
+    const char* name;
+    std::function<void(std::string&)> change;
+    const char* expected;
+  } cases[] = {
+      // A byte of HDF5's superblock, right after the header.
+      {"superblock.h5", [](std::string& b) { b[512 + 9] ^= 0x40; }, "bad checksum for the file"},
+      // The last byte of the file.
+      {"last.h5", [](std::string& b) { b.back() ^= 0x01; }, "bad checksum for the file"},
+      // A digit of the recorded sha256 (still hex).
+      {"digest.h5",
+       [](std::string& b) {
+         const size_t at = b.find("sha256 ") + 7;
+         b[at] = b[at] == '0' ? '1' : '0';
+       },
+       "bad checksum for the file"},
+      {"not_hex.h5", [](std::string& b) { b[b.find("sha256 ") + 7] = 'g'; },
+       "damaged file header (sha256"},
+      {"size.h5", [](std::string& b) { b[b.find("bytes ") + 6] = 'x'; },
+       "damaged file header (size"},
+      {"tail.h5", [](std::string& b) { b[400] = 'z'; }, "damaged file header (bytes after"},
+      {"longer.h5", [](std::string& b) { b += '\0'; }, "truncated or damaged (its header records"},
+      {"shorter.h5", [](std::string& b) { b.resize(b.size() - 1000); },
+       "truncated or damaged (its header records"},
+      {"header_only.h5", [](std::string& b) { b.resize(300); }, "shorter than its 512-byte header"},
+      // HDF5's signature where the header belongs: a file without one.
+      {"no_header.h5", [](std::string& b) { b.replace(0, 8, "\x89HDF\r\n\x1a\n", 8); },
+       "an HDF5 file without a checkpoint header"},
+      {"other.h5", [](std::string& b) { b[0] = 'T'; }, "not an HDF5 file"},
+  };
+  for (const auto& c : cases) {
+    const std::string file = damaged(c.name, c.change);
+    expect_error([&] { read_checkpoint(file, CheckpointParts::ParamsOnly); }, {file, c.expected});
+    expect_error(
+        [&] { read_checkpoint_image("image.h5", read_file(file), CheckpointParts::ParamsOnly); },
+                 {"image.h5", c.expected});
+  }
 }
 
 // When every checkpoint is damaged, auto refuses (the run's progress and the evidence

@@ -92,9 +92,17 @@ bool is_step_checkpoint_name(const std::string& path);
 // Writes atomically (temporary file, fsync, rename). Throws thpc::Error naming the path.
 void write_checkpoint(const std::string& path, const Checkpoint& checkpoint);
 
-// Reads and verifies structure, format version, shapes and every dataset's sha256.
-// Throws thpc::Error naming the file and the problem (truncated, bad checksum for
-// dataset X, missing dataset, ...).
+// (Re)writes the file header of the checkpoint `path` (docs/checkpoints.md, "File
+// header": its size and the sha256 of its bytes after the header, which readers check
+// before HDF5 parses the file). write_checkpoint() does it; a program that edits a
+// checkpoint in place with HDF5 must do it after closing the file, or the checkpoint is
+// refused as corrupt.
+void stamp_checkpoint_header(const std::string& path);
+
+// Verifies the file header (size and sha256 of the whole file) before HDF5 reads
+// anything, then structure, format version, shapes and every dataset's sha256. Throws
+// thpc::Error naming the file and the problem (truncated, bad checksum for the file or
+// for dataset X, missing dataset, no file header, ...).
 Checkpoint read_checkpoint(const std::string& path,
                            CheckpointParts parts = CheckpointParts::All);
 // The same from the bytes of a checkpoint file in memory (HDF5's core driver; `name`

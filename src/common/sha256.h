@@ -4,10 +4,15 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace thpc {
 
 std::string sha256_hex(const void* data, size_t bytes);
+
+// The sha256 of the bytes of the file `path` from `offset` to its end, read in blocks.
+// Throws thpc::Error naming the file when it cannot be read.
+std::string sha256_hex_of_file(const std::string& path, uint64_t offset);
 
 }  // namespace thpc
