@@ -487,7 +487,8 @@ void verify_file_header(const Reader& reader, std::string_view head, uint64_t si
     reader.fail("cannot be opened, the file is truncated or damaged (" + std::to_string(size) +
                 " bytes, shorter than its " + std::to_string(kHeaderBytes) + "-byte header)");
   }
-  // "bytes N\nsha256 HEX\n" after the magic line, zeros after that.
+  // "bytes N\nsha256 HEX\n" after the magic line, zeros after that. The messages never
+  // quote the header's bytes: a damaged one may hold anything.
   std::string_view rest = head.substr(kHeaderMagic.size(), kHeaderBytes - kHeaderMagic.size());
   auto damaged = [&](const std::string& what) {
     reader.fail("damaged file header (" + what + "): the file is corrupt");
@@ -505,11 +506,11 @@ void verify_file_header(const Reader& reader, std::string_view head, uint64_t si
   const std::string recorded_digest = field("sha256 ");
   if (recorded_size.empty() || recorded_size.size() > 19 ||
       recorded_size.find_first_not_of("0123456789") != std::string::npos) {
-    damaged("size '" + recorded_size.substr(0, 32) + "'");
+    damaged("its size is not a decimal byte count");
   }
   if (recorded_digest.size() != 64 ||
       recorded_digest.find_first_not_of("0123456789abcdef") != std::string::npos) {
-    damaged("sha256 '" + recorded_digest.substr(0, 80) + "'");
+    damaged("its sha256 is not 64 lowercase hex digits");
   }
   if (rest.find_first_not_of('\0') != std::string_view::npos) damaged("bytes after its lines");
   if (std::stoull(recorded_size) != size) {
