@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <cstdint>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "common/error.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/dropout_mask.h"
@@ -60,6 +64,37 @@ void relu_backward(T* dx, const T* dy, const T* y, int64_t n) {
     if (y[i] > T(0)) dx[i] += dy[i];
   });
 }
+
+#if defined(__SSE2__)
+// fp32, four lanes at a time: the sign of y is a coin toss per element, and the branch
+// above, mispredicted half the time, made this loop ~2% of a one-thread step of the small
+// preset (18x relu_forward's time). Without a branch: dx + (y > 0 ? dy : -0), and adding
+// -0 is IEEE's exact identity (x + -0 = x for every x, -0 and NaN included), so dx keeps
+// its bits where y <= 0, as in the CUDA kernel's `if`. Written with intrinsics because GCC
+// folds the plain C++ form (x + -0 -> x) back into the branch.
+template <>
+void relu_backward<float>(float* dx, const float* dy, const float* y, int64_t n) {
+  if (dx == nullptr) return;
+  constexpr int64_t kChunk = 4096;  // elements per task, a multiple of the 4 lanes
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) num_threads(threads_for(n))
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    const int64_t first = chunk * kChunk;
+    const int64_t last = std::min(n, first + kChunk);
+    const __m128 zero = _mm_setzero_ps(), minus_zero = _mm_set1_ps(-0.0f);
+    int64_t i = first;
+    for (; i + 4 <= last; i += 4) {
+      const __m128 positive = _mm_cmpgt_ps(_mm_loadu_ps(y + i), zero);
+      const __m128 added = _mm_or_ps(_mm_and_ps(positive, _mm_loadu_ps(dy + i)),
+                                     _mm_andnot_ps(positive, minus_zero));
+      _mm_storeu_ps(dx + i, _mm_add_ps(_mm_loadu_ps(dx + i), added));
+    }
+    for (; i < last; ++i) {
+      if (y[i] > 0.0f) dx[i] += dy[i];
+    }
+  }
+}
+#endif
 
 // y = x * keep / (1 - p); p = 0 copies without drawing.
 template <typename T>

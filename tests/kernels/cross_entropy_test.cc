@@ -146,6 +146,51 @@ TEST(LogSoftmax, MatchesDirectFormulaIsStableAndMayAlias) {
   for (size_t e = 0; e < shifted.size(); ++e) EXPECT_NEAR(shifted[e], log_probs[e], 1e-12) << e;
 }
 
+// The fp32 rows take their own path (exponentials in float, four at a time through
+// libmvec, a float gradient): against the double instantiation at a model's vocabulary
+// (8003: 2000 groups of four and a scalar tail of 3), logits of a trained model's spread,
+// with the gradient written over the logits. Tolerances: each exp errs by <= 4 float ulps
+// (libmvec) plus |z - max| * 2^-24 from rounding its argument to float (|z - max| <= 40
+// here: 2.4e-6 relative), so each row's log-sum-exp by ~3e-6 and the loss sums by
+// ~3e-6 per row (1e-5 per row allowed); the gradient p_j - q_j by ~3e-6 relative to p_j
+// plus two float roundings of terms <= grad_scale (rel 1e-5, abs 2^-24 * grad_scale * 4).
+TEST(CrossEntropy, FloatRowsAgreeWithDoubleAtAModelsVocabulary) {
+  std::mt19937 rng(62);
+  const int rows = 6, vocab = 8003, pad = 0;
+  const std::vector<int32_t> targets{17, 8002, pad, 1, 4000, 8000};
+  std::vector<float> logits_float(static_cast<size_t>(rows) * vocab);
+  Values logits_double(logits_float.size());
+  std::uniform_real_distribution<float> uniform(-10.0f, 10.0f);
+  for (size_t e = 0; e < logits_float.size(); ++e) {
+    logits_float[e] = uniform(rng);
+    logits_double[e] = logits_float[e];  // the same inputs, exactly
+  }
+  const float eps = 0.1f, grad_scale = 0.37f;
+  Values d_double(logits_double.size());
+  const LossSums from_double =
+      cpu::softmax_cross_entropy<double>(d_double.data(), logits_double.data(), targets.data(),
+                                         rows, vocab, eps, pad, grad_scale);
+  std::vector<float> d_float = logits_float;  // in place: the output aliases the logits
+  const LossSums from_float = cpu::softmax_cross_entropy<float>(
+      d_float.data(), d_float.data(), targets.data(), rows, vocab, eps, pad, grad_scale);
+  EXPECT_EQ(from_float.tokens, from_double.tokens);
+  EXPECT_NEAR(from_float.loss, from_double.loss, 1e-5 * rows);
+  EXPECT_NEAR(from_float.nll, from_double.nll, 1e-5 * rows);
+  const double abs_tolerance = 4 * std::ldexp(1.0, -24) * grad_scale;
+  for (size_t e = 0; e < d_double.size(); ++e) {
+    ASSERT_NEAR(d_float[e], d_double[e], abs_tolerance + 1e-5 * std::abs(d_double[e])) << e;
+  }
+  // log_softmax of the same rows: the log-sum-exp as above, then one float rounding of
+  // z - lse (|z - lse| < 32: 2^-19 absolute).
+  std::vector<float> log_probs_float(logits_float.size());
+  Values log_probs_double(logits_double.size());
+  cpu::log_softmax<float>(log_probs_float.data(), logits_float.data(), rows, vocab);
+  cpu::log_softmax<double>(log_probs_double.data(), logits_double.data(), rows, vocab);
+  for (size_t e = 0; e < log_probs_double.size(); ++e) {
+    ASSERT_NEAR(log_probs_float[e], log_probs_double[e], 1e-5) << e;
+  }
+}
+
 }  // namespace
 }  // namespace thpc::cpu_test
 

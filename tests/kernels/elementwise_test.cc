@@ -58,6 +58,40 @@ TEST(Relu, ForwardAndBackwardMatchFiniteDifferences) {
                           [&] { return weighted_sum(forward(), weights); });
 }
 
+// The fp32 relu_backward is written with SSE intrinsics (no branch); it must give the bits
+// of the plain `if (y > 0) dx += dy`, including the cases where an add of -0 or a select
+// could differ: dx = -0 or NaN where y <= 0, dy = inf where y <= 0, y = +0 and -0. Nine
+// chunks of 4096 (above kParallelMinWork: spread over the machine's threads) and a tail of 7.
+TEST(Relu, FloatBackwardHasTheBitsOfTheBranch) {
+  std::mt19937 rng(57);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  const int64_t n = 9 * 4096 + 7;
+  std::vector<float> dx(n), dy(n), y(n);
+  for (int64_t i = 0; i < n; ++i) {
+    dx[i] = uniform(rng);
+    dy[i] = uniform(rng);
+    y[i] = uniform(rng);
+    if (y[i] == 0.0f) y[i] = 0.5f;  // never zero by chance: the zeros below are placed
+  }
+  for (int64_t i = 0; i < n; i += 97) {
+    y[i] = (i / 97) % 2 == 0 ? 0.0f : -0.0f;
+    dx[i] = (i / 97) % 3 == 0 ? -0.0f : ((i / 97) % 3 == 1 ? NAN : dx[i]);
+    dy[i] = (i / 97) % 5 == 0 ? INFINITY : dy[i];
+  }
+  dx[n - 1] = -0.0f;  // in the scalar tail
+  y[n - 1] = -0.5f;
+  std::vector<float> expected = dx;
+  for (int64_t i = 0; i < n; ++i) {
+    if (y[i] > 0.0f) expected[i] += dy[i];
+  }
+  cpu::relu_backward<float>(dx.data(), dy.data(), y.data(), n);
+  EXPECT_EQ(std::memcmp(dx.data(), expected.data(), n * sizeof(float)), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(std::signbit(dx[i]), std::signbit(expected[i])) << i;
+    ASSERT_EQ(std::isnan(dx[i]), std::isnan(expected[i])) << i;
+  }
+}
+
 TEST(Dropout, MaskIsTheDrawOfTheFlatIndex) {
   std::mt19937 rng(52);
   const int64_t n = 1001;
