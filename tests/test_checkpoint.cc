@@ -765,6 +765,17 @@ TEST_F(CheckpointTest, TruncationAndFlippedBytesAreDetected) {
 // crashed (SIGSEGV) opening a damaged file fuzz_checkpoint made. Any byte changed after
 // the header, a damaged header, a wrong size or a file without the header is refused
 // with one line; HDF5 itself reads the file as usual (the header is its user block).
+// stamp_checkpoint_header is plain file I/O: a failure says what the system said, with
+// the file's name, and nothing about HDF5.
+TEST_F(CheckpointTest, StampingAMissingFileSaysWhyWithoutHdf5) {
+  const std::string missing = path("never_written.h5");
+  const std::string message =
+      expect_error([&] { stamp_checkpoint_header(missing); },
+                   {missing, "cannot stamp the file header", "No such file"});
+  EXPECT_EQ(message.find("HDF5"), std::string::npos) << message;
+  EXPECT_FALSE(std::filesystem::exists(missing));
+}
+
 TEST_F(CheckpointTest, TheFileHeaderIsVerifiedBeforeHdf5ReadsTheFile) {
   const std::string good = path("good.h5");
   write_checkpoint(good, constant_checkpoint(1.5f, 7, "arch"));

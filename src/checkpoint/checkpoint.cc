@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -374,17 +375,21 @@ int64_t step_of_file_name(const std::string& name) {
 }  // namespace
 
 void stamp_checkpoint_header(const std::string& path) {
-  const Writer writer(path);
+  // Plain file I/O: the message says what the operating system said, no HDF5 reason.
+  const auto fail = [&path](const std::string& what) {
+    THPC_FAIL("checkpoint " << path << ": cannot stamp the file header: " << what);
+  };
   std::error_code error;
   const uint64_t size = fs::file_size(path, error);
-  if (error) writer.fail("file header: its size (" + error.message() + ")");
+  if (error) fail("cannot read its size (" + error.message() + ")");
   std::string header = std::string(kHeaderMagic) + "bytes " + std::to_string(size) +
                        "\nsha256 " + sha256_hex_of_file(path, kHeaderBytes) + "\n";
   header.resize(kHeaderBytes, '\0');
   std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+  if (!file.is_open()) fail("cannot open it for writing (" + std::string(std::strerror(errno)) + ")");
   file.write(header.data(), static_cast<std::streamsize>(header.size()));
   file.close();
-  if (!file) writer.fail("file header");
+  if (!file) fail("the write failed (" + std::string(std::strerror(errno)) + ")");
 }
 
 namespace {
