@@ -85,6 +85,7 @@ TEST(Trees, NormalisationRemovesEmptyElementsAndFunctionTags) {
   EXPECT_EQ(to_evalb_line(normalized),
             "(TOP (S (NP (PRP He)) (VP (VBD said)) (-LRB- -LRB-) (. .)))");
   EXPECT_EQ(linearize(normalized), "(S (NP XX ) (VP XX ) XX XX )");
+  EXPECT_EQ(linearize(normalized, TreeLeaves::kWords), "(S (NP He ) (VP said ) -LRB- . )");
   TreeNode nothing;
   EXPECT_FALSE(normalize_tree(parse_one("( (S (-NONE- *)) )"), &nothing));
 }
@@ -198,6 +199,18 @@ TEST(Trees, MalformedFileLeavesNoOutput) {
   fs::remove_all(dir);
 }
 
+// delinearize of PREFIX.tree (the whole sample, linearized) over PREFIX.words gives
+// PREFIX.gold back byte for byte (into PREFIX.back), every sequence well-formed.
+void expect_whole_sample_comes_back(const std::string& prefix) {
+  const auto back = run_process(kTrees + " delinearize --words " + prefix + ".words --tags " +
+                                prefix + ".tags --input " + prefix + ".tree --output " + prefix +
+                                ".back");
+  ASSERT_EQ(back.exit_code, 0) << back.output;
+  EXPECT_NE(back.output.find("3914 well-formed, 0 repaired, 0 replaced"), std::string::npos)
+      << back.output;
+  EXPECT_EQ(read_file(prefix + ".back"), read_file(prefix + ".gold"));
+}
+
 // All 3,914 trees of the NLTK WSJ sample: linearize -> delinearize gives the normalised
 // trees back exactly, and what is written agrees with counts taken from the raw files.
 TEST(Trees, RoundTripOfTheWholeSample) {
@@ -208,14 +221,8 @@ TEST(Trees, RoundTripOfTheWholeSample) {
   const auto linearized =
       run_process(kTrees + " linearize --output " + prefix + " " + combined + "/wsj_*.mrg");
   ASSERT_EQ(linearized.exit_code, 0) << linearized.output;
-  const auto back = run_process(kTrees + " delinearize --words " + prefix + ".words --tags " +
-                                prefix + ".tags --input " + prefix + ".tree --output " + prefix +
-                                ".back");
-  ASSERT_EQ(back.exit_code, 0) << back.output;
-  EXPECT_NE(back.output.find("3914 well-formed, 0 repaired, 0 replaced"), std::string::npos)
-      << back.output;
+  expect_whole_sample_comes_back(prefix);
   const std::string gold = read_file(prefix + ".gold");
-  EXPECT_EQ(read_file(prefix + ".back"), gold);
 
   const auto gold_lines = lines_of(gold);
   const auto word_lines = lines_of(read_file(prefix + ".words"));
@@ -278,6 +285,40 @@ TEST(Trees, RoundTripOfTheWholeSample) {
   const EvalbResult same = run_evalb(collins, gold_in, back_in, report, errors);
   EXPECT_EQ(same.errors, 0) << errors.str();
   EXPECT_DOUBLE_EQ(same.all.f_measure(), 100.0);
+  fs::remove_all(dir);
+}
+
+// --leaves words: the words themselves in the tree, in the sentence's order, and the
+// round trip as exact as with XX.
+TEST(Trees, RoundTripWithWordsAsLeaves) {
+  THPC_REQUIRE_DATA("ptb_sample/combined/wsj_0001.mrg");
+  const fs::path dir = fresh_directory("thpc_trees_words");
+  const std::string combined = thpc::data_path("ptb_sample/combined");
+  const std::string prefix = (dir / "all").string();
+  const auto linearized = run_process(kTrees + " linearize --leaves words --output " + prefix +
+                                      " " + combined + "/wsj_*.mrg");
+  ASSERT_EQ(linearized.exit_code, 0) << linearized.output;
+  const auto word_lines = lines_of(read_file(prefix + ".words"));
+  const auto tree_lines = lines_of(read_file(prefix + ".tree"));
+  ASSERT_EQ(tree_lines.size(), 3914u);
+  ASSERT_EQ(word_lines.size(), 3914u);
+  EXPECT_EQ(tree_lines.front(),
+            "(S (NP (NP Pierre Vinken ) , (ADJP (NP 61 years ) old ) , ) (VP will (VP join "
+            "(NP the board ) (PP as (NP a nonexecutive director ) ) (NP Nov. 29 ) ) ) . )");
+  for (size_t i = 0; i < tree_lines.size(); ++i) {
+    std::vector<std::string> leaves;
+    for (const std::string& token : split(tree_lines[i])) {
+      if (token[0] != '(' && token != ")") leaves.push_back(token);
+    }
+    EXPECT_EQ(leaves, split(word_lines[i])) << "line " << i + 1;
+  }
+  expect_whole_sample_comes_back(prefix);
+
+  const auto bad = run_process(kTrees + " linearize --leaves tags --output " + prefix + " " +
+                               combined + "/wsj_0001.mrg");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("tree leaves 'tags': expected XX or words"), std::string::npos)
+      << bad.output;
   fs::remove_all(dir);
 }
 

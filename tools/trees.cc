@@ -1,8 +1,9 @@
 // transformer_trees: Penn Treebank trees to and from the sequences the parser learns.
 //
-//   transformer_trees linearize --output PREFIX FILE.mrg [FILE.mrg ...]
+//   transformer_trees linearize [--leaves XX|words] --output PREFIX FILE.mrg [FILE.mrg ...]
 //       writes PREFIX.words (the sentence), PREFIX.tree (the linearized tree, the
-//       target), PREFIX.tags (the part-of-speech tags) and PREFIX.gold (the normalised
+//       target: its words the placeholder XX, the default, or the words themselves),
+//       PREFIX.tags (the part-of-speech tags) and PREFIX.gold (the normalised
 //       tree for EVALB), one sentence per line, in file order
 //   transformer_trees delinearize --words W --tags T [--input SEQ] --output OUT
 //       the trees the decoded sequences SEQ (default: standard input) describe over the
@@ -32,13 +33,14 @@ namespace fs = std::filesystem;
 using thpc::parse::TreeNode;
 
 constexpr const char* kUsage =
-    "usage: transformer_trees linearize --output PREFIX FILE.mrg [FILE.mrg ...]\n"
+    "usage: transformer_trees linearize [--leaves XX|words] --output PREFIX FILE.mrg ...\n"
     "       transformer_trees delinearize --words W --tags T [--input SEQ] --output OUT\n"
     "       transformer_trees baseline --words W --tags T --output OUT\n"
     "\n"
     "linearize    Penn Treebank .mrg trees -> PREFIX.words (sentences), PREFIX.tree\n"
-    "             (targets such as '(S (NP XX XX ) (VP XX ) XX )'), PREFIX.tags and\n"
-    "             PREFIX.gold (normalised trees, one per line, for transformer_evalb)\n"
+    "             (targets such as '(S (NP XX XX ) (VP XX ) XX )', or with --leaves words\n"
+    "             '(S (NP The cat ) (VP sat ) . )'), PREFIX.tags and PREFIX.gold\n"
+    "             (normalised trees, one per line, for transformer_evalb)\n"
     "delinearize  decoded sequences (SEQ or standard input) + the sentences' words and tags\n"
     "             -> trees for transformer_evalb; bad sequences are repaired, or replaced\n"
     "             by the right-branching tree when they hold no constituent\n"
@@ -51,6 +53,8 @@ struct CommandLine {
   std::string tags_path;
   std::string input_path;  // "" = standard input
   std::vector<std::string> files;
+  thpc::parse::TreeLeaves leaves = thpc::parse::TreeLeaves::kPlaceholder;
+  bool leaves_given = false;
   bool help = false;
 };
 
@@ -72,6 +76,9 @@ CommandLine parse_command_line(int argc, char** argv) {
       command.tags_path = value();
     } else if (arg == "--input") {
       command.input_path = value();
+    } else if (arg == "--leaves") {
+      command.leaves = thpc::parse::tree_leaves_from_name(value());
+      command.leaves_given = true;
     } else if (arg.size() > 1 && arg[0] == '-') {
       THPC_FAIL("unknown option " << arg);
     } else if (command.command.empty()) {
@@ -90,6 +97,7 @@ CommandLine parse_command_line(int argc, char** argv) {
   if (command.command == "linearize") {
     if (command.files.empty()) THPC_FAIL("linearize needs at least one .mrg file");
   } else {
+    if (command.leaves_given) THPC_FAIL("--leaves belongs to linearize");
     if (command.words_path.empty() || command.tags_path.empty()) {
       THPC_FAIL(command.command << " needs --words and --tags");
     }
@@ -156,7 +164,7 @@ int linearize_files(const CommandLine& command) {
       }
       words += joined(thpc::parse::words_of(normalized)) + "\n";
       tags += joined(thpc::parse::tags_of(normalized)) + "\n";
-      tree += thpc::parse::linearize(normalized) + "\n";
+      tree += thpc::parse::linearize(normalized, command.leaves) + "\n";
       gold += thpc::parse::to_evalb_line(normalized) + "\n";
       ++trees;
     }

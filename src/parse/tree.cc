@@ -128,15 +128,15 @@ void write_bracketed(const TreeNode& node, std::string& out) {
   out += ")";
 }
 
-void write_linearized(const TreeNode& node, std::string& out) {
+void write_linearized(const TreeNode& node, TreeLeaves leaves, std::string& out) {
   if (node.is_preterminal()) {
-    out += kWordPlaceholder;
+    out += leaves == TreeLeaves::kWords ? node.word : std::string(kWordPlaceholder);
     return;
   }
   out += "(" + node.label;
   for (const TreeNode& child : node.children) {
     out += " ";
-    write_linearized(child, out);
+    write_linearized(child, leaves, out);
   }
   out += " )";
 }
@@ -223,9 +223,15 @@ std::string to_evalb_line(const TreeNode& tree) {
   return out;
 }
 
-std::string linearize(const TreeNode& tree) {
+TreeLeaves tree_leaves_from_name(const std::string& name) {
+  if (name == kWordPlaceholder) return TreeLeaves::kPlaceholder;
+  if (name == "words") return TreeLeaves::kWords;
+  THPC_FAIL("tree leaves '" << name << "': expected " << kWordPlaceholder << " or words");
+}
+
+std::string linearize(const TreeNode& tree, TreeLeaves leaves) {
   std::string out;
-  write_linearized(tree, out);
+  write_linearized(tree, leaves, out);
   return out;
 }
 
