@@ -50,6 +50,7 @@ const std::vector<std::string> kAllKeys = {
     "checkpoint.average_last", "checkpoint.keep_best", "checkpoint.patience",
     "decode.beam",           "decode.alpha",          "decode.max_len_a",
     "decode.max_len_b",
+    "decode.tree_leaves",
 };
 
 void expect_same_config(const Config& actual, const Config& expected) {
@@ -110,6 +111,7 @@ void expect_same_config(const Config& actual, const Config& expected) {
   EXPECT_EQ(actual.decode.alpha, expected.decode.alpha);
   EXPECT_EQ(actual.decode.max_len_a, expected.decode.max_len_a);
   EXPECT_EQ(actual.decode.max_len_b, expected.decode.max_len_b);
+  EXPECT_EQ(actual.decode.tree_leaves, expected.decode.tree_leaves);
 }
 
 // parse_command_line over a list of words, argv[0] included.
@@ -232,6 +234,7 @@ TEST(Config, ParseWsjIniHasThePapersParserValues) {
   EXPECT_EQ(config.decode.alpha, 0.3f);
   EXPECT_EQ(config.decode.max_len_a, 1);
   EXPECT_EQ(config.decode.max_len_b, 300);
+  EXPECT_EQ(config.decode.tree_leaves, "words");
   EXPECT_EQ(config.checkpoint.average_last, 0);
   // A tree is about 2.5 target tokens a word: the positions hold input + 300 for the
   // sample's longest sentences.
@@ -250,6 +253,7 @@ TEST(Config, ParseTinyIniIsTheParserShrunk) {
   EXPECT_GT(tiny.model.attention_dropout, 0.0f);
   EXPECT_EQ(tiny.model.label_smoothing, wsj.model.label_smoothing);
   EXPECT_EQ(tiny.decode.alpha, wsj.decode.alpha);
+  EXPECT_EQ(tiny.decode.tree_leaves, wsj.decode.tree_leaves);
   EXPECT_GE(tiny.decode.max_len_a, 4);
   EXPECT_GE(tiny.decode.max_len_b, 10);
   EXPECT_EQ(tiny.checkpoint.average_last, 0);
@@ -350,7 +354,7 @@ const std::vector<std::string> kUnusualValues = {
     "checkpoint.init=runs/x/average.h5", "checkpoint.average_last=6",
     "checkpoint.keep_best=bleu", "checkpoint.patience=3",
     "decode.beam=21",          "decode.alpha=0.3",       "decode.max_len_a=2",
-    "decode.max_len_b=300",
+    "decode.max_len_b=300",    "decode.tree_leaves=words",
 };
 
 TEST_F(ConfigFiles, ToIniRoundTrips) {
@@ -738,6 +742,7 @@ TEST(Config, BadValuesNameKeyAndFile) {
       {{"decode.beam=0"}, "decode.beam: must be ≥ 1, got 0"},
       {{"decode.alpha=-0.5"}, "decode.alpha: must be ≥ 0, got -0.5"},
       {{"decode.max_len_b=-1"}, "decode.max_len_b: must be ≥ 0, got -1"},
+      {{"decode.tree_leaves=tags"}, "decode.tree_leaves: 'tags' is not one of XX, words"},
       {{"train.valid_every=-1", "data.dir=d"}, "train.valid_every: must be ≥ 0"},
       {{"train.valid_every=10"}, "train.valid_every: validation reads shards: set data.dir"},
       {{"data.memory_mb=0"}, "data.memory_mb: must be ≥ 1, got 0"},

@@ -10,6 +10,9 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "checkpoint/checkpoint.h"
 #include "config/config.h"
@@ -212,6 +215,24 @@ TEST_F(DecodeProgram, BadInputFailsWithAMessage) {
                                      ": the vocabulary has no"),
             std::string::npos)
       << not_a_parser.output;
+  // ... also with the words as leaves (no '▁)' piece), and --tree-leaves only with the
+  // constraint and only XX or words (a bad command line: exit 2).
+  const std::string decode = std::string(THPC_BINARY_DIR) + "/transformer_decode --checkpoint " +
+                             (dir_ / "model.h5").string() + " --spm-model " +
+                             (dir_ / "spm.model").string() + " --max-len-b 2";
+  const ProcessResult words_not_a_parser =
+      run_process(decode + " --tree-constraints --tree-leaves words < /dev/null");
+  EXPECT_EQ(words_not_a_parser.exit_code, 1) << words_not_a_parser.output;
+  EXPECT_NE(words_not_a_parser.output.find("the vocabulary has no"), std::string::npos)
+      << words_not_a_parser.output;
+  for (const auto& [arguments, message] :
+       std::vector<std::pair<std::string, std::string>>{
+           {" --tree-leaves words", "--tree-leaves goes with --tree-constraints"},
+           {" --tree-constraints --tree-leaves tags", "--tree-leaves 'tags': expected XX or words"}}) {
+    const ProcessResult refused = run_process(decode + arguments + " < /dev/null");
+    EXPECT_EQ(refused.exit_code, 2) << arguments << ": " << refused.output;
+    EXPECT_NE(refused.output.find(message), std::string::npos) << refused.output;
+  }
 }
 
 }  // namespace

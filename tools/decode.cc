@@ -4,7 +4,8 @@
 //   transformer_decode --checkpoint FILE [--spm-model FILE] [--input FILE|-] [--output FILE]
 //                      [--beam B] [--lenpen A] [--max-len-a 1 --max-len-b 50]
 //                      [--batch-tokens 4096] [--nbest 1] [--greedy] [--threads N]
-//                      [--dump-attention FILE.h5 --dump-lines 1,5,9] [--tree-constraints]
+//                      [--dump-attention FILE.h5 --dump-lines 1,5,9]
+//                      [--tree-constraints [--tree-leaves XX|words]]
 //
 // The SentencePiece model is --spm-model when given, else the one stored in the
 // checkpoint by the trainer (fairseq-like). Each input line is SentencePiece-encoded,
@@ -66,6 +67,7 @@ struct Arguments {
   int threads = -1;  // < 0: the checkpoint's train.threads
   bool greedy = false;
   bool tree_constraints = false;
+  std::optional<std::string> tree_leaves;  // default: the checkpoint's decode.tree_leaves
   std::string dump_attention;   // empty: no attention dump
   std::vector<int> dump_lines;  // 1-based input lines, ascending, each once
   bool help = false;
@@ -196,15 +198,19 @@ int run(const Arguments& args) {
   if (args.tree_constraints) {
     std::vector<std::string> pieces;
     for (int id = 0; id < vocab; ++id) pieces.push_back(spm.IdToPiece(id));
-    std::vector<int> words;
-    for (const std::string& line : lines) {
-      std::istringstream fields(line);
-      int count = 0;
-      for (std::string word; fields >> word;) ++count;
-      words.push_back(count);
-    }
     try {
-      tree_filter.emplace(pieces, ids.eos, std::move(words));
+      if (args.tree_leaves.value_or(stored.tree_leaves) == "words") {
+        tree_filter.emplace(pieces, ids, sources);
+      } else {
+        std::vector<int> words;
+        for (const std::string& line : lines) {
+          std::istringstream fields(line);
+          int count = 0;
+          for (std::string word; fields >> word;) ++count;
+          words.push_back(count);
+        }
+        tree_filter.emplace(pieces, ids.eos, std::move(words));
+      }
     } catch (const thpc::Error& error) {
       THPC_FAIL("--tree-constraints: " << spm_source << ": " << error.what());
     }
@@ -355,8 +361,13 @@ int main(int argc, char** argv) {
       ("dump-lines", po::value<std::string>(),
        "the input lines to dump, 1-based and comma-separated, e.g. 1,5,9")
       ("tree-constraints", po::bool_switch(&args.tree_constraints),
-       "parsing mode: write only well-formed linearized trees ('(S (NP XX ) XX )') with "
-       "exactly as many XX as the input line has words");
+       "parsing mode: write only well-formed linearized trees over exactly the input line's "
+       "words: as many XX as it has words ('(S (NP XX ) XX )'), or its words themselves "
+       "('(S (NP Prices ) fell )'), see --tree-leaves")
+      ("tree-leaves", po::value<std::string>(),
+       "with --tree-constraints: the trees' word tokens, XX (the placeholder) or words "
+       "(the input line's own words, in order: transformer_trees linearize --leaves words; "
+       "default: the checkpoint's decode.tree_leaves)");
   const auto parse = [&](int count, char** arguments) {
     const po::variables_map values = thpc::tools::parse_options(options, count, arguments);
     args.help = values.count("help") > 0;
@@ -376,6 +387,13 @@ int main(int argc, char** argv) {
     }
     if (args.dump_attention.empty() != args.dump_lines.empty()) {
       THPC_FAIL("--dump-attention FILE and --dump-lines N,... go together");
+    }
+    if (values.count("tree-leaves")) {
+      args.tree_leaves = values["tree-leaves"].as<std::string>();
+      if (*args.tree_leaves != "XX" && *args.tree_leaves != "words") {
+        THPC_FAIL("--tree-leaves '" << *args.tree_leaves << "': expected XX or words");
+      }
+      if (!args.tree_constraints) THPC_FAIL("--tree-leaves goes with --tree-constraints");
     }
     return args;
   };

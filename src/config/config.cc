@@ -243,6 +243,10 @@ const std::vector<Option>& option_table() {
       THPC_OPTION(decode, max_len_a, THPC_AT_LEAST(0),
                   "output length <= max_len_a * input length + max_len_b"),
       THPC_OPTION(decode, max_len_b, THPC_AT_LEAST(0), "(§6.1: 1, 50; parsing §6.3: 1, 300)"),
+      THPC_OPTION(decode, tree_leaves, THPC_ONE_OF("XX", "words"),
+                  "parsing: the linearized trees' word tokens, the placeholder XX or the "
+                  "words themselves (tools/run_parser.sh linearizes so, transformer_decode "
+                  "--tree-constraints decodes so)"),
   };
   return table;
 }

@@ -98,6 +98,7 @@ struct DecodeConfig {
   float alpha = 0.6f;     // length penalty ((5 + |Y|) / 6)^alpha
   int max_len_a = 1;      // output length <= max_len_a * input length + max_len_b
   int max_len_b = 50;
+  std::string tree_leaves = "XX";  // parsing: XX | words (parse/tree.h's linearizations)
 };
 
 struct Config {

@@ -206,6 +206,8 @@ std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
           THPC_CHECK(static_cast<int>(allowed.size()) == vocab,
                      "the token filter answered for " << allowed.size() << " tokens, not "
                                                       << vocab);
+          options.filter->rescore(static_cast<int>(s), state.live[h].tokens,
+                                  log_probs.data() + row * static_cast<size_t>(vocab));
         }
         beam_detail::add_best_extensions(
             log_probs.data() + row * static_cast<size_t>(vocab), vocab,

@@ -82,6 +82,9 @@ class NextTokenFilter {
   virtual ~NextTokenFilter() = default;
   virtual void allowed_next(int source, const TokenSequence& prefix, int max_len,
                             std::vector<char>& allowed) const = 0;
+  // May rewrite the hypothesis' next-token log-probabilities (`vocab` of them) before the
+  // search ranks the allowed ones; each must stay <= 0. The default leaves them.
+  virtual void rescore(int source, const TokenSequence& prefix, float* log_probs) const {}
 };
 
 struct BeamOptions {

@@ -59,6 +59,9 @@ void translate_batch(Transformer& model, const SpecialIds& ids,
                       std::vector<char>& allowed) const override {
       all_.allowed_next(static_cast<int>(members_.at(source)), prefix, max_len, allowed);
     }
+    void rescore(int source, const TokenSequence& prefix, float* log_probs) const override {
+      all_.rescore(static_cast<int>(members_.at(source)), prefix, log_probs);
+    }
 
    private:
     const NextTokenFilter& all_;

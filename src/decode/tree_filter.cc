@@ -1,5 +1,7 @@
 #include "decode/tree_filter.h"
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <utility>
 
@@ -12,11 +14,11 @@ namespace {
 const std::string kWordMarker = "\xe2\x96\x81";  // SentencePiece's "▁"
 }  // namespace
 
-TreeTokenFilter::TreeTokenFilter(const std::vector<std::string>& pieces, int eos_id,
-                                 std::vector<int> words_per_source)
-    : kind_(pieces.size(), Kind::kOther), words_per_source_(std::move(words_per_source)) {
+void TreeTokenFilter::classify(const std::vector<std::string>& pieces, int eos_id,
+                               bool placeholder) {
   THPC_CHECK(eos_id >= 0 && eos_id < static_cast<int>(pieces.size()),
              "eos id " << eos_id << " outside the vocabulary of " << pieces.size());
+  kind_.assign(pieces.size(), Kind::kOther);
   const std::string word_piece = kWordMarker + parse::kWordPlaceholder;
   const std::string close_piece = kWordMarker + ")";
   const std::string open_prefix = kWordMarker + "(";  // followed by the label
@@ -28,7 +30,7 @@ TreeTokenFilter::TreeTokenFilter(const std::vector<std::string>& pieces, int eos
     } else if (piece == close_piece) {
       kind_[id] = Kind::kClose;
       close = true;
-    } else if (piece == word_piece) {
+    } else if (placeholder && piece == word_piece) {
       kind_[id] = Kind::kWord;
       word = true;
     } else if (piece.size() > open_prefix.size() &&
@@ -37,31 +39,68 @@ TreeTokenFilter::TreeTokenFilter(const std::vector<std::string>& pieces, int eos
       open = true;
     }
   }
-  if (!open || !close || !word) {
+  if (!open || !close || (placeholder && !word)) {
     const char* missing =
         !open ? "'▁(LABEL' opening bracket" : !close ? "'▁)' piece" : "'▁XX' piece";
     THPC_FAIL("the vocabulary has no " << missing
               << ": not a parser's (transformer_preprocess --user-symbols keeps the bracket "
-                 "tokens and XX whole)");
+              << (placeholder ? "tokens and XX whole)" : "tokens whole)"));
+  }
+}
+
+TreeTokenFilter::TreeTokenFilter(const std::vector<std::string>& pieces, int eos_id,
+                                 std::vector<int> words_per_source)
+    : words_per_source_(std::move(words_per_source)) {
+  classify(pieces, eos_id, /*placeholder=*/true);
+}
+
+TreeTokenFilter::TreeTokenFilter(const std::vector<std::string>& pieces, const SpecialIds& ids,
+                                 std::vector<TokenSequence> source_pieces)
+    : source_pieces_(std::move(source_pieces)), copy_words_(true) {
+  classify(pieces, ids.eos, /*placeholder=*/false);
+  for (const int never : {ids.pad, ids.bos}) {
+    THPC_CHECK(never >= 0 && never < static_cast<int>(pieces.size()),
+               "special id " << never << " outside the vocabulary of " << pieces.size());
+    kind_[never] = Kind::kNever;
+  }
+  begins_word_.assign(pieces.size(), 0);
+  for (size_t id = 0; id < pieces.size(); ++id) {
+    begins_word_[id] = pieces[id].compare(0, kWordMarker.size(), kWordMarker) == 0;
+  }
+  for (size_t s = 0; s < source_pieces_.size(); ++s) {
+    for (const int32_t id : source_pieces_[s]) {
+      THPC_CHECK(id >= 0 && id < static_cast<int>(kind_.size()),
+                 "source " << s << ": token " << id << " outside the vocabulary of "
+                           << kind_.size());
+      if (kind_[id] != Kind::kOther) {
+        THPC_FAIL("source " << s << " holds the piece '" << pieces[id]
+                  << "' (a bracket, pad, bos or eos): its words cannot be the tree's words");
+      }
+    }
   }
 }
 
 void TreeTokenFilter::allowed_next(int source, const TokenSequence& prefix, int max_len,
                                    std::vector<char>& allowed) const {
-  THPC_CHECK(source >= 0 && source < static_cast<int>(words_per_source_.size()),
-             "source " << source << " of " << words_per_source_.size());
-  const int words = words_per_source_[source];
+  const int sources = static_cast<int>(copy_words_ ? source_pieces_.size()
+                                                   : words_per_source_.size());
+  THPC_CHECK(source >= 0 && source < sources, "source " << source << " of " << sources);
+  // Word tokens to place: placeholders, or in word mode the source's pieces.
+  const int words = copy_words_ ? static_cast<int>(source_pieces_[source].size())
+                                : words_per_source_[source];
   // The prefix as a tree under construction: open constituents, and whether each holds a
   // word yet (a word token fills every open constituent at once, so those without one
   // are the innermost `empty` ones).
   int depth = 0, placed = 0, empty = 0;
   bool opened = false;
   for (const int32_t token : prefix) {
-    switch (token >= 0 && token < static_cast<int>(kind_.size()) ? kind_[token] : Kind::kOther) {
+    const Kind kind = token >= 0 && token < static_cast<int>(kind_.size()) ? kind_[token]
+                                                                           : Kind::kEos;
+    switch (kind) {
       case Kind::kOpen: ++depth; ++empty; opened = true; break;
       case Kind::kClose: --depth; if (empty > 0) --empty; break;
-      case Kind::kWord: ++placed; empty = 0; break;
-      default: break;  // the filter never allows these; a prefix has none
+      case Kind::kWord: case Kind::kOther: ++placed; empty = 0; break;
+      default: break;  // eos, pad, bos: the filter never allows them inside a prefix
     }
   }
   allowed.assign(kind_.size(), 0);
@@ -78,15 +117,54 @@ void TreeTokenFilter::allowed_next(int source, const TokenSequence& prefix, int 
     allow(opened ? Kind::kEos : Kind::kOpen);  // one root, then the end
     return;
   }
+  // Brackets go between words: in word mode not inside a word's pieces.
+  const bool at_word_boundary =
+      !copy_words_ || placed == words || begins_word_[source_pieces_[source][placed]];
   // Tokens still needed after this one to finish: the words left, a close per open
   // constituent, eos. An opening bracket adds itself and its close.
   const int length = static_cast<int>(prefix.size());
   const int needed = (words - placed) + depth + 1;
-  if (placed < words) allow(Kind::kWord);
-  if (placed < words && depth < kMaxDecodedTreeDepth && length + 1 + needed + 1 <= max_len) {
+  if (placed < words) {
+    if (copy_words_) {
+      allowed[source_pieces_[source][placed]] = 1;
+    } else {
+      allow(Kind::kWord);
+    }
+  }
+  if (placed < words && at_word_boundary && depth < kMaxDecodedTreeDepth &&
+      length + 1 + needed + 1 <= max_len) {
     allow(Kind::kOpen);
   }
-  if (empty == 0 && !(depth == 1 && placed < words)) allow(Kind::kClose);
+  if (at_word_boundary && empty == 0 && !(depth == 1 && placed < words)) allow(Kind::kClose);
+}
+
+void TreeTokenFilter::rescore(int source, const TokenSequence& prefix, float* log_probs) const {
+  if (!copy_words_) return;
+  int placed = 0;
+  for (const int32_t token : prefix) {
+    if (token >= 0 && token < static_cast<int>(kind_.size()) && kind_[token] == Kind::kOther) {
+      ++placed;
+    }
+  }
+  const TokenSequence& pieces = source_pieces_[source];
+  if (placed >= static_cast<int>(pieces.size())) return;
+  const int32_t next = pieces[placed];
+  if (!begins_word_[next]) {  // inside a word: the next piece is forced, it costs nothing
+    log_probs[next] = 0.0f;
+    return;
+  }
+  // At a word boundary the choice is bracket, eos or "the next word": that last one's
+  // probability is that of any word piece, whichever (the words are given, not chosen);
+  // max-shifted log-sum-exp, in double.
+  double top = -1e30;
+  for (size_t id = 0; id < kind_.size(); ++id) {
+    if (kind_[id] == Kind::kOther) top = std::max(top, static_cast<double>(log_probs[id]));
+  }
+  double sum = 0;
+  for (size_t id = 0; id < kind_.size(); ++id) {
+    if (kind_[id] == Kind::kOther) sum += std::exp(log_probs[id] - top);
+  }
+  log_probs[next] = static_cast<float>(std::min(0.0, top + std::log(sum)));
 }
 
 }  // namespace thpc
