@@ -48,8 +48,10 @@ ini_value() {
 vocab=$(ini_value model vocab_size)
 shards=$(ini_value data dir)
 checkpoints=$(ini_value checkpoint dir)
+leaves=$(ini_value decode tree_leaves)
 for override in "$@"; do  # the trainer's overrides of these keys hold here too
   case $override in
+    --decode.tree_leaves=*) leaves=${override#*=} ;;
     --model.vocab_size=*) vocab=${override#*=} ;;
     --data.dir=*) shards=${override#*=} ;;
     --checkpoint.dir=*) checkpoints=${override#*=} ;;
@@ -58,12 +60,13 @@ done
 if [[ -z $vocab || $vocab == 0 || -z $shards || -z $checkpoints ]]; then
   fail "$config must set model.vocab_size (> 0), data.dir and checkpoint.dir"
 fi
+leaves=${leaves:-XX}  # the trainer checks the value; the checkpoint carries it to decoding
 
 mkdir -p "$work"
 files() { for i in $(seq "$1" "$2"); do printf '%s/wsj_%04d.mrg\n' "$trees" "$i"; done; }
-"$build/transformer_trees" linearize --output "$work/train" $(files 1 159)
-"$build/transformer_trees" linearize --output "$work/dev" $(files 160 179)
-"$build/transformer_trees" linearize --output "$work/test" $(files 180 199)
+"$build/transformer_trees" linearize --leaves "$leaves" --output "$work/train" $(files 1 159)
+"$build/transformer_trees" linearize --leaves "$leaves" --output "$work/dev" $(files 160 179)
+"$build/transformer_trees" linearize --leaves "$leaves" --output "$work/test" $(files 180 199)
 # The sentences decoded: the first EVAL_LIMIT (0 = all) of those with at most
 # EVAL_MAX_WORDS words (0 = any length), the same lines of words, tags and gold trees.
 for split in dev test; do
@@ -77,8 +80,10 @@ for split in dev test; do
 done
 
 if [[ -z ${CHECKPOINT:-} ]]; then
-  # Every opening bracket of the training trees, ')' and the word placeholder: whole tokens.
-  symbols=$(tr ' ' '\n' < "$work/train.tree" | grep '^(' | sort -u | paste -sd, -)",),XX"
+  # Every opening bracket of the training trees, ')' and the word placeholder: whole tokens
+  # (with words as leaves, the words are split into pieces as the sentences are).
+  symbols=$(tr ' ' '\n' < "$work/train.tree" | grep '^(' | sort -u | paste -sd, -)",)"
+  [[ $leaves == XX ]] && symbols+=",XX"
   "$build/transformer_preprocess" --source-lang words --target-lang tree \
     --trainpref "$work/train" --validpref "$work/dev" --testpref "$work/test" \
     --destdir "$shards" --vocab-size "$vocab" --user-symbols "$symbols" \
@@ -101,8 +106,9 @@ f_measure() {  # the "-- All --" F-measure of an EVALB report
   awk '/^-- All --/ { all = 1 } all && /^Bracketing FMeasure/ { print $NF; exit }' "$1"
 }
 # Constrained decoding (transformer_decode --tree-constraints): only well-formed trees
-# over exactly the sentence's words; TREE_CONSTRAINTS=0 decodes freely and leaves the
-# repairs to delinearize.
+# over exactly the sentence's words (with words as leaves: its pieces copied in order;
+# the checkpoint's decode.tree_leaves says which); TREE_CONSTRAINTS=0 decodes freely and
+# leaves the repairs to delinearize.
 constraints=--tree-constraints
 [[ ${TREE_CONSTRAINTS:-1} == 0 ]] && constraints=
 for split in dev test; do
