@@ -165,6 +165,11 @@ class Backend {
   virtual void attention_forward(Tensor out, Tensor saved, Tensor q, int ldq, Tensor k,
                                  int ldk, Tensor v, int ldv,
                                  const AttentionShape& shape) = 0;
+  // Whether attention_forward reads the keys and values past key_lengths[b] (and
+  // multiplies them by probability 0, so that NaN there would spread): true unless a
+  // backend says otherwise. Incremental decoding zeroes a new key/value cache only when
+  // it does (the CPU's reads the valid keys alone; CUDA's batched GEMMs read all).
+  virtual bool attention_reads_masked_keys() const { return true; }
   // dq, dk, dv have the layouts (and strides) of q, k, v.
   virtual void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor d_out,
                                   Tensor saved, Tensor q, int ldq, Tensor k, int ldk,

@@ -26,6 +26,8 @@ class CpuBackend final : public Backend {
  public:
   std::string name() const override { return std::string("cpu-") + dtype_name(dtype_of<T>()); }
   bool host_memory() const override { return true; }
+  // cpu::attention_forward's products run over the first key_lengths[b] keys only.
+  bool attention_reads_masked_keys() const override { return false; }
   DType param_dtype() const override { return dtype_of<T>(); }
   DType compute_dtype() const override { return dtype_of<T>(); }
 

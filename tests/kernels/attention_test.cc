@@ -218,6 +218,47 @@ TEST(Attention, MaskedProbabilitiesAreZeroAndRowsSumToOne) {
   }
 }
 
+// Keys and values past key_lengths[b] are never read: NaN there changes no output bit.
+// Incremental decoding relies on it to leave its key/value caches unzeroed on the CPU
+// (Backend::attention_reads_masked_keys; the rows past the position are unwritten).
+// The cases include one query against a cache, the decoder's step (the GEMV path).
+TEST(Attention, KeysPastTheLengthsAreNeverRead) {
+  std::mt19937 rng(46);
+  std::vector<AttentionCase> cases = attention_cases();
+  cases.push_back({"decoding_step", 3, 2, 1, 6, 4, 4, false, 0.0f, {1, 4, 6}, false});
+  cases.push_back({"decoding_step_fused", 2, 2, 1, 1, 3, 3, false, 0.0f, {1, 0}, true});
+  for (const AttentionCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const AttentionProblem clean(c, rng);
+    AttentionProblem poisoned = clean;
+    Values& kv = c.fused_qkv ? poisoned.q_buffer : poisoned.kv_buffer;
+    const size_t width_k = static_cast<size_t>(c.heads) * c.d_k;
+    const size_t width_v = static_cast<size_t>(c.heads) * c.d_v;
+    int poisoned_rows = 0;
+    for (int b = 0; b < c.batch; ++b) {
+      for (int j = c.key_lengths[b]; j < c.key_len; ++j, ++poisoned_rows) {
+        const size_t row = static_cast<size_t>(b) * c.key_len + j;
+        for (size_t e = 0; e < width_k; ++e) {
+          kv[row * poisoned.ldk + poisoned.k_offset + e] = std::nan("");
+        }
+        for (size_t e = 0; e < width_v; ++e) {
+          kv[row * poisoned.ldv + poisoned.v_offset + e] = std::nan("");
+        }
+      }
+    }
+    EXPECT_GT(poisoned_rows, 0);
+    poisoned.shape.key_lengths = poisoned.config.key_lengths.data();
+    Values clean_saved, poisoned_saved;
+    const Values expected = clean.forward(&clean_saved);
+    const Values got = poisoned.forward(&poisoned_saved);
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], expected[i]) << i;
+    ASSERT_EQ(poisoned_saved.size(), clean_saved.size());
+    for (size_t i = 0; i < clean_saved.size(); ++i) {
+      EXPECT_EQ(poisoned_saved[i], clean_saved[i]) << i;
+    }
+  }
+}
+
 // Attention dropout changes the output (some probabilities are dropped) but not the
 // saved probabilities.
 TEST(Attention, DropoutDropsSomeProbabilities) {
