@@ -3,6 +3,7 @@
 // beam search reorders hypotheses (see docs/design.md, "Decoding").
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <utility>
 
 #include "common/error.h"
@@ -83,11 +84,13 @@ void Transformer::begin_incremental(const std::vector<int>& source_of, int max_l
                             s.batch_size * S, sub.d, kv_width);
     ensure_capacity(backend_, inc.cross_kv[layer], sub.act, int64_t(H) * S * kv_width, false);
     backend_.copy_rows(inc.cross_kv[layer], nullptr, per_source, inc.rows.ids, H * S, kv_width);
-    // Attention multiplies the cache rows not yet written by probability 0, and 0 times
-    // uninitialised memory could be NaN: a new cache is zeroed once. A kept one holds
-    // finite values of an earlier batch there, which is as good.
-    ensure_capacity(backend_, inc.self_cache[layer], sub.act,
-                    int64_t(H) * max_len * sub.qkv_width(), true);
+    // A backend whose attention reads the cache rows not yet written multiplies them by
+    // probability 0, and 0 times uninitialised memory could be NaN: there a new cache is
+    // zeroed once (a kept one holds finite values of an earlier batch, as good). The
+    // CPU's reads only the rows written, and zeroing gigabytes of cache (400 hypotheses
+    // x 150 positions x 6 layers) cost it a tenth of a short decode in page clearing.
+    ensure_capacity(backend_, inc.self_cache[layer], sub.act, int64_t(H) * max_len * kv_width,
+                    backend_.attention_reads_masked_keys());
   }
   inc.source_of = source_of;
 }
@@ -103,7 +106,7 @@ void Transformer::reorder_incremental(const std::vector<int>& parent) {
     THPC_CHECK(parent[h] >= 0 && parent[h] < inc.hypotheses,
                "hypothesis " << h << " continues " << parent[h] << " of " << inc.hypotheses);
   }
-  const int self_width = sub.qkv_width();
+  const int self_width = kv_width;  // the self-attention cache keeps k|v, not q
   const int self_rows_used = inc.filled;  // positions 0..filled-1 of each row are read
   // Copies rows_used rows of every (from, to) cache-row pair within each layer's buffers.
   auto copy_blocks = [&](std::vector<Tensor>& dst, const std::vector<Tensor>& src,
@@ -125,16 +128,27 @@ void Transformer::reorder_incremental(const std::vector<int>& parent) {
     }
   };
 
-  if (H == inc.hypotheses) {
-    // In place: each parent's first continuation keeps the parent's cache row; a further
-    // continuation takes the row of a hypothesis that has none, of the same sentence
-    // when there is one (its encoder k|v then stay too). The rows copied from are all
-    // kept and the rows copied into all freed, so no copy reads what another wrote.
+  // In place whenever the caches have rows for H hypotheses (always, except when the
+  // beam widens past what a batch used before): the new hypotheses take rows 0..H-1.
+  // Each parent's first continuation keeps the parent's row when that row is among
+  // them; every other continuation takes a row no one keeps, of the same sentence when
+  // there is one (its encoder k|v then stay too). Copies read kept rows (never written)
+  // or rows >= H (left behind), and write rows no one keeps: no copy reads what another
+  // wrote. When sentences finish (H falls) only the rows of moved hypotheses are copied,
+  // not every live row into a second cache, which would also be fresh memory.
+  const int64_t self_rows_capacity = inc.self_cache.empty()
+                                         ? 0 : inc.self_cache[0].numel / (int64_t(inc.max_len) * self_width);
+  const int64_t cross_rows_capacity = inc.cross_kv.empty()
+                                          ? 0 : inc.cross_kv[0].numel / (int64_t(S) * kv_width);
+  if (H <= self_rows_capacity && H <= cross_rows_capacity) {
+    const int rows = std::max(H, inc.hypotheses);  // rows >= inc.hypotheses hold nothing
+    inc.source_of.resize(rows, -1);
+    inc.cross_lengths_host.resize(rows, 0);
     std::vector<int> row_of(H, -1);
     std::vector<char> kept(H, 0);
     for (int h = 0; h < H; ++h) {
       const int row = inc.row_of[parent[h]];
-      if (!kept[row]) {
+      if (row < H && !kept[row]) {
         kept[row] = 1;
         row_of[h] = row;
       }
@@ -162,13 +176,17 @@ void Transformer::reorder_incremental(const std::vector<int>& parent) {
     copy_blocks(inc.self_cache, inc.self_cache, self_moves, inc.max_len, self_rows_used,
                 self_width);
     copy_blocks(inc.cross_kv, inc.cross_kv, cross_moves, S, S, kv_width);
-    if (!cross_moves.empty()) ensure_ids(backend_, inc.cross_lengths, inc.cross_lengths_host);
+    const bool shrinks = H < inc.hypotheses;
+    inc.source_of.resize(H);
+    inc.cross_lengths_host.resize(H);
+    if (!cross_moves.empty() || shrinks) ensure_ids(backend_, inc.cross_lengths, inc.cross_lengths_host);
+    inc.hypotheses = H;
     inc.row_of = row_of;
     return;
   }
 
-  // The number of hypotheses changes (the beam widens at the first step, sentences
-  // finish): gather every hypothesis' parent rows, self and encoder k|v, into the
+  // More hypotheses than the caches have rows for (the beam widens at the first step of
+  // a batch larger than any before): gather every hypothesis' parent rows, self and encoder k|v, into the
   // spares in hypothesis order, and swap the two.
   std::vector<std::pair<int, int>> moves;
   std::vector<int> source_of(H);
@@ -188,7 +206,8 @@ void Transformer::reorder_incremental(const std::vector<int>& parent) {
     copy_blocks(spares, caches, moves, rows_per_row, rows_used, width);
     std::swap(caches, spares);
   };
-  gather(inc.self_cache, inc.self_spare, inc.max_len, self_rows_used, self_width, true);
+  gather(inc.self_cache, inc.self_spare, inc.max_len, self_rows_used, self_width,
+         backend_.attention_reads_masked_keys());
   // Every row of the encoder's k|v is rewritten (S rows each), so a new spare needs no zeroing.
   gather(inc.cross_kv, inc.cross_spare, S, S, kv_width, false);
   inc.cross_lengths_host = lengths;
@@ -208,6 +227,11 @@ void Transformer::incremental_log_probs(const std::vector<int32_t>& tokens, int 
   const int d = config_.d_model;
   const int width = sub.qkv_width();
   const int kv_width = sub.h * (sub.dk + sub.dv);
+  // The cache keeps each position's k|v (kv_width), not its q: a third less memory to
+  // fill and to move when the beam reorders. copy_rows copies whole rows, so a q|k|v row
+  // is cut into chunks of `chunk` elements, its k|v being the last kv_chunks of them.
+  const int chunk = std::gcd(sub.h * sub.dk, sub.h * sub.dv);
+  const int q_chunks = sub.h * sub.dk / chunk, kv_chunks = kv_width / chunk;
   THPC_CHECK(static_cast<int>(tokens.size()) == H,
              tokens.size() << " tokens for " << H << " hypotheses");
   THPC_CHECK(position >= 0 && position < inc.max_len,
@@ -230,9 +254,17 @@ void Transformer::incremental_log_probs(const std::vector<int32_t>& tokens, int 
   backend_.embedding_forward(x, s.tgt_in.ids, s.embedding.value,
                              table.slice(int64_t(position) * d, d), H, 1, d, vocab_,
                              std::sqrt(static_cast<float>(d)));
-  std::vector<int32_t> append_rows;
-  for (int h = 0; h < H; ++h) append_rows.push_back(h * inc.max_len + position);
-  ensure_ids(backend_, inc.rows, append_rows);
+  // Chunk c of row h's k|v: chunk q_chunks + c of qkv row h -> chunk c of cache row
+  // (h, position).
+  std::vector<int32_t> append_to, append_from;
+  for (int h = 0; h < H; ++h) {
+    for (int c = 0; c < kv_chunks; ++c) {
+      append_to.push_back((h * inc.max_len + position) * kv_chunks + c);
+      append_from.push_back(h * (q_chunks + kv_chunks) + q_chunks + c);
+    }
+  }
+  ensure_ids(backend_, inc.rows, append_to);
+  ensure_ids(backend_, inc.from_rows, append_from);
   const DropoutKey none;
   for (int layer = 0; layer < config_.layers; ++layer) {
     const LayerParams& p = s.decoder[layer];
@@ -243,14 +275,13 @@ void Transformer::incremental_log_probs(const std::vector<int32_t>& tokens, int 
     backend_.linear_forward(qkv, x, p.self_attention.in_weight.value,
                             p.self_attention.in_bias.value, H, d, width);
     Tensor& cache = inc.self_cache[layer];
-    backend_.copy_rows(cache, inc.rows.ids, qkv, nullptr, H, width);
+    backend_.copy_rows(cache, inc.rows.ids, qkv, inc.from_rows.ids, H * kv_chunks, chunk);
     AttentionShape self_shape = attention_shape(config_, H, 1, inc.max_len, false,
                                                 inc.self_lengths.ids, 0.0f, none);
     Tensor context = arena.take(sub.act, int64_t(H) * sub.h * sub.dv);
-    const int64_t k_off = int64_t(sub.h) * sub.dk, v_off = 2 * k_off;
-    backend_.attention_forward(context, Tensor{}, qkv, width,
-                               cache.slice(k_off, cache.numel - k_off), width,
-                               cache.slice(v_off, cache.numel - v_off), width, self_shape);
+    const int64_t v_off = int64_t(sub.h) * sub.dk;  // v's offset in a k|v row
+    backend_.attention_forward(context, Tensor{}, qkv, width, cache, kv_width,
+                               cache.slice(v_off, cache.numel - v_off), kv_width, self_shape);
     Tensor self_out = arena.take(sub.act, int64_t(H) * d);
     backend_.linear_forward(self_out, context, p.self_attention.out_weight.value,
                             p.self_attention.out_bias.value, H, sub.h * sub.dv, d);
@@ -264,7 +295,7 @@ void Transformer::incremental_log_probs(const std::vector<int32_t>& tokens, int 
                                                  inc.cross_lengths.ids, 0.0f, none);
     Tensor& kv = inc.cross_kv[layer];
     backend_.attention_forward(context, Tensor{}, q, sub.h * sub.dk, kv, kv_width,
-                               kv.slice(k_off, kv.numel - k_off), kv_width, cross_shape);
+                               kv.slice(v_off, kv.numel - v_off), kv_width, cross_shape);
     Tensor cross_out = arena.take(sub.act, int64_t(H) * d);
     backend_.linear_forward(cross_out, context, p.cross_attention.out_weight.value,
                             p.cross_attention.out_bias.value, H, sub.h * sub.dv, d);

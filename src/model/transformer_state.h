@@ -139,22 +139,25 @@ struct Transformer::State {
   Tensor d_encoder_out;  // filled by backward_decoder, read by backward_encoder
   std::vector<int32_t> src_lengths_host;
 
-  // Incremental decoding: per decoder layer, the fused q|k|v rows of every past position
-  // of every hypothesis [H * max_len, h(2dk+dv)] (the k|v columns are what attention
-  // reads) and the encoder's k|v rows expanded per hypothesis [H * S, h(dk+dv)].
+  // Incremental decoding: per decoder layer, the self-attention k|v rows of every past
+  // position of every cache row [rows * max_len, h(dk+dv)] (a position's q is used once,
+  // when it is computed, and not kept) and the encoder's k|v rows expanded per cache row
+  // [rows * S, h(dk+dv)].
   struct Incremental {
     int hypotheses = 0, max_len = 0;
     int filled = 0;  // cache positions written so far (0..filled-1)
-    // Per layer: the live caches, and spares that a reorder which changes the number of
-    // hypotheses gathers into before the two swap. Buffers are kept from one batch to
-    // the next and grow only, so decoding allocates and zeroes a cache rarely.
+    // Per layer: the live caches, and spares that a reorder gathers into before the two
+    // swap when there are more hypotheses than the caches have rows (the beam widening
+    // in a batch larger than any before). Buffers are kept from one batch to the next
+    // and grow only, so decoding allocates a cache rarely (and zeroes one only for a
+    // backend whose attention reads unwritten rows).
     std::vector<Tensor> self_cache, cross_kv, self_spare, cross_spare;
     // Per cache row (the rows the decoder's products run over, in this order):
     std::vector<int32_t> cross_lengths_host;  // the source length it attends over
     std::vector<int> source_of;               // the source sentence it reads
-    // Per hypothesis: its cache row. A reorder that keeps the number of hypotheses
-    // leaves every parent's first continuation in the parent's row, so only the rows of
-    // the other continuations are copied (see reorder_incremental).
+    // Per hypothesis: its cache row. A reorder leaves every parent's first continuation
+    // in the parent's row (when that row is below the new hypothesis count), so only the
+    // rows of the other continuations are copied (see reorder_incremental).
     std::vector<int> row_of;
     model_detail::IdBuffer self_lengths, cross_lengths, rows, from_rows;
     // The log-probabilities in cache-row order, before they are put in hypothesis order
