@@ -219,6 +219,27 @@ TEST(ModelForward, PaddingDoesNotChangeAnotherSentence) {
   EXPECT_NEAR(model.evaluate(padded).loss, loss_alone + loss_other, 1e-10);
 }
 
+// A model built for inference (transformer_decode) has no gradient buffer, evaluates
+// exactly as a training one with the same parameters, and refuses to train.
+TEST(ModelForward, InferenceModelEvaluatesAlikeAndRefusesToTrain) {
+  auto backend = make_cpu_backend(DType::F64);
+  const ModelConfig c = small_model(false, false);
+  Transformer training(c, 13, SpecialIds{}, *backend, 3);
+  Transformer inference(c, 13, SpecialIds{}, *backend, 3, Transformer::ModelUse::kInference);
+  EXPECT_TRUE(static_cast<bool>(training.params().grads()));
+  EXPECT_FALSE(static_cast<bool>(inference.params().grads()));
+  EXPECT_FALSE(static_cast<bool>(inference.params().grad("embed.weight")));
+  const Batch batch = small_batch();
+  EXPECT_EQ(inference.evaluate(batch).loss, training.evaluate(batch).loss);
+  try {
+    inference.train_step(batch, 1.0f, DropoutContext{1, 1, 0});
+    FAIL() << "train_step ran without gradients";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("built for inference"), std::string::npos)
+        << error.what();
+  }
+}
+
 TEST(ModelForward, DecoderIsCausal) {
   // Changing a later target token must not change the log-probabilities predicted at
   // earlier positions.

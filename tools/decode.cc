@@ -251,7 +251,8 @@ int run(const Arguments& args) {
                                  static_cast<int64_t>(sentences));
   auto work = [&](int worker, std::unique_ptr<thpc::Backend> backend) {
     try {
-      thpc::Transformer model(config.model, vocab, ids, *backend, /*init_seed=*/std::nullopt);
+      thpc::Transformer model(config.model, vocab, ids, *backend, /*init_seed=*/std::nullopt,
+                              thpc::Transformer::ModelUse::kInference);
       thpc::load_parameters(checkpoint, args.checkpoint, model);
       for (size_t b = next_batch++; b < batches.size(); b = next_batch++) {
         // Each sentence belongs to one batch: the workers write disjoint elements.

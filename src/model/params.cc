@@ -47,13 +47,15 @@ void ParamStore::add(const std::string& name, int64_t rows, int64_t cols, ParamI
   entries_.push_back(entry);
 }
 
-void ParamStore::allocate(Backend& backend) {
+void ParamStore::allocate(Backend& backend, bool gradients) {
   THPC_CHECK(backend_ == nullptr, "parameters allocated twice");
   backend_ = &backend;
   params_ = backend.alloc(backend.param_dtype(), buffer_numel_);
-  grads_ = backend.alloc(backend.param_dtype(), buffer_numel_);
   backend.zero(params_);
-  backend.zero(grads_);
+  if (gradients) {
+    grads_ = backend.alloc(backend.param_dtype(), buffer_numel_);
+    backend.zero(grads_);
+  }
   if (backend.compute_dtype() == backend.param_dtype()) {
     compute_ = params_;
   } else {
@@ -71,7 +73,7 @@ ParamStore::~ParamStore() {
   if (backend_) {
     if (compute_.data != params_.data) backend_->free(compute_);
     backend_->free(params_);
-    backend_->free(grads_);
+    if (grads_) backend_->free(grads_);
   }
 }
 
@@ -138,6 +140,7 @@ Tensor ParamStore::compute(const std::string& name) const {
 
 Tensor ParamStore::grad(const std::string& name) const {
   const ParamEntry& e = entry(name);
+  if (!grads_) return Tensor{};
   return grads_.slice(e.offset, e.numel());
 }
 

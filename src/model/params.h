@@ -39,8 +39,9 @@ class ParamStore {
 
   void add(const std::string& name, int64_t rows, int64_t cols, ParamInit init,
            int64_t fan_in = 0, int64_t fan_out = 0);
-  // Lays out the buffer and allocates parameters and gradients on the backend.
-  void allocate(Backend& backend);
+  // Lays out the buffer and allocates parameters, and gradients unless `gradients` is
+  // false (a model that only decodes: 4 bytes a parameter it would zero for nothing).
+  void allocate(Backend& backend, bool gradients = true);
   ~ParamStore();
 
   // Fills every parameter from Philox keyed by seed and the parameter's index.
@@ -50,13 +51,13 @@ class ParamStore {
   const ParamEntry& entry(const std::string& name) const;
   bool has(const std::string& name) const;
   Tensor param(const std::string& name) const;
-  Tensor grad(const std::string& name) const;
+  Tensor grad(const std::string& name) const;  // null without gradients
   // The weights as the ops read them, in the backend's compute dtype: the fp32 master
   // parameters themselves when the dtypes agree (CPU, GPU fp32), else a bf16 copy of
   // the same layout that refresh_compute() rewrites from the masters.
   Tensor compute(const std::string& name) const;
   Tensor params() const { return params_; }  // the flat buffers, padding included
-  Tensor grads() const { return grads_; }
+  Tensor grads() const { return grads_; }  // null when allocated without gradients
   Tensor compute_params() const { return compute_; }
   // Brings the compute copy up to date after the master parameters changed (the
   // optimizer step, a checkpoint load, initialisation). A no-op without a copy.

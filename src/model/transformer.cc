@@ -95,11 +95,11 @@ void add_transformer_parameters(const ModelConfig& c, int vocab, ParamStore& sto
 // ---------------------------------------------------------------------------------
 
 Transformer::Transformer(const ModelConfig& config, int vocab_size, const SpecialIds& ids,
-                         Backend& backend, std::optional<uint64_t> init_seed)
+                         Backend& backend, std::optional<uint64_t> init_seed, ModelUse use)
     : config_(config), vocab_(vocab_size), ids_(ids), backend_(backend),
       state_(std::make_unique<State>(backend)) {
   add_transformer_parameters(config_, vocab_, params_);
-  params_.allocate(backend_);
+  params_.allocate(backend_, /*gradients=*/use == ModelUse::kTraining);
   if (init_seed) params_.initialize(*init_seed);
 
   State& s = *state_;
@@ -252,6 +252,7 @@ void Transformer::forward_decoder(int batch_size, int T, bool train, const Dropo
 
 LossSums Transformer::train_step(const Batch& batch, float grad_scale,
                                  const DropoutContext& dropout) {
+  THPC_CHECK(params_.grads(), "train_step on a model built for inference (no gradients)");
   State& s = *state_;
   upload_batch(batch);
   forward_encoder(true, dropout);

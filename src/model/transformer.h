@@ -39,8 +39,11 @@ class Transformer {
   // Builds the parameter table, allocates it on `backend` and initialises it from seed;
   // without a seed the parameters stay zero, for a caller that loads all of them next
   // (decoding: drawing 63M random numbers only to overwrite them costs a second).
+  // ModelUse::kInference allocates no gradients (train_step then refuses to run).
+  enum class ModelUse { kTraining, kInference };
   Transformer(const ModelConfig& config, int vocab_size, const SpecialIds& ids,
-              Backend& backend, std::optional<uint64_t> init_seed);
+              Backend& backend, std::optional<uint64_t> init_seed,
+              ModelUse use = ModelUse::kTraining);
   ~Transformer();
 
   const ModelConfig& config() const { return config_; }
