@@ -38,12 +38,15 @@ struct Sublayers {
 
   // ---- self-attention: fused Q|K|V projection, attention, W^O ----
   int qkv_width() const { return h * (2 * dk + dv); }
+  // keep_probabilities = false: the attention probabilities are not stored (no backward
+  // and no attention_weights() will read them; the CPU then never materialises them).
   void self_attention_forward(AttentionActs& a, Arena& arena, Tensor x,
-                              const AttentionParams& p, const AttentionShape& shape) {
+                              const AttentionParams& p, const AttentionShape& shape,
+                              bool keep_probabilities = true) {
     const int rows = shape.batch * shape.query_len;
     const int width = qkv_width();
     a.in = arena.take(act, int64_t(rows) * width);
-    a.saved = arena.take(act, ops.attention_saved_numel(shape));
+    a.saved = keep_probabilities ? arena.take(act, ops.attention_saved_numel(shape)) : Tensor{};
     a.context = arena.take(act, int64_t(rows) * h * dv);
     a.out = arena.take(act, int64_t(rows) * d);
     ops.linear_forward(a.in, x, p.in_weight.value, p.in_bias.value, rows, d, width);

@@ -157,21 +157,31 @@ void Transformer::upload_batch(const Batch& batch) {
 
 
 // x_0 = Dropout(E[tokens] * sqrt(d) + PE), then N encoder layers.
-void Transformer::forward_encoder(bool train, const DropoutContext& ctx) {
+void Transformer::forward_encoder(bool train, const DropoutContext& ctx,
+                                  EncoderActivations keep) {
   State& s = *state_;
   Sublayers sub = sublayers_for(backend_, config_);
   const int rows = s.batch_size * s.src_len;
   const int d = config_.d_model;
   const float p_drop = train ? config_.dropout : 0.0f;
   const float p_attn = train ? config_.attention_dropout : 0.0f;
-  Arena& arena = s.encoder_arena;
-  arena.reset();
+  const bool keep_all = keep == EncoderActivations::kAll;
+  THPC_CHECK(keep_all || !train, "a training forward keeps the activations backward reads");
+  // Keeping every layer's activations (for backward, or attention_weights()) takes them
+  // all from one arena. Without them, layer l takes its own from arena l % 2 after
+  // resetting it, reading its input from the other, which holds layer l-1's: two
+  // layers' worth of memory instead of N (and of fresh pages for a decoder's first
+  // batches). The scratch arena serves as the second: only backward uses it otherwise.
+  Arena* arenas[2] = {&s.encoder_arena, keep_all ? &s.encoder_arena : &s.scratch_arena};
+  Arena& embedding_arena = *arenas[1];  // layer 0 reads x_0 from the other arena
+  arenas[0]->reset();
+  if (!keep_all) arenas[1]->reset();
 
   Tensor positions = s.positions.value ? s.positions.value : s.sinusoid;
-  s.src_embedded = arena.take(sub.act, int64_t(rows) * d);
+  s.src_embedded = embedding_arena.take(sub.act, int64_t(rows) * d);
   backend_.embedding_forward(s.src_embedded, s.src.ids, s.embedding.value, positions, rows,
                              s.src_len, d, vocab_, std::sqrt(static_cast<float>(d)));
-  Tensor x = arena.take(sub.act, int64_t(rows) * d);
+  Tensor x = embedding_arena.take(sub.act, int64_t(rows) * d);
   backend_.dropout_forward(x, s.src_embedded, int64_t(rows) * d, p_drop,
                            dropout_key(ctx, SitePart::Embedding, 0, SiteSlot::SourceEmbedding));
 
@@ -182,11 +192,14 @@ void Transformer::forward_encoder(bool train, const DropoutContext& ctx) {
   for (int layer = 0; layer < config_.layers; ++layer) {
     const LayerParams& p = s.encoder[layer];
     LayerActs& a = s.encoder_acts[layer];
+    Arena& arena = *arenas[layer % 2];
+    if (!keep_all && layer >= 2) arena.reset();  // it holds layer l-2's: read by no one now
     a.x = x;
     const AttentionShape shape = attention_shape(
         config_, s.batch_size, s.src_len, s.src_len, false, s.src_lengths.ids, p_attn,
         dropout_key(ctx, SitePart::Encoder, layer, SiteSlot::SelfAttentionProbs));
-    sub.self_attention_forward(a.self_attention, arena, a.x, p.self_attention, shape);
+    sub.self_attention_forward(a.self_attention, arena, a.x, p.self_attention, shape,
+                               /*keep_probabilities=*/keep_all);
     sub.add_norm_forward(a.norm1, arena, a.x, a.self_attention.out, p.norm1, rows, p_drop,
                          dropout_key(ctx, SitePart::Encoder, layer,
                                      SiteSlot::SelfAttentionResidual));
@@ -196,6 +209,8 @@ void Transformer::forward_encoder(bool train, const DropoutContext& ctx) {
     x = a.output();
   }
   s.encoder_out = x;
+  // Their tensors are overwritten, layer by layer: nothing may read them.
+  if (!keep_all) s.encoder_acts.clear();
 }
 
 void Transformer::forward_decoder(int batch_size, int T, bool train, const DropoutContext& ctx) {
@@ -389,7 +404,7 @@ void Transformer::backward_encoder(const DropoutContext& ctx) {
 
 void Transformer::encode(const Batch& batch) {
   upload_batch(batch);
-  forward_encoder(false, DropoutContext{});
+  forward_encoder(false, DropoutContext{}, EncoderActivations::kOutputOnly);
 }
 
 std::vector<float> Transformer::next_token_log_probs(const std::vector<int32_t>& tgt_in,
@@ -425,8 +440,9 @@ std::vector<float> Transformer::attention_weights(AttentionKind kind, int layer)
   const std::vector<LayerActs>& acts = encoder ? s.encoder_acts : s.decoder_acts;
   THPC_CHECK(layer >= 0 && layer < static_cast<int>(acts.size()),
              "attention weights of " << (encoder ? "encoder" : "decoder") << " layer " << layer
-                                     << " asked for, but " << acts.size()
-                                     << " such layers ran the last forward pass");
+                                     << " asked for, but the last forward pass kept those of "
+                                     << acts.size() << " layers (encode() keeps none: "
+                                     << "evaluate() keeps them all)");
   const Tensor saved = kind == AttentionKind::Cross ? acts[layer].cross_attention.saved
                                                     : acts[layer].self_attention.saved;
   const int query_len = encoder ? s.src_len : s.decoder_len;

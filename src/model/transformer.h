@@ -68,7 +68,8 @@ class Transformer {
   LossSums evaluate(const Batch& batch);
 
   // Decoding support (no dropout). encode() runs the encoder over a source batch (the
-  // targets of `batch` are ignored) and keeps its output; next_token_log_probs() runs
+  // targets of `batch` are ignored) and keeps its output only (no attention_weights():
+  // evaluate() keeps them); next_token_log_probs() runs
   // the decoder over target prefixes tgt_in [B, T] (bos first, pad-free up to each
   // sentence's `prefix_lengths[b]`) against it, recomputing every position, and
   // returns log p(next token | prefix) for each sentence: host [B, vocab].
@@ -110,7 +111,11 @@ class Transformer {
   std::vector<float> download_rows_f32(Tensor rows, int count, int width);
   // The same into `out` (resized; a vector kept from step to step allocates no memory).
   void download_rows_f32(Tensor rows, int count, int width, std::vector<float>& out);
-  void forward_encoder(bool train, const DropoutContext& dropout);
+  // kAll: every layer's activations stay until the next forward (backward reads them,
+  // attention_weights() too); kOutputOnly: only encoder_out (decoding).
+  enum class EncoderActivations { kAll, kOutputOnly };
+  void forward_encoder(bool train, const DropoutContext& dropout,
+                       EncoderActivations keep = EncoderActivations::kAll);
   void forward_decoder(int batch_size, int T, bool train, const DropoutContext& dropout);
   // Backward from the loss gradient (left in the logits) to the embeddings.
   void backward_decoder(const DropoutContext& dropout);
