@@ -421,6 +421,36 @@ TEST_F(CheckpointTest, MinutesSaveOnTheClockDuringTheRunAndZeroDoesNot) {
   EXPECT_EQ(fs::path(only_final[0]).filename(), "step_00000020.h5");
 }
 
+TEST_F(CheckpointTest, MaxMinutesEndsTheRunLikeMaxStepsAndAResumeCountsAfresh) {
+  // The injected clock again (10 s a step): train.max_minutes = 0.5 ends the run after
+  // step 3, the first to end 30 s into training, with the final checkpoint a finished
+  // run writes; a resume has 30 s of its own and ends at step 6, with the parameters of
+  // a 6-step run that was never stopped.
+  const std::vector<std::string> limited = {"train.max_steps=20", "train.max_minutes=0.5",
+                                            "checkpoint.minutes=0"};
+  std::ostringstream log;
+  Trainer first(small_config(path("limited"), limited));
+  first.set_checkpoint_clock([&first] { return 10.0 * static_cast<double>(first.completed_steps()); });
+  EXPECT_EQ(first.run(log), RunEnd::Finished);
+  EXPECT_EQ(first.completed_steps(), 3) << log.str();
+  EXPECT_NE(log.str().find("stopping at step 3: train.max_minutes = 0.5"), std::string::npos)
+      << log.str();
+  const std::vector<std::string> saved = list_checkpoints(path("limited"));
+  ASSERT_EQ(saved.size(), 1u) << log.str();
+  EXPECT_EQ(fs::path(saved[0]).filename(), "step_00000003.h5");
+
+  std::vector<std::string> resume = limited;
+  resume.push_back("checkpoint.resume=auto");
+  Trainer second(small_config(path("limited"), resume));
+  second.set_checkpoint_clock([&second] { return 10.0 * static_cast<double>(second.completed_steps()); });
+  EXPECT_EQ(second.run(log), RunEnd::Finished);
+  EXPECT_EQ(second.completed_steps(), 6) << log.str();
+
+  Trainer whole(small_config(path("whole"), {"train.max_steps=6", "checkpoint.minutes=0"}));
+  whole.run(log);
+  EXPECT_EQ(second.model().params().sha256_hex(), whole.model().params().sha256_hex());
+}
+
 TEST_F(CheckpointTest, KeepsTheLastKAndAveragesTheLastN) {
   std::ostringstream log;
   Trainer(small_config(path("run"), {"train.max_steps=10", "checkpoint.every_steps=2",

@@ -151,6 +151,10 @@ const std::vector<Option>& option_table() {
                   "GPU activations and GEMM operands (weights, moments stay fp32)"),
       THPC_OPTION(train, seed, THPC_ANY, "seed of parameters, dropout and synthetic data"),
       THPC_OPTION(train, max_steps, THPC_AT_LEAST(1), "optimizer steps to train (§5.2)"),
+      THPC_OPTION(train, max_minutes, THPC_AT_LEAST(0),
+                  "end the run at the first step that ends after this many wall-clock "
+                  "minutes of training (fractions allowed), as at max_steps: checkpoint, "
+                  "average, summary, exit 0; a resumed run counts afresh; 0 = no limit"),
       THPC_OPTION(train, tokens_per_step, THPC_AT_LEAST(1),
                   "padded tokens per step on each side, source and target (§5.1)"),
       THPC_OPTION(train, accumulate, THPC_AT_LEAST(1), "micro-batches per optimizer step"),

@@ -39,6 +39,7 @@ struct TrainConfig {
   std::string precision = "bf16";  // GPU activations and GEMM operands: bf16 | fp32
   uint64_t seed = 1;
   int64_t max_steps = 100000;
+  float max_minutes = 0.0f;        // wall-clock limit of a run's training; 0 = none
   int64_t tokens_per_step = 25000;  // padded tokens per step on each side (source, target)
   int accumulate = 1;              // micro-batches per optimizer step
   int warmup_steps = 4000;         // §5.3

@@ -588,6 +588,7 @@ RunEnd Trainer::run(std::ostream& log) {
   const auto start = Clock::now();
   auto interval_start = start;
   double last_save = checkpoint_clock_();
+  const double training_start = last_save;  // train.max_minutes counts from here
   int64_t interval_first_step = first_step;  // the step before the interval's first
   int64_t interval_tgt_tokens = 0, total_tgt_tokens = 0;
   // checkpoint.keep_best's metric, whose best step and validations since (patience) are
@@ -696,14 +697,18 @@ RunEnd Trainer::run(std::ostream& log) {
       }
     }
     if (last.step == stop_at_step) std::raise(SIGTERM);
-    // Whether to save (and stop) is rank 0's decision, from its clock and the signals
-    // it saw, broadcast so that every rank agrees on the step without waiting on clocks.
-    const double since_save = checkpoint_clock_() - last_save;
+    // Whether to save (and stop, by a signal or the time limit) is rank 0's decision, from
+    // its clock and the signals it saw, broadcast so that every rank agrees on the step
+    // without waiting on clocks.
+    const double now = checkpoint_clock_();
+    const double limit_s = 60.0 * static_cast<double>(config_.train.max_minutes);
+    const bool out_of_time = limit_s > 0 && now - training_start >= limit_s;
     const int64_t decision = comm_.broadcast_from_root(
-        2 * static_cast<int64_t>(stop_requested_by()) +
-        (checkpoint_due(config_.checkpoint, last.step, since_save) ? 1 : 0));
-    const int stop_signal = static_cast<int>(decision / 2);
-    if (decision != 0) {
+        4 * static_cast<int64_t>(stop_requested_by()) + (out_of_time ? 2 : 0) +
+        (checkpoint_due(config_.checkpoint, last.step, now - last_save) ? 1 : 0));
+    const int stop_signal = static_cast<int>(decision / 4);
+    const bool stopped_by_time = (decision / 2) % 2 != 0;
+    if (decision % 2 != 0 || stop_signal != 0) {
       const std::string path = comm_.is_root() ? save_checkpoint(out) : std::string();
       last_saved_step = last.step;
       last_save = checkpoint_clock_();
@@ -714,8 +719,13 @@ RunEnd Trainer::run(std::ostream& log) {
         return RunEnd::Stopped;
       }
     }
-    // A stop by patience ends like a finished run: final checkpoint, average, summary.
-    if (stopped_by_patience) break;
+    // A stop by patience or by the time limit ends like a finished run: final
+    // checkpoint, average, summary.
+    if (stopped_by_time && !stopped_by_patience && last.step < config_.train.max_steps) {
+      out << "stopping at step " << last.step << ": train.max_minutes = "
+          << config_.train.max_minutes << " of training reached" << std::endl;
+    }
+    if (stopped_by_patience || stopped_by_time) break;
   }
   if (comm_.is_root()) {
     if (last_saved_step != completed_steps_) save_checkpoint(out);

@@ -82,7 +82,8 @@ std::vector<LogField> validation_fields(const ValidationStats& stats);
 void evaluate_checkpoint(const Config& config, const std::string& path,
                          const Communicator& comm, std::ostream& log);
 
-// How run() ended: all train.max_steps done, or stopped early by SIGTERM/SIGUSR1 after
+// How run() ended: all train.max_steps done (or ended early like it by checkpoint.patience
+// or train.max_minutes), or stopped early by SIGTERM/SIGUSR1 after
 // writing a checkpoint, or before the first step when the signal came during start-up
 // (all are a success for the batch system: exit code 0).
 enum class RunEnd { Finished, Stopped };
@@ -116,8 +117,9 @@ class Trainer {
   // comparison afresh.
   void restore(const Checkpoint& checkpoint, const std::string& source);
 
-  // The clock of checkpoint.minutes, in seconds (steady_seconds() unless replaced): a
-  // test drives it to get checkpoints at exact steps instead of depending on wall time.
+  // The clock of checkpoint.minutes and train.max_minutes, in seconds (steady_seconds()
+  // unless replaced): a test drives it to get checkpoints and the time limit at exact
+  // steps instead of depending on wall time.
   void set_checkpoint_clock(std::function<double()> seconds) {
     checkpoint_clock_ = std::move(seconds);
   }
