@@ -1,24 +1,36 @@
 #!/usr/bin/env bash
-# Everything a session with a lent GPU (H100/H200) should run, in one device call (few,
-# full calls cost the least device time).
+# Everything a session with a lent GPU (H100/H200) should run, in three device calls of
+# under 10 minutes each (few, full calls cost the least device time), one per stage:
 #
 #   bash bench/gpu_session.sh --prepare GPU_HOST_DIR   # here (Debian, apt): the bundle + data
 #   bash bench/gpu_session.sh --dry-run                # here: rehearse everything but the GPU
-#   bash bench/gpu_session.sh                          # on the GPU host (the device call):
+#   bash bench/gpu_session.sh [tests]                  # on the GPU host (the device call):
 #       run(command="bash bench/gpu_session.sh", carry=["gpu-bundle", "shared-for-gpu"])
+#   bash bench/gpu_session.sh translate                # the next call, while the machine
+#   bash bench/gpu_session.sh parse                    #   is warm (its build-gpu is kept)
 #
 # --prepare runs GPU_HOST_DIR/fetch.sh (the scripts that make a CUDA host without our
 # Debian libraries able to build: .debs unpacked with dpkg -x, see their README) into
 # gpu-bundle/, and copies what the GPU run reads into shared-for-gpu/: the data sets the
 # GPU tests and benchmarks use, laid out for THPC_DATA (from $THPC_DATA, see
-# tools/fetch_data.sh), and the PyTorch peer (from $TORCH_REFERENCE). Both folders are git-ignored: they travel only as
-# the device call's carried paths.
+# tools/fetch_data.sh), and the PyTorch peer (from $TORCH_REFERENCE). Both folders are
+# git-ignored: they travel only as the device call's carried paths.
 #
-# On the GPU host it unpacks the Debian libraries (gpu-bundle/use.sh), builds for sm_90,
-# runs the CUDA twin tests, the whole-model GPU tests, the step benchmark against PyTorch
-# and the rest of the suite, and leaves the logs in $OUT (or ./gpu-logs without $OUT).
+# On the GPU host every stage unpacks the Debian libraries (gpu-bundle/use.sh) and builds
+# for sm_90 in build-gpu/ (incrementally when a warm machine kept it), then:
+#   tests      the CUDA twin tests and whole-model GPU tests (memcheck on a short run
+#              among them), racecheck on the attention and layer-norm twins, the step
+#              benchmark against PyTorch at 25,000 + 25,000 tokens, the rest of the suite;
+#   translate  Multi30k with base-sized layers (6 x 512, d_ff 2048, 8 heads) trained for
+#              TRAIN_MINUTES (default 5; train.max_minutes), the last 5 checkpoints averaged,
+#              test_2016_flickr decoded with beam 4 and scored (sacreBLEU 13a), then
+#              newstest2014 (3,003 lines) decoded with beam 4 and greedily: tokens/s;
+#   parse      input/parse_wsj.ini trained for TRAIN_MINUTES (default 6), dev and test
+#              decoded with the config's beam 21 and scored with EVALB beside the
+#              right-branching baseline.
+# The logs go to $OUT (or ./gpu-logs without $OUT).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
 # The device call carries the tree and these paths, 64 MiB in all (the device tool's limit).
 readonly CARRIED=(gpu-bundle shared-for-gpu)
@@ -71,7 +83,8 @@ dry_run() {
       problem "$THPC_DATA/$set missing or not the expected bytes"
   done
   [ -f "$TORCH_REFERENCE" ] || problem "$TORCH_REFERENCE missing"
-  for script in bench/step_vs_torch.sh tools/fetch_data.sh; do
+  for script in bench/step_vs_torch.sh bench/cpu_decode_speed.sh tools/fetch_data.sh \
+      tools/run_multi30k.sh tools/run_parser.sh tools/evaluate.sh; do
     bash -n "$script" || problem "$script does not parse"
   done
   local bytes
@@ -95,8 +108,9 @@ dry_run() {
 case ${1:-} in
   --prepare) prepare "${2:-}"; exit ;;
   --dry-run) dry_run; exit ;;
-  "") ;;
-  *) sed -n '2,9p' "$0" >&2; exit 2 ;;
+  "" | tests) stage=tests ;;
+  translate | parse) stage=$1 ;;
+  *) sed -n '2,11p' "$0" >&2; exit 2 ;;
 esac
 
 OUT=${OUT:-$PWD/gpu-logs}
@@ -105,18 +119,62 @@ mkdir -p "$OUT"
 source gpu-bundle/use.sh /tmp/sysroot gpu-bundle > "$OUT/setup.log" 2>&1 || {
   echo "gpu-bundle/use.sh failed"; tail -20 "$OUT/setup.log"; exit 1; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+# The translate and parse stages build only the programs they run (a cold machine then
+# spends its minutes on training, not on the test executables).
+targets=()
+[ "$stage" = tests ] || targets=(--target transformer_hpc transformer_preprocess
+  transformer_data_stats transformer_average transformer_decode transformer_score
+  transformer_trees transformer_evalb)
 { cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
-  cmake --build build-gpu -j"$(nproc)"; } > "$OUT/build.log" 2>&1 || {
+  cmake --build build-gpu -j"$(nproc)" "${targets[@]}"; } > "$OUT/build.log" 2>&1 || {
   echo "build failed"; tail -40 "$OUT/build.log"; exit 1; }
 ldd build-gpu/transformer_hpc | grep -E "not found|cuda|nccl|mpi|hdf5" | tee "$OUT/ldd.txt"
-# The twin tests and the whole-model tests (they skip nothing here: a GPU is present).
-ctest --test-dir build-gpu -R "Cuda|GradientReducer" --output-on-failure -j4 \
-  > "$OUT/ctest_cuda.log" 2>&1
-grep -E "tests passed|Failed|\*\*\*" "$OUT/ctest_cuda.log" | tail -30
-# Each twin case's measured error beside its tolerance, for tightening the bf16 bounds.
-grep -E "^twin " "$OUT/ctest_cuda.log" > "$OUT/twin_errors.txt"
-# The step benchmark against the PyTorch peer on base-shaped batches.
-BUILD=build-gpu bash bench/step_vs_torch.sh base 25000 2>&1 | tee "$OUT/bench_base.txt"
-# The rest of the CPU suite on this machine, for completeness.
-ctest --test-dir build-gpu -E "Cuda|Learning" -j8 > "$OUT/ctest_rest.log" 2>&1
-grep -E "tests passed|Failed" "$OUT/ctest_rest.log" | tail -5
+
+tests_stage() {
+  # The twin tests and the whole-model tests (they skip nothing here: a GPU is present).
+  ctest --test-dir build-gpu -R "Cuda|GradientReducer" --output-on-failure -j4 \
+    > "$OUT/ctest_cuda.log" 2>&1
+  grep -E "tests passed|Failed|\*\*\*" "$OUT/ctest_cuda.log" | tail -30
+  # Each twin case's measured error beside its tolerance, for tightening the bf16 bounds.
+  grep -E "^twin " "$OUT/ctest_cuda.log" > "$OUT/twin_errors.txt"
+  # Shared-memory races in the kernels that reduce within a block.
+  for twin in attention:CudaAttention.* layernorm:CudaLayerNorm.*; do
+    timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 \
+      "build-gpu/tests/test_kernel_${twin%%:*}" --gtest_filter="${twin#*:}" \
+      > "$OUT/racecheck_${twin%%:*}.log" 2>&1
+    echo "racecheck ${twin%%:*}: exit $? ($(grep -m1 "ERROR SUMMARY" "$OUT/racecheck_${twin%%:*}.log"))"
+  done
+  # The step benchmark against the PyTorch peer on base-shaped batches.
+  BUILD=build-gpu bash bench/step_vs_torch.sh base 25000 2>&1 | tee "$OUT/bench_base.txt"
+  # The rest of the CPU suite on this machine, for completeness.
+  ctest --test-dir build-gpu -E "Cuda|Learning" -j8 > "$OUT/ctest_rest.log" 2>&1
+  grep -E "tests passed|Failed" "$OUT/ctest_rest.log" | tail -5
+}
+
+translate_stage() {
+  local checkpoints=build-gpu/multi30k/checkpoints
+  rm -rf "$checkpoints"
+  # One checkpoint a minute: the last 5 are averaged, as the paper's base recipe.
+  BUILD=build-gpu bash tools/run_multi30k.sh --model.layers=6 --model.d_model=512 \
+    --model.d_ff=2048 --model.heads=8 --train.backend=cuda \
+    --train.max_minutes="${TRAIN_MINUTES:-5}" --checkpoint.minutes=1 --checkpoint.keep=5 \
+    --checkpoint.dir="$checkpoints" > "$OUT/multi30k_train.log" 2>&1
+  echo "multi30k training: exit $?"
+  grep -E "^(step|valid|summary|final|stopping)" "$OUT/multi30k_train.log" | tail -12
+  timeout 180 env THPC_BUILD=build-gpu bash tools/evaluate.sh "$checkpoints" \
+    "$THPC_DATA/multi30k/test_2016_flickr.en" "$THPC_DATA/multi30k/test_2016_flickr.de" 5 \
+    -- --beam 4 2>&1 | tee "$OUT/multi30k_bleu.txt"
+  # Decoding speed on newstest2014 with the averaged model (transformer_decode's default
+  # --batch-tokens 4096 padded source tokens per batch).
+  timeout 240 env THPC_BUILD=build-gpu bash bench/cpu_decode_speed.sh \
+    "$checkpoints/eval/average_last5.h5" 3003 2>&1 | tee "$OUT/newstest_decode_speed.txt"
+}
+
+parse_stage() {
+  BUILD=build-gpu bash tools/run_parser.sh input/parse_wsj.ini \
+    --train.max_minutes="${TRAIN_MINUTES:-6}" > "$OUT/parse_wsj.log" 2>&1
+  echo "parse_wsj: exit $?"
+  grep -E "^(step|valid|summary|final|stopping|dev|test)" "$OUT/parse_wsj.log" | tail -12
+}
+
+"${stage}_stage"
