@@ -21,6 +21,9 @@ MEAN_LENGTH = 27             # mean WMT14 EN-DE sentence length in BPE tokens
 BACKWARD_SHARE = 2 / 3       # backward is 2/3 of the step's FLOPs: what overlap can hide
 
 MODELS = {"base": dict(N=6, d=512, f=2048), "big": dict(N=6, d=1024, f=4096)}
+# The paper's recipes (§5.2): steps, and its time on 8 P100 GPUs (0.4 s and 1.0 s a step).
+RECIPES = {"base": (100_000, "12 hours"), "big": (300_000, "3.5 days")}
+BATCH_TOKENS = 25000         # per side, per step, over all GPUs (§5.1)
 
 
 def parameters(N, d, f):
@@ -64,6 +67,22 @@ def main():
             print(f"| {gpus} | {link} | {comm * 1e3:.1f} | {compute / (compute + comm):.1%} "
                   f"| {compute / (compute + exposed):.1%} |")
         print()
+    print("### The paper's recipes: 25000 + 25000 tokens per step (one GPU accumulates the "
+          "step's batch)\n")
+    print("| model | steps | GPUs | ms per step | training time | the paper, 8 P100 |")
+    print("|---|---:|---:|---:|---:|---|")
+    for name, (steps, paper) in RECIPES.items():
+        m = MODELS[name]
+        grad_bytes = 4 * parameters(**m)
+        for gpus in (1, 8):
+            tokens = BATCH_TOKENS / gpus
+            compute = step_flops(**m, src=tokens, tgt=tokens, L=MEAN_LENGTH) / (
+                EFFICIENCY * PEAK_FLOPS)
+            exposed = max(0.0, allreduce_seconds(gpus, grad_bytes) - BACKWARD_SHARE * compute)
+            step = compute + exposed
+            print(f"| {name} | {steps:,} | {gpus} | {step * 1e3:.1f} | "
+                  f"{steps * step / 3600:.1f} h | {paper} |")
+    print()
 
 
 if __name__ == "__main__":
