@@ -6,11 +6,12 @@
 #
 # Tokens are the SentencePiece pieces of the translations (the checkpoint's own model,
 # extracted with h5dump; the end-of-sentence token not counted), divided by the wall
-# time of the whole program (loading and encoding included). Without --threads in the
-# decode options, the workers are the checkpoint's train.threads (0 = one per core).
+# time of the whole program (loading and encoding included), printed with the program's
+# user and system seconds (system time: page faults, thread waits). Without --threads in
+# the decode options, the workers are the checkpoint's train.threads (0 = one per core).
 # THPC_BUILD names the build directory.
 set -euo pipefail
-[ $# -ge 1 ] || { sed -n '2,10p' "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,12p' "$0" >&2; exit 2; }
 checkpoint=$1
 shift
 lines=300
@@ -25,12 +26,16 @@ head -n "$lines" "$data/newstest2014.en" > "$work/source.en"
 h5dump -d /spm_model -b LE -o "$work/spm.model" "$checkpoint" > /dev/null
 echo "$(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "checkpoint $checkpoint: $(h5dump -a /architecture "$checkpoint" | grep -o '"layers=[^"]*"')"
+# bash's `time` gives the decoder's wall, user and system seconds (system time: page
+# faults and thread synchronisation, which the speed work keeps under 10% of wall).
+TIMEFORMAT='%R %U %S'
 for mode in "--beam 4" "--greedy"; do
-  start=$(date +%s.%N)
-  "$build/transformer_decode" --checkpoint "$checkpoint" --input "$work/source.en" \
-    --output "$work/hyp" $mode "$@"
-  end=$(date +%s.%N)
+  read -ra mode_options <<< "$mode"
+  { time "$build/transformer_decode" --checkpoint "$checkpoint" --input "$work/source.en" \
+      --output "$work/hyp" "${mode_options[@]}" "$@" 2> "$work/stderr"; } 2> "$work/time" ||
+    { cat "$work/stderr" >&2; exit 1; }
+  read -r wall user sys < "$work/time"
   tokens=$(spm_encode --model "$work/spm.model" < "$work/hyp" | wc -w)
-  awk -v mode="$mode" -v lines="$lines" -v tokens="$tokens" -v start="$start" -v end="$end" \
-    'BEGIN { s = end - start; printf "%-9s %d lines, %d target tokens in %.1f s: %.0f tokens/s, %.1f sentences/s\n", mode, lines, tokens, s, tokens / s, lines / s }'
+  awk -v mode="$mode" -v lines="$lines" -v tokens="$tokens" -v s="$wall" -v user="$user" \
+    -v sys="$sys" 'BEGIN { printf "%-9s %d lines, %d target tokens in %.1f s: %.0f tokens/s, %.1f sentences/s; user %.1f s, system %.1f s (%.1f%% of wall)\n", mode, lines, tokens, s, tokens / s, lines / s, user, sys, 100 * sys / s }'
 done
