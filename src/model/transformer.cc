@@ -130,8 +130,8 @@ Transformer::~Transformer() {
   release_incremental();
   State& s = *state_;
   for (IdBuffer* b : {&s.src, &s.tgt_in, &s.tgt_out, &s.src_lengths, &s.tgt_lengths,
-                      &s.incremental.self_lengths, &s.incremental.cross_lengths,
-                      &s.incremental.rows, &s.incremental.from_rows}) {
+                      &s.incremental.self_lengths, &s.incremental.rows,
+                      &s.incremental.from_rows, &s.incremental.cross_slots}) {
     backend_.free_ids(b->ids);
   }
   if (s.sinusoid) backend_.free(s.sinusoid);

@@ -21,7 +21,7 @@ using namespace model_detail;
 void Transformer::release_incremental() {
   State::Incremental& inc = state_->incremental;
   for (std::vector<Tensor>* caches :
-       {&inc.self_cache, &inc.cross_kv, &inc.self_spare, &inc.cross_spare}) {
+       {&inc.self_cache, &inc.cross_kv, &inc.self_spare}) {
     for (Tensor& t : *caches) backend_.free(t);
     caches->clear();
   }
@@ -58,32 +58,23 @@ void Transformer::begin_incremental(const std::vector<int>& source_of, int max_l
   inc.hypotheses = H;
   inc.max_len = max_len;
   inc.filled = 0;
-  // Which encoder rows each hypothesis reads: hypothesis h, key j <- row source*S + j.
-  std::vector<int32_t> rows;
-  inc.cross_lengths_host.clear();
   inc.row_of.clear();
   for (int h = 0; h < H; ++h) {
     THPC_CHECK(source_of[h] >= 0 && source_of[h] < s.batch_size,
                "hypothesis " << h << " continues source " << source_of[h] << " of "
                              << s.batch_size);
-    for (int j = 0; j < S; ++j) rows.push_back(source_of[h] * S + j);
-    inc.cross_lengths_host.push_back(s.src_lengths_host[source_of[h]]);
     inc.row_of.push_back(h);
   }
-  ensure_ids(backend_, inc.rows, rows);
-  ensure_ids(backend_, inc.cross_lengths, inc.cross_lengths_host);
-  Arena& arena = s.step_arena;
-  arena.reset();
   inc.cross_kv.resize(config_.layers);
   inc.self_cache.resize(config_.layers);
   for (int layer = 0; layer < config_.layers; ++layer) {
     const AttentionParams& p = s.decoder[layer].cross_attention;
-    // The encoder's k|v once per source, then one copy per hypothesis.
-    Tensor per_source = arena.take(sub.act, int64_t(s.batch_size) * S * kv_width);
-    backend_.linear_forward(per_source, s.encoder_out, p.kv_weight.value, p.kv_bias.value,
-                            s.batch_size * S, sub.d, kv_width);
-    ensure_capacity(backend_, inc.cross_kv[layer], sub.act, int64_t(H) * S * kv_width, false);
-    backend_.copy_rows(inc.cross_kv[layer], nullptr, per_source, inc.rows.ids, H * S, kv_width);
+    // The encoder's k|v once per source sentence, which all of its hypotheses read
+    // (incremental_log_probs groups their queries by sentence).
+    ensure_capacity(backend_, inc.cross_kv[layer], sub.act,
+                    int64_t(s.batch_size) * S * kv_width, false);
+    backend_.linear_forward(inc.cross_kv[layer], s.encoder_out, p.kv_weight.value,
+                            p.kv_bias.value, s.batch_size * S, sub.d, kv_width);
     // A backend whose attention reads the cache rows not yet written multiplies them by
     // probability 0, and 0 times uninitialised memory could be NaN: there a new cache is
     // zeroed once (a kept one holds finite values of an earlier batch, as good). The
@@ -100,7 +91,6 @@ void Transformer::reorder_incremental(const std::vector<int>& parent) {
   State::Incremental& inc = s.incremental;
   Sublayers sub = sublayers_for(backend_, config_);
   const int H = static_cast<int>(parent.size());
-  const int S = s.src_len;
   const int kv_width = sub.h * (sub.dk + sub.dv);
   for (int h = 0; h < H; ++h) {
     THPC_CHECK(parent[h] >= 0 && parent[h] < inc.hypotheses,
@@ -128,22 +118,18 @@ void Transformer::reorder_incremental(const std::vector<int>& parent) {
     }
   };
 
-  // In place whenever the caches have rows for H hypotheses (always, except when the
-  // beam widens past what a batch used before): the new hypotheses take rows 0..H-1.
-  // Each parent's first continuation keeps the parent's row when that row is among
-  // them; every other continuation takes a row no one keeps, of the same sentence when
-  // there is one (its encoder k|v then stay too). Copies read kept rows (never written)
-  // or rows >= H (left behind), and write rows no one keeps: no copy reads what another
-  // wrote. When sentences finish (H falls) only the rows of moved hypotheses are copied,
-  // not every live row into a second cache, which would also be fresh memory.
-  const int64_t self_rows_capacity = inc.self_cache.empty()
-                                         ? 0 : inc.self_cache[0].numel / (int64_t(inc.max_len) * self_width);
-  const int64_t cross_rows_capacity = inc.cross_kv.empty()
-                                          ? 0 : inc.cross_kv[0].numel / (int64_t(S) * kv_width);
-  if (H <= self_rows_capacity && H <= cross_rows_capacity) {
-    const int rows = std::max(H, inc.hypotheses);  // rows >= inc.hypotheses hold nothing
-    inc.source_of.resize(rows, -1);
-    inc.cross_lengths_host.resize(rows, 0);
+  // In place whenever the cache has rows for H hypotheses (always, except when the beam
+  // widens past what a batch used before): the new hypotheses take rows 0..H-1. Each
+  // parent's first continuation keeps the parent's row when that row is among them;
+  // every other continuation takes a row no one keeps. Copies read kept rows (never
+  // written) or rows >= H (left behind), and write rows no one keeps: no copy reads
+  // what another wrote. When sentences finish (H falls) only the rows of moved
+  // hypotheses are copied, not every live row into a second cache, which would also be
+  // fresh memory. (The encoder's k|v are per sentence and never move.)
+  const int64_t self_rows_capacity =
+      inc.self_cache.empty() ? 0 : inc.self_cache[0].numel / (int64_t(inc.max_len) * self_width);
+  if (H <= self_rows_capacity) {
+    inc.source_of.resize(std::max(H, inc.hypotheses), -1);  // rows >= inc.hypotheses: empty
     std::vector<int> row_of(H, -1);
     std::vector<char> kept(H, 0);
     for (int h = 0; h < H; ++h) {
@@ -153,65 +139,44 @@ void Transformer::reorder_incremental(const std::vector<int>& parent) {
         row_of[h] = row;
       }
     }
-    std::vector<std::pair<int, int>> self_moves, cross_moves;
+    std::vector<std::pair<int, int>> moves;
+    int free_row = 0;
     for (int h = 0; h < H; ++h) {
       if (row_of[h] >= 0) continue;
       const int from = inc.row_of[parent[h]];
-      int to = -1;
-      for (int row = 0; row < H && to < 0; ++row) {
-        if (!kept[row] && inc.source_of[row] == inc.source_of[from]) to = row;
-      }
-      for (int row = 0; row < H && to < 0; ++row) {
-        if (!kept[row]) to = row;
-      }
-      kept[to] = 1;
-      row_of[h] = to;
-      self_moves.push_back({from, to});
-      if (inc.source_of[to] != inc.source_of[from]) {
-        cross_moves.push_back({from, to});
-        inc.source_of[to] = inc.source_of[from];
-        inc.cross_lengths_host[to] = inc.cross_lengths_host[from];
-      }
+      while (kept[free_row]) ++free_row;
+      kept[free_row] = 1;
+      row_of[h] = free_row;
+      moves.push_back({from, free_row});
     }
-    copy_blocks(inc.self_cache, inc.self_cache, self_moves, inc.max_len, self_rows_used,
+    // Sources after the copies' reads are planned: a move's source row may be another's
+    // destination only if it is >= H or kept, neither of which is a destination.
+    for (const auto& [from, to] : moves) inc.source_of[to] = inc.source_of[from];
+    copy_blocks(inc.self_cache, inc.self_cache, moves, inc.max_len, self_rows_used,
                 self_width);
-    copy_blocks(inc.cross_kv, inc.cross_kv, cross_moves, S, S, kv_width);
-    const bool shrinks = H < inc.hypotheses;
     inc.source_of.resize(H);
-    inc.cross_lengths_host.resize(H);
-    if (!cross_moves.empty() || shrinks) ensure_ids(backend_, inc.cross_lengths, inc.cross_lengths_host);
     inc.hypotheses = H;
     inc.row_of = row_of;
     return;
   }
 
-  // More hypotheses than the caches have rows for (the beam widens at the first step of
-  // a batch larger than any before): gather every hypothesis' parent rows, self and encoder k|v, into the
-  // spares in hypothesis order, and swap the two.
+  // More hypotheses than the cache has rows for (the beam widens at the first step of a
+  // batch larger than any before): gather every hypothesis' parent row into the spare
+  // in hypothesis order, and swap the two.
   std::vector<std::pair<int, int>> moves;
   std::vector<int> source_of(H);
-  std::vector<int32_t> lengths(H);
   for (int h = 0; h < H; ++h) {
     const int from = inc.row_of[parent[h]];
     moves.push_back({from, h});
     source_of[h] = inc.source_of[from];
-    lengths[h] = inc.cross_lengths_host[from];
   }
-  auto gather = [&](std::vector<Tensor>& caches, std::vector<Tensor>& spares,
-                    int rows_per_row, int rows_used, int width, bool zero_new) {
-    spares.resize(caches.size());
-    for (Tensor& spare : spares) {
-      ensure_capacity(backend_, spare, sub.act, int64_t(H) * rows_per_row * width, zero_new);
-    }
-    copy_blocks(spares, caches, moves, rows_per_row, rows_used, width);
-    std::swap(caches, spares);
-  };
-  gather(inc.self_cache, inc.self_spare, inc.max_len, self_rows_used, self_width,
-         backend_.attention_reads_masked_keys());
-  // Every row of the encoder's k|v is rewritten (S rows each), so a new spare needs no zeroing.
-  gather(inc.cross_kv, inc.cross_spare, S, S, kv_width, false);
-  inc.cross_lengths_host = lengths;
-  ensure_ids(backend_, inc.cross_lengths, inc.cross_lengths_host);
+  inc.self_spare.resize(inc.self_cache.size());
+  for (Tensor& spare : inc.self_spare) {
+    ensure_capacity(backend_, spare, sub.act, int64_t(H) * inc.max_len * self_width,
+                    backend_.attention_reads_masked_keys());
+  }
+  copy_blocks(inc.self_spare, inc.self_cache, moves, inc.max_len, self_rows_used, self_width);
+  std::swap(inc.self_cache, inc.self_spare);
   inc.source_of = source_of;
   inc.hypotheses = H;
   inc.row_of.resize(H);
@@ -265,6 +230,22 @@ void Transformer::incremental_log_probs(const std::vector<int32_t>& tokens, int 
   }
   ensure_ids(backend_, inc.rows, append_to);
   ensure_ids(backend_, inc.from_rows, append_from);
+  // Encoder-decoder attention runs per source sentence: cache row r's query goes to
+  // slot (source_of[r], k), k counting that sentence's rows, so that each sentence's
+  // queries [slots, h*dk] attend over its own S encoder k|v (kept once per sentence, not
+  // once per hypothesis). Slots no row fills hold zero queries, whose outputs are unused.
+  const int sources = s.batch_size, S = s.src_len;
+  std::vector<int32_t> slot_of_row(H);
+  std::vector<int> filled_slots(sources, 0);
+  int slots = 1;
+  for (int r = 0; r < H; ++r) slots = std::max(slots, ++filled_slots[inc.source_of[r]]);
+  std::fill(filled_slots.begin(), filled_slots.end(), 0);
+  for (int r = 0; r < H; ++r) {
+    const int source = inc.source_of[r];
+    slot_of_row[r] = source * slots + filled_slots[source]++;
+  }
+  ensure_ids(backend_, inc.cross_slots, slot_of_row);
+  const bool every_slot_filled = H == sources * slots;
   const DropoutKey none;
   for (int layer = 0; layer < config_.layers; ++layer) {
     const LayerParams& p = s.decoder[layer];
@@ -287,15 +268,21 @@ void Transformer::incremental_log_probs(const std::vector<int32_t>& tokens, int 
                             p.self_attention.out_bias.value, H, sub.h * sub.dv, d);
     sub.add_norm_forward(a.norm1, arena, x, self_out, p.norm1, H, 0.0f, none);
 
-    // Encoder-decoder attention over the cached encoder k|v of each hypothesis.
+    // Encoder-decoder attention: each sentence's queries, in their slots, over its k|v.
     Tensor q = arena.take(sub.act, int64_t(H) * sub.h * sub.dk);
     backend_.linear_forward(q, a.norm1.y, p.cross_attention.in_weight.value,
                             p.cross_attention.in_bias.value, H, d, sub.h * sub.dk);
-    AttentionShape cross_shape = attention_shape(config_, H, 1, s.src_len, false,
-                                                 inc.cross_lengths.ids, 0.0f, none);
+    Tensor q_slots = arena.take(sub.act, int64_t(sources) * slots * sub.h * sub.dk);
+    if (!every_slot_filled) backend_.zero(q_slots);
+    backend_.copy_rows(q_slots, inc.cross_slots.ids, q, nullptr, H, sub.h * sub.dk);
+    AttentionShape cross_shape = attention_shape(config_, sources, slots, S, false,
+                                                 s.src_lengths.ids, 0.0f, none);
+    Tensor context_slots = arena.take(sub.act, int64_t(sources) * slots * sub.h * sub.dv);
     Tensor& kv = inc.cross_kv[layer];
-    backend_.attention_forward(context, Tensor{}, q, sub.h * sub.dk, kv, kv_width,
+    backend_.attention_forward(context_slots, Tensor{}, q_slots, sub.h * sub.dk, kv, kv_width,
                                kv.slice(v_off, kv.numel - v_off), kv_width, cross_shape);
+    backend_.copy_rows(context, nullptr, context_slots, inc.cross_slots.ids, H,
+                       sub.h * sub.dv);
     Tensor cross_out = arena.take(sub.act, int64_t(H) * d);
     backend_.linear_forward(cross_out, context, p.cross_attention.out_weight.value,
                             p.cross_attention.out_bias.value, H, sub.h * sub.dv, d);

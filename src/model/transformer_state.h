@@ -141,25 +141,26 @@ struct Transformer::State {
 
   // Incremental decoding: per decoder layer, the self-attention k|v rows of every past
   // position of every cache row [rows * max_len, h(dk+dv)] (a position's q is used once,
-  // when it is computed, and not kept) and the encoder's k|v rows expanded per cache row
-  // [rows * S, h(dk+dv)].
+  // when it is computed, and not kept) and the encoder's k|v rows of every source
+  // sentence [sources * S, h(dk+dv)], which all of the sentence's hypotheses read.
   struct Incremental {
     int hypotheses = 0, max_len = 0;
     int filled = 0;  // cache positions written so far (0..filled-1)
-    // Per layer: the live caches, and spares that a reorder gathers into before the two
-    // swap when there are more hypotheses than the caches have rows (the beam widening
-    // in a batch larger than any before). Buffers are kept from one batch to the next
-    // and grow only, so decoding allocates a cache rarely (and zeroes one only for a
-    // backend whose attention reads unwritten rows).
-    std::vector<Tensor> self_cache, cross_kv, self_spare, cross_spare;
-    // Per cache row (the rows the decoder's products run over, in this order):
-    std::vector<int32_t> cross_lengths_host;  // the source length it attends over
-    std::vector<int> source_of;               // the source sentence it reads
+    // Per layer: the live caches, and the self-attention cache's spare, which a reorder
+    // gathers into before the two swap when there are more hypotheses than the cache has
+    // rows (the beam widening in a batch larger than any before). Buffers are kept from
+    // one batch to the next and grow only, so decoding allocates a cache rarely (and
+    // zeroes one only for a backend whose attention reads unwritten rows).
+    std::vector<Tensor> self_cache, cross_kv, self_spare;
+    // Per cache row (the rows the decoder's products run over, in this order): the
+    // source sentence it reads.
+    std::vector<int> source_of;
     // Per hypothesis: its cache row. A reorder leaves every parent's first continuation
     // in the parent's row (when that row is below the new hypothesis count), so only the
     // rows of the other continuations are copied (see reorder_incremental).
     std::vector<int> row_of;
-    model_detail::IdBuffer self_lengths, cross_lengths, rows, from_rows;
+    // cross_slots: per cache row, its query's row in the per-sentence cross-attention.
+    model_detail::IdBuffer self_lengths, rows, from_rows, cross_slots;
     // The log-probabilities in cache-row order, before they are put in hypothesis order
     // (kept: [H, vocab] floats every step, megabytes, would otherwise be new memory).
     std::vector<float> log_probs_by_row;
