@@ -847,25 +847,25 @@ void scatter_named(const std::vector<NamedTensor>& tensors, const ParamStore& st
     }
     in_order.push_back(&tensor);
   }
-  if (backend.host_memory() && buffer.dtype == DType::F32) {
-    // Straight into the buffer: a host-side copy of the whole model would be as many
-    // fresh pages again (a base model's 190 MB, a tenth of a short CPU decode's page
-    // faults). The padding between parameters stays zero, as allocate() left it.
-    float* values = static_cast<float*>(buffer.data);
+  // Each parameter at its offset in `values`, a host array of the buffer's layout.
+  auto place = [&](auto* values) {
     for (size_t i = 0; i < in_order.size(); ++i) {
       std::copy(in_order[i]->values.begin(), in_order[i]->values.end(),
                 values + store.entries()[i].offset);
     }
+  };
+  if (backend.host_memory() && buffer.dtype == DType::F32) {
+    // Straight into the buffer: a host-side copy of the whole model would be as many
+    // fresh pages again (a base model's 190 MB, a tenth of a short CPU decode's page
+    // faults). The padding between parameters stays zero, as allocate() left it.
+    place(static_cast<float*>(buffer.data));
     return;
   }
   // Assembled on the host in the buffer's own type (one copy of the model, not a double
   // one and a float one: a base model is 250 MB in fp32), padding zero, then uploaded.
   auto assemble = [&](auto zero) {
     std::vector<decltype(zero)> host(store.buffer_numel(), zero);
-    for (size_t i = 0; i < in_order.size(); ++i) {
-      std::copy(in_order[i]->values.begin(), in_order[i]->values.end(),
-                host.begin() + store.entries()[i].offset);
-    }
+    place(host.data());
     backend.upload(buffer, host.data());
   };
   if (buffer.dtype == DType::F64) {

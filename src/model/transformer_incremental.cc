@@ -96,17 +96,15 @@ void Transformer::reorder_incremental(const std::vector<int>& parent) {
     THPC_CHECK(parent[h] >= 0 && parent[h] < inc.hypotheses,
                "hypothesis " << h << " continues " << parent[h] << " of " << inc.hypotheses);
   }
-  const int self_width = kv_width;  // the self-attention cache keeps k|v, not q
-  const int self_rows_used = inc.filled;  // positions 0..filled-1 of each row are read
-  // Copies rows_used rows of every (from, to) cache-row pair within each layer's buffers.
-  auto copy_blocks = [&](std::vector<Tensor>& dst, const std::vector<Tensor>& src,
-                         const std::vector<std::pair<int, int>>& moves, int rows_per_row,
-                         int rows_used, int width) {
+  // Copies the positions written so far (0..filled-1, one k|v row each) of every
+  // (from, to) pair of cache rows, from each layer's cache in `src` to the one in `dst`.
+  auto copy_cache_rows = [&](std::vector<Tensor>& dst, const std::vector<Tensor>& src,
+                             const std::vector<std::pair<int, int>>& moves) {
     std::vector<int32_t> to, from;
     for (const auto& [from_row, to_row] : moves) {
-      for (int j = 0; j < rows_used; ++j) {
-        to.push_back(to_row * rows_per_row + j);
-        from.push_back(from_row * rows_per_row + j);
+      for (int j = 0; j < inc.filled; ++j) {
+        to.push_back(to_row * inc.max_len + j);
+        from.push_back(from_row * inc.max_len + j);
       }
     }
     if (to.empty()) return;
@@ -114,7 +112,7 @@ void Transformer::reorder_incremental(const std::vector<int>& parent) {
     ensure_ids(backend_, inc.from_rows, from);
     for (size_t layer = 0; layer < dst.size(); ++layer) {
       backend_.copy_rows(dst[layer], inc.rows.ids, src[layer], inc.from_rows.ids,
-                         static_cast<int>(to.size()), width);
+                         static_cast<int>(to.size()), kv_width);
     }
   };
 
@@ -127,7 +125,7 @@ void Transformer::reorder_incremental(const std::vector<int>& parent) {
   // hypotheses are copied, not every live row into a second cache, which would also be
   // fresh memory. (The encoder's k|v are per sentence and never move.)
   const int64_t self_rows_capacity =
-      inc.self_cache.empty() ? 0 : inc.self_cache[0].numel / (int64_t(inc.max_len) * self_width);
+      inc.self_cache.empty() ? 0 : inc.self_cache[0].numel / (int64_t(inc.max_len) * kv_width);
   if (H <= self_rows_capacity) {
     inc.source_of.resize(std::max(H, inc.hypotheses), -1);  // rows >= inc.hypotheses: empty
     std::vector<int> row_of(H, -1);
@@ -149,11 +147,10 @@ void Transformer::reorder_incremental(const std::vector<int>& parent) {
       row_of[h] = free_row;
       moves.push_back({from, free_row});
     }
-    // Sources after the copies' reads are planned: a move's source row may be another's
-    // destination only if it is >= H or kept, neither of which is a destination.
+    // A move's source row is kept or >= H, never a destination: source_of can be
+    // updated in place.
     for (const auto& [from, to] : moves) inc.source_of[to] = inc.source_of[from];
-    copy_blocks(inc.self_cache, inc.self_cache, moves, inc.max_len, self_rows_used,
-                self_width);
+    copy_cache_rows(inc.self_cache, inc.self_cache, moves);
     inc.source_of.resize(H);
     inc.hypotheses = H;
     inc.row_of = row_of;
@@ -172,10 +169,10 @@ void Transformer::reorder_incremental(const std::vector<int>& parent) {
   }
   inc.self_spare.resize(inc.self_cache.size());
   for (Tensor& spare : inc.self_spare) {
-    ensure_capacity(backend_, spare, sub.act, int64_t(H) * inc.max_len * self_width,
+    ensure_capacity(backend_, spare, sub.act, int64_t(H) * inc.max_len * kv_width,
                     backend_.attention_reads_masked_keys());
   }
-  copy_blocks(inc.self_spare, inc.self_cache, moves, inc.max_len, self_rows_used, self_width);
+  copy_cache_rows(inc.self_spare, inc.self_cache, moves);
   std::swap(inc.self_cache, inc.self_spare);
   inc.source_of = source_of;
   inc.hypotheses = H;
