@@ -104,6 +104,7 @@ class Backend {
   virtual void upload(Tensor dst, const void* host) = 0;
   virtual void download(void* host, Tensor src) = 0;
   virtual void upload_ids(int32_t* dst, const int32_t* host, int64_t count) = 0;
+  virtual void download_ids(int32_t* host, const int32_t* src, int64_t count) = 0;
   virtual void synchronize() = 0;
   // The cudaStream_t every op is queued on (CUDA backend; null on the CPU), so that the
   // gradient all-reduce can order its own stream after the ops that wrote a bucket.
@@ -210,6 +211,17 @@ class Backend {
                                          float eps, int pad_id, float grad_scale) = 0;
   // log_probs[r, :] = log softmax(logits[r, :]), for decoding. May alias logits.
   virtual void log_softmax(Tensor log_probs, Tensor logits, int rows, int vocab) = 0;
+
+  // ---- the best entries of each row (decoding) -------------------------------------
+  // For each row r of x [rows, width]: its k best entries, best first, into
+  // values[r * k + i] (param_dtype, the entries' exact values) and columns[r * k + i]
+  // (int32, backend memory). "Best" is a total order: the larger number first, NaN after
+  // every number, and among equals the smaller column first. Columns skip_a and skip_b
+  // (-1: none) are never chosen (decoding never generates pad or bos). Requires
+  // 1 <= k <= the row's selectable columns. Beam search reads the best 2 * beam
+  // log-probabilities of each hypothesis through this instead of downloading [H, vocab].
+  virtual void row_top_k(Tensor values, int32_t* columns, Tensor x, int rows, int width,
+                         int k, int skip_a, int skip_b) = 0;
 
   // ---- optimizer ----------------------------------------------------------------
   // Adam (Kingma & Ba, with bias correction) as in §5.3, over n flat parameters:

@@ -71,6 +71,9 @@ class CpuBackend final : public Backend {
   void upload_ids(int32_t* dst, const int32_t* host, int64_t count) override {
     std::memcpy(dst, host, count * sizeof(int32_t));
   }
+  void download_ids(int32_t* host, const int32_t* src, int64_t count) override {
+    std::memcpy(host, src, count * sizeof(int32_t));
+  }
   void synchronize() override {}
 
   void embedding_forward(Tensor out, const int32_t* tokens, Tensor table, Tensor positions,
@@ -154,6 +157,14 @@ class CpuBackend final : public Backend {
   }
   void log_softmax(Tensor log_probs, Tensor logits, int rows, int vocab) override {
     cpu::log_softmax<T>(p(log_probs), p(logits), rows, vocab);
+  }
+  void row_top_k(Tensor values, int32_t* columns, Tensor x, int rows, int width, int k,
+                 int skip_a, int skip_b) override {
+    cpu::check_row_top_k(rows, width, k, skip_a, skip_b);
+    THPC_CHECK(values.numel >= int64_t(rows) * k && x.numel >= int64_t(rows) * width,
+               "row_top_k: " << values.numel << " values for " << rows << " x " << k
+                             << ", or " << x.numel << " entries for " << rows << " x " << width);
+    cpu::row_top_k<T>(p(values), columns, p(x), rows, width, k, skip_a, skip_b);
   }
   void adam_update(Tensor params, Tensor grads, Tensor m, Tensor v, int64_t n, float lr,
                    float beta1, float beta2, float eps, int64_t step) override {

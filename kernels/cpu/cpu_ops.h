@@ -7,7 +7,8 @@
 // the comments there are the documentation, the ones here only add what is CPU-specific.
 //
 // One .cc file per op family: embedding.cc, linear.cc, layernorm.cc, attention.cc,
-// elementwise.cc (ReLU, dropout, residual), cross_entropy.cc, adam.cc.
+// elementwise.cc (ReLU, dropout, residual), cross_entropy.cc, adam.cc, top_k.cc (the
+// decoder's ranked next tokens).
 #pragma once
 
 #include <cstdint>
@@ -83,6 +84,16 @@ LossSums softmax_cross_entropy(T* d_logits, const T* logits, const int32_t* targ
                                int vocab, float eps, int pad_id, float grad_scale);
 template <typename T>
 void log_softmax(T* log_probs, const T* logits, int rows, int vocab);
+
+// ---- top_k.cc ----
+// Backend::row_top_k on host memory.
+template <typename T>
+void row_top_k(T* values, int32_t* columns, const T* x, int rows, int width, int k,
+               int skip_a, int skip_b);
+// The columns of a row of `width` that skip_a and skip_b leave selectable; and the
+// op's argument check (throws naming the sizes), shared with the CUDA backend.
+int row_top_k_selectable(int width, int skip_a, int skip_b);
+void check_row_top_k(int rows, int width, int k, int skip_a, int skip_b);
 
 // ---- adam.cc ----
 template <typename T>

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -27,7 +28,7 @@ class CudaBackend final : public Backend {
     THPC_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     device_name_ = prop.name;
   }
-  ~CudaBackend() override = default;
+  ~CudaBackend() override { free(top_k_entries_); }
 
   std::string name() const override {
     return std::string("cuda-") + dtype_name(dtype_of<T>()) + " (" + device_name_ + ")";
@@ -89,6 +90,11 @@ class CudaBackend final : public Backend {
   void upload_ids(int32_t* dst, const int32_t* host, int64_t count) override {
     THPC_CUDA_CHECK(cudaMemcpyAsync(dst, host, sizeof(int32_t) * static_cast<size_t>(count),
                                     cudaMemcpyHostToDevice, stream()));
+    THPC_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  }
+  void download_ids(int32_t* host, const int32_t* src, int64_t count) override {
+    THPC_CUDA_CHECK(cudaMemcpyAsync(host, src, sizeof(int32_t) * static_cast<size_t>(count),
+                                    cudaMemcpyDeviceToHost, stream()));
     THPC_CUDA_CHECK(cudaStreamSynchronize(stream()));
   }
   void synchronize() override { THPC_CUDA_CHECK(cudaStreamSynchronize(stream())); }
@@ -181,6 +187,39 @@ class CudaBackend final : public Backend {
   void log_softmax(Tensor log_probs, Tensor logits, int rows, int vocab) override {
     cuda::log_softmax<T>(act(log_probs), act(logits), rows, vocab, stream());
   }
+  // Through the host for now: the rows are widened to fp32 on the device (exact),
+  // downloaded, ranked by the CPU reference and the best k uploaded. A device kernel
+  // that returns only the k (what item 5 of the GPU bring-up asks for) replaces this
+  // once it has run on a GPU against the same twin test (CudaRowTopK.MatchesCpu); the
+  // callers already read back [rows, k] alone.
+  void row_top_k(Tensor values, int32_t* columns, Tensor x, int rows, int width, int k,
+                 int skip_a, int skip_b) override {
+    cpu::check_row_top_k(rows, width, k, skip_a, skip_b);
+    const int64_t entries = int64_t(rows) * width, best = int64_t(rows) * k;
+    THPC_CHECK(values.numel >= best && x.numel >= entries,
+               "row_top_k: " << values.numel << " values for " << rows << " x " << k
+                             << ", or " << x.numel << " entries for " << rows << " x " << width);
+    act(x);
+    par(values);
+    Tensor used = x.slice(0, entries);
+    if (used.dtype != DType::F32) {
+      if (top_k_entries_.numel < entries) {  // grown, never shrunk: no per-step cudaMalloc
+        free(top_k_entries_);
+        top_k_entries_ = alloc(DType::F32, entries);
+      }
+      Tensor wide = top_k_entries_.slice(0, entries);
+      copy(wide, used);
+      used = wide;
+    }
+    host_entries_.resize(static_cast<size_t>(entries));
+    download(host_entries_.data(), used);
+    host_values_.resize(static_cast<size_t>(best));
+    host_columns_.resize(static_cast<size_t>(best));
+    cpu::row_top_k<float>(host_values_.data(), host_columns_.data(), host_entries_.data(), rows,
+                          width, k, skip_a, skip_b);
+    upload(values.slice(0, best), host_values_.data());
+    upload_ids(columns, host_columns_.data(), best);
+  }
   void adam_update(Tensor params, Tensor grads, Tensor m, Tensor v, int64_t n, float lr,
                    float beta1, float beta2, float eps, int64_t step) override {
     cuda::adam_update(par(params), par(grads), par(m), par(v), n, lr, beta1, beta2, eps, step,
@@ -215,6 +254,10 @@ class CudaBackend final : public Backend {
 
   cuda::Context context_;
   std::string device_name_;
+  // row_top_k's fp32 copy of bf16 rows and host buffers, kept from call to call.
+  Tensor top_k_entries_;
+  std::vector<float> host_entries_, host_values_;
+  std::vector<int32_t> host_columns_;
 };
 
 }  // namespace

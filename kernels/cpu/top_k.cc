@@ -1,0 +1,79 @@
+// The best k entries of each row (Backend::row_top_k): the reference the CUDA op is
+// checked against, and what the CPU backend runs.
+#include <cmath>
+#include <cstdint>
+
+#include "common/error.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/parallel.h"
+
+namespace thpc::cpu {
+
+namespace {
+
+// The op's total order on (value, column): the larger number first, NaN after every
+// number, among equals (NaN with NaN too) the smaller column first.
+template <typename T>
+bool ranks_before(T value_a, int column_a, T value_b, int column_b) {
+  const bool nan_a = std::isnan(value_a), nan_b = std::isnan(value_b);
+  if (nan_a != nan_b) return nan_b;
+  if (!nan_a && value_a != value_b) return value_a > value_b;
+  return column_a < column_b;
+}
+
+}  // namespace
+
+int row_top_k_selectable(int width, int skip_a, int skip_b) {
+  int skipped = 0;
+  if (skip_a >= 0 && skip_a < width) ++skipped;
+  if (skip_b >= 0 && skip_b < width && skip_b != skip_a) ++skipped;
+  return width - skipped;
+}
+
+void check_row_top_k(int rows, int width, int k, int skip_a, int skip_b) {
+  THPC_CHECK(rows >= 0 && width >= 0, "row_top_k over " << rows << " rows of " << width);
+  const int selectable = row_top_k_selectable(width, skip_a, skip_b);
+  THPC_CHECK(k >= 1 && k <= selectable, "row_top_k asked for the best " << k << " of "
+                                            << selectable << " selectable entries per row ("
+                                            << width << " columns, skipping " << skip_a
+                                            << " and " << skip_b << ")");
+}
+
+// One pass over the row keeping the best k so far sorted: a column enters when it ranks
+// before the worst kept (columns come in increasing order, so an equal value never
+// does), at the place after every kept one that ranks before it. k is small (2 * beam)
+// against the vocabulary, so the insertion's shifting is rare once the list is full.
+template <typename T>
+void row_top_k(T* values, int32_t* columns, const T* x, int rows, int width, int k,
+               int skip_a, int skip_b) {
+  check_row_top_k(rows, width, k, skip_a, skip_b);
+#pragma omp parallel for schedule(static) num_threads(threads_for(int64_t(rows) * width))
+  for (int row = 0; row < rows; ++row) {
+    const T* entries = x + int64_t(row) * width;
+    T* best_values = values + int64_t(row) * k;
+    int32_t* best_columns = columns + int64_t(row) * k;
+    int kept = 0;
+    for (int column = 0; column < width; ++column) {
+      if (column == skip_a || column == skip_b) continue;
+      const T value = entries[column];
+      if (kept == k) {
+        if (!ranks_before(value, column, best_values[k - 1], best_columns[k - 1])) continue;
+        --kept;
+      }
+      int at = kept;
+      while (at > 0 && ranks_before(value, column, best_values[at - 1], best_columns[at - 1])) {
+        best_values[at] = best_values[at - 1];
+        best_columns[at] = best_columns[at - 1];
+        --at;
+      }
+      best_values[at] = value;
+      best_columns[at] = column;
+      ++kept;
+    }
+  }
+}
+
+template void row_top_k<float>(float*, int32_t*, const float*, int, int, int, int, int);
+template void row_top_k<double>(double*, int32_t*, const double*, int, int, int, int, int);
+
+}  // namespace thpc::cpu
