@@ -254,6 +254,28 @@ TEST(BeamSearch, BeamOneWithoutLengthPenaltyIsGreedyOnTheModel) {
   for (size_t s = 0; s < sources.size(); ++s) EXPECT_EQ(beamed[s][0].tokens, greedy[s]) << s;
 }
 
+// Incremental decoding steps over the sources {4 5 6}, {7}, {8 9 10 11 4}: (prefixes,
+// the source of each), hypotheses swapping places, splitting and vanishing between
+// steps as a beam search's do.
+using DecodeSteps = std::vector<std::pair<std::vector<TokenSequence>, std::vector<int>>>;
+const std::vector<TokenSequence> kReorderingSources = {{4, 5, 6}, {7}, {8, 9, 10, 11, 4}};
+const DecodeSteps& reordering_steps() {
+  static const DecodeSteps steps = {
+      {{{}, {}, {}}, {0, 1, 2}},
+      {{{5}, {6}, {7}, {9}}, {0, 0, 1, 2}},
+      {{{7, 4}, {6, 8}, {5, 11}, {5, 4}}, {1, 0, 0, 0}},
+      {{{5, 4, 10}, {7, 4, 6}}, {0, 1}},
+      {{{7, 4, 6, 6}, {7, 4, 6, 5}, {5, 4, 10, 9}}, {1, 1, 0}},
+      // As many hypotheses as before: the cache moves in place, the decoder's rows
+      // become a permutation of the hypotheses (a row changes sentence here) ...
+      {{{5, 4, 10, 9, 4}, {7, 4, 6, 5, 8}, {5, 4, 10, 9, 7}}, {0, 1, 0}},
+      // ... and stay one across a further in-place step.
+      {{{7, 4, 6, 5, 8, 8}, {5, 4, 10, 9, 7, 5}, {5, 4, 10, 9, 4, 6}}, {1, 0, 0}},
+      {{{5, 4, 10, 9, 4, 6, 9}, {7, 4, 6, 5, 8, 8, 11}}, {0, 1}},
+  };
+  return steps;
+}
+
 Transformer small_model(Backend& backend, bool learned_positions) {
   ModelConfig c;
   c.layers = 2;
@@ -275,27 +297,14 @@ TEST(IncrementalDecoding, CachedStepsEqualFullRecomputation) {
   for (bool learned : {false, true}) {
     auto backend = make_cpu_backend(DType::F32);
     Transformer model = small_model(*backend, learned);
-    const std::vector<TokenSequence> sources = {{4, 5, 6}, {7}, {8, 9, 10, 11, 4}};
+    const std::vector<TokenSequence>& sources = kReorderingSources;
     CachedTransformerScorer cached(model, kIds, 10);
     auto full_backend = make_cpu_backend(DType::F32);
     Transformer twin = small_model(*full_backend, learned);
     TransformerScorer full(twin, kIds);
     cached.start(sources);
     full.start(sources);
-    // Step by step: (prefixes, their sources). Hypotheses swap places, split and vanish.
-    const std::vector<std::pair<std::vector<TokenSequence>, std::vector<int>>> steps = {
-        {{{}, {}, {}}, {0, 1, 2}},
-        {{{5}, {6}, {7}, {9}}, {0, 0, 1, 2}},
-        {{{7, 4}, {6, 8}, {5, 11}, {5, 4}}, {1, 0, 0, 0}},
-        {{{5, 4, 10}, {7, 4, 6}}, {0, 1}},
-        {{{7, 4, 6, 6}, {7, 4, 6, 5}, {5, 4, 10, 9}}, {1, 1, 0}},
-        // As many hypotheses as before: the cache moves in place, the decoder's rows
-        // become a permutation of the hypotheses (a row changes sentence here) ...
-        {{{5, 4, 10, 9, 4}, {7, 4, 6, 5, 8}, {5, 4, 10, 9, 7}}, {0, 1, 0}},
-        // ... and stay one across a further in-place step.
-        {{{7, 4, 6, 5, 8, 8}, {5, 4, 10, 9, 7, 5}, {5, 4, 10, 9, 4, 6}}, {1, 0, 0}},
-        {{{5, 4, 10, 9, 4, 6, 9}, {7, 4, 6, 5, 8, 8, 11}}, {0, 1}},
-    };
+    const DecodeSteps& steps = reordering_steps();
     std::vector<float> a, b;  // kept across steps, as the search keeps its vector
     for (size_t step = 0; step < steps.size(); ++step) {
       const auto& [prefixes, source_of] = steps[step];
@@ -326,6 +335,107 @@ TEST(IncrementalDecoding, BeamSearchGivesTheSameOutputsCachedOrNot) {
     for (size_t k = 0; k < a[s].size(); ++k) {
       EXPECT_EQ(a[s][k].tokens, b[s][k].tokens) << s << " " << k;
       EXPECT_NEAR(a[s][k].score, b[s][k].score, 1e-4);
+    }
+  }
+}
+
+// Lets every token through. A search with a filter reads whole rows of log-probabilities
+// (NextTokenScorer::log_probs), so this makes the model-backed scorers take that path
+// instead of ranking each hypothesis' best tokens themselves (best_next_tokens).
+class AllowEveryToken final : public NextTokenFilter {
+ public:
+  explicit AllowEveryToken(int vocab) : vocab_(vocab) {}
+  void allowed_next(int, const TokenSequence&, int, std::vector<char>& allowed) const override {
+    allowed.assign(static_cast<size_t>(vocab_), 1);
+  }
+
+ private:
+  int vocab_;
+};
+
+Transformer wide_vocabulary_model(Backend& backend) {
+  ModelConfig c;
+  c.layers = 2;
+  c.d_model = 16;
+  c.d_ff = 32;
+  c.heads = 4;
+  c.d_k = 4;
+  c.d_v = 4;
+  c.max_positions = 40;
+  return Transformer(c, 301, kIds, backend, 17);
+}
+
+TEST(IncrementalDecoding, RankedBestTokensAreTheFullRowsBest) {
+  // The same steps (hypotheses reordered, split and dropped, rows out of hypothesis
+  // order) through best_next_tokens and through log_probs on twin models: each
+  // hypothesis' k best are the full row's k best by value, ties to the smaller token,
+  // never pad or bos, with the row's very values.
+  auto backend = make_cpu_backend(DType::F32), twin_backend = make_cpu_backend(DType::F32);
+  Transformer model = wide_vocabulary_model(*backend);
+  Transformer twin = wide_vocabulary_model(*twin_backend);
+  CachedTransformerScorer ranked(model, kIds, 10), full(twin, kIds, 10);
+  const std::vector<TokenSequence>& sources = kReorderingSources;
+  ranked.start(sources);
+  full.start(sources);
+  const DecodeSteps& steps = reordering_steps();
+  const int vocab = model.vocab_size();
+  for (const int k : {1, 8}) {
+    for (size_t step = 0; step < steps.size(); ++step) {
+      const auto& [prefixes, source_of] = steps[step];
+      std::vector<float> values, rows;
+      std::vector<int32_t> tokens;
+      ASSERT_TRUE(ranked.best_next_tokens(prefixes, source_of, k, values, tokens));
+      full.log_probs(prefixes, source_of, rows);
+      ASSERT_EQ(values.size(), prefixes.size() * k);
+      for (size_t h = 0; h < prefixes.size(); ++h) {
+        const float* row = rows.data() + h * vocab;
+        std::vector<int> order;
+        for (int token = 0; token < vocab; ++token) {
+          if (token != kIds.pad && token != kIds.bos) order.push_back(token);
+        }
+        std::stable_sort(order.begin(), order.end(),
+                         [&](int a, int b) { return row[a] > row[b]; });
+        for (int i = 0; i < k; ++i) {
+          EXPECT_EQ(tokens[h * k + i], order[i]) << "k " << k << " step " << step << " h " << h;
+          EXPECT_EQ(values[h * k + i], row[order[i]]) << "k " << k << " step " << step;
+        }
+      }
+    }
+  }
+}
+
+TEST(IncrementalDecoding, BeamSearchRankingOnTheModelEqualsRankingWholeRows) {
+  // The search with the scorer ranking (no filter) and reading whole rows (a filter that
+  // allows everything): the same hypotheses with the same scores, beam 4 and greedy.
+  // Each search runs on a fresh twin model: a model's kept caches decide where a
+  // hypothesis' row lands in the next search, and OpenBLAS rounds a row's products
+  // differently at another position of a GEMM or in one of another height (by an ulp:
+  // measured on this machine's OpenBLAS, 54 of 78 placements of one row in 1..12-row
+  // sgemms differ from the 1-row result).
+  const std::vector<TokenSequence> sources = {
+      {4, 5, 6}, {7}, {8, 9, 10, 11, 4}, {6, 6}, {100, 200, 300, 12, 13, 14}};
+  for (const int beam : {4, 1}) {
+    BeamOptions options;
+    options.beam = beam;
+    options.nbest = beam;
+    options.max_len_b = 8;
+    options.max_len_cap = 39;
+    auto backend = make_cpu_backend(DType::F32), twin_backend = make_cpu_backend(DType::F32);
+    Transformer model = wide_vocabulary_model(*backend);
+    Transformer twin = wide_vocabulary_model(*twin_backend);
+    CachedTransformerScorer ranking(model, kIds, 6 + 8);
+    const auto ranked = beam_search(ranking, sources, kIds, options);
+    const AllowEveryToken everything(twin.vocab_size());
+    options.filter = &everything;
+    CachedTransformerScorer whole_rows(twin, kIds, 6 + 8);
+    const auto full = beam_search(whole_rows, sources, kIds, options);
+    for (size_t s = 0; s < sources.size(); ++s) {
+      ASSERT_EQ(ranked[s].size(), full[s].size()) << "beam " << beam;
+      for (size_t k = 0; k < full[s].size(); ++k) {
+        EXPECT_EQ(ranked[s][k].tokens, full[s][k].tokens) << "beam " << beam << " " << s;
+        EXPECT_EQ(ranked[s][k].score, full[s][k].score) << "beam " << beam << " " << s;
+        EXPECT_EQ(ranked[s][k].log_prob, full[s][k].log_prob) << "beam " << beam << " " << s;
+      }
     }
   }
 }

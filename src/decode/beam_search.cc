@@ -44,11 +44,11 @@ void CachedTransformerScorer::start(const std::vector<TokenSequence>& sources) {
   previous_rows_.clear();
 }
 
-void CachedTransformerScorer::log_probs(const std::vector<TokenSequence>& prefixes,
-                                        const std::vector<int>& source_of,
-                                        std::vector<float>& out) {
+std::vector<int32_t> CachedTransformerScorer::prepare_step(
+    const std::vector<TokenSequence>& prefixes, const std::vector<int>& source_of,
+    int& position) {
   THPC_CHECK(!prefixes.empty(), "no hypotheses to score");
-  const int position = static_cast<int>(prefixes[0].size());  // 0 feeds bos
+  position = static_cast<int>(prefixes[0].size());  // 0 feeds bos
   std::vector<int32_t> tokens;
   if (position == 0) {
     model_.begin_incremental(source_of, std::min(max_len_ + 1, model_.config().max_positions));
@@ -72,7 +72,25 @@ void CachedTransformerScorer::log_probs(const std::vector<TokenSequence>& prefix
   for (size_t i = 0; i < prefixes.size(); ++i) {
     previous_rows_[{source_of[i], prefixes[i]}] = static_cast<int>(i);
   }
+  return tokens;
+}
+
+void CachedTransformerScorer::log_probs(const std::vector<TokenSequence>& prefixes,
+                                        const std::vector<int>& source_of,
+                                        std::vector<float>& out) {
+  int position = 0;
+  const std::vector<int32_t> tokens = prepare_step(prefixes, source_of, position);
   model_.incremental_log_probs(tokens, position, out);
+}
+
+bool CachedTransformerScorer::best_next_tokens(const std::vector<TokenSequence>& prefixes,
+                                               const std::vector<int>& source_of, int count,
+                                               std::vector<float>& values,
+                                               std::vector<int32_t>& tokens) {
+  int position = 0;
+  const std::vector<int32_t> fed = prepare_step(prefixes, source_of, position);
+  model_.incremental_best_tokens(fed, position, count, values, tokens);
+  return true;
 }
 
 namespace {
@@ -174,6 +192,17 @@ std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
   // The best 2 * beam candidates of a sentence suffice: at most `beam` of them end in
   // eos, so at least `beam` continue.
   const size_t best_count = static_cast<size_t>(2 * beam);
+  // Without a filter each hypothesis contributes only its best extensions, which the
+  // scorer may rank itself (best_next_tokens: on a GPU, where the log-probabilities
+  // are); with one, the filter reads and rewrites whole rows. Selecting on the token's
+  // log-probability picks what selecting on parent + log-probability picks, except where
+  // adding the parent's score in double rounds two different float log-probabilities to
+  // one sum at the k-th place (a tie the full path breaks by the smaller token).
+  int selectable = 0;
+  for (int token = 0; token < vocab; ++token) selectable += token != ids.pad && token != ids.bos;
+  const int ranked_count = static_cast<int>(std::min<size_t>(best_count, selectable));
+  std::vector<float> best_values;   // [hypotheses, ranked_count] when the scorer ranks
+  std::vector<int32_t> best_tokens;
 
   while (true) {
     // All live hypotheses of unfinished sentences, scored in one call.
@@ -187,10 +216,22 @@ std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
       }
     }
     if (prefixes.empty()) break;
-    scorer.log_probs(prefixes, source_of, log_probs);
-    THPC_CHECK(log_probs.size() == prefixes.size() * static_cast<size_t>(vocab),
-               "the scorer gave " << log_probs.size() << " log-probabilities for "
-                                  << prefixes.size() << " hypotheses of " << vocab << " tokens");
+    const bool ranked =
+        options.filter == nullptr && ranked_count > 0 &&
+        scorer.best_next_tokens(prefixes, source_of, ranked_count, best_values, best_tokens);
+    if (ranked) {
+      const size_t expected = prefixes.size() * static_cast<size_t>(ranked_count);
+      THPC_CHECK(best_values.size() == expected && best_tokens.size() == expected,
+                 "the scorer ranked " << best_values.size() << " values and "
+                                      << best_tokens.size() << " tokens for " << prefixes.size()
+                                      << " hypotheses of " << ranked_count << " each");
+    } else {
+      scorer.log_probs(prefixes, source_of, log_probs);
+      THPC_CHECK(log_probs.size() == prefixes.size() * static_cast<size_t>(vocab),
+                 "the scorer gave " << log_probs.size() << " log-probabilities for "
+                                    << prefixes.size() << " hypotheses of " << vocab
+                                    << " tokens");
+    }
 
     size_t row = 0;
     for (size_t s = 0; s < states.size(); ++s) {
@@ -200,6 +241,17 @@ std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
       // 2 * beam only (see add_best_extensions), then the sentence's best of those.
       candidates.clear();
       for (size_t h = 0; h < state.live.size(); ++h, ++row) {
+        if (ranked) {
+          for (int i = 0; i < ranked_count; ++i) {
+            const size_t at = row * static_cast<size_t>(ranked_count) + i;
+            const int token = best_tokens[at];
+            THPC_CHECK(token >= 0 && token < vocab && token != ids.pad && token != ids.bos,
+                       "the scorer ranked token " << token << " (vocabulary " << vocab << ")");
+            candidates.push_back({state.live[h].log_prob + best_values[at],
+                                  static_cast<int>(h), token});
+          }
+          continue;
+        }
         if (options.filter != nullptr) {
           options.filter->allowed_next(static_cast<int>(s), state.live[h].tokens,
                                        state.max_len, allowed);

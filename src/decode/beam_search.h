@@ -33,6 +33,16 @@ class NextTokenScorer {
   // same vector every step, so a scorer that reuses its capacity allocates nothing).
   virtual void log_probs(const std::vector<TokenSequence>& prefixes,
                          const std::vector<int>& source_of, std::vector<float>& out) = 0;
+  // The same step, but only each prefix's `count` best next tokens (pad and bos never),
+  // best first, equal log-probabilities in increasing token order: values and tokens
+  // [prefixes.size(), count]. A scorer that ranks where its log-probabilities are (the
+  // model on a GPU) saves moving [prefixes, vocab] to the host. Returns false when the
+  // scorer cannot (the default): the search then asks log_probs().
+  virtual bool best_next_tokens(const std::vector<TokenSequence>& prefixes,
+                                const std::vector<int>& source_of, int count,
+                                std::vector<float>& values, std::vector<int32_t>& tokens) {
+    return false;
+  }
 };
 
 // The model as a scorer: encodes each hypothesis' source and runs the decoder over its
@@ -64,8 +74,16 @@ class CachedTransformerScorer final : public NextTokenScorer {
   void start(const std::vector<TokenSequence>& sources) override;
   void log_probs(const std::vector<TokenSequence>& prefixes, const std::vector<int>& source_of,
                  std::vector<float>& out) override;
+  bool best_next_tokens(const std::vector<TokenSequence>& prefixes,
+                        const std::vector<int>& source_of, int count,
+                        std::vector<float>& values, std::vector<int32_t>& tokens) override;
 
  private:
+  // Brings the caches to this step's hypotheses (begins at position 0, else reorders to
+  // each prefix's parent) and returns the tokens to feed; `position` gets the step's.
+  std::vector<int32_t> prepare_step(const std::vector<TokenSequence>& prefixes,
+                                    const std::vector<int>& source_of, int& position);
+
   Transformer& model_;
   SpecialIds ids_;
   int max_len_;

@@ -131,7 +131,8 @@ Transformer::~Transformer() {
   State& s = *state_;
   for (IdBuffer* b : {&s.src, &s.tgt_in, &s.tgt_out, &s.src_lengths, &s.tgt_lengths,
                       &s.incremental.self_lengths, &s.incremental.rows,
-                      &s.incremental.from_rows, &s.incremental.cross_slots}) {
+                      &s.incremental.from_rows, &s.incremental.cross_slots,
+                      &s.incremental.best_columns}) {
     backend_.free_ids(b->ids);
   }
   if (s.sinusoid) backend_.free(s.sinusoid);

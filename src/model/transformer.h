@@ -85,10 +85,17 @@ class Transformer {
   //   incremental_log_probs(tokens, position) feeds tokens[h] at `position` (0: bos),
   //                                           puts log p(next) [H, vocab] in a host
   //                                           vector whose capacity is reused
+  //   incremental_best_tokens(tokens, position, k, values, best_tokens)
+  //                                           the same step, but only each hypothesis'
+  //                                           k best next tokens (pad and bos never),
+  //                                           best first, ties to the smaller token:
+  //                                           log p [H, k] and tokens [H, k]
   //   reorder_incremental(parent)             hypothesis i continues old parent[i]
   void begin_incremental(const std::vector<int>& source_of, int max_len);
   void incremental_log_probs(const std::vector<int32_t>& tokens, int position,
                              std::vector<float>& log_probs);
+  void incremental_best_tokens(const std::vector<int32_t>& tokens, int position, int k,
+                               std::vector<float>& values, std::vector<int32_t>& best_tokens);
   void reorder_incremental(const std::vector<int>& parent);
 
   // The attention weights of the last full forward pass (train_step, evaluate, or
@@ -108,6 +115,9 @@ class Transformer {
 
   void upload_batch(const Batch& batch);
   void release_incremental();
+  // One incremental step's decoder pass: log p(next) [H, vocab] in cache-row order
+  // (hypothesis h's row is incremental.row_of[h]), in the step arena.
+  Tensor incremental_forward(const std::vector<int32_t>& tokens, int position);
   std::vector<float> download_rows_f32(Tensor rows, int count, int width);
   // The same into `out` (resized; a vector kept from step to step allocates no memory).
   void download_rows_f32(Tensor rows, int count, int width, std::vector<float>& out);

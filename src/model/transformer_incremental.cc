@@ -180,8 +180,7 @@ void Transformer::reorder_incremental(const std::vector<int>& parent) {
   for (int h = 0; h < H; ++h) inc.row_of[h] = h;
 }
 
-void Transformer::incremental_log_probs(const std::vector<int32_t>& tokens, int position,
-                                        std::vector<float>& log_probs) {
+Tensor Transformer::incremental_forward(const std::vector<int32_t>& tokens, int position) {
   State& s = *state_;
   State::Incremental& inc = s.incremental;
   Sublayers sub = sublayers_for(backend_, config_);
@@ -202,11 +201,7 @@ void Transformer::incremental_log_probs(const std::vector<int32_t>& tokens, int 
   arena.reset();
   // The decoder runs over cache rows; tokens and log-probabilities are per hypothesis.
   std::vector<int32_t> row_tokens(H);
-  bool rows_in_order = true;
-  for (int h = 0; h < H; ++h) {
-    row_tokens[inc.row_of[h]] = tokens[h];
-    rows_in_order = rows_in_order && inc.row_of[h] == h;
-  }
+  for (int h = 0; h < H; ++h) row_tokens[inc.row_of[h]] = tokens[h];
   ensure_ids(backend_, s.tgt_in, row_tokens);
   ensure_ids(backend_, inc.self_lengths, std::vector<int32_t>(H, position + 1));
 
@@ -292,12 +287,22 @@ void Transformer::incremental_log_probs(const std::vector<int32_t>& tokens, int 
   Tensor logits = arena.take(sub.act, int64_t(H) * vocab_);
   backend_.output_projection_forward(logits, x, s.embedding.value, H, d, vocab_);
   backend_.log_softmax(logits, logits, H, vocab_);
+  return logits;
+}
+
+void Transformer::incremental_log_probs(const std::vector<int32_t>& tokens, int position,
+                                        std::vector<float>& log_probs) {
+  State::Incremental& inc = state_->incremental;
+  const Tensor rows = incremental_forward(tokens, position);
+  const int H = inc.hypotheses;
+  bool rows_in_order = true;
+  for (int h = 0; h < H; ++h) rows_in_order = rows_in_order && inc.row_of[h] == h;
   if (rows_in_order) {
-    download_rows_f32(logits, H, vocab_, log_probs);
+    download_rows_f32(rows, H, vocab_, log_probs);
     return;
   }
   std::vector<float>& by_row = inc.log_probs_by_row;
-  download_rows_f32(logits, H, vocab_, by_row);
+  download_rows_f32(rows, H, vocab_, by_row);
   log_probs.resize(by_row.size());
   for (int h = 0; h < H; ++h) {
     std::copy_n(by_row.begin() + int64_t(inc.row_of[h]) * vocab_, vocab_,
@@ -305,5 +310,38 @@ void Transformer::incremental_log_probs(const std::vector<int32_t>& tokens, int 
   }
 }
 
-}  // namespace thpc
+void Transformer::incremental_best_tokens(const std::vector<int32_t>& tokens, int position,
+                                          int k, std::vector<float>& values,
+                                          std::vector<int32_t>& best_tokens) {
+  State& s = *state_;
+  State::Incremental& inc = s.incremental;
+  const Tensor rows = incremental_forward(tokens, position);
+  const int H = inc.hypotheses;
+  // Ranked where the log-probabilities are (on the GPU: the device), so only [H, k]
+  // values and columns come back instead of [H, vocab].
+  const int64_t count = int64_t(H) * k;
+  const Tensor best_values = s.step_arena.take(backend_.param_dtype(), count);
+  ensure_id_capacity(backend_, inc.best_columns, count);
+  backend_.row_top_k(best_values, inc.best_columns.ids, rows, H, vocab_, k, ids_.pad, ids_.bos);
+  std::vector<float>& values_by_row = inc.best_values_by_row;
+  values_by_row.resize(static_cast<size_t>(count));
+  if (best_values.dtype == DType::F64) {
+    inc.best_values_f64.resize(values_by_row.size());
+    backend_.download(inc.best_values_f64.data(), best_values);
+    std::copy(inc.best_values_f64.begin(), inc.best_values_f64.end(), values_by_row.begin());
+  } else {
+    backend_.download(values_by_row.data(), best_values);
+  }
+  std::vector<int32_t>& columns_by_row = inc.best_columns_by_row;
+  columns_by_row.resize(static_cast<size_t>(count));
+  backend_.download_ids(columns_by_row.data(), inc.best_columns.ids, count);
+  values.resize(static_cast<size_t>(count));
+  best_tokens.resize(static_cast<size_t>(count));
+  for (int h = 0; h < H; ++h) {
+    const int64_t from = int64_t(inc.row_of[h]) * k, to = int64_t(h) * k;
+    std::copy_n(values_by_row.begin() + from, k, values.begin() + to);
+    std::copy_n(columns_by_row.begin() + from, k, best_tokens.begin() + to);
+  }
+}
 
+}  // namespace thpc

@@ -111,6 +111,15 @@ inline void ensure_ids(Backend& backend, IdBuffer& buffer,
   backend.upload_ids(buffer.ids, host.data(), count);
 }
 
+// Grows `buffer` (never shrinking) to hold at least `count` ids, for an op to write.
+inline void ensure_id_capacity(Backend& backend, IdBuffer& buffer, int64_t count) {
+  if (count > buffer.capacity) {
+    backend.free_ids(buffer.ids);
+    buffer.capacity = std::max<int64_t>(count, 2 * buffer.capacity);
+    buffer.ids = backend.alloc_ids(buffer.capacity);
+  }
+}
+
 }  // namespace thpc::model_detail
 
 namespace thpc {
@@ -160,10 +169,15 @@ struct Transformer::State {
     // rows of the other continuations are copied (see reorder_incremental).
     std::vector<int> row_of;
     // cross_slots: per cache row, its query's row in the per-sentence cross-attention.
-    model_detail::IdBuffer self_lengths, rows, from_rows, cross_slots;
+    // best_columns: row_top_k's output columns [H, k].
+    model_detail::IdBuffer self_lengths, rows, from_rows, cross_slots, best_columns;
     // The log-probabilities in cache-row order, before they are put in hypothesis order
     // (kept: [H, vocab] floats every step, megabytes, would otherwise be new memory).
     std::vector<float> log_probs_by_row;
+    // incremental_best_tokens' [H, k] in cache-row order, downloaded (param_dtype).
+    std::vector<float> best_values_by_row;
+    std::vector<double> best_values_f64;
+    std::vector<int32_t> best_columns_by_row;
   } incremental;
   Arena step_arena;  // one incremental step's activations
 };
