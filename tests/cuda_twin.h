@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -26,13 +27,31 @@
 #include "model/backends.h"
 
 // First statement of a test that needs a GPU: skips with the reason when none is usable.
-#define THPC_REQUIRE_GPU()                                                             \
+// THPC_REQUIRE_GPU is for the kernel twin tests, which may be rehearsed on the CPU
+// (twin_rehearsal below); THPC_REQUIRE_REAL_GPU for tests that use the GPU otherwise
+// (whole-model runs, NCCL), which always skip without one.
+#define THPC_REQUIRE_REAL_GPU()                                                        \
   do {                                                                                 \
     const std::string thpc_gpu_reason_ = ::thpc::cuda_unavailable_reason();            \
     if (!thpc_gpu_reason_.empty()) GTEST_SKIP() << "needs a GPU: " << thpc_gpu_reason_; \
   } while (0)
+#define THPC_REQUIRE_GPU()                                      \
+  do {                                                          \
+    if (!::thpc::test::twin_rehearsal()) THPC_REQUIRE_REAL_GPU(); \
+  } while (0)
 
 namespace thpc::test {
+
+// THPC_TWIN_REHEARSAL=1 (set by `bench/gpu_session.sh --dry-run`): the kernel twin tests
+// run with a second CPU backend in fp32 standing in for the GPU. The comparison is then
+// the CPU against itself and proves nothing about the CUDA code; what it proves is that
+// each test's own logic holds (arguments the op accepts, sizes, indices, the twin lines
+// it prints), so that a mistake there shows on the CPU machine instead of costing GPU
+// minutes. (A k larger than the row in CudaRowTopK.MatchesCpu was found this way.)
+inline bool twin_rehearsal() {
+  const char* value = std::getenv("THPC_TWIN_REHEARSAL");
+  return value != nullptr && std::strcmp(value, "1") == 0;
+}
 
 // Machine epsilon (distance from 1 to the next value) of a compute dtype: 2^-23 for fp32,
 // 2^-7 for bf16 (8 significand bits), 2^-52 for fp64.
@@ -46,7 +65,11 @@ inline double eps_of(DType dtype) {
 }
 
 // The GPU precisions every twin test runs: fp32 (tight), bf16 (training).
-inline std::vector<DType> gpu_compute_dtypes() { return {DType::F32, DType::BF16}; }
+// (A rehearsal has no bf16 backend: fp32 only.)
+inline std::vector<DType> gpu_compute_dtypes() {
+  if (twin_rehearsal()) return {DType::F32};
+  return {DType::F32, DType::BF16};
+}
 
 // fp32 -> bf16 bits, round to nearest even (what __float2bfloat16_rn does); NaN stays NaN.
 inline uint16_t bf16_bits(float value) {
@@ -146,7 +169,10 @@ class Scope {
 struct Twins {
   explicit Twins(DType gpu_dtype)
       : compute(gpu_dtype), cpu(make_cpu_backend(DType::F32)),
-        gpu(make_backend(BackendRequest{"cuda", gpu_dtype == DType::BF16 ? "bf16" : "fp32", 0, 0})) {}
+        gpu(twin_rehearsal()
+                ? make_cpu_backend(DType::F32)
+                : make_backend(BackendRequest{"cuda", gpu_dtype == DType::BF16 ? "bf16" : "fp32",
+                                              0, 0})) {}
   DType compute;
   std::unique_ptr<Backend> cpu, gpu;
 };

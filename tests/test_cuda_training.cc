@@ -58,7 +58,7 @@ double scaled_max_difference(const std::vector<float>& a, const std::vector<floa
 // tiling, block reductions): each op differs by ~1e-6 relative, and three Adam steps
 // (whose first updates are ~lr * sign(g)) keep the parameters within ~1e-5.
 TEST(CudaTraining, Fp32ThreeStepsMatchTheCpu) {
-  THPC_REQUIRE_GPU();
+  THPC_REQUIRE_REAL_GPU();
   Trainer cpu(tiny({"train.backend=cpu"}));
   Trainer gpu(tiny({"train.backend=cuda", "train.precision=fp32"}));
   for (int step = 0; step < 3; ++step) {
@@ -76,7 +76,7 @@ TEST(CudaTraining, Fp32ThreeStepsMatchTheCpu) {
 // One rank with NCCL: a step's gradients after the (identity) all-reduce equal the CPU
 // path's for one rank, the buckets having been started during backward.
 TEST(CudaTraining, OneRankNcclGradientsEqualTheCpuPath) {
-  THPC_REQUIRE_GPU();
+  THPC_REQUIRE_REAL_GPU();
   const Config config = tiny({});
   const Batch batch = make_training_source(config)->next(400);
 
@@ -111,7 +111,7 @@ TEST(CudaTraining, OneRankNcclGradientsEqualTheCpuPath) {
 // The golden resume on the GPU: 4 steps straight equal 2 steps, a checkpoint, a fresh
 // trainer restored from it, and 2 more, to the bit (the kernels use no atomics).
 TEST(CudaTraining, ResumedBf16RunIsBitIdentical) {
-  THPC_REQUIRE_GPU();
+  THPC_REQUIRE_REAL_GPU();
   const Config config = tiny({"train.backend=cuda", "train.precision=bf16"});
   Trainer whole(config);
   for (int step = 0; step < 4; ++step) whole.step();
@@ -136,7 +136,7 @@ TEST(CudaTraining, ResumedBf16RunIsBitIdentical) {
 // 20-step means within 3%) is that expectation with room for dropout noise; it is to
 // be tightened with the first measured curves (bench/RESULTS.md).
 TEST(CudaTraining, Bf16LossCurveTracksFp32OnMulti30k) {
-  THPC_REQUIRE_GPU();
+  THPC_REQUIRE_REAL_GPU();
   THPC_REQUIRE_DATA("multi30k/train.en");
   const fs::path root = fs::temp_directory_path() / ("thpc_m30k_" + std::to_string(getpid()));
   PreprocessOptions options;
@@ -182,7 +182,7 @@ TEST(CudaTraining, Bf16LossCurveTracksFp32OnMulti30k) {
 // compute-sanitizer's memcheck over a short bf16 training run with dropout: no
 // out-of-bounds or misaligned access, no leak reported at exit.
 TEST(CudaTraining, MemcheckIsCleanOnAShortRun) {
-  THPC_REQUIRE_GPU();
+  THPC_REQUIRE_REAL_GPU();
   const char* sanitizer = "compute-sanitizer";
   if (std::system("command -v compute-sanitizer > /dev/null 2>&1") != 0) {
     GTEST_SKIP() << "needs compute-sanitizer on PATH (CUDA toolkit bin/)";

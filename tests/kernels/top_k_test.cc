@@ -170,14 +170,16 @@ TEST(RowTopK, RejectsMoreThanTheSelectableColumns) {
 }
 
 // The CUDA op against the CPU reference: identical columns and values (no tolerance:
-// see the top of this file), in fp32 and from bf16 rows, at a small odd and at a model's
-// vocabulary, with and without the decoders' skips, k from 1 to the parser's 2 * 21.
+// see the top of this file), in fp32 and from bf16 rows, at a small odd width (fewer
+// columns than a block has threads) and at a model's vocabulary, with and without the
+// decoders' skips, k from 1 to the parser's 2 * 21 and beyond (65: more than any device
+// kernel keeps per thread).
 TEST(CudaRowTopK, MatchesCpu) {
   THPC_REQUIRE_GPU();
   for (DType dtype : gpu_compute_dtypes()) {
     std::mt19937 rng(44);
-    for (const int width : {37, 37003}) {
-      for (const int k : {1, 8, 42}) {
+    for (const int width : {97, 37003}) {
+      for (const int k : {1, 8, 42, 65}) {
         for (const bool skip : {false, true}) {
           SCOPED_TRACE("width " + std::to_string(width) + " k " + std::to_string(k) + " in " +
                        dtype_name(dtype) + (skip ? " skipping 0 and 2" : ""));
