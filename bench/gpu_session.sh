@@ -152,7 +152,24 @@ tests_stage() {
       > "$OUT/racecheck_${twin%%:*}.log" 2>&1
     echo "racecheck ${twin%%:*}: exit $? ($(grep -m1 "ERROR SUMMARY" "$OUT/racecheck_${twin%%:*}.log"))"
   done
-  # The rest of the CPU suite on this machine, for completeness.
+  # Two ranks on the one GPU (dist.device = 0 for both): NCCL usually refuses two ranks
+  # of a communicator on one device ("Duplicate GPU detected"); then each run must end
+  # with that reason, non-zero, well inside the time-out (the error path, checked). If it
+  # accepts, the first run is the two-rank NCCL training and the second a rank failing
+  # at step 2, which must end the whole job with the injected failure named.
+  local two_ranks=build-gpu/two_ranks
+  rm -rf "$two_ranks"
+  for run in "np2" "np2_rank1_fails_at_2:THPC_FAIL_AT=1:2"; do
+    local name=${run%%:*} injected=""
+    [ "$run" != "$name" ] && injected=${run#*:}
+    timeout 180 env $injected mpirun -np 2 --oversubscribe build-gpu/transformer_hpc \
+      input/tiny.ini --train.backend=cuda --dist.device=0 --dist.timeout_s=60 \
+      --train.max_steps=4 --train.log_every=1 --checkpoint.minutes=0 \
+      --checkpoint.average_last=0 --checkpoint.dir="$two_ranks/$name" \
+      > "$OUT/two_ranks_$name.log" 2>&1
+    echo "two ranks on one GPU, $name: exit $? ($(grep -m1 -E "^final:|Duplicate|rror|injected" "$OUT/two_ranks_$name.log"))"
+  done
+  # The rest of the suite, on the CPU (ctest hides the GPU from it: tests/CMakeLists.txt).
   ctest --test-dir build-gpu -E "Cuda|Learning" -j8 > "$OUT/ctest_rest.log" 2>&1
   grep -E "tests passed|Failed" "$OUT/ctest_rest.log" | tail -5
 }
