@@ -57,22 +57,27 @@ class CpuBackend final : public Backend {
     std::free(ids);
     ids = nullptr;
   }
-  void zero(Tensor t) override { std::memset(t.data, 0, t.numel * sizeof(T)); }
+  // An empty tensor may have a null pointer (an empty host vector's data() too), and
+  // memcpy/memset with a null pointer are undefined even for zero bytes (UBSan's
+  // nonnull check): zero-sized transfers return first, as cudaMemcpy's do nothing.
+  void zero(Tensor t) override {
+    if (t.numel > 0) std::memset(t.data, 0, t.numel * sizeof(T));
+  }
   void copy(Tensor dst, Tensor src) override {
     THPC_CHECK(dst.numel == src.numel, "copy of " << src.numel << " into " << dst.numel);
-    std::memmove(dst.data, src.data, src.numel * sizeof(T));
+    if (src.numel > 0) std::memmove(dst.data, src.data, src.numel * sizeof(T));
   }
   void upload(Tensor dst, const void* host) override {
-    std::memcpy(dst.data, host, dst.numel * sizeof(T));
+    if (dst.numel > 0) std::memcpy(dst.data, host, dst.numel * sizeof(T));
   }
   void download(void* host, Tensor src) override {
-    std::memcpy(host, src.data, src.numel * sizeof(T));
+    if (src.numel > 0) std::memcpy(host, src.data, src.numel * sizeof(T));
   }
   void upload_ids(int32_t* dst, const int32_t* host, int64_t count) override {
-    std::memcpy(dst, host, count * sizeof(int32_t));
+    if (count > 0) std::memcpy(dst, host, count * sizeof(int32_t));
   }
   void download_ids(int32_t* host, const int32_t* src, int64_t count) override {
-    std::memcpy(host, src, count * sizeof(int32_t));
+    if (count > 0) std::memcpy(host, src, count * sizeof(int32_t));
   }
   void synchronize() override {}
 

@@ -192,6 +192,26 @@ TEST(CopyRows, GathersAndScattersByIndex) {
   EXPECT_EQ(copy, (std::vector<float>{20, 21, 22, 0, 1, 2}));
 }
 
+// Zero-sized transfers through the CPU backend do nothing, also with the null pointers
+// an empty tensor or an empty host vector may carry (the M = 0 cases of the linear
+// twins upload such vectors). memcpy/memset with a null pointer are undefined even for
+// zero bytes: in a plain build this passes either way, under UBSan (tools/sanitize.sh)
+// it fails without the backend's zero-size checks.
+TEST(Transfers, ZeroSizedTransfersWithNullPointersAreNoOps) {
+  for (DType dtype : {DType::F32, DType::F64}) {
+    auto backend = make_cpu_backend(dtype);
+    Tensor empty;
+    empty.dtype = dtype;
+    empty.numel = 0;
+    backend->zero(empty);
+    backend->copy(empty, empty);
+    backend->upload(empty, nullptr);
+    backend->download(nullptr, empty);
+    backend->upload_ids(nullptr, nullptr, 0);
+    backend->download_ids(nullptr, nullptr, 0);
+  }
+}
+
 }  // namespace
 }  // namespace thpc::cpu_test
 
