@@ -165,10 +165,7 @@ class CpuBackend final : public Backend {
   }
   void row_top_k(Tensor values, int32_t* columns, Tensor x, int rows, int width, int k,
                  int skip_a, int skip_b) override {
-    cpu::check_row_top_k(rows, width, k, skip_a, skip_b);
-    THPC_CHECK(values.numel >= int64_t(rows) * k && x.numel >= int64_t(rows) * width,
-               "row_top_k: " << values.numel << " values for " << rows << " x " << k
-                             << ", or " << x.numel << " entries for " << rows << " x " << width);
+    cpu::check_row_top_k(values, x, rows, width, k, skip_a, skip_b);
     cpu::row_top_k<T>(p(values), columns, p(x), rows, width, k, skip_a, skip_b);
   }
   void adam_update(Tensor params, Tensor grads, Tensor m, Tensor v, int64_t n, float lr,

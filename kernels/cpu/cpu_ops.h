@@ -91,9 +91,12 @@ template <typename T>
 void row_top_k(T* values, int32_t* columns, const T* x, int rows, int width, int k,
                int skip_a, int skip_b);
 // The columns of a row of `width` that skip_a and skip_b leave selectable; and the
-// op's argument check (throws naming the sizes), shared with the CUDA backend.
+// op's argument check (throws naming the sizes), the second form also checking that
+// the tensors hold [rows, k] and [rows, width]: what both backends' row_top_k check.
 int row_top_k_selectable(int width, int skip_a, int skip_b);
 void check_row_top_k(int rows, int width, int k, int skip_a, int skip_b);
+void check_row_top_k(const Tensor& values, const Tensor& x, int rows, int width, int k,
+                     int skip_a, int skip_b);
 
 // ---- adam.cc ----
 template <typename T>

@@ -39,6 +39,14 @@ void check_row_top_k(int rows, int width, int k, int skip_a, int skip_b) {
                                             << " and " << skip_b << ")");
 }
 
+void check_row_top_k(const Tensor& values, const Tensor& x, int rows, int width, int k,
+                     int skip_a, int skip_b) {
+  check_row_top_k(rows, width, k, skip_a, skip_b);
+  THPC_CHECK(values.numel >= int64_t(rows) * k && x.numel >= int64_t(rows) * width,
+             "row_top_k: " << values.numel << " values for " << rows << " x " << k << ", or "
+                           << x.numel << " entries for " << rows << " x " << width);
+}
+
 // One pass over the row keeping the best k so far sorted: a column enters when it ranks
 // before the worst kept (columns come in increasing order, so an equal value never
 // does), at the place after every kept one that ranks before it. k is small (2 * beam)

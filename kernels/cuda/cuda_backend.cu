@@ -194,11 +194,8 @@ class CudaBackend final : public Backend {
   // callers already read back [rows, k] alone.
   void row_top_k(Tensor values, int32_t* columns, Tensor x, int rows, int width, int k,
                  int skip_a, int skip_b) override {
-    cpu::check_row_top_k(rows, width, k, skip_a, skip_b);
+    cpu::check_row_top_k(values, x, rows, width, k, skip_a, skip_b);
     const int64_t entries = int64_t(rows) * width, best = int64_t(rows) * k;
-    THPC_CHECK(values.numel >= best && x.numel >= entries,
-               "row_top_k: " << values.numel << " values for " << rows << " x " << k
-                             << ", or " << x.numel << " entries for " << rows << " x " << width);
     act(x);
     par(values);
     Tensor used = x.slice(0, entries);

@@ -324,14 +324,7 @@ void Transformer::incremental_best_tokens(const std::vector<int32_t>& tokens, in
   ensure_id_capacity(backend_, inc.best_columns, count);
   backend_.row_top_k(best_values, inc.best_columns.ids, rows, H, vocab_, k, ids_.pad, ids_.bos);
   std::vector<float>& values_by_row = inc.best_values_by_row;
-  values_by_row.resize(static_cast<size_t>(count));
-  if (best_values.dtype == DType::F64) {
-    inc.best_values_f64.resize(values_by_row.size());
-    backend_.download(inc.best_values_f64.data(), best_values);
-    std::copy(inc.best_values_f64.begin(), inc.best_values_f64.end(), values_by_row.begin());
-  } else {
-    backend_.download(values_by_row.data(), best_values);
-  }
+  download_rows_f32(best_values, H, k, values_by_row);
   std::vector<int32_t>& columns_by_row = inc.best_columns_by_row;
   columns_by_row.resize(static_cast<size_t>(count));
   backend_.download_ids(columns_by_row.data(), inc.best_columns.ids, count);

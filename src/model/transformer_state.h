@@ -99,18 +99,6 @@ struct IdBuffer {
 };
 
 
-// Uploads `host` into `buffer`, growing it (never shrinking) when it is too small.
-inline void ensure_ids(Backend& backend, IdBuffer& buffer,
-                       const std::vector<int32_t>& host) {
-  const int64_t count = static_cast<int64_t>(host.size());
-  if (count > buffer.capacity) {
-    backend.free_ids(buffer.ids);
-    buffer.capacity = std::max<int64_t>(count, 2 * buffer.capacity);
-    buffer.ids = backend.alloc_ids(buffer.capacity);
-  }
-  backend.upload_ids(buffer.ids, host.data(), count);
-}
-
 // Grows `buffer` (never shrinking) to hold at least `count` ids, for an op to write.
 inline void ensure_id_capacity(Backend& backend, IdBuffer& buffer, int64_t count) {
   if (count > buffer.capacity) {
@@ -118,6 +106,14 @@ inline void ensure_id_capacity(Backend& backend, IdBuffer& buffer, int64_t count
     buffer.capacity = std::max<int64_t>(count, 2 * buffer.capacity);
     buffer.ids = backend.alloc_ids(buffer.capacity);
   }
+}
+
+// Uploads `host` into `buffer`, growing it (never shrinking) when it is too small.
+inline void ensure_ids(Backend& backend, IdBuffer& buffer,
+                       const std::vector<int32_t>& host) {
+  const int64_t count = static_cast<int64_t>(host.size());
+  ensure_id_capacity(backend, buffer, count);
+  backend.upload_ids(buffer.ids, host.data(), count);
 }
 
 }  // namespace thpc::model_detail
@@ -174,9 +170,8 @@ struct Transformer::State {
     // The log-probabilities in cache-row order, before they are put in hypothesis order
     // (kept: [H, vocab] floats every step, megabytes, would otherwise be new memory).
     std::vector<float> log_probs_by_row;
-    // incremental_best_tokens' [H, k] in cache-row order, downloaded (param_dtype).
+    // incremental_best_tokens' [H, k] in cache-row order, downloaded as fp32.
     std::vector<float> best_values_by_row;
-    std::vector<double> best_values_f64;
     std::vector<int32_t> best_columns_by_row;
   } incremental;
   Arena step_arena;  // one incremental step's activations
