@@ -53,6 +53,34 @@ else
   ours_args=(--vocab 8000 --steps 9 --warmup-steps 2 --backend cpu --set "train.threads=$threads")
 fi
 
+# On the GPU, MFU is taken against the bf16 GEMM ceiling measured here, in this call, on
+# this device: cuBLAS (through PyTorch's matmul) on 8192^3 random bf16 operands, the
+# best of five timings of ten products after three warm-ups.
+if [[ $device == cuda ]]; then
+  ceiling=$("$python" - <<'PY'
+import torch
+n = 8192
+a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+for _ in range(3):
+    a @ b
+torch.cuda.synchronize()
+start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+best_ms = float("inf")
+for _ in range(5):
+    start.record()
+    for _ in range(10):
+        a @ b
+    end.record()
+    torch.cuda.synchronize()
+    best_ms = min(best_ms, start.elapsed_time(end) / 10)
+print(round(2 * n**3 / best_ms / 1e9, 1))
+PY
+)
+  echo "bf16 GEMM ceiling (cuBLAS 8192^3, measured now): $ceiling TFLOP/s"
+  ours_args+=(--peak-tflops "$ceiling")
+fi
+
 ratios=() ours_rates=() torch_rates=() ours_mfus=() torch_mfus=()
 for ((run = 1; run <= runs; run++)); do
   torch_line=$("$python" "$reference" --preset "$preset" --tokens "$tokens" "${torch_args[@]}" | tail -1)
