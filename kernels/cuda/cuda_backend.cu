@@ -2,8 +2,6 @@
 // its launcher in kernels/cuda with the dtypes checked.
 #include "kernels/cuda/cuda_backend.h"
 
-#include <vector>
-
 #include "common/error.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_check.h"
@@ -28,7 +26,6 @@ class CudaBackend final : public Backend {
     THPC_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     device_name_ = prop.name;
   }
-  ~CudaBackend() override { free(top_k_entries_); }
 
   std::string name() const override {
     return std::string("cuda-") + dtype_name(dtype_of<T>()) + " (" + device_name_ + ")";
@@ -195,27 +192,8 @@ class CudaBackend final : public Backend {
   void row_top_k(Tensor values, int32_t* columns, Tensor x, int rows, int width, int k,
                  int skip_a, int skip_b) override {
     cpu::check_row_top_k(values, x, rows, width, k, skip_a, skip_b);
-    const int64_t entries = int64_t(rows) * width, best = int64_t(rows) * k;
-    act(x);
-    par(values);
-    Tensor used = x.slice(0, entries);
-    if (used.dtype != DType::F32) {
-      if (top_k_entries_.numel < entries) {  // grown, never shrunk: no per-step cudaMalloc
-        free(top_k_entries_);
-        top_k_entries_ = alloc(DType::F32, entries);
-      }
-      Tensor wide = top_k_entries_.slice(0, entries);
-      copy(wide, used);
-      used = wide;
-    }
-    host_entries_.resize(static_cast<size_t>(entries));
-    download(host_entries_.data(), used);
-    host_values_.resize(static_cast<size_t>(best));
-    host_columns_.resize(static_cast<size_t>(best));
-    cpu::row_top_k<float>(host_values_.data(), host_columns_.data(), host_entries_.data(), rows,
-                          width, k, skip_a, skip_b);
-    upload(values.slice(0, best), host_values_.data());
-    upload_ids(columns, host_columns_.data(), best);
+    cuda::row_top_k<T>(par(values), columns, act(x), rows, width, k, skip_a, skip_b,
+                       stream());
   }
   void adam_update(Tensor params, Tensor grads, Tensor m, Tensor v, int64_t n, float lr,
                    float beta1, float beta2, float eps, int64_t step) override {
@@ -251,10 +229,6 @@ class CudaBackend final : public Backend {
 
   cuda::Context context_;
   std::string device_name_;
-  // row_top_k's fp32 copy of bf16 rows and host buffers, kept from call to call.
-  Tensor top_k_entries_;
-  std::vector<float> host_entries_, host_values_;
-  std::vector<int32_t> host_columns_;
 };
 
 }  // namespace

@@ -12,7 +12,7 @@
 // One .cu file per op family, forward and backward side by side, each with its CPU twin
 // in kernels/cpu and a test against that twin in tests/kernels/<family>_test.cc:
 //   embedding.cu, linear.cu, layernorm.cu, attention.cu, elementwise.cu,
-//   cross_entropy.cu, adam.cu.
+//   cross_entropy.cu, top_k.cu, adam.cu.
 //
 // Determinism: no op uses floating-point atomics. Reductions over rows (embedding and
 // bias/gamma gradients, loss sums, norms) run in a fixed order, so two runs of the same
@@ -161,6 +161,14 @@ LossSums softmax_cross_entropy(Context& context, T* d_logits, const T* logits,
                                int pad_id, float grad_scale);
 template <typename T>
 void log_softmax(T* log_probs, const T* logits, int rows, int vocab, cudaStream_t stream);
+
+// ---- top_k.cu (Backend::row_top_k) -------------------------------------------------------
+// Each row's k best entries of x [rows, width], larger first, NaN last, ties to the
+// smaller column, never skip_a or skip_b: values [rows, k] fp32, columns [rows, k].
+// The caller checks k against the selectable columns (cpu::check_row_top_k).
+template <typename T>
+void row_top_k(float* values, int32_t* columns, const T* x, int rows, int width, int k,
+               int skip_a, int skip_b, cudaStream_t stream);
 
 // ---- adam.cu --------------------------------------------------------------------------
 // One fused pass over the flat fp32 buffers (§5.3, with bias correction).
