@@ -172,8 +172,8 @@ TEST(RowTopK, RejectsMoreThanTheSelectableColumns) {
 // The CUDA op against the CPU reference: identical columns and values (no tolerance:
 // see the top of this file), in fp32 and from bf16 rows, at a small odd width (fewer
 // columns than a block has threads) and at a model's vocabulary, with and without the
-// decoders' skips, k from 1 to the parser's 2 * 21 and beyond (65: more than any device
-// kernel keeps per thread).
+// decoders' skips, k from 1 to the parser's 2 * 21 and beyond (65: more passes than the
+// device kernel makes for any decoder's 2 * beam).
 TEST(CudaRowTopK, MatchesCpu) {
   THPC_REQUIRE_GPU();
   for (DType dtype : gpu_compute_dtypes()) {
