@@ -1,21 +1,39 @@
 #!/usr/bin/env bash
-# The training-step benchmark against the PyTorch peer (torch_reference.py, which is not
+# The training-step benchmark against the PyTorch peers (torch_reference.py, which is not
 # part of this repository: TORCH_REFERENCE names it), in one run on one machine:
 #
 #   TORCH_REFERENCE=PATH [BUILD=build] [DEVICE=cuda|cpu] [RUNS=1] [THREADS=2]
-#       bash bench/step_vs_torch.sh [small|base|big] [TOKENS]
+#       [PEERS="eager compile"] bash bench/step_vs_torch.sh [small|base|big] [TOKENS]
 #
-# Both systems train on the same batch shapes (TOKENS / L sentences of length L for L in
-# 12..96, source and target alike) and print one JSON line each; then the ratio of their
-# tokens/s (> 1: transformer_hpc is faster). RUNS > 1 alternates the two RUNS times and
-# ends with the median ratio. On the GPU: bf16, vocabulary 37000, 60 timed steps after
-# 15. On the CPU (bench/cpu_step_vs_torch.sh): fp32, vocabulary 8000, THREADS threads,
-# 9 timed steps after 2. The last line is always
-#   step_vs_torch: device=D preset=P tokens=T runs=R ours_tokens_per_s=A torch_tokens_per_s=B ratio=X ours_mfu=M torch_mfu=N
-# with medians over the runs. MFU is model FLOPs/s over the GEMM ceiling: on the CPU the
-# fp32 sgemm rate transformer_bench_step measures in the same run, on the GPU its
-# --peak-tflops; the peer's share follows from the ratio (same FLOPs per token). Installs nothing: PyTorch comes from PyPI
-# (`python3 -m pip install torch`); PYTHON names the interpreter that has it.
+# Every system trains on the same batch shapes (TOKENS / L sentences of length L for L in
+# 12..96, source and target alike) and prints one JSON line. PEERS names the PyTorch
+# variants to run (torch_reference.py's flags):
+#   eager             bf16 autocast (fp32 on the CPU), SDPA, fused Adam
+#   eager-liger       the same with Liger's fused linear cross-entropy (--loss liger)
+#   compile           torch.compile over forward + loss, mode default, static shapes
+#   compile-dynamic   the same with dynamic shapes (one graph for every length)
+#   compile-autotune  mode max-autotune-no-cudagraphs, static shapes
+#   compile-liger     compile with Liger's loss
+# A compiled peer keeps Inductor's cache in $BUILD/inductor-cache, so that its second and
+# later runs (RUNS > 1, or a later call on the same machine) reuse the compiled kernels;
+# its JSON line has the compile seconds. A peer that cannot run here (Liger without its
+# package) prints "skipped" and is left out. RUNS > 1 alternates the systems RUNS times.
+# Both sides read the loss back every step (ours always does; the peer's default).
+# On the GPU: bf16, vocabulary 37000, 60 timed steps after 15 (compiled peers: after two
+# passes over the shapes). On the CPU (bench/cpu_step_vs_torch.sh): fp32, vocabulary
+# 8000, THREADS threads, 9 timed steps after 2. The last line is always
+#   step_vs_torch: device=D preset=P tokens=T runs=R ours_step_ms=S ours_tokens_per_s=A
+#     eager_tokens_per_s=B compile_tokens_per_s=C compile_peer=NAME eager_ratio=X
+#     compile_ratio=Y mfu=M mfu_spec=N gemm_ceiling_tflops=G ours_peak_mem_gib=...
+#     eager_peak_mem_gib=... compile_peak_mem_gib=...
+# with medians over the runs; eager_* is the fastest eager-family peer, compile_* the
+# fastest compiled one ("none" where none ran); a ratio > 1 means transformer_hpc is
+# faster. mfu is model FLOPs/s over the GEMM ceiling: on the CPU the fp32 sgemm rate
+# transformer_bench_step measures in the same run, on the GPU the bf16 cuBLAS rate
+# measured below in this call; mfu_spec divides by the dense-bf16 specification
+# (989.4 TFLOP/s, H100/H200 SXM) as public MFU figures do (GPU only). Installs nothing:
+# PyTorch comes from PyPI (`python3 -m pip install torch`, and `liger-kernel` for the
+# Liger peers); PYTHON names the interpreter that has them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset=${1:-base}
@@ -25,6 +43,8 @@ threads=${THREADS:-2}
 build=${BUILD:-build}
 python=${PYTHON:-python3}
 reference=${TORCH_REFERENCE:-}
+read -r -a peers <<< "${PEERS:-eager compile}"
+readonly SPEC_TFLOPS=989.4  # H100/H200 SXM dense bf16 (NVIDIA's datasheet, without sparsity)
 case $device in
   cuda) tokens=${2:-25000} ;;
   cpu) tokens=${2:-$([[ $preset == small ]] && echo 2000 || echo 1000)} ;;
@@ -37,6 +57,25 @@ esac
   echo "$python has no PyTorch: python3 -m pip install torch (or set PYTHON)" >&2; exit 2; }
 [[ -x $build/transformer_bench_step ]] || { echo "build first: cmake --build $build" >&2; exit 1; }
 
+# torch_reference.py's flags for each peer name.
+peer_args() {
+  local cache=(--inductor-cache-dir "$build/inductor-cache")
+  case $1 in
+    eager) ;;
+    eager-liger) echo --loss liger ;;
+    compile) echo --compile --compile-mode default --dynamic false "${cache[@]}" ;;
+    compile-dynamic) echo --compile --compile-mode default --dynamic true "${cache[@]}" ;;
+    compile-autotune) echo --compile --compile-mode max-autotune-no-cudagraphs --dynamic false "${cache[@]}" ;;
+    compile-liger) echo --compile --compile-mode default --dynamic false --loss liger "${cache[@]}" ;;
+    *) return 1 ;;
+  esac
+}
+for peer in "${peers[@]}"; do
+  peer_args "$peer" > /dev/null || {
+    echo "PEERS: unknown peer '$peer' (eager eager-liger compile compile-dynamic compile-autotune compile-liger)" >&2
+    exit 2; }
+done
+
 # The small preset is input/base.ini with torch_reference.py's "small" sizes.
 model_sets=()
 config=input/$preset.ini
@@ -46,8 +85,9 @@ if [[ $preset == small ]]; then
               --set model.heads=4 --set model.d_k=64 --set model.d_v=64)
 fi
 if [[ $device == cuda ]]; then
-  torch_args=(--vocab 37000 --steps 60 --warmup-steps 15)
-  ours_args=(--vocab 37000 --steps 60 --warmup-steps 15 --backend cuda --precision bf16)
+  torch_args=(--vocab 37000 --steps 60 --warmup-steps 15 --spec-tflops "$SPEC_TFLOPS")
+  ours_args=(--vocab 37000 --steps 60 --warmup-steps 15 --backend cuda --precision bf16
+             --spec-tflops "$SPEC_TFLOPS")
 else
   torch_args=(--device cpu --vocab 8000 --steps 9 --warmup-steps 2 --threads "$threads")
   ours_args=(--vocab 8000 --steps 9 --warmup-steps 2 --backend cpu --set "train.threads=$threads")
@@ -55,7 +95,7 @@ fi
 
 # On the GPU, MFU is taken against the bf16 GEMM ceiling measured here, in this call, on
 # this device: cuBLAS (through PyTorch's matmul) on 8192^3 random bf16 operands, the
-# best of five timings of ten products after three warm-ups.
+# best of five timings of ten products after three warm-ups. Both sides are given it.
 if [[ $device == cuda ]]; then
   ceiling=$("$python" - <<'PY'
 import torch
@@ -79,32 +119,81 @@ PY
 )
   echo "bf16 GEMM ceiling (cuBLAS 8192^3, measured now): $ceiling TFLOP/s"
   ours_args+=(--peak-tflops "$ceiling")
+  torch_args+=(--peak-tflops "$ceiling")
 fi
 
-ratios=() ours_rates=() torch_rates=() ours_mfus=() torch_mfus=()
+# Every JSON line, tagged with its system, goes to one file that the summary reads.
+lines=$(mktemp)
+trap 'rm -f "$lines"' EXIT
 for ((run = 1; run <= runs; run++)); do
-  torch_line=$("$python" "$reference" --preset "$preset" --tokens "$tokens" "${torch_args[@]}" | tail -1)
-  ours_line=$("$build"/transformer_bench_step --config "$config" --tokens "$tokens" \
-              "${ours_args[@]}" "${model_sets[@]}" | tail -1)
-  echo "$torch_line"
-  echo "$ours_line"
-  read -r ours_rate torch_rate ratio ours_mfu torch_mfu < <("$python" - "$torch_line" "$ours_line" <<'PY'
-import json, sys
-torch, ours = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-ratio = ours["tokens_per_s"] / torch["tokens_per_s"]
-# Both count the same model FLOPs per token on the same shapes, so the peer's share of
-# the ceiling ours measured (or was given) is ours divided by the ratio.
-print(ours["tokens_per_s"], torch["tokens_per_s"], round(ratio, 3), ours["mfu"],
-      round(ours["mfu"] / ratio, 3))
-PY
-)
-  echo "run $run: tokens/s transformer_hpc $ours_rate / pytorch $torch_rate = ${ratio}x;" \
-       "share of the GEMM ceiling: transformer_hpc $ours_mfu, pytorch $torch_mfu"
-  ratios+=("$ratio") ours_rates+=("$ours_rate") torch_rates+=("$torch_rate")
-  ours_mfus+=("$ours_mfu") torch_mfus+=("$torch_mfu")
+  for peer in "${peers[@]}"; do
+    read -r -a extra <<< "$(peer_args "$peer")"
+    line=$("$python" "$reference" --preset "$preset" --tokens "$tokens" "${torch_args[@]}" \
+           "${extra[@]}" | tail -1)
+    echo "$line"
+    printf '%s\t%s\t%s\n' "$run" "$peer" "$line" >> "$lines"
+  done
+  line=$("$build"/transformer_bench_step --config "$config" --tokens "$tokens" \
+         "${ours_args[@]}" "${model_sets[@]}" | tail -1)
+  echo "$line"
+  printf '%s\t%s\t%s\n' "$run" ours "$line" >> "$lines"
 done
-median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-echo "step_vs_torch: device=$device preset=$preset tokens=$tokens runs=$runs" \
-     "ours_tokens_per_s=$(median "${ours_rates[@]}") torch_tokens_per_s=$(median "${torch_rates[@]}")" \
-     "ratio=$(median "${ratios[@]}") ours_mfu=$(median "${ours_mfus[@]}")" \
-     "torch_mfu=$(median "${torch_mfus[@]}")"
+
+"$python" - "$lines" "$device" "$preset" "$tokens" "$runs" <<'PY'
+import json, statistics, sys
+
+path, device, preset, tokens, runs = sys.argv[1:]
+by_system = {}
+for row in open(path):
+    run, system, text = row.rstrip("\n").split("\t", 2)
+    by_system.setdefault(system, []).append((int(run), json.loads(text)))
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+ours = [record for _, record in by_system.pop("ours")]
+ours_rate = median([r["tokens_per_s"] for r in ours])
+
+# Per run, each peer's ratio against ours of the same run, then the medians.
+peers = {}
+for name, records in by_system.items():
+    ran = [(run, r) for run, r in records if not r.get("skipped")]
+    if not ran:
+        print(f"peer {name}: skipped ({records[0][1].get('skipped')})")
+        continue
+    for run, r in ran:
+        ratio = ours[run - 1]["tokens_per_s"] / r["tokens_per_s"]
+        print(f"run {run}: transformer_hpc {ours[run - 1]['tokens_per_s']:.0f} / {name} "
+              f"{r['tokens_per_s']:.0f} tokens/s = {ratio:.3f}x"
+              + (f" (compile {r['compile_s']} s)" if r.get("compile_s") is not None else ""))
+    peers[name] = {
+        "tokens_per_s": median([r["tokens_per_s"] for _, r in ran]),
+        "ratio": median([ours[run - 1]["tokens_per_s"] / r["tokens_per_s"] for run, r in ran]),
+        "peak_mem_gib": median([r.get("peak_mem_gib") for _, r in ran]),
+    }
+
+def fastest(family):
+    names = [n for n in peers if n.split("-")[0] == family]
+    return max(names, key=lambda n: peers[n]["tokens_per_s"]) if names else None
+
+def fmt(value, digits):
+    return "none" if value is None else (f"{value:.{digits}f}" if isinstance(value, float) else str(value))
+
+fields = [f"device={device}", f"preset={preset}", f"tokens={tokens}", f"runs={runs}",
+          f"ours_step_ms={fmt(median([r['median_step_ms'] for r in ours]), 2)}",
+          f"ours_tokens_per_s={fmt(ours_rate, 0)}"]
+chosen = {family: fastest(family) for family in ("eager", "compile")}
+for family, name in chosen.items():
+    fields.append(f"{family}_tokens_per_s={fmt(peers[name]['tokens_per_s'] if name else None, 0)}")
+fields.append(f"compile_peer={chosen['compile'] or 'none'}")
+for family, name in chosen.items():
+    fields.append(f"{family}_ratio={fmt(peers[name]['ratio'] if name else None, 3)}")
+fields += [f"mfu={fmt(median([r['mfu'] for r in ours]), 3)}",
+           f"mfu_spec={fmt(median([r.get('mfu_spec') for r in ours]), 3)}",
+           f"gemm_ceiling_tflops={fmt(median([r['gemm_ceiling_tflops'] for r in ours]), 4)}",
+           f"ours_peak_mem_gib={fmt(median([r.get('peak_mem_gib') for r in ours]), 2)}"]
+for family, name in chosen.items():
+    fields.append(f"{family}_peak_mem_gib={fmt(peers[name]['peak_mem_gib'] if name else None, 2)}")
+print("step_vs_torch: " + " ".join(fields))
+PY

@@ -4,7 +4,8 @@
 //
 //   transformer_bench_step [--config input/base.ini] [--tokens 25000] [--steps 60]
 //                          [--warmup-steps 15] [--vocab 37000] [--backend auto]
-//                          [--precision bf16] [--peak-tflops 790] [--set KEY=VALUE ...]
+//                          [--precision bf16] [--peak-tflops 790] [--spec-tflops 989.4]
+//                          [--set KEY=VALUE ...]
 //
 // Batches: for L in 12 18 24 28 32 40 48 64 96 (cycled), tokens / L sentences of source
 // length L and target length L + 1 (decoder input and output L each), random ids in
@@ -13,10 +14,14 @@
 // Model FLOPs are counted as the reference counts them (matrix products, 3x forward).
 // On the CPU, MFU is taken against the fp32 GEMM ceiling measured in the same run (the
 // best of a few 2048^3 sgemm with the step's BLAS threads): the step is almost all
-// matrix products, so that rate bounds any trainer's tokens/s on the machine.
+// matrix products, so that rate bounds any trainer's tokens/s on the machine. On the GPU,
+// `mfu` divides by --peak-tflops (bench/step_vs_torch.sh passes the cuBLAS rate it
+// measured in the same call) and `mfu_spec` by --spec-tflops, the datasheet's dense bf16
+// rate that public MFU figures (PaLM, llm.c, MLPerf) divide by: 989.4 for an H100/H200 SXM.
 #include <boost/program_options.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -44,6 +49,7 @@ struct Arguments {
   std::string config = "input/base.ini", backend = "auto", precision = "bf16";
   int tokens = 25000, steps = 60, warmup_steps = 15, vocab = 37000;
   double peak_tflops = 790.0;
+  double spec_tflops = 989.4;  // H100/H200 SXM dense bf16, without sparsity
   std::vector<std::string> overrides;  // SECTION.KEY=VALUE, as the trainer's --SECTION.KEY
   bool help = false;
 };
@@ -154,13 +160,17 @@ int run(const Arguments& args) {
   const double median = step_seconds.empty() ? 0.0 : step_seconds[step_seconds.size() / 2];
   const bool on_cpu = backend->name().rfind("cpu", 0) == 0;
   const double peak_tflops = on_cpu ? measure_cpu_gemm_ceiling() : args.peak_tflops;
+  const double model_tflops = flops / total / 1e12;
+  // The datasheet's rate is a GPU's; on the CPU there is none to quote.
+  const std::string mfu_spec =
+      on_cpu ? "null" : std::to_string(std::round(1e3 * model_tflops / args.spec_tflops) / 1e3);
   std::printf("{\"system\": \"transformer_hpc\", \"backend\": \"%s\", \"config\": \"%s\", "
               "\"tokens_per_step\": %d, \"median_step_ms\": %.3f, \"tokens_per_s\": %.0f, "
               "\"model_tflops\": %.4f, \"gemm_ceiling_tflops\": %.4f, \"mfu\": %.3f, "
-              "\"final_loss\": %.4f}\n",
+              "\"mfu_spec\": %s, \"final_loss\": %.4f}\n",
               backend->name().c_str(), args.config.c_str(), 2 * args.tokens, 1e3 * median,
-              tokens / total, flops / total / 1e12, peak_tflops,
-              flops / total / 1e12 / peak_tflops, loss);
+              tokens / total, model_tflops, peak_tflops, model_tflops / peak_tflops,
+              mfu_spec.c_str(), loss);
   return 0;
 }
 
@@ -182,14 +192,17 @@ int main(int argc, char** argv) {
       ("precision", po::value(&args.precision)->default_value(args.precision), "bf16 | fp32 (GPU)")
       ("peak-tflops", po::value(&args.peak_tflops)->default_value(args.peak_tflops),
        "the GPU's bf16 GEMM ceiling, for MFU (on the CPU it is measured instead)")
+      ("spec-tflops", po::value(&args.spec_tflops)->default_value(args.spec_tflops),
+       "the GPU's datasheet dense bf16 rate, for mfu_spec (989.4: H100/H200 SXM)")
       ("set", po::value(&args.overrides)->composing(),
        "SECTION.KEY=VALUE config override (repeatable), e.g. --set model.max_positions=128");
   const auto parse = [&](int count, char** values) {
     args.help = thpc::tools::parse_options(options, count, values).count("help") > 0;
     if (!args.help &&
-        (args.tokens <= 0 || args.steps <= 0 || args.warmup_steps < 0 || args.vocab <= 4)) {
-      THPC_FAIL("--tokens and --steps must be positive, --warmup-steps not negative, and "
-                "--vocab above the 4 special ids");
+        (args.tokens <= 0 || args.steps <= 0 || args.warmup_steps < 0 || args.vocab <= 4 ||
+         !(args.peak_tflops > 0) || !(args.spec_tflops > 0))) {
+      THPC_FAIL("--tokens, --steps, --peak-tflops and --spec-tflops must be positive, "
+                "--warmup-steps not negative, and --vocab above the 4 special ids");
     }
     return args;
   };
