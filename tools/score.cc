@@ -1,12 +1,17 @@
-// transformer_score: corpus or sentence BLEU exactly as sacreBLEU 2.x computes it.
+// transformer_score: corpus or sentence BLEU and chrF exactly as sacreBLEU 2.x computes
+// them.
 //
-//   transformer_score REF [REF ...] [-i HYP] [--tokenize 13a|intl|char|none] [-lc]
+//   transformer_score REF [REF ...] [-i HYP] [-m bleu|chrf ...]
+//                     [--tokenize 13a|intl|char|none] [-lc]
 //                     [-s none|floor|add-k|exp] [-sv VALUE] [--max-ngram-order N]
+//                     [-cc N] [-cw N] [--chrf-beta N] [--chrf-whitespace]
+//                     [--chrf-lowercase] [--chrf-eps-smoothing]
 //                     [--sentence-level] [-b] [-w WIDTH]
 //
 // The options mean what they mean after `sacrebleu`; the output is sacreBLEU's text
 // format (`sacrebleu -f text`). Exit codes: 0 success, 1 bad input files, 2 a bad
 // command line.
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <optional>
@@ -15,6 +20,7 @@
 
 #include "common/error.h"
 #include "metrics/bleu.h"
+#include "metrics/chrf.h"
 #include "tools/tool_main.h"
 
 namespace {
@@ -23,14 +29,28 @@ constexpr const char* kUsage =
     "usage: transformer_score REF [REF ...] [-i HYP] [options]\n"
     "\n"
     "Scores the hypothesis (HYP, or standard input) against one or more reference\n"
-    "files, one segment per line, with BLEU exactly as sacreBLEU 2.x computes it.\n"
+    "files, one segment per line, with BLEU and chrF exactly as sacreBLEU 2.x computes\n"
+    "them.\n"
     "\n"
     "  -i, --input HYP            hypothesis file (default: standard input)\n"
+    "  -m, --metrics NAME ...     bleu (default) | chrf, one line each\n"
+    "\n"
+    "BLEU:\n"
     "  -tok, --tokenize NAME      13a (default) | intl | char | none\n"
     "  -lc, --lowercase           lowercase hypothesis and references first\n"
     "  -s, --smooth-method NAME   exp (default) | floor | add-k | none\n"
     "  -sv, --smooth-value V      floor value (default 0.1) or add-k's k (default 1)\n"
     "  --max-ngram-order N        highest n-gram order (default 4)\n"
+    "\n"
+    "chrF (default chrF2: character n-grams up to 6, no word n-grams, beta 2):\n"
+    "  -cc, --chrf-char-order N   highest character n-gram order (default 6)\n"
+    "  -cw, --chrf-word-order N   highest word n-gram order (default 0; 2 = chrF++)\n"
+    "  --chrf-beta N              weight of recall against precision (default 2)\n"
+    "  --chrf-whitespace          keep whitespace in character n-grams\n"
+    "  --chrf-lowercase           lowercase hypothesis and references first\n"
+    "  --chrf-eps-smoothing       average each order's F (chrF++.py) instead of\n"
+    "                             averaging precision and recall over effective orders\n"
+    "\n"
     "  -sl, --sentence-level      one score per segment (with effective order)\n"
     "  -b, --score-only           print the score alone\n"
     "  -w, --width W              decimals of the score (default 1)\n"
@@ -40,6 +60,9 @@ struct CommandLine {
   std::vector<std::string> reference_paths;
   std::optional<std::string> hypothesis_path;  // nullopt: standard input
   thpc::metrics::BleuOptions options;
+  // -m: sacreBLEU's metric names, each once, in sacreBLEU's order of printing (by name).
+  std::vector<std::string> metrics = {"bleu"};
+  thpc::metrics::ChrfOptions chrf;
   bool sentence_level = false;
   bool score_only = false;
   int width = 1;
@@ -82,6 +105,32 @@ CommandLine parse_command_line(int argc, char** argv) {
       command.help = true;
     } else if (arg == "-i" || arg == "--input") {
       command.hypothesis_path = value();
+    } else if (arg == "-m" || arg == "--metrics" || arg == "--metric") {
+      // One name or more, up to the next option (sacreBLEU's nargs='+').
+      command.metrics.clear();
+      while (i + 1 < argc && argv[i + 1][0] != '-') {
+        const std::string name = argv[++i];
+        if (name != "bleu" && name != "chrf") {
+          THPC_FAIL("unknown metric '" << name << "' (expected bleu | chrf)");
+        }
+        command.metrics.push_back(name);
+      }
+      if (command.metrics.empty()) THPC_FAIL(arg << " needs a metric name (bleu | chrf)");
+      std::sort(command.metrics.begin(), command.metrics.end());
+      command.metrics.erase(std::unique(command.metrics.begin(), command.metrics.end()),
+                            command.metrics.end());
+    } else if (arg == "-cc" || arg == "--chrf-char-order") {
+      command.chrf.char_order = parse_int(arg, value());
+    } else if (arg == "-cw" || arg == "--chrf-word-order") {
+      command.chrf.word_order = parse_int(arg, value());
+    } else if (arg == "--chrf-beta") {
+      command.chrf.beta = parse_int(arg, value());
+    } else if (arg == "--chrf-whitespace") {
+      command.chrf.whitespace = true;
+    } else if (arg == "--chrf-lowercase") {
+      command.chrf.lowercase = true;
+    } else if (arg == "--chrf-eps-smoothing") {
+      command.chrf.eps_smoothing = true;
     } else if (arg == "-tok" || arg == "--tokenize") {
       command.options.tokenizer = thpc::metrics::parse_tokenizer(value());
     } else if (arg == "-lc" || arg == "--lowercase") {
@@ -110,6 +159,12 @@ CommandLine parse_command_line(int argc, char** argv) {
   // As sacreBLEU's command line: sentence BLEU averages only the orders a short
   // sentence has, or most sentences would score 0.
   if (command.sentence_level) command.options.effective_order = true;
+  if (command.sentence_level && command.metrics.size() > 1) {
+    THPC_FAIL("--sentence-level scores one metric, not " << command.metrics.size());
+  }
+  if (std::count(command.metrics.begin(), command.metrics.end(), "chrf") > 0) {
+    thpc::metrics::check_chrf_options(command.chrf);
+  }
   return command;
 }
 
@@ -119,13 +174,28 @@ std::string format_score(double score, int width) {
   return buffer;
 }
 
-void print_score(const thpc::metrics::BleuScore& score, const std::string& signature,
-                 const CommandLine& command) {
-  if (command.score_only) {
-    std::cout << format_score(score.score, command.width) << "\n";
-  } else {
-    std::cout << "BLEU|" << signature << " = " << format_score(score.score, command.width)
-              << " " << score.verbose() << "\n";
+// One line of sacreBLEU's text output: "NAME|SIGNATURE = SCORE[ VERBOSE]", or with -b the
+// score alone.
+std::string score_line(const std::string& name, const std::string& signature, double score,
+                       const std::string& verbose, const CommandLine& command) {
+  if (command.score_only) return format_score(score, command.width);
+  std::string line = name + "|" + signature + " = " + format_score(score, command.width);
+  if (!verbose.empty()) line += " " + verbose;
+  return line;
+}
+
+// The lines of several metrics, as sacreBLEU prints them: right-aligned at their " = "
+// (a -b score has none and is printed as it is).
+void print_lines(const std::vector<std::string>& lines) {
+  size_t width = 0;
+  for (const std::string& line : lines) {
+    const size_t equals = line.find(" = ");
+    if (equals != std::string::npos) width = std::max(width, equals);
+  }
+  for (const std::string& line : lines) {
+    const size_t equals = line.find(" = ");
+    const size_t pad = equals == std::string::npos ? 0 : width - equals;
+    std::cout << std::string(pad, ' ') << line << "\n";
   }
 }
 
@@ -146,14 +216,33 @@ int run(const CommandLine& command) {
                                            << hypotheses.size());
     }
   }
-  const thpc::metrics::BleuScorer scorer(references, command.options);
-  const std::string signature = scorer.signature();
+  std::optional<thpc::metrics::BleuScorer> bleu;
+  std::optional<thpc::metrics::ChrfScorer> chrf;
+  for (const std::string& metric : command.metrics) {
+    if (metric == "bleu") bleu.emplace(references, command.options);
+    if (metric == "chrf") chrf.emplace(references, command.chrf);
+  }
+  // The line of one metric for segment `segment`, or for the corpus (nullopt).
+  const auto line = [&](const std::string& metric, std::optional<size_t> segment) {
+    if (metric == "bleu") {
+      const thpc::metrics::BleuScore score =
+          segment ? bleu->sentence_score(*segment, hypotheses[*segment])
+                  : bleu->corpus_score(hypotheses);
+      return score_line("BLEU", bleu->signature(), score.score, score.verbose(), command);
+    }
+    const double score = segment ? chrf->sentence_score(*segment, hypotheses[*segment])
+                                 : chrf->corpus_score(hypotheses);
+    return score_line(chrf->name(), chrf->signature(), score, "", command);
+  };
   if (command.sentence_level) {
+    // One metric (parse_command_line checked): one line per segment.
     for (size_t i = 0; i < hypotheses.size(); ++i) {
-      print_score(scorer.sentence_score(i, hypotheses[i]), signature, command);
+      std::cout << line(command.metrics.front(), i) << "\n";
     }
   } else {
-    print_score(scorer.corpus_score(hypotheses), signature, command);
+    std::vector<std::string> lines;
+    for (const std::string& metric : command.metrics) lines.push_back(line(metric, std::nullopt));
+    print_lines(lines);
   }
   return 0;
 }

@@ -183,14 +183,7 @@ BleuScorer::BleuScorer(const std::vector<std::vector<std::string>>& references,
     : options_(std::move(options)) {
   THPC_CHECK(options_.max_ngram_order >= 1,
              "max n-gram order " << options_.max_ngram_order << " < 1");
-  if (references.empty()) THPC_FAIL("no reference streams given");
-  const size_t num_segments = references[0].size();
-  for (size_t r = 1; r < references.size(); ++r) {
-    if (references[r].size() != num_segments) {
-      THPC_FAIL("reference stream " << r + 1 << " has " << references[r].size()
-                                    << " segments, stream 1 has " << num_segments);
-    }
-  }
+  const size_t num_segments = reference_segments(references);
   segments_.resize(num_segments);
   for (size_t i = 0; i < num_segments; ++i) {
     ReferenceSegment& segment = segments_[i];
@@ -210,19 +203,9 @@ BleuScorer::BleuScorer(const std::vector<std::vector<std::string>>& references,
 std::vector<std::string> BleuScorer::preprocess(std::string_view segment,
                                                 std::optional<size_t> reference_stream,
                                                 size_t index) const {
-  size_t bad_offset = 0;
-  std::optional<std::u32string> text = decode_utf8(segment, &bad_offset);
-  if (!text) {
-    std::ostringstream where;
-    if (reference_stream) {
-      where << "reference " << *reference_stream + 1 << ", segment " << index + 1;
-    } else {
-      where << "hypothesis segment " << index + 1;
-    }
-    THPC_FAIL(where.str() << ": invalid UTF-8 at byte " << bad_offset + 1);
-  }
-  if (options_.lowercase) text = python_lower(*text);
-  const std::u32string tokenized = tokenize(python_rstrip(*text), options_.tokenizer);
+  std::u32string text = decode_segment(segment, reference_stream, index);
+  if (options_.lowercase) text = python_lower(text);
+  const std::u32string tokenized = tokenize(python_rstrip(text), options_.tokenizer);
   std::vector<std::string> tokens;
   for (std::u32string_view token : python_split(tokenized)) tokens.push_back(encode_utf8(token));
   return tokens;
@@ -294,9 +277,7 @@ BleuScore corpus_bleu(const std::vector<std::string>& hypotheses,
 
 BleuScore sentence_bleu(std::string_view hypothesis, const std::vector<std::string>& references,
                         const BleuOptions& options) {
-  std::vector<std::vector<std::string>> streams;
-  for (const std::string& reference : references) streams.push_back({reference});
-  return BleuScorer(streams, options).sentence_score(0, hypothesis);
+  return BleuScorer(single_segment_streams(references), options).sentence_score(0, hypothesis);
 }
 
 std::vector<std::string> read_segments(std::istream& in, const std::string& source) {

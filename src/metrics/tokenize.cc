@@ -1,6 +1,7 @@
 #include "metrics/tokenize.h"
 
 #include <algorithm>
+#include <sstream>
 
 #include "common/error.h"
 #include "metrics/unicode_tables.h"
@@ -314,6 +315,41 @@ std::u32string tokenize(std::u32string_view line, TokenizerKind kind) {
     case TokenizerKind::kNone: return std::u32string(line);
   }
   return std::u32string(line);
+}
+
+std::u32string decode_segment(std::string_view segment, std::optional<size_t> reference_stream,
+                              size_t index) {
+  size_t bad_offset = 0;
+  std::optional<std::u32string> text = decode_utf8(segment, &bad_offset);
+  if (!text) {
+    std::ostringstream where;
+    if (reference_stream) {
+      where << "reference " << *reference_stream + 1 << ", segment " << index + 1;
+    } else {
+      where << "hypothesis segment " << index + 1;
+    }
+    THPC_FAIL(where.str() << ": invalid UTF-8 at byte " << bad_offset + 1);
+  }
+  return std::move(*text);
+}
+
+size_t reference_segments(const std::vector<std::vector<std::string>>& references) {
+  if (references.empty()) THPC_FAIL("no reference streams given");
+  const size_t num_segments = references[0].size();
+  for (size_t r = 1; r < references.size(); ++r) {
+    if (references[r].size() != num_segments) {
+      THPC_FAIL("reference stream " << r + 1 << " has " << references[r].size()
+                                    << " segments, stream 1 has " << num_segments);
+    }
+  }
+  return num_segments;
+}
+
+std::vector<std::vector<std::string>> single_segment_streams(
+    const std::vector<std::string>& references) {
+  std::vector<std::vector<std::string>> streams;
+  for (const std::string& reference : references) streams.push_back({reference});
+  return streams;
 }
 
 std::string tokenize_utf8(std::string_view line, TokenizerKind kind) {

@@ -1,6 +1,6 @@
-// Text handling for BLEU, exactly as sacreBLEU 2.x does it in Python: strict UTF-8,
-// Python's str.lower(), str.rstrip() and str.split(), and the tokenizers 13a (the
-// mteval-v13a.pl rules, sacreBLEU's default), intl (mteval-v14.pl --international-
+// Text handling for BLEU and chrF, exactly as sacreBLEU 2.x does it in Python: strict
+// UTF-8, Python's str.lower(), str.rstrip() and str.split(), and BLEU's tokenizers 13a
+// (the mteval-v13a.pl rules, sacreBLEU's default), intl (mteval-v14.pl --international-
 // tokenization), char and none.
 #pragma once
 
@@ -40,6 +40,21 @@ std::vector<std::u32string_view> python_split(std::u32string_view text);
 // One segment through the named tokenizer; the result is space-separated tokens
 // (sacreBLEU's tokenizer output, before n-gram extraction splits it).
 std::u32string tokenize(std::u32string_view line, TokenizerKind kind);
+
+// One segment of a scorer's input decoded, or thpc::Error naming it: "reference 2,
+// segment 7: invalid UTF-8 at byte 5" (reference_stream is 0-based, nullopt for a
+// hypothesis: "hypothesis segment 7: ..."; index is 0-based).
+std::u32string decode_segment(std::string_view segment, std::optional<size_t> reference_stream,
+                              size_t index);
+
+// The segments per stream of a scorer's references (references[r][i] is segment i of
+// stream r); thpc::Error when there is no stream or the streams' lengths differ.
+size_t reference_segments(const std::vector<std::vector<std::string>>& references);
+
+// The references of one segment as the streams a scorer takes: one stream each, of one
+// segment (what sentence_bleu and sentence_chrf score against).
+std::vector<std::vector<std::string>> single_segment_streams(
+    const std::vector<std::string>& references);
 
 // Convenience for UTF-8 callers: decode (throws thpc::Error on invalid UTF-8),
 // tokenize, encode.
