@@ -679,10 +679,10 @@ TEST_F(CheckpointTest, SentencePieceModelIsStoredCheckedAndAveraged) {
 
 TEST_F(CheckpointTest, BestValidationValuesAreStoredCheckedAndLeftOutOfAverages) {
   // A run's record (trainer.h): the best perplexity at step 8 and one validation since,
-  // no BLEU measured (NaN).
+  // no BLEU measured (NaN), the best chrF at step 6 and two validations since.
   const std::string architecture = "layers=1 test";
   Checkpoint with_record = constant_checkpoint(1.0f, 10, architecture);
-  with_record.best_valid = ValidationRecord{{2.5, 8, 1}, {}};
+  with_record.best_valid = ValidationRecord{{2.5, 8, 1}, {}, {41.25, 6, 2}};
   const std::string file = path("ckpt/step_00000010.h5");
   write_checkpoint(file, with_record);
   const Checkpoint loaded = read_checkpoint(file, CheckpointParts::ParamsOnly);
@@ -693,6 +693,23 @@ TEST_F(CheckpointTest, BestValidationValuesAreStoredCheckedAndLeftOutOfAverages)
   EXPECT_TRUE(std::isnan(loaded.best_valid->bleu.value));
   EXPECT_EQ(loaded.best_valid->bleu.step, 0);
   EXPECT_EQ(loaded.best_valid->bleu.validations_since, 0);
+  EXPECT_EQ(loaded.best_valid->chrf.value, 41.25);
+  EXPECT_EQ(loaded.best_valid->chrf.step, 6);
+  EXPECT_EQ(loaded.best_valid->chrf.validations_since, 2);
+
+  // A checkpoint written before chrF was a validation metric has no /best_valid/chrf:
+  // the other values load, chrF has none yet.
+  const std::string before_chrf = path("before_chrf.h5");
+  write_checkpoint(before_chrf, with_record);
+  const hid_t h5 = H5Fopen(before_chrf.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(H5Ldelete(h5, "/best_valid/chrf", H5P_DEFAULT), 0);
+  H5Fclose(h5);
+  stamp_checkpoint_header(before_chrf);  // edited in place: past the whole-file checksum
+  const Checkpoint older = read_checkpoint(before_chrf, CheckpointParts::ParamsOnly);
+  ASSERT_TRUE(older.best_valid.has_value());
+  EXPECT_EQ(older.best_valid->ppl.value, 2.5);
+  EXPECT_TRUE(std::isnan(older.best_valid->chrf.value));
+  EXPECT_EQ(older.best_valid->chrf.step, 0);
 
   // A checkpoint written before the record was stored has no /best_valid: none.
   write_checkpoint(path("ckpt/step_00000020.h5"), constant_checkpoint(2.0f, 20, architecture));

@@ -41,7 +41,7 @@ const std::vector<std::string> kAllKeys = {
     "train.adam_beta1",      "train.adam_beta2",      "train.adam_eps",
     "train.log_every",       "train.threads",         "train.valid_every",
     "train.clip_norm",       "train.metrics_dir",     "train.valid_bleu",
-    "train.valid_beam",      "train.valid_bleu_tokenize",
+    "train.valid_beam",      "train.valid_bleu_tokenize", "train.valid_metric",
     "data.dir",              "data.train",            "data.valid",
     "data.memory_mb",        "data.synthetic",
     "data.synthetic_vocab",  "data.synthetic_min_len", "data.synthetic_max_len",
@@ -88,6 +88,7 @@ void expect_same_config(const Config& actual, const Config& expected) {
   EXPECT_EQ(actual.train.valid_bleu, expected.train.valid_bleu);
   EXPECT_EQ(actual.train.valid_beam, expected.train.valid_beam);
   EXPECT_EQ(actual.train.valid_bleu_tokenize, expected.train.valid_bleu_tokenize);
+  EXPECT_EQ(actual.train.valid_metric, expected.train.valid_metric);
   EXPECT_EQ(actual.data.dir, expected.data.dir);
   EXPECT_EQ(actual.data.train, expected.data.train);
   EXPECT_EQ(actual.data.valid, expected.data.valid);
@@ -346,6 +347,7 @@ const std::vector<std::string> kUnusualValues = {
     "train.adam_eps=3e-8",     "train.log_every=9",      "train.threads=2",
     "train.valid_every=5",     "train.clip_norm=1.5",    "train.metrics_dir=runs/m",
     "train.valid_bleu=true",   "train.valid_beam=3",     "train.valid_bleu_tokenize=char",
+    "train.valid_metric=chrf",
     "data.dir=corpus/wmt",    "data.train=tr",
     "data.valid=dev",          "data.memory_mb=77",
     "data.synthetic=copy",     "data.synthetic_vocab=11", "data.synthetic_min_len=2",
@@ -354,7 +356,7 @@ const std::vector<std::string> kUnusualValues = {
     "checkpoint.dir=runs/x/ckpt", "checkpoint.minutes=0.25",
     "checkpoint.every_steps=500", "checkpoint.keep=7", "checkpoint.resume=auto",
     "checkpoint.init=runs/x/average.h5", "checkpoint.average_last=6",
-    "checkpoint.keep_best=bleu", "checkpoint.patience=3",
+    "checkpoint.keep_best=chrf", "checkpoint.patience=3",
     "decode.beam=21",          "decode.alpha=0.3",       "decode.max_len_a=2",
     "decode.max_len_b=300",    "decode.tree_leaves=words",
 };
@@ -752,11 +754,24 @@ TEST(Config, BadValuesNameKeyAndFile) {
       {{"train.valid_bleu=true"}, "train.valid_bleu: translates at each validation: set "
                                   "train.valid_every > 0"},
       {{"train.valid_bleu_tokenize=zh"}, "train.valid_bleu_tokenize: 'zh' is not one of"},
-      {{"checkpoint.keep_best=loss"}, "checkpoint.keep_best: 'loss' is not one of none, ppl, bleu"},
+      {{"checkpoint.keep_best=loss"},
+       "checkpoint.keep_best: 'loss' is not one of none, ppl, bleu, chrf"},
+      {{"train.valid_metric=ter"}, "train.valid_metric: 'ter' is not one of bleu, chrf"},
       {{"checkpoint.keep_best=ppl"}, "checkpoint.keep_best: ppl compares validations: set "
                                      "train.valid_every > 0"},
       {{"checkpoint.keep_best=bleu", "train.valid_every=10", "data.dir=d"},
        "checkpoint.keep_best: bleu needs train.valid_bleu = true"},
+      {{"checkpoint.keep_best=chrf", "train.valid_metric=chrf", "train.valid_every=10",
+        "data.dir=d"},
+       "checkpoint.keep_best: chrf needs train.valid_bleu = true"},
+      {{"checkpoint.keep_best=chrf", "train.valid_bleu=true", "train.valid_every=10",
+        "data.dir=d"},
+       "checkpoint.keep_best: chrf needs train.valid_metric = chrf (the validations score "
+       "bleu)"},
+      {{"checkpoint.keep_best=bleu", "train.valid_metric=chrf", "train.valid_bleu=true",
+        "train.valid_every=10", "data.dir=d"},
+       "checkpoint.keep_best: bleu needs train.valid_metric = bleu (the validations score "
+       "chrf)"},
       {{"checkpoint.patience=-1"}, "checkpoint.patience: must be ≥ 0, got -1"},
       {{"checkpoint.patience=2"}, "checkpoint.patience: counts validations without a better "
                                   "checkpoint.keep_best metric"},

@@ -1,7 +1,8 @@
-// Validation BLEU during training (train.valid_bleu), checkpoint.keep_best and
-// checkpoint.patience, on the default job's corpus at a small size (nothing downloaded).
-// The BLEU a run logs must be what a user gets by translating the checkpoint of that step
-// with transformer_decode and scoring it with transformer_score.
+// Validation BLEU and chrF during training (train.valid_bleu, train.valid_metric),
+// checkpoint.keep_best and checkpoint.patience, on the default job's corpus at a small
+// size (nothing downloaded). The BLEU or chrF a run logs must be what a user gets by
+// translating the checkpoint of that step with transformer_decode and scoring it with
+// transformer_score.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -43,10 +44,11 @@ class ValidBleu : public ::testing::Test {
     return "cd " THPC_SOURCE_DIR " && " + kBuild + "transformer_hpc input/numbers.ini --data.dir=" +
            (root_ / "data").string();
   }
-  static std::string checkpoint(int step) {
+  // DIR/step_NNNNNNNN.h5 of `step`, DIR the first test's run/checkpoints by default.
+  static std::string checkpoint(int step, const std::string& run = "run") {
     char name[32];
     std::snprintf(name, sizeof name, "step_%08d.h5", step);
-    return (root_ / "run/checkpoints" / name).string();
+    return (root_ / run / "checkpoints" / name).string();
   }
   // transformer_decode's translation of the validation sources with `decode_options`,
   // scored by transformer_score -tok char with `score_options`: its printed output.
@@ -63,23 +65,36 @@ class ValidBleu : public ::testing::Test {
   static inline fs::path root_;
 };
 
-// The "bleu" value of the line "valid step STEP | ..." of `output`, as printed.
-std::string printed_bleu(const std::string& output, int step) {
+// The `metric` ("bleu", "chrf") value of the line "valid step STEP | ..." of `output`, as
+// printed.
+std::string printed_score(const std::string& output, int step, const std::string& metric = "bleu") {
   std::smatch match;
-  const std::regex line("valid step " + std::to_string(step) + R"( \|[^\n]*\| bleu ([0-9.]+)\n)");
-  return std::regex_search(output, match, line) ? match[1].str() : "no bleu for step " +
-                                                                      std::to_string(step);
+  const std::regex line("valid step " + std::to_string(step) + R"( \|[^\n]*\| )" + metric +
+                        R"( ([0-9.]+)\n)");
+  return std::regex_search(output, match, line)
+             ? match[1].str()
+             : "no " + metric + " for step " + std::to_string(step);
 }
 
-// valid_bleu of each "valid" record of metrics.jsonl, by step.
-std::map<int, double> logged_bleu(const fs::path& metrics) {
-  std::map<int, double> bleu;
-  const std::regex record(R"re("kind": "valid", "step": (\d+),.*"valid_bleu": ([-+0-9.eE]+))re");
+// valid_METRIC of each "valid" record of metrics.jsonl, by step.
+std::map<int, double> logged_scores(const fs::path& metrics, const std::string& metric = "bleu") {
+  std::map<int, double> scores;
+  const std::regex record(R"re("kind": "valid", "step": (\d+),.*"valid_)re" + metric +
+                          R"re(": ([-+0-9.eE]+))re");
   for (const std::string& line : lines_of(read_file(metrics))) {
     std::smatch match;
-    if (std::regex_search(line, match, record)) bleu[std::stoi(match[1])] = std::stod(match[2]);
+    if (std::regex_search(line, match, record)) scores[std::stoi(match[1])] = std::stod(match[2]);
   }
-  return bleu;
+  return scores;
+}
+
+// The first step of the highest score (a later equal score is no improvement).
+int best_step(const std::map<int, double>& scores) {
+  int best = scores.begin()->first;
+  for (const auto& [step, score] : scores) {
+    if (score > scores.at(best)) best = step;
+  }
+  return best;
 }
 
 void expect_same_tensors(const std::vector<NamedTensor>& a, const std::vector<NamedTensor>& b) {
@@ -100,7 +115,7 @@ TEST_F(ValidBleu, LoggedBleuIsTransformerScoreOfTheDecodedCheckpointAndBestH5IsT
       " --train.valid_every=20 --checkpoint.every_steps=20 --checkpoint.keep_best=bleu"
       " --checkpoint.dir=" + (root_ / "run/checkpoints").string());
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  const std::map<int, double> logged = logged_bleu(root_ / "run/metrics.jsonl");
+  const std::map<int, double> logged = logged_scores(root_ / "run/metrics.jsonl");
   ASSERT_EQ(logged.size(), 3u) << read_file(root_ / "run/metrics.jsonl");
   int nonzero = 0;
   for (const int step : {20, 40, 60}) {
@@ -108,7 +123,7 @@ TEST_F(ValidBleu, LoggedBleuIsTransformerScoreOfTheDecodedCheckpointAndBestH5IsT
     // Greedy, as train.valid_beam = 1: the printed digits, and the full value to the 10
     // decimals transformer_score prints with -w 10 (it rounds to 5e-11; both sides are
     // the same double arithmetic on the same text).
-    EXPECT_EQ(printed_bleu(run.output, step),
+    EXPECT_EQ(printed_score(run.output, step),
               decode_and_score(checkpoint(step), "--greedy", "-b -w 2"));
     const double scored = std::stod(decode_and_score(checkpoint(step), "--greedy", "-b -w 10"));
     EXPECT_NEAR(logged.at(step), scored, 1e-10);
@@ -122,24 +137,75 @@ TEST_F(ValidBleu, LoggedBleuIsTransformerScoreOfTheDecodedCheckpointAndBestH5IsT
                                          " --train.valid_beam=4 --eval " + checkpoint(60));
   ASSERT_EQ(eval.exit_code, 0) << eval.output;
   const std::string beam = decode_and_score(checkpoint(60), "--beam 4", "-b -w 2");
-  EXPECT_EQ(printed_bleu(eval.output, 60), beam);
+  EXPECT_EQ(printed_score(eval.output, 60), beam);
   // Not the greedy score by accident: with these parameters the two differ (4.01, 3.83).
-  EXPECT_NE(beam, printed_bleu(run.output, 60));
+  EXPECT_NE(beam, printed_score(run.output, 60));
 
   // keep_best = bleu: best.h5 is the whole state of the first step with the highest BLEU
   // (a later equal score is no improvement).
-  int best_step = logged.begin()->first;
-  for (const auto& [step, bleu] : logged) {
-    if (bleu > logged.at(best_step)) best_step = step;
+  const int best = best_step(logged);
+  const Checkpoint kept = read_checkpoint((root_ / "run/checkpoints/best.h5").string());
+  const Checkpoint step = read_checkpoint(checkpoint(best));
+  EXPECT_EQ(kept.step, best);
+  expect_same_tensors(kept.params, step.params);
+  expect_same_tensors(kept.adam_m, step.adam_m);
+  expect_same_tensors(kept.adam_v, step.adam_v);
+  EXPECT_NE(run.output.find("best valid bleu " + printed_score(run.output, best) + " (step " +
+                            std::to_string(best) + ")"),
+            std::string::npos)
+      << run.output;
+}
+
+// train.valid_metric = chrf: the same, with chrF in place of BLEU everywhere: the line,
+// metrics.jsonl, --eval, best.h5 (keep_best = chrf), the summary. The first test's
+// schedule (chrF 8.61, 20.06, 12.20 when written, while the perplexity falls at every
+// validation: best.h5 must be step 40's, not the last, nor the lowest perplexity's).
+TEST_F(ValidBleu, ValidMetricChrfIsTransformerScoreChrfAndChoosesBestH5) {
+  const ProcessResult run = run_process(
+      trainer_command() +
+      " --train.valid_bleu=true --train.valid_metric=chrf --train.max_steps=60"
+      " --train.warmup_steps=30 --train.log_every=20 --train.valid_every=20"
+      " --checkpoint.every_steps=20 --checkpoint.keep_best=chrf --checkpoint.dir=" +
+      (root_ / "chrf/checkpoints").string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::string metrics = read_file(root_ / "chrf/metrics.jsonl");
+  const std::map<int, double> logged = logged_scores(root_ / "chrf/metrics.jsonl", "chrf");
+  ASSERT_EQ(logged.size(), 3u) << metrics;
+  EXPECT_EQ(metrics.find("valid_bleu"), std::string::npos) << "chrF runs log no BLEU";
+  EXPECT_NE(metrics.find("\"best_valid_chrf\": "), std::string::npos) << metrics;
+  EXPECT_EQ(run.output.find("| bleu "), std::string::npos) << run.output;
+  for (const int step : {20, 40, 60}) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    EXPECT_EQ(printed_score(run.output, step, "chrf"),
+              decode_and_score(checkpoint(step, "chrf"), "--greedy", "-m chrf -b -w 2"));
+    EXPECT_NEAR(logged.at(step),
+                std::stod(decode_and_score(checkpoint(step, "chrf"), "--greedy",
+                                           "-m chrf -b -w 10")),
+                1e-10);
   }
-  const Checkpoint best = read_checkpoint((root_ / "run/checkpoints/best.h5").string());
-  const Checkpoint step = read_checkpoint(checkpoint(best_step));
-  EXPECT_EQ(best.step, best_step);
-  expect_same_tensors(best.params, step.params);
-  expect_same_tensors(best.adam_m, step.adam_m);
-  expect_same_tensors(best.adam_v, step.adam_v);
-  EXPECT_NE(run.output.find("best valid bleu " + printed_bleu(run.output, best_step) +
-                            " (step " + std::to_string(best_step) + ")"),
+  // --eval of a checkpoint prints the run's line, chrF included.
+  const ProcessResult eval =
+      run_process(trainer_command() + " --train.valid_bleu=true --train.valid_metric=chrf --eval " +
+                  checkpoint(60, "chrf"));
+  ASSERT_EQ(eval.exit_code, 0) << eval.output;
+  EXPECT_EQ(printed_score(eval.output, 60, "chrf"), printed_score(run.output, 60, "chrf"));
+
+  const int best = best_step(logged);
+  // Else best.h5 could not tell chrF from the last step or the perplexity.
+  EXPECT_NE(best, 60) << run.output;
+  const Checkpoint kept = read_checkpoint((root_ / "chrf/checkpoints/best.h5").string());
+  EXPECT_EQ(kept.step, best);
+  expect_same_tensors(kept.params, read_checkpoint(checkpoint(best, "chrf")).params);
+  ASSERT_TRUE(kept.best_valid.has_value());
+  EXPECT_EQ(kept.best_valid->chrf.value, logged.at(best));
+  EXPECT_TRUE(std::isnan(kept.best_valid->bleu.value));
+  EXPECT_NE(run.output.find("best checkpoint " + (root_ / "chrf/checkpoints/best.h5").string() +
+                            " (step " + std::to_string(best) + ", valid chrf " +
+                            printed_score(run.output, best, "chrf") + ")"),
+            std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("| best valid chrf " + printed_score(run.output, best, "chrf") +
+                            " (step " + std::to_string(best) + ")"),
             std::string::npos)
       << run.output;
 }
@@ -182,6 +248,24 @@ TEST_F(ValidBleu, PatienceStopsAfterThatManyValidationsWithoutImprovement) {
   EXPECT_EQ(run.output.find("valid step 8 "), std::string::npos) << run.output;
   // checkpoint.keep = 1 pruned every step checkpoint but the last; best.h5 stays.
   EXPECT_EQ(list_checkpoints(dir.string()), std::vector<std::string>{(dir / "step_00000006.h5").string()});
+  EXPECT_EQ(read_checkpoint((dir / "best.h5").string()).step, 2);
+}
+
+TEST_F(ValidBleu, PatienceWatchesChrfWithKeepBestChrf) {
+  const fs::path dir = root_ / "patience_chrf/checkpoints";
+  const ProcessResult run = run_process(
+      trainer_command() + kFrozen +
+      " --train.valid_bleu=true --train.valid_metric=chrf --checkpoint.keep_best=chrf"
+      " --checkpoint.patience=2 --checkpoint.dir=" + dir.string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  // The same translations at every validation: step 2's chrF stays the best.
+  EXPECT_NE(run.output.find("stopping at step 6: 2 validations without a better valid chrf "
+                            "than step 2's (checkpoint.patience = 2)"),
+            std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("| stopped by patience 2 (no better valid chrf since step 2)"),
+            std::string::npos)
+      << run.output;
   EXPECT_EQ(read_checkpoint((dir / "best.h5").string()).step, 2);
 }
 
@@ -280,17 +364,21 @@ TEST_F(ValidBleu, TwoRanksShareTheTranslationAndAgreeOnTheStop) {
       " --checkpoint.keep_best=bleu --checkpoint.patience=1 --checkpoint.dir=" + dir.string());
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("final: step=4 "), std::string::npos) << run.output;
-  const std::string bleu = printed_bleu(run.output, 4);
+  const std::string bleu = printed_score(run.output, 4);
   EXPECT_EQ(bleu, decode_and_score((dir / "step_00000004.h5").string(), "--greedy", "-b -w 2"));
   EXPECT_GT(std::atof(bleu.c_str()), 1.0) << "not a trained model's translations";
 }
 
 TEST_F(ValidBleu, BadOptionValuesAreOneLineErrorsNamingTheKey) {
-  // keep_best = bleu without translating, and a negative patience: exit 2, the first line
+  // keep_best = bleu without translating, keep_best = chrf when the validations score BLEU,
+  // a misspelt metric and a negative patience: exit 2, the first line
   // naming the file and the key (the second says "(see --help)").
   for (const auto& [options, fragment] : std::vector<std::pair<std::string, std::string>>{
            {" --train.valid_bleu=false --checkpoint.keep_best=bleu",
             "checkpoint.keep_best: bleu needs train.valid_bleu"},
+           {" --checkpoint.keep_best=chrf",
+            "checkpoint.keep_best: chrf needs train.valid_metric = chrf"},
+           {" --train.valid_metric=chrF", "train.valid_metric: 'chrF' is not one of bleu, chrf"},
            {" --checkpoint.patience=-1", "checkpoint.patience: must be ≥ 0, got -1"}}) {
     const ProcessResult result = run_process(trainer_command() + options + " --dry-run");
     EXPECT_EQ(result.exit_code, 2) << result.output;

@@ -16,6 +16,7 @@ dashed lines with markers:
     grad_norm   gradient norm before clipping
     tokens_per_s  target tokens per second
     bleu        validation BLEU (only when a run logged valid_bleu)
+    chrf        validation chrF (only when a run logged valid_chrf: train.valid_metric)
 
 A resumed run appends to its metrics.jsonl, so a step may appear twice: the later record
 is the one that continued and is the one plotted. Training wall time adds up wall_s over
@@ -40,6 +41,7 @@ CURVES = [
     ("grad_norm", "gradient norm (before clipping)", False, [("train", "grad_norm", "")]),
     ("tokens_per_s", "target tokens/s", False, [("train", "tgt_tokens_per_s", "")]),
     ("bleu", "validation BLEU", False, [("valid", "valid_bleu", "")]),
+    ("chrf", "validation chrF", False, [("valid", "valid_chrf", "")]),
 ]
 
 

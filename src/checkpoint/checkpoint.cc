@@ -135,10 +135,12 @@ class Writer : public hdf5::Writer {
                    bytes.size());
   }
 
-  // /best_valid/ppl and /best_valid/bleu: float64 [3] each, best_validation_values().
+  // /best_valid/ppl, /best_valid/bleu and /best_valid/chrf: float64 [3] each,
+  // best_validation_values().
   void best_valid(hid_t root, const ValidationRecord& record) const {
     Handle group(this->group(root, kBestValidGroup), H5Gclose);
-    for (const auto& [name, best] : {std::pair{"ppl", &record.ppl}, std::pair{"bleu", &record.bleu}}) {
+    for (const auto& [name, best] : {std::pair{"ppl", &record.ppl}, std::pair{"bleu", &record.bleu},
+                                     std::pair{"chrf", &record.chrf}}) {
       const std::vector<double> values = best_validation_values(*best);
       vector_dataset(group.get(), std::string("/") + kBestValidGroup + "/" + name, name,
                      values.data(), values.size());
@@ -285,11 +287,14 @@ class Reader {
   }
 
   // The record of /best_valid (Writer::best_valid()), each value checked for what it
-  // can be: a step of the run up to `step`, a count of validations.
+  // can be: a step of the run up to `step`, a count of validations. chrf is absent from
+  // the checkpoints written before chrF was a validation metric: no chrF value yet.
   ValidationRecord best_valid(hid_t root, int64_t step) const {
     Handle group = open_group(root, kBestValidGroup);
     ValidationRecord record;
-    for (const auto& [name, best] : {std::pair{"ppl", &record.ppl}, std::pair{"bleu", &record.bleu}}) {
+    for (const auto& [name, best] : {std::pair{"ppl", &record.ppl}, std::pair{"bleu", &record.bleu},
+                                     std::pair{"chrf", &record.chrf}}) {
+      if (best == &record.chrf && !exists(group.get(), name)) continue;
       const std::string where = std::string("/") + kBestValidGroup + "/" + name;
       const std::vector<double> values = vector_dataset<double>(group.get(), where, name);
       const auto is_count = [](double x, double most) {

@@ -48,6 +48,7 @@ struct BestValidation {
 // continues the comparison (and best.h5, and the patience count) where the run was.
 struct ValidationRecord {
   BestValidation ppl, bleu;  // lower perplexity is better, higher BLEU is
+  BestValidation chrf;       // higher is better (train.valid_metric = chrf)
 };
 
 struct Checkpoint {

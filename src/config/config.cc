@@ -174,8 +174,12 @@ const std::vector<Option>& option_table() {
                   "steps between validation loss/perplexity lines; 0 = none (needs data.dir)"),
       THPC_OPTION(train, valid_bleu, THPC_ANY,
                   "at each validation also translate the validation sources (shared out "
-                  "among the ranks) and log sacreBLEU-exact BLEU against the targets, both "
-                  "detokenised with the shards' SentencePiece model (needs valid_every)"),
+                  "among the ranks) and log sacreBLEU-exact BLEU (or chrF, valid_metric) "
+                  "against the targets, both detokenised with the shards' SentencePiece "
+                  "model (needs valid_every)"),
+      THPC_OPTION(train, valid_metric, THPC_ONE_OF("bleu", "chrf"),
+                  "the score of the validation translations (with valid_bleu): bleu, or "
+                  "chrf = chrF2 as transformer_score -m chrf (sacreBLEU's defaults)"),
       THPC_OPTION(train, valid_beam, THPC_AT_LEAST(1),
                   "beam of the validation translation; 1 = greedy (no length penalty), "
                   "else decode.alpha and decode.max_len_a/b as transformer_decode --beam"),
@@ -227,10 +231,10 @@ const std::vector<Option>& option_table() {
                   "continue a run: auto = newest valid checkpoint in dir (none there: step 0; "
                   "only invalid ones: an error), auto_or_fresh = the same but step 0 when all "
                   "are invalid (they are renamed *.corrupt), or a file; empty = start fresh"),
-      THPC_OPTION(checkpoint, keep_best, THPC_ONE_OF("none", "ppl", "bleu"),
+      THPC_OPTION(checkpoint, keep_best, THPC_ONE_OF("none", "ppl", "bleu", "chrf"),
                   "write dir/best.h5 (the whole state, never pruned) at each validation that "
-                  "improves this metric: lower perplexity or higher BLEU (needs "
-                  "train.valid_bleu)"),
+                  "improves this metric: lower perplexity, higher BLEU or chrF (bleu and "
+                  "chrf need train.valid_bleu and that train.valid_metric)"),
       THPC_OPTION(checkpoint, patience, THPC_AT_LEAST(0),
                   "stop training (checkpoint, summary, exit 0) after this many validations "
                   "in a row without a better keep_best metric; 0 = never (needs keep_best)"),
@@ -661,19 +665,26 @@ void validate(const Config& config) {
                    std::to_string(checkpoint.keep) + " (the run keeps only that many)");
   }
 
-  // keep_best and patience judge validations: they need validations, and BLEU needs
-  // the translation pass.
+  // keep_best and patience judge validations: they need validations, and BLEU or chrF
+  // the translation pass scored with that metric.
   if (checkpoint.keep_best != "none" && train.valid_every == 0) {
     check.fail("checkpoint.keep_best",
                checkpoint.keep_best + " compares validations: set train.valid_every > 0");
   }
-  if (checkpoint.keep_best == "bleu" && !train.valid_bleu) {
-    check.fail("checkpoint.keep_best", "bleu needs train.valid_bleu = true");
+  const bool keeps_translation_score =
+      checkpoint.keep_best == "bleu" || checkpoint.keep_best == "chrf";
+  if (keeps_translation_score && !train.valid_bleu) {
+    check.fail("checkpoint.keep_best", checkpoint.keep_best + " needs train.valid_bleu = true");
+  }
+  if (keeps_translation_score && checkpoint.keep_best != train.valid_metric) {
+    check.fail("checkpoint.keep_best",
+               checkpoint.keep_best + " needs train.valid_metric = " + checkpoint.keep_best +
+                   " (the validations score " + train.valid_metric + ")");
   }
   if (checkpoint.patience > 0 && checkpoint.keep_best == "none") {
     check.fail("checkpoint.patience",
                "counts validations without a better checkpoint.keep_best metric: set "
-               "checkpoint.keep_best = ppl or bleu");
+               "checkpoint.keep_best = ppl, bleu or chrf");
   }
 }
 
@@ -728,9 +739,9 @@ std::string help_text() {
        << "  --help     print this text and exit\n"
        << "  --dry-run  load and check the configuration, then stop before training\n"
        << "  --eval CHECKPOINT\n"
-       << "             print the validation loss and perplexity (and BLEU, with\n"
-       << "             train.valid_bleu) of CHECKPOINT on the data.valid shards of\n"
-       << "             data.dir, as a 'valid step N' line; trains and writes nothing\n";
+       << "             print the validation loss and perplexity (and BLEU or chrF,\n"
+       << "             with train.valid_bleu) of CHECKPOINT on the data.valid shards\n"
+       << "             of data.dir, as a 'valid step N' line; trains and writes nothing\n";
   std::string current_section;
   for (const Option& option : option_table()) {
     if (option.section != current_section) {

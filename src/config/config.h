@@ -50,7 +50,8 @@ struct TrainConfig {
   float clip_norm = 0.0f;          // gradient norm bound; 0 = no clipping (the paper has none)
   int log_every = 100;             // steps between progress lines
   int valid_every = 0;             // steps between validation passes; 0 = none
-  bool valid_bleu = false;         // also translate the validation set and score BLEU
+  bool valid_bleu = false;         // also translate the validation set and score it
+  std::string valid_metric = "bleu";  // the score of those translations: bleu | chrf
   int valid_beam = 1;              // beam of that translation; 1 = greedy
   std::string valid_bleu_tokenize = "13a";  // sacreBLEU's -tok: 13a | intl | char | none
   int threads = 0;                 // CPU backend threads (ops and BLAS); 0 = OpenMP's default
@@ -88,7 +89,7 @@ struct CheckpointConfig {
   std::string resume;               // "" = fresh start | auto = newest valid in DIR | a path
   std::string init;                 // parameters only, when the run does not resume
   int average_last = 0;             // at the end, average the last N into DIR; 0 = off
-  std::string keep_best = "none";   // none | ppl | bleu: DIR/best.h5 holds the best validation
+  std::string keep_best = "none";   // none | ppl | bleu | chrf: DIR/best.h5 holds its best
   int patience = 0;                 // stop after N validations without a better keep_best; 0 = off
 };
 

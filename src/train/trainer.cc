@@ -95,6 +95,12 @@ std::unique_ptr<ValidationBleu> make_validation_bleu(const Config& config,
   }
 }
 
+// The score of the validation translations, into the field of its metric.
+void score_translations(const ValidationBleu& scorer, Transformer& model,
+                        ValidationStats& stats) {
+  (scorer.metric() == "chrf" ? stats.chrf : stats.bleu) = scorer.score(model);
+}
+
 }  // namespace
 
 int resolve_vocab_size(const Config& config, const BatchSource& source) {
@@ -254,7 +260,7 @@ ValidationStats validation_pass(Transformer& model, ShardReader& shards,
 ValidationStats Trainer::validate() {
   THPC_CHECK(valid_source_ != nullptr, "validation without validation shards");
   ValidationStats stats = validation_pass(*model_, *valid_source_, comm_, micro_budget_);
-  if (valid_bleu_) stats.bleu = valid_bleu_->score(*model_);
+  if (valid_bleu_) score_translations(*valid_bleu_, *model_, stats);
   return stats;
 }
 
@@ -279,7 +285,9 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
                     *backend, config.train.seed);
   load_parameters(checkpoint, path, model);
   ValidationStats stats = validation_pass(model, *shards, comm, micro_batch_budget(config, comm));
-  if (config.train.valid_bleu) stats.bleu = make_validation_bleu(config, comm)->score(model);
+  if (config.train.valid_bleu) {
+    score_translations(*make_validation_bleu(config, comm), model, stats);
+  }
   if (!comm.is_root()) return;
   log << "evaluated " << path << " (step " << checkpoint.step << ") on " << config.data.dir
       << "/" << config.data.valid << ".*.h5" << std::endl;
@@ -531,6 +539,7 @@ std::vector<LogField> validation_fields(const ValidationStats& valid) {
       fixed_field("target tokens", "valid_tgt_tokens", static_cast<double>(valid.tgt_tokens), 0)};
   // Only runs that translate have the field, so that the lines of the others stay as they were.
   if (!std::isnan(valid.bleu)) fields.push_back(fixed_field("bleu", "valid_bleu", valid.bleu, 2));
+  if (!std::isnan(valid.chrf)) fields.push_back(fixed_field("chrf", "valid_chrf", valid.chrf, 2));
   return fields;
 }
 
@@ -560,6 +569,13 @@ void note_validation(BestValidation& best, double value, Better better, int64_t 
   } else {
     ++best.validations_since;
   }
+}
+
+// The record's entry of a metric of checkpoint.keep_best or train.valid_metric.
+const BestValidation& best_of(const ValidationRecord& record, const std::string& metric) {
+  if (metric == "bleu") return record.bleu;
+  if (metric == "chrf") return record.chrf;
+  return record.ppl;
 }
 
 }  // namespace
@@ -592,9 +608,9 @@ RunEnd Trainer::run(std::ostream& log) {
   int64_t interval_first_step = first_step;  // the step before the interval's first
   int64_t interval_tgt_tokens = 0, total_tgt_tokens = 0;
   // checkpoint.keep_best's metric, whose best step and validations since (patience) are
-  // in best_valid_ with the other's (restored by a resume).
+  // in best_valid_ with the others' (restored by a resume); ppl's for none (unused).
   const std::string& kept_metric = config_.checkpoint.keep_best;
-  const BestValidation& kept = kept_metric == "bleu" ? best_valid_.bleu : best_valid_.ppl;
+  const BestValidation& kept = best_of(best_valid_, kept_metric);
   bool stopped_by_patience = false;
   checkpoints_written_ = 0;
   // Rank 0 writes every value it logs to metrics.jsonl as well (run_log.h).
@@ -619,7 +635,9 @@ RunEnd Trainer::run(std::ostream& log) {
         fixed_field("tgt tokens/s", "tgt_tokens_per_s",
                     static_cast<double>(total_tgt_tokens) / std::max(wall, 1e-9), 0),
         best_field("ppl", best_valid_.ppl),
-        best_field("bleu", best_valid_.bleu),
+        // BLEU's field as before, or chrF's when the validations score chrF.
+        best_field(config_.train.valid_metric,
+                   best_of(best_valid_, config_.train.valid_metric)),
         fixed_field("checkpoints", "checkpoints", checkpoints_written_, 0)};
     if (stopped_by_patience) {
       fields.push_back(fixed_field("stopped by patience", "stopped_by_patience",
@@ -673,6 +691,9 @@ RunEnd Trainer::run(std::ostream& log) {
       note_validation(best_valid_.ppl, std::exp(valid.nll), Better::Lower, last.step);
       if (!std::isnan(valid.bleu)) {
         note_validation(best_valid_.bleu, valid.bleu, Better::Higher, last.step);
+      }
+      if (!std::isnan(valid.chrf)) {
+        note_validation(best_valid_.chrf, valid.chrf, Better::Higher, last.step);
       }
       const std::vector<LogField> fields = validation_fields(valid);
       out << log_line("valid step " + std::to_string(last.step), fields) << std::endl;

@@ -69,10 +69,14 @@ struct ValidationStats {
   double loss = 0.0;  // label-smoothed cross-entropy per target token
   double nll = 0.0;   // per target token; perplexity = exp(nll)
   int64_t tgt_tokens = 0;
-  double bleu = NAN;  // of the translations, with train.valid_bleu (valid_bleu.h); else NaN
+  // The score of the translations, with train.valid_bleu (valid_bleu.h): in the field of
+  // train.valid_metric; the other, and both without valid_bleu, NaN.
+  double bleu = NAN;
+  double chrf = NAN;
 };
 
-// The fields of a "valid step N | loss ... | ppl ... | target tokens ... [| bleu ...]" line.
+// The fields of a "valid step N | loss ... | ppl ... | target tokens ... [| bleu ...]" line
+// ("| chrf ..." with train.valid_metric = chrf).
 std::vector<LogField> validation_fields(const ValidationStats& stats);
 
 // transformer_hpc CONFIG --eval CHECKPOINT: the validation loss and perplexity of the
@@ -100,8 +104,8 @@ class Trainer {
 
   // One optimizer step over train.accumulate micro-batches.
   StepStats step();
-  // The loss on the validation shards, and with train.valid_bleu the BLEU of their
-  // translation (every rank must call it: the sums are global).
+  // The loss on the validation shards, and with train.valid_bleu the BLEU or chrF of
+  // their translation (every rank must call it: the sums are global).
   ValidationStats validate();
   // Applies checkpoint.resume / checkpoint.init, then steps until train.max_steps,
   // logging to `log` (a validation line every train.valid_every steps) and writing

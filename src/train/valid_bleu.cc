@@ -32,7 +32,9 @@ std::string detokenise(const sentencepiece::SentencePieceProcessor& spm,
 }  // namespace
 
 ValidationBleu::ValidationBleu(const Config& config, const Communicator& comm)
-    : comm_(comm), options_(configured_beam_options(config, config.train.valid_beam)) {
+    : comm_(comm),
+      options_(configured_beam_options(config, config.train.valid_beam)),
+      metric_(config.train.valid_metric) {
   const std::vector<std::string> files = find_shards(config.data.dir, config.data.valid);
   // The pairs the validation loss reads (ShardReader drops those a position table cannot
   // hold with bos/eos).
@@ -60,10 +62,15 @@ ValidationBleu::ValidationBleu(const Config& config, const Communicator& comm)
     }
   }
   if (comm_.is_root()) {
-    metrics::BleuOptions options;  // sacreBLEU's defaults but for the tokenisation
-    options.tokenizer = metrics::parse_tokenizer(config.train.valid_bleu_tokenize);
-    scorer_ = std::make_unique<metrics::BleuScorer>(
-        std::vector<std::vector<std::string>>{references}, options);
+    const std::vector<std::vector<std::string>> streams = {references};
+    if (metric_ == "chrf") {
+      chrf_ = std::make_unique<metrics::ChrfScorer>(streams, metrics::ChrfOptions{});
+    } else {
+      THPC_CHECK(metric_ == "bleu", "train.valid_metric " << metric_);
+      metrics::BleuOptions options;  // sacreBLEU's defaults but for the tokenisation
+      options.tokenizer = metrics::parse_tokenizer(config.train.valid_bleu_tokenize);
+      bleu_ = std::make_unique<metrics::BleuScorer>(streams, options);
+    }
   }
 }
 
@@ -84,7 +91,7 @@ double ValidationBleu::score(Transformer& model) const {
     mine << '\n';
   }
   const std::vector<std::string> shares = comm_.all_gather(mine.str());
-  double bleu = NAN;
+  double score = NAN;
   if (comm_.is_root()) {
     // Pair k was translated by rank k mod W as its (k / W)-th sentence.
     std::vector<std::string> hypotheses(pairs_);
@@ -99,10 +106,10 @@ double ValidationBleu::score(Transformer& model) const {
         hypotheses[k] = detokenise(*spm_, tokens);
       }
     }
-    bleu = scorer_->corpus_score(hypotheses).score;
+    score = chrf_ ? chrf_->corpus_score(hypotheses) : bleu_->corpus_score(hypotheses).score;
   }
-  comm_.broadcast_bytes_from_root(&bleu, sizeof bleu);
-  return bleu;
+  comm_.broadcast_bytes_from_root(&score, sizeof score);
+  return score;
 }
 
 }  // namespace thpc

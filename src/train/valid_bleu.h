@@ -1,15 +1,17 @@
-// Validation BLEU (train.valid_bleu): the validation pairs' sources translated with the
-// model's current parameters, as transformer_decode translates them (decode/translate.h:
-// beam train.valid_beam, 1 = greedy; the [decode] length limits), detokenised with the
-// shards' SentencePiece model and scored with sacreBLEU-exact BLEU (metrics/bleu.h,
-// sacreBLEU's defaults but for the tokenisation, train.valid_bleu_tokenize) against the
-// pairs' targets, detokenised the same way.
+// Validation BLEU or chrF (train.valid_bleu, train.valid_metric): the validation pairs'
+// sources translated with the model's current parameters, as transformer_decode
+// translates them (decode/translate.h: beam train.valid_beam, 1 = greedy; the [decode]
+// length limits), detokenised with the shards' SentencePiece model and scored against
+// the pairs' targets, detokenised the same way, with sacreBLEU-exact BLEU
+// (metrics/bleu.h, sacreBLEU's defaults but for the tokenisation,
+// train.valid_bleu_tokenize) or chrF2 (metrics/chrf.h, sacreBLEU's defaults).
 //
 // The references are the shards' target ids decoded back to text, as fairseq's
 // --eval-bleu takes them from its binarized targets: the shards are all a run has, and
 // for text that SentencePiece reproduces (no characters its normalisation changes, no
 // unknown pieces) they are the reference file's lines, which is what makes the score
-// equal `transformer_decode | transformer_score REFERENCE` on a checkpoint of that step.
+// equal `transformer_decode | transformer_score REFERENCE [-m chrf]` on a checkpoint of that
+// step.
 #pragma once
 
 #include <memory>
@@ -20,6 +22,7 @@
 #include "decode/beam_search.h"
 #include "dist/communicator.h"
 #include "metrics/bleu.h"
+#include "metrics/chrf.h"
 #include "model/transformer.h"
 
 namespace sentencepiece {
@@ -37,9 +40,13 @@ class ValidationBleu {
   ValidationBleu(const Config& config, const Communicator& comm);
   ~ValidationBleu();
 
-  // BLEU in percent of `model`'s translations, on every rank (rank 0 scores, then
-  // broadcasts). Every rank must call it: each translates its share, rank 0 gathers.
+  // BLEU or chrF (metric()) in percent of `model`'s translations, on every rank (rank 0
+  // scores, then broadcasts). Every rank must call it: each translates its share, rank 0
+  // gathers.
   double score(Transformer& model) const;
+
+  // train.valid_metric: "bleu" | "chrf".
+  const std::string& metric() const { return metric_; }
 
   int64_t sentences() const { return pairs_; }
 
@@ -50,7 +57,9 @@ class ValidationBleu {
   int64_t pairs_ = 0;
   std::vector<TokenSequence> sources_;  // this rank's share
   std::unique_ptr<sentencepiece::SentencePieceProcessor> spm_;  // rank 0
-  std::unique_ptr<metrics::BleuScorer> scorer_;                  // rank 0
+  std::string metric_;
+  std::unique_ptr<metrics::BleuScorer> bleu_;  // rank 0, metric bleu
+  std::unique_ptr<metrics::ChrfScorer> chrf_;  // rank 0, metric chrf
 };
 
 }  // namespace thpc
