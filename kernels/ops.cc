@@ -1,6 +1,9 @@
 #include "kernels/ops.h"
 
+#include <sstream>
+
 #include "common/error.h"
+#include "kernels/twin_call.h"
 
 namespace thpc {
 
@@ -36,6 +39,51 @@ void check_attention_shape(const AttentionShape& shape, int ldq, int ldk, int ld
                                           << " / h*d_v=" << shape.heads * shape.d_v);
   THPC_CHECK(shape.dropout >= 0.0f && shape.dropout < 1.0f,
              "attention dropout " << shape.dropout << " outside [0, 1)");
+}
+
+int row_top_k_selectable(int width, int skip_a, int skip_b) {
+  int skipped = 0;
+  if (skip_a >= 0 && skip_a < width) ++skipped;
+  if (skip_b >= 0 && skip_b < width && skip_b != skip_a) ++skipped;
+  return width - skipped;
+}
+
+void check_row_top_k(int rows, int width, int k, int skip_a, int skip_b) {
+  THPC_CHECK(rows >= 0 && width >= 0, "row_top_k over " << rows << " rows of " << width);
+  const int selectable = row_top_k_selectable(width, skip_a, skip_b);
+  THPC_CHECK(k >= 1 && k <= selectable, "row_top_k asked for the best " << k << " of "
+                                            << selectable << " selectable entries per row ("
+                                            << width << " columns, skipping " << skip_a
+                                            << " and " << skip_b << ")");
+}
+
+void check_row_top_k(const Tensor& values, const int32_t* /*columns*/, const Tensor& x,
+                     int rows, int width, int k, int skip_a, int skip_b) {
+  check_row_top_k(rows, width, k, skip_a, skip_b);
+  THPC_CHECK(values.numel >= int64_t(rows) * k && x.numel >= int64_t(rows) * width,
+             "row_top_k: " << values.numel << " values for " << rows << " x " << k << ", or "
+                           << x.numel << " entries for " << rows << " x " << width);
+}
+
+int64_t Backend::attention_saved_numel(const AttentionShape& shape) {
+  return static_cast<int64_t>(shape.batch) * shape.heads * shape.query_len * shape.key_len;
+}
+
+const char* op_name(OpId op) {
+  switch (op) {
+#define THPC_OP(ret, name, params, args) \
+  case OpId::name: return #name;
+#include "kernels/op_list.h"
+#undef THPC_OP
+  }
+  return "?";
+}
+
+void TwinTensor::wrong_dtype(DType expected) const {
+  std::ostringstream detail;
+  detail << op_name(op_) << ": argument " << position_ << " is a " << dtype_name(tensor_.dtype)
+         << " tensor where the " << backend_.name() << " backend takes " << dtype_name(expected);
+  throw_check_failure("tensor.dtype == dtype_of<Element>()", __FILE__, __LINE__, detail.str());
 }
 
 Tensor Tensor::slice(int64_t offset, int64_t count) const {

@@ -36,9 +36,6 @@ void adam_update(T* params, const T* grads, T* m, T* v, int64_t n, float lr, flo
   }
 }
 
-template void adam_update<float>(float*, const float*, float*, float*, int64_t, float, float,
-                                 float, float, int64_t);
-template void adam_update<double>(double*, const double*, double*, double*, int64_t, float,
-                                  float, float, float, int64_t);
+THPC_CPU_TWIN(adam_update)
 
 }  // namespace thpc::cpu

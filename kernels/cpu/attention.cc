@@ -61,10 +61,6 @@ void dropout_factors(T* factors, int64_t count, int64_t first_element,
 
 }  // namespace
 
-int64_t attention_saved_numel(const AttentionShape& shape) {
-  return static_cast<int64_t>(shape.batch) * shape.heads * shape.query_len * shape.key_len;
-}
-
 // out_i = Dropout(softmax(Q_i K_i^T / sqrt(d_k) + mask)) V_i, heads concatenated.
 // saved (may be null when no backward follows) receives the probabilities before
 // dropout, masked entries exactly 0.
@@ -222,15 +218,7 @@ void attention_backward(T* dq, T* dk, T* dv, const T* d_out, const T* saved, con
   }
 }
 
-template void attention_forward<float>(float*, float*, const float*, int, const float*, int,
-                                       const float*, int, const AttentionShape&);
-template void attention_forward<double>(double*, double*, const double*, int, const double*,
-                                        int, const double*, int, const AttentionShape&);
-template void attention_backward<float>(float*, float*, float*, const float*, const float*,
-                                        const float*, int, const float*, int, const float*, int,
-                                        const AttentionShape&);
-template void attention_backward<double>(double*, double*, double*, const double*,
-                                         const double*, const double*, int, const double*, int,
-                                         const double*, int, const AttentionShape&);
+THPC_CPU_TWIN(attention_forward)
+THPC_CPU_TWIN(attention_backward)
 
 }  // namespace thpc::cpu

@@ -10,16 +10,10 @@
 #include "common/error.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/twin_call.h"
 
 namespace thpc {
 namespace {
-
-template <typename T>
-constexpr DType dtype_of();
-template <>
-constexpr DType dtype_of<float>() { return DType::F32; }
-template <>
-constexpr DType dtype_of<double>() { return DType::F64; }
 
 template <typename T>
 class CpuBackend final : public Backend {
@@ -81,117 +75,14 @@ class CpuBackend final : public Backend {
   }
   void synchronize() override {}
 
-  void embedding_forward(Tensor out, const int32_t* tokens, Tensor table, Tensor positions,
-                         int rows, int length, int d, int vocab, float scale) override {
-    cpu::embedding_forward<T>(p(out), tokens, p(table), p(positions), rows, length, d, vocab,
-                              static_cast<T>(scale));
+  // The ops: each entry of kernels/op_list.h calls its twin cpu::NAME<T> on this
+  // backend's tensors, their dtypes checked (kernels/twin_call.h).
+#define THPC_OP(ret, name, params, args)                                       \
+  ret name params override {                                                  \
+    return call_twin<OpId::name>(*this, cpu::name<T>, THPC_UNPAREN args);     \
   }
-  void embedding_backward(Tensor d_table, Tensor d_positions, Tensor d_out,
-                          const int32_t* tokens, int rows, int length, int d, int vocab,
-                          float scale) override {
-    cpu::embedding_backward<T>(p(d_table), p(d_positions), p(d_out), tokens, rows, length, d,
-                               vocab, static_cast<T>(scale));
-  }
-  void linear_forward(Tensor y, Tensor x, Tensor W, Tensor b, int M, int K, int N) override {
-    cpu::linear_forward<T>(p(y), p(x), p(W), p(b), M, K, N);
-  }
-  void linear_backward(Tensor dx, Tensor dW, Tensor db, Tensor dy, Tensor x, Tensor W, int M,
-                       int K, int N) override {
-    cpu::linear_backward<T>(p(dx), p(dW), p(db), p(dy), p(x), p(W), M, K, N);
-  }
-  void output_projection_forward(Tensor logits, Tensor h, Tensor E, int M, int d,
-                                 int vocab) override {
-    cpu::output_projection_forward<T>(p(logits), p(h), p(E), M, d, vocab);
-  }
-  void output_projection_backward(Tensor dh, Tensor dE, Tensor d_logits, Tensor h, Tensor E,
-                                  int M, int d, int vocab) override {
-    cpu::output_projection_backward<T>(p(dh), p(dE), p(d_logits), p(h), p(E), M, d, vocab);
-  }
-  void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, Tensor x, Tensor gamma,
-                         Tensor beta, int rows, int d, float eps) override {
-    cpu::layernorm_forward<T>(p(y), p(mean), p(rstd), p(x), p(gamma), p(beta), rows, d,
-                              static_cast<T>(eps));
-  }
-  void layernorm_backward(Tensor dx, Tensor dgamma, Tensor dbeta, Tensor dy, Tensor x,
-                          Tensor mean, Tensor rstd, Tensor gamma, int rows, int d) override {
-    cpu::layernorm_backward<T>(p(dx), p(dgamma), p(dbeta), p(dy), p(x), p(mean), p(rstd),
-                               p(gamma), rows, d);
-  }
-  int64_t attention_saved_numel(const AttentionShape& shape) const override {
-    return cpu::attention_saved_numel(shape);
-  }
-  void attention_forward(Tensor out, Tensor saved, Tensor q, int ldq, Tensor k, int ldk,
-                         Tensor v, int ldv, const AttentionShape& shape) override {
-    cpu::attention_forward<T>(p(out), p(saved), p(q), ldq, p(k), ldk, p(v), ldv, shape);
-  }
-  void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor d_out, Tensor saved,
-                          Tensor q, int ldq, Tensor k, int ldk, Tensor v, int ldv,
-                          const AttentionShape& shape) override {
-    cpu::attention_backward<T>(p(dq), p(dk), p(dv), p(d_out), p(saved), p(q), ldq, p(k), ldk,
-                               p(v), ldv, shape);
-  }
-  void relu_forward(Tensor y, Tensor x, int64_t n) override {
-    cpu::relu_forward<T>(p(y), p(x), n);
-  }
-  void relu_backward(Tensor dx, Tensor dy, Tensor y, int64_t n) override {
-    cpu::relu_backward<T>(p(dx), p(dy), p(y), n);
-  }
-  void dropout_forward(Tensor y, Tensor x, int64_t n, float prob, DropoutKey key) override {
-    cpu::dropout_forward<T>(p(y), p(x), n, prob, key);
-  }
-  void dropout_backward(Tensor dx, Tensor dy, int64_t n, float prob, DropoutKey key) override {
-    cpu::dropout_backward<T>(p(dx), p(dy), n, prob, key);
-  }
-  void residual_dropout_forward(Tensor y, Tensor x, Tensor sub, int64_t n, float prob,
-                                DropoutKey key) override {
-    cpu::residual_dropout_forward<T>(p(y), p(x), p(sub), n, prob, key);
-  }
-  void residual_dropout_backward(Tensor dx, Tensor d_sub, Tensor dy, int64_t n, float prob,
-                                 DropoutKey key) override {
-    cpu::residual_dropout_backward<T>(p(dx), p(d_sub), p(dy), n, prob, key);
-  }
-  void copy_rows(Tensor dst, const int32_t* dst_rows, Tensor src, const int32_t* src_rows,
-                 int count, int width) override {
-    cpu::copy_rows<T>(p(dst), dst_rows, p(src), src_rows, count, width);
-  }
-  LossSums softmax_cross_entropy(Tensor d_logits, Tensor logits, const int32_t* targets,
-                                 int rows, int vocab, float eps, int pad_id,
-                                 float grad_scale) override {
-    return cpu::softmax_cross_entropy<T>(p(d_logits), p(logits), targets, rows, vocab, eps,
-                                         pad_id, grad_scale);
-  }
-  void log_softmax(Tensor log_probs, Tensor logits, int rows, int vocab) override {
-    cpu::log_softmax<T>(p(log_probs), p(logits), rows, vocab);
-  }
-  void row_top_k(Tensor values, int32_t* columns, Tensor x, int rows, int width, int k,
-                 int skip_a, int skip_b) override {
-    cpu::check_row_top_k(values, x, rows, width, k, skip_a, skip_b);
-    cpu::row_top_k<T>(p(values), columns, p(x), rows, width, k, skip_a, skip_b);
-  }
-  void adam_update(Tensor params, Tensor grads, Tensor m, Tensor v, int64_t n, float lr,
-                   float beta1, float beta2, float eps, int64_t step) override {
-    cpu::adam_update<T>(p(params), p(grads), p(m), p(v), n, lr, beta1, beta2, eps, step);
-  }
-  double sum_squares(Tensor x, int64_t n) override {
-    const T* values = p(x);
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(values[i]) * values[i];
-    return sum;
-  }
-  void scale(Tensor x, int64_t n, float alpha) override {
-    T* values = p(x);
-    for (int64_t i = 0; i < n; ++i) values[i] *= static_cast<T>(alpha);
-  }
-
- private:
-  // The element pointer of a tensor of this backend (null stays null).
-  static T* p(Tensor t) {
-    if (!t) return nullptr;
-    THPC_CHECK(t.dtype == dtype_of<T>(), "a " << dtype_name(t.dtype) << " tensor was passed to "
-                                               << "the cpu-" << dtype_name(dtype_of<T>())
-                                               << " backend");
-    return static_cast<T*>(t.data);
-  }
+#include "kernels/op_list.h"
+#undef THPC_OP
 };
 
 }  // namespace

@@ -207,11 +207,7 @@ void log_softmax(T* log_probs, const T* logits, int rows, int vocab) {
   }
 }
 
-template LossSums softmax_cross_entropy<float>(float*, const float*, const int32_t*, int, int,
-                                               float, int, float);
-template LossSums softmax_cross_entropy<double>(double*, const double*, const int32_t*, int, int,
-                                                float, int, float);
-template void log_softmax<float>(float*, const float*, int, int);
-template void log_softmax<double>(double*, const double*, int, int);
+THPC_CPU_TWIN(softmax_cross_entropy)
+THPC_CPU_TWIN(log_softmax)
 
 }  // namespace thpc::cpu

@@ -1,5 +1,6 @@
 // ReLU (the position-wise feed-forward network of §3.3), dropout and the residual
-// connection with dropout (§5.4, "Residual Dropout") on the CPU.
+// connection with dropout (§5.4, "Residual Dropout") on the CPU; the row copies of
+// incremental decoding, the sum of squares and the scaling of parameter-side tensors.
 #include <algorithm>
 #include <cstdint>
 
@@ -153,19 +154,7 @@ void residual_dropout_backward(T* dx, T* d_sub, const T* dy, int64_t n, float p,
   dropout_backward(d_sub, dy, n, p, key);
 }
 
-template void relu_forward<float>(float*, const float*, int64_t);
-template void relu_forward<double>(double*, const double*, int64_t);
-template void relu_backward<float>(float*, const float*, const float*, int64_t);
-template void relu_backward<double>(double*, const double*, const double*, int64_t);
-template void dropout_forward<float>(float*, const float*, int64_t, float, DropoutKey);
-template void dropout_forward<double>(double*, const double*, int64_t, float, DropoutKey);
-template void dropout_backward<float>(float*, const float*, int64_t, float, DropoutKey);
-template void dropout_backward<double>(double*, const double*, int64_t, float, DropoutKey);
-template void residual_dropout_forward<float>(float*, const float*, const float*, int64_t,
-                                              float, DropoutKey);
-template void residual_dropout_forward<double>(double*, const double*, const double*, int64_t,
-                                               float, DropoutKey);
-// Row gathers/scatters (see kernels/ops.h). The source rows are read before any row is
+// Row gathers/scatters (kernels/op_list.h). The source rows are read before any row is
 // written only per row, so dst and src must not overlap.
 template <typename T>
 void copy_rows(T* dst, const int32_t* dst_rows, const T* src, const int32_t* src_rows,
@@ -179,12 +168,32 @@ void copy_rows(T* dst, const int32_t* dst_rows, const T* src, const int32_t* src
   }
 }
 
-template void copy_rows<float>(float*, const int32_t*, const float*, const int32_t*, int, int);
-template void copy_rows<double>(double*, const int32_t*, const double*, const int32_t*, int,
-                                int);
-template void residual_dropout_backward<float>(float*, float*, const float*, int64_t, float,
-                                               DropoutKey);
-template void residual_dropout_backward<double>(double*, double*, const double*, int64_t, float,
-                                                DropoutKey);
+// The sum of squares (gradient norms) in double, in order; x *= alpha.
+template <typename T>
+double sum_squares(const T* x, int64_t n) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  return sum;
+}
+
+template <typename T>
+void scale(T* x, int64_t n, float alpha) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= static_cast<T>(alpha);
+}
+
+THPC_CPU_TWIN(relu_forward)
+#if defined(__SSE2__)
+// relu_backward<float> is the explicit specialisation above: only double to instantiate.
+template decltype(relu_backward<double>) relu_backward<double>;
+#else
+THPC_CPU_TWIN(relu_backward)
+#endif
+THPC_CPU_TWIN(dropout_forward)
+THPC_CPU_TWIN(dropout_backward)
+THPC_CPU_TWIN(residual_dropout_forward)
+THPC_CPU_TWIN(residual_dropout_backward)
+THPC_CPU_TWIN(copy_rows)
+THPC_CPU_TWIN(sum_squares)
+THPC_CPU_TWIN(scale)
 
 }  // namespace thpc::cpu

@@ -23,7 +23,7 @@ void check_token(int32_t token, int vocab, int row) {
 // A null positions table adds nothing (an embedding without positional encoding).
 template <typename T>
 void embedding_forward(T* out, const int32_t* tokens, const T* table, const T* positions,
-                       int rows, int length, int d, int vocab, T scale) {
+                       int rows, int length, int d, int vocab, float scale) {
   THPC_CHECK(rows == 0 || length > 0, "embedding of " << rows << " rows with length " << length);
   for (int row = 0; row < rows; ++row) check_token(tokens[row], vocab, row);
 #pragma omp parallel for schedule(static) num_threads(threads_for(int64_t(rows) * d))
@@ -44,7 +44,7 @@ void embedding_forward(T* out, const int32_t* tokens, const T* table, const T* p
 // A token that appears several times accumulates one contribution per occurrence.
 template <typename T>
 void embedding_backward(T* d_table, T* d_positions, const T* d_out, const int32_t* tokens,
-                        int rows, int length, int d, int vocab, T scale) {
+                        int rows, int length, int d, int vocab, float scale) {
   THPC_CHECK(rows == 0 || length > 0, "embedding of " << rows << " rows with length " << length);
   for (int row = 0; row < rows; ++row) {
     const T* d_out_row = d_out + static_cast<int64_t>(row) * d;
@@ -61,13 +61,7 @@ void embedding_backward(T* d_table, T* d_positions, const T* d_out, const int32_
   }
 }
 
-template void embedding_forward<float>(float*, const int32_t*, const float*, const float*, int,
-                                       int, int, int, float);
-template void embedding_forward<double>(double*, const int32_t*, const double*, const double*,
-                                        int, int, int, int, double);
-template void embedding_backward<float>(float*, float*, const float*, const int32_t*, int, int,
-                                        int, int, float);
-template void embedding_backward<double>(double*, double*, const double*, const int32_t*, int,
-                                         int, int, int, double);
+THPC_CPU_TWIN(embedding_forward)
+THPC_CPU_TWIN(embedding_backward)
 
 }  // namespace thpc::cpu

@@ -15,7 +15,7 @@ namespace thpc::cpu {
 // for backward; either may be null when no backward follows.
 template <typename T>
 void layernorm_forward(T* y, T* mean, T* rstd, const T* x, const T* gamma, const T* beta,
-                       int rows, int d, T eps) {
+                       int rows, int d, float eps) {
 #pragma omp parallel for schedule(static) num_threads(threads_for(int64_t(rows) * d))
   for (int row = 0; row < rows; ++row) {
     const T* x_row = x + static_cast<int64_t>(row) * d;
@@ -91,14 +91,7 @@ void layernorm_backward(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, con
   }
 }
 
-template void layernorm_forward<float>(float*, float*, float*, const float*, const float*,
-                                       const float*, int, int, float);
-template void layernorm_forward<double>(double*, double*, double*, const double*, const double*,
-                                        const double*, int, int, double);
-template void layernorm_backward<float>(float*, float*, float*, const float*, const float*,
-                                        const float*, const float*, const float*, int, int);
-template void layernorm_backward<double>(double*, double*, double*, const double*,
-                                         const double*, const double*, const double*,
-                                         const double*, int, int);
+THPC_CPU_TWIN(layernorm_forward)
+THPC_CPU_TWIN(layernorm_backward)
 
 }  // namespace thpc::cpu

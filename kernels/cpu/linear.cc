@@ -114,21 +114,9 @@ void output_projection_backward(T* dh, T* dE, const T* d_logits, const T* h, con
       });
 }
 
-template void linear_forward<float>(float*, const float*, const float*, const float*, int, int,
-                                    int);
-template void linear_forward<double>(double*, const double*, const double*, const double*, int,
-                                     int, int);
-template void linear_backward<float>(float*, float*, float*, const float*, const float*,
-                                     const float*, int, int, int);
-template void linear_backward<double>(double*, double*, double*, const double*, const double*,
-                                      const double*, int, int, int);
-template void output_projection_forward<float>(float*, const float*, const float*, int, int,
-                                               int);
-template void output_projection_forward<double>(double*, const double*, const double*, int, int,
-                                                int);
-template void output_projection_backward<float>(float*, float*, const float*, const float*,
-                                                const float*, int, int, int);
-template void output_projection_backward<double>(double*, double*, const double*,
-                                                 const double*, const double*, int, int, int);
+THPC_CPU_TWIN(linear_forward)
+THPC_CPU_TWIN(linear_backward)
+THPC_CPU_TWIN(output_projection_forward)
+THPC_CPU_TWIN(output_projection_backward)
 
 }  // namespace thpc::cpu

@@ -23,30 +23,6 @@ bool ranks_before(T value_a, int column_a, T value_b, int column_b) {
 
 }  // namespace
 
-int row_top_k_selectable(int width, int skip_a, int skip_b) {
-  int skipped = 0;
-  if (skip_a >= 0 && skip_a < width) ++skipped;
-  if (skip_b >= 0 && skip_b < width && skip_b != skip_a) ++skipped;
-  return width - skipped;
-}
-
-void check_row_top_k(int rows, int width, int k, int skip_a, int skip_b) {
-  THPC_CHECK(rows >= 0 && width >= 0, "row_top_k over " << rows << " rows of " << width);
-  const int selectable = row_top_k_selectable(width, skip_a, skip_b);
-  THPC_CHECK(k >= 1 && k <= selectable, "row_top_k asked for the best " << k << " of "
-                                            << selectable << " selectable entries per row ("
-                                            << width << " columns, skipping " << skip_a
-                                            << " and " << skip_b << ")");
-}
-
-void check_row_top_k(const Tensor& values, const Tensor& x, int rows, int width, int k,
-                     int skip_a, int skip_b) {
-  check_row_top_k(rows, width, k, skip_a, skip_b);
-  THPC_CHECK(values.numel >= int64_t(rows) * k && x.numel >= int64_t(rows) * width,
-             "row_top_k: " << values.numel << " values for " << rows << " x " << k << ", or "
-                           << x.numel << " entries for " << rows << " x " << width);
-}
-
 // One pass over the row keeping the best k so far sorted: a column enters when it ranks
 // before the worst kept (columns come in increasing order, so an equal value never
 // does), at the place after every kept one that ranks before it. k is small (2 * beam)
@@ -81,7 +57,6 @@ void row_top_k(T* values, int32_t* columns, const T* x, int rows, int width, int
   }
 }
 
-template void row_top_k<float>(float*, int32_t*, const float*, int, int, int, int, int);
-template void row_top_k<double>(double*, int32_t*, const double*, int, int, int, int, int);
+THPC_CPU_TWIN(row_top_k)
 
 }  // namespace thpc::cpu

@@ -48,8 +48,12 @@ __global__ void adam_kernel(float* params, const float* grads, float* m, float* 
 
 }  // namespace
 
-void adam_update(float* params, const float* grads, float* m, float* v, int64_t n, float lr,
-                 float beta1, float beta2, float eps, int64_t step, cudaStream_t stream) {
+// One fused pass over the flat fp32 buffers (§5.3, with bias correction); T, the
+// backend's activation type, plays no part.
+template <typename T>
+void adam_update(Context& context, float* params, const float* grads, float* m, float* v,
+                 int64_t n, float lr, float beta1, float beta2, float eps, int64_t step) {
+  const cudaStream_t stream = context.stream();
   THPC_CHECK(step >= 1, "Adam step " << step << " (steps are 1-based)");
   if (n <= 0) return;
   // As kernels/cpu/adam.cc: 1 - b^step in double, rounded once to fp32.
@@ -66,5 +70,7 @@ void adam_update(float* params, const float* grads, float* m, float* v, int64_t 
   adam_kernel<<<grid_blocks(n), kGridThreads, 0, stream>>>(params, grads, m, v, n, c);
   THPC_CUDA_CHECK_LAUNCH("adam_kernel");
 }
+
+THPC_CUDA_TWIN(adam_update)
 
 }  // namespace thpc::cuda

@@ -317,10 +317,6 @@ void host_scalars(Context& context) {
 
 }  // namespace
 
-int64_t attention_saved_numel(const AttentionShape& shape) {
-  return static_cast<int64_t>(shape.batch) * shape.heads * shape.query_len * shape.key_len;
-}
-
 template <typename T>
 void attention_forward(Context& context, T* out, T* saved, const T* q, int ldq, const T* k,
                        int ldk, const T* v, int ldv, const AttentionShape& shape) {
@@ -470,13 +466,7 @@ void attention_backward(Context& context, T* dq, T* dk, T* dv, const T* d_out, c
   }
 }
 
-#define INSTANTIATE(T)                                                                         \
-  template void attention_forward<T>(Context&, T*, T*, const T*, int, const T*, int, const T*, \
-                                     int, const AttentionShape&);                              \
-  template void attention_backward<T>(Context&, T*, T*, T*, const T*, const T*, const T*, int, \
-                                      const T*, int, const T*, int, const AttentionShape&);
-INSTANTIATE(float)
-INSTANTIATE(bf16)
-#undef INSTANTIATE
+THPC_CUDA_TWIN(attention_forward)
+THPC_CUDA_TWIN(attention_backward)
 
 }  // namespace thpc::cuda

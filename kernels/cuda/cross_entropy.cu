@@ -197,6 +197,9 @@ size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 }  // namespace
 
+// Reads each row of logits once for its statistics and writes d_logits (may alias
+// logits) without materialising fp32 logits; returns the sums (synchronises the
+// stream). A target outside [0, vocab) that is not pad_id throws, naming the row.
 template <typename T>
 LossSums softmax_cross_entropy(Context& context, T* d_logits, const T* logits,
                                const int32_t* targets, int rows, int vocab, float eps,
@@ -239,18 +242,14 @@ LossSums softmax_cross_entropy(Context& context, T* d_logits, const T* logits,
 }
 
 template <typename T>
-void log_softmax(T* log_probs, const T* logits, int rows, int vocab, cudaStream_t stream) {
+void log_softmax(Context& context, T* log_probs, const T* logits, int rows, int vocab) {
+  const cudaStream_t stream = context.stream();
   if (vocab <= 0 || rows <= 0) return;
   log_softmax_rows<T><<<rows, kThreads, 0, stream>>>(log_probs, logits, vocab);
   THPC_CUDA_CHECK_LAUNCH("log_softmax_rows");
 }
 
-#define INSTANTIATE(T)                                                                   \
-  template LossSums softmax_cross_entropy<T>(Context&, T*, const T*, const int32_t*, int, \
-                                             int, float, int, float);                     \
-  template void log_softmax<T>(T*, const T*, int, int, cudaStream_t);
-INSTANTIATE(float)
-INSTANTIATE(bf16)
-#undef INSTANTIATE
+THPC_CUDA_TWIN(softmax_cross_entropy)
+THPC_CUDA_TWIN(log_softmax)
 
 }  // namespace thpc::cuda

@@ -250,29 +250,33 @@ void convert(void* dst, DType dst_dtype, const void* src, DType src_dtype, int64
 }
 
 template <typename T>
-void relu_forward(T* y, const T* x, int64_t n, cudaStream_t stream) {
+void relu_forward(Context& context, T* y, const T* x, int64_t n) {
+  const cudaStream_t stream = context.stream();
   if (n <= 0) return;
   relu_forward_kernel<<<grid_blocks(n), kGridThreads, 0, stream>>>(y, x, n);
   THPC_CUDA_CHECK_LAUNCH("relu_forward_kernel");
 }
 
 template <typename T>
-void relu_backward(T* dx, const T* dy, const T* y, int64_t n, cudaStream_t stream) {
+void relu_backward(Context& context, T* dx, const T* dy, const T* y, int64_t n) {
+  const cudaStream_t stream = context.stream();
   if (n <= 0 || dx == nullptr) return;
   relu_backward_kernel<<<grid_blocks(n), kGridThreads, 0, stream>>>(dx, dy, y, n);
   THPC_CUDA_CHECK_LAUNCH("relu_backward_kernel");
 }
 
+// Masks are the CPU's: element i is kept when dropout_keep(seed, site, step, stream, i, p).
 template <typename T>
-void dropout_forward(T* y, const T* x, int64_t n, float p, DropoutKey key,
-                     cudaStream_t stream) {
+void dropout_forward(Context& context, T* y, const T* x, int64_t n, float p, DropoutKey key) {
+  const cudaStream_t stream = context.stream();
   check_probability(p);
   launch_dropout(DropoutForwardOp<T>{y, x, keep_scale(p)}, n, make_mask(key, p, true), stream);
 }
 
 template <typename T>
-void dropout_backward(T* dx, const T* dy, int64_t n, float p, DropoutKey key,
-                      cudaStream_t stream) {
+void dropout_backward(Context& context, T* dx, const T* dy, int64_t n, float p,
+                      DropoutKey key) {
+  const cudaStream_t stream = context.stream();
   check_probability(p);
   if (dx == nullptr) return;
   launch_dropout(DropoutBackwardOp<T>{dx, dy, keep_scale(p)}, n, make_mask(key, p, true),
@@ -280,16 +284,18 @@ void dropout_backward(T* dx, const T* dy, int64_t n, float p, DropoutKey key,
 }
 
 template <typename T>
-void residual_dropout_forward(T* y, const T* x, const T* sub, int64_t n, float p,
-                              DropoutKey key, cudaStream_t stream) {
+void residual_dropout_forward(Context& context, T* y, const T* x, const T* sub, int64_t n,
+                              float p, DropoutKey key) {
+  const cudaStream_t stream = context.stream();
   check_probability(p);
   launch_dropout(ResidualForwardOp<T>{y, x, sub, keep_scale(p)}, n, make_mask(key, p, true),
                  stream);
 }
 
 template <typename T>
-void residual_dropout_backward(T* dx, T* d_sub, const T* dy, int64_t n, float p,
-                               DropoutKey key, cudaStream_t stream) {
+void residual_dropout_backward(Context& context, T* dx, T* d_sub, const T* dy, int64_t n,
+                               float p, DropoutKey key) {
+  const cudaStream_t stream = context.stream();
   check_probability(p);
   if (dx == nullptr && d_sub == nullptr) return;
   // Without d_sub the mask is not needed: dx += dy alone draws nothing.
@@ -298,20 +304,26 @@ void residual_dropout_backward(T* dx, T* d_sub, const T* dy, int64_t n, float p,
 }
 
 template <typename T>
-void copy_rows(T* dst, const int32_t* dst_rows, const T* src, const int32_t* src_rows,
-               int count, int width, cudaStream_t stream) {
+void copy_rows(Context& context, T* dst, const int32_t* dst_rows, const T* src,
+               const int32_t* src_rows, int count, int width) {
+  const cudaStream_t stream = context.stream();
   if (count <= 0 || width <= 0) return;
   copy_rows_kernel<<<grid_blocks(static_cast<int64_t>(count) * width), kGridThreads, 0, stream>>>(
       dst, dst_rows, src, src_rows, count, width);
   THPC_CUDA_CHECK_LAUNCH("copy_rows_kernel");
 }
 
-void scale(float* x, int64_t n, float alpha, cudaStream_t stream) {
+// x *= alpha over fp32 values (T plays no part).
+template <typename T>
+void scale(Context& context, float* x, int64_t n, float alpha) {
+  const cudaStream_t stream = context.stream();
   if (n <= 0) return;
   scale_kernel<<<grid_blocks(n), kGridThreads, 0, stream>>>(x, n, alpha);
   THPC_CUDA_CHECK_LAUNCH("scale_kernel");
 }
 
+// sum_i x_i^2 in double, in a fixed order; synchronises the stream to return it.
+template <typename T>
 double sum_squares(Context& context, const float* x, int64_t n) {
   if (n <= 0) return 0.0;
   const cudaStream_t stream = context.stream();
@@ -330,19 +342,14 @@ double sum_squares(Context& context, const float* x, int64_t n) {
   return *host;
 }
 
-#define THPC_INSTANTIATE_ELEMENTWISE(T)                                                    \
-  template void relu_forward<T>(T*, const T*, int64_t, cudaStream_t);                      \
-  template void relu_backward<T>(T*, const T*, const T*, int64_t, cudaStream_t);           \
-  template void dropout_forward<T>(T*, const T*, int64_t, float, DropoutKey, cudaStream_t); \
-  template void dropout_backward<T>(T*, const T*, int64_t, float, DropoutKey, cudaStream_t); \
-  template void residual_dropout_forward<T>(T*, const T*, const T*, int64_t, float,        \
-                                            DropoutKey, cudaStream_t);                      \
-  template void residual_dropout_backward<T>(T*, T*, const T*, int64_t, float, DropoutKey, \
-                                             cudaStream_t);                                 \
-  template void copy_rows<T>(T*, const int32_t*, const T*, const int32_t*, int, int,        \
-                             cudaStream_t);
-THPC_INSTANTIATE_ELEMENTWISE(float)
-THPC_INSTANTIATE_ELEMENTWISE(bf16)
-#undef THPC_INSTANTIATE_ELEMENTWISE
+THPC_CUDA_TWIN(relu_forward)
+THPC_CUDA_TWIN(relu_backward)
+THPC_CUDA_TWIN(dropout_forward)
+THPC_CUDA_TWIN(dropout_backward)
+THPC_CUDA_TWIN(residual_dropout_forward)
+THPC_CUDA_TWIN(residual_dropout_backward)
+THPC_CUDA_TWIN(copy_rows)
+THPC_CUDA_TWIN(scale)
+THPC_CUDA_TWIN(sum_squares)
 
 }  // namespace thpc::cuda

@@ -134,9 +134,10 @@ int key_bits(int vocab) {
 }  // namespace
 
 template <typename T>
-void embedding_forward(T* out, const int32_t* tokens, const T* table, const T* positions,
-                       int rows, int length, int d, int vocab, float scale,
-                       cudaStream_t stream) {
+void embedding_forward(Context& context, T* out, const int32_t* tokens, const T* table,
+                       const T* positions, int rows, int length, int d, int vocab,
+                       float scale) {
+  const cudaStream_t stream = context.stream();
   THPC_CHECK(rows == 0 || length > 0, "embedding of " << rows << " rows with length " << length);
   if (rows <= 0 || d <= 0) return;
   embedding_forward_kernel<<<grid_blocks(static_cast<int64_t>(rows) * d), kGridThreads, 0, stream>>>(
@@ -144,6 +145,8 @@ void embedding_forward(T* out, const int32_t* tokens, const T* table, const T* p
   THPC_CUDA_CHECK_LAUNCH("embedding_forward_kernel");
 }
 
+// d_table[tokens[r]] += d_out[r] * scale (and d_positions[r % length] += d_out[r] when
+// d_positions is non-null), rows with the same token summed in row order.
 template <typename T>
 void embedding_backward(Context& context, float* d_table, float* d_positions, const T* d_out,
                         const int32_t* tokens, int rows, int length, int d, int vocab,
@@ -190,13 +193,7 @@ void embedding_backward(Context& context, float* d_table, float* d_positions, co
   }
 }
 
-template void embedding_forward<float>(float*, const int32_t*, const float*, const float*, int,
-                                       int, int, int, float, cudaStream_t);
-template void embedding_forward<bf16>(bf16*, const int32_t*, const bf16*, const bf16*, int, int,
-                                      int, int, float, cudaStream_t);
-template void embedding_backward<float>(Context&, float*, float*, const float*, const int32_t*,
-                                        int, int, int, int, float);
-template void embedding_backward<bf16>(Context&, float*, float*, const bf16*, const int32_t*,
-                                       int, int, int, int, float);
+THPC_CUDA_TWIN(embedding_forward)
+THPC_CUDA_TWIN(embedding_backward)
 
 }  // namespace thpc::cuda

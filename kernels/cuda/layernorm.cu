@@ -131,14 +131,16 @@ int row_blocks(int rows) { return (rows + kRowsPerBlock - 1) / kRowsPerBlock; }
 }  // namespace
 
 template <typename T>
-void layernorm_forward(T* y, float* mean, float* rstd, const T* x, const T* gamma,
-                       const T* beta, int rows, int d, float eps, cudaStream_t stream) {
+void layernorm_forward(Context& context, T* y, float* mean, float* rstd, const T* x,
+                       const T* gamma, const T* beta, int rows, int d, float eps) {
+  const cudaStream_t stream = context.stream();
   if (rows == 0 || d == 0) return;
   layernorm_forward_kernel<T><<<row_blocks(rows), kRowThreads, 0, stream>>>(
       y, mean, rstd, x, gamma, beta, rows, d, eps);
   THPC_CUDA_CHECK_LAUNCH("layernorm_forward_kernel");
 }
 
+// dx += ...; dgamma, dbeta += column sums in fp32, in a fixed order.
 template <typename T>
 void layernorm_backward(Context& context, T* dx, float* dgamma, float* dbeta, const T* dy,
                         const T* x, const float* mean, const float* rstd, const T* gamma,
@@ -170,12 +172,7 @@ void layernorm_backward(Context& context, T* dx, float* dgamma, float* dbeta, co
   THPC_CUDA_CHECK_LAUNCH("layernorm_param_finish_kernel");
 }
 
-#define INSTANTIATE(T)                                                                      \
-  template void layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*, int, \
-                                     int, float, cudaStream_t);                             \
-  template void layernorm_backward<T>(Context&, T*, float*, float*, const T*, const T*,     \
-                                      const float*, const float*, const T*, int, int);
-INSTANTIATE(float)
-INSTANTIATE(bf16)
+THPC_CUDA_TWIN(layernorm_forward)
+THPC_CUDA_TWIN(layernorm_backward)
 
 }  // namespace thpc::cuda

@@ -337,14 +337,9 @@ void output_projection_backward(Context& context, T* dh, float* dE, const T* d_l
   }
 }
 
-#define INSTANTIATE(T)                                                                       \
-  template void linear_forward<T>(Context&, T*, const T*, const T*, const T*, int, int, int); \
-  template void linear_backward<T>(Context&, T*, float*, float*, const T*, const T*,         \
-                                   const T*, int, int, int);                                 \
-  template void output_projection_forward<T>(Context&, T*, const T*, const T*, int, int, int); \
-  template void output_projection_backward<T>(Context&, T*, float*, const T*, const T*,      \
-                                              const T*, int, int, int);
-INSTANTIATE(float)
-INSTANTIATE(bf16)
+THPC_CUDA_TWIN(linear_forward)
+THPC_CUDA_TWIN(linear_backward)
+THPC_CUDA_TWIN(output_projection_forward)
+THPC_CUDA_TWIN(output_projection_backward)
 
 }  // namespace thpc::cuda

@@ -106,17 +106,17 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
+// values [rows, k] fp32, columns [rows, k]. The backend has checked k against the
+// selectable columns (check_row_top_k, kernels/ops.h) before this runs.
 template <typename T>
-void row_top_k(float* values, int32_t* columns, const T* x, int rows, int width, int k,
-               int skip_a, int skip_b, cudaStream_t stream) {
+void row_top_k(Context& context, float* values, int32_t* columns, const T* x, int rows,
+               int width, int k, int skip_a, int skip_b) {
+  const cudaStream_t stream = context.stream();
   if (rows <= 0 || k <= 0) return;
   row_top_k_rows<T><<<rows, kThreads, 0, stream>>>(values, columns, x, width, k, skip_a, skip_b);
   THPC_CUDA_CHECK_LAUNCH("row_top_k_rows");
 }
 
-template void row_top_k<float>(float*, int32_t*, const float*, int, int, int, int, int,
-                               cudaStream_t);
-template void row_top_k<bf16>(float*, int32_t*, const bf16*, int, int, int, int, int,
-                              cudaStream_t);
+THPC_CUDA_TWIN(row_top_k)
 
 }  // namespace thpc::cuda

@@ -86,7 +86,7 @@ struct AttentionProblem {
 
   Values forward(Values* saved = nullptr) const {
     Values out(out_numel(), 99.0);
-    Values probabilities(static_cast<size_t>(cpu::attention_saved_numel(shape)), 99.0);
+    Values probabilities(static_cast<size_t>(Backend::attention_saved_numel(shape)), 99.0);
     cpu::attention_forward<double>(out.data(), probabilities.data(), q(), ldq, k(), ldk, v(),
                                    ldv, shape);
     if (saved != nullptr) *saved = probabilities;
@@ -166,7 +166,7 @@ TEST(Attention, SavedNumelIsBatchHeadsQueryKey) {
   shape.heads = 5;
   shape.query_len = 7;
   shape.key_len = 11;
-  EXPECT_EQ(cpu::attention_saved_numel(shape), 3 * 5 * 7 * 11);
+  EXPECT_EQ(Backend::attention_saved_numel(shape), 3 * 5 * 7 * 11);
 }
 
 TEST(Attention, ForwardMatchesNaiveEvaluation) {

@@ -33,6 +33,7 @@
 #include "common/philox.h"
 #include "cpu_reference.h"
 #include "cuda_twin.h"
+#include "expect_error.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace thpc::cpu_test {
@@ -210,6 +211,42 @@ TEST(Transfers, ZeroSizedTransfersWithNullPointersAreNoOps) {
     backend->upload_ids(nullptr, nullptr, 0);
     backend->download_ids(nullptr, nullptr, 0);
   }
+}
+
+// Each op override the backends make from kernels/op_list.h (kernels/twin_call.h) checks
+// every tensor's dtype against the element type its twin takes before the twin sees the
+// data, and names the op and the argument; a null tensor reaches the twin as a null
+// pointer (linear_forward without a bias). What the CUDA backend's overrides do too.
+TEST(OpDispatch, ATensorOfAnotherDtypeIsRefusedNamingTheOpAndArgument) {
+  auto backend = make_cpu_backend(DType::F32);
+  std::vector<float> floats(4, 1.5f), weights{1.0f, 2.0f, 3.0f, 4.0f};
+  std::vector<double> doubles(4, -2.0);
+  const auto tensor = [](void* data, DType dtype, int64_t numel) {
+    Tensor t;
+    t.data = data;
+    t.dtype = dtype;
+    t.numel = numel;
+    return t;
+  };
+  const Tensor y = tensor(floats.data(), DType::F32, 4);
+  const Tensor wrong = tensor(doubles.data(), DType::F64, 4);
+  expect_error([&] { backend->relu_forward(y, wrong, 4); },
+               {"relu_forward: argument 2 is a fp64 tensor where the cpu-fp32 backend takes fp32"});
+  EXPECT_EQ(floats, std::vector<float>(4, 1.5f)) << "the twin ran before the check";
+  expect_error([&] { backend->adam_update(y, y, y, wrong, 4, 0.1f, 0.9f, 0.98f, 1e-9f, 1); },
+               {"adam_update: argument 4 is a fp64 tensor"});
+  expect_error([&] { make_cpu_backend(DType::F64)->sum_squares(y, 4); },
+               {"sum_squares: argument 1 is a fp32 tensor where the cpu-fp64 backend takes fp64"});
+
+  // x [1, 2] times W [2, 2], no bias.
+  const Tensor x = tensor(floats.data(), DType::F32, 2);
+  const Tensor W = tensor(weights.data(), DType::F32, 4);
+  std::vector<float> out(2, 99.0f);
+  backend->linear_forward(tensor(out.data(), DType::F32, 2), x, W, Tensor{}, 1, 2, 2);
+  EXPECT_EQ(out, (std::vector<float>{1.5f * 1 + 1.5f * 3, 1.5f * 2 + 1.5f * 4}));
+
+  EXPECT_STREQ(op_name(OpId::embedding_forward), "embedding_forward");
+  EXPECT_STREQ(op_name(OpId::scale), "scale");
 }
 
 }  // namespace

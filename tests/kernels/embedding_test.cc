@@ -33,7 +33,7 @@ struct EmbeddingProblem {
   // Repeated ids (3 four times, 1 twice) so the backward's accumulation per id matters.
   std::vector<int32_t> tokens{3, 1, 3, 6, 0, 3, 5, 2, 1, 4, 3, 2};
   Values table, positions, weights;
-  double scale = 1.7;
+  float scale = 1.7f;  // the op takes a float scale, as Backend::embedding_forward does
 
   explicit EmbeddingProblem(std::mt19937& rng)
       : table(random_values(kVocab * kDim, rng)),

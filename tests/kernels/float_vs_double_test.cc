@@ -103,7 +103,7 @@ std::vector<std::pair<std::string, Values>> run_every_op(std::mt19937::result_ty
     const int ld = 3 * shape.heads * shape.d_k, rows = shape.batch * shape.query_len;
     const int kw = shape.heads * shape.d_k;
     const std::vector<T> qkv = random_t(rows * ld), d_out = random_t(rows * kw);
-    std::vector<T> out(rows * kw), saved(cpu::attention_saved_numel(shape));
+    std::vector<T> out(rows * kw), saved(Backend::attention_saved_numel(shape));
     std::vector<T> d_qkv(rows * ld, T(0));
     cpu::attention_forward<T>(out.data(), saved.data(), qkv.data(), ld, qkv.data() + kw, ld,
                               qkv.data() + 2 * kw, ld, shape);

@@ -29,7 +29,7 @@ namespace {
 
 struct LayerNormProblem {
   static constexpr int kRows = 5, kDim = 9;
-  static constexpr double kEps = 1e-5;
+  static constexpr float kEps = 1e-5f;  // the op takes a float eps, as the Backend does
   Values x, gamma, beta, weights;
   explicit LayerNormProblem(std::mt19937& rng)
       : x(random_values(kRows * kDim, rng)),

@@ -103,7 +103,7 @@ void check_against_full_sort(uint32_t seed) {
   const std::vector<Skip> skips = {{-1, -1}, {0, 2}, {3, 3}, {-1, 0}, {40, -1}};
   for (const int width : {1, 2, 5, 37, 301}) {
     for (const Skip& skip : skips) {
-      const int selectable = cpu::row_top_k_selectable(width, skip.a, skip.b);
+      const int selectable = row_top_k_selectable(width, skip.a, skip.b);
       for (const int k : {1, 2, 3, 8, 42, selectable}) {
         if (k < 1 || k > selectable) continue;
         for (const bool specials : {false, true}) {
@@ -154,9 +154,9 @@ TEST(RowTopK, RejectsMoreThanTheSelectableColumns) {
   std::vector<float> x(10, -1.0f), values(10);
   std::vector<int32_t> columns(10);
   // 5 columns, two skipped: at most 3.
-  expect_error([&] { cpu::check_row_top_k(2, 5, 4, 0, 2); },
+  expect_error([&] { check_row_top_k(2, 5, 4, 0, 2); },
                {"best 4 of 3 selectable", "5 columns"});
-  expect_error([&] { cpu::check_row_top_k(2, 5, 0, -1, -1); }, {"best 0 of 5"});
+  expect_error([&] { check_row_top_k(2, 5, 0, -1, -1); }, {"best 0 of 5"});
   auto backend = make_cpu_backend(DType::F32);
   Scope scope(*backend);
   const Tensor entries = scope.put(DType::F32, x);

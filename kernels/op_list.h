@@ -1,0 +1,163 @@
+// The ops of the contract (kernels/ops.h), each declared once, here:
+//
+//   THPC_OP(return type, name, (parameters), (argument names))
+//
+// No include guard: this list is included wherever code is made from it, with THPC_OP
+// defined to say what each entry becomes — class Backend's pure virtual functions and
+// the OpId enum (kernels/ops.h), the CPU twins' declarations (kernels/cpu/cpu_ops.h),
+// the CUDA twins' declarations (kernels/cuda/cuda_ops.h), and the two backends'
+// overrides, each calling its twin (kernels/cpu/cpu_backend.cc, kernels/cuda/cuda_backend.cu,
+// through kernels/twin_call.h). A wrapping Backend (timing every op, say) is one more
+// such include. The conventions every op follows are at the top of kernels/ops.h.
+//
+// A tensor parameter is typed by its role, all four of them a Tensor in Backend:
+//   In, Out             compute_dtype(): activations, the weights as the GEMMs read them
+//   ParamIn, ParamOut   param_dtype(): parameter gradients, per-row statistics, optimizer
+//                       state, the best values of row_top_k
+// In and ParamIn are read; Out and ParamOut are written (forward) or accumulated into
+// (backward). The role says what each twin's pointer is: the CPU twin of a
+// CpuBackend<T> takes T* / const T* for all four; the CUDA twin of a CudaBackend<T>
+// takes T* / const T* for In and Out and float* / const float* for ParamIn and ParamOut,
+// after a cuda::Context&. Other parameters reach the twins as they are.
+//
+// Adding an op: an entry here, documented as the others are; its CPU twin in
+// kernels/cpu/<family>.cc and its CUDA twin in kernels/cuda/<family>.cu, each with one
+// instantiation line (THPC_CPU_TWIN / THPC_CUDA_TWIN); its test in
+// tests/kernels/<family>_test.cc (docs/design.md, "Adding an op").
+
+// ---- embedding ----------------------------------------------------------------------
+// out[r, :] = table[tokens[r], :] * scale + positions[r % length, :]
+//   tokens int32[rows], table [vocab, d], positions [>= length, d], out [rows, d].
+// The model passes scale = sqrt(d_model) (§3.4) and the sinusoidal or learned table.
+THPC_OP(void, embedding_forward,
+        (Out out, const int32_t* tokens, In table, In positions, int rows, int length, int d,
+         int vocab, float scale),
+        (out, tokens, table, positions, rows, length, d, vocab, scale))
+// d_table[tokens[r]] += d_out[r] * scale; d_positions[r % length] += d_out[r] (if
+// d_positions is non-null: learned positions).
+THPC_OP(void, embedding_backward,
+        (ParamOut d_table, ParamOut d_positions, In d_out, const int32_t* tokens, int rows,
+         int length, int d, int vocab, float scale),
+        (d_table, d_positions, d_out, tokens, rows, length, d, vocab, scale))
+
+// ---- linear: y = x W + b ------------------------------------------------------------
+// x [M, K], W [K, N], b [N] or null, y [M, N].
+THPC_OP(void, linear_forward, (Out y, In x, In W, In b, int M, int K, int N),
+        (y, x, W, b, M, K, N))
+// dx += dy W^T; dW += x^T dy; db += column sums of dy. Any output may be null.
+THPC_OP(void, linear_backward,
+        (Out dx, ParamOut dW, ParamOut db, In dy, In x, In W, int M, int K, int N),
+        (dx, dW, db, dy, x, W, M, K, N))
+
+// ---- tied output projection: logits = h E^T -----------------------------------------
+// h [M, d], E [vocab, d] (the shared embedding table), logits [M, vocab].
+THPC_OP(void, output_projection_forward, (Out logits, In h, In E, int M, int d, int vocab),
+        (logits, h, E, M, d, vocab))
+// dh += d_logits E; dE += d_logits^T h.
+THPC_OP(void, output_projection_backward,
+        (Out dh, ParamOut dE, In d_logits, In h, In E, int M, int d, int vocab),
+        (dh, dE, d_logits, h, E, M, d, vocab))
+
+// ---- layer norm ---------------------------------------------------------------------
+// y = (x - mean) * rstd * gamma + beta per row, rstd = 1 / sqrt(var + eps) with the
+// biased variance. Saves mean[rows] and rstd[rows] (param_dtype) for backward.
+THPC_OP(void, layernorm_forward,
+        (Out y, ParamOut mean, ParamOut rstd, In x, In gamma, In beta, int rows, int d,
+         float eps),
+        (y, mean, rstd, x, gamma, beta, rows, d, eps))
+THPC_OP(void, layernorm_backward,
+        (Out dx, ParamOut dgamma, ParamOut dbeta, In dy, In x, ParamIn mean, ParamIn rstd,
+         In gamma, int rows, int d),
+        (dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows, d))
+
+// ---- multi-head scaled dot-product attention (§3.2.1, §3.2.2) -----------------------
+// For each sentence b and head i: out_i = Dropout(softmax(Q_i K_i^T / sqrt(d_k) +
+// mask)) V_i. Q, K, V are column blocks of wider row-major matrices: head i of q is
+// columns [i*d_k, (i+1)*d_k) of q with row stride ldq (likewise k with ldk, v with
+// ldv and d_v), so a fused QKV projection is passed as three offset views.
+// out [B*Lq, h*d_v] (row stride h*d_v), heads concatenated.
+// `saved` holds what backward needs: the probabilities before attention dropout,
+// P [B, h, Lq, Lk] contiguous, masked entries (padding, future positions) exactly 0;
+// its size is Backend::attention_saved_numel(shape). The model also reads them back for
+// attention pictures (Transformer::attention_weights). It may be null when no backward
+// follows (incremental decoding). Whether the op reads the keys past key_lengths[b]:
+// Backend::attention_reads_masked_keys().
+THPC_OP(void, attention_forward,
+        (Out out, Out saved, In q, int ldq, In k, int ldk, In v, int ldv,
+         const AttentionShape& shape),
+        (out, saved, q, ldq, k, ldk, v, ldv, shape))
+// dq, dk, dv have the layouts (and strides) of q, k, v.
+THPC_OP(void, attention_backward,
+        (Out dq, Out dk, Out dv, In d_out, In saved, In q, int ldq, In k, int ldk, In v,
+         int ldv, const AttentionShape& shape),
+        (dq, dk, dv, d_out, saved, q, ldq, k, ldk, v, ldv, shape))
+
+// ---- elementwise --------------------------------------------------------------------
+// y = max(0, x)
+THPC_OP(void, relu_forward, (Out y, In x, int64_t n), (y, x, n))
+// dx += dy * (y > 0)
+THPC_OP(void, relu_backward, (Out dx, In dy, In y, int64_t n), (dx, dy, y, n))
+// y = x * keep / (1 - p), keep ~ Bernoulli(1 - p) from key. p = 0 copies.
+THPC_OP(void, dropout_forward, (Out y, In x, int64_t n, float p, DropoutKey key),
+        (y, x, n, p, key))
+THPC_OP(void, dropout_backward, (Out dx, In dy, int64_t n, float p, DropoutKey key),
+        (dx, dy, n, p, key))
+// The residual connection of §3.1 before its layer norm: y = x + Dropout(sub).
+THPC_OP(void, residual_dropout_forward,
+        (Out y, In x, In sub, int64_t n, float p, DropoutKey key), (y, x, sub, n, p, key))
+// dx += dy; d_sub += dy * keep / (1 - p).
+THPC_OP(void, residual_dropout_backward,
+        (Out dx, Out d_sub, In dy, int64_t n, float p, DropoutKey key),
+        (dx, d_sub, dy, n, p, key))
+
+// ---- row copies ---------------------------------------------------------------------
+// dst[dst_rows[i], :] = src[src_rows[i], :] for i in [0, count), rows of `width`
+// elements; a null index list means row i. Indices are int32 in backend memory. Used
+// by incremental decoding to append to and reorder its key/value caches.
+THPC_OP(void, copy_rows,
+        (Out dst, const int32_t* dst_rows, In src, const int32_t* src_rows, int count,
+         int width),
+        (dst, dst_rows, src, src_rows, count, width))
+
+// ---- label-smoothed cross-entropy (§5.4) --------------------------------------------
+// Per row r with target t = targets[r] != pad_id, p = softmax(logits[r]) and the
+// smoothed distribution q = (1 - eps) * onehot(t) + eps / vocab:
+//   loss_r = -sum_j q_j log p_j,  nll_r = -log p_t.
+// Rows whose target is pad_id contribute nothing. Writes the gradient of
+// grad_scale * sum_r loss_r into d_logits (which may alias logits: the fused form
+// overwrites the logits with their gradient) and returns the sums.
+THPC_OP(LossSums, softmax_cross_entropy,
+        (Out d_logits, In logits, const int32_t* targets, int rows, int vocab, float eps,
+         int pad_id, float grad_scale),
+        (d_logits, logits, targets, rows, vocab, eps, pad_id, grad_scale))
+// log_probs[r, :] = log softmax(logits[r, :]), for decoding. May alias logits.
+THPC_OP(void, log_softmax, (Out log_probs, In logits, int rows, int vocab),
+        (log_probs, logits, rows, vocab))
+
+// ---- the best entries of each row (decoding) ----------------------------------------
+// For each row r of x [rows, width]: its k best entries, best first, into
+// values[r * k + i] (param_dtype, the entries' exact values) and columns[r * k + i]
+// (int32, backend memory). "Best" is a total order: the larger number first, NaN after
+// every number, and among equals the smaller column first. Columns skip_a and skip_b
+// (-1: none) are never chosen (decoding never generates pad or bos). Requires
+// 1 <= k <= the row's selectable columns (check_row_top_k, made before the twin runs).
+// Beam search reads the best 2 * beam log-probabilities of each hypothesis through this
+// instead of downloading [H, vocab].
+THPC_OP(void, row_top_k,
+        (ParamOut values, int32_t* columns, In x, int rows, int width, int k, int skip_a,
+         int skip_b),
+        (values, columns, x, rows, width, k, skip_a, skip_b))
+
+// ---- optimizer ----------------------------------------------------------------------
+// Adam (Kingma & Ba, with bias correction) as in §5.3, over n flat parameters:
+//   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+//   p -= lr * (m / (1 - b1^step)) / (sqrt(v / (1 - b2^step)) + eps).
+// step is 1-based. grads are read, not changed.
+THPC_OP(void, adam_update,
+        (ParamOut params, ParamIn grads, ParamOut m, ParamOut v, int64_t n, float lr,
+         float beta1, float beta2, float eps, int64_t step),
+        (params, grads, m, v, n, lr, beta1, beta2, eps, step))
+// Sum of squares of a param_dtype tensor (gradient norms, checks), in double.
+THPC_OP(double, sum_squares, (ParamIn x, int64_t n), (x, n))
+// x *= alpha
+THPC_OP(void, scale, (ParamOut x, int64_t n, float alpha), (x, n, alpha))
