@@ -1,5 +1,6 @@
 // transformer_score: corpus or sentence BLEU and chrF exactly as sacreBLEU 2.x computes
-// them.
+// them, or (--tokenize moses | moses-compound) the paper's tokenized BLEU, exactly as
+// Moses' tokenizer.perl and multi-bleu.perl compute it (metrics/multi_bleu.h).
 //
 //   transformer_score REF [REF ...] [-i HYP] [-m bleu|chrf ...]
 //                     [--tokenize 13a|intl|char|none] [-lc]
@@ -7,10 +8,12 @@
 //                     [-cc N] [-cw N] [--chrf-beta N] [--chrf-whitespace]
 //                     [--chrf-lowercase] [--chrf-eps-smoothing]
 //                     [--sentence-level] [-b] [-w WIDTH]
+//   transformer_score REF [REF ...] [-i HYP] --tokenize moses|moses-compound
+//                     [--moses-lang de|fr] [--moses-version current|2017] [-b] [-w WIDTH]
 //
 // The options mean what they mean after `sacrebleu`; the output is sacreBLEU's text
-// format (`sacrebleu -f text`). Exit codes: 0 success, 1 bad input files, 2 a bad
-// command line.
+// format (`sacrebleu -f text`), or multi-bleu.perl's line. Exit codes: 0 success, 1 bad
+// input files, 2 a bad command line.
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
@@ -21,6 +24,7 @@
 #include "common/error.h"
 #include "metrics/bleu.h"
 #include "metrics/chrf.h"
+#include "metrics/multi_bleu.h"
 #include "tools/tool_main.h"
 
 namespace {
@@ -36,7 +40,14 @@ constexpr const char* kUsage =
     "  -m, --metrics NAME ...     bleu (default) | chrf, one line each\n"
     "\n"
     "BLEU:\n"
-    "  -tok, --tokenize NAME      13a (default) | intl | char | none\n"
+    "  -tok, --tokenize NAME      13a (default) | intl | char | none, or the paper's\n"
+    "                             tokenized BLEU: moses (Moses tokenizer.perl, then\n"
+    "                             multi-bleu.perl) | moses-compound (the same with\n"
+    "                             tensor2tensor's ##AT## compound splitting: the BLEU of\n"
+    "                             the paper's EN-DE 27.3, get_ende_bleu.sh)\n"
+    "  --moses-lang LANG          tokenizer.perl -l LANG: de (default) | fr\n"
+    "  --moses-version V          current (default: mosesdecoder since 2018-11) | 2017\n"
+    "                             (before: a final abbreviation keeps its period)\n"
     "  -lc, --lowercase           lowercase hypothesis and references first\n"
     "  -s, --smooth-method NAME   exp (default) | floor | add-k | none\n"
     "  -sv, --smooth-value V      floor value (default 0.1) or add-k's k (default 1)\n"
@@ -53,7 +64,7 @@ constexpr const char* kUsage =
     "\n"
     "  -sl, --sentence-level      one score per segment (with effective order)\n"
     "  -b, --score-only           print the score alone\n"
-    "  -w, --width W              decimals of the score (default 1)\n"
+    "  -w, --width W              decimals of the score (default 1; moses: 2)\n"
     "  -h, --help                 print this text and exit\n";
 
 struct CommandLine {
@@ -65,8 +76,12 @@ struct CommandLine {
   thpc::metrics::ChrfOptions chrf;
   bool sentence_level = false;
   bool score_only = false;
-  int width = 1;
+  std::optional<int> width;  // nullopt: 1, or multi-bleu.perl's 2 with a moses tokenizer
   bool help = false;
+  // --tokenize moses | moses-compound: multi-bleu.perl instead of sacreBLEU's BLEU.
+  std::optional<thpc::metrics::MosesBleuOptions> moses;
+  std::vector<std::string> sacrebleu_only;  // options given that multi-bleu.perl lacks
+  std::vector<std::string> moses_only;      // --moses-* options given
 };
 
 // The whole argument must be the number: "12x" or "" is an error, not 12 or 0.
@@ -95,6 +110,7 @@ double parse_double(const std::string& option, const std::string& text) {
 
 CommandLine parse_command_line(int argc, char** argv) {
   CommandLine command;
+  thpc::metrics::MosesTokenizerOptions moses_tokenizer;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -132,23 +148,40 @@ CommandLine parse_command_line(int argc, char** argv) {
     } else if (arg == "--chrf-eps-smoothing") {
       command.chrf.eps_smoothing = true;
     } else if (arg == "-tok" || arg == "--tokenize") {
-      command.options.tokenizer = thpc::metrics::parse_tokenizer(value());
+      const std::string name = value();
+      if (name == "moses" || name == "moses-compound") {
+        command.moses.emplace().split_compounds = name == "moses-compound";
+      } else {
+        command.options.tokenizer = thpc::metrics::parse_tokenizer(name);
+        command.moses.reset();
+      }
+    } else if (arg == "--moses-lang") {
+      moses_tokenizer.language = thpc::metrics::parse_moses_language(value());
+      command.moses_only.push_back(arg);
+    } else if (arg == "--moses-version") {
+      moses_tokenizer.version = thpc::metrics::parse_moses_version(value());
+      command.moses_only.push_back(arg);
     } else if (arg == "-lc" || arg == "--lowercase") {
       command.options.lowercase = true;
+      command.sacrebleu_only.push_back(arg);
     } else if (arg == "-s" || arg == "--smooth-method") {
       command.options.smoothing = thpc::metrics::parse_smoothing(value());
+      command.sacrebleu_only.push_back(arg);
     } else if (arg == "-sv" || arg == "--smooth-value") {
       command.options.smooth_value = parse_double(arg, value());
+      command.sacrebleu_only.push_back(arg);
     } else if (arg == "--max-ngram-order") {
       command.options.max_ngram_order = parse_int(arg, value());
       if (command.options.max_ngram_order < 1) THPC_FAIL(arg << " must be at least 1");
+      command.sacrebleu_only.push_back(arg);
     } else if (arg == "-sl" || arg == "--sentence-level") {
       command.sentence_level = true;
+      command.sacrebleu_only.push_back(arg);
     } else if (arg == "-b" || arg == "--score-only") {
       command.score_only = true;
     } else if (arg == "-w" || arg == "--width") {
       command.width = parse_int(arg, value());
-      if (command.width < 0 || command.width > 17) THPC_FAIL(arg << " must be in [0, 17]");
+      if (*command.width < 0 || *command.width > 17) THPC_FAIL(arg << " must be in [0, 17]");
     } else if (arg.size() > 1 && arg[0] == '-') {
       THPC_FAIL("unknown option " << arg);
     } else {
@@ -156,6 +189,18 @@ CommandLine parse_command_line(int argc, char** argv) {
     }
   }
   if (!command.help && command.reference_paths.empty()) THPC_FAIL("no reference file given");
+  if (command.moses) {
+    command.moses->tokenizer = moses_tokenizer;
+    if (!command.sacrebleu_only.empty()) {
+      THPC_FAIL(command.sacrebleu_only.front()
+                << " is not an option of multi-bleu.perl (--tokenize moses or moses-compound)");
+    }
+    if (command.metrics != std::vector<std::string>{"bleu"}) {
+      THPC_FAIL("-m: multi-bleu.perl (--tokenize moses or moses-compound) scores BLEU only");
+    }
+  } else if (!command.moses_only.empty()) {
+    THPC_FAIL(command.moses_only.front() << " needs --tokenize moses or moses-compound");
+  }
   // As sacreBLEU's command line: sentence BLEU averages only the orders a short
   // sentence has, or most sentences would score 0.
   if (command.sentence_level) command.options.effective_order = true;
@@ -178,8 +223,9 @@ std::string format_score(double score, int width) {
 // score alone.
 std::string score_line(const std::string& name, const std::string& signature, double score,
                        const std::string& verbose, const CommandLine& command) {
-  if (command.score_only) return format_score(score, command.width);
-  std::string line = name + "|" + signature + " = " + format_score(score, command.width);
+  const int width = command.width.value_or(1);
+  if (command.score_only) return format_score(score, width);
+  std::string line = name + "|" + signature + " = " + format_score(score, width);
   if (!verbose.empty()) line += " " + verbose;
   return line;
 }
@@ -199,15 +245,40 @@ void print_lines(const std::vector<std::string>& lines) {
   }
 }
 
+// The segments of a file as the chosen scorer reads them: as sacreBLEU does (trailing
+// whitespace removed), or for multi-bleu.perl (--tokenize moses...) as Perl does, the
+// lines as they are.
+std::vector<std::string> read_text(const CommandLine& command, const std::string& path) {
+  return command.moses ? thpc::metrics::read_lines(path) : thpc::metrics::read_segments(path);
+}
+std::vector<std::string> read_text(const CommandLine& command, std::istream& in,
+                                   const std::string& source) {
+  return command.moses ? thpc::metrics::read_lines(in, source)
+                       : thpc::metrics::read_segments(in, source);
+}
+
+// --tokenize moses or moses-compound: multi-bleu.perl's line.
+void print_multi_bleu(const std::vector<std::string>& hypotheses,
+                      const std::vector<std::vector<std::string>>& references,
+                      const CommandLine& command) {
+  const thpc::metrics::MultiBleuScore score =
+      thpc::metrics::moses_bleu(hypotheses, references, *command.moses);
+  if (command.score_only) {
+    std::cout << format_score(score.score(), command.width.value_or(2)) << "\n";
+  } else {
+    std::cout << score.line() << "\n";
+  }
+}
+
 int run(const CommandLine& command) {
   std::vector<std::vector<std::string>> references;
   for (const std::string& path : command.reference_paths) {
-    references.push_back(thpc::metrics::read_segments(path));
+    references.push_back(read_text(command, path));
   }
   const std::string hypothesis_source = command.hypothesis_path.value_or("<stdin>");
   const std::vector<std::string> hypotheses =
-      command.hypothesis_path ? thpc::metrics::read_segments(*command.hypothesis_path)
-                              : thpc::metrics::read_segments(std::cin, hypothesis_source);
+      command.hypothesis_path ? read_text(command, *command.hypothesis_path)
+                              : read_text(command, std::cin, hypothesis_source);
   if (hypotheses.empty()) THPC_FAIL(hypothesis_source << ": no segments");
   for (size_t r = 0; r < references.size(); ++r) {
     if (references[r].size() != hypotheses.size()) {
@@ -215,6 +286,10 @@ int run(const CommandLine& command) {
                                            << hypothesis_source << " has "
                                            << hypotheses.size());
     }
+  }
+  if (command.moses) {
+    print_multi_bleu(hypotheses, references, command);
+    return 0;
   }
   std::optional<thpc::metrics::BleuScorer> bleu;
   std::optional<thpc::metrics::ChrfScorer> chrf;

@@ -100,6 +100,28 @@ void BleuStatistics::add(const BleuStatistics& other) {
   }
 }
 
+void ReferenceNgrams::add_reference(const std::vector<std::string>& tokens,
+                                    int max_ngram_order) {
+  lengths.push_back(static_cast<int64_t>(tokens.size()));
+  for (const auto& [ngram, count] : count_ngrams(tokens, max_ngram_order)) {
+    int64_t& limit = max_counts[ngram];
+    limit = std::max(limit, count);
+  }
+}
+
+void add_clipped_matches(const std::vector<std::string>& hypothesis_tokens,
+                         const ReferenceNgrams& references, BleuStatistics& statistics) {
+  const int max_order = static_cast<int>(statistics.matches.size());
+  for (const auto& [ngram, count] : count_ngrams(hypothesis_tokens, max_order)) {
+    const int n = ngram_order(ngram);
+    statistics.totals[n - 1] += count;
+    auto limit = references.max_counts.find(ngram);
+    if (limit != references.max_counts.end()) {
+      statistics.matches[n - 1] += std::min(count, limit->second);
+    }
+  }
+}
+
 std::string BleuScore::verbose() const {
   std::string text;
   for (size_t n = 0; n < precisions.size(); ++n) {
@@ -186,15 +208,9 @@ BleuScorer::BleuScorer(const std::vector<std::vector<std::string>>& references,
   const size_t num_segments = reference_segments(references);
   segments_.resize(num_segments);
   for (size_t i = 0; i < num_segments; ++i) {
-    ReferenceSegment& segment = segments_[i];
     for (size_t r = 0; r < references.size(); ++r) {
       // An empty reference stays a reference: length 0, no n-grams (sacreBLEU 2.6).
-      std::vector<std::string> tokens = preprocess(references[r][i], r, i);
-      segment.lengths.push_back(static_cast<int64_t>(tokens.size()));
-      for (const auto& [ngram, count] : count_ngrams(tokens, options_.max_ngram_order)) {
-        int64_t& limit = segment.max_counts[ngram];
-        limit = std::max(limit, count);
-      }
+      segments_[i].add_reference(preprocess(references[r][i], r, i), options_.max_ngram_order);
     }
   }
   num_refs_ = static_cast<int>(references.size());
@@ -215,20 +231,13 @@ BleuStatistics BleuScorer::segment_statistics(size_t segment,
                                               std::string_view hypothesis) const {
   THPC_CHECK(segment < segments_.size(),
              "segment " << segment << " of " << segments_.size());
-  const ReferenceSegment& reference = segments_[segment];
+  const ReferenceNgrams& reference = segments_[segment];
   const std::vector<std::string> tokens = preprocess(hypothesis, std::nullopt, segment);
 
   BleuStatistics statistics(options_.max_ngram_order);
   statistics.hyp_len = static_cast<int64_t>(tokens.size());
   statistics.ref_len = closest_reference_length(statistics.hyp_len, reference.lengths);
-  for (const auto& [ngram, count] : count_ngrams(tokens, options_.max_ngram_order)) {
-    const int n = ngram_order(ngram);
-    statistics.totals[n - 1] += count;
-    auto limit = reference.max_counts.find(ngram);
-    if (limit != reference.max_counts.end()) {
-      statistics.matches[n - 1] += std::min(count, limit->second);
-    }
-  }
+  add_clipped_matches(tokens, reference, statistics);
   return statistics;
 }
 
@@ -280,40 +289,58 @@ BleuScore sentence_bleu(std::string_view hypothesis, const std::vector<std::stri
   return BleuScorer(single_segment_streams(references), options).sentence_score(0, hypothesis);
 }
 
-std::vector<std::string> read_segments(std::istream& in, const std::string& source) {
+std::vector<std::string> read_lines(std::istream& in, const std::string& source) {
   std::ostringstream buffer;
   buffer << in.rdbuf();
   if (in.bad()) THPC_FAIL(source << ": read error");
   const std::string bytes = buffer.str();
 
-  // Lines end at \n only: sacreBLEU opens files with newline="\n", so a lone \r is
-  // part of the line (whitespace to the tokenizers) and a \r before \n is trailing
-  // whitespace that rstrip removes.
-  std::vector<std::string> segments;
+  std::vector<std::string> lines;
   size_t line_start = 0;
   while (line_start < bytes.size()) {
     size_t line_end = bytes.find('\n', line_start);
     if (line_end == std::string::npos) line_end = bytes.size();
-    const std::string_view line(bytes.data() + line_start, line_end - line_start);
+    std::string_view line(bytes.data() + line_start, line_end - line_start);
     size_t bad_offset = 0;
-    std::optional<std::u32string> text = decode_utf8(line, &bad_offset);
-    if (!text) {
-      THPC_FAIL(source << ": line " << segments.size() + 1 << ": invalid UTF-8 at byte "
+    if (!decode_utf8(line, &bad_offset)) {
+      THPC_FAIL(source << ": line " << lines.size() + 1 << ": invalid UTF-8 at byte "
                        << bad_offset + 1 << " of the line");
     }
-    segments.push_back(encode_utf8(python_rstrip(*text)));
+    lines.emplace_back(line);
     line_start = line_end + 1;
   }
-  return segments;
+  return lines;
 }
 
-std::vector<std::string> read_segments(const std::string& path) {
+std::vector<std::string> read_lines(const std::string& path) {
   // A directory opens like a file on Linux and then reads as empty: say what it is.
   std::error_code ignored;
   if (std::filesystem::is_directory(path, ignored)) THPC_FAIL(path << ": is a directory");
   std::ifstream in(path, std::ios::binary);
   if (!in) THPC_FAIL(path << ": cannot open: " << std::strerror(errno));
-  return read_segments(in, path);
+  return read_lines(in, path);
+}
+
+namespace {
+
+// Lines end at \n only: sacreBLEU opens files with newline="\n", so a lone \r is part of
+// the line (whitespace to the tokenizers) and a \r before \n is trailing whitespace
+// that rstrip removes.
+std::vector<std::string> rstripped(std::vector<std::string> lines) {
+  for (std::string& line : lines) {
+    line = encode_utf8(python_rstrip(*decode_utf8(line)));
+  }
+  return lines;
+}
+
+}  // namespace
+
+std::vector<std::string> read_segments(std::istream& in, const std::string& source) {
+  return rstripped(read_lines(in, source));
+}
+
+std::vector<std::string> read_segments(const std::string& path) {
+  return rstripped(read_lines(path));
 }
 
 }  // namespace thpc::metrics

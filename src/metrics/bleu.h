@@ -61,6 +61,22 @@ struct BleuStatistics {
   void add(const BleuStatistics& other);
 };
 
+// The reference side of one segment, for clipping: each n-gram's largest count in any
+// one reference, and each reference's length. Shared by BleuScorer and multi-bleu.perl's
+// BLEU (metrics/multi_bleu.h), which clip alike and differ only in tokens and formula.
+struct ReferenceNgrams {
+  std::unordered_map<std::string, int64_t> max_counts;  // n-gram (tokens joined by ' ')
+  std::vector<int64_t> lengths;                         // tokens in each reference
+  // One more reference of the segment, already split into tokens (without whitespace).
+  void add_reference(const std::vector<std::string>& tokens, int max_ngram_order);
+};
+
+// Adds the hypothesis' n-grams to statistics.totals and their counts clipped by
+// `references` to statistics.matches (orders 1..statistics.matches.size()); lengths
+// are left to the caller, whose closest-length rules differ.
+void add_clipped_matches(const std::vector<std::string>& hypothesis_tokens,
+                         const ReferenceNgrams& references, BleuStatistics& statistics);
+
 struct BleuScore {
   double score = 0.0;               // percent
   std::vector<double> counts;       // matches, after add-k smoothing where used
@@ -101,12 +117,6 @@ class BleuScorer {
   std::string signature() const;
 
  private:
-  struct ReferenceSegment {
-    // For each n-gram, its largest count in any one reference: the clipping limit.
-    std::unordered_map<std::string, int64_t> max_counts;
-    std::vector<int64_t> lengths;  // tokens in each reference
-  };
-
   // Lowercase (if asked), rstrip, tokenize, split: sacreBLEU's _preprocess_segment.
   // reference_stream (nullopt for a hypothesis) and index only name the segment in
   // the error for invalid UTF-8.
@@ -115,7 +125,7 @@ class BleuScorer {
                                       size_t index) const;
 
   BleuOptions options_;
-  std::vector<ReferenceSegment> segments_;
+  std::vector<ReferenceNgrams> segments_;
   int num_refs_ = 0;
 };
 
@@ -132,5 +142,11 @@ BleuScore sentence_bleu(std::string_view hypothesis, const std::vector<std::stri
 // file when it cannot be read.
 std::vector<std::string> read_segments(std::istream& in, const std::string& source);
 std::vector<std::string> read_segments(const std::string& path);
+
+// The lines of a file as they are: split at \n only (a \r stays in its line), nothing
+// removed, each checked to be UTF-8; what Perl's line reading gives the Moses scripts
+// (metrics/multi_bleu.h). The same errors as read_segments.
+std::vector<std::string> read_lines(std::istream& in, const std::string& source);
+std::vector<std::string> read_lines(const std::string& path);
 
 }  // namespace thpc::metrics

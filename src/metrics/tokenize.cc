@@ -9,15 +9,7 @@
 namespace thpc::metrics {
 namespace {
 
-bool in_ranges(char32_t c, const unicode::CodePointRange* table, size_t size) {
-  const unicode::CodePointRange* end = table + size;
-  // The first range starting after c; c can only lie in the one before it.
-  const unicode::CodePointRange* after = std::upper_bound(
-      table, end, c, [](char32_t value, const unicode::CodePointRange& range) {
-        return value < range.first;
-      });
-  return after != table && c <= (after - 1)->last;
-}
+using unicode::in_ranges;
 
 bool is_punctuation(char32_t c) {
   return in_ranges(c, unicode::kPunctuation, unicode::kPunctuation_size);

@@ -3,6 +3,7 @@
 // tokenisation matches sacreBLEU's, which runs on Python's string functions.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -39,5 +40,16 @@ extern const std::size_t kCaseIgnorable_size;
 // Sorted by code point; only code points that str.lower() changes.
 extern const LowercaseMapping kLowercase[];
 extern const std::size_t kLowercase_size;
+
+// Whether c lies in one of `size` sorted, disjoint ranges.
+inline bool in_ranges(char32_t c, const CodePointRange* table, std::size_t size) {
+  const CodePointRange* end = table + size;
+  // The first range starting after c; c can only lie in the one before it.
+  const CodePointRange* after =
+      std::upper_bound(table, end, c, [](char32_t value, const CodePointRange& range) {
+        return value < range.first;
+      });
+  return after != table && c <= (after - 1)->last;
+}
 
 }  // namespace thpc::metrics::unicode
