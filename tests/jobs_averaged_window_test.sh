@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# thpc_train_averaged (jobs/common.sh), what jobs/base.sbatch and jobs/big.sbatch run: the
+# paper's averaged window kept in steps by training in two phases. On input/tiny.ini
+# (CPU, one rank under mpirun, no Slurm), 70 steps, the last 3 checkpoints 20 steps apart:
+#
+#   1. phase 1 ends at step 40, phase 2 checkpoints at 60 and 70 and averages 40, 60, 70
+#      (the only step checkpoints left with checkpoint.keep = 3, and
+#      average_last3.h5 equals transformer_average of those three);
+#   2. the two phases are one run: the same final params_sha256 as 70 steps in one go;
+#   3. run again (a requeued job that had finished), it trains nothing and keeps the files;
+#   4. options that set the schedule themselves get one plain run.
+#
+#   tests/jobs_averaged_window_test.sh SOURCE_DIR BINARY_DIR      (ctest runs it)
+set -uo pipefail
+source_dir=$(cd "$1" && pwd)
+binary_dir=$(cd "$2" && pwd)
+fail() { echo "FAILED: $*"; exit 1; }
+command -v mpirun >/dev/null || { echo "SKIPPED: mpirun is not installed"; exit 77; }
+
+tmp=$(mktemp -d /tmp/thpc_jobs_window_test.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+export THPC_ROOT=$source_dir THPC_BUILD=$binary_dir THPC_LAUNCHER=mpirun THPC_RANKS=1
+export SLURM_SUBMIT_DIR=$tmp  # the run directories go to $tmp/runs/NAME
+unset SLURM_JOB_ID
+source "$source_dir/jobs/common.sh"
+options=(--train.backend=cpu --train.log_every=10 --checkpoint.keep=3)
+digest_of() { sed -n 's/^final: .*params_sha256=\([0-9a-f]*\).*/\1/p' "$1" | tail -n 1; }
+
+# 1. The window.
+export THPC_RUN_NAME=averaged
+thpc_train_averaged input/tiny.ini 70 3 20 "${options[@]}" > "$tmp/averaged.log" 2>&1 ||
+  { cat "$tmp/averaged.log"; fail "thpc_train_averaged exited $?"; }
+grep -q "thpc: phase 1 to step 40; phase 2 to step 70" "$tmp/averaged.log" ||
+  { cat "$tmp/averaged.log"; fail "no phase line"; }
+dir=$tmp/runs/averaged/checkpoints
+kept=$(cd "$dir" && ls step_*.h5 | tr '\n' ' ')
+[ "$kept" = "step_00000040.h5 step_00000060.h5 step_00000070.h5 " ] ||
+  fail "step checkpoints kept: '$kept', expected 40, 60 and 70"
+[ -f "$dir/average_last3.h5" ] || fail "no $dir/average_last3.h5"
+"$binary_dir/transformer_average" --inputs "$dir/step_00000040.h5" "$dir/step_00000060.h5" \
+  "$dir/step_00000070.h5" --output "$tmp/by_hand.h5" > /dev/null || fail "transformer_average"
+params_digest() {  # the sha256 of a checkpoint's parameters as h5dump prints them (the
+  # first line, which names the file, left out)
+  h5dump -g /params "$1" 2>/dev/null | tail -n +2 | sha256sum | cut -d' ' -f1
+}
+if command -v h5dump >/dev/null; then
+  [ "$(params_digest "$dir/average_last3.h5")" = "$(params_digest "$tmp/by_hand.h5")" ] ||
+    fail "average_last3.h5 is not the average of steps 40, 60 and 70"
+fi
+two_phase=$(digest_of "$tmp/averaged.log")
+[ -n "$two_phase" ] || fail "no final params_sha256 in the log"
+
+# 2. One run of 70 steps gives the same parameters.
+export THPC_RUN_NAME=whole
+thpc_train input/tiny.ini --train.max_steps=70 "${options[@]}" > "$tmp/whole.log" 2>&1 ||
+  { cat "$tmp/whole.log"; fail "the whole run exited $?"; }
+[ "$(digest_of "$tmp/whole.log")" = "$two_phase" ] ||
+  fail "two phases gave params_sha256 $two_phase, one run $(digest_of "$tmp/whole.log")"
+
+# 3. Again, as a requeued job that had finished: nothing trained, nothing lost.
+export THPC_RUN_NAME=averaged
+thpc_train_averaged input/tiny.ini 70 3 20 "${options[@]}" > "$tmp/again.log" 2>&1 ||
+  { cat "$tmp/again.log"; fail "the second thpc_train_averaged exited $?"; }
+grep -q "^step " "$tmp/again.log" && { cat "$tmp/again.log"; fail "the second call trained"; }
+[ "$(digest_of "$tmp/again.log")" = "$two_phase" ] || fail "the second call changed the parameters"
+kept_again=$(cd "$dir" && ls step_*.h5 | tr '\n' ' ')
+[ "$kept_again" = "$kept" ] || fail "the second call left '$kept_again'"
+
+# 4. A schedule given by the caller: one plain run.
+export THPC_RUN_NAME=plain
+thpc_train_averaged input/tiny.ini 70 3 20 "${options[@]}" --train.max_steps=30 \
+  > "$tmp/plain.log" 2>&1 || { cat "$tmp/plain.log"; fail "the plain run exited $?"; }
+grep -q "phase 1" "$tmp/plain.log" && fail "options with train.max_steps still ran two phases"
+grep -q "^final: step=30 " "$tmp/plain.log" || { cat "$tmp/plain.log"; fail "no plain 30 steps"; }
+echo "PASSED"
