@@ -154,7 +154,8 @@ thpc_train() {
 #      LAST): the checkpoints at MAX_STEPS and the LAST - 1 multiples of EVERY below it,
 #      DIR/average_lastLAST.h5. Only these few cost a checkpoint write more (a base
 #      checkpoint is ~757 MB and stalls the ranks ~3-5 s; every 1500 steps from the start
-#      would be ~66 of them, ~15% of a base run on 8 H100s).
+#      would be ~66 of them, 4-5 minutes against an estimated 15-30 for the whole base run
+#      on 8 H100s; big: 500 of 2.6 GB).
 # A requeued job runs this again: phase 1 then resumes at or past its end and trains
 # nothing. When the options already set train.max_steps or the checkpoint schedule, the
 # caller has chosen otherwise and this is plain thpc_train.

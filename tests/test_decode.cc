@@ -158,8 +158,9 @@ TEST_F(DecodeProgram, NBestGivesKScoredLinesPerSentence) {
 
 TEST_F(DecodeProgram, EvaluateScriptAveragesDecodesAndScores) {
   // Two checkpoints of a run in a directory: the script averages them, translates and
-  // prints sacreBLEU's line (the reference here is the input itself). With a SentencePiece
-  // model given, and without one from checkpoints that carry theirs.
+  // prints sacreBLEU's line (the reference here is the input itself), and with
+  // SCORE_OPTIONS a second line, here multi-bleu.perl's. With a SentencePiece model
+  // given, and without one from checkpoints that carry theirs.
   std::ofstream(dir_ / "test.en") << "A man is riding a bike.\nTwo dogs play.\n";
   for (const auto& [checkpoint, spm_argument] :
        {std::pair{std::string("model.h5"), " " + (dir_ / "spm.model").string()},
@@ -169,13 +170,15 @@ TEST_F(DecodeProgram, EvaluateScriptAveragesDecodesAndScores) {
     fs::copy_file(dir_ / checkpoint, run / "step_00000001.h5");
     fs::copy_file(dir_ / checkpoint, run / "step_00000002.h5");
     const ProcessResult result = run_process(
-        "THPC_BUILD=" + std::string(THPC_BINARY_DIR) + " bash " + THPC_SOURCE_DIR +
+        "SCORE_OPTIONS='--tokenize moses-compound' THPC_BUILD=" + std::string(THPC_BINARY_DIR) +
+        " bash " + THPC_SOURCE_DIR +
         "/tools/evaluate.sh " + run.string() + spm_argument + " " + (dir_ / "test.en").string() +
         " " + (dir_ / "test.en").string() + " 2 -- --max-len-b 3");
     EXPECT_EQ(result.exit_code, 0) << result.output;
     EXPECT_NE(result.output.find("BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp"),
               std::string::npos)
         << result.output;
+    EXPECT_NE(result.output.find("\nBLEU = "), std::string::npos) << result.output;
     EXPECT_TRUE(fs::exists(run / "eval" / "average_last2.h5"));
     EXPECT_EQ(lines_of(read_file(run / "eval" / "test.en.hyp")).size(), 2u);
   }

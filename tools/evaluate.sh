@@ -11,9 +11,11 @@
 # stores the one of its shards). N (default 5, the paper's base recipe; 20 for big)
 # applies to a directory; a single checkpoint file is decoded as it is. The translations
 # are kept next to the average (DIR/eval/). THPC_BUILD names the build directory
-# (default: build).
+# (default: build). SCORE_OPTIONS, when set, scores the translations a second time with
+# those transformer_score options: SCORE_OPTIONS="--tokenize moses-compound" adds the
+# paper's tokenized BLEU with compound splitting (EN-DE; docs/wmt14.md) to sacreBLEU's.
 set -euo pipefail
-usage() { sed -n '2,15p' "$0" >&2; exit 2; }
+usage() { sed -n '2,16p' "$0" >&2; exit 2; }
 positional=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do positional+=("$1"); shift; done
 [ $# -gt 0 ] && shift  # the "--"
@@ -51,3 +53,7 @@ hypothesis=$out_dir/$(basename "$source").hyp
   --output "$hypothesis" "$@"
 echo "translations: $hypothesis"
 "$build/transformer_score" "$reference" -i "$hypothesis"
+if [ -n "${SCORE_OPTIONS:-}" ]; then
+  # shellcheck disable=SC2086  # the options are words
+  "$build/transformer_score" "$reference" -i "$hypothesis" $SCORE_OPTIONS
+fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fetches the public data sets the examples and tests use, from where they are published,
 # checks them against the sha256 sums the tests were written against, and writes them as
-#   DIR/multi30k  DIR/wmt14_test  DIR/wmt14_train  DIR/ptb_sample  DIR/evalb  DIR/sacrebleu_tests
+#   DIR/multi30k  DIR/wmt14_test  DIR/ptb_sample  DIR/evalb  DIR/sacrebleu_tests
+#   DIR/wmt14  DIR/wmt14_enfr     (the paper's training data, several GB: only when named)
 # Tests and examples then find them through THPC_DATA=DIR (tests/data_dir.h); a test whose
 # data is absent is reported skipped with this command in its reason.
 #
@@ -25,15 +26,31 @@
 #                   newstest2017 source/reference from OPUS-MT-testsets. Not fetched:
 #                   SCORES.tsv (sacreBLEU's n-gram counts per system, computed once with
 #                   sacreBLEU 2.x); the two tests that read it skip without it.
-#   wmt14_train     The paper's WMT 2014 EN-DE training data (Europarl v7, Common Crawl,
-#                   News Commentary v9; ~4.5M pairs) from statmt.org. These archives carry
-#                   no published checksum: the script checks the line counts instead and
-#                   prints the archives' sha256 for your records.
+#   wmt14           The paper's WMT 2014 EN-DE data (§5.1), laid out for transformer_preprocess
+#                   (docs/wmt14.md): train.{en,de} = Europarl v7, Common Crawl and News
+#                   Commentary v9 de-en, concatenated in that order (fairseq's
+#                   prepare-wmt14en2de.sh --icml17 and tensor2tensor take the same three),
+#                   4,520,620 lines; valid.{en,de} = newstest2013, test.{en,de} = newstest2014
+#                   (the wmt14_test files above). The three archives from statmt.org are
+#                   checked against the sha256 and size that TensorFlow Datasets records for
+#                   them (url_checksums/wmt14_translate.txt; Europarl's and Common Crawl's also
+#                   published independently), each extracted part against its line count.
+#                   Download ~1.7 GB, ~1.3 GB kept. Research use; the corpora's own terms apply.
+#   wmt14_enfr      The paper's WMT 2014 EN-FR data (§5.1, 36M sentences): train.{en,fr} = Europarl
+#                   v7, Common Crawl, UN, News Commentary v9 and Gigaword fr-en (the WMT14
+#                   task's parallel data, as fairseq's prepare-wmt14en2fr.sh takes it); valid =
+#                   newstest2013 and test = newstest2014 (full, 3003 lines) from the WMT19 dev
+#                   archive, newstest2014 out of its SGML as Moses' input-from-sgm.perl reads
+#                   it. Archives checked against TensorFlow Datasets' sha256 and sizes
+#                   (wmt14/wmt15_translate.txt, wmt19 dev.tgz); the parts by equal line counts
+#                   of both sides, the test sets by their line counts (no published sums of
+#                   the extracted text). Download ~6.7 GB. Written from the sources' documented
+#                   layout; never run here (no network): report what fails.
 set -euo pipefail
 
 usage() {
   echo "usage: bash tools/fetch_data.sh [--verify] NAME|all DIR" >&2
-  echo "  NAME: multi30k wmt14_test wmt14_train ptb_sample evalb sacrebleu_tests" >&2
+  echo "  NAME: multi30k wmt14_test ptb_sample evalb sacrebleu_tests wmt14 wmt14_enfr" >&2
   exit 2
 }
 
@@ -143,15 +160,8 @@ verify() {  # NAME FOLDER
       [ "$got" = "$PTB_CONCATENATED_SHA256" ] ||
         fail "$folder/combined/wsj_*.mrg: sha256 $got, expected $PTB_CONCATENATED_SHA256"
       ;;
-    wmt14_train)
-      local file lines expected
-      for pair in europarl-v7.de-en:1920209 commoncrawl.de-en:2399123 news-commentary-v9.de-en:201288; do
-        file=${pair%%:*}; expected=${pair##*:}
-        for lang in en de; do
-          lines=$(wc -l < "$folder/$file.$lang")
-          [ "$lines" -eq "$expected" ] || fail "$folder/$file.$lang: $lines lines, expected $expected"
-        done
-      done
+    wmt14|wmt14_enfr)
+      verify_wmt14 "$set" "$folder"
       ;;
     *)
       (cd "$folder" && "sums_$set" | sha256sum --quiet -c -) ||
@@ -245,15 +255,149 @@ PY
   rm "$1/systems.pkl.bz2" "$1/test_bleu.py" "$1/test_sentence_bleu.py"
 }
 
-fetch_wmt14_train() {
-  download http://www.statmt.org/wmt13/training-parallel-europarl-v7.tgz "$1/europarl.tgz"
-  download http://www.statmt.org/wmt13/training-parallel-commoncrawl.tgz "$1/commoncrawl.tgz"
-  download http://www.statmt.org/wmt14/training-parallel-nc-v9.tgz "$1/nc-v9.tgz"
-  sha256sum "$1"/*.tgz
-  for archive in "$1"/*.tgz; do tar -xzf "$archive" -C "$1"; done
-  find "$1" -name 'europarl-v7.de-en.*' -o -name 'commoncrawl.de-en.*' -o -name 'news-commentary-v9.de-en.*' |
-    while read -r file; do mv "$file" "$1/"; done
-  rm -rf "$1"/*.tgz "$1"/training*
+# ---- WMT14 training data ----
+# URL, size in bytes, sha256 (TensorFlow Datasets' url_checksums/wmt14_translate.txt and
+# wmt15_translate.txt; Europarl's and Common Crawl's sums appear in other public scripts too).
+WMT14_EUROPARL="http://www.statmt.org/wmt13/training-parallel-europarl-v7.tgz 657632379 0224c7c710c8a063dfd893b0cc0830202d61f4c75c17eb8e31836103d27d96e7"
+WMT14_COMMONCRAWL="http://www.statmt.org/wmt13/training-parallel-commoncrawl.tgz 918311367 c7a74e2ea01ac6c920123108627e35278d4ccb5701e15428ffa34de86fa3a9e5"
+WMT14_NEWS_COMMENTARY="http://www.statmt.org/wmt14/training-parallel-nc-v9.tgz 80418416 cb8953f292298e6877ae433c98912b927cb0766b303f4540512ddd286c748485"
+WMT14_UN="http://www.statmt.org/wmt13/training-parallel-un.tgz 2365634246 29141b5c1eba149a94f7a59d3b1a834b2e47fe0f8758d68dcd77a3d3f497ee47"
+WMT14_GIGA_FREN="http://www.statmt.org/wmt10/training-giga-fren.tar 2595102720 3ff8319f6919393520559bfbc7ad6a747ec81b3abc7be9993b338d4b017b4d9a"
+WMT19_DEV="http://data.statmt.org/wmt19/translation-task/dev.tgz 38654961 7a7deccf82ebb05ba508dba5eb21356492224e8f630ec4f992132b029b4b25e7"
+# The EN-DE parts and their line counts (each side; the sum is train's 4,520,620).
+WMT14_ENDE_PARTS="europarl-v7.de-en:1920209 commoncrawl.de-en:2399123 news-commentary-v9.de-en:201288"
+WMT14_ENDE_LINES=4520620
+
+# Downloads one "URL SIZE SHA256" archive to FILE and checks it.
+download_archive() {  # "URL SIZE SHA256" FILE
+  local url size sum
+  read -r url size sum <<< "$1"
+  download "$url" "$2"
+  local got_size got_sum
+  got_size=$(stat -c %s "$2")
+  [ "$got_size" = "$size" ] || fail "$url: $got_size bytes, expected $size"
+  got_sum=$(sha256sum "$2" | cut -d' ' -f1)
+  [ "$got_sum" = "$sum" ] || fail "$url: sha256 $got_sum, expected $sum"
+}
+
+# Appends FILE to OUT, adding the newline a last line may lack (so that no two lines of
+# neighbouring parts merge).
+append_lines() {  # FILE OUT
+  cat "$1" >> "$2"
+  [ -z "$(tail -c 1 "$1")" ] || echo >> "$2"
+}
+
+# The lines of both sides of a parallel part must agree (and equal EXPECTED when given);
+# a last line without its newline counts (awk's records, not wc's newlines).
+check_pair() {  # PREFIX SRC TGT [EXPECTED]
+  local src_lines tgt_lines
+  src_lines=$(awk 'END { print NR }' "$1.$2")
+  tgt_lines=$(awk 'END { print NR }' "$1.$3")
+  [ "$src_lines" = "$tgt_lines" ] || fail "$1: $src_lines $2 lines, $tgt_lines $3 lines"
+  [ -z "${4:-}" ] || [ "$src_lines" = "$4" ] || fail "$1.$2: $src_lines lines, expected $4"
+}
+
+fetch_wmt14() {
+  local work=$1 part
+  download_archive "$WMT14_EUROPARL" "$work/europarl.tgz"
+  download_archive "$WMT14_COMMONCRAWL" "$work/commoncrawl.tgz"
+  download_archive "$WMT14_NEWS_COMMENTARY" "$work/nc-v9.tgz"
+  tar -xzf "$work/europarl.tgz" -C "$work" training/europarl-v7.de-en.en training/europarl-v7.de-en.de
+  tar -xzf "$work/commoncrawl.tgz" -C "$work" commoncrawl.de-en.en commoncrawl.de-en.de
+  tar -xzf "$work/nc-v9.tgz" -C "$work" training/news-commentary-v9.de-en.en training/news-commentary-v9.de-en.de
+  rm "$work"/*.tgz
+  mv "$work"/training/* "$work"/ && rmdir "$work/training"
+  : > "$work/train.en"
+  : > "$work/train.de"
+  for part in $WMT14_ENDE_PARTS; do
+    check_pair "$work/${part%%:*}" en de "${part##*:}"
+    append_lines "$work/${part%%:*}.en" "$work/train.en"
+    append_lines "$work/${part%%:*}.de" "$work/train.de"
+    rm "$work/${part%%:*}".{en,de}
+  done
+  # Dev and test: the sha256-pinned newstest2013/2014 of wmt14_test.
+  mkdir "$work/newstest"
+  fetch_wmt14_test "$work/newstest"
+  (cd "$work/newstest" && sums_wmt14_test | sha256sum --quiet -c -) ||
+    fail "newstest2013/2014 differ from the expected sha256"
+  for lang in en de; do
+    mv "$work/newstest/newstest2013.$lang" "$work/valid.$lang"
+    mv "$work/newstest/newstest2014.$lang" "$work/test.$lang"
+  done
+  rmdir "$work/newstest"
+  (cd "$work" && sha256sum train.* valid.* test.* > SHA256SUMS)
+}
+
+# newstest SGML to text as Moses' input-from-sgm.perl does: the text of each <seg>, runs of
+# ASCII whitespace made one space, trimmed (on bytes, as the Perl script reads them).
+sgm_to_text() {  # IN.sgm OUT
+  python3 - "$1" "$2" <<'PY'
+import re, sys
+data = open(sys.argv[1], "rb").read()
+segments = re.findall(rb"<seg[^>]+>\s*(.*?)\s*</seg>", data, flags=re.IGNORECASE | re.DOTALL)
+with open(sys.argv[2], "wb") as out:
+    for segment in segments:
+        out.write(re.sub(rb"\s+", b" ", segment).strip(b" ") + b"\n")
+PY
+}
+
+fetch_wmt14_enfr() {
+  local work=$1 part
+  download_archive "$WMT14_EUROPARL" "$work/europarl.tgz"
+  download_archive "$WMT14_COMMONCRAWL" "$work/commoncrawl.tgz"
+  download_archive "$WMT14_UN" "$work/un.tgz"
+  download_archive "$WMT14_NEWS_COMMENTARY" "$work/nc-v9.tgz"
+  download_archive "$WMT14_GIGA_FREN" "$work/giga-fren.tar"
+  download_archive "$WMT19_DEV" "$work/dev.tgz"
+  tar -xzf "$work/europarl.tgz" -C "$work" training/europarl-v7.fr-en.en training/europarl-v7.fr-en.fr
+  tar -xzf "$work/commoncrawl.tgz" -C "$work" commoncrawl.fr-en.en commoncrawl.fr-en.fr
+  tar -xzf "$work/un.tgz" -C "$work" un/undoc.2000.fr-en.en un/undoc.2000.fr-en.fr
+  tar -xzf "$work/nc-v9.tgz" -C "$work" training/news-commentary-v9.fr-en.en training/news-commentary-v9.fr-en.fr
+  tar -xf "$work/giga-fren.tar" -C "$work" giga-fren.release2.fixed.en.gz giga-fren.release2.fixed.fr.gz
+  gunzip "$work"/giga-fren.release2.fixed.{en,fr}.gz
+  # newstest2014 under the names TensorFlow Datasets reads from this archive (fr-en: the
+  # French source, the English reference). The full set is both translation directions'
+  # documents, so its French and English sides are EN-FR's reference and source alike.
+  tar -xzf "$work/dev.tgz" -C "$work" dev/newstest2013.en dev/newstest2013.fr \
+    dev/newstest2014-fren-src.fr.sgm dev/newstest2014-fren-ref.en.sgm
+  rm "$work"/*.tgz "$work/giga-fren.tar"
+  : > "$work/train.en"
+  : > "$work/train.fr"
+  for part in training/europarl-v7.fr-en commoncrawl.fr-en un/undoc.2000.fr-en \
+              training/news-commentary-v9.fr-en giga-fren.release2.fixed; do
+    check_pair "$work/$part" en fr
+    append_lines "$work/$part.en" "$work/train.en"
+    append_lines "$work/$part.fr" "$work/train.fr"
+    rm "$work/$part".{en,fr}
+  done
+  mv "$work/dev/newstest2013.en" "$work/valid.en"
+  mv "$work/dev/newstest2013.fr" "$work/valid.fr"
+  sgm_to_text "$work/dev/newstest2014-fren-ref.en.sgm" "$work/test.en"
+  sgm_to_text "$work/dev/newstest2014-fren-src.fr.sgm" "$work/test.fr"
+  rm -rf "$work/dev" "$work/training" "$work/un"
+  (cd "$work" && sha256sum train.* valid.* test.* > SHA256SUMS)
+}
+
+# The prepared folder: line counts (train both sides equal, valid 3000, test 3003; EN-DE's
+# train 4,520,620 and its newstest files by their pinned sha256), then the SHA256SUMS the
+# fetch recorded, which catches any later change.
+verify_wmt14() {  # NAME FOLDER
+  local set=$1 folder=$2 target=de
+  [ "$set" = wmt14_enfr ] && target=fr
+  local expected_train=""
+  [ "$set" = wmt14 ] && expected_train=$WMT14_ENDE_LINES
+  check_pair "$folder/train" en "$target" "$expected_train"
+  check_pair "$folder/valid" en "$target" 3000
+  check_pair "$folder/test" en "$target" 3003
+  [ -f "$folder/SHA256SUMS" ] || fail "$folder/SHA256SUMS is missing"
+  (cd "$folder" && sha256sum --quiet -c SHA256SUMS) ||
+    fail "$folder: files changed since they were fetched (SHA256SUMS)"
+  if [ "$set" = wmt14 ]; then
+    local pinned
+    pinned=$(sums_wmt14_test | sed -e 's/newstest2013/valid/' -e 's/newstest2014/test/')
+    (cd "$folder" && sha256sum --quiet -c - <<< "$pinned") ||
+      fail "$folder: valid/test differ from the pinned newstest2013/2014"
+  fi
 }
 
 one() {  # NAME
@@ -277,7 +421,7 @@ one() {  # NAME
 
 if [ "$name" = all ]; then
   for set in multi30k wmt14_test ptb_sample evalb sacrebleu_tests; do one "$set"; done
-  echo "fetch_data: wmt14_train (~1.5 GB) is fetched only when named"
+  echo "fetch_data: wmt14 (~1.7 GB download) and wmt14_enfr (~6.7 GB) are fetched only when named"
 else
   one "$name"
 fi
