@@ -17,7 +17,8 @@ tensor2tensor's get_ende_bleu.sh does; HEAD's scripts/generic/multi-bleu.perl sc
 (its only change since 2017, chomp for chop, matters for files without a final newline,
 and every file here has one).
 
-Written (all UTF-8 text, one segment per line):
+Written (all UTF-8 text, one segment per line; .gitattributes keeps git from touching
+their bytes):
   inputs.txt                 the text: hand-written cases (hyphens, numbers, quotes,
                              Unicode punctuation and spaces, control characters, empty
                              and blank lines, abbreviations, the tokenizer's own marker
@@ -260,6 +261,12 @@ def pipeline(scripts, language, data, compound):
     return split_compounds(tokens) if compound else tokens
 
 
+# Git must keep every byte: lone carriage returns and control characters are test data.
+GITATTRIBUTES = ("# The vectors are byte-exact outputs of the Moses Perl scripts "
+                 "(tools/gen_moses_vectors.py):\n"
+                 "# lone carriage returns and control characters in them are test data, "
+                 "not line endings.\n* -text\n")
+
 CONFIGS = [("de", "current", True), ("de", "2017", True), ("de", "current", False),
            ("fr", "current", False), ("fr", "2017", False)]
 
@@ -267,6 +274,8 @@ CONFIGS = [("de", "current", True), ("de", "2017", True), ("de", "current", Fals
 def generate(moses, out_dir, data_dir, work):
     scripts = {name: extract(moses, rev, os.path.join(work, name)) for name, rev in VERSIONS.items()}
     os.makedirs(os.path.join(out_dir, "bleu"))
+    with open(os.path.join(out_dir, ".gitattributes"), "w") as out:
+        out.write(GITATTRIBUTES)
     lines = inputs()
     write_lines(os.path.join(out_dir, "inputs.txt"), lines)
     raw = read_bytes(os.path.join(out_dir, "inputs.txt"))
