@@ -346,6 +346,7 @@ TEST(ScoreProgramMoses, RefusesWhatMultiBleuPerlCannotDo) {
       {" --tokenize moses -lc", "-lc is not an option of multi-bleu.perl"},
       {" --tokenize moses-compound -sl", "-sl is not an option of multi-bleu.perl"},
       {" --tokenize moses -s none", "-s is not an option of multi-bleu.perl"},
+      {" --tokenize moses -m chrf", "scores BLEU only"},
       {" --moses-lang de", "--moses-lang needs --tokenize moses"},
       {" --tokenize moses --moses-lang en", "unknown Moses tokenizer language 'en'"},
       {" --tokenize moses --moses-version 2019", "unknown Moses tokenizer version '2019'"},
