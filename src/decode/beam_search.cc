@@ -50,8 +50,10 @@ std::vector<int32_t> CachedTransformerScorer::prepare_step(
   THPC_CHECK(!prefixes.empty(), "no hypotheses to score");
   position = static_cast<int>(prefixes[0].size());  // 0 feeds bos
   std::vector<int32_t> tokens;
+  DecoderState& state = model_.decoder_state();
   if (position == 0) {
-    model_.begin_incremental(source_of, std::min(max_len_ + 1, model_.config().max_positions));
+    model_.begin_decoding(state, source_of,
+                          std::min(max_len_ + 1, model_.config().max_positions));
     tokens.assign(prefixes.size(), ids_.bos);
   } else {
     // Every hypothesis extends one of the previous step's by one token.
@@ -66,8 +68,10 @@ std::vector<int32_t> CachedTransformerScorer::prepare_step(
       parent.push_back(found->second);
       tokens.push_back(prefixes[i].back());
     }
-    model_.reorder_incremental(parent);
+    state.reorder(parent);
   }
+  THPC_CHECK(state.positions() == position,
+             "a step at position " << position << " after " << state.positions() << " fed");
   previous_rows_.clear();
   for (size_t i = 0; i < prefixes.size(); ++i) {
     previous_rows_[{source_of[i], prefixes[i]}] = static_cast<int>(i);
@@ -80,7 +84,7 @@ void CachedTransformerScorer::log_probs(const std::vector<TokenSequence>& prefix
                                         std::vector<float>& out) {
   int position = 0;
   const std::vector<int32_t> tokens = prepare_step(prefixes, source_of, position);
-  model_.incremental_log_probs(tokens, position, out);
+  model_.decode_step_log_probs(model_.decoder_state(), tokens, out);
 }
 
 bool CachedTransformerScorer::best_next_tokens(const std::vector<TokenSequence>& prefixes,
@@ -89,7 +93,7 @@ bool CachedTransformerScorer::best_next_tokens(const std::vector<TokenSequence>&
                                                std::vector<int32_t>& tokens) {
   int position = 0;
   const std::vector<int32_t> fed = prepare_step(prefixes, source_of, position);
-  model_.incremental_best_tokens(fed, position, count, values, tokens);
+  model_.decode_step_best_tokens(model_.decoder_state(), fed, count, values, tokens);
   return true;
 }
 

@@ -8,6 +8,25 @@
 
 namespace thpc::model_detail {
 
+// One incremental decoding step's plan (DecoderState::plan_step), the same for every
+// layer: rows are hypotheses in cache-row order, one new position each. The attentions
+// then read their keys and values from the layer's cache (model/decoder_state.h).
+struct DecodingStep {
+  int rows = 0;     // hypotheses
+  int max_len = 0;  // positions per self-attention cache row
+  // The copy_rows that appends this position's k|v to the self-attention cache: chunks
+  // of `chunk` elements of the step's q|k|v rows (see DecoderState::StepPlan).
+  const int32_t* append_to = nullptr;
+  const int32_t* append_from = nullptr;
+  int append_count = 0, chunk = 0;
+  // The cross-attention runs per source sentence over its S keys: row r's query goes to
+  // row cross_slots[r] of [sentences, slots] queries; slots no row fills are zero
+  // queries (zeroed unless every_slot_filled) whose outputs nobody reads.
+  int sentences = 0, slots = 0;
+  const int32_t* cross_slots = nullptr;
+  bool every_slot_filled = false;
+};
+
 // `ops` is the backend; activations come from the arena each call is given.
 struct Sublayers {
   Backend& ops;
@@ -40,9 +59,13 @@ struct Sublayers {
   int qkv_width() const { return h * (2 * dk + dv); }
   // keep_probabilities = false: the attention probabilities are not stored (no backward
   // and no attention_weights() will read them; the CPU then never materialises them).
+  // With a decoding step, the rows' k|v are appended to `cache` ([rows * max_len, k|v],
+  // see LayerCache) and the queries attend over it (shape: one query per row, max_len
+  // keys, the written ones counted by its key lengths) instead of over their own rows.
   void self_attention_forward(AttentionActs& a, Arena& arena, Tensor x,
                               const AttentionParams& p, const AttentionShape& shape,
-                              bool keep_probabilities = true) {
+                              bool keep_probabilities = true, Tensor cache = {},
+                              const DecodingStep* step = nullptr) {
     const int rows = shape.batch * shape.query_len;
     const int width = qkv_width();
     a.in = arena.take(act, int64_t(rows) * width);
@@ -50,8 +73,17 @@ struct Sublayers {
     a.context = arena.take(act, int64_t(rows) * h * dv);
     a.out = arena.take(act, int64_t(rows) * d);
     ops.linear_forward(a.in, x, p.in_weight.value, p.in_bias.value, rows, d, width);
-    ops.attention_forward(a.context, a.saved, a.in, width, a.in.slice(h * dk, a.in.numel - h * dk),
-                          width, a.in.slice(2 * h * dk, a.in.numel - 2 * h * dk), width, shape);
+    if (step != nullptr) {
+      ops.copy_rows(cache, step->append_to, a.in, step->append_from, step->append_count,
+                    step->chunk);
+      const int kv = h * (dk + dv);
+      ops.attention_forward(a.context, a.saved, a.in, width, cache, kv,
+                            cache.slice(h * dk, cache.numel - h * dk), kv, shape);
+    } else {
+      ops.attention_forward(a.context, a.saved, a.in, width,
+                            a.in.slice(h * dk, a.in.numel - h * dk), width,
+                            a.in.slice(2 * h * dk, a.in.numel - 2 * h * dk), width, shape);
+    }
     ops.linear_forward(a.out, a.context, p.out_weight.value, p.out_bias.value, rows, h * dv, d);
   }
   void self_attention_backward(Tensor d_x, Tensor d_out, const AttentionActs& a, Tensor x,
@@ -73,8 +105,16 @@ struct Sublayers {
   }
 
   // ---- encoder-decoder attention: Q from the decoder, K|V from the encoder output ----
+  // With a decoding step, the k|v are the sentences' `cache` ([sentences * S, k|v], see
+  // LayerCache) and each row's query attends in its sentence's slot (shape: [sentences,
+  // slots] queries over S keys); the step saves no probabilities.
   void cross_attention_forward(AttentionActs& a, Arena& arena, Tensor x, Tensor memory,
-                               const AttentionParams& p, const AttentionShape& shape) {
+                               const AttentionParams& p, const AttentionShape& shape,
+                               Tensor cache = {}, const DecodingStep* step = nullptr) {
+    if (step != nullptr) {
+      cached_cross_attention_forward(a, arena, x, p, shape, cache, *step);
+      return;
+    }
     const int rows = shape.batch * shape.query_len;
     const int memory_rows = shape.batch * shape.key_len;
     const int kv_width = h * (dk + dv);
@@ -88,6 +128,27 @@ struct Sublayers {
                        kv_width);
     ops.attention_forward(a.context, a.saved, a.in, h * dk, a.kv, kv_width,
                           a.kv.slice(h * dk, a.kv.numel - h * dk), kv_width, shape);
+    ops.linear_forward(a.out, a.context, p.out_weight.value, p.out_bias.value, rows, h * dv, d);
+  }
+  void cached_cross_attention_forward(AttentionActs& a, Arena& arena, Tensor x,
+                                      const AttentionParams& p, const AttentionShape& shape,
+                                      Tensor cache, const DecodingStep& step) {
+    const int rows = step.rows;
+    const int slot_rows = shape.batch * shape.query_len;
+    const int kv_width = h * (dk + dv);
+    a.in = arena.take(act, int64_t(rows) * h * dk);
+    a.kv = Tensor{};
+    a.saved = Tensor{};
+    a.context = arena.take(act, int64_t(rows) * h * dv);
+    a.out = arena.take(act, int64_t(rows) * d);
+    ops.linear_forward(a.in, x, p.in_weight.value, p.in_bias.value, rows, d, h * dk);
+    Tensor q_slots = arena.take(act, int64_t(slot_rows) * h * dk);
+    if (!step.every_slot_filled) ops.zero(q_slots);
+    ops.copy_rows(q_slots, step.cross_slots, a.in, nullptr, rows, h * dk);
+    Tensor context_slots = arena.take(act, int64_t(slot_rows) * h * dv);
+    ops.attention_forward(context_slots, Tensor{}, q_slots, h * dk, cache, kv_width,
+                          cache.slice(h * dk, cache.numel - h * dk), kv_width, shape);
+    ops.copy_rows(a.context, nullptr, context_slots, step.cross_slots, rows, h * dv);
     ops.linear_forward(a.out, a.context, p.out_weight.value, p.out_bias.value, rows, h * dv, d);
   }
   void cross_attention_backward(Tensor d_x, Tensor d_memory, Tensor d_out,

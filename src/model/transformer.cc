@@ -4,7 +4,7 @@
 
 #include "common/error.h"
 #include "kernels/positions.h"
-#include "model/sublayers.h"
+#include "model/layer.h"
 #include "model/transformer_state.h"
 
 namespace thpc {
@@ -39,6 +39,34 @@ LayerParams lookup_layer(const ParamStore& store, const std::string& p, bool dec
     lp.norm3 = {lookup(store, p + "norm3.gamma"), lookup(store, p + "norm3.beta")};
   }
   return lp;
+}
+
+// A stack's pass over `batch` sentences of `len` positions, each attending to its own
+// positions up to `lengths` (the encoder's over the source is just this).
+LayerPass stack_pass(const ModelConfig& c, SitePart part, int batch, int len,
+                     const int32_t* lengths, bool train, const DropoutContext& ctx) {
+  LayerPass pass;
+  pass.part = part;
+  pass.dropout = ctx;
+  pass.p_drop = train ? c.dropout : 0.0f;
+  pass.p_attn = train ? c.attention_dropout : 0.0f;
+  pass.batch = batch;
+  pass.len = len;
+  pass.lengths = lengths;
+  return pass;
+}
+
+// The decoder's pass over target prefixes [batch, T] (the batch's targets in training):
+// causal self-attention, cross-attention over the encoder output `memory` [batch, S].
+LayerPass decoder_pass(const ModelConfig& c, int batch, int T, const int32_t* lengths,
+                       Tensor memory, int S, const int32_t* memory_lengths, bool train,
+                       const DropoutContext& ctx) {
+  LayerPass pass = stack_pass(c, SitePart::Decoder, batch, T, lengths, train, ctx);
+  pass.causal = true;
+  pass.memory = memory;
+  pass.memory_len = S;
+  pass.memory_lengths = memory_lengths;
+  return pass;
 }
 
 }  // namespace
@@ -97,7 +125,8 @@ void add_transformer_parameters(const ModelConfig& c, int vocab, ParamStore& sto
 Transformer::Transformer(const ModelConfig& config, int vocab_size, const SpecialIds& ids,
                          Backend& backend, std::optional<uint64_t> init_seed, ModelUse use)
     : config_(config), vocab_(vocab_size), ids_(ids), backend_(backend),
-      state_(std::make_unique<State>(backend)) {
+      state_(std::make_unique<State>(backend)),
+      decoder_state_(std::make_unique<DecoderState>(backend)) {
   add_transformer_parameters(config_, vocab_, params_);
   params_.allocate(backend_, /*gradients=*/use == ModelUse::kTraining);
   if (init_seed) params_.initialize(*init_seed);
@@ -127,12 +156,8 @@ Transformer::Transformer(const ModelConfig& config, int vocab_size, const Specia
 }
 
 Transformer::~Transformer() {
-  release_incremental();
   State& s = *state_;
-  for (IdBuffer* b : {&s.src, &s.tgt_in, &s.tgt_out, &s.src_lengths, &s.tgt_lengths,
-                      &s.incremental.self_lengths, &s.incremental.rows,
-                      &s.incremental.from_rows, &s.incremental.cross_slots,
-                      &s.incremental.best_columns}) {
+  for (IdBuffer* b : {&s.src, &s.tgt_in, &s.tgt_out, &s.src_lengths, &s.tgt_lengths}) {
     backend_.free_ids(b->ids);
   }
   if (s.sinusoid) backend_.free(s.sinusoid);
@@ -165,7 +190,6 @@ void Transformer::forward_encoder(bool train, const DropoutContext& ctx,
   const int rows = s.batch_size * s.src_len;
   const int d = config_.d_model;
   const float p_drop = train ? config_.dropout : 0.0f;
-  const float p_attn = train ? config_.attention_dropout : 0.0f;
   const bool keep_all = keep == EncoderActivations::kAll;
   THPC_CHECK(keep_all || !train, "a training forward keeps the activations backward reads");
   // Keeping every layer's activations (for backward, or attention_weights()) takes them
@@ -190,23 +214,14 @@ void Transformer::forward_encoder(bool train, const DropoutContext& ctx,
   // The decoder's activations belong to the previous source: attention_weights() must
   // not pair them with this one.
   s.decoder_acts.clear();
+  LayerPass pass = stack_pass(config_, SitePart::Encoder, s.batch_size, s.src_len,
+                              s.src_lengths.ids, train, ctx);
+  pass.keep_probabilities = keep_all;
   for (int layer = 0; layer < config_.layers; ++layer) {
-    const LayerParams& p = s.encoder[layer];
     LayerActs& a = s.encoder_acts[layer];
     Arena& arena = *arenas[layer % 2];
     if (!keep_all && layer >= 2) arena.reset();  // it holds layer l-2's: read by no one now
-    a.x = x;
-    const AttentionShape shape = attention_shape(
-        config_, s.batch_size, s.src_len, s.src_len, false, s.src_lengths.ids, p_attn,
-        dropout_key(ctx, SitePart::Encoder, layer, SiteSlot::SelfAttentionProbs));
-    sub.self_attention_forward(a.self_attention, arena, a.x, p.self_attention, shape,
-                               /*keep_probabilities=*/keep_all);
-    sub.add_norm_forward(a.norm1, arena, a.x, a.self_attention.out, p.norm1, rows, p_drop,
-                         dropout_key(ctx, SitePart::Encoder, layer,
-                                     SiteSlot::SelfAttentionResidual));
-    sub.ffn_forward(a.ffn, arena, a.norm1.y, p.ffn, rows);
-    sub.add_norm_forward(a.norm2, arena, a.norm1.y, a.ffn.out, p.norm2, rows, p_drop,
-                         dropout_key(ctx, SitePart::Encoder, layer, SiteSlot::FfnResidual));
+    layer_forward(sub, a, arena, x, s.encoder[layer], pass, layer);
     x = a.output();
   }
   s.encoder_out = x;
@@ -220,7 +235,6 @@ void Transformer::forward_decoder(int batch_size, int T, bool train, const Dropo
   const int rows = batch_size * T;
   const int d = config_.d_model;
   const float p_drop = train ? config_.dropout : 0.0f;
-  const float p_attn = train ? config_.attention_dropout : 0.0f;
   Arena& arena = s.decoder_arena;
   arena.reset();
 
@@ -234,36 +248,25 @@ void Transformer::forward_decoder(int batch_size, int T, bool train, const Dropo
 
   s.decoder_acts.assign(config_.layers, LayerActs{});
   s.decoder_len = T;
+  const LayerPass pass = decoder_pass(config_, batch_size, T, s.tgt_lengths.ids, s.encoder_out,
+                                      s.src_len, s.src_lengths.ids, train, ctx);
   for (int layer = 0; layer < config_.layers; ++layer) {
-    const LayerParams& p = s.decoder[layer];
     LayerActs& a = s.decoder_acts[layer];
-    a.x = x;
-    const AttentionShape self_shape = attention_shape(
-        config_, batch_size, T, T, true, s.tgt_lengths.ids, p_attn,
-        dropout_key(ctx, SitePart::Decoder, layer, SiteSlot::SelfAttentionProbs));
-    sub.self_attention_forward(a.self_attention, arena, a.x, p.self_attention, self_shape);
-    sub.add_norm_forward(a.norm1, arena, a.x, a.self_attention.out, p.norm1, rows, p_drop,
-                         dropout_key(ctx, SitePart::Decoder, layer,
-                                     SiteSlot::SelfAttentionResidual));
-    const AttentionShape cross_shape = attention_shape(
-        config_, batch_size, T, s.src_len, false, s.src_lengths.ids, p_attn,
-        dropout_key(ctx, SitePart::Decoder, layer, SiteSlot::CrossAttentionProbs));
-    sub.cross_attention_forward(a.cross_attention, arena, a.norm1.y, s.encoder_out,
-                                p.cross_attention, cross_shape);
-    sub.add_norm_forward(a.norm2, arena, a.norm1.y, a.cross_attention.out, p.norm2, rows,
-                         p_drop,
-                         dropout_key(ctx, SitePart::Decoder, layer,
-                                     SiteSlot::CrossAttentionResidual));
-    sub.ffn_forward(a.ffn, arena, a.norm2.y, p.ffn, rows);
-    sub.add_norm_forward(a.norm3, arena, a.norm2.y, a.ffn.out, p.norm3, rows, p_drop,
-                         dropout_key(ctx, SitePart::Decoder, layer, SiteSlot::FfnResidual));
+    layer_forward(sub, a, arena, x, s.decoder[layer], pass, layer);
     x = a.output();
   }
   s.decoder_out = x;
-  // The tied pre-softmax projection (§3.4): logits = h E^T.
-  s.logits = arena.take(sub.act, int64_t(rows) * vocab_);
-  backend_.output_projection_forward(s.logits, s.decoder_out, s.embedding.value, rows, d,
-                                     vocab_);
+  s.logits = vocabulary_logits(arena, s.decoder_out, rows);
+}
+
+// The tied pre-softmax projection (§3.4): logits = h E^T, the decoder's top for a full
+// pass and a decoding step alike.
+Tensor Transformer::vocabulary_logits(Arena& arena, Tensor decoder_out, int rows) {
+  State& s = *state_;
+  Tensor logits = arena.take(backend_.compute_dtype(), int64_t(rows) * vocab_);
+  backend_.output_projection_forward(logits, decoder_out, s.embedding.value, rows,
+                                     config_.d_model, vocab_);
+  return logits;
 }
 
 LossSums Transformer::train_step(const Batch& batch, float grad_scale,
@@ -304,7 +307,6 @@ void Transformer::backward_decoder(const DropoutContext& ctx) {
   const int src_rows = s.batch_size * s.src_len;
   const int d = config_.d_model;
   const float p_drop = config_.dropout;
-  const float p_attn = config_.attention_dropout;
   Arena& grads = s.grad_arena;
 
   Tensor d_y = grads.take_zeroed(sub.act, int64_t(rows) * d);
@@ -313,39 +315,12 @@ void Transformer::backward_decoder(const DropoutContext& ctx) {
   Tensor d_encoder_out = grads.take_zeroed(sub.act, int64_t(src_rows) * d);
   Tensor d_x = grads.take(sub.act, int64_t(rows) * d);
 
+  LayerPass pass = decoder_pass(config_, s.batch_size, s.tgt_len, s.tgt_lengths.ids,
+                                s.encoder_out, s.src_len, s.src_lengths.ids, true, ctx);
+  pass.d_memory = d_encoder_out;
   for (int layer = config_.layers - 1; layer >= 0; --layer) {
-    const LayerParams& p = s.decoder[layer];
-    const LayerActs& a = s.decoder_acts[layer];
-    Arena& scratch = s.scratch_arena;
-    scratch.reset();
-    backend_.zero(d_x);
-    Tensor d_norm2 = scratch.take_zeroed(sub.act, int64_t(rows) * d);
-    Tensor d_ffn_out = scratch.take_zeroed(sub.act, int64_t(rows) * d);
-    sub.add_norm_backward(d_norm2, d_ffn_out, d_y, a.norm3, p.norm3, scratch, rows, p_drop,
-                          dropout_key(ctx, SitePart::Decoder, layer, SiteSlot::FfnResidual));
-    sub.ffn_backward(d_norm2, d_ffn_out, a.ffn, a.norm2.y, p.ffn, rows, scratch);
-
-    Tensor d_norm1 = scratch.take_zeroed(sub.act, int64_t(rows) * d);
-    Tensor d_cross_out = scratch.take_zeroed(sub.act, int64_t(rows) * d);
-    sub.add_norm_backward(d_norm1, d_cross_out, d_norm2, a.norm2, p.norm2, scratch, rows, p_drop,
-                          dropout_key(ctx, SitePart::Decoder, layer,
-                                      SiteSlot::CrossAttentionResidual));
-    const AttentionShape cross_shape = attention_shape(
-        config_, s.batch_size, s.tgt_len, s.src_len, false, s.src_lengths.ids, p_attn,
-        dropout_key(ctx, SitePart::Decoder, layer, SiteSlot::CrossAttentionProbs));
-    sub.cross_attention_backward(d_norm1, d_encoder_out, d_cross_out, a.cross_attention,
-                                 a.norm1.y, s.encoder_out, p.cross_attention, cross_shape,
-                                 scratch);
-
-    Tensor d_self_out = scratch.take_zeroed(sub.act, int64_t(rows) * d);
-    sub.add_norm_backward(d_x, d_self_out, d_norm1, a.norm1, p.norm1, scratch, rows, p_drop,
-                          dropout_key(ctx, SitePart::Decoder, layer,
-                                      SiteSlot::SelfAttentionResidual));
-    const AttentionShape self_shape = attention_shape(
-        config_, s.batch_size, s.tgt_len, s.tgt_len, true, s.tgt_lengths.ids, p_attn,
-        dropout_key(ctx, SitePart::Decoder, layer, SiteSlot::SelfAttentionProbs));
-    sub.self_attention_backward(d_x, d_self_out, a.self_attention, a.x, p.self_attention,
-                                self_shape, scratch);
+    layer_backward(sub, d_x, d_y, s.decoder_acts[layer], s.decoder[layer], pass, layer,
+                   s.scratch_arena);
     std::swap(d_x, d_y);  // this layer's input gradient is the next one's output gradient
     // Parameters are laid out embedding, encoder 0..N-1, decoder 0..N-1, and a layer's
     // first entry is its fused QKV weight: from it upwards every gradient is final.
@@ -366,32 +341,15 @@ void Transformer::backward_encoder(const DropoutContext& ctx) {
   const int rows = s.batch_size * s.src_len;
   const int d = config_.d_model;
   const float p_drop = config_.dropout;
-  const float p_attn = config_.attention_dropout;
   Arena& grads = s.grad_arena;
 
   Tensor d_y = s.d_encoder_out;
   Tensor d_x = grads.take(sub.act, int64_t(rows) * d);
+  const LayerPass pass = stack_pass(config_, SitePart::Encoder, s.batch_size, s.src_len,
+                                    s.src_lengths.ids, true, ctx);
   for (int layer = config_.layers - 1; layer >= 0; --layer) {
-    const LayerParams& p = s.encoder[layer];
-    const LayerActs& a = s.encoder_acts[layer];
-    Arena& scratch = s.scratch_arena;
-    scratch.reset();
-    backend_.zero(d_x);
-    Tensor d_norm1 = scratch.take_zeroed(sub.act, int64_t(rows) * d);
-    Tensor d_ffn_out = scratch.take_zeroed(sub.act, int64_t(rows) * d);
-    sub.add_norm_backward(d_norm1, d_ffn_out, d_y, a.norm2, p.norm2, scratch, rows, p_drop,
-                          dropout_key(ctx, SitePart::Encoder, layer, SiteSlot::FfnResidual));
-    sub.ffn_backward(d_norm1, d_ffn_out, a.ffn, a.norm1.y, p.ffn, rows, scratch);
-
-    Tensor d_self_out = scratch.take_zeroed(sub.act, int64_t(rows) * d);
-    sub.add_norm_backward(d_x, d_self_out, d_norm1, a.norm1, p.norm1, scratch, rows, p_drop,
-                          dropout_key(ctx, SitePart::Encoder, layer,
-                                      SiteSlot::SelfAttentionResidual));
-    const AttentionShape shape = attention_shape(
-        config_, s.batch_size, s.src_len, s.src_len, false, s.src_lengths.ids, p_attn,
-        dropout_key(ctx, SitePart::Encoder, layer, SiteSlot::SelfAttentionProbs));
-    sub.self_attention_backward(d_x, d_self_out, a.self_attention, a.x, p.self_attention, shape,
-                                scratch);
+    layer_backward(sub, d_x, d_y, s.encoder_acts[layer], s.encoder[layer], pass, layer,
+                   s.scratch_arena);
     std::swap(d_x, d_y);
     gradients_final_from(params_.entry(layer_prefix("encoder", layer) + "self_attn.qkv.weight").offset);
   }

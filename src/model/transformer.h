@@ -19,6 +19,7 @@
 #include "data/batch.h"
 #include "kernels/ops.h"
 #include "model/arena.h"
+#include "model/decoder_state.h"
 #include "model/params.h"
 
 namespace thpc {
@@ -77,26 +78,36 @@ class Transformer {
   std::vector<float> next_token_log_probs(const std::vector<int32_t>& tgt_in,
                                           const std::vector<int32_t>& prefix_lengths, int T);
 
-  // Incremental decoding against the last encode(): each hypothesis h continues source
-  // row source_of[h] of the encoded batch. The decoder self-attention keys/values of
-  // past positions are cached per layer and the cross-attention keys/values of the
-  // encoder output are computed once, so a step costs one position, not the prefix.
-  //   begin_incremental(source_of, max_len)   hypotheses, at most max_len positions
-  //   incremental_log_probs(tokens, position) feeds tokens[h] at `position` (0: bos),
-  //                                           puts log p(next) [H, vocab] in a host
-  //                                           vector whose capacity is reused
-  //   incremental_best_tokens(tokens, position, k, values, best_tokens)
-  //                                           the same step, but only each hypothesis'
-  //                                           k best next tokens (pad and bos never),
-  //                                           best first, ties to the smaller token:
-  //                                           log p [H, k] and tokens [H, k]
-  //   reorder_incremental(parent)             hypothesis i continues old parent[i]
-  void begin_incremental(const std::vector<int>& source_of, int max_len);
-  void incremental_log_probs(const std::vector<int32_t>& tokens, int position,
+  // Incremental decoding against the last encode(), through a DecoderState
+  // (model/decoder_state.h): the decoder self-attention keys/values of past positions are
+  // cached per layer and the cross-attention keys/values of the encoder output computed
+  // once, so a step costs one position, not the prefix. Between steps the search calls
+  // state.reorder(parents).
+  //   decoder_state()                     the model's own state, whose buffers are kept
+  //                                       from one search to the next (and only grow)
+  //   begin_decoding(state, source_of, max_len)
+  //                                       hypothesis h translates row source_of[h] of the
+  //                                       encoded batch, at most max_len positions
+  //   decode_step(state, tokens)          feeds tokens[h] to hypothesis h at position
+  //                                       state.positions() (0: bos): log p(next)
+  //                                       [H, vocab] on the backend, row state.row_of()[h]
+  //                                       for hypothesis h, valid until the model's next
+  //                                       step (an ensemble combines them there)
+  //   decode_step_log_probs(state, tokens, log_probs)
+  //                                       the same in hypothesis order, in a host vector
+  //                                       whose capacity is reused
+  //   decode_step_best_tokens(state, tokens, k, values, best_tokens)
+  //                                       the same step, but only each hypothesis' k best
+  //                                       next tokens (pad and bos never), best first,
+  //                                       ties to the smaller token: log p [H, k] and
+  //                                       tokens [H, k]
+  DecoderState& decoder_state() { return *decoder_state_; }
+  void begin_decoding(DecoderState& state, const std::vector<int>& source_of, int max_len);
+  Tensor decode_step(DecoderState& state, const std::vector<int32_t>& tokens);
+  void decode_step_log_probs(DecoderState& state, const std::vector<int32_t>& tokens,
                              std::vector<float>& log_probs);
-  void incremental_best_tokens(const std::vector<int32_t>& tokens, int position, int k,
+  void decode_step_best_tokens(DecoderState& state, const std::vector<int32_t>& tokens, int k,
                                std::vector<float>& values, std::vector<int32_t>& best_tokens);
-  void reorder_incremental(const std::vector<int>& parent);
 
   // The attention weights of the last full forward pass (train_step, evaluate, or
   // encode then next_token_log_probs; incremental decoding keeps none), for pictures
@@ -114,10 +125,6 @@ class Transformer {
   struct State;  // parameter views, activations, arenas (transformer_state.h)
 
   void upload_batch(const Batch& batch);
-  void release_incremental();
-  // One incremental step's decoder pass: log p(next) [H, vocab] in cache-row order
-  // (hypothesis h's row is incremental.row_of[h]), in the step arena.
-  Tensor incremental_forward(const std::vector<int32_t>& tokens, int position);
   std::vector<float> download_rows_f32(Tensor rows, int count, int width);
   // The same into `out` (resized; a vector kept from step to step allocates no memory).
   void download_rows_f32(Tensor rows, int count, int width, std::vector<float>& out);
@@ -127,6 +134,8 @@ class Transformer {
   void forward_encoder(bool train, const DropoutContext& dropout,
                        EncoderActivations keep = EncoderActivations::kAll);
   void forward_decoder(int batch_size, int T, bool train, const DropoutContext& dropout);
+  // logits = h E^T [rows, vocab] from the decoder's output h, taken from `arena`.
+  Tensor vocabulary_logits(Arena& arena, Tensor decoder_out, int rows);
   // Backward from the loss gradient (left in the logits) to the embeddings.
   void backward_decoder(const DropoutContext& dropout);
   void backward_encoder(const DropoutContext& dropout);
@@ -141,6 +150,7 @@ class Transformer {
     if (gradients_final_hook_) gradients_final_hook_(offset);
   }
   std::unique_ptr<State> state_;
+  std::unique_ptr<DecoderState> decoder_state_;
 };
 
 }  // namespace thpc

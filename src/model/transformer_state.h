@@ -1,6 +1,7 @@
-// The Transformer's internals shared by its two source files (transformer.cc: the
-// stacks, forward and backward; transformer_incremental.cc: KV-cache decoding): the
-// parameter views of each layer, the activations backward reads, and Transformer::State.
+// The Transformer's internals shared by its source files (transformer.cc: the stacks,
+// forward and backward; decoder_state.cc: KV-cache decoding; layer.h and sublayers.h:
+// the layer they share): the parameter views of each layer, the activations backward
+// reads, and Transformer::State.
 // Not part of the model's interface; only src/model includes it.
 #pragma once
 
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "model/arena.h"
+#include "model/device_buffers.h"
 #include "model/transformer.h"
 
 namespace thpc::model_detail {
@@ -92,30 +94,6 @@ struct LayerActs {
   Tensor output() const { return norm3.y ? norm3.y : norm2.y; }
 };
 
-// Device copies of a batch's ids, grown as batches grow.
-struct IdBuffer {
-  int32_t* ids = nullptr;
-  int64_t capacity = 0;
-};
-
-
-// Grows `buffer` (never shrinking) to hold at least `count` ids, for an op to write.
-inline void ensure_id_capacity(Backend& backend, IdBuffer& buffer, int64_t count) {
-  if (count > buffer.capacity) {
-    backend.free_ids(buffer.ids);
-    buffer.capacity = std::max<int64_t>(count, 2 * buffer.capacity);
-    buffer.ids = backend.alloc_ids(buffer.capacity);
-  }
-}
-
-// Uploads `host` into `buffer`, growing it (never shrinking) when it is too small.
-inline void ensure_ids(Backend& backend, IdBuffer& buffer,
-                       const std::vector<int32_t>& host) {
-  const int64_t count = static_cast<int64_t>(host.size());
-  ensure_id_capacity(backend, buffer, count);
-  backend.upload_ids(buffer.ids, host.data(), count);
-}
-
 }  // namespace thpc::model_detail
 
 namespace thpc {
@@ -144,37 +122,7 @@ struct Transformer::State {
   Tensor d_encoder_out;  // filled by backward_decoder, read by backward_encoder
   std::vector<int32_t> src_lengths_host;
 
-  // Incremental decoding: per decoder layer, the self-attention k|v rows of every past
-  // position of every cache row [rows * max_len, h(dk+dv)] (a position's q is used once,
-  // when it is computed, and not kept) and the encoder's k|v rows of every source
-  // sentence [sources * S, h(dk+dv)], which all of the sentence's hypotheses read.
-  struct Incremental {
-    int hypotheses = 0, max_len = 0;
-    int filled = 0;  // cache positions written so far (0..filled-1)
-    // Per layer: the live caches, and the self-attention cache's spare, which a reorder
-    // gathers into before the two swap when there are more hypotheses than the cache has
-    // rows (the beam widening in a batch larger than any before). Buffers are kept from
-    // one batch to the next and grow only, so decoding allocates a cache rarely (and
-    // zeroes one only for a backend whose attention reads unwritten rows).
-    std::vector<Tensor> self_cache, cross_kv, self_spare;
-    // Per cache row (the rows the decoder's products run over, in this order): the
-    // source sentence it reads.
-    std::vector<int> source_of;
-    // Per hypothesis: its cache row. A reorder leaves every parent's first continuation
-    // in the parent's row (when that row is below the new hypothesis count), so only the
-    // rows of the other continuations are copied (see reorder_incremental).
-    std::vector<int> row_of;
-    // cross_slots: per cache row, its query's row in the per-sentence cross-attention.
-    // best_columns: row_top_k's output columns [H, k].
-    model_detail::IdBuffer self_lengths, rows, from_rows, cross_slots, best_columns;
-    // The log-probabilities in cache-row order, before they are put in hypothesis order
-    // (kept: [H, vocab] floats every step, megabytes, would otherwise be new memory).
-    std::vector<float> log_probs_by_row;
-    // incremental_best_tokens' [H, k] in cache-row order, downloaded as fp32.
-    std::vector<float> best_values_by_row;
-    std::vector<int32_t> best_columns_by_row;
-  } incremental;
-  Arena step_arena;  // one incremental step's activations
+  Arena step_arena;  // one decoding step's activations (decode_step)
 };
 
 }  // namespace thpc

@@ -1,0 +1,47 @@
+// Backend buffers that grow and never shrink: the device copies of a batch's ids, and
+// the decoder's caches (model/decoder_state.h). Once the largest batch has been seen,
+// keeping them allocates nothing.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/ops.h"
+
+namespace thpc::model_detail {
+
+// Device copies of ids (a batch's tokens and lengths, row indices), grown as batches grow.
+struct IdBuffer {
+  int32_t* ids = nullptr;
+  int64_t capacity = 0;
+};
+
+// Grows `buffer` (never shrinking) to hold at least `count` ids, for an op to write.
+inline void ensure_id_capacity(Backend& backend, IdBuffer& buffer, int64_t count) {
+  if (count > buffer.capacity) {
+    backend.free_ids(buffer.ids);
+    buffer.capacity = std::max<int64_t>(count, 2 * buffer.capacity);
+    buffer.ids = backend.alloc_ids(buffer.capacity);
+  }
+}
+
+// Uploads `host` into `buffer`, growing it (never shrinking) when it is too small.
+inline void ensure_ids(Backend& backend, IdBuffer& buffer,
+                       const std::vector<int32_t>& host) {
+  const int64_t count = static_cast<int64_t>(host.size());
+  ensure_id_capacity(backend, buffer, count);
+  backend.upload_ids(buffer.ids, host.data(), count);
+}
+
+// Makes `buffer` hold at least `numel` elements: kept when it does (what it holds stays),
+// else replaced by a new buffer, zeroed when `zero_new`.
+inline void ensure_capacity(Backend& backend, Tensor& buffer, DType dtype, int64_t numel,
+                            bool zero_new) {
+  if (buffer && buffer.numel >= numel) return;
+  if (buffer) backend.free(buffer);
+  buffer = backend.alloc(dtype, numel);
+  if (zero_new) backend.zero(buffer);
+}
+
+}  // namespace thpc::model_detail
