@@ -19,18 +19,23 @@ const SpecialIds kIds;  // pad 0, unk 1, bos 2, eos 3
 constexpr int kVocab = 6;  // and symbols 4, 5
 
 // log p(next | source, prefix) from a fixed pseudo-random table: each (source, prefix)
-// gets its own distribution over the vocabulary (pad and bos get probability 0).
+// gets its own distribution over the vocabulary (pad and bos get probability 0). It
+// checks what the search hands over: every hypothesis is its parent's prefix (the
+// previous step's hypothesis it names) followed by its token, in its parent's sentence.
 class TableScorer final : public NextTokenScorer {
  public:
   explicit TableScorer(double eos_bias = 0.0) : eos_bias_(eos_bias) {}
   int vocab_size() const override { return kVocab; }
-  void start(const std::vector<TokenSequence>& sources) override { sources_ = sources; }
-  void log_probs(const std::vector<TokenSequence>& prefixes, const std::vector<int>& source_of,
-                 std::vector<float>& out) override {
+  void start(const std::vector<TokenSequence>& sources) override {
+    sources_ = sources;
+    previous_.clear();
+  }
+  void step(const BeamStep& step, std::vector<float>& out) override {
     ++calls;
+    check_parents(step);
     out.clear();
-    for (size_t i = 0; i < prefixes.size(); ++i) {
-      const std::vector<double> row = distribution(sources_[source_of[i]], prefixes[i]);
+    for (int i = 0; i < step.size(); ++i) {
+      const std::vector<double> row = distribution(sources_[step.source_of[i]], *step.prefix[i]);
       out.insert(out.end(), row.begin(), row.end());
     }
   }
@@ -57,8 +62,32 @@ class TableScorer final : public NextTokenScorer {
   int calls = 0;
 
  private:
+  void check_parents(const BeamStep& step) {
+    const size_t hypotheses = static_cast<size_t>(step.size());
+    ASSERT_EQ(step.prefix.size(), hypotheses);
+    ASSERT_EQ(step.parent.size(), step.position == 0 ? 0 : hypotheses);
+    ASSERT_EQ(step.token.size(), step.parent.size());
+    std::vector<std::pair<int, TokenSequence>> current;
+    for (size_t i = 0; i < hypotheses; ++i) {
+      const TokenSequence& prefix = *step.prefix[i];
+      ASSERT_EQ(prefix.size(), static_cast<size_t>(step.position));
+      if (step.position > 0) {
+        ASSERT_GE(step.parent[i], 0);
+        ASSERT_LT(static_cast<size_t>(step.parent[i]), previous_.size());
+        const auto& [parent_source, parent_prefix] = previous_[step.parent[i]];
+        EXPECT_EQ(parent_source, step.source_of[i]);
+        TokenSequence extended = parent_prefix;
+        extended.push_back(step.token[i]);
+        EXPECT_EQ(extended, prefix) << "hypothesis " << i << " at " << step.position;
+      }
+      current.push_back({step.source_of[i], prefix});
+    }
+    previous_ = std::move(current);
+  }
+
   double eos_bias_;
   std::vector<TokenSequence> sources_;
+  std::vector<std::pair<int, TokenSequence>> previous_;  // the last step's hypotheses
 };
 
 // Every output the search could produce, scored: sequences over {unk, 4, 5} ended by
@@ -276,6 +305,33 @@ const DecodeSteps& reordering_steps() {
   return steps;
 }
 
+// The steps as the search hands them over: each hypothesis' parent is the previous
+// step's hypothesis of its sentence whose prefix is its own without the last token.
+std::vector<BeamStep> as_beam_steps(const DecodeSteps& steps) {
+  std::vector<BeamStep> result;
+  for (size_t t = 0; t < steps.size(); ++t) {
+    const auto& [prefixes, source_of] = steps[t];
+    BeamStep step;
+    step.position = static_cast<int>(t);
+    step.source_of = source_of;
+    for (size_t i = 0; i < prefixes.size(); ++i) {
+      step.prefix.push_back(&prefixes[i]);
+      if (t == 0) continue;
+      const auto& [previous, previous_source_of] = steps[t - 1];
+      const TokenSequence stem(prefixes[i].begin(), prefixes[i].end() - 1);
+      int parent = -1;
+      for (size_t j = 0; j < previous.size(); ++j) {
+        if (previous_source_of[j] == source_of[i] && previous[j] == stem) parent = static_cast<int>(j);
+      }
+      if (parent < 0) ADD_FAILURE() << "step " << t << " hypothesis " << i << " has no parent";
+      step.parent.push_back(parent);
+      step.token.push_back(prefixes[i].back());
+    }
+    result.push_back(std::move(step));
+  }
+  return result;
+}
+
 Transformer small_model(Backend& backend, bool learned_positions) {
   ModelConfig c;
   c.layers = 2;
@@ -304,12 +360,11 @@ TEST(IncrementalDecoding, CachedStepsEqualFullRecomputation) {
     TransformerScorer full(twin, kIds);
     cached.start(sources);
     full.start(sources);
-    const DecodeSteps& steps = reordering_steps();
+    const std::vector<BeamStep> steps = as_beam_steps(reordering_steps());
     std::vector<float> a, b;  // kept across steps, as the search keeps its vector
     for (size_t step = 0; step < steps.size(); ++step) {
-      const auto& [prefixes, source_of] = steps[step];
-      cached.log_probs(prefixes, source_of, a);
-      full.log_probs(prefixes, source_of, b);
+      cached.step(steps[step], a);
+      full.step(steps[step], b);
       ASSERT_EQ(a.size(), b.size());
       for (size_t i = 0; i < a.size(); ++i) {
         ASSERT_NEAR(a[i], b[i], 1e-5) << "learned " << learned << " step " << step << " i " << i;
@@ -340,8 +395,8 @@ TEST(IncrementalDecoding, BeamSearchGivesTheSameOutputsCachedOrNot) {
 }
 
 // Lets every token through. A search with a filter reads whole rows of log-probabilities
-// (NextTokenScorer::log_probs), so this makes the model-backed scorers take that path
-// instead of ranking each hypothesis' best tokens themselves (best_next_tokens).
+// (NextTokenScorer::step), so this makes the model-backed scorers take that path
+// instead of ranking each hypothesis' best tokens themselves (step_best).
 class AllowEveryToken final : public NextTokenFilter {
  public:
   explicit AllowEveryToken(int vocab) : vocab_(vocab) {}
@@ -367,7 +422,7 @@ Transformer wide_vocabulary_model(Backend& backend) {
 
 TEST(IncrementalDecoding, RankedBestTokensAreTheFullRowsBest) {
   // The same steps (hypotheses reordered, split and dropped, rows out of hypothesis
-  // order) through best_next_tokens and through log_probs on twin models: each
+  // order) through step_best and through step on twin models: each
   // hypothesis' k best are the full row's k best by value, ties to the smaller token,
   // never pad or bos, with the row's very values.
   auto backend = make_cpu_backend(DType::F32), twin_backend = make_cpu_backend(DType::F32);
@@ -377,17 +432,17 @@ TEST(IncrementalDecoding, RankedBestTokensAreTheFullRowsBest) {
   const std::vector<TokenSequence>& sources = kReorderingSources;
   ranked.start(sources);
   full.start(sources);
-  const DecodeSteps& steps = reordering_steps();
+  const std::vector<BeamStep> steps = as_beam_steps(reordering_steps());
   const int vocab = model.vocab_size();
   for (const int k : {1, 8}) {
     for (size_t step = 0; step < steps.size(); ++step) {
-      const auto& [prefixes, source_of] = steps[step];
+      const size_t hypotheses = static_cast<size_t>(steps[step].size());
       std::vector<float> values, rows;
       std::vector<int32_t> tokens;
-      ASSERT_TRUE(ranked.best_next_tokens(prefixes, source_of, k, values, tokens));
-      full.log_probs(prefixes, source_of, rows);
-      ASSERT_EQ(values.size(), prefixes.size() * k);
-      for (size_t h = 0; h < prefixes.size(); ++h) {
+      ASSERT_TRUE(ranked.step_best(steps[step], k, values, tokens));
+      full.step(steps[step], rows);
+      ASSERT_EQ(values.size(), hypotheses * k);
+      for (size_t h = 0; h < hypotheses; ++h) {
         const float* row = rows.data() + h * vocab;
         std::vector<int> order;
         for (int token = 0; token < vocab; ++token) {

@@ -30,13 +30,12 @@ class RandomScorer final : public NextTokenScorer {
  public:
   int vocab_size() const override { return static_cast<int>(kPieces.size()); }
   void start(const std::vector<TokenSequence>& sources) override { sources_ = sources; }
-  void log_probs(const std::vector<TokenSequence>& prefixes, const std::vector<int>& source_of,
-                 std::vector<float>& out) override {
+  void step(const BeamStep& step, std::vector<float>& out) override {
     out.clear();
-    for (size_t i = 0; i < prefixes.size(); ++i) {
-      TokenSequence key = sources_[source_of[i]];
+    for (int i = 0; i < step.size(); ++i) {
+      TokenSequence key = sources_[step.source_of[i]];
       key.push_back(-1);
-      key.insert(key.end(), prefixes[i].begin(), prefixes[i].end());
+      key.insert(key.end(), step.prefix[i]->begin(), step.prefix[i]->end());
       std::seed_seq seed(key.begin(), key.end());
       std::mt19937 rng(seed);
       std::vector<double> logits(kPieces.size());
@@ -146,13 +145,12 @@ class RandomWordScorer final : public NextTokenScorer {
  public:
   int vocab_size() const override { return static_cast<int>(kWordPieces.size()); }
   void start(const std::vector<TokenSequence>& sources) override { inner_.start(sources); }
-  void log_probs(const std::vector<TokenSequence>& prefixes, const std::vector<int>& source_of,
-                 std::vector<float>& out) override {
+  void step(const BeamStep& step, std::vector<float>& out) override {
     std::vector<float> inner;
-    inner_.log_probs(prefixes, source_of, inner);
+    inner_.step(step, inner);
     out.clear();
     const size_t n = kPieces.size(), extra = kWordPieces.size() - n;
-    for (size_t i = 0; i < prefixes.size(); ++i) {
+    for (int i = 0; i < step.size(); ++i) {
       for (size_t j = 0; j < n; ++j) out.push_back(inner[i * n + j] + std::log(0.5f));
       for (size_t j = 0; j < extra; ++j) out.push_back(std::log(0.5f / extra));
     }

@@ -17,82 +17,66 @@ void TransformerScorer::start(const std::vector<TokenSequence>& sources) {
   encoded_source_of_.clear();
 }
 
-void TransformerScorer::log_probs(const std::vector<TokenSequence>& prefixes,
-                                  const std::vector<int>& source_of, std::vector<float>& out) {
+void TransformerScorer::step(const BeamStep& step, std::vector<float>& log_probs) {
   // The encoder runs once per distinct row layout: rows are re-encoded only when the
   // set of hypotheses per source changes (sentences finishing, the first step).
-  if (source_of != encoded_source_of_) {
+  if (step.source_of != encoded_source_of_) {
     std::vector<TokenSequence> rows;
-    for (int s : source_of) rows.push_back(sources_.at(s));
+    for (int s : step.source_of) rows.push_back(sources_.at(s));
     model_.encode(make_batch(rows, std::vector<TokenSequence>(rows.size()), ids_));
-    encoded_source_of_ = source_of;
+    encoded_source_of_ = step.source_of;
   }
   int T = 0;
-  for (const TokenSequence& p : prefixes) T = std::max(T, static_cast<int>(p.size()) + 1);
-  std::vector<int32_t> tgt_in(prefixes.size() * static_cast<size_t>(T), ids_.pad);
+  for (const TokenSequence* p : step.prefix) T = std::max(T, static_cast<int>(p->size()) + 1);
+  std::vector<int32_t> tgt_in(step.prefix.size() * static_cast<size_t>(T), ids_.pad);
   std::vector<int32_t> lengths;
-  for (size_t i = 0; i < prefixes.size(); ++i) {
+  for (size_t i = 0; i < step.prefix.size(); ++i) {
     tgt_in[i * T] = ids_.bos;
-    std::copy(prefixes[i].begin(), prefixes[i].end(), tgt_in.begin() + i * T + 1);
-    lengths.push_back(static_cast<int32_t>(prefixes[i].size()) + 1);
+    std::copy(step.prefix[i]->begin(), step.prefix[i]->end(), tgt_in.begin() + i * T + 1);
+    lengths.push_back(static_cast<int32_t>(step.prefix[i]->size()) + 1);
   }
-  out = model_.next_token_log_probs(tgt_in, lengths, T);
+  log_probs = model_.next_token_log_probs(tgt_in, lengths, T);
 }
 
 void CachedTransformerScorer::start(const std::vector<TokenSequence>& sources) {
   model_.encode(make_batch(sources, std::vector<TokenSequence>(sources.size()), ids_));
-  previous_rows_.clear();
 }
 
-std::vector<int32_t> CachedTransformerScorer::prepare_step(
-    const std::vector<TokenSequence>& prefixes, const std::vector<int>& source_of,
-    int& position) {
-  THPC_CHECK(!prefixes.empty(), "no hypotheses to score");
-  position = static_cast<int>(prefixes[0].size());  // 0 feeds bos
-  std::vector<int32_t> tokens;
+const std::vector<int32_t>& CachedTransformerScorer::prepare_step(const BeamStep& step) {
+  const int H = step.size();
+  THPC_CHECK(H > 0, "no hypotheses to score");
   DecoderState& state = model_.decoder_state();
-  if (position == 0) {
-    model_.begin_decoding(state, source_of,
+  if (step.position == 0) {
+    model_.begin_decoding(state, step.source_of,
                           std::min(max_len_ + 1, model_.config().max_positions));
-    tokens.assign(prefixes.size(), ids_.bos);
-  } else {
-    // Every hypothesis extends one of the previous step's by one token.
-    std::vector<int> parent;
-    for (size_t i = 0; i < prefixes.size(); ++i) {
-      THPC_CHECK(static_cast<int>(prefixes[i].size()) == position,
-                 "hypotheses of different lengths in one step");
-      const TokenSequence stem(prefixes[i].begin(), prefixes[i].end() - 1);
-      const auto found = previous_rows_.find({source_of[i], stem});
-      THPC_CHECK(found != previous_rows_.end(),
-                 "hypothesis " << i << " does not extend one scored at the previous step");
-      parent.push_back(found->second);
-      tokens.push_back(prefixes[i].back());
-    }
-    state.reorder(parent);
+    bos_.assign(H, ids_.bos);
+    return bos_;
   }
-  THPC_CHECK(state.positions() == position,
-             "a step at position " << position << " after " << state.positions() << " fed");
-  previous_rows_.clear();
-  for (size_t i = 0; i < prefixes.size(); ++i) {
-    previous_rows_[{source_of[i], prefixes[i]}] = static_cast<int>(i);
+  THPC_CHECK(static_cast<int>(step.parent.size()) == H &&
+                 static_cast<int>(step.token.size()) == H,
+             step.parent.size() << " parents and " << step.token.size() << " tokens for "
+                                << H << " hypotheses");
+  THPC_CHECK(state.positions() == step.position,
+             "a step at position " << step.position << " after " << state.positions()
+                                   << " fed");
+  state.reorder(step.parent);
+  for (int h = 0; h < H; ++h) {
+    THPC_CHECK(state.source_of(h) == step.source_of[h],
+               "hypothesis " << h << " of sentence " << step.source_of[h]
+                             << " extends one of sentence " << state.source_of(h));
   }
-  return tokens;
+  return step.token;
 }
 
-void CachedTransformerScorer::log_probs(const std::vector<TokenSequence>& prefixes,
-                                        const std::vector<int>& source_of,
-                                        std::vector<float>& out) {
-  int position = 0;
-  const std::vector<int32_t> tokens = prepare_step(prefixes, source_of, position);
-  model_.decode_step_log_probs(model_.decoder_state(), tokens, out);
+void CachedTransformerScorer::step(const BeamStep& step, std::vector<float>& log_probs) {
+  const std::vector<int32_t>& tokens = prepare_step(step);
+  model_.decode_step_log_probs(model_.decoder_state(), tokens, log_probs);
 }
 
-bool CachedTransformerScorer::best_next_tokens(const std::vector<TokenSequence>& prefixes,
-                                               const std::vector<int>& source_of, int count,
-                                               std::vector<float>& values,
-                                               std::vector<int32_t>& tokens) {
-  int position = 0;
-  const std::vector<int32_t> fed = prepare_step(prefixes, source_of, position);
+bool CachedTransformerScorer::step_best(const BeamStep& step, int count,
+                                        std::vector<float>& values,
+                                        std::vector<int32_t>& tokens) {
+  const std::vector<int32_t>& fed = prepare_step(step);
   model_.decode_step_best_tokens(model_.decoder_state(), fed, count, values, tokens);
   return true;
 }
@@ -102,6 +86,8 @@ namespace {
 struct Live {
   TokenSequence tokens;
   double log_prob = 0;
+  int parent = -1;  // its parent's index among the previous step's hypotheses
+  int index = -1;   // its own among the hypotheses of the step that scores it
 };
 
 struct SentenceState {
@@ -197,8 +183,8 @@ std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
   // eos, so at least `beam` continue.
   const size_t best_count = static_cast<size_t>(2 * beam);
   // Without a filter each hypothesis contributes only its best extensions, which the
-  // scorer may rank itself (best_next_tokens: on a GPU, where the log-probabilities
-  // are); with one, the filter reads and rewrites whole rows. Selecting on the token's
+  // scorer may rank itself (step_best: on a GPU, where the log-probabilities are); with
+  // one, the filter reads and rewrites whole rows. Selecting on the token's
   // log-probability picks what selecting on parent + log-probability picks, except where
   // adding the parent's score in double rounds two different float log-probabilities to
   // one sum at the k-th place (a tie the full path breaks by the smaller token).
@@ -208,33 +194,43 @@ std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
   std::vector<float> best_values;   // [hypotheses, ranked_count] when the scorer ranks
   std::vector<int32_t> best_tokens;
 
-  while (true) {
-    // All live hypotheses of unfinished sentences, scored in one call.
-    std::vector<TokenSequence> prefixes;
-    std::vector<int> source_of;
+  BeamStep step;  // the vectors are kept from step to step
+  std::vector<int> continuations;  // per live hypothesis of a sentence: its chosen children
+  std::vector<size_t> chosen;      // a sentence's chosen candidates
+  for (step.position = 0;; ++step.position) {
+    // All live hypotheses of unfinished sentences, scored in one call: the scorer gets
+    // each one's parent, last token and a view of its prefix, nothing copied.
+    step.source_of.clear();
+    step.parent.clear();
+    step.token.clear();
+    step.prefix.clear();
     for (size_t s = 0; s < states.size(); ++s) {
       if (states[s].done) continue;
-      for (const Live& hypothesis : states[s].live) {
-        prefixes.push_back(hypothesis.tokens);
-        source_of.push_back(static_cast<int>(s));
+      for (Live& hypothesis : states[s].live) {
+        hypothesis.index = step.size();
+        step.source_of.push_back(static_cast<int>(s));
+        step.prefix.push_back(&hypothesis.tokens);
+        if (step.position > 0) {
+          step.parent.push_back(hypothesis.parent);
+          step.token.push_back(hypothesis.tokens.back());
+        }
       }
     }
-    if (prefixes.empty()) break;
-    const bool ranked =
-        options.filter == nullptr && ranked_count > 0 &&
-        scorer.best_next_tokens(prefixes, source_of, ranked_count, best_values, best_tokens);
+    if (step.size() == 0) break;
+    const size_t hypotheses = static_cast<size_t>(step.size());
+    const bool ranked = options.filter == nullptr && ranked_count > 0 &&
+                        scorer.step_best(step, ranked_count, best_values, best_tokens);
     if (ranked) {
-      const size_t expected = prefixes.size() * static_cast<size_t>(ranked_count);
+      const size_t expected = hypotheses * static_cast<size_t>(ranked_count);
       THPC_CHECK(best_values.size() == expected && best_tokens.size() == expected,
                  "the scorer ranked " << best_values.size() << " values and "
-                                      << best_tokens.size() << " tokens for " << prefixes.size()
+                                      << best_tokens.size() << " tokens for " << hypotheses
                                       << " hypotheses of " << ranked_count << " each");
     } else {
-      scorer.log_probs(prefixes, source_of, log_probs);
-      THPC_CHECK(log_probs.size() == prefixes.size() * static_cast<size_t>(vocab),
+      scorer.step(step, log_probs);
+      THPC_CHECK(log_probs.size() == hypotheses * static_cast<size_t>(vocab),
                  "the scorer gave " << log_probs.size() << " log-probabilities for "
-                                    << prefixes.size() << " hypotheses of " << vocab
-                                    << " tokens");
+                                    << hypotheses << " hypotheses of " << vocab << " tokens");
     }
 
     size_t row = 0;
@@ -273,23 +269,41 @@ std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
       const size_t keep = std::min(candidates.size(), best_count);
       std::partial_sort(candidates.begin(), candidates.begin() + keep, candidates.end(),
                         beam_detail::ranks_before);
+      // The sentence takes its best candidates until `beam` of them continue; one that
+      // ends (by eos, or forced at the length limit, which counts eos) is finished.
+      const int generated = step.position + 1;  // tokens of each candidate, eos included
+      auto ends = [&](const Candidate& c) {
+        return c.token == ids.eos || generated >= state.max_len;
+      };
+      chosen.clear();
+      continuations.assign(state.live.size(), 0);
+      int continuing = 0;
+      for (size_t c = 0; c < keep && continuing < beam; ++c) {
+        chosen.push_back(c);
+        ++continuations[candidates[c].parent];
+        continuing += !ends(candidates[c]);
+      }
+      // A parent's tokens are copied for each chosen candidate but its last, which takes
+      // them: a hypothesis' prefix is copied only where the beam branches.
       std::vector<Live> next_live;
-      for (size_t c = 0; c < keep && static_cast<int>(next_live.size()) < beam; ++c) {
+      for (const size_t c : chosen) {
         const Candidate& candidate = candidates[c];
-        const TokenSequence& parent = state.live[candidate.parent].tokens;
-        const int generated = static_cast<int>(parent.size()) + 1;  // with this token
-        if (candidate.token == ids.eos || generated >= state.max_len) {
-          // Ends here: by eos, or forced at the length limit (the limit counts eos).
+        Live& parent = state.live[candidate.parent];
+        TokenSequence tokens;
+        if (--continuations[candidate.parent] == 0) {
+          tokens = std::move(parent.tokens);
+        } else {
+          tokens = parent.tokens;
+        }
+        if (candidate.token != ids.eos) tokens.push_back(candidate.token);
+        if (ends(candidate)) {
           Hypothesis done;
-          done.tokens = parent;
-          if (candidate.token != ids.eos) done.tokens.push_back(candidate.token);
+          done.tokens = std::move(tokens);
           done.log_prob = candidate.log_prob;
           done.score = candidate.log_prob / length_penalty(generated, options.alpha);
           add_finished(state, std::move(done), beam);
         } else {
-          Live extended{parent, candidate.log_prob};
-          extended.tokens.push_back(candidate.token);
-          next_live.push_back(std::move(extended));
+          next_live.push_back(Live{std::move(tokens), candidate.log_prob, parent.index});
         }
       }
       state.live = std::move(next_live);

@@ -2,9 +2,12 @@
 // = input length + 50, early termination when possible).
 //
 // The search is written against a NextTokenScorer, so the same code runs over the
-// model (TransformerScorer: the decoder over each hypothesis' prefix) and over a
-// hand-built score table in the tests. Hypotheses of all sentences are scored together
-// in one call per step.
+// model (CachedTransformerScorer: one position per step through the decoder's caches;
+// TransformerScorer: the decoder over each hypothesis' prefix) and over a hand-built
+// score table in the tests. Hypotheses of all sentences are scored together in one call
+// per step, which hands the scorer what the search holds: each hypothesis' parent in the
+// previous step and the token it appended (a cached scorer reorders its caches by the
+// parents and feeds the tokens), and a view of its whole prefix.
 //
 // Scores: a hypothesis Y has the raw score log P(Y | x) = sum of its tokens' log
 // probabilities (eos included), and is ranked, once finished, by the GNMT length
@@ -12,14 +15,28 @@
 // lp(Y) = ((5 + |Y|) / 6)^alpha and |Y| the number of generated tokens, eos included.
 #pragma once
 
-#include <map>
-#include <utility>
 #include <vector>
 
 #include "data/batch.h"
 #include "model/transformer.h"
 
 namespace thpc {
+
+// The hypotheses of one search step, as the search holds them. Each has generated
+// `position` tokens: at position 0 every sentence has one hypothesis, the empty one (the
+// decoder reads bos), and every later hypothesis extends one of the previous step's by
+// one token. The vectors have one entry per hypothesis (parent and token none at
+// position 0); the search keeps them from step to step.
+struct BeamStep {
+  int position = 0;
+  std::vector<int> source_of;  // its sentence: an index into start()'s sources
+  std::vector<int> parent;     // the previous step's hypothesis it extends (its index there)
+  std::vector<int32_t> token;  // the token it appended to its parent: the one to feed
+  // Its tokens (without bos, `position` of them): the search's own, valid during the
+  // call; for scorers that read whole prefixes (the reference, the tests' tables).
+  std::vector<const TokenSequence*> prefix;
+  int size() const { return static_cast<int>(source_of.size()); }
+};
 
 // Gives log p(next token | source, prefix) for a set of hypotheses.
 class NextTokenScorer {
@@ -28,19 +45,17 @@ class NextTokenScorer {
   virtual int vocab_size() const = 0;
   // Called once per search with the source sentences.
   virtual void start(const std::vector<TokenSequence>& sources) = 0;
-  // prefixes[i] (without bos) extends source sources[source_of[i]]; puts the host
-  // log-probabilities [prefixes.size(), vocab] in `out` (resized: the search passes the
-  // same vector every step, so a scorer that reuses its capacity allocates nothing).
-  virtual void log_probs(const std::vector<TokenSequence>& prefixes,
-                         const std::vector<int>& source_of, std::vector<float>& out) = 0;
-  // The same step, but only each prefix's `count` best next tokens (pad and bos never),
-  // best first, equal log-probabilities in increasing token order: values and tokens
-  // [prefixes.size(), count]. A scorer that ranks where its log-probabilities are (the
-  // model on a GPU) saves moving [prefixes, vocab] to the host. Returns false when the
-  // scorer cannot (the default): the search then asks log_probs().
-  virtual bool best_next_tokens(const std::vector<TokenSequence>& prefixes,
-                                const std::vector<int>& source_of, int count,
-                                std::vector<float>& values, std::vector<int32_t>& tokens) {
+  // Scores the step's hypotheses: puts the host log-probabilities [step.size(), vocab] in
+  // `log_probs` (resized: the search passes the same vector every step, so a scorer that
+  // reuses its capacity allocates nothing). Steps come in order, one per position.
+  virtual void step(const BeamStep& step, std::vector<float>& log_probs) = 0;
+  // The same step, but only each hypothesis' `count` best next tokens (pad and bos
+  // never), best first, equal log-probabilities in increasing token order: values and
+  // tokens [step.size(), count]. A scorer that ranks where its log-probabilities are (the
+  // model on a GPU) saves moving [hypotheses, vocab] to the host. Returns false, having
+  // done nothing, when the scorer cannot (the default): the search then calls step().
+  virtual bool step_best(const BeamStep& step, int count, std::vector<float>& values,
+                         std::vector<int32_t>& tokens) {
     return false;
   }
 };
@@ -52,8 +67,7 @@ class TransformerScorer final : public NextTokenScorer {
   TransformerScorer(Transformer& model, const SpecialIds& ids) : model_(model), ids_(ids) {}
   int vocab_size() const override { return model_.vocab_size(); }
   void start(const std::vector<TokenSequence>& sources) override;
-  void log_probs(const std::vector<TokenSequence>& prefixes, const std::vector<int>& source_of,
-                 std::vector<float>& out) override;
+  void step(const BeamStep& step, std::vector<float>& log_probs) override;
 
  private:
   Transformer& model_;
@@ -62,33 +76,29 @@ class TransformerScorer final : public NextTokenScorer {
   std::vector<int> encoded_source_of_;  // the sources of the rows last encoded
 };
 
-// The model as a scorer with incremental decoding: each source is encoded once, the
-// decoder keeps its self-attention keys/values per hypothesis and each step feeds only
-// the newest token. The beam search hands over whole prefixes; this scorer finds each
-// one's parent among the previous step's prefixes and reorders the caches to match.
+// The model as a scorer with incremental decoding: the sources are encoded once, the
+// decoder keeps its keys and values in the model's DecoderState (model/decoder_state.h),
+// and each step reorders them by the step's parents and feeds only the newest tokens.
 class CachedTransformerScorer final : public NextTokenScorer {
  public:
+  // At most max_len generated tokens per hypothesis.
   CachedTransformerScorer(Transformer& model, const SpecialIds& ids, int max_len)
       : model_(model), ids_(ids), max_len_(max_len) {}
   int vocab_size() const override { return model_.vocab_size(); }
   void start(const std::vector<TokenSequence>& sources) override;
-  void log_probs(const std::vector<TokenSequence>& prefixes, const std::vector<int>& source_of,
-                 std::vector<float>& out) override;
-  bool best_next_tokens(const std::vector<TokenSequence>& prefixes,
-                        const std::vector<int>& source_of, int count,
-                        std::vector<float>& values, std::vector<int32_t>& tokens) override;
+  void step(const BeamStep& step, std::vector<float>& log_probs) override;
+  bool step_best(const BeamStep& step, int count, std::vector<float>& values,
+                 std::vector<int32_t>& tokens) override;
 
  private:
-  // Brings the caches to this step's hypotheses (begins at position 0, else reorders to
-  // each prefix's parent) and returns the tokens to feed; `position` gets the step's.
-  std::vector<int32_t> prepare_step(const std::vector<TokenSequence>& prefixes,
-                                    const std::vector<int>& source_of, int& position);
+  // Brings the decoder state to this step's hypotheses (begins it at position 0, else
+  // reorders it by the parents) and returns the tokens to feed.
+  const std::vector<int32_t>& prepare_step(const BeamStep& step);
 
   Transformer& model_;
   SpecialIds ids_;
   int max_len_;
-  // The previous step's hypotheses: (source, prefix) -> row in the caches.
-  std::map<std::pair<int, TokenSequence>, int> previous_rows_;
+  std::vector<int32_t> bos_;  // the first step's tokens
 };
 
 // Which tokens may extend a hypothesis (constrained decoding, e.g. the parser's
