@@ -4,7 +4,10 @@
 
 #include <sentencepiece_trainer.h>
 
+#include <fstream>
 #include <string>
+
+#include "data_dir.h"
 
 namespace thpc {
 
@@ -16,6 +19,19 @@ inline sentencepiece::util::Status train_test_spm_model(const std::string& text_
       "--input=" + text_file + " --model_prefix=" + prefix +
       " --vocab_size=" + std::to_string(vocab_size) +
       " --model_type=bpe --pad_id=0 --unk_id=1 --bos_id=2 --eos_id=3 --minloglevel=2");
+}
+
+// The tests' usual model: `vocab_size` pieces on the first 3000 Multi30k English
+// sentences ($THPC_DATA/multi30k/train.en, which the caller has checked), written as
+// DIR/spm.model (DIR/sample.en holds the sentences).
+inline sentencepiece::util::Status train_multi30k_spm_model(const std::string& dir,
+                                                            int vocab_size) {
+  std::ifstream corpus(data_path("multi30k/train.en"));
+  std::ofstream sample(dir + "/sample.en");
+  std::string line;
+  for (int i = 0; i < 3000 && std::getline(corpus, line); ++i) sample << line << "\n";
+  sample.close();
+  return train_test_spm_model(dir + "/sample.en", dir + "/spm", vocab_size);
 }
 
 }  // namespace thpc

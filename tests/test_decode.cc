@@ -35,13 +35,7 @@ class DecodeProgram : public ::testing::Test {
     fs::create_directories(dir_);
     // A small SentencePiece model on the first 3000 Multi30k English sentences, with the
     // project's special ids.
-    std::ifstream corpus(data_path("multi30k/train.en"));
-    std::ofstream sample(dir_ / "sample.en");
-    std::string line;
-    for (int i = 0; i < 3000 && std::getline(corpus, line); ++i) sample << line << "\n";
-    sample.close();
-    const auto status =
-        train_test_spm_model((dir_ / "sample.en").string(), (dir_ / "spm").string(), 300);
+    const auto status = train_multi30k_spm_model(dir_.string(), 300);
     ASSERT_TRUE(status.ok()) << status.ToString();
 
     // A small model of that vocabulary, saved as a parameters-only checkpoint.

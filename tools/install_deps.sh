@@ -2,7 +2,19 @@
 # Installs the Debian 12 packages transformer_hpc builds and tests with (as root).
 # The CUDA toolkit (nvcc, cuBLAS, NCCL) is optional: without it the build is CPU-only.
 # Clusters use Spack.yaml instead.
+#   bash tools/install_deps.sh [--ctranslate2]
+# --ctranslate2 also puts CTranslate2 and SentencePiece's Python package into the virtual
+# environment below: tools/convert_to_ctranslate2.py, tools/translate_ctranslate2.py,
+# bench/decode_vs_ctranslate2.sh and the CTranslate2Conversion tests (which skip without
+# them) use them. Optional, and CI does not ask for it: the wheel is ~40 MB.
 set -euo pipefail
+with_ctranslate2=false
+for argument in "$@"; do
+  case $argument in
+    --ctranslate2) with_ctranslate2=true ;;
+    *) echo "install_deps: unknown option '$argument' (the one option is --ctranslate2)" >&2; exit 2 ;;
+  esac
+done
 packages=(
   cmake ninja-build g++ pkg-config ccache
   libopenmpi-dev openmpi-bin
@@ -45,3 +57,10 @@ if ! "$venv/bin/python" -c 'import sacrebleu, tensorboard, matplotlib, h5py' 2>/
   "$venv/bin/python" -m pip install -q 'sacrebleu>=2,<3' 'tensorboard>=2.12' 'matplotlib>=3.6' h5py
 fi
 echo "install_deps: sacrebleu, tensorboard, matplotlib, h5py in $venv (THPC_PYTHON=$venv/bin/python)"
+if $with_ctranslate2; then
+  if ! "$venv/bin/python" -c 'import ctranslate2, sentencepiece' 2>/dev/null; then
+    echo "install_deps: installing ctranslate2 and sentencepiece into $venv"
+    "$venv/bin/python" -m pip install -q 'ctranslate2>=4.5,<5' 'sentencepiece>=0.1.99'
+  fi
+  echo "install_deps: ctranslate2 $("$venv/bin/python" -c 'import ctranslate2; print(ctranslate2.__version__)') in $venv"
+fi

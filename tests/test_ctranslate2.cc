@@ -1,0 +1,266 @@
+// tools/convert_to_ctranslate2.py and tools/translate_ctranslate2.py: our checkpoint as a
+// CTranslate2 model, decoded by CTranslate2 with transformer_decode's search settings,
+// must give transformer_decode's translations: the same weights, the same model.
+//
+// The checkpoints are small random models (2 layers, d_model 32) with every parameter
+// perturbed away from its initial value (layer-norm gains off 1, biases off 0), so that a
+// mapping error anywhere (a transposed or swapped projection, heads in the wrong order,
+// the wrong norm after a sub-layer, the position table's layout, a missing sqrt(d_model))
+// changes the translations: random weights have no symmetry that hides one. Variants
+// cover what the converter maps differently: sinusoidal and learned positions, attention
+// biases, and d_k * h != d_model (CTranslate2's head_dim). Greedy translations must be
+// identical, line for line. Beam search with no length penalty ranks by the raw
+// log-probability on both sides, but CTranslate2 keeps only the finished hypotheses among
+// the first `beam` candidates of a step while ours keeps those ranked before the
+// beam-th continuing one, and it stops when the best candidate ends; the best
+// hypothesis is the same unless two hypotheses tie within the two programs' rounding
+// (which a random model's repetitive outputs do now and then): most lines must agree, and
+// their scores to the 4 decimals printed.
+//
+// Needs a Python with numpy and h5py (the converter's refusals; tools/install_deps.sh
+// installs them), and ctranslate2 and sentencepiece for the translations (`bash
+// tools/install_deps.sh --ctranslate2`; those tests skip without them, since CI does not
+// install CTranslate2). A trained model (Multi30k) is compared the same way by
+// bench/decode_vs_ctranslate2.sh (bench/RESULTS.md).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+#include "config/config.h"
+#include "data_dir.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "model/transformer.h"
+#include "program.h"
+#include "python_interpreter.h"
+#include "spm_model.h"
+
+namespace thpc {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kVocab = 300;
+constexpr int kSentences = 20;
+const std::string kTools = std::string(THPC_SOURCE_DIR) + "/tools/";
+
+class CTranslate2Conversion : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (data_path("multi30k/train.en").empty()) return;  // every test skips in SetUp
+    dir_ = fs::temp_directory_path() / ("thpc_ctranslate2_" + std::to_string(getpid()));
+    fs::create_directories(dir_);
+    // A SentencePiece model on Multi30k English (pad 0, unk 1, bos 2, eos 3), and the
+    // first sentences of the test set to translate.
+    const auto status = train_multi30k_spm_model(dir_.string(), kVocab);
+    ASSERT_TRUE(status.ok()) << status.ToString();
+    std::ifstream test(data_path("multi30k/test_2016_flickr.en"));
+    std::ofstream input(dir_ / "input.en");
+    std::string line;
+    for (int i = 0; i < kSentences && std::getline(test, line); ++i) input << line << "\n";
+  }
+  static void TearDownTestSuite() {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+  void SetUp() override {
+    THPC_REQUIRE_DATA("multi30k/train.en");
+    THPC_REQUIRE_DATA("multi30k/test_2016_flickr.en");
+  }
+
+  // Writes NAME.h5: a model of input/tiny.ini shrunk and changed by `overrides`, every
+  // parameter moved by 0.1 N(0, 1) from its initial value, with the SentencePiece model.
+  static fs::path write_model(const std::string& name, std::vector<std::string> overrides) {
+    for (const char* fixed : {"model.layers=2", "model.d_model=32", "model.d_ff=64",
+                              "model.heads=4", "model.max_positions=48"}) {
+      overrides.insert(overrides.begin(), fixed);
+    }
+    const Config config = load_config(std::string(THPC_SOURCE_DIR) + "/input/tiny.ini", overrides);
+    auto backend = make_cpu_backend(DType::F32);
+    Transformer model(config.model, kVocab, SpecialIds{}, *backend, /*init_seed=*/7);
+    Checkpoint checkpoint;
+    checkpoint.seed = config.train.seed;
+    checkpoint.architecture = architecture_text(config.model, kVocab);
+    checkpoint.config_ini = config.to_ini();
+    checkpoint.params = gather_named(model.params(), *backend, model.params().params());
+    std::mt19937 generator(11);
+    std::normal_distribution<float> normal(0.0f, 0.1f);
+    for (NamedTensor& tensor : checkpoint.params) {
+      for (float& value : tensor.values) value += normal(generator);
+    }
+    checkpoint.spm_model = read_file(dir_ / "spm.model");
+    const fs::path path = dir_ / (name + ".h5");
+    write_checkpoint(path.string(), checkpoint);
+    return path;
+  }
+
+  // Runs `python` on a script of tools/ with `arguments`.
+  static ProcessResult run_tool(const std::string& python, const std::string& script,
+                                const std::string& arguments) {
+    return run_process(python + " " + kTools + script + " " + arguments);
+  }
+
+  // The interpreter, when it can import `modules`; otherwise skips (or, for modules that
+  // tools/install_deps.sh installs into a named interpreter, fails).
+  static std::string interpreter_with(const std::string& modules, bool optional,
+                                      std::string& why_not) {
+    const Interpreter interpreter = python_interpreter();
+    const ProcessResult imported =
+        run_process(interpreter.path + " -c 'import " + modules + "'");
+    if (imported.exit_code == 0) return interpreter.path;
+    const std::vector<std::string> said = lines_of(imported.output);  // the error is last
+    why_not = interpreter.path + " cannot import " + modules + " (" +
+              (optional ? "bash tools/install_deps.sh --ctranslate2 installs them"
+                        : "bash tools/install_deps.sh installs them") +
+              " into ~/.cache/thpc-venv, or set THPC_PYTHON): " +
+              (said.empty() ? std::string() : said.back());
+    if (!optional && interpreter.named) ADD_FAILURE() << why_not;
+    return {};
+  }
+
+  // transformer_decode's and CTranslate2's translations of input.en, with `search`
+  // options both programs take (--greedy, --beam N, --lenpen A, --nbest N).
+  static void translate_both(const fs::path& checkpoint, const std::string& python,
+                             const std::string& search, std::string& ours,
+                             std::string& theirs) {
+    const fs::path model = dir_ / (checkpoint.stem().string() + "_ct2");
+    const ProcessResult converted =
+        run_tool(python, "convert_to_ctranslate2.py",
+                 "--checkpoint " + checkpoint.string() + " --output_dir " + model.string() +
+                     " --force");
+    ASSERT_EQ(converted.exit_code, 0) << converted.output;
+    const fs::path input = dir_ / "input.en";
+    const fs::path our_file = dir_ / "ours.txt", their_file = dir_ / "theirs.txt";
+    const ProcessResult decoded = run_process(
+        std::string(THPC_BINARY_DIR) + "/transformer_decode --checkpoint " +
+        checkpoint.string() + " --input " + input.string() + " --output " +
+        our_file.string() + " --threads 1 " + search);
+    ASSERT_EQ(decoded.exit_code, 0) << decoded.output;
+    const ProcessResult translated =
+        run_tool(python, "translate_ctranslate2.py",
+                 "--model " + model.string() + " --input " + input.string() + " --output " +
+                     their_file.string() + " " + search);
+    ASSERT_EQ(translated.exit_code, 0) << translated.output;
+    ours = read_file(our_file);
+    theirs = read_file(their_file);
+  }
+
+  static fs::path dir_;
+};
+
+fs::path CTranslate2Conversion::dir_;
+
+TEST_F(CTranslate2Conversion, GreedyTranslationsAreIdenticalForEveryMapping) {
+  std::string why_not;
+  const std::string python = interpreter_with("ctranslate2, sentencepiece, h5py, numpy",
+                                              /*optional=*/true, why_not);
+  if (python.empty()) GTEST_SKIP() << why_not;
+  const std::vector<std::pair<std::string, std::vector<std::string>>> variants = {
+      {"sinusoidal", {}},
+      {"learned", {"model.positions=learned"}},
+      {"biases", {"model.attention_bias=true"}},
+      {"head_width", {"model.d_k=16", "model.d_v=16"}},  // 4 heads of 16 in d_model 32
+  };
+  for (const auto& [name, overrides] : variants) {
+    std::string ours, theirs;
+    translate_both(write_model(name, overrides), python, "--greedy", ours, theirs);
+    const std::vector<std::string> our_lines = lines_of(ours), their_lines = lines_of(theirs);
+    ASSERT_EQ(our_lines.size(), static_cast<size_t>(kSentences)) << name;
+    ASSERT_EQ(their_lines.size(), our_lines.size()) << name;
+    for (int i = 0; i < kSentences; ++i) {
+      EXPECT_FALSE(our_lines[i].empty()) << name << " line " << i + 1;
+      EXPECT_EQ(their_lines[i], our_lines[i]) << name << " line " << i + 1;
+    }
+  }
+}
+
+// "LINE ||| text ||| score" lines (--nbest) as {text, score} per line, the best first.
+std::vector<std::pair<std::string, double>> best_of_each(const std::string& nbest) {
+  std::vector<std::pair<std::string, double>> best;
+  for (const std::string& line : lines_of(nbest)) {
+    const size_t first = line.find(" ||| "), second = line.rfind(" ||| ");
+    if (first == std::string::npos || second == first) continue;
+    const size_t number = std::stoul(line.substr(0, first));
+    if (number < best.size()) continue;  // not the first of its sentence
+    best.resize(number + 1);
+    best[number] = {line.substr(first + 5, second - first - 5), std::stod(line.substr(second + 5))};
+  }
+  return best;
+}
+
+TEST_F(CTranslate2Conversion, BeamSearchWithoutLengthPenaltyFindsTheSameBest) {
+  std::string why_not;
+  const std::string python = interpreter_with("ctranslate2, sentencepiece, h5py, numpy",
+                                              /*optional=*/true, why_not);
+  if (python.empty()) GTEST_SKIP() << why_not;
+  std::string ours, theirs;
+  translate_both(write_model("beam", {}), python, "--beam 4 --lenpen 0 --nbest 2", ours,
+                 theirs);
+  const auto our_best = best_of_each(ours), their_best = best_of_each(theirs);
+  ASSERT_EQ(our_best.size(), static_cast<size_t>(kSentences)) << ours;
+  ASSERT_EQ(their_best.size(), our_best.size()) << theirs;
+  int same = 0;
+  for (int i = 0; i < kSentences; ++i) {
+    if (our_best[i].first != their_best[i].first) continue;
+    ++same;
+    // Printed with 4 decimals: half a unit of the last place each, and fp32 sums of
+    // ~60 log-probabilities in a different order (~1e-5).
+    EXPECT_NEAR(our_best[i].second, their_best[i].second, 2e-4) << "line " << i + 1;
+  }
+  std::cout << same << " of " << kSentences << " best translations identical\n";
+  // Measured: 20 of 20 with this model; a near-tie decided otherwise would show as 19.
+  EXPECT_GE(same, kSentences - 2) << "ours:\n" << ours << "CTranslate2:\n" << theirs;
+}
+
+TEST_F(CTranslate2Conversion, ConverterRefusesWhatItCannotConvertWithOneLine) {
+  std::string why_not;
+  const std::string python = interpreter_with("h5py, numpy", /*optional=*/false, why_not);
+  if (python.empty()) GTEST_SKIP() << why_not;
+  const fs::path out = dir_ / "refused";
+  auto convert = [&](const std::string& arguments) {
+    return run_tool(python, "convert_to_ctranslate2.py", arguments);
+  };
+  struct Case {
+    std::string arguments, message;
+    int exit_code;
+  };
+  const fs::path widths = write_model("widths", {"model.d_k=8", "model.d_v=16"});
+  const fs::path damaged = dir_ / "damaged.h5";
+  fs::copy_file(write_model("good", {}), damaged, fs::copy_options::overwrite_existing);
+  {
+    std::fstream file(damaged, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(4096);
+    file.put('\x5a');
+  }
+  const std::vector<Case> cases = {
+      {"--checkpoint " + widths.string() + " --output_dir " + out.string(),
+       "d_k = 8 and d_v = 16 differ: CTranslate2's attention has one head width", 1},
+      {"--checkpoint " + damaged.string() + " --output_dir " + out.string(),
+       "bad checksum for the file", 1},
+      {"--checkpoint " + (dir_ / "absent.h5").string() + " --output_dir " + out.string(),
+       "absent.h5: No such file or directory", 1},
+      {"--checkpoint " + (dir_ / "spm.model").string() + " --output_dir " + out.string(),
+       "not a transformer_hpc checkpoint", 1},
+      {"--checkpoint " + widths.string() + " --output_dir " + dir_.string(),
+       dir_.string() + " exists (--force replaces it)", 1},
+      {"--checkpoint " + widths.string(), "the following arguments are required: --output_dir",
+       2},
+  };
+  for (const Case& c : cases) {
+    const ProcessResult refused = convert(c.arguments);
+    EXPECT_EQ(refused.exit_code, c.exit_code) << c.arguments << "\n" << refused.output;
+    EXPECT_NE(refused.output.find(c.message), std::string::npos) << refused.output;
+    EXPECT_EQ(lines_of(refused.output).size(), 1u) << refused.output;
+    EXPECT_FALSE(fs::exists(out)) << c.arguments;
+  }
+}
+
+}  // namespace
+}  // namespace thpc

@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Translates with CTranslate2 over a model tools/convert_to_ctranslate2.py wrote, with
+transformer_decode's search settings, so that both decode the same weights the same way.
+
+  tools/translate_ctranslate2.py --model DIR [--input FILE] [--output FILE] [--beam N]
+      [--greedy] [--lenpen A] [--max-len-a A] [--max-len-b B] [--nbest N]
+      [--batch-tokens N | --batch-sentences N] [--threads N] [--device cpu|cuda]
+      [--compute-type TYPE] [--stats]
+
+One output line per input line, in input order (an empty line gives an empty line), the
+SentencePiece model of DIR turning text into pieces and back. What each option sets:
+  --beam, --greedy        beam_size (greedy: 1)
+  --lenpen A              CTranslate2's length_penalty: a finished hypothesis of n tokens
+                          (eos not counted) is ranked by log P / n^A. Not transformer_decode's
+                          GNMT penalty, log P / ((5 + n + 1) / 6)^A (eos counted): only A = 0,
+                          the raw log-probability, ranks alike on both (the default here)
+  --max-len-a, --max-len-b  at most a * |x| + b target tokens, eos counted, capped at the
+                          model's max_positions - 1, as transformer_decode (a hypothesis that
+                          reaches it ends there); sentences with equal limits go to
+                          CTranslate2 together (max_decoding_length is one per call)
+  always                  min_decoding_length 0 (eos may come first, as in ours), inputs
+                          longer than max_positions - 1 pieces truncated, with a warning, as
+                          ours. Ours never extends a hypothesis by <pad> or <s>, leaving
+                          them out after the softmax; CTranslate2's suppress_sequences
+                          would leave them out before it, which raises every other token's
+                          log-probability by -log(1 - p(<pad>) - p(<s>)), so nothing is
+                          suppressed here: the log-probabilities are the same, and the
+                          programs differ only where <pad> or <s> would rank among the
+                          best (never, in a trained model: neither is ever a target)
+  --batch-tokens N        CTranslate2's batch_type "tokens", max_batch_size N (default 4096:
+                          transformer_decode's --batch-tokens); --batch-sentences N: "examples"
+  --threads N             intra_threads N, inter_threads 1 (default: 1)
+  --compute-type          float32 (default), float16, bfloat16, int8, ... (CTranslate2's)
+  --stats                 a last line on stderr: ct2_stats: load_s=... translate_s=...
+                          sentences=... tokens=... (tokens: the output pieces, eos not
+                          counted, as bench/cpu_decode_speed.sh counts ours)
+--nbest N prints `LINE ||| translation ||| score` lines as transformer_decode does.
+Needs ctranslate2 and sentencepiece (`bash tools/install_deps.sh --ctranslate2`). Exit
+codes: 0 done, 2 a bad command line, 1 a model or file that cannot be read.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+PROGRAM = "translate_ctranslate2.py"
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):
+        sys.stderr.write(f"{PROGRAM}: {message} (see --help)\n")
+        sys.exit(2)
+
+
+def fail(message):
+    sys.stderr.write(f"{PROGRAM}: error: {message}\n")
+    sys.exit(1)
+
+
+def parse_arguments():
+    parser = Parser(prog=PROGRAM, description=__doc__.split("\n\n")[0],
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="a convert_to_ctranslate2.py directory")
+    parser.add_argument("--input", default="-", help="source text, one sentence a line")
+    parser.add_argument("--output", default="-")
+    parser.add_argument("--beam", type=int, default=4)
+    parser.add_argument("--greedy", action="store_true", help="beam 1")
+    parser.add_argument("--lenpen", type=float, default=0.0)
+    parser.add_argument("--max-len-a", type=int, default=1)
+    parser.add_argument("--max-len-b", type=int, default=50)
+    parser.add_argument("--nbest", type=int, default=1)
+    batching = parser.add_mutually_exclusive_group()
+    batching.add_argument("--batch-tokens", type=int, default=4096)
+    batching.add_argument("--batch-sentences", type=int)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--compute-type", default="float32")
+    parser.add_argument("--stats", action="store_true")
+    args = parser.parse_args()
+    if args.greedy:
+        args.beam = 1
+    if min(args.beam, args.nbest, args.threads, args.batch_tokens,
+           args.batch_sentences or 1) < 1 or args.nbest > args.beam:
+        parser.error("--beam, --nbest, --threads and the batch size must be >= 1, "
+                     "--nbest <= --beam")
+    if args.max_len_a < 0 or args.max_len_b < 0 or args.lenpen < 0:
+        parser.error("--max-len-a, --max-len-b and --lenpen must be >= 0")
+    return args
+
+
+def main():
+    args = parse_arguments()
+    try:
+        import ctranslate2
+        import sentencepiece
+    except ImportError as missing:
+        fail(f"needs ctranslate2 and sentencepiece ({missing}); "
+             "bash tools/install_deps.sh --ctranslate2 installs them")
+    try:
+        with open(os.path.join(args.model, "thpc_model.json"), encoding="utf-8") as file:
+            about = json.load(file)
+        max_positions = int(about["max_positions"])
+    except (OSError, ValueError, KeyError) as error:
+        fail(f"{args.model}: not a model convert_to_ctranslate2.py wrote ({error})")
+    spm = sentencepiece.SentencePieceProcessor()
+    if not spm.Load(os.path.join(args.model, "spm.model")):
+        fail(f"{args.model}/spm.model cannot be loaded")
+    try:
+        source = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")
+        lines = [line.rstrip("\n") for line in source]
+    except OSError as error:
+        fail(f"cannot read input file '{args.input}': {error.strerror}")
+
+    started = time.perf_counter()
+    try:
+        translator = ctranslate2.Translator(args.model, device=args.device,
+                                           compute_type=args.compute_type,
+                                           intra_threads=args.threads, inter_threads=1)
+    except (RuntimeError, ValueError) as error:
+        fail(f"{args.model}: {error}")
+    loaded = time.perf_counter()
+
+    # Pieces per line, truncated as transformer_decode truncates (the source's eos needs
+    # the last position); the limit of each, as its beam search computes it.
+    longest = max_positions - 1
+    pieces, limits = [], []
+    for number, line in enumerate(lines, 1):
+        tokens = spm.encode(line, out_type=str) if line.strip() else []
+        if len(tokens) > longest:
+            sys.stderr.write(f"{PROGRAM}: warning: line {number} has {len(tokens)} pieces, "
+                             f"truncated to {longest} (model.max_positions = {max_positions})\n")
+            tokens = tokens[:longest]
+        pieces.append(tokens)
+        limits.append(max(1, min(args.max_len_a * len(tokens) + args.max_len_b, longest)))
+
+    groups = {}
+    for i, tokens in enumerate(pieces):
+        if tokens:
+            groups.setdefault(limits[i], []).append(i)
+    results = [None] * len(lines)
+    for limit, members in sorted(groups.items()):
+        found = translator.translate_batch(
+            [pieces[i] for i in members],
+            max_batch_size=args.batch_sentences or args.batch_tokens,
+            batch_type="examples" if args.batch_sentences else "tokens",
+            beam_size=args.beam, num_hypotheses=args.nbest, length_penalty=args.lenpen,
+            max_decoding_length=limit, min_decoding_length=0,
+            max_input_length=max_positions,
+            return_scores=True)
+        for i, result in zip(members, found):
+            results[i] = result
+    translated = time.perf_counter()
+
+    tokens = 0
+    out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
+    for i, result in enumerate(results):
+        hypotheses = result.hypotheses if result is not None else []
+        scores = result.scores if result is not None else []
+        if hypotheses:
+            tokens += len(hypotheses[0])
+        if args.nbest == 1:
+            out.write((spm.decode(hypotheses[0]) if hypotheses else "") + "\n")
+            continue
+        for hypothesis, score in zip(hypotheses, scores):
+            out.write(f"{i} ||| {spm.decode(hypothesis)} ||| {score:.4f}\n")
+        if not hypotheses:
+            out.write(f"{i} |||  ||| 0.0000\n")
+    out.flush()
+    if args.stats:
+        sys.stderr.write(f"ct2_stats: load_s={loaded - started:.3f} "
+                         f"translate_s={translated - loaded:.3f} "
+                         f"sentences={sum(1 for p in pieces if p)} tokens={tokens}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
