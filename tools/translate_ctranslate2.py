@@ -49,19 +49,21 @@ PROGRAM = "translate_ctranslate2.py"
 
 class Parser(argparse.ArgumentParser):
     def error(self, message):
-        sys.stderr.write(f"{PROGRAM}: {message} (see --help)\n")
+        sys.stderr.write(f"{self.prog}: {message} (see --help)\n")
         sys.exit(2)
 
 
-def fail(message):
-    sys.stderr.write(f"{PROGRAM}: error: {message}\n")
+def fail(message, program=PROGRAM):
+    sys.stderr.write(f"{program}: error: {message}\n")
     sys.exit(1)
 
 
-def parse_arguments():
-    parser = Parser(prog=PROGRAM, description=__doc__.split("\n\n")[0],
+def parse_arguments(program=PROGRAM, description=__doc__, model_option="--model",
+                    model_help="a convert_to_ctranslate2.py directory"):
+    """The command line, also bench/hf_marian_translate.py's (with --checkpoint)."""
+    parser = Parser(prog=program, description=description.split("\n\n")[0],
                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="a convert_to_ctranslate2.py directory")
+    parser.add_argument(model_option, required=True, help=model_help)
     parser.add_argument("--input", default="-", help="source text, one sentence a line")
     parser.add_argument("--output", default="-")
     parser.add_argument("--beam", type=int, default=4)
@@ -89,74 +91,47 @@ def parse_arguments():
     return args
 
 
-def main():
-    args = parse_arguments()
-    try:
-        import ctranslate2
-        import sentencepiece
-    except ImportError as missing:
-        fail(f"needs ctranslate2 and sentencepiece ({missing}); "
-             "bash tools/install_deps.sh --ctranslate2 installs them")
-    try:
-        with open(os.path.join(args.model, "thpc_model.json"), encoding="utf-8") as file:
-            about = json.load(file)
-        max_positions = int(about["max_positions"])
-    except (OSError, ValueError, KeyError) as error:
-        fail(f"{args.model}: not a model convert_to_ctranslate2.py wrote ({error})")
-    spm = sentencepiece.SentencePieceProcessor()
-    if not spm.Load(os.path.join(args.model, "spm.model")):
-        fail(f"{args.model}/spm.model cannot be loaded")
+def translate(args, program, tag, max_positions, spm, load, translate_group):
+    """The driver both translate_ctranslate2.py and bench/hf_marian_translate.py run:
+    reads args.input, `load()`s the model (timed apart), hands each group of sentences
+    with one length limit to `translate_group(model, pieces, limit)` (which returns a
+    (hypotheses, scores) pair per sentence, hypotheses as piece or id lists, best first),
+    writes the translations as transformer_decode does, and with --stats a last stderr
+    line `TAG: load_s=... translate_s=... sentences=... tokens=...`."""
     try:
         source = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")
         lines = [line.rstrip("\n") for line in source]
     except OSError as error:
-        fail(f"cannot read input file '{args.input}': {error.strerror}")
+        fail(f"cannot read input file '{args.input}': {error.strerror}", program)
 
     started = time.perf_counter()
-    try:
-        translator = ctranslate2.Translator(args.model, device=args.device,
-                                           compute_type=args.compute_type,
-                                           intra_threads=args.threads, inter_threads=1)
-    except (RuntimeError, ValueError) as error:
-        fail(f"{args.model}: {error}")
+    model = load()
     loaded = time.perf_counter()
 
     # Pieces per line, truncated as transformer_decode truncates (the source's eos needs
     # the last position); the limit of each, as its beam search computes it.
     longest = max_positions - 1
-    pieces, limits = [], []
+    pieces, groups = [], {}
     for number, line in enumerate(lines, 1):
         tokens = spm.encode(line, out_type=str) if line.strip() else []
         if len(tokens) > longest:
-            sys.stderr.write(f"{PROGRAM}: warning: line {number} has {len(tokens)} pieces, "
+            sys.stderr.write(f"{program}: warning: line {number} has {len(tokens)} pieces, "
                              f"truncated to {longest} (model.max_positions = {max_positions})\n")
             tokens = tokens[:longest]
         pieces.append(tokens)
-        limits.append(max(1, min(args.max_len_a * len(tokens) + args.max_len_b, longest)))
-
-    groups = {}
-    for i, tokens in enumerate(pieces):
         if tokens:
-            groups.setdefault(limits[i], []).append(i)
-    results = [None] * len(lines)
+            limit = max(1, min(args.max_len_a * len(tokens) + args.max_len_b, longest))
+            groups.setdefault(limit, []).append(number - 1)
+    results = [([], [])] * len(lines)
     for limit, members in sorted(groups.items()):
-        found = translator.translate_batch(
-            [pieces[i] for i in members],
-            max_batch_size=args.batch_sentences or args.batch_tokens,
-            batch_type="examples" if args.batch_sentences else "tokens",
-            beam_size=args.beam, num_hypotheses=args.nbest, length_penalty=args.lenpen,
-            max_decoding_length=limit, min_decoding_length=0,
-            max_input_length=max_positions,
-            return_scores=True)
+        found = translate_group(model, [pieces[i] for i in members], limit)
         for i, result in zip(members, found):
             results[i] = result
     translated = time.perf_counter()
 
     tokens = 0
     out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
-    for i, result in enumerate(results):
-        hypotheses = result.hypotheses if result is not None else []
-        scores = result.scores if result is not None else []
+    for i, (hypotheses, scores) in enumerate(results):
         if hypotheses:
             tokens += len(hypotheses[0])
         if args.nbest == 1:
@@ -168,9 +143,46 @@ def main():
             out.write(f"{i} |||  ||| 0.0000\n")
     out.flush()
     if args.stats:
-        sys.stderr.write(f"ct2_stats: load_s={loaded - started:.3f} "
+        sys.stderr.write(f"{tag}: load_s={loaded - started:.3f} "
                          f"translate_s={translated - loaded:.3f} "
                          f"sentences={sum(1 for p in pieces if p)} tokens={tokens}\n")
+
+
+def main():
+    args = parse_arguments()
+    try:
+        import ctranslate2
+        import sentencepiece
+    except ImportError as missing:
+        fail(f"needs ctranslate2 and sentencepiece ({missing}); "
+             "bash tools/install_deps.sh --ctranslate2 installs them")
+    try:
+        with open(os.path.join(args.model, "thpc_model.json"), encoding="utf-8") as file:
+            max_positions = int(json.load(file)["max_positions"])
+    except (OSError, ValueError, KeyError) as error:
+        fail(f"{args.model}: not a model convert_to_ctranslate2.py wrote ({error})")
+    spm = sentencepiece.SentencePieceProcessor()
+    if not spm.Load(os.path.join(args.model, "spm.model")):
+        fail(f"{args.model}/spm.model cannot be loaded")
+
+    def load():
+        try:
+            return ctranslate2.Translator(args.model, device=args.device,
+                                          compute_type=args.compute_type,
+                                          intra_threads=args.threads, inter_threads=1)
+        except (RuntimeError, ValueError) as error:
+            fail(f"{args.model}: {error}")
+
+    def translate_group(translator, sources, limit):
+        found = translator.translate_batch(
+            sources, max_batch_size=args.batch_sentences or args.batch_tokens,
+            batch_type="examples" if args.batch_sentences else "tokens",
+            beam_size=args.beam, num_hypotheses=args.nbest, length_penalty=args.lenpen,
+            max_decoding_length=limit, min_decoding_length=0,
+            max_input_length=max_positions, return_scores=True)
+        return [(result.hypotheses, result.scores) for result in found]
+
+    translate(args, PROGRAM, "ct2_stats", max_positions, spm, load, translate_group)
     return 0
 
 

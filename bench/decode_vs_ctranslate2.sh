@@ -1,0 +1,213 @@
+#!/usr/bin/env bash
+# Decoding speed against CTranslate2 (and Hugging Face generate) on the same weights, the
+# same sentences and the same search, in one run on one machine:
+#
+#   [DEVICE=cpu|cuda] [THREADS="1 2"] [RUNS=2] [MAX_LEN=80] [BEAM=4] [PYTHON=...]
+#       bash bench/decode_vs_ctranslate2.sh CHECKPOINT [LINES]
+#
+# The checkpoint is converted once (tools/convert_to_ctranslate2.py; not timed), the first
+# LINES lines of $THPC_DATA/wmt14_test/newstest2014.en (default 40 on the CPU, 3003 on the
+# GPU) are translated by transformer_decode, by CTranslate2 (tools/translate_ctranslate2.py)
+# and by generate() of a Marian model holding the same weights
+# (bench/hf_marian_translate.py, CPU only, skipped with the reason when torch or
+# transformers is missing): beam BEAM, no length penalty (CTranslate2's and Hugging Face's
+# penalties are not our GNMT one; without one all three rank by log P), every output
+# limited to MAX_LEN tokens, eos counted (a fixed limit: the same for every sentence and
+# system; a random-init model runs every hypothesis to it), fp32 on the CPU. Tokens are
+# the SentencePiece pieces of each system's output (the checkpoint's model, eos not
+# counted, as bench/cpu_decode_speed.sh counts). Each system's time with model load
+# excluded is its decoding alone: CTranslate2's and HF's from the helper's own clock
+# (translate_batch/generate), ours as the program's wall time less the wall time of the
+# same command on an empty input (start, checkpoint read and verify, model build); the
+# wall time with everything is given beside it. The systems are alternated RUNS times
+# for each thread count; medians are reported.
+#
+# CPU (DEVICE=cpu): for each N in THREADS, ours --threads N (N workers of one thread),
+# CTranslate2 intra_threads N (inter_threads 1), torch.set_num_threads(N). One line per N:
+#   decode_vs_ctranslate2: device=cpu threads=N lines=L beam=B max_len=M ours_tok_s=A
+#     ct2_tok_s=B ratio=A/B hf_tok_s=C hf_ratio=A/C ours_wall_tok_s=.. ct2_wall_tok_s=..
+#     hf_wall_tok_s=.. tokens_ours=.. tokens_ct2=.. tokens_hf=.. same_as_ct2=K/L
+#     same_as_hf=K/L loadavg=...
+# (same_as_*: output lines identical to ours, first run; ratio > 1: ours faster.)
+#
+# GPU (DEVICE=cuda): CTranslate2 fp16 and bf16 in batches of 32 sentences; ours in bf16
+# (the checkpoint's train.precision; train.backend auto finds the GPU) in 4,096-token
+# batches and in batches of about 32 sentences (--batch-tokens 32 x the mean padded source
+# length: transformer_decode batches by tokens only). First it checks that CTranslate2's
+# wheel runs on the GPU (its PyPI wheels link CUDA 12's libcublas); when it cannot, it says
+# why and prints CTranslate2's published anchor instead of a ratio. One line:
+#   decode_vs_ctranslate2: device=cuda lines=L beam=B max_len=M ours_bf16_tok_s=A
+#     ours_bf16_b32_tok_s=.. ours_wall_tok_s=.. ct2_fp16_b32_tok_s=B ct2_bf16_b32_tok_s=..
+#     ratio_fp16_b32=ours_b32/B ...
+#
+# PYTHON: an interpreter with ctranslate2, sentencepiece, h5py and numpy (torch and
+# transformers for the HF peer); default $THPC_PYTHON, else $THPC_VENV/bin/python or
+# ~/.cache/thpc-venv/bin/python (`bash tools/install_deps.sh --ctranslate2`), else python3.
+# WHEELS=DIR (default .whl when it exists): a folder of wheels (`pip download`, see
+# bench/RESULTS.md) installed with --target into a folder put on PYTHONPATH when PYTHON
+# lacks ctranslate2: for a machine without network (the GPU host has numpy, pyyaml, h5py
+# and sentencepiece; only CTranslate2's wheel travels). THPC_BUILD names the build directory (default build).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ $# -ge 1 ] || { sed -n '2,50p' "$0" >&2; exit 2; }
+checkpoint=$1
+device=${DEVICE:-cpu}
+case $device in
+  cpu) lines=${2:-40} ;;
+  cuda) lines=${2:-3003} ;;
+  *) echo "DEVICE must be cpu or cuda, not '$device'" >&2; exit 2 ;;
+esac
+read -r -a thread_counts <<< "${THREADS:-1 2}"
+runs=${RUNS:-2}
+max_len=${MAX_LEN:-80}
+beam=${BEAM:-4}
+build=${THPC_BUILD:-build}
+data=${WMT14_TEST:-${THPC_DATA:-}/wmt14_test}
+[ -f "$checkpoint" ] || { echo "checkpoint '$checkpoint' not found" >&2; exit 2; }
+[ -f "$data/newstest2014.en" ] || { echo "$data/newstest2014.en not found: run 'bash tools/fetch_data.sh wmt14_test DIR' and set THPC_DATA=DIR" >&2; exit 1; }
+[ -x "$build/transformer_decode" ] || { echo "build first: cmake --build $build" >&2; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# The interpreter, as tests/python_interpreter.h finds it, or one made from WHEELS.
+venv_python=${THPC_VENV:-$HOME/.cache/thpc-venv}/bin/python
+python=${PYTHON:-${THPC_PYTHON:-$( [ -x "$venv_python" ] && echo "$venv_python" || echo python3)}}
+wheels=${WHEELS:-$( [ -d .whl ] && echo .whl || true)}
+if ! "$python" -c 'import ctranslate2, sentencepiece, h5py, numpy' 2> /dev/null; then
+  if [ -n "$wheels" ] && ls "$wheels"/ctranslate2-*.whl > /dev/null 2>&1; then
+    echo "$python lacks ctranslate2: installing the wheels of $wheels into $work/site"
+    "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target "$work/site" "$wheels"/*.whl
+    export PYTHONPATH=$work/site${PYTHONPATH:+:$PYTHONPATH}
+    "$python" -c 'import ctranslate2, sentencepiece, h5py, numpy' || {
+      echo "$python still cannot import ctranslate2, sentencepiece, h5py and numpy: add their wheels to $wheels" >&2
+      exit 1; }
+  else
+    echo "$python cannot import ctranslate2, sentencepiece, h5py and numpy: bash tools/install_deps.sh --ctranslate2 (or set PYTHON, or WHEELS=DIR)" >&2
+    exit 1
+  fi
+fi
+hf=yes
+hf_why=""
+if [ "$device" = cpu ]; then
+  if ! hf_why=$("$python" -c 'import torch, transformers' 2>&1); then
+    hf=no
+    hf_why=$(echo "$hf_why" | tail -1)
+  fi
+else
+  hf=no
+  hf_why="the GPU comparison is with CTranslate2"
+fi
+
+echo "$(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "checkpoint $checkpoint: $(h5dump -a /architecture "$checkpoint" | grep -o '"layers=[^"]*"')"
+echo "ctranslate2 $("$python" -c 'import ctranslate2; print(ctranslate2.__version__)') from $python"
+[ "$hf" = yes ] && echo "transformers $("$python" -c 'import transformers, torch; print(transformers.__version__, "torch", torch.__version__)')" \
+  || echo "Hugging Face peer skipped: $hf_why"
+
+head -n "$lines" "$data/newstest2014.en" > "$work/source.en"
+: > "$work/empty.en"
+"$python" tools/convert_to_ctranslate2.py --checkpoint "$checkpoint" --output_dir "$work/ct2_model"
+spm=$work/ct2_model/spm.model
+pieces() { spm_encode --model "$spm" < "$1" | wc -w; }
+same_lines() { paste -d '\t' "$1" "$2" | awk -F'\t' '$1 == $2' | wc -l; }
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+seconds() {  # seconds COMMAND...: runs it, prints its wall seconds, stdout and stderr to $work/log
+  local start end
+  start=$(date +%s.%N)
+  "$@" > "$work/log" 2>&1 || { cat "$work/log" >&2; return 1; }
+  end=$(date +%s.%N)
+  awk -v a="$start" -v b="$end" 'BEGIN { printf "%.3f\n", b - a }'
+}
+stat_of() { grep -o "$1=[0-9.]*" "$work/log" | tail -1 | cut -d= -f2; }
+search=(--beam "$beam" --lenpen 0 --max-len-a 0 --max-len-b "$max_len")
+
+# ours NAME OPTIONS...: one timed decode; appends "tokens decode_s wall_s" to $work/NAME.
+ours() {
+  local name=$1
+  shift
+  local load wall
+  load=$(seconds "$build/transformer_decode" --checkpoint "$checkpoint" --input "$work/empty.en" --output /dev/null "${search[@]}" "$@")
+  wall=$(seconds "$build/transformer_decode" --checkpoint "$checkpoint" --input "$work/source.en" --output "$work/$name.out" "${search[@]}" "$@")
+  echo "$(pieces "$work/$name.out") $(awk -v w="$wall" -v l="$load" 'BEGIN { print w - l }') $wall" >> "$work/$name"
+}
+# peer NAME SCRIPT MODEL_OPTION MODEL OPTIONS...: the same for a Python helper (--stats).
+peer() {
+  local name=$1 script=$2 option=$3 model=$4
+  shift 4
+  local wall
+  wall=$(seconds "$python" "$script" "$option" "$model" --input "$work/source.en" --output "$work/$name.out" "${search[@]}" --stats "$@")
+  echo "$(pieces "$work/$name.out") $(stat_of translate_s) $wall" >> "$work/$name"
+}
+# field NAME COLUMN: the median of that column over the runs; rate NAME COLUMN: tokens/s.
+rate() { awk -v c="$2" '{ printf "%.1f\n", $1 / $c }' "$work/$1" | median; }
+tokens() { awk '{ print $1 }' "$work/$1" | median; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "n/a" }'; }
+
+if [ "$device" = cpu ]; then
+  for threads in "${thread_counts[@]}"; do
+    rm -f "$work"/{ours,ct2,hf}
+    for run in $(seq "$runs"); do
+      ours ours --threads "$threads"
+      peer ct2 tools/translate_ctranslate2.py --model "$work/ct2_model" --threads "$threads"
+      [ "$hf" = yes ] && peer hf bench/hf_marian_translate.py --checkpoint "$checkpoint" --threads "$threads"
+      [ "$run" = 1 ] && { same_ct2=$(same_lines "$work/ours.out" "$work/ct2.out")
+                          same_hf=$([ "$hf" = yes ] && same_lines "$work/ours.out" "$work/hf.out" || echo n/a); }
+      echo "threads $threads run $run (tokens, decode s, wall s): ours $(tail -1 "$work/ours") | ct2 $(tail -1 "$work/ct2")$([ "$hf" = yes ] && echo " | hf $(tail -1 "$work/hf")")"
+    done
+    ours_tok_s=$(rate ours 2)
+    ct2_tok_s=$(rate ct2 2)
+    hf_tok_s=n/a hf_wall=n/a hf_tokens=n/a
+    [ "$hf" = yes ] && { hf_tok_s=$(rate hf 2); hf_wall=$(rate hf 3); hf_tokens=$(tokens hf); }
+    echo "decode_vs_ctranslate2: device=cpu threads=$threads lines=$lines beam=$beam max_len=$max_len" \
+      "ours_tok_s=$ours_tok_s ct2_tok_s=$ct2_tok_s ratio=$(ratio "$ours_tok_s" "$ct2_tok_s")" \
+      "hf_tok_s=$hf_tok_s hf_ratio=$([ "$hf" = yes ] && ratio "$ours_tok_s" "$hf_tok_s" || echo n/a)" \
+      "ours_wall_tok_s=$(rate ours 3) ct2_wall_tok_s=$(rate ct2 3) hf_wall_tok_s=$hf_wall" \
+      "tokens_ours=$(tokens ours) tokens_ct2=$(tokens ct2) tokens_hf=$hf_tokens" \
+      "same_as_ct2=$same_ct2/$lines same_as_hf=$same_hf/$lines runs=$runs loadavg=$(cut -d' ' -f1 /proc/loadavg)"
+  done
+  exit 0
+fi
+
+# ---- DEVICE=cuda ----
+anchor="CTranslate2's published table: 10,991 target tokens/s, fp16, NVIDIA A10G, batch 32, beam 4, a WMT14 EN-DE base model with a 32k vocabulary"
+if ! why=$("$python" - "$work/ct2_model" 2>&1 <<'EOF'
+import sys
+import ctranslate2
+count = ctranslate2.get_cuda_device_count()
+if count < 1:
+    sys.exit("ctranslate2 sees no CUDA device")
+translator = ctranslate2.Translator(sys.argv[1], device="cuda", compute_type="float16")
+translator.translate_batch([["▁a"]], max_decoding_length=2)
+print("ctranslate2 runs on", count, "GPU(s):", ctranslate2.get_supported_compute_types("cuda"))
+EOF
+); then
+  ct2_cuda=no
+  echo "CTranslate2 cannot run on this GPU: $(echo "$why" | tail -1)"
+  echo "(its PyPI wheels link CUDA 12's libcublas.so.12; $(ls /usr/local/cuda/lib64/libcublas.so.* 2>/dev/null | tr '\n' ' ')here)"
+else
+  ct2_cuda=yes
+  echo "$why"
+fi
+mean_padded=$(spm_encode --model "$spm" < "$work/source.en" | awk '{ n += NF + 1 } END { printf "%d", n / NR }')
+b32_tokens=$((32 * mean_padded))
+echo "ours in batches of ~32 sentences: --batch-tokens $b32_tokens (32 x mean padded source length $mean_padded)"
+rm -f "$work"/{ours,ours_b32,ct2_fp16,ct2_bf16}
+for run in $(seq "$runs"); do
+  ours ours --batch-tokens 4096
+  ours ours_b32 --batch-tokens "$b32_tokens"
+  if [ "$ct2_cuda" = yes ]; then
+    peer ct2_fp16 tools/translate_ctranslate2.py --model "$work/ct2_model" --device cuda --compute-type float16 --batch-sentences 32
+    peer ct2_bf16 tools/translate_ctranslate2.py --model "$work/ct2_model" --device cuda --compute-type bfloat16 --batch-sentences 32
+  fi
+  echo "run $run (tokens, decode s, wall s): ours $(tail -1 "$work/ours") | ours b32 $(tail -1 "$work/ours_b32")$([ "$ct2_cuda" = yes ] && echo " | ct2 fp16 $(tail -1 "$work/ct2_fp16") | ct2 bf16 $(tail -1 "$work/ct2_bf16")")"
+done
+ours_b32_tok_s=$(rate ours_b32 2)
+line="decode_vs_ctranslate2: device=cuda lines=$lines beam=$beam max_len=$max_len ours_bf16_tok_s=$(rate ours 2) ours_bf16_b32_tok_s=$ours_b32_tok_s ours_wall_tok_s=$(rate ours 3) tokens_ours=$(tokens ours)"
+if [ "$ct2_cuda" = yes ]; then
+  fp16=$(rate ct2_fp16 2)
+  bf16=$(rate ct2_bf16 2)
+  echo "$line ct2_fp16_b32_tok_s=$fp16 ct2_bf16_b32_tok_s=$bf16 ratio_fp16_b32=$(ratio "$ours_b32_tok_s" "$fp16") ratio_bf16_b32=$(ratio "$ours_b32_tok_s" "$bf16") tokens_ct2=$(tokens ct2_fp16) runs=$runs"
+else
+  echo "$line ct2=unavailable anchor_ct2_fp16_a10g_b32_tok_s=10991 ($anchor) runs=$runs"
+fi
