@@ -515,7 +515,9 @@ TEST_F(DataPipeline, PreprocessOptionsOutOfRangeAreUsageErrors) {
            {"--shards 0", "--shards must be >= 1, got 0"},
            {"--vocab-size 0", "--vocab-size must be >= 5 (4 special ids + 1), got 0"},
            {"--max-len 0", "--max-len must be >= 1, got 0"},
-           {"--model-type word2", "--model-type must be bpe or unigram, got 'word2'"}}) {
+           {"--model-type word2", "--model-type must be bpe or unigram, got 'word2'"},
+           {"--spm-sentences 100",
+            "--spm-sentences must be 0 (every line) or more than 100, got 100"}}) {
     const CommandResult result = run_command(command + option);
     EXPECT_EQ(result.exit_code, 2) << option << ": " << result.output;
     EXPECT_EQ(result.output, "transformer_preprocess: " + message + " (see --help)\n") << option;

@@ -56,11 +56,13 @@ int main(int argc, char** argv) {
       "max-ratio", po::value(&options.max_ratio)->default_value(options.max_ratio),
       "drop training pairs whose longer side exceeds this many times the shorter")(
       "seed", po::value(&options.seed)->default_value(options.seed),
-      "seed of SentencePiece's sentence sampling")(
+      "chooses the lines SentencePiece trains on when the training text has more than "
+      "--spm-sentences")(
       "threads", po::value(&options.threads)->default_value(options.threads),
       "threads for training and encoding; 0 = all cores")(
       "spm-sentences", po::value(&options.spm_sentences)->default_value(options.spm_sentences),
-      "SentencePiece trains on at most this many lines (sampled with the seed)");
+      "SentencePiece trains on at most this many lines of both languages, a sample drawn "
+      "with --seed when there are more (it holds them in memory); 0 = every line");
   const auto parse = [&](int count, char** values) {
     command.help = thpc::tools::parse_options(description, count, values).count("help") > 0;
     if (!command.help) thpc::check_preprocess_options(options);

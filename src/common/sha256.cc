@@ -3,7 +3,6 @@
 #include <openssl/evp.h>
 
 #include <fstream>
-#include <memory>
 #include <vector>
 
 #include "common/error.h"
@@ -40,24 +39,32 @@ std::string sha256_hex_of_file(const std::string& path, uint64_t offset) {
   THPC_CHECK(in, "cannot open " << path << " to compute its sha256");
   in.seekg(static_cast<std::streamoff>(offset));
   THPC_CHECK(in, "cannot seek to byte " << offset << " of " << path);
-  const std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> context(EVP_MD_CTX_new(),
-                                                                   EVP_MD_CTX_free);
-  THPC_CHECK(context && EVP_DigestInit_ex(context.get(), EVP_sha256(), nullptr) == 1,
-             "OpenSSL could not start a SHA-256");
+  Sha256 hash;
   std::vector<char> block(size_t(1) << 22);
   while (in) {
     in.read(block.data(), static_cast<std::streamsize>(block.size()));
     const std::streamsize got = in.gcount();
-    if (got > 0) {
-      THPC_CHECK(EVP_DigestUpdate(context.get(), block.data(), static_cast<size_t>(got)) == 1,
-                 "OpenSSL could not hash " << path);
-    }
+    if (got > 0) hash.update(block.data(), static_cast<size_t>(got));
   }
   THPC_CHECK(in.eof() && !in.bad(), "cannot read " << path << " to compute its sha256");
+  return hash.hex_digest();
+}
+
+Sha256::Sha256() : context_(EVP_MD_CTX_new(), EVP_MD_CTX_free) {
+  THPC_CHECK(context_ && EVP_DigestInit_ex(context_.get(), EVP_sha256(), nullptr) == 1,
+             "OpenSSL could not start a SHA-256");
+}
+
+void Sha256::update(const void* data, size_t bytes) {
+  THPC_CHECK(EVP_DigestUpdate(context_.get(), data, bytes) == 1,
+             "OpenSSL could not hash " << bytes << " bytes");
+}
+
+std::string Sha256::hex_digest() {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int digest_size = 0;
-  THPC_CHECK(EVP_DigestFinal_ex(context.get(), digest, &digest_size) == 1 && digest_size == 32,
-             "OpenSSL could not finish the SHA-256 of " << path);
+  THPC_CHECK(EVP_DigestFinal_ex(context_.get(), digest, &digest_size) == 1 && digest_size == 32,
+             "OpenSSL could not finish a SHA-256");
   return hex_of(digest, digest_size);
 }
 

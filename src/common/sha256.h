@@ -5,7 +5,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
+
+struct evp_md_ctx_st;  // OpenSSL's EVP_MD_CTX
 
 namespace thpc {
 
@@ -14,5 +17,17 @@ std::string sha256_hex(const void* data, size_t bytes);
 // The sha256 of the bytes of the file `path` from `offset` to its end, read in blocks.
 // Throws thpc::Error naming the file when it cannot be read.
 std::string sha256_hex_of_file(const std::string& path, uint64_t offset);
+
+// The sha256 of bytes given in pieces (a dataset written a block at a time): the same
+// digest as sha256_hex of their concatenation.
+class Sha256 {
+ public:
+  Sha256();
+  void update(const void* data, size_t bytes);
+  std::string hex_digest();  // once, after the last update
+
+ private:
+  std::unique_ptr<evp_md_ctx_st, void (*)(evp_md_ctx_st*)> context_;
+};
 
 }  // namespace thpc

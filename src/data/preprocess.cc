@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <ostream>
+#include <random>
 #include <sstream>
 #include <thread>
 #include <unordered_map>
@@ -56,51 +57,77 @@ size_t utf8_sequence_length(const std::string& text, size_t at) {
 // is redrawn ten times a second, rarely enough that its lock costs nothing.
 constexpr int64_t kProgressBlock = 4096;
 
-std::vector<std::string> read_lines(const std::string& path, ProgressListener& progress) {
-  std::error_code error;
-  if (!fs::is_regular_file(path, error)) THPC_FAIL(path << ": no such file");
-  std::ifstream stream(path, std::ios::binary);
-  if (!stream) THPC_FAIL(path << ": cannot open");
-  std::vector<std::string> lines;
-  std::string line;
-  while (std::getline(stream, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    for (size_t at = 0; at < line.size();) {
-      const size_t length = utf8_sequence_length(line, at);
+// The lines of one text file, one at a time: a CRLF file's '\r' dropped, UTF-8 checked.
+class LineReader {
+ public:
+  explicit LineReader(const std::string& path) : path_(path) {
+    std::error_code error;
+    if (!fs::is_regular_file(path, error)) THPC_FAIL(path << ": no such file");
+    stream_.open(path, std::ios::binary);
+    if (!stream_) THPC_FAIL(path << ": cannot open");
+  }
+
+  // False after the last line.
+  bool next(std::string* line) {
+    if (!std::getline(stream_, *line)) {
+      if (stream_.bad()) THPC_FAIL(path_ << ": read error after line " << lines_);
+      return false;
+    }
+    if (!line->empty() && line->back() == '\r') line->pop_back();
+    for (size_t at = 0; at < line->size();) {
+      const size_t length = utf8_sequence_length(*line, at);
       if (length == 0) {
-        THPC_FAIL(path << ":" << lines.size() + 1 << ": invalid UTF-8 at byte " << at + 1
-                       << " of the line");
+        THPC_FAIL(path_ << ":" << lines_ + 1 << ": invalid UTF-8 at byte " << at + 1
+                        << " of the line");
       }
       at += length;
     }
-    lines.push_back(std::move(line));
-    if (lines.size() % kProgressBlock == 0) progress.advance(kProgressBlock);
+    ++lines_;
+    return true;
   }
-  progress.advance(static_cast<int64_t>(lines.size()) % kProgressBlock);
-  if (lines.empty()) THPC_FAIL(path << ": empty file (expected one sentence per line)");
-  return lines;
-}
 
-struct ParallelText {
-  std::string source_path, target_path;
-  std::vector<std::string> source, target;
+  int64_t lines() const { return lines_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::ifstream stream_;
+  int64_t lines_ = 0;
 };
 
-ParallelText read_parallel(const std::string& split, const std::string& prefix,
-                           const PreprocessOptions& options, ProgressListener& progress) {
-  ParallelText text;
-  text.source_path = prefix + "." + options.source_lang;
-  text.target_path = prefix + "." + options.target_lang;
-  progress.begin(split, "lines read", ProgressListener::kUnknownTotal);
-  text.source = read_lines(text.source_path, progress);
-  text.target = read_lines(text.target_path, progress);
-  progress.end();
-  if (text.source.size() != text.target.size()) {
-    THPC_FAIL(text.source_path << " has " << text.source.size() << " lines but "
-                               << text.target_path << " has " << text.target.size()
-                               << " (the files must be line-aligned)");
+// The lines of a file, counted and checked, none kept.
+int64_t count_lines(const std::string& path, ProgressListener& progress) {
+  LineReader reader(path);
+  std::string line;
+  while (reader.next(&line)) {
+    if (reader.lines() % kProgressBlock == 0) progress.advance(kProgressBlock);
   }
-  return text;
+  progress.advance(reader.lines() % kProgressBlock);
+  if (reader.lines() == 0) THPC_FAIL(path << ": empty file (expected one sentence per line)");
+  return reader.lines();
+}
+
+// A split's two files, checked to be line-aligned UTF-8 text.
+struct ParallelFiles {
+  std::string source_path, target_path;
+  int64_t pairs = 0;
+};
+
+ParallelFiles check_parallel(const std::string& split, const std::string& prefix,
+                             const PreprocessOptions& options, ProgressListener& progress) {
+  ParallelFiles files;
+  files.source_path = prefix + "." + options.source_lang;
+  files.target_path = prefix + "." + options.target_lang;
+  progress.begin(split, "lines read", ProgressListener::kUnknownTotal);
+  const int64_t source_lines = count_lines(files.source_path, progress);
+  const int64_t target_lines = count_lines(files.target_path, progress);
+  progress.end();
+  if (source_lines != target_lines) {
+    THPC_FAIL(files.source_path << " has " << source_lines << " lines but " << files.target_path
+                                << " has " << target_lines << " (the files must be line-aligned)");
+  }
+  files.pairs = source_lines;
+  return files;
 }
 
 int hardware_threads(int requested) {
@@ -108,9 +135,81 @@ int hardware_threads(int requested) {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+// `wanted` of the `total` lines of `paths` (read in turn), for SentencePiece to train on,
+// chosen with `seed` by selection sampling (Knuth, TAOCP vol. 2, 3.4.2, Algorithm S):
+// line i is taken with probability (wanted - taken) / (total - i), so exactly `wanted`
+// lines come out, in file order, every such set equally likely, in one pass that keeps
+// nothing but the current line. SentencePiece's own sampling (its input_sentence_size
+// with shuffle_input_sentence) would hold the same number of lines, but draws them with
+// a seed fixed inside SentencePiece (12345678, trainer_interface.cc): --seed would not
+// choose the sample. Lines go out as SentencePiece's file reader gives them (std::getline,
+// nothing removed).
+class SampledLines final : public sentencepiece::SentenceIterator {
+ public:
+  SampledLines(std::vector<std::string> paths, int64_t total, int64_t wanted, uint64_t seed)
+      : paths_(std::move(paths)), total_(total), wanted_(wanted), generator_(seed) {
+    Next();
+  }
+
+  bool done() const override { return done_; }
+  const std::string& value() const override { return line_; }
+  sentencepiece::util::Status status() const override { return status_; }
+  int64_t taken() const { return taken_; }
+
+  void Next() override {
+    while (taken_ < wanted_ && seen_ < total_) {
+      if (!stream_.is_open() || !std::getline(stream_, line_)) {
+        if (!open_next()) break;
+        continue;
+      }
+      // std::mt19937_64's sequence is fixed by the C++ standard: the same sample on every
+      // platform. The modulo's bias is below total / 2^64.
+      const uint64_t left = static_cast<uint64_t>(total_ - seen_++);
+      if (generator_() % left < static_cast<uint64_t>(wanted_ - taken_)) {
+        ++taken_;
+        return;
+      }
+    }
+    done_ = true;
+  }
+
+ private:
+  bool open_next() {
+    stream_.close();
+    if (next_path_ == paths_.size()) {
+      if (seen_ < total_) {
+        status_ = sentencepiece::util::Status(
+            sentencepiece::util::StatusCode::kDataLoss,
+            paths_.back() + ": fewer lines than when it was counted (changed while being read?)");
+      }
+      return false;
+    }
+    stream_.clear();
+    stream_.open(paths_[next_path_], std::ios::binary);
+    if (!stream_) {
+      status_ = sentencepiece::util::Status(sentencepiece::util::StatusCode::kNotFound,
+                                            paths_[next_path_] + ": cannot open");
+      return false;
+    }
+    ++next_path_;
+    return true;
+  }
+
+  std::vector<std::string> paths_;
+  size_t next_path_ = 0;
+  int64_t total_, wanted_, seen_ = 0, taken_ = 0;
+  std::mt19937_64 generator_;
+  std::ifstream stream_;
+  std::string line_;
+  bool done_ = false;
+  sentencepiece::util::Status status_;
+};
+
 // The serialized SentencePiece model: trained on the training text of both languages
-// (one shared vocabulary, §5.1), or read from options.spm_model.
-std::string sentencepiece_model(const PreprocessOptions& options, const ParallelText& train) {
+// (one shared vocabulary, §5.1), or read from options.spm_model. Sets the summary's
+// training_lines and spm_lines.
+std::string sentencepiece_model(const PreprocessOptions& options, const ParallelFiles& train,
+                                PreprocessSummary* summary) {
   if (!options.spm_model.empty()) {
     std::ifstream stream(options.spm_model, std::ios::binary);
     if (!stream) THPC_FAIL(options.spm_model << ": cannot open the SentencePiece model");
@@ -118,9 +217,7 @@ std::string sentencepiece_model(const PreprocessOptions& options, const Parallel
     bytes << stream.rdbuf();
     return bytes.str();
   }
-  sentencepiece::SetRandomGeneratorSeed(static_cast<unsigned int>(options.seed));
   std::unordered_map<std::string, std::string> arguments = {
-      {"input", train.source_path + "," + train.target_path},
       {"model_type", options.model_type},
       {"vocab_size", std::to_string(options.vocab_size)},
       // Our id convention (batch.h): pad 0, unk 1, bos 2, eos 3.
@@ -132,7 +229,9 @@ std::string sentencepiece_model(const PreprocessOptions& options, const Parallel
       // A small corpus may not support the requested size: take what it supports.
       {"hard_vocab_limit", "false"},
       {"input_sentence_size", std::to_string(options.spm_sentences)},
-      {"shuffle_input_sentence", "true"},  // sampled with the seed set above
+      // With the sample drawn here, SentencePiece gets no more lines than this size and
+      // keeps them all; kept as it was so that the model's recorded trainer_spec is too.
+      {"shuffle_input_sentence", "true"},
       {"max_sentence_length", "65536"},
       {"num_threads", std::to_string(hardware_threads(options.threads))},
   };
@@ -147,8 +246,21 @@ std::string sentencepiece_model(const PreprocessOptions& options, const Parallel
     }
     arguments["user_defined_symbols"] = symbols;
   }
+  summary->training_lines = 2 * train.pairs;
   std::string model;
-  const auto status = sentencepiece::SentencePieceTrainer::Train(arguments, nullptr, &model);
+  sentencepiece::util::Status status;
+  if (options.spm_sentences == 0 || summary->training_lines <= options.spm_sentences) {
+    // Every line: SentencePiece reads the files itself (and records their names in the
+    // model's trainer_spec, as it always did).
+    arguments["input"] = train.source_path + "," + train.target_path;
+    summary->spm_lines = summary->training_lines;
+    status = sentencepiece::SentencePieceTrainer::Train(arguments, nullptr, &model);
+  } else {
+    SampledLines sample({train.source_path, train.target_path}, summary->training_lines,
+                        options.spm_sentences, options.seed);
+    status = sentencepiece::SentencePieceTrainer::Train(arguments, &sample, &model);
+    summary->spm_lines = sample.taken();
+  }
   if (!status.ok()) {
     THPC_FAIL(train.source_path << ", " << train.target_path
                                 << ": SentencePiece training failed: " << status.ToString());
@@ -156,22 +268,23 @@ std::string sentencepiece_model(const PreprocessOptions& options, const Parallel
   return model;
 }
 
-// Encodes every line on all cores; each thread takes a contiguous block of lines.
-std::vector<std::vector<int>> encode_lines(const sentencepiece::SentencePieceProcessor& processor,
-                                           const std::vector<std::string>& lines,
-                                           const std::string& path, int threads,
-                                           ProgressListener& progress) {
-  std::vector<std::vector<int>> encoded(lines.size());
+// Encodes lines[0, count) into ids[0, count) on all cores, each thread a contiguous
+// range; `first_line` (0-based) numbers them in the file for a failure's message.
+void encode_lines(const sentencepiece::SentencePieceProcessor& processor,
+                  const std::vector<std::string>& lines, size_t count, const std::string& path,
+                  int64_t first_line, int threads, std::vector<std::vector<int>>* ids,
+                  ProgressListener& progress) {
   std::vector<std::string> failures(static_cast<size_t>(threads));
   std::vector<std::thread> workers;
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {
-      const size_t begin = lines.size() * t / threads;
-      const size_t end = lines.size() * (t + 1) / threads;
+      const size_t begin = count * t / threads;
+      const size_t end = count * (t + 1) / threads;
       for (size_t i = begin; i < end; ++i) {
-        const auto status = processor.Encode(lines[i], &encoded[i]);
+        const auto status = processor.Encode(lines[i], &(*ids)[i]);
         if (!status.ok()) {
-          failures[t] = path + ":" + std::to_string(i + 1) + ": " + status.ToString();
+          failures[t] = path + ":" + std::to_string(first_line + static_cast<int64_t>(i) + 1) +
+                        ": " + status.ToString();
           return;
         }
         if ((i + 1 - begin) % kProgressBlock == 0) progress.advance(kProgressBlock);
@@ -183,41 +296,168 @@ std::vector<std::vector<int>> encode_lines(const sentencepiece::SentencePiecePro
   for (const std::string& failure : failures) {
     if (!failure.empty()) THPC_FAIL(failure);
   }
-  return encoded;
 }
+
+static_assert(sizeof(int) == sizeof(int32_t), "SentencePiece's ids are the shards' int32");
+
+// One side of a split's kept pairs on disk while the split is encoded: each sentence's
+// length and its ids (int32, native order), in two scratch files removed with it.
+class SpilledColumn {
+ public:
+  explicit SpilledColumn(const std::string& prefix)
+      : lengths_path_(prefix + ".lengths.partial"), tokens_path_(prefix + ".tokens.partial"),
+        lengths_(lengths_path_, std::ios::binary | std::ios::trunc),
+        tokens_(tokens_path_, std::ios::binary | std::ios::trunc) {
+    if (!lengths_ || !tokens_) THPC_FAIL(prefix << ".*.partial: cannot create a scratch file");
+  }
+  SpilledColumn(const SpilledColumn&) = delete;
+  SpilledColumn& operator=(const SpilledColumn&) = delete;
+  ~SpilledColumn() {
+    lengths_.close();
+    tokens_.close();
+    std::error_code ignored;
+    fs::remove(lengths_path_, ignored);
+    fs::remove(tokens_path_, ignored);
+  }
+
+  void append(const std::vector<int>& sentence) {
+    const int32_t length = static_cast<int32_t>(sentence.size());
+    lengths_.write(reinterpret_cast<const char*>(&length), sizeof length);
+    tokens_.write(reinterpret_cast<const char*>(sentence.data()),
+                  static_cast<std::streamsize>(sentence.size() * sizeof(int32_t)));
+  }
+
+  // After the last append: the files complete on disk, or an error naming them.
+  void finish() {
+    lengths_.close();
+    tokens_.close();
+    if (lengths_.fail() || tokens_.fail()) {
+      THPC_FAIL(tokens_path_ << ": cannot write the encoded text (disk full?)");
+    }
+  }
+
+  const std::string& lengths_path() const { return lengths_path_; }
+  const std::string& tokens_path() const { return tokens_path_; }
+
+ private:
+  std::string lengths_path_, tokens_path_;
+  std::ofstream lengths_, tokens_;
+};
+
+// Sentences [begin, end) of a SpilledColumn as one side of a shard, `block` sentences at
+// a time; `first_token` is where sentence `begin`'s ids start in the tokens file.
+class SpilledRange final : public ShardColumnSource {
+ public:
+  SpilledRange(const SpilledColumn& column, int64_t begin, int64_t end, int64_t first_token,
+               int64_t block)
+      : lengths_path_(column.lengths_path()), tokens_path_(column.tokens_path()),
+        lengths_file_(lengths_path_, std::ios::binary), tokens_file_(tokens_path_, std::ios::binary),
+        begin_(begin), end_(end), first_token_(first_token), block_(block) {
+    if (!lengths_file_ || !tokens_file_) THPC_FAIL(tokens_path_ << ": cannot open the encoded text");
+    rewind();
+    std::vector<int32_t> lengths;
+    while (read_lengths(&lengths)) {
+      for (const int32_t length : lengths) tokens_ += length;
+    }
+    rewind();
+  }
+
+  int64_t sentences() const override { return end_ - begin_; }
+  int64_t tokens() const override { return tokens_; }
+
+  void rewind() override {
+    lengths_file_.clear();
+    tokens_file_.clear();
+    lengths_file_.seekg(static_cast<std::streamoff>(begin_ * sizeof(int32_t)));
+    tokens_file_.seekg(static_cast<std::streamoff>(first_token_ * sizeof(int32_t)));
+    next_ = begin_;
+  }
+
+  const TokenColumn& next_block() override {
+    std::vector<int32_t>& lengths = lengths_buffer_;
+    read_lengths(&lengths);
+    current_.offsets.assign(1, 0);
+    for (const int32_t length : lengths) current_.offsets.push_back(current_.offsets.back() + length);
+    current_.tokens.resize(static_cast<size_t>(current_.offsets.back()));
+    read(tokens_file_, tokens_path_, current_.tokens.data(), current_.tokens.size());
+    return current_;
+  }
+
+ private:
+  // The next block's lengths; false when none are left.
+  bool read_lengths(std::vector<int32_t>* lengths) {
+    lengths->resize(static_cast<size_t>(std::min(block_, end_ - next_)));
+    read(lengths_file_, lengths_path_, lengths->data(), lengths->size());
+    next_ += static_cast<int64_t>(lengths->size());
+    return !lengths->empty();
+  }
+
+  static void read(std::ifstream& file, const std::string& path, int32_t* values, size_t count) {
+    if (count == 0) return;
+    file.read(reinterpret_cast<char*>(values), static_cast<std::streamsize>(count * sizeof(int32_t)));
+    if (!file) THPC_FAIL(path << ": the encoded text ends early (removed or truncated?)");
+  }
+
+  std::string lengths_path_, tokens_path_;
+  std::ifstream lengths_file_, tokens_file_;
+  int64_t begin_, end_, first_token_, block_, next_ = 0, tokens_ = 0;
+  std::vector<int32_t> lengths_buffer_;
+  TokenColumn current_;
+};
 
 enum class Filter { LengthOnly, LengthAndRatio };
 
-// The encoded pairs that survive the filters, with the counts of each kind of drop.
-std::vector<std::pair<std::vector<int>, std::vector<int>>> encode_and_filter(
-    const sentencepiece::SentencePieceProcessor& processor, const std::string& split,
-    const ParallelText& text, const PreprocessOptions& options, Filter filter,
-    SplitCounts* counts, ProgressListener& progress) {
+// Reads a split's pairs a block at a time, encodes each block on all cores and appends
+// the pairs that survive the filters to `source` and `target`, counting each kind of drop.
+void encode_and_filter(const sentencepiece::SentencePieceProcessor& processor,
+                       const std::string& split, const ParallelFiles& files,
+                       const PreprocessOptions& options, Filter filter, SplitCounts* counts,
+                       SpilledColumn* source, SpilledColumn* target, ProgressListener& progress) {
   const int threads = hardware_threads(options.threads);
-  progress.begin(split, "lines encoded",
-                 static_cast<int64_t>(text.source.size() + text.target.size()));
-  std::vector<std::vector<int>> source =
-      encode_lines(processor, text.source, text.source_path, threads, progress);
-  std::vector<std::vector<int>> target =
-      encode_lines(processor, text.target, text.target_path, threads, progress);
-  progress.end();
-  std::vector<std::pair<std::vector<int>, std::vector<int>>> kept;
-  counts->read = static_cast<int64_t>(source.size());
-  for (size_t i = 0; i < source.size(); ++i) {
-    const double shorter = static_cast<double>(std::min(source[i].size(), target[i].size()));
-    const double longer = static_cast<double>(std::max(source[i].size(), target[i].size()));
-    if (shorter == 0) {
-      ++counts->empty;
-    } else if (longer > options.max_len) {
-      ++counts->too_long;
-    } else if (filter == Filter::LengthAndRatio && longer > options.max_ratio * shorter) {
-      ++counts->over_ratio;
-    } else {
-      kept.emplace_back(std::move(source[i]), std::move(target[i]));
+  const size_t block = static_cast<size_t>(options.pairs_per_block);
+  progress.begin(split, "lines encoded", 2 * files.pairs);
+  LineReader source_text(files.source_path), target_text(files.target_path);
+  // Reused from block to block: their strings and vectors keep their capacity.
+  std::vector<std::string> source_lines(block), target_lines(block);
+  std::vector<std::vector<int>> source_ids(block), target_ids(block);
+  for (int64_t first = 0;; first += static_cast<int64_t>(block)) {
+    size_t count = 0;
+    while (count < block && source_text.next(&source_lines[count])) {
+      if (!target_text.next(&target_lines[count])) break;
+      ++count;
     }
+    if (count < block && (source_text.lines() != files.pairs || target_text.lines() != files.pairs)) {
+      THPC_FAIL(files.source_path << " and " << files.target_path << " now have "
+                                  << source_text.lines() << " and " << target_text.lines()
+                                  << " lines or more, " << files.pairs
+                                  << " when counted (changed while being read)");
+    }
+    if (count == 0) break;
+    encode_lines(processor, source_lines, count, files.source_path, first, threads, &source_ids,
+                 progress);
+    encode_lines(processor, target_lines, count, files.target_path, first, threads, &target_ids,
+                 progress);
+    for (size_t i = 0; i < count; ++i) {
+      const std::vector<int>& src = source_ids[i];
+      const std::vector<int>& tgt = target_ids[i];
+      const double shorter = static_cast<double>(std::min(src.size(), tgt.size()));
+      const double longer = static_cast<double>(std::max(src.size(), tgt.size()));
+      if (shorter == 0) {
+        ++counts->empty;
+      } else if (longer > options.max_len) {
+        ++counts->too_long;
+      } else if (filter == Filter::LengthAndRatio && longer > options.max_ratio * shorter) {
+        ++counts->over_ratio;
+      } else {
+        source->append(src);
+        target->append(tgt);
+        ++counts->kept;
+      }
+    }
+    counts->read += static_cast<int64_t>(count);
+    if (count < block) break;
   }
-  counts->kept = static_cast<int64_t>(kept.size());
-  return kept;
+  progress.end();
 }
 
 // Files written under temporary names, renamed into place by commit(), removed if the
@@ -263,20 +503,32 @@ void remove_old_shards(const std::string& dest_dir) {
   }
 }
 
-void write_split(const std::vector<std::pair<std::vector<int>, std::vector<int>>>& pairs,
-                 const ShardMetadata& metadata, const std::string& dest_dir,
-                 const std::string& split, int shards, PendingOutputs& outputs) {
-  const size_t count = pairs.size();
+// Encodes a split into its scratch files, then writes its kept pairs in order as
+// `shards` contiguous slices, shard s holding pairs [kept * s / shards, kept * (s+1) /
+// shards): what the output was when every pair was held at once, now known only once
+// the whole split has been encoded.
+void preprocess_split(const sentencepiece::SentencePieceProcessor& processor,
+                      const std::string& split, const ParallelFiles& files,
+                      const PreprocessOptions& options, Filter filter, int shards,
+                      const ShardMetadata& metadata, SplitCounts* counts,
+                      PendingOutputs& outputs, ProgressListener& progress) {
+  const std::string scratch = (fs::path(options.dest_dir) / split).string();
+  SpilledColumn source(scratch + ".src"), target(scratch + ".tgt");
+  encode_and_filter(processor, split, files, options, filter, counts, &source, &target,
+                    progress);
+  source.finish();
+  target.finish();
+  const int64_t kept = counts->kept;
+  int64_t source_token = 0, target_token = 0;
   for (int shard = 0; shard < shards; ++shard) {
-    ShardContents contents;
-    contents.metadata = metadata;
-    const size_t begin = count * shard / shards;
-    const size_t end = count * (shard + 1) / shards;
-    for (size_t i = begin; i < end; ++i) {
-      contents.source.append(pairs[i].first);
-      contents.target.append(pairs[i].second);
-    }
-    write_shard(outputs.add(shard_path(dest_dir, split, shard)), contents);
+    const int64_t begin = kept * shard / shards;
+    const int64_t end = kept * (shard + 1) / shards;
+    SpilledRange source_range(source, begin, end, source_token, options.pairs_per_block);
+    SpilledRange target_range(target, begin, end, target_token, options.pairs_per_block);
+    write_shard_streamed(outputs.add(shard_path(options.dest_dir, split, shard)), metadata,
+                         source_range, target_range);
+    source_token += source_range.tokens();
+    target_token += target_range.tokens();
   }
 }
 
@@ -302,6 +554,12 @@ void check_preprocess_options(const PreprocessOptions& options) {
   if (options.vocab_size < 5) {
     THPC_FAIL("--vocab-size must be >= 5 (4 special ids + 1), got " << options.vocab_size);
   }
+  // SentencePiece refuses an input_sentence_size of 1 to 100.
+  if (options.spm_sentences < 0 || (options.spm_sentences > 0 && options.spm_sentences <= 100)) {
+    THPC_FAIL("--spm-sentences must be 0 (every line) or more than 100, got "
+              << options.spm_sentences);
+  }
+  THPC_CHECK(options.pairs_per_block >= 1, "pairs_per_block " << options.pairs_per_block);
 }
 
 PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log,
@@ -309,11 +567,11 @@ PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log
   const auto start = std::chrono::steady_clock::now();
   check_preprocess_options(options);
 
-  const ParallelText train = read_parallel("train", options.train_prefix, options, progress);
-  const ParallelText valid = read_parallel("valid", options.valid_prefix, options, progress);
-  ParallelText test;
+  const ParallelFiles train = check_parallel("train", options.train_prefix, options, progress);
+  const ParallelFiles valid = check_parallel("valid", options.valid_prefix, options, progress);
+  ParallelFiles test;
   if (!options.test_prefix.empty()) {
-    test = read_parallel("test", options.test_prefix, options, progress);
+    test = check_parallel("test", options.test_prefix, options, progress);
   }
 
   std::error_code error;
@@ -322,8 +580,9 @@ PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log
     THPC_FAIL(options.dest_dir << ": cannot create the output directory");
   }
 
+  PreprocessSummary summary;
   ShardMetadata metadata;
-  metadata.spm_model = sentencepiece_model(options, train);
+  metadata.spm_model = sentencepiece_model(options, train, &summary);
   sentencepiece::SentencePieceProcessor processor;
   const auto loaded = processor.LoadFromSerializedProto(metadata.spm_model);
   const std::string model_name = options.spm_model.empty() ? "the trained model" : options.spm_model;
@@ -338,19 +597,15 @@ PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log
   metadata.source_lang = options.source_lang;
   metadata.target_lang = options.target_lang;
 
-  PreprocessSummary summary;
   summary.vocab_size = metadata.vocab_size;
   PendingOutputs outputs;
-  write_split(encode_and_filter(processor, "train", train, options, Filter::LengthAndRatio,
-                                &summary.train, progress),
-              metadata, options.dest_dir, "train", options.shards, outputs);
-  write_split(encode_and_filter(processor, "valid", valid, options, Filter::LengthOnly,
-                                &summary.valid, progress),
-              metadata, options.dest_dir, "valid", 1, outputs);
+  preprocess_split(processor, "train", train, options, Filter::LengthAndRatio, options.shards,
+                   metadata, &summary.train, outputs, progress);
+  preprocess_split(processor, "valid", valid, options, Filter::LengthOnly, 1, metadata,
+                   &summary.valid, outputs, progress);
   if (!options.test_prefix.empty()) {
-    write_split(encode_and_filter(processor, "test", test, options, Filter::LengthOnly,
-                                  &summary.test, progress),
-                metadata, options.dest_dir, "test", 1, outputs);
+    preprocess_split(processor, "test", test, options, Filter::LengthOnly, 1, metadata,
+                     &summary.test, outputs, progress);
   }
   if (summary.train.kept == 0) THPC_FAIL(train.source_path << ": no training pair survived");
   if (summary.valid.kept == 0) THPC_FAIL(valid.source_path << ": no validation pair survived");
@@ -365,6 +620,13 @@ PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log
 
   summary.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (summary.spm_lines > 0) {
+    log << "SentencePiece trained on " << summary.spm_lines << " of " << summary.training_lines
+        << " training lines (both languages"
+        << (summary.spm_lines < summary.training_lines
+                ? ", a sample drawn with seed " + std::to_string(options.seed) + ")\n"
+                : ")\n");
+  }
   log << describe("train", summary.train) << "\n" << describe("valid", summary.valid) << "\n";
   if (!options.test_prefix.empty()) log << describe("test", summary.test) << "\n";
   log << "wrote " << options.shards << " train shard" << (options.shards > 1 ? "s" : "")

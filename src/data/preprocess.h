@@ -7,6 +7,13 @@
 // DEST/test.00000.h5 and DEST/spm.model. Everything is written under temporary names
 // and renamed at the end, so a failed run leaves nothing that looks valid. The same
 // input and seed give byte-identical output.
+//
+// Memory does not grow with the corpus: the text is read three times (counted and
+// checked; sampled for SentencePiece; encoded), a block of pairs at a time, and the kept
+// pairs' ids wait on disk (DEST/SPLIT.{src,tgt}.{lengths,tokens}.partial) until the
+// split's count, and so where its shards begin and end, is known; each shard is then
+// written from them a block at a time. What remains is SentencePiece's training, which
+// holds the lines it trains on: at most `spm_sentences`.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +39,13 @@ struct PreprocessOptions {
   double max_ratio = 9.0;    // longer side / shorter side, training pairs only
   uint64_t seed = 1;
   int threads = 0;           // 0 = all cores
-  int64_t spm_sentences = 10000000;  // SentencePiece trains on at most this many lines
+  // SentencePiece trains on at most this many lines of both languages (0: all). A
+  // corpus with more is sampled: exactly this many lines, drawn with `seed`.
+  int64_t spm_sentences = 10000000;
+  // Pairs read, encoded and written at a time: what bounds the memory of everything but
+  // SentencePiece's training (about 1 KB a pair of WMT-like text, 32 MB). Not an option
+  // of the tool; the output does not depend on it (tests make it small).
+  int64_t pairs_per_block = 32768;
 };
 
 struct SplitCounts {
@@ -42,6 +55,9 @@ struct SplitCounts {
 struct PreprocessSummary {
   SplitCounts train, valid, test;
   int vocab_size = 0;
+  // Lines of both languages of the training text, and how many SentencePiece was given
+  // to train on (0 with --spm-model).
+  int64_t training_lines = 0, spm_lines = 0;
   double seconds = 0.0;
 };
 
@@ -54,7 +70,8 @@ PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log
 
 // Throws thpc::Error naming the option and its value when one is out of range (a model
 // type other than bpe/unigram, no shards, a vocabulary of fewer than the 4 specials + 1,
-// a max length or ratio that would drop everything): a usage error, before any reading.
+// a max length or ratio that would drop everything, a SentencePiece sample of 1 to 100
+// lines, which SentencePiece refuses): a usage error, before any reading.
 void check_preprocess_options(const PreprocessOptions& options);
 
 // "train: 29000 read, 28990 kept, 10 dropped (0 empty, 2 too long, 8 over ratio)"

@@ -50,11 +50,31 @@ std::string sha256_of(const std::vector<T>& values) {
 
 // ---- writing ----
 
+// A whole in-memory side as a ShardColumnSource of one block: write_shard's shard is
+// write_shard_streamed's, written with one H5Dwrite per dataset and no copy.
+class WholeColumn final : public ShardColumnSource {
+ public:
+  explicit WholeColumn(const TokenColumn& column) : column_(column) {}
+  int64_t sentences() const override { return column_.sentences(); }
+  int64_t tokens() const override { return static_cast<int64_t>(column_.tokens.size()); }
+  void rewind() override { given_ = false; }
+  const TokenColumn& next_block() override {
+    static const TokenColumn kEnd;
+    if (given_) return kEnd;
+    given_ = true;
+    return column_;
+  }
+
+ private:
+  const TokenColumn& column_;
+  bool given_ = false;
+};
+
 class ShardWriter {
  public:
   explicit ShardWriter(const std::string& path) : path_(path) {}
 
-  void write(const ShardContents& contents) {
+  void write(const ShardMetadata& meta, ShardColumnSource& source, ShardColumnSource& target) {
     // Dense attribute storage (format 1.8+) lets the SentencePiece model, which exceeds
     // the 64 KiB of a compact attribute, live in an attribute.
     const Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
@@ -64,17 +84,16 @@ class ShardWriter {
     const Handle file(H5Fcreate(path_.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()),
                       H5Fclose);
     if (!file.valid()) THPC_FAIL(path_ << ": cannot create the HDF5 file");
-    const ShardMetadata& meta = contents.metadata;
     checksummed_ = meta.format_version >= 2;
-    write_column(file.get(), "src", contents.source);
-    write_column(file.get(), "tgt", contents.target);
+    write_column(file.get(), "src", source);
+    write_column(file.get(), "tgt", target);
     write_int(file.get(), "format_version", meta.format_version);
     write_int(file.get(), "vocab_size", meta.vocab_size);
     write_int(file.get(), "pad_id", meta.ids.pad);
     write_int(file.get(), "unk_id", meta.ids.unk);
     write_int(file.get(), "bos_id", meta.ids.bos);
     write_int(file.get(), "eos_id", meta.ids.eos);
-    write_int(file.get(), "pairs", contents.source.sentences());
+    write_int(file.get(), "pairs", source.sentences());
     write_string(file.get(), "source_lang", meta.source_lang);
     write_string(file.get(), "target_lang", meta.target_lang);
     write_bytes(file.get(), "spm_model", meta.spm_model);
@@ -92,29 +111,98 @@ class ShardWriter {
     return plist;
   }
 
+  // One contiguous dataset of a size known at creation, written in consecutive runs of
+  // values, its sha256 taken on the way. Its bytes in the file do not depend on how the
+  // values were cut into runs: the storage is allocated whole at the first write.
   template <typename T>
-  void write_dataset(hid_t group, const char* name, hid_t type, const std::vector<T>& values) {
-    const hsize_t size = values.size();
-    const Handle space(H5Screate_simple(1, &size, nullptr), H5Sclose);
-    const Handle dcpl = object_create_plist(H5P_DATASET_CREATE);
-    const Handle dataset(H5Dcreate2(group, name, type, space.get(), H5P_DEFAULT, dcpl.get(),
-                                    H5P_DEFAULT),
-                         H5Dclose);
-    if (!dataset.valid()) THPC_FAIL(path_ << ": cannot create dataset " << name);
-    if (size > 0) {
-      check(H5Dwrite(dataset.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()),
-            "write a dataset");
+  class DatasetWriter {
+   public:
+    DatasetWriter(ShardWriter& writer, hid_t group, const char* name, hid_t type, hsize_t size)
+        : writer_(writer), name_(name), type_(type), size_(size),
+          space_(H5Screate_simple(1, &size, nullptr), H5Sclose),
+          dataset_(H5Dcreate2(group, name, type, space_.get(), H5P_DEFAULT,
+                              object_create_plist(H5P_DATASET_CREATE).get(), H5P_DEFAULT),
+                   H5Dclose) {
+      if (!dataset_.valid()) THPC_FAIL(writer_.path_ << ": cannot create dataset " << name);
     }
-    if (checksummed_) write_bytes(dataset.get(), kChecksumAttribute, sha256_of(values));
-  }
 
-  void write_column(hid_t file, const char* group_name, const TokenColumn& column) {
+    void append(const T* values, size_t count) {
+      if (count == 0) return;
+      THPC_CHECK(written_ + count <= size_, writer_.path_ << ": " << written_ + count << " values for dataset "
+                                                          << name_ << " of " << size_);
+      if (written_ == 0 && count == size_) {
+        writer_.check(H5Dwrite(dataset_.get(), type_, H5S_ALL, H5S_ALL, H5P_DEFAULT, values),
+                      "write a dataset");
+      } else {
+        const hsize_t start = written_, length = count;
+        const Handle memory(H5Screate_simple(1, &length, nullptr), H5Sclose);
+        const Handle file_space(H5Scopy(space_.get()), H5Sclose);
+        writer_.check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, &start, nullptr,
+                                          &length, nullptr),
+                      "select a block of a dataset");
+        writer_.check(H5Dwrite(dataset_.get(), type_, memory.get(), file_space.get(),
+                               H5P_DEFAULT, values),
+                      "write a block of a dataset");
+      }
+      hash_.update(values, count * sizeof(T));
+      written_ += count;
+    }
+
+    void finish() {
+      THPC_CHECK(written_ == size_, writer_.path_ << ": " << written_ << " values for dataset "
+                                                  << name_ << " of " << size_);
+      if (writer_.checksummed_) {
+        writer_.write_bytes(dataset_.get(), kChecksumAttribute, hash_.hex_digest());
+      }
+    }
+
+   private:
+    ShardWriter& writer_;
+    const char* name_;
+    hid_t type_;
+    hsize_t size_, written_ = 0;
+    Handle space_, dataset_;
+    Sha256 hash_;
+  };
+
+  // The tokens, then the offsets (each block's, shifted by the tokens before it): the
+  // side is read twice, one block at a time.
+  void write_column(hid_t file, const char* group_name, ShardColumnSource& column) {
     const Handle gcpl = object_create_plist(H5P_GROUP_CREATE);
     const Handle group(H5Gcreate2(file, group_name, H5P_DEFAULT, gcpl.get(), H5P_DEFAULT),
                        H5Gclose);
     if (!group.valid()) THPC_FAIL(path_ << ": cannot create group " << group_name);
-    write_dataset(group.get(), "tokens", H5T_NATIVE_INT32, column.tokens);
-    write_dataset(group.get(), "offsets", H5T_NATIVE_INT64, column.offsets);
+    {  // each dataset closed before the next is created, as the file's layout has it
+      DatasetWriter<int32_t> tokens(*this, group.get(), "tokens", H5T_NATIVE_INT32,
+                                    static_cast<hsize_t>(column.tokens()));
+      column.rewind();
+      for (const TokenColumn* block = &column.next_block(); block->sentences() > 0;
+           block = &column.next_block()) {
+        tokens.append(block->tokens.data(), block->tokens.size());
+      }
+      tokens.finish();
+    }
+    DatasetWriter<int64_t> offsets(*this, group.get(), "offsets", H5T_NATIVE_INT64,
+                                   static_cast<hsize_t>(column.sentences() + 1));
+    column.rewind();
+    int64_t base = 0;
+    bool first = true;
+    std::vector<int64_t> shifted;
+    for (const TokenColumn* block = &column.next_block(); block->sentences() > 0;
+         block = &column.next_block(), first = false) {
+      if (first && block->sentences() == column.sentences()) {
+        offsets.append(block->offsets.data(), block->offsets.size());  // the whole side
+      } else {
+        shifted.assign(first ? 1 : 0, 0);  // the leading 0 with the first block
+        for (size_t i = 1; i < block->offsets.size(); ++i) {
+          shifted.push_back(base + block->offsets[i]);
+        }
+        offsets.append(shifted.data(), shifted.size());
+      }
+      base += block->offsets.back();
+    }
+    if (column.sentences() == 0) offsets.append(&base, 1);  // [0]
+    offsets.finish();
   }
 
   void write_attribute(hid_t object, const char* name, hid_t type, hsize_t count,
@@ -396,11 +484,17 @@ ShardContents read_contents(ShardFileReader& reader) {
 }  // namespace
 
 void write_shard(const std::string& path, const ShardContents& contents) {
+  WholeColumn source(contents.source), target(contents.target);
+  write_shard_streamed(path, contents.metadata, source, target);
+}
+
+void write_shard_streamed(const std::string& path, const ShardMetadata& metadata,
+                          ShardColumnSource& source, ShardColumnSource& target) {
   silence_hdf5_error_stacks();
-  THPC_CHECK(contents.source.sentences() == contents.target.sentences(),
-             path << ": " << contents.source.sentences() << " sources but "
-                  << contents.target.sentences() << " targets");
-  ShardWriter(path).write(contents);
+  THPC_CHECK(source.sentences() == target.sentences(),
+             path << ": " << source.sentences() << " sources but " << target.sentences()
+                  << " targets");
+  ShardWriter(path).write(metadata, source, target);
 }
 
 ShardSummary read_shard_summary(const std::string& path) {

@@ -67,6 +67,27 @@ struct ShardContents {
 // format_version (version 1: without checksums). Throws thpc::Error naming the file.
 void write_shard(const std::string& path, const ShardContents& contents);
 
+// One side of a shard handed to the writer a block of whole sentences at a time, for a
+// shard too large to hold in memory (transformer_preprocess's: its memory must not grow
+// with the corpus). The writer reads the side twice, tokens then offsets.
+class ShardColumnSource {
+ public:
+  virtual ~ShardColumnSource() = default;
+  // Known before the first block: the datasets are created at their final size.
+  virtual int64_t sentences() const = 0;
+  virtual int64_t tokens() const = 0;
+  // Back to the first sentence.
+  virtual void rewind() = 0;
+  // The next sentences (offsets from 0, as a TokenColumn of their own); none after the
+  // last. Valid until the next call.
+  virtual const TokenColumn& next_block() = 0;
+};
+
+// The file write_shard writes for the same metadata and sentences, byte for byte (tested
+// in test_preprocess_memory), holding one block of one side at a time.
+void write_shard_streamed(const std::string& path, const ShardMetadata& metadata,
+                          ShardColumnSource& source, ShardColumnSource& target);
+
 // The metadata and pair count of a shard, with the offsets of both sides checked (monotone,
 // starting at 0, ending at the token count, as many as the pairs + 1). Throws thpc::Error
 // naming the file and the problem: not HDF5 or truncated, a missing dataset or attribute,

@@ -1,0 +1,392 @@
+// transformer_preprocess in bounded memory (src/data/preprocess.cc): the text is read a
+// block of pairs at a time, the kept pairs wait on disk, and shards are written a block
+// at a time. Checks that the output is byte for byte what holding everything wrote, at
+// any block size; that the heap's peak does not grow with the corpus (every allocation of
+// this test program is counted: operator new is replaced below); that the streamed shard
+// writer writes write_shard's bytes; and that SentencePiece trains on a bounded sample
+// chosen by the seed. The corpus is generated here (no data set needed).
+#include <gtest/gtest.h>
+#include <malloc.h>
+#include <sentencepiece_processor.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <new>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "data/preprocess.h"
+#include "data/shard_file.h"
+
+// ---- every heap allocation of this program, counted ----
+// Bytes are the allocator's usable sizes, the same at allocation and release; the peak
+// is what was live at once since the last reset.
+namespace {
+
+std::atomic<int64_t> g_live_bytes{0};
+std::atomic<int64_t> g_peak_bytes{0};
+
+void* counted(void* pointer) {
+  if (pointer == nullptr) return nullptr;
+  const int64_t live = g_live_bytes.fetch_add(static_cast<int64_t>(malloc_usable_size(pointer))) +
+                       static_cast<int64_t>(malloc_usable_size(pointer));
+  int64_t peak = g_peak_bytes.load();
+  while (live > peak && !g_peak_bytes.compare_exchange_weak(peak, live)) {
+  }
+  return pointer;
+}
+
+void* counted_or_throw(void* pointer) {
+  if (pointer == nullptr) throw std::bad_alloc();
+  return counted(pointer);
+}
+
+void* aligned(size_t size, std::align_val_t alignment) {
+  void* pointer = nullptr;
+  const size_t align = std::max(sizeof(void*), static_cast<size_t>(alignment));
+  return posix_memalign(&pointer, align, size == 0 ? 1 : size) == 0 ? pointer : nullptr;
+}
+
+void release(void* pointer) noexcept {
+  if (pointer == nullptr) return;
+  g_live_bytes.fetch_sub(static_cast<int64_t>(malloc_usable_size(pointer)));
+  std::free(pointer);
+}
+
+}  // namespace
+
+void* operator new(size_t size) { return counted_or_throw(std::malloc(size == 0 ? 1 : size)); }
+void* operator new[](size_t size) { return counted_or_throw(std::malloc(size == 0 ? 1 : size)); }
+void* operator new(size_t size, const std::nothrow_t&) noexcept {
+  return counted(std::malloc(size == 0 ? 1 : size));
+}
+void* operator new[](size_t size, const std::nothrow_t&) noexcept {
+  return counted(std::malloc(size == 0 ? 1 : size));
+}
+void* operator new(size_t size, std::align_val_t alignment) {
+  return counted_or_throw(aligned(size, alignment));
+}
+void* operator new[](size_t size, std::align_val_t alignment) {
+  return counted_or_throw(aligned(size, alignment));
+}
+void* operator new(size_t size, std::align_val_t alignment, const std::nothrow_t&) noexcept {
+  return counted(aligned(size, alignment));
+}
+void* operator new[](size_t size, std::align_val_t alignment, const std::nothrow_t&) noexcept {
+  return counted(aligned(size, alignment));
+}
+void operator delete(void* pointer) noexcept { release(pointer); }
+void operator delete[](void* pointer) noexcept { release(pointer); }
+void operator delete(void* pointer, size_t) noexcept { release(pointer); }
+void operator delete[](void* pointer, size_t) noexcept { release(pointer); }
+void operator delete(void* pointer, const std::nothrow_t&) noexcept { release(pointer); }
+void operator delete[](void* pointer, const std::nothrow_t&) noexcept { release(pointer); }
+void operator delete(void* pointer, std::align_val_t) noexcept { release(pointer); }
+void operator delete[](void* pointer, std::align_val_t) noexcept { release(pointer); }
+void operator delete(void* pointer, size_t, std::align_val_t) noexcept { release(pointer); }
+void operator delete[](void* pointer, size_t, std::align_val_t) noexcept { release(pointer); }
+void operator delete(void* pointer, std::align_val_t, const std::nothrow_t&) noexcept {
+  release(pointer);
+}
+void operator delete[](void* pointer, std::align_val_t, const std::nothrow_t&) noexcept {
+  release(pointer);
+}
+
+namespace thpc {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The most heap bytes `action` had live at once beyond what was live before it.
+template <typename Action>
+int64_t peak_heap_of(Action&& action) {
+  const int64_t before = g_live_bytes.load();
+  g_peak_bytes.store(before);
+  action();
+  return g_peak_bytes.load() - before;
+}
+
+std::string read_bytes(const fs::path& path) {
+  std::ifstream stream(path, std::ios::binary);
+  std::ostringstream bytes;
+  bytes << stream.rdbuf();
+  return bytes.str();
+}
+
+// `pairs` pairs of made-up words (the target's with umlauts: two-byte UTF-8), 3 to 30 a
+// side, with every kind of pair the filters drop at fixed strides (an empty side, a side
+// over max_len 60, a ratio over 3) and CRLF line ends now and then. The same every time.
+void write_corpus(const fs::path& prefix, int64_t pairs, uint64_t seed) {
+  static const char* kSyllables[] = {"ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "pa",
+                                     "do", "gu", "he", "ji", "bo", "fe"};
+  static const char* kUmlauts[] = {"\xC3\xA4", "\xC3\xB6", "\xC3\xBC", "\xC3\x9F"};
+  std::mt19937_64 generator(seed);
+  const auto words = [&](int count, bool german) {
+    std::string line;
+    for (int w = 0; w < count; ++w) {
+      if (w > 0) line += ' ';
+      const int syllables = 1 + static_cast<int>(generator() % 3);
+      for (int s = 0; s < syllables; ++s) {
+        line += kSyllables[generator() % 16];
+        if (german && generator() % 4 == 0) line += kUmlauts[generator() % 4];
+      }
+    }
+    return line;
+  };
+  std::ofstream en(prefix.string() + ".en", std::ios::binary);
+  std::ofstream de(prefix.string() + ".de", std::ios::binary);
+  for (int64_t i = 0; i < pairs; ++i) {
+    const int length = 3 + static_cast<int>(generator() % 28);
+    std::string source = words(length, false);
+    std::string target = words(std::max(1, length + static_cast<int>(generator() % 5) - 2), true);
+    if (i % 97 == 5) source.clear();
+    if (i % 101 == 7) source = words(80, false);
+    if (i % 103 == 11) {
+      source = words(25, false);
+      target = words(1, true);
+    }
+    const char* end = i % 89 == 3 ? "\r\n" : "\n";
+    en << source << end;
+    de << target << end;
+  }
+}
+
+// The corpora and a SentencePiece model trained once on the smallest, for the suite.
+class PreprocessStreaming : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = fs::temp_directory_path() / ("thpc_test_preprocess_" + std::to_string(::getpid()));
+    fs::create_directories(root_);
+    write_corpus(root_ / "small", 1000, 1);
+    write_corpus(root_ / "large", 8000, 2);
+    write_corpus(root_ / "valid", 120, 3);
+    std::ostringstream log;
+    preprocess(options("small", root_ / "trained"), log);
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+
+  static PreprocessOptions options(const std::string& train, const fs::path& dest) {
+    PreprocessOptions options;
+    options.source_lang = "en";
+    options.target_lang = "de";
+    options.train_prefix = (root_ / train).string();
+    options.valid_prefix = (root_ / "valid").string();
+    options.test_prefix = (root_ / "valid").string();
+    options.dest_dir = dest.string();
+    options.vocab_size = 300;
+    options.shards = 3;
+    options.max_len = 60;
+    options.max_ratio = 3.0;
+    options.threads = 2;
+    return options;
+  }
+
+  static std::string model() { return (root_ / "trained" / "spm.model").string(); }
+
+  static fs::path root_;
+};
+
+fs::path PreprocessStreaming::root_;
+
+std::vector<std::string> output_names(int shards) {
+  std::vector<std::string> names = {"valid.00000.h5", "test.00000.h5", "spm.model"};
+  for (int s = 0; s < shards; ++s) names.push_back("train.0000" + std::to_string(s) + ".h5");
+  return names;
+}
+
+// The splits as transformer_preprocess wrote them when it held every line and every
+// encoding at once (before it streamed, up to commit fd8e2e9): all lines read ('\r'
+// dropped), all encoded, filtered in order, the kept pairs sliced into `shards` equal
+// runs, each shard written from memory. The reference the streamed output must equal.
+void write_as_when_held(const PreprocessOptions& options, const fs::path& dest) {
+  sentencepiece::SentencePieceProcessor processor;
+  ASSERT_TRUE(processor.Load(options.spm_model).ok());
+  ShardMetadata metadata;
+  metadata.spm_model = read_bytes(options.spm_model);
+  metadata.vocab_size = processor.GetPieceSize();
+  metadata.ids = SpecialIds{processor.pad_id(), processor.unk_id(), processor.bos_id(),
+                            processor.eos_id()};
+  metadata.source_lang = options.source_lang;
+  metadata.target_lang = options.target_lang;
+  const auto read_lines = [](const std::string& path) {
+    std::ifstream stream(path, std::ios::binary);
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(stream, line);) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      lines.push_back(line);
+    }
+    return lines;
+  };
+  const auto split = [&](const std::string& name, const std::string& prefix, bool ratio,
+                         int shards) {
+    const std::vector<std::string> source = read_lines(prefix + ".en");
+    const std::vector<std::string> target = read_lines(prefix + ".de");
+    std::vector<std::pair<std::vector<int>, std::vector<int>>> kept;
+    for (size_t i = 0; i < source.size(); ++i) {
+      std::vector<int> src, tgt;
+      ASSERT_TRUE(processor.Encode(source[i], &src).ok());
+      ASSERT_TRUE(processor.Encode(target[i], &tgt).ok());
+      const size_t shorter = std::min(src.size(), tgt.size());
+      const size_t longer = std::max(src.size(), tgt.size());
+      if (shorter == 0 || longer > static_cast<size_t>(options.max_len)) continue;
+      if (ratio && static_cast<double>(longer) > options.max_ratio * static_cast<double>(shorter)) {
+        continue;
+      }
+      kept.emplace_back(std::move(src), std::move(tgt));
+    }
+    for (int shard = 0; shard < shards; ++shard) {
+      ShardContents contents;
+      contents.metadata = metadata;
+      for (size_t i = kept.size() * shard / shards; i < kept.size() * (shard + 1) / shards; ++i) {
+        contents.source.append(kept[i].first);
+        contents.target.append(kept[i].second);
+      }
+      write_shard((dest / (name + ".0000" + std::to_string(shard) + ".h5")).string(), contents);
+    }
+  };
+  fs::create_directories(dest);
+  split("train", options.train_prefix, true, options.shards);
+  split("valid", options.valid_prefix, false, 1);
+  split("test", options.test_prefix, false, 1);
+  std::ofstream(dest / "spm.model", std::ios::binary) << metadata.spm_model;
+}
+
+TEST_F(PreprocessStreaming, OutputIsWhatHoldingEverythingWroteAtAnyBlockSize) {
+  PreprocessOptions held = options("small", root_ / "held");
+  held.spm_model = model();
+  write_as_when_held(held, root_ / "held");
+  // 1: every pair its own block; 7: blocks and shards cut at unrelated places; the
+  // default: the whole split in one block.
+  for (const int64_t block : {int64_t{1}, int64_t{7}, PreprocessOptions().pairs_per_block}) {
+    SCOPED_TRACE("pairs_per_block " + std::to_string(block));
+    PreprocessOptions streamed = options("small", root_ / "streamed");
+    streamed.spm_model = model();
+    streamed.pairs_per_block = block;
+    std::ostringstream log;
+    const PreprocessSummary summary = preprocess(streamed, log);
+    EXPECT_EQ(summary.train.read, 1000);
+    EXPECT_GT(summary.train.empty, 0);
+    EXPECT_GT(summary.train.too_long, 0);
+    EXPECT_GT(summary.train.over_ratio, 0);
+    for (const std::string& name : output_names(3)) {
+      EXPECT_EQ(read_bytes(root_ / "streamed" / name), read_bytes(root_ / "held" / name)) << name;
+    }
+    // The scratch files of the encoded text are gone.
+    for (const auto& entry : fs::directory_iterator(root_ / "streamed")) {
+      EXPECT_EQ(entry.path().string().find(".partial"), std::string::npos) << entry.path();
+    }
+  }
+}
+
+// Holding every pair, the peak grew with the corpus. Streaming, it is the model, one
+// block of pairs and the file buffers at any size. The 8 times larger corpus may add only
+// what a block's buffers gain when they meet longer lines (each line and id buffer of a
+// block keeps the longest it held: 64 pairs of 80-word lines are ~100 KB). The same
+// measure with the whole split as one block shows what it catches (~3.5 MB more here).
+TEST_F(PreprocessStreaming, PeakHeapDoesNotGrowWithTheCorpus) {
+  const auto peak = [&](const std::string& corpus, int64_t block) {
+    PreprocessOptions streamed = options(corpus, root_ / ("peak_" + corpus));
+    streamed.spm_model = model();
+    streamed.pairs_per_block = block;
+    std::ostringstream log;
+    return peak_heap_of([&] { preprocess(streamed, log); });
+  };
+  const int64_t small = peak("small", 64), large = peak("large", 64);
+  const int64_t small_held = peak("small", 8000), large_held = peak("large", 8000);
+  std::cout << "peak heap, blocks of 64 pairs: " << small << " bytes at 1,000 pairs, " << large
+            << " at 8,000; one block: " << small_held << " and " << large_held << "\n";
+  EXPECT_LT(large, small + 128 * 1024);
+  EXPECT_GT(large_held, small_held + 2 * 1024 * 1024);
+}
+
+// A side given in blocks of whole sentences, `block` at a time.
+class BlockColumn final : public ShardColumnSource {
+ public:
+  BlockColumn(const TokenColumn& column, int64_t block) : column_(column), block_(block) {}
+  int64_t sentences() const override { return column_.sentences(); }
+  int64_t tokens() const override { return static_cast<int64_t>(column_.tokens.size()); }
+  void rewind() override { next_ = 0; }
+  const TokenColumn& next_block() override {
+    current_ = TokenColumn();
+    for (int64_t i = next_; i < std::min(next_ + block_, sentences()); ++i) {
+      const TokenSequence sentence = column_.sentence(i);
+      current_.append(std::vector<int>(sentence.begin(), sentence.end()));
+    }
+    next_ = std::min(next_ + block_, sentences());
+    return current_;
+  }
+
+ private:
+  const TokenColumn& column_;
+  int64_t block_, next_ = 0;
+  TokenColumn current_;
+};
+
+TEST_F(PreprocessStreaming, AStreamedShardIsWriteShardsFileByteForByte) {
+  std::mt19937_64 generator(5);
+  for (const int pairs : {0, 1, 50}) {
+    ShardContents contents;
+    contents.metadata.vocab_size = 300;
+    contents.metadata.ids = SpecialIds{0, 1, 2, 3};
+    contents.metadata.source_lang = "en";
+    contents.metadata.target_lang = "de";
+    contents.metadata.spm_model = read_bytes(model());
+    for (int i = 0; i < pairs; ++i) {
+      std::vector<int> source(1 + generator() % 20), target(1 + generator() % 20);
+      for (int& id : source) id = 4 + static_cast<int>(generator() % 296);
+      for (int& id : target) id = 4 + static_cast<int>(generator() % 296);
+      contents.source.append(source);
+      contents.target.append(target);
+    }
+    const std::string whole = (root_ / "whole.h5").string();
+    write_shard(whole, contents);
+    for (const int64_t block : {1, 3, 7, 1000}) {
+      SCOPED_TRACE(std::to_string(pairs) + " pairs, blocks of " + std::to_string(block));
+      BlockColumn source(contents.source, block), target(contents.target, block);
+      const std::string streamed = (root_ / "streamed.h5").string();
+      write_shard_streamed(streamed, contents.metadata, source, target);
+      EXPECT_EQ(read_bytes(streamed), read_bytes(whole));
+    }
+  }
+}
+
+// SentencePiece holds the lines it trains on: a corpus of more lines than --spm-sentences
+// is sampled down to exactly that many, the sample chosen by --seed; a corpus of fewer
+// is read whole by SentencePiece, as before (the seed then changes nothing).
+TEST_F(PreprocessStreaming, SentencePieceTrainsOnABoundedSampleChosenByTheSeed) {
+  const auto trained = [&](int64_t sample, uint64_t seed, const std::string& name) {
+    PreprocessOptions options = this->options("small", root_ / name);
+    options.spm_sentences = sample;
+    options.seed = seed;
+    options.shards = 1;
+    std::ostringstream log;
+    const PreprocessSummary summary = preprocess(options, log);
+    EXPECT_EQ(summary.training_lines, 2000);
+    EXPECT_EQ(summary.spm_lines, sample == 0 ? 2000 : std::min<int64_t>(sample, 2000)) << name;
+    // Said on one line, with the seed when it chose the lines.
+    const std::string said = "SentencePiece trained on " + std::to_string(summary.spm_lines) +
+                             " of 2000 training lines (both languages";
+    EXPECT_NE(log.str().find(said + (summary.spm_lines < 2000 ? ", a sample drawn with seed " +
+                                                                    std::to_string(seed) + ")\n"
+                                                              : ")\n")),
+              std::string::npos)
+        << log.str();
+    return read_bytes(root_ / name / "spm.model");
+  };
+  const std::string sampled = trained(700, 1, "sample_seed1");
+  EXPECT_EQ(trained(700, 1, "sample_seed1_again"), sampled);
+  EXPECT_NE(trained(700, 2, "sample_seed2"), sampled);
+  const std::string whole = trained(2000, 1, "whole_seed1");
+  EXPECT_EQ(trained(2000, 2, "whole_seed2"), whole);
+  trained(0, 2, "every_line");  // 0: every line
+}
+
+}  // namespace
+}  // namespace thpc
