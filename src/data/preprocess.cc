@@ -325,21 +325,24 @@ class SpilledColumn {
     lengths_.write(reinterpret_cast<const char*>(&length), sizeof length);
     tokens_.write(reinterpret_cast<const char*>(sentence.data()),
                   static_cast<std::streamsize>(sentence.size() * sizeof(int32_t)));
+    if (!lengths_ || !tokens_) fail();
   }
 
   // After the last append: the files complete on disk, or an error naming them.
   void finish() {
     lengths_.close();
     tokens_.close();
-    if (lengths_.fail() || tokens_.fail()) {
-      THPC_FAIL(tokens_path_ << ": cannot write the encoded text (disk full?)");
-    }
+    if (lengths_.fail() || tokens_.fail()) fail();
   }
 
   const std::string& lengths_path() const { return lengths_path_; }
   const std::string& tokens_path() const { return tokens_path_; }
 
  private:
+  [[noreturn]] void fail() const {
+    THPC_FAIL(tokens_path_ << ": cannot write the encoded text (disk full?)");
+  }
+
   std::string lengths_path_, tokens_path_;
   std::ofstream lengths_, tokens_;
 };
