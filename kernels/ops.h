@@ -132,6 +132,13 @@ class Backend {
   virtual void* native_stream() const { return nullptr; }
   // The CUDA device index of a GPU backend; -1 on the CPU.
   virtual int device() const { return -1; }
+  // The most memory this backend's work has held at once, in bytes, or -1 where it
+  // cannot tell. The CPU backend: the process's peak resident set (VmHWM), since its
+  // tensors live in host memory among the rest of the process. A GPU backend: the peak
+  // of the device bytes it has allocated through cudaMalloc (tensors, arenas, its
+  // cuBLASLt workspace and scratch), counted on the host at each allocation and free;
+  // not the CUDA context's, cuBLAS's or NCCL's own.
+  virtual int64_t peak_memory_bytes() const = 0;
 
   // ---- what the attention ops save and read ----------------------------------------
   // The element count of attention_forward's `saved` (the probabilities

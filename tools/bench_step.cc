@@ -18,6 +18,10 @@
 // `mfu` divides by --peak-tflops (bench/step_vs_torch.sh passes the cuBLAS rate it
 // measured in the same call) and `mfu_spec` by --spec-tflops, the datasheet's dense bf16
 // rate that public MFU figures (PaLM, llm.c, MLPerf) divide by: 989.4 for an H100/H200 SXM.
+// peak_mem_gib is Backend::peak_memory_bytes: the process's peak resident set on the CPU,
+// on a GPU the peak of the device memory the backend allocated (what
+// torch.cuda.max_memory_allocated is for the peer, plus our cuBLASLt workspace and
+// scratch, which PyTorch's caching allocator does not count there).
 #include <boost/program_options.hpp>
 
 #include <algorithm>
@@ -164,13 +168,16 @@ int run(const Arguments& args) {
   // The datasheet's rate is a GPU's; on the CPU there is none to quote.
   const std::string mfu_spec =
       on_cpu ? "null" : std::to_string(std::round(1e3 * model_tflops / args.spec_tflops) / 1e3);
+  const int64_t peak_bytes = backend->peak_memory_bytes();
+  const std::string peak_mem_gib =
+      peak_bytes < 0 ? "null" : std::to_string(static_cast<double>(peak_bytes) / (1 << 30));
   std::printf("{\"system\": \"transformer_hpc\", \"backend\": \"%s\", \"config\": \"%s\", "
               "\"tokens_per_step\": %d, \"median_step_ms\": %.3f, \"tokens_per_s\": %.0f, "
               "\"model_tflops\": %.4f, \"gemm_ceiling_tflops\": %.4f, \"mfu\": %.3f, "
-              "\"mfu_spec\": %s, \"final_loss\": %.4f}\n",
+              "\"mfu_spec\": %s, \"peak_mem_gib\": %s, \"final_loss\": %.4f}\n",
               backend->name().c_str(), args.config.c_str(), 2 * args.tokens, 1e3 * median,
               tokens / total, model_tflops, peak_tflops, model_tflops / peak_tflops,
-              mfu_spec.c_str(), loss);
+              mfu_spec.c_str(), peak_mem_gib.c_str(), loss);
   return 0;
 }
 

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #include "common/error.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -14,6 +16,17 @@
 
 namespace thpc {
 namespace {
+
+// Peak resident set of this process in bytes (VmHWM of /proc/self/status); -1 where the
+// file or the field is missing.
+int64_t peak_resident_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtoll(line.c_str() + 6, nullptr, 10) * 1024;
+  }
+  return -1;
+}
 
 template <typename T>
 class CpuBackend final : public Backend {
@@ -74,6 +87,7 @@ class CpuBackend final : public Backend {
     if (count > 0) std::memcpy(host, src, count * sizeof(int32_t));
   }
   void synchronize() override {}
+  int64_t peak_memory_bytes() const override { return peak_resident_bytes(); }
 
   // The ops: each entry of kernels/op_list.h calls its twin cpu::NAME<T> on this
   // backend's tensors, their dtypes checked (kernels/twin_call.h).

@@ -17,6 +17,7 @@ Context::Context(int device) : device_(device) {
   THPC_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
   THPC_CUBLAS_CHECK(cublasLtCreate(&lt_));
   THPC_CUDA_CHECK(cudaMalloc(&lt_workspace_, kLtWorkspaceBytes));
+  count_allocation(kLtWorkspaceBytes);
   // cuBLAS keeps its own workspace per stream; give it the same one so that the
   // legacy API (batched attention GEMMs) allocates nothing during a step.
   THPC_CUBLAS_CHECK(cublasSetWorkspace(blas_, lt_workspace_, kLtWorkspaceBytes));
@@ -36,14 +37,26 @@ Context::~Context() {
 void* Context::scratch(size_t bytes) {
   if (bytes > scratch_bytes_) {
     // Ops queued earlier may still read the old buffer; cudaFree waits for the device.
-    if (scratch_) THPC_CUDA_CHECK(cudaFree(scratch_));
+    if (scratch_) {
+      THPC_CUDA_CHECK(cudaFree(scratch_));
+      count_free(scratch_bytes_);
+    }
     scratch_ = nullptr;
+    scratch_bytes_ = 0;
     const size_t grown = (bytes + bytes / 4 + 255) / 256 * 256;  // +25%: fewer regrowths
     THPC_CUDA_CHECK(cudaMalloc(&scratch_, grown));
+    count_allocation(grown);
     scratch_bytes_ = grown;
   }
   return scratch_;
 }
+
+void Context::count_allocation(size_t bytes) {
+  allocated_bytes_ += static_cast<int64_t>(bytes);
+  if (allocated_bytes_ > peak_allocated_bytes_) peak_allocated_bytes_ = allocated_bytes_;
+}
+
+void Context::count_free(size_t bytes) { allocated_bytes_ -= static_cast<int64_t>(bytes); }
 
 void* Context::pinned(size_t bytes) {
   if (bytes > pinned_bytes_) {

@@ -2,6 +2,7 @@
 // its twin in kernels/cuda with the dtypes checked.
 #include "kernels/cuda/cuda_backend.h"
 
+#include <unordered_map>
 #include <utility>
 
 #include "common/error.h"
@@ -39,6 +40,7 @@ class CudaBackend final : public Backend {
     t.numel = numel;
     const size_t bytes = static_cast<size_t>(numel > 0 ? numel : 1) * dtype_size(dtype);
     const cudaError_t status = cudaMalloc(&t.data, bytes);
+    if (status == cudaSuccess) count_allocation(t.data, bytes);
     if (status != cudaSuccess) {
       cudaGetLastError();
       size_t free_bytes = 0, total_bytes = 0;
@@ -50,18 +52,27 @@ class CudaBackend final : public Backend {
     return t;
   }
   void free(Tensor& tensor) override {
-    if (tensor.data) cudaFree(tensor.data);  // no throw: used on cleanup paths
+    if (tensor.data) {
+      cudaFree(tensor.data);  // no throw: used on cleanup paths
+      count_free(tensor.data);
+    }
     tensor = Tensor{};
   }
   int32_t* alloc_ids(int64_t count) override {
     void* ids = nullptr;
-    THPC_CUDA_CHECK(cudaMalloc(&ids, sizeof(int32_t) * static_cast<size_t>(count > 0 ? count : 1)));
+    const size_t bytes = sizeof(int32_t) * static_cast<size_t>(count > 0 ? count : 1);
+    THPC_CUDA_CHECK(cudaMalloc(&ids, bytes));
+    count_allocation(ids, bytes);
     return static_cast<int32_t*>(ids);
   }
   void free_ids(int32_t*& ids) override {
-    if (ids) cudaFree(ids);
+    if (ids) {
+      cudaFree(ids);
+      count_free(ids);
+    }
     ids = nullptr;
   }
+  int64_t peak_memory_bytes() const override { return context_.peak_allocated_bytes(); }
   void zero(Tensor t) override {
     THPC_CUDA_CHECK(cudaMemsetAsync(t.data, 0, bytes(t), stream()));
   }
@@ -115,8 +126,22 @@ class CudaBackend final : public Backend {
     };
   }
 
+  // Host bookkeeping of the device memory this backend holds (peak_memory_bytes): each
+  // allocation's size by its pointer, so that a free knows what it returns.
+  void count_allocation(void* pointer, size_t bytes) {
+    allocation_bytes_[pointer] = bytes;
+    context_.count_allocation(bytes);
+  }
+  void count_free(void* pointer) {
+    const auto found = allocation_bytes_.find(pointer);
+    if (found == allocation_bytes_.end()) return;
+    context_.count_free(found->second);
+    allocation_bytes_.erase(found);
+  }
+
   cuda::Context context_;
   std::string device_name_;
+  std::unordered_map<const void*, size_t> allocation_bytes_;
 };
 
 }  // namespace

@@ -65,6 +65,13 @@ class Context {
   // Pinned host memory of at least `bytes` (loss sums, norms read back to the host).
   void* pinned(size_t bytes);
 
+  // Device memory allocated through cudaMalloc by this Context (workspace, scratch) and
+  // by the backend that owns it (its tensors and ids), counted on the host: what
+  // Backend::peak_memory_bytes reports. cudaMalloc and cudaFree calls report here.
+  void count_allocation(size_t bytes);
+  void count_free(size_t bytes);
+  int64_t peak_allocated_bytes() const { return peak_allocated_bytes_; }
+
   // 32 MiB: what cuBLASLt's heuristics ask for the largest Hopper GEMM kernels.
   static constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;
 
@@ -78,6 +85,7 @@ class Context {
   size_t scratch_bytes_ = 0;
   void* pinned_ = nullptr;
   size_t pinned_bytes_ = 0;
+  int64_t allocated_bytes_ = 0, peak_allocated_bytes_ = 0;
 };
 
 // dst[i] = convert(src[i]) between fp32 and bf16 (round to nearest even), or a copy

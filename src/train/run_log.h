@@ -16,7 +16,8 @@
 namespace thpc {
 
 // One scalar of a log line: "label text" in the line, "key": value in metrics.jsonl.
-// A value that is not available (peak memory on the GPU) is NaN: text "n/a", JSON null.
+// A value that is not available (peak memory where the backend cannot tell) is NaN: text
+// "n/a", JSON null.
 struct LogField {
   std::string label;  // "loss", "tgt tokens/s"
   std::string key;    // "loss", "tgt_tokens_per_s"

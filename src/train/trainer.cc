@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iomanip>
 #include <optional>
 #include <ostream>
@@ -545,17 +544,6 @@ std::vector<LogField> validation_fields(const ValidationStats& valid) {
 
 namespace {
 
-// Peak resident set of this process in bytes (VmHWM of /proc/self/status: the CPU
-// backend's tensors live there); -1 where the file or the field is missing.
-int64_t peak_resident_bytes() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::strtoll(line.c_str() + 6, nullptr, 10) * 1024;
-  }
-  return -1;
-}
-
 enum class Better { Lower, Higher };
 
 // Counts one validation's `value` of a metric into `best`: the first value, or one
@@ -661,8 +649,7 @@ RunEnd Trainer::run(std::ostream& log) {
       const double eta =
           elapsed / (last.step - first_step) * (config_.train.max_steps - last.step);
       const int64_t interval_steps = last.step - interval_first_step;
-      // The GPU backend has no memory query (yet): its peak is not the host's resident set.
-      const int64_t peak_bytes = backend_->host_memory() ? peak_resident_bytes() : -1;
+      const int64_t peak_bytes = backend_->peak_memory_bytes();
       const std::vector<LogField> fields = {
           fixed_field("loss", "loss", last.loss, 4),
           fixed_field("ppl", "ppl", std::exp(last.nll), 2),

@@ -23,7 +23,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <numeric>
 #include <random>
 #include <string>
@@ -213,6 +215,36 @@ TEST(Transfers, ZeroSizedTransfersWithNullPointersAreNoOps) {
   }
 }
 
+// Backend::peak_memory_bytes on the CPU: the process's peak resident set, which holds a
+// tensor once its pages are written, and which a free does not lower. Linux keeps the
+// resident-set counters per thread and folds them in every 64 page faults, so two reads
+// of VmHWM can differ by a few hundred KiB either way (seen: 300 KiB lower after the
+// free): the checks allow 16 MiB of that, against a 64 MiB tensor.
+int64_t resident_bytes() {  // VmRSS, the resident set now
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtoll(line.c_str() + 6, nullptr, 10) * 1024;
+  }
+  return -1;
+}
+
+TEST(PeakMemory, CpuBackendReportsThePeakResidentSet) {
+  auto backend = make_cpu_backend(DType::F32);
+  constexpr int64_t kSlack = int64_t(16) << 20;
+  const int64_t before = backend->peak_memory_bytes(), resident = resident_bytes();
+  ASSERT_GT(before, 0) << "no VmHWM in /proc/self/status";
+  ASSERT_GT(resident, 0) << "no VmRSS in /proc/self/status";
+  constexpr int64_t kBytes = int64_t(64) << 20;
+  Tensor big = backend->alloc(DType::F32, kBytes / 4);
+  backend->zero(big);  // written: resident, on top of what was
+  const int64_t held = backend->peak_memory_bytes();
+  EXPECT_GE(held, resident + kBytes - kSlack);
+  EXPECT_GE(held, before - kSlack);
+  backend->free(big);
+  EXPECT_GE(backend->peak_memory_bytes(), held - kSlack);
+}
+
 // Each op override the backends make from kernels/op_list.h (kernels/twin_call.h) checks
 // every tensor's dtype against the element type its twin takes before the twin sees the
 // data, and names the op and the argument; a null tensor reaches the twin as a null
@@ -280,6 +312,31 @@ const std::vector<int64_t> kSizes = {1, 3, 37, 1027, 65539, 1000003};
 // A key with every field non-zero, high seed bits included.
 DropoutKey test_key(int64_t n) {
   return DropoutKey{0xfedcba9876543210ull ^ static_cast<uint64_t>(n), 1234u, 7u, 5u};
+}
+
+// ---- device memory ------------------------------------------------------------------
+
+// Backend::peak_memory_bytes on the GPU: the peak of what the backend holds through
+// cudaMalloc, counted at each allocation and free (tensors and ids alike).
+TEST(CudaPeakMemory, CountsTheBackendsDeviceAllocations) {
+  THPC_REQUIRE_REAL_GPU();  // the CPU stand-in reports its resident set instead
+  Twins twins(DType::F32);
+  Backend& gpu = *twins.gpu;
+  const int64_t start = gpu.peak_memory_bytes();  // the Context's cuBLASLt workspace
+  EXPECT_GE(start, int64_t(32) << 20);
+  constexpr int64_t kMiB = int64_t(1) << 20;
+  Tensor a = gpu.alloc(DType::F32, 64 * kMiB);  // 256 MiB
+  int32_t* ids = gpu.alloc_ids(kMiB);            // 4 MiB
+  const int64_t peak = gpu.peak_memory_bytes();
+  EXPECT_GE(peak, start + 260 * kMiB);
+  gpu.free(a);
+  gpu.free_ids(ids);
+  Tensor b = gpu.alloc(DType::BF16, 64 * kMiB);  // 128 MiB: below the peak
+  EXPECT_EQ(gpu.peak_memory_bytes(), peak);
+  Tensor c = gpu.alloc(DType::F32, 64 * kMiB);   // 128 + 256 MiB held: a new peak
+  EXPECT_EQ(gpu.peak_memory_bytes(), peak + 124 * kMiB);
+  gpu.free(b);
+  gpu.free(c);
 }
 
 // ---- conversion ---------------------------------------------------------------------
