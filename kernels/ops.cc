@@ -1,6 +1,8 @@
 #include "kernels/ops.h"
 
+#include <chrono>
 #include <sstream>
+#include <vector>
 
 #include "common/error.h"
 #include "kernels/twin_call.h"
@@ -63,6 +65,33 @@ void check_row_top_k(const Tensor& values, const int32_t* /*columns*/, const Ten
   THPC_CHECK(values.numel >= int64_t(rows) * k && x.numel >= int64_t(rows) * width,
              "row_top_k: " << values.numel << " values for " << rows << " x " << k << ", or "
                            << x.numel << " entries for " << rows << " x " << width);
+}
+
+namespace {
+
+// The WorkClock of a synchronous backend: the host's steady clock at each mark.
+class SteadyWorkClock final : public WorkClock {
+ public:
+  int mark() override {
+    marks_.push_back(std::chrono::steady_clock::now());
+    return static_cast<int>(marks_.size()) - 1;
+  }
+  double seconds_between(int from, int to) override {
+    THPC_CHECK(from >= 0 && to >= 0 && from < static_cast<int>(marks_.size()) &&
+                   to < static_cast<int>(marks_.size()),
+               "marks " << from << " and " << to << " of " << marks_.size());
+    return std::chrono::duration<double>(marks_[to] - marks_[from]).count();
+  }
+  void clear() override { marks_.clear(); }
+
+ private:
+  std::vector<std::chrono::steady_clock::time_point> marks_;
+};
+
+}  // namespace
+
+std::unique_ptr<WorkClock> Backend::make_work_clock() {
+  return std::make_unique<SteadyWorkClock>();
 }
 
 int64_t Backend::attention_saved_numel(const AttentionShape& shape) {

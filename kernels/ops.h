@@ -26,6 +26,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace thpc {
@@ -104,6 +105,20 @@ void check_row_top_k(int rows, int width, int k, int skip_a, int skip_b);
 void check_row_top_k(const Tensor& values, const int32_t* columns, const Tensor& x,
                      int rows, int width, int k, int skip_a, int skip_b);
 
+// Timestamps taken in the order of a backend's work, for timing it op by op
+// (kernels/profiling_backend.h) without waiting for it in between.
+class WorkClock {
+ public:
+  virtual ~WorkClock() = default;
+  // Notes the moment the backend's work queued so far is done; returns the mark's index
+  // (0, 1, 2, ... since the last clear()).
+  virtual int mark() = 0;
+  // Seconds from mark `from` to mark `to`, waiting until both have been reached.
+  virtual double seconds_between(int from, int to) = 0;
+  // Forgets every mark (read the ones you need first).
+  virtual void clear() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -139,6 +154,10 @@ class Backend {
   // cuBLASLt workspace and scratch), counted on the host at each allocation and free;
   // not the CUDA context's, cuBLAS's or NCCL's own.
   virtual int64_t peak_memory_bytes() const = 0;
+  // A clock for timing this backend's work. Here the host's steady clock, which is right
+  // for a synchronous backend (the CPU's: an op's work is done when its call returns); a
+  // GPU backend records events on its stream instead.
+  virtual std::unique_ptr<WorkClock> make_work_clock();
 
   // ---- what the attention ops save and read ----------------------------------------
   // The element count of attention_forward's `saved` (the probabilities

@@ -5,7 +5,7 @@
 //   transformer_bench_step [--config input/base.ini] [--tokens 25000] [--steps 60]
 //                          [--warmup-steps 15] [--vocab 37000] [--backend auto]
 //                          [--precision bf16] [--peak-tflops 790] [--spec-tflops 989.4]
-//                          [--set KEY=VALUE ...]
+//                          [--profile] [--set KEY=VALUE ...]
 //
 // Batches: for L in 12 18 24 28 32 40 48 64 96 (cycled), tokens / L sentences of source
 // length L and target length L + 1 (decoder input and output L each), random ids in
@@ -22,6 +22,14 @@
 // on a GPU the peak of the device memory the backend allocated (what
 // torch.cuda.max_memory_allocated is for the peer, plus our cuBLASLt workspace and
 // scratch, which PyTorch's caching allocator does not count there).
+//
+// --profile runs the model on a ProfilingBackend (kernels/profiling_backend.h) and
+// prints, before the JSON line, the timed steps' time per op class (GEMMs, attention,
+// residual + dropout + layer norm, bias + ReLU, loss, embedding, Adam, ... and the host
+// time between kernels) as a table whose rows add up to the step, and the GEMMs'
+// FLOP-weighted rate against the ceiling (the measured one on the CPU, --peak-tflops on
+// the GPU). Timing each op costs two clock marks (two events on the GPU), so the JSON
+// line of a profiled run is not the benchmark's number.
 #include <boost/program_options.hpp>
 
 #include <algorithm>
@@ -29,6 +37,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -36,6 +45,7 @@
 #include "common/error.h"
 #include "config/config.h"
 #include "kernels/cpu/blas.h"
+#include "kernels/profiling_backend.h"
 #include "data/batch.h"
 #include "model/transformer.h"
 #include "train/lr_schedule.h"
@@ -55,6 +65,7 @@ struct Arguments {
   double peak_tflops = 790.0;
   double spec_tflops = 989.4;  // H100/H200 SXM dense bf16, without sparsity
   std::vector<std::string> overrides;  // SECTION.KEY=VALUE, as the trainer's --SECTION.KEY
+  bool profile = false;
   bool help = false;
 };
 
@@ -113,13 +124,16 @@ int run(const Arguments& args) {
   overrides.insert(overrides.end(), args.overrides.begin(), args.overrides.end());
   const thpc::Config config = thpc::load_config(args.config, overrides);
   auto backend = thpc::make_backend(config.train);
-  thpc::Transformer model(config.model, args.vocab, thpc::SpecialIds{}, *backend,
-                          config.train.seed);
+  // With --profile every call goes through the profiler, which times the timed steps.
+  std::optional<thpc::ProfilingBackend> profiler;
+  if (args.profile) profiler.emplace(*backend);
+  thpc::Backend& ops = profiler ? static_cast<thpc::Backend&>(*profiler) : *backend;
+  thpc::Transformer model(config.model, args.vocab, thpc::SpecialIds{}, ops, config.train.seed);
   thpc::AdamSettings settings;
   settings.beta1 = config.train.adam_beta1;
   settings.beta2 = config.train.adam_beta2;
   settings.eps = config.train.adam_eps;
-  thpc::Adam adam(model.params(), *backend, settings);
+  thpc::Adam adam(model.params(), ops, settings);
 
   std::mt19937 rng(1);
   std::vector<thpc::Batch> batches;
@@ -129,7 +143,7 @@ int run(const Arguments& args) {
   double loss = 0.0;
   auto train = [&](const thpc::Batch& batch) {
     ++step;
-    backend->zero(model.params().grads());
+    ops.zero(model.params().grads());
     thpc::DropoutContext dropout;
     dropout.seed = config.train.seed;
     dropout.step = static_cast<uint32_t>(step);
@@ -142,7 +156,7 @@ int run(const Arguments& args) {
     loss = sums.loss / static_cast<double>(sums.tokens);
   };
   for (int i = 0; i < args.warmup_steps; ++i) train(batches[i % batches.size()]);
-  backend->synchronize();
+  ops.synchronize();
 
   std::vector<double> step_seconds;
   double tokens = 0.0, flops = 0.0;
@@ -150,7 +164,9 @@ int run(const Arguments& args) {
   auto last = begin;
   for (int i = 0; i < args.steps; ++i) {
     const thpc::Batch& batch = batches[i % batches.size()];
+    if (profiler) profiler->begin_step();
     train(batch);  // the loss read-back synchronises each step
+    if (profiler) profiler->end_step();
     const auto now = std::chrono::steady_clock::now();
     step_seconds.push_back(std::chrono::duration<double>(now - last).count());
     last = now;
@@ -158,13 +174,18 @@ int run(const Arguments& args) {
     flops += train_flops(config.model, args.vocab, static_cast<double>(batch.src_tokens()),
                          static_cast<double>(batch.tgt_tokens()), batch.src_len);
   }
-  backend->synchronize();
+  ops.synchronize();
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   std::sort(step_seconds.begin(), step_seconds.end());
   const double median = step_seconds.empty() ? 0.0 : step_seconds[step_seconds.size() / 2];
   const bool on_cpu = backend->name().rfind("cpu", 0) == 0;
   const double peak_tflops = on_cpu ? measure_cpu_gemm_ceiling() : args.peak_tflops;
   const double model_tflops = flops / total / 1e12;
+  if (profiler) {
+    std::printf("%s",
+                thpc::format_profile(profiler->collect(), backend->name(), peak_tflops).c_str());
+    std::printf("(host clock: %.3f ms per step, profiling included)\n", 1e3 * total / args.steps);
+  }
   // The datasheet's rate is a GPU's; on the CPU there is none to quote.
   const std::string mfu_spec =
       on_cpu ? "null" : std::to_string(std::round(1e3 * model_tflops / args.spec_tflops) / 1e3);
@@ -201,6 +222,8 @@ int main(int argc, char** argv) {
        "the GPU's bf16 GEMM ceiling, for MFU (on the CPU it is measured instead)")
       ("spec-tflops", po::value(&args.spec_tflops)->default_value(args.spec_tflops),
        "the GPU's datasheet dense bf16 rate, for mfu_spec (989.4: H100/H200 SXM)")
+      ("profile", po::bool_switch(&args.profile),
+       "print the timed steps' time per op class before the JSON line")
       ("set", po::value(&args.overrides)->composing(),
        "SECTION.KEY=VALUE config override (repeatable), e.g. --set model.max_positions=128");
   const auto parse = [&](int count, char** values) {

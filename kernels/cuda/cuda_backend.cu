@@ -2,8 +2,10 @@
 // its twin in kernels/cuda with the dtypes checked.
 #include "kernels/cuda/cuda_backend.h"
 
+#include <memory>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "common/error.h"
 #include "kernels/cuda/cuda_check.h"
@@ -12,6 +14,42 @@
 
 namespace thpc {
 namespace {
+
+// The WorkClock of a CUDA backend: each mark is an event recorded on the backend's
+// stream, so marking adds no synchronisation; reading a time waits for its events.
+// Events are created as marks need them and kept for reuse after clear().
+class EventWorkClock final : public WorkClock {
+ public:
+  explicit EventWorkClock(cudaStream_t stream) : stream_(stream) {}
+  ~EventWorkClock() override {
+    for (cudaEvent_t event : events_) cudaEventDestroy(event);  // no throw in a destructor
+  }
+  int mark() override {
+    if (used_ == events_.size()) {
+      cudaEvent_t event = nullptr;
+      THPC_CUDA_CHECK(cudaEventCreate(&event));
+      events_.push_back(event);
+    }
+    THPC_CUDA_CHECK(cudaEventRecord(events_[used_], stream_));
+    return static_cast<int>(used_++);
+  }
+  double seconds_between(int from, int to) override {
+    THPC_CHECK(from >= 0 && to >= 0 && static_cast<size_t>(from) < used_ &&
+                   static_cast<size_t>(to) < used_,
+               "marks " << from << " and " << to << " of " << used_);
+    THPC_CUDA_CHECK(cudaEventSynchronize(events_[to]));
+    THPC_CUDA_CHECK(cudaEventSynchronize(events_[from]));
+    float milliseconds = 0.0f;
+    THPC_CUDA_CHECK(cudaEventElapsedTime(&milliseconds, events_[from], events_[to]));
+    return 1e-3 * milliseconds;
+  }
+  void clear() override { used_ = 0; }
+
+ private:
+  cudaStream_t stream_;
+  std::vector<cudaEvent_t> events_;
+  size_t used_ = 0;
+};
 
 // T: the activation (compute) type, float or bf16. Parameters are always fp32.
 template <typename T>
@@ -73,6 +111,9 @@ class CudaBackend final : public Backend {
     ids = nullptr;
   }
   int64_t peak_memory_bytes() const override { return context_.peak_allocated_bytes(); }
+  std::unique_ptr<WorkClock> make_work_clock() override {
+    return std::make_unique<EventWorkClock>(stream());
+  }
   void zero(Tensor t) override {
     THPC_CUDA_CHECK(cudaMemsetAsync(t.data, 0, bytes(t), stream()));
   }

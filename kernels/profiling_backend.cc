@@ -1,0 +1,211 @@
+#include "kernels/profiling_backend.h"
+
+#include <cstdio>
+#include <utility>
+
+#include "common/error.h"
+
+namespace thpc {
+namespace {
+
+// Every op of kernels/op_list.h and its class: the one table of the mapping.
+constexpr std::pair<OpId, OpClass> kOpClasses[] = {
+    {OpId::embedding_forward, OpClass::Embedding},
+    {OpId::embedding_backward, OpClass::Embedding},
+    {OpId::linear_forward, OpClass::GemmForward},
+    {OpId::linear_backward, OpClass::GemmBackward},
+    {OpId::output_projection_forward, OpClass::GemmForward},
+    {OpId::output_projection_backward, OpClass::GemmBackward},
+    {OpId::layernorm_forward, OpClass::AddNorm},
+    {OpId::layernorm_backward, OpClass::AddNorm},
+    {OpId::attention_forward, OpClass::Attention},
+    {OpId::attention_backward, OpClass::Attention},
+    {OpId::relu_forward, OpClass::BiasRelu},
+    {OpId::relu_backward, OpClass::BiasRelu},
+    // The model's only plain dropout is on the embedding sums (§5.4).
+    {OpId::dropout_forward, OpClass::Embedding},
+    {OpId::dropout_backward, OpClass::Embedding},
+    {OpId::residual_dropout_forward, OpClass::AddNorm},
+    {OpId::residual_dropout_backward, OpClass::AddNorm},
+    {OpId::copy_rows, OpClass::Decoding},
+    {OpId::softmax_cross_entropy, OpClass::CrossEntropy},
+    {OpId::log_softmax, OpClass::CrossEntropy},
+    {OpId::row_top_k, OpClass::Decoding},
+    {OpId::adam_update, OpClass::Adam},
+    {OpId::sum_squares, OpClass::GradientNorm},
+    {OpId::scale, OpClass::GradientNorm},
+};
+
+constexpr int kOpCount = 0
+#define THPC_OP(ret, name, params, args) +1
+#include "kernels/op_list.h"
+#undef THPC_OP
+    ;
+
+// The table names each op exactly once.
+constexpr bool names_every_op_once() {
+  for (int op = 0; op < kOpCount; ++op) {
+    int found = 0;
+    for (const auto& entry : kOpClasses) found += static_cast<int>(entry.first) == op;
+    if (found != 1) return false;
+  }
+  return true;
+}
+static_assert(sizeof(kOpClasses) / sizeof(kOpClasses[0]) == kOpCount && names_every_op_once(),
+              "kOpClasses must give every op of kernels/op_list.h its class, once");
+
+}  // namespace
+
+const char* op_class_label(OpClass op_class) {
+  switch (op_class) {
+    case OpClass::GemmForward: return "GEMM forward";
+    case OpClass::GemmBackward: return "GEMM backward";
+    case OpClass::Attention: return "attention";
+    case OpClass::AddNorm: return "residual+dropout+layer norm";
+    case OpClass::BiasRelu: return "bias+ReLU";
+    case OpClass::CrossEntropy: return "cross-entropy";
+    case OpClass::Embedding: return "embedding (+ its dropout)";
+    case OpClass::Adam: return "Adam";
+    case OpClass::GradientNorm: return "gradient norm, scaling";
+    case OpClass::Memory: return "zero, copy, transfers";
+    case OpClass::Decoding: return "decoding (copy_rows, top-k)";
+    case OpClass::kCount: break;
+  }
+  return "?";
+}
+
+OpClass op_class(OpId op) {
+  for (const auto& entry : kOpClasses) {
+    if (entry.first == op) return entry.second;
+  }
+  THPC_CHECK(false, "no class for op " << op_name(op));
+  return OpClass::kCount;
+}
+
+double OpProfile::host_seconds() const {
+  double ops = 0.0;
+  for (const Row& row : rows) ops += row.seconds;
+  return span_seconds - ops;
+}
+
+std::string format_profile(const OpProfile& profile, const std::string& backend_name,
+                           double ceiling_tflops) {
+  std::string text;
+  char line[256];
+  const double steps = profile.steps > 0 ? profile.steps : 1;
+  const double step_ms = 1e3 * profile.span_seconds / steps;
+  std::snprintf(line, sizeof line, "profile: %d steps on %s, %.3f ms per step\n", profile.steps,
+                backend_name.c_str(), step_ms);
+  text += line;
+  std::snprintf(line, sizeof line, "%-30s %10s %7s %11s %12s %9s\n", "op class", "ms/step",
+                "share", "calls/step", "GFLOP/step", "TFLOP/s");
+  text += line;
+  const auto share = [&](double seconds) {
+    return profile.span_seconds > 0 ? 100.0 * seconds / profile.span_seconds : 0.0;
+  };
+  for (int c = 0; c < kOpClassCount; ++c) {
+    const OpProfile::Row& row = profile.rows[c];
+    if (row.calls == 0) continue;
+    const std::string label = op_class_label(static_cast<OpClass>(c));
+    if (row.flops > 0) {
+      std::snprintf(line, sizeof line, "%-30s %10.3f %6.1f%% %11.1f %12.2f %9.4g\n",
+                    label.c_str(), 1e3 * row.seconds / steps, share(row.seconds),
+                    row.calls / steps, 1e-9 * row.flops / steps,
+                    row.seconds > 0 ? 1e-12 * row.flops / row.seconds : 0.0);
+    } else {
+      std::snprintf(line, sizeof line, "%-30s %10.3f %6.1f%% %11.1f\n", label.c_str(),
+                    1e3 * row.seconds / steps, share(row.seconds), row.calls / steps);
+    }
+    text += line;
+  }
+  std::snprintf(line, sizeof line, "%-30s %10.3f %6.1f%%\n", "host time between kernels",
+                1e3 * profile.host_seconds() / steps, share(profile.host_seconds()));
+  text += line;
+  std::snprintf(line, sizeof line, "%-30s %10.3f %6.1f%%\n", "total (the step)", step_ms,
+                profile.span_seconds > 0 ? 100.0 : 0.0);
+  text += line;
+  const OpProfile::Row& forward = profile.rows[static_cast<int>(OpClass::GemmForward)];
+  const OpProfile::Row& backward = profile.rows[static_cast<int>(OpClass::GemmBackward)];
+  const double gemm_flops = forward.flops + backward.flops;
+  const double gemm_seconds = forward.seconds + backward.seconds;
+  if (gemm_seconds > 0 && ceiling_tflops > 0) {
+    const double rate = 1e-12 * gemm_flops / gemm_seconds;
+    std::snprintf(line, sizeof line,
+                  "GEMMs (forward + backward): %.2f GFLOP per step at %.4g TFLOP/s, %.3f of the "
+                  "measured ceiling %.4g TFLOP/s\n",
+                  1e-9 * gemm_flops / steps, rate, rate / ceiling_tflops, ceiling_tflops);
+    text += line;
+  }
+  return text;
+}
+
+ProfilingBackend::ProfilingBackend(Backend& inner)
+    : inner_(inner), clock_(inner.make_work_clock()) {}
+
+void ProfilingBackend::begin_step() {
+  THPC_CHECK(!recording_, "begin_step() twice without end_step()");
+  recording_ = true;
+  step_start_ = clock_->mark();
+}
+
+void ProfilingBackend::end_step() {
+  THPC_CHECK(recording_, "end_step() without begin_step()");
+  steps_.emplace_back(step_start_, clock_->mark());
+  recording_ = false;
+}
+
+OpProfile ProfilingBackend::collect() {
+  THPC_CHECK(!recording_, "collect() inside a step");
+  OpProfile profile;
+  profile.steps = static_cast<int>(steps_.size());
+  for (const auto& [start, end] : steps_) profile.span_seconds += clock_->seconds_between(start, end);
+  for (const Call& call : calls_) {
+    OpProfile::Row& row = profile.rows[static_cast<int>(call.op_class)];
+    row.seconds += clock_->seconds_between(call.start, call.end);
+    row.calls += 1;
+    row.flops += call.flops;
+  }
+  return profile;
+}
+
+ProfilingBackend::Timed::Timed(ProfilingBackend& owner, OpClass op_class, double flops)
+    : owner_(owner), op_class_(op_class), flops_(flops) {
+  if (owner_.recording_) start_ = owner_.clock_->mark();
+}
+
+ProfilingBackend::Timed::~Timed() {
+  if (start_ < 0) return;
+  // No throw from a destructor: a clock that fails here loses this call's time.
+  try {
+    const int end = owner_.clock_->mark();
+    owner_.calls_.push_back(Call{op_class_, start_, end, flops_});
+  } catch (...) {
+  }
+}
+
+void ProfilingBackend::zero(Tensor tensor) {
+  const Timed timed(*this, OpClass::Memory, 0.0);
+  inner_.zero(tensor);
+}
+void ProfilingBackend::copy(Tensor dst, Tensor src) {
+  const Timed timed(*this, OpClass::Memory, 0.0);
+  inner_.copy(dst, src);
+}
+void ProfilingBackend::upload(Tensor dst, const void* host) {
+  const Timed timed(*this, OpClass::Memory, 0.0);
+  inner_.upload(dst, host);
+}
+void ProfilingBackend::download(void* host, Tensor src) {
+  const Timed timed(*this, OpClass::Memory, 0.0);
+  inner_.download(host, src);
+}
+void ProfilingBackend::upload_ids(int32_t* dst, const int32_t* host, int64_t count) {
+  const Timed timed(*this, OpClass::Memory, 0.0);
+  inner_.upload_ids(dst, host, count);
+}
+void ProfilingBackend::download_ids(int32_t* host, const int32_t* src, int64_t count) {
+  const Timed timed(*this, OpClass::Memory, 0.0);
+  inner_.download_ids(host, src, count);
+}
+
+}  // namespace thpc

@@ -1,0 +1,193 @@
+// Where a training step's time goes, op class by op class: a Backend that runs every
+// call on another backend and times it (transformer_bench_step --profile).
+//
+// ProfilingBackend is made from the op list (kernels/op_list.h: one more include of it):
+// each op override takes a mark of the inner backend's WorkClock before and after
+// passing the call on, so an op's time is what the backend spent on it — on the CPU the
+// steady clock around a synchronous call, on a GPU the time between two events recorded
+// on the backend's stream around the op's kernels (no synchronisation is added inside a
+// step; the marks are read back by collect()). The memory calls (zero, copy, the
+// transfers) are timed the same way; allocation and synchronize() pass through untimed.
+//
+// Between begin_step() and end_step() the marks are kept; outside (warm-up) calls pass
+// through untimed. A step's time is the span of its two step marks on the same clock, so
+// the rows add up to it by construction: "host time between kernels" is the step's span
+// minus its ops' time — on a GPU the time the device waited for the host (launch gaps,
+// host code, read-backs), on the CPU the model's own host code between ops.
+//
+// Each op belongs to one OpClass (op_class(), one table in profiling_backend.cc that
+// names every op of the list), and the matrix products count their model FLOPs
+// (2 * M * K * N per product; attention's two batched products forward and four
+// backward), so that the GEMM classes' rates can be set against the machine's ceiling.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kernels/ops.h"
+
+namespace thpc {
+
+// The rows of the profile, in the order they are printed.
+enum class OpClass {
+  GemmForward,    // linear_forward, output_projection_forward
+  GemmBackward,   // linear_backward (its bias sums too), output_projection_backward
+  Attention,      // attention_forward, attention_backward
+  AddNorm,        // residual + dropout, layer norm
+  BiasRelu,       // ReLU and its backward (the FFN's bias is in its GEMM)
+  CrossEntropy,   // softmax_cross_entropy (the loss and its gradient), log_softmax
+  Embedding,      // embedding forward and backward, the embeddings' dropout
+  Adam,           // adam_update
+  GradientNorm,   // sum_squares, scale: the gradient's norm and clipping
+  Memory,         // zero, copy (the bf16 weight refresh), uploads and downloads
+  Decoding,       // copy_rows, row_top_k
+  kCount
+};
+constexpr int kOpClassCount = static_cast<int>(OpClass::kCount);
+
+// "GEMM forward" for OpClass::GemmForward.
+const char* op_class_label(OpClass op_class);
+// The class an op's time is counted in.
+OpClass op_class(OpId op);
+
+// The model FLOPs of one call of `op`: its matrix products' 2 * M * K * N, 0 for ops
+// without any. `args` are the call's arguments, as the op list names them.
+template <OpId op, typename Args>
+double matrix_flops(const Args& args);
+
+// What collect() returns: per class, the time and calls of the recorded steps and their
+// matrix FLOPs; steps and their span on the backend's clock.
+struct OpProfile {
+  struct Row {
+    double seconds = 0.0;
+    int64_t calls = 0;
+    double flops = 0.0;
+  };
+  std::array<Row, kOpClassCount> rows{};
+  int steps = 0;
+  double span_seconds = 0.0;  // the recorded steps, each from its begin to its end mark
+  // The steps' span less every op's time: on a GPU the device waiting for the host.
+  double host_seconds() const;
+};
+
+// The profile as a table, one line per class that was called plus the host time and
+// the total, per step; then the GEMMs' FLOP-weighted rate against `ceiling_tflops`
+// (the machine's measured matrix-product rate; <= 0: not printed).
+std::string format_profile(const OpProfile& profile, const std::string& backend_name,
+                           double ceiling_tflops);
+
+class ProfilingBackend final : public Backend {
+ public:
+  explicit ProfilingBackend(Backend& inner);
+
+  // Everything the backend does between these two calls counts as one step.
+  void begin_step();
+  void end_step();
+  // Reads back every mark of the recorded steps (waiting for the backend's work) and
+  // sums them per class.
+  OpProfile collect();
+
+  std::string name() const override { return inner_.name(); }
+  bool host_memory() const override { return inner_.host_memory(); }
+  DType param_dtype() const override { return inner_.param_dtype(); }
+  DType compute_dtype() const override { return inner_.compute_dtype(); }
+  Tensor alloc(DType dtype, int64_t numel) override { return inner_.alloc(dtype, numel); }
+  void free(Tensor& tensor) override { inner_.free(tensor); }
+  int32_t* alloc_ids(int64_t count) override { return inner_.alloc_ids(count); }
+  void free_ids(int32_t*& ids) override { inner_.free_ids(ids); }
+  void zero(Tensor tensor) override;
+  void copy(Tensor dst, Tensor src) override;
+  void upload(Tensor dst, const void* host) override;
+  void download(void* host, Tensor src) override;
+  void upload_ids(int32_t* dst, const int32_t* host, int64_t count) override;
+  void download_ids(int32_t* host, const int32_t* src, int64_t count) override;
+  void synchronize() override { inner_.synchronize(); }
+  void* native_stream() const override { return inner_.native_stream(); }
+  int device() const override { return inner_.device(); }
+  int64_t peak_memory_bytes() const override { return inner_.peak_memory_bytes(); }
+  std::unique_ptr<WorkClock> make_work_clock() override { return inner_.make_work_clock(); }
+  bool attention_reads_masked_keys() const override {
+    return inner_.attention_reads_masked_keys();
+  }
+
+  // The ops: each entry of kernels/op_list.h passed on to the inner backend between two
+  // marks, counted in its class with its matrix FLOPs.
+#define THPC_OP(ret, name, params, args)                                                   \
+  ret name params override {                                                              \
+    const Timed timed(*this, op_class(OpId::name),                                        \
+                      matrix_flops<OpId::name>(std::forward_as_tuple args));               \
+    return inner_.name args;                                                              \
+  }
+#include "kernels/op_list.h"
+#undef THPC_OP
+
+ private:
+  // One timed call: marks the clock at construction and destruction while a step is
+  // being recorded.
+  class Timed {
+   public:
+    Timed(ProfilingBackend& owner, OpClass op_class, double flops);
+    ~Timed();
+    Timed(const Timed&) = delete;
+    Timed& operator=(const Timed&) = delete;
+
+   private:
+    ProfilingBackend& owner_;
+    OpClass op_class_;
+    double flops_;
+    int start_ = -1;
+  };
+  struct Call {
+    OpClass op_class;
+    int start, end;  // marks
+    double flops;
+  };
+
+  Backend& inner_;
+  std::unique_ptr<WorkClock> clock_;
+  bool recording_ = false;
+  int step_start_ = -1;
+  std::vector<Call> calls_;
+  std::vector<std::pair<int, int>> steps_;  // begin and end marks
+};
+
+// ---- matrix FLOPs of the ops that multiply matrices ----------------------------------
+
+template <OpId op, typename Args>
+double matrix_flops(const Args& args) {
+  // Each branch unpacks the op's arguments under the op list's names (a change of the
+  // list's arity fails to compile here).
+  const auto count = [](bool present) { return present ? 1.0 : 0.0; };
+  if constexpr (op == OpId::linear_forward) {
+    [[maybe_unused]] const auto& [y, x, W, b, M, K, N] = args;
+    return 2.0 * M * K * N;
+  } else if constexpr (op == OpId::linear_backward) {
+    [[maybe_unused]] const auto& [dx, dW, db, dy, x, W, M, K, N] = args;
+    return 2.0 * M * K * N * (count(static_cast<bool>(dx)) + count(static_cast<bool>(dW)));
+  } else if constexpr (op == OpId::output_projection_forward) {
+    [[maybe_unused]] const auto& [logits, h, E, M, d, vocab] = args;
+    return 2.0 * M * d * vocab;
+  } else if constexpr (op == OpId::output_projection_backward) {
+    [[maybe_unused]] const auto& [dh, dE, d_logits, h, E, M, d, vocab] = args;
+    return 2.0 * M * d * vocab * (count(static_cast<bool>(dh)) + count(static_cast<bool>(dE)));
+  } else if constexpr (op == OpId::attention_forward) {
+    // Q K^T and P V for every (sentence, head): 2 Lq Lk (d_k + d_v), masked or not.
+    [[maybe_unused]] const auto& [out, saved, q, ldq, k, ldk, v, ldv, shape] = args;
+    return 2.0 * shape.batch * shape.heads * shape.query_len * shape.key_len *
+           (shape.d_k + shape.d_v);
+  } else if constexpr (op == OpId::attention_backward) {
+    // dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q: twice the forward's.
+    [[maybe_unused]] const auto& [dq, dk, dv, d_out, saved, q, ldq, k, ldk, v, ldv, shape] =
+        args;
+    return 4.0 * shape.batch * shape.heads * shape.query_len * shape.key_len *
+           (shape.d_k + shape.d_v);
+  } else {
+    return 0.0;
+  }
+}
+
+}  // namespace thpc

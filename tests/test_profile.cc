@@ -1,0 +1,136 @@
+// The op profile of transformer_bench_step --profile (kernels/profiling_backend.h): a
+// training step on a ProfilingBackend over the CPU backend computes what it computes
+// without it, its rows add up to the step as the host measured it, every op class the
+// model calls has its row, and the GEMM rows count the model's matrix-product FLOPs.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <vector>
+
+#include "data/batch.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/profiling_backend.h"
+#include "model/transformer.h"
+#include "train/optimizer.h"
+
+namespace thpc {
+namespace {
+
+ModelConfig profiled_model() {
+  ModelConfig c;
+  c.layers = 2;
+  c.d_model = 32;
+  c.d_ff = 64;
+  c.heads = 4;
+  c.dropout = 0.1f;
+  c.max_positions = 32;
+  return c;
+}
+constexpr int kVocab = 50;
+
+Batch profiled_batch() {
+  // Source length 7, target length 5 (padding on both sides).
+  const std::vector<TokenSequence> sources = {{4, 5, 6, 7, 8, 9}, {10, 11}, {12, 13, 14}};
+  const std::vector<TokenSequence> targets = {{5, 6, 7}, {8, 9, 10, 11}, {12}};
+  return make_batch(sources, targets, SpecialIds{});
+}
+
+// The losses of `steps` training steps (forward, loss, backward, Adam) on `ops`; with a
+// profiler, each step between its begin_step() and end_step(), whose host wall time
+// is added to *wall.
+std::vector<double> train(Backend& ops, int steps, ProfilingBackend* profiler = nullptr,
+                          double* wall = nullptr) {
+  Transformer model(profiled_model(), kVocab, SpecialIds{}, ops, 11);
+  Adam adam(model.params(), ops, AdamSettings{});
+  const Batch batch = profiled_batch();
+  std::vector<double> losses;
+  for (int step = 1; step <= steps; ++step) {
+    const auto start = std::chrono::steady_clock::now();
+    if (profiler != nullptr && step > 1) profiler->begin_step();  // step 1: warm-up
+    ops.zero(model.params().grads());
+    DropoutContext dropout;
+    dropout.seed = 3;
+    dropout.step = static_cast<uint32_t>(step);
+    const LossSums sums = model.train_step(batch, 1.0f / batch.tgt_tokens(), dropout);
+    adam.update(1e-3f, step);
+    if (profiler != nullptr && step > 1) {
+      profiler->end_step();
+      *wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    losses.push_back(sums.loss);
+  }
+  return losses;
+}
+
+// The forward matrix products of one step on profiled_batch(), by hand: per layer the
+// encoder's Q|K|V, W^O and FFN, the decoder's Q|K|V, W^O, cross Q, cross K|V, cross W^O
+// and FFN, then the output projection; 2 * M * K * N each.
+double forward_gemm_flops(const ModelConfig& c, int src_rows, int tgt_rows) {
+  const double d = c.d_model, f = c.d_ff, s = src_rows, t = tgt_rows;
+  const double encoder = s * (3 * d * d + d * d + 2 * d * f);
+  const double decoder = t * (3 * d * d + d * d + d * d + d * d + 2 * d * f) + s * 2 * d * d;
+  return 2.0 * (c.layers * (encoder + decoder) + t * d * kVocab);
+}
+
+TEST(Profile, RowsAddUpToTheStepAndNameEveryClassTheModelCalls) {
+  auto cpu = make_cpu_backend(DType::F32);
+  const std::vector<double> plain = train(*cpu, 4);
+
+  ProfilingBackend profiler(*cpu);
+  double wall = 0.0;
+  const std::vector<double> profiled = train(profiler, 4, &profiler, &wall);
+  // The profiler only passes calls on: the same losses, bit for bit.
+  EXPECT_EQ(profiled, plain);
+
+  const OpProfile profile = profiler.collect();
+  EXPECT_EQ(profile.steps, 3);
+  // The rows add up to the step's span by construction; what is checked is that the span
+  // is the step the host measured (within 2% and 0.5 ms per step: the clock reads and
+  // this loop's own statements lie between the two), that no op's time overlaps
+  // another's (the host time between them is not negative), and that the ops are most
+  // of the step (the model's host code between ops is small on the CPU).
+  EXPECT_NEAR(profile.span_seconds, wall, 0.02 * wall + 0.5e-3 * profile.steps);
+  EXPECT_GE(profile.host_seconds(), 0.0);
+  EXPECT_LT(profile.host_seconds(), 0.5 * profile.span_seconds);
+  double sum = profile.host_seconds();
+  for (const OpProfile::Row& row : profile.rows) sum += row.seconds;
+  EXPECT_NEAR(sum, profile.span_seconds, 1e-12 * profile.steps);
+
+  // Every class a training step calls, with its calls per step: the two stacks'
+  // layers (2 each) and the loss.
+  const auto row = [&](OpClass c) { return profile.rows[static_cast<int>(c)]; };
+  for (OpClass c : {OpClass::GemmForward, OpClass::GemmBackward, OpClass::Attention,
+                    OpClass::AddNorm, OpClass::BiasRelu, OpClass::CrossEntropy,
+                    OpClass::Embedding, OpClass::Adam, OpClass::Memory}) {
+    SCOPED_TRACE(op_class_label(c));
+    EXPECT_GT(row(c).calls, 0);
+    EXPECT_GE(row(c).seconds, 0.0);
+  }
+  EXPECT_EQ(row(OpClass::Adam).calls, 3);
+  EXPECT_EQ(row(OpClass::CrossEntropy).calls, 3);
+  // Self-attention in every layer of both stacks, cross-attention in the decoder's:
+  // 6 forward and 6 backward per step.
+  EXPECT_EQ(row(OpClass::Attention).calls, 3 * 12);
+  EXPECT_EQ(row(OpClass::Decoding).calls, 0);
+
+  // FLOPs: the forward GEMMs exactly as counted by hand; backward twice the forward
+  // (dx and dW for each product; the embedding's products have no dx to skip).
+  const Batch batch = profiled_batch();
+  const double forward =
+      forward_gemm_flops(profiled_model(), batch.size * batch.src_len, batch.size * batch.tgt_len);
+  EXPECT_DOUBLE_EQ(row(OpClass::GemmForward).flops, 3 * forward);
+  EXPECT_DOUBLE_EQ(row(OpClass::GemmBackward).flops, 3 * 2 * forward);
+  EXPECT_GT(row(OpClass::Attention).flops, 0.0);
+
+  const std::string table = format_profile(profile, cpu->name(), 0.1);
+  for (const char* line : {"GEMM forward", "residual+dropout+layer norm", "bias+ReLU",
+                           "host time between kernels", "total (the step)",
+                           "of the measured ceiling"}) {
+    EXPECT_NE(table.find(line), std::string::npos) << line << " missing from\n" << table;
+  }
+  EXPECT_EQ(table.find("decoding"), std::string::npos) << "a class never called is not a row";
+}
+
+}  // namespace
+}  // namespace thpc
