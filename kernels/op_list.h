@@ -49,6 +49,19 @@ THPC_OP(void, linear_backward,
         (Out dx, ParamOut dW, ParamOut db, In dy, In x, In W, int M, int K, int N),
         (dx, dW, db, dy, x, W, M, K, N))
 
+// ---- the FFN's bias + ReLU fused with its layer (§3.3: max(0, x W1 + b1)) -------------
+// y = max(0, x W + b): linear_forward's product with the ReLU applied before y is stored
+// (on the GPU as the GEMM's epilogue, so the [M, N] hidden layer is written once and not
+// read back by a ReLU pass). Shapes as linear_forward; b may be null.
+THPC_OP(void, linear_relu_forward, (Out y, In x, In W, In b, int M, int K, int N),
+        (y, x, W, b, M, K, N))
+// The ReLU's backward and the bias gradient of its layer in one pass over [rows, n]: with
+// g = dy where y > 0 and 0 elsewhere (y the ReLU's output),
+//   d_pre += g;  db += column sums of g.
+// The layer's linear_backward then takes d_pre with db = null. Either output may be null.
+THPC_OP(void, relu_bias_backward, (Out d_pre, ParamOut db, In dy, In y, int rows, int n),
+        (d_pre, db, dy, y, rows, n))
+
 // ---- tied output projection: logits = h E^T -----------------------------------------
 // h [M, d], E [vocab, d] (the shared embedding table), logits [M, vocab].
 THPC_OP(void, output_projection_forward, (Out logits, In h, In E, int M, int d, int vocab),
@@ -69,6 +82,23 @@ THPC_OP(void, layernorm_backward,
         (Out dx, ParamOut dgamma, ParamOut dbeta, In dy, In x, ParamIn mean, ParamIn rstd,
          In gamma, int rows, int d),
         (dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows, d))
+
+// ---- residual + dropout + layer norm fused (§3.1, §5.4: LayerNorm(x + Dropout(sub))) -
+// One pass over [rows, d]: residual = x + Dropout(sub), exactly as
+// residual_dropout_forward(residual, x, sub, rows * d, p, key) computes it (the same
+// draws), and y, mean, rstd exactly as layernorm_forward of that residual. residual is
+// kept for backward (required); mean and rstd may be null.
+THPC_OP(void, add_dropout_layernorm_forward,
+        (Out y, Out residual, ParamOut mean, ParamOut rstd, In x, In sub, In gamma, In beta,
+         int rows, int d, float eps, float p, DropoutKey key),
+        (y, residual, mean, rstd, x, sub, gamma, beta, rows, d, eps, p, key))
+// Its backward in one pass: with g the gradient layernorm_backward gives the residual
+// (never stored), dx += g and d_sub += g * keep / (1 - p) (residual_dropout_backward's);
+// dgamma, dbeta += as layernorm_backward. Any output may be null.
+THPC_OP(void, add_dropout_layernorm_backward,
+        (Out dx, Out d_sub, ParamOut dgamma, ParamOut dbeta, In dy, In residual,
+         ParamIn mean, ParamIn rstd, In gamma, int rows, int d, float p, DropoutKey key),
+        (dx, d_sub, dgamma, dbeta, dy, residual, mean, rstd, gamma, rows, d, p, key))
 
 // ---- multi-head scaled dot-product attention (§3.2.1, §3.2.2) -----------------------
 // For each sentence b and head i: out_i = Dropout(softmax(Q_i K_i^T / sqrt(d_k) +

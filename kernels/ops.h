@@ -169,6 +169,13 @@ class Backend {
   // it does (the CPU's reads the valid keys alone; CUDA's batched GEMMs read all).
   virtual bool attention_reads_masked_keys() const { return true; }
 
+  // ---- the fused ops -------------------------------------------------------------
+  // Whether the model takes the fused ops (add_dropout_layernorm_*, linear_relu_forward,
+  // relu_bias_backward) in place of the separate ones when model.fused_ops = auto: true
+  // only on a backend where they have passed their twin tests and give what the
+  // separate ops give (the CPU's, bit for bit: AddNorm.*, LinearRelu.*, ReluBiasBackward.*).
+  virtual bool fused_ops_by_default() const { return false; }
+
   // ---- the ops ------------------------------------------------------------------
   // The roles of an op's tensor parameters (kernels/op_list.h): all are Tensors here.
   // In/Out hold compute_dtype(), ParamIn/ParamOut param_dtype(); the ...Out ones are

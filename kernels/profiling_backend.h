@@ -34,11 +34,12 @@ namespace thpc {
 
 // The rows of the profile, in the order they are printed.
 enum class OpClass {
-  GemmForward,    // linear_forward, output_projection_forward
+  GemmForward,    // linear_forward, linear_relu_forward, output_projection_forward
   GemmBackward,   // linear_backward (its bias sums too), output_projection_backward
   Attention,      // attention_forward, attention_backward
-  AddNorm,        // residual + dropout, layer norm
-  BiasRelu,       // ReLU and its backward (the FFN's bias is in its GEMM)
+  AddNorm,        // residual + dropout, layer norm; fused: add_dropout_layernorm_*
+  BiasRelu,       // ReLU's backward (fused: relu_bias_backward, b1's gradient with it)
+                  // and the unfused ReLU forward
   CrossEntropy,   // softmax_cross_entropy (the loss and its gradient), log_softmax
   Embedding,      // embedding forward and backward, the embeddings' dropout
   Adam,           // adam_update
@@ -113,6 +114,7 @@ class ProfilingBackend final : public Backend {
   bool attention_reads_masked_keys() const override {
     return inner_.attention_reads_masked_keys();
   }
+  bool fused_ops_by_default() const override { return inner_.fused_ops_by_default(); }
 
   // The ops: each entry of kernels/op_list.h passed on to the inner backend between two
   // marks, counted in its class with its matrix FLOPs.
@@ -162,7 +164,7 @@ double matrix_flops(const Args& args) {
   // Each branch unpacks the op's arguments under the op list's names (a change of the
   // list's arity fails to compile here).
   const auto count = [](bool present) { return present ? 1.0 : 0.0; };
-  if constexpr (op == OpId::linear_forward) {
+  if constexpr (op == OpId::linear_forward || op == OpId::linear_relu_forward) {
     [[maybe_unused]] const auto& [y, x, W, b, M, K, N] = args;
     return 2.0 * M * K * N;
   } else if constexpr (op == OpId::linear_backward) {

@@ -35,6 +35,9 @@ class CpuBackend final : public Backend {
   bool host_memory() const override { return true; }
   // cpu::attention_forward's products run over the first key_lengths[b] keys only.
   bool attention_reads_masked_keys() const override { return false; }
+  // The fused ops compute the separate ops' bits here (AddNorm.*, LinearRelu.*,
+  // ReluBiasBackward.*, FusedOps.* in test_model).
+  bool fused_ops_by_default() const override { return true; }
   DType param_dtype() const override { return dtype_of<T>(); }
   DType compute_dtype() const override { return dtype_of<T>(); }
 

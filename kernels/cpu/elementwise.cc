@@ -16,17 +16,6 @@
 namespace thpc::cpu {
 namespace {
 
-void check_probability(float p) {
-  THPC_CHECK(p >= 0.0f && p < 1.0f, "dropout probability " << p << " outside [0, 1)");
-}
-
-// Inverted dropout: kept elements are scaled by 1 / (1 - p) so the expectation of the
-// output equals the input and inference needs no rescaling.
-template <typename T>
-T keep_scale(float p) {
-  return T(1) / (T(1) - static_cast<T>(p));
-}
-
 // Calls visit(i, keep) for i in [0, n) with element i's dropout draw, the elements cut
 // into chunks (whole Philox blocks) spread over the threads.
 template <typename Visit>

@@ -1,12 +1,17 @@
 // Layer normalization (Ba et al. 2016), applied after every residual connection (§3.1),
-// on the CPU.
+// on the CPU; and the residual connection, its dropout and the layer norm fused
+// (LayerNorm(x + Dropout(sub)), §3.1 and §5.4) into one pass over the rows.
 #include <cmath>
 #include <cstdint>
 
+#include "common/error.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/dropout_mask.h"
 #include "kernels/cpu/parallel.h"
 
 namespace thpc::cpu {
+
+namespace {
 
 // Per row: mean = (1/d) sum x,  var = (1/d) sum (x - mean)^2 (biased),
 //   rstd = 1 / sqrt(var + eps),  y = (x - mean) * rstd * gamma + beta.
@@ -14,84 +19,175 @@ namespace thpc::cpu {
 // suffer the cancellation of E[x^2] - E[x]^2) whatever T is. mean and rstd are saved
 // for backward; either may be null when no backward follows.
 template <typename T>
+void normalize_row(T* y_row, T* mean, T* rstd, const T* x_row, const T* gamma, const T* beta,
+                   int d, float eps) {
+  double sum = 0.0;
+  for (int col = 0; col < d; ++col) sum += static_cast<double>(x_row[col]);
+  const double row_mean = sum / d;
+  double squares = 0.0;
+  for (int col = 0; col < d; ++col) {
+    const double centered = static_cast<double>(x_row[col]) - row_mean;
+    squares += centered * centered;
+  }
+  const double row_rstd = 1.0 / std::sqrt(squares / d + static_cast<double>(eps));
+  // Normalise with the saved (T-rounded) statistics so that backward, which only has
+  // those, differentiates exactly the function forward computed.
+  const T saved_mean = static_cast<T>(row_mean);
+  const T saved_rstd = static_cast<T>(row_rstd);
+  if (mean != nullptr) *mean = saved_mean;
+  if (rstd != nullptr) *rstd = saved_rstd;
+  for (int col = 0; col < d; ++col) {
+    const T normalized = (x_row[col] - saved_mean) * saved_rstd;
+    y_row[col] = normalized * gamma[col] + beta[col];
+  }
+}
+
+// dgamma += sum over rows of dy * xhat,  dbeta += sum over rows of dy: each thread owns
+// a range of columns and adds the rows in order, as one thread would.
+template <typename T>
+void add_norm_parameter_gradients(T* dgamma, T* dbeta, const T* dy, const T* x, const T* mean,
+                                  const T* rstd, int rows, int d, int threads) {
+  if (dgamma == nullptr && dbeta == nullptr) return;
+  parallel_ranges(d, threads, [&](int col_begin, int col_end) {
+    for (int row = 0; row < rows; ++row) {
+      const T* x_row = x + static_cast<int64_t>(row) * d;
+      const T* dy_row = dy + static_cast<int64_t>(row) * d;
+      const double row_mean = static_cast<double>(mean[row]);
+      const double row_rstd = static_cast<double>(rstd[row]);
+      for (int col = col_begin; col < col_end; ++col) {
+        const double xhat = (static_cast<double>(x_row[col]) - row_mean) * row_rstd;
+        if (dgamma != nullptr) dgamma[col] += static_cast<T>(dy_row[col] * xhat);
+        if (dbeta != nullptr) dbeta[col] += dy_row[col];
+      }
+    }
+  });
+}
+
+// The gradient of one row's layer norm with respect to its input, passed to
+// visit(col, g) column by column: with xhat = (x - mean) * rstd and g = dy * gamma,
+//   rstd * (g - mean(g) - xhat * mean(g * xhat)),
+// the two row means accumulated in double, the result rounded to T.
+template <typename T, typename Visit>
+void normalized_row_gradient(const T* dy_row, const T* x_row, T mean, T rstd, const T* gamma,
+                             int d, Visit&& visit) {
+  const double row_mean = static_cast<double>(mean);
+  const double row_rstd = static_cast<double>(rstd);
+  double sum_g = 0.0, sum_g_xhat = 0.0;
+  for (int col = 0; col < d; ++col) {
+    const double xhat = (static_cast<double>(x_row[col]) - row_mean) * row_rstd;
+    const double g = static_cast<double>(dy_row[col]) * gamma[col];
+    sum_g += g;
+    sum_g_xhat += g * xhat;
+  }
+  const double mean_g = sum_g / d, mean_g_xhat = sum_g_xhat / d;
+  for (int col = 0; col < d; ++col) {
+    const double xhat = (static_cast<double>(x_row[col]) - row_mean) * row_rstd;
+    const double g = static_cast<double>(dy_row[col]) * gamma[col];
+    visit(col, static_cast<T>(row_rstd * (g - mean_g - xhat * mean_g_xhat)));
+  }
+}
+
+}  // namespace
+
+// Each row normalised independently (normalize_row).
+template <typename T>
 void layernorm_forward(T* y, T* mean, T* rstd, const T* x, const T* gamma, const T* beta,
                        int rows, int d, float eps) {
 #pragma omp parallel for schedule(static) num_threads(threads_for(int64_t(rows) * d))
   for (int row = 0; row < rows; ++row) {
-    const T* x_row = x + static_cast<int64_t>(row) * d;
-    T* y_row = y + static_cast<int64_t>(row) * d;
-    double sum = 0.0;
-    for (int col = 0; col < d; ++col) sum += static_cast<double>(x_row[col]);
-    const double row_mean = sum / d;
-    double squares = 0.0;
-    for (int col = 0; col < d; ++col) {
-      const double centered = static_cast<double>(x_row[col]) - row_mean;
-      squares += centered * centered;
-    }
-    const double row_rstd = 1.0 / std::sqrt(squares / d + static_cast<double>(eps));
-    // Normalise with the saved (T-rounded) statistics so that backward, which only has
-    // those, differentiates exactly the function forward computed.
-    const T saved_mean = static_cast<T>(row_mean);
-    const T saved_rstd = static_cast<T>(row_rstd);
-    if (mean != nullptr) mean[row] = saved_mean;
-    if (rstd != nullptr) rstd[row] = saved_rstd;
-    for (int col = 0; col < d; ++col) {
-      const T normalized = (x_row[col] - saved_mean) * saved_rstd;
-      y_row[col] = normalized * gamma[col] + beta[col];
-    }
+    const int64_t offset = static_cast<int64_t>(row) * d;
+    normalize_row(y + offset, mean != nullptr ? mean + row : nullptr,
+                  rstd != nullptr ? rstd + row : nullptr, x + offset, gamma, beta, d, eps);
   }
 }
 
-// With xhat = (x - mean) * rstd and g = dy * gamma (the gradient reaching xhat):
-//   dx += rstd * (g - mean(g) - xhat * mean(g * xhat)),
-//   dgamma += sum over rows of dy * xhat,  dbeta += sum over rows of dy.
-// The two row means are accumulated in double.
+// dx += rstd * (g - mean(g) - xhat * mean(g * xhat)) (normalized_row_gradient);
+// dgamma, dbeta += their column sums (add_norm_parameter_gradients).
 template <typename T>
 void layernorm_backward(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, const T* mean,
                         const T* rstd, const T* gamma, int rows, int d) {
   const int threads = threads_for(int64_t(rows) * d);
-  // dgamma and dbeta sum over rows: each thread owns a range of columns and adds the
-  // rows in order, as one thread would.
-  if (dgamma != nullptr || dbeta != nullptr) {
-    parallel_ranges(d, threads, [&](int col_begin, int col_end) {
-      for (int row = 0; row < rows; ++row) {
-        const T* x_row = x + static_cast<int64_t>(row) * d;
-        const T* dy_row = dy + static_cast<int64_t>(row) * d;
-        const double row_mean = static_cast<double>(mean[row]);
-        const double row_rstd = static_cast<double>(rstd[row]);
-        for (int col = col_begin; col < col_end; ++col) {
-          const double xhat = (static_cast<double>(x_row[col]) - row_mean) * row_rstd;
-          if (dgamma != nullptr) dgamma[col] += static_cast<T>(dy_row[col] * xhat);
-          if (dbeta != nullptr) dbeta[col] += dy_row[col];
-        }
-      }
-    });
-  }
+  add_norm_parameter_gradients(dgamma, dbeta, dy, x, mean, rstd, rows, d, threads);
   if (dx == nullptr) return;
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int row = 0; row < rows; ++row) {
-    const T* x_row = x + static_cast<int64_t>(row) * d;
-    const T* dy_row = dy + static_cast<int64_t>(row) * d;
-    const double row_mean = static_cast<double>(mean[row]);
-    const double row_rstd = static_cast<double>(rstd[row]);
-    double sum_g = 0.0, sum_g_xhat = 0.0;
-    for (int col = 0; col < d; ++col) {
-      const double xhat = (static_cast<double>(x_row[col]) - row_mean) * row_rstd;
-      const double g = static_cast<double>(dy_row[col]) * gamma[col];
-      sum_g += g;
-      sum_g_xhat += g * xhat;
+    const int64_t offset = static_cast<int64_t>(row) * d;
+    T* dx_row = dx + offset;
+    normalized_row_gradient(dy + offset, x + offset, mean[row], rstd[row], gamma, d,
+                            [&](int col, T g) { dx_row[col] += g; });
+  }
+}
+
+// LayerNorm(x + Dropout(sub)) row by row: each row's residual (the expression of
+// residual_dropout_forward, the same Philox draws of the same elements) is written and
+// normalised while it is in cache, instead of one pass over [rows, d] for the residual
+// and three more for the norm. The same bits as the two ops one after the other.
+template <typename T>
+void add_dropout_layernorm_forward(T* y, T* residual, T* mean, T* rstd, const T* x,
+                                   const T* sub, const T* gamma, const T* beta, int rows, int d,
+                                   float eps, float p, DropoutKey key) {
+  check_probability(p);
+  THPC_CHECK(residual != nullptr, "add_dropout_layernorm_forward needs its residual output");
+  const T scale = keep_scale<T>(p);
+#pragma omp parallel for schedule(static) num_threads(threads_for(int64_t(rows) * d))
+  for (int row = 0; row < rows; ++row) {
+    const int64_t offset = static_cast<int64_t>(row) * d;
+    const T* x_row = x + offset;
+    const T* sub_row = sub + offset;
+    T* r_row = residual + offset;
+    if (p == 0.0f) {
+      for (int col = 0; col < d; ++col) r_row[col] = x_row[col] + sub_row[col];
+    } else {
+      for_each_dropout_draw(key, offset, d, p, [&](int64_t col, bool keep) {
+        r_row[col] = keep ? x_row[col] + sub_row[col] * scale : x_row[col];
+      });
     }
-    const double mean_g = sum_g / d, mean_g_xhat = sum_g_xhat / d;
-    T* dx_row = dx + static_cast<int64_t>(row) * d;
-    for (int col = 0; col < d; ++col) {
-      const double xhat = (static_cast<double>(x_row[col]) - row_mean) * row_rstd;
-      const double g = static_cast<double>(dy_row[col]) * gamma[col];
-      dx_row[col] += static_cast<T>(row_rstd * (g - mean_g - xhat * mean_g_xhat));
+    normalize_row(y + offset, mean != nullptr ? mean + row : nullptr,
+                  rstd != nullptr ? rstd + row : nullptr, r_row, gamma, beta, d, eps);
+  }
+}
+
+// The backward of the two in one pass over the rows: each row's residual gradient g
+// (normalized_row_gradient, not stored) goes straight to dx += g and d_sub += g * keep /
+// (1 - p), as layernorm_backward into a zeroed buffer followed by
+// residual_dropout_backward would put it (same bits: the buffer's 0 + g is kept).
+template <typename T>
+void add_dropout_layernorm_backward(T* dx, T* d_sub, T* dgamma, T* dbeta, const T* dy,
+                                    const T* residual, const T* mean, const T* rstd,
+                                    const T* gamma, int rows, int d, float p, DropoutKey key) {
+  check_probability(p);
+  const int threads = threads_for(int64_t(rows) * d);
+  add_norm_parameter_gradients(dgamma, dbeta, dy, residual, mean, rstd, rows, d, threads);
+  if (dx == nullptr && d_sub == nullptr) return;
+  const T scale = keep_scale<T>(p);
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int row = 0; row < rows; ++row) {
+    const int64_t offset = static_cast<int64_t>(row) * d;
+    T* dx_row = dx != nullptr ? dx + offset : nullptr;
+    T* d_sub_row = d_sub != nullptr ? d_sub + offset : nullptr;
+    if (p == 0.0f || d_sub_row == nullptr) {
+      normalized_row_gradient(dy + offset, residual + offset, mean[row], rstd[row], gamma, d,
+                              [&](int col, T g) {
+                                const T g_residual = T(0) + g;
+                                if (dx_row != nullptr) dx_row[col] += g_residual;
+                                if (d_sub_row != nullptr) d_sub_row[col] += g_residual;
+                              });
+      continue;
     }
+    // The columns come in order, and so do the row's draws.
+    DropoutDraws draws(key, offset, p);
+    normalized_row_gradient(dy + offset, residual + offset, mean[row], rstd[row], gamma, d,
+                            [&](int col, T g) {
+                              const T g_residual = T(0) + g;
+                              if (dx_row != nullptr) dx_row[col] += g_residual;
+                              if (draws.next()) d_sub_row[col] += g_residual * scale;
+                            });
   }
 }
 
 THPC_CPU_TWIN(layernorm_forward)
 THPC_CPU_TWIN(layernorm_backward)
+THPC_CPU_TWIN(add_dropout_layernorm_forward)
+THPC_CPU_TWIN(add_dropout_layernorm_backward)
 
 }  // namespace thpc::cpu

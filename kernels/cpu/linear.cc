@@ -1,5 +1,6 @@
 // Dense layers and the tied output projection on the CPU: every matrix product is one
-// BLAS GEMM (sgemm for float, dgemm for double).
+// BLAS GEMM (sgemm for float, dgemm for double); and the FFN's bias + ReLU (§3.3) fused
+// with its layer, forward and backward.
 #include <cstdint>
 
 #include "kernels/cpu/blas.h"
@@ -51,6 +52,19 @@ void linear_forward(T* y, const T* x, const T* W, const T* b, int M, int K, int 
   gemm(CblasNoTrans, CblasNoTrans, M, N, K, T(1), x, K, W, N, T(1), y, N);
 }
 
+// y = max(0, x W + b), the FFN's first layer (§3.3). BLAS takes no epilogue, so the
+// product is linear_forward's (bias in C, beta = 1: the bits of the unfused layer, which
+// adding the bias after the product would not give once OpenBLAS splits K) and the ReLU
+// one pass over y right after it; the fused op's gain on the CPU is in its backward,
+// relu_bias_backward. (On the GPU the ReLU is the GEMM's epilogue.)
+template <typename T>
+void linear_relu_forward(T* y, const T* x, const T* W, const T* b, int M, int K, int N) {
+  linear_forward(y, x, W, b, M, K, N);
+  const int64_t n = int64_t(M) * N;
+#pragma omp parallel for schedule(static) num_threads(threads_for(n))
+  for (int64_t i = 0; i < n; ++i) y[i] = y[i] > T(0) ? y[i] : T(0);  // NaN and -0 give +0
+}
+
 // dx += dy W^T [M, K];  dW += x^T dy [K, N];  db += column sums of dy [N].
 template <typename T>
 void linear_backward(T* dx, T* dW, T* db, const T* dy, const T* x, const T* W, int M, int K,
@@ -79,6 +93,43 @@ void linear_backward(T* dx, T* dW, T* db, const T* dy, const T* x, const T* W, i
       }
     });
   }
+}
+
+// The ReLU's backward and the bias gradient of the layer before it, in one pass over
+// [rows, n] instead of two (relu_backward's, then linear_backward's column sums): with
+// g = dy where y > 0, else 0, d_pre += g and db += column sums of g. Each thread owns a
+// range of columns and walks the rows in order, so each column's sum runs in row order
+// as linear_backward's does: in the model, where d_pre starts at zero, the bits of the
+// two unfused ops.
+template <typename T>
+void relu_bias_backward(T* d_pre, T* db, const T* dy, const T* y, int rows, int n) {
+  if (d_pre == nullptr && db == nullptr) return;
+  parallel_ranges(n, threads_for(int64_t(rows) * n), [&](int col_begin, int col_end) {
+    for (int row = 0; row < rows; ++row) {
+      const int64_t offset = static_cast<int64_t>(row) * n;
+      const T* dy_row = dy + offset;
+      const T* y_row = y + offset;
+      if (d_pre != nullptr && db != nullptr) {
+        T* d_pre_row = d_pre + offset;
+        // Written without a branch (a select the compiler vectorises): y's sign is a coin
+        // toss per element, which a branch would mispredict half the time.
+        for (int col = col_begin; col < col_end; ++col) {
+          const T g = y_row[col] > T(0) ? dy_row[col] : T(0);
+          d_pre_row[col] += g;
+          db[col] += g;
+        }
+      } else if (d_pre != nullptr) {
+        T* d_pre_row = d_pre + offset;
+        for (int col = col_begin; col < col_end; ++col) {
+          d_pre_row[col] += y_row[col] > T(0) ? dy_row[col] : T(0);
+        }
+      } else {
+        for (int col = col_begin; col < col_end; ++col) {
+          db[col] += y_row[col] > T(0) ? dy_row[col] : T(0);
+        }
+      }
+    }
+  });
 }
 
 // logits = h E^T (h [M, d], E [vocab, d]): the pre-softmax linear transformation shares
@@ -116,6 +167,8 @@ void output_projection_backward(T* dh, T* dE, const T* d_logits, const T* h, con
 
 THPC_CPU_TWIN(linear_forward)
 THPC_CPU_TWIN(linear_backward)
+THPC_CPU_TWIN(linear_relu_forward)
+THPC_CPU_TWIN(relu_bias_backward)
 THPC_CPU_TWIN(output_projection_forward)
 THPC_CPU_TWIN(output_projection_backward)
 

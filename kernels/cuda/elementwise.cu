@@ -31,6 +31,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/dropout_mask.cuh"
 
 namespace thpc::cuda {
 namespace {
@@ -60,28 +61,6 @@ __global__ void relu_backward_kernel(T* dx, const T* dy, const T* y, int64_t n) 
 }
 
 // ---- dropout ------------------------------------------------------------------------
-
-// The mask of one call: element i is kept iff dropout_keep(seed, site, step, stream, i, p).
-// draw == false (p == 0, or no output needs the mask) keeps everything without drawing.
-struct DropMask {
-  uint64_t seed;
-  uint32_t site, step, stream;
-  float p;
-  bool draw;
-};
-
-// Bit k set: element 4 * group + k is kept. One Philox call gives the 4 words that
-// philox_bits() returns for these 4 elements (counter element >> 2, lane element & 3).
-__device__ __forceinline__ unsigned keep_bits(const DropMask& mask, int64_t group) {
-  if (!mask.draw) return 0xfu;
-  const Philox4x32 r =
-      philox4x32_10(static_cast<uint32_t>(group), mask.site, mask.step, mask.stream,
-                    static_cast<uint32_t>(mask.seed), static_cast<uint32_t>(mask.seed >> 32));
-  unsigned bits = 0;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) bits |= (uniform_from_bits(r.v[k]) >= mask.p ? 1u : 0u) << k;
-  return bits;
-}
 
 // One thread per group of 4 elements; op(i, kept) does element i's work.
 template <typename Op>
@@ -143,17 +122,6 @@ struct ResidualBackwardOp {
     if (d_sub != nullptr && kept) store(d_sub, i, __fadd_rn(load(d_sub, i), __fmul_rn(g, scale)));
   }
 };
-
-void check_probability(float p) {
-  THPC_CHECK(p >= 0.0f && p < 1.0f, "dropout probability " << p << " outside [0, 1)");
-}
-
-// Inverted dropout's 1 / (1 - p), computed in fp32 exactly as the CPU's keep_scale<float>.
-float keep_scale(float p) { return 1.0f / (1.0f - p); }
-
-DropMask make_mask(const DropoutKey& key, float p, bool needed) {
-  return DropMask{key.seed, key.site, key.step, key.stream, p, needed && p > 0.0f};
-}
 
 template <typename Op>
 void launch_dropout(const Op& op, int64_t n, const DropMask& mask, cudaStream_t stream) {

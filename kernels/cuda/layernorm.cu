@@ -1,5 +1,6 @@
 // Layer normalization (Ba et al. 2016) on the GPU, after every residual connection:
-// LayerNorm(x + Sublayer(x)) (§3.1). CPU twin: kernels/cpu/layernorm.cc.
+// LayerNorm(x + Sublayer(x)) (§3.1), alone or fused with the residual and its dropout.
+// CPU twin: kernels/cpu/layernorm.cc.
 //
 // Forward, per row of d values:
 //   mean = (1/d) sum x,  var = (1/d) sum (x - mean)^2 (biased),  rstd = 1 / sqrt(var + eps),
@@ -15,33 +16,55 @@
 // variance is computed around the mean, not as E[x^2] - mean^2, as on the CPU) and for the
 // output. Statistics are fp32 whatever T is.
 //
-// The column sums dgamma, dbeta are deterministic without atomics: a 2-D grid of blocks,
-// each thread owning one column of one chunk of rows, sums its chunk in row order into a
-// partial (Context scratch, [chunks, d] each); a second kernel adds the partials of each
-// column in chunk order into dgamma/dbeta. Reads are coalesced across the columns.
+// The column sums dgamma, dbeta are deterministic without atomics (column_sums.cuh): a
+// 2-D grid of blocks, each thread owning one column of one chunk of rows, sums its chunk
+// in row order into a partial (Context scratch, [chunks, d] each); a second kernel adds
+// the partials of each column in chunk order into dgamma/dbeta.
+//
+// The residual connection, its dropout and the norm fused (add_dropout_layernorm_*,
+// LayerNorm(x + Dropout(sub)), §3.1 and §5.4). Unfused, a post-norm sublayer costs
+// forward a residual kernel (read x and sub, write the residual) and the norm (read the
+// residual three times, write y); backward a zeroed gradient buffer, the norm's dx kernel
+// accumulating into it (dy and the residual twice each, the buffer read and written), and
+// the residual's backward reading the buffer back into dx and d_sub: in device-memory
+// passes over [rows, d], 5 forward and 10 backward (+ 2 for the column sums), in seven
+// launches. Fused: forward reads x and sub and writes the residual and y, re-reading the
+// warp's own row from cache (4); backward reads dy and the residual and updates dx and
+// d_sub (6, + 2), in four launches. At base size (25,000 rows of 512 bf16: 26 MB a pass,
+// 30 add & norms a step) that is 5 of the 15 passes, ~3.9 GB a step, where the residual
+// round trips went to device memory (the 50 MB L2 holds one 26 MB tensor, so part of
+// the saving may be L2 traffic; the launches are saved in any case). One warp per row, as above; the fused
+// kernels share normalize_row, norm_gradient_means and norm_input_gradient with the
+// plain ones and round where the unfused path stores (the residual, the zeroed
+// buffer's 0 + g) to the same T, so they compute the unfused kernels' bits
+// (CudaAddNorm.*IsTheUnfusedKernelsBitForBit). Lanes take the dropout's columns four at
+// a time (lane l: 4l..4l+3, then +128), so one Philox call gives a lane the draws of its
+// four elements (dropout_mask.cuh).
 #include <cstdint>
 
+#include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/dropout_mask.cuh"
 
 namespace thpc::cuda {
 namespace {
 
 constexpr int kRowsPerBlock = 8;               // warps per block in the row kernels
 constexpr int kRowThreads = kRowsPerBlock * kWarp;
-constexpr int kColumnThreads = 256;            // columns per block in the column sums
-constexpr int kMinRowsPerChunk = 64;           // rows one thread sums for a partial
-constexpr int kMaxChunks = 65535;              // gridDim.y limit
+constexpr int kColumnsPerLane = 4;             // consecutive columns a lane takes at once
+constexpr int kColumnStride = kColumnsPerLane * kWarp;
 
+// The norm of one row of x at `base` into y (and its statistics, lane 0): the warp's
+// lanes stride the columns; the statistics are fp32 warp sums, the variance around the
+// mean. What layernorm_forward_kernel does per row and add_dropout_layernorm_forward_kernel
+// after writing the row's residual: the same code, so the same bits.
 template <typename T>
-__global__ void layernorm_forward_kernel(T* y, float* mean_out, float* rstd_out, const T* x,
-                                         const T* gamma, const T* beta, int rows, int d,
-                                         float eps) {
-  const int lane = threadIdx.x % kWarp;
-  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp;
-  if (row >= rows) return;  // the whole warp leaves together
-  const int64_t base = static_cast<int64_t>(row) * d;
+__device__ __forceinline__ void normalize_row(T* y, float* mean_out, float* rstd_out,
+                                              const T* x, const T* gamma, const T* beta,
+                                              int row, int64_t base, int d, float eps,
+                                              int lane) {
   float sum = 0.0f;
   for (int col = lane; col < d; col += kWarp) sum += load(x, base + col);
   const float mean = warp_sum(sum) / d;
@@ -62,6 +85,42 @@ __global__ void layernorm_forward_kernel(T* y, float* mean_out, float* rstd_out,
 }
 
 template <typename T>
+__global__ void layernorm_forward_kernel(T* y, float* mean_out, float* rstd_out, const T* x,
+                                         const T* gamma, const T* beta, int rows, int d,
+                                         float eps) {
+  const int lane = threadIdx.x % kWarp;
+  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp;
+  if (row >= rows) return;  // the whole warp leaves together
+  normalize_row(y, mean_out, rstd_out, x, gamma, beta, row, static_cast<int64_t>(row) * d, d,
+                eps, lane);
+}
+
+// The two row means of the norm's backward, mean(g) and mean(g * xhat) with
+// g = dy * gamma and xhat = (x - mean) * rstd, over the row at `base`, summed by the
+// warp (lanes stride the columns).
+template <typename T>
+__device__ __forceinline__ float2 norm_gradient_means(const T* dy, const T* x, const T* gamma,
+                                                      int64_t base, int d, float row_mean,
+                                                      float row_rstd, int lane) {
+  float sum_g = 0.0f, sum_g_xhat = 0.0f;
+  for (int col = lane; col < d; col += kWarp) {
+    const float xhat = (load(x, base + col) - row_mean) * row_rstd;
+    const float g = load(dy, base + col) * load(gamma, col);
+    sum_g += g;
+    sum_g_xhat += g * xhat;
+  }
+  return make_float2(warp_sum(sum_g) / d, warp_sum(sum_g_xhat) / d);
+}
+
+// The norm's input gradient at one element, rstd * (g - mean(g) - xhat * mean(g * xhat)),
+// with explicit roundings (no contraction), so that the plain and the fused backward
+// kernels compute it alike.
+__device__ __forceinline__ float norm_input_gradient(float g, float xhat, float2 means,
+                                                     float row_rstd) {
+  return __fmul_rn(row_rstd, __fsub_rn(__fsub_rn(g, means.x), __fmul_rn(xhat, means.y)));
+}
+
+template <typename T>
 __global__ void layernorm_backward_dx_kernel(T* dx, const T* dy, const T* x, const float* mean,
                                              const float* rstd, const T* gamma, int rows,
                                              int d) {
@@ -70,19 +129,12 @@ __global__ void layernorm_backward_dx_kernel(T* dx, const T* dy, const T* x, con
   if (row >= rows) return;
   const int64_t base = static_cast<int64_t>(row) * d;
   const float row_mean = mean[row], row_rstd = rstd[row];
-  float sum_g = 0.0f, sum_g_xhat = 0.0f;
+  const float2 means = norm_gradient_means(dy, x, gamma, base, d, row_mean, row_rstd, lane);
   for (int col = lane; col < d; col += kWarp) {
     const float xhat = (load(x, base + col) - row_mean) * row_rstd;
     const float g = load(dy, base + col) * load(gamma, col);
-    sum_g += g;
-    sum_g_xhat += g * xhat;
-  }
-  const float mean_g = warp_sum(sum_g) / d;
-  const float mean_g_xhat = warp_sum(sum_g_xhat) / d;
-  for (int col = lane; col < d; col += kWarp) {
-    const float xhat = (load(x, base + col) - row_mean) * row_rstd;
-    const float g = load(dy, base + col) * load(gamma, col);
-    store(dx, base + col, load(dx, base + col) + row_rstd * (g - mean_g - xhat * mean_g_xhat));
+    store(dx, base + col,
+          __fadd_rn(load(dx, base + col), norm_input_gradient(g, xhat, means, row_rstd)));
   }
 }
 
@@ -110,23 +162,91 @@ __global__ void layernorm_param_partials_kernel(float* partial_gamma, float* par
   if (partial_beta != nullptr) partial_beta[out] = sum_beta;
 }
 
-// dgamma[col] += sum over chunks (in order) of partial_gamma[chunk, col]; likewise dbeta.
-__global__ void layernorm_param_finish_kernel(float* dgamma, float* dbeta,
-                                              const float* partial_gamma,
-                                              const float* partial_beta, int chunks, int d) {
-  const int col = blockIdx.x * kColumnThreads + threadIdx.x;
-  if (col >= d) return;
-  float sum_gamma = 0.0f, sum_beta = 0.0f;
-  for (int chunk = 0; chunk < chunks; ++chunk) {
-    const int64_t index = static_cast<int64_t>(chunk) * d + col;
-    if (dgamma != nullptr) sum_gamma += partial_gamma[index];
-    if (dbeta != nullptr) sum_beta += partial_beta[index];
+// residual = x + Dropout(sub), the expression of the residual kernel of elementwise.cu
+// (fp32 with explicit roundings, stored as T), then normalize_row of the stored residual:
+// the bits of residual_dropout_forward followed by layernorm_forward. Lanes write the
+// residual four columns at a time (one Philox call per four draws) and read it back in
+// normalize_row's order, after __syncwarp() makes the warp's writes visible to it.
+template <typename T>
+__global__ void add_dropout_layernorm_forward_kernel(T* y, T* residual, float* mean_out,
+                                                     float* rstd_out, const T* x, const T* sub,
+                                                     const T* gamma, const T* beta, int rows,
+                                                     int d, float eps, DropMask mask,
+                                                     float scale) {
+  const int lane = threadIdx.x % kWarp;
+  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp;
+  if (row >= rows) return;  // the whole warp leaves together
+  const int64_t base = static_cast<int64_t>(row) * d;
+  for (int first = kColumnsPerLane * lane; first < d; first += kColumnStride) {
+    const int count = min(kColumnsPerLane, d - first);
+    const unsigned keep = keep_bits_at(mask, base + first, count);
+    for (int k = 0; k < count; ++k) {
+      const int64_t i = base + first + k;
+      const float xi = load(x, i);
+      store(residual, i,
+            ((keep >> k) & 1u) != 0u ? __fadd_rn(xi, __fmul_rn(load(sub, i), scale)) : xi);
+    }
   }
-  if (dgamma != nullptr) dgamma[col] += sum_gamma;
-  if (dbeta != nullptr) dbeta[col] += sum_beta;
+  __syncwarp();
+  normalize_row(y, mean_out, rstd_out, residual, gamma, beta, row, base, d, eps, lane);
+}
+
+// The backward of the two: g = norm_input_gradient, rounded to T as the unfused path's
+// zeroed buffer holds it (0 + g), then dx += g and d_sub += g * scale where kept, the
+// residual backward's expressions: the bits of layernorm_backward into a zeroed buffer
+// followed by residual_dropout_backward, without the buffer.
+template <typename T>
+__global__ void add_dropout_layernorm_backward_kernel(T* dx, T* d_sub, const T* dy,
+                                                      const T* residual, const float* mean,
+                                                      const float* rstd, const T* gamma,
+                                                      int rows, int d, DropMask mask,
+                                                      float scale) {
+  const int lane = threadIdx.x % kWarp;
+  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp;
+  if (row >= rows) return;
+  const int64_t base = static_cast<int64_t>(row) * d;
+  const float row_mean = mean[row], row_rstd = rstd[row];
+  const float2 means =
+      norm_gradient_means(dy, residual, gamma, base, d, row_mean, row_rstd, lane);
+  for (int first = kColumnsPerLane * lane; first < d; first += kColumnStride) {
+    const int count = min(kColumnsPerLane, d - first);
+    const unsigned keep = d_sub != nullptr ? keep_bits_at(mask, base + first, count) : 0u;
+    for (int k = 0; k < count; ++k) {
+      const int col = first + k;
+      const int64_t i = base + col;
+      const float xhat = (load(residual, i) - row_mean) * row_rstd;
+      const float g = load(dy, i) * load(gamma, col);
+      const float g_residual = to_float(
+          from_float<T>(__fadd_rn(0.0f, norm_input_gradient(g, xhat, means, row_rstd))));
+      if (dx != nullptr) store(dx, i, __fadd_rn(load(dx, i), g_residual));
+      if (d_sub != nullptr && ((keep >> k) & 1u) != 0u) {
+        store(d_sub, i, __fadd_rn(load(d_sub, i), __fmul_rn(g_residual, scale)));
+      }
+    }
+  }
 }
 
 int row_blocks(int rows) { return (rows + kRowsPerBlock - 1) / kRowsPerBlock; }
+
+// dgamma, dbeta += the column sums of dy * xhat and dy, in a fixed order.
+template <typename T>
+void layernorm_parameter_gradients(Context& context, float* dgamma, float* dbeta, const T* dy,
+                                   const T* x, const float* mean, const float* rstd, int rows,
+                                   int d) {
+  if (dgamma == nullptr && dbeta == nullptr) return;
+  const cudaStream_t stream = context.stream();
+  const ColumnChunks chunks = column_chunks(rows);
+  const size_t partial_count = static_cast<size_t>(chunks.chunks) * d;
+  float* partials = static_cast<float*>(context.scratch(2 * partial_count * sizeof(float)));
+  float* partial_gamma = dgamma != nullptr ? partials : nullptr;
+  float* partial_beta = dbeta != nullptr ? partials + partial_count : nullptr;
+  layernorm_param_partials_kernel<T><<<chunks.grid(d), kColumnThreads, 0, stream>>>(
+      partial_gamma, partial_beta, dy, x, mean, rstd, rows, d, chunks.rows_per_chunk);
+  THPC_CUDA_CHECK_LAUNCH("layernorm_param_partials_kernel");
+  column_sums_finish_kernel<<<column_blocks(d), kColumnThreads, 0, stream>>>(
+      dgamma, dbeta, partial_gamma, partial_beta, chunks.chunks, d);
+  THPC_CUDA_CHECK_LAUNCH("column_sums_finish_kernel");
+}
 
 }  // namespace
 
@@ -152,27 +272,43 @@ void layernorm_backward(Context& context, T* dx, float* dgamma, float* dbeta, co
         dx, dy, x, mean, rstd, gamma, rows, d);
     THPC_CUDA_CHECK_LAUNCH("layernorm_backward_dx_kernel");
   }
-  if (dgamma == nullptr && dbeta == nullptr) return;
-  // The chunking depends only on rows, so the summation order is fixed for a shape.
-  int rows_per_chunk = kMinRowsPerChunk;
-  if ((rows + rows_per_chunk - 1) / rows_per_chunk > kMaxChunks) {
-    rows_per_chunk = (rows + kMaxChunks - 1) / kMaxChunks;
+  layernorm_parameter_gradients(context, dgamma, dbeta, dy, x, mean, rstd, rows, d);
+}
+
+template <typename T>
+void add_dropout_layernorm_forward(Context& context, T* y, T* residual, float* mean,
+                                   float* rstd, const T* x, const T* sub, const T* gamma,
+                                   const T* beta, int rows, int d, float eps, float p,
+                                   DropoutKey key) {
+  check_probability(p);
+  THPC_CHECK(residual != nullptr, "add_dropout_layernorm_forward needs its residual output");
+  if (rows == 0 || d == 0) return;
+  add_dropout_layernorm_forward_kernel<T><<<row_blocks(rows), kRowThreads, 0, context.stream()>>>(
+      y, residual, mean, rstd, x, sub, gamma, beta, rows, d, eps, make_mask(key, p, true),
+      keep_scale(p));
+  THPC_CUDA_CHECK_LAUNCH("add_dropout_layernorm_forward_kernel");
+}
+
+template <typename T>
+void add_dropout_layernorm_backward(Context& context, T* dx, T* d_sub, float* dgamma,
+                                    float* dbeta, const T* dy, const T* residual,
+                                    const float* mean, const float* rstd, const T* gamma,
+                                    int rows, int d, float p, DropoutKey key) {
+  check_probability(p);
+  if (rows == 0 || d == 0) return;
+  if (dx != nullptr || d_sub != nullptr) {
+    add_dropout_layernorm_backward_kernel<T>
+        <<<row_blocks(rows), kRowThreads, 0, context.stream()>>>(
+            dx, d_sub, dy, residual, mean, rstd, gamma, rows, d,
+            make_mask(key, p, d_sub != nullptr), keep_scale(p));
+    THPC_CUDA_CHECK_LAUNCH("add_dropout_layernorm_backward_kernel");
   }
-  const int chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
-  const size_t partial_count = static_cast<size_t>(chunks) * d;
-  float* partials = static_cast<float*>(context.scratch(2 * partial_count * sizeof(float)));
-  float* partial_gamma = dgamma != nullptr ? partials : nullptr;
-  float* partial_beta = dbeta != nullptr ? partials + partial_count : nullptr;
-  const int column_blocks = (d + kColumnThreads - 1) / kColumnThreads;
-  layernorm_param_partials_kernel<T><<<dim3(column_blocks, chunks), kColumnThreads, 0, stream>>>(
-      partial_gamma, partial_beta, dy, x, mean, rstd, rows, d, rows_per_chunk);
-  THPC_CUDA_CHECK_LAUNCH("layernorm_param_partials_kernel");
-  layernorm_param_finish_kernel<<<column_blocks, kColumnThreads, 0, stream>>>(
-      dgamma, dbeta, partial_gamma, partial_beta, chunks, d);
-  THPC_CUDA_CHECK_LAUNCH("layernorm_param_finish_kernel");
+  layernorm_parameter_gradients(context, dgamma, dbeta, dy, residual, mean, rstd, rows, d);
 }
 
 THPC_CUDA_TWIN(layernorm_forward)
 THPC_CUDA_TWIN(layernorm_backward)
+THPC_CUDA_TWIN(add_dropout_layernorm_forward)
+THPC_CUDA_TWIN(add_dropout_layernorm_backward)
 
 }  // namespace thpc::cuda

@@ -12,12 +12,16 @@
 //   normalised values (|xhat| < 4 here, rstd < 2) plus u_out relative; dgamma, dbeta are
 //   sums over rows in fp32 (chunks of 64 rows in order): (rows + 8) * 2^-23 relative to
 //   the sum of magnitudes.
+// * The fused residual + dropout + layer norm (add_dropout_layernorm_*): the same bounds,
+//   argued beside CudaAddNorm below; and on the GPU the unfused kernels' bits exactly.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "cpu_reference.h"
@@ -111,6 +115,163 @@ TEST(LayerNorm, BackwardMatchesFiniteDifferencesAndAccumulates) {
   EXPECT_EQ(dx_only, dx);
 }
 
+// ---- residual + dropout + layer norm fused (add_dropout_layernorm_*) -------------------
+
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+// A sublayer's inputs: x (the residual stream), sub (the sublayer's output), the norm's
+// gamma and beta, random; x's rows shifted so that their means differ.
+template <typename T>
+struct AddNormInputs {
+  int rows, d;
+  std::vector<T> x, sub, gamma, beta;
+  AddNormInputs(int rows_, int d_, std::mt19937& rng)
+      : rows(rows_), d(d_), x(cast_to<T>(random_values(size_t(rows_) * d_, rng))),
+        sub(cast_to<T>(random_values(size_t(rows_) * d_, rng))),
+        gamma(cast_to<T>(random_values(size_t(d_), rng))),
+        beta(cast_to<T>(random_values(size_t(d_), rng))) {
+    for (size_t i = 0; i < x.size(); ++i) x[i] += T(0.25) * T(int(i / d) % 5);
+  }
+  size_t count() const { return size_t(rows) * d; }
+};
+
+constexpr float kEps = 1e-5f;
+
+// What the fused forward writes, and what the two unfused ops write.
+template <typename T>
+struct AddNormOutputs {
+  std::vector<T> y, residual, mean, rstd;
+  explicit AddNormOutputs(const AddNormInputs<T>& in)
+      : y(in.count(), T(99)), residual(in.count(), T(99)), mean(in.rows, T(99)),
+        rstd(in.rows, T(99)) {}
+};
+
+template <typename T>
+AddNormOutputs<T> fused_forward(const AddNormInputs<T>& in, float p) {
+  AddNormOutputs<T> out(in);
+  cpu::add_dropout_layernorm_forward<T>(out.y.data(), out.residual.data(), out.mean.data(),
+                                        out.rstd.data(), in.x.data(), in.sub.data(),
+                                        in.gamma.data(), in.beta.data(), in.rows, in.d, kEps, p,
+                                        kDropoutKey);
+  return out;
+}
+
+template <typename T>
+AddNormOutputs<T> unfused_forward(const AddNormInputs<T>& in, float p) {
+  AddNormOutputs<T> out(in);
+  cpu::residual_dropout_forward<T>(out.residual.data(), in.x.data(), in.sub.data(),
+                                   int64_t(in.count()), p, kDropoutKey);
+  cpu::layernorm_forward<T>(out.y.data(), out.mean.data(), out.rstd.data(), out.residual.data(),
+                            in.gamma.data(), in.beta.data(), in.rows, in.d, kEps);
+  return out;
+}
+
+// Odd widths (rows then straddle Philox's groups of four elements), and sizes that the
+// CPU ops spread over their threads (rows * d >= 2^15).
+const std::vector<std::pair<int, int>> kAddNormShapes = {{5, 9}, {1, 3}, {37, 1027}, {64, 512}};
+
+template <typename T>
+void expect_fused_forward_is_unfused(uint32_t seed) {
+  for (const auto& [rows, d] : kAddNormShapes) {
+    for (float p : {0.0f, 0.1f, 0.5f}) {
+      SCOPED_TRACE(::testing::Message() << "rows=" << rows << " d=" << d << " p=" << p << " "
+                                        << sizeof(T) * 8 << "-bit");
+      std::mt19937 rng(seed++);
+      const AddNormInputs<T> in(rows, d, rng);
+      const AddNormOutputs<T> fused = fused_forward(in, p), unfused = unfused_forward(in, p);
+      EXPECT_TRUE(same_bits(fused.residual, unfused.residual)) << "residual";
+      EXPECT_TRUE(same_bits(fused.y, unfused.y)) << "y";
+      EXPECT_TRUE(same_bits(fused.mean, unfused.mean)) << "mean";
+      EXPECT_TRUE(same_bits(fused.rstd, unfused.rstd)) << "rstd";
+    }
+  }
+}
+
+TEST(AddNorm, FusedForwardIsTheUnfusedOpsBitForBit) {
+  expect_fused_forward_is_unfused<float>(3000);
+  expect_fused_forward_is_unfused<double>(3100);
+}
+
+// Backward from pre-filled gradients: the fused op against layernorm_backward into a
+// zeroed buffer (as the model's add & norm did it) and residual_dropout_backward of that
+// buffer; every combination of null outputs.
+template <typename T>
+void expect_fused_backward_is_unfused(uint32_t seed) {
+  for (const auto& [rows, d] : kAddNormShapes) {
+    for (float p : {0.0f, 0.1f, 0.5f}) {
+      for (int wanted = 0; wanted < 16; ++wanted) {
+        if (d < 100 || wanted == 15 || wanted == 0) {  // all masks on the small shapes
+          SCOPED_TRACE(::testing::Message() << "rows=" << rows << " d=" << d << " p=" << p
+                                            << " outputs " << wanted << " " << sizeof(T) * 8
+                                            << "-bit");
+          std::mt19937 rng(seed++);
+          const AddNormInputs<T> in(rows, d, rng);
+          const AddNormOutputs<T> forward = fused_forward(in, p);
+          const auto dy = cast_to<T>(random_values(in.count(), rng));
+          const auto dx0 = cast_to<T>(random_values(in.count(), rng));
+          const auto d_sub0 = cast_to<T>(random_values(in.count(), rng));
+          const auto dgamma0 = cast_to<T>(random_values(size_t(d), rng));
+          const auto dbeta0 = cast_to<T>(random_values(size_t(d), rng));
+          std::vector<T> dx[2] = {dx0, dx0}, d_sub[2] = {d_sub0, d_sub0};
+          std::vector<T> dgamma[2] = {dgamma0, dgamma0}, dbeta[2] = {dbeta0, dbeta0};
+          const auto out = [&](std::vector<T>* outputs, int bit, int which) {
+            return (wanted >> bit) & 1 ? outputs[which].data() : nullptr;
+          };
+          cpu::add_dropout_layernorm_backward<T>(
+              out(dx, 0, 0), out(d_sub, 1, 0), out(dgamma, 2, 0), out(dbeta, 3, 0), dy.data(),
+              forward.residual.data(), forward.mean.data(), forward.rstd.data(),
+              in.gamma.data(), rows, d, p, kDropoutKey);
+          std::vector<T> d_residual(in.count(), T(0));
+          cpu::layernorm_backward<T>(d_residual.data(), out(dgamma, 2, 1), out(dbeta, 3, 1),
+                                     dy.data(), forward.residual.data(), forward.mean.data(),
+                                     forward.rstd.data(), in.gamma.data(), rows, d);
+          cpu::residual_dropout_backward<T>(out(dx, 0, 1), out(d_sub, 1, 1), d_residual.data(),
+                                            int64_t(in.count()), p, kDropoutKey);
+          EXPECT_TRUE(same_bits(dx[0], dx[1])) << "dx";
+          EXPECT_TRUE(same_bits(d_sub[0], d_sub[1])) << "d_sub";
+          EXPECT_TRUE(same_bits(dgamma[0], dgamma[1])) << "dgamma";
+          EXPECT_TRUE(same_bits(dbeta[0], dbeta[1])) << "dbeta";
+        }
+      }
+    }
+  }
+}
+
+TEST(AddNorm, FusedBackwardIsTheUnfusedOpsBitForBit) {
+  expect_fused_backward_is_unfused<float>(3200);
+  expect_fused_backward_is_unfused<double>(3400);
+}
+
+// LayerNorm(x + Dropout(sub)) differentiated by the fused backward against central
+// differences of L = sum(y * R) in x, sub, gamma and beta, with p = 0.3 (the mask is a
+// function of the key: fixed, so L is smooth); outputs pre-filled (the += rule).
+TEST(AddNorm, FusedBackwardMatchesFiniteDifferencesAndAccumulates) {
+  std::mt19937 rng(3600);
+  AddNormInputs<double> in(5, 9, rng);
+  const float p = 0.3f;
+  const Values weights = random_values(in.count(), rng);
+  const AddNormOutputs<double> forward = fused_forward(in, p);
+  int dropped = 0;
+  for (size_t i = 0; i < in.count(); ++i) dropped += forward.residual[i] == in.x[i];
+  ASSERT_GT(dropped, 0) << "p = 0.3 must drop some of 45 elements";
+  const Values dx0 = random_values(in.count(), rng), d_sub0 = random_values(in.count(), rng);
+  const Values dgamma0 = random_values(size_t(in.d), rng), dbeta0 = random_values(size_t(in.d), rng);
+  Values dx = dx0, d_sub = d_sub0, dgamma = dgamma0, dbeta = dbeta0;
+  cpu::add_dropout_layernorm_backward<double>(dx.data(), d_sub.data(), dgamma.data(),
+                                              dbeta.data(), weights.data(),
+                                              forward.residual.data(), forward.mean.data(),
+                                              forward.rstd.data(), in.gamma.data(), in.rows,
+                                              in.d, p, kDropoutKey);
+  const auto objective = [&] { return weighted_sum(fused_forward(in, p).y, weights); };
+  expect_gradient_matches("dx", in.x, difference(dx, dx0), objective);
+  expect_gradient_matches("d_sub", in.sub, difference(d_sub, d_sub0), objective);
+  expect_gradient_matches("dgamma", in.gamma, difference(dgamma, dgamma0), objective);
+  expect_gradient_matches("dbeta", in.beta, difference(dbeta, dbeta0), objective);
+}
+
 }  // namespace
 }  // namespace thpc::cpu_test
 
@@ -169,6 +330,27 @@ TEST(CudaLayerNorm, ForwardMatchesCpu) {
   }
 }
 
+// dgamma (gamma = true: the column sums of dy * xhat) or dbeta (of dy) from the GPU
+// against the CPU's: sums over rows, relative to the sum of the terms' magnitudes plus
+// the pre-filled value's; xhat itself differs by a few eps (fp32 vs double), hence + 8.
+void expect_column_sums(const std::vector<float>& gpu, const std::vector<float>& cpu,
+                        const std::vector<float>& prefill, const NormShape& s,
+                        const std::vector<float>& x, const std::vector<float>& dy,
+                        const std::vector<float>& mean, const std::vector<float>& rstd,
+                        bool gamma) {
+  std::vector<double> scale(static_cast<size_t>(s.d));
+  for (int col = 0; col < s.d; ++col) {
+    scale[col] = std::abs(prefill[col]);
+    for (int row = 0; row < s.rows; ++row) {
+      const size_t i = static_cast<size_t>(row) * s.d + col;
+      const double xhat = (static_cast<double>(x[i]) - mean[row]) * rstd[row];
+      scale[col] += std::abs(gamma ? dy[i] * xhat : static_cast<double>(dy[i]));
+    }
+  }
+  EXPECT_TRUE(within_scaled(gpu, cpu, scale, (s.rows + 8) * kEps32))
+      << (gamma ? "dgamma" : "dbeta");
+}
+
 void check_layernorm_backward(DType dtype, const NormShape& s, bool want_dx, bool want_dgamma,
                               bool want_dbeta, uint32_t seed) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " rows=" << s.rows << " d=" << s.d
@@ -210,29 +392,13 @@ void check_layernorm_backward(DType dtype, const NormShape& s, bool want_dx, boo
                           output_rounding(dtype) + 8 * kEps32))
         << "dx";
   }
-  // Column sums over rows: relative to the sum of magnitudes (plus the prefill's).
-  std::vector<double> gamma_scale(static_cast<size_t>(s.d)), beta_scale(static_cast<size_t>(s.d));
-  for (int col = 0; col < s.d; ++col) {
-    gamma_scale[col] = std::abs(dgamma0[col]);
-    beta_scale[col] = std::abs(dbeta0[col]);
-    for (int row = 0; row < s.rows; ++row) {
-      const size_t i = static_cast<size_t>(row) * s.d + col;
-      const double xhat = (static_cast<double>(x[i]) - mean[row]) * rstd[row];
-      gamma_scale[col] += std::abs(dy[i] * xhat);
-      beta_scale[col] += std::abs(dy[i]);
-    }
-  }
-  // xhat itself differs by a few eps (fp32 vs double), hence + 8.
-  const double column_factor = (s.rows + 8) * kEps32;
   if (want_dgamma) {
-    EXPECT_TRUE(within_scaled(gpu.get(dgamma_gpu), cpu.get(dgamma_cpu), gamma_scale,
-                              column_factor))
-        << "dgamma";
+    expect_column_sums(gpu.get(dgamma_gpu), cpu.get(dgamma_cpu), dgamma0, s, x, dy, mean, rstd,
+                       true);
   }
   if (want_dbeta) {
-    EXPECT_TRUE(within_scaled(gpu.get(dbeta_gpu), cpu.get(dbeta_cpu), beta_scale,
-                              column_factor))
-        << "dbeta";
+    expect_column_sums(gpu.get(dbeta_gpu), cpu.get(dbeta_cpu), dbeta0, s, x, dy, mean, rstd,
+                       false);
   }
 }
 
@@ -287,6 +453,232 @@ TEST(CudaLayerNorm, BackwardIsDeterministic) {
         else EXPECT_TRUE(got[i] == first[i]) << "output " << i << " differs between runs";
       }
     }
+  }
+}
+
+// ---- residual + dropout + layer norm fused ---------------------------------------------
+const std::vector<float> kAddNormDropouts = {0.0f, 0.1f};
+
+// The fused kernels against the unfused ones on the same backend: the same bits (they
+// share the norm's code and round where the unfused path stores), in fp32 and bf16. (In
+// the rehearsal the CPU's fused ops against its unfused ones, as AddNorm.* above.)
+TEST(CudaAddNorm, FusedIsTheUnfusedKernelsBitForBit) {
+  THPC_REQUIRE_GPU();
+  uint32_t seed = 1500;
+  for (DType dtype : gpu_compute_dtypes()) {
+    for (const NormShape& s : kNormShapes) {
+      for (float p : kAddNormDropouts) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " rows=" << s.rows
+                                          << " d=" << s.d << " p=" << p);
+        std::mt19937 rng(seed++);
+        const int64_t n = int64_t(s.rows) * s.d;
+        const DropoutKey key{0x77ull + seed, 5u, 9u, 0x10010u};
+        Twins twins(dtype);
+        Backend& gpu = *twins.gpu;
+        Scope scope(gpu);
+        const auto put = [&](size_t count) {
+          return scope.put(dtype, random_values(count, rng));
+        };
+        const Tensor x = put(size_t(n)), sub = put(size_t(n)), gamma = put(size_t(s.d)),
+                     beta = put(size_t(s.d)), dy = put(size_t(n));
+        Tensor y[2], residual[2], mean[2], rstd[2];
+        for (int i = 0; i < 2; ++i) {
+          y[i] = scope.alloc(dtype, n);
+          residual[i] = scope.alloc(dtype, n);
+          mean[i] = scope.alloc(DType::F32, s.rows);
+          rstd[i] = scope.alloc(DType::F32, s.rows);
+        }
+        gpu.add_dropout_layernorm_forward(y[0], residual[0], mean[0], rstd[0], x, sub, gamma,
+                                          beta, s.rows, s.d, 1e-5f, p, key);
+        gpu.residual_dropout_forward(residual[1], x, sub, n, p, key);
+        gpu.layernorm_forward(y[1], mean[1], rstd[1], residual[1], gamma, beta, s.rows, s.d,
+                              1e-5f);
+        for (Tensor* t : {y, residual, mean, rstd}) {
+          EXPECT_TRUE(same_bits(scope.get(t[0]), scope.get(t[1])));
+        }
+        const std::vector<float> dx0 = random_values(size_t(n), rng),
+                                 d_sub0 = random_values(size_t(n), rng),
+                                 dgamma0 = random_values(size_t(s.d), rng),
+                                 dbeta0 = random_values(size_t(s.d), rng);
+        Tensor dx[2], d_sub[2], dgamma[2], dbeta[2];
+        for (int i = 0; i < 2; ++i) {
+          dx[i] = scope.put(dtype, dx0);
+          d_sub[i] = scope.put(dtype, d_sub0);
+          dgamma[i] = scope.put(DType::F32, dgamma0);
+          dbeta[i] = scope.put(DType::F32, dbeta0);
+        }
+        gpu.add_dropout_layernorm_backward(dx[0], d_sub[0], dgamma[0], dbeta[0], dy, residual[0],
+                                           mean[0], rstd[0], gamma, s.rows, s.d, p, key);
+        Tensor d_residual = scope.zeros(dtype, n);
+        gpu.layernorm_backward(d_residual, dgamma[1], dbeta[1], dy, residual[0], mean[0],
+                               rstd[0], gamma, s.rows, s.d);
+        gpu.residual_dropout_backward(dx[1], d_sub[1], d_residual, n, p, key);
+        for (Tensor* t : {dx, d_sub, dgamma, dbeta}) {
+          EXPECT_TRUE(same_bits(scope.get(t[0]), scope.get(t[1])));
+        }
+      }
+    }
+  }
+}
+
+// Forward: the residual is the elementwise residual kernel's expression (fp32 with
+// explicit roundings): bit-identical in fp32, one bf16 rounding in bf16 (rounding_rel),
+// and a dropout mask that differs from the CPU's would move an element by |sub| ~ 0.5,
+// far outside that. y, mean and rstd are then the norm of the residual the GPU stored,
+// so they are checked against the CPU's layernorm_forward of that stored residual with
+// the layer norm twin's bounds above (in bf16 the stored residual is rounded, which the
+// CPU's own fused residual is not). Backward: dx = dx0 + g with g the norm's input
+// gradient (the layer norm dx bound, plus in bf16 half an ulp of |g|: g is rounded to
+// bf16 before it is added, as the unfused path's buffer holds it), d_sub = d_sub0 +
+// g / (1 - p) where kept (that bound times 1 / (1 - p)); dgamma and dbeta as the layer
+// norm's.
+
+TEST(CudaAddNorm, ForwardMatchesCpu) {
+  THPC_REQUIRE_GPU();
+  uint32_t seed = 1200;
+  for (DType dtype : gpu_compute_dtypes()) {
+    for (const NormShape& s : kNormShapes) {
+      for (float p : kAddNormDropouts) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " rows=" << s.rows
+                                          << " d=" << s.d << " p=" << p);
+        std::mt19937 rng(seed++);
+        const size_t n = static_cast<size_t>(s.rows) * s.d;
+        const DropoutKey key{0x5eed5eed12345ull + seed, 17u, 3u, 0x10020u};
+        const float eps = 1e-6f;
+        Twins twins(dtype);
+        Both both(twins);
+        const Pair x = both.act(random_values(n, rng)), sub = both.act(random_values(n, rng));
+        const Pair gamma = both.act(random_values(static_cast<size_t>(s.d), rng));
+        const Pair beta = both.act(random_values(static_cast<size_t>(s.d), rng));
+        const Pair y = both.act_poisoned(int64_t(n)), residual = both.act_poisoned(int64_t(n));
+        const Pair mean = both.param(std::vector<float>(s.rows, NAN));
+        const Pair rstd = both.param(std::vector<float>(s.rows, NAN));
+        both.cpu().add_dropout_layernorm_forward(y.cpu, residual.cpu, mean.cpu, rstd.cpu, x.cpu,
+                                                 sub.cpu, gamma.cpu, beta.cpu, s.rows, s.d, eps,
+                                                 p, key);
+        both.gpu().add_dropout_layernorm_forward(y.gpu, residual.gpu, mean.gpu, rstd.gpu, x.gpu,
+                                                 sub.gpu, gamma.gpu, beta.gpu, s.rows, s.d, eps,
+                                                 p, key);
+        const std::vector<float> gpu_residual = both.gpu_values(residual);
+        EXPECT_TRUE(all_close(gpu_residual, both.cpu_values(residual), 0.0, rounding_rel(dtype)))
+            << "residual";
+        // The norm of what the GPU stored, on the CPU.
+        Scope reference(both.cpu());
+        Tensor y_ref = reference.alloc(DType::F32, int64_t(n));
+        Tensor mean_ref = reference.alloc(DType::F32, s.rows);
+        Tensor rstd_ref = reference.alloc(DType::F32, s.rows);
+        both.cpu().layernorm_forward(y_ref, mean_ref, rstd_ref,
+                                     reference.put(DType::F32, gpu_residual), gamma.cpu,
+                                     beta.cpu, s.rows, s.d, eps);
+        // |residual| <= 2.2 here (x, sub in [-1, 1], 1 / (1 - p) <= 1.12): the bounds of the
+        // layer norm twin (inputs within 1) scaled by that.
+        const double magnitude = 2.2;
+        EXPECT_TRUE(all_close(both.gpu_values(mean), reference.get(mean_ref),
+                              magnitude * sum_factor(s.d), 0.0))
+            << "mean";
+        EXPECT_TRUE(all_close(both.gpu_values(rstd), reference.get(rstd_ref), 0.0,
+                              4 * sum_factor(s.d)))
+            << "rstd";
+        EXPECT_TRUE(all_close(both.gpu_values(y), reference.get(y_ref), 16 * sum_factor(s.d),
+                              output_rounding(dtype) + 4 * kEps32))
+            << "y";
+      }
+    }
+  }
+}
+
+void check_add_norm_backward(DType dtype, const NormShape& s, float p, bool want_dx,
+                             bool want_d_sub, bool want_params, uint32_t seed) {
+  SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " rows=" << s.rows << " d=" << s.d
+                                    << " p=" << p << " dx=" << want_dx << " d_sub="
+                                    << want_d_sub << " dgamma,dbeta=" << want_params);
+  std::mt19937 rng(seed);
+  const size_t n = static_cast<size_t>(s.rows) * s.d;
+  const DropoutKey key{0xabcdef0123ull + seed, 29u, 1u, 0x20044u};
+  const auto residual = representable(random_values(n, rng), dtype);
+  const auto gamma = representable(random_values(static_cast<size_t>(s.d), rng), dtype);
+  const auto beta = representable(random_values(static_cast<size_t>(s.d), rng), dtype);
+  const auto dy = representable(random_values(n, rng), dtype);
+  const auto dx0 = representable(random_values(n, rng), dtype);
+  const auto d_sub0 = representable(random_values(n, rng), dtype);
+  const auto dgamma0 = random_values(static_cast<size_t>(s.d), rng);
+  const auto dbeta0 = random_values(static_cast<size_t>(s.d), rng);
+  Twins twins(dtype);
+  Both both(twins);
+  const Pair residual_t = both.act(residual), gamma_t = both.act(gamma), dy_t = both.act(dy);
+  // The statistics of the residual, from the CPU, given to both backward passes.
+  Scope stats(both.cpu());
+  Tensor y = stats.alloc(DType::F32, int64_t(n));
+  Tensor mean_cpu = stats.alloc(DType::F32, s.rows), rstd_cpu = stats.alloc(DType::F32, s.rows);
+  both.cpu().layernorm_forward(y, mean_cpu, rstd_cpu, residual_t.cpu, gamma_t.cpu,
+                               stats.put(DType::F32, beta), s.rows, s.d, 1e-6f);
+  const std::vector<float> mean = stats.get(mean_cpu), rstd = stats.get(rstd_cpu);
+  const Pair mean_t = both.param(mean), rstd_t = both.param(rstd);
+  const Pair dx = want_dx ? both.act(dx0) : Pair{};
+  const Pair d_sub = want_d_sub ? both.act(d_sub0) : Pair{};
+  const Pair dgamma = want_params ? both.param(dgamma0) : Pair{};
+  const Pair dbeta = want_params ? both.param(dbeta0) : Pair{};
+  both.cpu().add_dropout_layernorm_backward(dx.cpu, d_sub.cpu, dgamma.cpu, dbeta.cpu, dy_t.cpu,
+                                            residual_t.cpu, mean_t.cpu, rstd_t.cpu, gamma_t.cpu,
+                                            s.rows, s.d, p, key);
+  both.gpu().add_dropout_layernorm_backward(dx.gpu, d_sub.gpu, dgamma.gpu, dbeta.gpu, dy_t.gpu,
+                                            residual_t.gpu, mean_t.gpu, rstd_t.gpu, gamma_t.gpu,
+                                            s.rows, s.d, p, key);
+  // The gradient g the residual receives is rounded to T before it is added (as the
+  // unfused path's buffer held it): in bf16 one more rounding, of |g| = |result - prefill|.
+  const auto bound = [&](const std::vector<float>& expected, const std::vector<float>& prefill,
+                         double absolute) {
+    std::vector<double> allowed(expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      allowed[i] = absolute + (output_rounding(dtype) + 8 * kEps32) * std::abs(expected[i]) +
+                   output_rounding(dtype) * std::abs(double(expected[i]) - prefill[i]);
+    }
+    return allowed;
+  };
+  if (want_dx) {
+    const std::vector<float> expected = both.cpu_values(dx);
+    EXPECT_TRUE(within_scaled(both.gpu_values(dx), expected, bound(expected, dx0,
+                              64 * sum_factor(s.d)), 1.0))
+        << "dx";
+  }
+  if (want_d_sub) {
+    const double keep_scale = 1.0 / (1.0 - p);
+    const std::vector<float> got = both.gpu_values(d_sub), expected = both.cpu_values(d_sub);
+    EXPECT_TRUE(within_scaled(got, expected,
+                              bound(expected, d_sub0, 64 * sum_factor(s.d) * keep_scale), 1.0))
+        << "d_sub";
+    if (p > 0.0f) {  // the dropped elements keep their pre-filled values exactly
+      size_t kept_as_is = 0;
+      for (size_t i = 0; i < n; ++i) kept_as_is += got[i] == d_sub0[i];
+      EXPECT_GT(kept_as_is, 0u) << "no element dropped";
+    }
+  }
+  if (want_params) {
+    expect_column_sums(both.gpu_values(dgamma), both.cpu_values(dgamma), dgamma0, s, residual,
+                       dy, mean, rstd, true);
+    expect_column_sums(both.gpu_values(dbeta), both.cpu_values(dbeta), dbeta0, s, residual, dy,
+                       mean, rstd, false);
+  }
+}
+
+TEST(CudaAddNorm, BackwardMatchesCpu) {
+  THPC_REQUIRE_GPU();
+  uint32_t seed = 1300;
+  for (DType dtype : gpu_compute_dtypes()) {
+    for (const NormShape& s : kNormShapes) {
+      for (float p : kAddNormDropouts) check_add_norm_backward(dtype, s, p, true, true, true, seed++);
+    }
+  }
+}
+
+TEST(CudaAddNorm, BackwardWithNullOutputsMatchesCpu) {
+  THPC_REQUIRE_GPU();
+  uint32_t seed = 1400;
+  for (DType dtype : gpu_compute_dtypes()) {
+    check_add_norm_backward(dtype, {130, 61}, 0.1f, true, false, false, seed++);
+    check_add_norm_backward(dtype, {130, 61}, 0.1f, false, true, false, seed++);
+    check_add_norm_backward(dtype, {130, 61}, 0.1f, false, false, true, seed++);
+    check_add_norm_backward(dtype, {130, 61}, 0.1f, false, false, false, seed++);
   }
 }
 

@@ -17,10 +17,13 @@
 //   Products of bf16 inputs are exact in fp32, so bf16 inputs add nothing else.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "cpu_reference.h"
@@ -104,6 +107,120 @@ TEST(Linear, NullGradientOutputsAreSkipped) {
                                LinearProblem::kK, LinearProblem::kN);
   EXPECT_EQ(dW_only, dW_all);
   EXPECT_EQ(db_only, db_all);
+}
+
+// ---- the FFN's bias + ReLU fused with its layer (linear_relu_forward, relu_bias_backward)
+
+// Bitwise equality of two vectors of T (signed zeros and NaN bits included).
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+// The fused forward against the two ops it replaces, linear_forward then relu_forward.
+template <typename T>
+void expect_linear_relu_is_linear_then_relu(int M, int K, int N, bool bias, uint32_t seed) {
+  SCOPED_TRACE(::testing::Message() << "M=" << M << " K=" << K << " N=" << N << " bias=" << bias
+                                    << " " << sizeof(T) * 8 << "-bit");
+  std::mt19937 rng(seed);
+  const auto x = cast_to<T>(random_values(size_t(M) * K, rng));
+  const auto W = cast_to<T>(random_values(size_t(K) * N, rng));
+  const auto b = cast_to<T>(random_values(size_t(N), rng));
+  std::vector<T> fused(size_t(M) * N, T(99)), unfused(size_t(M) * N, T(-99));
+  cpu::linear_relu_forward<T>(fused.data(), x.data(), W.data(), bias ? b.data() : nullptr, M, K,
+                              N);
+  cpu::linear_forward<T>(unfused.data(), x.data(), W.data(), bias ? b.data() : nullptr, M, K, N);
+  cpu::relu_forward<T>(unfused.data(), unfused.data(), int64_t(M) * N);
+  EXPECT_TRUE(same_bits(fused, unfused));
+  EXPECT_GT(std::count(fused.begin(), fused.end(), T(0)), 0) << "no ReLU at work";
+}
+
+// K = 1000 is longer than OpenBLAS's K blocks (the product is then summed in pieces, so
+// adding the bias after it would round differently), 300 x 257 spreads over the threads.
+TEST(LinearRelu, ForwardIsLinearThenReluBitForBit) {
+  uint32_t seed = 2000;
+  for (bool bias : {true, false}) {
+    expect_linear_relu_is_linear_then_relu<float>(5, 7, 3, bias, seed++);
+    expect_linear_relu_is_linear_then_relu<float>(300, 1000, 257, bias, seed++);
+    expect_linear_relu_is_linear_then_relu<double>(5, 7, 3, bias, seed++);
+    expect_linear_relu_is_linear_then_relu<double>(33, 1000, 65, bias, seed++);
+  }
+}
+
+// relu_bias_backward into a zeroed d_pre (as the model calls it) against relu_backward
+// into a zeroed buffer and linear_backward's bias sums of that buffer; with one output
+// null, the other as with both.
+template <typename T>
+void expect_relu_bias_backward_is_the_unfused_ops(int rows, int n, uint32_t seed) {
+  SCOPED_TRACE(::testing::Message() << "rows=" << rows << " n=" << n << " "
+                                    << sizeof(T) * 8 << "-bit");
+  std::mt19937 rng(seed);
+  const auto dy = cast_to<T>(random_values(size_t(rows) * n, rng));
+  auto y = cast_to<T>(random_values(size_t(rows) * n, rng));
+  for (T& value : y) value = value > T(0) ? value : T(0);  // a ReLU's output: half zeros
+  const auto db0 = cast_to<T>(random_values(size_t(n), rng));
+  std::vector<T> d_pre(size_t(rows) * n, T(0)), db = db0;
+  cpu::relu_bias_backward<T>(d_pre.data(), db.data(), dy.data(), y.data(), rows, n);
+  std::vector<T> d_pre_unfused(size_t(rows) * n, T(0)), db_unfused = db0;
+  cpu::relu_backward<T>(d_pre_unfused.data(), dy.data(), y.data(), int64_t(rows) * n);
+  cpu::linear_backward<T>(nullptr, nullptr, db_unfused.data(), d_pre_unfused.data(), nullptr,
+                          nullptr, rows, /*K=*/1, n);
+  EXPECT_TRUE(same_bits(d_pre, d_pre_unfused)) << "d_pre";
+  EXPECT_TRUE(same_bits(db, db_unfused)) << "db";
+  std::vector<T> d_pre_only(size_t(rows) * n, T(0)), db_only = db0;
+  cpu::relu_bias_backward<T>(d_pre_only.data(), nullptr, dy.data(), y.data(), rows, n);
+  cpu::relu_bias_backward<T>(nullptr, db_only.data(), dy.data(), y.data(), rows, n);
+  EXPECT_TRUE(same_bits(d_pre_only, d_pre)) << "d_pre alone";
+  EXPECT_TRUE(same_bits(db_only, db)) << "db alone";
+}
+
+TEST(ReluBiasBackward, IsReluBackwardThenTheBiasSumsBitForBit) {
+  uint32_t seed = 2100;
+  for (const auto& [rows, n] : {std::pair{5, 3}, std::pair{1, 37}, std::pair{300, 257},
+                                std::pair{64, 1024}}) {
+    expect_relu_bias_backward_is_the_unfused_ops<float>(rows, n, seed++);
+    expect_relu_bias_backward_is_the_unfused_ops<double>(rows, n, seed++);
+  }
+}
+
+// The layer y = max(0, x W + b) differentiated by the two fused-path ops: relu_bias_backward
+// (d_pre and db) then linear_backward of d_pre (dx and dW), against central differences of
+// L = sum(y * R); the outputs pre-filled, so the += rule is checked too.
+TEST(LinearRelu, BackwardMatchesFiniteDifferencesAndAccumulates) {
+  std::mt19937 rng(2200);
+  LinearProblem problem(rng);
+  constexpr int kM = LinearProblem::kM, kK = LinearProblem::kK, kN = LinearProblem::kN;
+  const auto forward = [&] {
+    Values y(kM * kN, 99.0);
+    cpu::linear_relu_forward<double>(y.data(), problem.x.data(), problem.W.data(),
+                                     problem.b.data(), kM, kK, kN);
+    return y;
+  };
+  // No pre-activation within reach of the step of its kink: the objective is smooth here.
+  Values pre(kM * kN);
+  cpu::linear_forward<double>(pre.data(), problem.x.data(), problem.W.data(), problem.b.data(),
+                              kM, kK, kN);
+  int negative = 0;
+  for (double value : pre) {
+    ASSERT_GT(std::abs(value), 1e-3);
+    negative += value < 0;
+  }
+  ASSERT_GT(negative, 0) << "the ReLU must cut something";
+  const Values y = forward();
+  const Values d_pre0 = random_values(y.size(), rng);
+  const Values db0 = random_values(problem.b.size(), rng);
+  const Values dx0 = random_values(problem.x.size(), rng);
+  const Values dW0 = random_values(problem.W.size(), rng);
+  Values d_pre = d_pre0, db = db0, dx = dx0, dW = dW0;
+  cpu::relu_bias_backward<double>(d_pre.data(), db.data(), problem.weights.data(), y.data(), kM,
+                                  kN);
+  const Values g = difference(d_pre, d_pre0);  // d_pre accumulated this call's gradient
+  cpu::linear_backward<double>(dx.data(), dW.data(), nullptr, g.data(), problem.x.data(),
+                               problem.W.data(), kM, kK, kN);
+  const auto objective = [&] { return weighted_sum(forward(), problem.weights); };
+  expect_gradient_matches("dx", problem.x, difference(dx, dx0), objective);
+  expect_gradient_matches("dW", problem.W, difference(dW, dW0), objective);
+  expect_gradient_matches("db", problem.b, difference(db, db0), objective);
 }
 
 struct OutputProjectionProblem {
@@ -200,12 +317,13 @@ const std::vector<LinearShape> kLinearShapes = {
     {1, 37, 61}, {5, 129, 7}, {17, 64, 100}, {3, 0, 5}, {33, 512, 129}, {128, 256, 512}};
 
 // bias_offset > 0 places the bias that many elements into its buffer: a slice of the
-// flat parameter buffer that is not 16-byte aligned.
+// flat parameter buffer that is not 16-byte aligned. relu: linear_relu_forward instead
+// (the ReLU moves no value further from the CPU's than its input was: the same bound).
 void check_linear_forward(DType dtype, const LinearShape& s, bool bias, uint32_t seed,
-                          int bias_offset = 0) {
+                          int bias_offset = 0, bool relu = false) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " M=" << s.M << " K=" << s.K
                                     << " N=" << s.N << (bias ? " bias" : " no bias")
-                                    << " bias offset " << bias_offset);
+                                    << " bias offset " << bias_offset << (relu ? " relu" : ""));
   std::mt19937 rng(seed);
   const auto x = representable(random_values(static_cast<size_t>(s.M) * s.K, rng), dtype);
   const auto W = representable(random_values(static_cast<size_t>(s.K) * s.N, rng), dtype);
@@ -216,10 +334,11 @@ void check_linear_forward(DType dtype, const LinearShape& s, bool bias, uint32_t
   Scope cpu(*twins.cpu), gpu(*twins.gpu);
   Tensor y_cpu = cpu.alloc(DType::F32, static_cast<int64_t>(s.M) * s.N);
   Tensor y_gpu = gpu.alloc(dtype, static_cast<int64_t>(s.M) * s.N);
-  twins.cpu->linear_forward(
+  const auto forward = relu ? &Backend::linear_relu_forward : &Backend::linear_forward;
+  (twins.cpu.get()->*forward)(
       y_cpu, cpu.put(DType::F32, x), cpu.put(DType::F32, W),
       bias ? cpu.put(DType::F32, padded_b).slice(bias_offset, s.N) : Tensor{}, s.M, s.K, s.N);
-  twins.gpu->linear_forward(
+  (twins.gpu.get()->*forward)(
       y_gpu, gpu.put(dtype, x), gpu.put(dtype, W),
       bias ? gpu.put(dtype, padded_b).slice(bias_offset, s.N) : Tensor{}, s.M, s.K, s.N);
   auto scale = product_scale(s.M, s.N, s.K, x, s.K, 1, W, s.N, 1, nullptr);
@@ -260,6 +379,137 @@ TEST(CudaLinear, ForwardWithAMisalignedBiasMatchesCpu) {
   for (DType dtype : gpu_compute_dtypes()) {
     for (const LinearShape& shape : kLinearShapes) {
       for (int offset : {1, 3}) check_linear_forward(dtype, shape, true, seed++, offset);
+    }
+  }
+}
+
+// ---- the FFN's bias + ReLU -------------------------------------------------------------
+// The forward is checked as linear_forward is (on the cuBLASLt path with the RELU_BIAS /
+// RELU epilogue, through cublasGemmEx and relu_forward, with a misaligned bias);
+// relu_bias_backward's d_pre is one fp32 addition per element, as on the CPU (fp32:
+// bit-identical; bf16: one rounding, rounding_rel), and db is a column sum in another
+// order: (rows + 8) * 2^-23 of the sum of magnitudes, as the layer norm's dbeta.
+
+TEST(CudaLinearRelu, ForwardMatchesCpu) {
+  THPC_REQUIRE_GPU();
+  uint32_t seed = 2300;
+  for (DType dtype : gpu_compute_dtypes()) {
+    for (const LinearShape& shape : kLinearShapes) {
+      for (bool bias : {true, false}) check_linear_forward(dtype, shape, bias, seed++, 0, true);
+    }
+  }
+}
+
+TEST(CudaLinearRelu, ForwardThroughGemmExFallbackMatchesCpu) {
+  THPC_REQUIRE_GPU();
+  ForceGemmFallback fallback;
+  uint32_t seed = 2400;
+  for (DType dtype : gpu_compute_dtypes()) {
+    for (const LinearShape& shape : kLinearShapes) {
+      for (bool bias : {true, false}) check_linear_forward(dtype, shape, bias, seed++, 0, true);
+    }
+  }
+}
+
+TEST(CudaLinearRelu, ForwardWithAMisalignedBiasMatchesCpu) {
+  THPC_REQUIRE_GPU();
+  uint32_t seed = 2500;
+  for (DType dtype : gpu_compute_dtypes()) {
+    for (const LinearShape& shape : kLinearShapes) {
+      for (int offset : {1, 3}) check_linear_forward(dtype, shape, true, seed++, offset, true);
+    }
+  }
+}
+
+struct ReluShape {
+  int rows, n;
+};
+// One row, odd widths, a partial last 64-row chunk, several column blocks, an FFN-sized one.
+const std::vector<ReluShape> kReluShapes = {{1, 37}, {7, 61}, {129, 512}, {1000, 129},
+                                            {200, 1024}, {3000, 2048}};
+
+void check_relu_bias_backward(DType dtype, const ReluShape& s, bool want_d_pre, bool want_db,
+                              uint32_t seed) {
+  SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " rows=" << s.rows << " n=" << s.n
+                                    << " d_pre=" << want_d_pre << " db=" << want_db);
+  std::mt19937 rng(seed);
+  const size_t count = static_cast<size_t>(s.rows) * s.n;
+  const auto dy = representable(random_values(count, rng), dtype);
+  auto y = representable(random_values(count, rng), dtype);
+  for (float& value : y) value = value > 0.0f ? value : 0.0f;  // a ReLU's output
+  const auto d_pre0 = representable(random_values(count, rng), dtype);
+  const auto db0 = random_values(static_cast<size_t>(s.n), rng);
+  Twins twins(dtype);
+  Both both(twins);
+  const Pair dy_t = both.act(dy), y_t = both.act(y);
+  const Pair d_pre = want_d_pre ? both.act(d_pre0) : Pair{};
+  const Pair db = want_db ? both.param(db0) : Pair{};
+  both.cpu().relu_bias_backward(d_pre.cpu, db.cpu, dy_t.cpu, y_t.cpu, s.rows, s.n);
+  both.gpu().relu_bias_backward(d_pre.gpu, db.gpu, dy_t.gpu, y_t.gpu, s.rows, s.n);
+  if (want_d_pre) {
+    EXPECT_TRUE(all_close(both.gpu_values(d_pre), both.cpu_values(d_pre), 0.0,
+                          rounding_rel(dtype)))
+        << "d_pre";
+  }
+  if (want_db) {
+    std::vector<double> scale(static_cast<size_t>(s.n));
+    for (int col = 0; col < s.n; ++col) {
+      scale[col] = std::abs(db0[col]);
+      for (int row = 0; row < s.rows; ++row) {
+        const size_t i = static_cast<size_t>(row) * s.n + col;
+        if (y[i] > 0.0f) scale[col] += std::abs(dy[i]);
+      }
+    }
+    EXPECT_TRUE(within_scaled(both.gpu_values(db), both.cpu_values(db), scale,
+                              (s.rows + 8) * kEps32))
+        << "db";
+  }
+}
+
+TEST(CudaReluBiasBackward, MatchesCpu) {
+  THPC_REQUIRE_GPU();
+  uint32_t seed = 2600;
+  for (DType dtype : gpu_compute_dtypes()) {
+    for (const ReluShape& shape : kReluShapes) {
+      check_relu_bias_backward(dtype, shape, true, true, seed++);
+    }
+  }
+}
+
+TEST(CudaReluBiasBackward, NullOutputsMatchCpu) {
+  THPC_REQUIRE_GPU();
+  uint32_t seed = 2700;
+  for (DType dtype : gpu_compute_dtypes()) {
+    check_relu_bias_backward(dtype, {130, 61}, true, false, seed++);
+    check_relu_bias_backward(dtype, {130, 61}, false, true, seed++);
+    check_relu_bias_backward(dtype, {130, 61}, false, false, seed++);
+  }
+}
+
+// Two identical calls from the same pre-filled outputs: bit-identical.
+TEST(CudaReluBiasBackward, IsDeterministic) {
+  THPC_REQUIRE_GPU();
+  for (DType dtype : gpu_compute_dtypes()) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const int rows = 3000, n = 2048;
+    const size_t count = static_cast<size_t>(rows) * n;
+    std::mt19937 rng(2800);
+    const auto dy = random_values(count, rng), d_pre0 = random_values(count, rng);
+    auto y = random_values(count, rng);
+    for (float& value : y) value = value > 0.0f ? value : 0.0f;
+    const auto db0 = random_values(static_cast<size_t>(n), rng);
+    Twins twins(dtype);
+    Scope gpu(*twins.gpu);
+    const Tensor dy_t = gpu.put(dtype, dy), y_t = gpu.put(dtype, y);
+    std::vector<float> first[2];
+    for (int run = 0; run < 2; ++run) {
+      Tensor d_pre = gpu.put(dtype, d_pre0), db = gpu.put(DType::F32, db0);
+      twins.gpu->relu_bias_backward(d_pre, db, dy_t, y_t, rows, n);
+      const std::vector<float> got[2] = {gpu.get(d_pre), gpu.get(db)};
+      for (int i = 0; i < 2; ++i) {
+        if (run == 0) first[i] = got[i];
+        else EXPECT_TRUE(got[i] == first[i]) << "output " << i << " differs between runs";
+      }
     }
   }
 }

@@ -1,0 +1,65 @@
+// The dropout masks of the CUDA kernels (elementwise.cu, layernorm.cu): element e of a
+// call is kept iff dropout_keep(seed, site, step, stream, e, p) (common/philox.h), the
+// CPU's draw, so the GPU drops exactly the elements the CPU twin drops. A Philox4x32-10
+// call (~60 integer instructions) yields the words of four consecutive elements (counter
+// e / 4, lane e % 4), so kernels take elements in groups of four and call it once per
+// group.
+#pragma once
+
+#include <cstdint>
+
+#include "common/error.h"
+#include "common/philox.h"
+#include "kernels/ops.h"
+
+namespace thpc::cuda {
+
+// The mask of one call. draw == false (p == 0, or no output needs the mask) keeps
+// everything without drawing.
+struct DropMask {
+  uint64_t seed;
+  uint32_t site, step, stream;
+  float p;
+  bool draw;
+};
+
+inline DropMask make_mask(const DropoutKey& key, float p, bool needed) {
+  return DropMask{key.seed, key.site, key.step, key.stream, p, needed && p > 0.0f};
+}
+
+inline void check_probability(float p) {
+  THPC_CHECK(p >= 0.0f && p < 1.0f, "dropout probability " << p << " outside [0, 1)");
+}
+
+// Inverted dropout's 1 / (1 - p), computed in fp32 exactly as the CPU's keep_scale<float>.
+inline float keep_scale(float p) { return 1.0f / (1.0f - p); }
+
+// Bit k set: element 4 * group + k is kept. One Philox call gives the 4 words that
+// philox_bits() returns for these 4 elements (counter element >> 2, lane element & 3).
+__device__ __forceinline__ unsigned keep_bits(const DropMask& mask, int64_t group) {
+  if (!mask.draw) return 0xfu;
+  const Philox4x32 r =
+      philox4x32_10(static_cast<uint32_t>(group), mask.site, mask.step, mask.stream,
+                    static_cast<uint32_t>(mask.seed), static_cast<uint32_t>(mask.seed >> 32));
+  unsigned bits = 0;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) bits |= (uniform_from_bits(r.v[k]) >= mask.p ? 1u : 0u) << k;
+  return bits;
+}
+
+// Bit k set: element first + k is kept, for k < count <= 4. One Philox call when the
+// elements are one group (first a multiple of 4: rows of d % 4 == 0 elements, as the
+// model's are), one per element otherwise.
+__device__ __forceinline__ unsigned keep_bits_at(const DropMask& mask, int64_t first,
+                                                 int count) {
+  if (!mask.draw) return 0xfu;
+  if ((first & 3) == 0) return keep_bits(mask, first >> 2);
+  unsigned bits = 0;
+  for (int k = 0; k < count; ++k) {
+    const int64_t element = first + k;
+    bits |= ((keep_bits(mask, element >> 2) >> (element & 3)) & 1u) << k;
+  }
+  return bits;
+}
+
+}  // namespace thpc::cuda
