@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <regex>
@@ -132,13 +133,17 @@ std::vector<double> download_f64(Backend& backend, Tensor t) {
   return host;
 }
 
-class ModelGradient : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
+// (learned positions, attention biases, model.fused_ops): the fused sub-layer ops and
+// the separate ones are each differentiated by hand.
+class ModelGradient
+    : public ::testing::TestWithParam<std::tuple<bool, bool, const char*>> {};
 
 TEST_P(ModelGradient, MatchesCentralDifferences) {
-  const auto [learned_positions, attention_bias] = GetParam();
+  const auto [learned_positions, attention_bias, fused_ops] = GetParam();
+  ModelConfig c = small_model(learned_positions, attention_bias);
+  c.fused_ops = fused_ops;
   auto backend = make_cpu_backend(DType::F64);
-  Transformer model(small_model(learned_positions, attention_bias), 13, SpecialIds{}, *backend,
-                    7);
+  Transformer model(c, 13, SpecialIds{}, *backend, 7);
   const Batch batch = small_batch();
   const DropoutContext dropout{11, 3, 1};
   const double scale = 1.0 / static_cast<double>(batch.tgt_tokens());
@@ -181,8 +186,61 @@ TEST_P(ModelGradient, MatchesCentralDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, ModelGradient,
-                         ::testing::Values(std::make_tuple(false, false),
-                                           std::make_tuple(true, true)));
+                         ::testing::Values(std::make_tuple(false, false, "on"),
+                                           std::make_tuple(true, true, "on"),
+                                           std::make_tuple(false, false, "off"),
+                                           std::make_tuple(true, true, "off")));
+
+// model.fused_ops on the CPU: the fused sub-layer ops give the separate ops' bits, so
+// training (dropout on, three steps with Adam, threaded sizes: rows * d_model >= 2^15)
+// and a forward without dropout (what decoding runs) are the same with either, and
+// auto takes them on the CPU.
+TEST(FusedOps, CpuTrainingIsBitIdenticalToTheSeparateOps) {
+  ModelConfig c = small_model(false, true);
+  c.d_model = 64;
+  c.d_ff = 96;
+  c.d_k = c.d_v = 0;
+  c.heads = 4;
+  c.max_positions = 64;
+  std::vector<TokenSequence> sources, targets;
+  std::mt19937 rng(17);
+  std::uniform_int_distribution<int32_t> token(4, 39);
+  for (int sentence = 0; sentence < 24; ++sentence) {
+    sources.emplace_back(20 + sentence % 7);
+    targets.emplace_back(18 + sentence % 5);
+    for (int32_t& id : sources.back()) id = token(rng);
+    for (int32_t& id : targets.back()) id = token(rng);
+  }
+  const Batch batch = make_batch(sources, targets, SpecialIds{});
+  ASSERT_GE(int64_t(batch.size) * batch.tgt_len * c.d_model, int64_t(1) << 15);
+  const auto run = [&](const char* fused_ops, std::vector<float>* parameters) {
+    ModelConfig variant = c;
+    variant.fused_ops = fused_ops;
+    auto backend = make_cpu_backend(DType::F32);
+    Transformer model(variant, 40, SpecialIds{}, *backend, 9);
+    Adam adam(model.params(), *backend, AdamSettings{});
+    std::vector<double> losses;
+    for (uint32_t step = 1; step <= 3; ++step) {
+      backend->zero(model.params().grads());
+      const LossSums sums = model.train_step(batch, 1.0f / batch.tgt_tokens(),
+                                             DropoutContext{5, step, 0});
+      adam.update(1e-3f, step);
+      losses.push_back(sums.loss);
+    }
+    losses.push_back(model.evaluate(batch).loss);
+    parameters->resize(size_t(model.params().buffer_numel()));
+    backend->download(parameters->data(), model.params().params());
+    return losses;
+  };
+  std::vector<float> fused, separate, automatic;
+  const std::vector<double> fused_losses = run("on", &fused);
+  EXPECT_EQ(fused_losses, run("off", &separate));
+  EXPECT_EQ(fused_losses, run("auto", &automatic));
+  EXPECT_TRUE(fused.size() == separate.size() &&
+              std::memcmp(fused.data(), separate.data(), fused.size() * sizeof(float)) == 0)
+      << "the parameters after three steps differ";
+  EXPECT_TRUE(fused == automatic);
+}
 
 TEST(ModelForward, FloatAndDoubleBackendsAgree) {
   // Same parameters (initialised in double, then rounded to float), same batch: the
@@ -317,6 +375,30 @@ TEST(Trainer, TwoRunsAreBitIdentical) {
   EXPECT_NE(log_a.str().find("final: step=3 loss="), std::string::npos) << log_a.str();
   EXPECT_EQ(log_a.str().substr(log_a.str().find("final:")),
             log_b.str().substr(log_b.str().find("final:")));
+  std::filesystem::remove_all(run);
+}
+
+// The whole program's view of model.fused_ops on the CPU: three steps of input/tiny.ini
+// on two threads (dropout, label smoothing, the schedule, clipping, Adam) end with the
+// same loss and params_sha256 with the fused sub-layer ops and the separate ones, so the
+// CPU's default (auto = fused) leaves every pinned number of the separate ops as it was.
+TEST(FusedOps, TrainerEndsWithTheSameParametersOnAndOff) {
+  const std::filesystem::path run =
+      std::filesystem::temp_directory_path() / ("thpc_test_fused_" + std::to_string(::getpid()));
+  std::string final_line[2];
+  const char* settings[2] = {"model.fused_ops=on", "model.fused_ops=off"};
+  for (int i = 0; i < 2; ++i) {
+    std::ostringstream log;
+    Trainer(load_config(kRoot + "/input/tiny.ini",
+                        {"train.max_steps=3", "train.threads=2", settings[i],
+                         "checkpoint.dir=" + (run / std::to_string(i)).string()}))
+        .run(log);
+    const size_t final_at = log.str().find("final: step=3 loss=");
+    ASSERT_NE(final_at, std::string::npos) << log.str();
+    final_line[i] = log.str().substr(final_at);
+    EXPECT_NE(final_line[i].find("params_sha256="), std::string::npos) << final_line[i];
+  }
+  EXPECT_EQ(final_line[0], final_line[1]);
   std::filesystem::remove_all(run);
 }
 

@@ -29,6 +29,10 @@ struct ModelConfig {
   int vocab_size = 0;         // shared source/target vocabulary; 0 = from the data
   bool attention_bias = false;  // biases on Q/K/V/O projections (the paper has none)
   float layernorm_eps = 1e-5f;
+  // auto | on | off: the fused sub-layer ops (residual + dropout + layer norm, the FFN's
+  // bias + ReLU) instead of the separate ones; auto = the backend's default
+  // (Backend::fused_ops_by_default). How the model computes, not what: not architecture.
+  std::string fused_ops = "auto";
 
   int head_dim_k() const { return d_k > 0 ? d_k : d_model / heads; }
   int head_dim_v() const { return d_v > 0 ? d_v : d_model / heads; }

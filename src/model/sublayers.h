@@ -27,13 +27,16 @@ struct DecodingStep {
   bool every_slot_filled = false;
 };
 
-// `ops` is the backend; activations come from the arena each call is given.
+// `ops` is the backend; activations come from the arena each call is given. With
+// `fused` (model.fused_ops) add & norm and the FFN's bias + ReLU are one op each,
+// forward and backward (kernels/op_list.h), computing what the separate ops compute.
 struct Sublayers {
   Backend& ops;
   const ModelConfig& c;
   DType act;    // activation dtype
   DType stat;   // per-row statistics dtype
   int d, dk, dv, h;
+  bool fused;
 
   // ---- x = LayerNorm(x + Dropout(sub)) ----
   void add_norm_forward(AddNormActs& a, Arena& arena, Tensor x, Tensor sub,
@@ -42,6 +45,11 @@ struct Sublayers {
     a.mean = arena.take(stat, rows);
     a.rstd = arena.take(stat, rows);
     a.y = arena.take(act, int64_t(rows) * d);
+    if (fused) {
+      ops.add_dropout_layernorm_forward(a.y, a.residual, a.mean, a.rstd, x, sub, p.gamma.value,
+                                        p.beta.value, rows, d, c.layernorm_eps, p_drop, key);
+      return;
+    }
     ops.residual_dropout_forward(a.residual, x, sub, int64_t(rows) * d, p_drop, key);
     ops.layernorm_forward(a.y, a.mean, a.rstd, a.residual, p.gamma.value, p.beta.value, rows,
                           d, c.layernorm_eps);
@@ -49,6 +57,11 @@ struct Sublayers {
   void add_norm_backward(Tensor d_x, Tensor d_sub, Tensor d_y, const AddNormActs& a,
                          const NormParams& p, Arena& scratch, int rows, float p_drop,
                          DropoutKey key) {
+    if (fused) {
+      ops.add_dropout_layernorm_backward(d_x, d_sub, p.gamma.grad, p.beta.grad, d_y, a.residual,
+                                         a.mean, a.rstd, p.gamma.value, rows, d, p_drop, key);
+      return;
+    }
     Tensor d_residual = scratch.take_zeroed(act, int64_t(rows) * d);
     ops.layernorm_backward(d_residual, p.gamma.grad, p.beta.grad, d_y, a.residual, a.mean,
                            a.rstd, p.gamma.value, rows, d);
@@ -177,8 +190,12 @@ struct Sublayers {
   void ffn_forward(FfnActs& a, Arena& arena, Tensor x, const FfnParams& p, int rows) {
     a.hidden = arena.take(act, int64_t(rows) * c.d_ff);
     a.out = arena.take(act, int64_t(rows) * d);
-    ops.linear_forward(a.hidden, x, p.w1.value, p.b1.value, rows, d, c.d_ff);
-    ops.relu_forward(a.hidden, a.hidden, int64_t(rows) * c.d_ff);  // in place
+    if (fused) {
+      ops.linear_relu_forward(a.hidden, x, p.w1.value, p.b1.value, rows, d, c.d_ff);
+    } else {
+      ops.linear_forward(a.hidden, x, p.w1.value, p.b1.value, rows, d, c.d_ff);
+      ops.relu_forward(a.hidden, a.hidden, int64_t(rows) * c.d_ff);  // in place
+    }
     ops.linear_forward(a.out, a.hidden, p.w2.value, p.b2.value, rows, c.d_ff, d);
   }
   void ffn_backward(Tensor d_x, Tensor d_out, const FfnActs& a, Tensor x, const FfnParams& p,
@@ -187,6 +204,11 @@ struct Sublayers {
     ops.linear_backward(d_hidden, p.w2.grad, p.b2.grad, d_out, a.hidden, p.w2.value, rows,
                         c.d_ff, d);
     Tensor d_pre = scratch.take_zeroed(act, int64_t(rows) * c.d_ff);
+    if (fused) {  // b1's gradient summed in the ReLU's pass
+      ops.relu_bias_backward(d_pre, p.b1.grad, d_hidden, a.hidden, rows, c.d_ff);
+      ops.linear_backward(d_x, p.w1.grad, Tensor{}, d_pre, x, p.w1.value, rows, d, c.d_ff);
+      return;
+    }
     ops.relu_backward(d_pre, d_hidden, a.hidden, int64_t(rows) * c.d_ff);
     ops.linear_backward(d_x, p.w1.grad, p.b1.grad, d_pre, x, p.w1.value, rows, d, c.d_ff);
   }
@@ -194,9 +216,13 @@ struct Sublayers {
 
 
 
+// model.fused_ops: on, off, or auto: what the backend takes by default
+// (Backend::fused_ops_by_default: the CPU yes, CUDA not before its fused kernels have run).
 inline Sublayers sublayers_for(Backend& backend, const ModelConfig& c) {
+  const bool fused =
+      c.fused_ops == "on" || (c.fused_ops == "auto" && backend.fused_ops_by_default());
   return Sublayers{backend, c, backend.compute_dtype(), backend.param_dtype(),
-                   c.d_model, c.head_dim_k(), c.head_dim_v(), c.heads};
+                   c.d_model, c.head_dim_k(), c.head_dim_v(), c.heads, fused};
 }
 
 inline AttentionShape attention_shape(const ModelConfig& c, int batch, int query_len,
