@@ -1,18 +1,63 @@
 #!/usr/bin/env bash
-# Everything a session with a lent GPU (H100/H200) should run, in three device calls of
-# under 10 minutes each (few, full calls cost the least device time), one per stage:
+# Everything a session with a lent GPU (H100/H200) should run. GPU time comes in
+# 15-minute windows (900 s of device time, the machine's start of 1-2 minutes, the
+# transfers and idle waits included): two device calls of at most 8 minutes each, sent
+# back to back, everything in them prepared and rehearsed here first.
 #
 #   bash bench/gpu_session.sh --prepare GPU_HOST_DIR   # here (Debian, apt): the bundle + data
-#   bash bench/gpu_session.sh --dry-run                # here: rehearse everything but the GPU
-#   bash bench/gpu_session.sh [tests]                  # on the GPU host (the device call):
-#       run(command="timeout 570 bash bench/gpu_session.sh", carry=["gpu-bundle", "shared-for-gpu"])
-#   bash bench/gpu_session.sh translate                # the next call, while the machine
-#   bash bench/gpu_session.sh parse                    #   is warm (its build-gpu is kept)
+#   bash bench/gpu_session.sh --dry-run                # here: the plan with its time
+#       estimates, every check that needs no GPU, and both calls rehearsed on the CPU
+#   bash bench/gpu_session.sh --rehearse [step|followup]   # here: one call's rehearsal
+#   call 1:  run(command="timeout 400 bash bench/gpu_session.sh step", timeout_s=430,
+#                carry=["gpu-bundle", "shared-for-gpu"])
+#   call 2, AT ONCE (a machine idle for 30 s is given back, and with it build-gpu/ and
+#   the inductor cache):
+#            run(command="timeout 270 bash bench/gpu_session.sh followup", timeout_s=300,
+#                carry=["gpu-bundle", "shared-for-gpu"])
+#       or, if call 1 showed something else to do, another stage of at most 270 s.
+#   `--dry-run` prints the plan (print_plan below) with each item's estimate.
 #
-# Timings of 2026-11-25 on an H100 (each stage well inside a 600 s call): tests 526 s
-# from a cold machine (build ~1 min on 16 cores, the CPU suite 7 of it), translate 278 s
-# and parse (TRAIN_MINUTES=4) 428 s on the warm machine. The machine is given back after
-# 30 s idle, so send the next stage's call at once; a cold one rebuilds first.
+# step (call 1; STEP_SECONDS, default 370, leaves the 400 s time-out room for the log):
+#   0. build for sm_90 on every core (ccache where the machine has one: the CMakeLists
+#      use it when it is on PATH; a cache made here cannot serve there, another compiler
+#      and other paths, so the kept build-gpu/ is what the second call reuses) only what
+#      the stage runs: transformer_bench_step, the kernel twin tests (tests/kernels/) and
+#      test_cuda_training;
+#   1. every kernel twin in fp32 and bf16 (the Cuda* suites of test_kernel_*): since the
+#      last GPU run (2026-11-25, bench/RESULTS.md) the op list (kernels/op_list.h) changed
+#      every launcher's signature, so all of them, the fused ops' (FUSED_TWINS) first;
+#      then the whole-model check, fp32 training on the GPU against the CPU with the
+#      separate kernels and with the fused ones (CudaTraining.Fp32ThreeSteps*);
+#   2. the bf16 GEMM ceiling (cuBLAS 8192^3 through PyTorch), for every MFU figure;
+#   3. transformer_bench_step --profile, base, 25,000 + 25,000 tokens, bf16,
+#      model.fused_ops = off and (only if the fused twins passed in 1.) on;
+#   4. PEERS="eager compile" bench/step_vs_torch.sh base with ours off and on
+#      (OURS_VARIANTS), ours and eager first, the compiled peer (torch.compile, default
+#      mode, static shapes: nine lengths) last with what is left; a peer cut off leaves
+#      its inductor cache in build-gpu/ for call 2.
+# followup (call 2; FOLLOWUP_SECONDS, default 240):
+#   1. compute-sanitizer memcheck of the fused twins (the only kernels never run before);
+#   2. big (input/big.ini) at 25,000 + 25,000 tokens: the profile and the unprofiled line
+#      (peak memory, step ms, MFU), off and (fused twins passed) on;
+#   3. what call 1 did not finish: the compiled peer with ours off and on, on the
+#      inductor cache call 1 left.
+# The switch's default (CudaBackend::fused_ops_by_default) is flipped only by a change
+# that records a session in which the fused twins, the fused whole-model check and
+# memcheck passed on the GPU (issue 32).
+#
+# The older stages, each longer than a window's second call now (2026-11-25, H100):
+#   tests      (526 s cold) the CUDA twin tests and whole-model GPU tests (memcheck on a
+#              short run among them), racecheck on the attention, layer-norm and top-k
+#              twins, the step benchmark, two MPI ranks on the one GPU, the CPU suite;
+#   translate  (278 s warm) Multi30k with base-sized layers (6 x 512, d_ff 2048, 8 heads)
+#              trained for TRAIN_MINUTES (default 4; train.max_minutes), the last 5
+#              checkpoints averaged, test_2016_flickr decoded with beam 4 and scored
+#              (sacreBLEU 13a), then newstest2014 (3,003 lines) decoded with beam 4 and
+#              greedily: tokens/s (TRAIN_MINUTES=2 fits a second call);
+#   parse      (428 s warm) input/parse_wsj.ini trained for TRAIN_MINUTES (default 5),
+#              dev and test decoded with the config's beam 21 and scored with EVALB
+#              beside the right-branching baseline;
+#   peers      step 4 alone (STEP_SECONDS).
 #
 # --prepare runs GPU_HOST_DIR/fetch.sh (the scripts that make a CUDA host without our
 # Debian libraries able to build: .debs unpacked with dpkg -x, see their README) into
@@ -21,19 +66,16 @@
 # tools/fetch_data.sh), and the PyTorch peer (from $TORCH_REFERENCE). Both folders are
 # git-ignored: they travel only as the device call's carried paths.
 #
+# --rehearse runs a stage here on the CPU, on the existing build/ (BUILD): the twins as
+# their CPU rehearsals (THPC_TWIN_REHEARSAL), the profiles, big line and peer comparison
+# on small shapes with the CPU backend (the peer only where TORCH_REFERENCE and PyTorch
+# are there, eager only), memcheck and the GPU-only whole-model tests reported as
+# skipped: it checks the stage's commands, arguments and logs, not a number.
+#
 # On the GPU host every stage unpacks the Debian libraries (gpu-bundle/use.sh) and builds
-# for sm_90 in build-gpu/ (incrementally when a warm machine kept it), then:
-#   tests      the CUDA twin tests and whole-model GPU tests (memcheck on a short run
-#              among them), racecheck on the attention, layer-norm and top-k twins, the step
-#              benchmark against PyTorch at 25,000 + 25,000 tokens, the rest of the suite;
-#   translate  Multi30k with base-sized layers (6 x 512, d_ff 2048, 8 heads) trained for
-#              TRAIN_MINUTES (default 4; train.max_minutes), the last 5 checkpoints averaged,
-#              test_2016_flickr decoded with beam 4 and scored (sacreBLEU 13a), then
-#              newstest2014 (3,003 lines) decoded with beam 4 and greedily: tokens/s;
-#   parse      input/parse_wsj.ini trained for TRAIN_MINUTES (default 5), dev and test
-#              decoded with the config's beam 21 and scored with EVALB beside the
-#              right-branching baseline.
-# The logs go to $OUT/logs_STAGE.tgz (or ./gpu-logs/ without $OUT).
+# in build-gpu/ (incrementally when a warm machine kept it). A stage's logs go to one
+# archive, $OUT/logs_STAGE.tgz (./gpu-logs/ without $OUT), of a few hundred kB: the
+# console output is the summary.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -64,6 +106,50 @@ prepare() {
   dry_run
 }
 
+# The window's plan, each item's estimate in seconds (low high), for --dry-run and the
+# start of each call. Sources: the 2026-11-25 H100 session (bench/RESULTS.md: the whole
+# tree built in about a minute on 16 cores, the 44 GPU tests with the CPU suite in 526 s,
+# the base step 57.9 ms and PyTorch eager's 83.2 ms) and the steps each item runs; the
+# compiled peer's nine static-shape compilations have never been timed on this model, so
+# it gets what is left and is the one item planned to spill into call 2.
+readonly PLAN=(
+  "start|machine start (counted, not in a call)|60|120"
+  "1|setup: gpu-bundle unpacked, nvidia-smi|10|20"
+  "1|build: bench_step, kernel twin tests, test_cuda_training (16 cores)|60|110"
+  "1|fused twins (CudaAddNorm, CudaLinearRelu, CudaReluBiasBackward)|10|20"
+  "1|every other kernel twin, fp32 and bf16|30|60"
+  "1|whole model: fp32 3 steps vs the CPU, fused off and on|10|20"
+  "1|bf16 GEMM ceiling (8192^3)|10|15"
+  "1|profile base off, on (27 steps each)|30|50"
+  "1|ours off, on (75 steps each); PyTorch eager (75 steps)|55|75"
+  "1|torch.compile peer: the rest of STEP_SECONDS=370|0|60"
+  "2|setup, incremental build|10|20"
+  "2|memcheck of the fused twins (each run capped)|30|70"
+  "2|ceiling; big profile and unprofiled line, off and on|80|110"
+  "2|torch.compile peer (on call 1's inductor cache) with ours off, on|0|60"
+  "gaps|transfers, the send of call 2|10|30"
+)
+readonly CALL1_TIMEOUT_S=430 CALL2_TIMEOUT_S=300 WINDOW_S=900
+
+print_plan() {
+  local item call what low high sum_low=0 sum_high=0 current=""
+  echo "plan: two device calls in a ${WINDOW_S} s window (call 1 timeout_s=${CALL1_TIMEOUT_S}, call 2 timeout_s=${CALL2_TIMEOUT_S})"
+  for item in "${PLAN[@]}"; do
+    IFS='|' read -r call what low high <<< "$item"
+    if [ "$call" != "$current" ]; then
+      case $call in
+        1) echo "  call 1: timeout 400 bash bench/gpu_session.sh step" ;;
+        2) echo "  call 2 (at once, warm machine): timeout 270 bash bench/gpu_session.sh followup" ;;
+        *) echo "  outside the calls:" ;;
+      esac
+      current=$call
+    fi
+    printf '    %-78s %4d-%-4d s\n' "$what" "$low" "$high"
+    sum_low=$((sum_low + low)) sum_high=$((sum_high + high))
+  done
+  echo "  estimated window: ${sum_low}-${sum_high} s of ${WINDOW_S}; worst case by the time-outs: start 120 + ${CALL1_TIMEOUT_S} + ${CALL2_TIMEOUT_S} + 30 = $((120 + CALL1_TIMEOUT_S + CALL2_TIMEOUT_S + 30)) s"
+}
+
 # Bytes the device call would carry: the files git tracks or would track, and CARRIED.
 transfer_bytes() {
   { git ls-files -z --cached --others --exclude-standard; find "${CARRIED[@]}" -type f -print0 2>/dev/null; } |
@@ -74,6 +160,7 @@ transfer_bytes() {
 dry_run() {
   local problems=0
   problem() { echo "dry-run: $*"; problems=$((problems + 1)); }
+  print_plan
   [ -f gpu-bundle/use.sh ] || problem "gpu-bundle/use.sh missing (bash bench/gpu_session.sh --prepare GPU_HOST_DIR)"
   if [ -f gpu-bundle/MANIFEST.txt ]; then
     while IFS=$'\t' read -r sub package version sha; do
@@ -88,9 +175,12 @@ dry_run() {
       problem "$THPC_DATA/$set missing or not the expected bytes"
   done
   [ -f "$TORCH_REFERENCE" ] || problem "$TORCH_REFERENCE missing"
-  for script in bench/step_vs_torch.sh bench/cpu_decode_speed.sh tools/fetch_data.sh \
-      tools/run_multi30k.sh tools/run_parser.sh tools/evaluate.sh; do
+  for script in bench/gpu_session.sh bench/step_vs_torch.sh bench/cpu_decode_speed.sh \
+      tools/fetch_data.sh tools/run_multi30k.sh tools/run_parser.sh tools/evaluate.sh; do
     bash -n "$script" || problem "$script does not parse"
+  done
+  for config in input/base.ini input/big.ini input/tiny.ini input/parse_wsj.ini; do
+    [ -f "$config" ] || problem "$config missing"
   done
   local bytes
   bytes=$(transfer_bytes)
@@ -102,21 +192,60 @@ dry_run() {
        -DCMAKE_CUDA_ARCHITECTURES=90 > "$configure_dir.log" 2>&1; then
     grep -q "THPC_HAVE_CUDA:INTERNAL=ON\|CMAKE_CUDA_COMPILER:" "$configure_dir/CMakeCache.txt" ||
       problem "configured without CUDA (see $configure_dir.log)"
+    # Every target the step stage builds exists in that configuration.
+    local known
+    known=$(ninja -C "$configure_dir" -t targets all 2>/dev/null)
+    for target in $(step_targets); do
+      grep -q "^$target:" <<< "$known" || problem "the step stage's target $target is not in the build"
+    done
   else
     problem "cmake configure failed: $(tail -3 "$configure_dir.log")"
   fi
   rm -rf "$configure_dir" "$configure_dir.log"
+  # Both calls rehearsed on the CPU (--rehearse): their commands, arguments and logs.
+  local call rehearsal_out
+  for call in step followup; do
+    rehearsal_out=$(mktemp -d)
+    echo "dry-run: rehearsing call '$call' on the CPU (BUILD=${BUILD:-build})"
+    if OUT=$rehearsal_out bash "$0" --rehearse "$call" > "$rehearsal_out/console.txt" 2>&1 &&
+       ! grep -q "(exit [1-9]" "$rehearsal_out/console.txt"; then
+      grep -E "^(fused twins|twin lines|memcheck|peers|step:|followup:|==|big)" "$rehearsal_out/console.txt" |
+        sed 's/^/  /'
+      echo "  logs: $(du -k "$rehearsal_out/logs_$call.tgz" | cut -f1) kB"
+    else
+      problem "the rehearsal of '$call' failed: $(tail -5 "$rehearsal_out/console.txt")"
+    fi
+    rm -rf "$rehearsal_out"
+  done
   if [ "$problems" -gt 0 ]; then echo "dry-run: $problems problem(s)"; exit 1; fi
   echo "dry-run: ready for the device call"
 }
 
+# The fused ops' twin suites (kernels/op_list.h; the model takes them with
+# model.fused_ops): the fused variants are measured only when these passed in this call.
+readonly FUSED_TWINS="CudaAddNorm|CudaLinearRelu|CudaReluBiasBackward"
+
+# What the step and followup stages build: the benchmark, every kernel twin test
+# executable and the whole-model GPU tests.
+step_targets() {
+  echo transformer_bench_step
+  echo test_cuda_training
+  for source in tests/kernels/*_test.cc; do
+    local name=${source##*/}
+    echo "test_kernel_${name%_test.cc}"
+  done
+}
+
+rehearsal=0
 case ${1:-} in
   --prepare) prepare "${2:-}"; exit ;;
   --dry-run) dry_run; exit ;;
-  "" | tests) stage=tests ;;
-  translate | parse) stage=$1 ;;
-  *) sed -n '2,11p' "$0" >&2; exit 2 ;;
+  --rehearse) rehearsal=1; stage=${2:-step} ;;
+  "") stage=step ;;
+  step | followup | peers | tests | translate | parse) stage=$1 ;;
+  *) sed -n '2,18p' "$0" >&2; exit 2 ;;
 esac
+[[ $stage =~ ^(step|followup|peers|tests|translate|parse)$ ]] || { echo "unknown stage '$stage'" >&2; exit 2; }
 
 # The logs of a stage go to one archive, $OUT/logs_STAGE.tgz (the device call brings back
 # at most 8 files from $OUT; a stage writes a dozen), also when the stage is stopped by a
@@ -126,20 +255,223 @@ LOGS=$(mktemp -d)
 mkdir -p "$RESULT_DIR"
 trap 'tar czf "$RESULT_DIR/logs_$stage.tgz" -C "$LOGS" . && echo "logs: $RESULT_DIR/logs_$stage.tgz"' EXIT
 trap 'exit 143' TERM INT
-# shellcheck disable=SC1091
-source gpu-bundle/use.sh /tmp/sysroot gpu-bundle > "$LOGS/setup.log" 2>&1 || {
-  echo "gpu-bundle/use.sh failed"; tail -20 "$LOGS/setup.log"; exit 1; }
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$LOGS/gpu.txt"
-# The translate and parse stages build only the programs they run (a cold machine then
-# spends its minutes on training, not on the test executables).
-targets=()
-[ "$stage" = tests ] || targets=(--target transformer_hpc transformer_preprocess
-  transformer_data_stats transformer_average transformer_decode transformer_score
-  transformer_trees transformer_evalb)
-{ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
-  cmake --build build-gpu -j"$(nproc)" "${targets[@]}"; } > "$LOGS/build.log" 2>&1 || {
-  echo "build failed"; tail -40 "$LOGS/build.log"; exit 1; }
-ldd build-gpu/transformer_hpc | grep -E "not found|cuda|nccl|mpi|hdf5" | tee "$LOGS/ldd.txt"
+if [ "$rehearsal" = 1 ]; then
+  # Here, on the CPU: the existing build, its test and benchmark targets brought up to date.
+  BUILD_DIR=${BUILD:-build}
+  # shellcheck disable=SC2046
+  cmake --build "$BUILD_DIR" -j2 $(step_targets | sed 's/^/--target /') > "$LOGS/build.log" 2>&1 || {
+    echo "build failed"; tail -40 "$LOGS/build.log"; exit 1; }
+else
+  BUILD_DIR=build-gpu
+  # shellcheck disable=SC1091
+  source gpu-bundle/use.sh /tmp/sysroot gpu-bundle > "$LOGS/setup.log" 2>&1 || {
+    echo "gpu-bundle/use.sh failed"; tail -20 "$LOGS/setup.log"; exit 1; }
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$LOGS/gpu.txt"
+  # Each stage builds only what it runs (a cold machine then spends its minutes on the
+  # measurements, not on executables it does not need): step and peers the benchmark and
+  # the kernel twins, translate and parse the programs, tests everything.
+  targets=()
+  case $stage in
+    step | followup | peers) read -r -a targets <<< "$(step_targets | sed 's/^/--target /' | tr '\n' ' ')" ;;
+    translate | parse) targets=(--target transformer_hpc transformer_preprocess
+      transformer_data_stats transformer_average transformer_decode transformer_score
+      transformer_trees transformer_evalb) ;;
+  esac
+  build_start=$SECONDS
+  { cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
+    cmake --build build-gpu -j"$(nproc)" "${targets[@]}"; } > "$LOGS/build.log" 2>&1 || {
+    echo "build failed"; tail -40 "$LOGS/build.log"; exit 1; }
+  echo "build: $((SECONDS - build_start)) s"
+  [ -x build-gpu/transformer_hpc ] &&
+    ldd build-gpu/transformer_hpc | grep -E "not found|cuda|nccl|mpi|hdf5" | tee "$LOGS/ldd.txt"
+fi
+
+# ---- step and peers ---------------------------------------------------------------------
+
+# transformer_bench_step's arguments for a preset at the stage's size: on the GPU the
+# issue's 25,000 + 25,000 tokens in bf16; in the rehearsal a one-layer, 64-wide model on
+# the CPU (the commands and their output, not the numbers).
+bench_args() {
+  local preset=$1 steps=$2 warmup=$3
+  if [ "$rehearsal" = 1 ]; then
+    echo --config "input/$preset.ini" --backend cpu --tokens 120 --steps 2 --warmup-steps 1 \
+      --vocab 300 --set train.threads=2 --set model.layers=1 --set model.d_model=64 \
+      --set model.d_ff=128 --set model.heads=4 --set model.d_k=0 --set model.d_v=0
+  else
+    echo --config "input/$preset.ini" --backend cuda --precision bf16 --tokens 25000 \
+      --vocab 37000 --peak-tflops "$CEILING" --spec-tflops 989.4 --steps "$steps" \
+      --warmup-steps "$warmup"
+  fi
+}
+
+# The fused_ops settings to measure: off (the GPU's default, what ran on the last GPU)
+# and on, the latter only after its twins passed.
+fused_settings() {
+  echo off
+  [ "${FUSED_TWINS_PASSED:-0}" = 1 ] && echo on
+}
+
+# bench/step_vs_torch.sh base with the peers, ours once per fused_ops setting, inside
+# `seconds` (a cut-off run leaves the JSON lines it printed in the log).
+peers_step() {
+  local seconds=$1 peers=$2 variants=() args=(base 25000)
+  for setting in $(fused_settings); do variants+=("fused_$setting=model.fused_ops=$setting"); done
+  if [ "$rehearsal" = 1 ]; then
+    if [ -z "${SOURCE_TORCH_REFERENCE}" ] || ! "${PYTHON:-python3}" -c 'import torch' 2> /dev/null; then
+      echo "peers: skipped in the rehearsal (no TORCH_REFERENCE or no PyTorch for ${PYTHON:-python3})"
+      return 1
+    fi
+    export TORCH_REFERENCE=$SOURCE_TORCH_REFERENCE
+    peers=eager args=(small 200)
+  fi
+  echo "peers: PEERS=\"$peers\", ours ${variants[*]}, within ${seconds} s"
+  DEVICE=$([ "$rehearsal" = 1 ] && echo cpu || echo cuda) BUILD=$BUILD_DIR PEERS=$peers \
+    OURS_VARIANTS="${variants[*]}" CEILING_TFLOPS=${CEILING:-} \
+    timeout "$seconds" bash bench/step_vs_torch.sh "${args[@]}" > "$LOGS/step_vs_torch_base.txt" 2>&1
+  local status=$?
+  grep -E "^(step_vs_torch:|run |peer |\{)" "$LOGS/step_vs_torch_base.txt"
+  if [ "$status" = 124 ]; then
+    echo "peers: stopped after ${seconds} s (the followup call or \`peers\` runs the rest)"
+    return 1
+  fi
+  return "$status"
+}
+
+# The GEMM ceiling of this call (bf16 cuBLAS through PyTorch), for the profiles' and the
+# big line's MFU.
+measure_ceiling() {
+  [ "$rehearsal" = 1 ] && return
+  CEILING=$(BUILD=$BUILD_DIR bash bench/step_vs_torch.sh --ceiling 2> "$LOGS/ceiling.log")
+  if [ -z "$CEILING" ]; then
+    CEILING=790
+    echo "ceiling: not measured (see ceiling.log); MFU against the assumed 790 TFLOP/s"
+  else
+    echo "bf16 GEMM ceiling (cuBLAS 8192^3, measured now): $CEILING TFLOP/s"
+  fi
+}
+
+# What call 1 learnt, for call 2 on the same machine (build-gpu/ survives between them).
+state_file() { echo "$BUILD_DIR/gpu_session_state"; }
+remember() { echo "$1" >> "$(state_file)"; }
+
+# 1. The kernel twins, the fused ones first; sets FUSED_TWINS_PASSED.
+run_fused_twins() {
+  local twin_env=(env) prefix="" exclude="^Rehearsal[.]"
+  if [ "$rehearsal" = 1 ]; then twin_env=(env THPC_TWIN_REHEARSAL=1) prefix="Rehearsal[.]" exclude="^$"; fi
+  "${twin_env[@]}" ctest --test-dir "$BUILD_DIR" -R "^${prefix}(${FUSED_TWINS})[.]" -E "$exclude" \
+    --output-on-failure -j4 > "$LOGS/ctest_fused_twins.log" 2>&1
+  local status=$?
+  grep -E "tests passed|Failed|\*\*\*" "$LOGS/ctest_fused_twins.log" | tail -12
+  cp "$BUILD_DIR/Testing/Temporary/LastTest.log" "$LOGS/ctest_fused_twins_all_output.log"
+  if [ "$status" = 0 ] && grep -q "100% tests passed" "$LOGS/ctest_fused_twins.log"; then
+    export FUSED_TWINS_PASSED=1
+    echo "fused twins: passed (model.fused_ops=on is measured below)"
+  else
+    export FUSED_TWINS_PASSED=0
+    echo "fused twins: FAILED or did not run (only model.fused_ops=off is measured)"
+  fi
+  remember "FUSED_TWINS_PASSED=$FUSED_TWINS_PASSED"
+}
+
+run_other_twins() {
+  local twin_env=(env) prefix="" exclude="^Rehearsal[.]|^CudaTraining"
+  if [ "$rehearsal" = 1 ]; then twin_env=(env THPC_TWIN_REHEARSAL=1) prefix="Rehearsal[.]" exclude="^$"; fi
+  "${twin_env[@]}" ctest --test-dir "$BUILD_DIR" -R "^${prefix}Cuda" -E "${exclude}|(${FUSED_TWINS})[.]" \
+    --output-on-failure -j4 > "$LOGS/ctest_twins.log" 2>&1
+  grep -E "tests passed|Failed|\*\*\*" "$LOGS/ctest_twins.log" | tail -20
+  cp "$BUILD_DIR/Testing/Temporary/LastTest.log" "$LOGS/ctest_twins_all_output.log"
+  # Each twin case's measured error beside its tolerance, for tightening the bf16 bounds.
+  cat "$LOGS"/ctest_*twins_all_output.log | grep -E "^twin " > "$LOGS/twin_errors.txt"
+  echo "twin lines: $(wc -l < "$LOGS/twin_errors.txt")"
+  # The whole model: fp32 training on the GPU against the CPU, separate and fused kernels
+  # (skipped in the rehearsal: they need the GPU itself).
+  ctest --test-dir "$BUILD_DIR" -R "^CudaTraining[.]Fp32ThreeSteps" --output-on-failure \
+    > "$LOGS/ctest_whole_model.log" 2>&1
+  grep -E "tests passed|Failed|Skipped|\*\*\*" "$LOGS/ctest_whole_model.log" | tail -6
+  grep -h "GPU fp32" "$BUILD_DIR/Testing/Temporary/LastTest.log" | head -4
+}
+
+step_stage() {
+  local deadline=${STEP_SECONDS:-370}
+  rm -f "$(state_file)"
+  print_plan
+  run_fused_twins
+  run_other_twins
+  echo "twins and whole model: at ${SECONDS} s"
+  measure_ceiling
+  profile preset=base
+  echo "profiles: at ${SECONDS} s"
+  local left=$((deadline - SECONDS))
+  if [ "$left" -lt 60 ]; then
+    echo "peers: skipped, ${left} s left of STEP_SECONDS=${deadline}; call 2 (followup) runs them"
+  else
+    peers_step "$left" "${PEERS:-eager compile}" && remember "COMPILE_PEER_DONE=1"
+  fi
+  echo "step: ${SECONDS} s"
+}
+
+# Profiles (and with line=1 the unprofiled big line) of one preset, off and on.
+profile() {
+  local preset=${1#preset=} line=${2:-} setting
+  for setting in $(fused_settings); do
+    # shellcheck disable=SC2046
+    timeout 120 "$BUILD_DIR/transformer_bench_step" $(bench_args "$preset" 18 9) --profile \
+      --set "model.fused_ops=$setting" \
+      > "$LOGS/profile_${preset}_fused_${setting}.txt" 2>&1
+    echo "== profile $preset, model.fused_ops=$setting (exit $?)"
+    grep -v "^{" "$LOGS/profile_${preset}_fused_${setting}.txt" | tail -22
+  done
+  [ "$line" = line ] || return 0
+  for setting in $(fused_settings); do
+    # shellcheck disable=SC2046
+    timeout 120 "$BUILD_DIR/transformer_bench_step" $(bench_args "$preset" 30 9) \
+      --set "model.fused_ops=$setting" > "$LOGS/${preset}_fused_${setting}.txt" 2>&1
+    echo "$preset, model.fused_ops=$setting (exit $?): $(tail -1 "$LOGS/${preset}_fused_${setting}.txt")"
+  done
+}
+
+followup_stage() {
+  local deadline=${FOLLOWUP_SECONDS:-240}
+  print_plan
+  # What call 1 found, if this is its machine; else the fused twins again (seconds).
+  # shellcheck disable=SC1090
+  [ -f "$(state_file)" ] && source "$(state_file)"
+  if [ -z "${FUSED_TWINS_PASSED:-}" ]; then
+    echo "followup: no state from call 1 on this machine (a fresh one): the fused twins first"
+    run_fused_twins
+  fi
+  # 1. memcheck of the fused kernels' twins, each run capped.
+  if [ "$rehearsal" = 1 ]; then
+    echo "memcheck: skipped in the rehearsal (compute-sanitizer needs the GPU)"
+  else
+    local twin
+    for twin in layernorm:CudaAddNorm.* linear:CudaLinearRelu.*:CudaReluBiasBackward.*; do
+      timeout 35 compute-sanitizer --tool memcheck --error-exitcode 9 \
+        "$BUILD_DIR/tests/test_kernel_${twin%%:*}" --gtest_filter="${twin#*:}" \
+        > "$LOGS/memcheck_${twin%%:*}.log" 2>&1
+      echo "memcheck ${twin#*:}: exit $? ($(grep -m1 "ERROR SUMMARY" "$LOGS/memcheck_${twin%%:*}.log"))"
+    done
+  fi
+  # 2. big: profile and line.
+  measure_ceiling
+  profile preset=big line
+  echo "big: at ${SECONDS} s"
+  # 3. The compiled peer, if call 1 did not finish it.
+  local left=$((deadline - SECONDS))
+  if [ "${COMPILE_PEER_DONE:-0}" = 1 ]; then
+    echo "peers: call 1 finished them"
+  elif [ "$left" -lt 45 ]; then
+    echo "peers: skipped, ${left} s left of FOLLOWUP_SECONDS=${deadline}"
+  else
+    peers_step "$left" compile
+  fi
+  echo "followup: ${SECONDS} s"
+}
+
+peers_stage() {
+  measure_ceiling
+  peers_step "${STEP_SECONDS:-370}" "${PEERS:-eager compile}"
+}
 
 tests_stage() {
   # The twin tests and the whole-model tests (they skip nothing here: a GPU is present);

@@ -3,7 +3,9 @@
 # part of this repository: TORCH_REFERENCE names it), in one run on one machine:
 #
 #   TORCH_REFERENCE=PATH [BUILD=build] [DEVICE=cuda|cpu] [RUNS=1] [THREADS=2]
-#       [PEERS="eager compile"] bash bench/step_vs_torch.sh [small|base|big] [TOKENS]
+#       [PEERS="eager compile"] [OURS_VARIANTS="NAME=SECTION.KEY=VALUE[,...] ..."]
+#       bash bench/step_vs_torch.sh [small|base|big] [TOKENS]
+#   bash bench/step_vs_torch.sh --ceiling      # the GPU's bf16 GEMM ceiling alone (TFLOP/s)
 #
 # Every system trains on the same batch shapes (TOKENS / L sentences of length L for L in
 # 12..96, source and target alike) and prints one JSON line. PEERS names the PyTorch
@@ -19,6 +21,11 @@
 # its JSON line has the compile seconds. A peer that cannot run here (Liger without its
 # package) prints "skipped" and is left out. RUNS > 1 alternates the systems RUNS times.
 # Both sides read the loss back every step (ours always does; the peer's default).
+# OURS_VARIANTS runs transformer_hpc once per named variant, each with its config
+# overrides (e.g. "unfused=model.fused_ops=off fused=model.fused_ops=on"), against the
+# same peer runs: each variant then ends with its own step_vs_torch line, with an
+# ours=NAME field. Ours run before the peers in each run, so that a call cut off while a
+# peer compiles still has our numbers.
 # On the GPU: bf16, vocabulary 37000, 60 timed steps after 15 (compiled peers: after two
 # passes over the shapes). On the CPU (bench/cpu_step_vs_torch.sh): fp32, vocabulary
 # 8000, THREADS threads, 9 timed steps after 2. The last line is always
@@ -26,7 +33,8 @@
 #     eager_tokens_per_s=B compile_tokens_per_s=C compile_peer=NAME eager_ratio=X
 #     compile_ratio=Y mfu=M mfu_spec=N gemm_ceiling_tflops=G ours_peak_mem_gib=...
 #     eager_peak_mem_gib=... compile_peak_mem_gib=...
-# with medians over the runs; eager_* is the fastest eager-family peer, compile_* the
+# (after ours=NAME with OURS_VARIANTS) with medians over the runs; eager_* is the
+# fastest eager-family peer, compile_* the
 # fastest compiled one ("none" where none ran); a ratio > 1 means transformer_hpc is
 # faster. mfu is model FLOPs/s over the GEMM ceiling: on the CPU the fp32 sgemm rate
 # transformer_bench_step measures in the same run, on the GPU the bf16 cuBLAS rate
@@ -36,6 +44,34 @@
 # Liger peers); PYTHON names the interpreter that has them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# The bf16 GEMM ceiling of this GPU, in TFLOP/s: cuBLAS (through PyTorch's matmul) on
+# 8192^3 random bf16 operands, the best of five timings of ten products after three
+# warm-ups. `bash bench/step_vs_torch.sh --ceiling` prints it alone (bench/gpu_session.sh
+# measures it once per call and passes it back in as CEILING_TFLOPS).
+measure_ceiling() {
+  "${PYTHON:-python3}" - <<'PY'
+import torch
+n = 8192
+a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+for _ in range(3):
+    a @ b
+torch.cuda.synchronize()
+start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+best_ms = float("inf")
+for _ in range(5):
+    start.record()
+    for _ in range(10):
+        a @ b
+    end.record()
+    torch.cuda.synchronize()
+    best_ms = min(best_ms, start.elapsed_time(end) / 10)
+print(round(2 * n**3 / best_ms / 1e9, 1))
+PY
+}
+if [[ ${1:-} == --ceiling ]]; then measure_ceiling; exit; fi
+
 preset=${1:-base}
 device=${DEVICE:-cuda}
 runs=${RUNS:-1}
@@ -70,6 +106,16 @@ peer_args() {
     *) return 1 ;;
   esac
 }
+# Our variants: NAME and its --set arguments ("ours" with none by default).
+read -r -a variants <<< "${OURS_VARIANTS:-}"
+variant_names=() variant_sets=()
+for variant in "${variants[@]}"; do
+  [[ $variant =~ ^[A-Za-z0-9_-]+=[a-z_]+[.][a-z_]+=.+$ ]] || {
+    echo "OURS_VARIANTS: '$variant' is not NAME=SECTION.KEY=VALUE[,SECTION.KEY=VALUE...]" >&2; exit 2; }
+  variant_names+=("${variant%%=*}")
+  variant_sets+=("${variant#*=}")
+done
+if [[ ${#variants[@]} -eq 0 ]]; then variant_names=(ours); variant_sets=(""); fi
 for peer in "${peers[@]}"; do
   peer_args "$peer" > /dev/null || {
     echo "PEERS: unknown peer '$peer' (eager eager-liger compile compile-dynamic compile-autotune compile-liger)" >&2
@@ -94,30 +140,12 @@ else
 fi
 
 # On the GPU, MFU is taken against the bf16 GEMM ceiling measured here, in this call, on
-# this device: cuBLAS (through PyTorch's matmul) on 8192^3 random bf16 operands, the
-# best of five timings of ten products after three warm-ups. Both sides are given it.
+# this device (measure_ceiling; CEILING_TFLOPS: one measured earlier in the same call).
+# Both sides are given it.
 if [[ $device == cuda ]]; then
-  ceiling=$("$python" - <<'PY'
-import torch
-n = 8192
-a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-for _ in range(3):
-    a @ b
-torch.cuda.synchronize()
-start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-best_ms = float("inf")
-for _ in range(5):
-    start.record()
-    for _ in range(10):
-        a @ b
-    end.record()
-    torch.cuda.synchronize()
-    best_ms = min(best_ms, start.elapsed_time(end) / 10)
-print(round(2 * n**3 / best_ms / 1e9, 1))
-PY
-)
-  echo "bf16 GEMM ceiling (cuBLAS 8192^3, measured now): $ceiling TFLOP/s"
+  ceiling=${CEILING_TFLOPS:-}
+  [[ -n $ceiling ]] || ceiling=$(measure_ceiling)
+  echo "bf16 GEMM ceiling (cuBLAS 8192^3, measured in this call): $ceiling TFLOP/s"
   ours_args+=(--peak-tflops "$ceiling")
   torch_args+=(--peak-tflops "$ceiling")
 fi
@@ -126,6 +154,15 @@ fi
 lines=$(mktemp)
 trap 'rm -f "$lines"' EXIT
 for ((run = 1; run <= runs; run++)); do
+  for ((v = 0; v < ${#variant_names[@]}; v++)); do
+    sets=()
+    IFS=, read -r -a overrides <<< "${variant_sets[v]}"
+    for override in "${overrides[@]}"; do sets+=(--set "$override"); done
+    line=$("$build"/transformer_bench_step --config "$config" --tokens "$tokens" \
+           "${ours_args[@]}" "${model_sets[@]}" "${sets[@]}" | tail -1)
+    echo "$line"
+    printf '%s\t%s\t%s\n' "$run" "ours:${variant_names[v]}" "$line" >> "$lines"
+  done
   for peer in "${peers[@]}"; do
     read -r -a extra <<< "$(peer_args "$peer")"
     line=$("$python" "$reference" --preset "$preset" --tokens "$tokens" "${torch_args[@]}" \
@@ -133,16 +170,12 @@ for ((run = 1; run <= runs; run++)); do
     echo "$line"
     printf '%s\t%s\t%s\n' "$run" "$peer" "$line" >> "$lines"
   done
-  line=$("$build"/transformer_bench_step --config "$config" --tokens "$tokens" \
-         "${ours_args[@]}" "${model_sets[@]}" | tail -1)
-  echo "$line"
-  printf '%s\t%s\t%s\n' "$run" ours "$line" >> "$lines"
 done
 
-"$python" - "$lines" "$device" "$preset" "$tokens" "$runs" <<'PY'
+"$python" - "$lines" "$device" "$preset" "$tokens" "$runs" "${#variants[@]}" <<'PY'
 import json, statistics, sys
 
-path, device, preset, tokens, runs = sys.argv[1:]
+path, device, preset, tokens, runs, named_variants = sys.argv[1:]
 by_system = {}
 for row in open(path):
     run, system, text = row.rstrip("\n").split("\t", 2)
@@ -152,48 +185,56 @@ def median(values):
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else None
 
-ours = [record for _, record in by_system.pop("ours")]
-ours_rate = median([r["tokens_per_s"] for r in ours])
-
-# Per run, each peer's ratio against ours of the same run, then the medians.
-peers = {}
-for name, records in by_system.items():
-    ran = [(run, r) for run, r in records if not r.get("skipped")]
-    if not ran:
-        print(f"peer {name}: skipped ({records[0][1].get('skipped')})")
-        continue
-    for run, r in ran:
-        ratio = ours[run - 1]["tokens_per_s"] / r["tokens_per_s"]
-        print(f"run {run}: transformer_hpc {ours[run - 1]['tokens_per_s']:.0f} / {name} "
-              f"{r['tokens_per_s']:.0f} tokens/s = {ratio:.3f}x"
-              + (f" (compile {r['compile_s']} s)" if r.get("compile_s") is not None else ""))
-    peers[name] = {
-        "tokens_per_s": median([r["tokens_per_s"] for _, r in ran]),
-        "ratio": median([ours[run - 1]["tokens_per_s"] / r["tokens_per_s"] for run, r in ran]),
-        "peak_mem_gib": median([r.get("peak_mem_gib") for _, r in ran]),
-    }
-
-def fastest(family):
-    names = [n for n in peers if n.split("-")[0] == family]
-    return max(names, key=lambda n: peers[n]["tokens_per_s"]) if names else None
-
 def fmt(value, digits):
     return "none" if value is None else (f"{value:.{digits}f}" if isinstance(value, float) else str(value))
 
-fields = [f"device={device}", f"preset={preset}", f"tokens={tokens}", f"runs={runs}",
-          f"ours_step_ms={fmt(median([r['median_step_ms'] for r in ours]), 2)}",
-          f"ours_tokens_per_s={fmt(ours_rate, 0)}"]
-chosen = {family: fastest(family) for family in ("eager", "compile")}
-for family, name in chosen.items():
-    fields.append(f"{family}_tokens_per_s={fmt(peers[name]['tokens_per_s'] if name else None, 0)}")
-fields.append(f"compile_peer={chosen['compile'] or 'none'}")
-for family, name in chosen.items():
-    fields.append(f"{family}_ratio={fmt(peers[name]['ratio'] if name else None, 3)}")
-fields += [f"mfu={fmt(median([r['mfu'] for r in ours]), 3)}",
-           f"mfu_spec={fmt(median([r.get('mfu_spec') for r in ours]), 3)}",
-           f"gemm_ceiling_tflops={fmt(median([r['gemm_ceiling_tflops'] for r in ours]), 4)}",
-           f"ours_peak_mem_gib={fmt(median([r.get('peak_mem_gib') for r in ours]), 2)}"]
-for family, name in chosen.items():
-    fields.append(f"{family}_peak_mem_gib={fmt(peers[name]['peak_mem_gib'] if name else None, 2)}")
-print("step_vs_torch: " + " ".join(fields))
+variants = {name.split(":", 1)[1]: [record for _, record in by_system.pop(name)]
+            for name in [n for n in by_system if n.startswith("ours:")]}
+peer_records = {name: [(run, r) for run, r in records if not r.get("skipped")]
+                for name, records in by_system.items()}
+for name, ran in peer_records.items():
+    if not ran:
+        print(f"peer {name}: skipped ({by_system[name][0][1].get('skipped')})")
+
+for variant, ours in variants.items():
+    label = "transformer_hpc" + (f" ({variant})" if int(named_variants) else "")
+    ours_rate = median([r["tokens_per_s"] for r in ours])
+    # Per run, each peer's ratio against ours of the same run, then the medians.
+    peers = {}
+    for name, ran in peer_records.items():
+        if not ran:
+            continue
+        for run, r in ran:
+            ratio = ours[run - 1]["tokens_per_s"] / r["tokens_per_s"]
+            print(f"run {run}: {label} {ours[run - 1]['tokens_per_s']:.0f} / {name} "
+                  f"{r['tokens_per_s']:.0f} tokens/s = {ratio:.3f}x"
+                  + (f" (compile {r['compile_s']} s)" if r.get("compile_s") is not None else ""))
+        peers[name] = {
+            "tokens_per_s": median([r["tokens_per_s"] for _, r in ran]),
+            "ratio": median([ours[run - 1]["tokens_per_s"] / r["tokens_per_s"] for run, r in ran]),
+            "peak_mem_gib": median([r.get("peak_mem_gib") for _, r in ran]),
+        }
+
+    def fastest(family):
+        names = [n for n in peers if n.split("-")[0] == family]
+        return max(names, key=lambda n: peers[n]["tokens_per_s"]) if names else None
+
+    fields = [f"device={device}", f"preset={preset}", f"tokens={tokens}", f"runs={runs}"]
+    if int(named_variants):
+        fields.append(f"ours={variant}")
+    fields += [f"ours_step_ms={fmt(median([r['median_step_ms'] for r in ours]), 2)}",
+               f"ours_tokens_per_s={fmt(ours_rate, 0)}"]
+    chosen = {family: fastest(family) for family in ("eager", "compile")}
+    for family, name in chosen.items():
+        fields.append(f"{family}_tokens_per_s={fmt(peers[name]['tokens_per_s'] if name else None, 0)}")
+    fields.append(f"compile_peer={chosen['compile'] or 'none'}")
+    for family, name in chosen.items():
+        fields.append(f"{family}_ratio={fmt(peers[name]['ratio'] if name else None, 3)}")
+    fields += [f"mfu={fmt(median([r['mfu'] for r in ours]), 3)}",
+               f"mfu_spec={fmt(median([r.get('mfu_spec') for r in ours]), 3)}",
+               f"gemm_ceiling_tflops={fmt(median([r['gemm_ceiling_tflops'] for r in ours]), 4)}",
+               f"ours_peak_mem_gib={fmt(median([r.get('peak_mem_gib') for r in ours]), 2)}"]
+    for family, name in chosen.items():
+        fields.append(f"{family}_peak_mem_gib={fmt(peers[name]['peak_mem_gib'] if name else None, 2)}")
+    print("step_vs_torch: " + " ".join(fields))
 PY
