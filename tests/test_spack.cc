@@ -155,8 +155,21 @@ TEST_F(SpackEnvironment, VariantsTheBuildNeeds) {
   for (const char* variant : {"fabrics=ucx", "schedulers=slurm"}) {
     EXPECT_NE(spec("openmpi").find(variant), std::string::npos) << spec("openmpi");
   }
-  // MPI carries host memory only; NCCL moves the GPU gradients (Spack.yaml says why).
+}
+
+// The ranks hand MPI host memory only (the CPU backend's gradients, the NCCL id,
+// scalars); NCCL moves the GPU gradients. So neither Open MPI nor the UCX under it is
+// built with CUDA, as Spack.yaml's comments say, and UCX gets its InfiniBand transports
+// (Spack's UCX builds none by default: Open MPI would then go over TCP between nodes).
+TEST_F(SpackEnvironment, MpiAndUcxCarryHostMemoryOverInfiniBand) {
+  EXPECT_NE(spec("openmpi").find("~cuda"), std::string::npos) << spec("openmpi");
   EXPECT_EQ(spec("openmpi").find("+cuda"), std::string::npos) << spec("openmpi");
+  const std::string ucx = environment_["packages"]["ucx"]["require"].as<std::string>("");
+  ASSERT_FALSE(ucx.empty()) << "Spack.yaml has no packages: ucx: require:";
+  EXPECT_TRUE(std::regex_search(ucx, std::regex(R"((^|\s)~cuda(\s|$))"))) << ucx;
+  for (const char* transport : {"+verbs", "+rdmacm", "+rc", "+ud", "+dc", "+mlx5_dv", "+cma"}) {
+    EXPECT_NE(ucx.find(transport), std::string::npos) << "ucx lacks " << transport << ": " << ucx;
+  }
 }
 
 // The GPUs every cuda_arch in the environment names have bf16 (sm_80 and later), as
