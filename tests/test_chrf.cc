@@ -372,11 +372,11 @@ TEST(ChrfProgram, BadCommandLinesExitTwo) {
   const std::string files = kWmt17Ref + " -i " + kUedin;
   for (const auto& [arguments, fragment] : std::vector<std::pair<std::string, std::string>>{
            {" -m ter", "unknown metric 'ter' (expected bleu | chrf)"},
-           {" -m", "-m needs a metric name (bleu | chrf)"},
+           {" -m", "the required argument for option '--metrics' is missing"},
            {" -m bleu chrf -sl", "--sentence-level scores one metric, not 2"},
            {" -m chrf -cc -1", "chrF character order -1 < 0"},
            {" -m chrf -cc 0", "chrF needs a character or a word order above 0"},
-           {" -m chrf --chrf-beta x", "--chrf-beta: 'x' is not a number"}}) {
+           {" -m chrf --chrf-beta x", "the argument ('x') for option '--chrf-beta' is invalid"}}) {
     const thpc::ProcessResult result = run_score(files + arguments);
     EXPECT_EQ(result.exit_code, 2) << arguments << ": " << result.output;
     EXPECT_NE(result.output.find("transformer_score: " + fragment + " (see --help)"),

@@ -19,18 +19,15 @@
 
 namespace {
 
-constexpr const char* kUsage =
+namespace po = boost::program_options;
+
+constexpr const char* kUsageHead =
     "usage: transformer_evalb [-p PARAM.prm] [-d] [-e N] [-c N] GOLD TEST\n"
     "\n"
     "Scores the trees of TEST against those of GOLD (one tree per line) as EVALB does:\n"
     "labelled bracketing recall, precision, F-measure, complete match, crossing\n"
     "brackets and tagging accuracy, for all sentences and those of length <= CUTOFF_LEN.\n"
-    "\n"
-    "  -p PARAM.prm   EVALB parameter file (default: EVALB's built-in defaults)\n"
-    "  -d             debug: the word and bracket tables of every sentence\n"
-    "  -e N           stop after more than N + 1 errors (overrides MAX_ERROR)\n"
-    "  -c N           cut-off length of the second summary (overrides CUTOFF_LEN)\n"
-    "  -h, --help     print this text and exit\n";
+    "The options are EVALB's";
 
 struct CommandLine {
   std::string parameter_path;
@@ -42,46 +39,42 @@ struct CommandLine {
   bool help = false;
 };
 
-int parse_count(const std::string& option, const std::string& text) {
-  size_t used = 0;
-  int value = 0;
-  try {
-    value = std::stoi(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
+// The options --help shows, and with `with_files` the positional GOLD and TEST too.
+po::options_description describe(CommandLine& command, int& max_error, int& cutoff_length,
+                                 bool with_files) {
+  po::options_description options(kUsageHead);
+  options.add_options()
+      (",p", po::value(&command.parameter_path)->value_name("PARAM.prm"),
+       "parameter file (default: EVALB's built-in defaults)")
+      (",d", po::bool_switch(&command.debug), "debug: the word and bracket tables of every sentence")
+      (",e", po::value(&max_error)->value_name("N"),
+       "stop after more than N + 1 errors (overrides MAX_ERROR)")
+      (",c", po::value(&cutoff_length)->value_name("N"),
+       "cut-off length of the second summary (overrides CUTOFF_LEN)")
+      ("help,h", "print this text and exit");
+  if (with_files) {
+    options.add_options()("gold", po::value(&command.gold_path))(
+        "test", po::value(&command.test_path));
   }
-  if (used == 0 || used != text.size()) THPC_FAIL(option << ": '" << text << "' is not a number");
-  return value;
+  return options;
+}
+
+std::string usage() {
+  CommandLine command;
+  int max_error = 0, cutoff_length = 0;
+  return thpc::tools::usage_text(describe(command, max_error, cutoff_length, false));
 }
 
 CommandLine parse_command_line(int argc, char** argv) {
   CommandLine command;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) THPC_FAIL(arg << " needs a value");
-      return argv[++i];
-    };
-    if (arg == "-h" || arg == "--help") {
-      command.help = true;
-    } else if (arg == "-p") {
-      command.parameter_path = value();
-    } else if (arg == "-d") {
-      command.debug = true;
-    } else if (arg == "-e") {
-      command.max_error = parse_count(arg, value());
-    } else if (arg == "-c") {
-      command.cutoff_length = parse_count(arg, value());
-    } else if (arg.size() > 1 && arg[0] == '-') {
-      THPC_FAIL("unknown option " << arg);
-    } else if (command.gold_path.empty()) {
-      command.gold_path = arg;
-    } else if (command.test_path.empty()) {
-      command.test_path = arg;
-    } else {
-      THPC_FAIL("one gold and one test file, not '" << arg << "' besides");
-    }
-  }
+  int max_error = 0, cutoff_length = 0;
+  po::positional_options_description files;
+  files.add("gold", 1).add("test", 1);
+  const po::variables_map values = thpc::tools::parse_options(
+      describe(command, max_error, cutoff_length, true), argc, argv, files);
+  command.help = values.count("help") > 0;
+  if (values.count("-e")) command.max_error = max_error;
+  if (values.count("-c")) command.cutoff_length = cutoff_length;
   if (!command.help && command.test_path.empty()) THPC_FAIL("needs a gold file and a test file");
   return command;
 }
@@ -106,5 +99,5 @@ int run(const CommandLine& command) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return thpc::tools::tool_main("transformer_evalb", kUsage, argc, argv, parse_command_line, run);
+  return thpc::tools::tool_main("transformer_evalb", usage(), argc, argv, parse_command_line, run);
 }

@@ -29,43 +29,16 @@
 
 namespace {
 
-constexpr const char* kUsage =
+namespace po = boost::program_options;
+
+constexpr const char* kUsageHead =
     "usage: transformer_score REF [REF ...] [-i HYP] [options]\n"
     "\n"
     "Scores the hypothesis (HYP, or standard input) against one or more reference\n"
     "files, one segment per line, with BLEU and chrF exactly as sacreBLEU 2.x computes\n"
-    "them.\n"
-    "\n"
-    "  -i, --input HYP            hypothesis file (default: standard input)\n"
-    "  -m, --metrics NAME ...     bleu (default) | chrf, one line each\n"
-    "\n"
-    "BLEU:\n"
-    "  -tok, --tokenize NAME      13a (default) | intl | char | none, or the paper's\n"
-    "                             tokenized BLEU: moses (Moses tokenizer.perl, then\n"
-    "                             multi-bleu.perl) | moses-compound (the same with\n"
-    "                             tensor2tensor's ##AT## compound splitting: the BLEU of\n"
-    "                             the paper's EN-DE 27.3, get_ende_bleu.sh)\n"
-    "  --moses-lang LANG          tokenizer.perl -l LANG: de (default) | fr\n"
-    "  --moses-version V          current (default: mosesdecoder since 2018-11) | 2017\n"
-    "                             (before: a final abbreviation keeps its period)\n"
-    "  -lc, --lowercase           lowercase hypothesis and references first\n"
-    "  -s, --smooth-method NAME   exp (default) | floor | add-k | none\n"
-    "  -sv, --smooth-value V      floor value (default 0.1) or add-k's k (default 1)\n"
-    "  --max-ngram-order N        highest n-gram order (default 4)\n"
-    "\n"
-    "chrF (default chrF2: character n-grams up to 6, no word n-grams, beta 2):\n"
-    "  -cc, --chrf-char-order N   highest character n-gram order (default 6)\n"
-    "  -cw, --chrf-word-order N   highest word n-gram order (default 0; 2 = chrF++)\n"
-    "  --chrf-beta N              weight of recall against precision (default 2)\n"
-    "  --chrf-whitespace          keep whitespace in character n-grams\n"
-    "  --chrf-lowercase           lowercase hypothesis and references first\n"
-    "  --chrf-eps-smoothing       average each order's F (chrF++.py) instead of\n"
-    "                             averaging precision and recall over effective orders\n"
-    "\n"
-    "  -sl, --sentence-level      one score per segment (with effective order)\n"
-    "  -b, --score-only           print the score alone\n"
-    "  -w, --width W              decimals of the score (default 1; moses: 2)\n"
-    "  -h, --help                 print this text and exit\n";
+    "them, or with the paper's tokenized BLEU (--tokenize moses-compound). Options are\n"
+    "sacreBLEU's, spelt as after `sacrebleu` (-tok, -lc, -sv, -cc ... or their long\n"
+    "names)";
 
 struct CommandLine {
   std::vector<std::string> reference_paths;
@@ -80,126 +53,135 @@ struct CommandLine {
   bool help = false;
   // --tokenize moses | moses-compound: multi-bleu.perl instead of sacreBLEU's BLEU.
   std::optional<thpc::metrics::MosesBleuOptions> moses;
-  std::vector<std::string> sacrebleu_only;  // options given that multi-bleu.perl lacks
-  std::vector<std::string> moses_only;      // --moses-* options given
 };
 
-// The whole argument must be the number: "12x" or "" is an error, not 12 or 0.
-template <typename Convert>
-auto parse_number(const std::string& option, const std::string& text, Convert convert) {
-  size_t used = 0;
-  decltype(convert(text, &used)) value{};
-  try {
-    value = convert(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size()) THPC_FAIL(option << ": '" << text << "' is not a number");
-  return value;
+// The command line as Boost reads it, before it is checked and turned into a CommandLine.
+struct Given {
+  std::vector<std::string> references;
+  std::string input;
+  std::vector<std::string> metrics = {"bleu"};
+  std::string tokenize = "13a";
+  std::string moses_lang = "de";
+  std::string moses_version = "current";
+  std::string smooth_method = "exp";
+  double smooth_value = 0;
+  int width = 1;
+  CommandLine command;  // the switches and chrF's numbers are bound here directly
+};
+
+// The options --help shows, and with `with_references` the positional REF too.
+po::options_description describe(Given& given, bool with_references) {
+  CommandLine& command = given.command;
+  po::options_description general(kUsageHead);
+  general.add_options()
+      ("input,i", po::value(&given.input), "hypothesis file (default: standard input)")
+      ("metrics,metric,m", po::value(&given.metrics)->multitoken(),
+       "bleu (default) | chrf, one line each: the names up to the next option")
+      ("sentence-level,sl", po::bool_switch(&command.sentence_level),
+       "(also -sl) one score per segment (with effective order)")
+      ("score-only,b", po::bool_switch(&command.score_only), "print the score alone")
+      ("width,w", po::value(&given.width), "decimals of the score (default 1; moses: 2)")
+      ("help,h", "print this text and exit");
+  po::options_description bleu("BLEU");
+  bleu.add_options()
+      ("tokenize,tok", po::value(&given.tokenize),
+       "(also -tok) 13a (default) | intl | char | none, or the paper's tokenized BLEU: moses (Moses "
+       "tokenizer.perl, then multi-bleu.perl) | moses-compound (the same with "
+       "tensor2tensor's ##AT## compound splitting: the BLEU of the paper's EN-DE 27.3, "
+       "get_ende_bleu.sh)")
+      ("moses-lang", po::value(&given.moses_lang), "tokenizer.perl -l LANG: de (default) | fr")
+      ("moses-version", po::value(&given.moses_version),
+       "current (default: mosesdecoder since 2018-11) | 2017 (before: a final abbreviation "
+       "keeps its period)")
+      ("lowercase,lc", po::bool_switch(&command.options.lowercase),
+       "(also -lc) lowercase hypothesis and references first")
+      ("smooth-method,s", po::value(&given.smooth_method), "exp (default) | floor | add-k | none")
+      ("smooth-value,sv", po::value(&given.smooth_value),
+       "(also -sv) floor value (default 0.1) or add-k's k (default 1)")
+      ("max-ngram-order", po::value(&command.options.max_ngram_order),
+       "highest n-gram order (default 4)");
+  po::options_description chrf(
+      "chrF (default chrF2: character n-grams up to 6, no word n-grams, beta 2)");
+  chrf.add_options()
+      ("chrf-char-order,cc", po::value(&command.chrf.char_order),
+       "(also -cc) highest character n-gram order (default 6)")
+      ("chrf-word-order,cw", po::value(&command.chrf.word_order),
+       "(also -cw) highest word n-gram order (default 0; 2 = chrF++)")
+      ("chrf-beta", po::value(&command.chrf.beta), "weight of recall against precision (default 2)")
+      ("chrf-whitespace", po::bool_switch(&command.chrf.whitespace),
+       "keep whitespace in character n-grams")
+      ("chrf-lowercase", po::bool_switch(&command.chrf.lowercase),
+       "lowercase hypothesis and references first")
+      ("chrf-eps-smoothing", po::bool_switch(&command.chrf.eps_smoothing),
+       "average each order's F (chrF++.py) instead of averaging precision and recall over "
+       "effective orders");
+  po::options_description all;
+  all.add(general).add(bleu).add(chrf);
+  if (with_references) all.add_options()("references", po::value(&given.references));
+  return all;
 }
 
-int parse_int(const std::string& option, const std::string& text) {
-  return parse_number(option, text,
-                      [](const std::string& t, size_t* used) { return std::stoi(t, used); });
-}
-
-double parse_double(const std::string& option, const std::string& text) {
-  return parse_number(option, text,
-                      [](const std::string& t, size_t* used) { return std::stod(t, used); });
+std::string usage() {
+  Given given;
+  return thpc::tools::usage_text(describe(given, /*with_references=*/false));
 }
 
 CommandLine parse_command_line(int argc, char** argv) {
-  CommandLine command;
-  thpc::metrics::MosesTokenizerOptions moses_tokenizer;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) THPC_FAIL(arg << " needs a value");
-      return argv[++i];
-    };
-    if (arg == "-h" || arg == "--help") {
-      command.help = true;
-    } else if (arg == "-i" || arg == "--input") {
-      command.hypothesis_path = value();
-    } else if (arg == "-m" || arg == "--metrics" || arg == "--metric") {
-      // One name or more, up to the next option (sacreBLEU's nargs='+').
-      command.metrics.clear();
-      while (i + 1 < argc && argv[i + 1][0] != '-') {
-        const std::string name = argv[++i];
-        if (name != "bleu" && name != "chrf") {
-          THPC_FAIL("unknown metric '" << name << "' (expected bleu | chrf)");
-        }
-        command.metrics.push_back(name);
-      }
-      if (command.metrics.empty()) THPC_FAIL(arg << " needs a metric name (bleu | chrf)");
-      std::sort(command.metrics.begin(), command.metrics.end());
-      command.metrics.erase(std::unique(command.metrics.begin(), command.metrics.end()),
-                            command.metrics.end());
-    } else if (arg == "-cc" || arg == "--chrf-char-order") {
-      command.chrf.char_order = parse_int(arg, value());
-    } else if (arg == "-cw" || arg == "--chrf-word-order") {
-      command.chrf.word_order = parse_int(arg, value());
-    } else if (arg == "--chrf-beta") {
-      command.chrf.beta = parse_int(arg, value());
-    } else if (arg == "--chrf-whitespace") {
-      command.chrf.whitespace = true;
-    } else if (arg == "--chrf-lowercase") {
-      command.chrf.lowercase = true;
-    } else if (arg == "--chrf-eps-smoothing") {
-      command.chrf.eps_smoothing = true;
-    } else if (arg == "-tok" || arg == "--tokenize") {
-      const std::string name = value();
-      if (name == "moses" || name == "moses-compound") {
-        command.moses.emplace().split_compounds = name == "moses-compound";
-      } else {
-        command.options.tokenizer = thpc::metrics::parse_tokenizer(name);
-        command.moses.reset();
-      }
-    } else if (arg == "--moses-lang") {
-      moses_tokenizer.language = thpc::metrics::parse_moses_language(value());
-      command.moses_only.push_back(arg);
-    } else if (arg == "--moses-version") {
-      moses_tokenizer.version = thpc::metrics::parse_moses_version(value());
-      command.moses_only.push_back(arg);
-    } else if (arg == "-lc" || arg == "--lowercase") {
-      command.options.lowercase = true;
-      command.sacrebleu_only.push_back(arg);
-    } else if (arg == "-s" || arg == "--smooth-method") {
-      command.options.smoothing = thpc::metrics::parse_smoothing(value());
-      command.sacrebleu_only.push_back(arg);
-    } else if (arg == "-sv" || arg == "--smooth-value") {
-      command.options.smooth_value = parse_double(arg, value());
-      command.sacrebleu_only.push_back(arg);
-    } else if (arg == "--max-ngram-order") {
-      command.options.max_ngram_order = parse_int(arg, value());
-      if (command.options.max_ngram_order < 1) THPC_FAIL(arg << " must be at least 1");
-      command.sacrebleu_only.push_back(arg);
-    } else if (arg == "-sl" || arg == "--sentence-level") {
-      command.sentence_level = true;
-      command.sacrebleu_only.push_back(arg);
-    } else if (arg == "-b" || arg == "--score-only") {
-      command.score_only = true;
-    } else if (arg == "-w" || arg == "--width") {
-      command.width = parse_int(arg, value());
-      if (*command.width < 0 || *command.width > 17) THPC_FAIL(arg << " must be in [0, 17]");
-    } else if (arg.size() > 1 && arg[0] == '-') {
-      THPC_FAIL("unknown option " << arg);
-    } else {
-      command.reference_paths.push_back(arg);
+  Given given;
+  po::positional_options_description positional;
+  positional.add("references", -1);
+  const po::variables_map values = thpc::tools::parse_options(
+      describe(given, /*with_references=*/true), argc, argv, positional, thpc::tools::kSingleDashLongNames);
+  CommandLine command = given.command;
+  command.help = values.count("help") > 0;
+  if (command.help) return command;
+  const auto given_option = [&](const char* name) {
+    return values.count(name) > 0 && !values[name].defaulted();
+  };
+  command.reference_paths = given.references;
+  if (command.reference_paths.empty()) THPC_FAIL("no reference file given");
+  if (given_option("input")) command.hypothesis_path = given.input;
+  // sacreBLEU's -m takes one name or more (nargs='+'); each is printed once, by name.
+  command.metrics = given.metrics;
+  for (const std::string& name : command.metrics) {
+    if (name != "bleu" && name != "chrf") {
+      THPC_FAIL("unknown metric '" << name << "' (expected bleu | chrf)");
     }
   }
-  if (!command.help && command.reference_paths.empty()) THPC_FAIL("no reference file given");
-  if (command.moses) {
-    command.moses->tokenizer = moses_tokenizer;
-    if (!command.sacrebleu_only.empty()) {
-      THPC_FAIL(command.sacrebleu_only.front()
-                << " is not an option of multi-bleu.perl (--tokenize moses or moses-compound)");
+  std::sort(command.metrics.begin(), command.metrics.end());
+  command.metrics.erase(std::unique(command.metrics.begin(), command.metrics.end()),
+                        command.metrics.end());
+  if (given_option("width")) {
+    if (given.width < 0 || given.width > 17) THPC_FAIL("--width must be in [0, 17]");
+    command.width = given.width;
+  }
+  if (command.options.max_ngram_order < 1) THPC_FAIL("--max-ngram-order must be at least 1");
+  command.options.smoothing = thpc::metrics::parse_smoothing(given.smooth_method);
+  if (given_option("smooth-value")) command.options.smooth_value = given.smooth_value;
+
+  if (given.tokenize == "moses" || given.tokenize == "moses-compound") {
+    // multi-bleu.perl has none of sacreBLEU's BLEU options: refuse them, by sacreBLEU's
+    // spelling, rather than print a score they did not change.
+    for (const auto& [name, spelling] : std::vector<std::pair<const char*, const char*>>{
+             {"lowercase", "-lc"}, {"smooth-method", "-s"}, {"smooth-value", "-sv"},
+             {"max-ngram-order", "--max-ngram-order"}, {"sentence-level", "-sl"}}) {
+      if (given_option(name)) {
+        THPC_FAIL(spelling
+                  << " is not an option of multi-bleu.perl (--tokenize moses or moses-compound)");
+      }
     }
     if (command.metrics != std::vector<std::string>{"bleu"}) {
       THPC_FAIL("-m: multi-bleu.perl (--tokenize moses or moses-compound) scores BLEU only");
     }
-  } else if (!command.moses_only.empty()) {
-    THPC_FAIL(command.moses_only.front() << " needs --tokenize moses or moses-compound");
+    thpc::metrics::MosesBleuOptions& moses = command.moses.emplace();
+    moses.split_compounds = given.tokenize == "moses-compound";
+    moses.tokenizer.language = thpc::metrics::parse_moses_language(given.moses_lang);
+    moses.tokenizer.version = thpc::metrics::parse_moses_version(given.moses_version);
+  } else {
+    command.options.tokenizer = thpc::metrics::parse_tokenizer(given.tokenize);
+    for (const char* name : {"moses-lang", "moses-version"}) {
+      if (given_option(name)) THPC_FAIL("--" << name << " needs --tokenize moses or moses-compound");
+    }
   }
   // As sacreBLEU's command line: sentence BLEU averages only the orders a short
   // sentence has, or most sentences would score 0.
@@ -325,5 +307,5 @@ int run(const CommandLine& command) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return thpc::tools::tool_main("transformer_score", kUsage, argc, argv, parse_command_line, run);
+  return thpc::tools::tool_main("transformer_score", usage(), argc, argv, parse_command_line, run);
 }

@@ -3,10 +3,11 @@
 // with one line "NAME: PROBLEM (see --help)", --help to the usage text and exit 0, and
 // any runtime failure to exit 1 with one line "NAME: error: PROBLEM".
 //
-// A tool either parses its command line by hand (score, evalb, trees) or declares a
-// Boost.Program_options description whose values are bound to its variables
-// (po::value(&field)->default_value(field), so that --help shows every default) and
-// parses it with parse_options() below.
+// A tool declares a Boost.Program_options description whose values are bound to its
+// variables (po::value(&field)->default_value(field), so that --help shows every
+// default) and parses it with parse_options() below; transformer_score passes
+// kSingleDashLongNames to take sacreBLEU's spellings (-tok, -lc, -sv). (transformer_trees
+// still parses its subcommands by hand.)
 #pragma once
 
 #include <boost/program_options.hpp>
@@ -63,17 +64,29 @@ inline std::string usage_text(const boost::program_options::options_description&
   return text.str();
 }
 
-// Parses argv against `options` (and `positional`, if any). Without --help, stores the
+// Boost's default style, plus long names after one dash (sacreBLEU's -tok, -lc, -sv, -cc
+// are long names) and without prefix guessing (where -s could be any of four options).
+constexpr int kSingleDashLongNames =
+    (boost::program_options::command_line_style::default_style |
+     boost::program_options::command_line_style::allow_long_disguise) &
+    ~boost::program_options::command_line_style::allow_guessing;
+
+// Parses argv against `options` (and `positional`, if any) in `style`. Without --help, stores the
 // values into the variables they are bound to and checks required options; Boost's
 // errors (an unknown option, a missing or malformed value) become thpc::Error, which
 // tool_main reports as a bad command line. The returned map says what was given.
 inline boost::program_options::variables_map parse_options(
     const boost::program_options::options_description& options, int argc, char** argv,
-    const boost::program_options::positional_options_description& positional = {}) {
+    const boost::program_options::positional_options_description& positional = {},
+    int style = boost::program_options::command_line_style::default_style) {
   namespace po = boost::program_options;
   po::variables_map values;
   try {
-    po::store(po::command_line_parser(argc, argv).options(options).positional(positional).run(),
+    po::store(po::command_line_parser(argc, argv)
+                  .options(options)
+                  .positional(positional)
+                  .style(style)
+                  .run(),
               values);
     if (!values.count("help")) po::notify(values);
   } catch (const po::error& error) {
