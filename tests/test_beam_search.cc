@@ -7,6 +7,8 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <string>
+#include <utility>
 
 #include "decode/beam_search.h"
 #include "decode/greedy.h"
@@ -332,8 +334,9 @@ std::vector<BeamStep> as_beam_steps(const DecodeSteps& steps) {
   return result;
 }
 
-Transformer small_model(Backend& backend, bool learned_positions) {
+Transformer small_model(Backend& backend, bool learned_positions, const char* norm = "post") {
   ModelConfig c;
+  c.norm = norm;
   c.layers = 2;
   c.d_model = 16;
   c.d_ff = 32;
@@ -349,14 +352,16 @@ Transformer small_model(Backend& backend, bool learned_positions) {
 TEST(IncrementalDecoding, CachedStepsEqualFullRecomputation) {
   // The same hypotheses, reordered and dropped between steps as a beam search does, scored
   // by the KV-cached decoder and by recomputing every prefix: log-probabilities agree to
-  // fp32 rounding of two different summation orders (1e-5).
-  for (bool learned : {false, true}) {
+  // fp32 rounding of two different summation orders (1e-5). Pre-norm too: each step
+  // normalises x_0 for the first layer and ends in the decoder's final norm.
+  for (const auto& [learned, norm] : {std::pair{false, "post"}, std::pair{true, "post"},
+                                      std::pair{false, "pre"}, std::pair{true, "pre"}}) {
     auto backend = make_cpu_backend(DType::F32);
-    Transformer model = small_model(*backend, learned);
+    Transformer model = small_model(*backend, learned, norm);
     const std::vector<TokenSequence>& sources = kReorderingSources;
     CachedTransformerScorer cached(model, kIds, 10);
     auto full_backend = make_cpu_backend(DType::F32);
-    Transformer twin = small_model(*full_backend, learned);
+    Transformer twin = small_model(*full_backend, learned, norm);
     TransformerScorer full(twin, kIds);
     cached.start(sources);
     full.start(sources);
@@ -367,29 +372,33 @@ TEST(IncrementalDecoding, CachedStepsEqualFullRecomputation) {
       full.step(steps[step], b);
       ASSERT_EQ(a.size(), b.size());
       for (size_t i = 0; i < a.size(); ++i) {
-        ASSERT_NEAR(a[i], b[i], 1e-5) << "learned " << learned << " step " << step << " i " << i;
+        ASSERT_NEAR(a[i], b[i], 1e-5)
+            << norm << "-norm, learned " << learned << " step " << step << " i " << i;
       }
     }
   }
 }
 
 TEST(IncrementalDecoding, BeamSearchGivesTheSameOutputsCachedOrNot) {
-  auto backend = make_cpu_backend(DType::F32);
-  Transformer model = small_model(*backend, false);
-  const std::vector<TokenSequence> sources = {{4, 5, 6}, {7}, {8, 9, 10, 11, 4}, {6, 6}};
-  BeamOptions options;
-  options.max_len_b = 6;
-  options.nbest = 3;
-  options.max_len_cap = 31;
-  TransformerScorer full(model, kIds);
-  CachedTransformerScorer cached(model, kIds, 5 + 6);
-  const auto a = beam_search(full, sources, kIds, options);
-  const auto b = beam_search(cached, sources, kIds, options);
-  for (size_t s = 0; s < sources.size(); ++s) {
-    ASSERT_EQ(a[s].size(), b[s].size());
-    for (size_t k = 0; k < a[s].size(); ++k) {
-      EXPECT_EQ(a[s][k].tokens, b[s][k].tokens) << s << " " << k;
-      EXPECT_NEAR(a[s][k].score, b[s][k].score, 1e-4);
+  for (const char* norm : {"post", "pre"}) {
+    SCOPED_TRACE(std::string(norm) + "-norm");
+    auto backend = make_cpu_backend(DType::F32);
+    Transformer model = small_model(*backend, false, norm);
+    const std::vector<TokenSequence> sources = {{4, 5, 6}, {7}, {8, 9, 10, 11, 4}, {6, 6}};
+    BeamOptions options;
+    options.max_len_b = 6;
+    options.nbest = 3;
+    options.max_len_cap = 31;
+    TransformerScorer full(model, kIds);
+    CachedTransformerScorer cached(model, kIds, 5 + 6);
+    const auto a = beam_search(full, sources, kIds, options);
+    const auto b = beam_search(cached, sources, kIds, options);
+    for (size_t s = 0; s < sources.size(); ++s) {
+      ASSERT_EQ(a[s].size(), b[s].size());
+      for (size_t k = 0; k < a[s].size(); ++k) {
+        EXPECT_EQ(a[s][k].tokens, b[s][k].tokens) << s << " " << k;
+        EXPECT_NEAR(a[s][k].score, b[s][k].score, 1e-4);
+      }
     }
   }
 }

@@ -33,7 +33,8 @@ const std::vector<std::string> kAllKeys = {
     "model.heads",           "model.d_k",             "model.d_v",
     "model.dropout",         "model.attention_dropout", "model.label_smoothing",
     "model.positions",       "model.max_positions",   "model.vocab_size",
-    "model.attention_bias",  "model.layernorm_eps",   "model.fused_ops",
+    "model.attention_bias",  "model.layernorm_eps",   "model.norm",
+    "model.fused_ops",
     "train.backend",
     "train.precision",
     "train.seed",            "train.max_steps",       "train.max_minutes",
@@ -70,6 +71,7 @@ void expect_same_config(const Config& actual, const Config& expected) {
   EXPECT_EQ(actual.model.vocab_size, expected.model.vocab_size);
   EXPECT_EQ(actual.model.attention_bias, expected.model.attention_bias);
   EXPECT_EQ(actual.model.layernorm_eps, expected.model.layernorm_eps);
+  EXPECT_EQ(actual.model.norm, expected.model.norm);
   EXPECT_EQ(actual.model.fused_ops, expected.model.fused_ops);
   EXPECT_EQ(actual.train.backend, expected.train.backend);
   EXPECT_EQ(actual.train.precision, expected.train.precision);
@@ -340,7 +342,7 @@ const std::vector<std::string> kUnusualValues = {
     "model.heads=6",           "model.d_k=20",           "model.d_v=24",
     "model.dropout=0.15",      "model.attention_dropout=0.05", "model.label_smoothing=0.2",
     "model.positions=learned", "model.max_positions=40", "model.vocab_size=123",
-    "model.attention_bias=true", "model.layernorm_eps=1e-6", "model.fused_ops=off",
+    "model.attention_bias=true", "model.layernorm_eps=1e-6", "model.norm=pre", "model.fused_ops=off",
     "train.backend=cpu",
     "train.precision=fp32",
     "train.seed=18446744073709551615", "train.max_steps=12345678901",

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -98,6 +99,20 @@ TEST(ParameterCount, OptionalPartsAddWhatTheyShould) {
   add_transformer_parameters(c, 100, biased);
   // Per layer: encoder q,k,v,o biases (4d), decoder self (4d) and cross (4d).
   EXPECT_EQ(biased.count() - plain.count(), 2 * (4 * 16 + 8 * 16));
+  // Pre-norm: a final norm (gamma, beta) after each stack, laid out after its layers.
+  c.attention_bias = false;
+  c.norm = "pre";
+  ParamStore pre;
+  add_transformer_parameters(c, 100, pre);
+  EXPECT_EQ(pre.count() - plain.count(), 2 * 2 * 16);
+  // (Transformer::layer_gradients_final reports the gradients final in this order.)
+  std::vector<std::string> names;
+  for (const ParamEntry& entry : pre.entries()) names.push_back(entry.name);
+  const auto at = [&](const std::string& name) {
+    return std::find(names.begin(), names.end(), name) - names.begin();
+  };
+  EXPECT_EQ(at("encoder.norm.gamma") + 2, at("decoder.0.self_attn.qkv.weight"));
+  EXPECT_EQ(at("decoder.norm.beta") + 1, static_cast<ptrdiff_t>(names.size()));
 }
 
 // ---- the whole model's gradient against central finite differences ---------------
@@ -133,15 +148,19 @@ std::vector<double> download_f64(Backend& backend, Tensor t) {
   return host;
 }
 
-// (learned positions, attention biases, model.fused_ops): the fused sub-layer ops and
-// the separate ones are each differentiated by hand.
+// (learned positions, attention biases, model.fused_ops, model.norm): the fused sub-layer
+// ops and the separate ones are each differentiated by hand, and so is pre-norm (its
+// layers, the stacks' lead-in norms and final norms: every parameter tensor is sampled,
+// encoder.norm and decoder.norm among them, and the embedding's gradient has come
+// through all of it).
 class ModelGradient
-    : public ::testing::TestWithParam<std::tuple<bool, bool, const char*>> {};
+    : public ::testing::TestWithParam<std::tuple<bool, bool, const char*, const char*>> {};
 
 TEST_P(ModelGradient, MatchesCentralDifferences) {
-  const auto [learned_positions, attention_bias, fused_ops] = GetParam();
+  const auto [learned_positions, attention_bias, fused_ops, norm] = GetParam();
   ModelConfig c = small_model(learned_positions, attention_bias);
   c.fused_ops = fused_ops;
+  c.norm = norm;
   auto backend = make_cpu_backend(DType::F64);
   Transformer model(c, 13, SpecialIds{}, *backend, 7);
   const Batch batch = small_batch();
@@ -186,60 +205,69 @@ TEST_P(ModelGradient, MatchesCentralDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, ModelGradient,
-                         ::testing::Values(std::make_tuple(false, false, "on"),
-                                           std::make_tuple(true, true, "on"),
-                                           std::make_tuple(false, false, "off"),
-                                           std::make_tuple(true, true, "off")));
+                         ::testing::Values(std::make_tuple(false, false, "on", "post"),
+                                           std::make_tuple(true, true, "on", "post"),
+                                           std::make_tuple(false, false, "off", "post"),
+                                           std::make_tuple(true, true, "off", "post"),
+                                           std::make_tuple(false, false, "on", "pre"),
+                                           std::make_tuple(true, true, "on", "pre"),
+                                           std::make_tuple(false, false, "off", "pre"),
+                                           std::make_tuple(true, true, "off", "pre")));
 
 // model.fused_ops on the CPU: the fused sub-layer ops give the separate ops' bits, so
 // training (dropout on, three steps with Adam, threaded sizes: rows * d_model >= 2^15)
 // and a forward without dropout (what decoding runs) are the same with either, and
-// auto takes them on the CPU.
+// auto takes them on the CPU; in both layer-norm orders (pre-norm runs the fused op
+// forward, with the next sub-layer's norm, and the separate ops backward).
 TEST(FusedOps, CpuTrainingIsBitIdenticalToTheSeparateOps) {
-  ModelConfig c = small_model(false, true);
-  c.d_model = 64;
-  c.d_ff = 96;
-  c.d_k = c.d_v = 0;
-  c.heads = 4;
-  c.max_positions = 64;
-  std::vector<TokenSequence> sources, targets;
-  std::mt19937 rng(17);
-  std::uniform_int_distribution<int32_t> token(4, 39);
-  for (int sentence = 0; sentence < 24; ++sentence) {
-    sources.emplace_back(20 + sentence % 7);
-    targets.emplace_back(18 + sentence % 5);
-    for (int32_t& id : sources.back()) id = token(rng);
-    for (int32_t& id : targets.back()) id = token(rng);
-  }
-  const Batch batch = make_batch(sources, targets, SpecialIds{});
-  ASSERT_GE(int64_t(batch.size) * batch.tgt_len * c.d_model, int64_t(1) << 15);
-  const auto run = [&](const char* fused_ops, std::vector<float>* parameters) {
-    ModelConfig variant = c;
-    variant.fused_ops = fused_ops;
-    auto backend = make_cpu_backend(DType::F32);
-    Transformer model(variant, 40, SpecialIds{}, *backend, 9);
-    Adam adam(model.params(), *backend, AdamSettings{});
-    std::vector<double> losses;
-    for (uint32_t step = 1; step <= 3; ++step) {
-      backend->zero(model.params().grads());
-      const LossSums sums = model.train_step(batch, 1.0f / batch.tgt_tokens(),
-                                             DropoutContext{5, step, 0});
-      adam.update(1e-3f, step);
-      losses.push_back(sums.loss);
+  for (const char* norm : {"post", "pre"}) {
+    SCOPED_TRACE(std::string(norm) + "-norm");
+    ModelConfig c = small_model(false, true);
+    c.norm = norm;
+    c.d_model = 64;
+    c.d_ff = 96;
+    c.d_k = c.d_v = 0;
+    c.heads = 4;
+    c.max_positions = 64;
+    std::vector<TokenSequence> sources, targets;
+    std::mt19937 rng(17);
+    std::uniform_int_distribution<int32_t> token(4, 39);
+    for (int sentence = 0; sentence < 24; ++sentence) {
+      sources.emplace_back(20 + sentence % 7);
+      targets.emplace_back(18 + sentence % 5);
+      for (int32_t& id : sources.back()) id = token(rng);
+      for (int32_t& id : targets.back()) id = token(rng);
     }
-    losses.push_back(model.evaluate(batch).loss);
-    parameters->resize(size_t(model.params().buffer_numel()));
-    backend->download(parameters->data(), model.params().params());
-    return losses;
-  };
-  std::vector<float> fused, separate, automatic;
-  const std::vector<double> fused_losses = run("on", &fused);
-  EXPECT_EQ(fused_losses, run("off", &separate));
-  EXPECT_EQ(fused_losses, run("auto", &automatic));
-  EXPECT_TRUE(fused.size() == separate.size() &&
-              std::memcmp(fused.data(), separate.data(), fused.size() * sizeof(float)) == 0)
-      << "the parameters after three steps differ";
-  EXPECT_TRUE(fused == automatic);
+    const Batch batch = make_batch(sources, targets, SpecialIds{});
+    ASSERT_GE(int64_t(batch.size) * batch.tgt_len * c.d_model, int64_t(1) << 15);
+    const auto run = [&](const char* fused_ops, std::vector<float>* parameters) {
+      ModelConfig variant = c;
+      variant.fused_ops = fused_ops;
+      auto backend = make_cpu_backend(DType::F32);
+      Transformer model(variant, 40, SpecialIds{}, *backend, 9);
+      Adam adam(model.params(), *backend, AdamSettings{});
+      std::vector<double> losses;
+      for (uint32_t step = 1; step <= 3; ++step) {
+        backend->zero(model.params().grads());
+        const LossSums sums = model.train_step(batch, 1.0f / batch.tgt_tokens(),
+                                               DropoutContext{5, step, 0});
+        adam.update(1e-3f, step);
+        losses.push_back(sums.loss);
+      }
+      losses.push_back(model.evaluate(batch).loss);
+      parameters->resize(size_t(model.params().buffer_numel()));
+      backend->download(parameters->data(), model.params().params());
+      return losses;
+    };
+    std::vector<float> fused, separate, automatic;
+    const std::vector<double> fused_losses = run("on", &fused);
+    EXPECT_EQ(fused_losses, run("off", &separate));
+    EXPECT_EQ(fused_losses, run("auto", &automatic));
+    EXPECT_TRUE(fused.size() == separate.size() &&
+                std::memcmp(fused.data(), separate.data(), fused.size() * sizeof(float)) == 0)
+        << "the parameters after three steps differ";
+    EXPECT_TRUE(fused == automatic);
+  }
 }
 
 TEST(ModelForward, FloatAndDoubleBackendsAgree) {

@@ -143,6 +143,10 @@ const std::vector<Option>& option_table() {
       THPC_OPTION(model, attention_bias, THPC_ANY,
                   "biases on the Q/K/V/O projections (the paper has none)"),
       THPC_OPTION(model, layernorm_eps, THPC_ABOVE(0), "epsilon of layer normalization"),
+      THPC_OPTION(model, norm, THPC_ONE_OF("post", "pre"),
+                  "post: LayerNorm(x + Dropout(Sublayer(x))) (§3.1); pre: x + "
+                  "Dropout(Sublayer(LayerNorm(x))) and a final LayerNorm after each stack "
+                  "(fairseq normalize_before)"),
       THPC_OPTION(model, fused_ops, THPC_ONE_OF("auto", "on", "off"),
                   "residual+dropout+layer norm and the FFN's bias+ReLU as fused ops; auto = "
                   "on the CPU (the same bits), off on the GPU until its fused kernels have "

@@ -29,6 +29,11 @@ struct ModelConfig {
   int vocab_size = 0;         // shared source/target vocabulary; 0 = from the data
   bool attention_bias = false;  // biases on Q/K/V/O projections (the paper has none)
   float layernorm_eps = 1e-5f;
+  // post | pre: where each sub-layer's layer norm sits. post (the paper, §3.1):
+  // LayerNorm(x + Dropout(Sublayer(x))); pre (fairseq normalize_before, Marian
+  // --transformer-preprocess n, tensor2tensor v2): x + Dropout(Sublayer(LayerNorm(x))),
+  // with a final LayerNorm after each stack. Architecture: checkpoints record it.
+  std::string norm = "post";
   // auto | on | off: the fused sub-layer ops (residual + dropout + layer norm, the FFN's
   // bias + ReLU) instead of the separate ones; auto = the backend's default
   // (Backend::fused_ops_by_default). How the model computes, not what: not architecture.

@@ -258,8 +258,8 @@ Tensor Transformer::decode_step(DecoderState& state, const std::vector<int32_t>&
 
   // The token embedding at this position: the position table's row `position`.
   Tensor table = s.positions.value ? s.positions.value : s.sinusoid;
-  Tensor x = arena.take(sub.act, int64_t(H) * d);
-  backend_.embedding_forward(x, plan.tokens.ids, s.embedding.value,
+  Tensor x0 = arena.take(sub.act, int64_t(H) * d);
+  backend_.embedding_forward(x0, plan.tokens.ids, s.embedding.value,
                              table.slice(int64_t(position) * d, d), H, 1, d, vocab_,
                              std::sqrt(static_cast<float>(d)));
 
@@ -285,13 +285,16 @@ Tensor Transformer::decode_step(DecoderState& state, const std::vector<int32_t>&
   pass.memory_len = state.source_len_;
   pass.memory_lengths = state.source_lengths_.ids;
   pass.step = &step;
+  AddNormActs lead;
+  LayerInput in = sub.stack_input(lead, arena, x0, s.decoder[0].norm1, H);
   for (int layer = 0; layer < config_.layers; ++layer) {
     LayerActs a;
-    layer_forward(sub, a, arena, x, s.decoder[layer], pass, layer, &state.layers_[layer]);
-    x = a.output();
+    layer_forward(sub, a, arena, in, s.decoder[layer], norm_after(s.decoder, s.decoder_norm, layer),
+                  pass, layer, &state.layers_[layer]);
+    in = sub.after(a.last());
   }
   state.positions_ = position + 1;
-  Tensor logits = vocabulary_logits(arena, x, H);
+  Tensor logits = vocabulary_logits(arena, in.normed, H);
   backend_.log_softmax(logits, logits, H, vocab_);
   return logits;
 }

@@ -6,16 +6,32 @@
 //                   x2 = LayerNorm(x1 + Dropout(CrossAttention(x1, memory))) (norm2)
 //                   y  = LayerNorm(x2 + Dropout(FFN(x2)))                    (norm3)
 //
+// and with model.norm = pre (fairseq's normalize_before, tensor2tensor v2):
+//
+//   encoder layer:  x1 = x  + Dropout(SelfAttention(LayerNorm1(x)))
+//                   y  = x1 + Dropout(FFN(LayerNorm2(x1)))
+//   decoder layer:  x1 = x  + Dropout(MaskedSelfAttention(LayerNorm1(x)))
+//                   x2 = x1 + Dropout(CrossAttention(LayerNorm2(x1), memory))
+//                   y  = x2 + Dropout(FFN(LayerNorm3(x2)))
+//
+// each stack ending in a LayerNorm of its own (encoder.norm, decoder.norm). Both are the
+// same chain of add & norm blocks (residual = x + Dropout(sub), out = LayerNorm(residual),
+// Sublayers::add_norm_forward): pre-norm, a block's norm is the next sub-layer's
+// (LayerNorm2 follows the self-attention's residual, the next layer's LayerNorm1 or the
+// stack's final norm the FFN's) and the residual stream goes on from `residual`; the
+// stack normalises x_0 for the first sub-layer (Sublayers::stack_input). So the top
+// layer's last block computes the final norm, and a layer's output() is the stack's
+// output in both orders.
+//
 // The stacks (transformer.cc) run the layers over a LayerPass, which says what the
 // attentions read and which dropout masks the pass draws; a decoding step
 // (Transformer::decode_step) runs the decoder's with a LayerCache per layer, which its
 // attentions read and extend instead of attending over the pass's own rows. The order of
 // the ops inside is the model's: training runs exactly these calls, in this order, and
 // its golden numbers depend on it.
-//
-// Where a variant of the layer goes (pre-norm, LayerNorm(x) before each sublayer and
-// x + Dropout(Sublayer(.)) after): here and in Sublayers' add & norm, nowhere else.
 #pragma once
+
+#include <vector>
 
 #include "common/error.h"
 #include "model/decoder_state.h"
@@ -62,67 +78,100 @@ struct LayerPass {
   }
 };
 
-// The layer's forward from x (kept as a.x) into `a`; its output is a.output(). `cache`
-// (a decoder layer's, on a decoding step's pass only) is read and extended.
-inline void layer_forward(Sublayers& sub, LayerActs& a, Arena& arena, Tensor x,
-                          const LayerParams& p, const LayerPass& pass, int layer,
-                          const LayerCache* cache = nullptr) {
+// The norm of each add & norm block of layer `p` (see above): post-norm the sub-layer's
+// own; pre-norm the next sub-layer's, the FFN block's being `next` (the next layer's
+// norm1, or the stack's final norm).
+struct BlockNorms {
+  const NormParams *self_attention, *cross_attention, *ffn;
+};
+inline BlockNorms block_norms(const Sublayers& sub, const LayerParams& p, bool cross,
+                              const NormParams& next) {
+  if (sub.pre_norm) return {&p.norm2, &p.norm3, &next};
+  return {&p.norm1, &p.norm2, cross ? &p.norm3 : &p.norm2};
+}
+
+// The norm after layer `layer` of a stack (block_norms' `next`): the next layer's norm1,
+// or the stack's final norm (empty post-norm, which reads neither) after the top layer.
+inline const NormParams& norm_after(const std::vector<LayerParams>& layers,
+                                    const NormParams& final_norm, int layer) {
+  return layer + 1 < static_cast<int>(layers.size()) ? layers[layer + 1].norm1 : final_norm;
+}
+
+// The layer's forward from `in` into `a`; what the next layer reads is
+// sub.after(a.last()), and a.output() its first sub-layer's input. `next` is the norm
+// after the layer (pre-norm only; see block_norms). `cache` (a decoder layer's, on a
+// decoding step's pass only) is read and extended.
+inline void layer_forward(Sublayers& sub, LayerActs& a, Arena& arena, LayerInput in,
+                          const LayerParams& p, const NormParams& next, const LayerPass& pass,
+                          int layer, const LayerCache* cache = nullptr) {
   THPC_CHECK((cache != nullptr) == (pass.step != nullptr),
              "a decoding step's pass runs with the layer's cache, any other without");
   const int rows = pass.rows();
   const bool cross = pass.has_cross_attention();
-  a.x = x;
+  const BlockNorms norms = block_norms(sub, p, cross, next);
+  a.x = in.normed;
   sub.self_attention_forward(a.self_attention, arena, a.x, p.self_attention,
                              pass.self_shape(sub.c, layer), pass.keep_probabilities,
                              cache != nullptr ? cache->self_kv : Tensor{}, pass.step);
-  sub.add_norm_forward(a.norm1, arena, a.x, a.self_attention.out, p.norm1, rows, pass.p_drop,
-                       pass.key(layer, SiteSlot::SelfAttentionResidual));
-  Tensor ffn_in = a.norm1.y;
+  sub.add_norm_forward(a.norm1, arena, in.x, a.self_attention.out, *norms.self_attention, rows,
+                       pass.p_drop, pass.key(layer, SiteSlot::SelfAttentionResidual));
+  in = sub.after(a.norm1);
   if (cross) {
-    sub.cross_attention_forward(a.cross_attention, arena, a.norm1.y, pass.memory,
+    sub.cross_attention_forward(a.cross_attention, arena, in.normed, pass.memory,
                                 p.cross_attention, pass.cross_shape(sub.c, layer),
                                 cache != nullptr ? cache->cross_kv : Tensor{}, pass.step);
-    sub.add_norm_forward(a.norm2, arena, a.norm1.y, a.cross_attention.out, p.norm2, rows,
-                         pass.p_drop, pass.key(layer, SiteSlot::CrossAttentionResidual));
-    ffn_in = a.norm2.y;
+    sub.add_norm_forward(a.norm2, arena, in.x, a.cross_attention.out, *norms.cross_attention,
+                         rows, pass.p_drop, pass.key(layer, SiteSlot::CrossAttentionResidual));
+    in = sub.after(a.norm2);
   }
-  sub.ffn_forward(a.ffn, arena, ffn_in, p.ffn, rows);
-  sub.add_norm_forward(cross ? a.norm3 : a.norm2, arena, ffn_in, a.ffn.out,
-                       cross ? p.norm3 : p.norm2, rows, pass.p_drop,
-                       pass.key(layer, SiteSlot::FfnResidual));
+  sub.ffn_forward(a.ffn, arena, in.normed, p.ffn, rows);
+  sub.add_norm_forward(cross ? a.norm3 : a.norm2, arena, in.x, a.ffn.out, *norms.ffn, rows,
+                       pass.p_drop, pass.key(layer, SiteSlot::FfnResidual));
 }
 
-// The layer's backward: from d_y, the gradient of its output, into d_x (overwritten: the
-// layer's input gradient), the parameter gradients and pass.d_memory (both accumulated).
-// Takes its temporaries from `scratch`, which it resets first.
-inline void layer_backward(Sublayers& sub, Tensor d_x, Tensor d_y, const LayerActs& a,
-                           const LayerParams& p, const LayerPass& pass, int layer,
-                           Arena& scratch) {
+// The layer's backward: from d_y, the gradient of a.output(), into d_x (overwritten: the
+// gradient of the layer's first sub-layer input, LayerInput::normed), the parameter
+// gradients and pass.d_memory (both accumulated). Pre-norm, d_stream holds on entry the
+// gradient of the residual stream after the layer (that of sub.after(a.last()).x, from
+// the next layer's residuals; zero above the top) and on return that of the stream
+// before it (in.x); post-norm it is unused (the stream is output(), d_y). Takes its
+// temporaries from `scratch`, which it resets first.
+inline void layer_backward(Sublayers& sub, Tensor d_x, Tensor d_y, Tensor d_stream,
+                           const LayerActs& a, const LayerParams& p, const NormParams& next,
+                           const LayerPass& pass, int layer, Arena& scratch) {
   const int rows = pass.rows();
   const int64_t n = int64_t(rows) * sub.d;
   const bool cross = pass.has_cross_attention();
+  const BlockNorms norms = block_norms(sub, p, cross, next);
+  // Each block's d_x: post-norm the gradient of its x, which is the previous
+  // sub-layer's output y, so that sub-layer's input gradient buffer; pre-norm the stream's.
+  const auto residual_gradient = [&](Tensor d_sublayer_input) {
+    return sub.pre_norm ? d_stream : d_sublayer_input;
+  };
   scratch.reset();
   sub.ops.zero(d_x);
   const Tensor ffn_in = cross ? a.norm2.y : a.norm1.y;
   Tensor d_ffn_in = scratch.take_zeroed(sub.act, n);
   Tensor d_ffn_out = scratch.take_zeroed(sub.act, n);
-  sub.add_norm_backward(d_ffn_in, d_ffn_out, d_y, cross ? a.norm3 : a.norm2,
-                        cross ? p.norm3 : p.norm2, scratch, rows, pass.p_drop,
+  sub.add_norm_backward(residual_gradient(d_ffn_in), d_ffn_out, d_y, cross ? a.norm3 : a.norm2,
+                        *norms.ffn, scratch, rows, pass.p_drop,
                         pass.key(layer, SiteSlot::FfnResidual));
   sub.ffn_backward(d_ffn_in, d_ffn_out, a.ffn, ffn_in, p.ffn, rows, scratch);
   Tensor d_norm1_y = d_ffn_in;
   if (cross) {
     d_norm1_y = scratch.take_zeroed(sub.act, n);
     Tensor d_cross_out = scratch.take_zeroed(sub.act, n);
-    sub.add_norm_backward(d_norm1_y, d_cross_out, d_ffn_in, a.norm2, p.norm2, scratch, rows,
-                          pass.p_drop, pass.key(layer, SiteSlot::CrossAttentionResidual));
+    sub.add_norm_backward(residual_gradient(d_norm1_y), d_cross_out, d_ffn_in, a.norm2,
+                          *norms.cross_attention, scratch, rows, pass.p_drop,
+                          pass.key(layer, SiteSlot::CrossAttentionResidual));
     sub.cross_attention_backward(d_norm1_y, pass.d_memory, d_cross_out, a.cross_attention,
                                  a.norm1.y, pass.memory, p.cross_attention,
                                  pass.cross_shape(sub.c, layer), scratch);
   }
   Tensor d_self_out = scratch.take_zeroed(sub.act, n);
-  sub.add_norm_backward(d_x, d_self_out, d_norm1_y, a.norm1, p.norm1, scratch, rows,
-                        pass.p_drop, pass.key(layer, SiteSlot::SelfAttentionResidual));
+  sub.add_norm_backward(residual_gradient(d_x), d_self_out, d_norm1_y, a.norm1,
+                        *norms.self_attention, scratch, rows, pass.p_drop,
+                        pass.key(layer, SiteSlot::SelfAttentionResidual));
   sub.self_attention_backward(d_x, d_self_out, a.self_attention, a.x, p.self_attention,
                               pass.self_shape(sub.c, layer), scratch);
 }

@@ -1,6 +1,8 @@
 // The sublayers of Figure 1, forward and backward side by side: add & norm
-// (x = LayerNorm(x + Dropout(sublayer))), multi-head self- and encoder-decoder attention,
-// the position-wise feed-forward network. Transformer strings them into stacks.
+// (x = LayerNorm(x + Dropout(sublayer)); pre-norm, the residual stream goes on from
+// x + Dropout(sublayer) and the norm is the next sub-layer's), multi-head self- and
+// encoder-decoder attention, the position-wise feed-forward network. Transformer strings
+// them into stacks.
 // Every size argument is spelled out because the op interface takes explicit shapes.
 #pragma once
 
@@ -29,7 +31,9 @@ struct DecodingStep {
 
 // `ops` is the backend; activations come from the arena each call is given. With
 // `fused` (model.fused_ops) add & norm and the FFN's bias + ReLU are one op each,
-// forward and backward (kernels/op_list.h), computing what the separate ops compute.
+// forward and backward (kernels/op_list.h), computing what the separate ops compute;
+// pre-norm's add & norm backward is the separate ops either way (add_norm_backward).
+// `pre_norm`: model.norm = pre.
 struct Sublayers {
   Backend& ops;
   const ModelConfig& c;
@@ -37,8 +41,12 @@ struct Sublayers {
   DType stat;   // per-row statistics dtype
   int d, dk, dv, h;
   bool fused;
+  bool pre_norm;
 
-  // ---- x = LayerNorm(x + Dropout(sub)) ----
+  // ---- add & norm: residual = x + Dropout(sub), y = LayerNorm(residual) ----
+  // Post-norm, x is the previous block's y and the norm the sub-layer's own; pre-norm, x
+  // is the previous block's residual (the stream) and the norm the next sub-layer's, so
+  // that y is that sub-layer's input: one op, fused or not, serves both orders.
   void add_norm_forward(AddNormActs& a, Arena& arena, Tensor x, Tensor sub,
                         const NormParams& p, int rows, float p_drop, DropoutKey key) {
     a.residual = arena.take(act, int64_t(rows) * d);
@@ -54,9 +62,23 @@ struct Sublayers {
     ops.layernorm_forward(a.y, a.mean, a.rstd, a.residual, p.gamma.value, p.beta.value, rows,
                           d, c.layernorm_eps);
   }
+  // The block's backward from d_y, the gradient of y: d_x (the gradient of x) and d_sub
+  // accumulate. Pre-norm, `residual` is also the next block's x, so on entry d_x holds
+  // the gradient the stream brought down (the next block's d_x, the same tensor) and the
+  // residual's whole gradient is d_x + LayerNorm'(d_y): it is added into d_x in place
+  // (x + Dropout(sub) passes it to x unchanged) and d_sub takes its dropout. The fused
+  // backward op cannot serve here: its d_sub is the dropout of LayerNorm'(d_y) alone
+  // (post-norm's whole residual gradient), with no input for the stream's, which would
+  // cost a second pass over d_x anyway (the separate ops' two).
   void add_norm_backward(Tensor d_x, Tensor d_sub, Tensor d_y, const AddNormActs& a,
                          const NormParams& p, Arena& scratch, int rows, float p_drop,
                          DropoutKey key) {
+    if (pre_norm) {
+      ops.layernorm_backward(d_x, p.gamma.grad, p.beta.grad, d_y, a.residual, a.mean, a.rstd,
+                             p.gamma.value, rows, d);
+      ops.dropout_backward(d_sub, d_x, int64_t(rows) * d, p_drop, key);
+      return;
+    }
     if (fused) {
       ops.add_dropout_layernorm_backward(d_x, d_sub, p.gamma.grad, p.beta.grad, d_y, a.residual,
                                          a.mean, a.rstd, p.gamma.value, rows, d, p_drop, key);
@@ -66,6 +88,37 @@ struct Sublayers {
     ops.layernorm_backward(d_residual, p.gamma.grad, p.beta.grad, d_y, a.residual, a.mean,
                            a.rstd, p.gamma.value, rows, d);
     ops.residual_dropout_backward(d_x, d_sub, d_residual, int64_t(rows) * d, p_drop, key);
+  }
+  // What the block after `a` reads (see LayerInput): post-norm y twice; pre-norm the
+  // stream and its norm.
+  LayerInput after(const AddNormActs& a) const {
+    return pre_norm ? LayerInput{a.residual, a.y} : LayerInput{a.y, a.y};
+  }
+
+  // ---- a stack's input: x_0 (post-norm), or x_0 and LayerNorm(x_0) (pre-norm) ----
+  // Pre-norm, the lead-in norm (`first`: layer 0's norm1) is a block of its own,
+  // `lead`, with residual = x_0 (no copy).
+  LayerInput stack_input(AddNormActs& lead, Arena& arena, Tensor x0, const NormParams& first,
+                         int rows) {
+    lead = AddNormActs{};
+    if (!pre_norm) return LayerInput{x0, x0};
+    lead.residual = x0;
+    lead.mean = arena.take(stat, rows);
+    lead.rstd = arena.take(stat, rows);
+    lead.y = arena.take(act, int64_t(rows) * d);
+    ops.layernorm_forward(lead.y, lead.mean, lead.rstd, x0, first.gamma.value, first.beta.value,
+                          rows, d, c.layernorm_eps);
+    return after(lead);
+  }
+  // Its backward, after layer 0's: d_normed, the gradient of layer 0's first sub-layer
+  // input, is post-norm already x_0's (returned); pre-norm, x_0's is the stream's,
+  // d_stream, plus LayerNorm'(d_normed), added into d_stream in place.
+  Tensor stack_input_backward(Tensor d_stream, Tensor d_normed, const AddNormActs& lead,
+                              const NormParams& first, int rows) {
+    if (!pre_norm) return d_normed;
+    ops.layernorm_backward(d_stream, first.gamma.grad, first.beta.grad, d_normed, lead.residual,
+                           lead.mean, lead.rstd, first.gamma.value, rows, d);
+    return d_stream;
   }
 
   // ---- self-attention: fused Q|K|V projection, attention, W^O ----
@@ -222,7 +275,8 @@ inline Sublayers sublayers_for(Backend& backend, const ModelConfig& c) {
   const bool fused =
       c.fused_ops == "on" || (c.fused_ops == "auto" && backend.fused_ops_by_default());
   return Sublayers{backend, c, backend.compute_dtype(), backend.param_dtype(),
-                   c.d_model, c.head_dim_k(), c.head_dim_v(), c.heads, fused};
+                   c.d_model, c.head_dim_k(), c.head_dim_v(), c.heads, fused,
+                   c.norm == "pre"};
 }
 
 inline AttentionShape attention_shape(const ModelConfig& c, int batch, int query_len,

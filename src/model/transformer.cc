@@ -19,14 +19,18 @@ Param lookup(const ParamStore& store, const std::string& name) {
   return Param{store.compute(name), store.grad(name)};
 }
 
+NormParams lookup_norm(const ParamStore& store, const std::string& name) {
+  return {lookup(store, name + ".gamma"), lookup(store, name + ".beta")};
+}
+
 LayerParams lookup_layer(const ParamStore& store, const std::string& p, bool decoder) {
   LayerParams lp;
   lp.self_attention.in_weight = lookup(store, p + "self_attn.qkv.weight");
   lp.self_attention.in_bias = lookup(store, p + "self_attn.qkv.bias");
   lp.self_attention.out_weight = lookup(store, p + "self_attn.out.weight");
   lp.self_attention.out_bias = lookup(store, p + "self_attn.out.bias");
-  lp.norm1 = {lookup(store, p + "norm1.gamma"), lookup(store, p + "norm1.beta")};
-  lp.norm2 = {lookup(store, p + "norm2.gamma"), lookup(store, p + "norm2.beta")};
+  lp.norm1 = lookup_norm(store, p + "norm1");
+  lp.norm2 = lookup_norm(store, p + "norm2");
   lp.ffn = {lookup(store, p + "ffn.fc1.weight"), lookup(store, p + "ffn.fc1.bias"),
             lookup(store, p + "ffn.fc2.weight"), lookup(store, p + "ffn.fc2.bias")};
   if (decoder) {
@@ -36,7 +40,7 @@ LayerParams lookup_layer(const ParamStore& store, const std::string& p, bool dec
     lp.cross_attention.kv_bias = lookup(store, p + "cross_attn.kv.bias");
     lp.cross_attention.out_weight = lookup(store, p + "cross_attn.out.weight");
     lp.cross_attention.out_bias = lookup(store, p + "cross_attn.out.bias");
-    lp.norm3 = {lookup(store, p + "norm3.gamma"), lookup(store, p + "norm3.beta")};
+    lp.norm3 = lookup_norm(store, p + "norm3");
   }
   return lp;
 }
@@ -105,6 +109,9 @@ void add_transformer_parameters(const ModelConfig& c, int vocab, ParamStore& sto
     add_ffn(p + "ffn");
     add_norm(p + "norm2");
   }
+  // Pre-norm's final norms, each after its stack's layers: backward finishes their
+  // gradients with the top layer's (Transformer::layer_gradients_final).
+  if (c.norm == "pre") add_norm("encoder.norm");
   for (int layer = 0; layer < c.layers; ++layer) {
     const std::string p = layer_prefix("decoder", layer);
     add_projection(p + "self_attn.qkv", d, h * (2 * dk + dv), h * dk);
@@ -117,6 +124,7 @@ void add_transformer_parameters(const ModelConfig& c, int vocab, ParamStore& sto
     add_ffn(p + "ffn");
     add_norm(p + "norm3");
   }
+  if (c.norm == "pre") add_norm("decoder.norm");
 }
 
 
@@ -153,6 +161,8 @@ Transformer::Transformer(const ModelConfig& config, int vocab_size, const Specia
     s.encoder.push_back(lookup_layer(params_, layer_prefix("encoder", layer), false));
     s.decoder.push_back(lookup_layer(params_, layer_prefix("decoder", layer), true));
   }
+  s.encoder_norm = lookup_norm(params_, "encoder.norm");
+  s.decoder_norm = lookup_norm(params_, "decoder.norm");
 }
 
 Transformer::~Transformer() {
@@ -206,9 +216,10 @@ void Transformer::forward_encoder(bool train, const DropoutContext& ctx,
   s.src_embedded = embedding_arena.take(sub.act, int64_t(rows) * d);
   backend_.embedding_forward(s.src_embedded, s.src.ids, s.embedding.value, positions, rows,
                              s.src_len, d, vocab_, std::sqrt(static_cast<float>(d)));
-  Tensor x = embedding_arena.take(sub.act, int64_t(rows) * d);
-  backend_.dropout_forward(x, s.src_embedded, int64_t(rows) * d, p_drop,
+  Tensor x0 = embedding_arena.take(sub.act, int64_t(rows) * d);
+  backend_.dropout_forward(x0, s.src_embedded, int64_t(rows) * d, p_drop,
                            dropout_key(ctx, SitePart::Embedding, 0, SiteSlot::SourceEmbedding));
+  LayerInput in = sub.stack_input(s.encoder_lead, embedding_arena, x0, s.encoder[0].norm1, rows);
 
   s.encoder_acts.assign(config_.layers, LayerActs{});
   // The decoder's activations belong to the previous source: attention_weights() must
@@ -221,10 +232,11 @@ void Transformer::forward_encoder(bool train, const DropoutContext& ctx,
     LayerActs& a = s.encoder_acts[layer];
     Arena& arena = *arenas[layer % 2];
     if (!keep_all && layer >= 2) arena.reset();  // it holds layer l-2's: read by no one now
-    layer_forward(sub, a, arena, x, s.encoder[layer], pass, layer);
-    x = a.output();
+    layer_forward(sub, a, arena, in, s.encoder[layer],
+                  norm_after(s.encoder, s.encoder_norm, layer), pass, layer);
+    in = sub.after(a.last());
   }
-  s.encoder_out = x;
+  s.encoder_out = in.normed;
   // Their tensors are overwritten, layer by layer: nothing may read them.
   if (!keep_all) s.encoder_acts.clear();
 }
@@ -242,9 +254,10 @@ void Transformer::forward_decoder(int batch_size, int T, bool train, const Dropo
   s.tgt_embedded = arena.take(sub.act, int64_t(rows) * d);
   backend_.embedding_forward(s.tgt_embedded, s.tgt_in.ids, s.embedding.value, positions, rows,
                              T, d, vocab_, std::sqrt(static_cast<float>(d)));
-  Tensor x = arena.take(sub.act, int64_t(rows) * d);
-  backend_.dropout_forward(x, s.tgt_embedded, int64_t(rows) * d, p_drop,
+  Tensor x0 = arena.take(sub.act, int64_t(rows) * d);
+  backend_.dropout_forward(x0, s.tgt_embedded, int64_t(rows) * d, p_drop,
                            dropout_key(ctx, SitePart::Embedding, 0, SiteSlot::TargetEmbedding));
+  LayerInput in = sub.stack_input(s.decoder_lead, arena, x0, s.decoder[0].norm1, rows);
 
   s.decoder_acts.assign(config_.layers, LayerActs{});
   s.decoder_len = T;
@@ -252,10 +265,11 @@ void Transformer::forward_decoder(int batch_size, int T, bool train, const Dropo
                                       s.src_len, s.src_lengths.ids, train, ctx);
   for (int layer = 0; layer < config_.layers; ++layer) {
     LayerActs& a = s.decoder_acts[layer];
-    layer_forward(sub, a, arena, x, s.decoder[layer], pass, layer);
-    x = a.output();
+    layer_forward(sub, a, arena, in, s.decoder[layer],
+                  norm_after(s.decoder, s.decoder_norm, layer), pass, layer);
+    in = sub.after(a.last());
   }
-  s.decoder_out = x;
+  s.decoder_out = in.normed;
   s.logits = vocabulary_logits(arena, s.decoder_out, rows);
 }
 
@@ -314,21 +328,25 @@ void Transformer::backward_decoder(const DropoutContext& ctx) {
                                       s.embedding.value, rows, d, vocab_);
   Tensor d_encoder_out = grads.take_zeroed(sub.act, int64_t(src_rows) * d);
   Tensor d_x = grads.take(sub.act, int64_t(rows) * d);
+  // Pre-norm: the residual stream's gradient, zero above the top layer (the final norm,
+  // the top layer's last block, is all the output projection reads).
+  Tensor d_stream = sub.pre_norm ? grads.take_zeroed(sub.act, int64_t(rows) * d) : Tensor{};
 
   LayerPass pass = decoder_pass(config_, s.batch_size, s.tgt_len, s.tgt_lengths.ids,
                                 s.encoder_out, s.src_len, s.src_lengths.ids, true, ctx);
   pass.d_memory = d_encoder_out;
   for (int layer = config_.layers - 1; layer >= 0; --layer) {
-    layer_backward(sub, d_x, d_y, s.decoder_acts[layer], s.decoder[layer], pass, layer,
-                   s.scratch_arena);
+    layer_backward(sub, d_x, d_y, d_stream, s.decoder_acts[layer], s.decoder[layer],
+                   norm_after(s.decoder, s.decoder_norm, layer), pass, layer, s.scratch_arena);
     std::swap(d_x, d_y);  // this layer's input gradient is the next one's output gradient
-    // Parameters are laid out embedding, encoder 0..N-1, decoder 0..N-1, and a layer's
-    // first entry is its fused QKV weight: from it upwards every gradient is final.
-    gradients_final_from(params_.entry(layer_prefix("decoder", layer) + "self_attn.qkv.weight").offset);
+    layer_gradients_final("decoder", layer);
   }
-  // d_y now holds the gradient of the dropped-out target embedding.
+  // The gradient of the dropped-out target embedding.
+  const Tensor d_x0 = sub.stack_input_backward(d_stream, d_y, s.decoder_lead, s.decoder[0].norm1,
+                                               rows);
+  layer_gradients_final("decoder", -1);
   Tensor d_embedded = s.scratch_arena.take_zeroed(sub.act, int64_t(rows) * d);
-  backend_.dropout_backward(d_embedded, d_y, int64_t(rows) * d, p_drop,
+  backend_.dropout_backward(d_embedded, d_x0, int64_t(rows) * d, p_drop,
                             dropout_key(ctx, SitePart::Embedding, 0, SiteSlot::TargetEmbedding));
   backend_.embedding_backward(s.embedding.grad, s.positions.grad, d_embedded, s.tgt_in.ids, rows,
                               s.tgt_len, d, vocab_, std::sqrt(static_cast<float>(d)));
@@ -345,20 +363,42 @@ void Transformer::backward_encoder(const DropoutContext& ctx) {
 
   Tensor d_y = s.d_encoder_out;
   Tensor d_x = grads.take(sub.act, int64_t(rows) * d);
+  Tensor d_stream = sub.pre_norm ? grads.take_zeroed(sub.act, int64_t(rows) * d) : Tensor{};
   const LayerPass pass = stack_pass(config_, SitePart::Encoder, s.batch_size, s.src_len,
                                     s.src_lengths.ids, true, ctx);
   for (int layer = config_.layers - 1; layer >= 0; --layer) {
-    layer_backward(sub, d_x, d_y, s.encoder_acts[layer], s.encoder[layer], pass, layer,
-                   s.scratch_arena);
+    layer_backward(sub, d_x, d_y, d_stream, s.encoder_acts[layer], s.encoder[layer],
+                   norm_after(s.encoder, s.encoder_norm, layer), pass, layer, s.scratch_arena);
     std::swap(d_x, d_y);
-    gradients_final_from(params_.entry(layer_prefix("encoder", layer) + "self_attn.qkv.weight").offset);
+    layer_gradients_final("encoder", layer);
   }
+  const Tensor d_x0 = sub.stack_input_backward(d_stream, d_y, s.encoder_lead, s.encoder[0].norm1,
+                                               rows);
+  layer_gradients_final("encoder", -1);
   Tensor d_embedded = s.scratch_arena.take_zeroed(sub.act, int64_t(rows) * d);
-  backend_.dropout_backward(d_embedded, d_y, int64_t(rows) * d, p_drop,
+  backend_.dropout_backward(d_embedded, d_x0, int64_t(rows) * d, p_drop,
                             dropout_key(ctx, SitePart::Embedding, 0, SiteSlot::SourceEmbedding));
   backend_.embedding_backward(s.embedding.grad, s.positions.grad, d_embedded, s.src.ids, rows,
                               s.src_len, d, vocab_, std::sqrt(static_cast<float>(d)));
   gradients_final_from(0);
+}
+
+// Parameters are laid out embedding, encoder 0..N-1 (pre-norm: then encoder.norm),
+// decoder 0..N-1 (then decoder.norm), a layer's first entry being its fused QKV weight.
+// Post-norm, once layer `layer`'s backward is done every gradient from that entry
+// upwards is final. Pre-norm, its norm1's is not: the block below (layer - 1's last, or
+// the stack's lead-in norm) finishes it, so the gradients are final from the entry after
+// the layer (the next layer's first, or the final norm), and from layer 0's first once
+// the lead-in is done (layer = -1, where post-norm has nothing left to report).
+void Transformer::layer_gradients_final(const char* stack, int layer) const {
+  if (!gradients_final_hook_) return;
+  const bool pre_norm = config_.norm == "pre";
+  if (layer < 0 && !pre_norm) return;
+  const int first_final = pre_norm ? layer + 1 : layer;
+  const std::string entry = first_final < config_.layers
+                                ? layer_prefix(stack, first_final) + "self_attn.qkv.weight"
+                                : std::string(stack) + ".norm.gamma";
+  gradients_final_from(params_.entry(entry).offset);
 }
 
 void Transformer::encode(const Batch& batch) {

@@ -3,6 +3,8 @@
 //
 //   x_0      = Dropout(E[tokens] * sqrt(d_model) + PE)                  (§3.4, §3.5, §5.4)
 //   sublayer: x = LayerNorm(x + Dropout(Sublayer(x)))                    (§3.1, post-norm)
+//             or, model.norm = pre, x = x + Dropout(Sublayer(LayerNorm(x))) and a
+//             LayerNorm after each stack (model/layer.h)
 //   encoder layer: self-attention, FFN;  decoder layer: masked self-attention,
 //   encoder-decoder attention, FFN;  FFN(x) = max(0, x W1 + b1) W2 + b2    (§3.3)
 //   logits  = h E^T (the embedding matrix is shared by both embeddings and the
@@ -149,6 +151,9 @@ class Transformer {
   void gradients_final_from(int64_t offset) const {
     if (gradients_final_hook_) gradients_final_hook_(offset);
   }
+  // Reports what is final once `stack`'s layer `layer` (-1: its lead-in norm, after
+  // layer 0) is through backward.
+  void layer_gradients_final(const char* stack, int layer) const;
   std::unique_ptr<State> state_;
   std::unique_ptr<DecoderState> decoder_state_;
 };

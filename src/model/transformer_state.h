@@ -65,7 +65,9 @@ struct FfnParams {
 };
 struct LayerParams {
   AttentionParams self_attention, cross_attention;
-  NormParams norm1, norm2, norm3;  // after self-attention, cross-attention (decoder), FFN
+  // The layer norms of the self-attention, cross-attention (decoder) and FFN sub-layers:
+  // post-norm, each after its sub-layer's residual; pre-norm, each before its sub-layer.
+  NormParams norm1, norm2, norm3;
   FfnParams ffn;
 };
 
@@ -77,21 +79,37 @@ struct AttentionActs {
   Tensor context;  // heads concatenated [R, h dv]
   Tensor out;      // context W^O [R, d]
 };
+// One add & norm block. Post-norm: its LayerNorm is the sub-layer's own, y the next
+// sub-layer's input and the next residual's. Pre-norm: its LayerNorm is the next
+// sub-layer's (or the stack's final norm), y that sub-layer's input, and the residual
+// stream goes on from `residual`. A stack's lead-in norm (pre-norm: LayerNorm(x_0) for
+// the first sub-layer) is one with residual = x_0.
 struct AddNormActs {
   Tensor residual;  // x + Dropout(sublayer) [R, d]
   Tensor mean, rstd;  // [R]
   Tensor y;         // LayerNorm(residual) [R, d]
 };
+// What a layer reads: x, the residual its first sub-layer's output is added to, and
+// normed, the first sub-layer's input. Post-norm both are the previous layer's output;
+// pre-norm, x is the residual stream and normed its LayerNorm with the layer's norm1.
+struct LayerInput {
+  Tensor x, normed;
+};
 struct FfnActs {
   Tensor hidden;  // max(0, x W1 + b1) [R, d_ff]
   Tensor out;     // hidden W2 + b2 [R, d]
 };
+// norm1, norm2, norm3: the add & norm blocks after the self-attention, the
+// cross-attention (decoder) and the FFN (norm2 in the encoder).
 struct LayerActs {
-  Tensor x;  // the layer's input
+  Tensor x;  // the self-attention's input (LayerInput::normed)
   AttentionActs self_attention, cross_attention;
   AddNormActs norm1, norm2, norm3;
   FfnActs ffn;
-  Tensor output() const { return norm3.y ? norm3.y : norm2.y; }
+  const AddNormActs& last() const { return norm3.y ? norm3 : norm2; }
+  // The last block's y: the layer's output (post-norm) or, pre-norm, the next layer's
+  // first sub-layer input (the top layer's: the stack's final LayerNorm, its output).
+  Tensor output() const { return last().y; }
 };
 
 }  // namespace thpc::model_detail
@@ -108,6 +126,8 @@ struct Transformer::State {
   model_detail::Param positions;  // learned [max_positions, d], or empty
   Tensor sinusoid;                // §3.5 table [max_positions, d] when sinusoidal
   std::vector<model_detail::LayerParams> encoder, decoder;
+  // Pre-norm: the LayerNorm after each stack (encoder.norm, decoder.norm); empty post-norm.
+  model_detail::NormParams encoder_norm, decoder_norm;
 
   // The current batch on the backend.
   model_detail::IdBuffer src, tgt_in, tgt_out, src_lengths, tgt_lengths;
@@ -118,6 +138,8 @@ struct Transformer::State {
   Arena encoder_arena, decoder_arena, grad_arena, scratch_arena;
   Tensor src_embedded, tgt_embedded;  // before the embedding dropout
   std::vector<model_detail::LayerActs> encoder_acts, decoder_acts;
+  // Pre-norm: the stacks' lead-in norms, LayerNorm(x_0) with layer 0's norm1.
+  model_detail::AddNormActs encoder_lead, decoder_lead;
   Tensor encoder_out, decoder_out, logits;
   Tensor d_encoder_out;  // filled by backward_decoder, read by backward_encoder
   std::vector<int32_t> src_lengths_host;
