@@ -21,6 +21,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "checkpoint/stop_request.h"
@@ -169,6 +170,57 @@ TEST_F(CheckpointTest, ArchitectureMismatchIsRefusedOnLoad) {
                {file, "architecture mismatch", "layers=1", "layers=2"});
   expect_error([&] { load_parameters(file, two_layers.model()); },
                {file, "architecture mismatch"});
+}
+
+// model.norm is architecture: the file records it (architecture_text's norm=), and a
+// checkpoint of the other order is refused, for resume, checkpoint.init and decoding
+// (load_parameters) and averaging, by one message naming the file and both values.
+// A checkpoint written before the record existed reads as post-norm.
+TEST_F(CheckpointTest, TheLayerNormOrderIsRecordedAndTheOtherOrderIsRefusedByName) {
+  Trainer post(small_config(path("post")));
+  Trainer pre(small_config(path("pre"), {"model.norm=pre"}));
+  const std::string post_file = path("post.h5"), pre_file = path("pre.h5");
+  Checkpoint post_state = post.snapshot();
+  write_checkpoint(post_file, post_state);
+  write_checkpoint(pre_file, pre.snapshot());
+  EXPECT_NE(read_checkpoint(post_file).architecture.find(" norm=post"), std::string::npos);
+  EXPECT_NE(read_checkpoint(pre_file).architecture.find(" norm=pre"), std::string::npos);
+
+  for (const auto& [file, file_norm, trainer, model_norm] :
+       {std::tuple{post_file, "post", &pre, "pre"}, std::tuple{pre_file, "pre", &post, "post"}}) {
+    const std::vector<std::string> naming = {
+        file, std::string("holds a model.norm = ") + file_norm + " model",
+        std::string("the configuration has model.norm = ") + model_norm};
+    expect_error([&] { trainer->restore(read_checkpoint(file), file); }, naming);
+    expect_error([&] { load_parameters(file, trainer->model()); }, naming);
+  }
+  expect_error([&] { average_checkpoints({post_file, pre_file}); },
+               {"different layer-norm orders", post_file + " has model.norm = post",
+                pre_file + " has model.norm = pre"});
+
+  // The trainer program resuming a post-norm run with model.norm = pre: refused, exit 1.
+  write_checkpoint(path("post/" + checkpoint_file_name(post_state.step)), post_state);
+  const ProcessResult resumed =
+      run_process(kTrainer + " " + kTinyIni + " --model.layers=1 --model.norm=pre "
+                  "--checkpoint.dir=" + path("post") + " --checkpoint.resume=auto");
+  EXPECT_EQ(resumed.exit_code, 1) << resumed.output;
+  EXPECT_NE(resumed.output.find("holds a model.norm = post model, the configuration has "
+                                "model.norm = pre"),
+            std::string::npos)
+      << resumed.output;
+
+  // Before model.norm: no norm= in the text, a post-norm model.
+  Checkpoint old = post_state;
+  old.architecture.erase(old.architecture.find(" norm=post"));
+  const std::string old_file = path("old.h5");
+  write_checkpoint(old_file, old);
+  ASSERT_EQ(read_checkpoint(old_file).architecture.find("norm="), std::string::npos);
+  Trainer resumed_post(small_config(path("post2")));
+  resumed_post.restore(read_checkpoint(old_file), old_file);
+  EXPECT_EQ(resumed_post.model().params().sha256_hex(), post.model().params().sha256_hex());
+  expect_error([&] { pre.restore(read_checkpoint(old_file), old_file); },
+               {old_file, "holds a model.norm = post model"});
+  EXPECT_EQ(average_checkpoints({old_file, post_file}).params.size(), post_state.params.size());
 }
 
 // ---- resume ----

@@ -448,9 +448,30 @@ std::string architecture_text(const ModelConfig& model, int vocab_size) {
        << " heads=" << model.heads << " d_k=" << model.head_dim_k()
        << " d_v=" << model.head_dim_v() << " vocab_size=" << vocab_size
        << " positions=" << model.positions << " max_positions=" << model.max_positions
-       << " attention_bias=" << (model.attention_bias ? "true" : "false");
+       << " attention_bias=" << (model.attention_bias ? "true" : "false")
+       << " norm=" << model.norm;
   return text.str();
 }
+
+namespace {
+
+// The model.norm an architecture text records. Checkpoints written before model.norm
+// existed record none and hold post-norm models, the only order there was.
+std::string recorded_norm(const std::string& architecture) {
+  const std::string key = " norm=";
+  const size_t at = architecture.find(key);
+  if (at == std::string::npos) return "post";
+  const size_t begin = at + key.size();
+  return architecture.substr(begin, architecture.find(' ', begin) - begin);
+}
+
+// The text with its norm stated, as architecture_text() writes it now: what is compared.
+std::string with_norm_recorded(const std::string& architecture) {
+  return architecture.find(" norm=") == std::string::npos ? architecture + " norm=post"
+                                                          : architecture;
+}
+
+}  // namespace
 
 bool checkpoint_due(const CheckpointConfig& config, int64_t step, double seconds_since_last) {
   if (config.every_steps > 0 && step % config.every_steps == 0) return true;
@@ -739,7 +760,13 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths,
       }
       first = current;
     } else {
-      if (current.architecture != first.architecture) {
+      if (recorded_norm(current.architecture) != recorded_norm(first.architecture)) {
+        THPC_FAIL("cannot average checkpoints of different layer-norm orders: "
+                  << paths.front() << " has model.norm = " << recorded_norm(first.architecture)
+                  << " but " << paths[index] << " has model.norm = "
+                  << recorded_norm(current.architecture));
+      }
+      if (with_norm_recorded(current.architecture) != with_norm_recorded(first.architecture)) {
         THPC_FAIL("cannot average checkpoints of different architectures: "
                   << paths.front() << " has '" << first.architecture << "' but " << paths[index]
                   << " has '" << current.architecture << "'");
@@ -784,7 +811,15 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths,
 void check_architecture(const Checkpoint& checkpoint, const Transformer& model,
                         const std::string& source) {
   const std::string expected = architecture_text(model.config(), model.vocab_size());
-  if (checkpoint.architecture != expected) {
+  // The one difference a config edit makes without touching a shape: named on its own.
+  const std::string file_norm = recorded_norm(checkpoint.architecture);
+  if (file_norm != model.config().norm) {
+    THPC_FAIL("checkpoint " << source << " holds a model.norm = " << file_norm
+                            << " model, the configuration has model.norm = "
+                            << model.config().norm << ": set model.norm = " << file_norm
+                            << " to use it (the layer norms sit elsewhere in the other order)");
+  }
+  if (with_norm_recorded(checkpoint.architecture) != expected) {
     THPC_FAIL("checkpoint " << source << ": architecture mismatch: the file has '"
                             << checkpoint.architecture << "', the model is '" << expected << "'");
   }
