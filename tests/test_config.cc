@@ -178,6 +178,15 @@ TEST(Config, BaseIniHasThePapersValues) {
   EXPECT_FALSE(config.dry_run);
 }
 
+// input/base_prenorm.ini is base.ini but for what its comment says differs: the norm
+// order and transformer_base_v2's schedule (twice the learning rate, 8000 warm-up steps).
+TEST(Config, BasePrenormIniIsBaseWithPreNormAndTheV2Schedule) {
+  const Config prenorm = load_config(kInputDir + "base_prenorm.ini");
+  EXPECT_EQ(load_config(kBaseIni).model.norm, "post");
+  expect_same_config(prenorm, load_config(kBaseIni, {"model.norm=pre", "train.lr_scale=2",
+                                                     "train.warmup_steps=8000"}));
+}
+
 TEST(Config, BigIniHasThePapersValues) {
   const Config config = load_config(kBigIni);
   EXPECT_EQ(config.model.layers, 6);
