@@ -232,6 +232,7 @@ TEST_F(CTranslate2Conversion, ConverterRefusesWhatItCannotConvertWithOneLine) {
     int exit_code;
   };
   const fs::path widths = write_model("widths", {"model.d_k=8", "model.d_v=16"});
+  const fs::path pre_norm = write_model("pre_norm", {"model.norm=pre"});
   const fs::path damaged = dir_ / "damaged.h5";
   fs::copy_file(write_model("good", {}), damaged, fs::copy_options::overwrite_existing);
   {
@@ -242,6 +243,8 @@ TEST_F(CTranslate2Conversion, ConverterRefusesWhatItCannotConvertWithOneLine) {
   const std::vector<Case> cases = {
       {"--checkpoint " + widths.string() + " --output_dir " + out.string(),
        "d_k = 8 and d_v = 16 differ: CTranslate2's attention has one head width", 1},
+      {"--checkpoint " + pre_norm.string() + " --output_dir " + out.string(),
+       "holds a model.norm = pre model; this converter maps post-norm models only", 1},
       {"--checkpoint " + damaged.string() + " --output_dir " + out.string(),
        "bad checksum for the file", 1},
       {"--checkpoint " + (dir_ / "absent.h5").string() + " --output_dir " + out.string(),

@@ -46,7 +46,7 @@ our decoder starts from bos) and eos_token; add_source_eos makes CTranslate2's s
 what src/data/batch.cc make_batch builds, the pieces then eos, no bos.
 
 What CTranslate2 cannot represent is refused with one line (exit 1): d_k != d_v (it has
-one head width). Needs numpy and h5py to read the checkpoint, sentencepiece for its
+one head width); and model.norm = pre, not mapped yet. Needs numpy and h5py to read the checkpoint, sentencepiece for its
 pieces and ctranslate2 to write the model (`bash tools/install_deps.sh --ctranslate2`
 installs them into ~/.cache/thpc-venv). Exit codes: 0 done, 2 a bad command line, 1 an
 unreadable or unsupported checkpoint, or a missing package.
@@ -119,6 +119,11 @@ def parse_architecture(text):
         if key not in ("positions", "attention_bias"):
             fields[key] = int(fields[key])
     fields["attention_bias"] = fields["attention_bias"] == "true"
+    # Written before model.norm existed: the paper's post-norm.
+    if fields.get("norm", "post") != "post":
+        raise ConversionError(f"it holds a model.norm = {fields['norm']} model; this converter "
+                              "maps post-norm models only (CTranslate2's pre_norm spec, with "
+                              "its final layer norms, is not mapped yet)")
     return fields
 
 
