@@ -6,7 +6,8 @@
 // Exit codes (README "Exit codes"): 0 trained to the end, or stopped by SIGTERM/SIGUSR1
 // (with a checkpoint, or before training when the signal came during start-up);
 // 1 a runtime failure (on any rank: the whole job is ended); 2 a bad command line or
-// config; 3 missing or invalid training data.
+// config; 3 missing or invalid training data; 4 training diverged (train.divergence: a
+// loss or gradient norm not finite or spiking), the checkpoint to resume from named.
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -68,7 +69,7 @@ int main(int argc, char** argv) {
     thpc::Trainer trainer(config, comm);
     std::cout << thpc::startup_line(comm, "device " + trainer.device_description())
               << std::endl;
-    trainer.run(std::cout);
+    if (trainer.run(std::cout) == thpc::RunEnd::Diverged) return thpc::kDivergedExitCode;
   } catch (const thpc::AllRanksError& e) {
     // Every rank raised it together: one message, and no rank needs ending by force.
     if (comm.is_root()) std::cerr << "transformer_hpc: error: " << e.what() << std::endl;

@@ -44,6 +44,8 @@ const std::vector<std::string> kAllKeys = {
     "train.log_every",       "train.threads",         "train.valid_every",
     "train.clip_norm",       "train.metrics_dir",     "train.valid_bleu",
     "train.valid_beam",      "train.valid_bleu_tokenize", "train.valid_metric",
+    "train.divergence",      "train.divergence_loss_factor", "train.divergence_gnorm_factor",
+    "train.divergence_warmup", "train.divergence_limit", "train.divergence_lr_factor",
     "data.dir",              "data.train",            "data.valid",
     "data.memory_mb",        "data.synthetic",
     "data.synthetic_vocab",  "data.synthetic_min_len", "data.synthetic_max_len",
@@ -93,6 +95,12 @@ void expect_same_config(const Config& actual, const Config& expected) {
   EXPECT_EQ(actual.train.valid_beam, expected.train.valid_beam);
   EXPECT_EQ(actual.train.valid_bleu_tokenize, expected.train.valid_bleu_tokenize);
   EXPECT_EQ(actual.train.valid_metric, expected.train.valid_metric);
+  EXPECT_EQ(actual.train.divergence, expected.train.divergence);
+  EXPECT_EQ(actual.train.divergence_loss_factor, expected.train.divergence_loss_factor);
+  EXPECT_EQ(actual.train.divergence_gnorm_factor, expected.train.divergence_gnorm_factor);
+  EXPECT_EQ(actual.train.divergence_warmup, expected.train.divergence_warmup);
+  EXPECT_EQ(actual.train.divergence_limit, expected.train.divergence_limit);
+  EXPECT_EQ(actual.train.divergence_lr_factor, expected.train.divergence_lr_factor);
   EXPECT_EQ(actual.data.dir, expected.data.dir);
   EXPECT_EQ(actual.data.train, expected.data.train);
   EXPECT_EQ(actual.data.valid, expected.data.valid);
@@ -362,6 +370,9 @@ const std::vector<std::string> kUnusualValues = {
     "train.valid_every=5",     "train.clip_norm=1.5",    "train.metrics_dir=runs/m",
     "train.valid_bleu=true",   "train.valid_beam=3",     "train.valid_bleu_tokenize=char",
     "train.valid_metric=chrf",
+    "train.divergence=rollback", "train.divergence_loss_factor=2.5",
+    "train.divergence_gnorm_factor=7", "train.divergence_warmup=12",
+    "train.divergence_limit=5", "train.divergence_lr_factor=0.25",
     "data.dir=corpus/wmt",    "data.train=tr",
     "data.valid=dev",          "data.memory_mb=77",
     "data.synthetic=copy",     "data.synthetic_vocab=11", "data.synthetic_min_len=2",

@@ -104,6 +104,34 @@ TEST(Distributed, ABadConfigFailsEveryRankWithOneMessage) {
   EXPECT_EQ(run.output.find(needle, first + 1), std::string::npos) << run.output;
 }
 
+// train.divergence on two ranks: rank 0 judges the step and every rank acts on its
+// verdict in the step's one decision, so the job ends (or goes on) as one.
+TEST(Distributed, ADivergenceStopsEveryRankWithExitFourAndOneMessage) {
+  const JobResult run = mpirun_trainer(
+      "", "--model.layers=1 --train.max_steps=30 --train.log_every=1 --train.lr_scale=1e9");
+  EXPECT_EQ(run.exit_code, 4) << run.output;
+  const size_t first = run.output.find("diverged: step ");
+  ASSERT_NE(first, std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("diverged: step ", first + 1), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("final:"), std::string::npos) << run.output;
+  EXPECT_LT(run.seconds, 30.0) << run.output;
+  std::filesystem::remove_all(scratch_run());
+}
+
+TEST(Distributed, ANonFiniteLossOnOneRankIsLeftOutByEveryRank) {
+  // Rank 1's share of step 3 is NaN: the sum over the ranks is, rank 0 judges it, and
+  // both ranks leave it out; the parameters stay equal (the final line is printed only
+  // after the ranks' digests were compared).
+  const JobResult run = mpirun_trainer(
+      "THPC_TEST_NAN_LOSS_AT=1:3",
+      "--model.layers=1 --train.max_steps=6 --train.log_every=1 --train.divergence=skip");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("skipped step 3: the loss is nan (not finite)"), std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("final: step=6 "), std::string::npos) << run.output;
+  std::filesystem::remove_all(scratch_run());
+}
+
 // step -> "loss X" of every progress line, and the final digest.
 std::map<int, std::string> losses_by_step(const std::string& output) {
   std::map<int, std::string> losses;

@@ -44,12 +44,14 @@ std::vector<std::string> resolve_inputs(const Arguments& arguments) {
     return arguments.inputs;
   }
   if (arguments.last < 1) THPC_FAIL("--inputs DIR needs --last N (N >= 1)");
-  std::vector<std::string> paths = thpc::list_checkpoints(arguments.inputs[0]);
+  // By the step stored in each file, healthy ones only: a checkpoint its run marked
+  // diverged or superseded would poison the average.
+  const std::vector<std::string> paths =
+      thpc::newest_healthy_checkpoints(arguments.inputs[0], arguments.last);
   if (static_cast<int>(paths.size()) < arguments.last) {
-    THPC_FAIL(arguments.inputs[0] << " holds " << paths.size() << " step_*.h5 checkpoints, "
-                                  << "--last asks for " << arguments.last);
+    THPC_FAIL(arguments.inputs[0] << " holds " << paths.size() << " healthy step_*.h5 "
+                                  << "checkpoints, --last asks for " << arguments.last);
   }
-  paths.erase(paths.begin(), paths.end() - arguments.last);
   return paths;
 }
 

@@ -1,18 +1,22 @@
 #include "checkpoint/checkpoint.h"
 
+#include <fcntl.h>
 #include <hdf5.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
 #include <ostream>
 #include <sstream>
 #include <string_view>
@@ -35,6 +39,8 @@ constexpr const char* kStepPrefix = "step_";
 constexpr const char* kStepSuffix = ".h5";
 constexpr const char* kSpmModelDataset = "spm_model";
 constexpr const char* kBestValidGroup = "best_valid";
+constexpr const char* kDivergenceDataset = "divergence";
+constexpr const char* kRunIdAttribute = "run_id";
 
 // The file header (docs/checkpoints.md, "File header"): the first 512 bytes of a
 // checkpoint are an HDF5 user block, which HDF5 and every HDF5 tool skip, holding
@@ -47,6 +53,23 @@ constexpr const char* kBestValidGroup = "best_valid";
 constexpr size_t kHeaderBytes = 512;
 constexpr std::string_view kHeaderMagic = "thpc-checkpoint-file 1\n";
 constexpr std::string_view kHdf5Signature("\x89HDF\r\n\x1a\n", 8);
+
+// The lines a header may hold after "sha256 HEX" (docs/checkpoints.md, "File header"),
+// each optional (headers written before they existed have none):
+//   step N            the step stored in the file (checked against /'s attribute on reading)
+//   loss X            the loss of that step (%.17g, nan when unknown)
+//   state WORD        healthy | diverged | superseded (CheckpointState; revised in place)
+//   run ID            the run that wrote it (16 hex digits)
+//   contents WORD     full (parameters and Adam moments) | params (an average)
+// They are outside the whole-file checksum, which is what lets a run revise the state
+// without rewriting the file; what they say of the file is checked against it on reading.
+struct HeaderFields {
+  std::optional<int64_t> step;
+  double loss = NAN;
+  CheckpointState state = CheckpointState::Healthy;
+  std::string run_id;
+  std::optional<bool> parameters_only;
+};
 
 // The HDF5 types of the one-dimensional datasets of a checkpoint: bytes (the
 // SentencePiece model) and float64 numbers (the best validation values).
@@ -70,6 +93,18 @@ struct VectorType<double> {
 // A BestValidation as its dataset holds it: the value, its step, the validations since.
 std::vector<double> best_validation_values(const BestValidation& best) {
   return {best.value, static_cast<double>(best.step), static_cast<double>(best.validations_since)};
+}
+
+// /divergence as stored: the step's loss, then the DivergenceState.
+std::vector<double> divergence_values(double loss, const DivergenceState& state) {
+  return {loss,
+          state.loss_average,
+          state.grad_norm_average,
+          static_cast<double>(state.healthy_steps),
+          static_cast<double>(state.skipped_steps),
+          static_cast<double>(state.consecutive_skips),
+          static_cast<double>(state.rollbacks),
+          state.lr_factor};
 }
 
 using hdf5::Handle;
@@ -312,6 +347,36 @@ class Reader {
     return record;
   }
 
+  // /divergence (divergence_values()): the step's loss and the DivergenceState, each
+  // value checked for what it can be.
+  std::pair<double, DivergenceState> divergence(hid_t root) const {
+    const std::string where = std::string("/") + kDivergenceDataset;
+    const std::vector<double> values = vector_dataset<double>(root, where, kDivergenceDataset);
+    const auto is_count = [](double x) {
+      return x >= 0.0 && x <= 9.0e15 && x == std::floor(x);
+    };
+    if (values.size() != 8 || !is_count(values[3]) || !is_count(values[4]) ||
+        !is_count(values[5]) || !is_count(values[6]) || !(values[7] > 0.0 && values[7] <= 1.0)) {
+      fail("dataset " + where + " is not (loss, loss average, gradient-norm average, healthy "
+           "steps, skipped steps, consecutive skips, rollbacks, learning-rate factor in (0, 1])");
+    }
+    DivergenceState state;
+    state.loss_average = values[1];
+    state.grad_norm_average = values[2];
+    state.healthy_steps = static_cast<int64_t>(values[3]);
+    state.skipped_steps = static_cast<int64_t>(values[4]);
+    state.consecutive_skips = static_cast<int64_t>(values[5]);
+    state.rollbacks = static_cast<int64_t>(values[6]);
+    state.lr_factor = values[7];
+    return {values[0], state};
+  }
+
+  bool has_attribute(hid_t object, const char* name) const {
+    const htri_t found = H5Aexists(object, name);
+    if (found < 0) fail("cannot look up attribute " + std::string(name) + " (" + hdf5::reason() + ")");
+    return found > 0;
+  }
+
   void verify_checksum(const std::string& dataset_path, const std::string& actual,
                        const std::string& recorded) const {
     if (actual != recorded) {
@@ -379,22 +444,216 @@ int64_t step_of_file_name(const std::string& name) {
 
 }  // namespace
 
-void stamp_checkpoint_header(const std::string& path) {
-  // Plain file I/O: the message says what the operating system said, no HDF5 reason.
-  const auto fail = [&path](const std::string& what) {
-    THPC_FAIL("checkpoint " << path << ": cannot stamp the file header: " << what);
+namespace {
+
+const char* const kStateNames[] = {"healthy", "diverged", "superseded"};
+
+std::string loss_text(double loss) {
+  if (std::isnan(loss)) return "nan";
+  char buffer[40];
+  std::snprintf(buffer, sizeof buffer, "%.17g", loss);
+  return buffer;
+}
+
+// The 512 bytes of a header: magic, size, digest, the fields that are known, zeros.
+std::string header_block(uint64_t size, const std::string& digest, const HeaderFields& fields) {
+  std::string header = std::string(kHeaderMagic) + "bytes " + std::to_string(size) +
+                       "\nsha256 " + digest + "\n";
+  if (fields.step) header += "step " + std::to_string(*fields.step) + "\n";
+  header += "loss " + loss_text(fields.loss) + "\n";
+  header += std::string("state ") + checkpoint_state_name(fields.state) + "\n";
+  if (!fields.run_id.empty()) header += "run " + fields.run_id + "\n";
+  if (fields.parameters_only) {
+    header += std::string("contents ") + (*fields.parameters_only ? "params" : "full") + "\n";
+  }
+  THPC_CHECK(header.size() <= kHeaderBytes, "a header of " << header.size() << " bytes");
+  header.resize(kHeaderBytes, '\0');
+  return header;
+}
+
+// The fields of a header's lines after "sha256 HEX\n" (`rest`, up to the first NUL and
+// zeros after it), or the reason they do not parse. The reasons never quote the header's
+// bytes: a damaged one may hold anything.
+std::string parse_header_fields(std::string_view rest, HeaderFields* fields) {
+  std::set<std::string> seen;
+  while (!rest.empty() && rest.front() != '\0') {
+    const size_t end = rest.find('\n');
+    if (end == std::string_view::npos) return "an unterminated line";
+    const std::string_view line = rest.substr(0, end);
+    rest.remove_prefix(end + 1);
+    const size_t space = line.find(' ');
+    if (space == std::string_view::npos) return "a line without a value";
+    const std::string key(line.substr(0, space));
+    const std::string value(line.substr(space + 1));
+    if (!seen.insert(key).second) return "the '" + key.substr(0, 16) + "' line twice";
+    const bool digits = !value.empty() && value.size() <= 18 &&
+                        value.find_first_not_of("0123456789") == std::string::npos;
+    if (key == "step") {
+      if (!digits) return "its step is not a decimal count";
+      fields->step = std::stoll(value);
+    } else if (key == "loss") {
+      char* parsed_end = nullptr;
+      const double loss = std::strtod(value.c_str(), &parsed_end);
+      if (value.empty() || parsed_end != value.c_str() + value.size()) return "its loss is not a number";
+      fields->loss = loss;
+    } else if (key == "state") {
+      const auto* found = std::find(std::begin(kStateNames), std::end(kStateNames), value);
+      if (found == std::end(kStateNames)) return "its state is not healthy, diverged or superseded";
+      fields->state = static_cast<CheckpointState>(found - std::begin(kStateNames));
+    } else if (key == "run") {
+      if (value.size() != 16 || value.find_first_not_of("0123456789abcdef") != std::string::npos) {
+        return "its run is not 16 hex digits";
+      }
+      fields->run_id = value;
+    } else if (key == "contents") {
+      if (value != "full" && value != "params") return "its contents are not full or params";
+      fields->parameters_only = value == "params";
+    } else {
+      return "an unknown line";
+    }
+  }
+  if (rest.find_first_not_of('\0') != std::string_view::npos) return "bytes after its lines";
+  return "";
+}
+
+// The parts of a header (`head`, its first 512 bytes or fewer): the recorded size and
+// digest and the fields, or the reason it is not one ("" and a filled `fields` when it is).
+struct ParsedHeader {
+  std::string problem;  // "" when it parses
+  bool hdf5_without_header = false;
+  bool not_a_checkpoint = false;
+  bool short_file = false;
+  std::string size, digest;
+  HeaderFields fields;
+};
+
+ParsedHeader parse_header(std::string_view head) {
+  ParsedHeader parsed;
+  if (head.substr(0, kHdf5Signature.size()) == kHdf5Signature) {
+    parsed.hdf5_without_header = true;
+    parsed.problem = "no header";
+    return parsed;
+  }
+  if (head.substr(0, kHeaderMagic.size()) != kHeaderMagic) {
+    parsed.not_a_checkpoint = true;
+    parsed.problem = "no header";
+    return parsed;
+  }
+  if (head.size() < kHeaderBytes) {
+    parsed.short_file = true;
+    parsed.problem = "short";
+    return parsed;
+  }
+  std::string_view rest = head.substr(kHeaderMagic.size(), kHeaderBytes - kHeaderMagic.size());
+  auto field = [&](std::string_view key, std::string* value) {
+    if (rest.substr(0, key.size()) != key) return "no '" + std::string(key) + "' line";
+    rest.remove_prefix(key.size());
+    const size_t end = rest.find('\n');
+    if (end == std::string_view::npos) return "unterminated '" + std::string(key) + "' line";
+    *value = std::string(rest.substr(0, end));
+    rest.remove_prefix(end + 1);
+    return std::string();
   };
+  parsed.problem = field("bytes ", &parsed.size);
+  if (parsed.problem.empty()) parsed.problem = field("sha256 ", &parsed.digest);
+  if (!parsed.problem.empty()) return parsed;
+  if (parsed.size.empty() || parsed.size.size() > 19 ||
+      parsed.size.find_first_not_of("0123456789") != std::string::npos) {
+    parsed.problem = "its size is not a decimal byte count";
+  } else if (parsed.digest.size() != 64 ||
+             parsed.digest.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    parsed.problem = "its sha256 is not 64 lowercase hex digits";
+  } else {
+    parsed.problem = parse_header_fields(rest, &parsed.fields);
+  }
+  return parsed;
+}
+
+// The first 512 bytes of `path` (fewer for a shorter file); false when it cannot be read.
+bool read_head(const std::string& path, std::string* head) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  head->assign(kHeaderBytes, '\0');
+  in.read(head->data(), static_cast<std::streamsize>(head->size()));
+  head->resize(static_cast<size_t>(in.gcount()));
+  return true;
+}
+
+// Writes the 512 bytes of `header` over the start of `path` and fsyncs them.
+void write_header_block(const std::string& path, const std::string& header,
+                        const std::string& doing) {
+  // Plain file I/O: the message says what the operating system said, no HDF5 reason.
+  const auto fail = [&](const std::string& what) {
+    THPC_FAIL("checkpoint " << path << ": cannot " << doing << ": " << what);
+  };
+  const int fd = ::open(path.c_str(), O_WRONLY);
+  if (fd < 0) fail("cannot open it for writing (" + std::string(std::strerror(errno)) + ")");
+  const ssize_t written = ::pwrite(fd, header.data(), header.size(), 0);
+  const int write_errno = errno;
+  const bool synced = written == static_cast<ssize_t>(header.size()) && ::fsync(fd) == 0;
+  const int sync_errno = errno;
+  ::close(fd);
+  if (written != static_cast<ssize_t>(header.size())) {
+    fail("the write failed (" + std::string(std::strerror(write_errno)) + ")");
+  }
+  if (!synced) fail("fsync failed (" + std::string(std::strerror(sync_errno)) + ")");
+}
+
+void stamp_header(const std::string& path, const HeaderFields& fields) {
   std::error_code error;
   const uint64_t size = fs::file_size(path, error);
-  if (error) fail("cannot read its size (" + error.message() + ")");
-  std::string header = std::string(kHeaderMagic) + "bytes " + std::to_string(size) +
-                       "\nsha256 " + sha256_hex_of_file(path, kHeaderBytes) + "\n";
-  header.resize(kHeaderBytes, '\0');
-  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
-  if (!file.is_open()) fail("cannot open it for writing (" + std::string(std::strerror(errno)) + ")");
-  file.write(header.data(), static_cast<std::streamsize>(header.size()));
-  file.close();
-  if (!file) fail("the write failed (" + std::string(std::strerror(errno)) + ")");
+  if (error) {
+    THPC_FAIL("checkpoint " << path << ": cannot stamp the file header: cannot read its size ("
+                            << error.message() << ")");
+  }
+  write_header_block(path, header_block(size, sha256_hex_of_file(path, kHeaderBytes), fields),
+                     "stamp the file header");
+}
+
+}  // namespace
+
+const char* checkpoint_state_name(CheckpointState state) {
+  return kStateNames[static_cast<int>(state)];
+}
+
+void stamp_checkpoint_header(const std::string& path) {
+  // A file edited in place keeps what its header said of it.
+  HeaderFields fields;
+  std::string head;
+  if (read_head(path, &head)) {
+    const ParsedHeader parsed = parse_header(head);
+    if (parsed.problem.empty()) fields = parsed.fields;
+  }
+  stamp_header(path, fields);
+}
+
+std::optional<CheckpointSummary> read_checkpoint_summary(const std::string& path) {
+  std::string head;
+  if (!read_head(path, &head)) return std::nullopt;
+  const ParsedHeader parsed = parse_header(head);
+  if (!parsed.problem.empty()) return std::nullopt;
+  CheckpointSummary summary;
+  summary.path = path;
+  summary.step = parsed.fields.step.value_or(step_of_file_name(fs::path(path).filename().string()));
+  summary.loss = parsed.fields.loss;
+  summary.state = parsed.fields.state;
+  summary.run_id = parsed.fields.run_id;
+  summary.parameters_only = parsed.fields.parameters_only.value_or(false);
+  return summary;
+}
+
+void mark_checkpoint(const std::string& path, CheckpointState state) {
+  std::string head;
+  if (!read_head(path, &head)) THPC_FAIL("checkpoint " << path << ": cannot be read");
+  const ParsedHeader parsed = parse_header(head);
+  if (!parsed.problem.empty()) {
+    THPC_FAIL("checkpoint " << path << ": cannot mark it " << checkpoint_state_name(state)
+                            << ": its file header does not parse");
+  }
+  HeaderFields fields = parsed.fields;
+  fields.state = state;
+  write_header_block(path, header_block(std::stoull(parsed.size), parsed.digest, fields),
+                     std::string("mark it ") + checkpoint_state_name(state));
 }
 
 namespace {
@@ -424,6 +683,14 @@ void write_hdf5_file(const std::string& temporary, const std::string& path,
     writer.bytes_dataset(root, kSpmModelDataset, checkpoint.spm_model);
   }
   if (checkpoint.best_valid) writer.best_valid(root, *checkpoint.best_valid);
+  if (!checkpoint.run_id.empty()) {
+    writer.string_attribute(root, kRunIdAttribute, checkpoint.run_id);
+  }
+  if (checkpoint.divergence) {
+    const std::vector<double> values = divergence_values(checkpoint.loss, *checkpoint.divergence);
+    writer.vector_dataset(root, std::string("/") + kDivergenceDataset, kDivergenceDataset,
+                          values.data(), values.size());
+  }
   {
     Handle params(writer.group(root, "params"), H5Gclose);
     writer.tensors(params.get(), "/params", checkpoint.params, digests, next_digest);
@@ -437,7 +704,13 @@ void write_hdf5_file(const std::string& temporary, const std::string& path,
   }
   writer.check(H5Fflush(root, H5F_SCOPE_GLOBAL), "flush");
   writer.check(file.close(), "close");
-  stamp_checkpoint_header(temporary);
+  HeaderFields fields;
+  fields.step = checkpoint.step;
+  fields.loss = checkpoint.loss;
+  fields.state = checkpoint.state;
+  fields.run_id = checkpoint.run_id;
+  fields.parameters_only = checkpoint.adam_m.empty() && checkpoint.adam_v.empty();
+  stamp_header(temporary, fields);
 }
 
 }  // namespace
@@ -503,61 +776,42 @@ namespace {
 }
 
 // Checks the file header (see kHeaderBytes) given the file's first bytes (`head`, up to
-// 512), its size and a way to hash its bytes after the header; returns when it verifies.
-void verify_file_header(const Reader& reader, std::string_view head, uint64_t size,
-                        const std::function<std::string()>& digest_after_header) {
-  if (head.substr(0, kHdf5Signature.size()) == kHdf5Signature) {
+// 512), its size and a way to hash its bytes after the header; returns its fields when it
+// verifies.
+HeaderFields verify_file_header(const Reader& reader, std::string_view head, uint64_t size,
+                                const std::function<std::string()>& digest_after_header) {
+  const ParsedHeader parsed = parse_header(head);
+  if (parsed.hdf5_without_header) {
     reader.fail("an HDF5 file without a checkpoint header (written before checkpoints had "
                 "one, or by another program): refused, since a damaged one could crash HDF5");
   }
-  if (head.substr(0, kHeaderMagic.size()) != kHeaderMagic) {
+  if (parsed.not_a_checkpoint) {
     reader.fail("not an HDF5 file (neither a checkpoint header nor an HDF5 signature at its "
                 "start: empty, truncated to nothing, or another format)");
   }
-  if (head.size() < kHeaderBytes) {
+  if (parsed.short_file) {
     reader.fail("cannot be opened, the file is truncated or damaged (" + std::to_string(size) +
                 " bytes, shorter than its " + std::to_string(kHeaderBytes) + "-byte header)");
   }
-  // "bytes N\nsha256 HEX\n" after the magic line, zeros after that. The messages never
-  // quote the header's bytes: a damaged one may hold anything.
-  std::string_view rest = head.substr(kHeaderMagic.size(), kHeaderBytes - kHeaderMagic.size());
-  auto damaged = [&](const std::string& what) {
-    reader.fail("damaged file header (" + what + "): the file is corrupt");
-  };
-  auto field = [&](std::string_view key) {
-    if (rest.substr(0, key.size()) != key) damaged("no '" + std::string(key) + "' line");
-    rest.remove_prefix(key.size());
-    const size_t end = rest.find('\n');
-    if (end == std::string_view::npos) damaged("unterminated '" + std::string(key) + "' line");
-    const std::string value(rest.substr(0, end));
-    rest.remove_prefix(end + 1);
-    return value;
-  };
-  const std::string recorded_size = field("bytes ");
-  const std::string recorded_digest = field("sha256 ");
-  if (recorded_size.empty() || recorded_size.size() > 19 ||
-      recorded_size.find_first_not_of("0123456789") != std::string::npos) {
-    damaged("its size is not a decimal byte count");
+  if (!parsed.problem.empty()) {
+    reader.fail("damaged file header (" + parsed.problem + "): the file is corrupt");
   }
-  if (recorded_digest.size() != 64 ||
-      recorded_digest.find_first_not_of("0123456789abcdef") != std::string::npos) {
-    damaged("its sha256 is not 64 lowercase hex digits");
-  }
-  if (rest.find_first_not_of('\0') != std::string_view::npos) damaged("bytes after its lines");
-  if (std::stoull(recorded_size) != size) {
+  if (std::stoull(parsed.size) != size) {
     reader.fail("cannot be opened, the file is truncated or damaged (its header records " +
-                recorded_size + " bytes, the file has " + std::to_string(size) + ")");
+                parsed.size + " bytes, the file has " + std::to_string(size) + ")");
   }
   const std::string actual = digest_after_header();
-  if (actual != recorded_digest) {
+  if (actual != parsed.digest) {
     reader.fail("bad checksum for the file (sha256 of bytes " + std::to_string(kHeaderBytes) +
-                " to " + recorded_size + " " + actual + ", recorded " + recorded_digest +
+                " to " + parsed.size + " " + actual + ", recorded " + parsed.digest +
                 "): the file is corrupt");
   }
+  return parsed.fields;
 }
 
 // Everything read_checkpoint() checks, on a file already open.
-Checkpoint read_open_checkpoint(const Reader& reader, Handle file, CheckpointParts parts) {
+Checkpoint read_open_checkpoint(const Reader& reader, Handle file, CheckpointParts parts,
+                                const HeaderFields& header) {
   const hid_t root = file.get();
   const auto version = reader.integer_attribute<int64_t>(root, "format_version");
   if (version != kCheckpointFormatVersion) {
@@ -581,6 +835,19 @@ Checkpoint read_open_checkpoint(const Reader& reader, Handle file, CheckpointPar
   if (reader.exists(root, kBestValidGroup)) {
     checkpoint.best_valid = reader.best_valid(root, checkpoint.step);
   }
+  if (reader.has_attribute(root, kRunIdAttribute)) {
+    checkpoint.run_id = reader.string_attribute(root, "/", kRunIdAttribute);
+  }
+  if (reader.exists(root, kDivergenceDataset)) {
+    std::tie(checkpoint.loss, checkpoint.divergence) = reader.divergence(root);
+  }
+  // The header's account of the file must be the file's: a header copied from another
+  // checkpoint, or damaged, would misorder or mislabel it.
+  if ((header.step && *header.step != checkpoint.step) ||
+      (!header.run_id.empty() && header.run_id != checkpoint.run_id)) {
+    reader.fail("damaged file header (its step or run is not the file's): the file is corrupt");
+  }
+  checkpoint.state = header.state;
 
   Handle params = reader.open_group(root, "params");
   const std::vector<std::string> names = reader.member_names(params.get(), "/params");
@@ -639,8 +906,8 @@ Checkpoint read_checkpoint(const std::string& path, CheckpointParts parts) {
   if (!in.read(head.data(), static_cast<std::streamsize>(head.size()))) {
     reader.fail("cannot be read");
   }
-  verify_file_header(reader, head, size,
-                     [&] { return sha256_hex_of_file(path, kHeaderBytes); });
+  const HeaderFields header = verify_file_header(
+      reader, head, size, [&] { return sha256_hex_of_file(path, kHeaderBytes); });
   if (H5Fis_hdf5(path.c_str()) <= 0) {
     H5Eclear2(H5E_DEFAULT);
     reader.fail("not an HDF5 file (no HDF5 signature: empty, truncated to nothing, or another "
@@ -648,7 +915,7 @@ Checkpoint read_checkpoint(const std::string& path, CheckpointParts parts) {
   }
   Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (!file.valid()) fail_to_open(reader);
-  return read_open_checkpoint(reader, std::move(file), parts);
+  return read_open_checkpoint(reader, std::move(file), parts, header);
 }
 
 Checkpoint read_checkpoint_image(const std::string& name, std::string_view image,
@@ -656,9 +923,10 @@ Checkpoint read_checkpoint_image(const std::string& name, std::string_view image
   silence_error_printing();
   Reader reader(name);
   if (image.empty()) reader.fail("not an HDF5 file (empty)");
-  verify_file_header(reader, image.substr(0, kHeaderBytes), image.size(), [&] {
-    return sha256_hex(image.data() + kHeaderBytes, image.size() - kHeaderBytes);
-  });
+  const HeaderFields header =
+      verify_file_header(reader, image.substr(0, kHeaderBytes), image.size(), [&] {
+        return sha256_hex(image.data() + kHeaderBytes, image.size() - kHeaderBytes);
+      });
   // HDF5's core driver on a copy of the image, without a backing file.
   Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   if (H5Pset_fapl_core(fapl.get(), image.size(), false) < 0 ||
@@ -667,34 +935,63 @@ Checkpoint read_checkpoint_image(const std::string& name, std::string_view image
   }
   Handle file(H5Fopen(name.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
   if (!file.valid()) fail_to_open(reader);
-  return read_open_checkpoint(reader, std::move(file), parts);
+  return read_open_checkpoint(reader, std::move(file), parts, header);
 }
 
-std::vector<std::string> list_checkpoints(const std::string& dir) {
-  std::vector<std::pair<int64_t, std::string>> found;
+std::vector<CheckpointSummary> checkpoint_summaries(const std::string& dir) {
+  std::vector<CheckpointSummary> found;
   std::error_code error;
   if (!fs::is_directory(dir, error)) return {};
   for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
-    const int64_t step = step_of_file_name(entry.path().filename().string());
-    if (step >= 0 && entry.is_regular_file(error)) found.emplace_back(step, entry.path().string());
+    const std::string path = entry.path().string();
+    const int64_t named_step = step_of_file_name(entry.path().filename().string());
+    if (named_step < 0 || !entry.is_regular_file(error)) continue;
+    std::optional<CheckpointSummary> summary = read_checkpoint_summary(path);
+    if (!summary) {
+      summary = CheckpointSummary{};
+      summary->path = path;
+      summary->step = named_step;
+    }
+    found.push_back(std::move(*summary));
   }
-  std::sort(found.begin(), found.end());
+  std::sort(found.begin(), found.end(), [](const CheckpointSummary& a, const CheckpointSummary& b) {
+    return std::tie(a.step, a.path) < std::tie(b.step, b.path);
+  });
+  return found;
+}
+
+std::vector<std::string> list_checkpoints(const std::string& dir) {
   std::vector<std::string> paths;
-  for (auto& [step, path] : found) paths.push_back(std::move(path));
+  for (const CheckpointSummary& summary : checkpoint_summaries(dir)) paths.push_back(summary.path);
+  return paths;
+}
+
+std::vector<std::string> newest_healthy_checkpoints(const std::string& dir, int count) {
+  std::vector<std::string> paths;
+  const std::vector<CheckpointSummary> summaries = checkpoint_summaries(dir);
+  for (auto summary = summaries.rbegin();
+       summary != summaries.rend() && static_cast<int>(paths.size()) < count; ++summary) {
+    if (summary->state == CheckpointState::Healthy) paths.insert(paths.begin(), summary->path);
+  }
   return paths;
 }
 
 std::string newest_valid_checkpoint(const std::string& dir, std::ostream& warnings,
                                     Checkpoint* loaded, std::vector<InvalidCheckpoint>* invalid) {
-  const std::vector<std::string> paths = list_checkpoints(dir);
-  for (auto path = paths.rbegin(); path != paths.rend(); ++path) {
+  const std::vector<CheckpointSummary> summaries = checkpoint_summaries(dir);
+  for (auto summary = summaries.rbegin(); summary != summaries.rend(); ++summary) {
+    if (summary->state != CheckpointState::Healthy) {
+      warnings << "note: passing over checkpoint " << summary->path << " (step " << summary->step
+               << ", " << checkpoint_state_name(summary->state) << ")" << std::endl;
+      continue;
+    }
     try {
-      Checkpoint checkpoint = read_checkpoint(*path);
+      Checkpoint checkpoint = read_checkpoint(summary->path);
       if (loaded) *loaded = std::move(checkpoint);
-      return *path;
+      return summary->path;
     } catch (const Error& error) {
       warnings << "warning: skipping invalid " << error.what() << std::endl;
-      if (invalid) invalid->push_back({*path, error.what()});
+      if (invalid) invalid->push_back({summary->path, error.what()});
     }
   }
   return "";
@@ -717,18 +1014,31 @@ std::string move_aside_corrupt(const std::string& path) {
 std::vector<std::string> prune_checkpoints(const std::string& dir, int keep,
                                            const std::string& protected_path) {
   THPC_CHECK(keep >= 1, "keep " << keep);
-  std::vector<std::string> paths = list_checkpoints(dir);
-  std::vector<std::string> deleted;
-  int kept = 0;
+  const std::vector<CheckpointSummary> summaries = checkpoint_summaries(dir);
   std::error_code error;
-  // Newest first: the newest `keep` stay, the one just written stays whatever its step.
-  for (auto path = paths.rbegin(); path != paths.rend(); ++path) {
-    const bool is_protected = fs::equivalent(*path, protected_path, error);
-    if (is_protected || kept < keep) {
-      ++kept;
-      continue;
+  // The newest healthy one stays whatever `keep` says: it is what a diverged run resumes from.
+  const auto newest_healthy =
+      std::find_if(summaries.rbegin(), summaries.rend(), [](const CheckpointSummary& summary) {
+        return summary.state == CheckpointState::Healthy;
+      });
+  // Deletion order: diverged and superseded, oldest first, then healthy, oldest first.
+  std::vector<const CheckpointSummary*> candidates;
+  for (const bool healthy : {false, true}) {
+    for (const CheckpointSummary& summary : summaries) {
+      if ((summary.state == CheckpointState::Healthy) != healthy) continue;
+      if (newest_healthy != summaries.rend() && &summary == &*newest_healthy) continue;
+      if (fs::equivalent(summary.path, protected_path, error)) continue;
+      candidates.push_back(&summary);
     }
-    if (fs::remove(*path, error)) deleted.push_back(*path);
+  }
+  std::vector<std::string> deleted;
+  size_t remaining = summaries.size();
+  for (const CheckpointSummary* candidate : candidates) {
+    if (remaining <= static_cast<size_t>(keep)) break;
+    if (fs::remove(candidate->path, error)) {
+      deleted.push_back(candidate->path);
+      --remaining;
+    }
   }
   return deleted;
 }
@@ -797,7 +1107,13 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths,
   Checkpoint average = std::move(newest);
   average.params = std::move(first.params);
   average.spm_model = std::move(spm_model);
-  average.best_valid.reset();  // the validations of one step, not of the average
+  // The validations, loss and divergence state of one run's step, not of the average,
+  // which belongs to no run.
+  average.best_valid.reset();
+  average.divergence.reset();
+  average.loss = NAN;
+  average.run_id.clear();
+  average.state = CheckpointState::Healthy;
   const double count = static_cast<double>(paths.size());
   for (size_t t = 0; t < average.params.size(); ++t) {
     std::vector<float>& values = average.params[t].values;

@@ -51,6 +51,28 @@ struct ValidationRecord {
   BestValidation chrf;       // higher is better (train.valid_metric = chrf)
 };
 
+// The state of divergence detection (train/divergence.h) as of a checkpoint's step, so
+// that a resumed run judges its steps as the uninterrupted run would, and keeps the
+// learning-rate reduction of its rollbacks.
+struct DivergenceState {
+  double loss_average = NAN;       // running average of the healthy steps' loss (NaN: none yet)
+  double grad_norm_average = NAN;  // and of their gradient norm
+  int64_t healthy_steps = 0;       // healthy steps that went into the averages
+  int64_t skipped_steps = 0;       // steps left out (train.divergence = skip), in all
+  int64_t consecutive_skips = 0;   // of them, those since the last healthy step
+  int64_t rollbacks = 0;           // returns to a healthy checkpoint (rollback)
+  double lr_factor = 1.0;          // on the learning rate: divergence_lr_factor per rollback
+};
+
+// What a checkpoint's parameters are known to be worth, kept in its file header (the one
+// part of a checkpoint that is revised after writing, docs/checkpoints.md): healthy when
+// the step it completes was; diverged when that step, or the step after it, diverged (the
+// parameters produced the divergent loss); superseded when a rollback or a resume from an
+// older checkpoint abandoned the branch of training it belongs to. resume=auto, pruning
+// and averaging prefer healthy checkpoints and never lose the newest one.
+enum class CheckpointState { Healthy, Diverged, Superseded };
+const char* checkpoint_state_name(CheckpointState state);
+
 struct Checkpoint {
   int64_t step = 0;          // optimizer steps completed
   uint64_t seed = 0;         // with step, the whole RNG state (Philox is counter-based)
@@ -69,6 +91,26 @@ struct Checkpoint {
   // The run's best validation values as of `step`; absent from an average and from the
   // checkpoints written before they were stored (/best_valid).
   std::optional<ValidationRecord> best_valid;
+  // The run that wrote it (16 hex digits, made when the run started afresh, kept by its
+  // resumes): a run's directory holds its own files only. "" for averages and older files.
+  std::string run_id;
+  // The loss (label-smoothed, per target token) of the step it completes; NaN when unknown
+  // (averages, older files, a run resumed and stopped before its first step).
+  double loss = NAN;
+  CheckpointState state = CheckpointState::Healthy;
+  // Absent from averages and from checkpoints written before it was stored (/divergence).
+  std::optional<DivergenceState> divergence;
+};
+
+// What a checkpoint's file header says, read without reading (or verifying) the file:
+// enough to order, prune and choose checkpoints without hashing gigabytes.
+struct CheckpointSummary {
+  std::string path;
+  int64_t step = -1;  // the step stored in the file; its name's for a header without one
+  double loss = NAN;
+  CheckpointState state = CheckpointState::Healthy;
+  std::string run_id;           // "" when the header predates it
+  bool parameters_only = false;  // an average (no Adam moments)
 };
 
 enum class CheckpointParts { All, ParamsOnly };
@@ -111,12 +153,30 @@ Checkpoint read_checkpoint(const std::string& path,
 Checkpoint read_checkpoint_image(const std::string& name, std::string_view image,
                                  CheckpointParts parts = CheckpointParts::All);
 
-// The step_*.h5 files of `dir`, oldest step first (a missing dir has none).
-std::vector<std::string> list_checkpoints(const std::string& dir);
+// The file header of the checkpoint `path`, or nothing when it has none that parses
+// (not a checkpoint, damaged, missing). Reads 512 bytes; verifies nothing else.
+std::optional<CheckpointSummary> read_checkpoint_summary(const std::string& path);
 
-// The newest checkpoint of `dir` that reads back valid, or "" if none does; each file
-// skipped on the way gets a warning line on `warnings`, and its path and the reason
-// (thpc::Error's line) are appended to `invalid` when given. `loaded` receives its contents.
+// The step_*.h5 files of `dir` with their headers, in the order of the step stored in
+// them (the file name's step for older headers; the name breaks ties), oldest first: what
+// resume=auto, pruning and averaging act on (a missing dir has none). A file whose header
+// does not parse is listed with the step of its name, healthy: reading it is what finds it
+// invalid.
+std::vector<CheckpointSummary> checkpoint_summaries(const std::string& dir);
+// Their paths, in that order.
+std::vector<std::string> list_checkpoints(const std::string& dir);
+// The paths of the newest `count` healthy checkpoints of `dir`, oldest first (fewer if
+// fewer exist): what averaging the last N of a run takes.
+std::vector<std::string> newest_healthy_checkpoints(const std::string& dir, int count);
+
+// Rewrites the state in the file header of the checkpoint `path` (in place: 512 bytes,
+// fsync'ed; the checksums cover the rest of the file and stay valid). Throws naming it.
+void mark_checkpoint(const std::string& path, CheckpointState state);
+
+// The newest healthy checkpoint of `dir` (by stored step) that reads back valid, or "" if
+// none does; each invalid file skipped on the way gets a warning line on `warnings`, and its
+// path and the reason (thpc::Error's line) are appended to `invalid` when given; each
+// newer one that is diverged or superseded gets a note line. `loaded` receives its contents.
 struct InvalidCheckpoint {
   std::string path;
   std::string reason;
@@ -130,8 +190,10 @@ std::string newest_valid_checkpoint(const std::string& dir, std::ostream& warnin
 // file over it, and kept as evidence. Returns the new path; throws thpc::Error naming both.
 std::string move_aside_corrupt(const std::string& path);
 
-// Deletes the oldest step_*.h5 of `dir` until `keep` remain, never `protected_path`
-// (the one just written). Returns the deleted paths.
+// Deletes step_*.h5 files of `dir` until `keep` remain: first the diverged and superseded
+// ones, oldest first, then the oldest healthy ones; never `protected_path` (the one just
+// written) and never the newest healthy one, so a run that diverges keeps a checkpoint
+// to resume from. Returns the deleted paths.
 std::vector<std::string> prune_checkpoints(const std::string& dir, int keep,
                                            const std::string& protected_path);
 

@@ -81,6 +81,18 @@ Allowed fraction() {
   allowed.max_open = true;
   return allowed;
 }
+// (0, 1): a factor that must shrink what it multiplies.
+Allowed open_fraction() {
+  Allowed allowed = above(0.0);
+  allowed.max = 1.0;
+  allowed.max_open = true;
+  return allowed;
+}
+Allowed zero_or_above(double bound) {
+  Allowed allowed = above(bound);
+  allowed.zero_too = true;
+  return allowed;
+}
 Allowed not_empty() {
   Allowed allowed;
   allowed.non_empty = true;
@@ -109,6 +121,8 @@ struct Option {
 #define THPC_ABOVE(bound) above(bound)
 #define THPC_ZERO_OR_AT_LEAST(minimum) zero_or_at_least(minimum)
 #define THPC_FRACTION fraction()
+#define THPC_OPEN_FRACTION open_fraction()
+#define THPC_ZERO_OR_ABOVE(bound) zero_or_above(bound)
 #define THPC_NOT_EMPTY not_empty()
 
 // The single source of truth for the keys. Defaults are the member initializers of
@@ -198,6 +212,29 @@ const std::vector<Option>& option_table() {
                   "rank 0 appends every logged value to DIR/metrics.jsonl and a TensorBoard "
                   "event file; empty = the directory holding checkpoint.dir (a job's run "
                   "directory)"),
+      THPC_OPTION(train, divergence, THPC_ONE_OF("stop", "skip", "rollback"),
+                  "what a diverged step (a loss or gradient norm that is not finite or spikes) "
+                  "does: stop = no update, no checkpoint of it, exit 4, naming the checkpoint "
+                  "to resume from; skip = no update, the next batch (divergence_limit in a "
+                  "row, then stop); rollback = continue from the newest healthy checkpoint "
+                  "with the learning rate times divergence_lr_factor (divergence_limit times, "
+                  "then stop)"),
+      THPC_OPTION(train, divergence_loss_factor, THPC_ZERO_OR_ABOVE(1),
+                  "a loss above this times max(1, the running average of the healthy steps' "
+                  "loss; ln(vocabulary) before the first) is a divergence; 0 = only a "
+                  "non-finite loss is"),
+      THPC_OPTION(train, divergence_gnorm_factor, THPC_ZERO_OR_ABOVE(1),
+                  "a gradient norm above this times the running average of the healthy "
+                  "steps' norm is a divergence (after divergence_warmup steps); 0 = only a "
+                  "non-finite norm is"),
+      THPC_OPTION(train, divergence_warmup, THPC_AT_LEAST(0),
+                  "healthy steps that set the gradient norm's average before its spikes count"),
+      THPC_OPTION(train, divergence_limit, THPC_AT_LEAST(1),
+                  "skipped steps in a row (skip) or rollbacks in a run (rollback) before a "
+                  "divergence stops the run"),
+      THPC_OPTION(train, divergence_lr_factor, THPC_OPEN_FRACTION,
+                  "rollback: the learning rate is multiplied by this at each rollback (kept "
+                  "in the checkpoints written after it)"),
 
       // [data]: HDF5 shards of transformer_preprocess, or a synthetic task.
       THPC_OPTION(data, dir, THPC_ANY,
@@ -274,6 +311,8 @@ const std::vector<Option>& option_table() {
 #undef THPC_ABOVE
 #undef THPC_ZERO_OR_AT_LEAST
 #undef THPC_FRACTION
+#undef THPC_OPEN_FRACTION
+#undef THPC_ZERO_OR_ABOVE
 #undef THPC_NOT_EMPTY
 
 // ---- values as text ----

@@ -65,6 +65,14 @@ struct TrainConfig {
   std::string valid_bleu_tokenize = "13a";  // sacreBLEU's -tok: 13a | intl | char | none
   int threads = 0;                 // CPU backend threads (ops and BLAS); 0 = OpenMP's default
   std::string metrics_dir;         // metrics.jsonl, event file; "" = the parent of checkpoint.dir
+  // Divergence detection (train/divergence.h): what a step with a non-finite or spiking
+  // loss or gradient norm does, and what counts as a spike.
+  std::string divergence = "stop";       // stop | skip | rollback
+  float divergence_loss_factor = 4.0f;   // spike: loss > this x max(1, its average); 0 = off
+  float divergence_gnorm_factor = 100.0f;  // spike: norm > this x its average; 0 = off
+  int divergence_warmup = 100;           // healthy steps before norm spikes are judged
+  int divergence_limit = 3;              // skips in a row / rollbacks in a run, then stop
+  float divergence_lr_factor = 0.5f;     // a rollback multiplies the learning rate by it
 };
 
 // Where batches come from: the HDF5 shards transformer_preprocess wrote to `dir`, or,

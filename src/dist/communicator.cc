@@ -94,6 +94,14 @@ double Communicator::sum(double value) const {
   return mpi_ ? sum_over_ranks(value, MPI_DOUBLE) : value;
 }
 
+std::vector<int64_t> Communicator::max(std::vector<int64_t> values) const {
+  if (!mpi_ || values.empty()) return values;
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()),
+                          MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD),
+            "MPI_Allreduce");
+  return values;
+}
+
 int64_t Communicator::broadcast_from_root(int64_t value) const {
   if (!mpi_) return value;
   check_mpi(MPI_Bcast(&value, 1, MPI_INT64_T, 0, MPI_COMM_WORLD), "MPI_Bcast");

@@ -51,6 +51,9 @@ class Communicator {
   // In-place sums over all ranks.
   int64_t sum(int64_t value) const;
   double sum(double value) const;
+  // The element-wise maximum of every rank's `values` (all of one length), on every rank:
+  // a decision rank 0 fills in with the flags any rank may raise (a stop signal).
+  std::vector<int64_t> max(std::vector<int64_t> values) const;
   // Rank 0's value, on every rank (decisions that all ranks must take together).
   int64_t broadcast_from_root(int64_t value) const;
   // Rank 0's string, on every rank (a path rank 0 chose).

@@ -12,8 +12,13 @@
 #include <ostream>
 #include <sstream>
 
+#include <unistd.h>
+
+#include <random>
+
 #include "checkpoint/stop_request.h"
 #include "common/error.h"
+#include "common/sha256.h"
 #include "data/synthetic.h"
 #include "train/lr_schedule.h"
 #include "train/run_log.h"
@@ -114,6 +119,18 @@ int resolve_vocab_size(const Config& config, const BatchSource& source) {
 
 namespace {
 
+// A new run's id: 16 hex digits of the sha256 of the host, the process, the time and 64
+// random bits, so that two runs started anywhere at any time do not share one.
+std::string new_run_id() {
+  std::random_device random;
+  std::ostringstream seed;
+  seed << process_identity() << ' ' << ::getpid() << ' '
+       << std::chrono::system_clock::now().time_since_epoch().count() << ' ' << random() << ' '
+       << random();
+  const std::string text = seed.str();
+  return sha256_hex(text.data(), text.size()).substr(0, 16);
+}
+
 // Fault injection for the tests of job failure: THPC_FAIL_AT=RANK:STEP makes that rank
 // throw at the start of that step, as a real fault (an out-of-memory, a bad file) would.
 void maybe_inject_failure(const Communicator& comm, int64_t step) {
@@ -125,6 +142,19 @@ void maybe_inject_failure(const Communicator& comm, int64_t step) {
       at_step == step) {
     THPC_FAIL("failure injected by THPC_FAIL_AT=" << spec << " at step " << step);
   }
+}
+
+// Divergence injection for the tests of train.divergence: THPC_TEST_NAN_LOSS_AT=N makes
+// the N-th step this process computes (1-based, counting steps left out or repeated)
+// report a NaN loss on every rank, as a step whose batch overflowed would;
+// RANK:N makes only that rank's share NaN, which the sum over ranks spreads.
+bool poison_this_loss(const Communicator& comm, int64_t computed) {
+  const char* spec = std::getenv("THPC_TEST_NAN_LOSS_AT");
+  if (spec == nullptr) return false;
+  int rank = -1;
+  long long at = -1;
+  if (std::sscanf(spec, "%d:%lld", &rank, &at) == 2) return rank == comm.rank() && at == computed;
+  return std::sscanf(spec, "%lld", &at) == 1 && at == computed;
 }
 
 }  // namespace
@@ -159,6 +189,8 @@ Trainer::Trainer(const Config& config, Communicator comm)
   adam.beta2 = config_.train.adam_beta2;
   adam.eps = config_.train.adam_eps;
   adam_ = std::make_unique<Adam>(model_->params(), *backend_, adam);
+  detector_ = std::make_unique<DivergenceDetector>(config_.train, vocab);
+  run_id_ = comm_.broadcast_from_root(comm_.is_root() ? new_run_id() : std::string());
   if (comm_.size() > 1) {
     const int64_t bucket_bytes = static_cast<int64_t>(config_.dist.bucket_mb * 1024.0 * 1024.0);
     reducer_ = backend_->host_memory()
@@ -170,7 +202,7 @@ Trainer::Trainer(const Config& config, Communicator comm)
 
 Trainer::~Trainer() = default;
 
-StepStats Trainer::step() {
+StepStats Trainer::compute_step() {
   const int64_t step = completed_steps_ + 1;
   maybe_inject_failure(comm_, step);
   // Gather the step's micro-batches first: the loss is normalised by the step's target
@@ -214,24 +246,58 @@ StepStats Trainer::step() {
     total.loss += sums.loss;
     total.nll += sums.nll;
   }
+  if (poison_this_loss(comm_, ++steps_computed_)) total.loss = NAN;
   // Complete the sums over ranks (each gradient already scaled by 1 / global tokens).
   if (reducer_) reducer_->finish();
   // Every rank now holds the same summed gradient, hence computes the same norm.
   const Tensor grads = model_->params().grads();
   stats.grad_norm = std::sqrt(backend_->sum_squares(grads, grads.numel));
+  // The loss is known before the update, so that a divergent step can be left out.
+  stats.loss = comm_.sum(total.loss) / static_cast<double>(stats.tgt_tokens);
+  stats.nll = comm_.sum(total.nll) / static_cast<double>(stats.tgt_tokens);
+  return stats;
+}
+
+void Trainer::apply_update(StepStats& stats) {
+  const Tensor grads = model_->params().grads();
   // train.clip_norm: g *= min(1, clip / |g|), the same factor on every rank.
   const double clip = config_.train.clip_norm;
   if (clip > 0.0 && stats.grad_norm > clip) {
     backend_->scale(grads, grads.numel, static_cast<float>(clip / stats.grad_norm));
   }
-  stats.lr = learning_rate(step, config_.model.d_model, config_.train.warmup_steps,
-                           config_.train.lr_scale);
-  adam_->update(static_cast<float>(stats.lr), step);
-  stats.loss = comm_.sum(total.loss) / static_cast<double>(stats.tgt_tokens);
-  stats.nll = comm_.sum(total.nll) / static_cast<double>(stats.tgt_tokens);
-  THPC_CHECK(std::isfinite(stats.loss), "the loss of step " << step << " is " << stats.loss);
-  completed_steps_ = step;
-  return stats;
+  // The §5.3 schedule, times the reduction of the rollbacks so far (1 without any: exact).
+  stats.lr = learning_rate(stats.step, config_.model.d_model, config_.train.warmup_steps,
+                           config_.train.lr_scale) *
+             detector_->state().lr_factor;
+  adam_->update(static_cast<float>(stats.lr), stats.step);
+  detector_->accept(stats.loss, stats.grad_norm);
+  checkpoint_loss_ = stats.loss;
+  completed_steps_ = stats.step;
+}
+
+StepStats Trainer::step() {
+  StepStats stats = compute_step();
+  const DivergenceVerdict verdict = detector_->judge(stats.loss, stats.grad_norm);
+  StepDecision mine;
+  mine.divergence = verdict.kind;
+  const DivergenceKind agreed = StepDecision::agree(comm_, mine).divergence;
+  if (agreed == DivergenceKind::None) {
+    apply_update(stats);
+    return stats;
+  }
+  stats.divergence = agreed;
+  const std::string why =
+      verdict.kind == agreed ? detector_->describe(verdict) : divergence_name(agreed);
+  DivergenceState& state = detector_->state();
+  if (config_.train.divergence == "skip" &&
+      state.consecutive_skips < config_.train.divergence_limit) {
+    ++state.skipped_steps;
+    ++state.consecutive_skips;
+    checkpoint_loss_ = stats.loss;
+    return stats;
+  }
+  THPC_FAIL("step " << stats.step << " diverged: " << why << " (train.divergence = "
+                    << config_.train.divergence << ")");
 }
 
 namespace {
@@ -260,6 +326,7 @@ ValidationStats Trainer::validate() {
   THPC_CHECK(valid_source_ != nullptr, "validation without validation shards");
   ValidationStats stats = validation_pass(*model_, *valid_source_, comm_, micro_budget_);
   if (valid_bleu_) score_translations(*valid_bleu_, *model_, stats);
+  stats.interrupted = stop_requested_by() != 0;
   return stats;
 }
 
@@ -323,6 +390,13 @@ Checkpoint Trainer::snapshot() const {
   checkpoint.adam_m = gather_named(params, *backend_, adam_->first_moment());
   checkpoint.adam_v = gather_named(params, *backend_, adam_->second_moment());
   checkpoint.best_valid = best_valid_;
+  checkpoint.run_id = run_id_;
+  checkpoint.loss = checkpoint_loss_;
+  // Saved while steps are being left out (train.divergence = skip): the parameters gave
+  // the divergent loss of the last step judged.
+  checkpoint.state = detector_->state().consecutive_skips > 0 ? CheckpointState::Diverged
+                                                               : CheckpointState::Healthy;
+  checkpoint.divergence = detector_->state();
   return checkpoint;
 }
 
@@ -349,6 +423,11 @@ void Trainer::restore(const Checkpoint& checkpoint, const std::string& source) {
   source_->seek(checkpoint.data_position);
   completed_steps_ = checkpoint.step;
   best_valid_ = checkpoint.best_valid.value_or(ValidationRecord{});
+  // The run continues under its own id; a checkpoint written before ids were stored gives
+  // its run this process's.
+  if (!checkpoint.run_id.empty()) run_id_ = checkpoint.run_id;
+  checkpoint_loss_ = checkpoint.loss;
+  detector_->restore(checkpoint.divergence.value_or(DivergenceState{}));
 }
 
 void Trainer::note_world_size_change(const Checkpoint& checkpoint, std::ostream& log) const {
@@ -395,7 +474,7 @@ void Trainer::read_chosen_checkpoint(const std::string& path, Checkpoint* checkp
 }
 
 bool Trainer::stopped_before_training(std::ostream& log) const {
-  const int signal = static_cast<int>(comm_.broadcast_from_root(stop_requested_by()));
+  const int signal = stop_signal_of_any_rank(comm_);
   if (signal == 0) return false;
   log << "stopped before training: " << stop_signal_name(signal)
       << " received during start-up; step=" << completed_steps_
@@ -459,6 +538,10 @@ void Trainer::apply_start_options(std::ostream& log) {
     read_chosen_checkpoint(options.resume, &checkpoint);
     restore(checkpoint, options.resume);
     log << "resumed from " << options.resume << " at step " << completed_steps_ << std::endl;
+    if (checkpoint.state != CheckpointState::Healthy) {
+      log << "note: " << options.resume << " is marked " << checkpoint_state_name(checkpoint.state)
+          << " (checkpoint.resume names it, so the run continues from it)" << std::endl;
+    }
     note_world_size_change(checkpoint, log);
     note_missing_best_valid(checkpoint, options.resume, log);
     return;
@@ -499,8 +582,14 @@ std::string Trainer::save_checkpoint(std::ostream& log) {
 
 void Trainer::write_average(std::ostream& log) {
   const int wanted = config_.checkpoint.average_last;
-  std::vector<std::string> paths = list_checkpoints(config_.checkpoint.dir);
-  if (static_cast<int>(paths.size()) > wanted) paths.erase(paths.begin(), paths.end() - wanted);
+  // Healthy ones only: a diverged checkpoint would poison the average.
+  const std::vector<std::string> paths =
+      newest_healthy_checkpoints(config_.checkpoint.dir, wanted);
+  if (paths.empty()) {
+    log << "warning: no average written: no healthy checkpoint in " << config_.checkpoint.dir
+        << std::endl;
+    return;
+  }
   const std::string output = (std::filesystem::path(config_.checkpoint.dir) /
                               ("average_last" + std::to_string(wanted) + ".h5"))
                                  .string();
@@ -550,8 +639,10 @@ enum class Better { Lower, Higher };
 // better than the best (an equal one is not), becomes the best, reached at `step`; any
 // other is one more validation without improvement.
 void note_validation(BestValidation& best, double value, Better better, int64_t step) {
-  const bool improved = std::isnan(best.value) ||
-                        (better == Better::Lower ? value < best.value : value > best.value);
+  // A value that is not finite (a diverged model's perplexity) improves on nothing.
+  const bool improved = std::isfinite(value) &&
+                        (std::isnan(best.value) ||
+                         (better == Better::Lower ? value < best.value : value > best.value));
   if (improved) {
     best = BestValidation{value, step, 0};
   } else {
@@ -593,14 +684,17 @@ RunEnd Trainer::run(std::ostream& log) {
   auto interval_start = start;
   double last_save = checkpoint_clock_();
   const double training_start = last_save;  // train.max_minutes counts from here
+  const double limit_s = 60.0 * static_cast<double>(config_.train.max_minutes);
   int64_t interval_first_step = first_step;  // the step before the interval's first
   int64_t interval_tgt_tokens = 0, total_tgt_tokens = 0;
+  int64_t steps_trained = 0;  // updates this process applied (a rollback repeats steps)
   // checkpoint.keep_best's metric, whose best step and validations since (patience) are
   // in best_valid_ with the others' (restored by a resume); ppl's for none (unused).
   const std::string& kept_metric = config_.checkpoint.keep_best;
   const BestValidation& kept = best_of(best_valid_, kept_metric);
   bool stopped_by_patience = false;
   checkpoints_written_ = 0;
+  const DivergenceState divergence_at_start = detector_->state();
   // Rank 0 writes every value it logs to metrics.jsonl as well (run_log.h).
   MetricsFile metrics = comm_.is_root() ? MetricsFile(metrics_path(config_)) : MetricsFile();
   const auto seconds_since_start = [&] {
@@ -609,14 +703,13 @@ RunEnd Trainer::run(std::ostream& log) {
   // The closing summary (rank 0): what this run() trained, with and without a stop.
   const auto print_summary = [&] {
     const double wall = seconds_since_start();
-    const int64_t steps = completed_steps_ - first_step;
     const auto best_field = [](const std::string& metric, const BestValidation& best) {
       LogField field = fixed_field("best valid " + metric, "best_valid_" + metric, best.value, 2);
       if (!std::isnan(best.value)) field.text += " (step " + std::to_string(best.step) + ")";
       return field;
     };
     std::vector<LogField> fields = {
-        fixed_field("steps", "steps", static_cast<double>(steps), 0,
+        fixed_field("steps", "steps", static_cast<double>(steps_trained), 0,
                     " (" + std::to_string(first_step) + " to " +
                         std::to_string(completed_steps_) + ")"),
         fixed_field("wall", "train_wall_s", wall, 1, "s"),
@@ -627,6 +720,18 @@ RunEnd Trainer::run(std::ostream& log) {
         best_field(config_.train.valid_metric,
                    best_of(best_valid_, config_.train.valid_metric)),
         fixed_field("checkpoints", "checkpoints", checkpoints_written_, 0)};
+    // Only a run that met divergences has these, so that the others' lines stay as they were.
+    const DivergenceState& state = detector_->state();
+    if (state.skipped_steps > divergence_at_start.skipped_steps) {
+      fields.push_back(fixed_field(
+          "skipped steps", "skipped_steps",
+          static_cast<double>(state.skipped_steps - divergence_at_start.skipped_steps), 0));
+    }
+    if (state.rollbacks > divergence_at_start.rollbacks) {
+      fields.push_back(fixed_field(
+          "rollbacks", "rollbacks",
+          static_cast<double>(state.rollbacks - divergence_at_start.rollbacks), 0));
+    }
     if (stopped_by_patience) {
       fields.push_back(fixed_field("stopped by patience", "stopped_by_patience",
                                    config_.checkpoint.patience, 0,
@@ -636,19 +741,84 @@ RunEnd Trainer::run(std::ostream& log) {
     out << "summary: " << log_line("", fields) << std::endl;
     metrics.write("summary", completed_steps_, wall, fields);
   };
+  // Saves the state of the completed step (rank 0 writes; every rank takes part in the
+  // decision that got here).
+  const auto save = [&] {
+    const std::string path = comm_.is_root() ? save_checkpoint(out) : std::string();
+    last_saved_step = completed_steps_;
+    last_save = checkpoint_clock_();
+    return path;
+  };
+  const auto stop_by_signal = [&](int signal) {
+    const std::string path = save();
+    print_summary();
+    out << "stopped: " << stop_signal_name(signal) << " received; step=" << completed_steps_
+        << " checkpoint=" << path << " (resume with --checkpoint.resume=auto";
+    if (detector_->state().consecutive_skips > 0) {
+      out << ", which takes the newest healthy checkpoint: " << resume_point();
+    }
+    out << ")" << std::endl;
+    return RunEnd::Stopped;
+  };
   StepStats last;
   while (completed_steps_ < config_.train.max_steps) {
-    last = step();
+    StepStats current = compute_step();
+    // What every rank does with the step is decided once, before its update (a divergent
+    // step is not applied): rank 0's judgement and clock, and any rank's stop signal.
+    // For rank 0's clock the step is complete (its work is done; only the update is left).
+    StepDecision mine;
+    mine.divergence = detector_->judge(current.loss, current.grad_norm).kind;
+    completed_steps_ = current.step;
+    const double now = checkpoint_clock_();
+    mine.out_of_time = limit_s > 0 && now - training_start >= limit_s;
+    mine.checkpoint_due = checkpoint_due(config_.checkpoint, current.step, now - last_save);
+    mine.stop_signal = stop_requested_by();
+    StepDecision decision = StepDecision::agree(comm_, mine);
+    completed_steps_ = current.step - 1;
+
+    if (decision.divergence != DivergenceKind::None) {
+      current.divergence = decision.divergence;
+      std::string stop_reason;
+      const DivergenceAction action = handle_divergence(
+          current, decision.divergence, out, metrics, seconds_since_start(), &stop_reason);
+      if (action == DivergenceAction::Stop) {
+        print_summary();
+        out << "diverged: " << stop_reason << "; its update is not applied and the "
+            << "parameters that produced it are not saved; resume from " << resume_point()
+            << " with a smaller train.lr_scale (or train.clip_norm), or set "
+            << "train.divergence = skip or rollback" << std::endl;
+        return RunEnd::Diverged;
+      }
+      if (action == DivergenceAction::RolledBack) {
+        interval_start = Clock::now();
+        interval_first_step = completed_steps_;
+        interval_tgt_tokens = 0;
+        last_saved_step = completed_steps_;
+        continue;
+      }
+      // A left-out step changes nothing to save on schedule; a stop still saves.
+      if (decision.stop_signal != 0) return stop_by_signal(decision.stop_signal);
+      if (decision.out_of_time) {
+        out << "stopping at step " << completed_steps_ << ": train.max_minutes = "
+            << config_.train.max_minutes << " of training reached" << std::endl;
+        break;
+      }
+      continue;
+    }
+
+    apply_update(current);
+    last = current;
+    ++steps_trained;
     interval_tgt_tokens += last.tgt_tokens;
     total_tgt_tokens += last.tgt_tokens;
     if (last.step % config_.train.log_every == 0 || last.step == config_.train.max_steps) {
-      const auto now = Clock::now();
+      const auto now_wall = Clock::now();
       const double interval = std::max(
-          std::chrono::duration<double>(now - interval_start).count(), 1e-9);
-      const double elapsed = std::chrono::duration<double>(now - start).count();
-      const double eta =
-          elapsed / (last.step - first_step) * (config_.train.max_steps - last.step);
-      const int64_t interval_steps = last.step - interval_first_step;
+          std::chrono::duration<double>(now_wall - interval_start).count(), 1e-9);
+      const double elapsed = std::chrono::duration<double>(now_wall - start).count();
+      const double eta = elapsed / static_cast<double>(steps_trained) *
+                         static_cast<double>(config_.train.max_steps - last.step);
+      const int64_t interval_steps = std::max<int64_t>(1, last.step - interval_first_step);
       const int64_t peak_bytes = backend_->peak_memory_bytes();
       const std::vector<LogField> fields = {
           fixed_field("loss", "loss", last.loss, 4),
@@ -668,21 +838,38 @@ RunEnd Trainer::run(std::ostream& log) {
                       fields)
           << std::endl;
       metrics.write("train", last.step, elapsed, fields);
-      interval_start = now;
+      interval_start = now_wall;
       interval_first_step = last.step;
       interval_tgt_tokens = 0;
     }
-    if (valid_source_ &&
-        (last.step % config_.train.valid_every == 0 || last.step == config_.train.max_steps)) {
-      const ValidationStats valid = validate();
-      note_validation(best_valid_.ppl, std::exp(valid.nll), Better::Lower, last.step);
-      if (!std::isnan(valid.bleu)) {
-        note_validation(best_valid_.bleu, valid.bleu, Better::Higher, last.step);
+    const bool validation_due =
+        valid_source_ &&
+        (last.step % config_.train.valid_every == 0 || last.step == config_.train.max_steps);
+    std::optional<ValidationStats> valid;
+    if (validation_due) valid = validate();
+    // Test hook: SIGTERM once the step is complete (its validation included).
+    if (last.step == stop_at_step) std::raise(SIGTERM);
+    // A signal that came during the validation (which it cut short), or after the
+    // decision, is agreed on now: the job stops at this step rather than one step later.
+    if (validation_due || last.step == stop_at_step) {
+      const std::vector<int64_t> late = comm_.max(
+          {static_cast<int64_t>(stop_requested_by()), valid && valid->interrupted ? 1 : 0});
+      if (decision.stop_signal == 0) decision.stop_signal = static_cast<int>(late[0]);
+      if (valid && late[1] != 0) {
+        out << "validation at step " << last.step << " interrupted by "
+            << stop_signal_name(decision.stop_signal) << ": not recorded" << std::endl;
+        valid.reset();
       }
-      if (!std::isnan(valid.chrf)) {
-        note_validation(best_valid_.chrf, valid.chrf, Better::Higher, last.step);
+    }
+    if (valid) {
+      note_validation(best_valid_.ppl, std::exp(valid->nll), Better::Lower, last.step);
+      if (!std::isnan(valid->bleu)) {
+        note_validation(best_valid_.bleu, valid->bleu, Better::Higher, last.step);
       }
-      const std::vector<LogField> fields = validation_fields(valid);
+      if (!std::isnan(valid->chrf)) {
+        note_validation(best_valid_.chrf, valid->chrf, Better::Higher, last.step);
+      }
+      const std::vector<LogField> fields = validation_fields(*valid);
       out << log_line("valid step " + std::to_string(last.step), fields) << std::endl;
       metrics.write("valid", last.step, seconds_since_start(), fields);
       if (kept_metric != "none") {
@@ -704,36 +891,17 @@ RunEnd Trainer::run(std::ostream& log) {
         }
       }
     }
-    if (last.step == stop_at_step) std::raise(SIGTERM);
-    // Whether to save (and stop, by a signal or the time limit) is rank 0's decision, from
-    // its clock and the signals it saw, broadcast so that every rank agrees on the step
-    // without waiting on clocks.
-    const double now = checkpoint_clock_();
-    const double limit_s = 60.0 * static_cast<double>(config_.train.max_minutes);
-    const bool out_of_time = limit_s > 0 && now - training_start >= limit_s;
-    const int64_t decision = comm_.broadcast_from_root(
-        4 * static_cast<int64_t>(stop_requested_by()) + (out_of_time ? 2 : 0) +
-        (checkpoint_due(config_.checkpoint, last.step, now - last_save) ? 1 : 0));
-    const int stop_signal = static_cast<int>(decision / 4);
-    const bool stopped_by_time = (decision / 2) % 2 != 0;
-    if (decision % 2 != 0 || stop_signal != 0) {
-      const std::string path = comm_.is_root() ? save_checkpoint(out) : std::string();
-      last_saved_step = last.step;
-      last_save = checkpoint_clock_();
-      if (stop_signal != 0) {
-        print_summary();
-        out << "stopped: " << stop_signal_name(stop_signal) << " received; step=" << completed_steps_
-            << " checkpoint=" << path << " (resume with --checkpoint.resume=auto)" << std::endl;
-        return RunEnd::Stopped;
-      }
+    if (decision.checkpoint_due || decision.stop_signal != 0) {
+      if (decision.stop_signal != 0) return stop_by_signal(decision.stop_signal);
+      save();
     }
     // A stop by patience or by the time limit ends like a finished run: final
     // checkpoint, average, summary.
-    if (stopped_by_time && !stopped_by_patience && last.step < config_.train.max_steps) {
+    if (decision.out_of_time && !stopped_by_patience && last.step < config_.train.max_steps) {
       out << "stopping at step " << last.step << ": train.max_minutes = "
           << config_.train.max_minutes << " of training reached" << std::endl;
     }
-    if (stopped_by_patience || stopped_by_time) break;
+    if (stopped_by_patience || decision.out_of_time) break;
   }
   if (comm_.is_root()) {
     if (last_saved_step != completed_steps_) save_checkpoint(out);
@@ -748,10 +916,11 @@ RunEnd Trainer::run(std::ostream& log) {
                                      << comm_.rank() << "'s after " << completed_steps_
                                      << " steps");
   }
+  out << "checkpoint to resume from: " << resume_point() << std::endl;
   print_summary();
   // A run resumed at its last step trains no step: it has no loss of its own to print.
   std::ostringstream loss;
-  if (completed_steps_ > first_step) {
+  if (steps_trained > 0) {
     loss << std::fixed << std::setprecision(6) << last.loss;
   } else {
     loss << "n/a";
@@ -759,6 +928,117 @@ RunEnd Trainer::run(std::ostream& log) {
   out << "final: step=" << completed_steps_ << " loss=" << loss.str()
       << " params_sha256=" << digest << std::endl;
   return RunEnd::Finished;
+}
+
+Trainer::DivergenceAction Trainer::handle_divergence(const StepStats& stats,
+                                                      DivergenceKind kind, std::ostream& log,
+                                                      MetricsFile& metrics, double wall_s,
+                                                      std::string* stop_reason) {
+  // Every rank judged the same values; rank 0's kind is the one agreed on, and its own
+  // verdict (the same) gives the numbers of the message.
+  const DivergenceVerdict verdict = detector_->judge(stats.loss, stats.grad_norm);
+  const std::string why =
+      verdict.kind == kind ? detector_->describe(verdict) : divergence_name(kind);
+  metrics.write("divergence", stats.step, wall_s,
+                {general_field("loss", "loss", stats.loss, 6),
+                 general_field("gnorm", "grad_norm", stats.grad_norm, 6),
+                 fixed_field("kind", "kind", static_cast<double>(kind), 0)});
+  DivergenceState& state = detector_->state();
+  const int limit = config_.train.divergence_limit;
+  const std::string& policy = config_.train.divergence;
+  const std::string at = "step " + std::to_string(stats.step) + ": " + why;
+  checkpoint_loss_ = stats.loss;
+  if (policy == "skip") {
+    ++state.skipped_steps;
+    ++state.consecutive_skips;
+    if (state.consecutive_skips <= limit) {
+      log << "skipped step " << stats.step << ": " << why << "; no update, the next batch ("
+          << state.consecutive_skips << " in a row of at most " << limit
+          << ", train.divergence_limit)" << std::endl;
+      return DivergenceAction::Skipped;
+    }
+    *stop_reason = at + " (more than " + std::to_string(limit) + " steps in a row diverged, "
+                   "the train.divergence_limit of train.divergence = skip)";
+  } else if (policy == "rollback") {
+    if (state.rollbacks < limit) {
+      log << "diverged at " << at << std::endl;
+      if (roll_back(stats, log)) return DivergenceAction::RolledBack;
+      *stop_reason = at + " (no healthy checkpoint in " + config_.checkpoint.dir +
+                     " to roll back to)";
+    } else {
+      *stop_reason = at + " (rolled back " + std::to_string(limit) +
+                     " times already, the train.divergence_limit of train.divergence = "
+                     "rollback)";
+    }
+  } else {
+    *stop_reason = at + " (train.divergence = stop)";
+  }
+  mark_abandoned_checkpoints(-1, log);
+  return DivergenceAction::Stop;
+}
+
+void Trainer::mark_abandoned_checkpoints(int64_t newer_than, std::ostream& log) const {
+  if (!comm_.is_root()) return;
+  for (const CheckpointSummary& summary : checkpoint_summaries(config_.checkpoint.dir)) {
+    // Files of this run only (those of a run before ids were stored have none).
+    if (summary.state != CheckpointState::Healthy ||
+        (!summary.run_id.empty() && summary.run_id != run_id_)) {
+      continue;
+    }
+    if (summary.step == completed_steps_ && newer_than < 0) {
+      mark_checkpoint(summary.path, CheckpointState::Diverged);
+      log << "marked checkpoint " << summary.path << " diverged: its parameters produced "
+          << "the divergent loss of step " << completed_steps_ + 1 << std::endl;
+    } else if (newer_than >= 0 && summary.step > newer_than) {
+      mark_checkpoint(summary.path, CheckpointState::Superseded);
+      log << "marked checkpoint " << summary.path << " superseded: the rollback to step "
+          << newer_than << " abandons its branch" << std::endl;
+    }
+  }
+}
+
+bool Trainer::roll_back(const StepStats& stats, std::ostream& log) {
+  mark_abandoned_checkpoints(-1, log);
+  // Rank 0 chooses, as for resume=auto, and every rank reads its choice.
+  Checkpoint checkpoint;
+  std::string path;
+  if (comm_.is_root()) path = newest_valid_checkpoint(config_.checkpoint.dir, log, &checkpoint);
+  path = comm_.broadcast_from_root(path);
+  if (path.empty()) return false;
+  read_chosen_checkpoint(path, &checkpoint);
+  const DivergenceState before = detector_->state();
+  // The best validation values stay the run's (best.h5 may hold a better one from the
+  // abandoned branch; a later validation must beat it).
+  const ValidationRecord best = best_valid_;
+  restore(checkpoint, path);
+  best_valid_ = best;
+  DivergenceState& state = detector_->state();
+  state.rollbacks = before.rollbacks + 1;
+  state.lr_factor = before.lr_factor * config_.train.divergence_lr_factor;
+  state.skipped_steps = before.skipped_steps;
+  state.consecutive_skips = 0;
+  mark_abandoned_checkpoints(checkpoint.step, log);
+  std::ostringstream factor;
+  factor << state.lr_factor;
+  log << "rolled back to " << path << " (step " << checkpoint.step << ") after step "
+      << stats.step << " diverged; the learning rate is now " << factor.str()
+      << " x the schedule's (rollback " << state.rollbacks << " of at most "
+      << config_.train.divergence_limit << ", train.divergence_limit)" << std::endl;
+  return true;
+}
+
+std::string Trainer::resume_point() const {
+  if (!comm_.is_root()) return "";  // rank 0 speaks for the job
+  const std::vector<CheckpointSummary> summaries = checkpoint_summaries(config_.checkpoint.dir);
+  for (auto summary = summaries.rbegin(); summary != summaries.rend(); ++summary) {
+    if (summary->state != CheckpointState::Healthy) continue;
+    std::ostringstream text;
+    text << summary->path << " (step " << summary->step;
+    if (!std::isnan(summary->loss)) text << ", loss " << std::fixed << std::setprecision(4) << summary->loss;
+    text << ")";
+    return text.str();
+  }
+  return "none (no healthy checkpoint in " + config_.checkpoint.dir + ")";
 }
 
 }  // namespace thpc

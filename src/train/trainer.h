@@ -20,8 +20,10 @@
 #include "kernels/ops.h"
 #include "model/backends.h"
 #include "model/transformer.h"
+#include "train/divergence.h"
 #include "train/optimizer.h"
 #include "train/run_log.h"
+#include "train/step_decision.h"
 #include "train/valid_bleu.h"
 
 namespace thpc {
@@ -62,6 +64,9 @@ struct StepStats {
   int64_t src_tokens = 0, tgt_tokens = 0;  // non-pad tokens of the step, all ranks
   int64_t local_tgt_tokens = 0;             // this rank's share
   int micro_batches = 0;                    // per rank
+  // The divergence the step was found to be (train/divergence.h); None when it was
+  // healthy and applied.
+  DivergenceKind divergence = DivergenceKind::None;
 };
 
 // One pass over the validation shards, summed over all ranks.
@@ -73,6 +78,9 @@ struct ValidationStats {
   // train.valid_metric; the other, and both without valid_bleu, NaN.
   double bleu = NAN;
   double chrf = NAN;
+  // A stop signal reached this rank before the pass ended: the pass may have been cut
+  // short (it stops at the next batch), and the values are not the validation set's.
+  bool interrupted = false;
 };
 
 // The fields of a "valid step N | loss ... | ppl ... | target tokens ... [| bleu ...]" line
@@ -89,8 +97,12 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
 // How run() ended: all train.max_steps done (or ended early like it by checkpoint.patience
 // or train.max_minutes), or stopped early by SIGTERM/SIGUSR1 after
 // writing a checkpoint, or before the first step when the signal came during start-up
-// (all are a success for the batch system: exit code 0).
-enum class RunEnd { Finished, Stopped };
+// (all are a success for the batch system: exit code 0); or a divergence stopped it
+// (train.divergence; exit code 4), after naming the checkpoint to resume from.
+enum class RunEnd { Finished, Stopped, Diverged };
+
+// The exit code of transformer_hpc for a run that diverged (README "Exit codes").
+constexpr int kDivergedExitCode = 4;
 
 // Data-parallel over the ranks of `comm`: each rank trains on its own share of every
 // step's batches, the loss is normalised by the step's target tokens summed over all
@@ -102,7 +114,10 @@ class Trainer {
   explicit Trainer(const Config& config, Communicator comm = Communicator::single());
   ~Trainer();
 
-  // One optimizer step over train.accumulate micro-batches.
+  // One optimizer step over train.accumulate micro-batches. A step that diverges
+  // (train/divergence.h) is not applied: with train.divergence = skip it returns with
+  // `divergence` set (and completed_steps() unchanged), up to train.divergence_limit in a
+  // row; otherwise it throws thpc::Error saying why (run() is what rolls back).
   StepStats step();
   // The loss on the validation shards, and with train.valid_bleu the BLEU or chrF of
   // their translation (every rank must call it: the sums are global).
@@ -114,7 +129,8 @@ class Trainer {
   RunEnd run(std::ostream& log);
 
   // The whole training state (parameters, Adam moments, step, seed, data position, the
-  // best validation values so far).
+  // best validation values so far, the run's id, the last step's loss, whether the run is
+  // diverging, the divergence detector's state).
   Checkpoint snapshot() const;
   // Continues from `checkpoint` (read from `source`), which must be of this model and seed.
   // One without best validation values (written before they were stored) starts their
@@ -134,6 +150,8 @@ class Trainer {
   std::string device_description() const { return thpc::device_description(*backend_, device_); }
   int64_t completed_steps() const { return completed_steps_; }
   const Communicator& comm() const { return comm_; }
+  const DivergenceState& divergence_state() const { return detector_->state(); }
+  const std::string& run_id() const { return run_id_; }
 
  private:
   Config config_;
@@ -146,6 +164,31 @@ class Trainer {
   std::unique_ptr<ValidationBleu> valid_bleu_;  // when train.valid_bleu
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<Adam> adam_;
+  std::unique_ptr<DivergenceDetector> detector_;
+
+  // The forward and backward passes of the next step, its gradients summed over the
+  // ranks, its loss and gradient norm: everything but the update (completed_steps_ is
+  // unchanged).
+  StepStats compute_step();
+  // Clips (train.clip_norm) and applies the Adam update of the step compute_step()
+  // returned; the step is then complete.
+  void apply_update(StepStats& stats);
+  // A divergent step (`kind`, agreed by every rank) under train.divergence: left out,
+  // rolled back, or the end of the run (then *stop_reason says why, for the last line).
+  enum class DivergenceAction { Skipped, RolledBack, Stop };
+  DivergenceAction handle_divergence(const StepStats& stats, DivergenceKind kind,
+                                     std::ostream& log, MetricsFile& metrics,
+                                     double wall_s, std::string* stop_reason);
+  // Continues from the newest healthy checkpoint of checkpoint.dir with the learning rate
+  // reduced; false when there is none.
+  bool roll_back(const StepStats& stats, std::ostream& log);
+  // Rank 0: the checkpoint of this run that holds the current parameters is marked
+  // diverged (they produced the divergent loss), and with `newer_than` >= 0 every healthy
+  // checkpoint of a later step superseded (the branch a rollback abandons).
+  void mark_abandoned_checkpoints(int64_t newer_than, std::ostream& log) const;
+  // "PATH (step S, loss L)": the newest healthy checkpoint of checkpoint.dir, the one to
+  // resume from; "none" when there is none.
+  std::string resume_point() const;
 
   // checkpoint.resume, else checkpoint.init (the first run of a job has nothing to resume).
   void apply_start_options(std::ostream& log);
@@ -167,9 +210,14 @@ class Trainer {
   void save_best_checkpoint(const std::string& metric, const LogField& value, std::ostream& log);
 
   int64_t completed_steps_ = 0;
+  // The run's id (Checkpoint::run_id): new for a fresh start, the checkpoint's on resume.
+  std::string run_id_;
+  // The loss of the last step judged (applied or left out), which a checkpoint records.
+  double checkpoint_loss_ = NAN;
   // The best validation values of the run, resumed runs before this one included.
   ValidationRecord best_valid_;
   int checkpoints_written_ = 0;  // by this run() (the summary line counts them)
+  int64_t steps_computed_ = 0;   // compute_step() calls of this process (a test hook counts them)
   int64_t micro_budget_ = 1;  // padded tokens per side of one rank's micro-batch
   std::function<double()> checkpoint_clock_ = steady_seconds;
 };

@@ -1,0 +1,388 @@
+// Divergence (train.divergence) and the health of checkpoints: a step whose loss or
+// gradient norm is not finite or spikes is judged before its update and stops the run
+// (exit 4), is left out, or rolls the run back to its newest healthy checkpoint with a
+// smaller learning rate; checkpoints carry the loss they were written at and whether
+// they are healthy, pruning and resume=auto prefer healthy ones and never lose the last,
+// and resume orders checkpoints by the step stored inside them, not by their names.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+#include "config/config.h"
+#include "expect_error.h"
+#include "program.h"
+#include "train/divergence.h"
+#include "train/lr_schedule.h"
+#include "train/trainer.h"
+
+namespace thpc {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kTinyIni = std::string(THPC_SOURCE_DIR) + "/input/tiny.ini";
+const std::string kTrainer = std::string(THPC_BINARY_DIR) + "/transformer_hpc";
+const std::string kAverager = std::string(THPC_BINARY_DIR) + "/transformer_average";
+
+// Sets an environment variable for the life of the object (the test hooks read theirs
+// at each step).
+class ScopedEnvironment {
+ public:
+  ScopedEnvironment(const char* name, const std::string& value) : name_(name) {
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnvironment() { ::unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+class DivergenceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    directory_ = fs::temp_directory_path() /
+                 ("thpc_test_divergence_" + std::to_string(::getpid()) + "_" + info->name());
+    fs::remove_all(directory_);
+    fs::create_directories(directory_);
+  }
+  void TearDown() override { fs::remove_all(directory_); }
+
+  std::string path(const std::string& name) const { return (directory_ / name).string(); }
+
+  // input/tiny.ini shrunk to one layer per stack, its checkpoints and metrics in `dir`.
+  Config small_config(const std::string& dir, std::vector<std::string> overrides = {}) const {
+    overrides.insert(overrides.begin(), {"model.layers=1", "checkpoint.dir=" + dir,
+                                         "train.metrics_dir=" + dir, "checkpoint.minutes=0",
+                                         "train.log_every=1"});
+    return load_config(kTinyIni, overrides);
+  }
+
+  // The names of the step_*.h5 files of `dir` with their states, in stored-step order.
+  static std::map<std::string, CheckpointState> states_in(const std::string& dir) {
+    std::map<std::string, CheckpointState> states;
+    for (const CheckpointSummary& summary : checkpoint_summaries(dir)) {
+      states[fs::path(summary.path).filename().string()] = summary.state;
+    }
+    return states;
+  }
+
+  fs::path directory_;
+};
+
+// ---- the judgement ----
+
+TEST(DivergenceDetector, NonFiniteValuesAndSpikesDivergeHealthyOnesDoNot) {
+  TrainConfig config;  // factors 4 (loss) and 100 (norm), norm warm-up 100 steps
+  config.divergence_warmup = 3;
+  DivergenceDetector detector(config, /*vocab_size=*/32);
+  // Before any healthy step the loss is judged against ln(32) = 3.47 (the uniform
+  // prediction's): 4.5, what an initialised tiny model scores, is healthy; 14 is not.
+  EXPECT_FALSE(detector.judge(4.5, 3.0).diverged());
+  EXPECT_EQ(detector.judge(14.0, 3.0).kind, DivergenceKind::LossSpike);
+  EXPECT_EQ(detector.judge(NAN, 3.0).kind, DivergenceKind::NonFiniteLoss);
+  EXPECT_EQ(detector.judge(INFINITY, 3.0).kind, DivergenceKind::NonFiniteLoss);
+  EXPECT_EQ(detector.judge(4.0, NAN).kind, DivergenceKind::NonFiniteGradNorm);
+  // The gradient norm is not judged before the warm-up: 1e9 passes.
+  EXPECT_FALSE(detector.judge(4.0, 1e9).diverged());
+  for (int i = 0; i < 3; ++i) detector.accept(3.0, 2.0);
+  EXPECT_EQ(detector.state().healthy_steps, 3);
+  EXPECT_DOUBLE_EQ(detector.state().loss_average, 3.0);
+  EXPECT_DOUBLE_EQ(detector.state().grad_norm_average, 2.0);
+  EXPECT_FALSE(detector.judge(11.9, 199.0).diverged());
+  const DivergenceVerdict spike = detector.judge(3.0, 201.0);
+  EXPECT_EQ(spike.kind, DivergenceKind::GradNormSpike);
+  EXPECT_NE(detector.describe(spike).find("train.divergence_gnorm_factor"), std::string::npos);
+  EXPECT_EQ(detector.judge(12.1, 2.0).kind, DivergenceKind::LossSpike);
+  // max(1, average): a loss near zero does not make 0.05 a spike of 0.01.
+  DivergenceDetector converged(config, 32);
+  for (int i = 0; i < 10; ++i) converged.accept(0.01, 1.0);
+  EXPECT_FALSE(converged.judge(0.05, 1.0).diverged());
+  EXPECT_EQ(converged.judge(4.5, 1.0).kind, DivergenceKind::LossSpike);
+  // Factor 0: only non-finite values diverge.
+  config.divergence_loss_factor = 0.0f;
+  config.divergence_gnorm_factor = 0.0f;
+  DivergenceDetector lenient(config, 32);
+  for (int i = 0; i < 5; ++i) lenient.accept(3.0, 2.0);
+  EXPECT_FALSE(lenient.judge(1e30, 1e30).diverged());
+  EXPECT_TRUE(lenient.judge(NAN, 1.0).diverged());
+}
+
+// ---- the case: a resume with an exploding learning rate ----
+
+TEST_F(DivergenceTest, AnExplodingLearningRateStopsBeforeItsUpdateAndKeepsTheHealthyCheckpoints) {
+  const std::string dir = path("run");
+  std::ostringstream first_log;
+  Trainer first(small_config(dir, {"train.max_steps=20", "checkpoint.every_steps=10",
+                                   "checkpoint.keep=2"}));
+  ASSERT_EQ(first.run(first_log), RunEnd::Finished) << first_log.str();
+
+  std::ostringstream log;
+  Trainer diverging(small_config(dir, {"train.max_steps=60", "checkpoint.every_steps=10",
+                                       "checkpoint.keep=2", "train.lr_scale=1e5",
+                                       "checkpoint.resume=auto"}));
+  EXPECT_EQ(diverging.run(log), RunEnd::Diverged) << log.str();
+  // Step 21's update (learning rate 263) wrecks the parameters; step 22's loss says so,
+  // and is not applied: the run ends at step 21 without a checkpoint of it.
+  EXPECT_EQ(diverging.completed_steps(), 21) << log.str();
+  EXPECT_NE(log.str().find("diverged: step 22: the loss"), std::string::npos) << log.str();
+  EXPECT_NE(log.str().find("resume from " + dir + "/step_00000020.h5 (step 20, loss "),
+            std::string::npos)
+      << log.str();
+  EXPECT_EQ(log.str().find("final:"), std::string::npos) << log.str();
+  const std::map<std::string, CheckpointState> expected = {
+      {"step_00000010.h5", CheckpointState::Healthy}, {"step_00000020.h5", CheckpointState::Healthy}};
+  EXPECT_EQ(states_in(dir), expected) << log.str();
+  // The healthy checkpoint still reads back, with the loss of its step.
+  const Checkpoint kept = read_checkpoint(dir + "/step_00000020.h5");
+  EXPECT_TRUE(std::isfinite(kept.loss));
+  EXPECT_LT(kept.loss, 5.0);
+  EXPECT_EQ(kept.run_id, first.run_id());
+}
+
+TEST_F(DivergenceTest, AFreshRunWithAHugeLearningRateExitsFourNamingNoCheckpoint) {
+  const ProcessResult run = run_process(
+      kTrainer + " " + kTinyIni + " --model.layers=1 --train.max_steps=30 --train.log_every=1 "
+      "--train.lr_scale=1e9 --checkpoint.every_steps=5 --checkpoint.dir=" + path("run") +
+      " --train.metrics_dir=" + path("run"));
+  EXPECT_EQ(run.exit_code, kDivergedExitCode) << run.output;
+  EXPECT_NE(run.output.find("diverged: step "), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("resume from none (no healthy checkpoint"), std::string::npos)
+      << run.output;
+  EXPECT_EQ(run.output.find("final:"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("check failed"), std::string::npos) << run.output;
+  for (const CheckpointSummary& summary : checkpoint_summaries(path("run"))) {
+    EXPECT_EQ(summary.state, CheckpointState::Healthy) << summary.path;
+    EXPECT_LT(summary.loss, 14.0) << summary.path;
+  }
+}
+
+// ---- the responses ----
+
+TEST_F(DivergenceTest, SkipLeavesOutANonFiniteStepAndTheRunGoesOn) {
+  const ScopedEnvironment nan_at_step_five("THPC_TEST_NAN_LOSS_AT", "5");
+  std::ostringstream log;
+  Trainer trainer(small_config(path("run"), {"train.max_steps=8", "train.divergence=skip"}));
+  ASSERT_EQ(trainer.run(log), RunEnd::Finished) << log.str();
+  EXPECT_EQ(trainer.completed_steps(), 8);
+  EXPECT_NE(log.str().find("skipped step 5: the loss is nan (not finite); no update, the next "
+                           "batch (1 in a row of at most 3"),
+            std::string::npos)
+      << log.str();
+  EXPECT_NE(log.str().find("| skipped steps 1\n"), std::string::npos) << log.str();
+  EXPECT_EQ(trainer.divergence_state().skipped_steps, 1);
+  EXPECT_EQ(trainer.divergence_state().consecutive_skips, 0);
+  // The final checkpoint is healthy and carries the count.
+  const Checkpoint final_checkpoint = read_checkpoint(path("run/step_00000008.h5"));
+  EXPECT_EQ(final_checkpoint.state, CheckpointState::Healthy);
+  ASSERT_TRUE(final_checkpoint.divergence.has_value());
+  EXPECT_EQ(final_checkpoint.divergence->skipped_steps, 1);
+  // The metrics file records the left-out step.
+  EXPECT_NE(read_file(path("run/metrics.jsonl")).find("{\"kind\": \"divergence\", \"step\": 5,"),
+            std::string::npos);
+}
+
+TEST_F(DivergenceTest, SkipStopsWhenMoreThanTheLimitOfStepsInARowDiverge) {
+  std::ostringstream log;
+  Trainer trainer(small_config(path("run"), {"train.max_steps=30", "train.lr_scale=1e9",
+                                             "train.divergence=skip", "train.divergence_limit=2"}));
+  EXPECT_EQ(trainer.run(log), RunEnd::Diverged) << log.str();
+  EXPECT_NE(log.str().find("(more than 2 steps in a row diverged, the train.divergence_limit"),
+            std::string::npos)
+      << log.str();
+  EXPECT_EQ(trainer.divergence_state().consecutive_skips, 3);
+}
+
+TEST_F(DivergenceTest, RollbackContinuesFromTheNewestHealthyCheckpointWithHalfTheLearningRate) {
+  const std::string dir = path("run");
+  std::ostringstream log;
+  {
+    // The 15th step computed (step 15) reports a NaN loss: back to step 10's checkpoint.
+    const ScopedEnvironment nan_at_fifteen("THPC_TEST_NAN_LOSS_AT", "15");
+    Trainer trainer(small_config(dir, {"train.max_steps=20", "checkpoint.every_steps=10",
+                                       "train.divergence=rollback"}));
+    ASSERT_EQ(trainer.run(log), RunEnd::Finished) << log.str();
+    EXPECT_EQ(trainer.completed_steps(), 20);
+    EXPECT_EQ(trainer.divergence_state().rollbacks, 1);
+    EXPECT_EQ(trainer.divergence_state().lr_factor, 0.5);
+  }
+  EXPECT_NE(log.str().find("rolled back to " + dir + "/step_00000010.h5 (step 10) after step 15 "
+                           "diverged; the learning rate is now 0.5 x the schedule's"),
+            std::string::npos)
+      << log.str();
+  EXPECT_NE(log.str().find("| rollbacks 1\n"), std::string::npos) << log.str();
+  // Steps 11 to 20 after the rollback ran at half the schedule's rate; step 20 is the
+  // last line of its number.
+  const double schedule = learning_rate(20, 64, 100, 1.0);
+  char expected_lr[32];
+  std::snprintf(expected_lr, sizeof expected_lr, "lr %.3e", schedule * 0.5);
+  EXPECT_NE(log.str().find("step 20/20 | loss "), std::string::npos);
+  EXPECT_NE(log.str().find(expected_lr), std::string::npos) << expected_lr << "\n" << log.str();
+  // The reduction travels in the checkpoints: a resume keeps it.
+  const Checkpoint saved = read_checkpoint(dir + "/step_00000020.h5");
+  ASSERT_TRUE(saved.divergence.has_value());
+  EXPECT_EQ(saved.divergence->lr_factor, 0.5);
+  EXPECT_EQ(saved.divergence->rollbacks, 1);
+  std::ostringstream resumed_log;
+  Trainer resumed(small_config(dir, {"train.max_steps=21", "checkpoint.resume=auto"}));
+  ASSERT_EQ(resumed.run(resumed_log), RunEnd::Finished) << resumed_log.str();
+  std::snprintf(expected_lr, sizeof expected_lr, "lr %.3e", learning_rate(21, 64, 100, 1.0) * 0.5);
+  EXPECT_NE(resumed_log.str().find(expected_lr), std::string::npos) << resumed_log.str();
+}
+
+TEST_F(DivergenceTest, RollbackWithoutAHealthyCheckpointStopsSayingSo) {
+  const ScopedEnvironment nan_at_three("THPC_TEST_NAN_LOSS_AT", "3");
+  std::ostringstream log;
+  Trainer trainer(small_config(path("run"), {"train.max_steps=8", "train.divergence=rollback"}));
+  EXPECT_EQ(trainer.run(log), RunEnd::Diverged) << log.str();
+  EXPECT_NE(log.str().find("(no healthy checkpoint in " + path("run") + " to roll back to)"),
+            std::string::npos)
+      << log.str();
+}
+
+// The parameters a checkpoint holds produced the next step's loss: when that loss
+// diverges, the checkpoint is marked so, and resume=auto passes over it.
+TEST_F(DivergenceTest, TheCheckpointWhoseParametersDivergedIsMarkedAndPassedOver) {
+  const std::string dir = path("run");
+  std::ostringstream log;
+  {
+    const ScopedEnvironment nan_at_eleven("THPC_TEST_NAN_LOSS_AT", "11");
+    Trainer trainer(small_config(dir, {"train.max_steps=20", "checkpoint.every_steps=5"}));
+    EXPECT_EQ(trainer.run(log), RunEnd::Diverged) << log.str();
+  }
+  EXPECT_NE(log.str().find("marked checkpoint " + dir + "/step_00000010.h5 diverged"),
+            std::string::npos)
+      << log.str();
+  EXPECT_NE(log.str().find("resume from " + dir + "/step_00000005.h5 (step 5"), std::string::npos)
+      << log.str();
+  const std::map<std::string, CheckpointState> expected = {
+      {"step_00000005.h5", CheckpointState::Healthy},
+      {"step_00000010.h5", CheckpointState::Diverged}};
+  EXPECT_EQ(states_in(dir), expected);
+  // Marking rewrote the header only: the file still verifies.
+  EXPECT_EQ(read_checkpoint(dir + "/step_00000010.h5").state, CheckpointState::Diverged);
+
+  std::ostringstream resumed_log;
+  Trainer resumed(small_config(dir, {"train.max_steps=6", "checkpoint.resume=auto"}));
+  ASSERT_EQ(resumed.run(resumed_log), RunEnd::Finished) << resumed_log.str();
+  EXPECT_NE(resumed_log.str().find("note: passing over checkpoint " + dir +
+                                   "/step_00000010.h5 (step 10, diverged)"),
+            std::string::npos)
+      << resumed_log.str();
+  EXPECT_NE(resumed_log.str().find("resumed from " + dir + "/step_00000005.h5 at step 5"),
+            std::string::npos)
+      << resumed_log.str();
+}
+
+// ---- checkpoints: health, pruning, order ----
+
+// A checkpoint of two constant tensors at `step` in `state`, as a run writes one.
+void write_constant(const std::string& path, int64_t step, CheckpointState state, double loss) {
+  Checkpoint checkpoint;
+  checkpoint.step = step;
+  checkpoint.architecture = "test";
+  checkpoint.config_ini = "[model]\n";
+  checkpoint.params.push_back({"a.weight", 2, 3, std::vector<float>(6, static_cast<float>(step))});
+  checkpoint.adam_m = checkpoint.params;
+  checkpoint.adam_v = checkpoint.params;
+  checkpoint.run_id = "0123456789abcdef";
+  checkpoint.loss = loss;
+  checkpoint.state = state;
+  checkpoint.divergence = DivergenceState{};
+  write_checkpoint(path, checkpoint);
+}
+
+TEST_F(DivergenceTest, PruningRemovesUnhealthyCheckpointsFirstAndNeverTheLastHealthyOne) {
+  const CheckpointState H = CheckpointState::Healthy, D = CheckpointState::Diverged,
+                        S = CheckpointState::Superseded;
+  const std::vector<CheckpointState> states = {H, H, D, S, D};
+  for (size_t i = 0; i < states.size(); ++i) {
+    write_constant(path(checkpoint_file_name(static_cast<int64_t>(i) + 1)),
+                   static_cast<int64_t>(i) + 1, states[i], 3.0);
+  }
+  const std::vector<std::string> deleted =
+      prune_checkpoints(directory_.string(), 2, path(checkpoint_file_name(5)));
+  // Unhealthy first, oldest first (3, 4), then the oldest healthy (1); the newest
+  // healthy (2) and the one just written (5) stay.
+  EXPECT_EQ(deleted, (std::vector<std::string>{path("step_00000003.h5"), path("step_00000004.h5"),
+                                               path("step_00000001.h5")}));
+  EXPECT_EQ(list_checkpoints(directory_.string()),
+            (std::vector<std::string>{path("step_00000002.h5"), path("step_00000005.h5")}));
+  // With keep = 1 the last healthy one still stays beside the one just written.
+  write_constant(path(checkpoint_file_name(6)), 6, D, NAN);
+  prune_checkpoints(directory_.string(), 1, path(checkpoint_file_name(6)));
+  EXPECT_EQ(list_checkpoints(directory_.string()),
+            (std::vector<std::string>{path("step_00000002.h5"), path("step_00000006.h5")}));
+}
+
+TEST_F(DivergenceTest, ResumeAndAveragingOrderCheckpointsByTheStepStoredInside) {
+  write_constant(path("step_00000010.h5"), 10, CheckpointState::Healthy, 3.0);
+  write_constant(path("step_00000020.h5"), 20, CheckpointState::Healthy, 2.5);
+  // A copy of step 10 under a later step's name (a user's cp, another run's file).
+  fs::copy_file(path("step_00000010.h5"), path("step_00000099.h5"));
+  const std::vector<CheckpointSummary> summaries = checkpoint_summaries(directory_.string());
+  ASSERT_EQ(summaries.size(), 3u);
+  EXPECT_EQ(summaries.back().path, path("step_00000020.h5"));
+  EXPECT_EQ(summaries.back().step, 20);
+  EXPECT_EQ(summaries.back().loss, 2.5);
+  std::ostringstream warnings;
+  Checkpoint loaded;
+  EXPECT_EQ(newest_valid_checkpoint(directory_.string(), warnings, &loaded),
+            path("step_00000020.h5"));
+  EXPECT_EQ(loaded.step, 20);
+  // Averaging the last N takes the newest healthy ones by stored step, too.
+  mark_checkpoint(path("step_00000020.h5"), CheckpointState::Diverged);
+  EXPECT_EQ(newest_healthy_checkpoints(directory_.string(), 1),
+            (std::vector<std::string>{path("step_00000099.h5")}));
+  const ProcessResult average = run_process(kAverager + " --inputs " + directory_.string() +
+                                            " --last 3 --output " + path("average.h5"));
+  EXPECT_EQ(average.exit_code, 2) << average.output;
+  EXPECT_NE(average.output.find("holds 2 healthy step_*.h5 checkpoints, --last asks for 3"),
+            std::string::npos)
+      << average.output;
+}
+
+TEST_F(DivergenceTest, AHeaderThatDisagreesWithItsFileIsRefused) {
+  const std::string file = path("step_00000010.h5");
+  write_constant(file, 10, CheckpointState::Healthy, 3.0);
+  const std::optional<CheckpointSummary> summary = read_checkpoint_summary(file);
+  ASSERT_TRUE(summary.has_value());
+  EXPECT_EQ(summary->step, 10);
+  EXPECT_EQ(summary->run_id, "0123456789abcdef");
+  EXPECT_FALSE(summary->parameters_only);
+  // "step 10" -> "step 11" in the header (outside the whole-file checksum): the header
+  // would order the file as step 11; reading it finds the lie.
+  std::fstream bytes(file, std::ios::in | std::ios::out | std::ios::binary);
+  std::string head(512, '\0');
+  bytes.read(head.data(), 512);
+  const size_t at = head.find("step 10\n");
+  ASSERT_NE(at, std::string::npos);
+  bytes.seekp(static_cast<std::streamoff>(at + 6));
+  bytes.put('1');
+  bytes.close();
+  expect_error([&] { read_checkpoint(file); },
+               {"checkpoint " + file, "damaged file header (its step or run is not the file's)"});
+  // A state word the format does not know is a damaged header too.
+  write_constant(file, 10, CheckpointState::Healthy, 3.0);
+  std::fstream again(file, std::ios::in | std::ios::out | std::ios::binary);
+  again.read(head.data(), 512);
+  const size_t state_at = head.find("state healthy");
+  ASSERT_NE(state_at, std::string::npos);
+  again.seekp(static_cast<std::streamoff>(state_at + 6));
+  again.write("wealthy", 7);
+  again.close();
+  EXPECT_FALSE(read_checkpoint_summary(file).has_value());
+  expect_error([&] { read_checkpoint(file); }, {"damaged file header (its state is not"});
+}
+
+}  // namespace
+}  // namespace thpc
