@@ -46,11 +46,13 @@ int dry_run(const thpc::Config& config) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  thpc::MpiSession mpi(&argc, &argv);
-  // Slurm's stop signals are recorded from here on: one that arrives while the shards are
+  // Slurm's stop signals are recorded from the first instruction that can take time (MPI
+  // start-up takes half a second): one that arrives while MPI starts, the shards are
   // checked or a checkpoint is read stops the run before training (exit 0), instead of
-  // killing the process without a word (exit 143).
+  // killing the process without a word (exit 143). Open MPI leaves SIGTERM and SIGUSR1
+  // to the program (its own handlers are for crashes).
   const thpc::StopSignalGuard stop_signals;
+  thpc::MpiSession mpi(&argc, &argv);
   const thpc::Communicator comm = thpc::Communicator::world();
   thpc::Config config;
   try {
@@ -70,10 +72,14 @@ int main(int argc, char** argv) {
     std::cout << thpc::startup_line(comm, "device " + trainer.device_description())
               << std::endl;
     if (trainer.run(std::cout) == thpc::RunEnd::Diverged) return thpc::kDivergedExitCode;
+  } catch (const thpc::StoppedDuringStartUp& e) {
+    // A stop, not a failure: the line a stop during start-up prints, exit 0.
+    if (comm.is_root()) std::cout << e.what() << std::endl;
+    return 0;
   } catch (const thpc::AllRanksError& e) {
     // Every rank raised it together: one message, and no rank needs ending by force.
     if (comm.is_root()) std::cerr << "transformer_hpc: error: " << e.what() << std::endl;
-    return 1;
+    return e.exit_code();
   } catch (const thpc::DataError& e) {
     comm.abort("transformer_hpc: error on " + thpc::process_identity() + ": " + e.what(), 3);
   } catch (const std::exception& e) {

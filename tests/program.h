@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 
 #include <cstdio>
 #include <cstdlib>
@@ -69,6 +70,52 @@ inline ProcessResult run_on_terminal(const std::string& command) {
   ::waitpid(pid, &status, 0);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
+}
+
+// Starts `argv` with stdout and stderr into a pipe; returns the pid and the read end
+// (for tests that signal a program while it runs).
+inline pid_t start_process(const std::vector<std::string>& argv, FILE** output) {
+  int fds[2];
+  if (::pipe(fds) != 0) return -1;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::dup2(fds[1], STDERR_FILENO);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    std::vector<char*> args;
+    for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  *output = ::fdopen(fds[0], "r");
+  return pid;
+}
+
+// Reads `output` to its end and waits for `pid`; its log and wait status.
+inline std::string finish_process(pid_t pid, FILE* output, int* status) {
+  std::string log;
+  char line[4096];
+  while (std::fgets(line, sizeof line, output) != nullptr) log += line;
+  std::fclose(output);
+  ::waitpid(pid, status, 0);
+  return log;
+}
+
+// Whether `pid` has a handler for SIGTERM installed (/proc/PID/status, SigCgt): the
+// moment from which a signal is recorded instead of killing it.
+inline bool catches_sigterm(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("SigCgt:", 0) == 0) {
+      const unsigned long long caught = std::stoull(line.substr(7), nullptr, 16);
+      return (caught >> (SIGTERM - 1)) & 1ULL;
+    }
+  }
+  return false;
 }
 
 inline std::string read_file(const std::filesystem::path& path) {

@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <csignal>
+#include <fstream>
+#include <iterator>
 #include <filesystem>
 #include <map>
 #include <regex>
@@ -12,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
@@ -130,6 +134,76 @@ TEST(Distributed, ANonFiniteLossOnOneRankIsLeftOutByEveryRank) {
       << run.output;
   EXPECT_NE(run.output.find("final: step=6 "), std::string::npos) << run.output;
   std::filesystem::remove_all(scratch_run());
+}
+
+// The pid of the process of MPI rank `rank` whose command line mentions `marker`, or -1.
+pid_t rank_process(int rank, const std::string& marker) {
+  for (const std::filesystem::directory_entry& entry :
+       std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream cmdline(entry.path() / "cmdline");
+    const std::string command((std::istreambuf_iterator<char>(cmdline)),
+                              std::istreambuf_iterator<char>());
+    if (command.find("transformer_hpc") == std::string::npos ||
+        command.find(marker) == std::string::npos) {
+      continue;
+    }
+    std::ifstream environ(entry.path() / "environ");
+    std::string variable;
+    while (std::getline(environ, variable, '\0')) {
+      if (variable == "OMPI_COMM_WORLD_RANK=" + std::to_string(rank)) return std::stoi(name);
+    }
+  }
+  return -1;
+}
+
+// A SIGTERM that reaches rank 1 alone (a user's kill, a node's own signal) is part of
+// the next step's decision: the whole job saves one checkpoint and stops, exit 0.
+// (It used to be swallowed: the job trained to its end.)
+TEST(Distributed, ASigtermToOneRankStopsTheWholeJob) {
+  const std::filesystem::path root =
+      std::filesystem::temp_directory_path() / ("thpc_dist_one_rank_" + std::to_string(getpid()));
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root);
+  const std::string log = (root / "log").string();
+  const std::string checkpoints = (root / "checkpoints").string();
+  const std::string command =
+      "cd " THPC_SOURCE_DIR " && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+      "timeout 120 " THPC_MPIEXEC " --oversubscribe -np 2 " THPC_BINARY_DIR
+      "/transformer_hpc input/tiny.ini --model.layers=1 --train.max_steps=2000 "
+      "--train.log_every=1 --checkpoint.minutes=0 --checkpoint.dir=" + checkpoints +
+      " > " + log + " 2>&1";
+  const pid_t job = ::fork();
+  ASSERT_GE(job, 0);
+  if (job == 0) {
+    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  pid_t rank1 = -1;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream in(log);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (text.find("step 3/2000 ") != std::string::npos) {
+      rank1 = rank_process(1, checkpoints);
+      break;
+    }
+    ::usleep(20000);
+  }
+  ASSERT_GT(rank1, 0);
+  ::kill(rank1, SIGTERM);
+  int status = 0;
+  ::waitpid(job, &status, 0);
+  std::ifstream in(log);
+  const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(WIFEXITED(status)) << output;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << output;
+  const size_t stopped = output.find("stopped: SIGTERM received; step=");
+  ASSERT_NE(stopped, std::string::npos) << output;
+  EXPECT_EQ(output.find("final:"), std::string::npos) << output;
+  EXPECT_EQ(thpc::list_checkpoints(checkpoints).size(), 1u) << output;
+  std::filesystem::remove_all(root);
 }
 
 // step -> "loss X" of every progress line, and the final digest.

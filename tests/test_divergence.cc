@@ -20,6 +20,7 @@
 #include "config/config.h"
 #include "expect_error.h"
 #include "program.h"
+#include "scratch_directory.h"
 #include "train/divergence.h"
 #include "train/lr_schedule.h"
 #include "train/trainer.h"
@@ -46,19 +47,8 @@ class ScopedEnvironment {
   const char* name_;
 };
 
-class DivergenceTest : public ::testing::Test {
+class DivergenceTest : public ScratchDirectoryTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    directory_ = fs::temp_directory_path() /
-                 ("thpc_test_divergence_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(directory_);
-    fs::create_directories(directory_);
-  }
-  void TearDown() override { fs::remove_all(directory_); }
-
-  std::string path(const std::string& name) const { return (directory_ / name).string(); }
-
   // input/tiny.ini shrunk to one layer per stack, its checkpoints and metrics in `dir`.
   Config small_config(const std::string& dir, std::vector<std::string> overrides = {}) const {
     overrides.insert(overrides.begin(), {"model.layers=1", "checkpoint.dir=" + dir,
@@ -76,7 +66,6 @@ class DivergenceTest : public ::testing::Test {
     return states;
   }
 
-  fs::path directory_;
 };
 
 // ---- the judgement ----

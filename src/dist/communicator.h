@@ -21,9 +21,16 @@ namespace thpc {
 // A failure that every rank has agreed on over MPI and raises together (for example a
 // checkpoint that some rank cannot read): rank 0 reports it once and every rank exits
 // normally with the code, instead of one rank ending the others with MPI_Abort.
+// `exit_code` is the program's (README "Exit codes"): 1 for a runtime failure, 2 for
+// ranks that were given different configurations.
 class AllRanksError : public Error {
  public:
-  explicit AllRanksError(const std::string& message) : Error(message) {}
+  explicit AllRanksError(const std::string& message, int exit_code = 1)
+      : Error(message), exit_code_(exit_code) {}
+  int exit_code() const { return exit_code_; }
+
+ private:
+  int exit_code_;
 };
 
 // MPI_Init_thread on construction, MPI_Finalize on destruction; owned by main().

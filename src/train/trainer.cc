@@ -159,6 +159,16 @@ bool poison_this_loss(const Communicator& comm, int64_t computed) {
 
 }  // namespace
 
+StoppedDuringStartUp::StoppedDuringStartUp(int signal_number)
+    : AllRanksError(std::string("stopped before training: ") + stop_signal_name(signal_number) +
+                        " received during start-up; step=0, nothing to save",
+                    0),
+      signal_number_(signal_number) {}
+
+void stop_if_signalled_during_start_up(const Communicator& comm) {
+  if (const int signal = stop_signal_of_any_rank(comm)) throw StoppedDuringStartUp(signal);
+}
+
 Trainer::Trainer(const Config& config, Communicator comm)
     : config_(config), comm_(std::move(comm)) {
   // One rank per GPU: local rank modulo the visible devices unless dist.device forces one.
@@ -180,6 +190,9 @@ Trainer::Trainer(const Config& config, Communicator comm)
     }
     if (config_.train.valid_bleu) valid_bleu_ = make_validation_bleu(config_, comm_);
   }
+  // Reading the data is the part of start-up that a corpus makes long: a stop signal
+  // that came meanwhile ends the job here, before the model is built.
+  stop_if_signalled_during_start_up(comm_);
   const int vocab = resolve_vocab_size(config_, *source_);
   micro_budget_ = micro_batch_budget(config_, comm_);
   model_ = std::make_unique<Transformer>(config_.model, vocab, source_->special_ids(), *backend_,
@@ -307,7 +320,11 @@ ValidationStats validation_pass(Transformer& model, ShardReader& shards,
                                 const Communicator& comm, int64_t budget) {
   shards.seek(DataPosition{});
   LossSums sums;
-  while (std::optional<Batch> batch = shards.next_in_epoch(budget)) {
+  // A stop signal ends the pass at the next batch: the caller then records nothing of it
+  // (ValidationStats::interrupted), and the job stops without waiting for the whole set.
+  while (stop_requested_by() == 0) {
+    std::optional<Batch> batch = shards.next_in_epoch(budget);
+    if (!batch) break;
     const LossSums batch_sums = model.evaluate(*batch);
     sums.loss += batch_sums.loss;
     sums.nll += batch_sums.nll;
@@ -353,6 +370,14 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
   ValidationStats stats = validation_pass(model, *shards, comm, micro_batch_budget(config, comm));
   if (config.train.valid_bleu) {
     score_translations(*make_validation_bleu(config, comm), model, stats);
+  }
+  // A stop signal cut the pass short on some rank: its numbers are not the checkpoint's.
+  if (const int signal = stop_signal_of_any_rank(comm)) {
+    if (comm.is_root()) {
+      log << "stopped: " << stop_signal_name(signal) << " received during --eval of " << path
+          << "; nothing evaluated" << std::endl;
+    }
+    return;
   }
   if (!comm.is_root()) return;
   log << "evaluated " << path << " (step " << checkpoint.step << ") on " << config.data.dir
@@ -593,10 +618,22 @@ void Trainer::write_average(std::ostream& log) {
   const std::string output = (std::filesystem::path(config_.checkpoint.dir) /
                               ("average_last" + std::to_string(wanted) + ".h5"))
                                  .string();
+  // Reading N checkpoints takes a while (20 base-model ones: a minute): a stop signal
+  // meanwhile ends the averaging at the next file, the run as finished.
+  class StopOnSignal final : public ProgressListener {
+   public:
+    void begin(const std::string&, const std::string&, int64_t) override {}
+    void advance(int64_t) override {
+      if (const int signal = stop_requested_by()) {
+        THPC_FAIL(stop_signal_name(signal) << " received while averaging");
+      }
+    }
+    void end() override {}
+  } stop_on_signal;
   // The training itself succeeded: a bad old checkpoint costs the average, not the run
   // (a failing exit would make the batch system requeue a finished job).
   try {
-    write_checkpoint(output, average_checkpoints(paths));
+    write_checkpoint(output, average_checkpoints(paths, stop_on_signal));
   } catch (const Error& error) {
     log << "warning: no average written: " << error.what() << std::endl;
     return;

@@ -36,6 +36,23 @@ class DataError : public Error {
   explicit DataError(const std::string& message) : Error(message) {}
 };
 
+// A stop signal (SIGTERM, SIGUSR1) that reached some rank during start-up, while the
+// data was read or the model built: every rank raises it at the same point (an agreed
+// check), and main() ends the job with exit 0 after rank 0's "stopped before training"
+// line, as the batch system expects of a stop.
+class StoppedDuringStartUp : public AllRanksError {
+ public:
+  explicit StoppedDuringStartUp(int signal_number);
+  int signal_number() const { return signal_number_; }
+
+ private:
+  int signal_number_;
+};
+
+// Throws StoppedDuringStartUp when some rank has received a stop signal (a collective:
+// every rank calls it at the same point of start-up).
+void stop_if_signalled_during_start_up(const Communicator& comm);
+
 // The training data the config names (data.dir's shards, else the synthetic task); rank
 // `shard` of `shards` gets its share. Missing or invalid shards throw DataError.
 std::unique_ptr<BatchSource> make_training_source(const Config& config, int shard = 0,

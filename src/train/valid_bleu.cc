@@ -5,6 +5,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "checkpoint/stop_request.h"
 #include "common/error.h"
 #include "data/shard_file.h"
 #include "data/shard_reader.h"
@@ -80,6 +81,9 @@ double ValidationBleu::score(Transformer& model) const {
   std::vector<std::vector<Hypothesis>> results(sources_.size());
   for (const DecodeBatch& batch :
        make_decode_batches(sources_, options_, kBatchTokens, /*workers=*/1)) {
+    // A stop signal ends the translation at the next batch (the trainer then records
+    // nothing of this validation: ValidationStats::interrupted).
+    if (stop_requested_by() != 0) break;
     translate_batch(model, ids_, sources_, batch, options_, results);
   }
   // Each rank's translations as ids, one line each, for rank 0 to detokenise.
