@@ -523,7 +523,8 @@ tests_stage() {
 
 translate_stage() {
   local checkpoints=build-gpu/multi30k/checkpoints
-  rm -rf "$checkpoints"
+  # A new run refuses a directory holding another run's checkpoints or metrics.
+  rm -rf "$checkpoints" build-gpu/multi30k/metrics.jsonl build-gpu/multi30k/events.out.tfevents.*
   # A checkpoint every 0.7 minutes (at least 5 in 4 minutes, the final one included): the
   # last 5 are averaged, as in the paper's base recipe. Minutes and time-outs are chosen
   # so that the stage, build kept from the tests stage, ends inside the 10-minute call.

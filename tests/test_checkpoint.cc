@@ -67,9 +67,11 @@ std::string final_line(const std::string& log) {
 
 class CheckpointTest : public ScratchDirectoryTest {
  protected:
-  // input/tiny.ini shrunk to one layer per stack, checkpoints into `dir`.
+  // input/tiny.ini shrunk to one layer per stack, checkpoints and metrics into `dir` (a
+  // run owns its directory: the runs of a test each have their own).
   Config small_config(const std::string& dir, std::vector<std::string> overrides = {}) const {
-    overrides.insert(overrides.begin(), {"model.layers=1", "checkpoint.dir=" + dir});
+    overrides.insert(overrides.begin(),
+                     {"model.layers=1", "checkpoint.dir=" + dir, "train.metrics_dir=" + dir});
     return load_config(kTinyIni, overrides);
   }
 };
@@ -214,14 +216,19 @@ TEST_F(CheckpointTest, TheLayerNormOrderIsRecordedAndTheOtherOrderIsRefusedByNam
 // ---- resume ----
 
 TEST_F(CheckpointTest, ResumeAfterSigtermIsIdenticalToTheUninterruptedRun) {
+  // Each run with its own metrics (a run owns its directory): train.metrics_dir = the
+  // checkpoint directory.
   const std::string common = kTrainer + " " + kTinyIni +
                              " --train.max_steps=40 --train.log_every=1 --checkpoint.dir=";
-  const ProcessResult whole = run_process(common + path("whole"));
+  const auto run_in = [](const std::string& dir) {
+    return dir + " --train.metrics_dir=" + dir;
+  };
+  const ProcessResult whole = run_process(common + run_in(path("whole")));
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
 
   // The test hook raises SIGTERM on the process itself once step 15 is complete.
   const ProcessResult stopped =
-      run_process("THPC_TEST_STOP_AT_STEP=15 " + common + path("interrupted"));
+      run_process("THPC_TEST_STOP_AT_STEP=15 " + common + run_in(path("interrupted")));
   ASSERT_EQ(stopped.exit_code, 0) << stopped.output;
   EXPECT_NE(stopped.output.find("stopped: SIGTERM received; step=15"), std::string::npos)
       << stopped.output;
@@ -230,7 +237,7 @@ TEST_F(CheckpointTest, ResumeAfterSigtermIsIdenticalToTheUninterruptedRun) {
   EXPECT_EQ(losses_by_step(stopped.output).rbegin()->first, 15);
 
   const ProcessResult resumed =
-      run_process(common + path("interrupted") + " --checkpoint.resume=auto");
+      run_process(common + run_in(path("interrupted")) + " --checkpoint.resume=auto");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from " + path("interrupted/step_00000015.h5") +
                                 " at step 15"),
@@ -279,6 +286,7 @@ TEST_F(CheckpointTest, SigtermFromOutsideStopsCleanlyAndTheRunResumesExactly) {
                                             "--train.max_steps=60", "--train.log_every=1"};
   std::vector<std::string> interrupted = command;
   interrupted.push_back("--checkpoint.dir=" + path("interrupted"));
+  interrupted.push_back("--train.metrics_dir=" + path("interrupted"));
   const SignalledRun run = run_and_signal_at(interrupted, "step 5/60 ");
   const std::string& log = run.log;
   ASSERT_TRUE(run.signalled) << log;
@@ -294,7 +302,8 @@ TEST_F(CheckpointTest, SigtermFromOutsideStopsCleanlyAndTheRunResumesExactly) {
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   std::string whole_command;
   for (const std::string& arg : command) whole_command += arg + " ";
-  const ProcessResult whole = run_process(whole_command + "--checkpoint.dir=" + path("whole"));
+  const ProcessResult whole = run_process(whole_command + "--checkpoint.dir=" + path("whole") +
+                                          " --train.metrics_dir=" + path("whole"));
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
   ASSERT_NE(final_line(whole.output), "");
   EXPECT_EQ(final_line(resumed.output), final_line(whole.output));

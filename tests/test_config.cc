@@ -53,6 +53,7 @@ const std::vector<std::string> kAllKeys = {
     "checkpoint.dir",        "checkpoint.minutes",    "checkpoint.every_steps",
     "checkpoint.keep",       "checkpoint.resume",     "checkpoint.init",
     "checkpoint.average_last", "checkpoint.keep_best", "checkpoint.patience",
+    "checkpoint.overwrite",
     "decode.beam",           "decode.alpha",          "decode.max_len_a",
     "decode.max_len_b",
     "decode.tree_leaves",
@@ -120,6 +121,7 @@ void expect_same_config(const Config& actual, const Config& expected) {
   EXPECT_EQ(actual.checkpoint.init, expected.checkpoint.init);
   EXPECT_EQ(actual.checkpoint.average_last, expected.checkpoint.average_last);
   EXPECT_EQ(actual.checkpoint.keep_best, expected.checkpoint.keep_best);
+  EXPECT_EQ(actual.checkpoint.overwrite, expected.checkpoint.overwrite);
   EXPECT_EQ(actual.checkpoint.patience, expected.checkpoint.patience);
   EXPECT_EQ(actual.decode.beam, expected.decode.beam);
   EXPECT_EQ(actual.decode.alpha, expected.decode.alpha);
@@ -381,7 +383,7 @@ const std::vector<std::string> kUnusualValues = {
     "checkpoint.dir=runs/x/ckpt", "checkpoint.minutes=0.25",
     "checkpoint.every_steps=500", "checkpoint.keep=7", "checkpoint.resume=auto",
     "checkpoint.init=runs/x/average.h5", "checkpoint.average_last=6",
-    "checkpoint.keep_best=chrf", "checkpoint.patience=3",
+    "checkpoint.keep_best=chrf", "checkpoint.patience=3", "checkpoint.overwrite=true",
     "decode.beam=21",          "decode.alpha=0.3",       "decode.max_len_a=2",
     "decode.max_len_b=300",    "decode.tree_leaves=words",
 };

@@ -63,12 +63,18 @@ JobResult run_mpi_job(const std::string& env, const std::string& mpirun_args) {
 }
 
 // Runs `env mpirun -np 2 transformer_hpc input/tiny.ini args`.
-// Checkpoints go to a scratch directory unless `args` names one.
+// Checkpoints go to a scratch directory unless `args` names one; metrics go beside the
+// checkpoints (a run owns its directory, and the jobs of a test are different runs).
 JobResult mpirun_trainer(const std::string& env, const std::string& args) {
-  return run_mpi_job(env, "-np 2 " THPC_BINARY_DIR "/transformer_hpc input/tiny.ini " +
-                              (args.find("--checkpoint.dir=") == std::string::npos
-                                   ? "--checkpoint.dir=" + scratch_checkpoints() + " "
-                                   : std::string()) +
+  std::string placed;
+  const size_t dir_at = args.find("--checkpoint.dir=");
+  if (dir_at == std::string::npos) {
+    placed = "--checkpoint.dir=" + scratch_checkpoints() + " ";
+  } else if (args.find("--train.metrics_dir=") == std::string::npos) {
+    const size_t value = dir_at + std::string("--checkpoint.dir=").size();
+    placed = "--train.metrics_dir=" + args.substr(value, args.find(' ', value) - value) + " ";
+  }
+  return run_mpi_job(env, "-np 2 " THPC_BINARY_DIR "/transformer_hpc input/tiny.ini " + placed +
                               args);
 }
 
@@ -133,6 +139,23 @@ TEST(Distributed, ANonFiniteLossOnOneRankIsLeftOutByEveryRank) {
   EXPECT_NE(run.output.find("skipped step 3: the loss is nan (not finite)"), std::string::npos)
       << run.output;
   EXPECT_NE(run.output.find("final: step=6 "), std::string::npos) << run.output;
+  std::filesystem::remove_all(scratch_run());
+}
+
+// A run owns its directory: rank 0 finds another run's files, and every rank stops
+// before writing anything, with one message and exit 2.
+TEST(Distributed, ANewRunInAUsedDirectoryStopsEveryRankWithOneMessage) {
+  const JobResult first = mpirun_trainer("", "--model.layers=1 --train.max_steps=2");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const JobResult second =
+      mpirun_trainer("", "--model.layers=1 --train.max_steps=3 --train.seed=7");
+  EXPECT_EQ(second.exit_code, 2) << second.output;
+  const std::string needle = "of another run (";
+  const size_t at = second.output.find(needle);
+  ASSERT_NE(at, std::string::npos) << second.output;
+  EXPECT_EQ(second.output.find(needle, at + 1), std::string::npos) << second.output;
+  EXPECT_EQ(second.output.find("step 1/"), std::string::npos) << second.output;
+  EXPECT_LT(second.seconds, 30.0) << second.output;
   std::filesystem::remove_all(scratch_run());
 }
 

@@ -394,12 +394,14 @@ TEST(Trainer, TwoRunsAreBitIdentical) {
   // Each run ends with a checkpoint; keep them out of the source tree.
   const std::filesystem::path run =
       std::filesystem::temp_directory_path() / ("thpc_test_model_" + std::to_string(::getpid()));
-  const std::string checkpoints = (run / "checkpoints").string();
-  Config config = load_config(kRoot + "/input/tiny.ini",
-                              {"train.max_steps=3", "checkpoint.dir=" + checkpoints});
+  // Two runs, two run directories (a run owns its own).
+  const auto config_in = [&](const std::string& name) {
+    return load_config(kRoot + "/input/tiny.ini",
+                       {"train.max_steps=3", "checkpoint.dir=" + (run / name / "checkpoints").string()});
+  };
   std::ostringstream log_a, log_b;
-  Trainer(config).run(log_a);
-  Trainer(config).run(log_b);
+  Trainer(config_in("a")).run(log_a);
+  Trainer(config_in("b")).run(log_b);
   EXPECT_NE(log_a.str().find("final: step=3 loss="), std::string::npos) << log_a.str();
   EXPECT_EQ(log_a.str().substr(log_a.str().find("final:")),
             log_b.str().substr(log_b.str().find("final:")));

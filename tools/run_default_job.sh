@@ -27,8 +27,8 @@ python3 tools/make_numbers_corpus.py --out "$corpus/text" --seed 1
   --vocab-size 200 --model-type bpe --shards 2 --seed 1 2> "$corpus/preprocess.log" ||
   { cat "$corpus/preprocess.log" >&2; exit 1; }
 # An earlier run's checkpoints would be averaged with this run's (and its metrics
-# appended to).
-rm -rf "$checkpoints" "$corpus/metrics.jsonl" "$eval_dir"
+# appended to): the trainer refuses a directory that holds them, so they go first.
+rm -rf "$checkpoints" "$corpus/metrics.jsonl" "$corpus"/events.out.tfevents.* "$eval_dir"
 ${MPIRUN:-} "$build/transformer_hpc" input/numbers.ini --data.dir="$corpus/data" \
   --checkpoint.dir="$checkpoints" "$@"
 

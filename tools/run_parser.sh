@@ -97,6 +97,13 @@ if [[ -z ${CHECKPOINT:-} ]]; then
     mv "$checkpoints" "$checkpoints.previous"
     echo "run_parser.sh: the checkpoints of an earlier run are in $checkpoints.previous" >&2
   fi
+  # Its metrics too: the trainer refuses to start a new run beside another run's files.
+  run_dir=$(dirname "$checkpoints")
+  for file in "$run_dir/metrics.jsonl" "$run_dir"/events.out.tfevents.*; do
+    [[ -e $file ]] || continue
+    mkdir -p "$checkpoints.previous"
+    mv "$file" "$checkpoints.previous/"
+  done
   ${MPIRUN:-} "$build/transformer_hpc" "$config" "$@"
   CHECKPOINT=$(ls -1 "$checkpoints"/step_*.h5 2> /dev/null | tail -n 1)
   [[ -n $CHECKPOINT ]] || fail "no checkpoint in $checkpoints after training"

@@ -283,6 +283,11 @@ const std::vector<Option>& option_table() {
       THPC_OPTION(checkpoint, patience, THPC_AT_LEAST(0),
                   "stop training (checkpoint, summary, exit 0) after this many validations "
                   "in a row without a better keep_best metric; 0 = never (needs keep_best)"),
+      THPC_OPTION(checkpoint, overwrite, THPC_ANY,
+                  "a run owns dir and its metrics file: a new run (resume empty) stops when "
+                  "they hold another run's files (step_*.h5, best.h5, metrics.jsonl), a "
+                  "resumed one when they hold a different run's; true = delete those files "
+                  "first"),
       THPC_OPTION(checkpoint, init, THPC_ANY,
                   "start from this checkpoint's parameters only (ignored when resuming)"),
       THPC_OPTION(checkpoint, average_last, THPC_AT_LEAST(0),

@@ -108,6 +108,7 @@ struct CheckpointConfig {
   int average_last = 0;             // at the end, average the last N into DIR; 0 = off
   std::string keep_best = "none";   // none | ppl | bleu | chrf: DIR/best.h5 holds its best
   int patience = 0;                 // stop after N validations without a better keep_best; 0 = off
+  bool overwrite = false;           // a fresh run may delete another run's files in dir
 };
 
 // Beam search (§6.1; §6.3 for the parser): transformer_decode's defaults, stored in every

@@ -68,10 +68,68 @@ std::string metrics_path(const Config& config) {
       .string();
 }
 
+namespace {
+
+// The bytes of `path` ("" when it cannot be read).
+std::string file_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A JSON string literal: the run id and a path (which may hold quotes or backslashes).
+std::string json_string(const std::string& text) {
+  std::string quoted = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      quoted += '\\';
+      quoted += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char escape[8];
+      std::snprintf(escape, sizeof escape, "\\u%04x", static_cast<unsigned char>(c));
+      quoted += escape;
+    } else {
+      quoted += c;
+    }
+  }
+  return quoted + "\"";
+}
+
+}  // namespace
+
+std::string MetricsFile::last_run_id(const std::string& path, bool* has_records) {
+  const std::string text = file_text(path);
+  if (has_records) *has_records = text.find_first_not_of(" \t\r\n") != std::string::npos;
+  const std::string marker = "{\"kind\": \"run\", ";
+  const size_t at = text.rfind(marker);
+  if (at == std::string::npos) return "";
+  const std::string key = "\"run\": \"";
+  const size_t id = text.find(key, at);
+  const size_t line_end = text.find('\n', at);
+  if (id == std::string::npos || (line_end != std::string::npos && id > line_end)) return "";
+  const size_t start = id + key.size();
+  return text.substr(start, text.find('"', start) - start);
+}
+
 MetricsFile::MetricsFile(const std::string& path) : path_(path) {
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   std::error_code error;
   if (!parent.empty()) std::filesystem::create_directories(parent, error);
+  // A crash in the middle of a write leaves a last line without its newline; appending
+  // after it would glue the next record to it, and both would be lost to a reader.
+  const std::string existing = file_text(path);
+  if (!existing.empty() && existing.back() != '\n') {
+    const size_t kept = existing.rfind('\n') == std::string::npos ? 0 : existing.rfind('\n') + 1;
+    std::filesystem::resize_file(path, kept, error);
+    if (error) {
+      THPC_FAIL("the metrics file " << path << " ends with a partial line (a write cut short) "
+                                    << "that cannot be removed (" << error.message()
+                                    << "); remove it by hand or set train.metrics_dir");
+    }
+    repair_note_ = "removed a partial last line of " + std::to_string(existing.size() - kept) +
+                   " bytes from " + path + " (a write cut short)";
+  }
   file_.open(path, std::ios::app);
   if (!file_) {
     THPC_FAIL("cannot open the metrics file " << path << " for appending ("
@@ -95,12 +153,34 @@ void MetricsFile::write(const std::string& kind, int64_t step, double wall_s,
     record << ", \"" << field.key << "\": " << json_number(field.value);
   }
   record << "}\n";
-  file_ << record.str() << std::flush;
-  if (!file_) THPC_FAIL("cannot write the metrics file " << path_ << " (disk full?)");
+  append(record.str());
 
   std::vector<TaggedScalar> scalars = {{kind + "/wall_s", wall_s}};
   for (const LogField& field : fields) scalars.emplace_back(kind + "/" + field.key, field.value);
   events_.write_scalars(step, now, scalars);
+}
+
+}  // namespace thpc
+
+namespace thpc {
+
+void MetricsFile::append(const std::string& record) {
+  file_ << record << std::flush;
+  if (!file_) THPC_FAIL("cannot write the metrics file " << path_ << " (disk full?)");
+}
+
+void MetricsFile::write_run_start(int64_t step, const std::string& run_id,
+                                  const std::string& resumed_from) {
+  if (!file_.is_open()) return;
+  const double now = std::chrono::duration<double>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+  std::ostringstream record;
+  record << "{\"kind\": \"run\", \"step\": " << step << ", \"wall_s\": 0, \"time\": "
+         << std::fixed << std::setprecision(3) << now << ", \"run\": " << json_string(run_id)
+         << ", \"resumed_from\": " << (resumed_from.empty() ? "null" : json_string(resumed_from))
+         << "}\n";
+  append(record.str());
 }
 
 }  // namespace thpc

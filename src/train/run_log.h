@@ -51,8 +51,21 @@ class MetricsFile {
   MetricsFile() = default;
   // Creates the directory, opens `path` for appending (a resumed run continues the file)
   // and starts a new event file beside it; a failure throws naming the file and
-  // train.metrics_dir.
+  // train.metrics_dir. A last line without its newline (a write cut short by a crash) is
+  // removed first, so that the next record starts a line of its own: repair_note() says so.
   explicit MetricsFile(const std::string& path);
+
+  // "" or "removed a partial last line of N bytes from PATH (a write cut short)".
+  const std::string& repair_note() const { return repair_note_; }
+
+  // The record a process writes when it starts training: {"kind": "run", "step": STEP,
+  // "wall_s": 0, "time": ..., "run": "ID", "resumed_from": "PATH" or null}. It marks where
+  // a process's records begin, and says whose file it is (last_run_id). Not an Event.
+  void write_run_start(int64_t step, const std::string& run_id, const std::string& resumed_from);
+
+  // The "run" of the last run record of the metrics file at `path`, "" when it has none
+  // (or the file is missing); *has_records says whether it holds any record at all.
+  static std::string last_run_id(const std::string& path, bool* has_records = nullptr);
 
   // metrics.jsonl: {"kind": KIND, "step": STEP, "wall_s": WALL, "time": unix seconds,
   // key: value, ...}. Event file: an Event at STEP with wall_time = the same Unix time
@@ -62,9 +75,12 @@ class MetricsFile {
              const std::vector<LogField>& fields);
 
  private:
+  void append(const std::string& record);
+
   std::string path_;
   std::ofstream file_;
   EventFile events_;
+  std::string repair_note_;
 };
 
 }  // namespace thpc

@@ -547,6 +547,7 @@ void Trainer::apply_start_options(std::ostream& log) {
       restore(checkpoint, path);
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      resumed_from_ = path;
       log << "resumed from " << path << " at step " << completed_steps_ << " (data epoch "
           << checkpoint.data_position.epoch << ", index " << checkpoint.data_position.index
           << "; read and verified in " << std::fixed << std::setprecision(2) << seconds << " s)"
@@ -562,6 +563,7 @@ void Trainer::apply_start_options(std::ostream& log) {
     if (comm_.is_root()) checkpoint = read_checkpoint(options.resume);
     read_chosen_checkpoint(options.resume, &checkpoint);
     restore(checkpoint, options.resume);
+    resumed_from_ = options.resume;
     log << "resumed from " << options.resume << " at step " << completed_steps_ << std::endl;
     if (checkpoint.state != CheckpointState::Healthy) {
       log << "note: " << options.resume << " is marked " << checkpoint_state_name(checkpoint.state)
@@ -715,6 +717,7 @@ RunEnd Trainer::run(std::ostream& log) {
   if (stopped_before_training(out)) return RunEnd::Stopped;
   apply_start_options(out);
   if (stopped_before_training(out)) return RunEnd::Stopped;
+  claim_run_directory(out);
   const int64_t first_step = completed_steps_;
   int64_t last_saved_step = config_.checkpoint.resume.empty() ? -1 : completed_steps_;
   const auto start = Clock::now();
@@ -732,8 +735,11 @@ RunEnd Trainer::run(std::ostream& log) {
   bool stopped_by_patience = false;
   checkpoints_written_ = 0;
   const DivergenceState divergence_at_start = detector_->state();
-  // Rank 0 writes every value it logs to metrics.jsonl as well (run_log.h).
+  // Rank 0 writes every value it logs to metrics.jsonl as well (run_log.h), after a
+  // record that says which run, from which step, writes what follows.
   MetricsFile metrics = comm_.is_root() ? MetricsFile(metrics_path(config_)) : MetricsFile();
+  if (!metrics.repair_note().empty()) out << "note: " << metrics.repair_note() << std::endl;
+  metrics.write_run_start(first_step, run_id_, resumed_from_);
   const auto seconds_since_start = [&] {
     return std::chrono::duration<double>(Clock::now() - start).count();
   };
@@ -1062,6 +1068,96 @@ bool Trainer::roll_back(const StepStats& stats, std::ostream& log) {
       << " x the schedule's (rollback " << state.rollbacks << " of at most "
       << config_.train.divergence_limit << ", train.divergence_limit)" << std::endl;
   return true;
+}
+
+namespace {
+
+// Whether the file `name` of a checkpoint directory is one a training run writes there:
+// its checkpoints (and the damaged ones it moved aside), best.h5, its averages.
+bool is_run_checkpoint_file(const std::string& name) {
+  const auto starts = [&](const char* prefix) { return name.rfind(prefix, 0) == 0; };
+  const auto ends = [&](const std::string& suffix) {
+    return name.size() >= suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return is_step_checkpoint_name(name) || name == "best.h5" ||
+         (starts("average_last") && ends(".h5")) ||
+         (starts("step_") && name.find(".h5.corrupt") != std::string::npos);
+}
+
+}  // namespace
+
+void Trainer::claim_run_directory(std::ostream& log) {
+  std::string refusal;
+  if (comm_.is_root()) refusal = foreign_run_files(log);
+  // Every rank stops with rank 0's reason, before anything is written.
+  refusal = comm_.broadcast_from_root(refusal);
+  if (!refusal.empty()) throw AllRanksError(refusal, 2);
+}
+
+std::string Trainer::foreign_run_files(std::ostream& log) const {
+  namespace fs = std::filesystem;
+  const CheckpointConfig& options = config_.checkpoint;
+  const bool fresh = options.resume.empty();
+  // resume=auto that found nothing to resume: the first submission of a job, or a requeue
+  // of one that saved nothing; its directory is its own by the command line.
+  if (!fresh && resumed_from_.empty()) return "";
+  std::vector<std::string> foreign;
+  std::error_code error;
+  for (const fs::directory_entry& entry : fs::directory_iterator(options.dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (!is_run_checkpoint_file(name)) continue;
+    if (fresh) {
+      foreign.push_back(entry.path().string());
+    } else if (const std::optional<CheckpointSummary> summary =
+                   read_checkpoint_summary(entry.path().string())) {
+      // A resumed run owns the files of its own id (and those written before ids were).
+      if (!summary->run_id.empty() && summary->run_id != run_id_) {
+        foreign.push_back(entry.path().string());
+      }
+    }
+  }
+  const std::string metrics = metrics_path(config_);
+  bool has_records = false;
+  const std::string metrics_run = MetricsFile::last_run_id(metrics, &has_records);
+  if (fresh ? has_records : (!metrics_run.empty() && metrics_run != run_id_)) {
+    foreign.push_back(metrics);
+  }
+  // TensorBoard's files carry no run id: a fresh run's directory has none.
+  if (fresh) {
+    const fs::path metrics_dir = fs::path(metrics).parent_path().empty()
+                                     ? fs::path(".")
+                                     : fs::path(metrics).parent_path();
+    for (const fs::directory_entry& entry : fs::directory_iterator(metrics_dir, error)) {
+      if (entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0) {
+        foreign.push_back(entry.path().string());
+      }
+    }
+  }
+  if (foreign.empty()) return "";
+  std::sort(foreign.begin(), foreign.end());
+  if (options.overwrite) {
+    for (const std::string& path : foreign) {
+      fs::remove(path, error);
+      log << "removed " << path << ", a file of an earlier run (checkpoint.overwrite = true)"
+          << std::endl;
+    }
+    return "";
+  }
+  std::ostringstream message;
+  message << "checkpoint.dir " << options.dir << " and the directory of its metrics file "
+          << metrics << " hold " << foreign.size() << " file" << (foreign.size() > 1 ? "s" : "")
+          << " of another run";
+  if (!fresh) message << " than the one resumed from " << resumed_from_ << " (run " << run_id_ << ")";
+  message << " (";
+  for (size_t i = 0; i < foreign.size() && i < 3; ++i) message << (i ? ", " : "") << foreign[i];
+  if (foreign.size() > 3) message << ", ...";
+  message << "): a " << (fresh ? "new" : "resumed") << " run there would prune or replace them "
+          << "and mix its metrics with theirs; "
+          << (fresh ? "continue that run with --checkpoint.resume=auto, " : "")
+          << "give this run another checkpoint.dir (and train.metrics_dir), or set "
+          << "checkpoint.overwrite = true to delete them first";
+  return message.str();
 }
 
 std::string Trainer::resume_point() const {

@@ -206,6 +206,14 @@ class Trainer {
   // "PATH (step S, loss L)": the newest healthy checkpoint of checkpoint.dir, the one to
   // resume from; "none" when there is none.
   std::string resume_point() const;
+  // A run owns its directory: a fresh run (no checkpoint.resume) refuses a checkpoint.dir
+  // or metrics file that holds another run's files, a resumed one those of another run
+  // id; with checkpoint.overwrite rank 0 deletes them instead. Throws AllRanksError (exit
+  // 2) on every rank before anything is written.
+  void claim_run_directory(std::ostream& log);
+  // Rank 0: "" when the directory is this run's (after deleting the others' files with
+  // checkpoint.overwrite), else the refusal.
+  std::string foreign_run_files(std::ostream& log) const;
 
   // checkpoint.resume, else checkpoint.init (the first run of a job has nothing to resume).
   void apply_start_options(std::ostream& log);
@@ -229,6 +237,7 @@ class Trainer {
   int64_t completed_steps_ = 0;
   // The run's id (Checkpoint::run_id): new for a fresh start, the checkpoint's on resume.
   std::string run_id_;
+  std::string resumed_from_;  // the checkpoint this process resumed from, or "".
   // The loss of the last step judged (applied or left out), which a checkpoint records.
   double checkpoint_loss_ = NAN;
   // The best validation values of the run, resumed runs before this one included.
