@@ -11,6 +11,9 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "checkpoint/stop_request.h"
 #include "common/error.h"
@@ -43,6 +46,66 @@ int dry_run(const thpc::Config& config) {
   return 0;
 }
 
+// What a rank was asked to do, for the start-up agreement: its mode and the resolved
+// keys (not the comment naming the file: ranks may read the same configuration under
+// different paths), or its command line's mistake.
+std::string rank_request(const thpc::Config& config, const std::string& config_error) {
+  if (!config_error.empty()) return "error\n" + config_error;
+  std::string request = config.dry_run ? "mode dry-run\n"
+                        : config.eval_checkpoint.empty()
+                            ? "mode train\n"
+                            : "mode eval " + config.eval_checkpoint + "\n";
+  std::istringstream lines(config.to_ini());
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line.front() != '#') request += line + "\n";
+  }
+  return request;
+}
+
+// "" when every rank was asked what rank 0 was (or made the same mistake), else why not,
+// naming the ranks and the keys that differ. A collective: every rank calls it, so that
+// a rank with another configuration (or a bad one) ends the job with one message instead
+// of a hang, a segfault or a check failure steps later.
+std::string configuration_disagreement(const thpc::Communicator& comm,
+                                       const std::string& request) {
+  const std::vector<std::string> all = comm.all_gather_if_different(request);
+  if (all.empty()) return "";
+  const auto error_of = [](const std::string& text) {
+    return text.rfind("error\n", 0) == 0 ? text.substr(6) : std::string();
+  };
+  if (!error_of(all[0]).empty()) return error_of(all[0]);  // rank 0's own mistake first
+  const auto mode_of = [](const std::string& text) { return text.substr(0, text.find('\n')); };
+  std::ostringstream message;
+  message << "the ranks were not started alike";
+  int listed = 0;
+  for (size_t rank = 1; rank < all.size(); ++rank) {
+    if (all[rank] == all[0]) continue;
+    if (++listed > 3) {
+      message << "; ...";
+      break;
+    }
+    message << "; rank " << rank;
+    if (!error_of(all[rank]).empty()) {
+      message << ": " << error_of(all[rank]);
+      continue;
+    }
+    if (mode_of(all[rank]) != mode_of(all[0])) {
+      message << " has " << mode_of(all[rank]) << " where rank 0 has " << mode_of(all[0]);
+      continue;
+    }
+    const std::vector<thpc::ConfigDifference> differences =
+        thpc::config_differences(all[rank], all[0]);
+    message << " has ";
+    for (size_t i = 0; i < differences.size() && i < 6; ++i) {
+      message << (i ? ", " : "") << differences[i].key << " = " << differences[i].value
+              << " where rank 0 has " << differences[i].reference;
+    }
+    if (differences.size() > 6) message << ", ... (" << differences.size() << " keys)";
+  }
+  message << " (every rank must be started with the same config file and overrides)";
+  return message.str();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -55,11 +118,21 @@ int main(int argc, char** argv) {
   thpc::MpiSession mpi(&argc, &argv);
   const thpc::Communicator comm = thpc::Communicator::world();
   thpc::Config config;
+  std::string config_error;
   try {
     if (!thpc::parse_command_line(argc, argv, config)) return 0;  // --help
   } catch (const thpc::Error& e) {
-    // Every rank reads the same config and fails alike; one message is enough.
-    if (comm.is_root()) std::cerr << "transformer_hpc: " << e.what() << "\n(see --help)\n";
+    config_error = e.what();
+  }
+  // A bad configuration is not one rank's own business: every rank takes part in the
+  // agreement, so that the job ends together, with one message from rank 0.
+  const std::string disagreement =
+      configuration_disagreement(comm, rank_request(config, config_error));
+  if (!disagreement.empty() || !config_error.empty()) {
+    if (comm.is_root()) {
+      std::cerr << "transformer_hpc: " << (disagreement.empty() ? config_error : disagreement)
+                << "\n(see --help)\n";
+    }
     return 2;
   }
   try {

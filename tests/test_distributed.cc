@@ -142,6 +142,72 @@ TEST(Distributed, ANonFiniteLossOnOneRankIsLeftOutByEveryRank) {
   std::filesystem::remove_all(scratch_run());
 }
 
+// Every rank must be started alike: the ranks compare what they were asked to do at
+// start-up, and a difference ends every rank with one message naming the keys, exit 2
+// (before: a segfault, a hang, or a failed check of the parameters after the last step).
+TEST(Distributed, RanksStartedWithDifferentConfigurationsStopWithOneMessageNamingTheKeys) {
+  const std::string trainer = THPC_BINARY_DIR "/transformer_hpc input/tiny.ini --checkpoint.dir=" +
+                              scratch_checkpoints() + " --train.log_every=1 ";
+  const JobResult run = run_mpi_job(
+      "", "-np 1 " + trainer + "--model.layers=1 : -np 1 " + trainer +
+              "--model.layers=2 --train.max_steps=7");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  const std::string needle =
+      "the ranks were not started alike; rank 1 has model.layers = 2 where rank 0 has 1, "
+      "train.max_steps = 7 where rank 0 has 1600 (every rank must be started with the same "
+      "config file and overrides)";
+  const size_t at = run.output.find(needle);
+  ASSERT_NE(at, std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find(needle, at + 1), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("step 1/"), std::string::npos) << run.output;
+  EXPECT_LT(run.seconds, 30.0) << run.output;
+
+  // A rank whose own configuration is bad ends the job too, with its reason.
+  const JobResult bad = run_mpi_job(
+      "", "-np 1 " + trainer + " : -np 1 " + trainer + "--model.heads=3");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("rank 1: input/tiny.ini: model.heads: d_model 64 is not divisible "
+                            "by heads 3"),
+            std::string::npos)
+      << bad.output;
+  EXPECT_LT(bad.seconds, 30.0) << bad.output;
+  std::filesystem::remove_all(scratch_run());
+}
+
+// The same relative data.dir in two working directories that hold different corpora:
+// the ranks would build models of different vocabularies.
+TEST(Distributed, RanksReadingDifferentDataStopWithOneMessage) {
+  const std::filesystem::path root =
+      std::filesystem::temp_directory_path() / ("thpc_dist_data_" + std::to_string(getpid()));
+  std::filesystem::remove_all(root);
+  std::string contexts;
+  for (const int rank : {0, 1}) {
+    const std::filesystem::path view = root / ("rank" + std::to_string(rank));
+    const std::string text = (view / "text").string();
+    const std::string prepare =
+        "python3 " THPC_SOURCE_DIR "/tools/make_numbers_corpus.py --train 200 --valid 20 "
+        "--test 5 --seed 1 --out " + text + " > /dev/null && " THPC_BINARY_DIR
+        "/transformer_preprocess --source-lang en --target-lang de --trainpref " + text +
+        "/train --validpref " + text + "/valid --destdir " + (view / "data").string() +
+        " --vocab-size " + (rank == 0 ? "120" : "100") + " --model-type bpe --seed 1 > /dev/null";
+    ASSERT_EQ(std::system(prepare.c_str()), 0) << prepare;
+    contexts += std::string(rank == 0 ? "" : " : ") + "-np 1 -wdir " + view.string() +
+                " " THPC_BINARY_DIR "/transformer_hpc " THPC_SOURCE_DIR "/input/tiny.ini "
+                "--data.dir=data --model.layers=1 --checkpoint.dir=ckpt";
+  }
+  const JobResult run = run_mpi_job("", contexts);
+  EXPECT_EQ(run.exit_code, 3) << run.output;
+  const std::string needle = "the ranks read different training data: rank 0 reads 120 pieces";
+  const size_t at = run.output.find(needle);
+  ASSERT_NE(at, std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find(needle, at + 1), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find(", rank 1 100 pieces"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("every rank must read the same data.dir data"), std::string::npos)
+      << run.output;
+  EXPECT_LT(run.seconds, 30.0) << run.output;
+  std::filesystem::remove_all(root);
+}
+
 // A run owns its directory: rank 0 finds another run's files, and every rank stops
 // before writing anything, with one message and exit 2.
 TEST(Distributed, ANewRunInAUsedDirectoryStopsEveryRankWithOneMessage) {

@@ -811,6 +811,50 @@ std::string help_text() {
   return help.str();
 }
 
+namespace {
+
+// "section.key" -> value of each "key = value" line of a to_ini() text, in order.
+std::vector<std::pair<std::string, std::string>> ini_values(const std::string& ini) {
+  std::vector<std::pair<std::string, std::string>> values;
+  std::istringstream lines(ini);
+  std::string line, section;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line.front() == '#') continue;
+    if (line.front() == '[' && line.back() == ']') {
+      section = line.substr(1, line.size() - 2);
+      continue;
+    }
+    const size_t equals = line.find(" = ");
+    if (equals == std::string::npos) continue;
+    values.emplace_back(section + "." + line.substr(0, equals), line.substr(equals + 3));
+  }
+  return values;
+}
+
+}  // namespace
+
+std::vector<ConfigDifference> config_differences(const std::string& ini,
+                                                 const std::string& reference_ini) {
+  const auto values = ini_values(ini);
+  const auto references = ini_values(reference_ini);
+  const auto find = [](const std::vector<std::pair<std::string, std::string>>& in,
+                       const std::string& key) -> std::string {
+    for (const auto& [name, value] : in) {
+      if (name == key) return value;
+    }
+    return "(absent)";
+  };
+  std::vector<ConfigDifference> differences;
+  for (const auto& [key, value] : values) {
+    const std::string reference = find(references, key);
+    if (reference != value) differences.push_back({key, value, reference});
+  }
+  for (const auto& [key, reference] : references) {
+    if (find(values, key) == "(absent)") differences.push_back({key, "(absent)", reference});
+  }
+  return differences;
+}
+
 Config load_config(const std::string& ini_path, const std::vector<std::string>& overrides) {
   // An override is a command-line option without its dashes: same parser, same rules.
   std::vector<std::string> tokens;

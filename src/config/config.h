@@ -156,4 +156,15 @@ void validate(const Config& config);
 // The --help text: every option of the table with its type, default, range and meaning.
 std::string help_text();
 
+// A key whose value differs between two resolved configurations (Config::to_ini() texts).
+struct ConfigDifference {
+  std::string key;        // "model.layers"
+  std::string value;      // in the first text
+  std::string reference;  // in the second
+};
+// The keys whose values differ, in the order of the texts (comments ignored; a key one
+// text lacks has the value "(absent)" there).
+std::vector<ConfigDifference> config_differences(const std::string& ini,
+                                                 const std::string& reference_ini);
+
 }  // namespace thpc

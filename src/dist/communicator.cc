@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/sha256.h"
 #include "dist/mpi_check.h"
 
 namespace thpc {
@@ -138,6 +139,15 @@ std::vector<std::string> Communicator::all_gather(const std::string& value) cons
   std::vector<std::string> values;
   for (int r = 0; r < size_; ++r) values.push_back(joined.substr(offsets[r], lengths[r]));
   return values;
+}
+
+std::vector<std::string> Communicator::all_gather_if_different(const std::string& value) const {
+  if (!mpi_) return {};
+  const std::vector<std::string> digests = all_gather(sha256_hex(value.data(), value.size()));
+  for (const std::string& digest : digests) {
+    if (digest != digests.front()) return all_gather(value);
+  }
+  return {};
 }
 
 void Communicator::abort(const std::string& message, int code) const {

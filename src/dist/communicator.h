@@ -70,6 +70,10 @@ class Communicator {
 
   // Every rank's string, in rank order (for checks such as identical parameters).
   std::vector<std::string> all_gather(const std::string& value) const;
+  // Nothing when every rank's `value` is rank 0's (compared by sha256: one gather of 64
+  // bytes per rank), else every rank's string in rank order, on every rank: for the
+  // start-up checks that the ranks were given the same run.
+  std::vector<std::string> all_gather_if_different(const std::string& value) const;
   // Ends every rank of the job with `code` (MPI_Abort) after printing `message`.
   [[noreturn]] void abort(const std::string& message, int code) const;
 

@@ -193,6 +193,7 @@ Trainer::Trainer(const Config& config, Communicator comm)
   // Reading the data is the part of start-up that a corpus makes long: a stop signal
   // that came meanwhile ends the job here, before the model is built.
   stop_if_signalled_during_start_up(comm_);
+  check_every_rank_reads_the_same_data();
   const int vocab = resolve_vocab_size(config_, *source_);
   micro_budget_ = micro_batch_budget(config_, comm_);
   model_ = std::make_unique<Transformer>(config_.model, vocab, source_->special_ids(), *backend_,
@@ -214,6 +215,34 @@ Trainer::Trainer(const Config& config, Communicator comm)
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::check_every_rank_reads_the_same_data() const {
+  // What the model is built from (the vocabulary) and what every rank walks in step (the
+  // pairs of an epoch): equal on every rank, or the ranks would build different models
+  // or leave each other waiting at the end of an epoch.
+  std::ostringstream identity;
+  identity << source_->vocab_size() << " pieces";
+  const SpecialIds ids = source_->special_ids();
+  identity << " (ids " << ids.pad << "/" << ids.unk << "/" << ids.bos << "/" << ids.eos;
+  if (const auto* shards = dynamic_cast<const ShardReader*>(source_.get())) {
+    const std::string& model = shards->metadata().spm_model;
+    identity << ", SentencePiece model sha256 " << sha256_hex(model.data(), model.size()).substr(0, 12)
+             << "...) and " << shards->pairs() << " training pairs";
+  } else {
+    identity << ", the synthetic task)";
+  }
+  const std::vector<std::string> all = comm_.all_gather_if_different(identity.str());
+  if (all.empty()) return;
+  std::ostringstream message;
+  message << "the ranks read different training data: rank 0 reads " << all[0];
+  for (size_t rank = 1; rank < all.size(); ++rank) {
+    if (all[rank] != all[0]) message << ", rank " << rank << " " << all[rank];
+  }
+  message << "; every rank must read the same data.dir " << config_.data.dir
+          << " (a relative path from different working directories, or a shared filesystem "
+             "that has not caught up?)";
+  throw AllRanksError(message.str(), 3);
+}
 
 StepStats Trainer::compute_step() {
   const int64_t step = completed_steps_ + 1;

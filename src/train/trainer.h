@@ -215,6 +215,9 @@ class Trainer {
   // checkpoint.overwrite), else the refusal.
   std::string foreign_run_files(std::ostream& log) const;
 
+  // Every rank must read the same vocabulary and pairs: else every rank throws
+  // AllRanksError (exit 3) naming what each read (a collective, at start-up).
+  void check_every_rank_reads_the_same_data() const;
   // checkpoint.resume, else checkpoint.init (the first run of a job has nothing to resume).
   void apply_start_options(std::ostream& log);
   // Every rank reads `path`, which rank 0 chose and has read into *checkpoint already;
