@@ -7,9 +7,9 @@
 //
 // The result is a parameters-only checkpoint that decoding accepts and that training can
 // start from (checkpoint.init=FILE). Exit codes: 0 success, 1 a bad checkpoint or
-// mismatched architectures, 2 a bad command line (an output that is an input or is named
-// step_*.h5 included). On a terminal it shows the checkpoints read so far on stderr
-// (tools/progress.h).
+// mismatched architectures, 2 a bad command line (an output that is an input, a training
+// run's file or anything but an earlier average included). On a terminal it shows the
+// checkpoints read so far on stderr (tools/progress.h).
 #include <boost/program_options.hpp>
 
 #include <filesystem>
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/output_file.h"
 #include "common/error.h"
 #include "tools/progress.h"
 #include "tools/tool_main.h"
@@ -55,31 +56,6 @@ std::vector<std::string> resolve_inputs(const Arguments& arguments) {
   return paths;
 }
 
-// Refuses an output that would destroy training state: one of the inputs (the average
-// would replace a full checkpoint, Adam moments included, by parameters only), or any
-// step_*.h5 name (list_checkpoints() and resume=auto would take a parameters-only file
-// for a training checkpoint, and pruning would delete it as one). Writing itself is
-// atomic (write_checkpoint: temporary file, fsync, rename).
-void check_output(const std::string& output, const std::vector<std::string>& inputs) {
-  namespace fs = std::filesystem;
-  if (thpc::is_step_checkpoint_name(output)) {
-    THPC_FAIL("--output " << output << ": step_*.h5 names training checkpoints (resume=auto "
-                          << "and pruning act on them); give the average another name, e.g. "
-                          << "average.h5");
-  }
-  std::error_code error;
-  const fs::path canonical_output = fs::weakly_canonical(output, error);
-  for (const std::string& input : inputs) {
-    std::error_code input_error;
-    const bool same_file = fs::equivalent(output, input, input_error) ||
-                           (!error && fs::weakly_canonical(input, input_error) == canonical_output);
-    if (same_file) {
-      THPC_FAIL("--output " << output << " is the input " << input
-                            << ": averaging would overwrite it; give another output file");
-    }
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -102,7 +78,12 @@ int main(int argc, char** argv) {
     arguments.help = thpc::tools::parse_options(options, count, values).count("help") > 0;
     if (!arguments.help) {
       arguments.paths = resolve_inputs(arguments);
-      check_output(arguments.output, arguments.paths);
+      // Never over an input (an average would replace a full checkpoint, Adam moments
+      // included, by parameters only), a training run's file (step_*.h5, best.h5, a
+      // checkpoint holding a training state) or anything but an earlier average, however
+      // the path is spelt (checkpoint/output_file.h). Writing is atomic (write_checkpoint).
+      thpc::check_output_path("--output", arguments.output, arguments.paths,
+                              thpc::OutputKind::Checkpoint);
     }
     return arguments;
   };

@@ -19,8 +19,11 @@
 // translation in an HDF5 file (decode/attention_dump.h has the layout;
 // tools/plot_attention.py draws it). --tree-constraints (the parsing mode) lets the search
 // write only well-formed linearized trees over exactly the input line's words
-// (decode/tree_filter.h). Exit codes: 0 success, 1 a bad file or checkpoint,
-// 2 a bad command line (--dump-lines naming a line the input lacks included).
+// (decode/tree_filter.h). Both outputs are written under a temporary name and renamed,
+// and neither may be an input, the other output or a training run's file
+// (checkpoint/output_file.h). Exit codes: 0 success, 1 a bad file or checkpoint,
+// 2 a bad command line (--dump-lines naming a line the input lacks, an output that may
+// not be written, included).
 #include <sentencepiece_processor.h>
 
 #include <boost/program_options.hpp>
@@ -41,6 +44,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/output_file.h"
 #include "common/error.h"
 #include "config/config.h"
 #include "decode/attention_dump.h"
@@ -287,26 +291,27 @@ int run(const Arguments& args) {
     spm.Decode(std::vector<int>(tokens.begin(), tokens.end()), &text);
     return text;
   };
-  std::ofstream file;
-  std::ostream* out = &std::cout;
-  if (args.output != "-") {
-    file.open(args.output);
-    if (!file) THPC_FAIL("cannot write output file '" << args.output << "'");
-    out = &file;
-  }
-  for (size_t i = 0; i < lines.size(); ++i) {
-    if (options.nbest == 1) {
-      *out << (results[i].empty() ? std::string() : detokenise(results[i][0].tokens)) << "\n";
-      continue;
+  const auto write_translations = [&](std::ostream& out) {
+    for (size_t i = 0; i < lines.size(); ++i) {
+      if (options.nbest == 1) {
+        out << (results[i].empty() ? std::string() : detokenise(results[i][0].tokens)) << "\n";
+        continue;
+      }
+      for (const thpc::Hypothesis& h : results[i]) {
+        out << i << " ||| " << detokenise(h.tokens) << " ||| " << std::fixed
+            << std::setprecision(4) << h.score << "\n";
+      }
+      if (results[i].empty()) out << i << " |||  ||| 0.0000\n";
     }
-    for (const thpc::Hypothesis& h : results[i]) {
-      *out << i << " ||| " << detokenise(h.tokens) << " ||| " << std::fixed
-           << std::setprecision(4) << h.score << "\n";
-    }
-    if (results[i].empty()) *out << i << " |||  ||| 0.0000\n";
+  };
+  if (args.output == "-") {
+    write_translations(std::cout);
+    std::cout.flush();
+    if (!std::cout) THPC_FAIL("writing the output failed");
+  } else {
+    // All at once through a temporary file: an interrupted decode leaves no half file.
+    thpc::write_text_atomically(args.output, "output file " + args.output, write_translations);
   }
-  out->flush();
-  if (!*out) THPC_FAIL("writing the output failed");
 
   if (!args.dump_attention.empty()) {
     auto pieces_of = [&](const thpc::TokenSequence& ids_of_pieces) {
@@ -395,6 +400,15 @@ int main(int argc, char** argv) {
         THPC_FAIL("--tree-leaves '" << *args.tree_leaves << "': expected XX or words");
       }
       if (!args.tree_constraints) THPC_FAIL("--tree-leaves goes with --tree-constraints");
+    }
+    // Neither output may be an input, the other output or a training run's file, however
+    // the path is spelt (the trained model turned into text, the source text replaced).
+    if (!args.help) {
+      const std::vector<std::string> inputs = {args.checkpoint, args.input, args.spm_model};
+      thpc::check_output_path("--output", args.output, inputs, thpc::OutputKind::Text,
+                              {args.dump_attention});
+      thpc::check_output_path("--dump-attention", args.dump_attention, inputs,
+                              thpc::OutputKind::AttentionDump, {args.output});
     }
     return args;
   };

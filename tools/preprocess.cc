@@ -3,7 +3,8 @@
 // src/data/preprocess.cc. On a terminal it shows each split's lines read, then encoded,
 // on stderr (tools/progress.h); its output lines are the same with or without one.
 //
-// Exit codes: 0 success, 1 bad input or a failure, 2 a bad command line.
+// Exit codes: 0 success, 1 bad input or a failure, 2 a bad command line (an input that
+// the run would write over or remove in --destdir included).
 #include <boost/program_options.hpp>
 
 #include <iostream>

@@ -12,7 +12,8 @@
 //       the right-branching tree of every sentence, in EVALB's form
 //
 // Outputs are written under temporary names and renamed when complete, so a failure
-// leaves no half-written file. Exit codes: 0 success, 1 bad input (one line naming the
+// leaves no half-written file, and never over an input, another output or a training
+// run's file (exit 2 before any work). Exit codes: 0 success, 1 bad input (one line naming the
 // file and line), 2 a bad command line.
 #include <cstdio>
 #include <filesystem>
@@ -23,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint/output_file.h"
 #include "common/error.h"
 #include "parse/tree.h"
 #include "tools/tool_main.h"
@@ -57,6 +59,14 @@ struct CommandLine {
   bool leaves_given = false;
   bool help = false;
 };
+
+// The files a command writes: PREFIX.{words,tree,tags,gold} for linearize, OUT otherwise.
+std::vector<std::string> output_paths(const CommandLine& command) {
+  if (command.command != "linearize") return {command.output};
+  std::vector<std::string> paths;
+  for (const char* part : {".words", ".tree", ".tags", ".gold"}) paths.push_back(command.output + part);
+  return paths;
+}
 
 CommandLine parse_command_line(int argc, char** argv) {
   CommandLine command;
@@ -103,28 +113,18 @@ CommandLine parse_command_line(int argc, char** argv) {
     }
     if (!command.files.empty()) THPC_FAIL("unexpected argument '" << command.files.front() << "'");
   }
-  return command;
-}
-
-// Writes every (path, text) under PATH.partial, then renames them all; on failure the
-// partial files are removed and no final file is touched.
-void write_files_atomically(const std::vector<std::pair<std::string, std::string>>& files) {
-  std::vector<std::string> written;
-  try {
-    for (const auto& [path, text] : files) {
-      const std::string partial = path + ".partial";
-      written.push_back(partial);
-      std::ofstream out(partial, std::ios::binary);
-      out << text;
-      out.close();
-      if (!out) THPC_FAIL(path << ": cannot write");
-    }
-  } catch (...) {
-    std::error_code ignored;
-    for (const std::string& partial : written) fs::remove(partial, ignored);
-    throw;
+  // No output over an input (or another output, or a training run's file), however spelt.
+  const std::vector<std::string> outputs = output_paths(command);
+  std::vector<std::string> inputs = command.files;
+  for (const std::string* input : {&command.words_path, &command.tags_path, &command.input_path}) {
+    if (!input->empty()) inputs.push_back(*input);
   }
-  for (const auto& [path, text] : files) fs::rename(path + ".partial", path);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    std::vector<std::string> others = outputs;
+    others.erase(others.begin() + static_cast<std::ptrdiff_t>(i));
+    thpc::check_output_path("--output", outputs[i], inputs, thpc::OutputKind::Text, others);
+  }
+  return command;
 }
 
 std::string joined(const std::vector<std::string>& items) {
@@ -170,7 +170,7 @@ int linearize_files(const CommandLine& command) {
     }
   }
   const std::string& prefix = command.output;
-  write_files_atomically({{prefix + ".words", words},
+  thpc::write_texts_atomically({{prefix + ".words", words},
                           {prefix + ".tree", tree},
                           {prefix + ".tags", tags},
                           {prefix + ".gold", gold}});
@@ -198,7 +198,7 @@ int reconstruct(const CommandLine& command) {
     for (size_t i = 0; i < words.size(); ++i) {
       out += thpc::parse::to_evalb_line(thpc::parse::right_branching_tree(words[i], tags[i])) + "\n";
     }
-    write_files_atomically({{command.output, out}});
+    thpc::write_texts_atomically({{command.output, out}});
     std::cerr << "baseline: " << words.size() << " right-branching trees -> " << command.output
               << "\n";
     return 0;
@@ -223,7 +223,7 @@ int reconstruct(const CommandLine& command) {
     ++counts[static_cast<int>(result.how)];
     out += thpc::parse::to_evalb_line(result.tree) + "\n";
   }
-  write_files_atomically({{command.output, out}});
+  thpc::write_texts_atomically({{command.output, out}});
   std::cerr << "delinearize: " << words.size() << " trees: " << counts[0] << " well-formed, "
             << counts[1] << " repaired, " << counts[2]
             << " replaced by the right-branching baseline -> " << command.output << "\n";

@@ -769,6 +769,18 @@ bool is_step_checkpoint_name(const std::string& path) {
   return step_of_file_name(fs::path(path).filename().string()) >= 0;
 }
 
+bool is_run_checkpoint_file(const std::string& path) {
+  const std::string name = fs::path(path).filename().string();
+  const auto starts = [&](const char* prefix) { return name.rfind(prefix, 0) == 0; };
+  const auto ends = [&](const std::string& suffix) {
+    return name.size() >= suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return is_step_checkpoint_name(name) || name == "best.h5" ||
+         (starts("average_last") && ends(".h5")) ||
+         (starts("step_") && name.find(".h5.corrupt") != std::string::npos);
+}
+
 namespace {
 
 [[noreturn]] void fail_to_open(const Reader& reader) {

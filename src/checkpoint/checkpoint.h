@@ -132,6 +132,12 @@ std::string checkpoint_file_name(int64_t step);
 // digits): the files list_checkpoints(), resume=auto and pruning act on.
 bool is_step_checkpoint_name(const std::string& path);
 
+// Whether the last component of `path` names a file a training run writes in its
+// checkpoint directory: its checkpoints, the damaged ones it moved aside
+// (step_*.h5.corrupt), best.h5 and its averages (average_last*.h5). What a new run
+// refuses to find there (checkpoint.overwrite) and what no tool writes over.
+bool is_run_checkpoint_file(const std::string& path);
+
 // Writes atomically (temporary file, fsync, rename). Throws thpc::Error naming the path.
 void write_checkpoint(const std::string& path, const Checkpoint& checkpoint);
 

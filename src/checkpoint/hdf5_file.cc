@@ -14,6 +14,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
+}  // namespace
+
 void fsync_path(const std::string& path, const std::string& what) {
   const int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0 || ::fsync(fd) != 0) {
@@ -24,7 +26,10 @@ void fsync_path(const std::string& path, const std::string& what) {
   ::close(fd);
 }
 
-}  // namespace
+std::string temporary_path(const std::string& path) {
+  const fs::path final_path(path);
+  return (final_path.parent_path() / ("." + final_path.filename().string() + ".tmp")).string();
+}
 
 void silence_error_printing() {
   static const bool silenced = [] {
@@ -79,7 +84,7 @@ void write_atomically(const std::string& path, const std::string& what,
     THPC_FAIL("cannot write " << what << ": cannot create directory " << directory << ": "
                               << error.message());
   }
-  const std::string temporary = (directory / ("." + final_path.filename().string() + ".tmp"));
+  const std::string temporary = temporary_path(path);
   try {
     write(temporary);
     fsync_path(temporary, what);

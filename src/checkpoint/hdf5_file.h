@@ -89,4 +89,10 @@ class Writer {
 void write_atomically(const std::string& path, const std::string& what,
                       const std::function<void(const std::string& temporary)>& write);
 
+// The temporary name write_atomically writes `path` under first: .NAME.tmp beside it.
+std::string temporary_path(const std::string& path);
+
+// fsync of the file or directory `path`; thpc::Error "cannot write WHAT: ..." when it fails.
+void fsync_path(const std::string& path, const std::string& what);
+
 }  // namespace thpc::hdf5

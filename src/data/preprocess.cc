@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "checkpoint/output_file.h"
 #include "common/error.h"
 #include "data/shard_file.h"
 
@@ -491,17 +492,80 @@ std::string shard_path(const std::string& dest_dir, const std::string& split, in
   return (fs::path(dest_dir) / name).string();
 }
 
-// Shards of an earlier run that this run's numbering would not overwrite would be read
-// as part of the new corpus: remove every shard of the splits this run writes.
+// Whether `name` is a shard's: SPLIT.NNNNN.h5 of the train, valid or test split. A run
+// removes every one in --destdir before its own take their names: shards of an earlier
+// run that this run's numbering would not overwrite would be read as part of the new
+// corpus.
+bool is_shard_name(const std::string& name) {
+  for (const std::string split : {"train", "valid", "test"}) {
+    if (name.rfind(split + ".", 0) == 0 && name.size() == split.size() + 9 &&
+        name.compare(name.size() - 3, 3, ".h5") == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Whether a run writes, replaces or removes the file `name` in --destdir: a shard,
+// spm.model, either under its temporary name (PendingOutputs), or a scratch file.
+bool written_by_preprocessing(std::string name) {
+  const std::string partial = ".partial";
+  if (name.size() > partial.size() &&
+      name.compare(name.size() - partial.size(), partial.size(), partial) == 0) {
+    name.resize(name.size() - partial.size());
+  }
+  if (name == "spm.model" || is_shard_name(name)) return true;
+  // The scratch files of a split (SpilledColumn): SPLIT.{src,tgt}.{lengths,tokens}.partial.
+  for (const std::string split : {"train", "valid", "test"}) {
+    for (const std::string side : {".src", ".tgt"}) {
+      for (const std::string kind : {".lengths", ".tokens"}) {
+        if (name == split + side + kind) return true;
+      }
+    }
+  }
+  return false;
+}
+
 void remove_old_shards(const std::string& dest_dir) {
   std::error_code error;
   for (const auto& entry : fs::directory_iterator(dest_dir, error)) {
-    const std::string name = entry.path().filename().string();
-    for (const std::string split : {"train", "valid", "test"}) {
-      if (name.rfind(split + ".", 0) == 0 && name.size() == split.size() + 9 &&
-          name.compare(name.size() - 3, 3, ".h5") == 0) {
-        fs::remove(entry.path(), error);
-      }
+    if (is_shard_name(entry.path().filename().string())) fs::remove(entry.path(), error);
+  }
+}
+
+// Refuses an input that the run would write over or remove in --destdir, however its
+// path is spelt: a symbolic or hard link to a shard counts, as does --spm-model
+// DEST/spm.model.
+void check_inputs_survive(const PreprocessOptions& options) {
+  std::vector<std::pair<std::string, std::string>> inputs = {{"--spm-model", options.spm_model}};
+  for (const auto& [option, prefix] : {std::pair{"--trainpref", options.train_prefix},
+                                       std::pair{"--validpref", options.valid_prefix},
+                                       std::pair{"--testpref", options.test_prefix}}) {
+    if (prefix.empty()) continue;
+    for (const std::string* language : {&options.source_lang, &options.target_lang}) {
+      inputs.emplace_back(option, prefix + "." + *language);
+    }
+  }
+  std::error_code error;
+  std::vector<std::string> targets;  // what the run replaces or removes, as it is now
+  for (const fs::directory_entry& entry : fs::directory_iterator(options.dest_dir, error)) {
+    if (written_by_preprocessing(entry.path().filename().string())) {
+      targets.push_back(entry.path().string());
+    }
+  }
+  for (const auto& [option, input] : inputs) {
+    if (input.empty()) continue;
+    // An input under a name the run writes in --destdir, spelt any way.
+    bool targeted = written_by_preprocessing(fs::path(input).filename().string()) &&
+                    same_file(fs::path(input).parent_path().empty()
+                                  ? std::string(".")
+                                  : fs::path(input).parent_path().string(),
+                              options.dest_dir.empty() ? std::string(".") : options.dest_dir);
+    for (const std::string& target : targets) targeted = targeted || same_file(input, target);
+    if (targeted) {
+      THPC_FAIL(option << ": " << input << " is a file this run writes or removes in --destdir "
+                       << options.dest_dir << " (its shards and spm.model): it would be lost; "
+                       << "give another --destdir, or move the input out of it");
     }
   }
 }
@@ -563,6 +627,7 @@ void check_preprocess_options(const PreprocessOptions& options) {
               << options.spm_sentences);
   }
   THPC_CHECK(options.pairs_per_block >= 1, "pairs_per_block " << options.pairs_per_block);
+  check_inputs_survive(options);
 }
 
 PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log,

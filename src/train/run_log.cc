@@ -112,7 +112,22 @@ std::string MetricsFile::last_run_id(const std::string& path, bool* has_records)
   return text.substr(start, text.find('"', start) - start);
 }
 
+bool MetricsFile::is_metrics_file(const std::string& path) {
+  std::error_code error;
+  if (!std::filesystem::exists(path, error)) return true;
+  std::ifstream in(path, std::ios::binary);
+  std::string head(10, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<size_t>(in.gcount()));
+  return head.empty() || head == "{\"kind\": \"";
+}
+
 MetricsFile::MetricsFile(const std::string& path) : path_(path) {
+  if (!is_metrics_file(path)) {
+    THPC_FAIL("the metrics file " << path << " exists and is not a run's metrics file (JSON "
+                                  << "lines starting {\"kind\": ...); move it, or give "
+                                  << "train.metrics_dir another directory");
+  }
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   std::error_code error;
   if (!parent.empty()) std::filesystem::create_directories(parent, error);

@@ -67,6 +67,11 @@ class MetricsFile {
   // (or the file is missing); *has_records says whether it holds any record at all.
   static std::string last_run_id(const std::string& path, bool* has_records = nullptr);
 
+  // Whether `path` may be appended to as a metrics file: it is absent, empty, or its
+  // first line is a record ({"kind": ...). Anything else (a symbolic link to a model, a
+  // text the user keeps under that name) is not ours to append to, nor to cut.
+  static bool is_metrics_file(const std::string& path);
+
   // metrics.jsonl: {"kind": KIND, "step": STEP, "wall_s": WALL, "time": unix seconds,
   // key: value, ...}. Event file: an Event at STEP with wall_time = the same Unix time
   // and the scalars KIND/wall_s and KIND/key (e.g. "train/loss", "valid/valid_ppl");

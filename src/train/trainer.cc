@@ -16,6 +16,7 @@
 
 #include <random>
 
+#include "checkpoint/output_file.h"
 #include "checkpoint/stop_request.h"
 #include "common/error.h"
 #include "common/sha256.h"
@@ -1099,26 +1100,10 @@ bool Trainer::roll_back(const StepStats& stats, std::ostream& log) {
   return true;
 }
 
-namespace {
-
-// Whether the file `name` of a checkpoint directory is one a training run writes there:
-// its checkpoints (and the damaged ones it moved aside), best.h5, its averages.
-bool is_run_checkpoint_file(const std::string& name) {
-  const auto starts = [&](const char* prefix) { return name.rfind(prefix, 0) == 0; };
-  const auto ends = [&](const std::string& suffix) {
-    return name.size() >= suffix.size() &&
-           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  return is_step_checkpoint_name(name) || name == "best.h5" ||
-         (starts("average_last") && ends(".h5")) ||
-         (starts("step_") && name.find(".h5.corrupt") != std::string::npos);
-}
-
-}  // namespace
-
 void Trainer::claim_run_directory(std::ostream& log) {
   std::string refusal;
-  if (comm_.is_root()) refusal = foreign_run_files(log);
+  if (comm_.is_root()) refusal = outputs_that_would_destroy_inputs();
+  if (comm_.is_root() && refusal.empty()) refusal = foreign_run_files(log);
   // Every rank stops with rank 0's reason, before anything is written.
   refusal = comm_.broadcast_from_root(refusal);
   if (!refusal.empty()) throw AllRanksError(refusal, 2);
@@ -1187,6 +1172,52 @@ std::string Trainer::foreign_run_files(std::ostream& log) const {
           << "give this run another checkpoint.dir (and train.metrics_dir), or set "
           << "checkpoint.overwrite = true to delete them first";
   return message.str();
+}
+
+std::string Trainer::outputs_that_would_destroy_inputs() const {
+  namespace fs = std::filesystem;
+  // (what names it, path)
+  std::vector<std::pair<std::string, std::string>> inputs = {
+      {"the config file", config_.source_file},
+      {"checkpoint.init", config_.checkpoint.init},
+      {"the checkpoint resumed from", resumed_from_}};
+  std::error_code error;
+  if (!config_.data.dir.empty()) {
+    for (const fs::directory_entry& entry : fs::directory_iterator(config_.data.dir, error)) {
+      const std::string name = entry.path().filename().string();
+      if (name == "spm.model" || entry.path().extension() == ".h5") {
+        inputs.emplace_back("a file of data.dir", entry.path().string());
+      }
+    }
+  }
+  const std::string metrics = metrics_path(config_);
+  for (const auto& [what, input] : inputs) {
+    if (!input.empty() && same_file(metrics, input)) {
+      return "the metrics file " + metrics + " is " + what + " " + input +
+             " (the same file): the run would append its records to it; give "
+             "train.metrics_dir another directory";
+    }
+  }
+  if (!MetricsFile::is_metrics_file(metrics)) {
+    return "the metrics file " + metrics + " exists and is not a run's metrics file (JSON "
+           "lines starting {\"kind\": ...): the run would append to it; move it, or give "
+           "train.metrics_dir another directory";
+  }
+  // checkpoint.overwrite deletes another run's files: never one this run reads.
+  if (config_.checkpoint.overwrite && config_.checkpoint.resume.empty()) {
+    for (const fs::directory_entry& entry : fs::directory_iterator(config_.checkpoint.dir, error)) {
+      if (!is_run_checkpoint_file(entry.path().string())) continue;
+      for (const auto& [what, input] : inputs) {
+        if (!input.empty() && same_file(entry.path().string(), input)) {
+          return "checkpoint.overwrite = true would delete " + entry.path().string() +
+                 ", which is " + what + " " + input + " of this run; copy it out of "
+                 "checkpoint.dir " + config_.checkpoint.dir + " first, or give this run another "
+                 "checkpoint.dir";
+        }
+      }
+    }
+  }
+  return "";
 }
 
 std::string Trainer::resume_point() const {

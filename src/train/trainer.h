@@ -214,6 +214,11 @@ class Trainer {
   // Rank 0: "" when the directory is this run's (after deleting the others' files with
   // checkpoint.overwrite), else the refusal.
   std::string foreign_run_files(std::ostream& log) const;
+  // Rank 0: "" when the run's outputs spare its inputs (the config file, checkpoint.init,
+  // the checkpoint resumed from, the data's shards and spm.model) whatever the path
+  // spelling: the metrics file it appends to is none of them and is a metrics file (or
+  // absent), and checkpoint.overwrite would delete none of them. Else the refusal.
+  std::string outputs_that_would_destroy_inputs() const;
 
   // Every rank must read the same vocabulary and pairs: else every rank throws
   // AllRanksError (exit 3) naming what each read (a collective, at start-up).

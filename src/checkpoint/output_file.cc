@@ -1,0 +1,217 @@
+#include "checkpoint/output_file.h"
+
+#include <hdf5.h>
+
+#include <filesystem>
+#include <fstream>
+#include <ostream>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/hdf5_file.h"
+#include "common/error.h"
+
+namespace thpc {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The first `count` bytes of `path` (fewer for a shorter file).
+std::string head_of(const std::string& path, size_t count) {
+  std::ifstream in(path, std::ios::binary);
+  std::string head(count, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(count));
+  head.resize(static_cast<size_t>(in.gcount()));
+  return head;
+}
+
+// An attention dump of transformer_decode (decode/attention_dump.h): an HDF5 file whose
+// root has the attributes layers, heads and checkpoint. A checkpoint (its header first)
+// or a shard is none.
+bool is_attention_dump(const std::string& path) {
+  hdf5::silence_error_printing();
+  if (read_checkpoint_summary(path) || H5Fis_hdf5(path.c_str()) <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return false;
+  }
+  const hdf5::Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!file.valid()) {
+    H5Eclear2(H5E_DEFAULT);
+    return false;
+  }
+  for (const char* attribute : {"layers", "heads", "checkpoint"}) {
+    if (H5Aexists(file.get(), attribute) <= 0) {
+      H5Eclear2(H5E_DEFAULT);
+      return false;
+    }
+  }
+  return true;
+}
+
+// Whether `directory` holds a training run's checkpoints (step_*.h5).
+bool holds_training_checkpoints(const fs::path& directory) {
+  std::error_code error;
+  for (const fs::directory_entry& entry :
+       fs::directory_iterator(directory.empty() ? fs::path(".") : directory, error)) {
+    if (is_step_checkpoint_name(entry.path().string())) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string training_run_file(const std::string& path) {
+  const std::string name = fs::path(path).filename().string();
+  if (name == "best.h5") {
+    return "named like the best-validation checkpoint best.h5 (checkpoint.keep_best)";
+  }
+  const bool average = name.rfind("average_last", 0) == 0;
+  if (is_run_checkpoint_file(name) && !average) {
+    return "named like a training checkpoint (step_*.h5, which resume=auto, pruning and "
+           "averaging act on)";
+  }
+  // A run's final average beside its checkpoints (checkpoint.average_last); the name
+  // elsewhere is anyone's (tools/evaluate.sh writes DIR/eval/average_lastN.h5).
+  if (average && is_run_checkpoint_file(name) && holds_training_checkpoints(fs::path(path).parent_path())) {
+    return "the final average of the training run whose checkpoints are beside it "
+           "(checkpoint.average_last)";
+  }
+  if (name == "metrics.jsonl") return "named like a training run's metrics file";
+  if (name.rfind("events.out.tfevents.", 0) == 0) {
+    return "named like a training run's TensorBoard event file";
+  }
+  // The header says what a checkpoint holds without reading it; one without the contents
+  // line (written before it existed) is taken for a training state.
+  if (const std::optional<CheckpointSummary> summary = read_checkpoint_summary(path)) {
+    if (!summary->parameters_only) {
+      return "a checkpoint holding a training state (step " + std::to_string(summary->step) +
+             ", Adam moments included)";
+    }
+  }
+  return "";
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code error_a, error_b;
+  const bool a_exists = fs::exists(a, error_a), b_exists = fs::exists(b, error_b);
+  if (a_exists && b_exists) {
+    // st_dev and st_ino: hard links, symbolic links and any spelling of the path.
+    return fs::equivalent(a, b, error_a) && !error_a;
+  }
+  if (a_exists != b_exists) return false;
+  // Neither exists (yet): the same path once made absolute and its symbolic links, "."
+  // and ".." resolved (weakly_canonical leaves a relative path whose first component
+  // does not exist relative, hence absolute first).
+  const fs::path canonical_a = fs::weakly_canonical(fs::absolute(a, error_a), error_a);
+  const fs::path canonical_b = fs::weakly_canonical(fs::absolute(b, error_b), error_b);
+  return !error_a && !error_b && canonical_a == canonical_b;
+}
+
+void check_output_path(const std::string& option, const std::string& output,
+                       const std::vector<std::string>& inputs, OutputKind kind,
+                       const std::vector<std::string>& other_outputs) {
+  if (output.empty() || output == "-") return;  // standard output
+  const auto refuse = [&](const std::string& why) {
+    THPC_FAIL(option << " " << output << ": " << why);
+  };
+  std::error_code error;
+  if (fs::is_directory(output, error)) refuse("is a directory; give a file name");
+  for (const std::string& input : inputs) {
+    if (input.empty() || input == "-") continue;
+    if (same_file(output, input)) {
+      refuse("is the input " + input + " (the same file): writing it would destroy it; give "
+             "another output file");
+    }
+    if (same_file(hdf5::temporary_path(output), input)) {
+      refuse("its temporary file " + hdf5::temporary_path(output) + " is the input " + input +
+             "; give another output file");
+    }
+  }
+  for (const std::string& other : other_outputs) {
+    if (!other.empty() && other != "-" && same_file(output, other)) {
+      refuse("is also the path of another output (" + other + "); give each its own file");
+    }
+  }
+  const std::string run_file = training_run_file(output);
+  if (!run_file.empty()) {
+    refuse("is " + run_file + ": no tool writes over a training run's files; give another "
+           "output file");
+  }
+  if (!fs::exists(output, error) || !fs::is_regular_file(output, error) ||
+      fs::file_size(output, error) == 0) {
+    return;  // nothing there to lose (or a device such as /dev/stdout)
+  }
+  switch (kind) {
+    case OutputKind::Text: {
+      const std::string head = head_of(output, 4096);
+      if (head.find('\0') != std::string::npos) {
+        refuse("exists and is a binary file (a model, a checkpoint, shards?); a text output "
+               "replaces only a text file: give another output file");
+      }
+      break;
+    }
+    case OutputKind::Checkpoint: {
+      const std::optional<CheckpointSummary> summary = read_checkpoint_summary(output);
+      if (!summary || !summary->parameters_only) {
+        refuse("exists and is not an earlier average (a parameters-only checkpoint), the one "
+               "kind of file an average replaces: give another output file");
+      }
+      break;
+    }
+    case OutputKind::AttentionDump:
+      if (!is_attention_dump(output)) {
+        refuse("exists and is not an earlier attention dump, the one kind of file a dump "
+               "replaces: give another output file");
+      }
+      break;
+  }
+}
+
+void write_text_atomically(const std::string& path, const std::string& what,
+                           const std::function<void(std::ostream&)>& write) {
+  const auto write_to = [&](const std::string& target) {
+    std::ofstream file(target, std::ios::binary);
+    if (!file) THPC_FAIL("cannot write " << what << ": cannot open " << target);
+    write(file);
+    file.close();
+    if (!file) THPC_FAIL("cannot write " << what << ": the write failed (disk full?)");
+  };
+  std::error_code error;
+  if (fs::exists(path, error) && !fs::is_regular_file(path, error)) {
+    write_to(path);  // a device or a pipe: nothing to rename over
+    return;
+  }
+  hdf5::write_atomically(path, what, write_to);
+}
+
+void write_texts_atomically(const std::vector<std::pair<std::string, std::string>>& files) {
+  std::vector<std::string> written;
+  std::error_code error;
+  try {
+    for (const auto& [path, text] : files) {
+      const std::string temporary = hdf5::temporary_path(path);
+      if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path(), error);
+      written.push_back(temporary);
+      std::ofstream out(temporary, std::ios::binary);
+      out << text;
+      out.close();
+      if (!out) THPC_FAIL("cannot write " << path << " (disk full, or no such directory?)");
+      hdf5::fsync_path(temporary, path);
+    }
+  } catch (...) {
+    for (const std::string& temporary : written) fs::remove(temporary, error);
+    throw;
+  }
+  // Every file is complete on disk before the first rename: a failure up to here left
+  // every old file as it was.
+  for (const auto& [path, text] : files) {
+    fs::rename(hdf5::temporary_path(path), path, error);
+    if (error) {
+      THPC_FAIL("cannot write " << path << ": rename of " << hdf5::temporary_path(path)
+                                << ": " << error.message());
+    }
+    const fs::path directory = fs::path(path).parent_path();
+    hdf5::fsync_path(directory.empty() ? "." : directory.string(), path);
+  }
+}
+
+}  // namespace thpc

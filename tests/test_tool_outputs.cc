@@ -1,0 +1,263 @@
+// No program writes over one of its inputs or over a training run's files, however the
+// path is spelt (./, ../, a symbolic link, a hard link), and each writes through a
+// temporary name and a rename: transformer_decode --output and --dump-attention,
+// transformer_average, transformer_preprocess, transformer_trees. A refusal is a
+// command-line mistake: exit 2, one line naming the option, the path and why, and every
+// file as it was.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+#include "program.h"
+#include "scratch_directory.h"
+
+namespace thpc {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kBin = THPC_BINARY_DIR;
+
+class ToolOutputs : public ScratchDirectoryTest {
+ protected:
+  void SetUp() override {
+    ScratchDirectoryTest::SetUp();
+    ::chdir(directory_.c_str());  // the tests spell paths relative to it
+  }
+  void TearDown() override {
+    ::chdir(THPC_SOURCE_DIR);
+    ScratchDirectoryTest::TearDown();
+  }
+
+  // A corpus of numbers, its shards (data/) and a 2-step checkpoint of them (run/ck/),
+  // copied to model.h5; the validation sources as source.en.
+  void train_a_model() {
+    const ProcessResult made = run_process(
+        "python3 " THPC_SOURCE_DIR "/tools/make_numbers_corpus.py --train 200 --valid 8 "
+        "--test 2 --seed 1 --out text > /dev/null && " + kBin +
+        "/transformer_preprocess --source-lang en --target-lang de --trainpref text/train "
+        "--validpref text/valid --destdir data --vocab-size 100 --model-type bpe --seed 1 && " +
+        kBin + "/transformer_hpc " THPC_SOURCE_DIR "/input/tiny.ini --model.layers=1 "
+        "--data.dir=data --train.max_steps=2 --checkpoint.dir=run/ck");
+    ASSERT_EQ(made.exit_code, 0) << made.output;
+    fs::copy_file("run/ck/step_00000002.h5", "model.h5");
+    fs::copy_file("text/valid.en", "source.en");
+  }
+
+  // Every file under the directory with its bytes: what a refusal must leave as it was.
+  static std::map<std::string, std::string> everything() {
+    std::map<std::string, std::string> files;
+    for (const fs::directory_entry& entry : fs::recursive_directory_iterator(".")) {
+      if (entry.is_regular_file()) files[entry.path().string()] = read_file(entry.path());
+    }
+    return files;
+  }
+
+  // Runs `command` (a program of the build and its arguments), which must be refused:
+  // exit 2, one line with `why` (the only error line), nothing changed.
+  void expect_refused(const std::string& command, const std::string& why) {
+    SCOPED_TRACE(command);
+    const std::map<std::string, std::string> before = everything();
+    const ProcessResult run = run_process(kBin + "/" + command);
+    EXPECT_EQ(run.exit_code, 2) << run.output;
+    EXPECT_NE(run.output.find(why), std::string::npos) << run.output;
+    // The tools print that line alone; the trainer its start-up lines before it.
+    std::vector<std::string> errors = lines_of(run.output);
+    if (command.rfind("transformer_hpc", 0) == 0) {
+      errors.erase(std::remove_if(errors.begin(), errors.end(),
+                                  [](const std::string& line) {
+                                    return line.find("error") == std::string::npos;
+                                  }),
+                   errors.end());
+    }
+    EXPECT_EQ(errors.size(), 1u) << run.output;
+    EXPECT_EQ(changed_since(before), std::vector<std::string>{});
+  }
+
+  // The files created, removed or changed since `before` (names only: a failure would
+  // otherwise print every byte of a checkpoint).
+  static std::vector<std::string> changed_since(const std::map<std::string, std::string>& before) {
+    const std::map<std::string, std::string> now = everything();
+    std::vector<std::string> changed;
+    for (const auto& [path, bytes] : now) {
+      const auto old = before.find(path);
+      if (old == before.end() || old->second != bytes) changed.push_back(path);
+    }
+    for (const auto& [path, bytes] : before) {
+      if (now.count(path) == 0) changed.push_back(path + " (removed)");
+    }
+    return changed;
+  }
+};
+
+TEST_F(ToolOutputs, DecodeNeverWritesOverItsInputsHoweverTheyAreSpelt) {
+  train_a_model();
+  fs::create_symlink("model.h5", "link.h5");
+  fs::create_hard_link("source.en", "hard.en");
+  const std::string decode = "transformer_decode --greedy --checkpoint model.h5 --input source.en ";
+  const std::vector<std::string> spellings = {
+      "model.h5", "./model.h5", "../" + directory_.filename().string() + "/model.h5",
+      directory_.string() + "/model.h5", "link.h5"};
+  for (const std::string& spelling : spellings) {
+    expect_refused(decode + "--output " + spelling, "is the input model.h5 (the same file)");
+    expect_refused(decode + "--dump-lines 1 --dump-attention " + spelling,
+                   "is the input model.h5 (the same file)");
+  }
+  expect_refused(decode + "--output hard.en", "is the input source.en (the same file)");
+  expect_refused(decode + "--output ./source.en", "is the input source.en");
+  expect_refused(decode + "--output out.txt --dump-lines 1 --dump-attention ./out.txt",
+                 "is also the path of another output");
+  // The SentencePiece model given on the command line is an input too.
+  expect_refused(decode + "--spm-model data/spm.model --output data/../data/spm.model",
+                 "is the input data/spm.model");
+  // The temporary file of the write must not be an input either.
+  fs::copy_file("source.en", ".out.txt.tmp");
+  expect_refused("transformer_decode --greedy --checkpoint model.h5 --input .out.txt.tmp "
+                 "--output out.txt",
+                 "its temporary file .out.txt.tmp is the input .out.txt.tmp");
+  // What it may write: a new file, then the same file again (a text over a text), through
+  // a temporary file that does not stay behind.
+  for (int i = 0; i < 2; ++i) {
+    const ProcessResult ok = run_process(kBin + "/" + decode + "--output out.txt");
+    ASSERT_EQ(ok.exit_code, 0) << ok.output;
+    EXPECT_EQ(lines_of(read_file("out.txt")).size(), 8u);
+    EXPECT_FALSE(fs::exists(".out.txt.tmp.tmp"));
+  }
+  EXPECT_EQ(read_file("model.h5"), read_file("run/ck/step_00000002.h5"));
+}
+
+TEST_F(ToolOutputs, NoToolWritesOverATrainingRunsFiles) {
+  train_a_model();
+  const std::string decode = "transformer_decode --greedy --checkpoint model.h5 --input source.en ";
+  const std::string average = "transformer_average --inputs model.h5 ";
+  fs::copy_file("model.h5", "run/ck/best.h5");
+  // By name: what resume=auto, pruning and keep_best act on, the metrics a run appends to.
+  for (const std::string output : {"run/ck/step_00000002.h5", "run/ck/step_00000009.h5",
+                                    "run/ck/best.h5", "elsewhere/best.h5", "run/metrics.jsonl"}) {
+    expect_refused(decode + "--output " + output, "no tool writes over a training run's files");
+    expect_refused(average + "--output " + output, "no tool writes over a training run's files");
+  }
+  // By contents: a checkpoint with its Adam moments under any name, a binary file under
+  // a text output (shards, the vocabulary), anything but an average under an average.
+  fs::copy_file("model.h5", "renamed.h5");
+  expect_refused(decode + "--output renamed.h5", "a checkpoint holding a training state (step 2");
+  expect_refused(average + "--output renamed.h5", "a checkpoint holding a training state");
+  expect_refused(decode + "--output data/train.00000.h5", "exists and is a binary file");
+  expect_refused(decode + "--output data/spm.model", "exists and is a binary file");
+  expect_refused(average + "--output data/train.00000.h5", "is not an earlier average");
+  expect_refused(average + "--output source.en", "is not an earlier average");
+  expect_refused(decode + "--dump-lines 1 --dump-attention data/train.00000.h5",
+                 "is not an earlier attention dump");
+  // An average may replace an earlier average, a dump an earlier dump.
+  for (int i = 0; i < 2; ++i) {
+    const ProcessResult averaged = run_process(kBin + "/" + average + "--output average.h5");
+    EXPECT_EQ(averaged.exit_code, 0) << averaged.output;
+    const ProcessResult dumped =
+        run_process(kBin + "/" + decode + "--output out.txt --dump-lines 1 --dump-attention d.h5");
+    EXPECT_EQ(dumped.exit_code, 0) << dumped.output;
+  }
+  EXPECT_EQ(read_checkpoint("average.h5", CheckpointParts::ParamsOnly).step, 2);
+  // A run's final average is its file beside its checkpoints; the name elsewhere is not
+  // (tools/evaluate.sh writes DIR/eval/average_lastN.h5).
+  expect_refused(average + "--output run/ck/average_last2.h5",
+                 "the final average of the training run whose checkpoints are beside it");
+  const ProcessResult elsewhere = run_process(kBin + "/" + average + "--output eval/average_last2.h5");
+  EXPECT_EQ(elsewhere.exit_code, 0) << elsewhere.output;
+}
+
+TEST_F(ToolOutputs, PreprocessNeverRemovesOrRewritesItsInputs) {
+  const ProcessResult made = run_process(
+      "python3 " THPC_SOURCE_DIR "/tools/make_numbers_corpus.py --train 200 --valid 8 "
+      "--test 2 --seed 1 --out text > /dev/null");
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const std::string preprocess = "transformer_preprocess --source-lang en --target-lang de "
+                                 "--vocab-size 100 --validpref text/valid ";
+  ASSERT_EQ(run_process(kBin + "/" + preprocess + "--trainpref text/train --destdir data")
+                .exit_code,
+            0);
+  // The model of the destination is rewritten by the run: not an input it may take.
+  expect_refused(preprocess + "--trainpref text/train --destdir data --spm-model data/spm.model",
+                 "--spm-model: data/spm.model is a file this run writes or removes in --destdir data");
+  // An input that is (a link to) a shard name the run removes or writes, however spelt.
+  fs::create_hard_link("text/train.en", "data/test.00007.h5");
+  expect_refused(preprocess + "--trainpref text/train --destdir data",
+                 "--trainpref: text/train.en is a file this run writes or removes");
+  fs::remove("data/test.00007.h5");
+  fs::create_directories("other");
+  fs::create_symlink("../text/train.de", "other/train.de");
+  fs::copy_file("text/train.en", "other/train.en");
+  fs::create_symlink("../other/train.de", "data/valid.00009.h5");
+  expect_refused(preprocess + "--trainpref other/train --destdir ./data/",
+                 "--trainpref: other/train.de is a file this run writes or removes");
+  fs::remove("data/valid.00009.h5");
+  // Text beside the shards, under names the run never writes, is fine.
+  fs::create_directories("data/text");
+  fs::copy_file("text/train.en", "data/text/train.en");
+  fs::copy_file("text/train.de", "data/text/train.de");
+  EXPECT_EQ(run_process(kBin + "/" + preprocess + "--trainpref data/text/train --destdir data")
+                .exit_code,
+            0);
+}
+
+TEST_F(ToolOutputs, TreesNeverWritesOverItsInputs) {
+  std::ofstream("words.txt") << "a b\n";
+  std::ofstream("tags.txt") << "X Y\n";
+  std::ofstream("seq.txt") << "(S XX XX )\n";
+  std::ofstream("tree.mrg") << "(S (X a) (Y b))\n";
+  std::ofstream("old.gold") << "(S (X a) (Y b))\n";
+  const std::string trees = "transformer_trees ";
+  expect_refused(trees + "delinearize --words words.txt --tags tags.txt --input seq.txt "
+                         "--output ./seq.txt",
+                 "--output ./seq.txt: is the input seq.txt");
+  expect_refused(trees + "baseline --words words.txt --tags tags.txt --output words.txt",
+                 "is the input words.txt");
+  // linearize writes PREFIX.words, .tree, .tags and .gold: old.gold is one of them.
+  expect_refused(trees + "linearize --output old tree.mrg old.gold",
+                 "--output old.gold: is the input old.gold");
+  expect_refused(trees + "baseline --words words.txt --tags tags.txt --output run/best.h5",
+                 "no tool writes over a training run's files");
+  const ProcessResult ok = run_process(kBin + "/" + trees + "linearize --output out tree.mrg");
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_EQ(read_file("out.words"), "a b\n");
+}
+
+TEST_F(ToolOutputs, TrainerNeverWritesOverItsInputs) {
+  // The synthetic task of tiny.ini (no data files), one layer, two steps: a second each.
+  const std::string config = "config.ini";
+  fs::copy_file(THPC_SOURCE_DIR "/input/tiny.ini", config);
+  const std::string train = "transformer_hpc " + config +
+                            " --model.layers=1 --train.max_steps=2 --checkpoint.every_steps=1 ";
+  ASSERT_EQ(run_process(kBin + "/" + train + "--checkpoint.dir=first/ck").exit_code, 0);
+  // The metrics file it appends to is its config file (a link), or a checkpoint, or any
+  // file that is not a run's metrics file: refused before the first write.
+  fs::create_directories("a");
+  fs::create_symlink("../" + config, "a/metrics.jsonl");
+  expect_refused(train + "--checkpoint.dir=a/ck",
+                 "the metrics file a/metrics.jsonl is the config file config.ini (the same file)");
+  fs::create_directories("b");
+  fs::create_hard_link("first/ck/step_00000002.h5", "b/metrics.jsonl");
+  expect_refused(train + "--checkpoint.dir=b/ck --checkpoint.init=first/ck/step_00000002.h5",
+                 "is checkpoint.init first/ck/step_00000002.h5 (the same file)");
+  fs::create_directories("c");
+  std::ofstream("c/metrics.jsonl") << "my notes\n";
+  expect_refused(train + "--checkpoint.dir=c/ck", "exists and is not a run's metrics file");
+  // checkpoint.overwrite deletes an earlier run's files, never one this run reads.
+  expect_refused(train + "--checkpoint.dir=first/ck --checkpoint.overwrite=true "
+                         "--checkpoint.init=./first/ck/../ck/step_00000001.h5",
+                 "checkpoint.overwrite = true would delete first/ck/step_00000001.h5, which is "
+                 "checkpoint.init");
+  // Beside its inputs, under names of its own, it trains.
+  const ProcessResult ok = run_process(kBin + "/" + train + "--checkpoint.dir=d/ck "
+                                       "--checkpoint.init=first/ck/step_00000002.h5");
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+}
+
+}  // namespace
+}  // namespace thpc
