@@ -22,6 +22,7 @@
 #include "dist/mpi_sanitizer_options.h"
 #include "model/params.h"
 #include "model/transformer.h"
+#include "train/footprint.h"
 #include "train/trainer.h"
 
 namespace {
@@ -39,6 +40,9 @@ int dry_run(const thpc::Config& config) {
     static_cast<const thpc::ShardReader&>(*source).print_notes(std::cout, "data.train");
     vocab = thpc::resolve_vocab_size(config, *source);
   }
+  // Sizes that cannot be allocated are a configuration error here as in training.
+  const std::string too_large = thpc::training_does_not_fit(config, vocab, thpc::host_memory_bytes());
+  if (!too_large.empty()) throw thpc::AllRanksError(too_large, 2);
   thpc::ParamStore table;
   thpc::add_transformer_parameters(config.model, vocab, table);
   std::cout << config.to_ini() << "\n# parameters: " << table.count() << " (vocabulary "
@@ -158,7 +162,8 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     // A failure on one rank must end the whole job, not leave the others waiting in a
     // collective: report it with this rank's identity and abort every rank.
-    comm.abort("transformer_hpc: error on " + thpc::process_identity() + ": " + e.what(), 1);
+    comm.abort("transformer_hpc: error on " + thpc::process_identity() + ": " +
+                   thpc::failure_message(e), 1);
   }
   return 0;
 }

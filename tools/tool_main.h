@@ -51,7 +51,7 @@ int tool_main(const char* name, const std::string& usage, int argc, char** argv,
     std::cerr << name << ": " << e.what() << " (see --help)\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << name << ": error: " << e.what() << "\n";
+    std::cerr << name << ": error: " << thpc::failure_message(e) << "\n";
     return 1;
   }
 }

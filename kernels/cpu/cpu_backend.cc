@@ -51,7 +51,12 @@ class CpuBackend final : public Backend {
     // 64-byte alignment: a cache line, and what vectorised BLAS kernels prefer.
     const size_t bytes = ((static_cast<size_t>(numel) * sizeof(T) + 63) / 64) * 64;
     t.data = std::aligned_alloc(64, bytes > 0 ? bytes : 64);
-    THPC_CHECK(t.data != nullptr, "out of host memory allocating " << bytes << " bytes");
+    // Running out of memory is the sizes' doing (a batch budget, a model), not a bug.
+    if (t.data == nullptr) {
+      THPC_FAIL("out of host memory: cannot allocate " << bytes << " more bytes; lower "
+                "train.tokens_per_step (or raise train.accumulate), --batch-tokens when "
+                "decoding, or the model's sizes");
+    }
     return t;
   }
   void free(Tensor& tensor) override {
@@ -60,7 +65,7 @@ class CpuBackend final : public Backend {
   }
   int32_t* alloc_ids(int64_t count) override {
     auto* ids = static_cast<int32_t*>(std::malloc(sizeof(int32_t) * (count > 0 ? count : 1)));
-    THPC_CHECK(ids != nullptr, "out of host memory for " << count << " ids");
+    if (ids == nullptr) THPC_FAIL("out of host memory: cannot allocate " << count << " token ids");
     return ids;
   }
   void free_ids(int32_t*& ids) override {

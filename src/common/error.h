@@ -7,6 +7,7 @@
 #pragma once
 
 #include <sstream>
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -30,6 +31,10 @@ std::string quoted(const std::string& text, size_t max_bytes = 80);
 
 [[noreturn]] void throw_check_failure(const char* expression, const char* file, int line,
                                       const std::string& detail);
+
+// What a failure says to the user: its message, except for an allocation that failed
+// (std::bad_alloc, whose what() is "std::bad_alloc"), which says which sizes to lower.
+std::string failure_message(const std::exception& failure);
 
 }  // namespace thpc
 

@@ -683,6 +683,20 @@ void validate(const Config& config) {
   }
 
   const TrainConfig& train = config.train;
+  // Each micro-batch gets tokens_per_step / accumulate (/ ranks) tokens: fewer than one
+  // made every micro-batch a batch of its own budget's floor, 10^8 of them a step.
+  if (train.accumulate > train.tokens_per_step) {
+    check.fail("train.accumulate",
+               std::to_string(train.accumulate) + " micro-batches cannot share "
+               "train.tokens_per_step " + std::to_string(train.tokens_per_step) +
+               " tokens (each needs at least one)");
+  }
+  // OpenMP creates them all at once: 10^5 threads ended in a segfault in the runtime.
+  if (train.threads > kMaxCpuThreads) {
+    check.fail("train.threads", std::to_string(train.threads) + " is more than the " +
+                                    std::to_string(kMaxCpuThreads) +
+                                    " a node can run (0 = one per core)");
+  }
   if (train.valid_bleu && train.valid_every == 0) {
     check.fail("train.valid_bleu", "translates at each validation: set train.valid_every > 0");
   }

@@ -43,6 +43,10 @@ struct ModelConfig {
   int head_dim_v() const { return d_v > 0 ? d_v : d_model / heads; }
 };
 
+// The most CPU threads train.threads may ask for: more than any node has, and OpenMP
+// starts them all at once.
+inline constexpr int kMaxCpuThreads = 1024;
+
 struct TrainConfig {
   std::string backend = "auto";  // auto | cuda | cpu
   std::string precision = "bf16";  // GPU activations and GEMM operands: bf16 | fp32

@@ -44,6 +44,7 @@ void ParamStore::add(const std::string& name, int64_t rows, int64_t cols, ParamI
   entry.fan_out = fan_out > 0 ? fan_out : cols;
   entry.offset = buffer_numel_;
   buffer_numel_ += (entry.numel() + kAlignment - 1) / kAlignment * kAlignment;
+  index_.emplace(name, entries_.size());
   entries_.push_back(entry);
 }
 
@@ -114,18 +115,12 @@ void ParamStore::initialize(uint64_t seed) {
   refresh_compute();
 }
 
-bool ParamStore::has(const std::string& name) const {
-  for (const auto& e : entries_) {
-    if (e.name == name) return true;
-  }
-  return false;
-}
+bool ParamStore::has(const std::string& name) const { return index_.count(name) > 0; }
 
 const ParamEntry& ParamStore::entry(const std::string& name) const {
-  for (const auto& e : entries_) {
-    if (e.name == name) return e;
-  }
-  THPC_FAIL("no parameter named '" << name << "'");
+  const auto found = index_.find(name);
+  if (found == index_.end()) THPC_FAIL("no parameter named '" << name << "'");
+  return entries_[found->second];
 }
 
 Tensor ParamStore::param(const std::string& name) const {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -74,6 +75,9 @@ class ParamStore {
 
  private:
   std::vector<ParamEntry> entries_;
+  // Each name's place in entries_: a model of many layers has tens of thousands of
+  // tensors, and a linear search per add() made laying out 10^4 layers take minutes.
+  std::unordered_map<std::string, size_t> index_;
   int64_t buffer_numel_ = 0;
   Backend* backend_ = nullptr;
   Tensor params_, grads_;

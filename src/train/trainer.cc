@@ -21,6 +21,7 @@
 #include "common/error.h"
 #include "common/sha256.h"
 #include "data/synthetic.h"
+#include "train/footprint.h"
 #include "train/lr_schedule.h"
 #include "train/run_log.h"
 
@@ -196,6 +197,17 @@ Trainer::Trainer(const Config& config, Communicator comm)
   stop_if_signalled_during_start_up(comm_);
   check_every_rank_reads_the_same_data();
   const int vocab = resolve_vocab_size(config_, *source_);
+  // Checked in long double before any allocation: every rank alike, one message.
+  const std::string too_large = training_does_not_fit(config_, vocab, host_memory_bytes());
+  if (!too_large.empty()) throw AllRanksError(too_large, 2);
+  if (config_.train.tokens_per_step <
+      static_cast<int64_t>(config_.train.accumulate) * comm_.size()) {
+    throw AllRanksError(config_.source_file + ": train.tokens_per_step " +
+                            std::to_string(config_.train.tokens_per_step) + " cannot be shared by " +
+                            std::to_string(config_.train.accumulate) + " micro-batches on each of " +
+                            std::to_string(comm_.size()) + " ranks (each needs at least one token)",
+                        2);
+  }
   micro_budget_ = micro_batch_budget(config_, comm_);
   model_ = std::make_unique<Transformer>(config_.model, vocab, source_->special_ids(), *backend_,
                                          config_.train.seed);

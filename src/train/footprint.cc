@@ -1,0 +1,79 @@
+#include "train/footprint.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <sstream>
+
+
+namespace thpc {
+namespace {
+
+// "3.8e+18 bytes (3.8 EB)" style: bytes in the units a user reads.
+std::string readable_bytes(long double bytes) {
+  const char* units[] = {"bytes", "KB", "MB", "GB", "TB", "PB", "EB"};
+  int unit = 0;
+  long double value = bytes;
+  while (value >= 1000 && unit < 6) {
+    value /= 1000;
+    ++unit;
+  }
+  char text[64];
+  if (unit == 6 && value >= 1000) {
+    std::snprintf(text, sizeof text, "%.2Le bytes", bytes);
+  } else {
+    std::snprintf(text, sizeof text, "%.1Lf %s", value, units[unit]);
+  }
+  return text;
+}
+
+}  // namespace
+
+TrainingFootprint training_footprint(const ModelConfig& model, int vocab,
+                                     const TrainConfig& train) {
+  using Real = long double;
+  const Real d = model.d_model, ff = model.d_ff, h = model.heads;
+  const Real dk = model.d_k > 0 ? model.d_k : model.d_model / model.heads;
+  const Real dv = model.d_v > 0 ? model.d_v : model.d_model / model.heads;
+  const Real self_attention = d * h * (2 * dk + dv) + h * dv * d;   // fused Q|K|V, output
+  const Real cross_attention = d * h * dk + d * h * (dk + dv) + h * dv * d;
+  const Real feed_forward = 2 * d * ff;
+  TrainingFootprint footprint;
+  footprint.parameters = Real(vocab) * d +
+                         (model.positions == "learned" ? Real(model.max_positions) * d : 0) +
+                         Real(model.layers) * (self_attention + feed_forward) +
+                         Real(model.layers) * (self_attention + cross_attention + feed_forward);
+  const bool bf16_copy = train.backend == "cuda" && train.precision == "bf16";
+  footprint.bytes = footprint.parameters * (bf16_copy ? 18 : 16);
+  // The sinusoidal table of §3.5: computed in double on the host, uploaded as fp32.
+  if (model.positions != "learned") footprint.bytes += Real(model.max_positions) * d * (8 + 4);
+  return footprint;
+}
+
+long double host_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<long double>(pages) * page : 0;
+}
+
+std::string training_does_not_fit(const Config& config, int vocab, long double available_bytes) {
+  const TrainingFootprint footprint = training_footprint(config.model, vocab, config.train);
+  if (available_bytes <= 0 || footprint.bytes <= available_bytes) return "";
+  const ModelConfig& m = config.model;
+  char parameters[32];
+  std::snprintf(parameters, sizeof parameters, "%.3Lg", footprint.parameters);
+  std::ostringstream message;
+  message << config.source_file
+            << ": the model is too large to train here: model.layers = " << m.layers
+            << ", d_model = " << m.d_model << ", d_ff = " << m.d_ff << ", heads = " << m.heads
+            << " (d_k " << (m.d_k > 0 ? m.d_k : m.d_model / m.heads) << ", d_v "
+            << (m.d_v > 0 ? m.d_v : m.d_model / m.heads) << ") and a vocabulary of " << vocab
+            << " make at least " << parameters << " parameters, whose values, gradients and "
+            << "Adam moments (and the positions' table of model.max_positions = "
+            << m.max_positions << " rows) need " << readable_bytes(footprint.bytes)
+            << " on every rank, and "
+            << "this machine has " << readable_bytes(available_bytes)
+            << " of memory: make the model smaller, or model.max_positions";
+  return message.str();
+}
+
+}  // namespace thpc

@@ -1,0 +1,37 @@
+// What a training run must hold in memory before its first step, computed from the
+// configuration in long double (no product of keys can overflow), so that sizes that
+// cannot be allocated are refused with the keys that make them, before any allocation
+// (issue 34: a d_model of 10^9 ended in "check failed ... out of host memory allocating
+// 3766288047452246016 bytes" after --dry-run had passed it).
+#pragma once
+
+#include <string>
+
+#include "config/config.h"
+
+namespace thpc {
+
+struct TrainingFootprint {
+  // Weights of the model's matrices (embedding, learned positions, attention projections,
+  // feed-forward layers): biases, norms and alignment left out, so a lower bound of what
+  // add_transformer_parameters lays out.
+  long double parameters = 0;
+  // The parameter buffers every rank allocates: fp32 parameters, gradients and Adam's two
+  // moments (16 bytes a parameter), plus a bf16 compute copy on the GPU (2 more), and
+  // the sinusoidal position table (max_positions x d_model, in double and in fp32).
+  long double bytes = 0;
+};
+
+// The footprint of training `model` with a vocabulary of `vocab` on `train`'s backend.
+TrainingFootprint training_footprint(const ModelConfig& model, int vocab,
+                                     const TrainConfig& train);
+
+// Physical memory of this machine (sysconf), the most any rank's buffers can use.
+long double host_memory_bytes();
+
+// "" when the footprint fits `available_bytes`, else why not: one line naming the model
+// keys, what they need and what there is (a configuration error, exit 2; every rank
+// reaches it alike).
+std::string training_does_not_fit(const Config& config, int vocab, long double available_bytes);
+
+}  // namespace thpc
