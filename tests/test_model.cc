@@ -421,7 +421,9 @@ TEST(FusedOps, TrainerEndsWithTheSameParametersOnAndOff) {
     std::ostringstream log;
     Trainer(load_config(kRoot + "/input/tiny.ini",
                         {"train.max_steps=3", "train.threads=2", settings[i],
-                         "checkpoint.dir=" + (run / std::to_string(i)).string()}))
+                         "checkpoint.dir=" + (run / std::to_string(i)).string(),
+                         // Each run its own metrics file: a run owns its directory.
+                         "train.metrics_dir=" + (run / std::to_string(i)).string()}))
         .run(log);
     const size_t final_at = log.str().find("final: step=3 loss=");
     ASSERT_NE(final_at, std::string::npos) << log.str();
