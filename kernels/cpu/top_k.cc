@@ -27,21 +27,30 @@ bool ranks_before(T value_a, int column_a, T value_b, int column_b) {
 // before the worst kept (columns come in increasing order, so an equal value never
 // does), at the place after every kept one that ranks before it. k is small (2 * beam)
 // against the vocabulary, so the insertion's shifting is rare once the list is full.
+//
+// Once k are kept and the worst of them is a number w, a column can enter only if its
+// value is > w (an equal one, a smaller one and NaN rank after it): the row is scanned
+// kBlock columns at a time for any value > w, a comparison the compiler vectorises, and
+// a block without one is passed over whole. The blocks that have one go through the
+// column-by-column rule, so the choice is the same as without the scan. On a decoding
+// row nearly every block is passed over (this op was 1.5% of a base-model beam search,
+// a branch per column).
 template <typename T>
 void row_top_k(T* values, int32_t* columns, const T* x, int rows, int width, int k,
                int skip_a, int skip_b) {
   check_row_top_k(rows, width, k, skip_a, skip_b);
+  constexpr int kBlock = 16;
 #pragma omp parallel for schedule(static) num_threads(threads_for(int64_t(rows) * width))
   for (int row = 0; row < rows; ++row) {
     const T* entries = x + int64_t(row) * width;
     T* best_values = values + int64_t(row) * k;
     int32_t* best_columns = columns + int64_t(row) * k;
     int kept = 0;
-    for (int column = 0; column < width; ++column) {
-      if (column == skip_a || column == skip_b) continue;
+    const auto consider = [&](int column) {
+      if (column == skip_a || column == skip_b) return;
       const T value = entries[column];
       if (kept == k) {
-        if (!ranks_before(value, column, best_values[k - 1], best_columns[k - 1])) continue;
+        if (!ranks_before(value, column, best_values[k - 1], best_columns[k - 1])) return;
         --kept;
       }
       int at = kept;
@@ -53,6 +62,21 @@ void row_top_k(T* values, int32_t* columns, const T* x, int rows, int width, int
       best_values[at] = value;
       best_columns[at] = column;
       ++kept;
+    };
+    int column = 0;
+    while (column < width) {
+      if (kept == k && !std::isnan(best_values[k - 1]) && column + kBlock <= width) {
+        const T worst = best_values[k - 1];
+        bool any_above = false;
+        for (int j = 0; j < kBlock; ++j) any_above |= entries[column + j] > worst;
+        if (!any_above) {
+          column += kBlock;
+          continue;
+        }
+        for (const int end = column + kBlock; column < end; ++column) consider(column);
+        continue;
+      }
+      consider(column++);
     }
   }
 }

@@ -272,6 +272,42 @@ TEST(AddNorm, FusedBackwardMatchesFiniteDifferencesAndAccumulates) {
   expect_gradient_matches("dbeta", in.beta, difference(dbeta, dbeta0), objective);
 }
 
+// The forward normalises rows four at a time, their sums interleaved (layernorm.cc):
+// each row must get the bits it gets alone, in float and double, for row counts with and
+// without a remainder, at a model's width; the fused add & norm too.
+template <typename T>
+void expect_row_groups_equal_single_rows(uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (const int rows : {1, 3, 4, 7, 12}) {
+    for (const int d : {9, 512}) {
+      SCOPED_TRACE(::testing::Message() << rows << " rows of " << d);
+      std::vector<T> x(static_cast<size_t>(rows) * d), gamma(d), beta(d);
+      std::uniform_real_distribution<double> u(-2.0, 2.0);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<T>(u(rng) + 0.3 * (i / d));
+      for (T& g : gamma) g = static_cast<T>(u(rng));
+      for (T& b : beta) b = static_cast<T>(u(rng));
+      std::vector<T> y(x.size()), mean(rows), rstd(rows);
+      cpu::layernorm_forward<T>(y.data(), mean.data(), rstd.data(), x.data(), gamma.data(),
+                                beta.data(), rows, d, 1e-5f);
+      for (int r = 0; r < rows; ++r) {
+        std::vector<T> y_row(d), mean_row(1), rstd_row(1);
+        cpu::layernorm_forward<T>(y_row.data(), mean_row.data(), rstd_row.data(),
+                                  x.data() + static_cast<size_t>(r) * d, gamma.data(),
+                                  beta.data(), 1, d, 1e-5f);
+        ASSERT_EQ(mean[r], mean_row[0]) << "row " << r;
+        ASSERT_EQ(rstd[r], rstd_row[0]) << "row " << r;
+        ASSERT_TRUE(std::equal(y_row.begin(), y_row.end(), y.begin() + int64_t(r) * d))
+            << "row " << r;
+      }
+    }
+  }
+}
+
+TEST(LayerNorm, RowsNormalisedTogetherHaveTheBitsOfOneRowAlone) {
+  expect_row_groups_equal_single_rows<float>(33);
+  expect_row_groups_equal_single_rows<double>(34);
+}
+
 }  // namespace
 }  // namespace thpc::cpu_test
 
