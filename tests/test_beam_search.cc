@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "decode/beam_search.h"
+#include "decode_steps.h"
 #include "decode/greedy.h"
 #include "kernels/cpu/cpu_backend.h"
 
@@ -285,70 +286,6 @@ TEST(BeamSearch, BeamOneWithoutLengthPenaltyIsGreedyOnTheModel) {
   for (size_t s = 0; s < sources.size(); ++s) EXPECT_EQ(beamed[s][0].tokens, greedy[s]) << s;
 }
 
-// Incremental decoding steps over the sources {4 5 6}, {7}, {8 9 10 11 4}: (prefixes,
-// the source of each), hypotheses swapping places, splitting and vanishing between
-// steps as a beam search's do.
-using DecodeSteps = std::vector<std::pair<std::vector<TokenSequence>, std::vector<int>>>;
-const std::vector<TokenSequence> kReorderingSources = {{4, 5, 6}, {7}, {8, 9, 10, 11, 4}};
-const DecodeSteps& reordering_steps() {
-  static const DecodeSteps steps = {
-      {{{}, {}, {}}, {0, 1, 2}},
-      {{{5}, {6}, {7}, {9}}, {0, 0, 1, 2}},
-      {{{7, 4}, {6, 8}, {5, 11}, {5, 4}}, {1, 0, 0, 0}},
-      {{{5, 4, 10}, {7, 4, 6}}, {0, 1}},
-      {{{7, 4, 6, 6}, {7, 4, 6, 5}, {5, 4, 10, 9}}, {1, 1, 0}},
-      // As many hypotheses as before: the cache moves in place, the decoder's rows
-      // become a permutation of the hypotheses (a row changes sentence here) ...
-      {{{5, 4, 10, 9, 4}, {7, 4, 6, 5, 8}, {5, 4, 10, 9, 7}}, {0, 1, 0}},
-      // ... and stay one across a further in-place step.
-      {{{7, 4, 6, 5, 8, 8}, {5, 4, 10, 9, 7, 5}, {5, 4, 10, 9, 4, 6}}, {1, 0, 0}},
-      {{{5, 4, 10, 9, 4, 6, 9}, {7, 4, 6, 5, 8, 8, 11}}, {0, 1}},
-  };
-  return steps;
-}
-
-// The steps as the search hands them over: each hypothesis' parent is the previous
-// step's hypothesis of its sentence whose prefix is its own without the last token.
-std::vector<BeamStep> as_beam_steps(const DecodeSteps& steps) {
-  std::vector<BeamStep> result;
-  for (size_t t = 0; t < steps.size(); ++t) {
-    const auto& [prefixes, source_of] = steps[t];
-    BeamStep step;
-    step.position = static_cast<int>(t);
-    step.source_of = source_of;
-    for (size_t i = 0; i < prefixes.size(); ++i) {
-      step.prefix.push_back(&prefixes[i]);
-      if (t == 0) continue;
-      const auto& [previous, previous_source_of] = steps[t - 1];
-      const TokenSequence stem(prefixes[i].begin(), prefixes[i].end() - 1);
-      int parent = -1;
-      for (size_t j = 0; j < previous.size(); ++j) {
-        if (previous_source_of[j] == source_of[i] && previous[j] == stem) parent = static_cast<int>(j);
-      }
-      if (parent < 0) ADD_FAILURE() << "step " << t << " hypothesis " << i << " has no parent";
-      step.parent.push_back(parent);
-      step.token.push_back(prefixes[i].back());
-    }
-    result.push_back(std::move(step));
-  }
-  return result;
-}
-
-Transformer small_model(Backend& backend, bool learned_positions, const char* norm = "post") {
-  ModelConfig c;
-  c.norm = norm;
-  c.layers = 2;
-  c.d_model = 16;
-  c.d_ff = 32;
-  c.heads = 4;
-  c.d_k = 3;
-  c.d_v = 5;
-  c.max_positions = 32;
-  c.positions = learned_positions ? "learned" : "sinusoidal";
-  c.attention_bias = learned_positions;
-  return Transformer(c, 12, kIds, backend, 9);
-}
-
 TEST(IncrementalDecoding, CachedStepsEqualFullRecomputation) {
   // The same hypotheses, reordered and dropped between steps as a beam search does, scored
   // by the KV-cached decoder and by recomputing every prefix: log-probabilities agree to
@@ -401,32 +338,6 @@ TEST(IncrementalDecoding, BeamSearchGivesTheSameOutputsCachedOrNot) {
       }
     }
   }
-}
-
-// Lets every token through. A search with a filter reads whole rows of log-probabilities
-// (NextTokenScorer::step), so this makes the model-backed scorers take that path
-// instead of ranking each hypothesis' best tokens themselves (step_best).
-class AllowEveryToken final : public NextTokenFilter {
- public:
-  explicit AllowEveryToken(int vocab) : vocab_(vocab) {}
-  void allowed_next(int, const TokenSequence&, int, std::vector<char>& allowed) const override {
-    allowed.assign(static_cast<size_t>(vocab_), 1);
-  }
-
- private:
-  int vocab_;
-};
-
-Transformer wide_vocabulary_model(Backend& backend) {
-  ModelConfig c;
-  c.layers = 2;
-  c.d_model = 16;
-  c.d_ff = 32;
-  c.heads = 4;
-  c.d_k = 4;
-  c.d_v = 4;
-  c.max_positions = 40;
-  return Transformer(c, 301, kIds, backend, 17);
 }
 
 TEST(IncrementalDecoding, RankedBestTokensAreTheFullRowsBest) {
