@@ -73,6 +73,11 @@ void CachedTransformerScorer::step(const BeamStep& step, std::vector<float>& log
   model_.decode_step_log_probs(model_.decoder_state(), tokens, log_probs);
 }
 
+Tensor CachedTransformerScorer::step_on_backend(const BeamStep& step) {
+  const std::vector<int32_t>& fed = prepare_step(step);
+  return model_.decode_step(model_.decoder_state(), fed);
+}
+
 bool CachedTransformerScorer::step_best(const BeamStep& step, int count,
                                         std::vector<float>& values,
                                         std::vector<int32_t>& tokens) {
@@ -156,6 +161,32 @@ void add_best_extensions(const float* row, int vocab, double parent_log_prob, in
   }
 }
 
+int output_length_limit(size_t source_length, const BeamOptions& options) {
+  int limit = options.max_len_a * static_cast<int>(source_length) + options.max_len_b;
+  if (options.max_len_cap > 0) limit = std::min(limit, options.max_len_cap);
+  return std::max(1, limit);
+}
+
+bool score_step(NextTokenScorer& scorer, const BeamStep& step, int ranked_count,
+                std::vector<float>& log_probs, std::vector<float>& best_values,
+                std::vector<int32_t>& best_tokens) {
+  const size_t hypotheses = static_cast<size_t>(step.size());
+  if (ranked_count > 0 && scorer.step_best(step, ranked_count, best_values, best_tokens)) {
+    const size_t expected = hypotheses * static_cast<size_t>(ranked_count);
+    THPC_CHECK(best_values.size() == expected && best_tokens.size() == expected,
+               "the scorer ranked " << best_values.size() << " values and "
+                                    << best_tokens.size() << " tokens for " << hypotheses
+                                    << " hypotheses of " << ranked_count << " each");
+    return true;
+  }
+  scorer.step(step, log_probs);
+  const int vocab = scorer.vocab_size();
+  THPC_CHECK(log_probs.size() == hypotheses * static_cast<size_t>(vocab),
+             "the scorer gave " << log_probs.size() << " log-probabilities for " << hypotheses
+                                << " hypotheses of " << vocab << " tokens");
+  return false;
+}
+
 }  // namespace beam_detail
 
 std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
@@ -169,9 +200,7 @@ std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
   const int beam = options.beam;
   std::vector<SentenceState> states(sources.size());
   for (size_t s = 0; s < sources.size(); ++s) {
-    int limit = options.max_len_a * static_cast<int>(sources[s].size()) + options.max_len_b;
-    if (options.max_len_cap > 0) limit = std::min(limit, options.max_len_cap);
-    states[s].max_len = std::max(1, limit);
+    states[s].max_len = beam_detail::output_length_limit(sources[s].size(), options);
     states[s].live.push_back(Live{});
   }
   scorer.start(sources);
@@ -200,10 +229,7 @@ std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
   for (step.position = 0;; ++step.position) {
     // All live hypotheses of unfinished sentences, scored in one call: the scorer gets
     // each one's parent, last token and a view of its prefix, nothing copied.
-    step.source_of.clear();
-    step.parent.clear();
-    step.token.clear();
-    step.prefix.clear();
+    step.clear_hypotheses();
     for (size_t s = 0; s < states.size(); ++s) {
       if (states[s].done) continue;
       for (Live& hypothesis : states[s].live) {
@@ -217,21 +243,9 @@ std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
       }
     }
     if (step.size() == 0) break;
-    const size_t hypotheses = static_cast<size_t>(step.size());
-    const bool ranked = options.filter == nullptr && ranked_count > 0 &&
-                        scorer.step_best(step, ranked_count, best_values, best_tokens);
-    if (ranked) {
-      const size_t expected = hypotheses * static_cast<size_t>(ranked_count);
-      THPC_CHECK(best_values.size() == expected && best_tokens.size() == expected,
-                 "the scorer ranked " << best_values.size() << " values and "
-                                      << best_tokens.size() << " tokens for " << hypotheses
-                                      << " hypotheses of " << ranked_count << " each");
-    } else {
-      scorer.step(step, log_probs);
-      THPC_CHECK(log_probs.size() == hypotheses * static_cast<size_t>(vocab),
-                 "the scorer gave " << log_probs.size() << " log-probabilities for "
-                                    << hypotheses << " hypotheses of " << vocab << " tokens");
-    }
+    const bool ranked = beam_detail::score_step(
+        scorer, step, options.filter == nullptr ? ranked_count : 0, log_probs, best_values,
+        best_tokens);
 
     size_t row = 0;
     for (size_t s = 0; s < states.size(); ++s) {

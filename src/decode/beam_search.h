@@ -36,6 +36,13 @@ struct BeamStep {
   // call; for scorers that read whole prefixes (the reference, the tests' tables).
   std::vector<const TokenSequence*> prefix;
   int size() const { return static_cast<int>(source_of.size()); }
+  // Empties the hypotheses (keeping the vectors' capacity), not the position.
+  void clear_hypotheses() {
+    source_of.clear();
+    parent.clear();
+    token.clear();
+    prefix.clear();
+  }
 };
 
 // Gives log p(next token | source, prefix) for a set of hypotheses.
@@ -90,6 +97,14 @@ class CachedTransformerScorer final : public NextTokenScorer {
   bool step_best(const BeamStep& step, int count, std::vector<float>& values,
                  std::vector<int32_t>& tokens) override;
 
+  // The same step, left on the backend for a caller that combines several models'
+  // (decode/ensemble.h): Transformer::decode_step's log-probabilities [H, vocab] in the
+  // decoder state's cache-row order (hypothesis h's row is decoder_state().row_of()[h]),
+  // valid until the model's next step.
+  Tensor step_on_backend(const BeamStep& step);
+  const DecoderState& decoder_state() { return model_.decoder_state(); }
+  Transformer& model() { return model_; }
+
  private:
   // Brings the decoder state to this step's hypotheses (begins it at position 0, else
   // reorders it by the parents) and returns the tokens to feed.
@@ -140,8 +155,21 @@ std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
                                                  const SpecialIds& ids,
                                                  const BeamOptions& options);
 
-// One step's candidate selection, exposed for its test.
+// One step's candidate selection, exposed for its test, and what the sampler
+// (decode/sampling.h) shares with the search.
 namespace beam_detail {
+
+// A sentence's output length limit in generated tokens (eos counted):
+// max_len_a * source_length + max_len_b, at most max_len_cap when that is set, at least 1.
+int output_length_limit(size_t source_length, const BeamOptions& options);
+
+// Scores one step: each hypothesis' best `ranked_count` tokens into best_values and
+// best_tokens [H, ranked_count] when ranked_count > 0 and the scorer ranks them itself
+// (NextTokenScorer::step_best), else whole rows into log_probs [H, vocab]. Returns
+// whether it ranked; checks the sizes the scorer gave.
+bool score_step(NextTokenScorer& scorer, const BeamStep& step, int ranked_count,
+                std::vector<float>& log_probs, std::vector<float>& best_values,
+                std::vector<int32_t>& best_tokens);
 
 // A live hypothesis (`parent`, its index in the sentence's live list) extended by `token`.
 struct Candidate {

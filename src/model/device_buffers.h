@@ -1,6 +1,7 @@
 // Backend buffers that grow and never shrink: the device copies of a batch's ids, and
 // the decoder's caches (model/decoder_state.h). Once the largest batch has been seen,
-// keeping them allocates nothing.
+// keeping them allocates nothing. And the download of a backend tensor as fp32, which
+// the model's and the decoding scorers' host-side results share.
 #pragma once
 
 #include <algorithm>
@@ -43,5 +44,10 @@ inline void ensure_capacity(Backend& backend, Tensor& buffer, DType dtype, int64
   buffer = backend.alloc(dtype, numel);
   if (zero_new) backend.zero(buffer);
 }
+
+// Downloads the first `count` elements of `tensor` (F32, F64 or BF16) into `out` as
+// fp32 (resized; a vector kept from step to step allocates nothing). BF16 is widened on
+// the backend first (exact: every bf16 is an fp32); F64 is rounded on the host.
+void download_as_f32(Backend& backend, Tensor tensor, int64_t count, std::vector<float>& out);
 
 }  // namespace thpc::model_detail

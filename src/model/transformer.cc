@@ -464,21 +464,27 @@ void Transformer::download_rows_f32(Tensor rows, int count, int width,
   THPC_CHECK(rows.numel >= int64_t(count) * width, "downloading " << count << " rows of "
                                                                   << width << " from "
                                                                   << rows.numel);
-  result.resize(static_cast<size_t>(count) * width);
-  Tensor used = rows.slice(0, int64_t(count) * width);
+  download_as_f32(backend_, rows, int64_t(count) * width, result);
+}
+
+void model_detail::download_as_f32(Backend& backend, Tensor tensor, int64_t count,
+                                   std::vector<float>& out) {
+  THPC_CHECK(tensor.numel >= count, "downloading " << count << " elements of " << tensor.numel);
+  out.resize(static_cast<size_t>(count));
+  Tensor used = tensor.slice(0, count);
   if (used.dtype == DType::F64) {
-    std::vector<double> host(result.size());
-    backend_.download(host.data(), used);
-    std::copy(host.begin(), host.end(), result.begin());
+    std::vector<double> host(out.size());
+    backend.download(host.data(), used);
+    std::copy(host.begin(), host.end(), out.begin());
   } else if (used.dtype == DType::BF16) {
     // Widen on the device (exact: every bf16 is an fp32), then download.
-    Tensor wide = backend_.alloc(DType::F32, used.numel);
-    backend_.copy(wide, used);
-    backend_.download(result.data(), wide);
-    backend_.free(wide);
+    Tensor wide = backend.alloc(DType::F32, used.numel);
+    backend.copy(wide, used);
+    backend.download(out.data(), wide);
+    backend.free(wide);
   } else {
     THPC_CHECK(used.dtype == DType::F32, "rows in " << dtype_name(used.dtype));
-    backend_.download(result.data(), used);
+    backend.download(out.data(), used);
   }
 }
 

@@ -1,0 +1,251 @@
+#include "decode/ensemble.h"
+
+#include <sentencepiece_processor.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <sstream>
+#include <utility>
+
+#include "common/error.h"
+
+namespace thpc {
+
+using model_detail::ensure_capacity;
+using model_detail::ensure_id_capacity;
+using model_detail::ensure_ids;
+
+namespace {
+
+// The rows of the checkpoint's embedding: its vocabulary.
+int vocabulary_size(const Checkpoint& checkpoint, const std::string& path) {
+  for (const NamedTensor& tensor : checkpoint.params) {
+    if (tensor.name == "embed.weight") return static_cast<int>(tensor.rows);
+  }
+  THPC_FAIL(path << ": no embed.weight dataset");
+}
+
+}  // namespace
+
+EnsembleScorer::EnsembleScorer(const std::vector<Transformer*>& models,
+                               const std::vector<float>& weights, const SpecialIds& ids,
+                               int max_len)
+    : backend_(models.at(0)->backend()),
+      weights_(ensemble_weights(models.size(), weights)),
+      ids_(ids),
+      vocab_(models.at(0)->vocab_size()) {
+  members_.reserve(models.size());
+  for (Transformer* model : models) {
+    THPC_CHECK(&model->backend() == &backend_, "the models of an ensemble share one backend");
+    THPC_CHECK(model->vocab_size() == vocab_, "an ensemble of vocabularies "
+                                                  << vocab_ << " and " << model->vocab_size());
+    members_.emplace_back(*model, ids, max_len);
+  }
+}
+
+EnsembleScorer::~EnsembleScorer() {
+  for (Tensor* t : {&combined_, &ranked_input_, &best_values_}) {
+    if (*t) backend_.free(*t);
+  }
+  backend_.free_ids(hypothesis_of_row_.ids);
+  backend_.free_ids(best_columns_.ids);
+}
+
+void EnsembleScorer::start(const std::vector<TokenSequence>& sources) {
+  for (CachedTransformerScorer& member : members_) member.start(sources);
+}
+
+void EnsembleScorer::combine(const BeamStep& step) {
+  const int H = step.size();
+  const int64_t count = int64_t(H) * vocab_;
+  ensure_capacity(backend_, combined_, backend_.param_dtype(), count, false);
+  const Tensor sum = combined_.slice(0, count);
+  backend_.zero(sum);
+  for (size_t i = 0; i < members_.size(); ++i) {
+    // Model i's log-probabilities, [H, vocab] in its decoder state's cache-row order.
+    const Tensor rows = members_[i].step_on_backend(step);
+    const std::vector<int>& row_of = members_[i].decoder_state().row_of();
+    hypothesis_of_row_host_.assign(H, -1);
+    for (int h = 0; h < H; ++h) hypothesis_of_row_host_[row_of[h]] = h;
+    ensure_ids(backend_, hypothesis_of_row_, hypothesis_of_row_host_);
+    // sum[h, :] += w_i * rows[row_of[h], :]. embedding_backward is this scaled
+    // scatter-add of rows (d_table[tokens[r]] += scale * d_out[r], d_table in fp32, the
+    // rows in the activations' dtype, each element one fp32 multiply and add, in model
+    // order, on either backend): with the "tokens" saying which hypothesis each cache row
+    // holds it also puts the rows in hypothesis order, whatever each model's row order.
+    // Cost per model and step: one read of its [H, vocab] and a read-modify-write of the
+    // fp32 sum, next to a decoder step that reads every weight; no new kernel.
+    backend_.embedding_backward(sum, Tensor{}, rows, hypothesis_of_row_.ids, /*rows=*/H,
+                                /*length=*/1, /*d=*/vocab_, /*vocab=*/H, weights_[i]);
+  }
+}
+
+void EnsembleScorer::step(const BeamStep& step, std::vector<float>& log_probs) {
+  combine(step);
+  model_detail::download_as_f32(backend_, combined_, int64_t(step.size()) * vocab_, log_probs);
+}
+
+bool EnsembleScorer::step_best(const BeamStep& step, int count, std::vector<float>& values,
+                               std::vector<int32_t>& tokens) {
+  combine(step);
+  const int H = step.size();
+  const int64_t cells = int64_t(H) * vocab_;
+  // row_top_k reads the activations' dtype: on a bf16 GPU the sum is rounded to bf16
+  // first, as each model's own log-probabilities are.
+  Tensor ranked = combined_.slice(0, cells);
+  if (backend_.compute_dtype() != backend_.param_dtype()) {
+    ensure_capacity(backend_, ranked_input_, backend_.compute_dtype(), cells, false);
+    ranked = ranked_input_.slice(0, cells);
+    backend_.copy(ranked, combined_.slice(0, cells));
+  }
+  const int64_t best = int64_t(H) * count;
+  ensure_capacity(backend_, best_values_, backend_.param_dtype(), best, false);
+  ensure_id_capacity(backend_, best_columns_, best);
+  backend_.row_top_k(best_values_.slice(0, best), best_columns_.ids, ranked, H, vocab_, count,
+                     ids_.pad, ids_.bos);
+  model_detail::download_as_f32(backend_, best_values_, best, values);
+  tokens.resize(static_cast<size_t>(best));
+  backend_.download_ids(tokens.data(), best_columns_.ids, best);
+  return true;
+}
+
+std::vector<float> ensemble_weights(size_t models, const std::vector<float>& given) {
+  THPC_CHECK(models >= 1, "an ensemble of no models");
+  if (given.empty()) return std::vector<float>(models, static_cast<float>(1.0 / double(models)));
+  if (given.size() != models) {
+    THPC_FAIL("--weights: " << given.size() << " weights for " << models
+                            << " checkpoints (one per --checkpoint, in order)");
+  }
+  double total = 0;
+  for (const float w : given) {
+    if (!std::isfinite(w) || !(w > 0)) {
+      THPC_FAIL("--weights: " << w << " is not a weight (each must be a finite number > 0)");
+    }
+    total += w;
+  }
+  std::vector<float> weights;
+  for (const float w : given) weights.push_back(static_cast<float>(double(w) / total));
+  return weights;
+}
+
+DecodingCheckpoints read_decoding_checkpoints(const std::vector<std::string>& paths) {
+  THPC_CHECK(!paths.empty(), "no checkpoint to decode with");
+  DecodingCheckpoints read;
+  read.paths = paths;
+  for (const std::string& path : paths) {
+    read.checkpoints.push_back(read_checkpoint(path, CheckpointParts::ParamsOnly));
+    const Checkpoint& checkpoint = read.checkpoints.back();
+    // The run configuration stored in the checkpoint, parsed by the same option table.
+    Config stored = load_config_text(checkpoint.config_ini, path + " (stored configuration)");
+    read.models.push_back(stored.model);
+    if (read.checkpoints.size() == 1) {
+      read.config = std::move(stored);
+      read.max_positions = read.config.model.max_positions;
+    }
+    read.max_positions = std::min(read.max_positions, read.models.back().max_positions);
+  }
+  read.vocab_size = vocabulary_size(read.checkpoints.front(), paths.front());
+  return read;
+}
+
+std::vector<std::unique_ptr<Transformer>> DecodingCheckpoints::build_models(
+    const SpecialIds& ids, Backend& backend) const {
+  std::vector<std::unique_ptr<Transformer>> built;
+  for (size_t m = 0; m < checkpoints.size(); ++m) {
+    built.push_back(std::make_unique<Transformer>(models[m], vocabulary_size(checkpoints[m], paths[m]),
+                                                  ids, backend, /*init_seed=*/std::nullopt,
+                                                  Transformer::ModelUse::kInference));
+    load_parameters(checkpoints[m], paths[m], *built.back());
+  }
+  return built;
+}
+
+std::string ensemble_vocabulary_mismatch(const DecodingCheckpoints& members,
+                                         bool spm_model_given) {
+  const std::string& first_path = members.paths.at(0);
+  const Checkpoint& first = members.checkpoints.at(0);
+  const std::string vocabulary = ": the models of an ensemble must share one vocabulary";
+  for (size_t i = 1; i < members.checkpoints.size(); ++i) {
+    const std::string& other_path = members.paths[i];
+    const Checkpoint& other = members.checkpoints[i];
+    const int other_size = vocabulary_size(other, other_path);
+    std::ostringstream why;
+    if (other_size != members.vocab_size) {
+      why << first_path << " has a vocabulary of " << members.vocab_size << " tokens, "
+          << other_path << " of " << other_size << vocabulary;
+    } else if (!first.spm_model.empty() && !other.spm_model.empty()) {
+      const std::string difference = sentencepiece_vocabulary_difference(
+          first.spm_model, first_path, other.spm_model, other_path);
+      if (difference.empty()) continue;
+      why << first_path << " and " << other_path << " store different SentencePiece models ("
+          << difference << ")" << vocabulary;
+    } else if (first.spm_model.empty() != other.spm_model.empty() && !spm_model_given) {
+      const bool first_stores = !first.spm_model.empty();
+      why << (first_stores ? first_path : other_path) << " stores its SentencePiece model, "
+          << (first_stores ? other_path : first_path)
+          << " does not: give --spm-model FILE, the vocabulary both were trained with";
+    } else {
+      continue;
+    }
+    return why.str();
+  }
+  return "";
+}
+
+std::string sentencepiece_vocabulary_difference(const std::string& a, const std::string& a_name,
+                                                const std::string& b, const std::string& b_name) {
+  if (a == b) return "";
+  sentencepiece::SentencePieceProcessor model_a, model_b;
+  const auto loaded_a = model_a.LoadFromSerializedProto(a);
+  if (!loaded_a.ok()) return "cannot load " + a_name + "'s: " + loaded_a.ToString();
+  const auto loaded_b = model_b.LoadFromSerializedProto(b);
+  if (!loaded_b.ok()) return "cannot load " + b_name + "'s: " + loaded_b.ToString();
+  std::ostringstream why;
+  if (model_a.GetPieceSize() != model_b.GetPieceSize()) {
+    why << model_a.GetPieceSize() << " pieces in " << a_name << ", " << model_b.GetPieceSize()
+        << " in " << b_name;
+    return why.str();
+  }
+  const std::pair<const char*, std::pair<int, int>> special[] = {
+      {"pad", {model_a.pad_id(), model_b.pad_id()}},
+      {"unk", {model_a.unk_id(), model_b.unk_id()}},
+      {"bos", {model_a.bos_id(), model_b.bos_id()}},
+      {"eos", {model_a.eos_id(), model_b.eos_id()}}};
+  for (const auto& [name, id] : special) {
+    if (id.first != id.second) {
+      why << "the " << name << " id is " << id.first << " in " << a_name << ", " << id.second
+          << " in " << b_name;
+      return why.str();
+    }
+  }
+  // What the pieces mean: the text, the type (normal, control, unknown, unused, byte),
+  // and the score the segmentation ranks by (a unigram log-probability or a BPE merge's
+  // rank).
+  const auto type_of = [](const sentencepiece::SentencePieceProcessor& model, int id) {
+    return model.IsControl(id)   ? "control"
+           : model.IsUnknown(id) ? "unknown"
+           : model.IsUnused(id)  ? "unused"
+           : model.IsByte(id)    ? "byte"
+                                 : "normal";
+  };
+  for (int id = 0; id < model_a.GetPieceSize(); ++id) {
+    if (model_a.IdToPiece(id) != model_b.IdToPiece(id)) {
+      why << "piece " << id << " is '" << model_a.IdToPiece(id) << "' in " << a_name << ", '"
+          << model_b.IdToPiece(id) << "' in " << b_name;
+    } else if (std::string(type_of(model_a, id)) != type_of(model_b, id)) {
+      why << "piece " << id << " '" << model_a.IdToPiece(id) << "' is " << type_of(model_a, id)
+          << " in " << a_name << ", " << type_of(model_b, id) << " in " << b_name;
+    } else if (model_a.GetScore(id) != model_b.GetScore(id)) {
+      why << "piece " << id << " '" << model_a.IdToPiece(id) << "' scores "
+          << model_a.GetScore(id) << " in " << a_name << ", " << model_b.GetScore(id) << " in "
+          << b_name;
+    } else {
+      continue;
+    }
+    return why.str();
+  }
+  return "";
+}
+
+}  // namespace thpc
