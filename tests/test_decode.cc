@@ -54,6 +54,39 @@ class DecodeProgram : public ::testing::Test {
     checkpoint.spm_model = read_file(dir_ / "spm.model");
     write_checkpoint((dir_ / "model_spm.h5").string(), checkpoint);
 
+    // For ensembles: another model of the same vocabulary (other parameters, other
+    // size), one of another vocabulary size, and one storing another SentencePiece model
+    // of the same size (trained on German).
+    {
+      Config other = load_config(std::string(THPC_SOURCE_DIR) + "/input/tiny.ini",
+                                 {"model.layers=2", "model.d_model=16", "model.d_ff=32",
+                                  "model.max_positions=40"});
+      Transformer second(other.model, 300, SpecialIds{}, *backend, 5);
+      Checkpoint ensemble_member = checkpoint;
+      ensemble_member.architecture = architecture_text(other.model, 300);
+      ensemble_member.config_ini = other.to_ini();
+      ensemble_member.params = gather_named(second.params(), *backend, second.params().params());
+      write_checkpoint((dir_ / "model2.h5").string(), ensemble_member);
+      Transformer small_vocabulary(config.model, 200, SpecialIds{}, *backend, 3);
+      Checkpoint other_size = checkpoint;
+      other_size.spm_model.clear();
+      other_size.architecture = architecture_text(config.model, 200);
+      other_size.params =
+          gather_named(small_vocabulary.params(), *backend, small_vocabulary.params().params());
+      write_checkpoint((dir_ / "model_200.h5").string(), other_size);
+      std::ifstream german(data_path("multi30k/train.de"));
+      std::ofstream german_sample(dir_ / "sample.de");
+      std::string line;
+      for (int i = 0; i < 3000 && std::getline(german, line); ++i) german_sample << line << "\n";
+      german_sample.close();
+      const auto german_status =
+          train_test_spm_model((dir_ / "sample.de").string(), (dir_ / "spm_de").string(), 300);
+      ASSERT_TRUE(german_status.ok()) << german_status.ToString();
+      Checkpoint other_vocabulary = checkpoint;
+      other_vocabulary.spm_model = read_file(dir_ / "spm_de.model");
+      write_checkpoint((dir_ / "model_de_spm.h5").string(), other_vocabulary);
+    }
+
     std::ofstream input(dir_ / "input.en");
     input << "A man is riding a bike.\n\nTwo dogs play in the snow.\n";
     for (int i = 0; i < 1000; ++i) input << "dog ";
@@ -175,6 +208,104 @@ TEST_F(DecodeProgram, EvaluateScriptAveragesDecodesAndScores) {
     EXPECT_NE(result.output.find("\nBLEU = "), std::string::npos) << result.output;
     EXPECT_TRUE(fs::exists(run / "eval" / "average_last2.h5"));
     EXPECT_EQ(lines_of(read_file(run / "eval" / "test.en.hyp")).size(), 2u);
+  }
+}
+
+// Ensembles (--checkpoint A B, or --checkpoint A --checkpoint B): two copies of a model
+// translate as the model, byte for byte, with beam search and greedily; two different
+// models (other sizes) translate deterministically whatever the workers; vocabularies
+// that differ are refused in one line naming both files (exit 2).
+TEST_F(DecodeProgram, EnsemblesOfCopiesTranslateAsTheModelAndVocabulariesMustAgree) {
+  const std::string model = (dir_ / "model.h5").string(), model2 = (dir_ / "model2.h5").string();
+  for (const std::string mode : {"--max-len-b 8", "--greedy --max-len-b 8", "--beam 3 --nbest 2 --max-len-b 6"}) {
+    std::string alone, copies, err;
+    ASSERT_EQ(decode(mode, alone, err), 0) << err;
+    ASSERT_EQ(decode(mode + " --checkpoint " + model, copies, err), 0) << err;
+    EXPECT_EQ(copies, alone) << mode;
+    ASSERT_EQ(decode(mode + " --weights 1 1", copies, err, "model.h5 " + model), 0) << err;
+    EXPECT_EQ(copies, alone) << mode;
+  }
+  std::string mixed, again, err;
+  ASSERT_EQ(decode("--max-len-b 8 --threads 1 --checkpoint " + model2, mixed, err), 0) << err;
+  EXPECT_EQ(lines_of(mixed).size(), 4u) << mixed;
+  for (const char* threads : {"2", "3"}) {
+    ASSERT_EQ(decode(std::string("--max-len-b 8 --threads ") + threads + " --checkpoint " + model2,
+                     again, err),
+              0)
+        << err;
+    EXPECT_EQ(again, mixed) << "--threads " << threads;
+  }
+
+  std::string out;
+  EXPECT_EQ(decode("--checkpoint " + (dir_ / "model_200.h5").string(), out, err), 2) << err;
+  EXPECT_NE(err.find(model + " has a vocabulary of 300 tokens, " +
+                     (dir_ / "model_200.h5").string() + " of 200"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(lines_of(err).size(), 1u) << err;
+  EXPECT_EQ(decode("--checkpoint " + (dir_ / "model_de_spm.h5").string(), out, err, "model_spm.h5"),
+            2)
+      << err;
+  EXPECT_NE(err.find((dir_ / "model_spm.h5").string() + " and " +
+                     (dir_ / "model_de_spm.h5").string() +
+                     " store different SentencePiece models (piece "),
+            std::string::npos)
+      << err;
+  // One storing its model, the other not: the user must name the vocabulary.
+  EXPECT_EQ(decode("--checkpoint " + model, out, err, "model_spm.h5", /*spm_model=*/false), 2)
+      << err;
+  EXPECT_NE(err.find("give --spm-model FILE"), std::string::npos) << err;
+  EXPECT_EQ(decode("--max-len-b 3 --checkpoint " + model, out, err, "model_spm.h5"), 0) << err;
+  EXPECT_EQ(decode("--weights 1", out, err, "model.h5 " + model), 2) << err;
+  EXPECT_NE(err.find("--weights: 1 weights for 2 checkpoints"), std::string::npos) << err;
+}
+
+// --sampling: a seed gives the same translations on every run and with any number of
+// workers, another seed others; --beam N --nbest N gives N samples per sentence; the
+// options are refused with their names (exit 2).
+TEST_F(DecodeProgram, SamplingIsReproducibleForASeedAndRefusesBadOptions) {
+  for (const std::string method : {"full", "topk=10", "topp=0.9 --temperature 1.5"}) {
+    const std::string options = "--max-len-b 8 --sampling " + method;
+    std::string first, again, err;
+    ASSERT_EQ(decode(options + " --seed 3 --threads 1", first, err), 0) << err;
+    ASSERT_EQ(lines_of(first).size(), 4u) << first;
+    for (const char* threads : {"1", "2", "3"}) {
+      ASSERT_EQ(decode(options + " --seed 3 --threads " + threads, again, err), 0) << err;
+      EXPECT_EQ(again, first) << method << " --threads " << threads;
+    }
+    ASSERT_EQ(decode(options + " --seed 4", again, err), 0) << err;
+    EXPECT_NE(again, first) << method << ": another seed, other samples";
+  }
+  std::string out, err;
+  ASSERT_EQ(decode("--max-len-b 5 --sampling full --beam 3 --nbest 3", out, err), 0) << err;
+  EXPECT_EQ(lines_of(out).size(), 3u + 1u + 3u + 3u) << out;
+  // With an ensemble too.
+  ASSERT_EQ(decode("--max-len-b 5 --sampling topk=5 --checkpoint " + (dir_ / "model2.h5").string(),
+                   out, err),
+            0)
+      << err;
+  for (const auto& [options, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--sampling topk=0", "--sampling 'topk=0': K must be a whole number >= 1"},
+           {"--sampling topp=1.5", "--sampling 'topp=1.5': P must be a number in (0, 1]"},
+           {"--sampling beam", "--sampling 'beam': not a sampling method"},
+           {"--sampling full --temperature 0", "--temperature '0': expected a number > 0"},
+           {"--sampling full --seed -3", "--seed '-3': expected a whole number"},
+           {"--temperature 0.5", "--temperature and --seed go with --sampling"},
+           {"--seed 5", "--temperature and --seed go with --sampling"},
+           {"--sampling full --greedy", "--sampling and --greedy: choose one"}}) {
+    EXPECT_EQ(decode(options, out, err), 2) << options << ": " << err;
+    EXPECT_NE(err.find(message), std::string::npos) << options << ": " << err;
+    EXPECT_EQ(lines_of(err).size(), 1u) << err;
+  }
+}
+
+TEST(DecodeHelp, ListsTheEnsembleAndSamplingOptions) {
+  const ProcessResult help =
+      run_process(std::string(THPC_BINARY_DIR) + "/transformer_decode --help");
+  EXPECT_EQ(help.exit_code, 0);
+  for (const char* option : {"--checkpoint arg", "--weights arg", "--sampling arg",
+                             "--temperature arg", "--seed arg", "ensemble", "topp=P"}) {
+    EXPECT_NE(help.output.find(option), std::string::npos) << option << "\n" << help.output;
   }
 }
 

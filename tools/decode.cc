@@ -1,9 +1,11 @@
 // transformer_decode: translates text with a trained checkpoint (a step or an average),
 // after fairseq-interactive / fairseq-generate.
 //
-//   transformer_decode --checkpoint FILE [--spm-model FILE] [--input FILE|-] [--output FILE]
+//   transformer_decode --checkpoint FILE [FILE...] [--weights W...] [--spm-model FILE]
+//                      [--input FILE|-] [--output FILE]
 //                      [--beam B] [--lenpen A] [--max-len-a 1 --max-len-b 50]
 //                      [--batch-tokens 4096] [--nbest 1] [--greedy] [--threads N]
+//                      [--sampling full|topk=K|topp=P [--temperature T] [--seed S]]
 //                      [--dump-attention FILE.h5 --dump-lines 1,5,9]
 //                      [--tree-constraints [--tree-leaves XX|words]]
 //
@@ -19,11 +21,15 @@
 // translation in an HDF5 file (decode/attention_dump.h has the layout;
 // tools/plot_attention.py draws it). --tree-constraints (the parsing mode) lets the search
 // write only well-formed linearized trees over exactly the input line's words
-// (decode/tree_filter.h). Both outputs are written under a temporary name and renamed,
-// and neither may be an input, the other output or a training run's file
-// (checkpoint/output_file.h). Exit codes: 0 success, 1 a bad file or checkpoint,
-// 2 a bad command line (--dump-lines naming a line the input lacks, an output that may
-// not be written, included).
+// (decode/tree_filter.h). Several checkpoints decode as an ensemble (decode/ensemble.h:
+// the weighted mean of their log-probabilities; models of any sizes sharing one
+// vocabulary, the first checkpoint's [decode] and [train] settings applying);
+// --sampling draws the translations instead of searching (decode/sampling.h). Both
+// outputs are written under a temporary name and renamed, and neither may be an input,
+// the other output or a training run's file (checkpoint/output_file.h). Exit codes:
+// 0 success, 1 a bad file or checkpoint, 2 a bad command line (--dump-lines naming a
+// line the input lacks, checkpoints of different vocabularies, an output that may not
+// be written, included).
 #include <sentencepiece_processor.h>
 
 #include <boost/program_options.hpp>
@@ -49,6 +55,8 @@
 #include "config/config.h"
 #include "decode/attention_dump.h"
 #include "decode/beam_search.h"
+#include "decode/ensemble.h"
+#include "decode/sampling.h"
 #include "decode/translate.h"
 #include "decode/tree_filter.h"
 #include "metrics/bleu.h"
@@ -63,7 +71,9 @@ namespace {
 namespace po = boost::program_options;
 
 struct Arguments {
-  std::string checkpoint, spm_model, input = "-", output = "-";
+  std::vector<std::string> checkpoints;  // one model, or an ensemble
+  std::vector<float> weights;            // empty: equal
+  std::string spm_model, input = "-", output = "-";
   int nbest = 1, batch_tokens = 4096;
   // Unset: the checkpoint's [decode] beam, alpha, max_len_a, max_len_b.
   std::optional<int> beam, max_len_a, max_len_b;
@@ -74,6 +84,7 @@ struct Arguments {
   std::optional<std::string> tree_leaves;  // default: the checkpoint's decode.tree_leaves
   std::string dump_attention;   // empty: no attention dump
   std::vector<int> dump_lines;  // 1-based input lines, ascending, each once
+  std::optional<thpc::SamplingOptions> sampling;  // unset: beam search
   bool help = false;
 };
 
@@ -99,18 +110,6 @@ std::vector<int> parse_line_numbers(const std::string& text) {
   return {numbers.begin(), numbers.end()};
 }
 
-// The run configuration stored in the checkpoint, parsed by the same option table.
-thpc::Config stored_config(const thpc::Checkpoint& checkpoint, const std::string& path) {
-  return thpc::load_config_text(checkpoint.config_ini, path + " (stored configuration)");
-}
-
-int vocabulary_of(const thpc::Checkpoint& checkpoint, const std::string& path) {
-  for (const thpc::NamedTensor& tensor : checkpoint.params) {
-    if (tensor.name == "embed.weight") return static_cast<int>(tensor.rows);
-  }
-  THPC_FAIL(path << ": no embed.weight dataset");
-}
-
 // The input lines, read and checked as transformer_score reads its files (the same
 // function): invalid UTF-8 is refused naming the file and line rather than passed to
 // SentencePiece, which would decode it to something. Trailing whitespace is dropped, as
@@ -121,13 +120,21 @@ std::vector<std::string> read_lines(const std::string& path) {
 }
 
 int run(const Arguments& args) {
-  thpc::Checkpoint checkpoint =
-      thpc::read_checkpoint(args.checkpoint, thpc::CheckpointParts::ParamsOnly);
-  thpc::Config config = stored_config(checkpoint, args.checkpoint);
+  // Every model of an ensemble is read and checked before anything is translated.
+  const thpc::DecodingCheckpoints ensemble = thpc::read_decoding_checkpoints(args.checkpoints);
+  const std::string mismatch =
+      thpc::ensemble_vocabulary_mismatch(ensemble, !args.spm_model.empty());
+  if (!mismatch.empty()) throw thpc::tools::UsageError(mismatch);
+  const thpc::Checkpoint& checkpoint = ensemble.checkpoints.front();
+  const std::string& checkpoint_path = ensemble.paths.front();
+  thpc::Config config = ensemble.config;
   if (args.threads >= 0) config.train.threads = args.threads;
   const thpc::DecodeConfig& stored = config.decode;
-  const int beam = args.beam.value_or(stored.beam);
-  const int vocab = vocabulary_of(checkpoint, args.checkpoint);
+  // Sampling draws one translation per sentence unless --beam asks for more; the
+  // checkpoint's decode.beam is a search's width.
+  const int beam = args.beam.value_or(args.sampling ? 1 : stored.beam);
+  const int vocab = ensemble.vocab_size;
+  const int max_positions = ensemble.max_positions;
 
   sentencepiece::SentencePieceProcessor spm;
   // What error messages call the model: the file, or the checkpoint's copy.
@@ -137,17 +144,17 @@ int run(const Arguments& args) {
     if (!status.ok()) THPC_FAIL("cannot load SentencePiece model '" << args.spm_model << "': "
                                                                      << status.ToString());
   } else if (!checkpoint.spm_model.empty()) {
-    spm_source = "the SentencePiece model stored in " + args.checkpoint;
+    spm_source = "the SentencePiece model stored in " + checkpoint_path;
     const auto status = spm.LoadFromSerializedProto(checkpoint.spm_model);
     if (!status.ok()) THPC_FAIL("cannot load " << spm_source << ": " << status.ToString());
   } else {
-    THPC_FAIL("checkpoint " << args.checkpoint << " holds no SentencePiece model (its run "
+    THPC_FAIL("checkpoint " << checkpoint_path << " holds no SentencePiece model (its run "
               << "trained on data without one, e.g. a synthetic task, or predates stored "
               << "models); give --spm-model FILE");
   }
   if (spm.GetPieceSize() != vocab) {
     THPC_FAIL(spm_source << ": a vocabulary of " << spm.GetPieceSize() << " pieces, but "
-                         << args.checkpoint << " was trained with " << vocab);
+                         << checkpoint_path << " was trained with " << vocab);
   }
   thpc::SpecialIds ids;
   if (spm.pad_id() != ids.pad || spm.unk_id() != ids.unk || spm.bos_id() != ids.bos ||
@@ -159,7 +166,7 @@ int run(const Arguments& args) {
 
   const std::vector<std::string> lines = read_lines(args.input);
   // The longest source the position table holds: eos takes one position.
-  const int longest_source = config.model.max_positions - 1;
+  const int longest_source = max_positions - 1;
   const std::string input_name = args.input == "-" ? "<stdin>" : args.input;
   for (int line : args.dump_lines) {
     if (line > static_cast<int>(lines.size())) {
@@ -174,7 +181,7 @@ int run(const Arguments& args) {
     if (static_cast<int>(pieces.size()) > longest_source) {
       std::cerr << "transformer_decode: warning: line " << i + 1 << " has " << pieces.size()
                 << " tokens; truncated to " << longest_source << " (model.max_positions = "
-                << config.model.max_positions << ")\n";
+                << max_positions << ")\n";
       pieces.resize(longest_source);
     }
     sources[i].assign(pieces.begin(), pieces.end());
@@ -196,7 +203,7 @@ int run(const Arguments& args) {
   options.alpha = args.greedy ? 0.0f : args.lenpen.value_or(stored.alpha);
   options.max_len_a = args.max_len_a.value_or(stored.max_len_a);
   options.max_len_b = args.max_len_b.value_or(stored.max_len_b);
-  options.max_len_cap = config.model.max_positions - 1;
+  options.max_len_cap = max_positions - 1;
   options.nbest = std::min(args.nbest, options.beam);
   std::optional<thpc::TreeTokenFilter> tree_filter;
   if (args.tree_constraints) {
@@ -255,12 +262,14 @@ int run(const Arguments& args) {
                                  static_cast<int64_t>(sentences));
   auto work = [&](int worker, std::unique_ptr<thpc::Backend> backend) {
     try {
-      thpc::Transformer model(config.model, vocab, ids, *backend, /*init_seed=*/std::nullopt,
-                              thpc::Transformer::ModelUse::kInference);
-      thpc::load_parameters(checkpoint, args.checkpoint, model);
+      const auto models = ensemble.build_models(ids, *backend);
+      std::vector<thpc::Transformer*> model_pointers;
+      for (const auto& model : models) model_pointers.push_back(model.get());
+      thpc::Transformer& model = *models.front();  // the attention dumps show the first's
       for (size_t b = next_batch++; b < batches.size(); b = next_batch++) {
         // Each sentence belongs to one batch: the workers write disjoint elements.
-        thpc::translate_batch(model, ids, sources, batches[b], options, results);
+        thpc::translate_batch(model_pointers, args.weights, ids, sources, batches[b], options,
+                              args.sampling ? &*args.sampling : nullptr, results);
         progress.advance(static_cast<int64_t>(batches[b].members.size()));
         // The weights of each dumped line's best translation, by a forward pass over it
         // (the search's cache keeps none); it leaves nothing the next batch reads.
@@ -325,7 +334,7 @@ int run(const Arguments& args) {
       dump.source_tokens = pieces_of(dump.source_ids);
       dump.target_tokens = pieces_of(dump.target_ids);
     }
-    thpc::write_attention_dumps(args.dump_attention, dumps, args.checkpoint);
+    thpc::write_attention_dumps(args.dump_attention, dumps, checkpoint_path);
   }
   return 0;
 }
@@ -335,13 +344,19 @@ int run(const Arguments& args) {
 int main(int argc, char** argv) {
   Arguments args;
   po::options_description options(
-      "usage: transformer_decode --checkpoint FILE [options]\n\n"
-      "Translates the input, one sentence per line, with beam search (or greedily) and\n"
-      "writes one line per input line, in input order.\n\noptions");
+      "usage: transformer_decode --checkpoint FILE [FILE...] [options]\n\n"
+      "Translates the input, one sentence per line, with beam search (or greedily, or by\n"
+      "sampling) and writes one line per input line, in input order.\n\noptions");
   options.add_options()
       ("help", "print this text and exit")
-      ("checkpoint", po::value(&args.checkpoint)->required(),
-       "checkpoint (a step or an average; required)")
+      ("checkpoint", po::value(&args.checkpoints)->multitoken()->composing()->required(),
+       "checkpoint (a step or an average; required); several decode as an ensemble, the "
+       "weighted mean of their log-probabilities at every step (fairseq --path a:b, Marian "
+       "--models; models of any sizes with one vocabulary; the first checkpoint's [decode] "
+       "settings are the defaults)")
+      ("weights", po::value(&args.weights)->multitoken(),
+       "ensemble weights, one per --checkpoint in order, each > 0, normalised to sum 1 "
+       "(default: equal)")
       ("spm-model", po::value(&args.spm_model),
        "SentencePiece model of the corpus (default: the one stored in the checkpoint)")
       ("input", po::value(&args.input)->default_value(args.input),
@@ -365,7 +380,19 @@ int main(int argc, char** argv) {
        "write every layer's and head's attention weights of the --dump-lines translations "
        "to this HDF5 file (tools/plot_attention.py draws them)")
       ("dump-lines", po::value<std::string>(),
-       "the input lines to dump, 1-based and comma-separated, e.g. 1,5,9")
+       "the input lines to dump, 1-based and comma-separated, e.g. 1,5,9 (with an ensemble: "
+       "the first model's attention)")
+      ("sampling", po::value<std::string>(),
+       "sample the translations instead of searching (back-translation): full (the whole "
+       "distribution), topk=K (the K most probable tokens) or topp=P (the smallest set of "
+       "most probable tokens with mass >= P), as fairseq --sampling and Marian "
+       "--output-sampling; --beam N draws N independent samples per sentence (default 1), "
+       "ranked by score for --nbest")
+      ("temperature", po::value<std::string>(),
+       "with --sampling: draw from softmax(log p / T), T > 0 (default 1; < 1 sharper)")
+      ("seed", po::value<std::string>(),
+       "with --sampling: the random seed, 0..2^64-1 (default 1); a sentence's draws depend "
+       "only on the seed and its line, not on batching or --threads")
       ("tree-constraints", po::bool_switch(&args.tree_constraints),
        "parsing mode: write only well-formed linearized trees over exactly the input line's "
        "words: as many XX as it has words ('(S (NP XX ) XX )'), or its words themselves "
@@ -394,6 +421,20 @@ int main(int argc, char** argv) {
     if (args.dump_attention.empty() != args.dump_lines.empty()) {
       THPC_FAIL("--dump-attention FILE and --dump-lines N,... go together");
     }
+    if (values.count("weights")) {
+      args.weights = thpc::ensemble_weights(args.checkpoints.size(), args.weights);
+    }
+    if (values.count("sampling")) {
+      const auto given = [&](const char* name) {
+        return values.count(name) ? std::optional(values[name].as<std::string>()) : std::nullopt;
+      };
+      args.sampling = thpc::parse_sampling_options(values["sampling"].as<std::string>(),
+                                                   given("temperature"), given("seed"));
+      if (args.greedy) THPC_FAIL("--sampling and --greedy: choose one (--sampling topk=1 draws greedily)");
+      if (args.tree_constraints) THPC_FAIL("--sampling does not go with --tree-constraints");
+    } else if (values.count("temperature") || values.count("seed")) {
+      THPC_FAIL("--temperature and --seed go with --sampling");
+    }
     if (values.count("tree-leaves")) {
       args.tree_leaves = values["tree-leaves"].as<std::string>();
       if (*args.tree_leaves != "XX" && *args.tree_leaves != "words") {
@@ -404,7 +445,9 @@ int main(int argc, char** argv) {
     // Neither output may be an input, the other output or a training run's file, however
     // the path is spelt (the trained model turned into text, the source text replaced).
     if (!args.help) {
-      const std::vector<std::string> inputs = {args.checkpoint, args.input, args.spm_model};
+      std::vector<std::string> inputs = args.checkpoints;  // every model of an ensemble
+      inputs.push_back(args.input);
+      inputs.push_back(args.spm_model);
       thpc::check_output_path("--output", args.output, inputs, thpc::OutputKind::Text,
                               {args.dump_attention});
       thpc::check_output_path("--dump-attention", args.dump_attention, inputs,

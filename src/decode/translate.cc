@@ -4,6 +4,9 @@
 #include <cstdint>
 #include <optional>
 
+#include "common/error.h"
+#include "decode/ensemble.h"
+
 namespace thpc {
 
 std::vector<DecodeBatch> make_decode_batches(const std::vector<TokenSequence>& sources,
@@ -47,9 +50,26 @@ void translate_batch(Transformer& model, const SpecialIds& ids,
                      const std::vector<TokenSequence>& sources, const DecodeBatch& batch,
                      const BeamOptions& options,
                      std::vector<std::vector<Hypothesis>>& results) {
+  translate_batch({&model}, {}, ids, sources, batch, options, nullptr, results);
+}
+
+void translate_batch(const std::vector<Transformer*>& models, const std::vector<float>& weights,
+                     const SpecialIds& ids, const std::vector<TokenSequence>& sources,
+                     const DecodeBatch& batch, const BeamOptions& options,
+                     const SamplingOptions* sampling,
+                     std::vector<std::vector<Hypothesis>>& results) {
   std::vector<TokenSequence> batch_sources;
   for (size_t i : batch.members) batch_sources.push_back(sources[i]);
-  CachedTransformerScorer scorer(model, ids, batch.max_output);
+  // One model keeps its own scorer (nothing combined); an ensemble of one would give the
+  // same scores (EnsembleScorer: 0 + 1 * log p is exact).
+  std::optional<CachedTransformerScorer> single;
+  std::optional<EnsembleScorer> ensemble;
+  NextTokenScorer* scorer = nullptr;
+  if (models.size() == 1) {
+    scorer = &single.emplace(*models[0], ids, batch.max_output);
+  } else {
+    scorer = &ensemble.emplace(models, weights, ids, batch.max_output);
+  }
   // The filter answers for all sentences; the search numbers the batch's members.
   class MemberFilter final : public NextTokenFilter {
    public:
@@ -73,7 +93,15 @@ void translate_batch(Transformer& model, const SpecialIds& ids,
     member_filter.emplace(*options.filter, batch.members);
     batch_options.filter = &*member_filter;
   }
-  const auto found = beam_search(scorer, batch_sources, ids, batch_options);
+  std::vector<std::vector<Hypothesis>> found;
+  if (sampling != nullptr) {
+    THPC_CHECK(options.filter == nullptr, "sampling with a token filter");
+    // A sentence's draws are numbered by its index in the whole input, not in the batch.
+    std::vector<uint32_t> sentence_ids(batch.members.begin(), batch.members.end());
+    found = sample_search(*scorer, batch_sources, sentence_ids, ids, batch_options, *sampling);
+  } else {
+    found = beam_search(*scorer, batch_sources, ids, batch_options);
+  }
   for (size_t k = 0; k < batch.members.size(); ++k) results[batch.members[k]] = found[k];
 }
 

@@ -1,8 +1,9 @@
-// Translating many sentences with one model, as transformer_decode does: the sentences
-// sorted by length into batches of at most a padded-token budget, each batch searched by
-// beam_search with the KV-cached scorer. Shared by transformer_decode (which spreads the
-// batches over CPU workers) and the trainer's validation BLEU, so that both produce the
-// same translations from the same parameters.
+// Translating many sentences, as transformer_decode does: the sentences sorted by length
+// into batches of at most a padded-token budget, each batch searched by beam_search with
+// the KV-cached scorer of one model, or of an ensemble (decode/ensemble.h), or sampled
+// (decode/sampling.h). Shared by transformer_decode (which spreads the batches over CPU
+// workers) and the trainer's validation BLEU, so that both produce the same translations
+// from the same parameters.
 #pragma once
 
 #include <cstddef>
@@ -10,6 +11,7 @@
 
 #include "config/config.h"
 #include "decode/beam_search.h"
+#include "decode/sampling.h"
 
 namespace thpc {
 
@@ -35,6 +37,17 @@ std::vector<DecodeBatch> make_decode_batches(const std::vector<TokenSequence>& s
 void translate_batch(Transformer& model, const SpecialIds& ids,
                      const std::vector<TokenSequence>& sources, const DecodeBatch& batch,
                      const BeamOptions& options,
+                     std::vector<std::vector<Hypothesis>>& results);
+
+// The same with the models that decode together: one (its scorer ranks each
+// hypothesis' best tokens on the backend), or an ensemble of several sharing a backend
+// and a vocabulary, weighted by `weights` (empty: equally; see EnsembleScorer). With
+// `sampling` the batch is sampled (sample_search, options.beam samples per sentence,
+// each drawn by its index in `sources`) instead of searched.
+void translate_batch(const std::vector<Transformer*>& models, const std::vector<float>& weights,
+                     const SpecialIds& ids, const std::vector<TokenSequence>& sources,
+                     const DecodeBatch& batch, const BeamOptions& options,
+                     const SamplingOptions* sampling,
                      std::vector<std::vector<Hypothesis>>& results);
 
 // The search transformer_decode runs without options on a checkpoint of a run configured
