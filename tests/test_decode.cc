@@ -264,11 +264,13 @@ TEST_F(DecodeProgram, EnsemblesOfCopiesTranslateAsTheModelAndVocabulariesMustAgr
 // workers, another seed others; --beam N --nbest N gives N samples per sentence; the
 // options are refused with their names (exit 2).
 TEST_F(DecodeProgram, SamplingIsReproducibleForASeedAndRefusesBadOptions) {
-  for (const std::string method : {"full", "topk=10", "topp=0.9 --temperature 1.5"}) {
+  for (const std::string method :
+       {"full", "topk=10", "topp=0.9 --temperature 1.5", "topk=10 --beam 3 --nbest 3"}) {
     const std::string options = "--max-len-b 8 --sampling " + method;
     std::string first, again, err;
     ASSERT_EQ(decode(options + " --seed 3 --threads 1", first, err), 0) << err;
-    ASSERT_EQ(lines_of(first).size(), 4u) << first;
+    ASSERT_EQ(lines_of(first).size(), method.find("--nbest 3") != std::string::npos ? 10u : 4u)
+        << first;
     for (const char* threads : {"1", "2", "3"}) {
       ASSERT_EQ(decode(options + " --seed 3 --threads " + threads, again, err), 0) << err;
       EXPECT_EQ(again, first) << method << " --threads " << threads;

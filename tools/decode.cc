@@ -241,10 +241,14 @@ int run(const Arguments& args) {
                   ? config.train.threads
                   : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
-  const std::vector<thpc::DecodeBatch> batches =
-      thpc::make_decode_batches(sources, options, args.batch_tokens, workers);
+  // Samples are drawn from rows whose last bits depend on the batch's shape and on the
+  // threads that computed them: when sampling, the batches are --batch-tokens' alone and
+  // every worker has one thread (also the only worker of fewer batches than --threads),
+  // so that --threads changes no sample.
+  const std::vector<thpc::DecodeBatch> batches = thpc::make_decode_batches(
+      sources, options, args.batch_tokens, args.sampling ? 1 : workers);
   workers = std::max(1, std::min<int>(workers, static_cast<int>(batches.size())));
-  if (workers > 1) {
+  if (workers > 1 || (args.sampling && backends.front()->host_memory())) {
     thpc::TrainConfig single_threaded = config.train;
     single_threaded.threads = 1;
     while (static_cast<int>(backends.size()) < workers) {

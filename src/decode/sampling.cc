@@ -202,8 +202,8 @@ namespace {
 struct Sample {
   TokenSequence tokens;
   double log_prob = 0;
-  int sample = -1;  // which of the sentence's samples (-1: the empty root, position 0)
-  int index = -1;   // its index among the hypotheses of the step that scores it
+  int sample = 0;  // which of the sentence's samples
+  int index = -1;  // its index among the hypotheses of the step that scores it
 };
 
 }  // namespace
@@ -238,7 +238,17 @@ std::vector<std::vector<Hypothesis>> sample_search(NextTokenScorer& scorer,
   std::vector<SentenceState> states(sources.size());
   for (size_t s = 0; s < sources.size(); ++s) {
     states[s].max_len = beam_detail::output_length_limit(sources[s].size(), options);
-    states[s].live.push_back(Sample{});
+    // Every sample is a hypothesis from position 0 on (the first step scores the empty
+    // prefix once per sample, not once per sentence): the hypotheses only ever decrease,
+    // so the decoder reorders its caches in place and a row's place in the step's
+    // products is a function of the batch alone, not of the batches the model decoded
+    // before (whose cache sizes decide how a growing beam is gathered). Those places
+    // round a row's products differently in the last bits, which can move a draw.
+    for (int sample = 0; sample < options.beam; ++sample) {
+      Sample root;
+      root.sample = sample;
+      states[s].live.push_back(std::move(root));
+    }
   }
   scorer.start(sources);
   sampling_detail::TokenSampler sampler(sampling, ids);
@@ -268,33 +278,26 @@ std::vector<std::vector<Hypothesis>> sample_search(NextTokenScorer& scorer,
       std::vector<Sample> next_live;
       for (Sample& hypothesis : state.live) {
         const size_t row = static_cast<size_t>(hypothesis.index);
-        // The empty root draws every sample's first token; a sample draws its own next.
-        const int first = hypothesis.sample < 0 ? 0 : hypothesis.sample;
-        const int last = hypothesis.sample < 0 ? options.beam - 1 : hypothesis.sample;
-        for (int sample = first; sample <= last; ++sample) {
-          const double u = sampling_detail::sampling_uniform(
-              sampling.seed, sentence_ids[s], static_cast<uint32_t>(sample),
-              static_cast<uint32_t>(step.position));
-          const auto [token, log_prob] =
-              ranked ? sampler.draw_from_best(best_values.data() + row * ranked_count,
-                                              best_tokens.data() + row * ranked_count,
-                                              ranked_count, u)
-                     : sampler.draw_from_row(log_probs.data() + row * vocab, vocab, u);
-          Sample next;
-          next.tokens = sample == last ? std::move(hypothesis.tokens) : hypothesis.tokens;
-          next.log_prob = hypothesis.log_prob + log_prob;
-          next.sample = sample;
-          next.index = hypothesis.index;  // its parent's, until the next step numbers it
-          if (token != ids.eos) next.tokens.push_back(token);
-          if (token == ids.eos || generated >= state.max_len) {
-            Hypothesis done;
-            done.tokens = std::move(next.tokens);
-            done.log_prob = next.log_prob;
-            done.score = next.log_prob / length_penalty(generated, options.alpha);
-            state.finished.emplace_back(sample, std::move(done));
-          } else {
-            next_live.push_back(std::move(next));
-          }
+        const double u = sampling_detail::sampling_uniform(
+            sampling.seed, sentence_ids[s], static_cast<uint32_t>(hypothesis.sample),
+            static_cast<uint32_t>(step.position));
+        const auto [token, log_prob] =
+            ranked ? sampler.draw_from_best(best_values.data() + row * ranked_count,
+                                            best_tokens.data() + row * ranked_count,
+                                            ranked_count, u)
+                   : sampler.draw_from_row(log_probs.data() + row * vocab, vocab, u);
+        // The sample continues as the next step's hypothesis; its index stays its row in
+        // this step (its parent), until the next step numbers it.
+        hypothesis.log_prob += log_prob;
+        if (token != ids.eos) hypothesis.tokens.push_back(token);
+        if (token == ids.eos || generated >= state.max_len) {
+          Hypothesis done;
+          done.tokens = std::move(hypothesis.tokens);
+          done.log_prob = hypothesis.log_prob;
+          done.score = hypothesis.log_prob / length_penalty(generated, options.alpha);
+          state.finished.emplace_back(hypothesis.sample, std::move(done));
+        } else {
+          next_live.push_back(std::move(hypothesis));
         }
       }
       state.live = std::move(next_live);

@@ -21,15 +21,22 @@
 // sample, the position): Philox4x32-10 (common/philox.h) with the seed as key and
 // counter (sample, site 0x50000000, position, sentence), 53 bits of it as a uniform
 // u in [0, 1), and the token is the first whose cumulative mass (in rank order, in token
-// order for full) exceeds u. So a sentence's sample does not depend on its batch, the
-// batches' order or the number of --threads workers, as far as the model's
-// log-probabilities do not (on the CPU a row's may differ by an ulp with the height of
-// the products that computed it, which moves a boundary between two tokens by as much:
-// a draw changes only when u falls within it, about once in 10^7 tokens).
+// order for full) exceeds u. The uniforms do not depend on the batch, the batches'
+// order or the workers; the log-probabilities they are compared with do, in their last
+// bits: on the CPU a row's products round differently with the height of the GEMM and
+// the row's place in it, and the model amplifies that through its layers, so a
+// boundary between two tokens can move far enough to change a draw now and then (on a
+// random-init base model, one line of 100 differed between two batchings). So a sample
+// is reproduced by the same seed and the same batching: transformer_decode batches by
+// --batch-tokens alone when sampling (not by --threads) and gives every worker one
+// thread (OpenBLAS rounds otherwise with more), and here every sample is a
+// hypothesis from position 0 on, so that the hypotheses only decrease and the decoder's
+// caches reorder in place, each row's place a function of the batch alone, not of the
+// cache sizes earlier batches left (which decide how a growing beam is gathered).
 //
 // Several samples per sentence (BeamOptions::beam = N, transformer_decode --beam N): N
-// independent draws, as fairseq samples beam-many; the first step draws all N from the
-// one empty hypothesis, every later step one token per live sample. The finished
+// independent draws, as fairseq samples beam-many (there from one root at the first
+// step; here each sample scores the empty prefix itself, the same row). The finished
 // samples are returned best score first, options.nbest of them.
 #pragma once
 

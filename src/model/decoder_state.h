@@ -9,10 +9,10 @@
 // runs: model/layer.h). Transformer::begin_decoding starts a search from the last
 // encode().
 //
-// An ensemble keeps one DecoderState per model and reorders all of them by the same
-// parents: row_of() is a function of the parents and of the rows the caches have, so
-// states that see the same batches and parents keep the same row order, and their
-// decode_step outputs line up row by row.
+// An ensemble (decode/ensemble.h) keeps one DecoderState per model and reorders all of
+// them by the same parents; it reads each state's own row_of() when it adds the models'
+// decode_step outputs, so states whose caches have different row counts (models of other
+// sizes) need not keep one row order.
 #pragma once
 
 #include <cstdint>
