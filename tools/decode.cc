@@ -248,7 +248,8 @@ int run(const Arguments& args) {
   const std::vector<thpc::DecodeBatch> batches = thpc::make_decode_batches(
       sources, options, args.batch_tokens, args.sampling ? 1 : workers);
   workers = std::max(1, std::min<int>(workers, static_cast<int>(batches.size())));
-  if (workers > 1 || (args.sampling && backends.front()->host_memory())) {
+  const bool one_thread_each = workers > 1 || (args.sampling && backends.front()->host_memory());
+  if (one_thread_each) {
     thpc::TrainConfig single_threaded = config.train;
     single_threaded.threads = 1;
     while (static_cast<int>(backends.size()) < workers) {
@@ -266,6 +267,12 @@ int run(const Arguments& args) {
                                  static_cast<int64_t>(sentences));
   auto work = [&](int worker, std::unique_ptr<thpc::Backend> backend) {
     try {
+      // Again on the worker's own thread: OpenMP's thread count is a per-thread setting,
+      // a new std::thread starts from the default (one per core), and the OpenMP
+      // OpenBLAS reads it at every call (it ran a worker's GEMMs on every core: 3 workers
+      // on 2 cores spent 4 times the CPU time of one, and rounded a base model's rows
+      // differently, which changed a sample).
+      if (one_thread_each) thpc::set_cpu_threads(1);
       const auto models = ensemble.build_models(ids, *backend);
       std::vector<thpc::Transformer*> model_pointers;
       for (const auto& model : models) model_pointers.push_back(model.get());
