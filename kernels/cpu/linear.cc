@@ -55,14 +55,13 @@ void linear_forward(T* y, const T* x, const T* W, const T* b, int M, int K, int 
 // y = max(0, x W + b), the FFN's first layer (§3.3). BLAS takes no epilogue, so the
 // product is linear_forward's (bias in C, beta = 1: the bits of the unfused layer, which
 // adding the bias after the product would not give once OpenBLAS splits K) and the ReLU
-// one pass over y right after it; the fused op's gain on the CPU is in its backward,
-// relu_bias_backward. (On the GPU the ReLU is the GEMM's epilogue.)
+// relu_forward's pass over y in place right after it (NaN and -0 give +0); the fused op's
+// gain on the CPU is in its backward, relu_bias_backward. (On the GPU the ReLU is the
+// GEMM's epilogue.)
 template <typename T>
 void linear_relu_forward(T* y, const T* x, const T* W, const T* b, int M, int K, int N) {
   linear_forward(y, x, W, b, M, K, N);
-  const int64_t n = int64_t(M) * N;
-#pragma omp parallel for schedule(static) num_threads(threads_for(n))
-  for (int64_t i = 0; i < n; ++i) y[i] = y[i] > T(0) ? y[i] : T(0);  // NaN and -0 give +0
+  relu_forward(y, y, int64_t(M) * N);
 }
 
 // dx += dy W^T [M, K];  dW += x^T dy [K, N];  db += column sums of dy [N].
