@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
@@ -74,6 +75,13 @@ std::vector<T> cast_to(const Values& values) {
 template <typename T>
 inline Values to_double(const std::vector<T>& values) {
   return Values(values.begin(), values.end());
+}
+
+// Bitwise equality of two vectors of T (signed zeros and NaN bits included): a fused op
+// against the separate ops it replaces.
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
 // Finite-difference step and tolerance. In double precision the central difference

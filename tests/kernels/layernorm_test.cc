@@ -19,7 +19,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <random>
 #include <utility>
 #include <vector>
@@ -116,11 +115,6 @@ TEST(LayerNorm, BackwardMatchesFiniteDifferencesAndAccumulates) {
 }
 
 // ---- residual + dropout + layer norm fused (add_dropout_layernorm_*) -------------------
-
-template <typename T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
 
 // A sublayer's inputs: x (the residual stream), sub (the sublayer's output), the norm's
 // gamma and beta, random; x's rows shifted so that their means differ.

@@ -21,7 +21,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <random>
 #include <utility>
 #include <vector>
@@ -110,12 +109,6 @@ TEST(Linear, NullGradientOutputsAreSkipped) {
 }
 
 // ---- the FFN's bias + ReLU fused with its layer (linear_relu_forward, relu_bias_backward)
-
-// Bitwise equality of two vectors of T (signed zeros and NaN bits included).
-template <typename T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
 
 // The fused forward against the two ops it replaces, linear_forward then relu_forward.
 template <typename T>
