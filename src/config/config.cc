@@ -81,11 +81,10 @@ Allowed fraction() {
   allowed.max_open = true;
   return allowed;
 }
-// (0, 1): a factor that must shrink what it multiplies.
+// (0, 1): a factor that must shrink what it multiplies (a fraction without 0).
 Allowed open_fraction() {
-  Allowed allowed = above(0.0);
-  allowed.max = 1.0;
-  allowed.max_open = true;
+  Allowed allowed = fraction();
+  allowed.min_open = true;
   return allowed;
 }
 Allowed zero_or_above(double bound) {
