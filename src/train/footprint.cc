@@ -33,8 +33,7 @@ TrainingFootprint training_footprint(const ModelConfig& model, int vocab,
                                      const TrainConfig& train) {
   using Real = long double;
   const Real d = model.d_model, ff = model.d_ff, h = model.heads;
-  const Real dk = model.d_k > 0 ? model.d_k : model.d_model / model.heads;
-  const Real dv = model.d_v > 0 ? model.d_v : model.d_model / model.heads;
+  const Real dk = model.head_dim_k(), dv = model.head_dim_v();
   const Real self_attention = d * h * (2 * dk + dv) + h * dv * d;   // fused Q|K|V, output
   const Real cross_attention = d * h * dk + d * h * (dk + dv) + h * dv * d;
   const Real feed_forward = 2 * d * ff;
@@ -65,8 +64,8 @@ std::string training_does_not_fit(const Config& config, int vocab, long double a
   message << config.source_file
             << ": the model is too large to train here: model.layers = " << m.layers
             << ", d_model = " << m.d_model << ", d_ff = " << m.d_ff << ", heads = " << m.heads
-            << " (d_k " << (m.d_k > 0 ? m.d_k : m.d_model / m.heads) << ", d_v "
-            << (m.d_v > 0 ? m.d_v : m.d_model / m.heads) << ") and a vocabulary of " << vocab
+            << " (d_k " << m.head_dim_k() << ", d_v " << m.head_dim_v()
+            << ") and a vocabulary of " << vocab
             << " make at least " << parameters << " parameters, whose values, gradients and "
             << "Adam moments (and the positions' table of model.max_positions = "
             << m.max_positions << " rows) need " << readable_bytes(footprint.bytes)
