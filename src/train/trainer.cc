@@ -121,6 +121,14 @@ int resolve_vocab_size(const Config& config, const BatchSource& source) {
 
 namespace {
 
+// Why a step diverged, in words: this rank's `verdict` described (its numbers) when it is
+// the kind every rank agreed on, as it is where all ranks judge the same summed loss and
+// norm; else the agreed kind's name.
+std::string divergence_reason(const DivergenceDetector& detector, const DivergenceVerdict& verdict,
+                              DivergenceKind agreed) {
+  return verdict.kind == agreed ? detector.describe(verdict) : divergence_name(agreed);
+}
+
 // A new run's id: 16 hex digits of the sha256 of the host, the process, the time and 64
 // random bits, so that two runs started anywhere at any time do not share one.
 std::string new_run_id() {
@@ -341,8 +349,7 @@ StepStats Trainer::step() {
     return stats;
   }
   stats.divergence = agreed;
-  const std::string why =
-      verdict.kind == agreed ? detector_->describe(verdict) : divergence_name(agreed);
+  const std::string why = divergence_reason(*detector_, verdict, agreed);
   DivergenceState& state = detector_->state();
   if (config_.train.divergence == "skip" &&
       state.consecutive_skips < config_.train.divergence_limit) {
@@ -851,8 +858,9 @@ RunEnd Trainer::run(std::ostream& log) {
     // What every rank does with the step is decided once, before its update (a divergent
     // step is not applied): rank 0's judgement and clock, and any rank's stop signal.
     // For rank 0's clock the step is complete (its work is done; only the update is left).
+    const DivergenceVerdict verdict = detector_->judge(current.loss, current.grad_norm);
     StepDecision mine;
-    mine.divergence = detector_->judge(current.loss, current.grad_norm).kind;
+    mine.divergence = verdict.kind;
     completed_steps_ = current.step;
     const double now = checkpoint_clock_();
     mine.out_of_time = limit_s > 0 && now - training_start >= limit_s;
@@ -864,8 +872,9 @@ RunEnd Trainer::run(std::ostream& log) {
     if (decision.divergence != DivergenceKind::None) {
       current.divergence = decision.divergence;
       std::string stop_reason;
-      const DivergenceAction action = handle_divergence(
-          current, decision.divergence, out, metrics, seconds_since_start(), &stop_reason);
+      const DivergenceAction action =
+          handle_divergence(current, divergence_reason(*detector_, verdict, decision.divergence),
+                            out, metrics, seconds_since_start(), &stop_reason);
       if (action == DivergenceAction::Stop) {
         print_summary();
         out << "diverged: " << stop_reason << "; its update is not applied and the "
@@ -1016,18 +1025,13 @@ RunEnd Trainer::run(std::ostream& log) {
 }
 
 Trainer::DivergenceAction Trainer::handle_divergence(const StepStats& stats,
-                                                      DivergenceKind kind, std::ostream& log,
+                                                      const std::string& why, std::ostream& log,
                                                       MetricsFile& metrics, double wall_s,
                                                       std::string* stop_reason) {
-  // Every rank judged the same values; rank 0's kind is the one agreed on, and its own
-  // verdict (the same) gives the numbers of the message.
-  const DivergenceVerdict verdict = detector_->judge(stats.loss, stats.grad_norm);
-  const std::string why =
-      verdict.kind == kind ? detector_->describe(verdict) : divergence_name(kind);
   metrics.write("divergence", stats.step, wall_s,
                 {general_field("loss", "loss", stats.loss, 6),
                  general_field("gnorm", "grad_norm", stats.grad_norm, 6),
-                 fixed_field("kind", "kind", static_cast<double>(kind), 0)});
+                 fixed_field("kind", "kind", static_cast<double>(stats.divergence), 0)});
   DivergenceState& state = detector_->state();
   const int limit = config_.train.divergence_limit;
   const std::string& policy = config_.train.divergence;

@@ -190,10 +190,11 @@ class Trainer {
   // Clips (train.clip_norm) and applies the Adam update of the step compute_step()
   // returned; the step is then complete.
   void apply_update(StepStats& stats);
-  // A divergent step (`kind`, agreed by every rank) under train.divergence: left out,
-  // rolled back, or the end of the run (then *stop_reason says why, for the last line).
+  // A divergent step (stats.divergence, agreed by every rank; `why` in words) under
+  // train.divergence: left out, rolled back, or the end of the run (then *stop_reason
+  // says why, for the last line).
   enum class DivergenceAction { Skipped, RolledBack, Stop };
-  DivergenceAction handle_divergence(const StepStats& stats, DivergenceKind kind,
+  DivergenceAction handle_divergence(const StepStats& stats, const std::string& why,
                                      std::ostream& log, MetricsFile& metrics,
                                      double wall_s, std::string* stop_reason);
   // Continues from the newest healthy checkpoint of checkpoint.dir with the learning rate
