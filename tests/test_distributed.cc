@@ -62,6 +62,16 @@ JobResult run_mpi_job(const std::string& env, const std::string& mpirun_args) {
   return run;
 }
 
+// How many times `needle` stands in `text` (what rank 0 alone prints for the job stands
+// there once).
+size_t occurrences(const std::string& text, const std::string& needle) {
+  size_t count = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) {
+    ++count;
+  }
+  return count;
+}
+
 // Runs `env mpirun -np 2 transformer_hpc input/tiny.ini args`.
 // Checkpoints go to a scratch directory unless `args` names one; metrics go beside the
 // checkpoints (a run owns its directory, and the jobs of a test are different runs).
@@ -86,12 +96,7 @@ TEST(Distributed, TwoRanksTrainAndAnnounceThemselves) {
   EXPECT_NE(run.output.find("on 2 ranks"), std::string::npos) << run.output;
   // Only rank 0 logs progress, and the job ends with one final line (the ranks' digests
   // were compared before it was printed).
-  size_t finals = 0;
-  for (size_t at = run.output.find("final: step=4"); at != std::string::npos;
-       at = run.output.find("final: step=4", at + 1)) {
-    ++finals;
-  }
-  EXPECT_EQ(finals, 1u) << run.output;
+  EXPECT_EQ(occurrences(run.output, "final: step=4"), 1u) << run.output;
   std::filesystem::remove_all(scratch_run());
 }
 
@@ -156,9 +161,7 @@ TEST(Distributed, RanksStartedWithDifferentConfigurationsStopWithOneMessageNamin
       "the ranks were not started alike; rank 1 has model.layers = 2 where rank 0 has 1, "
       "train.max_steps = 7 where rank 0 has 1600 (every rank must be started with the same "
       "config file and overrides)";
-  const size_t at = run.output.find(needle);
-  ASSERT_NE(at, std::string::npos) << run.output;
-  EXPECT_EQ(run.output.find(needle, at + 1), std::string::npos) << run.output;
+  EXPECT_EQ(occurrences(run.output, needle), 1u) << run.output;
   EXPECT_EQ(run.output.find("step 1/"), std::string::npos) << run.output;
   EXPECT_LT(run.seconds, 30.0) << run.output;
 
@@ -198,9 +201,7 @@ TEST(Distributed, RanksReadingDifferentDataStopWithOneMessage) {
   const JobResult run = run_mpi_job("", contexts);
   EXPECT_EQ(run.exit_code, 3) << run.output;
   const std::string needle = "the ranks read different training data: rank 0 reads 120 pieces";
-  const size_t at = run.output.find(needle);
-  ASSERT_NE(at, std::string::npos) << run.output;
-  EXPECT_EQ(run.output.find(needle, at + 1), std::string::npos) << run.output;
+  EXPECT_EQ(occurrences(run.output, needle), 1u) << run.output;
   EXPECT_NE(run.output.find(", rank 1 100 pieces"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("every rank must read the same data.dir data"), std::string::npos)
       << run.output;
@@ -217,9 +218,7 @@ TEST(Distributed, ANewRunInAUsedDirectoryStopsEveryRankWithOneMessage) {
       mpirun_trainer("", "--model.layers=1 --train.max_steps=3 --train.seed=7");
   EXPECT_EQ(second.exit_code, 2) << second.output;
   const std::string needle = "of another run (";
-  const size_t at = second.output.find(needle);
-  ASSERT_NE(at, std::string::npos) << second.output;
-  EXPECT_EQ(second.output.find(needle, at + 1), std::string::npos) << second.output;
+  EXPECT_EQ(occurrences(second.output, needle), 1u) << second.output;
   EXPECT_EQ(second.output.find("step 1/"), std::string::npos) << second.output;
   EXPECT_LT(second.seconds, 30.0) << second.output;
   std::filesystem::remove_all(scratch_run());
