@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "common/error.h"
 
@@ -161,6 +162,15 @@ void add_best_extensions(const float* row, int vocab, double parent_log_prob, in
   }
 }
 
+Hypothesis finished_hypothesis(TokenSequence tokens, double log_prob, int generated,
+                               float alpha) {
+  Hypothesis done;
+  done.tokens = std::move(tokens);
+  done.log_prob = log_prob;
+  done.score = log_prob / length_penalty(generated, alpha);
+  return done;
+}
+
 int output_length_limit(size_t source_length, const BeamOptions& options) {
   int limit = options.max_len_a * static_cast<int>(source_length) + options.max_len_b;
   if (options.max_len_cap > 0) limit = std::min(limit, options.max_len_cap);
@@ -233,13 +243,8 @@ std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
     for (size_t s = 0; s < states.size(); ++s) {
       if (states[s].done) continue;
       for (Live& hypothesis : states[s].live) {
-        hypothesis.index = step.size();
-        step.source_of.push_back(static_cast<int>(s));
-        step.prefix.push_back(&hypothesis.tokens);
-        if (step.position > 0) {
-          step.parent.push_back(hypothesis.parent);
-          step.token.push_back(hypothesis.tokens.back());
-        }
+        hypothesis.index =
+            step.add_hypothesis(static_cast<int>(s), hypothesis.tokens, hypothesis.parent);
       }
     }
     if (step.size() == 0) break;
@@ -311,11 +316,10 @@ std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
         }
         if (candidate.token != ids.eos) tokens.push_back(candidate.token);
         if (ends(candidate)) {
-          Hypothesis done;
-          done.tokens = std::move(tokens);
-          done.log_prob = candidate.log_prob;
-          done.score = candidate.log_prob / length_penalty(generated, options.alpha);
-          add_finished(state, std::move(done), beam);
+          add_finished(state,
+                       beam_detail::finished_hypothesis(std::move(tokens), candidate.log_prob,
+                                                        generated, options.alpha),
+                       beam);
         } else {
           next_live.push_back(Live{std::move(tokens), candidate.log_prob, parent.index});
         }

@@ -36,6 +36,18 @@ struct BeamStep {
   // call; for scorers that read whole prefixes (the reference, the tests' tables).
   std::vector<const TokenSequence*> prefix;
   int size() const { return static_cast<int>(source_of.size()); }
+  // Appends a hypothesis of sentence `source` whose tokens are `tokens` (kept by the
+  // caller, valid during the step), extending the previous step's hypothesis
+  // `parent_index` by its last token (unused at position 0); returns its index here.
+  int add_hypothesis(int source, const TokenSequence& tokens, int parent_index) {
+    if (position > 0) {
+      parent.push_back(parent_index);
+      token.push_back(tokens.back());
+    }
+    source_of.push_back(source);
+    prefix.push_back(&tokens);
+    return size() - 1;
+  }
   // Empties the hypotheses (keeping the vectors' capacity), not the position.
   void clear_hypotheses() {
     source_of.clear();
@@ -170,6 +182,11 @@ int output_length_limit(size_t source_length, const BeamOptions& options);
 bool score_step(NextTokenScorer& scorer, const BeamStep& step, int ranked_count,
                 std::vector<float>& log_probs, std::vector<float>& best_values,
                 std::vector<int32_t>& best_tokens);
+
+// A hypothesis that ends after `generated` tokens (eos included; or cut at the length
+// limit, which counts eos): its tokens (without eos), its raw score log P(Y | x) and its
+// score, normalised by the GNMT length penalty lp(generated).
+Hypothesis finished_hypothesis(TokenSequence tokens, double log_prob, int generated, float alpha);
 
 // A live hypothesis (`parent`, its index in the sentence's live list) extended by `token`.
 struct Candidate {

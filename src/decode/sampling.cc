@@ -259,14 +259,9 @@ std::vector<std::vector<Hypothesis>> sample_search(NextTokenScorer& scorer,
     step.clear_hypotheses();
     for (size_t s = 0; s < states.size(); ++s) {
       for (Sample& hypothesis : states[s].live) {
-        const int parent = hypothesis.index;
-        hypothesis.index = step.size();
-        step.source_of.push_back(static_cast<int>(s));
-        step.prefix.push_back(&hypothesis.tokens);
-        if (step.position > 0) {
-          step.parent.push_back(parent);
-          step.token.push_back(hypothesis.tokens.back());
-        }
+        // Its index is still its row in the last step: its parent's.
+        hypothesis.index =
+            step.add_hypothesis(static_cast<int>(s), hypothesis.tokens, hypothesis.index);
       }
     }
     if (step.size() == 0) break;
@@ -291,11 +286,10 @@ std::vector<std::vector<Hypothesis>> sample_search(NextTokenScorer& scorer,
         hypothesis.log_prob += log_prob;
         if (token != ids.eos) hypothesis.tokens.push_back(token);
         if (token == ids.eos || generated >= state.max_len) {
-          Hypothesis done;
-          done.tokens = std::move(hypothesis.tokens);
-          done.log_prob = hypothesis.log_prob;
-          done.score = hypothesis.log_prob / length_penalty(generated, options.alpha);
-          state.finished.emplace_back(hypothesis.sample, std::move(done));
+          state.finished.emplace_back(
+              hypothesis.sample,
+              beam_detail::finished_hypothesis(std::move(hypothesis.tokens), hypothesis.log_prob,
+                                               generated, options.alpha));
         } else {
           next_live.push_back(std::move(hypothesis));
         }
