@@ -343,37 +343,37 @@ void check_linear_forward(DType dtype, const LinearShape& s, bool bias, uint32_t
   EXPECT_TRUE(within_scaled(gpu.get(y_gpu), cpu.get(y_cpu), scale, gemm_factor(s.K, dtype)));
 }
 
-TEST(CudaLinear, ForwardMatchesCpu) {
-  THPC_REQUIRE_GPU();
-  uint32_t seed = 1;
+// check_linear_forward in every compute dtype on every shape, the seeds from `seed` on:
+// with and without a bias, or (misaligned_bias) with a bias 1 and then 3 elements into its
+// buffer. relu: linear_relu_forward.
+void check_linear_forward_on_every_shape(uint32_t seed, bool relu, bool misaligned_bias) {
   for (DType dtype : gpu_compute_dtypes()) {
     for (const LinearShape& shape : kLinearShapes) {
-      for (bool bias : {true, false}) check_linear_forward(dtype, shape, bias, seed++);
+      if (misaligned_bias) {
+        for (int offset : {1, 3}) check_linear_forward(dtype, shape, true, seed++, offset, relu);
+      } else {
+        for (bool bias : {true, false}) check_linear_forward(dtype, shape, bias, seed++, 0, relu);
+      }
     }
   }
+}
+
+TEST(CudaLinear, ForwardMatchesCpu) {
+  THPC_REQUIRE_GPU();
+  check_linear_forward_on_every_shape(1, /*relu=*/false, /*misaligned_bias=*/false);
 }
 
 TEST(CudaLinear, ForwardThroughGemmExFallbackMatchesCpu) {
   THPC_REQUIRE_GPU();
   ForceGemmFallback fallback;
-  uint32_t seed = 100;
-  for (DType dtype : gpu_compute_dtypes()) {
-    for (const LinearShape& shape : kLinearShapes) {
-      for (bool bias : {true, false}) check_linear_forward(dtype, shape, bias, seed++);
-    }
-  }
+  check_linear_forward_on_every_shape(100, /*relu=*/false, /*misaligned_bias=*/false);
 }
 
 // A bias 1 or 3 elements into its buffer (2 to 12 bytes off 16-byte alignment) takes the
 // cublasGemmEx path and must give the same result as an aligned one.
 TEST(CudaLinear, ForwardWithAMisalignedBiasMatchesCpu) {
   THPC_REQUIRE_GPU();
-  uint32_t seed = 200;
-  for (DType dtype : gpu_compute_dtypes()) {
-    for (const LinearShape& shape : kLinearShapes) {
-      for (int offset : {1, 3}) check_linear_forward(dtype, shape, true, seed++, offset);
-    }
-  }
+  check_linear_forward_on_every_shape(200, /*relu=*/false, /*misaligned_bias=*/true);
 }
 
 // ---- the FFN's bias + ReLU -------------------------------------------------------------
@@ -385,33 +385,18 @@ TEST(CudaLinear, ForwardWithAMisalignedBiasMatchesCpu) {
 
 TEST(CudaLinearRelu, ForwardMatchesCpu) {
   THPC_REQUIRE_GPU();
-  uint32_t seed = 2300;
-  for (DType dtype : gpu_compute_dtypes()) {
-    for (const LinearShape& shape : kLinearShapes) {
-      for (bool bias : {true, false}) check_linear_forward(dtype, shape, bias, seed++, 0, true);
-    }
-  }
+  check_linear_forward_on_every_shape(2300, /*relu=*/true, /*misaligned_bias=*/false);
 }
 
 TEST(CudaLinearRelu, ForwardThroughGemmExFallbackMatchesCpu) {
   THPC_REQUIRE_GPU();
   ForceGemmFallback fallback;
-  uint32_t seed = 2400;
-  for (DType dtype : gpu_compute_dtypes()) {
-    for (const LinearShape& shape : kLinearShapes) {
-      for (bool bias : {true, false}) check_linear_forward(dtype, shape, bias, seed++, 0, true);
-    }
-  }
+  check_linear_forward_on_every_shape(2400, /*relu=*/true, /*misaligned_bias=*/false);
 }
 
 TEST(CudaLinearRelu, ForwardWithAMisalignedBiasMatchesCpu) {
   THPC_REQUIRE_GPU();
-  uint32_t seed = 2500;
-  for (DType dtype : gpu_compute_dtypes()) {
-    for (const LinearShape& shape : kLinearShapes) {
-      for (int offset : {1, 3}) check_linear_forward(dtype, shape, true, seed++, offset, true);
-    }
-  }
+  check_linear_forward_on_every_shape(2500, /*relu=*/true, /*misaligned_bias=*/true);
 }
 
 struct ReluShape {
