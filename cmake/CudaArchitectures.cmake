@@ -1,4 +1,4 @@
-# The GPU architectures the CUDA backend is compiled for (README "Building").
+# The GPU architectures the CUDA backend is compiled for (docs/cluster.md, "CPU or GPU").
 #
 # The backend computes in bf16: __nv_bfloat16 arithmetic in the kernels and cuBLASLt bf16
 # GEMMs with fp32 accumulation, which the hardware has from sm_80 (Ampere) on. The kernels

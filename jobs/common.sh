@@ -24,7 +24,7 @@
 #      (#SBATCH --open-mode=append). A job that ends without a signal is done: exit 0.
 #
 # Exit codes the batch system sees: 0 finished, or checkpointed and requeued; otherwise
-# the trainer's (README "Exit codes": 1 a runtime failure, 2 a bad configuration, 3 bad
+# the trainer's (docs/running.md "Exit codes": 1 a runtime failure, 2 a bad configuration, 3 bad
 # data), and the job ends FAILED without a requeue, since running it again would fail
 # again.
 #

@@ -3,7 +3,7 @@
 //   [mpirun -np N] transformer_hpc CONFIG.ini [--section.key=value ...]
 //                  [--dry-run | --eval CHECKPOINT] [--help]
 //
-// Exit codes (README "Exit codes"): 0 trained to the end, or stopped by SIGTERM/SIGUSR1
+// Exit codes (docs/running.md "Exit codes"): 0 trained to the end, or stopped by SIGTERM/SIGUSR1
 // (with a checkpoint, or before training when the signal came during start-up);
 // 1 a runtime failure (on any rank: the whole job is ended); 2 a bad command line or
 // config; 3 missing or invalid training data; 4 training diverged (train.divergence: a

@@ -418,7 +418,7 @@ TEST(Config, ToIniHoldsEveryKeyUnderItsSection) {
   }
 }
 
-// One key's line of the --help table (the README's key table is a copy).
+// One key's line of the --help table (docs/configuration.md has a copy).
 struct KeyRow {
   std::string name, type, default_value, range, meaning;  // name: section.key
 };
@@ -492,40 +492,44 @@ TEST(Config, HelpMentionsEveryKey) {
   EXPECT_NE(help.find("sinusoidal | learned"), std::string::npos);
 }
 
-// The README's "Configuration reference" is the --help text: same keys in the same
-// order, with the same types, defaults, ranges and meanings.
-TEST(Config, ReadmeKeyTableIsTheHelpText) {
-  std::ifstream file(std::string(THPC_SOURCE_DIR) + "/README.md");
-  ASSERT_TRUE(file) << "README.md";
+// docs/configuration.md is the --help text (tools/update_config_reference.sh writes it
+// there): the same keys in the same order, with the same types, defaults, ranges and
+// meanings, and then the same text, byte for byte.
+TEST(Config, ConfigurationReferenceIsTheHelpText) {
+  const std::string path = std::string(THPC_SOURCE_DIR) + "/docs/configuration.md";
+  std::ifstream file(path);
+  ASSERT_TRUE(file) << path;
   std::ostringstream bytes;
   bytes << file.rdbuf();
-  const std::string readme = bytes.str();
-  const size_t heading = readme.find("\n## Configuration reference\n");
-  ASSERT_NE(heading, std::string::npos);
-  const size_t block = readme.find("\n```\n", heading);
-  ASSERT_NE(block, std::string::npos);
-  const size_t block_end = readme.find("\n```\n", block + 1);
-  ASSERT_NE(block_end, std::string::npos);
-  const std::vector<KeyRow> documented =
-      parse_key_table(readme.substr(block + 5, block_end - block - 5));
+  const std::string reference = bytes.str();
+  ASSERT_EQ(reference.rfind("# Configuration reference\n", 0), 0u) << path << ": its title";
+  const size_t block = reference.find("\n```\n");
+  ASSERT_NE(block, std::string::npos) << path << ": no ``` block";
+  const size_t block_end = reference.find("\n```\n", block + 1);
+  ASSERT_NE(block_end, std::string::npos) << path << ": the ``` block does not end";
+  const std::string documented_text = reference.substr(block + 5, block_end + 1 - block - 5);
+  const std::vector<KeyRow> documented = parse_key_table(documented_text);
   const std::vector<KeyRow> printed = parse_key_table(help_text());
   ASSERT_EQ(printed.size(), kAllKeys.size());
+  const std::string remedy = " (bash tools/update_config_reference.sh writes --help there)";
 
   std::vector<std::string> documented_names, printed_names;
   for (const KeyRow& row : documented) documented_names.push_back(row.name);
   for (const KeyRow& row : printed) printed_names.push_back(row.name);
   EXPECT_EQ(documented_names, printed_names)
-      << "README.md's key table lists other keys than --help: paste the --help text there";
+      << "docs/configuration.md lists other keys than --help" << remedy;
   for (const KeyRow& row : printed) {
     const auto match = std::find_if(documented.begin(), documented.end(),
                                     [&](const KeyRow& other) { return other.name == row.name; });
     if (match == documented.end()) continue;  // reported above
-    EXPECT_EQ(match->type, row.type) << row.name << ": type in README.md vs --help";
+    EXPECT_EQ(match->type, row.type) << row.name << ": type in docs/configuration.md vs --help";
     EXPECT_EQ(match->default_value, row.default_value)
-        << row.name << ": default in README.md vs --help";
-    EXPECT_EQ(match->range, row.range) << row.name << ": range in README.md vs --help";
-    EXPECT_EQ(match->meaning, row.meaning) << row.name << ": meaning in README.md vs --help";
+        << row.name << ": default in docs/configuration.md vs --help";
+    EXPECT_EQ(match->range, row.range) << row.name << ": range in docs/configuration.md vs --help";
+    EXPECT_EQ(match->meaning, row.meaning)
+        << row.name << ": meaning in docs/configuration.md vs --help";
   }
+  EXPECT_EQ(documented_text, help_text()) << "docs/configuration.md's block is not --help" << remedy;
 }
 
 // Every numeric range --help prints is the one validate() enforces: a value just outside

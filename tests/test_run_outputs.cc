@@ -55,7 +55,7 @@ class RunOutputs : public ::testing::Test {
   static inline ProcessResult run_;
 };
 
-// The JSON key of each label the log lines print (README "Watching a run").
+// The JSON key of each label the log lines print (docs/running.md "Watching a run").
 const std::map<std::string, std::string> kKeyOfLabel = {
     {"loss", "loss"},           {"ppl", "ppl"},
     {"epoch", "epoch"},         {"lr", "lr"},

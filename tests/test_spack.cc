@@ -5,7 +5,7 @@
 // The package of the project (spack/packages/transformer-hpc/package.py) is read as
 // text: its depends_on lines must cover the same dependencies, with the variants the
 // build needs, and Spack.yaml must reach it (repos:, develop:, a root spec). No Spack
-// runs here (CI cannot reach one); README "Building on a cluster with Spack" says which
+// runs here (CI cannot reach one); docs/cluster.md "Building on a cluster with Spack" says which
 // Spack release concretized and installed it, and how.
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>

@@ -1,7 +1,7 @@
 // The run configuration. One option table (option_table() below) names every key once,
 // with the values it accepts: it drives the Boost.Program_options descriptions for the
 // ini file and the command line, the conversion of each value to its field, the --help
-// text (the README's key table is a copy, checked by test_config), the per-key checks
+// text (docs/configuration.md is a copy, checked by test_config), the per-key checks
 // of validate(), and Config::to_ini(). Adding a key means adding a field to config.h and
 // one THPC_OPTION line here; only a constraint between keys needs code in validate().
 //

@@ -21,7 +21,7 @@ namespace thpc {
 // A failure that every rank has agreed on over MPI and raises together (for example a
 // checkpoint that some rank cannot read): rank 0 reports it once and every rank exits
 // normally with the code, instead of one rank ending the others with MPI_Abort.
-// `exit_code` is the program's (README "Exit codes"): 1 for a runtime failure, 2 for
+// `exit_code` is the program's (docs/running.md "Exit codes"): 1 for a runtime failure, 2 for
 // ranks that were given different configurations.
 class AllRanksError : public Error {
  public:

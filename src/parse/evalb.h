@@ -22,11 +22,11 @@
 // stops, as EVALB's does, at the error that brings the count past MAX_ERROR + 1.
 //
 // The report reproduces EVALB's byte for byte with two documented choices where the
-// published reference outputs disagree with each other (see README "EVALB"): the
-// Words column of an error or skipped sentence is the gold word count (sample.rsl),
-// and the totals row is laid out as the bug-fixed EVALB's bug.rsl-new has it (its
-// Cross column holds the number of sentences without crossing brackets, as both
-// reference outputs print it).
+// published reference outputs disagree with each other (docs/parsing.md, "Scoring:
+// transformer_evalb"): the Words column of an error or skipped sentence is the gold
+// word count (sample.rsl), and the totals row is laid out as the bug-fixed EVALB's
+// bug.rsl-new has it (its Cross column holds the number of sentences without crossing
+// brackets, as both reference outputs print it).
 #pragma once
 
 #include <istream>

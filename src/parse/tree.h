@@ -19,7 +19,7 @@
 //     words before it (a generative parser's view, as in Choe & Charniak 2016), instead
 //     of the cross-attention having to count which input word the n-th `XX` is; with
 //     constrained decoding (decode/tree_filter.h) the words are copied exactly. On the
-//     WSJ sample after 600 CPU steps: dev F1 13.7 with `XX`, 30.2 with words (README).
+//     WSJ sample after 600 CPU steps: dev F1 13.7 with `XX`, 30.2 with words (docs/parsing.md).
 // A Penn Treebank word never starts with '(' or is ')' (the .mrg format cannot hold
 // one: brackets are -LRB- and -RRB-), so a word never reads as a bracket.
 // Together with the input words (and their tags) the sequence gives back the tree.

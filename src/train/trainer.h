@@ -118,7 +118,7 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
 // (train.divergence; exit code 4), after naming the checkpoint to resume from.
 enum class RunEnd { Finished, Stopped, Diverged };
 
-// The exit code of transformer_hpc for a run that diverged (README "Exit codes").
+// The exit code of transformer_hpc for a run that diverged (docs/running.md "Exit codes").
 constexpr int kDivergedExitCode = 4;
 
 // Data-parallel over the ranks of `comm`: each rank trains on its own share of every

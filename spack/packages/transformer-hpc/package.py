@@ -1,4 +1,4 @@
-# The Spack package of transformer_hpc (README "Building on a cluster with Spack").
+# The Spack package of transformer_hpc (docs/cluster.md "Building on a cluster with Spack").
 #
 # Spack.yaml adds this repository (../../repo.yaml) and asks for
 # `transformer-hpc +cuda cuda_arch=90` with `develop:` pointing at the checkout, so
