@@ -16,11 +16,10 @@ namespace thpc {
 namespace {
 
 // Padded source tokens per translation batch. The translations do not depend on it
-// (decode/translate.h), only time and memory do. The default job's 500 validation
-// sentences (CPU, greedy): transformer_decode took 0.51 s and peaked at 92 MB resident
-// with 1024, 0.75 s and 132 MB with its default 4096; `--eval` with BLEU peaked at
-// 107 MB with 1024, 180 MB with 4096 (87 MB without BLEU): the decoding arenas grow with
-// the batch and stay allocated beside the training's. Not yet measured on a GPU.
+// (decode/translate.h), only time and memory do: the decoding arenas grow with the batch
+// and stay allocated beside the training's, so the batch is a quarter of
+// transformer_decode's default, which on the default job's validation set was slower
+// and held more memory (bench/RESULTS.md, "validation BLEU's decoding batch").
 constexpr int kBatchTokens = 1024;
 
 std::string detokenise(const sentencepiece::SentencePieceProcessor& spm,
