@@ -529,7 +529,8 @@ TEST(Config, ConfigurationReferenceIsTheHelpText) {
     EXPECT_EQ(match->meaning, row.meaning)
         << row.name << ": meaning in docs/configuration.md vs --help";
   }
-  EXPECT_EQ(documented_text, help_text()) << "docs/configuration.md's block is not --help" << remedy;
+  EXPECT_EQ(documented_text, help_text())
+      << "docs/configuration.md's block is not --help" << remedy;
 }
 
 // Every numeric range --help prints is the one validate() enforces: a value just outside

@@ -1,0 +1,532 @@
+// The documents stay in step with the programs: every configuration key the README and
+// the pages of docs/ (and the READMEs of tools/, input/, jobs/, bench/) name exists in
+// the option table, every option their command examples give a transformer_* program is
+// in that program's --help, and every relative link reaches its file and heading. A
+// stale mention fails with its file:line.
+//
+// What is read where:
+//  - configuration keys, `section.key` or `--section.key=value`, anywhere in the text
+//    (prose too), and the `key = value` lines of ```ini blocks under their [section];
+//  - program options in code (fenced blocks and `inline code`): the tokens that follow
+//    `transformer_NAME` or `build/transformer_NAME` on its line (and the lines a
+//    trailing `\` continues) up to the end of the command (`&&`, `;`, `#`, a pipe into
+//    another program), leaving out a `$(...)` inside it; `--section.key` after
+//    transformer_hpc is a configuration key;
+//  - links `[text](path#anchor)` outside code: the file relative to the document, the
+//    anchor among its headings as GitHub makes them (lower case, punctuation dropped,
+//    spaces to hyphens, -1, -2 for repeats).
+// The Python scripts' options are not checked (their --help needs their packages), nor
+// an option written without its program (`--beam N` in prose).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "program.h"
+
+namespace thpc {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kRoot = THPC_SOURCE_DIR;
+
+struct Document {
+  std::string name;  // as reported: the path from the repository root
+  std::vector<std::string> lines;
+};
+
+Document read_document(const std::string& name) {
+  std::ifstream file(kRoot + "/" + name);
+  EXPECT_TRUE(file) << name;
+  Document document{name, {}};
+  std::string line;
+  while (std::getline(file, line)) document.lines.push_back(line);
+  return document;
+}
+
+// README.md and every .md file of docs/ and of the folders whose READMEs describe
+// programs and configs. bench/RESULTS.md is a log of what was run when, with the
+// commands of that day, and is left as it was written.
+std::vector<std::string> document_names() {
+  std::vector<std::string> names = {"README.md"};
+  for (const char* folder : {"docs", "tools", "input", "jobs", "bench"}) {
+    for (const auto& entry : fs::directory_iterator(kRoot + "/" + folder)) {
+      const std::string name = std::string(folder) + "/" + entry.path().filename().string();
+      if (entry.path().extension() == ".md" && name != "bench/RESULTS.md") names.push_back(name);
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// A stale mention: where, and what.
+struct Finding {
+  std::string where;  // file:line
+  std::string what;
+};
+
+std::string where(const Document& document, size_t index) {
+  return document.name + ":" + std::to_string(index + 1);
+}
+
+// The code of a document, line by line: a fenced block's lines whole (with the block's
+// language), and the `inline code` spans of every other line.
+struct CodeLine {
+  size_t index;      // line index in the document
+  std::string text;  // the line, or one span
+  std::string language;  // of the fenced block; "inline" for a span
+  bool fenced;
+};
+
+// The `code` spans of a line (a run of N backticks ends at the next run of N): where
+// each begins and ends (backticks included) and what it holds.
+struct Span {
+  size_t begin, end;
+  std::string code;
+};
+
+std::vector<Span> code_spans(const std::string& line) {
+  std::vector<Span> spans;
+  size_t at = 0;
+  while ((at = line.find('`', at)) != std::string::npos) {
+    size_t ticks = 0;
+    while (at + ticks < line.size() && line[at + ticks] == '`') ++ticks;
+    const size_t end = line.find(std::string(ticks, '`'), at + ticks);
+    if (end == std::string::npos) break;
+    spans.push_back({at, end + ticks, line.substr(at + ticks, end - at - ticks)});
+    at = end + ticks;
+  }
+  return spans;
+}
+
+// A line that opens or closes a fenced block (``` at its start or after the indent of a
+// list item).
+bool is_fence(const std::string& line) {
+  const size_t first = line.find_first_not_of(' ');
+  return first != std::string::npos && line.compare(first, 3, "```") == 0;
+}
+
+std::vector<CodeLine> code_lines(const Document& document) {
+  std::vector<CodeLine> code;
+  bool in_fence = false;
+  std::string language;
+  for (size_t i = 0; i < document.lines.size(); ++i) {
+    const std::string& line = document.lines[i];
+    if (is_fence(line)) {
+      in_fence = !in_fence;
+      language = in_fence ? line.substr(line.find('`') + 3) : "";
+      continue;
+    }
+    if (in_fence) {
+      code.push_back({i, line, language, true});
+    } else {
+      for (const Span& span : code_spans(line)) code.push_back({i, span.code, "inline", false});
+    }
+  }
+  return code;
+}
+
+// The text of a line outside its code spans (where links are read).
+std::string without_code(const std::string& line) {
+  std::string text;
+  size_t at = 0;
+  for (const Span& span : code_spans(line)) {
+    text += line.substr(at, span.begin - at) + " ";
+    at = span.end;
+  }
+  return text + line.substr(at);
+}
+
+// ---- configuration keys ----
+
+// section.key for every key of the option table, read from --help's table.
+std::set<std::string> configuration_keys(const std::string& help) {
+  std::set<std::string> keys;
+  std::istringstream lines(help);
+  std::string line, section;
+  while (std::getline(lines, line)) {
+    if (line.size() > 2 && line.front() == '[' && line.back() == ']') {
+      section = line.substr(1, line.size() - 2);
+      continue;
+    }
+    if (section.empty() || line.rfind("  ", 0) != 0) continue;
+    std::istringstream words(line);
+    std::string key;
+    words >> key;
+    if (key != "key") keys.insert(section + "." + key);
+  }
+  return keys;
+}
+
+const std::set<std::string> kSections = {"model", "train", "data", "dist", "checkpoint",
+                                         "decode"};
+// What follows "model." or "train." in a file name (data.md, model.bin, train.en).
+const std::set<std::string> kFileExtensions = {
+    "md", "cc", "h", "cu", "bin", "h5", "ini", "sh", "py", "json", "jsonl", "txt",
+    "prm", "yaml", "png", "hyp", "log", "en", "de", "fr"};
+
+bool is_word_character(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
+}
+
+// A key is known when the table has it; `train.divergence_*` when some key starts so.
+bool known_key(const std::set<std::string>& keys, const std::string& name, bool prefix) {
+  if (!prefix) return keys.count(name) > 0;
+  const auto next = keys.lower_bound(name);
+  return next != keys.end() && next->compare(0, name.size(), name) == 0;
+}
+
+// Every section.key mentioned in a line: preceded by a start, a space, punctuation or
+// `--` (not by a path's `/` or a name's letters), a lower-case name after the dot.
+std::vector<Finding> check_key_mentions(const Document& document, size_t index,
+                                        const std::string& line,
+                                        const std::set<std::string>& keys) {
+  std::vector<Finding> findings;
+  static const std::regex mention(
+      R"((model|train|data|dist|checkpoint|decode)\.([a-z][a-z0-9_]*)(\*?))");
+  for (auto it = std::sregex_iterator(line.begin(), line.end(), mention);
+       it != std::sregex_iterator(); ++it) {
+    const size_t start = static_cast<size_t>(it->position(0));
+    if (start > 0) {
+      const char before = line[start - 1];
+      if (is_word_character(before) || before == '.' || before == '/' || before == '$') continue;
+    }
+    const std::string key = (*it)[2];
+    if (kFileExtensions.count(key) > 0) continue;
+    const std::string name = std::string((*it)[1]) + "." + key;
+    if (name == "section.key") continue;
+    if (!known_key(keys, name, (*it)[3].length() > 0)) {
+      findings.push_back({where(document, index),
+                          "'" + name + "' is not a configuration key (transformer_hpc --help)"});
+    }
+  }
+  return findings;
+}
+
+// `key = value` lines of ```ini blocks, under their [section].
+std::vector<Finding> check_ini_blocks(const Document& document,
+                                      const std::set<std::string>& keys) {
+  std::vector<Finding> findings;
+  std::string section;
+  static const std::regex section_line(R"(^\[([a-z_]+)\]\s*(#.*)?$)");
+  static const std::regex key_line(R"(^([a-z_][a-z0-9_]*)\s*=)");
+  for (const CodeLine& code : code_lines(document)) {
+    if (!code.fenced || code.language != "ini") continue;
+    std::smatch match;
+    if (std::regex_search(code.text, match, section_line)) {
+      section = match[1];
+    } else if (std::regex_search(code.text, match, key_line)) {
+      const std::string name = section + "." + std::string(match[1]);
+      if (keys.count(name) == 0) {
+        findings.push_back({where(document, code.index),
+                            "'" + name + "' (ini block) is not a configuration key"});
+      }
+    }
+  }
+  return findings;
+}
+
+std::vector<Finding> check_configuration_keys(const Document& document,
+                                              const std::set<std::string>& keys) {
+  std::vector<Finding> findings = check_ini_blocks(document, keys);
+  for (size_t i = 0; i < document.lines.size(); ++i) {
+    for (Finding& finding : check_key_mentions(document, i, document.lines[i], keys)) {
+      findings.push_back(std::move(finding));
+    }
+  }
+  return findings;
+}
+
+// ---- program options ----
+
+// The --help text of each program, by name ("decode" for transformer_decode); a program
+// that is not built has none.
+class HelpTexts {
+ public:
+  const std::string* of(const std::string& program) {
+    auto found = texts_.find(program);
+    if (found == texts_.end()) {
+      const std::string binary = std::string(THPC_BINARY_DIR) + "/transformer_" + program;
+      std::string text;
+      bool exists = fs::exists(binary);
+      if (exists) {
+        const ProcessResult result = run_process("'" + binary + "' --help");
+        EXPECT_EQ(result.exit_code, 0) << binary << " --help: " << result.output;
+        text = result.output;
+      }
+      found = texts_.emplace(program, exists ? text : std::string("\x01")).first;
+    }
+    return found->second == "\x01" ? nullptr : &found->second;
+  }
+
+ private:
+  std::map<std::string, std::string> texts_;
+};
+
+// Whether `option` (-x, --name) stands in `help` as a whole word.
+bool help_lists(const std::string& help, const std::string& option) {
+  const auto is_option_character = [](char c) { return is_word_character(c) || c == '-'; };
+  for (size_t at = help.find(option); at != std::string::npos; at = help.find(option, at + 1)) {
+    const bool starts = at == 0 || !is_option_character(help[at - 1]);
+    const size_t end = at + option.size();
+    const bool ends = end == help.size() || !is_option_character(help[end]);
+    if (starts && ends) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> split_words(const std::string& text) {
+  std::vector<std::string> words;
+  std::istringstream stream(text);
+  std::string word;
+  while (stream >> word) words.push_back(word);
+  return words;
+}
+
+// The option a word of a command gives, or "": `[--beam` -> --beam, `--lenpen=1` ->
+// --lenpen, `-tok` -> -tok; values, files and placeholders give none.
+std::string option_of(std::string word) {
+  while (!word.empty() && (word.front() == '[' || word.front() == '(' || word.front() == '\'' ||
+                           word.front() == '"')) {
+    word.erase(0, 1);
+  }
+  static const std::regex option(R"(^(--?[A-Za-z][A-Za-z0-9_.-]*))");
+  std::smatch match;
+  if (!std::regex_search(word, match, option)) return "";
+  std::string name = match[1];
+  while (!name.empty() && (name.back() == '.' || name.back() == '-')) name.pop_back();
+  return name;
+}
+
+std::vector<Finding> check_program_options(const Document& document,
+                                           const std::set<std::string>& keys,
+                                           HelpTexts& helps) {
+  std::vector<Finding> findings;
+  const std::vector<CodeLine> code = code_lines(document);
+  static const std::regex program(R"((^|[\s/$'"(])transformer_([a-z_]+)(?=\s|$))");
+  for (size_t c = 0; c < code.size(); ++c) {
+    if (code[c].language == "ini") continue;
+    std::string text = code[c].text;
+    // A fenced line ending in '\' goes on in the next one.
+    for (size_t next = c + 1; code[c].fenced && next < code.size() && !text.empty() &&
+                              text.back() == '\\' && code[next].index == code[next - 1].index + 1;
+         ++next) {
+      text.pop_back();
+      text += " " + code[next].text;
+    }
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), program);
+         it != std::sregex_iterator(); ++it) {
+      const std::string name = (*it)[2];
+      const std::vector<std::string> words =
+          split_words(text.substr(static_cast<size_t>(it->position(0) + it->length(0))));
+      const std::string* help = helps.of(name);
+      bool substituted = false;  // inside $(...), another program's words
+      for (size_t w = 0; w < words.size(); ++w) {
+        const std::string& word = words[w];
+        if (word.rfind("$(", 0) == 0) substituted = true;
+        if (substituted) {
+          substituted = word.find(')') == std::string::npos;
+          continue;
+        }
+        if (word == "&&" || word == "||" || word == ";" || word[0] == '#') break;
+        if (word == "|" && (w + 1 == words.size() || words[w + 1][0] != '-')) break;
+        if (word.find("transformer_") != std::string::npos) break;  // the next command's
+        const std::string option = option_of(word);
+        if (option.empty()) continue;
+        const std::string place = where(document, code[c].index);
+        if (help == nullptr) {
+          findings.push_back({place, "transformer_" + name + " is not a program this build makes"});
+          break;
+        }
+        if (name == "hpc" && option.find('.') != std::string::npos) {
+          const std::string key = option.substr(2);
+          if (key != "section.key" && keys.count(key) == 0) {
+            findings.push_back({place, "transformer_hpc " + option +
+                                           ": '" + key + "' is not a configuration key"});
+          }
+        } else if (!help_lists(*help, option)) {
+          findings.push_back({place, "transformer_" + name + " " + option +
+                                         ": not an option of its --help"});
+        }
+      }
+    }
+  }
+  return findings;
+}
+
+// ---- links ----
+
+// GitHub's anchor of a heading: lower case, every character but letters, digits,
+// spaces, '-' and '_' dropped (non-ASCII letters kept), spaces to '-'.
+std::string anchor_of(const std::string& heading) {
+  std::string anchor;
+  for (const char c : heading) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x80 || std::isalnum(byte) != 0 || c == '-' || c == '_') {
+      anchor += static_cast<char>(std::tolower(byte));
+    } else if (c == ' ') {
+      anchor += '-';
+    }
+  }
+  return anchor;
+}
+
+std::set<std::string> anchors_of(const Document& document) {
+  std::set<std::string> anchors;
+  std::map<std::string, int> seen;
+  bool in_fence = false;
+  for (const std::string& line : document.lines) {
+    if (is_fence(line)) in_fence = !in_fence;
+    if (in_fence || line.empty() || line[0] != '#') continue;
+    const size_t text = line.find_first_not_of('#');
+    if (text == std::string::npos || line[text] != ' ') continue;
+    const std::string base = anchor_of(line.substr(text + 1));
+    const int repeat = seen[base]++;
+    anchors.insert(repeat == 0 ? base : base + "-" + std::to_string(repeat));
+  }
+  return anchors;
+}
+
+std::vector<Finding> check_links(const Document& document,
+                                 std::map<std::string, Document>& documents) {
+  std::vector<Finding> findings;
+  static const std::regex link(R"(\]\(([^)\s]+)\))");
+  const fs::path folder = fs::path(document.name).parent_path();
+  bool in_fence = false;
+  for (size_t i = 0; i < document.lines.size(); ++i) {
+    const std::string& line = document.lines[i];
+    if (is_fence(line)) in_fence = !in_fence;
+    if (in_fence) continue;
+    const std::string text = without_code(line);
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), link);
+         it != std::sregex_iterator(); ++it) {
+      const std::string target = (*it)[1];
+      if (target.find("://") != std::string::npos || target.rfind("mailto:", 0) == 0) continue;
+      const size_t hash = target.find('#');
+      const std::string file = target.substr(0, hash);
+      const std::string anchor = hash == std::string::npos ? "" : target.substr(hash + 1);
+      if (file.empty()) {  // a heading of this document
+        if (anchors_of(document).count(anchor) == 0) {
+          findings.push_back({where(document, i), "link to " + target + ": no heading #" + anchor});
+        }
+        continue;
+      }
+      const std::string linked = (folder / file).lexically_normal().generic_string();
+      if (!fs::exists(kRoot + "/" + linked)) {
+        findings.push_back({where(document, i), "link to " + target + ": no file " + linked});
+        continue;
+      }
+      if (anchor.empty()) continue;
+      if (fs::path(linked).extension() != ".md") continue;
+      auto found = documents.find(linked);
+      if (found == documents.end()) found = documents.emplace(linked, read_document(linked)).first;
+      if (anchors_of(found->second).count(anchor) == 0) {
+        findings.push_back({where(document, i),
+                            "link to " + target + ": " + linked + " has no heading #" + anchor});
+      }
+    }
+  }
+  return findings;
+}
+
+// ---- the tests ----
+
+void report(const std::vector<Finding>& findings) {
+  for (const Finding& finding : findings) ADD_FAILURE() << finding.where << ": " << finding.what;
+}
+
+class Docs : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string* help = helps_.of("hpc");
+    ASSERT_NE(help, nullptr) << "build transformer_hpc first";
+    keys_ = configuration_keys(*help);
+    ASSERT_GT(keys_.size(), 50u) << "no key table in transformer_hpc --help";
+    for (const std::string& name : document_names()) documents_.emplace(name, read_document(name));
+  }
+  HelpTexts helps_;
+  std::set<std::string> keys_;
+  std::map<std::string, Document> documents_;
+};
+
+TEST_F(Docs, EveryConfigurationKeyMentionedExists) {
+  for (const auto& [name, document] : documents_) {
+    report(check_configuration_keys(document, keys_));
+  }
+}
+
+TEST_F(Docs, EveryProgramOptionInTheExamplesIsInItsHelp) {
+  int commands = 0;
+  for (const auto& [name, document] : documents_) {
+    report(check_program_options(document, keys_, helps_));
+    for (const CodeLine& code : code_lines(document)) {
+      commands += code.text.find("transformer_") != std::string::npos;
+    }
+  }
+  EXPECT_GT(commands, 100) << "the documents' commands were not found";
+}
+
+TEST_F(Docs, EveryRelativeLinkReachesItsFileAndHeading) {
+  std::map<std::string, Document> linked = documents_;
+  for (const auto& [name, document] : documents_) report(check_links(document, linked));
+}
+
+// The checks can fail: a document with one stale mention of each kind gives one
+// finding each, at its line; the same lines spelt right give none.
+TEST_F(Docs, TheChecksFindAStaleMentionOfEachKind) {
+  const Document stale{"stale.md",
+                       {"# Title",
+                        "Set `train.max_stepz` to stop.",
+                        "```ini",
+                        "[model]",
+                        "layerz = 2",
+                        "```",
+                        "```sh",
+                        "build/transformer_decode --checkpoint a.h5 --beem 4 \\",
+                        "    --lenpen 0.6 --nbestt 2",
+                        "build/transformer_hpc input/tiny.ini --train.max_stepz=5",
+                        "```",
+                        "See [the title](#titel) and [data](docs/nowhere.md)."}};
+  const Document right{"right.md",
+                       {"# Title",
+                        "Set `train.max_steps` to stop; `train.divergence_*` and data.md.",
+                        "```ini",
+                        "[model]",
+                        "layers = 2",
+                        "```",
+                        "```sh",
+                        "build/transformer_decode --checkpoint a.h5 --beam 4 \\",
+                        "    --lenpen 0.6 --nbest 2 | sort | head -n 2",
+                        "build/transformer_hpc input/tiny.ini --train.max_steps=5 --dry-run",
+                        "transformer_hpc $(spack location -i transformer-hpc)/tiny.ini --help",
+                        "```",
+                        "See [the title](#title) and [data](docs/data.md#real-data)."}};
+  std::map<std::string, Document> linked = documents_;
+  const auto all_findings = [&](const Document& document) {
+    std::vector<Finding> findings = check_configuration_keys(document, keys_);
+    for (Finding& finding : check_program_options(document, keys_, helps_)) {
+      findings.push_back(std::move(finding));
+    }
+    for (Finding& finding : check_links(document, linked)) findings.push_back(std::move(finding));
+    return findings;
+  };
+  std::vector<std::string> places;
+  for (const Finding& finding : all_findings(stale)) places.push_back(finding.where);
+  std::sort(places.begin(), places.end());
+  EXPECT_EQ(places, (std::vector<std::string>{"stale.md:10", "stale.md:10", "stale.md:12",
+                                              "stale.md:12", "stale.md:2", "stale.md:5",
+                                              "stale.md:8", "stale.md:8"}));
+  report(all_findings(right));
+}
+
+}  // namespace
+}  // namespace thpc
