@@ -14,7 +14,9 @@
 //    transformer_hpc is a configuration key;
 //  - links `[text](path#anchor)` outside code: the file relative to the document, the
 //    anchor among its headings as GitHub makes them (lower case, punctuation dropped,
-//    spaces to hyphens, -1, -2 for repeats).
+//    spaces to hyphens, -1, -2 for repeats);
+//  - test names, `Suite.Test` (or `Suite.*`, `Suite.Prefix*`) in inline code: a TEST of
+//    tests/ or an add_test of tests/CMakeLists.txt.
 // The Python scripts' options are not checked (their --help needs their packages), nor
 // an option written without its program (`--beam N` in prose).
 #include <gtest/gtest.h>
@@ -73,6 +75,10 @@ struct Finding {
   std::string where;  // file:line
   std::string what;
 };
+
+void append(std::vector<Finding>& findings, std::vector<Finding> more) {
+  for (Finding& finding : more) findings.push_back(std::move(finding));
+}
 
 std::string where(const Document& document, size_t index) {
   return document.name + ":" + std::to_string(index + 1);
@@ -239,9 +245,7 @@ std::vector<Finding> check_configuration_keys(const Document& document,
                                               const std::set<std::string>& keys) {
   std::vector<Finding> findings = check_ini_blocks(document, keys);
   for (size_t i = 0; i < document.lines.size(); ++i) {
-    for (Finding& finding : check_key_mentions(document, i, document.lines[i], keys)) {
-      findings.push_back(std::move(finding));
-    }
+    append(findings, check_key_mentions(document, i, document.lines[i], keys));
   }
   return findings;
 }
@@ -438,6 +442,62 @@ std::vector<Finding> check_links(const Document& document,
   return findings;
 }
 
+// ---- test names ----
+
+// Suite.Test of every test: the TEST, TEST_F and TEST_P lines of tests/, and the
+// add_test(NAME ...) of tests/CMakeLists.txt (the script tests).
+std::set<std::string> test_names() {
+  std::set<std::string> names;
+  static const std::regex gtest(R"(TEST(_F|_P)?\(\s*(\w+),\s*(\w+)\))");
+  static const std::regex ctest(R"(add_test\(NAME\s+([\w.]+))");
+  for (const auto& entry : fs::recursive_directory_iterator(kRoot + "/tests")) {
+    const std::string extension = entry.path().extension().string();
+    if (extension != ".cc" && entry.path().filename() != "CMakeLists.txt") continue;
+    std::ifstream file(entry.path());
+    std::ostringstream text;
+    text << file.rdbuf();
+    const std::string source = text.str();
+    for (auto it = std::sregex_iterator(source.begin(), source.end(), gtest);
+         it != std::sregex_iterator(); ++it) {
+      names.insert(std::string((*it)[2]) + "." + std::string((*it)[3]));
+    }
+    for (auto it = std::sregex_iterator(source.begin(), source.end(), ctest);
+         it != std::sregex_iterator(); ++it) {
+      names.insert((*it)[1]);
+    }
+  }
+  return names;
+}
+
+// Every `Suite.Test` a document names in code (`Suite.*`, `Suite.Prefix*` and
+// `Rehearsal.` before a twin's name as ctest lists them) is a test of tests/.
+std::vector<Finding> check_test_names(const Document& document,
+                                      const std::set<std::string>& tests) {
+  std::vector<Finding> findings;
+  static const std::regex name(R"(^([A-Z][A-Za-z0-9]*)\.([A-Z*][A-Za-z0-9_*]*)$)");
+  for (const CodeLine& code : code_lines(document)) {
+    if (code.fenced) continue;
+    std::string text = code.text;
+    if (text.rfind("Rehearsal.", 0) == 0) {
+      text = text.substr(std::string("Rehearsal.").size());
+      if (text.find('.') == std::string::npos) text += ".*";  // Rehearsal.Cuda*: suites
+    }
+    std::smatch match;
+    if (!std::regex_match(text, match, name)) continue;
+    if (text == "Suite.Case" || text == "Suite.Test") continue;  // the placeholders
+    std::string pattern;  // the name as a regex: '*' any characters
+    for (const char c : text) {
+      pattern += c == '*' ? std::string(".*") : c == '.' ? std::string("\\.") : std::string(1, c);
+    }
+    const std::regex glob(pattern);
+    if (std::none_of(tests.begin(), tests.end(),
+                     [&](const std::string& test) { return std::regex_match(test, glob); })) {
+      findings.push_back({where(document, code.index), code.text + " is not a test in tests/"});
+    }
+  }
+  return findings;
+}
+
 // ---- the tests ----
 
 void report(const std::vector<Finding>& findings) {
@@ -475,13 +535,20 @@ TEST_F(Docs, EveryProgramOptionInTheExamplesIsInItsHelp) {
   EXPECT_GT(commands, 100) << "the documents' commands were not found";
 }
 
+TEST_F(Docs, EveryTestNamedExists) {
+  const std::set<std::string> tests = test_names();
+  ASSERT_GT(tests.size(), 300u) << "no TEST lines found in tests/";
+  for (const auto& [name, document] : documents_) report(check_test_names(document, tests));
+}
+
 TEST_F(Docs, EveryRelativeLinkReachesItsFileAndHeading) {
   std::map<std::string, Document> linked = documents_;
   for (const auto& [name, document] : documents_) report(check_links(document, linked));
 }
 
-// The checks can fail: a document with one stale mention of each kind gives one
-// finding each, at its line; the same lines spelt right give none.
+// The checks can fail: a document with stale mentions of each kind (a key, an ini key,
+// two options, an override, two links, a renamed test) gives one finding each, at its
+// line; the same lines spelt right give none.
 TEST_F(Docs, TheChecksFindAStaleMentionOfEachKind) {
   const Document stale{"stale.md",
                        {"# Title",
@@ -495,7 +562,8 @@ TEST_F(Docs, TheChecksFindAStaleMentionOfEachKind) {
                         "    --lenpen 0.6 --nbestt 2",
                         "build/transformer_hpc input/tiny.ini --train.max_stepz=5",
                         "```",
-                        "See [the title](#titel) and [data](docs/nowhere.md)."}};
+                        "See [the title](#titel) and [data](docs/nowhere.md).",
+                        "`Trainer.GoldenLossesOfTinyIni` pins the losses."}};
   const Document right{"right.md",
                        {"# Title",
                         "Set `train.max_steps` to stop; `train.divergence_*` and data.md.",
@@ -509,22 +577,24 @@ TEST_F(Docs, TheChecksFindAStaleMentionOfEachKind) {
                         "build/transformer_hpc input/tiny.ini --train.max_steps=5 --dry-run",
                         "transformer_hpc $(spack location -i transformer-hpc)/tiny.ini --help",
                         "```",
-                        "See [the title](#title) and [data](docs/data.md#real-data)."}};
+                        "See [the title](#title) and [data](docs/data.md#real-data).",
+                        "`RegressionPin.FirstLossesOfTinyIni`, `Docs.*`,",
+                        "`Rehearsal.CudaRowTopK*`."}};
   std::map<std::string, Document> linked = documents_;
+  const std::set<std::string> tests = test_names();
   const auto all_findings = [&](const Document& document) {
     std::vector<Finding> findings = check_configuration_keys(document, keys_);
-    for (Finding& finding : check_program_options(document, keys_, helps_)) {
-      findings.push_back(std::move(finding));
-    }
-    for (Finding& finding : check_links(document, linked)) findings.push_back(std::move(finding));
+    append(findings, check_program_options(document, keys_, helps_));
+    append(findings, check_links(document, linked));
+    append(findings, check_test_names(document, tests));
     return findings;
   };
   std::vector<std::string> places;
   for (const Finding& finding : all_findings(stale)) places.push_back(finding.where);
   std::sort(places.begin(), places.end());
   EXPECT_EQ(places, (std::vector<std::string>{"stale.md:10", "stale.md:10", "stale.md:12",
-                                              "stale.md:12", "stale.md:2", "stale.md:5",
-                                              "stale.md:8", "stale.md:8"}));
+                                              "stale.md:12", "stale.md:13", "stale.md:2",
+                                              "stale.md:5", "stale.md:8", "stale.md:8"}));
   report(all_findings(right));
 }
 
