@@ -1,7 +1,6 @@
 #include "checkpoint/checkpoint.h"
 
 #include <fcntl.h>
-#include <hdf5.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,7 +13,6 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <limits>
 #include <map>
 #include <set>
 #include <ostream>
@@ -22,13 +20,12 @@
 #include <string_view>
 #include <thread>
 #include <tuple>
-#include <type_traits>
 #include <utility>
 
-#include "checkpoint/hdf5_file.h"
 #include "common/error.h"
 #include "common/sha256.h"
-#include "data/hdf5_storage.h"
+#include "io/atomic_file.h"
+#include "io/hdf5.h"
 
 namespace thpc {
 namespace {
@@ -71,25 +68,6 @@ struct HeaderFields {
   std::optional<bool> parameters_only;
 };
 
-// The HDF5 types of the one-dimensional datasets of a checkpoint: bytes (the
-// SentencePiece model) and float64 numbers (the best validation values).
-template <typename Value>
-struct VectorType;
-template <>
-struct VectorType<uint8_t> {
-  static constexpr const char* kName = "uint8";
-  static constexpr H5T_class_t kClass = H5T_INTEGER;
-  static hid_t file() { return H5T_STD_U8LE; }
-  static hid_t memory() { return H5T_NATIVE_UINT8; }
-};
-template <>
-struct VectorType<double> {
-  static constexpr const char* kName = "float64";
-  static constexpr H5T_class_t kClass = H5T_FLOAT;
-  static hid_t file() { return H5T_IEEE_F64LE; }
-  static hid_t memory() { return H5T_NATIVE_DOUBLE; }
-};
-
 // A BestValidation as its dataset holds it: the value, its step, the validations since.
 std::vector<double> best_validation_values(const BestValidation& best) {
   return {best.value, static_cast<double>(best.step), static_cast<double>(best.validations_since)};
@@ -108,7 +86,6 @@ std::vector<double> divergence_values(double loss, const DivergenceState& state)
 }
 
 using hdf5::Handle;
-using hdf5::silence_error_printing;
 
 // The sha256 of each tensor's bytes, on all cores: hashing is most of the time a
 // checkpoint takes to write and to verify (docs/checkpoints.md), and tensors hash
@@ -145,23 +122,22 @@ std::vector<const NamedTensor*> pointers_to(
 // The checkpoint's own datasets beside hdf5::Writer's attributes and groups.
 class Writer : public hdf5::Writer {
  public:
-  explicit Writer(const std::string& path) : hdf5::Writer("checkpoint " + path) {}
+  // The file header is the HDF5 user block (kHeaderBytes).
+  explicit Writer(const std::string& path) : hdf5::Writer("checkpoint " + path, options()) {}
 
-  // A one-dimensional dataset of `count` Values (VectorType) at `where` (its path, for
-  // messages), named `name` in `parent`, with the sha256 of their bytes.
+  static hdf5::FileOptions options() {
+    hdf5::FileOptions options;
+    options.user_block = kHeaderBytes;
+    return options;
+  }
+
+  // A one-dimensional dataset of `count` Values (uint8 or float64) at `where` (its path,
+  // for messages), named `name` in `parent`, with the sha256 of their bytes.
   template <typename Value>
   void vector_dataset(hid_t parent, const std::string& where, const std::string& name,
                       const Value* values, size_t count) const {
-    const hsize_t dims[1] = {static_cast<hsize_t>(count)};
-    Handle space(H5Screate_simple(1, dims, nullptr), H5Sclose);
-    Handle dataset(H5Dcreate2(parent, name.c_str(), VectorType<Value>::file(), space.get(),
-                              H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                   H5Dclose);
-    if (!dataset.valid()) fail("dataset " + where);
-    check(H5Dwrite(dataset.get(), VectorType<Value>::memory(), H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                   values),
-          "dataset " + where);
-    string_attribute(dataset.get(), "sha256", sha256_hex(values, count * sizeof(Value)));
+    const Handle dataset = this->dataset(parent, name, where, {count}, values);
+    string_attribute(dataset.get(), "sha256", hdf5::values_sha256(values, count));
   }
 
   // A one-dimensional uint8 dataset of the root holding `bytes` (which may contain NULs).
@@ -173,7 +149,7 @@ class Writer : public hdf5::Writer {
   // /best_valid/ppl, /best_valid/bleu and /best_valid/chrf: float64 [3] each,
   // best_validation_values().
   void best_valid(hid_t root, const ValidationRecord& record) const {
-    Handle group(this->group(root, kBestValidGroup), H5Gclose);
+    const Handle group = this->group(root, kBestValidGroup);
     for (const auto& [name, best] : {std::pair{"ppl", &record.ppl}, std::pair{"bleu", &record.bleu},
                                      std::pair{"chrf", &record.chrf}}) {
       const std::vector<double> values = best_validation_values(*best);
@@ -192,16 +168,10 @@ class Writer : public hdf5::Writer {
       THPC_CHECK(static_cast<int64_t>(tensor.values.size()) == tensor.rows * tensor.cols,
                  where << " holds " << tensor.values.size() << " values for shape "
                        << tensor.rows << "x" << tensor.cols);
-      const hsize_t dims[2] = {static_cast<hsize_t>(tensor.rows),
-                               static_cast<hsize_t>(tensor.cols)};
-      Handle space(H5Screate_simple(2, dims, nullptr), H5Sclose);
-      Handle dataset(H5Dcreate2(group_id, tensor.name.c_str(), H5T_IEEE_F32LE, space.get(),
-                                H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                     H5Dclose);
-      if (!dataset.valid()) fail("dataset " + where);
-      check(H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                     tensor.values.data()),
-            "dataset " + where);
+      const Handle dataset =
+          this->dataset(group_id, tensor.name, where,
+                        {static_cast<hsize_t>(tensor.rows), static_cast<hsize_t>(tensor.cols)},
+                        tensor.values.data());
       string_attribute(dataset.get(), "sha256", digests.at(next_digest++));
     }
   }
@@ -209,78 +179,28 @@ class Writer : public hdf5::Writer {
 
 // ---- reading ----
 
-class Reader {
+// A checkpoint's name in messages before HDF5 reads it: "checkpoint PATH: ...".
+class Named {
  public:
-  explicit Reader(const std::string& path) : path_(path) {}
-
+  explicit Named(const std::string& path) : path_(path) {}
   [[noreturn]] void fail(const std::string& what) const {
     THPC_FAIL("checkpoint " << path_ << ": " << what);
   }
 
-  bool exists(hid_t parent, const std::string& name) const {
-    const htri_t found = H5Lexists(parent, name.c_str(), H5P_DEFAULT);
-    if (found < 0) fail("cannot look up " + name + " (" + hdf5::reason() + ")");
-    return found > 0;
-  }
+ private:
+  std::string path_;
+};
 
-  Handle open_group(hid_t parent, const std::string& name) const {
-    if (!exists(parent, name)) fail("missing group " + name);
-    Handle group(H5Gopen2(parent, name.c_str(), H5P_DEFAULT), H5Gclose);
-    if (!group.valid()) fail("cannot open group " + name + " (" + hdf5::reason() + ")");
-    return group;
-  }
+// The checkpoint's own datasets beside hdf5::Reader's groups, attributes and values.
+class Reader : public hdf5::Reader {
+ public:
+  explicit Reader(hdf5::Reader file) : hdf5::Reader(std::move(file)) {}
 
-  Handle open_attribute(hid_t object, const std::string& object_name, const char* name) const {
-    const htri_t found = H5Aexists(object, name);
-    if (found <= 0) fail("missing attribute " + std::string(name) + " of " + object_name);
-    Handle attribute(H5Aopen(object, name, H5P_DEFAULT), H5Aclose);
-    if (!attribute.valid()) {
-      fail("cannot open attribute " + std::string(name) + " of " + object_name + " (" +
-           hdf5::reason() + ")");
-    }
-    return attribute;
-  }
-
-  std::string string_attribute(hid_t object, const std::string& object_name,
-                               const char* name) const {
-    Handle attribute = open_attribute(object, object_name, name);
-    Handle type(H5Aget_type(attribute.get()), H5Tclose);
-    if (H5Tget_class(type.get()) != H5T_STRING || H5Tis_variable_str(type.get()) != 0) {
-      fail("attribute " + std::string(name) + " of " + object_name +
-           " is not a fixed-length string");
-    }
-    std::string value(H5Tget_size(type.get()), '\0');
-    if (H5Aread(attribute.get(), type.get(), value.data()) < 0) {
-      fail("cannot read attribute " + std::string(name) + " of " + object_name + " (" +
-           hdf5::reason() + ")");
-    }
-    value.resize(std::strlen(value.c_str()));
-    return value;
-  }
-
+  using hdf5::Reader::integer_attribute;
+  // An attribute of the root.
   template <typename Integer>
   Integer integer_attribute(hid_t object, const char* name) const {
-    Handle attribute = open_attribute(object, "/", name);
-    Integer value = 0;
-    const hid_t type = std::is_signed_v<Integer> ? H5T_NATIVE_INT64 : H5T_NATIVE_UINT64;
-    if (H5Aread(attribute.get(), type, &value) < 0) {
-      fail("cannot read attribute " + std::string(name) + " (" + hdf5::reason() + ")");
-    }
-    return value;
-  }
-
-  // The names of the datasets of a group, in HDF5's (alphabetical) order.
-  std::vector<std::string> member_names(hid_t group, const std::string& group_path) const {
-    std::vector<std::string> names;
-    const herr_t status = H5Literate(
-        group, H5_INDEX_NAME, H5_ITER_INC, nullptr,
-        [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
-          static_cast<std::vector<std::string>*>(data)->push_back(name);
-          return 0;
-        },
-        &names);
-    if (status < 0) fail("cannot list " + group_path + " (" + hdf5::reason() + ")");
-    return names;
+    return integer_attribute<Integer>(object, "/", name);
   }
 
   // The values of a one-dimensional dataset of Values (Writer::vector_dataset()) named
@@ -288,29 +208,9 @@ class Reader {
   template <typename Value>
   std::vector<Value> vector_dataset(hid_t parent, const std::string& where,
                                     const std::string& name) const {
-    if (!exists(parent, name)) fail("missing dataset " + where);
-    Handle dataset(H5Dopen2(parent, name.c_str(), H5P_DEFAULT), H5Dclose);
-    if (!dataset.valid()) fail("cannot open dataset " + where + " (" + hdf5::reason() + ")");
-    Handle type(H5Dget_type(dataset.get()), H5Tclose);
-    Handle space(H5Dget_space(dataset.get()), H5Sclose);
-    hsize_t size = 0;
-    if (H5Tget_class(type.get()) != VectorType<Value>::kClass ||
-        H5Tget_size(type.get()) != sizeof(Value) ||
-        H5Sget_simple_extent_ndims(space.get()) != 1 ||
-        H5Sget_simple_extent_dims(space.get(), &size, nullptr) != 1) {
-      fail("dataset " + where + " is not a one-dimensional " + VectorType<Value>::kName +
-           " array");
-    }
-    if (!stores_values(dataset.get(), size, sizeof(Value))) {
-      fail("dataset " + where + " states " + std::to_string(size) +
-           " values that the file does not hold (truncated or damaged)");
-    }
-    std::vector<Value> values(size);
-    if (size > 0 && H5Dread(dataset.get(), VectorType<Value>::memory(), H5S_ALL, H5S_ALL,
-                            H5P_DEFAULT, values.data()) < 0) {
-      fail("cannot read dataset " + where + " (" + hdf5::reason() + ")");
-    }
-    verify_checksum(where, sha256_hex(values.data(), values.size() * sizeof(Value)),
+    const Handle dataset = open_dataset(parent, name, where);
+    std::vector<Value> values = this->values<Value>(dataset.get(), where, 1);
+    verify_checksum(where, hdf5::values_sha256(values.data(), values.size()),
                     string_attribute(dataset.get(), where, "sha256"));
     return values;
   }
@@ -371,59 +271,20 @@ class Reader {
     return {values[0], state};
   }
 
-  bool has_attribute(hid_t object, const char* name) const {
-    const htri_t found = H5Aexists(object, name);
-    if (found < 0) fail("cannot look up attribute " + std::string(name) + " (" + hdf5::reason() + ")");
-    return found > 0;
-  }
-
-  void verify_checksum(const std::string& dataset_path, const std::string& actual,
-                       const std::string& recorded) const {
-    if (actual != recorded) {
-      fail("bad checksum for dataset " + dataset_path + " (sha256 " + actual + ", recorded " +
-           recorded + "): the file is corrupt");
-    }
-  }
-
   // Reads a dataset and the sha256 recorded with it (verified later, all at once).
   NamedTensor tensor(hid_t group, const std::string& group_path, const std::string& name,
                      std::vector<std::string>& recorded_digests) const {
     const std::string where = group_path + "/" + name;
-    if (!exists(group, name)) fail("missing dataset " + where);
-    Handle dataset(H5Dopen2(group, name.c_str(), H5P_DEFAULT), H5Dclose);
-    if (!dataset.valid()) fail("cannot open dataset " + where + " (" + hdf5::reason() + ")");
-    Handle type(H5Dget_type(dataset.get()), H5Tclose);
-    if (H5Tget_class(type.get()) != H5T_FLOAT || H5Tget_size(type.get()) != sizeof(float)) {
-      fail("dataset " + where + " is not fp32");
-    }
-    Handle space(H5Dget_space(dataset.get()), H5Sclose);
-    hsize_t dims[2] = {0, 0};
-    if (H5Sget_simple_extent_ndims(space.get()) != 2 ||
-        H5Sget_simple_extent_dims(space.get(), dims, nullptr) != 2) {
-      fail("dataset " + where + " is not two-dimensional");
-    }
-    if (dims[1] != 0 && dims[0] > std::numeric_limits<hsize_t>::max() / dims[1]) {
-      fail("dataset " + where + " has an impossible shape");
-    }
-    if (!stores_values(dataset.get(), dims[0] * dims[1], sizeof(float))) {
-      fail("dataset " + where + " states " + std::to_string(dims[0]) + "x" +
-           std::to_string(dims[1]) + " values that the file does not hold (truncated or damaged)");
-    }
+    const Handle dataset = open_dataset(group, name, where);
+    std::vector<hsize_t> dims;
     NamedTensor tensor;
     tensor.name = name;
+    tensor.values = values<float>(dataset.get(), where, 2, &dims);
     tensor.rows = static_cast<int64_t>(dims[0]);
     tensor.cols = static_cast<int64_t>(dims[1]);
-    tensor.values.resize(dims[0] * dims[1]);
-    if (H5Dread(dataset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                tensor.values.data()) < 0) {
-      fail("cannot read dataset " + where + " (" + hdf5::reason() + ")");
-    }
     recorded_digests.push_back(string_attribute(dataset.get(), where, "sha256"));
     return tensor;
   }
-
- private:
-  std::string path_;
 };
 
 // The step of "step_00001234.h5", or -1 for any other name.
@@ -666,10 +527,7 @@ void write_hdf5_file(const std::string& temporary, const std::string& path,
   const std::vector<std::string> digests = sha256_of_each(
       pointers_to({&checkpoint.params, &checkpoint.adam_m, &checkpoint.adam_v}));
   size_t next_digest = 0;
-  Handle create(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
-  writer.check(H5Pset_userblock(create.get(), kHeaderBytes), "file header (user block)");
-  Handle file(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, create.get(), H5P_DEFAULT), H5Fclose);
-  if (!file.valid()) writer.fail("cannot create " + temporary);
+  Handle file = writer.create_file(temporary);
   const hid_t root = file.get();
   writer.integer_attribute(root, "format_version", kCheckpointFormatVersion);
   writer.integer_attribute(root, "step", checkpoint.step);
@@ -692,14 +550,14 @@ void write_hdf5_file(const std::string& temporary, const std::string& path,
                           values.data(), values.size());
   }
   {
-    Handle params(writer.group(root, "params"), H5Gclose);
+    const Handle params = writer.group(root, "params");
     writer.tensors(params.get(), "/params", checkpoint.params, digests, next_digest);
   }
   if (!checkpoint.adam_m.empty() || !checkpoint.adam_v.empty()) {
-    Handle adam(writer.group(root, "adam"), H5Gclose);
-    Handle m(writer.group(adam.get(), "m"), H5Gclose);
+    const Handle adam = writer.group(root, "adam");
+    const Handle m = writer.group(adam.get(), "m");
     writer.tensors(m.get(), "/adam/m", checkpoint.adam_m, digests, next_digest);
-    Handle v(writer.group(adam.get(), "v"), H5Gclose);
+    const Handle v = writer.group(adam.get(), "v");
     writer.tensors(v.get(), "/adam/v", checkpoint.adam_v, digests, next_digest);
   }
   writer.check(H5Fflush(root, H5F_SCOPE_GLOBAL), "flush");
@@ -759,8 +617,7 @@ std::string checkpoint_file_name(int64_t step) {
 }
 
 void write_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
-  silence_error_printing();
-  hdf5::write_atomically(path, "checkpoint " + path, [&](const std::string& temporary) {
+  write_atomically(path, "checkpoint " + path, [&](const std::string& temporary) {
     write_hdf5_file(temporary, path, checkpoint);
   });
 }
@@ -783,14 +640,10 @@ bool is_run_checkpoint_file(const std::string& path) {
 
 namespace {
 
-[[noreturn]] void fail_to_open(const Reader& reader) {
-  reader.fail("cannot be opened, the file is truncated or damaged (HDF5: " + hdf5::reason() + ")");
-}
-
 // Checks the file header (see kHeaderBytes) given the file's first bytes (`head`, up to
 // 512), its size and a way to hash its bytes after the header; returns its fields when it
 // verifies.
-HeaderFields verify_file_header(const Reader& reader, std::string_view head, uint64_t size,
+HeaderFields verify_file_header(const Named& reader, std::string_view head, uint64_t size,
                                 const std::function<std::string()>& digest_after_header) {
   const ParsedHeader parsed = parse_header(head);
   if (parsed.hdf5_without_header) {
@@ -822,9 +675,9 @@ HeaderFields verify_file_header(const Reader& reader, std::string_view head, uin
 }
 
 // Everything read_checkpoint() checks, on a file already open.
-Checkpoint read_open_checkpoint(const Reader& reader, Handle file, CheckpointParts parts,
+Checkpoint read_open_checkpoint(Reader reader, CheckpointParts parts,
                                 const HeaderFields& header) {
-  const hid_t root = file.get();
+  const hid_t root = reader.root();
   const auto version = reader.integer_attribute<int64_t>(root, "format_version");
   if (version != kCheckpointFormatVersion) {
     reader.fail("format_version " + std::to_string(version) + ", this program reads version " +
@@ -895,7 +748,7 @@ Checkpoint read_open_checkpoint(const Reader& reader, Handle file, CheckpointPar
       }
     }
   }
-  if (file.close() < 0) reader.fail("cannot be closed (" + hdf5::reason() + ")");
+  reader.close();
   const std::vector<std::string> digests = sha256_of_each(
       pointers_to({&checkpoint.params, &checkpoint.adam_m, &checkpoint.adam_v}));
   for (size_t i = 0; i < digests.size(); ++i) {
@@ -907,8 +760,7 @@ Checkpoint read_open_checkpoint(const Reader& reader, Handle file, CheckpointPar
 }  // namespace
 
 Checkpoint read_checkpoint(const std::string& path, CheckpointParts parts) {
-  silence_error_printing();
-  Reader reader(path);
+  const Named reader(path);
   std::error_code error;
   if (!fs::is_regular_file(path, error)) reader.fail("no such file");
   const uint64_t size = fs::file_size(path, error);
@@ -920,34 +772,24 @@ Checkpoint read_checkpoint(const std::string& path, CheckpointParts parts) {
   }
   const HeaderFields header = verify_file_header(
       reader, head, size, [&] { return sha256_hex_of_file(path, kHeaderBytes); });
-  if (H5Fis_hdf5(path.c_str()) <= 0) {
-    H5Eclear2(H5E_DEFAULT);
+  if (!hdf5::is_hdf5(path)) {
     reader.fail("not an HDF5 file (no HDF5 signature: empty, truncated to nothing, or another "
                 "format)");
   }
-  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  if (!file.valid()) fail_to_open(reader);
-  return read_open_checkpoint(reader, std::move(file), parts, header);
+  return read_open_checkpoint(Reader(hdf5::Reader::open("checkpoint " + path, path)), parts,
+                              header);
 }
 
 Checkpoint read_checkpoint_image(const std::string& name, std::string_view image,
                                  CheckpointParts parts) {
-  silence_error_printing();
-  Reader reader(name);
+  const Named reader(name);
   if (image.empty()) reader.fail("not an HDF5 file (empty)");
   const HeaderFields header =
       verify_file_header(reader, image.substr(0, kHeaderBytes), image.size(), [&] {
         return sha256_hex(image.data() + kHeaderBytes, image.size() - kHeaderBytes);
       });
-  // HDF5's core driver on a copy of the image, without a backing file.
-  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  if (H5Pset_fapl_core(fapl.get(), image.size(), false) < 0 ||
-      H5Pset_file_image(fapl.get(), const_cast<char*>(image.data()), image.size()) < 0) {
-    reader.fail("HDF5 cannot take the file image (" + hdf5::reason() + ")");
-  }
-  Handle file(H5Fopen(name.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
-  if (!file.valid()) fail_to_open(reader);
-  return read_open_checkpoint(reader, std::move(file), parts, header);
+  return read_open_checkpoint(
+      Reader(hdf5::Reader::open_image("checkpoint " + name, name, image)), parts, header);
 }
 
 std::vector<CheckpointSummary> checkpoint_summaries(const std::string& dir) {

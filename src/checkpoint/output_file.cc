@@ -1,14 +1,13 @@
 #include "checkpoint/output_file.h"
 
-#include <hdf5.h>
-
 #include <filesystem>
 #include <fstream>
 #include <ostream>
 
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/hdf5_file.h"
 #include "common/error.h"
+#include "io/atomic_file.h"
+#include "io/hdf5.h"
 
 namespace thpc {
 namespace {
@@ -28,23 +27,14 @@ std::string head_of(const std::string& path, size_t count) {
 // root has the attributes layers, heads and checkpoint. A checkpoint (its header first)
 // or a shard is none.
 bool is_attention_dump(const std::string& path) {
-  hdf5::silence_error_printing();
-  if (read_checkpoint_summary(path) || H5Fis_hdf5(path.c_str()) <= 0) {
-    H5Eclear2(H5E_DEFAULT);
-    return false;
-  }
-  const hdf5::Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  if (!file.valid()) {
-    H5Eclear2(H5E_DEFAULT);
-    return false;
-  }
+  if (read_checkpoint_summary(path) || !hdf5::is_hdf5(path)) return false;
+  const hdf5::Handle file = hdf5::open_read_only(path);
+  bool is_dump = file.valid();
   for (const char* attribute : {"layers", "heads", "checkpoint"}) {
-    if (H5Aexists(file.get(), attribute) <= 0) {
-      H5Eclear2(H5E_DEFAULT);
-      return false;
-    }
+    is_dump = is_dump && H5Aexists(file.get(), attribute) > 0;
   }
-  return true;
+  H5Eclear2(H5E_DEFAULT);
+  return is_dump;
 }
 
 // Whether `directory` holds a training run's checkpoints (step_*.h5).
@@ -121,8 +111,8 @@ void check_output_path(const std::string& option, const std::string& output,
       refuse("is the input " + input + " (the same file): writing it would destroy it; give "
              "another output file");
     }
-    if (same_file(hdf5::temporary_path(output), input)) {
-      refuse("its temporary file " + hdf5::temporary_path(output) + " is the input " + input +
+    if (same_file(temporary_path(output), input)) {
+      refuse("its temporary file " + temporary_path(output) + " is the input " + input +
              "; give another output file");
     }
   }
@@ -180,7 +170,7 @@ void write_text_atomically(const std::string& path, const std::string& what,
     write_to(path);  // a device or a pipe: nothing to rename over
     return;
   }
-  hdf5::write_atomically(path, what, write_to);
+  write_atomically(path, what, write_to);
 }
 
 void write_texts_atomically(const std::vector<std::pair<std::string, std::string>>& files) {
@@ -188,14 +178,14 @@ void write_texts_atomically(const std::vector<std::pair<std::string, std::string
   std::error_code error;
   try {
     for (const auto& [path, text] : files) {
-      const std::string temporary = hdf5::temporary_path(path);
+      const std::string temporary = temporary_path(path);
       if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path(), error);
       written.push_back(temporary);
       std::ofstream out(temporary, std::ios::binary);
       out << text;
       out.close();
       if (!out) THPC_FAIL("cannot write " << path << " (disk full, or no such directory?)");
-      hdf5::fsync_path(temporary, path);
+      fsync_path(temporary, path);
     }
   } catch (...) {
     for (const std::string& temporary : written) fs::remove(temporary, error);
@@ -204,13 +194,13 @@ void write_texts_atomically(const std::vector<std::pair<std::string, std::string
   // Every file is complete on disk before the first rename: a failure up to here left
   // every old file as it was.
   for (const auto& [path, text] : files) {
-    fs::rename(hdf5::temporary_path(path), path, error);
+    fs::rename(temporary_path(path), path, error);
     if (error) {
-      THPC_FAIL("cannot write " << path << ": rename of " << hdf5::temporary_path(path)
+      THPC_FAIL("cannot write " << path << ": rename of " << temporary_path(path)
                                 << ": " << error.message());
     }
     const fs::path directory = fs::path(path).parent_path();
-    hdf5::fsync_path(directory.empty() ? "." : directory.string(), path);
+    fsync_path(directory.empty() ? "." : directory.string(), path);
   }
 }
 

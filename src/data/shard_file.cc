@@ -1,52 +1,18 @@
 #include "data/shard_file.h"
 
-#include <hdf5.h>
-
-#include <algorithm>
 #include <filesystem>
 #include <utility>
 
 #include "common/error.h"
 #include "common/sha256.h"
-#include "data/hdf5_storage.h"
+#include "io/hdf5.h"
 
 namespace thpc {
 namespace {
 
-// HDF5 prints an error stack of its internals on every failed call unless told not to;
-// every failure here is reported as one line naming the file instead.
-void silence_hdf5_error_stacks() {
-  static const bool silenced = [] {
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-    return true;
-  }();
-  (void)silenced;
-}
-
-// An HDF5 identifier closed by its matching H5*close when it goes out of scope.
-class Handle {
- public:
-  Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-  Handle(Handle&& other) noexcept : id_(std::exchange(other.id_, -1)), close_(other.close_) {}
-  ~Handle() {
-    if (id_ >= 0) close_(id_);
-  }
-  hid_t get() const { return id_; }
-  bool valid() const { return id_ >= 0; }
-
- private:
-  hid_t id_;
-  herr_t (*close_)(hid_t);
-};
+using hdf5::Handle;
 
 constexpr const char* kChecksumAttribute = "sha256";
-
-template <typename T>
-std::string sha256_of(const std::vector<T>& values) {
-  return sha256_hex(values.data(), values.size() * sizeof(T));
-}
 
 // ---- writing ----
 
@@ -72,18 +38,13 @@ class WholeColumn final : public ShardColumnSource {
 
 class ShardWriter {
  public:
-  explicit ShardWriter(const std::string& path) : path_(path) {}
+  // Dense attribute storage (format 1.8+) lets the SentencePiece model, which exceeds the
+  // 64 KiB of a compact attribute, live in an attribute; no timestamps, so that the same
+  // content gives the same bytes.
+  explicit ShardWriter(const std::string& path) : path_(path), writer_("shard " + path, options()) {}
 
   void write(const ShardMetadata& meta, ShardColumnSource& source, ShardColumnSource& target) {
-    // Dense attribute storage (format 1.8+) lets the SentencePiece model, which exceeds
-    // the 64 KiB of a compact attribute, live in an attribute.
-    const Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-    check(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST), "set format");
-    const Handle fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
-    check(H5Pset_obj_track_times(fcpl.get(), false), "disable timestamps");
-    const Handle file(H5Fcreate(path_.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()),
-                      H5Fclose);
-    if (!file.valid()) THPC_FAIL(path_ << ": cannot create the HDF5 file");
+    const Handle file = writer_.create_file(path_);
     checksummed_ = meta.format_version >= 2;
     write_column(file.get(), "src", source);
     write_column(file.get(), "tgt", target);
@@ -94,86 +55,63 @@ class ShardWriter {
     write_int(file.get(), "bos_id", meta.ids.bos);
     write_int(file.get(), "eos_id", meta.ids.eos);
     write_int(file.get(), "pairs", source.sentences());
-    write_string(file.get(), "source_lang", meta.source_lang);
-    write_string(file.get(), "target_lang", meta.target_lang);
+    write_bytes(file.get(), "source_lang", meta.source_lang);
+    write_bytes(file.get(), "target_lang", meta.target_lang);
     write_bytes(file.get(), "spm_model", meta.spm_model);
-    check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "flush");
+    writer_.check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "flush");
   }
 
  private:
-  void check(herr_t status, const char* what) const {
-    if (status < 0) THPC_FAIL(path_ << ": HDF5 failed to " << what);
-  }
-
-  static Handle object_create_plist(hid_t plist_class) {
-    Handle plist(H5Pcreate(plist_class), H5Pclose);
-    H5Pset_obj_track_times(plist.get(), false);
-    return plist;
-  }
-
   // One contiguous dataset of a size known at creation, written in consecutive runs of
-  // values, its sha256 taken on the way. Its bytes in the file do not depend on how the
-  // values were cut into runs: the storage is allocated whole at the first write.
+  // values, its sha256 taken on the way.
   template <typename T>
   class DatasetWriter {
    public:
-    DatasetWriter(ShardWriter& writer, hid_t group, const char* name, hid_t type, hsize_t size)
-        : writer_(writer), name_(name), type_(type), size_(size),
-          space_(H5Screate_simple(1, &size, nullptr), H5Sclose),
-          dataset_(H5Dcreate2(group, name, type, space_.get(), H5P_DEFAULT,
-                              object_create_plist(H5P_DATASET_CREATE).get(), H5P_DEFAULT),
-                   H5Dclose) {
-      if (!dataset_.valid()) THPC_FAIL(writer_.path_ << ": cannot create dataset " << name);
-    }
+    DatasetWriter(ShardWriter& shard, hid_t group, const std::string& where, const char* name,
+                  hsize_t size)
+        : shard_(shard), where_(where), size_(size),
+          // the native type, as shards were always written (little-endian: Type<T>::file())
+          dataset_(shard.writer_.create_dataset(group, name, where, hdf5::Type<T>::memory(),
+                                                {size})) {}
 
     void append(const T* values, size_t count) {
       if (count == 0) return;
-      THPC_CHECK(written_ + count <= size_, writer_.path_ << ": " << written_ + count << " values for dataset "
-                                                          << name_ << " of " << size_);
+      THPC_CHECK(written_ + count <= size_, shard_.path_ << ": " << written_ + count
+                                                        << " values for dataset " << where_
+                                                        << " of " << size_);
       if (written_ == 0 && count == size_) {
-        writer_.check(H5Dwrite(dataset_.get(), type_, H5S_ALL, H5S_ALL, H5P_DEFAULT, values),
-                      "write a dataset");
+        shard_.writer_.write(dataset_.get(), where_, hdf5::Type<T>::memory(), values);
       } else {
-        const hsize_t start = written_, length = count;
-        const Handle memory(H5Screate_simple(1, &length, nullptr), H5Sclose);
-        const Handle file_space(H5Scopy(space_.get()), H5Sclose);
-        writer_.check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, &start, nullptr,
-                                          &length, nullptr),
-                      "select a block of a dataset");
-        writer_.check(H5Dwrite(dataset_.get(), type_, memory.get(), file_space.get(),
-                               H5P_DEFAULT, values),
-                      "write a block of a dataset");
+        shard_.writer_.write_block(dataset_.get(), where_, hdf5::Type<T>::memory(), written_,
+                                   count, values);
       }
       hash_.update(values, count * sizeof(T));
       written_ += count;
     }
 
     void finish() {
-      THPC_CHECK(written_ == size_, writer_.path_ << ": " << written_ << " values for dataset "
-                                                  << name_ << " of " << size_);
-      if (writer_.checksummed_) {
-        writer_.write_bytes(dataset_.get(), kChecksumAttribute, hash_.hex_digest());
+      THPC_CHECK(written_ == size_, shard_.path_ << ": " << written_ << " values for dataset "
+                                                 << where_ << " of " << size_);
+      if (shard_.checksummed_) {
+        shard_.write_bytes(dataset_.get(), kChecksumAttribute, hash_.hex_digest());
       }
     }
 
    private:
-    ShardWriter& writer_;
-    const char* name_;
-    hid_t type_;
+    ShardWriter& shard_;
+    std::string where_;
     hsize_t size_, written_ = 0;
-    Handle space_, dataset_;
+    Handle dataset_;
     Sha256 hash_;
   };
 
   // The tokens, then the offsets (each block's, shifted by the tokens before it): the
   // side is read twice, one block at a time.
   void write_column(hid_t file, const char* group_name, ShardColumnSource& column) {
-    const Handle gcpl = object_create_plist(H5P_GROUP_CREATE);
-    const Handle group(H5Gcreate2(file, group_name, H5P_DEFAULT, gcpl.get(), H5P_DEFAULT),
-                       H5Gclose);
-    if (!group.valid()) THPC_FAIL(path_ << ": cannot create group " << group_name);
+    const Handle group = writer_.group(file, group_name);
+    const std::string where = std::string("/") + group_name;
     {  // each dataset closed before the next is created, as the file's layout has it
-      DatasetWriter<int32_t> tokens(*this, group.get(), "tokens", H5T_NATIVE_INT32,
+      DatasetWriter<int32_t> tokens(*this, group.get(), where + "/tokens", "tokens",
                                     static_cast<hsize_t>(column.tokens()));
       column.rewind();
       for (const TokenColumn* block = &column.next_block(); block->sentences() > 0;
@@ -182,7 +120,7 @@ class ShardWriter {
       }
       tokens.finish();
     }
-    DatasetWriter<int64_t> offsets(*this, group.get(), "offsets", H5T_NATIVE_INT64,
+    DatasetWriter<int64_t> offsets(*this, group.get(), where + "/offsets", "offsets",
                                    static_cast<hsize_t>(column.sentences() + 1));
     column.rewind();
     int64_t base = 0;
@@ -205,28 +143,24 @@ class ShardWriter {
     offsets.finish();
   }
 
-  void write_attribute(hid_t object, const char* name, hid_t type, hsize_t count,
-                       const void* data) {
-    const Handle space(count == 0 ? H5Screate(H5S_NULL) : H5Screate_simple(1, &count, nullptr),
-                       H5Sclose);
-    const Handle attribute(H5Acreate2(object, name, type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                           H5Aclose);
-    if (!attribute.valid()) THPC_FAIL(path_ << ": cannot create attribute " << name);
-    if (count > 0) check(H5Awrite(attribute.get(), type, data), "write an attribute");
+  // Numbers are int64 arrays of one value, strings and the model uint8 arrays: exact
+  // bytes, no encoding questions.
+  void write_int(hid_t object, const char* name, int64_t value) {
+    writer_.array_attribute(object, name, H5T_NATIVE_INT64, 1, &value);
+  }
+  void write_bytes(hid_t object, const char* name, const std::string& value) {
+    writer_.array_attribute(object, name, H5T_NATIVE_UINT8, value.size(), value.data());
   }
 
-  void write_int(hid_t object, const char* name, int64_t value) {
-    write_attribute(object, name, H5T_NATIVE_INT64, 1, &value);
-  }
-  void write_string(hid_t object, const char* name, const std::string& value) {
-    write_bytes(object, name, value);
-  }
-  // Strings and the model are stored as uint8 arrays: exact bytes, no encoding questions.
-  void write_bytes(hid_t object, const char* name, const std::string& value) {
-    write_attribute(object, name, H5T_NATIVE_UINT8, value.size(), value.data());
+  static hdf5::FileOptions options() {
+    hdf5::FileOptions options;
+    options.format_1_8 = true;
+    options.timestamps = false;
+    return options;
   }
 
   std::string path_;
+  hdf5::Writer writer_;
   bool checksummed_ = true;
 };
 
@@ -271,8 +205,7 @@ class ShardFileReader {
   // The offsets of one side, checked against the pair count and the token count.
   std::vector<int64_t> offsets(const std::string& side, int64_t pairs,
                                int64_t* token_count) const {
-    std::vector<int64_t> values = read_dataset<int64_t>(side + "/offsets", H5T_NATIVE_INT64);
-    verify_checksum(side + "/offsets", values);
+    std::vector<int64_t> values = read_dataset<int64_t>(side + "/offsets");
     *token_count = dataset_size(side + "/tokens");
     const std::string name = "/" + side + "/offsets";
     // (pairs is any int64 the file states: pairs + 1 could overflow)
@@ -307,8 +240,7 @@ class ShardFileReader {
   bool checksummed() const { return checksummed_; }
 
   std::vector<int32_t> tokens(const std::string& side, int vocab_size) const {
-    std::vector<int32_t> values = read_dataset<int32_t>(side + "/tokens", H5T_NATIVE_INT32);
-    verify_checksum(side + "/tokens", values);
+    std::vector<int32_t> values = read_dataset<int32_t>(side + "/tokens");
     for (size_t i = 0; i < values.size(); ++i) {
       if (values[i] < 0 || values[i] >= vocab_size) {
         THPC_FAIL(path_ << ": /" << side << "/tokens[" << i << "] = " << values[i]
@@ -319,133 +251,52 @@ class ShardFileReader {
   }
 
  private:
-  static Handle open_file(const std::string& path) {
-    silence_hdf5_error_stacks();
+  static hdf5::Reader open_file(const std::string& path) {
     std::error_code error;
     if (!std::filesystem::is_regular_file(path, error)) THPC_FAIL(path << ": no such shard file");
-    if (H5Fis_hdf5(path.c_str()) <= 0) {
-      THPC_FAIL(path << ": not an HDF5 file (or its header is damaged)");
-    }
-    Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-    if (!file.valid()) THPC_FAIL(path << ": cannot open the HDF5 file (truncated or damaged?)");
-    return file;
+    if (!hdf5::is_hdf5(path)) THPC_FAIL(path << ": not an HDF5 file (or its header is damaged)");
+    return hdf5::Reader::open(path, path);
   }
 
-  // HDF5's core driver on a copy of the image, without a backing file: nothing is read
-  // from or written to the file system.
-  static Handle open_image(const std::string& name, std::string_view image) {
-    silence_hdf5_error_stacks();
+  static hdf5::Reader open_image(const std::string& name, std::string_view image) {
     if (image.empty()) THPC_FAIL(name << ": not an HDF5 file (or its header is damaged)");
-    const Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-    if (H5Pset_fapl_core(fapl.get(), image.size(), false) < 0 ||
-        H5Pset_file_image(fapl.get(), const_cast<char*>(image.data()), image.size()) < 0) {
-      THPC_FAIL(name << ": HDF5 cannot take the file image");
-    }
-    Handle file(H5Fopen(name.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
-    if (!file.valid()) THPC_FAIL(name << ": cannot open the HDF5 file (truncated or damaged?)");
-    return file;
-  }
-
-  Handle open_dataset(const std::string& name) const {
-    Handle dataset(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
-    if (!dataset.valid()) THPC_FAIL(path_ << ": missing dataset /" << name);
-    return dataset;
+    return hdf5::Reader::open_image(name, name, image);
   }
 
   int64_t dataset_size(const std::string& name) const {
-    const Handle dataset = open_dataset(name);
-    const Handle space(H5Dget_space(dataset.get()), H5Sclose);
-    if (H5Sget_simple_extent_ndims(space.get()) != 1) {
-      THPC_FAIL(path_ << ": dataset /" << name << " is not one-dimensional");
-    }
-    hsize_t size = 0;
-    H5Sget_simple_extent_dims(space.get(), &size, nullptr);
-    return static_cast<int64_t>(size);
+    const Handle dataset = file_.open_dataset(file_.root(), name, "/" + name);
+    return static_cast<int64_t>(file_.extent(dataset.get(), "/" + name, 1)[0]);
   }
 
-  // A bit flip that leaves ids in range and offsets monotone passes every other check.
+  // The values of a dataset of integers of exactly T's width, checked against the sha256
+  // recorded with it (format 2): a bit flip that leaves ids in range and offsets monotone
+  // passes every other check.
   template <typename T>
-  void verify_checksum(const std::string& name, const std::vector<T>& values) const {
-    if (!checksummed_) return;
-    const Handle dataset = open_dataset(name);
-    if (H5Aexists(dataset.get(), kChecksumAttribute) <= 0) {
-      THPC_FAIL(path_ << ": dataset /" << name << " has no " << kChecksumAttribute
-                      << " attribute (required by shard format " << kShardFormatVersion << ")");
-    }
-    const std::string recorded = read_bytes(dataset.get(), kChecksumAttribute);
-    const std::string actual = sha256_of(values);
-    if (actual != recorded) {
-      THPC_FAIL(path_ << ": bad checksum for dataset /" << name << " (sha256 " << actual
-                      << ", recorded " << recorded << "): the shard is corrupt");
-    }
-  }
-
-  // The datasets are integers of exactly the reader's width: HDF5 would otherwise convert
-  // float32 tokens or int32 offsets silently on reading.
-  template <typename T>
-  std::vector<T> read_dataset(const std::string& name, hid_t type) const {
-    const int64_t size = dataset_size(name);
-    const Handle dataset = open_dataset(name);
-    const Handle stored(H5Dget_type(dataset.get()), H5Tclose);
-    const H5T_class_t stored_class = H5Tget_class(stored.get());
-    if (stored_class != H5T_INTEGER || H5Tget_size(stored.get()) != sizeof(T) ||
-        H5Tget_sign(stored.get()) != H5T_SGN_2) {
-      THPC_FAIL(path_ << ": dataset /" << name << " is "
-                      << (stored_class == H5T_FLOAT     ? "float"
-                          : stored_class == H5T_INTEGER ? (H5Tget_sign(stored.get()) == H5T_SGN_2
-                                                               ? "int"
-                                                               : "uint")
-                                                        : "non-numeric")
-                      << 8 * H5Tget_size(stored.get()) << ", expected int" << 8 * sizeof(T));
-    }
-    if (!stores_values(dataset.get(), static_cast<hsize_t>(size), sizeof(T))) {
-      THPC_FAIL(path_ << ": dataset /" << name << " states " << size
-                      << " values that the file does not hold (truncated or damaged)");
-    }
-    std::vector<T> values(static_cast<size_t>(size));
-    if (size > 0 &&
-        H5Dread(dataset.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) < 0) {
-      THPC_FAIL(path_ << ": cannot read dataset /" << name << " (truncated or damaged file?)");
+  std::vector<T> read_dataset(const std::string& name) const {
+    const std::string where = "/" + name;
+    const Handle dataset = file_.open_dataset(file_.root(), name, where);
+    std::vector<T> values = file_.values<T>(dataset.get(), where, 1);
+    if (checksummed_) {
+      if (!file_.has_attribute(dataset.get(), kChecksumAttribute)) {
+        THPC_FAIL(path_ << ": dataset " << where << " has no " << kChecksumAttribute
+                        << " attribute (required by shard format " << kShardFormatVersion
+                        << ")");
+      }
+      file_.verify_checksum(where, hdf5::values_sha256(values.data(), values.size()),
+                            file_.bytes_attribute(dataset.get(), where, kChecksumAttribute));
     }
     return values;
   }
 
-  Handle open_attribute(const char* name, hid_t object = -1) const {
-    if (object < 0) object = file_.get();
-    if (H5Aexists(object, name) <= 0) THPC_FAIL(path_ << ": missing attribute " << name);
-    Handle attribute(H5Aopen(object, name, H5P_DEFAULT), H5Aclose);
-    if (!attribute.valid()) THPC_FAIL(path_ << ": cannot open attribute " << name);
-    return attribute;
-  }
-
   int64_t read_int(const char* name) const {
-    const Handle attribute = open_attribute(name);
-    const Handle space(H5Aget_space(attribute.get()), H5Sclose);
-    if (H5Sget_simple_extent_npoints(space.get()) != 1) {
-      THPC_FAIL(path_ << ": attribute " << name << " is not a single number");
-    }
-    int64_t value = 0;
-    if (H5Aread(attribute.get(), H5T_NATIVE_INT64, &value) < 0) {
-      THPC_FAIL(path_ << ": cannot read attribute " << name << " as an integer");
-    }
-    return value;
+    return file_.integer_attribute<int64_t>(file_.root(), "/", name);
   }
-
-  std::string read_bytes(const char* name) const { return read_bytes(file_.get(), name); }
-  std::string read_bytes(hid_t object, const char* name) const {
-    const Handle attribute = open_attribute(name, object);
-    const Handle space(H5Aget_space(attribute.get()), H5Sclose);
-    if (H5Sget_simple_extent_type(space.get()) == H5S_NULL) return "";
-    const hssize_t count = H5Sget_simple_extent_npoints(space.get());
-    std::string value(static_cast<size_t>(std::max<hssize_t>(count, 0)), '\0');
-    if (count < 0 || H5Aread(attribute.get(), H5T_NATIVE_UINT8, value.data()) < 0) {
-      THPC_FAIL(path_ << ": cannot read attribute " << name << " as bytes");
-    }
-    return value;
+  std::string read_bytes(const char* name) const {
+    return file_.bytes_attribute(file_.root(), "/", name);
   }
 
   std::string path_;
-  Handle file_;
+  hdf5::Reader file_;
   bool checksummed_ = true;  // from format_version, read first by metadata()
 };
 
@@ -490,7 +341,6 @@ void write_shard(const std::string& path, const ShardContents& contents) {
 
 void write_shard_streamed(const std::string& path, const ShardMetadata& metadata,
                           ShardColumnSource& source, ShardColumnSource& target) {
-  silence_hdf5_error_stacks();
   THPC_CHECK(source.sentences() == target.sentences(),
              path << ": " << source.sentences() << " sources but " << target.sentences()
                   << " targets");

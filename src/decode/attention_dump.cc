@@ -1,9 +1,8 @@
 #include "decode/attention_dump.h"
 
-#include <hdf5.h>
-
-#include "checkpoint/hdf5_file.h"
 #include "common/error.h"
+#include "io/atomic_file.h"
+#include "io/hdf5.h"
 
 namespace thpc {
 namespace {
@@ -15,20 +14,6 @@ class DumpWriter : public hdf5::Writer {
  public:
   explicit DumpWriter(const std::string& path) : hdf5::Writer("attention dump " + path) {}
 
-  void dataset(hid_t group, const std::string& name, hid_t file_type, hid_t memory_type,
-               const std::vector<hsize_t>& dims, const void* values) const {
-    Handle space(dims.empty() ? H5Screate(H5S_SCALAR)
-                              : H5Screate_simple(static_cast<int>(dims.size()), dims.data(),
-                                                 nullptr),
-                 H5Sclose);
-    Handle dataset(H5Dcreate2(group, name.c_str(), file_type, space.get(), H5P_DEFAULT,
-                              H5P_DEFAULT, H5P_DEFAULT),
-                   H5Dclose);
-    if (!dataset.valid()) fail("dataset " + name);
-    check(H5Dwrite(dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values),
-          "dataset " + name);
-  }
-
   // Variable-length UTF-8 strings: one (dims empty, a scalar) or an array.
   void strings(hid_t group, const std::string& name, const std::vector<std::string>& values,
                const std::vector<hsize_t>& dims) const {
@@ -37,7 +22,8 @@ class DumpWriter : public hdf5::Writer {
     check(H5Tset_cset(type.get(), H5T_CSET_UTF8), "string type");
     std::vector<const char*> pointers;
     for (const std::string& value : values) pointers.push_back(value.c_str());
-    dataset(group, name, type.get(), type.get(), dims, pointers.data());
+    const Handle dataset = create_dataset(group, name, name, type.get(), dims);
+    write(dataset.get(), name, type.get(), pointers.data());
   }
 
   void floats(hid_t group, const std::string& name, const std::vector<float>& values,
@@ -46,11 +32,11 @@ class DumpWriter : public hdf5::Writer {
     for (hsize_t dim : dims) count *= dim;
     THPC_CHECK(values.size() == count, name << " holds " << values.size() << " values, not "
                                             << count);
-    dataset(group, name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, dims, values.data());
+    dataset(group, name, name, dims, values.data());
   }
 
   void ids(hid_t group, const std::string& name, const TokenSequence& values) const {
-    dataset(group, name, H5T_STD_I32LE, H5T_NATIVE_INT32, {values.size()}, values.data());
+    dataset(group, name, name, {values.size()}, values.data());
   }
 };
 
@@ -67,7 +53,7 @@ std::vector<float> all_layers(Transformer& model, Transformer::AttentionKind kin
 
 void write_line(const DumpWriter& writer, hid_t root, const AttentionDump& dump) {
   const std::string name = "line_" + std::to_string(dump.line);
-  Handle group(writer.group(root, name.c_str()), H5Gclose);
+  const Handle group = writer.group(root, name.c_str());
   const hid_t g = group.get();
   writer.integer_attribute(g, "line", static_cast<int64_t>(dump.line));
   const hsize_t L = dump.layers, h = dump.heads;
@@ -106,12 +92,9 @@ AttentionDump capture_attention(Transformer& model, const TokenSequence& source,
 void write_attention_dumps(const std::string& path, const std::vector<AttentionDump>& dumps,
                            const std::string& checkpoint) {
   THPC_CHECK(!dumps.empty(), "no attention dumps to write to " << path);
-  hdf5::silence_error_printing();
   const DumpWriter writer(path);
-  hdf5::write_atomically(path, "attention dump " + path, [&](const std::string& temporary) {
-    Handle file(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
-                H5Fclose);
-    if (!file.valid()) writer.fail("cannot create " + temporary);
+  write_atomically(path, "attention dump " + path, [&](const std::string& temporary) {
+    Handle file = writer.create_file(temporary);
     writer.integer_attribute(file.get(), "format_version", kAttentionDumpFormatVersion);
     writer.integer_attribute(file.get(), "layers", static_cast<int64_t>(dumps.front().layers));
     writer.integer_attribute(file.get(), "heads", static_cast<int64_t>(dumps.front().heads));

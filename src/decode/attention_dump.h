@@ -50,7 +50,7 @@ struct AttentionDump {
 AttentionDump capture_attention(Transformer& model, const TokenSequence& source,
                                 const TokenSequence& output, const SpecialIds& ids);
 
-// Writes `dumps` to `path` in the layout above, atomically (hdf5::write_atomically).
+// Writes `dumps` to `path` in the layout above, atomically (io/atomic_file.h).
 // Throws thpc::Error naming the file.
 void write_attention_dumps(const std::string& path, const std::vector<AttentionDump>& dumps,
                            const std::string& checkpoint);
