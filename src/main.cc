@@ -15,7 +15,6 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/stop_request.h"
 #include "common/error.h"
 #include "config/config.h"
 #include "dist/communicator.h"
@@ -23,6 +22,7 @@
 #include "model/params.h"
 #include "model/transformer.h"
 #include "train/footprint.h"
+#include "train/stop_request.h"
 #include "train/trainer.h"
 
 namespace {
@@ -37,7 +37,7 @@ int dry_run(const thpc::Config& config) {
     vocab = thpc::resolve_vocab_size(config, *thpc::make_training_source(config));
   } else if (vocab == 0 || std::filesystem::is_directory(config.data.dir, missing)) {
     const std::unique_ptr<thpc::BatchSource> source = thpc::make_training_source(config);
-    static_cast<const thpc::ShardReader&>(*source).print_notes(std::cout, "data.train");
+    source->print_notes(std::cout, "data.train");
     vocab = thpc::resolve_vocab_size(config, *source);
   }
   // Sizes that cannot be allocated are a configuration error here as in training.

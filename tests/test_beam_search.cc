@@ -11,8 +11,8 @@
 #include <utility>
 
 #include "decode/beam_search.h"
+#include "decode_oracles.h"
 #include "decode_steps.h"
-#include "decode/greedy.h"
 #include "kernels/cpu/cpu_backend.h"
 
 namespace thpc {

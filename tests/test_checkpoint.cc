@@ -24,12 +24,12 @@
 #include <tuple>
 #include <vector>
 
-#include "checkpoint/stop_request.h"
 #include "common/error.h"
 #include "config/config.h"
 #include "data/synthetic.h"
-#include "decode/greedy.h"
+#include "train/stop_request.h"
 #include "train/trainer.h"
+#include "decode_oracles.h"
 #include "expect_error.h"
 #include "file_bytes.h"
 #include "program.h"

@@ -12,7 +12,7 @@
 
 #include "config/config.h"
 #include "data/synthetic.h"
-#include "decode/greedy.h"
+#include "decode_oracles.h"
 #include "train/trainer.h"
 
 namespace thpc {

@@ -16,7 +16,7 @@
 #include "common/sha256.h"
 #include "config/config.h"
 #include "data/synthetic.h"
-#include "decode/greedy.h"
+#include "decode_oracles.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/transformer.h"
 #include "train/lr_schedule.h"

@@ -15,6 +15,7 @@
 #include "decode/beam_search.h"
 #include "decode/ensemble.h"
 #include "decode/sampling.h"
+#include "decode_oracles.h"
 #include "decode_steps.h"
 #include "expect_error.h"
 #include "kernels/cpu/cpu_backend.h"

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
+#include <string>
 
 #include "data/batch.h"
 
@@ -25,6 +27,16 @@ class BatchSource {
   virtual Batch next(int64_t max_tokens) = 0;
   virtual DataPosition position() const = 0;
   virtual void seek(const DataPosition& position) = 0;
+
+  // What the trainer records and checks about a corpus the batches come from (the
+  // shards of transformer_preprocess): its SentencePiece model, serialized, which each
+  // checkpoint carries, or null for a generated task, which has no corpus.
+  virtual const std::string* spm_model() const { return nullptr; }
+  // The pairs an epoch delivers (0 for a generated task, which has no end).
+  virtual int64_t pairs() const { return 0; }
+  // One line for each thing a user should know before training on the data (named
+  // `what`: "data.train"); nothing by default.
+  virtual void print_notes(std::ostream& log, const std::string& what) const {}
 };
 
 }  // namespace thpc

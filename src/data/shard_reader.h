@@ -71,14 +71,15 @@ class ShardReader final : public BatchSource {
   DataPosition position() const override { return position_; }
   void seek(const DataPosition& position) override;
 
+  const std::string* spm_model() const override { return &metadata_.spm_model; }
   // The pairs an epoch delivers: those of the shards, less dropped_too_long().
-  int64_t pairs() const { return total_pairs_; }
+  int64_t pairs() const override { return total_pairs_; }
   int64_t dropped_too_long() const { return dropped_too_long_; }
   // The shards of format 1, which carry no checksums.
   const std::vector<std::string>& unchecksummed_files() const { return unchecksummed_files_; }
   // One line for each thing a user should know before training on this corpus (named
   // `what`: "data.train"): pairs dropped as too long, shards without checksums.
-  void print_notes(std::ostream& log, const std::string& what) const;
+  void print_notes(std::ostream& log, const std::string& what) const override;
   int64_t batches_per_epoch(int64_t max_tokens);
   // Bytes of token arrays held now (for the memory-budget test and the docs).
   int64_t resident_token_bytes() const;

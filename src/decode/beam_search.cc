@@ -13,32 +13,6 @@ double length_penalty(int length, float alpha) {
   return std::pow((5.0 + length) / 6.0, static_cast<double>(alpha));
 }
 
-void TransformerScorer::start(const std::vector<TokenSequence>& sources) {
-  sources_ = sources;
-  encoded_source_of_.clear();
-}
-
-void TransformerScorer::step(const BeamStep& step, std::vector<float>& log_probs) {
-  // The encoder runs once per distinct row layout: rows are re-encoded only when the
-  // set of hypotheses per source changes (sentences finishing, the first step).
-  if (step.source_of != encoded_source_of_) {
-    std::vector<TokenSequence> rows;
-    for (int s : step.source_of) rows.push_back(sources_.at(s));
-    model_.encode(make_batch(rows, std::vector<TokenSequence>(rows.size()), ids_));
-    encoded_source_of_ = step.source_of;
-  }
-  int T = 0;
-  for (const TokenSequence* p : step.prefix) T = std::max(T, static_cast<int>(p->size()) + 1);
-  std::vector<int32_t> tgt_in(step.prefix.size() * static_cast<size_t>(T), ids_.pad);
-  std::vector<int32_t> lengths;
-  for (size_t i = 0; i < step.prefix.size(); ++i) {
-    tgt_in[i * T] = ids_.bos;
-    std::copy(step.prefix[i]->begin(), step.prefix[i]->end(), tgt_in.begin() + i * T + 1);
-    lengths.push_back(static_cast<int32_t>(step.prefix[i]->size()) + 1);
-  }
-  log_probs = model_.next_token_log_probs(tgt_in, lengths, T);
-}
-
 void CachedTransformerScorer::start(const std::vector<TokenSequence>& sources) {
   model_.encode(make_batch(sources, std::vector<TokenSequence>(sources.size()), ids_));
 }

@@ -3,8 +3,8 @@
 //
 // The search is written against a NextTokenScorer, so the same code runs over the
 // model (CachedTransformerScorer: one position per step through the decoder's caches;
-// TransformerScorer: the decoder over each hypothesis' prefix) and over a hand-built
-// score table in the tests. Hypotheses of all sentences are scored together in one call
+// the tests' TransformerScorer, tests/decode_oracles.h: the decoder over each
+// hypothesis' prefix) and over a hand-built score table in the tests. Hypotheses of all sentences are scored together in one call
 // per step, which hands the scorer what the search holds: each hypothesis' parent in the
 // previous step and the token it appended (a cached scorer reorders its caches by the
 // parents and feeds the tokens), and a view of its whole prefix.
@@ -77,22 +77,6 @@ class NextTokenScorer {
                          std::vector<int32_t>& tokens) {
     return false;
   }
-};
-
-// The model as a scorer: encodes each hypothesis' source and runs the decoder over its
-// whole prefix (no cache: the reference that incremental decoding must agree with).
-class TransformerScorer final : public NextTokenScorer {
- public:
-  TransformerScorer(Transformer& model, const SpecialIds& ids) : model_(model), ids_(ids) {}
-  int vocab_size() const override { return model_.vocab_size(); }
-  void start(const std::vector<TokenSequence>& sources) override;
-  void step(const BeamStep& step, std::vector<float>& log_probs) override;
-
- private:
-  Transformer& model_;
-  SpecialIds ids_;
-  std::vector<TokenSequence> sources_;
-  std::vector<int> encoded_source_of_;  // the sources of the rows last encoded
 };
 
 // The model as a scorer with incremental decoding: the sources are encoded once, the

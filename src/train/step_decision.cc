@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "checkpoint/stop_request.h"
+#include "train/stop_request.h"
 
 namespace thpc {
 

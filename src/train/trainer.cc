@@ -17,13 +17,13 @@
 #include <random>
 
 #include "checkpoint/output_file.h"
-#include "checkpoint/stop_request.h"
 #include "common/error.h"
 #include "common/sha256.h"
 #include "data/synthetic.h"
 #include "train/footprint.h"
 #include "train/lr_schedule.h"
 #include "train/run_log.h"
+#include "train/stop_request.h"
 
 namespace thpc {
 
@@ -190,9 +190,9 @@ Trainer::Trainer(const Config& config, Communicator comm)
   source_ = make_training_source(config_, comm_.rank(), comm_.size());
   if (config_.train.valid_every > 0) {
     valid_source_ = make_validation_source(config_, comm_.rank(), comm_.size());
-    // Both come from data.dir (validate() requires it), so the training source is a reader.
-    const ShardReader& train_reader = static_cast<const ShardReader&>(*source_);
-    if (valid_source_->metadata().spm_model != train_reader.metadata().spm_model) {
+    // Both come from data.dir (validate() requires it), so the training source has a corpus.
+    THPC_CHECK(source_->spm_model(), "validation without a training corpus");
+    if (valid_source_->metadata().spm_model != *source_->spm_model()) {
       std::ostringstream message;
       message << config_.data.dir << ": the " << config_.data.valid << " shards have another "
               << "vocabulary than the " << config_.data.train << " shards";
@@ -245,10 +245,9 @@ void Trainer::check_every_rank_reads_the_same_data() const {
   identity << source_->vocab_size() << " pieces";
   const SpecialIds ids = source_->special_ids();
   identity << " (ids " << ids.pad << "/" << ids.unk << "/" << ids.bos << "/" << ids.eos;
-  if (const auto* shards = dynamic_cast<const ShardReader*>(source_.get())) {
-    const std::string& model = shards->metadata().spm_model;
-    identity << ", SentencePiece model sha256 " << sha256_hex(model.data(), model.size()).substr(0, 12)
-             << "...) and " << shards->pairs() << " training pairs";
+  if (const std::string* model = source_->spm_model()) {
+    identity << ", SentencePiece model sha256 " << sha256_hex(model->data(), model->size()).substr(0, 12)
+             << "...) and " << source_->pairs() << " training pairs";
   } else {
     identity << ", the synthetic task)";
   }
@@ -457,9 +456,7 @@ Checkpoint Trainer::snapshot() const {
   checkpoint.architecture = architecture_text(config_.model, model_->vocab_size());
   checkpoint.config_ini = config_.to_ini();
   // The vocabulary travels with the parameters, so that decoding needs only the file.
-  if (const auto* shards = dynamic_cast<const ShardReader*>(source_.get())) {
-    checkpoint.spm_model = shards->metadata().spm_model;
-  }
+  if (const std::string* model = source_->spm_model()) checkpoint.spm_model = *model;
   checkpoint.params = gather_named(params, *backend_, params.params());
   checkpoint.adam_m = gather_named(params, *backend_, adam_->first_moment());
   checkpoint.adam_v = gather_named(params, *backend_, adam_->second_moment());
@@ -757,9 +754,7 @@ RunEnd Trainer::run(std::ostream& log) {
   out << "training " << model_->params().count() << " parameters on " << backend_->name()
       << " for " << config_.train.max_steps << " steps on " << comm_.size() << " rank"
       << (comm_.size() > 1 ? "s" : "") << std::endl;
-  if (const auto* shards = dynamic_cast<const ShardReader*>(source_.get())) {
-    shards->print_notes(out, "data.train");
-  }
+  source_->print_notes(out, "data.train");
   if (valid_source_) valid_source_->print_notes(out, "data.valid");
   // A signal during start-up (before run(): main installed the handler first) or while a
   // checkpoint was read ends the run here; the state is what is on disk already.

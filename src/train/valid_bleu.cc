@@ -5,11 +5,11 @@
 #include <cmath>
 #include <sstream>
 
-#include "checkpoint/stop_request.h"
 #include "common/error.h"
 #include "data/shard_file.h"
 #include "data/shard_reader.h"
 #include "decode/translate.h"
+#include "train/stop_request.h"
 
 namespace thpc {
 

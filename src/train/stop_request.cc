@@ -1,4 +1,4 @@
-#include "checkpoint/stop_request.h"
+#include "train/stop_request.h"
 
 #include <csignal>
 
