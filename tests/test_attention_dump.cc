@@ -22,6 +22,7 @@
 #include "common/error.h"
 #include "config/config.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "model/checkpoint_params.h"
 #include "model/transformer.h"
 #include "program.h"
 #include "spm_model.h"

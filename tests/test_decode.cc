@@ -18,6 +18,7 @@
 #include "config/config.h"
 #include "data_dir.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "model/checkpoint_params.h"
 #include "model/transformer.h"
 #include "program.h"
 #include "spm_model.h"

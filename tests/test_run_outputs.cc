@@ -21,6 +21,7 @@
 #include "data/shard_file.h"
 #include "data/shard_reader.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "model/checkpoint_params.h"
 #include "model/transformer.h"
 #include "program.h"
 

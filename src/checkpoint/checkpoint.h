@@ -20,9 +20,6 @@
 #include "common/progress.h"
 #include "config/config.h"
 #include "data/batch_source.h"
-#include "kernels/ops.h"
-#include "model/params.h"
-#include "model/transformer.h"
 
 namespace thpc {
 
@@ -211,24 +208,10 @@ std::vector<std::string> prune_checkpoints(const std::string& dir, int keep,
 Checkpoint average_checkpoints(const std::vector<std::string>& paths,
                                ProgressListener& progress = ProgressListener::none());
 
-// Throws thpc::Error naming `source` when the checkpoint's architecture_text() is not
-// the model's: its parameters would not fit, or would mean something else.
-void check_architecture(const Checkpoint& checkpoint, const Transformer& model,
+// Throws thpc::Error naming `source` when the checkpoint's architecture is not
+// `expected`, the architecture_text() of the model it is for: its parameters would not
+// fit, or would mean something else. A different model.norm is named on its own.
+void check_architecture(const Checkpoint& checkpoint, const std::string& expected,
                         const std::string& source);
-
-// Loads the parameters of any checkpoint (a step or an average) into `model`, after
-// checking the architecture: what decoding and checkpoint.init start from.
-void load_parameters(const std::string& path, Transformer& model);
-// The same from a checkpoint already read (`source` names it in errors): a caller that
-// needed its metadata first reads and verifies the file once, not twice.
-void load_parameters(const Checkpoint& checkpoint, const std::string& source,
-                     Transformer& model);
-
-// The values of a parameter-layout buffer (parameters, or an Adam moment) by name, and
-// back. `buffer` has the layout of `store` and the dtype of `backend`'s parameters.
-std::vector<NamedTensor> gather_named(const ParamStore& store, Backend& backend, Tensor buffer);
-// Throws thpc::Error naming `source` when a tensor is missing or shaped differently.
-void scatter_named(const std::vector<NamedTensor>& tensors, const ParamStore& store,
-                   Backend& backend, Tensor buffer, const std::string& source);
 
 }  // namespace thpc

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "model/checkpoint_params.h"
 
 namespace thpc {
 

@@ -19,6 +19,7 @@
 #include "dist/gradient_reducer.h"
 #include "kernels/ops.h"
 #include "model/backends.h"
+#include "model/checkpoint_params.h"
 #include "model/transformer.h"
 #include "train/divergence.h"
 #include "train/optimizer.h"

@@ -1,0 +1,106 @@
+#include "model/checkpoint_params.h"
+
+#include <algorithm>
+#include <map>
+
+#include "common/error.h"
+
+namespace thpc {
+
+void check_architecture(const Checkpoint& checkpoint, const Transformer& model,
+                        const std::string& source) {
+  check_architecture(checkpoint, architecture_text(model.config(), model.vocab_size()), source);
+}
+
+void load_parameters(const std::string& path, Transformer& model) {
+  load_parameters(read_checkpoint(path, CheckpointParts::ParamsOnly), path, model);
+}
+
+void load_parameters(const Checkpoint& checkpoint, const std::string& source,
+                     Transformer& model) {
+  check_architecture(checkpoint, model, source);
+  ParamStore& params = model.params();
+  scatter_named(checkpoint.params, params, model.backend(), params.params(),
+                "checkpoint " + source);
+  params.refresh_compute();
+}
+
+std::vector<NamedTensor> gather_named(const ParamStore& store, Backend& backend, Tensor buffer) {
+  THPC_CHECK(buffer.numel == store.buffer_numel(),
+             "buffer of " << buffer.numel << " elements, layout of " << store.buffer_numel());
+  std::vector<float> host(store.buffer_numel());
+  if (buffer.dtype == DType::F64) {
+    std::vector<double> wide(store.buffer_numel());
+    backend.download(wide.data(), buffer);
+    std::copy(wide.begin(), wide.end(), host.begin());
+  } else {
+    THPC_CHECK(buffer.dtype == DType::F32, "parameters are fp32 or fp64");
+    backend.download(host.data(), buffer);
+  }
+  std::vector<NamedTensor> named;
+  named.reserve(store.entries().size());
+  for (const ParamEntry& entry : store.entries()) {
+    NamedTensor tensor;
+    tensor.name = entry.name;
+    tensor.rows = entry.rows;
+    tensor.cols = entry.cols;
+    tensor.values.assign(host.begin() + entry.offset, host.begin() + entry.offset + entry.numel());
+    named.push_back(std::move(tensor));
+  }
+  return named;
+}
+
+void scatter_named(const std::vector<NamedTensor>& tensors, const ParamStore& store,
+                   Backend& backend, Tensor buffer, const std::string& source) {
+  THPC_CHECK(buffer.numel == store.buffer_numel(),
+             "buffer of " << buffer.numel << " elements, layout of " << store.buffer_numel());
+  std::map<std::string, const NamedTensor*> by_name;
+  for (const NamedTensor& tensor : tensors) by_name[tensor.name] = &tensor;
+  if (by_name.size() != store.entries().size()) {
+    THPC_FAIL(source << ": holds " << by_name.size() << " tensors, the model has "
+                     << store.entries().size() << " parameters");
+  }
+  // Every parameter is checked before any is written: a mismatched checkpoint leaves
+  // the buffer as it was.
+  std::vector<const NamedTensor*> in_order;
+  for (const ParamEntry& entry : store.entries()) {
+    const auto found = by_name.find(entry.name);
+    if (found == by_name.end()) THPC_FAIL(source << ": missing parameter " << entry.name);
+    const NamedTensor& tensor = *found->second;
+    if (tensor.rows != entry.rows || tensor.cols != entry.cols) {
+      THPC_FAIL(source << ": parameter " << entry.name << " is " << tensor.rows << "x"
+                       << tensor.cols << ", the model's is " << entry.rows << "x"
+                       << entry.cols);
+    }
+    in_order.push_back(&tensor);
+  }
+  // Each parameter at its offset in `values`, a host array of the buffer's layout.
+  auto place = [&](auto* values) {
+    for (size_t i = 0; i < in_order.size(); ++i) {
+      std::copy(in_order[i]->values.begin(), in_order[i]->values.end(),
+                values + store.entries()[i].offset);
+    }
+  };
+  if (backend.host_memory() && buffer.dtype == DType::F32) {
+    // Straight into the buffer: a host-side copy of the whole model would be as many
+    // fresh pages again (a base model's 190 MB, a tenth of a short CPU decode's page
+    // faults). The padding between parameters stays zero, as allocate() left it.
+    place(static_cast<float*>(buffer.data));
+    return;
+  }
+  // Assembled on the host in the buffer's own type (one copy of the model, not a double
+  // one and a float one: a base model is 250 MB in fp32), padding zero, then uploaded.
+  auto assemble = [&](auto zero) {
+    std::vector<decltype(zero)> host(store.buffer_numel(), zero);
+    place(host.data());
+    backend.upload(buffer, host.data());
+  };
+  if (buffer.dtype == DType::F64) {
+    assemble(0.0);
+  } else {
+    THPC_CHECK(buffer.dtype == DType::F32, "parameters are fp32 or fp64");
+    assemble(0.0f);
+  }
+}
+
+}  // namespace thpc
