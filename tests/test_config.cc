@@ -53,7 +53,7 @@ const std::vector<std::string> kAllKeys = {
     "checkpoint.dir",        "checkpoint.minutes",    "checkpoint.every_steps",
     "checkpoint.keep",       "checkpoint.resume",     "checkpoint.init",
     "checkpoint.average_last", "checkpoint.keep_best", "checkpoint.patience",
-    "checkpoint.overwrite",
+    "checkpoint.overwrite",  "checkpoint.keep_best_count", "checkpoint.average_best",
     "decode.beam",           "decode.alpha",          "decode.max_len_a",
     "decode.max_len_b",
     "decode.tree_leaves",
@@ -123,6 +123,8 @@ void expect_same_config(const Config& actual, const Config& expected) {
   EXPECT_EQ(actual.checkpoint.keep_best, expected.checkpoint.keep_best);
   EXPECT_EQ(actual.checkpoint.overwrite, expected.checkpoint.overwrite);
   EXPECT_EQ(actual.checkpoint.patience, expected.checkpoint.patience);
+  EXPECT_EQ(actual.checkpoint.keep_best_count, expected.checkpoint.keep_best_count);
+  EXPECT_EQ(actual.checkpoint.average_best, expected.checkpoint.average_best);
   EXPECT_EQ(actual.decode.beam, expected.decode.beam);
   EXPECT_EQ(actual.decode.alpha, expected.decode.alpha);
   EXPECT_EQ(actual.decode.max_len_a, expected.decode.max_len_a);
@@ -384,6 +386,7 @@ const std::vector<std::string> kUnusualValues = {
     "checkpoint.every_steps=500", "checkpoint.keep=7", "checkpoint.resume=auto",
     "checkpoint.init=runs/x/average.h5", "checkpoint.average_last=6",
     "checkpoint.keep_best=chrf", "checkpoint.patience=3", "checkpoint.overwrite=true",
+    "checkpoint.keep_best_count=8", "checkpoint.average_best=4",
     "decode.beam=21",          "decode.alpha=0.3",       "decode.max_len_a=2",
     "decode.max_len_b=300",    "decode.tree_leaves=words",
 };
@@ -807,6 +810,15 @@ TEST(Config, BadValuesNameKeyAndFile) {
       {{"checkpoint.patience=-1"}, "checkpoint.patience: must be ≥ 0, got -1"},
       {{"checkpoint.patience=2"}, "checkpoint.patience: counts validations without a better "
                                   "checkpoint.keep_best metric"},
+      {{"checkpoint.keep_best_count=-1"}, "checkpoint.keep_best_count: must be ≥ 0, got -1"},
+      {{"checkpoint.keep_best_count=3"},
+       "checkpoint.keep_best_count: ranks checkpoints by the checkpoint.keep_best metric: set "
+       "checkpoint.keep_best = ppl, bleu or chrf"},
+      {{"checkpoint.average_best=-1"}, "checkpoint.average_best: must be ≥ 0, got -1"},
+      {{"checkpoint.keep_best=ppl", "train.valid_every=10", "data.dir=d",
+        "checkpoint.keep_best_count=2", "checkpoint.average_best=3"},
+       "checkpoint.average_best: 3 exceeds checkpoint.keep_best_count 2 (the run keeps only "
+       "that many best checkpoints)"},
   };
   for (const auto& [overrides, fragment] : cases) {
     SCOPED_TRACE(overrides.front());

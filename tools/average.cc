@@ -3,7 +3,13 @@
 // run and the last 20 of a big one, §6.1).
 //
 //   transformer_average --inputs DIR --last N --output FILE
+//   transformer_average --inputs DIR --best N --output FILE
 //   transformer_average --inputs F1 F2 ... --output FILE
+//
+// --best takes the N best of the checkpoints a run kept with checkpoint.keep_best_count
+// (DIR/best_step_*.h5), ranked by the validation score stored inside each file, as the
+// run ranked them (fairseq's --keep-best-checkpoints, then average_checkpoints.py on
+// those files).
 //
 // The result is a parameters-only checkpoint that decoding accepts and that training can
 // start from (checkpoint.init=FILE). Exit codes: 0 success, 1 a bad checkpoint or
@@ -30,21 +36,41 @@ namespace po = boost::program_options;
 struct Arguments {
   std::vector<std::string> inputs;
   int last = 0;
+  int best = 0;
   std::string output;
   bool help = false;
-  std::vector<std::string> paths;  // the checkpoints to average, from inputs and last
+  std::vector<std::string> paths;  // the checkpoints to average, from inputs and last/best
+  std::string metric;              // with --best: the metric the files were ranked by
 };
 
 // The files to average: the last N step_*.h5 of a directory, or the files as given.
-std::vector<std::string> resolve_inputs(const Arguments& arguments) {
+// The files to average: the last N step_*.h5 of a directory, its N best best_step_*.h5,
+// or the files as given.
+std::vector<std::string> resolve_inputs(Arguments& arguments) {
   std::error_code error;
   const bool one_directory =
       arguments.inputs.size() == 1 && std::filesystem::is_directory(arguments.inputs[0], error);
+  if (arguments.last > 0 && arguments.best > 0) {
+    THPC_FAIL("--last and --best are two ways to choose from a directory: give one");
+  }
   if (!one_directory) {
     if (arguments.last > 0) THPC_FAIL("--last selects from a directory; give --inputs DIR");
+    if (arguments.best > 0) THPC_FAIL("--best selects from a directory; give --inputs DIR");
     return arguments.inputs;
   }
-  if (arguments.last < 1) THPC_FAIL("--inputs DIR needs --last N (N >= 1)");
+  if (arguments.best > 0) {
+    const std::vector<std::string> paths =
+        thpc::best_checkpoints(arguments.inputs[0], arguments.best, &arguments.metric);
+    if (static_cast<int>(paths.size()) < arguments.best) {
+      THPC_FAIL(arguments.inputs[0]
+                << " holds " << paths.size() << " best checkpoints (best_step_*.h5 with a "
+                << "validation score), --best asks for " << arguments.best
+                << ": give a smaller N (the run kept checkpoint.keep_best_count of them, "
+                << "fewer if fewer validations ran)");
+    }
+    return paths;
+  }
+  if (arguments.last < 1) THPC_FAIL("--inputs DIR needs --last N or --best N (N >= 1)");
   // By the step stored in each file, healthy ones only: a checkpoint its run marked
   // diverged or superseded would poison the average.
   const std::vector<std::string> paths =
@@ -62,6 +88,7 @@ int main(int argc, char** argv) {
   Arguments arguments;
   po::options_description options(
       "usage: transformer_average --inputs DIR --last N --output FILE\n"
+      "       transformer_average --inputs DIR --best N --output FILE\n"
       "       transformer_average --inputs F1 F2 ... --output FILE\n\n"
       "Averages the parameters of checkpoints (in double precision) into a new,\n"
       "parameters-only checkpoint. All inputs must share one architecture.\n\noptions");
@@ -69,7 +96,10 @@ int main(int argc, char** argv) {
       "inputs", po::value(&arguments.inputs)->multitoken()->required(),
       "a run's checkpoint directory, or checkpoint files (required)")(
       "last", po::value(&arguments.last),
-      "with a directory: average its newest N checkpoints (required then)")(
+      "with a directory: average its newest N checkpoints (this or --best required then)")(
+      "best", po::value(&arguments.best),
+      "with a directory: average its N best checkpoints (best_step_*.h5, ranked by the "
+      "validation score stored in each)")(
       "output", po::value(&arguments.output)->required(),
       "the averaged checkpoint to write (required)");
   // Which files, and whether the output may be written, are part of the command line:
@@ -91,7 +121,9 @@ int main(int argc, char** argv) {
     thpc::tools::StageProgress progress("transformer_average");
     const thpc::Checkpoint average = thpc::average_checkpoints(command.paths, progress);
     thpc::write_checkpoint(command.output, average);
-    std::cout << "averaged " << command.paths.size() << " checkpoints:";
+    std::cout << "averaged " << command.paths.size()
+              << (command.metric.empty() ? "" : " best (by valid " + command.metric + ")")
+              << " checkpoints:";
     for (const std::string& path : command.paths) std::cout << " " << path;
     std::cout << "\nwrote " << command.output << " (step " << average.step << ", "
               << average.architecture << ")\n";

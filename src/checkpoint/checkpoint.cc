@@ -32,11 +32,15 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kStepPrefix = "step_";
+constexpr const char* kBestStepPrefix = "best_step_";
 constexpr const char* kStepSuffix = ".h5";
 constexpr const char* kSpmModelDataset = "spm_model";
 constexpr const char* kBestValidGroup = "best_valid";
 constexpr const char* kDivergenceDataset = "divergence";
 constexpr const char* kRunIdAttribute = "run_id";
+constexpr const char* kValidationGroup = "validation";
+// The metrics a validation score may be of (ValidationScore::metric).
+constexpr const char* kValidationMetrics[] = {"ppl", "bleu", "chrf"};
 
 // The file header (docs/checkpoints.md, "File header"): the first 512 bytes of a
 // checkpoint are an HDF5 user block, which HDF5 and every HDF5 tool skip, holding
@@ -57,6 +61,7 @@ constexpr std::string_view kHdf5Signature("\x89HDF\r\n\x1a\n", 8);
 //   state WORD        healthy | diverged | superseded (CheckpointState; revised in place)
 //   run ID            the run that wrote it (16 hex digits)
 //   contents WORD     full (parameters and Adam moments) | params (an average)
+//   valid METRIC X    a best checkpoint's score (ValidationScore: ppl, bleu or chrf; %.17g)
 // They are outside the whole-file checksum, which is what lets a run revise the state
 // without rewriting the file; what they say of the file is checked against it on reading.
 struct HeaderFields {
@@ -65,6 +70,7 @@ struct HeaderFields {
   CheckpointState state = CheckpointState::Healthy;
   std::string run_id;
   std::optional<bool> parameters_only;
+  std::optional<ValidationScore> validation;
 };
 
 // A BestValidation as its dataset holds it: the value, its step, the validations since.
@@ -270,6 +276,22 @@ class Reader : public hdf5::Reader {
     return {values[0], state};
   }
 
+  // /validation/<metric> (Writer: one float64, the score of a best checkpoint).
+  ValidationScore validation(hid_t root) const {
+    Handle group = open_group(root, kValidationGroup);
+    const std::vector<std::string> names =
+        member_names(group.get(), std::string("/") + kValidationGroup);
+    const std::string where = std::string("/") + kValidationGroup;
+    if (names.size() != 1 || std::find(std::begin(kValidationMetrics), std::end(kValidationMetrics),
+                                       names[0]) == std::end(kValidationMetrics)) {
+      fail("group " + where + " does not hold one score of ppl, bleu or chrf");
+    }
+    const std::vector<double> values =
+        vector_dataset<double>(group.get(), where + "/" + names[0], names[0]);
+    if (values.size() != 1) fail("dataset " + where + "/" + names[0] + " is not one value");
+    return ValidationScore{names[0], values[0]};
+  }
+
   // Reads a dataset and the sha256 recorded with it (verified later, all at once).
   NamedTensor tensor(hid_t group, const std::string& group_path, const std::string& name,
                      std::vector<std::string>& recorded_digests) const {
@@ -326,6 +348,9 @@ std::string header_block(uint64_t size, const std::string& digest, const HeaderF
   if (fields.parameters_only) {
     header += std::string("contents ") + (*fields.parameters_only ? "params" : "full") + "\n";
   }
+  if (fields.validation) {
+    header += "valid " + fields.validation->metric + " " + loss_text(fields.validation->value) + "\n";
+  }
   THPC_CHECK(header.size() <= kHeaderBytes, "a header of " << header.size() << " bytes");
   header.resize(kHeaderBytes, '\0');
   return header;
@@ -368,6 +393,21 @@ std::string parse_header_fields(std::string_view rest, HeaderFields* fields) {
     } else if (key == "contents") {
       if (value != "full" && value != "params") return "its contents are not full or params";
       fields->parameters_only = value == "params";
+    } else if (key == "valid") {
+      const size_t gap = value.find(' ');
+      const std::string metric = value.substr(0, gap);
+      if (gap == std::string::npos ||
+          std::find(std::begin(kValidationMetrics), std::end(kValidationMetrics), metric) ==
+              std::end(kValidationMetrics)) {
+        return "its valid line names no metric ppl, bleu or chrf";
+      }
+      const std::string number = value.substr(gap + 1);
+      char* parsed_end = nullptr;
+      const double score = std::strtod(number.c_str(), &parsed_end);
+      if (number.empty() || parsed_end != number.c_str() + number.size()) {
+        return "its valid score is not a number";
+      }
+      fields->validation = ValidationScore{metric, score};
     } else {
       return "an unknown line";
     }
@@ -499,6 +539,7 @@ std::optional<CheckpointSummary> read_checkpoint_summary(const std::string& path
   summary.state = parsed.fields.state;
   summary.run_id = parsed.fields.run_id;
   summary.parameters_only = parsed.fields.parameters_only.value_or(false);
+  summary.validation = parsed.fields.validation;
   return summary;
 }
 
@@ -548,6 +589,13 @@ void write_hdf5_file(const std::string& temporary, const std::string& path,
     writer.vector_dataset(root, std::string("/") + kDivergenceDataset, kDivergenceDataset,
                           values.data(), values.size());
   }
+  if (checkpoint.validation) {
+    // /validation/<metric>: float64 [1], the score (its step is the file's).
+    const ValidationScore& score = *checkpoint.validation;
+    const Handle group = writer.group(root, kValidationGroup);
+    writer.vector_dataset(group.get(), std::string("/") + kValidationGroup + "/" + score.metric,
+                          score.metric, &score.value, 1);
+  }
   {
     const Handle params = writer.group(root, "params");
     writer.tensors(params.get(), "/params", checkpoint.params, digests, next_digest);
@@ -567,6 +615,7 @@ void write_hdf5_file(const std::string& temporary, const std::string& path,
   fields.state = checkpoint.state;
   fields.run_id = checkpoint.run_id;
   fields.parameters_only = checkpoint.adam_m.empty() && checkpoint.adam_v.empty();
+  fields.validation = checkpoint.validation;
   stamp_header(temporary, fields);
 }
 
@@ -621,6 +670,18 @@ void write_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
   });
 }
 
+std::string best_checkpoint_file_name(int64_t step) {
+  return kBestStepPrefix + checkpoint_file_name(step).substr(std::string(kStepPrefix).size());
+}
+
+bool is_best_checkpoint_name(const std::string& path) {
+  const std::string name = fs::path(path).filename().string();
+  const std::string prefix = kBestStepPrefix;
+  return name.rfind(prefix, 0) == 0 && step_of_file_name(kStepPrefix + name.substr(prefix.size())) >= 0;
+}
+
+bool lower_is_better(const std::string& metric) { return metric == "ppl"; }
+
 bool is_step_checkpoint_name(const std::string& path) {
   return step_of_file_name(fs::path(path).filename().string()) >= 0;
 }
@@ -632,8 +693,8 @@ bool is_run_checkpoint_file(const std::string& path) {
     return name.size() >= suffix.size() &&
            name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
-  return is_step_checkpoint_name(name) || name == "best.h5" ||
-         (starts("average_last") && ends(".h5")) ||
+  return is_step_checkpoint_name(name) || name == "best.h5" || is_best_checkpoint_name(name) ||
+         ((starts("average_last") || starts("average_best")) && ends(".h5")) ||
          (starts("step_") && name.find(".h5.corrupt") != std::string::npos);
 }
 
@@ -705,11 +766,24 @@ Checkpoint read_open_checkpoint(Reader reader, CheckpointParts parts,
   if (reader.exists(root, kDivergenceDataset)) {
     std::tie(checkpoint.loss, checkpoint.divergence) = reader.divergence(root);
   }
+  // Absent from every checkpoint but the best ones.
+  if (reader.exists(root, kValidationGroup)) {
+    checkpoint.validation = reader.validation(root);
+  }
   // The header's account of the file must be the file's: a header copied from another
-  // checkpoint, or damaged, would misorder or mislabel it.
+  // checkpoint, or damaged, would misorder, mislabel or misrank it.
+  const auto same_score = [](const std::optional<ValidationScore>& a,
+                             const std::optional<ValidationScore>& b) {
+    if (!a || !b) return !a && !b;
+    // NaN never equals itself: a kept score is finite, a NaN one matches a NaN one.
+    return a->metric == b->metric &&
+           (a->value == b->value || (std::isnan(a->value) && std::isnan(b->value)));
+  };
   if ((header.step && *header.step != checkpoint.step) ||
-      (!header.run_id.empty() && header.run_id != checkpoint.run_id)) {
-    reader.fail("damaged file header (its step or run is not the file's): the file is corrupt");
+      (!header.run_id.empty() && header.run_id != checkpoint.run_id) ||
+      !same_score(header.validation, checkpoint.validation)) {
+    reader.fail("damaged file header (its step, run or validation score is not the file's): "
+                "the file is corrupt");
   }
   checkpoint.state = header.state;
 
@@ -826,6 +900,109 @@ std::vector<std::string> newest_healthy_checkpoints(const std::string& dir, int 
        summary != summaries.rend() && static_cast<int>(paths.size()) < count; ++summary) {
     if (summary->state == CheckpointState::Healthy) paths.insert(paths.begin(), summary->path);
   }
+  return paths;
+}
+
+std::vector<CheckpointSummary> best_checkpoint_summaries(const std::string& dir) {
+  std::vector<CheckpointSummary> found;
+  std::error_code error;
+  if (!fs::is_directory(dir, error)) return {};
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
+    if (!is_best_checkpoint_name(entry.path().string()) || !entry.is_regular_file(error)) continue;
+    // A file whose header does not parse, or holds no score, cannot be ranked: it is left
+    // alone (reading it is what would say what is wrong with it).
+    std::optional<CheckpointSummary> summary = read_checkpoint_summary(entry.path().string());
+    if (summary && summary->validation) found.push_back(std::move(*summary));
+  }
+  // By metric first, so that each metric's files are ranked together.
+  std::sort(found.begin(), found.end(), [](const CheckpointSummary& a, const CheckpointSummary& b) {
+    return a.validation->metric < b.validation->metric;
+  });
+  auto begin = found.begin();
+  while (begin != found.end()) {
+    const auto end = std::find_if(begin, found.end(), [&](const CheckpointSummary& s) {
+      return s.validation->metric != begin->validation->metric;
+    });
+    std::vector<CheckpointSummary> one_metric(begin, end);
+    rank_best_checkpoints(one_metric);
+    std::move(one_metric.begin(), one_metric.end(), begin);
+    begin = end;
+  }
+  return found;
+}
+
+void rank_best_checkpoints(std::vector<CheckpointSummary>& summaries) {
+  std::stable_sort(summaries.begin(), summaries.end(),
+                   [](const CheckpointSummary& a, const CheckpointSummary& b) {
+                     const double x = a.validation->value, y = b.validation->value;
+                     // A score that is not finite ranks after every finite one.
+                     if (std::isfinite(x) != std::isfinite(y)) return std::isfinite(x);
+                     if (std::isfinite(x) && x != y) {
+                       return lower_is_better(a.validation->metric) ? x < y : x > y;
+                     }
+                     return std::tie(a.step, a.path) < std::tie(b.step, b.path);
+                   });
+}
+
+BestSetChange change_best_set(std::vector<CheckpointSummary> kept, const ValidationScore& score,
+                              int64_t step, int count) {
+  BestSetChange change;
+  // The same step validated again: its old file is replaced by the new one, or removed.
+  std::vector<CheckpointSummary> same_step;
+  for (auto summary = kept.begin(); summary != kept.end();) {
+    if (summary->step == step) {
+      same_step.push_back(*summary);
+      summary = kept.erase(summary);
+    } else {
+      ++summary;
+    }
+  }
+  CheckpointSummary candidate;
+  candidate.path = best_checkpoint_file_name(step);  // a name, for the tie rule only
+  candidate.step = step;
+  candidate.validation = score;
+  const bool finite = std::isfinite(score.value);
+  if (finite) kept.push_back(candidate);
+  rank_best_checkpoints(kept);
+  for (size_t rank = 0; rank < kept.size(); ++rank) {
+    const bool is_candidate = finite && kept[rank].step == step;
+    if (is_candidate) {
+      change.admitted = static_cast<int>(rank) < count;
+      if (change.admitted) change.rank = static_cast<int>(rank) + 1;
+    } else if (static_cast<int>(rank) >= count) {
+      change.removed.push_back(kept[rank]);
+    }
+  }
+  // Worst first: the order in which they drop out of the set.
+  std::reverse(change.removed.begin(), change.removed.end());
+  // Written over when admitted (the same name); otherwise a score of this step that the
+  // new one says is stale.
+  if (!change.admitted) {
+    change.removed.insert(change.removed.end(), same_step.begin(), same_step.end());
+  }
+  return change;
+}
+
+std::vector<std::string> best_checkpoints(const std::string& dir, int count, std::string* metric) {
+  const std::vector<CheckpointSummary> ranked = best_checkpoint_summaries(dir);
+  metric->clear();
+  if (ranked.empty()) return {};
+  *metric = ranked.front().validation->metric;
+  for (const CheckpointSummary& summary : ranked) {
+    if (summary.validation->metric != *metric) {
+      THPC_FAIL(dir << " holds best checkpoints kept for different metrics ("
+                    << ranked.front().path << ": valid " << *metric << ", " << summary.path
+                    << ": valid " << summary.validation->metric
+                    << "): average one metric's files, given by name");
+    }
+  }
+  std::vector<CheckpointSummary> chosen(
+      ranked.begin(), ranked.begin() + std::min<size_t>(ranked.size(), static_cast<size_t>(count)));
+  std::sort(chosen.begin(), chosen.end(), [](const CheckpointSummary& a, const CheckpointSummary& b) {
+    return std::tie(a.step, a.path) < std::tie(b.step, b.path);
+  });
+  std::vector<std::string> paths;
+  for (const CheckpointSummary& summary : chosen) paths.push_back(summary.path);
   return paths;
 }
 
@@ -964,6 +1141,7 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths,
   // which belongs to no run.
   average.best_valid.reset();
   average.divergence.reset();
+  average.validation.reset();
   average.loss = NAN;
   average.run_id.clear();
   average.state = CheckpointState::Healthy;

@@ -48,6 +48,19 @@ struct ValidationRecord {
   BestValidation chrf;       // higher is better (train.valid_metric = chrf)
 };
 
+// The validation score a best checkpoint (checkpoint.keep_best, keep_best_count) was kept
+// for: its run's keep_best metric measured at the checkpoint's step. Stored twice in the
+// file, as /validation/<metric> (checksummed with the rest) and as the header's `valid`
+// line (read without reading the file, to rank a run's best checkpoints); a reader
+// checks that the two agree.
+struct ValidationScore {
+  std::string metric;  // ppl (lower is better) | bleu | chrf (higher is better)
+  double value = NAN;
+};
+
+// Whether a lower value of the validation `metric` is the better one (perplexity).
+bool lower_is_better(const std::string& metric);
+
 // The state of divergence detection (train/divergence.h) as of a checkpoint's step, so
 // that a resumed run judges its steps as the uninterrupted run would, and keeps the
 // learning-rate reduction of its rollbacks.
@@ -97,6 +110,8 @@ struct Checkpoint {
   CheckpointState state = CheckpointState::Healthy;
   // Absent from averages and from checkpoints written before it was stored (/divergence).
   std::optional<DivergenceState> divergence;
+  // Set in best checkpoints only (best.h5, best_step_*.h5): the score they were kept for.
+  std::optional<ValidationScore> validation;
 };
 
 // What a checkpoint's file header says, read without reading (or verifying) the file:
@@ -108,6 +123,7 @@ struct CheckpointSummary {
   CheckpointState state = CheckpointState::Healthy;
   std::string run_id;           // "" when the header predates it
   bool parameters_only = false;  // an average (no Adam moments)
+  std::optional<ValidationScore> validation;  // a best checkpoint's score (its `valid` line)
 };
 
 enum class CheckpointParts { All, ParamsOnly };
@@ -124,6 +140,12 @@ bool checkpoint_due(const CheckpointConfig& config, int64_t step, double seconds
 
 // The canonical file name of a step: "step_00001234.h5".
 std::string checkpoint_file_name(int64_t step);
+
+// The name of a kept best checkpoint of a step (checkpoint.keep_best_count):
+// "best_step_00001234.h5". Not a step_*.h5: the rotation of checkpoint.keep, resume=auto
+// and averaging the last N never see it.
+std::string best_checkpoint_file_name(int64_t step);
+bool is_best_checkpoint_name(const std::string& path);
 
 // Whether the last component of `path` is a training checkpoint's name (step_*.h5 with
 // digits): the files list_checkpoints(), resume=auto and pruning act on.
@@ -175,6 +197,37 @@ std::vector<std::string> newest_healthy_checkpoints(const std::string& dir, int 
 // Rewrites the state in the file header of the checkpoint `path` (in place: 512 bytes,
 // fsync'ed; the checksums cover the rest of the file and stay valid). Throws naming it.
 void mark_checkpoint(const std::string& path, CheckpointState state);
+
+// The best_step_*.h5 files of `dir` whose header holds a validation score, ranked best
+// first by rank_best_checkpoints(). Files of every metric are listed; a caller that ranks
+// one metric's keeps those (checkpoint.keep_best never changes within a run unless a
+// resume changes it).
+std::vector<CheckpointSummary> best_checkpoint_summaries(const std::string& dir);
+
+// Sorts checkpoints of one metric best first: the better value (lower perplexity, higher
+// BLEU or chrF), then, for equal values, the earlier step (a later equal value is no
+// improvement, as for best.h5), then the path. Every summary must have a validation.
+void rank_best_checkpoints(std::vector<CheckpointSummary>& summaries);
+
+// What one validation does to a run's k best checkpoints (checkpoint.keep_best_count =
+// `count`): `kept` are the best checkpoints of the run's metric on disk (any order), the
+// validation at `step` scored `score`. A kept file of the same step is the same step
+// validated again (a resumed run, or one rolled back, repeating it): it gives way to the
+// new score. The new checkpoint is admitted when it ranks among the `count` best (a
+// score that is not finite never is); the files that no longer rank there are removed.
+struct BestSetChange {
+  bool admitted = false;  // write best_checkpoint_file_name(step)
+  int rank = 0;           // its rank when admitted, 1 = the best
+  std::vector<CheckpointSummary> removed;  // to delete, worst first
+};
+BestSetChange change_best_set(std::vector<CheckpointSummary> kept, const ValidationScore& score,
+                              int64_t step, int count);
+
+// The paths of the `count` best checkpoints of `dir` (best_checkpoint_summaries()),
+// oldest step first: what averaging the N best of a run takes. Throws thpc::Error naming
+// `dir` when its best checkpoints were kept for different metrics; `metric` receives
+// theirs ("" when there are none). Fewer when fewer exist.
+std::vector<std::string> best_checkpoints(const std::string& dir, int count, std::string* metric);
 
 // The newest healthy checkpoint of `dir` (by stored step) that reads back valid, or "" if
 // none does; each invalid file skipped on the way gets a warning line on `warnings`, and its

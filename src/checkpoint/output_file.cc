@@ -54,16 +54,20 @@ std::string training_run_file(const std::string& path) {
   if (name == "best.h5") {
     return "named like the best-validation checkpoint best.h5 (checkpoint.keep_best)";
   }
-  const bool average = name.rfind("average_last", 0) == 0;
+  if (is_best_checkpoint_name(name)) {
+    return "named like a kept best checkpoint (best_step_*.h5, checkpoint.keep_best_count, "
+           "which averaging the best acts on)";
+  }
+  const bool average = name.rfind("average_last", 0) == 0 || name.rfind("average_best", 0) == 0;
   if (is_run_checkpoint_file(name) && !average) {
     return "named like a training checkpoint (step_*.h5, which resume=auto, pruning and "
            "averaging act on)";
   }
-  // A run's final average beside its checkpoints (checkpoint.average_last); the name
-  // elsewhere is anyone's (tools/evaluate.sh writes DIR/eval/average_lastN.h5).
+  // A run's final average beside its checkpoints (checkpoint.average_last, average_best);
+  // the name elsewhere is anyone's (tools/evaluate.sh writes DIR/eval/average_lastN.h5).
   if (average && is_run_checkpoint_file(name) && holds_training_checkpoints(fs::path(path).parent_path())) {
     return "the final average of the training run whose checkpoints are beside it "
-           "(checkpoint.average_last)";
+           "(checkpoint.average_last, average_best)";
   }
   if (name == "metrics.jsonl") return "named like a training run's metrics file";
   if (name.rfind("events.out.tfevents.", 0) == 0) {

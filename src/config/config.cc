@@ -279,6 +279,10 @@ const std::vector<Option>& option_table() {
                   "write dir/best.h5 (the whole state, never pruned) at each validation that "
                   "improves this metric: lower perplexity, higher BLEU or chrF (bleu and "
                   "chrf need train.valid_bleu and that train.valid_metric)"),
+      THPC_OPTION(checkpoint, keep_best_count, THPC_AT_LEAST(0),
+                  "also keep the K best checkpoints by the keep_best metric as "
+                  "dir/best_step_NNNNNNNN.h5 (the whole state, score inside; never pruned "
+                  "by keep; a better validation replaces the worst); 0 = off"),
       THPC_OPTION(checkpoint, patience, THPC_AT_LEAST(0),
                   "stop training (checkpoint, summary, exit 0) after this many validations "
                   "in a row without a better keep_best metric; 0 = never (needs keep_best)"),
@@ -292,6 +296,9 @@ const std::vector<Option>& option_table() {
       THPC_OPTION(checkpoint, average_last, THPC_AT_LEAST(0),
                   "at the end, write dir/average_lastN.h5 from the last N checkpoints, "
                   "N <= keep; 0 = off"),
+      THPC_OPTION(checkpoint, average_best, THPC_AT_LEAST(0),
+                  "at the end, write dir/average_bestN.h5 from the N best checkpoints "
+                  "(best_step_*.h5), N <= keep_best_count; 0 = off"),
 
       // [decode]: transformer_decode's defaults (§6.1; the parser's §6.3).
       THPC_OPTION(decode, beam, THPC_AT_LEAST(1), "beam size (§6.1: 4; parsing §6.3: 21)"),
@@ -745,6 +752,18 @@ void validate(const Config& config) {
     check.fail("checkpoint.keep_best",
                checkpoint.keep_best + " needs train.valid_metric = " + checkpoint.keep_best +
                    " (the validations score " + train.valid_metric + ")");
+  }
+  // The k best are ranked by keep_best's metric; their average reads the ones kept.
+  if (checkpoint.keep_best_count > 0 && checkpoint.keep_best == "none") {
+    check.fail("checkpoint.keep_best_count",
+               "ranks checkpoints by the checkpoint.keep_best metric: set checkpoint.keep_best "
+               "= ppl, bleu or chrf");
+  }
+  if (checkpoint.average_best > checkpoint.keep_best_count) {
+    check.fail("checkpoint.average_best",
+               std::to_string(checkpoint.average_best) + " exceeds checkpoint.keep_best_count " +
+                   std::to_string(checkpoint.keep_best_count) +
+                   " (the run keeps only that many best checkpoints)");
   }
   if (checkpoint.patience > 0 && checkpoint.keep_best == "none") {
     check.fail("checkpoint.patience",

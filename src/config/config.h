@@ -110,7 +110,9 @@ struct CheckpointConfig {
   std::string resume;               // "" = fresh start | auto = newest valid in DIR | a path
   std::string init;                 // parameters only, when the run does not resume
   int average_last = 0;             // at the end, average the last N into DIR; 0 = off
+  int average_best = 0;             // at the end, average the N best (keep_best_count); 0 = off
   std::string keep_best = "none";   // none | ppl | bleu | chrf: DIR/best.h5 holds its best
+  int keep_best_count = 0;          // also keep the K best as DIR/best_step_NNNNNNNN.h5; 0 = off
   int patience = 0;                 // stop after N validations without a better keep_best; 0 = off
   bool overwrite = false;           // a fresh run may delete another run's files in dir
 };

@@ -653,19 +653,38 @@ std::string Trainer::save_checkpoint(std::ostream& log) {
   return path;
 }
 
-void Trainer::write_average(std::ostream& log) {
-  const int wanted = config_.checkpoint.average_last;
-  // Healthy ones only: a diverged checkpoint would poison the average.
-  const std::vector<std::string> paths =
-      newest_healthy_checkpoints(config_.checkpoint.dir, wanted);
-  if (paths.empty()) {
-    log << "warning: no average written: no healthy checkpoint in " << config_.checkpoint.dir
-        << std::endl;
-    return;
+void Trainer::write_average(bool best, std::ostream& log) {
+  const CheckpointConfig& options = config_.checkpoint;
+  const int wanted = best ? options.average_best : options.average_last;
+  std::vector<std::string> paths;
+  std::string metric;
+  if (best) {
+    // The ranking is the one the run kept (the score inside each best_step_*.h5).
+    try {
+      paths = best_checkpoints(options.dir, wanted, &metric);
+    } catch (const Error& error) {
+      log << "warning: no average of the best written: " << error.what() << std::endl;
+      return;
+    }
+    if (paths.empty()) {
+      log << "warning: no average of the best written: no best checkpoint in " << options.dir
+          << " (no validation of " << options.keep_best << " ran: train.valid_every = "
+          << config_.train.valid_every << ", the run ended at step " << completed_steps_ << ")"
+          << std::endl;
+      return;
+    }
+  } else {
+    // Healthy ones only: a diverged checkpoint would poison the average.
+    paths = newest_healthy_checkpoints(options.dir, wanted);
+    if (paths.empty()) {
+      log << "warning: no average written: no healthy checkpoint in " << options.dir
+          << std::endl;
+      return;
+    }
   }
-  const std::string output = (std::filesystem::path(config_.checkpoint.dir) /
-                              ("average_last" + std::to_string(wanted) + ".h5"))
-                                 .string();
+  const std::string name = best ? "average_best" : "average_last";
+  const std::string output =
+      (std::filesystem::path(options.dir) / (name + std::to_string(wanted) + ".h5")).string();
   // Reading N checkpoints takes a while (20 base-model ones: a minute): a stop signal
   // meanwhile ends the averaging at the next file, the run as finished.
   class StopOnSignal final : public ProgressListener {
@@ -686,18 +705,77 @@ void Trainer::write_average(std::ostream& log) {
     log << "warning: no average written: " << error.what() << std::endl;
     return;
   }
-  log << "average of the last " << paths.size() << " checkpoints"
-      << (static_cast<int>(paths.size()) < wanted ? " (fewer than checkpoint.average_last exist)"
-                                                  : "")
-      << " written to " << output << std::endl;
+  const bool fewer = static_cast<int>(paths.size()) < wanted;
+  if (best) {
+    // Fewer best checkpoints than asked for (fewer validations ran): the average of those
+    // there are, said so, like the last N of a short run.
+    log << (fewer ? "warning: " : "") << "average of the " << paths.size() << " best checkpoints"
+        << " by valid " << metric
+        << (fewer ? " (fewer than checkpoint.average_best = " + std::to_string(wanted) +
+                        ": only that many validations ran)"
+                  : "")
+        << " written to " << output << std::endl;
+  } else {
+    log << "average of the last " << paths.size() << " checkpoints"
+        << (fewer ? " (fewer than checkpoint.average_last exist)" : "") << " written to "
+        << output << std::endl;
+  }
 }
 
-void Trainer::save_best_checkpoint(const std::string& metric, const LogField& value,
-                                   std::ostream& log) {
-  const std::string path = (std::filesystem::path(config_.checkpoint.dir) / "best.h5").string();
-  write_checkpoint(path, snapshot());
-  log << "best checkpoint " << path << " (step " << completed_steps_ << ", valid " << metric
-      << " " << value.text << ")" << std::endl;
+void Trainer::keep_best_checkpoints(const std::string& metric, const LogField& value,
+                                    bool improved, std::ostream& log) {
+  namespace fs = std::filesystem;
+  const CheckpointConfig& options = config_.checkpoint;
+  const ValidationScore score{metric, value.value};
+  // The state is copied out once for best.h5 and the step's best_step file.
+  std::optional<Checkpoint> state;
+  const auto state_of_this_step = [&]() -> const Checkpoint& {
+    if (!state) {
+      state = snapshot();
+      state->validation = score;
+    }
+    return *state;
+  };
+  if (improved) {
+    const std::string path = (fs::path(options.dir) / "best.h5").string();
+    write_checkpoint(path, state_of_this_step());
+    log << "best checkpoint " << path << " (step " << completed_steps_ << ", valid " << metric
+        << " " << value.text << ")" << std::endl;
+  }
+  if (options.keep_best_count == 0) return;
+  // The set is the files on disk (their headers hold the scores), so that a resumed or
+  // rolled-back run continues it as it stands.
+  std::vector<CheckpointSummary> kept;
+  for (CheckpointSummary& summary : best_checkpoint_summaries(options.dir)) {
+    if (summary.validation->metric == metric) kept.push_back(std::move(summary));
+  }
+  const BestSetChange change =
+      change_best_set(std::move(kept), score, completed_steps_, options.keep_best_count);
+  if (change.admitted) {
+    const std::string path =
+        (fs::path(options.dir) / best_checkpoint_file_name(completed_steps_)).string();
+    write_checkpoint(path, state_of_this_step());
+    log << "kept best checkpoint " << path << " (step " << completed_steps_ << ", valid "
+        << metric << " " << value.text << ": rank " << change.rank << " of the "
+        << options.keep_best_count << " best, checkpoint.keep_best_count)" << std::endl;
+  }
+  for (const CheckpointSummary& removed : change.removed) {
+    std::error_code error;
+    fs::remove(removed.path, error);
+    if (error) {
+      log << "warning: cannot remove " << removed.path << " (" << error.message()
+          << "): it stays among the best checkpoints" << std::endl;
+      continue;
+    }
+    std::ostringstream text;
+    text << std::fixed << std::setprecision(2) << removed.validation->value;
+    log << "removed best checkpoint " << removed.path << " (step " << removed.step << ", valid "
+        << metric << " " << text.str()
+        << (removed.step == completed_steps_ ? ": this step's score, validated again, is not "
+                                               "among the best"
+                                             : ": no longer among the best")
+        << ")" << std::endl;
+  }
 }
 
 double steady_seconds() {
@@ -965,10 +1043,10 @@ RunEnd Trainer::run(std::ostream& log) {
         // Every rank holds the same values (global sums, BLEU broadcast); rank 0's count
         // is broadcast all the same, so that best.h5 and the patience stop cannot part them.
         const int64_t since = comm_.broadcast_from_root(kept.validations_since);
-        if (since == 0 && comm_.is_root()) {
+        if (comm_.is_root()) {
           const std::string key = "valid_" + kept_metric;
           for (const LogField& field : fields) {
-            if (field.key == key) save_best_checkpoint(kept_metric, field, out);
+            if (field.key == key) keep_best_checkpoints(kept_metric, field, since == 0, out);
           }
         }
         const int patience = config_.checkpoint.patience;
@@ -994,7 +1072,8 @@ RunEnd Trainer::run(std::ostream& log) {
   }
   if (comm_.is_root()) {
     if (last_saved_step != completed_steps_) save_checkpoint(out);
-    if (config_.checkpoint.average_last > 0) write_average(out);
+    if (config_.checkpoint.average_last > 0) write_average(false, out);
+    if (config_.checkpoint.average_best > 0) write_average(true, out);
   }
   // Every rank applied the same update to the same parameters; a difference would mean
   // a broken all-reduce, so check before declaring the result.

@@ -239,10 +239,17 @@ class Trainer {
                                std::ostream& log) const;
   // Writes DIR/step_NNNNNNNN.h5 for the completed step and prunes to checkpoint.keep.
   std::string save_checkpoint(std::ostream& log);
-  void write_average(std::ostream& log);
-  // Writes DIR/best.h5 (the whole state of the completed step, atomically like the
-  // others; not a step_*.h5, so pruning and resume=auto leave it alone).
-  void save_best_checkpoint(const std::string& metric, const LogField& value, std::ostream& log);
+  // At the end of training: DIR/average_lastN.h5 (checkpoint.average_last, `best`
+  // false) or DIR/average_bestN.h5 (checkpoint.average_best, `best` true).
+  void write_average(bool best, std::ostream& log);
+  // After a validation of the checkpoint.keep_best metric scored `value` (its field as
+  // logged): writes DIR/best.h5 when it `improved` on the run's best, and, with
+  // checkpoint.keep_best_count, updates the k best DIR/best_step_NNNNNNNN.h5
+  // (change_best_set). Each is the whole state of the completed step, written atomically
+  // like the others, with the score inside; none is a step_*.h5, so the rotation of
+  // checkpoint.keep and resume=auto leave them alone.
+  void keep_best_checkpoints(const std::string& metric, const LogField& value, bool improved,
+                             std::ostream& log);
 
   int64_t completed_steps_ = 0;
   // The run's id (Checkpoint::run_id): new for a fresh start, the checkpoint's on resume.

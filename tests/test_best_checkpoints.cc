@@ -1,0 +1,437 @@
+// The k best checkpoints by the validation metric (checkpoint.keep_best_count) and their
+// average (checkpoint.average_best, transformer_average --best N): the set over a sequence
+// of validations (a better score replaces the worst, equal scores keep the earlier step,
+// lower perplexity but higher BLEU is better), the score stored inside each file and
+// checked against its header, the files surviving the rotation of checkpoint.keep and a
+// resume, the run's average bit for bit that of transformer_average on the same files,
+// and the errors a user can make with transformer_average (the configuration's are in
+// test_config).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+#include "train/stop_request.h"
+#include "common/error.h"
+#include "config/config.h"
+#include "train/trainer.h"
+#include "expect_error.h"
+#include "program.h"
+#include "scratch_directory.h"
+
+namespace thpc {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kAverager = std::string(THPC_BINARY_DIR) + "/transformer_average";
+
+// ---- the set, over a sequence of validations ----
+
+// The steps of the best set after each validation of `scores` (the i-th at step 10 * (i +
+// 1)), best first, when every change_best_set() is carried out on an in-memory "disk".
+std::vector<std::vector<int64_t>> best_sets_over(const std::vector<double>& scores,
+                                                 const std::string& metric, int count) {
+  std::vector<CheckpointSummary> disk;
+  std::vector<std::vector<int64_t>> sets;
+  for (size_t i = 0; i < scores.size(); ++i) {
+    const int64_t step = 10 * static_cast<int64_t>(i + 1);
+    const BestSetChange change = change_best_set(disk, {metric, scores[i]}, step, count);
+    for (const CheckpointSummary& removed : change.removed) {
+      disk.erase(std::remove_if(disk.begin(), disk.end(),
+                                [&](const CheckpointSummary& s) { return s.path == removed.path; }),
+                 disk.end());
+    }
+    if (change.admitted) {
+      CheckpointSummary written;
+      written.path = best_checkpoint_file_name(step);
+      written.step = step;
+      written.validation = ValidationScore{metric, scores[i]};
+      disk.push_back(written);
+    }
+    EXPECT_LE(static_cast<int>(disk.size()), count);
+    rank_best_checkpoints(disk);
+    std::vector<int64_t> steps;
+    for (const CheckpointSummary& summary : disk) steps.push_back(summary.step);
+    if (change.admitted) {
+      EXPECT_EQ(steps[change.rank - 1], step) << "the rank it was admitted at";
+    }
+    sets.push_back(steps);
+  }
+  return sets;
+}
+
+TEST(BestSet, AHigherBleuReplacesTheWorstOfTheK) {
+  const std::vector<std::vector<int64_t>> sets =
+      best_sets_over({10, 20, 15, 5, 25, 18, 30}, "bleu", 3);
+  const std::vector<std::vector<int64_t>> expected = {
+      {10}, {20, 10}, {20, 30, 10},
+      {20, 30, 10},   // 5 is worse than all three: not kept
+      {50, 20, 30},   // 25 replaces 10 (step 10)
+      {50, 20, 60},   // 18 replaces 15 (step 30)
+      {70, 50, 20}};  // 30 replaces 18
+  EXPECT_EQ(sets, expected);
+}
+
+TEST(BestSet, ALowerPerplexityIsTheBetterOne) {
+  // The same numbers as perplexities: the order turns round.
+  const std::vector<std::vector<int64_t>> sets =
+      best_sets_over({10, 20, 15, 5, 25, 18, 30}, "ppl", 3);
+  const std::vector<std::vector<int64_t>> expected = {
+      {10}, {10, 20}, {10, 30, 20}, {40, 10, 30}, {40, 10, 30}, {40, 10, 30}, {40, 10, 30}};
+  EXPECT_EQ(sets, expected);
+}
+
+TEST(BestSet, EqualScoresKeepTheEarlierStep) {
+  // A later equal score is no improvement (as for best.h5): it enters only while there
+  // is room, ranks after the earlier one, and never pushes an equal one out.
+  const std::vector<std::vector<int64_t>> sets = best_sets_over({7, 7, 7, 8, 7}, "bleu", 2);
+  const std::vector<std::vector<int64_t>> expected = {
+      {10}, {10, 20}, {10, 20}, {40, 10}, {40, 10}};
+  EXPECT_EQ(sets, expected);
+  // Perplexity: the same rule.
+  EXPECT_EQ(best_sets_over({3, 3, 2}, "ppl", 2),
+            (std::vector<std::vector<int64_t>>{{10}, {10, 20}, {30, 10}}));
+}
+
+TEST(BestSet, ScoresThatAreNotFiniteAreNeverKept) {
+  EXPECT_EQ(best_sets_over({NAN, INFINITY, 4}, "ppl", 2),
+            (std::vector<std::vector<int64_t>>{{}, {}, {30}}));
+}
+
+TEST(BestSet, AStepValidatedAgainReplacesItsOwnEntry) {
+  // A resumed (or rolled-back) run validates a step the set already holds: the new score
+  // stands for that step, whether better or worse.
+  std::vector<CheckpointSummary> disk;
+  for (const auto& [step, value] : std::vector<std::pair<int64_t, double>>{{10, 5}, {20, 9}}) {
+    CheckpointSummary summary;
+    summary.path = best_checkpoint_file_name(step);
+    summary.step = step;
+    summary.validation = ValidationScore{"bleu", value};
+    disk.push_back(summary);
+  }
+  BestSetChange change = change_best_set(disk, {"bleu", 4}, 20, 2);
+  EXPECT_TRUE(change.admitted);  // written over the old step-20 file
+  EXPECT_EQ(change.rank, 2);
+  EXPECT_TRUE(change.removed.empty());
+  // With no room left (a smaller keep_best_count after a resume), the worst goes, and an
+  // old entry of the step that does not make it is removed rather than left stale.
+  change = change_best_set(disk, {"bleu", 4}, 20, 1);
+  EXPECT_FALSE(change.admitted);
+  ASSERT_EQ(change.removed.size(), 1u);
+  EXPECT_EQ(change.removed[0].step, 20);
+  // A new step that does not make it changes nothing but the set's size: step 20's 9
+  // stays, step 10's 5 is no longer among the 1 best.
+  change = change_best_set(disk, {"bleu", 1}, 30, 1);
+  EXPECT_FALSE(change.admitted);
+  ASSERT_EQ(change.removed.size(), 1u);
+  EXPECT_EQ(change.removed[0].step, 10);
+}
+
+// ---- the files ----
+
+class BestCheckpointFiles : public ScratchDirectoryTest {};
+
+// A checkpoint of two tensors, every value `value`, kept for `score` of `metric`.
+Checkpoint scored_checkpoint(float value, int64_t step, const std::string& metric, double score) {
+  Checkpoint checkpoint;
+  checkpoint.step = step;
+  checkpoint.architecture = "layers=1 test";
+  checkpoint.config_ini = "[model]\n";
+  checkpoint.params.push_back({"a.weight", 3, 4, std::vector<float>(12, value)});
+  checkpoint.params.push_back({"b.bias", 1, 5, std::vector<float>(5, value)});
+  checkpoint.adam_m = checkpoint.adam_v = checkpoint.params;
+  checkpoint.validation = ValidationScore{metric, score};
+  return checkpoint;
+}
+
+std::string file_name_of(const std::string& path) { return fs::path(path).filename().string(); }
+
+TEST_F(BestCheckpointFiles, TheScoreIsStoredInsideAndCheckedAgainstTheHeader) {
+  const std::string file = path(best_checkpoint_file_name(40));
+  write_checkpoint(file, scored_checkpoint(1.0f, 40, "bleu", 24.314159265358979));
+  const Checkpoint read = read_checkpoint(file);
+  ASSERT_TRUE(read.validation.has_value());
+  EXPECT_EQ(read.validation->metric, "bleu");
+  EXPECT_EQ(read.validation->value, 24.314159265358979);  // bit for bit, both copies
+  const std::optional<CheckpointSummary> summary = read_checkpoint_summary(file);
+  ASSERT_TRUE(summary && summary->validation);
+  EXPECT_EQ(summary->validation->value, 24.314159265358979);
+  EXPECT_EQ(file_name_of(file), "best_step_00000040.h5");
+  EXPECT_TRUE(is_best_checkpoint_name(file));
+  EXPECT_FALSE(is_step_checkpoint_name(file));  // outside the rotation and resume=auto
+  EXPECT_TRUE(is_run_checkpoint_file(file));     // a run's own file (checkpoint.overwrite)
+  EXPECT_TRUE(is_run_checkpoint_file(path("average_best3.h5")));
+
+  // The header is outside the checksum: a header whose score is not the file's is damage.
+  std::fstream bytes(file, std::ios::in | std::ios::out | std::ios::binary);
+  std::string head(512, '\0');
+  bytes.read(head.data(), 512);
+  const size_t at = head.find("valid bleu 24.");
+  ASSERT_NE(at, std::string::npos) << head;
+  head[at + 11] = '9';  // 94.31...: would rank it first
+  bytes.seekp(0);
+  bytes.write(head.data(), 512);
+  bytes.close();
+  expect_error([&] { read_checkpoint(file); },
+               {"checkpoint " + file, "damaged file header", "validation score"});
+  // Averages are of no validation.
+  write_checkpoint(path("b.h5"), scored_checkpoint(3.0f, 50, "bleu", 20.0));
+  EXPECT_FALSE(average_checkpoints({path("b.h5")}).validation.has_value());
+}
+
+TEST_F(BestCheckpointFiles, TheBestAreRankedByTheScoreInsideNotByName) {
+  // Steps (names) in one order, scores in another.
+  const std::vector<std::pair<int64_t, double>> kept = {{10, 3.5}, {20, 2.5}, {30, 4.0}, {40, 3.0}};
+  for (const auto& [step, ppl] : kept) {
+    write_checkpoint(path("run/" + best_checkpoint_file_name(step)),
+                     scored_checkpoint(static_cast<float>(step), step, "ppl", ppl));
+  }
+  // Neither a step checkpoint nor best.h5 counts.
+  write_checkpoint(path("run/step_00000050.h5"), scored_checkpoint(0.0f, 50, "ppl", 1.0));
+  write_checkpoint(path("run/best.h5"), scored_checkpoint(0.0f, 50, "ppl", 1.0));
+  std::vector<int64_t> ranked;
+  for (const CheckpointSummary& s : best_checkpoint_summaries(path("run"))) ranked.push_back(s.step);
+  EXPECT_EQ(ranked, (std::vector<int64_t>{20, 40, 10, 30}));
+
+  // The 3 best, oldest step first (the order every average of them sums in).
+  std::string metric;
+  const std::vector<std::string> best3 = best_checkpoints(path("run"), 3, &metric);
+  EXPECT_EQ(metric, "ppl");
+  ASSERT_EQ(best3.size(), 3u);
+  EXPECT_EQ(file_name_of(best3[0]), "best_step_00000010.h5");
+  EXPECT_EQ(file_name_of(best3[1]), "best_step_00000020.h5");
+  EXPECT_EQ(file_name_of(best3[2]), "best_step_00000040.h5");
+
+  const ProcessResult best = run_process(kAverager + " --inputs " + path("run") +
+                                         " --best 3 --output " + path("best3.h5"));
+  ASSERT_EQ(best.exit_code, 0) << best.output;
+  EXPECT_NE(best.output.find("averaged 3 best (by valid ppl) checkpoints"), std::string::npos)
+      << best.output;
+  const Checkpoint average = read_checkpoint(path("best3.h5"), CheckpointParts::ParamsOnly);
+  for (const NamedTensor& tensor : average.params) {
+    for (const float value : tensor.values) {
+      EXPECT_EQ(value, static_cast<float>((10.0 + 20.0 + 40.0) / 3.0)) << tensor.name;
+    }
+  }
+  EXPECT_EQ(average.step, 40);
+}
+
+TEST_F(BestCheckpointFiles, AveragingTheBestRefusesWhatItCannotDoInOneLine) {
+  for (const auto& [step, bleu] : std::vector<std::pair<int64_t, double>>{{10, 3.0}, {20, 5.0}}) {
+    write_checkpoint(path("run/" + best_checkpoint_file_name(step)),
+                     scored_checkpoint(1.0f, step, "bleu", bleu));
+  }
+  const auto refused = [&](const std::string& arguments, const std::vector<std::string>& fragments) {
+    const ProcessResult result = run_process(kAverager + " " + arguments + " 2>&1");
+    EXPECT_EQ(result.exit_code, 2) << arguments << "\n" << result.output;
+    EXPECT_EQ(lines_of(result.output).size(), 1u) << result.output;
+    for (const std::string& fragment : fragments) {
+      EXPECT_NE(result.output.find(fragment), std::string::npos) << fragment << "\n" << result.output;
+    }
+  };
+  refused("--inputs " + path("run") + " --best 3 --output " + path("out.h5"),
+          {path("run"), "holds 2 best checkpoints", "--best asks for 3", "smaller N"});
+  refused("--inputs " + path("run") + " --best 2 --last 2 --output " + path("out.h5"),
+          {"--last and --best", "give one"});
+  refused("--inputs " + path("run/best_step_00000010.h5") + " --best 1 --output " + path("out.h5"),
+          {"--best selects from a directory"});
+  refused("--inputs " + path("run") + " --best 1 --output " + path("run/best_step_00000030.h5"),
+          {"best_step_*.h5"});
+  // Two metrics in one directory cannot be ranked together.
+  write_checkpoint(path("run/" + best_checkpoint_file_name(30)),
+                   scored_checkpoint(1.0f, 30, "ppl", 3.0));
+  refused("--inputs " + path("run") + " --best 1 --output " + path("out.h5"),
+          {"different metrics", "valid bleu", "valid ppl"});
+}
+
+// ---- training ----
+
+// The default job's corpus at a small size (tests/program.h), shared by the suite.
+class BestCheckpointsTraining : public ScratchDirectoryTest {
+ protected:
+  static void SetUpTestSuite() {
+    corpus_ = fs::temp_directory_path() / ("thpc_test_best_corpus_" + std::to_string(::getpid()));
+    fs::create_directories(corpus_);
+    const ProcessResult corpus = run_process(small_numbers_corpus_command(corpus_));
+    ASSERT_EQ(corpus.exit_code, 0) << corpus.output;
+  }
+  static void TearDownTestSuite() { fs::remove_all(corpus_); }
+
+  // input/numbers.ini shrunk to one layer per stack, validating every 2 steps, saving
+  // every 3 and keeping only the newest (so that the rotation passes over the best), the 3
+  // best kept and averaged. A high learning rate makes the perplexity go down and up
+  // again, so that the best are not the last.
+  // `changes` ("key=value") replace these settings or add to them.
+  Config config(const std::string& run, const std::vector<std::string>& changes = {}) const {
+    std::map<std::string, std::string> settings = {
+        {"data.dir", (corpus_ / "data").string()}, {"model.layers", "1"},
+        {"train.max_steps", "16"}, {"train.warmup_steps", "4"}, {"train.lr_scale", "4"},
+        {"train.valid_every", "2"}, {"train.valid_bleu", "false"}, {"train.log_every", "4"},
+        {"checkpoint.every_steps", "3"}, {"checkpoint.keep", "1"},
+        {"checkpoint.keep_best", "ppl"}, {"checkpoint.keep_best_count", "3"},
+        {"checkpoint.average_best", "3"}, {"checkpoint.dir", path(run)},
+        {"train.metrics_dir", path(run)}};
+    for (const std::string& change : changes) {
+      const size_t equals = change.find('=');
+      settings[change.substr(0, equals)] = change.substr(equals + 1);
+    }
+    std::vector<std::string> overrides;
+    for (const auto& [key, value] : settings) overrides.push_back(key + "=" + value);
+    return load_config(std::string(THPC_SOURCE_DIR) + "/input/numbers.ini", overrides);
+  }
+
+  // valid_METRIC of each "valid" record of RUN/metrics.jsonl (full precision), by step.
+  std::map<int64_t, double> logged(const std::string& run, const std::string& metric) const {
+    std::map<int64_t, double> scores;
+    const std::regex record(R"re("kind": "valid", "step": (\d+),.*"valid_)re" + metric +
+                            R"re(": ([-+0-9.eE]+))re");
+    for (const std::string& line : lines_of(read_file(path(run + "/metrics.jsonl")))) {
+      std::smatch match;
+      if (std::regex_search(line, match, record)) scores[std::stoll(match[1])] = std::stod(match[2]);
+    }
+    return scores;
+  }
+
+  // The steps of the best_step_*.h5 files of RUN, in step order.
+  std::vector<int64_t> kept_steps(const std::string& run) const {
+    std::vector<int64_t> steps;
+    for (const CheckpointSummary& s : best_checkpoint_summaries(path(run))) steps.push_back(s.step);
+    std::sort(steps.begin(), steps.end());
+    return steps;
+  }
+
+  static inline fs::path corpus_;
+};
+
+// The `count` best steps of `scores`, computed here from the log: lower perplexity or
+// higher BLEU first, the earlier step for equal scores; in step order.
+std::vector<int64_t> best_steps_of(const std::map<int64_t, double>& scores, bool lower_better,
+                                   size_t count) {
+  std::vector<std::pair<int64_t, double>> all(scores.begin(), scores.end());
+  std::stable_sort(all.begin(), all.end(), [&](const auto& a, const auto& b) {
+    return lower_better ? a.second < b.second : a.second > b.second;
+  });
+  std::vector<int64_t> steps;
+  for (size_t i = 0; i < all.size() && i < count; ++i) steps.push_back(all[i].first);
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+void expect_same_tensors(const std::vector<NamedTensor>& a, const std::vector<NamedTensor>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t t = 0; t < a.size(); ++t) {
+    EXPECT_EQ(a[t].name, b[t].name);
+    ASSERT_EQ(a[t].values.size(), b[t].values.size());
+    EXPECT_EQ(std::memcmp(a[t].values.data(), b[t].values.data(), a[t].values.size() * 4), 0)
+        << a[t].name;
+  }
+}
+
+TEST_F(BestCheckpointsTraining, TheRunKeepsTheKBestApartFromTheLastAndAveragesExactlyThose) {
+  std::ostringstream log;
+  Trainer(config("run")).run(log);
+  const std::map<int64_t, double> ppl = logged("run", "ppl");
+  ASSERT_EQ(ppl.size(), 8u) << log.str();
+  const std::vector<int64_t> best = best_steps_of(ppl, true, 3);
+  EXPECT_EQ(kept_steps("run"), best) << log.str();
+  // Not trivially the last three: the comparison says something.
+  EXPECT_NE(best, (std::vector<int64_t>{12, 14, 16})) << log.str();
+  // The rotation (checkpoint.keep = 1) kept one step checkpoint and no best one was lost.
+  EXPECT_EQ(list_checkpoints(path("run")).size(), 1u);
+  for (const CheckpointSummary& s : best_checkpoint_summaries(path("run"))) {
+    const Checkpoint file = read_checkpoint(s.path);  // the whole state, verified
+    ASSERT_TRUE(file.validation.has_value());
+    EXPECT_EQ(file.validation->metric, "ppl");
+    EXPECT_EQ(file.validation->value, ppl.at(s.step));  // the logged value, bit for bit
+    EXPECT_EQ(file.adam_m.size(), file.params.size());
+  }
+  EXPECT_NE(log.str().find("removed best checkpoint "), std::string::npos) << log.str();
+  EXPECT_NE(log.str().find("average of the 3 best checkpoints by valid ppl written to " +
+                           path("run/average_best3.h5")),
+            std::string::npos)
+      << log.str();
+
+  // The run's average is transformer_average's on the same files, bit for bit, whether
+  // it chooses them (--best 3) or is given them.
+  const Checkpoint run_average = read_checkpoint(path("run/average_best3.h5"), CheckpointParts::ParamsOnly);
+  std::string files;
+  for (const int64_t step : best) files += " " + path("run/" + best_checkpoint_file_name(step));
+  for (const std::string& arguments : {"--inputs " + path("run") + " --best 3", "--inputs" + files}) {
+    const std::string output = path("tool_" + std::to_string(arguments.size()) + ".h5");
+    const ProcessResult tool = run_process(kAverager + " " + arguments + " --output " + output);
+    ASSERT_EQ(tool.exit_code, 0) << tool.output;
+    expect_same_tensors(read_checkpoint(output, CheckpointParts::ParamsOnly).params,
+                        run_average.params);
+  }
+}
+
+TEST_F(BestCheckpointsTraining, AResumedRunContinuesTheSetFromTheFiles) {
+  std::ostringstream whole;
+  Trainer(config("whole")).run(whole);
+  // Stopped at step 11 (after the validation of step 10, before step 12's, with 3 best
+  // files on disk and others removed), then resumed from step 11's checkpoint: the second
+  // process knows the set only from the files it finds.
+  // Each part under a guard of its own, which clears the stop request of the part before
+  // (a process resumes with none).
+  std::ostringstream first, second;
+  {
+    const StopSignalGuard signals;
+    ::setenv("THPC_TEST_STOP_AT_STEP", "11", 1);
+    Trainer(config("split")).run(first);
+    ::unsetenv("THPC_TEST_STOP_AT_STEP");
+  }
+  ASSERT_NE(first.str().find("stopped: SIGTERM received; step=11"), std::string::npos) << first.str();
+  {
+    const StopSignalGuard signals;
+    Trainer(config("split", {"checkpoint.resume=auto"})).run(second);
+  }
+  ASSERT_NE(second.str().find("resumed from "), std::string::npos) << second.str();
+  EXPECT_EQ(kept_steps("split"), kept_steps("whole")) << whole.str() << second.str();
+  for (const int64_t step : kept_steps("whole")) {
+    const std::string name = best_checkpoint_file_name(step);
+    const Checkpoint a = read_checkpoint(path("whole/" + name));
+    const Checkpoint b = read_checkpoint(path("split/" + name));
+    expect_same_tensors(a.params, b.params);
+    expect_same_tensors(a.adam_m, b.adam_m);
+    EXPECT_EQ(a.validation->value, b.validation->value);
+  }
+  expect_same_tensors(read_checkpoint(path("split/average_best3.h5"), CheckpointParts::ParamsOnly).params,
+                      read_checkpoint(path("whole/average_best3.h5"), CheckpointParts::ParamsOnly).params);
+}
+
+TEST_F(BestCheckpointsTraining, BleuKeepsTheHighestAndFewerValidationsAverageWhatExists) {
+  std::ostringstream log;
+  Trainer(config("bleu", {"train.valid_bleu=true", "train.valid_bleu_tokenize=char",
+                          "checkpoint.keep_best=bleu", "train.max_steps=12",
+                          "checkpoint.keep_best_count=4", "checkpoint.average_best=4"}))
+      .run(log);
+  const std::map<int64_t, double> bleu = logged("bleu", "bleu");
+  ASSERT_EQ(bleu.size(), 6u) << log.str();
+  EXPECT_EQ(kept_steps("bleu"), best_steps_of(bleu, false, 4)) << log.str();
+
+  // Fewer validations than asked for: the average of those there are, with a warning.
+  std::ostringstream short_log;
+  Trainer(config("short", {"train.max_steps=4", "checkpoint.keep_best_count=5",
+                           "checkpoint.average_best=5"}))
+      .run(short_log);
+  EXPECT_EQ(kept_steps("short"), (std::vector<int64_t>{2, 4})) << short_log.str();
+  EXPECT_NE(short_log.str().find("warning: average of the 2 best checkpoints by valid ppl (fewer "
+                                 "than checkpoint.average_best = 5: only that many validations "
+                                 "ran) written to " + path("short/average_best5.h5")),
+            std::string::npos)
+      << short_log.str();
+}
+
+}  // namespace
+}  // namespace thpc
