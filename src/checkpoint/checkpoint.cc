@@ -780,10 +780,12 @@ Checkpoint read_open_checkpoint(Reader reader, CheckpointParts parts,
            (a->value == b->value || (std::isnan(a->value) && std::isnan(b->value)));
   };
   if ((header.step && *header.step != checkpoint.step) ||
-      (!header.run_id.empty() && header.run_id != checkpoint.run_id) ||
-      !same_score(header.validation, checkpoint.validation)) {
-    reader.fail("damaged file header (its step, run or validation score is not the file's): "
-                "the file is corrupt");
+      (!header.run_id.empty() && header.run_id != checkpoint.run_id)) {
+    reader.fail("damaged file header (its step or run is not the file's): the file is corrupt");
+  }
+  if (!same_score(header.validation, checkpoint.validation)) {
+    reader.fail("damaged file header (its validation score is not the file's): the file is "
+                "corrupt");
   }
   checkpoint.state = header.state;
 
