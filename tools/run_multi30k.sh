@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Multi30k EN->DE: preprocess $THPC_DATA/multi30k (train, val, test_2016_flickr)
 # into HDF5 shards with a shared 8000-piece BPE vocabulary, then train input/multi30k.ini.
+# The run writes two averages, of its last 5 checkpoints and of its 5 best by validation
+# perplexity (a small corpus overfits: its last are not its best); both are scored on val
+# (transformer_hpc --eval, tools/choose_average.sh) and the better is named in the last
+# line, of the form (numbers for illustration):
+#   multi30k: the better validation ppl is average_best5.h5's (13.02; average_last5.h5: 22.90): DIR/average_best5.h5
 #
 #   bash tools/run_multi30k.sh [--section.key=value ...]   # overrides go to the trainer
 #
@@ -20,4 +25,7 @@ mkdir -p "$build/multi30k"
   --destdir "$data" --vocab-size 8000 --model-type bpe --shards 1 --seed 1 \
   2> "$build/multi30k/preprocess.log" || { cat "$build/multi30k/preprocess.log" >&2; exit 1; }
 "$build/transformer_data_stats" "$data" --tokens-per-step 8000
-${MPIRUN:-} "$build/transformer_hpc" input/multi30k.ini --data.dir="$data" "$@"
+log=$build/multi30k/train.log
+${MPIRUN:-} "$build/transformer_hpc" input/multi30k.ini --data.dir="$data" "$@" | tee "$log"
+bash tools/choose_average.sh multi30k "$log" "$build/transformer_hpc" input/multi30k.ini \
+  --data.dir="$data" "$@"
