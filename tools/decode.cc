@@ -74,12 +74,11 @@ struct Arguments {
   std::vector<std::string> checkpoints;  // one model, or an ensemble
   std::vector<float> weights;            // empty: equal
   std::string spm_model, input = "-", output = "-";
-  int nbest = 1, batch_tokens = 4096;
-  // Unset: the checkpoint's [decode] beam, alpha, max_len_a, max_len_b.
-  std::optional<int> beam, max_len_a, max_len_b;
-  std::optional<float> lenpen;
+  int batch_tokens = 4096;
+  // --beam, --lenpen, --max-len-a, --max-len-b, --greedy, --nbest; unset: the
+  // checkpoint's [decode] beam, alpha, max_len_a, max_len_b.
+  thpc::SearchOverrides search;
   int threads = -1;  // < 0: the checkpoint's train.threads
-  bool greedy = false;
   bool tree_constraints = false;
   std::optional<std::string> tree_leaves;  // default: the checkpoint's decode.tree_leaves
   std::string dump_attention;   // empty: no attention dump
@@ -130,9 +129,6 @@ int run(const Arguments& args) {
   thpc::Config config = ensemble.config;
   if (args.threads >= 0) config.train.threads = args.threads;
   const thpc::DecodeConfig& stored = config.decode;
-  // Sampling draws one translation per sentence unless --beam asks for more; the
-  // checkpoint's decode.beam is a search's width.
-  const int beam = args.beam.value_or(args.sampling ? 1 : stored.beam);
   const int vocab = ensemble.vocab_size;
   const int max_positions = ensemble.max_positions;
 
@@ -198,13 +194,11 @@ int run(const Arguments& args) {
     dump_slot[line - 1] = static_cast<int>(slot);
   }
 
-  thpc::BeamOptions options;
-  options.beam = args.greedy ? 1 : beam;
-  options.alpha = args.greedy ? 0.0f : args.lenpen.value_or(stored.alpha);
-  options.max_len_a = args.max_len_a.value_or(stored.max_len_a);
-  options.max_len_b = args.max_len_b.value_or(stored.max_len_b);
-  options.max_len_cap = max_positions - 1;
-  options.nbest = std::min(args.nbest, options.beam);
+  thpc::SearchOverrides search = args.search;
+  // Sampling draws one translation per sentence unless --beam asks for more; the
+  // checkpoint's decode.beam is a search's width.
+  if (args.sampling && !search.beam) search.beam = 1;
+  thpc::BeamOptions options = thpc::configured_beam_options(stored, max_positions, search);
   std::optional<thpc::TreeTokenFilter> tree_filter;
   if (args.tree_constraints) {
     std::vector<std::string> pieces;
@@ -306,10 +300,8 @@ int run(const Arguments& args) {
   }
   progress.finish();
 
-  auto detokenise = [&](const thpc::TokenSequence& tokens) {
-    std::string text;
-    spm.Decode(std::vector<int>(tokens.begin(), tokens.end()), &text);
-    return text;
+  const auto detokenise = [&](const thpc::TokenSequence& tokens) {
+    return thpc::detokenise(spm, tokens);
   };
   const auto write_translations = [&](std::ostream& out) {
     for (size_t i = 0; i < lines.size(); ++i) {
@@ -381,9 +373,9 @@ int main(int argc, char** argv) {
       ("max-len-b", po::value<int>(), "(default: decode.max_len_a/b; §6.1: a = 1, b = 50)")
       ("batch-tokens", po::value(&args.batch_tokens)->default_value(args.batch_tokens),
        "padded source tokens per batch")
-      ("nbest", po::value(&args.nbest)->default_value(args.nbest),
+      ("nbest", po::value(&args.search.nbest)->default_value(args.search.nbest),
        "hypotheses per sentence (<= beam)")
-      ("greedy", po::bool_switch(&args.greedy), "greedy decoding (beam 1, no length penalty)")
+      ("greedy", po::bool_switch(&args.search.greedy), "greedy decoding (beam 1, no length penalty)")
       ("threads", po::value<int>(),
        "CPU decoding workers, each translating whole batches with its own copy of the model; "
        "0 = one per core (default: the checkpoint's train.threads)")
@@ -415,14 +407,15 @@ int main(int argc, char** argv) {
   const auto parse = [&](int count, char** arguments) {
     const po::variables_map values = thpc::tools::parse_options(options, count, arguments);
     args.help = values.count("help") > 0;
-    if (values.count("beam")) args.beam = values["beam"].as<int>();
-    if (values.count("lenpen")) args.lenpen = values["lenpen"].as<float>();
-    if (values.count("max-len-a")) args.max_len_a = values["max-len-a"].as<int>();
-    if (values.count("max-len-b")) args.max_len_b = values["max-len-b"].as<int>();
+    thpc::SearchOverrides& search = args.search;
+    if (values.count("beam")) search.beam = values["beam"].as<int>();
+    if (values.count("lenpen")) search.alpha = values["lenpen"].as<float>();
+    if (values.count("max-len-a")) search.max_len_a = values["max-len-a"].as<int>();
+    if (values.count("max-len-b")) search.max_len_b = values["max-len-b"].as<int>();
     if (values.count("threads")) args.threads = values["threads"].as<int>();
-    if (args.beam.value_or(1) < 1 || args.nbest < 1 || args.batch_tokens < 1 ||
-        args.max_len_a.value_or(0) < 0 || args.max_len_b.value_or(0) < 0 ||
-        args.lenpen.value_or(0.0f) < 0 || (values.count("threads") && args.threads < 0)) {
+    if (search.beam.value_or(1) < 1 || search.nbest < 1 || args.batch_tokens < 1 ||
+        search.max_len_a.value_or(0) < 0 || search.max_len_b.value_or(0) < 0 ||
+        search.alpha.value_or(0.0f) < 0 || (values.count("threads") && args.threads < 0)) {
       THPC_FAIL("--beam, --nbest and --batch-tokens must be >= 1; --max-len-a, --max-len-b, "
                 "--lenpen and --threads >= 0");
     }
@@ -441,7 +434,7 @@ int main(int argc, char** argv) {
       };
       args.sampling = thpc::parse_sampling_options(values["sampling"].as<std::string>(),
                                                    given("temperature"), given("seed"));
-      if (args.greedy) THPC_FAIL("--sampling and --greedy: choose one (--sampling topk=1 draws greedily)");
+      if (search.greedy) THPC_FAIL("--sampling and --greedy: choose one (--sampling topk=1 draws greedily)");
       if (args.tree_constraints) THPC_FAIL("--sampling does not go with --tree-constraints");
     } else if (values.count("temperature") || values.count("seed")) {
       THPC_FAIL("--temperature and --seed go with --sampling");

@@ -1,5 +1,7 @@
 #include "decode/translate.h"
 
+#include <sentencepiece_processor.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <optional>
@@ -105,16 +107,24 @@ void translate_batch(const std::vector<Transformer*>& models, const std::vector<
   for (size_t k = 0; k < batch.members.size(); ++k) results[batch.members[k]] = found[k];
 }
 
-BeamOptions configured_beam_options(const Config& config, int beam) {
+BeamOptions configured_beam_options(const DecodeConfig& decode, int max_positions,
+                                    const SearchOverrides& overrides) {
   BeamOptions options;
-  options.beam = beam;
-  options.alpha = beam == 1 ? 0.0f : config.decode.alpha;
-  options.max_len_a = config.decode.max_len_a;
-  options.max_len_b = config.decode.max_len_b;
+  options.beam = overrides.greedy ? 1 : overrides.beam.value_or(decode.beam);
+  options.alpha = overrides.greedy ? 0.0f : overrides.alpha.value_or(decode.alpha);
+  options.max_len_a = overrides.max_len_a.value_or(decode.max_len_a);
+  options.max_len_b = overrides.max_len_b.value_or(decode.max_len_b);
   // The position table holds bos and the output: one position less than its size.
-  options.max_len_cap = config.model.max_positions - 1;
-  options.nbest = 1;
+  options.max_len_cap = max_positions - 1;
+  options.nbest = std::min(overrides.nbest, options.beam);
   return options;
+}
+
+std::string detokenise(const sentencepiece::SentencePieceProcessor& spm,
+                       const TokenSequence& tokens) {
+  std::string text;
+  spm.Decode(std::vector<int>(tokens.begin(), tokens.end()), &text);
+  return text;
 }
 
 }  // namespace thpc

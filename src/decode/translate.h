@@ -7,11 +7,17 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "config/config.h"
 #include "decode/beam_search.h"
 #include "decode/sampling.h"
+
+namespace sentencepiece {
+class SentencePieceProcessor;
+}
 
 namespace thpc {
 
@@ -50,9 +56,27 @@ void translate_batch(const std::vector<Transformer*>& models, const std::vector<
                      const SamplingOptions* sampling,
                      std::vector<std::vector<Hypothesis>>& results);
 
-// The search transformer_decode runs without options on a checkpoint of a run configured
-// by `config` (its [decode] section and position table), but with `beam` hypotheses;
-// beam 1 is greedy decoding without length penalty, as transformer_decode --greedy.
-BeamOptions configured_beam_options(const Config& config, int beam);
+// What a command line may change of the search a [decode] section configures
+// (transformer_decode's --beam, --lenpen, --max-len-a, --max-len-b, --greedy, --nbest);
+// an unset value is the section's own.
+struct SearchOverrides {
+  std::optional<int> beam;
+  std::optional<float> alpha;
+  std::optional<int> max_len_a, max_len_b;
+  bool greedy = false;  // beam 1 without length penalty, whatever beam and alpha say
+  int nbest = 1;        // hypotheses per sentence; at most the beam
+};
+
+// The search a run's [decode] section (`decode`) configures, with `overrides` applied,
+// for models whose position table holds `max_positions` (bos and the output take them:
+// outputs are capped at max_positions - 1 tokens). transformer_decode and the trainer's
+// validation BLEU (beam train.valid_beam, greedy when it is 1) both build theirs here.
+BeamOptions configured_beam_options(const DecodeConfig& decode, int max_positions,
+                                    const SearchOverrides& overrides);
+
+// A translation as text: its pieces decoded by `spm` (joined, SentencePiece's
+// normalisation undone), as transformer_decode writes it and the validation BLEU scores it.
+std::string detokenise(const sentencepiece::SentencePieceProcessor& spm,
+                       const TokenSequence& tokens);
 
 }  // namespace thpc

@@ -22,18 +22,20 @@ namespace {
 // and held more memory (bench/RESULTS.md, "validation BLEU's decoding batch").
 constexpr int kBatchTokens = 1024;
 
-std::string detokenise(const sentencepiece::SentencePieceProcessor& spm,
-                       const TokenSequence& tokens) {
-  std::string text;
-  spm.Decode(std::vector<int>(tokens.begin(), tokens.end()), &text);
-  return text;
+// The search of train.valid_beam hypotheses, greedy (no length penalty) when that is 1,
+// otherwise with the run's [decode] length penalty and limits.
+BeamOptions validation_search(const Config& config) {
+  SearchOverrides overrides;
+  overrides.beam = config.train.valid_beam;
+  overrides.greedy = config.train.valid_beam == 1;
+  return configured_beam_options(config.decode, config.model.max_positions, overrides);
 }
 
 }  // namespace
 
 ValidationBleu::ValidationBleu(const Config& config, const Communicator& comm)
     : comm_(comm),
-      options_(configured_beam_options(config, config.train.valid_beam)),
+      options_(validation_search(config)),
       metric_(config.train.valid_metric) {
   const std::vector<std::string> files = find_shards(config.data.dir, config.data.valid);
   // The pairs the validation loss reads (ShardReader drops those a position table cannot
