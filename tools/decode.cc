@@ -118,141 +118,217 @@ std::vector<std::string> read_lines(const std::string& path) {
   return thpc::metrics::read_segments(path);
 }
 
-int run(const Arguments& args) {
-  // Every model of an ensemble is read and checked before anything is translated.
-  const thpc::DecodingCheckpoints ensemble = thpc::read_decoding_checkpoints(args.checkpoints);
+// The special ids every checkpoint's model was trained with (transformer_preprocess's and
+// the trainer's): pad 0, unk 1, bos 2, eos 3.
+const thpc::SpecialIds kIds{};
+
+// Every model of an ensemble, read and checked before anything is translated: their
+// vocabularies must be one (a usage error naming the two files otherwise).
+thpc::DecodingCheckpoints read_checkpoints(const Arguments& args) {
+  thpc::DecodingCheckpoints ensemble = thpc::read_decoding_checkpoints(args.checkpoints);
   const std::string mismatch =
       thpc::ensemble_vocabulary_mismatch(ensemble, !args.spm_model.empty());
   if (!mismatch.empty()) throw thpc::tools::UsageError(mismatch);
+  return ensemble;
+}
+
+// The SentencePiece model that encodes the input and decodes the translations, and what
+// error messages call it (the file, or the checkpoint's copy).
+struct SentencePieceModel {
+  sentencepiece::SentencePieceProcessor processor;
+  std::string name;
+};
+
+// Loads --spm-model, else the model the first checkpoint stores, into `model`, and checks
+// that it is the checkpoints' vocabulary: their size and the special ids. Throws naming
+// the model or the checkpoint.
+void load_sentencepiece_model(const Arguments& args, const thpc::DecodingCheckpoints& ensemble,
+                              SentencePieceModel& model) {
   const thpc::Checkpoint& checkpoint = ensemble.checkpoints.front();
   const std::string& checkpoint_path = ensemble.paths.front();
-  thpc::Config config = ensemble.config;
-  if (args.threads >= 0) config.train.threads = args.threads;
-  const thpc::DecodeConfig& stored = config.decode;
-  const int vocab = ensemble.vocab_size;
-  const int max_positions = ensemble.max_positions;
-
-  sentencepiece::SentencePieceProcessor spm;
-  // What error messages call the model: the file, or the checkpoint's copy.
-  std::string spm_source = args.spm_model;
+  sentencepiece::SentencePieceProcessor& spm = model.processor;
+  model.name = args.spm_model;
   if (!args.spm_model.empty()) {
     const auto status = spm.Load(args.spm_model);
     if (!status.ok()) THPC_FAIL("cannot load SentencePiece model '" << args.spm_model << "': "
                                                                      << status.ToString());
   } else if (!checkpoint.spm_model.empty()) {
-    spm_source = "the SentencePiece model stored in " + checkpoint_path;
+    model.name = "the SentencePiece model stored in " + checkpoint_path;
     const auto status = spm.LoadFromSerializedProto(checkpoint.spm_model);
-    if (!status.ok()) THPC_FAIL("cannot load " << spm_source << ": " << status.ToString());
+    if (!status.ok()) THPC_FAIL("cannot load " << model.name << ": " << status.ToString());
   } else {
     THPC_FAIL("checkpoint " << checkpoint_path << " holds no SentencePiece model (its run "
               << "trained on data without one, e.g. a synthetic task, or predates stored "
               << "models); give --spm-model FILE");
   }
-  if (spm.GetPieceSize() != vocab) {
-    THPC_FAIL(spm_source << ": a vocabulary of " << spm.GetPieceSize() << " pieces, but "
-                         << checkpoint_path << " was trained with " << vocab);
+  if (spm.GetPieceSize() != ensemble.vocab_size) {
+    THPC_FAIL(model.name << ": a vocabulary of " << spm.GetPieceSize() << " pieces, but "
+                         << checkpoint_path << " was trained with " << ensemble.vocab_size);
   }
-  thpc::SpecialIds ids;
-  if (spm.pad_id() != ids.pad || spm.unk_id() != ids.unk || spm.bos_id() != ids.bos ||
-      spm.eos_id() != ids.eos) {
-    THPC_FAIL(spm_source << ": special ids pad/unk/bos/eos are " << spm.pad_id() << "/"
+  if (spm.pad_id() != kIds.pad || spm.unk_id() != kIds.unk || spm.bos_id() != kIds.bos ||
+      spm.eos_id() != kIds.eos) {
+    THPC_FAIL(model.name << ": special ids pad/unk/bos/eos are " << spm.pad_id() << "/"
                          << spm.unk_id() << "/" << spm.bos_id() << "/" << spm.eos_id()
                          << ", the model expects 0/1/2/3");
   }
+}
 
-  const std::vector<std::string> lines = read_lines(args.input);
-  // The longest source the position table holds: eos takes one position.
-  const int longest_source = max_positions - 1;
-  const std::string input_name = args.input == "-" ? "<stdin>" : args.input;
+// The input: its lines as read, and each encoded into the pieces the models translate.
+struct SourceText {
+  std::string name;  // the file, or <stdin>
+  std::vector<std::string> lines;
+  std::vector<thpc::TokenSequence> sources;
+};
+
+// Reads --input and encodes each line with `spm`; a line longer than the position table
+// holds (eos takes one of `max_positions`) is truncated with a warning. A --dump-lines
+// number beyond the input is a usage error, found before anything is encoded.
+SourceText read_source_text(const Arguments& args, const sentencepiece::SentencePieceProcessor& spm,
+                            int max_positions) {
+  SourceText input;
+  input.name = args.input == "-" ? "<stdin>" : args.input;
+  input.lines = read_lines(args.input);
   for (int line : args.dump_lines) {
-    if (line > static_cast<int>(lines.size())) {
-      throw thpc::tools::UsageError("--dump-lines: line " + std::to_string(line) + " is beyond the " +
-                       std::to_string(lines.size()) + " lines of " + input_name);
+    if (line > static_cast<int>(input.lines.size())) {
+      throw thpc::tools::UsageError("--dump-lines: line " + std::to_string(line) +
+                                    " is beyond the " + std::to_string(input.lines.size()) +
+                                    " lines of " + input.name);
     }
   }
-  std::vector<thpc::TokenSequence> sources(lines.size());
-  for (size_t i = 0; i < lines.size(); ++i) {
+  const int longest_source = max_positions - 1;
+  input.sources.resize(input.lines.size());
+  for (size_t i = 0; i < input.lines.size(); ++i) {
     std::vector<int> pieces;
-    spm.Encode(lines[i], &pieces);
+    spm.Encode(input.lines[i], &pieces);
     if (static_cast<int>(pieces.size()) > longest_source) {
       std::cerr << "transformer_decode: warning: line " << i + 1 << " has " << pieces.size()
                 << " tokens; truncated to " << longest_source << " (model.max_positions = "
                 << max_positions << ")\n";
       pieces.resize(longest_source);
     }
-    sources[i].assign(pieces.begin(), pieces.end());
+    input.sources[i].assign(pieces.begin(), pieces.end());
   }
-  // The dumps, in the order of --dump-lines; dump_slot[i] is input line i's, or -1.
-  std::vector<thpc::AttentionDump> dumps(args.dump_lines.size());
-  std::vector<int> dump_slot(lines.size(), -1);
-  for (size_t slot = 0; slot < args.dump_lines.size(); ++slot) {
-    const int line = args.dump_lines[slot];
-    if (sources[line - 1].empty()) {
-      throw thpc::tools::UsageError("--dump-lines: line " + std::to_string(line) + " of " + input_name +
-                       " is empty: it has no translation to show");
-    }
-    dump_slot[line - 1] = static_cast<int>(slot);
-  }
+  return input;
+}
 
+// Where each input line's attention dump goes: the index of its --dump-lines entry, or -1
+// for a line not dumped. A dumped line that is empty (it has no translation) is a usage
+// error.
+std::vector<int> attention_dump_slots(const std::vector<int>& dump_lines, const SourceText& input) {
+  std::vector<int> slot_of_line(input.lines.size(), -1);
+  for (size_t slot = 0; slot < dump_lines.size(); ++slot) {
+    const int line = dump_lines[slot];
+    if (input.sources[line - 1].empty()) {
+      throw thpc::tools::UsageError("--dump-lines: line " + std::to_string(line) + " of " +
+                                    input.name + " is empty: it has no translation to show");
+    }
+    slot_of_line[line - 1] = static_cast<int>(slot);
+  }
+  return slot_of_line;
+}
+
+// The search: the checkpoint's [decode] settings (`stored`) with the command line's
+// overrides, outputs bounded by the smallest position table of the ensemble.
+thpc::BeamOptions search_options(const Arguments& args, const thpc::DecodeConfig& stored,
+                                 int max_positions) {
   thpc::SearchOverrides search = args.search;
   // Sampling draws one translation per sentence unless --beam asks for more; the
   // checkpoint's decode.beam is a search's width.
   if (args.sampling && !search.beam) search.beam = 1;
-  thpc::BeamOptions options = thpc::configured_beam_options(stored, max_positions, search);
-  std::optional<thpc::TreeTokenFilter> tree_filter;
-  if (args.tree_constraints) {
-    std::vector<std::string> pieces;
-    for (int id = 0; id < vocab; ++id) pieces.push_back(spm.IdToPiece(id));
-    try {
-      if (args.tree_leaves.value_or(stored.tree_leaves) == "words") {
-        tree_filter.emplace(pieces, ids, sources);
-      } else {
-        std::vector<int> words;
-        for (const std::string& line : lines) {
-          std::istringstream fields(line);
-          int count = 0;
-          for (std::string word; fields >> word;) ++count;
-          words.push_back(count);
-        }
-        tree_filter.emplace(pieces, ids.eos, std::move(words));
-      }
-    } catch (const thpc::Error& error) {
-      THPC_FAIL("--tree-constraints: " << spm_source << ": " << error.what());
-    }
-    options.filter = &*tree_filter;
-  }
+  return thpc::configured_beam_options(stored, max_positions, search);
+}
 
-  // On the CPU, N threads are N workers, each with its own copy of the model and
-  // single-threaded BLAS, taking whole batches from a shared list: a decoding step is
-  // many small products and loops that BLAS threads cannot share without spinning
-  // (their futex/sched_yield time was most of a 2-thread run), while batches are
-  // independent. A GPU is one worker.
+// --tree-constraints' filter: well-formed linearized trees over each input line's words,
+// the words as placeholders XX or as themselves (--tree-leaves, else the checkpoint's
+// decode.tree_leaves). Throws naming the SentencePiece model when its vocabulary cannot
+// write trees.
+std::unique_ptr<thpc::TreeTokenFilter> make_tree_filter(const Arguments& args,
+                                                        const thpc::DecodeConfig& stored,
+                                                        const SentencePieceModel& spm,
+                                                        const SourceText& input) {
+  std::vector<std::string> pieces;
+  for (int id = 0; id < spm.processor.GetPieceSize(); ++id) {
+    pieces.push_back(spm.processor.IdToPiece(id));
+  }
+  try {
+    if (args.tree_leaves.value_or(stored.tree_leaves) == "words") {
+      return std::make_unique<thpc::TreeTokenFilter>(pieces, kIds, input.sources);
+    }
+    std::vector<int> words;
+    for (const std::string& line : input.lines) {
+      std::istringstream fields(line);
+      int count = 0;
+      for (std::string word; fields >> word;) ++count;
+      words.push_back(count);
+    }
+    return std::make_unique<thpc::TreeTokenFilter>(pieces, kIds.eos, std::move(words));
+  } catch (const thpc::Error& error) {
+    THPC_FAIL("--tree-constraints: " << spm.name << ": " << error.what());
+  }
+}
+
+// Who translates what: the batches, and the backends of the workers that take them, one
+// each.
+struct Workers {
+  std::vector<thpc::DecodeBatch> batches;
   std::vector<std::unique_ptr<thpc::Backend>> backends;
-  backends.push_back(thpc::make_backend(config.train));
+  bool one_thread_each = false;  // each worker's ops and BLAS run on its own thread only
+};
+
+// On the CPU, N threads are N workers, each with its own copy of the model and
+// single-threaded BLAS, taking whole batches from a shared list: a decoding step is
+// many small products and loops that BLAS threads cannot share without spinning
+// (their futex/sched_yield time was most of a 2-thread run), while batches are
+// independent. A GPU is one worker.
+Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
+                     const std::vector<thpc::TokenSequence>& sources,
+                     const thpc::BeamOptions& options) {
+  Workers plan;
+  plan.backends.push_back(thpc::make_backend(train));
+  const bool on_cpu = plan.backends.front()->host_memory();
   int workers = 1;
-  if (backends.front()->host_memory()) {
-    workers = config.train.threads > 0
-                  ? config.train.threads
+  if (on_cpu) {
+    workers = train.threads > 0
+                  ? train.threads
                   : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
   // Samples are drawn from rows whose last bits depend on the batch's shape and on the
   // threads that computed them: when sampling, the batches are --batch-tokens' alone and
   // every worker has one thread (also the only worker of fewer batches than --threads),
   // so that --threads changes no sample.
-  const std::vector<thpc::DecodeBatch> batches = thpc::make_decode_batches(
-      sources, options, args.batch_tokens, args.sampling ? 1 : workers);
-  workers = std::max(1, std::min<int>(workers, static_cast<int>(batches.size())));
-  const bool one_thread_each = workers > 1 || (args.sampling && backends.front()->host_memory());
-  if (one_thread_each) {
-    thpc::TrainConfig single_threaded = config.train;
+  plan.batches = thpc::make_decode_batches(sources, options, args.batch_tokens,
+                                           args.sampling ? 1 : workers);
+  workers = std::max(1, std::min<int>(workers, static_cast<int>(plan.batches.size())));
+  plan.one_thread_each = workers > 1 || (args.sampling && on_cpu);
+  if (plan.one_thread_each) {
+    thpc::TrainConfig single_threaded = train;
     single_threaded.threads = 1;
-    while (static_cast<int>(backends.size()) < workers) {
-      backends.push_back(thpc::make_backend(single_threaded));
+    while (static_cast<int>(plan.backends.size()) < workers) {
+      plan.backends.push_back(thpc::make_backend(single_threaded));
     }
     thpc::set_cpu_threads(1);  // process-wide (the ops' loops and BLAS): each worker has one
   }
+  return plan;
+}
 
-  std::vector<std::vector<thpc::Hypothesis>> results(lines.size());
+// What the workers found: each input line's hypotheses, best first (none for an empty
+// line), and the attention of the --dump-lines lines' best translations, in their order.
+struct Translations {
+  std::vector<std::vector<thpc::Hypothesis>> hypotheses;
+  std::vector<thpc::AttentionDump> dumps;
+};
+
+// Translates every batch, the workers taking them in turn from a shared list, with a
+// progress line. The first failure stops the others after their current batch and is
+// rethrown.
+Translations translate_batches(const Arguments& args, const thpc::DecodingCheckpoints& ensemble,
+                               const SourceText& input, const thpc::BeamOptions& options,
+                               const std::vector<int>& dump_slot, Workers plan) {
+  const std::vector<thpc::DecodeBatch>& batches = plan.batches;
+  const int workers = static_cast<int>(plan.backends.size());
+  Translations found;
+  found.hypotheses.resize(input.lines.size());
+  found.dumps.resize(args.dump_lines.size());
   std::atomic<size_t> next_batch{0};
   std::vector<std::exception_ptr> failures(workers);
   size_t sentences = 0;
@@ -266,22 +342,25 @@ int run(const Arguments& args) {
       // OpenBLAS reads it at every call (it ran a worker's GEMMs on every core: 3 workers
       // on 2 cores spent 4 times the CPU time of one, and rounded a base model's rows
       // differently, which changed a sample).
-      if (one_thread_each) thpc::set_cpu_threads(1);
-      const auto models = ensemble.build_models(ids, *backend);
+      if (plan.one_thread_each) thpc::set_cpu_threads(1);
+      const auto models = ensemble.build_models(kIds, *backend);
       std::vector<thpc::Transformer*> model_pointers;
       for (const auto& model : models) model_pointers.push_back(model.get());
       thpc::Transformer& model = *models.front();  // the attention dumps show the first's
       for (size_t b = next_batch++; b < batches.size(); b = next_batch++) {
         // Each sentence belongs to one batch: the workers write disjoint elements.
-        thpc::translate_batch(model_pointers, args.weights, ids, sources, batches[b], options,
-                              args.sampling ? &*args.sampling : nullptr, results);
+        thpc::translate_batch(model_pointers, args.weights, kIds, input.sources, batches[b],
+                              options, args.sampling ? &*args.sampling : nullptr,
+                              found.hypotheses);
         progress.advance(static_cast<int64_t>(batches[b].members.size()));
         // The weights of each dumped line's best translation, by a forward pass over it
         // (the search's cache keeps none); it leaves nothing the next batch reads.
         for (const size_t i : batches[b].members) {
           if (dump_slot[i] < 0) continue;
-          dumps[dump_slot[i]] = thpc::capture_attention(model, sources[i], results[i][0].tokens, ids);
-          dumps[dump_slot[i]].line = static_cast<int>(i) + 1;
+          thpc::AttentionDump& dump = found.dumps[dump_slot[i]];
+          dump = thpc::capture_attention(model, input.sources[i], found.hypotheses[i][0].tokens,
+                                         kIds);
+          dump.line = static_cast<int>(i) + 1;
         }
       }
     } catch (...) {
@@ -291,53 +370,95 @@ int run(const Arguments& args) {
   };
   std::vector<std::thread> helpers;
   for (int worker = 1; worker < workers; ++worker) {
-    helpers.emplace_back(work, worker, std::move(backends[worker]));
+    helpers.emplace_back(work, worker, std::move(plan.backends[worker]));
   }
-  work(0, std::move(backends[0]));
+  work(0, std::move(plan.backends[0]));
   for (std::thread& helper : helpers) helper.join();
   for (const std::exception_ptr& failure : failures) {
     if (failure) std::rethrow_exception(failure);
   }
   progress.finish();
+  return found;
+}
 
-  const auto detokenise = [&](const thpc::TokenSequence& tokens) {
-    return thpc::detokenise(spm, tokens);
-  };
-  const auto write_translations = [&](std::ostream& out) {
-    for (size_t i = 0; i < lines.size(); ++i) {
-      if (options.nbest == 1) {
-        out << (results[i].empty() ? std::string() : detokenise(results[i][0].tokens)) << "\n";
-        continue;
-      }
-      for (const thpc::Hypothesis& h : results[i]) {
-        out << i << " ||| " << detokenise(h.tokens) << " ||| " << std::fixed
-            << std::setprecision(4) << h.score << "\n";
-      }
-      if (results[i].empty()) out << i << " |||  ||| 0.0000\n";
+// The translations, one line per input line in input order: its best, or with --nbest
+// K > 1 each hypothesis as `INDEX ||| text ||| score` (an empty line's: one with no
+// text, score 0).
+void write_translations(std::ostream& out, const Translations& found, int nbest,
+                        const sentencepiece::SentencePieceProcessor& spm) {
+  for (size_t i = 0; i < found.hypotheses.size(); ++i) {
+    const std::vector<thpc::Hypothesis>& hypotheses = found.hypotheses[i];
+    if (nbest == 1) {
+      out << (hypotheses.empty() ? std::string() : thpc::detokenise(spm, hypotheses[0].tokens))
+          << "\n";
+      continue;
     }
-  };
+    for (const thpc::Hypothesis& h : hypotheses) {
+      out << i << " ||| " << thpc::detokenise(spm, h.tokens) << " ||| " << std::fixed
+          << std::setprecision(4) << h.score << "\n";
+    }
+    if (hypotheses.empty()) out << i << " |||  ||| 0.0000\n";
+  }
+}
+
+// Writes the translations to --output: standard output, or a file written all at once
+// through a temporary one, so that an interrupted decode leaves no half file.
+void write_output(const Arguments& args, const Translations& found, int nbest,
+                  const sentencepiece::SentencePieceProcessor& spm) {
+  const auto write = [&](std::ostream& out) { write_translations(out, found, nbest, spm); };
   if (args.output == "-") {
-    write_translations(std::cout);
+    write(std::cout);
     std::cout.flush();
     if (!std::cout) THPC_FAIL("writing the output failed");
   } else {
-    // All at once through a temporary file: an interrupted decode leaves no half file.
-    thpc::write_text_atomically(args.output, "output file " + args.output, write_translations);
+    thpc::write_text_atomically(args.output, "output file " + args.output, write);
   }
+}
 
+// Writes the --dump-lines lines' attention to --dump-attention with their text and
+// pieces (decode/attention_dump.h has the layout), naming the checkpoint they came from.
+void write_attention_file(const Arguments& args, const thpc::DecodingCheckpoints& ensemble,
+                          const SourceText& input, Translations& found,
+                          const sentencepiece::SentencePieceProcessor& spm) {
+  const auto pieces_of = [&](const thpc::TokenSequence& ids_of_pieces) {
+    std::vector<std::string> pieces;
+    for (int32_t id : ids_of_pieces) pieces.push_back(spm.IdToPiece(id));
+    return pieces;
+  };
+  for (thpc::AttentionDump& dump : found.dumps) {
+    dump.source_text = input.lines[dump.line - 1];
+    dump.target_text = thpc::detokenise(spm, found.hypotheses[dump.line - 1][0].tokens);
+    dump.source_tokens = pieces_of(dump.source_ids);
+    dump.target_tokens = pieces_of(dump.target_ids);
+  }
+  thpc::write_attention_dumps(args.dump_attention, found.dumps, ensemble.paths.front());
+}
+
+int run(const Arguments& args) {
+  const thpc::DecodingCheckpoints ensemble = read_checkpoints(args);
+  // The first checkpoint's [train] gives the backend and its threads, its [decode] the
+  // search's defaults.
+  thpc::TrainConfig train = ensemble.config.train;
+  if (args.threads >= 0) train.threads = args.threads;
+  const thpc::DecodeConfig& stored = ensemble.config.decode;
+  SentencePieceModel spm;
+  load_sentencepiece_model(args, ensemble, spm);
+  const SourceText input = read_source_text(args, spm.processor, ensemble.max_positions);
+  const std::vector<int> dump_slot = attention_dump_slots(args.dump_lines, input);
+
+  thpc::BeamOptions options = search_options(args, stored, ensemble.max_positions);
+  std::unique_ptr<thpc::TreeTokenFilter> tree_filter;
+  if (args.tree_constraints) {
+    tree_filter = make_tree_filter(args, stored, spm, input);
+    options.filter = tree_filter.get();
+  }
+  Workers plan = plan_workers(args, train, input.sources, options);
+  Translations found =
+      translate_batches(args, ensemble, input, options, dump_slot, std::move(plan));
+
+  write_output(args, found, options.nbest, spm.processor);
   if (!args.dump_attention.empty()) {
-    auto pieces_of = [&](const thpc::TokenSequence& ids_of_pieces) {
-      std::vector<std::string> pieces;
-      for (int32_t id : ids_of_pieces) pieces.push_back(spm.IdToPiece(id));
-      return pieces;
-    };
-    for (thpc::AttentionDump& dump : dumps) {
-      dump.source_text = lines[dump.line - 1];
-      dump.target_text = detokenise(results[dump.line - 1][0].tokens);
-      dump.source_tokens = pieces_of(dump.source_ids);
-      dump.target_tokens = pieces_of(dump.target_ids);
-    }
-    thpc::write_attention_dumps(args.dump_attention, dumps, checkpoint_path);
+    write_attention_file(args, ensemble, input, found, spm.processor);
   }
   return 0;
 }
