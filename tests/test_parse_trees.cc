@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -196,6 +197,43 @@ TEST(Trees, MalformedFileLeavesNoOutput) {
   }
   EXPECT_EQ(run_process(kTrees + " frobnicate --output x a.mrg").exit_code, 2);
   EXPECT_EQ(run_process(kTrees + " linearize a.mrg").exit_code, 2);
+  fs::remove_all(dir);
+}
+
+// The command line is Boost's, as every other tool's (tools/tool_main.h): --name=value
+// works as --name value, --help lists every option with its default, and a missing value
+// is a bad command line naming the option.
+TEST(Trees, CommandLineTakesTheOtherToolsForms) {
+  const fs::path dir = fresh_directory("thpc_trees_command_line");
+  const std::string mrg = (dir / "one.mrg").string();
+  {
+    std::ofstream one(mrg);
+    one << "( (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)) )\n";
+  }
+  const std::string prefix = (dir / "one").string();
+  const auto linearized =
+      run_process(kTrees + " linearize --leaves=words --output=" + prefix + " " + mrg);
+  ASSERT_EQ(linearized.exit_code, 0) << linearized.output;
+  EXPECT_EQ(read_file(prefix + ".tree"), "(S (NP The cat ) (VP sat ) . )\n");
+
+  const auto help = run_process(kTrees + " -h");
+  EXPECT_EQ(help.exit_code, 0) << help.output;
+  for (const char* option : {"--output PREFIX|OUT", "--leaves XX|words (=XX)", "--words W",
+                             "--tags T", "--input SEQ"}) {
+    EXPECT_NE(help.output.find(option), std::string::npos) << option << "\n" << help.output;
+  }
+
+  const auto missing = run_process(kTrees + " linearize " + mrg + " --output");
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_EQ(lines_of(missing.output).size(), 1u) << missing.output;
+  EXPECT_NE(missing.output.find("'--output'"), std::string::npos) << missing.output;
+
+  const auto leaves = run_process(kTrees + " linearize --leaves tags --output " + prefix + " " + mrg);
+  EXPECT_EQ(leaves.exit_code, 2) << leaves.output;
+  EXPECT_NE(leaves.output.find("transformer_trees: --leaves: tree leaves 'tags': expected XX or "
+                               "words (see --help)"),
+            std::string::npos)
+      << leaves.output;
   fs::remove_all(dir);
 }
 

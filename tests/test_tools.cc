@@ -26,6 +26,8 @@ struct Tool {
   std::vector<std::string> help_mentions;
   // Arguments that make the program fail at run time (a file that does not exist).
   std::string failing_arguments;
+  // An option that takes a value, as the user spells it, and how the error names it.
+  std::string option_with_value, option_named = option_with_value;
 };
 
 const std::vector<Tool>& tools() {
@@ -35,38 +37,39 @@ const std::vector<Tool>& tools() {
         "--shards arg (=1)", "--max-len arg (=250)", "--max-ratio arg (=9)", "--seed arg (=1)",
         "--threads arg (=0)", "--spm-sentences arg (=10000000)"},
        "--source-lang en --target-lang de --trainpref /nonexistent/train "
-       "--validpref /nonexistent/valid --destdir /nonexistent/out"},
+       "--validpref /nonexistent/valid --destdir /nonexistent/out", "--vocab-size"},
       {"transformer_decode",
        {"usage: transformer_decode", "--input arg (=-)", "--output arg (=-)",
         "--batch-tokens arg (=4096)", "--nbest arg (=1)",
         // Boost wraps the descriptions: fragments within one line.
         "(default: the checkpoint's decode.beam", "decode.alpha", "decode.max_len_a/b",
         "one stored in the checkpoint)", "(default: the checkpoint's train.threads)"},
-       "--checkpoint /nonexistent.h5 --spm-model /nonexistent.model < /dev/null"},
+       "--checkpoint /nonexistent.h5 --spm-model /nonexistent.model < /dev/null", "--beam"},
       {"transformer_average",
        {"usage: transformer_average", "--inputs", "--last", "--output"},
-       "--inputs /nonexistent.h5 --output /nonexistent/average.h5"},
+       "--inputs /nonexistent.h5 --output /nonexistent/average.h5", "--output"},
       {"transformer_data_stats",
        {"usage: transformer_data_stats", "--prefix arg (=train)",
         "--tokens-per-step arg (=25000)", "--ranks arg (=1)", "--accumulate arg (=1)",
         "--epochs arg (=1)", "--memory-mb arg (=4096)"},
-       "/nonexistent"},
+       "/nonexistent", "--prefix"},
       {"transformer_bench_step",
        {"transformer_bench_step options", "--config arg (=input/base.ini)",
         "--tokens arg (=25000)", "--steps arg (=60)", "--warmup-steps arg (=15)",
         "--vocab arg (=37000)", "--backend arg (=auto)", "--precision arg (=bf16)",
         "--peak-tflops arg (=790)"},
-       "--config /nonexistent.ini"},
+       "--config /nonexistent.ini", "--steps"},
       {"transformer_score",
        {"usage: transformer_score", "(default: standard input)", "13a (default)",
         "exp (default)", "(default 0.1)", "(default 4)", "(default 1)"},
-       "/nonexistent.ref -i /nonexistent.hyp"},
+       "/nonexistent.ref -i /nonexistent.hyp", "-tok", "--tokenize"},
       {"transformer_evalb",
        {"usage: transformer_evalb", "(default: EVALB's built-in defaults)"},
-       "/nonexistent.gold /nonexistent.test"},
+       "/nonexistent.gold /nonexistent.test", "-e"},
       {"transformer_trees",
-       {"usage: transformer_trees", "SEQ or standard input"},
-       "linearize --output /nonexistent/out /nonexistent.mrg"},
+       {"usage: transformer_trees", "SEQ or standard input", "--leaves XX|words (=XX)",
+        "--input SEQ"},
+       "linearize --output /nonexistent/out /nonexistent.mrg", "--output"},
   };
   return all;
 }
@@ -86,26 +89,40 @@ TEST(Tools, HelpExitsZeroAndShowsTheDefaults) {
   }
 }
 
+// The program run with `arguments` exits `exit_code` after one line that begins with
+// `start` and holds each of `mentions`.
+void expect_one_line_failure(const Tool& tool, const std::string& arguments, int exit_code,
+                             const std::string& start, const std::vector<std::string>& mentions) {
+  SCOPED_TRACE(tool.name);
+  const ProcessResult result = run_process(program(tool) + " " + arguments);
+  EXPECT_EQ(result.exit_code, exit_code) << result.output;
+  EXPECT_EQ(lines_of(result.output).size(), 1u) << result.output;
+  EXPECT_EQ(result.output.rfind(start, 0), 0u) << result.output;
+  for (const std::string& mention : mentions) {
+    EXPECT_NE(result.output.find(mention), std::string::npos) << result.output;
+  }
+}
+
 TEST(Tools, BadCommandLineExitsTwoWithOneLineNamingTheProgram) {
   for (const Tool& tool : tools()) {
-    SCOPED_TRACE(tool.name);
-    const ProcessResult result = run_process(program(tool) + " --no-such-option");
-    EXPECT_EQ(result.exit_code, 2) << result.output;
-    EXPECT_EQ(lines_of(result.output).size(), 1u) << result.output;
-    EXPECT_EQ(result.output.rfind(tool.name + ": ", 0), 0u) << result.output;
-    EXPECT_NE(result.output.find("--no-such-option"), std::string::npos) << result.output;
-    EXPECT_NE(result.output.find("(see --help)"), std::string::npos) << result.output;
+    expect_one_line_failure(tool, "--no-such-option", 2, tool.name + ": ",
+                            {"--no-such-option", "(see --help)"});
+  }
+}
+
+// An option given last without its value: a bad command line whose one line names the
+// option as the tool spells it (-e, not Boost's "--e" for a short-only option).
+TEST(Tools, MissingValueExitsTwoNamingTheOption) {
+  for (const Tool& tool : tools()) {
+    expect_one_line_failure(tool, tool.option_with_value, 2, tool.name + ": ",
+                            {"'" + tool.option_named + "'", "(see --help)"});
   }
 }
 
 TEST(Tools, RuntimeFailureExitsOneWithOneLineNamingTheProgram) {
   for (const Tool& tool : tools()) {
-    SCOPED_TRACE(tool.name);
-    const ProcessResult result = run_process(program(tool) + " " + tool.failing_arguments);
-    EXPECT_EQ(result.exit_code, 1) << result.output;
-    EXPECT_EQ(lines_of(result.output).size(), 1u) << result.output;
-    EXPECT_EQ(result.output.rfind(tool.name + ": error: ", 0), 0u) << result.output;
-    EXPECT_NE(result.output.find("/nonexistent"), std::string::npos) << result.output;
+    expect_one_line_failure(tool, tool.failing_arguments, 1, tool.name + ": error: ",
+                            {"/nonexistent"});
   }
 }
 

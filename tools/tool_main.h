@@ -6,8 +6,8 @@
 // A tool declares a Boost.Program_options description whose values are bound to its
 // variables (po::value(&field)->default_value(field), so that --help shows every
 // default) and parses it with parse_options() below; transformer_score passes
-// kSingleDashLongNames to take sacreBLEU's spellings (-tok, -lc, -sv). (transformer_trees
-// still parses its subcommands by hand.)
+// kSingleDashLongNames to take sacreBLEU's spellings (-tok, -lc, -sv), and
+// transformer_trees takes its subcommand as the first positional argument.
 #pragma once
 
 #include <boost/program_options.hpp>
@@ -71,6 +71,25 @@ constexpr int kSingleDashLongNames =
      boost::program_options::command_line_style::allow_long_disguise) &
     ~boost::program_options::command_line_style::allow_guessing;
 
+// Boost's message for a bad command line, naming an option that has only a short name
+// (transformer_evalb's -e) as the user spells it: Boost writes it with two dashes, as if
+// it were a long name ("option '--e'"), which the tool does not take.
+inline std::string message_naming_option(
+    const boost::program_options::error_with_option_name& error,
+    const boost::program_options::options_description& options) {
+  std::string message = error.what();
+  const std::string named = error.get_option_name();
+  const bool short_only = named.size() == 3 && named.compare(0, 2, "--") == 0 &&
+                          options.find_nothrow(named.substr(1), false) != nullptr &&
+                          options.find_nothrow(named.substr(2), false) == nullptr;
+  const std::string quoted = "'" + named + "'";
+  const size_t at = message.find(quoted);
+  if (short_only && at != std::string::npos) {
+    message.replace(at, quoted.size(), "'" + named.substr(1) + "'");
+  }
+  return message;
+}
+
 // Parses argv against `options` (and `positional`, if any) in `style`. Without --help, stores the
 // values into the variables they are bound to and checks required options; Boost's
 // errors (an unknown option, a missing or malformed value) become thpc::Error, which
@@ -89,6 +108,8 @@ inline boost::program_options::variables_map parse_options(
                   .run(),
               values);
     if (!values.count("help")) po::notify(values);
+  } catch (const po::error_with_option_name& error) {
+    THPC_FAIL(message_naming_option(error, options));
   } catch (const po::error& error) {
     THPC_FAIL(error.what());
   }

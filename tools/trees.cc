@@ -34,7 +34,9 @@ namespace {
 namespace fs = std::filesystem;
 using thpc::parse::TreeNode;
 
-constexpr const char* kUsage =
+namespace po = boost::program_options;
+
+constexpr const char* kUsageHead =
     "usage: transformer_trees linearize [--leaves XX|words] --output PREFIX FILE.mrg ...\n"
     "       transformer_trees delinearize --words W --tags T [--input SEQ] --output OUT\n"
     "       transformer_trees baseline --words W --tags T --output OUT\n"
@@ -46,7 +48,9 @@ constexpr const char* kUsage =
     "delinearize  decoded sequences (SEQ or standard input) + the sentences' words and tags\n"
     "             -> trees for transformer_evalb; bad sequences are repaired, or replaced\n"
     "             by the right-branching tree when they hold no constituent\n"
-    "baseline     the right-branching tree of every sentence\n";
+    "baseline     the right-branching tree of every sentence\n"
+    "\n"
+    "options";
 
 struct CommandLine {
   std::string command;
@@ -56,9 +60,41 @@ struct CommandLine {
   std::string input_path;  // "" = standard input
   std::vector<std::string> files;
   thpc::parse::TreeLeaves leaves = thpc::parse::TreeLeaves::kPlaceholder;
-  bool leaves_given = false;
   bool help = false;
 };
+
+// The options --help shows, bound to `command` (--leaves to `leaves`, its name), and with
+// `with_positionals` the subcommand and the .mrg files too.
+po::options_description describe(CommandLine& command, std::string& leaves,
+                                 bool with_positionals) {
+  po::options_description options(kUsageHead);
+  options.add_options()
+      ("help,h", "print this text and exit")
+      ("output", po::value(&command.output)->value_name("PREFIX|OUT"),
+       "linearize: the prefix of the four files it writes; delinearize, baseline: the file "
+       "of the trees (required)")
+      ("leaves", po::value(&leaves)->value_name("XX|words")->default_value(leaves),
+       "linearize: the trees' word tokens, the placeholder XX or the words themselves")
+      ("words", po::value(&command.words_path)->value_name("W"),
+       "delinearize, baseline: the sentences' words, one sentence per line (PREFIX.words; "
+       "required)")
+      ("tags", po::value(&command.tags_path)->value_name("T"),
+       "delinearize, baseline: their part-of-speech tags, one sentence per line "
+       "(PREFIX.tags; required)")
+      ("input", po::value(&command.input_path)->value_name("SEQ"),
+       "delinearize: the decoded sequences, one per line (default: standard input)");
+  if (with_positionals) {
+    options.add_options()("command", po::value(&command.command))(
+        "files", po::value(&command.files));
+  }
+  return options;
+}
+
+std::string usage() {
+  CommandLine command;
+  std::string leaves = "XX";
+  return thpc::tools::usage_text(describe(command, leaves, /*with_positionals=*/false));
+}
 
 // The files a command writes: PREFIX.{words,tree,tags,gold} for linearize, OUT otherwise.
 std::vector<std::string> output_paths(const CommandLine& command) {
@@ -70,33 +106,12 @@ std::vector<std::string> output_paths(const CommandLine& command) {
 
 CommandLine parse_command_line(int argc, char** argv) {
   CommandLine command;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) THPC_FAIL(arg << " needs a value");
-      return argv[++i];
-    };
-    if (arg == "-h" || arg == "--help") {
-      command.help = true;
-    } else if (arg == "--output") {
-      command.output = value();
-    } else if (arg == "--words") {
-      command.words_path = value();
-    } else if (arg == "--tags") {
-      command.tags_path = value();
-    } else if (arg == "--input") {
-      command.input_path = value();
-    } else if (arg == "--leaves") {
-      command.leaves = thpc::parse::tree_leaves_from_name(value());
-      command.leaves_given = true;
-    } else if (arg.size() > 1 && arg[0] == '-') {
-      THPC_FAIL("unknown option " << arg);
-    } else if (command.command.empty()) {
-      command.command = arg;
-    } else {
-      command.files.push_back(arg);
-    }
-  }
+  std::string leaves = "XX";
+  po::positional_options_description positionals;
+  positionals.add("command", 1).add("files", -1);
+  const po::variables_map values = thpc::tools::parse_options(
+      describe(command, leaves, /*with_positionals=*/true), argc, argv, positionals);
+  command.help = values.count("help") > 0;
   if (command.help) return command;
   if (command.command != "linearize" && command.command != "delinearize" &&
       command.command != "baseline") {
@@ -104,10 +119,16 @@ CommandLine parse_command_line(int argc, char** argv) {
               << command.command << "'");
   }
   if (command.output.empty()) THPC_FAIL(command.command << " needs --output");
+  const bool leaves_given = !values["leaves"].defaulted();
   if (command.command == "linearize") {
     if (command.files.empty()) THPC_FAIL("linearize needs at least one .mrg file");
+    try {
+      command.leaves = thpc::parse::tree_leaves_from_name(leaves);
+    } catch (const thpc::Error& error) {
+      THPC_FAIL("--leaves: " << error.what());
+    }
   } else {
-    if (command.leaves_given) THPC_FAIL("--leaves belongs to linearize");
+    if (leaves_given) THPC_FAIL("--leaves belongs to linearize");
     if (command.words_path.empty() || command.tags_path.empty()) {
       THPC_FAIL(command.command << " needs --words and --tags");
     }
@@ -233,7 +254,7 @@ int reconstruct(const CommandLine& command) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return thpc::tools::tool_main("transformer_trees", kUsage, argc, argv, parse_command_line,
+  return thpc::tools::tool_main("transformer_trees", usage(), argc, argv, parse_command_line,
                                 [](const CommandLine& command) {
                                   return command.command == "linearize"
                                              ? linearize_files(command)
