@@ -17,8 +17,8 @@
 
 #include "common/error.h"
 #include "config/config.h"
-#include "dist/communicator.h"
-#include "dist/mpi_sanitizer_options.h"
+#include "distributed/communicator.h"
+#include "distributed/mpi_sanitizer_options.h"
 #include "model/params.h"
 #include "model/transformer.h"
 #include "train/footprint.h"

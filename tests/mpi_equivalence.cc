@@ -20,8 +20,8 @@
 #include <set>
 
 #include "config/config.h"
-#include "dist/communicator.h"
-#include "dist/mpi_sanitizer_options.h"
+#include "distributed/communicator.h"
+#include "distributed/mpi_sanitizer_options.h"
 #include "train/trainer.h"
 
 namespace thpc {

@@ -19,7 +19,7 @@
 #include "cuda_twin.h"
 #include "data_dir.h"
 #include "data/preprocess.h"
-#include "dist/gradient_reducer.h"
+#include "distributed/gradient_reducer.h"
 #include "model/transformer.h"
 #include "train/trainer.h"
 

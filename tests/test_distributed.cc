@@ -19,8 +19,8 @@
 #include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
-#include "dist/communicator.h"
-#include "dist/gradient_reducer.h"
+#include "distributed/communicator.h"
+#include "distributed/gradient_reducer.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/transformer.h"
 

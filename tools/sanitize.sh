@@ -24,7 +24,7 @@ cmake --build "$build" -j2
 # Leaks are checked (LeakSanitizer); .ci/lsan.supp names the allocations of Open MPI
 # that live until exit, by the MPI functions on their full stacks: the two programs that
 # start MPI (transformer_hpc, mpi_equivalence) record full stacks by their own default
-# (src/dist/mpi_sanitizer_options.h); everything else keeps the fast unwinder, which
+# (src/distributed/mpi_sanitizer_options.h); everything else keeps the fast unwinder, which
 # this variable must therefore not override.
 export ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1
 export LSAN_OPTIONS=suppressions=$PWD/.ci/lsan.supp:print_suppressions=0

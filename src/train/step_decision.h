@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "dist/communicator.h"
+#include "distributed/communicator.h"
 #include "train/divergence.h"
 
 namespace thpc {

@@ -20,7 +20,7 @@
 
 #include "config/config.h"
 #include "decode/beam_search.h"
-#include "dist/communicator.h"
+#include "distributed/communicator.h"
 #include "metrics/bleu.h"
 #include "metrics/chrf.h"
 #include "model/transformer.h"

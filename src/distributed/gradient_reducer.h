@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "dist/communicator.h"
+#include "distributed/communicator.h"
 #include "kernels/ops.h"
 
 namespace thpc {

@@ -1,5 +1,5 @@
-// The MPI error check shared by the files of src/dist that call MPI (communicator.cc,
-// mpi_reducer.cc); not for use outside src/dist.
+// The MPI error check shared by the files of src/distributed that call MPI (communicator.cc,
+// mpi_reducer.cc); not for use outside src/distributed.
 #pragma once
 
 namespace thpc {

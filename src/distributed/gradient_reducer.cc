@@ -1,4 +1,4 @@
-#include "dist/gradient_reducer.h"
+#include "distributed/gradient_reducer.h"
 
 #include <algorithm>
 

@@ -18,7 +18,7 @@
 // polled with the same dist.timeout_s. On a non-blocking communicator any call may
 // return ncclInProgress, and the next call must wait until ncclCommGetAsyncError says
 // ncclSuccess (wait_ready).
-#include "dist/gradient_reducer.h"
+#include "distributed/gradient_reducer.h"
 
 #include "common/error.h"
 

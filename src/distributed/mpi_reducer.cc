@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "common/error.h"
-#include "dist/gradient_reducer.h"
-#include "dist/mpi_check.h"
+#include "distributed/gradient_reducer.h"
+#include "distributed/mpi_check.h"
 
 namespace thpc {
 namespace {

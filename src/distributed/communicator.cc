@@ -1,4 +1,4 @@
-#include "dist/communicator.h"
+#include "distributed/communicator.h"
 
 #include <mpi.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 
 #include "common/error.h"
 #include "common/sha256.h"
-#include "dist/mpi_check.h"
+#include "distributed/mpi_check.h"
 
 namespace thpc {
 namespace {
