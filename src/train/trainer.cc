@@ -822,13 +822,72 @@ const BestValidation& best_of(const ValidationRecord& record, const std::string&
 
 }  // namespace
 
-RunEnd Trainer::run(std::ostream& log) {
+// The state of one run() between its phases: where rank 0 writes, the clocks of the
+// checkpoint schedule and of train.max_minutes, and the counts behind the progress lines
+// and the summary.
+struct Trainer::RunProgress {
   using Clock = std::chrono::steady_clock;
+
+  explicit RunProgress(std::ostream& log) : out(log) {}
+  double seconds_since_start() const {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  }
+
+  std::ostream& out;     // the log on rank 0, a silent stream on the others
+  MetricsFile metrics;   // rank 0's metrics.jsonl and event file; none on the others
+  int64_t stop_at_step = 0;  // test_stop_step()
+  int64_t first_step = 0;    // the completed step training began from
+  int64_t last_saved_step = -1;  // the step of the newest checkpoint on disk; -1 none
+  Clock::time_point start;           // the wall clock of the progress lines and summary
+  Clock::time_point interval_start;  // the wall clock at the last progress line
+  int64_t interval_first_step = 0;   // the step before the interval's first
+  int64_t interval_tgt_tokens = 0, total_tgt_tokens = 0;
+  double last_save = 0.0;       // checkpoint_clock_() at the last checkpoint (or the start)
+  double training_start = 0.0;  // checkpoint_clock_() when training began
+  int64_t steps_trained = 0;  // updates this process applied (a rollback repeats steps)
+  bool stopped_by_patience = false;
+  // The detector's counts at the start: the summary gives this run()'s share.
+  DivergenceState divergence_at_start;
+  StepStats last;  // the last step applied
+};
+
+RunEnd Trainer::run(std::ostream& log) {
   const StopSignalGuard stop_signals;
-  const int64_t stop_at_step = test_stop_step();
   // Rank 0 speaks for the job; the other ranks' lines would only repeat it.
   std::ostream silent(nullptr);
-  std::ostream& out = comm_.is_root() ? log : silent;
+  RunProgress run(comm_.is_root() ? log : silent);
+  if (!start_up(run.out)) return RunEnd::Stopped;
+  begin_training(run);
+  while (completed_steps_ < config_.train.max_steps) {
+    StepStats stats = compute_step();
+    const DivergenceVerdict verdict = detector_->judge(stats.loss, stats.grad_norm);
+    StepDecision decision = decide_step(stats, verdict.kind, run);
+    if (decision.divergence != DivergenceKind::None) {
+      const AfterStep next = after_divergent_step(stats, verdict, decision, run);
+      if (next == AfterStep::NextStep) continue;
+      if (next == AfterStep::EndTraining) break;
+      return next == AfterStep::Stopped ? RunEnd::Stopped : RunEnd::Diverged;
+    }
+    apply_update(stats);
+    count_trained_step(stats, run);
+    if (stats.step % config_.train.log_every == 0 || stats.step == config_.train.max_steps) {
+      log_progress(run);
+    }
+    const bool validation_due =
+        valid_source_ &&
+        (stats.step % config_.train.valid_every == 0 || stats.step == config_.train.max_steps);
+    std::optional<ValidationStats> valid;
+    if (validation_due) valid = validate();
+    agree_on_late_stop_signal(validation_due, decision, valid, run);
+    if (valid) record_validation(*valid, run);
+    if (decision.stop_signal != 0) return stop_by_signal(decision.stop_signal, run);
+    if (decision.checkpoint_due) save_completed_step(run);
+    if (ends_training_early(decision, run)) break;
+  }
+  return finish_training(run);
+}
+
+bool Trainer::start_up(std::ostream& out) {
   out << "training " << model_->params().count() << " parameters on " << backend_->name()
       << " for " << config_.train.max_steps << " steps on " << comm_.size() << " rank"
       << (comm_.size() > 1 ? "s" : "") << std::endl;
@@ -836,244 +895,215 @@ RunEnd Trainer::run(std::ostream& log) {
   if (valid_source_) valid_source_->print_notes(out, "data.valid");
   // A signal during start-up (before run(): main installed the handler first) or while a
   // checkpoint was read ends the run here; the state is what is on disk already.
-  if (stopped_before_training(out)) return RunEnd::Stopped;
+  if (stopped_before_training(out)) return false;
   apply_start_options(out);
-  if (stopped_before_training(out)) return RunEnd::Stopped;
+  if (stopped_before_training(out)) return false;
   claim_run_directory(out);
-  const int64_t first_step = completed_steps_;
-  int64_t last_saved_step = config_.checkpoint.resume.empty() ? -1 : completed_steps_;
-  const auto start = Clock::now();
-  auto interval_start = start;
-  double last_save = checkpoint_clock_();
-  const double training_start = last_save;  // train.max_minutes counts from here
-  const double limit_s = 60.0 * static_cast<double>(config_.train.max_minutes);
-  int64_t interval_first_step = first_step;  // the step before the interval's first
-  int64_t interval_tgt_tokens = 0, total_tgt_tokens = 0;
-  int64_t steps_trained = 0;  // updates this process applied (a rollback repeats steps)
-  // checkpoint.keep_best's metric, whose best step and validations since (patience) are
-  // in best_valid_ with the others' (restored by a resume); ppl's for none (unused).
-  const std::string& kept_metric = config_.checkpoint.keep_best;
-  const BestValidation& kept = best_of(best_valid_, kept_metric);
-  bool stopped_by_patience = false;
+  return true;
+}
+
+void Trainer::begin_training(RunProgress& run) {
+  run.stop_at_step = test_stop_step();
+  run.first_step = completed_steps_;
+  // A resumed run's checkpoint holds its starting point; a fresh run has none.
+  run.last_saved_step = config_.checkpoint.resume.empty() ? -1 : completed_steps_;
+  run.start = RunProgress::Clock::now();
+  run.interval_start = run.start;
+  run.last_save = checkpoint_clock_();
+  run.training_start = run.last_save;  // train.max_minutes counts from here
+  run.interval_first_step = run.first_step;
   checkpoints_written_ = 0;
-  const DivergenceState divergence_at_start = detector_->state();
+  run.divergence_at_start = detector_->state();
   // Rank 0 writes every value it logs to metrics.jsonl as well (run_log.h), after a
   // record that says which run, from which step, writes what follows.
-  MetricsFile metrics = comm_.is_root() ? MetricsFile(metrics_path(config_)) : MetricsFile();
-  if (!metrics.repair_note().empty()) out << "note: " << metrics.repair_note() << std::endl;
-  metrics.write_run_start(first_step, run_id_, resumed_from_);
-  const auto seconds_since_start = [&] {
-    return std::chrono::duration<double>(Clock::now() - start).count();
-  };
-  // The closing summary (rank 0): what this run() trained, with and without a stop.
-  const auto print_summary = [&] {
-    const double wall = seconds_since_start();
-    const auto best_field = [](const std::string& metric, const BestValidation& best) {
-      LogField field = fixed_field("best valid " + metric, "best_valid_" + metric, best.value, 2);
-      if (!std::isnan(best.value)) field.text += " (step " + std::to_string(best.step) + ")";
-      return field;
-    };
-    std::vector<LogField> fields = {
-        fixed_field("steps", "steps", static_cast<double>(steps_trained), 0,
-                    " (" + std::to_string(first_step) + " to " +
-                        std::to_string(completed_steps_) + ")"),
-        fixed_field("wall", "train_wall_s", wall, 1, "s"),
-        fixed_field("tgt tokens/s", "tgt_tokens_per_s",
-                    static_cast<double>(total_tgt_tokens) / std::max(wall, 1e-9), 0),
-        best_field("ppl", best_valid_.ppl),
-        // BLEU's field as before, or chrF's when the validations score chrF.
-        best_field(config_.train.valid_metric,
-                   best_of(best_valid_, config_.train.valid_metric)),
-        fixed_field("checkpoints", "checkpoints", checkpoints_written_, 0)};
-    // Only a run that met divergences has these, so that the others' lines stay as they were.
-    const DivergenceState& state = detector_->state();
-    if (state.skipped_steps > divergence_at_start.skipped_steps) {
-      fields.push_back(fixed_field(
-          "skipped steps", "skipped_steps",
-          static_cast<double>(state.skipped_steps - divergence_at_start.skipped_steps), 0));
-    }
-    if (state.rollbacks > divergence_at_start.rollbacks) {
-      fields.push_back(fixed_field(
-          "rollbacks", "rollbacks",
-          static_cast<double>(state.rollbacks - divergence_at_start.rollbacks), 0));
-    }
-    if (stopped_by_patience) {
-      fields.push_back(fixed_field("stopped by patience", "stopped_by_patience",
-                                   config_.checkpoint.patience, 0,
-                                   " (no better valid " + kept_metric + " since step " +
-                                       std::to_string(kept.step) + ")"));
-    }
-    out << "summary: " << log_line("", fields) << std::endl;
-    metrics.write("summary", completed_steps_, wall, fields);
-  };
-  // Saves the state of the completed step (rank 0 writes; every rank takes part in the
-  // decision that got here).
-  const auto save = [&] {
-    const std::string path = comm_.is_root() ? save_checkpoint(out) : std::string();
-    last_saved_step = completed_steps_;
-    last_save = checkpoint_clock_();
-    return path;
-  };
-  const auto stop_by_signal = [&](int signal) {
-    const std::string path = save();
-    print_summary();
-    out << "stopped: " << stop_signal_name(signal) << " received; step=" << completed_steps_
-        << " checkpoint=" << path << " (resume with --checkpoint.resume=auto";
-    if (detector_->state().consecutive_skips > 0) {
-      out << ", which takes the newest healthy checkpoint: " << resume_point();
-    }
-    out << ")" << std::endl;
-    return RunEnd::Stopped;
-  };
-  StepStats last;
-  while (completed_steps_ < config_.train.max_steps) {
-    StepStats current = compute_step();
-    // What every rank does with the step is decided once, before its update (a divergent
-    // step is not applied): rank 0's judgement and clock, and any rank's stop signal.
-    // For rank 0's clock the step is complete (its work is done; only the update is left).
-    const DivergenceVerdict verdict = detector_->judge(current.loss, current.grad_norm);
-    StepDecision mine;
-    mine.divergence = verdict.kind;
-    completed_steps_ = current.step;
-    const double now = checkpoint_clock_();
-    mine.out_of_time = limit_s > 0 && now - training_start >= limit_s;
-    mine.checkpoint_due = checkpoint_due(config_.checkpoint, current.step, now - last_save);
-    mine.stop_signal = stop_requested_by();
-    StepDecision decision = StepDecision::agree(comm_, mine);
-    completed_steps_ = current.step - 1;
+  if (comm_.is_root()) run.metrics = MetricsFile(metrics_path(config_));
+  if (!run.metrics.repair_note().empty()) {
+    run.out << "note: " << run.metrics.repair_note() << std::endl;
+  }
+  run.metrics.write_run_start(run.first_step, run_id_, resumed_from_);
+}
 
-    if (decision.divergence != DivergenceKind::None) {
-      current.divergence = decision.divergence;
-      std::string stop_reason;
-      const DivergenceAction action =
-          handle_divergence(current, divergence_reason(*detector_, verdict, decision.divergence),
-                            out, metrics, seconds_since_start(), &stop_reason);
-      if (action == DivergenceAction::Stop) {
-        print_summary();
-        out << "diverged: " << stop_reason << "; its update is not applied and the "
+StepDecision Trainer::decide_step(const StepStats& stats, DivergenceKind divergence,
+                                  const RunProgress& run) {
+  StepDecision mine;
+  mine.divergence = divergence;
+  // For rank 0's clock the step is complete (its work is done; only the update is left).
+  completed_steps_ = stats.step;
+  const double now = checkpoint_clock_();
+  const double limit_s = 60.0 * static_cast<double>(config_.train.max_minutes);
+  mine.out_of_time = limit_s > 0 && now - run.training_start >= limit_s;
+  mine.checkpoint_due = checkpoint_due(config_.checkpoint, stats.step, now - run.last_save);
+  mine.stop_signal = stop_requested_by();
+  const StepDecision decision = StepDecision::agree(comm_, mine);
+  completed_steps_ = stats.step - 1;
+  return decision;
+}
+
+Trainer::AfterStep Trainer::after_divergent_step(StepStats& stats,
+                                                 const DivergenceVerdict& verdict,
+                                                 const StepDecision& decision,
+                                                 RunProgress& run) {
+  stats.divergence = decision.divergence;
+  std::string stop_reason;
+  const DivergenceAction action =
+      handle_divergence(stats, divergence_reason(*detector_, verdict, decision.divergence),
+                        run.out, run.metrics, run.seconds_since_start(), &stop_reason);
+  if (action == DivergenceAction::Stop) {
+    print_summary(run);
+    run.out << "diverged: " << stop_reason << "; its update is not applied and the "
             << "parameters that produced it are not saved; resume from " << resume_point()
             << " with a smaller train.lr_scale (or train.clip_norm), or set "
             << "train.divergence = skip or rollback" << std::endl;
-        return RunEnd::Diverged;
-      }
-      if (action == DivergenceAction::RolledBack) {
-        interval_start = Clock::now();
-        interval_first_step = completed_steps_;
-        interval_tgt_tokens = 0;
-        last_saved_step = completed_steps_;
-        continue;
-      }
-      // A left-out step changes nothing to save on schedule; a stop still saves.
-      if (decision.stop_signal != 0) return stop_by_signal(decision.stop_signal);
-      if (decision.out_of_time) {
-        out << "stopping at step " << completed_steps_ << ": train.max_minutes = "
-            << config_.train.max_minutes << " of training reached" << std::endl;
-        break;
-      }
-      continue;
-    }
+    return AfterStep::Diverged;
+  }
+  if (action == DivergenceAction::RolledBack) {
+    // The steps after the checkpoint rolled back to are trained again: the progress
+    // interval restarts there, and that checkpoint is the newest saved.
+    run.interval_start = RunProgress::Clock::now();
+    run.interval_first_step = completed_steps_;
+    run.interval_tgt_tokens = 0;
+    run.last_saved_step = completed_steps_;
+    return AfterStep::NextStep;
+  }
+  // A left-out step changes nothing to save on schedule; a stop still saves.
+  if (decision.stop_signal != 0) {
+    stop_by_signal(decision.stop_signal, run);
+    return AfterStep::Stopped;
+  }
+  if (decision.out_of_time) {
+    note_time_limit_stop(run.out);
+    return AfterStep::EndTraining;
+  }
+  return AfterStep::NextStep;
+}
 
-    apply_update(current);
-    last = current;
-    ++steps_trained;
-    interval_tgt_tokens += last.tgt_tokens;
-    total_tgt_tokens += last.tgt_tokens;
-    if (last.step % config_.train.log_every == 0 || last.step == config_.train.max_steps) {
-      const auto now_wall = Clock::now();
-      const double interval = std::max(
-          std::chrono::duration<double>(now_wall - interval_start).count(), 1e-9);
-      const double elapsed = std::chrono::duration<double>(now_wall - start).count();
-      const double eta = elapsed / static_cast<double>(steps_trained) *
-                         static_cast<double>(config_.train.max_steps - last.step);
-      const int64_t interval_steps = std::max<int64_t>(1, last.step - interval_first_step);
-      const int64_t peak_bytes = backend_->peak_memory_bytes();
-      const std::vector<LogField> fields = {
-          fixed_field("loss", "loss", last.loss, 4),
-          fixed_field("ppl", "ppl", std::exp(last.nll), 2),
-          fixed_field("epoch", "epoch", static_cast<double>(last.epoch), 0),
-          scientific_field("lr", "lr", last.lr, 3),
-          general_field("gnorm", "grad_norm", last.grad_norm, 4),
-          fixed_field("tgt tokens/s", "tgt_tokens_per_s", interval_tgt_tokens / interval, 0),
-          fixed_field("ms/step", "ms_per_step", 1000.0 * interval / interval_steps, 1),
-          fixed_field("peak mem", "peak_mem_mib",
-                      peak_bytes < 0 ? NAN : static_cast<double>(peak_bytes) / (1 << 20), 1,
-                      " MiB"),
-          fixed_field("elapsed", "elapsed_s", elapsed, 1, "s"),
-          fixed_field("eta", "eta_s", eta, 1, "s")};
-      out << log_line("step " + std::to_string(last.step) + "/" +
+void Trainer::count_trained_step(const StepStats& stats, RunProgress& run) {
+  run.last = stats;
+  ++run.steps_trained;
+  run.interval_tgt_tokens += stats.tgt_tokens;
+  run.total_tgt_tokens += stats.tgt_tokens;
+}
+
+void Trainer::log_progress(RunProgress& run) {
+  const StepStats& last = run.last;
+  const auto now_wall = RunProgress::Clock::now();
+  const double interval = std::max(
+      std::chrono::duration<double>(now_wall - run.interval_start).count(), 1e-9);
+  const double elapsed = std::chrono::duration<double>(now_wall - run.start).count();
+  const double eta = elapsed / static_cast<double>(run.steps_trained) *
+                     static_cast<double>(config_.train.max_steps - last.step);
+  const int64_t interval_steps = std::max<int64_t>(1, last.step - run.interval_first_step);
+  const int64_t peak_bytes = backend_->peak_memory_bytes();
+  const std::vector<LogField> fields = {
+      fixed_field("loss", "loss", last.loss, 4),
+      fixed_field("ppl", "ppl", std::exp(last.nll), 2),
+      fixed_field("epoch", "epoch", static_cast<double>(last.epoch), 0),
+      scientific_field("lr", "lr", last.lr, 3),
+      general_field("gnorm", "grad_norm", last.grad_norm, 4),
+      fixed_field("tgt tokens/s", "tgt_tokens_per_s", run.interval_tgt_tokens / interval, 0),
+      fixed_field("ms/step", "ms_per_step", 1000.0 * interval / interval_steps, 1),
+      fixed_field("peak mem", "peak_mem_mib",
+                  peak_bytes < 0 ? NAN : static_cast<double>(peak_bytes) / (1 << 20), 1,
+                  " MiB"),
+      fixed_field("elapsed", "elapsed_s", elapsed, 1, "s"),
+      fixed_field("eta", "eta_s", eta, 1, "s")};
+  run.out << log_line("step " + std::to_string(last.step) + "/" +
                           std::to_string(config_.train.max_steps),
                       fields)
           << std::endl;
-      metrics.write("train", last.step, elapsed, fields);
-      interval_start = now_wall;
-      interval_first_step = last.step;
-      interval_tgt_tokens = 0;
-    }
-    const bool validation_due =
-        valid_source_ &&
-        (last.step % config_.train.valid_every == 0 || last.step == config_.train.max_steps);
-    std::optional<ValidationStats> valid;
-    if (validation_due) valid = validate();
-    // Test hook: SIGTERM once the step is complete (its validation included).
-    if (last.step == stop_at_step) std::raise(SIGTERM);
-    // A signal that came during the validation (which it cut short), or after the
-    // decision, is agreed on now: the job stops at this step rather than one step later.
-    if (validation_due || last.step == stop_at_step) {
-      const std::vector<int64_t> late = comm_.max(
-          {static_cast<int64_t>(stop_requested_by()), valid && valid->interrupted ? 1 : 0});
-      if (decision.stop_signal == 0) decision.stop_signal = static_cast<int>(late[0]);
-      if (valid && late[1] != 0) {
-        out << "validation at step " << last.step << " interrupted by "
+  run.metrics.write("train", last.step, elapsed, fields);
+  run.interval_start = now_wall;
+  run.interval_first_step = last.step;
+  run.interval_tgt_tokens = 0;
+}
+
+void Trainer::agree_on_late_stop_signal(bool validation_due, StepDecision& decision,
+                                        std::optional<ValidationStats>& valid,
+                                        RunProgress& run) {
+  const int64_t step = run.last.step;
+  // Test hook: SIGTERM once the step is complete (its validation included).
+  if (step == run.stop_at_step) std::raise(SIGTERM);
+  // A signal that came during the validation (which it cut short), or after the
+  // decision, is agreed on now: the job stops at this step rather than one step later.
+  if (!validation_due && step != run.stop_at_step) return;
+  const std::vector<int64_t> late = comm_.max(
+      {static_cast<int64_t>(stop_requested_by()), valid && valid->interrupted ? 1 : 0});
+  if (decision.stop_signal == 0) decision.stop_signal = static_cast<int>(late[0]);
+  if (valid && late[1] != 0) {
+    run.out << "validation at step " << step << " interrupted by "
             << stop_signal_name(decision.stop_signal) << ": not recorded" << std::endl;
-        valid.reset();
-      }
-    }
-    if (valid) {
-      note_validation(best_valid_.ppl, std::exp(valid->nll), Better::Lower, last.step);
-      if (!std::isnan(valid->bleu)) {
-        note_validation(best_valid_.bleu, valid->bleu, Better::Higher, last.step);
-      }
-      if (!std::isnan(valid->chrf)) {
-        note_validation(best_valid_.chrf, valid->chrf, Better::Higher, last.step);
-      }
-      const std::vector<LogField> fields = validation_fields(*valid);
-      out << log_line("valid step " + std::to_string(last.step), fields) << std::endl;
-      metrics.write("valid", last.step, seconds_since_start(), fields);
-      if (kept_metric != "none") {
-        // Every rank holds the same values (global sums, BLEU broadcast); rank 0's count
-        // is broadcast all the same, so that best.h5 and the patience stop cannot part them.
-        const int64_t since = comm_.broadcast_from_root(kept.validations_since);
-        if (comm_.is_root()) {
-          const std::string key = "valid_" + kept_metric;
-          for (const LogField& field : fields) {
-            if (field.key == key) keep_best_checkpoints(kept_metric, field, since == 0, out);
-          }
-        }
-        const int patience = config_.checkpoint.patience;
-        stopped_by_patience = patience > 0 && since >= patience;
-        if (stopped_by_patience) {
-          out << "stopping at step " << last.step << ": " << since
-              << " validations without a better valid " << kept_metric << " than step "
-              << kept.step << "'s (checkpoint.patience = " << patience << ")" << std::endl;
-        }
-      }
-    }
-    if (decision.checkpoint_due || decision.stop_signal != 0) {
-      if (decision.stop_signal != 0) return stop_by_signal(decision.stop_signal);
-      save();
-    }
-    // A stop by patience or by the time limit ends like a finished run: final
-    // checkpoint, average, summary.
-    if (decision.out_of_time && !stopped_by_patience && last.step < config_.train.max_steps) {
-      out << "stopping at step " << last.step << ": train.max_minutes = "
-          << config_.train.max_minutes << " of training reached" << std::endl;
-    }
-    if (stopped_by_patience || decision.out_of_time) break;
+    valid.reset();
   }
+}
+
+void Trainer::record_validation(const ValidationStats& valid, RunProgress& run) {
+  const int64_t step = run.last.step;
+  note_validation(best_valid_.ppl, std::exp(valid.nll), Better::Lower, step);
+  if (!std::isnan(valid.bleu)) note_validation(best_valid_.bleu, valid.bleu, Better::Higher, step);
+  if (!std::isnan(valid.chrf)) note_validation(best_valid_.chrf, valid.chrf, Better::Higher, step);
+  const std::vector<LogField> fields = validation_fields(valid);
+  run.out << log_line("valid step " + std::to_string(step), fields) << std::endl;
+  run.metrics.write("valid", step, run.seconds_since_start(), fields);
+  // checkpoint.keep_best's metric, whose best step and validations since (patience) are
+  // in best_valid_ with the others' (restored by a resume).
+  const std::string& kept_metric = config_.checkpoint.keep_best;
+  if (kept_metric == "none") return;
+  const BestValidation& kept = best_of(best_valid_, kept_metric);
+  // Every rank holds the same values (global sums, BLEU broadcast); rank 0's count
+  // is broadcast all the same, so that best.h5 and the patience stop cannot part them.
+  const int64_t since = comm_.broadcast_from_root(kept.validations_since);
   if (comm_.is_root()) {
-    if (last_saved_step != completed_steps_) save_checkpoint(out);
-    if (config_.checkpoint.average_last > 0) write_average(false, out);
-    if (config_.checkpoint.average_best > 0) write_average(true, out);
+    const std::string key = "valid_" + kept_metric;
+    for (const LogField& field : fields) {
+      if (field.key == key) keep_best_checkpoints(kept_metric, field, since == 0, run.out);
+    }
+  }
+  const int patience = config_.checkpoint.patience;
+  run.stopped_by_patience = patience > 0 && since >= patience;
+  if (run.stopped_by_patience) {
+    run.out << "stopping at step " << step << ": " << since
+            << " validations without a better valid " << kept_metric << " than step "
+            << kept.step << "'s (checkpoint.patience = " << patience << ")" << std::endl;
+  }
+}
+
+std::string Trainer::save_completed_step(RunProgress& run) {
+  const std::string path = comm_.is_root() ? save_checkpoint(run.out) : std::string();
+  run.last_saved_step = completed_steps_;
+  run.last_save = checkpoint_clock_();
+  return path;
+}
+
+RunEnd Trainer::stop_by_signal(int signal, RunProgress& run) {
+  const std::string path = save_completed_step(run);
+  print_summary(run);
+  run.out << "stopped: " << stop_signal_name(signal) << " received; step=" << completed_steps_
+          << " checkpoint=" << path << " (resume with --checkpoint.resume=auto";
+  if (detector_->state().consecutive_skips > 0) {
+    run.out << ", which takes the newest healthy checkpoint: " << resume_point();
+  }
+  run.out << ")" << std::endl;
+  return RunEnd::Stopped;
+}
+
+bool Trainer::ends_training_early(const StepDecision& decision, RunProgress& run) {
+  if (decision.out_of_time && !run.stopped_by_patience &&
+      run.last.step < config_.train.max_steps) {
+    note_time_limit_stop(run.out);
+  }
+  return run.stopped_by_patience || decision.out_of_time;
+}
+
+void Trainer::note_time_limit_stop(std::ostream& out) const {
+  out << "stopping at step " << completed_steps_ << ": train.max_minutes = "
+      << config_.train.max_minutes << " of training reached" << std::endl;
+}
+
+RunEnd Trainer::finish_training(RunProgress& run) {
+  if (comm_.is_root()) {
+    if (run.last_saved_step != completed_steps_) save_checkpoint(run.out);
+    if (config_.checkpoint.average_last > 0) write_average(false, run.out);
+    if (config_.checkpoint.average_best > 0) write_average(true, run.out);
   }
   // Every rank applied the same update to the same parameters; a difference would mean
   // a broken all-reduce, so check before declaring the result.
@@ -1084,18 +1114,60 @@ RunEnd Trainer::run(std::ostream& log) {
                                      << comm_.rank() << "'s after " << completed_steps_
                                      << " steps");
   }
-  out << "checkpoint to resume from: " << resume_point() << std::endl;
-  print_summary();
+  run.out << "checkpoint to resume from: " << resume_point() << std::endl;
+  print_summary(run);
   // A run resumed at its last step trains no step: it has no loss of its own to print.
   std::ostringstream loss;
-  if (steps_trained > 0) {
-    loss << std::fixed << std::setprecision(6) << last.loss;
+  if (run.steps_trained > 0) {
+    loss << std::fixed << std::setprecision(6) << run.last.loss;
   } else {
     loss << "n/a";
   }
-  out << "final: step=" << completed_steps_ << " loss=" << loss.str()
-      << " params_sha256=" << digest << std::endl;
+  run.out << "final: step=" << completed_steps_ << " loss=" << loss.str()
+          << " params_sha256=" << digest << std::endl;
   return RunEnd::Finished;
+}
+
+void Trainer::print_summary(RunProgress& run) {
+  const double wall = run.seconds_since_start();
+  const auto best_field = [](const std::string& metric, const BestValidation& best) {
+    LogField field = fixed_field("best valid " + metric, "best_valid_" + metric, best.value, 2);
+    if (!std::isnan(best.value)) field.text += " (step " + std::to_string(best.step) + ")";
+    return field;
+  };
+  std::vector<LogField> fields = {
+      fixed_field("steps", "steps", static_cast<double>(run.steps_trained), 0,
+                  " (" + std::to_string(run.first_step) + " to " +
+                      std::to_string(completed_steps_) + ")"),
+      fixed_field("wall", "train_wall_s", wall, 1, "s"),
+      fixed_field("tgt tokens/s", "tgt_tokens_per_s",
+                  static_cast<double>(run.total_tgt_tokens) / std::max(wall, 1e-9), 0),
+      best_field("ppl", best_valid_.ppl),
+      // BLEU's field as before, or chrF's when the validations score chrF.
+      best_field(config_.train.valid_metric, best_of(best_valid_, config_.train.valid_metric)),
+      fixed_field("checkpoints", "checkpoints", checkpoints_written_, 0)};
+  // Only a run that met divergences has these, so that the others' lines stay as they were.
+  const DivergenceState& state = detector_->state();
+  const DivergenceState& at_start = run.divergence_at_start;
+  if (state.skipped_steps > at_start.skipped_steps) {
+    fields.push_back(fixed_field("skipped steps", "skipped_steps",
+                                 static_cast<double>(state.skipped_steps - at_start.skipped_steps),
+                                 0));
+  }
+  if (state.rollbacks > at_start.rollbacks) {
+    fields.push_back(fixed_field("rollbacks", "rollbacks",
+                                 static_cast<double>(state.rollbacks - at_start.rollbacks), 0));
+  }
+  if (run.stopped_by_patience) {
+    const std::string& kept_metric = config_.checkpoint.keep_best;
+    fields.push_back(fixed_field("stopped by patience", "stopped_by_patience",
+                                 config_.checkpoint.patience, 0,
+                                 " (no better valid " + kept_metric + " since step " +
+                                     std::to_string(best_of(best_valid_, kept_metric).step) +
+                                     ")"));
+  }
+  run.out << "summary: " << log_line("", fields) << std::endl;
+  run.metrics.write("summary", completed_steps_, wall, fields);
 }
 
 Trainer::DivergenceAction Trainer::handle_divergence(const StepStats& stats,

@@ -10,6 +10,7 @@
 #include <functional>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 
 #include "checkpoint/checkpoint.h"
 #include "config/config.h"
@@ -183,6 +184,53 @@ class Trainer {
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<Adam> adam_;
   std::unique_ptr<DivergenceDetector> detector_;
+
+  // run()'s phases follow, in the order it takes them; RunProgress (trainer.cc) is the
+  // state they share between steps: clocks, counts, rank 0's log and metrics file.
+  struct RunProgress;
+  // What run() does after a divergent step: the next step, the end of training (as at
+  // train.max_steps), or a return with RunEnd::Stopped or RunEnd::Diverged.
+  enum class AfterStep { NextStep, EndTraining, Stopped, Diverged };
+  // Start-up: the opening lines, checkpoint.resume / checkpoint.init, the run directory's
+  // claim. False (after a "stopped before training" line) when a stop signal came first.
+  bool start_up(std::ostream& out);
+  // Starts the clocks and counts of `run` at the completed step, and rank 0's metrics file.
+  void begin_training(RunProgress& run);
+  // What every rank does with the step compute_step() returned, agreed before its update
+  // (a divergent step is not applied): rank 0's `divergence` and clock, any rank's signal.
+  StepDecision decide_step(const StepStats& stats, DivergenceKind divergence,
+                           const RunProgress& run);
+  // Under train.divergence: skips the step, rolls back, or ends the run; a stop signal or
+  // the time limit agreed for the step still ends it.
+  AfterStep after_divergent_step(StepStats& stats, const DivergenceVerdict& verdict,
+                                 const StepDecision& decision, RunProgress& run);
+  // Counts an applied step into the progress line's interval and the summary.
+  void count_trained_step(const StepStats& stats, RunProgress& run);
+  // The "step N/M | loss ..." line of the last step, and its metrics record.
+  void log_progress(RunProgress& run);
+  // A stop signal that came during the step's validation or after the decision is agreed
+  // into `decision` (a collective after a validation or the test hook's signal), and an
+  // interrupted validation is dropped: the job stops at this step rather than the next.
+  void agree_on_late_stop_signal(bool validation_due, StepDecision& decision,
+                                 std::optional<ValidationStats>& valid, RunProgress& run);
+  // The "valid step N" line, the best values, checkpoint.keep_best's files and
+  // checkpoint.patience.
+  void record_validation(const ValidationStats& valid, RunProgress& run);
+  // Saves the completed step (rank 0 writes, and returns the path; every rank took part
+  // in the decision that got here) and restarts checkpoint.minutes' clock.
+  std::string save_completed_step(RunProgress& run);
+  // Saves, prints the summary and the "stopped:" line: the end of a run stopped by `signal`.
+  RunEnd stop_by_signal(int signal, RunProgress& run);
+  // True when checkpoint.patience or train.max_minutes ends training at this step (the
+  // time limit's "stopping at step" line printed), which then ends like a finished run.
+  bool ends_training_early(const StepDecision& decision, RunProgress& run);
+  // "stopping at step N: train.max_minutes = M of training reached".
+  void note_time_limit_stop(std::ostream& out) const;
+  // The end of training: final checkpoint, averages, the check that every rank holds the
+  // same parameters, the summary and the "final:" line.
+  RunEnd finish_training(RunProgress& run);
+  // The "summary:" line (rank 0): what this run() trained, with and without a stop.
+  void print_summary(RunProgress& run);
 
   // The forward and backward passes of the next step, its gradients summed over the
   // ranks, its loss and gradient norm: everything but the update (completed_steps_ is
