@@ -41,19 +41,20 @@
 #      (peak memory, step ms, MFU), off and (fused twins passed) on;
 #   3. what call 1 did not finish: the compiled peer with ours off and on, on the
 #      inductor cache call 1 left.
-# The switch's default (CudaBackend::fused_ops_by_default) is flipped only by a change
-# that records a session in which the fused twins, the fused whole-model check and
-# memcheck passed on the GPU (issue 32).
+# The switch's default (CudaBackend::fused_ops_by_default) was flipped to on by the
+# session of 2026-11-26 (bench/RESULTS.md), in which the fused twins, the fused
+# whole-model check and memcheck passed on an H100; off stays measured beside it.
 #
 # The older stages, each longer than a window's second call now (2026-11-25, H100):
 #   tests      (526 s cold) the CUDA twin tests and whole-model GPU tests (memcheck on a
 #              short run among them), racecheck on the attention, layer-norm and top-k
 #              twins, the step benchmark, two MPI ranks on the one GPU, the CPU suite;
-#   translate  (278 s warm) Multi30k with base-sized layers (6 x 512, d_ff 2048, 8 heads)
-#              trained for TRAIN_MINUTES (default 4; train.max_minutes), the last 5
-#              checkpoints averaged, test_2016_flickr decoded with beam 4 and scored
-#              (sacreBLEU 13a), then newstest2014 (3,003 lines) decoded with beam 4 and
-#              greedily: tokens/s (TRAIN_MINUTES=2 fits a second call);
+#   translate  (156 s cold with TRAIN_MINUTES=1.5 CHECKPOINT_MINUTES=0.25, 2026-11-26)
+#              Multi30k with base-sized layers (6 x 512, d_ff 2048, 8 heads) trained for
+#              TRAIN_MINUTES (default 4; train.max_minutes), a checkpoint every
+#              CHECKPOINT_MINUTES (default 0.7), the last 5 checkpoints averaged,
+#              test_2016_flickr decoded with beam 4 and scored (sacreBLEU 13a), then
+#              newstest2014 (3,003 lines) decoded with beam 4 and greedily: tokens/s;
 #   parse      (428 s warm) input/parse_wsj.ini trained for TRAIN_MINUTES (default 5),
 #              dev and test decoded with the config's beam 21 and scored with EVALB
 #              beside the right-branching baseline;
@@ -107,22 +108,22 @@ prepare() {
 }
 
 # The window's plan, each item's estimate in seconds (low high), for --dry-run and the
-# start of each call. Sources: the 2026-11-25 H100 session (bench/RESULTS.md: the whole
-# tree built in about a minute on 16 cores, the 44 GPU tests with the CPU suite in 526 s,
-# the base step 57.9 ms and PyTorch eager's 83.2 ms) and the steps each item runs; the
-# compiled peer's nine static-shape compilations have never been timed on this model, so
-# it gets what is left and is the one item planned to spill into call 2.
+# start of each call. Sources: the H100 sessions of 2026-11-25 (the 44 GPU tests with the
+# CPU suite in 526 s) and 2026-11-26 (bench/RESULTS.md: call 1 took 337 s, its build 20 s,
+# the twins and whole model 41 s, the profiles 15 s; the compiled peer's nine static-shape
+# compilations 228 s, so it fitted in call 1; call 2 took 53 s). The compiled peer gets
+# what is left of call 1 and spills into call 2 when compilation runs longer.
 readonly PLAN=(
   "start|machine start (counted, not in a call)|60|120"
   "1|setup: gpu-bundle unpacked, nvidia-smi|10|20"
-  "1|build: bench_step, kernel twin tests, test_cuda_training (16 cores)|60|110"
-  "1|fused twins (CudaAddNorm, CudaLinearRelu, CudaReluBiasBackward)|10|20"
-  "1|every other kernel twin, fp32 and bf16|30|60"
-  "1|whole model: fp32 3 steps vs the CPU, fused off and on|10|20"
+  "1|build: bench_step, kernel twin tests, test_cuda_training (16 cores)|20|110"
+  "1|fused twins (CudaAddNorm, CudaLinearRelu, CudaReluBiasBackward)|5|20"
+  "1|every other kernel twin, fp32 and bf16|15|60"
+  "1|whole model: fp32 3 steps vs the CPU, fused off and on|2|20"
   "1|bf16 GEMM ceiling (8192^3)|10|15"
-  "1|profile base off, on (27 steps each)|30|50"
+  "1|profile base off, on (27 steps each)|15|50"
   "1|ours off, on (75 steps each); PyTorch eager (75 steps)|55|75"
-  "1|torch.compile peer: the rest of STEP_SECONDS=370|0|60"
+  "1|torch.compile peer (228 s to compile on 2026-11-26): the rest of STEP_SECONDS=370|230|260"
   "2|setup, incremental build|10|20"
   "2|memcheck of the fused twins (each run capped)|30|70"
   "2|ceiling; big profile and unprofiled line, off and on|80|110"
@@ -304,8 +305,8 @@ bench_args() {
   fi
 }
 
-# The fused_ops settings to measure: off (the GPU's default, what ran on the last GPU)
-# and on, the latter only after its twins passed.
+# The fused_ops settings to measure: off (the separate kernels) and on (the default since
+# 2026-11-26), the latter only after its twins passed in this call.
 fused_settings() {
   echo off
   [ "${FUSED_TWINS_PASSED:-0}" = 1 ] && echo on
@@ -530,7 +531,7 @@ translate_stage() {
   # so that the stage, build kept from the tests stage, ends inside the 10-minute call.
   BUILD=build-gpu bash tools/run_multi30k.sh --model.layers=6 --model.d_model=512 \
     --model.d_ff=2048 --model.heads=8 --train.backend=cuda \
-    --train.max_minutes="${TRAIN_MINUTES:-4}" --checkpoint.minutes=0.7 --checkpoint.keep=5 \
+    --train.max_minutes="${TRAIN_MINUTES:-4}" --checkpoint.minutes="${CHECKPOINT_MINUTES:-0.7}" --checkpoint.keep=5 \
     --checkpoint.dir="$checkpoints" > "$LOGS/multi30k_train.log" 2>&1
   echo "multi30k training: exit $?"
   grep -E "^(step|valid|summary|final|stopping|multi30k)" "$LOGS/multi30k_train.log" | tail -16

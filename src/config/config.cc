@@ -162,8 +162,8 @@ const std::vector<Option>& option_table() {
                   "(fairseq normalize_before)"),
       THPC_OPTION(model, fused_ops, THPC_ONE_OF("auto", "on", "off"),
                   "residual+dropout+layer norm and the FFN's bias+ReLU as fused ops; auto = "
-                  "on the CPU (the same bits), off on the GPU until its fused kernels have "
-                  "run there"),
+                  "on (the CPU: the separate ops' bits; the GPU: twins checked on an H100), "
+                  "off = the separate ops"),
 
       // [train]: §5.
       THPC_OPTION(train, backend, THPC_ONE_OF("auto", "cuda", "cpu"),

@@ -270,7 +270,7 @@ struct Sublayers {
 
 
 // model.fused_ops: on, off, or auto: what the backend takes by default
-// (Backend::fused_ops_by_default: the CPU yes, CUDA not before its fused kernels have run).
+// (Backend::fused_ops_by_default: yes on both backends since their twins passed).
 inline Sublayers sublayers_for(Backend& backend, const ModelConfig& c) {
   const bool fused =
       c.fused_ops == "on" || (c.fused_ops == "auto" && backend.fused_ops_by_default());
