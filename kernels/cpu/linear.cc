@@ -111,20 +111,25 @@ void relu_bias_backward(T* d_pre, T* db, const T* dy, const T* y, int rows, int 
       if (d_pre != nullptr && db != nullptr) {
         T* d_pre_row = d_pre + offset;
         // Written without a branch (a select the compiler vectorises): y's sign is a coin
-        // toss per element, which a branch would mispredict half the time.
+        // toss per element, which a branch would mispredict half the time. dy is loaded
+        // unconditionally: `y > 0 ? dy[col] : 0` is a conditional load, which GCC will not
+        // turn into a select, and the scalar loop ran 3x slower (2026-11-26, SSE2).
         for (int col = col_begin; col < col_end; ++col) {
-          const T g = y_row[col] > T(0) ? dy_row[col] : T(0);
+          const T dy_value = dy_row[col];
+          const T g = y_row[col] > T(0) ? dy_value : T(0);
           d_pre_row[col] += g;
           db[col] += g;
         }
       } else if (d_pre != nullptr) {
         T* d_pre_row = d_pre + offset;
         for (int col = col_begin; col < col_end; ++col) {
-          d_pre_row[col] += y_row[col] > T(0) ? dy_row[col] : T(0);
+          const T dy_value = dy_row[col];
+          d_pre_row[col] += y_row[col] > T(0) ? dy_value : T(0);
         }
       } else {
         for (int col = col_begin; col < col_end; ++col) {
-          db[col] += y_row[col] > T(0) ? dy_row[col] : T(0);
+          const T dy_value = dy_row[col];
+          db[col] += y_row[col] > T(0) ? dy_value : T(0);
         }
       }
     }
