@@ -39,5 +39,50 @@ TEST(DropoutMask, FourDrawsPerPhiloxBlockAreTheDrawsOfEachElement) {
   EXPECT_LT(kept, drawn);
 }
 
+// The four blocks evaluated together (SSE2 on x86-64) are the scalar draws, for every
+// word of every block, at counters that wrap around 2^32 too, and at probabilities from
+// 0 (all kept) to just below 1, where the comparison of the 24-bit uniform is tightest.
+TEST(DropoutMask, FourBlocksAtOnceAreTheDrawsOfEachElement) {
+  const DropoutKey keys[] = {{0x0123456789abcdefull, 7, 3, 11}, {0, 0, 0, 0},
+                             {0xffffffffffffffffull, 0xffffffffu, 0xffffffffu, 0xffffffffu}};
+  const uint32_t blocks[] = {0u, 1u, 5u, 12345u, 0x7ffffffeu, 0xfffffffdu, 0xffffffffu};
+  const float probabilities[] = {0.0f, 1e-7f, 0.1f, 0.5f, 0.9f, 0.99999994f};
+  int64_t kept = 0, drawn = 0;
+  for (const DropoutKey& key : keys) {
+    for (uint32_t block : blocks) {
+      for (float p : probabilities) {
+        bool four[16];
+        cpu::keep_four_blocks(key, block, p, four);
+        for (uint32_t e = 0; e < 16; ++e) {
+          const uint64_t element =
+              (static_cast<uint64_t>(static_cast<uint32_t>(block + e / 4)) << 2) + e % 4;
+          EXPECT_EQ(four[e], dropout_keep(key.seed, key.site, key.step, key.stream, element, p))
+              << "block " << block << " word " << e << " p " << p;
+          kept += four[e] ? 1 : 0;
+          drawn += 1;
+        }
+      }
+    }
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_LT(kept, drawn);
+}
+
+// DropoutDraws, which draws sixteen at a time, gives each element's own draw from any
+// first element, across many buffers.
+TEST(DropoutMask, SequentialDrawsAreTheDrawsOfEachElement) {
+  const DropoutKey key{0x0fedcba987654321ull, 2, 9, 4};
+  const float p = 0.3f;
+  for (int64_t first : {int64_t(0), int64_t(1), int64_t(3), int64_t(4), int64_t(15), int64_t(16),
+                        int64_t(17), int64_t(1023), int64_t(1) << 34}) {
+    cpu::DropoutDraws draws(key, first, p);
+    for (int64_t j = 0; j < 100; ++j) {
+      EXPECT_EQ(draws.next(), dropout_keep(key.seed, key.site, key.step, key.stream,
+                                           static_cast<uint64_t>(first + j), p))
+          << "first " << first << " j " << j;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace thpc
