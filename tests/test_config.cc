@@ -199,6 +199,25 @@ TEST(Config, BasePrenormIniIsBaseWithPreNormAndTheV2Schedule) {
                                                      "train.warmup_steps=8000"}));
 }
 
+// input/multi30k_cpu.ini is multi30k.ini's model with the schedule its header gives for
+// 2 CPU cores and 50 minutes, and nothing else changed.
+TEST(Config, Multi30kCpuIniIsMulti30kWithACpuSchedule) {
+  const Config cpu = load_config(kInputDir + "multi30k_cpu.ini");
+  const Config expected = load_config(
+      kInputDir + "multi30k.ini",
+      {"train.max_minutes=50", "train.tokens_per_step=4000", "train.warmup_steps=1000",
+       "train.lr_scale=0.5", "train.threads=2", "train.log_every=50", "train.valid_every=150",
+       "train.valid_bleu=true", "checkpoint.minutes=0", "checkpoint.every_steps=150",
+       "checkpoint.keep_best=bleu", "checkpoint.patience=4"});
+  expect_same_config(cpu, expected);
+  // Every key, those expect_same_config skips too (the first line names the file).
+  const auto keys = [](const Config& config) {
+    const std::string ini = config.to_ini();
+    return ini.substr(ini.find('\n'));
+  };
+  EXPECT_EQ(keys(cpu), keys(expected));
+}
+
 TEST(Config, BigIniHasThePapersValues) {
   const Config config = load_config(kBigIni);
   EXPECT_EQ(config.model.layers, 6);

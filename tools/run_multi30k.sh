@@ -7,13 +7,22 @@
 # line, of the form (numbers for illustration):
 #   multi30k: the better validation ppl is average_best5.h5's (13.02; average_last5.h5: 22.90): DIR/average_best5.h5
 #
-#   bash tools/run_multi30k.sh [--section.key=value ...]   # overrides go to the trainer
+#   bash tools/run_multi30k.sh [--config FILE] [--section.key=value ...]
+#
+# FILE is the trainer's configuration (default input/multi30k.ini; input/multi30k_cpu.ini
+# is the recipe for 2 CPU cores in 50 minutes); the overrides go to the trainer.
 #
 # MULTI30K (default $THPC_DATA/multi30k; `bash tools/fetch_data.sh multi30k DIR` fetches
 # it) is the text directory; BUILD (default
 # build) the CMake build directory; MPIRUN="mpirun -np 8" trains on several ranks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+config=input/multi30k.ini
+if [ "${1:-}" = --config ]; then
+  config=${2:?--config needs a file}
+  shift 2
+fi
+[ -f "$config" ] || { echo "run_multi30k: configuration '$config' not found" >&2; exit 1; }
 build=${BUILD:-build}
 text=${MULTI30K:-${THPC_DATA:-}/multi30k}
 [ -f "$text/train.en" ] || { echo "run_multi30k: $text/train.en not found: run 'bash tools/fetch_data.sh multi30k DIR' and set THPC_DATA=DIR" >&2; exit 1; }
@@ -26,6 +35,6 @@ mkdir -p "$build/multi30k"
   2> "$build/multi30k/preprocess.log" || { cat "$build/multi30k/preprocess.log" >&2; exit 1; }
 "$build/transformer_data_stats" "$data" --tokens-per-step 8000
 log=$build/multi30k/train.log
-${MPIRUN:-} "$build/transformer_hpc" input/multi30k.ini --data.dir="$data" "$@" | tee "$log"
-bash tools/choose_average.sh multi30k "$log" "$build/transformer_hpc" input/multi30k.ini \
+${MPIRUN:-} "$build/transformer_hpc" "$config" --data.dir="$data" "$@" | tee "$log"
+bash tools/choose_average.sh multi30k "$log" "$build/transformer_hpc" "$config" \
   --data.dir="$data" "$@"
