@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
 # Scores the averages a training run wrote (checkpoint.average_last, average_best: the
-# "average of ... written to FILE" lines of its log) on the validation set with
-# `transformer_hpc CONFIG --eval FILE`, and names the better one by the metric the run
-# ranked its best checkpoints by (checkpoint.keep_best: the log's "average of the N best
-# checkpoints by valid METRIC" line), else BLEU or chrF when the config translates, else
-# perplexity. Lower perplexity, higher BLEU and chrF are better; of equal scores (to the
-# printed digits) the first average of the log, the last N, is named. What
-# tools/run_multi30k.sh ends with (docs/checkpoints.md, "The k best checkpoints and their
-# average").
+# "average of ... written to FILE" lines of its log), and its best single checkpoint when
+# it kept one (checkpoint.keep_best: the last "best checkpoint FILE" line), on the
+# validation set with `transformer_hpc CONFIG --eval FILE`, and names the better one by
+# the metric the run ranked its best checkpoints by (checkpoint.keep_best: the log's
+# "average of the N best checkpoints by valid METRIC" line), else BLEU or chrF when the
+# config translates, else perplexity. Lower perplexity, higher BLEU and chrF are better;
+# of equal scores (to the printed digits) the first of the log, the last N, is named. A
+# run still improving when it ends can score better with its best checkpoint than with
+# any average (bench/RESULTS.md, Multi30k on 2 CPU cores). What tools/run_multi30k.sh
+# ends with (docs/checkpoints.md, "The k best checkpoints and their average").
 #
 #   bash tools/choose_average.sh NAME TRAINING_LOG TRANSFORMER_HPC CONFIG [--section.key=value ...]
 #
-# Prints one line per average ("NAME: FILE: valid step N | ... | ppl X ...") and then
+# Prints one line per candidate ("NAME: FILE: valid step N | ... | ppl X ...") and then
 #   NAME: the better validation ppl is average_best5.h5's (13.02; average_last5.h5: 22.90): FILE
 # A log with no average: one line saying so, exit 0. An --eval that fails: exit 1.
 set -euo pipefail
-[ $# -ge 4 ] || { sed -n '2,16p' "$0" >&2; exit 2; }
+[ $# -ge 4 ] || { sed -n '2,18p' "$0" >&2; exit 2; }
 name=$1 log=$2 trainer=$3
 shift 3
 mapfile -t averages < <(sed -n 's/^\(warning: \)\{0,1\}average of the .* written to \(.*\)$/\2/p' "$log")
@@ -23,6 +25,8 @@ if [ ${#averages[@]} -eq 0 ]; then
   echo "$name: the run wrote no average (checkpoint.average_last, average_best): nothing to choose"
   exit 0
 fi
+best=$(sed -n 's/^best checkpoint \(.*\) (step [0-9]*, valid .*)$/\1/p' "$log" | tail -1)
+[ -n "$best" ] && [ -f "$best" ] && averages+=("$best")
 kept_by=$(sed -n 's/^\(warning: \)\{0,1\}average of the .* best checkpoints by valid \([a-z]*\).*/\2/p' "$log" | head -1)
 results=()
 for file in "${averages[@]}"; do

@@ -2,10 +2,10 @@
 # Multi30k EN->DE: preprocess $THPC_DATA/multi30k (train, val, test_2016_flickr)
 # into HDF5 shards with a shared 8000-piece BPE vocabulary, then train input/multi30k.ini.
 # The run writes two averages, of its last 5 checkpoints and of its 5 best by validation
-# perplexity (a small corpus overfits: its last are not its best); both are scored on val
-# (transformer_hpc --eval, tools/choose_average.sh) and the better is named in the last
-# line, of the form (numbers for illustration):
-#   multi30k: the better validation ppl is average_best5.h5's (13.02; average_last5.h5: 22.90): DIR/average_best5.h5
+# perplexity (a small corpus overfits: its last are not its best); both and its best
+# checkpoint are scored on val (transformer_hpc --eval, tools/choose_average.sh) and the
+# better is named in the last line, of the form (numbers for illustration):
+#   multi30k: the better validation ppl is average_best5.h5's (13.02; average_last5.h5: 22.90; best.h5: 13.40): DIR/average_best5.h5
 #
 #   bash tools/run_multi30k.sh [--config FILE] [--section.key=value ...]
 #
