@@ -39,8 +39,8 @@ inline void keep_four_blocks(const DropoutKey& key, uint32_t block, float p, boo
   // philox4x32_10 on all four at once. _mm_mul_epu32 multiplies the even 32-bit lanes
   // into 64-bit products, so the odd lanes are shifted down for a second multiply and
   // the products' high and low words put back in lane order.
-  const __m128i mul0 = _mm_set1_epi32(static_cast<int>(0xD2511F53u));
-  const __m128i mul1 = _mm_set1_epi32(static_cast<int>(0xCD9E8D57u));
+  const __m128i mul0 = _mm_set1_epi32(static_cast<int>(kPhiloxMul0));
+  const __m128i mul1 = _mm_set1_epi32(static_cast<int>(kPhiloxMul1));
   const __m128i low_words = _mm_set_epi32(0, -1, 0, -1);
   __m128i c0 = _mm_add_epi32(_mm_set1_epi32(static_cast<int>(block)), _mm_set_epi32(3, 2, 1, 0));
   __m128i c1 = _mm_set1_epi32(static_cast<int>(key.site));
@@ -60,15 +60,15 @@ inline void keep_four_blocks(const DropoutKey& key, uint32_t block, float p, boo
     c1 = lo1;
     c2 = _mm_xor_si128(_mm_xor_si128(hi0, c3), _mm_set1_epi32(static_cast<int>(k1)));
     c3 = lo0;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
+    k0 += kPhiloxWeyl0;
+    k1 += kPhiloxWeyl1;
   }
   // uniform_from_bits (the top 24 bits, exactly as a float in [0, 1)) >= p, per word.
-  const __m128 unit = _mm_set1_ps(1.0f / 16777216.0f), threshold = _mm_set1_ps(p);
+  const __m128 unit = _mm_set1_ps(kUniformUnit), threshold = _mm_set1_ps(p);
   const __m128i words[4] = {c0, c1, c2, c3};
   alignas(16) int32_t keep[4][4];
   for (int w = 0; w < 4; ++w) {
-    const __m128 uniform = _mm_mul_ps(_mm_cvtepi32_ps(_mm_srli_epi32(words[w], 8)), unit);
+    const __m128 uniform = _mm_mul_ps(_mm_cvtepi32_ps(_mm_srli_epi32(words[w], kUniformShift)), unit);
     _mm_store_si128(reinterpret_cast<__m128i*>(keep[w]),
                     _mm_castps_si128(_mm_cmpge_ps(uniform, threshold)));
   }

@@ -19,6 +19,16 @@ struct Philox4x32 {
   uint32_t v[4];
 };
 
+// Philox4x32-10's round multipliers and key increments (Salmon et al.), named once for
+// every implementation of the rounds (here, and the CPU's four-blocks-at-once SSE2 form
+// in kernels/cpu/dropout_mask.h).
+constexpr uint32_t kPhiloxMul0 = 0xD2511F53u, kPhiloxMul1 = 0xCD9E8D57u;
+constexpr uint32_t kPhiloxWeyl0 = 0x9E3779B9u, kPhiloxWeyl1 = 0xBB67AE85u;
+
+// A draw's uniform: its top 24 bits (the draw shifted right by this), times 2^-24.
+constexpr int kUniformShift = 8;
+constexpr float kUniformUnit = 1.0f / 16777216.0f;
+
 THPC_HOST_DEVICE void philox_mulhilo(uint32_t a, uint32_t b, uint32_t& hi, uint32_t& lo) {
   const uint64_t product = static_cast<uint64_t>(a) * b;
   hi = static_cast<uint32_t>(product >> 32);
@@ -28,16 +38,14 @@ THPC_HOST_DEVICE void philox_mulhilo(uint32_t a, uint32_t b, uint32_t& hi, uint3
 // Ten rounds of Philox4x32 on counter (c0..c3) with key (k0, k1).
 THPC_HOST_DEVICE Philox4x32 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3,
                                            uint32_t k0, uint32_t k1) {
-  constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
-  constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
   for (int round = 0; round < 10; ++round) {
     uint32_t hi0, lo0, hi1, lo1;
-    philox_mulhilo(kMul0, c0, hi0, lo0);
-    philox_mulhilo(kMul1, c2, hi1, lo1);
+    philox_mulhilo(kPhiloxMul0, c0, hi0, lo0);
+    philox_mulhilo(kPhiloxMul1, c2, hi1, lo1);
     const uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
     c0 = n0; c1 = n1; c2 = n2; c3 = n3;
-    k0 += kWeyl0;
-    k1 += kWeyl1;
+    k0 += kPhiloxWeyl0;
+    k1 += kPhiloxWeyl1;
   }
   return Philox4x32{{c0, c1, c2, c3}};
 }
@@ -45,7 +53,7 @@ THPC_HOST_DEVICE Philox4x32 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2,
 // A uniform float in [0, 1) from the top 24 bits of a 32-bit draw (exactly
 // representable, identical on every device).
 THPC_HOST_DEVICE float uniform_from_bits(uint32_t bits) {
-  return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f);
+  return static_cast<float>(bits >> kUniformShift) * kUniformUnit;
 }
 
 // The 32-bit draw for element `element` of the stream (seed; site, step, stream):
