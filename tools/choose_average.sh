@@ -20,16 +20,16 @@ set -euo pipefail
 [ $# -ge 4 ] || { sed -n '2,18p' "$0" >&2; exit 2; }
 name=$1 log=$2 trainer=$3
 shift 3
-mapfile -t averages < <(sed -n 's/^\(warning: \)\{0,1\}average of the .* written to \(.*\)$/\2/p' "$log")
-if [ ${#averages[@]} -eq 0 ]; then
+mapfile -t candidates < <(sed -n 's/^\(warning: \)\{0,1\}average of the .* written to \(.*\)$/\2/p' "$log")
+if [ ${#candidates[@]} -eq 0 ]; then
   echo "$name: the run wrote no average (checkpoint.average_last, average_best): nothing to choose"
   exit 0
 fi
 best=$(sed -n 's/^best checkpoint \(.*\) (step [0-9]*, valid .*)$/\1/p' "$log" | tail -1)
-[ -n "$best" ] && [ -f "$best" ] && averages+=("$best")
+[ -n "$best" ] && [ -f "$best" ] && candidates+=("$best")
 kept_by=$(sed -n 's/^\(warning: \)\{0,1\}average of the .* best checkpoints by valid \([a-z]*\).*/\2/p' "$log" | head -1)
 results=()
-for file in "${averages[@]}"; do
+for file in "${candidates[@]}"; do
   line=$("$trainer" "$@" --eval "$file" | grep '^valid step ') ||
     { echo "$name: transformer_hpc --eval $file failed" >&2; exit 1; }
   echo "$name: $file: $line"

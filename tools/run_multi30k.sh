@@ -33,7 +33,10 @@ mkdir -p "$build/multi30k"
   --trainpref "$text/train" --validpref "$text/val" --testpref "$text/test_2016_flickr" \
   --destdir "$data" --vocab-size 8000 --model-type bpe --shards 1 --seed 1 \
   2> "$build/multi30k/preprocess.log" || { cat "$build/multi30k/preprocess.log" >&2; exit 1; }
-"$build/transformer_data_stats" "$data" --tokens-per-step 8000
+# The reader's statistics at the run's own batch size (its resolved configuration).
+tokens=$("$build/transformer_hpc" "$config" --data.dir="$data" "$@" --dry-run |
+  sed -n 's/^tokens_per_step = \([0-9]*\).*/\1/p' | head -1)
+"$build/transformer_data_stats" "$data" --tokens-per-step "$tokens"
 log=$build/multi30k/train.log
 ${MPIRUN:-} "$build/transformer_hpc" "$config" --data.dir="$data" "$@" | tee "$log"
 bash tools/choose_average.sh multi30k "$log" "$build/transformer_hpc" "$config" \
