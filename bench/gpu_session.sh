@@ -23,27 +23,28 @@
 #      and other paths, so the kept build-gpu/ is what the second call reuses) only what
 #      the stage runs: transformer_bench_step, the kernel twin tests (tests/kernels/) and
 #      test_cuda_training;
-#   1. every kernel twin in fp32 and bf16 (the Cuda* suites of test_kernel_*): since the
-#      last GPU run (2026-11-25, bench/RESULTS.md) the op list (kernels/op_list.h) changed
-#      every launcher's signature, so all of them, the fused ops' (FUSED_TWINS) first;
-#      then the whole-model check, fp32 training on the GPU against the CPU with the
-#      separate kernels and with the fused ones (CudaTraining.Fp32ThreeSteps*);
+#   1. the candidate kernels' twins in fp32 and bf16 (CANDIDATE_TWINS: the kernels behind
+#      train.cuda_kernels = candidate, never run on a GPU) and the whole model with them;
+#      then the verified twins of the files they changed (CHANGED_TWINS; OTHER_TWINS=all
+#      runs every kernel twin) and the whole-model check with the verified kernels,
+#      separate and fused (CudaTraining.Fp32ThreeSteps*);
 #   2. the bf16 GEMM ceiling (cuBLAS 8192^3 through PyTorch), for every MFU figure;
 #   3. transformer_bench_step --profile, base, 25,000 + 25,000 tokens, bf16,
-#      model.fused_ops = off and (only if the fused twins passed in 1.) on;
-#   4. PEERS="eager compile" bench/step_vs_torch.sh base with ours off and on
+#      train.cuda_kernels = verified and (only if the candidate twins passed in 1.) candidate;
+#   4. PEERS="eager compile" bench/step_vs_torch.sh base with ours verified and candidate
 #      (OURS_VARIANTS), ours and eager first, the compiled peer (torch.compile, default
 #      mode, static shapes: nine lengths) last with what is left; a peer cut off leaves
 #      its inductor cache in build-gpu/ for call 2.
 # followup (call 2; FOLLOWUP_SECONDS, default 240):
-#   1. compute-sanitizer memcheck of the fused twins (the only kernels never run before);
+#   1. compute-sanitizer memcheck of the candidate twins;
 #   2. big (input/big.ini) at 25,000 + 25,000 tokens: the profile and the unprofiled line
-#      (peak memory, step ms, MFU), off and (fused twins passed) on;
+#      (peak memory, step ms, MFU), verified and (candidate twins passed) candidate;
 #   3. what call 1 did not finish: the compiled peer with ours off and on, on the
 #      inductor cache call 1 left.
-# The switch's default (CudaBackend::fused_ops_by_default) was flipped to on by the
+# model.fused_ops's default (CudaBackend::fused_ops_by_default) was flipped to on by the
 # session of 2026-11-26 (bench/RESULTS.md), in which the fused twins, the fused
-# whole-model check and memcheck passed on an H100; off stays measured beside it.
+# whole-model check and memcheck passed on an H100; train.cuda_kernels = candidate is the
+# switch measured now (docs/testing.md, "Kernels not yet run on a GPU").
 #
 # The older stages, each longer than a window's second call now (2026-11-25, H100):
 #   tests      (526 s cold) the CUDA twin tests and whole-model GPU tests (memcheck on a
@@ -118,15 +119,15 @@ readonly PLAN=(
   "start|machine start (counted, not in a call)|60|120"
   "1|setup: gpu-bundle unpacked, nvidia-smi|10|20"
   "1|build: bench_step, kernel twin tests, test_cuda_training (16 cores)|20|110"
-  "1|fused twins (CudaAddNorm, CudaLinearRelu, CudaReluBiasBackward)|5|20"
-  "1|every other kernel twin, fp32 and bf16|15|60"
-  "1|whole model: fp32 3 steps vs the CPU, fused off and on|2|20"
+  "1|candidate twins (CudaCandidate*) and the whole model with them, fp32 and bf16|5|25"
+  "1|the verified twins of the changed files (OTHER_TWINS=all: every one)|10|40"
+  "1|whole model: fp32 3 steps vs the CPU, verified kernels, fused off and on|2|20"
   "1|bf16 GEMM ceiling (8192^3)|10|15"
-  "1|profile base off, on (27 steps each)|15|50"
-  "1|ours off, on (75 steps each); PyTorch eager (75 steps)|55|75"
+  "1|profile base verified, candidate (27 steps each)|15|50"
+  "1|ours verified, candidate (75 steps each); PyTorch eager (75 steps)|55|75"
   "1|torch.compile peer (228 s to compile on 2026-11-26): the rest of STEP_SECONDS=370|230|260"
   "2|setup, incremental build|10|20"
-  "2|memcheck of the fused twins (each run capped)|30|70"
+  "2|memcheck of the candidate twins (each run capped)|30|70"
   "2|ceiling; big profile and unprofiled line, off and on|80|110"
   "2|torch.compile peer (on call 1's inductor cache) with ours off, on|0|60"
   "gaps|transfers, the send of call 2|10|30"
@@ -211,7 +212,7 @@ dry_run() {
     echo "dry-run: rehearsing call '$call' on the CPU (BUILD=${BUILD:-build})"
     if OUT=$rehearsal_out bash "$0" --rehearse "$call" > "$rehearsal_out/console.txt" 2>&1 &&
        ! grep -q "(exit [1-9]" "$rehearsal_out/console.txt"; then
-      grep -E "^(fused twins|twin lines|memcheck|peers|step:|followup:|==|big)" "$rehearsal_out/console.txt" |
+      grep -E "^(candidate twins|twin lines|memcheck|peers|step:|followup:|==|big)" "$rehearsal_out/console.txt" |
         sed 's/^/  /'
       echo "  logs: $(du -k "$rehearsal_out/logs_$call.tgz" | cut -f1) kB"
     else
@@ -223,9 +224,13 @@ dry_run() {
   echo "dry-run: ready for the device call"
 }
 
-# The fused ops' twin suites (kernels/op_list.h; the model takes them with
-# model.fused_ops): the fused variants are measured only when these passed in this call.
-readonly FUSED_TWINS="CudaAddNorm|CudaLinearRelu|CudaReluBiasBackward"
+# The candidate kernels' twin suites (train.cuda_kernels = candidate: kernels written
+# since the last GPU run, behind that switch until a GPU session sees these pass): the
+# candidate setting is measured only when they passed in this call. (Until 2026-11-26 the
+# switch measured was model.fused_ops, whose fused kernels are now the default.)
+readonly CANDIDATE_TWINS="CudaCandidate[A-Za-z]*"
+# The verified twins of the ops that have candidates (their files changed with them).
+readonly CHANGED_TWINS="CudaCrossEntropy|CudaLogSoftmax|CudaReluBiasBackward|CudaLinearRelu|CudaLinear|CudaOutputProjection"
 
 # What the step and followup stages build: the benchmark, every kernel twin test
 # executable and the whole-model GPU tests.
@@ -306,18 +311,18 @@ bench_args() {
   fi
 }
 
-# The fused_ops settings to measure: off (the separate kernels) and on (the default since
-# 2026-11-26), the latter only after its twins passed in this call.
-fused_settings() {
-  echo off
-  [ "${FUSED_TWINS_PASSED:-0}" = 1 ] && echo on
+# The train.cuda_kernels settings to measure: verified (the default) and candidate, the
+# latter only after its twins passed in this call.
+kernel_settings() {
+  echo verified
+  [ "${CANDIDATE_TWINS_PASSED:-0}" = 1 ] && echo candidate
 }
 
-# bench/step_vs_torch.sh base with the peers, ours once per fused_ops setting, inside
+# bench/step_vs_torch.sh base with the peers, ours once per train.cuda_kernels setting, inside
 # `seconds` (a cut-off run leaves the JSON lines it printed in the log).
 peers_step() {
   local seconds=$1 peers=$2 variants=() args=(base 25000)
-  for setting in $(fused_settings); do variants+=("fused_$setting=model.fused_ops=$setting"); done
+  for setting in $(kernel_settings); do variants+=("$setting=train.cuda_kernels=$setting"); done
   if [ "$rehearsal" = 1 ]; then
     if [ -z "${SOURCE_TORCH_REFERENCE}" ] || ! "${PYTHON:-python3}" -c 'import torch' 2> /dev/null; then
       echo "peers: skipped in the rehearsal (no TORCH_REFERENCE or no PyTorch for ${PYTHON:-python3})"
@@ -356,29 +361,37 @@ measure_ceiling() {
 state_file() { echo "$BUILD_DIR/gpu_session_state"; }
 remember() { echo "$1" >> "$(state_file)"; }
 
-# 1. The kernel twins, the fused ones first; sets FUSED_TWINS_PASSED.
-run_fused_twins() {
+# 1. The candidate kernels' twins and their whole-model check (fp32 training on the GPU
+# against the CPU with train.cuda_kernels = candidate; skipped in the rehearsal, which
+# has no GPU); sets CANDIDATE_TWINS_PASSED.
+run_candidate_twins() {
   local twin_env=(env) prefix="" exclude="^Rehearsal[.]"
   if [ "$rehearsal" = 1 ]; then twin_env=(env THPC_TWIN_REHEARSAL=1) prefix="Rehearsal[.]" exclude="^$"; fi
-  "${twin_env[@]}" ctest --test-dir "$BUILD_DIR" -R "^${prefix}(${FUSED_TWINS})[.]" -E "$exclude" \
-    --output-on-failure -j4 > "$LOGS/ctest_fused_twins.log" 2>&1
+  "${twin_env[@]}" ctest --test-dir "$BUILD_DIR" \
+    -R "^${prefix}(${CANDIDATE_TWINS})[.]|^CudaTraining[.]Fp32ThreeStepsWithCandidateKernels" \
+    -E "$exclude" --output-on-failure -j4 > "$LOGS/ctest_candidate_twins.log" 2>&1
   local status=$?
-  grep -E "tests passed|Failed|\*\*\*" "$LOGS/ctest_fused_twins.log" | tail -12
-  cp "$BUILD_DIR/Testing/Temporary/LastTest.log" "$LOGS/ctest_fused_twins_all_output.log"
-  if [ "$status" = 0 ] && grep -q "100% tests passed" "$LOGS/ctest_fused_twins.log"; then
-    export FUSED_TWINS_PASSED=1
-    echo "fused twins: passed (model.fused_ops=on is measured below)"
+  grep -E "tests passed|Failed|\*\*\*" "$LOGS/ctest_candidate_twins.log" | tail -12
+  cp "$BUILD_DIR/Testing/Temporary/LastTest.log" "$LOGS/ctest_candidate_twins_all_output.log"
+  grep -h "GPU fp32" "$LOGS/ctest_candidate_twins_all_output.log" | head -2
+  if [ "$status" = 0 ] && grep -q "100% tests passed" "$LOGS/ctest_candidate_twins.log"; then
+    export CANDIDATE_TWINS_PASSED=1
+    echo "candidate twins: passed (train.cuda_kernels=candidate is measured below)"
   else
-    export FUSED_TWINS_PASSED=0
-    echo "fused twins: FAILED or did not run (only model.fused_ops=off is measured)"
+    export CANDIDATE_TWINS_PASSED=0
+    echo "candidate twins: FAILED or did not run (only train.cuda_kernels=verified is measured)"
   fi
-  remember "FUSED_TWINS_PASSED=$FUSED_TWINS_PASSED"
+  remember "CANDIDATE_TWINS_PASSED=$CANDIDATE_TWINS_PASSED"
 }
 
+# The verified twins of the files the candidates changed (CHANGED_TWINS; OTHER_TWINS=all:
+# every kernel twin), and the whole model with the verified kernels.
 run_other_twins() {
   local twin_env=(env) prefix="" exclude="^Rehearsal[.]|^CudaTraining"
+  local suites="(${CHANGED_TWINS})[.]"
+  [ "${OTHER_TWINS:-changed}" = all ] && suites="Cuda"
   if [ "$rehearsal" = 1 ]; then twin_env=(env THPC_TWIN_REHEARSAL=1) prefix="Rehearsal[.]" exclude="^$"; fi
-  "${twin_env[@]}" ctest --test-dir "$BUILD_DIR" -R "^${prefix}Cuda" -E "${exclude}|(${FUSED_TWINS})[.]" \
+  "${twin_env[@]}" ctest --test-dir "$BUILD_DIR" -R "^${prefix}${suites}" -E "${exclude}|(${CANDIDATE_TWINS})[.]" \
     --output-on-failure -j4 > "$LOGS/ctest_twins.log" 2>&1
   grep -E "tests passed|Failed|\*\*\*" "$LOGS/ctest_twins.log" | tail -20
   cp "$BUILD_DIR/Testing/Temporary/LastTest.log" "$LOGS/ctest_twins_all_output.log"
@@ -387,7 +400,7 @@ run_other_twins() {
   echo "twin lines: $(wc -l < "$LOGS/twin_errors.txt")"
   # The whole model: fp32 training on the GPU against the CPU, separate and fused kernels
   # (skipped in the rehearsal: they need the GPU itself).
-  ctest --test-dir "$BUILD_DIR" -R "^CudaTraining[.]Fp32ThreeSteps" --output-on-failure \
+  ctest --test-dir "$BUILD_DIR" -R "^CudaTraining[.]Fp32ThreeSteps(MatchTheCpu|WithFusedOps)" --output-on-failure \
     > "$LOGS/ctest_whole_model.log" 2>&1
   grep -E "tests passed|Failed|Skipped|\*\*\*" "$LOGS/ctest_whole_model.log" | tail -6
   grep -h "GPU fp32" "$BUILD_DIR/Testing/Temporary/LastTest.log" | head -4
@@ -397,7 +410,7 @@ step_stage() {
   local deadline=${STEP_SECONDS:-370}
   rm -f "$(state_file)"
   print_plan
-  run_fused_twins
+  run_candidate_twins
   run_other_twins
   echo "twins and whole model: at ${SECONDS} s"
   measure_ceiling
@@ -415,45 +428,51 @@ step_stage() {
 # Profiles (and with line=1 the unprofiled big line) of one preset, off and on.
 profile() {
   local preset=${1#preset=} line=${2:-} setting
-  for setting in $(fused_settings); do
+  for setting in $(kernel_settings); do
     # shellcheck disable=SC2046
     timeout 120 "$BUILD_DIR/transformer_bench_step" $(bench_args "$preset" 18 9) --profile \
-      --set "model.fused_ops=$setting" \
-      > "$LOGS/profile_${preset}_fused_${setting}.txt" 2>&1
-    echo "== profile $preset, model.fused_ops=$setting (exit $?)"
-    grep -v "^{" "$LOGS/profile_${preset}_fused_${setting}.txt" | tail -22
+      --set "train.cuda_kernels=$setting" \
+      > "$LOGS/profile_${preset}_${setting}.txt" 2>&1
+    echo "== profile $preset, train.cuda_kernels=$setting (exit $?)"
+    grep -v "^{" "$LOGS/profile_${preset}_${setting}.txt" | tail -22
   done
   [ "$line" = line ] || return 0
-  for setting in $(fused_settings); do
+  for setting in $(kernel_settings); do
     # shellcheck disable=SC2046
     timeout 120 "$BUILD_DIR/transformer_bench_step" $(bench_args "$preset" 30 9) \
-      --set "model.fused_ops=$setting" > "$LOGS/${preset}_fused_${setting}.txt" 2>&1
-    echo "$preset, model.fused_ops=$setting (exit $?): $(tail -1 "$LOGS/${preset}_fused_${setting}.txt")"
+      --set "train.cuda_kernels=$setting" > "$LOGS/${preset}_${setting}.txt" 2>&1
+    echo "$preset, train.cuda_kernels=$setting (exit $?): $(tail -1 "$LOGS/${preset}_${setting}.txt")"
+  done
+}
+
+# compute-sanitizer memcheck of the candidate kernels' twins, each run capped.
+memcheck_candidates() {
+  if [ "$rehearsal" = 1 ]; then
+    echo "memcheck: skipped in the rehearsal (compute-sanitizer needs the GPU)"
+    return
+  fi
+  local twin
+  for twin in cross_entropy:CudaCandidateCrossEntropy.* linear:CudaCandidateReluBiasBackward.*; do
+    timeout 35 compute-sanitizer --tool memcheck --error-exitcode 9 \
+      "$BUILD_DIR/tests/test_kernel_${twin%%:*}" --gtest_filter="${twin#*:}" \
+      > "$LOGS/memcheck_${twin%%:*}.log" 2>&1
+    echo "memcheck ${twin#*:}: exit $? ($(grep -m1 "ERROR SUMMARY" "$LOGS/memcheck_${twin%%:*}.log"))"
   done
 }
 
 followup_stage() {
   local deadline=${FOLLOWUP_SECONDS:-240}
   print_plan
-  # What call 1 found, if this is its machine; else the fused twins again (seconds).
+  # What call 1 found, if this is its machine; else the candidate twins again (seconds).
   # shellcheck disable=SC1090
   [ -f "$(state_file)" ] && source "$(state_file)"
-  if [ -z "${FUSED_TWINS_PASSED:-}" ]; then
-    echo "followup: no state from call 1 on this machine (a fresh one): the fused twins first"
-    run_fused_twins
+  if [ -z "${CANDIDATE_TWINS_PASSED:-}" ]; then
+    echo "followup: no state from call 1 on this machine (a fresh one): the candidate twins first"
+    run_candidate_twins
   fi
-  # 1. memcheck of the fused kernels' twins, each run capped.
-  if [ "$rehearsal" = 1 ]; then
-    echo "memcheck: skipped in the rehearsal (compute-sanitizer needs the GPU)"
-  else
-    local twin
-    for twin in layernorm:CudaAddNorm.* linear:CudaLinearRelu.*:CudaReluBiasBackward.*; do
-      timeout 35 compute-sanitizer --tool memcheck --error-exitcode 9 \
-        "$BUILD_DIR/tests/test_kernel_${twin%%:*}" --gtest_filter="${twin#*:}" \
-        > "$LOGS/memcheck_${twin%%:*}.log" 2>&1
-      echo "memcheck ${twin#*:}: exit $? ($(grep -m1 "ERROR SUMMARY" "$LOGS/memcheck_${twin%%:*}.log"))"
-    done
-  fi
+  # 1. memcheck of the candidate kernels' twins, each run capped.
+  memcheck_candidates
+
   # 2. big: profile and line.
   measure_ceiling
   profile preset=big line
@@ -524,6 +543,15 @@ tests_stage() {
 }
 
 translate_stage() {
+  # MEMCHECK=1: first the candidate kernels' memcheck, when call 1 on this warm machine
+  # built their twin tests (the translate stage itself builds only the programs).
+  if [ "${MEMCHECK:-0}" = 1 ]; then
+    if [ -x "$BUILD_DIR/tests/test_kernel_linear" ] || [ "$rehearsal" = 1 ]; then
+      memcheck_candidates
+    else
+      echo "memcheck: skipped (no twin tests in $BUILD_DIR: a fresh machine)"
+    fi
+  fi
   local checkpoints=build-gpu/multi30k/checkpoints
   # A new run refuses a directory holding another run's checkpoints or metrics.
   rm -rf "$checkpoints" build-gpu/multi30k/metrics.jsonl build-gpu/multi30k/events.out.tfevents.*
@@ -534,9 +562,12 @@ translate_stage() {
   # 37's GPU recipe, 3 x 256 with dropout 0.3) instead of the base-sized layers.
   local model=(--model.layers=6 --model.d_model=512 --model.d_ff=2048 --model.heads=8)
   [ -n "${TRANSLATE_CONFIG:-}" ] && model=(--config "$TRANSLATE_CONFIG")
+  # TRANSLATE_SET: more overrides, e.g. "--train.valid_every=300 --checkpoint.every_steps=300".
+  local extra=()
+  read -r -a extra <<< "${TRANSLATE_SET:-}"
   BUILD=build-gpu bash tools/run_multi30k.sh "${model[@]}" --train.backend=cuda \
     --train.max_minutes="${TRAIN_MINUTES:-4}" --checkpoint.minutes="${CHECKPOINT_MINUTES:-0.7}" --checkpoint.keep=5 \
-    --checkpoint.dir="$checkpoints" > "$LOGS/multi30k_train.log" 2>&1
+    --checkpoint.dir="$checkpoints" "${extra[@]}" > "$LOGS/multi30k_train.log" 2>&1
   echo "multi30k training: exit $?"
   grep -E "^(step|valid|summary|final|stopping|multi30k)" "$LOGS/multi30k_train.log" | tail -16
   timeout 120 env THPC_BUILD=build-gpu bash tools/evaluate.sh "$checkpoints" \
@@ -551,6 +582,8 @@ translate_stage() {
       "$THPC_DATA/multi30k/test_2016_flickr.en" "$THPC_DATA/multi30k/test_2016_flickr.de" \
       -- --beam 4 2>&1 | tee "$LOGS/multi30k_bleu_chosen.txt"
   fi
+  # DECODE_BENCH=0: no decoding-speed runs (a call that has only the time to train).
+  [ "${DECODE_BENCH:-1}" = 0 ] && return
   # Decoding speed on newstest2014 with the averaged model (transformer_decode's default
   # --batch-tokens 4096 padded source tokens per batch).
   timeout 150 env THPC_BUILD=build-gpu bash bench/cpu_decode_speed.sh \

@@ -36,7 +36,7 @@ const std::vector<std::string> kAllKeys = {
     "model.attention_bias",  "model.layernorm_eps",   "model.norm",
     "model.fused_ops",
     "train.backend",
-    "train.precision",
+    "train.precision",       "train.cuda_kernels",
     "train.seed",            "train.max_steps",       "train.max_minutes",
     "train.tokens_per_step",
     "train.accumulate",      "train.warmup_steps",    "train.lr_scale",
@@ -78,6 +78,7 @@ void expect_same_config(const Config& actual, const Config& expected) {
   EXPECT_EQ(actual.model.fused_ops, expected.model.fused_ops);
   EXPECT_EQ(actual.train.backend, expected.train.backend);
   EXPECT_EQ(actual.train.precision, expected.train.precision);
+  EXPECT_EQ(actual.train.cuda_kernels, expected.train.cuda_kernels);
   EXPECT_EQ(actual.train.seed, expected.train.seed);
   EXPECT_EQ(actual.train.max_steps, expected.train.max_steps);
   EXPECT_EQ(actual.train.tokens_per_step, expected.train.tokens_per_step);
@@ -384,7 +385,7 @@ const std::vector<std::string> kUnusualValues = {
     "model.positions=learned", "model.max_positions=40", "model.vocab_size=123",
     "model.attention_bias=true", "model.layernorm_eps=1e-6", "model.norm=pre", "model.fused_ops=off",
     "train.backend=cpu",
-    "train.precision=fp32",
+    "train.precision=fp32",    "train.cuda_kernels=candidate",
     "train.seed=18446744073709551615", "train.max_steps=12345678901",
     "train.max_minutes=2.5",
     "train.tokens_per_step=777", "train.accumulate=3", "train.warmup_steps=17",

@@ -57,10 +57,9 @@ double scaled_max_difference(const std::vector<float>& a, const std::vector<floa
 // agree within 1e-4 relative (the bound). The GPU sums in other orders (GEMM
 // tiling, block reductions): each op differs by ~1e-6 relative, and three Adam steps
 // (whose first updates are ~lr * sign(g)) keep the parameters within ~1e-5.
-void expect_fp32_steps_match_the_cpu(const std::string& fused_ops) {
+void expect_fp32_steps_match_the_cpu(const std::string& gpu_setting) {
   Trainer cpu(tiny({"train.backend=cpu"}));
-  Trainer gpu(
-      tiny({"train.backend=cuda", "train.precision=fp32", "model.fused_ops=" + fused_ops}));
+  Trainer gpu(tiny({"train.backend=cuda", "train.precision=fp32", gpu_setting}));
   for (int step = 0; step < 3; ++step) {
     const StepStats a = cpu.step();
     const StepStats b = gpu.step();
@@ -68,14 +67,14 @@ void expect_fp32_steps_match_the_cpu(const std::string& fused_ops) {
   }
   const double difference = scaled_max_difference(gpu.model().params().to_host_f32(),
                                                   cpu.model().params().to_host_f32());
-  std::printf("GPU fp32 (model.fused_ops=%s) vs CPU after 3 steps: max |difference| / "
-              "max |param| = %.3g\n", fused_ops.c_str(), difference);
+  std::printf("GPU fp32 (%s) vs CPU after 3 steps: max |difference| / "
+              "max |param| = %.3g\n", gpu_setting.c_str(), difference);
   EXPECT_LE(difference, 1e-4);
 }
 
 TEST(CudaTraining, Fp32ThreeStepsMatchTheCpu) {
   THPC_REQUIRE_REAL_GPU();
-  expect_fp32_steps_match_the_cpu("auto");
+  expect_fp32_steps_match_the_cpu("model.fused_ops=auto");
 }
 
 // The same with the GPU's fused sub-layer kernels (add_dropout_layernorm_*, the RELU_BIAS
@@ -87,7 +86,15 @@ TEST(CudaTraining, Fp32ThreeStepsMatchTheCpu) {
 // 1e-4 as the separate kernels.
 TEST(CudaTraining, Fp32ThreeStepsWithFusedOpsMatchTheCpu) {
   THPC_REQUIRE_REAL_GPU();
-  expect_fp32_steps_match_the_cpu("on");
+  expect_fp32_steps_match_the_cpu("model.fused_ops=on");
+}
+
+// The same with the candidate kernels (train.cuda_kernels = candidate: the vectorised
+// cross-entropy and bias+ReLU backward, which tiny.ini's vocabulary of 32 and d_ff of
+// 256 let them take), before a GPU session makes them the default.
+TEST(CudaTraining, Fp32ThreeStepsWithCandidateKernelsMatchTheCpu) {
+  THPC_REQUIRE_REAL_GPU();
+  expect_fp32_steps_match_the_cpu("train.cuda_kernels=candidate");
 }
 
 // One rank with NCCL: a step's gradients after the (identity) all-reduce equal the CPU

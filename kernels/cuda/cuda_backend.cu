@@ -55,7 +55,7 @@ class EventWorkClock final : public WorkClock {
 template <typename T>
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device) : context_(device) {
+  CudaBackend(int device, bool candidate_kernels) : context_(device, candidate_kernels) {
     cudaDeviceProp prop{};
     THPC_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     device_name_ = prop.name;
@@ -192,10 +192,12 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int device, DType compute_dtype) {
+std::unique_ptr<Backend> make_cuda_backend(int device, DType compute_dtype,
+                                           bool candidate_kernels) {
   switch (compute_dtype) {
-    case DType::F32: return std::make_unique<CudaBackend<float>>(device);
-    case DType::BF16: return std::make_unique<CudaBackend<cuda::bf16>>(device);
+    case DType::F32: return std::make_unique<CudaBackend<float>>(device, candidate_kernels);
+    case DType::BF16:
+      return std::make_unique<CudaBackend<cuda::bf16>>(device, candidate_kernels);
     default:
       THPC_FAIL("the CUDA backend computes in bf16 or fp32, not " << dtype_name(compute_dtype));
   }

@@ -14,7 +14,9 @@
 namespace thpc {
 
 // device: a CUDA device index of this process (after CUDA_VISIBLE_DEVICES);
-// compute_dtype: DType::BF16 or DType::F32.
-std::unique_ptr<Backend> make_cuda_backend(int device, DType compute_dtype);
+// compute_dtype: DType::BF16 or DType::F32; candidate_kernels: the kernel variants not
+// yet checked on a GPU as well (train.cuda_kernels = candidate, cuda::Context).
+std::unique_ptr<Backend> make_cuda_backend(int device, DType compute_dtype,
+                                           bool candidate_kernels = false);
 
 }  // namespace thpc

@@ -49,12 +49,17 @@ namespace thpc::cuda {
 // launches but must not expect it to survive to the next op.
 class Context {
  public:
-  explicit Context(int device);
+  // candidate_kernels: run the kernel variants written since the last GPU run too
+  // (train.cuda_kernels = candidate); otherwise only those whose twins passed on a GPU.
+  Context(int device, bool candidate_kernels = false);
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
 
   int device() const { return device_; }
+  // Whether an op may take its candidate kernel (a faster variant that has not yet run on
+  // a GPU: it lands behind train.cuda_kernels until a GPU session sees its twins pass).
+  bool candidate_kernels() const { return candidate_kernels_; }
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t blas() const { return blas_; }
   cublasLtHandle_t lt() const { return lt_; }
@@ -77,6 +82,7 @@ class Context {
 
  private:
   int device_ = 0;
+  bool candidate_kernels_ = false;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 namespace thpc::cuda {
@@ -47,6 +48,36 @@ __device__ __forceinline__ float warp_max(float x) {
     x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
   }
   return x;
+}
+
+// 16-byte vectors: kVector<T> elements of T (8 bf16 or 4 floats) moved by one load or
+// store instruction, so that a warp moves 512 contiguous bytes at once (the
+// memory-bound row and column passes; a scalar bf16 load moves 64 bytes a warp). The
+// pointer must be 16-byte aligned: callers check with aligned16 and fall back to scalar
+// code where it is not.
+template <typename T>
+constexpr int kVector = 16 / static_cast<int>(sizeof(T));
+
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The kVector<T> elements at p widened to fp32; in rounded to T and stored at p (the
+// bits move through memcpy, which the compiler turns into register moves).
+template <typename T>
+__device__ __forceinline__ void load16(float (&out)[kVector<T>], const T* p) {
+  const uint4 bits = *reinterpret_cast<const uint4*>(p);
+  T items[kVector<T>];
+  memcpy(items, &bits, sizeof(bits));
+#pragma unroll
+  for (int k = 0; k < kVector<T>; ++k) out[k] = to_float(items[k]);
+}
+template <typename T>
+__device__ __forceinline__ void store16(T* p, const float (&in)[kVector<T>]) {
+  T items[kVector<T>];
+#pragma unroll
+  for (int k = 0; k < kVector<T>; ++k) items[k] = from_float<T>(in[k]);
+  uint4 bits;
+  memcpy(&bits, items, sizeof(bits));
+  *reinterpret_cast<uint4*>(p) = bits;
 }
 
 // Grid-stride kernels: blocks of kGridThreads, at most kGridMaxBlocks of them (enough to

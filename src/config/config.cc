@@ -170,6 +170,10 @@ const std::vector<Option>& option_table() {
                   "where the math runs; auto = the GPU when one is visible, else the CPU"),
       THPC_OPTION(train, precision, THPC_ONE_OF("bf16", "fp32"),
                   "GPU activations and GEMM operands (weights, moments stay fp32)"),
+      THPC_OPTION(train, cuda_kernels, THPC_ONE_OF("verified", "candidate"),
+                  "GPU kernels: verified = those whose twin tests passed on a GPU; candidate "
+                  "= also the faster variants written since, not yet checked on one (the "
+                  "vectorised cross-entropy and bias+ReLU backward); the CPU ignores it"),
       THPC_OPTION(train, seed, THPC_ANY, "seed of parameters, dropout and synthetic data"),
       THPC_OPTION(train, max_steps, THPC_AT_LEAST(1), "optimizer steps to train (§5.2)"),
       THPC_OPTION(train, max_minutes, THPC_AT_LEAST(0),

@@ -53,7 +53,8 @@ std::unique_ptr<Backend> make_backend(const BackendRequest& request) {
     if (reason.empty()) {
 #if THPC_HAVE_CUDA
       return make_cuda_backend(request.device,
-                               request.precision == "fp32" ? DType::F32 : DType::BF16);
+                               request.precision == "fp32" ? DType::F32 : DType::BF16,
+                               request.candidate_kernels);
 #endif
     } else if (request.backend == "cuda") {
       THPC_FAIL("train.backend = cuda, but " << reason);
@@ -68,6 +69,7 @@ BackendRequest backend_request(const TrainConfig& train, int device) {
   request.backend = train.backend;
   request.precision = train.precision;
   request.cpu_threads = train.threads;
+  request.candidate_kernels = train.cuda_kernels == "candidate";
   request.device = device;
   return request;
 }
