@@ -89,13 +89,6 @@ TEST(CudaTraining, Fp32ThreeStepsWithFusedOpsMatchTheCpu) {
   expect_fp32_steps_match_the_cpu("model.fused_ops=on");
 }
 
-// The same with the candidate kernels (train.cuda_kernels = candidate: the vectorised
-// cross-entropy and bias+ReLU backward, which tiny.ini's vocabulary of 32 and d_ff of
-// 256 let them take), before a GPU session makes them the default.
-TEST(CudaTraining, Fp32ThreeStepsWithCandidateKernelsMatchTheCpu) {
-  THPC_REQUIRE_REAL_GPU();
-  expect_fp32_steps_match_the_cpu("train.cuda_kernels=candidate");
-}
 
 // One rank with NCCL: a step's gradients after the (identity) all-reduce equal the CPU
 // path's for one rank, the buckets having been started during backward.

@@ -92,8 +92,7 @@ __device__ Stats row_stats(const T* z, int vocab) {
 
 // row_stats with 16-byte loads (vocab % kVector<T> == 0, z 16-byte aligned), two vectors
 // in flight per thread, and one rescale of the running sum per vector instead of one
-// exp per element that raises the maximum: pass 1 of the candidate kernel
-// (cross_entropy_rows<T, true>).
+// exp per element that raises the maximum: pass 1 of cross_entropy_rows<T, true>.
 template <typename T>
 __device__ Stats row_stats_vectorised(const T* z, int vocab) {
   constexpr int W = kVector<T>;
@@ -130,13 +129,13 @@ __device__ Stats row_stats_vectorised(const T* z, int vocab) {
 
 // Per-row status in the scratch: 1 = counted target, 0 = pad, -1 = target outside vocab.
 //
-// kVectorised = true is the candidate kernel (train.cuda_kernels = candidate, not yet run
-// on a GPU): both passes on 16-byte vectors (row_stats_vectorised), the same results up
-// to the order of the row sums. Why: the scalar kernel's bf16 loads (64 bytes a warp)
-// and one exp per element that raises the maximum took 4.5 ms of a 42.4 ms base step on
-// an H100 for ~1.9 ms of bytes ([25,000 x 37,000] bf16 read twice, mostly from L2 the
-// second time, and written once). It needs vocab % kVector<T> == 0 and 16-byte aligned
-// logits and d_logits (the host checks).
+// kVectorised: both passes on 16-byte vectors (row_stats_vectorised), the same results
+// up to the order of the row sums; taken whenever vocab % kVector<T> == 0 and logits and
+// d_logits are 16-byte aligned (the host checks), the scalar loops otherwise. Why: the
+// scalar kernel's bf16 loads (64 bytes a warp) and one exp per element that raises the
+// maximum took 4.54 ms of the base step on an H100 for ~1.9 ms of bytes ([25,000 x
+// 37,000] bf16 read twice, mostly from L2 the second time, and written once); vectorised,
+// 2.23 ms (2026-11-26, bench/RESULTS.md, where its twins and memcheck passed too).
 template <typename T, bool kVectorised>
 __global__ void __launch_bounds__(kThreads)
     cross_entropy_rows(T* d_logits, const T* logits, const int32_t* __restrict__ targets,
@@ -287,7 +286,7 @@ LossSums softmax_cross_entropy(Context& context, T* d_logits, const T* logits,
   int* row_status = reinterpret_cast<int*>(scratch + status_at);
   LossResult* result = reinterpret_cast<LossResult*>(scratch + result_at);
 
-  if (context.candidate_kernels() && vocab % kVector<T> == 0 && aligned16(logits) &&
+  if (vocab % kVector<T> == 0 && aligned16(logits) &&
       (d_logits == nullptr || aligned16(d_logits))) {
     cross_entropy_rows<T, true><<<rows, kThreads, 0, stream>>>(
         d_logits, logits, targets, vocab, eps, pad_id, grad_scale, row_loss, row_nll,

@@ -319,14 +319,14 @@ __global__ void relu_bias_backward_kernel(T* d_pre, float* partial, const T* dy,
   if (partial != nullptr) partial[static_cast<int64_t>(chunk) * n + col] = sum;
 }
 
-// The candidate (train.cuda_kernels = candidate) of relu_bias_backward_kernel: the same
-// sums in the same order, so bit for bit the same results, with each thread owning
-// kVector<T> adjacent columns and moving them with 16-byte loads and stores. Why: the
-// verified kernel's scalar loads (64 bytes a warp, one row at a time, d_pre and dy only
-// after y) kept 3.6 ms of a 42.4 ms base step on an H100 for ~1.2 ms of bytes (12 calls
-// over [25,000 x 2,048] bf16: dy, y, d_pre read, d_pre written). Here every load of a row
-// is independent of the others, so a group of rows' loads is in flight per thread
-// at once. Needs n % kVector<T> == 0 and 16-byte aligned d_pre, dy and y.
+// relu_bias_backward_kernel with each thread owning kVector<T> adjacent columns, moved by
+// 16-byte loads and stores: the same sums in the same order, so bit for bit the same
+// results. Taken whenever n % kVector<T> == 0 and d_pre, dy and y are 16-byte aligned.
+// Why: the scalar kernel's loads (64 bytes a warp, one row at a time, d_pre and dy only
+// after y) took 3.60 ms of the base step on an H100 for ~1.2 ms of bytes (12 calls over
+// [25,000 x 2,048] bf16: dy, y, d_pre read, d_pre written); here every load of a row is
+// independent of the others, a group of rows' loads is in flight per thread at once, and
+// the class took 2.02 ms (2026-11-26, bench/RESULTS.md, with its twins and memcheck).
 template <typename T>
 __global__ void __launch_bounds__(kColumnThreads) relu_bias_backward_vector_kernel(T* d_pre, float* partial, const T* dy,
                                                  const T* y, int rows, int n,
@@ -416,7 +416,7 @@ void relu_bias_backward(Context& context, T* d_pre, float* db, const T* dy, cons
                                        static_cast<size_t>(chunks.chunks) * n * sizeof(float)))
                                  : nullptr;
   constexpr int W = kVector<T>;
-  if (context.candidate_kernels() && n % W == 0 && aligned16(dy) && aligned16(y) &&
+  if (n % W == 0 && aligned16(dy) && aligned16(y) &&
       (d_pre == nullptr || aligned16(d_pre))) {
     const dim3 grid(static_cast<unsigned>(column_blocks((n + W - 1) / W)),
                     static_cast<unsigned>(chunks.chunks));

@@ -266,16 +266,14 @@ void expect_sums_close(const LossSums& gpu, const LossSums& cpu, int rows) {
   EXPECT_NEAR(gpu.nll, cpu.nll, 1e-4 * rows + 1e-5 * std::abs(cpu.nll));
 }
 
-// The GPU's loss, gradient and sums against the CPU's on `cases`, with the verified
-// kernels or with the candidates (train.cuda_kernels = candidate).
-void expect_cross_entropy_matches_cpu(const std::vector<LossCase>& cases, bool candidate) {
+// The GPU's loss, gradient and sums against the CPU's on `cases`.
+void expect_cross_entropy_matches_cpu(const std::vector<LossCase>& cases) {
   for (DType dtype : gpu_compute_dtypes()) {
     std::mt19937 rng(21);
     for (const LossCase& c : cases) {
       for (int mode = 0; mode < 3; ++mode) {
-        SCOPED_TRACE(c.name + " in " + dtype_name(dtype) + " mode " + std::to_string(mode) +
-                     (candidate ? ", candidate kernel" : ""));
-        Twins twins(dtype, candidate);
+        SCOPED_TRACE(c.name + " in " + dtype_name(dtype) + " mode " + std::to_string(mode));
+        Twins twins(dtype);
         const LossData data(c, dtype, rng);
         const float grad_scale = 0.37f;
         const LossResult cpu = run_loss(*twins.cpu, DType::F32, c, data, grad_scale, mode);
@@ -305,23 +303,20 @@ void expect_cross_entropy_matches_cpu(const std::vector<LossCase>& cases, bool c
 
 TEST(CudaCrossEntropy, MatchesCpu) {
   THPC_REQUIRE_GPU();
-  expect_cross_entropy_matches_cpu(loss_cases(), false);
+  expect_cross_entropy_matches_cpu(loss_cases());
 }
 
-// The candidate kernel (16-byte vectors) takes vocabularies that are a multiple of 8
-// (both precisions' vector widths): one vector a row, an odd number of vectors (a row's
-// last pair of loads is a single one), the model's 37,000; odd ones stay with the
-// verified kernel, which must still be what runs there.
-TEST(CudaCandidateCrossEntropy, MatchesCpu) {
+// The odd vocabularies above take the scalar loops; a multiple of 8 (both precisions'
+// vector widths) takes the 16-byte vectors: one vector a row, an odd number of vectors
+// (a row's last pair of loads is a single one), the model's 37,000.
+TEST(CudaCrossEntropy, VectorisedRowsMatchCpu) {
   THPC_REQUIRE_GPU();
-  std::vector<LossCase> cases = {
+  expect_cross_entropy_matches_cpu({
       {"vocab_8", 9, 8, 0.1f, 2},
       {"vocab_2056", 11, 2056, 0.1f, 3},
       {"vocab_37000", 5, 37000, 0.1f, 1},
       {"vocab_37000_no_smoothing", 4, 37000, 0.0f, 0},
-  };
-  for (const LossCase& c : loss_cases()) cases.push_back(c);
-  expect_cross_entropy_matches_cpu(cases, true);
+  });
 }
 
 TEST(CudaCrossEntropy, AllPadRowsAndNoRows) {
