@@ -286,18 +286,12 @@ LossSums softmax_cross_entropy(Context& context, T* d_logits, const T* logits,
   int* row_status = reinterpret_cast<int*>(scratch + status_at);
   LossResult* result = reinterpret_cast<LossResult*>(scratch + result_at);
 
-  if (vocab % kVector<T> == 0 && aligned16(logits) &&
-      (d_logits == nullptr || aligned16(d_logits))) {
-    cross_entropy_rows<T, true><<<rows, kThreads, 0, stream>>>(
-        d_logits, logits, targets, vocab, eps, pad_id, grad_scale, row_loss, row_nll,
-        row_status);
-    THPC_CUDA_CHECK_LAUNCH("cross_entropy_rows (vectorised)");
-  } else {
-    cross_entropy_rows<T, false><<<rows, kThreads, 0, stream>>>(
-        d_logits, logits, targets, vocab, eps, pad_id, grad_scale, row_loss, row_nll,
-        row_status);
-    THPC_CUDA_CHECK_LAUNCH("cross_entropy_rows");
-  }
+  const bool vectorised = vocab % kVector<T> == 0 && aligned16(logits) &&
+                          (d_logits == nullptr || aligned16(d_logits));
+  const auto rows_kernel = vectorised ? cross_entropy_rows<T, true> : cross_entropy_rows<T, false>;
+  rows_kernel<<<rows, kThreads, 0, stream>>>(d_logits, logits, targets, vocab, eps, pad_id,
+                                             grad_scale, row_loss, row_nll, row_status);
+  THPC_CUDA_CHECK_LAUNCH("cross_entropy_rows");
   sum_rows<<<1, kSumThreads, 0, stream>>>(result, row_loss, row_nll, row_status, targets, rows);
   THPC_CUDA_CHECK_LAUNCH("sum_rows");
   auto* host = static_cast<LossResult*>(context.pinned(sizeof(LossResult)));

@@ -328,9 +328,9 @@ __global__ void relu_bias_backward_kernel(T* d_pre, float* partial, const T* dy,
 // independent of the others, a group of rows' loads is in flight per thread at once, and
 // the class took 2.02 ms (2026-11-26, bench/RESULTS.md, with its twins and memcheck).
 template <typename T>
-__global__ void __launch_bounds__(kColumnThreads) relu_bias_backward_vector_kernel(T* d_pre, float* partial, const T* dy,
-                                                 const T* y, int rows, int n,
-                                                 int rows_per_chunk) {
+__global__ void __launch_bounds__(kColumnThreads)
+    relu_bias_backward_vector_kernel(T* d_pre, float* partial, const T* dy, const T* y,
+                                     int rows, int n, int rows_per_chunk) {
   constexpr int W = kVector<T>;
   const int col = (blockIdx.x * kColumnThreads + threadIdx.x) * W;
   if (col >= n) return;
