@@ -229,9 +229,10 @@ dry_run() {
 # candidate setting is measured only when they passed in this call. (Until 2026-11-26 the
 # switch measured was model.fused_ops, whose fused kernels are now the default.)
 readonly CANDIDATE_TWINS="CudaCandidate[A-Za-z]*"
-# The twins of the ops whose files changed since the last GPU run (2026-11-26: the
-# vectorised cross-entropy and bias+ReLU backward, which passed then and are the default).
-readonly CHANGED_TWINS="CudaCrossEntropy|CudaLogSoftmax|CudaReluBiasBackward|CudaLinearRelu|CudaLinear|CudaOutputProjection"
+# The twins of the ops whose files changed since the last GPU run (2026-11-26, after it:
+# every backward op with activation gradients takes a GradStore, the verified path
+# zeroing the output inside the op where the model used to; the candidates write).
+readonly CHANGED_TWINS="CudaReluBiasBackward|CudaLinearRelu|CudaLinear|CudaOutputProjection|CudaLayerNorm|CudaAddNorm|CudaAttention|CudaElementwise"
 
 # What the step and followup stages build: the benchmark, every kernel twin test
 # executable and the whole-model GPU tests.

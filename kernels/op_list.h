@@ -44,10 +44,12 @@ THPC_OP(void, embedding_backward,
 // x [M, K], W [K, N], b [N] or null, y [M, N].
 THPC_OP(void, linear_forward, (Out y, In x, In W, In b, int M, int K, int N),
         (y, x, W, b, M, K, N))
-// dx += dy W^T; dW += x^T dy; db += column sums of dy. Any output may be null.
+// dx += dy W^T (dx = with kWrite); dW += x^T dy; db += column sums of dy. Any output may
+// be null.
 THPC_OP(void, linear_backward,
-        (Out dx, ParamOut dW, ParamOut db, In dy, In x, In W, int M, int K, int N),
-        (dx, dW, db, dy, x, W, M, K, N))
+        (Out dx, ParamOut dW, ParamOut db, In dy, In x, In W, int M, int K, int N,
+         GradStore store),
+        (dx, dW, db, dy, x, W, M, K, N, store))
 
 // ---- the FFN's bias + ReLU fused with its layer (§3.3: max(0, x W1 + b1)) -------------
 // y = max(0, x W + b): linear_forward's product with the ReLU applied before y is stored
@@ -57,19 +59,21 @@ THPC_OP(void, linear_relu_forward, (Out y, In x, In W, In b, int M, int K, int N
         (y, x, W, b, M, K, N))
 // The ReLU's backward and the bias gradient of its layer in one pass over [rows, n]: with
 // g = dy where y > 0 and 0 elsewhere (y the ReLU's output),
-//   d_pre += g;  db += column sums of g.
+//   d_pre += g (d_pre = g with kWrite);  db += column sums of g.
 // The layer's linear_backward then takes d_pre with db = null. Either output may be null.
-THPC_OP(void, relu_bias_backward, (Out d_pre, ParamOut db, In dy, In y, int rows, int n),
-        (d_pre, db, dy, y, rows, n))
+THPC_OP(void, relu_bias_backward,
+        (Out d_pre, ParamOut db, In dy, In y, int rows, int n, GradStore store),
+        (d_pre, db, dy, y, rows, n, store))
 
 // ---- tied output projection: logits = h E^T -----------------------------------------
 // h [M, d], E [vocab, d] (the shared embedding table), logits [M, vocab].
 THPC_OP(void, output_projection_forward, (Out logits, In h, In E, int M, int d, int vocab),
         (logits, h, E, M, d, vocab))
-// dh += d_logits E; dE += d_logits^T h.
+// dh += d_logits E (dh = with kWrite); dE += d_logits^T h.
 THPC_OP(void, output_projection_backward,
-        (Out dh, ParamOut dE, In d_logits, In h, In E, int M, int d, int vocab),
-        (dh, dE, d_logits, h, E, M, d, vocab))
+        (Out dh, ParamOut dE, In d_logits, In h, In E, int M, int d, int vocab,
+         GradStore store),
+        (dh, dE, d_logits, h, E, M, d, vocab, store))
 
 // ---- layer norm ---------------------------------------------------------------------
 // y = (x - mean) * rstd * gamma + beta per row, rstd = 1 / sqrt(var + eps) with the
@@ -78,10 +82,13 @@ THPC_OP(void, layernorm_forward,
         (Out y, ParamOut mean, ParamOut rstd, In x, In gamma, In beta, int rows, int d,
          float eps),
         (y, mean, rstd, x, gamma, beta, rows, d, eps))
+// dx += rstd * (g - mean(g) - xhat * mean(g * xhat)) per row, g = dy * gamma and
+// xhat = (x - mean) * rstd (dx = with kWrite); dgamma += column sums of dy * xhat,
+// dbeta += column sums of dy.
 THPC_OP(void, layernorm_backward,
         (Out dx, ParamOut dgamma, ParamOut dbeta, In dy, In x, ParamIn mean, ParamIn rstd,
-         In gamma, int rows, int d),
-        (dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows, d))
+         In gamma, int rows, int d, GradStore store),
+        (dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows, d, store))
 
 // ---- residual + dropout + layer norm fused (§3.1, §5.4: LayerNorm(x + Dropout(sub))) -
 // One pass over [rows, d]: residual = x + Dropout(sub), exactly as
@@ -93,12 +100,14 @@ THPC_OP(void, add_dropout_layernorm_forward,
          int rows, int d, float eps, float p, DropoutKey key),
         (y, residual, mean, rstd, x, sub, gamma, beta, rows, d, eps, p, key))
 // Its backward in one pass: with g the gradient layernorm_backward gives the residual
-// (never stored), dx += g and d_sub += g * keep / (1 - p) (residual_dropout_backward's);
-// dgamma, dbeta += as layernorm_backward. Any output may be null.
+// (never stored), dx += g and d_sub += g * keep / (1 - p) (residual_dropout_backward's;
+// both written with kWrite); dgamma, dbeta += as layernorm_backward. Any output may be
+// null.
 THPC_OP(void, add_dropout_layernorm_backward,
         (Out dx, Out d_sub, ParamOut dgamma, ParamOut dbeta, In dy, In residual,
-         ParamIn mean, ParamIn rstd, In gamma, int rows, int d, float p, DropoutKey key),
-        (dx, d_sub, dgamma, dbeta, dy, residual, mean, rstd, gamma, rows, d, p, key))
+         ParamIn mean, ParamIn rstd, In gamma, int rows, int d, float p, DropoutKey key,
+         GradStore store),
+        (dx, d_sub, dgamma, dbeta, dy, residual, mean, rstd, gamma, rows, d, p, key, store))
 
 // ---- multi-head scaled dot-product attention (§3.2.1, §3.2.2) -----------------------
 // For each sentence b and head i: out_i = Dropout(softmax(Q_i K_i^T / sqrt(d_k) +
@@ -116,29 +125,33 @@ THPC_OP(void, attention_forward,
         (Out out, Out saved, In q, int ldq, In k, int ldk, In v, int ldv,
          const AttentionShape& shape),
         (out, saved, q, ldq, k, ldk, v, ldv, shape))
-// dq, dk, dv have the layouts (and strides) of q, k, v.
+// dq, dk, dv have the layouts (and strides) of q, k, v; the op adds into (kAdd) or writes
+// (kWrite) their head columns only, every row of them (a padded key's gradient is 0).
 THPC_OP(void, attention_backward,
         (Out dq, Out dk, Out dv, In d_out, In saved, In q, int ldq, In k, int ldk, In v,
-         int ldv, const AttentionShape& shape),
-        (dq, dk, dv, d_out, saved, q, ldq, k, ldk, v, ldv, shape))
+         int ldv, const AttentionShape& shape, GradStore store),
+        (dq, dk, dv, d_out, saved, q, ldq, k, ldk, v, ldv, shape, store))
 
 // ---- elementwise --------------------------------------------------------------------
 // y = max(0, x)
 THPC_OP(void, relu_forward, (Out y, In x, int64_t n), (y, x, n))
-// dx += dy * (y > 0)
-THPC_OP(void, relu_backward, (Out dx, In dy, In y, int64_t n), (dx, dy, y, n))
+// dx += dy * (y > 0) (dx = with kWrite)
+THPC_OP(void, relu_backward, (Out dx, In dy, In y, int64_t n, GradStore store),
+        (dx, dy, y, n, store))
 // y = x * keep / (1 - p), keep ~ Bernoulli(1 - p) from key. p = 0 copies.
 THPC_OP(void, dropout_forward, (Out y, In x, int64_t n, float p, DropoutKey key),
         (y, x, n, p, key))
-THPC_OP(void, dropout_backward, (Out dx, In dy, int64_t n, float p, DropoutKey key),
-        (dx, dy, n, p, key))
+// dx += dy * keep / (1 - p) (dx = with kWrite), the mask drawn again from the key.
+THPC_OP(void, dropout_backward,
+        (Out dx, In dy, int64_t n, float p, DropoutKey key, GradStore store),
+        (dx, dy, n, p, key, store))
 // The residual connection of §3.1 before its layer norm: y = x + Dropout(sub).
 THPC_OP(void, residual_dropout_forward,
         (Out y, In x, In sub, int64_t n, float p, DropoutKey key), (y, x, sub, n, p, key))
-// dx += dy; d_sub += dy * keep / (1 - p).
+// dx += dy; d_sub += dy * keep / (1 - p) (both written with kWrite).
 THPC_OP(void, residual_dropout_backward,
-        (Out dx, Out d_sub, In dy, int64_t n, float p, DropoutKey key),
-        (dx, d_sub, dy, n, p, key))
+        (Out dx, Out d_sub, In dy, int64_t n, float p, DropoutKey key, GradStore store),
+        (dx, d_sub, dy, n, p, key, store))
 
 // ---- row copies ---------------------------------------------------------------------
 // dst[dst_rows[i], :] = src[src_rows[i], :] for i in [0, count), rows of `width`

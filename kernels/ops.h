@@ -10,10 +10,12 @@
 // * Matrices are row-major. Activations are [rows, features] with rows = batch * length,
 //   sentence b's position t at row b * length + t. Padding is on the right.
 // * Forward ops overwrite their outputs.
-// * Backward ops ACCUMULATE (+=) into every gradient output, activations and parameters
-//   alike, so residual branches, the shared embedding and gradient accumulation need no
-//   extra adds. The caller zeroes gradient buffers before a backward pass. A null
-//   gradient output means "not needed".
+// * Backward ops ACCUMULATE (+=) into parameter gradients (ParamOut), so the shared
+//   embedding and gradient accumulation need no extra adds; the caller zeroes them before
+//   a backward pass. Activation gradients (Out) are accumulated or written as the op's
+//   GradStore argument says: kAdd where several branches add into one buffer (a
+//   residual's input), kWrite for a buffer's first writer, which then needs no zeroing
+//   pass. A null gradient output means "not needed".
 // * A Tensor's dtype is the backend's: Backend::param_dtype() for parameters, their
 //   gradients and optimizer state; Backend::compute_dtype() for activations and the
 //   weights as the GEMMs read them. Per-row statistics (layer norm mean/rstd, losses)
@@ -73,6 +75,14 @@ struct AttentionShape {
   float dropout = 0.0f;  // attention dropout on the probabilities
   DropoutKey dropout_key;
 };
+
+// What a backward op does with its activation gradients (its Out parameters; parameter
+// gradients are always accumulated):
+//   kAdd    out += gradient: a buffer that other branches add into as well;
+//   kWrite  out = gradient, whatever out held (NaN included): the buffer's first writer.
+// The values are those of kAdd into a zeroed buffer (the CPU twins: the same bits). On the
+// GPU kWrite saves the zeroing pass, and its GEMMs run with beta = 0, reading no C.
+enum class GradStore { kAdd, kWrite };
 
 // Sums produced by the loss op, read back to the host after each micro-batch.
 struct LossSums {

@@ -168,13 +168,13 @@ double matrix_flops(const Args& args) {
     [[maybe_unused]] const auto& [y, x, W, b, M, K, N] = args;
     return 2.0 * M * K * N;
   } else if constexpr (op == OpId::linear_backward) {
-    [[maybe_unused]] const auto& [dx, dW, db, dy, x, W, M, K, N] = args;
+    [[maybe_unused]] const auto& [dx, dW, db, dy, x, W, M, K, N, store] = args;
     return 2.0 * M * K * N * (count(static_cast<bool>(dx)) + count(static_cast<bool>(dW)));
   } else if constexpr (op == OpId::output_projection_forward) {
     [[maybe_unused]] const auto& [logits, h, E, M, d, vocab] = args;
     return 2.0 * M * d * vocab;
   } else if constexpr (op == OpId::output_projection_backward) {
-    [[maybe_unused]] const auto& [dh, dE, d_logits, h, E, M, d, vocab] = args;
+    [[maybe_unused]] const auto& [dh, dE, d_logits, h, E, M, d, vocab, store] = args;
     return 2.0 * M * d * vocab * (count(static_cast<bool>(dh)) + count(static_cast<bool>(dE)));
   } else if constexpr (op == OpId::attention_forward) {
     // Q K^T and P V for every (sentence, head): 2 Lq Lk (d_k + d_v), masked or not.
@@ -183,8 +183,8 @@ double matrix_flops(const Args& args) {
            (shape.d_k + shape.d_v);
   } else if constexpr (op == OpId::attention_backward) {
     // dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q: twice the forward's.
-    [[maybe_unused]] const auto& [dq, dk, dv, d_out, saved, q, ldq, k, ldk, v, ldv, shape] =
-        args;
+    [[maybe_unused]] const auto& [dq, dk, dv, d_out, saved, q, ldq, k, ldk, v, ldv, shape,
+                                  store] = args;
     return 4.0 * shape.batch * shape.heads * shape.query_len * shape.key_len *
            (shape.d_k + shape.d_v);
   } else {

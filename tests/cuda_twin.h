@@ -179,6 +179,28 @@ struct Twins {
   std::unique_ptr<Backend> cpu, gpu;
 };
 
+// How a twin test has an op store its activation gradients (kernels/ops.h, GradStore):
+// kAdd onto the test's random values (the += rule), or kWrite onto NaN (an element the op
+// does not write fails the comparison), on the kernels that ran on a GPU or, with
+// candidate, on the candidates (train.cuda_kernels = candidate).
+struct StoreMode {
+  GradStore store = GradStore::kAdd;
+  bool candidate = false;
+
+  bool writes() const { return store == GradStore::kWrite; }
+  // The values an activation gradient starts from: `added_to` for kAdd, NaN for kWrite.
+  std::vector<float> start(const std::vector<float>& added_to) const {
+    return writes() ? std::vector<float>(added_to.size(), NAN) : added_to;
+  }
+  // What the op's result is added onto, as the tolerances count it: zeros for kWrite.
+  std::vector<float> onto(const std::vector<float>& added_to) const {
+    return writes() ? std::vector<float>(added_to.size(), 0.0f) : added_to;
+  }
+  const char* name() const {
+    return !writes() ? "add" : candidate ? "write (candidate kernels)" : "write";
+  }
+};
+
 // Every |actual - expected| <= abs_tol + rel_tol * |expected|; on failure names the
 // worst element and how many failed. Every call also prints one line
 //   twin SUITE.TEST: max |error| E, max error/allowed U, tolerance A + R*|expected|, N elements

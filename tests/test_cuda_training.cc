@@ -89,6 +89,15 @@ TEST(CudaTraining, Fp32ThreeStepsWithFusedOpsMatchTheCpu) {
   expect_fp32_steps_match_the_cpu("model.fused_ops=on");
 }
 
+// The same with train.cuda_kernels = candidate, the kernels that have not yet run on a GPU
+// (2026-11-26: the backward ops writing their first-written activation gradients, GEMMs
+// with beta = 0 and kernels storing without a load, instead of zeroing and adding). The
+// values are those of adding into zeros, so the bound is the same 1e-4.
+TEST(CudaTraining, Fp32ThreeStepsWithCandidateKernelsMatchTheCpu) {
+  THPC_REQUIRE_REAL_GPU();
+  expect_fp32_steps_match_the_cpu("train.cuda_kernels=candidate");
+}
+
 
 // One rank with NCCL: a step's gradients after the (identity) all-reduce equal the CPU
 // path's for one rank, the buckets having been started during backward.

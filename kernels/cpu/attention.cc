@@ -5,6 +5,7 @@
 // dropout are plain loops over S, and out_i = P' V_i. Backward regenerates the dropout
 // mask from the DropoutKey, so only the probabilities P are saved.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -57,6 +58,13 @@ void dropout_factors(T* factors, int64_t count, int64_t first_element,
   for_each_dropout_draw(key, first_element, count, p, [&](int64_t j, bool keep) {
     factors[j] = keep ? keep_scale : T(0);
   });
+}
+
+// Columns [0, width) of `rows` rows with row stride ld set to 0 (out may be null).
+template <typename T>
+void zero_columns(T* out, int64_t rows, int width, int ld) {
+  if (out == nullptr) return;
+  for (int64_t row = 0; row < rows; ++row) std::fill(out + row * ld, out + row * ld + width, T(0));
 }
 
 }  // namespace
@@ -152,15 +160,25 @@ void attention_forward(T* out, T* saved, const T* q, int ldq, const T* k, int ld
 //   dV += P'^T dO,  dP' = dO V^T,  dP = dP' * M / (1 - p),
 //   dS = P * (dP - rowsum(dP * P))   (the softmax Jacobian),
 //   dQ += dS K / sqrt(d_k),  dK += dS^T Q / sqrt(d_k).
-// Masked entries have P = 0, hence dS = 0: the mask needs no separate treatment.
+// Masked entries have P = 0, hence dS = 0: the mask needs no separate treatment. kWrite:
+// the three products with beta = 0 (each covers every row of its head's columns).
 template <typename T>
 void attention_backward(T* dq, T* dk, T* dv, const T* d_out, const T* saved, const T* q,
                         int ldq, const T* k, int ldk, const T* v, int ldv,
-                        const AttentionShape& shape) {
+                        const AttentionShape& shape, GradStore store) {
   check_attention_shape(shape, ldq, ldk, ldv);
   THPC_CHECK(saved != nullptr, "attention backward needs the probabilities saved by forward");
   const int Lq = shape.query_len, Lk = shape.key_len, d_k = shape.d_k, d_v = shape.d_v;
-  if (Lq == 0 || Lk == 0) return;  // no products, no gradient
+  if (Lq == 0 || Lk == 0) {  // no products: a zero gradient (to write, not to add)
+    if (store == GradStore::kWrite) {
+      const int64_t q_rows = int64_t(shape.batch) * Lq, k_rows = int64_t(shape.batch) * Lk;
+      zero_columns(dq, q_rows, shape.heads * d_k, ldq);
+      zero_columns(dk, k_rows, shape.heads * d_k, ldk);
+      zero_columns(dv, k_rows, shape.heads * d_v, ldv);
+    }
+    return;
+  }
+  const T beta = store == GradStore::kWrite ? T(0) : T(1);
   const int ld_out = shape.heads * d_v;
   const T scale = T(1) / std::sqrt(static_cast<T>(d_k));
   const int blocks = shape.batch * shape.heads;  // independent, as in forward
@@ -186,7 +204,7 @@ void attention_backward(T* dq, T* dk, T* dv, const T* d_out, const T* saved, con
       if (dv != nullptr) {
         T* dv_head = dv + static_cast<int64_t>(b) * Lk * ldv + head * d_v;
         gemm(CblasTrans, CblasNoTrans, Lk, d_v, Lq, T(1), dropped.data(), Lk, d_out_head,
-             ld_out, T(1), dv_head, ldv);
+             ld_out, beta, dv_head, ldv);
       }
       if (dq == nullptr && dk == nullptr) continue;
       // dP' = dO V^T  [Lq, Lk]
@@ -206,13 +224,13 @@ void attention_backward(T* dq, T* dk, T* dv, const T* d_out, const T* saved, con
       if (dq != nullptr) {
         T* dq_head = dq + static_cast<int64_t>(b) * Lq * ldq + head * d_k;
         gemm(CblasNoTrans, CblasNoTrans, Lq, d_k, Lk, scale, d_scores.data(), Lk, k_head, ldk,
-             T(1), dq_head, ldq);
+             beta, dq_head, ldq);
       }
       // dK += dS^T Q / sqrt(d_k)  [Lk, d_k]
       if (dk != nullptr) {
         T* dk_head = dk + static_cast<int64_t>(b) * Lk * ldk + head * d_k;
         gemm(CblasTrans, CblasNoTrans, Lk, d_k, Lq, scale, d_scores.data(), Lk, q_head, ldq,
-             T(1), dk_head, ldk);
+             beta, dk_head, ldk);
       }
     }
   }

@@ -47,9 +47,14 @@ void relu_forward(T* y, const T* x, int64_t n) {
 }
 
 // dx += dy * (y > 0): the output tells where the input was positive, so x is not kept.
+// kWrite: dx = 0 + (y > 0 ? dy : 0), kAdd's value in a zeroed buffer.
 template <typename T>
-void relu_backward(T* dx, const T* dy, const T* y, int64_t n) {
+void relu_backward(T* dx, const T* dy, const T* y, int64_t n, GradStore store) {
   if (dx == nullptr) return;
+  if (store == GradStore::kWrite) {
+    parallel_elements(n, [&](int64_t i) { dx[i] = T(0) + (y[i] > T(0) ? dy[i] : T(0)); });
+    return;
+  }
   parallel_elements(n, [&](int64_t i) {
     if (y[i] > T(0)) dx[i] += dy[i];
   });
@@ -62,9 +67,12 @@ void relu_backward(T* dx, const T* dy, const T* y, int64_t n) {
 // -0 is IEEE's exact identity (x + -0 = x for every x, -0 and NaN included), so dx keeps
 // its bits where y <= 0, as in the CUDA kernel's `if`. Written with intrinsics because GCC
 // folds the plain C++ form (x + -0 -> x) back into the branch.
+// kWrite adds onto a zero instead of onto dx (no load of dx).
 template <>
-void relu_backward<float>(float* dx, const float* dy, const float* y, int64_t n) {
+void relu_backward<float>(float* dx, const float* dy, const float* y, int64_t n,
+                          GradStore store) {
   if (dx == nullptr) return;
+  const bool write = store == GradStore::kWrite;
   constexpr int64_t kChunk = 4096;  // elements per task, a multiple of the 4 lanes
   const int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) num_threads(threads_for(n))
@@ -77,10 +85,15 @@ void relu_backward<float>(float* dx, const float* dy, const float* y, int64_t n)
       const __m128 positive = _mm_cmpgt_ps(_mm_loadu_ps(y + i), zero);
       const __m128 added = _mm_or_ps(_mm_and_ps(positive, _mm_loadu_ps(dy + i)),
                                      _mm_andnot_ps(positive, minus_zero));
-      _mm_storeu_ps(dx + i, _mm_add_ps(_mm_loadu_ps(dx + i), added));
+      const __m128 onto = write ? zero : _mm_loadu_ps(dx + i);
+      _mm_storeu_ps(dx + i, _mm_add_ps(onto, added));
     }
     for (; i < last; ++i) {
-      if (y[i] > 0.0f) dx[i] += dy[i];
+      if (write) {
+        dx[i] = 0.0f + (y[i] > 0.0f ? dy[i] : -0.0f);
+      } else if (y[i] > 0.0f) {
+        dx[i] += dy[i];
+      }
     }
   }
 }
@@ -101,18 +114,25 @@ void dropout_forward(T* y, const T* x, int64_t n, float p, DropoutKey key) {
   });
 }
 
-// dx += dy * keep / (1 - p), the mask redrawn from the key.
+// dx += dy * keep / (1 - p), the mask redrawn from the key; kWrite: dx = 0 + that (0
+// where dropped), kAdd's value in a zeroed buffer.
 template <typename T>
-void dropout_backward(T* dx, const T* dy, int64_t n, float p, DropoutKey key) {
+void dropout_backward(T* dx, const T* dy, int64_t n, float p, DropoutKey key,
+                      GradStore store) {
   check_probability(p);
   if (dx == nullptr) return;
+  const bool write = store == GradStore::kWrite;
   if (p == 0.0f) {
-    parallel_elements(n, [&](int64_t i) { dx[i] += dy[i]; });
+    parallel_elements(n, [&](int64_t i) { dx[i] = (write ? T(0) : dx[i]) + dy[i]; });
     return;
   }
   const T scale = keep_scale<T>(p);
   parallel_dropout_draws(key, n, p, [&](int64_t i, bool keep) {
-    if (keep) dx[i] += dy[i] * scale;
+    if (keep) {
+      dx[i] = (write ? T(0) : dx[i]) + dy[i] * scale;
+    } else if (write) {
+      dx[i] = T(0);
+    }
   });
 }
 
@@ -132,15 +152,17 @@ void residual_dropout_forward(T* y, const T* x, const T* sub, int64_t n, float p
   });
 }
 
-// dx += dy;  d_sub += dy * keep / (1 - p): the dropout's own backward.
+// dx += dy;  d_sub += dy * keep / (1 - p): the dropout's own backward (both written,
+// onto zeros, with kWrite).
 template <typename T>
 void residual_dropout_backward(T* dx, T* d_sub, const T* dy, int64_t n, float p,
-                               DropoutKey key) {
+                               DropoutKey key, GradStore store) {
   check_probability(p);
   if (dx != nullptr) {
-    parallel_elements(n, [&](int64_t i) { dx[i] += dy[i]; });
+    const bool write = store == GradStore::kWrite;
+    parallel_elements(n, [&](int64_t i) { dx[i] = (write ? T(0) : dx[i]) + dy[i]; });
   }
-  dropout_backward(d_sub, dy, n, p, key);
+  dropout_backward(d_sub, dy, n, p, key, store);
 }
 
 // Row gathers/scatters (kernels/op_list.h). The source rows are read before any row is

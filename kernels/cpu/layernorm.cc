@@ -135,20 +135,23 @@ void layernorm_forward(T* y, T* mean, T* rstd, const T* x, const T* gamma, const
   });
 }
 
-// dx += rstd * (g - mean(g) - xhat * mean(g * xhat)) (normalized_row_gradient);
-// dgamma, dbeta += their column sums (add_norm_parameter_gradients).
+// dx += rstd * (g - mean(g) - xhat * mean(g * xhat)) (normalized_row_gradient; kWrite:
+// dx = 0 + that); dgamma, dbeta += their column sums (add_norm_parameter_gradients).
 template <typename T>
 void layernorm_backward(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, const T* mean,
-                        const T* rstd, const T* gamma, int rows, int d) {
+                        const T* rstd, const T* gamma, int rows, int d, GradStore store) {
   const int threads = threads_for(int64_t(rows) * d);
   add_norm_parameter_gradients(dgamma, dbeta, dy, x, mean, rstd, rows, d, threads);
   if (dx == nullptr) return;
+  const bool write = store == GradStore::kWrite;
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int row = 0; row < rows; ++row) {
     const int64_t offset = static_cast<int64_t>(row) * d;
     T* dx_row = dx + offset;
     normalized_row_gradient(dy + offset, x + offset, mean[row], rstd[row], gamma, d,
-                            [&](int col, T g) { dx_row[col] += g; });
+                            [&](int col, T g) {
+                              dx_row[col] = (write ? T(0) : dx_row[col]) + g;
+                            });
   }
 }
 
@@ -187,16 +190,19 @@ void add_dropout_layernorm_forward(T* y, T* residual, T* mean, T* rstd, const T*
 // The backward of the two in one pass over the rows: each row's residual gradient g
 // (normalized_row_gradient, not stored) goes straight to dx += g and d_sub += g * keep /
 // (1 - p), as layernorm_backward into a zeroed buffer followed by
-// residual_dropout_backward would put it (same bits: the buffer's 0 + g is kept).
+// residual_dropout_backward would put it (same bits: the buffer's 0 + g is kept). kWrite
+// stores the same sums onto zeros instead of onto dx and d_sub (0 where dropped).
 template <typename T>
 void add_dropout_layernorm_backward(T* dx, T* d_sub, T* dgamma, T* dbeta, const T* dy,
                                     const T* residual, const T* mean, const T* rstd,
-                                    const T* gamma, int rows, int d, float p, DropoutKey key) {
+                                    const T* gamma, int rows, int d, float p, DropoutKey key,
+                                    GradStore store) {
   check_probability(p);
   const int threads = threads_for(int64_t(rows) * d);
   add_norm_parameter_gradients(dgamma, dbeta, dy, residual, mean, rstd, rows, d, threads);
   if (dx == nullptr && d_sub == nullptr) return;
   const T scale = keep_scale<T>(p);
+  const bool write = store == GradStore::kWrite;
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int row = 0; row < rows; ++row) {
     const int64_t offset = static_cast<int64_t>(row) * d;
@@ -206,8 +212,12 @@ void add_dropout_layernorm_backward(T* dx, T* d_sub, T* dgamma, T* dbeta, const 
       normalized_row_gradient(dy + offset, residual + offset, mean[row], rstd[row], gamma, d,
                               [&](int col, T g) {
                                 const T g_residual = T(0) + g;
-                                if (dx_row != nullptr) dx_row[col] += g_residual;
-                                if (d_sub_row != nullptr) d_sub_row[col] += g_residual;
+                                if (dx_row != nullptr) {
+                                  dx_row[col] = (write ? T(0) : dx_row[col]) + g_residual;
+                                }
+                                if (d_sub_row != nullptr) {
+                                  d_sub_row[col] = (write ? T(0) : d_sub_row[col]) + g_residual;
+                                }
                               });
       continue;
     }
@@ -216,8 +226,15 @@ void add_dropout_layernorm_backward(T* dx, T* d_sub, T* dgamma, T* dbeta, const 
     normalized_row_gradient(dy + offset, residual + offset, mean[row], rstd[row], gamma, d,
                             [&](int col, T g) {
                               const T g_residual = T(0) + g;
-                              if (dx_row != nullptr) dx_row[col] += g_residual;
-                              if (draws.next()) d_sub_row[col] += g_residual * scale;
+                              if (dx_row != nullptr) {
+                                dx_row[col] = (write ? T(0) : dx_row[col]) + g_residual;
+                              }
+                              if (draws.next()) {
+                                d_sub_row[col] = (write ? T(0) : d_sub_row[col]) +
+                                                 g_residual * scale;
+                              } else if (write) {
+                                d_sub_row[col] = T(0);
+                              }
                             });
   }
 }

@@ -1,7 +1,9 @@
 // Dense layers and the tied output projection on the CPU: every matrix product is one
 // BLAS GEMM (sgemm for float, dgemm for double); and the FFN's bias + ReLU (§3.3) fused
 // with its layer, forward and backward.
+#include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -36,6 +38,13 @@ void run_side_by_side(int64_t multiply_adds_each, First&& first, Second&& second
   }
 }
 
+// The GEMM's beta for an activation gradient: 1 adds into C; 0 writes it (BLAS reads no
+// C then, and scales a zeroed C, so the bits are those of adding into zeros).
+template <typename T>
+T beta_for(GradStore store) {
+  return store == GradStore::kWrite ? T(0) : T(1);
+}
+
 }  // namespace
 
 // y = x W + b (x [M, K], W [K, N], b [N] or null): the bias is broadcast into y first
@@ -64,18 +73,23 @@ void linear_relu_forward(T* y, const T* x, const T* W, const T* b, int M, int K,
   relu_forward(y, y, int64_t(M) * N);
 }
 
-// dx += dy W^T [M, K];  dW += x^T dy [K, N];  db += column sums of dy [N].
+// dx += dy W^T [M, K] (kWrite: beta = 0);  dW += x^T dy [K, N];  db += column sums of
+// dy [N].
 template <typename T>
 void linear_backward(T* dx, T* dW, T* db, const T* dy, const T* x, const T* W, int M, int K,
-                     int N) {
+                     int N, GradStore store) {
   // With an empty dimension the products are empty or zero: nothing to add (and BLAS
-  // rejects a leading dimension of 0).
+  // rejects a leading dimension of 0), a zero gradient to write.
   const bool has_product = M > 0 && N > 0 && K > 0;
+  if (!has_product && dx != nullptr && store == GradStore::kWrite) {
+    std::fill(dx, dx + int64_t(M) * K, T(0));
+  }
   run_side_by_side(
       dx != nullptr && dW != nullptr ? int64_t(M) * K * N : 0,
       [&] {
         if (has_product && dx != nullptr) {
-          gemm(CblasNoTrans, CblasTrans, M, K, N, T(1), dy, N, W, N, T(1), dx, K);
+          gemm(CblasNoTrans, CblasTrans, M, K, N, T(1), dy, N, W, N, beta_for<T>(store), dx,
+               K);
         }
       },
       [&] {
@@ -96,20 +110,24 @@ void linear_backward(T* dx, T* dW, T* db, const T* dy, const T* x, const T* W, i
 
 // The ReLU's backward and the bias gradient of the layer before it, in one pass over
 // [rows, n] instead of two (relu_backward's, then linear_backward's column sums): with
-// g = dy where y > 0, else 0, d_pre += g and db += column sums of g. Each thread owns a
-// range of columns and walks the rows in order, so each column's sum runs in row order
-// as linear_backward's does: in the model, where d_pre starts at zero, the bits of the
-// two unfused ops.
+// g = dy where y > 0, else 0, d_pre += g (kWrite: d_pre = 0 + g, kAdd's value in a zeroed
+// buffer) and db += column sums of g. Each thread owns a range of columns and walks the
+// rows in order, so each column's sum runs in row order as linear_backward's does: the
+// bits of the two unfused ops.
 template <typename T>
-void relu_bias_backward(T* d_pre, T* db, const T* dy, const T* y, int rows, int n) {
+void relu_bias_backward(T* d_pre, T* db, const T* dy, const T* y, int rows, int n,
+                        GradStore store) {
   if (d_pre == nullptr && db == nullptr) return;
-  parallel_ranges(n, threads_for(int64_t(rows) * n), [&](int col_begin, int col_end) {
+  // kWrite adds g onto a zero instead of onto d_pre's value: the loops are made for each
+  // form (kWrite a compile-time constant), as a load under a condition would not vectorise.
+  const auto columns = [&](auto write, int col_begin, int col_end) {
     for (int row = 0; row < rows; ++row) {
       const int64_t offset = static_cast<int64_t>(row) * n;
       const T* dy_row = dy + offset;
       const T* y_row = y + offset;
+      T* d_pre_row = d_pre != nullptr ? d_pre + offset : nullptr;
+      const auto stored = [&](int col, T g) { return (write ? T(0) : d_pre_row[col]) + g; };
       if (d_pre != nullptr && db != nullptr) {
-        T* d_pre_row = d_pre + offset;
         // Written without a branch (a select the compiler vectorises): y's sign is a coin
         // toss per element, which a branch would mispredict half the time. dy is loaded
         // unconditionally: `y > 0 ? dy[col] : 0` is a conditional load, which GCC will not
@@ -117,14 +135,13 @@ void relu_bias_backward(T* d_pre, T* db, const T* dy, const T* y, int rows, int 
         for (int col = col_begin; col < col_end; ++col) {
           const T dy_value = dy_row[col];
           const T g = y_row[col] > T(0) ? dy_value : T(0);
-          d_pre_row[col] += g;
+          d_pre_row[col] = stored(col, g);
           db[col] += g;
         }
       } else if (d_pre != nullptr) {
-        T* d_pre_row = d_pre + offset;
         for (int col = col_begin; col < col_end; ++col) {
           const T dy_value = dy_row[col];
-          d_pre_row[col] += y_row[col] > T(0) ? dy_value : T(0);
+          d_pre_row[col] = stored(col, y_row[col] > T(0) ? dy_value : T(0));
         }
       } else {
         for (int col = col_begin; col < col_end; ++col) {
@@ -132,6 +149,13 @@ void relu_bias_backward(T* d_pre, T* db, const T* dy, const T* y, int rows, int 
           db[col] += y_row[col] > T(0) ? dy_value : T(0);
         }
       }
+    }
+  };
+  parallel_ranges(n, threads_for(int64_t(rows) * n), [&](int col_begin, int col_end) {
+    if (store == GradStore::kWrite) {
+      columns(std::true_type{}, col_begin, col_end);
+    } else {
+      columns(std::false_type{}, col_begin, col_end);
     }
   });
 }
@@ -148,17 +172,20 @@ void output_projection_forward(T* logits, const T* h, const T* E, int M, int d, 
   gemm(CblasNoTrans, CblasTrans, M, vocab, d, T(1), h, d, E, d, T(0), logits, vocab);
 }
 
-// dh += d_logits E [M, d];  dE += d_logits^T h [vocab, d].
+// dh += d_logits E [M, d] (kWrite: beta = 0);  dE += d_logits^T h [vocab, d].
 template <typename T>
 void output_projection_backward(T* dh, T* dE, const T* d_logits, const T* h, const T* E,
-                                int M, int d, int vocab) {
-  if (M == 0 || d == 0 || vocab == 0) return;
+                                int M, int d, int vocab, GradStore store) {
+  if (M == 0 || d == 0 || vocab == 0) {
+    if (dh != nullptr && store == GradStore::kWrite) std::fill(dh, dh + int64_t(M) * d, T(0));
+    return;
+  }
   run_side_by_side(
       dh != nullptr && dE != nullptr ? int64_t(M) * d * vocab : 0,
       [&] {
         if (dh != nullptr) {
-          gemm(CblasNoTrans, CblasNoTrans, M, d, vocab, T(1), d_logits, vocab, E, d, T(1), dh,
-               d);
+          gemm(CblasNoTrans, CblasNoTrans, M, d, vocab, T(1), d_logits, vocab, E, d,
+               beta_for<T>(store), dh, d);
         }
       },
       [&] {

@@ -44,6 +44,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/grad_store.cuh"
 
 namespace thpc::cuda {
 namespace {
@@ -374,13 +375,24 @@ void attention_forward(Context& context, T* out, T* saved, const T* q, int ldq, 
 template <typename T>
 void attention_backward(Context& context, T* dq, T* dk, T* dv, const T* d_out, const T* saved,
                         const T* q, int ldq, const T* k, int ldk, const T* v, int ldv,
-                        const AttentionShape& shape) {
+                        const AttentionShape& shape, GradStore store) {
   check_attention_shape(shape, ldq, ldk, ldv);
   THPC_CHECK(saved != nullptr, "attention backward needs the probabilities saved by forward");
   const int B = shape.batch, h = shape.heads, Lq = shape.query_len, Lk = shape.key_len;
   const int d_k = shape.d_k, d_v = shape.d_v, ld_out = h * d_v;
   const int pairs = B * h;
-  if (pairs == 0 || Lq == 0 || Lk == 0) return;  // no products, no gradient
+  // kWrite: the three products below with beta = 0 (each covers its head columns of every
+  // row), or, on the verified path, those columns zeroed here and beta = 1.
+  const int64_t q_rows = static_cast<int64_t>(B) * Lq, k_rows = static_cast<int64_t>(B) * Lk;
+  const bool write_dq = writes_gradient(context, store, dq, q_rows, h * d_k, ldq);
+  const bool write_dk = writes_gradient(context, store, dk, k_rows, h * d_k, ldk);
+  const bool write_dv = writes_gradient(context, store, dv, k_rows, h * d_v, ldv);
+  if (pairs == 0 || Lq == 0 || Lk == 0) {  // no products: a zero gradient
+    if (write_dq) zero_columns(context, dq, q_rows, h * d_k, ldq);
+    if (write_dk) zero_columns(context, dk, k_rows, h * d_k, ldk);
+    if (write_dv) zero_columns(context, dv, k_rows, h * d_v, ldv);
+    return;
+  }
   const bool need_scores = dq != nullptr || dk != nullptr;
   if (dv == nullptr && !need_scores) return;
   cudaStream_t stream = context.stream();
@@ -443,7 +455,7 @@ void attention_backward(Context& context, T* dq, T* dk, T* dv, const T* d_out, c
     THPC_CUDA_CHECK_LAUNCH("dropped_weights");
     // dV [Lk, d_v] += P'^T dO   (column-major: dV^T += dO^T P')
     gemm_pairs(context, pointers, B, h, CUBLAS_OP_N, CUBLAS_OP_T, d_v, Lk, Lq, 1.0f, op_do, op_w,
-               1.0f, op_dv);
+               write_dv ? 0.0f : 1.0f, op_dv);
   }
   if (!need_scores) return;
   // dP' [Lq, Lk] = dO V^T, fp32   (column-major: dP'^T = (V^T)^T dO^T)
@@ -457,12 +469,12 @@ void attention_backward(Context& context, T* dq, T* dk, T* dv, const T* d_out, c
   if (dq != nullptr) {
     // dQ [Lq, d_k] += dS K / sqrt(d_k)   (column-major: dQ^T += K^T dS^T)
     gemm_pairs(context, pointers, B, h, CUBLAS_OP_N, CUBLAS_OP_N, d_k, Lq, Lk, scale, op_k, op_ds,
-               1.0f, op_dq);
+               write_dq ? 0.0f : 1.0f, op_dq);
   }
   if (dk != nullptr) {
     // dK [Lk, d_k] += dS^T Q / sqrt(d_k)   (column-major: dK^T += Q^T dS)
     gemm_pairs(context, pointers, B, h, CUBLAS_OP_N, CUBLAS_OP_T, d_k, Lk, Lq, scale, op_q, op_ds,
-               1.0f, op_dk);
+               write_dk ? 0.0f : 1.0f, op_dk);
   }
 }
 

@@ -32,6 +32,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/dropout_mask.cuh"
+#include "kernels/cuda/grad_store.cuh"
 
 namespace thpc::cuda {
 namespace {
@@ -53,10 +54,15 @@ __global__ void relu_forward_kernel(T* y, const T* x, int64_t n) {
   }
 }
 
+// dx += dy where y > 0 (elsewhere dx keeps its value); with `write`, dx = 0 + that.
 template <typename T>
-__global__ void relu_backward_kernel(T* dx, const T* dy, const T* y, int64_t n) {
+__global__ void relu_backward_kernel(T* dx, const T* dy, const T* y, int64_t n, bool write) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    if (load(y, i) > 0.0f) store(dx, i, __fadd_rn(load(dx, i), load(dy, i)));
+    if (load(y, i) > 0.0f) {
+      store(dx, i, __fadd_rn(write ? 0.0f : load(dx, i), load(dy, i)));
+    } else if (write) {
+      store(dx, i, 0.0f);
+    }
   }
 }
 
@@ -85,14 +91,20 @@ struct DropoutForwardOp {
   }
 };
 
-// dx += kept ? dy * scale : 0 (dropped elements are left untouched)
+// dx += kept ? dy * scale : 0 (dropped elements are left untouched); with `write`, dx =
+// 0 + that (dropped ones 0).
 template <typename T>
 struct DropoutBackwardOp {
   T* dx;
   const T* dy;
   float scale;
+  bool write;
   __device__ void operator()(int64_t i, bool kept) const {
-    if (kept) store(dx, i, __fadd_rn(load(dx, i), __fmul_rn(load(dy, i), scale)));
+    if (kept) {
+      store(dx, i, __fadd_rn(write ? 0.0f : load(dx, i), __fmul_rn(load(dy, i), scale)));
+    } else if (write) {
+      store(dx, i, 0.0f);
+    }
   }
 };
 
@@ -109,17 +121,23 @@ struct ResidualForwardOp {
   }
 };
 
-// dx += dy (if dx); d_sub += kept ? dy * scale : 0 (if d_sub)
+// dx += dy (if dx); d_sub += kept ? dy * scale : 0 (if d_sub); with `write`, both = 0 +
+// that.
 template <typename T>
 struct ResidualBackwardOp {
   T* dx;
   T* d_sub;
   const T* dy;
   float scale;
+  bool write;
   __device__ void operator()(int64_t i, bool kept) const {
     const float g = load(dy, i);
-    if (dx != nullptr) store(dx, i, __fadd_rn(load(dx, i), g));
-    if (d_sub != nullptr && kept) store(d_sub, i, __fadd_rn(load(d_sub, i), __fmul_rn(g, scale)));
+    if (dx != nullptr) store(dx, i, __fadd_rn(write ? 0.0f : load(dx, i), g));
+    if (d_sub != nullptr && kept) {
+      store(d_sub, i, __fadd_rn(write ? 0.0f : load(d_sub, i), __fmul_rn(g, scale)));
+    } else if (d_sub != nullptr && write) {
+      store(d_sub, i, 0.0f);
+    }
   }
 };
 
@@ -226,10 +244,12 @@ void relu_forward(Context& context, T* y, const T* x, int64_t n) {
 }
 
 template <typename T>
-void relu_backward(Context& context, T* dx, const T* dy, const T* y, int64_t n) {
+void relu_backward(Context& context, T* dx, const T* dy, const T* y, int64_t n,
+                   GradStore store) {
   const cudaStream_t stream = context.stream();
   if (n <= 0 || dx == nullptr) return;
-  relu_backward_kernel<<<grid_blocks(n), kGridThreads, 0, stream>>>(dx, dy, y, n);
+  const bool write = writes_gradient(context, store, dx, n);
+  relu_backward_kernel<<<grid_blocks(n), kGridThreads, 0, stream>>>(dx, dy, y, n, write);
   THPC_CUDA_CHECK_LAUNCH("relu_backward_kernel");
 }
 
@@ -243,12 +263,13 @@ void dropout_forward(Context& context, T* y, const T* x, int64_t n, float p, Dro
 
 template <typename T>
 void dropout_backward(Context& context, T* dx, const T* dy, int64_t n, float p,
-                      DropoutKey key) {
+                      DropoutKey key, GradStore store) {
   const cudaStream_t stream = context.stream();
   check_probability(p);
   if (dx == nullptr) return;
-  launch_dropout(DropoutBackwardOp<T>{dx, dy, keep_scale(p)}, n, make_mask(key, p, true),
-                 stream);
+  const bool write = writes_gradient(context, store, dx, n);
+  launch_dropout(DropoutBackwardOp<T>{dx, dy, keep_scale(p), write}, n,
+                 make_mask(key, p, true), stream);
 }
 
 template <typename T>
@@ -262,13 +283,15 @@ void residual_dropout_forward(Context& context, T* y, const T* x, const T* sub, 
 
 template <typename T>
 void residual_dropout_backward(Context& context, T* dx, T* d_sub, const T* dy, int64_t n,
-                               float p, DropoutKey key) {
+                               float p, DropoutKey key, GradStore store) {
   const cudaStream_t stream = context.stream();
   check_probability(p);
   if (dx == nullptr && d_sub == nullptr) return;
+  const bool write_dx = writes_gradient(context, store, dx, n);
+  const bool write_d_sub = writes_gradient(context, store, d_sub, n);
   // Without d_sub the mask is not needed: dx += dy alone draws nothing.
-  launch_dropout(ResidualBackwardOp<T>{dx, d_sub, dy, keep_scale(p)}, n,
-                 make_mask(key, p, d_sub != nullptr), stream);
+  launch_dropout(ResidualBackwardOp<T>{dx, d_sub, dy, keep_scale(p), write_dx || write_d_sub},
+                 n, make_mask(key, p, d_sub != nullptr), stream);
 }
 
 template <typename T>

@@ -47,6 +47,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/dropout_mask.cuh"
+#include "kernels/cuda/grad_store.cuh"
 
 namespace thpc::cuda {
 namespace {
@@ -123,7 +124,7 @@ __device__ __forceinline__ float norm_input_gradient(float g, float xhat, float2
 template <typename T>
 __global__ void layernorm_backward_dx_kernel(T* dx, const T* dy, const T* x, const float* mean,
                                              const float* rstd, const T* gamma, int rows,
-                                             int d) {
+                                             int d, bool write) {
   const int lane = threadIdx.x % kWarp;
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp;
   if (row >= rows) return;
@@ -133,8 +134,8 @@ __global__ void layernorm_backward_dx_kernel(T* dx, const T* dy, const T* x, con
   for (int col = lane; col < d; col += kWarp) {
     const float xhat = (load(x, base + col) - row_mean) * row_rstd;
     const float g = load(dy, base + col) * load(gamma, col);
-    store(dx, base + col,
-          __fadd_rn(load(dx, base + col), norm_input_gradient(g, xhat, means, row_rstd)));
+    store(dx, base + col, __fadd_rn(write ? 0.0f : load(dx, base + col),
+                                    norm_input_gradient(g, xhat, means, row_rstd)));
   }
 }
 
@@ -200,7 +201,7 @@ __global__ void add_dropout_layernorm_backward_kernel(T* dx, T* d_sub, const T* 
                                                       const T* residual, const float* mean,
                                                       const float* rstd, const T* gamma,
                                                       int rows, int d, DropMask mask,
-                                                      float scale) {
+                                                      float scale, bool write) {
   const int lane = threadIdx.x % kWarp;
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp;
   if (row >= rows) return;
@@ -218,9 +219,12 @@ __global__ void add_dropout_layernorm_backward_kernel(T* dx, T* d_sub, const T* 
       const float g = load(dy, i) * load(gamma, col);
       const float g_residual = to_float(
           from_float<T>(__fadd_rn(0.0f, norm_input_gradient(g, xhat, means, row_rstd))));
-      if (dx != nullptr) store(dx, i, __fadd_rn(load(dx, i), g_residual));
+      if (dx != nullptr) store(dx, i, __fadd_rn(write ? 0.0f : load(dx, i), g_residual));
       if (d_sub != nullptr && ((keep >> k) & 1u) != 0u) {
-        store(d_sub, i, __fadd_rn(load(d_sub, i), __fmul_rn(g_residual, scale)));
+        store(d_sub, i,
+              __fadd_rn(write ? 0.0f : load(d_sub, i), __fmul_rn(g_residual, scale)));
+      } else if (d_sub != nullptr && write) {
+        store(d_sub, i, 0.0f);  // dropped: kAdd leaves it, writing makes it 0
       }
     }
   }
@@ -260,16 +264,17 @@ void layernorm_forward(Context& context, T* y, float* mean, float* rstd, const T
   THPC_CUDA_CHECK_LAUNCH("layernorm_forward_kernel");
 }
 
-// dx += ...; dgamma, dbeta += column sums in fp32, in a fixed order.
+// dx += ... (kWrite: =); dgamma, dbeta += column sums in fp32, in a fixed order.
 template <typename T>
 void layernorm_backward(Context& context, T* dx, float* dgamma, float* dbeta, const T* dy,
                         const T* x, const float* mean, const float* rstd, const T* gamma,
-                        int rows, int d) {
+                        int rows, int d, GradStore store) {
   if (rows == 0 || d == 0) return;
   cudaStream_t stream = context.stream();
   if (dx != nullptr) {
+    const bool write = writes_gradient(context, store, dx, static_cast<int64_t>(rows) * d);
     layernorm_backward_dx_kernel<T><<<row_blocks(rows), kRowThreads, 0, stream>>>(
-        dx, dy, x, mean, rstd, gamma, rows, d);
+        dx, dy, x, mean, rstd, gamma, rows, d, write);
     THPC_CUDA_CHECK_LAUNCH("layernorm_backward_dx_kernel");
   }
   layernorm_parameter_gradients(context, dgamma, dbeta, dy, x, mean, rstd, rows, d);
@@ -293,14 +298,18 @@ template <typename T>
 void add_dropout_layernorm_backward(Context& context, T* dx, T* d_sub, float* dgamma,
                                     float* dbeta, const T* dy, const T* residual,
                                     const float* mean, const float* rstd, const T* gamma,
-                                    int rows, int d, float p, DropoutKey key) {
+                                    int rows, int d, float p, DropoutKey key, GradStore store) {
   check_probability(p);
   if (rows == 0 || d == 0) return;
   if (dx != nullptr || d_sub != nullptr) {
+    const int64_t n = static_cast<int64_t>(rows) * d;
+    // Both outputs take the same path (candidate or verified), so one flag serves both.
+    const bool write_dx = writes_gradient(context, store, dx, n);
+    const bool write_d_sub = writes_gradient(context, store, d_sub, n);
     add_dropout_layernorm_backward_kernel<T>
         <<<row_blocks(rows), kRowThreads, 0, context.stream()>>>(
             dx, d_sub, dy, residual, mean, rstd, gamma, rows, d,
-            make_mask(key, p, d_sub != nullptr), keep_scale(p));
+            make_mask(key, p, d_sub != nullptr), keep_scale(p), write_dx || write_d_sub);
     THPC_CUDA_CHECK_LAUNCH("add_dropout_layernorm_backward_kernel");
   }
   layernorm_parameter_gradients(context, dgamma, dbeta, dy, residual, mean, rstd, rows, d);

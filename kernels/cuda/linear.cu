@@ -47,6 +47,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/grad_store.cuh"
 
 namespace thpc::cuda {
 namespace {
@@ -297,11 +298,11 @@ bool gemm(Context& context, const Gemm& g) {
 }
 
 // Block (blockIdx.x, chunk = blockIdx.y): thread -> column of [rows, n]; over the rows of
-// its chunk in order, g = dy where y > 0 (else 0): d_pre += g (if d_pre), and the sum of g
-// into partial[chunk * n + col] (if partial).
+// its chunk in order, g = dy where y > 0 (else 0): d_pre += g (if d_pre; with `write`
+// d_pre = 0 + g, not loaded), and the sum of g into partial[chunk * n + col] (if partial).
 template <typename T>
 __global__ void relu_bias_backward_kernel(T* d_pre, float* partial, const T* dy, const T* y,
-                                          int rows, int n, int rows_per_chunk) {
+                                          int rows, int n, int rows_per_chunk, bool write) {
   const int col = blockIdx.x * kColumnThreads + threadIdx.x;
   if (col >= n) return;
   const int chunk = blockIdx.y;
@@ -312,8 +313,10 @@ __global__ void relu_bias_backward_kernel(T* d_pre, float* partial, const T* dy,
     const int64_t i = static_cast<int64_t>(row) * n + col;
     if (load(y, i) > 0.0f) {  // as relu_backward: where y <= 0, d_pre keeps its value
       const float g = load(dy, i);
-      if (d_pre != nullptr) store(d_pre, i, __fadd_rn(load(d_pre, i), g));
+      if (d_pre != nullptr) store(d_pre, i, __fadd_rn(write ? 0.0f : load(d_pre, i), g));
       sum += g;
+    } else if (write && d_pre != nullptr) {
+      store(d_pre, i, 0.0f);  // ... which writing makes 0
     }
   }
   if (partial != nullptr) partial[static_cast<int64_t>(chunk) * n + col] = sum;
@@ -330,7 +333,7 @@ __global__ void relu_bias_backward_kernel(T* d_pre, float* partial, const T* dy,
 template <typename T>
 __global__ void __launch_bounds__(kColumnThreads)
     relu_bias_backward_vector_kernel(T* d_pre, float* partial, const T* dy, const T* y,
-                                     int rows, int n, int rows_per_chunk) {
+                                     int rows, int n, int rows_per_chunk, bool write) {
   constexpr int W = kVector<T>;
   const int col = (blockIdx.x * kColumnThreads + threadIdx.x) * W;
   if (col >= n) return;
@@ -355,9 +358,9 @@ __global__ void __launch_bounds__(kColumnThreads)
       const int64_t i = static_cast<int64_t>(row + r) * n + col;
       load16<T>(y_rows[r], y + i);
       load16<T>(g[r], dy + i);
-      if (d_pre != nullptr) {
+      if (d_pre != nullptr && !write) {
         load16<T>(d[r], d_pre + i);
-      } else {
+      } else {  // written: onto zeros
 #pragma unroll
         for (int k = 0; k < W; ++k) d[r][k] = 0.0f;
       }
@@ -404,12 +407,13 @@ void linear_relu_forward(Context& context, T* y, const T* x, const T* W, const T
   if (!gemm(context, g)) relu_forward<T>(context, y, y, static_cast<int64_t>(M) * N);
 }
 
-// d_pre += g, db += column sums of g (g = dy where y > 0): one pass over [rows, n], the
-// sums in fp32 in a fixed order (column_sums.cuh).
+// d_pre += g (kWrite: =), db += column sums of g (g = dy where y > 0): one pass over
+// [rows, n], the sums in fp32 in a fixed order (column_sums.cuh).
 template <typename T>
 void relu_bias_backward(Context& context, T* d_pre, float* db, const T* dy, const T* y, int rows,
-                        int n) {
+                        int n, GradStore store) {
   if (rows <= 0 || n <= 0 || (d_pre == nullptr && db == nullptr)) return;
+  const bool write = writes_gradient(context, store, d_pre, static_cast<int64_t>(rows) * n);
   const cudaStream_t stream = context.stream();
   const ColumnChunks chunks = column_chunks(rows);
   float* partial = db != nullptr ? static_cast<float*>(context.scratch(
@@ -421,11 +425,11 @@ void relu_bias_backward(Context& context, T* d_pre, float* db, const T* dy, cons
     const dim3 grid(static_cast<unsigned>(column_blocks((n + W - 1) / W)),
                     static_cast<unsigned>(chunks.chunks));
     relu_bias_backward_vector_kernel<T><<<grid, kColumnThreads, 0, stream>>>(
-        d_pre, partial, dy, y, rows, n, chunks.rows_per_chunk);
+        d_pre, partial, dy, y, rows, n, chunks.rows_per_chunk, write);
     THPC_CUDA_CHECK_LAUNCH("relu_bias_backward_vector_kernel");
   } else {
     relu_bias_backward_kernel<T><<<chunks.grid(n), kColumnThreads, 0, stream>>>(
-        d_pre, partial, dy, y, rows, n, chunks.rows_per_chunk);
+        d_pre, partial, dy, y, rows, n, chunks.rows_per_chunk, write);
     THPC_CUDA_CHECK_LAUNCH("relu_bias_backward_kernel");
   }
   if (db == nullptr) return;
@@ -434,13 +438,18 @@ void relu_bias_backward(Context& context, T* d_pre, float* db, const T* dy, cons
   THPC_CUDA_CHECK_LAUNCH("column_sums_finish_kernel");
 }
 
+// The GEMM's beta for an activation gradient the twin adds into (1) or writes (0).
+float gradient_beta(bool write) { return write ? 0.0f : 1.0f; }
+
 template <typename T>
 void linear_backward(Context& context, T* dx, float* dW, float* db, const T* dy, const T* x,
-                     const T* W, int M, int K, int N) {
+                     const T* W, int M, int K, int N, GradStore store) {
   if (dx != nullptr) {
+    const bool write = writes_gradient(context, store, dx, static_cast<int64_t>(M) * K);
     // dx^T [K, M] += W [K, N] dy^T [N, M]: W is stored column-major [N, K] (ld N), so op T.
+    // (An empty product, N = 0, with beta = 0 writes zeros: gemm's k == 0 case.)
     gemm(context, Gemm{CUBLAS_OP_T, CUBLAS_OP_N, K, M, N, W, N, dy, N, dx, K, cuda_type<T>(),
-                       cuda_type<T>(), 1.0f, nullptr});
+                       cuda_type<T>(), gradient_beta(write), nullptr});
   }
   if (dW != nullptr) {
     // dW^T [N, K] += dy^T [N, M] x [M, K]: x is stored column-major [K, M] (ld K), so op T.
@@ -469,12 +478,14 @@ void output_projection_forward(Context& context, T* logits, const T* h, const T*
 
 template <typename T>
 void output_projection_backward(Context& context, T* dh, float* dE, const T* d_logits,
-                                const T* h, const T* E, int M, int d, int vocab) {
+                                const T* h, const T* E, int M, int d, int vocab,
+                                GradStore store) {
   if (dh != nullptr) {
+    const bool write = writes_gradient(context, store, dh, static_cast<int64_t>(M) * d);
     // dh^T [d, M] += E^T [d, V] d_logits^T [V, M]: E stored column-major [d, V] (ld d),
     // d_logits column-major [V, M] (ld V).
     gemm(context, Gemm{CUBLAS_OP_N, CUBLAS_OP_N, d, M, vocab, E, d, d_logits, vocab, dh, d,
-                       cuda_type<T>(), cuda_type<T>(), 1.0f, nullptr});
+                       cuda_type<T>(), cuda_type<T>(), gradient_beta(write), nullptr});
   }
   if (dE != nullptr) {
     // dE^T [d, V] += h^T [d, M] d_logits [M, V]: d_logits stored column-major [V, M]

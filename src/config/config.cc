@@ -172,9 +172,9 @@ const std::vector<Option>& option_table() {
                   "GPU activations and GEMM operands (weights, moments stay fp32)"),
       THPC_OPTION(train, cuda_kernels, THPC_ONE_OF("verified", "candidate"),
                   "GPU kernels: verified = those whose twin tests passed on a GPU; candidate "
-                  "= also the variants written since, not yet checked on one (none at "
-                  "present: the last ones passed on an H100 and became the default); the "
-                  "CPU ignores it"),
+                  "= also the variants written since, not yet checked on one (at present: "
+                  "backward ops writing their first-written gradients instead of zeroing "
+                  "and adding); the CPU ignores it"),
       THPC_OPTION(train, seed, THPC_ANY, "seed of parameters, dropout and synthetic data"),
       THPC_OPTION(train, max_steps, THPC_AT_LEAST(1), "optimizer steps to train (§5.2)"),
       THPC_OPTION(train, max_minutes, THPC_AT_LEAST(0),

@@ -148,19 +148,20 @@ inline void layer_backward(Sublayers& sub, Tensor d_x, Tensor d_y, Tensor d_stre
   const auto residual_gradient = [&](Tensor d_sublayer_input) {
     return sub.pre_norm ? d_stream : d_sublayer_input;
   };
+  // No buffer is zeroed: each has a first writer that stores (GradStore::kWrite) and later
+  // ones that add (Sublayers::add_norm_backward, input_store()).
   scratch.reset();
-  sub.ops.zero(d_x);
   const Tensor ffn_in = cross ? a.norm2.y : a.norm1.y;
-  Tensor d_ffn_in = scratch.take_zeroed(sub.act, n);
-  Tensor d_ffn_out = scratch.take_zeroed(sub.act, n);
+  Tensor d_ffn_in = scratch.take(sub.act, n);
+  Tensor d_ffn_out = scratch.take(sub.act, n);
   sub.add_norm_backward(residual_gradient(d_ffn_in), d_ffn_out, d_y, cross ? a.norm3 : a.norm2,
                         *norms.ffn, scratch, rows, pass.p_drop,
                         pass.key(layer, SiteSlot::FfnResidual));
   sub.ffn_backward(d_ffn_in, d_ffn_out, a.ffn, ffn_in, p.ffn, rows, scratch);
   Tensor d_norm1_y = d_ffn_in;
   if (cross) {
-    d_norm1_y = scratch.take_zeroed(sub.act, n);
-    Tensor d_cross_out = scratch.take_zeroed(sub.act, n);
+    d_norm1_y = scratch.take(sub.act, n);
+    Tensor d_cross_out = scratch.take(sub.act, n);
     sub.add_norm_backward(residual_gradient(d_norm1_y), d_cross_out, d_ffn_in, a.norm2,
                           *norms.cross_attention, scratch, rows, pass.p_drop,
                           pass.key(layer, SiteSlot::CrossAttentionResidual));
@@ -168,7 +169,7 @@ inline void layer_backward(Sublayers& sub, Tensor d_x, Tensor d_y, Tensor d_stre
                                  a.norm1.y, pass.memory, p.cross_attention,
                                  pass.cross_shape(sub.c, layer), scratch);
   }
-  Tensor d_self_out = scratch.take_zeroed(sub.act, n);
+  Tensor d_self_out = scratch.take(sub.act, n);
   sub.add_norm_backward(residual_gradient(d_x), d_self_out, d_norm1_y, a.norm1,
                         *norms.self_attention, scratch, rows, pass.p_drop,
                         pass.key(layer, SiteSlot::SelfAttentionResidual));

@@ -62,33 +62,42 @@ struct Sublayers {
     ops.layernorm_forward(a.y, a.mean, a.rstd, a.residual, p.gamma.value, p.beta.value, rows,
                           d, c.layernorm_eps);
   }
-  // The block's backward from d_y, the gradient of y: d_x (the gradient of x) and d_sub
-  // accumulate. Pre-norm, `residual` is also the next block's x, so on entry d_x holds
-  // the gradient the stream brought down (the next block's d_x, the same tensor) and the
-  // residual's whole gradient is d_x + LayerNorm'(d_y): it is added into d_x in place
-  // (x + Dropout(sub) passes it to x unchanged) and d_sub takes its dropout. The fused
-  // backward op cannot serve here: its d_sub is the dropout of LayerNorm'(d_y) alone
-  // (post-norm's whole residual gradient), with no input for the stream's, which would
-  // cost a second pass over d_x anyway (the separate ops' two).
+  // The block's backward from d_y, the gradient of y: d_sub (the gradient of sub) is
+  // written. Post-norm d_x, the gradient of x, is written too: the block is its first
+  // writer, and the sub-layer that read x adds its part after (input_store()). Pre-norm,
+  // `residual` is also the next block's x, so on entry d_x holds the gradient the stream
+  // brought down (the next block's d_x, the same tensor) and the residual's whole
+  // gradient is d_x + LayerNorm'(d_y): it is added into d_x in place (x + Dropout(sub)
+  // passes it to x unchanged) and d_sub takes its dropout. The fused backward op cannot
+  // serve here: its d_sub is the dropout of LayerNorm'(d_y) alone (post-norm's whole
+  // residual gradient), with no input for the stream's, which would cost a second pass
+  // over d_x anyway (the separate ops' two).
   void add_norm_backward(Tensor d_x, Tensor d_sub, Tensor d_y, const AddNormActs& a,
                          const NormParams& p, Arena& scratch, int rows, float p_drop,
                          DropoutKey key) {
     if (pre_norm) {
       ops.layernorm_backward(d_x, p.gamma.grad, p.beta.grad, d_y, a.residual, a.mean, a.rstd,
-                             p.gamma.value, rows, d);
-      ops.dropout_backward(d_sub, d_x, int64_t(rows) * d, p_drop, key);
+                             p.gamma.value, rows, d, GradStore::kAdd);
+      ops.dropout_backward(d_sub, d_x, int64_t(rows) * d, p_drop, key, GradStore::kWrite);
       return;
     }
     if (fused) {
       ops.add_dropout_layernorm_backward(d_x, d_sub, p.gamma.grad, p.beta.grad, d_y, a.residual,
-                                         a.mean, a.rstd, p.gamma.value, rows, d, p_drop, key);
+                                         a.mean, a.rstd, p.gamma.value, rows, d, p_drop, key,
+                                         GradStore::kWrite);
       return;
     }
-    Tensor d_residual = scratch.take_zeroed(act, int64_t(rows) * d);
+    Tensor d_residual = scratch.take(act, int64_t(rows) * d);
     ops.layernorm_backward(d_residual, p.gamma.grad, p.beta.grad, d_y, a.residual, a.mean,
-                           a.rstd, p.gamma.value, rows, d);
-    ops.residual_dropout_backward(d_x, d_sub, d_residual, int64_t(rows) * d, p_drop, key);
+                           a.rstd, p.gamma.value, rows, d, GradStore::kWrite);
+    ops.residual_dropout_backward(d_x, d_sub, d_residual, int64_t(rows) * d, p_drop, key,
+                                  GradStore::kWrite);
   }
+  // How a sub-layer's backward stores the gradient of its input (its last product's dx):
+  // post-norm the input is the previous block's y, whose add_norm_backward has written
+  // the residual's part of that gradient first, so the sub-layer adds; pre-norm the input
+  // is a norm's output, which only the sub-layer reads: it writes.
+  GradStore input_store() const { return pre_norm ? GradStore::kWrite : GradStore::kAdd; }
   // What the block after `a` reads (see LayerInput): post-norm y twice; pre-norm the
   // stream and its norm.
   LayerInput after(const AddNormActs& a) const {
@@ -117,7 +126,7 @@ struct Sublayers {
                               const NormParams& first, int rows) {
     if (!pre_norm) return d_normed;
     ops.layernorm_backward(d_stream, first.gamma.grad, first.beta.grad, d_normed, lead.residual,
-                           lead.mean, lead.rstd, first.gamma.value, rows, d);
+                           lead.mean, lead.rstd, first.gamma.value, rows, d, GradStore::kAdd);
     return d_stream;
   }
 
@@ -157,17 +166,19 @@ struct Sublayers {
                                Arena& scratch) {
     const int rows = shape.batch * shape.query_len;
     const int width = qkv_width();
-    Tensor d_context = scratch.take_zeroed(act, int64_t(rows) * h * dv);
+    Tensor d_context = scratch.take(act, int64_t(rows) * h * dv);
     ops.linear_backward(d_context, p.out_weight.grad, p.out_bias.grad, d_out, a.context,
-                        p.out_weight.value, rows, h * dv, d);
-    Tensor d_in = scratch.take_zeroed(act, int64_t(rows) * width);
+                        p.out_weight.value, rows, h * dv, d, GradStore::kWrite);
+    // q|k|v's gradients: the three column blocks of d_in, each written whole.
+    Tensor d_in = scratch.take(act, int64_t(rows) * width);
     const int64_t k_off = h * dk, v_off = 2 * h * dk;
     ops.attention_backward(d_in, d_in.slice(k_off, d_in.numel - k_off),
                            d_in.slice(v_off, d_in.numel - v_off), d_context, a.saved, a.in,
                            width, a.in.slice(k_off, a.in.numel - k_off), width,
-                           a.in.slice(v_off, a.in.numel - v_off), width, shape);
+                           a.in.slice(v_off, a.in.numel - v_off), width, shape,
+                           GradStore::kWrite);
     ops.linear_backward(d_x, p.in_weight.grad, p.in_bias.grad, d_in, x, p.in_weight.value,
-                        rows, d, width);
+                        rows, d, width, input_store());
   }
 
   // ---- encoder-decoder attention: Q from the decoder, K|V from the encoder output ----
@@ -224,19 +235,21 @@ struct Sublayers {
     const int rows = shape.batch * shape.query_len;
     const int memory_rows = shape.batch * shape.key_len;
     const int kv_width = h * (dk + dv);
-    Tensor d_context = scratch.take_zeroed(act, int64_t(rows) * h * dv);
+    Tensor d_context = scratch.take(act, int64_t(rows) * h * dv);
     ops.linear_backward(d_context, p.out_weight.grad, p.out_bias.grad, d_out, a.context,
-                        p.out_weight.value, rows, h * dv, d);
-    Tensor d_q = scratch.take_zeroed(act, int64_t(rows) * h * dk);
-    Tensor d_kv = scratch.take_zeroed(act, int64_t(memory_rows) * kv_width);
+                        p.out_weight.value, rows, h * dv, d, GradStore::kWrite);
+    Tensor d_q = scratch.take(act, int64_t(rows) * h * dk);
+    Tensor d_kv = scratch.take(act, int64_t(memory_rows) * kv_width);
     const int64_t v_off = h * dk;
     ops.attention_backward(d_q, d_kv, d_kv.slice(v_off, d_kv.numel - v_off), d_context,
                            a.saved, a.in, h * dk, a.kv, kv_width,
-                           a.kv.slice(v_off, a.kv.numel - v_off), kv_width, shape);
+                           a.kv.slice(v_off, a.kv.numel - v_off), kv_width, shape,
+                           GradStore::kWrite);
     ops.linear_backward(d_x, p.in_weight.grad, p.in_bias.grad, d_q, x, p.in_weight.value, rows,
-                        d, h * dk);
+                        d, h * dk, input_store());
+    // The encoder output's gradient gathers every decoder layer's (zeroed by the caller).
     ops.linear_backward(d_memory, p.kv_weight.grad, p.kv_bias.grad, d_kv, memory,
-                        p.kv_weight.value, memory_rows, d, kv_width);
+                        p.kv_weight.value, memory_rows, d, kv_width, GradStore::kAdd);
   }
 
   // ---- FFN(x) = max(0, x W1 + b1) W2 + b2 (§3.3) ----
@@ -253,17 +266,20 @@ struct Sublayers {
   }
   void ffn_backward(Tensor d_x, Tensor d_out, const FfnActs& a, Tensor x, const FfnParams& p,
                     int rows, Arena& scratch) {
-    Tensor d_hidden = scratch.take_zeroed(act, int64_t(rows) * c.d_ff);
+    Tensor d_hidden = scratch.take(act, int64_t(rows) * c.d_ff);
     ops.linear_backward(d_hidden, p.w2.grad, p.b2.grad, d_out, a.hidden, p.w2.value, rows,
-                        c.d_ff, d);
-    Tensor d_pre = scratch.take_zeroed(act, int64_t(rows) * c.d_ff);
+                        c.d_ff, d, GradStore::kWrite);
+    Tensor d_pre = scratch.take(act, int64_t(rows) * c.d_ff);
     if (fused) {  // b1's gradient summed in the ReLU's pass
-      ops.relu_bias_backward(d_pre, p.b1.grad, d_hidden, a.hidden, rows, c.d_ff);
-      ops.linear_backward(d_x, p.w1.grad, Tensor{}, d_pre, x, p.w1.value, rows, d, c.d_ff);
+      ops.relu_bias_backward(d_pre, p.b1.grad, d_hidden, a.hidden, rows, c.d_ff,
+                             GradStore::kWrite);
+      ops.linear_backward(d_x, p.w1.grad, Tensor{}, d_pre, x, p.w1.value, rows, d, c.d_ff,
+                          input_store());
       return;
     }
-    ops.relu_backward(d_pre, d_hidden, a.hidden, int64_t(rows) * c.d_ff);
-    ops.linear_backward(d_x, p.w1.grad, p.b1.grad, d_pre, x, p.w1.value, rows, d, c.d_ff);
+    ops.relu_backward(d_pre, d_hidden, a.hidden, int64_t(rows) * c.d_ff, GradStore::kWrite);
+    ops.linear_backward(d_x, p.w1.grad, p.b1.grad, d_pre, x, p.w1.value, rows, d, c.d_ff,
+                        input_store());
   }
 };
 

@@ -323,9 +323,9 @@ void Transformer::backward_decoder(const DropoutContext& ctx) {
   const float p_drop = config_.dropout;
   Arena& grads = s.grad_arena;
 
-  Tensor d_y = grads.take_zeroed(sub.act, int64_t(rows) * d);
+  Tensor d_y = grads.take(sub.act, int64_t(rows) * d);
   backend_.output_projection_backward(d_y, s.embedding.grad, s.logits, s.decoder_out,
-                                      s.embedding.value, rows, d, vocab_);
+                                      s.embedding.value, rows, d, vocab_, GradStore::kWrite);
   Tensor d_encoder_out = grads.take_zeroed(sub.act, int64_t(src_rows) * d);
   Tensor d_x = grads.take(sub.act, int64_t(rows) * d);
   // Pre-norm: the residual stream's gradient, zero above the top layer (the final norm,
@@ -345,9 +345,10 @@ void Transformer::backward_decoder(const DropoutContext& ctx) {
   const Tensor d_x0 = sub.stack_input_backward(d_stream, d_y, s.decoder_lead, s.decoder[0].norm1,
                                                rows);
   layer_gradients_final("decoder", -1);
-  Tensor d_embedded = s.scratch_arena.take_zeroed(sub.act, int64_t(rows) * d);
+  Tensor d_embedded = s.scratch_arena.take(sub.act, int64_t(rows) * d);
   backend_.dropout_backward(d_embedded, d_x0, int64_t(rows) * d, p_drop,
-                            dropout_key(ctx, SitePart::Embedding, 0, SiteSlot::TargetEmbedding));
+                            dropout_key(ctx, SitePart::Embedding, 0, SiteSlot::TargetEmbedding),
+                            GradStore::kWrite);
   backend_.embedding_backward(s.embedding.grad, s.positions.grad, d_embedded, s.tgt_in.ids, rows,
                               s.tgt_len, d, vocab_, std::sqrt(static_cast<float>(d)));
   s.d_encoder_out = d_encoder_out;
@@ -375,9 +376,10 @@ void Transformer::backward_encoder(const DropoutContext& ctx) {
   const Tensor d_x0 = sub.stack_input_backward(d_stream, d_y, s.encoder_lead, s.encoder[0].norm1,
                                                rows);
   layer_gradients_final("encoder", -1);
-  Tensor d_embedded = s.scratch_arena.take_zeroed(sub.act, int64_t(rows) * d);
+  Tensor d_embedded = s.scratch_arena.take(sub.act, int64_t(rows) * d);
   backend_.dropout_backward(d_embedded, d_x0, int64_t(rows) * d, p_drop,
-                            dropout_key(ctx, SitePart::Embedding, 0, SiteSlot::SourceEmbedding));
+                            dropout_key(ctx, SitePart::Embedding, 0, SiteSlot::SourceEmbedding),
+                            GradStore::kWrite);
   backend_.embedding_backward(s.embedding.grad, s.positions.grad, d_embedded, s.src.ids, rows,
                               s.src_len, d, vocab_, std::sqrt(static_cast<float>(d)));
   gradients_final_from(0);

@@ -98,7 +98,7 @@ struct AttentionProblem {
     double* d_kv_base = config.fused_qkv ? d_q_buffer.data() : d_kv_buffer.data();
     cpu::attention_backward<double>(d_q_buffer.data(), d_kv_base + k_offset,
                                     d_kv_base + v_offset, weights.data(), saved.data(), q(),
-                                    ldq, k(), ldk, v(), ldv, shape);
+                                    ldq, k(), ldk, v(), ldv, shape, GradStore::kAdd);
   }
 
   // The naive evaluation of §3.2: for each sentence, head and query t, p_j =
@@ -308,7 +308,7 @@ TEST(Attention, NullGradientOutputsAreSkipped) {
   cpu::attention_backward<double>(nullptr, nullptr, d_v_only.data() + problem.v_offset,
                                   problem.weights.data(), saved.data(), problem.q(),
                                   problem.ldq, problem.k(), problem.ldk, problem.v(),
-                                  problem.ldv, problem.shape);
+                                  problem.ldv, problem.shape, GradStore::kAdd);
   for (size_t e = 0; e < d_kv.size(); ++e) {
     const bool is_v_column = (e % problem.ldv) >= problem.v_offset;
     EXPECT_EQ(d_v_only[e], is_v_column ? d_kv[e] : 0.0) << e;
@@ -317,7 +317,8 @@ TEST(Attention, NullGradientOutputsAreSkipped) {
   Values d_q_only(problem.q_buffer.size(), 0.0);
   cpu::attention_backward<double>(d_q_only.data(), nullptr, nullptr, problem.weights.data(),
                                   saved.data(), problem.q(), problem.ldq, problem.k(),
-                                  problem.ldk, problem.v(), problem.ldv, problem.shape);
+                                  problem.ldk, problem.v(), problem.ldv, problem.shape,
+                                                         GradStore::kAdd);
   for (size_t e = 0; e < d_q.size(); ++e) EXPECT_NEAR(d_q_only[e], d_q[e], 1e-15) << e;
 }
 
@@ -417,7 +418,18 @@ struct AttentionRun {
   bool with_saved = true;
   bool backward = true;
   bool want_dq = true, want_dk = true, want_dv = true;
+  // kWrite: the head columns of the gradient buffers start as NaN (written, not added
+  // into); a column no head reads keeps its random value, which must stay untouched.
+  GradStore store = GradStore::kAdd;
 };
+
+// `fill` with columns [0, width) of each row of `ld` set to NaN.
+std::vector<float> poisoned_columns(std::vector<float> fill, int ld, int width) {
+  for (size_t i = 0; i < fill.size(); ++i) {
+    if (static_cast<int>(i % static_cast<size_t>(ld)) < width) fill[i] = NAN;
+  }
+  return fill;
+}
 
 AttentionResult run_attention(Backend& backend, DType dtype, const AttentionData& data,
                               const AttentionRun& run) {
@@ -454,15 +466,21 @@ AttentionResult run_attention(Backend& backend, DType dtype, const AttentionData
   if (!run.backward) return result;
 
   const Tensor d_out = scope.put(dtype, data.d_out);
-  const Tensor dq_buffer = scope.put(dtype, data.dq_fill);
-  const Tensor dkv_buffer = c.fused ? dq_buffer : scope.put(dtype, data.dkv_fill);
+  const bool write = run.store == GradStore::kWrite;
+  const int q_heads_width = c.fused ? data.ldq : c.heads * c.d_k;  // dq (+ dk, dv if fused)
+  const Tensor dq_buffer = scope.put(
+      dtype, write ? poisoned_columns(data.dq_fill, data.ldq, q_heads_width) : data.dq_fill);
+  const Tensor dkv_buffer =
+      c.fused ? dq_buffer
+              : scope.put(dtype, write ? poisoned_columns(data.dkv_fill, data.ldk, data.ldk)
+                                       : data.dkv_fill);
   const Tensor dq = run.want_dq ? dq_buffer : Tensor{};
   const Tensor dk = run.want_dk ? dkv_buffer.slice(data.k_offset, dkv_buffer.numel - data.k_offset)
                                 : Tensor{};
   const Tensor dv = run.want_dv ? dkv_buffer.slice(data.v_offset, dkv_buffer.numel - data.v_offset)
                                 : Tensor{};
   backend.attention_backward(dq, dk, dv, d_out, saved, q, data.ldq, k, data.ldk, v, data.ldv,
-                             shape);
+                             shape, run.store);
   result.dq_buffer = scope.get(dq_buffer);
   if (!c.fused) result.dkv_buffer = scope.get(dkv_buffer);
   return result;
@@ -548,15 +566,20 @@ TEST(CudaAttention, ForwardWithoutSavedEqualsForwardWithSaved) {
   }
 }
 
-TEST(CudaAttention, BackwardMatchesCpuAndAccumulates) {
-  THPC_REQUIRE_GPU();
+// Every case's gradients on the GPU against the CPU, stored as `mode` says (kAdd into
+// random values; kWrite onto NaN in the head columns, on the verified path, where they
+// are zeroed and added into, or on the candidates, the three GEMMs with beta = 0; the
+// column of q's buffer no head reads keeps its value either way); and bit-identical when
+// repeated: no atomics, fixed reduction orders.
+void check_attention_backward(const StoreMode& mode, uint32_t seed) {
   for (DType dtype : gpu_compute_dtypes()) {
-    std::mt19937 rng(13);
+    std::mt19937 rng(seed);
     for (const AttentionCase& c : attention_cases()) {
-      SCOPED_TRACE(label(c, dtype));
-      Twins twins(dtype);
+      SCOPED_TRACE(label(c, dtype) + " " + mode.name());
+      Twins twins(dtype, mode.candidate);
       const AttentionData data(c, dtype, rng);
-      const AttentionRun run;
+      AttentionRun run;
+      run.store = mode.store;
       const AttentionResult cpu = run_attention(*twins.cpu, DType::F32, data, run);
       const AttentionResult gpu = run_attention(*twins.gpu, dtype, data, run);
       const Tolerance g = gradient_tolerance(dtype);
@@ -565,12 +588,26 @@ TEST(CudaAttention, BackwardMatchesCpuAndAccumulates) {
       if (!c.fused) {
         EXPECT_TRUE(all_close(gpu.dkv_buffer, cpu.dkv_buffer, g.abs, g.rel)) << "d kv";
       }
-      // Bit-identical when repeated: no atomics, fixed reduction orders.
       const AttentionResult again = run_attention(*twins.gpu, dtype, data, run);
       EXPECT_EQ(again.dq_buffer, gpu.dq_buffer);
       EXPECT_EQ(again.dkv_buffer, gpu.dkv_buffer);
     }
   }
+}
+
+TEST(CudaAttention, BackwardMatchesCpuAndAccumulates) {
+  THPC_REQUIRE_GPU();
+  check_attention_backward({}, 13);
+}
+
+TEST(CudaAttention, BackwardWritingMatchesCpu) {
+  THPC_REQUIRE_GPU();
+  check_attention_backward({GradStore::kWrite, false}, 16);
+}
+
+TEST(CudaCandidateAttention, BackwardWritingMatchesCpu) {
+  THPC_REQUIRE_GPU();
+  check_attention_backward({GradStore::kWrite, true}, 17);
 }
 
 // Null gradient outputs are skipped; the others still match (and the skipped ones'

@@ -56,7 +56,7 @@ TEST(Relu, ForwardAndBackwardMatchFiniteDifferences) {
   for (int64_t i = 0; i < n; ++i) EXPECT_EQ(y[i], std::max(0.0, x[i])) << i;
   const Values dx_before = random_values(n, rng);
   Values dx = dx_before;
-  cpu::relu_backward<double>(dx.data(), weights.data(), y.data(), n);
+  cpu::relu_backward<double>(dx.data(), weights.data(), y.data(), n, GradStore::kAdd);
   expect_gradient_matches("relu dx", x, difference(dx, dx_before),
                           [&] { return weighted_sum(forward(), weights); });
 }
@@ -87,7 +87,7 @@ TEST(Relu, FloatBackwardHasTheBitsOfTheBranch) {
   for (int64_t i = 0; i < n; ++i) {
     if (y[i] > 0.0f) expected[i] += dy[i];
   }
-  cpu::relu_backward<float>(dx.data(), dy.data(), y.data(), n);
+  cpu::relu_backward<float>(dx.data(), dy.data(), y.data(), n, GradStore::kAdd);
   EXPECT_EQ(std::memcmp(dx.data(), expected.data(), n * sizeof(float)), 0);
   for (int64_t i = 0; i < n; ++i) {
     ASSERT_EQ(std::signbit(dx[i]), std::signbit(expected[i])) << i;
@@ -133,7 +133,7 @@ TEST(Dropout, ZeroProbabilityIsIdentityAndInvalidProbabilityIsRejected) {
   cpu::residual_dropout_forward<double>(residual.data(), x.data(), sub.data(), n, 0.0f,
                                         kDropoutKey);
   for (int64_t i = 0; i < n; ++i) EXPECT_EQ(residual[i], x[i] + sub[i]);
-  cpu::dropout_backward<double>(dx.data(), x.data(), n, 0.0f, kDropoutKey);
+  cpu::dropout_backward<double>(dx.data(), x.data(), n, 0.0f, kDropoutKey, GradStore::kAdd);
   EXPECT_EQ(dx, x);
   EXPECT_THROW(cpu::dropout_forward<double>(y.data(), x.data(), n, 1.0f, kDropoutKey), Error);
   EXPECT_THROW(cpu::dropout_forward<double>(y.data(), x.data(), n, -0.1f, kDropoutKey), Error);
@@ -147,7 +147,7 @@ TEST(Dropout, BackwardMatchesFiniteDifferences) {
   const Values weights = random_values(n, rng);
   const Values dx_before = random_values(n, rng);
   Values dx = dx_before;
-  cpu::dropout_backward<double>(dx.data(), weights.data(), n, p, kDropoutKey);
+  cpu::dropout_backward<double>(dx.data(), weights.data(), n, p, kDropoutKey, GradStore::kAdd);
   expect_gradient_matches("dropout dx", x, difference(dx, dx_before), [&] {
     Values y(n);
     cpu::dropout_forward<double>(y.data(), x.data(), n, p, kDropoutKey);
@@ -164,7 +164,7 @@ TEST(ResidualDropout, BackwardMatchesFiniteDifferences) {
   const Values dx_before = random_values(n, rng), d_sub_before = random_values(n, rng);
   Values dx = dx_before, d_sub = d_sub_before;
   cpu::residual_dropout_backward<double>(dx.data(), d_sub.data(), weights.data(), n, p,
-                                         kDropoutKey);
+                                         kDropoutKey, GradStore::kAdd);
   const auto objective = [&] {
     Values y(n);
     cpu::residual_dropout_forward<double>(y.data(), x.data(), sub.data(), n, p, kDropoutKey);
@@ -175,7 +175,7 @@ TEST(ResidualDropout, BackwardMatchesFiniteDifferences) {
   // Null d_sub (or dx) is skipped.
   Values dx_only = dx_before;
   cpu::residual_dropout_backward<double>(dx_only.data(), nullptr, weights.data(), n, p,
-                                         kDropoutKey);
+                                         kDropoutKey, GradStore::kAdd);
   EXPECT_EQ(dx_only, dx);
 }
 
@@ -388,8 +388,8 @@ TEST(CudaElementwise, ReluForwardBackwardMatchCpu) {
 
       Pair dy = both.act(random_values(count, rng));
       Pair dx = both.act(random_values(count, rng));  // accumulated into
-      both.cpu().relu_backward(dx.cpu, dy.cpu, y.cpu, n);
-      both.gpu().relu_backward(dx.gpu, dy.gpu, y.gpu, n);
+      both.cpu().relu_backward(dx.cpu, dy.cpu, y.cpu, n, GradStore::kAdd);
+      both.gpu().relu_backward(dx.gpu, dy.gpu, y.gpu, n, GradStore::kAdd);
       EXPECT_TRUE(all_close(both.gpu_values(dx), both.cpu_values(dx), 0.0, rounding_rel(dtype)));
     }
   }
@@ -430,14 +430,14 @@ TEST(CudaElementwise, DropoutMatchesCpuMaskExactly) {
     // Into zeros: the kept positions are exactly the non-zero gradients.
     Pair dy = both.act(random_values(count, rng));
     Pair dx0 = both.act_zeros(n);
-    both.cpu().dropout_backward(dx0.cpu, dy.cpu, n, p, key);
-    both.gpu().dropout_backward(dx0.gpu, dy.gpu, n, p, key);
+    both.cpu().dropout_backward(dx0.cpu, dy.cpu, n, p, key, GradStore::kAdd);
+    both.gpu().dropout_backward(dx0.gpu, dy.gpu, n, p, key, GradStore::kAdd);
     EXPECT_TRUE(same_zeros(both.gpu_values(dx0), both.cpu_values(dx0)));
 
     // Into random values: accumulation.
     Pair dx = both.act(random_values(count, rng));
-    both.cpu().dropout_backward(dx.cpu, dy.cpu, n, p, key);
-    both.gpu().dropout_backward(dx.gpu, dy.gpu, n, p, key);
+    both.cpu().dropout_backward(dx.cpu, dy.cpu, n, p, key, GradStore::kAdd);
+    both.gpu().dropout_backward(dx.gpu, dy.gpu, n, p, key, GradStore::kAdd);
     EXPECT_TRUE(all_close(both.gpu_values(dx), both.cpu_values(dx), 0.0, rel));
   });
 }
@@ -458,24 +458,77 @@ TEST(CudaElementwise, ResidualDropoutMatchesCpu) {
     // d_sub into zeros: the mask, position by position.
     Pair dy = both.act(random_values(count, rng));
     Pair d_sub0 = both.act_zeros(n);
-    both.cpu().residual_dropout_backward(Tensor{}, d_sub0.cpu, dy.cpu, n, p, key);
-    both.gpu().residual_dropout_backward(Tensor{}, d_sub0.gpu, dy.gpu, n, p, key);
+    both.cpu().residual_dropout_backward(Tensor{}, d_sub0.cpu, dy.cpu, n, p, key, GradStore::kAdd);
+    both.gpu().residual_dropout_backward(Tensor{}, d_sub0.gpu, dy.gpu, n, p, key, GradStore::kAdd);
     EXPECT_TRUE(same_zeros(both.gpu_values(d_sub0), both.cpu_values(d_sub0)));
 
     // Both gradients, accumulated into random values.
     Pair dx = both.act(random_values(count, rng));
     Pair d_sub = both.act(random_values(count, rng));
-    both.cpu().residual_dropout_backward(dx.cpu, d_sub.cpu, dy.cpu, n, p, key);
-    both.gpu().residual_dropout_backward(dx.gpu, d_sub.gpu, dy.gpu, n, p, key);
+    both.cpu().residual_dropout_backward(dx.cpu, d_sub.cpu, dy.cpu, n, p, key, GradStore::kAdd);
+    both.gpu().residual_dropout_backward(dx.gpu, d_sub.gpu, dy.gpu, n, p, key, GradStore::kAdd);
     EXPECT_TRUE(all_close(both.gpu_values(dx), both.cpu_values(dx), 0.0, rel));
     EXPECT_TRUE(all_close(both.gpu_values(d_sub), both.cpu_values(d_sub), 0.0, rel));
 
     // dx only (d_sub not needed).
     Pair dx_only = both.act(random_values(count, rng));
-    both.cpu().residual_dropout_backward(dx_only.cpu, Tensor{}, dy.cpu, n, p, key);
-    both.gpu().residual_dropout_backward(dx_only.gpu, Tensor{}, dy.gpu, n, p, key);
+    both.cpu().residual_dropout_backward(dx_only.cpu, Tensor{}, dy.cpu, n, p, key, GradStore::kAdd);
+    both.gpu().residual_dropout_backward(dx_only.gpu, Tensor{}, dy.gpu, n, p, key, GradStore::kAdd);
     EXPECT_TRUE(all_close(both.gpu_values(dx_only), both.cpu_values(dx_only), 0.0, rel));
   });
+}
+
+// GradStore::kWrite: the three backward ops' gradients written onto NaN (dropped elements
+// 0), on the verified kernels (zeroed, then added into) and on the candidates (stored
+// without a load).
+void check_elementwise_writing(bool candidate) {
+  std::mt19937 rng(candidate ? 6 : 5);
+  for (DType dtype : gpu_compute_dtypes()) {
+    Twins twins(dtype, candidate);
+    for (float p : {0.0f, 0.1f, 0.3f}) {
+      for (int64_t n : kSizes) {
+        SCOPED_TRACE(describe(dtype, n, p) + (candidate ? " write (candidate kernels)"
+                                                        : " write"));
+        const double rel = rounding_rel(dtype);
+        const DropoutKey key = test_key(n + 7);
+        const size_t count = static_cast<size_t>(n);
+        Both both(twins);
+        auto y_values = random_values(count, rng);
+        for (float& value : y_values) value = value > 0.0f ? value : 0.0f;  // a ReLU output
+        const Pair y = both.act(y_values), dy = both.act(random_values(count, rng));
+        Pair dx = both.act_poisoned(n);
+        both.cpu().relu_backward(dx.cpu, dy.cpu, y.cpu, n, GradStore::kWrite);
+        both.gpu().relu_backward(dx.gpu, dy.gpu, y.gpu, n, GradStore::kWrite);
+        EXPECT_TRUE(all_close(both.gpu_values(dx), both.cpu_values(dx), 0.0, rel)) << "relu";
+
+        Pair dropped = both.act_poisoned(n);
+        both.cpu().dropout_backward(dropped.cpu, dy.cpu, n, p, key, GradStore::kWrite);
+        both.gpu().dropout_backward(dropped.gpu, dy.gpu, n, p, key, GradStore::kWrite);
+        const auto dropped_cpu = both.cpu_values(dropped), dropped_gpu = both.gpu_values(dropped);
+        EXPECT_TRUE(same_zeros(dropped_gpu, dropped_cpu)) << "dropout";
+        EXPECT_TRUE(all_close(dropped_gpu, dropped_cpu, 0.0, rel)) << "dropout";
+
+        Pair d_x = both.act_poisoned(n), d_sub = both.act_poisoned(n);
+        both.cpu().residual_dropout_backward(d_x.cpu, d_sub.cpu, dy.cpu, n, p, key,
+                                             GradStore::kWrite);
+        both.gpu().residual_dropout_backward(d_x.gpu, d_sub.gpu, dy.gpu, n, p, key,
+                                             GradStore::kWrite);
+        EXPECT_TRUE(all_close(both.gpu_values(d_x), both.cpu_values(d_x), 0.0, rel)) << "dx";
+        EXPECT_TRUE(all_close(both.gpu_values(d_sub), both.cpu_values(d_sub), 0.0, rel))
+            << "d_sub";
+      }
+    }
+  }
+}
+
+TEST(CudaElementwise, BackwardsWritingMatchCpu) {
+  THPC_REQUIRE_GPU();
+  check_elementwise_writing(false);
+}
+
+TEST(CudaCandidateElementwise, BackwardsWritingMatchCpu) {
+  THPC_REQUIRE_GPU();
+  check_elementwise_writing(true);
 }
 
 TEST(CudaElementwise, DropoutRejectsBadProbabilityAndHandlesEmpty) {
@@ -486,15 +539,15 @@ TEST(CudaElementwise, DropoutRejectsBadProbabilityAndHandlesEmpty) {
     Tensor a = gpu.put(dtype, {0.5f, -0.25f}), b = gpu.put(dtype, {1.0f, 2.0f});
     const DropoutKey key = test_key(2);
     EXPECT_ANY_THROW(twins.gpu->dropout_forward(b, a, 2, 1.0f, key));
-    EXPECT_ANY_THROW(twins.gpu->dropout_backward(b, a, 2, -0.1f, key));
+    EXPECT_ANY_THROW(twins.gpu->dropout_backward(b, a, 2, -0.1f, key, GradStore::kAdd));
     EXPECT_ANY_THROW(twins.gpu->residual_dropout_forward(b, a, a, 2, 1.5f, key));
     // Zero sizes launch nothing (and do not throw).
     twins.gpu->relu_forward(b, a, 0);
-    twins.gpu->relu_backward(b, a, a, 0);
+    twins.gpu->relu_backward(b, a, a, 0, GradStore::kAdd);
     twins.gpu->dropout_forward(b, a, 0, 0.1f, key);
-    twins.gpu->dropout_backward(b, a, 0, 0.1f, key);
+    twins.gpu->dropout_backward(b, a, 0, 0.1f, key, GradStore::kAdd);
     twins.gpu->residual_dropout_forward(b, a, a, 0, 0.1f, key);
-    twins.gpu->residual_dropout_backward(b, b, a, 0, 0.1f, key);
+    twins.gpu->residual_dropout_backward(b, b, a, 0, 0.1f, key, GradStore::kAdd);
     twins.gpu->copy_rows(b, nullptr, a, nullptr, 0, 1);
     twins.gpu->synchronize();
     EXPECT_TRUE(all_close(gpu.get(b), representable({1.0f, 2.0f}, dtype), 0.0, 0.0));

@@ -53,7 +53,7 @@ std::vector<std::pair<std::string, Values>> run_every_op(std::mt19937::result_ty
     std::vector<T> y(M * N), dx(M * K, T(0)), dW(K * N, T(0)), db(N, T(0));
     cpu::linear_forward<T>(y.data(), x.data(), W.data(), b.data(), M, K, N);
     cpu::linear_backward<T>(dx.data(), dW.data(), db.data(), dy.data(), x.data(), W.data(), M,
-                            K, N);
+                            K, N, GradStore::kAdd);
     record("linear y", y);
     record("linear dx", dx);
     record("linear dW", dW);
@@ -63,7 +63,7 @@ std::vector<std::pair<std::string, Values>> run_every_op(std::mt19937::result_ty
     std::vector<T> logits(M * vocab), dh(M * K, T(0)), dE(vocab * K, T(0));
     cpu::output_projection_forward<T>(logits.data(), x.data(), E.data(), M, K, vocab);
     cpu::output_projection_backward<T>(dh.data(), dE.data(), d_logits.data(), x.data(),
-                                       E.data(), M, K, vocab);
+                                       E.data(), M, K, vocab, GradStore::kAdd);
     record("projection logits", logits);
     record("projection dh", dh);
     record("projection dE", dE);
@@ -78,7 +78,7 @@ std::vector<std::pair<std::string, Values>> run_every_op(std::mt19937::result_ty
     cpu::layernorm_forward<T>(y.data(), mean.data(), rstd.data(), x.data(), gamma.data(),
                               beta.data(), rows, d, T(1e-6));
     cpu::layernorm_backward<T>(dx.data(), dgamma.data(), dbeta.data(), dy.data(), x.data(),
-                               mean.data(), rstd.data(), gamma.data(), rows, d);
+                               mean.data(), rstd.data(), gamma.data(), rows, d, GradStore::kAdd);
     record("layernorm y", y);
     record("layernorm mean", mean);
     record("layernorm rstd", rstd);
@@ -109,7 +109,7 @@ std::vector<std::pair<std::string, Values>> run_every_op(std::mt19937::result_ty
                               qkv.data() + 2 * kw, ld, shape);
     cpu::attention_backward<T>(d_qkv.data(), d_qkv.data() + kw, d_qkv.data() + 2 * kw,
                                d_out.data(), saved.data(), qkv.data(), ld, qkv.data() + kw, ld,
-                               qkv.data() + 2 * kw, ld, shape);
+                               qkv.data() + 2 * kw, ld, shape, GradStore::kAdd);
     record("attention out", out);
     record("attention saved", saved);
     record("attention d_qkv", d_qkv);
@@ -121,13 +121,13 @@ std::vector<std::pair<std::string, Values>> run_every_op(std::mt19937::result_ty
     std::vector<T> relu(n), d_relu(n, T(0)), dropped(n), d_dropped(n, T(0));
     std::vector<T> residual(n), d_x(n, T(0)), d_sub(n, T(0));
     cpu::relu_forward<T>(relu.data(), x.data(), n);
-    cpu::relu_backward<T>(d_relu.data(), dy.data(), relu.data(), n);
+    cpu::relu_backward<T>(d_relu.data(), dy.data(), relu.data(), n, GradStore::kAdd);
     cpu::dropout_forward<T>(dropped.data(), x.data(), n, 0.1f, kDropoutKey);
-    cpu::dropout_backward<T>(d_dropped.data(), dy.data(), n, 0.1f, kDropoutKey);
+    cpu::dropout_backward<T>(d_dropped.data(), dy.data(), n, 0.1f, kDropoutKey, GradStore::kAdd);
     cpu::residual_dropout_forward<T>(residual.data(), x.data(), sub.data(), n, 0.1f,
                                      kDropoutKey);
     cpu::residual_dropout_backward<T>(d_x.data(), d_sub.data(), dy.data(), n, 0.1f,
-                                      kDropoutKey);
+                                      kDropoutKey, GradStore::kAdd);
     record("relu", relu);
     record("relu dx", d_relu);
     record("dropout", dropped);

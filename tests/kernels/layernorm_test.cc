@@ -98,7 +98,7 @@ TEST(LayerNorm, BackwardMatchesFiniteDifferencesAndAccumulates) {
   cpu::layernorm_backward<double>(dx.data(), dgamma.data(), dbeta.data(),
                                   problem.weights.data(), problem.x.data(), mean.data(),
                                   rstd.data(), problem.gamma.data(), LayerNormProblem::kRows,
-                                  LayerNormProblem::kDim);
+                                  LayerNormProblem::kDim, GradStore::kAdd);
   const auto objective = [&] { return weighted_sum(problem.forward(), problem.weights); };
   expect_gradient_matches("dx", problem.x, difference(dx, dx_before), objective);
   expect_gradient_matches("dgamma", problem.gamma, difference(dgamma, dgamma_before),
@@ -110,7 +110,7 @@ TEST(LayerNorm, BackwardMatchesFiniteDifferencesAndAccumulates) {
   cpu::layernorm_backward<double>(dx_only.data(), nullptr, nullptr, problem.weights.data(),
                                   problem.x.data(), mean.data(), rstd.data(),
                                   problem.gamma.data(), LayerNormProblem::kRows,
-                                  LayerNormProblem::kDim);
+                                  LayerNormProblem::kDim, GradStore::kAdd);
   EXPECT_EQ(dx_only, dx);
 }
 
@@ -217,13 +217,14 @@ void expect_fused_backward_is_unfused(uint32_t seed) {
           cpu::add_dropout_layernorm_backward<T>(
               out(dx, 0, 0), out(d_sub, 1, 0), out(dgamma, 2, 0), out(dbeta, 3, 0), dy.data(),
               forward.residual.data(), forward.mean.data(), forward.rstd.data(),
-              in.gamma.data(), rows, d, p, kDropoutKey);
+              in.gamma.data(), rows, d, p, kDropoutKey, GradStore::kAdd);
           std::vector<T> d_residual(in.count(), T(0));
           cpu::layernorm_backward<T>(d_residual.data(), out(dgamma, 2, 1), out(dbeta, 3, 1),
                                      dy.data(), forward.residual.data(), forward.mean.data(),
-                                     forward.rstd.data(), in.gamma.data(), rows, d);
+                                     forward.rstd.data(), in.gamma.data(), rows, d,
+                                                       GradStore::kAdd);
           cpu::residual_dropout_backward<T>(out(dx, 0, 1), out(d_sub, 1, 1), d_residual.data(),
-                                            int64_t(in.count()), p, kDropoutKey);
+                                            int64_t(in.count()), p, kDropoutKey, GradStore::kAdd);
           EXPECT_TRUE(same_bits(dx[0], dx[1])) << "dx";
           EXPECT_TRUE(same_bits(d_sub[0], d_sub[1])) << "d_sub";
           EXPECT_TRUE(same_bits(dgamma[0], dgamma[1])) << "dgamma";
@@ -258,7 +259,7 @@ TEST(AddNorm, FusedBackwardMatchesFiniteDifferencesAndAccumulates) {
                                               dbeta.data(), weights.data(),
                                               forward.residual.data(), forward.mean.data(),
                                               forward.rstd.data(), in.gamma.data(), in.rows,
-                                              in.d, p, kDropoutKey);
+                                              in.d, p, kDropoutKey, GradStore::kAdd);
   const auto objective = [&] { return weighted_sum(fused_forward(in, p).y, weights); };
   expect_gradient_matches("dx", in.x, difference(dx, dx0), objective);
   expect_gradient_matches("d_sub", in.sub, difference(d_sub, d_sub0), objective);
@@ -382,10 +383,10 @@ void expect_column_sums(const std::vector<float>& gpu, const std::vector<float>&
 }
 
 void check_layernorm_backward(DType dtype, const NormShape& s, bool want_dx, bool want_dgamma,
-                              bool want_dbeta, uint32_t seed) {
+                              bool want_dbeta, uint32_t seed, const StoreMode& mode = {}) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " rows=" << s.rows << " d=" << s.d
                                     << " dx=" << want_dx << " dgamma=" << want_dgamma
-                                    << " dbeta=" << want_dbeta);
+                                    << " dbeta=" << want_dbeta << " " << mode.name());
   std::mt19937 rng(seed);
   const size_t n = static_cast<size_t>(s.rows) * s.d;
   const auto x = representable(random_values(n, rng), dtype);
@@ -395,7 +396,7 @@ void check_layernorm_backward(DType dtype, const NormShape& s, bool want_dx, boo
   const auto dx0 = representable(random_values(n, rng), dtype);
   const auto dgamma0 = random_values(static_cast<size_t>(s.d), rng);
   const auto dbeta0 = random_values(static_cast<size_t>(s.d), rng);
-  Twins twins(dtype);
+  Twins twins(dtype, mode.candidate);
   Scope cpu(*twins.cpu), gpu(*twins.gpu);
   // Statistics from the CPU forward, given to both backward passes (fp32 on both).
   Tensor y_cpu = cpu.alloc(DType::F32, static_cast<int64_t>(n));
@@ -404,17 +405,18 @@ void check_layernorm_backward(DType dtype, const NormShape& s, bool want_dx, boo
   twins.cpu->layernorm_forward(y_cpu, mean_cpu, rstd_cpu, x_cpu, gamma_cpu,
                                cpu.put(DType::F32, beta), s.rows, s.d, 1e-6f);
   const std::vector<float> mean = cpu.get(mean_cpu), rstd = cpu.get(rstd_cpu);
-  Tensor dx_cpu = want_dx ? cpu.put(DType::F32, dx0) : Tensor{};
+  Tensor dx_cpu = want_dx ? cpu.put(DType::F32, mode.start(dx0)) : Tensor{};
   Tensor dgamma_cpu = want_dgamma ? cpu.put(DType::F32, dgamma0) : Tensor{};
   Tensor dbeta_cpu = want_dbeta ? cpu.put(DType::F32, dbeta0) : Tensor{};
-  Tensor dx_gpu = want_dx ? gpu.put(dtype, dx0) : Tensor{};
+  Tensor dx_gpu = want_dx ? gpu.put(dtype, mode.start(dx0)) : Tensor{};
   Tensor dgamma_gpu = want_dgamma ? gpu.put(DType::F32, dgamma0) : Tensor{};
   Tensor dbeta_gpu = want_dbeta ? gpu.put(DType::F32, dbeta0) : Tensor{};
   twins.cpu->layernorm_backward(dx_cpu, dgamma_cpu, dbeta_cpu, cpu.put(DType::F32, dy), x_cpu,
-                                mean_cpu, rstd_cpu, gamma_cpu, s.rows, s.d);
+                                mean_cpu, rstd_cpu, gamma_cpu, s.rows, s.d, mode.store);
   twins.gpu->layernorm_backward(dx_gpu, dgamma_gpu, dbeta_gpu, gpu.put(dtype, dy),
                                 gpu.put(dtype, x), gpu.put(DType::F32, mean),
-                                gpu.put(DType::F32, rstd), gpu.put(dtype, gamma), s.rows, s.d);
+                                gpu.put(DType::F32, rstd), gpu.put(dtype, gamma), s.rows, s.d,
+                                mode.store);
   if (want_dx) {
     // rstd * (g - mean(g) - xhat mean(g xhat)) with |g| <= 1, |xhat| < 4, rstd < 2: the two
     // row means carry sum_factor(d) * 4 each; plus the rounding of the stored dx.
@@ -476,7 +478,8 @@ TEST(CudaLayerNorm, BackwardIsDeterministic) {
     for (int run = 0; run < 2; ++run) {
       Tensor dx = gpu.put(dtype, dx0), dgamma = gpu.put(DType::F32, dgamma0),
              dbeta = gpu.put(DType::F32, dbeta0);
-      twins.gpu->layernorm_backward(dx, dgamma, dbeta, dy_t, x_t, mean, rstd, gamma_t, rows, d);
+      twins.gpu->layernorm_backward(dx, dgamma, dbeta, dy_t, x_t, mean, rstd, gamma_t, rows, d,
+                                    GradStore::kAdd);
       const std::vector<float> got[3] = {gpu.get(dx), gpu.get(dgamma), gpu.get(dbeta)};
       for (int i = 0; i < 3; ++i) {
         if (run == 0) first[i] = got[i];
@@ -538,11 +541,12 @@ TEST(CudaAddNorm, FusedIsTheUnfusedKernelsBitForBit) {
           dbeta[i] = scope.put(DType::F32, dbeta0);
         }
         gpu.add_dropout_layernorm_backward(dx[0], d_sub[0], dgamma[0], dbeta[0], dy, residual[0],
-                                           mean[0], rstd[0], gamma, s.rows, s.d, p, key);
+                                           mean[0], rstd[0], gamma, s.rows, s.d, p, key,
+                                           GradStore::kAdd);
         Tensor d_residual = scope.zeros(dtype, n);
         gpu.layernorm_backward(d_residual, dgamma[1], dbeta[1], dy, residual[0], mean[0],
-                               rstd[0], gamma, s.rows, s.d);
-        gpu.residual_dropout_backward(dx[1], d_sub[1], d_residual, n, p, key);
+                               rstd[0], gamma, s.rows, s.d, GradStore::kAdd);
+        gpu.residual_dropout_backward(dx[1], d_sub[1], d_residual, n, p, key, GradStore::kAdd);
         for (Tensor* t : {dx, d_sub, dgamma, dbeta}) {
           EXPECT_TRUE(same_bits(scope.get(t[0]), scope.get(t[1])));
         }
@@ -618,10 +622,12 @@ TEST(CudaAddNorm, ForwardMatchesCpu) {
 }
 
 void check_add_norm_backward(DType dtype, const NormShape& s, float p, bool want_dx,
-                             bool want_d_sub, bool want_params, uint32_t seed) {
+                             bool want_d_sub, bool want_params, uint32_t seed,
+                             const StoreMode& mode = {}) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " rows=" << s.rows << " d=" << s.d
                                     << " p=" << p << " dx=" << want_dx << " d_sub="
-                                    << want_d_sub << " dgamma,dbeta=" << want_params);
+                                    << want_d_sub << " dgamma,dbeta=" << want_params << " "
+                                    << mode.name());
   std::mt19937 rng(seed);
   const size_t n = static_cast<size_t>(s.rows) * s.d;
   const DropoutKey key{0xabcdef0123ull + seed, 29u, 1u, 0x20044u};
@@ -633,7 +639,7 @@ void check_add_norm_backward(DType dtype, const NormShape& s, float p, bool want
   const auto d_sub0 = representable(random_values(n, rng), dtype);
   const auto dgamma0 = random_values(static_cast<size_t>(s.d), rng);
   const auto dbeta0 = random_values(static_cast<size_t>(s.d), rng);
-  Twins twins(dtype);
+  Twins twins(dtype, mode.candidate);
   Both both(twins);
   const Pair residual_t = both.act(residual), gamma_t = both.act(gamma), dy_t = both.act(dy);
   // The statistics of the residual, from the CPU, given to both backward passes.
@@ -644,16 +650,16 @@ void check_add_norm_backward(DType dtype, const NormShape& s, float p, bool want
                                stats.put(DType::F32, beta), s.rows, s.d, 1e-6f);
   const std::vector<float> mean = stats.get(mean_cpu), rstd = stats.get(rstd_cpu);
   const Pair mean_t = both.param(mean), rstd_t = both.param(rstd);
-  const Pair dx = want_dx ? both.act(dx0) : Pair{};
-  const Pair d_sub = want_d_sub ? both.act(d_sub0) : Pair{};
+  const Pair dx = want_dx ? both.act(mode.start(dx0)) : Pair{};
+  const Pair d_sub = want_d_sub ? both.act(mode.start(d_sub0)) : Pair{};
   const Pair dgamma = want_params ? both.param(dgamma0) : Pair{};
   const Pair dbeta = want_params ? both.param(dbeta0) : Pair{};
   both.cpu().add_dropout_layernorm_backward(dx.cpu, d_sub.cpu, dgamma.cpu, dbeta.cpu, dy_t.cpu,
                                             residual_t.cpu, mean_t.cpu, rstd_t.cpu, gamma_t.cpu,
-                                            s.rows, s.d, p, key);
+                                            s.rows, s.d, p, key, mode.store);
   both.gpu().add_dropout_layernorm_backward(dx.gpu, d_sub.gpu, dgamma.gpu, dbeta.gpu, dy_t.gpu,
                                             residual_t.gpu, mean_t.gpu, rstd_t.gpu, gamma_t.gpu,
-                                            s.rows, s.d, p, key);
+                                            s.rows, s.d, p, key, mode.store);
   // The gradient g the residual receives is rounded to T before it is added (as the
   // unfused path's buffer held it): in bf16 one more rounding, of |g| = |result - prefill|.
   const auto bound = [&](const std::vector<float>& expected, const std::vector<float>& prefill,
@@ -667,19 +673,20 @@ void check_add_norm_backward(DType dtype, const NormShape& s, float p, bool want
   };
   if (want_dx) {
     const std::vector<float> expected = both.cpu_values(dx);
-    EXPECT_TRUE(within_scaled(both.gpu_values(dx), expected, bound(expected, dx0,
+    EXPECT_TRUE(within_scaled(both.gpu_values(dx), expected, bound(expected, mode.onto(dx0),
                               64 * sum_factor(s.d)), 1.0))
         << "dx";
   }
   if (want_d_sub) {
     const double keep_scale = 1.0 / (1.0 - p);
     const std::vector<float> got = both.gpu_values(d_sub), expected = both.cpu_values(d_sub);
+    const auto onto = mode.onto(d_sub0);
     EXPECT_TRUE(within_scaled(got, expected,
-                              bound(expected, d_sub0, 64 * sum_factor(s.d) * keep_scale), 1.0))
+                              bound(expected, onto, 64 * sum_factor(s.d) * keep_scale), 1.0))
         << "d_sub";
-    if (p > 0.0f) {  // the dropped elements keep their pre-filled values exactly
+    if (p > 0.0f) {  // the dropped elements keep their pre-filled values exactly (kWrite: 0)
       size_t kept_as_is = 0;
-      for (size_t i = 0; i < n; ++i) kept_as_is += got[i] == d_sub0[i];
+      for (size_t i = 0; i < n; ++i) kept_as_is += got[i] == onto[i];
       EXPECT_GT(kept_as_is, 0u) << "no element dropped";
     }
   }
@@ -710,6 +717,33 @@ TEST(CudaAddNorm, BackwardWithNullOutputsMatchesCpu) {
     check_add_norm_backward(dtype, {130, 61}, 0.1f, false, false, true, seed++);
     check_add_norm_backward(dtype, {130, 61}, 0.1f, false, false, false, seed++);
   }
+}
+
+// GradStore::kWrite: dx (and d_sub) written onto NaN, on the verified kernels (zeroed, then
+// added into) and on the candidates (stored without a load); dropped d_sub elements 0.
+void check_norm_family_writing(bool candidate) {
+  uint32_t seed = candidate ? 5300 : 5200;
+  const StoreMode mode{GradStore::kWrite, candidate};
+  for (DType dtype : gpu_compute_dtypes()) {
+    for (const NormShape& s : kNormShapes) {
+      check_layernorm_backward(dtype, s, true, true, true, seed++, mode);
+      for (float p : kAddNormDropouts) {
+        check_add_norm_backward(dtype, s, p, true, true, true, seed++, mode);
+      }
+    }
+    check_add_norm_backward(dtype, {130, 61}, 0.1f, true, false, false, seed++, mode);
+    check_add_norm_backward(dtype, {130, 61}, 0.1f, false, true, false, seed++, mode);
+  }
+}
+
+TEST(CudaLayerNorm, BackwardWritingMatchesCpu) {
+  THPC_REQUIRE_GPU();
+  check_norm_family_writing(false);
+}
+
+TEST(CudaCandidateLayerNorm, BackwardWritingMatchesCpu) {
+  THPC_REQUIRE_GPU();
+  check_norm_family_writing(true);
 }
 
 }  // namespace

@@ -73,7 +73,7 @@ TEST(Linear, BackwardMatchesFiniteDifferencesAndAccumulates) {
   Values dx = dx_before, dW = dW_before, db = db_before;
   cpu::linear_backward<double>(dx.data(), dW.data(), db.data(), problem.weights.data(),
                                problem.x.data(), problem.W.data(), LinearProblem::kM,
-                               LinearProblem::kK, LinearProblem::kN);
+                               LinearProblem::kK, LinearProblem::kN, GradStore::kAdd);
   const auto objective = [&] { return weighted_sum(problem.forward(), problem.weights); };
   expect_gradient_matches("dx", problem.x, difference(dx, dx_before), objective);
   expect_gradient_matches("dW", problem.W, difference(dW, dW_before), objective);
@@ -83,7 +83,7 @@ TEST(Linear, BackwardMatchesFiniteDifferencesAndAccumulates) {
   Values dx_twice = dx;
   cpu::linear_backward<double>(dx_twice.data(), nullptr, nullptr, problem.weights.data(),
                                problem.x.data(), problem.W.data(), LinearProblem::kM,
-                               LinearProblem::kK, LinearProblem::kN);
+                               LinearProblem::kK, LinearProblem::kN, GradStore::kAdd);
   for (size_t i = 0; i < dx.size(); ++i) {
     EXPECT_NEAR(dx_twice[i], dx_before[i] + 2.0 * (dx[i] - dx_before[i]), 1e-14) << i;
   }
@@ -96,14 +96,15 @@ TEST(Linear, NullGradientOutputsAreSkipped) {
   Values db_all(problem.b.size(), 0.0);
   cpu::linear_backward<double>(dx_all.data(), dW_all.data(), db_all.data(),
                                problem.weights.data(), problem.x.data(), problem.W.data(),
-                               LinearProblem::kM, LinearProblem::kK, LinearProblem::kN);
+                               LinearProblem::kM, LinearProblem::kK, LinearProblem::kN,
+                               GradStore::kAdd);
   Values dW_only(problem.W.size(), 0.0), db_only(problem.b.size(), 0.0);
   cpu::linear_backward<double>(nullptr, dW_only.data(), nullptr, problem.weights.data(),
                                problem.x.data(), problem.W.data(), LinearProblem::kM,
-                               LinearProblem::kK, LinearProblem::kN);
+                               LinearProblem::kK, LinearProblem::kN, GradStore::kAdd);
   cpu::linear_backward<double>(nullptr, nullptr, db_only.data(), problem.weights.data(),
                                problem.x.data(), problem.W.data(), LinearProblem::kM,
-                               LinearProblem::kK, LinearProblem::kN);
+                               LinearProblem::kK, LinearProblem::kN, GradStore::kAdd);
   EXPECT_EQ(dW_only, dW_all);
   EXPECT_EQ(db_only, db_all);
 }
@@ -153,16 +154,20 @@ void expect_relu_bias_backward_is_the_unfused_ops(int rows, int n, uint32_t seed
   for (T& value : y) value = value > T(0) ? value : T(0);  // a ReLU's output: half zeros
   const auto db0 = cast_to<T>(random_values(size_t(n), rng));
   std::vector<T> d_pre(size_t(rows) * n, T(0)), db = db0;
-  cpu::relu_bias_backward<T>(d_pre.data(), db.data(), dy.data(), y.data(), rows, n);
+  cpu::relu_bias_backward<T>(d_pre.data(), db.data(), dy.data(), y.data(), rows, n,
+                             GradStore::kAdd);
   std::vector<T> d_pre_unfused(size_t(rows) * n, T(0)), db_unfused = db0;
-  cpu::relu_backward<T>(d_pre_unfused.data(), dy.data(), y.data(), int64_t(rows) * n);
+  cpu::relu_backward<T>(d_pre_unfused.data(), dy.data(), y.data(), int64_t(rows) * n,
+                        GradStore::kAdd);
   cpu::linear_backward<T>(nullptr, nullptr, db_unfused.data(), d_pre_unfused.data(), nullptr,
-                          nullptr, rows, /*K=*/1, n);
+                          nullptr, rows, /*K=*/1, n, GradStore::kAdd);
   EXPECT_TRUE(same_bits(d_pre, d_pre_unfused)) << "d_pre";
   EXPECT_TRUE(same_bits(db, db_unfused)) << "db";
   std::vector<T> d_pre_only(size_t(rows) * n, T(0)), db_only = db0;
-  cpu::relu_bias_backward<T>(d_pre_only.data(), nullptr, dy.data(), y.data(), rows, n);
-  cpu::relu_bias_backward<T>(nullptr, db_only.data(), dy.data(), y.data(), rows, n);
+  cpu::relu_bias_backward<T>(d_pre_only.data(), nullptr, dy.data(), y.data(), rows, n,
+                             GradStore::kAdd);
+  cpu::relu_bias_backward<T>(nullptr, db_only.data(), dy.data(), y.data(), rows, n,
+                             GradStore::kAdd);
   EXPECT_TRUE(same_bits(d_pre_only, d_pre)) << "d_pre alone";
   EXPECT_TRUE(same_bits(db_only, db)) << "db alone";
 }
@@ -206,10 +211,10 @@ TEST(LinearRelu, BackwardMatchesFiniteDifferencesAndAccumulates) {
   const Values dW0 = random_values(problem.W.size(), rng);
   Values d_pre = d_pre0, db = db0, dx = dx0, dW = dW0;
   cpu::relu_bias_backward<double>(d_pre.data(), db.data(), problem.weights.data(), y.data(), kM,
-                                  kN);
+                                  kN, GradStore::kAdd);
   const Values g = difference(d_pre, d_pre0);  // d_pre accumulated this call's gradient
   cpu::linear_backward<double>(dx.data(), dW.data(), nullptr, g.data(), problem.x.data(),
-                               problem.W.data(), kM, kK, kN);
+                               problem.W.data(), kM, kK, kN, GradStore::kAdd);
   const auto objective = [&] { return weighted_sum(forward(), problem.weights); };
   expect_gradient_matches("dx", problem.x, difference(dx, dx0), objective);
   expect_gradient_matches("dW", problem.W, difference(dW, dW0), objective);
@@ -254,7 +259,7 @@ TEST(OutputProjection, BackwardMatchesFiniteDifferencesAndAccumulates) {
                                           problem.h.data(), problem.E.data(),
                                           OutputProjectionProblem::kM,
                                           OutputProjectionProblem::kD,
-                                          OutputProjectionProblem::kVocab);
+                                          OutputProjectionProblem::kVocab, GradStore::kAdd);
   const auto objective = [&] { return weighted_sum(problem.forward(), problem.weights); };
   expect_gradient_matches("dh", problem.h, difference(dh, dh_before), objective);
   expect_gradient_matches("dE", problem.E, difference(dE, dE_before), objective);
@@ -407,9 +412,10 @@ const std::vector<ReluShape> kReluShapes = {{1, 37}, {7, 61}, {129, 512}, {1000,
                                             {200, 1024}, {3000, 2048}};
 
 void check_relu_bias_backward(DType dtype, const ReluShape& s, bool want_d_pre, bool want_db,
-                              uint32_t seed) {
+                              uint32_t seed, const StoreMode& mode = {}) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " rows=" << s.rows << " n=" << s.n
-                                    << " d_pre=" << want_d_pre << " db=" << want_db);
+                                    << " d_pre=" << want_d_pre << " db=" << want_db << " "
+                                    << mode.name());
   std::mt19937 rng(seed);
   const size_t count = static_cast<size_t>(s.rows) * s.n;
   const auto dy = representable(random_values(count, rng), dtype);
@@ -417,13 +423,13 @@ void check_relu_bias_backward(DType dtype, const ReluShape& s, bool want_d_pre, 
   for (float& value : y) value = value > 0.0f ? value : 0.0f;  // a ReLU's output
   const auto d_pre0 = representable(random_values(count, rng), dtype);
   const auto db0 = random_values(static_cast<size_t>(s.n), rng);
-  Twins twins(dtype);
+  Twins twins(dtype, mode.candidate);
   Both both(twins);
   const Pair dy_t = both.act(dy), y_t = both.act(y);
-  const Pair d_pre = want_d_pre ? both.act(d_pre0) : Pair{};
+  const Pair d_pre = want_d_pre ? both.act(mode.start(d_pre0)) : Pair{};
   const Pair db = want_db ? both.param(db0) : Pair{};
-  both.cpu().relu_bias_backward(d_pre.cpu, db.cpu, dy_t.cpu, y_t.cpu, s.rows, s.n);
-  both.gpu().relu_bias_backward(d_pre.gpu, db.gpu, dy_t.gpu, y_t.gpu, s.rows, s.n);
+  both.cpu().relu_bias_backward(d_pre.cpu, db.cpu, dy_t.cpu, y_t.cpu, s.rows, s.n, mode.store);
+  both.gpu().relu_bias_backward(d_pre.gpu, db.gpu, dy_t.gpu, y_t.gpu, s.rows, s.n, mode.store);
   if (want_d_pre) {
     EXPECT_TRUE(all_close(both.gpu_values(d_pre), both.cpu_values(d_pre), 0.0,
                           rounding_rel(dtype)))
@@ -509,7 +515,7 @@ TEST(CudaReluBiasBackward, VectorisedIsTheScalarKernelBitForBit) {
         };
         const Tensor dy_t = placed(dy), y_t = placed(y), d_pre = placed(d_pre0);
         const Tensor db = gpu.put(DType::F32, db0);
-        twins.gpu->relu_bias_backward(d_pre, db, dy_t, y_t, s.rows, s.n);
+        twins.gpu->relu_bias_backward(d_pre, db, dy_t, y_t, s.rows, s.n, GradStore::kAdd);
         outputs[offset][0] = gpu.get(d_pre);
         outputs[offset][1] = gpu.get(db);
       }
@@ -537,7 +543,7 @@ TEST(CudaReluBiasBackward, IsDeterministic) {
     std::vector<float> first[2];
     for (int run = 0; run < 2; ++run) {
       Tensor d_pre = gpu.put(dtype, d_pre0), db = gpu.put(DType::F32, db0);
-      twins.gpu->relu_bias_backward(d_pre, db, dy_t, y_t, rows, n);
+      twins.gpu->relu_bias_backward(d_pre, db, dy_t, y_t, rows, n, GradStore::kAdd);
       const std::vector<float> got[2] = {gpu.get(d_pre), gpu.get(db)};
       for (int i = 0; i < 2; ++i) {
         if (run == 0) first[i] = got[i];
@@ -552,10 +558,11 @@ struct Wanted {
   bool dx, dW, db;
 };
 
-void check_linear_backward(DType dtype, const LinearShape& s, Wanted wanted, uint32_t seed) {
+void check_linear_backward(DType dtype, const LinearShape& s, Wanted wanted, uint32_t seed,
+                           const StoreMode& mode = {}) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " M=" << s.M << " K=" << s.K
                                     << " N=" << s.N << " dx=" << wanted.dx << " dW="
-                                    << wanted.dW << " db=" << wanted.db);
+                                    << wanted.dW << " db=" << wanted.db << " " << mode.name());
   std::mt19937 rng(seed);
   const size_t MK = static_cast<size_t>(s.M) * s.K, KN = static_cast<size_t>(s.K) * s.N,
                MN = static_cast<size_t>(s.M) * s.N;
@@ -565,20 +572,22 @@ void check_linear_backward(DType dtype, const LinearShape& s, Wanted wanted, uin
   const auto dx0 = representable(random_values(MK, rng), dtype);  // activation-side: T
   const auto dW0 = random_values(KN, rng);                         // parameter-side: fp32
   const auto db0 = random_values(static_cast<size_t>(s.N), rng);
-  Twins twins(dtype);
+  Twins twins(dtype, mode.candidate);
   Scope cpu(*twins.cpu), gpu(*twins.gpu);
-  Tensor dx_cpu = wanted.dx ? cpu.put(DType::F32, dx0) : Tensor{};
+  Tensor dx_cpu = wanted.dx ? cpu.put(DType::F32, mode.start(dx0)) : Tensor{};
   Tensor dW_cpu = wanted.dW ? cpu.put(DType::F32, dW0) : Tensor{};
   Tensor db_cpu = wanted.db ? cpu.put(DType::F32, db0) : Tensor{};
-  Tensor dx_gpu = wanted.dx ? gpu.put(dtype, dx0) : Tensor{};
+  Tensor dx_gpu = wanted.dx ? gpu.put(dtype, mode.start(dx0)) : Tensor{};
   Tensor dW_gpu = wanted.dW ? gpu.put(DType::F32, dW0) : Tensor{};
   Tensor db_gpu = wanted.db ? gpu.put(DType::F32, db0) : Tensor{};
   twins.cpu->linear_backward(dx_cpu, dW_cpu, db_cpu, cpu.put(DType::F32, dy),
-                             cpu.put(DType::F32, x), cpu.put(DType::F32, W), s.M, s.K, s.N);
+                             cpu.put(DType::F32, x), cpu.put(DType::F32, W), s.M, s.K, s.N,
+                             mode.store);
   twins.gpu->linear_backward(dx_gpu, dW_gpu, db_gpu, gpu.put(dtype, dy), gpu.put(dtype, x),
-                             gpu.put(dtype, W), s.M, s.K, s.N);
+                             gpu.put(dtype, W), s.M, s.K, s.N, mode.store);
   if (wanted.dx) {  // dx [M, K] += dy [M, N] W^T: W^T(l, j) = W[j*N + l]
-    const auto scale = product_scale(s.M, s.K, s.N, dy, s.N, 1, W, 1, s.N, &dx0);
+    const auto dx_onto = mode.onto(dx0);
+    const auto scale = product_scale(s.M, s.K, s.N, dy, s.N, 1, W, 1, s.N, &dx_onto);
     EXPECT_TRUE(within_scaled(gpu.get(dx_gpu), cpu.get(dx_cpu), scale, gemm_factor(s.N, dtype)))
         << "dx";
   }
@@ -649,7 +658,7 @@ TEST(CudaLinear, BackwardIsDeterministic) {
     for (int run = 0; run < 2; ++run) {
       Tensor dx = gpu.put(dtype, dx0), dW = gpu.put(DType::F32, dW0),
              db = gpu.put(DType::F32, db0);
-      twins.gpu->linear_backward(dx, dW, db, dy_t, x_t, W_t, M, K, N);
+      twins.gpu->linear_backward(dx, dW, db, dy_t, x_t, W_t, M, K, N, GradStore::kAdd);
       const std::vector<float> got[3] = {gpu.get(dx), gpu.get(dW), gpu.get(db)};
       for (int i = 0; i < 3; ++i) {
         if (run == 0) first[i] = got[i];
@@ -695,51 +704,89 @@ TEST(CudaOutputProjection, ForwardMatchesCpu) {
   }
 }
 
+void check_output_projection_backward(DType dtype, const ProjectionShape& s, bool want_dh,
+                                      bool want_dE, uint32_t seed, const StoreMode& mode = {}) {
+  SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " M=" << s.M << " d=" << s.d
+                                    << " vocab=" << s.vocab << " dh=" << want_dh
+                                    << " dE=" << want_dE << " " << mode.name());
+  std::mt19937 rng(seed);
+  const size_t Md = static_cast<size_t>(s.M) * s.d, Vd = static_cast<size_t>(s.vocab) * s.d,
+               MV = static_cast<size_t>(s.M) * s.vocab;
+  const auto h = representable(random_values(Md, rng), dtype);
+  const auto E = representable(random_values(Vd, rng), dtype);
+  const auto dl = representable(random_values(MV, rng), dtype);
+  const auto dh0 = representable(random_values(Md, rng), dtype);
+  const auto dE0 = random_values(Vd, rng);
+  Twins twins(dtype, mode.candidate);
+  Scope cpu(*twins.cpu), gpu(*twins.gpu);
+  Tensor dh_cpu = want_dh ? cpu.put(DType::F32, mode.start(dh0)) : Tensor{};
+  Tensor dE_cpu = want_dE ? cpu.put(DType::F32, dE0) : Tensor{};
+  Tensor dh_gpu = want_dh ? gpu.put(dtype, mode.start(dh0)) : Tensor{};
+  Tensor dE_gpu = want_dE ? gpu.put(DType::F32, dE0) : Tensor{};
+  twins.cpu->output_projection_backward(dh_cpu, dE_cpu, cpu.put(DType::F32, dl),
+                                        cpu.put(DType::F32, h), cpu.put(DType::F32, E), s.M,
+                                        s.d, s.vocab, mode.store);
+  twins.gpu->output_projection_backward(dh_gpu, dE_gpu, gpu.put(dtype, dl), gpu.put(dtype, h),
+                                        gpu.put(dtype, E), s.M, s.d, s.vocab, mode.store);
+  if (want_dh) {  // dh [M, d] += dl [M, V] E [V, d]
+    const auto dh_onto = mode.onto(dh0);
+    const auto scale = product_scale(s.M, s.d, s.vocab, dl, s.vocab, 1, E, s.d, 1, &dh_onto);
+    EXPECT_TRUE(within_scaled(gpu.get(dh_gpu), cpu.get(dh_cpu), scale,
+                              gemm_factor(s.vocab, dtype)))
+        << "dh";
+  }
+  if (want_dE) {  // dE [V, d] += dl^T [V, M] h [M, d]: dl^T(i, l) = dl[l*V + i]
+    const auto scale = product_scale(s.vocab, s.d, s.M, dl, 1, s.vocab, h, s.d, 1, &dE0);
+    EXPECT_TRUE(within_scaled(gpu.get(dE_gpu), cpu.get(dE_cpu), scale,
+                              gemm_factor(s.M, DType::F32)))
+        << "dE";
+  }
+}
+
 TEST(CudaOutputProjection, BackwardMatchesCpu) {
   THPC_REQUIRE_GPU();
   uint32_t seed = 700;
   for (DType dtype : gpu_compute_dtypes()) {
     for (const ProjectionShape& s : kProjectionShapes) {
       for (int nulls = 0; nulls < 3; ++nulls) {  // 0: both, 1: dh only, 2: dE only
-        const bool want_dh = nulls != 2, want_dE = nulls != 1;
-        SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " M=" << s.M << " d=" << s.d
-                                          << " vocab=" << s.vocab << " dh=" << want_dh
-                                          << " dE=" << want_dE);
-        std::mt19937 rng(seed++);
-        const size_t Md = static_cast<size_t>(s.M) * s.d, Vd = static_cast<size_t>(s.vocab) * s.d,
-                     MV = static_cast<size_t>(s.M) * s.vocab;
-        const auto h = representable(random_values(Md, rng), dtype);
-        const auto E = representable(random_values(Vd, rng), dtype);
-        const auto dl = representable(random_values(MV, rng), dtype);
-        const auto dh0 = representable(random_values(Md, rng), dtype);
-        const auto dE0 = random_values(Vd, rng);
-        Twins twins(dtype);
-        Scope cpu(*twins.cpu), gpu(*twins.gpu);
-        Tensor dh_cpu = want_dh ? cpu.put(DType::F32, dh0) : Tensor{};
-        Tensor dE_cpu = want_dE ? cpu.put(DType::F32, dE0) : Tensor{};
-        Tensor dh_gpu = want_dh ? gpu.put(dtype, dh0) : Tensor{};
-        Tensor dE_gpu = want_dE ? gpu.put(DType::F32, dE0) : Tensor{};
-        twins.cpu->output_projection_backward(dh_cpu, dE_cpu, cpu.put(DType::F32, dl),
-                                              cpu.put(DType::F32, h), cpu.put(DType::F32, E),
-                                              s.M, s.d, s.vocab);
-        twins.gpu->output_projection_backward(dh_gpu, dE_gpu, gpu.put(dtype, dl),
-                                              gpu.put(dtype, h), gpu.put(dtype, E), s.M, s.d,
-                                              s.vocab);
-        if (want_dh) {  // dh [M, d] += dl [M, V] E [V, d]
-          const auto scale = product_scale(s.M, s.d, s.vocab, dl, s.vocab, 1, E, s.d, 1, &dh0);
-          EXPECT_TRUE(within_scaled(gpu.get(dh_gpu), cpu.get(dh_cpu), scale,
-                                    gemm_factor(s.vocab, dtype)))
-              << "dh";
-        }
-        if (want_dE) {  // dE [V, d] += dl^T [V, M] h [M, d]: dl^T(i, l) = dl[l*V + i]
-          const auto scale = product_scale(s.vocab, s.d, s.M, dl, 1, s.vocab, h, s.d, 1, &dE0);
-          EXPECT_TRUE(within_scaled(gpu.get(dE_gpu), cpu.get(dE_cpu), scale,
-                                    gemm_factor(s.M, DType::F32)))
-              << "dE";
-        }
+        check_output_projection_backward(dtype, s, nulls != 2, nulls != 1, seed++);
       }
     }
   }
+}
+
+// ---- GradStore::kWrite: the activation gradient written, not added into ----------------
+// On the verified kernels (the output zeroed, then the adding GEMM or kernel: what ran on
+// a GPU) and on the candidates (GEMMs with beta = 0, the ReLU kernels storing without a
+// load). The outputs start as NaN: an element left unwritten fails. Shapes as above plus
+// the empty products (K = 0 or N = 0: a zero gradient to write).
+void check_linear_family_writing(bool candidate) {
+  uint32_t seed = candidate ? 5100 : 5000;
+  for (DType dtype : gpu_compute_dtypes()) {
+    const StoreMode mode{GradStore::kWrite, candidate};
+    for (const LinearShape& shape : kLinearShapes) {
+      check_linear_backward(dtype, shape, {true, true, true}, seed++, mode);
+    }
+    check_linear_backward(dtype, {65, 33, 17}, {true, false, false}, seed++, mode);
+    check_linear_backward(dtype, {4, 6, 0}, {true, false, false}, seed++, mode);
+    check_relu_bias_backward(dtype, {1000, 129}, true, true, seed++, mode);    // scalar kernel
+    check_relu_bias_backward(dtype, {3000, 2048}, true, true, seed++, mode);   // vectors
+    check_relu_bias_backward(dtype, {131, 8}, true, false, seed++, mode);
+    for (const ProjectionShape& s : kProjectionShapes) {
+      check_output_projection_backward(dtype, s, true, true, seed++, mode);
+    }
+    check_output_projection_backward(dtype, {33, 129, 517}, true, false, seed++, mode);
+  }
+}
+
+TEST(CudaLinear, BackwardWritingMatchesCpu) {
+  THPC_REQUIRE_GPU();
+  check_linear_family_writing(false);
+}
+
+TEST(CudaCandidateLinear, BackwardWritingMatchesCpu) {
+  THPC_REQUIRE_GPU();
+  check_linear_family_writing(true);
 }
 
 }  // namespace
