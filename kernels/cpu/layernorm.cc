@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "common/error.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -121,6 +122,41 @@ void normalized_row_gradient(const T* dy_row, const T* x_row, T mean, T rstd, co
   }
 }
 
+// normalized_row_gradient of kRows consecutive rows (stride d) at once, the gradients into
+// g_rows [kRows, d]: each row's two sums run over its columns in order, as for one row
+// alone, with the rows' chains interleaved (as normalize_rows does: one chain of dependent
+// double additions runs at the adder's latency), and the per-element pass, free of the
+// caller's stores and draws, is one the compiler vectorises. The same bits as
+// normalized_row_gradient row by row (AddNorm.FusedBackwardIsTheUnfusedOpsBitForBit).
+template <int kRows, typename T>
+void normalized_rows_gradient(T* g_rows, const T* dy, const T* x, const T* mean,
+                              const T* rstd, const T* gamma, int d) {
+  double row_mean[kRows], row_rstd[kRows], sum_g[kRows], sum_g_xhat[kRows];
+  for (int r = 0; r < kRows; ++r) {
+    row_mean[r] = static_cast<double>(mean[r]);
+    row_rstd[r] = static_cast<double>(rstd[r]);
+    sum_g[r] = sum_g_xhat[r] = 0.0;
+  }
+  for (int col = 0; col < d; ++col) {
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t i = int64_t(r) * d + col;
+      const double xhat = (static_cast<double>(x[i]) - row_mean[r]) * row_rstd[r];
+      const double g = static_cast<double>(dy[i]) * gamma[col];
+      sum_g[r] += g;
+      sum_g_xhat[r] += g * xhat;
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    const double mean_g = sum_g[r] / d, mean_g_xhat = sum_g_xhat[r] / d;
+    const int64_t offset = int64_t(r) * d;
+    for (int col = 0; col < d; ++col) {
+      const double xhat = (static_cast<double>(x[offset + col]) - row_mean[r]) * row_rstd[r];
+      const double g = static_cast<double>(dy[offset + col]) * gamma[col];
+      g_rows[offset + col] = static_cast<T>(row_rstd[r] * (g - mean_g - xhat * mean_g_xhat));
+    }
+  }
+}
+
 }  // namespace
 
 // Each row normalised independently (normalize_rows, a few rows at a time).
@@ -203,40 +239,43 @@ void add_dropout_layernorm_backward(T* dx, T* d_sub, T* dgamma, T* dbeta, const 
   if (dx == nullptr && d_sub == nullptr) return;
   const T scale = keep_scale<T>(p);
   const bool write = store == GradStore::kWrite;
-#pragma omp parallel for schedule(static) num_threads(threads)
-  for (int row = 0; row < rows; ++row) {
-    const int64_t offset = static_cast<int64_t>(row) * d;
-    T* dx_row = dx != nullptr ? dx + offset : nullptr;
-    T* d_sub_row = d_sub != nullptr ? d_sub + offset : nullptr;
-    if (p == 0.0f || d_sub_row == nullptr) {
-      normalized_row_gradient(dy + offset, residual + offset, mean[row], rstd[row], gamma, d,
-                              [&](int col, T g) {
-                                const T g_residual = T(0) + g;
-                                if (dx_row != nullptr) {
-                                  dx_row[col] = (write ? T(0) : dx_row[col]) + g_residual;
-                                }
-                                if (d_sub_row != nullptr) {
-                                  d_sub_row[col] = (write ? T(0) : d_sub_row[col]) + g_residual;
-                                }
-                              });
-      continue;
+  for_row_groups(rows, d, [&](int first, auto count) {
+    constexpr int kRows = decltype(count)::value;
+    // This thread's residual gradients of the group's rows (a thread runs one group at a
+    // time; d_model wide, so kept between groups instead of allocated for each).
+    thread_local std::vector<T> gradients;
+    gradients.resize(static_cast<size_t>(kRows) * d);
+    const int64_t first_offset = static_cast<int64_t>(first) * d;
+    normalized_rows_gradient<kRows>(gradients.data(), dy + first_offset,
+                                    residual + first_offset, mean + first, rstd + first,
+                                    gamma, d);
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t offset = first_offset + int64_t(r) * d;
+      const T* g_row = gradients.data() + int64_t(r) * d;
+      T* dx_row = dx != nullptr ? dx + offset : nullptr;
+      T* d_sub_row = d_sub != nullptr ? d_sub + offset : nullptr;
+      if (dx_row != nullptr) {
+        for (int col = 0; col < d; ++col) {
+          dx_row[col] = (write ? T(0) : dx_row[col]) + (T(0) + g_row[col]);
+        }
+      }
+      if (d_sub_row == nullptr) continue;
+      if (p == 0.0f) {
+        for (int col = 0; col < d; ++col) {
+          d_sub_row[col] = (write ? T(0) : d_sub_row[col]) + (T(0) + g_row[col]);
+        }
+        continue;
+      }
+      // The row's draws are elements offset .. offset + d - 1, in order.
+      for_each_dropout_draw(key, offset, d, p, [&](int64_t col, bool keep) {
+        if (keep) {
+          d_sub_row[col] = (write ? T(0) : d_sub_row[col]) + (T(0) + g_row[col]) * scale;
+        } else if (write) {
+          d_sub_row[col] = T(0);
+        }
+      });
     }
-    // The columns come in order, and so do the row's draws.
-    DropoutDraws draws(key, offset, p);
-    normalized_row_gradient(dy + offset, residual + offset, mean[row], rstd[row], gamma, d,
-                            [&](int col, T g) {
-                              const T g_residual = T(0) + g;
-                              if (dx_row != nullptr) {
-                                dx_row[col] = (write ? T(0) : dx_row[col]) + g_residual;
-                              }
-                              if (draws.next()) {
-                                d_sub_row[col] = (write ? T(0) : d_sub_row[col]) +
-                                                 g_residual * scale;
-                              } else if (write) {
-                                d_sub_row[col] = T(0);
-                              }
-                            });
-  }
+  });
 }
 
 THPC_CPU_TWIN(layernorm_forward)

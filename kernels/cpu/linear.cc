@@ -3,7 +3,6 @@
 // with its layer, forward and backward.
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -118,16 +117,21 @@ template <typename T>
 void relu_bias_backward(T* d_pre, T* db, const T* dy, const T* y, int rows, int n,
                         GradStore store) {
   if (d_pre == nullptr && db == nullptr) return;
-  // kWrite adds g onto a zero instead of onto d_pre's value: the loops are made for each
-  // form (kWrite a compile-time constant), as a load under a condition would not vectorise.
-  const auto columns = [&](auto write, int col_begin, int col_end) {
+  const bool write = store == GradStore::kWrite;
+  parallel_ranges(n, threads_for(int64_t(rows) * n), [&](int col_begin, int col_end) {
     for (int row = 0; row < rows; ++row) {
       const int64_t offset = static_cast<int64_t>(row) * n;
       const T* dy_row = dy + offset;
       const T* y_row = y + offset;
-      T* d_pre_row = d_pre != nullptr ? d_pre + offset : nullptr;
-      const auto stored = [&](int col, T g) { return (write ? T(0) : d_pre_row[col]) + g; };
+      // kWrite zeroes the row's slice of d_pre just before adding into it, while it is in
+      // the cache: a loop storing 0 + g without reading d_pre (vectorised, a select per
+      // element) ran at a third of the adding loop's speed on the AMD EPYC of 2026-11-26
+      // (3.2 vs 1.1 ms for [2000, 1024], one thread: 4% of a step), zero-then-add at 1.6.
+      if (d_pre != nullptr && write) {
+        std::fill(d_pre + offset + col_begin, d_pre + offset + col_end, T(0));
+      }
       if (d_pre != nullptr && db != nullptr) {
+        T* d_pre_row = d_pre + offset;
         // Written without a branch (a select the compiler vectorises): y's sign is a coin
         // toss per element, which a branch would mispredict half the time. dy is loaded
         // unconditionally: `y > 0 ? dy[col] : 0` is a conditional load, which GCC will not
@@ -135,13 +139,14 @@ void relu_bias_backward(T* d_pre, T* db, const T* dy, const T* y, int rows, int 
         for (int col = col_begin; col < col_end; ++col) {
           const T dy_value = dy_row[col];
           const T g = y_row[col] > T(0) ? dy_value : T(0);
-          d_pre_row[col] = stored(col, g);
+          d_pre_row[col] += g;
           db[col] += g;
         }
       } else if (d_pre != nullptr) {
+        T* d_pre_row = d_pre + offset;
         for (int col = col_begin; col < col_end; ++col) {
           const T dy_value = dy_row[col];
-          d_pre_row[col] = stored(col, y_row[col] > T(0) ? dy_value : T(0));
+          d_pre_row[col] += y_row[col] > T(0) ? dy_value : T(0);
         }
       } else {
         for (int col = col_begin; col < col_end; ++col) {
@@ -149,13 +154,6 @@ void relu_bias_backward(T* d_pre, T* db, const T* dy, const T* y, int rows, int 
           db[col] += y_row[col] > T(0) ? dy_value : T(0);
         }
       }
-    }
-  };
-  parallel_ranges(n, threads_for(int64_t(rows) * n), [&](int col_begin, int col_end) {
-    if (store == GradStore::kWrite) {
-      columns(std::true_type{}, col_begin, col_end);
-    } else {
-      columns(std::false_type{}, col_begin, col_end);
     }
   });
 }
