@@ -107,29 +107,13 @@ void for_each_dropout_draw(const DropoutKey& key, int64_t first, int64_t count, 
   while (j < count) one_block();
 }
 
-// The same draws one element at a time, for a loop that visits consecutive elements in
-// order: next() is dropout_keep(key, first + i, p) at its i-th call, sixteen drawn at
-// once (keep_four_blocks; those past the loop's end are drawn and never used).
-class DropoutDraws {
- public:
-  DropoutDraws(const DropoutKey& key, int64_t first, float p)
-      : key_(key), element_(static_cast<uint64_t>(first)), p_(p) {}
-  bool next() {
-    if (!loaded_ || element_ - buffer_first_ >= 16) {
-      buffer_first_ = element_ & ~uint64_t(3);
-      keep_four_blocks(key_, static_cast<uint32_t>(element_ >> 2), p_, kept_);
-      loaded_ = true;
-    }
-    return kept_[element_++ - buffer_first_];
-  }
-
- private:
-  DropoutKey key_;
-  uint64_t element_;
-  float p_;
-  uint64_t buffer_first_ = 0;
-  bool kept_[16] = {};
-  bool loaded_ = false;
-};
+// keep[j] = dropout_keep(key, first + j, p) for j in [0, count), as 0 or 1: a row's mask
+// drawn at once, so that the loop applying it is a select per element, which the compiler
+// vectorises. (Applied draw by draw, with a branch per element, the mask cost more than
+// its draws in the fused layer norm's backward: 2.2 of 3.4 ms for [2000, 256].)
+inline void dropout_keep_mask(const DropoutKey& key, int64_t first, int64_t count, float p,
+                              uint8_t* keep) {
+  for_each_dropout_draw(key, first, count, p, [&](int64_t j, bool kept) { keep[j] = kept; });
+}
 
 }  // namespace thpc::cpu

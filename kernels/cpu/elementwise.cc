@@ -17,7 +17,9 @@ namespace thpc::cpu {
 namespace {
 
 // Calls visit(i, keep) for i in [0, n) with element i's dropout draw, the elements cut
-// into chunks (whole Philox blocks) spread over the threads.
+// into chunks (whole Philox blocks) spread over the threads. Each chunk's mask is drawn
+// first (dropout_keep_mask), so that a visit written as a select is a loop the compiler
+// vectorises.
 template <typename Visit>
 void parallel_dropout_draws(const DropoutKey& key, int64_t n, float p, Visit&& visit) {
   constexpr int64_t kChunk = 4096;  // a multiple of the 4 draws of a Philox block
@@ -26,8 +28,9 @@ void parallel_dropout_draws(const DropoutKey& key, int64_t n, float p, Visit&& v
   for (int64_t chunk = 0; chunk < chunks; ++chunk) {
     const int64_t first = chunk * kChunk;
     const int64_t count = std::min(kChunk, n - first);
-    for_each_dropout_draw(key, first, count, p,
-                          [&](int64_t j, bool keep) { visit(first + j, keep); });
+    uint8_t keep[kChunk];
+    dropout_keep_mask(key, first, count, p, keep);
+    for (int64_t j = 0; j < count; ++j) visit(first + j, keep[j] != 0);
   }
 }
 
@@ -110,7 +113,8 @@ void dropout_forward(T* y, const T* x, int64_t n, float p, DropoutKey key) {
   const T scale = keep_scale<T>(p);
   // Element i is kept when its Philox draw (element index i) is >= p.
   parallel_dropout_draws(key, n, p, [&](int64_t i, bool keep) {
-    y[i] = keep ? x[i] * scale : T(0);
+    const T scaled = x[i] * scale;
+    y[i] = keep ? scaled : T(0);
   });
 }
 
@@ -127,12 +131,11 @@ void dropout_backward(T* dx, const T* dy, int64_t n, float p, DropoutKey key,
     return;
   }
   const T scale = keep_scale<T>(p);
+  // dx + (keep ? dy * scale : -0): where dropped, adding -0 leaves dx's bits as they are
+  // (kWrite: 0 + -0 = 0), and the select vectorises.
   parallel_dropout_draws(key, n, p, [&](int64_t i, bool keep) {
-    if (keep) {
-      dx[i] = (write ? T(0) : dx[i]) + dy[i] * scale;
-    } else if (write) {
-      dx[i] = T(0);
-    }
+    const T scaled = dy[i] * scale;
+    dx[i] = (write ? T(0) : dx[i]) + (keep ? scaled : T(-0.0));
   });
 }
 
@@ -147,8 +150,9 @@ void residual_dropout_forward(T* y, const T* x, const T* sub, int64_t n, float p
     return;
   }
   const T scale = keep_scale<T>(p);
-  parallel_dropout_draws(key, n, p, [&](int64_t i, bool keep) {
-    y[i] = keep ? x[i] + sub[i] * scale : x[i];
+  parallel_dropout_draws(key, n, p, [&](int64_t i, bool keep) {  // x + -0 = x where dropped
+    const T scaled = sub[i] * scale;
+    y[i] = x[i] + (keep ? scaled : T(-0.0));
   });
 }
 

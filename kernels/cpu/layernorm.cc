@@ -204,6 +204,8 @@ void add_dropout_layernorm_forward(T* y, T* residual, T* mean, T* rstd, const T*
   const T scale = keep_scale<T>(p);
   for_row_groups(rows, d, [&](int first, auto count) {
     const int64_t first_offset = static_cast<int64_t>(first) * d;
+    thread_local std::vector<uint8_t> keep;  // a row's mask (see the backward)
+    keep.resize(static_cast<size_t>(d));
     for (int row = first; row < first + decltype(count)::value; ++row) {
       const int64_t offset = static_cast<int64_t>(row) * d;
       const T* x_row = x + offset;
@@ -212,9 +214,13 @@ void add_dropout_layernorm_forward(T* y, T* residual, T* mean, T* rstd, const T*
       if (p == 0.0f) {
         for (int col = 0; col < d; ++col) r_row[col] = x_row[col] + sub_row[col];
       } else {
-        for_each_dropout_draw(key, offset, d, p, [&](int64_t col, bool keep) {
-          r_row[col] = keep ? x_row[col] + sub_row[col] * scale : x_row[col];
-        });
+        // keep ? x + sub * scale : x, as x + (keep ? sub * scale : -0): adding -0 is IEEE's
+        // exact identity, and the select (both sides loaded) vectorises.
+        dropout_keep_mask(key, offset, d, p, keep.data());
+        for (int col = 0; col < d; ++col) {
+          const T dropped_sub = sub_row[col] * scale;
+          r_row[col] = x_row[col] + (keep[col] != 0 ? dropped_sub : T(-0.0));
+        }
       }
     }
     normalize_rows<decltype(count)::value>(
@@ -266,14 +272,15 @@ void add_dropout_layernorm_backward(T* dx, T* d_sub, T* dgamma, T* dbeta, const 
         }
         continue;
       }
-      // The row's draws are elements offset .. offset + d - 1, in order.
-      for_each_dropout_draw(key, offset, d, p, [&](int64_t col, bool keep) {
-        if (keep) {
-          d_sub_row[col] = (write ? T(0) : d_sub_row[col]) + (T(0) + g_row[col]) * scale;
-        } else if (write) {
-          d_sub_row[col] = T(0);
-        }
-      });
+      // d_sub += (keep ? g * scale : -0): where dropped, adding -0 leaves d_sub's bits as
+      // they are (kWrite: 0 + -0 = 0), and the select vectorises.
+      thread_local std::vector<uint8_t> keep;
+      keep.resize(static_cast<size_t>(d));
+      dropout_keep_mask(key, offset, d, p, keep.data());
+      for (int col = 0; col < d; ++col) {
+        const T kept = (T(0) + g_row[col]) * scale;
+        d_sub_row[col] = (write ? T(0) : d_sub_row[col]) + (keep[col] != 0 ? kept : T(-0.0));
+      }
     }
   });
 }

@@ -68,18 +68,22 @@ TEST(DropoutMask, FourBlocksAtOnceAreTheDrawsOfEachElement) {
   EXPECT_LT(kept, drawn);
 }
 
-// DropoutDraws, which draws sixteen at a time, gives each element's own draw from any
-// first element, across many buffers.
-TEST(DropoutMask, SequentialDrawsAreTheDrawsOfEachElement) {
+// dropout_keep_mask, a range's mask at once (sixteen draws at a time inside), gives each
+// element's own draw from any first element, whole blocks and partial ones at both ends.
+TEST(DropoutMask, RangeMaskIsTheDrawOfEachElement) {
   const DropoutKey key{0x0fedcba987654321ull, 2, 9, 4};
   const float p = 0.3f;
   for (int64_t first : {int64_t(0), int64_t(1), int64_t(3), int64_t(4), int64_t(15), int64_t(16),
                         int64_t(17), int64_t(1023), int64_t(1) << 34}) {
-    cpu::DropoutDraws draws(key, first, p);
-    for (int64_t j = 0; j < 100; ++j) {
-      EXPECT_EQ(draws.next(), dropout_keep(key.seed, key.site, key.step, key.stream,
-                                           static_cast<uint64_t>(first + j), p))
-          << "first " << first << " j " << j;
+    for (int64_t count : {int64_t(1), int64_t(5), int64_t(100)}) {
+      std::vector<uint8_t> keep(static_cast<size_t>(count), 7);
+      cpu::dropout_keep_mask(key, first, count, p, keep.data());
+      for (int64_t j = 0; j < count; ++j) {
+        EXPECT_EQ(keep[j] != 0, dropout_keep(key.seed, key.site, key.step, key.stream,
+                                             static_cast<uint64_t>(first + j), p))
+            << "first " << first << " count " << count << " j " << j;
+        EXPECT_LE(keep[j], 1) << "first " << first << " count " << count << " j " << j;
+      }
     }
   }
 }
