@@ -523,6 +523,13 @@ TEST_F(DataPipeline, PreprocessOptionsOutOfRangeAreUsageErrors) {
     EXPECT_EQ(result.output, "transformer_preprocess: " + message + " (see --help)\n") << option;
   }
   EXPECT_FALSE(fs::exists(root_ / "bad_options"));
+  // More shards than training pairs: known once the text is read; it wrote 100,000
+  // nearly empty shards for minutes before (issue 34's second probe).
+  const CommandResult many = run_command(command + "--vocab-size 200 --shards 100000");
+  EXPECT_EQ(many.exit_code, 1) << many.output;
+  EXPECT_NE(many.output.find("--shards 100000 is more than the"), std::string::npos)
+      << many.output.substr(many.output.size() - std::min<size_t>(many.output.size(), 300));
+  EXPECT_FALSE(fs::exists(root_ / "bad_options" / "train.00000.h5"));
 }
 
 TEST_F(DataPipeline, AFailureAfterWritingBeganLeavesNothingThatLooksValid) {

@@ -133,6 +133,48 @@ TEST_F(ToolOutputs, DecodeNeverWritesOverItsInputsHoweverTheyAreSpelt) {
   EXPECT_EQ(read_file("model.h5"), read_file("run/ck/step_00000002.h5"));
 }
 
+// The standard streams are files too (issue 34's second probe: `--output x.en < x.en`
+// replaced the source it had read, exit 0), and an output that cannot be written is
+// refused before any work: found at the end, it cost the whole translation, and with two
+// outputs left the first one written beside an error.
+TEST_F(ToolOutputs, NoToolWritesOverAStandardStreamsFileOrWhereItCannotWrite) {
+  train_a_model();
+  fs::create_hard_link("source.en", "hard.en");
+  std::ofstream("words.txt") << "a b\n";
+  std::ofstream("tags.txt") << "X Y\n";
+  std::ofstream("seq.txt") << "(S XX XX )\n";
+  const std::string decode = "transformer_decode --greedy --checkpoint model.h5 ";
+  expect_refused(decode + "--output source.en < source.en",
+                 "--output source.en: is the file given as standard input");
+  expect_refused(decode + "--output ./hard.en < source.en", "is the file given as standard input");
+  expect_refused("transformer_trees delinearize --words words.txt --tags tags.txt "
+                 "--output seq.txt < seq.txt",
+                 "--output seq.txt: is the file given as standard input");
+  // Standard output appended to the input: the shell opens it before the program runs.
+  const std::map<std::string, std::string> before = everything();
+  const ProcessResult appended = run_process("sh -c '" + kBin + "/" + decode +
+                                             "--input source.en >> source.en'");
+  EXPECT_EQ(appended.exit_code, 2) << appended.output;
+  EXPECT_NE(appended.output.find("standard output is the file of the input source.en"),
+            std::string::npos)
+      << appended.output;
+  EXPECT_EQ(changed_since(before), std::vector<std::string>{});
+  // Paths that cannot be written: an empty name, a name ending in /, a directory below a
+  // file; for the second output too, so that the first is not left behind.
+  expect_refused(decode + "--input source.en --output ''", "--output is empty");
+  expect_refused(decode + "--input source.en --output out.txt/", "names a directory");
+  expect_refused(decode + "--input source.en --output source.en/out.txt",
+                 "is not a directory");
+  expect_refused(decode + "--input source.en --output out.txt --dump-lines 1 "
+                          "--dump-attention model.h5/attention.h5",
+                 "is not a directory");
+  expect_refused("transformer_average --inputs model.h5 --output avg.h5/",
+                 "names a directory");
+  expect_refused("transformer_average --inputs model.h5 --output ''", "--output is empty");
+  expect_refused("transformer_trees linearize --output source.en/x words.txt",
+                 "is not a directory");
+}
+
 TEST_F(ToolOutputs, NoToolWritesOverATrainingRunsFiles) {
   train_a_model();
   const std::string decode = "transformer_decode --greedy --checkpoint model.h5 --input source.en ";

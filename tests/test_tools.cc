@@ -47,7 +47,8 @@ const std::vector<Tool>& tools() {
        "--checkpoint /nonexistent.h5 --spm-model /nonexistent.model < /dev/null", "--beam"},
       {"transformer_average",
        {"usage: transformer_average", "--inputs", "--last", "--output"},
-       "--inputs /nonexistent.h5 --output /nonexistent/average.h5", "--output"},
+       // The output in a writable place: an unwritable one is refused before (exit 2).
+       "--inputs /nonexistent.h5 --output /tmp/thpc_never_written/average.h5", "--output"},
       {"transformer_data_stats",
        {"usage: transformer_data_stats", "--prefix arg (=train)",
         "--tokens-per-step arg (=25000)", "--ranks arg (=1)", "--accumulate arg (=1)",
@@ -69,7 +70,7 @@ const std::vector<Tool>& tools() {
       {"transformer_trees",
        {"usage: transformer_trees", "SEQ or standard input", "--leaves XX|words (=XX)",
         "--input SEQ"},
-       "linearize --output /nonexistent/out /nonexistent.mrg", "--output"},
+       "linearize --output /tmp/thpc_never_written/out /nonexistent.mrg", "--output"},
   };
   return all;
 }
@@ -123,6 +124,18 @@ TEST(Tools, RuntimeFailureExitsOneWithOneLineNamingTheProgram) {
   for (const Tool& tool : tools()) {
     expect_one_line_failure(tool, tool.failing_arguments, 1, tool.name + ": error: ",
                             {"/nonexistent"});
+  }
+}
+
+// Sizes of transformer_data_stats out of range (issue 34's second probe: --ranks 0 was
+// an internal check, --accumulate 0 a division by zero, SIGFPE) are usage errors.
+TEST(Tools, DataStatsSizesOutOfRangeAreUsageErrors) {
+  const Tool stats{"transformer_data_stats", {}, "", ""};
+  for (const std::string arguments :
+       {"/nonexistent --ranks 0", "/nonexistent --accumulate 0", "/nonexistent --tokens-per-step 0",
+        "/nonexistent --tokens-per-step -5", "/nonexistent --epochs -1",
+        "/nonexistent --memory-mb 0", "/nonexistent --tokens-per-step 3 --ranks 2 --accumulate 2"}) {
+    expect_one_line_failure(stats, arguments, 2, "transformer_data_stats: ", {"(see --help)"});
   }
 }
 

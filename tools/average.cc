@@ -107,6 +107,7 @@ int main(int argc, char** argv) {
   const auto parse = [&](int count, char** values) {
     arguments.help = thpc::tools::parse_options(options, count, values).count("help") > 0;
     if (!arguments.help) {
+      if (arguments.output.empty()) THPC_FAIL("--output is empty: give a file name");
       arguments.paths = resolve_inputs(arguments);
       // Never over an input (an average would replace a full checkpoint, Adam moments
       // included, by parameters only), a training run's file (step_*.h5, best.h5, a

@@ -110,6 +110,19 @@ int main(int argc, char** argv) {
   const auto parse = [&](int count, char** values) {
     arguments.help =
         thpc::tools::parse_options(description, count, values, positional).count("help") > 0;
+    if (arguments.help) return arguments;
+    // The trainer's ranges for the same keys (train.tokens_per_step, accumulate >= 1,
+    // data.memory_mb >= 1; ranks as mpirun -np): a rank count of 0 divided by zero.
+    if (arguments.tokens_per_step < 1 || arguments.ranks < 1 || arguments.accumulate < 1 ||
+        arguments.epochs < 1 || arguments.memory_mb < 1) {
+      THPC_FAIL("--tokens-per-step, --ranks, --accumulate, --epochs and --memory-mb must be "
+                ">= 1");
+    }
+    if (arguments.tokens_per_step < int64_t{arguments.ranks} * arguments.accumulate) {
+      THPC_FAIL("--tokens-per-step " << arguments.tokens_per_step << " is less than one token "
+                << "per rank and micro-batch (--ranks " << arguments.ranks << " x --accumulate "
+                << arguments.accumulate << "); raise it or lower those");
+    }
     return arguments;
   };
   return thpc::tools::tool_main("transformer_data_stats", thpc::tools::usage_text(description),

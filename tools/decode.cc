@@ -536,7 +536,7 @@ int main(int argc, char** argv) {
     if (values.count("threads")) args.threads = values["threads"].as<int>();
     if (search.beam.value_or(1) < 1 || search.nbest < 1 || args.batch_tokens < 1 ||
         search.max_len_a.value_or(0) < 0 || search.max_len_b.value_or(0) < 0 ||
-        search.alpha.value_or(0.0f) < 0 || (values.count("threads") && args.threads < 0)) {
+        !(search.alpha.value_or(0.0f) >= 0) || (values.count("threads") && args.threads < 0)) {
       THPC_FAIL("--beam, --nbest and --batch-tokens must be >= 1; --max-len-a, --max-len-b, "
                 "--lenpen and --threads >= 0");
     }
@@ -570,6 +570,7 @@ int main(int argc, char** argv) {
     // Neither output may be an input, the other output or a training run's file, however
     // the path is spelt (the trained model turned into text, the source text replaced).
     if (!args.help) {
+      if (args.output.empty()) THPC_FAIL("--output is empty: give a file, or - for standard output");
       std::vector<std::string> inputs = args.checkpoints;  // every model of an ensemble
       inputs.push_back(args.input);
       inputs.push_back(args.spm_model);

@@ -140,6 +140,8 @@ CommandLine parse_command_line(int argc, char** argv) {
   for (const std::string* input : {&command.words_path, &command.tags_path, &command.input_path}) {
     if (!input->empty()) inputs.push_back(*input);
   }
+  // delinearize reads standard input without --input: its file is an input too.
+  if (command.command == "delinearize" && command.input_path.empty()) inputs.push_back("-");
   for (size_t i = 0; i < outputs.size(); ++i) {
     std::vector<std::string> others = outputs;
     others.erase(others.begin() + static_cast<std::ptrdiff_t>(i));

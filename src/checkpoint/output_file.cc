@@ -1,7 +1,13 @@
 #include "checkpoint/output_file.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <ostream>
 
 #include "checkpoint/checkpoint.h"
@@ -45,6 +51,47 @@ bool holds_training_checkpoints(const fs::path& directory) {
     if (is_step_checkpoint_name(entry.path().string())) return true;
   }
   return false;
+}
+
+// The file a standard stream is, when it is a regular file (`< in.txt`, `>> out.txt`):
+// its st_dev and st_ino. A terminal, a pipe or a device (/dev/null) is nobody's input.
+std::optional<std::pair<dev_t, ino_t>> stream_file(int descriptor) {
+  struct stat status {};
+  if (fstat(descriptor, &status) != 0 || !S_ISREG(status.st_mode)) return std::nullopt;
+  return std::make_pair(status.st_dev, status.st_ino);
+}
+
+// Whether `path` ("-": the standard stream `descriptor`) is the file `stream` is.
+bool is_stream_file(const std::string& path, int descriptor,
+                    const std::optional<std::pair<dev_t, ino_t>>& stream) {
+  if (!stream) return false;
+  if (path == "-") return stream_file(descriptor) == stream;
+  struct stat status {};
+  return stat(path.c_str(), &status) == 0 && std::make_pair(status.st_dev, status.st_ino) == *stream;
+}
+
+// Why `output` could not be written at all, found before any work ("" when it can): the
+// nearest existing directory on its path (write_atomically creates the missing ones) must
+// be a directory this process may create files in. Otherwise the work is done first and
+// lost at the end, or one output of several is written and the next one fails.
+std::string why_not_writable(const std::string& output) {
+  if (fs::path(output).filename().empty()) {
+    return "names a directory (it ends with /); give a file name";
+  }
+  std::error_code error;
+  fs::path directory = fs::absolute(output, error).parent_path();
+  while (!directory.empty() && !fs::exists(directory, error) &&
+         directory != directory.parent_path()) {
+    directory = directory.parent_path();
+  }
+  if (!fs::is_directory(directory, error)) {
+    return "cannot be created: " + directory.string() + " is not a directory";
+  }
+  if (access(directory.c_str(), W_OK | X_OK) != 0) {
+    return "cannot be created: no permission to write in " + directory.string() +
+           " (" + std::strerror(errno) + "); give a path in a writable directory";
+  }
+  return "";
 }
 
 }  // namespace
@@ -103,10 +150,30 @@ bool same_file(const std::string& a, const std::string& b) {
 void check_output_path(const std::string& option, const std::string& output,
                        const std::vector<std::string>& inputs, OutputKind kind,
                        const std::vector<std::string>& other_outputs) {
-  if (output.empty() || output == "-") return;  // standard output
   const auto refuse = [&](const std::string& why) {
     THPC_FAIL(option << " " << output << ": " << why);
   };
+  // The standard streams are files too: `--output x.en < x.en` replaced the source it
+  // read, and `>> x.en` with `--input x.en` writes into it (as cat refuses "input file is
+  // output file").
+  const std::optional<std::pair<dev_t, ino_t>> standard_input = stream_file(STDIN_FILENO);
+  const std::optional<std::pair<dev_t, ino_t>> standard_output = stream_file(STDOUT_FILENO);
+  if (output == "-") {
+    for (const std::string& input : inputs) {
+      if (!input.empty() && is_stream_file(input, STDIN_FILENO, standard_output)) {
+        refuse("standard output is the file of the input " + input +
+               ": writing it would destroy it; redirect the output to another file");
+      }
+    }
+    return;
+  }
+  if (output.empty()) return;  // no such output
+  for (const std::string& input : inputs) {
+    if (input == "-" && is_stream_file(output, STDOUT_FILENO, standard_input)) {
+      refuse("is the file given as standard input: writing it would destroy it; give "
+             "another output file");
+    }
+  }
   std::error_code error;
   if (fs::is_directory(output, error)) refuse("is a directory; give a file name");
   for (const std::string& input : inputs) {
@@ -130,6 +197,7 @@ void check_output_path(const std::string& option, const std::string& output,
     refuse("is " + run_file + ": no tool writes over a training run's files; give another "
            "output file");
   }
+  if (const std::string why = why_not_writable(output); !why.empty()) refuse(why);
   if (!fs::exists(output, error) || !fs::is_regular_file(output, error) ||
       fs::file_size(output, error) == 0) {
     return;  // nothing there to lose (or a device such as /dev/stdout)

@@ -34,8 +34,11 @@ std::string training_run_file(const std::string& path);
 bool same_file(const std::string& a, const std::string& b);
 
 // Throws thpc::Error "OPTION PATH: WHY; ..." when the program may not write `output`:
-// it is one of `inputs` (or the temporary file of the write would be one), another of
-// the program's outputs in `other_outputs`, a training run's file, or an existing file
+// it is one of `inputs` (or the temporary file of the write would be one; an input "-"
+// is the file standard input is, and an output "-" the file standard output is), another
+// of the program's outputs in `other_outputs`, a training run's file, a path that could
+// not be written (ending in /, below a file, in a directory without write permission),
+// or an existing file
 // that `kind` may not replace (a text output over a binary file, an average over
 // anything but an earlier average, a dump over anything but an earlier dump), or a
 // directory. Checked before any work, so a refusal is a usage error (exit 2).

@@ -586,6 +586,13 @@ void preprocess_split(const sentencepiece::SentencePieceProcessor& processor,
   source.finish();
   target.finish();
   const int64_t kept = counts->kept;
+  // More shards than pairs would write empty shards, one HDF5 file each (--shards 100000
+  // wrote for minutes): every shard must hold a pair.
+  if (kept > 0 && shards > kept) {
+    THPC_FAIL("--shards " << shards << " is more than the " << kept << " " << split
+                          << " pairs kept: give at most " << kept << " (every shard holds at "
+                          << "least one pair)");
+  }
   int64_t source_token = 0, target_token = 0;
   for (int shard = 0; shard < shards; ++shard) {
     const int64_t begin = kept * shard / shards;
