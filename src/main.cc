@@ -123,15 +123,18 @@ int main(int argc, char** argv) {
   const thpc::Communicator comm = thpc::Communicator::world();
   thpc::Config config;
   std::string config_error;
+  bool help = false;
   try {
-    if (!thpc::parse_command_line(argc, argv, config)) return 0;  // --help
+    help = !thpc::parse_command_line(argc, argv, config);  // --help printed
   } catch (const thpc::Error& e) {
     config_error = e.what();
   }
   // A bad configuration is not one rank's own business: every rank takes part in the
-  // agreement, so that the job ends together, with one message from rank 0.
+  // agreement, so that the job ends together, with one message from rank 0. --help too:
+  // a rank that left without it kept the others waiting forever.
   const std::string disagreement =
-      configuration_disagreement(comm, rank_request(config, config_error));
+      configuration_disagreement(comm, help ? "mode help\n" : rank_request(config, config_error));
+  if (help && disagreement.empty()) return 0;
   if (!disagreement.empty() || !config_error.empty()) {
     if (comm.is_root()) {
       std::cerr << "transformer_hpc: " << (disagreement.empty() ? config_error : disagreement)

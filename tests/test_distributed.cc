@@ -174,7 +174,48 @@ TEST(Distributed, RanksStartedWithDifferentConfigurationsStopWithOneMessageNamin
             std::string::npos)
       << bad.output;
   EXPECT_LT(bad.seconds, 30.0) << bad.output;
+
+  // A rank asked for --help alone left before the agreement, and the other rank waited
+  // for it forever (issue 34's second probe): --help is a mode like the others.
+  const JobResult help =
+      run_mpi_job("", "-np 1 " THPC_BINARY_DIR "/transformer_hpc --help : -np 1 " + trainer);
+  EXPECT_EQ(help.exit_code, 2) << help.output;
+  EXPECT_EQ(occurrences(help.output, "rank 1 has mode train where rank 0 has mode help"), 1u)
+      << help.output;
+  EXPECT_LT(help.seconds, 30.0) << help.output;
   std::filesystem::remove_all(scratch_run());
+}
+
+// The same checkpoint.init path naming different files for the ranks (their working
+// directories): they started from different parameters and trained apart, to a check
+// failure at the end (issue 34's second probe). Every rank now stops at start-up.
+TEST(Distributed, RanksStartingFromDifferentParametersStopAtStartUpWithOneMessage) {
+  const std::filesystem::path root =
+      std::filesystem::temp_directory_path() / ("thpc_dist_init_" + std::to_string(getpid()));
+  std::filesystem::remove_all(root);
+  const std::string trainer = THPC_BINARY_DIR "/transformer_hpc " THPC_SOURCE_DIR
+                              "/input/tiny.ini --model.layers=1 ";
+  std::string contexts;
+  for (const int rank : {0, 1}) {
+    // One step for rank 0's file, two for rank 1's: same architecture, other values.
+    const std::filesystem::path view = root / ("rank" + std::to_string(rank));
+    const std::string steps = std::to_string(rank + 1);
+    const std::string prepare = trainer + "--train.max_steps=" + steps + " --checkpoint.dir=" +
+                                (view / "ck").string() + " > /dev/null";
+    ASSERT_EQ(std::system(prepare.c_str()), 0) << prepare;
+    std::filesystem::copy_file(view / "ck" / ("step_0000000" + steps + ".h5"), view / "init.h5");
+    contexts += std::string(rank == 0 ? "" : " : ") + "-np 1 -wdir " + view.string() + " " +
+                trainer + "--checkpoint.init=init.h5 --checkpoint.dir=run";
+  }
+  const JobResult run = run_mpi_job("", contexts);
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  const std::string needle = "the ranks start from different parameters: rank 1 read other "
+                             "values than rank 0 from checkpoint.init init.h5";
+  EXPECT_EQ(occurrences(run.output, needle), 1u) << run.output;
+  EXPECT_EQ(run.output.find("check failed"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("step 1/"), std::string::npos) << run.output;
+  EXPECT_LT(run.seconds, 30.0) << run.output;
+  std::filesystem::remove_all(root);
 }
 
 // The same relative data.dir in two working directories that hold different corpora:

@@ -544,6 +544,28 @@ void Trainer::read_chosen_checkpoint(const std::string& path, Checkpoint* checkp
   }
 }
 
+void Trainer::check_every_rank_starts_from_the_same_parameters() const {
+  if (comm_.size() == 1) return;
+  // Each rank read checkpoint.init (or the checkpoint to resume) itself: the same path can
+  // name different files (working directories, node-local disks). Ranks that start apart
+  // never agree again; found here, not as a check failure at the end.
+  const std::string digest = model_->params().sha256_hex();
+  const std::vector<std::string> digests = comm_.all_gather(digest);
+  std::ostringstream differing;
+  for (size_t rank = 1; rank < digests.size(); ++rank) {
+    if (digests[rank] != digests[0]) differing << (differing.str().empty() ? "" : ", ") << rank;
+  }
+  if (differing.str().empty()) return;
+  const CheckpointConfig& options = config_.checkpoint;
+  const std::string source = !resumed_from_.empty() ? "checkpoint " + resumed_from_
+                             : !options.init.empty() ? "checkpoint.init " + options.init
+                                                     : "train.seed";
+  throw AllRanksError("the ranks start from different parameters: rank " + differing.str() +
+                      " read other values than rank 0 from " + source +
+                      " (the same path names different files for them?); every rank must "
+                      "read the same file");
+}
+
 bool Trainer::stopped_before_training(std::ostream& log) const {
   const int signal = stop_signal_of_any_rank(comm_);
   if (signal == 0) return false;
@@ -897,6 +919,7 @@ bool Trainer::start_up(std::ostream& out) {
   // checkpoint was read ends the run here; the state is what is on disk already.
   if (stopped_before_training(out)) return false;
   apply_start_options(out);
+  check_every_rank_starts_from_the_same_parameters();
   if (stopped_before_training(out)) return false;
   claim_run_directory(out);
   return true;

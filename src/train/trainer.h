@@ -275,6 +275,9 @@ class Trainer {
   void check_every_rank_reads_the_same_data() const;
   // checkpoint.resume, else checkpoint.init (the first run of a job has nothing to resume).
   void apply_start_options(std::ostream& log);
+  // Every rank holds the parameters rank 0 holds after apply_start_options: else every
+  // rank throws AllRanksError (exit 1) naming the ranks and the file they read.
+  void check_every_rank_starts_from_the_same_parameters() const;
   // Every rank reads `path`, which rank 0 chose and has read into *checkpoint already;
   // all succeed or all throw AllRanksError naming the ranks that could not.
   void read_chosen_checkpoint(const std::string& path, Checkpoint* checkpoint) const;
