@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "common/error.h"
 #include "config/config.h"
 #include "distributed/communicator.h"
@@ -27,22 +28,40 @@
 
 namespace {
 
-int dry_run(const thpc::Config& config) {
+int dry_run(const thpc::Config& config, int ranks) {
   int vocab = config.model.vocab_size;
   // A configured vocabulary needs no data (base.ini checks before the shards exist); when
   // the data is there (the synthetic task always is) it is read and checked as training
   // would read it (drops and warnings included), and must agree with model.vocab_size.
   std::error_code missing;
-  if (config.data.dir.empty()) {
-    vocab = thpc::resolve_vocab_size(config, *thpc::make_training_source(config));
-  } else if (vocab == 0 || std::filesystem::is_directory(config.data.dir, missing)) {
-    const std::unique_ptr<thpc::BatchSource> source = thpc::make_training_source(config);
-    source->print_notes(std::cout, "data.train");
+  std::unique_ptr<thpc::BatchSource> source;
+  if (config.data.dir.empty() || vocab == 0 ||
+      std::filesystem::is_directory(config.data.dir, missing)) {
+    source = thpc::make_training_source(config);
+    if (!config.data.dir.empty()) source->print_notes(std::cout, "data.train");
     vocab = thpc::resolve_vocab_size(config, *source);
+    // The validation shards too, when training would read them (exit 3 as there).
+    if (config.train.valid_every > 0) thpc::make_validation_source(config);
+  }
+  // What training refuses before building anything, refused here alike: the build's
+  // backend, and batches that cannot hold the data's longest pair (with the ranks of
+  // this dry run: give it the job's -np).
+  if (source) {
+    const std::string impossible = thpc::configuration_impossible(config, *source, ranks);
+    if (!impossible.empty()) throw thpc::AllRanksError(impossible, 2);
   }
   // Sizes that cannot be allocated are a configuration error here as in training.
   const std::string too_large = thpc::training_does_not_fit(config, vocab, thpc::host_memory_bytes());
   if (!too_large.empty()) throw thpc::AllRanksError(too_large, 2);
+  // A checkpoint training would start from must be readable and of this architecture
+  // (exit 1 as there): checkpoint.init, or checkpoint.resume naming a file.
+  const std::string& resume = config.checkpoint.resume;
+  for (const std::string& path :
+       {config.checkpoint.init, resume == "auto" || resume == "auto_or_fresh" ? "" : resume}) {
+    if (path.empty()) continue;
+    thpc::check_architecture(thpc::read_checkpoint(path), thpc::architecture_text(config.model, vocab),
+                             path);
+  }
   thpc::ParamStore table;
   thpc::add_transformer_parameters(config.model, vocab, table);
   std::cout << config.to_ini() << "\n# parameters: " << table.count() << " (vocabulary "
@@ -143,7 +162,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    if (config.dry_run) return comm.is_root() ? dry_run(config) : 0;
+    if (config.dry_run) return comm.is_root() ? dry_run(config, comm.size()) : 0;
     if (!config.eval_checkpoint.empty()) {
       thpc::evaluate_checkpoint(config, config.eval_checkpoint, comm, std::cout);
       return 0;

@@ -9,12 +9,16 @@
 // train.accumulate = 10^8 ran 10^8 one-token micro-batches a step.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <new>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
 #include "config/config.h"
+#include "model/backends.h"
 #include "program.h"
 #include "train/footprint.h"
 
@@ -24,12 +28,14 @@ namespace {
 const std::string kTrainer = THPC_BINARY_DIR "/transformer_hpc " THPC_SOURCE_DIR "/input/tiny.ini "
                              "--train.max_steps=1 --checkpoint.dir=/nonexistent/never/written ";
 
-// The command must stop with exit 2 and an error line holding `why`, in the user's words.
-void expect_configuration_error(const std::string& arguments, const std::string& why) {
+// The command must stop with exit `code` (2: the configuration) and an error line
+// holding `why`, in the user's words, with --dry-run as in training.
+void expect_configuration_error(const std::string& arguments, const std::string& why,
+                                int code = 2) {
   for (const char* mode : {"--dry-run", ""}) {
     SCOPED_TRACE(arguments + " " + mode);
     const ProcessResult run = run_process(kTrainer + arguments + " " + mode);
-    EXPECT_EQ(run.exit_code, 2) << run.output;
+    EXPECT_EQ(run.exit_code, code) << run.output;
     EXPECT_NE(run.output.find(why), std::string::npos) << run.output;
     EXPECT_EQ(run.output.find("check failed"), std::string::npos) << run.output;
     EXPECT_EQ(run.output.find("bad_alloc"), std::string::npos) << run.output;
@@ -51,6 +57,58 @@ TEST(UserErrors, ImpossibleValuesThatPassedTheDryRunAreRefused) {
   expect_configuration_error("--train.threads=100000", "train.threads: 100000 is more than");
   expect_configuration_error("--train.tokens_per_step=100 --train.accumulate=1000",
                              "train.accumulate: 1000 micro-batches cannot share");
+}
+
+// Values that the dry run passed and training refused only later, or with the exit code of
+// a crash (issue 34's second probe): the dry run now refuses them as training does, with
+// training's code. A model.vocab_size other than the data's and train.backend = cuda in a
+// build without CUDA were exit 1; a micro-batch smaller than the longest pair was found
+// at the first batch (exit 1), a validation beam wider than the vocabulary asked for
+// 26 GB at the first validation; missing validation shards, a checkpoint.init that is no
+// checkpoint or of another architecture passed the dry run.
+TEST(UserErrors, TheDryRunRefusesWhatTrainingRefusesWithTheSameExitCode) {
+  expect_configuration_error("--model.vocab_size=10",
+                             "model.vocab_size is 10 but the training data has a vocabulary "
+                             "of 32");
+  if (!built_with_cuda()) {
+    expect_configuration_error("--train.backend=cuda",
+                               "train.backend = cuda, but built without CUDA");
+  }
+  expect_configuration_error("--checkpoint.init=/nonexistent.h5",
+                             "checkpoint /nonexistent.h5: no such file", 1);
+  // A corpus of numbers (60 pairs, a vocabulary of 60) and a one-step model of it.
+  const std::filesystem::path root =
+      std::filesystem::temp_directory_path() / ("thpc_user_errors_" + std::to_string(getpid()));
+  std::filesystem::remove_all(root);
+  const std::string data = (root / "data").string();
+  const ProcessResult made = run_process(
+      "python3 " THPC_SOURCE_DIR "/tools/make_numbers_corpus.py --train 60 --valid 8 --test 2 "
+      "--seed 1 --out " + (root / "text").string() + " > /dev/null && " THPC_BINARY_DIR
+      "/transformer_preprocess --source-lang en --target-lang de --trainpref " +
+      (root / "text/train").string() + " --validpref " + (root / "text/valid").string() +
+      " --destdir " + data + " --vocab-size 60 --model-type bpe --seed 1 > /dev/null && " +
+      THPC_BINARY_DIR "/transformer_hpc " THPC_SOURCE_DIR "/input/tiny.ini --train.max_steps=1 "
+      "--model.layers=1 --data.dir=" + data + " --checkpoint.dir=" + (root / "ck").string() +
+      " > /dev/null");
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  expect_configuration_error("--data.dir=" + data + " --train.tokens_per_step=3",
+                             "less than the longest pair of the data takes");
+  expect_configuration_error("--data.dir=" + data + " --train.valid_every=1 "
+                             "--train.valid_bleu=true --train.valid_beam=100000",
+                             "train.valid_beam 100000 is wider than the vocabulary of 60");
+  expect_configuration_error("--data.dir=" + data + " --train.valid_every=5 --data.valid=nothere",
+                             "no shards nothere.00000.h5", 3);
+  expect_configuration_error("--model.layers=2 --data.dir=" + data + " --checkpoint.init=" +
+                                 (root / "ck/step_00000001.h5").string(),
+                             "architecture mismatch", 1);
+  // transformer_decode alike: a beam wider than the vocabulary is a usage error.
+  const ProcessResult wide = run_process(
+      "echo 1 2 3 | " THPC_BINARY_DIR "/transformer_decode --checkpoint " +
+      (root / "ck/step_00000001.h5").string() + " --beam 100000");
+  EXPECT_EQ(wide.exit_code, 2) << wide.output;
+  EXPECT_NE(wide.output.find("is wider than the vocabulary of 60 tokens"), std::string::npos)
+      << wide.output;
+  std::filesystem::remove_all(root);
 }
 
 TEST(UserErrors, TheFootprintIsComputedWithoutOverflowAndBoundsTheParameterTable) {

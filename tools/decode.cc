@@ -447,6 +447,15 @@ int run(const Arguments& args) {
   const std::vector<int> dump_slot = attention_dump_slots(args.dump_lines, input);
 
   thpc::BeamOptions options = search_options(args, stored, ensemble.max_positions);
+  // A search wider than the vocabulary keeps hypotheses that no candidate fills at the
+  // first step (fairseq caps it at the vocabulary less one); --beam 100000 on one short
+  // line ran for minutes. Samples (--sampling --beam N) are independent draws: any N.
+  if (!args.sampling && options.beam > ensemble.vocab_size) {
+    throw thpc::tools::UsageError(
+        "the beam " + std::to_string(options.beam) + " (--beam, or the checkpoint's "
+        "decode.beam) is wider than the vocabulary of " + std::to_string(ensemble.vocab_size) +
+        " tokens: give at most " + std::to_string(ensemble.vocab_size));
+  }
   std::unique_ptr<thpc::TreeTokenFilter> tree_filter;
   if (args.tree_constraints) {
     tree_filter = make_tree_filter(args, stored, spm, input);

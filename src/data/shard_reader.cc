@@ -115,6 +115,10 @@ ShardReader::ShardReader(const ShardReaderSpec& spec) : spec_(spec) {
     for (int32_t pair = 0; pair < shard->summary.pairs; ++pair) {
       if (fits_positions(shard->summary, pair, spec.max_sentence_tokens)) {
         ++total_pairs_;
+        // Padded as make_batch pads: x + eos, bos + y (plan() cuts batches so).
+        longest_padded_side_ = std::max<int64_t>(
+            longest_padded_side_, int64_t{std::max(shard->summary.source_lengths[pair],
+                                                   shard->summary.target_lengths[pair])} + 1);
       } else {
         ++dropped_too_long_;
       }

@@ -75,6 +75,7 @@ class ShardReader final : public BatchSource {
   // The pairs an epoch delivers: those of the shards, less dropped_too_long().
   int64_t pairs() const override { return total_pairs_; }
   int64_t dropped_too_long() const { return dropped_too_long_; }
+  int64_t longest_padded_side() const override { return longest_padded_side_; }
   // The shards of format 1, which carry no checksums.
   const std::vector<std::string>& unchecksummed_files() const { return unchecksummed_files_; }
   // One line for each thing a user should know before training on this corpus (named
@@ -99,6 +100,7 @@ class ShardReader final : public BatchSource {
   std::vector<std::unique_ptr<Shard>> shards_;
   int64_t total_pairs_ = 0;
   int64_t dropped_too_long_ = 0;
+  int64_t longest_padded_side_ = 0;
   std::vector<std::string> unchecksummed_files_;
   bool all_resident_ = false;
   int64_t planned_budget_ = -1;

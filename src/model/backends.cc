@@ -20,6 +20,14 @@ std::string cuda_unavailable_reason() {
 #endif
 }
 
+bool built_with_cuda() {
+#if THPC_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
 int visible_cuda_devices() {
 #if THPC_HAVE_CUDA
   return static_cast<int>(cuda_devices().size());

@@ -23,6 +23,9 @@ struct BackendRequest {
 // cudaGetDeviceCount failed / found no device. Tests print it when they skip.
 std::string cuda_unavailable_reason();
 
+// Whether this build has the CUDA backend (nvcc at configure time, TRANSFORMER_CUDA on).
+bool built_with_cuda();
+
 // Number of CUDA devices this process sees; 0 without CUDA.
 int visible_cuda_devices();
 

@@ -112,11 +112,58 @@ void score_translations(const ValidationBleu& scorer, Transformer& model,
 int resolve_vocab_size(const Config& config, const BatchSource& source) {
   const int data_vocab = source.vocab_size();
   if (config.model.vocab_size > 0 && config.model.vocab_size != data_vocab) {
-    THPC_FAIL(config.source_file << ": model.vocab_size is " << config.model.vocab_size
-                                 << " but the training data has a vocabulary of " << data_vocab
-                                 << " (set 0 to take the data's)");
+    // A configuration error every rank finds alike (they read the same data, checked
+    // before): exit 2, one message.
+    throw AllRanksError(config.source_file + ": model.vocab_size is " +
+                            std::to_string(config.model.vocab_size) +
+                            " but the training data has a vocabulary of " +
+                            std::to_string(data_vocab) + " (set 0 to take the data's)",
+                        2);
   }
   return data_vocab;
+}
+
+namespace {
+
+// train.backend = cuda in a build that has no CUDA backend: the same on every rank and
+// machine, a configuration error (a build with CUDA on a node without a GPU is the
+// node's: make_backend's runtime error).
+std::string backend_impossible(const Config& config) {
+  if (config.train.backend != "cuda" || built_with_cuda()) return "";
+  return config.source_file + ": train.backend = cuda, but " + cuda_unavailable_reason() +
+         "; set train.backend = cpu or auto";
+}
+
+}  // namespace
+
+std::string configuration_impossible(const Config& config, const BatchSource& source, int ranks) {
+  const TrainConfig& train = config.train;
+  std::ostringstream why;
+  if (const std::string backend = backend_impossible(config); !backend.empty()) {
+    why << backend;
+  } else if (train.tokens_per_step < static_cast<int64_t>(train.accumulate) * ranks) {
+    why << config.source_file << ": train.tokens_per_step " << train.tokens_per_step
+        << " cannot be shared by " << train.accumulate << " micro-batches on each of " << ranks
+        << " ranks (each needs at least one token)";
+  } else if (train.valid_bleu && train.valid_beam > source.vocab_size()) {
+    // As transformer_decode refuses a beam wider than the vocabulary: valid_beam = 10^9
+    // asked for 26 GB at the first validation, after training up to it.
+    why << config.source_file << ": train.valid_beam " << train.valid_beam
+        << " is wider than the vocabulary of " << source.vocab_size()
+        << " tokens: give at most " << source.vocab_size();
+  } else {
+    const int64_t budget = train.tokens_per_step / (static_cast<int64_t>(train.accumulate) * ranks);
+    if (source.longest_padded_side() > budget) {
+      why << config.source_file << ": train.tokens_per_step " << train.tokens_per_step
+          << " gives each of the " << train.accumulate << " micro-batches on each of " << ranks
+          << " ranks " << budget << " tokens, less than the longest pair of the data takes ("
+          << source.longest_padded_side() << " tokens a side with eos/bos); raise "
+          << "train.tokens_per_step to at least "
+          << source.longest_padded_side() * train.accumulate * ranks
+          << ", or preprocess with a smaller --max-len";
+    }
+  }
+  return why.str();
 }
 
 namespace {
@@ -181,6 +228,9 @@ void stop_if_signalled_during_start_up(const Communicator& comm) {
 
 Trainer::Trainer(const Config& config, Communicator comm)
     : config_(config), comm_(std::move(comm)) {
+  if (const std::string backend = backend_impossible(config_); !backend.empty()) {
+    throw AllRanksError(backend, 2);
+  }
   // One rank per GPU: local rank modulo the visible devices unless dist.device forces one.
   const BackendRequest request = backend_request(
       config_.train,
@@ -208,13 +258,9 @@ Trainer::Trainer(const Config& config, Communicator comm)
   // Checked in long double before any allocation: every rank alike, one message.
   const std::string too_large = training_does_not_fit(config_, vocab, host_memory_bytes());
   if (!too_large.empty()) throw AllRanksError(too_large, 2);
-  if (config_.train.tokens_per_step <
-      static_cast<int64_t>(config_.train.accumulate) * comm_.size()) {
-    throw AllRanksError(config_.source_file + ": train.tokens_per_step " +
-                            std::to_string(config_.train.tokens_per_step) + " cannot be shared by " +
-                            std::to_string(config_.train.accumulate) + " micro-batches on each of " +
-                            std::to_string(comm_.size()) + " ranks (each needs at least one token)",
-                        2);
+  if (const std::string impossible = configuration_impossible(config_, *source_, comm_.size());
+      !impossible.empty()) {
+    throw AllRanksError(impossible, 2);
   }
   micro_budget_ = micro_batch_budget(config_, comm_);
   model_ = std::make_unique<Transformer>(config_.model, vocab, source_->special_ids(), *backend_,

@@ -68,6 +68,13 @@ std::unique_ptr<ShardReader> make_validation_source(const Config& config, int sh
 // data's when both are given, or the data's.
 int resolve_vocab_size(const Config& config, const BatchSource& source);
 
+// Why the configuration cannot train with this build, or on `source` with `ranks` ranks
+// ("" when it can): train.backend = cuda in a build without CUDA, train.tokens_per_step
+// too small to share among the ranks' micro-batches, a train.valid_beam wider than the
+// vocabulary, or a micro-batch budget below the longest pair of the data. A configuration error (exit 2) that --dry-run finds as
+// training does, before anything is built.
+std::string configuration_impossible(const Config& config, const BatchSource& source, int ranks);
+
 // Seconds on the monotonic clock (std::chrono::steady_clock), from an arbitrary origin.
 double steady_seconds();
 
