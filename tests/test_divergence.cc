@@ -106,6 +106,32 @@ TEST(DivergenceDetector, NonFiniteValuesAndSpikesDivergeHealthyOnesDoNot) {
   EXPECT_TRUE(lenient.judge(NAN, 1.0).diverged());
 }
 
+// A loss that climbs slowly drags its running average up with it, each step within
+// 4 x the average (issue 34's second probe: lr_scale = 30 trained a vocabulary of 300 from
+// a loss of 5.7 to 26, exit 0). The bound never rises above factor x ln(vocabulary): the
+// climb diverges at the first loss 4 x worse than the uniform prediction's.
+TEST(DivergenceDetector, ALossThatClimbsSlowlyDivergesOnceItIsFactorTimesWorseThanUniform) {
+  const TrainConfig config;  // factor 4
+  DivergenceDetector detector(config, /*vocab_size=*/300);
+  const double uniform = std::log(300.0);
+  double loss = uniform;
+  double diverged_at = 0.0;
+  for (int step = 0; step < 400 && diverged_at == 0.0; ++step, loss *= 1.03) {
+    if (detector.judge(loss, 1.0).diverged()) {
+      diverged_at = loss;
+    } else {
+      detector.accept(loss, 1.0);
+    }
+  }
+  EXPECT_GT(diverged_at, 4.0 * uniform);
+  EXPECT_LE(diverged_at, 4.0 * uniform * 1.03);
+  // A run whose loss stays below ln(vocabulary) keeps its running average as the reference.
+  DivergenceDetector learning(config, 300);
+  for (int step = 0; step < 100; ++step) learning.accept(2.0, 1.0);
+  EXPECT_FALSE(learning.judge(7.9, 1.0).diverged());
+  EXPECT_EQ(learning.judge(8.1, 1.0).kind, DivergenceKind::LossSpike);
+}
+
 // ---- the issue's case: a resume with an exploding learning rate ----
 
 TEST_F(DivergenceTest, AnExplodingLearningRateStopsBeforeItsUpdateAndKeepsTheHealthyCheckpoints) {

@@ -225,8 +225,8 @@ const std::vector<Option>& option_table() {
                   "then stop)"),
       THPC_OPTION(train, divergence_loss_factor, THPC_ZERO_OR_ABOVE(1),
                   "a loss above this times max(1, the running average of the healthy steps' "
-                  "loss; ln(vocabulary) before the first) is a divergence; 0 = only a "
-                  "non-finite loss is"),
+                  "loss, at most ln(vocabulary), which it is before the first) is a "
+                  "divergence; 0 = only a non-finite loss is"),
       THPC_OPTION(train, divergence_gnorm_factor, THPC_ZERO_OR_ABOVE(1),
                   "a gradient norm above this times the running average of the healthy "
                   "steps' norm is a divergence (after divergence_warmup steps); 0 = only a "

@@ -3,7 +3,8 @@
 // before the step's update so that a divergent step can be left out.
 //
 // A step diverges when its loss or its gradient norm is not finite, or when either is a
-// spike: the loss above train.divergence_loss_factor times max(1, its running average),
+// spike: the loss above train.divergence_loss_factor times max(1, min(its running
+// average, ln(vocabulary))),
 // the gradient norm above train.divergence_gnorm_factor times its running average once
 // train.divergence_warmup healthy steps have set that average. The loss needs no warm-up:
 // before the first step its reference is ln(vocabulary), the label-smoothed
