@@ -396,6 +396,40 @@ TEST(StopSignal, SigusrOneAsksToStopAndTheOldHandlerComesBack) {
   std::signal(SIGUSR1, SIG_DFL);
 }
 
+// Ctrl-C asks to stop like SIGTERM (issue 34's second probe: SIGINT to one rank killed it,
+// and the job, without a checkpoint), once: a second SIGINT ends the process as Ctrl-C
+// does; a SIGINT ignored on entry (a shell's background job) stays ignored.
+TEST(StopSignal, SigintAsksToStopOnceASecondOneEndsTheProcessAndAnIgnoredOneStaysIgnored) {
+  // The test may itself run with SIGINT ignored (started in the background).
+  const auto original = std::signal(SIGINT, SIG_DFL);
+  {
+    const StopSignalGuard guard;
+    std::raise(SIGINT);
+    EXPECT_EQ(stop_requested_by(), SIGINT);
+    EXPECT_STREQ(stop_signal_name(SIGINT), "SIGINT");
+    std::raise(SIGTERM);  // the scheduler's stop outranks an interactive one
+    EXPECT_EQ(stop_requested_by(), SIGTERM);
+  }
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const StopSignalGuard guard;
+    std::raise(SIGINT);
+    std::raise(SIGINT);  // ends the child by SIGINT
+    _exit(stop_requested_by() == SIGINT ? 3 : 4);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) << status;
+  std::signal(SIGINT, SIG_IGN);
+  {
+    const StopSignalGuard guard;
+    std::raise(SIGINT);
+    EXPECT_EQ(stop_requested_by(), 0);
+  }
+  std::signal(SIGINT, original);
+}
+
 // ---- when checkpoints are written, and how many stay ----
 
 TEST(CheckpointSchedule, ByStepsAndByTime) {

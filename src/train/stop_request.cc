@@ -7,20 +7,38 @@ namespace {
 
 // Written by the handler, read by the loop: a lock-free atomic is what a handler may touch.
 volatile std::sig_atomic_t g_stop_signal = 0;
+// Whether a SIGINT came already (a second one ends the process).
+volatile std::sig_atomic_t g_interrupted = 0;
 
-constexpr int kStopSignals[] = {SIGTERM, SIGUSR1};
+constexpr int kStopSignals[] = {SIGTERM, SIGUSR1, SIGINT};
 struct sigaction g_previous[sizeof kStopSignals / sizeof kStopSignals[0]];
 // Guards alive now; only the outermost installs and restores (the process is
 // single-threaded where guards are made: main and the trainer's run()).
 int g_live_guards = 0;
 
-extern "C" void record_stop_signal(int signal_number) { g_stop_signal = signal_number; }
+extern "C" void record_stop_signal(int signal_number) {
+  // A second Ctrl-C is the user not wanting to wait for the step and its checkpoint: the
+  // default action, as if no handler were there (sigaction and raise are async-signal-safe).
+  if (signal_number == SIGINT && g_interrupted) {
+    struct sigaction default_action {};
+    default_action.sa_handler = SIG_DFL;
+    sigemptyset(&default_action.sa_mask);
+    sigaction(SIGINT, &default_action, nullptr);
+    raise(SIGINT);
+    return;
+  }
+  if (signal_number == SIGINT) g_interrupted = 1;
+  // The strongest request stays (SIGTERM over SIGUSR1 over SIGINT, as the ranks agree by
+  // the maximum): a later Ctrl-C does not turn a scheduler's stop into an interactive one.
+  if (signal_number > g_stop_signal) g_stop_signal = signal_number;
+}
 
 }  // namespace
 
 StopSignalGuard::StopSignalGuard() {
   if (g_live_guards++ > 0) return;
   g_stop_signal = 0;
+  g_interrupted = 0;
   struct sigaction action {};
   action.sa_handler = record_stop_signal;
   sigemptyset(&action.sa_mask);
@@ -28,6 +46,11 @@ StopSignalGuard::StopSignalGuard() {
   action.sa_flags = SA_RESTART;
   for (size_t i = 0; i < sizeof kStopSignals / sizeof kStopSignals[0]; ++i) {
     sigaction(kStopSignals[i], &action, &g_previous[i]);
+    // A shell starts background jobs with SIGINT ignored, so that a Ctrl-C meant for the
+    // foreground does not reach them: keep it so.
+    if (kStopSignals[i] == SIGINT && g_previous[i].sa_handler == SIG_IGN) {
+      sigaction(SIGINT, &g_previous[i], nullptr);
+    }
   }
 }
 
@@ -43,6 +66,7 @@ int stop_requested_by() { return g_stop_signal; }
 const char* stop_signal_name(int signal_number) {
   if (signal_number == SIGTERM) return "SIGTERM";
   if (signal_number == SIGUSR1) return "SIGUSR1";
+  if (signal_number == SIGINT) return "SIGINT";
   return "a signal";
 }
 
