@@ -100,6 +100,17 @@ TEST(Distributed, TwoRanksTrainAndAnnounceThemselves) {
   std::filesystem::remove_all(scratch_run());
 }
 
+// dist.bucket_mb has no upper bound: 1e30 MiB (issue 34's second probe) overflowed the
+// conversion to bytes, undefined behaviour that the sanitized suite reports; a bucket
+// larger than every gradient is one bucket, and the run trains as with the default.
+TEST(Distributed, ABucketLargerThanEveryGradientIsOneBucket) {
+  const JobResult run =
+      mpirun_trainer("", "--model.layers=1 --train.max_steps=2 --dist.bucket_mb=1e30");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(occurrences(run.output, "final: step=2"), 1u) << run.output;
+  std::filesystem::remove_all(scratch_run());
+}
+
 TEST(Distributed, AFailingRankEndsTheJobWithinThirtySeconds) {
   const JobResult run = mpirun_trainer("THPC_FAIL_AT=1:3", "--train.max_steps=50 --train.log_every=1");
   EXPECT_NE(run.exit_code, 0) << run.output;

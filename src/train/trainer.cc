@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cmath>
@@ -273,7 +274,11 @@ Trainer::Trainer(const Config& config, Communicator comm)
   detector_ = std::make_unique<DivergenceDetector>(config_.train, vocab);
   run_id_ = comm_.broadcast_from_root(comm_.is_root() ? new_run_id() : std::string());
   if (comm_.size() > 1) {
-    const int64_t bucket_bytes = static_cast<int64_t>(config_.dist.bucket_mb * 1024.0 * 1024.0);
+    // A bucket larger than every gradient is one bucket: bounded before the conversion
+    // (dist.bucket_mb = 1e30 overflowed int64, undefined behaviour), and at least a byte.
+    const double bucket_limit = static_cast<double>(model_->params().count()) * 8.0 + 1.0;
+    const int64_t bucket_bytes = static_cast<int64_t>(
+        std::clamp(config_.dist.bucket_mb * 1024.0 * 1024.0, 1.0, bucket_limit));
     reducer_ = backend_->host_memory()
                    ? make_mpi_gradient_reducer(comm_, bucket_bytes)
                    : make_nccl_gradient_reducer(comm_, *backend_, bucket_bytes,
