@@ -291,9 +291,11 @@ inline std::string describe(DType dtype, int64_t n, float p = 0.0f) {
   return out.str();
 }
 
-// Bitwise equality of two float vectors (determinism).
+// Bitwise equality of two float vectors (determinism). Empty vectors are equal without
+// memcmp, whose pointers must not be null even for a size of 0.
 inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // 2^-23, the machine epsilon of fp32, as the GEMM and sum tolerances count it.
