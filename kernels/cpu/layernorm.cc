@@ -98,36 +98,14 @@ void add_norm_parameter_gradients(T* dgamma, T* dbeta, const T* dy, const T* x, 
   });
 }
 
-// The gradient of one row's layer norm with respect to its input, passed to
-// visit(col, g) column by column: with xhat = (x - mean) * rstd and g = dy * gamma,
+// The gradient of layer norm with respect to its input, for kRows consecutive rows (stride
+// d) at once, into g_rows [kRows, d]: with xhat = (x - mean) * rstd and g = dy * gamma,
 //   rstd * (g - mean(g) - xhat * mean(g * xhat)),
-// the two row means accumulated in double, the result rounded to T.
-template <typename T, typename Visit>
-void normalized_row_gradient(const T* dy_row, const T* x_row, T mean, T rstd, const T* gamma,
-                             int d, Visit&& visit) {
-  const double row_mean = static_cast<double>(mean);
-  const double row_rstd = static_cast<double>(rstd);
-  double sum_g = 0.0, sum_g_xhat = 0.0;
-  for (int col = 0; col < d; ++col) {
-    const double xhat = (static_cast<double>(x_row[col]) - row_mean) * row_rstd;
-    const double g = static_cast<double>(dy_row[col]) * gamma[col];
-    sum_g += g;
-    sum_g_xhat += g * xhat;
-  }
-  const double mean_g = sum_g / d, mean_g_xhat = sum_g_xhat / d;
-  for (int col = 0; col < d; ++col) {
-    const double xhat = (static_cast<double>(x_row[col]) - row_mean) * row_rstd;
-    const double g = static_cast<double>(dy_row[col]) * gamma[col];
-    visit(col, static_cast<T>(row_rstd * (g - mean_g - xhat * mean_g_xhat)));
-  }
-}
-
-// normalized_row_gradient of kRows consecutive rows (stride d) at once, the gradients into
-// g_rows [kRows, d]: each row's two sums run over its columns in order, as for one row
-// alone, with the rows' chains interleaved (as normalize_rows does: one chain of dependent
-// double additions runs at the adder's latency), and the per-element pass, free of the
-// caller's stores and draws, is one the compiler vectorises. The same bits as
-// normalized_row_gradient row by row (AddNorm.FusedBackwardIsTheUnfusedOpsBitForBit).
+// the two row means accumulated in double over the row's columns in order, the result
+// rounded to T. The rows' sum chains are interleaved (as normalize_rows does: one chain of
+// dependent double additions runs at the adder's latency), so a row's bits do not depend
+// on the rows beside it, and the per-element pass, free of the caller's stores and draws,
+// is one the compiler vectorises.
 template <int kRows, typename T>
 void normalized_rows_gradient(T* g_rows, const T* dy, const T* x, const T* mean,
                               const T* rstd, const T* gamma, int d) {
@@ -157,6 +135,15 @@ void normalized_rows_gradient(T* g_rows, const T* dy, const T* x, const T* mean,
   }
 }
 
+// A buffer of `count` elements of E for the calling thread, kept between calls (a row or a
+// group of rows' worth, d_model wide: allocated once per thread, not once per group).
+template <typename E>
+E* thread_buffer(size_t count) {
+  thread_local std::vector<E> buffer;
+  buffer.resize(count);
+  return buffer.data();
+}
+
 }  // namespace
 
 // Each row normalised independently (normalize_rows, a few rows at a time).
@@ -171,7 +158,7 @@ void layernorm_forward(T* y, T* mean, T* rstd, const T* x, const T* gamma, const
   });
 }
 
-// dx += rstd * (g - mean(g) - xhat * mean(g * xhat)) (normalized_row_gradient; kWrite:
+// dx += rstd * (g - mean(g) - xhat * mean(g * xhat)) (normalized_rows_gradient; kWrite:
 // dx = 0 + that); dgamma, dbeta += their column sums (add_norm_parameter_gradients).
 template <typename T>
 void layernorm_backward(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, const T* mean,
@@ -180,15 +167,17 @@ void layernorm_backward(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, con
   add_norm_parameter_gradients(dgamma, dbeta, dy, x, mean, rstd, rows, d, threads);
   if (dx == nullptr) return;
   const bool write = store == GradStore::kWrite;
-#pragma omp parallel for schedule(static) num_threads(threads)
-  for (int row = 0; row < rows; ++row) {
-    const int64_t offset = static_cast<int64_t>(row) * d;
-    T* dx_row = dx + offset;
-    normalized_row_gradient(dy + offset, x + offset, mean[row], rstd[row], gamma, d,
-                            [&](int col, T g) {
-                              dx_row[col] = (write ? T(0) : dx_row[col]) + g;
-                            });
-  }
+  for_row_groups(rows, d, [&](int first, auto count) {
+    constexpr int kRows = decltype(count)::value;
+    T* gradients = thread_buffer<T>(static_cast<size_t>(kRows) * d);
+    const int64_t offset = static_cast<int64_t>(first) * d;
+    normalized_rows_gradient<kRows>(gradients, dy + offset, x + offset, mean + first,
+                                    rstd + first, gamma, d);
+    T* dx_rows = dx + offset;
+    for (int64_t i = 0; i < int64_t(kRows) * d; ++i) {
+      dx_rows[i] = (write ? T(0) : dx_rows[i]) + gradients[i];
+    }
+  });
 }
 
 // LayerNorm(x + Dropout(sub)) a few rows at a time: each row's residual (the expression of
@@ -204,8 +193,7 @@ void add_dropout_layernorm_forward(T* y, T* residual, T* mean, T* rstd, const T*
   const T scale = keep_scale<T>(p);
   for_row_groups(rows, d, [&](int first, auto count) {
     const int64_t first_offset = static_cast<int64_t>(first) * d;
-    thread_local std::vector<uint8_t> keep;  // a row's mask (see the backward)
-    keep.resize(static_cast<size_t>(d));
+    uint8_t* keep = thread_buffer<uint8_t>(static_cast<size_t>(d));  // a row's mask
     for (int row = first; row < first + decltype(count)::value; ++row) {
       const int64_t offset = static_cast<int64_t>(row) * d;
       const T* x_row = x + offset;
@@ -216,7 +204,7 @@ void add_dropout_layernorm_forward(T* y, T* residual, T* mean, T* rstd, const T*
       } else {
         // keep ? x + sub * scale : x, as x + (keep ? sub * scale : -0): adding -0 is IEEE's
         // exact identity, and the select (both sides loaded) vectorises.
-        dropout_keep_mask(key, offset, d, p, keep.data());
+        dropout_keep_mask(key, offset, d, p, keep);
         for (int col = 0; col < d; ++col) {
           const T dropped_sub = sub_row[col] * scale;
           r_row[col] = x_row[col] + (keep[col] != 0 ? dropped_sub : T(-0.0));
@@ -230,7 +218,7 @@ void add_dropout_layernorm_forward(T* y, T* residual, T* mean, T* rstd, const T*
 }
 
 // The backward of the two in one pass over the rows: each row's residual gradient g
-// (normalized_row_gradient, not stored) goes straight to dx += g and d_sub += g * keep /
+// (normalized_rows_gradient, not stored) goes straight to dx += g and d_sub += g * keep /
 // (1 - p), as layernorm_backward into a zeroed buffer followed by
 // residual_dropout_backward would put it (same bits: the buffer's 0 + g is kept). kWrite
 // stores the same sums onto zeros instead of onto dx and d_sub (0 where dropped).
@@ -247,17 +235,14 @@ void add_dropout_layernorm_backward(T* dx, T* d_sub, T* dgamma, T* dbeta, const 
   const bool write = store == GradStore::kWrite;
   for_row_groups(rows, d, [&](int first, auto count) {
     constexpr int kRows = decltype(count)::value;
-    // This thread's residual gradients of the group's rows (a thread runs one group at a
-    // time; d_model wide, so kept between groups instead of allocated for each).
-    thread_local std::vector<T> gradients;
-    gradients.resize(static_cast<size_t>(kRows) * d);
+    T* gradients = thread_buffer<T>(static_cast<size_t>(kRows) * d);  // the group's rows'
     const int64_t first_offset = static_cast<int64_t>(first) * d;
-    normalized_rows_gradient<kRows>(gradients.data(), dy + first_offset,
+    normalized_rows_gradient<kRows>(gradients, dy + first_offset,
                                     residual + first_offset, mean + first, rstd + first,
                                     gamma, d);
     for (int r = 0; r < kRows; ++r) {
       const int64_t offset = first_offset + int64_t(r) * d;
-      const T* g_row = gradients.data() + int64_t(r) * d;
+      const T* g_row = gradients + int64_t(r) * d;
       T* dx_row = dx != nullptr ? dx + offset : nullptr;
       T* d_sub_row = d_sub != nullptr ? d_sub + offset : nullptr;
       if (dx_row != nullptr) {
@@ -274,9 +259,8 @@ void add_dropout_layernorm_backward(T* dx, T* d_sub, T* dgamma, T* dbeta, const 
       }
       // d_sub += (keep ? g * scale : -0): where dropped, adding -0 leaves d_sub's bits as
       // they are (kWrite: 0 + -0 = 0), and the select vectorises.
-      thread_local std::vector<uint8_t> keep;
-      keep.resize(static_cast<size_t>(d));
-      dropout_keep_mask(key, offset, d, p, keep.data());
+      uint8_t* keep = thread_buffer<uint8_t>(static_cast<size_t>(d));
+      dropout_keep_mask(key, offset, d, p, keep);
       for (int col = 0; col < d; ++col) {
         const T kept = (T(0) + g_row[col]) * scale;
         d_sub_row[col] = (write ? T(0) : d_sub_row[col]) + (keep[col] != 0 ? kept : T(-0.0));
