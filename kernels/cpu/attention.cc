@@ -178,7 +178,7 @@ void attention_backward(T* dq, T* dk, T* dv, const T* d_out, const T* saved, con
     }
     return;
   }
-  const T beta = store == GradStore::kWrite ? T(0) : T(1);
+  const T beta = gradient_beta<T>(store);
   const int ld_out = shape.heads * d_v;
   const T scale = T(1) / std::sqrt(static_cast<T>(d_k));
   const int blocks = shape.batch * shape.heads;  // independent, as in forward

@@ -7,7 +7,17 @@
 
 #include <cblas.h>
 
+#include "kernels/ops.h"
+
 namespace thpc::cpu {
+
+// The beta of a GEMM whose C is an activation gradient stored as `store` says: 1 adds into
+// C; 0 writes it (BLAS then reads no C and scales a zeroed C, so the bits are those of
+// adding into zeros).
+template <typename T>
+T gradient_beta(GradStore store) {
+  return store == GradStore::kWrite ? T(0) : T(1);
+}
 
 inline void gemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n, int k,
                  float alpha, const float* a, int lda, const float* b, int ldb, float beta,

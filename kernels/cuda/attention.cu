@@ -455,7 +455,7 @@ void attention_backward(Context& context, T* dq, T* dk, T* dv, const T* d_out, c
     THPC_CUDA_CHECK_LAUNCH("dropped_weights");
     // dV [Lk, d_v] += P'^T dO   (column-major: dV^T += dO^T P')
     gemm_pairs(context, pointers, B, h, CUBLAS_OP_N, CUBLAS_OP_T, d_v, Lk, Lq, 1.0f, op_do, op_w,
-               write_dv ? 0.0f : 1.0f, op_dv);
+               gradient_beta(write_dv), op_dv);
   }
   if (!need_scores) return;
   // dP' [Lq, Lk] = dO V^T, fp32   (column-major: dP'^T = (V^T)^T dO^T)
@@ -469,12 +469,12 @@ void attention_backward(Context& context, T* dq, T* dk, T* dv, const T* d_out, c
   if (dq != nullptr) {
     // dQ [Lq, d_k] += dS K / sqrt(d_k)   (column-major: dQ^T += K^T dS^T)
     gemm_pairs(context, pointers, B, h, CUBLAS_OP_N, CUBLAS_OP_N, d_k, Lq, Lk, scale, op_k, op_ds,
-               write_dq ? 0.0f : 1.0f, op_dq);
+               gradient_beta(write_dq), op_dq);
   }
   if (dk != nullptr) {
     // dK [Lk, d_k] += dS^T Q / sqrt(d_k)   (column-major: dK^T += Q^T dS)
     gemm_pairs(context, pointers, B, h, CUBLAS_OP_N, CUBLAS_OP_T, d_k, Lk, Lq, scale, op_q, op_ds,
-               write_dk ? 0.0f : 1.0f, op_dk);
+               gradient_beta(write_dk), op_dk);
   }
 }
 

@@ -49,4 +49,8 @@ bool writes_gradient(Context& context, GradStore store, T* out, int64_t n) {
   return writes_gradient(context, store, out, 1, n, n);
 }
 
+// The beta of a GEMM whose C is an activation gradient the twin writes (0: what
+// writes_gradient said) or adds into (1).
+inline float gradient_beta(bool write) { return write ? 0.0f : 1.0f; }
+
 }  // namespace thpc::cuda

@@ -438,9 +438,6 @@ void relu_bias_backward(Context& context, T* d_pre, float* db, const T* dy, cons
   THPC_CUDA_CHECK_LAUNCH("column_sums_finish_kernel");
 }
 
-// The GEMM's beta for an activation gradient the twin adds into (1) or writes (0).
-float gradient_beta(bool write) { return write ? 0.0f : 1.0f; }
-
 template <typename T>
 void linear_backward(Context& context, T* dx, float* dW, float* db, const T* dy, const T* x,
                      const T* W, int M, int K, int N, GradStore store) {
