@@ -68,7 +68,8 @@ inline void keep_four_blocks(const DropoutKey& key, uint32_t block, float p, boo
   const __m128i words[4] = {c0, c1, c2, c3};
   alignas(16) int32_t keep[4][4];
   for (int w = 0; w < 4; ++w) {
-    const __m128 uniform = _mm_mul_ps(_mm_cvtepi32_ps(_mm_srli_epi32(words[w], kUniformShift)), unit);
+    const __m128 uniform =
+        _mm_mul_ps(_mm_cvtepi32_ps(_mm_srli_epi32(words[w], kUniformShift)), unit);
     _mm_store_si128(reinterpret_cast<__m128i*>(keep[w]),
                     _mm_castps_si128(_mm_cmpge_ps(uniform, threshold)));
   }

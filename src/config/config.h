@@ -52,7 +52,7 @@ struct TrainConfig {
   std::string precision = "bf16";  // GPU activations and GEMM operands: bf16 | fp32
   // verified | candidate: the GPU kernels whose twins passed on a GPU, or with them the
   // variants written since and not yet run on one (docs/testing.md, "Kernels not yet
-  // run on a GPU"; none at present).
+  // run on a GPU"; at present the GradStore writes of the backward ops).
   std::string cuda_kernels = "verified";
   uint64_t seed = 1;
   int64_t max_steps = 100000;
