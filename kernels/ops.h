@@ -178,6 +178,12 @@ class Backend {
   // backend says otherwise. Incremental decoding zeroes a new key/value cache only when
   // it does (the CPU's reads the valid keys alone; CUDA's batched GEMMs read all).
   virtual bool attention_reads_masked_keys() const { return true; }
+  // What encoding a source batch in one more part costs here, in rows: Transformer::
+  // encode runs a batch of mixed lengths in groups of similar length, each padded to its
+  // own longest, when that computes fewer rows in all, this cost per group included.
+  // 0: always in one part (CUDA's, until measured on a GPU: a group costs its launches
+  // there, and transformer_decode's length-sorted GPU batches are nearly uniform).
+  virtual int encoder_group_cost_rows() const { return 0; }
 
   // ---- the fused ops -------------------------------------------------------------
   // Whether the model takes the fused ops (add_dropout_layernorm_*, linear_relu_forward,

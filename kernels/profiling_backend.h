@@ -115,6 +115,7 @@ class ProfilingBackend final : public Backend {
     return inner_.attention_reads_masked_keys();
   }
   bool fused_ops_by_default() const override { return inner_.fused_ops_by_default(); }
+  int encoder_group_cost_rows() const override { return inner_.encoder_group_cost_rows(); }
 
   // The ops: each entry of kernels/op_list.h passed on to the inner backend between two
   // marks, counted in its class with its matrix FLOPs.

@@ -19,6 +19,7 @@
 #include "decode_oracles.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/transformer.h"
+#include "model/transformer_state.h"
 #include "train/lr_schedule.h"
 #include "train/trainer.h"
 
@@ -341,6 +342,74 @@ TEST(ModelForward, DecoderIsCausal) {
   bool differs = false;
   for (size_t i = 0; i < a.size(); ++i) differs |= a[i] != c3[i];
   EXPECT_TRUE(differs) << "the next-token distribution ignores the prefix";
+}
+
+// ---- encode() in length groups ----------------------------------------------------
+
+TEST(EncodeInGroups, GroupsAreRunsOfSentencesOfSimilarLength) {
+  using model_detail::encoder_length_groups;
+  // Two long sentences among short ones: padding the short ones to 41 costs more rows
+  // than a second group; ties keep batch order.
+  const std::vector<int32_t> lengths = {3, 41, 4, 3, 40, 3, 4, 3};
+  const std::vector<std::vector<int>> expected = {{1, 4}, {2, 6, 0, 3, 5, 7}};
+  EXPECT_EQ(encoder_length_groups(lengths, 16), expected);
+  // A group costing more than the padding it saves: one group, longest first.
+  const std::vector<std::vector<int>> one = {{1, 4, 2, 6, 0, 3, 5, 7}};
+  EXPECT_EQ(encoder_length_groups(lengths, 1000), one);
+  // Equal lengths: nothing to save.
+  EXPECT_EQ(encoder_length_groups({7, 7, 7}, 0).size(), 1u);
+  // No cost at all: a group per length.
+  EXPECT_EQ(encoder_length_groups(lengths, 0).size(), 4u);
+  EXPECT_TRUE(encoder_length_groups({}, 16).empty());
+}
+
+TEST(EncodeInGroups, TheDecoderReadsWhatTheWholeBatchGives) {
+  // encode() runs this batch (two long sentences, ten short ones) in two groups on the
+  // CPU; evaluate() runs it whole. The decoder's log-probabilities read the encoder output
+  // of the last of the two: a row copied to the wrong place, a pad row read as a key or a
+  // group padded short would change them by far more than rounding. Tolerance: a
+  // sentence's rows are rounded differently by the GEMM's tiles when the rows around it
+  // change (OpenBLAS's sgemm: about a third of a row's elements differ by an ulp between
+  // M = 492 and M = 7); through two layers and the decoder that stays below 1e-5 on
+  // log-probabilities of magnitude ~3 (measured: F32 2e-6, F64 0).
+  std::vector<TokenSequence> sources;
+  for (int i = 0; i < 12; ++i) {
+    const int length = i == 2 ? 40 : i == 7 ? 38 : 2 + i % 2;
+    TokenSequence source;
+    for (int t = 0; t < length; ++t) source.push_back(4 + (3 * i + t) % 9);
+    sources.push_back(source);
+  }
+  const SpecialIds ids;
+  const std::vector<TokenSequence> targets(sources.size(), TokenSequence{5, 6});
+  const Batch batch = make_batch(sources, targets, ids);
+  for (const DType dtype : {DType::F32, DType::F64}) {
+    auto backend = make_cpu_backend(dtype);
+    ASSERT_EQ(model_detail::encoder_length_groups(batch.src_lengths,
+                                                  backend->encoder_group_cost_rows())
+                  .size(),
+              2u);
+    ModelConfig c = small_model(false, true);
+    c.d_model = 16;
+    c.heads = 2;
+    c.d_k = 8;
+    c.d_v = 8;
+    c.max_positions = 64;
+    Transformer model(c, 13, ids, *backend, 7);
+    const int B = batch.size, T = 2;
+    std::vector<int32_t> tgt_in, prefix_lengths(B, T);
+    for (int b = 0; b < B; ++b) tgt_in.insert(tgt_in.end(), {ids.bos, 4 + b % 7});
+    model.evaluate(batch);  // the whole batch's encoder output
+    const std::vector<float> whole = model.next_token_log_probs(tgt_in, prefix_lengths, T);
+    model.encode(batch);  // in groups
+    const std::vector<float> grouped = model.next_token_log_probs(tgt_in, prefix_lengths, T);
+    ASSERT_EQ(whole.size(), grouped.size());
+    float largest = 0;
+    for (size_t i = 0; i < whole.size(); ++i) {
+      largest = std::max(largest, std::abs(whole[i] - grouped[i]));
+      ASSERT_NEAR(whole[i], grouped[i], 1e-5) << dtype_name(dtype) << " element " << i;
+    }
+    std::cout << dtype_name(dtype) << " largest difference " << largest << "\n";
+  }
 }
 
 // ---- synthetic data ---------------------------------------------------------------

@@ -1,6 +1,8 @@
 #include "model/transformer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "common/error.h"
 #include "kernels/positions.h"
@@ -167,10 +169,12 @@ Transformer::Transformer(const ModelConfig& config, int vocab_size, const Specia
 
 Transformer::~Transformer() {
   State& s = *state_;
-  for (IdBuffer* b : {&s.src, &s.tgt_in, &s.tgt_out, &s.src_lengths, &s.tgt_lengths}) {
+  for (IdBuffer* b : {&s.src, &s.tgt_in, &s.tgt_out, &s.src_lengths, &s.tgt_lengths,
+                      &s.group_rows_to, &s.group_rows_from}) {
     backend_.free_ids(b->ids);
   }
   if (s.sinusoid) backend_.free(s.sinusoid);
+  if (s.grouped_encoder_out) backend_.free(s.grouped_encoder_out);
 }
 
 void Transformer::upload_batch(const Batch& batch) {
@@ -403,9 +407,91 @@ void Transformer::layer_gradients_final(const char* stack, int layer) const {
   gradients_final_from(params_.entry(entry).offset);
 }
 
+namespace model_detail {
+
+std::vector<std::vector<int>> encoder_length_groups(const std::vector<int32_t>& lengths,
+                                                    int group_cost_rows) {
+  const int n = static_cast<int>(lengths.size());
+  std::vector<int> order(n);
+  for (int i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return lengths[a] > lengths[b]; });
+  // cost[j]: the fewest rows for the first j sentences of `order`; a group [i, j) is
+  // padded to its first (longest) sentence's length.
+  std::vector<int64_t> cost(n + 1, 0);
+  std::vector<int> group_start(n + 1, 0);
+  for (int j = 1; j <= n; ++j) {
+    cost[j] = -1;
+    for (int i = 0; i < j; ++i) {
+      const int64_t rows = cost[i] + int64_t(j - i) * lengths[order[i]] + group_cost_rows;
+      if (cost[j] < 0 || rows < cost[j]) {
+        cost[j] = rows;
+        group_start[j] = i;
+      }
+    }
+  }
+  std::vector<std::vector<int>> groups;
+  for (int j = n; j > 0; j = group_start[j]) {
+    groups.emplace_back(order.begin() + group_start[j], order.begin() + j);
+  }
+  std::reverse(groups.begin(), groups.end());
+  return groups;
+}
+
+}  // namespace model_detail
+
 void Transformer::encode(const Batch& batch) {
-  upload_batch(batch);
-  forward_encoder(false, DropoutContext{}, EncoderActivations::kOutputOnly);
+  // A decoding batch holds sentences of many lengths (transformer_decode's are sorted by
+  // length but budgeted in tokens, and a short input is one batch): padded to the
+  // longest, the encoder computes pad rows as well, half of the rows for the first 40
+  // lines of newstest2014. Where the backend prices a group (Backend::
+  // encoder_group_cost_rows), the sentences are encoded in groups of similar length and
+  // the output put together. Each sentence's encoding is its own either way (attention
+  // and the row ops are per sentence, a product's row is that row times the weights); the
+  // bits may differ as they do between batchings (BLAS kernels round a row differently
+  // by its place in the tile).
+  const int group_cost = backend_.encoder_group_cost_rows();
+  const std::vector<std::vector<int>> groups =
+      group_cost > 0 ? encoder_length_groups(batch.src_lengths, group_cost)
+                     : std::vector<std::vector<int>>{};
+  if (groups.size() <= 1) {
+    upload_batch(batch);
+    forward_encoder(false, DropoutContext{}, EncoderActivations::kOutputOnly);
+    return;
+  }
+  State& s = *state_;
+  const int d = config_.d_model;
+  const int64_t numel = int64_t(batch.size) * batch.src_len * d;
+  ensure_capacity(backend_, s.grouped_encoder_out, backend_.compute_dtype(), numel, false);
+  const Tensor out = s.grouped_encoder_out.slice(0, numel);
+  backend_.zero(out);  // the pad rows, which the decoder's k|v projection reads
+  std::vector<int32_t> to, from;
+  for (const std::vector<int>& members : groups) {
+    Batch part;
+    part.size = static_cast<int>(members.size());
+    part.src_len = batch.src_lengths[members.front()];
+    to.clear();
+    from.clear();
+    for (int i = 0; i < part.size; ++i) {
+      const int sentence = members[i];
+      const int length = batch.src_lengths[sentence];
+      const auto first = batch.src.begin() + int64_t(sentence) * batch.src_len;
+      part.src.insert(part.src.end(), first, first + part.src_len);
+      part.src_lengths.push_back(length);
+      for (int t = 0; t < length; ++t) {
+        to.push_back(sentence * batch.src_len + t);
+        from.push_back(i * part.src_len + t);
+      }
+    }
+    upload_batch(part);
+    forward_encoder(false, DropoutContext{}, EncoderActivations::kOutputOnly);
+    ensure_ids(backend_, s.group_rows_to, to);
+    ensure_ids(backend_, s.group_rows_from, from);
+    backend_.copy_rows(out, s.group_rows_to.ids, s.encoder_out, s.group_rows_from.ids,
+                       static_cast<int>(to.size()), d);
+  }
+  upload_batch(batch);  // the whole batch's ids and lengths, which the decoder reads
+  s.encoder_out = out;
 }
 
 std::vector<float> Transformer::next_token_log_probs(const std::vector<int32_t>& tgt_in,

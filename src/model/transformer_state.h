@@ -112,6 +112,16 @@ struct LayerActs {
   Tensor output() const { return last().y; }
 };
 
+// A source batch's sentences (their lengths, eos included) split into groups to encode
+// one at a time, each padded to its own longest: the partition of the sentences sorted
+// by length (longest first, ties in batch order) into runs that minimises the rows
+// computed, sum over groups of (sentences x longest + group_cost_rows), where
+// group_cost_rows prices a group's fixed cost (its launches, BLAS packing each weight
+// matrix once) in rows. Each group lists batch indices, longest first; one group holds
+// the whole batch when splitting saves nothing.
+std::vector<std::vector<int>> encoder_length_groups(const std::vector<int32_t>& lengths,
+                                                    int group_cost_rows);
+
 }  // namespace thpc::model_detail
 
 namespace thpc {
@@ -143,6 +153,10 @@ struct Transformer::State {
   Tensor encoder_out, decoder_out, logits;
   Tensor d_encoder_out;  // filled by backward_decoder, read by backward_encoder
   std::vector<int32_t> src_lengths_host;
+  // encode() in length groups: the batch's encoder output [B * S, d] put together from
+  // the groups' (pad rows zero), and the row indices of the copies.
+  Tensor grouped_encoder_out;
+  model_detail::IdBuffer group_rows_to, group_rows_from;
 
   Arena step_arena;  // one decoding step's activations (decode_step)
 };
