@@ -74,6 +74,12 @@ struct AttentionShape {
   const int32_t* key_lengths = nullptr;
   float dropout = 0.0f;  // attention dropout on the probabilities
   DropoutKey dropout_key;
+  // Where each sentence's keys are, int32[B, Lk] in backend memory, or null: key j of
+  // sentence b (and its value) is row key_rows[b * Lk + j] of k (v), read only for
+  // j < key_lengths[b]; null, row b * Lk + j. Incremental decoding's shared-prefix cache
+  // (model/decoder_state.h): hypotheses read their common prefix's rows where it was
+  // written. Only backends with Backend::attention_gathers_keys(), and forward only.
+  const int32_t* key_rows = nullptr;
 };
 
 // What a backward op does with its activation gradients (its Out parameters; parameter
@@ -178,6 +184,10 @@ class Backend {
   // backend says otherwise. Incremental decoding zeroes a new key/value cache only when
   // it does (the CPU's reads the valid keys alone; CUDA's batched GEMMs read all).
   virtual bool attention_reads_masked_keys() const { return true; }
+  // Whether attention_forward takes AttentionShape::key_rows (then incremental decoding
+  // keeps one shared-prefix cache and moves no key/value rows when the beam reorders).
+  // The CPU's; not CUDA's, whose kernels for it have not been written.
+  virtual bool attention_gathers_keys() const { return false; }
   // What encoding a source batch in one more part costs here, in rows: Transformer::
   // encode runs a batch of mixed lengths in groups of similar length, each padded to its
   // own longest, when that computes fewer rows in all, this cost per group included.

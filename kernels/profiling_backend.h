@@ -116,6 +116,7 @@ class ProfilingBackend final : public Backend {
   }
   bool fused_ops_by_default() const override { return inner_.fused_ops_by_default(); }
   int encoder_group_cost_rows() const override { return inner_.encoder_group_cost_rows(); }
+  bool attention_gathers_keys() const override { return inner_.attention_gathers_keys(); }
 
   // The ops: each entry of kernels/op_list.h passed on to the inner backend between two
   // marks, counted in its class with its matrix FLOPs.

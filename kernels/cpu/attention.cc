@@ -3,7 +3,9 @@
 // For each sentence b and head i the three products are one BLAS GEMM each on strided
 // views of q, k, v (no copies): S = Q_i K_i^T / sqrt(d_k), the masked softmax and the
 // dropout are plain loops over S, and out_i = P' V_i. Backward regenerates the dropout
-// mask from the DropoutKey, so only the probabilities P are saved.
+// mask from the DropoutKey, so only the probabilities P are saved. Keys gathered from
+// scattered rows (AttentionShape::key_rows, a decoding step's shared-prefix cache) take
+// plain loops for both products instead (gathered_attention_forward).
 
 #include <algorithm>
 #include <cmath>
@@ -60,6 +62,145 @@ void dropout_factors(T* factors, int64_t count, int64_t first_element,
   });
 }
 
+// One row of scores S[t, :] in place to the probabilities P (numerically stable masked
+// softmax over the first `visible` keys: subtract the row maximum; the rest exactly 0; a
+// row with no visible key, a pad sentence's, all zeros), copied to `saved_row` when not
+// null, and to `dropped_row` as P' = Dropout(P) over the first `valid` keys. `offset` is
+// the flat index of P[b, head, t, 0] in [B, h, Lq, Lk]: draw j is element offset + j
+// whatever the count, so drawing only the visible ones gives the same mask.
+template <typename T>
+void probabilities_row(T* row, T* dropped_row, T* saved_row, T* factors, int Lk, int visible,
+                       int valid, int64_t offset, const AttentionShape& shape) {
+  T row_max = visible > 0 ? row[0] : T(0);
+  for (int j = 1; j < visible; ++j) row_max = row[j] > row_max ? row[j] : row_max;
+  double sum = 0.0;
+  for (int j = 0; j < visible; ++j) {
+    row[j] = std::exp(row[j] - row_max);
+    sum += static_cast<double>(row[j]);
+  }
+  const T inverse_sum = visible > 0 ? static_cast<T>(1.0 / sum) : T(0);
+  for (int j = 0; j < visible; ++j) row[j] *= inverse_sum;
+  for (int j = visible; j < Lk; ++j) row[j] = T(0);  // masked: exactly 0
+  if (saved_row != nullptr) {
+    for (int j = 0; j < Lk; ++j) saved_row[j] = row[j];
+  }
+  dropout_factors(factors, visible, offset, shape);
+  for (int j = 0; j < visible; ++j) dropped_row[j] = row[j] * factors[j];
+  for (int j = visible; j < valid; ++j) dropped_row[j] = T(0);
+}
+
+// a . b of n elements in eight interleaved partial sums added pairwise in a fixed order:
+// vectorised, and the same bits on every target (the CPU kernels are built without FMA
+// contraction). kWidth > 0 is n known when compiling (the usual d_k = 64: unrolled,
+// measured a third faster than the loop over a run-time n).
+template <int kWidth, typename T>
+T dot(const T* a, const T* b, int n) {
+  if constexpr (kWidth > 0) n = kWidth;
+  constexpr int kLanes = 8;
+  T lane[kLanes] = {};
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) lane[l] += a[i + l] * b[i + l];
+  }
+  T sum = ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+// Asks the memory for the `bytes` from p on, a row the loop reads a few keys later: the
+// gathered rows are scattered over the cache (a position's rows of all hypotheses lie
+// together), so no hardware prefetcher can guess them.
+inline void prefetch_row(const void* p, int64_t bytes) {
+  const char* at = static_cast<const char*>(p);
+  for (int64_t offset = 0; offset < bytes; offset += 64) __builtin_prefetch(at + offset);
+}
+constexpr int kPrefetchKeysAhead = 4;
+
+// S[head, t, j] = scale (q_t,head . k_j,head) over a sentence's gathered key rows
+// (rows[j], j < valid) for every head and query, in [heads, Lq, Lk]: each key row read
+// once, whole.
+template <int kWidth, typename T>
+void gathered_scores(T* scores, const T* q, int ldq, const T* k, int ldk, const int32_t* rows,
+                     int valid, const AttentionShape& shape, T scale) {
+  const int Lq = shape.query_len, Lk = shape.key_len, d_k = shape.d_k;
+  for (int j = 0; j < valid; ++j) {
+    if (j + kPrefetchKeysAhead < valid) {
+      prefetch_row(k + static_cast<int64_t>(rows[j + kPrefetchKeysAhead]) * ldk,
+                   int64_t(shape.heads) * d_k * sizeof(T));
+    }
+    const T* key = k + static_cast<int64_t>(rows[j]) * ldk;
+    for (int head = 0; head < shape.heads; ++head) {
+      for (int t = 0; t < Lq; ++t) {
+        scores[(static_cast<int64_t>(head) * Lq + t) * Lk + j] =
+            scale * dot<kWidth>(q + static_cast<int64_t>(t) * ldq + head * d_k, key + head * d_k, d_k);
+      }
+    }
+  }
+}
+
+// The attention of a few queries per sentence over gathered key and value rows
+// (AttentionShape::key_rows): a decoding step's one query per hypothesis over its
+// prefix's rows of the shared-prefix cache. Plain loops, not BLAS: the rows are not
+// evenly spaced, and with one query a BLAS call's fixed cost was most of its time
+// (OpenBLAS's sgemv: 1.2-1.5 us for 41 keys of d_k = 64). A block is a sentence with
+// every head, so each key and value row is read once, whole; a beam's hypotheses share
+// most of their rows and follow one another, so the rows come from the CPU's cache after
+// the first (bench/RESULTS.md: 41% of the rows read are distinct within a sentence).
+template <typename T>
+void gathered_attention_forward(T* out, T* saved, const T* q, int ldq, const T* k, int ldk,
+                                const T* v, int ldv, const AttentionShape& shape) {
+  const int Lq = shape.query_len, Lk = shape.key_len, heads = shape.heads;
+  const int d_k = shape.d_k, d_v = shape.d_v, ld_out = heads * d_v;
+  const T scale = T(1) / std::sqrt(static_cast<T>(d_k));
+  for (int b = 0; b < shape.batch; ++b) valid_keys(shape, b);  // throws here, not in a thread
+  if (Lq == 0) return;
+#pragma omp parallel num_threads(threads_for(int64_t(shape.batch) * heads * Lq * Lk * (d_k + d_v)))
+  {
+    // S, then P in place, and P' = Dropout(P): [heads, Lq, Lk] each.
+    std::vector<T> scores(static_cast<size_t>(heads) * Lq * Lk);
+    std::vector<T> dropped(static_cast<size_t>(heads) * Lq * Lk);
+    std::vector<T> factors(static_cast<size_t>(Lk));
+#pragma omp for schedule(dynamic)
+    for (int b = 0; b < shape.batch; ++b) {
+      const int valid = valid_keys(shape, b);
+      const int32_t* rows = shape.key_rows + static_cast<int64_t>(b) * Lk;
+      const T* q_b = q + static_cast<int64_t>(b) * Lq * ldq;
+      T* out_b = out + static_cast<int64_t>(b) * Lq * ld_out;
+      if (d_k == 64) {
+        gathered_scores<64>(scores.data(), q_b, ldq, k, ldk, rows, valid, shape, scale);
+      } else {
+        gathered_scores<0>(scores.data(), q_b, ldq, k, ldk, rows, valid, shape, scale);
+      }
+      for (int head = 0; head < heads; ++head) {
+        for (int t = 0; t < Lq; ++t) {
+          const size_t at = (static_cast<size_t>(head) * Lq + t) * Lk;
+          const int64_t offset = probability_offset(shape, b, head, t);
+          probabilities_row(scores.data() + at, dropped.data() + at,
+                            saved != nullptr ? saved + offset : nullptr, factors.data(), Lk,
+                            visible_keys(shape, valid, t), valid, offset, shape);
+        }
+      }
+      // out[t, head] = the sum over j < valid, in order, of P'[head, t, j] v_j,head.
+      for (int t = 0; t < Lq; ++t) std::fill_n(out_b + static_cast<int64_t>(t) * ld_out, ld_out, T(0));
+      for (int j = 0; j < valid; ++j) {
+        if (j + kPrefetchKeysAhead < valid) {
+          prefetch_row(v + static_cast<int64_t>(rows[j + kPrefetchKeysAhead]) * ldv,
+                       int64_t(ld_out) * sizeof(T));
+        }
+        const T* value_row = v + static_cast<int64_t>(rows[j]) * ldv;
+        for (int head = 0; head < heads; ++head) {
+          const T* value = value_row + head * d_v;
+          for (int t = 0; t < Lq; ++t) {
+            const T weight = dropped[(static_cast<size_t>(head) * Lq + t) * Lk + j];
+            T* row = out_b + static_cast<int64_t>(t) * ld_out + head * d_v;
+            for (int c = 0; c < d_v; ++c) row[c] += weight * value[c];
+          }
+        }
+      }
+    }
+  }
+}
+
 // Columns [0, width) of `rows` rows with row stride ld set to 0 (out may be null).
 template <typename T>
 void zero_columns(T* out, int64_t rows, int width, int ld) {
@@ -76,6 +217,10 @@ template <typename T>
 void attention_forward(T* out, T* saved, const T* q, int ldq, const T* k, int ldk,
                        const T* v, int ldv, const AttentionShape& shape) {
   check_attention_shape(shape, ldq, ldk, ldv);
+  if (shape.key_rows != nullptr) {
+    gathered_attention_forward(out, saved, q, ldq, k, ldk, v, ldv, shape);
+    return;
+  }
   const int Lq = shape.query_len, Lk = shape.key_len, d_k = shape.d_k, d_v = shape.d_v;
   const int ld_out = shape.heads * d_v;
   const T scale = T(1) / std::sqrt(static_cast<T>(d_k));
@@ -119,30 +264,11 @@ void attention_forward(T* out, T* saved, const T* q, int ldq, const T* k, int ld
              scores.data(), Lk);
       }
       for (int t = 0; t < Lq; ++t) {
-        T* row = scores.data() + static_cast<size_t>(t) * Lk;
-        const int visible = visible_keys(shape, valid, t);
-        // Numerically stable softmax over the visible keys: subtract the row maximum.
-        // A row with no visible key (a pad sentence, key length 0) becomes all zeros.
-        T row_max = visible > 0 ? row[0] : T(0);
-        for (int j = 1; j < visible; ++j) row_max = row[j] > row_max ? row[j] : row_max;
-        double sum = 0.0;
-        for (int j = 0; j < visible; ++j) {
-          row[j] = std::exp(row[j] - row_max);
-          sum += static_cast<double>(row[j]);
-        }
-        const T inverse_sum = visible > 0 ? static_cast<T>(1.0 / sum) : T(0);
-        for (int j = 0; j < visible; ++j) row[j] *= inverse_sum;
-        for (int j = visible; j < Lk; ++j) row[j] = T(0);  // masked: exactly 0
+        const size_t at = static_cast<size_t>(t) * Lk;
         const int64_t offset = probability_offset(shape, b, head, t);
-        if (saved != nullptr) {
-          for (int j = 0; j < Lk; ++j) saved[offset + j] = row[j];
-        }
-        // Draw j is element offset + j whatever the count, so drawing only the visible
-        // ones gives the same mask; the product below reads only the first `valid`.
-        dropout_factors(factors.data(), visible, offset, shape);
-        T* dropped_row = dropped.data() + static_cast<size_t>(t) * Lk;
-        for (int j = 0; j < visible; ++j) dropped_row[j] = row[j] * factors[j];
-        for (int j = visible; j < valid; ++j) dropped_row[j] = T(0);
+        probabilities_row(scores.data() + at, dropped.data() + at,
+                          saved != nullptr ? saved + offset : nullptr, factors.data(), Lk,
+                          visible_keys(shape, valid, t), valid, offset, shape);
       }
       // out_i = P' V  [Lq, d_v], summed over the valid keys; for one query
       // out_i^T = V^T p'.
@@ -167,6 +293,7 @@ void attention_backward(T* dq, T* dk, T* dv, const T* d_out, const T* saved, con
                         int ldq, const T* k, int ldk, const T* v, int ldv,
                         const AttentionShape& shape, GradStore store) {
   check_attention_shape(shape, ldq, ldk, ldv);
+  THPC_CHECK(shape.key_rows == nullptr, "attention backward over gathered key rows");
   THPC_CHECK(saved != nullptr, "attention backward needs the probabilities saved by forward");
   const int Lq = shape.query_len, Lk = shape.key_len, d_k = shape.d_k, d_v = shape.d_v;
   if (Lq == 0 || Lk == 0) {  // no products: a zero gradient (to write, not to add)

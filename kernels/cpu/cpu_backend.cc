@@ -39,6 +39,7 @@ class CpuBackend final : public Backend {
   // rows' products do; 64 leaves a margin for the smaller products' lower rate. (The
   // first 40 lines of newstest2014, one batch: 3,840 rows padded, 1,934 in 5 groups.)
   int encoder_group_cost_rows() const override { return 64; }
+  bool attention_gathers_keys() const override { return true; }
   // The fused ops compute the separate ops' bits here (AddNorm.*, LinearRelu.*,
   // ReluBiasBackward.*, FusedOps.* in test_model).
   bool fused_ops_by_default() const override { return true; }

@@ -322,6 +322,8 @@ template <typename T>
 void attention_forward(Context& context, T* out, T* saved, const T* q, int ldq, const T* k,
                        int ldk, const T* v, int ldv, const AttentionShape& shape) {
   check_attention_shape(shape, ldq, ldk, ldv);
+  THPC_CHECK(shape.key_rows == nullptr,
+             "gathered key rows on CUDA (Backend::attention_gathers_keys() is false there)");
   const int B = shape.batch, h = shape.heads, Lq = shape.query_len, Lk = shape.key_len;
   const int d_k = shape.d_k, d_v = shape.d_v, ld_out = h * d_v;
   const int pairs = B * h;
@@ -377,6 +379,7 @@ void attention_backward(Context& context, T* dq, T* dk, T* dv, const T* d_out, c
                         const T* q, int ldq, const T* k, int ldk, const T* v, int ldv,
                         const AttentionShape& shape, GradStore store) {
   check_attention_shape(shape, ldq, ldk, ldv);
+  THPC_CHECK(shape.key_rows == nullptr, "attention backward over gathered key rows");
   THPC_CHECK(saved != nullptr, "attention backward needs the probabilities saved by forward");
   const int B = shape.batch, h = shape.heads, Lq = shape.query_len, Lk = shape.key_len;
   const int d_k = shape.d_k, d_v = shape.d_v, ld_out = h * d_v;

@@ -27,8 +27,8 @@ DecoderState::~DecoderState() {
   }
   for (Tensor& spare : self_spare_) backend_.free(spare);
   for (IdBuffer* b : {&step_.tokens, &step_.key_lengths, &step_.append_to, &step_.append_from,
-                      &step_.cross_slots, &source_lengths_, &move_to_, &move_from_,
-                      &best_columns_}) {
+                      &step_.cross_slots, &step_.key_rows, &source_lengths_, &move_to_,
+                      &move_from_, &best_columns_}) {
     backend_.free_ids(b->ids);
   }
 }
@@ -40,10 +40,12 @@ bool DecoderState::rows_in_order() const {
   return true;
 }
 
-int64_t DecoderState::row_capacity() const {
+int64_t DecoderState::pool_rows() const {
   if (layers_.empty() || !layers_[0].self_kv) return 0;
-  return layers_[0].self_kv.numel / (int64_t(max_len_) * kv_width());
+  return layers_[0].self_kv.numel / kv_width();
 }
+
+int64_t DecoderState::row_capacity() const { return pool_rows() / max_len_; }
 
 void DecoderState::begin(int layers, const std::vector<int>& source_of, int max_len,
                          int sentences, int source_len,
@@ -71,6 +73,9 @@ void DecoderState::begin(int layers, const std::vector<int>& source_of, int max_
   source_of_row_ = source_of;
   ensure_ids(backend_, source_lengths_, source_lengths);
   layers_.resize(layers);
+  shared_prefixes_ = backend_.attention_gathers_keys();
+  position_base_.assign(1, 0);
+  prefix_rows_.assign(static_cast<size_t>(H) * max_len, 0);
   for (LayerCache& cache : layers_) {
     // A backend whose attention reads the cache rows not yet written multiplies them by
     // probability 0, and 0 times uninitialised memory could be NaN: there a new cache is
@@ -102,11 +107,31 @@ void DecoderState::copy_cache_rows(bool into_spare,
   }
 }
 
+void DecoderState::reorder_shared_prefixes(const std::vector<int>& parent) {
+  const int H = static_cast<int>(parent.size());
+  prefix_rows_scratch_.resize(static_cast<size_t>(H) * max_len_);
+  std::vector<int> source_of_row(H);
+  for (int h = 0; h < H; ++h) {
+    std::copy_n(prefix_rows_.begin() + int64_t(parent[h]) * max_len_, positions_,
+                prefix_rows_scratch_.begin() + int64_t(h) * max_len_);
+    source_of_row[h] = source_of_row_[parent[h]];
+  }
+  prefix_rows_.swap(prefix_rows_scratch_);
+  source_of_row_ = source_of_row;
+  hypotheses_ = H;
+  row_of_.resize(H);
+  for (int h = 0; h < H; ++h) row_of_[h] = h;
+}
+
 void DecoderState::reorder(const std::vector<int>& parent) {
   const int H = static_cast<int>(parent.size());
   for (int h = 0; h < H; ++h) {
     THPC_CHECK(parent[h] >= 0 && parent[h] < hypotheses_,
                "hypothesis " << h << " continues " << parent[h] << " of " << hypotheses_);
+  }
+  if (shared_prefixes_) {  // nothing moves: each takes its parent's list of rows
+    reorder_shared_prefixes(parent);
+    return;
   }
   // In place whenever the cache has rows for H hypotheses (always, except when the beam
   // widens past what a batch used before): the new hypotheses take rows 0..H-1. Each
@@ -172,6 +197,34 @@ void DecoderState::reorder(const std::vector<int>& parent) {
   for (int h = 0; h < H; ++h) row_of_[h] = h;
 }
 
+void DecoderState::plan_shared_prefix_rows() {
+  const int H = hypotheses_;
+  const int position = positions_;
+  const int64_t first = position_base_[position], end = first + H;
+  // The pools hold the rows of every position so far; grown (rarely: the beam widening in
+  // a batch larger than any before) to what the remaining positions need at this width,
+  // the rows written so far copied over.
+  if (end > pool_rows()) {
+    const int64_t rows = end + int64_t(H) * (max_len_ - position - 1);
+    for (LayerCache& cache : layers_) {
+      Tensor grown = backend_.alloc(dtype_, rows * kv_width());
+      if (first > 0) {
+        backend_.copy_rows(grown, nullptr, cache.self_kv, nullptr, static_cast<int>(first),
+                           kv_width());
+      }
+      backend_.free(cache.self_kv);
+      cache.self_kv = grown;
+    }
+  }
+  THPC_CHECK(end <= INT32_MAX, "a decoding cache of " << end << " rows");
+  for (int h = 0; h < H; ++h) {
+    prefix_rows_[int64_t(h) * max_len_ + position] = static_cast<int32_t>(first + h);
+  }
+  position_base_.resize(position + 2);
+  position_base_[position + 1] = static_cast<int32_t>(end);
+  ensure_ids(backend_, step_.key_rows, prefix_rows_);
+}
+
 void DecoderState::plan_step(const std::vector<int32_t>& tokens) {
   const int H = hypotheses_;
   const int position = positions_;
@@ -187,15 +240,18 @@ void DecoderState::plan_step(const std::vector<int32_t>& tokens) {
   plan.host_key_lengths.assign(H, position + 1);
   ensure_ids(backend_, plan.key_lengths, plan.host_key_lengths);
 
-  // Chunk c of row r's k|v: chunk q_chunks + c of q|k|v row r -> chunk c of cache row
-  // (r, position).
+  // Chunk c of row r's k|v: chunk q_chunks + c of q|k|v row r -> chunk c of its cache
+  // row: shared prefixes, pool row position_base_[position] + r; rows, (r, position).
+  if (shared_prefixes_) plan_shared_prefix_rows();
   const int chunk = std::gcd(key_width_, value_width_);
   const int q_chunks = key_width_ / chunk, kv_chunks = kv_width() / chunk;
   plan.host_to.clear();
   plan.host_from.clear();
   for (int r = 0; r < H; ++r) {
+    const int64_t cache_row = shared_prefixes_ ? position_base_[position] + r
+                                               : int64_t(r) * max_len_ + position;
     for (int c = 0; c < kv_chunks; ++c) {
-      plan.host_to.push_back((r * max_len_ + position) * kv_chunks + c);
+      plan.host_to.push_back(static_cast<int32_t>(cache_row * kv_chunks + c));
       plan.host_from.push_back(r * (q_chunks + kv_chunks) + q_chunks + c);
     }
   }
@@ -274,6 +330,7 @@ Tensor Transformer::decode_step(DecoderState& state, const std::vector<int32_t>&
   step.slots = plan.slots;
   step.cross_slots = plan.cross_slots.ids;
   step.every_slot_filled = plan.every_slot_filled;
+  step.key_rows = state.shared_prefixes_ ? plan.key_rows.ids : nullptr;
   // One position per hypothesis, no dropout; the self-attention attends over the cache
   // (positions 0..position, the rows beyond masked by the key lengths).
   LayerPass pass;

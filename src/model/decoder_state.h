@@ -1,5 +1,5 @@
 // The decoder's memory during a search (incremental decoding): per layer, the keys and
-// values of every position fed so far, and which cache row each hypothesis is in.
+// values of every position fed so far, and where each hypothesis finds its own.
 //
 // A search step hands over, for every new hypothesis, the hypothesis of the previous
 // step it extends (its parent) and the token it appended. reorder(parents) brings the
@@ -8,6 +8,17 @@
 // reading and extending the caches (through the same decoder layer function training
 // runs: model/layer.h). Transformer::begin_decoding starts a search from the last
 // encode().
+//
+// Two layouts of the self-attention cache, by the backend:
+//   shared prefixes (Backend::attention_gathers_keys(): the CPU): a pool of rows, where
+//     each step appends one row per hypothesis after the last step's. A hypothesis
+//     holds the row of each of its positions (its prefix's, written by its ancestors);
+//     reorder hands each new hypothesis its parent's list, moving no key or value, and
+//     the attention gathers the rows it lists (AttentionShape::key_rows). The beam's
+//     hypotheses share most of their prefixes: one copy of each, read from the CPU's
+//     cache by the hypotheses after the first.
+//   rows (CUDA): cache row r holds a hypothesis' positions 0..max_len-1; reorder copies
+//     the rows of the continuations that cannot stay in their parent's row.
 //
 // An ensemble (decode/ensemble.h) keeps one DecoderState per model and reorders all of
 // them by the same parents; it reads each state's own row_of() when it adds the models'
@@ -29,9 +40,10 @@ class Transformer;
 // One decoder layer's cache, which the layer reads and extends when it runs on a
 // decoding step (model_detail::layer_forward).
 struct LayerCache {
-  // The self-attention's k|v of every position fed so far, per cache row:
-  // [rows * max_len, h(dk + dv)], row r's position t at r * max_len + t. A position's q
-  // is used once, when it is fed, and not kept.
+  // The self-attention's k|v of every position fed so far, [rows, h(dk + dv)]: shared
+  // prefixes, the rows of position t at DecoderState's position_base_[t] + hypothesis;
+  // rows layout, cache row r's position t at r * max_len + t. A position's q is used
+  // once, when it is fed, and not kept.
   Tensor self_kv;
   // The cross-attention's k|v of each source sentence's encoder output:
   // [sentences * S, h(dk + dv)], computed once per search and read by every hypothesis
@@ -80,7 +92,12 @@ class DecoderState {
   // Copies the positions fed so far of each (from, to) pair of cache rows, in every
   // layer, from the self-attention cache to itself or (into_spare) to its spare.
   void copy_cache_rows(bool into_spare, const std::vector<std::pair<int, int>>& moves);
-  int64_t row_capacity() const;
+  int64_t pool_rows() const;     // rows of k|v each layer's self-attention cache holds
+  int64_t row_capacity() const;  // rows layout: the hypotheses it has rows for
+  // Shared prefixes: reorder's host work, and plan_step's (the pools grown to hold this
+  // step's rows; each hypothesis' list extended by its new row, uploaded as key_rows).
+  void reorder_shared_prefixes(const std::vector<int>& parent);
+  void plan_shared_prefix_rows();
   int kv_width() const { return key_width_ + value_width_; }
 
   Backend& backend_;
@@ -89,6 +106,11 @@ class DecoderState {
   // rows (the beam widening in a batch larger than any before), reorder gathers every
   // hypothesis' parent row into it, and the two swap.
   std::vector<Tensor> self_spare_;
+  // Shared prefixes: the first pool row of each position fed (and one past the last
+  // step's), and per hypothesis the pool row of each of its positions, [H, max_len].
+  bool shared_prefixes_ = false;
+  std::vector<int32_t> position_base_;
+  std::vector<int32_t> prefix_rows_, prefix_rows_scratch_;
   DType dtype_ = DType::F32;
   bool zero_new_caches_ = true;
   int key_width_ = 0, value_width_ = 0;  // h * dk, h * dv
@@ -111,7 +133,9 @@ class DecoderState {
     // self-attention cache (copy_rows moves whole rows, so a q|k|v row is cut into chunks
     // of gcd(h dk, h dv) elements, its k|v being the last ones); cross_slots: per cache
     // row, its query's row in the per-sentence cross-attention.
-    model_detail::IdBuffer tokens, key_lengths, append_to, append_from, cross_slots;
+    // key_rows (shared prefixes): each row's prefix_rows_, the attention's
+    // AttentionShape::key_rows.
+    model_detail::IdBuffer tokens, key_lengths, append_to, append_from, cross_slots, key_rows;
     std::vector<int32_t> host_tokens, host_key_lengths, host_to, host_from, host_slots;
     std::vector<int> filled_slots;
   } step_;

@@ -68,8 +68,11 @@ struct LayerPass {
     return dropout_key(dropout, part, layer, slot);
   }
   AttentionShape self_shape(const ModelConfig& c, int layer) const {
-    return attention_shape(c, batch, len, step != nullptr ? step->max_len : len, causal,
-                           lengths, p_attn, key(layer, SiteSlot::SelfAttentionProbs));
+    AttentionShape shape =
+        attention_shape(c, batch, len, step != nullptr ? step->max_len : len, causal, lengths,
+                        p_attn, key(layer, SiteSlot::SelfAttentionProbs));
+    if (step != nullptr) shape.key_rows = step->key_rows;
+    return shape;
   }
   AttentionShape cross_shape(const ModelConfig& c, int layer) const {
     return attention_shape(c, step != nullptr ? step->sentences : batch,

@@ -21,6 +21,9 @@ struct DecodingStep {
   const int32_t* append_to = nullptr;
   const int32_t* append_from = nullptr;
   int append_count = 0, chunk = 0;
+  // Shared prefixes (model/decoder_state.h): the self-attention's AttentionShape::key_rows,
+  // [rows, max_len] rows of the cache; null in the rows layout.
+  const int32_t* key_rows = nullptr;
   // The cross-attention runs per source sentence over its S keys: row r's query goes to
   // row cross_slots[r] of [sentences, slots] queries; slots no row fills are zero
   // queries (zeroed unless every_slot_filled) whose outputs nobody reads.

@@ -259,6 +259,60 @@ TEST(Attention, KeysPastTheLengthsAreNeverRead) {
   }
 }
 
+// Keys and values gathered by AttentionShape::key_rows (incremental decoding's
+// shared-prefix cache) from a pool holding each sentence's rows scattered among rows
+// of NaN: the naive evaluation of the same keys in place, the probabilities too (the
+// loops sum in another order than BLAS: within 1e-14 as above), and no NaN row read,
+// neither between the listed rows nor where the rows past a sentence's length point.
+// d_k = 64 runs the unrolled products, the other widths the general ones.
+TEST(Attention, GatheredKeyRowsGiveTheNaiveEvaluation) {
+  std::mt19937 rng(48);
+  std::vector<AttentionCase> cases = attention_cases();
+  cases.push_back({"decoding_step", 3, 2, 1, 6, 4, 4, false, 0.0f, {1, 4, 6}, false});
+  cases.push_back({"decoding_step_dk64", 4, 3, 1, 7, 64, 64, false, 0.0f, {7, 2, 5, 1}, false});
+  cases.push_back({"decoding_step_dropout", 2, 2, 1, 5, 64, 3, false, 0.3f, {5, 3}, false});
+  for (const AttentionCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const AttentionProblem problem(c, rng);
+    const int width_k = c.heads * c.d_k, width_v = c.heads * c.d_v;
+    const int ld_pool = width_k + width_v;
+    // Pool row 3 n + 1 holds key row n (n = b Lk + j) of the sentences, in reverse
+    // order; every other pool row is NaN.
+    const int keys = c.batch * c.key_len;
+    Values pool(static_cast<size_t>(3 * keys + 1) * ld_pool, std::nan(""));
+    std::vector<int32_t> key_rows(static_cast<size_t>(keys));
+    for (int n = 0; n < keys; ++n) {
+      const int at = 3 * (keys - 1 - n) + 1;
+      const int b = n / c.key_len, j = n % c.key_len;
+      key_rows[n] = j < c.key_lengths[b] ? at : 0;  // past the length: a NaN row
+      for (int e = 0; e < width_k; ++e) {
+        pool[static_cast<size_t>(at) * ld_pool + e] = problem.k()[static_cast<size_t>(n) * problem.ldk + e];
+      }
+      for (int e = 0; e < width_v; ++e) {
+        pool[static_cast<size_t>(at) * ld_pool + width_k + e] =
+            problem.v()[static_cast<size_t>(n) * problem.ldv + e];
+      }
+    }
+    AttentionShape shape = problem.shape;
+    shape.key_rows = key_rows.data();
+    Values out(problem.out_numel(), 99.0);
+    Values saved(static_cast<size_t>(Backend::attention_saved_numel(shape)), 99.0);
+    cpu::attention_forward<double>(out.data(), saved.data(), problem.q(), problem.ldq,
+                                   pool.data(), ld_pool, pool.data() + width_k, ld_pool, shape);
+    Values naive_probabilities;
+    const Values naive = problem.naive_forward(&naive_probabilities);
+    for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], naive[i], 1e-14) << i;
+    for (size_t i = 0; i < saved.size(); ++i) {
+      EXPECT_NEAR(saved[i], naive_probabilities[i], 1e-15) << i;
+    }
+    // Without saved probabilities (a decoding step's): the same output, bit for bit.
+    Values unsaved_out(problem.out_numel(), 99.0);
+    cpu::attention_forward<double>(unsaved_out.data(), nullptr, problem.q(), problem.ldq,
+                                   pool.data(), ld_pool, pool.data() + width_k, ld_pool, shape);
+    EXPECT_EQ(unsaved_out, out);
+  }
+}
+
 // Attention dropout changes the output (some probabilities are dropped) but not the
 // saved probabilities.
 TEST(Attention, DropoutDropsSomeProbabilities) {
