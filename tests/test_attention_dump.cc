@@ -469,7 +469,9 @@ TEST(ModelForward, BothLayerNormOrdersEqualAnIndependentRecomputation) {
       }
     }
     EXPECT_LT(largest_error, 2e-5);
-    if (c.norm == "pre") EXPECT_GT(largest_from_post, 1e-2);
+    if (c.norm == "pre") {
+      EXPECT_GT(largest_from_post, 1e-2);
+    }
   }
 }
 

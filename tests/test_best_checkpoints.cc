@@ -452,7 +452,7 @@ TEST_F(BestCheckpointsTraining, ChooseAverageNamesTheCandidateWithTheBetterValid
   ASSERT_EQ(lines.size(), 4u) << chosen.output;
   // The --eval perplexities, as printed; the lowest one's file is named.
   std::map<std::string, double> ppl;
-  for (const std::string& name : {"average_last3.h5", "average_best3.h5", "best.h5"}) {
+  for (const std::string name : {"average_last3.h5", "average_best3.h5", "best.h5"}) {
     std::smatch match;
     const std::regex line("/" + name + R"(: valid step [0-9]+ \|.*\| ppl ([0-9.]+) )");
     ASSERT_TRUE(std::regex_search(chosen.output, match, line)) << name << "\n" << chosen.output;
