@@ -216,7 +216,6 @@ void DecoderState::plan_shared_prefix_rows() {
       cache.self_kv = grown;
     }
   }
-  THPC_CHECK(end <= INT32_MAX, "a decoding cache of " << end << " rows");
   for (int h = 0; h < H; ++h) {
     prefix_rows_[int64_t(h) * max_len_ + position] = static_cast<int32_t>(first + h);
   }
@@ -242,9 +241,16 @@ void DecoderState::plan_step(const std::vector<int32_t>& tokens) {
 
   // Chunk c of row r's k|v: chunk q_chunks + c of q|k|v row r -> chunk c of its cache
   // row: shared prefixes, pool row position_base_[position] + r; rows, (r, position).
-  if (shared_prefixes_) plan_shared_prefix_rows();
   const int chunk = std::gcd(key_width_, value_width_);
   const int q_chunks = key_width_ / chunk, kv_chunks = kv_width() / chunk;
+  // The copies and the attention index rows and chunks in int32 (either layout).
+  const int64_t cache_rows =
+      shared_prefixes_ ? int64_t(position_base_[position]) + H : int64_t(H) * max_len_;
+  THPC_CHECK(cache_rows * kv_chunks <= INT32_MAX,
+             "a decoding cache of " << cache_rows << " rows of " << kv_chunks
+                                    << " chunks is more than int32 indices reach; decode in "
+                                       "smaller batches (transformer_decode --batch-tokens)");
+  if (shared_prefixes_) plan_shared_prefix_rows();
   plan.host_to.clear();
   plan.host_from.clear();
   for (int r = 0; r < H; ++r) {
