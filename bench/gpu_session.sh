@@ -363,19 +363,20 @@ measure_ceiling() {
 state_file() { echo "$BUILD_DIR/gpu_session_state"; }
 remember() { echo "$1" >> "$(state_file)"; }
 
-# 1. The candidate kernels' twins and their whole-model check (fp32 training on the GPU
-# against the CPU with train.cuda_kernels = candidate; skipped in the rehearsal, which
-# has no GPU); sets CANDIDATE_TWINS_PASSED.
+# 1. The candidate kernels' twins and their whole-model checks (fp32 training on the GPU
+# against the CPU with train.cuda_kernels = candidate, and bf16 candidate against bf16
+# verified, for the kernels that only bf16 takes; skipped in the rehearsal, which has
+# no GPU); sets CANDIDATE_TWINS_PASSED.
 run_candidate_twins() {
   local twin_env=(env) prefix="" exclude="^Rehearsal[.]"
   if [ "$rehearsal" = 1 ]; then twin_env=(env THPC_TWIN_REHEARSAL=1) prefix="Rehearsal[.]" exclude="^$"; fi
   "${twin_env[@]}" ctest --test-dir "$BUILD_DIR" \
-    -R "^${prefix}(${CANDIDATE_TWINS})[.]|^CudaTraining[.]Fp32ThreeStepsWithCandidateKernels" \
+    -R "^${prefix}(${CANDIDATE_TWINS})[.]|^CudaTraining[.](Fp32|Bf16)ThreeStepsWithCandidateKernels" \
     -E "$exclude" --output-on-failure -j4 > "$LOGS/ctest_candidate_twins.log" 2>&1
   local status=$?
   grep -E "tests passed|Failed|\*\*\*" "$LOGS/ctest_candidate_twins.log" | tail -12
   cp "$BUILD_DIR/Testing/Temporary/LastTest.log" "$LOGS/ctest_candidate_twins_all_output.log"
-  grep -h "GPU fp32" "$LOGS/ctest_candidate_twins_all_output.log" | head -2
+  grep -h "GPU fp32\|GPU bf16" "$LOGS/ctest_candidate_twins_all_output.log" | head -3
   if grep -q "No tests were found" "$LOGS/ctest_candidate_twins.log"; then
     export CANDIDATE_TWINS_PASSED=0
     echo "candidate twins: none (no kernel waits behind train.cuda_kernels = candidate)"

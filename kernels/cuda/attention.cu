@@ -35,16 +35,25 @@
 // arrays, fp32 scores (or score gradients) and the T matrices P' (and dS), each pair's
 // matrix padded to a multiple of 8 elements.
 
+#include <mma.h>
+
 #include <cmath>
+#include <atomic>
 #include <cstdint>
+#include <initializer_list>
+#include <mutex>
+#include <set>
 #include <type_traits>
+#include <utility>
 
 #include "common/error.h"
 #include "common/philox.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/grad_store.cuh"
+#include "kernels/cuda/short_attention.cuh"
 
 namespace thpc::cuda {
 namespace {
@@ -316,6 +325,173 @@ void host_scalars(Context& context) {
   THPC_CUBLAS_CHECK(cublasSetPointerMode(context.blas(), CUBLAS_POINTER_MODE_HOST));
 }
 
+// ---- Short sentences in one launch (candidate; kernels/cuda/short_attention.cuh) ----
+
+// The execution policy of short_attention's bodies on the GPU: the block's threads, its
+// warps computing 16x16x16 bf16 tiles with nvcuda::wmma (fp32 accumulators).
+struct WmmaBlock {
+  using Element = __nv_bfloat16;
+  struct Accumulator {
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> tile;
+  };
+  __device__ int first_thread() const { return threadIdx.x; }
+  __device__ int thread_step() const { return blockDim.x; }
+  __device__ int first_warp() const { return threadIdx.x / kWarp; }
+  __device__ int warp_step() const { return blockDim.x / kWarp; }
+  __device__ int warp_slot() const { return threadIdx.x / kWarp; }
+  __device__ int first_lane() const { return threadIdx.x % kWarp; }
+  __device__ int lane_step() const { return kWarp; }
+  __device__ void sync() const { __syncthreads(); }
+  __device__ void warp_sync() const { __syncwarp(); }
+  __device__ void zero(Accumulator& acc) const { nvcuda::wmma::fill_fragment(acc.tile, 0.0f); }
+  __device__ void scale(Accumulator& acc, float factor) const {
+    for (int e = 0; e < acc.tile.num_elements; ++e) acc.tile.x[e] *= factor;
+  }
+  // acc += A B for one 16x16x16 step; A (B) is read column-major, i.e. it is the
+  // transpose of the row-major matrix at a (b), when kAColumns (kBColumns).
+  template <bool kAColumns, bool kBColumns>
+  __device__ void mma(Accumulator& acc, const Element* a, int lda, const Element* b,
+                      int ldb) const {
+    using namespace nvcuda;
+    using ALayout = std::conditional_t<kAColumns, wmma::col_major, wmma::row_major>;
+    using BLayout = std::conditional_t<kBColumns, wmma::col_major, wmma::row_major>;
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, Element, ALayout> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, Element, BLayout> fb;
+    wmma::load_matrix_sync(fa, a, lda);
+    wmma::load_matrix_sync(fb, b, ldb);
+    wmma::mma_sync(acc.tile, fa, fb, acc.tile);
+  }
+  __device__ void store(float* to, const Accumulator& acc, int ld) const {
+    nvcuda::wmma::store_matrix_sync(to, acc.tile, ld, nvcuda::wmma::mem_row_major);
+  }
+  __device__ float exp(float value) const { return expf(value); }
+  __device__ Element round(float value) const { return __float2bfloat16_rn(value); }
+  __device__ float widen(Element value) const { return __bfloat162float(value); }
+  __device__ void copy16(Element* to, const Element* from) const {
+    *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(from);
+  }
+  __device__ void zero16(Element* to) const {
+    *reinterpret_cast<uint4*>(to) = make_uint4(0u, 0u, 0u, 0u);
+  }
+  __device__ void load8(float (&values)[8], const Element* from) const {
+    load16<Element>(values, from);
+  }
+  __device__ void store8(Element* to, const float (&values)[8]) const {
+    store16<Element>(to, values);
+  }
+};
+
+__global__ void __launch_bounds__(short_attention::kThreads)
+    short_attention_forward_kernel(short_attention::Args<__nv_bfloat16> args) {
+  extern __shared__ __align__(128) char shared[];
+  WmmaBlock block;
+  short_attention::forward_block(block, args, static_cast<int>(blockIdx.x), shared);
+}
+
+__global__ void __launch_bounds__(short_attention::kThreads)
+    short_attention_backward_kernel(short_attention::Args<__nv_bfloat16> args) {
+  extern __shared__ __align__(128) char shared[];
+  WmmaBlock block;
+  short_attention::backward_block(block, args, static_cast<int>(blockIdx.x), shared);
+}
+
+std::atomic<int64_t> short_attention_launch_count{0};
+
+// Lets `kernel` use up to the largest layout's shared memory on the current device
+// (beyond the default 48 KiB; once per kernel and device). False when the device offers
+// less per block (then the verified path runs).
+bool short_attention_shared_memory(const void* kernel, int device, int bytes) {
+  static std::mutex mutex;
+  static std::set<std::pair<const void*, int>> allowed;
+  const int largest = short_attention::layout(short_attention::kMaxLength,
+                                              short_attention::kMaxLength, true)
+                          .bytes;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (allowed.count({kernel, device}) == 0) {
+    int optin = 0;
+    THPC_CUDA_CHECK(
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    if (optin < largest) return bytes <= 48 * 1024;
+    THPC_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, largest));
+    allowed.insert({kernel, device});
+  }
+  return true;
+}
+
+// Whether this call takes the short kernels: bf16, the candidate switch, the shapes of
+// short_attention_fits, every pointer the kernels move 16 bytes at a time 16-byte aligned.
+template <typename T>
+bool takes_short_attention(Context& context, const AttentionShape& shape, int ldq, int ldk,
+                           int ldv, std::initializer_list<const void*> pointers) {
+  if (!std::is_same<T, __nv_bfloat16>::value || !context.candidate_kernels()) return false;
+  if (shape.key_rows != nullptr || shape.batch <= 0 || shape.heads <= 0) return false;
+  if (!short_attention::short_attention_fits(shape.d_k, shape.d_v, shape.query_len,
+                                             shape.key_len, ldq, ldk, ldv)) {
+    return false;
+  }
+  for (const void* pointer : pointers) {
+    if (pointer != nullptr && !aligned16(pointer)) return false;
+  }
+  return true;
+}
+
+template <typename T>
+bool short_attention_forward(Context& context, T* out, T* saved, const T* q, int ldq,
+                             const T* k, int ldk, const T* v, int ldv,
+                             const AttentionShape& shape) {
+  if constexpr (!std::is_same<T, __nv_bfloat16>::value) {
+    return false;
+  } else {
+    if (!takes_short_attention<T>(context, shape, ldq, ldk, ldv, {out, q, k, v})) return false;
+    const int bytes = short_attention::layout(shape.query_len, shape.key_len, false).bytes;
+    const void* kernel = reinterpret_cast<const void*>(&short_attention_forward_kernel);
+    if (!short_attention_shared_memory(kernel, context.device(), bytes)) return false;
+    short_attention::Args<T> args = short_attention::args_of(q, ldq, k, ldk, v, ldv, shape);
+    args.out = out;
+    args.saved = saved;
+    short_attention_forward_kernel<<<shape.batch * shape.heads, short_attention::kThreads,
+                                     bytes, context.stream()>>>(args);
+    THPC_CUDA_CHECK_LAUNCH("short_attention_forward_kernel");
+    ++short_attention_launch_count;
+    return true;
+  }
+}
+
+template <typename T>
+bool short_attention_backward(Context& context, T* dq, T* dk, T* dv, const T* d_out,
+                              const T* saved, const T* q, int ldq, const T* k, int ldk,
+                              const T* v, int ldv, const AttentionShape& shape, GradStore store) {
+  if constexpr (!std::is_same<T, __nv_bfloat16>::value) {
+    return false;
+  } else {
+    if (!takes_short_attention<T>(context, shape, ldq, ldk, ldv, {dq, dk, dv, d_out, q, k, v})) {
+      return false;
+    }
+    const int bytes = short_attention::layout(shape.query_len, shape.key_len, true).bytes;
+    const void* kernel = reinterpret_cast<const void*>(&short_attention_backward_kernel);
+    if (!short_attention_shared_memory(kernel, context.device(), bytes)) return false;
+    if (dq == nullptr && dk == nullptr && dv == nullptr) return true;
+    short_attention::Args<T> args = short_attention::args_of(q, ldq, k, ldk, v, ldv, shape);
+    args.saved = const_cast<T*>(saved);
+    args.d_out = d_out;
+    args.dq = dq;
+    args.dk = dk;
+    args.dv = dv;
+    // Candidate kernels: kWrite stores without reading (writes_gradient zeroes nothing).
+    const int64_t q_rows = static_cast<int64_t>(shape.batch) * shape.query_len;
+    const int64_t k_rows = static_cast<int64_t>(shape.batch) * shape.key_len;
+    args.write_dq = writes_gradient(context, store, dq, q_rows, shape.heads * shape.d_k, ldq);
+    args.write_dk = writes_gradient(context, store, dk, k_rows, shape.heads * shape.d_k, ldk);
+    args.write_dv = writes_gradient(context, store, dv, k_rows, shape.heads * shape.d_v, ldv);
+    short_attention_backward_kernel<<<shape.batch * shape.heads, short_attention::kThreads,
+                                      bytes, context.stream()>>>(args);
+    THPC_CUDA_CHECK_LAUNCH("short_attention_backward_kernel");
+    ++short_attention_launch_count;
+    return true;
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -328,6 +504,7 @@ void attention_forward(Context& context, T* out, T* saved, const T* q, int ldq, 
   const int d_k = shape.d_k, d_v = shape.d_v, ld_out = h * d_v;
   const int pairs = B * h;
   if (pairs == 0 || Lq == 0) return;
+  if (short_attention_forward(context, out, saved, q, ldq, k, ldk, v, ldv, shape)) return;
   cudaStream_t stream = context.stream();
   if (Lk == 0) {  // nothing to attend to: every weighted sum is empty (out is contiguous)
     THPC_CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<size_t>(B) * Lq * ld_out * sizeof(T),
@@ -384,6 +561,10 @@ void attention_backward(Context& context, T* dq, T* dk, T* dv, const T* d_out, c
   const int B = shape.batch, h = shape.heads, Lq = shape.query_len, Lk = shape.key_len;
   const int d_k = shape.d_k, d_v = shape.d_v, ld_out = h * d_v;
   const int pairs = B * h;
+  if (short_attention_backward(context, dq, dk, dv, d_out, saved, q, ldq, k, ldk, v, ldv, shape,
+                               store)) {
+    return;
+  }
   // kWrite: the three products below with beta = 0 (each covers its head columns of every
   // row), or, on the verified path, those columns zeroed here and beta = 1.
   const int64_t q_rows = static_cast<int64_t>(B) * Lq, k_rows = static_cast<int64_t>(B) * Lk;
@@ -485,3 +666,7 @@ THPC_CUDA_TWIN(attention_forward)
 THPC_CUDA_TWIN(attention_backward)
 
 }  // namespace thpc::cuda
+
+int64_t thpc::cuda_short_attention_launches() {
+  return thpc::cuda::short_attention_launch_count.load();
+}

@@ -6,6 +6,7 @@
 // on the backend's one stream; download(), sums and synchronize() wait for it.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -18,5 +19,9 @@ namespace thpc {
 // yet checked on a GPU as well (train.cuda_kernels = candidate, cuda::Context).
 std::unique_ptr<Backend> make_cuda_backend(int device, DType compute_dtype,
                                            bool candidate_kernels = false);
+
+// Launches of the short-sentence attention kernels (kernels/cuda/short_attention.cuh,
+// behind train.cuda_kernels = candidate) in this process, forward and backward.
+int64_t cuda_short_attention_launches();
 
 }  // namespace thpc

@@ -20,6 +20,14 @@ std::string cuda_unavailable_reason() {
 #endif
 }
 
+int64_t short_attention_launches() {
+#if THPC_HAVE_CUDA
+  return cuda_short_attention_launches();
+#else
+  return 0;
+#endif
+}
+
 bool built_with_cuda() {
 #if THPC_HAVE_CUDA
   return true;

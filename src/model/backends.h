@@ -26,6 +26,11 @@ std::string cuda_unavailable_reason();
 // Whether this build has the CUDA backend (nvcc at configure time, TRANSFORMER_CUDA on).
 bool built_with_cuda();
 
+// How often this process has launched the CUDA short-sentence attention (a candidate
+// kernel, kernels/cuda/short_attention.cuh); 0 without CUDA. Its twin tests check that
+// the path they compare was the one taken, not the verified fallback.
+int64_t short_attention_launches();
+
 // Number of CUDA devices this process sees; 0 without CUDA.
 int visible_cuda_devices();
 

@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "cpu_reference.h"
 #include "cuda_twin.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cuda/short_attention.cuh"
 
 namespace thpc::cpu_test {
 namespace {
@@ -413,6 +415,9 @@ struct AttentionCase {
   float dropout;
   std::vector<int32_t> key_lengths;  // empty: all keys valid (shape.key_lengths = null)
   bool fused;  // Q, K, V as three offset views of one [rows, h(2d_k+d_v)] buffer
+  // Columns of q's buffer (when not fused) that no head reads: 1 makes the row stride
+  // odd (the strided fallback); 8 keeps rows 16-byte aligned (the short kernels).
+  int spare_q_columns = 1;
 };
 
 std::vector<AttentionCase> attention_cases() {
@@ -442,7 +447,7 @@ struct AttentionData {
       k_offset = wk;
       v_offset = 2 * wk;
     } else {
-      ldq = wk + 1;  // a column no head reads: must stay untouched
+      ldq = wk + c.spare_q_columns;  // columns no head reads: must stay untouched
       ldk = ldv = wk + wv;
       v_offset = wk;
     }
@@ -485,10 +490,9 @@ std::vector<float> poisoned_columns(std::vector<float> fill, int ld, int width) 
   return fill;
 }
 
-AttentionResult run_attention(Backend& backend, DType dtype, const AttentionData& data,
-                              const AttentionRun& run) {
-  Scope scope(backend);
-  const AttentionCase& c = data.c;
+// A case's shape, its key lengths at `key_lengths` (backend memory, or null), and the
+// dropout key every run uses.
+AttentionShape shape_of(const AttentionCase& c, const int32_t* key_lengths) {
   AttentionShape shape;
   shape.batch = c.batch;
   shape.heads = c.heads;
@@ -497,12 +501,21 @@ AttentionResult run_attention(Backend& backend, DType dtype, const AttentionData
   shape.d_k = c.d_k;
   shape.d_v = c.d_v;
   shape.causal = c.causal;
-  shape.key_lengths = c.key_lengths.empty() ? nullptr : scope.put_ids(c.key_lengths);
+  shape.key_lengths = key_lengths;
   shape.dropout = c.dropout;
   shape.dropout_key.seed = 0x1234abcd5678ull;
   shape.dropout_key.step = 17;
   shape.dropout_key.stream = 3;
   shape.dropout_key.site = 5;
+  return shape;
+}
+
+AttentionResult run_attention(Backend& backend, DType dtype, const AttentionData& data,
+                              const AttentionRun& run) {
+  Scope scope(backend);
+  const AttentionCase& c = data.c;
+  const AttentionShape shape =
+      shape_of(c, c.key_lengths.empty() ? nullptr : scope.put_ids(c.key_lengths));
 
   const Tensor q_buffer = scope.put(dtype, data.q);
   const Tensor kv_buffer = c.fused ? q_buffer : scope.put(dtype, data.kv);
@@ -705,6 +718,294 @@ TEST(CudaAttention, NoKeysGivesZeros) {
     run.with_saved = false;
     const AttentionResult gpu = run_attention(*twins.gpu, dtype, data, run);
     EXPECT_EQ(gpu.out, std::vector<float>(static_cast<size_t>(data.out_numel()), 0.0f));
+  }
+}
+
+
+// ---- Short sentences in one launch (kernels/cuda/short_attention.cuh, a candidate) ----
+
+// Shapes the short kernels take (d_k = d_v = 64, Lq and Lk <= 128, 16-byte rows): self-
+// and cross-attention, lengths that are and are not whole tiles, the longest (128), one
+// query (a decoding step), causal with Lq != Lk, padding with an empty sentence, dropout.
+std::vector<AttentionCase> short_attention_cases() {
+  return {
+      {"short_self_padded", 3, 2, 40, 40, 64, 64, false, 0.0f, {40, 33, 17}, true},
+      {"short_causal_dropout", 2, 3, 23, 23, 64, 64, true, 0.1f, {23, 9}, true},
+      {"short_cross_128_keys_dropout", 2, 2, 37, 128, 64, 64, false, 0.1f, {128, 50}, false, 8},
+      {"short_causal_128", 1, 2, 128, 128, 64, 64, true, 0.0f, {128}, true},
+      {"short_one_query_empty_sentence", 3, 2, 1, 19, 64, 64, false, 0.0f, {19, 0, 7}, false, 8},
+      {"short_cross_causal_no_lengths", 2, 1, 50, 12, 64, 64, true, 0.1f, {}, false, 8},
+  };
+}
+
+// The backward variants each case runs: every gradient, then (adding; writing leaves a
+// skipped output's NaN columns NaN on both sides) each of dq, dk, dv alone: null outputs
+// skipped, their memory untouched.
+std::vector<AttentionRun> short_attention_runs(GradStore store) {
+  std::vector<AttentionRun> runs;
+  for (int variant = 0; variant < (store == GradStore::kAdd ? 4 : 1); ++variant) {
+    AttentionRun run;
+    run.store = store;
+    run.want_dq = variant == 0 || variant == 1;
+    run.want_dk = variant == 0 || variant == 2;
+    run.want_dv = variant == 0 || variant == 3;
+    runs.push_back(run);
+  }
+  return runs;
+}
+
+std::string variant_name(const AttentionRun& run) {
+  return std::string(run.store == GradStore::kWrite ? "write" : "add") + (run.want_dq ? " dq" : "") +
+         (run.want_dk ? " dk" : "") + (run.want_dv ? " dv" : "");
+}
+
+// The short kernels against the CPU at bf16's tolerances (the roundings are the verified
+// path's: see short_attention.cuh), masks exactly where the CPU has them.
+void expect_short_attention_matches(const AttentionResult& actual, const AttentionResult& cpu,
+                                    bool fused) {
+  const Tolerance o = out_tolerance(DType::BF16), p = probability_tolerance(DType::BF16);
+  const Tolerance g = gradient_tolerance(DType::BF16);
+  EXPECT_TRUE(all_close(actual.out, cpu.out, o.abs, o.rel)) << "out";
+  EXPECT_TRUE(all_close(actual.saved, cpu.saved, p.abs, p.rel)) << "saved probabilities";
+  size_t mismatched_zeros = 0;
+  for (size_t i = 0; i < cpu.saved.size() && i < actual.saved.size(); ++i) {
+    if ((cpu.saved[i] == 0.0f) != (actual.saved[i] == 0.0f)) ++mismatched_zeros;
+  }
+  EXPECT_EQ(mismatched_zeros, 0u) << "masks differ";
+  EXPECT_TRUE(all_close(actual.dq_buffer, cpu.dq_buffer, g.abs, g.rel)) << (fused ? "d qkv" : "dq");
+  if (!fused) {
+    EXPECT_TRUE(all_close(actual.dkv_buffer, cpu.dkv_buffer, g.abs, g.rel)) << "d kv";
+  }
+}
+
+// The execution policy of short_attention's bodies on the host: one block run
+// sequentially (every loop's first iteration 0, step 1: the block's threads, warps and
+// lanes one after another, phases in order), a tile product as fp32 sums of bf16
+// products, bf16 rounded to nearest even. The GPU's wmma semantics: A row-major means
+// A(i, k) = a[i * lda + k], column-major A(i, k) = a[k * lda + i]; B row-major B(k, j) =
+// b[k * ldb + j], column-major B(k, j) = b[j * ldb + k].
+struct HostBf16 {
+  uint16_t bits;
+};
+float widen_bf16(HostBf16 value) {
+  const uint32_t bits = static_cast<uint32_t>(value.bits) << 16;
+  float out;
+  std::memcpy(&out, &bits, 4);
+  return out;
+}
+struct HostBlock {
+  using Element = HostBf16;
+  struct Accumulator {
+    float tile[16][16];
+  };
+  int first_thread() const { return 0; }
+  int thread_step() const { return 1; }
+  int first_warp() const { return 0; }
+  int warp_step() const { return 1; }
+  int warp_slot() const { return 0; }
+  int first_lane() const { return 0; }
+  int lane_step() const { return 1; }
+  void sync() const {}
+  void warp_sync() const {}
+  void zero(Accumulator& acc) const {
+    for (auto& row : acc.tile) {
+      for (float& value : row) value = 0.0f;
+    }
+  }
+  void scale(Accumulator& acc, float factor) const {
+    for (auto& row : acc.tile) {
+      for (float& value : row) value *= factor;
+    }
+  }
+  template <bool kAColumns, bool kBColumns>
+  void mma(Accumulator& acc, const Element* a, int lda, const Element* b, int ldb) const {
+    for (int i = 0; i < 16; ++i) {
+      for (int j = 0; j < 16; ++j) {
+        float sum = acc.tile[i][j];
+        for (int k = 0; k < 16; ++k) {
+          const Element a_ik = kAColumns ? a[k * lda + i] : a[i * lda + k];
+          const Element b_kj = kBColumns ? b[j * ldb + k] : b[k * ldb + j];
+          sum += widen_bf16(a_ik) * widen_bf16(b_kj);
+        }
+        acc.tile[i][j] = sum;
+      }
+    }
+  }
+  void store(float* to, const Accumulator& acc, int ld) const {
+    for (int i = 0; i < 16; ++i) {
+      for (int j = 0; j < 16; ++j) to[i * ld + j] = acc.tile[i][j];
+    }
+  }
+  float exp(float value) const { return std::exp(value); }
+  Element round(float value) const { return Element{bf16_bits(value)}; }
+  float widen(Element value) const { return widen_bf16(value); }
+  void copy16(Element* to, const Element* from) const { std::memcpy(to, from, 16); }
+  void zero16(Element* to) const { std::memset(to, 0, 16); }
+  void load8(float (&values)[8], const Element* from) const {
+    for (int e = 0; e < 8; ++e) values[e] = widen_bf16(from[e]);
+  }
+  void store8(Element* to, const float (&values)[8]) const {
+    for (int e = 0; e < 8; ++e) to[e] = round(values[e]);
+  }
+};
+
+std::vector<HostBf16> to_host_bf16(const std::vector<float>& values) {
+  std::vector<HostBf16> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = HostBf16{bf16_bits(values[i])};
+  return out;
+}
+std::vector<float> from_host_bf16(const std::vector<HostBf16>& values) {
+  std::vector<float> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = widen_bf16(values[i]);
+  return out;
+}
+
+// run_attention's buffers and results, computed by the short kernels' bodies on the host,
+// one block per (sentence, head) pair, each block's shared memory filled with NaN first
+// (0xff bytes: a NaN in bf16 and fp32), so that a read of anything a phase did not write
+// shows in the results.
+AttentionResult run_short_attention_on_host(const AttentionData& data, const AttentionRun& run) {
+  using short_attention::Args;
+  const AttentionCase& c = data.c;
+  std::vector<HostBf16> q_buffer = to_host_bf16(data.q);
+  std::vector<HostBf16> kv_buffer = c.fused ? std::vector<HostBf16>{} : to_host_bf16(data.kv);
+  const HostBf16* kv = c.fused ? q_buffer.data() : kv_buffer.data();
+  // run_attention's shape, the key lengths in host memory.
+  const AttentionShape shape = shape_of(c, c.key_lengths.empty() ? nullptr : c.key_lengths.data());
+  Args<HostBf16> args = short_attention::args_of<HostBf16>(
+      q_buffer.data(), data.ldq, kv + data.k_offset, data.ldk, kv + data.v_offset, data.ldv, shape);
+  std::vector<HostBf16> out(static_cast<size_t>(data.out_numel()));
+  std::vector<HostBf16> saved(static_cast<size_t>(c.batch) * c.heads * c.query_len * c.key_len);
+  args.out = out.data();
+  args.saved = run.with_saved ? saved.data() : nullptr;
+  HostBlock block;
+  const int pairs = c.batch * c.heads;
+  const short_attention::Layout forward_layout =
+      short_attention::layout(c.query_len, c.key_len, false);
+  const short_attention::Layout backward_layout =
+      short_attention::layout(c.query_len, c.key_len, true);
+  std::vector<char> shared(static_cast<size_t>(backward_layout.bytes));
+  for (int pair = 0; pair < pairs; ++pair) {
+    std::fill(shared.begin(), shared.begin() + forward_layout.bytes, static_cast<char>(0xff));
+    short_attention::forward_block(block, args, pair, shared.data());
+  }
+  AttentionResult result;
+  result.out = from_host_bf16(out);
+  if (run.with_saved) result.saved = from_host_bf16(saved);
+  if (!run.backward) return result;
+
+  const bool write = run.store == GradStore::kWrite;
+  const int q_heads_width = c.fused ? data.ldq : c.heads * c.d_k;
+  std::vector<HostBf16> dq_buffer = to_host_bf16(
+      write ? poisoned_columns(data.dq_fill, data.ldq, q_heads_width) : data.dq_fill);
+  std::vector<HostBf16> dkv_buffer =
+      c.fused ? std::vector<HostBf16>{}
+              : to_host_bf16(write ? poisoned_columns(data.dkv_fill, data.ldk, data.ldk)
+                                   : data.dkv_fill);
+  HostBf16* dkv = c.fused ? dq_buffer.data() : dkv_buffer.data();
+  const std::vector<HostBf16> d_out = to_host_bf16(data.d_out);
+  args.d_out = d_out.data();
+  args.dq = run.want_dq ? dq_buffer.data() : nullptr;
+  args.dk = run.want_dk ? dkv + data.k_offset : nullptr;
+  args.dv = run.want_dv ? dkv + data.v_offset : nullptr;
+  args.write_dq = args.write_dk = args.write_dv = write;
+  for (int pair = 0; pair < pairs; ++pair) {
+    std::fill(shared.begin(), shared.end(), static_cast<char>(0xff));
+    short_attention::backward_block(block, args, pair, shared.data());
+  }
+  result.dq_buffer = from_host_bf16(dq_buffer);
+  if (!c.fused) result.dkv_buffer = from_host_bf16(dkv_buffer);
+  return result;
+}
+
+// The short kernels' bodies, run on the host, against the CPU attention: forward
+// (out, saved P, masks) and every backward variant, adding and writing. This is the
+// kernels' rehearsal without a GPU: indices, masks, padding, dropout draws, the
+// epilogues and which tiles are skipped, all run here on every build.
+TEST(ShortAttentionOnTheHost, ForwardAndBackwardMatchCpu) {
+  auto cpu = make_cpu_backend(DType::F32);
+  std::mt19937 rng(41);
+  for (const AttentionCase& c : short_attention_cases()) {
+    const AttentionData data(c, DType::BF16, rng);
+    ASSERT_TRUE(short_attention::short_attention_fits(c.d_k, c.d_v, c.query_len, c.key_len,
+                                                      data.ldq, data.ldk, data.ldv))
+        << c.name;
+    for (GradStore store : {GradStore::kAdd, GradStore::kWrite}) {
+      for (const AttentionRun& run : short_attention_runs(store)) {
+        SCOPED_TRACE(c.name + " " + variant_name(run));
+        const AttentionResult expected = run_attention(*cpu, DType::F32, data, run);
+        const AttentionResult actual = run_short_attention_on_host(data, run);
+        expect_short_attention_matches(actual, expected, c.fused);
+      }
+    }
+    AttentionRun without_saved;
+    without_saved.backward = false;
+    without_saved.with_saved = false;
+    AttentionRun with_saved = without_saved;
+    with_saved.with_saved = true;
+    EXPECT_EQ(run_short_attention_on_host(data, without_saved).out,
+              run_short_attention_on_host(data, with_saved).out)
+        << c.name << ": decoding (no saved P) computes the same output";
+  }
+}
+
+// The tolerance is not vacuous: the CPU's result for another dropout draw (a changed
+// seed, so whole probabilities are dropped elsewhere) is far outside it.
+TEST(ShortAttentionOnTheHost, AnotherDropoutDrawIsCaught) {
+  auto cpu = make_cpu_backend(DType::F32);
+  std::mt19937 rng(42);
+  AttentionCase c = short_attention_cases()[1];  // causal, dropout 0.1
+  const AttentionData data(c, DType::BF16, rng);
+  AttentionRun run;
+  const AttentionResult expected = run_attention(*cpu, DType::F32, data, run);
+  AttentionData other = data;
+  other.c.dropout = 0.2f;
+  const AttentionResult actual = run_short_attention_on_host(other, run);
+  const Tolerance o = out_tolerance(DType::BF16);
+  EXPECT_FALSE(all_close(actual.out, expected.out, o.abs, o.rel));
+}
+
+// The same on the GPU (train.cuda_kernels = candidate, bf16; fp32 takes the verified
+// path and is checked too): forward, every backward variant adding and writing, decoding
+// without saved P, and a repeated run bit-identical (no atomics).
+TEST(CudaCandidateAttention, ShortSentencesMatchCpu) {
+  THPC_REQUIRE_GPU();
+  for (DType dtype : gpu_compute_dtypes()) {
+    std::mt19937 rng(43);
+    for (const AttentionCase& c : short_attention_cases()) {
+      Twins twins(dtype, /*candidate_kernels=*/true);
+      const AttentionData data(c, dtype, rng);
+      for (GradStore store : {GradStore::kAdd, GradStore::kWrite}) {
+        for (const AttentionRun& run : short_attention_runs(store)) {
+          SCOPED_TRACE(label(c, dtype) + " " + variant_name(run));
+          const AttentionResult cpu = run_attention(*twins.cpu, DType::F32, data, run);
+          const int64_t launches = short_attention_launches();
+          const AttentionResult gpu = run_attention(*twins.gpu, dtype, data, run);
+          if (dtype == DType::BF16 && !twin_rehearsal()) {
+            EXPECT_EQ(short_attention_launches(), launches + 2)
+                << "the short kernels were not taken (forward and backward)";
+          }
+          if (dtype == DType::BF16) {
+            expect_short_attention_matches(gpu, cpu, c.fused);
+          } else {
+            const Tolerance o = out_tolerance(dtype), g = gradient_tolerance(dtype);
+            EXPECT_TRUE(all_close(gpu.out, cpu.out, o.abs, o.rel)) << "out";
+            EXPECT_TRUE(all_close(gpu.dq_buffer, cpu.dq_buffer, g.abs, g.rel)) << "dq";
+            EXPECT_TRUE(all_close(gpu.dkv_buffer, cpu.dkv_buffer, g.abs, g.rel)) << "d kv";
+          }
+          const AttentionResult again = run_attention(*twins.gpu, dtype, data, run);
+          EXPECT_EQ(again.out, gpu.out);
+          EXPECT_EQ(again.dq_buffer, gpu.dq_buffer);
+          EXPECT_EQ(again.dkv_buffer, gpu.dkv_buffer);
+        }
+      }
+      AttentionRun with, without;
+      with.backward = without.backward = false;
+      without.with_saved = false;
+      EXPECT_EQ(run_attention(*twins.gpu, dtype, data, with).out,
+                run_attention(*twins.gpu, dtype, data, without).out)
+          << label(c, dtype) << ": without saved P";
+    }
   }
 }
 
