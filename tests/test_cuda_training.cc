@@ -105,7 +105,7 @@ TEST(CudaTraining, Fp32ThreeStepsWithCandidateKernelsMatchTheCpu) {
 // and so in bf16 roundings, whose effect on the loss is ~1e-3 relative (bf16 against fp32
 // on Multi30k: ~1e-2 after 200 steps, Bf16LossCurveTracksFp32OnMulti30k); a kernel that
 // computed something else (a wrong mask, tile or dropout draw) moves the loss by far more
-// than the 1% allowed here.
+// than the 1% allowed here. The candidate's steps must have launched the short kernels.
 TEST(CudaTraining, Bf16ThreeStepsWithCandidateKernelsTrackVerified) {
   THPC_REQUIRE_REAL_GPU();
   const std::vector<std::string> common = {"train.backend=cuda", "train.precision=bf16",
@@ -119,7 +119,12 @@ TEST(CudaTraining, Bf16ThreeStepsWithCandidateKernelsTrackVerified) {
   Trainer candidate(with("candidate"));
   for (int step = 0; step < 3; ++step) {
     const StepStats a = verified.step();
+    const int64_t launches = short_attention_launches();
     const StepStats b = candidate.step();
+    // Every attention of the model fits the short kernels (d_k = 64, sentences <= 14
+    // pieces): 3 per layer pair forward and backward at least, if the model's tensors
+    // meet their alignment (else they would silently take the verified path).
+    EXPECT_GE(short_attention_launches() - launches, 2 * 3 * 2) << "step " << a.step;
     std::printf("bf16 step %lld: loss verified %.6f, candidate %.6f\n",
                 static_cast<long long>(a.step), a.loss, b.loss);
     EXPECT_TRUE(std::isfinite(b.loss));
