@@ -36,7 +36,8 @@
 #      mode, static shapes: nine lengths) last with what is left; a peer cut off leaves
 #      its inductor cache in build-gpu/ for call 2.
 # followup (call 2; FOLLOWUP_SECONDS, default 240):
-#   1. compute-sanitizer memcheck of the candidate twins;
+#   1. compute-sanitizer memcheck of the candidate twins, and racecheck of the
+#      short-sentence attention's (its blocks share memory between phases);
 #   2. big (input/big.ini) at 25,000 + 25,000 tokens: the profile and the unprofiled line
 #      (peak memory, step ms, MFU), verified and (candidate twins passed) candidate;
 #   3. what call 1 did not finish: the compiled peer with ours off and on, on the
@@ -128,6 +129,7 @@ readonly PLAN=(
   "1|torch.compile peer (228 s to compile on 2026-11-26): the rest of STEP_SECONDS=370|230|260"
   "2|setup, incremental build|10|20"
   "2|memcheck of the candidate twins (each run capped)|30|70"
+  "2|racecheck of the short-sentence attention's twin (capped)|20|60"
   "2|ceiling; big profile and unprofiled line, off and on|80|110"
   "2|torch.compile peer (on call 1's inductor cache) with ours off, on|0|60"
   "gaps|transfers, the send of call 2|10|30"
@@ -212,7 +214,7 @@ dry_run() {
     echo "dry-run: rehearsing call '$call' on the CPU (BUILD=${BUILD:-build})"
     if OUT=$rehearsal_out bash "$0" --rehearse "$call" > "$rehearsal_out/console.txt" 2>&1 &&
        ! grep -q "(exit [1-9]" "$rehearsal_out/console.txt"; then
-      grep -E "^(candidate twins|twin lines|memcheck|peers|step:|followup:|==|big)" "$rehearsal_out/console.txt" |
+      grep -E "^(candidate twins|twin lines|memcheck|racecheck|peers|step:|followup:|==|big)" "$rehearsal_out/console.txt" |
         sed 's/^/  /'
       echo "  logs: $(du -k "$rehearsal_out/logs_$call.tgz" | cut -f1) kB"
     else
@@ -473,6 +475,23 @@ memcheck_candidates() {
   done
 }
 
+# compute-sanitizer racecheck of the short-sentence attention (a candidate whose blocks
+# share memory between phases: the host run of its body, ShortAttentionOnTheHost.*,
+# checks everything but races). Runs whether or not its twin passed: a race would be
+# the likeliest cause of a failure. Capped: a cut-off run still prints the races it found.
+racecheck_short_attention() {
+  if [ "$rehearsal" = 1 ]; then
+    echo "racecheck: skipped in the rehearsal (compute-sanitizer needs the GPU)"
+    return
+  fi
+  local log="$LOGS/racecheck_short_attention.log"
+  timeout 60 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    "$BUILD_DIR/tests/test_kernel_attention" \
+    --gtest_filter='CudaCandidateAttention.ShortSentencesMatchCpu' > "$log" 2>&1
+  echo "racecheck short attention: exit $? (races reported: $(grep -c "Race reported" "$log")," \
+    "$(grep -m1 "RACECHECK SUMMARY" "$log" || echo "no summary: cut off"))"
+}
+
 followup_stage() {
   local deadline=${FOLLOWUP_SECONDS:-240}
   print_plan
@@ -483,8 +502,10 @@ followup_stage() {
     echo "followup: no state from call 1 on this machine (a fresh one): the candidate twins first"
     run_candidate_twins
   fi
-  # 1. memcheck of the candidate kernels' twins, each run capped.
+  # 1. memcheck of the candidate kernels' twins, each run capped; racecheck of the
+  # short-sentence attention.
   memcheck_candidates
+  racecheck_short_attention
 
   # 2. big: profile and line.
   measure_ceiling
