@@ -41,8 +41,8 @@
 #include <atomic>
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <mutex>
-#include <set>
 #include <type_traits>
 #include <utility>
 
@@ -343,6 +343,9 @@ struct WmmaBlock {
   __device__ int lane_step() const { return kWarp; }
   __device__ void sync() const { __syncthreads(); }
   __device__ void warp_sync() const { __syncwarp(); }
+  // The fixed butterflies of device_util.cuh: every lane ends with the same bits.
+  __device__ float warp_sum(float value) const { return ::thpc::cuda::warp_sum(value); }
+  __device__ float warp_max(float value) const { return ::thpc::cuda::warp_max(value); }
   __device__ void zero(Accumulator& acc) const { nvcuda::wmma::fill_fragment(acc.tile, 0.0f); }
   __device__ void scale(Accumulator& acc, float factor) const {
     for (int e = 0; e < acc.tile.num_elements; ++e) acc.tile.x[e] *= factor;
@@ -397,26 +400,31 @@ __global__ void __launch_bounds__(short_attention::kThreads)
 
 std::atomic<int64_t> short_attention_launch_count{0};
 
-// Lets `kernel` use up to the largest layout's shared memory on the current device
-// (beyond the default 48 KiB; once per kernel and device). False when the device offers
-// less per block (then the verified path runs).
+// Whether `kernel` may use `bytes` of dynamic shared memory on `device`: the first call
+// per kernel and device raises its limit to the largest layout's (beyond the default
+// 48 KiB) where the device's opt-in allows it, and remembers the limit. False: the
+// verified path runs.
 bool short_attention_shared_memory(const void* kernel, int device, int bytes) {
   static std::mutex mutex;
-  static std::set<std::pair<const void*, int>> allowed;
-  const int largest = short_attention::layout(short_attention::kMaxLength,
-                                              short_attention::kMaxLength, true)
-                          .bytes;
+  static std::map<std::pair<const void*, int>, int> limits;
   std::lock_guard<std::mutex> lock(mutex);
-  if (allowed.count({kernel, device}) == 0) {
+  auto found = limits.find({kernel, device});
+  if (found == limits.end()) {
+    const int largest = short_attention::layout(short_attention::kMaxLength,
+                                                short_attention::kMaxLength, true)
+                            .bytes;
     int optin = 0;
     THPC_CUDA_CHECK(
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    if (optin < largest) return bytes <= 48 * 1024;
-    THPC_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, largest));
-    allowed.insert({kernel, device});
+    int limit = 48 * 1024;
+    if (optin >= largest) {
+      THPC_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, largest));
+      limit = largest;
+    }
+    found = limits.emplace(std::make_pair(kernel, device), limit).first;
   }
-  return true;
+  return bytes <= found->second;
 }
 
 // Whether this call takes the short kernels: bf16, the candidate switch, the shapes of

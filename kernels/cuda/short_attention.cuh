@@ -31,7 +31,8 @@
 // backward_block), for an execution policy X. Each phase is one loop whose iterations
 // are shared among the block's threads (first_thread/thread_step), its warps (each
 // iteration a 16x16 tile the whole warp computes) or a warp's lanes, and phases are
-// separated by x.sync(). In attention.cu, X is the block on the GPU (threadIdx, nvcuda::
+// separated by x.sync(); a warp combines its lanes' values with x.warp_sum / warp_max
+// (every lane gets the result). In attention.cu, X is the block on the GPU (threadIdx, nvcuda::
 // wmma); in tests/kernels/attention_test.cc (ShortAttentionOnTheHost.*) X emulates one
 // block sequentially (first = 0, step = 1; tiles multiplied in fp32, bf16 rounded to
 // nearest even), so every index, mask, padding rule and epilogue of the kernel runs on
@@ -322,16 +323,21 @@ THPC_SHORT_ATTENTION_BODY void forward_block(X& x, const Args<T>& a, int pair, c
   }
   x.sync();
 
-  // 3. Each query's max and 1/sum over its visible keys (a thread per row).
-  for (int t = x.first_thread(); t < Lq; t += x.thread_step()) {
+  // 3. Each query's max and 1/sum over its visible keys: a warp per row, lanes striding
+  //    the keys (consecutive words: no bank conflicts), combined by warp_max / warp_sum.
+  for (int t = x.first_warp(); t < Lq; t += x.warp_step()) {
     const int visible = visible_keys(a, valid, t);
     const float* s = scores + t * l.ld_scores;
     float largest = -INFINITY;
-    for (int j = 0; j < visible; ++j) largest = fmaxf(largest, s[j]);
+    for (int j = x.first_lane(); j < visible; j += x.lane_step()) largest = fmaxf(largest, s[j]);
+    largest = x.warp_max(largest);
     float sum = 0.0f;
-    for (int j = 0; j < visible; ++j) sum += x.exp(s[j] - largest);
-    row_max[t] = visible > 0 ? largest : 0.0f;
-    row_scale[t] = visible > 0 ? 1.0f / sum : 0.0f;
+    for (int j = x.first_lane(); j < visible; j += x.lane_step()) sum += x.exp(s[j] - largest);
+    sum = x.warp_sum(sum);
+    if (x.first_lane() == 0) {
+      row_max[t] = visible > 0 ? largest : 0.0f;
+      row_scale[t] = visible > 0 ? 1.0f / sum : 0.0f;
+    }
   }
   x.sync();
 
@@ -392,8 +398,9 @@ THPC_SHORT_ATTENTION_BODY void backward_block(X& x, const Args<T>& a, int pair, 
   load_rows(x, vs, a.v + static_cast<int64_t>(b) * Lk * a.ldv + column, a.ldv, valid, l.rows_k);
   load_rows(x, dos, a.d_out + static_cast<int64_t>(b) * Lq * ld_out + column, ld_out, Lq,
             l.rows_q);
-  // 2. P' = P M / (1 - p) from the saved P; zeros outside [Lq, Lk].
-  for (int e = x.first_thread(); e < l.rows_q * l.rows_k; e += x.thread_step()) {
+  // 2. P' = P M / (1 - p) from the saved P, for dV alone; zeros outside [Lq, Lk].
+  for (int e = x.first_thread(); a.dv != nullptr && e < l.rows_q * l.rows_k;
+       e += x.thread_step()) {
     const int t = e / l.rows_k, j = e % l.rows_k;
     T weight = x.round(0.0f);
     if (t < Lq && j < Lk) {
@@ -432,18 +439,20 @@ THPC_SHORT_ATTENTION_BODY void backward_block(X& x, const Args<T>& a, int pair, 
   x.sync();
 
   // 4. Q into dO's place, and rowsum(dP * P) per query over its visible keys (P is 0
-  //    past them), dP = dP' M/(1-p).
+  //    past them), dP = dP' M/(1-p): a warp per row, lanes striding the keys (the saved
+  //    row read coalesced).
   load_rows(x, qs, a.q + static_cast<int64_t>(b) * Lq * a.ldq + column, a.ldq, Lq, l.rows_q);
-  for (int t = x.first_thread(); t < Lq; t += x.thread_step()) {
+  for (int t = x.first_warp(); t < Lq; t += x.warp_step()) {
     const int visible = visible_keys(a, valid, t);
     const float* g = d_dropped + t * l.ld_scores;
     const T* p = a.saved + (first_row + t) * Lk;
     float dot = 0.0f;
-    for (int j = 0; j < visible; ++j) {
+    for (int j = x.first_lane(); j < visible; j += x.lane_step()) {
       dot += g[j] * dropout_factor(a, static_cast<uint64_t>((first_row + t) * Lk + j)) *
              x.widen(p[j]);
     }
-    row_dot[t] = dot;
+    dot = x.warp_sum(dot);
+    if (x.first_lane() == 0) row_dot[t] = dot;
   }
   x.sync();
 

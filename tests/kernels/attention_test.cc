@@ -15,9 +15,12 @@
 
 #include <cmath>
 #include <cstdint>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/philox.h"
@@ -807,6 +810,10 @@ struct HostBlock {
   int lane_step() const { return 1; }
   void sync() const {}
   void warp_sync() const {}
+  // A warp's lanes are one sequential loop here, whose one variable already holds the
+  // whole row's value.
+  float warp_sum(float value) const { return value; }
+  float warp_max(float value) const { return value; }
   void zero(Accumulator& acc) const {
     for (auto& row : acc.tile) {
       for (float& value : row) value = 0.0f;
@@ -860,11 +867,31 @@ std::vector<float> from_host_bf16(const std::vector<HostBf16>& values) {
   return out;
 }
 
+// Runs the blocks of one launch sequentially with HostBlock, each block's shared memory
+// filled with NaN first (0xff bytes: a NaN in bf16 and fp32), so that a read of anything
+// a phase did not write shows in the results.
+struct SequentialBlocks {
+  void operator()(bool backward, const short_attention::Args<HostBf16>& args, int pairs,
+                  int bytes) const {
+    std::vector<char> shared(static_cast<size_t>(bytes));
+    HostBlock block;
+    for (int pair = 0; pair < pairs; ++pair) {
+      std::fill(shared.begin(), shared.end(), static_cast<char>(0xff));
+      if (backward) {
+        short_attention::backward_block(block, args, pair, shared.data());
+      } else {
+        short_attention::forward_block(block, args, pair, shared.data());
+      }
+    }
+  }
+};
+
 // run_attention's buffers and results, computed by the short kernels' bodies on the host,
-// one block per (sentence, head) pair, each block's shared memory filled with NaN first
-// (0xff bytes: a NaN in bf16 and fp32), so that a read of anything a phase did not write
-// shows in the results.
-AttentionResult run_short_attention_on_host(const AttentionData& data, const AttentionRun& run) {
+// one block per (sentence, head) pair, run by `run_blocks` (SequentialBlocks, or
+// ThreadedBlocks below).
+template <class RunBlocks = SequentialBlocks>
+AttentionResult run_short_attention_on_host(const AttentionData& data, const AttentionRun& run,
+                                            const RunBlocks& run_blocks = RunBlocks{}) {
   using short_attention::Args;
   const AttentionCase& c = data.c;
   std::vector<HostBf16> q_buffer = to_host_bf16(data.q);
@@ -878,17 +905,8 @@ AttentionResult run_short_attention_on_host(const AttentionData& data, const Att
   std::vector<HostBf16> saved(static_cast<size_t>(c.batch) * c.heads * c.query_len * c.key_len);
   args.out = out.data();
   args.saved = run.with_saved ? saved.data() : nullptr;
-  HostBlock block;
   const int pairs = c.batch * c.heads;
-  const short_attention::Layout forward_layout =
-      short_attention::layout(c.query_len, c.key_len, false);
-  const short_attention::Layout backward_layout =
-      short_attention::layout(c.query_len, c.key_len, true);
-  std::vector<char> shared(static_cast<size_t>(backward_layout.bytes));
-  for (int pair = 0; pair < pairs; ++pair) {
-    std::fill(shared.begin(), shared.begin() + forward_layout.bytes, static_cast<char>(0xff));
-    short_attention::forward_block(block, args, pair, shared.data());
-  }
+  run_blocks(false, args, pairs, short_attention::layout(c.query_len, c.key_len, false).bytes);
   AttentionResult result;
   result.out = from_host_bf16(out);
   if (run.with_saved) result.saved = from_host_bf16(saved);
@@ -909,14 +927,123 @@ AttentionResult run_short_attention_on_host(const AttentionData& data, const Att
   args.dk = run.want_dk ? dkv + data.k_offset : nullptr;
   args.dv = run.want_dv ? dkv + data.v_offset : nullptr;
   args.write_dq = args.write_dk = args.write_dv = write;
-  for (int pair = 0; pair < pairs; ++pair) {
-    std::fill(shared.begin(), shared.end(), static_cast<char>(0xff));
-    short_attention::backward_block(block, args, pair, shared.data());
-  }
+  run_blocks(true, args, pairs, short_attention::layout(c.query_len, c.key_len, true).bytes);
   result.dq_buffer = from_host_bf16(dq_buffer);
   if (!c.fused) result.dkv_buffer = from_host_bf16(dkv_buffer);
   return result;
 }
+
+// A block as the GPU runs it: kThreads host threads, x.sync() a barrier of all of them,
+// x.warp_sync() one of the warp's 32, warp_sum / warp_max the device's xor butterfly (so
+// every lane gets the same bits, in the device's order), and a tile product done by the
+// warp's lane 0 after a warp barrier (wmma is warp-collective) and stored by it: a lane
+// reading the stage before the warp's barrier, or a phase reading what another warp
+// writes before the block's, reads stale or NaN data here. (What remains the GPU's own:
+// the fragments' real layout in registers, and timing.)
+class ThreadBarrier {  // C++17 has no std::barrier
+ public:
+  explicit ThreadBarrier(int count) : count_(count) {}
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const int generation = generation_;
+    if (++waiting_ == count_) {
+      waiting_ = 0;
+      ++generation_;
+      released_.notify_all();
+    } else {
+      released_.wait(lock, [&] { return generation_ != generation; });
+    }
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable released_;
+  const int count_;
+  int waiting_ = 0, generation_ = 0;
+};
+
+struct ThreadedTeam {
+  ThreadBarrier block{short_attention::kThreads};
+  ThreadBarrier warp[short_attention::kWarps] = {ThreadBarrier(32), ThreadBarrier(32),
+                                                 ThreadBarrier(32), ThreadBarrier(32)};
+  float exchange[short_attention::kWarps][32] = {};
+};
+static_assert(short_attention::kWarps == 4, "ThreadedTeam's warp barriers");
+
+struct ThreadedBlock : HostBlock {
+  int thread = 0;
+  ThreadedTeam* team = nullptr;
+  int lane() const { return thread % 32; }
+  int warp() const { return thread / 32; }
+  int first_thread() const { return thread; }
+  int thread_step() const { return short_attention::kThreads; }
+  int first_warp() const { return warp(); }
+  int warp_step() const { return short_attention::kWarps; }
+  int warp_slot() const { return warp(); }
+  int first_lane() const { return lane(); }
+  int lane_step() const { return 32; }
+  void sync() const { team->block.wait(); }
+  void warp_sync() const { team->warp[warp()].wait(); }
+  template <class Op>
+  float butterfly(float value, Op op) const {
+    float* slots = team->exchange[warp()];
+    slots[lane()] = value;
+    warp_sync();
+    float values[32];
+    std::copy(slots, slots + 32, values);
+    warp_sync();  // the slots are free again
+    for (int offset = 16; offset > 0; offset /= 2) {  // x = op(x, shfl_xor(x, offset))
+      float next[32];
+      for (int l = 0; l < 32; ++l) next[l] = op(values[l], values[l ^ offset]);
+      std::copy(next, next + 32, values);
+    }
+    return values[lane()];
+  }
+  float warp_sum(float value) const {
+    return butterfly(value, [](float a, float b) { return a + b; });
+  }
+  float warp_max(float value) const {
+    return butterfly(value, [](float a, float b) { return std::fmax(a, b); });
+  }
+  template <bool kAColumns, bool kBColumns>
+  void mma(Accumulator& acc, const Element* a, int lda, const Element* b, int ldb) const {
+    warp_sync();
+    if (lane() == 0) HostBlock::mma<kAColumns, kBColumns>(acc, a, lda, b, ldb);
+  }
+  void store(float* to, const Accumulator& acc, int ld) const {
+    warp_sync();
+    if (lane() == 0) HostBlock::store(to, acc, ld);
+  }
+};
+
+// The blocks of a launch one after another, each by a team of kThreads threads (shared
+// memory NaN-filled before each block, as SequentialBlocks does).
+struct ThreadedBlocks {
+  void operator()(bool backward, const short_attention::Args<HostBf16>& args, int pairs,
+                  int bytes) const {
+    std::vector<char> shared(static_cast<size_t>(bytes));
+    ThreadedTeam team;
+    std::vector<std::thread> threads;
+    for (int thread = 0; thread < short_attention::kThreads; ++thread) {
+      threads.emplace_back([&, thread] {
+        ThreadedBlock x;
+        x.thread = thread;
+        x.team = &team;
+        for (int pair = 0; pair < pairs; ++pair) {
+          if (thread == 0) std::fill(shared.begin(), shared.end(), static_cast<char>(0xff));
+          x.sync();
+          if (backward) {
+            short_attention::backward_block(x, args, pair, shared.data());
+          } else {
+            short_attention::forward_block(x, args, pair, shared.data());
+          }
+          x.sync();  // the block is done before the next one's fill
+        }
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+  }
+};
 
 // The short kernels' bodies, run on the host, against the CPU attention: forward
 // (out, saved P, masks) and every backward variant, adding and writing. This is the
@@ -946,6 +1073,35 @@ TEST(ShortAttentionOnTheHost, ForwardAndBackwardMatchCpu) {
     EXPECT_EQ(run_short_attention_on_host(data, without_saved).out,
               run_short_attention_on_host(data, with_saved).out)
         << c.name << ": decoding (no saved P) computes the same output";
+  }
+}
+
+// The same bodies run by kThreads threads a block (ThreadedBlock: barriers, the warp
+// butterflies, warp-collective tiles): the results match the CPU, and a second run gives
+// the same bits (a race between phases would not). Three of the cases; every gradient
+// adding and writing, and dV alone (the threads make a run ~100x slower than the
+// sequential one).
+TEST(ShortAttentionOnTheHost, ThreadedBlocksMatchCpuAndRepeatBitForBit) {
+  auto cpu = make_cpu_backend(DType::F32);
+  std::mt19937 rng(44);
+  const std::vector<AttentionCase> cases = short_attention_cases();
+  for (const AttentionCase& c : {cases[1], cases[2], cases[4]}) {
+    const AttentionData data(c, DType::BF16, rng);
+    const std::vector<AttentionRun> runs = {short_attention_runs(GradStore::kAdd)[0],
+                                            short_attention_runs(GradStore::kWrite)[0],
+                                            short_attention_runs(GradStore::kAdd)[3]};
+    for (const AttentionRun& run : runs) {
+      SCOPED_TRACE(c.name + " " + variant_name(run) + " (threaded)");
+      const AttentionResult expected = run_attention(*cpu, DType::F32, data, run);
+      const AttentionResult actual = run_short_attention_on_host(data, run, ThreadedBlocks{});
+      expect_short_attention_matches(actual, expected, c.fused);
+      if (&run != &runs.front()) continue;
+      const AttentionResult again = run_short_attention_on_host(data, run, ThreadedBlocks{});
+      EXPECT_EQ(again.out, actual.out);
+      EXPECT_EQ(again.saved, actual.saved);
+      EXPECT_EQ(again.dq_buffer, actual.dq_buffer);
+      EXPECT_EQ(again.dkv_buffer, actual.dkv_buffer);
+    }
   }
 }
 
