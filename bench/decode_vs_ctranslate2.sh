@@ -41,6 +41,10 @@
 #   decode_vs_ctranslate2: device=cuda lines=L beam=B max_len=M ours_bf16_tok_s=A
 #     ours_bf16_b32_tok_s=.. ours_wall_tok_s=.. ct2_fp16_b32_tok_s=B ct2_bf16_b32_tok_s=..
 #     ratio_fp16_b32=ours_b32/B ...
+# Before that line (PROFILE=1, the default on the GPU), one more, untimed run of ours in
+# 4,096-token batches with --profile: the time per batch of each op class and the host
+# time between the backend's ops (launch gaps and the search's host work: what CUDA
+# graphs of the decoder step could win back).
 #
 # PYTHON: an interpreter with ctranslate2, sentencepiece, h5py and numpy (torch and
 # transformers for the HF peer); default $THPC_PYTHON, else $THPC_VENV/bin/python or
@@ -51,7 +55,7 @@
 # and sentencepiece; only CTranslate2's wheel travels). THPC_BUILD names the build directory (default build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 1 ] || { sed -n '2,50p' "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,55p' "$0" >&2; exit 2; }
 checkpoint=$1
 device=${DEVICE:-cpu}
 case $device in
@@ -219,6 +223,12 @@ for run in $(seq "$runs"); do
   fi
   echo "run $run (tokens, decode s, wall s): ours $(tail -1 "$work/ours") | ours b32 $(tail -1 "$work/ours_b32")$([ "$ct2_cuda" = yes ] && echo " | ct2 fp16 $(tail -1 "$work/ct2_fp16") | ct2 bf16 $(tail -1 "$work/ct2_bf16")")"
 done
+if [ "${PROFILE:-1}" = 1 ]; then
+  "$build/transformer_decode" --checkpoint "$checkpoint" --input "$work/source.en" \
+    --output /dev/null "${search[@]}" --batch-tokens 4096 --profile > /dev/null 2> "$work/profile.txt"
+  echo "ours, profiled (4,096-token batches, untimed):"
+  sed -n '/^profile: /,$p' "$work/profile.txt"
+fi
 ours_b32_tok_s=$(rate ours_b32 2)
 line="decode_vs_ctranslate2: device=cuda lines=$lines beam=$beam max_len=$max_len ours_bf16_tok_s=$(rate ours 2) ours_bf16_b32_tok_s=$ours_b32_tok_s ours_wall_tok_s=$(rate ours 3) tokens_ours=$(tokens ours)"
 if [ "$ct2_cuda" = yes ]; then

@@ -93,17 +93,31 @@ double OpProfile::host_seconds() const {
   return span_seconds - ops;
 }
 
+OpProfile& OpProfile::operator+=(const OpProfile& other) {
+  for (int c = 0; c < kOpClassCount; ++c) {
+    rows[c].seconds += other.rows[c].seconds;
+    rows[c].calls += other.rows[c].calls;
+    rows[c].flops += other.rows[c].flops;
+  }
+  steps += other.steps;
+  span_seconds += other.span_seconds;
+  return *this;
+}
+
 std::string format_profile(const OpProfile& profile, const std::string& backend_name,
-                           double ceiling_tflops) {
+                           double ceiling_tflops, const std::string& unit) {
   std::string text;
   char line[256];
   const double steps = profile.steps > 0 ? profile.steps : 1;
   const double step_ms = 1e3 * profile.span_seconds / steps;
-  std::snprintf(line, sizeof line, "profile: %d steps on %s, %.3f ms per step\n", profile.steps,
-                backend_name.c_str(), step_ms);
+  const char* per = unit.c_str();
+  std::snprintf(line, sizeof line, "profile: %d %s%s on %s, %.3f ms per %s\n", profile.steps,
+                per, profile.steps == 1 ? "" : (unit == "batch" ? "es" : "s"),
+                backend_name.c_str(), step_ms, per);
   text += line;
-  std::snprintf(line, sizeof line, "%-30s %10s %7s %11s %12s %9s\n", "op class", "ms/step",
-                "share", "calls/step", "GFLOP/step", "TFLOP/s");
+  const std::string ms = "ms/" + unit, calls = "calls/" + unit, gflop = "GFLOP/" + unit;
+  std::snprintf(line, sizeof line, "%-30s %10s %7s %11s %12s %9s\n", "op class", ms.c_str(),
+                "share", calls.c_str(), gflop.c_str(), "TFLOP/s");
   text += line;
   const auto share = [&](double seconds) {
     return profile.span_seconds > 0 ? 100.0 * seconds / profile.span_seconds : 0.0;
@@ -126,7 +140,8 @@ std::string format_profile(const OpProfile& profile, const std::string& backend_
   std::snprintf(line, sizeof line, "%-30s %10.3f %6.1f%%\n", "host time between kernels",
                 1e3 * profile.host_seconds() / steps, share(profile.host_seconds()));
   text += line;
-  std::snprintf(line, sizeof line, "%-30s %10.3f %6.1f%%\n", "total (the step)", step_ms,
+  const std::string total = "total (the " + unit + ")";
+  std::snprintf(line, sizeof line, "%-30s %10.3f %6.1f%%\n", total.c_str(), step_ms,
                 profile.span_seconds > 0 ? 100.0 : 0.0);
   text += line;
   const OpProfile::Row& forward = profile.rows[static_cast<int>(OpClass::GemmForward)];
@@ -157,6 +172,13 @@ void ProfilingBackend::end_step() {
   THPC_CHECK(recording_, "end_step() without begin_step()");
   steps_.emplace_back(step_start_, clock_->mark());
   recording_ = false;
+}
+
+void ProfilingBackend::clear() {
+  THPC_CHECK(!recording_, "clear() inside a step");
+  steps_.clear();
+  calls_.clear();
+  clock_->clear();
 }
 
 OpProfile ProfilingBackend::collect() {

@@ -73,13 +73,16 @@ struct OpProfile {
   double span_seconds = 0.0;  // the recorded steps, each from its begin to its end mark
   // The steps' span less every op's time: on a GPU the device waiting for the host.
   double host_seconds() const;
+  // Adds another profile's steps, spans and rows (profiles collected in turns).
+  OpProfile& operator+=(const OpProfile& other);
 };
 
 // The profile as a table, one line per class that was called plus the host time and
 // the total, per step; then the GEMMs' FLOP-weighted rate against `ceiling_tflops`
-// (the machine's measured matrix-product rate; <= 0: not printed).
+// (the machine's measured matrix-product rate; <= 0: not printed). `unit` names what a
+// step is ("step": a training step; transformer_decode --profile: "batch").
 std::string format_profile(const OpProfile& profile, const std::string& backend_name,
-                           double ceiling_tflops);
+                           double ceiling_tflops, const std::string& unit = "step");
 
 class ProfilingBackend final : public Backend {
  public:
@@ -91,6 +94,9 @@ class ProfilingBackend final : public Backend {
   // Reads back every mark of the recorded steps (waiting for the backend's work) and
   // sums them per class.
   OpProfile collect();
+  // Forgets the recorded steps and reuses their marks (a long run collects in turns, so
+  // that its marks, on a GPU events, stay few).
+  void clear();
 
   std::string name() const override { return inner_.name(); }
   bool host_memory() const override { return inner_.host_memory(); }

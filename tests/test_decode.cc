@@ -5,6 +5,9 @@
 // lines truncated with a warning, determinism, --greedy = --beam 1 --lenpen 0, n-best,
 // the SentencePiece model taken from the checkpoint when --spm-model is not given.
 #include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
 #include <unistd.h>
 
 #include <filesystem>
@@ -147,6 +150,40 @@ TEST_F(DecodeProgram, WorkersShareTheBatchesWithoutChangingAnyTranslation) {
     ASSERT_EQ(decode(std::string("--max-len-b 8 --threads ") + threads, several, err), 0) << err;
     EXPECT_EQ(several, one) << "--threads " << threads;
   }
+}
+
+// --profile: the same translations, and on standard error a table of where the time
+// went per batch, one row per op class the decoding called, the rows and the host time
+// between ops adding up to the batch's total. (--batch-tokens 8: each non-empty line is
+// a batch of its own, the long one truncated to 39 pieces.)
+TEST_F(DecodeProgram, ProfileTellsWhereTheTimeWentAndChangesNoTranslation) {
+  std::string plain, profiled, err;
+  ASSERT_EQ(decode("--max-len-b 6 --threads 1 --batch-tokens 8", plain, err), 0) << err;
+  ASSERT_EQ(decode("--max-len-b 6 --threads 1 --batch-tokens 8 --profile", profiled, err), 0)
+      << err;
+  EXPECT_EQ(profiled, plain);
+  const size_t header = err.find("profile: ");
+  ASSERT_NE(header, std::string::npos) << err;
+  int batches = 0;
+  double per_batch = 0.0;
+  ASSERT_EQ(std::sscanf(err.c_str() + header, "profile: %d batches on cpu-fp32, %lf ms per batch",
+                        &batches, &per_batch),
+            2)
+      << err.substr(header);
+  EXPECT_EQ(batches, 3) << err;  // the three non-empty lines
+  EXPECT_GT(per_batch, 0.0);
+  double rows = 0.0;
+  for (const char* row : {"GEMM forward", "attention", "residual+dropout+layer norm",
+                          "cross-entropy", "decoding (copy_rows, top-k)",
+                          "host time between kernels"}) {
+    const size_t at = err.find(row, header);
+    ASSERT_NE(at, std::string::npos) << row << " missing from\n" << err.substr(header);
+    rows += std::atof(err.c_str() + at + 30);  // the table's first column after the label
+  }
+  const size_t total = err.find("total (the batch)", header);
+  ASSERT_NE(total, std::string::npos) << err.substr(header);
+  EXPECT_NEAR(std::atof(err.c_str() + total + 30), per_batch, 1e-3 * per_batch + 1e-3);
+  EXPECT_LE(rows, per_batch * 1.001 + 1e-3) << err.substr(header);
 }
 
 TEST_F(DecodeProgram, GreedyIsBeamOneWithoutLengthPenalty) {

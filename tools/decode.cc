@@ -7,7 +7,7 @@
 //                      [--batch-tokens 4096] [--nbest 1] [--greedy] [--threads N]
 //                      [--sampling full|topk=K|topp=P [--temperature T] [--seed S]]
 //                      [--dump-attention FILE.h5 --dump-lines 1,5,9]
-//                      [--tree-constraints [--tree-leaves XX|words]]
+//                      [--tree-constraints [--tree-leaves XX|words]] [--profile]
 //
 // The SentencePiece model is --spm-model when given, else the one stored in the
 // checkpoint by the trainer (fairseq-like). Each input line is SentencePiece-encoded,
@@ -26,7 +26,12 @@
 // vocabulary, the first checkpoint's [decode] and [train] settings applying);
 // --sampling draws the translations instead of searching (decode/sampling.h). Both
 // outputs are written under a temporary name and renamed, and neither may be an input,
-// the other output or a training run's file (checkpoint/output_file.h). Exit codes:
+// the other output or a training run's file (checkpoint/output_file.h).
+// --profile prints, after the translations, where the decoding time went: each op class's
+// time per batch (kernels/profiling_backend.h: GEMMs, attention, layer norms, the
+// log-softmax and top-k, the cache's row copies, transfers, and the host time between
+// the backend's ops: on a GPU, the device waiting for the host), for the batches of the
+// first worker (all of them on a GPU). Exit codes:
 // 0 success, 1 a bad file or checkpoint, 2 a bad command line (--dump-lines naming a
 // line the input lacks, checkpoints of different vocabularies, an output that may not
 // be written, included).
@@ -61,6 +66,7 @@
 #include "decode/tree_filter.h"
 #include "metrics/bleu.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/profiling_backend.h"
 #include "model/backends.h"
 #include "model/transformer.h"
 #include "tools/progress.h"
@@ -84,6 +90,7 @@ struct Arguments {
   std::string dump_attention;   // empty: no attention dump
   std::vector<int> dump_lines;  // 1-based input lines, ascending, each once
   std::optional<thpc::SamplingOptions> sampling;  // unset: beam search
+  bool profile = false;  // print the first worker's time per op class
   bool help = false;
 };
 
@@ -316,6 +323,8 @@ Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
 struct Translations {
   std::vector<std::vector<thpc::Hypothesis>> hypotheses;
   std::vector<thpc::AttentionDump> dumps;
+  std::optional<thpc::OpProfile> profile;  // --profile: the first worker's batches
+  std::string backend_name;
 };
 
 // Translates every batch, the workers taking them in turn from a shared list, with a
@@ -343,11 +352,21 @@ Translations translate_batches(const Arguments& args, const thpc::DecodingCheckp
       // on 2 cores spent 4 times the CPU time of one, and rounded a base model's rows
       // differently, which changed a sample).
       if (plan.one_thread_each) thpc::set_cpu_threads(1);
-      const auto models = ensemble.build_models(kIds, *backend);
+      // --profile: the first worker's ops through a profiler, each batch one of its
+      // steps, collected after each batch (a GPU's marks are events: they stay few).
+      std::optional<thpc::ProfilingBackend> profiler;
+      if (args.profile && worker == 0) {
+        profiler.emplace(*backend);
+        found.profile.emplace();
+        found.backend_name = backend->name();
+      }
+      thpc::Backend& ops = profiler ? static_cast<thpc::Backend&>(*profiler) : *backend;
+      const auto models = ensemble.build_models(kIds, ops);
       std::vector<thpc::Transformer*> model_pointers;
       for (const auto& model : models) model_pointers.push_back(model.get());
       thpc::Transformer& model = *models.front();  // the attention dumps show the first's
       for (size_t b = next_batch++; b < batches.size(); b = next_batch++) {
+        if (profiler) profiler->begin_step();
         // Each sentence belongs to one batch: the workers write disjoint elements.
         thpc::translate_batch(model_pointers, args.weights, kIds, input.sources, batches[b],
                               options, args.sampling ? &*args.sampling : nullptr,
@@ -361,6 +380,11 @@ Translations translate_batches(const Arguments& args, const thpc::DecodingCheckp
           dump = thpc::capture_attention(model, input.sources[i], found.hypotheses[i][0].tokens,
                                          kIds);
           dump.line = static_cast<int>(i) + 1;
+        }
+        if (profiler) {
+          profiler->end_step();
+          *found.profile += profiler->collect();
+          profiler->clear();
         }
       }
     } catch (...) {
@@ -464,6 +488,9 @@ int run(const Arguments& args) {
   Workers plan = plan_workers(args, train, input.sources, options);
   Translations found =
       translate_batches(args, ensemble, input, options, dump_slot, std::move(plan));
+  if (found.profile) {
+    std::cerr << thpc::format_profile(*found.profile, found.backend_name, 0.0, "batch");
+  }
 
   write_output(args, found, options.nbest, spm.processor);
   if (!args.dump_attention.empty()) {
@@ -506,6 +533,9 @@ int main(int argc, char** argv) {
       ("nbest", po::value(&args.search.nbest)->default_value(args.search.nbest),
        "hypotheses per sentence (<= beam)")
       ("greedy", po::bool_switch(&args.search.greedy), "greedy decoding (beam 1, no length penalty)")
+      ("profile", po::bool_switch(&args.profile),
+       "print to standard error where the decoding time went: each op class's time per "
+       "batch and the host time between the backend's ops (the first worker's batches)")
       ("threads", po::value<int>(),
        "CPU decoding workers, each translating whole batches with its own copy of the model; "
        "0 = one per core (default: the checkpoint's train.threads)")
