@@ -624,10 +624,12 @@ translate_stage() {
     "$checkpoints/eval/average_last5.h5" 3003 2>&1 | tee "$LOGS/newstest_decode_speed.txt"
   # The same model's decoding time alone (model load excluded), in 4,096-token batches and
   # in batches of ~32 sentences, beside CTranslate2 (or its published anchor when its CUDA
-  # 12 wheel cannot run: issue 33's GPU line).
-  timeout 150 env THPC_BUILD=build-gpu DEVICE=cuda RUNS=1 PYTHON=python3 \
+  # 12 wheel cannot run: issue 33's GPU line), and where the time goes (--profile: the
+  # host time between ops says whether CUDA graphs of the decoder step would pay).
+  timeout 180 env THPC_BUILD=build-gpu DEVICE=cuda RUNS=1 PYTHON=python3 \
     bash bench/decode_vs_ctranslate2.sh "$checkpoints/eval/average_last5.h5" 3003 2>&1 |
     tee "$LOGS/newstest_decode_vs_ctranslate2.txt" | grep -E "^(decode_vs_ctranslate2|CTranslate2|run )"
+  sed -n '/^ours, profiled/,/^total (the batch)/p' "$LOGS/newstest_decode_vs_ctranslate2.txt"
 }
 
 parse_stage() {
