@@ -59,6 +59,42 @@ void check_row_top_k(int rows, int width, int k, int skip_a, int skip_b) {
                                             << " and " << skip_b << ")");
 }
 
+bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
+                             std::string& error) {
+  static const std::pair<const char*, unsigned> kNames[] = {
+      {"write_gradients", kWriteGradients}, {"short_attention", kShortAttention}};
+  candidates = kNoCandidates;
+  if (setting == "verified") return true;
+  if (setting == "candidate") {
+    candidates = kAllCandidates;
+    return true;
+  }
+  std::stringstream items(setting);
+  std::string item;
+  bool any = false;
+  while (std::getline(items, item, ',')) {
+    unsigned bit = 0;
+    for (const auto& [name, value] : kNames) {
+      if (item == name) bit = value;
+    }
+    if (bit == 0) {
+      error = "'" + item + "' is not a candidate kernel: give verified, candidate, or some of " +
+              "write_gradients,short_attention (comma-separated)";
+      candidates = kNoCandidates;
+      return false;
+    }
+    candidates |= bit;
+    any = true;
+  }
+  if (!any || setting.back() == ',') {
+    error = "expected verified, candidate, or some of write_gradients,short_attention "
+            "(comma-separated)";
+    candidates = kNoCandidates;
+    return false;
+  }
+  return true;
+}
+
 void check_row_top_k(const Tensor& values, const int32_t* /*columns*/, const Tensor& x,
                      int rows, int width, int k, int skip_a, int skip_b) {
   check_row_top_k(rows, width, k, skip_a, skip_b);

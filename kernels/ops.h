@@ -90,6 +90,25 @@ struct AttentionShape {
 // GPU kWrite saves the zeroing pass, and its GEMMs run with beta = 0, reading no C.
 enum class GradStore { kAdd, kWrite };
 
+// The CUDA kernel variants written since the last GPU run, not yet checked on one
+// (docs/testing.md, "Kernels not yet run on a GPU"): bits of the set a backend may take,
+// named by train.cuda_kernels. Each candidate's twin tests say which one failed, so a
+// GPU session can measure the others (bench/gpu_session.sh).
+enum CandidateKernels : unsigned {
+  kNoCandidates = 0,
+  kWriteGradients = 1u << 0,  // write_gradients: backward ops write their first-written
+                              // gradients (GradStore::kWrite) instead of zeroing and adding
+  kShortAttention = 1u << 1,  // short_attention: attention of sentences up to 128 pieces in
+                              // one launch (bf16, d_k = 64; kernels/cuda/short_attention.cuh)
+  kAllCandidates = kWriteGradients | kShortAttention,
+};
+
+// The candidate set a train.cuda_kernels value names: "verified" (none), "candidate"
+// (all), or candidate names joined by commas ("write_gradients,short_attention"). An
+// unknown name: false, with `error` saying what is allowed.
+bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
+                             std::string& error);
+
 // Sums produced by the loss op, read back to the host after each micro-batch.
 struct LossSums {
   double loss = 0.0;      // label-smoothed cross-entropy, summed over non-pad targets

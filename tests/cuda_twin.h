@@ -167,14 +167,16 @@ class Scope {
 
 // A CPU reference backend and a CUDA backend computing in `gpu_dtype`, for one test;
 // with candidate_kernels the CUDA backend takes the kernels not yet checked on a GPU
-// (train.cuda_kernels = candidate) where an op has one.
+// (train.cuda_kernels = candidate: all of them) where an op has one.
 struct Twins {
   explicit Twins(DType gpu_dtype, bool candidate_kernels = false)
       : compute(gpu_dtype), cpu(make_cpu_backend(DType::F32)),
         gpu(twin_rehearsal()
                 ? make_cpu_backend(DType::F32)
                 : make_backend(BackendRequest{"cuda", gpu_dtype == DType::BF16 ? "bf16" : "fp32",
-                                              0, 0, candidate_kernels})) {}
+                                              0, 0,
+                                              candidate_kernels ? unsigned(kAllCandidates)
+                                                                : unsigned(kNoCandidates)})) {}
   DType compute;
   std::unique_ptr<Backend> cpu, gpu;
 };

@@ -18,6 +18,8 @@
 
 #include "common/error.h"
 #include "expect_error.h"
+#include "kernels/ops.h"
+#include "model/backends.h"
 
 namespace thpc {
 namespace {
@@ -366,6 +368,26 @@ TEST(Config, StepsAreInt64) {
                                                "train.tokens_per_step=5000000000"});
   EXPECT_EQ(config.train.max_steps, std::int64_t{10000000000});
   EXPECT_EQ(config.train.tokens_per_step, std::int64_t{5000000000});
+}
+
+// train.cuda_kernels names a set of candidate kernels: none, all, or some by name, so
+// that a GPU session whose twins fail for one candidate can still measure the others.
+TEST(Config, CudaKernelsNameASetOfCandidates) {
+  const std::vector<std::pair<std::string, unsigned>> settings = {
+      {"verified", kNoCandidates},
+      {"candidate", kAllCandidates},
+      {"write_gradients", kWriteGradients},
+      {"short_attention", kShortAttention},
+      {"short_attention,write_gradients", kAllCandidates}};
+  for (const auto& [setting, bits] : settings) {
+    const Config config = load_config(kTinyIni, {"train.cuda_kernels=" + setting});
+    EXPECT_EQ(backend_request(config.train, 0).candidate_kernels, bits) << setting;
+  }
+  for (const std::string bad : {"fast", "write_gradients,", "short_attention,,verified"}) {
+    SCOPED_TRACE(bad);
+    expect_error([&] { load_config(kTinyIni, {"train.cuda_kernels=" + bad}); },
+                 {"tiny.ini", "train.cuda_kernels", "write_gradients,short_attention"});
+  }
 }
 
 TEST(Config, ExplicitHeadWidthsAllowIndivisibleHeads) {

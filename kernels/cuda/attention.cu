@@ -432,7 +432,9 @@ bool short_attention_shared_memory(const void* kernel, int device, int bytes) {
 template <typename T>
 bool takes_short_attention(Context& context, const AttentionShape& shape, int ldq, int ldk,
                            int ldv, std::initializer_list<const void*> pointers) {
-  if (!std::is_same<T, __nv_bfloat16>::value || !context.candidate_kernels()) return false;
+  if (!std::is_same<T, __nv_bfloat16>::value || !context.candidate_kernel(kShortAttention)) {
+    return false;
+  }
   if (shape.key_rows != nullptr || shape.batch <= 0 || shape.heads <= 0) return false;
   if (!short_attention::short_attention_fits(shape.d_k, shape.d_v, shape.query_len,
                                              shape.key_len, ldq, ldk, ldv)) {

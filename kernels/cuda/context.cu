@@ -10,7 +10,7 @@ std::string cublas_status_text(cublasStatus_t status) {
 
 namespace cuda {
 
-Context::Context(int device, bool candidate_kernels)
+Context::Context(int device, unsigned candidate_kernels)
     : device_(device), candidate_kernels_(candidate_kernels) {
   THPC_CUDA_CHECK(cudaSetDevice(device));
   THPC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));

@@ -55,7 +55,7 @@ class EventWorkClock final : public WorkClock {
 template <typename T>
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, bool candidate_kernels) : context_(device, candidate_kernels) {
+  CudaBackend(int device, unsigned candidate_kernels) : context_(device, candidate_kernels) {
     cudaDeviceProp prop{};
     THPC_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     device_name_ = prop.name;
@@ -193,7 +193,7 @@ class CudaBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_cuda_backend(int device, DType compute_dtype,
-                                           bool candidate_kernels) {
+                                           unsigned candidate_kernels) {
   switch (compute_dtype) {
     case DType::F32: return std::make_unique<CudaBackend<float>>(device, candidate_kernels);
     case DType::BF16:

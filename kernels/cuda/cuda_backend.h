@@ -16,9 +16,10 @@ namespace thpc {
 
 // device: a CUDA device index of this process (after CUDA_VISIBLE_DEVICES);
 // compute_dtype: DType::BF16 or DType::F32; candidate_kernels: the kernel variants not
-// yet checked on a GPU as well (train.cuda_kernels = candidate, cuda::Context).
+// yet checked on a GPU it may take as well (CandidateKernels bits, train.cuda_kernels,
+// cuda::Context).
 std::unique_ptr<Backend> make_cuda_backend(int device, DType compute_dtype,
-                                           bool candidate_kernels = false);
+                                           unsigned candidate_kernels = kNoCandidates);
 
 // Launches of the short-sentence attention kernels (kernels/cuda/short_attention.cuh,
 // behind train.cuda_kernels = candidate) in this process, forward and backward.

@@ -49,17 +49,20 @@ namespace thpc::cuda {
 // launches but must not expect it to survive to the next op.
 class Context {
  public:
-  // candidate_kernels: run the kernel variants written since the last GPU run too
-  // (train.cuda_kernels = candidate); otherwise only those whose twins passed on a GPU.
-  Context(int device, bool candidate_kernels = false);
+  // candidate_kernels: the kernel variants written since the last GPU run that may run too
+  // (CandidateKernels bits of kernels/ops.h, from train.cuda_kernels); the others run only
+  // the kernels whose twins passed on a GPU.
+  Context(int device, unsigned candidate_kernels = kNoCandidates);
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
 
   int device() const { return device_; }
-  // Whether an op may take its candidate kernel (a faster variant that has not yet run on
-  // a GPU: it lands behind train.cuda_kernels until a GPU session sees its twins pass).
-  bool candidate_kernels() const { return candidate_kernels_; }
+  // Whether an op may take candidate kernel `which` (a faster variant that has not yet run
+  // on a GPU: it lands behind train.cuda_kernels until a GPU session sees its twins pass).
+  bool candidate_kernel(CandidateKernels which) const {
+    return (candidate_kernels_ & which) != 0;
+  }
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t blas() const { return blas_; }
   cublasLtHandle_t lt() const { return lt_; }
@@ -82,7 +85,7 @@ class Context {
 
  private:
   int device_ = 0;
-  bool candidate_kernels_ = false;
+  unsigned candidate_kernels_ = kNoCandidates;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;

@@ -28,9 +28,9 @@ void zero_columns(Context& context, T* out, int64_t rows, int64_t cols, int64_t 
 // Whether the twin is to write `out` (rows x cols elements of T, row stride ld elements)
 // rather than add into it:
 // * kAdd, or a null out: no.
-// * kWrite with the candidate kernels (train.cuda_kernels = candidate): yes. The GEMMs run
-//   with beta = 0 and the kernels store without loading out: no zeroing pass, and no read
-//   of the old values (base: ~130 zeroed buffers, ~5 GB, a step).
+// * kWrite with the candidate kernels (train.cuda_kernels = candidate or write_gradients):
+//   yes. The GEMMs run with beta = 0 and the kernels store without loading out: no
+//   zeroing pass, and no read of the old values (base: ~130 zeroed buffers, ~5 GB, a step).
 // * kWrite on the verified path: out is zeroed here and the twin adds into it, as before
 //   GradStore, when the model zeroed each buffer: the memset and the kernels that ran on
 //   a GPU.
@@ -38,7 +38,7 @@ template <typename T>
 bool writes_gradient(Context& context, GradStore store, T* out, int64_t rows, int64_t cols,
                      int64_t ld) {
   if (store == GradStore::kAdd || out == nullptr) return false;
-  if (context.candidate_kernels()) return true;
+  if (context.candidate_kernel(kWriteGradients)) return true;
   zero_columns(context, out, rows, cols, ld);
   return false;
 }

@@ -1,5 +1,5 @@
 // Attention of short sentences in one launch (candidate kernel: train.cuda_kernels =
-// candidate; see docs/testing.md, "Kernels not yet run on a GPU").
+// candidate or short_attention; see docs/testing.md, "Kernels not yet run on a GPU").
 //
 // What it computes is attention.cu's (the CPU twin kernels/cpu/attention.cc is the
 // specification): per (sentence b, head) pair

@@ -26,6 +26,7 @@
 #include <variant>
 
 #include "common/error.h"
+#include "kernels/ops.h"
 
 namespace thpc {
 namespace {
@@ -170,11 +171,13 @@ const std::vector<Option>& option_table() {
                   "where the math runs; auto = the GPU when one is visible, else the CPU"),
       THPC_OPTION(train, precision, THPC_ONE_OF("bf16", "fp32"),
                   "GPU activations and GEMM operands (weights, moments stay fp32)"),
-      THPC_OPTION(train, cuda_kernels, THPC_ONE_OF("verified", "candidate"),
+      THPC_OPTION(train, cuda_kernels, THPC_ANY,
                   "GPU kernels: verified = those whose twin tests passed on a GPU; candidate "
-                  "= also the variants written since, not yet checked on one (at present: "
-                  "backward ops writing their first-written gradients instead of zeroing "
-                  "and adding); the CPU ignores it"),
+                  "= also every variant written since, not yet checked on one; or some of "
+                  "them by name, comma-separated: write_gradients (backward ops writing "
+                  "their first-written gradients instead of zeroing and adding), "
+                  "short_attention (attention of sentences up to 128 pieces in one launch, "
+                  "bf16, d_k = 64); the CPU ignores it"),
       THPC_OPTION(train, seed, THPC_ANY, "seed of parameters, dropout and synthetic data"),
       THPC_OPTION(train, max_steps, THPC_AT_LEAST(1), "optimizer steps to train (§5.2)"),
       THPC_OPTION(train, max_minutes, THPC_AT_LEAST(0),
@@ -694,6 +697,11 @@ void validate(const Config& config) {
   }
 
   const TrainConfig& train = config.train;
+  unsigned candidates = kNoCandidates;
+  std::string candidates_error;
+  if (!parse_candidate_kernels(train.cuda_kernels, candidates, candidates_error)) {
+    check.fail("train.cuda_kernels", candidates_error);
+  }
   // Each micro-batch gets tokens_per_step / accumulate (/ ranks) tokens: fewer than one
   // made every micro-batch a batch of its own budget's floor, 10^8 of them a step.
   if (train.accumulate > train.tokens_per_step) {

@@ -85,7 +85,9 @@ BackendRequest backend_request(const TrainConfig& train, int device) {
   request.backend = train.backend;
   request.precision = train.precision;
   request.cpu_threads = train.threads;
-  request.candidate_kernels = train.cuda_kernels == "candidate";
+  std::string error;
+  THPC_CHECK(parse_candidate_kernels(train.cuda_kernels, request.candidate_kernels, error),
+             "train.cuda_kernels: " << error);
   request.device = device;
   return request;
 }

@@ -15,8 +15,9 @@ struct BackendRequest {
   std::string precision = "bf16";  // GPU activations: bf16 | fp32 (the CPU computes in fp32)
   int device = 0;                  // CUDA device index (after CUDA_VISIBLE_DEVICES)
   int cpu_threads = 0;             // CPU threads (ops and BLAS); 0 = OpenMP's default
-  // train.cuda_kernels = candidate: the CUDA kernels not yet checked on a GPU as well.
-  bool candidate_kernels = false;
+  // train.cuda_kernels: which CUDA kernels not yet checked on a GPU the backend may take
+  // (CandidateKernels bits, kernels/ops.h).
+  unsigned candidate_kernels = kNoCandidates;
 };
 
 // Why no CUDA backend can be made here ("" when one can): built without CUDA, or
