@@ -462,7 +462,7 @@ profile() {
       --set "train.cuda_kernels=$setting" \
       > "$LOGS/profile_${preset}_${setting}.txt" 2>&1
     echo "== profile $preset, train.cuda_kernels=$setting (exit $?)"
-    grep -v "^{" "$LOGS/profile_${preset}_${setting}.txt" | tail -22
+    grep -v "^{" "$LOGS/profile_${preset}_${setting}.txt" | tail -34
   done
   [ "$line" = line ] || return 0
   for setting in $(kernel_settings); do

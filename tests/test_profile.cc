@@ -6,12 +6,16 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "data/batch.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/profiling_backend.h"
 #include "model/transformer.h"
+#include "program.h"
 #include "train/optimizer.h"
 
 namespace thpc {
@@ -130,6 +134,38 @@ TEST(Profile, RowsAddUpToTheStepAndNameEveryClassTheModelCalls) {
     EXPECT_NE(table.find(line), std::string::npos) << line << " missing from\n" << table;
   }
   EXPECT_EQ(table.find("decoding"), std::string::npos) << "a class never called is not a row";
+}
+
+// transformer_bench_step --profile also breaks the steps down by bucket length (a kernel
+// that pays at one length and not at another shows there): one line per length of its
+// nine, each step's total at least its attention and GEMMs, and the lengths' totals
+// averaging to the table's per-step total (each length has the same number of steps).
+TEST(Profile, BenchStepBreaksTheStepsDownByBucketLength) {
+  const ProcessResult run = run_process(
+      std::string(THPC_BINARY_DIR) + "/transformer_bench_step --config " + THPC_SOURCE_DIR +
+      "/input/tiny.ini --set model.max_positions=128 --tokens 300 --steps 18 "
+      "--warmup-steps 2 --vocab 64 --profile");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  std::istringstream lines(run.output);
+  std::string line;
+  std::vector<int> lengths;
+  double sum_of_steps = 0.0, table_step = -1.0;
+  while (std::getline(lines, line)) {
+    int length = 0;
+    double step = 0, attention = 0, gemms = 0;
+    if (std::sscanf(line.c_str(), "by bucket length: %d %lf %lf %lf", &length, &step,
+                    &attention, &gemms) == 4) {
+      lengths.push_back(length);
+      sum_of_steps += step;
+      EXPECT_GT(attention, 0.0) << line;
+      EXPECT_GE(step, attention + gemms) << line;
+    }
+    double total = 0;
+    if (std::sscanf(line.c_str(), "total (the step) %lf", &total) == 1) table_step = total;
+  }
+  EXPECT_EQ(lengths, (std::vector<int>{12, 18, 24, 28, 32, 40, 48, 64, 96})) << run.output;
+  ASSERT_GT(table_step, 0.0) << run.output;
+  EXPECT_NEAR(sum_of_steps / 9.0, table_step, 0.01 * table_step + 0.01) << run.output;
 }
 
 }  // namespace

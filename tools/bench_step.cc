@@ -28,8 +28,10 @@
 // residual + dropout + layer norm, bias + ReLU, loss, embedding, Adam, ... and the host
 // time between kernels) as a table whose rows add up to the step, and the GEMMs'
 // FLOP-weighted rate against the ceiling (the measured one on the CPU, --peak-tflops on
-// the GPU). Timing each op costs two clock marks (two events on the GPU), so the JSON
-// line of a profiled run is not the benchmark's number.
+// the GPU), then one line per bucket length: its steps' time, attention and GEMMs (a
+// kernel that pays at one length and not at another shows there). Timing each op costs
+// two clock marks (two events on the GPU), so the JSON line of a profiled run is not the
+// benchmark's number.
 #include <boost/program_options.hpp>
 
 #include <algorithm>
@@ -37,6 +39,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <random>
 #include <string>
@@ -160,6 +163,10 @@ int run(const Arguments& args) {
 
   std::vector<double> step_seconds;
   double tokens = 0.0, flops = 0.0;
+  // --profile: each step collected after it (outside its host time), summed over all
+  // steps and per bucket length, so that a kernel's gain or loss shows per length.
+  thpc::OpProfile profile;
+  std::map<int, thpc::OpProfile> profile_by_length;
   const auto begin = std::chrono::steady_clock::now();
   auto last = begin;
   for (int i = 0; i < args.steps; ++i) {
@@ -169,10 +176,16 @@ int run(const Arguments& args) {
     if (profiler) profiler->end_step();
     const auto now = std::chrono::steady_clock::now();
     step_seconds.push_back(std::chrono::duration<double>(now - last).count());
-    last = now;
     tokens += static_cast<double>(batch.src_tokens() + batch.tgt_tokens());
     flops += train_flops(config.model, args.vocab, static_cast<double>(batch.src_tokens()),
                          static_cast<double>(batch.tgt_tokens()), batch.src_len);
+    if (profiler) {
+      const thpc::OpProfile collected = profiler->collect();
+      profiler->clear();
+      profile += collected;
+      profile_by_length[batch.src_len] += collected;
+    }
+    last = std::chrono::steady_clock::now();
   }
   ops.synchronize();
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
@@ -182,9 +195,18 @@ int run(const Arguments& args) {
   const double peak_tflops = on_cpu ? measure_cpu_gemm_ceiling() : args.peak_tflops;
   const double model_tflops = flops / total / 1e12;
   if (profiler) {
-    std::printf("%s",
-                thpc::format_profile(profiler->collect(), backend->name(), peak_tflops).c_str());
+    std::printf("%s", thpc::format_profile(profile, backend->name(), peak_tflops).c_str());
     std::printf("(host clock: %.3f ms per step, profiling included)\n", 1e3 * total / args.steps);
+    std::printf("by bucket length (ms per step):     L   step  attention   GEMMs\n");
+    for (const auto& [length, part] : profile_by_length) {
+      const double steps = part.steps > 0 ? part.steps : 1;
+      const auto ms = [&](thpc::OpClass c) {
+        return 1e3 * part.rows[static_cast<int>(c)].seconds / steps;
+      };
+      std::printf("by bucket length:                 %3d %7.3f %9.3f %9.3f\n", length,
+                  1e3 * part.span_seconds / steps, ms(thpc::OpClass::Attention),
+                  ms(thpc::OpClass::GemmForward) + ms(thpc::OpClass::GemmBackward));
+    }
   }
   // The datasheet's rate is a GPU's; on the CPU there is none to quote.
   const std::string mfu_spec =
