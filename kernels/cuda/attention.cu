@@ -488,7 +488,8 @@ bool short_attention_backward(Context& context, T* dq, T* dk, T* dv, const T* d_
     args.dq = dq;
     args.dk = dk;
     args.dv = dv;
-    // Candidate kernels: kWrite stores without reading (writes_gradient zeroes nothing).
+    // kWrite: with the write_gradients candidate the kernel stores without reading; without
+    // it, writes_gradient zeroes the head columns and the kernel adds into them.
     const int64_t q_rows = static_cast<int64_t>(shape.batch) * shape.query_len;
     const int64_t k_rows = static_cast<int64_t>(shape.batch) * shape.key_len;
     args.write_dq = writes_gradient(context, store, dq, q_rows, shape.heads * shape.d_k, ldq);
