@@ -244,6 +244,34 @@ THPC_SHORT_ATTENTION_BODY void store_tile(X& x, T* to, int ld, int present, cons
   }
 }
 
+// Warp work: fp32 tile (i, j) of R = A B^T over the head width, times `scale`, into the
+// [rows, ld] matrix `to` (S = Q K^T / 8 forward, dP' = dO V^T backward); A and B are
+// [rows, kLdHead] head arrays.
+template <class X, typename T>
+THPC_SHORT_ATTENTION_BODY void head_products_tile(X& x, const T* a, int i, const T* b, int j,
+                                                  float scale, float* to, int ld) {
+  typename X::Accumulator acc;
+  x.zero(acc);
+  for (int kk = 0; kk < kHeadTiles; ++kk) {
+    x.template mma<false, true>(acc, a + i * kTile * kLdHead + kk * kTile, kLdHead,
+                                b + j * kTile * kLdHead + kk * kTile, kLdHead);
+  }
+  x.scale(acc, scale);
+  x.store(to + i * kTile * ld + j * kTile, acc, ld);
+}
+
+// Warp work: a finished 16x16 tile to rows [0, present) of `to` through the warp's
+// stage, as store_tile writes it.
+template <class X, typename T>
+THPC_SHORT_ATTENTION_BODY void store_through_stage(X& x, const typename X::Accumulator& acc,
+                                                   float* stage, T* to, int ld, int present,
+                                                   float scale, bool write) {
+  x.store(stage, acc, kTile);
+  x.warp_sync();
+  store_tile(x, to, ld, present, stage, scale, write);
+  x.warp_sync();  // the stage is the warp's next tile's
+}
+
 // Warp work: output tile (i, n) of R = A H, A = probs (bf16 [rows_q, ld_probs]: P' or
 // dS), H = head (bf16 [rows_k, kLdHead]: V or K), over A's first key_tiles column tiles
 // (the rest are zeros), into rows [0, present) of `to` as store_tile does.
@@ -258,10 +286,7 @@ THPC_SHORT_ATTENTION_BODY void rows_times_head(X& x, const T* probs, int ld_prob
     x.template mma<false, false>(acc, probs + i * kTile * ld_probs + kk * kTile, ld_probs,
                                  head + kk * kTile * kLdHead + n * kTile, kLdHead);
   }
-  x.store(stage, acc, kTile);
-  x.warp_sync();
-  store_tile(x, to, ld, present, stage, scale, write);
-  x.warp_sync();  // the stage is the warp's next tile's
+  store_through_stage(x, acc, stage, to, ld, present, scale, write);
 }
 
 // Warp work: output tile (m, n) of R = A^T H, A = probs ([rows_q, ld_probs]: P' or dS),
@@ -278,10 +303,7 @@ THPC_SHORT_ATTENTION_BODY void columns_times_head(X& x, const T* probs, int ld_p
     x.template mma<true, false>(acc, probs + kk * kTile * ld_probs + m * kTile, ld_probs,
                                 head + kk * kTile * kLdHead + n * kTile, kLdHead);
   }
-  x.store(stage, acc, kTile);
-  x.warp_sync();
-  store_tile(x, to, ld, present, stage, scale, write);
-  x.warp_sync();
+  store_through_stage(x, acc, stage, to, ld, present, scale, write);
 }
 
 // One (sentence, head) pair forward: out (and saved, if any) of pair `pair` = b*h + head.
@@ -312,14 +334,7 @@ THPC_SHORT_ATTENTION_BODY void forward_block(X& x, const Args<T>& a, int pair, c
   for (int t = x.first_warp(); t < l.tiles_q * l.tiles_k; t += x.warp_step()) {
     const int i = t / l.tiles_k, j = t % l.tiles_k;
     if (j * kTile >= tile_keys(a, valid, i)) continue;
-    typename X::Accumulator acc;
-    x.zero(acc);
-    for (int kk = 0; kk < kHeadTiles; ++kk) {
-      x.template mma<false, true>(acc, qs + i * kTile * kLdHead + kk * kTile, kLdHead,
-                                  ks + j * kTile * kLdHead + kk * kTile, kLdHead);
-    }
-    x.scale(acc, 0.125f);
-    x.store(scores + i * kTile * l.ld_scores + j * kTile, acc, l.ld_scores);
+    head_products_tile(x, qs, i, ks, j, 0.125f, scores, l.ld_scores);
   }
   x.sync();
 
@@ -420,13 +435,7 @@ THPC_SHORT_ATTENTION_BODY void backward_block(X& x, const Args<T>& a, int pair, 
     if (t < score_tasks) {
       const int i = t / l.tiles_k, j = t % l.tiles_k;
       if (j * kTile >= tile_keys(a, valid, i)) continue;
-      typename X::Accumulator acc;
-      x.zero(acc);
-      for (int kk = 0; kk < kHeadTiles; ++kk) {
-        x.template mma<false, true>(acc, dos + i * kTile * kLdHead + kk * kTile, kLdHead,
-                                    vs + j * kTile * kLdHead + kk * kTile, kLdHead);
-      }
-      x.store(d_dropped + i * kTile * l.ld_scores + j * kTile, acc, l.ld_scores);
+      head_products_tile(x, dos, i, vs, j, 1.0f, d_dropped, l.ld_scores);
     } else {
       const int m = (t - score_tasks) / kHeadTiles, n = (t - score_tasks) % kHeadTiles;
       columns_times_head(x, probs, l.ld_probs, m, a.causal ? m : 0, l.tiles_q, dos, n, stage,
