@@ -94,9 +94,9 @@ class ProfilingBackend final : public Backend {
   // Reads back every mark of the recorded steps (waiting for the backend's work) and
   // sums them per class.
   OpProfile collect();
-  // Forgets the recorded steps and reuses their marks (a long run collects in turns, so
-  // that its marks, on a GPU events, stay few).
-  void clear();
+  // collect(), then forgets the recorded steps and reuses their marks: a long run takes
+  // its profile in turns, so that its marks (on a GPU, events) stay few.
+  OpProfile take();
 
   std::string name() const override { return inner_.name(); }
   bool host_memory() const override { return inner_.host_memory(); }

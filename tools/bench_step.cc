@@ -180,8 +180,7 @@ int run(const Arguments& args) {
     flops += train_flops(config.model, args.vocab, static_cast<double>(batch.src_tokens()),
                          static_cast<double>(batch.tgt_tokens()), batch.src_len);
     if (profiler) {
-      const thpc::OpProfile collected = profiler->collect();
-      profiler->clear();
+      const thpc::OpProfile collected = profiler->take();
       profile += collected;
       profile_by_length[batch.src_len] += collected;
     }

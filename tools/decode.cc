@@ -383,8 +383,7 @@ Translations translate_batches(const Arguments& args, const thpc::DecodingCheckp
         }
         if (profiler) {
           profiler->end_step();
-          *found.profile += profiler->collect();
-          profiler->clear();
+          *found.profile += profiler->take();
         }
       }
     } catch (...) {
