@@ -69,9 +69,13 @@ bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
     candidates = kAllCandidates;
     return true;
   }
+  if (setting.empty() || setting.back() == ',') {
+    error = "expected verified, candidate, or some of write_gradients,short_attention "
+            "(comma-separated)";
+    return false;
+  }
   std::stringstream items(setting);
   std::string item;
-  bool any = false;
   while (std::getline(items, item, ',')) {
     unsigned bit = 0;
     for (const auto& [name, value] : kNames) {
@@ -84,13 +88,6 @@ bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
       return false;
     }
     candidates |= bit;
-    any = true;
-  }
-  if (!any || setting.back() == ',') {
-    error = "expected verified, candidate, or some of write_gradients,short_attention "
-            "(comma-separated)";
-    candidates = kNoCandidates;
-    return false;
   }
   return true;
 }
