@@ -790,12 +790,7 @@ void expect_short_attention_matches(const AttentionResult& actual, const Attenti
 struct HostBf16 {
   uint16_t bits;
 };
-float widen_bf16(HostBf16 value) {
-  const uint32_t bits = static_cast<uint32_t>(value.bits) << 16;
-  float out;
-  std::memcpy(&out, &bits, 4);
-  return out;
-}
+float widen_bf16(HostBf16 value) { return from_bf16_bits(value.bits); }
 struct HostBlock {
   using Element = HostBf16;
   struct Accumulator {
