@@ -24,13 +24,18 @@
 #      the stage runs: transformer_bench_step, the kernel twin tests (tests/kernels/) and
 #      test_cuda_training;
 #   1. the candidate kernels' twins in fp32 and bf16 (CANDIDATE_TWINS: the kernels behind
-#      train.cuda_kernels = candidate, never run on a GPU) and the whole model with them;
-#      then the verified twins of the files they changed (CHANGED_TWINS; OTHER_TWINS=all
-#      runs every kernel twin) and the whole-model check with the verified kernels,
-#      separate and fused (CudaTraining.Fp32ThreeSteps*);
+#      train.cuda_kernels = candidate, never run on a GPU; none at present) and the whole
+#      model with them; then the verified twins of the files changed since the last GPU
+#      run (CHANGED_TWINS; OTHER_TWINS=all runs every kernel twin) and the whole-model
+#      checks with the verified kernels: fp32 separate and fused against the CPU
+#      (CudaTraining.Fp32ThreeSteps*), bf16 with the short attention against the batched
+#      (CudaTraining.Bf16ThreeStepsWithShortAttention*);
 #   2. the bf16 GEMM ceiling (cuBLAS 8192^3 through PyTorch), for every MFU figure;
 #   3. transformer_bench_step --profile, base, 25,000 + 25,000 tokens, bf16,
-#      train.cuda_kernels = verified and (only if the candidate twins passed in 1.) candidate;
+#      train.cuda_kernels = verified and (only if the candidate twins passed in 1.)
+#      candidate; then the default once per train.short_attention_max_len in
+#      SHORT_ATTENTION_LENGTHS (default "0 64": the batched path alone, and one length
+#      more than the default 48), each its step and by-bucket lines only;
 #   4. PEERS="eager compile" bench/step_vs_torch.sh base with ours verified and candidate
 #      (OURS_VARIANTS), ours and eager first, the compiled peer (torch.compile, default
 #      mode, static shapes: nine lengths) last with what is left; a peer cut off leaves
@@ -122,9 +127,9 @@ readonly PLAN=(
   "1|build: bench_step, kernel twin tests, test_cuda_training (16 cores)|20|110"
   "1|candidate twins (CudaCandidate*) and the whole model with them, fp32 and bf16|5|25"
   "1|the verified twins of the changed files (OTHER_TWINS=all: every one)|10|40"
-  "1|whole model: fp32 3 steps vs the CPU, verified kernels, fused off and on|2|20"
+  "1|whole model: fp32 3 steps vs the CPU (fused off, on); bf16 short attention vs batched|3|25"
   "1|bf16 GEMM ceiling (8192^3)|10|15"
-  "1|profile base verified, candidate (27 steps each)|15|50"
+  "1|profile base verified, candidate; short_attention_max_len 0, 64 (27 steps each)|25|70"
   "1|ours verified, candidate (75 steps each); PyTorch eager (75 steps)|55|75"
   "1|torch.compile peer (228 s to compile on 2026-11-26): the rest of STEP_SECONDS=370|230|260"
   "2|setup, incremental build|10|20"
@@ -231,9 +236,9 @@ dry_run() {
 # candidate setting is measured only when they passed in this call. (Until 2026-11-26 the
 # switch measured was model.fused_ops, whose fused kernels are now the default.)
 readonly CANDIDATE_TWINS="CudaCandidate[A-Za-z]*"
-# The twins of the ops whose files changed since the last GPU run (2026-11-26, after it:
-# every backward op with activation gradients takes a GradStore, the verified path
-# zeroing the output inside the op where the model used to; the candidates write).
+# The twins of the ops whose files changed since the last GPU run (2026-11-26, fourth
+# window; after it the written gradients became the only kWrite path of every backward
+# op, and the short attention the default up to train.short_attention_max_len).
 readonly CHANGED_TWINS="CudaReluBiasBackward|CudaLinearRelu|CudaLinear|CudaOutputProjection|CudaLayerNorm|CudaAddNorm|CudaAttention|CudaElementwise"
 
 # What the step and followup stages build: the benchmark, every kernel twin test
@@ -315,9 +320,8 @@ bench_args() {
   fi
 }
 
-# The train.cuda_kernels settings to measure: verified (the default) and the candidates
-# whose twins passed in this call (CANDIDATE_SETTING: candidate = all of them, or the
-# names of those that passed when one candidate's tests failed).
+# The train.cuda_kernels settings to measure: verified (the default) and, when their twins
+# passed in this call, the candidates (CANDIDATE_SETTING: candidate = all of them).
 kernel_settings() {
   echo verified
   [ "${CANDIDATE_TWINS_PASSED:-0}" = 1 ] && echo "${CANDIDATE_SETTING:-candidate}"
@@ -374,7 +378,7 @@ run_candidate_twins() {
   local twin_env=(env) prefix="" exclude="^Rehearsal[.]"
   if [ "$rehearsal" = 1 ]; then twin_env=(env THPC_TWIN_REHEARSAL=1) prefix="Rehearsal[.]" exclude="^$"; fi
   "${twin_env[@]}" ctest --test-dir "$BUILD_DIR" \
-    -R "^${prefix}(${CANDIDATE_TWINS})[.]|^CudaTraining[.](Fp32|Bf16)ThreeStepsWithCandidateKernels" \
+    -R "^${prefix}(${CANDIDATE_TWINS})[.]|^CudaTraining[.][A-Za-z0-9]*WithCandidateKernels" \
     -E "$exclude" --output-on-failure -j4 > "$LOGS/ctest_candidate_twins.log" 2>&1
   local status=$?
   grep -E "tests passed|Failed|\*\*\*" "$LOGS/ctest_candidate_twins.log" | tail -12
@@ -388,24 +392,11 @@ run_candidate_twins() {
     export CANDIDATE_TWINS_PASSED=1
     echo "candidate twins: passed (train.cuda_kernels=candidate is measured below)"
   else
-    # One candidate's failure need not hide the other's step time: the tests that only
-    # short_attention runs (its twin; the bf16 whole-model check, which runs both but is
-    # the only one with it) against all the others (write_gradients').
-    local failed short_failed other_failed
+    export CANDIDATE_TWINS_PASSED=0
+    echo "candidate twins: FAILED or did not run (only train.cuda_kernels=verified is measured)"
+    local failed
     failed=$(sed -n '/The following tests FAILED/,$p' "$LOGS/ctest_candidate_twins.log" |
       grep -oE '(Cuda[A-Za-z]*\.[A-Za-z0-9]*)' || true)
-    short_failed=$(echo "$failed" | grep -cE "ShortSentencesMatchCpu|Bf16ThreeStepsWithCandidate" || true)
-    other_failed=$(echo "$failed" | grep -E . | grep -cvE "ShortSentencesMatchCpu|Bf16ThreeStepsWithCandidate" || true)
-    if [ "$status" != 0 ] && [ -n "$failed" ] && [ "$other_failed" = 0 ]; then
-      export CANDIDATE_TWINS_PASSED=1 CANDIDATE_SETTING=write_gradients
-      echo "candidate twins: short_attention's FAILED, write_gradients' passed (train.cuda_kernels=write_gradients is measured below)"
-    elif [ "$status" != 0 ] && [ -n "$failed" ] && [ "$short_failed" = 0 ]; then
-      export CANDIDATE_TWINS_PASSED=1 CANDIDATE_SETTING=short_attention
-      echo "candidate twins: write_gradients' FAILED, short_attention's passed (train.cuda_kernels=short_attention is measured below)"
-    else
-      export CANDIDATE_TWINS_PASSED=0
-      echo "candidate twins: FAILED or did not run (only train.cuda_kernels=verified is measured)"
-    fi
     [ -n "$failed" ] && echo "candidate twins failed: $(echo "$failed" | tr '\n' ' ')"
   fi
   remember "CANDIDATE_TWINS_PASSED=$CANDIDATE_TWINS_PASSED"
@@ -428,10 +419,11 @@ run_other_twins() {
   echo "twin lines: $(wc -l < "$LOGS/twin_errors.txt")"
   # The whole model: fp32 training on the GPU against the CPU, separate and fused kernels
   # (skipped in the rehearsal: they need the GPU itself).
-  ctest --test-dir "$BUILD_DIR" -R "^CudaTraining[.]Fp32ThreeSteps(MatchTheCpu|WithFusedOps)" --output-on-failure \
-    > "$LOGS/ctest_whole_model.log" 2>&1
+  ctest --test-dir "$BUILD_DIR" \
+    -R "^CudaTraining[.](Fp32ThreeSteps(MatchTheCpu|WithFusedOps)|Bf16ThreeStepsWithShortAttention)" \
+    --output-on-failure > "$LOGS/ctest_whole_model.log" 2>&1
   grep -E "tests passed|Failed|Skipped|\*\*\*" "$LOGS/ctest_whole_model.log" | tail -6
-  grep -h "GPU fp32" "$BUILD_DIR/Testing/Temporary/LastTest.log" | head -4
+  grep -h "GPU fp32\|GPU bf16" "$BUILD_DIR/Testing/Temporary/LastTest.log" | head -4
 }
 
 step_stage() {
@@ -443,6 +435,7 @@ step_stage() {
   echo "twins and whole model: at ${SECONDS} s"
   measure_ceiling
   profile preset=base
+  profile_short_attention_lengths
   echo "profiles: at ${SECONDS} s"
   local left=$((deadline - SECONDS))
   if [ "$left" -lt 60 ]; then
@@ -473,6 +466,22 @@ profile() {
   done
 }
 
+# The base profile once more per train.short_attention_max_len in
+# SHORT_ATTENTION_LENGTHS (default "0 64"; "" skips): whether the default of 48 (the
+# lengths at which the short kernels won on the H100, 2026-11-26) is still the best
+# cut-off. Only the step and the by-bucket lines: the rest is the default's table above.
+profile_short_attention_lengths() {
+  local length
+  for length in ${SHORT_ATTENTION_LENGTHS-0 64}; do
+    # shellcheck disable=SC2046
+    timeout 120 "$BUILD_DIR/transformer_bench_step" $(bench_args base 18 9) --profile \
+      --set "train.short_attention_max_len=$length" \
+      > "$LOGS/profile_base_short_attention_$length.txt" 2>&1
+    echo "== profile base, train.short_attention_max_len=$length (exit $?)"
+    grep -E "^(profile:|attention |by bucket length)" "$LOGS/profile_base_short_attention_$length.txt"
+  done
+}
+
 # compute-sanitizer memcheck of the candidate kernels' twins, each run capped.
 memcheck_candidates() {
   if [ "$rehearsal" = 1 ]; then
@@ -494,10 +503,11 @@ memcheck_candidates() {
   done
 }
 
-# compute-sanitizer racecheck of the short-sentence attention (a candidate whose blocks
-# share memory between phases: the host run of its body, ShortAttentionOnTheHost.*,
-# checks everything but races). Runs whether or not its twin passed: a race would be
-# the likeliest cause of a failure. Capped: a cut-off run still prints the races it found.
+# compute-sanitizer racecheck of the short-sentence attention (its blocks share memory
+# between phases: the host run of its body, ShortAttentionOnTheHost.*, checks everything
+# but races; clean on the H100 on 2026-11-26, kept while its file changes). Runs whether
+# or not its twin passed: a race would be the likeliest cause of a failure. Capped: a
+# cut-off run still prints the races it found.
 racecheck_short_attention() {
   if [ "$rehearsal" = 1 ]; then
     echo "racecheck: skipped in the rehearsal (compute-sanitizer needs the GPU)"
@@ -506,7 +516,7 @@ racecheck_short_attention() {
   local log="$LOGS/racecheck_short_attention.log"
   timeout 60 compute-sanitizer --tool racecheck --error-exitcode 9 \
     "$BUILD_DIR/tests/test_kernel_attention" \
-    --gtest_filter='CudaCandidateAttention.ShortSentencesMatchCpu' > "$log" 2>&1
+    --gtest_filter='CudaAttention.ShortSentencesMatchCpu' > "$log" 2>&1
   echo "racecheck short attention: exit $? (races reported: $(grep -c "Race reported" "$log")," \
     "$(grep -m1 "RACECHECK SUMMARY" "$log" || echo "no summary: cut off"))"
 }

@@ -92,22 +92,42 @@ enum class GradStore { kAdd, kWrite };
 
 // The CUDA kernel variants written since the last GPU run, not yet checked on one
 // (docs/testing.md, "Kernels not yet run on a GPU"): bits of the set a backend may take,
-// named by train.cuda_kernels. Each candidate's twin tests say which one failed, so a
-// GPU session can measure the others (bench/gpu_session.sh).
+// named by train.cuda_kernels. Each candidate gets a bit and a name here, and its twin
+// tests say which one failed, so a GPU session can measure the others
+// (bench/gpu_session.sh). None waits at present: the last two (write_gradients, the
+// backward ops writing their first-written gradients; short_attention, the one-launch
+// attention of short sentences) ran on an H100 on 2026-11-26 and are the default now.
 enum CandidateKernels : unsigned {
   kNoCandidates = 0,
-  kWriteGradients = 1u << 0,  // write_gradients: backward ops write their first-written
-                              // gradients (GradStore::kWrite) instead of zeroing and adding
-  kShortAttention = 1u << 1,  // short_attention: attention of sentences up to 128 pieces in
-                              // one launch (bf16, d_k = 64; kernels/cuda/short_attention.cuh)
-  kAllCandidates = kWriteGradients | kShortAttention,
+  kAllCandidates = 0,
 };
 
 // The candidate set a train.cuda_kernels value names: "verified" (none), "candidate"
-// (all), or candidate names joined by commas ("write_gradients,short_attention"). An
-// unknown name: false, with `error` saying what is allowed.
+// (all), or candidate names joined by commas. An unknown name: false, with `error`
+// saying what is allowed.
 bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
                              std::string& error);
+
+// The longest sentence (query or key length) the short-sentence attention can take:
+// its whole fp32 score matrix and the head's Q, K, V sit in one block's shared memory
+// (kernels/cuda/short_attention.cuh, 163 KB at 128).
+inline constexpr int kShortAttentionLongest = 128;
+
+// Up to which length the short kernels are faster than the batched GEMMs, on the H100
+// (bench/RESULTS.md, fourth GPU window, attention ms per base step by bucket length,
+// batched -> short: 9.80 -> 7.70 at 48 pieces, 9.94 -> 10.28 at 64, 11.38 -> 19.52 at 96;
+// big: 18.16 -> 14.95, 18.05 -> 21.19, 20.50 -> 39.25). Past ~48 a block's shared memory
+// leaves an SM 2 or 3 blocks, and each block's 4 warps walk L^2 scores alone.
+inline constexpr int kShortAttentionDefaultMaxLength = 48;
+
+// Which of its kernels the CUDA backend may choose ([train] cuda_kernels and
+// short_attention_max_len); the CPU backend ignores it.
+struct CudaKernelChoice {
+  unsigned candidates = kNoCandidates;  // CandidateKernels bits
+  // bf16 attention with d_k = d_v = 64 whose query and key lengths are both at most this
+  // takes the short-sentence kernels; 0: never (the batched GEMMs alone).
+  int short_attention_max_len = kShortAttentionDefaultMaxLength;
+};
 
 // Sums produced by the loss op, read back to the host after each micro-batch.
 struct LossSums {

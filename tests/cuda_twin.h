@@ -166,28 +166,25 @@ class Scope {
 };
 
 // A CPU reference backend and a CUDA backend computing in `gpu_dtype`, for one test;
-// with candidate_kernels the CUDA backend takes the kernels not yet checked on a GPU
-// (train.cuda_kernels = candidate: all of them) where an op has one.
+// `kernels` chooses among the CUDA kernels (the defaults of [train] cuda_kernels and
+// short_attention_max_len unless a test says otherwise; candidates: kAllCandidates,
+// the kernels not yet checked on a GPU, where an op has one).
 struct Twins {
-  explicit Twins(DType gpu_dtype, bool candidate_kernels = false)
+  explicit Twins(DType gpu_dtype, const CudaKernelChoice& kernels = {})
       : compute(gpu_dtype), cpu(make_cpu_backend(DType::F32)),
         gpu(twin_rehearsal()
                 ? make_cpu_backend(DType::F32)
                 : make_backend(BackendRequest{"cuda", gpu_dtype == DType::BF16 ? "bf16" : "fp32",
-                                              0, 0,
-                                              candidate_kernels ? unsigned(kAllCandidates)
-                                                                : unsigned(kNoCandidates)})) {}
+                                              0, 0, kernels})) {}
   DType compute;
   std::unique_ptr<Backend> cpu, gpu;
 };
 
 // How a twin test has an op store its activation gradients (kernels/ops.h, GradStore):
 // kAdd onto the test's random values (the += rule), or kWrite onto NaN (an element the op
-// does not write fails the comparison), on the kernels that ran on a GPU or, with
-// candidate, on the candidates (train.cuda_kernels = candidate).
+// does not write fails the comparison).
 struct StoreMode {
   GradStore store = GradStore::kAdd;
-  bool candidate = false;
 
   bool writes() const { return store == GradStore::kWrite; }
   // The values an activation gradient starts from: `added_to` for kAdd, NaN for kWrite.
@@ -199,7 +196,7 @@ struct StoreMode {
     return writes() ? std::vector<float>(added_to.size(), 0.0f) : added_to;
   }
   const char* name() const {
-    return !writes() ? "add" : candidate ? "write (candidate kernels)" : "write";
+    return writes() ? "write" : "add";
   }
 };
 

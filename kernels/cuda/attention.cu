@@ -37,8 +37,9 @@
 
 #include <mma.h>
 
-#include <cmath>
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
 #include <map>
@@ -325,7 +326,7 @@ void host_scalars(Context& context) {
   THPC_CUBLAS_CHECK(cublasSetPointerMode(context.blas(), CUBLAS_POINTER_MODE_HOST));
 }
 
-// ---- Short sentences in one launch (candidate; kernels/cuda/short_attention.cuh) ----
+// ---- Short sentences in one launch (kernels/cuda/short_attention.cuh) ----
 
 // The execution policy of short_attention's bodies on the GPU: the block's threads, its
 // warps computing 16x16x16 bf16 tiles with nvcuda::wmma (fp32 accumulators).
@@ -403,7 +404,7 @@ std::atomic<int64_t> short_attention_launch_count{0};
 // Whether `kernel` may use `bytes` of dynamic shared memory on `device`: the first call
 // per kernel and device raises its limit to the largest layout's (beyond the default
 // 48 KiB) where the device's opt-in allows it, and remembers the limit. False: the
-// verified path runs.
+// batched path runs.
 bool short_attention_shared_memory(const void* kernel, int device, int bytes) {
   static std::mutex mutex;
   static std::map<std::pair<const void*, int>, int> limits;
@@ -427,14 +428,16 @@ bool short_attention_shared_memory(const void* kernel, int device, int bytes) {
   return bytes <= found->second;
 }
 
-// Whether this call takes the short kernels: bf16, the candidate switch, the shapes of
-// short_attention_fits, every pointer the kernels move 16 bytes at a time 16-byte aligned.
+// Whether this call takes the short kernels: bf16, both lengths within
+// train.short_attention_max_len (past ~48 pieces the batched GEMMs are faster:
+// kShortAttentionDefaultMaxLength), the shapes of short_attention_fits, every pointer the
+// kernels move 16 bytes at a time 16-byte aligned.
 template <typename T>
 bool takes_short_attention(Context& context, const AttentionShape& shape, int ldq, int ldk,
                            int ldv, std::initializer_list<const void*> pointers) {
-  if (!std::is_same<T, __nv_bfloat16>::value || !context.candidate_kernel(kShortAttention)) {
-    return false;
-  }
+  if (!std::is_same<T, __nv_bfloat16>::value) return false;
+  const int longest = std::max(shape.query_len, shape.key_len);
+  if (longest > context.short_attention_max_len()) return false;
   if (shape.key_rows != nullptr || shape.batch <= 0 || shape.heads <= 0) return false;
   if (!short_attention::short_attention_fits(shape.d_k, shape.d_v, shape.query_len,
                                              shape.key_len, ldq, ldk, ldv)) {
@@ -488,13 +491,10 @@ bool short_attention_backward(Context& context, T* dq, T* dk, T* dv, const T* d_
     args.dq = dq;
     args.dk = dk;
     args.dv = dv;
-    // kWrite: with the write_gradients candidate the kernel stores without reading; without
-    // it, writes_gradient zeroes the head columns and the kernel adds into them.
-    const int64_t q_rows = static_cast<int64_t>(shape.batch) * shape.query_len;
-    const int64_t k_rows = static_cast<int64_t>(shape.batch) * shape.key_len;
-    args.write_dq = writes_gradient(context, store, dq, q_rows, shape.heads * shape.d_k, ldq);
-    args.write_dk = writes_gradient(context, store, dk, k_rows, shape.heads * shape.d_k, ldk);
-    args.write_dv = writes_gradient(context, store, dv, k_rows, shape.heads * shape.d_v, ldv);
+    // kWrite: the kernel stores without reading.
+    args.write_dq = writes_gradient(store, dq);
+    args.write_dk = writes_gradient(store, dk);
+    args.write_dv = writes_gradient(store, dv);
     short_attention_backward_kernel<<<shape.batch * shape.heads, short_attention::kThreads,
                                       bytes, context.stream()>>>(args);
     THPC_CUDA_CHECK_LAUNCH("short_attention_backward_kernel");
@@ -577,11 +577,11 @@ void attention_backward(Context& context, T* dq, T* dk, T* dv, const T* d_out, c
     return;
   }
   // kWrite: the three products below with beta = 0 (each covers its head columns of every
-  // row), or, on the verified path, those columns zeroed here and beta = 1.
+  // row).
   const int64_t q_rows = static_cast<int64_t>(B) * Lq, k_rows = static_cast<int64_t>(B) * Lk;
-  const bool write_dq = writes_gradient(context, store, dq, q_rows, h * d_k, ldq);
-  const bool write_dk = writes_gradient(context, store, dk, k_rows, h * d_k, ldk);
-  const bool write_dv = writes_gradient(context, store, dv, k_rows, h * d_v, ldv);
+  const bool write_dq = writes_gradient(store, dq);
+  const bool write_dk = writes_gradient(store, dk);
+  const bool write_dv = writes_gradient(store, dv);
   if (pairs == 0 || Lq == 0 || Lk == 0) {  // no products: a zero gradient
     if (write_dq) zero_columns(context, dq, q_rows, h * d_k, ldq);
     if (write_dk) zero_columns(context, dk, k_rows, h * d_k, ldk);

@@ -10,8 +10,8 @@ std::string cublas_status_text(cublasStatus_t status) {
 
 namespace cuda {
 
-Context::Context(int device, unsigned candidate_kernels)
-    : device_(device), candidate_kernels_(candidate_kernels) {
+Context::Context(int device, const CudaKernelChoice& kernels)
+    : device_(device), kernels_(kernels) {
   THPC_CUDA_CHECK(cudaSetDevice(device));
   THPC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   THPC_CUBLAS_CHECK(cublasCreate(&blas_));

@@ -55,7 +55,7 @@ class EventWorkClock final : public WorkClock {
 template <typename T>
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, unsigned candidate_kernels) : context_(device, candidate_kernels) {
+  CudaBackend(int device, const CudaKernelChoice& kernels) : context_(device, kernels) {
     cudaDeviceProp prop{};
     THPC_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     device_name_ = prop.name;
@@ -193,11 +193,10 @@ class CudaBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_cuda_backend(int device, DType compute_dtype,
-                                           unsigned candidate_kernels) {
+                                           const CudaKernelChoice& kernels) {
   switch (compute_dtype) {
-    case DType::F32: return std::make_unique<CudaBackend<float>>(device, candidate_kernels);
-    case DType::BF16:
-      return std::make_unique<CudaBackend<cuda::bf16>>(device, candidate_kernels);
+    case DType::F32: return std::make_unique<CudaBackend<float>>(device, kernels);
+    case DType::BF16: return std::make_unique<CudaBackend<cuda::bf16>>(device, kernels);
     default:
       THPC_FAIL("the CUDA backend computes in bf16 or fp32, not " << dtype_name(compute_dtype));
   }

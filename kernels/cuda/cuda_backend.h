@@ -15,14 +15,13 @@
 namespace thpc {
 
 // device: a CUDA device index of this process (after CUDA_VISIBLE_DEVICES);
-// compute_dtype: DType::BF16 or DType::F32; candidate_kernels: the kernel variants not
-// yet checked on a GPU it may take as well (CandidateKernels bits, train.cuda_kernels,
-// cuda::Context).
+// compute_dtype: DType::BF16 or DType::F32; kernels: which of its kernels it may take
+// (train.cuda_kernels and train.short_attention_max_len, cuda::Context).
 std::unique_ptr<Backend> make_cuda_backend(int device, DType compute_dtype,
-                                           unsigned candidate_kernels = kNoCandidates);
+                                           const CudaKernelChoice& kernels = {});
 
-// Launches of the short-sentence attention kernels (kernels/cuda/short_attention.cuh,
-// behind train.cuda_kernels = candidate) in this process, forward and backward.
+// Launches of the short-sentence attention kernels (kernels/cuda/short_attention.cuh)
+// in this process, forward and backward.
 int64_t cuda_short_attention_launches();
 
 }  // namespace thpc

@@ -49,10 +49,10 @@ namespace thpc::cuda {
 // launches but must not expect it to survive to the next op.
 class Context {
  public:
-  // candidate_kernels: the kernel variants written since the last GPU run that may run too
-  // (CandidateKernels bits of kernels/ops.h, from train.cuda_kernels); the others run only
-  // the kernels whose twins passed on a GPU.
-  Context(int device, unsigned candidate_kernels = kNoCandidates);
+  // kernels: which kernels the ops may choose (kernels/ops.h, from [train] cuda_kernels
+  // and short_attention_max_len): without candidates, only those whose twins passed
+  // on a GPU.
+  Context(int device, const CudaKernelChoice& kernels = {});
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
@@ -61,8 +61,10 @@ class Context {
   // Whether an op may take candidate kernel `which` (a faster variant that has not yet run
   // on a GPU: it lands behind train.cuda_kernels until a GPU session sees its twins pass).
   bool candidate_kernel(CandidateKernels which) const {
-    return (candidate_kernels_ & which) != 0;
+    return (kernels_.candidates & which) != 0;
   }
+  // The longest query or key length the short-sentence attention takes (0: none).
+  int short_attention_max_len() const { return kernels_.short_attention_max_len; }
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t blas() const { return blas_; }
   cublasLtHandle_t lt() const { return lt_; }
@@ -85,7 +87,7 @@ class Context {
 
  private:
   int device_ = 0;
-  unsigned candidate_kernels_ = kNoCandidates;
+  CudaKernelChoice kernels_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;

@@ -248,7 +248,7 @@ void relu_backward(Context& context, T* dx, const T* dy, const T* y, int64_t n,
                    GradStore store) {
   const cudaStream_t stream = context.stream();
   if (n <= 0 || dx == nullptr) return;
-  const bool write = writes_gradient(context, store, dx, n);
+  const bool write = writes_gradient(store, dx);
   relu_backward_kernel<<<grid_blocks(n), kGridThreads, 0, stream>>>(dx, dy, y, n, write);
   THPC_CUDA_CHECK_LAUNCH("relu_backward_kernel");
 }
@@ -267,7 +267,7 @@ void dropout_backward(Context& context, T* dx, const T* dy, int64_t n, float p,
   const cudaStream_t stream = context.stream();
   check_probability(p);
   if (dx == nullptr) return;
-  const bool write = writes_gradient(context, store, dx, n);
+  const bool write = writes_gradient(store, dx);
   launch_dropout(DropoutBackwardOp<T>{dx, dy, keep_scale(p), write}, n,
                  make_mask(key, p, true), stream);
 }
@@ -287,8 +287,8 @@ void residual_dropout_backward(Context& context, T* dx, T* d_sub, const T* dy, i
   const cudaStream_t stream = context.stream();
   check_probability(p);
   if (dx == nullptr && d_sub == nullptr) return;
-  const bool write_dx = writes_gradient(context, store, dx, n);
-  const bool write_d_sub = writes_gradient(context, store, d_sub, n);
+  const bool write_dx = writes_gradient(store, dx);
+  const bool write_d_sub = writes_gradient(store, d_sub);
   // Without d_sub the mask is not needed: dx += dy alone draws nothing.
   launch_dropout(ResidualBackwardOp<T>{dx, d_sub, dy, keep_scale(p), write_dx || write_d_sub},
                  n, make_mask(key, p, d_sub != nullptr), stream);

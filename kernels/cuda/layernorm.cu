@@ -272,7 +272,7 @@ void layernorm_backward(Context& context, T* dx, float* dgamma, float* dbeta, co
   if (rows == 0 || d == 0) return;
   cudaStream_t stream = context.stream();
   if (dx != nullptr) {
-    const bool write = writes_gradient(context, store, dx, static_cast<int64_t>(rows) * d);
+    const bool write = writes_gradient(store, dx);
     layernorm_backward_dx_kernel<T><<<row_blocks(rows), kRowThreads, 0, stream>>>(
         dx, dy, x, mean, rstd, gamma, rows, d, write);
     THPC_CUDA_CHECK_LAUNCH("layernorm_backward_dx_kernel");
@@ -302,14 +302,12 @@ void add_dropout_layernorm_backward(Context& context, T* dx, T* d_sub, float* dg
   check_probability(p);
   if (rows == 0 || d == 0) return;
   if (dx != nullptr || d_sub != nullptr) {
-    const int64_t n = static_cast<int64_t>(rows) * d;
-    // Both outputs take the same path (candidate or verified), so one flag serves both.
-    const bool write_dx = writes_gradient(context, store, dx, n);
-    const bool write_d_sub = writes_gradient(context, store, d_sub, n);
+    // One flag for both outputs: the kernel writes (or adds into) each one it is given.
+    const bool write = writes_gradient(store, dx) || writes_gradient(store, d_sub);
     add_dropout_layernorm_backward_kernel<T>
         <<<row_blocks(rows), kRowThreads, 0, context.stream()>>>(
             dx, d_sub, dy, residual, mean, rstd, gamma, rows, d,
-            make_mask(key, p, d_sub != nullptr), keep_scale(p), write_dx || write_d_sub);
+            make_mask(key, p, d_sub != nullptr), keep_scale(p), write);
     THPC_CUDA_CHECK_LAUNCH("add_dropout_layernorm_backward_kernel");
   }
   layernorm_parameter_gradients(context, dgamma, dbeta, dy, residual, mean, rstd, rows, d);

@@ -413,7 +413,7 @@ template <typename T>
 void relu_bias_backward(Context& context, T* d_pre, float* db, const T* dy, const T* y, int rows,
                         int n, GradStore store) {
   if (rows <= 0 || n <= 0 || (d_pre == nullptr && db == nullptr)) return;
-  const bool write = writes_gradient(context, store, d_pre, static_cast<int64_t>(rows) * n);
+  const bool write = writes_gradient(store, d_pre);
   const cudaStream_t stream = context.stream();
   const ColumnChunks chunks = column_chunks(rows);
   float* partial = db != nullptr ? static_cast<float*>(context.scratch(
@@ -442,7 +442,7 @@ template <typename T>
 void linear_backward(Context& context, T* dx, float* dW, float* db, const T* dy, const T* x,
                      const T* W, int M, int K, int N, GradStore store) {
   if (dx != nullptr) {
-    const bool write = writes_gradient(context, store, dx, static_cast<int64_t>(M) * K);
+    const bool write = writes_gradient(store, dx);
     // dx^T [K, M] += W [K, N] dy^T [N, M]: W is stored column-major [N, K] (ld N), so op T.
     // (An empty product, N = 0, with beta = 0 writes zeros: gemm's k == 0 case.)
     gemm(context, Gemm{CUBLAS_OP_T, CUBLAS_OP_N, K, M, N, W, N, dy, N, dx, K, cuda_type<T>(),
@@ -478,7 +478,7 @@ void output_projection_backward(Context& context, T* dh, float* dE, const T* d_l
                                 const T* h, const T* E, int M, int d, int vocab,
                                 GradStore store) {
   if (dh != nullptr) {
-    const bool write = writes_gradient(context, store, dh, static_cast<int64_t>(M) * d);
+    const bool write = writes_gradient(store, dh);
     // dh^T [d, M] += E^T [d, V] d_logits^T [V, M]: E stored column-major [d, V] (ld d),
     // d_logits column-major [V, M] (ld V).
     gemm(context, Gemm{CUBLAS_OP_N, CUBLAS_OP_N, d, M, vocab, E, d, d_logits, vocab, dh, d,

@@ -1,5 +1,8 @@
-// Attention of short sentences in one launch (candidate kernel: train.cuda_kernels =
-// candidate or short_attention; see docs/testing.md, "Kernels not yet run on a GPU").
+// Attention of short sentences in one launch: bf16 attention whose query and key lengths
+// are both at most train.short_attention_max_len (48 by default: the lengths at which
+// it beats the batched GEMMs on the H100). Written without a GPU behind
+// train.cuda_kernels = candidate; on 2026-11-26 its twins passed on an H100 (memcheck
+// and racecheck clean) and it became the default (bench/RESULTS.md, fourth GPU window).
 //
 // What it computes is attention.cu's (the CPU twin kernels/cpu/attention.cc is the
 // specification): per (sentence b, head) pair
@@ -11,7 +14,7 @@
 // products accumulated in fp32 and rounded once (plus the old gradient in fp32 when
 // added into).
 //
-// Why a kernel of its own. The verified path runs cuBLAS batched GEMMs over all B*h
+// Why a kernel of its own. The batched path runs cuBLAS batched GEMMs over all B*h
 // pairs with a row kernel between them: for the training buckets (L = 12..96) the pairs'
 // matrices are tiny (L x L x 64), so those GEMMs run far below the tensor cores' rate,
 // the fp32 scores (and score gradients) make a round trip through memory, and a layer
@@ -25,7 +28,7 @@
 // Products run on the tensor cores as 16x16x16 tiles (bf16 in, fp32 accumulation).
 //
 // Limits (short_attention_fits): bf16, d_k = d_v = 64, 1 <= Lq, Lk <= 128, row strides
-// and head views 16-byte aligned. Anything else takes the verified path.
+// and head views 16-byte aligned. Anything else takes the batched path.
 //
 // One body, two executions. The block's work is written once (forward_block,
 // backward_block), for an execution policy X. Each phase is one loop whose iterations
@@ -37,8 +40,9 @@
 // block sequentially (first = 0, step = 1; tiles multiplied in fp32, bf16 rounded to
 // nearest even), so every index, mask, padding rule and epilogue of the kernel runs on
 // the CPU against the CPU attention. What the host run cannot check is what only a GPU
-// has: the wmma fragments themselves, shared-memory races and limits. The GPU twins
-// (CudaCandidateAttention.*) check those.
+// has: the wmma fragments themselves, shared-memory races and limits. The GPU twin
+// (CudaAttention.ShortSentencesMatchCpu, under compute-sanitizer's racecheck too) checks
+// those.
 #pragma once
 
 #include <cmath>
@@ -60,7 +64,7 @@ namespace thpc::short_attention {
 constexpr int kTile = 16;        // tensor-core tile edge (m = n = k = 16)
 constexpr int kHeadWidth = 64;   // d_k = d_v taken
 constexpr int kHeadTiles = kHeadWidth / kTile;
-constexpr int kMaxLength = 128;  // longest Lq and Lk taken: the score matrix fits on chip
+constexpr int kMaxLength = kShortAttentionLongest;  // the score matrix fits on chip (128)
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 // Row strides in shared memory. 16-bit rows of 64 + 8 elements (144 bytes): a multiple of
@@ -70,8 +74,8 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kLdHead = kHeadWidth + 8;
 constexpr int kStageFloats = kTile * kTile;  // one warp's output tile on its way to memory
 
-// Whether an attention call can take these kernels (besides bf16 and the candidate
-// switch, which the launcher checks): head widths 64, both lengths in [1, 128], and
+// Whether an attention call can take these kernels (besides bf16 and the configured
+// longest length, which the launcher checks): head widths 64, both lengths in [1, 128], and
 // row strides a multiple of 8 elements (16-byte rows; the pointers' own 16-byte
 // alignment is checked by the launcher).
 THPC_SHORT_ATTENTION_HD bool short_attention_fits(int d_k, int d_v, int query_len, int key_len,
@@ -358,7 +362,7 @@ THPC_SHORT_ATTENTION_BODY void forward_block(X& x, const Args<T>& a, int pair, c
 
   // 4. P (saved, contiguous) and P' (shared, the product's A) for every element: a
   //    thread per element, so that the saved rows are written coalesced. P' is computed
-  //    from the rounded P, as the verified kernels (and backward) do.
+  //    from the rounded P, as the batched path (and backward) does.
   const int64_t first_row = static_cast<int64_t>(pair) * Lq;  // P[b, head, t, j]: (first_row + t) * Lk + j
   for (int e = x.first_thread(); e < l.rows_q * l.rows_k; e += x.thread_step()) {
     const int t = e / l.rows_k, j = e % l.rows_k;

@@ -93,6 +93,12 @@ Allowed zero_or_above(double bound) {
   allowed.zero_too = true;
   return allowed;
 }
+// [minimum, maximum], both included.
+Allowed between(double minimum, double maximum) {
+  Allowed allowed = at_least(minimum);
+  allowed.max = maximum;
+  return allowed;
+}
 Allowed not_empty() {
   Allowed allowed;
   allowed.non_empty = true;
@@ -123,6 +129,7 @@ struct Option {
 #define THPC_FRACTION fraction()
 #define THPC_OPEN_FRACTION open_fraction()
 #define THPC_ZERO_OR_ABOVE(bound) zero_or_above(bound)
+#define THPC_BETWEEN(minimum, maximum) between(minimum, maximum)
 #define THPC_NOT_EMPTY not_empty()
 
 // The single source of truth for the keys. Defaults are the member initializers of
@@ -173,11 +180,13 @@ const std::vector<Option>& option_table() {
                   "GPU activations and GEMM operands (weights, moments stay fp32)"),
       THPC_OPTION(train, cuda_kernels, THPC_ANY,
                   "GPU kernels: verified = those whose twin tests passed on a GPU; candidate "
-                  "= also every variant written since, not yet checked on one; or some of "
-                  "them by name, comma-separated: write_gradients (backward ops writing "
-                  "their first-written gradients instead of zeroing and adding), "
-                  "short_attention (attention of sentences up to 128 pieces in one launch, "
-                  "bf16, d_k = 64); the CPU ignores it"),
+                  "= also every variant written since, not yet checked on one (none at "
+                  "present); the CPU ignores it"),
+      THPC_OPTION(train, short_attention_max_len, THPC_BETWEEN(0, kShortAttentionLongest),
+                  "GPU, bf16, d_k = d_v = 64: attention whose query and key lengths are both "
+                  "at most this runs in one kernel per op (shared memory), longer attention "
+                  "as batched GEMMs; 48 = where the one kernel stops paying on an H100, 0 = "
+                  "never, at most 128; the CPU ignores it"),
       THPC_OPTION(train, seed, THPC_ANY, "seed of parameters, dropout and synthetic data"),
       THPC_OPTION(train, max_steps, THPC_AT_LEAST(1), "optimizer steps to train (§5.2)"),
       THPC_OPTION(train, max_minutes, THPC_AT_LEAST(0),

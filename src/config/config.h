@@ -52,8 +52,11 @@ struct TrainConfig {
   std::string precision = "bf16";  // GPU activations and GEMM operands: bf16 | fp32
   // verified | candidate: the GPU kernels whose twins passed on a GPU, or with them the
   // variants written since and not yet run on one (docs/testing.md, "Kernels not yet
-  // run on a GPU"; at present the GradStore writes of the backward ops).
+  // run on a GPU"; none at present).
   std::string cuda_kernels = "verified";
+  // bf16 attention (d_k = d_v = 64) up to this many pieces a side in one kernel per op;
+  // 0 = never (kernels/ops.h: CudaKernelChoice, kShortAttentionDefaultMaxLength).
+  int short_attention_max_len = 48;
   uint64_t seed = 1;
   int64_t max_steps = 100000;
   float max_minutes = 0.0f;        // wall-clock limit of a run's training; 0 = none

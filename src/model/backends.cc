@@ -70,7 +70,7 @@ std::unique_ptr<Backend> make_backend(const BackendRequest& request) {
 #if THPC_HAVE_CUDA
       return make_cuda_backend(request.device,
                                request.precision == "fp32" ? DType::F32 : DType::BF16,
-                               request.candidate_kernels);
+                               request.cuda_kernels);
 #endif
     } else if (request.backend == "cuda") {
       THPC_FAIL("train.backend = cuda, but " << reason);
@@ -86,8 +86,9 @@ BackendRequest backend_request(const TrainConfig& train, int device) {
   request.precision = train.precision;
   request.cpu_threads = train.threads;
   std::string error;
-  THPC_CHECK(parse_candidate_kernels(train.cuda_kernels, request.candidate_kernels, error),
+  THPC_CHECK(parse_candidate_kernels(train.cuda_kernels, request.cuda_kernels.candidates, error),
              "train.cuda_kernels: " << error);
+  request.cuda_kernels.short_attention_max_len = train.short_attention_max_len;
   request.device = device;
   return request;
 }

@@ -15,9 +15,9 @@ struct BackendRequest {
   std::string precision = "bf16";  // GPU activations: bf16 | fp32 (the CPU computes in fp32)
   int device = 0;                  // CUDA device index (after CUDA_VISIBLE_DEVICES)
   int cpu_threads = 0;             // CPU threads (ops and BLAS); 0 = OpenMP's default
-  // train.cuda_kernels: which CUDA kernels not yet checked on a GPU the backend may take
-  // (CandidateKernels bits, kernels/ops.h).
-  unsigned candidate_kernels = kNoCandidates;
+  // train.cuda_kernels and train.short_attention_max_len: which of its kernels the
+  // CUDA backend may take (kernels/ops.h).
+  CudaKernelChoice cuda_kernels;
 };
 
 // Why no CUDA backend can be made here ("" when one can): built without CUDA, or
@@ -27,9 +27,9 @@ std::string cuda_unavailable_reason();
 // Whether this build has the CUDA backend (nvcc at configure time, TRANSFORMER_CUDA on).
 bool built_with_cuda();
 
-// How often this process has launched the CUDA short-sentence attention (a candidate
-// kernel, kernels/cuda/short_attention.cuh); 0 without CUDA. Its twin tests check that
-// the path they compare was the one taken, not the verified fallback.
+// How often this process has launched the CUDA short-sentence attention
+// (kernels/cuda/short_attention.cuh); 0 without CUDA. Its twin tests check that the path
+// they compare was the one taken, not the batched GEMMs.
 int64_t short_attention_launches();
 
 // Number of CUDA devices this process sees; 0 without CUDA.

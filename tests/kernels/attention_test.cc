@@ -637,8 +637,7 @@ TEST(CudaAttention, ForwardWithoutSavedEqualsForwardWithSaved) {
 }
 
 // Every case's gradients on the GPU against the CPU, stored as `mode` says (kAdd into
-// random values; kWrite onto NaN in the head columns, on the verified path, where they
-// are zeroed and added into, or on the candidates, the three GEMMs with beta = 0; the
+// random values; kWrite onto NaN in the head columns, the three GEMMs with beta = 0; the
 // column of q's buffer no head reads keeps its value either way); and bit-identical when
 // repeated: no atomics, fixed reduction orders.
 void check_attention_backward(const StoreMode& mode, uint32_t seed) {
@@ -646,7 +645,7 @@ void check_attention_backward(const StoreMode& mode, uint32_t seed) {
     std::mt19937 rng(seed);
     for (const AttentionCase& c : attention_cases()) {
       SCOPED_TRACE(label(c, dtype) + " " + mode.name());
-      Twins twins(dtype, mode.candidate);
+      Twins twins(dtype);
       const AttentionData data(c, dtype, rng);
       AttentionRun run;
       run.store = mode.store;
@@ -672,12 +671,7 @@ TEST(CudaAttention, BackwardMatchesCpuAndAccumulates) {
 
 TEST(CudaAttention, BackwardWritingMatchesCpu) {
   THPC_REQUIRE_GPU();
-  check_attention_backward({GradStore::kWrite, false}, 16);
-}
-
-TEST(CudaCandidateAttention, BackwardWritingMatchesCpu) {
-  THPC_REQUIRE_GPU();
-  check_attention_backward({GradStore::kWrite, true}, 17);
+  check_attention_backward({GradStore::kWrite}, 16);
 }
 
 // Null gradient outputs are skipped; the others still match (and the skipped ones'
@@ -725,7 +719,7 @@ TEST(CudaAttention, NoKeysGivesZeros) {
 }
 
 
-// ---- Short sentences in one launch (kernels/cuda/short_attention.cuh, a candidate) ----
+// ---- Short sentences in one launch (kernels/cuda/short_attention.cuh) ----
 
 // Shapes the short kernels take (d_k = d_v = 64, Lq and Lk <= 128, 16-byte rows): self-
 // and cross-attention, lengths that are and are not whole tiles, the longest (128), one
@@ -1116,15 +1110,17 @@ TEST(ShortAttentionOnTheHost, AnotherDropoutDrawIsCaught) {
   EXPECT_FALSE(all_close(actual.out, expected.out, o.abs, o.rel));
 }
 
-// The same on the GPU (train.cuda_kernels = candidate, bf16; fp32 takes the verified
-// path and is checked too): forward, every backward variant adding and writing, decoding
-// without saved P, and a repeated run bit-identical (no atomics).
-TEST(CudaCandidateAttention, ShortSentencesMatchCpu) {
+// The same on the GPU (bf16, with every length the kernels can take allowed, up to 128;
+// fp32 takes the batched path and is checked too): forward, every backward variant adding
+// and writing, decoding without saved P, and a repeated run bit-identical (no atomics).
+TEST(CudaAttention, ShortSentencesMatchCpu) {
   THPC_REQUIRE_GPU();
+  CudaKernelChoice longest;
+  longest.short_attention_max_len = kShortAttentionLongest;
   for (DType dtype : gpu_compute_dtypes()) {
     std::mt19937 rng(43);
     for (const AttentionCase& c : short_attention_cases()) {
-      Twins twins(dtype, /*candidate_kernels=*/true);
+      Twins twins(dtype, longest);
       const AttentionData data(c, dtype, rng);
       for (GradStore store : {GradStore::kAdd, GradStore::kWrite}) {
         for (const AttentionRun& run : short_attention_runs(store)) {
@@ -1156,6 +1152,43 @@ TEST(CudaCandidateAttention, ShortSentencesMatchCpu) {
       EXPECT_EQ(run_attention(*twins.gpu, dtype, data, with).out,
                 run_attention(*twins.gpu, dtype, data, without).out)
           << label(c, dtype) << ": without saved P";
+    }
+  }
+}
+
+// The short kernels run where train.short_attention_max_len allows and nowhere else:
+// with the default (48) a 40-piece case takes them and a 128-key one the batched GEMMs;
+// with 0 neither does; with 128 both do. Both paths give the CPU's values either way.
+TEST(CudaAttention, ShortKernelsOnlyUpToTheConfiguredLength) {
+  THPC_REQUIRE_GPU();
+  if (twin_rehearsal()) GTEST_SKIP() << "the launch counter needs the GPU itself";
+  const std::vector<AttentionCase> cases = short_attention_cases();
+  const AttentionCase& short_case = cases[0];   // 40 x 40
+  const AttentionCase& long_case = cases[2];    // 37 queries x 128 keys
+  ASSERT_EQ(short_case.key_len, 40);
+  ASSERT_EQ(long_case.key_len, 128);
+  struct Expectation {
+    int max_length;
+    bool short_taken, long_taken;
+  };
+  for (const Expectation& e : {Expectation{kShortAttentionDefaultMaxLength, true, false},
+                               Expectation{0, false, false},
+                               Expectation{kShortAttentionLongest, true, true}}) {
+    CudaKernelChoice kernels;
+    kernels.short_attention_max_len = e.max_length;
+    Twins twins(DType::BF16, kernels);
+    std::mt19937 rng(44);
+    const std::pair<const AttentionCase*, bool> expected_launches[] = {
+        {&short_case, e.short_taken}, {&long_case, e.long_taken}};
+    for (const auto& [c, taken] : expected_launches) {
+      SCOPED_TRACE(c->name + " with short_attention_max_len " + std::to_string(e.max_length));
+      const AttentionData data(*c, DType::BF16, rng);
+      const AttentionRun run;
+      const AttentionResult cpu = run_attention(*twins.cpu, DType::F32, data, run);
+      const int64_t launches = short_attention_launches();
+      const AttentionResult gpu = run_attention(*twins.gpu, DType::BF16, data, run);
+      EXPECT_EQ(short_attention_launches() - launches, taken ? 2 : 0);
+      expect_short_attention_matches(gpu, cpu, c->fused);
     }
   }
 }

@@ -479,16 +479,15 @@ TEST(CudaElementwise, ResidualDropoutMatchesCpu) {
 }
 
 // GradStore::kWrite: the three backward ops' gradients written onto NaN (dropped elements
-// 0), on the verified kernels (zeroed, then added into) and on the candidates (stored
-// without a load).
-void check_elementwise_writing(bool candidate) {
-  std::mt19937 rng(candidate ? 6 : 5);
+// 0), stored without a load.
+TEST(CudaElementwise, BackwardsWritingMatchCpu) {
+  THPC_REQUIRE_GPU();
+  std::mt19937 rng(5);
   for (DType dtype : gpu_compute_dtypes()) {
-    Twins twins(dtype, candidate);
+    Twins twins(dtype);
     for (float p : {0.0f, 0.1f, 0.3f}) {
       for (int64_t n : kSizes) {
-        SCOPED_TRACE(describe(dtype, n, p) + (candidate ? " write (candidate kernels)"
-                                                        : " write"));
+        SCOPED_TRACE(describe(dtype, n, p) + " write");
         const double rel = rounding_rel(dtype);
         const DropoutKey key = test_key(n + 7);
         const size_t count = static_cast<size_t>(n);
@@ -519,16 +518,6 @@ void check_elementwise_writing(bool candidate) {
       }
     }
   }
-}
-
-TEST(CudaElementwise, BackwardsWritingMatchCpu) {
-  THPC_REQUIRE_GPU();
-  check_elementwise_writing(false);
-}
-
-TEST(CudaCandidateElementwise, BackwardsWritingMatchCpu) {
-  THPC_REQUIRE_GPU();
-  check_elementwise_writing(true);
 }
 
 TEST(CudaElementwise, DropoutRejectsBadProbabilityAndHandlesEmpty) {

@@ -396,7 +396,7 @@ void check_layernorm_backward(DType dtype, const NormShape& s, bool want_dx, boo
   const auto dx0 = representable(random_values(n, rng), dtype);
   const auto dgamma0 = random_values(static_cast<size_t>(s.d), rng);
   const auto dbeta0 = random_values(static_cast<size_t>(s.d), rng);
-  Twins twins(dtype, mode.candidate);
+  Twins twins(dtype);
   Scope cpu(*twins.cpu), gpu(*twins.gpu);
   // Statistics from the CPU forward, given to both backward passes (fp32 on both).
   Tensor y_cpu = cpu.alloc(DType::F32, static_cast<int64_t>(n));
@@ -639,7 +639,7 @@ void check_add_norm_backward(DType dtype, const NormShape& s, float p, bool want
   const auto d_sub0 = representable(random_values(n, rng), dtype);
   const auto dgamma0 = random_values(static_cast<size_t>(s.d), rng);
   const auto dbeta0 = random_values(static_cast<size_t>(s.d), rng);
-  Twins twins(dtype, mode.candidate);
+  Twins twins(dtype);
   Both both(twins);
   const Pair residual_t = both.act(residual), gamma_t = both.act(gamma), dy_t = both.act(dy);
   // The statistics of the residual, from the CPU, given to both backward passes.
@@ -719,11 +719,12 @@ TEST(CudaAddNorm, BackwardWithNullOutputsMatchesCpu) {
   }
 }
 
-// GradStore::kWrite: dx (and d_sub) written onto NaN, on the verified kernels (zeroed, then
-// added into) and on the candidates (stored without a load); dropped d_sub elements 0.
-void check_norm_family_writing(bool candidate) {
-  uint32_t seed = candidate ? 5300 : 5200;
-  const StoreMode mode{GradStore::kWrite, candidate};
+// GradStore::kWrite: dx (and d_sub) written onto NaN, stored without a load; dropped d_sub
+// elements 0.
+TEST(CudaLayerNorm, BackwardWritingMatchesCpu) {
+  THPC_REQUIRE_GPU();
+  uint32_t seed = 5200;
+  const StoreMode mode{GradStore::kWrite};
   for (DType dtype : gpu_compute_dtypes()) {
     for (const NormShape& s : kNormShapes) {
       check_layernorm_backward(dtype, s, true, true, true, seed++, mode);
@@ -734,16 +735,6 @@ void check_norm_family_writing(bool candidate) {
     check_add_norm_backward(dtype, {130, 61}, 0.1f, true, false, false, seed++, mode);
     check_add_norm_backward(dtype, {130, 61}, 0.1f, false, true, false, seed++, mode);
   }
-}
-
-TEST(CudaLayerNorm, BackwardWritingMatchesCpu) {
-  THPC_REQUIRE_GPU();
-  check_norm_family_writing(false);
-}
-
-TEST(CudaCandidateLayerNorm, BackwardWritingMatchesCpu) {
-  THPC_REQUIRE_GPU();
-  check_norm_family_writing(true);
 }
 
 }  // namespace

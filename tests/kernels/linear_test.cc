@@ -423,7 +423,7 @@ void check_relu_bias_backward(DType dtype, const ReluShape& s, bool want_d_pre, 
   for (float& value : y) value = value > 0.0f ? value : 0.0f;  // a ReLU's output
   const auto d_pre0 = representable(random_values(count, rng), dtype);
   const auto db0 = random_values(static_cast<size_t>(s.n), rng);
-  Twins twins(dtype, mode.candidate);
+  Twins twins(dtype);
   Both both(twins);
   const Pair dy_t = both.act(dy), y_t = both.act(y);
   const Pair d_pre = want_d_pre ? both.act(mode.start(d_pre0)) : Pair{};
@@ -572,7 +572,7 @@ void check_linear_backward(DType dtype, const LinearShape& s, Wanted wanted, uin
   const auto dx0 = representable(random_values(MK, rng), dtype);  // activation-side: T
   const auto dW0 = random_values(KN, rng);                         // parameter-side: fp32
   const auto db0 = random_values(static_cast<size_t>(s.N), rng);
-  Twins twins(dtype, mode.candidate);
+  Twins twins(dtype);
   Scope cpu(*twins.cpu), gpu(*twins.gpu);
   Tensor dx_cpu = wanted.dx ? cpu.put(DType::F32, mode.start(dx0)) : Tensor{};
   Tensor dW_cpu = wanted.dW ? cpu.put(DType::F32, dW0) : Tensor{};
@@ -717,7 +717,7 @@ void check_output_projection_backward(DType dtype, const ProjectionShape& s, boo
   const auto dl = representable(random_values(MV, rng), dtype);
   const auto dh0 = representable(random_values(Md, rng), dtype);
   const auto dE0 = random_values(Vd, rng);
-  Twins twins(dtype, mode.candidate);
+  Twins twins(dtype);
   Scope cpu(*twins.cpu), gpu(*twins.gpu);
   Tensor dh_cpu = want_dh ? cpu.put(DType::F32, mode.start(dh0)) : Tensor{};
   Tensor dE_cpu = want_dE ? cpu.put(DType::F32, dE0) : Tensor{};
@@ -756,14 +756,14 @@ TEST(CudaOutputProjection, BackwardMatchesCpu) {
 }
 
 // ---- GradStore::kWrite: the activation gradient written, not added into ----------------
-// On the verified kernels (the output zeroed, then the adding GEMM or kernel: what ran on
-// a GPU) and on the candidates (GEMMs with beta = 0, the ReLU kernels storing without a
-// load). The outputs start as NaN: an element left unwritten fails. Shapes as above plus
-// the empty products (K = 0 or N = 0: a zero gradient to write).
-void check_linear_family_writing(bool candidate) {
-  uint32_t seed = candidate ? 5100 : 5000;
+// GEMMs with beta = 0, the ReLU kernels storing without a load. The outputs start as NaN:
+// an element left unwritten fails. Shapes as above plus the empty products (K = 0 or
+// N = 0: a zero gradient to write).
+TEST(CudaLinear, BackwardWritingMatchesCpu) {
+  THPC_REQUIRE_GPU();
+  uint32_t seed = 5000;
   for (DType dtype : gpu_compute_dtypes()) {
-    const StoreMode mode{GradStore::kWrite, candidate};
+    const StoreMode mode{GradStore::kWrite};
     for (const LinearShape& shape : kLinearShapes) {
       check_linear_backward(dtype, shape, {true, true, true}, seed++, mode);
     }
@@ -777,16 +777,6 @@ void check_linear_family_writing(bool candidate) {
     }
     check_output_projection_backward(dtype, {33, 129, 517}, true, false, seed++, mode);
   }
-}
-
-TEST(CudaLinear, BackwardWritingMatchesCpu) {
-  THPC_REQUIRE_GPU();
-  check_linear_family_writing(false);
-}
-
-TEST(CudaCandidateLinear, BackwardWritingMatchesCpu) {
-  THPC_REQUIRE_GPU();
-  check_linear_family_writing(true);
 }
 
 }  // namespace
