@@ -45,6 +45,10 @@
 # 4,096-token batches with --profile: the time per batch of each op class and the host
 # time between the backend's ops (launch gaps and the search's host work: what CUDA
 # graphs of the decoder step could win back).
+# CANDIDATE=NAMES (GPU): ours once more in each batching with --cuda-kernels NAMES (the
+# kernels not yet run on a GPU, e.g. gathered_attention), profiled too; the line adds
+# candidate=NAMES ours_candidate_bf16_tok_s=.. ours_candidate_b32_tok_s=.. and
+# candidate_same_lines=K/L (its translations identical to ours, first run).
 #
 # PYTHON: an interpreter with ctranslate2, sentencepiece, h5py and numpy (torch and
 # transformers for the HF peer); default $THPC_PYTHON, else $THPC_VENV/bin/python or
@@ -55,7 +59,7 @@
 # and sentencepiece; only CTranslate2's wheel travels). THPC_BUILD names the build directory (default build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 1 ] || { sed -n '2,55p' "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,60p' "$0" >&2; exit 2; }
 checkpoint=$1
 device=${DEVICE:-cpu}
 case $device in
@@ -213,24 +217,45 @@ fi
 mean_padded=$(spm_encode --model "$spm" < "$work/source.en" | awk '{ n += NF + 1 } END { printf "%d", n / NR }')
 b32_tokens=$((32 * mean_padded))
 echo "ours in batches of ~32 sentences: --batch-tokens $b32_tokens (32 x mean padded source length $mean_padded)"
-rm -f "$work"/{ours,ours_b32,ct2_fp16,ct2_bf16}
+rm -f "$work"/{ours,ours_b32,ours_candidate,ours_candidate_b32,ct2_fp16,ct2_bf16}
+candidate=${CANDIDATE:-}
 for run in $(seq "$runs"); do
   ours ours --batch-tokens 4096
   ours ours_b32 --batch-tokens "$b32_tokens"
+  if [ -n "$candidate" ]; then
+    [ "$run" = 1 ] && cp "$work/ours.out" "$work/ours_first.out"
+    ours ours_candidate --batch-tokens 4096 --cuda-kernels "$candidate"
+    ours ours_candidate_b32 --batch-tokens "$b32_tokens" --cuda-kernels "$candidate"
+    [ "$run" = 1 ] && cp "$work/ours_candidate.out" "$work/ours_candidate_first.out"
+  fi
   if [ "$ct2_cuda" = yes ]; then
     peer ct2_fp16 tools/translate_ctranslate2.py --model "$work/ct2_model" --device cuda --compute-type float16 --batch-sentences 32
     peer ct2_bf16 tools/translate_ctranslate2.py --model "$work/ct2_model" --device cuda --compute-type bfloat16 --batch-sentences 32
   fi
   echo "run $run (tokens, decode s, wall s): ours $(tail -1 "$work/ours") | ours b32 $(tail -1 "$work/ours_b32")$([ "$ct2_cuda" = yes ] && echo " | ct2 fp16 $(tail -1 "$work/ct2_fp16") | ct2 bf16 $(tail -1 "$work/ct2_bf16")")"
+  if [ -n "$candidate" ]; then
+    echo "run $run, --cuda-kernels $candidate (tokens, decode s, wall s): ours $(tail -1 "$work/ours_candidate") | ours b32 $(tail -1 "$work/ours_candidate_b32")"
+  fi
 done
 if [ "${PROFILE:-1}" = 1 ]; then
   "$build/transformer_decode" --checkpoint "$checkpoint" --input "$work/source.en" \
     --output /dev/null "${search[@]}" --batch-tokens 4096 --profile > /dev/null 2> "$work/profile.txt"
   echo "ours, profiled (4,096-token batches, untimed):"
   sed -n '/^profile: /,$p' "$work/profile.txt"
+  if [ -n "$candidate" ]; then
+    "$build/transformer_decode" --checkpoint "$checkpoint" --input "$work/source.en" \
+      --output /dev/null "${search[@]}" --batch-tokens 4096 --cuda-kernels "$candidate" \
+      --profile > /dev/null 2> "$work/profile_candidate.txt"
+    echo "ours with --cuda-kernels $candidate, profiled (4,096-token batches, untimed):"
+    sed -n '/^profile: /,$p' "$work/profile_candidate.txt"
+  fi
 fi
 ours_b32_tok_s=$(rate ours_b32 2)
 line="decode_vs_ctranslate2: device=cuda lines=$lines beam=$beam max_len=$max_len ours_bf16_tok_s=$(rate ours 2) ours_bf16_b32_tok_s=$ours_b32_tok_s ours_wall_tok_s=$(rate ours 3) tokens_ours=$(tokens ours)"
+if [ -n "$candidate" ]; then
+  same=$(same_lines "$work/ours_first.out" "$work/ours_candidate_first.out")
+  line="$line candidate=$candidate ours_candidate_bf16_tok_s=$(rate ours_candidate 2) ours_candidate_b32_tok_s=$(rate ours_candidate_b32 2) candidate_same_lines=$same/$lines"
+fi
 if [ "$ct2_cuda" = yes ]; then
   fp16=$(rate ct2_fp16 2)
   bf16=$(rate ct2_bf16 2)

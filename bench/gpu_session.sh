@@ -15,6 +15,10 @@
 #            run(command="timeout 270 bash bench/gpu_session.sh followup", timeout_s=300,
 #                carry=["gpu-bundle", "shared-for-gpu"])
 #       or, if call 1 showed something else to do, another stage of at most 270 s.
+#   call 3, at once, with what the window has left (~190 s on 2026-11-26's fourth window):
+#            run(command="timeout 235 env TRAIN_MINUTES=0.75 CHECKPOINT_MINUTES=0.14
+#                bash bench/gpu_session.sh translate", timeout_s=250, carry=[...])
+#       decoding's numbers (issue 33), with the decoding candidates when call 1 passed them.
 #   `--dry-run` prints the plan (print_plan below) with each item's estimate.
 #
 # step (call 1; STEP_SECONDS, default 370, leaves the 400 s time-out room for the log):
@@ -130,13 +134,14 @@ readonly PLAN=(
   "1|whole model: fp32 3 steps vs the CPU (fused off, on); bf16 short attention vs batched|3|25"
   "1|bf16 GEMM ceiling (8192^3)|10|15"
   "1|profile base verified, candidate; short_attention_max_len 0, 64 (27 steps each)|25|70"
-  "1|ours verified, candidate (75 steps each); PyTorch eager (75 steps)|55|75"
+  "1|ours verified (and candidate if it acts in training; 75 steps each); eager|35|75"
   "1|torch.compile peer (228 s to compile on 2026-11-26): the rest of STEP_SECONDS=370|230|260"
   "2|setup, incremental build|10|20"
   "2|memcheck of the candidate twins (each run capped)|30|70"
   "2|racecheck of the short-sentence attention's twin (capped)|20|60"
   "2|ceiling; big profile and unprofiled line, off and on|80|110"
   "2|torch.compile peer (on call 1's inductor cache) with ours off, on|0|60"
+  "3|translate: Multi30k 0.75 min; newstest decode, ours and --cuda-kernels candidate|110|190"
   "gaps|transfers, the send of call 2|10|30"
 )
 readonly CALL1_TIMEOUT_S=430 CALL2_TIMEOUT_S=300 WINDOW_S=900
@@ -150,6 +155,7 @@ print_plan() {
       case $call in
         1) echo "  call 1: timeout 400 bash bench/gpu_session.sh step" ;;
         2) echo "  call 2 (at once, warm machine): timeout 270 bash bench/gpu_session.sh followup" ;;
+        3) echo "  call 3 (what the window has left): timeout 235 env TRAIN_MINUTES=0.75 CHECKPOINT_MINUTES=0.14 bash bench/gpu_session.sh translate" ;;
         *) echo "  outside the calls:" ;;
       esac
       current=$call
@@ -236,6 +242,10 @@ dry_run() {
 # candidate setting is measured only when they passed in this call. (Until 2026-11-26 the
 # switch measured was model.fused_ops, whose fused kernels are now the default.)
 readonly CANDIDATE_TWINS="CudaCandidate[A-Za-z]*"
+# Whether a candidate changes the training step: gathered_attention (the one waiting since
+# 2026-11-26) acts in decoding only, so the step stage measures the default alone and the
+# translate stage measures decoding with and without it.
+readonly CANDIDATES_ACT_IN_TRAINING=0
 # The twins of the ops whose files changed since the last GPU run (2026-11-26, fourth
 # window; after it the written gradients became the only kWrite path of every backward
 # op, and the short attention the default up to train.short_attention_max_len).
@@ -324,7 +334,9 @@ bench_args() {
 # passed in this call, the candidates (CANDIDATE_SETTING: candidate = all of them).
 kernel_settings() {
   echo verified
-  [ "${CANDIDATE_TWINS_PASSED:-0}" = 1 ] && echo "${CANDIDATE_SETTING:-candidate}"
+  [ "${CANDIDATE_TWINS_PASSED:-0}" = 1 ] && [ "$CANDIDATES_ACT_IN_TRAINING" = 1 ] &&
+    echo "${CANDIDATE_SETTING:-candidate}"
+  return 0
 }
 
 # bench/step_vs_torch.sh base with the peers, ours once per train.cuda_kernels setting, inside
@@ -390,7 +402,11 @@ run_candidate_twins() {
     echo "candidate twins: none (no kernel waits behind train.cuda_kernels = candidate)"
   elif [ "$status" = 0 ] && grep -q "100% tests passed" "$LOGS/ctest_candidate_twins.log"; then
     export CANDIDATE_TWINS_PASSED=1
-    echo "candidate twins: passed (train.cuda_kernels=candidate is measured below)"
+    if [ "$CANDIDATES_ACT_IN_TRAINING" = 1 ]; then
+      echo "candidate twins: passed (train.cuda_kernels=candidate is measured below)"
+    else
+      echo "candidate twins: passed (they act in decoding: the translate stage measures them)"
+    fi
   else
     export CANDIDATE_TWINS_PASSED=0
     echo "candidate twins: FAILED or did not run (only train.cuda_kernels=verified is measured)"
@@ -654,11 +670,20 @@ translate_stage() {
   # The same model's decoding time alone (model load excluded), in 4,096-token batches and
   # in batches of ~32 sentences, beside CTranslate2 (or its published anchor when its CUDA
   # 12 wheel cannot run: issue 33's GPU line), and where the time goes (--profile: the
-  # host time between ops says whether CUDA graphs of the decoder step would pay).
-  timeout 180 env THPC_BUILD=build-gpu DEVICE=cuda RUNS=1 PYTHON=python3 \
+  # host time between ops says whether CUDA graphs of the decoder step would pay). With
+  # the candidate kernels too (transformer_decode --cuda-kernels candidate: decoding's
+  # gathered_attention) when their twins passed in call 1 on this machine, or
+  # DECODE_CANDIDATE=NAMES says so ("" : not).
+  # shellcheck disable=SC1090
+  [ -f "$(state_file)" ] && source "$(state_file)"
+  local decode_candidate=""
+  [ "${CANDIDATE_TWINS_PASSED:-0}" = 1 ] && decode_candidate=candidate
+  decode_candidate=${DECODE_CANDIDATE-$decode_candidate}
+  timeout 240 env THPC_BUILD=build-gpu DEVICE=cuda RUNS=1 PYTHON=python3 CANDIDATE="$decode_candidate" \
     bash bench/decode_vs_ctranslate2.sh "$checkpoints/eval/average_last5.h5" 3003 2>&1 |
     tee "$LOGS/newstest_decode_vs_ctranslate2.txt" | grep -E "^(decode_vs_ctranslate2|CTranslate2|run )"
-  sed -n '/^ours, profiled/,/^total (the batch)/p' "$LOGS/newstest_decode_vs_ctranslate2.txt"
+  sed -n '/^ours, profiled/,/^total (the batch)/p;/^ours with --cuda-kernels/,/^total (the batch)/p' \
+    "$LOGS/newstest_decode_vs_ctranslate2.txt"
 }
 
 parse_stage() {

@@ -61,9 +61,9 @@ void check_row_top_k(int rows, int width, int k, int skip_a, int skip_b) {
 
 bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
                              std::string& error) {
-  // The candidates by name (CandidateKernels): none at present. Each new one adds
-  // {"its_name", kItsBit} here.
-  static const std::vector<std::pair<std::string, unsigned>> kNames = {};
+  // The candidates by name (CandidateKernels); each new one adds {"its_name", kItsBit}.
+  static const std::vector<std::pair<std::string, unsigned>> kNames = {
+      {"gathered_attention", kGatheredAttention}};
   std::string allowed = "verified, candidate";
   if (!kNames.empty()) {
     allowed += ", or some of ";

@@ -371,20 +371,24 @@ TEST(Config, StepsAreInt64) {
   EXPECT_EQ(config.train.tokens_per_step, std::int64_t{5000000000});
 }
 
-// train.cuda_kernels names a set of candidate kernels (kernels/ops.h): none waits for a
-// GPU run at present, so verified and candidate both name the empty set, and a name
-// (the two that became the default on 2026-11-26 among them) is refused, saying so.
+// train.cuda_kernels names a set of candidate kernels (kernels/ops.h): none, all, or some
+// by name (a GPU session whose twins fail for one candidate can measure the others); the
+// two that became the default on 2026-11-26 are names no more.
 TEST(Config, CudaKernelsNameASetOfCandidates) {
-  for (const std::string setting : {"verified", "candidate"}) {
+  const std::vector<std::pair<std::string, unsigned>> settings = {
+      {"verified", kNoCandidates},
+      {"candidate", kAllCandidates},
+      {"gathered_attention", kGatheredAttention}};
+  for (const auto& [setting, bits] : settings) {
     const Config config = load_config(kTinyIni, {"train.cuda_kernels=" + setting});
-    EXPECT_EQ(backend_request(config.train, 0).cuda_kernels.candidates, kNoCandidates)
-        << setting;
+    EXPECT_EQ(backend_request(config.train, 0).cuda_kernels.candidates, bits) << setting;
   }
-  for (const std::string bad : {"fast", "short_attention", "write_gradients,", "verified,"}) {
+  for (const std::string bad : {"fast", "short_attention", "gathered_attention,", "verified,",
+                                "gathered_attention,,verified"}) {
     SCOPED_TRACE(bad);
     expect_error([&] { load_config(kTinyIni, {"train.cuda_kernels=" + bad}); },
                  {"tiny.ini", "train.cuda_kernels", "verified, candidate",
-                  "no kernel waits for a GPU run"});
+                  "gathered_attention"});
   }
 }
 

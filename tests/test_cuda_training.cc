@@ -19,6 +19,7 @@
 #include "cuda_twin.h"
 #include "data_dir.h"
 #include "data/preprocess.h"
+#include "decode_steps.h"
 #include "distributed/gradient_reducer.h"
 #include "model/transformer.h"
 #include "train/trainer.h"
@@ -128,6 +129,43 @@ TEST(CudaTraining, Bf16ThreeStepsWithShortAttentionTrackTheBatchedPath) {
   std::printf("GPU bf16 short kernels vs batched after 3 steps: max |difference| / "
               "max |param| = %.3g\n", difference);
   EXPECT_LE(difference, 1e-2);
+}
+
+// CUDA decoding steps with train.cuda_kernels = gathered_attention: the backend then offers
+// gathered keys, so the decoder keeps the shared-prefix cache and each step's
+// self-attention runs the gathered kernel; without it, a cache row per hypothesis and
+// the batched path (the control). The same hypotheses, reordered, split and dropped
+// between steps as a beam search does, scored by the CPU's cached decoder: fp32
+// log-probabilities agree to the GEMMs' summation orders (the CPU's cached steps equal
+// full recomputation to 1e-5, IncrementalDecoding.CachedStepsEqualFullRecomputation).
+TEST(CudaTraining, DecodingStepsWithCandidateKernelsMatchTheCpu) {
+  THPC_REQUIRE_REAL_GPU();
+  auto cpu_backend = make_cpu_backend(DType::F32);
+  Transformer cpu_model = small_model(*cpu_backend, false);
+  const SpecialIds ids;
+  CachedTransformerScorer cpu(cpu_model, ids, 10);
+  cpu.start(kReorderingSources);
+  const std::vector<BeamStep> steps = as_beam_steps(reordering_steps());
+  std::vector<std::vector<float>> expected(steps.size());
+  for (size_t step = 0; step < steps.size(); ++step) cpu.step(steps[step], expected[step]);
+  for (const unsigned candidates : {unsigned(kNoCandidates), unsigned(kAllCandidates)}) {
+    CudaKernelChoice kernels;
+    kernels.candidates = candidates;
+    auto gpu_backend = make_backend(BackendRequest{"cuda", "fp32", 0, 0, kernels});
+    EXPECT_EQ(gpu_backend->attention_gathers_keys(), candidates != kNoCandidates);
+    Transformer gpu_model = small_model(*gpu_backend, false);
+    CachedTransformerScorer gpu(gpu_model, ids, 10);
+    gpu.start(kReorderingSources);
+    std::vector<float> actual;
+    for (size_t step = 0; step < steps.size(); ++step) {
+      gpu.step(steps[step], actual);
+      ASSERT_EQ(actual.size(), expected[step].size());
+      for (size_t i = 0; i < actual.size(); ++i) {
+        ASSERT_NEAR(actual[i], expected[step][i], 1e-4)
+            << "candidates " << candidates << " step " << step << " i " << i;
+      }
+    }
+  }
 }
 
 // One rank with NCCL: a step's gradients after the (identity) all-reduce equal the CPU

@@ -186,6 +186,25 @@ TEST_F(DecodeProgram, ProfileTellsWhereTheTimeWentAndChangesNoTranslation) {
   EXPECT_LE(rows, per_batch * 1.001 + 1e-3) << err.substr(header);
 }
 
+// --cuda-kernels picks the GPU kernels as train.cuda_kernels does (the CPU ignores it: the
+// same translations), and a name that is no candidate is a bad command line (exit 2)
+// saying which names there are.
+TEST_F(DecodeProgram, CudaKernelsOptionIsCheckedAndTheCpuIgnoresIt) {
+  std::string plain, chosen, err;
+  ASSERT_EQ(decode("--max-len-b 6 --threads 1", plain, err), 0) << err;
+  for (const char* kernels : {"verified", "candidate", "gathered_attention"}) {
+    ASSERT_EQ(decode(std::string("--max-len-b 6 --threads 1 --cuda-kernels ") + kernels, chosen,
+                     err),
+              0)
+        << err;
+    EXPECT_EQ(chosen, plain) << kernels;
+  }
+  EXPECT_EQ(decode("--max-len-b 6 --cuda-kernels fastest", chosen, err), 2);
+  EXPECT_NE(err.find("--cuda-kernels: 'fastest' is not a candidate kernel"), std::string::npos)
+      << err;
+  EXPECT_NE(err.find("gathered_attention"), std::string::npos) << err;
+}
+
 TEST_F(DecodeProgram, GreedyIsBeamOneWithoutLengthPenalty) {
   std::string greedy, beam_one, err;
   ASSERT_EQ(decode("--greedy --max-len-b 6", greedy, err), 0) << err;

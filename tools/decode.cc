@@ -85,6 +85,7 @@ struct Arguments {
   // checkpoint's [decode] beam, alpha, max_len_a, max_len_b.
   thpc::SearchOverrides search;
   int threads = -1;  // < 0: the checkpoint's train.threads
+  std::optional<std::string> cuda_kernels;  // unset: the checkpoint's train.cuda_kernels
   bool tree_constraints = false;
   std::optional<std::string> tree_leaves;  // default: the checkpoint's decode.tree_leaves
   std::string dump_attention;   // empty: no attention dump
@@ -463,6 +464,7 @@ int run(const Arguments& args) {
   // search's defaults.
   thpc::TrainConfig train = ensemble.config.train;
   if (args.threads >= 0) train.threads = args.threads;
+  if (args.cuda_kernels) train.cuda_kernels = *args.cuda_kernels;
   const thpc::DecodeConfig& stored = ensemble.config.decode;
   SentencePieceModel spm;
   load_sentencepiece_model(args, ensemble, spm);
@@ -538,6 +540,10 @@ int main(int argc, char** argv) {
       ("threads", po::value<int>(),
        "CPU decoding workers, each translating whole batches with its own copy of the model; "
        "0 = one per core (default: the checkpoint's train.threads)")
+      ("cuda-kernels", po::value<std::string>(),
+       "GPU kernels, as train.cuda_kernels: verified, candidate, or candidate names "
+       "(gathered_attention: one key/value cache shared by a beam's hypotheses); default: "
+       "the checkpoint's")
       ("dump-attention", po::value(&args.dump_attention),
        "write every layer's and head's attention weights of the --dump-lines translations "
        "to this HDF5 file (tools/plot_attention.py draws them)")
@@ -572,6 +578,14 @@ int main(int argc, char** argv) {
     if (values.count("max-len-a")) search.max_len_a = values["max-len-a"].as<int>();
     if (values.count("max-len-b")) search.max_len_b = values["max-len-b"].as<int>();
     if (values.count("threads")) args.threads = values["threads"].as<int>();
+    if (values.count("cuda-kernels")) {
+      args.cuda_kernels = values["cuda-kernels"].as<std::string>();
+      unsigned candidates = 0;
+      std::string error;
+      if (!thpc::parse_candidate_kernels(*args.cuda_kernels, candidates, error)) {
+        THPC_FAIL("--cuda-kernels: " << error);
+      }
+    }
     if (search.beam.value_or(1) < 1 || search.nbest < 1 || args.batch_tokens < 1 ||
         search.max_len_a.value_or(0) < 0 || search.max_len_b.value_or(0) < 0 ||
         !(search.alpha.value_or(0.0f) >= 0) || (values.count("threads") && args.threads < 0)) {

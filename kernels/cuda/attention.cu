@@ -503,14 +503,173 @@ bool short_attention_backward(Context& context, T* dq, T* dk, T* dv, const T* d_
   }
 }
 
+// ---- Gathered keys: a decoding step over the shared-prefix cache (candidate) ----
+// (train.cuda_kernels = gathered_attention; not yet run on a GPU.) Incremental decoding
+// keeps one pool of key|value rows that a beam's hypotheses share (model/
+// decoder_state.h) when the backend's attention can read a sentence's keys where
+// AttentionShape::key_rows lists them: then a beam reorder moves no cache rows (on the
+// H100's decode profile, the row copies and top-k were 12% of a batch) and a query
+// reads only the keys it sees (the batched path reads all max_len of a hypothesis'
+// cache rows, masked: attention was 25% of the batch at 0.85 TFLOP/s, ~10x its bytes).
+// One block per (sentence b, head, query t): the query and the row list in shared
+// memory; S_j = q . k_j / sqrt(d_k) a warp per key (lanes over the head's columns, a
+// fixed butterfly); the row's max and sum over the block in a fixed order; P rounded to
+// T, as the batched path rounds it before its second product; out = sum_j P_j v_j in
+// key order, a thread per column (a warp reads a value row's columns together). No
+// dropout (decoding has none); P saved when asked (zeros past the visible keys, as the
+// CPU's). Forward only. Bound: memory, each visible key and value row read once per
+// (b, head, t); deterministic (no atomics, fixed orders).
+constexpr int kGatheredThreads = 128;
+
+template <typename T>
+struct GatheredArgs {
+  T* out;
+  T* saved;
+  const T* q;
+  const T* k;
+  const T* v;
+  int ldq, ldk, ldv;
+  const int32_t* key_rows;     // [B, Lk]
+  const int32_t* key_lengths;  // [B] or null (all Lk)
+  int heads, query_len, key_len, d_k, d_v;
+  bool causal;
+  float scale;  // 1 / sqrt(d_k)
+};
+
+// The block's combination (Max or Sum) of one value per thread, in every thread;
+// `partials` holds a value per warp. A fixed tree (the xor butterfly in each warp, then
+// the warps in order): the same inputs give the same bits.
+struct MaxOf {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct SumOf {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+template <typename Combine>
+__device__ float gathered_block_reduce(float x, float* partials, Combine combine) {
+  const int lane = threadIdx.x & (kWarp - 1), warp = threadIdx.x / kWarp;
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    x = combine(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  }
+  if (lane == 0) partials[warp] = x;
+  __syncthreads();
+  float result = partials[0];
+  for (int w = 1; w < kGatheredThreads / kWarp; ++w) result = combine(result, partials[w]);
+  __syncthreads();  // partials is reused by the next reduction
+  return result;
+}
+
+// Shared memory: the query's d_k floats, then Lk scores (then probabilities), then the
+// sentence's Lk row indices.
+inline size_t gathered_shared_bytes(const AttentionShape& shape) {
+  return sizeof(float) * static_cast<size_t>(shape.d_k + shape.key_len) +
+         sizeof(int32_t) * static_cast<size_t>(shape.key_len);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kGatheredThreads)
+    gathered_attention_kernel(GatheredArgs<T> a) {
+  extern __shared__ float gathered_shared[];
+  __shared__ float partials[kGatheredThreads / kWarp];
+  float* query = gathered_shared;
+  float* probs = query + a.d_k;
+  int32_t* rows = reinterpret_cast<int32_t*>(probs + a.key_len);
+  const int t = blockIdx.x % a.query_len;
+  const int pair = blockIdx.x / a.query_len;
+  const int head = pair % a.heads, b = pair / a.heads;
+  const int valid = a.key_lengths != nullptr ? a.key_lengths[b] : a.key_len;
+  const int visible = a.causal && t + 1 < valid ? t + 1 : valid;
+  const int lane = threadIdx.x & (kWarp - 1), warp = threadIdx.x / kWarp;
+  constexpr int kWarps = kGatheredThreads / kWarp;
+
+  const int64_t query_row = static_cast<int64_t>(b) * a.query_len + t;
+  for (int c = threadIdx.x; c < a.d_k; c += kGatheredThreads) {
+    query[c] = to_float(a.q[query_row * a.ldq + static_cast<int64_t>(head) * a.d_k + c]);
+  }
+  for (int j = threadIdx.x; j < visible; j += kGatheredThreads) {
+    rows[j] = a.key_rows[static_cast<int64_t>(b) * a.key_len + j];
+  }
+  __syncthreads();
+  // S_j, a warp per key.
+  for (int j = warp; j < visible; j += kWarps) {
+    const T* key = a.k + static_cast<int64_t>(rows[j]) * a.ldk + static_cast<int64_t>(head) * a.d_k;
+    float partial = 0.0f;
+    for (int c = lane; c < a.d_k; c += kWarp) partial = fmaf(query[c], to_float(key[c]), partial);
+    partial = warp_sum(partial);
+    if (lane == 0) probs[j] = partial * a.scale;
+  }
+  __syncthreads();
+  // P_j = exp(S_j - max) / sum over the visible keys, rounded to T.
+  float row_max = -INFINITY;
+  for (int j = threadIdx.x; j < visible; j += kGatheredThreads) row_max = fmaxf(row_max, probs[j]);
+  row_max = gathered_block_reduce(row_max, partials, MaxOf{});
+  float sum = 0.0f;
+  for (int j = threadIdx.x; j < visible; j += kGatheredThreads) {
+    const float e = expf(probs[j] - row_max);
+    probs[j] = e;
+    sum += e;
+  }
+  sum = gathered_block_reduce(sum, partials, SumOf{});
+  const float inverse = visible > 0 ? 1.0f / sum : 0.0f;
+  for (int j = threadIdx.x; j < visible; j += kGatheredThreads) {
+    probs[j] = to_float(from_float<T>(probs[j] * inverse));
+  }
+  __syncthreads();
+  if (a.saved != nullptr) {
+    T* saved_row = a.saved + ((static_cast<int64_t>(b) * a.heads + head) * a.query_len + t) * a.key_len;
+    for (int j = threadIdx.x; j < a.key_len; j += kGatheredThreads) {
+      saved_row[j] = from_float<T>(j < visible ? probs[j] : 0.0f);
+    }
+  }
+  // out = sum_j P_j v_j, in key order, a thread per column.
+  T* out_row = a.out + query_row * (static_cast<int64_t>(a.heads) * a.d_v) +
+               static_cast<int64_t>(head) * a.d_v;
+  for (int c = threadIdx.x; c < a.d_v; c += kGatheredThreads) {
+    float acc = 0.0f;
+    for (int j = 0; j < visible; ++j) {
+      acc = fmaf(probs[j], to_float(a.v[static_cast<int64_t>(rows[j]) * a.ldv +
+                                         static_cast<int64_t>(head) * a.d_v + c]),
+                 acc);
+    }
+    out_row[c] = from_float<T>(acc);
+  }
+}
+
+template <typename T>
+void gathered_attention_forward(Context& context, T* out, T* saved, const T* q, int ldq,
+                                const T* k, int ldk, const T* v, int ldv,
+                                const AttentionShape& shape) {
+  THPC_CHECK(context.candidate_kernel(kGatheredAttention),
+             "gathered key rows on CUDA without train.cuda_kernels = gathered_attention "
+             "(Backend::attention_gathers_keys() is false there)");
+  THPC_CHECK(shape.dropout == 0.0f,
+             "attention over gathered key rows with dropout " << shape.dropout
+                 << " on CUDA: decoding has none");
+  const size_t bytes = gathered_shared_bytes(shape);
+  THPC_CHECK(bytes <= 48 * 1024, "attention over " << shape.key_len
+                                     << " gathered keys needs " << bytes
+                                     << " bytes of shared memory a block; 48 KiB is the most");
+  const int64_t blocks = static_cast<int64_t>(shape.batch) * shape.heads * shape.query_len;
+  if (blocks == 0) return;
+  THPC_CHECK(blocks <= INT32_MAX, blocks << " attention blocks");
+  GatheredArgs<T> args{out, saved, q, k, v, ldq, ldk, ldv, shape.key_rows, shape.key_lengths,
+                       shape.heads, shape.query_len, shape.key_len, shape.d_k, shape.d_v,
+                       shape.causal, 1.0f / std::sqrt(static_cast<float>(shape.d_k))};
+  gathered_attention_kernel<T><<<static_cast<int>(blocks), kGatheredThreads, bytes,
+                                 context.stream()>>>(args);
+  THPC_CUDA_CHECK_LAUNCH("gathered_attention_kernel");
+}
+
 }  // namespace
 
 template <typename T>
 void attention_forward(Context& context, T* out, T* saved, const T* q, int ldq, const T* k,
                        int ldk, const T* v, int ldv, const AttentionShape& shape) {
   check_attention_shape(shape, ldq, ldk, ldv);
-  THPC_CHECK(shape.key_rows == nullptr,
-             "gathered key rows on CUDA (Backend::attention_gathers_keys() is false there)");
+  if (shape.key_rows != nullptr) {
+    gathered_attention_forward(context, out, saved, q, ldq, k, ldk, v, ldv, shape);
+    return;
+  }
   const int B = shape.batch, h = shape.heads, Lq = shape.query_len, Lk = shape.key_len;
   const int d_k = shape.d_k, d_v = shape.d_v, ld_out = h * d_v;
   const int pairs = B * h;

@@ -758,10 +758,11 @@ std::string variant_name(const AttentionRun& run) {
 
 // The short kernels against the CPU at bf16's tolerances (the roundings are the verified
 // path's: see short_attention.cuh), masks exactly where the CPU has them.
-void expect_short_attention_matches(const AttentionResult& actual, const AttentionResult& cpu,
-                                    bool fused) {
-  const Tolerance o = out_tolerance(DType::BF16), p = probability_tolerance(DType::BF16);
-  const Tolerance g = gradient_tolerance(DType::BF16);
+// Forward's output and saved probabilities against the CPU's at `dtype`'s tolerances,
+// and the masked probabilities (exact zeros) in the same places.
+void expect_forward_matches(const AttentionResult& actual, const AttentionResult& cpu,
+                            DType dtype) {
+  const Tolerance o = out_tolerance(dtype), p = probability_tolerance(dtype);
   EXPECT_TRUE(all_close(actual.out, cpu.out, o.abs, o.rel)) << "out";
   EXPECT_TRUE(all_close(actual.saved, cpu.saved, p.abs, p.rel)) << "saved probabilities";
   size_t mismatched_zeros = 0;
@@ -769,6 +770,12 @@ void expect_short_attention_matches(const AttentionResult& actual, const Attenti
     if ((cpu.saved[i] == 0.0f) != (actual.saved[i] == 0.0f)) ++mismatched_zeros;
   }
   EXPECT_EQ(mismatched_zeros, 0u) << "masks differ";
+}
+
+void expect_short_attention_matches(const AttentionResult& actual, const AttentionResult& cpu,
+                                    bool fused) {
+  expect_forward_matches(actual, cpu, DType::BF16);
+  const Tolerance g = gradient_tolerance(DType::BF16);
   EXPECT_TRUE(all_close(actual.dq_buffer, cpu.dq_buffer, g.abs, g.rel)) << (fused ? "d qkv" : "dq");
   if (!fused) {
     EXPECT_TRUE(all_close(actual.dkv_buffer, cpu.dkv_buffer, g.abs, g.rel)) << "d kv";
@@ -1191,6 +1198,92 @@ TEST(CudaAttention, ShortKernelsOnlyUpToTheConfiguredLength) {
       expect_short_attention_matches(gpu, cpu, c->fused);
     }
   }
+}
+
+// ---- Gathered keys on the GPU (candidate: train.cuda_kernels = gathered_attention) ----
+
+// A decoding step's attention over a shared-prefix pool (AttentionShape::key_rows): the
+// data's key|value rows copied into a pool at scattered rows among NaN rows, sentences
+// 2m and 2m + 1 sharing their rows (a beam's hypotheses share their prefix), the rows
+// past a sentence's length pointing at a NaN row, which must not be read.
+AttentionResult run_gathered_attention(Backend& backend, DType dtype, const AttentionData& data,
+                                       bool with_saved) {
+  Scope scope(backend);
+  const AttentionCase& c = data.c;
+  const int width_k = c.heads * c.d_k, width_v = c.heads * c.d_v, ld_pool = width_k + width_v;
+  const int keys = c.batch * c.key_len;
+  std::vector<float> pool(static_cast<size_t>(2 * keys + 1) * ld_pool, NAN);
+  std::vector<int32_t> key_rows(static_cast<size_t>(keys), 0);
+  for (int b = 0; b < c.batch; ++b) {
+    const int owner = b - b % 2;  // whose rows sentence b reads
+    for (int j = 0; j < c.key_len; ++j) {
+      const int n = b * c.key_len + j, source = owner * c.key_len + j;
+      const int at = 2 * (keys - 1 - source) + 1;
+      if (j < (c.key_lengths.empty() ? c.key_len : c.key_lengths[b])) key_rows[n] = at;
+      std::copy_n(data.kv.begin() + static_cast<int64_t>(source) * data.ldk, ld_pool,
+                  pool.begin() + static_cast<int64_t>(at) * ld_pool);
+    }
+  }
+  AttentionShape shape = shape_of(c, c.key_lengths.empty() ? nullptr : scope.put_ids(c.key_lengths));
+  shape.key_rows = scope.put_ids(key_rows);
+  const Tensor q = scope.put(dtype, data.q);
+  const Tensor k = scope.put(dtype, pool);
+  const Tensor v = k.slice(width_k, k.numel - width_k);
+  const Tensor out = scope.alloc(dtype, data.out_numel());
+  const Tensor saved =
+      with_saved ? scope.alloc(dtype, backend.attention_saved_numel(shape)) : Tensor{};
+  backend.attention_forward(out, saved, q, data.ldq, k, ld_pool, v, ld_pool, shape);
+  AttentionResult result;
+  result.out = scope.get(out);
+  if (with_saved) result.saved = scope.get(saved);
+  return result;
+}
+
+std::vector<AttentionCase> gathered_attention_cases() {
+  return {
+      // One query per hypothesis, d_k = 64 (base), an empty sentence, a sentence of one key.
+      {"step_dk64", 6, 8, 1, 40, 64, 64, false, 0.0f, {40, 23, 1, 0, 40, 39}, false, 8},
+      // Keys beyond the block's threads, widths not multiples of a warp, no lengths.
+      {"step_300_keys_dk24_dv40", 4, 3, 1, 300, 24, 40, false, 0.0f, {}, false},
+      // A few queries per sentence, causal, lengths shorter than the queries.
+      {"causal_3_queries", 4, 2, 3, 9, 16, 8, true, 0.0f, {9, 2, 5, 1}, false},
+      // model.max_positions' 1024 keys: the most shared memory a block takes here (8 KB).
+      {"step_1024_keys", 2, 2, 1, 1024, 64, 64, false, 0.0f, {1024, 700}, false, 8},
+  };
+}
+
+// The gathered kernel against the CPU's gathered loops, fp32 and bf16 at the tolerances of
+// the batched path (the same roundings: S fp32, P rounded to T before the product, out
+// rounded once); saved probabilities too, zeros past the visible keys; without saved
+// (a decoding step's), the same output; a repeated run bit-identical.
+TEST(CudaCandidateAttention, GatheredKeysMatchCpu) {
+  THPC_REQUIRE_GPU();
+  for (DType dtype : gpu_compute_dtypes()) {
+    std::mt19937 rng(45);
+    Twins twins(dtype, CudaKernelChoice{kAllCandidates});
+    if (!twin_rehearsal()) {
+      ASSERT_TRUE(twins.gpu->attention_gathers_keys());
+    }
+    for (const AttentionCase& c : gathered_attention_cases()) {
+      SCOPED_TRACE(label(c, dtype));
+      const AttentionData data(c, dtype, rng);
+      const AttentionResult cpu = run_gathered_attention(*twins.cpu, DType::F32, data, true);
+      const AttentionResult gpu = run_gathered_attention(*twins.gpu, dtype, data, true);
+      expect_forward_matches(gpu, cpu, dtype);
+      EXPECT_EQ(run_gathered_attention(*twins.gpu, dtype, data, false).out, gpu.out)
+          << "without saved probabilities";
+      EXPECT_EQ(run_gathered_attention(*twins.gpu, dtype, data, true).out, gpu.out)
+          << "repeated";
+    }
+  }
+}
+
+// Without the candidate the CUDA backend does not offer gathered keys (decoding keeps a
+// cache row per hypothesis, the path that ran on a GPU).
+TEST(CudaAttention, GatheredKeysOnlyWithTheCandidate) {
+  THPC_REQUIRE_GPU();
+  if (twin_rehearsal()) GTEST_SKIP() << "the CPU stand-in always gathers";
+  EXPECT_FALSE(Twins(DType::BF16).gpu->attention_gathers_keys());
 }
 
 }  // namespace
