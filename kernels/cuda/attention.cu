@@ -577,7 +577,9 @@ __global__ void __launch_bounds__(kGatheredThreads)
   const int t = blockIdx.x % a.query_len;
   const int pair = blockIdx.x / a.query_len;
   const int head = pair % a.heads, b = pair / a.heads;
-  const int valid = a.key_lengths != nullptr ? a.key_lengths[b] : a.key_len;
+  // Clamped to [0, Lk] as the batched path's row mask does: never a row past the list.
+  const int valid =
+      a.key_lengths != nullptr ? min(max(a.key_lengths[b], 0), a.key_len) : a.key_len;
   const int visible = a.causal && t + 1 < valid ? t + 1 : valid;
   const int lane = threadIdx.x & (kWarp - 1), warp = threadIdx.x / kWarp;
   constexpr int kWarps = kGatheredThreads / kWarp;
@@ -645,10 +647,17 @@ void gathered_attention_forward(Context& context, T* out, T* saved, const T* q, 
   THPC_CHECK(shape.dropout == 0.0f,
              "attention over gathered key rows with dropout " << shape.dropout
                  << " on CUDA: decoding has none");
+  // 48 KiB a block, static (the reduction's partials) and dynamic together: ~6,000 keys
+  // at d_k = 64, far beyond any decoding length a model's positions allow in practice.
   const size_t bytes = gathered_shared_bytes(shape);
-  THPC_CHECK(bytes <= 48 * 1024, "attention over " << shape.key_len
-                                     << " gathered keys needs " << bytes
-                                     << " bytes of shared memory a block; 48 KiB is the most");
+  const size_t static_bytes = sizeof(float) * (kGatheredThreads / kWarp);
+  if (bytes + static_bytes > 48 * 1024) {
+    THPC_FAIL("decoding " << shape.key_len << " positions with train.cuda_kernels = "
+                          "gathered_attention needs " << bytes + static_bytes
+                          << " bytes of shared memory a block, more than the 48 KiB it may "
+                             "take: decode with --cuda-kernels verified, or shorter outputs "
+                             "(--max-len-a, --max-len-b)");
+  }
   const int64_t blocks = static_cast<int64_t>(shape.batch) * shape.heads * shape.query_len;
   if (blocks == 0) return;
   THPC_CHECK(blocks <= INT32_MAX, blocks << " attention blocks");

@@ -1204,8 +1204,10 @@ TEST(CudaAttention, ShortKernelsOnlyUpToTheConfiguredLength) {
 
 // A decoding step's attention over a shared-prefix pool (AttentionShape::key_rows): the
 // data's key|value rows copied into a pool at scattered rows among NaN rows, sentences
-// 2m and 2m + 1 sharing their rows (a beam's hypotheses share their prefix), the rows
-// past a sentence's length pointing at a NaN row, which must not be read.
+// 2m and 2m + 1 sharing the rows of their first half of positions (a beam's hypotheses
+// share their prefix) and reading their own after, the rows past a sentence's length
+// pointing at a NaN row, which must not be read. The outputs start as NaN: an element
+// not written fails.
 AttentionResult run_gathered_attention(Backend& backend, DType dtype, const AttentionData& data,
                                        bool with_saved) {
   Scope scope(backend);
@@ -1215,8 +1217,8 @@ AttentionResult run_gathered_attention(Backend& backend, DType dtype, const Atte
   std::vector<float> pool(static_cast<size_t>(2 * keys + 1) * ld_pool, NAN);
   std::vector<int32_t> key_rows(static_cast<size_t>(keys), 0);
   for (int b = 0; b < c.batch; ++b) {
-    const int owner = b - b % 2;  // whose rows sentence b reads
     for (int j = 0; j < c.key_len; ++j) {
+      const int owner = j < c.key_len / 2 ? b - b % 2 : b;  // whose row sentence b reads
       const int n = b * c.key_len + j, source = owner * c.key_len + j;
       const int at = 2 * (keys - 1 - source) + 1;
       if (j < (c.key_lengths.empty() ? c.key_len : c.key_lengths[b])) key_rows[n] = at;
@@ -1229,9 +1231,10 @@ AttentionResult run_gathered_attention(Backend& backend, DType dtype, const Atte
   const Tensor q = scope.put(dtype, data.q);
   const Tensor k = scope.put(dtype, pool);
   const Tensor v = k.slice(width_k, k.numel - width_k);
-  const Tensor out = scope.alloc(dtype, data.out_numel());
+  const Tensor out = scope.put(dtype, std::vector<float>(data.out_numel(), NAN));
   const Tensor saved =
-      with_saved ? scope.alloc(dtype, backend.attention_saved_numel(shape)) : Tensor{};
+      with_saved ? scope.put(dtype, std::vector<float>(backend.attention_saved_numel(shape), NAN))
+                 : Tensor{};
   backend.attention_forward(out, saved, q, data.ldq, k, ld_pool, v, ld_pool, shape);
   AttentionResult result;
   result.out = scope.get(out);
