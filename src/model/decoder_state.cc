@@ -4,6 +4,7 @@
 #include "model/decoder_state.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 #include <utility>
@@ -26,9 +27,8 @@ DecoderState::~DecoderState() {
     backend_.free(cache.cross_kv);
   }
   for (Tensor& spare : self_spare_) backend_.free(spare);
-  for (IdBuffer* b : {&step_.tokens, &step_.key_lengths, &step_.append_to, &step_.append_from,
-                      &step_.cross_slots, &step_.key_rows, &source_lengths_, &move_to_,
-                      &move_from_, &best_columns_}) {
+  for (IdBuffer* b : {&step_.uploaded, &source_lengths_, &move_to_, &move_from_,
+                      &best_columns_}) {
     backend_.free_ids(b->ids);
   }
 }
@@ -221,7 +221,6 @@ void DecoderState::plan_shared_prefix_rows() {
   }
   position_base_.resize(position + 2);
   position_base_[position + 1] = static_cast<int32_t>(end);
-  ensure_ids(backend_, step_.key_rows, prefix_rows_);
 }
 
 void DecoderState::plan_step(const std::vector<int32_t>& tokens) {
@@ -235,9 +234,7 @@ void DecoderState::plan_step(const std::vector<int32_t>& tokens) {
   // The decoder runs over cache rows; tokens and outputs are per hypothesis.
   plan.host_tokens.resize(H);
   for (int h = 0; h < H; ++h) plan.host_tokens[row_of_[h]] = tokens[h];
-  ensure_ids(backend_, plan.tokens, plan.host_tokens);
   plan.host_key_lengths.assign(H, position + 1);
-  ensure_ids(backend_, plan.key_lengths, plan.host_key_lengths);
 
   // Chunk c of row r's k|v: chunk q_chunks + c of q|k|v row r -> chunk c of its cache
   // row: shared prefixes, pool row position_base_[position] + r; rows, (r, position).
@@ -261,8 +258,6 @@ void DecoderState::plan_step(const std::vector<int32_t>& tokens) {
       plan.host_from.push_back(r * (q_chunks + kv_chunks) + q_chunks + c);
     }
   }
-  ensure_ids(backend_, plan.append_to, plan.host_to);
-  ensure_ids(backend_, plan.append_from, plan.host_from);
 
   // Encoder-decoder attention runs per source sentence: cache row r's query goes to
   // slot (source_of_row_[r], k), k counting that sentence's rows, so that each
@@ -277,9 +272,29 @@ void DecoderState::plan_step(const std::vector<int32_t>& tokens) {
     const int source = source_of_row_[r];
     plan.host_slots[r] = source * slots + plan.filled_slots[source]++;
   }
-  ensure_ids(backend_, plan.cross_slots, plan.host_slots);
   plan.slots = slots;
   plan.every_slot_filled = H == sentences_ * slots;
+
+  // One upload: the six lists end to end, each then a pointer into the buffer.
+  std::vector<int32_t>& all = plan.host_all;
+  all.clear();
+  const std::vector<int32_t> none;
+  const std::array<const std::vector<int32_t>*, 6> parts = {
+      &plan.host_tokens, &plan.host_key_lengths, &plan.host_to,
+      &plan.host_from,   &plan.host_slots,       shared_prefixes_ ? &prefix_rows_ : &none};
+  std::array<size_t, 6> offsets{};
+  for (size_t i = 0; i < parts.size(); ++i) {
+    offsets[i] = all.size();
+    all.insert(all.end(), parts[i]->begin(), parts[i]->end());
+  }
+  ensure_ids(backend_, plan.uploaded, all);
+  const int32_t* base = plan.uploaded.ids;
+  plan.tokens = base + offsets[0];
+  plan.key_lengths = base + offsets[1];
+  plan.append_to = base + offsets[2];
+  plan.append_from = base + offsets[3];
+  plan.cross_slots = base + offsets[4];
+  plan.key_rows = shared_prefixes_ ? base + offsets[5] : nullptr;
 }
 
 // ---------------------------------------------------------------------------------
@@ -321,7 +336,7 @@ Tensor Transformer::decode_step(DecoderState& state, const std::vector<int32_t>&
   // The token embedding at this position: the position table's row `position`.
   Tensor table = s.positions.value ? s.positions.value : s.sinusoid;
   Tensor x0 = arena.take(sub.act, int64_t(H) * d);
-  backend_.embedding_forward(x0, plan.tokens.ids, s.embedding.value,
+  backend_.embedding_forward(x0, plan.tokens, s.embedding.value,
                              table.slice(int64_t(position) * d, d), H, 1, d, vocab_,
                              std::sqrt(static_cast<float>(d)));
 
@@ -329,21 +344,21 @@ Tensor Transformer::decode_step(DecoderState& state, const std::vector<int32_t>&
   step.rows = H;
   step.max_len = state.max_len();
   step.chunk = std::gcd(state.key_width_, state.value_width_);
-  step.append_to = plan.append_to.ids;
-  step.append_from = plan.append_from.ids;
+  step.append_to = plan.append_to;
+  step.append_from = plan.append_from;
   step.append_count = static_cast<int>(plan.host_to.size());
   step.sentences = state.sentences_;
   step.slots = plan.slots;
-  step.cross_slots = plan.cross_slots.ids;
+  step.cross_slots = plan.cross_slots;
   step.every_slot_filled = plan.every_slot_filled;
-  step.key_rows = state.shared_prefixes_ ? plan.key_rows.ids : nullptr;
+  step.key_rows = state.shared_prefixes_ ? plan.key_rows : nullptr;
   // One position per hypothesis, no dropout; the self-attention attends over the cache
   // (positions 0..position, the rows beyond masked by the key lengths).
   LayerPass pass;
   pass.part = SitePart::Decoder;
   pass.batch = H;
   pass.len = 1;
-  pass.lengths = plan.key_lengths.ids;
+  pass.lengths = plan.key_lengths;
   pass.keep_probabilities = false;
   pass.memory_len = state.source_len_;
   pass.memory_lengths = state.source_lengths_.ids;

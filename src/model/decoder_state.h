@@ -136,8 +136,12 @@ class DecoderState {
     // row, its query's row in the per-sentence cross-attention.
     // key_rows (shared prefixes): each row's prefix_rows_, the attention's
     // AttentionShape::key_rows.
-    model_detail::IdBuffer tokens, key_lengths, append_to, append_from, cross_slots, key_rows;
-    std::vector<int32_t> host_tokens, host_key_lengths, host_to, host_from, host_slots;
+    // All six travel in one upload per step (`host_all` into `uploaded`; on a GPU each
+    // upload is a copy and a wait), and these point into it.
+    const int32_t *tokens = nullptr, *key_lengths = nullptr, *append_to = nullptr,
+                  *append_from = nullptr, *cross_slots = nullptr, *key_rows = nullptr;
+    model_detail::IdBuffer uploaded;
+    std::vector<int32_t> host_tokens, host_key_lengths, host_to, host_from, host_slots, host_all;
     std::vector<int> filled_slots;
   } step_;
   model_detail::IdBuffer source_lengths_;   // [sentences]: the cross-attention's key lengths
