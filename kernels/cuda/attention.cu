@@ -514,8 +514,9 @@ bool short_attention_backward(Context& context, T* dq, T* dk, T* dv, const T* d_
 // One block per (sentence b, head, query t): the query and the row list in shared
 // memory; S_j = q . k_j / sqrt(d_k) a warp per key (lanes over the head's columns, a
 // fixed butterfly); the row's max and sum over the block in a fixed order; P rounded to
-// T, as the batched path rounds it before its second product; out = sum_j P_j v_j in
-// key order, a thread per column (a warp reads a value row's columns together). No
+// T, as the batched path rounds it before its second product; out = sum_j P_j v_j, each
+// warp over every fourth key with its lanes over the columns, the warps' partial rows
+// added in a fixed order. No
 // dropout (decoding has none); P saved when asked (zeros past the visible keys, as the
 // CPU's). Forward only. Bound: memory, each visible key and value row read once per
 // (b, head, t); deterministic (no atomics, fixed orders).
@@ -559,10 +560,11 @@ __device__ float gathered_block_reduce(float x, float* partials, Combine combine
   return result;
 }
 
-// Shared memory: the query's d_k floats, then Lk scores (then probabilities), then the
-// sentence's Lk row indices.
+// Shared memory: the query's d_k floats, then Lk scores (then probabilities), then each
+// warp's partial output (kWarps x d_v floats), then the sentence's Lk row indices.
 inline size_t gathered_shared_bytes(const AttentionShape& shape) {
-  return sizeof(float) * static_cast<size_t>(shape.d_k + shape.key_len) +
+  return sizeof(float) * static_cast<size_t>(shape.d_k + shape.key_len +
+                                             (kGatheredThreads / kWarp) * shape.d_v) +
          sizeof(int32_t) * static_cast<size_t>(shape.key_len);
 }
 
@@ -573,7 +575,8 @@ __global__ void __launch_bounds__(kGatheredThreads)
   __shared__ float partials[kGatheredThreads / kWarp];
   float* query = gathered_shared;
   float* probs = query + a.d_k;
-  int32_t* rows = reinterpret_cast<int32_t*>(probs + a.key_len);
+  float* warp_out = probs + a.key_len;  // [kWarps, d_v]
+  int32_t* rows = reinterpret_cast<int32_t*>(warp_out + (kGatheredThreads / kWarp) * a.d_v);
   const int t = blockIdx.x % a.query_len;
   const int pair = blockIdx.x / a.query_len;
   const int head = pair % a.heads, b = pair / a.heads;
@@ -623,17 +626,26 @@ __global__ void __launch_bounds__(kGatheredThreads)
       saved_row[j] = from_float<T>(j < visible ? probs[j] : 0.0f);
     }
   }
-  // out = sum_j P_j v_j, in key order, a thread per column.
-  T* out_row = a.out + query_row * (static_cast<int64_t>(a.heads) * a.d_v) +
-               static_cast<int64_t>(head) * a.d_v;
-  for (int c = threadIdx.x; c < a.d_v; c += kGatheredThreads) {
+  // out = sum_j P_j v_j: warp w sums the keys j = w, w + kWarps, ... in order (its lanes
+  // over the columns: a value row read by the warp together), then the warps' partial
+  // rows are added in warp order. Every warp is busy and 4 keys' loads are in flight
+  // (a thread per column left half the block idle at d_v = 64, one load at a time).
+  for (int c = lane; c < a.d_v; c += kWarp) {
     float acc = 0.0f;
-    for (int j = 0; j < visible; ++j) {
+    for (int j = warp; j < visible; j += kWarps) {
       acc = fmaf(probs[j], to_float(a.v[static_cast<int64_t>(rows[j]) * a.ldv +
                                          static_cast<int64_t>(head) * a.d_v + c]),
                  acc);
     }
-    out_row[c] = from_float<T>(acc);
+    warp_out[warp * a.d_v + c] = acc;
+  }
+  __syncthreads();
+  T* out_row = a.out + query_row * (static_cast<int64_t>(a.heads) * a.d_v) +
+               static_cast<int64_t>(head) * a.d_v;
+  for (int c = threadIdx.x; c < a.d_v; c += kGatheredThreads) {
+    float sum_of_warps = warp_out[c];
+    for (int w = 1; w < kWarps; ++w) sum_of_warps += warp_out[w * a.d_v + c];
+    out_row[c] = from_float<T>(sum_of_warps);
   }
 }
 
