@@ -19,6 +19,9 @@
 #            run(command="timeout 235 env TRAIN_MINUTES=0.75 CHECKPOINT_MINUTES=0.14
 #                bash bench/gpu_session.sh translate", timeout_s=250, carry=[...])
 #       decoding's numbers (issue 33), with the decoding candidates when call 1 passed them.
+#   When the training step has not changed since the last window's compiled-peer run
+#   (2026-11-26, fourth window: 1.269x), PEERS=eager in call 1 ends it ~230 s sooner,
+#   which call 3 can use (e.g. TRAIN_MINUTES=1.5 for a better-trained model to decode).
 #   `--dry-run` prints the plan (print_plan below) with each item's estimate.
 #
 # step (call 1; STEP_SECONDS, default 370, leaves the 400 s time-out room for the log):
