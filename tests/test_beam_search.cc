@@ -14,6 +14,7 @@
 #include "decode_oracles.h"
 #include "decode_steps.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/profiling_backend.h"
 
 namespace thpc {
 namespace {
@@ -316,28 +317,70 @@ TEST(IncrementalDecoding, CachedStepsEqualFullRecomputation) {
   }
 }
 
+// Two scorers' 3-best beam searches over four sources, outputs up to 6 tokens past the
+// source: the same hypotheses, the scores within 1e-4 (summation orders).
+void expect_same_beam_search_outputs(NextTokenScorer& a_scorer, NextTokenScorer& b_scorer) {
+  const std::vector<TokenSequence> sources = {{4, 5, 6}, {7}, {8, 9, 10, 11, 4}, {6, 6}};
+  BeamOptions options;
+  options.max_len_b = 6;
+  options.nbest = 3;
+  options.max_len_cap = 31;
+  const auto a = beam_search(a_scorer, sources, kIds, options);
+  const auto b = beam_search(b_scorer, sources, kIds, options);
+  for (size_t s = 0; s < sources.size(); ++s) {
+    ASSERT_EQ(a[s].size(), b[s].size());
+    for (size_t k = 0; k < a[s].size(); ++k) {
+      EXPECT_EQ(a[s][k].tokens, b[s][k].tokens) << s << " " << k;
+      EXPECT_NEAR(a[s][k].score, b[s][k].score, 1e-4);
+    }
+  }
+}
+
 TEST(IncrementalDecoding, BeamSearchGivesTheSameOutputsCachedOrNot) {
   for (const char* norm : {"post", "pre"}) {
     SCOPED_TRACE(std::string(norm) + "-norm");
     auto backend = make_cpu_backend(DType::F32);
     Transformer model = small_model(*backend, false, norm);
-    const std::vector<TokenSequence> sources = {{4, 5, 6}, {7}, {8, 9, 10, 11, 4}, {6, 6}};
-    BeamOptions options;
-    options.max_len_b = 6;
-    options.nbest = 3;
-    options.max_len_cap = 31;
     TransformerScorer full(model, kIds);
     CachedTransformerScorer cached(model, kIds, 5 + 6);
-    const auto a = beam_search(full, sources, kIds, options);
-    const auto b = beam_search(cached, sources, kIds, options);
-    for (size_t s = 0; s < sources.size(); ++s) {
-      ASSERT_EQ(a[s].size(), b[s].size());
-      for (size_t k = 0; k < a[s].size(); ++k) {
-        EXPECT_EQ(a[s][k].tokens, b[s][k].tokens) << s << " " << k;
-        EXPECT_NEAR(a[s][k].score, b[s][k].score, 1e-4);
-      }
-    }
+    expect_same_beam_search_outputs(full, cached);
   }
+}
+
+// The CPU backend as a GPU without gathered keys: decoding then keeps a cache row per
+// hypothesis and moves rows when the beam reorders (DecoderState's rows layout, CUDA's
+// default), which the CPU alone would never take.
+class RowsLayoutBackend final : public ProfilingBackend {
+ public:
+  using ProfilingBackend::ProfilingBackend;
+  bool attention_gathers_keys() const override { return false; }
+};
+
+TEST(IncrementalDecoding, RowsLayoutStepsEqualSharedPrefixSteps) {
+  // The reordering steps (hypotheses swapped, split, dropped, the cache grown into its
+  // spare and worked in place) through both layouts of the self-attention cache: the
+  // same log-probabilities but for the attention's summation order (BLAS over the rows'
+  // keys against the gathered loops: 1e-5 as for full recomputation), then the same
+  // beam-search outputs.
+  auto cpu = make_cpu_backend(DType::F32);
+  RowsLayoutBackend rows_backend(*cpu);
+  ASSERT_FALSE(rows_backend.attention_gathers_keys());
+  ASSERT_TRUE(cpu->attention_gathers_keys());
+  Transformer shared_model = small_model(*cpu, false);
+  Transformer rows_model = small_model(rows_backend, false);
+  CachedTransformerScorer shared(shared_model, kIds, 10), rows(rows_model, kIds, 10);
+  shared.start(kReorderingSources);
+  rows.start(kReorderingSources);
+  const std::vector<BeamStep> steps = as_beam_steps(reordering_steps());
+  std::vector<float> a, b;
+  for (size_t step = 0; step < steps.size(); ++step) {
+    shared.step(steps[step], a);
+    rows.step(steps[step], b);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-5) << step << " " << i;
+  }
+  CachedTransformerScorer shared_search(shared_model, kIds, 11), rows_search(rows_model, kIds, 11);
+  expect_same_beam_search_outputs(shared_search, rows_search);
 }
 
 TEST(IncrementalDecoding, RankedBestTokensAreTheFullRowsBest) {

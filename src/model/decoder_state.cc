@@ -27,8 +27,7 @@ DecoderState::~DecoderState() {
     backend_.free(cache.cross_kv);
   }
   for (Tensor& spare : self_spare_) backend_.free(spare);
-  for (IdBuffer* b : {&step_.uploaded, &source_lengths_, &move_to_, &move_from_,
-                      &best_columns_}) {
+  for (IdBuffer* b : {&step_.uploaded, &source_lengths_, &moves_, &best_columns_}) {
     backend_.free_ids(b->ids);
   }
 }
@@ -89,21 +88,21 @@ void DecoderState::begin(int layers, const std::vector<int>& source_of, int max_
 
 void DecoderState::copy_cache_rows(bool into_spare,
                                    const std::vector<std::pair<int, int>>& moves) {
-  move_to_host_.clear();
-  move_from_host_.clear();
+  // One upload: the destination rows, then the source rows.
+  moves_host_.clear();
   for (const auto& [from_row, to_row] : moves) {
-    for (int j = 0; j < positions_; ++j) {
-      move_to_host_.push_back(to_row * max_len_ + j);
-      move_from_host_.push_back(from_row * max_len_ + j);
-    }
+    for (int j = 0; j < positions_; ++j) moves_host_.push_back(to_row * max_len_ + j);
   }
-  if (move_to_host_.empty()) return;
-  ensure_ids(backend_, move_to_, move_to_host_);
-  ensure_ids(backend_, move_from_, move_from_host_);
+  const size_t count = moves_host_.size();
+  if (count == 0) return;
+  for (const auto& [from_row, to_row] : moves) {
+    for (int j = 0; j < positions_; ++j) moves_host_.push_back(from_row * max_len_ + j);
+  }
+  ensure_ids(backend_, moves_, moves_host_);
   for (size_t layer = 0; layer < layers_.size(); ++layer) {
     Tensor dst = into_spare ? self_spare_[layer] : layers_[layer].self_kv;
-    backend_.copy_rows(dst, move_to_.ids, layers_[layer].self_kv, move_from_.ids,
-                       static_cast<int>(move_to_host_.size()), kv_width());
+    backend_.copy_rows(dst, moves_.ids, layers_[layer].self_kv, moves_.ids + count,
+                       static_cast<int>(count), kv_width());
   }
 }
 

@@ -145,13 +145,13 @@ class DecoderState {
     std::vector<int> filled_slots;
   } step_;
   model_detail::IdBuffer source_lengths_;   // [sentences]: the cross-attention's key lengths
-  model_detail::IdBuffer move_to_, move_from_;  // reorder's copy_rows indices
+  model_detail::IdBuffer moves_;  // reorder's copy_rows indices: destinations, then sources
   model_detail::IdBuffer best_columns_;     // row_top_k's output columns [H, k]
   // Host staging of the outputs in cache-row order, before they are put in hypothesis
   // order (kept: [H, vocab] floats every step, megabytes, would otherwise be new memory).
   std::vector<float> log_probs_by_row_, best_values_by_row_;
   std::vector<int32_t> best_columns_by_row_;
-  std::vector<int32_t> move_to_host_, move_from_host_;
+  std::vector<int32_t> moves_host_;
 };
 
 }  // namespace thpc
