@@ -108,8 +108,9 @@ enum CandidateKernels : unsigned {
 };
 
 // The candidate set a train.cuda_kernels value names: "verified" (none), "candidate"
-// (all), or candidate names joined by commas. An unknown name: false, with `error`
-// saying what is allowed.
+// (all), or candidate names joined by commas; the former candidates write_gradients and
+// short_attention (the default since 2026-11-26) are accepted and name nothing. An
+// unknown name: false, with `error` saying what is allowed.
 bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
                              std::string& error);
 
