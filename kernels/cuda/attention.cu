@@ -521,6 +521,7 @@ bool short_attention_backward(Context& context, T* dq, T* dk, T* dv, const T* d_
 // CPU's). Forward only. Bound: memory, each visible key and value row read once per
 // (b, head, t); deterministic (no atomics, fixed orders).
 constexpr int kGatheredThreads = 128;
+constexpr int kGatheredWarps = kGatheredThreads / kWarp;
 
 template <typename T>
 struct GatheredArgs {
@@ -538,33 +539,33 @@ struct GatheredArgs {
 };
 
 // The block's combination (Max or Sum) of one value per thread, in every thread;
-// `partials` holds a value per warp. A fixed tree (the xor butterfly in each warp, then
-// the warps in order): the same inputs give the same bits.
+// `partials` holds a value per warp. A fixed tree (device_util.cuh's butterfly in each
+// warp, then the warps in order): the same inputs give the same bits.
 struct MaxOf {
+  static __device__ float warp(float x) { return warp_max(x); }
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
 struct SumOf {
+  static __device__ float warp(float x) { return warp_sum(x); }
   __device__ float operator()(float a, float b) const { return a + b; }
 };
 template <typename Combine>
 __device__ float gathered_block_reduce(float x, float* partials, Combine combine) {
   const int lane = threadIdx.x & (kWarp - 1), warp = threadIdx.x / kWarp;
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-    x = combine(x, __shfl_xor_sync(0xffffffffu, x, offset));
-  }
+  x = Combine::warp(x);
   if (lane == 0) partials[warp] = x;
   __syncthreads();
   float result = partials[0];
-  for (int w = 1; w < kGatheredThreads / kWarp; ++w) result = combine(result, partials[w]);
+  for (int w = 1; w < kGatheredWarps; ++w) result = combine(result, partials[w]);
   __syncthreads();  // partials is reused by the next reduction
   return result;
 }
 
 // Shared memory: the query's d_k floats, then Lk scores (then probabilities), then each
-// warp's partial output (kWarps x d_v floats), then the sentence's Lk row indices.
+// warp's partial output (kGatheredWarps x d_v floats), then the sentence's Lk row indices.
 inline size_t gathered_shared_bytes(const AttentionShape& shape) {
   return sizeof(float) * static_cast<size_t>(shape.d_k + shape.key_len +
-                                             (kGatheredThreads / kWarp) * shape.d_v) +
+                                             kGatheredWarps * shape.d_v) +
          sizeof(int32_t) * static_cast<size_t>(shape.key_len);
 }
 
@@ -572,11 +573,11 @@ template <typename T>
 __global__ void __launch_bounds__(kGatheredThreads)
     gathered_attention_kernel(GatheredArgs<T> a) {
   extern __shared__ float gathered_shared[];
-  __shared__ float partials[kGatheredThreads / kWarp];
+  __shared__ float partials[kGatheredWarps];
   float* query = gathered_shared;
   float* probs = query + a.d_k;
-  float* warp_out = probs + a.key_len;  // [kWarps, d_v]
-  int32_t* rows = reinterpret_cast<int32_t*>(warp_out + (kGatheredThreads / kWarp) * a.d_v);
+  float* warp_out = probs + a.key_len;  // [kGatheredWarps, d_v]
+  int32_t* rows = reinterpret_cast<int32_t*>(warp_out + kGatheredWarps * a.d_v);
   const int t = blockIdx.x % a.query_len;
   const int pair = blockIdx.x / a.query_len;
   const int head = pair % a.heads, b = pair / a.heads;
@@ -585,7 +586,6 @@ __global__ void __launch_bounds__(kGatheredThreads)
       a.key_lengths != nullptr ? min(max(a.key_lengths[b], 0), a.key_len) : a.key_len;
   const int visible = a.causal && t + 1 < valid ? t + 1 : valid;
   const int lane = threadIdx.x & (kWarp - 1), warp = threadIdx.x / kWarp;
-  constexpr int kWarps = kGatheredThreads / kWarp;
 
   const int64_t query_row = static_cast<int64_t>(b) * a.query_len + t;
   for (int c = threadIdx.x; c < a.d_k; c += kGatheredThreads) {
@@ -596,7 +596,7 @@ __global__ void __launch_bounds__(kGatheredThreads)
   }
   __syncthreads();
   // S_j, a warp per key.
-  for (int j = warp; j < visible; j += kWarps) {
+  for (int j = warp; j < visible; j += kGatheredWarps) {
     const T* key = a.k + static_cast<int64_t>(rows[j]) * a.ldk + static_cast<int64_t>(head) * a.d_k;
     float partial = 0.0f;
     for (int c = lane; c < a.d_k; c += kWarp) partial = fmaf(query[c], to_float(key[c]), partial);
@@ -626,13 +626,13 @@ __global__ void __launch_bounds__(kGatheredThreads)
       saved_row[j] = from_float<T>(j < visible ? probs[j] : 0.0f);
     }
   }
-  // out = sum_j P_j v_j: warp w sums the keys j = w, w + kWarps, ... in order (its lanes
+  // out = sum_j P_j v_j: warp w sums the keys j = w, w + kGatheredWarps, ... in order (its lanes
   // over the columns: a value row read by the warp together), then the warps' partial
   // rows are added in warp order. Every warp is busy and 4 keys' loads are in flight
   // (a thread per column left half the block idle at d_v = 64, one load at a time).
   for (int c = lane; c < a.d_v; c += kWarp) {
     float acc = 0.0f;
-    for (int j = warp; j < visible; j += kWarps) {
+    for (int j = warp; j < visible; j += kGatheredWarps) {
       acc = fmaf(probs[j], to_float(a.v[static_cast<int64_t>(rows[j]) * a.ldv +
                                          static_cast<int64_t>(head) * a.d_v + c]),
                  acc);
@@ -644,7 +644,7 @@ __global__ void __launch_bounds__(kGatheredThreads)
                static_cast<int64_t>(head) * a.d_v;
   for (int c = threadIdx.x; c < a.d_v; c += kGatheredThreads) {
     float sum_of_warps = warp_out[c];
-    for (int w = 1; w < kWarps; ++w) sum_of_warps += warp_out[w * a.d_v + c];
+    for (int w = 1; w < kGatheredWarps; ++w) sum_of_warps += warp_out[w * a.d_v + c];
     out_row[c] = from_float<T>(sum_of_warps);
   }
 }
@@ -662,7 +662,7 @@ void gathered_attention_forward(Context& context, T* out, T* saved, const T* q, 
   // 48 KiB a block, static (the reduction's partials) and dynamic together: ~6,000 keys
   // at d_k = 64, far beyond any decoding length a model's positions allow in practice.
   const size_t bytes = gathered_shared_bytes(shape);
-  const size_t static_bytes = sizeof(float) * (kGatheredThreads / kWarp);
+  const size_t static_bytes = sizeof(float) * kGatheredWarps;
   if (bytes + static_bytes > 48 * 1024) {
     THPC_FAIL("decoding " << shape.key_len << " positions with train.cuda_kernels = "
                           "gathered_attention needs " << bytes + static_bytes

@@ -350,7 +350,7 @@ Tensor Transformer::decode_step(DecoderState& state, const std::vector<int32_t>&
   step.slots = plan.slots;
   step.cross_slots = plan.cross_slots;
   step.every_slot_filled = plan.every_slot_filled;
-  step.key_rows = state.shared_prefixes_ ? plan.key_rows : nullptr;
+  step.key_rows = plan.key_rows;  // null without shared prefixes (plan_step)
   // One position per hypothesis, no dropout; the self-attention attends over the cache
   // (positions 0..position, the rows beyond masked by the key lengths).
   LayerPass pass;
