@@ -30,21 +30,25 @@
 #     same_as_hf=K/L loadavg=...
 # (same_as_*: output lines identical to ours, first run; ratio > 1: ours faster.)
 #
-# GPU (DEVICE=cuda): CTranslate2 fp16 and bf16 in batches of 32 sentences; ours in bf16
-# (the checkpoint's train.precision; train.backend auto finds the GPU) in 4,096-token
-# batches and in batches of about 32 sentences (--batch-tokens 32 x the mean padded source
-# length: transformer_decode batches by tokens only). First it checks that CTranslate2's
-# wheel runs on the GPU (its PyPI wheels link CUDA 12's libcublas); when it cannot, it says
-# why and prints CTranslate2's published anchor instead of a ratio — also when PYTHON cannot
-# import ctranslate2 at all (then it needs only h5py, for the checkpoint's SentencePiece
-# model: the GPU host's python3 has it, and no wheel has to travel). One line:
+# GPU (DEVICE=cuda): CTranslate2 fp16 and bf16 in batches of 32 sentences, and fp16 in
+# 4,096-token batches; ours in bf16 (the checkpoint's train.precision; train.backend auto
+# finds the GPU) in 4,096-token batches and in batches of about 32 sentences
+# (--batch-tokens 32 x the mean padded source length: transformer_decode batches by tokens
+# only). First it checks that CTranslate2's wheel runs on the GPU. Its PyPI wheels open
+# CUDA 12's libcublas.so.12; on a host with CUDA 13 alone it is given the host's cuBLAS
+# under that name (below: ct2_cublas=13-as-12). When it still cannot run, it says why and
+# prints CTranslate2's published anchor instead of a ratio — also when PYTHON cannot import
+# ctranslate2 at all (then it needs only h5py, for the checkpoint's SentencePiece model:
+# the GPU host's python3 has it). One line:
 #   decode_vs_ctranslate2: device=cuda lines=L beam=B max_len=M ours_bf16_tok_s=A
 #     ours_bf16_b32_tok_s=.. ours_wall_tok_s=.. ct2_fp16_b32_tok_s=B ct2_bf16_b32_tok_s=..
-#     ratio_fp16_b32=ours_b32/B ...
-# Before that line (PROFILE=1, the default on the GPU), one more, untimed run of ours in
-# 4,096-token batches with --profile: the time per batch of each op class and the host
-# time between the backend's ops (launch gaps and the search's host work: what CUDA
-# graphs of the decoder step could win back).
+#     ratio_fp16_b32=ours_b32/B ratio_bf16_b32=.. ct2_fp16_t4096_tok_s=C
+#     ratio_fp16_t4096=A/C ct2_wall_fp16_b32_tok_s=.. same_as_ct2_fp16_b32=K/L
+#     ct2_cublas=12|13-as-12 ...
+# Before that line (PROFILE=1, the default on the GPU), two more, untimed runs of ours, in
+# 4,096-token batches and in batches of ~32 sentences, with --profile: the time per batch
+# of each op class and the host time between the backend's ops (launch gaps and the
+# search's host work: what CUDA graphs of the decoder step could win back).
 # CANDIDATE=NAMES (GPU): ours once more in each batching with --cuda-kernels NAMES (the
 # kernels not yet run on a GPU, e.g. gathered_attention), profiled too; the line adds
 # candidate=NAMES ours_candidate_bf16_tok_s=.. ours_candidate_b32_tok_s=.. and
@@ -53,13 +57,14 @@
 # PYTHON: an interpreter with ctranslate2, sentencepiece, h5py and numpy (torch and
 # transformers for the HF peer); default $THPC_PYTHON, else $THPC_VENV/bin/python or
 # ~/.cache/thpc-venv/bin/python (`bash tools/install_deps.sh --ctranslate2`), else python3.
-# WHEELS=DIR (default .whl when it exists): a folder of wheels (`pip download`, see
-# bench/RESULTS.md) installed with --target into a folder put on PYTHONPATH when PYTHON
-# lacks ctranslate2: for a machine without network (the GPU host has numpy, pyyaml, h5py
-# and sentencepiece; only CTranslate2's wheel travels). THPC_BUILD names the build directory (default build).
+# WHEELS=DIR (default .whl when it exists): a folder of wheels installed with --target
+# into a folder put on PYTHONPATH when PYTHON lacks ctranslate2: for a machine without
+# network (the GPU host has numpy, pyyaml, h5py and sentencepiece; only CTranslate2's
+# wheel travels, made by `bash bench/gpu_session.sh --prepare-ctranslate2`: pip download
+# and bench/slim_wheel.py). THPC_BUILD names the build directory (default build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 1 ] || { sed -n '2,60p' "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,64p' "$0" >&2; exit 2; }
 checkpoint=$1
 device=${DEVICE:-cpu}
 case $device in
@@ -153,12 +158,14 @@ ours() {
   wall=$(seconds "$build/transformer_decode" --checkpoint "$checkpoint" --input "$work/source.en" --output "$work/$name.out" "${search[@]}" "$@")
   echo "$(pieces "$work/$name.out") $(awk -v w="$wall" -v l="$load" 'BEGIN { print w - l }') $wall" >> "$work/$name"
 }
-# peer NAME SCRIPT MODEL_OPTION MODEL OPTIONS...: the same for a Python helper (--stats).
+# peer NAME SCRIPT MODEL_OPTION MODEL OPTIONS...: the same for a Python helper (--stats),
+# run with ct2_env (on the GPU, what lets CTranslate2 find a cuBLAS: below).
+ct2_env=()
 peer() {
   local name=$1 script=$2 option=$3 model=$4
   shift 4
   local wall
-  wall=$(seconds "$python" "$script" "$option" "$model" --input "$work/source.en" --output "$work/$name.out" "${search[@]}" --stats "$@")
+  wall=$(seconds "${ct2_env[@]}" "$python" "$script" "$option" "$model" --input "$work/source.en" --output "$work/$name.out" "${search[@]}" --stats "$@")
   echo "$(pieces "$work/$name.out") $(stat_of translate_s) $wall" >> "$work/$name"
 }
 # field NAME COLUMN: the median of that column over the runs; rate NAME COLUMN: tokens/s.
@@ -193,15 +200,67 @@ fi
 
 # ---- DEVICE=cuda ----
 anchor="CTranslate2's published table: 10,991 target tokens/s, fp16, NVIDIA A10G, batch 32, beam 4, a WMT14 EN-DE base model with a 32k vocabulary"
+# CTranslate2's PyPI wheels (4.x, built with CUDA 12, the runtime linked in statically)
+# open cuBLAS by the name libcublas.so.12 and take nine functions from it with dlsym, by
+# name (its src/cuda/cublas_stub.cc; `strings` on 4.8.5's library lists the same nine).
+# A host with CUDA 13 alone (the lent H100s) has libcublas.so.13, which exports all nine
+# with the same signatures and enums. So when libcublas.so.12 cannot be loaded,
+# CTranslate2 runs with a folder first on its LD_LIBRARY_PATH that holds libcublas.so.12
+# linked to the host's newer cuBLAS (and that cuBLAS's libcublasLt beside it): its GEMMs
+# are then the host's cuBLAS's, as ours are; the line says ct2_cublas=13-as-12.
+readonly CT2_CUBLAS_FUNCTIONS="cublasCreate_v2 cublasDestroy_v2 cublasSetStream_v2 cublasGetMathMode cublasGetProperty cublasSgemm_v2 cublasSgemmStridedBatched cublasGemmEx cublasGemmStridedBatchedEx"
+newer_cublas() {  # the path of a libcublas.so.N, N >= 13: the loader's, CUDA's, or pip's
+  local found
+  found=$(ldconfig -p 2>/dev/null | awk '$1 ~ /^libcublas\.so\.[0-9]+$/ { split($1, v, "."); if (v[3] >= 13) print $NF }' | sort -V | tail -1)
+  [ -z "$found" ] && found=$(ls "${CUDA_HOME:-/usr/local/cuda}"/lib64/libcublas.so.1[3-9] 2>/dev/null | sort -V | tail -1)
+  [ -z "$found" ] && found=$("$python" -c 'import glob, nvidia.cublas as m; print(sorted(glob.glob(list(m.__path__)[0] + "/lib/libcublas.so.1[3-9]"))[-1])' 2>/dev/null)
+  [ -n "$found" ] && [ -f "$found" ] && echo "$found"
+}
+ct2_cublas=n/a
+if [ "$ct2_importable" = yes ]; then
+  if "$python" -c 'import ctypes; ctypes.CDLL("libcublas.so.12")' 2> /dev/null; then
+    ct2_cublas=12
+  elif cublas=$(newer_cublas); then
+    mkdir -p "$work/cublas12"
+    ln -s "$cublas" "$work/cublas12/libcublas.so.12"
+    for lt in "$(dirname "$cublas")"/libcublasLt.so.[0-9]*; do
+      [ -e "$lt" ] && ln -sf "$lt" "$work/cublas12/"
+    done
+    if missing=$(LD_LIBRARY_PATH="$work/cublas12${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$python" - $CT2_CUBLAS_FUNCTIONS 2>&1 <<'EOF'
+import ctypes, sys
+library = ctypes.CDLL("libcublas.so.12")
+absent = [name for name in sys.argv[1:] if not hasattr(library, name)]
+if absent:
+    sys.exit(" ".join(absent))
+EOF
+    ); then
+      ct2_env=(env "LD_LIBRARY_PATH=$work/cublas12${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+      ct2_cublas="${cublas##*.so.}-as-12"
+      echo "CTranslate2's wheel opens libcublas.so.12; this host has $cublas: linked as libcublas.so.12 for CTranslate2 (the nine functions it takes are all there)"
+    else
+      echo "CTranslate2's wheel opens libcublas.so.12; $cublas cannot stand in: $(echo "$missing" | tail -1)"
+    fi
+  fi
+fi
+# CT2_DEVICE=cpu: a rehearsal of this part on a machine without a GPU, CTranslate2 run on
+# the CPU with the GPU's options but float32 (it refuses float16 and bfloat16 there): the
+# commands and the line, not a number.
+ct2_device=${CT2_DEVICE:-cuda}
+ct2_type() { if [ "$ct2_device" = cpu ]; then echo float32; else echo "$1"; fi; }
 if [ "$ct2_importable" = no ]; then
   ct2_cuda=no
   echo "CTranslate2 cannot run here: $python cannot import it"
-elif ! why=$("$python" - "$work/ct2_model" 2>&1 <<'EOF'
+elif [ "$ct2_device" = cpu ]; then
+  ct2_cuda=yes
+  echo "CTranslate2 rehearsed on the CPU (CT2_DEVICE=cpu): its numbers are not the GPU's"
+elif ! why=$("${ct2_env[@]}" "$python" - "$work/ct2_model" 2>&1 <<'EOF'
+import logging
 import sys
 import ctranslate2
 count = ctranslate2.get_cuda_device_count()
 if count < 1:
     sys.exit("ctranslate2 sees no CUDA device")
+ctranslate2.set_log_level(logging.INFO)  # its "Loaded cuBLAS library version" line
 translator = ctranslate2.Translator(sys.argv[1], device="cuda", compute_type="float16")
 translator.translate_batch([["▁a"]], max_decoding_length=2)
 print("ctranslate2 runs on", count, "GPU(s):", ctranslate2.get_supported_compute_types("cuda"))
@@ -209,7 +268,7 @@ EOF
 ); then
   ct2_cuda=no
   echo "CTranslate2 cannot run on this GPU: $(echo "$why" | tail -1)"
-  echo "(its PyPI wheels link CUDA 12's libcublas.so.12; $(ls /usr/local/cuda/lib64/libcublas.so.* 2>/dev/null | tr '\n' ' ')here)"
+  echo "(its PyPI wheels open CUDA 12's libcublas.so.12; $(ls /usr/local/cuda/lib64/libcublas.so.* 2>/dev/null | tr '\n' ' ')here)"
 else
   ct2_cuda=yes
   echo "$why"
@@ -217,7 +276,7 @@ fi
 mean_padded=$(spm_encode --model "$spm" < "$work/source.en" | awk '{ n += NF + 1 } END { printf "%d", n / NR }')
 b32_tokens=$((32 * mean_padded))
 echo "ours in batches of ~32 sentences: --batch-tokens $b32_tokens (32 x mean padded source length $mean_padded)"
-rm -f "$work"/{ours,ours_b32,ours_candidate,ours_candidate_b32,ct2_fp16,ct2_bf16}
+rm -f "$work"/{ours,ours_b32,ours_candidate,ours_candidate_b32,ct2_fp16,ct2_bf16,ct2_fp16_t4096}
 candidate=${CANDIDATE:-}
 for run in $(seq "$runs"); do
   ours ours --batch-tokens 4096
@@ -229,10 +288,15 @@ for run in $(seq "$runs"); do
     [ "$run" = 1 ] && cp "$work/ours_candidate.out" "$work/ours_candidate_first.out"
   fi
   if [ "$ct2_cuda" = yes ]; then
-    peer ct2_fp16 tools/translate_ctranslate2.py --model "$work/ct2_model" --device cuda --compute-type float16 --batch-sentences 32
-    peer ct2_bf16 tools/translate_ctranslate2.py --model "$work/ct2_model" --device cuda --compute-type bfloat16 --batch-sentences 32
+    peer ct2_fp16 tools/translate_ctranslate2.py --model "$work/ct2_model" --device "$ct2_device" --compute-type "$(ct2_type float16)" --batch-sentences 32
+    peer ct2_bf16 tools/translate_ctranslate2.py --model "$work/ct2_model" --device "$ct2_device" --compute-type "$(ct2_type bfloat16)" --batch-sentences 32
+    # And in ours' own batching (CTranslate2's batch_type "tokens"), beside ours at 4,096.
+    peer ct2_fp16_t4096 tools/translate_ctranslate2.py --model "$work/ct2_model" --device "$ct2_device" --compute-type "$(ct2_type float16)" --batch-tokens 4096
+    # The same weights and search: most lines identical (fp16 against bf16 and another
+    # batching move a few near-ties), far fewer if CTranslate2's GEMMs went wrong.
+    [ "$run" = 1 ] && same_ct2=$(same_lines "$work/ours_b32.out" "$work/ct2_fp16.out")
   fi
-  echo "run $run (tokens, decode s, wall s): ours $(tail -1 "$work/ours") | ours b32 $(tail -1 "$work/ours_b32")$([ "$ct2_cuda" = yes ] && echo " | ct2 fp16 $(tail -1 "$work/ct2_fp16") | ct2 bf16 $(tail -1 "$work/ct2_bf16")")"
+  echo "run $run (tokens, decode s, wall s): ours $(tail -1 "$work/ours") | ours b32 $(tail -1 "$work/ours_b32")$([ "$ct2_cuda" = yes ] && echo " | ct2 fp16 $(tail -1 "$work/ct2_fp16") | ct2 bf16 $(tail -1 "$work/ct2_bf16") | ct2 fp16 t4096 $(tail -1 "$work/ct2_fp16_t4096")")"
   if [ -n "$candidate" ]; then
     echo "run $run, --cuda-kernels $candidate (tokens, decode s, wall s): ours $(tail -1 "$work/ours_candidate") | ours b32 $(tail -1 "$work/ours_candidate_b32")"
   fi
@@ -242,6 +306,12 @@ if [ "${PROFILE:-1}" = 1 ]; then
     --output /dev/null "${search[@]}" --batch-tokens 4096 --profile > /dev/null 2> "$work/profile.txt"
   echo "ours, profiled (4,096-token batches, untimed):"
   sed -n '/^profile: /,$p' "$work/profile.txt"
+  # And in batches of ~32 sentences, CTranslate2's batching, where ours is about half as
+  # fast per token: how much of that is host time between kernels.
+  "$build/transformer_decode" --checkpoint "$checkpoint" --input "$work/source.en" \
+    --output /dev/null "${search[@]}" --batch-tokens "$b32_tokens" --profile > /dev/null 2> "$work/profile_b32.txt"
+  echo "ours, profiled (batches of ~32 sentences, untimed):"
+  sed -n '/^profile: /,$p' "$work/profile_b32.txt"
   if [ -n "$candidate" ]; then
     "$build/transformer_decode" --checkpoint "$checkpoint" --input "$work/source.en" \
       --output /dev/null "${search[@]}" --batch-tokens 4096 --cuda-kernels "$candidate" \
@@ -259,7 +329,8 @@ fi
 if [ "$ct2_cuda" = yes ]; then
   fp16=$(rate ct2_fp16 2)
   bf16=$(rate ct2_bf16 2)
-  echo "$line ct2_fp16_b32_tok_s=$fp16 ct2_bf16_b32_tok_s=$bf16 ratio_fp16_b32=$(ratio "$ours_b32_tok_s" "$fp16") ratio_bf16_b32=$(ratio "$ours_b32_tok_s" "$bf16") tokens_ct2=$(tokens ct2_fp16) runs=$runs"
+  fp16_t4096=$(rate ct2_fp16_t4096 2)
+  echo "$line ct2_fp16_b32_tok_s=$fp16 ct2_bf16_b32_tok_s=$bf16 ratio_fp16_b32=$(ratio "$ours_b32_tok_s" "$fp16") ratio_bf16_b32=$(ratio "$ours_b32_tok_s" "$bf16") ct2_fp16_t4096_tok_s=$fp16_t4096 ratio_fp16_t4096=$(ratio "$(rate ours 2)" "$fp16_t4096") ct2_wall_fp16_b32_tok_s=$(rate ct2_fp16 3) tokens_ct2=$(tokens ct2_fp16) same_as_ct2_fp16_b32=$same_ct2/$lines ct2_cublas=$ct2_cublas runs=$runs"
 else
   echo "$line ct2=unavailable anchor_ct2_fp16_a10g_b32_tok_s=10991 ($anchor) runs=$runs"
 fi

@@ -1,27 +1,33 @@
 #!/usr/bin/env bash
 # Everything a session with a lent GPU (H100/H200) should run. GPU time comes in
 # 15-minute windows (900 s of device time, the machine's start of 1-2 minutes, the
-# transfers and idle waits included): two device calls of at most 8 minutes each, sent
-# back to back, everything in them prepared and rehearsed here first.
+# transfers and idle waits included): three device calls sent back to back (a machine
+# idle for 30 s is given back), everything in them prepared and rehearsed here first.
 #
-#   bash bench/gpu_session.sh --prepare GPU_HOST_DIR   # here (Debian, apt): the bundle + data
+#   bash bench/gpu_session.sh --prepare GPU_HOST_DIR   # here (Debian, apt): the bundle, data
+#       and CTranslate2's wheel (--prepare-ctranslate2 makes the wheel alone)
 #   bash bench/gpu_session.sh --dry-run                # here: the plan with its time
-#       estimates, every check that needs no GPU, and both calls rehearsed on the CPU
+#       estimates, every check that needs no GPU, and calls 1 and 3 rehearsed on the CPU
 #   bash bench/gpu_session.sh --rehearse [step|followup]   # here: one call's rehearsal
-#   call 1:  run(command="timeout 400 bash bench/gpu_session.sh step", timeout_s=430,
-#                carry=["gpu-bundle", "shared-for-gpu"])
+#   call 1:  run(command="PEERS=eager timeout 400 bash bench/gpu_session.sh step",
+#                timeout_s=430, carry=["gpu-bundle", "shared-for-gpu"])
+#       (PEERS=eager: the compiled peer, ~230 s, was last run on 2026-11-26's fourth
+#       window, 1.269x, and the step has not changed since; drop it when it has.)
 #   call 2, AT ONCE (a machine idle for 30 s is given back, and with it build-gpu/ and
-#   the inductor cache):
+#   the unpacked bundle):
+#            run(command="timeout 300 env TRAIN_MINUTES=1.5 CHECKPOINT_MINUTES=0.25
+#                bash bench/gpu_session.sh translate", timeout_s=330,
+#                carry=[".whl", "shared-for-gpu"])
+#       decoding's numbers (issue 33): ours, with the decoding candidates when call 1
+#       passed them, and CTranslate2 on the same weights. CTranslate2's wheel (25 MB,
+#       .whl/) and the bundle (41 MB) do not fit in one call's 64 MiB together, so this
+#       call carries the wheel and uses the bundle call 1 left on the warm machine (it
+#       stops at once, saying so, on a fresh machine: then carry gpu-bundle instead of
+#       .whl and CTranslate2 is left out).
+#   call 3, at once, with what the window has left:
 #            run(command="timeout 270 bash bench/gpu_session.sh followup", timeout_s=300,
 #                carry=["gpu-bundle", "shared-for-gpu"])
 #       or, if call 1 showed something else to do, another stage of at most 270 s.
-#   call 3, at once, with what the window has left (~190 s on 2026-11-26's fourth window):
-#            run(command="timeout 235 env TRAIN_MINUTES=0.75 CHECKPOINT_MINUTES=0.14
-#                bash bench/gpu_session.sh translate", timeout_s=250, carry=[...])
-#       decoding's numbers (issue 33), with the decoding candidates when call 1 passed them.
-#   When the training step has not changed since the last window's compiled-peer run
-#   (2026-11-26, fourth window: 1.269x), PEERS=eager in call 1 ends it ~230 s sooner,
-#   which call 3 can use (e.g. TRAIN_MINUTES=1.5 for a better-trained model to decode).
 #   `--dry-run` prints the plan (print_plan below) with each item's estimate.
 #
 # step (call 1; STEP_SECONDS, default 370, leaves the 400 s time-out room for the log):
@@ -31,7 +37,7 @@
 #      the stage runs: transformer_bench_step, the kernel twin tests (tests/kernels/) and
 #      test_cuda_training;
 #   1. the candidate kernels' twins in fp32 and bf16 (CANDIDATE_TWINS: the kernels behind
-#      train.cuda_kernels = candidate, never run on a GPU; none at present) and the whole
+#      train.cuda_kernels = candidate, never run on a GPU: gathered_attention) and the whole
 #      model with them; then the verified twins of the files changed since the last GPU
 #      run (CHANGED_TWINS; OTHER_TWINS=all runs every kernel twin) and the whole-model
 #      checks with the verified kernels: fp32 separate and fused against the CPU
@@ -47,7 +53,7 @@
 #      (OURS_VARIANTS), ours and eager first, the compiled peer (torch.compile, default
 #      mode, static shapes: nine lengths) last with what is left; a peer cut off leaves
 #      its inductor cache in build-gpu/ for call 2.
-# followup (call 2; FOLLOWUP_SECONDS, default 240):
+# followup (call 3; FOLLOWUP_SECONDS, default 240):
 #   1. compute-sanitizer memcheck of the candidate twins, and racecheck of the
 #      short-sentence attention's (its blocks share memory between phases);
 #   2. big (input/big.ini) at 25,000 + 25,000 tokens: the profile and the unprofiled line
@@ -59,17 +65,21 @@
 # whole-model check and memcheck passed on an H100; train.cuda_kernels = candidate is the
 # switch measured now (docs/testing.md, "Kernels not yet run on a GPU").
 #
+# translate (call 2; 124 s warm with TRAIN_MINUTES=0.75 CHECKPOINT_MINUTES=0.14 on
+# 2026-11-26, without CTranslate2): Multi30k with base-sized layers (6 x 512, d_ff 2048,
+# 8 heads) trained for TRAIN_MINUTES (default 4; train.max_minutes), a checkpoint every
+# CHECKPOINT_MINUTES (default 0.7; TRANSLATE_CONFIG=input/multi30k.ini trains that file's
+# model instead), the last 5 checkpoints averaged, test_2016_flickr decoded with beam 4
+# and scored (sacreBLEU 13a), newstest2014 (3,003 lines) decoded with beam 4 and greedily
+# (wall tokens/s), then bench/decode_vs_ctranslate2.sh on it: ours with the model load
+# excluded, in 4,096-token batches and batches of ~32 sentences, with and without the
+# candidate kernels (when call 1 passed their twins), and CTranslate2 on the same weights
+# (its wheel from .whl/, the host's cuBLAS 13 standing in for the 12 it asks for).
+#
 # The older stages, each longer than a window's second call now (2026-11-25, H100):
 #   tests      (526 s cold) the CUDA twin tests and whole-model GPU tests (memcheck on a
 #              short run among them), racecheck on the attention, layer-norm and top-k
 #              twins, the step benchmark, two MPI ranks on the one GPU, the CPU suite;
-#   translate  (156 s cold with TRAIN_MINUTES=1.5 CHECKPOINT_MINUTES=0.25, 2026-11-26)
-#              Multi30k with base-sized layers (6 x 512, d_ff 2048, 8 heads) trained for
-#              TRAIN_MINUTES (default 4; train.max_minutes), a checkpoint every
-#              CHECKPOINT_MINUTES (default 0.7; TRANSLATE_CONFIG=input/multi30k.ini
-#              trains that file's model instead), the last 5 checkpoints averaged,
-#              test_2016_flickr decoded with beam 4 and scored (sacreBLEU 13a), then
-#              newstest2014 (3,003 lines) decoded with beam 4 and greedily: tokens/s;
 #   parse      (428 s warm) input/parse_wsj.ini trained for TRAIN_MINUTES (default 5),
 #              dev and test decoded with the config's beam 21 and scored with EVALB
 #              beside the right-branching baseline;
@@ -79,8 +89,9 @@
 # Debian libraries able to build: .debs unpacked with dpkg -x, see their README) into
 # gpu-bundle/, and copies what the GPU run reads into shared-for-gpu/: the data sets the
 # GPU tests and benchmarks use, laid out for THPC_DATA (from $THPC_DATA, see
-# tools/fetch_data.sh), and the PyTorch peer (from $TORCH_REFERENCE). Both folders are
-# git-ignored: they travel only as the device call's carried paths.
+# tools/fetch_data.sh), and the PyTorch peer (from $TORCH_REFERENCE); then
+# --prepare-ctranslate2 puts CTranslate2's wheel for the host's python3 into .whl/. The
+# three folders are git-ignored: they travel only as a device call's carried paths.
 #
 # --rehearse runs a stage here on the CPU, on the existing build/ (BUILD): the twins as
 # their CPU rehearsals (THPC_TWIN_REHEARSAL), the profiles, big line and peer comparison
@@ -97,6 +108,11 @@ cd "$(dirname "$0")/.." || exit 1
 
 # The device call carries the tree and these paths, 64 MiB in all (the device tool's limit).
 readonly CARRIED=(gpu-bundle shared-for-gpu)
+# The translate call's instead (call 2): CTranslate2's wheel in place of the bundle.
+readonly TRANSLATE_CARRIED=(.whl shared-for-gpu)
+# CTranslate2's wheel for the GPU host's python3 (3.12 there): the version whose cuBLAS
+# functions bench/decode_vs_ctranslate2.sh names (it takes them from the host's cuBLAS).
+readonly CT2_VERSION=4.8.5 CT2_PYTHON_TAG=cp312
 readonly TRANSFER_LIMIT_BYTES=$((64 * 1024 * 1024))
 # Data sets the GPU run reads (tests/test_cuda_training.cc: multi30k; the decode numbers:
 # wmt14_test; the parser's GPU numbers: ptb_sample and evalb).
@@ -119,7 +135,22 @@ prepare() {
     cp -r "$data/$set" shared-for-gpu/data/
   done
   cp "$reference" shared-for-gpu/bench/torch_reference.py
+  prepare_ctranslate2
   dry_run
+}
+
+# .whl/: CTranslate2's wheel for the GPU host's Python, its debug sections stripped
+# (bench/slim_wheel.py: 43 -> 25 MB) so that it fits in the translate call's 64 MiB.
+prepare_ctranslate2() {
+  local download
+  download=$(mktemp -d)
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version "${CT2_PYTHON_TAG#cp}" \
+    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$download" \
+    "ctranslate2==$CT2_VERSION" || { echo "pip download of ctranslate2==$CT2_VERSION failed" >&2; exit 1; }
+  rm -rf .whl
+  python3 bench/slim_wheel.py "$download"/ctranslate2-*.whl .whl || exit 1
+  rm -rf "$download"
 }
 
 # The window's plan, each item's estimate in seconds (low high), for --dry-run and the
@@ -132,46 +163,50 @@ readonly PLAN=(
   "start|machine start (counted, not in a call)|60|120"
   "1|setup: gpu-bundle unpacked, nvidia-smi|10|20"
   "1|build: bench_step, kernel twin tests, test_cuda_training (16 cores)|20|110"
-  "1|candidate twins (CudaCandidate*) and the whole model with them, fp32 and bf16|5|25"
+  "1|candidate twins (CudaCandidate*: gathered_attention) and the decoding check|5|25"
   "1|the verified twins of the changed files (OTHER_TWINS=all: every one)|10|40"
   "1|whole model: fp32 3 steps vs the CPU (fused off, on); bf16 short attention vs batched|3|25"
   "1|bf16 GEMM ceiling (8192^3)|10|15"
   "1|profile base verified, candidate; short_attention_max_len 0, 64 (27 steps each)|25|70"
   "1|ours verified (and candidate if it acts in training; 75 steps each); eager|35|75"
-  "1|torch.compile peer (228 s to compile on 2026-11-26): the rest of STEP_SECONDS=370|230|260"
-  "2|setup, incremental build|10|20"
-  "2|memcheck of the candidate twins (each run capped)|30|70"
-  "2|racecheck of the short-sentence attention's twin (capped)|20|60"
-  "2|ceiling; big profile and unprofiled line, off and on|80|110"
-  "2|torch.compile peer (on call 1's inductor cache) with ours off, on|0|60"
-  "3|translate: Multi30k 0.75 min; newstest decode, ours and --cuda-kernels candidate|110|190"
-  "gaps|transfers, the send of call 2|10|30"
+  "1|torch.compile peer, only without PEERS=eager (228 s to compile on 2026-11-26)|0|0"
+  "2|setup on the warm machine (bundle kept), build of the programs|15|60"
+  "2|Multi30k base-sized layers 1.5 min, last 5 averaged, test_2016 BLEU|110|130"
+  "2|newstest2014 decode speed, wall (cpu_decode_speed.sh)|10|20"
+  "2|CTranslate2: wheel installed, model converted, run on the GPU checked|10|25"
+  "2|ours 4096 / b32, candidate 4096 / b32, CT2 fp16 b32, bf16 b32, fp16 t4096; 2 profiles|40|80"
+  "3|setup, incremental build|10|20"
+  "3|memcheck of the candidate twins (each run capped)|30|70"
+  "3|racecheck of the short-sentence attention's twin (capped)|20|60"
+  "3|ceiling; big profile and unprofiled line (FOLLOWUP_SECONDS: what is left)|40|110"
+  "gaps|transfers, the sends of calls 2 and 3|10|30"
 )
-readonly CALL1_TIMEOUT_S=430 CALL2_TIMEOUT_S=300 WINDOW_S=900
+readonly CALL1_TIMEOUT_S=430 CALL2_TIMEOUT_S=330 CALL3_TIMEOUT_S=300 WINDOW_S=900
 
 print_plan() {
   local item call what low high sum_low=0 sum_high=0 current=""
-  echo "plan: two device calls in a ${WINDOW_S} s window (call 1 timeout_s=${CALL1_TIMEOUT_S}, call 2 timeout_s=${CALL2_TIMEOUT_S})"
+  echo "plan: three device calls in a ${WINDOW_S} s window (timeout_s ${CALL1_TIMEOUT_S}, ${CALL2_TIMEOUT_S}, ${CALL3_TIMEOUT_S}; call 3 gets what is left)"
   for item in "${PLAN[@]}"; do
     IFS='|' read -r call what low high <<< "$item"
     if [ "$call" != "$current" ]; then
       case $call in
-        1) echo "  call 1: timeout 400 bash bench/gpu_session.sh step" ;;
-        2) echo "  call 2 (at once, warm machine): timeout 270 bash bench/gpu_session.sh followup" ;;
-        3) echo "  call 3 (what the window has left): timeout 235 env TRAIN_MINUTES=0.75 CHECKPOINT_MINUTES=0.14 bash bench/gpu_session.sh translate" ;;
+        1) echo "  call 1: PEERS=eager timeout 400 bash bench/gpu_session.sh step   (carry: ${CARRIED[*]})" ;;
+        2) echo "  call 2 (at once, warm machine): timeout 300 env TRAIN_MINUTES=1.5 CHECKPOINT_MINUTES=0.25 bash bench/gpu_session.sh translate   (carry: ${TRANSLATE_CARRIED[*]})" ;;
+        3) echo "  call 3 (at once, what the window has left): timeout 270 bash bench/gpu_session.sh followup   (carry: ${CARRIED[*]})" ;;
         *) echo "  outside the calls:" ;;
       esac
       current=$call
     fi
-    printf '    %-78s %4d-%-4d s\n' "$what" "$low" "$high"
+    printf '    %-86s %4d-%-4d s\n' "$what" "$low" "$high"
     sum_low=$((sum_low + low)) sum_high=$((sum_high + high))
   done
-  echo "  estimated window: ${sum_low}-${sum_high} s of ${WINDOW_S}; worst case by the time-outs: start 120 + ${CALL1_TIMEOUT_S} + ${CALL2_TIMEOUT_S} + 30 = $((120 + CALL1_TIMEOUT_S + CALL2_TIMEOUT_S + 30)) s"
+  echo "  estimated window: ${sum_low}-${sum_high} s of ${WINDOW_S}: call 3's time-out is what is left after call 2"
 }
 
-# Bytes the device call would carry: the files git tracks or would track, and CARRIED.
+# Bytes a device call would carry: the files git tracks or would track, and the paths
+# named (CARRIED, or TRANSLATE_CARRIED).
 transfer_bytes() {
-  { git ls-files -z --cached --others --exclude-standard; find "${CARRIED[@]}" -type f -print0 2>/dev/null; } |
+  { git ls-files -z --cached --others --exclude-standard; find "$@" -type f -print0 2>/dev/null; } |
     du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1
 }
 
@@ -201,10 +236,22 @@ dry_run() {
   for config in input/base.ini input/big.ini input/tiny.ini input/parse_wsj.ini; do
     [ -f "$config" ] || problem "$config missing"
   done
-  local bytes
-  bytes=$(transfer_bytes)
-  echo "dry-run: the device call carries $((bytes / 1024 / 1024)) MiB (limit 64)"
-  [ "$bytes" -le "$TRANSFER_LIMIT_BYTES" ] || problem "over the 64 MiB transfer limit"
+  local wheel
+  wheel=$(ls .whl/ctranslate2-"$CT2_VERSION"-"$CT2_PYTHON_TAG"-*.whl 2>/dev/null | head -1)
+  if [ -z "$wheel" ]; then
+    problem "CTranslate2's wheel missing (bash bench/gpu_session.sh --prepare-ctranslate2)"
+  elif ! unzip -tq "$wheel" > /dev/null 2>&1; then
+    problem "$wheel is not a whole zip (bash bench/gpu_session.sh --prepare-ctranslate2)"
+  fi
+  [ "$(ls .whl/*.whl 2>/dev/null | wc -l)" -le 1 ] ||
+    problem ".whl/ holds more than CTranslate2's wheel: the translate call carries it all"
+  local bytes carried
+  for carried in "${CARRIED[*]}" "${TRANSLATE_CARRIED[*]}"; do
+    # shellcheck disable=SC2086
+    bytes=$(transfer_bytes $carried)
+    echo "dry-run: a device call carrying ${carried// /, } sends $((bytes / 1024 / 1024)) MiB (limit 64)"
+    [ "$bytes" -le "$TRANSFER_LIMIT_BYTES" ] || problem "carrying $carried is over the 64 MiB transfer limit"
+  done
   local configure_dir
   configure_dir=$(mktemp -d)
   if cmake -S . -B "$configure_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
@@ -268,11 +315,12 @@ step_targets() {
 rehearsal=0
 case ${1:-} in
   --prepare) prepare "${2:-}"; exit ;;
+  --prepare-ctranslate2) prepare_ctranslate2; exit ;;
   --dry-run) dry_run; exit ;;
   --rehearse) rehearsal=1; stage=${2:-step} ;;
   "") stage=step ;;
   step | followup | peers | tests | translate | parse) stage=$1 ;;
-  *) sed -n '2,18p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,31p' "$0" >&2; exit 2 ;;
 esac
 [[ $stage =~ ^(step|followup|peers|tests|translate|parse)$ ]] || { echo "unknown stage '$stage'" >&2; exit 2; }
 
@@ -292,6 +340,13 @@ if [ "$rehearsal" = 1 ]; then
     echo "build failed"; tail -40 "$LOGS/build.log"; exit 1; }
 else
   BUILD_DIR=build-gpu
+  if [ ! -f gpu-bundle/use.sh ]; then
+    # The translate call carries CTranslate2's wheel instead of the bundle (both do not
+    # fit in one call) and uses the one call 1 left on this machine.
+    echo "gpu-bundle/ is not on this machine: a fresh machine, the one before was given back."
+    echo "Run this stage again carrying gpu-bundle and shared-for-gpu (not .whl: CTranslate2 is then left out)."
+    exit 3
+  fi
   # shellcheck disable=SC1091
   source gpu-bundle/use.sh /tmp/sysroot gpu-bundle > "$LOGS/setup.log" 2>&1 || {
     echo "gpu-bundle/use.sh failed"; tail -20 "$LOGS/setup.log"; exit 1; }
