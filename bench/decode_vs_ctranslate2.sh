@@ -45,7 +45,7 @@
 #     ratio_fp16_b32=ours_b32/B ratio_bf16_b32=.. ct2_fp16_t4096_tok_s=C
 #     ratio_fp16_t4096=A/C ct2_wall_fp16_b32_tok_s=.. same_as_ct2_fp16_b32=K/L
 #     ct2_cublas=12|13-as-12 ...
-# Before that line (PROFILE=1, the default on the GPU), two more, untimed runs of ours, in
+# After that line (PROFILE=1, the default on the GPU), two more, untimed runs of ours, in
 # 4,096-token batches and in batches of ~32 sentences, with --profile: the time per batch
 # of each op class and the host time between the backend's ops (launch gaps and the
 # search's host work: what CUDA graphs of the decoder step could win back).
@@ -278,15 +278,11 @@ b32_tokens=$((32 * mean_padded))
 echo "ours in batches of ~32 sentences: --batch-tokens $b32_tokens (32 x mean padded source length $mean_padded)"
 rm -f "$work"/{ours,ours_b32,ours_candidate,ours_candidate_b32,ct2_fp16,ct2_bf16,ct2_fp16_t4096}
 candidate=${CANDIDATE:-}
+# Per run: ours, then CTranslate2, then the candidate kernels, each "run" line printed as
+# soon as its numbers exist (a call cut short by its time-out keeps what was measured).
 for run in $(seq "$runs"); do
   ours ours --batch-tokens 4096
   ours ours_b32 --batch-tokens "$b32_tokens"
-  if [ -n "$candidate" ]; then
-    [ "$run" = 1 ] && cp "$work/ours.out" "$work/ours_first.out"
-    ours ours_candidate --batch-tokens 4096 --cuda-kernels "$candidate"
-    ours ours_candidate_b32 --batch-tokens "$b32_tokens" --cuda-kernels "$candidate"
-    [ "$run" = 1 ] && cp "$work/ours_candidate.out" "$work/ours_candidate_first.out"
-  fi
   if [ "$ct2_cuda" = yes ]; then
     peer ct2_fp16 tools/translate_ctranslate2.py --model "$work/ct2_model" --device "$ct2_device" --compute-type "$(ct2_type float16)" --batch-sentences 32
     peer ct2_bf16 tools/translate_ctranslate2.py --model "$work/ct2_model" --device "$ct2_device" --compute-type "$(ct2_type bfloat16)" --batch-sentences 32
@@ -298,9 +294,28 @@ for run in $(seq "$runs"); do
   fi
   echo "run $run (tokens, decode s, wall s): ours $(tail -1 "$work/ours") | ours b32 $(tail -1 "$work/ours_b32")$([ "$ct2_cuda" = yes ] && echo " | ct2 fp16 $(tail -1 "$work/ct2_fp16") | ct2 bf16 $(tail -1 "$work/ct2_bf16") | ct2 fp16 t4096 $(tail -1 "$work/ct2_fp16_t4096")")"
   if [ -n "$candidate" ]; then
+    [ "$run" = 1 ] && cp "$work/ours.out" "$work/ours_first.out"
+    ours ours_candidate --batch-tokens 4096 --cuda-kernels "$candidate"
+    ours ours_candidate_b32 --batch-tokens "$b32_tokens" --cuda-kernels "$candidate"
+    [ "$run" = 1 ] && cp "$work/ours_candidate.out" "$work/ours_candidate_first.out"
     echo "run $run, --cuda-kernels $candidate (tokens, decode s, wall s): ours $(tail -1 "$work/ours_candidate") | ours b32 $(tail -1 "$work/ours_candidate_b32")"
   fi
 done
+ours_b32_tok_s=$(rate ours_b32 2)
+line="decode_vs_ctranslate2: device=cuda lines=$lines beam=$beam max_len=$max_len ours_bf16_tok_s=$(rate ours 2) ours_bf16_b32_tok_s=$ours_b32_tok_s ours_wall_tok_s=$(rate ours 3) tokens_ours=$(tokens ours)"
+if [ -n "$candidate" ]; then
+  same=$(same_lines "$work/ours_first.out" "$work/ours_candidate_first.out")
+  line="$line candidate=$candidate ours_candidate_bf16_tok_s=$(rate ours_candidate 2) ours_candidate_b32_tok_s=$(rate ours_candidate_b32 2) candidate_same_lines=$same/$lines"
+fi
+if [ "$ct2_cuda" = yes ]; then
+  fp16=$(rate ct2_fp16 2)
+  bf16=$(rate ct2_bf16 2)
+  fp16_t4096=$(rate ct2_fp16_t4096 2)
+  echo "$line ct2_fp16_b32_tok_s=$fp16 ct2_bf16_b32_tok_s=$bf16 ratio_fp16_b32=$(ratio "$ours_b32_tok_s" "$fp16") ratio_bf16_b32=$(ratio "$ours_b32_tok_s" "$bf16") ct2_fp16_t4096_tok_s=$fp16_t4096 ratio_fp16_t4096=$(ratio "$(rate ours 2)" "$fp16_t4096") ct2_wall_fp16_b32_tok_s=$(rate ct2_fp16 3) tokens_ct2=$(tokens ct2_fp16) same_as_ct2_fp16_b32=$same_ct2/$lines ct2_cublas=$ct2_cublas runs=$runs"
+else
+  echo "$line ct2=unavailable anchor_ct2_fp16_a10g_b32_tok_s=10991 ($anchor) runs=$runs"
+fi
+
 if [ "${PROFILE:-1}" = 1 ]; then
   "$build/transformer_decode" --checkpoint "$checkpoint" --input "$work/source.en" \
     --output /dev/null "${search[@]}" --batch-tokens 4096 --profile > /dev/null 2> "$work/profile.txt"
@@ -318,19 +333,10 @@ if [ "${PROFILE:-1}" = 1 ]; then
       --profile > /dev/null 2> "$work/profile_candidate.txt"
     echo "ours with --cuda-kernels $candidate, profiled (4,096-token batches, untimed):"
     sed -n '/^profile: /,$p' "$work/profile_candidate.txt"
+    "$build/transformer_decode" --checkpoint "$checkpoint" --input "$work/source.en" \
+      --output /dev/null "${search[@]}" --batch-tokens "$b32_tokens" --cuda-kernels "$candidate" \
+      --profile > /dev/null 2> "$work/profile_candidate_b32.txt"
+    echo "ours with --cuda-kernels $candidate, profiled (batches of ~32 sentences, untimed):"
+    sed -n '/^profile: /,$p' "$work/profile_candidate_b32.txt"
   fi
-fi
-ours_b32_tok_s=$(rate ours_b32 2)
-line="decode_vs_ctranslate2: device=cuda lines=$lines beam=$beam max_len=$max_len ours_bf16_tok_s=$(rate ours 2) ours_bf16_b32_tok_s=$ours_b32_tok_s ours_wall_tok_s=$(rate ours 3) tokens_ours=$(tokens ours)"
-if [ -n "$candidate" ]; then
-  same=$(same_lines "$work/ours_first.out" "$work/ours_candidate_first.out")
-  line="$line candidate=$candidate ours_candidate_bf16_tok_s=$(rate ours_candidate 2) ours_candidate_b32_tok_s=$(rate ours_candidate_b32 2) candidate_same_lines=$same/$lines"
-fi
-if [ "$ct2_cuda" = yes ]; then
-  fp16=$(rate ct2_fp16 2)
-  bf16=$(rate ct2_bf16 2)
-  fp16_t4096=$(rate ct2_fp16_t4096 2)
-  echo "$line ct2_fp16_b32_tok_s=$fp16 ct2_bf16_b32_tok_s=$bf16 ratio_fp16_b32=$(ratio "$ours_b32_tok_s" "$fp16") ratio_bf16_b32=$(ratio "$ours_b32_tok_s" "$bf16") ct2_fp16_t4096_tok_s=$fp16_t4096 ratio_fp16_t4096=$(ratio "$(rate ours 2)" "$fp16_t4096") ct2_wall_fp16_b32_tok_s=$(rate ct2_fp16 3) tokens_ct2=$(tokens ct2_fp16) same_as_ct2_fp16_b32=$same_ct2/$lines ct2_cublas=$ct2_cublas runs=$runs"
-else
-  echo "$line ct2=unavailable anchor_ct2_fp16_a10g_b32_tok_s=10991 ($anchor) runs=$runs"
 fi

@@ -15,7 +15,7 @@
 #       window, 1.269x, and the step has not changed since; drop it when it has.)
 #   call 2, AT ONCE (a machine idle for 30 s is given back, and with it build-gpu/ and
 #   the unpacked bundle):
-#            run(command="timeout 300 env TRAIN_MINUTES=1.5 CHECKPOINT_MINUTES=0.25
+#            run(command="timeout 300 env TRAIN_MINUTES=1 CHECKPOINT_MINUTES=0.17
 #                bash bench/gpu_session.sh translate", timeout_s=330,
 #                carry=[".whl", "shared-for-gpu"])
 #       decoding's numbers (issue 33): ours, with the decoding candidates when call 1
@@ -171,10 +171,10 @@ readonly PLAN=(
   "1|ours verified (and candidate if it acts in training; 75 steps each); eager|35|75"
   "1|torch.compile peer, only without PEERS=eager (228 s to compile on 2026-11-26)|0|0"
   "2|setup on the warm machine (bundle kept), build of the programs|15|60"
-  "2|Multi30k base-sized layers 1.5 min, last 5 averaged, test_2016 BLEU|110|130"
+  "2|Multi30k base-sized layers 1 min, last 5 averaged, test_2016 BLEU|80|100"
   "2|newstest2014 decode speed, wall (cpu_decode_speed.sh)|10|20"
   "2|CTranslate2: wheel installed, model converted, run on the GPU checked|10|25"
-  "2|ours 4096 / b32, candidate 4096 / b32, CT2 fp16 b32, bf16 b32, fp16 t4096; 2 profiles|40|80"
+  "2|ours 4096 / b32, CT2 fp16 b32, bf16 b32, fp16 t4096, candidate 4096 / b32; 4 profiles|50|100"
   "3|setup, incremental build|10|20"
   "3|memcheck of the candidate twins (each run capped)|30|70"
   "3|racecheck of the short-sentence attention's twin (capped)|20|60"
@@ -191,7 +191,7 @@ print_plan() {
     if [ "$call" != "$current" ]; then
       case $call in
         1) echo "  call 1: PEERS=eager timeout 400 bash bench/gpu_session.sh step   (carry: ${CARRIED[*]})" ;;
-        2) echo "  call 2 (at once, warm machine): timeout 300 env TRAIN_MINUTES=1.5 CHECKPOINT_MINUTES=0.25 bash bench/gpu_session.sh translate   (carry: ${TRANSLATE_CARRIED[*]})" ;;
+        2) echo "  call 2 (at once, warm machine): timeout 300 env TRAIN_MINUTES=1 CHECKPOINT_MINUTES=0.17 bash bench/gpu_session.sh translate   (carry: ${TRANSLATE_CARRIED[*]})" ;;
         3) echo "  call 3 (at once, what the window has left): timeout 270 bash bench/gpu_session.sh followup   (carry: ${CARRIED[*]})" ;;
         *) echo "  outside the calls:" ;;
       esac
@@ -739,7 +739,7 @@ translate_stage() {
   decode_candidate=${DECODE_CANDIDATE-$decode_candidate}
   timeout 240 env THPC_BUILD=build-gpu DEVICE=cuda RUNS=1 PYTHON=python3 CANDIDATE="$decode_candidate" \
     bash bench/decode_vs_ctranslate2.sh "$checkpoints/eval/average_last5.h5" 3003 2>&1 |
-    tee "$LOGS/newstest_decode_vs_ctranslate2.txt" | grep -E "^(decode_vs_ctranslate2|CTranslate2|run )"
+    tee "$LOGS/newstest_decode_vs_ctranslate2.txt" | grep -E "^(decode_vs_ctranslate2|CTranslate2|ctranslate2 runs|run )|Loaded cuBLAS"
   sed -n '/^ours, profiled/,/^total (the batch)/p;/^ours with --cuda-kernels/,/^total (the batch)/p' \
     "$LOGS/newstest_decode_vs_ctranslate2.txt"
 }
