@@ -26,10 +26,12 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <random>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -218,6 +220,63 @@ TEST_F(CTranslate2Conversion, BeamSearchWithoutLengthPenaltyFindsTheSameBest) {
   std::cout << same << " of " << kSentences << " best translations identical\n";
   // Measured: 20 of 20 with this model; a near-tie decided otherwise would show as 19.
   EXPECT_GE(same, kSentences - 2) << "ours:\n" << ours << "CTranslate2:\n" << theirs;
+}
+
+// bench/decode_vs_ctranslate2.sh's GPU comparison runs only in a GPU window, where a
+// mistake costs the window's minutes: CT2_DEVICE=cpu runs all of it (the cuBLAS stand-in,
+// CTranslate2's three runs, the candidate kernels' runs, the profiles, the line) with
+// CTranslate2 on the CPU, and the line must carry every number the window reports.
+TEST_F(CTranslate2Conversion, GpuComparisonScriptRehearsesOnTheCpu) {
+  THPC_REQUIRE_DATA("wmt14_test/newstest2014.en");
+  std::string why_not;
+  const std::string python = interpreter_with("ctranslate2, sentencepiece, h5py, numpy",
+                                              /*optional=*/true, why_not);
+  if (python.empty()) GTEST_SKIP() << why_not;
+  const fs::path checkpoint = write_model("gpu_rehearsal", {});
+  constexpr int kLines = 12;
+  const ProcessResult run = run_process(
+      "cd " + std::string(THPC_SOURCE_DIR) + " && DEVICE=cuda CT2_DEVICE=cpu RUNS=1 MAX_LEN=8 " +
+      "CANDIDATE=candidate PYTHON=" + python + " THPC_BUILD=" + THPC_BINARY_DIR +
+      " WMT14_TEST=" + fs::path(data_path("wmt14_test/newstest2014.en")).parent_path().string() +
+      " bash bench/decode_vs_ctranslate2.sh " + checkpoint.string() + " " +
+      std::to_string(kLines) + " 2>&1");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  std::string line;
+  for (const std::string& printed : lines_of(run.output)) {
+    if (printed.rfind("decode_vs_ctranslate2: device=cuda", 0) == 0) line = printed;
+  }
+  ASSERT_FALSE(line.empty()) << run.output;
+  auto field = [&](const std::string& name) {
+    const size_t at = line.find(" " + name + "=");
+    if (at == std::string::npos) return std::string();
+    const size_t begin = at + name.size() + 2;
+    return line.substr(begin, line.find(' ', begin) - begin);
+  };
+  // Ours is timed as a run's wall time less an empty run's, which for this tiny model is
+  // noise around zero (it can come out negative): a number, not its sign. CTranslate2's
+  // own clock times its decoding alone.
+  for (const char* number : {"ours_bf16_tok_s", "ours_bf16_b32_tok_s", "ratio_fp16_b32",
+                             "ratio_bf16_b32", "ratio_fp16_t4096", "ours_candidate_bf16_tok_s",
+                             "ours_candidate_b32_tok_s"}) {
+    const std::string value = field(number);
+    EXPECT_TRUE(std::regex_match(value, std::regex("-?[0-9]+(\\.[0-9]+)?")))
+        << number << " is '" << value << "' in " << line;
+  }
+  for (const char* rate : {"ct2_fp16_b32_tok_s", "ct2_bf16_b32_tok_s", "ct2_fp16_t4096_tok_s"}) {
+    EXPECT_GT(std::atof(field(rate).c_str()), 0.0) << rate << " in " << line;
+  }
+  // fp32 on both sides here (CTranslate2 refuses float16 on the CPU): the same best
+  // translations but for a near-tie now and then, as in the beam test above.
+  const std::string same = field("same_as_ct2_fp16_b32");
+  ASSERT_FALSE(same.empty()) << line;
+  EXPECT_GE(std::atoi(same.c_str()), kLines - 2) << line;
+  EXPECT_EQ(field("candidate_same_lines"), std::to_string(kLines) + "/" + std::to_string(kLines))
+      << line;  // the CPU ignores --cuda-kernels
+  for (const char* profile : {"ours, profiled (4,096-token batches",
+                              "ours, profiled (batches of ~32 sentences",
+                              "ours with --cuda-kernels candidate, profiled (batches of ~32"}) {
+    EXPECT_NE(run.output.find(profile), std::string::npos) << profile << "\n" << run.output;
+  }
 }
 
 TEST_F(CTranslate2Conversion, ConverterRefusesWhatItCannotConvertWithOneLine) {
