@@ -7,7 +7,7 @@
 #   bash bench/gpu_session.sh --prepare GPU_HOST_DIR   # here (Debian, apt): the bundle, data
 #       and CTranslate2's wheel (--prepare-ctranslate2 makes the wheel alone)
 #   bash bench/gpu_session.sh --dry-run                # here: the plan with its time
-#       estimates, every check that needs no GPU, and calls 1 and 3 rehearsed on the CPU
+#       estimates, every check that needs no GPU, the calls rehearsed on the CPU
 #   bash bench/gpu_session.sh --rehearse [step|followup]   # here: one call's rehearsal
 #   call 1:  run(command="PEERS=eager timeout 400 bash bench/gpu_session.sh step",
 #                timeout_s=430, carry=["gpu-bundle", "shared-for-gpu"])
@@ -283,6 +283,23 @@ dry_run() {
     fi
     rm -rf "$rehearsal_out"
   done
+  # Call 2's decoding comparison, its GPU half with CTranslate2 on the CPU
+  # (test_ctranslate2's rehearsal of bench/decode_vs_ctranslate2.sh), where PYTHON or
+  # THPC_PYTHON imports ctranslate2 (bash tools/install_deps.sh --ctranslate2).
+  local build_dir=${BUILD:-build} decoding
+  if cmake --build "$build_dir" -j2 --target test_ctranslate2 transformer_decode > /dev/null 2>&1; then
+    decoding=$(env ${PYTHON:+THPC_PYTHON=$PYTHON} "$build_dir/tests/test_ctranslate2" \
+      --gtest_filter='*GpuComparisonScriptRehearses*' 2>&1)
+    if grep -q "^\[  PASSED  \] 1 test" <<< "$decoding"; then
+      echo "dry-run: call 2's decoding comparison rehearsed on the CPU (CT2_DEVICE=cpu): passed"
+    elif grep -q "^\[  SKIPPED \]" <<< "$decoding"; then
+      echo "dry-run: call 2's decoding comparison not rehearsed: $(grep -m1 -A1 "Skipped" <<< "$decoding" | tail -1)"
+    else
+      problem "call 2's decoding comparison failed its rehearsal: $(grep -E "Failure|missing|in decode_vs" <<< "$decoding" | head -5)"
+    fi
+  else
+    problem "cmake --build $build_dir --target test_ctranslate2 transformer_decode failed"
+  fi
   if [ "$problems" -gt 0 ]; then echo "dry-run: $problems problem(s)"; exit 1; fi
   echo "dry-run: ready for the device call"
 }
