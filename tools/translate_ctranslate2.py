@@ -33,7 +33,10 @@ SentencePiece model of DIR turning text into pieces and back. What each option s
   --compute-type          float32 (default), float16, bfloat16, int8, ... (CTranslate2's)
   --stats                 a last line on stderr: ct2_stats: load_s=... translate_s=...
                           sentences=... tokens=... (tokens: the output pieces, eos not
-                          counted, as bench/cpu_decode_speed.sh counts ours)
+                          counted, as bench/cpu_decode_speed.sh counts ours; load_s
+                          includes one warm-up translation of a one-piece sentence, so
+                          that translate_s holds no one-time set-up such as the first
+                          cuBLAS handle, as ours, timed less an empty run, holds none)
 --nbest N prints `LINE ||| translation ||| score` lines as transformer_decode does.
 Needs ctranslate2 and sentencepiece (`bash tools/install_deps.sh --ctranslate2`). Exit
 codes: 0 done, 2 a bad command line, 1 a model or file that cannot be read.
@@ -167,9 +170,14 @@ def main():
 
     def load():
         try:
-            return ctranslate2.Translator(args.model, device=args.device,
-                                          compute_type=args.compute_type,
-                                          intra_threads=args.threads, inter_threads=1)
+            translator = ctranslate2.Translator(args.model, device=args.device,
+                                                compute_type=args.compute_type,
+                                                intra_threads=args.threads, inter_threads=1)
+            # The first translation sets up what a process does once (on a GPU the cuBLAS
+            # handle and the memory pool): done here, it counts as loading.
+            translator.translate_batch([spm.encode("a", out_type=str)[:1] or ["a"]],
+                                       beam_size=args.beam, max_decoding_length=2)
+            return translator
         except (RuntimeError, ValueError) as error:
             fail(f"{args.model}: {error}")
 
