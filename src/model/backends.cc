@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/openblas_core.h"
 #if THPC_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device_info.h"
@@ -55,7 +56,9 @@ std::string device_description(const Backend& backend, int device) {
     }
   }
 #endif
-  return "cpu (" + backend.name() + ")";
+  // OpenBLAS's kernels show in the first line of a run: OPENBLAS_CORETYPE=Haswell on an
+  // AVX-512 CPU makes matrix products ~1.5x slower (kernels/cpu/openblas_core.h).
+  return "cpu (" + backend.name() + ", " + openblas_description() + ")";
 }
 
 std::unique_ptr<Backend> make_backend(const BackendRequest& request) {
