@@ -27,7 +27,7 @@
 #   decode_vs_ctranslate2: device=cpu threads=N lines=L beam=B max_len=M ours_tok_s=A
 #     ct2_tok_s=B ratio=A/B hf_tok_s=C hf_ratio=A/C ours_wall_tok_s=.. ct2_wall_tok_s=..
 #     hf_wall_tok_s=.. tokens_ours=.. tokens_ct2=.. tokens_hf=.. same_as_ct2=K/L
-#     same_as_hf=K/L loadavg=...
+#     same_as_hf=K/L ours_openblas=CORE[-by-OPENBLAS_CORETYPE] loadavg=...
 # (same_as_*: output lines identical to ours, first run; ratio > 1: ours faster.)
 #
 # GPU (DEVICE=cuda): CTranslate2 fp16 and bf16 in batches of 32 sentences, and fp16 in
@@ -120,6 +120,13 @@ else
 fi
 
 echo "$(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); load average $(cut -d' ' -f1-3 /proc/loadavg)"
+# The kernels OpenBLAS gives ours ("Core: ..." at OPENBLAS_VERBOSE=2), marked when
+# OPENBLAS_CORETYPE chose them: CTranslate2's and PyTorch's BLAS do not read that variable,
+# and on an AVX-512 CPU OPENBLAS_CORETYPE=Haswell makes ours ~1.5x slower
+# (kernels/cpu/openblas_core.h). The CPU line says ours_openblas=CORE[-by-OPENBLAS_CORETYPE].
+ours_openblas=$(OPENBLAS_VERBOSE=2 "$build/transformer_decode" --help 2>&1 | sed -n 's/^Core: //p' | head -1)
+ours_openblas=${ours_openblas:-unknown}${OPENBLAS_CORETYPE:+-by-OPENBLAS_CORETYPE}
+echo "ours: OpenBLAS $ours_openblas kernels${OPENBLAS_CORETYPE:+ (OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE)}"
 echo "checkpoint $checkpoint: $(h5dump -a /architecture "$checkpoint" | grep -o '"layers=[^"]*"')"
 [ "$ct2_importable" = yes ] &&
   echo "ctranslate2 $("$python" -c 'import ctranslate2; print(ctranslate2.__version__)') from $python"
@@ -193,7 +200,7 @@ if [ "$device" = cpu ]; then
       "hf_tok_s=$hf_tok_s hf_ratio=$([ "$hf" = yes ] && ratio "$ours_tok_s" "$hf_tok_s" || echo n/a)" \
       "ours_wall_tok_s=$(rate ours 3) ct2_wall_tok_s=$(rate ct2 3) hf_wall_tok_s=$hf_wall" \
       "tokens_ours=$(tokens ours) tokens_ct2=$(tokens ct2) tokens_hf=$hf_tokens" \
-      "same_as_ct2=$same_ct2/$lines same_as_hf=$same_hf/$lines runs=$runs loadavg=$(cut -d' ' -f1 /proc/loadavg)"
+      "same_as_ct2=$same_ct2/$lines same_as_hf=$same_hf/$lines runs=$runs ours_openblas=$ours_openblas loadavg=$(cut -d' ' -f1 /proc/loadavg)"
   done
   exit 0
 fi

@@ -159,7 +159,15 @@ def main():
             model = marian_model(args.checkpoint, torch, transformers)[0]
         except checkpoints.ConversionError as error:
             driver.fail(f"checkpoint {args.checkpoint}: {error}", PROGRAM)
-        return model.to(device)
+        model = model.to(device)
+        # One warm-up generation (a one-piece sentence), counted as loading, as
+        # tools/translate_ctranslate2.py does: the first call's one-time set-up is not
+        # decoding, and ours, timed less an empty run, holds none.
+        with torch.inference_mode():
+            model.generate(input_ids=torch.tensor([[spm.piece_to_id("a"), 3]], device=device),
+                           num_beams=args.beam, max_new_tokens=2, decoder_start_token_id=2,
+                           eos_token_id=3, pad_token_id=0)
+        return model
 
     def translate_group(marian, sources, limit):
         ids = [[spm.piece_to_id(piece) for piece in pieces] + [3] for pieces in sources]

@@ -172,10 +172,18 @@ for ((run = 1; run <= runs; run++)); do
   done
 done
 
-"$python" - "$lines" "$device" "$preset" "$tokens" "$runs" "${#variants[@]}" <<'PY'
+# On the CPU, the kernels OpenBLAS gave ours ("Core: ..." at OPENBLAS_VERBOSE=2), marked
+# when OPENBLAS_CORETYPE chose them: the peer's BLAS does not read that variable
+# (kernels/cpu/openblas_core.h).
+openblas=none
+if [ "$device" = cpu ]; then
+  openblas=$(OPENBLAS_VERBOSE=2 "$build/transformer_bench_step" --help 2>&1 | sed -n 's/^Core: //p' | head -1)
+  openblas=${openblas:-unknown}${OPENBLAS_CORETYPE:+-by-OPENBLAS_CORETYPE}
+fi
+"$python" - "$lines" "$device" "$preset" "$tokens" "$runs" "${#variants[@]}" "$openblas" <<'PY'
 import json, statistics, sys
 
-path, device, preset, tokens, runs, named_variants = sys.argv[1:]
+path, device, preset, tokens, runs, named_variants, openblas = sys.argv[1:]
 by_system = {}
 for row in open(path):
     run, system, text = row.rstrip("\n").split("\t", 2)
@@ -236,5 +244,7 @@ for variant, ours in variants.items():
                f"ours_peak_mem_gib={fmt(median([r.get('peak_mem_gib') for r in ours]), 2)}"]
     for family, name in chosen.items():
         fields.append(f"{family}_peak_mem_gib={fmt(peers[name]['peak_mem_gib'] if name else None, 2)}")
+    if device == "cpu":
+        fields.append(f"ours_openblas={openblas}")
     print("step_vs_torch: " + " ".join(fields))
 PY
