@@ -13,12 +13,16 @@ std::string openblas_core() {
 }
 
 bool cpu_runs_avx512_kernels() {
-  // GCC's checks read CPUID and, for AVX-512, whether the operating system saves the
-  // registers (XCR0), as OpenBLAS's own detection does.
+#if defined(__x86_64__)
+  // The compiler's checks read CPUID and, for AVX-512, whether the operating system saves
+  // the registers (XCR0), as OpenBLAS's own detection does.
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
          __builtin_cpu_supports("avx512vl");
+#else
+  return false;  // AVX-512 is x86-64's
+#endif
 }
 
 std::string openblas_description(const std::string& core, const std::string& forced,
