@@ -32,9 +32,9 @@
 #
 # GPU (DEVICE=cuda): CTranslate2 fp16 and bf16 in batches of 32 sentences, and fp16 in
 # 4,096-token batches; ours in bf16 (the checkpoint's train.precision; train.backend auto
-# finds the GPU) in 4,096-token batches and in batches of about 32 sentences
-# (--batch-tokens 32 x the mean padded source length: transformer_decode batches by tokens
-# only). First it checks that CTranslate2's wheel runs on the GPU. Its PyPI wheels open
+# finds the GPU) in 4,096-token batches and in batches of 32 sentences (--batch-sentences
+# 32, as CTranslate2's; until 2026-11-26 ~32: --batch-tokens 32 x the mean padded source
+# length). First it checks that CTranslate2's wheel runs on the GPU. Its PyPI wheels open
 # CUDA 12's libcublas.so.12; on a host with CUDA 13 alone it is given the host's cuBLAS
 # under that name (below: ct2_cublas=13-as-12). When it still cannot run, it says why and
 # prints CTranslate2's published anchor instead of a ratio — also when PYTHON cannot import
@@ -46,7 +46,7 @@
 #     ratio_fp16_t4096=A/C ct2_wall_fp16_b32_tok_s=.. same_as_ct2_fp16_b32=K/L
 #     ct2_cublas=12|13-as-12 ...
 # After that line (PROFILE=1, the default on the GPU), two more, untimed runs of ours, in
-# 4,096-token batches and in batches of ~32 sentences, with --profile: the time per batch
+# 4,096-token batches and in batches of 32 sentences, with --profile: the time per batch
 # of each op class and the host time between the backend's ops (launch gaps and the
 # search's host work: what CUDA graphs of the decoder step could win back).
 # CANDIDATE=NAMES (GPU): ours once more in each batching with --cuda-kernels NAMES (the
@@ -280,16 +280,17 @@ else
   ct2_cuda=yes
   echo "$why"
 fi
-mean_padded=$(spm_encode --model "$spm" < "$work/source.en" | awk '{ n += NF + 1 } END { printf "%d", n / NR }')
-b32_tokens=$((32 * mean_padded))
-echo "ours in batches of ~32 sentences: --batch-tokens $b32_tokens (32 x mean padded source length $mean_padded)"
+# Ours in CTranslate2's batching: 32 sentences a batch, longest first (--batch-sentences;
+# a token budget no batch of 32 reaches).
+b32=(--batch-sentences 32 --batch-tokens 1000000)
+echo "ours in batches of 32 sentences: ${b32[*]}"
 rm -f "$work"/{ours,ours_b32,ours_candidate,ours_candidate_b32,ct2_fp16,ct2_bf16,ct2_fp16_t4096}
 candidate=${CANDIDATE:-}
 # Per run: ours, then CTranslate2, then the candidate kernels, each "run" line printed as
 # soon as its numbers exist (a call cut short by its time-out keeps what was measured).
 for run in $(seq "$runs"); do
   ours ours --batch-tokens 4096
-  ours ours_b32 --batch-tokens "$b32_tokens"
+  ours ours_b32 "${b32[@]}"
   if [ "$ct2_cuda" = yes ]; then
     peer ct2_fp16 tools/translate_ctranslate2.py --model "$work/ct2_model" --device "$ct2_device" --compute-type "$(ct2_type float16)" --batch-sentences 32
     peer ct2_bf16 tools/translate_ctranslate2.py --model "$work/ct2_model" --device "$ct2_device" --compute-type "$(ct2_type bfloat16)" --batch-sentences 32
@@ -303,7 +304,7 @@ for run in $(seq "$runs"); do
   if [ -n "$candidate" ]; then
     [ "$run" = 1 ] && cp "$work/ours.out" "$work/ours_first.out"
     ours ours_candidate --batch-tokens 4096 --cuda-kernels "$candidate"
-    ours ours_candidate_b32 --batch-tokens "$b32_tokens" --cuda-kernels "$candidate"
+    ours ours_candidate_b32 "${b32[@]}" --cuda-kernels "$candidate"
     [ "$run" = 1 ] && cp "$work/ours_candidate.out" "$work/ours_candidate_first.out"
     echo "run $run, --cuda-kernels $candidate (tokens, decode s, wall s): ours $(tail -1 "$work/ours_candidate") | ours b32 $(tail -1 "$work/ours_candidate_b32")"
   fi
@@ -328,11 +329,11 @@ if [ "${PROFILE:-1}" = 1 ]; then
     --output /dev/null "${search[@]}" --batch-tokens 4096 --profile > /dev/null 2> "$work/profile.txt"
   echo "ours, profiled (4,096-token batches, untimed):"
   sed -n '/^profile: /,$p' "$work/profile.txt"
-  # And in batches of ~32 sentences, CTranslate2's batching, where ours is about half as
+  # And in batches of 32 sentences, CTranslate2's batching, where ours is about half as
   # fast per token: how much of that is host time between kernels.
   "$build/transformer_decode" --checkpoint "$checkpoint" --input "$work/source.en" \
-    --output /dev/null "${search[@]}" --batch-tokens "$b32_tokens" --profile > /dev/null 2> "$work/profile_b32.txt"
-  echo "ours, profiled (batches of ~32 sentences, untimed):"
+    --output /dev/null "${search[@]}" "${b32[@]}" --profile > /dev/null 2> "$work/profile_b32.txt"
+  echo "ours, profiled (batches of 32 sentences, untimed):"
   sed -n '/^profile: /,$p' "$work/profile_b32.txt"
   if [ -n "$candidate" ]; then
     "$build/transformer_decode" --checkpoint "$checkpoint" --input "$work/source.en" \
@@ -341,9 +342,9 @@ if [ "${PROFILE:-1}" = 1 ]; then
     echo "ours with --cuda-kernels $candidate, profiled (4,096-token batches, untimed):"
     sed -n '/^profile: /,$p' "$work/profile_candidate.txt"
     "$build/transformer_decode" --checkpoint "$checkpoint" --input "$work/source.en" \
-      --output /dev/null "${search[@]}" --batch-tokens "$b32_tokens" --cuda-kernels "$candidate" \
+      --output /dev/null "${search[@]}" "${b32[@]}" --cuda-kernels "$candidate" \
       --profile > /dev/null 2> "$work/profile_candidate_b32.txt"
-    echo "ours with --cuda-kernels $candidate, profiled (batches of ~32 sentences, untimed):"
+    echo "ours with --cuda-kernels $candidate, profiled (batches of 32 sentences, untimed):"
     sed -n '/^profile: /,$p' "$work/profile_candidate_b32.txt"
   fi
 fi

@@ -72,7 +72,7 @@
 # model instead), the last 5 checkpoints averaged, test_2016_flickr decoded with beam 4
 # and scored (sacreBLEU 13a), newstest2014 (3,003 lines) decoded with beam 4 and greedily
 # (wall tokens/s), then bench/decode_vs_ctranslate2.sh on it: ours with the model load
-# excluded, in 4,096-token batches and batches of ~32 sentences, with and without the
+# excluded, in 4,096-token batches and batches of 32 sentences, with and without the
 # candidate kernels (when call 1 passed their twins), and CTranslate2 on the same weights
 # (its wheel from .whl/, the host's cuBLAS 13 standing in for the 12 it asks for).
 #
@@ -743,7 +743,7 @@ translate_stage() {
   timeout 150 env THPC_BUILD=build-gpu bash bench/cpu_decode_speed.sh \
     "$checkpoints/eval/average_last5.h5" 3003 2>&1 | tee "$LOGS/newstest_decode_speed.txt"
   # The same model's decoding time alone (model load excluded), in 4,096-token batches and
-  # in batches of ~32 sentences, beside CTranslate2 (or its published anchor when its CUDA
+  # in batches of 32 sentences, beside CTranslate2 (or its published anchor when its CUDA
   # 12 wheel cannot run: issue 33's GPU line), and where the time goes (--profile: the
   # host time between ops says whether CUDA graphs of the decoder step would pay). With
   # the candidate kernels too (transformer_decode --cuda-kernels candidate: decoding's

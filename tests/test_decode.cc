@@ -6,6 +6,7 @@
 // the SentencePiece model taken from the checkpoint when --spm-model is not given.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <unistd.h>
@@ -20,6 +21,7 @@
 #include "checkpoint/checkpoint.h"
 #include "config/config.h"
 #include "data_dir.h"
+#include "decode/translate.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/checkpoint_params.h"
 #include "model/transformer.h"
@@ -136,6 +138,21 @@ TEST_F(DecodeProgram, OneLinePerInputLineInOrderDeterministic) {
   // A different batching must not change any translation (order is restored).
   ASSERT_EQ(decode("--max-len-b 5 --batch-tokens 8", out_again, err_again), 0);
   EXPECT_EQ(out, out_again);
+}
+
+// --batch-sentences N: at most N sentences a batch (fairseq's --batch-size, CTranslate2's
+// "examples" batches), with --batch-tokens still in force; the translations are the
+// default batching's.
+TEST_F(DecodeProgram, SentenceLimitedBatchesChangeNoTranslation) {
+  std::string plain, limited, err;
+  ASSERT_EQ(decode("--max-len-b 6", plain, err), 0) << err;
+  for (const char* sentences : {"1", "2", "0"}) {
+    ASSERT_EQ(decode(std::string("--max-len-b 6 --batch-sentences ") + sentences, limited, err), 0)
+        << err;
+    EXPECT_EQ(limited, plain) << "--batch-sentences " << sentences;
+  }
+  EXPECT_EQ(decode("--batch-sentences -1", limited, err), 2) << err;
+  EXPECT_NE(err.find("--batch-sentences"), std::string::npos) << err;
 }
 
 // --threads N: N workers sharing the batches, each with its own model copy. The output
@@ -420,6 +437,49 @@ TEST_F(DecodeProgram, BadInputFailsWithAMessage) {
     EXPECT_EQ(refused.exit_code, 2) << arguments << ": " << refused.output;
     EXPECT_NE(refused.output.find(message), std::string::npos) << refused.output;
   }
+}
+
+
+// make_decode_batches: longest first, each batch within the token budget (its longest
+// sentence + 1, times its size) and, when given, the sentence limit; every non-empty
+// sentence in exactly one batch.
+TEST(DecodeBatches, TokenBudgetAndSentenceLimitBothHold) {
+  std::vector<TokenSequence> sources;
+  for (int length : {3, 9, 0, 5, 5, 12, 1, 7, 7, 7, 2, 4}) {
+    sources.push_back(TokenSequence(static_cast<size_t>(length), 5));
+  }
+  BeamOptions options;
+  for (const int sentences : {0, 1, 2, 3, 5}) {
+    const std::vector<DecodeBatch> batches =
+        make_decode_batches(sources, options, /*batch_tokens=*/40, /*workers=*/1, sentences);
+    std::vector<int> seen(sources.size(), 0);
+    size_t previous_longest = 100;
+    for (const DecodeBatch& batch : batches) {
+      ASSERT_FALSE(batch.members.empty());
+      if (sentences > 0) {
+        EXPECT_LE(static_cast<int>(batch.members.size()), sentences);
+      }
+      size_t longest = 0;
+      for (const size_t member : batch.members) {
+        ++seen[member];
+        longest = std::max(longest, sources[member].size() + 1);
+        EXPECT_LE(sources[member].size() + 1, previous_longest) << "longest first";
+      }
+      if (batch.members.size() > 1) {
+        EXPECT_LE(longest * batch.members.size(), 40u);
+      }
+      previous_longest = sources[batch.members.back()].size() + 1;
+    }
+    for (size_t i = 0; i < sources.size(); ++i) {
+      EXPECT_EQ(seen[i], sources[i].empty() ? 0 : 1) << "sentence " << i << ", limit " << sentences;
+    }
+    if (sentences == 1) {
+      EXPECT_EQ(batches.size(), 11u);  // one a batch, the empty one none
+    }
+  }
+  // The limit only ever adds cuts to the budget's.
+  EXPECT_GE(make_decode_batches(sources, options, 40, 1, 2).size(),
+            make_decode_batches(sources, options, 40, 1, 0).size());
 }
 
 }  // namespace

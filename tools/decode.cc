@@ -4,7 +4,7 @@
 //   transformer_decode --checkpoint FILE [FILE...] [--weights W...] [--spm-model FILE]
 //                      [--input FILE|-] [--output FILE]
 //                      [--beam B] [--lenpen A] [--max-len-a 1 --max-len-b 50]
-//                      [--batch-tokens 4096] [--nbest 1] [--greedy] [--threads N]
+//                      [--batch-tokens 4096] [--batch-sentences 0] [--nbest 1] [--greedy] [--threads N]
 //                      [--sampling full|topk=K|topp=P [--temperature T] [--seed S]]
 //                      [--dump-attention FILE.h5 --dump-lines 1,5,9]
 //                      [--tree-constraints [--tree-leaves XX|words]] [--profile]
@@ -12,7 +12,8 @@
 // The SentencePiece model is --spm-model when given, else the one stored in the
 // checkpoint by the trainer (fairseq-like). Each input line is SentencePiece-encoded,
 // sentences are sorted by length into batches of at most --batch-tokens source tokens
-// (shared among --threads workers on the CPU), translated by batched beam search with a KV
+// and --batch-sentences sentences when given (shared among --threads workers on the
+// CPU), translated by batched beam search with a KV
 // cache (the checkpoint's [decode] settings unless given here; the defaults are §6.1's:
 // beam 4, alpha 0.6, output length <= input length + 50) and written back
 // detokenised, one line per input line, in input order. With --nbest K > 1 each input
@@ -81,6 +82,7 @@ struct Arguments {
   std::vector<float> weights;            // empty: equal
   std::string spm_model, input = "-", output = "-";
   int batch_tokens = 4096;
+  int batch_sentences = 0;  // 0: no limit but --batch-tokens
   // --beam, --lenpen, --max-len-a, --max-len-b, --greedy, --nbest; unset: the
   // checkpoint's [decode] beam, alpha, max_len_a, max_len_b.
   thpc::SearchOverrides search;
@@ -305,7 +307,7 @@ Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
   // every worker has one thread (also the only worker of fewer batches than --threads),
   // so that --threads changes no sample.
   plan.batches = thpc::make_decode_batches(sources, options, args.batch_tokens,
-                                           args.sampling ? 1 : workers);
+                                           args.sampling ? 1 : workers, args.batch_sentences);
   workers = std::max(1, std::min<int>(workers, static_cast<int>(plan.batches.size())));
   plan.one_thread_each = workers > 1 || (args.sampling && on_cpu);
   if (plan.one_thread_each) {
@@ -531,6 +533,8 @@ int main(int argc, char** argv) {
       ("max-len-b", po::value<int>(), "(default: decode.max_len_a/b; §6.1: a = 1, b = 50)")
       ("batch-tokens", po::value(&args.batch_tokens)->default_value(args.batch_tokens),
        "padded source tokens per batch")
+      ("batch-sentences", po::value(&args.batch_sentences)->default_value(args.batch_sentences),
+       "sentences per batch, at most (0: as many as --batch-tokens allows)")
       ("nbest", po::value(&args.search.nbest)->default_value(args.search.nbest),
        "hypotheses per sentence (<= beam)")
       ("greedy", po::bool_switch(&args.search.greedy), "greedy decoding (beam 1, no length penalty)")
@@ -587,10 +591,11 @@ int main(int argc, char** argv) {
       }
     }
     if (search.beam.value_or(1) < 1 || search.nbest < 1 || args.batch_tokens < 1 ||
-        search.max_len_a.value_or(0) < 0 || search.max_len_b.value_or(0) < 0 ||
-        !(search.alpha.value_or(0.0f) >= 0) || (values.count("threads") && args.threads < 0)) {
+        args.batch_sentences < 0 || search.max_len_a.value_or(0) < 0 ||
+        search.max_len_b.value_or(0) < 0 || !(search.alpha.value_or(0.0f) >= 0) ||
+        (values.count("threads") && args.threads < 0)) {
       THPC_FAIL("--beam, --nbest and --batch-tokens must be >= 1; --max-len-a, --max-len-b, "
-                "--lenpen and --threads >= 0");
+                "--lenpen, --batch-sentences and --threads >= 0");
     }
     if (values.count("dump-lines")) {
       args.dump_lines = parse_line_numbers(values["dump-lines"].as<std::string>());

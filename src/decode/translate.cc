@@ -13,7 +13,7 @@ namespace thpc {
 
 std::vector<DecodeBatch> make_decode_batches(const std::vector<TokenSequence>& sources,
                                              const BeamOptions& options, int batch_tokens,
-                                             int workers) {
+                                             int workers, int batch_sentences) {
   std::vector<size_t> order;
   int64_t total_tokens = 0;
   for (size_t i = 0; i < sources.size(); ++i) {
@@ -34,7 +34,8 @@ std::vector<DecodeBatch> make_decode_batches(const std::vector<TokenSequence>& s
     while (next < order.size()) {
       longest = std::max(longest, sources[order[next]].size() + 1);
       if (!batch.members.empty() &&
-          static_cast<int64_t>(longest * (batch.members.size() + 1)) > budget) {
+          (static_cast<int64_t>(longest * (batch.members.size() + 1)) > budget ||
+           (batch_sentences > 0 && static_cast<int>(batch.members.size()) >= batch_sentences))) {
         break;
       }
       const size_t i = order[next++];

@@ -29,14 +29,17 @@ struct DecodeBatch {
 };
 
 // The non-empty sources, longest first (so that similar lengths share a batch and
-// padding stays small), cut into batches of at most `batch_tokens` padded source tokens.
-// With several workers the budget shrinks so that each gets at least two batches, as far
-// as the input allows: the last batches then finish together instead of one worker
-// translating half the input alone. Sentences are translated independently of their
-// batch (attention reads only a sentence's own keys), so the output does not depend on it.
+// padding stays small), cut into batches of at most `batch_tokens` padded source tokens
+// and, when `batch_sentences` > 0, at most that many sentences (fairseq's --batch-size,
+// CTranslate2's batch_type "examples": a bound on a batch's hypotheses, whatever their
+// length). With several workers the token budget shrinks so that each gets at least two
+// batches, as far as the input allows: the last batches then finish together instead of
+// one worker translating half the input alone. Sentences are translated independently of
+// their batch (attention reads only a sentence's own keys), so the output does not depend
+// on it.
 std::vector<DecodeBatch> make_decode_batches(const std::vector<TokenSequence>& sources,
                                              const BeamOptions& options, int batch_tokens,
-                                             int workers);
+                                             int workers, int batch_sentences = 0);
 
 // Translates `batch`: the options.nbest best hypotheses of each member, written to
 // results[member] (results has one entry per source).
