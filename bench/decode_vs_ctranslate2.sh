@@ -324,27 +324,25 @@ else
   echo "$line ct2=unavailable anchor_ct2_fp16_a10g_b32_tok_s=10991 ($anchor) runs=$runs"
 fi
 
-if [ "${PROFILE:-1}" = 1 ]; then
+# profiled HEADING OPTIONS...: one untimed run of ours with --profile, its table printed
+# under HEADING (gpu_session.sh picks the tables out by their "ours..., profiled" lines).
+profiled() {
+  local label=$1
+  shift
   "$build/transformer_decode" --checkpoint "$checkpoint" --input "$work/source.en" \
-    --output /dev/null "${search[@]}" --batch-tokens 4096 --profile > /dev/null 2> "$work/profile.txt"
-  echo "ours, profiled (4,096-token batches, untimed):"
+    --output /dev/null "${search[@]}" "$@" --profile > /dev/null 2> "$work/profile.txt"
+  echo "$label"
   sed -n '/^profile: /,$p' "$work/profile.txt"
+}
+if [ "${PROFILE:-1}" = 1 ]; then
+  profiled "ours, profiled (4,096-token batches, untimed):" --batch-tokens 4096
   # And in batches of 32 sentences, CTranslate2's batching, where ours is about half as
   # fast per token: how much of that is host time between kernels.
-  "$build/transformer_decode" --checkpoint "$checkpoint" --input "$work/source.en" \
-    --output /dev/null "${search[@]}" "${b32[@]}" --profile > /dev/null 2> "$work/profile_b32.txt"
-  echo "ours, profiled (batches of 32 sentences, untimed):"
-  sed -n '/^profile: /,$p' "$work/profile_b32.txt"
+  profiled "ours, profiled (batches of 32 sentences, untimed):" "${b32[@]}"
   if [ -n "$candidate" ]; then
-    "$build/transformer_decode" --checkpoint "$checkpoint" --input "$work/source.en" \
-      --output /dev/null "${search[@]}" --batch-tokens 4096 --cuda-kernels "$candidate" \
-      --profile > /dev/null 2> "$work/profile_candidate.txt"
-    echo "ours with --cuda-kernels $candidate, profiled (4,096-token batches, untimed):"
-    sed -n '/^profile: /,$p' "$work/profile_candidate.txt"
-    "$build/transformer_decode" --checkpoint "$checkpoint" --input "$work/source.en" \
-      --output /dev/null "${search[@]}" "${b32[@]}" --cuda-kernels "$candidate" \
-      --profile > /dev/null 2> "$work/profile_candidate_b32.txt"
-    echo "ours with --cuda-kernels $candidate, profiled (batches of 32 sentences, untimed):"
-    sed -n '/^profile: /,$p' "$work/profile_candidate_b32.txt"
+    profiled "ours with --cuda-kernels $candidate, profiled (4,096-token batches, untimed):" \
+      --batch-tokens 4096 --cuda-kernels "$candidate"
+    profiled "ours with --cuda-kernels $candidate, profiled (batches of 32 sentences, untimed):" \
+      "${b32[@]}" --cuda-kernels "$candidate"
   fi
 fi
