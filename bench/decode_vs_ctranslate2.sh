@@ -50,7 +50,7 @@
 # of each op class and the host time between the backend's ops (launch gaps and the
 # search's host work: what CUDA graphs of the decoder step could win back).
 # CANDIDATE=NAMES (GPU): ours once more in each batching with --cuda-kernels NAMES (the
-# kernels not yet run on a GPU, e.g. gathered_attention), profiled too; the line adds
+# kernels not yet run on a GPU; none at present), profiled too; the line adds
 # candidate=NAMES ours_candidate_bf16_tok_s=.. ours_candidate_b32_tok_s=.. and
 # candidate_same_lines=K/L (its translations identical to ours, first run).
 #

@@ -37,12 +37,13 @@
 #      the stage runs: transformer_bench_step, the kernel twin tests (tests/kernels/) and
 #      test_cuda_training;
 #   1. the candidate kernels' twins in fp32 and bf16 (CANDIDATE_TWINS: the kernels behind
-#      train.cuda_kernels = candidate, never run on a GPU: gathered_attention) and the whole
+#      train.cuda_kernels = candidate, never run on a GPU; none at present) and the whole
 #      model with them; then the verified twins of the files changed since the last GPU
 #      run (CHANGED_TWINS; OTHER_TWINS=all runs every kernel twin) and the whole-model
 #      checks with the verified kernels: fp32 separate and fused against the CPU
 #      (CudaTraining.Fp32ThreeSteps*), bf16 with the short attention against the batched
-#      (CudaTraining.Bf16ThreeStepsWithShortAttention*);
+#      (CudaTraining.Bf16ThreeStepsWithShortAttention*), decoding steps against the CPU's
+#      cached decoder (CudaTraining.DecodingStepsMatchTheCpu);
 #   2. the bf16 GEMM ceiling (cuBLAS 8192^3 through PyTorch), for every MFU figure;
 #   3. transformer_bench_step --profile, base, 25,000 + 25,000 tokens, bf16,
 #      train.cuda_kernels = verified and (only if the candidate twins passed in 1.)
@@ -163,9 +164,9 @@ readonly PLAN=(
   "start|machine start (counted, not in a call)|60|120"
   "1|setup: gpu-bundle unpacked, nvidia-smi|10|20"
   "1|build: bench_step, kernel twin tests, test_cuda_training (16 cores)|20|110"
-  "1|candidate twins (CudaCandidate*: gathered_attention) and the decoding check|5|25"
+  "1|candidate twins (CudaCandidate*: none at present)|0|10"
   "1|the verified twins of the changed files (OTHER_TWINS=all: every one)|10|40"
-  "1|whole model: fp32 3 steps vs the CPU (fused off, on); bf16 short attention vs batched|3|25"
+  "1|whole model: fp32 3 steps vs the CPU (fused off, on); bf16 short vs batched; decoding|3|25"
   "1|bf16 GEMM ceiling (8192^3)|10|15"
   "1|profile base verified, candidate; short_attention_max_len 0, 64 (27 steps each)|25|70"
   "1|ours verified (and candidate if it acts in training; 75 steps each); eager|35|75"
@@ -309,14 +310,14 @@ dry_run() {
 # candidate setting is measured only when they passed in this call. (Until 2026-11-26 the
 # switch measured was model.fused_ops, whose fused kernels are now the default.)
 readonly CANDIDATE_TWINS="CudaCandidate[A-Za-z]*"
-# Whether a candidate changes the training step: gathered_attention (the one waiting since
-# 2026-11-26) acts in decoding only, so the step stage measures the default alone and the
-# translate stage measures decoding with and without it.
+# Whether a candidate changes the training step (none waits; the last, gathered_attention,
+# acted in decoding only: the step stage measured the default alone and the translate
+# stage decoding with and without it). Set it to 1 with a candidate that trains.
 readonly CANDIDATES_ACT_IN_TRAINING=0
-# The twins of the ops whose files changed since the last GPU run (2026-11-26, fourth
-# window; after it the written gradients became the only kWrite path of every backward
-# op, and the short attention the default up to train.short_attention_max_len).
-readonly CHANGED_TWINS="CudaReluBiasBackward|CudaLinearRelu|CudaLinear|CudaOutputProjection|CudaLayerNorm|CudaAddNorm|CudaAttention|CudaElementwise"
+# The twins of the ops whose files changed since the last GPU run (2026-11-26, fifth
+# window; after it the gathered attention became CUDA decoding's only layout, losing its
+# candidate check: kernels/cuda/attention.cu, cuda_backend.cu).
+readonly CHANGED_TWINS="CudaAttention"
 
 # What the step and followup stages build: the benchmark, every kernel twin test
 # executable and the whole-model GPU tests.
@@ -511,7 +512,7 @@ run_other_twins() {
   # The whole model: fp32 training on the GPU against the CPU, separate and fused kernels
   # (skipped in the rehearsal: they need the GPU itself).
   ctest --test-dir "$BUILD_DIR" \
-    -R "^CudaTraining[.](Fp32ThreeSteps(MatchTheCpu|WithFusedOps)|Bf16ThreeStepsWithShortAttention)" \
+    -R "^CudaTraining[.](Fp32ThreeSteps(MatchTheCpu|WithFusedOps)|Bf16ThreeStepsWithShortAttention|DecodingStepsMatchTheCpu)" \
     --output-on-failure > "$LOGS/ctest_whole_model.log" 2>&1
   grep -E "tests passed|Failed|Skipped|\*\*\*" "$LOGS/ctest_whole_model.log" | tail -6
   grep -h "GPU fp32\|GPU bf16" "$BUILD_DIR/Testing/Temporary/LastTest.log" | head -4
@@ -746,8 +747,8 @@ translate_stage() {
   # in batches of 32 sentences, beside CTranslate2 (or its published anchor when its CUDA
   # 12 wheel cannot run: issue 33's GPU line), and where the time goes (--profile: the
   # host time between ops says whether CUDA graphs of the decoder step would pay). With
-  # the candidate kernels too (transformer_decode --cuda-kernels candidate: decoding's
-  # gathered_attention) when their twins passed in call 1 on this machine, or
+  # the candidate kernels too (transformer_decode --cuda-kernels candidate) when their twins
+  # passed in call 1 on this machine (none waits at present), or
   # DECODE_CANDIDATE=NAMES says so ("" : not).
   # shellcheck disable=SC1090
   [ -f "$(state_file)" ] && source "$(state_file)"

@@ -94,23 +94,20 @@ enum class GradStore { kAdd, kWrite };
 // (docs/testing.md, "Kernels not yet run on a GPU"): bits of the set a backend may take,
 // named by train.cuda_kernels. Each candidate gets a bit and a name here, and its twin
 // tests say which one failed, so a GPU session can measure the others
-// (bench/gpu_session.sh). The two before (write_gradients, the backward ops writing
-// their first-written gradients; short_attention, the one-launch attention of short
-// sentences) ran on an H100 on 2026-11-26 and are the default now.
+// (bench/gpu_session.sh). None waits at present. The former ones ran on an H100 on
+// 2026-11-26 and are the default now: write_gradients (the backward ops writing their
+// first-written gradients), short_attention (the one-launch attention of short
+// sentences), and gathered_attention (a decoding step's attention over the
+// shared-prefix cache's gathered key rows, AttentionShape::key_rows).
 enum CandidateKernels : unsigned {
   kNoCandidates = 0,
-  // gathered_attention: a decoding step's attention over gathered key rows
-  // (AttentionShape::key_rows) in one kernel, so that CUDA decoding keeps the
-  // shared-prefix cache (Backend::attention_gathers_keys) instead of copying every
-  // hypothesis' rows when the beam reorders, and reads only the keys a query sees.
-  kGatheredAttention = 1u << 0,
-  kAllCandidates = kGatheredAttention,
+  kAllCandidates = 0,
 };
 
 // The candidate set a train.cuda_kernels value names: "verified" (none), "candidate"
-// (all), or candidate names joined by commas; the former candidates write_gradients and
-// short_attention (the default since 2026-11-26) are accepted and name nothing. An
-// unknown name: false, with `error` saying what is allowed.
+// (all), or candidate names joined by commas; the former candidates write_gradients,
+// short_attention and gathered_attention (the default since 2026-11-26) are accepted and
+// name nothing. An unknown name: false, with `error` saying what is allowed.
 bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
                              std::string& error);
 
@@ -231,7 +228,7 @@ class Backend {
   virtual bool attention_reads_masked_keys() const { return true; }
   // Whether attention_forward takes AttentionShape::key_rows (then incremental decoding
   // keeps one shared-prefix cache and moves no key/value rows when the beam reorders).
-  // The CPU's; CUDA's with the gathered_attention candidate (train.cuda_kernels).
+  // The CPU's and CUDA's (its gathered attention kernel, the default since 2026-11-26).
   virtual bool attention_gathers_keys() const { return false; }
   // What encoding a source batch in one more part costs here, in rows: Transformer::
   // encode runs a batch of mixed lengths in groups of similar length, each padded to its

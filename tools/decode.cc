@@ -545,9 +545,8 @@ int main(int argc, char** argv) {
        "CPU decoding workers, each translating whole batches with its own copy of the model; "
        "0 = one per core (default: the checkpoint's train.threads)")
       ("cuda-kernels", po::value<std::string>(),
-       "GPU kernels, as train.cuda_kernels: verified, candidate, or candidate names "
-       "(gathered_attention: one key/value cache shared by a beam's hypotheses); default: "
-       "the checkpoint's")
+       "GPU kernels, as train.cuda_kernels: verified, candidate (the kernels not yet run "
+       "on a GPU; none at present), or candidate names; default: the checkpoint's")
       ("dump-attention", po::value(&args.dump_attention),
        "write every layer's and head's attention weights of the --dump-lines translations "
        "to this HDF5 file (tools/plot_attention.py draws them)")

@@ -10,16 +10,18 @@
 // encode().
 //
 // Two layouts of the self-attention cache, by the backend:
-//   shared prefixes (Backend::attention_gathers_keys(): the CPU, and CUDA with the
-//     gathered_attention candidate kernel): a pool of rows, where
+//   shared prefixes (Backend::attention_gathers_keys(): the CPU and CUDA, whose gathered
+//     attention kernel is the default since its H100 run of 2026-11-26): a pool of rows, where
 //     each step appends one row per hypothesis after the last step's. A hypothesis
 //     holds the row of each of its positions (its prefix's, written by its ancestors);
 //     reorder hands each new hypothesis its parent's list, moving no key or value, and
 //     the attention gathers the rows it lists (AttentionShape::key_rows). The beam's
 //     hypotheses share most of their prefixes: one copy of each, read from the CPU's
 //     cache by the hypotheses after the first.
-//   rows (CUDA by default): cache row r holds a hypothesis' positions 0..max_len-1; reorder copies
-//     the rows of the continuations that cannot stay in their parent's row.
+//   rows (a backend whose attention cannot gather keys; none of ours now, the tests'
+//     stand-in keeps it checked): cache row r holds a hypothesis' positions
+//     0..max_len-1; reorder copies the rows of the continuations that cannot stay in
+//     their parent's row.
 //
 // An ensemble (decode/ensemble.h) keeps one DecoderState per model and reorders all of
 // them by the same parents; it reads each state's own row_of() when it adds the models'

@@ -1200,7 +1200,7 @@ TEST(CudaAttention, ShortKernelsOnlyUpToTheConfiguredLength) {
   }
 }
 
-// ---- Gathered keys on the GPU (candidate: train.cuda_kernels = gathered_attention) ----
+// ---- Gathered keys on the GPU (decoding's shared-prefix cache) ----
 
 // A decoding step's attention over a shared-prefix pool (AttentionShape::key_rows): the
 // data's key|value rows copied into a pool at scattered rows among NaN rows, sentences
@@ -1258,15 +1258,14 @@ std::vector<AttentionCase> gathered_attention_cases() {
 // The gathered kernel against the CPU's gathered loops, fp32 and bf16 at the tolerances of
 // the batched path (the same roundings: S fp32, P rounded to T before the product, out
 // rounded once); saved probabilities too, zeros past the visible keys; without saved
-// (a decoding step's), the same output; a repeated run bit-identical.
-TEST(CudaCandidateAttention, GatheredKeysMatchCpu) {
+// (a decoding step's), the same output; a repeated run bit-identical. The CUDA backend
+// offers gathered keys by default (since its H100 run of 2026-11-26).
+TEST(CudaAttention, GatheredKeysMatchCpu) {
   THPC_REQUIRE_GPU();
   for (DType dtype : gpu_compute_dtypes()) {
     std::mt19937 rng(45);
-    Twins twins(dtype, CudaKernelChoice{kAllCandidates});
-    if (!twin_rehearsal()) {
-      ASSERT_TRUE(twins.gpu->attention_gathers_keys());
-    }
+    Twins twins(dtype);
+    ASSERT_TRUE(twins.gpu->attention_gathers_keys());
     for (const AttentionCase& c : gathered_attention_cases()) {
       SCOPED_TRACE(label(c, dtype));
       const AttentionData data(c, dtype, rng);
@@ -1279,14 +1278,6 @@ TEST(CudaCandidateAttention, GatheredKeysMatchCpu) {
           << "repeated";
     }
   }
-}
-
-// Without the candidate the CUDA backend does not offer gathered keys (decoding keeps a
-// cache row per hypothesis, the path that ran on a GPU).
-TEST(CudaAttention, GatheredKeysOnlyWithTheCandidate) {
-  THPC_REQUIRE_GPU();
-  if (twin_rehearsal()) GTEST_SKIP() << "the CPU stand-in always gathers";
-  EXPECT_FALSE(Twins(DType::BF16).gpu->attention_gathers_keys());
 }
 
 }  // namespace
