@@ -145,7 +145,7 @@ else  # the checkpoint's SentencePiece model, for counting pieces
 fi
 pieces() { spm_encode --model "$spm" < "$1" | wc -w; }
 same_lines() { paste -d '\t' "$1" "$2" | awk -F'\t' '$1 == $2' | wc -l; }
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "n/a"; else print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 seconds() {  # seconds COMMAND...: runs it, prints its wall seconds, stdout and stderr to $work/log
   local start end
   start=$(date +%s.%N)
@@ -176,9 +176,11 @@ peer() {
   echo "$(pieces "$work/$name.out") $(stat_of translate_s) $wall" >> "$work/$name"
 }
 # field NAME COLUMN: the median of that column over the runs; rate NAME COLUMN: tokens/s.
-rate() { awk -v c="$2" '{ printf "%.1f\n", $1 / $c }' "$work/$1" | median; }
+# A run whose time is not positive (ours is a run's wall time less an empty run's: on a
+# model too small to time, noise around zero) gives no rate; none left: n/a.
+rate() { awk -v c="$2" '$c > 0 { printf "%.1f\n", $1 / $c }' "$work/$1" | median; }
 tokens() { awk '{ print $1 }' "$work/$1" | median; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "n/a" }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^[0-9]/ && b > 0) printf "%.3f", a / b; else print "n/a" }'; }
 
 if [ "$device" = cpu ]; then
   for threads in "${thread_counts[@]}"; do
