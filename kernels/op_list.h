@@ -119,8 +119,7 @@ THPC_OP(void, add_dropout_layernorm_backward,
 // P [B, h, Lq, Lk] contiguous, masked entries (padding, future positions) exactly 0;
 // its size is Backend::attention_saved_numel(shape). The model also reads them back for
 // attention pictures (Transformer::attention_weights). It may be null when no backward
-// follows (incremental decoding). Whether the op reads the keys past key_lengths[b]:
-// Backend::attention_reads_masked_keys().
+// follows (incremental decoding).
 THPC_OP(void, attention_forward,
         (Out out, Out saved, In q, int ldq, In k, int ldk, In v, int ldv,
          const AttentionShape& shape),

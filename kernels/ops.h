@@ -78,7 +78,8 @@ struct AttentionShape {
   // sentence b (and its value) is row key_rows[b * Lk + j] of k (v), read only for
   // j < key_lengths[b]; null, row b * Lk + j. Incremental decoding's shared-prefix cache
   // (model/decoder_state.h): hypotheses read their common prefix's rows where it was
-  // written. Only backends with Backend::attention_gathers_keys(), and forward only.
+  // written. Every backend's attention_forward takes it (backward does not: decoding
+  // only), and with it reads no key or value row that is not listed.
   const int32_t* key_rows = nullptr;
 };
 
@@ -221,15 +222,6 @@ class Backend {
   // The element count of attention_forward's `saved` (the probabilities
   // [B, h, Lq, Lk]): the same on every backend, as the layout is the contract's.
   static int64_t attention_saved_numel(const AttentionShape& shape);
-  // Whether attention_forward reads the keys and values past key_lengths[b] (and
-  // multiplies them by probability 0, so that NaN there would spread): true unless a
-  // backend says otherwise. Incremental decoding zeroes a new key/value cache only when
-  // it does (the CPU's reads the valid keys alone; CUDA's batched GEMMs read all).
-  virtual bool attention_reads_masked_keys() const { return true; }
-  // Whether attention_forward takes AttentionShape::key_rows (then incremental decoding
-  // keeps one shared-prefix cache and moves no key/value rows when the beam reorders).
-  // The CPU's and CUDA's (its gathered attention kernel, the default since 2026-11-26).
-  virtual bool attention_gathers_keys() const { return false; }
   // What encoding a source batch in one more part costs here, in rows: Transformer::
   // encode runs a batch of mixed lengths in groups of similar length, each padded to its
   // own longest, when that computes fewer rows in all, this cost per group included.

@@ -119,12 +119,8 @@ class ProfilingBackend : public Backend {
   int device() const override { return inner_.device(); }
   int64_t peak_memory_bytes() const override { return inner_.peak_memory_bytes(); }
   std::unique_ptr<WorkClock> make_work_clock() override { return inner_.make_work_clock(); }
-  bool attention_reads_masked_keys() const override {
-    return inner_.attention_reads_masked_keys();
-  }
   bool fused_ops_by_default() const override { return inner_.fused_ops_by_default(); }
   int encoder_group_cost_rows() const override { return inner_.encoder_group_cost_rows(); }
-  bool attention_gathers_keys() const override { return inner_.attention_gathers_keys(); }
 
   // The ops: each entry of kernels/op_list.h passed on to the inner backend between two
   // marks, counted in its class with its matrix FLOPs.

@@ -14,7 +14,6 @@
 #include "decode_oracles.h"
 #include "decode_steps.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/profiling_backend.h"
 
 namespace thpc {
 namespace {
@@ -345,42 +344,6 @@ TEST(IncrementalDecoding, BeamSearchGivesTheSameOutputsCachedOrNot) {
     CachedTransformerScorer cached(model, kIds, 5 + 6);
     expect_same_beam_search_outputs(full, cached);
   }
-}
-
-// The CPU backend as a GPU without gathered keys: decoding then keeps a cache row per
-// hypothesis and moves rows when the beam reorders (DecoderState's rows layout, CUDA's
-// default), which the CPU alone would never take.
-class RowsLayoutBackend final : public ProfilingBackend {
- public:
-  using ProfilingBackend::ProfilingBackend;
-  bool attention_gathers_keys() const override { return false; }
-};
-
-TEST(IncrementalDecoding, RowsLayoutStepsEqualSharedPrefixSteps) {
-  // The reordering steps (hypotheses swapped, split, dropped, the cache grown into its
-  // spare and worked in place) through both layouts of the self-attention cache: the
-  // same log-probabilities but for the attention's summation order (BLAS over the rows'
-  // keys against the gathered loops: 1e-5 as for full recomputation), then the same
-  // beam-search outputs.
-  auto cpu = make_cpu_backend(DType::F32);
-  RowsLayoutBackend rows_backend(*cpu);
-  ASSERT_FALSE(rows_backend.attention_gathers_keys());
-  ASSERT_TRUE(cpu->attention_gathers_keys());
-  Transformer shared_model = small_model(*cpu, false);
-  Transformer rows_model = small_model(rows_backend, false);
-  CachedTransformerScorer shared(shared_model, kIds, 10), rows(rows_model, kIds, 10);
-  shared.start(kReorderingSources);
-  rows.start(kReorderingSources);
-  const std::vector<BeamStep> steps = as_beam_steps(reordering_steps());
-  std::vector<float> a, b;
-  for (size_t step = 0; step < steps.size(); ++step) {
-    shared.step(steps[step], a);
-    rows.step(steps[step], b);
-    ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-5) << step << " " << i;
-  }
-  CachedTransformerScorer shared_search(shared_model, kIds, 11), rows_search(rows_model, kIds, 11);
-  expect_same_beam_search_outputs(shared_search, rows_search);
 }
 
 TEST(IncrementalDecoding, RankedBestTokensAreTheFullRowsBest) {

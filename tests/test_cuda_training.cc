@@ -131,10 +131,9 @@ TEST(CudaTraining, Bf16ThreeStepsWithShortAttentionTrackTheBatchedPath) {
   EXPECT_LE(difference, 1e-2);
 }
 
-// CUDA decoding steps: the backend offers gathered keys (by default since the gathered
-// attention's H100 run of 2026-11-26), so the decoder keeps the shared-prefix cache and
-// each step's self-attention runs the gathered kernel, with every train.cuda_kernels
-// setting. The same hypotheses, reordered, split and dropped between steps as a beam
+// CUDA decoding steps through the shared-prefix cache, each step's self-attention the
+// gathered kernel, with the verified kernels and with the candidates (when one acts in
+// decoding). The same hypotheses, reordered, split and dropped between steps as a beam
 // search does, scored by the CPU's cached decoder: fp32 log-probabilities agree to the
 // GEMMs' summation orders (the CPU's cached steps equal full recomputation to 1e-5,
 // IncrementalDecoding.CachedStepsEqualFullRecomputation).
@@ -152,7 +151,6 @@ TEST(CudaTraining, DecodingStepsMatchTheCpu) {
     CudaKernelChoice kernels;
     kernels.candidates = candidates;
     auto gpu_backend = make_backend(BackendRequest{"cuda", "fp32", 0, 0, kernels});
-    EXPECT_TRUE(gpu_backend->attention_gathers_keys());
     Transformer gpu_model = small_model(*gpu_backend, false);
     CachedTransformerScorer gpu(gpu_model, ids, 10);
     gpu.start(kReorderingSources);

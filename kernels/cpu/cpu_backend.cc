@@ -33,13 +33,10 @@ class CpuBackend final : public Backend {
  public:
   std::string name() const override { return std::string("cpu-") + dtype_name(dtype_of<T>()); }
   bool host_memory() const override { return true; }
-  // cpu::attention_forward's products run over the first key_lengths[b] keys only.
-  bool attention_reads_masked_keys() const override { return false; }
   // Packing the weights once per product (about 12 MB a base layer) costs what some 15
   // rows' products do; 64 leaves a margin for the smaller products' lower rate. (The
   // first 40 lines of newstest2014, one batch: 3,840 rows padded, 1,934 in 5 groups.)
   int encoder_group_cost_rows() const override { return 64; }
-  bool attention_gathers_keys() const override { return true; }
   // The fused ops compute the separate ops' bits here (AddNorm.*, LinearRelu.*,
   // ReluBiasBackward.*, FusedOps.* in test_model).
   bool fused_ops_by_default() const override { return true; }

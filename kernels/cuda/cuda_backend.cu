@@ -148,10 +148,6 @@ class CudaBackend final : public Backend {
   // (CudaTraining.Fp32ThreeStepsWithFusedOpsMatchTheCpu) and compute-sanitizer memcheck
   // of the twins passed, and the base step took 42.4 ms instead of 57.8 (bench/RESULTS.md).
   bool fused_ops_by_default() const override { return true; }
-  // Yes since 2026-11-26 (the gathered attention's twins, memcheck and the same-weights
-  // newstest2014 decode passed on an H100, 13-20% faster, bench/RESULTS.md): decoding
-  // keeps the shared-prefix cache, its steps' attention reading the rows key_rows lists.
-  bool attention_gathers_keys() const override { return true; }
   int device() const override { return context_.device(); }
 
   // ---- ops: each entry of kernels/op_list.h calls its twin cuda::NAME<T> with the

@@ -94,11 +94,9 @@ class CachedTransformerScorer final : public NextTokenScorer {
                  std::vector<int32_t>& tokens) override;
 
   // The same step, left on the backend for a caller that combines several models'
-  // (decode/ensemble.h): Transformer::decode_step's log-probabilities [H, vocab] in the
-  // decoder state's cache-row order (hypothesis h's row is decoder_state().row_of()[h]),
-  // valid until the model's next step.
+  // (decode/ensemble.h): Transformer::decode_step's log-probabilities [H, vocab], row h
+  // hypothesis h's, valid until the model's next step.
   Tensor step_on_backend(const BeamStep& step);
-  const DecoderState& decoder_state() { return model_.decoder_state(); }
   Transformer& model() { return model_; }
 
  private:

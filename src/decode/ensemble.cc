@@ -49,7 +49,7 @@ EnsembleScorer::~EnsembleScorer() {
   for (Tensor* t : {&combined_, &ranked_input_, &best_values_}) {
     if (*t) backend_.free(*t);
   }
-  backend_.free_ids(hypothesis_of_row_.ids);
+  backend_.free_ids(each_row_.ids);
   backend_.free_ids(best_columns_.ids);
 }
 
@@ -63,21 +63,21 @@ void EnsembleScorer::combine(const BeamStep& step) {
   ensure_capacity(backend_, combined_, backend_.param_dtype(), count, false);
   const Tensor sum = combined_.slice(0, count);
   backend_.zero(sum);
+  if (static_cast<int>(each_row_host_.size()) != H) {  // uploaded when H changes
+    each_row_host_.resize(H);
+    for (int h = 0; h < H; ++h) each_row_host_[h] = h;
+    ensure_ids(backend_, each_row_, each_row_host_);
+  }
   for (size_t i = 0; i < members_.size(); ++i) {
-    // Model i's log-probabilities, [H, vocab] in its decoder state's cache-row order.
+    // Model i's log-probabilities, [H, vocab], row h hypothesis h's.
     const Tensor rows = members_[i].step_on_backend(step);
-    const std::vector<int>& row_of = members_[i].decoder_state().row_of();
-    hypothesis_of_row_host_.assign(H, -1);
-    for (int h = 0; h < H; ++h) hypothesis_of_row_host_[row_of[h]] = h;
-    ensure_ids(backend_, hypothesis_of_row_, hypothesis_of_row_host_);
-    // sum[h, :] += w_i * rows[row_of[h], :]. embedding_backward is this scaled
-    // scatter-add of rows (d_table[tokens[r]] += scale * d_out[r], d_table in fp32, the
-    // rows in the activations' dtype, each element one fp32 multiply and add, in model
-    // order, on either backend): with the "tokens" saying which hypothesis each cache row
-    // holds it also puts the rows in hypothesis order, whatever each model's row order.
-    // Cost per model and step: one read of its [H, vocab] and a read-modify-write of the
-    // fp32 sum, next to a decoder step that reads every weight; no new kernel.
-    backend_.embedding_backward(sum, Tensor{}, rows, hypothesis_of_row_.ids, /*rows=*/H,
+    // sum[h, :] += w_i * rows[h, :]. embedding_backward is this scaled add of rows
+    // (d_table[tokens[r]] += scale * d_out[r], d_table in fp32, the rows in the
+    // activations' dtype, each element one fp32 multiply and add, in model order, on
+    // either backend) with the "tokens" 0..H-1. Cost per model and step: one read of its
+    // [H, vocab] and a read-modify-write of the fp32 sum, next to a decoder step that
+    // reads every weight; no new kernel.
+    backend_.embedding_backward(sum, Tensor{}, rows, each_row_.ids, /*rows=*/H,
                                 /*length=*/1, /*d=*/vocab_, /*vocab=*/H, weights_[i]);
   }
 }

@@ -32,8 +32,8 @@
 
 namespace thpc {
 
-// Each model decodes incrementally through its own DecoderState (its own caches, in its
-// own cache-row order), all of them reordered by the same parents every step.
+// Each model decodes incrementally through its own DecoderState (its own caches), all of
+// them reordered by the same parents every step.
 class EnsembleScorer final : public NextTokenScorer {
  public:
   // `models` share one backend and one vocabulary (their architectures may differ);
@@ -66,8 +66,9 @@ class EnsembleScorer final : public NextTokenScorer {
   Tensor combined_;      // [H, vocab], param_dtype
   Tensor ranked_input_;  // combined_ in compute_dtype, when the two differ (GPU bf16)
   Tensor best_values_;   // row_top_k's values [H, k], param_dtype
-  model_detail::IdBuffer hypothesis_of_row_, best_columns_;
-  std::vector<int32_t> hypothesis_of_row_host_;
+  // 0..H-1 on the backend (combine's row indices) and on the host.
+  model_detail::IdBuffer each_row_, best_columns_;
+  std::vector<int32_t> each_row_host_;
 };
 
 // The weights of an ensemble of `models` models: `given` (one per model, each finite and

@@ -11,18 +11,18 @@
 namespace thpc::model_detail {
 
 // One incremental decoding step's plan (DecoderState::plan_step), the same for every
-// layer: rows are hypotheses in cache-row order, one new position each. The attentions
+// layer: rows are hypotheses, one new position each. The attentions
 // then read their keys and values from the layer's cache (model/decoder_state.h).
 struct DecodingStep {
   int rows = 0;     // hypotheses
-  int max_len = 0;  // positions per self-attention cache row
+  int max_len = 0;  // positions a hypothesis may have (its key_rows' width)
   // The copy_rows that appends this position's k|v to the self-attention cache: chunks
   // of `chunk` elements of the step's q|k|v rows (see DecoderState::StepPlan).
   const int32_t* append_to = nullptr;
   const int32_t* append_from = nullptr;
   int append_count = 0, chunk = 0;
-  // Shared prefixes (model/decoder_state.h): the self-attention's AttentionShape::key_rows,
-  // [rows, max_len] rows of the cache; null in the rows layout.
+  // The self-attention's AttentionShape::key_rows: per hypothesis, the pool rows of its
+  // positions, [rows, max_len] (model/decoder_state.h).
   const int32_t* key_rows = nullptr;
   // The cross-attention runs per source sentence over its S keys: row r's query goes to
   // row cross_slots[r] of [sentences, slots] queries; slots no row fills are zero

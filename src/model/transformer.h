@@ -92,9 +92,9 @@ class Transformer {
   //                                       encoded batch, at most max_len positions
   //   decode_step(state, tokens)          feeds tokens[h] to hypothesis h at position
   //                                       state.positions() (0: bos): log p(next)
-  //                                       [H, vocab] on the backend, row state.row_of()[h]
-  //                                       for hypothesis h, valid until the model's next
-  //                                       step (an ensemble combines them there)
+  //                                       [H, vocab] on the backend, row h for hypothesis
+  //                                       h, valid until the model's next step (an
+  //                                       ensemble combines them there)
   //   decode_step_log_probs(state, tokens, log_probs)
   //                                       the same in hypothesis order, in a host vector
   //                                       whose capacity is reused

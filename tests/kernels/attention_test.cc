@@ -223,10 +223,9 @@ TEST(Attention, MaskedProbabilitiesAreZeroAndRowsSumToOne) {
   }
 }
 
-// Keys and values past key_lengths[b] are never read: NaN there changes no output bit.
-// Incremental decoding relies on it to leave its key/value caches unzeroed on the CPU
-// (Backend::attention_reads_masked_keys; the rows past the position are unwritten).
-// The cases include one query against a cache, the decoder's step (the GEMV path).
+// The CPU attention never reads keys and values past key_lengths[b]: NaN there changes
+// no output bit, so padding need not be finite. The cases include one query against a
+// cache, the decoder's step (the GEMV path).
 TEST(Attention, KeysPastTheLengthsAreNeverRead) {
   std::mt19937 rng(46);
   std::vector<AttentionCase> cases = attention_cases();
@@ -1258,14 +1257,12 @@ std::vector<AttentionCase> gathered_attention_cases() {
 // The gathered kernel against the CPU's gathered loops, fp32 and bf16 at the tolerances of
 // the batched path (the same roundings: S fp32, P rounded to T before the product, out
 // rounded once); saved probabilities too, zeros past the visible keys; without saved
-// (a decoding step's), the same output; a repeated run bit-identical. The CUDA backend
-// offers gathered keys by default (since its H100 run of 2026-11-26).
+// (a decoding step's), the same output; a repeated run bit-identical.
 TEST(CudaAttention, GatheredKeysMatchCpu) {
   THPC_REQUIRE_GPU();
   for (DType dtype : gpu_compute_dtypes()) {
     std::mt19937 rng(45);
     Twins twins(dtype);
-    ASSERT_TRUE(twins.gpu->attention_gathers_keys());
     for (const AttentionCase& c : gathered_attention_cases()) {
       SCOPED_TRACE(label(c, dtype));
       const AttentionData data(c, dtype, rng);
