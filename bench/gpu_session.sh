@@ -12,7 +12,10 @@
 #   call 1:  run(command="PEERS=eager timeout 400 bash bench/gpu_session.sh step",
 #                timeout_s=430, carry=["gpu-bundle", "shared-for-gpu"])
 #       (PEERS=eager: the compiled peer, ~230 s, was last run on 2026-11-26's fourth
-#       window, 1.269x, and the step has not changed since; drop it when it has.)
+#       window, 1.269x, and the step has not changed since; drop it when it has. While
+#       the step stays unchanged, STEP_SECONDS=1 SHORT_ATTENTION_LENGTHS= skips the peers
+#       and the length profiles too: call 1 then took 70 s in the fifth window, build
+#       and all twins included, and left calls 2 and 3 their whole time-outs.)
 #   call 2, AT ONCE (a machine idle for 30 s is given back, and with it build-gpu/ and
 #   the unpacked bundle):
 #            run(command="timeout 300 env TRAIN_MINUTES=1 CHECKPOINT_MINUTES=0.17
@@ -159,7 +162,10 @@ prepare_ctranslate2() {
 # CPU suite in 526 s) and 2026-11-26 (bench/RESULTS.md: call 1 took 337 s, its build 20 s,
 # the twins and whole model 41 s, the profiles 15 s; the compiled peer's nine static-shape
 # compilations 228 s, so it fitted in call 1; call 2 took 53 s). The compiled peer gets
-# what is left of call 1 and spills into call 2 when compilation runs longer.
+# what is left of call 1 and spills into call 2 when compilation runs longer. The fifth
+# window (2026-11-26/27, call 1 cut as above): call 1 70 s (build 29 s, twins and whole
+# model 29 s), translate 235 s (CTranslate2 included), followup 239 s; 617 s held in all
+# with two short extra calls, the start included.
 readonly PLAN=(
   "start|machine start (counted, not in a call)|60|120"
   "1|setup: gpu-bundle unpacked, nvidia-smi|10|20"
