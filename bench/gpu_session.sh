@@ -344,7 +344,7 @@ case ${1:-} in
   --rehearse) rehearsal=1; stage=${2:-step} ;;
   "") stage=step ;;
   step | followup | peers | tests | translate | parse) stage=$1 ;;
-  *) sed -n '2,31p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,34p' "$0" >&2; exit 2 ;;
 esac
 [[ $stage =~ ^(step|followup|peers|tests|translate|parse)$ ]] || { echo "unknown stage '$stage'" >&2; exit 2; }
 
