@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <optional>
 #include <sstream>
 #include <utility>
@@ -63,9 +64,11 @@ void EnsembleScorer::combine(const BeamStep& step) {
   ensure_capacity(backend_, combined_, backend_.param_dtype(), count, false);
   const Tensor sum = combined_.slice(0, count);
   backend_.zero(sum);
-  if (static_cast<int>(each_row_host_.size()) != H) {  // uploaded when H changes
+  // 0..H-1 are the first H of any longer 0..N-1: uploaded only when H exceeds them, not
+  // again as sentences finish and H falls.
+  if (static_cast<int>(each_row_host_.size()) < H) {
     each_row_host_.resize(H);
-    for (int h = 0; h < H; ++h) each_row_host_[h] = h;
+    std::iota(each_row_host_.begin(), each_row_host_.end(), 0);
     ensure_ids(backend_, each_row_, each_row_host_);
   }
   for (size_t i = 0; i < members_.size(); ++i) {

@@ -66,7 +66,8 @@ class EnsembleScorer final : public NextTokenScorer {
   Tensor combined_;      // [H, vocab], param_dtype
   Tensor ranked_input_;  // combined_ in compute_dtype, when the two differ (GPU bf16)
   Tensor best_values_;   // row_top_k's values [H, k], param_dtype
-  // 0..H-1 on the backend (combine's row indices) and on the host.
+  // 0..N-1 (N: the most hypotheses so far) on the backend, combine's row indices, and on
+  // the host.
   model_detail::IdBuffer each_row_, best_columns_;
   std::vector<int32_t> each_row_host_;
 };
