@@ -288,16 +288,23 @@ b32=(--batch-sentences 32 --batch-tokens 1000000)
 echo "ours in batches of 32 sentences: ${b32[*]}"
 rm -f "$work"/{ours,ours_b32,ours_candidate,ours_candidate_b32,ct2_fp16,ct2_bf16,ct2_fp16_t4096}
 candidate=${CANDIDATE:-}
+# ct2_run NAME COMPUTE_TYPE BATCHING...: one timed CTranslate2 decode on $ct2_device.
+ct2_run() {
+  local name=$1 compute_type=$2
+  shift 2
+  peer "$name" tools/translate_ctranslate2.py --model "$work/ct2_model" --device "$ct2_device" \
+    --compute-type "$(ct2_type "$compute_type")" "$@"
+}
 # Per run: ours, then CTranslate2, then the candidate kernels, each "run" line printed as
 # soon as its numbers exist (a call cut short by its time-out keeps what was measured).
 for run in $(seq "$runs"); do
   ours ours --batch-tokens 4096
   ours ours_b32 "${b32[@]}"
   if [ "$ct2_cuda" = yes ]; then
-    peer ct2_fp16 tools/translate_ctranslate2.py --model "$work/ct2_model" --device "$ct2_device" --compute-type "$(ct2_type float16)" --batch-sentences 32
-    peer ct2_bf16 tools/translate_ctranslate2.py --model "$work/ct2_model" --device "$ct2_device" --compute-type "$(ct2_type bfloat16)" --batch-sentences 32
+    ct2_run ct2_fp16 float16 --batch-sentences 32
+    ct2_run ct2_bf16 bfloat16 --batch-sentences 32
     # And in ours' own batching (CTranslate2's batch_type "tokens"), beside ours at 4,096.
-    peer ct2_fp16_t4096 tools/translate_ctranslate2.py --model "$work/ct2_model" --device "$ct2_device" --compute-type "$(ct2_type float16)" --batch-tokens 4096
+    ct2_run ct2_fp16_t4096 float16 --batch-tokens 4096
     # The same weights and search: most lines identical (fp16 against bf16 and another
     # batching move a few near-ties), far fewer if CTranslate2's GEMMs went wrong.
     [ "$run" = 1 ] && same_ct2=$(same_lines "$work/ours_b32.out" "$work/ct2_fp16.out")
@@ -311,8 +318,9 @@ for run in $(seq "$runs"); do
     echo "run $run, --cuda-kernels $candidate (tokens, decode s, wall s): ours $(tail -1 "$work/ours_candidate") | ours b32 $(tail -1 "$work/ours_candidate_b32")"
   fi
 done
+ours_tok_s=$(rate ours 2)
 ours_b32_tok_s=$(rate ours_b32 2)
-line="decode_vs_ctranslate2: device=cuda lines=$lines beam=$beam max_len=$max_len ours_bf16_tok_s=$(rate ours 2) ours_bf16_b32_tok_s=$ours_b32_tok_s ours_wall_tok_s=$(rate ours 3) tokens_ours=$(tokens ours)"
+line="decode_vs_ctranslate2: device=cuda lines=$lines beam=$beam max_len=$max_len ours_bf16_tok_s=$ours_tok_s ours_bf16_b32_tok_s=$ours_b32_tok_s ours_wall_tok_s=$(rate ours 3) tokens_ours=$(tokens ours)"
 if [ -n "$candidate" ]; then
   same=$(same_lines "$work/ours_first.out" "$work/ours_candidate_first.out")
   line="$line candidate=$candidate ours_candidate_bf16_tok_s=$(rate ours_candidate 2) ours_candidate_b32_tok_s=$(rate ours_candidate_b32 2) candidate_same_lines=$same/$lines"
@@ -321,7 +329,7 @@ if [ "$ct2_cuda" = yes ]; then
   fp16=$(rate ct2_fp16 2)
   bf16=$(rate ct2_bf16 2)
   fp16_t4096=$(rate ct2_fp16_t4096 2)
-  echo "$line ct2_fp16_b32_tok_s=$fp16 ct2_bf16_b32_tok_s=$bf16 ratio_fp16_b32=$(ratio "$ours_b32_tok_s" "$fp16") ratio_bf16_b32=$(ratio "$ours_b32_tok_s" "$bf16") ct2_fp16_t4096_tok_s=$fp16_t4096 ratio_fp16_t4096=$(ratio "$(rate ours 2)" "$fp16_t4096") ct2_wall_fp16_b32_tok_s=$(rate ct2_fp16 3) tokens_ct2=$(tokens ct2_fp16) same_as_ct2_fp16_b32=$same_ct2/$lines ct2_cublas=$ct2_cublas runs=$runs"
+  echo "$line ct2_fp16_b32_tok_s=$fp16 ct2_bf16_b32_tok_s=$bf16 ratio_fp16_b32=$(ratio "$ours_b32_tok_s" "$fp16") ratio_bf16_b32=$(ratio "$ours_b32_tok_s" "$bf16") ct2_fp16_t4096_tok_s=$fp16_t4096 ratio_fp16_t4096=$(ratio "$ours_tok_s" "$fp16_t4096") ct2_wall_fp16_b32_tok_s=$(rate ct2_fp16 3) tokens_ct2=$(tokens ct2_fp16) same_as_ct2_fp16_b32=$same_ct2/$lines ct2_cublas=$ct2_cublas runs=$runs"
 else
   echo "$line ct2=unavailable anchor_ct2_fp16_a10g_b32_tok_s=10991 ($anchor) runs=$runs"
 fi
