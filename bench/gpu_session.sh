@@ -31,6 +31,12 @@
 #            run(command="timeout 270 bash bench/gpu_session.sh followup", timeout_s=300,
 #                carry=["gpu-bundle", "shared-for-gpu"])
 #       or, if call 1 showed something else to do, another stage of at most 270 s.
+#   the step curve (issue 51), a call of its own (2026-11-28, H200: 420 s cold):
+#            run(command="timeout 450 env CURVE_SECONDS=420 bash bench/gpu_session.sh curve",
+#                timeout_s=470, carry=["gpu-bundle", "shared-for-gpu"])
+#       base at 3,125 / 6,250 / 12,500 / 25,000 and big at 3,125 / 25,000 tokens, each
+#       with the eager peer and host_gap_share, then the CUDA-graph compiled peer at
+#       3,125 (212 s to compile: it needs a warm call of its own, CURVE_ROWS="").
 #   `--dry-run` prints the plan (print_plan below) with each item's estimate.
 #
 # step (call 1; STEP_SECONDS, default 370, leaves the 400 s time-out room for the log):
@@ -343,10 +349,10 @@ case ${1:-} in
   --dry-run) dry_run; exit ;;
   --rehearse) rehearsal=1; stage=${2:-step} ;;
   "") stage=step ;;
-  step | followup | peers | tests | translate | parse) stage=$1 ;;
-  *) sed -n '2,34p' "$0" >&2; exit 2 ;;
+  step | followup | peers | tests | translate | parse | curve) stage=$1 ;;
+  *) sed -n '2,40p' "$0" >&2; exit 2 ;;
 esac
-[[ $stage =~ ^(step|followup|peers|tests|translate|parse)$ ]] || { echo "unknown stage '$stage'" >&2; exit 2; }
+[[ $stage =~ ^(step|followup|peers|tests|translate|parse|curve)$ ]] || { echo "unknown stage '$stage'" >&2; exit 2; }
 
 # The logs of a stage go to one archive, $OUT/logs_STAGE.tgz (the device call brings back
 # at most 8 files from $OUT; a stage writes a dozen), also when the stage is stopped by a
@@ -380,6 +386,7 @@ else
   # the kernel twins, translate and parse the programs, tests everything.
   targets=()
   case $stage in
+    curve) targets=(--target transformer_bench_step) ;;
     step | followup | peers) read -r -a targets <<< "$(step_targets | sed 's/^/--target /' | tr '\n' ' ')" ;;
     translate | parse) targets=(--target transformer_hpc transformer_preprocess
       transformer_data_stats transformer_average transformer_decode transformer_score
@@ -648,6 +655,52 @@ followup_stage() {
     peers_step "$left" compile
   fi
   echo "followup: ${SECONDS} s"
+}
+
+# The step at each rank's batch (issue 51's curve): bench/step_vs_torch.sh with
+# PROFILE=1 (host_gap_share) and the eager peer for each "PRESET TOKENS" of CURVE_ROWS,
+# then the compiled peers of CURVE_COMPILED ("PRESET TOKENS PEER" each, the CUDA-graph
+# peer at the eight-way split first) with what is left of CURVE_SECONDS (default 430):
+# each compiled peer is a step_vs_torch run of its own, so a compilation cut off by the
+# time-out loses only itself. In the rehearsal: small at 200 tokens, eager, on the CPU.
+curve_stage() {
+  local deadline=${CURVE_SECONDS:-430} row preset tokens peer left peers=eager
+  measure_ceiling
+  local rows=() compiled=()
+  IFS=';' read -r -a rows <<< "${CURVE_ROWS-base 3125;base 6250;base 12500;base 25000;big 3125;big 25000}"
+  IFS=';' read -r -a compiled <<< "${CURVE_COMPILED-base 3125 compile-graphs;base 3125 compile}"
+  local device=cuda
+  if [ "$rehearsal" = 1 ]; then
+    device=cpu rows=("small 200") compiled=()
+    peers=""
+    if [ -n "${SOURCE_TORCH_REFERENCE}" ] && "${PYTHON:-python3}" -c 'import torch' 2> /dev/null; then
+      export TORCH_REFERENCE=$SOURCE_TORCH_REFERENCE
+      peers=eager
+    fi
+  fi
+  curve_row() {  # PRESET TOKENS PEERS SECONDS
+    local log="$LOGS/curve_$1_$2_${3// /+}.txt"
+    echo "== curve $1 $2, peers $3 (within $4 s, at ${SECONDS} s)"
+    DEVICE=$device BUILD=$BUILD_DIR PEERS=$3 PROFILE=1 CEILING_TFLOPS=${CEILING:-} \
+      timeout "$4" bash bench/step_vs_torch.sh "$1" "$2" > "$log" 2>&1
+    local status=$?
+    # The console keeps the profile's step and host rows; the log has the whole table.
+    grep -E "^(step_vs_torch:|run |peer |\{|[a-z]+ profiled: (profile:|host time|total))" "$log"
+    [ "$status" = 0 ] || echo "curve $1 $2 $3: exit $status$([ "$status" = 124 ] && echo ", cut off after $4 s")"
+  }
+  for row in "${rows[@]}"; do
+    read -r preset tokens <<< "$row"
+    left=$((deadline - SECONDS))
+    [ "$left" -lt 30 ] && { echo "curve: $row skipped, ${left} s left"; continue; }
+    curve_row "$preset" "$tokens" "$peers" $((left < 90 ? left : 90))
+  done
+  for row in "${compiled[@]}"; do
+    read -r preset tokens peer <<< "$row"
+    left=$((deadline - SECONDS))
+    [ "$left" -lt 60 ] && { echo "curve: $row skipped, ${left} s left"; continue; }
+    curve_row "$preset" "$tokens" "$peer" "$left"
+  done
+  echo "curve: ${SECONDS} s"
 }
 
 peers_stage() {

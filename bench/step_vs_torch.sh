@@ -4,7 +4,7 @@
 #
 #   TORCH_REFERENCE=PATH [BUILD=build] [DEVICE=cuda|cpu] [RUNS=1] [THREADS=2]
 #       [PEERS="eager compile"] [OURS_VARIANTS="NAME=SECTION.KEY=VALUE[,...] ..."]
-#       bash bench/step_vs_torch.sh [small|base|big] [TOKENS]
+#       [PROFILE=1] bash bench/step_vs_torch.sh [small|base|big] [TOKENS]
 #   bash bench/step_vs_torch.sh --ceiling      # the GPU's bf16 GEMM ceiling alone (TFLOP/s)
 #
 # Every system trains on the same batch shapes (TOKENS / L sentences of length L for L in
@@ -16,11 +16,18 @@
 #   compile-dynamic   the same with dynamic shapes (one graph for every length)
 #   compile-autotune  mode max-autotune-no-cudagraphs, static shapes
 #   compile-liger     compile with Liger's loss
+#   compile-graphs    torch.compile mode reduce-overhead, static shapes: Inductor's kernels
+#                     replayed as CUDA graphs (one per shape), what a PyTorch user picks
+#                     for small, launch-bound batches (GPU only)
 # A compiled peer keeps Inductor's cache in $BUILD/inductor-cache, so that its second and
 # later runs (RUNS > 1, or a later call on the same machine) reuse the compiled kernels;
 # its JSON line has the compile seconds. A peer that cannot run here (Liger without its
 # package) prints "skipped" and is left out. RUNS > 1 alternates the systems RUNS times.
 # Both sides read the loss back every step (ours always does; the peer's default).
+# PROFILE=1 also runs each of our variants once with --profile (in the first run, after
+# the unprofiled ones) and adds host_gap_share=S to its line: the share of the profiled
+# step in which the device ran none of our kernels (the profile's "host time between
+# kernels" row; the profiler's own two events per op are in it, so it is an upper bound).
 # OURS_VARIANTS runs transformer_hpc once per named variant, each with its config
 # overrides (e.g. "unfused=model.fused_ops=off fused=model.fused_ops=on"), against the
 # same peer runs: each variant then ends with its own step_vs_torch line, with an
@@ -79,7 +86,7 @@ threads=${THREADS:-2}
 build=${BUILD:-build}
 python=${PYTHON:-python3}
 reference=${TORCH_REFERENCE:-}
-read -r -a peers <<< "${PEERS:-eager compile}"
+read -r -a peers <<< "${PEERS-eager compile}"
 readonly SPEC_TFLOPS=989.4  # H100/H200 SXM dense bf16 (NVIDIA's datasheet, without sparsity)
 case $device in
   cuda) tokens=${2:-25000} ;;
@@ -87,10 +94,13 @@ case $device in
   *) echo "DEVICE must be cuda or cpu, not '$device'" >&2; exit 2 ;;
 esac
 [[ $preset =~ ^(small|base|big)$ ]] || { echo "preset must be small, base or big, not '$preset'" >&2; exit 2; }
-[[ -n $reference && -f $reference ]] || {
-  echo "TORCH_REFERENCE must name torch_reference.py (the PyTorch peer; got '${reference}')" >&2; exit 2; }
-"$python" -c 'import torch' 2>/dev/null || {
-  echo "$python has no PyTorch: python3 -m pip install torch (or set PYTHON)" >&2; exit 2; }
+# PEERS="" runs ours alone (the CPU rehearsal of bench/gpu_session.sh without PyTorch).
+if [[ ${#peers[@]} -gt 0 ]]; then
+  [[ -n $reference && -f $reference ]] || {
+    echo "TORCH_REFERENCE must name torch_reference.py (the PyTorch peer; got '${reference}')" >&2; exit 2; }
+  "$python" -c 'import torch' 2>/dev/null || {
+    echo "$python has no PyTorch: python3 -m pip install torch (or set PYTHON)" >&2; exit 2; }
+fi
 [[ -x $build/transformer_bench_step ]] || { echo "build first: cmake --build $build" >&2; exit 1; }
 
 # torch_reference.py's flags for each peer name.
@@ -103,6 +113,7 @@ peer_args() {
     compile-dynamic) echo --compile --compile-mode default --dynamic true "${cache[@]}" ;;
     compile-autotune) echo --compile --compile-mode max-autotune-no-cudagraphs --dynamic false "${cache[@]}" ;;
     compile-liger) echo --compile --compile-mode default --dynamic false --loss liger "${cache[@]}" ;;
+    compile-graphs) echo --compile --compile-mode reduce-overhead --dynamic false "${cache[@]}" ;;
     *) return 1 ;;
   esac
 }
@@ -118,7 +129,7 @@ done
 if [[ ${#variants[@]} -eq 0 ]]; then variant_names=(ours); variant_sets=(""); fi
 for peer in "${peers[@]}"; do
   peer_args "$peer" > /dev/null || {
-    echo "PEERS: unknown peer '$peer' (eager eager-liger compile compile-dynamic compile-autotune compile-liger)" >&2
+    echo "PEERS: unknown peer '$peer' (eager eager-liger compile compile-dynamic compile-autotune compile-liger compile-graphs)" >&2
     exit 2; }
 done
 
@@ -162,6 +173,17 @@ for ((run = 1; run <= runs; run++)); do
            "${ours_args[@]}" "${model_sets[@]}" "${sets[@]}" | tail -1)
     echo "$line"
     printf '%s\t%s\t%s\n' "$run" "ours:${variant_names[v]}" "$line" >> "$lines"
+    if [[ ${PROFILE:-0} == 1 && $run == 1 ]]; then
+      profiled=$("$build"/transformer_bench_step --config "$config" --tokens "$tokens" \
+                 "${ours_args[@]}" "${model_sets[@]}" "${sets[@]}" --profile)
+      # The whole table and the by-bucket lines (the JSON line of a profiled run is not
+      # the benchmark's number, so it is left out).
+      grep -v "^{" <<< "$profiled" | sed "s/^/${variant_names[v]} profiled: /"
+      share=$(sed -n 's/^host time between kernels *[0-9.]* *\([0-9.]*\)%$/\1/p' <<< "$profiled")
+      [[ -n $share ]] || { echo "no host-time row in the profile of ${variant_names[v]}" >&2; exit 1; }
+      printf '%s\t%s\t{"host_gap_share": %s}\n' "$run" "profile:${variant_names[v]}" \
+        "$(awk -v s="$share" 'BEGIN { printf "%.4f", s / 100 }')" >> "$lines"
+    fi
   done
   for peer in "${peers[@]}"; do
     read -r -a extra <<< "$(peer_args "$peer")"
@@ -198,6 +220,8 @@ def fmt(value, digits):
 
 variants = {name.split(":", 1)[1]: [record for _, record in by_system.pop(name)]
             for name in [n for n in by_system if n.startswith("ours:")]}
+profiles = {name.split(":", 1)[1]: by_system.pop(name)[0][1]
+            for name in [n for n in by_system if n.startswith("profile:")]}
 peer_records = {name: [(run, r) for run, r in records if not r.get("skipped")]
                 for name, records in by_system.items()}
 for name, ran in peer_records.items():
@@ -242,6 +266,8 @@ for variant, ours in variants.items():
                f"mfu_spec={fmt(median([r.get('mfu_spec') for r in ours]), 3)}",
                f"gemm_ceiling_tflops={fmt(median([r['gemm_ceiling_tflops'] for r in ours]), 4)}",
                f"ours_peak_mem_gib={fmt(median([r.get('peak_mem_gib') for r in ours]), 2)}"]
+    if variant in profiles:
+        fields.append(f"host_gap_share={fmt(profiles[variant]['host_gap_share'], 4)}")
     for family, name in chosen.items():
         fields.append(f"{family}_peak_mem_gib={fmt(peers[name]['peak_mem_gib'] if name else None, 2)}")
     if device == "cpu":
