@@ -430,6 +430,28 @@ TEST(StopSignal, SigintAsksToStopOnceASecondOneEndsTheProcessAndAnIgnoredOneStay
   std::signal(SIGINT, original);
 }
 
+// A closed terminal or ssh session (SIGHUP) asks to stop like SIGTERM: before, it killed
+// the trainer with no checkpoint and no message. Started with it ignored (nohup), the run
+// keeps ignoring it.
+TEST(StopSignal, SighupAsksToStopUnlessItWasIgnoredOnEntry) {
+  const auto original = std::signal(SIGHUP, SIG_DFL);
+  {
+    const StopSignalGuard guard;
+    std::raise(SIGHUP);
+    EXPECT_EQ(stop_requested_by(), SIGHUP);
+    EXPECT_STREQ(stop_signal_name(SIGHUP), "SIGHUP");
+    std::raise(SIGINT);  // any other stop request outranks a hang-up
+    EXPECT_EQ(stop_requested_by(), SIGINT);
+  }
+  std::signal(SIGHUP, SIG_IGN);
+  {
+    const StopSignalGuard guard;
+    std::raise(SIGHUP);
+    EXPECT_EQ(stop_requested_by(), 0);
+  }
+  std::signal(SIGHUP, original);
+}
+
 // ---- when checkpoints are written, and how many stay ----
 
 TEST(CheckpointSchedule, ByStepsAndByTime) {

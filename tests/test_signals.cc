@@ -30,6 +30,32 @@ const std::string kTinyIni = std::string(THPC_SOURCE_DIR) + "/input/tiny.ini";
 
 class Signals : public ScratchDirectoryTest {};
 
+// What a trainer started with `argv` printed, and how it ended, when `signal_number` was
+// sent to it as soon as it printed a line starting with `line_start`.
+struct SignalledRun {
+  std::string log;
+  int status = 0;
+  bool signalled = false;
+};
+SignalledRun run_and_signal(const std::vector<std::string>& argv, const std::string& line_start,
+                            int signal_number) {
+  SignalledRun run;
+  FILE* output = nullptr;
+  const pid_t pid = start_process(argv, &output);
+  if (pid <= 0) return run;
+  char line[4096];
+  while (std::fgets(line, sizeof line, output) != nullptr) {
+    run.log += line;
+    if (!run.signalled && std::string(line).rfind(line_start, 0) == 0) {
+      ::kill(pid, signal_number);
+      run.signalled = true;
+    }
+  }
+  std::fclose(output);
+  ::waitpid(pid, &run.status, 0);
+  return run;
+}
+
 // A validation set of 3000 pairs takes the tiny model seconds to translate: a SIGTERM
 // that comes meanwhile ends the translation at its next batch, the validation is not
 // recorded (its BLEU would be of part of the set), and the run stops at that step with
@@ -43,31 +69,17 @@ TEST_F(Signals, ASignalDuringValidationTranslationStopsAtThatStepWithoutRecordin
       (text / "train").string() + " --validpref " + (text / "valid").string() + " --destdir " +
       (directory_ / "data").string() + " --vocab-size 120 --model-type bpe --seed 1");
   ASSERT_EQ(corpus.exit_code, 0) << corpus.output;
-  FILE* output = nullptr;
-  const pid_t pid = start_process(
+  // The progress line of step 2 is printed just before its validation starts.
+  const SignalledRun run = run_and_signal(
       {kTrainer, kTinyIni, "--model.layers=1", "--train.max_steps=50", "--train.log_every=2",
        "--train.valid_every=2", "--train.valid_bleu=true", "--train.valid_beam=4",
        "--data.dir=" + (directory_ / "data").string(),
        "--checkpoint.dir=" + (directory_ / "run" / "checkpoints").string()},
-      &output);
-  ASSERT_GT(pid, 0);
-  std::string log;
-  char line[4096];
-  bool signalled = false;
-  while (std::fgets(line, sizeof line, output) != nullptr) {
-    log += line;
-    // The progress line of step 2 is printed just before its validation starts.
-    if (!signalled && std::string(line).rfind("step 2/50 ", 0) == 0) {
-      ::kill(pid, SIGTERM);
-      signalled = true;
-    }
-  }
-  std::fclose(output);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ASSERT_TRUE(signalled) << log;
-  ASSERT_TRUE(WIFEXITED(status)) << log;
-  EXPECT_EQ(WEXITSTATUS(status), 0) << log;
+      "step 2/50 ", SIGTERM);
+  const std::string& log = run.log;
+  ASSERT_TRUE(run.signalled) << log;
+  ASSERT_TRUE(WIFEXITED(run.status)) << log;
+  EXPECT_EQ(WEXITSTATUS(run.status), 0) << log;
   EXPECT_NE(log.find("validation at step 2 interrupted by SIGTERM: not recorded"),
             std::string::npos)
       << log;
@@ -75,6 +87,22 @@ TEST_F(Signals, ASignalDuringValidationTranslationStopsAtThatStepWithoutRecordin
   EXPECT_NE(log.find("stopped: SIGTERM received; step=2 checkpoint="), std::string::npos) << log;
   EXPECT_EQ(list_checkpoints((directory_ / "run" / "checkpoints").string()),
             std::vector<std::string>{(directory_ / "run" / "checkpoints" / "step_00000002.h5").string()});
+}
+
+// The terminal a run was started from closes: SIGHUP stops it like SIGTERM, with a
+// checkpoint of the step it was in and exit 0 (it used to die without either).
+TEST_F(Signals, AHangUpStopsTheRunWithACheckpoint) {
+  const fs::path checkpoints = directory_ / "run" / "checkpoints";
+  const SignalledRun run = run_and_signal(
+      {kTrainer, kTinyIni, "--model.layers=1", "--train.max_steps=100000", "--train.log_every=2",
+       "--checkpoint.dir=" + checkpoints.string()},
+      "step 2/100000 ", SIGHUP);
+  const std::string& log = run.log;
+  ASSERT_TRUE(run.signalled) << log;
+  ASSERT_TRUE(WIFEXITED(run.status)) << "killed by signal " << WTERMSIG(run.status) << "\n" << log;
+  EXPECT_EQ(WEXITSTATUS(run.status), 0) << log;
+  EXPECT_NE(log.find("stopped: SIGHUP received; step="), std::string::npos) << log;
+  EXPECT_EQ(list_checkpoints(checkpoints.string()).size(), 1u) << log;
 }
 
 }  // namespace

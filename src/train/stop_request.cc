@@ -10,7 +10,10 @@ volatile std::sig_atomic_t g_stop_signal = 0;
 // Whether a SIGINT came already (a second one ends the process).
 volatile std::sig_atomic_t g_interrupted = 0;
 
-constexpr int kStopSignals[] = {SIGTERM, SIGUSR1, SIGINT};
+// SIGHUP: the terminal or ssh session the run was started from closed. Its default
+// action kills the process without a checkpoint; a run started with it ignored (nohup)
+// keeps it ignored, as a background job keeps SIGINT ignored.
+constexpr int kStopSignals[] = {SIGTERM, SIGUSR1, SIGINT, SIGHUP};
 struct sigaction g_previous[sizeof kStopSignals / sizeof kStopSignals[0]];
 // Guards alive now; only the outermost installs and restores (the process is
 // single-threaded where guards are made: main and the trainer's run()).
@@ -28,8 +31,9 @@ extern "C" void record_stop_signal(int signal_number) {
     return;
   }
   if (signal_number == SIGINT) g_interrupted = 1;
-  // The strongest request stays (SIGTERM over SIGUSR1 over SIGINT, as the ranks agree by
-  // the maximum): a later Ctrl-C does not turn a scheduler's stop into an interactive one.
+  // The strongest request stays (SIGTERM over SIGUSR1 over SIGINT over SIGHUP, as the
+  // ranks agree by the maximum): a later Ctrl-C does not turn a scheduler's stop into an
+  // interactive one.
   if (signal_number > g_stop_signal) g_stop_signal = signal_number;
 }
 
@@ -47,9 +51,11 @@ StopSignalGuard::StopSignalGuard() {
   for (size_t i = 0; i < sizeof kStopSignals / sizeof kStopSignals[0]; ++i) {
     sigaction(kStopSignals[i], &action, &g_previous[i]);
     // A shell starts background jobs with SIGINT ignored, so that a Ctrl-C meant for the
-    // foreground does not reach them: keep it so.
-    if (kStopSignals[i] == SIGINT && g_previous[i].sa_handler == SIG_IGN) {
-      sigaction(SIGINT, &g_previous[i], nullptr);
+    // foreground does not reach them, and nohup starts its command with SIGHUP ignored, so
+    // that closing the terminal does not stop it: keep them so.
+    if ((kStopSignals[i] == SIGINT || kStopSignals[i] == SIGHUP) &&
+        g_previous[i].sa_handler == SIG_IGN) {
+      sigaction(kStopSignals[i], &g_previous[i], nullptr);
     }
   }
 }
@@ -67,6 +73,7 @@ const char* stop_signal_name(int signal_number) {
   if (signal_number == SIGTERM) return "SIGTERM";
   if (signal_number == SIGUSR1) return "SIGUSR1";
   if (signal_number == SIGINT) return "SIGINT";
+  if (signal_number == SIGHUP) return "SIGHUP";
   return "a signal";
 }
 

@@ -3,12 +3,13 @@
 // is in, writes a checkpoint and exits 0, so the job can be requeued and resumed.
 // SIGINT (Ctrl-C) asks the same, once: a second SIGINT ends the process at once, as
 // Ctrl-C would have; a SIGINT that was ignored when the guard came (a background job of a
-// shell, nohup) stays ignored.
+// shell, nohup) stays ignored. SIGHUP (the terminal or ssh session closed) asks the same
+// as SIGTERM, unless it was ignored when the guard came (nohup), when it stays ignored.
 #pragma once
 
 namespace thpc {
 
-// Installs the handlers for SIGTERM, SIGUSR1 and SIGINT while it lives, clearing any earlier
+// Installs the handlers for SIGTERM, SIGUSR1, SIGINT and SIGHUP while it lives, clearing any earlier
 // request; the previous handlers come back when it is destroyed.
 //
 // main() makes one right after MPI starts, so that a signal during start-up (checking
@@ -26,7 +27,7 @@ class StopSignalGuard {
 // The signal number that asked to stop, or 0 if none has.
 int stop_requested_by();
 
-// "SIGTERM", "SIGUSR1", "SIGINT" (for log lines).
+// "SIGTERM", "SIGUSR1", "SIGINT", "SIGHUP" (for log lines).
 const char* stop_signal_name(int signal_number);
 
 }  // namespace thpc
