@@ -111,6 +111,9 @@ thpc_train() {
   thpc_launch_command_for || return $?
   local trainer=("$thpc_build/transformer_hpc" "$config")
   thpc_given checkpoint.dir "$@" || trainer+=("--checkpoint.dir=$run_dir/checkpoints")
+  # The run directory holds the metrics and TensorBoard events beside checkpoints/ (the
+  # trainer's own default is checkpoint.dir itself).
+  thpc_given train.metrics_dir "$@" || trainer+=("--train.metrics_dir=$run_dir")
   thpc_given checkpoint.resume "$@" || trainer+=(--checkpoint.resume=auto)
   trainer+=("$@")
   echo "thpc: job ${SLURM_JOB_ID:-(none)} run ${SLURM_RESTART_COUNT:-0} on $(hostname)," \

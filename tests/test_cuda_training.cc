@@ -33,7 +33,7 @@ const std::string kTinyIni = std::string(THPC_SOURCE_DIR) + "/input/tiny.ini";
 const std::string kMulti30k = data_root() + "/multi30k/";
 
 Config tiny(const std::vector<std::string>& overrides) {
-  // metrics.jsonl lands beside checkpoints/, in the scratch directory.
+  // metrics.jsonl lands in checkpoints/, in the scratch directory.
   std::vector<std::string> all = {"checkpoint.dir=" + (fs::temp_directory_path() /
                                                        ("thpc_cuda_" + std::to_string(getpid())) /
                                                        "checkpoints")

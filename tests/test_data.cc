@@ -810,7 +810,7 @@ double final_loss(const std::string& output) {
 // The trainer on shards: training and validation lines; 2 ranks train as 1 rank
 // accumulating 2 micro-batches, since rank r's batches are those micro-batch r would get.
 // The runs start in the source tree (input/tiny.ini is relative), so their checkpoints,
-// metrics.jsonl and event files go to the scratch root, not into the repository.
+// metrics.jsonl and event files go to the scratch directory, not into the repository.
 TEST_F(DataPipeline, TrainerReportsValidationLossAndTwoRanksEqualOneAccumulatingTwo) {
   std::vector<double> losses;
   for (const std::string& launcher :

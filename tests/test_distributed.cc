@@ -32,8 +32,8 @@ struct JobResult {
   double seconds = 0;
 };
 
-// A scratch run directory per test process, out of the source tree: checkpoints in
-// checkpoints/, metrics.jsonl beside them.
+// A scratch run directory per test process, out of the source tree: checkpoints and
+// metrics.jsonl in checkpoints/.
 std::filesystem::path scratch_run() {
   return std::filesystem::temp_directory_path() /
          ("thpc_dist_" + std::to_string(getpid()) + "_scratch");

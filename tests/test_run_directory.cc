@@ -1,20 +1,33 @@
-// A run owns its directory: a new run (no checkpoint.resume) in a checkpoint directory or
-// metrics file that holds another run's files stops before it writes anything (exit 2)
+// A run owns its directory: checkpoint.dir holds its checkpoints, metrics.jsonl and event
+// file (train.metrics_dir puts the last two elsewhere). A new run (no checkpoint.resume)
+// in a checkpoint directory or metrics file that holds another run's files stops before
+// it writes anything (exit 2)
 // unless checkpoint.overwrite says to delete them; a resumed run appends to its own
 // metrics only, each process's records start with a "run" record naming the run, and a
 // partial last line left by a crash is removed before anything is appended.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <climits>
+#include <csignal>
+#include <cstdlib>
+#include <sstream>
 
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <string>
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "common/error.h"
 #include "program.h"
+#include "train/run_directory.h"
 #include "scratch_directory.h"
 
 namespace thpc {
@@ -28,7 +41,7 @@ const std::string kTrainer = std::string(THPC_BINARY_DIR) + "/transformer_hpc " 
 
 class RunDirectory : public ScratchDirectoryTest {
  protected:
-  // The trainer with checkpoints in RUN/checkpoints (metrics in RUN) and `args`.
+  // The trainer with checkpoints (and metrics) in RUN/checkpoints and `args`.
   ProcessResult train(const std::string& run, const std::string& args) const {
     return run_process(kTrainer + "--checkpoint.dir=" + (directory_ / run / "checkpoints").string() +
                        " " + args);
@@ -67,7 +80,7 @@ TEST_F(RunDirectory, ANewRunInAUsedDirectoryStopsAndTouchesNothing) {
   EXPECT_EQ(second.exit_code, 2) << second.output;
   const std::string checkpoints = (directory_ / "run" / "checkpoints").string();
   EXPECT_NE(second.output.find("checkpoint.dir " + checkpoints + " and the directory of its "
-                               "metrics file " + (directory_ / "run" / "metrics.jsonl").string() +
+                               "metrics file " + (directory_ / "run" / "checkpoints" / "metrics.jsonl").string() +
                                " hold 3 files of another run ("),
             std::string::npos)
       << second.output;
@@ -79,10 +92,10 @@ TEST_F(RunDirectory, ANewRunInAUsedDirectoryStopsAndTouchesNothing) {
   EXPECT_EQ(second.output.find("check failed"), std::string::npos);
 
   // A metrics file of another run alone is refused too (a shared train.metrics_dir).
-  const ProcessResult elsewhere =
-      train("other", "--train.max_steps=2 --train.metrics_dir=" + (directory_ / "run").string());
+  const ProcessResult elsewhere = train(
+      "other", "--train.max_steps=2 --train.metrics_dir=" + (directory_ / "run" / "checkpoints").string());
   EXPECT_EQ(elsewhere.exit_code, 2) << elsewhere.output;
-  EXPECT_NE(elsewhere.output.find((directory_ / "run" / "metrics.jsonl").string()), std::string::npos)
+  EXPECT_NE(elsewhere.output.find((directory_ / "run" / "checkpoints" / "metrics.jsonl").string()), std::string::npos)
       << elsewhere.output;
 }
 
@@ -99,7 +112,7 @@ TEST_F(RunDirectory, OverwriteDeletesTheEarlierRunsFilesFirst) {
   EXPECT_EQ(list_checkpoints(checkpoints),
             std::vector<std::string>{checkpoints + "/step_00000003.h5"});
   // The metrics hold the new run only: one run record, the new checkpoint's run.
-  const std::vector<std::string> runs = run_records(directory_ / "run" / "metrics.jsonl");
+  const std::vector<std::string> runs = run_records(directory_ / "run" / "checkpoints" / "metrics.jsonl");
   ASSERT_EQ(runs.size(), 1u);
   EXPECT_EQ(runs[0], read_checkpoint(checkpoints + "/step_00000003.h5").run_id);
 }
@@ -122,16 +135,64 @@ TEST_F(RunDirectory, AResumedRunAppendsToItsOwnFilesAndRefusesAnotherRuns) {
       "a", "--train.max_steps=6 --checkpoint.resume=" +
                (directory_ / "a" / "checkpoints" / "step_00000005.h5").string());
   ASSERT_EQ(again.exit_code, 0) << again.output;
-  const std::vector<std::string> runs = run_records(directory_ / "a" / "metrics.jsonl");
+  const std::vector<std::string> runs = run_records(directory_ / "a" / "checkpoints" / "metrics.jsonl");
   ASSERT_EQ(runs.size(), 3u);
   EXPECT_EQ(runs[0], runs[1]);
   EXPECT_EQ(runs[1], runs[2]);
-  EXPECT_NE(runs[0], run_records(directory_ / "b" / "metrics.jsonl").at(0));
+  EXPECT_NE(runs[0], run_records(directory_ / "b" / "checkpoints" / "metrics.jsonl").at(0));
+}
+
+// Side-by-side runs, runs/a and runs/b (what `tensorboard --logdir runs` expects): each
+// directory holds its own metrics and events, so the second run starts (it was refused,
+// both metrics files defaulting to runs/), and checkpoint.overwrite on one deletes nothing
+// of the other (it deleted a's metrics and event file).
+TEST_F(RunDirectory, SiblingRunsShareNoFileAndOverwriteTouchesOnlyItsOwn) {
+  const auto sibling = [&](const std::string& name, const std::string& args) {
+    return run_process(kTrainer + "--checkpoint.dir=" + (directory_ / "runs" / name).string() +
+                       " " + args);
+  };
+  const ProcessResult a = sibling("a", "--train.max_steps=2");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const std::map<std::string, std::string> a_files = contents(directory_ / "runs" / "a");
+  ASSERT_EQ(a_files.count((directory_ / "runs" / "a" / "metrics.jsonl").string()), 1u);
+  const ProcessResult b = sibling("b", "--train.max_steps=2 --train.seed=2");
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const ProcessResult b_again =
+      sibling("b", "--train.max_steps=3 --train.seed=3 --checkpoint.overwrite=true");
+  ASSERT_EQ(b_again.exit_code, 0) << b_again.output;
+  EXPECT_EQ(b_again.output.find("/runs/a/"), std::string::npos) << b_again.output;
+  EXPECT_EQ(contents(directory_ / "runs" / "a"), a_files);
+  EXPECT_EQ(run_records(directory_ / "runs" / "b" / "metrics.jsonl").size(), 1u);
+  // Nothing of either run sits in runs/ itself.
+  for (const fs::directory_entry& entry : fs::directory_iterator(directory_ / "runs")) {
+    EXPECT_TRUE(entry.is_directory()) << entry.path();
+  }
+}
+
+// A run started when the metrics went beside checkpoint.dir (RUN/metrics.jsonl for
+// RUN/checkpoints) and resumed now goes on appending there, saying so, rather than
+// splitting its curves between two files.
+TEST_F(RunDirectory, ARunResumedFromTheOldLayoutKeepsItsMetricsBesideTheCheckpoints) {
+  const fs::path beside = directory_ / "run" / "metrics.jsonl";
+  ASSERT_EQ(train("run", "--train.max_steps=2 --train.metrics_dir=" +
+                             (directory_ / "run").string()).exit_code, 0);
+  ASSERT_EQ(run_records(beside).size(), 1u);
+  const ProcessResult resumed = train("run", "--train.max_steps=3 --checkpoint.resume=auto");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("note: this run's metrics file is " + beside.string() +
+                                ", beside checkpoint.dir"),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_EQ(run_records(beside).size(), 2u);
+  EXPECT_FALSE(fs::exists(directory_ / "run" / "checkpoints" / "metrics.jsonl"));
+  // A new run there is a run of its own: its file goes into checkpoint.dir.
+  ASSERT_EQ(train("fresh", "--train.max_steps=1").exit_code, 0);
+  EXPECT_TRUE(fs::exists(directory_ / "fresh" / "checkpoints" / "metrics.jsonl"));
 }
 
 TEST_F(RunDirectory, APartialLastMetricsLineIsRemovedBeforeAppending) {
   ASSERT_EQ(train("run", "--train.max_steps=2").exit_code, 0);
-  const fs::path metrics = directory_ / "run" / "metrics.jsonl";
+  const fs::path metrics = directory_ / "run" / "checkpoints" / "metrics.jsonl";
   const std::string whole = read_file(metrics);
   // What a crash in the middle of a write leaves.
   std::ofstream(metrics, std::ios::app) << "{\"kind\": \"train\", \"step\": 3, \"wall";
@@ -147,6 +208,169 @@ TEST_F(RunDirectory, APartialLastMetricsLineIsRemovedBeforeAppending) {
     EXPECT_EQ(line.front(), '{') << line;
     EXPECT_EQ(line.back(), '}') << line;
   }
+}
+
+
+// ---- one trainer per run directory (issue 54: two resumed trainers on one directory
+// both exited 0, their records interleaved and each pruned the other's checkpoints) ----
+
+std::string host_name() {
+  char host[HOST_NAME_MAX + 1] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+// A lock file as a trainer writes it, with its modification time `age_s` in the past.
+void write_lock(const fs::path& dir, const std::string& host, long long pid,
+                const std::string& slurm_job = "", int slurm_restart = 0, int age_s = 0) {
+  fs::create_directories(dir);
+  const fs::path lock = run_lock_path(dir.string());
+  std::ofstream(lock) << "host=" << host << "\npid=" << pid << "\nstarted=1790000000\nslurm_job="
+                      << slurm_job << "\nslurm_restart=" << slurm_restart << "\n";
+  if (age_s > 0) {
+    timespec times[2];
+    times[0].tv_sec = times[1].tv_sec = ::time(nullptr) - age_s;
+    times[0].tv_nsec = times[1].tv_nsec = 0;
+    ASSERT_EQ(::utimensat(AT_FDCWD, lock.c_str(), times, 0), 0);
+  }
+}
+
+// A process id that no process has: a child that has exited and been reaped.
+pid_t gone_pid() {
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  int status = 0;
+  waitpid(child, &status, 0);
+  return child;
+}
+
+// Sets an environment variable for the scope's life.
+class ScopedEnvironment {
+ public:
+  ScopedEnvironment(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnvironment() {
+    if (old_) ::setenv(name_, old_->c_str(), 1); else ::unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST_F(RunDirectory, ASecondTrainerOnARunningRunsDirectoryIsRefusedNamingTheFirst) {
+  const fs::path checkpoints = directory_ / "run" / "checkpoints";
+  FILE* output = nullptr;
+  const pid_t first = start_process(
+      {std::string(THPC_BINARY_DIR) + "/transformer_hpc", THPC_SOURCE_DIR "/input/tiny.ini",
+       "--model.layers=1", "--train.log_every=1", "--train.max_steps=1000000",
+       "--checkpoint.every_steps=1", "--checkpoint.dir=" + checkpoints.string()},
+      &output);
+  ASSERT_GT(first, 0);
+  std::string first_log;
+  char line[4096];
+  while (std::fgets(line, sizeof line, output) != nullptr) {
+    first_log += line;
+    if (std::string(line).rfind("step 2/", 0) == 0) break;
+  }
+  ASSERT_TRUE(fs::exists(run_lock_path(checkpoints.string()))) << first_log;
+  // A requeue or a manual restart while it runs: resume=auto would read and prune its files.
+  const ProcessResult second = train("run", "--train.max_steps=5 --checkpoint.resume=auto");
+  ::kill(first, SIGTERM);
+  int status = 0;
+  first_log += finish_process(first, output, &status);
+  EXPECT_EQ(second.exit_code, 2) << second.output;
+  EXPECT_NE(second.output.find("the run directory " + checkpoints.string() +
+                               " is in use by another trainer (host " + host_name() +
+                               ", pid " + std::to_string(first) + ", started "),
+            std::string::npos)
+      << second.output;
+  EXPECT_EQ(second.output.find("step 1/"), std::string::npos) << second.output;
+  ASSERT_TRUE(WIFEXITED(status)) << first_log;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << first_log;
+  // The first trainer's records alone, and its lock gone with it.
+  EXPECT_EQ(run_records(directory_ / "run" / "checkpoints" / "metrics.jsonl").size(), 1u);
+  EXPECT_FALSE(fs::exists(run_lock_path(checkpoints.string())));
+  // Now the directory is free: the resume goes ahead.
+  const ProcessResult third = train("run", "--train.max_steps=1 --checkpoint.resume=auto");
+  EXPECT_EQ(third.exit_code, 0) << third.output;
+}
+
+TEST_F(RunDirectory, ALockWhoseHolderIsGoneIsTakenOverWithANote) {
+  struct Case {
+    std::string what, host;
+    long long pid;
+    std::string job;
+    int restart, age_s;
+    std::string reason;
+  };
+  const std::vector<Case> cases = {
+      {"its process ended on this host", host_name(), gone_pid(), "", 0, 0, "its process is gone"},
+      {"another host's, not refreshed for 11 minutes", "elsewhere", 1, "", 0, 660,
+       "it was last refreshed 66"},
+      {"an earlier run of this Slurm job on another node", "elsewhere", 1, "4242", 0, 0,
+       "it was left by an earlier run (restart 0) of this Slurm job, which is at restart 1"},
+  };
+  const ScopedEnvironment job("SLURM_JOB_ID", "4242");
+  const ScopedEnvironment restart("SLURM_RESTART_COUNT", "1");
+  for (const Case& c : cases) {
+    const fs::path dir = directory_ / ("stale_" + std::to_string(&c - cases.data()));
+    write_lock(dir, c.host, c.pid, c.job, c.restart, c.age_s);
+    std::ostringstream log;
+    {
+      const RunLock lock(dir.string(), log);
+      const std::string text = read_file(lock.path());
+      EXPECT_NE(text.find("pid=" + std::to_string(::getpid()) + "\n"), std::string::npos) << c.what;
+      EXPECT_NE(text.find("slurm_job=4242\nslurm_restart=1\n"), std::string::npos) << c.what;
+    }
+    EXPECT_NE(log.str().find("note: taking over the lock " + run_lock_path(dir.string()) + " of host " +
+                             c.host + ", pid " + std::to_string(c.pid) + ", started 2026-09-21 "),
+              std::string::npos)
+        << c.what << ": " << log.str();
+    EXPECT_NE(log.str().find(c.reason), std::string::npos) << c.what << ": " << log.str();
+    EXPECT_FALSE(fs::exists(run_lock_path(dir.string()))) << c.what << ": released at the end";
+  }
+}
+
+TEST_F(RunDirectory, ALiveLockIsKeptAndNamesItsHolder) {
+  // Another host's trainer, refreshed 2 minutes ago; a live process of this host; a
+  // concurrent run of this very Slurm job on another node (the same restart count).
+  const ScopedEnvironment job("SLURM_JOB_ID", "4242");
+  const ScopedEnvironment restart("SLURM_RESTART_COUNT", "0");
+  write_lock(directory_ / "a", "elsewhere", 1, "", 0, 120);
+  write_lock(directory_ / "b", host_name(), ::getppid());
+  write_lock(directory_ / "c", "elsewhere", 1, "4242", 0, 0);
+  for (const std::string dir : {"a", "b", "c"}) {
+    const std::string before = read_file(run_lock_path((directory_ / dir).string()));
+    std::ostringstream log;
+    try {
+      const RunLock lock((directory_ / dir).string(), log);
+      ADD_FAILURE() << dir << ": a live lock was taken";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("is in use by another trainer (host "),
+                std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("remove " + run_lock_path((directory_ / dir).string()) +
+                                           " by hand only if you know its trainer is gone"),
+                std::string::npos) << e.what();
+    }
+    EXPECT_EQ(read_file(run_lock_path((directory_ / dir).string())), before) << dir;
+  }
+}
+
+// An unwritable run directory is found at start-up, not at the first checkpoint after
+// the steps before it are lost.
+TEST_F(RunDirectory, AnUnwritableRunDirectoryIsRefusedBeforeTheFirstStep) {
+  std::ofstream(directory_ / "a_file") << "not a directory\n";
+  const ProcessResult run = run_process(kTrainer + "--train.max_steps=3 --checkpoint.dir=" +
+                                        (directory_ / "a_file" / "checkpoints").string());
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("the run directory " + (directory_ / "a_file" / "checkpoints").string() +
+                            " (checkpoint.dir) cannot be written: creating it failed"),
+            std::string::npos)
+      << run.output;
+  EXPECT_EQ(run.output.find("step 1/"), std::string::npos) << run.output;
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// What a training run leaves for its user besides the log: RUN/metrics.jsonl, which must
+// What a training run leaves for its user besides the log: DIR/metrics.jsonl (DIR its
+// checkpoint.dir), which must
 // hold exactly the values the log lines show, the TensorBoard event file beside it, which
 // must hold the same values as TensorBoard reads them, and the checkpoint that --eval
 // scores again. The corpus is the default job's (tools/make_numbers_corpus.py), small, so
@@ -94,8 +95,8 @@ std::string print_like(double value, const std::string& text) {
 
 TEST_F(RunOutputs, MetricsFileHoldsExactlyTheLoggedValues) {
   ASSERT_EQ(run_.exit_code, 0) << run_.output;
-  // checkpoint.dir is run/checkpoints and train.metrics_dir is unset: the file is run/'s.
-  const std::vector<std::string> records = lines_of(read_file(root_ / "run/metrics.jsonl"));
+  // checkpoint.dir is run/checkpoints and train.metrics_dir is unset: the file is in it.
+  const std::vector<std::string> records = lines_of(read_file(root_ / "run/checkpoints/metrics.jsonl"));
   // The process's records start with the record of its run (no line shows it): the run's
   // id, the step it started from, and the checkpoint it resumed from (none here).
   ASSERT_FALSE(records.empty());
@@ -160,14 +161,14 @@ TEST_F(RunOutputs, EventFileHoldsEveryMetricsValue) {
   const std::string python = python_with("tensorboard", &why_not);
   if (python.empty()) GTEST_SKIP() << why_not;
   int event_files = 0;
-  for (const auto& entry : fs::directory_iterator(root_ / "run")) {
+  for (const auto& entry : fs::directory_iterator(root_ / "run/checkpoints")) {
     const std::string name = entry.path().filename().string();
     if (name.rfind("events.out.tfevents.", 0) == 0) ++event_files;
   }
   EXPECT_EQ(event_files, 1) << "one run, one event file";
   // (tag, step) -> the scalar as TensorBoard's EventAccumulator reads it.
   const ProcessResult read = run_process(python + " " THPC_SOURCE_DIR
-                                         "/tests/tensorboard_scalars.py " + (root_ / "run").string());
+                                         "/tests/tensorboard_scalars.py " + (root_ / "run/checkpoints").string());
   ASSERT_EQ(read.exit_code, 0) << read.output;
   std::map<std::pair<std::string, std::string>, std::map<std::string, std::string>> scalars;
   for (const std::string& line : lines_of(read.output)) {
@@ -179,7 +180,7 @@ TEST_F(RunOutputs, EventFileHoldsEveryMetricsValue) {
   }
   size_t expected = 0;
   std::set<std::string> kinds;
-  for (const std::string& line : lines_of(read_file(root_ / "run/metrics.jsonl"))) {
+  for (const std::string& line : lines_of(read_file(root_ / "run/checkpoints/metrics.jsonl"))) {
     SCOPED_TRACE(line);
     const std::map<std::string, std::string> record = parse_record(line);
     const std::string kind = record.at("kind").substr(1, record.at("kind").size() - 2);
@@ -238,11 +239,11 @@ TEST_F(RunOutputs, PlotsArePngsOfTheStatedSize) {
   if (python.empty()) GTEST_SKIP() << why_not;
   // A second run to overlay: the same records under another name.
   fs::create_directories(root_ / "other");
-  fs::copy_file(root_ / "run/metrics.jsonl", root_ / "other/metrics.jsonl",
+  fs::copy_file(root_ / "run/checkpoints/metrics.jsonl", root_ / "other/metrics.jsonl",
                 fs::copy_options::overwrite_existing);
   const fs::path out = root_ / "plots";
   const ProcessResult plot = run_process(
-      python + " " THPC_SOURCE_DIR "/tools/plot_metrics.py " + (root_ / "run").string() + " " +
+      python + " " THPC_SOURCE_DIR "/tools/plot_metrics.py " + (root_ / "run/checkpoints").string() + " " +
       (root_ / "other/metrics.jsonl").string() + " --out " + out.string() + " --size 640x480");
   ASSERT_EQ(plot.exit_code, 0) << plot.output;
   std::set<std::string> expected;
@@ -250,7 +251,7 @@ TEST_F(RunOutputs, PlotsArePngsOfTheStatedSize) {
     for (const char* axis : {"_step.png", "_time.png"}) expected.insert(curve + std::string(axis));
   }
   // BLEU curves only when validation BLEU was logged.
-  if (read_file(root_ / "run/metrics.jsonl").find("\"valid_bleu\"") != std::string::npos) {
+  if (read_file(root_ / "run/checkpoints/metrics.jsonl").find("\"valid_bleu\"") != std::string::npos) {
     expected.insert({"bleu_step.png", "bleu_time.png"});
   }
   std::set<std::string> written;
@@ -343,7 +344,7 @@ TEST_F(RunOutputs, EvalReproducesTheValidLineOfTheRunThatWroteTheCheckpoint) {
 TEST_F(RunOutputs, ValidationLossAndPerplexityEqualAnIndependentPairByPairComputation) {
   ASSERT_EQ(run_.exit_code, 0) << run_.output;
   std::map<std::string, std::map<std::string, std::string>> logged;  // step -> record
-  for (const std::string& line : lines_of(read_file(root_ / "run/metrics.jsonl"))) {
+  for (const std::string& line : lines_of(read_file(root_ / "run/checkpoints/metrics.jsonl"))) {
     const auto record = parse_record(line);
     if (record.at("kind") == "\"valid\"") logged[record.at("step")] = record;
   }

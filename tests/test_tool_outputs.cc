@@ -279,16 +279,17 @@ TEST_F(ToolOutputs, TrainerNeverWritesOverItsInputs) {
   ASSERT_EQ(run_process(kBin + "/" + train + "--checkpoint.dir=first/ck").exit_code, 0);
   // The metrics file it appends to is its config file (a link), or a checkpoint, or any
   // file that is not a run's metrics file: refused before the first write.
-  fs::create_directories("a");
-  fs::create_symlink("../" + config, "a/metrics.jsonl");
+  // (The metrics file of checkpoint.dir DIR is DIR/metrics.jsonl.)
+  fs::create_directories("a/ck");
+  fs::create_symlink("../../" + config, "a/ck/metrics.jsonl");
   expect_refused(train + "--checkpoint.dir=a/ck",
-                 "the metrics file a/metrics.jsonl is the config file config.ini (the same file)");
-  fs::create_directories("b");
-  fs::create_hard_link("first/ck/step_00000002.h5", "b/metrics.jsonl");
+                 "the metrics file a/ck/metrics.jsonl is the config file config.ini (the same file)");
+  fs::create_directories("b/ck");
+  fs::create_hard_link("first/ck/step_00000002.h5", "b/ck/metrics.jsonl");
   expect_refused(train + "--checkpoint.dir=b/ck --checkpoint.init=first/ck/step_00000002.h5",
                  "is checkpoint.init first/ck/step_00000002.h5 (the same file)");
-  fs::create_directories("c");
-  std::ofstream("c/metrics.jsonl") << "my notes\n";
+  fs::create_directories("c/ck");
+  std::ofstream("c/ck/metrics.jsonl") << "my notes\n";
   expect_refused(train + "--checkpoint.dir=c/ck", "exists and is not a run's metrics file");
   // checkpoint.overwrite deletes an earlier run's files, never one this run reads.
   expect_refused(train + "--checkpoint.dir=first/ck --checkpoint.overwrite=true "

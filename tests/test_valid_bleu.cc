@@ -115,8 +115,8 @@ TEST_F(ValidBleu, LoggedBleuIsTransformerScoreOfTheDecodedCheckpointAndBestH5IsT
       " --train.valid_every=20 --checkpoint.every_steps=20 --checkpoint.keep_best=bleu"
       " --checkpoint.dir=" + (root_ / "run/checkpoints").string());
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  const std::map<int, double> logged = logged_scores(root_ / "run/metrics.jsonl");
-  ASSERT_EQ(logged.size(), 3u) << read_file(root_ / "run/metrics.jsonl");
+  const std::map<int, double> logged = logged_scores(root_ / "run/checkpoints/metrics.jsonl");
+  ASSERT_EQ(logged.size(), 3u) << read_file(root_ / "run/checkpoints/metrics.jsonl");
   int nonzero = 0;
   for (const int step : {20, 40, 60}) {
     SCOPED_TRACE("step " + std::to_string(step));
@@ -168,8 +168,8 @@ TEST_F(ValidBleu, ValidMetricChrfIsTransformerScoreChrfAndChoosesBestH5) {
       " --checkpoint.every_steps=20 --checkpoint.keep_best=chrf --checkpoint.dir=" +
       (root_ / "chrf/checkpoints").string());
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  const std::string metrics = read_file(root_ / "chrf/metrics.jsonl");
-  const std::map<int, double> logged = logged_scores(root_ / "chrf/metrics.jsonl", "chrf");
+  const std::string metrics = read_file(root_ / "chrf/checkpoints/metrics.jsonl");
+  const std::map<int, double> logged = logged_scores(root_ / "chrf/checkpoints/metrics.jsonl", "chrf");
   ASSERT_EQ(logged.size(), 3u) << metrics;
   EXPECT_EQ(metrics.find("valid_bleu"), std::string::npos) << "chrF runs log no BLEU";
   EXPECT_NE(metrics.find("\"best_valid_chrf\": "), std::string::npos) << metrics;

@@ -3,8 +3,8 @@
 
     plot_metrics.py RUN [RUN ...] [--out DIR] [--size WxH]
 
-RUN is a run directory holding metrics.jsonl (train.metrics_dir, or the directory that
-holds checkpoint.dir) or the file itself. For each curve that some run has, two PNG files
+RUN is a run directory holding metrics.jsonl (train.metrics_dir, else checkpoint.dir;
+a job's runs/NAME) or the file itself. For each curve that some run has, two PNG files
 of W x H pixels (default 1200x800) go to DIR (default RUN/plots of the first RUN):
 NAME_step.png against the optimizer step and NAME_time.png against training wall time,
 every run overlaid in its own colour, training values as lines, validation values as

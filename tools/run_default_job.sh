@@ -30,7 +30,7 @@ python3 tools/make_numbers_corpus.py --out "$corpus/text" --seed 1
 # appended to): the trainer refuses a directory that holds them, so they go first.
 rm -rf "$checkpoints" "$corpus/metrics.jsonl" "$corpus"/events.out.tfevents.* "$eval_dir"
 ${MPIRUN:-} "$build/transformer_hpc" input/numbers.ini --data.dir="$corpus/data" \
-  --checkpoint.dir="$checkpoints" "$@"
+  --checkpoint.dir="$checkpoints" --train.metrics_dir="$corpus" "$@"
 
 mkdir -p "$eval_dir"
 "$build/transformer_average" --inputs "$checkpoints" --last 5 \

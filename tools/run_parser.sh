@@ -48,6 +48,8 @@ ini_value() {
 vocab=$(ini_value model vocab_size)
 shards=$(ini_value data dir)
 checkpoints=$(ini_value checkpoint dir)
+metrics_dir=$(ini_value train metrics_dir)
+metrics_given=0
 leaves=$(ini_value decode tree_leaves)
 for override in "$@"; do  # the trainer's overrides of these keys hold here too
   case $override in
@@ -55,6 +57,7 @@ for override in "$@"; do  # the trainer's overrides of these keys hold here too
     --model.vocab_size=*) vocab=${override#*=} ;;
     --data.dir=*) shards=${override#*=} ;;
     --checkpoint.dir=*) checkpoints=${override#*=} ;;
+    --train.metrics_dir=*) metrics_dir=${override#*=} metrics_given=1 ;;
   esac
 done
 if [[ -z $vocab || $vocab == 0 || -z $shards || -z $checkpoints ]]; then
@@ -98,13 +101,16 @@ if [[ -z ${CHECKPOINT:-} ]]; then
     echo "run_parser.sh: the checkpoints of an earlier run are in $checkpoints.previous" >&2
   fi
   # Its metrics too: the trainer refuses to start a new run beside another run's files.
-  run_dir=$(dirname "$checkpoints")
+  # They go to the run directory that holds checkpoints/ unless train.metrics_dir says.
+  run_dir=${metrics_dir:-$(dirname "$checkpoints")}
   for file in "$run_dir/metrics.jsonl" "$run_dir"/events.out.tfevents.*; do
     [[ -e $file ]] || continue
     mkdir -p "$checkpoints.previous"
     mv "$file" "$checkpoints.previous/"
   done
-  ${MPIRUN:-} "$build/transformer_hpc" "$config" "$@"
+  metrics=()
+  [[ $metrics_given == 1 ]] || metrics=(--train.metrics_dir="$run_dir")
+  ${MPIRUN:-} "$build/transformer_hpc" "$config" "${metrics[@]}" "$@"
   CHECKPOINT=$(ls -1 "$checkpoints"/step_*.h5 2> /dev/null | tail -n 1)
   [[ -n $CHECKPOINT ]] || fail "no checkpoint in $checkpoints after training"
 fi

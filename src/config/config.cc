@@ -226,8 +226,8 @@ const std::vector<Option>& option_table() {
                   "targets of one word, such as compounds)"),
       THPC_OPTION(train, metrics_dir, THPC_ANY,
                   "rank 0 appends every logged value to DIR/metrics.jsonl and a TensorBoard "
-                  "event file; empty = the directory holding checkpoint.dir (a job's run "
-                  "directory)"),
+                  "event file; empty = checkpoint.dir, the run's own directory (jobs/ give "
+                  "their run directory, which holds checkpoint.dir)"),
       THPC_OPTION(train, divergence, THPC_ONE_OF("stop", "skip", "rollback"),
                   "what a diverged step (a loss or gradient norm that is not finite or spikes) "
                   "does: stop = no update, no checkpoint of it, exit 4, naming the checkpoint "

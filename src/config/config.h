@@ -75,7 +75,7 @@ struct TrainConfig {
   int valid_beam = 1;              // beam of that translation; 1 = greedy
   std::string valid_bleu_tokenize = "13a";  // sacreBLEU's -tok: 13a | intl | char | none
   int threads = 0;                 // CPU backend threads (ops and BLAS); 0 = OpenMP's default
-  std::string metrics_dir;         // metrics.jsonl, event file; "" = the parent of checkpoint.dir
+  std::string metrics_dir;         // metrics.jsonl, event file; "" = checkpoint.dir
   // Divergence detection (train/divergence.h): what a step with a non-finite or spiking
   // loss or gradient norm does, and what counts as a spike.
   std::string divergence = "stop";       // stop | skip | rollback

@@ -63,7 +63,7 @@ std::string metrics_path(const Config& config) {
   const std::filesystem::path dir =
       !config.train.metrics_dir.empty()
           ? std::filesystem::path(config.train.metrics_dir)
-          : std::filesystem::path(config.checkpoint.dir).lexically_normal().parent_path();
+          : std::filesystem::path(config.checkpoint.dir).lexically_normal();
   return (dir.empty() ? std::filesystem::path("metrics.jsonl") : dir / "metrics.jsonl")
       .string();
 }

@@ -38,8 +38,11 @@ LogField general_field(const std::string& label, const std::string& key, double 
 // "head | label text | label text ..."; without a head, "label text | ...".
 std::string log_line(const std::string& head, const std::vector<LogField>& fields);
 
-// RUN/metrics.jsonl: where train.metrics_dir says, else the directory that holds
-// checkpoint.dir (the run directory of jobs/, runs/NAME/).
+// DIR/metrics.jsonl: DIR is train.metrics_dir, else checkpoint.dir itself, so that two
+// runs with different checkpoint directories never share a metrics or event file (the
+// jobs of jobs/ set train.metrics_dir to their run directory, runs/NAME/, which holds
+// their checkpoints/). A run resumed from before this default keeps its file where it
+// is (run_metrics_path, train/run_directory.h).
 std::string metrics_path(const Config& config);
 
 // Appends one JSON object per record to metrics.jsonl and the same record as one Event to

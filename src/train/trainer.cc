@@ -23,6 +23,7 @@
 #include "data/synthetic.h"
 #include "train/footprint.h"
 #include "train/lr_schedule.h"
+#include "train/run_directory.h"
 #include "train/run_log.h"
 #include "train/stop_request.h"
 
@@ -926,6 +927,12 @@ struct Trainer::RunProgress {
 
 RunEnd Trainer::run(std::ostream& log) {
   const StopSignalGuard stop_signals;
+  // The run directory's lock, which start_up() takes, is given back when run() returns or
+  // throws: the run is over then, whatever becomes of this object.
+  struct ReleaseLock {
+    std::unique_ptr<RunLock>& lock;
+    ~ReleaseLock() { lock.reset(); }
+  } release_lock{run_lock_};
   // Rank 0 speaks for the job; the other ranks' lines would only repeat it.
   std::ostream silent(nullptr);
   RunProgress run(comm_.is_root() ? log : silent);
@@ -969,6 +976,7 @@ bool Trainer::start_up(std::ostream& out) {
   // A signal during start-up (before run(): main installed the handler first) or while a
   // checkpoint was read ends the run here; the state is what is on disk already.
   if (stopped_before_training(out)) return false;
+  lock_run_directory(out);
   apply_start_options(out);
   check_every_rank_starts_from_the_same_parameters();
   if (stopped_before_training(out)) return false;
@@ -990,7 +998,7 @@ void Trainer::begin_training(RunProgress& run) {
   run.divergence_at_start = detector_->state();
   // Rank 0 writes every value it logs to metrics.jsonl as well (run_log.h), after a
   // record that says which run, from which step, writes what follows.
-  if (comm_.is_root()) run.metrics = MetricsFile(metrics_path(config_));
+  if (comm_.is_root()) run.metrics = MetricsFile(metrics_path_);
   if (!run.metrics.repair_note().empty()) {
     run.out << "note: " << run.metrics.repair_note() << std::endl;
   }
@@ -1336,124 +1344,32 @@ bool Trainer::roll_back(const StepStats& stats, std::ostream& log) {
   return true;
 }
 
-void Trainer::claim_run_directory(std::ostream& log) {
+void Trainer::lock_run_directory(std::ostream& log) {
   std::string refusal;
-  if (comm_.is_root()) refusal = outputs_that_would_destroy_inputs();
-  if (comm_.is_root() && refusal.empty()) refusal = foreign_run_files(log);
-  // Every rank stops with rank 0's reason, before anything is written.
+  if (comm_.is_root()) {
+    try {
+      run_lock_ = std::make_unique<RunLock>(config_.checkpoint.dir, log);
+    } catch (const Error& e) {
+      refusal = e.what();
+    }
+  }
+  // Every rank stops with rank 0's reason, before any checkpoint is read.
   refusal = comm_.broadcast_from_root(refusal);
   if (!refusal.empty()) throw AllRanksError(refusal, 2);
 }
 
-std::string Trainer::foreign_run_files(std::ostream& log) const {
-  namespace fs = std::filesystem;
-  const CheckpointConfig& options = config_.checkpoint;
-  const bool fresh = options.resume.empty();
-  // resume=auto that found nothing to resume: the first submission of a job, or a requeue
-  // of one that saved nothing; its directory is its own by the command line.
-  if (!fresh && resumed_from_.empty()) return "";
-  std::vector<std::string> foreign;
-  std::error_code error;
-  for (const fs::directory_entry& entry : fs::directory_iterator(options.dir, error)) {
-    const std::string name = entry.path().filename().string();
-    if (!is_run_checkpoint_file(name)) continue;
-    if (fresh) {
-      foreign.push_back(entry.path().string());
-    } else if (const std::optional<CheckpointSummary> summary =
-                   read_checkpoint_summary(entry.path().string())) {
-      // A resumed run owns the files of its own id (and those written before ids were).
-      if (!summary->run_id.empty() && summary->run_id != run_id_) {
-        foreign.push_back(entry.path().string());
-      }
-    }
+void Trainer::claim_run_directory(std::ostream& log) {
+  std::string refusal;
+  if (comm_.is_root()) {
+    metrics_path_ = run_metrics_path(config_, run_id_, resumed_from_, log);
+    refusal = outputs_that_would_destroy_inputs(config_, resumed_from_, metrics_path_);
   }
-  const std::string metrics = metrics_path(config_);
-  bool has_records = false;
-  const std::string metrics_run = MetricsFile::last_run_id(metrics, &has_records);
-  if (fresh ? has_records : (!metrics_run.empty() && metrics_run != run_id_)) {
-    foreign.push_back(metrics);
+  if (comm_.is_root() && refusal.empty()) {
+    refusal = foreign_run_files(config_, run_id_, resumed_from_, metrics_path_, log);
   }
-  // TensorBoard's files carry no run id: a fresh run's directory has none.
-  if (fresh) {
-    const fs::path metrics_dir = fs::path(metrics).parent_path().empty()
-                                     ? fs::path(".")
-                                     : fs::path(metrics).parent_path();
-    for (const fs::directory_entry& entry : fs::directory_iterator(metrics_dir, error)) {
-      if (entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0) {
-        foreign.push_back(entry.path().string());
-      }
-    }
-  }
-  if (foreign.empty()) return "";
-  std::sort(foreign.begin(), foreign.end());
-  if (options.overwrite) {
-    for (const std::string& path : foreign) {
-      fs::remove(path, error);
-      log << "removed " << path << ", a file of an earlier run (checkpoint.overwrite = true)"
-          << std::endl;
-    }
-    return "";
-  }
-  std::ostringstream message;
-  message << "checkpoint.dir " << options.dir << " and the directory of its metrics file "
-          << metrics << " hold " << foreign.size() << " file" << (foreign.size() > 1 ? "s" : "")
-          << " of another run";
-  if (!fresh) message << " than the one resumed from " << resumed_from_ << " (run " << run_id_ << ")";
-  message << " (";
-  for (size_t i = 0; i < foreign.size() && i < 3; ++i) message << (i ? ", " : "") << foreign[i];
-  if (foreign.size() > 3) message << ", ...";
-  message << "): a " << (fresh ? "new" : "resumed") << " run there would prune or replace them "
-          << "and mix its metrics with theirs; "
-          << (fresh ? "continue that run with --checkpoint.resume=auto, " : "")
-          << "give this run another checkpoint.dir (and train.metrics_dir), or set "
-          << "checkpoint.overwrite = true to delete them first";
-  return message.str();
-}
-
-std::string Trainer::outputs_that_would_destroy_inputs() const {
-  namespace fs = std::filesystem;
-  // (what names it, path)
-  std::vector<std::pair<std::string, std::string>> inputs = {
-      {"the config file", config_.source_file},
-      {"checkpoint.init", config_.checkpoint.init},
-      {"the checkpoint resumed from", resumed_from_}};
-  std::error_code error;
-  if (!config_.data.dir.empty()) {
-    for (const fs::directory_entry& entry : fs::directory_iterator(config_.data.dir, error)) {
-      const std::string name = entry.path().filename().string();
-      if (name == "spm.model" || entry.path().extension() == ".h5") {
-        inputs.emplace_back("a file of data.dir", entry.path().string());
-      }
-    }
-  }
-  const std::string metrics = metrics_path(config_);
-  for (const auto& [what, input] : inputs) {
-    if (!input.empty() && same_file(metrics, input)) {
-      return "the metrics file " + metrics + " is " + what + " " + input +
-             " (the same file): the run would append its records to it; give "
-             "train.metrics_dir another directory";
-    }
-  }
-  if (!MetricsFile::is_metrics_file(metrics)) {
-    return "the metrics file " + metrics + " exists and is not a run's metrics file (JSON "
-           "lines starting {\"kind\": ...): the run would append to it; move it, or give "
-           "train.metrics_dir another directory";
-  }
-  // checkpoint.overwrite deletes another run's files: never one this run reads.
-  if (config_.checkpoint.overwrite && config_.checkpoint.resume.empty()) {
-    for (const fs::directory_entry& entry : fs::directory_iterator(config_.checkpoint.dir, error)) {
-      if (!is_run_checkpoint_file(entry.path().string())) continue;
-      for (const auto& [what, input] : inputs) {
-        if (!input.empty() && same_file(entry.path().string(), input)) {
-          return "checkpoint.overwrite = true would delete " + entry.path().string() +
-                 ", which is " + what + " " + input + " of this run; copy it out of "
-                 "checkpoint.dir " + config_.checkpoint.dir + " first, or give this run another "
-                 "checkpoint.dir";
-        }
-      }
-    }
-  }
-  return "";
+  // Every rank stops with rank 0's reason, before anything is written.
+  refusal = comm_.broadcast_from_root(refusal);
+  if (!refusal.empty()) throw AllRanksError(refusal, 2);
 }
 
 std::string Trainer::resume_point() const {

@@ -24,6 +24,7 @@
 #include "model/transformer.h"
 #include "train/divergence.h"
 #include "train/optimizer.h"
+#include "train/run_directory.h"
 #include "train/run_log.h"
 #include "train/step_decision.h"
 #include "train/valid_bleu.h"
@@ -191,6 +192,7 @@ class Trainer {
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<Adam> adam_;
   std::unique_ptr<DivergenceDetector> detector_;
+  std::unique_ptr<RunLock> run_lock_;  // rank 0's, from start_up() to the end of run()
 
   // run()'s phases follow, in the order it takes them; RunProgress (trainer.cc) is the
   // state they share between steps: clocks, counts, rank 0's log and metrics file.
@@ -263,19 +265,15 @@ class Trainer {
   // "PATH (step S, loss L)": the newest healthy checkpoint of checkpoint.dir, the one to
   // resume from; "none" when there is none.
   std::string resume_point() const;
+  // One trainer per run directory: rank 0 takes checkpoint.dir's lock (run_directory.h),
+  // which also finds an unwritable directory now. Throws AllRanksError (exit 2) on every
+  // rank when it cannot, before any checkpoint is read.
+  void lock_run_directory(std::ostream& log);
   // A run owns its directory: a fresh run (no checkpoint.resume) refuses a checkpoint.dir
   // or metrics file that holds another run's files, a resumed one those of another run
-  // id; with checkpoint.overwrite rank 0 deletes them instead. Throws AllRanksError (exit
-  // 2) on every rank before anything is written.
+  // id; with checkpoint.overwrite rank 0 deletes them instead (run_directory.h). Throws
+  // AllRanksError (exit 2) on every rank before anything is written.
   void claim_run_directory(std::ostream& log);
-  // Rank 0: "" when the directory is this run's (after deleting the others' files with
-  // checkpoint.overwrite), else the refusal.
-  std::string foreign_run_files(std::ostream& log) const;
-  // Rank 0: "" when the run's outputs spare its inputs (the config file, checkpoint.init,
-  // the checkpoint resumed from, the data's shards and spm.model) whatever the path
-  // spelling: the metrics file it appends to is none of them and is a metrics file (or
-  // absent), and checkpoint.overwrite would delete none of them. Else the refusal.
-  std::string outputs_that_would_destroy_inputs() const;
 
   // Every rank must read the same vocabulary and pairs: else every rank throws
   // AllRanksError (exit 3) naming what each read (a collective, at start-up).
@@ -313,6 +311,7 @@ class Trainer {
   // The run's id (Checkpoint::run_id): new for a fresh start, the checkpoint's on resume.
   std::string run_id_;
   std::string resumed_from_;  // the checkpoint this process resumed from, or "".
+  std::string metrics_path_;  // rank 0's metrics file (run_metrics_path), once claimed
   // The loss of the last step judged (applied or left out), which a checkpoint records.
   double checkpoint_loss_ = NAN;
   // The best validation values of the run, resumed runs before this one included.

@@ -1,0 +1,385 @@
+// The run directory (run_directory.h): ownership of checkpoint.dir and the metrics
+// file, and the lock that keeps a second trainer out.
+#include "train/run_directory.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <condition_variable>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <ostream>
+#include <sstream>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/output_file.h"
+#include "common/error.h"
+#include "train/run_log.h"
+
+namespace thpc {
+
+std::string run_metrics_path(const Config& config, const std::string& run_id,
+                             const std::string& resumed_from, std::ostream& log) {
+  namespace fs = std::filesystem;
+  const std::string metrics = metrics_path(config);
+  if (!config.train.metrics_dir.empty() || resumed_from.empty() || fs::exists(metrics)) {
+    return metrics;
+  }
+  const fs::path parent = fs::path(config.checkpoint.dir).lexically_normal().parent_path();
+  const std::string beside = (parent.empty() ? fs::path("metrics.jsonl") : parent / "metrics.jsonl").string();
+  if (!fs::exists(beside) || MetricsFile::last_run_id(beside) != run_id) return metrics;
+  log << "note: this run's metrics file is " << beside << ", beside checkpoint.dir, where "
+      << "runs started before 2026-11-28 wrote it; it goes on there (new runs write theirs "
+      << "into checkpoint.dir; train.metrics_dir chooses)" << std::endl;
+  return beside;
+}
+
+std::string foreign_run_files(const Config& config, const std::string& run_id,
+                              const std::string& resumed_from, const std::string& metrics,
+                              std::ostream& log) {
+  namespace fs = std::filesystem;
+  const CheckpointConfig& options = config.checkpoint;
+  const bool fresh = options.resume.empty();
+  // resume=auto that found nothing to resume: the first submission of a job, or a requeue
+  // of one that saved nothing; its directory is its own by the command line.
+  if (!fresh && resumed_from.empty()) return "";
+  std::vector<std::string> foreign;
+  std::error_code error;
+  for (const fs::directory_entry& entry : fs::directory_iterator(options.dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (!is_run_checkpoint_file(name)) continue;
+    if (fresh) {
+      foreign.push_back(entry.path().string());
+    } else if (const std::optional<CheckpointSummary> summary =
+                   read_checkpoint_summary(entry.path().string())) {
+      // A resumed run owns the files of its own id (and those written before ids were).
+      if (!summary->run_id.empty() && summary->run_id != run_id) {
+        foreign.push_back(entry.path().string());
+      }
+    }
+  }
+  bool has_records = false;
+  const std::string metrics_run = MetricsFile::last_run_id(metrics, &has_records);
+  if (fresh ? has_records : (!metrics_run.empty() && metrics_run != run_id)) {
+    foreign.push_back(metrics);
+  }
+  // TensorBoard's files carry no run id: a fresh run's directory has none.
+  if (fresh) {
+    const fs::path metrics_dir = fs::path(metrics).parent_path().empty()
+                                     ? fs::path(".")
+                                     : fs::path(metrics).parent_path();
+    for (const fs::directory_entry& entry : fs::directory_iterator(metrics_dir, error)) {
+      if (entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0) {
+        foreign.push_back(entry.path().string());
+      }
+    }
+  }
+  if (foreign.empty()) return "";
+  std::sort(foreign.begin(), foreign.end());
+  if (options.overwrite) {
+    for (const std::string& path : foreign) {
+      fs::remove(path, error);
+      log << "removed " << path << ", a file of an earlier run (checkpoint.overwrite = true)"
+          << std::endl;
+    }
+    return "";
+  }
+  std::ostringstream message;
+  message << "checkpoint.dir " << options.dir << " and the directory of its metrics file "
+          << metrics << " hold " << foreign.size() << " file" << (foreign.size() > 1 ? "s" : "")
+          << " of another run";
+  if (!fresh) message << " than the one resumed from " << resumed_from << " (run " << run_id << ")";
+  message << " (";
+  for (size_t i = 0; i < foreign.size() && i < 3; ++i) message << (i ? ", " : "") << foreign[i];
+  if (foreign.size() > 3) message << ", ...";
+  message << "): a " << (fresh ? "new" : "resumed") << " run there would prune or replace them "
+          << "and mix its metrics with theirs; "
+          << (fresh ? "continue that run with --checkpoint.resume=auto, " : "")
+          << "give this run another checkpoint.dir (and train.metrics_dir), or set "
+          << "checkpoint.overwrite = true to delete them first";
+  return message.str();
+}
+
+std::string outputs_that_would_destroy_inputs(const Config& config,
+                                              const std::string& resumed_from,
+                                              const std::string& metrics) {
+  namespace fs = std::filesystem;
+  // (what names it, path)
+  std::vector<std::pair<std::string, std::string>> inputs = {
+      {"the config file", config.source_file},
+      {"checkpoint.init", config.checkpoint.init},
+      {"the checkpoint resumed from", resumed_from}};
+  std::error_code error;
+  if (!config.data.dir.empty()) {
+    for (const fs::directory_entry& entry : fs::directory_iterator(config.data.dir, error)) {
+      const std::string name = entry.path().filename().string();
+      if (name == "spm.model" || entry.path().extension() == ".h5") {
+        inputs.emplace_back("a file of data.dir", entry.path().string());
+      }
+    }
+  }
+  for (const auto& [what, input] : inputs) {
+    if (!input.empty() && same_file(metrics, input)) {
+      return "the metrics file " + metrics + " is " + what + " " + input +
+             " (the same file): the run would append its records to it; give "
+             "train.metrics_dir another directory";
+    }
+  }
+  if (!MetricsFile::is_metrics_file(metrics)) {
+    return "the metrics file " + metrics + " exists and is not a run's metrics file (JSON "
+           "lines starting {\"kind\": ...): the run would append to it; move it, or give "
+           "train.metrics_dir another directory";
+  }
+  // checkpoint.overwrite deletes another run's files: never one this run reads.
+  if (config.checkpoint.overwrite && config.checkpoint.resume.empty()) {
+    for (const fs::directory_entry& entry : fs::directory_iterator(config.checkpoint.dir, error)) {
+      if (!is_run_checkpoint_file(entry.path().string())) continue;
+      for (const auto& [what, input] : inputs) {
+        if (!input.empty() && same_file(entry.path().string(), input)) {
+          return "checkpoint.overwrite = true would delete " + entry.path().string() +
+                 ", which is " + what + " " + input + " of this run; copy it out of "
+                 "checkpoint.dir " + config.checkpoint.dir + " first, or give this run another "
+                 "checkpoint.dir";
+        }
+      }
+    }
+  }
+  return "";
+}
+
+
+// ---- the lock ---------------------------------------------------------------------
+
+namespace {
+
+std::string this_host() {
+  char host[HOST_NAME_MAX + 1] = {0};
+  if (gethostname(host, sizeof(host) - 1) != 0) return "?";
+  return host;
+}
+
+std::string environment(const char* name) {
+  const char* value = std::getenv(name);
+  return value ? value : "";
+}
+
+// What a lock file says of its holder: its KEY=VALUE lines.
+struct LockHolder {
+  std::map<std::string, std::string> fields;
+  std::string field(const std::string& key) const {
+    const auto found = fields.find(key);
+    return found == fields.end() ? "" : found->second;
+  }
+  long long number(const std::string& key) const {
+    const std::string text = field(key);
+    char* end = nullptr;
+    const long long value = std::strtoll(text.c_str(), &end, 10);
+    return !text.empty() && end && *end == '\0' ? value : -1;
+  }
+  // The fields a lock of ours always has.
+  bool complete() const { return !field("host").empty() && number("pid") > 0; }
+  // "host H, pid P, started YYYY-MM-DD HH:MM:SS UTC[, Slurm job J]".
+  std::string describe() const {
+    if (!complete()) return "a holder it does not name";
+    std::ostringstream text;
+    text << "host " << field("host") << ", pid " << number("pid");
+    const long long started = number("started");
+    if (started > 0) {
+      const std::time_t when = static_cast<std::time_t>(started);
+      std::tm utc{};
+      gmtime_r(&when, &utc);
+      char stamp[32];
+      std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S UTC", &utc);
+      text << ", started " << stamp;
+    }
+    if (!field("slurm_job").empty()) text << ", Slurm job " << field("slurm_job");
+    return text.str();
+  }
+};
+
+std::optional<LockHolder> read_holder(const std::string& path, std::string* text) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  LockHolder holder;
+  std::string line;
+  text->clear();
+  // A lock is a few lines; a larger file is not one of ours (read no more of it).
+  while (text->size() < 4096 && std::getline(in, line)) {
+    *text += line + "\n";
+    const size_t equals = line.find('=');
+    if (equals != std::string::npos) holder.fields[line.substr(0, equals)] = line.substr(equals + 1);
+  }
+  return holder;
+}
+
+// Seconds since the lock was last refreshed (its modification time), or -1.
+double seconds_since_refresh(const std::string& path) {
+  struct stat status {};
+  if (::stat(path.c_str(), &status) != 0) return -1;
+  const double modified = static_cast<double>(status.st_mtim.tv_sec) + 1e-9 * status.st_mtim.tv_nsec;
+  const double now = std::chrono::duration<double>(
+                         std::chrono::system_clock::now().time_since_epoch()).count();
+  return std::max(0.0, now - modified);
+}
+
+// Why the lock of `holder`, refreshed `age` seconds ago, may be taken over; "" when it
+// is held.
+std::string stale_reason(const LockHolder& holder, double age, const std::string& host) {
+  if (!holder.complete()) {
+    // An exclusive create and its write are not one step: a trainer taking the lock right
+    // now has an empty file for a moment. One that stays so was left by a crash then.
+    if (age > kRunLockRefreshSeconds) return "it names no holder and is " + std::to_string(static_cast<long long>(age)) + " s old";
+    return "";
+  }
+  const long long pid = holder.number("pid");
+  if (holder.field("host") == host && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+    return "its process is gone";
+  }
+  // A requeued Slurm job keeps its id and counts its restarts: a lock of an earlier run of
+  // this job was left by a process Slurm has ended (on whichever node it ran).
+  const std::string job = environment("SLURM_JOB_ID");
+  const long long restart = std::atoll(environment("SLURM_RESTART_COUNT").c_str());
+  if (!job.empty() && holder.field("slurm_job") == job && holder.number("slurm_restart") < restart) {
+    return "it was left by an earlier run (restart " + std::to_string(holder.number("slurm_restart")) +
+           ") of this Slurm job, which is at restart " + std::to_string(restart);
+  }
+  if (age > kRunLockStaleSeconds) {
+    return "it was last refreshed " + std::to_string(static_cast<long long>(age)) +
+           " s ago (a live holder refreshes it every " + std::to_string(kRunLockRefreshSeconds) + " s)";
+  }
+  return "";
+}
+
+// Creates `path` only if it does not exist, with `contents`, flushed to the disk.
+// 0, or the errno of what failed (EEXIST: it exists).
+int create_exclusively(const std::string& path, const std::string& contents) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return errno;
+  size_t written = 0;
+  int failure = 0;
+  while (written < contents.size()) {
+    const ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      failure = errno;
+      break;
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (failure == 0 && ::fsync(fd) != 0) failure = errno;
+  if (::close(fd) != 0 && failure == 0) failure = errno;
+  if (failure != 0) ::unlink(path.c_str());
+  return failure;
+}
+
+}  // namespace
+
+std::string run_lock_path(const std::string& dir) {
+  return (std::filesystem::path(dir.empty() ? "." : dir) / "trainer.lock").string();
+}
+
+// Refreshes the lock's modification time every kRunLockRefreshSeconds until destroyed.
+struct RunLock::Refresher {
+  explicit Refresher(std::string path) : thread([this, path = std::move(path)] {
+    std::unique_lock<std::mutex> guard(mutex);
+    while (!stopping) {
+      wake.wait_for(guard, std::chrono::seconds(kRunLockRefreshSeconds), [this] { return stopping; });
+      if (!stopping) ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // now
+    }
+  }) {}
+  ~Refresher() {
+    {
+      const std::lock_guard<std::mutex> guard(mutex);
+      stopping = true;
+    }
+    wake.notify_all();
+    thread.join();
+  }
+  std::mutex mutex;
+  std::condition_variable wake;
+  bool stopping = false;
+  std::thread thread;  // last: started once the members it uses exist
+};
+
+RunLock::RunLock(const std::string& dir, std::ostream& log) : path_(run_lock_path(dir)) {
+  namespace fs = std::filesystem;
+  const std::string host = this_host();
+  std::ostringstream contents;
+  contents << "host=" << host << "\npid=" << ::getpid() << "\nstarted="
+           << std::chrono::duration_cast<std::chrono::seconds>(
+                  std::chrono::system_clock::now().time_since_epoch()).count()
+           << "\nslurm_job=" << environment("SLURM_JOB_ID")
+           << "\nslurm_restart=" << std::atoll(environment("SLURM_RESTART_COUNT").c_str()) << "\n";
+  contents_ = contents.str();
+  std::error_code error;
+  fs::create_directories(fs::path(path_).parent_path(), error);
+  const std::string cannot_write =
+      "the run directory " + dir + " (checkpoint.dir) cannot be written: ";
+  if (error) {
+    THPC_FAIL(cannot_write << "creating it failed (" << error.message()
+                           << "); give checkpoint.dir a directory this user can write");
+  }
+  // Taking a stale lock over renames it away first: of two trainers doing so at once, one
+  // rename succeeds, and the other finds the winner's fresh lock on its next attempt.
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    const int failure = create_exclusively(path_, contents_);
+    if (failure == 0) {
+      refresher_ = std::make_unique<Refresher>(path_);
+      return;
+    }
+    if (failure != EEXIST) {
+      THPC_FAIL(cannot_write << "creating its lock " << path_ << " failed ("
+                             << std::strerror(failure)
+                             << "): found now rather than at the first checkpoint; make it "
+                                "writable (a read-only filesystem? permissions?) or give "
+                                "checkpoint.dir another directory");
+    }
+    std::string text;
+    const std::optional<LockHolder> holder = read_holder(path_, &text);
+    if (!holder) continue;  // removed meanwhile: try again
+    const double age = seconds_since_refresh(path_);
+    const std::string reason = stale_reason(*holder, age, host);
+    if (reason.empty()) {
+      THPC_FAIL("the run directory " << dir << " is in use by another trainer ("
+                << holder->describe() << "; its lock " << path_ << " was refreshed "
+                << static_cast<long long>(age) << " s ago): two trainers on one directory "
+                << "would interleave their metrics and overwrite each other's checkpoints. "
+                << "Wait for it to end or stop it, or give this run another checkpoint.dir. "
+                << "A lock whose holder is gone is taken over when its process is missing on "
+                << "this host, when it is an earlier run of this Slurm job, or "
+                << kRunLockStaleSeconds / 60 << " minutes after its last refresh; remove "
+                << path_ << " by hand only if you know its trainer is gone");
+    }
+    const std::string aside = path_ + ".stale." + std::to_string(::getpid());
+    if (::rename(path_.c_str(), aside.c_str()) != 0) continue;  // another took it first
+    ::unlink(aside.c_str());
+    log << "note: taking over the lock " << path_ << " of " << holder->describe() << ": "
+        << reason << std::endl;
+  }
+  THPC_FAIL("could not take the lock " << path_ << " of the run directory " << dir
+            << ": other trainers kept taking it; is another one starting there?");
+}
+
+RunLock::~RunLock() {
+  refresher_.reset();
+  // Only our own lock: one taken over from us (we looked gone) is its new holder's.
+  std::string text;
+  if (read_holder(path_, &text) && text == contents_) ::unlink(path_.c_str());
+}
+
+}  // namespace thpc

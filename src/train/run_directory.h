@@ -1,0 +1,79 @@
+// The run directory: what a training run owns (checkpoint.dir, its metrics file and
+// TensorBoard events), the lock that keeps a second trainer out of it, and the refusals
+// made before anything is written there. Rank 0's business: the trainer broadcasts what
+// these return so that every rank stops together (Trainer::claim_run_directory).
+#pragma once
+
+#include <iosfwd>
+#include <memory>
+#include <string>
+
+#include "config/config.h"
+
+namespace thpc {
+
+// The metrics file run `run_id` appends to: metrics_path(config), except for a run
+// resumed (from `resumed_from`) from the time the default was the directory holding
+// checkpoint.dir: when train.metrics_dir is not set, checkpoint.dir has no metrics file
+// and the one beside it is this run's, the run goes on appending there, with a note on
+// `log`, rather than splitting its curves.
+std::string run_metrics_path(const Config& config, const std::string& run_id,
+                             const std::string& resumed_from, std::ostream& log);
+
+// "" when the run's outputs spare its inputs (the config file, checkpoint.init, the
+// checkpoint resumed from, the data's shards and spm.model) whatever the path spelling:
+// the metrics file it appends to is none of them and is a metrics file (or absent), and
+// checkpoint.overwrite would delete none of them. Else the refusal.
+std::string outputs_that_would_destroy_inputs(const Config& config,
+                                              const std::string& resumed_from,
+                                              const std::string& metrics);
+
+// "" when checkpoint.dir and the directory of the metrics file `metrics` hold only this
+// run's files (run `run_id`, resumed from `resumed_from`, "" for a fresh run) — after
+// deleting the others' files, with a line each on `log`, when checkpoint.overwrite is
+// set. Else the refusal, naming the files and what to do.
+std::string foreign_run_files(const Config& config, const std::string& run_id,
+                              const std::string& resumed_from, const std::string& metrics,
+                              std::ostream& log);
+
+// How long a lock's holder may go without refreshing it before another trainer takes it
+// over: the holder refreshes it every kRunLockRefreshSeconds from a thread of its own, so
+// only a holder that is gone (its host crashed or lost the filesystem) leaves it this old.
+// Ten times the refresh period: room for a shared filesystem's attribute caching (NFS
+// caches them up to a minute by default) and for clocks that differ between hosts.
+inline constexpr int kRunLockRefreshSeconds = 60;
+inline constexpr int kRunLockStaleSeconds = 600;
+
+// One trainer per run directory: DIR/trainer.lock, made with an exclusive create (which
+// NFS from version 3 and Lustre honour, where flock may not be), holding the holder's
+// host, process id, start time and Slurm job. Removed when the holder is destroyed; a
+// thread refreshes its modification time meanwhile.
+//
+// An existing lock is taken over, with a line on the log saying whose it was, when it is
+// stale: its process is gone on this host, it was left by an earlier run of this same
+// Slurm job (a requeue on another node keeps the job id), or it was not refreshed for
+// kRunLockStaleSeconds. Otherwise the trainer is refused with a message naming the
+// holder.
+class RunLock {
+ public:
+  // Takes the lock of `dir` (created if absent), or throws Error saying why it cannot:
+  // another trainer holds it, or the directory cannot be written (read-only, no
+  // permission), found now rather than at the first checkpoint.
+  RunLock(const std::string& dir, std::ostream& log);
+  ~RunLock();
+  RunLock(const RunLock&) = delete;
+  RunLock& operator=(const RunLock&) = delete;
+
+  const std::string& path() const { return path_; }
+
+ private:
+  struct Refresher;
+  std::string path_;
+  std::string contents_;  // what this holder wrote: removed at the end only if still there
+  std::unique_ptr<Refresher> refresher_;
+};
+
+// The lock file of run directory `dir`: DIR/trainer.lock.
+std::string run_lock_path(const std::string& dir);
+
+}  // namespace thpc
