@@ -347,8 +347,9 @@ TEST_F(BestCheckpointsTraining, TheRunKeepsTheKBestApartFromTheLastAndAveragesEx
   EXPECT_EQ(kept_steps("run"), best) << log.str();
   // Not trivially the last three: the comparison says something.
   EXPECT_NE(best, (std::vector<int64_t>{12, 14, 16})) << log.str();
-  // The rotation (checkpoint.keep = 1) kept one step checkpoint and no best one was lost.
-  EXPECT_EQ(list_checkpoints(path("run")).size(), 1u);
+  // The rotation (checkpoint.keep = 1) kept the newest step checkpoint and the last known
+  // good one before it (prune_checkpoints), and no best one was lost.
+  EXPECT_EQ(list_checkpoints(path("run")).size(), 2u);
   for (const CheckpointSummary& s : best_checkpoint_summaries(path("run"))) {
     const Checkpoint file = read_checkpoint(s.path);  // the whole state, verified
     ASSERT_TRUE(file.validation.has_value());

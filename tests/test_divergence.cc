@@ -57,6 +57,14 @@ class DivergenceTest : public ScratchDirectoryTest {
     return load_config(kTinyIni, overrides);
   }
 
+  // A run in `dir` with `overrides` whose step `nan_step` reports a NaN loss: how it ended.
+  RunEnd run_with_nan_loss_at(const std::string& nan_step, const std::string& dir,
+                              const std::vector<std::string>& overrides, std::ostream& log) const {
+    const ScopedEnvironment nan_loss("THPC_TEST_NAN_LOSS_AT", nan_step);
+    Trainer trainer(small_config(dir, overrides));
+    return trainer.run(log);
+  }
+
   // The names of the step_*.h5 files of `dir` with their states, in stored-step order.
   static std::map<std::string, CheckpointState> states_in(const std::string& dir) {
     std::map<std::string, CheckpointState> states;
@@ -269,11 +277,8 @@ TEST_F(DivergenceTest, RollbackWithoutAHealthyCheckpointStopsSayingSo) {
 TEST_F(DivergenceTest, TheCheckpointWhoseParametersDivergedIsMarkedAndPassedOver) {
   const std::string dir = path("run");
   std::ostringstream log;
-  {
-    const ScopedEnvironment nan_at_eleven("THPC_TEST_NAN_LOSS_AT", "11");
-    Trainer trainer(small_config(dir, {"train.max_steps=20", "checkpoint.every_steps=5"}));
-    EXPECT_EQ(trainer.run(log), RunEnd::Diverged) << log.str();
-  }
+  EXPECT_EQ(run_with_nan_loss_at("11", dir, {"train.max_steps=20", "checkpoint.every_steps=5"}, log),
+            RunEnd::Diverged) << log.str();
   EXPECT_NE(log.str().find("marked checkpoint " + dir + "/step_00000010.h5 diverged"),
             std::string::npos)
       << log.str();
@@ -337,6 +342,74 @@ TEST_F(DivergenceTest, PruningRemovesUnhealthyCheckpointsFirstAndNeverTheLastHea
   prune_checkpoints(directory_.string(), 1, path(checkpoint_file_name(6)));
   EXPECT_EQ(list_checkpoints(directory_.string()),
             (std::vector<std::string>{path("step_00000002.h5"), path("step_00000006.h5")}));
+}
+
+// The next step's loss judges the parameters just written: until it has, the healthy
+// checkpoint before them is the last one known good, and pruning keeps it (issue 54: with
+// keep = 1 the healthy checkpoint was pruned, the newest was then marked diverged, and
+// the run said "resume from none").
+TEST_F(DivergenceTest, PruningKeepsTheLastCheckpointKnownGoodBesideTheOneJustWritten) {
+  for (int64_t step = 1; step <= 4; ++step) {
+    write_constant(path(checkpoint_file_name(step)), step, CheckpointState::Healthy, 3.0);
+  }
+  prune_checkpoints(directory_.string(), 1, path(checkpoint_file_name(4)));
+  EXPECT_EQ(list_checkpoints(directory_.string()),
+            (std::vector<std::string>{path("step_00000003.h5"), path("step_00000004.h5")}));
+  // keep = 2 and more are unchanged: the one before the newest is among them anyway.
+  write_constant(path(checkpoint_file_name(5)), 5, CheckpointState::Healthy, 3.0);
+  prune_checkpoints(directory_.string(), 2, path(checkpoint_file_name(5)));
+  EXPECT_EQ(list_checkpoints(directory_.string()),
+            (std::vector<std::string>{path("step_00000004.h5"), path("step_00000005.h5")}));
+}
+
+TEST_F(DivergenceTest, KeepOneWithACheckpointEveryStepStillLeavesAHealthyOneToResumeFrom) {
+  const std::string dir = path("run");
+  std::ostringstream log;
+  EXPECT_EQ(run_with_nan_loss_at("11", dir, {"train.max_steps=20", "checkpoint.every_steps=1",
+                                             "checkpoint.keep=1"}, log),
+            RunEnd::Diverged) << log.str();
+  // Step 10's parameters gave step 11 its loss: they are kept, marked, and said to be.
+  EXPECT_NE(log.str().find("the parameters that produced it are in " + dir +
+                           "/step_00000010.h5, marked diverged so that resume=auto passes over it; "
+                           "resume from " + dir + "/step_00000009.h5 (step 9"),
+            std::string::npos)
+      << log.str();
+  const std::map<std::string, CheckpointState> expected = {
+      {"step_00000009.h5", CheckpointState::Healthy},
+      {"step_00000010.h5", CheckpointState::Diverged}};
+  EXPECT_EQ(states_in(dir), expected) << log.str();
+  std::ostringstream resumed_log;
+  Trainer resumed(small_config(dir, {"train.max_steps=10", "checkpoint.resume=auto",
+                                     "checkpoint.keep=1"}));
+  ASSERT_EQ(resumed.run(resumed_log), RunEnd::Finished) << resumed_log.str();
+  EXPECT_NE(resumed_log.str().find("resumed from " + dir + "/step_00000009.h5 at step 9"),
+            std::string::npos)
+      << resumed_log.str();
+}
+
+// resume=auto with nothing but diverged checkpoints restarted from step 0, exited 0 and
+// pruned them: the run's whole history. It refuses now, saying what to do.
+TEST_F(DivergenceTest, ResumeAutoWithOnlyDivergedCheckpointsRefusesAndKeepsThem) {
+  const std::string dir = path("run");
+  fs::create_directories(dir);
+  write_constant(dir + "/" + checkpoint_file_name(5), 5, CheckpointState::Diverged, NAN);
+  write_constant(dir + "/" + checkpoint_file_name(6), 6, CheckpointState::Superseded, 3.0);
+  std::ostringstream log;
+  Trainer trainer(small_config(dir, {"train.max_steps=3", "checkpoint.resume=auto"}));
+  try {
+    trainer.run(log);
+    ADD_FAILURE() << "trained: " << log.str();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "checkpoint.resume=auto: every one of the 2 checkpoints in " + dir +
+                  " is marked diverged or superseded (the newest, " + dir +
+                  "/step_00000006.h5, step 6, is superseded)"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("resume from one by name"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(list_checkpoints(dir).size(), 2u);
+  EXPECT_EQ(log.str().find("step 1/"), std::string::npos) << log.str();
 }
 
 TEST_F(DivergenceTest, ResumeAndAveragingOrderCheckpointsByTheStepStoredInside) {

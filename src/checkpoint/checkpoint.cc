@@ -1048,18 +1048,31 @@ std::vector<std::string> prune_checkpoints(const std::string& dir, int keep,
   THPC_CHECK(keep >= 1, "keep " << keep);
   const std::vector<CheckpointSummary> summaries = checkpoint_summaries(dir);
   std::error_code error;
-  // The newest healthy one stays whatever `keep` says: it is what a diverged run resumes from.
+  // The newest healthy one stays whatever `keep` says: it is what a diverged run resumes
+  // from. So does the newest healthy one before the one just written, whose parameters
+  // the next step has not judged yet (it marks them diverged if their loss is).
+  const auto is_protected = [&](const CheckpointSummary& summary) {
+    return fs::equivalent(summary.path, protected_path, error);
+  };
   const auto newest_healthy =
       std::find_if(summaries.rbegin(), summaries.rend(), [](const CheckpointSummary& summary) {
         return summary.state == CheckpointState::Healthy;
       });
+  const auto protected_at =
+      std::find_if(summaries.rbegin(), summaries.rend(), is_protected);
+  const auto known_good =
+      std::find_if(protected_at == summaries.rend() ? summaries.rbegin() : std::next(protected_at),
+                   summaries.rend(), [](const CheckpointSummary& summary) {
+                     return summary.state == CheckpointState::Healthy;
+                   });
   // Deletion order: diverged and superseded, oldest first, then healthy, oldest first.
   std::vector<const CheckpointSummary*> candidates;
   for (const bool healthy : {false, true}) {
     for (const CheckpointSummary& summary : summaries) {
       if ((summary.state == CheckpointState::Healthy) != healthy) continue;
       if (newest_healthy != summaries.rend() && &summary == &*newest_healthy) continue;
-      if (fs::equivalent(summary.path, protected_path, error)) continue;
+      if (known_good != summaries.rend() && &summary == &*known_good) continue;
+      if (is_protected(summary)) continue;
       candidates.push_back(&summary);
     }
   }

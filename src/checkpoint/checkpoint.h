@@ -248,8 +248,11 @@ std::string move_aside_corrupt(const std::string& path);
 
 // Deletes step_*.h5 files of `dir` until `keep` remain: first the diverged and superseded
 // ones, oldest first, then the oldest healthy ones; never `protected_path` (the one just
-// written) and never the newest healthy one, so a run that diverges keeps a checkpoint
-// to resume from. Returns the deleted paths.
+// written), never the newest healthy one, and never the newest healthy one older than
+// `protected_path`: the next step's loss judges the parameters just written, and may
+// mark them diverged, so the one before them is the run's last checkpoint known good (with
+// keep = 1 two files stay). A run that diverges keeps a checkpoint to resume from.
+// Returns the deleted paths.
 std::vector<std::string> prune_checkpoints(const std::string& dir, int keep,
                                            const std::string& protected_path);
 

@@ -287,10 +287,14 @@ const std::vector<Option>& option_table() {
                   "wall-clock minutes between checkpoints, fractions allowed; 0 = none by time"),
       THPC_OPTION(checkpoint, every_steps, THPC_AT_LEAST(0),
                   "also a checkpoint every this many steps; 0 = none by step count"),
-      THPC_OPTION(checkpoint, keep, THPC_AT_LEAST(1), "newest checkpoints kept in dir"),
+      THPC_OPTION(checkpoint, keep, THPC_AT_LEAST(1),
+                  "newest checkpoints kept in dir; diverged ones go first, and the newest "
+                  "healthy one and the last healthy one before the newest file always stay "
+                  "(keep = 1 keeps two: the next step's loss may still mark the newest "
+                  "diverged)"),
       THPC_OPTION(checkpoint, resume, THPC_ANY,
                   "continue a run: auto = newest valid checkpoint in dir (none there: step 0; "
-                  "only invalid ones: an error), auto_or_fresh = the same but step 0 when all "
+                  "only invalid, or only diverged, ones: an error), auto_or_fresh = the same but step 0 when all "
                   "are invalid (they are renamed *.corrupt), or a file; empty = start fresh"),
       THPC_OPTION(checkpoint, keep_best, THPC_ONE_OF("none", "ppl", "bleu", "chrf"),
                   "write dir/best.h5 (the whole state, never pruned) at each validation that "

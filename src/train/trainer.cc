@@ -627,6 +627,31 @@ bool Trainer::stopped_before_training(std::ostream& log) const {
   return true;
 }
 
+namespace {
+
+// checkpoint.resume=auto's refusal when `dir` holds checkpoints and every one is marked
+// diverged or superseded: starting from step 0 would prune them, the run's whole history,
+// with exit 0 ("" when there are none, or some is healthy).
+std::string only_unhealthy_checkpoints(const std::string& dir) {
+  const std::vector<CheckpointSummary> summaries = checkpoint_summaries(dir);
+  if (summaries.empty()) return "";
+  for (const CheckpointSummary& summary : summaries) {
+    if (summary.state == CheckpointState::Healthy) return "";
+  }
+  const CheckpointSummary& newest = summaries.back();
+  std::ostringstream message;
+  message << "checkpoint.resume=auto: every one of the " << summaries.size()
+          << " checkpoints in " << dir << " is marked diverged or superseded (the newest, "
+          << newest.path << ", step " << newest.step << ", is "
+          << checkpoint_state_name(newest.state) << "), and starting from step 0 would prune "
+          << "them: resume from one by name (checkpoint.resume=PATH continues from a marked "
+          << "checkpoint) with a smaller train.lr_scale or train.clip_norm, or move them out of "
+          << dir << " to start afresh";
+  return message.str();
+}
+
+}  // namespace
+
 void Trainer::apply_start_options(std::ostream& log) {
   const CheckpointConfig& options = config_.checkpoint;
   if (options.resume == "auto" || options.resume == "auto_or_fresh") {
@@ -650,7 +675,10 @@ void Trainer::apply_start_options(std::ostream& log) {
                 << "checkpoint.resume=auto_or_fresh to start from step 0 with them renamed "
                 << "*.corrupt)" << reasons.str();
         refusal = message.str();
-      } else {
+      } else if (path.empty() && invalid.empty() && options.resume == "auto") {
+        refusal = only_unhealthy_checkpoints(options.dir);
+      }
+      if (refusal.empty()) {
         // A run resumed from an older checkpoint would overwrite newer damaged ones too.
         for (const InvalidCheckpoint& file : invalid) {
           log << "moved invalid checkpoint " << file.path << " aside to "
@@ -1032,8 +1060,12 @@ Trainer::AfterStep Trainer::after_divergent_step(StepStats& stats,
                         run.out, run.metrics, run.seconds_since_start(), &stop_reason);
   if (action == DivergenceAction::Stop) {
     print_summary(run);
-    run.out << "diverged: " << stop_reason << "; its update is not applied and the "
-            << "parameters that produced it are not saved; resume from " << resume_point()
+    const std::string kept = diverged_parameters_file();
+    run.out << "diverged: " << stop_reason << "; its update is not applied, and the "
+            << "parameters that produced it are "
+            << (kept.empty() ? "not saved"
+                             : "in " + kept + ", marked diverged so that resume=auto passes over it")
+            << "; resume from " << resume_point()
             << " with a smaller train.lr_scale (or train.clip_norm), or set "
             << "train.divergence = skip or rollback" << std::endl;
     return AfterStep::Diverged;
@@ -1370,6 +1402,17 @@ void Trainer::claim_run_directory(std::ostream& log) {
   // Every rank stops with rank 0's reason, before anything is written.
   refusal = comm_.broadcast_from_root(refusal);
   if (!refusal.empty()) throw AllRanksError(refusal, 2);
+}
+
+std::string Trainer::diverged_parameters_file() const {
+  if (!comm_.is_root()) return "";
+  for (const CheckpointSummary& summary : checkpoint_summaries(config_.checkpoint.dir)) {
+    if (summary.step == completed_steps_ && summary.state == CheckpointState::Diverged &&
+        (summary.run_id.empty() || summary.run_id == run_id_)) {
+      return summary.path;
+    }
+  }
+  return "";
 }
 
 std::string Trainer::resume_point() const {

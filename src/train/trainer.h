@@ -265,6 +265,9 @@ class Trainer {
   // "PATH (step S, loss L)": the newest healthy checkpoint of checkpoint.dir, the one to
   // resume from; "none" when there is none.
   std::string resume_point() const;
+  // Rank 0: the checkpoint of this run at the completed step once it has been marked
+  // diverged (its parameters produced the divergent loss), or "".
+  std::string diverged_parameters_file() const;
   // One trainer per run directory: rank 0 takes checkpoint.dir's lock (run_directory.h),
   // which also finds an unwritable directory now. Throws AllRanksError (exit 2) on every
   // rank when it cannot, before any checkpoint is read.
