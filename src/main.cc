@@ -20,6 +20,7 @@
 #include "config/config.h"
 #include "distributed/communicator.h"
 #include "distributed/mpi_sanitizer_options.h"
+#include "io/atomic_file.h"
 #include "model/params.h"
 #include "model/transformer.h"
 #include "train/footprint.h"
@@ -138,6 +139,7 @@ int main(int argc, char** argv) {
   // killing the process without a word (exit 143). Open MPI leaves SIGTERM and SIGUSR1
   // to the program (its own handlers are for crashes).
   const thpc::StopSignalGuard stop_signals;
+  thpc::fail_writes_past_the_file_size_limit();
   thpc::MpiSession mpi(&argc, &argv);
   const thpc::Communicator comm = thpc::Communicator::world();
   thpc::Config config;

@@ -3,11 +3,15 @@
 // temporary name and a rename: transformer_decode --output and --dump-attention,
 // transformer_average, transformer_preprocess, transformer_trees. A refusal is a
 // command-line mistake: exit 2, one line naming the option, the path and why, and every
-// file as it was.
+// file as it was. And when the storage stops a write (the file-size limit, a full disk),
+// each says so in one message with what to do, and leaves no partial file and no crash.
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -300,6 +304,93 @@ TEST_F(ToolOutputs, TrainerNeverWritesOverItsInputs) {
   const ProcessResult ok = run_process(kBin + "/" + train + "--checkpoint.dir=d/ck "
                                        "--checkpoint.init=first/ck/step_00000002.h5");
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
+}
+
+
+// ---- the storage stops a write ----
+
+// Runs `command` (a program of the build and its arguments) under `shell_setup` (a ulimit),
+// which must fail on its write: exit 1 (no signal: SIGXFSZ killed the trainer, exit 153,
+// and HDF5 crashed at exit after a failed write, 139), an error saying it cannot write,
+// naming `file` and holding `advice`, and no temporary or partial file nor lock anywhere
+// below `dir`.
+void expect_storage_failure(const std::string& shell_setup, const std::string& command,
+                            const std::string& file, const std::string& advice,
+                            const std::string& dir = ".") {
+  SCOPED_TRACE(command);
+  const ProcessResult run =
+      run_process("bash -c '" + shell_setup + "; exec " + kBin + "/" + command + "'");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("error"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("cannot write"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find(file), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find(advice), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("Segmentation"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("HDF5-DIAG"), std::string::npos) << run.output;
+  for (const fs::directory_entry& entry : fs::recursive_directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    const bool partial = name.size() > 4 && (name.compare(name.size() - 4, 4, ".tmp") == 0 ||
+                                             name.find(".partial") != std::string::npos);
+    EXPECT_FALSE(partial) << entry.path();
+    EXPECT_NE(name, "trainer.lock") << entry.path();
+  }
+}
+
+TEST_F(ToolOutputs, AFileSizeLimitStopsEveryWriterWithOneMessageAndNoPartialFile) {
+  train_a_model();
+  const std::string limit = "the process's file-size limit (ulimit -f, or the batch system's) of ";
+  expect_storage_failure("ulimit -f 1",
+                         "transformer_decode --greedy --checkpoint model.h5 --input text/train.en "
+                         "--output out.de",
+                         "output file out.de", limit + "1024 bytes stopped it");
+  EXPECT_FALSE(fs::exists("out.de"));
+  expect_storage_failure("ulimit -f 100", "transformer_average --inputs model.h5 --output avg.h5",
+                         "checkpoint avg.h5", limit + "102400 bytes stopped it");
+  EXPECT_FALSE(fs::exists("avg.h5"));
+  expect_storage_failure("ulimit -f 8",
+                         "transformer_preprocess --source-lang en --target-lang de --trainpref "
+                         "text/train --validpref text/valid --destdir data2 --vocab-size 100 "
+                         "--model-type bpe --seed 1",
+                         "shard data2/train.00000.h5", limit + "8192 bytes stopped it");
+  // The trainer's checkpoint (MPI's own files need a few MB: a model whose checkpoint is
+  // larger than the 10 MB allowed).
+  expect_storage_failure("ulimit -f 10000",
+                         "transformer_hpc " THPC_SOURCE_DIR "/input/tiny.ini --model.layers=2 "
+                         "--model.d_model=256 --model.d_ff=1024 --train.max_steps=3 "
+                         "--checkpoint.every_steps=2 --checkpoint.dir=big",
+                         "checkpoint big/step_00000002.h5", limit + "10240000 bytes stopped it");
+}
+
+// A small tmpfs (the test skips where it may not mount one) filled by the writers.
+TEST_F(ToolOutputs, AFullDiskStopsEveryWriterWithOneMessageAndNoPartialFile) {
+  fs::create_directories("full");
+  if (::mount("tmpfs", "full", "tmpfs", 0, "size=1m") != 0) {
+    GTEST_SKIP() << "cannot mount a 1 MiB tmpfs here (" << std::strerror(errno)
+                 << "): the full-disk case needs one (root, or a user namespace)";
+  }
+  struct Unmount {
+    ~Unmount() { ::umount2((fs::current_path() / "full").c_str(), MNT_DETACH); }
+  } unmount;
+  train_a_model();
+  const std::string full = "the file system (or this user's quota) of ";
+  // The 1.8 MB checkpoint does not fit; its lock and metrics do.
+  expect_storage_failure("true",
+                         "transformer_hpc " THPC_SOURCE_DIR "/input/tiny.ini --model.layers=1 "
+                         "--data.dir=data --train.max_steps=2 --checkpoint.dir=full/ck",
+                         "checkpoint full/ck/step_00000002.h5", full + "full/ck is full", "full");
+  // Then nothing fits.
+  std::ofstream("full/filler") << std::string(1 << 20, 'x');
+  expect_storage_failure("true", "transformer_average --inputs model.h5 --output full/avg.h5",
+                         "checkpoint full/avg.h5", full + "full is full", "full");
+  expect_storage_failure("true",
+                         "transformer_decode --greedy --checkpoint model.h5 --input text/train.en "
+                         "--output full/out.de",
+                         "output file full/out.de", full + "full is full", "full");
+  expect_storage_failure("true",
+                         "transformer_preprocess --source-lang en --target-lang de --trainpref "
+                         "text/train --validpref text/valid --destdir full/data --vocab-size 100 "
+                         "--model-type bpe --seed 1",
+                         "full/data/", full + "full/data is full", "full");
 }
 
 }  // namespace

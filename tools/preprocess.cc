@@ -71,7 +71,16 @@ int main(int argc, char** argv) {
   };
   const auto run = [](const Command& given) {
     thpc::tools::StageProgress progress("transformer_preprocess");
-    thpc::preprocess(given.options, std::cout, progress);
+    try {
+      thpc::preprocess(given.options, std::cout, progress);
+    } catch (const thpc::Error& failure) {
+      // Its files are written under .partial names, removed when it fails.
+      const std::string advice =
+          thpc::storage_advice(given.options.dest_dir, failure.what(), 0);
+      if (advice.empty()) throw;
+      THPC_FAIL(failure.what() << ": " << advice << " (no shard was written: the .partial "
+                                  "files are removed)");
+    }
     return 0;
   };
   return thpc::tools::tool_main("transformer_preprocess", thpc::tools::usage_text(description),

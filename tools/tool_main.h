@@ -19,6 +19,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "io/atomic_file.h"
 
 namespace thpc::tools {
 
@@ -34,6 +35,7 @@ class UsageError : public std::runtime_error {
 template <typename Parse, typename Run>
 int tool_main(const char* name, const std::string& usage, int argc, char** argv, Parse parse,
               Run run) {
+  thpc::fail_writes_past_the_file_size_limit();
   decltype(parse(argc, argv)) command;
   try {
     command = parse(argc, argv);

@@ -1,9 +1,12 @@
 #include "io/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 
@@ -26,6 +29,34 @@ void fsync_path(const std::string& path, const std::string& what) {
   ::close(fd);
 }
 
+void fail_writes_past_the_file_size_limit() { std::signal(SIGXFSZ, SIG_IGN); }
+
+std::string storage_advice(const std::string& directory, const std::string& failure,
+                           uintmax_t bytes_written) {
+  const auto says = [&](const char* text) { return failure.find(text) != std::string::npos; };
+  rlimit limit{};
+  const bool limited = ::getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY;
+  if (limited && (says("(errno 27)") || bytes_written + (1u << 20) >= limit.rlim_cur)) {
+    return "the process's file-size limit (ulimit -f, or the batch system's) of " +
+           std::to_string(static_cast<unsigned long long>(limit.rlim_cur)) +
+           " bytes stopped it; raise the limit, or write it where none applies";
+  }
+  struct statvfs space {};
+  const bool measured = ::statvfs(directory.c_str(), &space) == 0;
+  const unsigned long long available =
+      measured ? static_cast<unsigned long long>(space.f_bavail) * space.f_frsize : 0;
+  if (says("(errno 28)") || says("(errno 122)") || (measured && available < (16ull << 20))) {
+    return "the file system (or this user's quota) of " + directory + " is full" +
+           (measured ? " (" + std::to_string(available >> 10) + " KiB left)" : std::string()) +
+           "; free space there, or write elsewhere";
+  }
+  if (says("(errno 5)")) {
+    return "the storage of " + directory + " reported an I/O error (EIO): check the device "
+           "or the file system's health before writing there again";
+  }
+  return "";
+}
+
 std::string temporary_path(const std::string& path) {
   const fs::path final_path(path);
   return (final_path.parent_path() / ("." + final_path.filename().string() + ".tmp")).string();
@@ -45,8 +76,16 @@ void write_atomically(const std::string& path, const std::string& what,
   try {
     write(temporary);
     fsync_path(temporary, what);
-  } catch (...) {
+  } catch (const Error& failure) {
+    const uintmax_t written = fs::file_size(temporary, error);
+    const std::string advice =
+        storage_advice(directory.string(), failure.what(), error ? 0 : written);
     fs::remove(temporary, error);  // a partial file helps nobody
+    if (advice.empty()) throw;
+    THPC_FAIL(failure.what() << ": " << advice << " (nothing was written: " << temporary
+                             << " is removed)");
+  } catch (...) {
+    fs::remove(temporary, error);
     throw;
   }
   fs::rename(temporary, final_path, error);

@@ -3,6 +3,7 @@
 // the rest of the promise).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -21,5 +22,20 @@ std::string temporary_path(const std::string& path);
 
 // fsync of the file or directory `path`; thpc::Error "cannot write WHAT: ..." when it fails.
 void fsync_path(const std::string& path, const std::string& what);
+
+// A write past the file-size limit (ulimit -f, a batch system's) fails with EFBIG, as one
+// on a full disk fails with ENOSPC, instead of SIGXFSZ killing the process (exit 153)
+// with the temporary file left behind: every program calls this first, and its writers
+// then report the failure as any other (one message naming the file, the temporary file
+// removed). SIGXFSZ is ignored.
+void fail_writes_past_the_file_size_limit();
+
+// What stopped a write into `directory` that failed with `failure` (its message: HDF5's
+// failures say "(errno N)", io/hdf5.h) after `bytes_written` bytes of its file, when the
+// storage did: the file-size limit (EFBIG, or a file at the limit), a full file system or
+// quota (ENOSPC, EDQUOT, or less than 16 MiB left), or an I/O error (EIO); in the user's
+// words with what to do. "" when none of these explains it.
+std::string storage_advice(const std::string& directory, const std::string& failure,
+                           uintmax_t bytes_written);
 
 }  // namespace thpc

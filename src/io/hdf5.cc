@@ -1,6 +1,7 @@
 #include "io/hdf5.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -8,6 +9,14 @@
 
 namespace thpc::hdf5 {
 namespace {
+
+// HDF5 closes whatever files are still open when the process exits (H5_term_library,
+// registered with atexit at its first call). A file whose write failed (a full disk, the
+// file-size limit) could not be closed, and closing it again at exit crashed in
+// H5F__close_cb (exit 139, after the error had been reported). Every file here is closed
+// by its Handle; no file needs the library's exit. Set before the library's first call:
+// a static initializer runs before main().
+[[maybe_unused]] const bool kNoCloseAtExit = (H5dont_atexit(), true);
 
 // Whether `dataset` really holds `count` values of `value_size` bytes: its layout stores
 // exactly that many bytes (the formats' datasets are contiguous, unfiltered), and they fit
@@ -55,6 +64,18 @@ std::string reason() {
       [](unsigned depth, const H5E_error2_t* error, void* data) -> herr_t {
         auto* text = static_cast<std::string*>(data);
         if (depth == 0 && error->desc != nullptr) *text = error->desc;
+        // A failed system call: HDF5's text holds the errno, the message and buffer
+        // addresses; the user needs the first two.
+        const char* errno_at = error->desc ? std::strstr(error->desc, "errno = ") : nullptr;
+        const char* message_at = error->desc ? std::strstr(error->desc, "error message = '") : nullptr;
+        if (depth == 0 && errno_at != nullptr && message_at != nullptr) {
+          message_at += std::strlen("error message = '");
+          const char* message_end = std::strchr(message_at, '\'');
+          const std::string call = std::string(error->desc, std::strcspn(error->desc, ":("));
+          *text = (call.empty() ? std::string("a system call failed") : call) + ": " +
+                  std::string(message_at, message_end ? message_end - message_at : std::strlen(message_at)) +
+                  " (errno " + std::to_string(std::atoi(errno_at + std::strlen("errno = "))) + ")";
+        }
         return 0;
       },
       &reason);
