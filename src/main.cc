@@ -52,7 +52,8 @@ int dry_run(const thpc::Config& config, int ranks) {
     if (!impossible.empty()) throw thpc::AllRanksError(impossible, 2);
   }
   // Sizes that cannot be allocated are a configuration error here as in training.
-  const std::string too_large = thpc::training_does_not_fit(config, vocab, thpc::host_memory_bytes());
+  const std::string too_large =
+      thpc::training_does_not_fit(config, vocab, thpc::host_memory_bytes(), ranks);
   if (!too_large.empty()) throw thpc::AllRanksError(too_large, 2);
   // A checkpoint training would start from must be readable and of this architecture
   // (exit 1 as there): checkpoint.init, or checkpoint.resume naming a file.

@@ -732,6 +732,13 @@ TEST(Config, DirectoryIsNotAConfigFile) {
   expect_error([] { load_config(kInputDir); }, {"cannot open config file", "directory"});
 }
 
+// /dev/zero as the config file was read until the kernel killed the process at 22 GB
+// (issue 54): a config is read up to 1 MiB.
+TEST(Config, AConfigFileIsReadUpToOneMegabyte) {
+  expect_error([] { load_config("/dev/zero"); },
+               {"config file '/dev/zero' is larger than 1 MiB", "is it the right file?"});
+}
+
 // ---- mistakes on the command line ----
 
 TEST(Config, NoFileGiven) {
@@ -835,6 +842,7 @@ TEST(Config, BadValuesNameKeyAndFile) {
       {{"train.log_every=0"}, "train.log_every"},
       {{"train.threads=-1"}, "train.threads"},
       {{"dist.bucket_mb=0"}, "dist.bucket_mb"},
+      {{"dist.bucket_mb=3e-6"}, "dist.bucket_mb: must be ≥ 0.001, got 3e-06"},
       {{"dist.timeout_s=0"}, "dist.timeout_s"},
       {{"dist.device=-2"}, "dist.device"},
       {{"data.synthetic=shuffle"}, "data.synthetic: 'shuffle' is not one of reverse, copy, sort"},

@@ -128,8 +128,31 @@ TEST(UserErrors, TheFootprintIsComputedWithoutOverflowAndBoundsTheParameterTable
   const TrainingFootprint paper = training_footprint(base.model, 37000, base.train);
   EXPECT_LE(paper.parameters, 63045632.0L);  // the exact count of input/base.ini
   EXPECT_GT(paper.parameters, 0.99L * 63045632.0L);  // biases and norms are the rest
+  // On the GPU the parameters' buffers alone count toward host memory.
+  base.train.backend = "cuda";
   EXPECT_TRUE(training_does_not_fit(base, 37000, 8e9L).empty());
   EXPECT_FALSE(training_does_not_fit(base, 37000, 1e8L).empty());
+  // On the CPU the activations share it: model.layers = 10000 of input/tiny.ini was read
+  // into 22 GB before the kernel killed it (issue 54). At least 4 bytes a token for each
+  // of the encoder's 4 d + d_ff and the decoder's 6 d + d_ff per layer, and the logits.
+  Config tiny;
+  tiny.train.backend = "cpu";
+  tiny.train.tokens_per_step = 1000;
+  tiny.model.layers = 10000;
+  tiny.model.d_model = 64;
+  tiny.model.d_ff = 256;
+  tiny.model.heads = 4;
+  const TrainingFootprint deep = training_footprint(tiny.model, 32, tiny.train);
+  EXPECT_EQ(deep.activation_bytes, 4.0L * 1000 * (10000.0L * (4 * 64 + 256 + 6 * 64 + 256) + 32));
+  const std::string refused = training_does_not_fit(tiny, 32, 24e9L);
+  EXPECT_NE(refused.find("and the activations backward reads, for a micro-batch of 1000 tokens "
+                         "a side (train.tokens_per_step = 1000 / (train.accumulate = 1 x 1 "
+                         "rank)), at least 46.1 GB"),
+            std::string::npos)
+      << refused;
+  // Two ranks and two micro-batches share the step's tokens: a quarter each.
+  tiny.train.accumulate = 2;
+  EXPECT_EQ(training_footprint(tiny.model, 32, tiny.train, 2).tokens_per_micro_batch, 250);
 }
 
 TEST(UserErrors, AFailedAllocationSaysWhichSizesToLower) {

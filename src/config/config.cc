@@ -272,8 +272,9 @@ const std::vector<Option>& option_table() {
                   "model.max_positions"),
 
       // [dist]: the ranks of an MPI job.
-      THPC_OPTION(dist, bucket_mb, THPC_ABOVE(0),
-                  "gradient all-reduce bucket size in MiB (one collective per bucket)"),
+      THPC_OPTION(dist, bucket_mb, THPC_AT_LEAST(0.001),
+                  "gradient all-reduce bucket size in MiB (one collective per bucket, whose "
+                  "fixed cost dominates small ones: a run warns above 1000 buckets)"),
       THPC_OPTION(dist, timeout_s, THPC_ABOVE(0),
                   "seconds a GPU gradient all-reduce may take before the job is ended "
                   "(a lost or stuck peer)"),
@@ -675,9 +676,16 @@ Config resolve_file(const std::string& ini_path, po::variables_map& values) {
   }
   std::ifstream file(ini_path, std::ios::binary);
   if (!file) THPC_FAIL("cannot open config file '" << ini_path << "'");
-  std::ostringstream bytes;
-  bytes << file.rdbuf();
-  std::string text = bytes.str();
+  // A config is a few KB of text; a device such as /dev/zero, or a data file named by
+  // mistake, would otherwise be read until memory runs out.
+  constexpr std::streamsize kMaxConfigBytes = 1 << 20;
+  std::string text(kMaxConfigBytes + 1, '\0');
+  file.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(file.gcount()));
+  if (static_cast<std::streamsize>(text.size()) > kMaxConfigBytes) {
+    THPC_FAIL("config file '" << ini_path << "' is larger than 1 MiB: a config is a few KB "
+              "of [section] and key = value lines; is it the right file?");
+  }
   // Editors on Windows start UTF-8 files with a byte order mark; it is not part of the
   // first line.
   if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);

@@ -2,8 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
+
+#include "model/backends.h"
 
 
 namespace thpc {
@@ -30,7 +33,7 @@ std::string readable_bytes(long double bytes) {
 }  // namespace
 
 TrainingFootprint training_footprint(const ModelConfig& model, int vocab,
-                                     const TrainConfig& train) {
+                                     const TrainConfig& train, int ranks) {
   using Real = long double;
   const Real d = model.d_model, ff = model.d_ff, h = model.heads;
   const Real dk = model.head_dim_k(), dv = model.head_dim_v();
@@ -46,6 +49,16 @@ TrainingFootprint training_footprint(const ModelConfig& model, int vocab,
   footprint.bytes = footprint.parameters * (bf16_copy ? 18 : 16);
   // The sinusoidal table of §3.5: computed in double on the host, uploaded as fp32.
   if (model.positions != "learned") footprint.bytes += Real(model.max_positions) * d * (8 + 4);
+  const bool on_the_cpu =
+      train.backend == "cpu" || (train.backend == "auto" && !cuda_unavailable_reason().empty());
+  if (on_the_cpu) {
+    const Real tokens = std::max<Real>(
+        1, Real(train.tokens_per_step) / (Real(std::max(1, train.accumulate)) * std::max(1, ranks)));
+    footprint.tokens_per_micro_batch = tokens;
+    footprint.activation_bytes =
+        4 * tokens * (Real(model.layers) * ((4 * d + ff) + (6 * d + ff)) + Real(vocab));
+    footprint.bytes += footprint.activation_bytes;
+  }
   return footprint;
 }
 
@@ -54,8 +67,9 @@ long double host_memory_bytes() {
   return pages > 0 && page > 0 ? static_cast<long double>(pages) * page : 0;
 }
 
-std::string training_does_not_fit(const Config& config, int vocab, long double available_bytes) {
-  const TrainingFootprint footprint = training_footprint(config.model, vocab, config.train);
+std::string training_does_not_fit(const Config& config, int vocab, long double available_bytes,
+                                  int ranks) {
+  const TrainingFootprint footprint = training_footprint(config.model, vocab, config.train, ranks);
   if (available_bytes <= 0 || footprint.bytes <= available_bytes) return "";
   const ModelConfig& m = config.model;
   char parameters[32];
@@ -68,10 +82,21 @@ std::string training_does_not_fit(const Config& config, int vocab, long double a
             << ") and a vocabulary of " << vocab
             << " make at least " << parameters << " parameters, whose values, gradients and "
             << "Adam moments (and the positions' table of model.max_positions = "
-            << m.max_positions << " rows) need " << readable_bytes(footprint.bytes)
-            << " on every rank, and "
-            << "this machine has " << readable_bytes(available_bytes)
-            << " of memory: make the model smaller, or model.max_positions";
+            << m.max_positions << " rows) need "
+            << readable_bytes(footprint.bytes - footprint.activation_bytes);
+  if (footprint.activation_bytes > 0) {
+    char tokens[32];
+    std::snprintf(tokens, sizeof tokens, "%.0Lf", footprint.tokens_per_micro_batch);
+    message << ", and the activations backward reads, for a micro-batch of " << tokens
+            << " tokens a side (train.tokens_per_step = " << config.train.tokens_per_step
+            << " / (train.accumulate = " << config.train.accumulate << " x " << ranks
+            << " rank" << (ranks > 1 ? "s" : "") << ")), at least "
+            << readable_bytes(footprint.activation_bytes);
+  }
+  message << " on every rank, and this machine has " << readable_bytes(available_bytes)
+          << " of memory: make the model smaller, or model.max_positions"
+          << (footprint.activation_bytes > 0 ? ", or the micro-batch (raise train.accumulate)"
+                                             : "");
   return message.str();
 }
 

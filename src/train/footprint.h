@@ -20,11 +20,21 @@ struct TrainingFootprint {
   // moments (16 bytes a parameter), plus a bf16 compute copy on the GPU (2 more), and
   // the sinusoidal position table (max_positions x d_model, in double and in fp32).
   long double bytes = 0;
+  // On the CPU backend, whose activations share the host memory: a lower bound of what
+  // one micro-batch's forward keeps for its backward, train.tokens_per_step /
+  // (train.accumulate x ranks) padded tokens a side. Per token and layer: the encoder's
+  // attention projections and its feed-forward hidden layer (4 d_model + d_ff), the
+  // decoder's two attentions' and its feed-forward's (6 d_model + d_ff); and the logits
+  // (the vocabulary per target token), all fp32. Attention probabilities, norms and
+  // residual sums are left out. 0 on the GPU (not in host memory).
+  long double activation_bytes = 0;
+  long double tokens_per_micro_batch = 0;
 };
 
-// The footprint of training `model` with a vocabulary of `vocab` on `train`'s backend.
+// The footprint of training `model` with a vocabulary of `vocab` on `train`'s backend,
+// on `ranks` ranks.
 TrainingFootprint training_footprint(const ModelConfig& model, int vocab,
-                                     const TrainConfig& train);
+                                     const TrainConfig& train, int ranks = 1);
 
 // Physical memory of this machine (sysconf), the most any rank's buffers can use.
 long double host_memory_bytes();
@@ -32,6 +42,7 @@ long double host_memory_bytes();
 // "" when the footprint fits `available_bytes`, else why not: one line naming the model
 // keys, what they need and what there is (a configuration error, exit 2; every rank
 // reaches it alike).
-std::string training_does_not_fit(const Config& config, int vocab, long double available_bytes);
+std::string training_does_not_fit(const Config& config, int vocab, long double available_bytes,
+                                  int ranks = 1);
 
 }  // namespace thpc

@@ -258,7 +258,8 @@ Trainer::Trainer(const Config& config, Communicator comm)
   check_every_rank_reads_the_same_data();
   const int vocab = resolve_vocab_size(config_, *source_);
   // Checked in long double before any allocation: every rank alike, one message.
-  const std::string too_large = training_does_not_fit(config_, vocab, host_memory_bytes());
+  const std::string too_large =
+      training_does_not_fit(config_, vocab, host_memory_bytes(), comm_.size());
   if (!too_large.empty()) throw AllRanksError(too_large, 2);
   if (const std::string impossible = configuration_impossible(config_, *source_, comm_.size());
       !impossible.empty()) {
@@ -1004,6 +1005,7 @@ bool Trainer::start_up(std::ostream& out) {
   // A signal during start-up (before run(): main installed the handler first) or while a
   // checkpoint was read ends the run here; the state is what is on disk already.
   if (stopped_before_training(out)) return false;
+  warn_of_many_buckets(out);
   lock_run_directory(out);
   apply_start_options(out);
   check_every_rank_starts_from_the_same_parameters();
@@ -1374,6 +1376,19 @@ bool Trainer::roll_back(const StepStats& stats, std::ostream& log) {
       << " x the schedule's (rollback " << state.rollbacks << " of at most "
       << config_.train.divergence_limit << ", train.divergence_limit)" << std::endl;
   return true;
+}
+
+void Trainer::warn_of_many_buckets(std::ostream& log) const {
+  if (!reducer_) return;
+  const double gradient_bytes = 4.0 * static_cast<double>(model_->params().count());
+  const double buckets = std::ceil(gradient_bytes / (config_.dist.bucket_mb * 1024.0 * 1024.0));
+  if (buckets <= kManyBuckets) return;
+  log << "warning: dist.bucket_mb = " << config_.dist.bucket_mb << " cuts the "
+      << std::fixed << std::setprecision(1) << gradient_bytes / (1024.0 * 1024.0)
+      << " MiB gradient into " << std::setprecision(0) << buckets << " buckets, one collective "
+      << "each, every step: each costs tens of microseconds whatever its size (the default "
+      << "25 MiB gives " << std::ceil(gradient_bytes / (25.0 * 1024.0 * 1024.0)) << ")"
+      << std::endl;
 }
 
 void Trainer::lock_run_directory(std::ostream& log) {
