@@ -608,6 +608,14 @@ TEST_F(ScoreProgram, BadCommandLine) {
   result = run_score("-i " + kUedin);
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_NE(result.err.find("no reference file"), std::string::npos) << result.err;
+  // A smoothing value that is not a finite number >= 0 (inf gave a nan BLEU, exit 0).
+  for (const std::string value : {"inf", "nan", "-1"}) {
+    result = run_score(kWmt17Ref + " -i " + kUedin + " -s add-k -sv " + value);
+    EXPECT_EQ(result.exit_code, 2) << value;
+    EXPECT_NE(result.err.find("-sv (--smooth-value) must be a finite number >= 0"),
+              std::string::npos)
+        << result.err;
+  }
 }
 
 // ---- cross-check against Python's sacreBLEU, when it is installed ----

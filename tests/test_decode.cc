@@ -385,6 +385,36 @@ TEST(DecodeHelp, ListsTheEnsembleAndSamplingOptions) {
   }
 }
 
+// Options that cannot mean what they say are refused (issue 54): more n-best lines than
+// the search keeps (they were cut to the beam; --greedy --nbest 2 wrote plain lines), an
+// infinite length penalty (every score -0), and --spm-model of another vocabulary of the
+// same size than the one the checkpoint stores (every translation in other pieces).
+TEST_F(DecodeProgram, OptionsThatCannotMeanWhatTheySayAreRefused) {
+  std::string out, err;
+  EXPECT_EQ(decode("--nbest 5 --max-len-b 2", out, err), 2) << err;
+  EXPECT_NE(err.find("--nbest 5 asks for more translations a sentence than the search keeps: a "
+                     "beam of 4 (the checkpoint's decode.beam); give --beam 5 or more"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(decode("--beam 3 --nbest 4 --max-len-b 2", out, err), 2) << err;
+  EXPECT_NE(err.find("a beam of 3 (--beam)"), std::string::npos) << err;
+  EXPECT_EQ(decode("--greedy --nbest 2 --max-len-b 2", out, err), 2) << err;
+  EXPECT_NE(err.find("--greedy keeps one"), std::string::npos) << err;
+  EXPECT_EQ(decode("--beam 5 --nbest 5 --max-len-b 2", out, err), 0) << err;
+  EXPECT_EQ(decode("--lenpen inf --max-len-b 2", out, err), 2) << err;
+  EXPECT_NE(err.find("--lenpen finite"), std::string::npos) << err;
+  // The checkpoint stores the German model; --spm-model names the English one.
+  EXPECT_EQ(decode("--max-len-b 2", out, err, "model_de_spm.h5"), 2) << err;
+  EXPECT_NE(err.find("--spm-model " + (dir_ / "spm.model").string() +
+                     " is not the SentencePiece model stored in " +
+                     (dir_ / "model_de_spm.h5").string() + " (id "),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(lines_of(err).size(), 1u) << err;
+  // The very model it stores is fine.
+  EXPECT_EQ(decode("--max-len-b 2", out, err, "model_spm.h5"), 0) << err;
+}
+
 TEST_F(DecodeProgram, BadInputFailsWithAMessage) {
   std::string out, err;
   EXPECT_EQ(decode("--beam 0", out, err), 2) << err;

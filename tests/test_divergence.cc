@@ -439,6 +439,44 @@ TEST_F(DivergenceTest, ResumeAndAveragingOrderCheckpointsByTheStepStoredInside) 
       << average.output;
 }
 
+// Files named by hand or by a glob (issue 54: all averaged without a word): a diverged or
+// superseded checkpoint and the same file twice are refused (exit 2), checkpoints of two
+// runs are averaged with a warning.
+TEST_F(DivergenceTest, AveragingRefusesAbandonedOrRepeatedInputsAndWarnsOfAnotherRun) {
+  write_constant(path("step_00000001.h5"), 1, CheckpointState::Healthy, 3.0);
+  write_constant(path("step_00000002.h5"), 2, CheckpointState::Diverged, NAN);
+  write_constant(path("step_00000003.h5"), 3, CheckpointState::Superseded, 3.0);
+  const auto average = [&](const std::string& inputs) {
+    return run_process(kAverager + " --inputs " + inputs + " --output " + path("average.h5"));
+  };
+  const ProcessResult diverged = average(path("step_00000001.h5") + " " + path("step_00000002.h5"));
+  EXPECT_EQ(diverged.exit_code, 2) << diverged.output;
+  EXPECT_NE(diverged.output.find("--inputs " + path("step_00000002.h5") + " is marked diverged "
+                                 "(its parameters produced a divergent loss)"),
+            std::string::npos)
+      << diverged.output;
+  const ProcessResult superseded = average(path("step_00000003.h5"));
+  EXPECT_EQ(superseded.exit_code, 2) << superseded.output;
+  EXPECT_NE(superseded.output.find("is marked superseded"), std::string::npos) << superseded.output;
+  const ProcessResult twice =
+      average(path("step_00000001.h5") + " " + directory_.string() + "/./step_00000001.h5");
+  EXPECT_EQ(twice.exit_code, 2) << twice.output;
+  EXPECT_NE(twice.output.find("names one file twice"), std::string::npos) << twice.output;
+  EXPECT_FALSE(fs::exists(path("average.h5")));
+  // Another run's checkpoint of the same architecture: averaged, and said.
+  Checkpoint other = read_checkpoint(path("step_00000001.h5"));
+  other.run_id = "fedcba9876543210";
+  other.step = 4;
+  write_checkpoint(path("other/step_00000004.h5"), other);
+  const ProcessResult runs = average(path("step_00000001.h5") + " " + path("other/step_00000004.h5"));
+  EXPECT_EQ(runs.exit_code, 0) << runs.output;
+  EXPECT_NE(runs.output.find("warning: " + path("step_00000001.h5") + " (run 0123456789abcdef) and " +
+                             path("other/step_00000004.h5") + " (run fedcba9876543210) are of "
+                             "different runs"),
+            std::string::npos)
+      << runs.output;
+}
+
 TEST_F(DivergenceTest, AHeaderThatDisagreesWithItsFileIsRefused) {
   const std::string file = path("step_00000010.h5");
   write_constant(file, 10, CheckpointState::Healthy, 3.0);

@@ -16,6 +16,7 @@
 #include <algorithm>
 
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "data_dir.h"
 #include "parse/evalb.h"
 #include "program.h"
+#include "scratch_directory.h"
 
 namespace {
 
@@ -136,8 +138,49 @@ TEST(Evalb, StopsAfterMaxErrors) {
   const EvalbRun run = run_evalb_program("-p " + dir + "/sample.prm -e 2 " + dir +
                                          "/sample.gld " + dir + "/sample.tst");
   EXPECT_EQ(run.exit_code, 1);
-  EXPECT_EQ(run.errors.size(), 4u);
+  // EVALB's four error lines, then ours naming the file of the first.
+  ASSERT_EQ(run.errors.size(), 5u);
+  EXPECT_EQ(run.errors.back(), "transformer_evalb: error: stopped after 4 errors (-e 2), "
+                                "without a summary; the first: line 12 of " + dir +
+                                    "/sample.gld and " + dir + "/sample.tst: Words unmatch (is|was)");
   EXPECT_EQ(run.report.back().rfind("  16    4    1", 0), 0u) << run.report.back();
+}
+
+// What EVALB scores without a word, the program refuses after its report (issue 54): a
+// line that is not a tree (EVALB repeats "Reading sentence" until -e stops it), test and
+// gold files of different lengths (the summary covers the shorter), and empty files.
+class EvalbFiles : public thpc::ScratchDirectoryTest {};
+
+TEST_F(EvalbFiles, WhatCannotBeScoredEndsWithOneLineNamingTheFile) {
+  const auto file = [&](const std::string& name, const std::string& text) {
+    std::ofstream(path(name)) << text;
+    return path(name);
+  };
+  const std::string gold = file("gold", "(S (NP a) (VP b))\n(S (NP c) (VP d))\n");
+  const EvalbRun not_a_tree =
+      run_evalb_program(gold + " " + file("not_a_tree", "(S (NP a) (VP b))\nnot a tree\n"));
+  EXPECT_EQ(not_a_tree.exit_code, 1);
+  ASSERT_FALSE(not_a_tree.errors.empty());
+  EXPECT_EQ(not_a_tree.errors.back(),
+            "transformer_evalb: error: stopped after 12 errors (-e 10), without a summary; the "
+            "first: " + path("not_a_tree") +
+                " line 2: Reading sentence (a line that is not a bracketed tree)");
+  const EvalbRun shorter = run_evalb_program(gold + " " + file("shorter", "(S (NP a) (VP b))\n"));
+  EXPECT_EQ(shorter.exit_code, 1);
+  ASSERT_FALSE(shorter.errors.empty());
+  EXPECT_EQ(shorter.errors.back(), "transformer_evalb: error: " + gold + " has 2 lines and " +
+                                       path("shorter") +
+                                       " 1: the summary covers the first 1 only; give the test "
+                                       "trees of every gold line, one a line");
+  const EvalbRun longer = run_evalb_program(
+      gold + " " + file("longer", "(S (NP a) (VP b))\n(S (NP c) (VP d))\n(S (NP e) (VP f))\n"));
+  EXPECT_EQ(longer.exit_code, 1);
+  const std::string empty = file("empty", "");
+  const EvalbRun nothing = run_evalb_program(empty + " " + empty);
+  EXPECT_EQ(nothing.exit_code, 1);
+  ASSERT_FALSE(nothing.errors.empty());
+  EXPECT_NE(nothing.errors.back().find("hold no trees: nothing was scored"), std::string::npos);
+  EXPECT_EQ(run_evalb_program(gold + " " + gold).exit_code, 0);
 }
 
 TEST(Evalb, CommandLineErrors) {

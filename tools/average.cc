@@ -20,6 +20,7 @@
 
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,7 +44,6 @@ struct Arguments {
   std::string metric;              // with --best: the metric the files were ranked by
 };
 
-// The files to average: the last N step_*.h5 of a directory, or the files as given.
 // The files to average: the last N step_*.h5 of a directory, its N best best_step_*.h5,
 // or the files as given.
 std::vector<std::string> resolve_inputs(Arguments& arguments) {
@@ -82,6 +82,51 @@ std::vector<std::string> resolve_inputs(Arguments& arguments) {
   return paths;
 }
 
+// Files named by hand (or by a glob) that cannot mean what the average would say: the same
+// file twice, which counts it twice, and a checkpoint marked diverged or superseded, whose
+// parameters a run abandoned (a directory's --last and --best pass over those already).
+// A command-line mistake: exit 2.
+void check_each_input_once_and_healthy(const std::vector<std::string>& paths) {
+  std::error_code error;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (std::filesystem::equivalent(paths[i], paths[j], error)) {
+        THPC_FAIL("--inputs names one file twice (" << paths[j] << " and " << paths[i]
+                  << "): it would weigh double in the average; name each checkpoint once");
+      }
+    }
+    const std::optional<thpc::CheckpointSummary> summary = thpc::read_checkpoint_summary(paths[i]);
+    if (summary && summary->state != thpc::CheckpointState::Healthy) {
+      THPC_FAIL("--inputs " << paths[i] << " is marked "
+                << thpc::checkpoint_state_name(summary->state)
+                << (summary->state == thpc::CheckpointState::Diverged
+                        ? " (its parameters produced a divergent loss)"
+                        : " (a rollback abandoned its branch)")
+                << ": averaging it would mix those parameters into the result; leave it out");
+    }
+  }
+}
+
+// Checkpoints of different runs (run ids) average parameters that were never trained
+// together: allowed (runs started from one checkpoint.init may share a basin), said.
+void warn_of_other_runs(const std::vector<std::string>& paths) {
+  std::string first_run, first_path;
+  for (const std::string& path : paths) {
+    const std::optional<thpc::CheckpointSummary> summary = thpc::read_checkpoint_summary(path);
+    if (!summary || summary->run_id.empty()) continue;
+    if (first_run.empty()) {
+      first_run = summary->run_id;
+      first_path = path;
+    } else if (summary->run_id != first_run) {
+      std::cerr << "transformer_average: warning: " << first_path << " (run " << first_run
+                << ") and " << path << " (run " << summary->run_id << ") are of different "
+                << "runs: their parameters were not trained together, and their average is "
+                << "a model only where the runs started from one checkpoint" << std::endl;
+      return;
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -109,6 +154,7 @@ int main(int argc, char** argv) {
     if (!arguments.help) {
       if (arguments.output.empty()) THPC_FAIL("--output is empty: give a file name");
       arguments.paths = resolve_inputs(arguments);
+      check_each_input_once_and_healthy(arguments.paths);
       // Never over an input (an average would replace a full checkpoint, Adam moments
       // included, by parameters only), a training run's file (step_*.h5, best.h5, a
       // checkpoint holding a training state) or anything but an earlier average, however
@@ -119,6 +165,7 @@ int main(int argc, char** argv) {
     return arguments;
   };
   const auto run = [](const Arguments& command) {
+    warn_of_other_runs(command.paths);
     thpc::tools::StageProgress progress("transformer_average");
     const thpc::Checkpoint average = thpc::average_checkpoints(command.paths, progress);
     thpc::write_checkpoint(command.output, average);

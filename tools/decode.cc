@@ -41,6 +41,7 @@
 #include <boost/program_options.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <exception>
 #include <fstream>
@@ -171,6 +172,33 @@ void load_sentencepiece_model(const Arguments& args, const thpc::DecodingCheckpo
               << "trained on data without one, e.g. a synthetic task, or predates stored "
               << "models); give --spm-model FILE");
   }
+  // Another model of the same size maps the ids to other pieces: every translation would
+  // be detokenised into the wrong words without a word said.
+  if (!args.spm_model.empty() && !checkpoint.spm_model.empty()) {
+    sentencepiece::SentencePieceProcessor stored;
+    if (stored.LoadFromSerializedProto(checkpoint.spm_model).ok()) {
+      const int size = std::min(stored.GetPieceSize(), spm.GetPieceSize());
+      int differing = stored.GetPieceSize() == spm.GetPieceSize() ? 0 : 1;
+      int first = -1;
+      for (int id = 0; id < size; ++id) {
+        if (stored.IdToPiece(id) != spm.IdToPiece(id)) {
+          if (first < 0) first = id;
+          ++differing;
+        }
+      }
+      if (differing > 0) {
+        throw thpc::tools::UsageError(
+            "--spm-model " + args.spm_model + " is not the SentencePiece model stored in " +
+            checkpoint_path + " (" +
+            (first >= 0 ? "id " + std::to_string(first) + " is '" + spm.IdToPiece(first) +
+                              "' there and '" + stored.IdToPiece(first) + "' in the checkpoint"
+                        : std::to_string(spm.GetPieceSize()) + " pieces against " +
+                              std::to_string(stored.GetPieceSize())) +
+            "): the model's ids would be written as other pieces; leave --spm-model out to use "
+            "the stored one");
+      }
+    }
+  }
   if (spm.GetPieceSize() != ensemble.vocab_size) {
     THPC_FAIL(model.name << ": a vocabulary of " << spm.GetPieceSize() << " pieces, but "
                          << checkpoint_path << " was trained with " << ensemble.vocab_size);
@@ -245,7 +273,19 @@ thpc::BeamOptions search_options(const Arguments& args, const thpc::DecodeConfig
   // Sampling draws one translation per sentence unless --beam asks for more; the
   // checkpoint's decode.beam is a search's width.
   if (args.sampling && !search.beam) search.beam = 1;
-  return thpc::configured_beam_options(stored, max_positions, search);
+  const thpc::BeamOptions options = thpc::configured_beam_options(stored, max_positions, search);
+  // More best translations than the search keeps cannot be written: they were cut to the
+  // beam, and --greedy --nbest 2 wrote plain lines without the n-best format.
+  if (search.nbest > options.beam) {
+    throw thpc::tools::UsageError(
+        "--nbest " + std::to_string(search.nbest) + " asks for more translations a sentence "
+        "than the search keeps: " +
+        (search.greedy ? std::string("--greedy keeps one")
+                       : "a beam of " + std::to_string(options.beam) +
+                             (search.beam ? " (--beam)" : " (the checkpoint's decode.beam)")) +
+        "; give --beam " + std::to_string(search.nbest) + " or more");
+  }
+  return options;
 }
 
 // --tree-constraints' filter: well-formed linearized trees over each input line's words,
@@ -592,9 +632,11 @@ int main(int argc, char** argv) {
     if (search.beam.value_or(1) < 1 || search.nbest < 1 || args.batch_tokens < 1 ||
         args.batch_sentences < 0 || search.max_len_a.value_or(0) < 0 ||
         search.max_len_b.value_or(0) < 0 || !(search.alpha.value_or(0.0f) >= 0) ||
+        !std::isfinite(search.alpha.value_or(0.0f)) ||
         (values.count("threads") && args.threads < 0)) {
       THPC_FAIL("--beam, --nbest and --batch-tokens must be >= 1; --max-len-a, --max-len-b, "
-                "--lenpen, --batch-sentences and --threads >= 0");
+                "--lenpen, --batch-sentences and --threads >= 0 (and --lenpen finite: inf made "
+                "every score -0)");
     }
     if (values.count("dump-lines")) {
       args.dump_lines = parse_line_numbers(values["dump-lines"].as<std::string>());

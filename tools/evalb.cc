@@ -6,8 +6,11 @@
 // GOLD and TEST hold one tree per line. The report (per-sentence lines, then the
 // summary for all sentences and for those of length <= CUTOFF_LEN) goes to standard
 // output and EVALB's error lines ("LINE : Length unmatch (G|T)") to standard error.
-// Exit codes: 0 scored, 1 an unreadable file or more than MAX_ERROR + 1 errors (EVALB
-// stops there, without a summary), 2 a bad command line.
+// Exit codes: 0 scored, 1 an unreadable file, more than MAX_ERROR + 1 errors (EVALB
+// stops there, without a summary), files of different line counts (EVALB scores the
+// shorter's lines and exits 0) or no tree in either (each after the report, with one
+// line naming the files), 2 a bad command line.
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -93,7 +96,40 @@ int run(const CommandLine& command) {
   if (!test) THPC_FAIL(command.test_path << ": cannot open the test file");
   const thpc::parse::EvalbResult result =
       thpc::parse::run_evalb(parameters, gold, test, std::cout, std::cerr);
-  return result.stopped ? 1 : 0;
+  // EVALB's own lines say "LINE : MESSAGE" without a file, repeat "Reading sentence" up to
+  // MAX_ERROR for a line that is not a tree, and score files of different lengths or
+  // none at all with exit 0: one line naming the file and what to do, and exit 1.
+  const std::string where = result.first_error_file == "gold"   ? command.gold_path
+                            : result.first_error_file == "test" ? command.test_path
+                                                                 : std::string();
+  const std::string line = std::to_string(result.first_error_line);
+  const std::string first =
+      (where.empty() ? "line " + line + " of " + command.gold_path + " and " + command.test_path
+                     : where + " line " + line) +
+      ": " + result.first_error;
+  if (result.stopped) {
+    std::cerr << "transformer_evalb: error: stopped after " << result.errors << " errors (-e "
+              << parameters.max_error << "), without a summary; the first: " << first
+              << (result.first_error.find("Reading sentence") != std::string::npos
+                      ? " (a line that is not a bracketed tree)"
+                      : "")
+              << std::endl;
+    return 1;
+  }
+  if (result.gold_lines != result.test_lines) {
+    std::cerr << "transformer_evalb: error: " << command.gold_path << " has "
+              << result.gold_lines << " lines and " << command.test_path << " "
+              << result.test_lines << ": the summary covers the first "
+              << std::min(result.gold_lines, result.test_lines)
+              << " only; give the test trees of every gold line, one a line" << std::endl;
+    return 1;
+  }
+  if (result.gold_lines == 0) {
+    std::cerr << "transformer_evalb: error: " << command.gold_path << " and "
+              << command.test_path << " hold no trees: nothing was scored" << std::endl;
+    return 1;
+  }
+  return 0;
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 // format (`sacrebleu -f text`), or multi-bleu.perl's line. Exit codes: 0 success, 1 bad
 // input files, 2 a bad command line.
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
 #include <optional>
@@ -157,7 +158,14 @@ CommandLine parse_command_line(int argc, char** argv) {
   }
   if (command.options.max_ngram_order < 1) THPC_FAIL("--max-ngram-order must be at least 1");
   command.options.smoothing = thpc::metrics::parse_smoothing(given.smooth_method);
-  if (given_option("smooth-value")) command.options.smooth_value = given.smooth_value;
+  if (given_option("smooth-value")) {
+    // inf or nan made every BLEU nan, with exit 0.
+    if (!std::isfinite(given.smooth_value) || given.smooth_value < 0) {
+      THPC_FAIL("-sv (--smooth-value) must be a finite number >= 0 (the floor value, or "
+                "add-k's k), not " << given.smooth_value);
+    }
+    command.options.smooth_value = given.smooth_value;
+  }
 
   if (given.tokenize == "moses" || given.tokenize == "moses-compound") {
     // multi-bleu.perl has none of sacreBLEU's BLEU options: refuse them, by sacreBLEU's

@@ -105,6 +105,7 @@ class Evaluator {
   std::ostream& errors_;
   EvalbResult result_;
   int line_ = 0;
+  const char* reading_ = "";  // the file of the tree being read: "gold", "test", or ""
   int status_ = kValid;
   int gold_length_ = 0;
   int gold_words_ = 0;  // shown in the Words column of an error or skipped sentence
@@ -113,6 +114,11 @@ class Evaluator {
 void Evaluator::error(const std::string& message) {
   status_ = kError;
   errors_ << line_ << " : " << message << "\n";
+  if (result_.first_error.empty()) {
+    result_.first_error = message;
+    result_.first_error_line = line_;
+    result_.first_error_file = reading_;
+  }
   // EVALB compares the count before incrementing it, so it stops at the error that
   // makes the count MAX_ERROR + 2.
   if (result_.errors++ > parameters_.max_error) throw TooManyErrors();
@@ -395,18 +401,27 @@ EvalbResult Evaluator::run(std::istream& gold_lines, std::istream& test_lines) {
     std::string gold_text;
     std::string test_text;
     for (line_ = 1; std::getline(gold_lines, gold_text); ++line_) {
+      ++result_.gold_lines;
       status_ = kValid;
+      reading_ = "gold";
       Tree gold = read_tree(gold_text);
       gold_length_ = gold.length;
+      reading_ = "";
       if (!std::getline(test_lines, test_text)) {
         error("Number of lines unmatch (too many lines in gold file)");
+        while (std::getline(gold_lines, gold_text)) ++result_.gold_lines;
         break;
       }
+      ++result_.test_lines;
+      reading_ = "test";
       Tree test = read_tree(test_text);
+      reading_ = "";
       score_sentence(gold, test);
       if (parameters_.debug >= 1) print_tables(gold, test);
     }
     if (std::getline(test_lines, test_text)) {
+      ++result_.test_lines;
+      while (std::getline(test_lines, test_text)) ++result_.test_lines;
       error("Number of lines unmatch (too many lines in test file)");
     }
   } catch (const TooManyErrors&) {

@@ -79,6 +79,15 @@ struct EvalbResult {
   EvalbTotals within_cutoff;
   int errors = 0;
   bool stopped = false;  // MAX_ERROR was exceeded: no summary was written
+  // The first error EVALB printed, its line, and whose line it was read from, "gold" or
+  // "test" ("" for a line-count error): what a user needs to find it.
+  std::string first_error;
+  int first_error_line = 0;
+  std::string first_error_file;
+  // The files' line counts as far as they were read (all of both, unless MAX_ERROR
+  // stopped the run): EVALB scores pairs of lines and says little when they differ.
+  int gold_lines = 0;
+  int test_lines = 0;
 };
 
 // Scores `test` against `gold` (one tree per line), writing EVALB's report to `report`
