@@ -56,13 +56,18 @@ int dry_run(const thpc::Config& config, int ranks) {
       thpc::training_does_not_fit(config, vocab, thpc::host_memory_bytes(), ranks);
   if (!too_large.empty()) throw thpc::AllRanksError(too_large, 2);
   // A checkpoint training would start from must be readable and of this architecture
-  // (exit 1 as there): checkpoint.init, or checkpoint.resume naming a file.
+  // (exit 1 as there), read as training reads it: checkpoint.init's parameters only (an
+  // average, which has no Adam moments, was refused here and trained from there), and the
+  // whole state of the file checkpoint.resume names.
   const std::string& resume = config.checkpoint.resume;
-  for (const std::string& path :
-       {config.checkpoint.init, resume == "auto" || resume == "auto_or_fresh" ? "" : resume}) {
+  const bool resume_names_a_file = !resume.empty() && resume != "auto" && resume != "auto_or_fresh";
+  const std::pair<std::string, thpc::CheckpointParts> starts[] = {
+      {config.checkpoint.init, thpc::CheckpointParts::ParamsOnly},
+      {resume_names_a_file ? resume : "", thpc::CheckpointParts::All}};
+  for (const auto& [path, parts] : starts) {
     if (path.empty()) continue;
-    thpc::check_architecture(thpc::read_checkpoint(path), thpc::architecture_text(config.model, vocab),
-                             path);
+    thpc::check_architecture(thpc::read_checkpoint(path, parts),
+                             thpc::architecture_text(config.model, vocab), path);
   }
   thpc::ParamStore table;
   thpc::add_transformer_parameters(config.model, vocab, table);

@@ -359,6 +359,33 @@ TEST_F(RunDirectory, ALiveLockIsKeptAndNamesItsHolder) {
   }
 }
 
+// A failed start leaves nothing that makes the next start fail (issue 54: a start that
+// failed on a full disk left an event file, and the next run was refused as "another
+// run"): a failure before the first step (here injected at step 1) leaves a "run" record
+// and an event file without a value, which the next fresh start removes, saying so; and
+// one before anything was written leaves no directory it made for its lock.
+TEST_F(RunDirectory, AFailedStartLeavesNothingThatMakesTheNextStartFail) {
+  const fs::path metrics = directory_ / "run" / "checkpoints" / "metrics.jsonl";
+  const ProcessResult failed = run_process("THPC_FAIL_AT=0:1 " + kTrainer +
+                                           "--train.max_steps=2 --checkpoint.dir=" +
+                                           metrics.parent_path().string());
+  EXPECT_EQ(failed.exit_code, 1) << failed.output;
+  ASSERT_TRUE(fs::exists(metrics)) << failed.output;
+  const ProcessResult again = train("run", "--train.max_steps=2");
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("note: removed " + metrics.string() +
+                              ", left by a start that recorded no value"),
+            std::string::npos)
+      << again.output;
+  EXPECT_NE(again.output.find("events.out.tfevents."), std::string::npos) << again.output;
+  // Before anything is written: the directories the lock made go with it.
+  const ProcessResult no_init = run_process(
+      kTrainer + "--checkpoint.init=" + (directory_ / "none.h5").string() + " --checkpoint.dir=" +
+      (directory_ / "new" / "deeper").string());
+  EXPECT_EQ(no_init.exit_code, 1) << no_init.output;
+  EXPECT_FALSE(fs::exists(directory_ / "new")) << no_init.output;
+}
+
 // An unwritable run directory is found at start-up, not at the first checkpoint after
 // the steps before it are lost.
 TEST_F(RunDirectory, AnUnwritableRunDirectoryIsRefusedBeforeTheFirstStep) {

@@ -26,7 +26,7 @@ namespace thpc {
 namespace {
 
 const std::string kTrainer = THPC_BINARY_DIR "/transformer_hpc " THPC_SOURCE_DIR "/input/tiny.ini "
-                             "--train.max_steps=1 --checkpoint.dir=/nonexistent/never/written ";
+                             "--train.max_steps=1 --checkpoint.dir=/tmp/thpc_user_errors_never_written ";
 
 // The command must stop with exit `code` (2: the configuration) and an error line
 // holding `why`, in the user's words, with --dry-run as in training.
@@ -101,6 +101,24 @@ TEST(UserErrors, TheDryRunRefusesWhatTrainingRefusesWithTheSameExitCode) {
   expect_configuration_error("--model.layers=2 --data.dir=" + data + " --checkpoint.init=" +
                                  (root / "ck/step_00000001.h5").string(),
                              "architecture mismatch", 1);
+  // An average (parameters only) is what checkpoint.init takes, and --dry-run refused it
+  // ("resuming needs the Adam moments") while training started from it (issue 54): both
+  // read it as training does now. checkpoint.resume of it is refused by both.
+  const std::string average = (root / "average.h5").string();
+  ASSERT_EQ(run_process(THPC_BINARY_DIR "/transformer_average --inputs " +
+                        (root / "ck/step_00000001.h5").string() + " --output " + average)
+                .exit_code,
+            0);
+  for (const char* mode : {"--dry-run", ""}) {
+    const ProcessResult init = run_process(
+        THPC_BINARY_DIR "/transformer_hpc " THPC_SOURCE_DIR "/input/tiny.ini --train.max_steps=1 "
+        "--model.layers=1 --data.dir=" + data + " --checkpoint.dir=" +
+        (root / "from_average").string() + " --checkpoint.init=" + average + " " + mode);
+    EXPECT_EQ(init.exit_code, 0) << mode << "\n" << init.output;
+  }
+  expect_configuration_error("--model.layers=1 --data.dir=" + data + " --checkpoint.resume=" +
+                                 average,
+                             "resuming needs the Adam moments", 1);
   // transformer_decode alike: a beam wider than the vocabulary is a usage error.
   const ProcessResult wide = run_process(
       "echo 1 2 3 | " THPC_BINARY_DIR "/transformer_decode --checkpoint " +

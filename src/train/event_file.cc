@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "common/error.h"
 #include "proto/tensorboard/event.pb.h"
@@ -51,6 +52,18 @@ std::string tfrecord(std::string_view data) {
   record.append(data);
   append_little_endian(record, masked_crc32c(data), 4);
   return record;
+}
+
+bool event_file_records_no_value(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  unsigned char length[8] = {0};
+  if (!in.read(reinterpret_cast<char*>(length), sizeof length)) return false;
+  uint64_t first = 0;
+  for (int i = 7; i >= 0; --i) first = (first << 8) | length[i];  // little-endian
+  std::error_code error;
+  const uintmax_t size = std::filesystem::file_size(path, error);
+  // A TFRecord: the length, its masked CRC (4 bytes), the data, the data's CRC (4 bytes).
+  return !error && first < size && size == 8 + 4 + first + 4;
 }
 
 EventFile::EventFile(const std::string& dir) {

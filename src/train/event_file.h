@@ -30,6 +30,10 @@ using TaggedScalar = std::pair<std::string, double>;
 // Appends Events to DIR/events.out.tfevents.<unix seconds>.<host>, each record flushed at
 // once so that a live TensorBoard, and a job killed mid-run, see every value written.
 // A default-constructed file writes nothing (ranks other than 0).
+// True when the event file `path` holds its file-version record and nothing after it: a
+// run that recorded no value (false when it cannot be read).
+bool event_file_records_no_value(const std::string& path);
+
 class EventFile {
  public:
   EventFile() = default;

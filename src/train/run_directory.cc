@@ -29,6 +29,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/output_file.h"
 #include "common/error.h"
+#include "train/event_file.h"
 #include "train/run_log.h"
 
 namespace thpc {
@@ -73,9 +74,18 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
       }
     }
   }
+  // A start that failed after opening the metrics and event files (a full disk, the first
+  // batch) left a "run" record and a file-version record, and no value: nothing of a run,
+  // which must not make the next start fail. They are removed, said.
+  const auto remove_empty_leftover = [&](const std::string& path) {
+    fs::remove(path, error);
+    log << "note: removed " << path << ", left by a start that recorded no value" << std::endl;
+  };
   bool has_records = false;
   const std::string metrics_run = MetricsFile::last_run_id(metrics, &has_records);
-  if (fresh ? has_records : (!metrics_run.empty() && metrics_run != run_id)) {
+  if (fresh && has_records && MetricsFile::records_no_value(metrics)) {
+    remove_empty_leftover(metrics);
+  } else if (fresh ? has_records : (!metrics_run.empty() && metrics_run != run_id)) {
     foreign.push_back(metrics);
   }
   // TensorBoard's files carry no run id: a fresh run's directory has none.
@@ -84,7 +94,10 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
                                      ? fs::path(".")
                                      : fs::path(metrics).parent_path();
     for (const fs::directory_entry& entry : fs::directory_iterator(metrics_dir, error)) {
-      if (entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0) {
+      if (entry.path().filename().string().rfind("events.out.tfevents.", 0) != 0) continue;
+      if (event_file_records_no_value(entry.path().string())) {
+        remove_empty_leftover(entry.path().string());
+      } else {
         foreign.push_back(entry.path().string());
       }
     }
@@ -327,6 +340,10 @@ RunLock::RunLock(const std::string& dir, std::ostream& log) : path_(run_lock_pat
            << "\nslurm_restart=" << std::atoll(environment("SLURM_RESTART_COUNT").c_str()) << "\n";
   contents_ = contents.str();
   std::error_code error;
+  for (fs::path missing = fs::path(path_).parent_path();
+       !missing.empty() && !fs::exists(missing, error); missing = missing.parent_path()) {
+    created_.push_back(missing.string());
+  }
   fs::create_directories(fs::path(path_).parent_path(), error);
   const std::string cannot_write =
       "the run directory " + dir + " (checkpoint.dir) cannot be written: ";
@@ -380,6 +397,9 @@ RunLock::~RunLock() {
   // Only our own lock: one taken over from us (we looked gone) is its new holder's.
   std::string text;
   if (read_holder(path_, &text) && text == contents_) ::unlink(path_.c_str());
+  for (const std::string& dir : created_) {
+    if (::rmdir(dir.c_str()) != 0) break;  // not empty: the run wrote there
+  }
 }
 
 }  // namespace thpc

@@ -7,6 +7,7 @@
 #include <iosfwd>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "config/config.h"
 
@@ -70,6 +71,10 @@ class RunLock {
   struct Refresher;
   std::string path_;
   std::string contents_;  // what this holder wrote: removed at the end only if still there
+  // The directories taking the lock created, deepest first: removed at the end when still
+  // empty, so that a start that failed leaves no trace (the first checkpoint's write
+  // would have made them).
+  std::vector<std::string> created_;
   std::unique_ptr<Refresher> refresher_;
 };
 

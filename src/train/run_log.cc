@@ -112,6 +112,18 @@ std::string MetricsFile::last_run_id(const std::string& path, bool* has_records)
   return text.substr(start, text.find('"', start) - start);
 }
 
+bool MetricsFile::records_no_value(const std::string& path) {
+  std::istringstream lines(file_text(path));
+  std::string line;
+  bool any = false;
+  while (std::getline(lines, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (line.rfind("{\"kind\": \"run\", ", 0) != 0) return false;
+    any = true;
+  }
+  return any;
+}
+
 bool MetricsFile::is_metrics_file(const std::string& path) {
   std::error_code error;
   if (!std::filesystem::exists(path, error)) return true;

@@ -74,6 +74,9 @@ class MetricsFile {
   // first line is a record ({"kind": ...). Anything else (a symbolic link to a model, a
   // text the user keeps under that name) is not ours to append to, nor to cut.
   static bool is_metrics_file(const std::string& path);
+  // True when `path` holds records and every one is a "run" record: a start that failed
+  // before its first step.
+  static bool records_no_value(const std::string& path);
 
   // metrics.jsonl: {"kind": KIND, "step": STEP, "wall_s": WALL, "time": unix seconds,
   // key: value, ...}. Event file: an Event at STEP with wall_time = the same Unix time
