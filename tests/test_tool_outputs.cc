@@ -7,9 +7,12 @@
 // each says so in one message with what to do, and leaves no partial file and no crash.
 #include <gtest/gtest.h>
 #include <sys/mount.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <csignal>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -391,6 +394,54 @@ TEST_F(ToolOutputs, AFullDiskStopsEveryWriterWithOneMessageAndNoPartialFile) {
                          "text/train --validpref text/valid --destdir full/data --vocab-size 100 "
                          "--model-type bpe --seed 1",
                          "full/data/", full + "full/data is full", "full");
+}
+
+
+// Ctrl-C (or the scheduler's SIGTERM, or a closed terminal's SIGHUP) while preprocessing
+// left its .partial scratch files beside the data (issue 54): the tools remove their
+// temporary files and end as the signal would have. SIGINT is tested where this process
+// does not ignore it (a background job's children inherit it ignored, and keep it so).
+TEST_F(ToolOutputs, AnInterruptedToolLeavesNoPartialFile) {
+  const ProcessResult corpus = run_process(
+      "python3 " THPC_SOURCE_DIR "/tools/make_numbers_corpus.py --train 100000 --valid 8 "
+      "--test 2 --seed 1 --out text > /dev/null");
+  ASSERT_EQ(corpus.exit_code, 0) << corpus.output;
+  std::vector<int> signals = {SIGTERM};
+  struct sigaction current {};
+  if (::sigaction(SIGINT, nullptr, &current) == 0 && current.sa_handler != SIG_IGN) {
+    signals.push_back(SIGINT);
+  }
+  for (const int signal_number : signals) {
+    SCOPED_TRACE(strsignal(signal_number));
+    const std::string destdir = "data_" + std::to_string(signal_number);
+    FILE* output = nullptr;
+    const pid_t pid = start_process(
+        {kBin + "/transformer_preprocess", "--source-lang", "en", "--target-lang", "de",
+         "--trainpref", "text/train", "--validpref", "text/valid", "--destdir", destdir,
+         "--vocab-size", "100", "--model-type", "bpe", "--seed", "1", "--spm-sentences", "2000"},
+        &output);
+    ASSERT_GT(pid, 0);
+    // Once its scratch files exist (the text is being encoded).
+    const auto partial_files = [&] {
+      int count = 0;
+      std::error_code error;
+      for (const fs::directory_entry& entry : fs::directory_iterator(destdir, error)) {
+        count += entry.path().filename().string().find(".partial") != std::string::npos;
+      }
+      return count;
+    };
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (partial_files() == 0 && std::chrono::steady_clock::now() < deadline) ::usleep(2000);
+    ASSERT_GT(partial_files(), 0) << "no scratch file appeared";
+    ::kill(pid, signal_number);
+    int status = 0;
+    const std::string log = finish_process(pid, output, &status);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == signal_number) << status << "\n" << log;
+    EXPECT_EQ(partial_files(), 0);
+    for (const fs::directory_entry& entry : fs::directory_iterator(destdir)) {
+      ADD_FAILURE() << "left behind: " << entry.path();
+    }
+  }
 }
 
 }  // namespace

@@ -36,6 +36,7 @@ template <typename Parse, typename Run>
 int tool_main(const char* name, const std::string& usage, int argc, char** argv, Parse parse,
               Run run) {
   thpc::fail_writes_past_the_file_size_limit();
+  thpc::remove_temporaries_when_interrupted();
   decltype(parse(argc, argv)) command;
   try {
     command = parse(argc, argv);

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <ostream>
 #include <random>
 #include <sstream>
@@ -18,6 +19,7 @@
 #include "checkpoint/output_file.h"
 #include "common/error.h"
 #include "data/shard_file.h"
+#include "io/atomic_file.h"
 
 namespace thpc {
 namespace {
@@ -307,6 +309,7 @@ class SpilledColumn {
  public:
   explicit SpilledColumn(const std::string& prefix)
       : lengths_path_(prefix + ".lengths.partial"), tokens_path_(prefix + ".tokens.partial"),
+        lengths_interrupted_(lengths_path_), tokens_interrupted_(tokens_path_),
         lengths_(lengths_path_, std::ios::binary | std::ios::trunc),
         tokens_(tokens_path_, std::ios::binary | std::ios::trunc) {
     if (!lengths_ || !tokens_) THPC_FAIL(prefix << ".*.partial: cannot create a scratch file");
@@ -345,6 +348,7 @@ class SpilledColumn {
   }
 
   std::string lengths_path_, tokens_path_;
+  RemovedWhenInterrupted lengths_interrupted_, tokens_interrupted_;  // before the files
   std::ofstream lengths_, tokens_;
 };
 
@@ -475,15 +479,18 @@ class PendingOutputs {
   std::string add(const std::string& final_path) {
     const std::string temporary = final_path + ".partial";
     files_.emplace_back(temporary, final_path);
+    interrupted_.push_back(std::make_unique<RemovedWhenInterrupted>(temporary));
     return temporary;
   }
   void commit() {
     for (const auto& [temporary, final_path] : files_) fs::rename(temporary, final_path);
     files_.clear();
+    interrupted_.clear();
   }
 
  private:
   std::vector<std::pair<std::string, std::string>> files_;
+  std::vector<std::unique_ptr<RemovedWhenInterrupted>> interrupted_;
 };
 
 std::string shard_path(const std::string& dest_dir, const std::string& split, int index) {

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <csignal>
+#include <mutex>
 #include <cstring>
 #include <filesystem>
 
@@ -30,6 +31,56 @@ void fsync_path(const std::string& path, const std::string& what) {
 }
 
 void fail_writes_past_the_file_size_limit() { std::signal(SIGXFSZ, SIG_IGN); }
+
+namespace {
+
+constexpr int kInterruptSlots = 64;
+constexpr size_t kInterruptPathBytes = 4096;
+char g_interrupt_paths[kInterruptSlots][kInterruptPathBytes];
+// 1 while a slot's path is complete and registered; only then does the handler read it.
+volatile std::sig_atomic_t g_interrupt_used[kInterruptSlots];
+std::mutex g_interrupt_slots;  // between threads that register (never in the handler)
+
+extern "C" void remove_temporaries_and_end(int signal_number) {
+  for (int slot = 0; slot < kInterruptSlots; ++slot) {
+    if (g_interrupt_used[slot]) ::unlink(g_interrupt_paths[slot]);
+  }
+  std::signal(signal_number, SIG_DFL);
+  std::raise(signal_number);
+}
+
+}  // namespace
+
+RemovedWhenInterrupted::RemovedWhenInterrupted(const std::string& path) {
+  if (path.size() >= kInterruptPathBytes) return;
+  const std::lock_guard<std::mutex> guard(g_interrupt_slots);
+  for (int slot = 0; slot < kInterruptSlots; ++slot) {
+    if (g_interrupt_used[slot]) continue;
+    std::memcpy(g_interrupt_paths[slot], path.c_str(), path.size() + 1);
+    g_interrupt_used[slot] = 1;
+    slot_ = slot;
+    return;
+  }
+}
+
+RemovedWhenInterrupted::~RemovedWhenInterrupted() {
+  if (slot_ < 0) return;
+  const std::lock_guard<std::mutex> guard(g_interrupt_slots);
+  g_interrupt_used[slot_] = 0;
+}
+
+void remove_temporaries_when_interrupted() {
+  for (const int signal_number : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction previous {};
+    if (::sigaction(signal_number, nullptr, &previous) == 0 && previous.sa_handler == SIG_IGN) {
+      continue;
+    }
+    struct sigaction action {};
+    action.sa_handler = remove_temporaries_and_end;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(signal_number, &action, nullptr);
+  }
+}
 
 std::string storage_advice(const std::string& directory, const std::string& failure,
                            uintmax_t bytes_written) {
@@ -73,6 +124,7 @@ void write_atomically(const std::string& path, const std::string& what,
                               << error.message());
   }
   const std::string temporary = temporary_path(path);
+  const RemovedWhenInterrupted interrupted(temporary);
   try {
     write(temporary);
     fsync_path(temporary, what);

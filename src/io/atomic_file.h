@@ -30,6 +30,28 @@ void fsync_path(const std::string& path, const std::string& what);
 // removed). SIGXFSZ is ignored.
 void fail_writes_past_the_file_size_limit();
 
+// A temporary file removed if SIGINT, SIGTERM or SIGHUP ends the process while this
+// lives (after remove_temporaries_when_interrupted()): Ctrl-C during preprocessing or
+// averaging left its .partial and .tmp files beside the data. The handler unlinks the
+// registered paths (unlink is async-signal-safe) and ends the process as the signal
+// would have. Up to 64 at once; more are not registered (they are still removed on the
+// normal paths).
+class RemovedWhenInterrupted {
+ public:
+  explicit RemovedWhenInterrupted(const std::string& path);
+  ~RemovedWhenInterrupted();
+  RemovedWhenInterrupted(const RemovedWhenInterrupted&) = delete;
+  RemovedWhenInterrupted& operator=(const RemovedWhenInterrupted&) = delete;
+
+ private:
+  int slot_ = -1;
+};
+
+// Installs that handler for SIGINT, SIGTERM and SIGHUP, except where a signal is ignored
+// (a background job, nohup): the tools call it first (tools/tool_main.h). The trainer
+// does not: it stops at those signals with a checkpoint (train/stop_request.h).
+void remove_temporaries_when_interrupted();
+
 // What stopped a write into `directory` that failed with `failure` (its message: HDF5's
 // failures say "(errno N)", io/hdf5.h) after `bytes_written` bytes of its file, when the
 // storage did: the file-size limit (EFBIG, or a file at the limit), a full file system or
