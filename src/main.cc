@@ -66,8 +66,9 @@ int dry_run(const thpc::Config& config, int ranks) {
       {resume_names_a_file ? resume : "", thpc::CheckpointParts::All}};
   for (const auto& [path, parts] : starts) {
     if (path.empty()) continue;
-    thpc::check_architecture(thpc::read_checkpoint(path, parts),
-                             thpc::architecture_text(config.model, vocab), path);
+    const thpc::Checkpoint checkpoint = thpc::read_checkpoint(path, parts);
+    thpc::check_architecture(checkpoint, thpc::architecture_text(config.model, vocab), path);
+    if (source) thpc::check_checkpoint_vocabulary(checkpoint, path, *source, config);
   }
   thpc::ParamStore table;
   thpc::add_transformer_parameters(config.model, vocab, table);

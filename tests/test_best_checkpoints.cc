@@ -338,6 +338,27 @@ void expect_same_tensors(const std::vector<NamedTensor>& a, const std::vector<Na
   }
 }
 
+// A best.h5 damaged while the run was stopped stayed, and the resumed run's summary went
+// on reporting its score (issue 54): it is moved aside with a warning, the best value
+// dropped with it, and the next validation writes best.h5 again.
+TEST_F(BestCheckpointsTraining, ADamagedBestCheckpointIsMovedAsideOnResumeAndWrittenAgain) {
+  std::ostringstream first_log;
+  Trainer(config("run", {"train.max_steps=8"})).run(first_log);
+  const std::string best = path("run/best.h5");
+  ASSERT_TRUE(fs::exists(best)) << first_log.str();
+  fs::resize_file(best, fs::file_size(best) / 2);
+  std::ostringstream log;
+  Trainer(config("run", {"train.max_steps=12", "checkpoint.resume=auto"})).run(log);
+  EXPECT_NE(log.str().find("warning: " + best + " is damaged ("), std::string::npos) << log.str();
+  EXPECT_NE(log.str().find("moved aside to " + best + ".corrupt. The run's best valid ppl so far "
+                           "is dropped with it"),
+            std::string::npos)
+      << log.str();
+  const Checkpoint rewritten = read_checkpoint(best);  // whole again
+  EXPECT_GT(rewritten.step, 8) << log.str();
+  EXPECT_TRUE(fs::exists(best + ".corrupt"));
+}
+
 TEST_F(BestCheckpointsTraining, TheRunKeepsTheKBestApartFromTheLastAndAveragesExactlyThose) {
   std::ostringstream log;
   Trainer(config("run")).run(log);

@@ -119,6 +119,22 @@ TEST(UserErrors, TheDryRunRefusesWhatTrainingRefusesWithTheSameExitCode) {
   expect_configuration_error("--model.layers=1 --data.dir=" + data + " --checkpoint.resume=" +
                                  average,
                              "resuming needs the Adam moments", 1);
+  // Shards of the same text and vocabulary size by another SentencePiece model (unigram):
+  // the checkpoint's ids would mean other pieces. Resuming or starting from it on them was
+  // accepted silently (issue 54; --eval refused the same pair).
+  const std::string other = (root / "other").string();
+  ASSERT_EQ(run_process(THPC_BINARY_DIR "/transformer_preprocess --source-lang en "
+                        "--target-lang de --trainpref " + (root / "text/train").string() +
+                        " --validpref " + (root / "text/valid").string() + " --destdir " + other +
+                        " --vocab-size 60 --model-type unigram --seed 1 > /dev/null 2>&1")
+                .exit_code,
+            0);
+  for (const std::string option : {"--checkpoint.init=", "--checkpoint.resume="}) {
+    expect_configuration_error("--model.layers=1 --data.dir=" + other + " " + option +
+                                   (root / "ck/step_00000001.h5").string(),
+                               "trained on another SentencePiece vocabulary than the shards of "
+                               "data.dir " + other + " (piece ", 1);
+  }
   // transformer_decode alike: a beam wider than the vocabulary is a usage error.
   const ProcessResult wide = run_process(
       "echo 1 2 3 | " THPC_BINARY_DIR "/transformer_decode --checkpoint " +

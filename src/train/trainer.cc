@@ -21,6 +21,7 @@
 #include "common/error.h"
 #include "common/sha256.h"
 #include "data/synthetic.h"
+#include "decode/ensemble.h"
 #include "train/footprint.h"
 #include "train/lr_schedule.h"
 #include "train/run_directory.h"
@@ -524,8 +525,49 @@ Checkpoint Trainer::snapshot() const {
   return checkpoint;
 }
 
+void Trainer::drop_a_damaged_best_checkpoint(std::ostream& log) {
+  const CheckpointConfig& options = config_.checkpoint;
+  if (options.keep_best == "none") return;
+  const std::string path = (std::filesystem::path(options.dir) / "best.h5").string();
+  std::string damage;
+  if (comm_.is_root() && std::filesystem::exists(path)) {
+    try {
+      read_checkpoint(path);  // every dataset's sha256 verified
+    } catch (const Error& error) {
+      damage = error.what();
+      const std::string aside = move_aside_corrupt(path);
+      log << "warning: " << path << " is damaged (" << damage << "); moved aside to " << aside
+          << ". The run's best valid " << options.keep_best << " so far is dropped with it: "
+          << "the next validation writes best.h5 again" << std::endl;
+    }
+  }
+  // Every rank drops it, so that best.h5 and checkpoint.patience cannot part them.
+  if (comm_.broadcast_from_root(damage).empty()) return;
+  BestValidation& best = options.keep_best == "ppl"    ? best_valid_.ppl
+                         : options.keep_best == "bleu" ? best_valid_.bleu
+                                                       : best_valid_.chrf;
+  best = BestValidation{};
+}
+
+void check_checkpoint_vocabulary(const Checkpoint& checkpoint, const std::string& path,
+                                 const BatchSource& data, const Config& config) {
+  const std::string* shards = data.spm_model();
+  if (checkpoint.spm_model.empty() || shards == nullptr || *shards == checkpoint.spm_model) return;
+  const std::string difference = sentencepiece_vocabulary_difference(
+      checkpoint.spm_model, "the checkpoint's", *shards, "the shards'");
+  // Models that differ as bytes but not as vocabularies (a retrained model with the same
+  // pieces) give the ids the same meaning.
+  if (difference.empty()) return;
+  THPC_FAIL("checkpoint " << path << ": trained on another SentencePiece vocabulary than the "
+            << "shards of data.dir " << config.data.dir << " (" << difference
+            << "), of the same size: its ids would mean other pieces. Preprocess the data "
+            << "with the checkpoint's model (transformer_preprocess --spm-model), or start "
+            << "afresh");
+}
+
 void Trainer::restore(const Checkpoint& checkpoint, const std::string& source) {
   check_architecture(checkpoint, *model_, source);
+  check_checkpoint_vocabulary(checkpoint, source, *source_, config_);
   // The random stream of a step is keyed by (seed, step): another seed would continue
   // some other run, not this one.
   if (checkpoint.seed != config_.train.seed) {
@@ -703,6 +745,7 @@ void Trainer::apply_start_options(std::ostream& log) {
           << std::endl;
       note_world_size_change(checkpoint, log);
       note_missing_best_valid(checkpoint, path, log);
+      drop_a_damaged_best_checkpoint(log);
       return;
     }
     log << "checkpoint.resume=" << options.resume << ": no valid checkpoint in " << options.dir
@@ -720,10 +763,13 @@ void Trainer::apply_start_options(std::ostream& log) {
     }
     note_world_size_change(checkpoint, log);
     note_missing_best_valid(checkpoint, options.resume, log);
+    drop_a_damaged_best_checkpoint(log);
     return;
   }
   if (!options.init.empty()) {
-    load_parameters(options.init, *model_);
+    const Checkpoint init = read_checkpoint(options.init, CheckpointParts::ParamsOnly);
+    check_checkpoint_vocabulary(init, options.init, *source_, config_);
+    load_parameters(init, options.init, *model_);
     log << "parameters initialised from " << options.init << std::endl;
   }
 }

@@ -76,6 +76,14 @@ int resolve_vocab_size(const Config& config, const BatchSource& source);
 // training does, before anything is built.
 std::string configuration_impossible(const Config& config, const BatchSource& source, int ranks);
 
+// Throws unless `checkpoint` (read from `path`) was trained on the vocabulary of `data`,
+// the training shards: the same SentencePiece pieces (a model of another vocabulary of
+// the same size passed the architecture check, and its ids meant other pieces). Resume,
+// checkpoint.init and --dry-run check alike; a checkpoint or data without a stored model
+// (the synthetic task, older files) is not compared.
+void check_checkpoint_vocabulary(const Checkpoint& checkpoint, const std::string& path,
+                                 const BatchSource& data, const Config& config);
+
 // Seconds on the monotonic clock (std::chrono::steady_clock), from an arbitrary origin.
 double steady_seconds();
 
@@ -300,6 +308,11 @@ class Trainer {
   // validation values: best.h5 and checkpoint.patience start afresh.
   void note_missing_best_valid(const Checkpoint& checkpoint, const std::string& source,
                                std::ostream& log) const;
+  // After a resume: a best.h5 that does not verify is moved aside (best.h5.corrupt) with a
+  // warning, and the run's best value of checkpoint.keep_best dropped with it, so that the
+  // next validation writes best.h5 again (a damaged best.h5 stayed, and the summary went
+  // on reporting its score).
+  void drop_a_damaged_best_checkpoint(std::ostream& log);
   // Writes DIR/step_NNNNNNNN.h5 for the completed step and prunes to checkpoint.keep.
   std::string save_checkpoint(std::ostream& log);
   // At the end of training: DIR/average_lastN.h5 (checkpoint.average_last, `best`
