@@ -359,6 +359,34 @@ TEST_F(BestCheckpointsTraining, ADamagedBestCheckpointIsMovedAsideOnResumeAndWri
   EXPECT_TRUE(fs::exists(best + ".corrupt"));
 }
 
+// A validation whose perplexity exploded (its log more than train.divergence_loss_factor
+// times the best's) while the training loss had not yet crossed the detector's line: the
+// checkpoints from after the last passed validation are marked diverged, so that the one
+// named to resume from, and the one pruning keeps, is not one of them (issue 54: with
+// keep = 2 a run named a checkpoint of valid ppl 5e8 where the pruned one had 121).
+TEST_F(BestCheckpointsTraining, AValidationThatExplodedMarksTheCheckpointsSinceTheLastPassedOne) {
+  ::setenv("THPC_TEST_VALID_NLL_AT", "8:50", 1);  // the validation at step 8: ppl e^50
+  std::ostringstream log;
+  Trainer(config("run", {"train.max_steps=8", "checkpoint.every_steps=2", "checkpoint.keep=2",
+                         "checkpoint.keep_best_count=0", "checkpoint.average_best=0"}))
+      .run(log);
+  ::unsetenv("THPC_TEST_VALID_NLL_AT");
+  EXPECT_NE(log.str().find("warning: the validation at step 8 has a perplexity of 5.185e+21, "
+                           "its log more than train.divergence_loss_factor = 4 times the best's"),
+            std::string::npos)
+      << log.str();
+  std::map<int64_t, CheckpointState> states;
+  for (const CheckpointSummary& summary : checkpoint_summaries(path("run"))) {
+    states[summary.step] = summary.state;
+  }
+  const std::map<int64_t, CheckpointState> expected = {{6, CheckpointState::Healthy},
+                                                       {8, CheckpointState::Diverged}};
+  EXPECT_EQ(states, expected) << log.str();
+  EXPECT_NE(log.str().find("checkpoint to resume from: " + path("run/step_00000006.h5")),
+            std::string::npos)
+      << log.str();
+}
+
 TEST_F(BestCheckpointsTraining, TheRunKeepsTheKBestApartFromTheLastAndAveragesExactlyThose) {
   std::ostringstream log;
   Trainer(config("run")).run(log);

@@ -444,6 +444,13 @@ ValidationStats validation_pass(Transformer& model, ShardReader& shards,
 ValidationStats Trainer::validate() {
   THPC_CHECK(valid_source_ != nullptr, "validation without validation shards");
   ValidationStats stats = validation_pass(*model_, *valid_source_, comm_, micro_budget_);
+  // Test hook: THPC_TEST_VALID_NLL_AT=STEP:NLL makes the validation at STEP report NLL on
+  // every rank (a validation whose perplexity exploded), for judge_validation's tests.
+  if (const char* spec = std::getenv("THPC_TEST_VALID_NLL_AT")) {
+    long long at = -1;
+    double nll = 0;
+    if (std::sscanf(spec, "%lld:%lf", &at, &nll) == 2 && at == completed_steps_) stats.nll = nll;
+  }
   if (valid_bleu_) score_translations(*valid_bleu_, *model_, stats);
   stats.interrupted = stop_requested_by() != 0;
   return stats;
@@ -519,8 +526,10 @@ Checkpoint Trainer::snapshot() const {
   checkpoint.loss = checkpoint_loss_;
   // Saved while steps are being left out (train.divergence = skip): the parameters gave
   // the divergent loss of the last step judged.
-  checkpoint.state = detector_->state().consecutive_skips > 0 ? CheckpointState::Diverged
-                                                               : CheckpointState::Healthy;
+  // Saved after a validation that diverged (judge_validation): not a model to resume.
+  checkpoint.state = detector_->state().consecutive_skips > 0 || validation_diverged_
+                         ? CheckpointState::Diverged
+                         : CheckpointState::Healthy;
   checkpoint.divergence = detector_->state();
   return checkpoint;
 }
@@ -1062,6 +1071,9 @@ bool Trainer::start_up(std::ostream& out) {
 
 void Trainer::begin_training(RunProgress& run) {
   run.stop_at_step = test_stop_step();
+  // The step training starts from passed, or had no validation to fail.
+  last_good_validation_step_ = completed_steps_;
+  validation_diverged_ = false;
   run.first_step = completed_steps_;
   // A resumed run's checkpoint holds its starting point; a fresh run has none.
   run.last_saved_step = config_.checkpoint.resume.empty() ? -1 : completed_steps_;
@@ -1198,8 +1210,41 @@ void Trainer::agree_on_late_stop_signal(bool validation_due, StepDecision& decis
   }
 }
 
+void Trainer::judge_validation(const ValidationStats& valid, int64_t step, std::ostream& log) {
+  const double factor = config_.train.divergence_loss_factor;
+  const double best_nll = std::log(best_valid_.ppl.value);  // NaN before the first
+  const bool diverged =
+      factor > 0 && (!std::isfinite(valid.nll) ||
+                     (std::isfinite(best_nll) && valid.nll > factor * std::max(1.0, best_nll)));
+  if (!diverged) {
+    validation_diverged_ = false;
+    last_good_validation_step_ = step;
+    return;
+  }
+  validation_diverged_ = true;
+  std::ostringstream warning;  // the log's stream may be in fixed notation
+  warning << std::setprecision(4) << "warning: the validation at step " << step
+          << " has a perplexity of " << std::exp(valid.nll)
+          << ", its log more than train.divergence_loss_factor = " << factor
+          << " times the best's (" << best_valid_.ppl.value << " at step " << best_valid_.ppl.step
+          << "): the checkpoints after step " << last_good_validation_step_
+          << " are marked diverged, and those written until a validation is below that again";
+  log << warning.str() << std::endl;
+  if (!comm_.is_root()) return;
+  for (const CheckpointSummary& summary : checkpoint_summaries(config_.checkpoint.dir)) {
+    if (summary.state == CheckpointState::Healthy && summary.step > last_good_validation_step_ &&
+        (summary.run_id.empty() || summary.run_id == run_id_)) {
+      mark_checkpoint(summary.path, CheckpointState::Diverged);
+      log << "marked checkpoint " << summary.path << " diverged: its step is past the last "
+          << "validation the model passed (step " << last_good_validation_step_ << ")"
+          << std::endl;
+    }
+  }
+}
+
 void Trainer::record_validation(const ValidationStats& valid, RunProgress& run) {
   const int64_t step = run.last.step;
+  judge_validation(valid, step, run.out);
   note_validation(best_valid_.ppl, std::exp(valid.nll), Better::Lower, step);
   if (!std::isnan(valid.bleu)) note_validation(best_valid_.bleu, valid.bleu, Better::Higher, step);
   if (!std::isnan(valid.chrf)) note_validation(best_valid_.chrf, valid.chrf, Better::Higher, step);

@@ -230,6 +230,13 @@ class Trainer {
   // interrupted validation is dropped: the job stops at this step rather than the next.
   void agree_on_late_stop_signal(bool validation_due, StepDecision& decision,
                                  std::optional<ValidationStats>& valid, RunProgress& run);
+  // A validation whose perplexity's log is more than train.divergence_loss_factor times
+  // the best's (at least 1), or not finite, diverged: the checkpoints of this run written
+  // after the newest validation that did not are marked diverged, and so is every one
+  // saved until a validation passes again, so that the checkpoint named to resume from is
+  // not one whose perplexity exploded (issue 54: with keep = 2 it named one of ppl 5e8
+  // where the pruned one had 121). Rank 0 marks; every rank judges alike.
+  void judge_validation(const ValidationStats& valid, int64_t step, std::ostream& log);
   // The "valid step N" line, the best values, checkpoint.keep_best's files and
   // checkpoint.patience.
   void record_validation(const ValidationStats& valid, RunProgress& run);
@@ -337,6 +344,10 @@ class Trainer {
   // The best validation values of the run, resumed runs before this one included.
   ValidationRecord best_valid_;
   int checkpoints_written_ = 0;  // by this run() (the summary line counts them)
+  // judge_validation's state: whether the newest validation diverged, and the step of the
+  // newest one that did not (where this run() started, before any).
+  bool validation_diverged_ = false;
+  int64_t last_good_validation_step_ = 0;
   int64_t steps_computed_ = 0;   // compute_step() calls of this process (a test hook counts them)
   int64_t micro_budget_ = 1;  // padded tokens per side of one rank's micro-batch
   std::function<double()> checkpoint_clock_ = steady_seconds;
