@@ -131,22 +131,6 @@ std::string training_run_file(const std::string& path) {
   return "";
 }
 
-bool same_file(const std::string& a, const std::string& b) {
-  std::error_code error_a, error_b;
-  const bool a_exists = fs::exists(a, error_a), b_exists = fs::exists(b, error_b);
-  if (a_exists && b_exists) {
-    // st_dev and st_ino: hard links, symbolic links and any spelling of the path.
-    return fs::equivalent(a, b, error_a) && !error_a;
-  }
-  if (a_exists != b_exists) return false;
-  // Neither exists (yet): the same path once made absolute and its symbolic links, "."
-  // and ".." resolved (weakly_canonical leaves a relative path whose first component
-  // does not exist relative, hence absolute first).
-  const fs::path canonical_a = fs::weakly_canonical(fs::absolute(a, error_a), error_a);
-  const fs::path canonical_b = fs::weakly_canonical(fs::absolute(b, error_b), error_b);
-  return !error_a && !error_b && canonical_a == canonical_b;
-}
-
 void check_output_path(const std::string& option, const std::string& output,
                        const std::vector<std::string>& inputs, OutputKind kind,
                        const std::vector<std::string>& other_outputs) {

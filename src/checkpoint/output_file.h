@@ -1,6 +1,6 @@
 // What every program that writes a file promises (transformer_decode --output and
 // --dump-attention, transformer_average, transformer_preprocess, transformer_trees; the
-// trainer's own checks are Trainer::outputs_that_would_destroy_inputs): it
+// trainer's own checks are outputs_that_would_destroy_inputs, train/run_directory.h): it
 // never writes over one of its own inputs, nor over a training run's files, however the
 // path is spelt, and it writes through a temporary name and a rename, so that a failure
 // leaves the old file or no file, never half of one.
@@ -11,6 +11,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "io/atomic_file.h"  // same_file
 
 namespace thpc {
 
@@ -27,11 +29,6 @@ enum class OutputKind {
 // existing file, a checkpoint holding a training state (Adam moments). "" when `path` is
 // none, else what it is ("named like the best-validation checkpoint best.h5 ...").
 std::string training_run_file(const std::string& path);
-
-// Whether `a` and `b` name the same file: the same inode when both exist (hard links,
-// symbolic links, "./" and "../" spellings), else the same path once symbolic links,
-// "." and ".." are resolved (an output that does not exist yet).
-bool same_file(const std::string& a, const std::string& b);
 
 // Throws thpc::Error "OPTION PATH: WHY; ..." when the program may not write `output`:
 // it is one of `inputs` (or the temporary file of the write would be one; an input "-"

@@ -16,7 +16,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "checkpoint/output_file.h"
 #include "common/error.h"
 #include "data/shard_file.h"
 #include "io/atomic_file.h"

@@ -108,6 +108,22 @@ std::string storage_advice(const std::string& directory, const std::string& fail
   return "";
 }
 
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code error_a, error_b;
+  const bool a_exists = fs::exists(a, error_a), b_exists = fs::exists(b, error_b);
+  if (a_exists && b_exists) {
+    // st_dev and st_ino: hard links, symbolic links and any spelling of the path.
+    return fs::equivalent(a, b, error_a) && !error_a;
+  }
+  if (a_exists != b_exists) return false;
+  // Neither exists (yet): the same path once made absolute and its symbolic links, "."
+  // and ".." resolved (weakly_canonical leaves a relative path whose first component
+  // does not exist relative, hence absolute first).
+  const fs::path canonical_a = fs::weakly_canonical(fs::absolute(a, error_a), error_a);
+  const fs::path canonical_b = fs::weakly_canonical(fs::absolute(b, error_b), error_b);
+  return !error_a && !error_b && canonical_a == canonical_b;
+}
+
 std::string temporary_path(const std::string& path) {
   const fs::path final_path(path);
   return (final_path.parent_path() / ("." + final_path.filename().string() + ".tmp")).string();

@@ -17,6 +17,12 @@ namespace thpc {
 void write_atomically(const std::string& path, const std::string& what,
                       const std::function<void(const std::string& temporary)>& write);
 
+// Whether `a` and `b` name the same file: the same inode when both exist (hard links,
+// symbolic links, "./" and "../" spellings), else the same path once symbolic links,
+// "." and ".." are resolved (an output that does not exist yet). What every check that a
+// program never writes over its own inputs compares with (checkpoint/output_file.h).
+bool same_file(const std::string& a, const std::string& b);
+
 // The temporary name write_atomically writes `path` under first: .NAME.tmp beside it.
 std::string temporary_path(const std::string& path);
 
