@@ -42,7 +42,8 @@ std::string run_metrics_path(const Config& config, const std::string& run_id,
     return metrics;
   }
   const fs::path parent = fs::path(config.checkpoint.dir).lexically_normal().parent_path();
-  const std::string beside = (parent.empty() ? fs::path("metrics.jsonl") : parent / "metrics.jsonl").string();
+  const std::string beside =
+      (parent.empty() ? fs::path("metrics.jsonl") : parent / "metrics.jsonl").string();
   if (!fs::exists(beside) || MetricsFile::last_run_id(beside) != run_id) return metrics;
   log << "note: this run's metrics file is " << beside << ", beside checkpoint.dir, where "
       << "runs started before 2026-11-28 wrote it; it goes on there (new runs write theirs "
@@ -235,7 +236,8 @@ std::optional<LockHolder> read_holder(const std::string& path, std::string* text
   while (text->size() < 4096 && std::getline(in, line)) {
     *text += line + "\n";
     const size_t equals = line.find('=');
-    if (equals != std::string::npos) holder.fields[line.substr(0, equals)] = line.substr(equals + 1);
+    if (equals == std::string::npos) continue;
+    holder.fields[line.substr(0, equals)] = line.substr(equals + 1);
   }
   return holder;
 }
@@ -244,7 +246,8 @@ std::optional<LockHolder> read_holder(const std::string& path, std::string* text
 double seconds_since_refresh(const std::string& path) {
   struct stat status {};
   if (::stat(path.c_str(), &status) != 0) return -1;
-  const double modified = static_cast<double>(status.st_mtim.tv_sec) + 1e-9 * status.st_mtim.tv_nsec;
+  const double modified = static_cast<double>(status.st_mtim.tv_sec) +
+                          1e-9 * static_cast<double>(status.st_mtim.tv_nsec);
   const double now = std::chrono::duration<double>(
                          std::chrono::system_clock::now().time_since_epoch()).count();
   return std::max(0.0, now - modified);
@@ -256,7 +259,9 @@ std::string stale_reason(const LockHolder& holder, double age, const std::string
   if (!holder.complete()) {
     // An exclusive create and its write are not one step: a trainer taking the lock right
     // now has an empty file for a moment. One that stays so was left by a crash then.
-    if (age > kRunLockRefreshSeconds) return "it names no holder and is " + std::to_string(static_cast<long long>(age)) + " s old";
+    if (age > kRunLockRefreshSeconds) {
+      return "it names no holder and is " + std::to_string(static_cast<long long>(age)) + " s old";
+    }
     return "";
   }
   const long long pid = holder.number("pid");
@@ -267,13 +272,15 @@ std::string stale_reason(const LockHolder& holder, double age, const std::string
   // this job was left by a process Slurm has ended (on whichever node it ran).
   const std::string job = environment("SLURM_JOB_ID");
   const long long restart = std::atoll(environment("SLURM_RESTART_COUNT").c_str());
-  if (!job.empty() && holder.field("slurm_job") == job && holder.number("slurm_restart") < restart) {
-    return "it was left by an earlier run (restart " + std::to_string(holder.number("slurm_restart")) +
+  const long long holder_restart = holder.number("slurm_restart");
+  if (!job.empty() && holder.field("slurm_job") == job && holder_restart < restart) {
+    return "it was left by an earlier run (restart " + std::to_string(holder_restart) +
            ") of this Slurm job, which is at restart " + std::to_string(restart);
   }
   if (age > kRunLockStaleSeconds) {
     return "it was last refreshed " + std::to_string(static_cast<long long>(age)) +
-           " s ago (a live holder refreshes it every " + std::to_string(kRunLockRefreshSeconds) + " s)";
+           " s ago (a live holder refreshes it every " + std::to_string(kRunLockRefreshSeconds) +
+           " s)";
   }
   return "";
 }
@@ -311,7 +318,8 @@ struct RunLock::Refresher {
   explicit Refresher(std::string path) : thread([this, path = std::move(path)] {
     std::unique_lock<std::mutex> guard(mutex);
     while (!stopping) {
-      wake.wait_for(guard, std::chrono::seconds(kRunLockRefreshSeconds), [this] { return stopping; });
+      wake.wait_for(guard, std::chrono::seconds(kRunLockRefreshSeconds),
+                    [this] { return stopping; });
       if (!stopping) ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // now
     }
   }) {}

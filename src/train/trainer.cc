@@ -535,26 +535,13 @@ Checkpoint Trainer::snapshot() const {
 }
 
 void Trainer::drop_a_damaged_best_checkpoint(std::ostream& log) {
-  const CheckpointConfig& options = config_.checkpoint;
-  if (options.keep_best == "none") return;
-  const std::string path = (std::filesystem::path(options.dir) / "best.h5").string();
-  std::string damage;
-  if (comm_.is_root() && std::filesystem::exists(path)) {
-    try {
-      read_checkpoint(path);  // every dataset's sha256 verified
-    } catch (const Error& error) {
-      damage = error.what();
-      const std::string aside = move_aside_corrupt(path);
-      log << "warning: " << path << " is damaged (" << damage << "); moved aside to " << aside
-          << ". The run's best valid " << options.keep_best << " so far is dropped with it: "
-          << "the next validation writes best.h5 again" << std::endl;
-    }
-  }
-  // Every rank drops it, so that best.h5 and checkpoint.patience cannot part them.
-  if (comm_.broadcast_from_root(damage).empty()) return;
-  BestValidation& best = options.keep_best == "ppl"    ? best_valid_.ppl
-                         : options.keep_best == "bleu" ? best_valid_.bleu
-                                                       : best_valid_.chrf;
+  const bool moved = comm_.is_root() && keeping_.move_aside_a_damaged_best(log);
+  // Every rank drops the best value, so that best.h5 and checkpoint.patience cannot part them.
+  if (comm_.broadcast_from_root(static_cast<int64_t>(moved)) == 0) return;
+  const std::string& metric = config_.checkpoint.keep_best;
+  BestValidation& best = metric == "ppl"    ? best_valid_.ppl
+                         : metric == "bleu" ? best_valid_.bleu
+                                            : best_valid_.chrf;
   best = BestValidation{};
 }
 
@@ -784,157 +771,16 @@ void Trainer::apply_start_options(std::ostream& log) {
 }
 
 std::string Trainer::save_checkpoint(std::ostream& log) {
-  using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
-  const std::string path =
-      (std::filesystem::path(config_.checkpoint.dir) / checkpoint_file_name(completed_steps_))
-          .string();
   // Copying the state out is what the other ranks would wait for; the file write could
   // overlap training (docs/checkpoints.md says why it does not yet).
+  const auto start = std::chrono::steady_clock::now();
   const Checkpoint state = snapshot();
-  const auto copied = Clock::now();
-  write_checkpoint(path, state);
+  const double copy_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ++checkpoints_written_;
-  const auto written = Clock::now();
-  std::error_code error;
-  const auto bytes = std::filesystem::file_size(path, error);
-  log << "checkpoint " << path << " (" << std::fixed << std::setprecision(1)
-      << (error ? 0.0 : static_cast<double>(bytes) / 1e6) << " MB; copy "
-      << std::setprecision(2) << std::chrono::duration<double>(copied - start).count()
-      << " s, write " << std::chrono::duration<double>(written - copied).count() << " s)"
-      << std::endl;
-  for (const std::string& deleted :
-       prune_checkpoints(config_.checkpoint.dir, config_.checkpoint.keep, path)) {
-    log << "removed old checkpoint " << deleted << " (checkpoint.keep = "
-        << config_.checkpoint.keep << ")" << std::endl;
-  }
-  return path;
+  return keeping_.save(state, copy_seconds, log);
 }
 
-void Trainer::write_average(bool best, std::ostream& log) {
-  const CheckpointConfig& options = config_.checkpoint;
-  const int wanted = best ? options.average_best : options.average_last;
-  std::vector<std::string> paths;
-  std::string metric;
-  if (best) {
-    // The ranking is the one the run kept (the score inside each best_step_*.h5).
-    try {
-      paths = best_checkpoints(options.dir, wanted, &metric);
-    } catch (const Error& error) {
-      log << "warning: no average of the best written: " << error.what() << std::endl;
-      return;
-    }
-    if (paths.empty()) {
-      log << "warning: no average of the best written: no best checkpoint in " << options.dir
-          << " (no validation of " << options.keep_best << " ran: train.valid_every = "
-          << config_.train.valid_every << ", the run ended at step " << completed_steps_ << ")"
-          << std::endl;
-      return;
-    }
-  } else {
-    // Healthy ones only: a diverged checkpoint would poison the average.
-    paths = newest_healthy_checkpoints(options.dir, wanted);
-    if (paths.empty()) {
-      log << "warning: no average written: no healthy checkpoint in " << options.dir
-          << std::endl;
-      return;
-    }
-  }
-  const std::string name = best ? "average_best" : "average_last";
-  const std::string output =
-      (std::filesystem::path(options.dir) / (name + std::to_string(wanted) + ".h5")).string();
-  // Reading N checkpoints takes a while (20 base-model ones: a minute): a stop signal
-  // meanwhile ends the averaging at the next file, the run as finished.
-  class StopOnSignal final : public ProgressListener {
-   public:
-    void begin(const std::string&, const std::string&, int64_t) override {}
-    void advance(int64_t) override {
-      if (const int signal = stop_requested_by()) {
-        THPC_FAIL(stop_signal_name(signal) << " received while averaging");
-      }
-    }
-    void end() override {}
-  } stop_on_signal;
-  // The training itself succeeded: a bad old checkpoint costs the average, not the run
-  // (a failing exit would make the batch system requeue a finished job).
-  try {
-    write_checkpoint(output, average_checkpoints(paths, stop_on_signal));
-  } catch (const Error& error) {
-    log << "warning: no average written: " << error.what() << std::endl;
-    return;
-  }
-  const bool fewer = static_cast<int>(paths.size()) < wanted;
-  if (best) {
-    // Fewer best checkpoints than asked for (fewer validations ran): the average of those
-    // there are, said so, like the last N of a short run.
-    log << (fewer ? "warning: " : "") << "average of the " << paths.size() << " best checkpoints"
-        << " by valid " << metric
-        << (fewer ? " (fewer than checkpoint.average_best = " + std::to_string(wanted) +
-                        ": only that many validations ran)"
-                  : "")
-        << " written to " << output << std::endl;
-  } else {
-    log << "average of the last " << paths.size() << " checkpoints"
-        << (fewer ? " (fewer than checkpoint.average_last exist)" : "") << " written to "
-        << output << std::endl;
-  }
-}
-
-void Trainer::keep_best_checkpoints(const std::string& metric, const LogField& value,
-                                    bool improved, std::ostream& log) {
-  namespace fs = std::filesystem;
-  const CheckpointConfig& options = config_.checkpoint;
-  const ValidationScore score{metric, value.value};
-  // The state is copied out once for best.h5 and the step's best_step file.
-  std::optional<Checkpoint> state;
-  const auto state_of_this_step = [&]() -> const Checkpoint& {
-    if (!state) {
-      state = snapshot();
-      state->validation = score;
-    }
-    return *state;
-  };
-  if (improved) {
-    const std::string path = (fs::path(options.dir) / "best.h5").string();
-    write_checkpoint(path, state_of_this_step());
-    log << "best checkpoint " << path << " (step " << completed_steps_ << ", valid " << metric
-        << " " << value.text << ")" << std::endl;
-  }
-  if (options.keep_best_count == 0) return;
-  // The set is the files on disk (their headers hold the scores), so that a resumed or
-  // rolled-back run continues it as it stands.
-  std::vector<CheckpointSummary> kept;
-  for (CheckpointSummary& summary : best_checkpoint_summaries(options.dir)) {
-    if (summary.validation->metric == metric) kept.push_back(std::move(summary));
-  }
-  const BestSetChange change =
-      change_best_set(std::move(kept), score, completed_steps_, options.keep_best_count);
-  if (change.admitted) {
-    const std::string path =
-        (fs::path(options.dir) / best_checkpoint_file_name(completed_steps_)).string();
-    write_checkpoint(path, state_of_this_step());
-    log << "kept best checkpoint " << path << " (step " << completed_steps_ << ", valid "
-        << metric << " " << value.text << ": rank " << change.rank << " of the "
-        << options.keep_best_count << " best, checkpoint.keep_best_count)" << std::endl;
-  }
-  for (const CheckpointSummary& removed : change.removed) {
-    std::error_code error;
-    fs::remove(removed.path, error);
-    if (error) {
-      log << "warning: cannot remove " << removed.path << " (" << error.message()
-          << "): it stays among the best checkpoints" << std::endl;
-      continue;
-    }
-    std::ostringstream text;
-    text << std::fixed << std::setprecision(2) << removed.validation->value;
-    log << "removed best checkpoint " << removed.path << " (step " << removed.step << ", valid "
-        << metric << " " << text.str()
-        << (removed.step == completed_steps_ ? ": this step's score, validated again, is not "
-                                               "among the best"
-                                             : ": no longer among the best")
-        << ")" << std::endl;
-  }
-}
 
 double steady_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
@@ -1120,12 +966,14 @@ Trainer::AfterStep Trainer::after_divergent_step(StepStats& stats,
                         run.out, run.metrics, run.seconds_since_start(), &stop_reason);
   if (action == DivergenceAction::Stop) {
     print_summary(run);
-    const std::string kept = diverged_parameters_file();
+    const std::string kept =
+        comm_.is_root() ? keeping_.diverged_parameters_file(run_id_, completed_steps_) : "";
     run.out << "diverged: " << stop_reason << "; its update is not applied, and the "
             << "parameters that produced it are "
             << (kept.empty() ? "not saved"
-                             : "in " + kept + ", marked diverged so that resume=auto passes over it")
-            << "; resume from " << resume_point()
+                             : "in " + kept +
+                                   ", marked diverged so that resume=auto passes over it")
+            << "; resume from " << (comm_.is_root() ? keeping_.resume_point() : std::string())
             << " with a smaller train.lr_scale (or train.clip_norm), or set "
             << "train.divergence = skip or rollback" << std::endl;
     return AfterStep::Diverged;
@@ -1230,15 +1078,8 @@ void Trainer::judge_validation(const ValidationStats& valid, int64_t step, std::
           << "): the checkpoints after step " << last_good_validation_step_
           << " are marked diverged, and those written until a validation is below that again";
   log << warning.str() << std::endl;
-  if (!comm_.is_root()) return;
-  for (const CheckpointSummary& summary : checkpoint_summaries(config_.checkpoint.dir)) {
-    if (summary.state == CheckpointState::Healthy && summary.step > last_good_validation_step_ &&
-        (summary.run_id.empty() || summary.run_id == run_id_)) {
-      mark_checkpoint(summary.path, CheckpointState::Diverged);
-      log << "marked checkpoint " << summary.path << " diverged: its step is past the last "
-          << "validation the model passed (step " << last_good_validation_step_ << ")"
-          << std::endl;
-    }
+  if (comm_.is_root()) {
+    keeping_.mark_after_failed_validation(run_id_, last_good_validation_step_, log);
   }
 }
 
@@ -1262,7 +1103,10 @@ void Trainer::record_validation(const ValidationStats& valid, RunProgress& run) 
   if (comm_.is_root()) {
     const std::string key = "valid_" + kept_metric;
     for (const LogField& field : fields) {
-      if (field.key == key) keep_best_checkpoints(kept_metric, field, since == 0, run.out);
+      if (field.key == key) {
+        keeping_.keep_best(kept_metric, field, since == 0, completed_steps_,
+                           [this] { return snapshot(); }, run.out);
+      }
     }
   }
   const int patience = config_.checkpoint.patience;
@@ -1287,7 +1131,8 @@ RunEnd Trainer::stop_by_signal(int signal, RunProgress& run) {
   run.out << "stopped: " << stop_signal_name(signal) << " received; step=" << completed_steps_
           << " checkpoint=" << path << " (resume with --checkpoint.resume=auto";
   if (detector_->state().consecutive_skips > 0) {
-    run.out << ", which takes the newest healthy checkpoint: " << resume_point();
+    run.out << ", which takes the newest healthy checkpoint: "
+            << (comm_.is_root() ? keeping_.resume_point() : std::string());
   }
   run.out << ")" << std::endl;
   return RunEnd::Stopped;
@@ -1309,8 +1154,10 @@ void Trainer::note_time_limit_stop(std::ostream& out) const {
 RunEnd Trainer::finish_training(RunProgress& run) {
   if (comm_.is_root()) {
     if (run.last_saved_step != completed_steps_) save_checkpoint(run.out);
-    if (config_.checkpoint.average_last > 0) write_average(false, run.out);
-    if (config_.checkpoint.average_best > 0) write_average(true, run.out);
+    for (const bool best : {false, true}) {
+      const int wanted = best ? config_.checkpoint.average_best : config_.checkpoint.average_last;
+      if (wanted > 0) keeping_.write_average(best, completed_steps_, run.out);
+    }
   }
   // Every rank applied the same update to the same parameters; a difference would mean
   // a broken all-reduce, so check before declaring the result.
@@ -1321,7 +1168,8 @@ RunEnd Trainer::finish_training(RunProgress& run) {
                                      << comm_.rank() << "'s after " << completed_steps_
                                      << " steps");
   }
-  run.out << "checkpoint to resume from: " << resume_point() << std::endl;
+  run.out << "checkpoint to resume from: "
+          << (comm_.is_root() ? keeping_.resume_point() : std::string()) << std::endl;
   print_summary(run);
   // A run resumed at its last step trains no step: it has no loss of its own to print.
   std::ostringstream loss;
@@ -1415,32 +1263,12 @@ Trainer::DivergenceAction Trainer::handle_divergence(const StepStats& stats,
   } else {
     *stop_reason = at + " (train.divergence = stop)";
   }
-  mark_abandoned_checkpoints(-1, log);
+  if (comm_.is_root()) keeping_.mark_abandoned(run_id_, completed_steps_, -1, log);
   return DivergenceAction::Stop;
 }
 
-void Trainer::mark_abandoned_checkpoints(int64_t newer_than, std::ostream& log) const {
-  if (!comm_.is_root()) return;
-  for (const CheckpointSummary& summary : checkpoint_summaries(config_.checkpoint.dir)) {
-    // Files of this run only (those of a run before ids were stored have none).
-    if (summary.state != CheckpointState::Healthy ||
-        (!summary.run_id.empty() && summary.run_id != run_id_)) {
-      continue;
-    }
-    if (summary.step == completed_steps_ && newer_than < 0) {
-      mark_checkpoint(summary.path, CheckpointState::Diverged);
-      log << "marked checkpoint " << summary.path << " diverged: its parameters produced "
-          << "the divergent loss of step " << completed_steps_ + 1 << std::endl;
-    } else if (newer_than >= 0 && summary.step > newer_than) {
-      mark_checkpoint(summary.path, CheckpointState::Superseded);
-      log << "marked checkpoint " << summary.path << " superseded: the rollback to step "
-          << newer_than << " abandons its branch" << std::endl;
-    }
-  }
-}
-
 bool Trainer::roll_back(const StepStats& stats, std::ostream& log) {
-  mark_abandoned_checkpoints(-1, log);
+  if (comm_.is_root()) keeping_.mark_abandoned(run_id_, completed_steps_, -1, log);
   // Rank 0 chooses, as for resume=auto, and every rank reads its choice.
   Checkpoint checkpoint;
   std::string path;
@@ -1459,7 +1287,9 @@ bool Trainer::roll_back(const StepStats& stats, std::ostream& log) {
   state.lr_factor = before.lr_factor * config_.train.divergence_lr_factor;
   state.skipped_steps = before.skipped_steps;
   state.consecutive_skips = 0;
-  mark_abandoned_checkpoints(checkpoint.step, log);
+  if (comm_.is_root()) {
+    keeping_.mark_abandoned(run_id_, completed_steps_, checkpoint.step, log);
+  }
   std::ostringstream factor;
   factor << state.lr_factor;
   log << "rolled back to " << path << " (step " << checkpoint.step << ") after step "
@@ -1510,29 +1340,5 @@ void Trainer::claim_run_directory(std::ostream& log) {
   if (!refusal.empty()) throw AllRanksError(refusal, 2);
 }
 
-std::string Trainer::diverged_parameters_file() const {
-  if (!comm_.is_root()) return "";
-  for (const CheckpointSummary& summary : checkpoint_summaries(config_.checkpoint.dir)) {
-    if (summary.step == completed_steps_ && summary.state == CheckpointState::Diverged &&
-        (summary.run_id.empty() || summary.run_id == run_id_)) {
-      return summary.path;
-    }
-  }
-  return "";
-}
-
-std::string Trainer::resume_point() const {
-  if (!comm_.is_root()) return "";  // rank 0 speaks for the job
-  const std::vector<CheckpointSummary> summaries = checkpoint_summaries(config_.checkpoint.dir);
-  for (auto summary = summaries.rbegin(); summary != summaries.rend(); ++summary) {
-    if (summary->state != CheckpointState::Healthy) continue;
-    std::ostringstream text;
-    text << summary->path << " (step " << summary->step;
-    if (!std::isnan(summary->loss)) text << ", loss " << std::fixed << std::setprecision(4) << summary->loss;
-    text << ")";
-    return text.str();
-  }
-  return "none (no healthy checkpoint in " + config_.checkpoint.dir + ")";
-}
 
 }  // namespace thpc

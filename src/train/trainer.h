@@ -22,6 +22,7 @@
 #include "model/backends.h"
 #include "model/checkpoint_params.h"
 #include "model/transformer.h"
+#include "train/checkpoint_keeping.h"
 #include "train/divergence.h"
 #include "train/optimizer.h"
 #include "train/run_directory.h"
@@ -200,6 +201,7 @@ class Trainer {
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<Adam> adam_;
   std::unique_ptr<DivergenceDetector> detector_;
+  CheckpointKeeping keeping_{config_};  // the files of checkpoint.dir
   std::unique_ptr<RunLock> run_lock_;  // rank 0's, from start_up() to the end of run()
 
   // run()'s phases follow, in the order it takes them; RunProgress (trainer.cc) is the
@@ -273,16 +275,6 @@ class Trainer {
   // Continues from the newest healthy checkpoint of checkpoint.dir with the learning rate
   // reduced; false when there is none.
   bool roll_back(const StepStats& stats, std::ostream& log);
-  // Rank 0: the checkpoint of this run that holds the current parameters is marked
-  // diverged (they produced the divergent loss), and with `newer_than` >= 0 every healthy
-  // checkpoint of a later step superseded (the branch a rollback abandons).
-  void mark_abandoned_checkpoints(int64_t newer_than, std::ostream& log) const;
-  // "PATH (step S, loss L)": the newest healthy checkpoint of checkpoint.dir, the one to
-  // resume from; "none" when there is none.
-  std::string resume_point() const;
-  // Rank 0: the checkpoint of this run at the completed step once it has been marked
-  // diverged (its parameters produced the divergent loss), or "".
-  std::string diverged_parameters_file() const;
   // One trainer per run directory: rank 0 takes checkpoint.dir's lock (run_directory.h),
   // which also finds an unwritable directory now. Throws AllRanksError (exit 2) on every
   // rank when it cannot, before any checkpoint is read.
@@ -320,19 +312,9 @@ class Trainer {
   // next validation writes best.h5 again (a damaged best.h5 stayed, and the summary went
   // on reporting its score).
   void drop_a_damaged_best_checkpoint(std::ostream& log);
-  // Writes DIR/step_NNNNNNNN.h5 for the completed step and prunes to checkpoint.keep.
+  // Rank 0: DIR/step_NNNNNNNN.h5 of the completed step, pruned to checkpoint.keep
+  // (CheckpointKeeping::save).
   std::string save_checkpoint(std::ostream& log);
-  // At the end of training: DIR/average_lastN.h5 (checkpoint.average_last, `best`
-  // false) or DIR/average_bestN.h5 (checkpoint.average_best, `best` true).
-  void write_average(bool best, std::ostream& log);
-  // After a validation of the checkpoint.keep_best metric scored `value` (its field as
-  // logged): writes DIR/best.h5 when it `improved` on the run's best, and, with
-  // checkpoint.keep_best_count, updates the k best DIR/best_step_NNNNNNNN.h5
-  // (change_best_set). Each is the whole state of the completed step, written atomically
-  // like the others, with the score inside; none is a step_*.h5, so the rotation of
-  // checkpoint.keep and resume=auto leave them alone.
-  void keep_best_checkpoints(const std::string& metric, const LogField& value, bool improved,
-                             std::ostream& log);
 
   int64_t completed_steps_ = 0;
   // The run's id (Checkpoint::run_id): new for a fresh start, the checkpoint's on resume.

@@ -1,0 +1,244 @@
+// Checkpoint keeping (checkpoint_keeping.h): the files of checkpoint.dir.
+#include "train/checkpoint_keeping.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iomanip>
+#include <optional>
+#include <ostream>
+#include <sstream>
+#include <vector>
+
+#include "common/error.h"
+#include "train/stop_request.h"
+
+namespace thpc {
+
+std::string CheckpointKeeping::save(const Checkpoint& state, double copy_seconds,
+                                    std::ostream& log) const {
+  using Clock = std::chrono::steady_clock;
+  const std::string path =
+      (std::filesystem::path(config_.checkpoint.dir) / checkpoint_file_name(state.step)).string();
+  const auto copied = Clock::now();
+  write_checkpoint(path, state);
+  const auto written = Clock::now();
+  std::error_code error;
+  const auto bytes = std::filesystem::file_size(path, error);
+  log << "checkpoint " << path << " (" << std::fixed << std::setprecision(1)
+      << (error ? 0.0 : static_cast<double>(bytes) / 1e6) << " MB; copy "
+      << std::setprecision(2) << copy_seconds
+      << " s, write " << std::chrono::duration<double>(written - copied).count() << " s)"
+      << std::endl;
+  for (const std::string& deleted :
+       prune_checkpoints(config_.checkpoint.dir, config_.checkpoint.keep, path)) {
+    log << "removed old checkpoint " << deleted << " (checkpoint.keep = "
+        << config_.checkpoint.keep << ")" << std::endl;
+  }
+  return path;
+}
+
+void CheckpointKeeping::write_average(bool best, int64_t step, std::ostream& log) const {
+  const CheckpointConfig& options = config_.checkpoint;
+  const int wanted = best ? options.average_best : options.average_last;
+  std::vector<std::string> paths;
+  std::string metric;
+  if (best) {
+    // The ranking is the one the run kept (the score inside each best_step_*.h5).
+    try {
+      paths = best_checkpoints(options.dir, wanted, &metric);
+    } catch (const Error& error) {
+      log << "warning: no average of the best written: " << error.what() << std::endl;
+      return;
+    }
+    if (paths.empty()) {
+      log << "warning: no average of the best written: no best checkpoint in " << options.dir
+          << " (no validation of " << options.keep_best << " ran: train.valid_every = "
+          << config_.train.valid_every << ", the run ended at step " << step << ")"
+          << std::endl;
+      return;
+    }
+  } else {
+    // Healthy ones only: a diverged checkpoint would poison the average.
+    paths = newest_healthy_checkpoints(options.dir, wanted);
+    if (paths.empty()) {
+      log << "warning: no average written: no healthy checkpoint in " << options.dir
+          << std::endl;
+      return;
+    }
+  }
+  const std::string name = best ? "average_best" : "average_last";
+  const std::string output =
+      (std::filesystem::path(options.dir) / (name + std::to_string(wanted) + ".h5")).string();
+  // Reading N checkpoints takes a while (20 base-model ones: a minute): a stop signal
+  // meanwhile ends the averaging at the next file, the run as finished.
+  class StopOnSignal final : public ProgressListener {
+   public:
+    void begin(const std::string&, const std::string&, int64_t) override {}
+    void advance(int64_t) override {
+      if (const int signal = stop_requested_by()) {
+        THPC_FAIL(stop_signal_name(signal) << " received while averaging");
+      }
+    }
+    void end() override {}
+  } stop_on_signal;
+  // The training itself succeeded: a bad old checkpoint costs the average, not the run
+  // (a failing exit would make the batch system requeue a finished job).
+  try {
+    write_checkpoint(output, average_checkpoints(paths, stop_on_signal));
+  } catch (const Error& error) {
+    log << "warning: no average written: " << error.what() << std::endl;
+    return;
+  }
+  const bool fewer = static_cast<int>(paths.size()) < wanted;
+  if (best) {
+    // Fewer best checkpoints than asked for (fewer validations ran): the average of those
+    // there are, said so, like the last N of a short run.
+    log << (fewer ? "warning: " : "") << "average of the " << paths.size() << " best checkpoints"
+        << " by valid " << metric
+        << (fewer ? " (fewer than checkpoint.average_best = " + std::to_string(wanted) +
+                        ": only that many validations ran)"
+                  : "")
+        << " written to " << output << std::endl;
+  } else {
+    log << "average of the last " << paths.size() << " checkpoints"
+        << (fewer ? " (fewer than checkpoint.average_last exist)" : "") << " written to "
+        << output << std::endl;
+  }
+}
+
+void CheckpointKeeping::keep_best(const std::string& metric, const LogField& value,
+                                  bool improved, int64_t step,
+                                  const std::function<Checkpoint()>& state_of_step,
+                                  std::ostream& log) const {
+  namespace fs = std::filesystem;
+  const CheckpointConfig& options = config_.checkpoint;
+  const ValidationScore score{metric, value.value};
+  // The state is copied out once for best.h5 and the step's best_step file.
+  std::optional<Checkpoint> state;
+  const auto state_of_this_step = [&]() -> const Checkpoint& {
+    if (!state) {
+      state = state_of_step();
+      state->validation = score;
+    }
+    return *state;
+  };
+  if (improved) {
+    const std::string path = (fs::path(options.dir) / "best.h5").string();
+    write_checkpoint(path, state_of_this_step());
+    log << "best checkpoint " << path << " (step " << step << ", valid " << metric
+        << " " << value.text << ")" << std::endl;
+  }
+  if (options.keep_best_count == 0) return;
+  // The set is the files on disk (their headers hold the scores), so that a resumed or
+  // rolled-back run continues it as it stands.
+  std::vector<CheckpointSummary> kept;
+  for (CheckpointSummary& summary : best_checkpoint_summaries(options.dir)) {
+    if (summary.validation->metric == metric) kept.push_back(std::move(summary));
+  }
+  const BestSetChange change =
+      change_best_set(std::move(kept), score, step, options.keep_best_count);
+  if (change.admitted) {
+    const std::string path =
+        (fs::path(options.dir) / best_checkpoint_file_name(step)).string();
+    write_checkpoint(path, state_of_this_step());
+    log << "kept best checkpoint " << path << " (step " << step << ", valid "
+        << metric << " " << value.text << ": rank " << change.rank << " of the "
+        << options.keep_best_count << " best, checkpoint.keep_best_count)" << std::endl;
+  }
+  for (const CheckpointSummary& removed : change.removed) {
+    std::error_code error;
+    fs::remove(removed.path, error);
+    if (error) {
+      log << "warning: cannot remove " << removed.path << " (" << error.message()
+          << "): it stays among the best checkpoints" << std::endl;
+      continue;
+    }
+    std::ostringstream text;
+    text << std::fixed << std::setprecision(2) << removed.validation->value;
+    log << "removed best checkpoint " << removed.path << " (step " << removed.step << ", valid "
+        << metric << " " << text.str()
+        << (removed.step == step ? ": this step's score, validated again, is not "
+                                               "among the best"
+                                             : ": no longer among the best")
+        << ")" << std::endl;
+  }
+}
+
+void CheckpointKeeping::mark_abandoned(const std::string& run_id, int64_t step,
+                                       int64_t newer_than, std::ostream& log) const {
+  for (const CheckpointSummary& summary : checkpoint_summaries(config_.checkpoint.dir)) {
+    // Files of this run only (those of a run before ids were stored have none).
+    if (summary.state != CheckpointState::Healthy ||
+        (!summary.run_id.empty() && summary.run_id != run_id)) {
+      continue;
+    }
+    if (summary.step == step && newer_than < 0) {
+      mark_checkpoint(summary.path, CheckpointState::Diverged);
+      log << "marked checkpoint " << summary.path << " diverged: its parameters produced "
+          << "the divergent loss of step " << step + 1 << std::endl;
+    } else if (newer_than >= 0 && summary.step > newer_than) {
+      mark_checkpoint(summary.path, CheckpointState::Superseded);
+      log << "marked checkpoint " << summary.path << " superseded: the rollback to step "
+          << newer_than << " abandons its branch" << std::endl;
+    }
+  }
+}
+
+void CheckpointKeeping::mark_after_failed_validation(const std::string& run_id,
+                                                     int64_t last_passed,
+                                                     std::ostream& log) const {
+  for (const CheckpointSummary& summary : checkpoint_summaries(config_.checkpoint.dir)) {
+    if (summary.state == CheckpointState::Healthy && summary.step > last_passed &&
+        (summary.run_id.empty() || summary.run_id == run_id)) {
+      mark_checkpoint(summary.path, CheckpointState::Diverged);
+      log << "marked checkpoint " << summary.path << " diverged: its step is past the last "
+          << "validation the model passed (step " << last_passed << ")" << std::endl;
+    }
+  }
+}
+
+std::string CheckpointKeeping::diverged_parameters_file(const std::string& run_id,
+                                                       int64_t step) const {
+  for (const CheckpointSummary& summary : checkpoint_summaries(config_.checkpoint.dir)) {
+    if (summary.step == step && summary.state == CheckpointState::Diverged &&
+        (summary.run_id.empty() || summary.run_id == run_id)) {
+      return summary.path;
+    }
+  }
+  return "";
+}
+
+std::string CheckpointKeeping::resume_point() const {
+  const std::vector<CheckpointSummary> summaries = checkpoint_summaries(config_.checkpoint.dir);
+  for (auto summary = summaries.rbegin(); summary != summaries.rend(); ++summary) {
+    if (summary->state != CheckpointState::Healthy) continue;
+    std::ostringstream text;
+    text << summary->path << " (step " << summary->step;
+    if (!std::isnan(summary->loss)) {
+      text << ", loss " << std::fixed << std::setprecision(4) << summary->loss;
+    }
+    text << ")";
+    return text.str();
+  }
+  return "none (no healthy checkpoint in " + config_.checkpoint.dir + ")";
+}
+
+bool CheckpointKeeping::move_aside_a_damaged_best(std::ostream& log) const {
+  const CheckpointConfig& options = config_.checkpoint;
+  if (options.keep_best == "none") return false;
+  const std::string path = (std::filesystem::path(options.dir) / "best.h5").string();
+  if (!std::filesystem::exists(path)) return false;
+  try {
+    read_checkpoint(path);  // every dataset's sha256 verified
+    return false;
+  } catch (const Error& error) {
+    const std::string aside = move_aside_corrupt(path);
+    log << "warning: " << path << " is damaged (" << error.what() << "); moved aside to "
+        << aside << ". The run's best valid " << options.keep_best << " so far is dropped "
+        << "with it: the next validation writes best.h5 again" << std::endl;
+    return true;
+  }
+}
+
+}  // namespace thpc
