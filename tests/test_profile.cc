@@ -136,6 +136,36 @@ TEST(Profile, RowsAddUpToTheStepAndNameEveryClassTheModelCalls) {
   EXPECT_EQ(table.find("decoding"), std::string::npos) << "a class never called is not a row";
 }
 
+// A batch's ids and lengths reach the backend in one upload: on a GPU each upload is a
+// copy and a wait, and the five of the step (source, its lengths, target in and out,
+// their lengths) were five of the six synchronisations that left an H200 idle 0.41 ms a
+// step at 3,125 tokens (bench/RESULTS.md, 2026-11-28). The step's results are unchanged
+// (the golden and resume pins hold them).
+TEST(Profile, ATrainingStepUploadsItsBatchOnce) {
+  class CountingUploads final : public ProfilingBackend {
+   public:
+    using ProfilingBackend::ProfilingBackend;
+    void upload_ids(int32_t* dst, const int32_t* host, int64_t count) override {
+      ++uploads;
+      ProfilingBackend::upload_ids(dst, host, count);
+    }
+    int uploads = 0;
+  };
+  auto cpu = make_cpu_backend(DType::F32);
+  CountingUploads counting(*cpu);
+  Transformer model(profiled_model(), kVocab, SpecialIds{}, counting, 11);
+  const Batch batch = profiled_batch();
+  counting.uploads = 0;
+  DropoutContext dropout;
+  dropout.seed = 3;
+  dropout.step = 1;
+  model.train_step(batch, 1.0f / batch.tgt_tokens(), dropout);
+  EXPECT_EQ(counting.uploads, 1);
+  counting.uploads = 0;
+  model.evaluate(batch);
+  EXPECT_EQ(counting.uploads, 1);
+}
+
 // transformer_bench_step --profile also breaks the steps down by bucket length (a kernel
 // that pays at one length and not at another shows there): one line per length of its
 // nine, each step's total at least its attention and GEMMs, and the lengths' totals

@@ -169,8 +169,8 @@ Transformer::Transformer(const ModelConfig& config, int vocab_size, const Specia
 
 Transformer::~Transformer() {
   State& s = *state_;
-  for (IdBuffer* b : {&s.src, &s.tgt_in, &s.tgt_out, &s.src_lengths, &s.tgt_lengths,
-                      &s.group_rows_to, &s.group_rows_from}) {
+  for (IdBuffer* b : {&s.batch_ids, &s.prefix_ids, &s.prefix_lengths, &s.group_rows_to,
+                      &s.group_rows_from}) {
     backend_.free_ids(b->ids);
   }
   if (s.sinusoid) backend_.free(s.sinusoid);
@@ -185,13 +185,26 @@ void Transformer::upload_batch(const Batch& batch) {
   s.batch_size = batch.size;
   s.src_len = batch.src_len;
   s.tgt_len = batch.tgt_len;
-  ensure_ids(backend_, s.src, batch.src);
-  ensure_ids(backend_, s.src_lengths, batch.src_lengths);
   s.src_lengths_host = batch.src_lengths;
+  // One upload: the five arrays packed, each from a 64-id boundary.
+  const std::vector<int32_t>* parts[] = {&batch.src, &batch.src_lengths, &batch.tgt_in,
+                                         &batch.tgt_out, &batch.tgt_lengths};
+  size_t at[5] = {};
+  std::vector<int32_t>& host = s.batch_host;
+  host.clear();
+  for (int i = 0; i < 5; ++i) {
+    host.resize((host.size() + 63) / 64 * 64, 0);
+    at[i] = host.size();
+    host.insert(host.end(), parts[i]->begin(), parts[i]->end());
+  }
+  ensure_ids(backend_, s.batch_ids, host);
+  s.src = s.batch_ids.ids + at[0];
+  s.src_lengths = s.batch_ids.ids + at[1];
+  // A source-only batch (decoding) leaves the targets to next_token_log_probs.
   if (!batch.tgt_in.empty()) {
-    ensure_ids(backend_, s.tgt_in, batch.tgt_in);
-    ensure_ids(backend_, s.tgt_out, batch.tgt_out);
-    ensure_ids(backend_, s.tgt_lengths, batch.tgt_lengths);
+    s.tgt_in = s.batch_ids.ids + at[2];
+    s.tgt_out = s.batch_ids.ids + at[3];
+    s.tgt_lengths = s.batch_ids.ids + at[4];
   }
 }
 
@@ -218,7 +231,7 @@ void Transformer::forward_encoder(bool train, const DropoutContext& ctx,
 
   Tensor positions = s.positions.value ? s.positions.value : s.sinusoid;
   s.src_embedded = embedding_arena.take(sub.act, int64_t(rows) * d);
-  backend_.embedding_forward(s.src_embedded, s.src.ids, s.embedding.value, positions, rows,
+  backend_.embedding_forward(s.src_embedded, s.src, s.embedding.value, positions, rows,
                              s.src_len, d, vocab_, std::sqrt(static_cast<float>(d)));
   Tensor x0 = embedding_arena.take(sub.act, int64_t(rows) * d);
   backend_.dropout_forward(x0, s.src_embedded, int64_t(rows) * d, p_drop,
@@ -230,7 +243,7 @@ void Transformer::forward_encoder(bool train, const DropoutContext& ctx,
   // not pair them with this one.
   s.decoder_acts.clear();
   LayerPass pass = stack_pass(config_, SitePart::Encoder, s.batch_size, s.src_len,
-                              s.src_lengths.ids, train, ctx);
+                              s.src_lengths, train, ctx);
   pass.keep_probabilities = keep_all;
   for (int layer = 0; layer < config_.layers; ++layer) {
     LayerActs& a = s.encoder_acts[layer];
@@ -256,7 +269,7 @@ void Transformer::forward_decoder(int batch_size, int T, bool train, const Dropo
 
   Tensor positions = s.positions.value ? s.positions.value : s.sinusoid;
   s.tgt_embedded = arena.take(sub.act, int64_t(rows) * d);
-  backend_.embedding_forward(s.tgt_embedded, s.tgt_in.ids, s.embedding.value, positions, rows,
+  backend_.embedding_forward(s.tgt_embedded, s.tgt_in, s.embedding.value, positions, rows,
                              T, d, vocab_, std::sqrt(static_cast<float>(d)));
   Tensor x0 = arena.take(sub.act, int64_t(rows) * d);
   backend_.dropout_forward(x0, s.tgt_embedded, int64_t(rows) * d, p_drop,
@@ -265,8 +278,8 @@ void Transformer::forward_decoder(int batch_size, int T, bool train, const Dropo
 
   s.decoder_acts.assign(config_.layers, LayerActs{});
   s.decoder_len = T;
-  const LayerPass pass = decoder_pass(config_, batch_size, T, s.tgt_lengths.ids, s.encoder_out,
-                                      s.src_len, s.src_lengths.ids, train, ctx);
+  const LayerPass pass = decoder_pass(config_, batch_size, T, s.tgt_lengths, s.encoder_out,
+                                      s.src_len, s.src_lengths, train, ctx);
   for (int layer = 0; layer < config_.layers; ++layer) {
     LayerActs& a = s.decoder_acts[layer];
     layer_forward(sub, a, arena, in, s.decoder[layer],
@@ -297,7 +310,7 @@ LossSums Transformer::train_step(const Batch& batch, float grad_scale,
   const int rows = s.batch_size * s.tgt_len;
   // Loss and its gradient in one pass; the gradient overwrites the logits.
   const LossSums sums = backend_.softmax_cross_entropy(
-      s.logits, s.logits, s.tgt_out.ids, rows, vocab_, config_.label_smoothing, ids_.pad,
+      s.logits, s.logits, s.tgt_out, rows, vocab_, config_.label_smoothing, ids_.pad,
       grad_scale);
   s.grad_arena.reset();
   backward_decoder(dropout);
@@ -311,7 +324,7 @@ LossSums Transformer::evaluate(const Batch& batch) {
   const DropoutContext none;
   forward_encoder(false, none);
   forward_decoder(s.batch_size, s.tgt_len, false, none);
-  return backend_.softmax_cross_entropy(s.logits, s.logits, s.tgt_out.ids,
+  return backend_.softmax_cross_entropy(s.logits, s.logits, s.tgt_out,
                                         s.batch_size * s.tgt_len, vocab_,
                                         config_.label_smoothing, ids_.pad, 0.0f);
 }
@@ -336,8 +349,8 @@ void Transformer::backward_decoder(const DropoutContext& ctx) {
   // the top layer's last block, is all the output projection reads).
   Tensor d_stream = sub.pre_norm ? grads.take_zeroed(sub.act, int64_t(rows) * d) : Tensor{};
 
-  LayerPass pass = decoder_pass(config_, s.batch_size, s.tgt_len, s.tgt_lengths.ids,
-                                s.encoder_out, s.src_len, s.src_lengths.ids, true, ctx);
+  LayerPass pass = decoder_pass(config_, s.batch_size, s.tgt_len, s.tgt_lengths,
+                                s.encoder_out, s.src_len, s.src_lengths, true, ctx);
   pass.d_memory = d_encoder_out;
   for (int layer = config_.layers - 1; layer >= 0; --layer) {
     layer_backward(sub, d_x, d_y, d_stream, s.decoder_acts[layer], s.decoder[layer],
@@ -353,7 +366,7 @@ void Transformer::backward_decoder(const DropoutContext& ctx) {
   backend_.dropout_backward(d_embedded, d_x0, int64_t(rows) * d, p_drop,
                             dropout_key(ctx, SitePart::Embedding, 0, SiteSlot::TargetEmbedding),
                             GradStore::kWrite);
-  backend_.embedding_backward(s.embedding.grad, s.positions.grad, d_embedded, s.tgt_in.ids, rows,
+  backend_.embedding_backward(s.embedding.grad, s.positions.grad, d_embedded, s.tgt_in, rows,
                               s.tgt_len, d, vocab_, std::sqrt(static_cast<float>(d)));
   s.d_encoder_out = d_encoder_out;
 }
@@ -370,7 +383,7 @@ void Transformer::backward_encoder(const DropoutContext& ctx) {
   Tensor d_x = grads.take(sub.act, int64_t(rows) * d);
   Tensor d_stream = sub.pre_norm ? grads.take_zeroed(sub.act, int64_t(rows) * d) : Tensor{};
   const LayerPass pass = stack_pass(config_, SitePart::Encoder, s.batch_size, s.src_len,
-                                    s.src_lengths.ids, true, ctx);
+                                    s.src_lengths, true, ctx);
   for (int layer = config_.layers - 1; layer >= 0; --layer) {
     layer_backward(sub, d_x, d_y, d_stream, s.encoder_acts[layer], s.encoder[layer],
                    norm_after(s.encoder, s.encoder_norm, layer), pass, layer, s.scratch_arena);
@@ -384,7 +397,7 @@ void Transformer::backward_encoder(const DropoutContext& ctx) {
   backend_.dropout_backward(d_embedded, d_x0, int64_t(rows) * d, p_drop,
                             dropout_key(ctx, SitePart::Embedding, 0, SiteSlot::SourceEmbedding),
                             GradStore::kWrite);
-  backend_.embedding_backward(s.embedding.grad, s.positions.grad, d_embedded, s.src.ids, rows,
+  backend_.embedding_backward(s.embedding.grad, s.positions.grad, d_embedded, s.src, rows,
                               s.src_len, d, vocab_, std::sqrt(static_cast<float>(d)));
   gradients_final_from(0);
 }
@@ -505,8 +518,10 @@ std::vector<float> Transformer::next_token_log_probs(const std::vector<int32_t>&
   THPC_CHECK(T <= config_.max_positions,
              "a target prefix of " << T << " exceeds model.max_positions = "
                                    << config_.max_positions);
-  ensure_ids(backend_, s.tgt_in, tgt_in);
-  ensure_ids(backend_, s.tgt_lengths, prefix_lengths);
+  ensure_ids(backend_, s.prefix_ids, tgt_in);
+  ensure_ids(backend_, s.prefix_lengths, prefix_lengths);
+  s.tgt_in = s.prefix_ids.ids;
+  s.tgt_lengths = s.prefix_lengths.ids;
   forward_decoder(B, T, false, DropoutContext{});
   backend_.log_softmax(s.logits, s.logits, B * T, vocab_);
 

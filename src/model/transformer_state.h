@@ -139,8 +139,19 @@ struct Transformer::State {
   // Pre-norm: the LayerNorm after each stack (encoder.norm, decoder.norm); empty post-norm.
   model_detail::NormParams encoder_norm, decoder_norm;
 
-  // The current batch on the backend.
-  model_detail::IdBuffer src, tgt_in, tgt_out, src_lengths, tgt_lengths;
+  // The current batch on the backend: its ids and lengths in one buffer that one upload
+  // fills (on a GPU each upload is a copy and a wait: five a step were five of the six
+  // synchronisations that left the H200 idle 0.41 ms a step, bench/RESULTS.md), each at a
+  // 64-id boundary: src [B, S], src_lengths [B], tgt_in [B, T], tgt_out [B, T],
+  // tgt_lengths [B]. The pointers below are into it, or, while decoding, tgt_in and
+  // tgt_lengths into the prefixes' own buffers (next_token_log_probs).
+  model_detail::IdBuffer batch_ids, prefix_ids, prefix_lengths;
+  std::vector<int32_t> batch_host;  // the upload's host side, kept from batch to batch
+  const int32_t* src = nullptr;
+  const int32_t* src_lengths = nullptr;
+  const int32_t* tgt_in = nullptr;
+  const int32_t* tgt_out = nullptr;
+  const int32_t* tgt_lengths = nullptr;
   int batch_size = 0, src_len = 0, tgt_len = 0;
   int decoder_len = 0;  // T of the last forward_decoder (a prefix length when decoding)
 
