@@ -37,6 +37,13 @@
 #       base at 3,125 / 6,250 / 12,500 / 25,000 and big at 3,125 / 25,000 tokens, each
 #       with the eager peer and host_gap_share, then the CUDA-graph compiled peer at
 #       3,125 (212 s to compile: it needs a warm call of its own, CURVE_ROWS="").
+#   ranks sharing the GPU (issue 52), a call of its own (~4 min cold, estimated):
+#            run(command="timeout 420 bash bench/gpu_session.sh ranks", timeout_s=450,
+#                carry=["gpu-bundle", "shared-for-gpu"])
+#       the CudaDistributed.* tests (2 and 4 ranks on one GPU through dist.reducer = mpi
+#       against one rank accumulating, fp32 and bf16; bf16 reduction; NCCL's refusal named;
+#       4 ranks stopped by SIGTERM resumed on 2 and on 1; a killed rank), then base-sized
+#       Multi30k steps on 1 and 2 ranks sharing the GPU (RANKS_STEPS, default 60).
 #   `--dry-run` prints the plan (print_plan below) with each item's estimate.
 #
 # step (call 1; STEP_SECONDS, default 370, leaves the 400 s time-out room for the log):
@@ -349,10 +356,10 @@ case ${1:-} in
   --dry-run) dry_run; exit ;;
   --rehearse) rehearsal=1; stage=${2:-step} ;;
   "") stage=step ;;
-  step | followup | peers | tests | translate | parse | curve) stage=$1 ;;
+  step | followup | peers | tests | translate | parse | curve | ranks) stage=$1 ;;
   *) sed -n '2,40p' "$0" >&2; exit 2 ;;
 esac
-[[ $stage =~ ^(step|followup|peers|tests|translate|parse|curve)$ ]] || { echo "unknown stage '$stage'" >&2; exit 2; }
+[[ $stage =~ ^(step|followup|peers|tests|translate|parse|curve|ranks)$ ]] || { echo "unknown stage '$stage'" >&2; exit 2; }
 
 # The logs of a stage go to one archive, $OUT/logs_STAGE.tgz (the device call brings back
 # at most 8 files from $OUT; a stage writes a dozen), also when the stage is stopped by a
@@ -366,7 +373,8 @@ if [ "$rehearsal" = 1 ]; then
   # Here, on the CPU: the existing build, its test and benchmark targets brought up to date.
   BUILD_DIR=${BUILD:-build}
   # shellcheck disable=SC2046
-  cmake --build "$BUILD_DIR" -j2 $(step_targets | sed 's/^/--target /') > "$LOGS/build.log" 2>&1 || {
+  cmake --build "$BUILD_DIR" -j2 $(step_targets | sed 's/^/--target /') --target mpi_equivalence \
+    --target test_distributed > "$LOGS/build.log" 2>&1 || {
     echo "build failed"; tail -40 "$LOGS/build.log"; exit 1; }
 else
   BUILD_DIR=build-gpu
@@ -387,6 +395,7 @@ else
   targets=()
   case $stage in
     curve) targets=(--target transformer_bench_step) ;;
+    ranks) targets=(--target transformer_hpc mpi_equivalence test_distributed) ;;
     step | followup | peers) read -r -a targets <<< "$(step_targets | sed 's/^/--target /' | tr '\n' ' ')" ;;
     translate | parse) targets=(--target transformer_hpc transformer_preprocess
       transformer_data_stats transformer_average transformer_decode transformer_score
@@ -701,6 +710,37 @@ curve_stage() {
     curve_row "$preset" "$tokens" "$peer" "$left"
   done
   echo "curve: ${SECONDS} s"
+}
+
+# Ranks sharing the GPU (issue 52): dist.reducer = mpi stages the gradient buckets through
+# pinned host memory, so 2 and 4 ranks run on one device. The tests first (in the
+# rehearsal the CPU's twins of them, DataParallel* and the Distributed resume and kill
+# cases: the GPU ones skip there), then the step of 1 rank and of 2 ranks sharing the GPU
+# on the synthetic task at base size, the two ranks' step against the one's.
+ranks_stage() {
+  local gpu_tests="^CudaDistributed"
+  local args="--train.backend=cuda --model.layers=6 --model.d_model=512 --model.d_ff=2048
+    --model.heads=8 --train.tokens_per_step=6250"
+  if [ "$rehearsal" = 1 ]; then
+    gpu_tests="^DataParallel|^Distributed[.](AFourRank|AKilledRank)"
+    args="--train.backend=cpu --model.layers=1 --train.tokens_per_step=800"
+  fi
+  ctest --test-dir "$BUILD_DIR" -R "$gpu_tests|^CudaDistributed" --output-on-failure -j2 \
+    > "$LOGS/ctest_ranks.log" 2>&1
+  grep -E "tests passed|Failed|\*\*\*|Skipped" "$LOGS/ctest_ranks.log" | tail -20
+  grep -hE "ranks on one GPU|60 steps" "$BUILD_DIR/Testing/Temporary/LastTest.log" | sort -u
+  local steps=${RANKS_STEPS:-60} ranks
+  for ranks in 1 2; do
+    local reducer=""
+    [ "$ranks" -gt 1 ] && reducer="--dist.reducer=mpi --dist.device=0"
+    # shellcheck disable=SC2086
+    timeout 150 mpirun -np "$ranks" --oversubscribe "$BUILD_DIR/transformer_hpc" input/tiny.ini \
+      $args $reducer --train.max_steps="$steps" --train.log_every=$((steps / 3)) \
+      --checkpoint.minutes=0 --checkpoint.average_last=0 \
+      --checkpoint.dir="$LOGS/ranks_np$ranks" > "$LOGS/ranks_np$ranks.log" 2>&1
+    echo "ranks: np $ranks, exit $?: $(grep "^step $steps/" "$LOGS/ranks_np$ranks.log" | grep -o "ms/step [0-9.]*")"
+  done
+  rm -rf "$LOGS"/ranks_np*/
 }
 
 peers_stage() {

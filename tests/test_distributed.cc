@@ -22,6 +22,7 @@
 #include "distributed/communicator.h"
 #include "distributed/gradient_reducer.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "model/backends.h"
 #include "model/transformer.h"
 
 namespace {
@@ -75,7 +76,7 @@ size_t occurrences(const std::string& text, const std::string& needle) {
 // Runs `env mpirun -np 2 transformer_hpc input/tiny.ini args`.
 // Checkpoints go to a scratch directory unless `args` names one; metrics go beside the
 // checkpoints (a run owns its directory, and the jobs of a test are different runs).
-JobResult mpirun_trainer(const std::string& env, const std::string& args) {
+JobResult mpirun_trainer(const std::string& env, const std::string& args, int ranks = 2) {
   std::string placed;
   const size_t dir_at = args.find("--checkpoint.dir=");
   if (dir_at == std::string::npos) {
@@ -84,7 +85,8 @@ JobResult mpirun_trainer(const std::string& env, const std::string& args) {
     const size_t value = dir_at + std::string("--checkpoint.dir=").size();
     placed = "--train.metrics_dir=" + args.substr(value, args.find(' ', value) - value) + " ";
   }
-  return run_mpi_job(env, "-np 2 " THPC_BINARY_DIR "/transformer_hpc input/tiny.ini " + placed +
+  return run_mpi_job(env, "-np " + std::to_string(ranks) +
+                              " " THPC_BINARY_DIR "/transformer_hpc input/tiny.ini " + placed +
                               args);
 }
 
@@ -403,6 +405,82 @@ TEST(Distributed, TwoRankRunStoppedBySigtermResumesIdentically) {
   std::filesystem::remove_all(root);
 }
 
+// A four-rank run stopped by SIGTERM continues on two ranks (accumulating two micro-batches
+// each) and on one (accumulating four), as a requeued job on fewer nodes would (issue 52).
+// Parameters, moments, step and schedule carry over; the batches of each rank differ from
+// the resume point on, so the losses are the run's own, and the log says why. `extra`
+// places the job (the GPU's tests below).
+void expect_four_ranks_resume_on_two_and_on_one(const std::string& extra) {
+  const std::filesystem::path root =
+      std::filesystem::temp_directory_path() / ("thpc_dist_fewer_" + std::to_string(getpid()));
+  std::filesystem::remove_all(root);
+  const std::string common = extra +
+                             " --train.max_steps=12 --train.log_every=1 --checkpoint.minutes=0"
+                             " --train.tokens_per_step=800 ";
+  const JobResult four = mpirun_trainer(
+      "THPC_TEST_STOP_AT_STEP=8", common + "--checkpoint.dir=" + (root / "four").string(), 4);
+  ASSERT_EQ(four.exit_code, 0) << four.output;
+  ASSERT_NE(four.output.find("stopped: SIGTERM received; step=8"), std::string::npos)
+      << four.output;
+  for (const int ranks : {2, 1}) {
+    SCOPED_TRACE(std::to_string(ranks) + " ranks");
+    const std::filesystem::path dir = root / ("on" + std::to_string(ranks));
+    std::filesystem::copy(root / "four", dir, std::filesystem::copy_options::recursive);
+    const JobResult resumed = mpirun_trainer(
+        "",
+        common + "--checkpoint.resume=auto --checkpoint.dir=" + dir.string() +
+            " --train.accumulate=" + std::to_string(4 / ranks),
+        ranks);
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_NE(resumed.output.find("at step 8"), std::string::npos) << resumed.output;
+    EXPECT_NE(resumed.output.find("the checkpoint was written by 4"), std::string::npos)
+        << resumed.output;
+    const auto losses = losses_by_step(resumed.output);
+    ASSERT_EQ(losses.size(), 4u) << resumed.output;  // steps 9..12
+    for (const auto& [step, loss] : losses) EXPECT_LT(std::stod(loss), 10.0) << "step " << step;
+    EXPECT_EQ(final_digest(resumed.output).size(), 64u) << resumed.output;
+  }
+  std::filesystem::remove_all(root);
+}
+
+// A rank that dies by SIGKILL at the start of step 3 (THPC_KILL_AT) while the others go
+// on into the step's gradient sums: the job ends within the timeout, non-zero, with
+// mpirun's one report of the dead rank, and no final line.
+void expect_a_killed_rank_to_end_the_job(const std::string& extra) {
+  const JobResult run = mpirun_trainer(
+      "THPC_KILL_AT=1:3", extra + " --train.max_steps=50 --train.log_every=1 --dist.timeout_s=30");
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.exit_code, 124) << "the job hung until timeout killed it:\n" << run.output;
+  EXPECT_LT(run.seconds, 40.0) << run.output;
+  EXPECT_EQ(occurrences(run.output, "exited on signal 9"), 1u) << run.output;
+  EXPECT_EQ(run.output.find("final:"), std::string::npos) << run.output;
+}
+
+TEST(Distributed, AFourRankRunStoppedBySigtermResumesOnTwoRanksAndOnOne) {
+  expect_four_ranks_resume_on_two_and_on_one("");
+}
+
+TEST(Distributed, AKilledRankEndsTheJobWithOneReport) { expect_a_killed_rank_to_end_the_job(""); }
+
+// The same on one GPU shared by every rank (dist.reducer = mpi, dist.device = 0): what an
+// eight-GPU job does but NCCL's transport. Skipped without a GPU.
+const std::string kRanksSharingGpuZero =
+    "--train.backend=cuda --train.precision=fp32 --dist.reducer=mpi --dist.device=0";
+
+TEST(CudaDistributed, AFourRankRunOnOneGpuResumesOnTwoRanksAndOnOne) {
+  if (const std::string why = thpc::cuda_unavailable_reason(); !why.empty()) {
+    GTEST_SKIP() << "needs a GPU: " << why;
+  }
+  expect_four_ranks_resume_on_two_and_on_one(kRanksSharingGpuZero);
+}
+
+TEST(CudaDistributed, AKilledRankOnASharedGpuEndsTheJobWithOneReport) {
+  if (const std::string why = thpc::cuda_unavailable_reason(); !why.empty()) {
+    GTEST_SKIP() << "needs a GPU: " << why;
+  }
+  expect_a_killed_rank_to_end_the_job(kRanksSharingGpuZero);
+}
+
 // Two ranks that see different files under the same relative checkpoint.dir, as ranks
 // on a shared filesystem whose listings have not caught up with each other do: rank r
 // runs in `views/rank<r>`, whose `ckpt/` holds the checkpoints of `whole` at
@@ -538,6 +616,20 @@ class RecordingReducer final : public thpc::GradientReducer {
 // The buckets tile the buffer exactly once, from its end downwards, each starting as soon
 // as the watermark has passed below it, and their boundaries do not depend on how the
 // watermark fell (so every rank issues identical collectives).
+// NCCL cannot sum between ranks on one GPU: the ranks' places (host and PCI bus id) are
+// gathered and the first repeat named, before NCCL is asked (nccl_reducer.cc).
+TEST(GradientReducer, RanksSharingAGpuAreFoundByTheirPlaces) {
+  using thpc::first_ranks_sharing_a_place;
+  EXPECT_EQ(first_ranks_sharing_a_place({"a GPU 0000:18:00.0", "a GPU 0000:2a:00.0"}),
+            std::make_pair(-1, -1));
+  // The same bus id on another host is another GPU.
+  EXPECT_EQ(first_ranks_sharing_a_place({"a GPU 0000:18:00.0", "b GPU 0000:18:00.0"}),
+            std::make_pair(-1, -1));
+  EXPECT_EQ(first_ranks_sharing_a_place({"a GPU 1", "a GPU 2", "b GPU 1", "a GPU 2", "a GPU 1"}),
+            std::make_pair(1, 3));
+  EXPECT_EQ(first_ranks_sharing_a_place({}), std::make_pair(-1, -1));
+}
+
 TEST(GradientReducer, BucketsTileTheBufferAndStartWhenFinal) {
   std::vector<float> grads(1000, 1.0f);
   thpc::Tensor buffer{grads.data(), thpc::DType::F32, 1000};

@@ -280,6 +280,14 @@ const std::vector<Option>& option_table() {
                   "(a lost or stuck peer)"),
       THPC_OPTION(dist, device, THPC_AT_LEAST(-1),
                   "GPU index of every rank; -1 = local rank modulo the visible GPUs"),
+      THPC_OPTION(dist, reducer, THPC_ONE_OF("auto", "nccl", "mpi"),
+                  "how the ranks sum gradients: auto = nccl on the GPU, mpi on the CPU; mpi on "
+                  "the GPU stages each bucket through pinned host memory, so that several "
+                  "ranks can share one GPU (NCCL refuses that); nccl needs the GPU"),
+      THPC_OPTION(dist, reduce_dtype, THPC_ONE_OF("fp32", "bf16"),
+                  "what the gradient buckets travel and are summed as: fp32, or bf16 (half "
+                  "the bytes; each addition in fp32, rounded once; the gradient and the fp32 "
+                  "master weights stay fp32; docs/cluster.md says when it is safe)"),
 
       // [checkpoint]: written by rank 0 (docs/checkpoints.md).
       THPC_OPTION(checkpoint, dir, THPC_NOT_EMPTY,

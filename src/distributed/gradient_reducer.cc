@@ -1,6 +1,7 @@
 #include "distributed/gradient_reducer.h"
 
 #include <algorithm>
+#include <map>
 
 #include "common/error.h"
 
@@ -35,6 +36,15 @@ void GradientReducer::finish() {
   }
   complete();
   grads_ = Tensor{};
+}
+
+std::pair<int, int> first_ranks_sharing_a_place(const std::vector<std::string>& places) {
+  std::map<std::string, int> first_rank_at;
+  for (int rank = 0; rank < static_cast<int>(places.size()); ++rank) {
+    const auto [where, fresh] = first_rank_at.emplace(places[rank], rank);
+    if (!fresh) return {where->second, rank};
+  }
+  return {-1, -1};
 }
 
 }  // namespace thpc

@@ -9,12 +9,21 @@
 // remainder and completes everything. Bucket boundaries depend only on the buffer size
 // and the bucket size, so every rank issues the same collectives in the same order.
 //
-// Two transports: MPI_Iallreduce on host memory (the CPU backend) and NCCL on the GPU
-// (ncclAllReduce on a stream of its own, ordered after the compute stream by events).
+// Three transports (dist.reducer): MPI_Iallreduce on host memory (the CPU backend); NCCL
+// on the GPU (ncclAllReduce on a stream of its own, ordered after the compute stream by
+// events); and MPI on the GPU, each bucket staged through pinned host memory, which lets
+// several ranks share one GPU (NCCL refuses that).
+//
+// dist.reduce_dtype = bf16 halves the bytes on the wire: a bucket is rounded to bf16, summed
+// as bf16 (each addition in fp32, rounded once), and widened back into the fp32 gradient;
+// the optimizer and its fp32 master weights are untouched.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "distributed/communicator.h"
 #include "kernels/ops.h"
@@ -44,6 +53,8 @@ class GradientReducer {
   // advances only inside library calls move the started sums on.
   virtual void progress() {}
   virtual void complete() = 0;
+  // The whole gradient of the current pass (the buckets are slices of it).
+  Tensor gradients() const { return grads_; }
 
  private:
   int64_t bucket_bytes_;
@@ -53,17 +64,34 @@ class GradientReducer {
 };
 
 // MPI_Iallreduce of host-memory buckets (the CPU backend; mpi_reducer.cc). comm must span
-// more than one rank.
+// more than one rank. With `bf16` (dist.reduce_dtype = bf16) the buckets travel and are
+// summed as bf16, half the bytes, and come back into the fp32 gradient.
 std::unique_ptr<GradientReducer> make_mpi_gradient_reducer(const Communicator& comm,
-                                                           int64_t bucket_bytes);
+                                                           int64_t bucket_bytes,
+                                                           bool bf16 = false);
+
+// MPI on the backend's GPU (dist.reducer = mpi; CUDA builds, staged_mpi_reducer.cc): a
+// final bucket is copied to pinned host memory on a stream of its own, summed there as on
+// the CPU, and copied back before the optimizer runs. Any number of ranks may share a GPU.
+// Throws in a build without CUDA.
+std::unique_ptr<GradientReducer> make_staged_mpi_gradient_reducer(const Communicator& comm,
+                                                                  Backend& backend,
+                                                                  int64_t bucket_bytes,
+                                                                  bool bf16 = false);
 
 // NCCL on the backend's GPU (CUDA builds): rank 0 makes the unique id, MPI_Bcast hands it
 // to the others, one communicator per job. A sum that has not completed after
 // timeout_seconds (a lost or hung peer) aborts the communicator and throws, so the job
-// ends instead of hanging. Throws in a build without CUDA.
+// ends instead of hanging. Ranks that share a GPU are refused before NCCL is asked (it
+// would fail with "Duplicate GPU detected"). Throws in a build without CUDA.
 std::unique_ptr<GradientReducer> make_nccl_gradient_reducer(const Communicator& comm,
                                                             Backend& backend,
                                                             int64_t bucket_bytes,
-                                                            double timeout_seconds);
+                                                            double timeout_seconds,
+                                                            bool bf16 = false);
+
+// The first two ranks whose places (one per rank, e.g. "host GPU-bus-id") are the same,
+// or {-1, -1} when every rank has a place of its own.
+std::pair<int, int> first_ranks_sharing_a_place(const std::vector<std::string>& places);
 
 }  // namespace thpc

@@ -13,6 +13,14 @@
 // ends this rank with an error instead of a silent hang. The timer starts when the
 // step's first bucket is launched, so dist.timeout_s bounds the sums themselves.
 //
+// dist.reduce_dtype = bf16: a final bucket is first rounded into a bf16 copy on the compute
+// stream (the backend's conversion, the one that makes the bf16 weights each step), NCCL
+// sums the copies as ncclBfloat16, and the sums are widened back into the fp32 gradient on
+// the compute stream once the NCCL stream is done.
+//
+// Ranks that share a GPU are refused before NCCL is asked: each rank's host and PCI bus id
+// are gathered, and a repeat ends every rank with a message naming dist.reducer = mpi.
+//
 // The communicator is non-blocking (ncclConfig_t::blocking = 0): creating it with a peer
 // that never arrives would otherwise hang in ncclCommInitRankConfig forever; here it is
 // polled with the same dist.timeout_s. On a non-blocking communicator any call may
@@ -27,10 +35,15 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <climits>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
+
+#include <utility>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/nccl_check.h"
@@ -54,12 +67,16 @@ class NcclGradientReducer final : public GradientReducer {
 
  public:
   NcclGradientReducer(const Communicator& comm, Backend& backend, int64_t bucket_bytes,
-                      double timeout_seconds)
-      : GradientReducer(bucket_bytes), timeout_seconds_(timeout_seconds) {
+                      double timeout_seconds, bool bf16)
+      : GradientReducer(bucket_bytes),
+        backend_(backend),
+        timeout_seconds_(timeout_seconds),
+        bf16_(bf16) {
     THPC_CHECK(!backend.host_memory() && backend.native_stream() != nullptr,
                "NCCL sums need a GPU backend, not " << backend.name());
     compute_stream_ = static_cast<cudaStream_t>(backend.native_stream());
     THPC_CUDA_CHECK(cudaSetDevice(backend.device()));
+    refuse_ranks_sharing_a_gpu(comm, backend.device());
     ncclUniqueId id{};
     if (comm.is_root()) THPC_NCCL_CHECK(ncclGetUniqueId(&id));
     comm.broadcast_bytes_from_root(&id, static_cast<int>(sizeof(id)));
@@ -74,6 +91,7 @@ class NcclGradientReducer final : public GradientReducer {
   }
 
   ~NcclGradientReducer() override {
+    if (staging_) backend_.free(staging_);
     for (cudaEvent_t event : ready_events_) cudaEventDestroy(event);
     if (done_) cudaEventDestroy(done_);
     if (nccl_stream_) cudaStreamDestroy(nccl_stream_);
@@ -89,12 +107,18 @@ class NcclGradientReducer final : public GradientReducer {
       ready_events_.push_back(event);
     }
     if (next_event_ == 0) first_launch_ = std::chrono::steady_clock::now();
+    Tensor summed = bucket;
+    if (bf16_) {
+      summed = bf16_copy_of(bucket);
+      backend_.copy(summed, bucket);  // rounds to bf16 on the compute stream
+      widen_after_sum_.emplace_back(bucket, summed);
+    }
     cudaEvent_t ready = ready_events_[next_event_++];
     THPC_CUDA_CHECK(cudaEventRecord(ready, compute_stream_));
     THPC_CUDA_CHECK(cudaStreamWaitEvent(nccl_stream_, ready, 0));
     accept_in_progress(
-        ncclAllReduce(bucket.data, bucket.data, static_cast<size_t>(bucket.numel),
-                      nccl_type(bucket.dtype), ncclSum, nccl_, nccl_stream_),
+        ncclAllReduce(summed.data, summed.data, static_cast<size_t>(summed.numel),
+                      nccl_type(summed.dtype), ncclSum, nccl_, nccl_stream_),
         "launching a gradient sum");
     wait_ready("launching a gradient sum", first_launch_);
   }
@@ -104,6 +128,8 @@ class NcclGradientReducer final : public GradientReducer {
     next_event_ = 0;
     THPC_CUDA_CHECK(cudaEventRecord(done_, nccl_stream_));
     THPC_CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, done_, 0));
+    for (const auto& [bucket, summed] : widen_after_sum_) backend_.copy(bucket, summed);
+    widen_after_sum_.clear();
     // Poll instead of blocking in cudaEventSynchronize, so that an asynchronous NCCL
     // error or a peer that never arrives is noticed.
     for (;;) {
@@ -115,6 +141,40 @@ class NcclGradientReducer final : public GradientReducer {
   }
 
  private:
+  // The bf16 twin of `bucket` in a staging buffer as large as the whole gradient,
+  // allocated on first use and kept.
+  Tensor bf16_copy_of(Tensor bucket) {
+    THPC_CHECK(bucket.dtype == DType::F32,
+               "a bf16 sum of a " << dtype_name(bucket.dtype) << " gradient");
+    const Tensor whole = gradients();
+    if (staging_.numel < whole.numel) {
+      if (staging_) backend_.free(staging_);
+      staging_ = backend_.alloc(DType::BF16, whole.numel);
+    }
+    const int64_t offset = static_cast<float*>(bucket.data) - static_cast<float*>(whole.data);
+    return staging_.slice(offset, bucket.numel);
+  }
+
+  // NCCL's topology search needs one GPU per rank ("Duplicate GPU detected"): say so in
+  // the user's words, on every rank, before NCCL is asked.
+  static void refuse_ranks_sharing_a_gpu(const Communicator& comm, int device) {
+    char bus_id[64] = {};
+    THPC_CUDA_CHECK(cudaDeviceGetPCIBusId(bus_id, static_cast<int>(sizeof bus_id), device));
+    char host[HOST_NAME_MAX + 1] = {};
+    gethostname(host, sizeof host - 1);
+    const std::string place = std::string(host) + " GPU " + bus_id;
+    const std::vector<std::string> places = comm.all_gather(place);
+    const auto [first, second] = first_ranks_sharing_a_place(places);
+    if (first < 0) return;
+    throw AllRanksError(
+        "ranks " + std::to_string(first) + " and " + std::to_string(second) + " drive the same " +
+            places[first] + ": NCCL cannot sum gradients between ranks on one GPU. Start "
+            "as many ranks per node as it has GPUs (or give each rank its own with "
+            "dist.device or CUDA_VISIBLE_DEVICES), or set dist.reducer = mpi, which sums "
+            "through host memory and lets ranks share a GPU",
+        2);
+  }
+
   // A call on the non-blocking communicator: ncclInProgress is not an error.
   void accept_in_progress(ncclResult_t result, const char* what) {
     if (result == ncclSuccess || result == ncclInProgress) return;
@@ -164,7 +224,11 @@ class NcclGradientReducer final : public GradientReducer {
     THPC_FAIL("NCCL " << what << " failed on " << process_identity() << ": " << reason);
   }
 
+  Backend& backend_;
   double timeout_seconds_;
+  bool bf16_;
+  Tensor staging_;  // bf16: the gradient's bf16 copy that NCCL sums
+  std::vector<std::pair<Tensor, Tensor>> widen_after_sum_;  // (fp32 bucket, its bf16 sum)
   Clock::time_point first_launch_;
   ncclComm_t nccl_ = nullptr;
   cudaStream_t compute_stream_ = nullptr, nccl_stream_ = nullptr;
@@ -179,10 +243,13 @@ class NcclGradientReducer final : public GradientReducer {
 std::unique_ptr<GradientReducer> make_nccl_gradient_reducer(const Communicator& comm,
                                                             Backend& backend,
                                                             int64_t bucket_bytes,
-                                                            double timeout_seconds) {
+                                                            double timeout_seconds,
+                                                            bool bf16) {
 #if THPC_HAVE_CUDA
-  return std::make_unique<NcclGradientReducer>(comm, backend, bucket_bytes, timeout_seconds);
+  return std::make_unique<NcclGradientReducer>(comm, backend, bucket_bytes, timeout_seconds,
+                                               bf16);
 #else
+  (void)bf16;
   (void)comm;
   (void)backend;
   (void)bucket_bytes;

@@ -132,9 +132,20 @@ namespace {
 // machine, a configuration error (a build with CUDA on a node without a GPU is the
 // node's: make_backend's runtime error).
 std::string backend_impossible(const Config& config) {
-  if (config.train.backend != "cuda" || built_with_cuda()) return "";
-  return config.source_file + ": train.backend = cuda, but " + cuda_unavailable_reason() +
-         "; set train.backend = cpu or auto";
+  if (config.train.backend == "cuda" && !built_with_cuda()) {
+    return config.source_file + ": train.backend = cuda, but " + cuda_unavailable_reason() +
+           "; set train.backend = cpu or auto";
+  }
+  const auto on_the_cpu = [&] {
+    return config.train.backend == "cpu" ||
+           (config.train.backend == "auto" && !cuda_unavailable_reason().empty());
+  };
+  if (config.dist.reducer == "nccl" && on_the_cpu()) {
+    return config.source_file + ": dist.reducer = nccl sums on GPUs, and this run trains on " +
+           "the CPU (train.backend = " + config.train.backend + "); set dist.reducer = mpi " +
+           "or auto";
+  }
+  return "";
 }
 
 }  // namespace
@@ -192,15 +203,21 @@ std::string new_run_id() {
 }
 
 // Fault injection for the tests of job failure: THPC_FAIL_AT=RANK:STEP makes that rank
-// throw at the start of that step, as a real fault (an out-of-memory, a bad file) would.
+// throw at the start of that step, as a real fault (an out-of-memory, a bad file) would;
+// THPC_KILL_AT=RANK:STEP makes it die there by SIGKILL, as a rank the kernel's OOM killer
+// or a node failure takes, while the other ranks go on into the step's gradient sums.
 void maybe_inject_failure(const Communicator& comm, int64_t step) {
-  static const char* spec = std::getenv("THPC_FAIL_AT");
-  if (spec == nullptr) return;
-  int rank = -1;
-  long long at_step = -1;
-  if (std::sscanf(spec, "%d:%lld", &rank, &at_step) == 2 && rank == comm.rank() &&
-      at_step == step) {
-    THPC_FAIL("failure injected by THPC_FAIL_AT=" << spec << " at step " << step);
+  const auto names_this = [&](const char* spec) {
+    int rank = -1;
+    long long at_step = -1;
+    return spec != nullptr && std::sscanf(spec, "%d:%lld", &rank, &at_step) == 2 &&
+           rank == comm.rank() && at_step == step;
+  };
+  static const char* fail = std::getenv("THPC_FAIL_AT");
+  static const char* kill = std::getenv("THPC_KILL_AT");
+  if (names_this(kill)) std::raise(SIGKILL);
+  if (names_this(fail)) {
+    THPC_FAIL("failure injected by THPC_FAIL_AT=" << fail << " at step " << step);
   }
 }
 
@@ -282,10 +299,15 @@ Trainer::Trainer(const Config& config, Communicator comm)
     const double bucket_limit = static_cast<double>(model_->params().count()) * 8.0 + 1.0;
     const int64_t bucket_bytes = static_cast<int64_t>(
         std::clamp(config_.dist.bucket_mb * 1024.0 * 1024.0, 1.0, bucket_limit));
-    reducer_ = backend_->host_memory()
-                   ? make_mpi_gradient_reducer(comm_, bucket_bytes)
-                   : make_nccl_gradient_reducer(comm_, *backend_, bucket_bytes,
-                                                config_.dist.timeout_s);
+    const bool bf16 = config_.dist.reduce_dtype == "bf16";
+    if (backend_->host_memory()) {
+      reducer_ = make_mpi_gradient_reducer(comm_, bucket_bytes, bf16);
+    } else if (config_.dist.reducer == "mpi") {
+      reducer_ = make_staged_mpi_gradient_reducer(comm_, *backend_, bucket_bytes, bf16);
+    } else {
+      reducer_ = make_nccl_gradient_reducer(comm_, *backend_, bucket_bytes,
+                                            config_.dist.timeout_s, bf16);
+    }
   }
 }
 
