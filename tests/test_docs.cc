@@ -25,6 +25,7 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <set>
@@ -544,6 +545,30 @@ TEST_F(Docs, EveryTestNamedExists) {
 TEST_F(Docs, EveryRelativeLinkReachesItsFileAndHeading) {
   std::map<std::string, Document> linked = documents_;
   for (const auto& [name, document] : documents_) report(check_links(document, linked));
+}
+
+// docs/scaling.md holds what tools/scaling_model.py prints from bench/RESULTS.md's measured
+// steps: a new measurement or a changed constant that was not carried into the document
+// fails here, naming the line (issue 52: the document quotes only measured or labelled
+// modelled numbers, and those are the tool's).
+TEST(ScalingDocument, HoldsEveryLineTheScalingModelPrints) {
+  const ProcessResult model =
+      run_process("cd '" THPC_SOURCE_DIR "' && python3 tools/scaling_model.py");
+  ASSERT_EQ(model.exit_code, 0) << model.output;
+  std::ifstream file(THPC_SOURCE_DIR "/docs/scaling.md");
+  const std::string document((std::istreambuf_iterator<char>(file)),
+                             std::istreambuf_iterator<char>());
+  std::istringstream lines(model.output);
+  int table_rows = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty()) continue;
+    table_rows += line.rfind("| ", 0) == 0;
+    EXPECT_NE(document.find(line + "\n"), std::string::npos)
+        << "docs/scaling.md lacks this line of tools/scaling_model.py (run it and paste its "
+           "output into the document):\n"
+        << line;
+  }
+  EXPECT_GT(table_rows, 20) << model.output;
 }
 
 // The checks can fail: a document with stale mentions of each kind (a key, an ini key,

@@ -1,87 +1,139 @@
 #!/usr/bin/env python3
-"""Predicts data-parallel scaling of transformer_hpc from first principles.
+"""Predicts data-parallel scaling of transformer_hpc from its measured per-rank step.
 
-Compute per step and GPU: matrix FLOPs of forward + backward (3x forward) for the
-per-GPU token batch, at a stated fraction of the H200's bf16 peak (790 TFLOP/s dense,
-measured ceiling). Communication per step: a ring all-reduce of the fp32 gradient,
-2 (N - 1) / N x gradient bytes through the slowest link of the ring. Weak scaling: each
-GPU keeps the paper's per-GPU batch (25000 source + 25000 target tokens over 8 GPUs).
+What is measured and what is modelled:
+- measured: the training step of one GPU at each batch size, from the newest
+  `step_vs_torch: device=cuda ...` line per (preset, tokens) in bench/RESULTS.md
+  (bench/step_vs_torch.sh; the step each of eight GPUs runs is tokens=3125);
+- modelled: the all-reduce time (a ring: 2 (N - 1) / N x gradient bytes through the
+  slowest link, at the links' nominal bandwidth below), which part of it backward hides
+  (the buckets after the first start while backward runs; backward taken as 2/3 of the
+  measured step), and the tied embedding's sum, which is final only when backward ends
+  and so is always exposed (30% of base's gradient, 18% of big's).
+- not yet measured: the bucket timings on a GPU (issue 52's overlap measurement), the
+  NCCL transport itself (no machine with two GPUs has been lent). When they exist, the
+  constants below are what to replace.
 
-    python3 tools/scaling_model.py            # prints the tables of docs/scaling.md
+    python3 tools/scaling_model.py [--results bench/RESULTS.md]   # the tables of docs/scaling.md
 """
 
-PEAK_FLOPS = 790e12          # H200 bf16 dense, measured (device notes)
-EFFICIENCY = 0.5             # fraction of peak a training step sustains (assumed)
-NVLINK_BYTES_PER_S = 450e9   # H200 HGX NVLink: 900 GB/s bidirectional = 450 GB/s each way
-IB_BYTES_PER_S = 200e9       # 4 x 400 Gb/s InfiniBand per node = 200 GB/s each way
-GPUS_PER_NODE = 8
-VOCAB = 37000
-TOKENS_PER_GPU = 25000 / 8   # per side (source, target): the paper's batch on 8 GPUs
-MEAN_LENGTH = 27             # mean WMT14 EN-DE sentence length in BPE tokens
-BACKWARD_SHARE = 2 / 3       # backward is 2/3 of the step's FLOPs: what overlap can hide
+import argparse
+import os
+import re
+import sys
 
+# Links, nominal, each way (what a ring edge carries in one direction).
+NVLINK4_BYTES_PER_S = 450e9  # H100/H200 HGX: NVLink 4, 900 GB/s bidirectional per GPU
+NDR_NIC_BYTES_PER_S = 50e9   # InfiniBand NDR: 400 Gb/s per NIC
+NICS_PER_NODE = 8            # one NDR NIC per GPU (DGX H100 / HGX H200 reference designs)
+GPUS_PER_NODE = 8
+BACKWARD_SHARE = 2 / 3       # backward's share of a step: what overlap can hide (modelled)
+
+VOCAB = 37000                # base.ini / big.ini: the WMT14 EN-DE joint vocabulary
 MODELS = {"base": dict(N=6, d=512, f=2048), "big": dict(N=6, d=1024, f=4096)}
 # The paper's recipes (§5.2): steps, and its time on 8 P100 GPUs (0.4 s and 1.0 s a step).
 RECIPES = {"base": (100_000, "12 hours"), "big": (300_000, "3.5 days")}
 BATCH_TOKENS = 25000         # per side, per step, over all GPUs (§5.1)
+GPU_COUNTS = (8, 16, 64)
 
 
 def parameters(N, d, f):
+    """The parameter count of transformer_hpc's model (tied embedding, biases, norms)."""
     ffn = 2 * d * f + f + d
     encoder = 4 * d * d + ffn + 4 * d
     decoder = 8 * d * d + ffn + 6 * d
     return VOCAB * d + N * (encoder + decoder)
 
 
-def step_flops(N, d, f, src, tgt, L):
-    """Forward + backward matrix FLOPs (2 per multiply-add, backward = 2x forward)."""
-    encoder = N * (4 * d * d + 2 * d * f)
-    decoder = N * (8 * d * d + 2 * d * f)
-    forward = 2 * (src * encoder + tgt * (decoder + VOCAB * d))
-    # QK^T and PV per layer: encoder self, decoder self, decoder cross.
-    forward += 2 * 2 * N * d * L * (src + tgt + tgt)
-    return 3 * forward
+def measured_steps(results_path):
+    """{(preset, tokens): (ms, heading)} from the newest line of each in RESULTS.md."""
+    steps = {}
+    heading = ""
+    line_pattern = re.compile(r"^step_vs_torch: device=cuda preset=(\w+) tokens=(\d+) .*?"
+                              r"ours_step_ms=([0-9.]+)")
+    with open(results_path, encoding="utf-8") as results:
+        for line in results:
+            if line.startswith("## "):
+                heading = line[3:].strip()
+            match = line_pattern.match(line)
+            if match:
+                key = (match.group(1), int(match.group(2)))
+                steps.setdefault(key, (float(match.group(3)), heading))  # newest first
+    return steps
 
 
 def allreduce_seconds(gpus, grad_bytes):
+    """A ring all-reduce: inside a node every edge is NVLink; across nodes each node's
+    NICs carry one ring each, so a node moves its share at NICS_PER_NODE x one NIC."""
     if gpus == 1:
         return 0.0
-    link = NVLINK_BYTES_PER_S if gpus <= GPUS_PER_NODE else IB_BYTES_PER_S
+    if gpus <= GPUS_PER_NODE:
+        link = NVLINK4_BYTES_PER_S
+    else:
+        link = min(NVLINK4_BYTES_PER_S, NICS_PER_NODE * NDR_NIC_BYTES_PER_S)
     return 2 * (gpus - 1) / gpus * grad_bytes / link
 
 
+def exposed_seconds(comm, step, embedding_share):
+    """The part of the all-reduce a step waits for: the tied embedding's share always
+    (final only when backward ends), the rest beyond what backward's time hides."""
+    return embedding_share * comm + max(0.0, (1 - embedding_share) * comm - BACKWARD_SHARE * step)
+
+
 def main():
-    for name, m in MODELS.items():
-        p = parameters(**m)
-        grad_bytes = 4 * p
-        compute = step_flops(**m, src=TOKENS_PER_GPU, tgt=TOKENS_PER_GPU, L=MEAN_LENGTH) / (
-            EFFICIENCY * PEAK_FLOPS)
-        print(f"### {name}: {p / 1e6:.1f}M parameters, fp32 gradient {grad_bytes / 1e6:.0f} MB, "
-              f"compute {compute * 1e3:.1f} ms per step per GPU\n")
-        print("| GPUs | link | all-reduce ms | efficiency, no overlap | efficiency, overlapped |")
-        print("|---:|---|---:|---:|---:|")
-        for gpus in (1, 8, 16, 64):
-            comm = allreduce_seconds(gpus, grad_bytes)
-            exposed = max(0.0, comm - BACKWARD_SHARE * compute)
-            link = "-" if gpus == 1 else ("NVLink" if gpus <= GPUS_PER_NODE else "InfiniBand")
-            print(f"| {gpus} | {link} | {comm * 1e3:.1f} | {compute / (compute + comm):.1%} "
-                  f"| {compute / (compute + exposed):.1%} |")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    here = os.path.dirname(os.path.abspath(__file__))
+    parser.add_argument("--results", default=os.path.join(here, "..", "bench", "RESULTS.md"))
+    args = parser.parse_args()
+    steps = measured_steps(args.results)
+    per_rank = BATCH_TOKENS // 8
+    for name, shape in MODELS.items():
+        if (name, per_rank) not in steps:
+            sys.exit(f"{args.results}: no step_vs_torch line for {name} at tokens={per_rank}")
+
+    print("Measured steps used (bench/RESULTS.md, newest line of each):\n")
+    print("| preset | tokens a side | ms per step | from |")
+    print("|---|---:|---:|---|")
+    for (name, tokens), (ms, heading) in sorted(steps.items()):
+        gpu = re.search(r"NVIDIA [A-Z0-9]+", heading)
+        source = heading.split(":")[0] + (", " + gpu.group(0) if gpu else "")
+        print(f"| {name} | {tokens:,} | {ms:.2f} | {source} |")
+    print()
+
+    for name, shape in MODELS.items():
+        count = parameters(**shape)
+        embedding_share = VOCAB * shape["d"] / count
+        step_ms, _ = steps[(name, per_rank)]
+        step = step_ms / 1e3
+        print(f"### {name}: {count / 1e6:.1f}M parameters (tied embedding {embedding_share:.0%}), "
+              f"measured step {step_ms:.2f} ms at {per_rank:,} tokens a side per GPU\n")
+        print("| GPUs | link | sum dtype | all-reduce ms (modelled) | exposed ms | step ms "
+              "| efficiency |")
+        print("|---:|---|---|---:|---:|---:|---:|")
+        for gpus in GPU_COUNTS:
+            link = "NVLink 4" if gpus <= GPUS_PER_NODE else f"NDR x{NICS_PER_NODE} per node"
+            for dtype, element_bytes in (("fp32", 4), ("bf16", 2)):
+                comm = allreduce_seconds(gpus, element_bytes * count)
+                exposed = exposed_seconds(comm, step, embedding_share)
+                print(f"| {gpus} | {link} | {dtype} | {comm * 1e3:.2f} | {exposed * 1e3:.2f} "
+                      f"| {(step + exposed) * 1e3:.2f} | {step / (step + exposed):.1%} |")
         print()
-    print("### The paper's recipes: 25000 + 25000 tokens per step (one GPU accumulates the "
-          "step's batch)\n")
+
+    print("### The paper's recipes: 25,000 + 25,000 tokens a step\n")
     print("| model | steps | GPUs | ms per step | training time | the paper, 8 P100 |")
     print("|---|---:|---:|---:|---:|---|")
-    for name, (steps, paper) in RECIPES.items():
-        m = MODELS[name]
-        grad_bytes = 4 * parameters(**m)
+    for name, (recipe_steps, paper) in RECIPES.items():
+        count = parameters(**MODELS[name])
+        embedding_share = VOCAB * MODELS[name]["d"] / count
         for gpus in (1, 8):
-            tokens = BATCH_TOKENS / gpus
-            compute = step_flops(**m, src=tokens, tgt=tokens, L=MEAN_LENGTH) / (
-                EFFICIENCY * PEAK_FLOPS)
-            exposed = max(0.0, allreduce_seconds(gpus, grad_bytes) - BACKWARD_SHARE * compute)
-            step = compute + exposed
-            print(f"| {name} | {steps:,} | {gpus} | {step * 1e3:.1f} | "
-                  f"{steps * step / 3600:.1f} h | {paper} |")
+            tokens = BATCH_TOKENS // gpus
+            if (name, tokens) not in steps:
+                continue
+            step = steps[(name, tokens)][0] / 1e3
+            exposed = exposed_seconds(allreduce_seconds(gpus, 4 * count), step, embedding_share)
+            total = step + exposed
+            print(f"| {name} | {recipe_steps:,} | {gpus} | {total * 1e3:.1f} | "
+                  f"{recipe_steps * total / 3600:.2f} h | {paper} |")
     print()
 
 
