@@ -46,6 +46,11 @@ struct BestValidation {
 struct ValidationRecord {
   BestValidation ppl, bleu;  // lower perplexity is better, higher BLEU is
   BestValidation chrf;       // higher is better (train.valid_metric = chrf)
+
+  // The record of `metric`: ppl, bleu or chrf (anything else: ppl).
+  const BestValidation& of(const std::string& metric) const {
+    return metric == "bleu" ? bleu : metric == "chrf" ? chrf : ppl;
+  }
 };
 
 // The validation score a best checkpoint (checkpoint.keep_best, keep_best_count) was kept

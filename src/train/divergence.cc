@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iomanip>
+#include <ostream>
 #include <sstream>
+
+#include "train/rank_agreement.h"
 
 namespace thpc {
 namespace {
@@ -96,6 +100,111 @@ std::string DivergenceDetector::describe(const DivergenceVerdict& verdict) const
       break;
   }
   return text.str();
+}
+
+DivergenceHandling::DivergenceHandling(const Config& config, const Communicator& comm,
+                                       DivergenceDetector& detector,
+                                       CheckpointKeeping& keeping, const std::string& run_id)
+    : config_(config), comm_(comm), detector_(detector), keeping_(keeping), run_id_(run_id) {}
+
+void DivergenceHandling::begin(int64_t step) {
+  last_good_validation_step_ = step;
+  validation_diverged_ = false;
+}
+
+DivergenceHandling::Action DivergenceHandling::handle(
+    int64_t step, double loss, double grad_norm, DivergenceKind kind, const std::string& why,
+    int64_t completed_step, std::ostream& log, MetricsFile& metrics, double wall_s,
+    const Restore& restore, std::string* stop_reason) {
+  metrics.write("divergence", step, wall_s,
+                {general_field("loss", "loss", loss, 6),
+                 general_field("gnorm", "grad_norm", grad_norm, 6),
+                 fixed_field("kind", "kind", static_cast<double>(kind), 0)});
+  DivergenceState& state = detector_.state();
+  const int limit = config_.train.divergence_limit;
+  const std::string& policy = config_.train.divergence;
+  const std::string at = "step " + std::to_string(step) + ": " + why;
+  if (policy == "skip") {
+    ++state.skipped_steps;
+    ++state.consecutive_skips;
+    if (state.consecutive_skips <= limit) {
+      log << "skipped step " << step << ": " << why << "; no update, the next batch ("
+          << state.consecutive_skips << " in a row of at most " << limit
+          << ", train.divergence_limit)" << std::endl;
+      return Action::Skipped;
+    }
+    *stop_reason = at + " (more than " + std::to_string(limit) + " steps in a row diverged, "
+                   "the train.divergence_limit of train.divergence = skip)";
+  } else if (policy == "rollback") {
+    if (state.rollbacks < limit) {
+      log << "diverged at " << at << std::endl;
+      if (roll_back(step, completed_step, log, restore)) return Action::RolledBack;
+      *stop_reason = at + " (no healthy checkpoint in " + config_.checkpoint.dir +
+                     " to roll back to)";
+    } else {
+      *stop_reason = at + " (rolled back " + std::to_string(limit) +
+                     " times already, the train.divergence_limit of train.divergence = "
+                     "rollback)";
+    }
+  } else {
+    *stop_reason = at + " (train.divergence = stop)";
+  }
+  if (comm_.is_root()) keeping_.mark_abandoned(run_id_, completed_step, -1, log);
+  return Action::Stop;
+}
+
+bool DivergenceHandling::roll_back(int64_t diverged_step, int64_t completed_step,
+                                   std::ostream& log, const Restore& restore) {
+  if (comm_.is_root()) keeping_.mark_abandoned(run_id_, completed_step, -1, log);
+  // Rank 0 chooses, as for resume=auto, and every rank reads its choice.
+  Checkpoint checkpoint;
+  std::string path;
+  if (comm_.is_root()) path = newest_valid_checkpoint(config_.checkpoint.dir, log, &checkpoint);
+  path = comm_.broadcast_from_root(path);
+  if (path.empty()) return false;
+  read_the_checkpoint_rank_zero_chose(comm_, path, &checkpoint);
+  const DivergenceState before = detector_.state();
+  restore(checkpoint, path);
+  DivergenceState& state = detector_.state();
+  state.rollbacks = before.rollbacks + 1;
+  state.lr_factor = before.lr_factor * config_.train.divergence_lr_factor;
+  state.skipped_steps = before.skipped_steps;
+  state.consecutive_skips = 0;
+  // The run now stands at the checkpoint's step.
+  if (comm_.is_root()) keeping_.mark_abandoned(run_id_, checkpoint.step, checkpoint.step, log);
+  std::ostringstream factor;
+  factor << state.lr_factor;
+  log << "rolled back to " << path << " (step " << checkpoint.step << ") after step "
+      << diverged_step << " diverged; the learning rate is now " << factor.str()
+      << " x the schedule's (rollback " << state.rollbacks << " of at most "
+      << config_.train.divergence_limit << ", train.divergence_limit)" << std::endl;
+  return true;
+}
+
+void DivergenceHandling::judge_validation(double nll, const BestValidation& best_ppl,
+                                          int64_t step, std::ostream& log) {
+  const double factor = config_.train.divergence_loss_factor;
+  const double best_nll = std::log(best_ppl.value);  // NaN before the first
+  const bool diverged =
+      factor > 0 && (!std::isfinite(nll) ||
+                     (std::isfinite(best_nll) && nll > factor * std::max(1.0, best_nll)));
+  if (!diverged) {
+    validation_diverged_ = false;
+    last_good_validation_step_ = step;
+    return;
+  }
+  validation_diverged_ = true;
+  std::ostringstream warning;  // the log's stream may be in fixed notation
+  warning << std::setprecision(4) << "warning: the validation at step " << step
+          << " has a perplexity of " << std::exp(nll)
+          << ", its log more than train.divergence_loss_factor = " << factor
+          << " times the best's (" << best_ppl.value << " at step " << best_ppl.step
+          << "): the checkpoints after step " << last_good_validation_step_
+          << " are marked diverged, and those written until a validation is below that again";
+  log << warning.str() << std::endl;
+  if (comm_.is_root()) {
+    keeping_.mark_after_failed_validation(run_id_, last_good_validation_step_, log);
+  }
 }
 
 }  // namespace thpc

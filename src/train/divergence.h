@@ -23,10 +23,15 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <iosfwd>
 #include <string>
 
 #include "checkpoint/checkpoint.h"
 #include "config/config.h"
+#include "distributed/communicator.h"
+#include "train/checkpoint_keeping.h"
+#include "train/run_log.h"
 
 namespace thpc {
 
@@ -76,5 +81,58 @@ class DivergenceDetector {
 
 // "non-finite loss", "gradient-norm spike", ... (for log lines and the metrics file).
 const char* divergence_name(DivergenceKind kind);
+
+// What a run does about divergence, beside the training loop that calls it: a step every
+// rank agreed diverged is left out, rolled back or ends the run (train.divergence), and a
+// validation whose perplexity exploded marks the checkpoints after the last passed one.
+// Rank 0 marks the files (CheckpointKeeping); every rank decides alike.
+class DivergenceHandling {
+ public:
+  enum class Action { Skipped, RolledBack, Stop };
+  // Puts the run back at a checkpoint that every rank has read (the trainer's restore,
+  // its best validation values kept).
+  using Restore = std::function<void(const Checkpoint& checkpoint, const std::string& path)>;
+
+  // `run_id` is the trainer's, read at each use (a restore may set it).
+  DivergenceHandling(const Config& config, const Communicator& comm,
+                     DivergenceDetector& detector, CheckpointKeeping& keeping,
+                     const std::string& run_id);
+
+  // A run() begins at `step`: the starting point counts as a passed validation.
+  void begin(int64_t step);
+
+  // A divergent step (`step`, its `loss`, `grad_norm` and agreed `kind`; `why` in words)
+  // after `completed_step`, under train.divergence: left out (up to divergence_limit in a
+  // row), rolled back to the newest healthy checkpoint with the learning rate times
+  // divergence_lr_factor (up to divergence_limit times), or Stop, with *stop_reason
+  // saying why for the run's last line. The metrics file records the divergence.
+  Action handle(int64_t step, double loss, double grad_norm, DivergenceKind kind,
+                const std::string& why, int64_t completed_step, std::ostream& log,
+                MetricsFile& metrics, double wall_s, const Restore& restore,
+                std::string* stop_reason);
+
+  // A validation at `step` whose nll's is more than train.divergence_loss_factor times the
+  // best's (`best_ppl`, at least 1), or not finite, diverged: the checkpoints of this run
+  // written after the newest validation that did not are marked diverged, and so is every
+  // one saved until a validation passes again (validation_diverged()), so that the
+  // checkpoint named to resume from is not one whose perplexity exploded.
+  void judge_validation(double nll, const BestValidation& best_ppl, int64_t step,
+                        std::ostream& log);
+  bool validation_diverged() const { return validation_diverged_; }
+
+ private:
+  // Continues from the newest healthy checkpoint of checkpoint.dir (rank 0 chooses, every
+  // rank reads it); false when there is none.
+  bool roll_back(int64_t diverged_step, int64_t completed_step, std::ostream& log,
+                 const Restore& restore);
+
+  const Config& config_;
+  const Communicator& comm_;
+  DivergenceDetector& detector_;
+  CheckpointKeeping& keeping_;
+  const std::string& run_id_;
+  bool validation_diverged_ = false;
+  int64_t last_good_validation_step_ = 0;
+};
 
 }  // namespace thpc

@@ -24,6 +24,8 @@
 #include "decode/ensemble.h"
 #include "train/footprint.h"
 #include "train/lr_schedule.h"
+#include "train/rank_agreement.h"
+#include "train/run_progress.h"
 #include "train/run_directory.h"
 #include "train/run_log.h"
 #include "train/stop_request.h"
@@ -273,7 +275,7 @@ Trainer::Trainer(const Config& config, Communicator comm)
   // Reading the data is the part of start-up that a corpus makes long: a stop signal
   // that came meanwhile ends the job here, before the model is built.
   stop_if_signalled_during_start_up(comm_);
-  check_every_rank_reads_the_same_data();
+  check_every_rank_reads_the_same_data(comm_, *source_, config_.data.dir);
   const int vocab = resolve_vocab_size(config_, *source_);
   // Checked in long double before any allocation: every rank alike, one message.
   const std::string too_large =
@@ -292,6 +294,8 @@ Trainer::Trainer(const Config& config, Communicator comm)
   adam.eps = config_.train.adam_eps;
   adam_ = std::make_unique<Adam>(model_->params(), *backend_, adam);
   detector_ = std::make_unique<DivergenceDetector>(config_.train, vocab);
+  divergence_handling_ =
+      std::make_unique<DivergenceHandling>(config_, comm_, *detector_, keeping_, run_id_);
   run_id_ = comm_.broadcast_from_root(comm_.is_root() ? new_run_id() : std::string());
   if (comm_.size() > 1) {
     // A bucket larger than every gradient is one bucket: bounded before the conversion
@@ -312,33 +316,6 @@ Trainer::Trainer(const Config& config, Communicator comm)
 }
 
 Trainer::~Trainer() = default;
-
-void Trainer::check_every_rank_reads_the_same_data() const {
-  // What the model is built from (the vocabulary) and what every rank walks in step (the
-  // pairs of an epoch): equal on every rank, or the ranks would build different models
-  // or leave each other waiting at the end of an epoch.
-  std::ostringstream identity;
-  identity << source_->vocab_size() << " pieces";
-  const SpecialIds ids = source_->special_ids();
-  identity << " (ids " << ids.pad << "/" << ids.unk << "/" << ids.bos << "/" << ids.eos;
-  if (const std::string* model = source_->spm_model()) {
-    identity << ", SentencePiece model sha256 " << sha256_hex(model->data(), model->size()).substr(0, 12)
-             << "...) and " << source_->pairs() << " training pairs";
-  } else {
-    identity << ", the synthetic task)";
-  }
-  const std::vector<std::string> all = comm_.all_gather_if_different(identity.str());
-  if (all.empty()) return;
-  std::ostringstream message;
-  message << "the ranks read different training data: rank 0 reads " << all[0];
-  for (size_t rank = 1; rank < all.size(); ++rank) {
-    if (all[rank] != all[0]) message << ", rank " << rank << " " << all[rank];
-  }
-  message << "; every rank must read the same data.dir " << config_.data.dir
-          << " (a relative path from different working directories, or a shared filesystem "
-             "that has not caught up?)";
-  throw AllRanksError(message.str(), 3);
-}
 
 StepStats Trainer::compute_step() {
   const int64_t step = completed_steps_ + 1;
@@ -548,8 +525,10 @@ Checkpoint Trainer::snapshot() const {
   checkpoint.loss = checkpoint_loss_;
   // Saved while steps are being left out (train.divergence = skip): the parameters gave
   // the divergent loss of the last step judged.
-  // Saved after a validation that diverged (judge_validation): not a model to resume.
-  checkpoint.state = detector_->state().consecutive_skips > 0 || validation_diverged_
+  // Saved after a validation that diverged (DivergenceHandling::judge_validation): not a
+  // model to resume.
+  checkpoint.state = detector_->state().consecutive_skips > 0 ||
+                     divergence_handling_->validation_diverged()
                          ? CheckpointState::Diverged
                          : CheckpointState::Healthy;
   checkpoint.divergence = detector_->state();
@@ -631,54 +610,6 @@ void Trainer::note_missing_best_valid(const Checkpoint& checkpoint, const std::s
       << "checkpoint.patience count start afresh at this run's first validation" << std::endl;
 }
 
-void Trainer::read_chosen_checkpoint(const std::string& path, Checkpoint* checkpoint) const {
-  const int64_t step = comm_.broadcast_from_root(checkpoint->step);
-  std::string failure;
-  if (!comm_.is_root()) {
-    try {
-      *checkpoint = read_checkpoint(path);
-      if (checkpoint->step != step) {
-        THPC_FAIL("checkpoint " << path << ": holds step " << checkpoint->step
-                                << ", rank 0 read step " << step);
-      }
-    } catch (const Error& error) {
-      failure = error.what();
-    }
-  }
-  std::ostringstream failed;
-  const std::vector<std::string> failures = comm_.all_gather(failure);
-  for (size_t rank = 0; rank < failures.size(); ++rank) {
-    if (!failures[rank].empty()) failed << "; rank " << rank << ": " << failures[rank];
-  }
-  if (!failed.str().empty()) {
-    throw AllRanksError("rank 0 resumes from " + path + " (step " + std::to_string(step) +
-                        ") but not every rank can read it (a shared filesystem that has not "
-                        "caught up?)" + failed.str());
-  }
-}
-
-void Trainer::check_every_rank_starts_from_the_same_parameters() const {
-  if (comm_.size() == 1) return;
-  // Each rank read checkpoint.init (or the checkpoint to resume) itself: the same path can
-  // name different files (working directories, node-local disks). Ranks that start apart
-  // never agree again; found here, not as a check failure at the end.
-  const std::string digest = model_->params().sha256_hex();
-  const std::vector<std::string> digests = comm_.all_gather(digest);
-  std::ostringstream differing;
-  for (size_t rank = 1; rank < digests.size(); ++rank) {
-    if (digests[rank] != digests[0]) differing << (differing.str().empty() ? "" : ", ") << rank;
-  }
-  if (differing.str().empty()) return;
-  const CheckpointConfig& options = config_.checkpoint;
-  const std::string source = !resumed_from_.empty() ? "checkpoint " + resumed_from_
-                             : !options.init.empty() ? "checkpoint.init " + options.init
-                                                     : "train.seed";
-  throw AllRanksError("the ranks start from different parameters: rank " + differing.str() +
-                      " read other values than rank 0 from " + source +
-                      " (the same path names different files for them?); every rank must "
-                      "read the same file");
-}
-
 bool Trainer::stopped_before_training(std::ostream& log) const {
   const int signal = stop_signal_of_any_rank(comm_);
   if (signal == 0) return false;
@@ -752,7 +683,7 @@ void Trainer::apply_start_options(std::ostream& log) {
     refusal = comm_.broadcast_from_root(refusal);
     if (!refusal.empty()) THPC_FAIL(refusal);
     if (!path.empty()) {
-      read_chosen_checkpoint(path, &checkpoint);
+      read_the_checkpoint_rank_zero_chose(comm_, path, &checkpoint);
       restore(checkpoint, path);
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -771,7 +702,7 @@ void Trainer::apply_start_options(std::ostream& log) {
   } else if (!options.resume.empty()) {
     Checkpoint checkpoint;
     if (comm_.is_root()) checkpoint = read_checkpoint(options.resume);
-    read_chosen_checkpoint(options.resume, &checkpoint);
+    read_the_checkpoint_rank_zero_chose(comm_, options.resume, &checkpoint);
     restore(checkpoint, options.resume);
     resumed_from_ = options.resume;
     log << "resumed from " << options.resume << " at step " << completed_steps_ << std::endl;
@@ -840,42 +771,7 @@ void note_validation(BestValidation& best, double value, Better better, int64_t 
 }
 
 // The record's entry of a metric of checkpoint.keep_best or train.valid_metric.
-const BestValidation& best_of(const ValidationRecord& record, const std::string& metric) {
-  if (metric == "bleu") return record.bleu;
-  if (metric == "chrf") return record.chrf;
-  return record.ppl;
-}
-
 }  // namespace
-
-// The state of one run() between its phases: where rank 0 writes, the clocks of the
-// checkpoint schedule and of train.max_minutes, and the counts behind the progress lines
-// and the summary.
-struct Trainer::RunProgress {
-  using Clock = std::chrono::steady_clock;
-
-  explicit RunProgress(std::ostream& log) : out(log) {}
-  double seconds_since_start() const {
-    return std::chrono::duration<double>(Clock::now() - start).count();
-  }
-
-  std::ostream& out;     // the log on rank 0, a silent stream on the others
-  MetricsFile metrics;   // rank 0's metrics.jsonl and event file; none on the others
-  int64_t stop_at_step = 0;  // test_stop_step()
-  int64_t first_step = 0;    // the completed step training began from
-  int64_t last_saved_step = -1;  // the step of the newest checkpoint on disk; -1 none
-  Clock::time_point start;           // the wall clock of the progress lines and summary
-  Clock::time_point interval_start;  // the wall clock at the last progress line
-  int64_t interval_first_step = 0;   // the step before the interval's first
-  int64_t interval_tgt_tokens = 0, total_tgt_tokens = 0;
-  double last_save = 0.0;       // checkpoint_clock_() at the last checkpoint (or the start)
-  double training_start = 0.0;  // checkpoint_clock_() when training began
-  int64_t steps_trained = 0;  // updates this process applied (a rollback repeats steps)
-  bool stopped_by_patience = false;
-  // The detector's counts at the start: the summary gives this run()'s share.
-  DivergenceState divergence_at_start;
-  StepStats last;  // the last step applied
-};
 
 RunEnd Trainer::run(std::ostream& log) {
   const StopSignalGuard stop_signals;
@@ -901,9 +797,9 @@ RunEnd Trainer::run(std::ostream& log) {
       return next == AfterStep::Stopped ? RunEnd::Stopped : RunEnd::Diverged;
     }
     apply_update(stats);
-    count_trained_step(stats, run);
+    run.count(stats);
     if (stats.step % config_.train.log_every == 0 || stats.step == config_.train.max_steps) {
-      log_progress(run);
+      run.log_step(config_.train.max_steps, backend_->peak_memory_bytes());
     }
     const bool validation_due =
         valid_source_ &&
@@ -931,7 +827,12 @@ bool Trainer::start_up(std::ostream& out) {
   warn_of_many_buckets(out);
   lock_run_directory(out);
   apply_start_options(out);
-  check_every_rank_starts_from_the_same_parameters();
+  const CheckpointConfig& start = config_.checkpoint;
+  check_every_rank_starts_from_the_same_parameters(
+      comm_, model_->params().sha256_hex(),
+      !resumed_from_.empty() ? "checkpoint " + resumed_from_
+      : !start.init.empty()  ? "checkpoint.init " + start.init
+                             : "train.seed");
   if (stopped_before_training(out)) return false;
   claim_run_directory(out);
   return true;
@@ -940,18 +841,11 @@ bool Trainer::start_up(std::ostream& out) {
 void Trainer::begin_training(RunProgress& run) {
   run.stop_at_step = test_stop_step();
   // The step training starts from passed, or had no validation to fail.
-  last_good_validation_step_ = completed_steps_;
-  validation_diverged_ = false;
-  run.first_step = completed_steps_;
+  divergence_handling_->begin(completed_steps_);
+  run.begin(completed_steps_, checkpoint_clock_(), detector_->state());
   // A resumed run's checkpoint holds its starting point; a fresh run has none.
   run.last_saved_step = config_.checkpoint.resume.empty() ? -1 : completed_steps_;
-  run.start = RunProgress::Clock::now();
-  run.interval_start = run.start;
-  run.last_save = checkpoint_clock_();
-  run.training_start = run.last_save;  // train.max_minutes counts from here
-  run.interval_first_step = run.first_step;
   checkpoints_written_ = 0;
-  run.divergence_at_start = detector_->state();
   // Rank 0 writes every value it logs to metrics.jsonl as well (run_log.h), after a
   // record that says which run, from which step, writes what follows.
   if (comm_.is_root()) run.metrics = MetricsFile(metrics_path_);
@@ -983,11 +877,23 @@ Trainer::AfterStep Trainer::after_divergent_step(StepStats& stats,
                                                  RunProgress& run) {
   stats.divergence = decision.divergence;
   std::string stop_reason;
-  const DivergenceAction action =
-      handle_divergence(stats, divergence_reason(*detector_, verdict, decision.divergence),
-                        run.out, run.metrics, run.seconds_since_start(), &stop_reason);
-  if (action == DivergenceAction::Stop) {
-    print_summary(run);
+  checkpoint_loss_ = stats.loss;
+  // A rollback puts every rank back at the checkpoint; the run's best validation values
+  // stay (best.h5 may hold a better one from the abandoned branch: a later validation
+  // must beat it).
+  const auto restore_keeping_the_best = [this](const Checkpoint& checkpoint,
+                                               const std::string& path) {
+    const ValidationRecord best = best_valid_;
+    restore(checkpoint, path);
+    best_valid_ = best;
+  };
+  const DivergenceHandling::Action action = divergence_handling_->handle(
+      stats.step, stats.loss, stats.grad_norm, stats.divergence,
+      divergence_reason(*detector_, verdict, decision.divergence), completed_steps_, run.out,
+      run.metrics, run.seconds_since_start(), restore_keeping_the_best, &stop_reason);
+  if (action == DivergenceHandling::Action::Stop) {
+    run.log_summary(completed_steps_, best_valid_, config_, checkpoints_written_,
+                  detector_->state());
     const std::string kept =
         comm_.is_root() ? keeping_.diverged_parameters_file(run_id_, completed_steps_) : "";
     run.out << "diverged: " << stop_reason << "; its update is not applied, and the "
@@ -1000,12 +906,10 @@ Trainer::AfterStep Trainer::after_divergent_step(StepStats& stats,
             << "train.divergence = skip or rollback" << std::endl;
     return AfterStep::Diverged;
   }
-  if (action == DivergenceAction::RolledBack) {
+  if (action == DivergenceHandling::Action::RolledBack) {
     // The steps after the checkpoint rolled back to are trained again: the progress
     // interval restarts there, and that checkpoint is the newest saved.
-    run.interval_start = RunProgress::Clock::now();
-    run.interval_first_step = completed_steps_;
-    run.interval_tgt_tokens = 0;
+    run.restart_interval_at(completed_steps_);
     run.last_saved_step = completed_steps_;
     return AfterStep::NextStep;
   }
@@ -1019,46 +923,6 @@ Trainer::AfterStep Trainer::after_divergent_step(StepStats& stats,
     return AfterStep::EndTraining;
   }
   return AfterStep::NextStep;
-}
-
-void Trainer::count_trained_step(const StepStats& stats, RunProgress& run) {
-  run.last = stats;
-  ++run.steps_trained;
-  run.interval_tgt_tokens += stats.tgt_tokens;
-  run.total_tgt_tokens += stats.tgt_tokens;
-}
-
-void Trainer::log_progress(RunProgress& run) {
-  const StepStats& last = run.last;
-  const auto now_wall = RunProgress::Clock::now();
-  const double interval = std::max(
-      std::chrono::duration<double>(now_wall - run.interval_start).count(), 1e-9);
-  const double elapsed = std::chrono::duration<double>(now_wall - run.start).count();
-  const double eta = elapsed / static_cast<double>(run.steps_trained) *
-                     static_cast<double>(config_.train.max_steps - last.step);
-  const int64_t interval_steps = std::max<int64_t>(1, last.step - run.interval_first_step);
-  const int64_t peak_bytes = backend_->peak_memory_bytes();
-  const std::vector<LogField> fields = {
-      fixed_field("loss", "loss", last.loss, 4),
-      fixed_field("ppl", "ppl", std::exp(last.nll), 2),
-      fixed_field("epoch", "epoch", static_cast<double>(last.epoch), 0),
-      scientific_field("lr", "lr", last.lr, 3),
-      general_field("gnorm", "grad_norm", last.grad_norm, 4),
-      fixed_field("tgt tokens/s", "tgt_tokens_per_s", run.interval_tgt_tokens / interval, 0),
-      fixed_field("ms/step", "ms_per_step", 1000.0 * interval / interval_steps, 1),
-      fixed_field("peak mem", "peak_mem_mib",
-                  peak_bytes < 0 ? NAN : static_cast<double>(peak_bytes) / (1 << 20), 1,
-                  " MiB"),
-      fixed_field("elapsed", "elapsed_s", elapsed, 1, "s"),
-      fixed_field("eta", "eta_s", eta, 1, "s")};
-  run.out << log_line("step " + std::to_string(last.step) + "/" +
-                          std::to_string(config_.train.max_steps),
-                      fields)
-          << std::endl;
-  run.metrics.write("train", last.step, elapsed, fields);
-  run.interval_start = now_wall;
-  run.interval_first_step = last.step;
-  run.interval_tgt_tokens = 0;
 }
 
 void Trainer::agree_on_late_stop_signal(bool validation_due, StepDecision& decision,
@@ -1080,34 +944,9 @@ void Trainer::agree_on_late_stop_signal(bool validation_due, StepDecision& decis
   }
 }
 
-void Trainer::judge_validation(const ValidationStats& valid, int64_t step, std::ostream& log) {
-  const double factor = config_.train.divergence_loss_factor;
-  const double best_nll = std::log(best_valid_.ppl.value);  // NaN before the first
-  const bool diverged =
-      factor > 0 && (!std::isfinite(valid.nll) ||
-                     (std::isfinite(best_nll) && valid.nll > factor * std::max(1.0, best_nll)));
-  if (!diverged) {
-    validation_diverged_ = false;
-    last_good_validation_step_ = step;
-    return;
-  }
-  validation_diverged_ = true;
-  std::ostringstream warning;  // the log's stream may be in fixed notation
-  warning << std::setprecision(4) << "warning: the validation at step " << step
-          << " has a perplexity of " << std::exp(valid.nll)
-          << ", its log more than train.divergence_loss_factor = " << factor
-          << " times the best's (" << best_valid_.ppl.value << " at step " << best_valid_.ppl.step
-          << "): the checkpoints after step " << last_good_validation_step_
-          << " are marked diverged, and those written until a validation is below that again";
-  log << warning.str() << std::endl;
-  if (comm_.is_root()) {
-    keeping_.mark_after_failed_validation(run_id_, last_good_validation_step_, log);
-  }
-}
-
 void Trainer::record_validation(const ValidationStats& valid, RunProgress& run) {
   const int64_t step = run.last.step;
-  judge_validation(valid, step, run.out);
+  divergence_handling_->judge_validation(valid.nll, best_valid_.ppl, step, run.out);
   note_validation(best_valid_.ppl, std::exp(valid.nll), Better::Lower, step);
   if (!std::isnan(valid.bleu)) note_validation(best_valid_.bleu, valid.bleu, Better::Higher, step);
   if (!std::isnan(valid.chrf)) note_validation(best_valid_.chrf, valid.chrf, Better::Higher, step);
@@ -1118,7 +957,7 @@ void Trainer::record_validation(const ValidationStats& valid, RunProgress& run) 
   // in best_valid_ with the others' (restored by a resume).
   const std::string& kept_metric = config_.checkpoint.keep_best;
   if (kept_metric == "none") return;
-  const BestValidation& kept = best_of(best_valid_, kept_metric);
+  const BestValidation& kept = best_valid_.of(kept_metric);
   // Every rank holds the same values (global sums, BLEU broadcast); rank 0's count
   // is broadcast all the same, so that best.h5 and the patience stop cannot part them.
   const int64_t since = comm_.broadcast_from_root(kept.validations_since);
@@ -1149,7 +988,8 @@ std::string Trainer::save_completed_step(RunProgress& run) {
 
 RunEnd Trainer::stop_by_signal(int signal, RunProgress& run) {
   const std::string path = save_completed_step(run);
-  print_summary(run);
+  run.log_summary(completed_steps_, best_valid_, config_, checkpoints_written_,
+                  detector_->state());
   run.out << "stopped: " << stop_signal_name(signal) << " received; step=" << completed_steps_
           << " checkpoint=" << path << " (resume with --checkpoint.resume=auto";
   if (detector_->state().consecutive_skips > 0) {
@@ -1192,7 +1032,8 @@ RunEnd Trainer::finish_training(RunProgress& run) {
   }
   run.out << "checkpoint to resume from: "
           << (comm_.is_root() ? keeping_.resume_point() : std::string()) << std::endl;
-  print_summary(run);
+  run.log_summary(completed_steps_, best_valid_, config_, checkpoints_written_,
+                  detector_->state());
   // A run resumed at its last step trains no step: it has no loss of its own to print.
   std::ostringstream loss;
   if (run.steps_trained > 0) {
@@ -1203,122 +1044,6 @@ RunEnd Trainer::finish_training(RunProgress& run) {
   run.out << "final: step=" << completed_steps_ << " loss=" << loss.str()
           << " params_sha256=" << digest << std::endl;
   return RunEnd::Finished;
-}
-
-void Trainer::print_summary(RunProgress& run) {
-  const double wall = run.seconds_since_start();
-  const auto best_field = [](const std::string& metric, const BestValidation& best) {
-    LogField field = fixed_field("best valid " + metric, "best_valid_" + metric, best.value, 2);
-    if (!std::isnan(best.value)) field.text += " (step " + std::to_string(best.step) + ")";
-    return field;
-  };
-  std::vector<LogField> fields = {
-      fixed_field("steps", "steps", static_cast<double>(run.steps_trained), 0,
-                  " (" + std::to_string(run.first_step) + " to " +
-                      std::to_string(completed_steps_) + ")"),
-      fixed_field("wall", "train_wall_s", wall, 1, "s"),
-      fixed_field("tgt tokens/s", "tgt_tokens_per_s",
-                  static_cast<double>(run.total_tgt_tokens) / std::max(wall, 1e-9), 0),
-      best_field("ppl", best_valid_.ppl),
-      // BLEU's field as before, or chrF's when the validations score chrF.
-      best_field(config_.train.valid_metric, best_of(best_valid_, config_.train.valid_metric)),
-      fixed_field("checkpoints", "checkpoints", checkpoints_written_, 0)};
-  // Only a run that met divergences has these, so that the others' lines stay as they were.
-  const DivergenceState& state = detector_->state();
-  const DivergenceState& at_start = run.divergence_at_start;
-  if (state.skipped_steps > at_start.skipped_steps) {
-    fields.push_back(fixed_field("skipped steps", "skipped_steps",
-                                 static_cast<double>(state.skipped_steps - at_start.skipped_steps),
-                                 0));
-  }
-  if (state.rollbacks > at_start.rollbacks) {
-    fields.push_back(fixed_field("rollbacks", "rollbacks",
-                                 static_cast<double>(state.rollbacks - at_start.rollbacks), 0));
-  }
-  if (run.stopped_by_patience) {
-    const std::string& kept_metric = config_.checkpoint.keep_best;
-    fields.push_back(fixed_field("stopped by patience", "stopped_by_patience",
-                                 config_.checkpoint.patience, 0,
-                                 " (no better valid " + kept_metric + " since step " +
-                                     std::to_string(best_of(best_valid_, kept_metric).step) +
-                                     ")"));
-  }
-  run.out << "summary: " << log_line("", fields) << std::endl;
-  run.metrics.write("summary", completed_steps_, wall, fields);
-}
-
-Trainer::DivergenceAction Trainer::handle_divergence(const StepStats& stats,
-                                                      const std::string& why, std::ostream& log,
-                                                      MetricsFile& metrics, double wall_s,
-                                                      std::string* stop_reason) {
-  metrics.write("divergence", stats.step, wall_s,
-                {general_field("loss", "loss", stats.loss, 6),
-                 general_field("gnorm", "grad_norm", stats.grad_norm, 6),
-                 fixed_field("kind", "kind", static_cast<double>(stats.divergence), 0)});
-  DivergenceState& state = detector_->state();
-  const int limit = config_.train.divergence_limit;
-  const std::string& policy = config_.train.divergence;
-  const std::string at = "step " + std::to_string(stats.step) + ": " + why;
-  checkpoint_loss_ = stats.loss;
-  if (policy == "skip") {
-    ++state.skipped_steps;
-    ++state.consecutive_skips;
-    if (state.consecutive_skips <= limit) {
-      log << "skipped step " << stats.step << ": " << why << "; no update, the next batch ("
-          << state.consecutive_skips << " in a row of at most " << limit
-          << ", train.divergence_limit)" << std::endl;
-      return DivergenceAction::Skipped;
-    }
-    *stop_reason = at + " (more than " + std::to_string(limit) + " steps in a row diverged, "
-                   "the train.divergence_limit of train.divergence = skip)";
-  } else if (policy == "rollback") {
-    if (state.rollbacks < limit) {
-      log << "diverged at " << at << std::endl;
-      if (roll_back(stats, log)) return DivergenceAction::RolledBack;
-      *stop_reason = at + " (no healthy checkpoint in " + config_.checkpoint.dir +
-                     " to roll back to)";
-    } else {
-      *stop_reason = at + " (rolled back " + std::to_string(limit) +
-                     " times already, the train.divergence_limit of train.divergence = "
-                     "rollback)";
-    }
-  } else {
-    *stop_reason = at + " (train.divergence = stop)";
-  }
-  if (comm_.is_root()) keeping_.mark_abandoned(run_id_, completed_steps_, -1, log);
-  return DivergenceAction::Stop;
-}
-
-bool Trainer::roll_back(const StepStats& stats, std::ostream& log) {
-  if (comm_.is_root()) keeping_.mark_abandoned(run_id_, completed_steps_, -1, log);
-  // Rank 0 chooses, as for resume=auto, and every rank reads its choice.
-  Checkpoint checkpoint;
-  std::string path;
-  if (comm_.is_root()) path = newest_valid_checkpoint(config_.checkpoint.dir, log, &checkpoint);
-  path = comm_.broadcast_from_root(path);
-  if (path.empty()) return false;
-  read_chosen_checkpoint(path, &checkpoint);
-  const DivergenceState before = detector_->state();
-  // The best validation values stay the run's (best.h5 may hold a better one from the
-  // abandoned branch; a later validation must beat it).
-  const ValidationRecord best = best_valid_;
-  restore(checkpoint, path);
-  best_valid_ = best;
-  DivergenceState& state = detector_->state();
-  state.rollbacks = before.rollbacks + 1;
-  state.lr_factor = before.lr_factor * config_.train.divergence_lr_factor;
-  state.skipped_steps = before.skipped_steps;
-  state.consecutive_skips = 0;
-  if (comm_.is_root()) {
-    keeping_.mark_abandoned(run_id_, completed_steps_, checkpoint.step, log);
-  }
-  std::ostringstream factor;
-  factor << state.lr_factor;
-  log << "rolled back to " << path << " (step " << checkpoint.step << ") after step "
-      << stats.step << " diverged; the learning rate is now " << factor.str()
-      << " x the schedule's (rollback " << state.rollbacks << " of at most "
-      << config_.train.divergence_limit << ", train.divergence_limit)" << std::endl;
-  return true;
 }
 
 void Trainer::warn_of_many_buckets(std::ostream& log) const {

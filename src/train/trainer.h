@@ -28,9 +28,12 @@
 #include "train/run_directory.h"
 #include "train/run_log.h"
 #include "train/step_decision.h"
+#include "train/step_stats.h"
 #include "train/valid_bleu.h"
 
 namespace thpc {
+
+class RunProgress;
 
 // The training or validation shards are missing or invalid (found by the checks made
 // before training): transformer_hpc exits 3 for it, which a job script can tell from a
@@ -87,23 +90,6 @@ void check_checkpoint_vocabulary(const Checkpoint& checkpoint, const std::string
 
 // Seconds on the monotonic clock (std::chrono::steady_clock), from an arbitrary origin.
 double steady_seconds();
-
-struct StepStats {
-  int64_t step = 0;
-  double loss = 0.0;  // label-smoothed cross-entropy per target token
-  double nll = 0.0;   // negative log-likelihood per target token (log of perplexity)
-  double lr = 0.0;
-  // L2 norm of the step's gradient of the mean loss, summed over ranks and micro-batches,
-  // before any clipping (the same on every rank).
-  double grad_norm = 0.0;
-  int64_t epoch = 1;  // 1-based pass over the training data the step's batches began in
-  int64_t src_tokens = 0, tgt_tokens = 0;  // non-pad tokens of the step, all ranks
-  int64_t local_tgt_tokens = 0;             // this rank's share
-  int micro_batches = 0;                    // per rank
-  // The divergence the step was found to be (train/divergence.h); None when it was
-  // healthy and applied.
-  DivergenceKind divergence = DivergenceKind::None;
-};
 
 // One pass over the validation shards, summed over all ranks.
 struct ValidationStats {
@@ -201,12 +187,12 @@ class Trainer {
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<Adam> adam_;
   std::unique_ptr<DivergenceDetector> detector_;
+  std::unique_ptr<DivergenceHandling> divergence_handling_;  // train.divergence's policy
   CheckpointKeeping keeping_{config_};  // the files of checkpoint.dir
   std::unique_ptr<RunLock> run_lock_;  // rank 0's, from start_up() to the end of run()
 
-  // run()'s phases follow, in the order it takes them; RunProgress (trainer.cc) is the
-  // state they share between steps: clocks, counts, rank 0's log and metrics file.
-  struct RunProgress;
+  // run()'s phases follow, in the order it takes them; RunProgress (run_progress.h) is
+  // the state they share between steps: clocks, counts, rank 0's log and metrics file.
   // What run() does after a divergent step: the next step, the end of training (as at
   // train.max_steps), or a return with RunEnd::Stopped or RunEnd::Diverged.
   enum class AfterStep { NextStep, EndTraining, Stopped, Diverged };
@@ -223,22 +209,11 @@ class Trainer {
   // the time limit agreed for the step still ends it.
   AfterStep after_divergent_step(StepStats& stats, const DivergenceVerdict& verdict,
                                  const StepDecision& decision, RunProgress& run);
-  // Counts an applied step into the progress line's interval and the summary.
-  void count_trained_step(const StepStats& stats, RunProgress& run);
-  // The "step N/M | loss ..." line of the last step, and its metrics record.
-  void log_progress(RunProgress& run);
   // A stop signal that came during the step's validation or after the decision is agreed
   // into `decision` (a collective after a validation or the test hook's signal), and an
   // interrupted validation is dropped: the job stops at this step rather than the next.
   void agree_on_late_stop_signal(bool validation_due, StepDecision& decision,
                                  std::optional<ValidationStats>& valid, RunProgress& run);
-  // A validation whose perplexity's log is more than train.divergence_loss_factor times
-  // the best's (at least 1), or not finite, diverged: the checkpoints of this run written
-  // after the newest validation that did not are marked diverged, and so is every one
-  // saved until a validation passes again, so that the checkpoint named to resume from is
-  // not one whose perplexity exploded (issue 54: with keep = 2 it named one of ppl 5e8
-  // where the pruned one had 121). Rank 0 marks; every rank judges alike.
-  void judge_validation(const ValidationStats& valid, int64_t step, std::ostream& log);
   // The "valid step N" line, the best values, checkpoint.keep_best's files and
   // checkpoint.patience.
   void record_validation(const ValidationStats& valid, RunProgress& run);
@@ -255,8 +230,6 @@ class Trainer {
   // The end of training: final checkpoint, averages, the check that every rank holds the
   // same parameters, the summary and the "final:" line.
   RunEnd finish_training(RunProgress& run);
-  // The "summary:" line (rank 0): what this run() trained, with and without a stop.
-  void print_summary(RunProgress& run);
 
   // The forward and backward passes of the next step, its gradients summed over the
   // ranks, its loss and gradient norm: everything but the update (completed_steps_ is
@@ -265,16 +238,6 @@ class Trainer {
   // Clips (train.clip_norm) and applies the Adam update of the step compute_step()
   // returned; the step is then complete.
   void apply_update(StepStats& stats);
-  // A divergent step (stats.divergence, agreed by every rank; `why` in words) under
-  // train.divergence: left out, rolled back, or the end of the run (then *stop_reason
-  // says why, for the last line).
-  enum class DivergenceAction { Skipped, RolledBack, Stop };
-  DivergenceAction handle_divergence(const StepStats& stats, const std::string& why,
-                                     std::ostream& log, MetricsFile& metrics,
-                                     double wall_s, std::string* stop_reason);
-  // Continues from the newest healthy checkpoint of checkpoint.dir with the learning rate
-  // reduced; false when there is none.
-  bool roll_back(const StepStats& stats, std::ostream& log);
   // One trainer per run directory: rank 0 takes checkpoint.dir's lock (run_directory.h),
   // which also finds an unwritable directory now. Throws AllRanksError (exit 2) on every
   // rank when it cannot, before any checkpoint is read.
@@ -289,17 +252,8 @@ class Trainer {
   // AllRanksError (exit 2) on every rank before anything is written.
   void claim_run_directory(std::ostream& log);
 
-  // Every rank must read the same vocabulary and pairs: else every rank throws
-  // AllRanksError (exit 3) naming what each read (a collective, at start-up).
-  void check_every_rank_reads_the_same_data() const;
   // checkpoint.resume, else checkpoint.init (the first run of a job has nothing to resume).
   void apply_start_options(std::ostream& log);
-  // Every rank holds the parameters rank 0 holds after apply_start_options: else every
-  // rank throws AllRanksError (exit 1) naming the ranks and the file they read.
-  void check_every_rank_starts_from_the_same_parameters() const;
-  // Every rank reads `path`, which rank 0 chose and has read into *checkpoint already;
-  // all succeed or all throw AllRanksError naming the ranks that could not.
-  void read_chosen_checkpoint(const std::string& path, Checkpoint* checkpoint) const;
   // True (after a "stopped before training" line) when rank 0 has seen a stop signal.
   bool stopped_before_training(std::ostream& log) const;
   void note_world_size_change(const Checkpoint& checkpoint, std::ostream& log) const;
@@ -326,10 +280,6 @@ class Trainer {
   // The best validation values of the run, resumed runs before this one included.
   ValidationRecord best_valid_;
   int checkpoints_written_ = 0;  // by this run() (the summary line counts them)
-  // judge_validation's state: whether the newest validation diverged, and the step of the
-  // newest one that did not (where this run() started, before any).
-  bool validation_diverged_ = false;
-  int64_t last_good_validation_step_ = 0;
   int64_t steps_computed_ = 0;   // compute_step() calls of this process (a test hook counts them)
   int64_t micro_budget_ = 1;  // padded tokens per side of one rank's micro-batch
   std::function<double()> checkpoint_clock_ = steady_seconds;

@@ -1,0 +1,86 @@
+#include "train/rank_agreement.h"
+
+#include <sstream>
+#include <vector>
+
+#include "common/error.h"
+#include "common/sha256.h"
+
+namespace thpc {
+
+void check_every_rank_reads_the_same_data(const Communicator& comm, const BatchSource& source,
+                                          const std::string& data_dir) {
+  // What the model is built from (the vocabulary) and what every rank walks in step (the
+  // pairs of an epoch): equal on every rank, or the ranks would build different models
+  // or leave each other waiting at the end of an epoch.
+  std::ostringstream identity;
+  identity << source.vocab_size() << " pieces";
+  const SpecialIds ids = source.special_ids();
+  identity << " (ids " << ids.pad << "/" << ids.unk << "/" << ids.bos << "/" << ids.eos;
+  if (const std::string* model = source.spm_model()) {
+    identity << ", SentencePiece model sha256 "
+             << sha256_hex(model->data(), model->size()).substr(0, 12) << "...) and "
+             << source.pairs() << " training pairs";
+  } else {
+    identity << ", the synthetic task)";
+  }
+  const std::vector<std::string> all = comm.all_gather_if_different(identity.str());
+  if (all.empty()) return;
+  std::ostringstream message;
+  message << "the ranks read different training data: rank 0 reads " << all[0];
+  for (size_t rank = 1; rank < all.size(); ++rank) {
+    if (all[rank] != all[0]) message << ", rank " << rank << " " << all[rank];
+  }
+  message << "; every rank must read the same data.dir " << data_dir
+          << " (a relative path from different working directories, or a shared filesystem "
+             "that has not caught up?)";
+  throw AllRanksError(message.str(), 3);
+}
+
+void read_the_checkpoint_rank_zero_chose(const Communicator& comm, const std::string& path,
+                                         Checkpoint* checkpoint) {
+  const int64_t step = comm.broadcast_from_root(checkpoint->step);
+  std::string failure;
+  if (!comm.is_root()) {
+    try {
+      *checkpoint = read_checkpoint(path);
+      if (checkpoint->step != step) {
+        THPC_FAIL("checkpoint " << path << ": holds step " << checkpoint->step
+                                << ", rank 0 read step " << step);
+      }
+    } catch (const Error& error) {
+      failure = error.what();
+    }
+  }
+  std::ostringstream failed;
+  const std::vector<std::string> failures = comm.all_gather(failure);
+  for (size_t rank = 0; rank < failures.size(); ++rank) {
+    if (!failures[rank].empty()) failed << "; rank " << rank << ": " << failures[rank];
+  }
+  if (!failed.str().empty()) {
+    throw AllRanksError("rank 0 resumes from " + path + " (step " + std::to_string(step) +
+                        ") but not every rank can read it (a shared filesystem that has not "
+                        "caught up?)" + failed.str());
+  }
+}
+
+void check_every_rank_starts_from_the_same_parameters(const Communicator& comm,
+                                                      const std::string& digest,
+                                                      const std::string& source) {
+  if (comm.size() == 1) return;
+  // Each rank read checkpoint.init (or the checkpoint to resume) itself: the same path can
+  // name different files (working directories, node-local disks). Ranks that start apart
+  // never agree again; found here, not as a check failure at the end.
+  const std::vector<std::string> digests = comm.all_gather(digest);
+  std::ostringstream differing;
+  for (size_t rank = 1; rank < digests.size(); ++rank) {
+    if (digests[rank] != digests[0]) differing << (differing.str().empty() ? "" : ", ") << rank;
+  }
+  if (differing.str().empty()) return;
+  throw AllRanksError("the ranks start from different parameters: rank " + differing.str() +
+                      " read other values than rank 0 from " + source +
+                      " (the same path names different files for them?); every rank must "
+                      "read the same file");
+}
+
+}  // namespace thpc

@@ -1,0 +1,35 @@
+// The ranks' start-up agreement: before the first step every rank must read the same
+// data, the same checkpoint and so hold the same parameters, or the job stops on every
+// rank with one message naming the ranks that differ (a rank that trained apart never
+// agrees again, and one that read other data leaves the others waiting at an epoch's end).
+// Each check is a collective: every rank calls it.
+#pragma once
+
+#include <string>
+
+#include "checkpoint/checkpoint.h"
+#include "data/batch_source.h"
+#include "distributed/communicator.h"
+
+namespace thpc {
+
+// Every rank reads the same vocabulary (size, special ids, SentencePiece model) and the
+// same number of training pairs; else AllRanksError (exit 3) naming what each read from
+// `data_dir`.
+void check_every_rank_reads_the_same_data(const Communicator& comm, const BatchSource& source,
+                                          const std::string& data_dir);
+
+// Every rank reads `path`, which rank 0 chose and has read into *checkpoint already (the
+// others read it into theirs); all succeed at rank 0's step or all throw AllRanksError
+// naming the ranks that could not (a shared filesystem that has not caught up).
+void read_the_checkpoint_rank_zero_chose(const Communicator& comm, const std::string& path,
+                                         Checkpoint* checkpoint);
+
+// Every rank holds rank 0's parameters (`digest`: their sha256) after starting from
+// `source` ("checkpoint PATH", "checkpoint.init PATH" or "train.seed"); else AllRanksError
+// (exit 1) naming the ranks and the source.
+void check_every_rank_starts_from_the_same_parameters(const Communicator& comm,
+                                                      const std::string& digest,
+                                                      const std::string& source);
+
+}  // namespace thpc

@@ -1,0 +1,61 @@
+// Progress and the summary of one Trainer::run(): where rank 0 writes (the log and the
+// metrics file), the clocks of the progress lines, of checkpoint.minutes and of
+// train.max_minutes, and the counts behind the "step N/M" lines and the "summary:" line.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <iosfwd>
+
+#include "checkpoint/checkpoint.h"
+#include "config/config.h"
+#include "train/divergence.h"
+#include "train/run_log.h"
+#include "train/step_stats.h"
+
+namespace thpc {
+
+class RunProgress {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // `log`: the log on rank 0, a silent stream on the others.
+  explicit RunProgress(std::ostream& log) : out(log) {}
+
+  // Training begins after `first_step` (0, or the step resumed from), at `clock_now` on
+  // the trainer's checkpoint clock; `divergence` is the detector's count so far.
+  void begin(int64_t first_step, double clock_now, const DivergenceState& divergence);
+  double seconds_since_start() const;
+  // An applied step, counted into the progress interval and the summary.
+  void count(const StepStats& stats);
+  // The steps after `step` are trained again (a rollback): the interval restarts there.
+  void restart_interval_at(int64_t step);
+  // The "step N/M | loss ..." line of the last counted step, and its metrics record;
+  // `peak_memory_bytes` < 0 when the backend does not know.
+  void log_step(int64_t max_steps, int64_t peak_memory_bytes);
+  // The "summary:" line and record: what this run() trained up to `completed_step`, the
+  // best validation values, the checkpoints it wrote, the divergences it met (`divergence`
+  // now against the count at begin()), and a stop by checkpoint.patience.
+  void log_summary(int64_t completed_step, const ValidationRecord& best, const Config& config,
+                   int checkpoints_written, const DivergenceState& divergence);
+
+  std::ostream& out;         // the log on rank 0, a silent stream on the others
+  MetricsFile metrics;       // rank 0's metrics.jsonl and event file; none on the others
+  int64_t stop_at_step = 0;  // the test hook's step (THPC_TEST_STOP_AT_STEP), or 0
+  int64_t first_step = 0;    // the completed step training began from
+  int64_t last_saved_step = -1;  // the step of the newest checkpoint on disk; -1 none
+  double last_save = 0.0;        // the checkpoint clock at the last checkpoint (or the start)
+  double training_start = 0.0;   // the checkpoint clock when training began
+  int64_t steps_trained = 0;     // updates this process applied (a rollback repeats steps)
+  bool stopped_by_patience = false;
+  StepStats last;  // the last step applied
+
+ private:
+  Clock::time_point start_;           // the wall clock of the progress lines and summary
+  Clock::time_point interval_start_;  // the wall clock at the last progress line
+  int64_t interval_first_step_ = 0;   // the step before the interval's first
+  int64_t interval_tgt_tokens_ = 0, total_tgt_tokens_ = 0;
+  DivergenceState divergence_at_start_;  // the summary gives this run()'s share
+};
+
+}  // namespace thpc
