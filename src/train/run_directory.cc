@@ -410,4 +410,36 @@ RunLock::~RunLock() {
   }
 }
 
+std::unique_ptr<RunLock> lock_run_directory(const Config& config, const Communicator& comm,
+                                            std::ostream& log) {
+  std::unique_ptr<RunLock> lock;
+  std::string refusal;
+  if (comm.is_root()) {
+    try {
+      lock = std::make_unique<RunLock>(config.checkpoint.dir, log);
+    } catch (const Error& e) {
+      refusal = e.what();
+    }
+  }
+  // Every rank stops with rank 0's reason, before any checkpoint is read.
+  refusal = comm.broadcast_from_root(refusal);
+  if (!refusal.empty()) throw AllRanksError(refusal, 2);
+  return lock;
+}
+
+std::string claim_run_directory(const Config& config, const Communicator& comm,
+                                const std::string& run_id, const std::string& resumed_from,
+                                std::ostream& log) {
+  std::string metrics, refusal;
+  if (comm.is_root()) {
+    metrics = run_metrics_path(config, run_id, resumed_from, log);
+    refusal = outputs_that_would_destroy_inputs(config, resumed_from, metrics);
+    if (refusal.empty()) refusal = foreign_run_files(config, run_id, resumed_from, metrics, log);
+  }
+  // Every rank stops with rank 0's reason, before anything is written.
+  refusal = comm.broadcast_from_root(refusal);
+  if (!refusal.empty()) throw AllRanksError(refusal, 2);
+  return metrics;
+}
+
 }  // namespace thpc

@@ -1,7 +1,7 @@
 // The run directory: what a training run owns (checkpoint.dir, its metrics file and
 // TensorBoard events), the lock that keeps a second trainer out of it, and the refusals
-// made before anything is written there. Rank 0's business: the trainer broadcasts what
-// these return so that every rank stops together (Trainer::claim_run_directory).
+// made before anything is written there. Rank 0's business: lock_run_directory and
+// claim_run_directory broadcast rank 0's refusal so that every rank stops together.
 #pragma once
 
 #include <iosfwd>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "distributed/communicator.h"
 
 namespace thpc {
 
@@ -80,5 +81,21 @@ class RunLock {
 
 // The lock file of run directory `dir`: DIR/trainer.lock.
 std::string run_lock_path(const std::string& dir);
+
+// One trainer per run directory: rank 0 takes checkpoint.dir's lock, which also finds an
+// unwritable directory now, and holds it through the returned object (null on the other
+// ranks). Throws AllRanksError (exit 2) on every rank, with rank 0's reason, when it
+// cannot, before any checkpoint is read.
+std::unique_ptr<RunLock> lock_run_directory(const Config& config, const Communicator& comm,
+                                            std::ostream& log);
+
+// A run owns its directory: a fresh run (`resumed_from` empty) refuses a checkpoint.dir or
+// metrics file that holds another run's files, a resumed one those of another run id;
+// with checkpoint.overwrite rank 0 deletes them instead; and no output may destroy an
+// input. Returns rank 0's metrics file (run_metrics_path; "" on the other ranks), or throws
+// AllRanksError (exit 2) on every rank before anything is written.
+std::string claim_run_directory(const Config& config, const Communicator& comm,
+                                const std::string& run_id, const std::string& resumed_from,
+                                std::ostream& log);
 
 }  // namespace thpc

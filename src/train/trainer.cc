@@ -17,11 +17,8 @@
 
 #include <random>
 
-#include "checkpoint/output_file.h"
 #include "common/error.h"
 #include "common/sha256.h"
-#include "data/synthetic.h"
-#include "decode/ensemble.h"
 #include "train/footprint.h"
 #include "train/lr_schedule.h"
 #include "train/rank_agreement.h"
@@ -29,158 +26,10 @@
 #include "train/run_directory.h"
 #include "train/run_log.h"
 #include "train/stop_request.h"
+#include "train/training_setup.h"
+#include "train/validation.h"
 
 namespace thpc {
-
-namespace {
-
-// Each rank's micro-batch: the step's budget divided over ranks and micro-batches. The
-// validation batches are cut by the same budget, so that --eval batches (and hence
-// rounds) exactly as the run that wrote the checkpoint did.
-int64_t micro_batch_budget(const Config& config, const Communicator& comm) {
-  return std::max<int64_t>(1, config.train.tokens_per_step /
-                                  (static_cast<int64_t>(config.train.accumulate) * comm.size()));
-}
-
-}  // namespace
-
-namespace {
-
-std::unique_ptr<ShardReader> make_shard_reader(const Config& config, const std::string& prefix,
-                                               bool shuffle, int shard, int shards) {
-  // The shards are found and checked here: a failure is the data's, and says so.
-  try {
-    ShardReaderSpec spec;
-    spec.files = find_shards(config.data.dir, prefix);
-    spec.seed = config.train.seed;
-    spec.shuffle = shuffle;
-    spec.rank = shard;
-    spec.ranks = shards;
-    spec.memory_budget_bytes = static_cast<int64_t>(config.data.memory_mb) << 20;
-    // make_batch adds eos to the source and bos to the target: one position each.
-    spec.max_sentence_tokens = config.model.max_positions - 1;
-    return std::make_unique<ShardReader>(spec);
-  } catch (const DataError&) {
-    throw;
-  } catch (const Error& error) {
-    throw DataError(error.what());
-  }
-}
-
-}  // namespace
-
-std::unique_ptr<ShardReader> make_validation_source(const Config& config, int shard,
-                                                    int shards) {
-  return make_shard_reader(config, config.data.valid, /*shuffle=*/false, shard, shards);
-}
-
-std::unique_ptr<BatchSource> make_training_source(const Config& config, int shard,
-                                                  int shards) {
-  if (!config.data.dir.empty()) {
-    return make_shard_reader(config, config.data.train, /*shuffle=*/true, shard, shards);
-  }
-  SyntheticSpec spec;
-  spec.task = parse_synthetic_task(config.data.synthetic);
-  spec.vocab = config.data.synthetic_vocab;
-  spec.min_len = config.data.synthetic_min_len;
-  spec.max_len = config.data.synthetic_max_len;
-  spec.seed = config.train.seed;
-  spec.split = SyntheticSplit::Train;
-  spec.shard = shard;
-  spec.shards = shards;
-  return std::make_unique<SyntheticSource>(spec);
-}
-
-namespace {
-
-// A failure to read what BLEU needs from the validation shards is the data's, like the
-// shards' other checks.
-std::unique_ptr<ValidationBleu> make_validation_bleu(const Config& config,
-                                                     const Communicator& comm) {
-  try {
-    return std::make_unique<ValidationBleu>(config, comm);
-  } catch (const DataError&) {
-    throw;
-  } catch (const Error& error) {
-    throw DataError(error.what());
-  }
-}
-
-// The score of the validation translations, into the field of its metric.
-void score_translations(const ValidationBleu& scorer, Transformer& model,
-                        ValidationStats& stats) {
-  (scorer.metric() == "chrf" ? stats.chrf : stats.bleu) = scorer.score(model);
-}
-
-}  // namespace
-
-int resolve_vocab_size(const Config& config, const BatchSource& source) {
-  const int data_vocab = source.vocab_size();
-  if (config.model.vocab_size > 0 && config.model.vocab_size != data_vocab) {
-    // A configuration error every rank finds alike (they read the same data, checked
-    // before): exit 2, one message.
-    throw AllRanksError(config.source_file + ": model.vocab_size is " +
-                            std::to_string(config.model.vocab_size) +
-                            " but the training data has a vocabulary of " +
-                            std::to_string(data_vocab) + " (set 0 to take the data's)",
-                        2);
-  }
-  return data_vocab;
-}
-
-namespace {
-
-// train.backend = cuda in a build that has no CUDA backend: the same on every rank and
-// machine, a configuration error (a build with CUDA on a node without a GPU is the
-// node's: make_backend's runtime error).
-std::string backend_impossible(const Config& config) {
-  if (config.train.backend == "cuda" && !built_with_cuda()) {
-    return config.source_file + ": train.backend = cuda, but " + cuda_unavailable_reason() +
-           "; set train.backend = cpu or auto";
-  }
-  const auto on_the_cpu = [&] {
-    return config.train.backend == "cpu" ||
-           (config.train.backend == "auto" && !cuda_unavailable_reason().empty());
-  };
-  if (config.dist.reducer == "nccl" && on_the_cpu()) {
-    return config.source_file + ": dist.reducer = nccl sums on GPUs, and this run trains on " +
-           "the CPU (train.backend = " + config.train.backend + "); set dist.reducer = mpi " +
-           "or auto";
-  }
-  return "";
-}
-
-}  // namespace
-
-std::string configuration_impossible(const Config& config, const BatchSource& source, int ranks) {
-  const TrainConfig& train = config.train;
-  std::ostringstream why;
-  if (const std::string backend = backend_impossible(config); !backend.empty()) {
-    why << backend;
-  } else if (train.tokens_per_step < static_cast<int64_t>(train.accumulate) * ranks) {
-    why << config.source_file << ": train.tokens_per_step " << train.tokens_per_step
-        << " cannot be shared by " << train.accumulate << " micro-batches on each of " << ranks
-        << " ranks (each needs at least one token)";
-  } else if (train.valid_bleu && train.valid_beam > source.vocab_size()) {
-    // As transformer_decode refuses a beam wider than the vocabulary: valid_beam = 10^9
-    // asked for 26 GB at the first validation, after training up to it.
-    why << config.source_file << ": train.valid_beam " << train.valid_beam
-        << " is wider than the vocabulary of " << source.vocab_size()
-        << " tokens: give at most " << source.vocab_size();
-  } else {
-    const int64_t budget = train.tokens_per_step / (static_cast<int64_t>(train.accumulate) * ranks);
-    if (source.longest_padded_side() > budget) {
-      why << config.source_file << ": train.tokens_per_step " << train.tokens_per_step
-          << " gives each of the " << train.accumulate << " micro-batches on each of " << ranks
-          << " ranks " << budget << " tokens, less than the longest pair of the data takes ("
-          << source.longest_padded_side() << " tokens a side with eos/bos); raise "
-          << "train.tokens_per_step to at least "
-          << source.longest_padded_side() * train.accumulate * ranks
-          << ", or preprocess with a smaller --max-len";
-    }
-  }
-  return why.str();
-}
 
 namespace {
 
@@ -221,6 +70,69 @@ void maybe_inject_failure(const Communicator& comm, int64_t step) {
   if (names_this(fail)) {
     THPC_FAIL("failure injected by THPC_FAIL_AT=" << fail << " at step " << step);
   }
+}
+
+// A note when the checkpoint resumed from was written by another number of ranks.
+void note_world_size_change(const Checkpoint& checkpoint, int ranks, std::ostream& log) {
+  if (checkpoint.world_size == ranks) return;
+  log << "note: the checkpoint was written by " << checkpoint.world_size
+      << " ranks, this run has " << ranks
+      << ": parameters, moments, step and schedule continue, but each rank's share of the "
+      << "batches differs from here on, so the losses are not those of the original run"
+      << std::endl;
+}
+
+// A warning line when a run that validates resumes from a checkpoint without best
+// validation values: best.h5 and checkpoint.patience start afresh.
+void note_missing_best_valid(const Checkpoint& checkpoint, const std::string& source,
+                             const TrainConfig& train, std::ostream& log) {
+  if (checkpoint.best_valid || train.valid_every == 0) return;
+  log << "warning: checkpoint " << source << " holds no best validation values (written "
+      << "before checkpoints stored them): the best valid ppl and bleu, best.h5 and the "
+      << "checkpoint.patience count start afresh at this run's first validation" << std::endl;
+}
+
+// True (after a "stopped before training" line) when any rank has seen a stop signal.
+bool stopped_before_training(const Communicator& comm, int64_t step, std::ostream& log) {
+  const int signal = stop_signal_of_any_rank(comm);
+  if (signal == 0) return false;
+  log << "stopped before training: " << stop_signal_name(signal)
+      << " received during start-up; step=" << step << ", nothing to save" << std::endl;
+  return true;
+}
+
+// "stopping at step N: train.max_minutes = M of training reached".
+void note_time_limit_stop(int64_t step, const TrainConfig& train, std::ostream& out) {
+  out << "stopping at step " << step << ": train.max_minutes = " << train.max_minutes
+      << " of training reached" << std::endl;
+}
+
+// A warning line when dist.bucket_mb cuts the gradient of `parameters` into more than
+// kManyBuckets collectives a step (3e-6 MiB made a step of 0.02 s take 17 s).
+constexpr double kManyBuckets = 1000;
+void warn_of_many_buckets(const DistConfig& dist, int64_t parameters, std::ostream& log) {
+  const double gradient_bytes = 4.0 * static_cast<double>(parameters);
+  const double buckets = std::ceil(gradient_bytes / (dist.bucket_mb * 1024.0 * 1024.0));
+  if (buckets <= kManyBuckets) return;
+  log << "warning: dist.bucket_mb = " << dist.bucket_mb << " cuts the "
+      << std::fixed << std::setprecision(1) << gradient_bytes / (1024.0 * 1024.0)
+      << " MiB gradient into " << std::setprecision(0) << buckets << " buckets, one collective "
+      << "each, every step: each costs tens of microseconds whatever its size (the default "
+      << "25 MiB gives " << std::ceil(gradient_bytes / (25.0 * 1024.0 * 1024.0)) << ")"
+      << std::endl;
+}
+
+// After a resume: a best.h5 that does not verify is moved aside (best.h5.corrupt) by rank
+// 0 with a warning, and every rank drops the run's best value of checkpoint.keep_best
+// (`best`), so that the next validation writes best.h5 again (a damaged best.h5 stayed,
+// and the summary went on reporting its score) and checkpoint.patience cannot part them.
+void drop_a_damaged_best_checkpoint(const Communicator& comm, CheckpointKeeping& keeping,
+                                    const std::string& metric, ValidationRecord& best,
+                                    std::ostream& log) {
+  const bool moved = comm.is_root() && keeping.move_aside_a_damaged_best(log);
+  if (comm.broadcast_from_root(static_cast<int64_t>(moved)) == 0) return;
+  BestValidation& dropped = metric == "ppl" ? best.ppl : metric == "bleu" ? best.bleu : best.chrf;
+  dropped = BestValidation{};
 }
 
 // Divergence injection for the tests of train.divergence: THPC_TEST_NAN_LOSS_AT=N makes
@@ -414,37 +326,11 @@ StepStats Trainer::step() {
                     << config_.train.divergence << ")");
 }
 
-namespace {
-
-// One pass over the validation shards, summed over all ranks.
-ValidationStats validation_pass(Transformer& model, ShardReader& shards,
-                                const Communicator& comm, int64_t budget) {
-  shards.seek(DataPosition{});
-  LossSums sums;
-  // A stop signal ends the pass at the next batch: the caller then records nothing of it
-  // (ValidationStats::interrupted), and the job stops without waiting for the whole set.
-  while (stop_requested_by() == 0) {
-    std::optional<Batch> batch = shards.next_in_epoch(budget);
-    if (!batch) break;
-    const LossSums batch_sums = model.evaluate(*batch);
-    sums.loss += batch_sums.loss;
-    sums.nll += batch_sums.nll;
-    sums.tokens += batch_sums.tokens;
-  }
-  ValidationStats stats;
-  stats.tgt_tokens = comm.sum(sums.tokens);
-  stats.loss = comm.sum(sums.loss) / static_cast<double>(stats.tgt_tokens);
-  stats.nll = comm.sum(sums.nll) / static_cast<double>(stats.tgt_tokens);
-  return stats;
-}
-
-}  // namespace
-
 ValidationStats Trainer::validate() {
   THPC_CHECK(valid_source_ != nullptr, "validation without validation shards");
   ValidationStats stats = validation_pass(*model_, *valid_source_, comm_, micro_budget_);
   // Test hook: THPC_TEST_VALID_NLL_AT=STEP:NLL makes the validation at STEP report NLL on
-  // every rank (a validation whose perplexity exploded), for judge_validation's tests.
+  // every rank (a validation whose perplexity exploded), for DivergenceHandling's tests.
   if (const char* spec = std::getenv("THPC_TEST_VALID_NLL_AT")) {
     long long at = -1;
     double nll = 0;
@@ -453,45 +339,6 @@ ValidationStats Trainer::validate() {
   if (valid_bleu_) score_translations(*valid_bleu_, *model_, stats);
   stats.interrupted = stop_requested_by() != 0;
   return stats;
-}
-
-void evaluate_checkpoint(const Config& config, const std::string& path,
-                         const Communicator& comm, std::ostream& log) {
-  if (config.data.dir.empty()) {
-    THPC_FAIL(config.source_file << ": --eval scores the validation shards: set data.dir");
-  }
-  if (config.data.valid.empty()) THPC_FAIL(config.source_file << ": data.valid: must not be empty");
-  const int device =
-      std::max(0, select_device(comm.local_rank(), visible_cuda_devices(), config.dist.device));
-  const std::unique_ptr<Backend> backend = make_backend(backend_request(config.train, device));
-  const std::unique_ptr<ShardReader> shards =
-      make_validation_source(config, comm.rank(), comm.size());
-  const Checkpoint checkpoint = read_checkpoint(path, CheckpointParts::ParamsOnly);
-  // A model scores the pieces of its own vocabulary only.
-  if (!checkpoint.spm_model.empty() && checkpoint.spm_model != shards->metadata().spm_model) {
-    THPC_FAIL("checkpoint " << path << ": trained with another vocabulary than the "
-                            << config.data.valid << " shards of " << config.data.dir);
-  }
-  Transformer model(config.model, resolve_vocab_size(config, *shards), shards->special_ids(),
-                    *backend, config.train.seed);
-  load_parameters(checkpoint, path, model);
-  ValidationStats stats = validation_pass(model, *shards, comm, micro_batch_budget(config, comm));
-  if (config.train.valid_bleu) {
-    score_translations(*make_validation_bleu(config, comm), model, stats);
-  }
-  // A stop signal cut the pass short on some rank: its numbers are not the checkpoint's.
-  if (const int signal = stop_signal_of_any_rank(comm)) {
-    if (comm.is_root()) {
-      log << "stopped: " << stop_signal_name(signal) << " received during --eval of " << path
-          << "; nothing evaluated" << std::endl;
-    }
-    return;
-  }
-  if (!comm.is_root()) return;
-  log << "evaluated " << path << " (step " << checkpoint.step << ") on " << config.data.dir
-      << "/" << config.data.valid << ".*.h5" << std::endl;
-  log << log_line("valid step " + std::to_string(checkpoint.step), validation_fields(stats))
-      << std::endl;
 }
 
 namespace {
@@ -535,33 +382,6 @@ Checkpoint Trainer::snapshot() const {
   return checkpoint;
 }
 
-void Trainer::drop_a_damaged_best_checkpoint(std::ostream& log) {
-  const bool moved = comm_.is_root() && keeping_.move_aside_a_damaged_best(log);
-  // Every rank drops the best value, so that best.h5 and checkpoint.patience cannot part them.
-  if (comm_.broadcast_from_root(static_cast<int64_t>(moved)) == 0) return;
-  const std::string& metric = config_.checkpoint.keep_best;
-  BestValidation& best = metric == "ppl"    ? best_valid_.ppl
-                         : metric == "bleu" ? best_valid_.bleu
-                                            : best_valid_.chrf;
-  best = BestValidation{};
-}
-
-void check_checkpoint_vocabulary(const Checkpoint& checkpoint, const std::string& path,
-                                 const BatchSource& data, const Config& config) {
-  const std::string* shards = data.spm_model();
-  if (checkpoint.spm_model.empty() || shards == nullptr || *shards == checkpoint.spm_model) return;
-  const std::string difference = sentencepiece_vocabulary_difference(
-      checkpoint.spm_model, "the checkpoint's", *shards, "the shards'");
-  // Models that differ as bytes but not as vocabularies (a retrained model with the same
-  // pieces) give the ids the same meaning.
-  if (difference.empty()) return;
-  THPC_FAIL("checkpoint " << path << ": trained on another SentencePiece vocabulary than the "
-            << "shards of data.dir " << config.data.dir << " (" << difference
-            << "), of the same size: its ids would mean other pieces. Preprocess the data "
-            << "with the checkpoint's model (transformer_preprocess --spm-model), or start "
-            << "afresh");
-}
-
 void Trainer::restore(const Checkpoint& checkpoint, const std::string& source) {
   check_architecture(checkpoint, *model_, source);
   check_checkpoint_vocabulary(checkpoint, source, *source_, config_);
@@ -591,32 +411,6 @@ void Trainer::restore(const Checkpoint& checkpoint, const std::string& source) {
   if (!checkpoint.run_id.empty()) run_id_ = checkpoint.run_id;
   checkpoint_loss_ = checkpoint.loss;
   detector_->restore(checkpoint.divergence.value_or(DivergenceState{}));
-}
-
-void Trainer::note_world_size_change(const Checkpoint& checkpoint, std::ostream& log) const {
-  if (checkpoint.world_size == comm_.size()) return;
-  log << "note: the checkpoint was written by " << checkpoint.world_size
-      << " ranks, this run has " << comm_.size()
-      << ": parameters, moments, step and schedule continue, but each rank's share of the "
-      << "batches differs from here on, so the losses are not those of the original run"
-      << std::endl;
-}
-
-void Trainer::note_missing_best_valid(const Checkpoint& checkpoint, const std::string& source,
-                                      std::ostream& log) const {
-  if (checkpoint.best_valid || config_.train.valid_every == 0) return;
-  log << "warning: checkpoint " << source << " holds no best validation values (written "
-      << "before checkpoints stored them): the best valid ppl and bleu, best.h5 and the "
-      << "checkpoint.patience count start afresh at this run's first validation" << std::endl;
-}
-
-bool Trainer::stopped_before_training(std::ostream& log) const {
-  const int signal = stop_signal_of_any_rank(comm_);
-  if (signal == 0) return false;
-  log << "stopped before training: " << stop_signal_name(signal)
-      << " received during start-up; step=" << completed_steps_
-      << ", nothing to save" << std::endl;
-  return true;
 }
 
 namespace {
@@ -692,9 +486,9 @@ void Trainer::apply_start_options(std::ostream& log) {
           << checkpoint.data_position.epoch << ", index " << checkpoint.data_position.index
           << "; read and verified in " << std::fixed << std::setprecision(2) << seconds << " s)"
           << std::endl;
-      note_world_size_change(checkpoint, log);
-      note_missing_best_valid(checkpoint, path, log);
-      drop_a_damaged_best_checkpoint(log);
+      note_world_size_change(checkpoint, comm_.size(), log);
+      note_missing_best_valid(checkpoint, path, config_.train, log);
+      drop_a_damaged_best_checkpoint(comm_, keeping_, config_.checkpoint.keep_best, best_valid_, log);
       return;
     }
     log << "checkpoint.resume=" << options.resume << ": no valid checkpoint in " << options.dir
@@ -710,9 +504,9 @@ void Trainer::apply_start_options(std::ostream& log) {
       log << "note: " << options.resume << " is marked " << checkpoint_state_name(checkpoint.state)
           << " (checkpoint.resume names it, so the run continues from it)" << std::endl;
     }
-    note_world_size_change(checkpoint, log);
-    note_missing_best_valid(checkpoint, options.resume, log);
-    drop_a_damaged_best_checkpoint(log);
+    note_world_size_change(checkpoint, comm_.size(), log);
+    note_missing_best_valid(checkpoint, options.resume, config_.train, log);
+    drop_a_damaged_best_checkpoint(comm_, keeping_, config_.checkpoint.keep_best, best_valid_, log);
     return;
   }
   if (!options.init.empty()) {
@@ -723,32 +517,9 @@ void Trainer::apply_start_options(std::ostream& log) {
   }
 }
 
-std::string Trainer::save_checkpoint(std::ostream& log) {
-  // Copying the state out is what the other ranks would wait for; the file write could
-  // overlap training (docs/checkpoints.md says why it does not yet).
-  const auto start = std::chrono::steady_clock::now();
-  const Checkpoint state = snapshot();
-  const double copy_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  ++checkpoints_written_;
-  return keeping_.save(state, copy_seconds, log);
-}
-
-
 double steady_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-std::vector<LogField> validation_fields(const ValidationStats& valid) {
-  std::vector<LogField> fields = {
-      fixed_field("loss", "valid_loss", valid.loss, 4),
-      fixed_field("ppl", "valid_ppl", std::exp(valid.nll), 2),
-      fixed_field("target tokens", "valid_tgt_tokens", static_cast<double>(valid.tgt_tokens), 0)};
-  // Only runs that translate have the field, so that the lines of the others stay as they were.
-  if (!std::isnan(valid.bleu)) fields.push_back(fixed_field("bleu", "valid_bleu", valid.bleu, 2));
-  if (!std::isnan(valid.chrf)) fields.push_back(fixed_field("chrf", "valid_chrf", valid.chrf, 2));
-  return fields;
 }
 
 namespace {
@@ -770,7 +541,6 @@ void note_validation(BestValidation& best, double value, Better better, int64_t 
   }
 }
 
-// The record's entry of a metric of checkpoint.keep_best or train.valid_metric.
 }  // namespace
 
 RunEnd Trainer::run(std::ostream& log) {
@@ -823,9 +593,9 @@ bool Trainer::start_up(std::ostream& out) {
   if (valid_source_) valid_source_->print_notes(out, "data.valid");
   // A signal during start-up (before run(): main installed the handler first) or while a
   // checkpoint was read ends the run here; the state is what is on disk already.
-  if (stopped_before_training(out)) return false;
-  warn_of_many_buckets(out);
-  lock_run_directory(out);
+  if (stopped_before_training(comm_, completed_steps_, out)) return false;
+  if (reducer_) warn_of_many_buckets(config_.dist, model_->params().count(), out);
+  run_lock_ = lock_run_directory(config_, comm_, out);
   apply_start_options(out);
   const CheckpointConfig& start = config_.checkpoint;
   check_every_rank_starts_from_the_same_parameters(
@@ -833,8 +603,8 @@ bool Trainer::start_up(std::ostream& out) {
       !resumed_from_.empty() ? "checkpoint " + resumed_from_
       : !start.init.empty()  ? "checkpoint.init " + start.init
                              : "train.seed");
-  if (stopped_before_training(out)) return false;
-  claim_run_directory(out);
+  if (stopped_before_training(comm_, completed_steps_, out)) return false;
+  metrics_path_ = claim_run_directory(config_, comm_, run_id_, resumed_from_, out);
   return true;
 }
 
@@ -893,7 +663,7 @@ Trainer::AfterStep Trainer::after_divergent_step(StepStats& stats,
       run.metrics, run.seconds_since_start(), restore_keeping_the_best, &stop_reason);
   if (action == DivergenceHandling::Action::Stop) {
     run.log_summary(completed_steps_, best_valid_, config_, checkpoints_written_,
-                  detector_->state());
+                    detector_->state());
     const std::string kept =
         comm_.is_root() ? keeping_.diverged_parameters_file(run_id_, completed_steps_) : "";
     run.out << "diverged: " << stop_reason << "; its update is not applied, and the "
@@ -919,7 +689,7 @@ Trainer::AfterStep Trainer::after_divergent_step(StepStats& stats,
     return AfterStep::Stopped;
   }
   if (decision.out_of_time) {
-    note_time_limit_stop(run.out);
+    note_time_limit_stop(completed_steps_, config_.train, run.out);
     return AfterStep::EndTraining;
   }
   return AfterStep::NextStep;
@@ -980,7 +750,17 @@ void Trainer::record_validation(const ValidationStats& valid, RunProgress& run) 
 }
 
 std::string Trainer::save_completed_step(RunProgress& run) {
-  const std::string path = comm_.is_root() ? save_checkpoint(run.out) : std::string();
+  std::string path;
+  if (comm_.is_root()) {
+    // Copying the state out is what the other ranks would wait for; the file write could
+    // overlap training (docs/checkpoints.md says why it does not yet).
+    const auto start = std::chrono::steady_clock::now();
+    const Checkpoint state = snapshot();
+    const double copy_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++checkpoints_written_;
+    path = keeping_.save(state, copy_seconds, run.out);
+  }
   run.last_saved_step = completed_steps_;
   run.last_save = checkpoint_clock_();
   return path;
@@ -1003,19 +783,14 @@ RunEnd Trainer::stop_by_signal(int signal, RunProgress& run) {
 bool Trainer::ends_training_early(const StepDecision& decision, RunProgress& run) {
   if (decision.out_of_time && !run.stopped_by_patience &&
       run.last.step < config_.train.max_steps) {
-    note_time_limit_stop(run.out);
+    note_time_limit_stop(completed_steps_, config_.train, run.out);
   }
   return run.stopped_by_patience || decision.out_of_time;
 }
 
-void Trainer::note_time_limit_stop(std::ostream& out) const {
-  out << "stopping at step " << completed_steps_ << ": train.max_minutes = "
-      << config_.train.max_minutes << " of training reached" << std::endl;
-}
-
 RunEnd Trainer::finish_training(RunProgress& run) {
   if (comm_.is_root()) {
-    if (run.last_saved_step != completed_steps_) save_checkpoint(run.out);
+    if (run.last_saved_step != completed_steps_) save_completed_step(run);
     for (const bool best : {false, true}) {
       const int wanted = best ? config_.checkpoint.average_best : config_.checkpoint.average_last;
       if (wanted > 0) keeping_.write_average(best, completed_steps_, run.out);
@@ -1045,47 +820,5 @@ RunEnd Trainer::finish_training(RunProgress& run) {
           << " params_sha256=" << digest << std::endl;
   return RunEnd::Finished;
 }
-
-void Trainer::warn_of_many_buckets(std::ostream& log) const {
-  if (!reducer_) return;
-  const double gradient_bytes = 4.0 * static_cast<double>(model_->params().count());
-  const double buckets = std::ceil(gradient_bytes / (config_.dist.bucket_mb * 1024.0 * 1024.0));
-  if (buckets <= kManyBuckets) return;
-  log << "warning: dist.bucket_mb = " << config_.dist.bucket_mb << " cuts the "
-      << std::fixed << std::setprecision(1) << gradient_bytes / (1024.0 * 1024.0)
-      << " MiB gradient into " << std::setprecision(0) << buckets << " buckets, one collective "
-      << "each, every step: each costs tens of microseconds whatever its size (the default "
-      << "25 MiB gives " << std::ceil(gradient_bytes / (25.0 * 1024.0 * 1024.0)) << ")"
-      << std::endl;
-}
-
-void Trainer::lock_run_directory(std::ostream& log) {
-  std::string refusal;
-  if (comm_.is_root()) {
-    try {
-      run_lock_ = std::make_unique<RunLock>(config_.checkpoint.dir, log);
-    } catch (const Error& e) {
-      refusal = e.what();
-    }
-  }
-  // Every rank stops with rank 0's reason, before any checkpoint is read.
-  refusal = comm_.broadcast_from_root(refusal);
-  if (!refusal.empty()) throw AllRanksError(refusal, 2);
-}
-
-void Trainer::claim_run_directory(std::ostream& log) {
-  std::string refusal;
-  if (comm_.is_root()) {
-    metrics_path_ = run_metrics_path(config_, run_id_, resumed_from_, log);
-    refusal = outputs_that_would_destroy_inputs(config_, resumed_from_, metrics_path_);
-  }
-  if (comm_.is_root() && refusal.empty()) {
-    refusal = foreign_run_files(config_, run_id_, resumed_from_, metrics_path_, log);
-  }
-  // Every rank stops with rank 0's reason, before anything is written.
-  refusal = comm_.broadcast_from_root(refusal);
-  if (!refusal.empty()) throw AllRanksError(refusal, 2);
-}
-
 
 }  // namespace thpc

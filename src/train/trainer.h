@@ -29,19 +29,13 @@
 #include "train/run_log.h"
 #include "train/step_decision.h"
 #include "train/step_stats.h"
+#include "train/training_setup.h"
+#include "train/validation.h"
 #include "train/valid_bleu.h"
 
 namespace thpc {
 
 class RunProgress;
-
-// The training or validation shards are missing or invalid (found by the checks made
-// before training): transformer_hpc exits 3 for it, which a job script can tell from a
-// crash (exit 1) and need not retry.
-class DataError : public Error {
- public:
-  explicit DataError(const std::string& message) : Error(message) {}
-};
 
 // A stop signal (SIGTERM, SIGUSR1) that reached some rank during start-up, while the
 // data was read or the model built: every rank raises it at the same point (an agreed
@@ -60,61 +54,8 @@ class StoppedDuringStartUp : public AllRanksError {
 // every rank calls it at the same point of start-up).
 void stop_if_signalled_during_start_up(const Communicator& comm);
 
-// The training data the config names (data.dir's shards, else the synthetic task); rank
-// `shard` of `shards` gets its share. Missing or invalid shards throw DataError.
-std::unique_ptr<BatchSource> make_training_source(const Config& config, int shard = 0,
-                                                  int shards = 1);
-
-// The validation shards (data.dir/data.valid), in file order, rank `shard`'s share.
-std::unique_ptr<ShardReader> make_validation_source(const Config& config, int shard = 0,
-                                                    int shards = 1);
-
-// The vocabulary the model is built with: model.vocab_size, which must match the
-// data's when both are given, or the data's.
-int resolve_vocab_size(const Config& config, const BatchSource& source);
-
-// Why the configuration cannot train with this build, or on `source` with `ranks` ranks
-// ("" when it can): train.backend = cuda in a build without CUDA, train.tokens_per_step
-// too small to share among the ranks' micro-batches, a train.valid_beam wider than the
-// vocabulary, or a micro-batch budget below the longest pair of the data. A configuration error (exit 2) that --dry-run finds as
-// training does, before anything is built.
-std::string configuration_impossible(const Config& config, const BatchSource& source, int ranks);
-
-// Throws unless `checkpoint` (read from `path`) was trained on the vocabulary of `data`,
-// the training shards: the same SentencePiece pieces (a model of another vocabulary of
-// the same size passed the architecture check, and its ids meant other pieces). Resume,
-// checkpoint.init and --dry-run check alike; a checkpoint or data without a stored model
-// (the synthetic task, older files) is not compared.
-void check_checkpoint_vocabulary(const Checkpoint& checkpoint, const std::string& path,
-                                 const BatchSource& data, const Config& config);
-
 // Seconds on the monotonic clock (std::chrono::steady_clock), from an arbitrary origin.
 double steady_seconds();
-
-// One pass over the validation shards, summed over all ranks.
-struct ValidationStats {
-  double loss = 0.0;  // label-smoothed cross-entropy per target token
-  double nll = 0.0;   // per target token; perplexity = exp(nll)
-  int64_t tgt_tokens = 0;
-  // The score of the translations, with train.valid_bleu (valid_bleu.h): in the field of
-  // train.valid_metric; the other, and both without valid_bleu, NaN.
-  double bleu = NAN;
-  double chrf = NAN;
-  // A stop signal reached this rank before the pass ended: the pass may have been cut
-  // short (it stops at the next batch), and the values are not the validation set's.
-  bool interrupted = false;
-};
-
-// The fields of a "valid step N | loss ... | ppl ... | target tokens ... [| bleu ...]" line
-// ("| chrf ..." with train.valid_metric = chrf).
-std::vector<LogField> validation_fields(const ValidationStats& stats);
-
-// transformer_hpc CONFIG --eval CHECKPOINT: the validation loss and perplexity of the
-// checkpoint's parameters on the config's validation shards, printed by rank 0 as the
-// "valid step N" line of a training run (N = the checkpoint's step). Trains nothing and
-// writes no file.
-void evaluate_checkpoint(const Config& config, const std::string& path,
-                         const Communicator& comm, std::ostream& log);
 
 // How run() ended: all train.max_steps done (or ended early like it by checkpoint.patience
 // or train.max_minutes), or stopped early by SIGTERM/SIGUSR1 after
@@ -225,8 +166,6 @@ class Trainer {
   // True when checkpoint.patience or train.max_minutes ends training at this step (the
   // time limit's "stopping at step" line printed), which then ends like a finished run.
   bool ends_training_early(const StepDecision& decision, RunProgress& run);
-  // "stopping at step N: train.max_minutes = M of training reached".
-  void note_time_limit_stop(std::ostream& out) const;
   // The end of training: final checkpoint, averages, the check that every rank holds the
   // same parameters, the summary and the "final:" line.
   RunEnd finish_training(RunProgress& run);
@@ -238,37 +177,8 @@ class Trainer {
   // Clips (train.clip_norm) and applies the Adam update of the step compute_step()
   // returned; the step is then complete.
   void apply_update(StepStats& stats);
-  // One trainer per run directory: rank 0 takes checkpoint.dir's lock (run_directory.h),
-  // which also finds an unwritable directory now. Throws AllRanksError (exit 2) on every
-  // rank when it cannot, before any checkpoint is read.
-  void lock_run_directory(std::ostream& log);
-  // A warning line when dist.bucket_mb cuts the gradient into more than kManyBuckets
-  // collectives a step (3e-6 MiB made a step of 0.02 s take 17 s).
-  static constexpr double kManyBuckets = 1000;
-  void warn_of_many_buckets(std::ostream& log) const;
-  // A run owns its directory: a fresh run (no checkpoint.resume) refuses a checkpoint.dir
-  // or metrics file that holds another run's files, a resumed one those of another run
-  // id; with checkpoint.overwrite rank 0 deletes them instead (run_directory.h). Throws
-  // AllRanksError (exit 2) on every rank before anything is written.
-  void claim_run_directory(std::ostream& log);
-
   // checkpoint.resume, else checkpoint.init (the first run of a job has nothing to resume).
   void apply_start_options(std::ostream& log);
-  // True (after a "stopped before training" line) when rank 0 has seen a stop signal.
-  bool stopped_before_training(std::ostream& log) const;
-  void note_world_size_change(const Checkpoint& checkpoint, std::ostream& log) const;
-  // A warning line when a run that validates resumes from a checkpoint without best
-  // validation values: best.h5 and checkpoint.patience start afresh.
-  void note_missing_best_valid(const Checkpoint& checkpoint, const std::string& source,
-                               std::ostream& log) const;
-  // After a resume: a best.h5 that does not verify is moved aside (best.h5.corrupt) with a
-  // warning, and the run's best value of checkpoint.keep_best dropped with it, so that the
-  // next validation writes best.h5 again (a damaged best.h5 stayed, and the summary went
-  // on reporting its score).
-  void drop_a_damaged_best_checkpoint(std::ostream& log);
-  // Rank 0: DIR/step_NNNNNNNN.h5 of the completed step, pruned to checkpoint.keep
-  // (CheckpointKeeping::save).
-  std::string save_checkpoint(std::ostream& log);
 
   int64_t completed_steps_ = 0;
   // The run's id (Checkpoint::run_id): new for a fresh start, the checkpoint's on resume.

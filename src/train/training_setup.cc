@@ -1,0 +1,137 @@
+#include "train/training_setup.h"
+
+#include <sstream>
+
+#include "common/error.h"
+#include "data/synthetic.h"
+#include "model/backends.h"
+#include "decode/ensemble.h"
+#include "distributed/communicator.h"
+
+namespace thpc {
+
+namespace {
+
+std::unique_ptr<ShardReader> make_shard_reader(const Config& config, const std::string& prefix,
+                                               bool shuffle, int shard, int shards) {
+  // The shards are found and checked here: a failure is the data's, and says so.
+  try {
+    ShardReaderSpec spec;
+    spec.files = find_shards(config.data.dir, prefix);
+    spec.seed = config.train.seed;
+    spec.shuffle = shuffle;
+    spec.rank = shard;
+    spec.ranks = shards;
+    spec.memory_budget_bytes = static_cast<int64_t>(config.data.memory_mb) << 20;
+    // make_batch adds eos to the source and bos to the target: one position each.
+    spec.max_sentence_tokens = config.model.max_positions - 1;
+    return std::make_unique<ShardReader>(spec);
+  } catch (const DataError&) {
+    throw;
+  } catch (const Error& error) {
+    throw DataError(error.what());
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<ShardReader> make_validation_source(const Config& config, int shard,
+                                                    int shards) {
+  return make_shard_reader(config, config.data.valid, /*shuffle=*/false, shard, shards);
+}
+
+std::unique_ptr<BatchSource> make_training_source(const Config& config, int shard,
+                                                  int shards) {
+  if (!config.data.dir.empty()) {
+    return make_shard_reader(config, config.data.train, /*shuffle=*/true, shard, shards);
+  }
+  SyntheticSpec spec;
+  spec.task = parse_synthetic_task(config.data.synthetic);
+  spec.vocab = config.data.synthetic_vocab;
+  spec.min_len = config.data.synthetic_min_len;
+  spec.max_len = config.data.synthetic_max_len;
+  spec.seed = config.train.seed;
+  spec.split = SyntheticSplit::Train;
+  spec.shard = shard;
+  spec.shards = shards;
+  return std::make_unique<SyntheticSource>(spec);
+}
+
+int resolve_vocab_size(const Config& config, const BatchSource& source) {
+  const int data_vocab = source.vocab_size();
+  if (config.model.vocab_size > 0 && config.model.vocab_size != data_vocab) {
+    // A configuration error every rank finds alike (they read the same data, checked
+    // before): exit 2, one message.
+    throw AllRanksError(config.source_file + ": model.vocab_size is " +
+                            std::to_string(config.model.vocab_size) +
+                            " but the training data has a vocabulary of " +
+                            std::to_string(data_vocab) + " (set 0 to take the data's)",
+                        2);
+  }
+  return data_vocab;
+}
+
+std::string backend_impossible(const Config& config) {
+  if (config.train.backend == "cuda" && !built_with_cuda()) {
+    return config.source_file + ": train.backend = cuda, but " + cuda_unavailable_reason() +
+           "; set train.backend = cpu or auto";
+  }
+  const auto on_the_cpu = [&] {
+    return config.train.backend == "cpu" ||
+           (config.train.backend == "auto" && !cuda_unavailable_reason().empty());
+  };
+  if (config.dist.reducer == "nccl" && on_the_cpu()) {
+    return config.source_file + ": dist.reducer = nccl sums on GPUs, and this run trains on " +
+           "the CPU (train.backend = " + config.train.backend + "); set dist.reducer = mpi " +
+           "or auto";
+  }
+  return "";
+}
+
+std::string configuration_impossible(const Config& config, const BatchSource& source, int ranks) {
+  const TrainConfig& train = config.train;
+  std::ostringstream why;
+  if (const std::string backend = backend_impossible(config); !backend.empty()) {
+    why << backend;
+  } else if (train.tokens_per_step < static_cast<int64_t>(train.accumulate) * ranks) {
+    why << config.source_file << ": train.tokens_per_step " << train.tokens_per_step
+        << " cannot be shared by " << train.accumulate << " micro-batches on each of " << ranks
+        << " ranks (each needs at least one token)";
+  } else if (train.valid_bleu && train.valid_beam > source.vocab_size()) {
+    // As transformer_decode refuses a beam wider than the vocabulary: valid_beam = 10^9
+    // asked for 26 GB at the first validation, after training up to it.
+    why << config.source_file << ": train.valid_beam " << train.valid_beam
+        << " is wider than the vocabulary of " << source.vocab_size()
+        << " tokens: give at most " << source.vocab_size();
+  } else {
+    const int64_t budget = train.tokens_per_step / (static_cast<int64_t>(train.accumulate) * ranks);
+    if (source.longest_padded_side() > budget) {
+      why << config.source_file << ": train.tokens_per_step " << train.tokens_per_step
+          << " gives each of the " << train.accumulate << " micro-batches on each of " << ranks
+          << " ranks " << budget << " tokens, less than the longest pair of the data takes ("
+          << source.longest_padded_side() << " tokens a side with eos/bos); raise "
+          << "train.tokens_per_step to at least "
+          << source.longest_padded_side() * train.accumulate * ranks
+          << ", or preprocess with a smaller --max-len";
+    }
+  }
+  return why.str();
+}
+
+void check_checkpoint_vocabulary(const Checkpoint& checkpoint, const std::string& path,
+                                 const BatchSource& data, const Config& config) {
+  const std::string* shards = data.spm_model();
+  if (checkpoint.spm_model.empty() || shards == nullptr || *shards == checkpoint.spm_model) return;
+  const std::string difference = sentencepiece_vocabulary_difference(
+      checkpoint.spm_model, "the checkpoint's", *shards, "the shards'");
+  // Models that differ as bytes but not as vocabularies (a retrained model with the same
+  // pieces) give the ids the same meaning.
+  if (difference.empty()) return;
+  THPC_FAIL("checkpoint " << path << ": trained on another SentencePiece vocabulary than the "
+            << "shards of data.dir " << config.data.dir << " (" << difference
+            << "), of the same size: its ids would mean other pieces. Preprocess the data "
+            << "with the checkpoint's model (transformer_preprocess --spm-model), or start "
+            << "afresh");
+}
+
+}  // namespace thpc

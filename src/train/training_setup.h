@@ -1,0 +1,60 @@
+// What a run is built from, checked before anything is built: the training and
+// validation data sources, the vocabulary the model takes, the configurations that this
+// build, these data or this many ranks cannot train, and a checkpoint's vocabulary against
+// the data's. The trainer and --dry-run (main.cc) check alike, so that a dry run refuses
+// what training would.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "checkpoint/checkpoint.h"
+#include "common/error.h"
+#include "config/config.h"
+#include "data/batch_source.h"
+#include "data/shard_reader.h"
+
+namespace thpc {
+
+// The training or validation shards are missing or invalid (found by the checks made
+// before training): transformer_hpc exits 3 for it, which a job script can tell from a
+// crash (exit 1) and need not retry.
+class DataError : public Error {
+ public:
+  explicit DataError(const std::string& message) : Error(message) {}
+};
+
+// The training data the config names (data.dir's shards, else the synthetic task); rank
+// `shard` of `shards` gets its share. Missing or invalid shards throw DataError.
+std::unique_ptr<BatchSource> make_training_source(const Config& config, int shard = 0,
+                                                  int shards = 1);
+
+// The validation shards (data.dir/data.valid), in file order, rank `shard`'s share.
+std::unique_ptr<ShardReader> make_validation_source(const Config& config, int shard = 0,
+                                                    int shards = 1);
+
+// The vocabulary the model is built with: model.vocab_size, which must match the
+// data's when both are given, or the data's.
+int resolve_vocab_size(const Config& config, const BatchSource& source);
+
+// train.backend = cuda in a build without CUDA, or dist.reducer = nccl on the CPU: the
+// same on every rank and machine, a configuration error ("" when there is none; a build
+// with CUDA on a node without a GPU is the node's: make_backend's runtime error).
+std::string backend_impossible(const Config& config);
+
+// Why the configuration cannot train with this build, or on `source` with `ranks` ranks
+// ("" when it can): train.backend = cuda in a build without CUDA, train.tokens_per_step
+// too small to share among the ranks' micro-batches, a train.valid_beam wider than the
+// vocabulary, or a micro-batch budget below the longest pair of the data. A configuration error (exit 2) that --dry-run finds as
+// training does, before anything is built.
+std::string configuration_impossible(const Config& config, const BatchSource& source, int ranks);
+
+// Throws unless `checkpoint` (read from `path`) was trained on the vocabulary of `data`,
+// the training shards: the same SentencePiece pieces (a model of another vocabulary of
+// the same size passed the architecture check, and its ids meant other pieces). Resume,
+// checkpoint.init and --dry-run check alike; a checkpoint or data without a stored model
+// (the synthetic task, older files) is not compared.
+void check_checkpoint_vocabulary(const Checkpoint& checkpoint, const std::string& path,
+                                 const BatchSource& data, const Config& config);
+
+}  // namespace thpc

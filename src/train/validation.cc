@@ -1,0 +1,116 @@
+#include "train/validation.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <ostream>
+
+#include "common/error.h"
+#include "model/backends.h"
+#include "model/checkpoint_params.h"
+#include "train/step_decision.h"
+#include "train/stop_request.h"
+#include "train/training_setup.h"
+
+namespace thpc {
+
+// Each rank's micro-batch: the step's budget divided over ranks and micro-batches. The
+// validation batches are cut by the same budget, so that --eval batches (and hence
+// rounds) exactly as the run that wrote the checkpoint did.
+int64_t micro_batch_budget(const Config& config, const Communicator& comm) {
+  return std::max<int64_t>(1, config.train.tokens_per_step /
+                                  (static_cast<int64_t>(config.train.accumulate) * comm.size()));
+}
+
+// A failure to read what BLEU needs from the validation shards is the data's, like the
+// shards' other checks.
+std::unique_ptr<ValidationBleu> make_validation_bleu(const Config& config,
+                                                     const Communicator& comm) {
+  try {
+    return std::make_unique<ValidationBleu>(config, comm);
+  } catch (const DataError&) {
+    throw;
+  } catch (const Error& error) {
+    throw DataError(error.what());
+  }
+}
+
+// The score of the validation translations, into the field of its metric.
+void score_translations(const ValidationBleu& scorer, Transformer& model,
+                        ValidationStats& stats) {
+  (scorer.metric() == "chrf" ? stats.chrf : stats.bleu) = scorer.score(model);
+}
+
+// One pass over the validation shards, summed over all ranks.
+ValidationStats validation_pass(Transformer& model, ShardReader& shards,
+                                const Communicator& comm, int64_t budget) {
+  shards.seek(DataPosition{});
+  LossSums sums;
+  // A stop signal ends the pass at the next batch: the caller then records nothing of it
+  // (ValidationStats::interrupted), and the job stops without waiting for the whole set.
+  while (stop_requested_by() == 0) {
+    std::optional<Batch> batch = shards.next_in_epoch(budget);
+    if (!batch) break;
+    const LossSums batch_sums = model.evaluate(*batch);
+    sums.loss += batch_sums.loss;
+    sums.nll += batch_sums.nll;
+    sums.tokens += batch_sums.tokens;
+  }
+  ValidationStats stats;
+  stats.tgt_tokens = comm.sum(sums.tokens);
+  stats.loss = comm.sum(sums.loss) / static_cast<double>(stats.tgt_tokens);
+  stats.nll = comm.sum(sums.nll) / static_cast<double>(stats.tgt_tokens);
+  return stats;
+}
+
+std::vector<LogField> validation_fields(const ValidationStats& valid) {
+  std::vector<LogField> fields = {
+      fixed_field("loss", "valid_loss", valid.loss, 4),
+      fixed_field("ppl", "valid_ppl", std::exp(valid.nll), 2),
+      fixed_field("target tokens", "valid_tgt_tokens", static_cast<double>(valid.tgt_tokens), 0)};
+  // Only runs that translate have the field, so that the lines of the others stay as they were.
+  if (!std::isnan(valid.bleu)) fields.push_back(fixed_field("bleu", "valid_bleu", valid.bleu, 2));
+  if (!std::isnan(valid.chrf)) fields.push_back(fixed_field("chrf", "valid_chrf", valid.chrf, 2));
+  return fields;
+}
+
+void evaluate_checkpoint(const Config& config, const std::string& path,
+                         const Communicator& comm, std::ostream& log) {
+  if (config.data.dir.empty()) {
+    THPC_FAIL(config.source_file << ": --eval scores the validation shards: set data.dir");
+  }
+  if (config.data.valid.empty()) THPC_FAIL(config.source_file << ": data.valid: must not be empty");
+  const int device =
+      std::max(0, select_device(comm.local_rank(), visible_cuda_devices(), config.dist.device));
+  const std::unique_ptr<Backend> backend = make_backend(backend_request(config.train, device));
+  const std::unique_ptr<ShardReader> shards =
+      make_validation_source(config, comm.rank(), comm.size());
+  const Checkpoint checkpoint = read_checkpoint(path, CheckpointParts::ParamsOnly);
+  // A model scores the pieces of its own vocabulary only.
+  if (!checkpoint.spm_model.empty() && checkpoint.spm_model != shards->metadata().spm_model) {
+    THPC_FAIL("checkpoint " << path << ": trained with another vocabulary than the "
+                            << config.data.valid << " shards of " << config.data.dir);
+  }
+  Transformer model(config.model, resolve_vocab_size(config, *shards), shards->special_ids(),
+                    *backend, config.train.seed);
+  load_parameters(checkpoint, path, model);
+  ValidationStats stats = validation_pass(model, *shards, comm, micro_batch_budget(config, comm));
+  if (config.train.valid_bleu) {
+    score_translations(*make_validation_bleu(config, comm), model, stats);
+  }
+  // A stop signal cut the pass short on some rank: its numbers are not the checkpoint's.
+  if (const int signal = stop_signal_of_any_rank(comm)) {
+    if (comm.is_root()) {
+      log << "stopped: " << stop_signal_name(signal) << " received during --eval of " << path
+          << "; nothing evaluated" << std::endl;
+    }
+    return;
+  }
+  if (!comm.is_root()) return;
+  log << "evaluated " << path << " (step " << checkpoint.step << ") on " << config.data.dir
+      << "/" << config.data.valid << ".*.h5" << std::endl;
+  log << log_line("valid step " + std::to_string(checkpoint.step), validation_fields(stats))
+      << std::endl;
+}
+
+}  // namespace thpc
