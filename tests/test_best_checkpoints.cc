@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_directory.h"
 #include "train/stop_request.h"
 #include "common/error.h"
 #include "config/config.h"

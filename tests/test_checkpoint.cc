@@ -4,6 +4,7 @@
 // refusing mismatched architectures), and corruption (truncation, a flipped byte)
 // detected by path and skipped by checkpoint.resume=auto.
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_directory.h"
 
 #include <gtest/gtest.h>
 #include <hdf5.h>

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_directory.h"
 #include "distributed/communicator.h"
 #include "distributed/gradient_reducer.h"
 #include "kernels/cpu/cpu_backend.h"

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_directory.h"
 #include "config/config.h"
 #include "expect_error.h"
 #include "program.h"

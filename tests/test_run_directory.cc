@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_directory.h"
 #include "common/error.h"
 #include "program.h"
 #include "train/run_directory.h"

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_directory.h"
 #include "program.h"
 #include "scratch_directory.h"
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_directory.h"
 #include "program.h"
 
 namespace thpc {

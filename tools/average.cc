@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_directory.h"
 #include "checkpoint/output_file.h"
 #include "common/error.h"
 #include "tools/progress.h"

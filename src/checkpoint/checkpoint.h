@@ -136,6 +136,11 @@ enum class CheckpointParts { All, ParamsOnly };
 // "layers=6 d_model=512 ..." : every model key that shapes or interprets the parameters,
 // and the vocabulary. Two checkpoints with equal texts hold interchangeable parameters.
 std::string architecture_text(const ModelConfig& model, int vocab_size);
+// The model.norm an architecture text records: checkpoints written before model.norm
+// existed record none and hold post-norm models, the only order there was.
+std::string recorded_norm(const std::string& architecture);
+// The text with its norm stated, as architecture_text() writes it now: what is compared.
+std::string with_norm_recorded(const std::string& architecture);
 
 // Whether the step just completed ends with a checkpoint: every checkpoint.every_steps
 // steps, or once checkpoint.minutes of wall clock have passed since the last one. Rank 0
@@ -145,6 +150,8 @@ bool checkpoint_due(const CheckpointConfig& config, int64_t step, double seconds
 
 // The canonical file name of a step: "step_00001234.h5".
 std::string checkpoint_file_name(int64_t step);
+// The step of "step_00001234.h5", or -1 for any other name.
+int64_t step_of_file_name(const std::string& name);
 
 // The name of a kept best checkpoint of a step (checkpoint.keep_best_count):
 // "best_step_00001234.h5". Not a step_*.h5: the rotation of checkpoint.keep, resume=auto
@@ -187,87 +194,9 @@ Checkpoint read_checkpoint_image(const std::string& name, std::string_view image
 // (not a checkpoint, damaged, missing). Reads 512 bytes; verifies nothing else.
 std::optional<CheckpointSummary> read_checkpoint_summary(const std::string& path);
 
-// The step_*.h5 files of `dir` with their headers, in the order of the step stored in
-// them (the file name's step for older headers; the name breaks ties), oldest first: what
-// resume=auto, pruning and averaging act on (a missing dir has none). A file whose header
-// does not parse is listed with the step of its name, healthy: reading it is what finds it
-// invalid.
-std::vector<CheckpointSummary> checkpoint_summaries(const std::string& dir);
-// Their paths, in that order.
-std::vector<std::string> list_checkpoints(const std::string& dir);
-// The paths of the newest `count` healthy checkpoints of `dir`, oldest first (fewer if
-// fewer exist): what averaging the last N of a run takes.
-std::vector<std::string> newest_healthy_checkpoints(const std::string& dir, int count);
-
 // Rewrites the state in the file header of the checkpoint `path` (in place: 512 bytes,
 // fsync'ed; the checksums cover the rest of the file and stay valid). Throws naming it.
 void mark_checkpoint(const std::string& path, CheckpointState state);
-
-// The best_step_*.h5 files of `dir` whose header holds a validation score, ranked best
-// first by rank_best_checkpoints(). Files of every metric are listed; a caller that ranks
-// one metric's keeps those (checkpoint.keep_best never changes within a run unless a
-// resume changes it).
-std::vector<CheckpointSummary> best_checkpoint_summaries(const std::string& dir);
-
-// Sorts checkpoints of one metric best first: the better value (lower perplexity, higher
-// BLEU or chrF), then, for equal values, the earlier step (a later equal value is no
-// improvement, as for best.h5), then the path. Every summary must have a validation.
-void rank_best_checkpoints(std::vector<CheckpointSummary>& summaries);
-
-// What one validation does to a run's k best checkpoints (checkpoint.keep_best_count =
-// `count`): `kept` are the best checkpoints of the run's metric on disk (any order), the
-// validation at `step` scored `score`. A kept file of the same step is the same step
-// validated again (a resumed run, or one rolled back, repeating it): it gives way to the
-// new score. The new checkpoint is admitted when it ranks among the `count` best (a
-// score that is not finite never is); the files that no longer rank there are removed.
-struct BestSetChange {
-  bool admitted = false;  // write best_checkpoint_file_name(step)
-  int rank = 0;           // its rank when admitted, 1 = the best
-  std::vector<CheckpointSummary> removed;  // to delete, worst first
-};
-BestSetChange change_best_set(std::vector<CheckpointSummary> kept, const ValidationScore& score,
-                              int64_t step, int count);
-
-// The paths of the `count` best checkpoints of `dir` (best_checkpoint_summaries()),
-// oldest step first: what averaging the N best of a run takes. Throws thpc::Error naming
-// `dir` when its best checkpoints were kept for different metrics; `metric` receives
-// theirs ("" when there are none). Fewer when fewer exist.
-std::vector<std::string> best_checkpoints(const std::string& dir, int count, std::string* metric);
-
-// The newest healthy checkpoint of `dir` (by stored step) that reads back valid, or "" if
-// none does; each invalid file skipped on the way gets a warning line on `warnings`, and its
-// path and the reason (thpc::Error's line) are appended to `invalid` when given; each
-// newer one that is diverged or superseded gets a note line. `loaded` receives its contents.
-struct InvalidCheckpoint {
-  std::string path;
-  std::string reason;
-};
-std::string newest_valid_checkpoint(const std::string& dir, std::ostream& warnings,
-                                    Checkpoint* loaded,
-                                    std::vector<InvalidCheckpoint>* invalid = nullptr);
-
-// Renames an invalid checkpoint to PATH.corrupt (PATH.corrupt.1, ... if taken): out of the
-// way of list_checkpoints() and of the run, which would otherwise write the same step's
-// file over it, and kept as evidence. Returns the new path; throws thpc::Error naming both.
-std::string move_aside_corrupt(const std::string& path);
-
-// Deletes step_*.h5 files of `dir` until `keep` remain: first the diverged and superseded
-// ones, oldest first, then the oldest healthy ones; never `protected_path` (the one just
-// written), never the newest healthy one, and never the newest healthy one older than
-// `protected_path`: the next step's loss judges the parameters just written, and may
-// mark them diverged, so the one before them is the run's last checkpoint known good (with
-// keep = 1 two files stay). A run that diverges keeps a checkpoint to resume from.
-// Returns the deleted paths.
-std::vector<std::string> prune_checkpoints(const std::string& dir, int keep,
-                                           const std::string& protected_path);
-
-// The parameters of `paths`, averaged element-wise in double precision; the result is
-// parameters-only, carries the newest input's step, seed, config, world size and
-// SentencePiece model. Refuses (thpc::Error naming the files) inputs whose
-// architectures, tensors or SentencePiece models differ. `progress` is told of one stage,
-// the checkpoints read and added to the sum.
-Checkpoint average_checkpoints(const std::vector<std::string>& paths,
-                               ProgressListener& progress = ProgressListener::none());
 
 // Throws thpc::Error naming `source` when the checkpoint's architecture is not
 // `expected`, the architecture_text() of the model it is for: its parameters would not

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <vector>
 
+#include "checkpoint/checkpoint_directory.h"
 #include "common/error.h"
 #include "train/stop_request.h"
 

@@ -6,6 +6,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "checkpoint/checkpoint_directory.h"
 #include "train/rank_agreement.h"
 
 namespace thpc {

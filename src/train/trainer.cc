@@ -17,6 +17,7 @@
 
 #include <random>
 
+#include "checkpoint/checkpoint_directory.h"
 #include "common/error.h"
 #include "common/sha256.h"
 #include "train/footprint.h"

@@ -1,0 +1,335 @@
+#include "checkpoint/checkpoint_directory.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <ostream>
+#include <sstream>
+#include <string_view>
+#include <thread>
+#include <tuple>
+#include <utility>
+
+#include "common/error.h"
+
+namespace thpc {
+namespace {
+
+namespace fs = std::filesystem;
+
+}  // namespace
+
+std::vector<CheckpointSummary> checkpoint_summaries(const std::string& dir) {
+  std::vector<CheckpointSummary> found;
+  std::error_code error;
+  if (!fs::is_directory(dir, error)) return {};
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
+    const std::string path = entry.path().string();
+    const int64_t named_step = step_of_file_name(entry.path().filename().string());
+    if (named_step < 0 || !entry.is_regular_file(error)) continue;
+    std::optional<CheckpointSummary> summary = read_checkpoint_summary(path);
+    if (!summary) {
+      summary = CheckpointSummary{};
+      summary->path = path;
+      summary->step = named_step;
+    }
+    found.push_back(std::move(*summary));
+  }
+  std::sort(found.begin(), found.end(), [](const CheckpointSummary& a, const CheckpointSummary& b) {
+    return std::tie(a.step, a.path) < std::tie(b.step, b.path);
+  });
+  return found;
+}
+
+std::vector<std::string> list_checkpoints(const std::string& dir) {
+  std::vector<std::string> paths;
+  for (const CheckpointSummary& summary : checkpoint_summaries(dir)) paths.push_back(summary.path);
+  return paths;
+}
+
+std::vector<std::string> newest_healthy_checkpoints(const std::string& dir, int count) {
+  std::vector<std::string> paths;
+  const std::vector<CheckpointSummary> summaries = checkpoint_summaries(dir);
+  for (auto summary = summaries.rbegin();
+       summary != summaries.rend() && static_cast<int>(paths.size()) < count; ++summary) {
+    if (summary->state == CheckpointState::Healthy) paths.insert(paths.begin(), summary->path);
+  }
+  return paths;
+}
+
+std::vector<CheckpointSummary> best_checkpoint_summaries(const std::string& dir) {
+  std::vector<CheckpointSummary> found;
+  std::error_code error;
+  if (!fs::is_directory(dir, error)) return {};
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
+    if (!is_best_checkpoint_name(entry.path().string()) || !entry.is_regular_file(error)) continue;
+    // A file whose header does not parse, or holds no score, cannot be ranked: it is left
+    // alone (reading it is what would say what is wrong with it).
+    std::optional<CheckpointSummary> summary = read_checkpoint_summary(entry.path().string());
+    if (summary && summary->validation) found.push_back(std::move(*summary));
+  }
+  // By metric first, so that each metric's files are ranked together.
+  std::sort(found.begin(), found.end(), [](const CheckpointSummary& a, const CheckpointSummary& b) {
+    return a.validation->metric < b.validation->metric;
+  });
+  auto begin = found.begin();
+  while (begin != found.end()) {
+    const auto end = std::find_if(begin, found.end(), [&](const CheckpointSummary& s) {
+      return s.validation->metric != begin->validation->metric;
+    });
+    std::vector<CheckpointSummary> one_metric(begin, end);
+    rank_best_checkpoints(one_metric);
+    std::move(one_metric.begin(), one_metric.end(), begin);
+    begin = end;
+  }
+  return found;
+}
+
+void rank_best_checkpoints(std::vector<CheckpointSummary>& summaries) {
+  std::stable_sort(summaries.begin(), summaries.end(),
+                   [](const CheckpointSummary& a, const CheckpointSummary& b) {
+                     const double x = a.validation->value, y = b.validation->value;
+                     // A score that is not finite ranks after every finite one.
+                     if (std::isfinite(x) != std::isfinite(y)) return std::isfinite(x);
+                     if (std::isfinite(x) && x != y) {
+                       return lower_is_better(a.validation->metric) ? x < y : x > y;
+                     }
+                     return std::tie(a.step, a.path) < std::tie(b.step, b.path);
+                   });
+}
+
+BestSetChange change_best_set(std::vector<CheckpointSummary> kept, const ValidationScore& score,
+                              int64_t step, int count) {
+  BestSetChange change;
+  // The same step validated again: its old file is replaced by the new one, or removed.
+  std::vector<CheckpointSummary> same_step;
+  for (auto summary = kept.begin(); summary != kept.end();) {
+    if (summary->step == step) {
+      same_step.push_back(*summary);
+      summary = kept.erase(summary);
+    } else {
+      ++summary;
+    }
+  }
+  CheckpointSummary candidate;
+  candidate.path = best_checkpoint_file_name(step);  // a name, for the tie rule only
+  candidate.step = step;
+  candidate.validation = score;
+  const bool finite = std::isfinite(score.value);
+  if (finite) kept.push_back(candidate);
+  rank_best_checkpoints(kept);
+  for (size_t rank = 0; rank < kept.size(); ++rank) {
+    const bool is_candidate = finite && kept[rank].step == step;
+    if (is_candidate) {
+      change.admitted = static_cast<int>(rank) < count;
+      if (change.admitted) change.rank = static_cast<int>(rank) + 1;
+    } else if (static_cast<int>(rank) >= count) {
+      change.removed.push_back(kept[rank]);
+    }
+  }
+  // Worst first: the order in which they drop out of the set.
+  std::reverse(change.removed.begin(), change.removed.end());
+  // Written over when admitted (the same name); otherwise a score of this step that the
+  // new one says is stale.
+  if (!change.admitted) {
+    change.removed.insert(change.removed.end(), same_step.begin(), same_step.end());
+  }
+  return change;
+}
+
+std::vector<std::string> best_checkpoints(const std::string& dir, int count, std::string* metric) {
+  const std::vector<CheckpointSummary> ranked = best_checkpoint_summaries(dir);
+  metric->clear();
+  if (ranked.empty()) return {};
+  *metric = ranked.front().validation->metric;
+  for (const CheckpointSummary& summary : ranked) {
+    if (summary.validation->metric != *metric) {
+      THPC_FAIL(dir << " holds best checkpoints kept for different metrics ("
+                    << ranked.front().path << ": valid " << *metric << ", " << summary.path
+                    << ": valid " << summary.validation->metric
+                    << "): average one metric's files, given by name");
+    }
+  }
+  std::vector<CheckpointSummary> chosen(
+      ranked.begin(), ranked.begin() + std::min<size_t>(ranked.size(), static_cast<size_t>(count)));
+  std::sort(chosen.begin(), chosen.end(), [](const CheckpointSummary& a, const CheckpointSummary& b) {
+    return std::tie(a.step, a.path) < std::tie(b.step, b.path);
+  });
+  std::vector<std::string> paths;
+  for (const CheckpointSummary& summary : chosen) paths.push_back(summary.path);
+  return paths;
+}
+
+std::string newest_valid_checkpoint(const std::string& dir, std::ostream& warnings,
+                                    Checkpoint* loaded, std::vector<InvalidCheckpoint>* invalid) {
+  const std::vector<CheckpointSummary> summaries = checkpoint_summaries(dir);
+  for (auto summary = summaries.rbegin(); summary != summaries.rend(); ++summary) {
+    if (summary->state != CheckpointState::Healthy) {
+      warnings << "note: passing over checkpoint " << summary->path << " (step " << summary->step
+               << ", " << checkpoint_state_name(summary->state) << ")" << std::endl;
+      continue;
+    }
+    try {
+      Checkpoint checkpoint = read_checkpoint(summary->path);
+      if (loaded) *loaded = std::move(checkpoint);
+      return summary->path;
+    } catch (const Error& error) {
+      warnings << "warning: skipping invalid " << error.what() << std::endl;
+      if (invalid) invalid->push_back({summary->path, error.what()});
+    }
+  }
+  return "";
+}
+
+std::string move_aside_corrupt(const std::string& path) {
+  std::string aside = path + ".corrupt";
+  std::error_code error;
+  for (int n = 1; fs::exists(aside, error) || fs::is_symlink(aside, error); ++n) {
+    aside = path + ".corrupt." + std::to_string(n);
+  }
+  fs::rename(path, aside, error);
+  if (error) {
+    THPC_FAIL("cannot move invalid checkpoint " << path << " aside to " << aside << ": "
+                                                << error.message());
+  }
+  return aside;
+}
+
+std::vector<std::string> prune_checkpoints(const std::string& dir, int keep,
+                                           const std::string& protected_path) {
+  THPC_CHECK(keep >= 1, "keep " << keep);
+  const std::vector<CheckpointSummary> summaries = checkpoint_summaries(dir);
+  std::error_code error;
+  // The newest healthy one stays whatever `keep` says: it is what a diverged run resumes
+  // from. So does the newest healthy one before the one just written, whose parameters
+  // the next step has not judged yet (it marks them diverged if their loss is).
+  const auto is_protected = [&](const CheckpointSummary& summary) {
+    return fs::equivalent(summary.path, protected_path, error);
+  };
+  const auto newest_healthy =
+      std::find_if(summaries.rbegin(), summaries.rend(), [](const CheckpointSummary& summary) {
+        return summary.state == CheckpointState::Healthy;
+      });
+  const auto protected_at =
+      std::find_if(summaries.rbegin(), summaries.rend(), is_protected);
+  const auto known_good =
+      std::find_if(protected_at == summaries.rend() ? summaries.rbegin() : std::next(protected_at),
+                   summaries.rend(), [](const CheckpointSummary& summary) {
+                     return summary.state == CheckpointState::Healthy;
+                   });
+  // Deletion order: diverged and superseded, oldest first, then healthy, oldest first.
+  std::vector<const CheckpointSummary*> candidates;
+  for (const bool healthy : {false, true}) {
+    for (const CheckpointSummary& summary : summaries) {
+      if ((summary.state == CheckpointState::Healthy) != healthy) continue;
+      if (newest_healthy != summaries.rend() && &summary == &*newest_healthy) continue;
+      if (known_good != summaries.rend() && &summary == &*known_good) continue;
+      if (is_protected(summary)) continue;
+      candidates.push_back(&summary);
+    }
+  }
+  std::vector<std::string> deleted;
+  size_t remaining = summaries.size();
+  for (const CheckpointSummary* candidate : candidates) {
+    if (remaining <= static_cast<size_t>(keep)) break;
+    if (fs::remove(candidate->path, error)) {
+      deleted.push_back(candidate->path);
+      --remaining;
+    }
+  }
+  return deleted;
+}
+
+Checkpoint average_checkpoints(const std::vector<std::string>& paths,
+                               ProgressListener& progress) {
+  THPC_CHECK(!paths.empty(), "no checkpoints to average");
+  progress.begin("", "checkpoints read", static_cast<int64_t>(paths.size()));
+  std::vector<std::vector<double>> sums;
+  Checkpoint first;
+  Checkpoint newest;
+  std::string spm_model, spm_model_source;  // the inputs' SentencePiece model, if any has one
+  for (size_t index = 0; index < paths.size(); ++index) {
+    Checkpoint current = read_checkpoint(paths[index], CheckpointParts::ParamsOnly);
+    // Equal architectures with other vocabularies would average unrelated embeddings.
+    // A checkpoint without a model (written before models were stored) fits any.
+    if (!current.spm_model.empty()) {
+      if (spm_model.empty()) {
+        spm_model = current.spm_model;
+        spm_model_source = paths[index];
+      } else if (current.spm_model != spm_model) {
+        THPC_FAIL("cannot average checkpoints of different SentencePiece models: "
+                  << spm_model_source << " and " << paths[index]);
+      }
+    }
+    if (index == 0) {
+      for (const NamedTensor& tensor : current.params) {
+        sums.emplace_back(tensor.values.begin(), tensor.values.end());
+      }
+      first = current;
+    } else {
+      if (recorded_norm(current.architecture) != recorded_norm(first.architecture)) {
+        THPC_FAIL("cannot average checkpoints of different layer-norm orders: "
+                  << paths.front() << " has model.norm = " << recorded_norm(first.architecture)
+                  << " but " << paths[index] << " has model.norm = "
+                  << recorded_norm(current.architecture));
+      }
+      if (with_norm_recorded(current.architecture) != with_norm_recorded(first.architecture)) {
+        THPC_FAIL("cannot average checkpoints of different architectures: "
+                  << paths.front() << " has '" << first.architecture << "' but " << paths[index]
+                  << " has '" << current.architecture << "'");
+      }
+      if (current.params.size() != first.params.size()) {
+        THPC_FAIL("cannot average " << paths.front() << " and " << paths[index] << ": they hold "
+                                    << first.params.size() << " and " << current.params.size()
+                                    << " parameters");
+      }
+      for (size_t t = 0; t < current.params.size(); ++t) {
+        const NamedTensor& a = first.params[t];
+        const NamedTensor& b = current.params[t];
+        if (a.name != b.name || a.rows != b.rows || a.cols != b.cols) {
+          THPC_FAIL("cannot average " << paths.front() << " and " << paths[index] << ": "
+                                      << a.name << " " << a.rows << "x" << a.cols << " vs "
+                                      << b.name << " " << b.rows << "x" << b.cols);
+        }
+        for (size_t i = 0; i < b.values.size(); ++i) sums[t][i] += b.values[i];
+      }
+    }
+    if (index == 0 || current.step >= newest.step) {
+      current.params.clear();  // only the metadata of the newest is kept
+      newest = std::move(current);
+    }
+    progress.advance(1);
+  }
+  progress.end();
+  Checkpoint average = std::move(newest);
+  average.params = std::move(first.params);
+  average.spm_model = std::move(spm_model);
+  // The validations, loss and divergence state of one run's step, not of the average,
+  // which belongs to no run.
+  average.best_valid.reset();
+  average.divergence.reset();
+  average.validation.reset();
+  average.loss = NAN;
+  average.run_id.clear();
+  average.state = CheckpointState::Healthy;
+  const double count = static_cast<double>(paths.size());
+  for (size_t t = 0; t < average.params.size(); ++t) {
+    std::vector<float>& values = average.params[t].values;
+    for (size_t i = 0; i < values.size(); ++i) {
+      values[i] = static_cast<float>(sums[t][i] / count);
+    }
+  }
+  return average;
+}
+
+}  // namespace thpc

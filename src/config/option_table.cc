@@ -1,0 +1,463 @@
+#include "config/option_table.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <sstream>
+#include <type_traits>
+
+#include "common/error.h"
+#include "kernels/ops.h"
+
+namespace thpc {
+namespace {
+
+Allowed one_of(std::vector<std::string> values) {
+  Allowed allowed;
+  allowed.values = std::move(values);
+  return allowed;
+}
+Allowed at_least(double minimum) {
+  Allowed allowed;
+  allowed.min = minimum;
+  return allowed;
+}
+Allowed above(double bound) {
+  Allowed allowed = at_least(bound);
+  allowed.min_open = true;
+  return allowed;
+}
+Allowed zero_or_at_least(double minimum) {
+  Allowed allowed = at_least(minimum);
+  allowed.zero_too = true;
+  return allowed;
+}
+// [0, 1): a probability that must leave something (dropout 1 drops everything).
+Allowed fraction() {
+  Allowed allowed = at_least(0.0);
+  allowed.max = 1.0;
+  allowed.max_open = true;
+  return allowed;
+}
+// (0, 1): a factor that must shrink what it multiplies (a fraction without 0).
+Allowed open_fraction() {
+  Allowed allowed = fraction();
+  allowed.min_open = true;
+  return allowed;
+}
+Allowed zero_or_above(double bound) {
+  Allowed allowed = above(bound);
+  allowed.zero_too = true;
+  return allowed;
+}
+// [minimum, maximum], both included.
+Allowed between(double minimum, double maximum) {
+  Allowed allowed = at_least(minimum);
+  allowed.max = maximum;
+  return allowed;
+}
+Allowed not_empty() {
+  Allowed allowed;
+  allowed.non_empty = true;
+  return allowed;
+}
+
+}  // namespace
+
+// The section and key are the member path itself, so a key can never drift from its field.
+#define THPC_OPTION(section, key, allowed, help)                                        \
+  Option {                                                                              \
+    #section, #key, [](Config& config) -> FieldPointer { return &config.section.key; }, \
+        allowed, help                                                                   \
+  }
+#define THPC_ANY Allowed{}
+#define THPC_ONE_OF(...) one_of({__VA_ARGS__})
+#define THPC_AT_LEAST(minimum) at_least(minimum)
+#define THPC_ABOVE(bound) above(bound)
+#define THPC_ZERO_OR_AT_LEAST(minimum) zero_or_at_least(minimum)
+#define THPC_FRACTION fraction()
+#define THPC_OPEN_FRACTION open_fraction()
+#define THPC_ZERO_OR_ABOVE(bound) zero_or_above(bound)
+#define THPC_BETWEEN(minimum, maximum) between(minimum, maximum)
+#define THPC_NOT_EMPTY not_empty()
+
+// The single source of truth for the keys. Defaults are the member initializers of
+// config.h (read from a default-constructed Config), so they are not repeated here.
+const std::vector<Option>& option_table() {
+  static const std::vector<Option> table = {
+      // [model]: §3 and Table 3.
+      THPC_OPTION(model, layers, THPC_AT_LEAST(1),
+                  "N: identical layers in each of the encoder and decoder stacks (§3.1)"),
+      THPC_OPTION(model, d_model, THPC_AT_LEAST(1),
+                  "width of embeddings and of every sub-layer output (§3.1)"),
+      THPC_OPTION(model, d_ff, THPC_AT_LEAST(1),
+                  "inner width of the position-wise feed-forward (§3.3)"),
+      THPC_OPTION(model, heads, THPC_AT_LEAST(1),
+                  "h: parallel attention heads (§3.2.2); d_model must divide by h unless "
+                  "d_k and d_v are both set"),
+      THPC_OPTION(model, d_k, THPC_AT_LEAST(0),
+                  "per-head query/key width; 0 = d_model / heads (§3.2.2)"),
+      THPC_OPTION(model, d_v, THPC_AT_LEAST(0),
+                  "per-head value width; 0 = d_model / heads (§3.2.2)"),
+      THPC_OPTION(model, dropout, THPC_FRACTION,
+                  "P_drop on sub-layer outputs and embedding sums (§5.4)"),
+      THPC_OPTION(model, attention_dropout, THPC_FRACTION,
+                  "dropout on attention probabilities (not in the paper)"),
+      THPC_OPTION(model, label_smoothing, THPC_FRACTION, "eps_ls (§5.4)"),
+      THPC_OPTION(model, positions, THPC_ONE_OF("sinusoidal", "learned"),
+                  "position encoding (§3.5; learned is Table 3 row E)"),
+      THPC_OPTION(model, max_positions, THPC_AT_LEAST(1), "longest sequence the positions cover"),
+      THPC_OPTION(model, vocab_size, THPC_ZERO_OR_AT_LEAST(5),
+                  "shared source/target vocabulary, the 4 special ids (pad unk bos eos) "
+                  "included; 0 = from the data (§5.1)"),
+      THPC_OPTION(model, attention_bias, THPC_ANY,
+                  "biases on the Q/K/V/O projections (the paper has none)"),
+      THPC_OPTION(model, layernorm_eps, THPC_ABOVE(0), "epsilon of layer normalization"),
+      THPC_OPTION(model, norm, THPC_ONE_OF("post", "pre"),
+                  "post: LayerNorm(x + Dropout(Sublayer(x))) (§3.1); pre: x + "
+                  "Dropout(Sublayer(LayerNorm(x))) and a final LayerNorm after each stack "
+                  "(fairseq normalize_before)"),
+      THPC_OPTION(model, fused_ops, THPC_ONE_OF("auto", "on", "off"),
+                  "residual+dropout+layer norm and the FFN's bias+ReLU as fused ops; auto = "
+                  "on (the CPU: the separate ops' bits; the GPU: twins checked on an H100), "
+                  "off = the separate ops"),
+
+      // [train]: §5.
+      THPC_OPTION(train, backend, THPC_ONE_OF("auto", "cuda", "cpu"),
+                  "where the math runs; auto = the GPU when one is visible, else the CPU"),
+      THPC_OPTION(train, precision, THPC_ONE_OF("bf16", "fp32"),
+                  "GPU activations and GEMM operands (weights, moments stay fp32)"),
+      THPC_OPTION(train, cuda_kernels, THPC_ANY,
+                  "GPU kernels: verified = those whose twin tests passed on a GPU; candidate "
+                  "= also every variant written since, not yet checked on one (none at "
+                  "present); or some of them by name, comma-separated; the CPU ignores it"),
+      THPC_OPTION(train, short_attention_max_len, THPC_BETWEEN(0, kShortAttentionLongest),
+                  "GPU, bf16, d_k = d_v = 64: attention whose query and key lengths are both "
+                  "at most this runs in one kernel per op (shared memory), longer attention "
+                  "as batched GEMMs; 48 = where the one kernel stops paying on an H100, 0 = "
+                  "never, at most 128; the CPU ignores it"),
+      THPC_OPTION(train, seed, THPC_ANY, "seed of parameters, dropout and synthetic data"),
+      THPC_OPTION(train, max_steps, THPC_AT_LEAST(1), "optimizer steps to train (§5.2)"),
+      THPC_OPTION(train, max_minutes, THPC_AT_LEAST(0),
+                  "end the run at the first step that ends after this many wall-clock "
+                  "minutes of training (fractions allowed), as at max_steps: checkpoint, "
+                  "average, summary, exit 0; a resumed run counts afresh; 0 = no limit"),
+      THPC_OPTION(train, tokens_per_step, THPC_AT_LEAST(1),
+                  "padded tokens per step on each side, source and target (§5.1)"),
+      THPC_OPTION(train, accumulate, THPC_AT_LEAST(1), "micro-batches per optimizer step"),
+      THPC_OPTION(train, warmup_steps, THPC_AT_LEAST(1), "linear learning-rate warmup (§5.3)"),
+      THPC_OPTION(train, lr_scale, THPC_ABOVE(0), "factor on the §5.3 schedule; 1 = the paper"),
+      THPC_OPTION(train, adam_beta1, THPC_FRACTION, "Adam beta1 (§5.3)"),
+      THPC_OPTION(train, adam_beta2, THPC_FRACTION, "Adam beta2 (§5.3)"),
+      THPC_OPTION(train, adam_eps, THPC_ABOVE(0), "Adam epsilon (§5.3)"),
+      THPC_OPTION(train, clip_norm, THPC_AT_LEAST(0),
+                  "scale the gradient to this L2 norm when it is larger, before Adam; "
+                  "0 = no clipping (the paper has none)"),
+      THPC_OPTION(train, log_every, THPC_AT_LEAST(1), "steps between progress lines"),
+      THPC_OPTION(train, threads, THPC_AT_LEAST(0),
+                  "CPU backend threads, for the ops' loops and BLAS alike (one OpenMP "
+                  "team); 0 = OpenMP's default (all cores unless OMP_NUM_THREADS is set)"),
+      THPC_OPTION(train, valid_every, THPC_AT_LEAST(0),
+                  "steps between validation loss/perplexity lines; 0 = none (needs data.dir)"),
+      THPC_OPTION(train, valid_bleu, THPC_ANY,
+                  "at each validation also translate the validation sources (shared out "
+                  "among the ranks) and log sacreBLEU-exact BLEU (or chrF, valid_metric) "
+                  "against the targets, both detokenised with the shards' SentencePiece "
+                  "model (needs valid_every)"),
+      THPC_OPTION(train, valid_metric, THPC_ONE_OF("bleu", "chrf"),
+                  "the score of the validation translations (with valid_bleu): bleu, or "
+                  "chrf = chrF2 as transformer_score -m chrf (sacreBLEU's defaults)"),
+      THPC_OPTION(train, valid_beam, THPC_AT_LEAST(1),
+                  "beam of the validation translation; 1 = greedy (no length penalty), "
+                  "else decode.alpha and decode.max_len_a/b as transformer_decode --beam"),
+      THPC_OPTION(train, valid_bleu_tokenize, THPC_ONE_OF("13a", "intl", "char", "none"),
+                  "tokenisation of the validation BLEU, as transformer_score -tok (char for "
+                  "targets of one word, such as compounds)"),
+      THPC_OPTION(train, metrics_dir, THPC_ANY,
+                  "rank 0 appends every logged value to DIR/metrics.jsonl and a TensorBoard "
+                  "event file; empty = checkpoint.dir, the run's own directory (jobs/ give "
+                  "their run directory, which holds checkpoint.dir)"),
+      THPC_OPTION(train, divergence, THPC_ONE_OF("stop", "skip", "rollback"),
+                  "what a diverged step (a loss or gradient norm that is not finite or spikes) "
+                  "does: stop = no update, no checkpoint of it, exit 4, naming the checkpoint "
+                  "to resume from; skip = no update, the next batch (divergence_limit in a "
+                  "row, then stop); rollback = continue from the newest healthy checkpoint "
+                  "with the learning rate times divergence_lr_factor (divergence_limit times, "
+                  "then stop)"),
+      THPC_OPTION(train, divergence_loss_factor, THPC_ZERO_OR_ABOVE(1),
+                  "a loss above this times max(1, the running average of the healthy steps' "
+                  "loss, at most ln(vocabulary), which it is before the first) is a "
+                  "divergence; 0 = only a non-finite loss is"),
+      THPC_OPTION(train, divergence_gnorm_factor, THPC_ZERO_OR_ABOVE(1),
+                  "a gradient norm above this times the running average of the healthy "
+                  "steps' norm is a divergence (after divergence_warmup steps); 0 = only a "
+                  "non-finite norm is"),
+      THPC_OPTION(train, divergence_warmup, THPC_AT_LEAST(0),
+                  "healthy steps that set the gradient norm's average before its spikes count"),
+      THPC_OPTION(train, divergence_limit, THPC_AT_LEAST(1),
+                  "skipped steps in a row (skip) or rollbacks in a run (rollback) before a "
+                  "divergence stops the run"),
+      THPC_OPTION(train, divergence_lr_factor, THPC_OPEN_FRACTION,
+                  "rollback: the learning rate is multiplied by this at each rollback (kept "
+                  "in the checkpoints written after it)"),
+
+      // [data]: HDF5 shards of transformer_preprocess, or a synthetic task.
+      THPC_OPTION(data, dir, THPC_ANY,
+                  "directory of HDF5 shards (transformer_preprocess --destdir); when set the "
+                  "synthetic_* keys are ignored; empty = the synthetic task"),
+      THPC_OPTION(data, train, THPC_ANY,
+                  "training shards: dir/TRAIN.00000.h5, ... (not empty when dir is set)"),
+      THPC_OPTION(data, valid, THPC_ANY,
+                  "validation shards: dir/VALID.00000.h5, ... (read when train.valid_every > 0)"),
+      THPC_OPTION(data, memory_mb, THPC_AT_LEAST(1),
+                  "MiB of token arrays a rank keeps; a larger corpus is streamed shard by shard"),
+      THPC_OPTION(data, synthetic, THPC_ONE_OF("reverse", "copy", "sort"),
+                  "synthetic task: target = source reversed, copied or sorted"),
+      THPC_OPTION(data, synthetic_vocab, THPC_AT_LEAST(5),
+                  "synthetic vocabulary, 4 specials (pad unk bos eos) included"),
+      THPC_OPTION(data, synthetic_min_len, THPC_AT_LEAST(1), "shortest synthetic sentence"),
+      THPC_OPTION(data, synthetic_max_len, THPC_ANY,
+                  "longest synthetic sentence, >= synthetic_min_len; + 2 (bos, eos) <= "
+                  "model.max_positions"),
+
+      // [dist]: the ranks of an MPI job.
+      THPC_OPTION(dist, bucket_mb, THPC_AT_LEAST(0.001),
+                  "gradient all-reduce bucket size in MiB (one collective per bucket, whose "
+                  "fixed cost dominates small ones: a run warns above 1000 buckets)"),
+      THPC_OPTION(dist, timeout_s, THPC_ABOVE(0),
+                  "seconds a GPU gradient all-reduce may take before the job is ended "
+                  "(a lost or stuck peer)"),
+      THPC_OPTION(dist, device, THPC_AT_LEAST(-1),
+                  "GPU index of every rank; -1 = local rank modulo the visible GPUs"),
+      THPC_OPTION(dist, reducer, THPC_ONE_OF("auto", "nccl", "mpi"),
+                  "how the ranks sum gradients: auto = nccl on the GPU, mpi on the CPU; mpi on "
+                  "the GPU stages each bucket through pinned host memory, so that several "
+                  "ranks can share one GPU (NCCL refuses that); nccl needs the GPU"),
+      THPC_OPTION(dist, reduce_dtype, THPC_ONE_OF("fp32", "bf16"),
+                  "what the gradient buckets travel and are summed as: fp32, or bf16 (half "
+                  "the bytes; each addition in fp32, rounded once; the gradient and the fp32 "
+                  "master weights stay fp32; docs/cluster.md says when it is safe)"),
+
+      // [checkpoint]: written by rank 0 (docs/checkpoints.md).
+      THPC_OPTION(checkpoint, dir, THPC_NOT_EMPTY,
+                  "directory of step_NNNNNNNN.h5 checkpoints (relative to the working directory)"),
+      THPC_OPTION(checkpoint, minutes, THPC_AT_LEAST(0),
+                  "wall-clock minutes between checkpoints, fractions allowed; 0 = none by time"),
+      THPC_OPTION(checkpoint, every_steps, THPC_AT_LEAST(0),
+                  "also a checkpoint every this many steps; 0 = none by step count"),
+      THPC_OPTION(checkpoint, keep, THPC_AT_LEAST(1),
+                  "newest checkpoints kept in dir; diverged ones go first, and the newest "
+                  "healthy one and the last healthy one before the newest file always stay "
+                  "(keep = 1 keeps two: the next step's loss may still mark the newest "
+                  "diverged)"),
+      THPC_OPTION(checkpoint, resume, THPC_ANY,
+                  "continue a run: auto = newest valid checkpoint in dir (none there: step 0; "
+                  "only invalid, or only diverged, ones: an error), auto_or_fresh = the same but step 0 when all "
+                  "are invalid (they are renamed *.corrupt), or a file; empty = start fresh"),
+      THPC_OPTION(checkpoint, keep_best, THPC_ONE_OF("none", "ppl", "bleu", "chrf"),
+                  "write dir/best.h5 (the whole state, never pruned) at each validation that "
+                  "improves this metric: lower perplexity, higher BLEU or chrF (bleu and "
+                  "chrf need train.valid_bleu and that train.valid_metric)"),
+      THPC_OPTION(checkpoint, keep_best_count, THPC_AT_LEAST(0),
+                  "also keep the K best checkpoints by the keep_best metric as "
+                  "dir/best_step_NNNNNNNN.h5 (the whole state, score inside; never pruned "
+                  "by keep; a better validation replaces the worst); 0 = off"),
+      THPC_OPTION(checkpoint, patience, THPC_AT_LEAST(0),
+                  "stop training (checkpoint, summary, exit 0) after this many validations "
+                  "in a row without a better keep_best metric; 0 = never (needs keep_best)"),
+      THPC_OPTION(checkpoint, overwrite, THPC_ANY,
+                  "a run owns dir and its metrics file: a new run (resume empty) stops when "
+                  "they hold another run's files (step_*.h5, best.h5, metrics.jsonl), a "
+                  "resumed one when they hold a different run's; true = delete those files "
+                  "first"),
+      THPC_OPTION(checkpoint, init, THPC_ANY,
+                  "start from this checkpoint's parameters only (ignored when resuming)"),
+      THPC_OPTION(checkpoint, average_last, THPC_AT_LEAST(0),
+                  "at the end, write dir/average_lastN.h5 from the last N checkpoints, "
+                  "N <= keep; 0 = off"),
+      THPC_OPTION(checkpoint, average_best, THPC_AT_LEAST(0),
+                  "at the end, write dir/average_bestN.h5 from the N best checkpoints "
+                  "(best_step_*.h5), N <= keep_best_count; 0 = off"),
+
+      // [decode]: transformer_decode's defaults (§6.1; the parser's §6.3).
+      THPC_OPTION(decode, beam, THPC_AT_LEAST(1), "beam size (§6.1: 4; parsing §6.3: 21)"),
+      THPC_OPTION(decode, alpha, THPC_AT_LEAST(0),
+                  "length penalty ((5+|Y|)/6)^alpha (§6.1: 0.6; parsing: 0.3)"),
+      THPC_OPTION(decode, max_len_a, THPC_AT_LEAST(0),
+                  "output length <= max_len_a * input length + max_len_b"),
+      THPC_OPTION(decode, max_len_b, THPC_AT_LEAST(0), "(§6.1: 1, 50; parsing §6.3: 1, 300)"),
+      THPC_OPTION(decode, tree_leaves, THPC_ONE_OF("XX", "words"),
+                  "parsing: the linearized trees' word tokens, the placeholder XX or the "
+                  "words themselves (tools/run_parser.sh linearizes so, transformer_decode "
+                  "--tree-constraints decodes so)"),
+  };
+  return table;
+}
+
+#undef THPC_OPTION
+#undef THPC_ANY
+#undef THPC_ONE_OF
+#undef THPC_AT_LEAST
+#undef THPC_ABOVE
+#undef THPC_ZERO_OR_AT_LEAST
+#undef THPC_FRACTION
+#undef THPC_OPEN_FRACTION
+#undef THPC_ZERO_OR_ABOVE
+#undef THPC_NOT_EMPTY
+
+// ---- values as text ----
+
+const char* type_name(const FieldPointer& field) {
+  struct Visitor {
+    const char* operator()(int*) const { return "int"; }
+    const char* operator()(std::int64_t*) const { return "int64"; }
+    const char* operator()(std::uint64_t*) const { return "uint64"; }
+    const char* operator()(float*) const { return "float"; }
+    const char* operator()(bool*) const { return "bool"; }
+    const char* operator()(std::string*) const { return "string"; }
+  };
+  return std::visit(Visitor{}, field);
+}
+
+// Shortest text that reads back to the same float, so to_ini() round-trips exactly.
+std::string format_float(float value) {
+  char buffer[64];
+  const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
+  return std::string(buffer, result.ptr);
+}
+
+std::string format_value(const FieldPointer& field) {
+  struct Visitor {
+    std::string operator()(const int* value) const { return std::to_string(*value); }
+    std::string operator()(const std::int64_t* value) const { return std::to_string(*value); }
+    std::string operator()(const std::uint64_t* value) const { return std::to_string(*value); }
+    std::string operator()(const float* value) const { return format_float(*value); }
+    std::string operator()(const bool* value) const { return *value ? "true" : "false"; }
+    std::string operator()(const std::string* value) const { return *value; }
+  };
+  return std::visit(Visitor{}, field);
+}
+
+// A range's bound as the shortest text that reads back to it: 0, 1, -1, 0.5.
+std::string format_bound(double bound) {
+  char buffer[64];
+  const auto result = std::to_chars(buffer, buffer + sizeof buffer, bound);
+  return std::string(buffer, result.ptr);
+}
+
+std::string Allowed::range_text() const {
+  if (!values.empty()) {
+    std::string choices;
+    for (const std::string& choice : values) choices += (choices.empty() ? "" : " | ") + choice;
+    return choices;
+  }
+  if (non_empty) return "not empty";
+  if (!bounded()) return "";
+  std::string text;
+  if (std::isfinite(min) && std::isfinite(max)) {
+    text = (min_open ? "(" : "[") + format_bound(min) + ", " + format_bound(max) +
+           (max_open ? ")" : "]");
+  } else if (std::isfinite(min)) {
+    text = (min_open ? "> " : "≥ ") + format_bound(min);
+  } else {
+    text = (max_open ? "< " : "≤ ") + format_bound(max);
+  }
+  return zero_too ? "0 or " + text : text;
+}
+
+std::string Allowed::problem(const FieldPointer& field) const {
+  const std::string value = format_value(field);
+  if (!values.empty() && std::find(values.begin(), values.end(), value) == values.end()) {
+    std::string choices;
+    for (const std::string& choice : values) choices += (choices.empty() ? "" : ", ") + choice;
+    return quoted(value) + " is not one of " + choices;
+  }
+  if (non_empty && value.empty()) return "must not be empty";
+  if (!bounded()) return "";
+  const double number = std::visit(
+      [](const auto* field_value) {
+        using Value = std::remove_cv_t<std::remove_pointer_t<decltype(field_value)>>;
+        if constexpr (std::is_arithmetic_v<Value>) {
+          return static_cast<double>(*field_value);
+        } else {
+          return std::numeric_limits<double>::quiet_NaN();
+        }
+      },
+      field);
+  const bool in_range = (min_open ? number > min : number >= min) &&
+                        (max_open ? number < max : number <= max);
+  if (in_range || (zero_too && number == 0.0)) return "";  // NaN is neither
+  const bool interval = std::isfinite(min) && std::isfinite(max);
+  return "must be " + std::string(interval ? "in " : "") + range_text() + ", got " + value;
+}
+
+std::string default_value_text(const Option& option) {
+  Config defaults;
+  return format_value(option.field(defaults));
+}
+
+std::string trim(const std::string& text) {
+  const char* const whitespace = " \t\r\n";
+  const auto first = text.find_first_not_of(whitespace);
+  if (first == std::string::npos) return "";
+  const auto last = text.find_last_not_of(whitespace);
+  return text.substr(first, last - first + 1);
+}
+
+// Each parse_value returns "" on success, else why the text is not a value of the type.
+template <typename Integer>
+std::string parse_integer(const std::string& text, Integer* value) {
+  const char* const end = text.data() + text.size();
+  const auto result = std::from_chars(text.data(), end, *value);
+  if (result.ec == std::errc::result_out_of_range) {
+    return quoted(text) + " is out of range [" +
+           std::to_string(std::numeric_limits<Integer>::min()) + ", " +
+           std::to_string(std::numeric_limits<Integer>::max()) + "]";
+  }
+  if (result.ec != std::errc() || result.ptr != end || text.empty()) {
+    return quoted(text) + " is not " +
+           (std::is_signed_v<Integer> ? "an integer" : "a non-negative integer");
+  }
+  return "";
+}
+
+std::string parse_value(const std::string& text, int* value) { return parse_integer(text, value); }
+std::string parse_value(const std::string& text, std::int64_t* value) {
+  return parse_integer(text, value);
+}
+std::string parse_value(const std::string& text, std::uint64_t* value) {
+  return parse_integer(text, value);
+}
+
+std::string parse_value(const std::string& text, float* value) {
+  const char* const end = text.data() + text.size();
+  float parsed = 0.0f;
+  const auto result = std::from_chars(text.data(), end, parsed);
+  if (result.ec == std::errc::result_out_of_range) {
+    return quoted(text) + " is out of the range of a float";
+  }
+  if (result.ec != std::errc() || result.ptr != end || text.empty()) {
+    return quoted(text) + " is not a number";
+  }
+  if (!std::isfinite(parsed)) return quoted(text) + " is not a finite number";
+  *value = parsed;
+  return "";
+}
+
+std::string parse_value(const std::string& text, bool* value) {
+  if (text == "true" || text == "1") {
+    *value = true;
+  } else if (text == "false" || text == "0") {
+    *value = false;
+  } else {
+    return quoted(text) + " is not a boolean (use true, false, 1 or 0)";
+  }
+  return "";
+}
+
+std::string parse_value(const std::string& text, std::string* value) {
+  *value = text;
+  return "";
+}
+
+}  // namespace thpc
