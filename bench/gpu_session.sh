@@ -329,10 +329,10 @@ dry_run() {
 # candidate setting is measured only when they passed in this call. (Until 2026-11-26 the
 # switch measured was model.fused_ops, whose fused kernels are now the default.)
 readonly CANDIDATE_TWINS="CudaCandidate[A-Za-z]*"
-# Whether a candidate changes the training step (none waits; the last, gathered_attention,
-# acted in decoding only: the step stage measured the default alone and the translate
-# stage decoding with and without it). Set it to 1 with a candidate that trains.
-readonly CANDIDATES_ACT_IN_TRAINING=0
+# Whether a candidate changes the training step: async_upload (2026-11-28) does, so the
+# step stage measures the step with and without it. (The one before, gathered_attention,
+# acted in decoding only: set this to 0 when no waiting candidate trains.)
+readonly CANDIDATES_ACT_IN_TRAINING=1
 # The twins of the ops whose files changed since the last GPU run (2026-11-26, fifth
 # window; after it the gathered attention became CUDA decoding's only layout, losing its
 # candidate check: kernels/cuda/attention.cu, cuda_backend.cu).
@@ -395,7 +395,7 @@ else
   targets=()
   case $stage in
     curve) targets=(--target transformer_bench_step) ;;
-    ranks) targets=(--target transformer_hpc mpi_equivalence test_distributed) ;;
+    ranks) targets=(--target transformer_hpc mpi_equivalence test_distributed test_cuda_training) ;;
     step | followup | peers) read -r -a targets <<< "$(step_targets | sed 's/^/--target /' | tr '\n' ' ')" ;;
     translate | parse) targets=(--target transformer_hpc transformer_preprocess
       transformer_data_stats transformer_average transformer_decode transformer_score
@@ -718,7 +718,7 @@ curve_stage() {
 # cases: the GPU ones skip there), then the step of 1 rank and of 2 ranks sharing the GPU
 # on the synthetic task at base size, the two ranks' step against the one's.
 ranks_stage() {
-  local gpu_tests="^CudaDistributed"
+  local gpu_tests="^CudaDistributed|OneRankNcclGradients"
   local args="--train.backend=cuda --model.layers=6 --model.d_model=512 --model.d_ff=2048
     --model.heads=8 --train.tokens_per_step=6250"
   if [ "$rehearsal" = 1 ]; then

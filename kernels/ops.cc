@@ -63,7 +63,8 @@ void check_row_top_k(int rows, int width, int k, int skip_a, int skip_b) {
 bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
                              std::string& error) {
   // The candidates by name (CandidateKernels); each new one adds {"its_name", kItsBit}.
-  static const std::vector<std::pair<std::string, unsigned>> kNames = {};
+  static const std::vector<std::pair<std::string, unsigned>> kNames = {
+      {"async_upload", kAsyncUpload}};
   // Former candidates, the default since their GPU run: a configuration or checkpoint
   // that names them (one trained with them before that) still loads, naming nothing.
   static const std::vector<std::string> kRetired = {"write_gradients", "short_attention",

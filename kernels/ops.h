@@ -95,14 +95,17 @@ enum class GradStore { kAdd, kWrite };
 // (docs/testing.md, "Kernels not yet run on a GPU"): bits of the set a backend may take,
 // named by train.cuda_kernels. Each candidate gets a bit and a name here, and its twin
 // tests say which one failed, so a GPU session can measure the others
-// (bench/gpu_session.sh). None waits at present. The former ones ran on an H100 on
+// (bench/gpu_session.sh). Waiting: async_upload (the ids of a batch or a decoding step
+// uploaded through a pinned staging buffer without a wait for the stream; 2026-11-28,
+// issue 51's host gaps). The former ones ran on an H100 on
 // 2026-11-26 and are the default now: write_gradients (the backward ops writing their
 // first-written gradients), short_attention (the one-launch attention of short
 // sentences), and gathered_attention (a decoding step's attention over the
 // shared-prefix cache's gathered key rows, AttentionShape::key_rows).
 enum CandidateKernels : unsigned {
   kNoCandidates = 0,
-  kAllCandidates = 0,
+  kAsyncUpload = 1u << 0,
+  kAllCandidates = kAsyncUpload,
 };
 
 // The candidate set a train.cuda_kernels value names: "verified" (none), "candidate"

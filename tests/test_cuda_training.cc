@@ -5,10 +5,12 @@
 // SKIPPED with the reason without one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -76,6 +78,14 @@ void expect_fp32_steps_match_the_cpu(const std::string& gpu_setting) {
 TEST(CudaTraining, Fp32ThreeStepsMatchTheCpu) {
   THPC_REQUIRE_REAL_GPU();
   expect_fp32_steps_match_the_cpu("model.fused_ops=auto");
+}
+
+// The same with the candidate kernels (train.cuda_kernels = candidate: async_upload, the
+// batch's ids through pinned memory without a wait): a training step reads what it was
+// sent.
+TEST(CudaTraining, Fp32ThreeStepsWithCandidateKernelsMatchTheCpu) {
+  THPC_REQUIRE_REAL_GPU();
+  expect_fp32_steps_match_the_cpu("train.cuda_kernels=candidate");
 }
 
 // The same with the GPU's fused sub-layer kernels (add_dropout_layernorm_*, the RELU_BIAS
@@ -163,6 +173,35 @@ TEST(CudaTraining, DecodingStepsMatchTheCpu) {
             << "candidates " << candidates << " step " << step << " i " << i;
       }
     }
+  }
+}
+
+// The candidate async_upload (kernels/ops.h): ids uploaded through the pinned staging
+// buffer without a wait arrive as sent, also when the caller overwrites its host array
+// right after the call and when uploads follow each other faster than the stream runs
+// (each one larger than the staging buffer so far, which then grows).
+TEST(CudaCandidateAsyncUpload, IdsArriveAsSentWhateverTheHostDoesAfter) {
+  THPC_REQUIRE_REAL_GPU();
+  CudaKernelChoice kernels;
+  kernels.candidates = kAsyncUpload;
+  auto gpu = make_backend(BackendRequest{"cuda", "fp32", 0, 0, kernels});
+  std::mt19937 random(7);
+  std::vector<std::vector<int32_t>> sent;
+  std::vector<int32_t*> places;
+  for (const int64_t count : {5, 64, 1000, 3, 70000, 70000}) {
+    std::vector<int32_t> host(static_cast<size_t>(count));
+    for (int32_t& id : host) id = static_cast<int32_t>(random() % 37000) + 1;
+    sent.push_back(host);
+    int32_t* place = gpu->alloc_ids(count);
+    gpu->upload_ids(place, host.data(), count);
+    std::fill(host.begin(), host.end(), -1);  // the caller reuses its array at once
+    places.push_back(place);
+  }
+  for (size_t i = 0; i < sent.size(); ++i) {
+    std::vector<int32_t> arrived(sent[i].size());
+    gpu->download_ids(arrived.data(), places[i], static_cast<int64_t>(arrived.size()));
+    EXPECT_EQ(arrived, sent[i]) << "upload " << i;
+    gpu->free_ids(places[i]);
   }
 }
 
