@@ -8,7 +8,7 @@
 #       and CTranslate2's wheel (--prepare-ctranslate2 makes the wheel alone)
 #   bash bench/gpu_session.sh --dry-run                # here: the plan with its time
 #       estimates, every check that needs no GPU, the calls rehearsed on the CPU
-#   bash bench/gpu_session.sh --rehearse [step|followup]   # here: one call's rehearsal
+#   bash bench/gpu_session.sh --rehearse [step|ranks|followup]   # here: one call's rehearsal
 #   call 1:  run(command="PEERS=eager timeout 400 bash bench/gpu_session.sh step",
 #                timeout_s=430, carry=["gpu-bundle", "shared-for-gpu"])
 #       (PEERS=eager: the compiled peer, ~230 s, was last run on 2026-11-26's fourth
@@ -17,33 +17,33 @@
 #       and the length profiles too: call 1 then took 70 s in the fifth window, build
 #       and all twins included, and left calls 2 and 3 their whole time-outs.)
 #   call 2, AT ONCE (a machine idle for 30 s is given back, and with it build-gpu/ and
-#   the unpacked bundle):
-#            run(command="timeout 300 env TRAIN_MINUTES=1 CHECKPOINT_MINUTES=0.17
-#                bash bench/gpu_session.sh translate", timeout_s=330,
-#                carry=[".whl", "shared-for-gpu"])
-#       decoding's numbers (issue 33): ours, with the decoding candidates when call 1
-#       passed them, and CTranslate2 on the same weights. CTranslate2's wheel (25 MB,
-#       .whl/) and the bundle (41 MB) do not fit in one call's 64 MiB together, so this
-#       call carries the wheel and uses the bundle call 1 left on the warm machine (it
-#       stops at once, saying so, on a fresh machine: then carry gpu-bundle instead of
-#       .whl and CTranslate2 is left out).
-#   call 3, at once, with what the window has left:
-#            run(command="timeout 270 bash bench/gpu_session.sh followup", timeout_s=300,
+#   the unpacked bundle): ranks sharing the GPU (issue 52; the mission's order is the
+#   training step, then ranks sharing a GPU, then decoding):
+#            run(command="timeout 300 bash bench/gpu_session.sh ranks", timeout_s=330,
 #                carry=["gpu-bundle", "shared-for-gpu"])
-#       or, if call 1 showed something else to do, another stage of at most 270 s.
+#   call 3, at once, with what the window has left: decoding (issue 53):
+#            run(command="timeout 270 env TRAIN_MINUTES=1 CHECKPOINT_MINUTES=0.17
+#                bash bench/gpu_session.sh translate", timeout_s=300,
+#                carry=[".whl", "shared-for-gpu"])
+#       ours, with the decoding candidates when call 1 passed them, and CTranslate2 on
+#       the same weights. CTranslate2's wheel (25 MB, .whl/) and the bundle (41 MB) do not
+#       fit in one call's 64 MiB together, so this call carries the wheel and uses the
+#       bundle call 1 left on the warm machine (it stops at once, saying so, on a fresh
+#       machine: then carry gpu-bundle instead of .whl and CTranslate2 is left out).
+#       `followup` (memcheck of the candidate twins, big profiled) is the call after, in
+#       a window with time left.
 #   the step curve (issue 51), a call of its own (2026-11-28, H200: 420 s cold):
 #            run(command="timeout 450 env CURVE_SECONDS=420 bash bench/gpu_session.sh curve",
 #                timeout_s=470, carry=["gpu-bundle", "shared-for-gpu"])
 #       base at 3,125 / 6,250 / 12,500 / 25,000 and big at 3,125 / 25,000 tokens, each
 #       with the eager peer and host_gap_share, then the CUDA-graph compiled peer at
 #       3,125 (212 s to compile: it needs a warm call of its own, CURVE_ROWS="").
-#   ranks sharing the GPU (issue 52), a call of its own (~4 min cold, estimated):
-#            run(command="timeout 420 bash bench/gpu_session.sh ranks", timeout_s=450,
-#                carry=["gpu-bundle", "shared-for-gpu"])
+#   ranks (call 2 above; ~4 min cold, estimated, when it is a call of its own):
 #       the CudaDistributed.* tests (2 and 4 ranks on one GPU through dist.reducer = mpi
 #       against one rank accumulating, fp32 and bf16; bf16 reduction; NCCL's refusal named;
-#       4 ranks stopped by SIGTERM resumed on 2 and on 1; a killed rank), then base-sized
-#       Multi30k steps on 1 and 2 ranks sharing the GPU (RANKS_STEPS, default 60).
+#       4 ranks stopped by SIGTERM resumed on 2 and on 1; a killed rank; one-rank NCCL),
+#       then base-sized steps of the synthetic task on 1 and 2 ranks sharing the GPU
+#       (RANKS_STEPS, default 60).
 #   `--dry-run` prints the plan (print_plan below) with each item's estimate.
 #
 # step (call 1; STEP_SECONDS, default 370, leaves the 400 s time-out room for the log):
@@ -53,7 +53,7 @@
 #      the stage runs: transformer_bench_step, the kernel twin tests (tests/kernels/) and
 #      test_cuda_training;
 #   1. the candidate kernels' twins in fp32 and bf16 (CANDIDATE_TWINS: the kernels behind
-#      train.cuda_kernels = candidate, never run on a GPU; none at present) and the whole
+#      train.cuda_kernels = candidate, never run on a GPU; async_upload at present) and the whole
 #      model with them; then the verified twins of the files changed since the last GPU
 #      run (CHANGED_TWINS; OTHER_TWINS=all runs every kernel twin) and the whole-model
 #      checks with the verified kernels: fp32 separate and fused against the CPU
@@ -183,22 +183,20 @@ readonly PLAN=(
   "start|machine start (counted, not in a call)|60|120"
   "1|setup: gpu-bundle unpacked, nvidia-smi|10|20"
   "1|build: bench_step, kernel twin tests, test_cuda_training (16 cores)|20|110"
-  "1|candidate twins (CudaCandidate*: none at present)|0|10"
+  "1|candidate twins (CudaCandidate*: async_upload) and the whole model with them|5|20"
   "1|the verified twins of the changed files (OTHER_TWINS=all: every one)|10|40"
   "1|whole model: fp32 3 steps vs the CPU (fused off, on); bf16 short vs batched; decoding|3|25"
   "1|bf16 GEMM ceiling (8192^3)|10|15"
   "1|profile base verified, candidate; short_attention_max_len 0, 64 (27 steps each)|25|70"
   "1|ours verified (and candidate if it acts in training; 75 steps each); eager|35|75"
   "1|torch.compile peer, only without PEERS=eager (228 s to compile on 2026-11-26)|0|0"
-  "2|setup on the warm machine (bundle kept), build of the programs|15|60"
-  "2|Multi30k base-sized layers 1 min, last 5 averaged, test_2016 BLEU|80|100"
-  "2|newstest2014 decode speed, wall (cpu_decode_speed.sh)|10|20"
-  "2|CTranslate2: wheel installed, model converted, run on the GPU checked|10|25"
-  "2|ours 4096 / b32, CT2 fp16 b32, bf16 b32, fp16 t4096, candidate 4096 / b32; 4 profiles|50|100"
-  "3|setup, incremental build|10|20"
-  "3|memcheck of the candidate twins (each run capped)|30|70"
-  "3|racecheck of the short-sentence attention's twin (capped)|20|60"
-  "3|ceiling; big profile and unprofiled line (FOLLOWUP_SECONDS: what is left)|40|110"
+  "2|setup on the warm machine (bundle kept), build of mpi_equivalence, test_distributed, the trainer|15|60"
+  "2|CudaDistributed.*: 2 and 4 ranks on GPU 0 vs accumulation (fp32, bf16), bf16 sums, NCCL refused|40|120"
+  "2|CudaDistributed.*: 4 ranks stopped, resumed on 2 and 1; a killed rank; one-rank NCCL|20|60"
+  "2|base-sized steps on 1 and 2 ranks sharing the GPU (RANKS_STEPS=60)|20|60"
+  "3|setup on the warm machine (bundle kept), build of the programs|15|60"
+  "3|Multi30k base-sized layers 1 min, last 5 averaged, test_2016 BLEU|80|100"
+  "3|newstest2014 decode speed, ours against CTranslate2 (what the window has left)|20|100"
   "gaps|transfers, the sends of calls 2 and 3|10|30"
 )
 readonly CALL1_TIMEOUT_S=430 CALL2_TIMEOUT_S=330 CALL3_TIMEOUT_S=300 WINDOW_S=900
@@ -211,8 +209,8 @@ print_plan() {
     if [ "$call" != "$current" ]; then
       case $call in
         1) echo "  call 1: PEERS=eager timeout 400 bash bench/gpu_session.sh step   (carry: ${CARRIED[*]})" ;;
-        2) echo "  call 2 (at once, warm machine): timeout 300 env TRAIN_MINUTES=1 CHECKPOINT_MINUTES=0.17 bash bench/gpu_session.sh translate   (carry: ${TRANSLATE_CARRIED[*]})" ;;
-        3) echo "  call 3 (at once, what the window has left): timeout 270 bash bench/gpu_session.sh followup   (carry: ${CARRIED[*]})" ;;
+        2) echo "  call 2 (at once, warm machine): timeout 300 bash bench/gpu_session.sh ranks   (carry: ${CARRIED[*]})" ;;
+        3) echo "  call 3 (at once, what the window has left): timeout 270 env TRAIN_MINUTES=1 CHECKPOINT_MINUTES=0.17 bash bench/gpu_session.sh translate   (carry: ${TRANSLATE_CARRIED[*]})" ;;
         *) echo "  outside the calls:" ;;
       esac
       current=$call
@@ -290,12 +288,12 @@ dry_run() {
   rm -rf "$configure_dir" "$configure_dir.log"
   # Both calls rehearsed on the CPU (--rehearse): their commands, arguments and logs.
   local call rehearsal_out
-  for call in step followup; do
+  for call in step ranks followup; do
     rehearsal_out=$(mktemp -d)
     echo "dry-run: rehearsing call '$call' on the CPU (BUILD=${BUILD:-build})"
     if OUT=$rehearsal_out bash "$0" --rehearse "$call" > "$rehearsal_out/console.txt" 2>&1 &&
        ! grep -q "(exit [1-9]" "$rehearsal_out/console.txt"; then
-      grep -E "^(candidate twins|twin lines|memcheck|racecheck|peers|step:|followup:|==|big)" "$rehearsal_out/console.txt" |
+      grep -E "^(candidate twins|twin lines|memcheck|racecheck|peers|step:|followup:|==|big|ranks:|100% tests)" "$rehearsal_out/console.txt" |
         sed 's/^/  /'
       echo "  logs: $(du -k "$rehearsal_out/logs_$call.tgz" | cut -f1) kB"
     else
@@ -718,6 +716,8 @@ curve_stage() {
 # cases: the GPU ones skip there), then the step of 1 rank and of 2 ranks sharing the GPU
 # on the synthetic task at base size, the two ranks' step against the one's.
 ranks_stage() {
+  # mpirun refuses root unless told (the GPU host's use.sh tells it; the rehearsal here).
+  [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   local gpu_tests="^CudaDistributed|OneRankNcclGradients"
   local args="--train.backend=cuda --model.layers=6 --model.d_model=512 --model.d_ff=2048
     --model.heads=8 --train.tokens_per_step=6250"
