@@ -728,7 +728,7 @@ ranks_stage() {
   ctest --test-dir "$BUILD_DIR" -R "$gpu_tests|^CudaDistributed" --output-on-failure -j2 \
     > "$LOGS/ctest_ranks.log" 2>&1
   grep -E "tests passed|Failed|\*\*\*|Skipped" "$LOGS/ctest_ranks.log" | tail -20
-  grep -hE "ranks on one GPU|60 steps" "$BUILD_DIR/Testing/Temporary/LastTest.log" | sort -u
+  grep -hE "sharing GPU 0|ranks: loss at step 25|60 steps" "$BUILD_DIR/Testing/Temporary/LastTest.log" | awk '!seen[$0]++'
   local steps=${RANKS_STEPS:-60} ranks
   for ranks in 1 2; do
     local reducer=""

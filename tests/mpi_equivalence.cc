@@ -107,23 +107,38 @@ std::vector<double> losses_of(Trainer& trainer, int steps) {
 // 25 (measured with and without OPENBLAS_CORETYPE=Haswell); at half it they stay within
 // 1e-8, so 1e-4 is far above rounding and far below what a wrong share of the batch or a
 // wrong normalisation of the sum would give.
-TEST(DataParallelFourRanks, EveryLossOf25StepsEqualsOneRankAccumulatingFour) {
-  const Communicator comm = Communicator::world();
-  ASSERT_EQ(comm.size(), 4) << "run this test with mpirun -np 4";
-  Trainer parallel(
-      tiny({"train.tokens_per_step=800", "train.lr_scale=0.5", "dist.bucket_mb=0.01"}), comm);
+// comm.size() ranks with `settings` against one rank with the same settings accumulating
+// comm.size() micro-batches: every logged loss of 25 steps within 1e-4 relative, the
+// ranks' parameters bitwise equal, and the runs trained. `parallel_settings` are the
+// ranks' own (small buckets, a reducer).
+void expect_ranks_to_equal_accumulation(const Communicator& comm,
+                                        std::vector<std::string> settings,
+                                        const std::vector<std::string>& parallel_settings) {
+  settings.insert(settings.end(), {"train.tokens_per_step=800", "train.lr_scale=0.5"});
+  std::vector<std::string> in_parallel = settings;
+  in_parallel.insert(in_parallel.end(), parallel_settings.begin(), parallel_settings.end());
+  settings.push_back("train.accumulate=" + std::to_string(comm.size()));
+  Trainer parallel(tiny(in_parallel), comm);
   const std::vector<double> ranks = losses_of(parallel, 25);
   const std::vector<std::string> digests = comm.all_gather(parallel.model().params().sha256_hex());
   for (const std::string& digest : digests) EXPECT_EQ(digest, digests[0]) << "ranks diverged";
-  Trainer single(
-      tiny({"train.tokens_per_step=800", "train.lr_scale=0.5", "train.accumulate=4"}),
-      Communicator::single());
+  Trainer single(tiny(settings), Communicator::single());
   const std::vector<double> accumulated = losses_of(single, 25);
   for (size_t step = 0; step < ranks.size(); ++step) {
     EXPECT_NEAR(ranks[step], accumulated[step], 1e-4 * std::abs(accumulated[step]))
         << "step " << step + 1;
   }
   EXPECT_LT(accumulated.back(), 0.9 * accumulated.front()) << "the runs did not train";
+  if (comm.is_root()) {
+    std::printf("%d ranks: loss at step 25 %.6f, one rank accumulating %.6f\n", comm.size(),
+                ranks.back(), accumulated.back());
+  }
+}
+
+TEST(DataParallelFourRanks, EveryLossOf25StepsEqualsOneRankAccumulatingFour) {
+  const Communicator comm = Communicator::world();
+  ASSERT_EQ(comm.size(), 4) << "run this test with mpirun -np 4";
+  expect_ranks_to_equal_accumulation(comm, {}, {"dist.bucket_mb=0.01"});
 }
 
 // dist.reduce_dtype = bf16: the buckets travel as bf16, half the bytes. The gradient then
@@ -131,11 +146,12 @@ TEST(DataParallelFourRanks, EveryLossOf25StepsEqualsOneRankAccumulatingFour) {
 // stay within 5% of fp32's over 60 steps of the synthetic task (3% seen), the mean of the
 // last ten within 1%, and the parameters differ (the bf16 path did run).
 // bench/RESULTS.md has the longer comparison on Multi30k.
-TEST(DataParallel, Bf16ReductionTracksTheFp32Reduction) {
-  const Communicator comm = Communicator::world();
-  ASSERT_EQ(comm.size(), 2) << "run this test with mpirun -np 2";
-  Trainer fp32(tiny({"train.tokens_per_step=400"}), comm);
-  Trainer bf16(tiny({"train.tokens_per_step=400", "dist.reduce_dtype=bf16"}), comm);
+void expect_bf16_sums_to_track_fp32(const Communicator& comm,
+                                    std::vector<std::string> settings) {
+  settings.push_back("train.tokens_per_step=400");
+  Trainer fp32(tiny(settings), comm);
+  settings.push_back("dist.reduce_dtype=bf16");
+  Trainer bf16(tiny(settings), comm);
   const std::vector<double> a = losses_of(fp32, 60), b = losses_of(bf16, 60);
   double largest = 0.0, last_ten_a = 0.0, last_ten_b = 0.0;
   for (size_t step = 0; step < a.size(); ++step) {
@@ -151,9 +167,15 @@ TEST(DataParallel, Bf16ReductionTracksTheFp32Reduction) {
               last_ten_a, last_ten_b, largest);
   EXPECT_NEAR(last_ten_b, last_ten_a, 0.01 * last_ten_a);
   EXPECT_NE(fp32.model().params().sha256_hex(), bf16.model().params().sha256_hex());
-  // Both ranks of the bf16 run hold the same parameters: every rank rounds alike.
+  // Every rank of the bf16 run holds the same parameters: every rank rounds alike.
   const std::vector<std::string> digests = comm.all_gather(bf16.model().params().sha256_hex());
-  EXPECT_EQ(digests[0], digests[1]);
+  for (const std::string& digest : digests) EXPECT_EQ(digest, digests[0]);
+}
+
+TEST(DataParallel, Bf16ReductionTracksTheFp32Reduction) {
+  const Communicator comm = Communicator::world();
+  ASSERT_EQ(comm.size(), 2) << "run this test with mpirun -np 2";
+  expect_bf16_sums_to_track_fp32(comm, {});
 }
 
 // ---- Ranks sharing one GPU (issue 52) ----
@@ -168,32 +190,14 @@ TEST(DataParallel, Bf16ReductionTracksTheFp32Reduction) {
   } while (0)
 
 // comm.size() ranks on GPU 0 against one rank there accumulating comm.size() micro-batches,
-// in fp32 and in bf16: every logged loss of 25 steps within 1e-4 relative (the CPU test
-// above says why half the learning rate), and the ranks' parameters bitwise equal.
+// in fp32 and in bf16, as expect_ranks_to_equal_accumulation checks on the CPU (the CPU
+// test says why half the learning rate).
 void expect_ranks_on_one_gpu_to_equal_accumulation(const Communicator& comm) {
-  const std::string ranks = std::to_string(comm.size());
   for (const std::string precision : {"train.precision=fp32", "train.precision=bf16"}) {
     SCOPED_TRACE(precision);
-    const std::vector<std::string> common = {"train.backend=cuda", precision, "dist.device=0",
-                                             "train.tokens_per_step=800", "train.lr_scale=0.5"};
-    std::vector<std::string> parallel_settings = common, single_settings = common;
-    parallel_settings.insert(parallel_settings.end(), {"dist.reducer=mpi", "dist.bucket_mb=0.01"});
-    single_settings.push_back("train.accumulate=" + ranks);
-    Trainer parallel(tiny(parallel_settings), comm);
-    const std::vector<double> in_parallel = losses_of(parallel, 25);
-    const std::vector<std::string> digests =
-        comm.all_gather(parallel.model().params().sha256_hex());
-    for (const std::string& digest : digests) EXPECT_EQ(digest, digests[0]) << "ranks diverged";
-    Trainer single(tiny(single_settings), Communicator::single());
-    const std::vector<double> accumulated = losses_of(single, 25);
-    for (size_t step = 0; step < in_parallel.size(); ++step) {
-      EXPECT_NEAR(in_parallel[step], accumulated[step], 1e-4 * std::abs(accumulated[step]))
-          << "step " << step + 1;
-    }
-    if (comm.is_root()) {
-      std::printf("%s ranks on one GPU, %s: loss at step 25 %.6f, one rank accumulating %.6f\n",
-                  ranks.c_str(), precision.c_str(), in_parallel.back(), accumulated.back());
-    }
+    if (comm.is_root()) std::printf("sharing GPU 0, %s:\n", precision.c_str());
+    expect_ranks_to_equal_accumulation(comm, {"train.backend=cuda", precision, "dist.device=0"},
+                                       {"dist.reducer=mpi", "dist.bucket_mb=0.01"});
   }
 }
 
@@ -217,26 +221,8 @@ TEST(CudaDistributed, Bf16ReductionOfRanksSharingAGpuTracksFp32) {
   THPC_SKIP_WITHOUT_GPU();
   const Communicator comm = Communicator::world();
   ASSERT_EQ(comm.size(), 2) << "run this test with mpirun -np 2";
-  const std::vector<std::string> common = {"train.backend=cuda", "train.precision=fp32",
-                                           "dist.device=0", "dist.reducer=mpi",
-                                           "train.tokens_per_step=400"};
-  std::vector<std::string> halved = common;
-  halved.push_back("dist.reduce_dtype=bf16");
-  Trainer fp32(tiny(common), comm);
-  Trainer bf16(tiny(halved), comm);
-  const std::vector<double> a = losses_of(fp32, 60), b = losses_of(bf16, 60);
-  double last_ten_a = 0.0, last_ten_b = 0.0;
-  for (size_t step = 0; step < a.size(); ++step) {
-    EXPECT_NEAR(b[step], a[step], 0.05 * a[step]) << "step " << step + 1;
-    if (step + 10 >= a.size()) {
-      last_ten_a += a[step] / 10;
-      last_ten_b += b[step] / 10;
-    }
-  }
-  EXPECT_NEAR(last_ten_b, last_ten_a, 0.01 * last_ten_a);
-  EXPECT_NE(fp32.model().params().sha256_hex(), bf16.model().params().sha256_hex());
-  const std::vector<std::string> digests = comm.all_gather(bf16.model().params().sha256_hex());
-  EXPECT_EQ(digests[0], digests[1]);
+  expect_bf16_sums_to_track_fp32(
+      comm, {"train.backend=cuda", "train.precision=fp32", "dist.device=0", "dist.reducer=mpi"});
 }
 
 // NCCL (dist.reducer = auto on the GPU) with two ranks on one GPU: refused on every rank

@@ -51,6 +51,9 @@ struct ValidationRecord {
   const BestValidation& of(const std::string& metric) const {
     return metric == "bleu" ? bleu : metric == "chrf" ? chrf : ppl;
   }
+  BestValidation& of(const std::string& metric) {
+    return metric == "bleu" ? bleu : metric == "chrf" ? chrf : ppl;
+  }
 };
 
 // The validation score a best checkpoint (checkpoint.keep_best, keep_best_count) was kept

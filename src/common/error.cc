@@ -12,11 +12,15 @@ int g_rank = 0;
 
 void set_process_rank(int rank) { g_rank = rank; }
 
-std::string process_identity() {
+std::string host_name() {
   char host[HOST_NAME_MAX + 1] = {0};
-  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '?';
+  if (gethostname(host, sizeof(host) - 1) != 0) return "?";
+  return host;
+}
+
+std::string process_identity() {
   std::ostringstream out;
-  out << "rank " << g_rank << " on " << host;
+  out << "rank " << g_rank << " on " << host_name();
   return out.str();
 }
 

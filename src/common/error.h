@@ -22,6 +22,8 @@ class Error : public std::runtime_error {
 // it (single-process runs say "rank 0").
 std::string process_identity();
 void set_process_rank(int rank);
+// This machine's host name, "?" when it cannot be read.
+std::string host_name();
 
 // `text` in single quotes for a one-line message about user input: control bytes and
 // bytes that are not part of well-formed UTF-8 as \xNN (a binary file must not put raw

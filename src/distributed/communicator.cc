@@ -1,7 +1,6 @@
 #include "distributed/communicator.h"
 
 #include <mpi.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <climits>
@@ -15,12 +14,6 @@
 
 namespace thpc {
 namespace {
-
-std::string hostname() {
-  char host[HOST_NAME_MAX + 1] = {0};
-  if (gethostname(host, sizeof(host) - 1) != 0) return "?";
-  return host;
-}
 
 bool mpi_initialised() {
   int initialised = 0, finalised = 0;
@@ -56,7 +49,7 @@ MpiSession::~MpiSession() {
 
 Communicator Communicator::single() {
   Communicator comm;
-  comm.host_ = hostname();
+  comm.host_ = host_name();
   return comm;
 }
 

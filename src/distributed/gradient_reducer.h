@@ -55,6 +55,12 @@ class GradientReducer {
   virtual void complete() = 0;
   // The whole gradient of the current pass (the buckets are slices of it).
   Tensor gradients() const { return grads_; }
+  // Where `bucket`, a slice of gradients(), starts in it, in elements: the place of its
+  // copy in a transport's staging buffer as large as the gradient.
+  int64_t offset_in_gradients(Tensor bucket) const {
+    return (static_cast<const char*>(bucket.data) - static_cast<const char*>(grads_.data)) /
+           static_cast<int64_t>(dtype_size(grads_.dtype));
+  }
 
  private:
   int64_t bucket_bytes_;

@@ -35,15 +35,11 @@
 #include <nccl.h>
 
 #include <chrono>
-#include <climits>
 #include <sstream>
 #include <string>
 #include <thread>
-#include <vector>
-
-#include <unistd.h>
-
 #include <utility>
+#include <vector>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/nccl_check.h"
@@ -146,13 +142,11 @@ class NcclGradientReducer final : public GradientReducer {
   Tensor bf16_copy_of(Tensor bucket) {
     THPC_CHECK(bucket.dtype == DType::F32,
                "a bf16 sum of a " << dtype_name(bucket.dtype) << " gradient");
-    const Tensor whole = gradients();
-    if (staging_.numel < whole.numel) {
+    if (staging_.numel < gradients().numel) {
       if (staging_) backend_.free(staging_);
-      staging_ = backend_.alloc(DType::BF16, whole.numel);
+      staging_ = backend_.alloc(DType::BF16, gradients().numel);
     }
-    const int64_t offset = static_cast<float*>(bucket.data) - static_cast<float*>(whole.data);
-    return staging_.slice(offset, bucket.numel);
+    return staging_.slice(offset_in_gradients(bucket), bucket.numel);
   }
 
   // NCCL's topology search needs one GPU per rank ("Duplicate GPU detected"): say so in
@@ -160,9 +154,7 @@ class NcclGradientReducer final : public GradientReducer {
   static void refuse_ranks_sharing_a_gpu(const Communicator& comm, int device) {
     char bus_id[64] = {};
     THPC_CUDA_CHECK(cudaDeviceGetPCIBusId(bus_id, static_cast<int>(sizeof bus_id), device));
-    char host[HOST_NAME_MAX + 1] = {};
-    gethostname(host, sizeof host - 1);
-    const std::string place = std::string(host) + " GPU " + bus_id;
+    const std::string place = host_name() + " GPU " + bus_id;
     const std::vector<std::string> places = comm.all_gather(place);
     const auto [first, second] = first_ranks_sharing_a_place(places);
     if (first < 0) return;

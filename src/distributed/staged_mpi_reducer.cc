@@ -54,16 +54,15 @@ class StagedMpiGradientReducer final : public GradientReducer {
   void start(Tensor bucket) override {
     THPC_CHECK(bucket.dtype == DType::F32,
                "a staged MPI sum of a " << dtype_name(bucket.dtype) << " gradient");
-    const Tensor whole = gradients();
-    if (mirror_elements_ < whole.numel) {
+    const int64_t elements = gradients().numel;
+    if (mirror_elements_ < elements) {
       if (mirror_) THPC_CUDA_CHECK(cudaFreeHost(mirror_));
       mirror_ = nullptr;
-      THPC_CUDA_CHECK(cudaMallocHost(&mirror_, sizeof(float) * static_cast<size_t>(whole.numel)));
-      mirror_elements_ = whole.numel;
+      THPC_CUDA_CHECK(cudaMallocHost(&mirror_, sizeof(float) * static_cast<size_t>(elements)));
+      mirror_elements_ = elements;
     }
-    const int64_t offset = static_cast<float*>(bucket.data) - static_cast<float*>(whole.data);
-    Staged staged{bucket, Tensor{static_cast<float*>(mirror_) + offset, DType::F32, bucket.numel},
-                  next_event(), next_event()};
+    float* host = static_cast<float*>(mirror_) + offset_in_gradients(bucket);
+    Staged staged{bucket, Tensor{host, DType::F32, bucket.numel}, next_event(), next_event()};
     THPC_CUDA_CHECK(cudaEventRecord(staged.final_on_device, compute_stream_));
     THPC_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, staged.final_on_device, 0));
     THPC_CUDA_CHECK(cudaMemcpyAsync(staged.host.data, bucket.data, bytes(bucket),

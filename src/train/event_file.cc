@@ -1,6 +1,5 @@
 #include "train/event_file.h"
 
-#include <unistd.h>
 
 #include <boost/crc.hpp>
 #include <cerrno>
@@ -25,10 +24,10 @@ void append_little_endian(std::string& out, uint64_t value, int bytes) {
   for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xFF));
 }
 
-std::string host_name() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "localhost";
-  return name;
+// The host in the event file's name (TensorBoard's convention); "localhost" when unknown.
+std::string event_file_host() {
+  const std::string host = host_name();
+  return host == "?" || host.empty() ? "localhost" : host;
 }
 
 }  // namespace
@@ -72,7 +71,7 @@ EventFile::EventFile(const std::string& dir) {
                          .count();
   path_ = (std::filesystem::path(dir) /
            ("events.out.tfevents." + std::to_string(static_cast<int64_t>(now)) + "." +
-            host_name()))
+            event_file_host()))
               .string();
   // libsentencepiece exports a protobuf runtime of its own (3.14); a link that binds our
   // generated code to it would crash in the first serialization: this says why instead.

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <climits>
 #include <condition_variable>
 #include <csignal>
 #include <cstdlib>
@@ -181,12 +180,6 @@ std::string outputs_that_would_destroy_inputs(const Config& config,
 
 namespace {
 
-std::string this_host() {
-  char host[HOST_NAME_MAX + 1] = {0};
-  if (gethostname(host, sizeof(host) - 1) != 0) return "?";
-  return host;
-}
-
 std::string environment(const char* name) {
   const char* value = std::getenv(name);
   return value ? value : "";
@@ -339,7 +332,7 @@ struct RunLock::Refresher {
 
 RunLock::RunLock(const std::string& dir, std::ostream& log) : path_(run_lock_path(dir)) {
   namespace fs = std::filesystem;
-  const std::string host = this_host();
+  const std::string host = host_name();
   std::ostringstream contents;
   contents << "host=" << host << "\npid=" << ::getpid() << "\nstarted="
            << std::chrono::duration_cast<std::chrono::seconds>(

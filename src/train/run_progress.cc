@@ -29,8 +29,8 @@ void RunProgress::count(const StepStats& stats) {
   total_tgt_tokens_ += stats.tgt_tokens;
 }
 
-void RunProgress::restart_interval_at(int64_t step) {
-  interval_start_ = Clock::now();
+void RunProgress::restart_interval_at(int64_t step, Clock::time_point now) {
+  interval_start_ = now;
   interval_first_step_ = step;
   interval_tgt_tokens_ = 0;
 }
@@ -60,8 +60,7 @@ void RunProgress::log_step(int64_t max_steps, int64_t peak_memory_bytes) {
   out << log_line("step " + std::to_string(last.step) + "/" + std::to_string(max_steps), fields)
       << std::endl;
   metrics.write("train", last.step, elapsed, fields);
-  restart_interval_at(last.step);
-  interval_start_ = now_wall;
+  restart_interval_at(last.step, now_wall);
 }
 
 void RunProgress::log_summary(int64_t completed_step, const ValidationRecord& best,

@@ -28,8 +28,9 @@ class RunProgress {
   double seconds_since_start() const;
   // An applied step, counted into the progress interval and the summary.
   void count(const StepStats& stats);
-  // The steps after `step` are trained again (a rollback): the interval restarts there.
-  void restart_interval_at(int64_t step);
+  // The progress interval restarts after `step` at `now`: after a progress line, or when
+  // the steps after `step` are trained again (a rollback).
+  void restart_interval_at(int64_t step, Clock::time_point now = Clock::now());
   // The "step N/M | loss ..." line of the last counted step, and its metrics record;
   // `peak_memory_bytes` < 0 when the backend does not know.
   void log_step(int64_t max_steps, int64_t peak_memory_bytes);

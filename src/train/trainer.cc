@@ -6,8 +6,6 @@
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
-#include <cstring>
-#include <filesystem>
 #include <iomanip>
 #include <optional>
 #include <ostream>
@@ -132,8 +130,7 @@ void drop_a_damaged_best_checkpoint(const Communicator& comm, CheckpointKeeping&
                                     std::ostream& log) {
   const bool moved = comm.is_root() && keeping.move_aside_a_damaged_best(log);
   if (comm.broadcast_from_root(static_cast<int64_t>(moved)) == 0) return;
-  BestValidation& dropped = metric == "ppl" ? best.ppl : metric == "bleu" ? best.bleu : best.chrf;
-  dropped = BestValidation{};
+  best.of(metric) = BestValidation{};
 }
 
 // Divergence injection for the tests of train.divergence: THPC_TEST_NAN_LOSS_AT=N makes
