@@ -2,7 +2,8 @@
 # Decoding speed against CTranslate2 (and Hugging Face generate) on the same weights, the
 # same sentences and the same search, in one run on one machine:
 #
-#   [DEVICE=cpu|cuda] [THREADS="1 2"] [RUNS=2] [MAX_LEN=80] [BEAM=4] [PYTHON=...]
+#   [DEVICE=cpu|cuda] [THREADS="1 2"] [COMPUTE_TYPES="float32 int8"] [RUNS=2] [MAX_LEN=80]
+#   [BEAM=4] [PYTHON=...]
 #       bash bench/decode_vs_ctranslate2.sh CHECKPOINT [LINES]
 #
 # The checkpoint is converted once (tools/convert_to_ctranslate2.py; not timed), the first
@@ -22,13 +23,17 @@
 # wall time with everything is given beside it. The systems are alternated RUNS times
 # for each thread count; medians are reported.
 #
-# CPU (DEVICE=cpu): for each N in THREADS, ours --threads N (N workers of one thread),
-# CTranslate2 intra_threads N (inter_threads 1), torch.set_num_threads(N). One line per N:
-#   decode_vs_ctranslate2: device=cpu threads=N lines=L beam=B max_len=M ours_tok_s=A
-#     ct2_tok_s=B ratio=A/B hf_tok_s=C hf_ratio=A/C ours_wall_tok_s=.. ct2_wall_tok_s=..
-#     hf_wall_tok_s=.. tokens_ours=.. tokens_ct2=.. tokens_hf=.. same_as_ct2=K/L
-#     same_as_hf=K/L ours_openblas=CORE[-by-OPENBLAS_CORETYPE] loadavg=...
-# (same_as_*: output lines identical to ours, first run; ratio > 1: ours faster.)
+# CPU (DEVICE=cpu): for each N in THREADS and each compute type T in COMPUTE_TYPES
+# (default "float32 int8"), ours --threads N --compute-type T (N workers of one thread),
+# CTranslate2 intra_threads N (inter_threads 1) compute_type T, and for float32
+# torch.set_num_threads(N). One line per N and T:
+#   decode_vs_ctranslate2: device=cpu threads=N compute_type=T lines=L beam=B max_len=M
+#     ours_tok_s=A ct2_tok_s=B ratio=A/B [cpu_int8_vs_ct2_int8=A/B] hf_tok_s=C hf_ratio=A/C
+#     ours_wall_tok_s=.. ct2_wall_tok_s=.. hf_wall_tok_s=.. tokens_ours=.. tokens_ct2=..
+#     tokens_hf=.. same_as_ct2=K/L same_as_hf=K/L same_as_ours_float32=K/L
+#     ours_openblas=CORE[-by-OPENBLAS_CORETYPE] loadavg=...
+# (same_as_*: output lines identical to ours, first run; same_as_ours_float32: ours in T
+# against ours in float32; ratio > 1: ours faster.)
 #
 # GPU (DEVICE=cuda): CTranslate2 fp16 and bf16 in batches of 32 sentences, and fp16 in
 # 4,096-token batches; ours in bf16 (the checkpoint's train.precision; train.backend auto
@@ -64,7 +69,7 @@
 # and bench/slim_wheel.py). THPC_BUILD names the build directory (default build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 1 ] || { sed -n '2,64p' "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,69p' "$0" >&2; exit 2; }
 checkpoint=$1
 device=${DEVICE:-cpu}
 case $device in
@@ -73,6 +78,7 @@ case $device in
   *) echo "DEVICE must be cpu or cuda, not '$device'" >&2; exit 2 ;;
 esac
 read -r -a thread_counts <<< "${THREADS:-1 2}"
+read -r -a compute_types <<< "${COMPUTE_TYPES:-float32 int8}"
 runs=${RUNS:-2}
 max_len=${MAX_LEN:-80}
 beam=${BEAM:-4}
@@ -184,25 +190,39 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^[0-9]/ && b > 0) printf "%.
 
 if [ "$device" = cpu ]; then
   for threads in "${thread_counts[@]}"; do
-    rm -f "$work"/{ours,ct2,hf}
-    for run in $(seq "$runs"); do
-      ours ours --threads "$threads"
-      peer ct2 tools/translate_ctranslate2.py --model "$work/ct2_model" --threads "$threads"
-      [ "$hf" = yes ] && peer hf bench/hf_marian_translate.py --checkpoint "$checkpoint" --threads "$threads"
-      [ "$run" = 1 ] && { same_ct2=$(same_lines "$work/ours.out" "$work/ct2.out")
-                          same_hf=$([ "$hf" = yes ] && same_lines "$work/ours.out" "$work/hf.out" || echo n/a); }
-      echo "threads $threads run $run (tokens, decode s, wall s): ours $(tail -1 "$work/ours") | ct2 $(tail -1 "$work/ct2")$([ "$hf" = yes ] && echo " | hf $(tail -1 "$work/hf")")"
+    for compute_type in "${compute_types[@]}"; do
+      rm -f "$work"/{ours,ct2,hf}
+      # Hugging Face's generate has no int8 of the same kind: it is the float32 lines' peer.
+      with_hf=$([ "$hf" = yes ] && [ "$compute_type" = float32 ] && echo yes || echo no)
+      for run in $(seq "$runs"); do
+        ours ours --threads "$threads" --compute-type "$compute_type"
+        peer ct2 tools/translate_ctranslate2.py --model "$work/ct2_model" --threads "$threads" --compute-type "$compute_type"
+        [ "$with_hf" = yes ] && peer hf bench/hf_marian_translate.py --checkpoint "$checkpoint" --threads "$threads"
+        if [ "$run" = 1 ]; then
+          same_ct2=$(same_lines "$work/ours.out" "$work/ct2.out")
+          same_hf=$([ "$with_hf" = yes ] && same_lines "$work/ours.out" "$work/hf.out" || echo n/a)
+          cp "$work/ours.out" "$work/ours_$compute_type.out"
+          same_float=n/a
+          [ "$compute_type" != float32 ] && [ -f "$work/ours_float32.out" ] &&
+            same_float=$(same_lines "$work/ours.out" "$work/ours_float32.out")/$lines
+        fi
+        echo "threads $threads $compute_type run $run (tokens, decode s, wall s): ours $(tail -1 "$work/ours") | ct2 $(tail -1 "$work/ct2")$([ "$with_hf" = yes ] && echo " | hf $(tail -1 "$work/hf")")"
+      done
+      ours_tok_s=$(rate ours 2)
+      ct2_tok_s=$(rate ct2 2)
+      hf_tok_s=n/a hf_wall=n/a hf_tokens=n/a
+      [ "$with_hf" = yes ] && { hf_tok_s=$(rate hf 2); hf_wall=$(rate hf 3); hf_tokens=$(tokens hf); }
+      # The issue's field for the int8 row: ours int8 against CTranslate2's int8.
+      named_ratio=""
+      [ "$compute_type" = int8 ] && named_ratio=" cpu_int8_vs_ct2_int8=$(ratio "$ours_tok_s" "$ct2_tok_s")"
+      echo "decode_vs_ctranslate2: device=cpu threads=$threads compute_type=$compute_type lines=$lines beam=$beam max_len=$max_len" \
+        "ours_tok_s=$ours_tok_s ct2_tok_s=$ct2_tok_s ratio=$(ratio "$ours_tok_s" "$ct2_tok_s")$named_ratio" \
+        "hf_tok_s=$hf_tok_s hf_ratio=$([ "$with_hf" = yes ] && ratio "$ours_tok_s" "$hf_tok_s" || echo n/a)" \
+        "ours_wall_tok_s=$(rate ours 3) ct2_wall_tok_s=$(rate ct2 3) hf_wall_tok_s=$hf_wall" \
+        "tokens_ours=$(tokens ours) tokens_ct2=$(tokens ct2) tokens_hf=$hf_tokens" \
+        "same_as_ct2=$same_ct2/$lines same_as_hf=$same_hf/$lines same_as_ours_float32=$same_float" \
+        "runs=$runs ours_openblas=$ours_openblas loadavg=$(cut -d' ' -f1 /proc/loadavg)"
     done
-    ours_tok_s=$(rate ours 2)
-    ct2_tok_s=$(rate ct2 2)
-    hf_tok_s=n/a hf_wall=n/a hf_tokens=n/a
-    [ "$hf" = yes ] && { hf_tok_s=$(rate hf 2); hf_wall=$(rate hf 3); hf_tokens=$(tokens hf); }
-    echo "decode_vs_ctranslate2: device=cpu threads=$threads lines=$lines beam=$beam max_len=$max_len" \
-      "ours_tok_s=$ours_tok_s ct2_tok_s=$ct2_tok_s ratio=$(ratio "$ours_tok_s" "$ct2_tok_s")" \
-      "hf_tok_s=$hf_tok_s hf_ratio=$([ "$hf" = yes ] && ratio "$ours_tok_s" "$hf_tok_s" || echo n/a)" \
-      "ours_wall_tok_s=$(rate ours 3) ct2_wall_tok_s=$(rate ct2 3) hf_wall_tok_s=$hf_wall" \
-      "tokens_ours=$(tokens ours) tokens_ct2=$(tokens ct2) tokens_hf=$hf_tokens" \
-      "same_as_ct2=$same_ct2/$lines same_as_hf=$same_hf/$lines runs=$runs ours_openblas=$ours_openblas loadavg=$(cut -d' ' -f1 /proc/loadavg)"
   done
   exit 0
 fi

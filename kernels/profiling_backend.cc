@@ -160,7 +160,7 @@ std::string format_profile(const OpProfile& profile, const std::string& backend_
 }
 
 ProfilingBackend::ProfilingBackend(Backend& inner)
-    : inner_(inner), clock_(inner.make_work_clock()) {}
+    : ForwardingBackend(inner), clock_(inner.make_work_clock()) {}
 
 void ProfilingBackend::begin_step() {
   THPC_CHECK(!recording_, "begin_step() twice without end_step()");
@@ -213,27 +213,27 @@ ProfilingBackend::Timed::~Timed() {
 
 void ProfilingBackend::zero(Tensor tensor) {
   const Timed timed(*this, OpClass::Memory, 0.0);
-  inner_.zero(tensor);
+  inner().zero(tensor);
 }
 void ProfilingBackend::copy(Tensor dst, Tensor src) {
   const Timed timed(*this, OpClass::Memory, 0.0);
-  inner_.copy(dst, src);
+  inner().copy(dst, src);
 }
 void ProfilingBackend::upload(Tensor dst, const void* host) {
   const Timed timed(*this, OpClass::Memory, 0.0);
-  inner_.upload(dst, host);
+  inner().upload(dst, host);
 }
 void ProfilingBackend::download(void* host, Tensor src) {
   const Timed timed(*this, OpClass::Memory, 0.0);
-  inner_.download(host, src);
+  inner().download(host, src);
 }
 void ProfilingBackend::upload_ids(int32_t* dst, const int32_t* host, int64_t count) {
   const Timed timed(*this, OpClass::Memory, 0.0);
-  inner_.upload_ids(dst, host, count);
+  inner().upload_ids(dst, host, count);
 }
 void ProfilingBackend::download_ids(int32_t* host, const int32_t* src, int64_t count) {
   const Timed timed(*this, OpClass::Memory, 0.0);
-  inner_.download_ids(host, src, count);
+  inner().download_ids(host, src, count);
 }
 
 }  // namespace thpc

@@ -28,6 +28,7 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/forwarding_backend.h"
 #include "kernels/ops.h"
 
 namespace thpc {
@@ -86,7 +87,7 @@ std::string format_profile(const OpProfile& profile, const std::string& backend_
 
 // Not final: a test derives from it to change what the inner backend offers (the CPU's
 // decoding with the GPU's cache layout, IncrementalDecoding.RowsLayout*).
-class ProfilingBackend : public Backend {
+class ProfilingBackend : public ForwardingBackend {
  public:
   explicit ProfilingBackend(Backend& inner);
 
@@ -100,27 +101,13 @@ class ProfilingBackend : public Backend {
   // its profile in turns, so that its marks (on a GPU, events) stay few.
   OpProfile take();
 
-  std::string name() const override { return inner_.name(); }
-  bool host_memory() const override { return inner_.host_memory(); }
-  DType param_dtype() const override { return inner_.param_dtype(); }
-  DType compute_dtype() const override { return inner_.compute_dtype(); }
-  Tensor alloc(DType dtype, int64_t numel) override { return inner_.alloc(dtype, numel); }
-  void free(Tensor& tensor) override { inner_.free(tensor); }
-  int32_t* alloc_ids(int64_t count) override { return inner_.alloc_ids(count); }
-  void free_ids(int32_t*& ids) override { inner_.free_ids(ids); }
+  // The memory calls, timed (allocation and synchronize() pass through untimed).
   void zero(Tensor tensor) override;
   void copy(Tensor dst, Tensor src) override;
   void upload(Tensor dst, const void* host) override;
   void download(void* host, Tensor src) override;
   void upload_ids(int32_t* dst, const int32_t* host, int64_t count) override;
   void download_ids(int32_t* host, const int32_t* src, int64_t count) override;
-  void synchronize() override { inner_.synchronize(); }
-  void* native_stream() const override { return inner_.native_stream(); }
-  int device() const override { return inner_.device(); }
-  int64_t peak_memory_bytes() const override { return inner_.peak_memory_bytes(); }
-  std::unique_ptr<WorkClock> make_work_clock() override { return inner_.make_work_clock(); }
-  bool fused_ops_by_default() const override { return inner_.fused_ops_by_default(); }
-  int encoder_group_cost_rows() const override { return inner_.encoder_group_cost_rows(); }
 
   // The ops: each entry of kernels/op_list.h passed on to the inner backend between two
   // marks, counted in its class with its matrix FLOPs.
@@ -128,7 +115,7 @@ class ProfilingBackend : public Backend {
   ret name params override {                                                              \
     const Timed timed(*this, op_class(OpId::name),                                        \
                       matrix_flops<OpId::name>(std::forward_as_tuple args));               \
-    return inner_.name args;                                                              \
+    return inner().name args;                                                             \
   }
 #include "kernels/op_list.h"
 #undef THPC_OP
@@ -155,7 +142,6 @@ class ProfilingBackend : public Backend {
     double flops;
   };
 
-  Backend& inner_;
   std::unique_ptr<WorkClock> clock_;
   bool recording_ = false;
   int step_start_ = -1;

@@ -222,6 +222,46 @@ TEST_F(DecodeProgram, CudaKernelsOptionIsCheckedAndTheCpuIgnoresIt) {
   EXPECT_NE(err.find("verified, candidate"), std::string::npos) << err;
 }
 
+// --compute-type: float32 is the CPU's default path, bit for bit; int8 quantizes every
+// weight matrix of the model (1 layer each side: encoder qkv, out, fc1, fc2; decoder qkv,
+// out, cross q, cross kv, cross out, fc1, fc2; the embedding as the output projection:
+// 12) and, its rows quantized one by one with exact integer products, translates
+// alike however the batches are shared among workers; a type the CPU cannot run, and a
+// name that is no type, are bad command lines (exit 2) that say what to give instead.
+TEST_F(DecodeProgram, ComputeTypeChoosesTheArithmetic) {
+  std::string plain, chosen, err;
+  ASSERT_EQ(decode("--max-len-b 8 --threads 1", plain, err), 0) << err;
+  ASSERT_EQ(decode("--max-len-b 8 --threads 1 --compute-type float32", chosen, err), 0) << err;
+  EXPECT_EQ(chosen, plain);
+  ASSERT_EQ(decode("--max-len-b 8 --threads 1 --compute-type default", chosen, err), 0) << err;
+  EXPECT_EQ(chosen, plain);
+
+  EXPECT_EQ(decode("--max-len-b 8 --compute-type bfloat16", chosen, err), 2);
+  EXPECT_NE(err.find("--compute-type bfloat16 needs a GPU"), std::string::npos) << err;
+  EXPECT_EQ(decode("--max-len-b 8 --compute-type int4", chosen, err), 2);
+  EXPECT_NE(err.find("--compute-type 'int4': expected default, float32, bfloat16 or int8"),
+            std::string::npos)
+      << err;
+
+  const int int8_exit = decode("--max-len-b 8 --threads 1 --compute-type int8", chosen, err);
+  if (err.find("built without oneDNN") != std::string::npos) {
+    EXPECT_EQ(int8_exit, 2) << err;
+    GTEST_SKIP() << "this build has no oneDNN: " << err;
+  }
+  ASSERT_EQ(int8_exit, 0) << err;
+  EXPECT_NE(err.find("transformer_decode: int8: 12 weight matrices quantized in "), std::string::npos)
+      << err;
+  EXPECT_EQ(lines_of(chosen).size(), lines_of(plain).size()) << chosen;
+  for (const char* threads : {"2", "3"}) {
+    std::string several;
+    ASSERT_EQ(decode(std::string("--max-len-b 8 --compute-type int8 --threads ") + threads,
+                     several, err),
+              0)
+        << err;
+    EXPECT_EQ(several, chosen) << "--threads " << threads;
+  }
+}
+
 TEST_F(DecodeProgram, GreedyIsBeamOneWithoutLengthPenalty) {
   std::string greedy, beam_one, err;
   ASSERT_EQ(decode("--greedy --max-len-b 6", greedy, err), 0) << err;

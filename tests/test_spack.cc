@@ -65,6 +65,7 @@ const std::map<std::string, Provider>& providers() {
       {"nccl", {"nccl", "nccl"}},
       {"yaml-cpp", {"yaml-cpp", "yaml-cpp"}},
       {"OpenSSL", {"openssl", "openssl"}},
+      {"dnnl", {"onednn", "onednn"}},
       {"Protobuf", {"protobuf", "protobuf"}},
       {"Threads", {"", ""}},
       {"OpenMP", {"", ""}}};

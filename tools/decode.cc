@@ -5,6 +5,7 @@
 //                      [--input FILE|-] [--output FILE]
 //                      [--beam B] [--lenpen A] [--max-len-a 1 --max-len-b 50]
 //                      [--batch-tokens 4096] [--batch-sentences 0] [--nbest 1] [--greedy] [--threads N]
+//                      [--compute-type default|float32|bfloat16|int8]
 //                      [--sampling full|topk=K|topp=P [--temperature T] [--seed S]]
 //                      [--dump-attention FILE.h5 --dump-lines 1,5,9]
 //                      [--tree-constraints [--tree-leaves XX|words]] [--profile]
@@ -32,7 +33,8 @@
 // time per batch (kernels/profiling_backend.h: GEMMs, attention, layer norms, the
 // log-softmax and top-k, the cache's row copies, transfers, and the host time between
 // the backend's ops: on a GPU, the device waiting for the host), for the batches of the
-// first worker (all of them on a GPU). Exit codes:
+// first worker (all of them on a GPU). --compute-type int8 decodes on the CPU with int8
+// weight matrices (decode/compute_type.h). Exit codes:
 // 0 success, 1 a bad file or checkpoint, 2 a bad command line (--dump-lines naming a
 // line the input lacks, checkpoints of different vocabularies, an output that may not
 // be written, included).
@@ -41,8 +43,9 @@
 #include <boost/program_options.hpp>
 
 #include <algorithm>
-#include <cmath>
 #include <atomic>
+#include <chrono>
+#include <cmath>
 #include <exception>
 #include <fstream>
 #include <iomanip>
@@ -62,12 +65,14 @@
 #include "config/config.h"
 #include "decode/attention_dump.h"
 #include "decode/beam_search.h"
+#include "decode/compute_type.h"
 #include "decode/ensemble.h"
 #include "decode/sampling.h"
 #include "decode/translate.h"
 #include "decode/tree_filter.h"
 #include "metrics/bleu.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/int8_matmul.h"
 #include "kernels/profiling_backend.h"
 #include "model/backends.h"
 #include "model/transformer.h"
@@ -89,6 +94,7 @@ struct Arguments {
   thpc::SearchOverrides search;
   int threads = -1;  // < 0: the checkpoint's train.threads
   std::optional<std::string> cuda_kernels;  // unset: the checkpoint's train.cuda_kernels
+  thpc::ComputeType compute_type = thpc::ComputeType::kDefault;  // --compute-type
   bool tree_constraints = false;
   std::optional<std::string> tree_leaves;  // default: the checkpoint's decode.tree_leaves
   std::string dump_attention;   // empty: no attention dump
@@ -334,7 +340,12 @@ Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
                      const std::vector<thpc::TokenSequence>& sources,
                      const thpc::BeamOptions& options) {
   Workers plan;
-  plan.backends.push_back(thpc::make_backend(train));
+  // A compute type this machine cannot run is the command line's error (exit 2).
+  try {
+    plan.backends.push_back(thpc::make_decoding_backend(train, args.compute_type));
+  } catch (const thpc::Error& error) {
+    throw thpc::tools::UsageError(error.what());
+  }
   const bool on_cpu = plan.backends.front()->host_memory();
   int workers = 1;
   if (on_cpu) {
@@ -354,7 +365,7 @@ Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
     thpc::TrainConfig single_threaded = train;
     single_threaded.threads = 1;
     while (static_cast<int>(plan.backends.size()) < workers) {
-      plan.backends.push_back(thpc::make_backend(single_threaded));
+      plan.backends.push_back(thpc::make_decoding_backend(single_threaded, args.compute_type));
     }
     thpc::set_cpu_threads(1);  // process-wide (the ops' loops and BLAS): each worker has one
   }
@@ -405,6 +416,17 @@ Translations translate_batches(const Arguments& args, const thpc::DecodingCheckp
       }
       thpc::Backend& ops = profiler ? static_cast<thpc::Backend&>(*profiler) : *backend;
       const auto models = ensemble.build_models(kIds, ops);
+      // --compute-type int8: each worker quantizes its own copy of the weights (a few
+      // hundred milliseconds for a base model), as it loaded its own copy of them.
+      const auto quantize_start = std::chrono::steady_clock::now();
+      int quantized = 0;
+      for (const auto& model : models) quantized += thpc::quantize_model_weights(*model, *backend);
+      if (quantized > 0 && worker == 0) {
+        const std::chrono::duration<double> took = std::chrono::steady_clock::now() - quantize_start;
+        std::cerr << "transformer_decode: int8: " << quantized << " weight matrices quantized in "
+                  << std::fixed << std::setprecision(2) << took.count() << " s ("
+                  << thpc::cpu::int8_description() << ")\n";
+      }
       std::vector<thpc::Transformer*> model_pointers;
       for (const auto& model : models) model_pointers.push_back(model.get());
       thpc::Transformer& model = *models.front();  // the attention dumps show the first's
@@ -584,6 +606,11 @@ int main(int argc, char** argv) {
       ("threads", po::value<int>(),
        "CPU decoding workers, each translating whole batches with its own copy of the model; "
        "0 = one per core (default: the checkpoint's train.threads)")
+      ("compute-type", po::value<std::string>(),
+       "the arithmetic, as CTranslate2 names it: default (the checkpoint's train.precision), "
+       "float32, bfloat16 (a GPU), or int8 (the CPU: weights in int8 with a scale per output "
+       "channel, activations quantized per row, oneDNN's int8 products; attention and the "
+       "softmax in float32)")
       ("cuda-kernels", po::value<std::string>(),
        "GPU kernels, as train.cuda_kernels: verified, candidate (the kernels not yet run "
        "on a GPU; none at present), or candidate names; default: the checkpoint's")
@@ -621,6 +648,9 @@ int main(int argc, char** argv) {
     if (values.count("max-len-a")) search.max_len_a = values["max-len-a"].as<int>();
     if (values.count("max-len-b")) search.max_len_b = values["max-len-b"].as<int>();
     if (values.count("threads")) args.threads = values["threads"].as<int>();
+    if (values.count("compute-type")) {
+      args.compute_type = thpc::parse_compute_type(values["compute-type"].as<std::string>());
+    }
     if (values.count("cuda-kernels")) {
       args.cuda_kernels = values["cuda-kernels"].as<std::string>();
       unsigned candidates = 0;

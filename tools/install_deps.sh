@@ -22,6 +22,8 @@ packages=(
   libboost-program-options-dev
   libsentencepiece-dev sentencepiece
   libopenblas-dev libopenblas-openmp-dev
+  # oneDNN: int8 decoding on the CPU (its CMake file names OpenCL: ocl-icd-opencl-dev)
+  libdnnl-dev ocl-icd-opencl-dev
   libssl-dev
   libgtest-dev libyaml-cpp-dev
   # TensorBoard event files: the protobuf runtime and protoc (boost/crc.hpp gives CRC-32C)

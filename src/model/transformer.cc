@@ -129,6 +129,20 @@ void add_transformer_parameters(const ModelConfig& c, int vocab, ParamStore& sto
   if (c.norm == "pre") add_norm("decoder.norm");
 }
 
+std::vector<ProductWeight> product_weights(const ParamStore& store) {
+  // Every matrix of the table is one of these: the layers' ".weight" entries (the
+  // projections and fc1/fc2) and "embed.weight"; learned positions are added, not
+  // multiplied, and the norms' and biases' vectors are not matrices.
+  std::vector<ProductWeight> weights;
+  for (const ParamEntry& entry : store.entries()) {
+    const std::string& name = entry.name;
+    const bool is_weight = name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
+    if (!is_weight) continue;
+    weights.push_back({name, name == "embed.weight"});
+  }
+  return weights;
+}
+
 
 // ---------------------------------------------------------------------------------
 

@@ -37,6 +37,16 @@ struct DropoutContext {
 // of any backend, so the parameter count of a config can be had without allocating.
 void add_transformer_parameters(const ModelConfig& config, int vocab_size, ParamStore& store);
 
+// The matrices the forward pass multiplies activations by, as add_transformer_parameters
+// names them: each layer's projections and feed-forward layers (y = x W + b, W [in, out])
+// and the shared embedding as the output projection (logits = h E^T, E [vocab, d], §3.4).
+// What int8 decoding quantizes (decode/compute_type.h).
+struct ProductWeight {
+  std::string name;
+  bool output_projection = false;  // E [vocab, d] rather than W [in, out]
+};
+std::vector<ProductWeight> product_weights(const ParamStore& store);
+
 class Transformer {
  public:
   // Builds the parameter table, allocates it on `backend` and initialises it from seed;

@@ -44,6 +44,9 @@ class TransformerHpc(CMakePackage, CudaPackage):
     # (CMakeLists.txt says why); CMake finds it by OpenBLAS's own CMake config.
     depends_on("openblas@0.3.21: threads=openmp")
     depends_on("openssl@1.1.1:")  # SHA-256 of checkpoints and shards
+    # int8 decoding on the CPU (transformer_decode --compute-type int8): oneDNN's int8
+    # matmul, on the same OpenMP runtime as OpenBLAS (kernels/cpu/int8_matmul.h).
+    depends_on("onednn@2.6: cpu_runtime=omp")
     # TensorBoard event files: protoc and the lite runtime, linked statically and kept out
     # of the dynamic symbol table, because SentencePiece carries and exports a protobuf
     # runtime of its own (docs/design.md "Metrics"). Pinned to 3.21, the last series

@@ -1,0 +1,41 @@
+// transformer_decode --compute-type: the arithmetic a decode runs in, named as
+// CTranslate2 names its compute types where they mean the same.
+//
+//   default   the checkpoint's train.precision (bf16 on a GPU; the CPU computes in fp32)
+//   float32   fp32 everywhere
+//   bfloat16  bf16 activations and weights (a GPU's)
+//   int8      the CPU: every weight matrix (the layers' projections and feed-forward
+//             layers, and the tied embedding as the output projection) in int8 with a
+//             scale per output channel, activations quantized per row at run time,
+//             products by oneDNN (kernels/cpu/int8_matmul.h); attention, layer norms,
+//             the softmax and top-k in fp32. CTranslate2's int8 (its int8_float32).
+//             On a GPU: not yet (it says so).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "config/config.h"
+#include "kernels/ops.h"
+
+namespace thpc {
+
+class Transformer;
+
+enum class ComputeType { kDefault, kFloat32, kBfloat16, kInt8 };
+
+// The type a name gives; an unknown name is an Error listing the names.
+ComputeType parse_compute_type(const std::string& name);
+const char* compute_type_name(ComputeType type);
+
+// The backend of one decoding worker for `type`, from the checkpoint's [train] settings
+// (train.backend, train.threads; train.precision unless the type says otherwise). A type
+// the device cannot run is an Error saying what to do instead.
+std::unique_ptr<Backend> make_decoding_backend(const TrainConfig& train, ComputeType type);
+
+// int8: hands the model's weight matrices (product_weights()) to its int8 backend, once,
+// after the checkpoint is loaded. `backend` is what make_decoding_backend made; other
+// backends are left alone (returns 0). Returns the number of matrices quantized.
+int quantize_model_weights(Transformer& model, Backend& backend);
+
+}  // namespace thpc
