@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -27,27 +28,41 @@ inline float round_to_integer(float x) {
 }
 
 // max_k |x[k]|, in 16 independent lanes the compiler vectorises (a single running
-// maximum is a reduction it will not reorder).
+// maximum is a reduction it will not reorder); NaN when x holds a NaN or an infinity
+// (the lanes' x * 0 sums are NaN then), which the comparisons alone would pass over.
 float largest_magnitude(const float* x, int count) {
   constexpr int kLanes = 16;
-  float lanes[kLanes] = {};
+  float lanes[kLanes] = {}, non_finite[kLanes] = {};
   int k = 0;
   for (; k + kLanes <= count; k += kLanes) {
     for (int j = 0; j < kLanes; ++j) {
       const float magnitude = std::fabs(x[k + j]);
       lanes[j] = magnitude > lanes[j] ? magnitude : lanes[j];
+      non_finite[j] += x[k + j] * 0.0f;
     }
   }
-  float largest = 0.0f;
-  for (; k < count; ++k) largest = std::max(largest, std::fabs(x[k]));
-  for (const float lane : lanes) largest = std::max(largest, lane);
-  return largest;
+  float largest = 0.0f, poison = 0.0f;
+  for (; k < count; ++k) {
+    largest = std::max(largest, std::fabs(x[k]));
+    poison += x[k] * 0.0f;
+  }
+  for (int j = 0; j < kLanes; ++j) {
+    largest = std::max(largest, lanes[j]);
+    poison += non_finite[j];
+  }
+  return largest + poison;
 }
 
 }  // namespace
 
 float quantize_row(const float* x, int count, uint8_t* xq) {
   const float largest = largest_magnitude(x, count);
+  if (!std::isfinite(largest)) {
+    // A NaN or infinite activation (a diverged model): the row's products are NaN, as
+    // the float product's would be, through its scale; the values are the zero point.
+    std::fill(xq, xq + count, uint8_t{128});
+    return std::numeric_limits<float>::quiet_NaN();
+  }
   const float inverse = largest > 0.0f ? 127.0f / largest : 0.0f;
   for (int k = 0; k < count; ++k) {
     // |x| * 127 / max is at most 127 but for rounding: the clamp keeps [1, 255].

@@ -11,7 +11,8 @@
 //   result      y[m, n] = (acc[m, n] - 128 c[n]) * (s_m * s_n) + b[n],
 //               c[n] = sum_k Wq[k, n] (the zero point's share, computed once)
 // and max(0, y) for the FFN's first layer. A row or column of zeros has scale 0 and gives
-// y = b exactly.
+// y = b exactly; a row holding a NaN or an infinity gives NaN (the ReLU: 0), as fp32
+// does, rather than a finite wrong row.
 //
 // L is 127 where the CPU multiplies u8 x s8 into int32 directly (AVX-512 VNNI, AVX-VNNI,
 // AMX) and 63 elsewhere: AVX2's and plain AVX-512's vpmaddubsw add two u8 x s8 products
@@ -78,7 +79,8 @@ class QuantizedMatrix {
 };
 
 // The activations' quantization of one row, as multiply() does it: xq[k] in [1, 255],
-// returns s_m (0 for a row of zeros, whose xq are all 128).
+// returns s_m (0 for a row of zeros, whose xq are all 128; NaN for a row holding a NaN
+// or an infinity, whose products are then NaN, as in fp32).
 float quantize_row(const float* x, int count, uint8_t* xq);
 
 // The dequantization of one product, as multiply() does it.

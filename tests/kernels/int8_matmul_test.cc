@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -221,6 +222,35 @@ TEST(Int8Matmul, ZeroRowsAndColumnsGiveTheBiasExactly) {
   matrix.multiply(y.data(), x.data(), b.data(), M, false);
   for (int n = 0; n < N; ++n) EXPECT_EQ(y[1 * N + n], b[n]) << "row of zeros, column " << n;
   for (int m = 0; m < M; ++m) EXPECT_EQ(y[m * N + 3], b[3]) << "column of zeros, row " << m;
+}
+
+// A diverged model's NaN or infinite activation gives NaN outputs in its row, as the
+// float product would (not a finite row computed from the zero point), and leaves the
+// other rows alone.
+TEST(Int8Matmul, NonFiniteActivationsGiveNaNRows) {
+  SKIP_WITHOUT_INT8();
+  std::mt19937 rng(7);
+  const int M = 3, K = 40, N = 5;
+  std::vector<float> x = random_floats(M * K, rng);
+  const std::vector<float> W = random_floats(K * N, rng), b = random_floats(N, rng);
+  const QuantizedMatrix matrix(W.data(), K, N, WeightLayout::kInputsByOutputs);
+  std::vector<float> clean(M * N);
+  matrix.multiply(clean.data(), x.data(), b.data(), M, false);
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(),
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity()}) {
+    for (const int at : {K + 3, K + 33}) {  // in the lanes, and in the tail after them
+      std::vector<float> poisoned = x;
+      poisoned[at] = bad;
+      std::vector<float> y(M * N);
+      matrix.multiply(y.data(), poisoned.data(), b.data(), M, false);
+      for (int n = 0; n < N; ++n) {
+        EXPECT_TRUE(std::isnan(y[N + n])) << bad << " at " << at << ", column " << n;
+        EXPECT_EQ(y[n], clean[n]);
+        EXPECT_EQ(y[2 * N + n], clean[2 * N + n]);
+      }
+    }
+  }
 }
 
 // The backend: quantized weights go through the int8 product, every other product and
