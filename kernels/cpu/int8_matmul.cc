@@ -174,14 +174,14 @@ QuantizedMatrix::QuantizedMatrix(const float* weights, int inputs, int outputs,
     scales_[n] = largest[n] / static_cast<float>(limit);
     inverse[n] = largest[n] > 0.0f ? static_cast<float>(limit) / largest[n] : 0.0f;
   }
-  plain_.resize(static_cast<size_t>(inputs) * outputs);
+  std::vector<int8_t> plain(static_cast<size_t>(inputs) * outputs);  // the reorder's source
   column_sums_.assign(outputs, 0);
   const float bound = static_cast<float>(limit);
   for (int k = 0; k < inputs; ++k) {
     for (int n = 0; n < outputs; ++n) {
       float q = round_to_integer(at(k, n) * inverse[n]);
       q = q < -bound ? -bound : (q > bound ? bound : q);
-      plain_[static_cast<int64_t>(k) * outputs + n] = static_cast<int8_t>(q);
+      plain[static_cast<int64_t>(k) * outputs + n] = static_cast<int8_t>(q);
       column_sums_[n] += static_cast<int32_t>(q);
     }
   }
@@ -206,13 +206,22 @@ QuantizedMatrix::QuantizedMatrix(const float* weights, int inputs, int outputs,
     k.weights_desc = memory::desc({inputs, outputs}, memory::data_type::s8, memory::format_tag::ab);
   }
   memory source({{inputs, outputs}, memory::data_type::s8, memory::format_tag::ab}, cpu_engine(),
-                plain_.data());
+                plain.data());
   k.weights = memory(k.weights_desc, cpu_engine());
   dnnl::reorder(source, k.weights).execute(k.stream, source, k.weights);
   k.stream.wait();
 }
 
 QuantizedMatrix::~QuantizedMatrix() = default;
+
+std::vector<int8_t> QuantizedMatrix::quantized_values() const {
+  std::vector<int8_t> plain(static_cast<size_t>(inputs_) * outputs_);
+  memory target({{inputs_, outputs_}, memory::data_type::s8, memory::format_tag::ab},
+                cpu_engine(), plain.data());
+  dnnl::reorder(kernel_->weights, target).execute(kernel_->stream, kernel_->weights, target);
+  kernel_->stream.wait();
+  return plain;
+}
 
 namespace {
 
@@ -297,6 +306,7 @@ QuantizedMatrix::QuantizedMatrix(const float*, int inputs, int outputs, WeightLa
   THPC_FAIL("int8 products need oneDNN, and this build has none: " << int8_description());
 }
 QuantizedMatrix::~QuantizedMatrix() = default;
+std::vector<int8_t> QuantizedMatrix::quantized_values() const { return {}; }
 void QuantizedMatrix::multiply(float*, const float*, const float*, int, bool) const {}
 
 #endif

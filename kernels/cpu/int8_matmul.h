@@ -64,17 +64,18 @@ class QuantizedMatrix {
 
   int inputs() const { return inputs_; }
   int outputs() const { return outputs_; }
-  // s_n per output column, and Wq[k, n] as quantized (for tests and the reference).
+  // s_n per output column, and c[n].
   const std::vector<float>& scales() const { return scales_; }
-  int8_t quantized(int k, int n) const { return plain_[static_cast<int64_t>(k) * outputs_ + n]; }
   const std::vector<int32_t>& column_sums() const { return column_sums_; }
+  // Wq [K, N] row-major, read back from oneDNN's layout (for tests and the reference:
+  // the matrix keeps only that layout, not a second plain copy).
+  std::vector<int8_t> quantized_values() const;
 
  private:
   struct Kernel;  // oneDNN's objects
   int inputs_, outputs_;
   std::vector<float> scales_;
   std::vector<int32_t> column_sums_;
-  std::vector<int8_t> plain_;  // Wq [K, N] row-major (the reorder's source; tests read it)
   std::unique_ptr<Kernel> kernel_;
 };
 

@@ -66,11 +66,12 @@ std::vector<float> exact_integer_reference(const QuantizedMatrix& matrix,
   const int K = matrix.inputs(), N = matrix.outputs();
   std::vector<float> y(static_cast<size_t>(M) * N);
   std::vector<uint8_t> xq(K);
+  const std::vector<int8_t> Wq = matrix.quantized_values();
   for (int m = 0; m < M; ++m) {
     const float row_scale = cpu::quantize_row(x.data() + static_cast<size_t>(m) * K, K, xq.data());
     for (int n = 0; n < N; ++n) {
       int64_t acc = 0;
-      for (int k = 0; k < K; ++k) acc += int64_t(xq[k]) * matrix.quantized(k, n);
+      for (int k = 0; k < K; ++k) acc += int64_t(xq[k]) * Wq[static_cast<size_t>(k) * N + n];
       const float value = cpu::dequantize(static_cast<int32_t>(acc), matrix.column_sums()[n],
                                           row_scale, matrix.scales()[n],
                                           b != nullptr ? b[n] : 0.0f);
@@ -132,6 +133,7 @@ TEST(Int8Matmul, WeightsQuantizePerOutputChannelInEitherLayout) {
   for (const WeightLayout layout : {WeightLayout::kInputsByOutputs, WeightLayout::kOutputsByInputs}) {
     const std::vector<float> weights = stored(W, K, N, layout);
     const QuantizedMatrix matrix(weights.data(), K, N, layout);
+    const std::vector<int8_t> Wq = matrix.quantized_values();
     for (int n = 0; n < N; ++n) {
       float largest = 0.0f;
       int largest_q = 0, sum = 0;
@@ -139,7 +141,7 @@ TEST(Int8Matmul, WeightsQuantizePerOutputChannelInEitherLayout) {
       const float scale = matrix.scales()[n];
       EXPECT_FLOAT_EQ(scale, largest / static_cast<float>(limit)) << "column " << n;
       for (int k = 0; k < K; ++k) {
-        const int q = matrix.quantized(k, n);
+        const int q = Wq[k * N + n];
         largest_q = std::max(largest_q, std::abs(q));
         sum += q;
         EXPECT_LE(std::fabs(W[k * N + n] - scale * static_cast<float>(q)), scale * (0.5f + 1e-4f))
