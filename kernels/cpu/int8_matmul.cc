@@ -84,19 +84,50 @@ dnnl::engine& cpu_engine() {
   return engine;
 }
 
-bool multiplies_u8_s8_into_int32() {
-  switch (dnnl::get_effective_cpu_isa()) {
-    case dnnl::cpu_isa::avx2_vnni:
-    case dnnl::cpu_isa::avx512_core_vnni:
-    case dnnl::cpu_isa::avx512_core_bf16:
-    case dnnl::cpu_isa::avx512_core_amx:
-      return true;
-    default:
-      return false;
-  }
+// A matmul's primitive descriptor: oneDNN 3 takes the engine and the memory descriptors
+// directly, oneDNN 2 an operation descriptor first (Debian 12 has 2.6; Spack builds 3.x).
+dnnl::matmul::primitive_desc matmul_desc(const memory::desc& source, const memory::desc& weights,
+                                         const memory::desc& destination) {
+#if DNNL_VERSION_MAJOR >= 3
+  return dnnl::matmul::primitive_desc(cpu_engine(), source, weights, destination);
+#else
+  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(source, weights, destination),
+                                      cpu_engine());
+#endif
 }
 
-const char* isa_name(dnnl::cpu_isa isa) {
+memory::desc plain_desc(int rows, int columns, memory::data_type type) {
+  return memory::desc({rows, columns}, type, memory::format_tag::ab);
+}
+
+// Whether oneDNN's int8 kernel on this machine adds u8 x s8 products into int32 without
+// saturating: asked of the kernel itself, with the one product that tells. A row of 255s
+// times a column of 127s is 64 x 32,385 = 2,072,640 exactly; a kernel that adds the
+// products in pairs into a saturating int16 first (AVX2's and plain AVX-512's
+// vpmaddubsw: 2 x 32,385 > 32,767) gets 32 x 32,767 instead. VNNI (vpdpbusd) and AMX
+// multiply straight into int32. Probing, rather than naming the instruction sets, also
+// follows DNNL_MAX_CPU_ISA and CPUs newer than this code.
+bool products_reach_int32_exactly() {
+  constexpr int kDepth = 64, kColumns = 16;
+  std::vector<uint8_t> row(kDepth, 255);
+  std::vector<int8_t> column(static_cast<size_t>(kDepth) * kColumns, 127);
+  std::vector<int32_t> product(kColumns, 0);
+  dnnl::stream stream(cpu_engine());
+  const auto pd = matmul_desc(plain_desc(1, kDepth, memory::data_type::u8),
+                              plain_desc(kDepth, kColumns, memory::data_type::s8),
+                              plain_desc(1, kColumns, memory::data_type::s32));
+  memory source(pd.src_desc(), cpu_engine(), row.data());
+  memory weights(pd.weights_desc(), cpu_engine(), column.data());
+  memory destination(pd.dst_desc(), cpu_engine(), product.data());
+  dnnl::matmul(pd).execute(stream, {{DNNL_ARG_SRC, source},
+                                    {DNNL_ARG_WEIGHTS, weights},
+                                    {DNNL_ARG_DST, destination}});
+  stream.wait();
+  return product[0] == kDepth * 255 * 127;
+}
+
+// The instruction set oneDNN's kernels use, by the names both oneDNN 2 and 3 have.
+std::string isa_name(dnnl::cpu_isa isa) {
   switch (isa) {
     case dnnl::cpu_isa::sse41: return "sse41";
     case dnnl::cpu_isa::avx: return "avx";
@@ -106,7 +137,11 @@ const char* isa_name(dnnl::cpu_isa isa) {
     case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
     case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
     case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
-    default: return "other";
+    default: {
+      std::ostringstream other;
+      other << "isa 0x" << std::hex << static_cast<unsigned>(isa);
+      return other.str();
+    }
   }
 }
 
@@ -119,7 +154,7 @@ constexpr int kRowsPerChunk = 512;
 bool int8_available() { return true; }
 
 int int8_weight_limit() {
-  static const int limit = multiplies_u8_s8_into_int32() ? 127 : 63;
+  static const int limit = products_reach_int32_exactly() ? 127 : 63;
   return limit;
 }
 
@@ -138,16 +173,11 @@ struct QuantizedMatrix::Kernel {
   dnnl::stream stream{cpu_engine()};
   std::map<int, dnnl::matmul> by_rows;  // one primitive per row count
 
-  static memory::desc rows_desc(int rows, int columns, memory::data_type type) {
-    return memory::desc({rows, columns}, type, memory::format_tag::ab);
-  }
   dnnl::matmul& primitive(int rows, int inputs, int outputs) {
     auto found = by_rows.find(rows);
     if (found != by_rows.end()) return found->second;
-    const dnnl::matmul::primitive_desc pd(
-        dnnl::matmul::desc(rows_desc(rows, inputs, memory::data_type::u8), weights_desc,
-                           rows_desc(rows, outputs, memory::data_type::s32)),
-        cpu_engine());
+    const auto pd = matmul_desc(plain_desc(rows, inputs, memory::data_type::u8), weights_desc,
+                                plain_desc(rows, outputs, memory::data_type::s32));
     return by_rows.emplace(rows, dnnl::matmul(pd)).first->second;
   }
 };
@@ -190,12 +220,10 @@ QuantizedMatrix::QuantizedMatrix(const float* weights, int inputs, int outputs,
   // where one were refused, the plain layout, which every implementation reads).
   Kernel& k = *kernel_;
   const auto choose = [&](int rows) {
-    return dnnl::matmul::primitive_desc(
-               dnnl::matmul::desc(Kernel::rows_desc(rows, inputs, memory::data_type::u8),
-                                  memory::desc({inputs, outputs}, memory::data_type::s8,
-                                               memory::format_tag::any),
-                                  Kernel::rows_desc(rows, outputs, memory::data_type::s32)),
-               cpu_engine())
+    return matmul_desc(plain_desc(rows, inputs, memory::data_type::u8),
+                       memory::desc({inputs, outputs}, memory::data_type::s8,
+                                    memory::format_tag::any),
+                       plain_desc(rows, outputs, memory::data_type::s32))
         .weights_desc();
   };
   k.weights_desc = choose(64);
@@ -257,9 +285,9 @@ void QuantizedMatrix::multiply(float* y, const float* x, const float* b, int row
       scratch.row_scales[m] = quantize_row(x_chunk + static_cast<int64_t>(m) * K, K,
                                            scratch.rows_q.data() + static_cast<int64_t>(m) * K);
     }
-    memory source(Kernel::rows_desc(count, K, memory::data_type::u8), cpu_engine(),
+    memory source(plain_desc(count, K, memory::data_type::u8), cpu_engine(),
                   scratch.rows_q.data());
-    memory products(Kernel::rows_desc(count, N, memory::data_type::s32), cpu_engine(),
+    memory products(plain_desc(count, N, memory::data_type::s32), cpu_engine(),
                     scratch.products.data());
     k.primitive(count, K, N).execute(
         k.stream,

@@ -17,7 +17,9 @@
 // L is 127 where the CPU multiplies u8 x s8 into int32 directly (AVX-512 VNNI, AVX-VNNI,
 // AMX) and 63 elsewhere: AVX2's and plain AVX-512's vpmaddubsw add two u8 x s8 products
 // into a saturating int16, and 255 * 127 * 2 exceeds 32,767 while 255 * 63 * 2 does not
-// (oneDNN's documentation of int8 computations asks for 7-bit weights there). The error
+// (oneDNN's documentation of int8 computations asks for 7-bit weights there). Which of the
+// two a machine does is asked of oneDNN's kernel once, with a product that saturates
+// only in int16 (int8_matmul.cc, products_reach_int32_exactly). The error
 // of one element is then at most s_m/2 sum_k |W| + s_n/2 sum_k |x| + K s_m s_n / 4 (plus
 // the float rounding of the dequantization): tests/kernels/int8_matmul_test.cc checks it.
 //
