@@ -34,7 +34,7 @@ namespace {
 // ties to even) and the subtraction is exact. std::nearbyint's result, in two additions
 // the compiler vectorises, where nearbyint stays a call per element (it was a tenth of an
 // int8 decode).
-inline float round_to_integer(float x) {
+[[gnu::always_inline]] inline float round_to_integer(float x) {
   constexpr float kShift = 12582912.0f;  // 1.5 * 2^23
   return (x + kShift) - kShift;
 }
@@ -42,7 +42,8 @@ inline float round_to_integer(float x) {
 // max_k |x[k]|, in 16 independent lanes the compiler vectorises (a single running
 // maximum is a reduction it will not reorder); NaN when x holds a NaN or an infinity
 // (the lanes' x * 0 sums are NaN then), which the comparisons alone would pass over.
-float largest_magnitude(const float* x, int count) {
+// Always inlined, so that quantize_row's AVX2 and AVX-512 clones vectorise it too.
+[[gnu::always_inline]] inline float largest_magnitude(const float* x, int count) {
   constexpr int kLanes = 16;
   float lanes[kLanes] = {}, non_finite[kLanes] = {};
   int k = 0;
