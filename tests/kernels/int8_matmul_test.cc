@@ -26,6 +26,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
@@ -264,8 +265,14 @@ TEST(Int8Backend, MultipliesQuantizedWeightsInInt8AndPassesTheRestOn) {
   auto float_backend = make_cpu_backend(DType::F32);
   Int8CpuBackend int8(make_cpu_backend(DType::F32));
   EXPECT_EQ(int8.name(), float_backend->name() + "+int8");
-  const auto put = [](Backend& backend, const std::vector<float>& values) {
-    Tensor t = backend.alloc(DType::F32, static_cast<int64_t>(values.size()));
+  // Every tensor made here, freed at the end (the sanitized suite checks for leaks).
+  std::vector<std::pair<Backend*, Tensor>> made;
+  const auto make = [&](Backend& backend, int64_t numel) {
+    made.emplace_back(&backend, backend.alloc(DType::F32, numel));
+    return made.back().second;
+  };
+  const auto put = [&](Backend& backend, const std::vector<float>& values) {
+    Tensor t = make(backend, static_cast<int64_t>(values.size()));
     backend.upload(t, values.data());
     return t;
   };
@@ -287,7 +294,7 @@ TEST(Int8Backend, MultipliesQuantizedWeightsInInt8AndPassesTheRestOn) {
   const QuantizedMatrix W_int8(W.data(), K, N, WeightLayout::kInputsByOutputs);
   const QuantizedMatrix E_int8(E.data(), K, vocab, WeightLayout::kOutputsByInputs);
   std::vector<float> expected(M * N), logits_expected(M * vocab);
-  Tensor y8 = int8.alloc(DType::F32, M * N), logits8 = int8.alloc(DType::F32, M * vocab);
+  Tensor y8 = make(int8, M * N), logits8 = make(int8, M * vocab);
   for (const bool relu : {false, true}) {
     if (relu) {
       int8.linear_relu_forward(y8, x8, W8, b8, M, K, N);
@@ -304,13 +311,14 @@ TEST(Int8Backend, MultipliesQuantizedWeightsInInt8AndPassesTheRestOn) {
   // Weights never quantized: the float backend's product.
   const Tensor xf = put(*float_backend, x), otherf = put(*float_backend, other),
                bf = put(*float_backend, b);
-  Tensor yf = float_backend->alloc(DType::F32, M * N);
+  Tensor yf = make(*float_backend, M * N);
   float_backend->linear_forward(yf, xf, otherf, bf, M, K, N);
   int8.linear_forward(y8, x8, other8, b8, M, K, N);
   EXPECT_EQ(values_of(int8, y8), values_of(*float_backend, yf));
 
   // The quantized weights with other sizes: a caller's error, named.
   EXPECT_THROW(int8.linear_forward(y8, x8, W8, b8, M, N, K), std::exception);
+  for (auto& [backend, tensor] : made) backend->free(tensor);
 }
 
 }  // namespace
