@@ -17,6 +17,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/dropout_mask.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vector_clones.h"
 
 namespace thpc::cpu {
 namespace {
@@ -119,25 +120,14 @@ inline void prefetch_row(const void* p, int64_t bytes) {
 }
 constexpr int kPrefetchKeysAhead = 4;
 
-// The gathered attention's two loops over the cache (the scores, the weighted values)
-// are most of a CPU decoding step's attention, and memory-bound on scattered rows:
-// compiled for the baseline x86-64's SSE2 they use a quarter of an AVX-512 register. GCC
-// compiles them once more for AVX2 and AVX-512 and picks one per CPU when the program
-// loads (target_clones). The clones do the same IEEE operations in the same order (the
-// dot's eight lanes are explicit, and this library has no contraction:
-// -ffp-contract=off), so the results do not depend on the clone.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define THPC_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define THPC_VECTOR_CLONES
-#endif
-
 // S[head, t, j] = scale (q_t,head . k_j,head) over a sentence's gathered key rows
 // (rows[j], j < valid) for every head and query, in [heads, Lq, Lk]: each key row read
-// once, whole.
+// once, whole. With gathered_values below, most of a CPU decoding step's attention: both
+// in vector clones (vector_clones.h).
 template <int kWidth, typename T>
-THPC_VECTOR_CLONES void gathered_scores(T* scores, const T* q, int ldq, const T* k, int ldk, const int32_t* rows,
-                     int valid, const AttentionShape& shape, T scale) {
+THPC_VECTOR_CLONES void gathered_scores(T* scores, const T* q, int ldq, const T* k, int ldk,
+                                        const int32_t* rows, int valid,
+                                        const AttentionShape& shape, T scale) {
   const int Lq = shape.query_len, Lk = shape.key_len, d_k = shape.d_k;
   for (int j = 0; j < valid; ++j) {
     if (j + kPrefetchKeysAhead < valid) {

@@ -8,21 +8,10 @@
 
 #include "common/error.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vector_clones.h"
 
 #if THPC_HAVE_ONEDNN
 #include <oneapi/dnnl/dnnl.hpp>
-#endif
-
-// The activations' loops (quantizing a row, dequantizing one) are a quarter of the
-// time of the integer products they feed when compiled for the baseline x86-64's SSE2:
-// GCC compiles them once more for AVX2 and for AVX-512 and picks one per CPU when the
-// program loads (target_clones). Every clone does the same IEEE operations in the same
-// order (no contraction in this library: -ffp-contract=off), so the results do not
-// depend on the clone.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define THPC_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define THPC_VECTOR_CLONES
 #endif
 
 namespace thpc::cpu {
@@ -37,6 +26,14 @@ namespace {
 [[gnu::always_inline]] inline float round_to_integer(float x) {
   constexpr float kShift = 12582912.0f;  // 1.5 * 2^23
   return (x + kShift) - kShift;
+}
+
+// value * inverse (inverse = limit / the largest |value|) rounded and held to
+// [-limit, limit]: the product is at most limit but for its rounding. The one
+// quantization of activations and weights alike.
+[[gnu::always_inline]] inline float quantize_value(float value, float inverse, float limit) {
+  const float q = round_to_integer(value * inverse);
+  return q < -limit ? -limit : (q > limit ? limit : q);
 }
 
 // max_k |x[k]|, in 16 independent lanes the compiler vectorises (a single running
@@ -79,10 +76,8 @@ float quantize_row(const float* x, int count, uint8_t* xq) {
   }
   const float inverse = largest > 0.0f ? 127.0f / largest : 0.0f;
   for (int k = 0; k < count; ++k) {
-    // |x| * 127 / max is at most 127 but for rounding: the clamp keeps [1, 255].
-    float q = round_to_integer(x[k] * inverse);
-    q = q < -127.0f ? -127.0f : (q > 127.0f ? 127.0f : q);
-    xq[k] = static_cast<uint8_t>(static_cast<int>(q) + 128);
+    // In [-127, 127]: + 128 is [1, 255].
+    xq[k] = static_cast<uint8_t>(static_cast<int>(quantize_value(x[k], inverse, 127.0f)) + 128);
   }
   return largest / 127.0f;
 }
@@ -220,11 +215,9 @@ QuantizedMatrix::QuantizedMatrix(const float* weights, int inputs, int outputs,
   }
   std::vector<int8_t> plain(static_cast<size_t>(inputs) * outputs);  // the reorder's source
   column_sums_.assign(outputs, 0);
-  const float bound = static_cast<float>(limit);
   for (int k = 0; k < inputs; ++k) {
     for (int n = 0; n < outputs; ++n) {
-      float q = round_to_integer(at(k, n) * inverse[n]);
-      q = q < -bound ? -bound : (q > bound ? bound : q);
+      const float q = quantize_value(at(k, n), inverse[n], static_cast<float>(limit));
       plain[static_cast<int64_t>(k) * outputs + n] = static_cast<int8_t>(q);
       column_sums_[n] += static_cast<int32_t>(q);
     }
@@ -233,14 +226,11 @@ QuantizedMatrix::QuantizedMatrix(const float* weights, int inputs, int outputs,
   // row count; every other row count takes the same layout (checked here for a few:
   // where one were refused, the plain layout, which every implementation reads).
   Kernel& k = *kernel_;
-  const auto choose = [&](int rows) {
-    return matmul_desc(plain_desc(rows, inputs, memory::data_type::u8),
-                       memory::desc({inputs, outputs}, memory::data_type::s8,
-                                    memory::format_tag::any),
-                       plain_desc(rows, outputs, memory::data_type::s32))
-        .weights_desc();
-  };
-  k.weights_desc = choose(64);
+  k.weights_desc = matmul_desc(plain_desc(64, inputs, memory::data_type::u8),
+                               memory::desc({inputs, outputs}, memory::data_type::s8,
+                                            memory::format_tag::any),
+                               plain_desc(64, outputs, memory::data_type::s32))
+                       .weights_desc();
   try {
     for (const int rows : {1, 7, 512}) k.primitive(rows, inputs, outputs);
   } catch (const dnnl::error&) {
@@ -269,7 +259,8 @@ namespace {
 
 // One row of products dequantized (dequantize()), with or without the bias, then the
 // ReLU's max(0, .): +0 for a negative, -0 or NaN sum, as relu_forward gives. One loop per
-// case, each vectorised.
+// case, each vectorised, in vector clones (vector_clones.h) as quantize_row is: compiled
+// for SSE2 alone the two were a quarter of the time of the integer products they feed.
 THPC_VECTOR_CLONES
 void dequantize_row(float* out, const int32_t* acc, const int32_t* column_sums, float row_scale,
                     const float* column_scales, const float* b, int N, bool relu) {

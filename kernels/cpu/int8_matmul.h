@@ -51,9 +51,10 @@ enum class WeightLayout {
 };
 
 // One weight matrix in int8 with its per-output-channel scales, ready to multiply.
-// Each instance keeps its own scratch (the quantized rows, the int32 products) and its
-// oneDNN primitives, one per row count: use one from one thread at a time (decoding's
-// workers each have their own model).
+// Each instance keeps its oneDNN primitives, one per row count, made on first use: use
+// one from one thread at a time (decoding's workers each have their own model). The
+// scratch of the products (quantized rows, int32 results) is per thread, shared by the
+// matrices a thread multiplies.
 class QuantizedMatrix {
  public:
   QuantizedMatrix(const float* weights, int inputs, int outputs, WeightLayout layout);
