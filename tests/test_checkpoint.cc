@@ -256,6 +256,74 @@ TEST_F(CheckpointTest, ResumeAfterSigtermIsIdenticalToTheUninterruptedRun) {
   EXPECT_EQ(final_line(resumed.output), final_line(whole.output));
 }
 
+// checkpoint.background_write: the thread writes what the step would have written, while
+// the next steps run.
+TEST_F(CheckpointTest, ABackgroundWriteHoldsWhatTheStepWouldHaveWritten) {
+  const std::string common = kTrainer + " " + kTinyIni +
+                             " --train.max_steps=6 --train.log_every=1 "
+                             "--checkpoint.every_steps=2 --checkpoint.dir=";
+  const auto run_in = [](const std::string& dir) {
+    return dir + " --train.metrics_dir=" + dir;
+  };
+  // Each background write held 500 ms (many steps of the tiny model, even sanitized).
+  const ProcessResult beside = run_process("THPC_TEST_CHECKPOINT_WRITE_DELAY_MS=500 " +
+                                           common + run_in(path("beside")));
+  const ProcessResult in_step =
+      run_process(common + run_in(path("in_step")) + " --checkpoint.background_write=false");
+  ASSERT_EQ(beside.exit_code, 0) << beside.output;
+  ASSERT_EQ(in_step.exit_code, 0) << in_step.output;
+  const auto line_of = [](const std::string& output, const std::string& start) {
+    const size_t at = output.find("\n" + start);
+    EXPECT_NE(at, std::string::npos) << start << " in\n" << output;
+    return at;
+  };
+  // Step 3 ran while step 2's checkpoint was being written, and the line says so; the
+  // step writes it before step 3 without the thread.
+  const std::string second = "checkpoint " + path("beside/step_00000002.h5");
+  EXPECT_LT(line_of(beside.output, "step 3/6"), line_of(beside.output, second)) << beside.output;
+  EXPECT_NE(beside.output.find(second + " ("), std::string::npos);
+  EXPECT_NE(beside.output.find("s beside training)"), std::string::npos) << beside.output;
+  EXPECT_LT(line_of(in_step.output, "checkpoint " + path("in_step/step_00000002.h5")),
+            line_of(in_step.output, "step 3/6"));
+  EXPECT_EQ(in_step.output.find("beside training"), std::string::npos) << in_step.output;
+  // Every step's loss and the result alike; every checkpoint, its whole state alike.
+  EXPECT_EQ(losses_by_step(beside.output), losses_by_step(in_step.output));
+  ASSERT_NE(final_line(beside.output), "");
+  EXPECT_EQ(final_line(beside.output), final_line(in_step.output));
+  for (const int64_t step : {2, 4, 6}) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const Checkpoint written = read_checkpoint(path("beside/" + checkpoint_file_name(step)));
+    const Checkpoint expected = read_checkpoint(path("in_step/" + checkpoint_file_name(step)));
+    EXPECT_EQ(written.step, step);
+    EXPECT_EQ(written.loss, expected.loss);
+    EXPECT_EQ(written.data_position.index, expected.data_position.index);
+    ASSERT_EQ(written.params.size(), expected.params.size());
+    for (size_t t = 0; t < written.params.size(); ++t) {
+      EXPECT_EQ(written.params[t].values, expected.params[t].values) << written.params[t].name;
+      EXPECT_EQ(written.adam_m[t].values, expected.adam_m[t].values) << written.adam_m[t].name;
+      EXPECT_EQ(written.adam_v[t].values, expected.adam_v[t].values) << written.adam_v[t].name;
+    }
+  }
+}
+
+// A stop (SIGTERM, Slurm's warning) that comes while a checkpoint is being written waits
+// for it, then writes its own: the job says it is saved only once both are on disk.
+TEST_F(CheckpointTest, AStopWaitsForTheBackgroundWriteUnderWay) {
+  const ProcessResult stopped = run_process(
+      "THPC_TEST_CHECKPOINT_WRITE_DELAY_MS=500 THPC_TEST_STOP_AT_STEP=3 " + kTrainer + " " +
+      kTinyIni + " --train.max_steps=10 --train.log_every=1 --checkpoint.every_steps=2 "
+      "--checkpoint.dir=" + path("run"));
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.output;
+  const size_t stop = stopped.output.find("stopped: SIGTERM received; step=3");
+  ASSERT_NE(stop, std::string::npos) << stopped.output;
+  for (const int64_t step : {2, 3}) {
+    const std::string file = path("run/" + checkpoint_file_name(step));
+    const size_t line = stopped.output.find("checkpoint " + file + " (");
+    EXPECT_LT(line, stop) << stopped.output;
+    EXPECT_EQ(read_checkpoint(file).step, step);  // whole, every digest verified
+  }
+}
+
 struct SignalledRun {
   std::string log;
   int status = 0;  // as waitpid gives it

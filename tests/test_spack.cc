@@ -146,6 +146,8 @@ TEST_F(SpackEnvironment, VariantsTheBuildNeeds) {
   // Serial HDF5 (rank 0 alone writes; h5ls/h5dump and the high-level library).
   EXPECT_NE(spec("hdf5").find("~mpi"), std::string::npos) << spec("hdf5");
   EXPECT_NE(spec("hdf5").find("+hl"), std::string::npos) << spec("hdf5");
+  // checkpoint.background_write needs it (the program falls back without it).
+  EXPECT_NE(spec("hdf5").find("+threadsafe"), std::string::npos) << spec("hdf5");
   // Static protobuf: CMakeLists.txt links it hidden (Protobuf_USE_STATIC_LIBS), and the
   // 3.21 series, the last without Abseil: a floor (`@3.21:`) lets Spack pick 32.x.
   EXPECT_NE(spec("protobuf").find("~shared"), std::string::npos) << spec("protobuf");

@@ -116,6 +116,7 @@ struct CheckpointConfig {
   float minutes = 10.0f;            // wall-clock minutes between checkpoints; 0 = none by time
   std::int64_t every_steps = 0;     // also every this many steps; 0 = none by step count
   int keep = 5;                     // the newest `keep` step_*.h5 of DIR are kept
+  bool background_write = true;     // write from a thread while training goes on
   std::string resume;               // "" = fresh start | auto = newest valid in DIR | a path
   std::string init;                 // parameters only, when the run does not resume
   int average_last = 0;             // at the end, average the last N into DIR; 0 = off

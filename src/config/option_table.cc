@@ -250,6 +250,10 @@ const std::vector<Option>& option_table() {
                   "healthy one and the last healthy one before the newest file always stay "
                   "(keep = 1 keeps two: the next step's loss may still mark the newest "
                   "diverged)"),
+      THPC_OPTION(checkpoint, background_write, THPC_ANY,
+                  "write each checkpoint from a thread while training goes on: the step "
+                  "waits only for the copy of the state (a thread-safe HDF5 is needed, else "
+                  "the step writes it, with a note); false = the step writes it"),
       THPC_OPTION(checkpoint, resume, THPC_ANY,
                   "continue a run: auto = newest valid checkpoint in dir (none there: step 0; "
                   "only invalid, or only diverged, ones: an error), auto_or_fresh = the same but step 0 when all "

@@ -50,11 +50,18 @@ std::string dims_text(const std::vector<hsize_t>& dims) {
 }  // namespace
 
 void silence_error_printing() {
-  static const bool silenced = [] {
+  // Per thread: a thread-safe HDF5 keeps an error stack, and its printing, for each thread
+  // (a checkpoint written on a thread of its own, checkpoint.background_write).
+  thread_local const bool silenced = [] {
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
     return true;
   }();
   (void)silenced;
+}
+
+bool library_is_threadsafe() {
+  hbool_t threadsafe = false;
+  return H5is_library_threadsafe(&threadsafe) >= 0 && threadsafe;
 }
 
 std::string reason() {

@@ -23,6 +23,10 @@ namespace thpc::hdf5 {
 // naming the file and the problem instead. Every entry point below calls it.
 void silence_error_printing();
 
+// Whether this HDF5 was built thread-safe (Debian's is; Spack's needs +threadsafe): its
+// calls may then come from two threads at once, each held while the other's runs.
+bool library_is_threadsafe();
+
 // The most specific message of HDF5's current error stack ("truncated file: eof = ..."),
 // which it clears.
 std::string reason();

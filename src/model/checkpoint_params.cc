@@ -28,23 +28,27 @@ void load_parameters(const Checkpoint& checkpoint, const std::string& source,
 std::vector<NamedTensor> gather_named(const ParamStore& store, Backend& backend, Tensor buffer) {
   THPC_CHECK(buffer.numel == store.buffer_numel(),
              "buffer of " << buffer.numel << " elements, layout of " << store.buffer_numel());
-  std::vector<float> host(store.buffer_numel());
-  if (buffer.dtype == DType::F64) {
-    std::vector<double> wide(store.buffer_numel());
-    backend.download(wide.data(), buffer);
-    std::copy(wide.begin(), wide.end(), host.begin());
-  } else {
-    THPC_CHECK(buffer.dtype == DType::F32, "parameters are fp32 or fp64");
-    backend.download(host.data(), buffer);
-  }
+  THPC_CHECK(buffer.dtype == DType::F64 || buffer.dtype == DType::F32,
+             "parameters are fp32 or fp64");
   std::vector<NamedTensor> named;
   named.reserve(store.entries().size());
+  std::vector<double> wide;  // an fp64 backend's values, narrowed to the file's fp32
   for (const ParamEntry& entry : store.entries()) {
     NamedTensor tensor;
     tensor.name = entry.name;
     tensor.rows = entry.rows;
     tensor.cols = entry.cols;
-    tensor.values.assign(host.begin() + entry.offset, host.begin() + entry.offset + entry.numel());
+    tensor.values.resize(entry.numel());
+    // Each parameter straight into its own tensor: one copy of the state, not two (the
+    // snapshot is what every rank waits for while rank 0 saves).
+    const Tensor part = buffer.slice(entry.offset, entry.numel());
+    if (buffer.dtype == DType::F64) {
+      wide.resize(entry.numel());
+      backend.download(wide.data(), part);
+      std::copy(wide.begin(), wide.end(), tensor.values.begin());
+    } else {
+      backend.download(tensor.values.data(), part);
+    }
     named.push_back(std::move(tensor));
   }
   return named;

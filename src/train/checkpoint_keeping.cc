@@ -3,43 +3,109 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <iomanip>
 #include <optional>
 #include <ostream>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "checkpoint/checkpoint_directory.h"
 #include "common/error.h"
+#include "io/hdf5.h"
 #include "train/stop_request.h"
 
 namespace thpc {
 
-std::string CheckpointKeeping::save(const Checkpoint& state, double copy_seconds,
-                                    std::ostream& log) const {
+namespace {
+
+// Test hook (docs/checkpoints.md): THPC_TEST_CHECKPOINT_WRITE_DELAY_MS=N holds each
+// background write N ms before it starts, so that tests see training go on beside it and
+// a stop wait for it, whatever the speed of the machine.
+std::chrono::milliseconds test_write_delay() {
+  static const long delay = [] {
+    const char* value = std::getenv("THPC_TEST_CHECKPOINT_WRITE_DELAY_MS");
+    return value != nullptr ? std::strtol(value, nullptr, 10) : 0L;
+  }();
+  return std::chrono::milliseconds(delay);
+}
+
+// Writes `state` to `path` and prunes checkpoint.dir to `keep`; returns what to log: the
+// checkpoint's line (its size, the copy's and the write's seconds) and each removal.
+std::string write_and_prune(const std::string& path, const Checkpoint& state,
+                            double copy_seconds, const std::string& dir, int keep,
+                            bool in_background) {
   using Clock = std::chrono::steady_clock;
-  const std::string path =
-      (std::filesystem::path(config_.checkpoint.dir) / checkpoint_file_name(state.step)).string();
-  const auto copied = Clock::now();
+  const auto start = Clock::now();
+  if (in_background) std::this_thread::sleep_for(test_write_delay());
   write_checkpoint(path, state);
-  const auto written = Clock::now();
+  const double write_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   std::error_code error;
   const auto bytes = std::filesystem::file_size(path, error);
-  log << "checkpoint " << path << " (" << std::fixed << std::setprecision(1)
-      << (error ? 0.0 : static_cast<double>(bytes) / 1e6) << " MB; copy "
-      << std::setprecision(2) << copy_seconds
-      << " s, write " << std::chrono::duration<double>(written - copied).count() << " s)"
-      << std::endl;
-  for (const std::string& deleted :
-       prune_checkpoints(config_.checkpoint.dir, config_.checkpoint.keep, path)) {
-    log << "removed old checkpoint " << deleted << " (checkpoint.keep = "
-        << config_.checkpoint.keep << ")" << std::endl;
+  std::ostringstream lines;
+  lines << "checkpoint " << path << " (" << std::fixed << std::setprecision(1)
+        << (error ? 0.0 : static_cast<double>(bytes) / 1e6) << " MB; copy "
+        << std::setprecision(2) << copy_seconds << " s, write " << write_seconds << " s"
+        << (in_background ? " beside training" : "") << ")\n";
+  for (const std::string& deleted : prune_checkpoints(dir, keep, path)) {
+    lines << "removed old checkpoint " << deleted << " (checkpoint.keep = " << keep << ")\n";
   }
+  return lines.str();
+}
+
+}  // namespace
+
+bool CheckpointKeeping::writes_in_background(std::string* note) const {
+  if (!config_.checkpoint.background_write) return false;
+  if (hdf5::library_is_threadsafe()) return true;
+  if (note != nullptr) {
+    *note = "checkpoint.background_write = true needs an HDF5 library built thread-safe "
+            "(Spack: hdf5 +threadsafe; Debian's is), and this one is not: each checkpoint is "
+            "written in the step that saves it, training waiting for it";
+  }
+  return false;
+}
+
+std::string CheckpointKeeping::save(Checkpoint state, double copy_seconds, std::ostream& log) {
+  finish_write(log);  // one write at a time: the snapshot of each in memory, not more
+  const std::string path =
+      (std::filesystem::path(config_.checkpoint.dir) / checkpoint_file_name(state.step)).string();
+  const std::string dir = config_.checkpoint.dir;
+  const int keep = config_.checkpoint.keep;
+  if (!writes_in_background()) {
+    log << write_and_prune(path, state, copy_seconds, dir, keep, false) << std::flush;
+    return path;
+  }
+  test_write_delay();  // read here: the environment is not read from the thread
+  // The thread owns what it writes; the training thread goes on with its own state.
+  write_ = std::async(std::launch::async,
+                      [path, dir, keep, copy_seconds, state = std::move(state)] {
+                        return write_and_prune(path, state, copy_seconds, dir, keep, true);
+                      });
   return path;
 }
 
-void CheckpointKeeping::write_average(bool best, int64_t step, std::ostream& log) const {
+void CheckpointKeeping::report_finished_write(std::ostream& log) {
+  if (!write_.valid() ||
+      write_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    return;
+  }
+  log << write_.get() << std::flush;  // get() rethrows the write's failure
+}
+
+void CheckpointKeeping::finish_write(std::ostream& log) {
+  wait_for_write();
+  report_finished_write(log);
+}
+
+void CheckpointKeeping::wait_for_write() const {
+  if (write_.valid()) write_.wait();
+}
+
+void CheckpointKeeping::write_average(bool best, int64_t step, std::ostream& log) {
+  finish_write(log);
   const CheckpointConfig& options = config_.checkpoint;
   const int wanted = best ? options.average_best : options.average_last;
   std::vector<std::string> paths;
@@ -167,7 +233,8 @@ void CheckpointKeeping::keep_best(const std::string& metric, const LogField& val
 }
 
 void CheckpointKeeping::mark_abandoned(const std::string& run_id, int64_t step,
-                                       int64_t newer_than, std::ostream& log) const {
+                                       int64_t newer_than, std::ostream& log) {
+  finish_write(log);
   for (const CheckpointSummary& summary : checkpoint_summaries(config_.checkpoint.dir)) {
     // Files of this run only (those of a run before ids were stored have none).
     if (summary.state != CheckpointState::Healthy ||
@@ -188,7 +255,8 @@ void CheckpointKeeping::mark_abandoned(const std::string& run_id, int64_t step,
 
 void CheckpointKeeping::mark_after_failed_validation(const std::string& run_id,
                                                      int64_t last_passed,
-                                                     std::ostream& log) const {
+                                                     std::ostream& log) {
+  finish_write(log);
   for (const CheckpointSummary& summary : checkpoint_summaries(config_.checkpoint.dir)) {
     if (summary.state == CheckpointState::Healthy && summary.step > last_passed &&
         (summary.run_id.empty() || summary.run_id == run_id)) {
@@ -201,6 +269,7 @@ void CheckpointKeeping::mark_after_failed_validation(const std::string& run_id,
 
 std::string CheckpointKeeping::diverged_parameters_file(const std::string& run_id,
                                                        int64_t step) const {
+  wait_for_write();
   for (const CheckpointSummary& summary : checkpoint_summaries(config_.checkpoint.dir)) {
     if (summary.step == step && summary.state == CheckpointState::Diverged &&
         (summary.run_id.empty() || summary.run_id == run_id)) {
@@ -211,6 +280,7 @@ std::string CheckpointKeeping::diverged_parameters_file(const std::string& run_i
 }
 
 std::string CheckpointKeeping::resume_point() const {
+  wait_for_write();
   const std::vector<CheckpointSummary> summaries = checkpoint_summaries(config_.checkpoint.dir);
   for (auto summary = summaries.rbegin(); summary != summaries.rend(); ++summary) {
     if (summary->state != CheckpointState::Healthy) continue;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <iosfwd>
 #include <string>
 
@@ -24,7 +25,25 @@ class CheckpointKeeping {
   // size and the copy's and the write's seconds (`copy_seconds`: the snapshot's), and
   // prunes to checkpoint.keep (prune_checkpoints: diverged ones first, never the newest
   // healthy one nor the last one known good). Returns the path.
-  std::string save(const Checkpoint& state, double copy_seconds, std::ostream& log) const;
+  //
+  // When writes_in_background(), the write (hashing, HDF5, fsync, rename) and the pruning
+  // run on a thread of their own and save() returns at once, `state` in the thread's
+  // hands: training goes on while the file is written (a 757 MB base checkpoint: 2-3 s
+  // of the step here). Its line is logged, or its failure thrown, by the next
+  // report_finished_write() or finish_write(). One write at a time: a save waits for the
+  // one before it, and so does every other member that reads checkpoint.dir's step files.
+  std::string save(Checkpoint state, double copy_seconds, std::ostream& log);
+
+  // The end of a background write, when it has ended: logs its lines, or throws its
+  // failure as a save in the step would have. Never waits.
+  void report_finished_write(std::ostream& log);
+  // Waits for the background write under way, if any, then reports it as above: before
+  // a run says a checkpoint is on disk (a stop, the end), and before it reads the files.
+  void finish_write(std::ostream& log);
+  // checkpoint.background_write, on an HDF5 built thread-safe (the training thread may
+  // read shards while the writer writes). Without one, `note` (when given) receives why
+  // the checkpoints are written in the step.
+  bool writes_in_background(std::string* note = nullptr) const;
 
   // After a validation of the checkpoint.keep_best metric scored `value` (its field as
   // logged) at `step`: writes DIR/best.h5 when it `improved` on the run's best, and, with
@@ -39,19 +58,20 @@ class CheckpointKeeping {
   // `best` false) of the newest healthy checkpoints, or DIR/average_bestN.h5
   // (checkpoint.average_best, `best` true) of the kept best ones. A failure costs the
   // average, said on `log`, not the run.
-  void write_average(bool best, int64_t step, std::ostream& log) const;
+  void write_average(bool best, int64_t step, std::ostream& log);
 
   // The healthy checkpoints of run `run_id` (and those written before ids were stored):
   // with `newer_than` < 0 the one of `step` is marked diverged (its parameters produced
   // the divergent loss of step + 1); with `newer_than` >= 0 every one of a later step is
   // marked superseded (the branch a rollback to `newer_than` abandons).
   void mark_abandoned(const std::string& run_id, int64_t step, int64_t newer_than,
-                      std::ostream& log) const;
+                      std::ostream& log);
   // Every healthy checkpoint of run `run_id` after step `last_passed`, the last validation
   // the model passed, marked diverged (a validation after it exploded).
   void mark_after_failed_validation(const std::string& run_id, int64_t last_passed,
-                                    std::ostream& log) const;
+                                    std::ostream& log);
 
+  // These two wait for a background write (and keep its lines for the next report).
   // The checkpoint of run `run_id` at `step` once marked diverged, or "".
   std::string diverged_parameters_file(const std::string& run_id, int64_t step) const;
   // "PATH (step S, loss L)": the newest healthy checkpoint of checkpoint.dir, the one to
@@ -63,7 +83,14 @@ class CheckpointKeeping {
   bool move_aside_a_damaged_best(std::ostream& log) const;
 
  private:
+  // Blocks until the background write under way (if any) has ended; its outcome stays
+  // for the next report.
+  void wait_for_write() const;
+
   const Config& config_;
+  // The background write under way or ended but not yet reported: its log lines, or its
+  // failure. Invalid when there is none.
+  std::future<std::string> write_;
 };
 
 }  // namespace thpc

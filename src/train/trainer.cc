@@ -565,6 +565,7 @@ RunEnd Trainer::run(std::ostream& log) {
       return next == AfterStep::Stopped ? RunEnd::Stopped : RunEnd::Diverged;
     }
     apply_update(stats);
+    keeping_.report_finished_write(run.out);
     run.count(stats);
     if (stats.step % config_.train.log_every == 0 || stats.step == config_.train.max_steps) {
       run.log_step(config_.train.max_steps, backend_->peak_memory_bytes());
@@ -593,6 +594,10 @@ bool Trainer::start_up(std::ostream& out) {
   // checkpoint was read ends the run here; the state is what is on disk already.
   if (stopped_before_training(comm_, completed_steps_, out)) return false;
   if (reducer_) warn_of_many_buckets(config_.dist, model_->params().count(), out);
+  if (std::string note; comm_.is_root() && !keeping_.writes_in_background(&note) &&
+                        !note.empty()) {
+    out << "note: " << note << std::endl;
+  }
   run_lock_ = lock_run_directory(config_, comm_, out);
   apply_start_options(out);
   const CheckpointConfig& start = config_.checkpoint;
@@ -750,14 +755,14 @@ void Trainer::record_validation(const ValidationStats& valid, RunProgress& run) 
 std::string Trainer::save_completed_step(RunProgress& run) {
   std::string path;
   if (comm_.is_root()) {
-    // Copying the state out is what the other ranks would wait for; the file write could
-    // overlap training (docs/checkpoints.md says why it does not yet).
+    // Copying the state out is what the other ranks wait for; the file is written beside
+    // training (checkpoint.background_write), or here.
     const auto start = std::chrono::steady_clock::now();
-    const Checkpoint state = snapshot();
+    Checkpoint state = snapshot();
     const double copy_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++checkpoints_written_;
-    path = keeping_.save(state, copy_seconds, run.out);
+    path = keeping_.save(std::move(state), copy_seconds, run.out);
   }
   run.last_saved_step = completed_steps_;
   run.last_save = checkpoint_clock_();
@@ -766,6 +771,7 @@ std::string Trainer::save_completed_step(RunProgress& run) {
 
 RunEnd Trainer::stop_by_signal(int signal, RunProgress& run) {
   const std::string path = save_completed_step(run);
+  keeping_.finish_write(run.out);  // on disk before the job says so and exits
   run.log_summary(completed_steps_, best_valid_, config_, checkpoints_written_,
                   detector_->state());
   run.out << "stopped: " << stop_signal_name(signal) << " received; step=" << completed_steps_
@@ -789,6 +795,7 @@ bool Trainer::ends_training_early(const StepDecision& decision, RunProgress& run
 RunEnd Trainer::finish_training(RunProgress& run) {
   if (comm_.is_root()) {
     if (run.last_saved_step != completed_steps_) save_completed_step(run);
+    keeping_.finish_write(run.out);
     for (const bool best : {false, true}) {
       const int wanted = best ? config_.checkpoint.average_best : config_.checkpoint.average_last;
       if (wanted > 0) keeping_.write_average(best, completed_steps_, run.out);
