@@ -43,7 +43,8 @@
 #       against one rank accumulating, fp32 and bf16; bf16 reduction; NCCL's refusal named;
 #       4 ranks stopped by SIGTERM resumed on 2 and on 1; a killed rank; one-rank NCCL),
 #       then base-sized steps of the synthetic task on 1 and 2 ranks sharing the GPU
-#       (RANKS_STEPS, default 60).
+#       (RANKS_STEPS, default 60), and a base checkpoint's stall written in the step and
+#       beside training (bench/checkpoint_stall.sh, ~40 s estimated).
 #   `--dry-run` prints the plan (print_plan below) with each item's estimate.
 #
 # step (call 1; STEP_SECONDS, default 370, leaves the 400 s time-out room for the log):
@@ -248,7 +249,8 @@ dry_run() {
   done
   [ -f "$TORCH_REFERENCE" ] || problem "$TORCH_REFERENCE missing"
   for script in bench/gpu_session.sh bench/step_vs_torch.sh bench/cpu_decode_speed.sh \
-      tools/fetch_data.sh tools/run_multi30k.sh tools/run_parser.sh tools/evaluate.sh; do
+      bench/checkpoint_stall.sh tools/fetch_data.sh tools/run_multi30k.sh tools/run_parser.sh \
+      tools/evaluate.sh; do
     bash -n "$script" || problem "$script does not parse"
   done
   for config in input/base.ini input/big.ini input/tiny.ini input/parse_wsj.ini; do
@@ -741,6 +743,14 @@ ranks_stage() {
     echo "ranks: np $ranks, exit $?: $(grep "^step $steps/" "$LOGS/ranks_np$ranks.log" | grep -o "ms/step [0-9.]*")"
   done
   rm -rf "$LOGS"/ranks_np*/
+  # A checkpoint's stall, written in the step and beside training (issue 51 item 4): the
+  # base model at 25,000 tokens; its 757 MB files stay out of $LOGS (which comes back).
+  local stall=(BACKEND=cuda TOKENS=25000 STEPS=10 EVERY=3)
+  [ "$rehearsal" = 1 ] && stall=(BACKEND=cpu TOKENS=100 STEPS=4 EVERY=2)
+  env "${stall[@]}" BUILD="$BUILD_DIR" WORK=/tmp/thpc_checkpoint_stall \
+    timeout 120 bash bench/checkpoint_stall.sh > "$LOGS/checkpoint_stall.txt" 2>&1
+  echo "checkpoint stall, exit $?: $(grep "^checkpoint_stall:" "$LOGS/checkpoint_stall.txt")"
+  rm -rf /tmp/thpc_checkpoint_stall
 }
 
 peers_stage() {
