@@ -1,5 +1,5 @@
-// The checkpoint reader (src/checkpoint): any bytes as an HDF5 checkpoint, opened from
-// memory, read whole and parameters-only; the configuration a checkpoint that reads
+// The checkpoint reader (src/checkpoint): any bytes as an HDF5 checkpoint (float or
+// quantized), opened from memory, read whole and parameters-only; the configuration a checkpoint that reads
 // back carries is parsed as decoding parses it.
 #include "checkpoint/checkpoint.h"
 #include "fuzz_target.h"
@@ -15,6 +15,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           fuzz::require(static_cast<int64_t>(tensor.values.size()) == tensor.rows * tensor.cols,
                         "a tensor holds rows x cols values");
         }
+      }
+      for (const QuantizedTensor& tensor : checkpoint.quantized) {
+        fuzz::require(static_cast<int64_t>(tensor.values.size()) == tensor.rows * tensor.cols &&
+                          static_cast<int64_t>(tensor.scales.size()) ==
+                              (tensor.output_axis == 1 ? tensor.cols : tensor.rows),
+                      "a quantized tensor holds rows x cols values and a scale per output");
       }
       load_config_text(checkpoint.config_ini, "fuzz.h5");
     });

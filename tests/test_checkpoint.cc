@@ -875,6 +875,80 @@ TEST_F(CheckpointTest, BestValidationValuesAreStoredCheckedAndLeftOutOfAverages)
                {file, "bad checksum for dataset /best_valid/ppl"});
 }
 
+// Format version 2 (transformer_quantize): int8 weight matrices in /quantized, each
+// stored once and read back as written, and among the parameters as its dequantized
+// values, in a float checkpoint's name order; its datasets verified like every other;
+// never a training state.
+TEST_F(CheckpointTest, AQuantizedCheckpointReadsBackAsWrittenAndIsCheckedLikeAnyOther) {
+  Checkpoint checkpoint = constant_checkpoint(1.0f, 7, "arch");
+  // A linear layer's W [3, 4] (a scale per column) and a tied embedding E [5, 2] (a scale
+  // per row), with values over the whole range, zero scales included.
+  const QuantizedTensor linear{"a.weight", 3, 4, 1,
+                               {127, -127, 0, 5, -1, 64, -64, 100, 3, -3, 2, 1},
+                               {0.5f, 0.25f, 0.0f, 1.5e-3f}};
+  const QuantizedTensor embedding{"embed.weight", 5, 2, 0,
+                                  {1, -2, 3, -4, 5, -6, 7, -8, 127, -127},
+                                  {0.125f, 2.0f, 1e-4f, 0.0f, 0.75f}};
+  checkpoint.params[0].values = dequantize(linear);
+  checkpoint.params.push_back({"embed.weight", 5, 2, dequantize(embedding)});
+  checkpoint.quantized = {linear, embedding};
+  EXPECT_EQ(checkpoint.params[0].values[3], 5 * 1.5e-3f);   // row 0, column 3
+  EXPECT_EQ(checkpoint.params[2].values[8], 127 * 0.75f);   // row 4 of E
+  const std::string file = path("quantized.h5");
+  write_checkpoint(file, checkpoint);
+
+  const Checkpoint read = read_checkpoint(file, CheckpointParts::ParamsOnly);
+  ASSERT_EQ(read.quantized.size(), 2u);
+  for (size_t t = 0; t < 2; ++t) {
+    const QuantizedTensor& expected = checkpoint.quantized[t];
+    EXPECT_EQ(read.quantized[t].name, expected.name);
+    EXPECT_EQ(read.quantized[t].rows, expected.rows);
+    EXPECT_EQ(read.quantized[t].cols, expected.cols);
+    EXPECT_EQ(read.quantized[t].output_axis, expected.output_axis);
+    EXPECT_EQ(read.quantized[t].values, expected.values);
+    EXPECT_EQ(read.quantized[t].scales, expected.scales);
+  }
+  ASSERT_EQ(read.params.size(), 3u);
+  for (size_t t = 0; t < 3; ++t) {
+    EXPECT_EQ(read.params[t].name, checkpoint.params[t].name);
+    EXPECT_EQ(read.params[t].values, checkpoint.params[t].values) << read.params[t].name;
+  }
+  {
+    const hid_t h5 = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    ASSERT_GE(h5, 0);
+    int64_t version = 0;
+    const hid_t attribute = H5Aopen(h5, "format_version", H5P_DEFAULT);
+    H5Aread(attribute, H5T_NATIVE_INT64, &version);
+    H5Aclose(attribute);
+    EXPECT_EQ(version, 2);
+    EXPECT_EQ(H5Lexists(h5, "/params/b.bias", H5P_DEFAULT), 1);
+    EXPECT_EQ(H5Lexists(h5, "/params/a.weight", H5P_DEFAULT), 0);  // stored once, in int8
+    H5Fclose(h5);
+  }
+  expect_error([&] { read_checkpoint(file); },
+               {file, "is a quantized checkpoint", "training cannot resume from it"});
+
+  // Each dataset's sha256 is checked (the header re-stamped after the flip, as above).
+  const std::string flipped = path("flipped.h5");
+  write_checkpoint(flipped, checkpoint);
+  flip_bits(flipped, dataset_offset(flipped, "/quantized/embed.weight/values") + 3, 0x10);
+  stamp_checkpoint_header(flipped);
+  expect_error([&] { read_checkpoint(flipped, CheckpointParts::ParamsOnly); },
+               {flipped, "bad checksum for dataset /quantized/embed.weight/values"});
+
+  // Values and scales that no quantization writes are refused, naming the dataset.
+  Checkpoint bad = checkpoint;
+  bad.quantized[0].values[4] = -128;
+  write_checkpoint(path("bad_value.h5"), bad);
+  expect_error([&] { read_checkpoint(path("bad_value.h5"), CheckpointParts::ParamsOnly); },
+               {"/quantized/a.weight/values holds -128"});
+  bad = checkpoint;
+  bad.quantized[1].scales[2] = -1.0f;
+  write_checkpoint(path("bad_scale.h5"), bad);
+  expect_error([&] { read_checkpoint(path("bad_scale.h5"), CheckpointParts::ParamsOnly); },
+               {"/quantized/embed.weight/scales holds a scale that is negative or not finite"});
+}
+
 // ---- corruption ----
 
 // Found by fuzz_checkpoint: a damaged header stating a huge shape made the reader

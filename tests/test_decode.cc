@@ -262,6 +262,70 @@ TEST_F(DecodeProgram, ComputeTypeChoosesTheArithmetic) {
   }
 }
 
+// transformer_quantize writes the int8 weights once. Decoding them in int8 is decoding
+// their dequantized values in int8 (quantizing q * s again gives q and s back; the lookups
+// read the same rows); another compute type multiplies the dequantized values in float,
+// as it would a float checkpoint of them, and says so. The tool refuses what it cannot
+// quantize or where it must not write.
+TEST_F(DecodeProgram, AQuantizedCheckpointDecodesAsItsDequantizedValuesDo) {
+  const std::string quantize = std::string(THPC_BINARY_DIR) + "/transformer_quantize";
+  const fs::path model = dir_ / "model.h5", stored = dir_ / "model_int8.h5";
+  const ProcessResult made = run_process(quantize + " --checkpoint " + model.string() +
+                                         " --output " + stored.string());
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  EXPECT_NE(made.output.find("quantized 12 weight matrices"), std::string::npos) << made.output;
+  EXPECT_LT(fs::file_size(stored), fs::file_size(model) * 6 / 10);
+  // The dequantized values as a float checkpoint.
+  Checkpoint dequantized = read_checkpoint(stored.string(), CheckpointParts::ParamsOnly);
+  ASSERT_EQ(dequantized.quantized.size(), 12u);
+  dequantized.quantized.clear();
+  write_checkpoint((dir_ / "model_dequantized.h5").string(), dequantized);
+
+  std::string from_store, from_floats, err;
+  ASSERT_EQ(decode("--max-len-b 8 --threads 1", from_store, err, "model_int8.h5"), 0) << err;
+  EXPECT_NE(err.find("stores its weight matrices in int8 (transformer_quantize): "
+                     "--compute-type default multiplies their dequantized values in float"),
+            std::string::npos)
+      << err;
+  ASSERT_EQ(decode("--max-len-b 8 --threads 1", from_floats, err, "model_dequantized.h5"), 0)
+      << err;
+  EXPECT_EQ(from_store, from_floats);
+  const int int8_exit =
+      decode("--max-len-b 8 --threads 1 --compute-type int8 --nbest 2", from_store, err,
+             "model_int8.h5");
+  if (err.find("built without oneDNN") != std::string::npos) {
+    GTEST_SKIP() << "this build has no oneDNN: " << err;
+  }
+  ASSERT_EQ(int8_exit, 0) << err;
+  const bool seven_bits = err.find("this CPU's products take 7 bits") != std::string::npos;
+  EXPECT_NE(err.find(seven_bits ? "(0 as the checkpoint stores them in int8, 12 quantized, 12 of "
+                                : "int8: 12 weight matrices (12 as the checkpoint stores them "
+                                  "in int8, 0 quantized) in "),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("note:"), std::string::npos) << err;
+  ASSERT_EQ(decode("--max-len-b 8 --threads 1 --compute-type int8 --nbest 2", from_floats, err,
+                   "model_dequantized.h5"),
+            0)
+      << err;
+  EXPECT_EQ(from_store, from_floats);
+
+  // Refused: quantizing twice (exit 1), over the input or with another type (exit 2).
+  const ProcessResult again = run_process(quantize + " --checkpoint " + stored.string() +
+                                          " --output " + (dir_ / "twice.h5").string());
+  EXPECT_EQ(again.exit_code, 1) << again.output;
+  EXPECT_NE(again.output.find("is quantized already"), std::string::npos) << again.output;
+  EXPECT_FALSE(fs::exists(dir_ / "twice.h5"));
+  const ProcessResult over_input = run_process(quantize + " --checkpoint " + model.string() +
+                                               " --output " + model.string());
+  EXPECT_EQ(over_input.exit_code, 2) << over_input.output;
+  const ProcessResult fp8 = run_process(quantize + " --checkpoint " + model.string() +
+                                        " --output x.h5 --type fp8");
+  EXPECT_EQ(fp8.exit_code, 2) << fp8.output;
+  EXPECT_NE(fp8.output.find("--type 'fp8': the one stored type is int8"), std::string::npos)
+      << fp8.output;
+}
+
 TEST_F(DecodeProgram, GreedyIsBeamOneWithoutLengthPenalty) {
   std::string greedy, beam_one, err;
   ASSERT_EQ(decode("--greedy --max-len-b 6", greedy, err), 0) << err;

@@ -135,11 +135,19 @@ TEST(Multi30kBleu, TrainedModelClearsTheFloorThatBrokenDecodersCannotReach) {
   // The same model decoded with int8 weights (--compute-type int8: decode/compute_type.h)
   // keeps the float model's quality: BLEU and chrF within 0.3 (issue 53's bound; measured
   // on this model: see bench/RESULTS.md), and most lines identical.
-  const fs::path int8_hypothesis = dir / "hyp_int8.de";
-  const ProcessResult int8_decoded = run_process(
-      kBuild + "transformer_decode --checkpoint " + average.string() + " --input " +
-      source.string() + " --output " + int8_hypothesis.string() + " --compute-type int8");
-  if (int8_decoded.output.find("built without oneDNN") == std::string::npos) {
+  // So does a quantized checkpoint of it (transformer_quantize), whose embedding lookups
+  // read the dequantized rows too.
+  const fs::path quantized = dir / "average_int8.h5";
+  const ProcessResult quantize = run_process(kBuild + "transformer_quantize --checkpoint " +
+                                             average.string() + " --output " + quantized.string());
+  ASSERT_EQ(quantize.exit_code, 0) << quantize.output;
+  for (const fs::path& checkpoint : {average, quantized}) {
+    SCOPED_TRACE(checkpoint.string());
+    const fs::path int8_hypothesis = dir / "hyp_int8.de";
+    const ProcessResult int8_decoded = run_process(
+        kBuild + "transformer_decode --checkpoint " + checkpoint.string() + " --input " +
+        source.string() + " --output " + int8_hypothesis.string() + " --compute-type int8");
+    if (int8_decoded.output.find("built without oneDNN") != std::string::npos) break;
     ASSERT_EQ(int8_decoded.exit_code, 0) << int8_decoded.output;
     const double int8_bleu = bleu(reference, int8_hypothesis);
     const double float_chrf = chrf(reference, hypothesis), int8_chrf = chrf(reference, int8_hypothesis);
@@ -148,9 +156,9 @@ TEST(Multi30kBleu, TrainedModelClearsTheFloorThatBrokenDecodersCannotReach) {
     ASSERT_EQ(int8_lines.size(), float_lines.size());
     int identical = 0;
     for (size_t i = 0; i < float_lines.size(); ++i) identical += float_lines[i] == int8_lines[i];
-    std::cout << "int8: BLEU " << int8_bleu << " (float " << model_bleu << "), chrF " << int8_chrf
-              << " (float " << float_chrf << "), " << identical << "/" << float_lines.size()
-              << " lines identical\n";
+    std::cout << "int8 (" << checkpoint.filename().string() << "): BLEU " << int8_bleu
+              << " (float " << model_bleu << "), chrF " << int8_chrf << " (float " << float_chrf
+              << "), " << identical << "/" << float_lines.size() << " lines identical\n";
     EXPECT_NEAR(int8_bleu, model_bleu, 0.3);
     EXPECT_NEAR(int8_chrf, float_chrf, 0.3);
     EXPECT_GE(identical, kTestSentences / 2);

@@ -417,14 +417,33 @@ Translations translate_batches(const Arguments& args, const thpc::DecodingCheckp
       thpc::Backend& ops = profiler ? static_cast<thpc::Backend&>(*profiler) : *backend;
       const auto models = ensemble.build_models(kIds, ops);
       // --compute-type int8: each worker quantizes its own copy of the weights (0.14 s
-      // for a base model on one core), as it loaded its own copy of them.
+      // for a base model on one core), as it loaded its own copy of them, or takes those
+      // a quantized checkpoint stores.
       const auto quantize_start = std::chrono::steady_clock::now();
-      int quantized = 0;
-      for (const auto& model : models) quantized += thpc::quantize_model_weights(*model, *backend);
-      if (quantized > 0 && worker == 0) {
+      thpc::QuantizedCount count;
+      for (size_t m = 0; m < models.size(); ++m) {
+        const thpc::QuantizedCount one = thpc::quantize_model_weights(
+            *models[m], *backend, ensemble.checkpoints[m].quantized);
+        count.quantized += one.quantized;
+        count.stored += one.stored;
+        count.requantized += one.requantized;
+      }
+      if (count.quantized + count.stored > 0 && worker == 0) {
         const std::chrono::duration<double> took = std::chrono::steady_clock::now() - quantize_start;
-        std::cerr << "transformer_decode: int8: " << quantized << " weight matrices quantized in "
-                  << std::fixed << std::setprecision(2) << took.count() << " s ("
+        std::cerr << "transformer_decode: int8: " << count.quantized + count.stored
+                  << " weight matrices ";
+        if (count.stored == 0 && count.requantized == 0) {
+          std::cerr << "quantized";
+        } else {
+          std::cerr << "(" << count.stored << " as the checkpoint stores them in int8, "
+                    << count.quantized << " quantized";
+          if (count.requantized > 0) {
+            std::cerr << ", " << count.requantized << " of those again from the 8-bit "
+                      << "weights the checkpoint stores: this CPU's products take 7 bits";
+          }
+          std::cerr << ")";
+        }
+        std::cerr << " in " << std::fixed << std::setprecision(2) << took.count() << " s ("
                   << thpc::cpu::int8_description() << ")\n";
       }
       std::vector<thpc::Transformer*> model_pointers;
@@ -524,6 +543,16 @@ void write_attention_file(const Arguments& args, const thpc::DecodingCheckpoints
 
 int run(const Arguments& args) {
   const thpc::DecodingCheckpoints ensemble = read_checkpoints(args);
+  for (size_t m = 0; m < ensemble.checkpoints.size(); ++m) {
+    if (!ensemble.checkpoints[m].quantized.empty() &&
+        args.compute_type != thpc::ComputeType::kInt8) {
+      std::cerr << "transformer_decode: note: " << ensemble.paths[m] << " stores its weight "
+                << "matrices in int8 (transformer_quantize): --compute-type "
+                << thpc::compute_type_name(args.compute_type) << " multiplies their "
+                << "dequantized values in float; --compute-type int8 multiplies them as "
+                << "stored\n";
+    }
+  }
   // The first checkpoint's [train] gives the backend and its threads, its [decode] the
   // search's defaults.
   thpc::TrainConfig train = ensemble.config.train;

@@ -7,11 +7,12 @@
 #
 # TARGET: config, shard, checkpoint, bleu_tokenize, ptb_trees. Seeds: input/*.ini; a
 # shard pair preprocessed from a small numbers corpus and a 1-step checkpoint of a
-# shrunk input/tiny.ini, both made by the programs built here; the trees of the PTB .mrg
-# files (one per seed) and Multi30k / sacreBLEU test lines from $THPC_DATA when it is
-# there (a few hand-written lines when not). Inputs are at most the largest seed's size
-# (4096 bytes at least). Inputs that found new coverage stay in build-fuzz/corpus/TARGET,
-# a crashing input lands in build-fuzz/artifacts/ and the script exits 1.
+# shrunk input/tiny.ini with its quantized form, all made by the programs built here;
+# the trees of the PTB .mrg files (one per seed) and Multi30k / sacreBLEU test lines from
+# $THPC_DATA when it is there (a few hand-written lines when not). Inputs are at most the
+# largest seed's size (4096 bytes at least). Inputs that found new coverage stay in
+# build-fuzz/corpus/TARGET, a crashing input lands in build-fuzz/artifacts/ and the script
+# exits 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 targets=(config shard checkpoint bleu_tokenize ptb_trees)
@@ -64,6 +65,10 @@ cp "$work/data/train.00000.h5" "$work/data/valid.00000.h5" "$seeds/shard/"
   --checkpoint.dir="$work/checkpoints" > "$work/train.log" 2>&1 ||
   { cat "$work/train.log" >&2; exit 1; }
 cp "$work/checkpoints/step_00000001.h5" "$seeds/checkpoint/"
+# And its quantized form (format version 2: int8 weight matrices in /quantized).
+"$build/transformer_quantize" --checkpoint "$work/checkpoints/step_00000001.h5" \
+  --output "$seeds/checkpoint/quantized.h5" > "$work/quantize.log" 2>&1 ||
+  { cat "$work/quantize.log" >&2; exit 1; }
 
 if [ -n "$data" ] && [ -d "$data/ptb_sample/combined" ]; then
   # One tree per seed (each starts with '(' in the first column), not whole files: the

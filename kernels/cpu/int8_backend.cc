@@ -25,6 +25,15 @@ void Int8CpuBackend::quantize(Tensor weights, int inputs, int outputs,
       static_cast<const float*>(weights.data), inputs, outputs, layout);
 }
 
+void Int8CpuBackend::adopt(Tensor weights, const cpu::QuantizedWeights& quantized) {
+  THPC_CHECK(weights.dtype == DType::F32 &&
+                 weights.numel == static_cast<int64_t>(quantized.inputs) * quantized.outputs,
+             "adopt: a " << dtype_name(weights.dtype) << " tensor of " << weights.numel
+                         << " values for int8 weights of " << quantized.inputs << " x "
+                         << quantized.outputs);
+  matrices_[weights.data] = std::make_unique<cpu::QuantizedMatrix>(quantized);
+}
+
 int64_t Int8CpuBackend::quantized_values() const {
   int64_t values = 0;
   for (const auto& [address, matrix] : matrices_) {

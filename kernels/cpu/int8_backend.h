@@ -30,6 +30,9 @@ class Int8CpuBackend final : public ForwardingBackend {
   // From now on, products with `weights` (a [inputs, outputs] or [outputs, inputs] matrix
   // as `layout` says, in this backend's memory) run in int8.
   void quantize(Tensor weights, int inputs, int outputs, cpu::WeightLayout layout);
+  // The same with weights quantized before (a quantized checkpoint's), for products with
+  // `weights` (their dequantized values in the model, which the embedding lookup reads).
+  void adopt(Tensor weights, const cpu::QuantizedWeights& quantized);
   // How many matrices and values quantize() has taken.
   int quantized_matrices() const { return static_cast<int>(matrices_.size()); }
   int64_t quantized_values() const;

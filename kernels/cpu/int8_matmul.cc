@@ -82,6 +82,40 @@ float quantize_row(const float* x, int count, uint8_t* xq) {
   return largest / 127.0f;
 }
 
+QuantizedWeights quantize_weights(const float* weights, int inputs, int outputs,
+                                  WeightLayout layout, int limit) {
+  THPC_CHECK(inputs > 0 && outputs > 0 && limit > 0 && limit <= 127,
+             "int8 weights of " << inputs << " x " << outputs << " within +-" << limit);
+  const auto at = [&](int k, int n) {
+    return layout == WeightLayout::kInputsByOutputs
+               ? weights[static_cast<int64_t>(k) * outputs + n]
+               : weights[static_cast<int64_t>(n) * inputs + k];
+  };
+  // Scales first (the largest |W| of each output), then the values, each in the order
+  // the float weights lie in memory.
+  std::vector<float> largest(outputs, 0.0f);
+  for (int k = 0; k < inputs; ++k) {
+    for (int n = 0; n < outputs; ++n) largest[n] = std::max(largest[n], std::fabs(at(k, n)));
+  }
+  QuantizedWeights quantized;
+  quantized.inputs = inputs;
+  quantized.outputs = outputs;
+  quantized.scales.resize(outputs);
+  std::vector<float> inverse(outputs);
+  for (int n = 0; n < outputs; ++n) {
+    quantized.scales[n] = largest[n] / static_cast<float>(limit);
+    inverse[n] = largest[n] > 0.0f ? static_cast<float>(limit) / largest[n] : 0.0f;
+  }
+  quantized.values.resize(static_cast<size_t>(inputs) * outputs);
+  for (int k = 0; k < inputs; ++k) {
+    for (int n = 0; n < outputs; ++n) {
+      quantized.values[static_cast<int64_t>(k) * outputs + n] = static_cast<int8_t>(
+          quantize_value(at(k, n), inverse[n], static_cast<float>(limit)));
+    }
+  }
+  return quantized;
+}
+
 #if THPC_HAVE_ONEDNN
 
 namespace {
@@ -193,33 +227,30 @@ struct QuantizedMatrix::Kernel {
 
 QuantizedMatrix::QuantizedMatrix(const float* weights, int inputs, int outputs,
                                  WeightLayout layout)
-    : inputs_(inputs), outputs_(outputs), kernel_(std::make_unique<Kernel>()) {
+    : QuantizedMatrix(quantize_weights(weights, inputs, outputs, layout, int8_weight_limit())) {}
+
+QuantizedMatrix::QuantizedMatrix(const QuantizedWeights& weights)
+    : inputs_(weights.inputs),
+      outputs_(weights.outputs),
+      scales_(weights.scales),
+      kernel_(std::make_unique<Kernel>()) {
+  const int inputs = inputs_, outputs = outputs_;
   THPC_CHECK(inputs > 0 && outputs > 0, "an int8 matrix of " << inputs << " x " << outputs);
+  THPC_CHECK(weights.values.size() == static_cast<size_t>(inputs) * outputs &&
+                 weights.scales.size() == static_cast<size_t>(outputs),
+             "int8 weights of " << weights.values.size() << " values and "
+                                << weights.scales.size() << " scales for " << inputs << " x "
+                                << outputs);
   const int limit = int8_weight_limit();
-  const auto at = [&](int k, int n) {
-    return layout == WeightLayout::kInputsByOutputs
-               ? weights[static_cast<int64_t>(k) * outputs + n]
-               : weights[static_cast<int64_t>(n) * inputs + k];
-  };
-  // Scales first (the largest |W| of each output), then the values, each in the order
-  // the float weights lie in memory.
-  std::vector<float> largest(outputs, 0.0f);
-  for (int k = 0; k < inputs; ++k) {
-    for (int n = 0; n < outputs; ++n) largest[n] = std::max(largest[n], std::fabs(at(k, n)));
-  }
-  scales_.resize(outputs);
-  std::vector<float> inverse(outputs);
-  for (int n = 0; n < outputs; ++n) {
-    scales_[n] = largest[n] / static_cast<float>(limit);
-    inverse[n] = largest[n] > 0.0f ? static_cast<float>(limit) / largest[n] : 0.0f;
-  }
-  std::vector<int8_t> plain(static_cast<size_t>(inputs) * outputs);  // the reorder's source
+  const std::vector<int8_t>& plain = weights.values;  // the reorder's source
   column_sums_.assign(outputs, 0);
   for (int k = 0; k < inputs; ++k) {
     for (int n = 0; n < outputs; ++n) {
-      const float q = quantize_value(at(k, n), inverse[n], static_cast<float>(limit));
-      plain[static_cast<int64_t>(k) * outputs + n] = static_cast<int8_t>(q);
-      column_sums_[n] += static_cast<int32_t>(q);
+      const int q = plain[static_cast<int64_t>(k) * outputs + n];
+      THPC_CHECK(q >= -limit && q <= limit,
+                 "an int8 weight of " << q << ": this CPU's int8 products take weights within +-"
+                                      << limit);
+      column_sums_[n] += q;
     }
   }
   // The layout oneDNN's kernels want for these weights, as chosen for a decoder step's
@@ -238,7 +269,7 @@ QuantizedMatrix::QuantizedMatrix(const float* weights, int inputs, int outputs,
     k.weights_desc = memory::desc({inputs, outputs}, memory::data_type::s8, memory::format_tag::ab);
   }
   memory source({{inputs, outputs}, memory::data_type::s8, memory::format_tag::ab}, cpu_engine(),
-                plain.data());
+                const_cast<int8_t*>(plain.data()));
   k.weights = memory(k.weights_desc, cpu_engine());
   dnnl::reorder(source, k.weights).execute(k.stream, source, k.weights);
   k.stream.wait();
@@ -342,6 +373,10 @@ struct QuantizedMatrix::Kernel {};
 
 QuantizedMatrix::QuantizedMatrix(const float*, int inputs, int outputs, WeightLayout)
     : inputs_(inputs), outputs_(outputs) {
+  THPC_FAIL("int8 products need oneDNN, and this build has none: " << int8_description());
+}
+QuantizedMatrix::QuantizedMatrix(const QuantizedWeights& weights)
+    : inputs_(weights.inputs), outputs_(weights.outputs) {
   THPC_FAIL("int8 products need oneDNN, and this build has none: " << int8_description());
 }
 QuantizedMatrix::~QuantizedMatrix() = default;

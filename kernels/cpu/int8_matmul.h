@@ -50,6 +50,17 @@ enum class WeightLayout {
                      // logits = h E^T (§3.4)
 };
 
+// Weights quantized as QuantizedMatrix quantizes them (the formulas above, with limit
+// L), in plain memory: what a quantized checkpoint stores (transformer_quantize). Needs
+// no oneDNN.
+struct QuantizedWeights {
+  int inputs = 0, outputs = 0;  // K and N
+  std::vector<int8_t> values;   // Wq [K, N] row-major, in [-L, L]
+  std::vector<float> scales;    // s_n [N]: W[k, n] ~ Wq[k, n] * s_n
+};
+QuantizedWeights quantize_weights(const float* weights, int inputs, int outputs,
+                                  WeightLayout layout, int limit);
+
 // One weight matrix in int8 with its per-output-channel scales, ready to multiply.
 // Each instance keeps its oneDNN primitives, one per row count, made on first use: use
 // one from one thread at a time (decoding's workers each have their own model). The
@@ -58,6 +69,10 @@ enum class WeightLayout {
 class QuantizedMatrix {
  public:
   QuantizedMatrix(const float* weights, int inputs, int outputs, WeightLayout layout);
+  // Weights quantized before (a quantized checkpoint's), taken as they are: their values
+  // must lie within +-int8_weight_limit() (an Error otherwise: 8-bit weights on a CPU
+  // whose kernel saturates them).
+  explicit QuantizedMatrix(const QuantizedWeights& weights);
   ~QuantizedMatrix();
   QuantizedMatrix(const QuantizedMatrix&) = delete;
   QuantizedMatrix& operator=(const QuantizedMatrix&) = delete;

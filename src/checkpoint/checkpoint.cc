@@ -60,20 +60,26 @@ std::vector<double> divergence_values(double loss, const DivergenceState& state)
 
 using hdf5::Handle;
 
-// The sha256 of each tensor's bytes, on all cores: hashing is most of the time a
-// checkpoint takes to write and to verify (docs/checkpoints.md), and tensors hash
+// The bytes of one dataset's values in memory.
+struct Bytes {
+  const void* data;
+  size_t size;
+};
+
+// The sha256 of each dataset's bytes, on all cores: hashing is most of the time a
+// checkpoint takes to write and to verify (docs/checkpoints.md), and datasets hash
 // independently of each other.
-std::vector<std::string> sha256_of_each(const std::vector<const NamedTensor*>& tensors) {
-  std::vector<std::string> digests(tensors.size());
-  if (tensors.empty()) return digests;
+std::vector<std::string> sha256_of_each(const std::vector<Bytes>& datasets) {
+  std::vector<std::string> digests(datasets.size());
+  if (datasets.empty()) return digests;
   std::atomic<size_t> next{0};
   const auto hash_remaining = [&] {
-    for (size_t i = next++; i < tensors.size(); i = next++) {
-      digests[i] = sha256_hex(tensors[i]->values.data(), tensors[i]->values.size() * sizeof(float));
+    for (size_t i = next++; i < datasets.size(); i = next++) {
+      digests[i] = sha256_hex(datasets[i].data, datasets[i].size);
     }
   };
   const size_t helpers =
-      std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), tensors.size()) - 1;
+      std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), datasets.size()) - 1;
   std::vector<std::thread> threads;
   for (size_t i = 0; i < helpers; ++i) threads.emplace_back(hash_remaining);
   hash_remaining();
@@ -81,14 +87,26 @@ std::vector<std::string> sha256_of_each(const std::vector<const NamedTensor*>& t
   return digests;
 }
 
-std::vector<const NamedTensor*> pointers_to(
-    std::initializer_list<const std::vector<NamedTensor>*> groups) {
-  std::vector<const NamedTensor*> pointers;
+// The values of every tensor of `groups`, in order.
+std::vector<Bytes> bytes_of(std::initializer_list<const std::vector<NamedTensor>*> groups) {
+  std::vector<Bytes> bytes;
   for (const std::vector<NamedTensor>* group : groups) {
-    for (const NamedTensor& tensor : *group) pointers.push_back(&tensor);
+    for (const NamedTensor& tensor : *group) {
+      bytes.push_back({tensor.values.data(), tensor.values.size() * sizeof(float)});
+    }
   }
-  return pointers;
+  return bytes;
 }
+
+// A quantized tensor's two datasets, values then scales.
+void append_bytes_of(const QuantizedTensor& tensor, std::vector<Bytes>& bytes) {
+  bytes.push_back({tensor.values.data(), tensor.values.size()});
+  bytes.push_back({tensor.scales.data(), tensor.scales.size() * sizeof(float)});
+}
+
+// The group of the int8 parameters, and its members' datasets.
+constexpr const char* kQuantizedGroup = "quantized";
+constexpr const char* kOutputAxisAttribute = "output_axis";
 
 // ---- writing ----
 
@@ -147,6 +165,25 @@ class Writer : public hdf5::Writer {
                         tensor.values.data());
       string_attribute(dataset.get(), "sha256", digests.at(next_digest++));
     }
+  }
+
+  // /quantized/<name>: a group with the attribute output_axis, the dataset values (int8
+  // [rows, cols]) and the dataset scales (float32 [outputs]), each with its sha256 (the
+  // next two of `digests`).
+  void quantized_tensor(hid_t quantized, const QuantizedTensor& tensor,
+                        const std::vector<std::string>& digests, size_t& next_digest) const {
+    const std::string where = std::string("/") + kQuantizedGroup + "/" + tensor.name;
+    const Handle group = this->group(quantized, tensor.name.c_str());
+    integer_attribute(group.get(), kOutputAxisAttribute, static_cast<int64_t>(tensor.output_axis));
+    const Handle values = this->dataset(
+        group.get(), "values", where + "/values",
+        {static_cast<hsize_t>(tensor.rows), static_cast<hsize_t>(tensor.cols)},
+        tensor.values.data());
+    string_attribute(values.get(), "sha256", digests.at(next_digest++));
+    const Handle scales = this->dataset(group.get(), "scales", where + "/scales",
+                                        {static_cast<hsize_t>(tensor.scales.size())},
+                                        tensor.scales.data());
+    string_attribute(scales.get(), "sha256", digests.at(next_digest++));
   }
 };
 
@@ -274,6 +311,46 @@ class Reader : public hdf5::Reader {
     recorded_digests.push_back(string_attribute(dataset.get(), where, "sha256"));
     return tensor;
   }
+
+  // /quantized/<name> (Writer::quantized_tensor), its shapes and values checked, its two
+  // sha256 kept for the verification of all at once.
+  QuantizedTensor quantized_tensor(hid_t quantized, const std::string& group_path,
+                                   const std::string& name,
+                                   std::vector<std::string>& recorded_digests) const {
+    const std::string where = group_path + "/" + name;
+    const Handle group = open_group(quantized, name);
+    QuantizedTensor tensor;
+    tensor.name = name;
+    const auto axis = integer_attribute<int64_t>(group.get(), where, kOutputAxisAttribute);
+    if (axis != 0 && axis != 1) {
+      fail("group " + where + " has output_axis " + std::to_string(axis) + " (0 or 1)");
+    }
+    tensor.output_axis = static_cast<int>(axis);
+    const Handle values = open_dataset(group.get(), "values", where + "/values");
+    std::vector<hsize_t> dims;
+    tensor.values = this->values<int8_t>(values.get(), where + "/values", 2, &dims);
+    tensor.rows = static_cast<int64_t>(dims[0]);
+    tensor.cols = static_cast<int64_t>(dims[1]);
+    recorded_digests.push_back(string_attribute(values.get(), where + "/values", "sha256"));
+    const Handle scales = open_dataset(group.get(), "scales", where + "/scales");
+    tensor.scales = this->values<float>(scales.get(), where + "/scales", 1);
+    recorded_digests.push_back(string_attribute(scales.get(), where + "/scales", "sha256"));
+    const int64_t outputs = axis == 1 ? tensor.cols : tensor.rows;
+    if (static_cast<int64_t>(tensor.scales.size()) != outputs) {
+      fail("dataset " + where + "/scales holds " + std::to_string(tensor.scales.size()) +
+           " scales for the " + std::to_string(outputs) + " outputs of its " +
+           std::to_string(tensor.rows) + " x " + std::to_string(tensor.cols) + " values");
+    }
+    for (const float scale : tensor.scales) {
+      if (!(scale >= 0.0f) || !std::isfinite(scale)) {
+        fail("dataset " + where + "/scales holds a scale that is negative or not finite");
+      }
+    }
+    for (const int8_t value : tensor.values) {
+      if (value == -128) fail("dataset " + where + "/values holds -128 (int8 weights are within +-127)");
+    }
+    return tensor;
+  }
 };
 
 
@@ -346,12 +423,35 @@ namespace {
 void write_hdf5_file(const std::string& temporary, const std::string& path,
                      const Checkpoint& checkpoint) {
   Writer writer(path);
-  const std::vector<std::string> digests = sha256_of_each(
-      pointers_to({&checkpoint.params, &checkpoint.adam_m, &checkpoint.adam_v}));
+  // A quantized checkpoint stores its int8 parameters once, in /quantized.
+  const std::vector<NamedTensor>* float_params = &checkpoint.params;
+  std::vector<NamedTensor> unquantized;
+  if (!checkpoint.quantized.empty()) {
+    std::set<std::string> quantized_names;
+    for (const QuantizedTensor& tensor : checkpoint.quantized) {
+      THPC_CHECK(tensor.values.size() == static_cast<size_t>(tensor.rows * tensor.cols) &&
+                     (tensor.output_axis == 0 || tensor.output_axis == 1) &&
+                     tensor.scales.size() ==
+                         static_cast<size_t>(tensor.output_axis == 1 ? tensor.cols : tensor.rows),
+                 "quantized tensor " << tensor.name << " of " << tensor.values.size()
+                                     << " values and " << tensor.scales.size()
+                                     << " scales is not " << tensor.rows << " x " << tensor.cols);
+      quantized_names.insert(tensor.name);
+    }
+    for (const NamedTensor& tensor : checkpoint.params) {
+      if (quantized_names.count(tensor.name) == 0) unquantized.push_back(tensor);
+    }
+    float_params = &unquantized;
+  }
+  std::vector<Bytes> hashed = bytes_of({float_params, &checkpoint.adam_m, &checkpoint.adam_v});
+  for (const QuantizedTensor& tensor : checkpoint.quantized) append_bytes_of(tensor, hashed);
+  const std::vector<std::string> digests = sha256_of_each(hashed);
   size_t next_digest = 0;
   Handle file = writer.create_file(temporary);
   const hid_t root = file.get();
-  writer.integer_attribute(root, "format_version", kCheckpointFormatVersion);
+  writer.integer_attribute(root, "format_version", checkpoint.quantized.empty()
+                                                       ? kCheckpointFormatVersion
+                                                       : kQuantizedCheckpointFormatVersion);
   writer.integer_attribute(root, "step", checkpoint.step);
   writer.integer_attribute(root, "seed", checkpoint.seed);
   writer.integer_attribute(root, "world_size", checkpoint.world_size);
@@ -380,7 +480,7 @@ void write_hdf5_file(const std::string& temporary, const std::string& path,
   }
   {
     const Handle params = writer.group(root, "params");
-    writer.tensors(params.get(), "/params", checkpoint.params, digests, next_digest);
+    writer.tensors(params.get(), "/params", *float_params, digests, next_digest);
   }
   if (!checkpoint.adam_m.empty() || !checkpoint.adam_v.empty()) {
     const Handle adam = writer.group(root, "adam");
@@ -388,6 +488,12 @@ void write_hdf5_file(const std::string& temporary, const std::string& path,
     writer.tensors(m.get(), "/adam/m", checkpoint.adam_m, digests, next_digest);
     const Handle v = writer.group(adam.get(), "v");
     writer.tensors(v.get(), "/adam/v", checkpoint.adam_v, digests, next_digest);
+  }
+  if (!checkpoint.quantized.empty()) {
+    const Handle quantized = writer.group(root, kQuantizedGroup);
+    for (const QuantizedTensor& tensor : checkpoint.quantized) {
+      writer.quantized_tensor(quantized.get(), tensor, digests, next_digest);
+    }
   }
   writer.check(H5Fflush(root, H5F_SCOPE_GLOBAL), "flush");
   writer.check(file.close(), "close");
@@ -402,6 +508,18 @@ void write_hdf5_file(const std::string& temporary, const std::string& path,
 }
 
 }  // namespace
+
+std::vector<float> dequantize(const QuantizedTensor& tensor) {
+  std::vector<float> values(tensor.values.size());
+  for (int64_t r = 0; r < tensor.rows; ++r) {
+    for (int64_t c = 0; c < tensor.cols; ++c) {
+      const int64_t at = r * tensor.cols + c;
+      values[at] = static_cast<float>(tensor.values[at]) *
+                   tensor.scales[tensor.output_axis == 1 ? c : r];
+    }
+  }
+  return values;
+}
 
 std::string architecture_text(const ModelConfig& model, int vocab_size) {
   std::ostringstream text;
@@ -518,9 +636,20 @@ Checkpoint read_open_checkpoint(Reader reader, CheckpointParts parts,
                                 const HeaderFields& header) {
   const hid_t root = reader.root();
   const auto version = reader.integer_attribute<int64_t>(root, "format_version");
-  if (version != kCheckpointFormatVersion) {
-    reader.fail("format_version " + std::to_string(version) + ", this program reads version " +
-                std::to_string(kCheckpointFormatVersion));
+  if (version != kCheckpointFormatVersion && version != kQuantizedCheckpointFormatVersion) {
+    reader.fail("format_version " + std::to_string(version) + ", this program reads versions " +
+                std::to_string(kCheckpointFormatVersion) + " and " +
+                std::to_string(kQuantizedCheckpointFormatVersion));
+  }
+  const bool quantized = version == kQuantizedCheckpointFormatVersion;
+  if (quantized != reader.exists(root, kQuantizedGroup)) {
+    reader.fail(quantized ? "format_version 2 (quantized) without its /quantized group"
+                          : "a /quantized group in a checkpoint of format_version 1");
+  }
+  if (quantized && parts == CheckpointParts::All) {
+    reader.fail("is a quantized checkpoint (int8 parameters for decoding, written by "
+                "transformer_quantize): training cannot resume from it; resume from the "
+                "checkpoint it was made from");
   }
   Checkpoint checkpoint;
   checkpoint.step = reader.integer_attribute<int64_t>(root, "step");
@@ -570,12 +699,27 @@ Checkpoint read_open_checkpoint(Reader reader, CheckpointParts parts,
 
   Handle params = reader.open_group(root, "params");
   const std::vector<std::string> names = reader.member_names(params.get(), "/params");
-  if (names.empty()) reader.fail("/params holds no datasets");
   std::vector<std::string> recorded_digests;
   std::vector<std::string> dataset_paths;
   for (const std::string& name : names) {
     checkpoint.params.push_back(reader.tensor(params.get(), "/params", name, recorded_digests));
     dataset_paths.push_back("/params/" + name);
+  }
+  if (quantized) {
+    Handle group = reader.open_group(root, kQuantizedGroup);
+    const std::string group_path = std::string("/") + kQuantizedGroup;
+    for (const std::string& name : reader.member_names(group.get(), group_path)) {
+      if (std::find(names.begin(), names.end(), name) != names.end()) {
+        reader.fail("parameter " + name + " is in both /params and " + group_path);
+      }
+      checkpoint.quantized.push_back(
+          reader.quantized_tensor(group.get(), group_path, name, recorded_digests));
+      dataset_paths.push_back(group_path + "/" + name + "/values");
+      dataset_paths.push_back(group_path + "/" + name + "/scales");
+    }
+  }
+  if (checkpoint.params.empty() && checkpoint.quantized.empty()) {
+    reader.fail("/params holds no datasets");
   }
   if (parts == CheckpointParts::All) {
     if (!reader.exists(root, "adam")) {
@@ -603,10 +747,25 @@ Checkpoint read_open_checkpoint(Reader reader, CheckpointParts parts,
     }
   }
   reader.close();
-  const std::vector<std::string> digests = sha256_of_each(
-      pointers_to({&checkpoint.params, &checkpoint.adam_m, &checkpoint.adam_v}));
+  std::vector<Bytes> hashed = bytes_of({&checkpoint.params, &checkpoint.adam_m, &checkpoint.adam_v});
+  for (const QuantizedTensor& tensor : checkpoint.quantized) append_bytes_of(tensor, hashed);
+  const std::vector<std::string> digests = sha256_of_each(hashed);
   for (size_t i = 0; i < digests.size(); ++i) {
     reader.verify_checksum(dataset_paths[i], digests[i], recorded_digests[i]);
+  }
+  // Verified: each int8 parameter among the others, as its fp32 value, in name order as
+  // a float checkpoint's (HDF5 lists members alphabetically).
+  if (!checkpoint.quantized.empty()) {
+    for (const QuantizedTensor& tensor : checkpoint.quantized) {
+      NamedTensor dequantized;
+      dequantized.name = tensor.name;
+      dequantized.rows = tensor.rows;
+      dequantized.cols = tensor.cols;
+      dequantized.values = dequantize(tensor);
+      checkpoint.params.push_back(std::move(dequantized));
+    }
+    std::sort(checkpoint.params.begin(), checkpoint.params.end(),
+              [](const NamedTensor& a, const NamedTensor& b) { return a.name < b.name; });
   }
   return checkpoint;
 }

@@ -23,8 +23,26 @@
 
 namespace thpc {
 
-// Version 1: the layout of docs/checkpoints.md. A reader refuses other versions.
+// Version 1: the layout of docs/checkpoints.md. Version 2: the same with some parameters
+// in int8 (/quantized: a quantized checkpoint, transformer_quantize), which a reader of
+// version 1 only refuses by its number. A reader refuses other versions.
 constexpr int64_t kCheckpointFormatVersion = 1;
+constexpr int64_t kQuantizedCheckpointFormatVersion = 2;
+
+// A parameter stored in int8 with a scale per output channel (a quantized checkpoint):
+// values [rows, cols] as the parameter lies, scales along `output_axis` (1: the columns
+// of a linear layer's W [in, out]; 0: the rows of the tied embedding E [vocab, d], the
+// output projection's outputs). Its value is values[r, c] * scales[output_axis ? c : r];
+// the values lie in [-127, 127].
+struct QuantizedTensor {
+  std::string name;
+  int64_t rows = 0, cols = 0;
+  int output_axis = 1;
+  std::vector<int8_t> values;
+  std::vector<float> scales;
+};
+// The fp32 values a QuantizedTensor stands for, [rows, cols].
+std::vector<float> dequantize(const QuantizedTensor& tensor);
 
 // One parameter-shaped array (a parameter or one of its Adam moments), packed.
 struct NamedTensor {
@@ -120,6 +138,10 @@ struct Checkpoint {
   std::optional<DivergenceState> divergence;
   // Set in best checkpoints only (best.h5, best_step_*.h5): the score they were kept for.
   std::optional<ValidationScore> validation;
+  // A quantized checkpoint's int8 parameters (format version 2, parameters only); empty
+  // otherwise. Each is in `params` too, dequantized, so that every reader of parameters
+  // reads a quantized checkpoint as it reads any other; the writer stores it only here.
+  std::vector<QuantizedTensor> quantized;
 };
 
 // What a checkpoint's file header says, read without reading (or verifying) the file:

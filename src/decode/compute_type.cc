@@ -1,5 +1,7 @@
 #include "decode/compute_type.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "kernels/cpu/int8_backend.h"
 #include "model/backends.h"
@@ -54,21 +56,114 @@ std::unique_ptr<Backend> make_decoding_backend(const TrainConfig& checkpoint_tra
   return std::make_unique<Int8CpuBackend>(std::move(backend));
 }
 
-int quantize_model_weights(Transformer& model, Backend& backend) {
+namespace {
+
+// The [cols, rows] transpose of `values` [rows, cols], row-major.
+std::vector<int8_t> transposed(const std::vector<int8_t>& values, int64_t rows, int64_t cols) {
+  std::vector<int8_t> result(values.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) result[c * rows + r] = values[r * cols + c];
+  }
+  return result;
+}
+
+// A stored int8 parameter as the products take it: Wq [K, N] with s_n. A linear layer's
+// W [in, out] is stored as it lies; the embedding E [vocab, d] (output_axis 0) is its
+// transpose.
+cpu::QuantizedWeights as_product_weights(const QuantizedTensor& tensor) {
+  cpu::QuantizedWeights weights;
+  weights.scales = tensor.scales;
+  if (tensor.output_axis == 1) {
+    weights.inputs = static_cast<int>(tensor.rows);
+    weights.outputs = static_cast<int>(tensor.cols);
+    weights.values = tensor.values;
+    return weights;
+  }
+  weights.inputs = static_cast<int>(tensor.cols);
+  weights.outputs = static_cast<int>(tensor.rows);
+  weights.values = transposed(tensor.values, tensor.rows, tensor.cols);
+  return weights;
+}
+
+// Whether every value of `weights` lies within +-limit.
+bool within(const cpu::QuantizedWeights& weights, int limit) {
+  for (const int8_t value : weights.values) {
+    if (value < -limit || value > limit) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+QuantizedCount quantize_model_weights(Transformer& model, Backend& backend,
+                                      const std::vector<QuantizedTensor>& stored) {
+  QuantizedCount count;
   auto* int8 = dynamic_cast<Int8CpuBackend*>(&backend);
-  if (int8 == nullptr) return 0;
+  if (int8 == nullptr) return count;
   const ParamStore& params = model.params();
-  int quantized = 0;
   for (const ProductWeight& weight : product_weights(params)) {
     const ParamEntry& entry = params.entry(weight.name);
+    const auto found = std::find_if(stored.begin(), stored.end(), [&](const QuantizedTensor& t) {
+      return t.name == weight.name;
+    });
+    if (found != stored.end()) {
+      THPC_CHECK(found->rows == entry.rows && found->cols == entry.cols &&
+                     found->output_axis == (weight.output_projection ? 0 : 1),
+                 "stored int8 " << weight.name << " is not shaped as the model's parameter");
+      cpu::QuantizedWeights quantized = as_product_weights(*found);
+      if (within(quantized, cpu::int8_weight_limit())) {
+        int8->adopt(params.compute(weight.name), quantized);
+        ++count.stored;
+        continue;
+      }
+      ++count.requantized;  // from the dequantized values the model holds
+    }
     // A linear layer's W is [in, out]; the embedding E is [vocab, d]: d in, vocab out.
     const int inputs = static_cast<int>(weight.output_projection ? entry.cols : entry.rows);
     const int outputs = static_cast<int>(weight.output_projection ? entry.rows : entry.cols);
     int8->quantize(params.compute(weight.name), inputs, outputs,
                    weight.output_projection ? cpu::WeightLayout::kOutputsByInputs
                                             : cpu::WeightLayout::kInputsByOutputs);
-    ++quantized;
+    ++count.quantized;
   }
+  return count;
+}
+
+Checkpoint quantize_checkpoint(const Checkpoint& source) {
+  THPC_CHECK(source.quantized.empty(), "the checkpoint is quantized already");
+  Checkpoint quantized;
+  quantized.step = source.step;
+  quantized.seed = source.seed;
+  quantized.world_size = source.world_size;
+  quantized.data_position = source.data_position;
+  quantized.architecture = source.architecture;
+  quantized.config_ini = source.config_ini;
+  quantized.spm_model = source.spm_model;
+  quantized.params = source.params;
+  // The weight matrices by name: what product_weights() takes from a model's table.
+  for (NamedTensor& param : quantized.params) {
+    if (!is_product_weight(param.name)) continue;
+    const bool output_projection = is_output_projection(param.name);
+    const int inputs = static_cast<int>(output_projection ? param.cols : param.rows);
+    const int outputs = static_cast<int>(output_projection ? param.rows : param.cols);
+    const cpu::QuantizedWeights weights = cpu::quantize_weights(
+        param.values.data(), inputs, outputs,
+        output_projection ? cpu::WeightLayout::kOutputsByInputs
+                          : cpu::WeightLayout::kInputsByOutputs,
+        127);
+    QuantizedTensor tensor;
+    tensor.name = param.name;
+    tensor.rows = param.rows;
+    tensor.cols = param.cols;
+    tensor.output_axis = output_projection ? 0 : 1;
+    tensor.scales = weights.scales;
+    // Wq [K, N]; E's [vocab, d] is its transpose.
+    tensor.values = output_projection ? transposed(weights.values, inputs, outputs)
+                                      : weights.values;
+    param.values = dequantize(tensor);
+    quantized.quantized.push_back(std::move(tensor));
+  }
+  THPC_CHECK(!quantized.quantized.empty(), "the checkpoint holds no weight matrix to quantize");
   return quantized;
 }
 

@@ -14,7 +14,9 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "config/config.h"
 #include "kernels/ops.h"
 
@@ -34,8 +36,25 @@ const char* compute_type_name(ComputeType type);
 std::unique_ptr<Backend> make_decoding_backend(const TrainConfig& train, ComputeType type);
 
 // int8: hands the model's weight matrices (product_weights()) to its int8 backend, once,
-// after the checkpoint is loaded. `backend` is what make_decoding_backend made; other
-// backends are left alone (returns 0). Returns the number of matrices quantized.
-int quantize_model_weights(Transformer& model, Backend& backend);
+// after the checkpoint is loaded: those `stored` in int8 (a quantized checkpoint's) as
+// they are, where this CPU's products take 8-bit weights, the others quantized now.
+// `backend` is what make_decoding_backend made; other backends are left alone (nothing
+// counted).
+struct QuantizedCount {
+  int quantized = 0;  // quantized at load
+  int stored = 0;     // taken from the checkpoint
+  // Stored in 8 bits where this CPU's products take 7: quantized again from their
+  // dequantized values (counted in `quantized`).
+  int requantized = 0;
+};
+QuantizedCount quantize_model_weights(Transformer& model, Backend& backend,
+                                      const std::vector<QuantizedTensor>& stored = {});
+
+// A quantized checkpoint of `source` (transformer_quantize): every weight matrix of
+// product_weights() in int8 with a scale per output channel (8-bit: +-127, what a CPU
+// with VNNI multiplies; one without quantizes them to 7 bits again at load), the other
+// parameters (biases, norms, learned positions) in fp32, parameters only. Its `params`
+// hold the dequantized values. `source` must hold a float model.
+Checkpoint quantize_checkpoint(const Checkpoint& source);
 
 }  // namespace thpc

@@ -68,6 +68,12 @@ class Handle {
 template <typename T>
 struct Type;
 template <>
+struct Type<int8_t> {
+  static constexpr const char* kName = "int8";
+  static hid_t memory() { return H5T_NATIVE_INT8; }
+  static hid_t file() { return H5T_STD_I8LE; }
+};
+template <>
 struct Type<uint8_t> {
   static constexpr const char* kName = "uint8";
   static hid_t memory() { return H5T_NATIVE_UINT8; }

@@ -135,13 +135,18 @@ std::vector<ProductWeight> product_weights(const ParamStore& store) {
   // multiplied, and the norms' and biases' vectors are not matrices.
   std::vector<ProductWeight> weights;
   for (const ParamEntry& entry : store.entries()) {
-    const std::string& name = entry.name;
-    const bool is_weight = name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
-    if (!is_weight) continue;
-    weights.push_back({name, name == "embed.weight"});
+    if (is_product_weight(entry.name)) {
+      weights.push_back({entry.name, is_output_projection(entry.name)});
+    }
   }
   return weights;
 }
+
+bool is_product_weight(const std::string& name) {
+  return name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
+}
+
+bool is_output_projection(const std::string& name) { return name == "embed.weight"; }
 
 
 // ---------------------------------------------------------------------------------

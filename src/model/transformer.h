@@ -46,6 +46,10 @@ struct ProductWeight {
   bool output_projection = false;  // E [vocab, d] rather than W [in, out]
 };
 std::vector<ProductWeight> product_weights(const ParamStore& store);
+// The same by a parameter's name alone (a checkpoint's tensors): a weight matrix of a
+// product, and whether it is the tied embedding.
+bool is_product_weight(const std::string& name);
+bool is_output_projection(const std::string& name);
 
 class Transformer {
  public:

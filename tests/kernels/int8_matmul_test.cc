@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/error.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/int8_backend.h"
 #include "kernels/cpu/int8_matmul.h"
@@ -173,6 +174,36 @@ TEST(Int8Matmul, ProductEqualsTheExactIntegerReference) {
         }
       }
     }
+  }
+}
+
+// Weights quantized once and stored (a quantized checkpoint, transformer_quantize) are
+// the matrix that quantizing the floats at load makes: the same values, scales and
+// column sums, and products equal bit for bit. Values beyond this CPU's limit (8-bit
+// weights where the kernel takes 7) are refused rather than saturated.
+TEST(Int8Matmul, StoredWeightsMultiplyAsWeightsQuantizedAtLoad) {
+  SKIP_WITHOUT_INT8();
+  std::mt19937 rng(7);
+  const Shape s{9, 96, 40};
+  const auto [x, W, b] = random_operands(s, rng);
+  for (const WeightLayout layout : {WeightLayout::kInputsByOutputs, WeightLayout::kOutputsByInputs}) {
+    const std::vector<float> weights = stored(W, s.K, s.N, layout);
+    const QuantizedMatrix at_load(weights.data(), s.K, s.N, layout);
+    const cpu::QuantizedWeights plain =
+        cpu::quantize_weights(weights.data(), s.K, s.N, layout, cpu::int8_weight_limit());
+    EXPECT_EQ(plain.values, at_load.quantized_values());
+    EXPECT_EQ(plain.scales, at_load.scales());
+    const QuantizedMatrix from_store(plain);
+    EXPECT_EQ(from_store.column_sums(), at_load.column_sums());
+    std::vector<float> expected(static_cast<size_t>(s.M) * s.N), y(expected.size());
+    at_load.multiply(expected.data(), x.data(), b.data(), s.M, true);
+    from_store.multiply(y.data(), x.data(), b.data(), s.M, true);
+    EXPECT_EQ(0, std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)));
+  }
+  if (cpu::int8_weight_limit() < 127) {
+    const cpu::QuantizedWeights eight_bit =
+        cpu::quantize_weights(W.data(), s.K, s.N, WeightLayout::kInputsByOutputs, 127);
+    EXPECT_THROW(QuantizedMatrix{eight_bit}, thpc::Error);
   }
 }
 
