@@ -734,13 +734,15 @@ ranks_stage() {
   local steps=${RANKS_STEPS:-60} ranks
   for ranks in 1 2; do
     local reducer=""
-    [ "$ranks" -gt 1 ] && reducer="--dist.reducer=mpi --dist.device=0"
+    [ "$ranks" -gt 1 ] && reducer="--dist.reducer=mpi --dist.device=0 --dist.log_buckets=true"
     # shellcheck disable=SC2086
     timeout 150 mpirun -np "$ranks" --oversubscribe "$BUILD_DIR/transformer_hpc" input/tiny.ini \
       $args $reducer --train.max_steps="$steps" --train.log_every=$((steps / 3)) \
       --checkpoint.minutes=0 --checkpoint.average_last=0 \
       --checkpoint.dir="$LOGS/ranks_np$ranks" > "$LOGS/ranks_np$ranks.log" 2>&1
     echo "ranks: np $ranks, exit $?: $(grep "^step $steps/" "$LOGS/ranks_np$ranks.log" | grep -o "ms/step [0-9.]*")"
+    # The staged sums against backward (issue 52 item 4): the last step's buckets.
+    grep "^buckets at step $steps " "$LOGS/ranks_np$ranks.log"
   done
   rm -rf "$LOGS"/ranks_np*/
   # A checkpoint's stall, written in the step and beside training (issue 51 item 4): the

@@ -12,6 +12,7 @@
 #include <regex>
 #include <cstdio>
 #include <cstdlib>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -123,6 +124,54 @@ TEST(Distributed, ManyTinyBucketsAreWarnedOf) {
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_EQ(occurrences(run.output, "warning: dist.bucket_mb = 0.001 cuts the 8.1 MiB gradient "
                                     "into 8059 buckets"), 1u) << run.output;
+  std::filesystem::remove_all(scratch_run());
+}
+
+// dist.log_buckets: on each progress line's step rank 0 logs its sums, one bucket each,
+// posted in order as backward finishes them, each done after it was posted and by the
+// time the sums are; backward is done before the sums are.
+TEST(Distributed, LogBucketsTimesEachSumAgainstBackward) {
+  const JobResult run = mpirun_trainer(
+      "", "--model.d_model=256 --train.max_steps=4 --train.log_every=2 --dist.bucket_mb=2 "
+          "--dist.log_buckets=true");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(occurrences(run.output, "buckets at step "), 2u) << run.output;
+  const size_t line = run.output.find("buckets at step 4 (ms from the last micro-batch's start, "
+                                      "host clock): backward done ");
+  ASSERT_NE(line, std::string::npos) << run.output;
+  std::istringstream text(run.output.substr(line, run.output.find('\n', line) - line));
+  std::string word;
+  double backward_done = 0, sums_done = 0, exposed = 0;
+  int buckets = 0;
+  const auto skip_to = [&](const std::string& target) {
+    while (text >> word && word != target) {}
+  };
+  skip_to("done");
+  text >> backward_done;
+  skip_to("done");
+  text >> sums_done;
+  skip_to("exposed");
+  text >> exposed;
+  text.ignore(1);  // ';'
+  text >> buckets;
+  // The 8.1 MiB gradient in buckets of 2 MiB from its end: four and the remainder.
+  EXPECT_EQ(buckets, 5) << run.output;
+  EXPECT_GT(backward_done, 0.0);
+  EXPECT_GE(sums_done, backward_done);
+  EXPECT_NEAR(exposed, sums_done - backward_done, 0.011);
+  skip_to("done):");
+  double last_posted = 0.0, total_mib = 0.0;
+  for (int b = 0; b < buckets; ++b) {
+    double mib = 0, posted = 0, done = 0;
+    ASSERT_TRUE(text >> word >> mib >> posted >> done) << "bucket " << b;
+    EXPECT_EQ(word, "|");
+    EXPECT_GE(posted, last_posted) << "bucket " << b;
+    EXPECT_GE(done, posted) << "bucket " << b;
+    EXPECT_LE(done, sums_done + 0.011) << "bucket " << b;
+    last_posted = posted;
+    total_mib += mib;
+  }
+  EXPECT_NEAR(total_mib, 8.1, 0.05) << run.output;
   std::filesystem::remove_all(scratch_run());
 }
 

@@ -107,6 +107,7 @@ struct DistConfig {
   float timeout_s = 300.0f;  // a gradient sum (NCCL) that takes longer ends the job
   std::string reducer = "auto";       // auto (nccl on the GPU, mpi on the CPU) | nccl | mpi
   std::string reduce_dtype = "fp32";  // what the gradient buckets travel as: fp32 | bf16
+  bool log_buckets = false;  // time each bucket's sum against backward, logged on log steps
 };
 
 // Checkpoints (docs/checkpoints.md): when rank 0 writes them, how many stay, and what a

@@ -238,6 +238,11 @@ const std::vector<Option>& option_table() {
                   "the bytes; each addition in fp32, rounded once; the gradient and the fp32 "
                   "master weights stay fp32; docs/cluster.md says when it is safe)"),
 
+      THPC_OPTION(dist, log_buckets, THPC_ANY,
+                  "on each progress line's step, rank 0 also logs when each bucket's sum was "
+                  "posted and done, against when backward was done (host clock; GPU events "
+                  "with NCCL): the overlap of the sums with backward, and what is exposed"),
+
       // [checkpoint]: written by rank 0 (docs/checkpoints.md).
       THPC_OPTION(checkpoint, dir, THPC_NOT_EMPTY,
                   "directory of step_NNNNNNNN.h5 checkpoints (relative to the working directory)"),

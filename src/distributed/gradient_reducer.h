@@ -19,6 +19,7 @@
 // the optimizer and its fp32 master weights are untouched.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -29,6 +30,21 @@
 #include "kernels/ops.h"
 
 namespace thpc {
+
+// One pass's sums, timed (dist.log_buckets): milliseconds from begin(), where the last
+// micro-batch's forward starts, by the host's clock, or on a GPU with NCCL by events on
+// the streams that ran them (`device_clock`).
+struct BucketTiming {
+  int64_t offset = 0, elements = 0;  // the bucket's place in the gradient
+  double posted_ms = 0.0;            // its sum was posted (could start)
+  double done_ms = 0.0;              // its sum was seen complete
+};
+struct ReductionTimings {
+  bool device_clock = false;
+  double backward_done_ms = 0.0;  // finish() was called: every gradient computed
+  double sums_done_ms = 0.0;      // finish() returned: every sum complete
+  std::vector<BucketTiming> buckets;  // in the order they were posted
+};
 
 class GradientReducer {
  public:
@@ -46,6 +62,9 @@ class GradientReducer {
   void finish();
   // Buckets started in the current pass (for tests and the log).
   int buckets_started() const { return buckets_started_; }
+  // Time every pass from now on (dist.log_buckets); timings() holds the last one's.
+  void time_passes() { timing_ = true; }
+  const ReductionTimings& timings() const { return timings_; }
 
  protected:
   virtual void start(Tensor bucket) = 0;
@@ -61,12 +80,28 @@ class GradientReducer {
     return (static_cast<const char*>(bucket.data) - static_cast<const char*>(grads_.data)) /
            static_cast<int64_t>(dtype_size(grads_.dtype));
   }
+  // Timing (time_passes()): whether this pass is timed; that bucket `index` (in the order
+  // started) was seen complete now, by the host's clock (a bucket never reported is
+  // complete when finish() returns); a transport with a clock of its own replaces the
+  // pass's timings in finish_timings(), called after complete().
+  bool timing() const { return timing_; }
+  void bucket_done(size_t index);
+  // A transport with a clock of its own: marks the pass's start (called by begin() when
+  // timing), and replaces the pass's timings with its own after complete().
+  virtual void begin_timing() {}
+  virtual void finish_timings(ReductionTimings& /*timings*/) {}
 
  private:
+  double host_ms() const;
+  void start_bucket(int64_t offset, int64_t elements);
+
   int64_t bucket_bytes_;
   Tensor grads_;
   int64_t pending_end_ = 0;  // [0, pending_end_) not started yet
   int buckets_started_ = 0;
+  bool timing_ = false;
+  std::chrono::steady_clock::time_point pass_start_;
+  ReductionTimings timings_;
 };
 
 // MPI_Iallreduce of host-memory buckets (the CPU backend; mpi_reducer.cc). comm must span
@@ -95,6 +130,11 @@ std::unique_ptr<GradientReducer> make_nccl_gradient_reducer(const Communicator& 
                                                             int64_t bucket_bytes,
                                                             double timeout_seconds,
                                                             bool bf16 = false);
+
+// One line of a pass's timings (dist.log_buckets), after "buckets at step N ": the clock,
+// when backward was done, when the sums were, the difference (the sums' exposed time),
+// then each bucket's MiB, posted and done, in posting order.
+std::string timings_text(const ReductionTimings& timings, size_t element_bytes);
 
 // The first two ranks whose places (one per rank, e.g. "host GPU-bus-id") are the same,
 // or {-1, -1} when every rank has a place of its own.

@@ -25,8 +25,9 @@ class MpiBucketSums {
   // alone until complete()).
   void start(Tensor bucket);
   // Open MPI without a progress thread advances a non-blocking collective only inside MPI
-  // calls: an MPI_Testall now and then moves the posted sums on.
-  void progress();
+  // calls: an MPI_Testsome now and then moves the posted sums on. Returns the sums seen
+  // complete by this call, by their place in the order posted.
+  std::vector<int> progress();
   // Waits for every posted sum; afterwards each bucket holds the sum over the ranks.
   void complete();
 

@@ -67,12 +67,17 @@ void MpiBucketSums::start(Tensor bucket) {
             "MPI_Iallreduce");
 }
 
-void MpiBucketSums::progress() {
-  if (pending_.empty()) return;
-  int all_done = 0;
-  check_mpi(MPI_Testall(static_cast<int>(pending_.size()), pending_.data(), &all_done,
-                        MPI_STATUSES_IGNORE),
-            "MPI_Testall");
+std::vector<int> MpiBucketSums::progress() {
+  std::vector<int> done(pending_.size());
+  int count = 0;
+  if (!pending_.empty()) {
+    // Completed requests become MPI_REQUEST_NULL, which later calls pass over.
+    check_mpi(MPI_Testsome(static_cast<int>(pending_.size()), pending_.data(), &count,
+                           done.data(), MPI_STATUSES_IGNORE),
+              "MPI_Testsome");
+  }
+  done.resize(count == MPI_UNDEFINED ? 0 : static_cast<size_t>(count));
+  return done;
 }
 
 void MpiBucketSums::complete() {
@@ -100,7 +105,9 @@ class MpiGradientReducer final : public GradientReducer {
 
  protected:
   void start(Tensor bucket) override { sums_.start(bucket); }
-  void progress() override { sums_.progress(); }
+  void progress() override {
+    for (const int index : sums_.progress()) bucket_done(static_cast<size_t>(index));
+  }
   void complete() override { sums_.complete(); }
 
  private:

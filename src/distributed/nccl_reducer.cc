@@ -89,6 +89,7 @@ class NcclGradientReducer final : public GradientReducer {
   ~NcclGradientReducer() override {
     if (staging_) backend_.free(staging_);
     for (cudaEvent_t event : ready_events_) cudaEventDestroy(event);
+    for (cudaEvent_t event : timing_events_) cudaEventDestroy(event);
     if (done_) cudaEventDestroy(done_);
     if (nccl_stream_) cudaStreamDestroy(nccl_stream_);
     if (nccl_) ncclCommDestroy(nccl_);
@@ -109,18 +110,43 @@ class NcclGradientReducer final : public GradientReducer {
       backend_.copy(summed, bucket);  // rounds to bf16 on the compute stream
       widen_after_sum_.emplace_back(bucket, summed);
     }
+    const size_t index = next_event_;
     cudaEvent_t ready = ready_events_[next_event_++];
     THPC_CUDA_CHECK(cudaEventRecord(ready, compute_stream_));
     THPC_CUDA_CHECK(cudaStreamWaitEvent(nccl_stream_, ready, 0));
+    if (timing()) THPC_CUDA_CHECK(cudaEventRecord(timing_event(2 + 2 * index), nccl_stream_));
     accept_in_progress(
         ncclAllReduce(summed.data, summed.data, static_cast<size_t>(summed.numel),
                       nccl_type(summed.dtype), ncclSum, nccl_, nccl_stream_),
         "launching a gradient sum");
+    if (timing()) THPC_CUDA_CHECK(cudaEventRecord(timing_event(3 + 2 * index), nccl_stream_));
     wait_ready("launching a gradient sum", first_launch_);
+  }
+
+  // dist.log_buckets: the pass timed by events, from one on the compute stream at begin().
+  void begin_timing() override {
+    THPC_CUDA_CHECK(cudaEventRecord(timing_event(0), compute_stream_));
+  }
+
+  void finish_timings(ReductionTimings& timings) override {
+    const auto since_start = [&](size_t event) {
+      float ms = 0.0f;
+      THPC_CUDA_CHECK(cudaEventElapsedTime(&ms, timing_events_[0], timing_events_[event]));
+      return static_cast<double>(ms);
+    };
+    timings.device_clock = true;
+    timings.backward_done_ms = since_start(1);
+    for (size_t b = 0; b < timings.buckets.size(); ++b) {
+      timings.buckets[b].posted_ms = since_start(2 + 2 * b);
+      timings.buckets[b].done_ms = since_start(3 + 2 * b);
+    }
+    timings.sums_done_ms = timings.buckets.empty() ? timings.backward_done_ms
+                                                   : timings.buckets.back().done_ms;
   }
 
   void complete() override {
     const Clock::time_point started = next_event_ > 0 ? first_launch_ : Clock::now();
+    if (timing()) THPC_CUDA_CHECK(cudaEventRecord(timing_event(1), compute_stream_));
     next_event_ = 0;
     THPC_CUDA_CHECK(cudaEventRecord(done_, nccl_stream_));
     THPC_CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, done_, 0));
@@ -137,6 +163,17 @@ class NcclGradientReducer final : public GradientReducer {
   }
 
  private:
+  // Timing event `index` (0: the pass's start, 1: backward done, 2 + 2b and 3 + 2b:
+  // bucket b's sum posted and done), created with timing on first use and kept.
+  cudaEvent_t timing_event(size_t index) {
+    while (timing_events_.size() <= index) {
+      cudaEvent_t event = nullptr;
+      THPC_CUDA_CHECK(cudaEventCreate(&event));
+      timing_events_.push_back(event);
+    }
+    return timing_events_[index];
+  }
+
   // The bf16 twin of `bucket` in a staging buffer as large as the whole gradient,
   // allocated on first use and kept.
   Tensor bf16_copy_of(Tensor bucket) {
@@ -226,6 +263,7 @@ class NcclGradientReducer final : public GradientReducer {
   cudaStream_t compute_stream_ = nullptr, nccl_stream_ = nullptr;
   cudaEvent_t done_ = nullptr;
   std::vector<cudaEvent_t> ready_events_;
+  std::vector<cudaEvent_t> timing_events_;  // dist.log_buckets
   size_t next_event_ = 0;
 };
 

@@ -78,7 +78,8 @@ class StagedMpiGradientReducer final : public GradientReducer {
       THPC_CUDA_CHECK(state);
       post(copying_.front());
     }
-    sums_.progress();
+    // Sums are posted in the buckets' order: a sum's place is its bucket's.
+    for (const int index : sums_.progress()) bucket_done(static_cast<size_t>(index));
   }
 
   void complete() override {

@@ -222,6 +222,8 @@ Trainer::Trainer(const Config& config, Communicator comm)
       reducer_ = make_nccl_gradient_reducer(comm_, *backend_, bucket_bytes,
                                             config_.dist.timeout_s, bf16);
     }
+    // Rank 0 logs its own sums' timings (every rank issues the same sums).
+    if (config_.dist.log_buckets && comm_.is_root()) reducer_->time_passes();
   }
 }
 
@@ -273,7 +275,14 @@ StepStats Trainer::compute_step() {
   }
   if (poison_this_loss(comm_, ++steps_computed_)) total.loss = NAN;
   // Complete the sums over ranks (each gradient already scaled by 1 / global tokens).
-  if (reducer_) reducer_->finish();
+  if (reducer_) {
+    reducer_->finish();
+    if (!reducer_->timings().buckets.empty() && step % config_.train.log_every == 0) {
+      bucket_timings_line_ = "buckets at step " + std::to_string(step) + " " +
+                             timings_text(reducer_->timings(),
+                                          dtype_size(model_->params().grads().dtype));
+    }
+  }
   // Every rank now holds the same summed gradient, hence computes the same norm.
   const Tensor grads = model_->params().grads();
   stats.grad_norm = std::sqrt(backend_->sum_squares(grads, grads.numel));
@@ -569,6 +578,10 @@ RunEnd Trainer::run(std::ostream& log) {
     run.count(stats);
     if (stats.step % config_.train.log_every == 0 || stats.step == config_.train.max_steps) {
       run.log_step(config_.train.max_steps, backend_->peak_memory_bytes());
+    }
+    if (!bucket_timings_line_.empty()) {
+      run.out << bucket_timings_line_ << std::endl;
+      bucket_timings_line_.clear();
     }
     const bool validation_due =
         valid_source_ &&

@@ -183,6 +183,8 @@ class Trainer {
   int64_t completed_steps_ = 0;
   // The run's id (Checkpoint::run_id): new for a fresh start, the checkpoint's on resume.
   std::string run_id_;
+  // dist.log_buckets: the timings of the last logged step's sums, for its progress line.
+  std::string bucket_timings_line_;
   std::string resumed_from_;  // the checkpoint this process resumed from, or "".
   std::string metrics_path_;  // rank 0's metrics file (run_metrics_path), once claimed
   // The loss of the last step judged (applied or left out), which a checkpoint records.
