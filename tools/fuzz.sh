@@ -30,7 +30,8 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DTHPC_FUZZ=ON -DTRANSFORMER_TESTS=OFF -DTRANSFORMER_CUDA=OFF > "$build/configure.log" ||
   { cat "$build/configure.log" >&2; exit 1; }
-cmake --build "$build" -j2 --target "${targets[@]/#/fuzz_}" transformer_preprocess transformer_hpc
+cmake --build "$build" -j2 --target "${targets[@]/#/fuzz_}" transformer_preprocess transformer_hpc \
+  transformer_quantize
 
 # ---- seed corpora (remade each time: cheap, and they follow the current formats) ----
 seeds=$build/seeds
