@@ -17,16 +17,8 @@ RANKS=${RANKS:-2}
 STEPS=${STEPS:-300}
 DEVICE=${DEVICE:-cpu}
 WORK=${WORK:-build/reduce_dtype_curve}
-corpus=${THPC_DATA:?set THPC_DATA to the data sets (tools/fetch_data.sh)}/multi30k
-for split in train.en train.de val.en val.de; do
-  [ -f "$corpus/$split" ] || { echo "missing $corpus/$split (tools/fetch_data.sh)" >&2; exit 2; }
-done
 mkdir -p "$WORK"
-if [ ! -f "$WORK/data/train.00000.h5" ]; then
-  "$BUILD/transformer_preprocess" --source-lang en --target-lang de --trainpref "$corpus/train" \
-    --validpref "$corpus/val" --destdir "$WORK/data" --vocab-size 8000 --model-type bpe \
-    --shards 1 --seed 1 > "$WORK/preprocess.log" 2>&1
-fi
+bash bench/multi30k_shards.sh "$BUILD" 8000 "$WORK/data"
 placement=(--train.backend=cpu --train.threads=1)
 [ "$DEVICE" = cuda ] && placement=(--train.backend=cuda --dist.reducer=mpi --dist.device=0)
 for dtype in fp32 bf16; do

@@ -91,6 +91,44 @@ TEST(DataParallel, SmallBucketsOverlappingBackwardGiveTheSameParameters) {
   EXPECT_EQ(one_bucket.model().params().sha256_hex(), many_buckets.model().params().sha256_hex());
 }
 
+// dist.embedding_sum = per_use sums the tied embedding's gradient in two parts (the output
+// projection's share early, the lookups' rows at the end) where at_end sums it once: the
+// same gradient up to the order of its additions, so the same parameters within 1e-6
+// relative after training, on every rank alike; with one sum per bucket
+// (bucket_mb = 0.01) and with one bucket, and with accumulation (the lookups of both
+// micro-batches in the rows apart).
+TEST(DataParallel, TheEmbeddingSummedPerUseEqualsOneSumAtTheEnd) {
+  const Communicator comm = Communicator::world();
+  ASSERT_EQ(comm.size(), 2) << "run this test with mpirun -np 2";
+  for (const char* buckets : {"dist.bucket_mb=0.01", "dist.bucket_mb=1000"}) {
+    for (const char* accumulate : {"train.accumulate=1", "train.accumulate=2"}) {
+      SCOPED_TRACE(std::string(buckets) + " " + accumulate);
+      Trainer at_end(tiny({"train.tokens_per_step=400", buckets, accumulate,
+                           "dist.embedding_sum=at_end"}),
+                     comm);
+      Trainer per_use(tiny({"train.tokens_per_step=400", buckets, accumulate,
+                            "dist.embedding_sum=per_use"}),
+                      comm);
+      for (int step = 0; step < kSteps; ++step) {
+        const double expected = at_end.step().loss;
+        EXPECT_NEAR(per_use.step().loss, expected, 1e-6 * expected) << "step " << step + 1;
+      }
+      const std::vector<std::string> digests =
+          comm.all_gather(per_use.model().params().sha256_hex());
+      EXPECT_EQ(digests[0], digests[1]) << "ranks diverged";
+      const std::vector<float> a = per_use.model().params().to_host_f32();
+      const std::vector<float> b = at_end.model().params().to_host_f32();
+      double largest = 0.0, max_diff = 0.0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        largest = std::max(largest, std::abs(double(b[i])));
+        max_diff = std::max(max_diff, std::abs(double(a[i]) - double(b[i])));
+      }
+      EXPECT_LE(max_diff, 1e-6 * largest);
+      EXPECT_GT(max_diff, 0.0) << "per_use took the at_end path (no rounding differs)";
+    }
+  }
+}
+
 // The losses of `steps` steps of `trainer`, as logged (the mean over the step's tokens).
 std::vector<double> losses_of(Trainer& trainer, int steps) {
   std::vector<double> losses;
@@ -175,7 +213,12 @@ void expect_bf16_sums_to_track_fp32(const Communicator& comm,
 TEST(DataParallel, Bf16ReductionTracksTheFp32Reduction) {
   const Communicator comm = Communicator::world();
   ASSERT_EQ(comm.size(), 2) << "run this test with mpirun -np 2";
-  expect_bf16_sums_to_track_fp32(comm, {});
+  // One sum of the embedding's gradient, as on the GPU: what is compared is bf16's
+  // rounding alone. This short run at the tiny task's full learning rate is chaotic: any
+  // change in the order of the additions moves its last ten steps' mean, per_use's two
+  // sums of the embedding in fp32 by 0.1-0.4% (seeds 1-3), and bf16 with per_use by
+  // 0.1-1.3%, past the 1% bound at seed 1.
+  expect_bf16_sums_to_track_fp32(comm, {"dist.embedding_sum=at_end"});
 }
 
 // ---- Ranks sharing one GPU (issue 52) ----

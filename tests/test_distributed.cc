@@ -133,7 +133,7 @@ TEST(Distributed, ManyTinyBucketsAreWarnedOf) {
 TEST(Distributed, LogBucketsTimesEachSumAgainstBackward) {
   const JobResult run = mpirun_trainer(
       "", "--model.d_model=256 --train.max_steps=4 --train.log_every=2 --dist.bucket_mb=2 "
-          "--dist.log_buckets=true");
+          "--dist.log_buckets=true --dist.embedding_sum=at_end");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_EQ(occurrences(run.output, "buckets at step "), 2u) << run.output;
   const size_t line = run.output.find("buckets at step 4 (ms from the last micro-batch's start, "
@@ -716,6 +716,38 @@ TEST(GradientReducer, BucketsTileTheBufferAndStartWhenFinal) {
     EXPECT_EQ(at_once[i].begin, gradual[i].begin);
     EXPECT_EQ(at_once[i].end, gradual[i].end);
   }
+}
+
+// dist.embedding_sum = per_use: the embedding's region [0, end) starts at once, cut from
+// its end as the others; the watermark's buckets stop above it; a tensor apart is summed
+// after the gradient's last bucket.
+TEST(GradientReducer, AnEarlyRegionStartsAtOnceAndATensorApartAtFinish) {
+  std::vector<float> grads(1000, 1.0f), apart(7, 2.0f);
+  thpc::Tensor buffer{grads.data(), thpc::DType::F32, 1000};
+  RecordingReducer reducer(/*bucket_bytes=*/4 * 128);
+  reducer.base = reinterpret_cast<char*>(grads.data());
+  reducer.begin(buffer);
+  reducer.start_early(300);  // [172, 300), [44, 172), [0, 44)
+  reducer.ready(700);        // [872, 1000), [744, 872)
+  reducer.sum_at_finish(thpc::Tensor{apart.data(), thpc::DType::F32, 7});
+  reducer.ready(0);          // [616, 744), [488, 616), [360, 488); [300, 360) waits
+  reducer.finishing = true;
+  reducer.finish();
+  const std::vector<std::pair<int64_t, int64_t>> expected = {
+      {172, 300}, {44, 172}, {0, 44}, {872, 1000}, {744, 872},
+      {616, 744}, {488, 616}, {360, 488}, {300, 360}};
+  ASSERT_EQ(reducer.started.size(), expected.size() + 1);
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(reducer.started[i].begin, expected[i].first) << i;
+    EXPECT_EQ(reducer.started[i].end, expected[i].second) << i;
+  }
+  EXPECT_EQ(reducer.started[0].during_call, 0);  // before any ready_from()
+  EXPECT_EQ(reducer.started[8].during_call, -1);
+  // The tensor apart, last: 7 elements at its own address.
+  EXPECT_EQ(reducer.started.back().end - reducer.started.back().begin, 7);
+  EXPECT_EQ(reducer.started.back().during_call, -1);
+  EXPECT_EQ(reducer.buckets_started(), 10);
+  EXPECT_TRUE(reducer.completed);
 }
 
 // The model reports its gradients final layer by layer, from the end of the buffer down

@@ -107,6 +107,10 @@ struct DistConfig {
   float timeout_s = 300.0f;  // a gradient sum (NCCL) that takes longer ends the job
   std::string reducer = "auto";       // auto (nccl on the GPU, mpi on the CPU) | nccl | mpi
   std::string reduce_dtype = "fp32";  // what the gradient buckets travel as: fp32 | bf16
+  // The tied embedding's gradient: summed at the end of backward (at_end), or per use
+  // (per_use: the output projection's share early, the lookups' rows apart); auto = per_use
+  // on the CPU, at_end on the GPU.
+  std::string embedding_sum = "auto";
   bool log_buckets = false;  // time each bucket's sum against backward, logged on log steps
 };
 

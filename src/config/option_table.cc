@@ -238,6 +238,11 @@ const std::vector<Option>& option_table() {
                   "the bytes; each addition in fp32, rounded once; the gradient and the fp32 "
                   "master weights stay fp32; docs/cluster.md says when it is safe)"),
 
+      THPC_OPTION(dist, embedding_sum, THPC_ONE_OF("auto", "at_end", "per_use"),
+                  "the tied embedding's gradient sum: at_end (one sum when backward ends), or "
+                  "per_use (the output projection's share summed while backward goes on, the "
+                  "lookups' rows of the step apart: less exposed, whatever the vocabulary); "
+                  "auto = per_use on the CPU, at_end on the GPU (per_use is CPU-only so far)"),
       THPC_OPTION(dist, log_buckets, THPC_ANY,
                   "on each progress line's step, rank 0 also logs when each bucket's sum was "
                   "posted and done, against when backward was done (host clock; GPU events "

@@ -12,6 +12,8 @@ namespace thpc {
 void GradientReducer::begin(Tensor grads) {
   grads_ = grads;
   pending_end_ = grads.numel;
+  floor_ = 0;
+  extras_.clear();
   buckets_started_ = 0;
   if (timing_) {
     pass_start_ = std::chrono::steady_clock::now();
@@ -20,12 +22,33 @@ void GradientReducer::begin(Tensor grads) {
   }
 }
 
+int64_t GradientReducer::bucket_elements() const {
+  return std::max<int64_t>(1, bucket_bytes_ / static_cast<int64_t>(dtype_size(grads_.dtype)));
+}
+
+void GradientReducer::start_early(int64_t end) {
+  THPC_CHECK(grads_, "start_early() outside begin()/finish()");
+  THPC_CHECK(floor_ == 0 && pending_end_ == grads_.numel && end > 0 && end <= grads_.numel,
+             "start_early(" << end << ") once a pass, before the watermark's buckets");
+  const int64_t bucket = bucket_elements();
+  for (int64_t top = end; top > 0; top -= bucket) {
+    const int64_t bottom = std::max<int64_t>(0, top - bucket);
+    start_bucket(bottom, top - bottom);
+  }
+  floor_ = end;
+  progress();
+}
+
+void GradientReducer::sum_at_finish(Tensor extra) {
+  THPC_CHECK(grads_, "sum_at_finish() outside begin()/finish()");
+  extras_.push_back(extra);
+}
+
 void GradientReducer::ready_from(int64_t offset) {
   THPC_CHECK(grads_, "ready_from() outside begin()/finish()");
-  const int64_t element = static_cast<int64_t>(dtype_size(grads_.dtype));
-  const int64_t bucket = std::max<int64_t>(1, bucket_bytes_ / element);
+  const int64_t bucket = bucket_elements();
   // Whole buckets only: the last (lowest) one is whatever remains at finish().
-  while (pending_end_ - bucket >= std::max<int64_t>(offset, 0) && pending_end_ - bucket > 0) {
+  while (pending_end_ - bucket >= std::max(offset, floor_) && pending_end_ - bucket > floor_) {
     start_bucket(pending_end_ - bucket, bucket);
     pending_end_ -= bucket;
   }
@@ -36,10 +59,16 @@ void GradientReducer::finish() {
   THPC_CHECK(grads_, "finish() without begin()");
   if (timing_) timings_.backward_done_ms = host_ms();
   ready_from(0);
-  if (pending_end_ > 0) {
-    start_bucket(0, pending_end_);
-    pending_end_ = 0;
+  if (pending_end_ > floor_) {
+    start_bucket(floor_, pending_end_ - floor_);
+    pending_end_ = floor_;
   }
+  for (const Tensor& extra : extras_) {
+    if (timing_) timings_.buckets.push_back({-1, extra.numel, host_ms(), -1.0});
+    start(extra);
+    ++buckets_started_;
+  }
+  extras_.clear();
   complete();
   if (timing_) {
     timings_.sums_done_ms = host_ms();

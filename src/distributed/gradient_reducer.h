@@ -35,7 +35,7 @@ namespace thpc {
 // micro-batch's forward starts, by the host's clock, or on a GPU with NCCL by events on
 // the streams that ran them (`device_clock`).
 struct BucketTiming {
-  int64_t offset = 0, elements = 0;  // the bucket's place in the gradient
+  int64_t offset = 0, elements = 0;  // the bucket's place in the gradient (-1: apart)
   double posted_ms = 0.0;            // its sum was posted (could start)
   double done_ms = 0.0;              // its sum was seen complete
 };
@@ -57,6 +57,15 @@ class GradientReducer {
   void begin(Tensor grads);
   // grads[offset, end) are final: start the sums of the buckets that lie wholly there.
   void ready_from(int64_t offset);
+  // The tied embedding's gradient summed per use (dist.embedding_sum = per_use): grads
+  // [0, end) hold the output projection's share alone, final before the rest of backward
+  // has run; their buckets (cut from `end` down, as the others) start now, and the
+  // watermark's stop above `end`. Once a pass, before any other bucket can start.
+  void start_early(int64_t end);
+  // `extra` (host or backend memory as the gradient, not a slice of it: the embedding
+  // lookups' rows) is summed with the rest: started by finish() after the gradient's last
+  // bucket, complete when it returns. Host-memory transports only (the CPU's MPI).
+  void sum_at_finish(Tensor extra);
   // Starts what is left and completes every sum: afterwards the backend's later ops (the
   // optimizer) see the summed gradients.
   void finish();
@@ -93,11 +102,14 @@ class GradientReducer {
 
  private:
   double host_ms() const;
+  int64_t bucket_elements() const;
   void start_bucket(int64_t offset, int64_t elements);
 
   int64_t bucket_bytes_;
   Tensor grads_;
-  int64_t pending_end_ = 0;  // [0, pending_end_) not started yet
+  int64_t pending_end_ = 0;  // [floor_, pending_end_) not started yet
+  int64_t floor_ = 0;        // [0, floor_) started early (start_early)
+  std::vector<Tensor> extras_;  // sum_at_finish()
   int buckets_started_ = 0;
   bool timing_ = false;
   std::chrono::steady_clock::time_point pass_start_;

@@ -189,11 +189,46 @@ Transformer::Transformer(const ModelConfig& config, int vocab_size, const Specia
 Transformer::~Transformer() {
   State& s = *state_;
   for (IdBuffer* b : {&s.batch_ids, &s.prefix_ids, &s.prefix_lengths, &s.group_rows_to,
-                      &s.group_rows_from}) {
+                      &s.group_rows_from, &s.lookup_rows}) {
     backend_.free_ids(b->ids);
   }
-  if (s.sinusoid) backend_.free(s.sinusoid);
-  if (s.grouped_encoder_out) backend_.free(s.grouped_encoder_out);
+  for (Tensor* t : {&s.sinusoid, &s.grouped_encoder_out, &s.lookup_grad, &s.lookup_rows_grad}) {
+    if (*t) backend_.free(*t);
+  }
+}
+
+void Transformer::sum_lookups_apart(const std::vector<int32_t>& rows) {
+  State& s = *state_;
+  s.lookup_row_count = static_cast<int>(rows.size());
+  if (rows.empty()) return;
+  const int d = config_.d_model;
+  const DType dtype = s.embedding.grad.dtype;
+  model_detail::ensure_capacity(backend_, s.lookup_grad, dtype, int64_t(vocab_) * d, false);
+  backend_.zero(s.lookup_grad);
+  model_detail::ensure_capacity(backend_, s.lookup_rows_grad, dtype,
+                                int64_t(rows.size()) * d, false);
+  ensure_ids(backend_, s.lookup_rows, rows);
+}
+
+Tensor Transformer::lookups_gradient() const {
+  const State& s = *state_;
+  return s.lookup_row_count > 0 ? s.lookup_grad : s.embedding.grad;
+}
+
+Tensor Transformer::lookup_gradient_rows() {
+  State& s = *state_;
+  const int d = config_.d_model;
+  const Tensor gathered = s.lookup_rows_grad.slice(0, int64_t(s.lookup_row_count) * d);
+  backend_.copy_rows(gathered, nullptr, s.lookup_grad, s.lookup_rows.ids, s.lookup_row_count, d);
+  return gathered;
+}
+
+void Transformer::add_lookup_gradient_rows(Tensor summed) {
+  State& s = *state_;
+  // Row i of `summed` into the embedding's row lookup_rows[i]: a lookup's backward of
+  // scale 1 (the rows are distinct, so each adds once).
+  backend_.embedding_backward(s.embedding.grad, Tensor{}, summed, s.lookup_rows.ids,
+                              s.lookup_row_count, 1, config_.d_model, vocab_, 1.0f);
 }
 
 void Transformer::upload_batch(const Batch& batch) {
@@ -362,6 +397,8 @@ void Transformer::backward_decoder(const DropoutContext& ctx) {
   Tensor d_y = grads.take(sub.act, int64_t(rows) * d);
   backend_.output_projection_backward(d_y, s.embedding.grad, s.logits, s.decoder_out,
                                       s.embedding.value, rows, d, vocab_, GradStore::kWrite);
+  // With the lookups summed apart, the embedding's gradient is now final.
+  if (output_projection_final_hook_) output_projection_final_hook_();
   Tensor d_encoder_out = grads.take_zeroed(sub.act, int64_t(src_rows) * d);
   Tensor d_x = grads.take(sub.act, int64_t(rows) * d);
   // Pre-norm: the residual stream's gradient, zero above the top layer (the final norm,
@@ -385,7 +422,7 @@ void Transformer::backward_decoder(const DropoutContext& ctx) {
   backend_.dropout_backward(d_embedded, d_x0, int64_t(rows) * d, p_drop,
                             dropout_key(ctx, SitePart::Embedding, 0, SiteSlot::TargetEmbedding),
                             GradStore::kWrite);
-  backend_.embedding_backward(s.embedding.grad, s.positions.grad, d_embedded, s.tgt_in, rows,
+  backend_.embedding_backward(lookups_gradient(), s.positions.grad, d_embedded, s.tgt_in, rows,
                               s.tgt_len, d, vocab_, std::sqrt(static_cast<float>(d)));
   s.d_encoder_out = d_encoder_out;
 }
@@ -416,7 +453,7 @@ void Transformer::backward_encoder(const DropoutContext& ctx) {
   backend_.dropout_backward(d_embedded, d_x0, int64_t(rows) * d, p_drop,
                             dropout_key(ctx, SitePart::Embedding, 0, SiteSlot::SourceEmbedding),
                             GradStore::kWrite);
-  backend_.embedding_backward(s.embedding.grad, s.positions.grad, d_embedded, s.src, rows,
+  backend_.embedding_backward(lookups_gradient(), s.positions.grad, d_embedded, s.src, rows,
                               s.src_len, d, vocab_, std::sqrt(static_cast<float>(d)));
   gradients_final_from(0);
 }

@@ -81,6 +81,21 @@ class Transformer {
     gradients_final_hook_ = std::move(hook);
   }
 
+  // The tied embedding's gradient summed per use (dist.embedding_sum = per_use): with
+  // `rows` non-empty (sorted, distinct: every id any rank's micro-batches of the step look
+  // up) the embedding lookups' gradient goes to a table of its own, zeroed here, instead
+  // of the embedding's gradient, which then holds the output projection's share alone,
+  // final as soon as that product's backward is done: the hook below is called then (the
+  // gradient all-reduce starts its sum). lookup_gradient_rows() gives the table's `rows`
+  // [rows, d], to be summed over ranks; add_lookup_gradient_rows(summed) adds them to the
+  // embedding's gradient. Empty `rows`: one gradient again.
+  void sum_lookups_apart(const std::vector<int32_t>& rows);
+  void set_output_projection_final_hook(std::function<void()> hook) {
+    output_projection_final_hook_ = std::move(hook);
+  }
+  Tensor lookup_gradient_rows();
+  void add_lookup_gradient_rows(Tensor summed);
+
   // Forward without dropout; the loss of a batch (validation), no gradients.
   LossSums evaluate(const Batch& batch);
 
@@ -162,6 +177,10 @@ class Transformer {
   Backend& backend_;
   ParamStore params_;
   std::function<void(int64_t)> gradients_final_hook_;
+  std::function<void()> output_projection_final_hook_;
+  // Where the embedding lookups' backward adds: the embedding's gradient, or the table of
+  // sum_lookups_apart().
+  Tensor lookups_gradient() const;
   void gradients_final_from(int64_t offset) const {
     if (gradients_final_hook_) gradients_final_hook_(offset);
   }

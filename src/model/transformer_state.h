@@ -170,6 +170,12 @@ struct Transformer::State {
   model_detail::IdBuffer group_rows_to, group_rows_from;
 
   Arena step_arena;  // one decoding step's activations (decode_step)
+
+  // sum_lookups_apart(): the lookups' gradient [vocab, d] (zero but for this step's
+  // rows), the rows looked up on any rank and their gathered gradient [rows, d].
+  Tensor lookup_grad, lookup_rows_grad;
+  model_detail::IdBuffer lookup_rows;
+  int lookup_row_count = 0;
 };
 
 }  // namespace thpc

@@ -148,6 +148,28 @@ bool poison_this_loss(const Communicator& comm, int64_t computed) {
 
 }  // namespace
 
+std::vector<int32_t> Trainer::rows_looked_up_by_any_rank(const std::vector<Batch>& batches) const {
+  // Every id a lookup of this rank's micro-batches reads (pad included: its rows are
+  // looked up too), sorted and distinct, then the union over the ranks.
+  std::vector<int32_t> mine;
+  for (const Batch& batch : batches) {
+    mine.insert(mine.end(), batch.src.begin(), batch.src.end());
+    mine.insert(mine.end(), batch.tgt_in.begin(), batch.tgt_in.end());
+  }
+  std::sort(mine.begin(), mine.end());
+  mine.erase(std::unique(mine.begin(), mine.end()), mine.end());
+  const std::string bytes(reinterpret_cast<const char*>(mine.data()),
+                          mine.size() * sizeof(int32_t));
+  std::vector<int32_t> all;
+  for (const std::string& theirs : comm_.all_gather(bytes)) {
+    const auto* ids = reinterpret_cast<const int32_t*>(theirs.data());
+    all.insert(all.end(), ids, ids + theirs.size() / sizeof(int32_t));
+  }
+  std::sort(all.begin(), all.end());
+  all.erase(std::unique(all.begin(), all.end()), all.end());
+  return all;
+}
+
 StoppedDuringStartUp::StoppedDuringStartUp(int signal_number)
     : AllRanksError(std::string("stopped before training: ") + stop_signal_name(signal_number) +
                         " received during start-up; step=0, nothing to save",
@@ -224,6 +246,9 @@ Trainer::Trainer(const Config& config, Communicator comm)
     }
     // Rank 0 logs its own sums' timings (every rank issues the same sums).
     if (config_.dist.log_buckets && comm_.is_root()) reducer_->time_passes();
+    // The embedding's sum per use: the CPU's MPI sums only so far (backend_impossible
+    // refuses per_use on the GPU).
+    sum_lookups_apart_ = backend_->host_memory() && config_.dist.embedding_sum != "at_end";
   }
 }
 
@@ -252,6 +277,7 @@ StepStats Trainer::compute_step() {
   stats.tgt_tokens = comm_.sum(stats.local_tgt_tokens);
 
   backend_->zero(model_->params().grads());
+  if (sum_lookups_apart_) model_->sum_lookups_apart(rows_looked_up_by_any_rank(micro_batches));
   const float grad_scale = 1.0f / static_cast<float>(stats.tgt_tokens);
   LossSums total;
   for (int i = 0; i < accumulate; ++i) {
@@ -267,16 +293,32 @@ StepStats Trainer::compute_step() {
     if (reducer_ && last) {
       reducer_->begin(model_->params().grads());
       model_->set_gradients_final_hook([this](int64_t offset) { reducer_->ready_from(offset); });
+      if (sum_lookups_apart_) {
+        // The embedding's gradient is the first entry: [0, vocab x d).
+        const ParamEntry& entry = model_->params().entry("embed.weight");
+        THPC_CHECK(entry.offset == 0, "the embedding at offset " << entry.offset);
+        const int64_t embedding = entry.numel();
+        model_->set_output_projection_final_hook(
+            [this, embedding] { reducer_->start_early(embedding); });
+      }
     }
     const LossSums sums = model_->train_step(micro_batches[i], grad_scale, dropout);
-    if (reducer_ && last) model_->set_gradients_final_hook(nullptr);
+    if (reducer_ && last) {
+      model_->set_gradients_final_hook(nullptr);
+      model_->set_output_projection_final_hook(nullptr);
+    }
     total.loss += sums.loss;
     total.nll += sums.nll;
   }
   if (poison_this_loss(comm_, ++steps_computed_)) total.loss = NAN;
   // Complete the sums over ranks (each gradient already scaled by 1 / global tokens).
   if (reducer_) {
+    // Per use: the lookups' rows are summed with the last buckets, then added to the
+    // embedding's summed share.
+    const Tensor lookups = sum_lookups_apart_ ? model_->lookup_gradient_rows() : Tensor{};
+    if (lookups) reducer_->sum_at_finish(lookups);
     reducer_->finish();
+    if (lookups) model_->add_lookup_gradient_rows(lookups);
     if (!reducer_->timings().buckets.empty() && step % config_.train.log_every == 0) {
       bucket_timings_line_ = "buckets at step " + std::to_string(step) + " " +
                              timings_text(reducer_->timings(),

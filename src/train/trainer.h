@@ -185,6 +185,10 @@ class Trainer {
   std::string run_id_;
   // dist.log_buckets: the timings of the last logged step's sums, for its progress line.
   std::string bucket_timings_line_;
+  // dist.embedding_sum = per_use in effect (several ranks on the CPU): the lookups'
+  // gradient is summed apart, over the rows any rank's step looks up.
+  bool sum_lookups_apart_ = false;
+  std::vector<int32_t> rows_looked_up_by_any_rank(const std::vector<Batch>& batches) const;
   std::string resumed_from_;  // the checkpoint this process resumed from, or "".
   std::string metrics_path_;  // rank 0's metrics file (run_metrics_path), once claimed
   // The loss of the last step judged (applied or left out), which a checkpoint records.
