@@ -44,7 +44,7 @@
 #       4 ranks stopped by SIGTERM resumed on 2 and on 1; a killed rank; one-rank NCCL),
 #       then base-sized steps of the synthetic task on 1 and 2 ranks sharing the GPU
 #       (RANKS_STEPS, default 60), and a base checkpoint's stall written in the step and
-#       beside training (bench/checkpoint_stall.sh, ~40 s estimated).
+#       beside training (bench/checkpoint_stall.sh, 20-60 s estimated).
 #   `--dry-run` prints the plan (print_plan below) with each item's estimate.
 #
 # step (call 1; STEP_SECONDS, default 370, leaves the 400 s time-out room for the log):
@@ -195,6 +195,7 @@ readonly PLAN=(
   "2|CudaDistributed.*: 2 and 4 ranks on GPU 0 vs accumulation (fp32, bf16), bf16 sums, NCCL refused|40|120"
   "2|CudaDistributed.*: 4 ranks stopped, resumed on 2 and 1; a killed rank; one-rank NCCL|20|60"
   "2|base-sized steps on 1 and 2 ranks sharing the GPU (RANKS_STEPS=60)|20|60"
+  "2|a base checkpoint's stall, in the step and beside training (2 runs of 10 steps)|20|60"
   "3|setup on the warm machine (bundle kept), build of the programs|15|60"
   "3|Multi30k base-sized layers 1 min, last 5 averaged, test_2016 BLEU|80|100"
   "3|newstest2014 decode speed, ours against CTranslate2 (what the window has left)|20|100"
@@ -295,7 +296,7 @@ dry_run() {
     echo "dry-run: rehearsing call '$call' on the CPU (BUILD=${BUILD:-build})"
     if OUT=$rehearsal_out bash "$0" --rehearse "$call" > "$rehearsal_out/console.txt" 2>&1 &&
        ! grep -q "(exit [1-9]" "$rehearsal_out/console.txt"; then
-      grep -E "^(candidate twins|twin lines|memcheck|racecheck|peers|step:|followup:|==|big|ranks:|100% tests)" "$rehearsal_out/console.txt" |
+      grep -E "^(candidate twins|twin lines|memcheck|racecheck|peers|step:|followup:|==|big|ranks:|100% tests|checkpoint stall|buckets at)" "$rehearsal_out/console.txt" |
         sed 's/^/  /'
       echo "  logs: $(du -k "$rehearsal_out/logs_$call.tgz" | cut -f1) kB"
     else
@@ -750,8 +751,8 @@ ranks_stage() {
   local stall=(BACKEND=cuda TOKENS=25000 STEPS=10 EVERY=3)
   [ "$rehearsal" = 1 ] && stall=(BACKEND=cpu TOKENS=100 STEPS=4 EVERY=2)
   env "${stall[@]}" BUILD="$BUILD_DIR" WORK=/tmp/thpc_checkpoint_stall \
-    timeout 120 bash bench/checkpoint_stall.sh > "$LOGS/checkpoint_stall.txt" 2>&1
-  echo "checkpoint stall, exit $?: $(grep "^checkpoint_stall:" "$LOGS/checkpoint_stall.txt")"
+    timeout 90 bash bench/checkpoint_stall.sh > "$LOGS/checkpoint_stall.txt" 2>&1
+  echo "checkpoint stall (exit $?): $(grep "^checkpoint_stall:" "$LOGS/checkpoint_stall.txt")"
   rm -rf /tmp/thpc_checkpoint_stall
 }
 
