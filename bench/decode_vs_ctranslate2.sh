@@ -47,7 +47,9 @@
 # the GPU host's python3 has it). One line:
 #   decode_vs_ctranslate2: device=cuda lines=L beam=B max_len=M ours_bf16_tok_s=A
 #     ours_bf16_b32_tok_s=.. ours_wall_tok_s=.. ct2_fp16_b32_tok_s=B ct2_bf16_b32_tok_s=..
-#     ratio_fp16_b32=ours_b32/B ratio_bf16_b32=.. ct2_fp16_t4096_tok_s=C
+#     ratio_fp16_b32=ours_b32/B ratio_bf16_b32=.. ct2_int8_float16_b32_tok_s=D
+#     ours_bf16_vs_ct2_int8_float16_b32=ours_b32/D (CTranslate2's quantized GPU path; ours
+#     has none yet, so ours in bf16 against it) ct2_fp16_t4096_tok_s=C
 #     ratio_fp16_t4096=A/C ct2_wall_fp16_b32_tok_s=.. same_as_ct2_fp16_b32=K/L
 #     ct2_cublas=12|13-as-12 ...
 # After that line (PROFILE=1, the default on the GPU), two more, untimed runs of ours, in
@@ -306,7 +308,7 @@ fi
 # a token budget no batch of 32 reaches).
 b32=(--batch-sentences 32 --batch-tokens 1000000)
 echo "ours in batches of 32 sentences: ${b32[*]}"
-rm -f "$work"/{ours,ours_b32,ours_candidate,ours_candidate_b32,ct2_fp16,ct2_bf16,ct2_fp16_t4096}
+rm -f "$work"/{ours,ours_b32,ours_candidate,ours_candidate_b32,ct2_fp16,ct2_bf16,ct2_int8_fp16,ct2_fp16_t4096}
 candidate=${CANDIDATE:-}
 # ct2_run NAME COMPUTE_TYPE BATCHING...: one timed CTranslate2 decode on $ct2_device.
 ct2_run() {
@@ -323,13 +325,16 @@ for run in $(seq "$runs"); do
   if [ "$ct2_cuda" = yes ]; then
     ct2_run ct2_fp16 float16 --batch-sentences 32
     ct2_run ct2_bf16 bfloat16 --batch-sentences 32
+    # CTranslate2's quantized GPU path (issue 53's target for ours in int8 or fp8; until
+    # ours has one, ours in bf16 against it).
+    ct2_run ct2_int8_fp16 int8_float16 --batch-sentences 32
     # And in ours' own batching (CTranslate2's batch_type "tokens"), beside ours at 4,096.
     ct2_run ct2_fp16_t4096 float16 --batch-tokens 4096
     # The same weights and search: most lines identical (fp16 against bf16 and another
     # batching move a few near-ties), far fewer if CTranslate2's GEMMs went wrong.
     [ "$run" = 1 ] && same_ct2=$(same_lines "$work/ours_b32.out" "$work/ct2_fp16.out")
   fi
-  echo "run $run (tokens, decode s, wall s): ours $(tail -1 "$work/ours") | ours b32 $(tail -1 "$work/ours_b32")$([ "$ct2_cuda" = yes ] && echo " | ct2 fp16 $(tail -1 "$work/ct2_fp16") | ct2 bf16 $(tail -1 "$work/ct2_bf16") | ct2 fp16 t4096 $(tail -1 "$work/ct2_fp16_t4096")")"
+  echo "run $run (tokens, decode s, wall s): ours $(tail -1 "$work/ours") | ours b32 $(tail -1 "$work/ours_b32")$([ "$ct2_cuda" = yes ] && echo " | ct2 fp16 $(tail -1 "$work/ct2_fp16") | ct2 bf16 $(tail -1 "$work/ct2_bf16") | ct2 int8_float16 $(tail -1 "$work/ct2_int8_fp16") | ct2 fp16 t4096 $(tail -1 "$work/ct2_fp16_t4096")")"
   if [ -n "$candidate" ]; then
     [ "$run" = 1 ] && cp "$work/ours.out" "$work/ours_first.out"
     ours ours_candidate --batch-tokens 4096 --cuda-kernels "$candidate"
@@ -349,7 +354,8 @@ if [ "$ct2_cuda" = yes ]; then
   fp16=$(rate ct2_fp16 2)
   bf16=$(rate ct2_bf16 2)
   fp16_t4096=$(rate ct2_fp16_t4096 2)
-  echo "$line ct2_fp16_b32_tok_s=$fp16 ct2_bf16_b32_tok_s=$bf16 ratio_fp16_b32=$(ratio "$ours_b32_tok_s" "$fp16") ratio_bf16_b32=$(ratio "$ours_b32_tok_s" "$bf16") ct2_fp16_t4096_tok_s=$fp16_t4096 ratio_fp16_t4096=$(ratio "$ours_tok_s" "$fp16_t4096") ct2_wall_fp16_b32_tok_s=$(rate ct2_fp16 3) tokens_ct2=$(tokens ct2_fp16) same_as_ct2_fp16_b32=$same_ct2/$lines ct2_cublas=$ct2_cublas runs=$runs"
+  int8_fp16=$(rate ct2_int8_fp16 2)
+  echo "$line ct2_fp16_b32_tok_s=$fp16 ct2_bf16_b32_tok_s=$bf16 ratio_fp16_b32=$(ratio "$ours_b32_tok_s" "$fp16") ratio_bf16_b32=$(ratio "$ours_b32_tok_s" "$bf16") ct2_int8_float16_b32_tok_s=$int8_fp16 ours_bf16_vs_ct2_int8_float16_b32=$(ratio "$ours_b32_tok_s" "$int8_fp16") ct2_fp16_t4096_tok_s=$fp16_t4096 ratio_fp16_t4096=$(ratio "$ours_tok_s" "$fp16_t4096") ct2_wall_fp16_b32_tok_s=$(rate ct2_fp16 3) tokens_ct2=$(tokens ct2_fp16) same_as_ct2_fp16_b32=$same_ct2/$lines ct2_cublas=$ct2_cublas runs=$runs"
 else
   echo "$line ct2=unavailable anchor_ct2_fp16_a10g_b32_tok_s=10991 ($anchor) runs=$runs"
 fi
