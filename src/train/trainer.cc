@@ -148,28 +148,6 @@ bool poison_this_loss(const Communicator& comm, int64_t computed) {
 
 }  // namespace
 
-std::vector<int32_t> Trainer::rows_looked_up_by_any_rank(const std::vector<Batch>& batches) const {
-  // Every id a lookup of this rank's micro-batches reads (pad included: its rows are
-  // looked up too), sorted and distinct, then the union over the ranks.
-  std::vector<int32_t> mine;
-  for (const Batch& batch : batches) {
-    mine.insert(mine.end(), batch.src.begin(), batch.src.end());
-    mine.insert(mine.end(), batch.tgt_in.begin(), batch.tgt_in.end());
-  }
-  std::sort(mine.begin(), mine.end());
-  mine.erase(std::unique(mine.begin(), mine.end()), mine.end());
-  const std::string bytes(reinterpret_cast<const char*>(mine.data()),
-                          mine.size() * sizeof(int32_t));
-  std::vector<int32_t> all;
-  for (const std::string& theirs : comm_.all_gather(bytes)) {
-    const auto* ids = reinterpret_cast<const int32_t*>(theirs.data());
-    all.insert(all.end(), ids, ids + theirs.size() / sizeof(int32_t));
-  }
-  std::sort(all.begin(), all.end());
-  all.erase(std::unique(all.begin(), all.end()), all.end());
-  return all;
-}
-
 StoppedDuringStartUp::StoppedDuringStartUp(int signal_number)
     : AllRanksError(std::string("stopped before training: ") + stop_signal_name(signal_number) +
                         " received during start-up; step=0, nothing to save",
@@ -229,27 +207,7 @@ Trainer::Trainer(const Config& config, Communicator comm)
   divergence_handling_ =
       std::make_unique<DivergenceHandling>(config_, comm_, *detector_, keeping_, run_id_);
   run_id_ = comm_.broadcast_from_root(comm_.is_root() ? new_run_id() : std::string());
-  if (comm_.size() > 1) {
-    // A bucket larger than every gradient is one bucket: bounded before the conversion
-    // (dist.bucket_mb = 1e30 overflowed int64, undefined behaviour), and at least a byte.
-    const double bucket_limit = static_cast<double>(model_->params().count()) * 8.0 + 1.0;
-    const int64_t bucket_bytes = static_cast<int64_t>(
-        std::clamp(config_.dist.bucket_mb * 1024.0 * 1024.0, 1.0, bucket_limit));
-    const bool bf16 = config_.dist.reduce_dtype == "bf16";
-    if (backend_->host_memory()) {
-      reducer_ = make_mpi_gradient_reducer(comm_, bucket_bytes, bf16);
-    } else if (config_.dist.reducer == "mpi") {
-      reducer_ = make_staged_mpi_gradient_reducer(comm_, *backend_, bucket_bytes, bf16);
-    } else {
-      reducer_ = make_nccl_gradient_reducer(comm_, *backend_, bucket_bytes,
-                                            config_.dist.timeout_s, bf16);
-    }
-    // Rank 0 logs its own sums' timings (every rank issues the same sums).
-    if (config_.dist.log_buckets && comm_.is_root()) reducer_->time_passes();
-    // The embedding's sum per use: the CPU's MPI sums only so far (backend_impossible
-    // refuses per_use on the GPU).
-    sum_lookups_apart_ = backend_->host_memory() && config_.dist.embedding_sum != "at_end";
-  }
+  sums_ = std::make_unique<GradientSums>(config_, comm_, *backend_, model_->params().count());
 }
 
 Trainer::~Trainer() = default;
@@ -277,7 +235,7 @@ StepStats Trainer::compute_step() {
   stats.tgt_tokens = comm_.sum(stats.local_tgt_tokens);
 
   backend_->zero(model_->params().grads());
-  if (sum_lookups_apart_) model_->sum_lookups_apart(rows_looked_up_by_any_rank(micro_batches));
+  sums_->prepare(*model_, micro_batches);
   const float grad_scale = 1.0f / static_cast<float>(stats.tgt_tokens);
   LossSums total;
   for (int i = 0; i < accumulate; ++i) {
@@ -288,43 +246,17 @@ StepStats Trainer::compute_step() {
     // single rank accumulating over all of them would draw.
     dropout.stream = static_cast<uint32_t>(comm_.rank() * accumulate + i);
     // The last micro-batch's backward finishes the gradients: its buckets are summed
-    // over ranks while backward goes on (gradient_reducer.h).
+    // over ranks while backward goes on (gradient_sums.h).
     const bool last = i + 1 == accumulate;
-    if (reducer_ && last) {
-      reducer_->begin(model_->params().grads());
-      model_->set_gradients_final_hook([this](int64_t offset) { reducer_->ready_from(offset); });
-      if (sum_lookups_apart_) {
-        // The embedding's gradient is the first entry: [0, vocab x d).
-        const ParamEntry& entry = model_->params().entry("embed.weight");
-        THPC_CHECK(entry.offset == 0, "the embedding at offset " << entry.offset);
-        const int64_t embedding = entry.numel();
-        model_->set_output_projection_final_hook(
-            [this, embedding] { reducer_->start_early(embedding); });
-      }
-    }
+    if (last) sums_->attach(*model_);
     const LossSums sums = model_->train_step(micro_batches[i], grad_scale, dropout);
-    if (reducer_ && last) {
-      model_->set_gradients_final_hook(nullptr);
-      model_->set_output_projection_final_hook(nullptr);
-    }
+    if (last) sums_->detach(*model_);
     total.loss += sums.loss;
     total.nll += sums.nll;
   }
   if (poison_this_loss(comm_, ++steps_computed_)) total.loss = NAN;
   // Complete the sums over ranks (each gradient already scaled by 1 / global tokens).
-  if (reducer_) {
-    // Per use: the lookups' rows are summed with the last buckets, then added to the
-    // embedding's summed share.
-    const Tensor lookups = sum_lookups_apart_ ? model_->lookup_gradient_rows() : Tensor{};
-    if (lookups) reducer_->sum_at_finish(lookups);
-    reducer_->finish();
-    if (lookups) model_->add_lookup_gradient_rows(lookups);
-    if (!reducer_->timings().buckets.empty() && step % config_.train.log_every == 0) {
-      bucket_timings_line_ = "buckets at step " + std::to_string(step) + " " +
-                             timings_text(reducer_->timings(),
-                                          dtype_size(model_->params().grads().dtype));
-    }
-  }
+  sums_->finish(*model_, step);
   // Every rank now holds the same summed gradient, hence computes the same norm.
   const Tensor grads = model_->params().grads();
   stats.grad_norm = std::sqrt(backend_->sum_squares(grads, grads.numel));
@@ -621,9 +553,8 @@ RunEnd Trainer::run(std::ostream& log) {
     if (stats.step % config_.train.log_every == 0 || stats.step == config_.train.max_steps) {
       run.log_step(config_.train.max_steps, backend_->peak_memory_bytes());
     }
-    if (!bucket_timings_line_.empty()) {
-      run.out << bucket_timings_line_ << std::endl;
-      bucket_timings_line_.clear();
+    if (const std::string timings = sums_->take_timings_line(); !timings.empty()) {
+      run.out << timings << std::endl;
     }
     const bool validation_due =
         valid_source_ &&
@@ -648,7 +579,7 @@ bool Trainer::start_up(std::ostream& out) {
   // A signal during start-up (before run(): main installed the handler first) or while a
   // checkpoint was read ends the run here; the state is what is on disk already.
   if (stopped_before_training(comm_, completed_steps_, out)) return false;
-  if (reducer_) warn_of_many_buckets(config_.dist, model_->params().count(), out);
+  if (sums_->active()) warn_of_many_buckets(config_.dist, model_->params().count(), out);
   if (std::string note; comm_.is_root() && !keeping_.writes_in_background(&note) &&
                         !note.empty()) {
     out << "note: " << note << std::endl;

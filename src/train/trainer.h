@@ -17,13 +17,13 @@
 #include "data/batch_source.h"
 #include "data/shard_reader.h"
 #include "distributed/communicator.h"
-#include "distributed/gradient_reducer.h"
 #include "kernels/ops.h"
 #include "model/backends.h"
 #include "model/checkpoint_params.h"
 #include "model/transformer.h"
 #include "train/checkpoint_keeping.h"
 #include "train/divergence.h"
+#include "train/gradient_sums.h"
 #include "train/optimizer.h"
 #include "train/run_directory.h"
 #include "train/run_log.h"
@@ -120,7 +120,7 @@ class Trainer {
   Config config_;
   Communicator comm_;
   std::unique_ptr<Backend> backend_;
-  std::unique_ptr<GradientReducer> reducer_;  // null on one rank
+  std::unique_ptr<GradientSums> sums_;  // the step's gradient sums over the ranks
   int device_ = 0;  // the CUDA device of this rank (unused on the CPU)
   std::unique_ptr<BatchSource> source_;
   std::unique_ptr<ShardReader> valid_source_;  // when train.valid_every > 0
@@ -183,12 +183,7 @@ class Trainer {
   int64_t completed_steps_ = 0;
   // The run's id (Checkpoint::run_id): new for a fresh start, the checkpoint's on resume.
   std::string run_id_;
-  // dist.log_buckets: the timings of the last logged step's sums, for its progress line.
-  std::string bucket_timings_line_;
-  // dist.embedding_sum = per_use in effect (several ranks on the CPU): the lookups'
-  // gradient is summed apart, over the rows any rank's step looks up.
-  bool sum_lookups_apart_ = false;
-  std::vector<int32_t> rows_looked_up_by_any_rank(const std::vector<Batch>& batches) const;
+
   std::string resumed_from_;  // the checkpoint this process resumed from, or "".
   std::string metrics_path_;  // rank 0's metrics file (run_metrics_path), once claimed
   // The loss of the last step judged (applied or left out), which a checkpoint records.

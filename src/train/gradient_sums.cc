@@ -1,0 +1,103 @@
+// The step's gradient sums (gradient_sums.h).
+#include "train/gradient_sums.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+
+namespace thpc {
+
+GradientSums::GradientSums(const Config& config, const Communicator& comm, Backend& backend,
+                           int64_t parameters)
+    : config_(config), comm_(comm) {
+  if (comm_.size() == 1) return;
+  // A bucket larger than every gradient is one bucket: bounded before the conversion
+  // (dist.bucket_mb = 1e30 overflowed int64, undefined behaviour), and at least a byte.
+  const double bucket_limit = static_cast<double>(parameters) * 8.0 + 1.0;
+  const int64_t bucket_bytes = static_cast<int64_t>(
+      std::clamp(config_.dist.bucket_mb * 1024.0 * 1024.0, 1.0, bucket_limit));
+  const bool bf16 = config_.dist.reduce_dtype == "bf16";
+  if (backend.host_memory()) {
+    reducer_ = make_mpi_gradient_reducer(comm_, bucket_bytes, bf16);
+  } else if (config_.dist.reducer == "mpi") {
+    reducer_ = make_staged_mpi_gradient_reducer(comm_, backend, bucket_bytes, bf16);
+  } else {
+    reducer_ = make_nccl_gradient_reducer(comm_, backend, bucket_bytes, config_.dist.timeout_s,
+                                          bf16);
+  }
+  // Rank 0 logs its own sums' timings (every rank issues the same sums).
+  if (config_.dist.log_buckets && comm_.is_root()) reducer_->time_passes();
+  // The embedding's sum per use: the CPU's MPI sums only so far (backend_impossible
+  // refuses per_use on the GPU).
+  sum_lookups_apart_ = backend.host_memory() && config_.dist.embedding_sum != "at_end";
+}
+
+GradientSums::~GradientSums() = default;
+
+void GradientSums::prepare(Transformer& model, const std::vector<Batch>& micro_batches) {
+  if (sum_lookups_apart_) model.sum_lookups_apart(rows_looked_up_by_any_rank(micro_batches));
+}
+
+void GradientSums::attach(Transformer& model) {
+  if (!reducer_) return;
+  reducer_->begin(model.params().grads());
+  model.set_gradients_final_hook([this](int64_t offset) { reducer_->ready_from(offset); });
+  if (sum_lookups_apart_) {
+    // The embedding's gradient is the first entry: [0, vocab x d).
+    const ParamEntry& entry = model.params().entry("embed.weight");
+    THPC_CHECK(entry.offset == 0, "the embedding at offset " << entry.offset);
+    const int64_t embedding = entry.numel();
+    model.set_output_projection_final_hook(
+        [this, embedding] { reducer_->start_early(embedding); });
+  }
+}
+
+void GradientSums::detach(Transformer& model) {
+  if (!reducer_) return;
+  model.set_gradients_final_hook(nullptr);
+  model.set_output_projection_final_hook(nullptr);
+}
+
+void GradientSums::finish(Transformer& model, int64_t step) {
+  if (!reducer_) return;
+  // Per use: the lookups' rows are summed with the last buckets, then added to the
+  // embedding's summed share.
+  const Tensor lookups = sum_lookups_apart_ ? model.lookup_gradient_rows() : Tensor{};
+  if (lookups) reducer_->sum_at_finish(lookups);
+  reducer_->finish();
+  if (lookups) model.add_lookup_gradient_rows(lookups);
+  if (!reducer_->timings().buckets.empty() && step % config_.train.log_every == 0) {
+    timings_line_ = "buckets at step " + std::to_string(step) + " " +
+                    timings_text(reducer_->timings(), dtype_size(model.params().grads().dtype));
+  }
+}
+
+std::string GradientSums::take_timings_line() {
+  std::string line;
+  line.swap(timings_line_);
+  return line;
+}
+
+std::vector<int32_t> GradientSums::rows_looked_up_by_any_rank(
+    const std::vector<Batch>& batches) const {
+  // pad included: its rows are looked up too.
+  std::vector<int32_t> mine;
+  for (const Batch& batch : batches) {
+    mine.insert(mine.end(), batch.src.begin(), batch.src.end());
+    mine.insert(mine.end(), batch.tgt_in.begin(), batch.tgt_in.end());
+  }
+  std::sort(mine.begin(), mine.end());
+  mine.erase(std::unique(mine.begin(), mine.end()), mine.end());
+  const std::string bytes(reinterpret_cast<const char*>(mine.data()),
+                          mine.size() * sizeof(int32_t));
+  std::vector<int32_t> all;
+  for (const std::string& theirs : comm_.all_gather(bytes)) {
+    const auto* ids = reinterpret_cast<const int32_t*>(theirs.data());
+    all.insert(all.end(), ids, ids + theirs.size() / sizeof(int32_t));
+  }
+  std::sort(all.begin(), all.end());
+  all.erase(std::unique(all.begin(), all.end()), all.end());
+  return all;
+}
+
+}  // namespace thpc

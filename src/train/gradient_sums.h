@@ -1,0 +1,58 @@
+// The step's gradient sums over the ranks (the [dist] keys): the transport
+// (distributed/gradient_reducer.h) chosen and sized, its buckets started during the last
+// micro-batch's backward, the tied embedding summed per use (dist.embedding_sum), and the
+// sums' timings for the log (dist.log_buckets). The trainer's step calls it at four points
+// and reads top to bottom; with one rank there is nothing to sum and every call is a no-op.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "data/batch.h"
+#include "distributed/communicator.h"
+#include "distributed/gradient_reducer.h"
+#include "model/transformer.h"
+
+namespace thpc {
+
+class GradientSums {
+ public:
+  // `config`, `comm` and `backend` must outlive this (the trainer's own).
+  GradientSums(const Config& config, const Communicator& comm, Backend& backend,
+               int64_t parameters);
+  ~GradientSums();
+
+  // Whether there is anything to sum (more than one rank).
+  bool active() const { return reducer_ != nullptr; }
+
+  // Before the step's micro-batches: with the embedding summed per use, the rows any
+  // rank's micro-batches look up, agreed over the ranks, and handed to the model.
+  void prepare(Transformer& model, const std::vector<Batch>& micro_batches);
+  // Around the last micro-batch's train_step: its backward starts the buckets as they
+  // become final (and, per use, the embedding's share as soon as the output projection's
+  // backward is done).
+  void attach(Transformer& model);
+  void detach(Transformer& model);
+  // After backward: every sum complete (per use, the lookups' rows added to the
+  // embedding's); on a logged step with dist.log_buckets, the timings line is kept.
+  void finish(Transformer& model, int64_t step);
+  // The kept timings line ("buckets at step N ..."), once; "" when there is none.
+  std::string take_timings_line();
+
+ private:
+  // Every id a lookup of this rank's micro-batches reads, sorted and distinct, then the
+  // union over the ranks.
+  std::vector<int32_t> rows_looked_up_by_any_rank(const std::vector<Batch>& batches) const;
+
+  const Config& config_;
+  const Communicator& comm_;
+  std::unique_ptr<GradientReducer> reducer_;  // null on one rank
+  // dist.embedding_sum = per_use in effect (several ranks on the CPU).
+  bool sum_lookups_apart_ = false;
+  std::string timings_line_;
+};
+
+}  // namespace thpc
