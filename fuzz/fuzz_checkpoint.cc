@@ -18,8 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       for (const QuantizedTensor& tensor : checkpoint.quantized) {
         fuzz::require(static_cast<int64_t>(tensor.values.size()) == tensor.rows * tensor.cols &&
-                          static_cast<int64_t>(tensor.scales.size()) ==
-                              (tensor.output_axis == 1 ? tensor.cols : tensor.rows),
+                          static_cast<int64_t>(tensor.scales.size()) == tensor.outputs(),
                       "a quantized tensor holds rows x cols values and a scale per output");
       }
       load_config_text(checkpoint.config_ini, "fuzz.h5");

@@ -335,10 +335,9 @@ class Reader : public hdf5::Reader {
     const Handle scales = open_dataset(group.get(), "scales", where + "/scales");
     tensor.scales = this->values<float>(scales.get(), where + "/scales", 1);
     recorded_digests.push_back(string_attribute(scales.get(), where + "/scales", "sha256"));
-    const int64_t outputs = axis == 1 ? tensor.cols : tensor.rows;
-    if (static_cast<int64_t>(tensor.scales.size()) != outputs) {
+    if (static_cast<int64_t>(tensor.scales.size()) != tensor.outputs()) {
       fail("dataset " + where + "/scales holds " + std::to_string(tensor.scales.size()) +
-           " scales for the " + std::to_string(outputs) + " outputs of its " +
+           " scales for the " + std::to_string(tensor.outputs()) + " outputs of its " +
            std::to_string(tensor.rows) + " x " + std::to_string(tensor.cols) + " values");
     }
     for (const float scale : tensor.scales) {
@@ -431,8 +430,7 @@ void write_hdf5_file(const std::string& temporary, const std::string& path,
     for (const QuantizedTensor& tensor : checkpoint.quantized) {
       THPC_CHECK(tensor.values.size() == static_cast<size_t>(tensor.rows * tensor.cols) &&
                      (tensor.output_axis == 0 || tensor.output_axis == 1) &&
-                     tensor.scales.size() ==
-                         static_cast<size_t>(tensor.output_axis == 1 ? tensor.cols : tensor.rows),
+                     static_cast<int64_t>(tensor.scales.size()) == tensor.outputs(),
                  "quantized tensor " << tensor.name << " of " << tensor.values.size()
                                      << " values and " << tensor.scales.size()
                                      << " scales is not " << tensor.rows << " x " << tensor.cols);

@@ -40,6 +40,8 @@ struct QuantizedTensor {
   int output_axis = 1;
   std::vector<int8_t> values;
   std::vector<float> scales;
+  // The count of scales: the columns or the rows, as output_axis says.
+  int64_t outputs() const { return output_axis == 1 ? cols : rows; }
 };
 // The fp32 values a QuantizedTensor stands for, [rows, cols].
 std::vector<float> dequantize(const QuantizedTensor& tensor);

@@ -85,6 +85,23 @@ cpu::QuantizedWeights as_product_weights(const QuantizedTensor& tensor) {
   return weights;
 }
 
+// A weight matrix as the products see it: K inputs, N outputs, and how it lies. A linear
+// layer's W is [in, out]; the embedding E is [vocab, d]: d in, vocab out.
+struct ProductShape {
+  int inputs, outputs;
+  cpu::WeightLayout layout;
+};
+ProductShape product_shape(bool output_projection, int64_t rows, int64_t cols) {
+  if (output_projection) {
+    return {static_cast<int>(cols), static_cast<int>(rows), cpu::WeightLayout::kOutputsByInputs};
+  }
+  return {static_cast<int>(rows), static_cast<int>(cols), cpu::WeightLayout::kInputsByOutputs};
+}
+
+// What a quantized checkpoint stores: 8-bit weights (+-127), what a CPU with VNNI
+// multiplies; one without quantizes them to 7 bits again at load.
+constexpr int kStoredWeightLimit = 127;
+
 // Whether every value of `weights` lies within +-limit.
 bool within(const cpu::QuantizedWeights& weights, int limit) {
   for (const int8_t value : weights.values) {
@@ -118,12 +135,8 @@ QuantizedCount quantize_model_weights(Transformer& model, Backend& backend,
       }
       ++count.requantized;  // from the dequantized values the model holds
     }
-    // A linear layer's W is [in, out]; the embedding E is [vocab, d]: d in, vocab out.
-    const int inputs = static_cast<int>(weight.output_projection ? entry.cols : entry.rows);
-    const int outputs = static_cast<int>(weight.output_projection ? entry.rows : entry.cols);
-    int8->quantize(params.compute(weight.name), inputs, outputs,
-                   weight.output_projection ? cpu::WeightLayout::kOutputsByInputs
-                                            : cpu::WeightLayout::kInputsByOutputs);
+    const ProductShape shape = product_shape(weight.output_projection, entry.rows, entry.cols);
+    int8->quantize(params.compute(weight.name), shape.inputs, shape.outputs, shape.layout);
     ++count.quantized;
   }
   return count;
@@ -144,13 +157,9 @@ Checkpoint quantize_checkpoint(const Checkpoint& source) {
   for (NamedTensor& param : quantized.params) {
     if (!is_product_weight(param.name)) continue;
     const bool output_projection = is_output_projection(param.name);
-    const int inputs = static_cast<int>(output_projection ? param.cols : param.rows);
-    const int outputs = static_cast<int>(output_projection ? param.rows : param.cols);
+    const ProductShape shape = product_shape(output_projection, param.rows, param.cols);
     const cpu::QuantizedWeights weights = cpu::quantize_weights(
-        param.values.data(), inputs, outputs,
-        output_projection ? cpu::WeightLayout::kOutputsByInputs
-                          : cpu::WeightLayout::kInputsByOutputs,
-        127);
+        param.values.data(), shape.inputs, shape.outputs, shape.layout, kStoredWeightLimit);
     QuantizedTensor tensor;
     tensor.name = param.name;
     tensor.rows = param.rows;
@@ -158,7 +167,7 @@ Checkpoint quantize_checkpoint(const Checkpoint& source) {
     tensor.output_axis = output_projection ? 0 : 1;
     tensor.scales = weights.scales;
     // Wq [K, N]; E's [vocab, d] is its transpose.
-    tensor.values = output_projection ? transposed(weights.values, inputs, outputs)
+    tensor.values = output_projection ? transposed(weights.values, shape.inputs, shape.outputs)
                                       : weights.values;
     param.values = dequantize(tensor);
     quantized.quantized.push_back(std::move(tensor));

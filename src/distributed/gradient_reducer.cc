@@ -63,11 +63,7 @@ void GradientReducer::finish() {
     start_bucket(floor_, pending_end_ - floor_);
     pending_end_ = floor_;
   }
-  for (const Tensor& extra : extras_) {
-    if (timing_) timings_.buckets.push_back({-1, extra.numel, host_ms(), -1.0});
-    start(extra);
-    ++buckets_started_;
-  }
+  for (const Tensor& extra : extras_) post(extra, -1);
   extras_.clear();
   complete();
   if (timing_) {
@@ -92,8 +88,12 @@ double GradientReducer::host_ms() const {
 }
 
 void GradientReducer::start_bucket(int64_t offset, int64_t elements) {
-  if (timing_) timings_.buckets.push_back({offset, elements, host_ms(), -1.0});
-  start(grads_.slice(offset, elements));
+  post(grads_.slice(offset, elements), offset);
+}
+
+void GradientReducer::post(Tensor bucket, int64_t offset) {
+  if (timing_) timings_.buckets.push_back({offset, bucket.numel, host_ms(), -1.0});
+  start(bucket);
   ++buckets_started_;
 }
 

@@ -91,8 +91,7 @@ class GradientReducer {
   }
   // Timing (time_passes()): whether this pass is timed; that bucket `index` (in the order
   // started) was seen complete now, by the host's clock (a bucket never reported is
-  // complete when finish() returns); a transport with a clock of its own replaces the
-  // pass's timings in finish_timings(), called after complete().
+  // complete when finish() returns).
   bool timing() const { return timing_; }
   void bucket_done(size_t index);
   // A transport with a clock of its own: marks the pass's start (called by begin() when
@@ -104,6 +103,8 @@ class GradientReducer {
   double host_ms() const;
   int64_t bucket_elements() const;
   void start_bucket(int64_t offset, int64_t elements);
+  // Starts the sum of `bucket` (at `offset` in the gradient; -1: a tensor apart).
+  void post(Tensor bucket, int64_t offset);
 
   int64_t bucket_bytes_;
   Tensor grads_;
