@@ -54,7 +54,7 @@
 #      the stage runs: transformer_bench_step, the kernel twin tests (tests/kernels/) and
 #      test_cuda_training;
 #   1. the candidate kernels' twins in fp32 and bf16 (CANDIDATE_TWINS: the kernels behind
-#      train.cuda_kernels = candidate, never run on a GPU; async_upload at present) and the whole
+#      train.cuda_kernels = candidate, never run on a GPU; async_upload, step_totals) and the whole
 #      model with them; then the verified twins of the files changed since the last GPU
 #      run (CHANGED_TWINS; OTHER_TWINS=all runs every kernel twin) and the whole-model
 #      checks with the verified kernels: fp32 separate and fused against the CPU
@@ -184,7 +184,7 @@ readonly PLAN=(
   "start|machine start (counted, not in a call)|60|120"
   "1|setup: gpu-bundle unpacked, nvidia-smi|10|20"
   "1|build: bench_step, kernel twin tests, test_cuda_training (16 cores)|20|110"
-  "1|candidate twins (CudaCandidate*: async_upload) and the whole model with them|5|20"
+  "1|candidate twins (CudaCandidate*: async_upload, step_totals) and the whole model with them|5|20"
   "1|the verified twins of the changed files (OTHER_TWINS=all: every one)|10|40"
   "1|whole model: fp32 3 steps vs the CPU (fused off, on); bf16 short vs batched; decoding|3|25"
   "1|bf16 GEMM ceiling (8192^3)|10|15"
@@ -330,14 +330,17 @@ dry_run() {
 # candidate setting is measured only when they passed in this call. (Until 2026-11-26 the
 # switch measured was model.fused_ops, whose fused kernels are now the default.)
 readonly CANDIDATE_TWINS="CudaCandidate[A-Za-z]*"
-# Whether a candidate changes the training step: async_upload (2026-11-28) does, so the
+# Whether a candidate changes the training step: async_upload (2026-11-28) and
+# step_totals (2026-11-29: the loss summed on the device, read once a step) do, so the
 # step stage measures the step with and without it. (The one before, gathered_attention,
 # acted in decoding only: set this to 0 when no waiting candidate trains.)
 readonly CANDIDATES_ACT_IN_TRAINING=1
 # The twins of the ops whose files changed since the last GPU run (2026-11-26, fifth
 # window; after it the gathered attention became CUDA decoding's only layout, losing its
-# candidate check: kernels/cuda/attention.cu, cuda_backend.cu).
-readonly CHANGED_TWINS="CudaAttention"
+# candidate check: kernels/cuda/attention.cu, cuda_backend.cu; 2026-11-29: the loss's
+# sum kernel takes the step's totals, sum_squares_into writes into them:
+# cross_entropy.cu, elementwise.cu).
+readonly CHANGED_TWINS="CudaAttention|CudaCrossEntropy|CudaElementwise"
 
 # What the step and followup stages build: the benchmark, every kernel twin test
 # executable and the whole-model GPU tests.

@@ -172,6 +172,16 @@ THPC_OP(LossSums, softmax_cross_entropy,
         (Out d_logits, In logits, const int32_t* targets, int rows, int vocab, float eps,
          int pad_id, float grad_scale),
         (d_logits, logits, targets, rows, vocab, eps, pad_id, grad_scale))
+// The training step's form: the same loss, gradient and sums, but the sums are added
+// into `totals` (a StepTotals in backend memory, StepTotalsBuffer) in micro-batch order
+// instead of returned, so that nothing waits for them; StepTotalsBuffer::read reads them
+// once a step. A row whose target is outside [0, vocab) is skipped (its d_logits row left as
+// it was) and counted in totals.bad_rows, the first one's row and target kept: the read
+// throws, before any update.
+THPC_OP(void, softmax_cross_entropy_add,
+        (Out d_logits, In logits, const int32_t* targets, int rows, int vocab, float eps,
+         int pad_id, float grad_scale, ParamOut totals),
+        (d_logits, logits, targets, rows, vocab, eps, pad_id, grad_scale, totals))
 // log_probs[r, :] = log softmax(logits[r, :]), for decoding. May alias logits.
 THPC_OP(void, log_softmax, (Out log_probs, In logits, int rows, int vocab),
         (log_probs, logits, rows, vocab))
@@ -201,5 +211,8 @@ THPC_OP(void, adam_update,
         (params, grads, m, v, n, lr, beta1, beta2, eps, step))
 // Sum of squares of a param_dtype tensor (gradient norms, checks), in double.
 THPC_OP(double, sum_squares, (ParamIn x, int64_t n), (x, n))
+// totals.grad_squares = sum_squares(x, n) (the same sum, bit for bit), left in backend
+// memory for StepTotalsBuffer::read instead of returned.
+THPC_OP(void, sum_squares_into, (ParamOut totals, ParamIn x, int64_t n), (totals, x, n))
 // x *= alpha
 THPC_OP(void, scale, (ParamOut x, int64_t n, float alpha), (x, n, alpha))

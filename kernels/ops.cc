@@ -64,7 +64,7 @@ bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
                              std::string& error) {
   // The candidates by name (CandidateKernels); each new one adds {"its_name", kItsBit}.
   static const std::vector<std::pair<std::string, unsigned>> kNames = {
-      {"async_upload", kAsyncUpload}};
+      {"async_upload", kAsyncUpload}, {"step_totals", kStepTotals}};
   // Former candidates, the default since their GPU run: a configuration or checkpoint
   // that names them (one trained with them before that) still loads, naming nothing.
   static const std::vector<std::string> kRetired = {"write_gradients", "short_attention",
@@ -152,6 +152,27 @@ const char* op_name(OpId op) {
 #undef THPC_OP
   }
   return "?";
+}
+
+StepTotalsBuffer::StepTotalsBuffer(Backend& backend) : backend_(backend) {
+  const size_t element = dtype_size(backend.param_dtype());
+  THPC_CHECK(sizeof(StepTotals) % element == 0,
+             "a StepTotals is not a whole number of " << dtype_name(backend.param_dtype())
+                                                      << " elements");
+  tensor_ = backend.alloc(backend.param_dtype(), static_cast<int64_t>(sizeof(StepTotals) / element));
+  backend.zero(tensor_);
+}
+
+StepTotalsBuffer::~StepTotalsBuffer() { backend_.free(tensor_); }
+
+StepTotals StepTotalsBuffer::read(int vocab) {
+  StepTotals host;
+  backend_.download(&host, tensor_);
+  if (host.bad_rows > 0) {
+    THPC_FAIL("target id " << host.first_bad_target << " at row " << host.first_bad_row
+                           << " is outside the vocabulary [0, " << vocab << ")");
+  }
+  return host;
 }
 
 void TwinTensor::wrong_dtype(DType expected) const {

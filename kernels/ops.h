@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 namespace thpc {
 
@@ -97,7 +98,9 @@ enum class GradStore { kAdd, kWrite };
 // tests say which one failed, so a GPU session can measure the others
 // (bench/gpu_session.sh). Waiting: async_upload (the ids of a batch or a decoding step
 // uploaded through a pinned staging buffer without a wait for the stream; 2026-11-28,
-// issue 51's host gaps). The former ones ran on an H100 on
+// issue 51's host gaps) and step_totals (softmax_cross_entropy_add summing a
+// micro-batch's loss into the step's StepTotals on the device, without the read-back
+// and wait of each micro-batch; 2026-11-29, the same gaps). The former ones ran on an H100 on
 // 2026-11-26 and are the default now: write_gradients (the backward ops writing their
 // first-written gradients), short_attention (the one-launch attention of short
 // sentences), and gathered_attention (a decoding step's attention over the
@@ -105,7 +108,8 @@ enum class GradStore { kAdd, kWrite };
 enum CandidateKernels : unsigned {
   kNoCandidates = 0,
   kAsyncUpload = 1u << 0,
-  kAllCandidates = kAsyncUpload,
+  kStepTotals = 1u << 1,
+  kAllCandidates = kAsyncUpload | kStepTotals,
 };
 
 // The candidate set a train.cuda_kernels value names: "verified" (none), "candidate"
@@ -136,7 +140,26 @@ struct CudaKernelChoice {
   int short_attention_max_len = kShortAttentionDefaultMaxLength;
 };
 
-// Sums produced by the loss op, read back to the host after each micro-batch.
+// A training step's sums, kept in backend memory (on the GPU, device memory) by the ops
+// softmax_cross_entropy_add and sum_squares_into, and read back once, at the step's end
+// (StepTotalsBuffer::read), instead of after each micro-batch's loss and again for the norm:
+// a read-back between forward and backward leaves the GPU idle while the host queues
+// backward (issue 51). Held in a param_dtype tensor (StepTotalsBuffer) zeroed before a
+// step; the ops see its bytes as this struct.
+struct StepTotals {  // trivially copyable: backends copy its bytes
+  double loss = 0.0;          // label-smoothed cross-entropy, summed over counted targets
+  double nll = 0.0;           // negative log-likelihood, summed
+  double grad_squares = 0.0;  // sum of the squared gradient (sum_squares_into: written)
+  int64_t tokens = 0;         // counted (non-pad) targets
+  int32_t bad_rows = 0;       // rows whose target lay outside the vocabulary (skipped)
+  int32_t first_bad_row = 0;  // the first of them (row of its micro-batch) and its target
+  int32_t first_bad_target = 0;
+  int32_t unused = 0;
+};
+static_assert(sizeof(StepTotals) == 48 && std::is_trivially_copyable_v<StepTotals>,
+              "StepTotals is read as raw bytes by every backend");
+
+// Sums returned by softmax_cross_entropy (validation, tests): read back at once.
 struct LossSums {
   double loss = 0.0;      // label-smoothed cross-entropy, summed over non-pad targets
   double nll = 0.0;       // plain negative log-likelihood, summed (for perplexity)
@@ -263,6 +286,27 @@ enum class OpId {
 };
 // "linear_forward" for OpId::linear_forward.
 const char* op_name(OpId op);
+
+// One StepTotals in a backend's memory (a param_dtype tensor of 48 bytes), for
+// softmax_cross_entropy_add and sum_squares_into; freed with this object.
+class StepTotalsBuffer {
+ public:
+  explicit StepTotalsBuffer(Backend& backend);  // zeroed
+  ~StepTotalsBuffer();
+  StepTotalsBuffer(const StepTotalsBuffer&) = delete;
+  StepTotalsBuffer& operator=(const StepTotalsBuffer&) = delete;
+
+  Tensor tensor() const { return tensor_; }
+  void zero() { backend_.zero(tensor_); }  // queued, before a step
+  // The totals, read back to the host: the step's one wait for the backend. A step whose
+  // targets fell outside [0, vocab) (StepTotals::bad_rows) throws here, naming the first
+  // such target and row, as softmax_cross_entropy does at once.
+  StepTotals read(int vocab);
+
+ private:
+  Backend& backend_;
+  Tensor tensor_;
+};
 
 }  // namespace thpc
 

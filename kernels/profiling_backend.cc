@@ -34,10 +34,12 @@ constexpr std::pair<OpId, OpClass> kOpClasses[] = {
     {OpId::residual_dropout_backward, OpClass::AddNorm},
     {OpId::copy_rows, OpClass::Decoding},
     {OpId::softmax_cross_entropy, OpClass::CrossEntropy},
+    {OpId::softmax_cross_entropy_add, OpClass::CrossEntropy},
     {OpId::log_softmax, OpClass::CrossEntropy},
     {OpId::row_top_k, OpClass::Decoding},
     {OpId::adam_update, OpClass::Adam},
     {OpId::sum_squares, OpClass::GradientNorm},
+    {OpId::sum_squares_into, OpClass::GradientNorm},
     {OpId::scale, OpClass::GradientNorm},
 };
 

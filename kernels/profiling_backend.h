@@ -41,10 +41,10 @@ enum class OpClass {
   AddNorm,        // residual + dropout, layer norm; fused: add_dropout_layernorm_*
   BiasRelu,       // ReLU's backward (fused: relu_bias_backward, b1's gradient with it)
                   // and the unfused ReLU forward
-  CrossEntropy,   // softmax_cross_entropy (the loss and its gradient), log_softmax
+  CrossEntropy,   // softmax_cross_entropy(_add) (the loss and its gradient), log_softmax
   Embedding,      // embedding forward and backward, the embeddings' dropout
   Adam,           // adam_update
-  GradientNorm,   // sum_squares, scale: the gradient's norm and clipping
+  GradientNorm,   // sum_squares(_into), scale: the gradient's norm and clipping
   Memory,         // zero, copy (the bf16 weight refresh), uploads and downloads
   Decoding,       // copy_rows, row_top_k
   kCount

@@ -81,8 +81,9 @@ TEST(CudaTraining, Fp32ThreeStepsMatchTheCpu) {
 }
 
 // The same with the candidate kernels (train.cuda_kernels = candidate: async_upload, the
-// batch's ids through pinned memory without a wait): a training step reads what it was
-// sent.
+// batch's ids through pinned memory without a wait; step_totals, the loss summed on the
+// device and read once a step): a training step reads what it was sent, and logs the
+// loss it computed.
 TEST(CudaTraining, Fp32ThreeStepsWithCandidateKernelsMatchTheCpu) {
   THPC_REQUIRE_REAL_GPU();
   expect_fp32_steps_match_the_cpu("train.cuda_kernels=candidate");

@@ -144,14 +144,21 @@ int run(const Arguments& args) {
 
   int64_t step = 0;
   double loss = 0.0;
+  // The program's step (Trainer::compute_step) on one rank: the loss and the gradient's
+  // norm summed where they are computed and read back once, before the update.
+  thpc::StepTotalsBuffer totals(ops);
   auto train = [&](const thpc::Batch& batch) {
     ++step;
     ops.zero(model.params().grads());
+    totals.zero();
     thpc::DropoutContext dropout;
     dropout.seed = config.train.seed;
     dropout.step = static_cast<uint32_t>(step);
-    const thpc::LossSums sums =
-        model.train_step(batch, 1.0f / static_cast<float>(batch.tgt_tokens()), dropout);
+    model.train_step(batch, 1.0f / static_cast<float>(batch.tgt_tokens()), dropout,
+                     totals.tensor());
+    const thpc::Tensor grads = model.params().grads();
+    ops.sum_squares_into(totals.tensor(), grads, grads.numel);
+    const thpc::StepTotals sums = totals.read(args.vocab);
     adam.update(static_cast<float>(thpc::learning_rate(step, config.model.d_model,
                                                        config.train.warmup_steps,
                                                        config.train.lr_scale)),
@@ -172,7 +179,7 @@ int run(const Arguments& args) {
   for (int i = 0; i < args.steps; ++i) {
     const thpc::Batch& batch = batches[i % batches.size()];
     if (profiler) profiler->begin_step();
-    train(batch);  // the loss read-back synchronises each step
+    train(batch);  // the totals' read-back synchronises each step
     if (profiler) profiler->end_step();
     const auto now = std::chrono::steady_clock::now();
     step_seconds.push_back(std::chrono::duration<double>(now - last).count());

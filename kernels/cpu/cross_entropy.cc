@@ -2,6 +2,7 @@
 // decoding, on the CPU.
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -132,6 +133,48 @@ RowStats loss_row(T* dz, const T* z, int vocab, int32_t target, double smoothing
   }
 }
 
+// The rows' loss, nll and gradient, and their sums in row order (the same bits with any
+// number of threads). A row whose target is outside [0, vocab) is skipped: no sums, its
+// d_logits row left as it was (the callers check or count those rows).
+template <typename T>
+LossSums cross_entropy_rows(T* d_logits, const T* logits, const int32_t* targets, int rows,
+                            int vocab, float eps, int pad_id, float grad_scale) {
+  const auto counted = [&](int32_t target) {
+    return target != pad_id && target >= 0 && target < vocab;
+  };
+  const double smoothing = static_cast<double>(eps);
+  const double uniform_mass = smoothing / vocab;  // eps / V, the smoothed mass per class
+  std::vector<double> row_loss(rows, 0.0), row_nll(rows, 0.0);
+#pragma omp parallel for schedule(static) num_threads(threads_for(int64_t(rows) * vocab))
+  for (int row = 0; row < rows; ++row) {
+    const T* z = logits + static_cast<int64_t>(row) * vocab;
+    T* dz = d_logits != nullptr ? d_logits + static_cast<int64_t>(row) * vocab : nullptr;
+    const int32_t target = targets[row];
+    if (target == pad_id) {
+      if (dz != nullptr) {
+        for (int j = 0; j < vocab; ++j) dz[j] = T(0);
+      }
+      continue;
+    }
+    if (!counted(target)) continue;
+    // z_t is read before loss_row writes dz, which may alias z.
+    const double target_logit = static_cast<double>(z[target]);
+    const RowStats stats = loss_row(dz, z, vocab, target, smoothing, uniform_mass,
+                                    static_cast<double>(grad_scale));
+    row_loss[row] =
+        stats.log_sum_exp - (1.0 - smoothing) * target_logit - uniform_mass * stats.sum;
+    row_nll[row] = stats.log_sum_exp - target_logit;
+  }
+  LossSums sums;
+  for (int row = 0; row < rows; ++row) {
+    if (!counted(targets[row])) continue;
+    sums.loss += row_loss[row];
+    sums.nll += row_nll[row];
+    sums.tokens += 1;
+  }
+  return sums;
+}
+
 }  // namespace
 
 // With log p_j = z_j - lse and q = (1 - eps) onehot(t) + eps / V:
@@ -152,38 +195,33 @@ LossSums softmax_cross_entropy(T* d_logits, const T* logits, const int32_t* targ
                "target id " << target << " at row " << row << " is outside the vocabulary [0, "
                             << vocab << ")");
   }
-  const double smoothing = static_cast<double>(eps);
-  const double uniform_mass = smoothing / vocab;  // eps / V, the smoothed mass per class
-  // Each row's loss and nll, summed afterwards in row order (the same bits with any
-  // number of threads).
-  std::vector<double> row_loss(rows, 0.0), row_nll(rows, 0.0);
-#pragma omp parallel for schedule(static) num_threads(threads_for(int64_t(rows) * vocab))
+  return cross_entropy_rows(d_logits, logits, targets, rows, vocab, eps, pad_id, grad_scale);
+}
+
+// The sums are added in the order the micro-batches come, in double: the same bits as
+// a caller adding softmax_cross_entropy's returned sums. `totals` holds a StepTotals'
+// bytes (StepTotalsBuffer), copied in and out.
+template <typename T>
+void softmax_cross_entropy_add(T* d_logits, const T* logits, const int32_t* targets, int rows,
+                               int vocab, float eps, int pad_id, float grad_scale, T* totals) {
+  THPC_CHECK(vocab > 0, "cross-entropy over a vocabulary of " << vocab);
+  THPC_CHECK(totals != nullptr, "softmax_cross_entropy_add without its totals");
+  StepTotals sum;
+  std::memcpy(static_cast<void*>(&sum), totals, sizeof(sum));  // trivially copyable
   for (int row = 0; row < rows; ++row) {
-    const T* z = logits + static_cast<int64_t>(row) * vocab;
-    T* dz = d_logits != nullptr ? d_logits + static_cast<int64_t>(row) * vocab : nullptr;
     const int32_t target = targets[row];
-    if (target == pad_id) {
-      if (dz != nullptr) {
-        for (int j = 0; j < vocab; ++j) dz[j] = T(0);
-      }
-      continue;
+    if (target == pad_id || (target >= 0 && target < vocab)) continue;
+    if (sum.bad_rows++ == 0) {
+      sum.first_bad_row = row;
+      sum.first_bad_target = target;
     }
-    // z_t is read before loss_row writes dz, which may alias z.
-    const double target_logit = static_cast<double>(z[target]);
-    const RowStats stats = loss_row(dz, z, vocab, target, smoothing, uniform_mass,
-                                    static_cast<double>(grad_scale));
-    row_loss[row] =
-        stats.log_sum_exp - (1.0 - smoothing) * target_logit - uniform_mass * stats.sum;
-    row_nll[row] = stats.log_sum_exp - target_logit;
   }
-  LossSums sums;
-  for (int row = 0; row < rows; ++row) {
-    if (targets[row] == pad_id) continue;
-    sums.loss += row_loss[row];
-    sums.nll += row_nll[row];
-    sums.tokens += 1;
-  }
-  return sums;
+  const LossSums rows_sums =
+      cross_entropy_rows(d_logits, logits, targets, rows, vocab, eps, pad_id, grad_scale);
+  sum.loss += rows_sums.loss;
+  sum.nll += rows_sums.nll;
+  sum.tokens += rows_sums.tokens;
+  std::memcpy(totals, &sum, sizeof(sum));
 }
 
 // log_probs = z - log sum_j exp(z_j), the log-sum-exp taken stably about the row maximum.
@@ -208,6 +246,7 @@ void log_softmax(T* log_probs, const T* logits, int rows, int vocab) {
 }
 
 THPC_CPU_TWIN(softmax_cross_entropy)
+THPC_CPU_TWIN(softmax_cross_entropy_add)
 THPC_CPU_TWIN(log_softmax)
 
 }  // namespace thpc::cpu

@@ -3,6 +3,7 @@
 // incremental decoding, the sum of squares and the scaling of parameter-side tensors.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -191,6 +192,16 @@ double sum_squares(const T* x, int64_t n) {
   return sum;
 }
 
+// `totals` holds a StepTotals' bytes (StepTotalsBuffer): copied in, its norm set, out.
+template <typename T>
+void sum_squares_into(T* totals, const T* x, int64_t n) {
+  THPC_CHECK(totals != nullptr, "sum_squares_into without its totals");
+  StepTotals sum;
+  std::memcpy(static_cast<void*>(&sum), totals, sizeof(sum));  // trivially copyable
+  sum.grad_squares = sum_squares(x, n);
+  std::memcpy(totals, &sum, sizeof(sum));
+}
+
 template <typename T>
 void scale(T* x, int64_t n, float alpha) {
   for (int64_t i = 0; i < n; ++i) x[i] *= static_cast<T>(alpha);
@@ -209,6 +220,7 @@ THPC_CPU_TWIN(residual_dropout_forward)
 THPC_CPU_TWIN(residual_dropout_backward)
 THPC_CPU_TWIN(copy_rows)
 THPC_CPU_TWIN(sum_squares)
+THPC_CPU_TWIN(sum_squares_into)
 THPC_CPU_TWIN(scale)
 
 }  // namespace thpc::cpu

@@ -210,9 +210,13 @@ struct LossResult {
 
 // One block: thread i sums rows i, i + kSumThreads, ... in double, in order; then a
 // fixed tree over the threads. The first bad row is a minimum (order-free).
+// kIntoTotals (softmax_cross_entropy_add): the sums are added into the step's
+// StepTotals instead (one add per micro-batch, in stream order: the order a host adding
+// the returned sums would take), a bad row counted there.
+template <bool kIntoTotals>
 __global__ void __launch_bounds__(kSumThreads)
-    sum_rows(LossResult* result, const double* row_loss, const double* row_nll,
-             const int* row_status, const int32_t* targets, int rows) {
+    sum_rows(LossResult* result, StepTotals* totals, const double* row_loss,
+             const double* row_nll, const int* row_status, const int32_t* targets, int rows) {
   __shared__ double loss[kSumThreads], nll[kSumThreads];
   __shared__ long long tokens[kSumThreads];
   __shared__ int bad[kSumThreads];
@@ -240,10 +244,40 @@ __global__ void __launch_bounds__(kSumThreads)
     }
     __syncthreads();
   }
-  if (i == 0) {
-    const bool any_bad = bad[0] < rows;
-    *result = LossResult{loss[0], nll[0], tokens[0], any_bad ? bad[0] : -1,
-                         any_bad ? targets[bad[0]] : 0};
+  const int first_bad = bad[0];  // every thread reads it after the last barrier
+  const bool any_bad = first_bad < rows;
+  int bad_rows = 0;
+  if constexpr (kIntoTotals) {
+    // The count of bad rows, as the CPU twin keeps it: a second tree over `bad`, taken
+    // only when there is one (the condition is the same for the whole block).
+    if (any_bad) {
+      int my_count = 0;
+      for (int r = threadIdx.x; r < rows; r += kSumThreads) my_count += row_status[r] < 0;
+      __syncthreads();  // every thread has read bad[0]
+      bad[i] = my_count;
+      __syncthreads();
+      for (int half = kSumThreads / 2; half > 0; half /= 2) {
+        if (i < half) bad[i] += bad[i + half];
+        __syncthreads();
+      }
+      bad_rows = bad[0];
+    }
+  }
+  if (i != 0) return;
+  if constexpr (kIntoTotals) {
+    totals->loss += loss[0];
+    totals->nll += nll[0];
+    totals->tokens += tokens[0];
+    if (any_bad) {
+      if (totals->bad_rows == 0) {
+        totals->first_bad_row = first_bad;
+        totals->first_bad_target = targets[first_bad];
+      }
+      totals->bad_rows += bad_rows;
+    }
+  } else {
+    *result = LossResult{loss[0], nll[0], tokens[0], any_bad ? first_bad : -1,
+                         any_bad ? targets[first_bad] : 0};
   }
 }
 
@@ -262,18 +296,13 @@ __global__ void __launch_bounds__(kThreads)
 
 size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-}  // namespace
-
-// Reads each row of logits once for its statistics and writes d_logits (may alias
-// logits) without materialising fp32 logits; returns the sums (synchronises the
-// stream). A target outside [0, vocab) that is not pad_id throws, naming the row.
-template <typename T>
-LossSums softmax_cross_entropy(Context& context, T* d_logits, const T* logits,
-                               const int32_t* targets, int rows, int vocab, float eps,
-                               int pad_id, float grad_scale) {
-  THPC_CHECK(vocab > 0, "cross-entropy over a vocabulary of " << vocab);
-  THPC_CHECK(rows >= 0, "cross-entropy over " << rows << " rows");
-  if (rows == 0) return LossSums{};
+// Queues the row kernel and the sum over rows, per-row values in the context's scratch:
+// the sums go to the returned LossResult (in scratch) or, kIntoTotals, are added into
+// `totals`. rows > 0.
+template <typename T, bool kIntoTotals>
+LossResult* queue_loss_sums(Context& context, T* d_logits, const T* logits,
+                            const int32_t* targets, int rows, int vocab, float eps, int pad_id,
+                            float grad_scale, StepTotals* totals) {
   cudaStream_t stream = context.stream();
   // Scratch: per-row loss, nll (double), status (int), then the result.
   const size_t n = static_cast<size_t>(rows);
@@ -292,8 +321,27 @@ LossSums softmax_cross_entropy(Context& context, T* d_logits, const T* logits,
   rows_kernel<<<rows, kThreads, 0, stream>>>(d_logits, logits, targets, vocab, eps, pad_id,
                                              grad_scale, row_loss, row_nll, row_status);
   THPC_CUDA_CHECK_LAUNCH("cross_entropy_rows");
-  sum_rows<<<1, kSumThreads, 0, stream>>>(result, row_loss, row_nll, row_status, targets, rows);
+  sum_rows<kIntoTotals><<<1, kSumThreads, 0, stream>>>(result, totals, row_loss, row_nll,
+                                                       row_status, targets, rows);
   THPC_CUDA_CHECK_LAUNCH("sum_rows");
+  return result;
+}
+
+}  // namespace
+
+// Reads each row of logits once for its statistics and writes d_logits (may alias
+// logits) without materialising fp32 logits; returns the sums (synchronises the
+// stream). A target outside [0, vocab) that is not pad_id throws, naming the row.
+template <typename T>
+LossSums softmax_cross_entropy(Context& context, T* d_logits, const T* logits,
+                               const int32_t* targets, int rows, int vocab, float eps,
+                               int pad_id, float grad_scale) {
+  THPC_CHECK(vocab > 0, "cross-entropy over a vocabulary of " << vocab);
+  THPC_CHECK(rows >= 0, "cross-entropy over " << rows << " rows");
+  if (rows == 0) return LossSums{};
+  cudaStream_t stream = context.stream();
+  const LossResult* result = queue_loss_sums<T, false>(context, d_logits, logits, targets, rows,
+                                                       vocab, eps, pad_id, grad_scale, nullptr);
   auto* host = static_cast<LossResult*>(context.pinned(sizeof(LossResult)));
   THPC_CUDA_CHECK(
       cudaMemcpyAsync(host, result, sizeof(LossResult), cudaMemcpyDeviceToHost, stream));
@@ -310,6 +358,39 @@ LossSums softmax_cross_entropy(Context& context, T* d_logits, const T* logits,
   return out;
 }
 
+// With the candidate step_totals: the same row kernel, then sum_rows adding into the
+// step's totals on the device; no copy, no wait. Without it (the default until a GPU run
+// passes its twins): softmax_cross_entropy's verified kernels and read-back, then the
+// totals read, added to on the host and written back (two more small waits: what
+// step_totals takes away).
+template <typename T>
+void softmax_cross_entropy_add(Context& context, T* d_logits, const T* logits,
+                               const int32_t* targets, int rows, int vocab, float eps,
+                               int pad_id, float grad_scale, float* totals) {
+  THPC_CHECK(vocab > 0, "cross-entropy over a vocabulary of " << vocab);
+  THPC_CHECK(rows >= 0, "cross-entropy over " << rows << " rows");
+  THPC_CHECK(totals != nullptr, "softmax_cross_entropy_add without its totals");
+  if (!context.candidate_kernel(kStepTotals)) {
+    cudaStream_t stream = context.stream();
+    const LossSums sums = softmax_cross_entropy<T>(context, d_logits, logits, targets, rows,
+                                                   vocab, eps, pad_id, grad_scale);
+    auto* host = static_cast<StepTotals*>(context.pinned(sizeof(StepTotals)));
+    THPC_CUDA_CHECK(
+        cudaMemcpyAsync(host, totals, sizeof(StepTotals), cudaMemcpyDeviceToHost, stream));
+    THPC_CUDA_CHECK(cudaStreamSynchronize(stream));
+    host->loss += sums.loss;
+    host->nll += sums.nll;
+    host->tokens += sums.tokens;
+    THPC_CUDA_CHECK(
+        cudaMemcpyAsync(totals, host, sizeof(StepTotals), cudaMemcpyHostToDevice, stream));
+    THPC_CUDA_CHECK(cudaStreamSynchronize(stream));  // before `host` is reused
+    return;
+  }
+  if (rows == 0) return;
+  queue_loss_sums<T, true>(context, d_logits, logits, targets, rows, vocab, eps, pad_id,
+                           grad_scale, reinterpret_cast<StepTotals*>(totals));
+}
+
 template <typename T>
 void log_softmax(Context& context, T* log_probs, const T* logits, int rows, int vocab) {
   const cudaStream_t stream = context.stream();
@@ -319,6 +400,7 @@ void log_softmax(Context& context, T* log_probs, const T* logits, int rows, int 
 }
 
 THPC_CUDA_TWIN(softmax_cross_entropy)
+THPC_CUDA_TWIN(softmax_cross_entropy_add)
 THPC_CUDA_TWIN(log_softmax)
 
 }  // namespace thpc::cuda

@@ -24,6 +24,7 @@
 // then one block sums the partials in a fixed order; the result is read back through
 // the Context's pinned buffer.
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 
 #include "common/error.h"
@@ -333,6 +334,28 @@ double sum_squares(Context& context, const float* x, int64_t n) {
   return *host;
 }
 
+// The same two kernels as sum_squares (the same grid, order and bits), the total written
+// into totals' StepTotals::grad_squares instead of read back: nothing waits. Only the
+// destination is new, so this takes no candidate switch.
+template <typename T>
+void sum_squares_into(Context& context, float* totals, const float* x, int64_t n) {
+  THPC_CHECK(totals != nullptr, "sum_squares_into without its totals");
+  double* grad_squares =
+      reinterpret_cast<double*>(reinterpret_cast<char*>(totals) + offsetof(StepTotals, grad_squares));
+  const cudaStream_t stream = context.stream();
+  if (n <= 0) {
+    THPC_CUDA_CHECK(cudaMemsetAsync(grad_squares, 0, sizeof(double), stream));
+    return;
+  }
+  const int blocks = static_cast<int>(
+      std::min<int64_t>((n + kGridThreads - 1) / kGridThreads, static_cast<int64_t>(kMaxPartials)));
+  double* partials = static_cast<double*>(context.scratch(sizeof(double) * blocks));
+  sum_squares_partial_kernel<<<blocks, kGridThreads, 0, stream>>>(x, n, partials);
+  THPC_CUDA_CHECK_LAUNCH("sum_squares_partial_kernel");
+  sum_partials_kernel<<<1, kMaxPartials, 0, stream>>>(partials, blocks, grad_squares);
+  THPC_CUDA_CHECK_LAUNCH("sum_partials_kernel");
+}
+
 THPC_CUDA_TWIN(relu_forward)
 THPC_CUDA_TWIN(relu_backward)
 THPC_CUDA_TWIN(dropout_forward)
@@ -342,5 +365,6 @@ THPC_CUDA_TWIN(residual_dropout_backward)
 THPC_CUDA_TWIN(copy_rows)
 THPC_CUDA_TWIN(scale)
 THPC_CUDA_TWIN(sum_squares)
+THPC_CUDA_TWIN(sum_squares_into)
 
 }  // namespace thpc::cuda

@@ -354,22 +354,36 @@ Tensor Transformer::vocabulary_logits(Arena& arena, Tensor decoder_out, int rows
   return logits;
 }
 
-LossSums Transformer::train_step(const Batch& batch, float grad_scale,
-                                 const DropoutContext& dropout) {
+template <typename Loss>
+void Transformer::train_pass(const Batch& batch, const DropoutContext& dropout, Loss&& loss) {
   THPC_CHECK(params_.grads(), "train_step on a model built for inference (no gradients)");
   State& s = *state_;
   upload_batch(batch);
   forward_encoder(true, dropout);
   forward_decoder(s.batch_size, s.tgt_len, true, dropout);
-  const int rows = s.batch_size * s.tgt_len;
   // Loss and its gradient in one pass; the gradient overwrites the logits.
-  const LossSums sums = backend_.softmax_cross_entropy(
-      s.logits, s.logits, s.tgt_out, rows, vocab_, config_.label_smoothing, ids_.pad,
-      grad_scale);
+  loss(s.logits, s.tgt_out, s.batch_size * s.tgt_len);
   s.grad_arena.reset();
   backward_decoder(dropout);
   backward_encoder(dropout);
+}
+
+LossSums Transformer::train_step(const Batch& batch, float grad_scale,
+                                 const DropoutContext& dropout) {
+  LossSums sums;
+  train_pass(batch, dropout, [&](Tensor logits, const int32_t* targets, int rows) {
+    sums = backend_.softmax_cross_entropy(logits, logits, targets, rows, vocab_,
+                                          config_.label_smoothing, ids_.pad, grad_scale);
+  });
   return sums;
+}
+
+void Transformer::train_step(const Batch& batch, float grad_scale, const DropoutContext& dropout,
+                             Tensor totals) {
+  train_pass(batch, dropout, [&](Tensor logits, const int32_t* targets, int rows) {
+    backend_.softmax_cross_entropy_add(logits, logits, targets, rows, vocab_,
+                                       config_.label_smoothing, ids_.pad, grad_scale, totals);
+  });
 }
 
 LossSums Transformer::evaluate(const Batch& batch) {

@@ -73,6 +73,11 @@ class Transformer {
   // ACCUMULATE into params().grads(); the loss sum is scaled by grad_scale (1 / target
   // tokens of the whole step) before differentiation.
   LossSums train_step(const Batch& batch, float grad_scale, const DropoutContext& dropout);
+  // The same micro-batch with the loss sums added into `totals` (StepTotalsBuffer) where
+  // the backend keeps them, nothing read back: the training step's form, which reads its
+  // totals once, at its end (StepTotalsBuffer::read).
+  void train_step(const Batch& batch, float grad_scale, const DropoutContext& dropout,
+                  Tensor totals);
   // Called during train_step's backward each time every gradient at a flat offset >= x
   // is final: x falls layer by layer (decoder N-1..0, encoder N-1..0) and ends at 0 once
   // the shared embedding is done. The gradient all-reduce starts its buckets from it.
@@ -162,6 +167,10 @@ class Transformer {
   // kAll: every layer's activations stay until the next forward (backward reads them,
   // attention_weights() too); kOutputOnly: only encoder_out (decoding).
   enum class EncoderActivations { kAll, kOutputOnly };
+  // Forward with dropout, then `loss` (which writes d_logits over the logits), then
+  // backward: train_step's two forms.
+  template <typename Loss>
+  void train_pass(const Batch& batch, const DropoutContext& dropout, Loss&& loss);
   void forward_encoder(bool train, const DropoutContext& dropout,
                        EncoderActivations keep = EncoderActivations::kAll);
   void forward_decoder(int batch_size, int T, bool train, const DropoutContext& dropout);

@@ -203,6 +203,7 @@ Trainer::Trainer(const Config& config, Communicator comm)
   adam.beta2 = config_.train.adam_beta2;
   adam.eps = config_.train.adam_eps;
   adam_ = std::make_unique<Adam>(model_->params(), *backend_, adam);
+  step_totals_ = std::make_unique<StepTotalsBuffer>(*backend_);
   detector_ = std::make_unique<DivergenceDetector>(config_.train, vocab);
   divergence_handling_ =
       std::make_unique<DivergenceHandling>(config_, comm_, *detector_, keeping_, run_id_);
@@ -235,9 +236,12 @@ StepStats Trainer::compute_step() {
   stats.tgt_tokens = comm_.sum(stats.local_tgt_tokens);
 
   backend_->zero(model_->params().grads());
+  step_totals_->zero();
   sums_->prepare(*model_, micro_batches);
   const float grad_scale = 1.0f / static_cast<float>(stats.tgt_tokens);
-  LossSums total;
+  // Nothing in the step waits for the backend until its totals are read at the end: the
+  // micro-batches' loss sums are added up where they are computed (on the GPU with
+  // train.cuda_kernels step_totals), and the norm joins them there.
   for (int i = 0; i < accumulate; ++i) {
     DropoutContext dropout;
     dropout.seed = config_.train.seed;
@@ -249,18 +253,19 @@ StepStats Trainer::compute_step() {
     // over ranks while backward goes on (gradient_sums.h).
     const bool last = i + 1 == accumulate;
     if (last) sums_->attach(*model_);
-    const LossSums sums = model_->train_step(micro_batches[i], grad_scale, dropout);
+    model_->train_step(micro_batches[i], grad_scale, dropout, step_totals_->tensor());
     if (last) sums_->detach(*model_);
-    total.loss += sums.loss;
-    total.nll += sums.nll;
   }
-  if (poison_this_loss(comm_, ++steps_computed_)) total.loss = NAN;
   // Complete the sums over ranks (each gradient already scaled by 1 / global tokens).
   sums_->finish(*model_, step);
   // Every rank now holds the same summed gradient, hence computes the same norm.
   const Tensor grads = model_->params().grads();
-  stats.grad_norm = std::sqrt(backend_->sum_squares(grads, grads.numel));
-  // The loss is known before the update, so that a divergent step can be left out.
+  backend_->sum_squares_into(step_totals_->tensor(), grads, grads.numel);
+  // The step's one wait: the loss and the norm are known before the update, so that a
+  // divergent step can be left out.
+  StepTotals total = step_totals_->read(model_->vocab_size());
+  if (poison_this_loss(comm_, ++steps_computed_)) total.loss = NAN;
+  stats.grad_norm = std::sqrt(total.grad_squares);
   stats.loss = comm_.sum(total.loss) / static_cast<double>(stats.tgt_tokens);
   stats.nll = comm_.sum(total.nll) / static_cast<double>(stats.tgt_tokens);
   return stats;

@@ -10,6 +10,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -191,6 +193,82 @@ TEST(CrossEntropy, FloatRowsAgreeWithDoubleAtAModelsVocabulary) {
   }
 }
 
+// The step's form adds each micro-batch's sums into a StepTotals in micro-batch order:
+// the same bits as adding the sums softmax_cross_entropy returns (what the trainer did
+// before), the same gradient, and a row with a bad target counted and skipped.
+template <typename T>
+void expect_added_sums_are_the_returned_ones() {
+  std::mt19937 rng(65);
+  constexpr int kRows = CrossEntropyProblem::kRows, kVocab = CrossEntropyProblem::kVocab;
+  std::unique_ptr<Backend> backend = make_cpu_backend(dtype_of<T>());
+  StepTotalsBuffer totals(*backend);
+  std::vector<T> bytes(sizeof(StepTotals) / sizeof(T));
+  LossSums expected;
+  for (int micro = 0; micro < 3; ++micro) {
+    const CrossEntropyProblem problem(rng);
+    const std::vector<T> logits(problem.logits.begin(), problem.logits.end());
+    std::vector<T> returned_grad(logits.size()), added_grad(logits.size());
+    const LossSums returned = cpu::softmax_cross_entropy<T>(
+        returned_grad.data(), logits.data(), problem.targets.data(), kRows, kVocab, 0.1f,
+        CrossEntropyProblem::kPad, 0.37f);
+    expected.loss += returned.loss;
+    expected.nll += returned.nll;
+    expected.tokens += returned.tokens;
+    backend->download(bytes.data(), totals.tensor());
+    cpu::softmax_cross_entropy_add<T>(added_grad.data(), logits.data(), problem.targets.data(),
+                                      kRows, kVocab, 0.1f, CrossEntropyProblem::kPad, 0.37f,
+                                      bytes.data());
+    backend->upload(totals.tensor(), bytes.data());
+    EXPECT_EQ(added_grad, returned_grad) << "micro-batch " << micro;
+  }
+  const StepTotals sums = totals.read(kVocab);
+  EXPECT_EQ(sums.loss, expected.loss);  // bit for bit: the same adds in the same order
+  EXPECT_EQ(sums.nll, expected.nll);
+  EXPECT_EQ(sums.tokens, expected.tokens);
+  EXPECT_EQ(sums.bad_rows, 0);
+  EXPECT_EQ(sums.grad_squares, 0.0);
+}
+
+TEST(CrossEntropy, AddedSumsAreTheReturnedSumsInMicroBatchOrder) {
+  expect_added_sums_are_the_returned_ones<double>();
+  expect_added_sums_are_the_returned_ones<float>();
+}
+
+TEST(CrossEntropy, AddCountsBadTargetsAndTheReadNamesTheFirst) {
+  std::mt19937 rng(66);
+  constexpr int kRows = CrossEntropyProblem::kRows, kVocab = CrossEntropyProblem::kVocab;
+  CrossEntropyProblem problem(rng);
+  std::unique_ptr<Backend> backend = make_cpu_backend(DType::F64);
+  StepTotalsBuffer totals(*backend);
+  Values bytes(sizeof(StepTotals) / sizeof(double));
+  backend->download(bytes.data(), totals.tensor());
+  // Row 3's target is the vocabulary size, row 6's negative; the other rows count.
+  std::vector<int32_t> bad_targets = problem.targets;
+  bad_targets[3] = kVocab;
+  bad_targets[6] = -5;
+  Values d_logits(problem.logits.size(), 7.0);
+  cpu::softmax_cross_entropy_add<double>(d_logits.data(), problem.logits.data(),
+                                         bad_targets.data(), kRows, kVocab, 0.1f,
+                                         CrossEntropyProblem::kPad, 1.0f, bytes.data());
+  StepTotals sums;
+  std::memcpy(static_cast<void*>(&sums), bytes.data(), sizeof(sums));
+  EXPECT_EQ(sums.bad_rows, 2);
+  EXPECT_EQ(sums.first_bad_row, 3);
+  EXPECT_EQ(sums.first_bad_target, kVocab);
+  EXPECT_EQ(sums.tokens, 3);  // 7 rows: 2 pad, 2 bad
+  for (int j = 0; j < kVocab; ++j) EXPECT_EQ(d_logits[3 * kVocab + j], 7.0) << j;  // skipped
+  // The good rows' sums are those of the same rows with the bad ones made padding.
+  std::vector<int32_t> padded = bad_targets;
+  padded[3] = padded[6] = CrossEntropyProblem::kPad;
+  const LossSums good = cpu::softmax_cross_entropy<double>(
+      nullptr, problem.logits.data(), padded.data(), kRows, kVocab, 0.1f,
+      CrossEntropyProblem::kPad, 1.0f);
+  EXPECT_EQ(sums.loss, good.loss);
+  EXPECT_EQ(sums.nll, good.nll);
+  backend->upload(totals.tensor(), bytes.data());
+  expect_error([&] { totals.read(kVocab); }, {"target id 9 at row 3", "[0, 9)"});
+}
+
 }  // namespace
 }  // namespace thpc::cpu_test
 
@@ -335,6 +413,122 @@ TEST(CudaCrossEntropy, AllPadRowsAndNoRows) {
                                                            0.1f, kPad, 1.0f);
     EXPECT_EQ(none.tokens, 0);
   }
+}
+
+// softmax_cross_entropy_add, three micro-batches into one StepTotals, on `backend`.
+struct AddedResult {
+  StepTotals totals;       // read raw (a bad target does not throw here)
+  LossSums returned;       // softmax_cross_entropy's sums of the same micro-batches, added
+  std::vector<float> d_logits;  // all micro-batches' gradients, one after the other
+};
+// `returned`: also softmax_cross_entropy's sums (which throws on a bad target).
+AddedResult run_added(Backend& backend, DType dtype, const LossCase& c,
+                      const std::vector<LossData>& micro_batches, float grad_scale,
+                      bool returned = true) {
+  Scope scope(backend);
+  StepTotalsBuffer totals(backend);
+  AddedResult result;
+  for (const LossData& data : micro_batches) {
+    const Tensor logits = scope.put(dtype, data.logits);
+    const int32_t* targets = scope.put_ids(data.targets);
+    backend.softmax_cross_entropy_add(logits, logits, targets, c.rows, c.vocab, c.eps, kPad,
+                                      grad_scale, totals.tensor());
+    const std::vector<float> d_logits = scope.get(logits);
+    result.d_logits.insert(result.d_logits.end(), d_logits.begin(), d_logits.end());
+    if (!returned) continue;
+    const Tensor again = scope.put(dtype, data.logits);
+    const LossSums sums = backend.softmax_cross_entropy(Tensor{}, again, targets, c.rows,
+                                                        c.vocab, c.eps, kPad, grad_scale);
+    result.returned.loss += sums.loss;
+    result.returned.nll += sums.nll;
+    result.returned.tokens += sums.tokens;
+  }
+  backend.download(&result.totals, totals.tensor());
+  return result;
+}
+
+// `test(kernels, dtype)` by the verified path and by the candidate step_totals, in each
+// GPU compute dtype, under a trace naming both.
+template <typename Test>
+void for_each_path_and_dtype(const Test& test) {
+  for (unsigned candidates : {unsigned{kNoCandidates}, unsigned{kStepTotals}}) {
+    CudaKernelChoice kernels;
+    kernels.candidates = candidates;
+    for (DType dtype : gpu_compute_dtypes()) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + (candidates ? " (step_totals)" : " (verified)"));
+      test(kernels, dtype);
+    }
+  }
+}
+
+// The step's form on the GPU, by the verified path (the default: the returned sums added
+// on the host) and by the candidate step_totals (added on the device): the sums equal
+// the CPU's within expect_sums_close's tolerance times the three micro-batches, and
+// bit for bit the GPU's own returned sums added in order (each micro-batch's sum comes
+// from the same fixed tree); the gradients as softmax_cross_entropy's.
+TEST(CudaCandidateStepTotals, AddedSumsMatchCpu) {
+  THPC_REQUIRE_GPU();
+  for_each_path_and_dtype([](const CudaKernelChoice& kernels, DType dtype) {
+    std::mt19937 rng(24);
+    for (const LossCase& c : {LossCase{"vocab_1003", 13, 1003, 0.1f, 4},
+                              LossCase{"vocab_37000", 5, 37000, 0.1f, 1}}) {
+      SCOPED_TRACE(c.name);
+      Twins twins(dtype, kernels);
+      const std::vector<LossData> micro = {LossData(c, dtype, rng), LossData(c, dtype, rng),
+                                           LossData(c, dtype, rng)};
+      const float grad_scale = 0.37f;
+      const AddedResult cpu = run_added(*twins.cpu, DType::F32, c, micro, grad_scale);
+      const AddedResult gpu = run_added(*twins.gpu, dtype, c, micro, grad_scale);
+      const LossSums gpu_added{gpu.totals.loss, gpu.totals.nll, gpu.totals.tokens};
+      const LossSums cpu_added{cpu.totals.loss, cpu.totals.nll, cpu.totals.tokens};
+      expect_sums_close(gpu_added, cpu_added, 3 * c.rows);
+      EXPECT_EQ(gpu.totals.loss, gpu.returned.loss);
+      EXPECT_EQ(gpu.totals.nll, gpu.returned.nll);
+      EXPECT_EQ(gpu.totals.tokens, gpu.returned.tokens);
+      EXPECT_EQ(gpu.totals.bad_rows, 0);
+      EXPECT_EQ(gpu.totals.grad_squares, 0.0);
+      const double rel_tol = dtype == DType::F32 ? 1000 * eps_of(dtype) : eps_of(dtype);
+      EXPECT_TRUE(all_close(gpu.d_logits, cpu.d_logits, 1e-5 * grad_scale, rel_tol));
+    }
+  });
+}
+
+// A bad target in the step's form: the candidate counts it on the device, as the CPU
+// does, and the read names the first; the verified path throws at the op, as
+// softmax_cross_entropy does. Either way the error comes before any update.
+TEST(CudaCandidateStepTotals, AddedBadTargetsAreCountedAndTheReadThrows) {
+  THPC_REQUIRE_GPU();
+  for_each_path_and_dtype([](const CudaKernelChoice& kernels, DType dtype) {
+    std::mt19937 rng(25);
+    Twins twins(dtype, kernels);
+    const LossCase c{"bad", 8, 37, 0.1f, 1};
+    std::vector<LossData> micro = {LossData(c, dtype, rng), LossData(c, dtype, rng)};
+    micro[1].targets[3] = 37;
+    micro[1].targets[6] = -5;
+    const AddedResult cpu = run_added(*twins.cpu, DType::F32, c, {micro[1]}, 1.0f, false);
+    EXPECT_EQ(cpu.totals.bad_rows, 2);
+    Scope scope(*twins.gpu);
+    StepTotalsBuffer totals(*twins.gpu);
+    const auto add = [&](const LossData& data) {
+      const Tensor logits = scope.put(dtype, data.logits);
+      twins.gpu->softmax_cross_entropy_add(logits, logits, scope.put_ids(data.targets),
+                                           c.rows, c.vocab, c.eps, kPad, 1.0f,
+                                           totals.tensor());
+    };
+    add(micro[0]);
+    if (kernels.candidates == kNoCandidates && !twin_rehearsal()) {
+      expect_error([&] { add(micro[1]); }, {"target id 37", "row 3", "[0, 37)"});
+      return;
+    }
+    add(micro[1]);
+    StepTotals raw;
+    twins.gpu->download(&raw, totals.tensor());
+    EXPECT_EQ(raw.bad_rows, 2);
+    EXPECT_EQ(raw.first_bad_row, 3);
+    EXPECT_EQ(raw.first_bad_target, 37);
+    EXPECT_EQ(raw.tokens, 2 * (c.rows - 1) - 2);  // a pad row in each, two bad
+    expect_error([&] { totals.read(c.vocab); }, {"target id 37 at row 3", "[0, 37)"});
+  });
 }
 
 // A target outside [0, vocab) that is not the pad id throws, naming the first such row

@@ -601,5 +601,34 @@ TEST(CudaElementwise, ScaleAndSumSquaresMatchCpu) {
   EXPECT_EQ(twins.gpu->sum_squares(gpu.put(DType::F32, {2.0f}), 0), 0.0);
 }
 
+// sum_squares_into: the same kernels as sum_squares, the total written into the step's
+// StepTotals (grad_squares; the other fields kept) instead of read back: the same bits.
+TEST(CudaElementwise, SumSquaresIntoTheStepTotalsIsSumSquares) {
+  THPC_REQUIRE_GPU();
+  std::mt19937 rng(7);
+  Twins twins(DType::F32);
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{257}, int64_t{1000003}}) {
+    SCOPED_TRACE(describe(DType::F32, n));
+    Both both(twins);
+    Pair x = both.param(random_values(static_cast<size_t>(std::max<int64_t>(n, 1)), rng, -3.0f, 3.0f));
+    for (Backend* backend : {&both.cpu(), &both.gpu()}) {
+      const Tensor values = backend == &both.cpu() ? x.cpu : x.gpu;
+      StepTotalsBuffer totals(*backend);
+      StepTotals start;
+      start.loss = 1.5;
+      start.tokens = 4;
+      start.grad_squares = 99.0;
+      backend->upload(totals.tensor(), &start);
+      backend->sum_squares_into(totals.tensor(), values, n);
+      const StepTotals read = totals.read(10);
+      const double returned = backend->sum_squares(values, n);
+      EXPECT_EQ(std::memcmp(&read.grad_squares, &returned, sizeof(double)), 0)
+          << backend->name() << ": " << read.grad_squares << " vs " << returned;
+      EXPECT_EQ(read.loss, 1.5);
+      EXPECT_EQ(read.tokens, 4);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace thpc::test
