@@ -48,8 +48,10 @@
 #   decode_vs_ctranslate2: device=cuda lines=L beam=B max_len=M ours_bf16_tok_s=A
 #     ours_bf16_b32_tok_s=.. ours_wall_tok_s=.. ct2_fp16_b32_tok_s=B ct2_bf16_b32_tok_s=..
 #     ratio_fp16_b32=ours_b32/B ratio_bf16_b32=.. ct2_int8_float16_b32_tok_s=D
-#     ours_bf16_vs_ct2_int8_float16_b32=ours_b32/D (CTranslate2's quantized GPU path; ours
-#     has none yet, so ours in bf16 against it) ct2_fp16_t4096_tok_s=C
+#     ours_bf16_vs_ct2_int8_float16_b32=ours_b32/D (CTranslate2's quantized GPU path
+#     against ours in bf16) ours_int8_b32_tok_s=E int8_same_as_bf16_b32=K/L
+#     gpu_quant_vs_ct2_int8=E/D (ours in int8, --compute-type int8 --cuda-kernels
+#     int8_products, against it: issue 53's field) ct2_fp16_t4096_tok_s=C
 #     ratio_fp16_t4096=A/C ct2_wall_fp16_b32_tok_s=.. same_as_ct2_fp16_b32=K/L
 #     ct2_cublas=12|13-as-12 ...
 # After that line (PROFILE=1, the default on the GPU), two more, untimed runs of ours, in
@@ -308,8 +310,21 @@ fi
 # a token budget no batch of 32 reaches).
 b32=(--batch-sentences 32 --batch-tokens 1000000)
 echo "ours in batches of 32 sentences: ${b32[*]}"
-rm -f "$work"/{ours,ours_b32,ours_candidate,ours_candidate_b32,ct2_fp16,ct2_bf16,ct2_int8_fp16,ct2_fp16_t4096}
+rm -f "$work"/{ours,ours_b32,ours_int8_b32,ours_candidate,ours_candidate_b32,ct2_fp16,ct2_bf16,ct2_int8_fp16,ct2_fp16_t4096}
 candidate=${CANDIDATE:-}
+# Ours in int8 (issue 53): every weight matrix through cuBLASLt's int8 GEMMs, the other
+# ops in bf16 (--compute-type int8, a candidate until a GPU run passes its twins, hence
+# --cuda-kernels int8_products), in batches of 32 against CTranslate2's int8_float16.
+# INT8=0 leaves it out; so does a first try that fails, saying why.
+int8=(--compute-type int8 --cuda-kernels int8_products)
+with_int8=${INT8:-1}
+if [ "$with_int8" = 1 ]; then
+  if ! why_int8=$("$build/transformer_decode" --checkpoint "$checkpoint" --input "$work/empty.en" \
+      --output /dev/null "${search[@]}" "${int8[@]}" 2>&1); then
+    echo "ours in int8 cannot run here: $(echo "$why_int8" | tail -1)"
+    with_int8=0
+  fi
+fi
 # ct2_run NAME COMPUTE_TYPE BATCHING...: one timed CTranslate2 decode on $ct2_device.
 ct2_run() {
   local name=$1 compute_type=$2
@@ -322,6 +337,10 @@ ct2_run() {
 for run in $(seq "$runs"); do
   ours ours --batch-tokens 4096
   ours ours_b32 "${b32[@]}"
+  if [ "$with_int8" = 1 ]; then
+    ours ours_int8_b32 "${b32[@]}" "${int8[@]}"
+    if [ "$run" = 1 ]; then same_int8=$(same_lines "$work/ours_b32.out" "$work/ours_int8_b32.out"); fi
+  fi
   if [ "$ct2_cuda" = yes ]; then
     ct2_run ct2_fp16 float16 --batch-sentences 32
     ct2_run ct2_bf16 bfloat16 --batch-sentences 32
@@ -334,7 +353,7 @@ for run in $(seq "$runs"); do
     # batching move a few near-ties), far fewer if CTranslate2's GEMMs went wrong.
     [ "$run" = 1 ] && same_ct2=$(same_lines "$work/ours_b32.out" "$work/ct2_fp16.out")
   fi
-  echo "run $run (tokens, decode s, wall s): ours $(tail -1 "$work/ours") | ours b32 $(tail -1 "$work/ours_b32")$([ "$ct2_cuda" = yes ] && echo " | ct2 fp16 $(tail -1 "$work/ct2_fp16") | ct2 bf16 $(tail -1 "$work/ct2_bf16") | ct2 int8_float16 $(tail -1 "$work/ct2_int8_fp16") | ct2 fp16 t4096 $(tail -1 "$work/ct2_fp16_t4096")")"
+  echo "run $run (tokens, decode s, wall s): ours $(tail -1 "$work/ours") | ours b32 $(tail -1 "$work/ours_b32")$([ "$with_int8" = 1 ] && echo " | ours int8 b32 $(tail -1 "$work/ours_int8_b32")")$([ "$ct2_cuda" = yes ] && echo " | ct2 fp16 $(tail -1 "$work/ct2_fp16") | ct2 bf16 $(tail -1 "$work/ct2_bf16") | ct2 int8_float16 $(tail -1 "$work/ct2_int8_fp16") | ct2 fp16 t4096 $(tail -1 "$work/ct2_fp16_t4096")")"
   if [ -n "$candidate" ]; then
     [ "$run" = 1 ] && cp "$work/ours.out" "$work/ours_first.out"
     ours ours_candidate --batch-tokens 4096 --cuda-kernels "$candidate"
@@ -346,6 +365,10 @@ done
 ours_tok_s=$(rate ours 2)
 ours_b32_tok_s=$(rate ours_b32 2)
 line="decode_vs_ctranslate2: device=cuda lines=$lines beam=$beam max_len=$max_len ours_bf16_tok_s=$ours_tok_s ours_bf16_b32_tok_s=$ours_b32_tok_s ours_wall_tok_s=$(rate ours 3) tokens_ours=$(tokens ours)"
+if [ "$with_int8" = 1 ]; then
+  int8_b32_tok_s=$(rate ours_int8_b32 2)
+  line="$line ours_int8_b32_tok_s=$int8_b32_tok_s int8_same_as_bf16_b32=$same_int8/$lines"
+fi
 if [ -n "$candidate" ]; then
   same=$(same_lines "$work/ours_first.out" "$work/ours_candidate_first.out")
   line="$line candidate=$candidate ours_candidate_bf16_tok_s=$(rate ours_candidate 2) ours_candidate_b32_tok_s=$(rate ours_candidate_b32 2) candidate_same_lines=$same/$lines"
@@ -355,6 +378,7 @@ if [ "$ct2_cuda" = yes ]; then
   bf16=$(rate ct2_bf16 2)
   fp16_t4096=$(rate ct2_fp16_t4096 2)
   int8_fp16=$(rate ct2_int8_fp16 2)
+  if [ "$with_int8" = 1 ]; then line="$line gpu_quant_vs_ct2_int8=$(ratio "$int8_b32_tok_s" "$int8_fp16")"; fi
   echo "$line ct2_fp16_b32_tok_s=$fp16 ct2_bf16_b32_tok_s=$bf16 ratio_fp16_b32=$(ratio "$ours_b32_tok_s" "$fp16") ratio_bf16_b32=$(ratio "$ours_b32_tok_s" "$bf16") ct2_int8_float16_b32_tok_s=$int8_fp16 ours_bf16_vs_ct2_int8_float16_b32=$(ratio "$ours_b32_tok_s" "$int8_fp16") ct2_fp16_t4096_tok_s=$fp16_t4096 ratio_fp16_t4096=$(ratio "$ours_tok_s" "$fp16_t4096") ct2_wall_fp16_b32_tok_s=$(rate ct2_fp16 3) tokens_ct2=$(tokens ct2_fp16) same_as_ct2_fp16_b32=$same_ct2/$lines ct2_cublas=$ct2_cublas runs=$runs"
 else
   echo "$line ct2=unavailable anchor_ct2_fp16_a10g_b32_tok_s=10991 ($anchor) runs=$runs"
@@ -375,6 +399,9 @@ if [ "${PROFILE:-1}" = 1 ]; then
   # And in batches of 32 sentences, CTranslate2's batching, where ours is about half as
   # fast per token: how much of that is host time between kernels.
   profiled "ours, profiled (batches of 32 sentences, untimed):" "${b32[@]}"
+  if [ "$with_int8" = 1 ]; then
+    profiled "ours in int8, profiled (batches of 32 sentences, untimed):" "${b32[@]}" "${int8[@]}"
+  fi
   if [ -n "$candidate" ]; then
     profiled "ours with --cuda-kernels $candidate, profiled (4,096-token batches, untimed):" \
       --batch-tokens 4096 --cuda-kernels "$candidate"

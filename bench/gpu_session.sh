@@ -184,7 +184,7 @@ readonly PLAN=(
   "start|machine start (counted, not in a call)|60|120"
   "1|setup: gpu-bundle unpacked, nvidia-smi|10|20"
   "1|build: bench_step, kernel twin tests, test_cuda_training (16 cores)|20|110"
-  "1|candidate twins (CudaCandidate*: async_upload, step_totals) and the whole model with them|5|20"
+  "1|candidate twins (CudaCandidate*: async_upload, step_totals, int8_products) and the whole model with them|5|25"
   "1|the verified twins of the changed files (OTHER_TWINS=all: every one)|10|40"
   "1|whole model: fp32 3 steps vs the CPU (fused off, on); bf16 short vs batched; decoding|3|25"
   "1|bf16 GEMM ceiling (8192^3)|10|15"
@@ -198,7 +198,7 @@ readonly PLAN=(
   "2|a base checkpoint's stall, in the step and beside training (2 runs of 10 steps)|20|60"
   "3|setup on the warm machine (bundle kept), build of the programs|15|60"
   "3|Multi30k base-sized layers 1 min, last 5 averaged, test_2016 BLEU|80|100"
-  "3|newstest2014 decode speed, ours against CTranslate2 (what the window has left)|20|100"
+  "3|newstest2014 decode speed, ours (bf16; int8) against CTranslate2 (what the window has left)|25|110"
   "gaps|transfers, the sends of calls 2 and 3|10|30"
 )
 readonly CALL1_TIMEOUT_S=430 CALL2_TIMEOUT_S=330 CALL3_TIMEOUT_S=300 WINDOW_S=900
@@ -339,8 +339,9 @@ readonly CANDIDATES_ACT_IN_TRAINING=1
 # window; after it the gathered attention became CUDA decoding's only layout, losing its
 # candidate check: kernels/cuda/attention.cu, cuda_backend.cu; 2026-11-29: the loss's
 # sum kernel takes the step's totals, sum_squares_into writes into them:
-# cross_entropy.cu, elementwise.cu).
-readonly CHANGED_TWINS="CudaAttention|CudaCrossEntropy|CudaElementwise"
+# cross_entropy.cu, elementwise.cu; the cuBLASLt plan's host code, now shared with the
+# int8 products: linear.cu).
+readonly CHANGED_TWINS="CudaAttention|CudaCrossEntropy|CudaElementwise|CudaLinear|CudaLinearRelu"
 
 # What the step and followup stages build: the benchmark, every kernel twin test
 # executable and the whole-model GPU tests.
@@ -861,7 +862,9 @@ translate_stage() {
   # The same model's decoding time alone (model load excluded), in 4,096-token batches and
   # in batches of 32 sentences, beside CTranslate2 (or its published anchor when its CUDA
   # 12 wheel cannot run: issue 33's GPU line), and where the time goes (--profile: the
-  # host time between ops says whether CUDA graphs of the decoder step would pay). With
+  # host time between ops says whether CUDA graphs of the decoder step would pay), and ours
+  # in int8 at batch 32 against CTranslate2's int8_float16 (gpu_quant_vs_ct2_int8: the
+  # candidate int8_products, whose twins run in call 1; INT8=0 leaves it out). With
   # the candidate kernels too (transformer_decode --cuda-kernels candidate) when their twins
   # passed in call 1 on this machine (none waits at present), or
   # DECODE_CANDIDATE=NAMES says so ("" : not).
@@ -873,7 +876,7 @@ translate_stage() {
   timeout 240 env THPC_BUILD=build-gpu DEVICE=cuda RUNS=1 PYTHON=python3 CANDIDATE="$decode_candidate" \
     bash bench/decode_vs_ctranslate2.sh "$checkpoints/eval/average_last5.h5" 3003 2>&1 |
     tee "$LOGS/newstest_decode_vs_ctranslate2.txt" | grep -E "^(decode_vs_ctranslate2|CTranslate2|ctranslate2 runs|run )|Loaded cuBLAS"
-  sed -n '/^ours, profiled/,/^total (the batch)/p;/^ours with --cuda-kernels/,/^total (the batch)/p' \
+  sed -n '/^ours, profiled/,/^total (the batch)/p;/^ours in int8, profiled/,/^total (the batch)/p;/^ours with --cuda-kernels/,/^total (the batch)/p' \
     "$LOGS/newstest_decode_vs_ctranslate2.txt"
 }
 

@@ -64,7 +64,9 @@ bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
                              std::string& error) {
   // The candidates by name (CandidateKernels); each new one adds {"its_name", kItsBit}.
   static const std::vector<std::pair<std::string, unsigned>> kNames = {
-      {"async_upload", kAsyncUpload}, {"step_totals", kStepTotals}};
+      {"async_upload", kAsyncUpload},
+      {"step_totals", kStepTotals},
+      {"int8_products", kInt8Products}};
   // Former candidates, the default since their GPU run: a configuration or checkpoint
   // that names them (one trained with them before that) still loads, naming nothing.
   static const std::vector<std::string> kRetired = {"write_gradients", "short_attention",

@@ -100,7 +100,10 @@ enum class GradStore { kAdd, kWrite };
 // uploaded through a pinned staging buffer without a wait for the stream; 2026-11-28,
 // issue 51's host gaps) and step_totals (softmax_cross_entropy_add summing a
 // micro-batch's loss into the step's StepTotals on the device, without the read-back
-// and wait of each micro-batch; 2026-11-29, the same gaps). The former ones ran on an H100 on
+// and wait of each micro-batch; 2026-11-29, the same gaps) and int8_products
+// (transformer_decode --compute-type int8 on a GPU: cuBLASLt's int8 GEMMs between a row
+// quantization and a dequantization kernel, Int8CudaBackend; 2026-11-29, issue 53;
+// without it a GPU refuses int8). The former ones ran on an H100 on
 // 2026-11-26 and are the default now: write_gradients (the backward ops writing their
 // first-written gradients), short_attention (the one-launch attention of short
 // sentences), and gathered_attention (a decoding step's attention over the
@@ -109,7 +112,8 @@ enum CandidateKernels : unsigned {
   kNoCandidates = 0,
   kAsyncUpload = 1u << 0,
   kStepTotals = 1u << 1,
-  kAllCandidates = kAsyncUpload | kStepTotals,
+  kInt8Products = 1u << 2,
+  kAllCandidates = kAsyncUpload | kStepTotals | kInt8Products,
 };
 
 // The candidate set a train.cuda_kernels value names: "verified" (none), "candidate"

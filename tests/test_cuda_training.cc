@@ -26,6 +26,13 @@
 #include "model/transformer.h"
 #include "train/trainer.h"
 
+#include "decode/compute_type.h"
+#if THPC_HAVE_CUDA
+#include "kernels/cpu/int8_backend.h"
+#include "kernels/cpu/int8_matmul.h"
+#include "kernels/cuda/int8_cuda_backend.h"
+#endif
+
 namespace thpc {
 namespace {
 
@@ -142,6 +149,32 @@ TEST(CudaTraining, Bf16ThreeStepsWithShortAttentionTrackTheBatchedPath) {
   EXPECT_LE(difference, 1e-2);
 }
 
+// `model`'s log-probabilities at each of its cached decoding steps of kReorderingSources.
+std::vector<std::vector<float>> scored_steps(Transformer& model,
+                                             const std::vector<BeamStep>& steps) {
+  CachedTransformerScorer scorer(model, SpecialIds{}, 10);
+  scorer.start(kReorderingSources);
+  std::vector<std::vector<float>> scores(steps.size());
+  for (size_t step = 0; step < steps.size(); ++step) scorer.step(steps[step], scores[step]);
+  return scores;
+}
+
+// The same steps of `model`, each step's log-probabilities within `tolerance` of
+// `expected`'s.
+void expect_steps_near(Transformer& model, const std::vector<BeamStep>& steps,
+                       const std::vector<std::vector<float>>& expected, double tolerance) {
+  CachedTransformerScorer scorer(model, SpecialIds{}, 10);
+  scorer.start(kReorderingSources);
+  std::vector<float> actual;
+  for (size_t step = 0; step < steps.size(); ++step) {
+    scorer.step(steps[step], actual);
+    ASSERT_EQ(actual.size(), expected[step].size());
+    for (size_t i = 0; i < actual.size(); ++i) {
+      ASSERT_NEAR(actual[i], expected[step][i], tolerance) << "step " << step << " i " << i;
+    }
+  }
+}
+
 // CUDA decoding steps through the shared-prefix cache, each step's self-attention the
 // gathered kernel, with the verified kernels and with the candidates (when one acts in
 // decoding). The same hypotheses, reordered, split and dropped between steps as a beam
@@ -152,28 +185,73 @@ TEST(CudaTraining, DecodingStepsMatchTheCpu) {
   THPC_REQUIRE_REAL_GPU();
   auto cpu_backend = make_cpu_backend(DType::F32);
   Transformer cpu_model = small_model(*cpu_backend, false);
-  const SpecialIds ids;
-  CachedTransformerScorer cpu(cpu_model, ids, 10);
-  cpu.start(kReorderingSources);
   const std::vector<BeamStep> steps = as_beam_steps(reordering_steps());
-  std::vector<std::vector<float>> expected(steps.size());
-  for (size_t step = 0; step < steps.size(); ++step) cpu.step(steps[step], expected[step]);
+  const std::vector<std::vector<float>> expected = scored_steps(cpu_model, steps);
   for (const unsigned candidates : {unsigned(kNoCandidates), unsigned(kAllCandidates)}) {
     CudaKernelChoice kernels;
     kernels.candidates = candidates;
     auto gpu_backend = make_backend(BackendRequest{"cuda", "fp32", 0, 0, kernels});
     Transformer gpu_model = small_model(*gpu_backend, false);
-    CachedTransformerScorer gpu(gpu_model, ids, 10);
-    gpu.start(kReorderingSources);
-    std::vector<float> actual;
-    for (size_t step = 0; step < steps.size(); ++step) {
-      gpu.step(steps[step], actual);
-      ASSERT_EQ(actual.size(), expected[step].size());
-      for (size_t i = 0; i < actual.size(); ++i) {
-        ASSERT_NEAR(actual[i], expected[step][i], 1e-4)
-            << "candidates " << candidates << " step " << step << " i " << i;
-      }
+    SCOPED_TRACE("candidates " + std::to_string(candidates));
+    expect_steps_near(gpu_model, steps, expected, 1e-4);
+  }
+}
+
+// The candidate int8_products (kernels/cuda/int8_cuda_backend.h) in a decoder: the same
+// cached steps as above with every weight matrix quantized (quantize_model_weights) on
+// the GPU and on the CPU (8-bit weights: a CPU with VNNI), the other ops in fp32. The
+// integer products agree exactly; what differs is the float around them (the GEMM-free
+// ops' summation orders, ~1e-5), and where such a difference moves an activation across
+// a rounding boundary of its row's quantization, one step of s_m in one input: 2e-2 in a
+// log-probability bounds that for this model's 16-wide rows.
+TEST(CudaCandidateInt8Products, DecodingStepsTrackTheCpuInt8) {
+  THPC_REQUIRE_REAL_GPU();
+#if THPC_HAVE_CUDA
+  if (!cpu::int8_available() || cpu::int8_weight_limit() != 127) {
+    GTEST_SKIP() << "needs the CPU's 8-bit int8 products: " << cpu::int8_description();
+  }
+  Int8CpuBackend cpu_backend(make_cpu_backend(DType::F32));
+  Transformer cpu_model = small_model(cpu_backend, false);
+  const QuantizedCount on_cpu = quantize_model_weights(cpu_model, cpu_backend);
+  const std::vector<BeamStep> steps = as_beam_steps(reordering_steps());
+  const std::vector<std::vector<float>> expected = scored_steps(cpu_model, steps);
+
+  CudaKernelChoice kernels;
+  kernels.candidates = kInt8Products;
+  Int8CudaBackend gpu_backend(make_backend(BackendRequest{"cuda", "fp32", 0, 0, kernels}));
+  Transformer gpu_model = small_model(gpu_backend, false);
+  const QuantizedCount on_gpu = quantize_model_weights(gpu_model, gpu_backend);
+  // Every size of this model is a multiple of 4 (vocabulary 12, d_k 3 x 4 heads, d_v 5 x 4):
+  // all its matrices take the int8 kernels.
+  EXPECT_EQ(on_gpu.quantized, on_cpu.quantized);
+  EXPECT_EQ(on_gpu.kept_in_float, 0);
+  EXPECT_EQ(gpu_backend.quantized_matrices(), on_gpu.quantized);
+  expect_steps_near(gpu_model, steps, expected, 2e-2);
+#endif
+}
+
+// On a GPU, --compute-type int8 takes the candidate only when it is named (the
+// checkpoint's train.cuda_kernels or --cuda-kernels), and otherwise says how to.
+TEST(CudaCandidateInt8Products, AGpuRefusesInt8UnlessTheCandidateIsNamed) {
+  THPC_REQUIRE_REAL_GPU();
+  TrainConfig train = load_config(kTinyIni).train;
+  train.backend = "cuda";
+  for (const char* kernels : {"verified", "async_upload"}) {
+    train.cuda_kernels = kernels;
+    try {
+      make_decoding_backend(train, ComputeType::kInt8);
+      ADD_FAILURE() << "int8 on the GPU without the candidate, train.cuda_kernels " << kernels;
+    } catch (const std::exception& error) {
+      EXPECT_NE(std::string(error.what()).find("add --cuda-kernels int8_products"),
+                std::string::npos)
+          << error.what();
     }
+  }
+  for (const char* kernels : {"int8_products", "candidate"}) {
+    train.cuda_kernels = kernels;
+    const auto backend = make_decoding_backend(train, ComputeType::kInt8);
+    EXPECT_NE(backend->name().find("+int8"), std::string::npos) << backend->name();
+    EXPECT_EQ(backend->compute_dtype(), DType::BF16);
   }
 }
 

@@ -33,8 +33,9 @@
 // time per batch (kernels/profiling_backend.h: GEMMs, attention, layer norms, the
 // log-softmax and top-k, the cache's row copies, transfers, and the host time between
 // the backend's ops: on a GPU, the device waiting for the host), for the batches of the
-// first worker (all of them on a GPU). --compute-type int8 decodes on the CPU with int8
-// weight matrices (decode/compute_type.h). Exit codes:
+// first worker (all of them on a GPU). --compute-type int8 decodes with int8 weight
+// matrices: oneDNN's products on the CPU, cuBLASLt's on a GPU (there a candidate, taken
+// with --cuda-kernels int8_products; decode/compute_type.h). Exit codes:
 // 0 success, 1 a bad file or checkpoint, 2 a bad command line (--dump-lines naming a
 // line the input lacks, checkpoints of different vocabularies, an output that may not
 // be written, included).
@@ -427,6 +428,7 @@ Translations translate_batches(const Arguments& args, const thpc::DecodingCheckp
         count.quantized += one.quantized;
         count.stored += one.stored;
         count.requantized += one.requantized;
+        count.kept_in_float += one.kept_in_float;
       }
       if (count.quantized + count.stored > 0 && worker == 0) {
         const std::chrono::duration<double> took = std::chrono::steady_clock::now() - quantize_start;
@@ -443,8 +445,13 @@ Translations translate_batches(const Arguments& args, const thpc::DecodingCheckp
           }
           std::cerr << ")";
         }
+        if (count.kept_in_float > 0) {
+          std::cerr << ", " << count.kept_in_float << " kept in "
+                    << thpc::dtype_name(backend->compute_dtype())
+                    << " (sizes the GPU's int8 kernels cannot take: not multiples of 4)";
+        }
         std::cerr << " in " << std::fixed << std::setprecision(2) << took.count() << " s ("
-                  << thpc::cpu::int8_description() << ")\n";
+                  << thpc::int8_products_description(*backend) << ")\n";
       }
       std::vector<thpc::Transformer*> model_pointers;
       for (const auto& model : models) model_pointers.push_back(model.get());
@@ -637,12 +644,14 @@ int main(int argc, char** argv) {
        "0 = one per core (default: the checkpoint's train.threads)")
       ("compute-type", po::value<std::string>(),
        "the arithmetic, as CTranslate2 names it: default (the checkpoint's train.precision), "
-       "float32, bfloat16 (a GPU), or int8 (the CPU: weights in int8 with a scale per output "
-       "channel, activations quantized per row, oneDNN's int8 products; attention and the "
-       "softmax in float32)")
+       "float32, bfloat16 (a GPU), or int8 (weights in int8 with a scale per output channel, "
+       "activations quantized per row; the CPU: oneDNN's int8 products, the rest in "
+       "float32; a GPU: cuBLASLt's, the rest in bfloat16, with --cuda-kernels "
+       "int8_products until a GPU run has checked them)")
       ("cuda-kernels", po::value<std::string>(),
        "GPU kernels, as train.cuda_kernels: verified, candidate (the kernels not yet run "
-       "on a GPU; none at present), or candidate names; default: the checkpoint's")
+       "on a GPU), or candidate names (int8_products: --compute-type int8 on a GPU); "
+       "default: the checkpoint's")
       ("dump-attention", po::value(&args.dump_attention),
        "write every layer's and head's attention weights of the --dump-lines translations "
        "to this HDF5 file (tools/plot_attention.py draws them)")

@@ -182,6 +182,7 @@ class CudaBackend final : public Backend {
   // of the twins passed, and the base step took 42.4 ms instead of 57.8 (bench/RESULTS.md).
   bool fused_ops_by_default() const override { return true; }
   int device() const override { return context_.device(); }
+  cuda::Context& context() { return context_; }
 
   // ---- ops: each entry of kernels/op_list.h calls its twin cuda::NAME<T> with the
   // Context first, on this backend's tensors, their dtypes checked (kernels/twin_call.h).
@@ -228,6 +229,16 @@ class CudaBackend final : public Backend {
 };
 
 }  // namespace
+
+namespace cuda {
+
+Context* context_of(Backend& backend) {
+  if (auto* fp32 = dynamic_cast<CudaBackend<float>*>(&backend)) return &fp32->context();
+  if (auto* half = dynamic_cast<CudaBackend<bf16>*>(&backend)) return &half->context();
+  return nullptr;
+}
+
+}  // namespace cuda
 
 std::unique_ptr<Backend> make_cuda_backend(int device, DType compute_dtype,
                                            const CudaKernelChoice& kernels) {

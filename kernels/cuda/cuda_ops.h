@@ -99,6 +99,20 @@ class Context {
   int64_t allocated_bytes_ = 0, peak_allocated_bytes_ = 0;
 };
 
+// The Context of a backend that make_cuda_backend made (its stream, cuBLASLt handle and
+// scratch), for code that adds GPU work beside its ops (Int8CudaBackend); null for any
+// other backend.
+Context* context_of(Backend& backend);
+
+// y [M, N] = dequantize(xq Wq^T) + b, then max(0, .) with relu: the int8 products of
+// Int8CudaBackend (kernels/cuda/int8_cuda_backend.h, where the formulas are). x [M, K]
+// row-major in T; weights Wq [N, K] row-major int8 (each output's K weights together),
+// column_scales s_n [N]; b [N] in T or null. The rows are quantized into the context's
+// scratch, multiplied by cuBLASLt's int8 kernels into int32, and dequantized in one pass.
+template <typename T>
+void int8_linear(Context& context, T* y, const T* x, const int8_t* weights,
+                 const float* column_scales, const T* b, int M, int K, int N, bool relu);
+
 // dst[i] = convert(src[i]) between fp32 and bf16 (round to nearest even), or a copy
 // when the types match: Backend::copy, and the refresh of the bf16 weight copy
 // (elementwise.cu).

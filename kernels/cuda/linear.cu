@@ -46,6 +46,7 @@
 #include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/lt_plan.cuh"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/grad_store.cuh"
 
@@ -131,13 +132,8 @@ void fill_columns(void* C, cudaDataType_t type, int ldc, int m, int n, const voi
   THPC_CUDA_CHECK_LAUNCH("fill_columns_kernel");
 }
 
-// A cached cuBLASLt plan: descriptors and the heuristic's algorithm for one shape.
-struct Plan {
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-  bool usable = false;  // false: cuBLASLt offered no algorithm, use cublasGemmEx
-};
+// A cached cuBLASLt plan (lt_plan.cuh); unusable: cublasGemmEx instead.
+using Plan = LtPlan;
 
 // Everything the descriptors and the heuristic's choice depend on.
 using PlanKey = std::array<int64_t, 18>;
@@ -150,16 +146,8 @@ class PlanCache {
   Plan& get(Context& context, const Gemm& g);
 
  private:
-  // Host-side objects only (a matmul already enqueued does not need them); errors are
-  // ignored, as at exit.
   void clear() {
-    for (auto& entry : plans_) {
-      Plan& plan = entry.second;
-      if (plan.a) cublasLtMatrixLayoutDestroy(plan.a);
-      if (plan.b) cublasLtMatrixLayoutDestroy(plan.b);
-      if (plan.c) cublasLtMatrixLayoutDestroy(plan.c);
-      if (plan.desc) cublasLtMatmulDescDestroy(plan.desc);
-    }
+    for (auto& entry : plans_) entry.second.destroy();
     plans_.clear();
   }
   // The row count M follows the batch, so shapes keep coming; past this many plans the
@@ -231,17 +219,7 @@ Plan& PlanCache::get(Context& context, const Gemm& g) {
   THPC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
 
-  cublasLtMatmulHeuristicResult_t result{};
-  int returned = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-      context.lt(), plan.desc, plan.a, plan.b, plan.c, plan.c, preference, 1, &result, &returned);
-  cublasLtMatmulPreferenceDestroy(preference);
-  if (status == CUBLAS_STATUS_SUCCESS && returned > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
-    plan.algo = result.algo;
-    plan.usable = true;
-  } else if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED) {
-    THPC_CUBLAS_CHECK(status);  // a real error, not "no algorithm for this case"
-  }
+  plan.choose_algorithm(context.lt(), preference);
   return plans_.emplace(key, plan).first->second;
 }
 

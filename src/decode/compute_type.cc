@@ -7,6 +7,10 @@
 #include "model/backends.h"
 #include "model/transformer.h"
 
+#if THPC_HAVE_CUDA
+#include "kernels/cuda/int8_cuda_backend.h"
+#endif
+
 namespace thpc {
 
 namespace {
@@ -36,8 +40,24 @@ const char* compute_type_name(ComputeType type) {
 std::unique_ptr<Backend> make_decoding_backend(const TrainConfig& checkpoint_train,
                                                ComputeType type) {
   TrainConfig train = checkpoint_train;
-  if (type == ComputeType::kFloat32 || type == ComputeType::kInt8) train.precision = "fp32";
+  // make_backend's choice: a GPU unless train.backend = cpu or none is usable.
+  const bool on_gpu = train.backend != "cpu" && cuda_unavailable_reason().empty();
+  if (type == ComputeType::kFloat32) train.precision = "fp32";
   if (type == ComputeType::kBfloat16) train.precision = "bf16";
+  // int8: the products' rows in fp32 on the CPU; on a GPU the other ops in bf16, as
+  // CTranslate2's int8_float16 keeps them in fp16.
+  if (type == ComputeType::kInt8) train.precision = on_gpu ? "bf16" : "fp32";
+  if (type == ComputeType::kInt8 && on_gpu) {
+    unsigned candidates = kNoCandidates;
+    std::string error;
+    if (!parse_candidate_kernels(train.cuda_kernels, candidates, error) ||
+        (candidates & kInt8Products) == 0) {
+      THPC_FAIL("--compute-type int8 on a GPU multiplies with cuBLASLt's int8 kernels, which "
+                "no GPU session has checked yet: add --cuda-kernels int8_products (or "
+                "candidate) to take them, use bfloat16 (the GPU's checked type), or decode "
+                "on the CPU in int8 with CUDA_VISIBLE_DEVICES= set empty");
+    }
+  }
   std::unique_ptr<Backend> backend = make_backend(train);
   if (type == ComputeType::kBfloat16 && backend->host_memory()) {
     THPC_FAIL("--compute-type bfloat16 needs a GPU, and this decode runs on the CPU ("
@@ -45,9 +65,11 @@ std::unique_ptr<Backend> make_decoding_backend(const TrainConfig& checkpoint_tra
   }
   if (type != ComputeType::kInt8) return backend;
   if (!backend->host_memory()) {
-    THPC_FAIL("--compute-type int8 runs on the CPU only for now, and this decode found a GPU "
-              "(the checkpoint's train.backend = " << checkpoint_train.backend << "): use "
-              "bfloat16 on the GPU, or decode on the CPU with CUDA_VISIBLE_DEVICES= set empty");
+#if THPC_HAVE_CUDA
+    return std::make_unique<Int8CudaBackend>(std::move(backend));
+#else
+    THPC_FAIL("a GPU backend in a build without CUDA");
+#endif
   }
   if (!cpu::int8_available()) {
     THPC_FAIL("--compute-type int8: this transformer_decode has no int8 products: "
@@ -112,21 +134,72 @@ bool within(const cpu::QuantizedWeights& weights, int limit) {
 
 }  // namespace
 
+namespace {
+
+// The stored int8 tensor of `weight` (a quantized checkpoint's), checked against the
+// model's parameter; null when the checkpoint stores none for it.
+const QuantizedTensor* stored_for(const std::vector<QuantizedTensor>& stored,
+                                  const ProductWeight& weight, const ParamEntry& entry) {
+  const auto found = std::find_if(stored.begin(), stored.end(), [&](const QuantizedTensor& t) {
+    return t.name == weight.name;
+  });
+  if (found == stored.end()) return nullptr;
+  THPC_CHECK(found->rows == entry.rows && found->cols == entry.cols &&
+                 found->output_axis == (weight.output_projection ? 0 : 1),
+             "stored int8 " << weight.name << " is not shaped as the model's parameter");
+  return &*found;
+}
+
+#if THPC_HAVE_CUDA
+// quantize_model_weights on a GPU: every weight matrix in 8 bits (cuBLASLt's int8
+// kernels multiply +-127 as they are), stored ones as the checkpoint has them, the others
+// quantized on the host from the fp32 parameters.
+QuantizedCount quantize_for_the_gpu(const ParamStore& params, Backend& backend,
+                                    Int8CudaBackend& int8,
+                                    const std::vector<QuantizedTensor>& stored) {
+  QuantizedCount count;
+  for (const ProductWeight& weight : product_weights(params)) {
+    const ParamEntry& entry = params.entry(weight.name);
+    if (const QuantizedTensor* found = stored_for(stored, weight, entry)) {
+      if (int8.adopt(params.compute(weight.name), as_product_weights(*found))) {
+        ++count.stored;
+      } else {
+        ++count.kept_in_float;
+      }
+      continue;
+    }
+    const Tensor master = params.param(weight.name);
+    std::vector<float> values(static_cast<size_t>(master.numel));
+    backend.download(values.data(), master);
+    const ProductShape shape = product_shape(weight.output_projection, entry.rows, entry.cols);
+    if (int8.adopt(params.compute(weight.name),
+                   cpu::quantize_weights(values.data(), shape.inputs, shape.outputs,
+                                         shape.layout, kStoredWeightLimit))) {
+      ++count.quantized;
+    } else {
+      ++count.kept_in_float;
+    }
+  }
+  return count;
+}
+#endif
+
+}  // namespace
+
 QuantizedCount quantize_model_weights(Transformer& model, Backend& backend,
                                       const std::vector<QuantizedTensor>& stored) {
   QuantizedCount count;
+#if THPC_HAVE_CUDA
+  if (auto* gpu = dynamic_cast<Int8CudaBackend*>(&backend)) {
+    return quantize_for_the_gpu(model.params(), backend, *gpu, stored);
+  }
+#endif
   auto* int8 = dynamic_cast<Int8CpuBackend*>(&backend);
   if (int8 == nullptr) return count;
   const ParamStore& params = model.params();
   for (const ProductWeight& weight : product_weights(params)) {
     const ParamEntry& entry = params.entry(weight.name);
-    const auto found = std::find_if(stored.begin(), stored.end(), [&](const QuantizedTensor& t) {
-      return t.name == weight.name;
-    });
-    if (found != stored.end()) {
-      THPC_CHECK(found->rows == entry.rows && found->cols == entry.cols &&
-                     found->output_axis == (weight.output_projection ? 0 : 1),
-                 "stored int8 " << weight.name << " is not shaped as the model's parameter");
+    if (const QuantizedTensor* found = stored_for(stored, weight, entry)) {
       cpu::QuantizedWeights quantized = as_product_weights(*found);
       if (within(quantized, cpu::int8_weight_limit())) {
         int8->adopt(params.compute(weight.name), quantized);
@@ -140,6 +213,11 @@ QuantizedCount quantize_model_weights(Transformer& model, Backend& backend,
     ++count.quantized;
   }
   return count;
+}
+
+std::string int8_products_description(const Backend& backend) {
+  if (backend.host_memory()) return cpu::int8_description();
+  return "cuBLASLt's int8 GEMMs on " + backend.name() + ", 8-bit weights";
 }
 
 Checkpoint quantize_checkpoint(const Checkpoint& source) {

@@ -9,7 +9,10 @@
 //             scale per output channel, activations quantized per row at run time,
 //             products by oneDNN (kernels/cpu/int8_matmul.h); attention, layer norms,
 //             the softmax and top-k in fp32. CTranslate2's int8 (its int8_float32).
-//             On a GPU: not yet (it says so).
+//             On a GPU: the same weights through cuBLASLt's int8 GEMMs, the other ops in
+//             bf16 (kernels/cuda/int8_cuda_backend.h; CTranslate2's int8_float16 with
+//             bf16), a candidate taken only with train.cuda_kernels / --cuda-kernels
+//             naming int8_products until a GPU run has passed its twins.
 #pragma once
 
 #include <memory>
@@ -46,9 +49,16 @@ struct QuantizedCount {
   // Stored in 8 bits where this CPU's products take 7: quantized again from their
   // dequantized values (counted in `quantized`).
   int requantized = 0;
+  // On a GPU: matrices whose sizes cuBLAS's int8 kernels cannot take (K or N not a
+  // multiple of 4), multiplied in the backend's float type instead (not in the others).
+  int kept_in_float = 0;
 };
 QuantizedCount quantize_model_weights(Transformer& model, Backend& backend,
                                       const std::vector<QuantizedTensor>& stored = {});
+
+// What multiplies in int8 on `backend` (make_decoding_backend's), for the start-up line:
+// "oneDNN 2.6.3, avx512_core_vnni, 8-bit weights" on the CPU, cuBLASLt's on a GPU.
+std::string int8_products_description(const Backend& backend);
 
 // A quantized checkpoint of `source` (transformer_quantize): every weight matrix of
 // product_weights() in int8 with a scale per output channel (8-bit: +-127, what a CPU

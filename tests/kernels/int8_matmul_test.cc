@@ -354,3 +354,160 @@ TEST(Int8Backend, MultipliesQuantizedWeightsInInt8AndPassesTheRestOn) {
 
 }  // namespace
 }  // namespace thpc::cpu_test
+
+namespace thpc::cpu_test {
+namespace {
+
+// The GPU's int8 products (kernels/cuda/int8_cuda_backend.h) quantize activations to
+// signed integers, as its tensor cores multiply them; the CPU's to u8 with zero point
+// 128. Both are the same integers: round(x * 127 / max) is xq - 128, and the CPU's
+// acc - 128 c[n] is the signed sum. This reference, which the GPU twin below is held to,
+// is therefore the CPU's arithmetic: it gives oneDNN's products bit for bit.
+std::vector<float> signed_integer_reference(const cpu::QuantizedWeights& weights,
+                                            const std::vector<float>& x, const float* b,
+                                            int M, bool relu) {
+  const int K = weights.inputs, N = weights.outputs;
+  std::vector<float> y(static_cast<size_t>(M) * N);
+  std::vector<uint8_t> xq(K);
+  for (int m = 0; m < M; ++m) {
+    const float row_scale = cpu::quantize_row(x.data() + static_cast<size_t>(m) * K, K, xq.data());
+    for (int n = 0; n < N; ++n) {
+      int64_t acc = 0;
+      for (int k = 0; k < K; ++k) {
+        acc += (int64_t(xq[k]) - 128) * weights.values[static_cast<size_t>(k) * N + n];
+      }
+      const float value = cpu::dequantize(static_cast<int32_t>(acc), 0, row_scale,
+                                          weights.scales[n], b != nullptr ? b[n] : 0.0f);
+      y[static_cast<size_t>(m) * N + n] = relu ? (value > 0.0f ? value : 0.0f) : value;
+    }
+  }
+  return y;
+}
+
+TEST(Int8Matmul, SignedActivationsGiveTheUnsignedProductsBitForBit) {
+  SKIP_WITHOUT_INT8();
+  std::mt19937 rng(11);
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(std::to_string(s.M) + " x " + std::to_string(s.K) + " x " + std::to_string(s.N));
+    const Operands operands = random_operands(s, rng);
+    const cpu::QuantizedWeights weights = cpu::quantize_weights(
+        operands.W.data(), s.K, s.N, WeightLayout::kInputsByOutputs, cpu::int8_weight_limit());
+    const QuantizedMatrix matrix(weights);
+    for (const bool relu : {false, true}) {
+      std::vector<float> y(static_cast<size_t>(s.M) * s.N);
+      matrix.multiply(y.data(), operands.x.data(), operands.b.data(), s.M, relu);
+      EXPECT_EQ(signed_integer_reference(weights, operands.x, operands.b.data(), s.M, relu), y)
+          << "relu " << relu;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace thpc::cpu_test
+
+#if THPC_HAVE_CUDA
+#include "cuda_twin.h"
+#include "kernels/cuda/int8_cuda_backend.h"
+#include "model/backends.h"
+
+namespace thpc::test {
+namespace {
+
+using cpu_test::signed_integer_reference;
+
+// The candidate int8_products: Int8CudaBackend's products against the CPU's int8
+// arithmetic (signed_integer_reference) on the same x, in fp32 and bf16 rows. The
+// integers are exact on both sides; the epilogue float(acc) * (s_m * s_n) + b rounds
+// three times on each, in the same order, but the CPU's compiler may fuse the last two:
+// 4 fp32 eps of the largest |result| bound that. bf16 rows round y once more: eps_of(bf16)
+// relative.
+TEST(CudaCandidateInt8Products, ProductsMatchTheCpuInt8Arithmetic) {
+  THPC_REQUIRE_REAL_GPU();
+  CudaKernelChoice kernels;
+  kernels.candidates = kInt8Products;
+  std::mt19937 rng(12);
+  struct Case {
+    int M, K, N;
+  };
+  // One row; batch 32 x beam 4 rows of the base model's products; an odd row count; the
+  // output projection's vocabulary.
+  const Case cases[] = {{1, 64, 4}, {128, 512, 2048}, {128, 2048, 512}, {37, 512, 1000},
+                        {128, 512, 37000}};
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    Int8CudaBackend int8(make_backend(BackendRequest{"cuda", dtype == DType::BF16 ? "bf16" : "fp32",
+                                                     0, 0, kernels}));
+    Scope scope(int8);
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + std::to_string(c.M) + " x " +
+                   std::to_string(c.K) + " x " + std::to_string(c.N));
+      std::vector<float> x = representable(random_values(size_t(c.M) * c.K, rng), dtype);
+      x[3 % x.size()] = NAN;  // row 0 holds a NaN: NaN out, 0 after the ReLU
+      const std::vector<float> b = representable(random_values(size_t(c.N), rng), dtype);
+      const std::vector<float> W = random_values(size_t(c.K) * c.N, rng);
+      const bool projection = c.N == 37000;  // E [vocab, d] as the model holds it
+      const cpu::QuantizedWeights weights = cpu::quantize_weights(
+          W.data(), c.K, c.N,
+          projection ? cpu::WeightLayout::kOutputsByInputs : cpu::WeightLayout::kInputsByOutputs,
+          127);
+      const Tensor key = scope.put(dtype, W);  // the model's compute tensor: its address
+      int8.adopt(key, weights);
+      const Tensor xt = scope.put(dtype, x), bt = scope.put(dtype, b);
+      const Tensor y = scope.alloc(dtype, int64_t(c.M) * c.N);
+      for (const bool relu : {false, true}) {
+        if (projection && relu) continue;
+        if (projection) {
+          int8.output_projection_forward(y, xt, key, c.M, c.K, c.N);
+        } else if (relu) {
+          int8.linear_relu_forward(y, xt, key, bt, c.M, c.K, c.N);
+        } else {
+          int8.linear_forward(y, xt, key, bt, c.M, c.K, c.N);
+        }
+        std::vector<float> expected =
+            signed_integer_reference(weights, x, projection ? nullptr : b.data(), c.M, relu);
+        std::vector<float> actual = scope.get(y);
+        for (int n = 0; n < c.N; ++n) {  // row 0: NaN, or 0 through the ReLU, on both
+          ASSERT_TRUE(relu ? actual[n] == 0.0f : std::isnan(actual[n])) << "row 0 column " << n;
+          ASSERT_TRUE(relu ? expected[n] == 0.0f : std::isnan(expected[n])) << "reference " << n;
+          actual[n] = expected[n] = 0.0f;
+        }
+        double largest = 0.0;
+        for (size_t i = size_t(c.N); i < expected.size(); ++i) {
+          largest = std::max(largest, std::abs(static_cast<double>(expected[i])));
+        }
+        EXPECT_TRUE(all_close(actual, expected, 4 * eps_of(DType::F32) * largest,
+                              rounding_rel(dtype)))
+            << (relu ? "linear_relu_forward" : projection ? "output_projection_forward"
+                                                          : "linear_forward");
+      }
+    }
+  }
+}
+
+// A weight matrix it was not handed (or one it keeps in float: N not a multiple of 4)
+// takes the inner backend's float product, bit for bit.
+TEST(CudaCandidateInt8Products, OtherWeightsTakeTheFloatProduct) {
+  THPC_REQUIRE_REAL_GPU();
+  CudaKernelChoice kernels;
+  kernels.candidates = kInt8Products;
+  std::mt19937 rng(13);
+  auto inner = make_backend(BackendRequest{"cuda", "bf16", 0, 0, kernels});
+  Backend& plain = *inner;
+  Int8CudaBackend int8(make_backend(BackendRequest{"cuda", "bf16", 0, 0, kernels}));
+  const int M = 16, K = 64, N = 30;  // N % 4 != 0: kept in float
+  const std::vector<float> x = representable(random_values(size_t(M) * K, rng), DType::BF16);
+  const std::vector<float> W = representable(random_values(size_t(K) * N, rng), DType::BF16);
+  Scope on_int8(int8), on_plain(plain);
+  const Tensor key = on_int8.put(DType::BF16, W);
+  int8.adopt(key, cpu::quantize_weights(W.data(), K, N, cpu::WeightLayout::kInputsByOutputs, 127));
+  EXPECT_EQ(int8.quantized_matrices(), 0);
+  const Tensor y8 = on_int8.alloc(DType::BF16, int64_t(M) * N);
+  int8.linear_forward(y8, on_int8.put(DType::BF16, x), key, Tensor{}, M, K, N);
+  const Tensor y = on_plain.alloc(DType::BF16, int64_t(M) * N);
+  plain.linear_forward(y, on_plain.put(DType::BF16, x), on_plain.put(DType::BF16, W), Tensor{},
+                       M, K, N);
+  EXPECT_TRUE(same_bits(on_int8.get(y8), on_plain.get(y)));
+}
+
+}  // namespace
+}  // namespace thpc::test
+#endif

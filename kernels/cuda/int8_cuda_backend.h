@@ -1,0 +1,74 @@
+// A CUDA backend with the decoder's weight matrices multiplied in int8 by cuBLASLt:
+// transformer_decode --compute-type int8 on a GPU, CTranslate2's int8_bfloat16 (its
+// int8_float16 with bf16 for fp16). Written without a GPU on 2026-11-29 (issue 53): a
+// candidate, taken only with train.cuda_kernels / --cuda-kernels naming int8_products
+// (or candidate) until a GPU session sees its twins (CudaCandidateInt8Products.*) pass.
+//
+// The arithmetic is the CPU's int8 path (kernels/cpu/int8_matmul.h) with signed
+// activations, which the GPU's int8 tensor cores multiply directly: for y = x W + b with
+// x [M, K] and W [K, N],
+//   weights     s_n = max_k |W[k, n]| / 127, Wq[k, n] = round(W[k, n] / s_n) (quantized
+//               once, on the host: cpu::quantize_weights, or a quantized checkpoint's)
+//   activations s_m = max_k |x[m, k]| / 127, xq[m, k] = round(x[m, k] * (127 / max)) in
+//               [-127, 127], rounded to nearest even (a kernel per product)
+//   product     acc[m, n] = sum_k xq[m, k] Wq[k, n] (int32, exact: cuBLASLt, int8 in,
+//               int32 out; cublasGemmEx where its heuristic offers no kernel)
+//   result      y[m, n] = float(acc) * (s_m * s_n) + b[n], max(0, .) for the FFN's first
+//               layer, stored in the backend's compute type.
+// The CPU's u8 activations with zero point 128 give the same integers (acc - 128 c[n]),
+// so on the same x the CPU path and this one agree up to the rounding of the float
+// epilogue (and bf16's rounding of the stored y): what the twin tests hold them to. A
+// row holding a NaN or an infinity gives NaN (the ReLU: 0), as on the CPU.
+//
+// Every other op (attention, layer norms, the softmax and top-k, the embedding lookup)
+// is the inner CUDA backend's, in its compute type; the weights stay in the model too
+// (the embedding lookup reads them). Only for decoding, as Int8CpuBackend.
+//
+// Why cuBLASLt: it is the library with Hopper's int8 tensor-core kernels (the IMMA
+// "TN" case: both operands K-major, which is why Wq is kept as [N, K]), maintained with
+// the toolkit; the project already plans its bf16 GEMMs with it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "kernels/cpu/int8_matmul.h"
+#include "kernels/forwarding_backend.h"
+
+namespace thpc {
+
+class Int8CudaBackend final : public ForwardingBackend {
+ public:
+  // `cuda_backend`: what make_cuda_backend made (bf16 or fp32 compute).
+  explicit Int8CudaBackend(std::unique_ptr<Backend> cuda_backend);
+  ~Int8CudaBackend() override;
+
+  std::string name() const override { return inner().name() + "+int8"; }
+
+  // From now on, products with `weights` (the model's compute tensor of a weight matrix:
+  // what the product ops are handed, found by its address) run in int8 with `quantized`
+  // (K inputs, N outputs, values within +-127). False, and the float product kept, when
+  // K or N is not a multiple of 4 (what cuBLAS's int8 kernels take: a vocabulary of
+  // another size).
+  bool adopt(Tensor weights, const cpu::QuantizedWeights& quantized);
+  int quantized_matrices() const { return static_cast<int>(matrices_.size()); }
+
+  void linear_forward(Tensor y, Tensor x, Tensor W, Tensor b, int M, int K, int N) override;
+  void linear_relu_forward(Tensor y, Tensor x, Tensor W, Tensor b, int M, int K,
+                           int N) override;
+  void output_projection_forward(Tensor logits, Tensor h, Tensor E, int M, int d,
+                                 int vocab) override;
+
+ private:
+  struct Matrix;  // Wq [N, K] and s_n in device memory
+  // The int8 copy of `weights` for these sizes, or null (a float product).
+  const Matrix* find(const Tensor& weights, int inputs, int outputs) const;
+  void multiply(Tensor y, Tensor x, const Matrix& matrix, Tensor b, int M, bool relu);
+
+  std::unique_ptr<Backend> cuda_backend_;
+  std::unordered_map<const void*, std::unique_ptr<Matrix>> matrices_;
+};
+
+}  // namespace thpc
