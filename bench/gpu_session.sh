@@ -189,7 +189,7 @@ readonly PLAN=(
   "1|whole model: fp32 3 steps vs the CPU (fused off, on); bf16 short vs batched; decoding|3|25"
   "1|bf16 GEMM ceiling (8192^3)|10|15"
   "1|profile base verified, candidate; short_attention_max_len 0, 64 (27 steps each)|25|70"
-  "1|ours verified (and candidate if it acts in training; 75 steps each); eager|35|75"
+  "1|ours verified (and candidate if it acts in training; the loss in chunks of 1,024 rows; 75 steps each); eager|45|90"
   "1|torch.compile peer, only without PEERS=eager (228 s to compile on 2026-11-26)|0|0"
   "2|setup on the warm machine (bundle kept), build of mpi_equivalence, test_distributed, the trainer|15|60"
   "2|CudaDistributed.*: 2 and 4 ranks on GPU 0 vs accumulation (fp32, bf16), bf16 sums, NCCL refused|40|120"
@@ -442,11 +442,15 @@ kernel_settings() {
   return 0
 }
 
-# bench/step_vs_torch.sh base with the peers, ours once per train.cuda_kernels setting, inside
+# bench/step_vs_torch.sh base with the peers, ours once per train.cuda_kernels setting, and
+# once with the loss in chunks of LOSS_CHUNK_ROWS target rows (default 1024; 0: not; issue
+# 51: the [25,000 x 37,000] logits never whole, 1.85 GB less; only verified kernels), inside
 # `seconds` (a cut-off run leaves the JSON lines it printed in the log).
 peers_step() {
   local seconds=$1 peers=$2 variants=() args=(base 25000)
   for setting in $(kernel_settings); do variants+=("$setting=train.cuda_kernels=$setting"); done
+  local chunk_rows=${LOSS_CHUNK_ROWS:-1024}
+  [ "$chunk_rows" != 0 ] && variants+=("loss_chunk_$chunk_rows=train.loss_chunk_rows=$chunk_rows")
   if [ "$rehearsal" = 1 ]; then
     if [ -z "${SOURCE_TORCH_REFERENCE}" ] || ! "${PYTHON:-python3}" -c 'import torch' 2> /dev/null; then
       echo "peers: skipped in the rehearsal (no TORCH_REFERENCE or no PyTorch for ${PYTHON:-python3})"

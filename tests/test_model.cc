@@ -503,6 +503,43 @@ TEST(FusedOps, TrainerEndsWithTheSameParametersOnAndOff) {
   std::filesystem::remove_all(run);
 }
 
+// train.loss_chunk_rows: the projection, the loss and the projection's backward a chunk
+// of target rows at a time give the whole batch's loss and gradients. In fp64 they agree
+// to the summation orders (the embedding's gradient adds the chunks' shares one after
+// another; the loss sums the chunks' sums): 1e-12 relative. Chunks of 1 row, of 8 (not
+// dividing the 21 rows: a short last chunk) and of more rows than there are (one chunk).
+TEST(LossInChunks, GivesTheWholeBatchsLossAndGradients) {
+  const ModelConfig c = small_model(true, true);
+  const Batch batch = small_batch();
+  const int rows = batch.size * batch.tgt_len;
+  ASSERT_EQ(rows, 21);
+  const auto run = [&](int64_t chunk_rows, LossSums& sums) {
+    auto backend = make_cpu_backend(DType::F64);
+    Transformer model(c, 16, SpecialIds{}, *backend, 3);
+    model.set_loss_chunk_rows(chunk_rows);
+    backend->zero(model.params().grads());
+    sums = model.train_step(batch, 0.25f, DropoutContext{7, 2, 1});
+    return download_f64(*backend, model.params().grads());
+  };
+  LossSums whole;
+  const std::vector<double> expected = run(0, whole);
+  double largest = 0.0;
+  for (const double g : expected) largest = std::max(largest, std::abs(g));
+  ASSERT_GT(largest, 0.0);
+  for (const int64_t chunk_rows : {int64_t{1}, int64_t{8}, int64_t{100}}) {
+    SCOPED_TRACE("loss_chunk_rows " + std::to_string(chunk_rows));
+    LossSums chunked;
+    const std::vector<double> gradients = run(chunk_rows, chunked);
+    EXPECT_EQ(chunked.tokens, whole.tokens);
+    EXPECT_NEAR(chunked.loss, whole.loss, 1e-12 * std::abs(whole.loss));
+    EXPECT_NEAR(chunked.nll, whole.nll, 1e-12 * std::abs(whole.nll));
+    ASSERT_EQ(gradients.size(), expected.size());
+    for (size_t i = 0; i < gradients.size(); ++i) {
+      ASSERT_NEAR(gradients[i], expected[i], 1e-12 * largest) << "gradient element " << i;
+    }
+  }
+}
+
 // The first six losses of input/tiny.ini (RegressionPin.FirstLossesOfTinyIni says where
 // they come from).
 const double kTinyGoldenLosses[] = {4.196724, 4.082856, 3.915161, 3.775877, 3.627720, 3.573549};
@@ -516,6 +553,19 @@ TEST(RegressionPin, FirstLossesOfTinyIni) {
   // (1e-4 absolute) allows another CPU's BLAS kernels to round differently (fp32 sums
   // differ by ~1e-6 relative) while any change of substance moves the loss by more.
   const Config config = load_config(kRoot + "/input/tiny.ini", {"train.max_steps=6"});
+  Trainer trainer(config);
+  for (double expected : kTinyGoldenLosses) {
+    const StepStats stats = trainer.step();
+    EXPECT_NEAR(stats.loss, expected, 1e-4) << "step " << stats.step;
+  }
+}
+
+// The trainer with train.loss_chunk_rows: the step's loss adds the chunks' sums (through
+// the step's totals), and training goes as without chunks, to fp32 rounding: the golden
+// losses of tiny.ini within RegressionPin's 1e-4.
+TEST(LossInChunks, TheTrainerKeepsTheGoldenLosses) {
+  const Config config =
+      load_config(kRoot + "/input/tiny.ini", {"train.max_steps=6", "train.loss_chunk_rows=5"});
   Trainer trainer(config);
   for (double expected : kTinyGoldenLosses) {
     const StepStats stats = trainer.step();

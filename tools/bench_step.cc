@@ -132,6 +132,7 @@ int run(const Arguments& args) {
   if (args.profile) profiler.emplace(*backend);
   thpc::Backend& ops = profiler ? static_cast<thpc::Backend&>(*profiler) : *backend;
   thpc::Transformer model(config.model, args.vocab, thpc::SpecialIds{}, ops, config.train.seed);
+  model.set_loss_chunk_rows(config.train.loss_chunk_rows);  // --set train.loss_chunk_rows=N
   thpc::AdamSettings settings;
   settings.beta1 = config.train.adam_beta1;
   settings.beta2 = config.train.adam_beta2;

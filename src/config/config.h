@@ -62,6 +62,9 @@ struct TrainConfig {
   float max_minutes = 0.0f;        // wall-clock limit of a run's training; 0 = none
   int64_t tokens_per_step = 25000;  // padded tokens per step on each side (source, target)
   int accumulate = 1;              // micro-batches per optimizer step
+  // Rows of [target tokens, vocabulary] logits made at once in training: the output
+  // projection, the loss and the projection's backward a chunk at a time; 0 = all.
+  int64_t loss_chunk_rows = 0;
   int warmup_steps = 4000;         // §5.3
   float lr_scale = 1.0f;           // multiplies the §5.3 schedule (1 = the paper)
   float adam_beta1 = 0.9f;         // §5.3

@@ -146,6 +146,10 @@ const std::vector<Option>& option_table() {
       THPC_OPTION(train, tokens_per_step, THPC_AT_LEAST(1),
                   "padded tokens per step on each side, source and target (§5.1)"),
       THPC_OPTION(train, accumulate, THPC_AT_LEAST(1), "micro-batches per optimizer step"),
+      THPC_OPTION(train, loss_chunk_rows, THPC_AT_LEAST(0),
+                  "target rows whose vocabulary logits exist at once: the output projection, "
+                  "the loss and their backward a chunk of rows at a time (a micro-batch's "
+                  "[tokens x vocabulary] logits never whole); 0 = all rows at once"),
       THPC_OPTION(train, warmup_steps, THPC_AT_LEAST(1), "linear learning-rate warmup (§5.3)"),
       THPC_OPTION(train, lr_scale, THPC_ABOVE(0), "factor on the §5.3 schedule; 1 = the paper"),
       THPC_OPTION(train, adam_beta1, THPC_FRACTION, "Adam beta1 (§5.3)"),

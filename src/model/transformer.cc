@@ -312,7 +312,8 @@ void Transformer::forward_encoder(bool train, const DropoutContext& ctx,
   if (!keep_all) s.encoder_acts.clear();
 }
 
-void Transformer::forward_decoder(int batch_size, int T, bool train, const DropoutContext& ctx) {
+void Transformer::forward_decoder(int batch_size, int T, bool train, const DropoutContext& ctx,
+                                  bool with_logits) {
   State& s = *state_;
   Sublayers sub = sublayers_for(backend_, config_);
   const int rows = batch_size * T;
@@ -341,7 +342,7 @@ void Transformer::forward_decoder(int batch_size, int T, bool train, const Dropo
     in = sub.after(a.last());
   }
   s.decoder_out = in.normed;
-  s.logits = vocabulary_logits(arena, s.decoder_out, rows);
+  s.logits = with_logits ? vocabulary_logits(arena, s.decoder_out, rows) : Tensor{};
 }
 
 // The tied pre-softmax projection (§3.4): logits = h E^T, the decoder's top for a full
@@ -360,11 +361,38 @@ void Transformer::train_pass(const Batch& batch, const DropoutContext& dropout, 
   State& s = *state_;
   upload_batch(batch);
   forward_encoder(true, dropout);
-  forward_decoder(s.batch_size, s.tgt_len, true, dropout);
-  // Loss and its gradient in one pass; the gradient overwrites the logits.
-  loss(s.logits, s.tgt_out, s.batch_size * s.tgt_len);
+  const int rows = s.batch_size * s.tgt_len;
+  const int64_t chunk = loss_chunk_rows_ > 0 ? std::min<int64_t>(loss_chunk_rows_, rows) : rows;
+  if (chunk == rows) {
+    forward_decoder(s.batch_size, s.tgt_len, true, dropout);
+    // Loss and its gradient in one pass; the gradient overwrites the logits.
+    loss(s.logits, s.tgt_out, rows);
+    s.grad_arena.reset();
+    backward_decoder(dropout);
+    backward_encoder(dropout);
+    return;
+  }
+  // train.loss_chunk_rows: the tied projection (§3.4), the loss and the projection's
+  // backward a chunk of target rows at a time, into one [chunk, vocabulary] buffer: a
+  // chunk's rows need only their own logits (each row's softmax is over the vocabulary),
+  // so the whole [rows, vocabulary] never exists. dh is written chunk by chunk; dE adds
+  // each chunk's share.
+  forward_decoder(s.batch_size, s.tgt_len, true, dropout, /*with_logits=*/false);
   s.grad_arena.reset();
-  backward_decoder(dropout);
+  const int d = config_.d_model;
+  const Tensor d_decoder_out = s.grad_arena.take(sublayers_for(backend_, config_).act, int64_t(rows) * d);
+  const Tensor logits = s.grad_arena.take(backend_.compute_dtype(), chunk * vocab_);
+  for (int first = 0; first < rows; first += static_cast<int>(chunk)) {
+    const int count = static_cast<int>(std::min<int64_t>(chunk, rows - first));
+    const Tensor chunk_logits = logits.slice(0, int64_t(count) * vocab_);
+    const Tensor h = s.decoder_out.slice(int64_t(first) * d, int64_t(count) * d);
+    backend_.output_projection_forward(chunk_logits, h, s.embedding.value, count, d, vocab_);
+    loss(chunk_logits, s.tgt_out + first, count);
+    backend_.output_projection_backward(d_decoder_out.slice(int64_t(first) * d, int64_t(count) * d),
+                                        s.embedding.grad, chunk_logits, h, s.embedding.value,
+                                        count, d, vocab_, GradStore::kWrite);
+  }
+  backward_decoder(dropout, d_decoder_out);
   backward_encoder(dropout);
 }
 
@@ -372,8 +400,11 @@ LossSums Transformer::train_step(const Batch& batch, float grad_scale,
                                  const DropoutContext& dropout) {
   LossSums sums;
   train_pass(batch, dropout, [&](Tensor logits, const int32_t* targets, int rows) {
-    sums = backend_.softmax_cross_entropy(logits, logits, targets, rows, vocab_,
-                                          config_.label_smoothing, ids_.pad, grad_scale);
+    const LossSums part = backend_.softmax_cross_entropy(
+        logits, logits, targets, rows, vocab_, config_.label_smoothing, ids_.pad, grad_scale);
+    sums.loss += part.loss;  // 0 + the whole's sums when not in chunks: the same bits
+    sums.nll += part.nll;
+    sums.tokens += part.tokens;
   });
   return sums;
 }
@@ -399,7 +430,7 @@ LossSums Transformer::evaluate(const Batch& batch) {
 
 // Backward through the decoder, from d_logits (in s.logits) to the target embedding,
 // leaving the encoder output's gradient in `d_encoder_out` for backward_encoder().
-void Transformer::backward_decoder(const DropoutContext& ctx) {
+void Transformer::backward_decoder(const DropoutContext& ctx, Tensor d_decoder_out) {
   State& s = *state_;
   Sublayers sub = sublayers_for(backend_, config_);
   const int rows = s.batch_size * s.tgt_len;
@@ -408,9 +439,12 @@ void Transformer::backward_decoder(const DropoutContext& ctx) {
   const float p_drop = config_.dropout;
   Arena& grads = s.grad_arena;
 
-  Tensor d_y = grads.take(sub.act, int64_t(rows) * d);
-  backend_.output_projection_backward(d_y, s.embedding.grad, s.logits, s.decoder_out,
-                                      s.embedding.value, rows, d, vocab_, GradStore::kWrite);
+  Tensor d_y = d_decoder_out;
+  if (!d_y) {
+    d_y = grads.take(sub.act, int64_t(rows) * d);
+    backend_.output_projection_backward(d_y, s.embedding.grad, s.logits, s.decoder_out,
+                                        s.embedding.value, rows, d, vocab_, GradStore::kWrite);
+  }
   // With the lookups summed apart, the embedding's gradient is now final.
   if (output_projection_final_hook_) output_projection_final_hook_();
   Tensor d_encoder_out = grads.take_zeroed(sub.act, int64_t(src_rows) * d);

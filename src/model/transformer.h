@@ -78,6 +78,11 @@ class Transformer {
   // totals once, at its end (StepTotalsBuffer::read).
   void train_step(const Batch& batch, float grad_scale, const DropoutContext& dropout,
                   Tensor totals);
+  // train.loss_chunk_rows: train_step makes the [rows, vocabulary] logits `rows` target
+  // rows at a time (the projection, the loss and the projection's backward per chunk);
+  // 0 (the default) all at once. The gradients are the same up to the summation order of
+  // the embedding's share (a sum over chunks), the loss up to the order of its sum.
+  void set_loss_chunk_rows(int64_t rows) { loss_chunk_rows_ = rows; }
   // Called during train_step's backward each time every gradient at a flat offset >= x
   // is final: x falls layer by layer (decoder N-1..0, encoder N-1..0) and ends at 0 once
   // the shared embedding is done. The gradient all-reduce starts its buckets from it.
@@ -173,15 +178,20 @@ class Transformer {
   void train_pass(const Batch& batch, const DropoutContext& dropout, Loss&& loss);
   void forward_encoder(bool train, const DropoutContext& dropout,
                        EncoderActivations keep = EncoderActivations::kAll);
-  void forward_decoder(int batch_size, int T, bool train, const DropoutContext& dropout);
+  // with_logits: also the vocabulary logits (s.logits) of every row.
+  void forward_decoder(int batch_size, int T, bool train, const DropoutContext& dropout,
+                       bool with_logits = true);
   // logits = h E^T [rows, vocab] from the decoder's output h, taken from `arena`.
   Tensor vocabulary_logits(Arena& arena, Tensor decoder_out, int rows);
   // Backward from the loss gradient (left in the logits) to the embeddings.
-  void backward_decoder(const DropoutContext& dropout);
+  // d_decoder_out: the gradient of the decoder's output when the output projection's
+  // backward has run already (the loss in chunks); null: it runs here, from s.logits.
+  void backward_decoder(const DropoutContext& dropout, Tensor d_decoder_out = Tensor{});
   void backward_encoder(const DropoutContext& dropout);
 
   ModelConfig config_;
   int vocab_;
+  int64_t loss_chunk_rows_ = 0;  // set_loss_chunk_rows
   SpecialIds ids_;
   Backend& backend_;
   ParamStore params_;

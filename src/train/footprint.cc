@@ -55,8 +55,11 @@ TrainingFootprint training_footprint(const ModelConfig& model, int vocab,
     const Real tokens = std::max<Real>(
         1, Real(train.tokens_per_step) / (Real(std::max(1, train.accumulate)) * std::max(1, ranks)));
     footprint.tokens_per_micro_batch = tokens;
+    // The logits: a micro-batch's rows, or train.loss_chunk_rows of them at a time.
+    const Real logit_rows =
+        train.loss_chunk_rows > 0 ? std::min<Real>(tokens, Real(train.loss_chunk_rows)) : tokens;
     footprint.activation_bytes =
-        4 * tokens * (Real(model.layers) * ((4 * d + ff) + (6 * d + ff)) + Real(vocab));
+        4 * (tokens * Real(model.layers) * ((4 * d + ff) + (6 * d + ff)) + logit_rows * Real(vocab));
     footprint.bytes += footprint.activation_bytes;
   }
   return footprint;

@@ -198,6 +198,7 @@ Trainer::Trainer(const Config& config, Communicator comm)
   micro_budget_ = micro_batch_budget(config_, comm_);
   model_ = std::make_unique<Transformer>(config_.model, vocab, source_->special_ids(), *backend_,
                                          config_.train.seed);
+  model_->set_loss_chunk_rows(config_.train.loss_chunk_rows);
   AdamSettings adam;
   adam.beta1 = config_.train.adam_beta1;
   adam.beta2 = config_.train.adam_beta2;
