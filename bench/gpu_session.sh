@@ -183,12 +183,13 @@ prepare_ctranslate2() {
 readonly PLAN=(
   "start|machine start (counted, not in a call)|60|120"
   "1|setup: gpu-bundle unpacked, nvidia-smi|10|20"
-  "1|build: bench_step, kernel twin tests, test_cuda_training (16 cores)|20|110"
+  "1|build: bench_step, transformer_hpc, kernel twin tests, test_cuda_training (16 cores)|20|110"
   "1|candidate twins (CudaCandidate*: async_upload, step_totals, int8_products) and the whole model with them|5|25"
   "1|the verified twins of the changed files (OTHER_TWINS=all: every one)|10|40"
   "1|whole model: fp32 3 steps vs the CPU (fused off, on); bf16 short vs batched; decoding|3|25"
   "1|bf16 GEMM ceiling (8192^3)|10|15"
   "1|profile base verified, candidate; short_attention_max_len 0, 64 (27 steps each)|25|70"
+  "1|program vs benchmark: base, 3,125 tokens, 40 steps each (bench/program_vs_bench.sh)|10|30"
   "1|ours verified (and candidate if it acts in training; the loss in chunks of 1,024 rows; 75 steps each); eager|45|90"
   "1|torch.compile peer, only without PEERS=eager (228 s to compile on 2026-11-26)|0|0"
   "2|setup on the warm machine (bundle kept), build of mpi_equivalence, test_distributed, the trainer|15|60"
@@ -343,10 +344,11 @@ readonly CANDIDATES_ACT_IN_TRAINING=1
 # int8 products: linear.cu).
 readonly CHANGED_TWINS="CudaAttention|CudaCrossEntropy|CudaElementwise|CudaLinear|CudaLinearRelu"
 
-# What the step and followup stages build: the benchmark, every kernel twin test
-# executable and the whole-model GPU tests.
+# What the step and followup stages build: the benchmark, the trainer (the program against
+# the benchmark), every kernel twin test executable and the whole-model GPU tests.
 step_targets() {
   echo transformer_bench_step
+  echo transformer_hpc
   echo test_cuda_training
   for source in tests/kernels/*_test.cc; do
     local name=${source##*/}
@@ -560,6 +562,7 @@ step_stage() {
   profile preset=base
   profile_short_attention_lengths
   echo "profiles: at ${SECONDS} s"
+  program_vs_bench_step
   local left=$((deadline - SECONDS))
   if [ "$left" -lt 60 ]; then
     echo "peers: skipped, ${left} s left of STEP_SECONDS=${deadline}; call 2 (followup) runs them"
@@ -567,6 +570,18 @@ step_stage() {
     peers_step "$left" "${PEERS:-eager compile}" && remember "COMPILE_PEER_DONE=1"
   fi
   echo "step: ${SECONDS} s"
+}
+
+# The program against the benchmark at one rank's batch (issue 51 item 4): base at 3,125
+# tokens, steps 11-50 of both on the same batches (the rehearsal: small, 200 tokens).
+program_vs_bench_step() {
+  local preset=base environment=(DEVICE=cuda TOKENS=3125 STEPS=40 WARMUP=10)
+  if [ "$rehearsal" = 1 ]; then preset=small environment=(DEVICE=cpu TOKENS=200 STEPS=4 WARMUP=2); fi
+  env "${environment[@]}" BUILD="$BUILD_DIR" ROUNDS=1 WORK="$LOGS/program_vs_bench" \
+    timeout 90 bash bench/program_vs_bench.sh "$preset" > "$LOGS/program_vs_bench.txt" 2>&1
+  echo "program vs benchmark: exit $?"
+  grep -E "^(round|program_vs_bench:)" "$LOGS/program_vs_bench.txt"
+  return 0
 }
 
 # Profiles (and with line=1 the unprofiled big line) of one preset, off and on.

@@ -224,6 +224,34 @@ class ScratchDirectory {
   fs::path path_;
 };
 
+// transformer_bench_step --program-batches times the steps transformer_hpc trains: the
+// same batches (its training source at the same budget), the same dropout, schedule and
+// optimizer, so after the warm-up's 2 and 4 timed steps its last loss is the trainer's at
+// step 6 (printed to 4 decimals). What bench/program_vs_bench.sh relies on to compare
+// the two programs' steps.
+TEST(Tools, BenchStepWithTheProgramsBatchesTrainsAsTheTrainerDoes) {
+  const ScratchDirectory scratch;
+  const ProcessResult bench = run_process(
+      std::string(THPC_BINARY_DIR) + "/transformer_bench_step --config " THPC_SOURCE_DIR
+      "/input/tiny.ini --backend cpu --precision fp32 --program-batches --tokens 1000 "
+      "--steps 4 --warmup-steps 2");
+  ASSERT_EQ(bench.exit_code, 0) << bench.output;
+  const ProcessResult trainer = run_process(
+      std::string(THPC_BINARY_DIR) + "/transformer_hpc " THPC_SOURCE_DIR "/input/tiny.ini "
+      "--train.max_steps=6 --checkpoint.dir=" + (scratch.path() / "checkpoints").string());
+  ASSERT_EQ(trainer.exit_code, 0) << trainer.output;
+  double bench_loss = 0.0, trainer_loss = 0.0;
+  const size_t at = bench.output.find("\"final_loss\": ");
+  ASSERT_NE(at, std::string::npos) << bench.output;
+  ASSERT_EQ(std::sscanf(bench.output.c_str() + at, "\"final_loss\": %lf", &bench_loss), 1);
+  const size_t final_line = trainer.output.find("final: step=6 loss=");
+  ASSERT_NE(final_line, std::string::npos) << trainer.output;
+  ASSERT_EQ(std::sscanf(trainer.output.c_str() + final_line, "final: step=6 loss=%lf",
+                        &trainer_loss),
+            1);
+  EXPECT_NEAR(bench_loss, trainer_loss, 5.1e-5);  // the bench's 4 decimals
+}
+
 // transformer_preprocess on a terminal shows each split's lines read and encoded; in a
 // pipe it shows nothing of them, and its own lines are the same either way.
 TEST(Tools, PreprocessShowsItsProgressOnATerminalOnly) {

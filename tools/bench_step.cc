@@ -54,6 +54,7 @@
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
+#include "train/training_setup.h"
 #include "tools/tool_main.h"
 
 namespace {
@@ -69,6 +70,7 @@ struct Arguments {
   double spec_tflops = 989.4;  // H100/H200 SXM dense bf16, without sparsity
   std::vector<std::string> overrides;  // SECTION.KEY=VALUE, as the trainer's --SECTION.KEY
   bool profile = false;
+  bool program_batches = false;  // the trainer's batches instead of kLengths' (--program-batches)
   bool help = false;
 };
 
@@ -131,17 +133,28 @@ int run(const Arguments& args) {
   std::optional<thpc::ProfilingBackend> profiler;
   if (args.profile) profiler.emplace(*backend);
   thpc::Backend& ops = profiler ? static_cast<thpc::Backend&>(*profiler) : *backend;
-  thpc::Transformer model(config.model, args.vocab, thpc::SpecialIds{}, ops, config.train.seed);
+  // The batches: one of each length of kLengths, random ids of --vocab, cycled; or with
+  // --program-batches those transformer_hpc's training source gives for this config (its
+  // data.dir shards or synthetic task) at --tokens per micro-batch, the warm-up's first,
+  // then the timed steps': the trainer's steps 1, 2, ... as bench/program_vs_bench.sh
+  // compares them, with the data's vocabulary.
+  std::mt19937 rng(1);
+  std::vector<thpc::Batch> batches;
+  int vocab = args.vocab;
+  if (args.program_batches) {
+    const std::unique_ptr<thpc::BatchSource> source = thpc::make_training_source(config);
+    vocab = thpc::resolve_vocab_size(config, *source);
+    for (int i = 0; i < args.warmup_steps + args.steps; ++i) batches.push_back(source->next(args.tokens));
+  } else {
+    for (int length : kLengths) batches.push_back(random_batch(length, args.tokens, vocab, rng));
+  }
+  thpc::Transformer model(config.model, vocab, thpc::SpecialIds{}, ops, config.train.seed);
   model.set_loss_chunk_rows(config.train.loss_chunk_rows);  // --set train.loss_chunk_rows=N
   thpc::AdamSettings settings;
   settings.beta1 = config.train.adam_beta1;
   settings.beta2 = config.train.adam_beta2;
   settings.eps = config.train.adam_eps;
   thpc::Adam adam(model.params(), ops, settings);
-
-  std::mt19937 rng(1);
-  std::vector<thpc::Batch> batches;
-  for (int length : kLengths) batches.push_back(random_batch(length, args.tokens, args.vocab, rng));
 
   int64_t step = 0;
   double loss = 0.0;
@@ -159,7 +172,7 @@ int run(const Arguments& args) {
                      totals.tensor());
     const thpc::Tensor grads = model.params().grads();
     ops.sum_squares_into(totals.tensor(), grads, grads.numel);
-    const thpc::StepTotals sums = totals.read(args.vocab);
+    const thpc::StepTotals sums = totals.read(vocab);
     adam.update(static_cast<float>(thpc::learning_rate(step, config.model.d_model,
                                                        config.train.warmup_steps,
                                                        config.train.lr_scale)),
@@ -167,6 +180,9 @@ int run(const Arguments& args) {
     loss = sums.loss / static_cast<double>(sums.tokens);
   };
   for (int i = 0; i < args.warmup_steps; ++i) train(batches[i % batches.size()]);
+  // The timed steps: kLengths' cycle from its start (as every measurement before), or the
+  // trainer's steps after the warm-up's.
+  const size_t first_timed = args.program_batches ? static_cast<size_t>(args.warmup_steps) : 0;
   ops.synchronize();
 
   std::vector<double> step_seconds;
@@ -178,14 +194,14 @@ int run(const Arguments& args) {
   const auto begin = std::chrono::steady_clock::now();
   auto last = begin;
   for (int i = 0; i < args.steps; ++i) {
-    const thpc::Batch& batch = batches[i % batches.size()];
+    const thpc::Batch& batch = batches[(first_timed + i) % batches.size()];
     if (profiler) profiler->begin_step();
     train(batch);  // the totals' read-back synchronises each step
     if (profiler) profiler->end_step();
     const auto now = std::chrono::steady_clock::now();
     step_seconds.push_back(std::chrono::duration<double>(now - last).count());
     tokens += static_cast<double>(batch.src_tokens() + batch.tgt_tokens());
-    flops += train_flops(config.model, args.vocab, static_cast<double>(batch.src_tokens()),
+    flops += train_flops(config.model, vocab, static_cast<double>(batch.src_tokens()),
                          static_cast<double>(batch.tgt_tokens()), batch.src_len);
     if (profiler) {
       const thpc::OpProfile collected = profiler->take();
@@ -253,6 +269,9 @@ int main(int argc, char** argv) {
        "the GPU's datasheet dense bf16 rate, for mfu_spec (989.4: H100/H200 SXM)")
       ("profile", po::bool_switch(&args.profile),
        "print the timed steps' time per op class before the JSON line")
+      ("program-batches", po::bool_switch(&args.program_batches),
+       "the batches transformer_hpc would train on with this config (data.dir or the "
+       "synthetic task, --tokens per step), its vocabulary instead of --vocab")
       ("set", po::value(&args.overrides)->composing(),
        "SECTION.KEY=VALUE config override (repeatable), e.g. --set model.max_positions=128");
   const auto parse = [&](int count, char** values) {
