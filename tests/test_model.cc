@@ -540,6 +540,23 @@ TEST(LossInChunks, GivesTheWholeBatchsLossAndGradients) {
   }
 }
 
+// Validation (evaluate) takes the logits in the same chunks: the whole batch's sums.
+TEST(LossInChunks, EvaluationGivesTheWholeBatchsSums) {
+  const ModelConfig c = small_model(false, false);
+  const Batch batch = small_batch();
+  auto backend = make_cpu_backend(DType::F64);
+  Transformer model(c, 16, SpecialIds{}, *backend, 4);
+  const LossSums whole = model.evaluate(batch);
+  for (const int64_t chunk_rows : {int64_t{1}, int64_t{8}}) {
+    SCOPED_TRACE("loss_chunk_rows " + std::to_string(chunk_rows));
+    model.set_loss_chunk_rows(chunk_rows);
+    const LossSums chunked = model.evaluate(batch);
+    EXPECT_EQ(chunked.tokens, whole.tokens);
+    EXPECT_NEAR(chunked.loss, whole.loss, 1e-12 * std::abs(whole.loss));
+    EXPECT_NEAR(chunked.nll, whole.nll, 1e-12 * std::abs(whole.nll));
+  }
+}
+
 // The first six losses of input/tiny.ini (RegressionPin.FirstLossesOfTinyIni says where
 // they come from).
 const double kTinyGoldenLosses[] = {4.196724, 4.082856, 3.915161, 3.775877, 3.627720, 3.573549};

@@ -362,7 +362,7 @@ void Transformer::train_pass(const Batch& batch, const DropoutContext& dropout, 
   upload_batch(batch);
   forward_encoder(true, dropout);
   const int rows = s.batch_size * s.tgt_len;
-  const int64_t chunk = loss_chunk_rows_ > 0 ? std::min<int64_t>(loss_chunk_rows_, rows) : rows;
+  const int64_t chunk = loss_chunk(rows);
   if (chunk == rows) {
     forward_decoder(s.batch_size, s.tgt_len, true, dropout);
     // Loss and its gradient in one pass; the gradient overwrites the logits.
@@ -422,10 +422,34 @@ LossSums Transformer::evaluate(const Batch& batch) {
   upload_batch(batch);
   const DropoutContext none;
   forward_encoder(false, none);
-  forward_decoder(s.batch_size, s.tgt_len, false, none);
-  return backend_.softmax_cross_entropy(s.logits, s.logits, s.tgt_out,
-                                        s.batch_size * s.tgt_len, vocab_,
-                                        config_.label_smoothing, ids_.pad, 0.0f);
+  const int rows = s.batch_size * s.tgt_len;
+  const int64_t chunk = loss_chunk(rows);
+  if (chunk == rows) {
+    forward_decoder(s.batch_size, s.tgt_len, false, none);
+    return backend_.softmax_cross_entropy(s.logits, s.logits, s.tgt_out, rows, vocab_,
+                                          config_.label_smoothing, ids_.pad, 0.0f);
+  }
+  // train.loss_chunk_rows holds for validation too: a run that fits only with the logits
+  // in chunks must not make them whole to validate.
+  forward_decoder(s.batch_size, s.tgt_len, false, none, /*with_logits=*/false);
+  s.grad_arena.reset();
+  const int d = config_.d_model;
+  const Tensor logits = s.grad_arena.take(backend_.compute_dtype(), chunk * vocab_);
+  LossSums sums;
+  for (int first = 0; first < rows; first += static_cast<int>(chunk)) {
+    const int count = static_cast<int>(std::min<int64_t>(chunk, rows - first));
+    const Tensor chunk_logits = logits.slice(0, int64_t(count) * vocab_);
+    backend_.output_projection_forward(chunk_logits,
+                                       s.decoder_out.slice(int64_t(first) * d, int64_t(count) * d),
+                                       s.embedding.value, count, d, vocab_);
+    const LossSums part =
+        backend_.softmax_cross_entropy(Tensor{}, chunk_logits, s.tgt_out + first, count, vocab_,
+                                       config_.label_smoothing, ids_.pad, 0.0f);
+    sums.loss += part.loss;
+    sums.nll += part.nll;
+    sums.tokens += part.tokens;
+  }
+  return sums;
 }
 
 // Backward through the decoder, from d_logits (in s.logits) to the target embedding,

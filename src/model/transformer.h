@@ -11,6 +11,7 @@
 //             pre-softmax projection, §3.4); loss: label-smoothed cross-entropy (§5.4).
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -82,6 +83,7 @@ class Transformer {
   // rows at a time (the projection, the loss and the projection's backward per chunk);
   // 0 (the default) all at once. The gradients are the same up to the summation order of
   // the embedding's share (a sum over chunks), the loss up to the order of its sum.
+  // evaluate() takes the logits in the same chunks (forward only).
   void set_loss_chunk_rows(int64_t rows) { loss_chunk_rows_ = rows; }
   // Called during train_step's backward each time every gradient at a flat offset >= x
   // is final: x falls layer by layer (decoder N-1..0, encoder N-1..0) and ends at 0 once
@@ -178,6 +180,10 @@ class Transformer {
   void train_pass(const Batch& batch, const DropoutContext& dropout, Loss&& loss);
   void forward_encoder(bool train, const DropoutContext& dropout,
                        EncoderActivations keep = EncoderActivations::kAll);
+  // The rows of logits made at once for a pass of `rows` target rows (set_loss_chunk_rows).
+  int64_t loss_chunk(int rows) const {
+    return loss_chunk_rows_ > 0 ? std::min<int64_t>(loss_chunk_rows_, rows) : rows;
+  }
   // with_logits: also the vocabulary logits (s.logits) of every row.
   void forward_decoder(int batch_size, int T, bool train, const DropoutContext& dropout,
                        bool with_logits = true);
