@@ -768,6 +768,10 @@ ranks_stage() {
     # The staged sums against backward (issue 52 item 4): the last step's buckets.
     grep "^buckets at step $steps " "$LOGS/ranks_np$ranks.log"
   done
+  # The scaling model with that schedule in place of its 2/3 rule (issue 52 item 5: when
+  # each sum could start, measured; the transfers, modelled).
+  python3 tools/scaling_model.py --buckets "$LOGS/ranks_np2.log" 2>&1 |
+    sed -n '/measured bucket schedule/,/^$/p;/^--buckets/p'
   rm -rf "$LOGS"/ranks_np*/
   # A checkpoint's stall, written in the step and beside training (issue 51 item 4): the
   # base model at 25,000 tokens; its 757 MB files stay out of $LOGS (which comes back).

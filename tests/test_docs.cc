@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -569,6 +570,40 @@ TEST(ScalingDocument, HoldsEveryLineTheScalingModelPrints) {
         << line;
   }
   EXPECT_GT(table_rows, 20) << model.output;
+}
+
+// tools/scaling_model.py --buckets LOG: a measured bucket schedule (the last
+// `buckets at step` line of a run with dist.log_buckets) in place of the 2/3 rule, a table
+// row per GPU count and sum dtype; a log without such a line is refused, naming it.
+TEST(ScalingDocument, TheModelTakesAMeasuredBucketSchedule) {
+  const std::string log = ::testing::TempDir() + "thpc_scaling_buckets.log";
+  const std::string empty_log = ::testing::TempDir() + "thpc_scaling_nothing.log";
+  std::ofstream(log) << "step 60/60 | loss 1.0\n"
+                     << "buckets at step 60 (ms from the last micro-batch's start, GPU events): "
+                        "backward done 6.00, sums done 6.50, exposed 0.50; 3 buckets (MiB posted "
+                        "done): | 25.000 2.00 3.00 | 25.000 4.00 5.00 | 10.000 6.00 6.50\n";
+  std::ofstream(empty_log) << "step 60/60 | loss 1.0\n";
+  const ProcessResult model = run_process(
+      "cd '" THPC_SOURCE_DIR "' && python3 tools/scaling_model.py --buckets " + log);
+  ASSERT_EQ(model.exit_code, 0) << model.output;
+  const size_t table = model.output.find("### base with the measured bucket schedule of " + log);
+  ASSERT_NE(table, std::string::npos) << model.output;
+  EXPECT_NE(model.output.find("3 buckets posted at 0.33, 0.67, 1.00 of the pass's compute",
+                              table),
+            std::string::npos)
+      << model.output;
+  for (const char* row : {"| 8 | NVLink 4 | fp32 | ", "| 8 | NVLink 4 | bf16 | ",
+                          "| 64 | NDR x8 per node | fp32 | ", "| 64 | NDR x8 per node | bf16 | "}) {
+    EXPECT_NE(model.output.find(row, table), std::string::npos) << row;
+  }
+  const ProcessResult refused = run_process(
+      "cd '" THPC_SOURCE_DIR "' && python3 tools/scaling_model.py --buckets " + empty_log);
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.output.find("--buckets " + empty_log + ": no 'buckets at step' line"),
+            std::string::npos)
+      << refused.output;
+  std::remove(log.c_str());
+  std::remove(empty_log.c_str());
 }
 
 // The checks can fail: a document with stale mentions of each kind (a key, an ini key,

@@ -13,8 +13,16 @@ What is measured and what is modelled:
 - not yet measured: the bucket timings on a GPU (issue 52's overlap measurement), the
   NCCL transport itself (no machine with two GPUs has been lent). When they exist, the
   constants below are what to replace.
+- with --buckets LOG: a measured bucket schedule replaces the 2/3 rule. LOG is a
+  transformer_hpc log with dist.log_buckets = true (its last `buckets at step` line: when
+  each bucket's sum could start, as a share of the pass's compute, and each bucket's share
+  of the gradient); the sums then run one after another, each as soon as it is posted and
+  the one before is done, at the modelled link's rate plus COLLECTIVE_LATENCY_S, and what
+  ends after the step's compute is exposed. The posting schedule is measured, the
+  transfer modelled.
 
     python3 tools/scaling_model.py [--results bench/RESULTS.md]   # the tables of docs/scaling.md
+    python3 tools/scaling_model.py --buckets run.log [--buckets-preset base]
 """
 
 import argparse
@@ -35,6 +43,7 @@ MODELS = {"base": dict(N=6, d=512, f=2048), "big": dict(N=6, d=1024, f=4096)}
 RECIPES = {"base": (100_000, "12 hours"), "big": (300_000, "3.5 days")}
 BATCH_TOKENS = 25000         # per side, per step, over all GPUs (§5.1)
 GPU_COUNTS = (8, 16, 64)
+COLLECTIVE_LATENCY_S = 30e-6  # one ring all-reduce's fixed cost, modelled (NCCL: tens of us)
 
 
 def parameters(N, d, f):
@@ -80,11 +89,54 @@ def exposed_seconds(comm, step, embedding_share):
     return embedding_share * comm + max(0.0, (1 - embedding_share) * comm - BACKWARD_SHARE * step)
 
 
+def bucket_schedule(log_path):
+    """(shares of the gradient, posting times as shares of the pass's compute) from the
+    last `buckets at step` line of a transformer_hpc log (dist.log_buckets = true)."""
+    line_pattern = re.compile(r"^buckets at step \d+ \(ms from [^)]*\): backward done ([0-9.]+), "
+                              r"sums done [0-9.]+, exposed [0-9.]+; \d+ buckets "
+                              r"\(MiB posted done\):(.*)$")
+    found = None
+    try:
+        with open(log_path, encoding="utf-8") as log:
+            for line in log:
+                match = line_pattern.match(line.strip())
+                if match:
+                    found = match
+    except OSError as error:
+        sys.exit(f"--buckets {log_path}: {error.strerror}")
+    if found is None:
+        sys.exit(f"--buckets {log_path}: no 'buckets at step' line (run transformer_hpc with "
+                 f"--dist.log_buckets=true on more than one rank)")
+    backward_done = float(found.group(1))
+    buckets = [(float(mib), float(posted)) for mib, posted, _ in
+               re.findall(r"\| ([0-9.]+) ([0-9.]+) ([0-9.]+)", found.group(2))]
+    total = sum(mib for mib, _ in buckets)
+    if not buckets or total <= 0 or backward_done <= 0:
+        sys.exit(f"--buckets {log_path}: its last 'buckets at step' line holds no buckets")
+    return [mib / total for mib, _ in buckets], [posted / backward_done for _, posted in buckets]
+
+
+def scheduled_exposed_seconds(gpus, grad_bytes, step, shares, posted):
+    """The sums run one after another in posting order, each from when it is posted (its
+    measured share of the step's compute) or the previous one ends; exposed: what ends
+    after the compute."""
+    if gpus == 1:
+        return 0.0
+    free = 0.0
+    for share, at in zip(shares, posted):
+        free = max(free, at * step) + allreduce_seconds(gpus, share * grad_bytes) + COLLECTIVE_LATENCY_S
+    return max(0.0, free - step)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     here = os.path.dirname(os.path.abspath(__file__))
     parser.add_argument("--results", default=os.path.join(here, "..", "bench", "RESULTS.md"))
+    parser.add_argument("--buckets", help="a transformer_hpc log with dist.log_buckets = true")
+    parser.add_argument("--buckets-preset", default="base", choices=sorted(MODELS),
+                        help="the model whose step the measured schedule is applied to")
     args = parser.parse_args()
+    schedule = bucket_schedule(args.buckets) if args.buckets else None
     steps = measured_steps(args.results)
     per_rank = BATCH_TOKENS // 8
     for name, shape in MODELS.items():
@@ -117,6 +169,26 @@ def main():
                 exposed = exposed_seconds(comm, step, embedding_share)
                 print(f"| {gpus} | {link} | {dtype} | {comm * 1e3:.2f} | {exposed * 1e3:.2f} "
                       f"| {(step + exposed) * 1e3:.2f} | {step / (step + exposed):.1%} |")
+        print()
+
+    if schedule:
+        shares, posted = schedule
+        name = args.buckets_preset
+        count = parameters(**MODELS[name])
+        step = steps[(name, per_rank)][0] / 1e3
+        print(f"### {name} with the measured bucket schedule of {args.buckets}\n")
+        print(f"{len(shares)} buckets posted at "
+              + ", ".join(f"{at:.2f}" for at in posted)
+              + " of the pass's compute (measured); transfers modelled as above, "
+              f"+{COLLECTIVE_LATENCY_S * 1e6:.0f} us each\n")
+        print("| GPUs | link | sum dtype | exposed ms | step ms | efficiency |")
+        print("|---:|---|---|---:|---:|---:|")
+        for gpus in GPU_COUNTS:
+            link = "NVLink 4" if gpus <= GPUS_PER_NODE else f"NDR x{NICS_PER_NODE} per node"
+            for dtype, element_bytes in (("fp32", 4), ("bf16", 2)):
+                exposed = scheduled_exposed_seconds(gpus, element_bytes * count, step, shares, posted)
+                print(f"| {gpus} | {link} | {dtype} | {exposed * 1e3:.2f} | "
+                      f"{(step + exposed) * 1e3:.2f} | {step / (step + exposed):.1%} |")
         print()
 
     print("### The paper's recipes: 25,000 + 25,000 tokens a step\n")
