@@ -297,7 +297,7 @@ dry_run() {
     echo "dry-run: rehearsing call '$call' on the CPU (BUILD=${BUILD:-build})"
     if OUT=$rehearsal_out bash "$0" --rehearse "$call" > "$rehearsal_out/console.txt" 2>&1 &&
        ! grep -q "(exit [1-9]" "$rehearsal_out/console.txt"; then
-      grep -E "^(candidate twins|twin lines|memcheck|racecheck|peers|step:|followup:|==|big|ranks:|100% tests|checkpoint stall|buckets at)" "$rehearsal_out/console.txt" |
+      grep -E "^(candidate twins|twin lines|memcheck|racecheck|peers|step:|followup:|==|big|ranks:|100% tests|checkpoint stall|buckets at|program|### base with|\| (8|64) \| )" "$rehearsal_out/console.txt" |
         sed 's/^/  /'
       echo "  logs: $(du -k "$rehearsal_out/logs_$call.tgz" | cut -f1) kB"
     else
@@ -577,10 +577,12 @@ step_stage() {
 program_vs_bench_step() {
   local preset=base environment=(DEVICE=cuda TOKENS=3125 STEPS=40 WARMUP=10)
   if [ "$rehearsal" = 1 ]; then preset=small environment=(DEVICE=cpu TOKENS=200 STEPS=4 WARMUP=2); fi
-  env "${environment[@]}" BUILD="$BUILD_DIR" ROUNDS=1 WORK="$LOGS/program_vs_bench" \
+  # Its runs' checkpoint (hundreds of MB) stays out of $LOGS, which comes back.
+  env "${environment[@]}" BUILD="$BUILD_DIR" ROUNDS=1 WORK="$BUILD_DIR/program_vs_bench" \
     timeout 90 bash bench/program_vs_bench.sh "$preset" > "$LOGS/program_vs_bench.txt" 2>&1
   echo "program vs benchmark: exit $?"
   grep -E "^(round|program_vs_bench:)" "$LOGS/program_vs_bench.txt"
+  rm -rf "$BUILD_DIR/program_vs_bench"
   return 0
 }
 
@@ -771,7 +773,7 @@ ranks_stage() {
   # The scaling model with that schedule in place of its 2/3 rule (issue 52 item 5: when
   # each sum could start, measured; the transfers, modelled).
   python3 tools/scaling_model.py --buckets "$LOGS/ranks_np2.log" 2>&1 |
-    sed -n '/measured bucket schedule/,/^$/p;/^--buckets/p'
+    sed -n '/measured bucket schedule/,/^### The paper/{/^### The paper/!p};/^--buckets/p'
   rm -rf "$LOGS"/ranks_np*/
   # A checkpoint's stall, written in the step and beside training (issue 51 item 4): the
   # base model at 25,000 tokens; its 757 MB files stay out of $LOGS (which comes back).

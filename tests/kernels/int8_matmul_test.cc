@@ -406,6 +406,9 @@ TEST(Int8Matmul, SignedActivationsGiveTheUnsignedProductsBitForBit) {
 }  // namespace thpc::cpu_test
 
 #if THPC_HAVE_CUDA
+#include <functional>
+#include <memory>
+
 #include "cuda_twin.h"
 #include "kernels/cuda/int8_cuda_backend.h"
 #include "model/backends.h"
@@ -421,21 +424,53 @@ using cpu_test::signed_integer_reference;
 // three times on each, in the same order, but the CPU's compiler may fuse the last two:
 // 4 fp32 eps of the largest |result| bound that. bf16 rows round y once more: eps_of(bf16)
 // relative.
-TEST(CudaCandidateInt8Products, ProductsMatchTheCpuInt8Arithmetic) {
-  THPC_REQUIRE_REAL_GPU();
+// The backend under test and how it takes int8 weights: the GPU's int8 products, or in the
+// rehearsal (THPC_TWIN_REHEARSAL=1, tests/cuda_twin.h) the CPU's, whose arithmetic the
+// reference is: the test's own logic (shapes, the NaN row, the tolerances) then runs on
+// the CPU against it.
+struct Int8UnderTest {
+  std::unique_ptr<Backend> backend;
+  std::function<void(Tensor, const cpu::QuantizedWeights&)> adopt;
+};
+Int8UnderTest int8_under_test(DType dtype) {
+  Int8UnderTest under_test;
+  if (twin_rehearsal()) {
+    auto cpu = std::make_unique<Int8CpuBackend>(make_cpu_backend(DType::F32));
+    Int8CpuBackend* products = cpu.get();
+    under_test.adopt = [products](Tensor weights, const cpu::QuantizedWeights& quantized) {
+      products->adopt(weights, quantized);
+    };
+    under_test.backend = std::move(cpu);
+    return under_test;
+  }
   CudaKernelChoice kernels;
   kernels.candidates = kInt8Products;
+  auto gpu = std::make_unique<Int8CudaBackend>(
+      make_backend(BackendRequest{"cuda", dtype == DType::BF16 ? "bf16" : "fp32", 0, 0, kernels}));
+  Int8CudaBackend* products = gpu.get();
+  under_test.adopt = [products](Tensor weights, const cpu::QuantizedWeights& quantized) {
+    EXPECT_TRUE(products->adopt(weights, quantized));
+  };
+  under_test.backend = std::move(gpu);
+  return under_test;
+}
+
+TEST(CudaCandidateInt8Products, ProductsMatchTheCpuInt8Arithmetic) {
+  THPC_REQUIRE_GPU();
+  if (twin_rehearsal() && (!cpu::int8_available() || cpu::int8_weight_limit() != 127)) {
+    GTEST_SKIP() << "the rehearsal needs the CPU's 8-bit int8 products: " << cpu::int8_description();
+  }
   std::mt19937 rng(12);
   struct Case {
     int M, K, N;
   };
-  // One row; batch 32 x beam 4 rows of the base model's products; an odd row count; the
-  // output projection's vocabulary.
-  const Case cases[] = {{1, 64, 4}, {128, 512, 2048}, {128, 2048, 512}, {37, 512, 1000},
+  // Two rows (one the NaN row); batch 32 x beam 4 rows of the base model's products; an
+  // odd row count; the output projection's vocabulary.
+  const Case cases[] = {{2, 64, 4}, {128, 512, 2048}, {128, 2048, 512}, {37, 512, 1000},
                         {128, 512, 37000}};
-  for (DType dtype : {DType::F32, DType::BF16}) {
-    Int8CudaBackend int8(make_backend(BackendRequest{"cuda", dtype == DType::BF16 ? "bf16" : "fp32",
-                                                     0, 0, kernels}));
+  for (DType dtype : gpu_compute_dtypes()) {
+    Int8UnderTest under_test = int8_under_test(dtype);
+    Backend& int8 = *under_test.backend;
     Scope scope(int8);
     for (const Case& c : cases) {
       SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + std::to_string(c.M) + " x " +
@@ -450,7 +485,7 @@ TEST(CudaCandidateInt8Products, ProductsMatchTheCpuInt8Arithmetic) {
           projection ? cpu::WeightLayout::kOutputsByInputs : cpu::WeightLayout::kInputsByOutputs,
           127);
       const Tensor key = scope.put(dtype, W);  // the model's compute tensor: its address
-      int8.adopt(key, weights);
+      under_test.adopt(key, weights);
       const Tensor xt = scope.put(dtype, x), bt = scope.put(dtype, b);
       const Tensor y = scope.alloc(dtype, int64_t(c.M) * c.N);
       for (const bool relu : {false, true}) {
