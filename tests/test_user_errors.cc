@@ -190,6 +190,22 @@ TEST(UserErrors, TheFootprintIsComputedWithoutOverflowAndBoundsTheParameterTable
                          "rank)), at least 46.1 GB"),
             std::string::npos)
       << refused;
+  // The logits are not worth naming here (128 kB of 46 GB)...
+  EXPECT_EQ(refused.find("train.loss_chunk_rows"), std::string::npos) << refused;
+  // ...but with one layer and a vocabulary of 37,000 they are most of the activations
+  // (148 MB of 153 MB): the message says how to make them a chunk at a time, and in
+  // chunks they take a chunk's rows and the message no longer suggests it.
+  Config wide = tiny;
+  wide.model.layers = 1;
+  const std::string wide_refused = training_does_not_fit(wide, 37000, 1e8L);
+  EXPECT_NE(wide_refused.find("or make the vocabulary's logits in chunks "
+                              "(train.loss_chunk_rows = 1024: they take 148.0 MB of it whole)"),
+            std::string::npos)
+      << wide_refused;
+  wide.train.loss_chunk_rows = 10;
+  EXPECT_EQ(training_footprint(wide.model, 37000, wide.train).logit_bytes, 4.0L * 10 * 37000);
+  EXPECT_EQ(training_does_not_fit(wide, 37000, 1e8L).find("train.loss_chunk_rows"),
+            std::string::npos);
   // Two ranks and two micro-batches share the step's tokens: a quarter each.
   tiny.train.accumulate = 2;
   EXPECT_EQ(training_footprint(tiny.model, 32, tiny.train, 2).tokens_per_micro_batch, 250);

@@ -56,8 +56,8 @@ class CpuBackend final : public Backend {
     // Running out of memory is the sizes' doing (a batch budget, a model), not a bug.
     if (t.data == nullptr) {
       THPC_FAIL("out of host memory: cannot allocate " << bytes << " more bytes; lower "
-                "train.tokens_per_step (or raise train.accumulate), --batch-tokens when "
-                "decoding, or the model's sizes");
+                "train.tokens_per_step (or raise train.accumulate, or set "
+                "train.loss_chunk_rows), --batch-tokens when decoding, or the model's sizes");
     }
     return t;
   }

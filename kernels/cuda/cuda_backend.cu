@@ -94,7 +94,8 @@ class CudaBackend final : public Backend {
       cudaMemGetInfo(&free_bytes, &total_bytes);
       THPC_FAIL("out of GPU memory on " << device_name_ << " allocating " << bytes
                 << " bytes (" << (free_bytes >> 20) << " MiB of " << (total_bytes >> 20)
-                << " MiB free): lower train.tokens_per_step or raise train.accumulate");
+                << " MiB free): lower train.tokens_per_step, raise train.accumulate, or make "
+                   "the logits in chunks (train.loss_chunk_rows)");
     }
     return t;
   }

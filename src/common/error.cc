@@ -87,9 +87,9 @@ void throw_check_failure(const char* expression, const char* file, int line,
 std::string failure_message(const std::exception& failure) {
   if (dynamic_cast<const std::bad_alloc*>(&failure) != nullptr) {
     return "out of memory: an allocation failed; the sizes asked for need more memory than "
-           "this machine has (lower train.tokens_per_step or raise train.accumulate, lower "
-           "model.max_positions or the model's sizes; when decoding, --batch-tokens, --beam "
-           "or --threads)";
+           "this machine has (lower train.tokens_per_step or raise train.accumulate, make the "
+           "logits in chunks with train.loss_chunk_rows, lower model.max_positions or the "
+           "model's sizes; when decoding, --batch-tokens, --beam or --threads)";
   }
   return failure.what();
 }

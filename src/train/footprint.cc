@@ -58,8 +58,9 @@ TrainingFootprint training_footprint(const ModelConfig& model, int vocab,
     // The logits: a micro-batch's rows, or train.loss_chunk_rows of them at a time.
     const Real logit_rows =
         train.loss_chunk_rows > 0 ? std::min<Real>(tokens, Real(train.loss_chunk_rows)) : tokens;
+    footprint.logit_bytes = 4 * logit_rows * Real(vocab);
     footprint.activation_bytes =
-        4 * (tokens * Real(model.layers) * ((4 * d + ff) + (6 * d + ff)) + logit_rows * Real(vocab));
+        4 * tokens * Real(model.layers) * ((4 * d + ff) + (6 * d + ff)) + footprint.logit_bytes;
     footprint.bytes += footprint.activation_bytes;
   }
   return footprint;
@@ -100,6 +101,13 @@ std::string training_does_not_fit(const Config& config, int vocab, long double a
           << " of memory: make the model smaller, or model.max_positions"
           << (footprint.activation_bytes > 0 ? ", or the micro-batch (raise train.accumulate)"
                                              : "");
+  // The logits of a large vocabulary can be most of a micro-batch's activations: where they
+  // are a tenth or more, say how to make them a chunk at a time.
+  if (config.train.loss_chunk_rows == 0 && footprint.logit_bytes > 0 &&
+      footprint.logit_bytes >= 0.1L * footprint.activation_bytes) {
+    message << ", or make the vocabulary's logits in chunks (train.loss_chunk_rows = 1024: "
+            << "they take " << readable_bytes(footprint.logit_bytes) << " of it whole)";
+  }
   return message.str();
 }
 

@@ -25,9 +25,11 @@ struct TrainingFootprint {
   // (train.accumulate x ranks) padded tokens a side. Per token and layer: the encoder's
   // attention projections and its feed-forward hidden layer (4 d_model + d_ff), the
   // decoder's two attentions' and its feed-forward's (6 d_model + d_ff); and the logits
-  // (the vocabulary per target token), all fp32. Attention probabilities, norms and
-  // residual sums are left out. 0 on the GPU (not in host memory).
+  // (the vocabulary per target token; train.loss_chunk_rows of them at a time when set),
+  // all fp32. Attention probabilities, norms and residual sums are left out. 0 on the GPU
+  // (not in host memory).
   long double activation_bytes = 0;
+  long double logit_bytes = 0;  // the logits' part of activation_bytes
   long double tokens_per_micro_batch = 0;
 };
 
