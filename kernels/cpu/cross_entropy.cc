@@ -133,12 +133,19 @@ RowStats loss_row(T* dz, const T* z, int vocab, int32_t target, double smoothing
   }
 }
 
+// cross_entropy_rows' sums, and the rows it skipped for a target outside [0, vocab).
+struct RowSums {
+  LossSums sums;
+  int32_t bad_rows = 0;
+  int32_t first_bad_row = 0, first_bad_target = 0;  // when bad_rows > 0
+};
+
 // The rows' loss, nll and gradient, and their sums in row order (the same bits with any
 // number of threads). A row whose target is outside [0, vocab) is skipped: no sums, its
-// d_logits row left as it was (the callers check or count those rows).
+// d_logits row left as it was, counted in bad_rows.
 template <typename T>
-LossSums cross_entropy_rows(T* d_logits, const T* logits, const int32_t* targets, int rows,
-                            int vocab, float eps, int pad_id, float grad_scale) {
+RowSums cross_entropy_rows(T* d_logits, const T* logits, const int32_t* targets, int rows,
+                           int vocab, float eps, int pad_id, float grad_scale) {
   const auto counted = [&](int32_t target) {
     return target != pad_id && target >= 0 && target < vocab;
   };
@@ -165,14 +172,21 @@ LossSums cross_entropy_rows(T* d_logits, const T* logits, const int32_t* targets
         stats.log_sum_exp - (1.0 - smoothing) * target_logit - uniform_mass * stats.sum;
     row_nll[row] = stats.log_sum_exp - target_logit;
   }
-  LossSums sums;
+  RowSums result;
   for (int row = 0; row < rows; ++row) {
-    if (!counted(targets[row])) continue;
-    sums.loss += row_loss[row];
-    sums.nll += row_nll[row];
-    sums.tokens += 1;
+    const int32_t target = targets[row];
+    if (!counted(target)) {
+      if (target != pad_id && result.bad_rows++ == 0) {
+        result.first_bad_row = row;
+        result.first_bad_target = target;
+      }
+      continue;
+    }
+    result.sums.loss += row_loss[row];
+    result.sums.nll += row_nll[row];
+    result.sums.tokens += 1;
   }
-  return sums;
+  return result;
 }
 
 }  // namespace
@@ -195,7 +209,7 @@ LossSums softmax_cross_entropy(T* d_logits, const T* logits, const int32_t* targ
                "target id " << target << " at row " << row << " is outside the vocabulary [0, "
                             << vocab << ")");
   }
-  return cross_entropy_rows(d_logits, logits, targets, rows, vocab, eps, pad_id, grad_scale);
+  return cross_entropy_rows(d_logits, logits, targets, rows, vocab, eps, pad_id, grad_scale).sums;
 }
 
 // The sums are added in the order the micro-batches come, in double: the same bits as
@@ -208,19 +222,16 @@ void softmax_cross_entropy_add(T* d_logits, const T* logits, const int32_t* targ
   THPC_CHECK(totals != nullptr, "softmax_cross_entropy_add without its totals");
   StepTotals sum;
   std::memcpy(static_cast<void*>(&sum), totals, sizeof(sum));  // trivially copyable
-  for (int row = 0; row < rows; ++row) {
-    const int32_t target = targets[row];
-    if (target == pad_id || (target >= 0 && target < vocab)) continue;
-    if (sum.bad_rows++ == 0) {
-      sum.first_bad_row = row;
-      sum.first_bad_target = target;
-    }
-  }
-  const LossSums rows_sums =
+  const RowSums added =
       cross_entropy_rows(d_logits, logits, targets, rows, vocab, eps, pad_id, grad_scale);
-  sum.loss += rows_sums.loss;
-  sum.nll += rows_sums.nll;
-  sum.tokens += rows_sums.tokens;
+  sum.loss += added.sums.loss;
+  sum.nll += added.sums.nll;
+  sum.tokens += added.sums.tokens;
+  if (added.bad_rows > 0 && sum.bad_rows == 0) {
+    sum.first_bad_row = added.first_bad_row;
+    sum.first_bad_target = added.first_bad_target;
+  }
+  sum.bad_rows += added.bad_rows;
   std::memcpy(totals, &sum, sizeof(sum));
 }
 

@@ -355,6 +355,20 @@ Tensor Transformer::vocabulary_logits(Arena& arena, Tensor decoder_out, int rows
   return logits;
 }
 
+template <typename Body>
+void Transformer::logits_in_chunks(int rows, int64_t chunk, Body&& body) {
+  State& s = *state_;
+  const int d = config_.d_model;
+  const Tensor logits = s.grad_arena.take(backend_.compute_dtype(), chunk * vocab_);
+  for (int first = 0; first < rows; first += static_cast<int>(chunk)) {
+    const int count = static_cast<int>(std::min<int64_t>(chunk, rows - first));
+    const Tensor chunk_logits = logits.slice(0, int64_t(count) * vocab_);
+    const Tensor h = s.decoder_out.slice(int64_t(first) * d, int64_t(count) * d);
+    backend_.output_projection_forward(chunk_logits, h, s.embedding.value, count, d, vocab_);
+    body(first, count, chunk_logits, h);
+  }
+}
+
 template <typename Loss>
 void Transformer::train_pass(const Batch& batch, const DropoutContext& dropout, Loss&& loss) {
   THPC_CHECK(params_.grads(), "train_step on a model built for inference (no gradients)");
@@ -381,17 +395,12 @@ void Transformer::train_pass(const Batch& batch, const DropoutContext& dropout, 
   s.grad_arena.reset();
   const int d = config_.d_model;
   const Tensor d_decoder_out = s.grad_arena.take(sublayers_for(backend_, config_).act, int64_t(rows) * d);
-  const Tensor logits = s.grad_arena.take(backend_.compute_dtype(), chunk * vocab_);
-  for (int first = 0; first < rows; first += static_cast<int>(chunk)) {
-    const int count = static_cast<int>(std::min<int64_t>(chunk, rows - first));
-    const Tensor chunk_logits = logits.slice(0, int64_t(count) * vocab_);
-    const Tensor h = s.decoder_out.slice(int64_t(first) * d, int64_t(count) * d);
-    backend_.output_projection_forward(chunk_logits, h, s.embedding.value, count, d, vocab_);
+  logits_in_chunks(rows, chunk, [&](int first, int count, Tensor chunk_logits, Tensor h) {
     loss(chunk_logits, s.tgt_out + first, count);
     backend_.output_projection_backward(d_decoder_out.slice(int64_t(first) * d, int64_t(count) * d),
                                         s.embedding.grad, chunk_logits, h, s.embedding.value,
                                         count, d, vocab_, GradStore::kWrite);
-  }
+  });
   backward_decoder(dropout, d_decoder_out);
   backward_encoder(dropout);
 }
@@ -433,22 +442,15 @@ LossSums Transformer::evaluate(const Batch& batch) {
   // in chunks must not make them whole to validate.
   forward_decoder(s.batch_size, s.tgt_len, false, none, /*with_logits=*/false);
   s.grad_arena.reset();
-  const int d = config_.d_model;
-  const Tensor logits = s.grad_arena.take(backend_.compute_dtype(), chunk * vocab_);
   LossSums sums;
-  for (int first = 0; first < rows; first += static_cast<int>(chunk)) {
-    const int count = static_cast<int>(std::min<int64_t>(chunk, rows - first));
-    const Tensor chunk_logits = logits.slice(0, int64_t(count) * vocab_);
-    backend_.output_projection_forward(chunk_logits,
-                                       s.decoder_out.slice(int64_t(first) * d, int64_t(count) * d),
-                                       s.embedding.value, count, d, vocab_);
+  logits_in_chunks(rows, chunk, [&](int first, int count, Tensor chunk_logits, Tensor) {
     const LossSums part =
         backend_.softmax_cross_entropy(Tensor{}, chunk_logits, s.tgt_out + first, count, vocab_,
                                        config_.label_smoothing, ids_.pad, 0.0f);
     sums.loss += part.loss;
     sums.nll += part.nll;
     sums.tokens += part.tokens;
-  }
+  });
   return sums;
 }
 

@@ -184,6 +184,11 @@ class Transformer {
   int64_t loss_chunk(int rows) const {
     return loss_chunk_rows_ > 0 ? std::min<int64_t>(loss_chunk_rows_, rows) : rows;
   }
+  // train.loss_chunk_rows: the tied projection (§3.4) of the decoder output's `rows` rows,
+  // `chunk` at a time into one [chunk, vocabulary] buffer of the gradient arena, then
+  // body(first row, rows in the chunk, their logits, their decoder output) for each chunk.
+  template <typename Body>
+  void logits_in_chunks(int rows, int64_t chunk, Body&& body);
   // with_logits: also the vocabulary logits (s.logits) of every row.
   void forward_decoder(int batch_size, int T, bool train, const DropoutContext& dropout,
                        bool with_logits = true);
