@@ -66,7 +66,8 @@ bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
   static const std::vector<std::pair<std::string, unsigned>> kNames = {
       {"async_upload", kAsyncUpload},
       {"step_totals", kStepTotals},
-      {"int8_products", kInt8Products}};
+      {"int8_products", kInt8Products},
+      {"fused_attention", kFusedAttention}};
   // Former candidates, the default since their GPU run: a configuration or checkpoint
   // that names them (one trained with them before that) still loads, naming nothing.
   static const std::vector<std::string> kRetired = {"write_gradients", "short_attention",

@@ -103,7 +103,9 @@ enum class GradStore { kAdd, kWrite };
 // and wait of each micro-batch; 2026-11-29, the same gaps) and int8_products
 // (transformer_decode --compute-type int8 on a GPU: cuBLASLt's int8 GEMMs between a row
 // quantization and a dequantization kernel, Int8CudaBackend; 2026-11-29, issue 53;
-// without it a GPU refuses int8). The former ones ran on an H100 on
+// without it a GPU refuses int8) and fused_attention (bf16 attention with d_k = 64 and
+// lengths up to 128 on mma.sync fragments held in registers, kernels/cuda/
+// fused_attention.cuh; 2026-11-29, issue 51's attention at 16.7 TFLOP/s). The former ones ran on an H100 on
 // 2026-11-26 and are the default now: write_gradients (the backward ops writing their
 // first-written gradients), short_attention (the one-launch attention of short
 // sentences), and gathered_attention (a decoding step's attention over the
@@ -113,7 +115,8 @@ enum CandidateKernels : unsigned {
   kAsyncUpload = 1u << 0,
   kStepTotals = 1u << 1,
   kInt8Products = 1u << 2,
-  kAllCandidates = kAsyncUpload | kStepTotals | kInt8Products,
+  kFusedAttention = 1u << 3,
+  kAllCandidates = kAsyncUpload | kStepTotals | kInt8Products | kFusedAttention,
 };
 
 // The candidate set a train.cuda_kernels value names: "verified" (none), "candidate"

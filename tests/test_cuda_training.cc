@@ -149,6 +149,34 @@ TEST(CudaTraining, Bf16ThreeStepsWithShortAttentionTrackTheBatchedPath) {
   EXPECT_LE(difference, 1e-2);
 }
 
+// The fused attention (kernels/cuda/fused_attention.cuh, candidate fused_attention)
+// through the whole model, as the short kernels are checked above: tiny.ini with one head
+// (d_k = 64), bf16, three steps with train.cuda_kernels = fused_attention (every attention
+// of tiny fits: sentences <= 14 pieces) against the batched GEMMs alone
+// (short_attention_max_len = 0); the same 1% on the loss and on the parameters.
+TEST(CudaCandidateFusedAttention, Bf16ThreeStepsTrackTheBatchedPath) {
+  THPC_REQUIRE_REAL_GPU();
+  Trainer batched(tiny({"train.backend=cuda", "train.precision=bf16", "model.heads=1",
+                        "train.short_attention_max_len=0"}));
+  Trainer fused(tiny({"train.backend=cuda", "train.precision=bf16", "model.heads=1",
+                      "train.short_attention_max_len=0", "train.cuda_kernels=fused_attention"}));
+  for (int step = 0; step < 3; ++step) {
+    const StepStats a = batched.step();
+    const int64_t launches = fused_attention_launches();
+    const StepStats b = fused.step();
+    EXPECT_GE(fused_attention_launches() - launches, 2 * 3 * 2) << "step " << a.step;
+    std::printf("bf16 step %lld: loss batched %.6f, fused attention %.6f\n",
+                static_cast<long long>(a.step), a.loss, b.loss);
+    EXPECT_TRUE(std::isfinite(b.loss));
+    EXPECT_NEAR(b.loss, a.loss, 1e-2 * a.loss) << "step " << a.step;
+  }
+  const double difference = scaled_max_difference(fused.model().params().to_host_f32(),
+                                                  batched.model().params().to_host_f32());
+  std::printf("GPU bf16 fused attention vs batched after 3 steps: max |difference| / "
+              "max |param| = %.3g\n", difference);
+  EXPECT_LE(difference, 1e-2);
+}
+
 // `model`'s log-probabilities at each of its cached decoding steps of kReorderingSources.
 std::vector<std::vector<float>> scored_steps(Transformer& model,
                                              const std::vector<BeamStep>& steps) {

@@ -53,6 +53,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/fused_attention.cuh"
 #include "kernels/cuda/grad_store.cuh"
 #include "kernels/cuda/short_attention.cuh"
 
@@ -402,18 +403,15 @@ __global__ void __launch_bounds__(short_attention::kThreads)
 std::atomic<int64_t> short_attention_launch_count{0};
 
 // Whether `kernel` may use `bytes` of dynamic shared memory on `device`: the first call
-// per kernel and device raises its limit to the largest layout's (beyond the default
-// 48 KiB) where the device's opt-in allows it, and remembers the limit. False: the
-// batched path runs.
-bool short_attention_shared_memory(const void* kernel, int device, int bytes) {
+// per kernel and device raises its limit to `largest` (the kernel's largest layout,
+// beyond the default 48 KiB) where the device's opt-in allows it, and remembers the
+// limit. False: the batched path runs.
+bool kernel_shared_memory(const void* kernel, int device, int largest, int bytes) {
   static std::mutex mutex;
   static std::map<std::pair<const void*, int>, int> limits;
   std::lock_guard<std::mutex> lock(mutex);
   auto found = limits.find({kernel, device});
   if (found == limits.end()) {
-    const int largest = short_attention::layout(short_attention::kMaxLength,
-                                                short_attention::kMaxLength, true)
-                            .bytes;
     int optin = 0;
     THPC_CUDA_CHECK(
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
@@ -428,16 +426,21 @@ bool short_attention_shared_memory(const void* kernel, int device, int bytes) {
   return bytes <= found->second;
 }
 
-// Whether this call takes the short kernels: bf16, both lengths within
-// train.short_attention_max_len (past ~48 pieces the batched GEMMs are faster:
-// kShortAttentionDefaultMaxLength), the shapes of short_attention_fits, every pointer the
-// kernels move 16 bytes at a time 16-byte aligned.
+bool short_attention_shared_memory(const void* kernel, int device, int bytes) {
+  return kernel_shared_memory(
+      kernel, device,
+      short_attention::layout(short_attention::kMaxLength, short_attention::kMaxLength, true)
+          .bytes,
+      bytes);
+}
+
+// Whether a call has the shapes both one-launch kernels (short and fused) take: bf16, no
+// gathered key rows, short_attention_fits (d_k = d_v = 64, lengths 1..128, 16-byte
+// rows), every pointer the kernels move 16 bytes at a time 16-byte aligned.
 template <typename T>
-bool takes_short_attention(Context& context, const AttentionShape& shape, int ldq, int ldk,
-                           int ldv, std::initializer_list<const void*> pointers) {
+bool one_launch_attention_fits(const AttentionShape& shape, int ldq, int ldk, int ldv,
+                               std::initializer_list<const void*> pointers) {
   if (!std::is_same<T, __nv_bfloat16>::value) return false;
-  const int longest = std::max(shape.query_len, shape.key_len);
-  if (longest > context.short_attention_max_len()) return false;
   if (shape.key_rows != nullptr || shape.batch <= 0 || shape.heads <= 0) return false;
   if (!short_attention::short_attention_fits(shape.d_k, shape.d_v, shape.query_len,
                                              shape.key_len, ldq, ldk, ldv)) {
@@ -447,6 +450,17 @@ bool takes_short_attention(Context& context, const AttentionShape& shape, int ld
     if (pointer != nullptr && !aligned16(pointer)) return false;
   }
   return true;
+}
+
+// Whether this call takes the short kernels: one_launch_attention_fits, and both lengths
+// within train.short_attention_max_len (past ~48 pieces the batched GEMMs are faster:
+// kShortAttentionDefaultMaxLength).
+template <typename T>
+bool takes_short_attention(Context& context, const AttentionShape& shape, int ldq, int ldk,
+                           int ldv, std::initializer_list<const void*> pointers) {
+  const int longest = std::max(shape.query_len, shape.key_len);
+  return longest <= context.short_attention_max_len() &&
+         one_launch_attention_fits<T>(shape, ldq, ldk, ldv, pointers);
 }
 
 template <typename T>
@@ -471,6 +485,22 @@ bool short_attention_forward(Context& context, T* out, T* saved, const T* q, int
   }
 }
 
+// The backward's part of a one-launch kernel's arguments (short, fused): the gradients
+// (null: not wanted), dO, the saved P, and which gradients are written (kWrite: stored
+// without a read) rather than added into.
+template <typename T>
+void set_backward_args(short_attention::Args<T>& args, T* dq, T* dk, T* dv, const T* d_out,
+                       const T* saved, GradStore store) {
+  args.saved = const_cast<T*>(saved);
+  args.d_out = d_out;
+  args.dq = dq;
+  args.dk = dk;
+  args.dv = dv;
+  args.write_dq = writes_gradient(store, dq);
+  args.write_dk = writes_gradient(store, dk);
+  args.write_dv = writes_gradient(store, dv);
+}
+
 template <typename T>
 bool short_attention_backward(Context& context, T* dq, T* dk, T* dv, const T* d_out,
                               const T* saved, const T* q, int ldq, const T* k, int ldk,
@@ -486,19 +516,178 @@ bool short_attention_backward(Context& context, T* dq, T* dk, T* dv, const T* d_
     if (!short_attention_shared_memory(kernel, context.device(), bytes)) return false;
     if (dq == nullptr && dk == nullptr && dv == nullptr) return true;
     short_attention::Args<T> args = short_attention::args_of(q, ldq, k, ldk, v, ldv, shape);
-    args.saved = const_cast<T*>(saved);
-    args.d_out = d_out;
-    args.dq = dq;
-    args.dk = dk;
-    args.dv = dv;
-    // kWrite: the kernel stores without reading.
-    args.write_dq = writes_gradient(store, dq);
-    args.write_dk = writes_gradient(store, dk);
-    args.write_dv = writes_gradient(store, dv);
+    set_backward_args(args, dq, dk, dv, d_out, saved, store);
     short_attention_backward_kernel<<<shape.batch * shape.heads, short_attention::kThreads,
                                       bytes, context.stream()>>>(args);
     THPC_CUDA_CHECK_LAUNCH("short_attention_backward_kernel");
     ++short_attention_launch_count;
+    return true;
+  }
+}
+
+// ---- Attention in registers (kernels/cuda/fused_attention.cuh; candidate) ----
+
+// The execution policy of fused_attention's bodies on the GPU: the block's threads, the
+// tensor cores' warp-level mma.sync m16n8k16 (bf16 in, fp32 accumulators) on fragments
+// loaded by ldmatrix from shared memory, and xor shuffles.
+struct MmaWarps {
+  using Element = __nv_bfloat16;
+  __device__ int first_thread() const { return threadIdx.x; }
+  __device__ int thread_step() const { return blockDim.x; }
+  __device__ int warp() const { return threadIdx.x / kWarp; }
+  __device__ int lane() const { return threadIdx.x % kWarp; }
+  __device__ void sync() const { __syncthreads(); }
+  __device__ float shfl_xor(float value, int mask) const {
+    return __shfl_xor_sync(0xffffffffu, value, mask);
+  }
+  // Four 8x8 tiles of 16-bit elements: lanes 8i..8i+7 give tile i's row addresses
+  // (shared memory, 16-byte aligned); word i of each lane is its part of tile i.
+  __device__ void ldmatrix_x4(uint32_t (&words)[4], const Element* row) const {
+    const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(words[0]), "=r"(words[1]), "=r"(words[2]), "=r"(words[3])
+                 : "r"(address)
+                 : "memory");
+  }
+  __device__ void ldmatrix_x4_trans(uint32_t (&words)[4], const Element* row) const {
+    const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(words[0]), "=r"(words[1]), "=r"(words[2]), "=r"(words[3])
+                 : "r"(address)
+                 : "memory");
+  }
+  // acc (16x8, fp32) += A (16x16) B (16x8), bf16 operands.
+  __device__ void mma(float (&acc)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) const {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  // Two bf16 in one word, the first (lower column) in the low half.
+  __device__ uint32_t pack(Element low, Element high) const {
+    return static_cast<uint32_t>(__bfloat16_as_ushort(low)) |
+           (static_cast<uint32_t>(__bfloat16_as_ushort(high)) << 16);
+  }
+  __device__ float exp(float value) const { return expf(value); }
+  __device__ Element round(float value) const { return __float2bfloat16_rn(value); }
+  __device__ float widen(Element value) const { return __bfloat162float(value); }
+  __device__ void copy16(Element* to, const Element* from) const {
+    *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(from);
+  }
+  __device__ void zero16(Element* to) const {
+    *reinterpret_cast<uint4*>(to) = make_uint4(0u, 0u, 0u, 0u);
+  }
+  // Two rounded values to `to` (4-byte aligned: an even column of a row of ld % 8 == 0).
+  __device__ void store_pair(Element* to, float v0, float v1) const {
+    *reinterpret_cast<__nv_bfloat162*>(to) = __floats2bfloat162_rn(v0, v1);
+  }
+};
+
+using FusedArgs = fused_attention::Args<__nv_bfloat16>;
+
+__global__ void __launch_bounds__(fused_attention::kThreads)
+    fused_attention_forward_kernel(FusedArgs args, int query_blocks) {
+  extern __shared__ __align__(128) char shared[];
+  MmaWarps x;
+  fused_attention::forward_block(x, args, static_cast<int>(blockIdx.x) / query_blocks,
+                                 static_cast<int>(blockIdx.x) % query_blocks, shared);
+}
+
+__global__ void __launch_bounds__(fused_attention::kThreads)
+    fused_attention_query_kernel(FusedArgs args, int query_blocks) {
+  extern __shared__ __align__(128) char shared[];
+  MmaWarps x;
+  fused_attention::query_block_backward(x, args, static_cast<int>(blockIdx.x) / query_blocks,
+                                        static_cast<int>(blockIdx.x) % query_blocks, shared);
+}
+
+__global__ void __launch_bounds__(fused_attention::kThreads)
+    fused_attention_key_kernel(FusedArgs args, int key_blocks) {
+  extern __shared__ __align__(128) char shared[];
+  MmaWarps x;
+  fused_attention::key_block_backward(x, args, static_cast<int>(blockIdx.x) / key_blocks,
+                                      static_cast<int>(blockIdx.x) % key_blocks, shared);
+}
+
+std::atomic<int64_t> fused_attention_launch_count{0};
+
+// Whether this call takes the fused kernels: the candidate named (train.cuda_kernels =
+// fused_attention) and one_launch_attention_fits (the fused kernels' limits are the short
+// kernels', fused_attention_fits). Checked before the short kernels: where both fit, the
+// fused ones run.
+template <typename T>
+bool takes_fused_attention(Context& context, const AttentionShape& shape, int ldq, int ldk,
+                           int ldv, std::initializer_list<const void*> pointers) {
+  return context.candidate_kernel(kFusedAttention) &&
+         one_launch_attention_fits<T>(shape, ldq, ldk, ldv, pointers);
+}
+
+template <typename T>
+bool fused_attention_forward(Context& context, T* out, T* saved, const T* q, int ldq,
+                             const T* k, int ldk, const T* v, int ldv,
+                             const AttentionShape& shape) {
+  if constexpr (!std::is_same<T, __nv_bfloat16>::value) {
+    return false;
+  } else {
+    if (!takes_fused_attention<T>(context, shape, ldq, ldk, ldv, {out, q, k, v})) return false;
+    const int bytes = fused_attention::query_block_bytes(shape.key_len);  // <= 46,080
+    FusedArgs args;
+    static_cast<short_attention::Args<T>&>(args) =
+        short_attention::args_of(q, ldq, k, ldk, v, ldv, shape);
+    args.out = out;
+    args.saved = saved;
+    const int query_blocks = fused_attention::blocks_of(shape.query_len);
+    fused_attention_forward_kernel<<<shape.batch * shape.heads * query_blocks,
+                                     fused_attention::kThreads, bytes, context.stream()>>>(
+        args, query_blocks);
+    THPC_CUDA_CHECK_LAUNCH("fused_attention_forward_kernel");
+    ++fused_attention_launch_count;
+    return true;
+  }
+}
+
+template <typename T>
+bool fused_attention_backward(Context& context, T* dq, T* dk, T* dv, const T* d_out,
+                              const T* saved, const T* q, int ldq, const T* k, int ldk,
+                              const T* v, int ldv, const AttentionShape& shape, GradStore store) {
+  if constexpr (!std::is_same<T, __nv_bfloat16>::value) {
+    return false;
+  } else {
+    if (!takes_fused_attention<T>(context, shape, ldq, ldk, ldv, {dq, dk, dv, d_out, q, k, v})) {
+      return false;
+    }
+    const int key_bytes = fused_attention::key_block_bytes(shape.query_len);
+    const void* key_kernel = reinterpret_cast<const void*>(&fused_attention_key_kernel);
+    if (!kernel_shared_memory(key_kernel, context.device(),
+                              fused_attention::key_block_bytes(fused_attention::kMaxLength),
+                              key_bytes)) {
+      return false;
+    }
+    if (dq == nullptr && dk == nullptr && dv == nullptr) return true;
+    FusedArgs args;
+    static_cast<short_attention::Args<T>&>(args) =
+        short_attention::args_of(q, ldq, k, ldk, v, ldv, shape);
+    set_backward_args(args, dq, dk, dv, d_out, saved, store);
+    const int pairs = shape.batch * shape.heads;
+    if (dk != nullptr) {  // dS of every (pair, query, key), from the query blocks to the key blocks
+      args.d_scores = static_cast<T*>(context.scratch(static_cast<size_t>(pairs) * shape.query_len *
+                                                      shape.key_len * sizeof(T)));
+    }
+    if (dq != nullptr || dk != nullptr) {
+      const int query_blocks = fused_attention::blocks_of(shape.query_len);
+      fused_attention_query_kernel<<<pairs * query_blocks, fused_attention::kThreads,
+                                     fused_attention::query_block_bytes(shape.key_len),
+                                     context.stream()>>>(args, query_blocks);
+      THPC_CUDA_CHECK_LAUNCH("fused_attention_query_kernel");
+    }
+    if (dk != nullptr || dv != nullptr) {
+      const int key_blocks = fused_attention::blocks_of(shape.key_len);
+      fused_attention_key_kernel<<<pairs * key_blocks, fused_attention::kThreads, key_bytes,
+                                   context.stream()>>>(args, key_blocks);
+      THPC_CUDA_CHECK_LAUNCH("fused_attention_key_kernel");
+    }
+    ++fused_attention_launch_count;
     return true;
   }
 }
@@ -694,6 +883,7 @@ void attention_forward(Context& context, T* out, T* saved, const T* q, int ldq, 
   const int d_k = shape.d_k, d_v = shape.d_v, ld_out = h * d_v;
   const int pairs = B * h;
   if (pairs == 0 || Lq == 0) return;
+  if (fused_attention_forward(context, out, saved, q, ldq, k, ldk, v, ldv, shape)) return;
   if (short_attention_forward(context, out, saved, q, ldq, k, ldk, v, ldv, shape)) return;
   cudaStream_t stream = context.stream();
   if (Lk == 0) {  // nothing to attend to: every weighted sum is empty (out is contiguous)
@@ -751,7 +941,9 @@ void attention_backward(Context& context, T* dq, T* dk, T* dv, const T* d_out, c
   const int B = shape.batch, h = shape.heads, Lq = shape.query_len, Lk = shape.key_len;
   const int d_k = shape.d_k, d_v = shape.d_v, ld_out = h * d_v;
   const int pairs = B * h;
-  if (short_attention_backward(context, dq, dk, dv, d_out, saved, q, ldq, k, ldk, v, ldv, shape,
+  if (fused_attention_backward(context, dq, dk, dv, d_out, saved, q, ldq, k, ldk, v, ldv, shape,
+                               store) ||
+      short_attention_backward(context, dq, dk, dv, d_out, saved, q, ldq, k, ldk, v, ldv, shape,
                                store)) {
     return;
   }
@@ -859,4 +1051,8 @@ THPC_CUDA_TWIN(attention_backward)
 
 int64_t thpc::cuda_short_attention_launches() {
   return thpc::cuda::short_attention_launch_count.load();
+}
+
+int64_t thpc::cuda_fused_attention_launches() {
+  return thpc::cuda::fused_attention_launch_count.load();
 }

@@ -24,4 +24,8 @@ std::unique_ptr<Backend> make_cuda_backend(int device, DType compute_dtype,
 // in this process, forward and backward.
 int64_t cuda_short_attention_launches();
 
+// Launches of the fused attention (kernels/cuda/fused_attention.cuh, candidate
+// fused_attention) in this process: one a forward, one a backward.
+int64_t cuda_fused_attention_launches();
+
 }  // namespace thpc

@@ -29,6 +29,14 @@ int64_t short_attention_launches() {
 #endif
 }
 
+int64_t fused_attention_launches() {
+#if THPC_HAVE_CUDA
+  return cuda_fused_attention_launches();
+#else
+  return 0;
+#endif
+}
+
 bool built_with_cuda() {
 #if THPC_HAVE_CUDA
   return true;

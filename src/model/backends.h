@@ -31,6 +31,9 @@ bool built_with_cuda();
 // (kernels/cuda/short_attention.cuh); 0 without CUDA. Its twin tests check that the path
 // they compare was the one taken, not the batched GEMMs.
 int64_t short_attention_launches();
+// The same for the fused attention (kernels/cuda/fused_attention.cuh): one a forward, one
+// a backward.
+int64_t fused_attention_launches();
 
 // Number of CUDA devices this process sees; 0 without CUDA.
 int visible_cuda_devices();

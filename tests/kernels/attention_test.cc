@@ -13,6 +13,7 @@
 // path, odd ones (d_k = 5, a spare column in ldq) the per-sentence strided fallback.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <condition_variable>
@@ -27,6 +28,7 @@
 #include "cpu_reference.h"
 #include "cuda_twin.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cuda/fused_attention.cuh"
 #include "kernels/cuda/short_attention.cuh"
 
 namespace thpc::cpu_test {
@@ -881,50 +883,81 @@ struct SequentialBlocks {
   }
 };
 
+// The host buffers of a host run of a kernel's body: one case's inputs as bf16, its
+// outputs (NaN first: an element not written shows) and, for backward, the gradients as
+// run_attention fills them; `args` (short_attention::Args or a type derived from it)
+// pointed at them, and the results read back as run_attention returns them.
+struct HostAttentionBuffers {
+  const AttentionData& data;
+  const AttentionRun& run;
+  std::vector<HostBf16> q_buffer, kv_buffer, out, saved, dq_buffer, dkv_buffer, d_out;
+  AttentionShape shape;  // run_attention's, the key lengths in host memory
+
+  HostAttentionBuffers(const AttentionData& d, const AttentionRun& r) : data(d), run(r) {
+    const AttentionCase& c = data.c;
+    q_buffer = to_host_bf16(data.q);
+    if (!c.fused) kv_buffer = to_host_bf16(data.kv);
+    out.assign(static_cast<size_t>(data.out_numel()), HostBf16{0xffff});
+    saved.assign(static_cast<size_t>(c.batch) * c.heads * c.query_len * c.key_len,
+                 HostBf16{0xffff});
+    shape = shape_of(c, c.key_lengths.empty() ? nullptr : c.key_lengths.data());
+  }
+  template <class Args>
+  void set_forward(Args& args) {
+    const HostBf16* kv = data.c.fused ? q_buffer.data() : kv_buffer.data();
+    static_cast<short_attention::Args<HostBf16>&>(args) = short_attention::args_of<HostBf16>(
+        q_buffer.data(), data.ldq, kv + data.k_offset, data.ldk, kv + data.v_offset, data.ldv,
+        shape);
+    args.out = out.data();
+    args.saved = run.with_saved ? saved.data() : nullptr;
+  }
+  template <class Args>
+  void set_backward(Args& args) {
+    const AttentionCase& c = data.c;
+    const bool write = run.store == GradStore::kWrite;
+    const int q_heads_width = c.fused ? data.ldq : c.heads * c.d_k;
+    dq_buffer = to_host_bf16(write ? poisoned_columns(data.dq_fill, data.ldq, q_heads_width)
+                                   : data.dq_fill);
+    if (!c.fused) {
+      dkv_buffer = to_host_bf16(write ? poisoned_columns(data.dkv_fill, data.ldk, data.ldk)
+                                      : data.dkv_fill);
+    }
+    HostBf16* dkv = c.fused ? dq_buffer.data() : dkv_buffer.data();
+    d_out = to_host_bf16(data.d_out);
+    args.d_out = d_out.data();
+    args.dq = run.want_dq ? dq_buffer.data() : nullptr;
+    args.dk = run.want_dk ? dkv + data.k_offset : nullptr;
+    args.dv = run.want_dv ? dkv + data.v_offset : nullptr;
+    args.write_dq = args.write_dk = args.write_dv = write;
+  }
+  void read_forward(AttentionResult& result) const {
+    result.out = from_host_bf16(out);
+    if (run.with_saved) result.saved = from_host_bf16(saved);
+  }
+  void read_backward(AttentionResult& result) const {
+    result.dq_buffer = from_host_bf16(dq_buffer);
+    if (!data.c.fused) result.dkv_buffer = from_host_bf16(dkv_buffer);
+  }
+};
+
 // run_attention's buffers and results, computed by the short kernels' bodies on the host,
 // one block per (sentence, head) pair, run by `run_blocks` (SequentialBlocks, or
 // ThreadedBlocks below).
 template <class RunBlocks = SequentialBlocks>
 AttentionResult run_short_attention_on_host(const AttentionData& data, const AttentionRun& run,
                                             const RunBlocks& run_blocks = RunBlocks{}) {
-  using short_attention::Args;
   const AttentionCase& c = data.c;
-  std::vector<HostBf16> q_buffer = to_host_bf16(data.q);
-  std::vector<HostBf16> kv_buffer = c.fused ? std::vector<HostBf16>{} : to_host_bf16(data.kv);
-  const HostBf16* kv = c.fused ? q_buffer.data() : kv_buffer.data();
-  // run_attention's shape, the key lengths in host memory.
-  const AttentionShape shape = shape_of(c, c.key_lengths.empty() ? nullptr : c.key_lengths.data());
-  Args<HostBf16> args = short_attention::args_of<HostBf16>(
-      q_buffer.data(), data.ldq, kv + data.k_offset, data.ldk, kv + data.v_offset, data.ldv, shape);
-  std::vector<HostBf16> out(static_cast<size_t>(data.out_numel()));
-  std::vector<HostBf16> saved(static_cast<size_t>(c.batch) * c.heads * c.query_len * c.key_len);
-  args.out = out.data();
-  args.saved = run.with_saved ? saved.data() : nullptr;
+  HostAttentionBuffers buffers(data, run);
+  short_attention::Args<HostBf16> args;
+  buffers.set_forward(args);
   const int pairs = c.batch * c.heads;
   run_blocks(false, args, pairs, short_attention::layout(c.query_len, c.key_len, false).bytes);
   AttentionResult result;
-  result.out = from_host_bf16(out);
-  if (run.with_saved) result.saved = from_host_bf16(saved);
+  buffers.read_forward(result);
   if (!run.backward) return result;
-
-  const bool write = run.store == GradStore::kWrite;
-  const int q_heads_width = c.fused ? data.ldq : c.heads * c.d_k;
-  std::vector<HostBf16> dq_buffer = to_host_bf16(
-      write ? poisoned_columns(data.dq_fill, data.ldq, q_heads_width) : data.dq_fill);
-  std::vector<HostBf16> dkv_buffer =
-      c.fused ? std::vector<HostBf16>{}
-              : to_host_bf16(write ? poisoned_columns(data.dkv_fill, data.ldk, data.ldk)
-                                   : data.dkv_fill);
-  HostBf16* dkv = c.fused ? dq_buffer.data() : dkv_buffer.data();
-  const std::vector<HostBf16> d_out = to_host_bf16(data.d_out);
-  args.d_out = d_out.data();
-  args.dq = run.want_dq ? dq_buffer.data() : nullptr;
-  args.dk = run.want_dk ? dkv + data.k_offset : nullptr;
-  args.dv = run.want_dv ? dkv + data.v_offset : nullptr;
-  args.write_dq = args.write_dk = args.write_dv = write;
+  buffers.set_backward(args);
   run_blocks(true, args, pairs, short_attention::layout(c.query_len, c.key_len, true).bytes);
-  result.dq_buffer = from_host_bf16(dq_buffer);
-  if (!c.fused) result.dkv_buffer = from_host_bf16(dkv_buffer);
+  buffers.read_backward(result);
   return result;
 }
 
@@ -1040,6 +1073,19 @@ struct ThreadedBlocks {
   }
 };
 
+// A host run of a kernel's body (`run_on_host(data, run)`) computes the same output for
+// decoding (no saved P) as with P saved.
+template <class RunOnHost>
+void expect_decoding_output_unchanged(const AttentionData& data, const RunOnHost& run_on_host) {
+  AttentionRun without_saved;
+  without_saved.backward = false;
+  without_saved.with_saved = false;
+  AttentionRun with_saved = without_saved;
+  with_saved.with_saved = true;
+  EXPECT_EQ(run_on_host(data, without_saved).out, run_on_host(data, with_saved).out)
+      << data.c.name << ": decoding (no saved P) computes the same output";
+}
+
 // The short kernels' bodies, run on the host, against the CPU attention: forward
 // (out, saved P, masks) and every backward variant, adding and writing. This is the
 // kernels' rehearsal without a GPU: indices, masks, padding, dropout draws, the
@@ -1060,14 +1106,9 @@ TEST(ShortAttentionOnTheHost, ForwardAndBackwardMatchCpu) {
         expect_short_attention_matches(actual, expected, c.fused);
       }
     }
-    AttentionRun without_saved;
-    without_saved.backward = false;
-    without_saved.with_saved = false;
-    AttentionRun with_saved = without_saved;
-    with_saved.with_saved = true;
-    EXPECT_EQ(run_short_attention_on_host(data, without_saved).out,
-              run_short_attention_on_host(data, with_saved).out)
-        << c.name << ": decoding (no saved P) computes the same output";
+    expect_decoding_output_unchanged(data, [](const AttentionData& d, const AttentionRun& r) {
+      return run_short_attention_on_host(d, r);
+    });
   }
 }
 
@@ -1116,6 +1157,47 @@ TEST(ShortAttentionOnTheHost, AnotherDropoutDrawIsCaught) {
   EXPECT_FALSE(all_close(actual.out, expected.out, o.abs, o.rel));
 }
 
+// One case's GPU twins as the one-launch kernels (short, fused) check them: forward and
+// every backward variant, adding and writing, against the CPU (bf16: the short kernels'
+// tolerances, fp32: the batched path's), `launches` counting 2 a bf16 run (forward and
+// backward: the kernels under test were the ones taken), a repeated run bit-identical (no
+// atomics), and decoding without saved P the same output.
+void expect_one_launch_twins_match(Twins& twins, const AttentionData& data,
+                                   int64_t (*launches)(), const char* kernels) {
+  const AttentionCase& c = data.c;
+  const DType dtype = twins.compute;
+  for (GradStore store : {GradStore::kAdd, GradStore::kWrite}) {
+    for (const AttentionRun& run : short_attention_runs(store)) {
+      SCOPED_TRACE(label(c, dtype) + " " + variant_name(run));
+      const AttentionResult cpu = run_attention(*twins.cpu, DType::F32, data, run);
+      const int64_t before = launches();
+      const AttentionResult gpu = run_attention(*twins.gpu, dtype, data, run);
+      if (dtype == DType::BF16 && !twin_rehearsal()) {
+        EXPECT_EQ(launches(), before + 2)
+            << "the " << kernels << " kernels were not taken (forward and backward)";
+      }
+      if (dtype == DType::BF16) {
+        expect_short_attention_matches(gpu, cpu, c.fused);
+      } else {
+        const Tolerance o = out_tolerance(dtype), g = gradient_tolerance(dtype);
+        EXPECT_TRUE(all_close(gpu.out, cpu.out, o.abs, o.rel)) << "out";
+        EXPECT_TRUE(all_close(gpu.dq_buffer, cpu.dq_buffer, g.abs, g.rel)) << "dq";
+        EXPECT_TRUE(all_close(gpu.dkv_buffer, cpu.dkv_buffer, g.abs, g.rel)) << "d kv";
+      }
+      const AttentionResult again = run_attention(*twins.gpu, dtype, data, run);
+      EXPECT_EQ(again.out, gpu.out);
+      EXPECT_EQ(again.dq_buffer, gpu.dq_buffer);
+      EXPECT_EQ(again.dkv_buffer, gpu.dkv_buffer);
+    }
+  }
+  AttentionRun with, without;
+  with.backward = without.backward = false;
+  without.with_saved = false;
+  EXPECT_EQ(run_attention(*twins.gpu, dtype, data, with).out,
+            run_attention(*twins.gpu, dtype, data, without).out)
+      << label(c, dtype) << ": without saved P";
+}
+
 // The same on the GPU (bf16, with every length the kernels can take allowed, up to 128;
 // fp32 takes the batched path and is checked too): forward, every backward variant adding
 // and writing, decoding without saved P, and a repeated run bit-identical (no atomics).
@@ -1127,37 +1209,8 @@ TEST(CudaAttention, ShortSentencesMatchCpu) {
     std::mt19937 rng(43);
     for (const AttentionCase& c : short_attention_cases()) {
       Twins twins(dtype, longest);
-      const AttentionData data(c, dtype, rng);
-      for (GradStore store : {GradStore::kAdd, GradStore::kWrite}) {
-        for (const AttentionRun& run : short_attention_runs(store)) {
-          SCOPED_TRACE(label(c, dtype) + " " + variant_name(run));
-          const AttentionResult cpu = run_attention(*twins.cpu, DType::F32, data, run);
-          const int64_t launches = short_attention_launches();
-          const AttentionResult gpu = run_attention(*twins.gpu, dtype, data, run);
-          if (dtype == DType::BF16 && !twin_rehearsal()) {
-            EXPECT_EQ(short_attention_launches(), launches + 2)
-                << "the short kernels were not taken (forward and backward)";
-          }
-          if (dtype == DType::BF16) {
-            expect_short_attention_matches(gpu, cpu, c.fused);
-          } else {
-            const Tolerance o = out_tolerance(dtype), g = gradient_tolerance(dtype);
-            EXPECT_TRUE(all_close(gpu.out, cpu.out, o.abs, o.rel)) << "out";
-            EXPECT_TRUE(all_close(gpu.dq_buffer, cpu.dq_buffer, g.abs, g.rel)) << "dq";
-            EXPECT_TRUE(all_close(gpu.dkv_buffer, cpu.dkv_buffer, g.abs, g.rel)) << "d kv";
-          }
-          const AttentionResult again = run_attention(*twins.gpu, dtype, data, run);
-          EXPECT_EQ(again.out, gpu.out);
-          EXPECT_EQ(again.dq_buffer, gpu.dq_buffer);
-          EXPECT_EQ(again.dkv_buffer, gpu.dkv_buffer);
-        }
-      }
-      AttentionRun with, without;
-      with.backward = without.backward = false;
-      without.with_saved = false;
-      EXPECT_EQ(run_attention(*twins.gpu, dtype, data, with).out,
-                run_attention(*twins.gpu, dtype, data, without).out)
-          << label(c, dtype) << ": without saved P";
+      expect_one_launch_twins_match(twins, AttentionData(c, dtype, rng), short_attention_launches,
+                                    "short");
     }
   }
 }
@@ -1195,6 +1248,268 @@ TEST(CudaAttention, ShortKernelsOnlyUpToTheConfiguredLength) {
       const AttentionResult gpu = run_attention(*twins.gpu, DType::BF16, data, run);
       EXPECT_EQ(short_attention_launches() - launches, taken ? 2 : 0);
       expect_short_attention_matches(gpu, cpu, c->fused);
+    }
+  }
+}
+
+// ---- Attention in registers (kernels/cuda/fused_attention.cuh; candidate fused_attention) ----
+
+// Shapes for the fused kernels besides the short kernels' (d_k = d_v = 64, lengths <= 128):
+// two query blocks and two key blocks with a partial last one (100 x 77), causal at the
+// longest length, one query with an empty sentence, causal cross-attention without key
+// lengths, dropout. One or two heads, to keep the host run short.
+std::vector<AttentionCase> fused_attention_cases() {
+  return {
+      {"fused_self_padded", 2, 1, 40, 40, 64, 64, false, 0.0f, {40, 17}, true},
+      {"fused_causal_dropout", 2, 1, 23, 23, 64, 64, true, 0.1f, {23, 9}, true},
+      {"fused_cross_100x77_dropout", 2, 1, 100, 77, 64, 64, false, 0.1f, {77, 30}, false, 8},
+      {"fused_causal_128", 1, 1, 128, 128, 64, 64, true, 0.0f, {128}, true},
+      {"fused_one_query_empty_sentence", 3, 1, 1, 19, 64, 64, false, 0.0f, {19, 0, 7}, false, 8},
+      {"fused_cross_causal_no_lengths", 1, 2, 50, 12, 64, 64, true, 0.1f, {}, false, 8},
+  };
+}
+
+// A barrier that spins (yielding): the host run of a fused block passes thousands of warp
+// collectives, each two barriers of 32 threads.
+class SpinBarrier {
+ public:
+  explicit SpinBarrier(int count) : count_(count) {}
+  void wait() {
+    const int generation = generation_.load(std::memory_order_acquire);
+    if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == count_) {
+      arrived_.store(0, std::memory_order_relaxed);
+      generation_.fetch_add(1, std::memory_order_acq_rel);
+    } else {
+      while (generation_.load(std::memory_order_acquire) == generation) std::this_thread::yield();
+    }
+  }
+
+ private:
+  const int count_;
+  std::atomic<int> arrived_{0}, generation_{0};
+};
+
+struct FusedTeam {
+  SpinBarrier block{fused_attention::kThreads};
+  SpinBarrier warp[fused_attention::kWarps] = {SpinBarrier(32), SpinBarrier(32),
+                                               SpinBarrier(32), SpinBarrier(32)};
+  struct Exchange {
+    float value[32];
+    const void* address[32];
+    uint32_t words[32][6];  // a lane's A fragment (4 words) and B fragment (2)
+  } exchange[fused_attention::kWarps] = {};
+};
+static_assert(fused_attention::kWarps == 4, "FusedTeam's warp barriers");
+
+// The execution policy of fused_attention's bodies on the host: each thread of the block a
+// host thread, the warp collectives emulated from the PTX ISA's fragment layouts (the
+// ones fused_attention.cuh lists): a lane posts its operand, the warp meets, each lane
+// computes its own result from the posted ones, the warp meets again.
+struct FusedLane {
+  using Element = HostBf16;
+  int thread = 0;
+  FusedTeam* team = nullptr;
+  int first_thread() const { return thread; }
+  int thread_step() const { return fused_attention::kThreads; }
+  int warp() const { return thread / 32; }
+  int lane() const { return thread % 32; }
+  void sync() const { team->block.wait(); }
+  void warp_sync() const { team->warp[warp()].wait(); }
+  FusedTeam::Exchange& exchange() const { return team->exchange[warp()]; }
+  float shfl_xor(float value, int mask) const {
+    exchange().value[lane()] = value;
+    warp_sync();
+    const float result = exchange().value[lane() ^ mask];
+    warp_sync();
+    return result;
+  }
+  // Tile i's rows at the addresses lanes 8i..8i+7 posted; word i of lane (g, c) holds tile
+  // i's (row g, columns 2c, 2c+1), or with trans its (rows 2c, 2c+1, column g).
+  void ldmatrix(uint32_t (&words)[4], const Element* row, bool trans) const {
+    exchange().address[lane()] = row;
+    warp_sync();
+    const int g = lane() / 4, c = lane() % 4;
+    for (int i = 0; i < 4; ++i) {
+      uint32_t halves[2];
+      for (int e = 0; e < 2; ++e) {
+        const int r = trans ? 2 * c + e : g, column = trans ? g : 2 * c + e;
+        halves[e] = static_cast<const Element*>(exchange().address[8 * i + r])[column].bits;
+      }
+      words[i] = halves[0] | (halves[1] << 16);
+    }
+    warp_sync();
+  }
+  void ldmatrix_x4(uint32_t (&words)[4], const Element* row) const { ldmatrix(words, row, false); }
+  void ldmatrix_x4_trans(uint32_t (&words)[4], const Element* row) const {
+    ldmatrix(words, row, true);
+  }
+  static float half_of(uint32_t word, int upper) {
+    return from_bf16_bits(static_cast<uint16_t>(upper ? word >> 16 : word & 0xffffu));
+  }
+  // acc (row g / g + 8, columns 2c, 2c + 1) += sum over k of A(row, k) B(k, column), A's
+  // elements from the lanes holding them (word (row >= 8) + 2 (k >= 8) of lane
+  // 4 (row % 8) + (k % 8) / 2), B's likewise (word k >= 8 of lane 4 n + (k % 8) / 2).
+  void mma(float (&acc)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) const {
+    uint32_t* mine = exchange().words[lane()];
+    for (int i = 0; i < 4; ++i) mine[i] = a[i];
+    mine[4] = b0;
+    mine[5] = b1;
+    warp_sync();
+    const auto& posted = exchange().words;
+    const int g = lane() / 4, c = lane() % 4;
+    for (int e = 0; e < 4; ++e) {
+      const int row = g + 8 * (e >> 1), column = 2 * c + (e & 1);
+      float sum = acc[e];
+      for (int k = 0; k < 16; ++k) {
+        const float a_value =
+            half_of(posted[4 * (row % 8) + (k % 8) / 2][(row >= 8) + 2 * (k >= 8)], k % 2);
+        const float b_value = half_of(posted[4 * column + (k % 8) / 2][4 + (k >= 8)], k % 2);
+        sum += a_value * b_value;
+      }
+      acc[e] = sum;
+    }
+    warp_sync();
+  }
+  uint32_t pack(Element low, Element high) const {
+    return low.bits | (static_cast<uint32_t>(high.bits) << 16);
+  }
+  float exp(float value) const { return std::exp(value); }
+  Element round(float value) const { return Element{bf16_bits(value)}; }
+  float widen(Element value) const { return widen_bf16(value); }
+  void copy16(Element* to, const Element* from) const { std::memcpy(to, from, 16); }
+  void zero16(Element* to) const { std::memset(to, 0, 16); }
+  void store_pair(Element* to, float v0, float v1) const {
+    to[0] = round(v0);
+    to[1] = round(v1);
+  }
+};
+
+// One launch of a fused kernel on the host: `blocks` blocks, each run by a team of
+// kThreads threads, its shared memory NaN-filled first; body(x, block, shared).
+template <class Body>
+void run_fused_launch(int blocks, int bytes, const Body& body) {
+  std::vector<char> shared(static_cast<size_t>(bytes));
+  FusedTeam team;
+  std::vector<std::thread> threads;
+  for (int thread = 0; thread < fused_attention::kThreads; ++thread) {
+    threads.emplace_back([&, thread] {
+      FusedLane x;
+      x.thread = thread;
+      x.team = &team;
+      for (int block = 0; block < blocks; ++block) {
+        if (thread == 0) std::fill(shared.begin(), shared.end(), static_cast<char>(0xff));
+        x.sync();
+        body(x, block, shared.data());
+        x.sync();  // the block is done before the next one's fill
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+}
+
+// run_attention's buffers and results, computed by the fused kernels' bodies on the host:
+// forward, then (backward) the query blocks and the key blocks, as the launcher runs them.
+AttentionResult run_fused_attention_on_host(const AttentionData& data, const AttentionRun& run) {
+  namespace fa = fused_attention;
+  const AttentionCase& c = data.c;
+  HostAttentionBuffers buffers(data, run);
+  fa::Args<HostBf16> args;
+  buffers.set_forward(args);
+  const int pairs = c.batch * c.heads;
+  const int query_blocks = fa::blocks_of(c.query_len), key_blocks = fa::blocks_of(c.key_len);
+  run_fused_launch(pairs * query_blocks, fa::query_block_bytes(c.key_len),
+                   [&](FusedLane& x, int block, char* shared) {
+                     fa::forward_block(x, args, block / query_blocks, block % query_blocks, shared);
+                   });
+  AttentionResult result;
+  buffers.read_forward(result);
+  if (!run.backward) return result;
+  buffers.set_backward(args);
+  std::vector<HostBf16> d_scores(buffers.saved.size(), HostBf16{0xffff});  // NaN until written
+  args.d_scores = run.want_dk ? d_scores.data() : nullptr;
+  if (args.dq != nullptr || args.dk != nullptr) {
+    run_fused_launch(pairs * query_blocks, fa::query_block_bytes(c.key_len),
+                     [&](FusedLane& x, int block, char* shared) {
+                       fa::query_block_backward(x, args, block / query_blocks,
+                                                block % query_blocks, shared);
+                     });
+  }
+  if (args.dk != nullptr || args.dv != nullptr) {
+    run_fused_launch(pairs * key_blocks, fa::key_block_bytes(c.query_len),
+                     [&](FusedLane& x, int block, char* shared) {
+                       fa::key_block_backward(x, args, block / key_blocks, block % key_blocks,
+                                              shared);
+                     });
+  }
+  buffers.read_backward(result);
+  return result;
+}
+
+// The fused kernels' bodies, every lane a host thread and the fragments as the PTX ISA
+// lays them out, against the CPU attention: forward (out, saved P, masks), backward with
+// every gradient adding and writing, and each of dq, dk, dv alone in the two cases with
+// two blocks a direction; decoding without saved P gives the same output. Its rehearsal
+// without a GPU: every index, fragment, mask, dropout draw and epilogue runs here.
+TEST(FusedAttentionOnTheHost, ForwardAndBackwardMatchCpu) {
+  auto cpu = make_cpu_backend(DType::F32);
+  std::mt19937 rng(45);
+  for (const AttentionCase& c : fused_attention_cases()) {
+    const AttentionData data(c, DType::BF16, rng);
+    ASSERT_TRUE(fused_attention::fused_attention_fits(c.d_k, c.d_v, c.query_len, c.key_len,
+                                                      data.ldq, data.ldk, data.ldv))
+        << c.name;
+    std::vector<AttentionRun> runs = {short_attention_runs(GradStore::kAdd)[0],
+                                      short_attention_runs(GradStore::kWrite)[0]};
+    if (c.query_len > fused_attention::kBlockRows) {
+      for (int variant = 1; variant < 4; ++variant) {
+        runs.push_back(short_attention_runs(GradStore::kAdd)[variant]);
+      }
+    }
+    for (const AttentionRun& run : runs) {
+      SCOPED_TRACE(c.name + " " + variant_name(run));
+      const AttentionResult expected = run_attention(*cpu, DType::F32, data, run);
+      const AttentionResult actual = run_fused_attention_on_host(data, run);
+      expect_short_attention_matches(actual, expected, c.fused);
+    }
+    expect_decoding_output_unchanged(data, run_fused_attention_on_host);
+  }
+}
+
+// The tolerance is not vacuous for the fused bodies either: the CPU's result for another
+// dropout draw is far outside it. (Nor is the comparison blind to the fragments: with two
+// of an ldmatrix's tiles swapped in rows_times_heads, ForwardAndBackwardMatchCpu fails;
+// tried when it was written.)
+TEST(FusedAttentionOnTheHost, AnotherDropoutDrawIsCaught) {
+  auto cpu = make_cpu_backend(DType::F32);
+  std::mt19937 rng(46);
+  const AttentionCase c = fused_attention_cases()[1];  // causal, dropout 0.1
+  const AttentionData data(c, DType::BF16, rng);
+  AttentionRun run;
+  run.backward = false;
+  const AttentionResult expected = run_attention(*cpu, DType::F32, data, run);
+  AttentionData other = data;
+  other.c.dropout = 0.2f;
+  const AttentionResult actual = run_fused_attention_on_host(other, run);
+  const Tolerance o = out_tolerance(DType::BF16);
+  EXPECT_FALSE(all_close(actual.out, expected.out, o.abs, o.rel));
+}
+
+// The same on the GPU with the candidate named (train.cuda_kernels = fused_attention):
+// the short kernels' cases and the fused ones, bf16 through the fused kernels (one launch
+// a forward, one a backward, counted), fp32 through the batched path; a repeated run
+// bit-identical (no atomics); decoding without saved P the same output.
+TEST(CudaCandidateFusedAttention, MatchesCpu) {
+  THPC_REQUIRE_GPU();
+  CudaKernelChoice fused;
+  fused.candidates = kFusedAttention;
+  std::vector<AttentionCase> cases = short_attention_cases();
+  for (const AttentionCase& c : fused_attention_cases()) cases.push_back(c);
+  for (DType dtype : gpu_compute_dtypes()) {
+    std::mt19937 rng(47);
+    for (const AttentionCase& c : cases) {
+      Twins twins(dtype, fused);
+      expect_one_launch_twins_match(twins, AttentionData(c, dtype, rng), fused_attention_launches,
+                                    "fused");
     }
   }
 }

@@ -1,0 +1,525 @@
+// Attention in registers: bf16 attention with d_k = d_v = 64 and query and key lengths up
+// to 128 (every training bucket of the configs), on the tensor cores' warp-level
+// mma.sync m16n8k16 with the scores, probabilities and products held in registers.
+// Written without a GPU (2026-11-29) behind train.cuda_kernels = fused_attention (issue
+// 51: attention ran at 16.7 TFLOP/s in the H200's base step; goal 100).
+//
+// What it computes is attention.cu's (the CPU twin kernels/cpu/attention.cc is the
+// specification), with the same roundings as the short kernels (short_attention.cuh):
+//   S = Q K^T / sqrt(d_k) (fp32),  P = softmax over the visible keys (masked: exactly 0),
+//   P' = P * M / (1 - p),  out = P' V;
+//   dV = P'^T dO,  dP = (dO V^T) * M / (1 - p),  dS = P * (dP - rowsum(dP * P)),
+//   dQ = dS K / sqrt(d_k),  dK = dS^T Q / sqrt(d_k);
+// S, dP and the row statistics in fp32, P, P' and dS rounded to bf16 before their
+// products, products accumulated in fp32 and rounded once (plus the old gradient in fp32
+// when added into). P is saved [B, h, Lq, Lk] as every path saves it, so any backward
+// can follow any forward.
+//
+// Why a third kernel. The short kernels (one block per (sentence, head), the whole score
+// matrix in shared memory, wmma tiles stored and reloaded between phases) halve
+// attention up to 32 pieces and lose from 64 (bench/RESULTS.md, fourth GPU window): a
+// block of 4 warps walks L^2 scores through shared memory alone, and at 96 pieces an SM
+// holds 2 of them. Here:
+// * Forward: a block of 4 warps takes 64 queries of one pair (grid: pairs x query
+//   blocks), K and V of the pair in shared memory (46 KB at 128 keys). Each warp owns 16
+//   queries: S for up to 128 keys sits in its registers as mma accumulators (64 floats a
+//   thread), the row's max and sum are combined across the 4 lanes that share a row by
+//   two shuffles, P is rounded once, written to `saved`, and its accumulator layout IS
+//   the A operand layout of the next product (two 16x8 accumulator tiles = one 16x16 A
+//   tile), so out = P' V needs no trip through memory. No block barrier after the loads.
+// * Backward in two launches, deterministic (no atomics): per query block, dP' = dO V^T
+//   in registers, rowsum and dS, dQ = dS K / 8 from the same registers, dS written to
+//   scratch ([B, h, Lq, Lk] bf16, when dK is wanted); then per key block (64 keys, a
+//   warp per 16), dV = P'^T dO and dK = dS^T Q / 8 with P' and dS read back transposed
+//   by ldmatrix.trans.
+// FLOPs are the GEMMs' (4 Lq Lk 64 forward, 8 Lq Lk 64 backward); bytes are the inputs
+// once per block, P written and read once, dS written and read once.
+//
+// Limits (fused_attention_fits): bf16, d_k = d_v = 64, 1 <= Lq, Lk <= 128, row strides a
+// multiple of 8 elements and pointers 16-byte aligned (the launcher checks those).
+//
+// One body, two executions, as short_attention.cuh: the block's work is written once for
+// an execution policy X, per thread, SIMT-style. On the GPU (attention.cu, MmaWarps) X
+// issues ldmatrix and mma.sync and __shfl_xor_sync. In tests/kernels/attention_test.cc
+// (FusedAttentionOnTheHost.*) each of the block's 128 threads is a host thread, and X
+// emulates the warp collectives from the PTX ISA's fragment layouts (which lane holds
+// which elements of A, B, C and of an ldmatrix tile): so every index, fragment
+// assignment, mask, dropout draw and epilogue of this file runs on the CPU against the
+// CPU attention. What only a GPU can check: that the hardware's layouts are the PTX
+// ISA's as the emulation reads them, shared-memory races under real timing, registers.
+//
+// Fragments (m16n8k16, bf16 in, fp32 out; g = lane / 4, c = lane % 4):
+//   A 16x16 (4 words of 2 bf16): word 0 (g, 2c..2c+1), 1 (g+8, 2c..), 2 (g, 8+2c..),
+//     3 (g+8, 8+2c..); the lower column in the word's low half.
+//   B 16x8 (2 words): word 0 (k = 2c..2c+1, n = g), word 1 (k = 8+2c.., n = g).
+//   C 16x8 (4 floats): (g, 2c), (g, 2c+1), (g+8, 2c), (g+8, 2c+1).
+//   ldmatrix.x4: lanes 8i..8i+7 give the row addresses of 8x8 tile i; lane l receives
+//     word i = tile i's (row g, columns 2c..2c+1), or with .trans (rows 2c..2c+1,
+//     column g).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/short_attention.cuh"
+
+// Loops over fragment arrays are unrolled on the GPU (register arrays need constant
+// indices); the host run takes them as they are.
+#if defined(__CUDACC__)
+#define THPC_UNROLL _Pragma("unroll")
+#else
+#define THPC_UNROLL
+#endif
+
+namespace thpc::fused_attention {
+
+using short_attention::kHeadWidth;  // 64
+using short_attention::kLdHead;     // 72: shared rows of 144 bytes (ldmatrix: no bank conflicts)
+constexpr int kMaxLength = kShortAttentionLongest;  // 128: S of 16 rows fits in registers
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kWarpRows = 16;                  // queries (keys, backward) a warp owns
+constexpr int kBlockRows = kWarps * kWarpRows;  // 64 a block
+constexpr int kKeyTiles = kMaxLength / 8;      // n-tiles of S: 16 (8 keys each)
+constexpr int kHeadTiles = kHeadWidth / 8;     // n-tiles of an output row: 8
+
+// Everything a block needs: the short kernels' arguments (same fields, same meaning) and
+// the backward's dS scratch ([B, h, Lq, Lk], written by the query blocks, read by the key
+// blocks; null when dK is not wanted).
+template <typename T>
+struct Args : short_attention::Args<T> {
+  T* d_scores = nullptr;
+};
+
+THPC_SHORT_ATTENTION_HD bool fused_attention_fits(int d_k, int d_v, int query_len,
+                                                  int key_len, int ldq, int ldk, int ldv) {
+  return short_attention::short_attention_fits(d_k, d_v, query_len, key_len, ldq, ldk, ldv);
+}
+
+THPC_SHORT_ATTENTION_HD int blocks_of(int length) {
+  return (length + kBlockRows - 1) / kBlockRows;
+}
+
+// Dynamic shared memory of each kernel (bytes): forward and the query blocks hold 64 rows
+// (Q or dO) and K and V of every key; the key blocks hold Q, dO, and their 64 keys'
+// columns of P' and dS for every query. Rows are kLdHead elements.
+THPC_SHORT_ATTENTION_HD int query_block_bytes(int key_len) {
+  return (kBlockRows + 2 * short_attention::round_up(key_len, 16)) * kLdHead * 2;
+}
+THPC_SHORT_ATTENTION_HD int key_block_bytes(int query_len) {
+  return 4 * short_attention::round_up(query_len, 16) * kLdHead * 2;
+}
+
+// ---- what a lane does with its fragments ----
+
+// Four lanes (a quad: lanes 4g..4g+3) hold one accumulator row between them; their values
+// combined by two xor shuffles (every lane of the quad gets the same bits).
+template <class X>
+THPC_SHORT_ATTENTION_BODY float quad_max(X& x, float value) {
+  value = fmaxf(value, x.shfl_xor(value, 1));
+  return fmaxf(value, x.shfl_xor(value, 2));
+}
+template <class X>
+THPC_SHORT_ATTENTION_BODY float quad_sum(X& x, float value) {
+  value += x.shfl_xor(value, 1);
+  return value + x.shfl_xor(value, 2);
+}
+
+// A fragments of the 16 rows a warp owns, from a [rows, kLdHead] shared array whose row
+// `first_row` is the warp's first: the 4 k-steps of the head width.
+template <class X, typename T>
+THPC_SHORT_ATTENTION_BODY void load_row_fragments(X& x, uint32_t (&a)[4][4], const T* rows,
+                                                  int first_row) {
+  const int lane = x.lane();
+  THPC_UNROLL
+  for (int kk = 0; kk < 4; ++kk) {
+    // Tiles (rows 0-7, cols 0-7), (rows 8-15, cols 0-7), (rows 0-7, 8-15), (8-15, 8-15).
+    x.ldmatrix_x4(a[kk], rows + (first_row + (lane & 15)) * kLdHead + kk * 16 + (lane >> 4) * 8);
+  }
+}
+
+// acc[n] += A B_n over the head width for the n-tiles n < tiles (8 columns each): B_n^T
+// is rows [8n, 8n + 8) of the shared [rows, kLdHead] array `heads` (K for S = Q K^T, V
+// for dP' = dO V^T): the product of the warp's rows with every visible key.
+template <class X, typename T>
+THPC_SHORT_ATTENTION_BODY void rows_times_heads(X& x, float (&acc)[kKeyTiles][4],
+                                                const uint32_t (&a)[4][4], const T* heads,
+                                                int keys) {
+  const int lane = x.lane(), tile = lane >> 3, row = lane & 7;
+  THPC_UNROLL
+  for (int pair = 0; pair < kKeyTiles / 2; ++pair) {
+    if (pair * 16 >= keys) break;  // warp-uniform
+    THPC_UNROLL
+    for (int kk = 0; kk < 4; ++kk) {
+      // Tiles (keys 0-7, cols 0-7), (keys 0-7, cols 8-15), (keys 8-15, 0-7), (8-15, 8-15):
+      // words 0, 1 are n-tile 2 pair's B, words 2, 3 n-tile 2 pair + 1's.
+      uint32_t b[4];
+      x.ldmatrix_x4(b, heads + (pair * 16 + (tile >> 1) * 8 + row) * kLdHead + kk * 16 +
+                           (tile & 1) * 8);
+      x.mma(acc[2 * pair], a[kk], b[0], b[1]);
+      x.mma(acc[2 * pair + 1], a[kk], b[2], b[3]);
+    }
+  }
+}
+
+// out[n] += A_kk B over the key steps kk < steps (16 keys each), for the 8 n-tiles of the
+// head width: A_kk are the warp's probability fragments (P' or dS), B rows [16 kk, +16)
+// of the shared [keys, kLdHead] array `heads` (V for out, K for dQ), read transposed.
+template <class X, typename T>
+THPC_SHORT_ATTENTION_BODY void probabilities_times_heads(X& x, float (&out)[kHeadTiles][4],
+                                                         const uint32_t (&a)[kKeyTiles / 2][4],
+                                                         const T* heads, int steps) {
+  const int lane = x.lane(), tile = lane >> 3, row = lane & 7;
+  THPC_UNROLL
+  for (int kk = 0; kk < kKeyTiles / 2; ++kk) {
+    if (kk >= steps) break;  // warp-uniform
+    THPC_UNROLL
+    for (int pair = 0; pair < kHeadTiles / 2; ++pair) {
+      // Tiles (keys 0-7, cols 0-7), (keys 8-15, cols 0-7), (keys 0-7, 8-15), (8-15, 8-15),
+      // transposed: words 0, 1 are n-tile 2 pair's B, words 2, 3 n-tile 2 pair + 1's.
+      uint32_t b[4];
+      x.ldmatrix_x4_trans(b, heads + (kk * 16 + (tile & 1) * 8 + row) * kLdHead + pair * 16 +
+                                 (tile >> 1) * 8);
+      x.mma(out[2 * pair], a[kk], b[0], b[1]);
+      x.mma(out[2 * pair + 1], a[kk], b[2], b[3]);
+    }
+  }
+}
+
+// The warp's 16 x 64 product (accumulators out) to rows [first, first + 16) of `to` (row
+// stride ld; rows from `rows` on are not written), times `scale`, added to what `to`
+// holds unless `write`.
+template <class X, typename T>
+THPC_SHORT_ATTENTION_BODY void store_rows(X& x, const float (&out)[kHeadTiles][4], T* to,
+                                          int64_t ld, int first, int rows, float scale,
+                                          bool write) {
+  const int lane = x.lane(), g = lane >> 2, c = lane & 3;
+  THPC_UNROLL
+  for (int half = 0; half < 2; ++half) {
+    const int r = first + g + 8 * half;
+    if (r >= rows) continue;
+    T* row = to + static_cast<int64_t>(r) * ld;
+    THPC_UNROLL
+    for (int n = 0; n < kHeadTiles; ++n) {
+      const int column = n * 8 + 2 * c;
+      float v0 = out[n][2 * half] * scale, v1 = out[n][2 * half + 1] * scale;
+      if (!write) {
+        v0 += x.widen(row[column]);
+        v1 += x.widen(row[column + 1]);
+      }
+      x.store_pair(row + column, v0, v1);
+    }
+  }
+}
+
+// ---- the query blocks' common part (forward, and backward's first launch) ----
+
+// What a warp of a query block works on: the pair's sentence b and head columns, its
+// first query, the keys its queries see, the thread's two queries (rows g and g + 8 of
+// the warp's) and their visible keys, and the block's shared arrays.
+template <typename T>
+struct QueryWarp {
+  int b;
+  int64_t column;     // the head's first column
+  int valid;          // the sentence's non-pad keys
+  int first;          // the warp's first query (>= Lq: the warp has none)
+  int warp_keys;      // keys some of the warp's queries see
+  int t_row[2];       // the thread's queries
+  int visible[2];     // and their visible keys
+  const T* rows;      // shared: the block's 64 rows of Q (forward) or dO (backward)
+  const T* ks;        // shared: K and V of the keys the block sees (zeros past them)
+  const T* vs;
+};
+
+// Loads a query block's shared arrays (the block's 64 rows of `from`, row stride ld,
+// zeros past Lq; K and V of the keys some query of the block sees, zeros past them, so
+// that a pad row's content cannot reach a result as 0 x NaN), passes the block's last
+// barrier, and says what the calling thread's warp works on.
+template <class X, typename T>
+THPC_SHORT_ATTENTION_BODY QueryWarp<T> query_warp(X& x, const Args<T>& a, int pair,
+                                                  int query_block, const T* from, int64_t ld,
+                                                  char* shared) {
+  const int Lq = a.query_len, Lk = a.key_len;
+  QueryWarp<T> w;
+  w.b = pair / a.heads;
+  w.column = static_cast<int64_t>(pair % a.heads) * kHeadWidth;
+  w.valid = short_attention::valid_keys(a, w.b);
+  const int first_query = query_block * kBlockRows;
+  const int queries = Lq - first_query < kBlockRows ? Lq - first_query : kBlockRows;
+  const int block_keys =
+      a.causal && first_query + queries < w.valid ? first_query + queries : w.valid;
+  const int key_rows = short_attention::round_up(block_keys, 16);
+  T* rows = reinterpret_cast<T*>(shared);
+  T* ks = rows + kBlockRows * kLdHead;
+  T* vs = ks + key_rows * kLdHead;
+  short_attention::load_rows(x, rows, from + (static_cast<int64_t>(w.b) * Lq + first_query) * ld + w.column,
+                             ld, queries, kBlockRows);
+  short_attention::load_rows(x, ks, a.k + static_cast<int64_t>(w.b) * Lk * a.ldk + w.column,
+                             a.ldk, block_keys, key_rows);
+  short_attention::load_rows(x, vs, a.v + static_cast<int64_t>(w.b) * Lk * a.ldv + w.column,
+                             a.ldv, block_keys, key_rows);
+  x.sync();  // the last block barrier: a warp past Lq may leave after it
+  w.rows = rows;
+  w.ks = ks;
+  w.vs = vs;
+  const int g = x.lane() >> 2;
+  w.first = first_query + x.warp() * kWarpRows;
+  w.warp_keys = a.causal && w.first + kWarpRows < w.valid ? w.first + kWarpRows : w.valid;
+  for (int h = 0; h < 2; ++h) {
+    w.t_row[h] = w.first + g + 8 * h;
+    w.visible[h] = short_attention::visible_keys(a, w.valid, w.t_row[h]);
+  }
+  return w;
+}
+
+// ---- forward: a block per (pair, 64 queries) ----
+
+template <class X, typename T>
+THPC_SHORT_ATTENTION_BODY void forward_block(X& x, const Args<T>& a, int pair, int query_block,
+                                             char* shared) {
+  const int Lq = a.query_len, Lk = a.key_len;
+  const int64_t ld_out = static_cast<int64_t>(a.heads) * kHeadWidth;
+  const QueryWarp<T> w = query_warp(x, a, pair, query_block, a.q, a.ldq, shared);
+  if (w.first >= Lq) return;
+  const int c = x.lane() & 3;
+
+  // S = Q K^T (fp32 accumulators), then / sqrt(64) = 1/8 (exact).
+  uint32_t qa[4][4];
+  load_row_fragments(x, qa, w.rows, x.warp() * kWarpRows);
+  float s[kKeyTiles][4];
+  THPC_UNROLL
+  for (int n = 0; n < kKeyTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+  rows_times_heads(x, s, qa, w.ks, w.warp_keys);
+
+  const int(&t_row)[2] = w.t_row;
+  const int(&visible)[2] = w.visible;
+  float row_max[2] = {-INFINITY, -INFINITY};
+  THPC_UNROLL
+  for (int n = 0; n < kKeyTiles; ++n) {
+    THPC_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      s[n][e] *= 0.125f;
+      if (n * 8 + 2 * c + (e & 1) < visible[e >> 1]) row_max[e >> 1] = fmaxf(row_max[e >> 1], s[n][e]);
+    }
+  }
+  float row_scale[2];
+  THPC_UNROLL
+  for (int h = 0; h < 2; ++h) {
+    row_max[h] = quad_max(x, row_max[h]);
+    float sum = 0.0f;
+    THPC_UNROLL
+    for (int n = 0; n < kKeyTiles; ++n) {
+      THPC_UNROLL
+      for (int e = 0; e < 2; ++e) {
+        if (n * 8 + 2 * c + e < visible[h]) sum += x.exp(s[n][2 * h + e] - row_max[h]);
+      }
+    }
+    sum = quad_sum(x, sum);
+    row_scale[h] = visible[h] > 0 ? 1.0f / sum : 0.0f;
+    if (visible[h] == 0) row_max[h] = 0.0f;
+  }
+
+  // P (rounded once; saved where asked, every key < Lk of the thread's rows < Lq), and P'
+  // (from the rounded P, as every path computes it) packed as the A fragments of P' V:
+  // n-tiles 2kk and 2kk + 1 of the accumulators are A tile kk.
+  const int64_t first_row = static_cast<int64_t>(pair) * Lq;  // saved row of query 0
+  uint32_t pa[kKeyTiles / 2][4];
+  THPC_UNROLL
+  for (int n = 0; n < kKeyTiles; ++n) {
+    THPC_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      T weight[2];
+      THPC_UNROLL
+      for (int e = 0; e < 2; ++e) {
+        const int j = n * 8 + 2 * c + e;
+        const T p = x.round(j < visible[h] ? x.exp(s[n][2 * h + e] - row_max[h]) * row_scale[h]
+                                           : 0.0f);
+        const int64_t element = (first_row + t_row[h]) * Lk + j;
+        if (a.saved != nullptr && t_row[h] < Lq && j < Lk) a.saved[element] = p;
+        weight[e] = a.dropout == 0.0f || j >= visible[h]
+                        ? p
+                        : x.round(x.widen(p) * short_attention::dropout_factor(a, element));
+      }
+      pa[n >> 1][(n & 1) * 2 + h] = x.pack(weight[0], weight[1]);
+    }
+  }
+
+  // out = P' V over the key steps some of the warp's queries see (P' is 0 past them).
+  float o[kHeadTiles][4];
+  THPC_UNROLL
+  for (int n = 0; n < kHeadTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  probabilities_times_heads(x, o, pa, w.vs, (w.warp_keys + 15) / 16);
+  store_rows(x, o, a.out + static_cast<int64_t>(w.b) * Lq * ld_out + w.column, ld_out, w.first,
+             Lq, 1.0f, true);
+}
+
+// ---- backward, launch 1: a block per (pair, 64 queries): dS (to scratch) and dQ ----
+
+template <class X, typename T>
+THPC_SHORT_ATTENTION_BODY void query_block_backward(X& x, const Args<T>& a, int pair,
+                                                    int query_block, char* shared) {
+  const int Lq = a.query_len, Lk = a.key_len;
+  const int64_t ld_out = static_cast<int64_t>(a.heads) * kHeadWidth;
+  const QueryWarp<T> w = query_warp(x, a, pair, query_block, a.d_out, ld_out, shared);
+  if (w.first >= Lq) return;
+  const int c = x.lane() & 3;
+
+  // dP' = dO V^T (fp32), then dP = dP' M / (1 - p) in place over the visible keys.
+  uint32_t da[4][4];
+  load_row_fragments(x, da, w.rows, x.warp() * kWarpRows);
+  float dp[kKeyTiles][4];
+  THPC_UNROLL
+  for (int n = 0; n < kKeyTiles; ++n) dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.0f;
+  rows_times_heads(x, dp, da, w.vs, w.warp_keys);
+
+  const int(&t_row)[2] = w.t_row;
+  const int(&visible)[2] = w.visible;
+  const int64_t first_row = static_cast<int64_t>(pair) * Lq;
+  // rowsum(dP * P) over the visible keys (P read from `saved`; rows past Lq have none).
+  float dot[2] = {0.0f, 0.0f};
+  THPC_UNROLL
+  for (int n = 0; n < kKeyTiles; ++n) {
+    THPC_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      const int h = e >> 1, j = n * 8 + 2 * c + (e & 1);
+      if (j < visible[h] && t_row[h] < Lq) {
+        const int64_t element = (first_row + t_row[h]) * Lk + j;
+        if (a.dropout != 0.0f) dp[n][e] *= short_attention::dropout_factor(a, element);
+        dot[h] += dp[n][e] * x.widen(a.saved[element]);
+      }
+    }
+  }
+  dot[0] = quad_sum(x, dot[0]);
+  dot[1] = quad_sum(x, dot[1]);
+
+  // dS = P (dP - rowsum), 0 where masked: to scratch (every key < Lk of rows < Lq, for the
+  // key blocks' dK) and packed as the A fragments of dS K.
+  uint32_t dsa[kKeyTiles / 2][4];
+  THPC_UNROLL
+  for (int n = 0; n < kKeyTiles; ++n) {
+    THPC_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      T d_score[2];
+      THPC_UNROLL
+      for (int e = 0; e < 2; ++e) {
+        const int j = n * 8 + 2 * c + e;
+        const int64_t element = (first_row + t_row[h]) * Lk + j;
+        const bool seen = j < visible[h] && t_row[h] < Lq;
+        d_score[e] = x.round(seen ? x.widen(a.saved[element]) * (dp[n][2 * h + e] - dot[h])
+                                  : 0.0f);
+        if (a.d_scores != nullptr && t_row[h] < Lq && j < Lk) a.d_scores[element] = d_score[e];
+      }
+      dsa[n >> 1][(n & 1) * 2 + h] = x.pack(d_score[0], d_score[1]);
+    }
+  }
+  if (a.dq == nullptr) return;
+
+  float dq[kHeadTiles][4];
+  THPC_UNROLL
+  for (int n = 0; n < kHeadTiles; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+  probabilities_times_heads(x, dq, dsa, w.ks, (w.warp_keys + 15) / 16);
+  store_rows(x, dq, a.dq + static_cast<int64_t>(w.b) * Lq * a.ldq + w.column, a.ldq, w.first, Lq,
+             0.125f, a.write_dq);
+}
+
+// ---- backward, launch 2: a block per (pair, 64 keys): dV and dK ----
+
+// Thread loop: the block's 64 key columns of a [Lq, Lk] matrix (P' from `saved` with the
+// dropout factor applied when `drop`, or dS from the scratch) into [rows, kLdHead],
+// zeros past Lq and past Lk.
+template <class X, typename T>
+THPC_SHORT_ATTENTION_BODY void load_key_columns(X& x, T* to, const Args<T>& a, const T* from,
+                                                int64_t first_row, int first_key, int rows,
+                                                bool drop) {
+  const int Lq = a.query_len, Lk = a.key_len;
+  for (int e = x.first_thread(); e < rows * kBlockRows; e += x.thread_step()) {
+    const int t = e / kBlockRows, j = first_key + e % kBlockRows;
+    T value = x.round(0.0f);
+    if (t < Lq && j < Lk) {
+      const int64_t element = (first_row + t) * Lk + j;
+      value = from[element];
+      if (drop) value = x.round(x.widen(value) * short_attention::dropout_factor(a, element));
+    }
+    to[t * kLdHead + e % kBlockRows] = value;
+  }
+}
+
+// acc += A^T H over the query steps [first_step, steps): A^T are the warp's 16 key
+// columns of `columns` ([queries, kLdHead]: P' or dS), read transposed; H rows of the
+// shared [queries, kLdHead] array `heads` (dO or Q), read transposed.
+template <class X, typename T>
+THPC_SHORT_ATTENTION_BODY void columns_times_heads(X& x, float (&acc)[kHeadTiles][4],
+                                                   const T* columns, int warp_column,
+                                                   const T* heads, int first_step, int steps) {
+  const int lane = x.lane(), tile = lane >> 3, row = lane & 7;
+  for (int kk = first_step; kk < steps; ++kk) {
+    // A = columns^T (keys x queries): tiles (keys 0-7, queries 0-7), (keys 8-15, q 0-7),
+    // (keys 0-7, q 8-15), (keys 8-15, q 8-15) are the stored (queries, keys) tiles
+    // transposed.
+    uint32_t at[4];
+    x.ldmatrix_x4_trans(at, columns + (kk * 16 + (tile >> 1) * 8 + row) * kLdHead +
+                                warp_column + (tile & 1) * 8);
+    THPC_UNROLL
+    for (int pair = 0; pair < kHeadTiles / 2; ++pair) {
+      uint32_t b[4];
+      x.ldmatrix_x4_trans(b, heads + (kk * 16 + (tile & 1) * 8 + row) * kLdHead + pair * 16 +
+                                 (tile >> 1) * 8);
+      x.mma(acc[2 * pair], at, b[0], b[1]);
+      x.mma(acc[2 * pair + 1], at, b[2], b[3]);
+    }
+  }
+}
+
+template <class X, typename T>
+THPC_SHORT_ATTENTION_BODY void key_block_backward(X& x, const Args<T>& a, int pair,
+                                                  int key_block, char* shared) {
+  const int Lq = a.query_len, Lk = a.key_len, b = pair / a.heads, head = pair % a.heads;
+  const int64_t ld_out = static_cast<int64_t>(a.heads) * kHeadWidth;
+  const int64_t column = static_cast<int64_t>(head) * kHeadWidth;
+  const int first_key = key_block * kBlockRows;
+  const int query_rows = short_attention::round_up(Lq, 16);
+  const int64_t first_row = static_cast<int64_t>(pair) * Lq;
+  T* dos = reinterpret_cast<T*>(shared);
+  T* qs = dos + query_rows * kLdHead;
+  T* ps = qs + query_rows * kLdHead;   // P' of the block's keys
+  T* dss = ps + query_rows * kLdHead;  // dS of the block's keys
+  const bool want_dk = a.dk != nullptr;
+
+  if (a.dv != nullptr) {
+    short_attention::load_rows(x, dos, a.d_out + static_cast<int64_t>(b) * Lq * ld_out + column,
+                               ld_out, Lq, query_rows);
+    load_key_columns(x, ps, a, static_cast<const T*>(a.saved), first_row, first_key, query_rows,
+                     a.dropout != 0.0f);
+  }
+  if (want_dk) {
+    short_attention::load_rows(x, qs, a.q + static_cast<int64_t>(b) * Lq * a.ldq + column,
+                               a.ldq, Lq, query_rows);
+    load_key_columns(x, dss, a, static_cast<const T*>(a.d_scores), first_row, first_key,
+                     query_rows, false);
+  }
+  x.sync();
+
+  const int warp = x.warp();
+  const int first = first_key + warp * kWarpRows;  // the warp's first key
+  if (first >= Lk) return;
+  // Causal: queries before the warp's first key see none of its keys (P' = dS = 0).
+  const int first_step = a.causal ? first / 16 : 0;
+  const int steps = query_rows / 16;
+  float acc[kHeadTiles][4];
+  if (a.dv != nullptr) {
+    THPC_UNROLL
+    for (int n = 0; n < kHeadTiles; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    columns_times_heads(x, acc, ps, warp * kWarpRows, dos, first_step, steps);
+    store_rows(x, acc, a.dv + static_cast<int64_t>(b) * Lk * a.ldv + column, a.ldv, first, Lk,
+               1.0f, a.write_dv);
+  }
+  if (want_dk) {
+    THPC_UNROLL
+    for (int n = 0; n < kHeadTiles; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    columns_times_heads(x, acc, dss, warp * kWarpRows, qs, first_step, steps);
+    store_rows(x, acc, a.dk + static_cast<int64_t>(b) * Lk * a.ldk + column, a.ldk, first, Lk,
+               0.125f, a.write_dk);
+  }
+}
+
+}  // namespace thpc::fused_attention
