@@ -194,7 +194,7 @@ readonly PLAN=(
   "1|ours verified (and candidate if it acts in training; the loss in chunks of 1,024 rows; 75 steps each); eager|45|90"
   "1|torch.compile peer, only without PEERS=eager (228 s to compile on 2026-11-26)|0|0"
   "2|setup on the warm machine (bundle kept), build of mpi_equivalence, test_distributed, the trainer|15|60"
-  "2|CudaDistributed.*: 2 and 4 ranks on GPU 0 vs accumulation (fp32, bf16), bf16 sums, NCCL refused|40|120"
+  "2|CudaDistributed.*: 2 and 4 ranks on GPU 0 vs accumulation (fp32, bf16), bf16 sums, per_use, NCCL refused|50|140"
   "2|CudaDistributed.*: 4 ranks stopped, resumed on 2 and 1; a killed rank; one-rank NCCL|20|60"
   "2|base-sized steps on 1 and 2 ranks sharing the GPU (RANKS_STEPS=60)|20|60"
   "2|a base checkpoint's stall, in the step and beside training (2 runs of 10 steps)|20|60"

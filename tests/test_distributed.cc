@@ -640,6 +640,7 @@ class RecordingReducer final : public thpc::GradientReducer {
   struct Started {
     int64_t begin, end;
     int during_call;  // index of the ready_from() call that started it; -1 = finish()
+    int apart;        // tensor_apart(): which tensor apart it is, -1 for a bucket
   };
   std::vector<Started> started;
   int calls = 0;
@@ -652,7 +653,7 @@ class RecordingReducer final : public thpc::GradientReducer {
  protected:
   void start(thpc::Tensor bucket) override {
     const int64_t begin = (static_cast<char*>(bucket.data) - base) / 4;
-    started.push_back({begin, begin + bucket.numel, finishing ? -1 : calls});
+    started.push_back({begin, begin + bucket.numel, finishing ? -1 : calls, tensor_apart(bucket)});
   }
   void complete() override { completed = true; }
 
@@ -720,7 +721,8 @@ TEST(GradientReducer, BucketsTileTheBufferAndStartWhenFinal) {
 
 // dist.embedding_sum = per_use: the embedding's region [0, end) starts at once, cut from
 // its end as the others; the watermark's buckets stop above it; a tensor apart is summed
-// after the gradient's last bucket.
+// after the gradient's last bucket, and the transport can tell it from a bucket
+// (tensor_apart: where the GPU's transports stage it in a buffer of its own).
 TEST(GradientReducer, AnEarlyRegionStartsAtOnceAndATensorApartAtFinish) {
   std::vector<float> grads(1000, 1.0f), apart(7, 2.0f);
   thpc::Tensor buffer{grads.data(), thpc::DType::F32, 1000};
@@ -746,6 +748,8 @@ TEST(GradientReducer, AnEarlyRegionStartsAtOnceAndATensorApartAtFinish) {
   // The tensor apart, last: 7 elements at its own address.
   EXPECT_EQ(reducer.started.back().end - reducer.started.back().begin, 7);
   EXPECT_EQ(reducer.started.back().during_call, -1);
+  EXPECT_EQ(reducer.started.back().apart, 0);
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(reducer.started[i].apart, -1) << i;
   EXPECT_EQ(reducer.buckets_started(), 10);
   EXPECT_TRUE(reducer.completed);
 }

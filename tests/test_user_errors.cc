@@ -76,10 +76,6 @@ TEST(UserErrors, TheDryRunRefusesWhatTrainingRefusesWithTheSameExitCode) {
   }
   expect_configuration_error("--train.backend=cpu --dist.reducer=nccl",
                              "dist.reducer = nccl sums on GPUs, and this run trains on the CPU");
-  if (built_with_cuda()) {
-    expect_configuration_error("--train.backend=cuda --dist.embedding_sum=per_use",
-                               "dist.embedding_sum = per_use runs on the CPU backend only so far");
-  }
   expect_configuration_error("--checkpoint.init=/nonexistent.h5",
                              "checkpoint /nonexistent.h5: no such file", 1);
   // A corpus of numbers (60 pairs, a vocabulary of 60) and a one-step model of it.

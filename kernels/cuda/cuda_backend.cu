@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <tuple>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -54,6 +56,28 @@ class EventWorkClock final : public WorkClock {
 };
 
 // T: the activation (compute) type, float or bf16. Parameters are always fp32.
+// The ops that also move rows of fp32 (parameter-dtype) tensors in the bf16 backend: the
+// tied embedding's lookup rows summed apart (dist.embedding_sum = per_use, model/
+// transformer.h) are gathered from an fp32 table by copy_rows and, summed over ranks,
+// added back by embedding_backward with fp32 rows as d_out.
+constexpr bool takes_param_dtype_rows(OpId op) {
+  return op == OpId::copy_rows || op == OpId::embedding_backward;
+}
+
+// Whether this call of such an op moves fp32 rows: copy_rows' destination, or
+// embedding_backward's d_out (its third argument), is fp32.
+template <OpId op, typename... Args>
+bool rows_in_param_dtype(const Args&... args) {
+  const auto arguments = std::forward_as_tuple(args...);
+  if constexpr (op == OpId::copy_rows) {
+    return std::get<0>(arguments).dtype == DType::F32;
+  } else if constexpr (op == OpId::embedding_backward) {
+    return std::get<2>(arguments).dtype == DType::F32;
+  } else {
+    return false;
+  }
+}
+
 template <typename T>
 class CudaBackend final : public Backend {
  public:
@@ -187,9 +211,16 @@ class CudaBackend final : public Backend {
 
   // ---- ops: each entry of kernels/op_list.h calls its twin cuda::NAME<T> with the
   // Context first, on this backend's tensors, their dtypes checked (kernels/twin_call.h).
-#define THPC_OP(ret, name, params, args)                                                \
-  ret name params override {                                                           \
-    return call_twin<OpId::name>(*this, with_context(cuda::name<T>), THPC_UNPAREN args); \
+  // Two ops also move rows of parameter-dtype (fp32) tensors in the bf16 backend
+  // (rows_in_param_dtype): their fp32 twins, which the fp32 backend runs, do that.
+#define THPC_OP(ret, name, params, args)                                                     \
+  ret name params override {                                                                \
+    if constexpr (std::is_same_v<T, cuda::bf16> && takes_param_dtype_rows(OpId::name)) {     \
+      if (rows_in_param_dtype<OpId::name>(THPC_UNPAREN args)) {                              \
+        return call_twin<OpId::name>(*this, with_context(cuda::name<float>), THPC_UNPAREN args); \
+      }                                                                                     \
+    }                                                                                       \
+    return call_twin<OpId::name>(*this, with_context(cuda::name<T>), THPC_UNPAREN args);      \
   }
 #include "kernels/op_list.h"
 #undef THPC_OP

@@ -248,7 +248,8 @@ const std::vector<Option>& option_table() {
                   "the tied embedding's gradient sum: at_end (one sum when backward ends), or "
                   "per_use (the output projection's share summed while backward goes on, the "
                   "lookups' rows of the step apart: less exposed, whatever the vocabulary); "
-                  "auto = per_use on the CPU, at_end on the GPU (per_use is CPU-only so far)"),
+                  "auto = per_use on the CPU, at_end on the GPU (where per_use is asked for by "
+                  "name until a GPU run has shown it)"),
       THPC_OPTION(dist, log_buckets, THPC_ANY,
                   "on each progress line's step, rank 0 also logs when each bucket's sum was "
                   "posted and done, against when backward was done (host clock; GPU events "

@@ -44,6 +44,13 @@ void GradientReducer::sum_at_finish(Tensor extra) {
   extras_.push_back(extra);
 }
 
+int GradientReducer::tensor_apart(Tensor tensor) const {
+  for (size_t i = 0; i < extras_.size(); ++i) {
+    if (extras_[i].data == tensor.data) return static_cast<int>(i);
+  }
+  return -1;
+}
+
 void GradientReducer::ready_from(int64_t offset) {
   THPC_CHECK(grads_, "ready_from() outside begin()/finish()");
   const int64_t bucket = bucket_elements();
@@ -64,8 +71,8 @@ void GradientReducer::finish() {
     pending_end_ = floor_;
   }
   for (const Tensor& extra : extras_) post(extra, -1);
-  extras_.clear();
   complete();
+  extras_.clear();
   if (timing_) {
     timings_.sums_done_ms = host_ms();
     for (BucketTiming& bucket : timings_.buckets) {

@@ -64,7 +64,8 @@ class GradientReducer {
   void start_early(int64_t end);
   // `extra` (host or backend memory as the gradient, not a slice of it: the embedding
   // lookups' rows) is summed with the rest: started by finish() after the gradient's last
-  // bucket, complete when it returns. Host-memory transports only (the CPU's MPI).
+  // bucket, complete when it returns. Every transport: the GPU's stage such a tensor
+  // apart in buffers of its own (tensor_apart below).
   void sum_at_finish(Tensor extra);
   // Starts what is left and completes every sum: afterwards the backend's later ops (the
   // optimizer) see the summed gradients.
@@ -89,6 +90,10 @@ class GradientReducer {
     return (static_cast<const char*>(bucket.data) - static_cast<const char*>(grads_.data)) /
            static_cast<int64_t>(dtype_size(grads_.dtype));
   }
+  // Which tensor apart `tensor` is in this pass (0, 1, ...: sum_at_finish's, in the order
+  // given), or -1 when it is a bucket (a slice of gradients()): a transport that stages a
+  // bucket at offset_in_gradients stages such a tensor in a buffer of its own.
+  int tensor_apart(Tensor tensor) const;
   // Timing (time_passes()): whether this pass is timed; that bucket `index` (in the order
   // started) was seen complete now, by the host's clock (a bucket never reported is
   // complete when finish() returns).

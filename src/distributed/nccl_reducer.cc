@@ -88,6 +88,7 @@ class NcclGradientReducer final : public GradientReducer {
 
   ~NcclGradientReducer() override {
     if (staging_) backend_.free(staging_);
+    for (Tensor& staging : apart_staging_) backend_.free(staging);
     for (cudaEvent_t event : ready_events_) cudaEventDestroy(event);
     for (cudaEvent_t event : timing_events_) cudaEventDestroy(event);
     if (done_) cudaEventDestroy(done_);
@@ -179,6 +180,16 @@ class NcclGradientReducer final : public GradientReducer {
   Tensor bf16_copy_of(Tensor bucket) {
     THPC_CHECK(bucket.dtype == DType::F32,
                "a bf16 sum of a " << dtype_name(bucket.dtype) << " gradient");
+    const int apart = tensor_apart(bucket);
+    if (apart >= 0) {  // a tensor apart (the lookups' rows): a bf16 buffer of its own
+      if (apart_staging_.size() <= static_cast<size_t>(apart)) apart_staging_.resize(apart + 1);
+      Tensor& staging = apart_staging_[apart];
+      if (staging.numel < bucket.numel) {
+        if (staging) backend_.free(staging);
+        staging = backend_.alloc(DType::BF16, bucket.numel);
+      }
+      return staging.slice(0, bucket.numel);
+    }
     if (staging_.numel < gradients().numel) {
       if (staging_) backend_.free(staging_);
       staging_ = backend_.alloc(DType::BF16, gradients().numel);
@@ -257,6 +268,7 @@ class NcclGradientReducer final : public GradientReducer {
   double timeout_seconds_;
   bool bf16_;
   Tensor staging_;  // bf16: the gradient's bf16 copy that NCCL sums
+  std::vector<Tensor> apart_staging_;  // bf16: the tensors apart's copies
   std::vector<std::pair<Tensor, Tensor>> widen_after_sum_;  // (fp32 bucket, its bf16 sum)
   Clock::time_point first_launch_;
   ncclComm_t nccl_ = nullptr;

@@ -48,6 +48,7 @@ class StagedMpiGradientReducer final : public GradientReducer {
     for (cudaEvent_t event : events_) cudaEventDestroy(event);
     if (copy_stream_) cudaStreamDestroy(copy_stream_);
     if (mirror_) cudaFreeHost(mirror_);
+    for (const PinnedBuffer& buffer : apart_mirrors_) cudaFreeHost(buffer.data);
   }
 
  protected:
@@ -61,7 +62,9 @@ class StagedMpiGradientReducer final : public GradientReducer {
       THPC_CUDA_CHECK(cudaMallocHost(&mirror_, sizeof(float) * static_cast<size_t>(elements)));
       mirror_elements_ = elements;
     }
-    float* host = static_cast<float*>(mirror_) + offset_in_gradients(bucket);
+    const int apart = tensor_apart(bucket);
+    float* host = apart < 0 ? static_cast<float*>(mirror_) + offset_in_gradients(bucket)
+                            : apart_mirror(apart, bucket.numel);
     Staged staged{bucket, Tensor{host, DType::F32, bucket.numel}, next_event(), next_event()};
     THPC_CUDA_CHECK(cudaEventRecord(staged.final_on_device, compute_stream_));
     THPC_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, staged.final_on_device, 0));
@@ -106,6 +109,25 @@ class StagedMpiGradientReducer final : public GradientReducer {
 
   static size_t bytes(Tensor tensor) { return sizeof(float) * static_cast<size_t>(tensor.numel); }
 
+  // The pinned host copy of tensor apart `index` (the embedding lookups' rows, summed
+  // after the gradient): one buffer per index, grown when a pass's tensor is larger, kept.
+  // (Only between passes: a buffer in flight is never the one grown.)
+  float* apart_mirror(int index, int64_t elements) {
+    if (apart_mirrors_.size() <= static_cast<size_t>(index)) apart_mirrors_.resize(index + 1);
+    PinnedBuffer& buffer = apart_mirrors_[index];
+    if (buffer.elements < elements) {
+      if (buffer.data) THPC_CUDA_CHECK(cudaFreeHost(buffer.data));
+      buffer.data = nullptr;
+      THPC_CUDA_CHECK(cudaMallocHost(&buffer.data, sizeof(float) * static_cast<size_t>(elements)));
+      buffer.elements = elements;
+    }
+    return static_cast<float*>(buffer.data);
+  }
+  struct PinnedBuffer {
+    void* data = nullptr;
+    int64_t elements = 0;
+  };
+
   // Events are created once and reused every step (two per bucket).
   cudaEvent_t next_event() {
     if (next_event_ == events_.size()) {
@@ -126,6 +148,7 @@ class StagedMpiGradientReducer final : public GradientReducer {
   cudaStream_t compute_stream_ = nullptr, copy_stream_ = nullptr;
   void* mirror_ = nullptr;
   int64_t mirror_elements_ = 0;
+  std::vector<PinnedBuffer> apart_mirrors_;  // the tensors apart's pinned copies
   std::deque<Staged> copying_;   // copies to the host not yet seen to have landed
   std::vector<Staged> summing_;  // posted to MPI
   std::vector<cudaEvent_t> events_;

@@ -27,9 +27,10 @@ GradientSums::GradientSums(const Config& config, const Communicator& comm, Backe
   }
   // Rank 0 logs its own sums' timings (every rank issues the same sums).
   if (config_.dist.log_buckets && comm_.is_root()) reducer_->time_passes();
-  // The embedding's sum per use: the CPU's MPI sums only so far (backend_impossible
-  // refuses per_use on the GPU).
-  sum_lookups_apart_ = backend.host_memory() && config_.dist.embedding_sum != "at_end";
+  // The embedding's sum per use: auto takes it on the CPU; on the GPU it is asked for by
+  // name (dist.embedding_sum = per_use) until a GPU run has shown it there.
+  sum_lookups_apart_ = config_.dist.embedding_sum == "per_use" ||
+                       (config_.dist.embedding_sum == "auto" && backend.host_memory());
 }
 
 GradientSums::~GradientSums() = default;

@@ -80,12 +80,6 @@ std::string backend_impossible(const Config& config) {
     return config.train.backend == "cpu" ||
            (config.train.backend == "auto" && !cuda_unavailable_reason().empty());
   };
-  if (config.dist.embedding_sum == "per_use" && !on_the_cpu()) {
-    return config.source_file + ": dist.embedding_sum = per_use runs on the CPU backend only " +
-           "so far (the GPU's transports do not yet sum the lookups' rows), and this run " +
-           "trains on the GPU (train.backend = " + config.train.backend + "); set " +
-           "dist.embedding_sum = at_end or auto";
-  }
   if (config.dist.reducer == "nccl" && on_the_cpu()) {
     return config.source_file + ": dist.reducer = nccl sums on GPUs, and this run trains on " +
            "the CPU (train.backend = " + config.train.backend + "); set dist.reducer = mpi " +

@@ -9,8 +9,10 @@
 // (rounding_rel); the fp32 gradients d_table, d_positions see the CPU's chain: exact.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <numeric>
 #include <random>
 #include <sstream>
 #include <string>
@@ -250,6 +252,40 @@ TEST(CudaEmbedding, BackwardIsDeterministic) {
     EXPECT_TRUE(same_bits(tables[0], tables[1])) << "d_table differs between identical calls";
     EXPECT_TRUE(same_bits(positions[0], positions[1]))
         << "d_positions differs between identical calls";
+  }
+}
+
+// The tied embedding's lookup rows summed apart (dist.embedding_sum = per_use) on the GPU:
+// gathered from an fp32 table by copy_rows and, summed, added back into the fp32 gradient
+// by embedding_backward with fp32 rows as d_out (scale 1, distinct rows): in the bf16
+// backend too, whose row ops otherwise take bf16. The same values as the CPU's, exactly
+// (a copy, and one fp32 addition per element).
+TEST(CudaEmbedding, Fp32RowsGatheredAndAddedBackInEveryPrecision) {
+  THPC_REQUIRE_GPU();
+  std::mt19937 rng(12);
+  const int vocab = 300, d = 64, count = 37;
+  std::vector<int32_t> rows(vocab);
+  std::iota(rows.begin(), rows.end(), 0);
+  std::shuffle(rows.begin(), rows.end(), rng);
+  rows.resize(count);
+  std::sort(rows.begin(), rows.end());  // as rows_looked_up_by_any_rank gives them
+  for (DType dtype : gpu_compute_dtypes()) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Twins twins(dtype);
+    Both both(twins);
+    auto [rows_cpu, rows_gpu] = both.ids(rows);
+    Pair table = both.param(random_values(static_cast<size_t>(vocab) * d, rng));
+    Pair gathered = both.param(std::vector<float>(static_cast<size_t>(count) * d, NAN));
+    both.cpu().copy_rows(gathered.cpu, nullptr, table.cpu, rows_cpu, count, d);
+    both.gpu().copy_rows(gathered.gpu, nullptr, table.gpu, rows_gpu, count, d);
+    EXPECT_TRUE(all_close(both.gpu_values(gathered), both.cpu_values(gathered), 0.0, 0.0));
+    Pair summed = both.param(random_values(static_cast<size_t>(count) * d, rng));
+    Pair gradient = both.param(random_values(static_cast<size_t>(vocab) * d, rng));
+    both.cpu().embedding_backward(gradient.cpu, Tensor{}, summed.cpu, rows_cpu, count, 1, d,
+                                  vocab, 1.0f);
+    both.gpu().embedding_backward(gradient.gpu, Tensor{}, summed.gpu, rows_gpu, count, 1, d,
+                                  vocab, 1.0f);
+    EXPECT_TRUE(all_close(both.gpu_values(gradient), both.cpu_values(gradient), 0.0, 0.0));
   }
 }
 
