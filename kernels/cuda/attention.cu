@@ -46,6 +46,7 @@
 #include <mutex>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "common/error.h"
 #include "common/philox.h"
@@ -537,6 +538,7 @@ struct MmaWarps {
   __device__ int warp() const { return threadIdx.x / kWarp; }
   __device__ int lane() const { return threadIdx.x % kWarp; }
   __device__ void sync() const { __syncthreads(); }
+  __device__ void warp_sync() const { __syncwarp(); }
   __device__ float shfl_xor(float value, int mask) const {
     return __shfl_xor_sync(0xffffffffu, value, mask);
   }
@@ -611,6 +613,13 @@ __global__ void __launch_bounds__(fused_attention::kThreads)
 }
 
 std::atomic<int64_t> fused_attention_launch_count{0};
+
+__global__ void fused_attention_fragment_probe_kernel(uint32_t* words, uint32_t* trans_words,
+                                                      float* products) {
+  __shared__ __align__(128) __nv_bfloat16 tile[16 * fused_attention::kLdHead];
+  MmaWarps x;
+  fused_attention::fragment_probe(x, tile, words, trans_words, products);
+}
 
 // Whether this call takes the fused kernels: the candidate named (train.cuda_kernels =
 // fused_attention) and one_launch_attention_fits (the fused kernels' limits are the short
@@ -1055,4 +1064,28 @@ int64_t thpc::cuda_short_attention_launches() {
 
 int64_t thpc::cuda_fused_attention_launches() {
   return thpc::cuda::fused_attention_launch_count.load();
+}
+
+void thpc::cuda_fused_attention_fragment_probe(std::vector<uint32_t>& words,
+                                               std::vector<uint32_t>& trans_words,
+                                               std::vector<float>& products) {
+  using namespace thpc::cuda;
+  words.assign(32 * 4, 0u);
+  trans_words.assign(32 * 4, 0u);
+  products.assign(32 * 8, 0.0f);
+  uint32_t* device_words = nullptr;
+  float* device_products = nullptr;
+  THPC_CUDA_CHECK(cudaMalloc(&device_words, sizeof(uint32_t) * 2 * 32 * 4));
+  THPC_CUDA_CHECK(cudaMalloc(&device_products, sizeof(float) * 32 * 8));
+  fused_attention_fragment_probe_kernel<<<1, 32>>>(device_words, device_words + 32 * 4,
+                                                   device_products);
+  THPC_CUDA_CHECK_LAUNCH("fused_attention_fragment_probe_kernel");
+  THPC_CUDA_CHECK(cudaMemcpy(words.data(), device_words, sizeof(uint32_t) * 32 * 4,
+                             cudaMemcpyDeviceToHost));
+  THPC_CUDA_CHECK(cudaMemcpy(trans_words.data(), device_words + 32 * 4,
+                             sizeof(uint32_t) * 32 * 4, cudaMemcpyDeviceToHost));
+  THPC_CUDA_CHECK(cudaMemcpy(products.data(), device_products, sizeof(float) * 32 * 8,
+                             cudaMemcpyDeviceToHost));
+  THPC_CUDA_CHECK(cudaFree(device_words));
+  THPC_CUDA_CHECK(cudaFree(device_products));
 }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/ops.h"
 
@@ -27,5 +28,11 @@ int64_t cuda_short_attention_launches();
 // Launches of the fused attention (kernels/cuda/fused_attention.cuh, candidate
 // fused_attention) in this process: one a forward, one a backward.
 int64_t cuda_fused_attention_launches();
+
+// The fused attention's fragment probe (fused_attention::fragment_probe) run by one warp
+// on device 0 of this process: its ldmatrix words, ldmatrix.trans words and products.
+void cuda_fused_attention_fragment_probe(std::vector<uint32_t>& words,
+                                         std::vector<uint32_t>& trans_words,
+                                         std::vector<float>& products);
 
 }  // namespace thpc

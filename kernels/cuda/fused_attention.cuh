@@ -522,4 +522,42 @@ THPC_SHORT_ATTENTION_BODY void key_block_backward(X& x, const Args<T>& a, int pa
   }
 }
 
+// ---- the fragments' layout, probed ----
+
+// One warp's ldmatrix and mma.sync on known values, as the kernels above use them: the
+// 16x16 tile T(r, c) = 16 r + c (exact in bf16) in shared memory ([16, kLdHead]); each
+// lane's 4 words of ldmatrix_x4 at the A-fragment addresses of load_row_fragments
+// (`words`, [32, 4]) and of ldmatrix_x4_trans at the same addresses (`trans_words`), and
+// its 4 accumulators of A B with A = the tile's A fragment and B loaded as
+// rows_times_heads loads K (keys = the tile's rows 0-7 and 8-15, so `products` [32, 8]
+// holds the two n-tiles of T T^T's first 16 columns). The GPU's results against the
+// host run's (CudaCandidateFusedAttention.FragmentsAreThoseTheHostRunAssumes) say
+// whether the hardware's layouts are those the host emulation takes from the PTX ISA,
+// and which one is not. Warp 0 only.
+template <class X, typename T>
+THPC_SHORT_ATTENTION_BODY void fragment_probe(X& x, T* tile, uint32_t* words,
+                                              uint32_t* trans_words, float* products) {
+  if (x.warp() != 0) return;
+  const int lane = x.lane();
+  for (int e = lane; e < 16 * 16; e += 32) {
+    tile[(e / 16) * kLdHead + e % 16] = x.round(static_cast<float>(e));
+  }
+  x.warp_sync();
+  uint32_t a[4], at[4], b[4];
+  const T* address = tile + (lane & 15) * kLdHead + (lane >> 4) * 8;
+  x.ldmatrix_x4(a, address);
+  x.ldmatrix_x4_trans(at, address);
+  const int which = lane >> 3, row = lane & 7;
+  x.ldmatrix_x4(b, tile + ((which >> 1) * 8 + row) * kLdHead + (which & 1) * 8);
+  float c0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  x.mma(c0, a, b[0], b[1]);
+  x.mma(c1, a, b[2], b[3]);
+  for (int i = 0; i < 4; ++i) {
+    words[lane * 4 + i] = a[i];
+    trans_words[lane * 4 + i] = at[i];
+    products[lane * 8 + i] = c0[i];
+    products[lane * 8 + 4 + i] = c1[i];
+  }
+}
+
 }  // namespace thpc::fused_attention

@@ -37,6 +37,20 @@ int64_t fused_attention_launches() {
 #endif
 }
 
+bool fused_attention_fragment_probe(std::vector<uint32_t>& words,
+                                    std::vector<uint32_t>& trans_words,
+                                    std::vector<float>& products) {
+#if THPC_HAVE_CUDA
+  cuda_fused_attention_fragment_probe(words, trans_words, products);
+  return true;
+#else
+  (void)words;
+  (void)trans_words;
+  (void)products;
+  return false;
+#endif
+}
+
 bool built_with_cuda() {
 #if THPC_HAVE_CUDA
   return true;

@@ -2,8 +2,10 @@
 // `[train] precision = bf16 | fp32`, shared by the trainer and the tools.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "config/config.h"
 #include "kernels/ops.h"
@@ -34,6 +36,11 @@ int64_t short_attention_launches();
 // The same for the fused attention (kernels/cuda/fused_attention.cuh): one a forward, one
 // a backward.
 int64_t fused_attention_launches();
+// The fused attention's fragment probe on the current GPU (kernels/cuda/
+// fused_attention.cuh, fragment_probe): false without CUDA.
+bool fused_attention_fragment_probe(std::vector<uint32_t>& words,
+                                    std::vector<uint32_t>& trans_words,
+                                    std::vector<float>& products);
 
 // Number of CUDA devices this process sees; 0 without CUDA.
 int visible_cuda_devices();

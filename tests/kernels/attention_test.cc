@@ -1494,6 +1494,72 @@ TEST(FusedAttentionOnTheHost, AnotherDropoutDrawIsCaught) {
   EXPECT_FALSE(all_close(actual.out, expected.out, o.abs, o.rel));
 }
 
+// The probe's host run is what the PTX ISA says, computed another way: lane (g, c)'s word
+// i of ldmatrix.x4 is T(row, 2c), T(row, 2c + 1) of the A tile's quarter i (rows +8 for
+// odd i, columns +8 for i >= 2), the transposed load T(2c, g), T(2c + 1, g) of the
+// quarter's transpose, and the products T T^T's rows g and g + 8, columns 2c, 2c + 1
+// (n-tile 0) and 8 + 2c, 9 + 2c (n-tile 1).
+TEST(FusedAttentionOnTheHost, TheFragmentProbeGivesThePtxLayouts) {
+  std::vector<uint32_t> words(32 * 4), trans(32 * 4);
+  std::vector<float> products(32 * 8);
+  std::vector<HostBf16> tile(16 * fused_attention::kLdHead, HostBf16{0xffff});
+  run_fused_launch(1, 0, [&](FusedLane& x, int, char*) {
+    fused_attention::fragment_probe(x, tile.data(), words.data(), trans.data(), products.data());
+  });
+  const auto T = [](int r, int c) { return static_cast<float>(16 * r + c); };
+  const auto word = [](float low, float high) {
+    return static_cast<uint32_t>(bf16_bits(low)) | (static_cast<uint32_t>(bf16_bits(high)) << 16);
+  };
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, c = lane % 4;
+    for (int i = 0; i < 4; ++i) {
+      const int rows = (i & 1) * 8, columns = (i >> 1) * 8;
+      EXPECT_EQ(words[lane * 4 + i], word(T(rows + g, columns + 2 * c), T(rows + g, columns + 2 * c + 1)))
+          << "lane " << lane << " word " << i;
+      EXPECT_EQ(trans[lane * 4 + i], word(T(rows + 2 * c, columns + g), T(rows + 2 * c + 1, columns + g)))
+          << "lane " << lane << " word " << i;
+    }
+    for (int e = 0; e < 8; ++e) {
+      const int row = g + 8 * ((e % 4) >> 1), column = 8 * (e / 4) + 2 * c + (e & 1);
+      float sum = 0.0f;
+      for (int k = 0; k < 16; ++k) sum += T(row, k) * T(column, k);
+      EXPECT_EQ(products[lane * 8 + e], sum) << "lane " << lane << " product " << e;
+    }
+  }
+}
+
+// The hardware's fragments against the host run's: fused_attention::fragment_probe on the
+// GPU (one warp) and by the host's 32 lane threads (FusedLane), bit for bit: the ldmatrix
+// words, the transposed ones, and the products. A difference names the layout the host
+// emulation gets wrong, and so where the kernels' indices must change: the first thing
+// to read when the fused twins fail.
+TEST(CudaCandidateFusedAttention, FragmentsAreThoseTheHostRunAssumes) {
+  THPC_REQUIRE_REAL_GPU();  // the GPU's own fragments: no rehearsal
+  std::vector<uint32_t> words, trans_words;
+  std::vector<float> products;
+  ASSERT_TRUE(fused_attention_fragment_probe(words, trans_words, products));
+  std::vector<uint32_t> host_words(32 * 4), host_trans(32 * 4);
+  std::vector<float> host_products(32 * 8);
+  std::vector<HostBf16> tile(16 * fused_attention::kLdHead, HostBf16{0xffff});
+  run_fused_launch(1, 0, [&](FusedLane& x, int, char*) {
+    fused_attention::fragment_probe(x, tile.data(), host_words.data(), host_trans.data(),
+                                    host_products.data());
+  });
+  const auto first_difference = [](const auto& gpu, const auto& host) {
+    for (size_t i = 0; i < gpu.size(); ++i) {
+      if (gpu[i] != host[i]) return static_cast<int>(i);
+    }
+    return -1;
+  };
+  int at = first_difference(words, host_words);
+  EXPECT_EQ(at, -1) << "ldmatrix.x4: lane " << at / 4 << " word " << at % 4;
+  at = first_difference(trans_words, host_trans);
+  EXPECT_EQ(at, -1) << "ldmatrix.x4.trans: lane " << at / 4 << " word " << at % 4;
+  at = first_difference(products, host_products);
+  EXPECT_EQ(at, -1) << "mma.sync m16n8k16 (with ldmatrix's words): lane " << at / 8
+                    << " n-tile " << at % 8 / 4 << " accumulator " << at % 4;
+}
+
 // The same on the GPU with the candidate named (train.cuda_kernels = fused_attention):
 // the short kernels' cases and the fused ones, bf16 through the fused kernels (one launch
 // a forward, one a backward, counted), fp32 through the batched path; a repeated run
