@@ -162,27 +162,36 @@ THPC_SHORT_ATTENTION_BODY void rows_times_heads(X& x, float (&acc)[kKeyTiles][4]
   }
 }
 
-// out[n] += A_kk B over the key steps kk < steps (16 keys each), for the 8 n-tiles of the
-// head width: A_kk are the warp's probability fragments (P' or dS), B rows [16 kk, +16)
-// of the shared [keys, kLdHead] array `heads` (V for out, K for dQ), read transposed.
+// out[n] += A B_kk for the 8 n-tiles of the head width: A one probability fragment (P'
+// or dS of key step kk; backward's key blocks: P'^T or dS^T of query step kk), B_kk rows
+// [16 kk, +16) of the shared [rows, kLdHead] array `heads` (V for out, K for dQ; dO for
+// dV, Q for dK), read transposed.
+template <class X, typename T>
+THPC_SHORT_ATTENTION_BODY void probability_step_times_heads(X& x, float (&out)[kHeadTiles][4],
+                                                            const uint32_t (&a)[4],
+                                                            const T* heads, int kk) {
+  const int lane = x.lane(), tile = lane >> 3, row = lane & 7;
+  THPC_UNROLL
+  for (int pair = 0; pair < kHeadTiles / 2; ++pair) {
+    // Tiles (keys 0-7, cols 0-7), (keys 8-15, cols 0-7), (keys 0-7, 8-15), (8-15, 8-15),
+    // transposed: words 0, 1 are n-tile 2 pair's B, words 2, 3 n-tile 2 pair + 1's.
+    uint32_t b[4];
+    x.ldmatrix_x4_trans(b, heads + (kk * 16 + (tile & 1) * 8 + row) * kLdHead + pair * 16 +
+                               (tile >> 1) * 8);
+    x.mma(out[2 * pair], a, b[0], b[1]);
+    x.mma(out[2 * pair + 1], a, b[2], b[3]);
+  }
+}
+
+// The same over the key steps kk < steps (the fragments past them are zeros).
 template <class X, typename T>
 THPC_SHORT_ATTENTION_BODY void probabilities_times_heads(X& x, float (&out)[kHeadTiles][4],
                                                          const uint32_t (&a)[kKeyTiles / 2][4],
                                                          const T* heads, int steps) {
-  const int lane = x.lane(), tile = lane >> 3, row = lane & 7;
   THPC_UNROLL
   for (int kk = 0; kk < kKeyTiles / 2; ++kk) {
     if (kk >= steps) break;  // warp-uniform
-    THPC_UNROLL
-    for (int pair = 0; pair < kHeadTiles / 2; ++pair) {
-      // Tiles (keys 0-7, cols 0-7), (keys 8-15, cols 0-7), (keys 0-7, 8-15), (8-15, 8-15),
-      // transposed: words 0, 1 are n-tile 2 pair's B, words 2, 3 n-tile 2 pair + 1's.
-      uint32_t b[4];
-      x.ldmatrix_x4_trans(b, heads + (kk * 16 + (tile & 1) * 8 + row) * kLdHead + pair * 16 +
-                                 (tile >> 1) * 8);
-      x.mma(out[2 * pair], a[kk], b[0], b[1]);
-      x.mma(out[2 * pair + 1], a[kk], b[2], b[3]);
-    }
+    probability_step_times_heads(x, out, a[kk], heads, kk);
   }
 }
 
@@ -393,31 +402,37 @@ THPC_SHORT_ATTENTION_BODY void query_block_backward(X& x, const Args<T>& a, int 
   dot[1] = quad_sum(x, dot[1]);
 
   // dS = P (dP - rowsum), 0 where masked: to scratch (every key < Lk of rows < Lq, for the
-  // key blocks' dK) and packed as the A fragments of dS K.
-  uint32_t dsa[kKeyTiles / 2][4];
-  THPC_UNROLL
-  for (int n = 0; n < kKeyTiles; ++n) {
-    THPC_UNROLL
-    for (int h = 0; h < 2; ++h) {
-      T d_score[2];
-      THPC_UNROLL
-      for (int e = 0; e < 2; ++e) {
-        const int j = n * 8 + 2 * c + e;
-        const int64_t element = (first_row + t_row[h]) * Lk + j;
-        const bool seen = j < visible[h] && t_row[h] < Lq;
-        d_score[e] = x.round(seen ? x.widen(a.saved[element]) * (dp[n][2 * h + e] - dot[h])
-                                  : 0.0f);
-        if (a.d_scores != nullptr && t_row[h] < Lq && j < Lk) a.d_scores[element] = d_score[e];
-      }
-      dsa[n >> 1][(n & 1) * 2 + h] = x.pack(d_score[0], d_score[1]);
-    }
-  }
-  if (a.dq == nullptr) return;
-
+  // key blocks' dK) and, a key step at a time, packed as the A fragment of that step of
+  // dQ = dS K (one fragment live, not eight: registers).
   float dq[kHeadTiles][4];
   THPC_UNROLL
   for (int n = 0; n < kHeadTiles; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
-  probabilities_times_heads(x, dq, dsa, w.ks, (w.warp_keys + 15) / 16);
+  const int steps = a.dq != nullptr ? (w.warp_keys + 15) / 16 : 0;
+  THPC_UNROLL
+  for (int kk = 0; kk < kKeyTiles / 2; ++kk) {
+    if (kk * 16 >= Lk) break;  // warp-uniform
+    uint32_t dsa[4];
+    THPC_UNROLL
+    for (int half = 0; half < 2; ++half) {
+      const int n = 2 * kk + half;
+      THPC_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        T d_score[2];
+        THPC_UNROLL
+        for (int e = 0; e < 2; ++e) {
+          const int j = n * 8 + 2 * c + e;
+          const int64_t element = (first_row + t_row[h]) * Lk + j;
+          const bool seen = j < visible[h] && t_row[h] < Lq;
+          d_score[e] = x.round(seen ? x.widen(a.saved[element]) * (dp[n][2 * h + e] - dot[h])
+                                    : 0.0f);
+          if (a.d_scores != nullptr && t_row[h] < Lq && j < Lk) a.d_scores[element] = d_score[e];
+        }
+        dsa[half * 2 + h] = x.pack(d_score[0], d_score[1]);
+      }
+    }
+    if (kk < steps) probability_step_times_heads(x, dq, dsa, w.ks, kk);
+  }
+  if (a.dq == nullptr) return;
   store_rows(x, dq, a.dq + static_cast<int64_t>(w.b) * Lq * a.ldq + w.column, a.ldq, w.first, Lq,
              0.125f, a.write_dq);
 }
@@ -459,14 +474,8 @@ THPC_SHORT_ATTENTION_BODY void columns_times_heads(X& x, float (&acc)[kHeadTiles
     uint32_t at[4];
     x.ldmatrix_x4_trans(at, columns + (kk * 16 + (tile >> 1) * 8 + row) * kLdHead +
                                 warp_column + (tile & 1) * 8);
-    THPC_UNROLL
-    for (int pair = 0; pair < kHeadTiles / 2; ++pair) {
-      uint32_t b[4];
-      x.ldmatrix_x4_trans(b, heads + (kk * 16 + (tile & 1) * 8 + row) * kLdHead + pair * 16 +
-                                 (tile >> 1) * 8);
-      x.mma(acc[2 * pair], at, b[0], b[1]);
-      x.mma(acc[2 * pair + 1], at, b[2], b[3]);
-    }
+    // H's rows [16 kk, +16) are B as V's are in out = P' V.
+    probability_step_times_heads(x, acc, at, heads, kk);
   }
 }
 

@@ -13,7 +13,6 @@
 // path, odd ones (d_k = 5, a spare column in ldq) the per-sentence strided fallback.
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <condition_variable>
@@ -1269,30 +1268,13 @@ std::vector<AttentionCase> fused_attention_cases() {
   };
 }
 
-// A barrier that spins (yielding): the host run of a fused block passes thousands of warp
-// collectives, each two barriers of 32 threads.
-class SpinBarrier {
- public:
-  explicit SpinBarrier(int count) : count_(count) {}
-  void wait() {
-    const int generation = generation_.load(std::memory_order_acquire);
-    if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == count_) {
-      arrived_.store(0, std::memory_order_relaxed);
-      generation_.fetch_add(1, std::memory_order_acq_rel);
-    } else {
-      while (generation_.load(std::memory_order_acquire) == generation) std::this_thread::yield();
-    }
-  }
-
- private:
-  const int count_;
-  std::atomic<int> arrived_{0}, generation_{0};
-};
-
+// The barriers and exchange slots of a fused block's 128 host threads (the blocking
+// barriers of the short kernels' threaded run: with more threads than cores, spinning
+// ones took the cores from the threads they waited for).
 struct FusedTeam {
-  SpinBarrier block{fused_attention::kThreads};
-  SpinBarrier warp[fused_attention::kWarps] = {SpinBarrier(32), SpinBarrier(32),
-                                               SpinBarrier(32), SpinBarrier(32)};
+  ThreadBarrier block{fused_attention::kThreads};
+  ThreadBarrier warp[fused_attention::kWarps] = {ThreadBarrier(32), ThreadBarrier(32),
+                                                 ThreadBarrier(32), ThreadBarrier(32)};
   struct Exchange {
     float value[32];
     const void* address[32];
