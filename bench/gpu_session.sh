@@ -342,8 +342,11 @@ readonly CANDIDATES_ACT_IN_TRAINING=1
 # candidate check: kernels/cuda/attention.cu, cuda_backend.cu; 2026-11-29: the loss's
 # sum kernel takes the step's totals, sum_squares_into writes into them:
 # cross_entropy.cu, elementwise.cu; the cuBLASLt plan's host code, now shared with the
-# int8 products: linear.cu).
-readonly CHANGED_TWINS="CudaAttention|CudaCrossEntropy|CudaElementwise|CudaLinear|CudaLinearRelu"
+# int8 products: linear.cu; the short attention's launcher shares its fit test and
+# backward arguments with the fused attention's: attention.cu; the bf16 backend sends
+# copy_rows and embedding_backward on fp32 rows to their fp32 twins: cuda_backend.cu,
+# CudaEmbedding, CudaElementwise).
+readonly CHANGED_TWINS="CudaAttention|CudaCrossEntropy|CudaElementwise|CudaEmbedding|CudaLinear|CudaLinearRelu"
 
 # What the step and followup stages build: the benchmark, the trainer (the program against
 # the benchmark), every kernel twin test executable and the whole-model GPU tests.
