@@ -188,23 +188,14 @@ template void int8_linear<bf16>(Context&, bf16*, const bf16*, const int8_t*, con
 
 }  // namespace cuda
 
-// Wq [N, K] and s_n [N] in the device memory of the backend's Context (counted in its
-// peak), freed with the backend.
-struct Int8CudaBackend::Matrix {
-  int inputs = 0, outputs = 0;
-  int8_t* values = nullptr;
-  float* scales = nullptr;
-  cuda::Context* context = nullptr;
-  size_t bytes = 0;
-  ~Matrix() {
-    if (values != nullptr) cudaFree(values);  // no throw in a destructor
-    if (scales != nullptr) cudaFree(scales);
-    if (context != nullptr) context->count_free(bytes);
-  }
-};
+Int8CudaMatrix::~Int8CudaMatrix() {
+  if (values != nullptr) cudaFree(values);  // no throw in a destructor
+  if (scales != nullptr) cudaFree(scales);
+  if (context != nullptr) context->count_free(bytes);
+}
 
 Int8CudaBackend::Int8CudaBackend(std::unique_ptr<Backend> cuda_backend)
-    : ForwardingBackend(*cuda_backend), cuda_backend_(std::move(cuda_backend)) {
+    : Int8ProductsBackend(*cuda_backend), cuda_backend_(std::move(cuda_backend)) {
   THPC_CHECK(cuda::context_of(*cuda_backend_) != nullptr,
              "Int8CudaBackend wraps a CUDA backend, not " << cuda_backend_->name());
 }
@@ -212,7 +203,7 @@ Int8CudaBackend::Int8CudaBackend(std::unique_ptr<Backend> cuda_backend)
 Int8CudaBackend::~Int8CudaBackend() {
   // The stream may still read the matrices.
   cudaStreamSynchronize(cuda::context_of(*cuda_backend_)->stream());
-  matrices_.clear();
+  forget_matrices();
 }
 
 bool Int8CudaBackend::adopt(Tensor weights, const cpu::QuantizedWeights& quantized) {
@@ -236,9 +227,9 @@ bool Int8CudaBackend::adopt(Tensor weights, const cpu::QuantizedWeights& quantiz
     }
   }
   cuda::Context& context = *cuda::context_of(*cuda_backend_);
-  auto matrix = std::make_unique<Matrix>();
-  matrix->inputs = K;
-  matrix->outputs = N;
+  auto matrix = std::make_unique<Int8CudaMatrix>();
+  matrix->input_count = K;
+  matrix->output_count = N;
   THPC_CUDA_CHECK(cudaMalloc(&matrix->values, by_output.size()));
   THPC_CUDA_CHECK(cudaMalloc(&matrix->scales, sizeof(float) * quantized.scales.size()));
   matrix->context = &context;
@@ -248,23 +239,12 @@ bool Int8CudaBackend::adopt(Tensor weights, const cpu::QuantizedWeights& quantiz
                              cudaMemcpyHostToDevice));
   THPC_CUDA_CHECK(cudaMemcpy(matrix->scales, quantized.scales.data(),
                              sizeof(float) * quantized.scales.size(), cudaMemcpyHostToDevice));
-  matrices_[weights.data] = std::move(matrix);
+  keep(weights, std::move(matrix));
   return true;
 }
 
-const Int8CudaBackend::Matrix* Int8CudaBackend::find(const Tensor& weights, int inputs,
-                                                     int outputs) const {
-  const auto found = matrices_.find(weights.data);
-  if (found == matrices_.end()) return nullptr;
-  const Matrix& matrix = *found->second;
-  THPC_CHECK(matrix.inputs == inputs && matrix.outputs == outputs,
-             "a product of " << inputs << " x " << outputs << " with int8 weights of "
-                             << matrix.inputs << " x " << matrix.outputs);
-  return &matrix;
-}
-
-void Int8CudaBackend::multiply(Tensor y, Tensor x, const Matrix& matrix, Tensor b, int M,
-                               bool relu) {
+void Int8CudaBackend::multiply(Tensor y, Tensor x, const Int8CudaMatrix& matrix, Tensor b,
+                               int M, bool relu) {
   THPC_CHECK(y.dtype == x.dtype && y.dtype == compute_dtype() && (!b || b.dtype == y.dtype),
              "int8 product of " << dtype_name(x.dtype) << " rows on " << name());
   cuda::Context& context = *cuda::context_of(*cuda_backend_);
@@ -272,35 +252,13 @@ void Int8CudaBackend::multiply(Tensor y, Tensor x, const Matrix& matrix, Tensor 
     cuda::int8_linear<cuda::bf16>(context, static_cast<cuda::bf16*>(y.data),
                                   static_cast<const cuda::bf16*>(x.data), matrix.values,
                                   matrix.scales, static_cast<const cuda::bf16*>(b.data), M,
-                                  matrix.inputs, matrix.outputs, relu);
+                                  matrix.input_count, matrix.output_count, relu);
   } else {
     cuda::int8_linear<float>(context, static_cast<float*>(y.data),
                              static_cast<const float*>(x.data), matrix.values, matrix.scales,
-                             static_cast<const float*>(b.data), M, matrix.inputs,
-                             matrix.outputs, relu);
+                             static_cast<const float*>(b.data), M, matrix.input_count,
+                             matrix.output_count, relu);
   }
-}
-
-void Int8CudaBackend::linear_forward(Tensor y, Tensor x, Tensor W, Tensor b, int M, int K,
-                                     int N) {
-  if (const Matrix* matrix = find(W, K, N)) return multiply(y, x, *matrix, b, M, false);
-  inner().linear_forward(y, x, W, b, M, K, N);
-}
-
-void Int8CudaBackend::linear_relu_forward(Tensor y, Tensor x, Tensor W, Tensor b, int M, int K,
-                                          int N) {
-  if (const Matrix* matrix = find(W, K, N)) return multiply(y, x, *matrix, b, M, true);
-  inner().linear_relu_forward(y, x, W, b, M, K, N);
-}
-
-// logits = h E^T: E [vocab, d] is the product's [N, K] already, quantized per vocabulary
-// row (the output channel) as the others per column.
-void Int8CudaBackend::output_projection_forward(Tensor logits, Tensor h, Tensor E, int M, int d,
-                                                int vocab) {
-  if (const Matrix* matrix = find(E, d, vocab)) {
-    return multiply(logits, h, *matrix, Tensor{}, M, false);
-  }
-  inner().output_projection_forward(logits, h, E, M, d, vocab);
 }
 
 }  // namespace thpc

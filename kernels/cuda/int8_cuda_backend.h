@@ -29,23 +29,40 @@
 // the toolkit; the project already plans its bf16 GEMMs with it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <string>
-#include <unordered_map>
 
 #include "kernels/cpu/int8_matmul.h"
-#include "kernels/forwarding_backend.h"
+#include "kernels/int8_products_backend.h"
 
 namespace thpc {
 
-class Int8CudaBackend final : public ForwardingBackend {
+namespace cuda {
+class Context;
+}
+
+// Wq [N, K] and s_n [N] of one weight matrix in the device memory of the backend's Context
+// (counted in its peak), freed with it (kernels/cuda/int8_cuda_backend.cu).
+struct Int8CudaMatrix {
+  int input_count = 0, output_count = 0;  // K, N
+  int8_t* values = nullptr;
+  float* scales = nullptr;
+  cuda::Context* context = nullptr;
+  size_t bytes = 0;
+  int inputs() const { return input_count; }
+  int outputs() const { return output_count; }
+  Int8CudaMatrix() = default;
+  Int8CudaMatrix(const Int8CudaMatrix&) = delete;
+  Int8CudaMatrix& operator=(const Int8CudaMatrix&) = delete;
+  ~Int8CudaMatrix();
+};
+
+class Int8CudaBackend final : public Int8ProductsBackend<Int8CudaMatrix> {
  public:
   // `cuda_backend`: what make_cuda_backend made (bf16 or fp32 compute).
   explicit Int8CudaBackend(std::unique_ptr<Backend> cuda_backend);
   ~Int8CudaBackend() override;
-
-  std::string name() const override { return inner().name() + "+int8"; }
 
   // From now on, products with `weights` (the model's compute tensor of a weight matrix:
   // what the product ops are handed, found by its address) run in int8 with `quantized`
@@ -53,22 +70,13 @@ class Int8CudaBackend final : public ForwardingBackend {
   // K or N is not a multiple of 4 (what cuBLAS's int8 kernels take: a vocabulary of
   // another size).
   bool adopt(Tensor weights, const cpu::QuantizedWeights& quantized);
-  int quantized_matrices() const { return static_cast<int>(matrices_.size()); }
 
-  void linear_forward(Tensor y, Tensor x, Tensor W, Tensor b, int M, int K, int N) override;
-  void linear_relu_forward(Tensor y, Tensor x, Tensor W, Tensor b, int M, int K,
-                           int N) override;
-  void output_projection_forward(Tensor logits, Tensor h, Tensor E, int M, int d,
-                                 int vocab) override;
+ protected:
+  void multiply(Tensor y, Tensor x, const Int8CudaMatrix& matrix, Tensor b, int M,
+                bool relu) override;
 
  private:
-  struct Matrix;  // Wq [N, K] and s_n in device memory
-  // The int8 copy of `weights` for these sizes, or null (a float product).
-  const Matrix* find(const Tensor& weights, int inputs, int outputs) const;
-  void multiply(Tensor y, Tensor x, const Matrix& matrix, Tensor b, int M, bool relu);
-
   std::unique_ptr<Backend> cuda_backend_;
-  std::unordered_map<const void*, std::unique_ptr<Matrix>> matrices_;
 };
 
 }  // namespace thpc
