@@ -291,6 +291,15 @@ dry_run() {
     problem "cmake configure failed: $(tail -3 "$configure_dir.log")"
   fi
   rm -rf "$configure_dir" "$configure_dir.log"
+  # The candidate stage's pattern takes every candidate twin suite the build has.
+  local all_candidates matched
+  all_candidates=$(ctest --test-dir "${BUILD:-build}" -N -R "^CudaCandidate" 2>/dev/null |
+    grep -c "Test *#")
+  matched=$(ctest --test-dir "${BUILD:-build}" -N -R "^(${CANDIDATE_TWINS})[.]" 2>/dev/null |
+    grep -c "Test *#")
+  echo "dry-run: the candidate stage's pattern takes $matched of the $all_candidates CudaCandidate* tests"
+  [ "$matched" = "$all_candidates" ] ||
+    problem "CANDIDATE_TWINS ($CANDIDATE_TWINS) leaves CudaCandidate tests out"
   # Both calls rehearsed on the CPU (--rehearse): their commands, arguments and logs.
   local call rehearsal_out
   for call in step ranks followup; do
@@ -331,7 +340,9 @@ dry_run() {
 # since the last GPU run, behind that switch until a GPU session sees these pass): the
 # candidate setting is measured only when they passed in this call. (Until 2026-11-26 the
 # switch measured was model.fused_ops, whose fused kernels are now the default.)
-readonly CANDIDATE_TWINS="CudaCandidate[A-Za-z]*"
+# Digits too: until 2026-11-29 "[A-Za-z]*" left CudaCandidateInt8Products.* out of the
+# stage (the dry run now checks that every CudaCandidate suite is matched).
+readonly CANDIDATE_TWINS="CudaCandidate[A-Za-z0-9]*"
 # Whether a candidate changes the training step: async_upload (2026-11-28) and
 # step_totals (2026-11-29: the loss summed on the device, read once a step) do, so the
 # step stage measures the step with and without it. (The one before, gathered_attention,
@@ -540,7 +551,7 @@ run_candidate_twins() {
     echo "candidate twins: FAILED or did not run (only train.cuda_kernels=verified is measured)"
     local failed
     failed=$(sed -n '/The following tests FAILED/,$p' "$LOGS/ctest_candidate_twins.log" |
-      grep -oE '(Cuda[A-Za-z]*\.[A-Za-z0-9]*)' || true)
+      grep -oE '(Cuda[A-Za-z0-9]*\.[A-Za-z0-9]*)' || true)
     [ -n "$failed" ] && echo "candidate twins failed: $(echo "$failed" | tr '\n' ' ')"
     local passed
     passed=$(passing_candidates "$failed")
