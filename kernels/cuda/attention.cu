@@ -584,6 +584,15 @@ struct MmaWarps {
   __device__ void store_pair(Element* to, float v0, float v1) const {
     *reinterpret_cast<__nv_bfloat162*>(to) = __floats2bfloat162_rn(v0, v1);
   }
+  // Two elements to or from `at` in one 4-byte access (`at` 4-byte aligned).
+  __device__ void store_raw_pair(Element* at, Element first, Element second) const {
+    *reinterpret_cast<__nv_bfloat162*>(at) = __halves2bfloat162(first, second);
+  }
+  __device__ void load_raw_pair(const Element* at, Element (&pair)[2]) const {
+    const __nv_bfloat162 both = *reinterpret_cast<const __nv_bfloat162*>(at);
+    pair[0] = __low2bfloat16(both);
+    pair[1] = __high2bfloat16(both);
+  }
 };
 
 using FusedArgs = fused_attention::Args<__nv_bfloat16>;
@@ -639,7 +648,9 @@ bool fused_attention_forward(Context& context, T* out, T* saved, const T* q, int
   if constexpr (!std::is_same<T, __nv_bfloat16>::value) {
     return false;
   } else {
-    if (!takes_fused_attention<T>(context, shape, ldq, ldk, ldv, {out, q, k, v})) return false;
+    if (!takes_fused_attention<T>(context, shape, ldq, ldk, ldv, {out, saved, q, k, v})) {
+      return false;
+    }
     const int bytes = fused_attention::query_block_bytes(shape.key_len);  // <= 46,080
     FusedArgs args;
     static_cast<short_attention::Args<T>&>(args) =
@@ -663,7 +674,8 @@ bool fused_attention_backward(Context& context, T* dq, T* dk, T* dv, const T* d_
   if constexpr (!std::is_same<T, __nv_bfloat16>::value) {
     return false;
   } else {
-    if (!takes_fused_attention<T>(context, shape, ldq, ldk, ldv, {dq, dk, dv, d_out, q, k, v})) {
+    if (!takes_fused_attention<T>(context, shape, ldq, ldk, ldv,
+                                  {dq, dk, dv, d_out, saved, q, k, v})) {
       return false;
     }
     const int key_bytes = fused_attention::key_block_bytes(shape.query_len);

@@ -221,6 +221,26 @@ THPC_SHORT_ATTENTION_BODY void store_rows(X& x, const float (&out)[kHeadTiles][4
   }
 }
 
+// Elements `element` and `element + 1` of a [.., Lk] row-major matrix (saved P, dS): the
+// columns j, j + 1 (j even) a thread's accumulator pair holds, those below Lk. When Lk is
+// even, `element` is even too, and the pair moves as one 4-byte access (half the
+// instructions, twice the bytes a memory transaction carries); else one at a time.
+template <class X, typename T>
+THPC_SHORT_ATTENTION_BODY void store_pair_below(X& x, T* matrix, int64_t element, int j,
+                                                int Lk, T first, T second) {
+  if ((Lk & 1) == 0 && j + 1 < Lk) return x.store_raw_pair(matrix + element, first, second);
+  if (j < Lk) matrix[element] = first;
+  if (j + 1 < Lk) matrix[element + 1] = second;
+}
+template <class X, typename T>
+THPC_SHORT_ATTENTION_BODY void load_pair_below(X& x, const T* matrix, int64_t element, int j,
+                                               int Lk, T (&pair)[2]) {
+  pair[0] = pair[1] = x.round(0.0f);
+  if ((Lk & 1) == 0 && j + 1 < Lk) return x.load_raw_pair(matrix + element, pair);
+  if (j < Lk) pair[0] = matrix[element];
+  if (j + 1 < Lk) pair[1] = matrix[element + 1];
+}
+
 // ---- the query blocks' common part (forward, and backward's first launch) ----
 
 // What a warp of a query block works on: the pair's sentence b and head columns, its
@@ -389,12 +409,18 @@ THPC_SHORT_ATTENTION_BODY void query_block_backward(X& x, const Args<T>& a, int 
   THPC_UNROLL
   for (int n = 0; n < kKeyTiles; ++n) {
     THPC_UNROLL
-    for (int e = 0; e < 4; ++e) {
-      const int h = e >> 1, j = n * 8 + 2 * c + (e & 1);
-      if (j < visible[h] && t_row[h] < Lq) {
-        const int64_t element = (first_row + t_row[h]) * Lk + j;
-        if (a.dropout != 0.0f) dp[n][e] *= short_attention::dropout_factor(a, element);
-        dot[h] += dp[n][e] * x.widen(a.saved[element]);
+    for (int h = 0; h < 2; ++h) {
+      const int j0 = n * 8 + 2 * c;
+      if (j0 >= visible[h] || t_row[h] >= Lq) continue;
+      const int64_t element0 = (first_row + t_row[h]) * Lk + j0;
+      T p[2];
+      load_pair_below(x, static_cast<const T*>(a.saved), element0, j0, Lk, p);
+      THPC_UNROLL
+      for (int e = 0; e < 2; ++e) {
+        if (j0 + e >= visible[h]) continue;
+        float& d = dp[n][2 * h + e];
+        if (a.dropout != 0.0f) d *= short_attention::dropout_factor(a, element0 + e);
+        dot[h] += d * x.widen(p[e]);
       }
     }
   }
@@ -417,15 +443,19 @@ THPC_SHORT_ATTENTION_BODY void query_block_backward(X& x, const Args<T>& a, int 
       const int n = 2 * kk + half;
       THPC_UNROLL
       for (int h = 0; h < 2; ++h) {
-        T d_score[2];
+        const int j0 = n * 8 + 2 * c;
+        const int64_t element0 = (first_row + t_row[h]) * Lk + j0;
+        T p[2], d_score[2];
+        if (j0 < visible[h] && t_row[h] < Lq) {
+          load_pair_below(x, static_cast<const T*>(a.saved), element0, j0, Lk, p);
+        }
         THPC_UNROLL
         for (int e = 0; e < 2; ++e) {
-          const int j = n * 8 + 2 * c + e;
-          const int64_t element = (first_row + t_row[h]) * Lk + j;
-          const bool seen = j < visible[h] && t_row[h] < Lq;
-          d_score[e] = x.round(seen ? x.widen(a.saved[element]) * (dp[n][2 * h + e] - dot[h])
-                                    : 0.0f);
-          if (a.d_scores != nullptr && t_row[h] < Lq && j < Lk) a.d_scores[element] = d_score[e];
+          const bool seen = j0 + e < visible[h] && t_row[h] < Lq;
+          d_score[e] = x.round(seen ? x.widen(p[e]) * (dp[n][2 * h + e] - dot[h]) : 0.0f);
+        }
+        if (a.d_scores != nullptr && t_row[h] < Lq) {
+          store_pair_below(x, a.d_scores, element0, j0, Lk, d_score[0], d_score[1]);
         }
         dsa[half * 2 + h] = x.pack(d_score[0], d_score[1]);
       }

@@ -1364,6 +1364,16 @@ struct FusedLane {
     to[0] = round(v0);
     to[1] = round(v1);
   }
+  void store_raw_pair(Element* at, Element first, Element second) const {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(at) % 4, 0u) << "a pair's access is not aligned";
+    at[0] = first;
+    at[1] = second;
+  }
+  void load_raw_pair(const Element* at, Element (&pair)[2]) const {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(at) % 4, 0u) << "a pair's access is not aligned";
+    pair[0] = at[0];
+    pair[1] = at[1];
+  }
 };
 
 // One launch of a fused kernel on the host: `blocks` blocks, each run by a team of
