@@ -125,6 +125,13 @@ THPC_SHORT_ATTENTION_BODY float quad_sum(X& x, float value) {
   return value + x.shfl_xor(value, 2);
 }
 
+// Accumulators set to zero (an unrolled loop: register arrays need constant indices).
+template <int kTiles>
+THPC_SHORT_ATTENTION_BODY void zero_accumulators(float (&acc)[kTiles][4]) {
+  THPC_UNROLL
+  for (int n = 0; n < kTiles; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+}
+
 // A fragments of the 16 rows a warp owns, from a [rows, kLdHead] shared array whose row
 // `first_row` is the warp's first: the 4 k-steps of the head width.
 template <class X, typename T>
@@ -250,7 +257,6 @@ template <typename T>
 struct QueryWarp {
   int b;
   int64_t column;     // the head's first column
-  int valid;          // the sentence's non-pad keys
   int first;          // the warp's first query (>= Lq: the warp has none)
   int warp_keys;      // keys some of the warp's queries see
   int t_row[2];       // the thread's queries
@@ -272,11 +278,11 @@ THPC_SHORT_ATTENTION_BODY QueryWarp<T> query_warp(X& x, const Args<T>& a, int pa
   QueryWarp<T> w;
   w.b = pair / a.heads;
   w.column = static_cast<int64_t>(pair % a.heads) * kHeadWidth;
-  w.valid = short_attention::valid_keys(a, w.b);
+  const int valid = short_attention::valid_keys(a, w.b);  // the sentence's non-pad keys
   const int first_query = query_block * kBlockRows;
   const int queries = Lq - first_query < kBlockRows ? Lq - first_query : kBlockRows;
   const int block_keys =
-      a.causal && first_query + queries < w.valid ? first_query + queries : w.valid;
+      a.causal && first_query + queries < valid ? first_query + queries : valid;
   const int key_rows = short_attention::round_up(block_keys, 16);
   T* rows = reinterpret_cast<T*>(shared);
   T* ks = rows + kBlockRows * kLdHead;
@@ -293,10 +299,10 @@ THPC_SHORT_ATTENTION_BODY QueryWarp<T> query_warp(X& x, const Args<T>& a, int pa
   w.vs = vs;
   const int g = x.lane() >> 2;
   w.first = first_query + x.warp() * kWarpRows;
-  w.warp_keys = a.causal && w.first + kWarpRows < w.valid ? w.first + kWarpRows : w.valid;
+  w.warp_keys = a.causal && w.first + kWarpRows < valid ? w.first + kWarpRows : valid;
   for (int h = 0; h < 2; ++h) {
     w.t_row[h] = w.first + g + 8 * h;
-    w.visible[h] = short_attention::visible_keys(a, w.valid, w.t_row[h]);
+    w.visible[h] = short_attention::visible_keys(a, valid, w.t_row[h]);
   }
   return w;
 }
@@ -316,8 +322,7 @@ THPC_SHORT_ATTENTION_BODY void forward_block(X& x, const Args<T>& a, int pair, i
   uint32_t qa[4][4];
   load_row_fragments(x, qa, w.rows, x.warp() * kWarpRows);
   float s[kKeyTiles][4];
-  THPC_UNROLL
-  for (int n = 0; n < kKeyTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+  zero_accumulators(s);
   rows_times_heads(x, s, qa, w.ks, w.warp_keys);
 
   const int(&t_row)[2] = w.t_row;
@@ -375,8 +380,7 @@ THPC_SHORT_ATTENTION_BODY void forward_block(X& x, const Args<T>& a, int pair, i
 
   // out = P' V over the key steps some of the warp's queries see (P' is 0 past them).
   float o[kHeadTiles][4];
-  THPC_UNROLL
-  for (int n = 0; n < kHeadTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  zero_accumulators(o);
   probabilities_times_heads(x, o, pa, w.vs, (w.warp_keys + 15) / 16);
   store_rows(x, o, a.out + static_cast<int64_t>(w.b) * Lq * ld_out + w.column, ld_out, w.first,
              Lq, 1.0f, true);
@@ -397,8 +401,7 @@ THPC_SHORT_ATTENTION_BODY void query_block_backward(X& x, const Args<T>& a, int 
   uint32_t da[4][4];
   load_row_fragments(x, da, w.rows, x.warp() * kWarpRows);
   float dp[kKeyTiles][4];
-  THPC_UNROLL
-  for (int n = 0; n < kKeyTiles; ++n) dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.0f;
+  zero_accumulators(dp);
   rows_times_heads(x, dp, da, w.vs, w.warp_keys);
 
   const int(&t_row)[2] = w.t_row;
@@ -431,8 +434,7 @@ THPC_SHORT_ATTENTION_BODY void query_block_backward(X& x, const Args<T>& a, int 
   // key blocks' dK) and, a key step at a time, packed as the A fragment of that step of
   // dQ = dS K (one fragment live, not eight: registers).
   float dq[kHeadTiles][4];
-  THPC_UNROLL
-  for (int n = 0; n < kHeadTiles; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+  zero_accumulators(dq);
   const int steps = a.dq != nullptr ? (w.warp_keys + 15) / 16 : 0;
   THPC_UNROLL
   for (int kk = 0; kk < kKeyTiles / 2; ++kk) {
@@ -445,7 +447,7 @@ THPC_SHORT_ATTENTION_BODY void query_block_backward(X& x, const Args<T>& a, int 
       for (int h = 0; h < 2; ++h) {
         const int j0 = n * 8 + 2 * c;
         const int64_t element0 = (first_row + t_row[h]) * Lk + j0;
-        T p[2], d_score[2];
+        T p[2] = {x.round(0.0f), x.round(0.0f)}, d_score[2];  // P where seen, read below
         if (j0 < visible[h] && t_row[h] < Lq) {
           load_pair_below(x, static_cast<const T*>(a.saved), element0, j0, Lk, p);
         }
@@ -546,15 +548,13 @@ THPC_SHORT_ATTENTION_BODY void key_block_backward(X& x, const Args<T>& a, int pa
   const int steps = query_rows / 16;
   float acc[kHeadTiles][4];
   if (a.dv != nullptr) {
-    THPC_UNROLL
-    for (int n = 0; n < kHeadTiles; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    zero_accumulators(acc);
     columns_times_heads(x, acc, ps, warp * kWarpRows, dos, first_step, steps);
     store_rows(x, acc, a.dv + static_cast<int64_t>(b) * Lk * a.ldv + column, a.ldv, first, Lk,
                1.0f, a.write_dv);
   }
   if (want_dk) {
-    THPC_UNROLL
-    for (int n = 0; n < kHeadTiles; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    zero_accumulators(acc);
     columns_times_heads(x, acc, dss, warp * kWarpRows, qs, first_step, steps);
     store_rows(x, acc, a.dk + static_cast<int64_t>(b) * Lk * a.ldk + column, a.ldk, first, Lk,
                0.125f, a.write_dk);

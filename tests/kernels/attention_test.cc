@@ -1043,32 +1043,42 @@ struct ThreadedBlock : HostBlock {
   }
 };
 
-// The blocks of a launch one after another, each by a team of kThreads threads (shared
-// memory NaN-filled before each block, as SequentialBlocks does).
+// The blocks of a launch one after another, each by a team of kThreads host threads, each
+// thread an execution policy `Lane` (.thread, .team, .sync()) of one Team: the block's
+// shared memory NaN-filled first (as SequentialBlocks does), then body(x, block, shared).
+// The short kernels' threaded run and the fused kernels' run alike.
+template <class Lane, class Team, class Body>
+void run_threaded_blocks(int threads_per_block, int blocks, int bytes, const Body& body) {
+  std::vector<char> shared(static_cast<size_t>(bytes));
+  Team team;
+  std::vector<std::thread> threads;
+  for (int thread = 0; thread < threads_per_block; ++thread) {
+    threads.emplace_back([&, thread] {
+      Lane x;
+      x.thread = thread;
+      x.team = &team;
+      for (int block = 0; block < blocks; ++block) {
+        if (thread == 0) std::fill(shared.begin(), shared.end(), static_cast<char>(0xff));
+        x.sync();
+        body(x, block, shared.data());
+        x.sync();  // the block is done before the next one's fill
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+}
+
 struct ThreadedBlocks {
   void operator()(bool backward, const short_attention::Args<HostBf16>& args, int pairs,
                   int bytes) const {
-    std::vector<char> shared(static_cast<size_t>(bytes));
-    ThreadedTeam team;
-    std::vector<std::thread> threads;
-    for (int thread = 0; thread < short_attention::kThreads; ++thread) {
-      threads.emplace_back([&, thread] {
-        ThreadedBlock x;
-        x.thread = thread;
-        x.team = &team;
-        for (int pair = 0; pair < pairs; ++pair) {
-          if (thread == 0) std::fill(shared.begin(), shared.end(), static_cast<char>(0xff));
-          x.sync();
+    run_threaded_blocks<ThreadedBlock, ThreadedTeam>(
+        short_attention::kThreads, pairs, bytes, [&](ThreadedBlock& x, int pair, char* shared) {
           if (backward) {
-            short_attention::backward_block(x, args, pair, shared.data());
+            short_attention::backward_block(x, args, pair, shared);
           } else {
-            short_attention::forward_block(x, args, pair, shared.data());
+            short_attention::forward_block(x, args, pair, shared);
           }
-          x.sync();  // the block is done before the next one's fill
-        }
-      });
-    }
-    for (std::thread& thread : threads) thread.join();
+        });
   }
 };
 
@@ -1377,26 +1387,10 @@ struct FusedLane {
 };
 
 // One launch of a fused kernel on the host: `blocks` blocks, each run by a team of
-// kThreads threads, its shared memory NaN-filled first; body(x, block, shared).
+// kThreads threads (run_threaded_blocks); body(x, block, shared).
 template <class Body>
 void run_fused_launch(int blocks, int bytes, const Body& body) {
-  std::vector<char> shared(static_cast<size_t>(bytes));
-  FusedTeam team;
-  std::vector<std::thread> threads;
-  for (int thread = 0; thread < fused_attention::kThreads; ++thread) {
-    threads.emplace_back([&, thread] {
-      FusedLane x;
-      x.thread = thread;
-      x.team = &team;
-      for (int block = 0; block < blocks; ++block) {
-        if (thread == 0) std::fill(shared.begin(), shared.end(), static_cast<char>(0xff));
-        x.sync();
-        body(x, block, shared.data());
-        x.sync();  // the block is done before the next one's fill
-      }
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
+  run_threaded_blocks<FusedLane, FusedTeam>(fused_attention::kThreads, blocks, bytes, body);
 }
 
 // run_attention's buffers and results, computed by the fused kernels' bodies on the host:
