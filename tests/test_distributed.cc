@@ -36,10 +36,19 @@ struct JobResult {
 };
 
 // A scratch run directory per test process, out of the source tree: checkpoints and
-// metrics.jsonl in checkpoints/.
+// metrics.jsonl in checkpoints/. Emptied at its first use in a process: a test that failed
+// before its cleanup leaves its directory, and a later process with the same pid found
+// that run's files (Distributed.ANewRunInAUsedDirectoryStopsEveryRankWithOneMessage
+// failed so in CI on 2026-11-29, its first run refused as "of another run").
 std::filesystem::path scratch_run() {
-  return std::filesystem::temp_directory_path() /
-         ("thpc_dist_" + std::to_string(getpid()) + "_scratch");
+  static const std::filesystem::path path = [] {
+    const std::filesystem::path fresh =
+        std::filesystem::temp_directory_path() /
+        ("thpc_dist_" + std::to_string(getpid()) + "_scratch");
+    std::filesystem::remove_all(fresh);
+    return fresh;
+  }();
+  return path;
 }
 std::string scratch_checkpoints() { return (scratch_run() / "checkpoints").string(); }
 
