@@ -55,7 +55,7 @@
 #      test_cuda_training;
 #   1. the candidate kernels' twins in fp32 and bf16 (CANDIDATE_TWINS: the kernels behind
 #      train.cuda_kernels = candidate, never run on a GPU; async_upload, step_totals,
-#      int8_products, fused_attention; when some fail, the others by name) and the whole
+#      int8_products, fused_attention, step_graphs; when some fail, the others by name) and the whole
 #      model with them; then the verified twins of the files changed since the last GPU
 #      run (CHANGED_TWINS; OTHER_TWINS=all runs every kernel twin) and the whole-model
 #      checks with the verified kernels: fp32 separate and fused against the CPU
@@ -185,7 +185,7 @@ readonly PLAN=(
   "start|machine start (counted, not in a call)|60|120"
   "1|setup: gpu-bundle unpacked, nvidia-smi|10|20"
   "1|build: bench_step, transformer_hpc, kernel twin tests, test_cuda_training (16 cores)|20|110"
-  "1|candidate twins (CudaCandidate*: async_upload, step_totals, int8_products, fused_attention) and the whole model with them|5|30"
+  "1|candidate twins (CudaCandidate*: async_upload, step_totals, int8_products, fused_attention, step_graphs) and the whole model with them|5|30"
   "1|the verified twins of the changed files (OTHER_TWINS=all: every one)|10|40"
   "1|whole model: fp32 3 steps vs the CPU (fused off, on); bf16 short vs batched; decoding|3|25"
   "1|bf16 GEMM ceiling (8192^3)|10|15"
@@ -356,8 +356,11 @@ readonly CANDIDATES_ACT_IN_TRAINING=1
 # int8 products: linear.cu; the short attention's launcher shares its fit test and
 # backward arguments with the fused attention's: attention.cu; the bf16 backend sends
 # copy_rows and embedding_backward on fp32 rows to their fp32 twins: cuda_backend.cu,
-# CudaEmbedding, CudaElementwise).
-readonly CHANGED_TWINS="CudaAttention|CudaCrossEntropy|CudaElementwise|CudaEmbedding|CudaLinear|CudaLinearRelu"
+# CudaEmbedding, CudaElementwise; 2026-11-29, fifth session: every dropout draw may read
+# its step and stream from memory (DropoutKey::inputs, null on these paths): attention.cu,
+# short_attention.cuh, elementwise.cu, layernorm.cu's fused forms, CudaAddNorm; the loss's
+# row kernel its scale: cross_entropy.cu).
+readonly CHANGED_TWINS="CudaAttention|CudaCrossEntropy|CudaElementwise|CudaEmbedding|CudaLinear|CudaLinearRelu|CudaAddNorm"
 
 # What the step and followup stages build: the benchmark, the trainer (the program against
 # the benchmark), every kernel twin test executable and the whole-model GPU tests.
@@ -599,6 +602,7 @@ step_stage() {
   profile_short_attention_lengths
   echo "profiles: at ${SECONDS} s"
   program_vs_bench_step
+  small_batch_step
   local left=$((deadline - SECONDS))
   if [ "$left" -lt 60 ]; then
     echo "peers: skipped, ${left} s left of STEP_SECONDS=${deadline}; call 2 (followup) runs them"
@@ -619,6 +623,23 @@ program_vs_bench_step() {
   echo "program vs benchmark: exit $?"
   grep -E "^(round|program_vs_bench:)" "$LOGS/program_vs_bench.txt"
   rm -rf "$BUILD_DIR/program_vs_bench"
+  return 0
+}
+
+# The small batch with its passes captured into CUDA graphs (issue 51 item 2): base at one
+# rank's 3,125 + 3,125 tokens, once per kernel setting (the candidates' includes
+# step_graphs), unprofiled (a profile times each op, so nothing is captured there); 20
+# warm-up steps, two rounds of the benchmark's nine lengths: each shape captured before
+# the timed steps replay it. The JSON lines carry captured_passes and replayed_passes.
+small_batch_step() {
+  local setting
+  for setting in $(kernel_settings); do
+    # shellcheck disable=SC2046
+    timeout 60 "$BUILD_DIR/transformer_bench_step" $(bench_args base 40 20 | sed "s/--tokens 25000/--tokens 3125/") \
+      --set "train.cuda_kernels=$setting" > "$LOGS/small_batch_${setting}.txt" 2>&1
+    echo "small batch, train.cuda_kernels=$setting: exit $?"
+    grep "^{" "$LOGS/small_batch_${setting}.txt"
+  done
   return 0
 }
 

@@ -40,6 +40,11 @@ class ForwardingBackend : public Backend {
   std::unique_ptr<WorkClock> make_work_clock() override { return inner_.make_work_clock(); }
   bool fused_ops_by_default() const override { return inner_.fused_ops_by_default(); }
   int encoder_group_cost_rows() const override { return inner_.encoder_group_cost_rows(); }
+  // The work queued through this backend reaches the inner one, which captures it.
+  bool can_capture() const override { return inner_.can_capture(); }
+  std::unique_ptr<CapturedWork> capture(const std::function<void()>& queue_work) override {
+    return inner_.capture(queue_work);
+  }
 
 #define THPC_OP(ret, name, params, args) \
   ret name params override { return inner_.name args; }

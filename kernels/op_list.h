@@ -177,11 +177,13 @@ THPC_OP(LossSums, softmax_cross_entropy,
 // instead of returned, so that nothing waits for them; StepTotalsBuffer::read reads them
 // once a step. A row whose target is outside [0, vocab) is skipped (its d_logits row left as
 // it was) and counted in totals.bad_rows, the first one's row and target kept: the read
-// throws, before any update.
+// throws, before any update. The gradient's scale is inputs->grad_scale (a StepInputs in
+// backend memory, StepInputsBuffer) as it is when the op runs, so that a captured pass
+// scales each step's gradient by that step's 1 / tokens.
 THPC_OP(void, softmax_cross_entropy_add,
         (Out d_logits, In logits, const int32_t* targets, int rows, int vocab, float eps,
-         int pad_id, float grad_scale, ParamOut totals),
-        (d_logits, logits, targets, rows, vocab, eps, pad_id, grad_scale, totals))
+         int pad_id, const StepInputs* inputs, ParamOut totals),
+        (d_logits, logits, targets, rows, vocab, eps, pad_id, inputs, totals))
 // log_probs[r, :] = log softmax(logits[r, :]), for decoding. May alias logits.
 THPC_OP(void, log_softmax, (Out log_probs, In logits, int rows, int vocab),
         (log_probs, logits, rows, vocab))
@@ -214,5 +216,9 @@ THPC_OP(double, sum_squares, (ParamIn x, int64_t n), (x, n))
 // totals.grad_squares = sum_squares(x, n) (the same sum, bit for bit), left in backend
 // memory for StepTotalsBuffer::read instead of returned.
 THPC_OP(void, sum_squares_into, (ParamOut totals, ParamIn x, int64_t n), (totals, x, n))
+// *inputs = values (inputs holds a StepInputs' 16 bytes): queued after the work before
+// it and before the work after it, without a wait (StepInputsBuffer::set, before each
+// micro-batch of a training step).
+THPC_OP(void, write_step_inputs, (ParamOut inputs, StepInputs values), (inputs, values))
 // x *= alpha
 THPC_OP(void, scale, (ParamOut x, int64_t n, float alpha), (x, n, alpha))

@@ -67,7 +67,8 @@ bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
       {"async_upload", kAsyncUpload},
       {"step_totals", kStepTotals},
       {"int8_products", kInt8Products},
-      {"fused_attention", kFusedAttention}};
+      {"fused_attention", kFusedAttention},
+      {"step_graphs", kStepGraphs}};
   // Former candidates, the default since their GPU run: a configuration or checkpoint
   // that names them (one trained with them before that) still loads, naming nothing.
   static const std::vector<std::string> kRetired = {"write_gradients", "short_attention",
@@ -105,6 +106,8 @@ bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
     }
     candidates |= bit;
   }
+  // A pass that reads each micro-batch's loss back waits for the GPU: it cannot be captured.
+  if (candidates & kStepGraphs) candidates |= kStepTotals;
   return true;
 }
 
@@ -157,14 +160,23 @@ const char* op_name(OpId op) {
   return "?";
 }
 
-StepTotalsBuffer::StepTotalsBuffer(Backend& backend) : backend_(backend) {
+namespace {
+
+// A zeroed param_dtype tensor of `bytes` (a struct's, which ops see as that struct).
+Tensor zeroed_struct_bytes(Backend& backend, size_t bytes, const char* what) {
   const size_t element = dtype_size(backend.param_dtype());
-  THPC_CHECK(sizeof(StepTotals) % element == 0,
-             "a StepTotals is not a whole number of " << dtype_name(backend.param_dtype())
-                                                      << " elements");
-  tensor_ = backend.alloc(backend.param_dtype(), static_cast<int64_t>(sizeof(StepTotals) / element));
-  backend.zero(tensor_);
+  THPC_CHECK(bytes % element == 0, "a " << what << " is not a whole number of "
+                                        << dtype_name(backend.param_dtype()) << " elements");
+  Tensor tensor = backend.alloc(backend.param_dtype(), static_cast<int64_t>(bytes / element));
+  backend.zero(tensor);
+  return tensor;
 }
+
+}  // namespace
+
+StepTotalsBuffer::StepTotalsBuffer(Backend& backend)
+    : backend_(backend),
+      tensor_(zeroed_struct_bytes(backend, sizeof(StepTotals), "StepTotals")) {}
 
 StepTotalsBuffer::~StepTotalsBuffer() { backend_.free(tensor_); }
 
@@ -177,6 +189,19 @@ StepTotals StepTotalsBuffer::read(int vocab) {
   }
   return host;
 }
+
+StepInputsBuffer::StepInputsBuffer(Backend& backend)
+    : backend_(backend),
+      tensor_(zeroed_struct_bytes(backend, sizeof(StepInputs), "StepInputs")) {}
+
+StepInputsBuffer::~StepInputsBuffer() { backend_.free(tensor_); }
+
+void StepInputsBuffer::set(const StepInputs& inputs) {
+  backend_.write_step_inputs(tensor_, inputs);
+  last_set_ = inputs;
+}
+
+std::unique_ptr<CapturedWork> Backend::capture(const std::function<void()>&) { return nullptr; }
 
 void TwinTensor::wrong_dtype(DType expected) const {
   std::ostringstream detail;

@@ -28,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -54,12 +55,41 @@ struct Tensor {
 // seed; the counter is (element / 4, site, step, stream), so every (step, site,
 // element) has its own draw, the CPU and the GPU draw the same bits, and a resumed run
 // draws what the uninterrupted one would have drawn.
+// What a training pass's ops read from backend memory when they run rather than take as
+// arguments when they are queued: what changes from one step to the next while the pass's
+// shapes and buffers stay. A pass queued once and replayed (a CUDA graph, Backend::capture)
+// then draws each step's own masks and scales each step's own gradient. Written before each
+// micro-batch (StepInputsBuffer::set), 16 bytes.
+struct StepInputs {  // trivially copyable: backends copy its bytes
+  uint32_t dropout_step = 0;    // DropoutKey::step of the pass's masks
+  uint32_t dropout_stream = 0;  // DropoutKey::stream
+  float grad_scale = 0.0f;      // softmax_cross_entropy_add's gradient scale: 1 / step tokens
+  uint32_t unused = 0;
+};
+static_assert(sizeof(StepInputs) == 16 && std::is_trivially_copyable_v<StepInputs>,
+              "StepInputs is written as raw bytes by every backend");
+
 struct DropoutKey {
   uint64_t seed = 0;
   uint32_t step = 0;    // optimizer step
   uint32_t stream = 0;  // distinguishes ranks and accumulation micro-batches
   uint32_t site = 0;    // distinguishes the dropout sites inside the model
+  // Null, or a StepInputs in backend memory whose dropout_step and dropout_stream the op
+  // draws with, as they are when it runs, in place of step and stream: a captured pass's
+  // masks (the model sets it only when it captures; the fields then hold the same values).
+  const StepInputs* inputs = nullptr;
 };
+
+// The key an op draws with on a backend whose memory the host reads (the CPU's): step
+// and stream from `inputs` when it is set.
+inline DropoutKey key_as_it_runs(DropoutKey key) {
+  if (key.inputs != nullptr) {
+    key.step = key.inputs->dropout_step;
+    key.stream = key.inputs->dropout_stream;
+    key.inputs = nullptr;
+  }
+  return key;
+}
 
 // The per-batch description of attention masking.
 struct AttentionShape {
@@ -105,7 +135,10 @@ enum class GradStore { kAdd, kWrite };
 // quantization and a dequantization kernel, Int8CudaBackend; 2026-11-29, issue 53;
 // without it a GPU refuses int8) and fused_attention (bf16 attention with d_k = 64 and
 // lengths up to 128 on mma.sync fragments held in registers, kernels/cuda/
-// fused_attention.cuh; 2026-11-29, issue 51's attention at 16.7 TFLOP/s). The former ones ran on an H100 on
+// fused_attention.cuh; 2026-11-29, issue 51's attention at 16.7 TFLOP/s) and step_graphs (a
+// training pass captured once per shape into a CUDA graph and replayed, Backend::capture;
+// it takes step_totals with it: a pass that reads its loss back cannot be captured;
+// 2026-11-29, issue 51's small batch). The former ones ran on an H100 on
 // 2026-11-26 and are the default now: write_gradients (the backward ops writing their
 // first-written gradients), short_attention (the one-launch attention of short
 // sentences), and gathered_attention (a decoding step's attention over the
@@ -116,7 +149,8 @@ enum CandidateKernels : unsigned {
   kStepTotals = 1u << 1,
   kInt8Products = 1u << 2,
   kFusedAttention = 1u << 3,
-  kAllCandidates = kAsyncUpload | kStepTotals | kInt8Products | kFusedAttention,
+  kStepGraphs = 1u << 4,
+  kAllCandidates = kAsyncUpload | kStepTotals | kInt8Products | kFusedAttention | kStepGraphs,
 };
 
 // The candidate set a train.cuda_kernels value names: "verified" (none), "candidate"
@@ -211,6 +245,18 @@ class WorkClock {
   virtual void clear() = 0;
 };
 
+// Work a backend queued once and can queue again as a whole (Backend::capture): a CUDA
+// graph of a training pass, replayed at each step of its shape.
+class CapturedWork {
+ public:
+  virtual ~CapturedWork() = default;
+  // Queues the captured work again, every op with the arguments and the memory it had
+  // when captured (so what changes between replays lives in memory: StepInputs, the
+  // batch's ids uploaded to the same place); false, queuing nothing, when memory has been
+  // freed since the capture, as its pointers may be stale: capture it again.
+  virtual bool replay() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -269,6 +315,18 @@ class Backend {
   // separate ops give (the CPU's, bit for bit: AddNorm.*, LinearRelu.*, ReluBiasBackward.*).
   virtual bool fused_ops_by_default() const { return false; }
 
+  // ---- captured work (CUDA graphs) -------------------------------------------------
+  // Whether capture() can capture on this backend (CUDA with train.cuda_kernels
+  // step_graphs; the CPU's stand-in for tests, kernels/capturing_backend.h).
+  virtual bool can_capture() const { return false; }
+  // Calls `queue_work`, capturing what it queues instead of running it, and returns the
+  // work, not yet run (replay() runs it). The work may allocate but must not wait for the
+  // backend, move data from or to the host, or free memory: then, or where this backend
+  // cannot capture, null, and nothing queued by it has run or will: queue it again
+  // uncaptured. A warm-up run of the same work first lets the arenas and scratch buffers
+  // reach their size, so that the capture allocates nothing.
+  virtual std::unique_ptr<CapturedWork> capture(const std::function<void()>& queue_work);
+
   // ---- the ops ------------------------------------------------------------------
   // The roles of an op's tensor parameters (kernels/op_list.h): all are Tensors here.
   // In/Out hold compute_dtype(), ParamIn/ParamOut param_dtype(); the ...Out ones are
@@ -313,6 +371,29 @@ class StepTotalsBuffer {
  private:
   Backend& backend_;
   Tensor tensor_;
+};
+
+// One StepInputs in a backend's memory (a param_dtype tensor of 16 bytes), written before
+// each micro-batch; freed with this object.
+class StepInputsBuffer {
+ public:
+  explicit StepInputsBuffer(Backend& backend);  // zeroed
+  ~StepInputsBuffer();
+  StepInputsBuffer(const StepInputsBuffer&) = delete;
+  StepInputsBuffer& operator=(const StepInputsBuffer&) = delete;
+
+  // Queues the write of `inputs` (write_step_inputs: after the work queued so far, before
+  // what follows).
+  void set(const StepInputs& inputs);
+  // The inputs in backend memory, for DropoutKey::inputs and softmax_cross_entropy_add.
+  const StepInputs* in_backend() const { return static_cast<const StepInputs*>(tensor_.data); }
+  // What set() last wrote.
+  const StepInputs& last_set() const { return last_set_; }
+
+ private:
+  Backend& backend_;
+  Tensor tensor_;
+  StepInputs last_set_;
 };
 
 }  // namespace thpc

@@ -41,6 +41,7 @@ constexpr std::pair<OpId, OpClass> kOpClasses[] = {
     {OpId::sum_squares, OpClass::GradientNorm},
     {OpId::sum_squares_into, OpClass::GradientNorm},
     {OpId::scale, OpClass::GradientNorm},
+    {OpId::write_step_inputs, OpClass::Memory},
 };
 
 constexpr int kOpCount = 0

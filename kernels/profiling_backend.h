@@ -45,7 +45,8 @@ enum class OpClass {
   Embedding,      // embedding forward and backward, the embeddings' dropout
   Adam,           // adam_update
   GradientNorm,   // sum_squares(_into), scale: the gradient's norm and clipping
-  Memory,         // zero, copy (the bf16 weight refresh), uploads and downloads
+  Memory,         // zero, copy (the bf16 weight refresh), uploads and downloads,
+                  // write_step_inputs
   Decoding,       // copy_rows, row_top_k
   kCount
 };
@@ -100,6 +101,11 @@ class ProfilingBackend : public ForwardingBackend {
   // collect(), then forgets the recorded steps and reuses their marks: a long run takes
   // its profile in turns, so that its marks (on a GPU, events) stay few.
   OpProfile take();
+
+  // Each op is timed on its own: nothing is captured (the profile of a captured pass
+  // would be one opaque launch).
+  bool can_capture() const override { return false; }
+  std::unique_ptr<CapturedWork> capture(const std::function<void()>&) override { return nullptr; }
 
   // The memory calls, timed (allocation and synchronize() pass through untimed).
   void zero(Tensor tensor) override;

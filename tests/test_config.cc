@@ -378,8 +378,8 @@ TEST(Config, StepsAreInt64) {
 // train.cuda_kernels names a set of candidate kernels (kernels/ops.h): none, all, or some
 // by name (a GPU session whose twins fail for one candidate can measure the others); the
 // three that became the default on 2026-11-26 still load (a checkpoint trained with them
-// names them) and name nothing; async_upload, step_totals, int8_products and
-// fused_attention wait for their GPU run.
+// names them) and name nothing; async_upload, step_totals, int8_products,
+// fused_attention and step_graphs wait for their GPU run.
 TEST(Config, CudaKernelsNameASetOfCandidates) {
   const std::vector<std::pair<std::string, unsigned>> settings = {
       {"verified", kNoCandidates},
@@ -394,7 +394,10 @@ TEST(Config, CudaKernelsNameASetOfCandidates) {
       {"step_totals,async_upload", kAsyncUpload | kStepTotals},
       {"int8_products", kInt8Products},
       {"fused_attention", kFusedAttention},
-      {"fused_attention,step_totals", kFusedAttention | kStepTotals}};
+      {"fused_attention,step_totals", kFusedAttention | kStepTotals},
+      // A pass that reads its loss back cannot be captured: step_graphs takes step_totals.
+      {"step_graphs", kStepGraphs | kStepTotals},
+      {"step_graphs,async_upload", kStepGraphs | kStepTotals | kAsyncUpload}};
   for (const auto& [setting, bits] : settings) {
     const Config config = load_config(kTinyIni, {"train.cuda_kernels=" + setting});
     EXPECT_EQ(backend_request(config.train, 0).cuda_kernels.candidates, bits) << setting;
@@ -404,7 +407,7 @@ TEST(Config, CudaKernelsNameASetOfCandidates) {
     SCOPED_TRACE(bad);
     expect_error([&] { load_config(kTinyIni, {"train.cuda_kernels=" + bad}); },
                  {"tiny.ini", "train.cuda_kernels", "verified, candidate",
-                  "or some of async_upload,step_totals,int8_products,fused_attention"});
+                  "or some of async_upload,step_totals,int8_products,fused_attention,step_graphs"});
   }
 }
 

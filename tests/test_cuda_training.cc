@@ -17,12 +17,14 @@
 
 #include <unistd.h>
 
+#include "captured_steps.h"
 #include "config/config.h"
 #include "cuda_twin.h"
 #include "data_dir.h"
 #include "data/preprocess.h"
 #include "decode_steps.h"
 #include "distributed/gradient_reducer.h"
+#include "kernels/capturing_backend.h"
 #include "model/transformer.h"
 #include "train/trainer.h"
 
@@ -450,6 +452,197 @@ TEST(CudaTraining, MemcheckIsCleanOnAShortRun) {
   fs::remove_all(dir);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << output;
   EXPECT_NE(output.find("ERROR SUMMARY: 0 errors"), std::string::npos) << output;
+}
+
+// ---- the candidate step_graphs: training passes captured into CUDA graphs -------------
+
+// A model the GPU's attention paths all see: d_k = 64 (the one-launch kernels in bf16 up
+// to 48 pieces; fp32 and longer ones the batched GEMMs), dropout everywhere.
+ModelConfig graph_model() {
+  ModelConfig c;
+  c.layers = 2;
+  c.d_model = 128;
+  c.d_ff = 256;
+  c.heads = 2;
+  c.d_k = 64;
+  c.d_v = 64;
+  c.dropout = 0.1f;
+  c.attention_dropout = 0.1f;
+  c.label_smoothing = 0.1f;
+  c.max_positions = 64;
+  return c;
+}
+
+// The GPU backend with `candidates`, or with THPC_TWIN_REHEARSAL=1 the CPU's (fp32) and,
+// for captures, the CPU's stand-in for CUDA graphs: the test's own logic rehearsed.
+struct GraphBackends {
+  GraphBackends(DType dtype, unsigned candidates) {
+    if (test::twin_rehearsal()) {
+      backend = make_cpu_backend(DType::F32);
+      if (candidates & kStepGraphs) {
+        wrapper = std::make_unique<CapturingBackend>(*backend);
+      }
+      return;
+    }
+    CudaKernelChoice kernels;
+    kernels.candidates = candidates;
+    backend = make_backend(
+        BackendRequest{"cuda", dtype == DType::BF16 ? "bf16" : "fp32", 0, 0, kernels});
+  }
+  Backend& use() { return wrapper ? *wrapper : *backend; }
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Backend> wrapper;
+};
+
+// Twelve steps of two micro-batches over three shapes, then a larger batch among them
+// (buffers grow: the graphs taken before are refused and taken again), with every
+// pass captured into a CUDA graph at its shape's second pass and replayed after, equal
+// the same steps uncaptured (step_totals alone: the same kernels, launched one by one),
+// bit for bit in fp32 and bf16: the kernels use no atomics, and a graph launches the
+// kernels the stream would. A difference names the first step and the largest parameter
+// difference. CapturedPasses.* (test_captured_passes.cc) holds the host's part on the CPU.
+TEST(CudaCandidateStepGraphs, TrainingEqualsUncapturedTrainingBitForBit) {
+  THPC_REQUIRE_GPU();
+  constexpr int kVocab = 97;
+  // Three shapes for six steps, then the same three with a batch of 40 sentences among
+  // them: its ids and activations outgrow their buffers (a free), so every graph taken
+  // before is refused at its next replay and taken again.
+  std::vector<Batch> batches = test::batches_of_shapes(3, 12, kVocab, 40, 21);
+  const Batch big = test::batches_of_shapes(1, 1, kVocab, 40, 23, 40)[0];
+  std::vector<Batch> later = test::batches_of_shapes(3, 12, kVocab, 40, 22);
+  later.insert(later.begin() + 1, big);
+  batches.insert(batches.end(), later.begin(), later.end());
+  for (DType dtype : test::gpu_compute_dtypes()) {
+    SCOPED_TRACE(dtype_name(dtype));
+    GraphBackends plain(dtype, kStepTotals), graphs(dtype, kStepGraphs | kStepTotals);
+    const auto run = [&](Backend& backend) {
+      return test::run_training_steps(backend, graph_model(), kVocab, batches, 12, 2, 3, 5);
+    };
+    const test::StepsRun expected = run(plain.use());
+    const test::StepsRun captured = run(graphs.use());
+    ASSERT_EQ(captured.totals.size(), expected.totals.size());
+    for (size_t step = 0; step < expected.totals.size(); ++step) {
+      EXPECT_EQ(captured.totals[step].loss, expected.totals[step].loss) << "step " << step + 1;
+      EXPECT_EQ(captured.totals[step].grad_squares, expected.totals[step].grad_squares)
+          << "step " << step + 1;
+    }
+    EXPECT_EQ(captured.params, expected.params)
+        << "largest difference, relative to the largest parameter: "
+        << scaled_max_difference(captured.params, expected.params);
+    EXPECT_GE(captured.counts.captures, 6) << "every shape captured, and again after growth";
+    EXPECT_GT(captured.counts.replays, captured.counts.captures);
+    EXPECT_EQ(captured.counts.refused, 0) << "a capture failed: its shape ran uncaptured";
+  }
+}
+
+// The kernels' side of it: a key whose step and stream are in device memory
+// (DropoutKey::inputs, as captured passes' keys are) draws, in every kernel that drops
+// out, exactly the masks of the same values given as fields (the verified kernels' path,
+// twin-tested against the CPU): dropout, residual + dropout, the fused residual + dropout
+// + layer norm forward and backward, and attention's forward and backward, by the
+// one-launch kernels (bf16, short) and the batched GEMMs (fp32, longer).
+TEST(CudaCandidateStepGraphs, KeysInMemoryDrawTheMasksOfTheSameFields) {
+  THPC_REQUIRE_GPU();
+  for (DType dtype : test::gpu_compute_dtypes()) {
+    SCOPED_TRACE(dtype_name(dtype));
+    GraphBackends gpu(dtype, kStepGraphs | kStepTotals);
+    Backend& b = gpu.use();
+    std::mt19937 random(31);
+    const auto random_tensor = [&](DType type, int64_t n) {
+      std::vector<float> host(static_cast<size_t>(n));
+      std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+      for (float& x : host) x = value(random);
+      Tensor t = b.alloc(type, n);
+      Tensor staged = b.alloc(DType::F32, n);
+      b.upload(staged, host.data());
+      b.copy(t, staged);
+      b.free(staged);
+      return t;
+    };
+    const auto read = [&](Tensor t) {
+      Tensor wide = b.alloc(DType::F32, t.numel);
+      b.copy(wide, t);
+      std::vector<float> host(static_cast<size_t>(t.numel));
+      b.download(host.data(), wide);
+      b.free(wide);
+      return host;
+    };
+    const DType act = b.compute_dtype();
+    StepInputsBuffer inputs(b);
+    StepInputs values;
+    values.dropout_step = 12;
+    values.dropout_stream = 3;
+    inputs.set(values);
+    const DropoutKey fields{99, 12, 3, 7, nullptr};
+    const DropoutKey in_memory{99, 1, 0, 7, inputs.in_backend()};  // fields that differ
+    constexpr int kRows = 24, kD = 128;
+    constexpr int64_t kN = int64_t(kRows) * kD;
+    Tensor x = random_tensor(act, kN), sub = random_tensor(act, kN), dy = random_tensor(act, kN);
+    Tensor gamma = random_tensor(DType::F32, kD), beta = random_tensor(DType::F32, kD);
+    if (act != DType::F32) {
+      Tensor g = b.alloc(act, kD), h = b.alloc(act, kD);
+      b.copy(g, gamma);
+      b.copy(h, beta);
+      b.free(gamma);
+      b.free(beta);
+      gamma = g;
+      beta = h;
+    }
+    const auto both = [&](const char* what, const auto& op) {
+      Tensor a = b.alloc(act, kN), c = b.alloc(act, kN);
+      op(a, fields);
+      op(c, in_memory);
+      EXPECT_EQ(read(a), read(c)) << what;
+      b.free(a);
+      b.free(c);
+    };
+    both("dropout_forward", [&](Tensor y, DropoutKey key) { b.dropout_forward(y, x, kN, 0.3f, key); });
+    both("dropout_backward", [&](Tensor dx, DropoutKey key) {
+      b.dropout_backward(dx, dy, kN, 0.3f, key, GradStore::kWrite);
+    });
+    both("residual_dropout_forward", [&](Tensor y, DropoutKey key) {
+      b.residual_dropout_forward(y, x, sub, kN, 0.3f, key);
+    });
+    Tensor mean = b.alloc(b.param_dtype(), kRows), rstd = b.alloc(b.param_dtype(), kRows);
+    Tensor residual = b.alloc(act, kN);
+    both("add_dropout_layernorm_forward", [&](Tensor y, DropoutKey key) {
+      b.add_dropout_layernorm_forward(y, residual, mean, rstd, x, sub, gamma, beta, kRows, kD,
+                                      1e-6f, 0.3f, key);
+    });
+    both("add_dropout_layernorm_backward", [&](Tensor d_sub, DropoutKey key) {
+      Tensor dx = b.alloc(act, kN);
+      b.add_dropout_layernorm_backward(dx, d_sub, Tensor{}, Tensor{}, dy, residual, mean, rstd,
+                                       gamma, kRows, kD, 0.3f, key, GradStore::kWrite);
+      b.free(dx);
+    });
+    // Attention: 2 sentences of 12 (bf16: the one-launch kernels) or 2 of 12 in fp32 (the
+    // batched GEMMs), 2 heads of 64, q = k = v = x viewed [24, 128].
+    AttentionShape shape;
+    shape.batch = 2;
+    shape.heads = 2;
+    shape.query_len = shape.key_len = 12;
+    shape.d_k = shape.d_v = 64;
+    shape.causal = true;
+    shape.dropout = 0.2f;
+    const int64_t saved_numel = Backend::attention_saved_numel(shape);
+    Tensor saved_a = b.alloc(act, saved_numel), saved_b = b.alloc(act, saved_numel);
+    both("attention_forward", [&](Tensor out, DropoutKey key) {
+      AttentionShape keyed = shape;
+      keyed.dropout_key = key;
+      b.attention_forward(out, key.inputs ? saved_b : saved_a, x, kD, x, kD, x, kD, keyed);
+    });
+    both("attention_backward", [&](Tensor dq, DropoutKey key) {
+      AttentionShape keyed = shape;
+      keyed.dropout_key = key;
+      Tensor dk = b.alloc(act, kN), dv = b.alloc(act, kN);
+      b.attention_backward(dq, dk, dv, dy, saved_a, x, kD, x, kD, x, kD, keyed, GradStore::kWrite);
+      b.free(dk);
+      b.free(dv);
+    });
+    for (Tensor* t : {&x, &sub, &dy, &gamma, &beta, &mean, &rstd, &residual, &saved_a, &saved_b}) {
+      b.free(*t);
+    }
+  }
 }
 
 }  // namespace

@@ -161,6 +161,7 @@ int run(const Arguments& args) {
   // The program's step (Trainer::compute_step) on one rank: the loss and the gradient's
   // norm summed where they are computed and read back once, before the update.
   thpc::StepTotalsBuffer totals(ops);
+  thpc::StepInputsBuffer inputs(ops);
   auto train = [&](const thpc::Batch& batch) {
     ++step;
     ops.zero(model.params().grads());
@@ -168,8 +169,12 @@ int run(const Arguments& args) {
     thpc::DropoutContext dropout;
     dropout.seed = config.train.seed;
     dropout.step = static_cast<uint32_t>(step);
-    model.train_step(batch, 1.0f / static_cast<float>(batch.tgt_tokens()), dropout,
-                     totals.tensor());
+    thpc::StepInputs step_inputs;
+    step_inputs.dropout_step = dropout.step;
+    step_inputs.dropout_stream = dropout.stream;
+    step_inputs.grad_scale = 1.0f / static_cast<float>(batch.tgt_tokens());
+    inputs.set(step_inputs);
+    model.train_step(batch, dropout, inputs.in_backend(), totals.tensor());
     const thpc::Tensor grads = model.params().grads();
     ops.sum_squares_into(totals.tensor(), grads, grads.numel);
     const thpc::StepTotals sums = totals.read(vocab);
@@ -240,10 +245,14 @@ int run(const Arguments& args) {
   std::printf("{\"system\": \"transformer_hpc\", \"backend\": \"%s\", \"config\": \"%s\", "
               "\"tokens_per_step\": %d, \"median_step_ms\": %.3f, \"tokens_per_s\": %.0f, "
               "\"model_tflops\": %.4f, \"gemm_ceiling_tflops\": %.4f, \"mfu\": %.3f, "
-              "\"mfu_spec\": %s, \"peak_mem_gib\": %s, \"final_loss\": %.4f}\n",
+              "\"mfu_spec\": %s, \"peak_mem_gib\": %s, \"final_loss\": %.4f, "
+              "\"captured_passes\": %lld, \"replayed_passes\": %lld, \"refused_captures\": %lld}\n",
               backend->name().c_str(), args.config.c_str(), 2 * args.tokens, 1e3 * median,
               tokens / total, model_tflops, peak_tflops, model_tflops / peak_tflops,
-              mfu_spec.c_str(), peak_mem_gib.c_str(), loss);
+              mfu_spec.c_str(), peak_mem_gib.c_str(), loss,
+              static_cast<long long>(model.capture_counts().captures),
+              static_cast<long long>(model.capture_counts().replays),
+              static_cast<long long>(model.capture_counts().refused));
   return 0;
 }
 

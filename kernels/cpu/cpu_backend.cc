@@ -8,6 +8,8 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "common/error.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -26,6 +28,29 @@ int64_t peak_resident_bytes() {
     if (line.rfind("VmHWM:", 0) == 0) return std::strtoll(line.c_str() + 6, nullptr, 10) * 1024;
   }
   return -1;
+}
+
+// An op's argument as its twin gets it: a DropoutKey, or an AttentionShape's, with the
+// step and stream it draws with read from memory where the key points there
+// (key_as_it_runs); any other argument as it is.
+template <typename Arg>
+decltype(auto) key_read(Arg&& arg) {
+  if constexpr (std::is_same_v<std::decay_t<Arg>, DropoutKey>) {
+    return key_as_it_runs(arg);
+  } else if constexpr (std::is_same_v<std::decay_t<Arg>, AttentionShape>) {
+    AttentionShape shape = arg;
+    shape.dropout_key = key_as_it_runs(shape.dropout_key);
+    return shape;
+  } else {
+    return std::forward<Arg>(arg);
+  }
+}
+
+template <typename Twin>
+auto with_keys_read(Twin& twin) {
+  return [&twin](auto&&... args) -> decltype(auto) {
+    return twin(key_read(std::forward<decltype(args)>(args))...);
+  };
 }
 
 template <typename T>
@@ -101,9 +126,12 @@ class CpuBackend final : public Backend {
 
   // The ops: each entry of kernels/op_list.h calls its twin cpu::NAME<T> on this
   // backend's tensors, their dtypes checked (kernels/twin_call.h).
-#define THPC_OP(ret, name, params, args)                                       \
-  ret name params override {                                                  \
-    return call_twin<OpId::name>(*this, cpu::name<T>, THPC_UNPAREN args);     \
+// A DropoutKey (on its own or in an AttentionShape) whose step and stream are in memory
+// (DropoutKey::inputs) reaches the twin with them read, as the op runs: this backend's
+// memory is the host's.
+#define THPC_OP(ret, name, params, args)                                                   \
+  ret name params override {                                                              \
+    return call_twin<OpId::name>(*this, with_keys_read(cpu::name<T>), THPC_UNPAREN args); \
   }
 #include "kernels/op_list.h"
 #undef THPC_OP

@@ -217,9 +217,12 @@ LossSums softmax_cross_entropy(T* d_logits, const T* logits, const int32_t* targ
 // bytes (StepTotalsBuffer), copied in and out.
 template <typename T>
 void softmax_cross_entropy_add(T* d_logits, const T* logits, const int32_t* targets, int rows,
-                               int vocab, float eps, int pad_id, float grad_scale, T* totals) {
+                               int vocab, float eps, int pad_id, const StepInputs* inputs,
+                               T* totals) {
   THPC_CHECK(vocab > 0, "cross-entropy over a vocabulary of " << vocab);
   THPC_CHECK(totals != nullptr, "softmax_cross_entropy_add without its totals");
+  THPC_CHECK(inputs != nullptr, "softmax_cross_entropy_add without its step inputs");
+  const float grad_scale = inputs->grad_scale;
   StepTotals sum;
   std::memcpy(static_cast<void*>(&sum), totals, sizeof(sum));  // trivially copyable
   const RowSums added =

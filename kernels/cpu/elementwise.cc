@@ -202,6 +202,13 @@ void sum_squares_into(T* totals, const T* x, int64_t n) {
   std::memcpy(totals, &sum, sizeof(sum));
 }
 
+// `inputs` holds a StepInputs' bytes (StepInputsBuffer).
+template <typename T>
+void write_step_inputs(T* inputs, StepInputs values) {
+  THPC_CHECK(inputs != nullptr, "write_step_inputs without its buffer");
+  std::memcpy(inputs, &values, sizeof(values));
+}
+
 template <typename T>
 void scale(T* x, int64_t n, float alpha) {
   for (int64_t i = 0; i < n; ++i) x[i] *= static_cast<T>(alpha);
@@ -221,6 +228,7 @@ THPC_CPU_TWIN(residual_dropout_backward)
 THPC_CPU_TWIN(copy_rows)
 THPC_CPU_TWIN(sum_squares)
 THPC_CPU_TWIN(sum_squares_into)
+THPC_CPU_TWIN(write_step_inputs)
 THPC_CPU_TWIN(scale)
 
 }  // namespace thpc::cpu

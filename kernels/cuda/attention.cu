@@ -54,6 +54,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/dropout_mask.cuh"
 #include "kernels/cuda/fused_attention.cuh"
 #include "kernels/cuda/grad_store.cuh"
 #include "kernels/cuda/short_attention.cuh"
@@ -90,7 +91,8 @@ __device__ __forceinline__ int visible_keys(const RowMask& m, int64_t r) {
 // dropout_factors, exactly the same draws).
 __device__ __forceinline__ float dropout_factor(const RowMask& m, uint64_t element) {
   if (m.dropout == 0.0f) return 1.0f;
-  return dropout_keep(m.key.seed, m.key.site, m.key.step, m.key.stream, element, m.dropout)
+  return dropout_keep(m.key.seed, m.key.site, step_as_it_runs(m.key.step, m.key.inputs),
+                      stream_as_it_runs(m.key.stream, m.key.inputs), element, m.dropout)
              ? m.keep_scale
              : 0.0f;
 }

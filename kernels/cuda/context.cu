@@ -57,7 +57,10 @@ void Context::count_allocation(size_t bytes) {
   if (allocated_bytes_ > peak_allocated_bytes_) peak_allocated_bytes_ = allocated_bytes_;
 }
 
-void Context::count_free(size_t bytes) { allocated_bytes_ -= static_cast<int64_t>(bytes); }
+void Context::count_free(size_t bytes) {
+  allocated_bytes_ -= static_cast<int64_t>(bytes);
+  ++frees_;
+}
 
 void* Context::pinned(size_t bytes) {
   if (bytes > pinned_bytes_) {

@@ -139,9 +139,13 @@ __device__ Stats row_stats_vectorised(const T* z, int vocab) {
 template <typename T, bool kVectorised>
 __global__ void __launch_bounds__(kThreads)
     cross_entropy_rows(T* d_logits, const T* logits, const int32_t* __restrict__ targets,
-                       int vocab, float eps, int pad_id, float grad_scale, double* row_loss,
-                       double* row_nll, int* row_status) {
+                       int vocab, float eps, int pad_id, float grad_scale,
+                       const StepInputs* scale_from, double* row_loss, double* row_nll,
+                       int* row_status) {
   constexpr int W = kVector<T>;
+  // softmax_cross_entropy_add's scale, read as the kernel runs (a captured pass's);
+  // null: the argument's.
+  if (scale_from != nullptr) grad_scale = scale_from->grad_scale;
   const int64_t r = blockIdx.x;
   const int32_t target = targets[r];
   T* dz = d_logits != nullptr ? d_logits + r * vocab : nullptr;
@@ -302,7 +306,8 @@ size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 template <typename T, bool kIntoTotals>
 LossResult* queue_loss_sums(Context& context, T* d_logits, const T* logits,
                             const int32_t* targets, int rows, int vocab, float eps, int pad_id,
-                            float grad_scale, StepTotals* totals) {
+                            float grad_scale, StepTotals* totals,
+                            const StepInputs* scale_from = nullptr) {
   cudaStream_t stream = context.stream();
   // Scratch: per-row loss, nll (double), status (int), then the result.
   const size_t n = static_cast<size_t>(rows);
@@ -319,7 +324,8 @@ LossResult* queue_loss_sums(Context& context, T* d_logits, const T* logits,
                           (d_logits == nullptr || aligned16(d_logits));
   const auto rows_kernel = vectorised ? cross_entropy_rows<T, true> : cross_entropy_rows<T, false>;
   rows_kernel<<<rows, kThreads, 0, stream>>>(d_logits, logits, targets, vocab, eps, pad_id,
-                                             grad_scale, row_loss, row_nll, row_status);
+                                             grad_scale, scale_from, row_loss, row_nll,
+                                             row_status);
   THPC_CUDA_CHECK_LAUNCH("cross_entropy_rows");
   sum_rows<kIntoTotals><<<1, kSumThreads, 0, stream>>>(result, totals, row_loss, row_nll,
                                                        row_status, targets, rows);
@@ -363,15 +369,23 @@ LossSums softmax_cross_entropy(Context& context, T* d_logits, const T* logits,
 // passes its twins): softmax_cross_entropy's verified kernels and read-back, then the
 // totals read, added to on the host and written back (two more small waits: what
 // step_totals takes away).
+// The gradient's scale is inputs->grad_scale: read back first on the verified path (one
+// more small wait beside its two), read by the row kernel as it runs with step_totals.
 template <typename T>
 void softmax_cross_entropy_add(Context& context, T* d_logits, const T* logits,
                                const int32_t* targets, int rows, int vocab, float eps,
-                               int pad_id, float grad_scale, float* totals) {
+                               int pad_id, const StepInputs* inputs, float* totals) {
   THPC_CHECK(vocab > 0, "cross-entropy over a vocabulary of " << vocab);
   THPC_CHECK(rows >= 0, "cross-entropy over " << rows << " rows");
   THPC_CHECK(totals != nullptr, "softmax_cross_entropy_add without its totals");
+  THPC_CHECK(inputs != nullptr, "softmax_cross_entropy_add without its step inputs");
   if (!context.candidate_kernel(kStepTotals)) {
     cudaStream_t stream = context.stream();
+    auto* host_inputs = static_cast<StepInputs*>(context.pinned(sizeof(StepInputs)));
+    THPC_CUDA_CHECK(cudaMemcpyAsync(host_inputs, inputs, sizeof(StepInputs),
+                                    cudaMemcpyDeviceToHost, stream));
+    THPC_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const float grad_scale = host_inputs->grad_scale;
     const LossSums sums = softmax_cross_entropy<T>(context, d_logits, logits, targets, rows,
                                                    vocab, eps, pad_id, grad_scale);
     auto* host = static_cast<StepTotals*>(context.pinned(sizeof(StepTotals)));
@@ -387,8 +401,8 @@ void softmax_cross_entropy_add(Context& context, T* d_logits, const T* logits,
     return;
   }
   if (rows == 0) return;
-  queue_loss_sums<T, true>(context, d_logits, logits, targets, rows, vocab, eps, pad_id,
-                           grad_scale, reinterpret_cast<StepTotals*>(totals));
+  queue_loss_sums<T, true>(context, d_logits, logits, targets, rows, vocab, eps, pad_id, 0.0f,
+                           reinterpret_cast<StepTotals*>(totals), inputs);
 }
 
 template <typename T>

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <tuple>
 #include <type_traits>
@@ -53,6 +55,26 @@ class EventWorkClock final : public WorkClock {
   cudaStream_t stream_;
   std::vector<cudaEvent_t> events_;
   size_t used_ = 0;
+};
+
+// A CUDA graph of work captured on a backend's stream (Backend::capture), replayed there
+// while no device memory has been freed since its capture (cuda::Context::frees).
+class CudaGraphWork final : public CapturedWork {
+ public:
+  CudaGraphWork(cudaGraphExec_t graph, cudaStream_t stream, const cuda::Context& context)
+      : graph_(graph), stream_(stream), context_(context), frees_at_capture_(context.frees()) {}
+  ~CudaGraphWork() override { cudaGraphExecDestroy(graph_); }  // no throw in a destructor
+  bool replay() override {
+    if (context_.frees() != frees_at_capture_) return false;
+    THPC_CUDA_CHECK(cudaGraphLaunch(graph_, stream_));
+    return true;
+  }
+
+ private:
+  cudaGraphExec_t graph_;
+  cudaStream_t stream_;
+  const cuda::Context& context_;
+  uint64_t frees_at_capture_;
 };
 
 // T: the activation (compute) type, float or bf16. Parameters are always fp32.
@@ -208,6 +230,35 @@ class CudaBackend final : public Backend {
   bool fused_ops_by_default() const override { return true; }
   int device() const override { return context_.device(); }
   cuda::Context& context() { return context_; }
+
+  // With the candidate step_graphs. Relaxed mode: an arena that grows inside the work may
+  // cudaMalloc (the block outlives the graph's replays: only a free ends them). Anything
+  // that waits or frees inside the work fails it (its CUDA error, or the count of frees
+  // moved): the capture is ended and dropped, and the caller queues the work uncaptured.
+  bool can_capture() const override { return context_.candidate_kernel(kStepGraphs); }
+  std::unique_ptr<CapturedWork> capture(const std::function<void()>& queue_work) override {
+    if (!can_capture()) return nullptr;
+    const uint64_t frees_before = context_.frees();
+    THPC_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed));
+    bool queued = true;
+    try {
+      queue_work();
+    } catch (const std::exception&) {
+      queued = false;  // the uncaptured run that follows meets the same error, if lasting
+    }
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(stream(), &graph);
+    cudaGraphExec_t exec = nullptr;
+    const bool captured = queued && ended == cudaSuccess && graph != nullptr &&
+                          context_.frees() == frees_before &&
+                          cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    if (!captured) {
+      cudaGetLastError();  // a failed capture's error is not the next call's
+      return nullptr;
+    }
+    return std::make_unique<CudaGraphWork>(exec, stream(), context_);
+  }
 
   // ---- ops: each entry of kernels/op_list.h calls its twin cuda::NAME<T> with the
   // Context first, on this backend's tensors, their dtypes checked (kernels/twin_call.h).

@@ -81,6 +81,9 @@ class Context {
   void count_allocation(size_t bytes);
   void count_free(size_t bytes);
   int64_t peak_allocated_bytes() const { return peak_allocated_bytes_; }
+  // How many frees count_free has seen: a captured graph (Backend::capture) is replayed
+  // only while this is what it was at the capture, since its pointers may be stale after.
+  uint64_t frees() const { return frees_; }
 
   // 32 MiB: what cuBLASLt's heuristics ask for the largest Hopper GEMM kernels.
   static constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;
@@ -97,6 +100,7 @@ class Context {
   void* pinned_ = nullptr;
   size_t pinned_bytes_ = 0;
   int64_t allocated_bytes_ = 0, peak_allocated_bytes_ = 0;
+  uint64_t frees_ = 0;
 };
 
 // The Context of a backend that make_cuda_backend made (its stream, cuBLASLt handle and

@@ -16,15 +16,26 @@ namespace thpc::cuda {
 
 // The mask of one call. draw == false (p == 0, or no output needs the mask) keeps
 // everything without drawing.
+// inputs: DropoutKey::inputs (a captured pass's step and stream, read as the kernel runs),
+// or null: step and stream as given.
 struct DropMask {
   uint64_t seed;
   uint32_t site, step, stream;
   float p;
   bool draw;
+  const StepInputs* inputs;
 };
 
 inline DropMask make_mask(const DropoutKey& key, float p, bool needed) {
-  return DropMask{key.seed, key.site, key.step, key.stream, p, needed && p > 0.0f};
+  return DropMask{key.seed, key.site, key.step, key.stream, p, needed && p > 0.0f, key.inputs};
+}
+
+// The step and stream a key draws with as the kernel runs (DropoutKey::inputs).
+__device__ __forceinline__ uint32_t step_as_it_runs(uint32_t step, const StepInputs* inputs) {
+  return inputs != nullptr ? inputs->dropout_step : step;
+}
+__device__ __forceinline__ uint32_t stream_as_it_runs(uint32_t stream, const StepInputs* inputs) {
+  return inputs != nullptr ? inputs->dropout_stream : stream;
 }
 
 inline void check_probability(float p) {
@@ -39,7 +50,9 @@ inline float keep_scale(float p) { return 1.0f / (1.0f - p); }
 __device__ __forceinline__ unsigned keep_bits(const DropMask& mask, int64_t group) {
   if (!mask.draw) return 0xfu;
   const Philox4x32 r =
-      philox4x32_10(static_cast<uint32_t>(group), mask.site, mask.step, mask.stream,
+      philox4x32_10(static_cast<uint32_t>(group), mask.site,
+                    step_as_it_runs(mask.step, mask.inputs),
+                    stream_as_it_runs(mask.stream, mask.inputs),
                     static_cast<uint32_t>(mask.seed), static_cast<uint32_t>(mask.seed >> 32));
   unsigned bits = 0;
 #pragma unroll

@@ -155,6 +155,7 @@ struct Args {
   float dropout = 0.0f, keep_scale = 1.0f;
   uint64_t seed = 0;
   uint32_t site = 0, step = 0, stream = 0;
+  const StepInputs* inputs = nullptr;  // DropoutKey::inputs: step and stream as it runs
 };
 
 // The arguments forward and backward share, from the op's (host code: the launchers in
@@ -180,6 +181,7 @@ inline Args<T> args_of(const T* q, int ldq, const T* k, int ldk, const T* v, int
   args.site = shape.dropout_key.site;
   args.step = shape.dropout_key.step;
   args.stream = shape.dropout_key.stream;
+  args.inputs = shape.dropout_key.inputs;
   return args;
 }
 
@@ -208,8 +210,9 @@ THPC_SHORT_ATTENTION_BODY int tile_keys(const Args<T>& a, int valid, int i) {
 template <typename T>
 THPC_SHORT_ATTENTION_BODY float dropout_factor(const Args<T>& a, uint64_t element) {
   if (a.dropout == 0.0f) return 1.0f;
-  return dropout_keep(a.seed, a.site, a.step, a.stream, element, a.dropout) ? a.keep_scale
-                                                                            : 0.0f;
+  const uint32_t step = a.inputs != nullptr ? a.inputs->dropout_step : a.step;
+  const uint32_t stream = a.inputs != nullptr ? a.inputs->dropout_stream : a.stream;
+  return dropout_keep(a.seed, a.site, step, stream, element, a.dropout) ? a.keep_scale : 0.0f;
 }
 
 // Thread loop: rows [0, rows) of `to` ([rows, kLdHead]) from `from` (row stride ld),

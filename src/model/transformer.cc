@@ -210,6 +210,8 @@ void Transformer::sum_lookups_apart(const std::vector<int32_t>& rows) {
   ensure_ids(backend_, s.lookup_rows, rows);
 }
 
+bool Transformer::lookups_summed_apart() const { return state_->lookup_row_count > 0; }
+
 Tensor Transformer::lookups_gradient() const {
   const State& s = *state_;
   return s.lookup_row_count > 0 ? s.lookup_grad : s.embedding.grad;
@@ -372,8 +374,13 @@ void Transformer::logits_in_chunks(int rows, int64_t chunk, Body&& body) {
 template <typename Loss>
 void Transformer::train_pass(const Batch& batch, const DropoutContext& dropout, Loss&& loss) {
   THPC_CHECK(params_.grads(), "train_step on a model built for inference (no gradients)");
-  State& s = *state_;
   upload_batch(batch);
+  queue_train_pass(dropout, loss);
+}
+
+template <typename Loss>
+void Transformer::queue_train_pass(const DropoutContext& dropout, Loss&& loss) {
+  State& s = *state_;
   forward_encoder(true, dropout);
   const int rows = s.batch_size * s.tgt_len;
   const int64_t chunk = loss_chunk(rows);
@@ -418,12 +425,88 @@ LossSums Transformer::train_step(const Batch& batch, float grad_scale,
   return sums;
 }
 
-void Transformer::train_step(const Batch& batch, float grad_scale, const DropoutContext& dropout,
-                             Tensor totals) {
-  train_pass(batch, dropout, [&](Tensor logits, const int32_t* targets, int rows) {
+void Transformer::train_step(const Batch& batch, const DropoutContext& dropout,
+                             const StepInputs* inputs, Tensor totals) {
+  THPC_CHECK(inputs != nullptr, "train_step without its step inputs");
+  const auto loss = [&](Tensor logits, const int32_t* targets, int rows) {
     backend_.softmax_cross_entropy_add(logits, logits, targets, rows, vocab_,
-                                       config_.label_smoothing, ids_.pad, grad_scale, totals);
-  });
+                                       config_.label_smoothing, ids_.pad, inputs, totals);
+  };
+  // The hooks call host code during backward (the gradient sums' transport); the lookups
+  // summed apart change from step to step: such a pass runs uncaptured.
+  const bool capturable = backend_.can_capture() && !gradients_final_hook_ &&
+                          !output_projection_final_hook_ && !lookups_summed_apart();
+  if (!capturable) {
+    train_pass(batch, dropout, loss);
+    return;
+  }
+  THPC_CHECK(params_.grads(), "train_step on a model built for inference (no gradients)");
+  upload_batch(batch);
+  State& s = *state_;
+  CapturedPass& pass = captured_pass({s.batch_size, s.src_len, s.tgt_len, inputs, totals.data});
+  if (pass.work != nullptr && pass.work->replay()) {
+    ++capture_counts_.replays;
+    forget_pass_views();
+    return;
+  }
+  // A shape's first pass runs uncaptured: its arenas and the backend's scratch buffers
+  // reach their size, so that its capture allocates nothing. One whose capture failed
+  // runs uncaptured from then on.
+  if (pass.refused || (pass.work == nullptr && pass.uncaptured_runs == 0)) {
+    ++pass.uncaptured_runs;
+    queue_train_pass(dropout, loss);
+    return;
+  }
+  // Arenas grown by other shapes give their blocks back now (a free), not in the capture.
+  s.encoder_arena.reset();
+  s.decoder_arena.reset();
+  s.grad_arena.reset();
+  s.scratch_arena.reset();
+  // The captured ops read the dropout's step and stream where the loss reads its scale:
+  // in `inputs`, written before each micro-batch with what `dropout` says here.
+  DropoutContext from_inputs = dropout;
+  from_inputs.inputs = inputs;
+  pass.work = backend_.capture([&] { queue_train_pass(from_inputs, loss); });
+  if (pass.work != nullptr && pass.work->replay()) {
+    ++capture_counts_.captures;
+    ++capture_counts_.replays;
+    forget_pass_views();
+    return;
+  }
+  pass.work.reset();
+  pass.refused = true;
+  ++capture_counts_.refused;
+  queue_train_pass(dropout, loss);
+}
+
+Transformer::CapturedPass& Transformer::captured_pass(const CapturedPassKey& key) {
+  ++capture_clock_;
+  for (CapturedPass& pass : captured_passes_) {
+    if (pass.key == key) {
+      pass.last_use = capture_clock_;
+      return pass;
+    }
+  }
+  if (captured_passes_.size() >= kMaxCapturedPasses) {
+    // The least recently used shape gives its place (its graph's memory) up.
+    auto oldest = std::min_element(
+        captured_passes_.begin(), captured_passes_.end(),
+        [](const CapturedPass& a, const CapturedPass& b) { return a.last_use < b.last_use; });
+    captured_passes_.erase(oldest);
+    ++capture_counts_.evicted;
+  }
+  captured_passes_.emplace_back();
+  captured_passes_.back().key = key;
+  captured_passes_.back().last_use = capture_clock_;
+  return captured_passes_.back();
+}
+
+void Transformer::forget_pass_views() {
+  // The host's views of a pass's activations were set when its shape last ran on the host,
+  // maybe another's since: attention_weights() must not read them.
+  State& s = *state_;
+  s.encoder_acts.clear();
+  s.decoder_acts.clear();
 }
 
 LossSums Transformer::evaluate(const Batch& batch) {

@@ -32,6 +32,9 @@ struct DropoutContext {
   uint64_t seed = 0;
   uint32_t step = 0;
   uint32_t stream = 0;
+  // DropoutKey::inputs of every key made from this (backend memory, or null): set by the
+  // model itself for the passes it captures.
+  const StepInputs* inputs = nullptr;
 };
 
 // Adds the model's parameters (names, shapes, initialisation) to an empty store. Free
@@ -76,9 +79,28 @@ class Transformer {
   LossSums train_step(const Batch& batch, float grad_scale, const DropoutContext& dropout);
   // The same micro-batch with the loss sums added into `totals` (StepTotalsBuffer) where
   // the backend keeps them, nothing read back: the training step's form, which reads its
-  // totals once, at its end (StepTotalsBuffer::read).
-  void train_step(const Batch& batch, float grad_scale, const DropoutContext& dropout,
+  // totals once, at its end (StepTotalsBuffer::read). The loss gradient's scale is
+  // inputs->grad_scale (StepInputsBuffer, set for this micro-batch with the dropout's
+  // step and stream as `dropout` has them).
+  //
+  // Where the backend captures work (Backend::can_capture: CUDA graphs with
+  // train.cuda_kernels step_graphs), the pass after the batch's upload is captured at the
+  // second micro-batch of its shape (batch size, source and target length) and replayed
+  // at the following ones, up to kMaxCapturedPasses shapes, the least recently used
+  // dropped first: then the ops read the dropout's step and stream from `inputs`, and
+  // the host queues one launch. Passes with gradient hooks (the gradient sums over ranks
+  // overlapping backward) run uncaptured. A replayed pass leaves no attention_weights().
+  void train_step(const Batch& batch, const DropoutContext& dropout, const StepInputs* inputs,
                   Tensor totals);
+  static constexpr size_t kMaxCapturedPasses = 256;
+  // What train_step's capturing has done so far (for the benchmark's line and tests).
+  struct CaptureCounts {
+    int64_t captures = 0;  // passes captured (each replayed at once)
+    int64_t replays = 0;   // passes run by replaying a capture, the capturing ones included
+    int64_t refused = 0;   // captures the backend refused: that shape runs uncaptured
+    int64_t evicted = 0;   // captures dropped for kMaxCapturedPasses
+  };
+  const CaptureCounts& capture_counts() const { return capture_counts_; }
   // train.loss_chunk_rows: train_step makes the [rows, vocabulary] logits `rows` target
   // rows at a time (the projection, the loss and the projection's backward per chunk);
   // 0 (the default) all at once. The gradients are the same up to the summation order of
@@ -178,6 +200,30 @@ class Transformer {
   // backward: train_step's two forms.
   template <typename Loss>
   void train_pass(const Batch& batch, const DropoutContext& dropout, Loss&& loss);
+  // train_pass after the upload: what a captured pass holds.
+  template <typename Loss>
+  void queue_train_pass(const DropoutContext& dropout, Loss&& loss);
+  // A training pass's shape and the step buffers its ops read: what a capture is good for.
+  struct CapturedPassKey {
+    int batch_size, src_len, tgt_len;
+    const StepInputs* inputs;
+    const void* totals;
+    bool operator==(const CapturedPassKey& o) const {
+      return batch_size == o.batch_size && src_len == o.src_len && tgt_len == o.tgt_len &&
+             inputs == o.inputs && totals == o.totals;
+    }
+  };
+  struct CapturedPass {
+    CapturedPassKey key{};
+    std::unique_ptr<CapturedWork> work;  // null: not captured (yet)
+    int64_t uncaptured_runs = 0;
+    bool refused = false;  // the backend refused its capture: runs uncaptured
+    uint64_t last_use = 0;
+  };
+  // The pass of `key`, made if new (dropping the least recently used beyond the bound).
+  CapturedPass& captured_pass(const CapturedPassKey& key);
+  void forget_pass_views();
+  bool lookups_summed_apart() const;
   void forward_encoder(bool train, const DropoutContext& dropout,
                        EncoderActivations keep = EncoderActivations::kAll);
   // The rows of logits made at once for a pass of `rows` target rows (set_loss_chunk_rows).
@@ -219,6 +265,10 @@ class Transformer {
   void layer_gradients_final(const char* stack, int layer) const;
   std::unique_ptr<State> state_;
   std::unique_ptr<DecoderState> decoder_state_;
+  // Declared after state_: a graph goes before the memory it points into.
+  std::vector<CapturedPass> captured_passes_;
+  uint64_t capture_clock_ = 0;
+  CaptureCounts capture_counts_;
 };
 
 }  // namespace thpc

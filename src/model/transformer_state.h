@@ -35,6 +35,7 @@ inline DropoutKey dropout_key(const DropoutContext& ctx, SitePart part, int laye
   key.seed = ctx.seed;
   key.step = ctx.step;
   key.stream = ctx.stream;
+  key.inputs = ctx.inputs;
   key.site = (static_cast<uint32_t>(part) << 16) | (static_cast<uint32_t>(layer) << 4) |
              static_cast<uint32_t>(slot);
   return key;

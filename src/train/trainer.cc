@@ -205,6 +205,7 @@ Trainer::Trainer(const Config& config, Communicator comm)
   adam.eps = config_.train.adam_eps;
   adam_ = std::make_unique<Adam>(model_->params(), *backend_, adam);
   step_totals_ = std::make_unique<StepTotalsBuffer>(*backend_);
+  step_inputs_ = std::make_unique<StepInputsBuffer>(*backend_);
   detector_ = std::make_unique<DivergenceDetector>(config_.train, vocab);
   divergence_handling_ =
       std::make_unique<DivergenceHandling>(config_, comm_, *detector_, keeping_, run_id_);
@@ -250,11 +251,19 @@ StepStats Trainer::compute_step() {
     // Micro-batch i of rank r draws the masks that micro-batch r * accumulate + i of a
     // single rank accumulating over all of them would draw.
     dropout.stream = static_cast<uint32_t>(comm_.rank() * accumulate + i);
+    // What the micro-batch's ops read from memory as they run: the same step, stream and
+    // scale (a captured pass reads nothing else that changes: Transformer::train_step).
+    StepInputs inputs;
+    inputs.dropout_step = dropout.step;
+    inputs.dropout_stream = dropout.stream;
+    inputs.grad_scale = grad_scale;
+    step_inputs_->set(inputs);
     // The last micro-batch's backward finishes the gradients: its buckets are summed
     // over ranks while backward goes on (gradient_sums.h).
     const bool last = i + 1 == accumulate;
     if (last) sums_->attach(*model_);
-    model_->train_step(micro_batches[i], grad_scale, dropout, step_totals_->tensor());
+    model_->train_step(micro_batches[i], dropout, step_inputs_->in_backend(),
+                       step_totals_->tensor());
     if (last) sums_->detach(*model_);
   }
   // Complete the sums over ranks (each gradient already scaled by 1 / global tokens).

@@ -128,6 +128,7 @@ class Trainer {
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<Adam> adam_;
   std::unique_ptr<StepTotalsBuffer> step_totals_;  // the step's loss sums and norm, read once
+  std::unique_ptr<StepInputsBuffer> step_inputs_;  // a micro-batch's step, stream and scale
   std::unique_ptr<DivergenceDetector> detector_;
   std::unique_ptr<DivergenceHandling> divergence_handling_;  // train.divergence's policy
   CheckpointKeeping keeping_{config_};  // the files of checkpoint.dir

@@ -215,8 +215,10 @@ void expect_added_sums_are_the_returned_ones() {
     expected.nll += returned.nll;
     expected.tokens += returned.tokens;
     backend->download(bytes.data(), totals.tensor());
+    StepInputs inputs;
+    inputs.grad_scale = 0.37f;
     cpu::softmax_cross_entropy_add<T>(added_grad.data(), logits.data(), problem.targets.data(),
-                                      kRows, kVocab, 0.1f, CrossEntropyProblem::kPad, 0.37f,
+                                      kRows, kVocab, 0.1f, CrossEntropyProblem::kPad, &inputs,
                                       bytes.data());
     backend->upload(totals.tensor(), bytes.data());
     EXPECT_EQ(added_grad, returned_grad) << "micro-batch " << micro;
@@ -247,9 +249,11 @@ TEST(CrossEntropy, AddCountsBadTargetsAndTheReadNamesTheFirst) {
   bad_targets[3] = kVocab;
   bad_targets[6] = -5;
   Values d_logits(problem.logits.size(), 7.0);
+  StepInputs inputs;
+  inputs.grad_scale = 1.0f;
   cpu::softmax_cross_entropy_add<double>(d_logits.data(), problem.logits.data(),
                                          bad_targets.data(), kRows, kVocab, 0.1f,
-                                         CrossEntropyProblem::kPad, 1.0f, bytes.data());
+                                         CrossEntropyProblem::kPad, &inputs, bytes.data());
   StepTotals sums;
   std::memcpy(static_cast<void*>(&sums), bytes.data(), sizeof(sums));
   EXPECT_EQ(sums.bad_rows, 2);
@@ -427,12 +431,16 @@ AddedResult run_added(Backend& backend, DType dtype, const LossCase& c,
                       bool returned = true) {
   Scope scope(backend);
   StepTotalsBuffer totals(backend);
+  StepInputsBuffer inputs(backend);
+  StepInputs scale;
+  scale.grad_scale = grad_scale;
+  inputs.set(scale);
   AddedResult result;
   for (const LossData& data : micro_batches) {
     const Tensor logits = scope.put(dtype, data.logits);
     const int32_t* targets = scope.put_ids(data.targets);
     backend.softmax_cross_entropy_add(logits, logits, targets, c.rows, c.vocab, c.eps, kPad,
-                                      grad_scale, totals.tensor());
+                                      inputs.in_backend(), totals.tensor());
     const std::vector<float> d_logits = scope.get(logits);
     result.d_logits.insert(result.d_logits.end(), d_logits.begin(), d_logits.end());
     if (!returned) continue;
@@ -509,10 +517,14 @@ TEST(CudaCandidateStepTotals, AddedBadTargetsAreCountedAndTheReadThrows) {
     EXPECT_EQ(cpu.totals.bad_rows, 2);
     Scope scope(*twins.gpu);
     StepTotalsBuffer totals(*twins.gpu);
+    StepInputsBuffer inputs(*twins.gpu);
+    StepInputs scale;
+    scale.grad_scale = 1.0f;
+    inputs.set(scale);
     const auto add = [&](const LossData& data) {
       const Tensor logits = scope.put(dtype, data.logits);
       twins.gpu->softmax_cross_entropy_add(logits, logits, scope.put_ids(data.targets),
-                                           c.rows, c.vocab, c.eps, kPad, 1.0f,
+                                           c.rows, c.vocab, c.eps, kPad, inputs.in_backend(),
                                            totals.tensor());
     };
     add(micro[0]);

@@ -1,0 +1,104 @@
+// Training steps as the trainer takes them (Trainer::compute_step and apply_update, one
+// rank): micro-batches accumulated into one gradient, the step's inputs written before
+// each, the totals and the norm read once, Adam. Shared by the captured passes' CPU test
+// (test_captured_passes.cc, on the CPU's stand-in for CUDA graphs) and its GPU twin
+// (test_cuda_training.cc, CudaCandidateStepGraphs.*), so that the CPU run rehearses the
+// GPU test's own logic.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "data/batch.h"
+#include "kernels/ops.h"
+#include "model/transformer.h"
+#include "train/lr_schedule.h"
+#include "train/optimizer.h"
+
+namespace thpc::test {
+
+// Micro-batches of tiny random sentences, `shapes` different (batch size, source length,
+// target length) shapes cycling, ids in [4, vocab), lengths within max_len;
+// `more_sentences` more sentences in each (a batch larger than the others).
+inline std::vector<Batch> batches_of_shapes(int shapes, int count, int vocab, int max_len,
+                                            uint32_t seed, int more_sentences = 0) {
+  std::vector<Batch> batches;
+  uint32_t state = seed;
+  const auto next = [&state](uint32_t bound) {
+    state = state * 1664525u + 1013904223u;  // an LCG: the same batches on every machine
+    return (state >> 8) % bound;
+  };
+  for (int i = 0; i < count; ++i) {
+    const int shape = i % shapes;
+    const int sentences = 2 + shape + more_sentences;
+    const int src_len = std::min(max_len, 3 + 2 * shape);
+    const int tgt_len = std::min(max_len - 1, 2 + shape);
+    std::vector<TokenSequence> sources, targets;
+    for (int b = 0; b < sentences; ++b) {
+      // The first sentence has the full lengths (the shape); the others may be shorter.
+      const int s = b == 0 ? src_len : 1 + static_cast<int>(next(src_len));
+      const int t = b == 0 ? tgt_len : 1 + static_cast<int>(next(tgt_len));
+      TokenSequence source, target;
+      for (int j = 0; j < s; ++j) source.push_back(4 + static_cast<int32_t>(next(vocab - 4)));
+      for (int j = 0; j < t; ++j) target.push_back(4 + static_cast<int32_t>(next(vocab - 4)));
+      sources.push_back(source);
+      targets.push_back(target);
+    }
+    batches.push_back(make_batch(sources, targets, SpecialIds{}));
+  }
+  return batches;
+}
+
+struct StepsRun {
+  std::vector<StepTotals> totals;  // each step's, as read
+  std::vector<float> params;       // after the last update
+  Transformer::CaptureCounts counts;
+};
+
+// `steps` steps of `accumulate` micro-batches each, taken from `batches` in order
+// (cycling), the model initialised from `init_seed`, dropout keyed by `dropout_seed`,
+// the logits made `loss_chunk_rows` rows at a time (0: whole).
+inline StepsRun run_training_steps(Backend& backend, const ModelConfig& config, int vocab,
+                                   const std::vector<Batch>& batches, int steps, int accumulate,
+                                   uint64_t init_seed, uint64_t dropout_seed,
+                                   int64_t loss_chunk_rows = 0) {
+  Transformer model(config, vocab, SpecialIds{}, backend, init_seed);
+  model.set_loss_chunk_rows(loss_chunk_rows);
+  Adam adam(model.params(), backend, AdamSettings{});
+  StepTotalsBuffer totals(backend);
+  StepInputsBuffer inputs(backend);
+  StepsRun run;
+  size_t next_batch = 0;
+  for (int step = 1; step <= steps; ++step) {
+    std::vector<const Batch*> micro;
+    int64_t tokens = 0;
+    for (int i = 0; i < accumulate; ++i) {
+      micro.push_back(&batches[next_batch++ % batches.size()]);
+      tokens += micro.back()->tgt_tokens();
+    }
+    backend.zero(model.params().grads());
+    totals.zero();
+    for (int i = 0; i < accumulate; ++i) {
+      DropoutContext dropout;
+      dropout.seed = dropout_seed;
+      dropout.step = static_cast<uint32_t>(step);
+      dropout.stream = static_cast<uint32_t>(i);
+      StepInputs step_inputs;
+      step_inputs.dropout_step = dropout.step;
+      step_inputs.dropout_stream = dropout.stream;
+      step_inputs.grad_scale = 1.0f / static_cast<float>(tokens);
+      inputs.set(step_inputs);
+      model.train_step(*micro[i], dropout, inputs.in_backend(), totals.tensor());
+    }
+    const Tensor grads = model.params().grads();
+    backend.sum_squares_into(totals.tensor(), grads, grads.numel);
+    run.totals.push_back(totals.read(vocab));
+    adam.update(static_cast<float>(learning_rate(step, config.d_model, 4000, 2.0)), step);
+  }
+  run.params = model.params().to_host_f32();
+  run.counts = model.capture_counts();
+  return run;
+}
+
+}  // namespace thpc::test

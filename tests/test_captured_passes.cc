@@ -1,0 +1,199 @@
+// Captured training passes (Backend::capture, CUDA graphs on a GPU with
+// train.cuda_kernels step_graphs), tested without a GPU on the CPU's stand-in
+// (kernels/capturing_backend.h): it records what a pass queues instead of running it and
+// replays the recording, refusing what a graph cannot hold. Training through it must be
+// training without it, bit for bit: what changes between steps is read from memory when
+// the ops run (StepInputs), a shape's pass is captured again when memory it used has been
+// freed, and a pass that cannot be captured runs uncaptured.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "captured_steps.h"
+#include "kernels/capturing_backend.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "model/transformer.h"
+
+namespace thpc {
+namespace {
+
+constexpr int kVocab = 23;
+
+ModelConfig small_model(const std::string& norm) {
+  ModelConfig c;
+  c.layers = 2;
+  c.d_model = 8;
+  c.d_ff = 12;
+  c.heads = 2;
+  c.d_k = 3;
+  c.d_v = 5;
+  c.dropout = 0.1f;
+  c.attention_dropout = 0.1f;
+  c.label_smoothing = 0.1f;
+  c.max_positions = 16;
+  c.norm = norm;
+  return c;
+}
+
+// Three shapes for six steps, then the same three with a batch of 40 sentences among
+// them: its ids outgrow their buffer, which is replaced (a free), so every capture taken
+// before is refused at its next replay and taken again.
+std::vector<Batch> schedule(int vocab, int max_len) {
+  std::vector<Batch> batches = test::batches_of_shapes(3, 12, vocab, max_len, 11);
+  const Batch big = test::batches_of_shapes(1, 1, vocab, max_len, 13, 40)[0];
+  std::vector<Batch> later = test::batches_of_shapes(3, 12, vocab, max_len, 12);
+  later.insert(later.begin() + 1, big);
+  batches.insert(batches.end(), later.begin(), later.end());
+  return batches;
+}
+
+void expect_same_steps(const test::StepsRun& captured, const test::StepsRun& plain) {
+  ASSERT_EQ(captured.totals.size(), plain.totals.size());
+  for (size_t step = 0; step < plain.totals.size(); ++step) {
+    SCOPED_TRACE("step " + std::to_string(step + 1));
+    // Bit for bit: the same ops on the same data in the same order.
+    EXPECT_EQ(captured.totals[step].loss, plain.totals[step].loss);
+    EXPECT_EQ(captured.totals[step].nll, plain.totals[step].nll);
+    EXPECT_EQ(captured.totals[step].tokens, plain.totals[step].tokens);
+    EXPECT_EQ(captured.totals[step].grad_squares, plain.totals[step].grad_squares);
+  }
+  EXPECT_EQ(captured.params, plain.params);
+}
+
+// (model.norm, train.loss_chunk_rows)
+class CapturedPasses : public ::testing::TestWithParam<std::tuple<const char*, int>> {};
+
+// Twelve steps of two micro-batches: each step's own masks (step and stream read from
+// memory as the ops run: a replay drawing with its capture's step would give other
+// losses), its own 1 / tokens, shapes captured at their second pass and replayed after,
+// captured again after the arenas grew.
+TEST_P(CapturedPasses, TrainingEqualsUncapturedTrainingBitForBit) {
+  const auto [norm, chunk_rows] = GetParam();
+  const ModelConfig config = small_model(norm);
+  const std::vector<Batch> batches = schedule(kVocab, 12);
+  auto plain_backend = make_cpu_backend(DType::F32);
+  auto inner = make_cpu_backend(DType::F32);
+  CapturingBackend capturing(*inner);
+  const auto run = [&](Backend& backend) {
+    return test::run_training_steps(backend, config, kVocab, batches, 12, 2, 3, 5, chunk_rows);
+  };
+  const test::StepsRun plain = run(*plain_backend);
+  const test::StepsRun captured = run(capturing);
+  expect_same_steps(captured, plain);
+  EXPECT_GE(captured.counts.captures, 6) << "every shape captured, and again after growth";
+  EXPECT_GT(captured.counts.replays, captured.counts.captures);
+  EXPECT_EQ(captured.counts.refused, 0) << capturing.last_refusal();
+  EXPECT_GT(capturing.refused_replays(), 0) << "the arenas' growth must end earlier captures";
+  EXPECT_EQ(plain.counts.captures, 0);
+  EXPECT_EQ(plain.counts.replays, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(NormsAndLossChunks, CapturedPasses,
+                         ::testing::Values(std::make_tuple("post", 0), std::make_tuple("pre", 0),
+                                           std::make_tuple("post", 5)));
+
+// The stand-in with a loss that waits for the backend, as the GPU's verified loss does
+// (it reads each micro-batch's sums back): no pass can be captured. Each shape's capture
+// is tried once, refused, and its passes run uncaptured from then on: the same training.
+class WaitingLossBackend : public CapturingBackend {
+ public:
+  using CapturingBackend::CapturingBackend;
+  void softmax_cross_entropy_add(Out d_logits, In logits, const int32_t* targets, int rows,
+                                 int vocab, float eps, int pad_id, const StepInputs* inputs,
+                                 ParamOut totals) override {
+    synchronize();
+    CapturingBackend::softmax_cross_entropy_add(d_logits, logits, targets, rows, vocab, eps,
+                                                pad_id, inputs, totals);
+  }
+};
+
+TEST(CapturedPassesRefused, APassThatWaitsRunsUncapturedOnceRefused) {
+  const ModelConfig config = small_model("post");
+  const std::vector<Batch> batches = test::batches_of_shapes(3, 12, kVocab, 12, 11);
+  auto plain_backend = make_cpu_backend(DType::F32);
+  auto inner = make_cpu_backend(DType::F32);
+  WaitingLossBackend waiting(*inner);
+  const test::StepsRun plain =
+      test::run_training_steps(*plain_backend, config, kVocab, batches, 6, 2, 3, 5);
+  const test::StepsRun refused =
+      test::run_training_steps(waiting, config, kVocab, batches, 6, 2, 3, 5);
+  expect_same_steps(refused, plain);
+  EXPECT_EQ(refused.counts.captures, 0);
+  EXPECT_EQ(refused.counts.refused, 3) << "each shape tried once";
+  EXPECT_EQ(waiting.refused_captures(), 3);
+  EXPECT_EQ(waiting.last_refusal(), "synchronize");
+}
+
+// Backward that calls the gradient sums' hooks (host code: the transport of the sums over
+// ranks) is never captured.
+TEST(CapturedPassesRefused, PassesWithGradientHooksRunUncaptured) {
+  const ModelConfig config = small_model("post");
+  const std::vector<Batch> batches = test::batches_of_shapes(1, 1, kVocab, 12, 11);
+  auto inner = make_cpu_backend(DType::F32);
+  CapturingBackend capturing(*inner);
+  Transformer model(config, kVocab, SpecialIds{}, capturing, 3);
+  int hook_calls = 0;
+  model.set_gradients_final_hook([&](int64_t) { ++hook_calls; });
+  StepTotalsBuffer totals(capturing);
+  StepInputsBuffer inputs(capturing);
+  StepInputs step_inputs;
+  step_inputs.grad_scale = 0.1f;
+  inputs.set(step_inputs);
+  for (int i = 0; i < 4; ++i) {
+    model.train_step(batches[0], DropoutContext{5, 1, 0}, inputs.in_backend(), totals.tensor());
+  }
+  EXPECT_EQ(capturing.captures(), 0);
+  EXPECT_EQ(model.capture_counts().captures, 0);
+  EXPECT_GT(hook_calls, 4) << "every pass's backward called the hook";
+}
+
+// On the CPU backend a key's step and stream in memory (DropoutKey::inputs) are read as
+// the op runs: the masks of those values given as fields, and not of the fields beside.
+TEST(StepInputsInMemory, DropoutKeysDrawWithTheStepAndStreamInMemory) {
+  auto backend = make_cpu_backend(DType::F64);
+  constexpr int64_t kN = 64;
+  std::vector<double> ones(kN, 1.0);
+  Tensor x = backend->alloc(DType::F64, kN), y = backend->alloc(DType::F64, kN),
+         expected = backend->alloc(DType::F64, kN);
+  backend->upload(x, ones.data());
+  StepInputsBuffer inputs(*backend);
+  StepInputs values;
+  values.dropout_step = 9;
+  values.dropout_stream = 4;
+  inputs.set(values);
+  DropoutKey fields{77, 9, 4, 3, nullptr};
+  DropoutKey in_memory{77, 1, 0, 3, inputs.in_backend()};  // the fields say step 1
+  backend->dropout_forward(expected, x, kN, 0.5f, fields);
+  backend->dropout_forward(y, x, kN, 0.5f, in_memory);
+  std::vector<double> a(kN), b(kN), stale(kN);
+  backend->download(a.data(), expected);
+  backend->download(b.data(), y);
+  EXPECT_EQ(a, b);
+  backend->dropout_forward(y, x, kN, 0.5f, DropoutKey{77, 1, 0, 3, nullptr});
+  backend->download(stale.data(), y);
+  EXPECT_NE(stale, b) << "the fields' step 1 draws other masks";
+  // The same in attention: AttentionShape::dropout_key.
+  AttentionShape shape;
+  shape.batch = 1;
+  shape.heads = 1;
+  shape.query_len = shape.key_len = 8;
+  shape.d_k = shape.d_v = 8;
+  shape.dropout = 0.5f;
+  shape.dropout_key = in_memory;
+  Tensor out = backend->alloc(DType::F64, 64), out_fields = backend->alloc(DType::F64, 64);
+  Tensor saved = backend->alloc(DType::F64, Backend::attention_saved_numel(shape));
+  backend->attention_forward(out, saved, x, 8, x, 8, x, 8, shape);
+  shape.dropout_key = fields;
+  backend->attention_forward(out_fields, saved, x, 8, x, 8, x, 8, shape);
+  std::vector<double> by_memory(64), by_fields(64);
+  backend->download(by_memory.data(), out);
+  backend->download(by_fields.data(), out_fields);
+  EXPECT_EQ(by_memory, by_fields);
+  for (Tensor* t : {&x, &y, &expected, &out, &out_fields, &saved}) backend->free(*t);
+}
+
+}  // namespace
+}  // namespace thpc
