@@ -637,8 +637,7 @@ small_batch_step() {
     # shellcheck disable=SC2046
     timeout 60 "$BUILD_DIR/transformer_bench_step" $(bench_args base 40 20 | sed "s/--tokens 25000/--tokens 3125/") \
       --set "train.cuda_kernels=$setting" > "$LOGS/small_batch_${setting}.txt" 2>&1
-    echo "small batch, train.cuda_kernels=$setting: exit $?"
-    grep "^{" "$LOGS/small_batch_${setting}.txt"
+    echo "== small batch, train.cuda_kernels=$setting (exit $?): $(grep "^{" "$LOGS/small_batch_${setting}.txt")"
   done
   return 0
 }
