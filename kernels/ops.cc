@@ -68,7 +68,8 @@ bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
       {"step_totals", kStepTotals},
       {"int8_products", kInt8Products},
       {"fused_attention", kFusedAttention},
-      {"step_graphs", kStepGraphs}};
+      {"step_graphs", kStepGraphs},
+      {"vector_norms", kVectorNorms}};
   // Former candidates, the default since their GPU run: a configuration or checkpoint
   // that names them (one trained with them before that) still loads, naming nothing.
   static const std::vector<std::string> kRetired = {"write_gradients", "short_attention",

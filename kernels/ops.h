@@ -138,7 +138,10 @@ enum class GradStore { kAdd, kWrite };
 // fused_attention.cuh; 2026-11-29, issue 51's attention at 16.7 TFLOP/s) and step_graphs (a
 // training pass captured once per shape into a CUDA graph and replayed, Backend::capture;
 // it takes step_totals with it: a pass that reads its loss back cannot be captured;
-// 2026-11-29, issue 51's small batch). The former ones ran on an H100 on
+// 2026-11-29, issue 51's small batch) and vector_norms (the fused residual + dropout +
+// layer norm with each row held in its warp's registers, moved 16 bytes at a time,
+// kernels/cuda/vector_norm.cuh; 2026-11-29, issue 51's add & norm at ~4x its bytes' time).
+// The former ones ran on an H100 on
 // 2026-11-26 and are the default now: write_gradients (the backward ops writing their
 // first-written gradients), short_attention (the one-launch attention of short
 // sentences), and gathered_attention (a decoding step's attention over the
@@ -150,7 +153,9 @@ enum CandidateKernels : unsigned {
   kInt8Products = 1u << 2,
   kFusedAttention = 1u << 3,
   kStepGraphs = 1u << 4,
-  kAllCandidates = kAsyncUpload | kStepTotals | kInt8Products | kFusedAttention | kStepGraphs,
+  kVectorNorms = 1u << 5,
+  kAllCandidates =
+      kAsyncUpload | kStepTotals | kInt8Products | kFusedAttention | kStepGraphs | kVectorNorms,
 };
 
 // The candidate set a train.cuda_kernels value names: "verified" (none), "candidate"

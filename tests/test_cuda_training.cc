@@ -151,6 +151,30 @@ TEST(CudaTraining, Bf16ThreeStepsWithShortAttentionTrackTheBatchedPath) {
   EXPECT_LE(difference, 1e-2);
 }
 
+// Three bf16 steps of `candidate` against `reference`: each step's loss within 1% of the
+// reference's, the candidate's kernel launched at least `launches_a_step` times a step
+// (counted by `launches`: a kernel that silently fell back would prove nothing), and the
+// parameters within 1% of the largest after the three.
+void expect_three_bf16_steps_track(Trainer& reference, Trainer& candidate,
+                                   int64_t (*launches)(), int64_t launches_a_step,
+                                   const char* reference_name, const char* candidate_name) {
+  for (int step = 0; step < 3; ++step) {
+    const StepStats a = reference.step();
+    const int64_t before = launches();
+    const StepStats b = candidate.step();
+    EXPECT_GE(launches() - before, launches_a_step) << "step " << a.step;
+    std::printf("bf16 step %lld: loss %s %.6f, %s %.6f\n", static_cast<long long>(a.step),
+                reference_name, a.loss, candidate_name, b.loss);
+    EXPECT_TRUE(std::isfinite(b.loss));
+    EXPECT_NEAR(b.loss, a.loss, 1e-2 * a.loss) << "step " << a.step;
+  }
+  const double difference = scaled_max_difference(candidate.model().params().to_host_f32(),
+                                                  reference.model().params().to_host_f32());
+  std::printf("GPU bf16 %s vs %s after 3 steps: max |difference| / max |param| = %.3g\n",
+              candidate_name, reference_name, difference);
+  EXPECT_LE(difference, 1e-2);
+}
+
 // The fused attention (kernels/cuda/fused_attention.cuh, candidate fused_attention)
 // through the whole model, as the short kernels are checked above: tiny.ini with one head
 // (d_k = 64), bf16, three steps with train.cuda_kernels = fused_attention (every attention
@@ -162,24 +186,29 @@ TEST(CudaCandidateFusedAttention, Bf16ThreeStepsTrackTheBatchedPath) {
                         "train.short_attention_max_len=0"}));
   Trainer fused(tiny({"train.backend=cuda", "train.precision=bf16", "model.heads=1",
                       "train.short_attention_max_len=0", "train.cuda_kernels=fused_attention"}));
-  for (int step = 0; step < 3; ++step) {
-    const StepStats a = batched.step();
-    const int64_t launches = fused_attention_launches();
-    const StepStats b = fused.step();
-    EXPECT_GE(fused_attention_launches() - launches, 2 * 3 * 2) << "step " << a.step;
-    std::printf("bf16 step %lld: loss batched %.6f, fused attention %.6f\n",
-                static_cast<long long>(a.step), a.loss, b.loss);
-    EXPECT_TRUE(std::isfinite(b.loss));
-    EXPECT_NEAR(b.loss, a.loss, 1e-2 * a.loss) << "step " << a.step;
-  }
-  const double difference = scaled_max_difference(fused.model().params().to_host_f32(),
-                                                  batched.model().params().to_host_f32());
-  std::printf("GPU bf16 fused attention vs batched after 3 steps: max |difference| / "
-              "max |param| = %.3g\n", difference);
-  EXPECT_LE(difference, 1e-2);
+  expect_three_bf16_steps_track(batched, fused, fused_attention_launches, 2 * 3 * 2,
+                                "batched", "fused attention");
 }
 
 // `model`'s log-probabilities at each of its cached decoding steps of kReorderingSources.
+// The register-held add & norm (kernels/cuda/vector_norm.cuh, candidate vector_norms)
+// through the whole model: tiny.ini widened to d_model = 256 (one bf16 vector of 8 a lane;
+// tiny's 64 does not fit, and every add & norm of a post-norm model is the fused op), bf16,
+// three steps against the verified kernels; the same 1% on the loss and the parameters as
+// the attention kernels' checks above (the two differ in the rows' summation orders).
+TEST(CudaCandidateVectorNorms, Bf16ThreeStepsTrackTheVerifiedKernels) {
+  THPC_REQUIRE_REAL_GPU();
+  const std::vector<std::string> wide = {"train.backend=cuda", "train.precision=bf16",
+                                         "model.d_model=256", "model.d_ff=512"};
+  std::vector<std::string> with_vectors = wide;
+  with_vectors.push_back("train.cuda_kernels=vector_norms");
+  Trainer verified(tiny(wide));
+  Trainer vectors(tiny(with_vectors));
+  // 2 + 2 encoder and 3 + 3 decoder add & norms, forward and backward.
+  expect_three_bf16_steps_track(verified, vectors, vector_norm_launches, 2 * (2 * 2 + 2 * 3),
+                                "verified", "vector norms");
+}
+
 std::vector<std::vector<float>> scored_steps(Transformer& model,
                                              const std::vector<BeamStep>& steps) {
   CachedTransformerScorer scorer(model, SpecialIds{}, 10);

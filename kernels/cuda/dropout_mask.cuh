@@ -3,7 +3,8 @@
 // CPU's draw, so the GPU drops exactly the elements the CPU twin drops. A Philox4x32-10
 // call (~60 integer instructions) yields the words of four consecutive elements (counter
 // e / 4, lane e % 4), so kernels take elements in groups of four and call it once per
-// group.
+// group. The draws are host code too (THPC_HOST_DEVICE), so that a kernel body run on
+// the host in a test (vector_norm.cuh's) draws the same masks.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,13 @@
 #include "common/error.h"
 #include "common/philox.h"
 #include "kernels/ops.h"
+
+// Unrolled in the device pass (nvcc's host pass and g++ know no such pragma).
+#if defined(__CUDA_ARCH__)
+#define THPC_MASK_UNROLL _Pragma("unroll")
+#else
+#define THPC_MASK_UNROLL
+#endif
 
 namespace thpc::cuda {
 
@@ -31,10 +39,10 @@ inline DropMask make_mask(const DropoutKey& key, float p, bool needed) {
 }
 
 // The step and stream a key draws with as the kernel runs (DropoutKey::inputs).
-__device__ __forceinline__ uint32_t step_as_it_runs(uint32_t step, const StepInputs* inputs) {
+THPC_HOST_DEVICE uint32_t step_as_it_runs(uint32_t step, const StepInputs* inputs) {
   return inputs != nullptr ? inputs->dropout_step : step;
 }
-__device__ __forceinline__ uint32_t stream_as_it_runs(uint32_t stream, const StepInputs* inputs) {
+THPC_HOST_DEVICE uint32_t stream_as_it_runs(uint32_t stream, const StepInputs* inputs) {
   return inputs != nullptr ? inputs->dropout_stream : stream;
 }
 
@@ -47,7 +55,7 @@ inline float keep_scale(float p) { return 1.0f / (1.0f - p); }
 
 // Bit k set: element 4 * group + k is kept. One Philox call gives the 4 words that
 // philox_bits() returns for these 4 elements (counter element >> 2, lane element & 3).
-__device__ __forceinline__ unsigned keep_bits(const DropMask& mask, int64_t group) {
+THPC_HOST_DEVICE unsigned keep_bits(const DropMask& mask, int64_t group) {
   if (!mask.draw) return 0xfu;
   const Philox4x32 r =
       philox4x32_10(static_cast<uint32_t>(group), mask.site,
@@ -55,7 +63,7 @@ __device__ __forceinline__ unsigned keep_bits(const DropMask& mask, int64_t grou
                     stream_as_it_runs(mask.stream, mask.inputs),
                     static_cast<uint32_t>(mask.seed), static_cast<uint32_t>(mask.seed >> 32));
   unsigned bits = 0;
-#pragma unroll
+  THPC_MASK_UNROLL
   for (int k = 0; k < 4; ++k) bits |= (uniform_from_bits(r.v[k]) >= mask.p ? 1u : 0u) << k;
   return bits;
 }
@@ -63,7 +71,7 @@ __device__ __forceinline__ unsigned keep_bits(const DropMask& mask, int64_t grou
 // Bit k set: element first + k is kept, for k < count <= 4. One Philox call when the
 // elements are one group (first a multiple of 4: rows of d % 4 == 0 elements, as the
 // model's are), one per element otherwise.
-__device__ __forceinline__ unsigned keep_bits_at(const DropMask& mask, int64_t first,
+THPC_HOST_DEVICE unsigned keep_bits_at(const DropMask& mask, int64_t first,
                                                  int count) {
   if (!mask.draw) return 0xfu;
   if ((first & 3) == 0) return keep_bits(mask, first >> 2);

@@ -40,17 +40,27 @@
 // (CudaAddNorm.*IsTheUnfusedKernelsBitForBit). Lanes take the dropout's columns four at
 // a time (lane l: 4l..4l+3, then +128), so one Philox call gives a lane the draws of its
 // four elements (dropout_mask.cuh).
+//
+// With the candidate vector_norms the fused forms take rows that fit vector_norm.cuh's
+// register-held kernels (bf16 d a multiple of 256 up to 1,024; fp32 of 128 up to 512;
+// 16-byte aligned tensors); the rest, and every plain layer norm, as above.
+#include <atomic>
 #include <cstdint>
+#include <initializer_list>
 
 #include "kernels/cuda/column_sums.cuh"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/dropout_mask.cuh"
 #include "kernels/cuda/grad_store.cuh"
+#include "kernels/cuda/vector_norm.cuh"
 
 namespace thpc::cuda {
 namespace {
+
+std::atomic<int64_t> vector_norm_launch_count{0};
 
 constexpr int kRowsPerBlock = 8;               // warps per block in the row kernels
 constexpr int kRowThreads = kRowsPerBlock * kWarp;
@@ -118,7 +128,7 @@ __device__ __forceinline__ float2 norm_gradient_means(const T* dy, const T* x, c
 // kernels compute it alike.
 __device__ __forceinline__ float norm_input_gradient(float g, float xhat, float2 means,
                                                      float row_rstd) {
-  return __fmul_rn(row_rstd, __fsub_rn(__fsub_rn(g, means.x), __fmul_rn(xhat, means.y)));
+  return vector_norm::input_gradient(g, xhat, means.x, means.y, row_rstd);
 }
 
 template <typename T>
@@ -232,6 +242,82 @@ __global__ void add_dropout_layernorm_backward_kernel(T* dx, T* d_sub, const T* 
 
 int row_blocks(int rows) { return (rows + kRowsPerBlock - 1) / kRowsPerBlock; }
 
+// vector_norm.cuh's policy on the GPU: a lane of the row's warp, its warp's shuffles, and
+// 16-byte moves.
+struct WarpLanes {
+  __device__ int lane() const { return static_cast<int>(threadIdx.x) % kWarp; }
+  __device__ float warp_sum(float value) const { return cuda::warp_sum(value); }
+  template <typename E>
+  __device__ void load(float (&out)[kVector<E>], const E* p) const {
+    load16(out, p);
+  }
+  template <typename E>
+  __device__ void store(E* p, const float (&in)[kVector<E>]) const {
+    store16(p, in);
+  }
+  template <typename E>
+  __device__ float round(float value) const {
+    return to_float(from_float<E>(value));
+  }
+};
+
+// One warp a row, as the verified kernels (kRowsPerBlock rows a block).
+template <typename T, int kVectors>
+__global__ void __launch_bounds__(kRowThreads)
+    vector_add_norm_forward_kernel(T* y, T* residual, float* mean_out, float* rstd_out,
+                                   const T* x, const T* sub, const T* gamma, const T* beta,
+                                   int rows, int d, float eps, DropMask mask, float scale) {
+  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp;
+  if (row >= rows) return;  // the whole warp leaves together
+  vector_norm::forward_row<T, kVectors>(WarpLanes{}, y, residual, mean_out, rstd_out, x, sub,
+                                        gamma, beta, row, d, eps, mask, scale);
+}
+
+template <typename T, int kVectors>
+__global__ void __launch_bounds__(kRowThreads)
+    vector_add_norm_backward_kernel(T* dx, T* d_sub, const T* dy, const T* residual,
+                                    const float* mean, const float* rstd, const T* gamma,
+                                    int rows, int d, DropMask mask, float scale, bool write) {
+  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp;
+  if (row >= rows) return;
+  vector_norm::backward_row<T, kVectors>(WarpLanes{}, dx, d_sub, dy, residual, mean, rstd,
+                                         gamma, row, d, mask, scale, write);
+}
+
+// The vectors a lane holds for these rows, when the candidate is chosen and every tensor
+// the kernels move 16 bytes at a time is aligned to 16 bytes; 0: the verified kernels.
+template <typename T>
+int vector_norm_vectors(const Context& context, int d, std::initializer_list<const void*> tensors) {
+  if (!context.candidate_kernel(kVectorNorms)) return 0;
+  for (const void* tensor : tensors) {
+    if (tensor != nullptr && !aligned16(tensor)) return 0;
+  }
+  return vector_norm::vectors_for<T>(d);
+}
+
+// Launches `kernel<T, v>` for the vectors v a lane holds (1 to kMaxVectors).
+template <typename T, template <typename, int> class Kernel, typename... Args>
+void launch_vector_norm(int vectors, int rows, cudaStream_t stream, const char* name,
+                        Args... args) {
+  const int blocks = row_blocks(rows);
+  switch (vectors) {
+    case 1: Kernel<T, 1>::kernel<<<blocks, kRowThreads, 0, stream>>>(args...); break;
+    case 2: Kernel<T, 2>::kernel<<<blocks, kRowThreads, 0, stream>>>(args...); break;
+    case 3: Kernel<T, 3>::kernel<<<blocks, kRowThreads, 0, stream>>>(args...); break;
+    case 4: Kernel<T, 4>::kernel<<<blocks, kRowThreads, 0, stream>>>(args...); break;
+    default: THPC_FAIL(name << " for " << vectors << " vectors a lane");
+  }
+  ++vector_norm_launch_count;
+}
+template <typename T, int kVectors>
+struct VectorForward {
+  static constexpr auto kernel = vector_add_norm_forward_kernel<T, kVectors>;
+};
+template <typename T, int kVectors>
+struct VectorBackward {
+  static constexpr auto kernel = vector_add_norm_backward_kernel<T, kVectors>;
+};
+
 // dgamma, dbeta += the column sums of dy * xhat and dy, in a fixed order.
 template <typename T>
 void layernorm_parameter_gradients(Context& context, float* dgamma, float* dbeta, const T* dy,
@@ -288,6 +374,15 @@ void add_dropout_layernorm_forward(Context& context, T* y, T* residual, float* m
   check_probability(p);
   THPC_CHECK(residual != nullptr, "add_dropout_layernorm_forward needs its residual output");
   if (rows == 0 || d == 0) return;
+  const int vectors = vector_norm_vectors<T>(context, d, {y, residual, x, sub, gamma, beta});
+  if (vectors > 0) {
+    launch_vector_norm<T, VectorForward>(vectors, rows, context.stream(),
+                                         "vector_add_norm_forward_kernel", y, residual, mean,
+                                         rstd, x, sub, gamma, beta, rows, d, eps,
+                                         make_mask(key, p, true), keep_scale(p));
+    THPC_CUDA_CHECK_LAUNCH("vector_add_norm_forward_kernel");
+    return;
+  }
   add_dropout_layernorm_forward_kernel<T><<<row_blocks(rows), kRowThreads, 0, context.stream()>>>(
       y, residual, mean, rstd, x, sub, gamma, beta, rows, d, eps, make_mask(key, p, true),
       keep_scale(p));
@@ -304,11 +399,21 @@ void add_dropout_layernorm_backward(Context& context, T* dx, T* d_sub, float* dg
   if (dx != nullptr || d_sub != nullptr) {
     // One flag for both outputs: the kernel writes (or adds into) each one it is given.
     const bool write = writes_gradient(store, dx) || writes_gradient(store, d_sub);
-    add_dropout_layernorm_backward_kernel<T>
+    const int vectors = vector_norm_vectors<T>(context, d, {dx, d_sub, dy, residual, gamma});
+    if (vectors > 0) {
+      launch_vector_norm<T, VectorBackward>(vectors, rows, context.stream(),
+                                            "vector_add_norm_backward_kernel", dx, d_sub, dy,
+                                            residual, mean, rstd, gamma, rows, d,
+                                            make_mask(key, p, d_sub != nullptr), keep_scale(p),
+                                            write);
+      THPC_CUDA_CHECK_LAUNCH("vector_add_norm_backward_kernel");
+    } else {
+      add_dropout_layernorm_backward_kernel<T>
         <<<row_blocks(rows), kRowThreads, 0, context.stream()>>>(
             dx, d_sub, dy, residual, mean, rstd, gamma, rows, d,
             make_mask(key, p, d_sub != nullptr), keep_scale(p), write);
-    THPC_CUDA_CHECK_LAUNCH("add_dropout_layernorm_backward_kernel");
+      THPC_CUDA_CHECK_LAUNCH("add_dropout_layernorm_backward_kernel");
+    }
   }
   layernorm_parameter_gradients(context, dgamma, dbeta, dy, residual, mean, rstd, rows, d);
 }
@@ -319,3 +424,5 @@ THPC_CUDA_TWIN(add_dropout_layernorm_forward)
 THPC_CUDA_TWIN(add_dropout_layernorm_backward)
 
 }  // namespace thpc::cuda
+
+int64_t thpc::cuda_vector_norm_launches() { return thpc::cuda::vector_norm_launch_count.load(); }

@@ -26,6 +26,7 @@
 #include "common/philox.h"
 #include "cpu_reference.h"
 #include "cuda_twin.h"
+#include "threaded_blocks.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/fused_attention.cuh"
 #include "kernels/cuda/short_attention.cuh"
@@ -967,28 +968,6 @@ AttentionResult run_short_attention_on_host(const AttentionData& data, const Att
 // reading the stage before the warp's barrier, or a phase reading what another warp
 // writes before the block's, reads stale or NaN data here. (What remains the GPU's own:
 // the fragments' real layout in registers, and timing.)
-class ThreadBarrier {  // C++17 has no std::barrier
- public:
-  explicit ThreadBarrier(int count) : count_(count) {}
-  void wait() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    const int generation = generation_;
-    if (++waiting_ == count_) {
-      waiting_ = 0;
-      ++generation_;
-      released_.notify_all();
-    } else {
-      released_.wait(lock, [&] { return generation_ != generation; });
-    }
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable released_;
-  const int count_;
-  int waiting_ = 0, generation_ = 0;
-};
-
 struct ThreadedTeam {
   ThreadBarrier block{short_attention::kThreads};
   ThreadBarrier warp[short_attention::kWarps] = {ThreadBarrier(32), ThreadBarrier(32),
@@ -1019,12 +998,7 @@ struct ThreadedBlock : HostBlock {
     float values[32];
     std::copy(slots, slots + 32, values);
     warp_sync();  // the slots are free again
-    for (int offset = 16; offset > 0; offset /= 2) {  // x = op(x, shfl_xor(x, offset))
-      float next[32];
-      for (int l = 0; l < 32; ++l) next[l] = op(values[l], values[l ^ offset]);
-      std::copy(next, next + 32, values);
-    }
-    return values[lane()];
+    return warp_butterfly(values, lane(), op);
   }
   float warp_sum(float value) const {
     return butterfly(value, [](float a, float b) { return a + b; });
@@ -1042,31 +1016,6 @@ struct ThreadedBlock : HostBlock {
     if (lane() == 0) HostBlock::store(to, acc, ld);
   }
 };
-
-// The blocks of a launch one after another, each by a team of kThreads host threads, each
-// thread an execution policy `Lane` (.thread, .team, .sync()) of one Team: the block's
-// shared memory NaN-filled first (as SequentialBlocks does), then body(x, block, shared).
-// The short kernels' threaded run and the fused kernels' run alike.
-template <class Lane, class Team, class Body>
-void run_threaded_blocks(int threads_per_block, int blocks, int bytes, const Body& body) {
-  std::vector<char> shared(static_cast<size_t>(bytes));
-  Team team;
-  std::vector<std::thread> threads;
-  for (int thread = 0; thread < threads_per_block; ++thread) {
-    threads.emplace_back([&, thread] {
-      Lane x;
-      x.thread = thread;
-      x.team = &team;
-      for (int block = 0; block < blocks; ++block) {
-        if (thread == 0) std::fill(shared.begin(), shared.end(), static_cast<char>(0xff));
-        x.sync();
-        body(x, block, shared.data());
-        x.sync();  // the block is done before the next one's fill
-      }
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-}
 
 struct ThreadedBlocks {
   void operator()(bool backward, const short_attention::Args<HostBf16>& args, int pairs,

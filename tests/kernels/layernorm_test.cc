@@ -20,12 +20,17 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "common/bf16.h"
+#include "common/philox.h"
 #include "cpu_reference.h"
 #include "cuda_twin.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cuda/vector_norm.cuh"
+#include "threaded_blocks.h"
 
 namespace thpc::cpu_test {
 namespace {
@@ -567,63 +572,81 @@ TEST(CudaAddNorm, FusedIsTheUnfusedKernelsBitForBit) {
 // g / (1 - p) where kept (that bound times 1 / (1 - p)); dgamma and dbeta as the layer
 // norm's.
 
+// The fused forward on the GPU against the CPU (with `kernels`: the candidates' kernels
+// where they take the rows).
+void check_add_norm_forward(DType dtype, const NormShape& s, float p, uint32_t seed,
+                            const CudaKernelChoice& kernels = {}) {
+  SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " rows=" << s.rows << " d=" << s.d
+                                    << " p=" << p);
+  std::mt19937 rng(seed);
+  const size_t n = static_cast<size_t>(s.rows) * s.d;
+  const DropoutKey key{0x5eed5eed12345ull + seed + 1, 17u, 3u, 0x10020u};
+  const float eps = 1e-6f;
+  Twins twins(dtype, kernels);
+  Both both(twins);
+  const Pair x = both.act(random_values(n, rng)), sub = both.act(random_values(n, rng));
+  const Pair gamma = both.act(random_values(static_cast<size_t>(s.d), rng));
+  const Pair beta = both.act(random_values(static_cast<size_t>(s.d), rng));
+  const Pair y = both.act_poisoned(int64_t(n)), residual = both.act_poisoned(int64_t(n));
+  const Pair mean = both.param(std::vector<float>(s.rows, NAN));
+  const Pair rstd = both.param(std::vector<float>(s.rows, NAN));
+  both.cpu().add_dropout_layernorm_forward(y.cpu, residual.cpu, mean.cpu, rstd.cpu, x.cpu,
+                                           sub.cpu, gamma.cpu, beta.cpu, s.rows, s.d, eps,
+                                           p, key);
+  both.gpu().add_dropout_layernorm_forward(y.gpu, residual.gpu, mean.gpu, rstd.gpu, x.gpu,
+                                           sub.gpu, gamma.gpu, beta.gpu, s.rows, s.d, eps,
+                                           p, key);
+  const std::vector<float> gpu_residual = both.gpu_values(residual);
+  EXPECT_TRUE(all_close(gpu_residual, both.cpu_values(residual), 0.0, rounding_rel(dtype)))
+      << "residual";
+  // The norm of what the GPU stored, on the CPU.
+  Scope reference(both.cpu());
+  Tensor y_ref = reference.alloc(DType::F32, int64_t(n));
+  Tensor mean_ref = reference.alloc(DType::F32, s.rows);
+  Tensor rstd_ref = reference.alloc(DType::F32, s.rows);
+  both.cpu().layernorm_forward(y_ref, mean_ref, rstd_ref,
+                               reference.put(DType::F32, gpu_residual), gamma.cpu,
+                               beta.cpu, s.rows, s.d, eps);
+  // |residual| <= 2.2 here (x, sub in [-1, 1], 1 / (1 - p) <= 1.12): the bounds of the
+  // layer norm twin (inputs within 1) scaled by that.
+  const double magnitude = 2.2;
+  EXPECT_TRUE(all_close(both.gpu_values(mean), reference.get(mean_ref),
+                        magnitude * sum_factor(s.d), 0.0))
+      << "mean";
+  EXPECT_TRUE(all_close(both.gpu_values(rstd), reference.get(rstd_ref), 0.0,
+                        4 * sum_factor(s.d)))
+      << "rstd";
+  EXPECT_TRUE(all_close(both.gpu_values(y), reference.get(y_ref), 16 * sum_factor(s.d),
+                        output_rounding(dtype) + 4 * kEps32))
+      << "y";
+}
+
 TEST(CudaAddNorm, ForwardMatchesCpu) {
   THPC_REQUIRE_GPU();
   uint32_t seed = 1200;
   for (DType dtype : gpu_compute_dtypes()) {
     for (const NormShape& s : kNormShapes) {
-      for (float p : kAddNormDropouts) {
-        SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " rows=" << s.rows
-                                          << " d=" << s.d << " p=" << p);
-        std::mt19937 rng(seed++);
-        const size_t n = static_cast<size_t>(s.rows) * s.d;
-        const DropoutKey key{0x5eed5eed12345ull + seed, 17u, 3u, 0x10020u};
-        const float eps = 1e-6f;
-        Twins twins(dtype);
-        Both both(twins);
-        const Pair x = both.act(random_values(n, rng)), sub = both.act(random_values(n, rng));
-        const Pair gamma = both.act(random_values(static_cast<size_t>(s.d), rng));
-        const Pair beta = both.act(random_values(static_cast<size_t>(s.d), rng));
-        const Pair y = both.act_poisoned(int64_t(n)), residual = both.act_poisoned(int64_t(n));
-        const Pair mean = both.param(std::vector<float>(s.rows, NAN));
-        const Pair rstd = both.param(std::vector<float>(s.rows, NAN));
-        both.cpu().add_dropout_layernorm_forward(y.cpu, residual.cpu, mean.cpu, rstd.cpu, x.cpu,
-                                                 sub.cpu, gamma.cpu, beta.cpu, s.rows, s.d, eps,
-                                                 p, key);
-        both.gpu().add_dropout_layernorm_forward(y.gpu, residual.gpu, mean.gpu, rstd.gpu, x.gpu,
-                                                 sub.gpu, gamma.gpu, beta.gpu, s.rows, s.d, eps,
-                                                 p, key);
-        const std::vector<float> gpu_residual = both.gpu_values(residual);
-        EXPECT_TRUE(all_close(gpu_residual, both.cpu_values(residual), 0.0, rounding_rel(dtype)))
-            << "residual";
-        // The norm of what the GPU stored, on the CPU.
-        Scope reference(both.cpu());
-        Tensor y_ref = reference.alloc(DType::F32, int64_t(n));
-        Tensor mean_ref = reference.alloc(DType::F32, s.rows);
-        Tensor rstd_ref = reference.alloc(DType::F32, s.rows);
-        both.cpu().layernorm_forward(y_ref, mean_ref, rstd_ref,
-                                     reference.put(DType::F32, gpu_residual), gamma.cpu,
-                                     beta.cpu, s.rows, s.d, eps);
-        // |residual| <= 2.2 here (x, sub in [-1, 1], 1 / (1 - p) <= 1.12): the bounds of the
-        // layer norm twin (inputs within 1) scaled by that.
-        const double magnitude = 2.2;
-        EXPECT_TRUE(all_close(both.gpu_values(mean), reference.get(mean_ref),
-                              magnitude * sum_factor(s.d), 0.0))
-            << "mean";
-        EXPECT_TRUE(all_close(both.gpu_values(rstd), reference.get(rstd_ref), 0.0,
-                              4 * sum_factor(s.d)))
-            << "rstd";
-        EXPECT_TRUE(all_close(both.gpu_values(y), reference.get(y_ref), 16 * sum_factor(s.d),
-                              output_rounding(dtype) + 4 * kEps32))
-            << "y";
-      }
+      for (float p : kAddNormDropouts) check_add_norm_forward(dtype, s, p, seed++);
     }
   }
 }
 
+// The bound of the fused backward's dx and d_sub: `absolute` (the layer norm dx bound),
+// plus the stored result's rounding and, in bf16, one more rounding of |g| = |result -
+// prefill|: g is rounded to T before it is added, as the unfused path's buffer held it.
+std::vector<double> add_norm_gradient_bound(DType dtype, const std::vector<float>& expected,
+                                            const std::vector<float>& prefill, double absolute) {
+  std::vector<double> allowed(expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    allowed[i] = absolute + (output_rounding(dtype) + 8 * kEps32) * std::abs(expected[i]) +
+                 output_rounding(dtype) * std::abs(double(expected[i]) - prefill[i]);
+  }
+  return allowed;
+}
+
 void check_add_norm_backward(DType dtype, const NormShape& s, float p, bool want_dx,
                              bool want_d_sub, bool want_params, uint32_t seed,
-                             const StoreMode& mode = {}) {
+                             const StoreMode& mode = {}, const CudaKernelChoice& kernels = {}) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " rows=" << s.rows << " d=" << s.d
                                     << " p=" << p << " dx=" << want_dx << " d_sub="
                                     << want_d_sub << " dgamma,dbeta=" << want_params << " "
@@ -639,7 +662,7 @@ void check_add_norm_backward(DType dtype, const NormShape& s, float p, bool want
   const auto d_sub0 = representable(random_values(n, rng), dtype);
   const auto dgamma0 = random_values(static_cast<size_t>(s.d), rng);
   const auto dbeta0 = random_values(static_cast<size_t>(s.d), rng);
-  Twins twins(dtype);
+  Twins twins(dtype, kernels);
   Both both(twins);
   const Pair residual_t = both.act(residual), gamma_t = both.act(gamma), dy_t = both.act(dy);
   // The statistics of the residual, from the CPU, given to both backward passes.
@@ -664,12 +687,7 @@ void check_add_norm_backward(DType dtype, const NormShape& s, float p, bool want
   // unfused path's buffer held it): in bf16 one more rounding, of |g| = |result - prefill|.
   const auto bound = [&](const std::vector<float>& expected, const std::vector<float>& prefill,
                          double absolute) {
-    std::vector<double> allowed(expected.size());
-    for (size_t i = 0; i < expected.size(); ++i) {
-      allowed[i] = absolute + (output_rounding(dtype) + 8 * kEps32) * std::abs(expected[i]) +
-                   output_rounding(dtype) * std::abs(double(expected[i]) - prefill[i]);
-    }
-    return allowed;
+    return add_norm_gradient_bound(dtype, expected, prefill, absolute);
   };
   if (want_dx) {
     const std::vector<float> expected = both.cpu_values(dx);
@@ -735,6 +753,255 @@ TEST(CudaLayerNorm, BackwardWritingMatchesCpu) {
     check_add_norm_backward(dtype, {130, 61}, 0.1f, true, false, false, seed++, mode);
     check_add_norm_backward(dtype, {130, 61}, 0.1f, false, true, false, seed++, mode);
   }
+}
+
+// ---- the register-held add & norm (kernels/cuda/vector_norm.cuh, candidate vector_norms) --
+
+// bf16 on the host for vector_norm's bodies: 2 bytes, so 8 to a 16-byte vector as on the
+// GPU.
+struct HostBf16Element {
+  uint16_t bits;
+};
+float widen(float value) { return value; }
+float widen(HostBf16Element value) { return float_from_bf16(value.bits); }
+template <typename E>
+E narrow(float value) {
+  if constexpr (std::is_same_v<E, float>) {
+    return value;
+  } else {
+    return E{bf16_from_float(value)};
+  }
+}
+
+// A warp of 32 host threads meeting at a barrier (run_threaded_blocks, one block a row).
+struct VectorTeam {
+  ThreadBarrier warp{32};
+  float posted[32] = {};
+};
+
+// vector_norm.cuh's policy on the host: the lane a host thread, warp_sum the device's xor
+// butterfly over the posted values, 16-byte moves checked for alignment.
+struct VectorLane {
+  int thread = 0;
+  VectorTeam* team = nullptr;
+  int lane() const { return thread; }
+  void sync() const { team->warp.wait(); }
+  float warp_sum(float value) const {
+    team->posted[thread] = value;
+    sync();
+    float values[32];
+    std::copy(team->posted, team->posted + 32, values);
+    sync();  // the slots are free again
+    return warp_butterfly(values, thread, [](float a, float b) { return a + b; });
+  }
+  template <typename E>
+  void load(float (&out)[vector_norm::kWidth<E>], const E* p) const {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 16, 0u) << "a vector load is not aligned";
+    for (int k = 0; k < vector_norm::kWidth<E>; ++k) out[k] = widen(p[k]);
+  }
+  template <typename E>
+  void store(E* p, const float (&in)[vector_norm::kWidth<E>]) const {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 16, 0u) << "a vector store is not aligned";
+    for (int k = 0; k < vector_norm::kWidth<E>; ++k) p[k] = narrow<E>(in[k]);
+  }
+  template <typename E>
+  float round(float value) const {
+    return widen(narrow<E>(value));
+  }
+};
+
+// Host vectors of T aligned to 16 bytes, as the GPU's allocations are.
+template <typename T>
+struct AlignedValues {
+  explicit AlignedValues(const std::vector<float>& values)
+      : storage(values.size() + 16 / sizeof(T)) {
+    const auto address = reinterpret_cast<uintptr_t>(storage.data());
+    offset = (16 - address % 16) % 16 / sizeof(T);
+    for (size_t i = 0; i < values.size(); ++i) storage[offset + i] = narrow<T>(values[i]);
+    size = values.size();
+  }
+  T* data() { return storage.data() + offset; }
+  std::vector<float> widened() const {
+    std::vector<float> out(size);
+    for (size_t i = 0; i < size; ++i) out[i] = widen(storage[offset + i]);
+    return out;
+  }
+  std::vector<T> storage;
+  size_t offset = 0, size = 0;
+};
+
+// vector_norm's bodies for `rows` rows of d, one warp of host threads a row, against the
+// CPU's fused ops: forward (the residual the CPU's own within the storage's rounding, y,
+// mean and rstd those of the CPU's layer norm of the stored residual, with the GPU twin's
+// bounds) and backward adding and writing (dx, d_sub with check_add_norm_backward's
+// bounds; dropped elements of d_sub kept exactly, or 0 when writing).
+template <typename T, int kVectors>
+void expect_vector_norm_rows_match_cpu(int rows, float p, bool write, uint32_t seed) {
+  const DType dtype = std::is_same_v<T, float> ? DType::F32 : DType::BF16;
+  const int d = kVectors * vector_norm::kLanes * vector_norm::kWidth<T>;
+  ASSERT_EQ(vector_norm::vectors_for<T>(d), kVectors);
+  SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " d=" << d << " p=" << p
+                                    << (write ? " write" : " add"));
+  std::mt19937 rng(seed);
+  const size_t n = static_cast<size_t>(rows) * d;
+  const DropoutKey key{0x77aa55ull + seed, 9u, 2u, 0x30011u};
+  const float eps = 1e-6f;
+  const auto put = [&](size_t count) {
+    return representable(random_values(count, rng), dtype);
+  };
+  const std::vector<float> x = put(n), sub = put(n), gamma = put(d), beta = put(d);
+  AlignedValues<T> x_t(x), sub_t(sub), gamma_t(gamma), beta_t(beta);
+  AlignedValues<T> y_t(std::vector<float>(n, NAN)), residual_t(std::vector<float>(n, NAN));
+  std::vector<float> mean(rows, NAN), rstd(rows, NAN);
+  const cuda::DropMask mask = cuda::make_mask(key, p, true);
+  run_threaded_blocks<VectorLane, VectorTeam>(32, rows, 0, [&](VectorLane& lane, int row, char*) {
+    vector_norm::forward_row<T, kVectors>(lane, y_t.data(), residual_t.data(), mean.data(),
+                                          rstd.data(), x_t.data(), sub_t.data(), gamma_t.data(),
+                                          beta_t.data(), row, d, eps, mask, cuda::keep_scale(p));
+  });
+  std::vector<float> cpu_y(n), cpu_residual(n), cpu_mean(rows), cpu_rstd(rows);
+  cpu::add_dropout_layernorm_forward<float>(cpu_y.data(), cpu_residual.data(), cpu_mean.data(),
+                                            cpu_rstd.data(), x.data(), sub.data(), gamma.data(),
+                                            beta.data(), rows, d, eps, p, key);
+  const std::vector<float> residual = residual_t.widened();
+  EXPECT_TRUE(all_close(residual, cpu_residual, 0.0, rounding_rel(dtype))) << "residual";
+  std::vector<float> ref_y(n), ref_mean(rows), ref_rstd(rows);
+  cpu::layernorm_forward<float>(ref_y.data(), ref_mean.data(), ref_rstd.data(), residual.data(),
+                                gamma.data(), beta.data(), rows, d, eps);
+  const double magnitude = 2.2;  // |residual| <= 1 + 1 / (1 - p)
+  EXPECT_TRUE(all_close(mean, ref_mean, magnitude * sum_factor(d), 0.0)) << "mean";
+  EXPECT_TRUE(all_close(rstd, ref_rstd, 0.0, 4 * sum_factor(d))) << "rstd";
+  EXPECT_TRUE(all_close(y_t.widened(), ref_y, 16 * sum_factor(d),
+                        output_rounding(dtype) + 4 * kEps32))
+      << "y";
+
+  // Backward from the stored residual and the CPU's statistics of it.
+  const std::vector<float> dy = put(n), dx0 = put(n), d_sub0 = put(n);
+  StoreMode mode;
+  mode.store = write ? GradStore::kWrite : GradStore::kAdd;
+  AlignedValues<T> dy_t(dy), dx_t(mode.start(dx0)), d_sub_t(mode.start(d_sub0));
+  const cuda::DropMask backward_mask = cuda::make_mask(key, p, true);
+  run_threaded_blocks<VectorLane, VectorTeam>(32, rows, 0, [&](VectorLane& lane, int row, char*) {
+    vector_norm::backward_row<T, kVectors>(lane, dx_t.data(), d_sub_t.data(), dy_t.data(),
+                                           residual_t.data(), ref_mean.data(), ref_rstd.data(),
+                                           gamma_t.data(), row, d, backward_mask,
+                                           cuda::keep_scale(p), write);
+  });
+  std::vector<float> cpu_dx = mode.start(dx0), cpu_d_sub = mode.start(d_sub0);
+  cpu::add_dropout_layernorm_backward<float>(cpu_dx.data(), cpu_d_sub.data(), nullptr, nullptr,
+                                             dy.data(), residual.data(), ref_mean.data(),
+                                             ref_rstd.data(), gamma.data(), rows, d, p, key,
+                                             mode.store);
+  const auto bound = [&](const std::vector<float>& expected, const std::vector<float>& prefill,
+                         double absolute) {
+    return add_norm_gradient_bound(dtype, expected, prefill, absolute);
+  };
+  EXPECT_TRUE(within_scaled(dx_t.widened(), cpu_dx,
+                            bound(cpu_dx, mode.onto(dx0), 64 * sum_factor(d)), 1.0))
+      << "dx";
+  const std::vector<float> d_sub = d_sub_t.widened(), onto = mode.onto(d_sub0);
+  EXPECT_TRUE(within_scaled(d_sub, cpu_d_sub,
+                            bound(cpu_d_sub, onto, 64 * sum_factor(d) / (1.0 - p)), 1.0))
+      << "d_sub";
+  size_t dropped = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const bool kept = dropout_keep(key.seed, key.site, key.step, key.stream, int64_t(i), p);
+    if (kept) continue;
+    ++dropped;
+    ASSERT_EQ(d_sub[i], onto[i]) << "dropped element " << i << " of d_sub changed";
+  }
+  if (p > 0.0f) {
+    EXPECT_GT(dropped, 0u);
+  }
+}
+
+// The kernels' own bodies on the host (each lane a host thread, the warp's sums the
+// device's butterfly), every vector count of both element types: base's d = 512 is 2
+// bf16 vectors a lane or 4 fp32 ones, big's 1,024 4 bf16 ones.
+TEST(VectorNormOnTheHost, ForwardAndBackwardMatchCpu) {
+  uint32_t seed = 2100;
+  for (float p : kAddNormDropouts) {
+    for (bool write : {false, true}) {
+      expect_vector_norm_rows_match_cpu<float, 1>(5, p, write, seed++);
+      expect_vector_norm_rows_match_cpu<float, 4>(3, p, write, seed++);
+      expect_vector_norm_rows_match_cpu<HostBf16Element, 1>(4, p, write, seed++);
+      expect_vector_norm_rows_match_cpu<HostBf16Element, 2>(5, p, write, seed++);
+      expect_vector_norm_rows_match_cpu<HostBf16Element, 3>(2, p, write, seed++);
+      expect_vector_norm_rows_match_cpu<HostBf16Element, 4>(3, p, write, seed++);
+    }
+  }
+}
+
+// Where the rows do not fit, vectors_for says so and the launcher takes the verified
+// kernels: widths that are not a multiple of 32 lanes x a vector, or above 4 a lane.
+// The candidate vector_norms (kernels/cuda/vector_norm.cuh): the fused forward and
+// backward by the register-held kernels where the rows fit (bf16 d = 256, 512 (base),
+// 768, 1,024 (big); fp32 d = 128, 512), and by the verified ones where they do not (d =
+// 61, 129, 4,096), against the CPU with the verified kernels' bounds (the same
+// arithmetic, the row sums in another order); every backward output alone and together,
+// adding and writing. Launches are counted: a fitting shape that the verified kernels
+// took would prove nothing.
+const std::vector<NormShape> kVectorNormShapes = {{37, 256}, {129, 512}, {5, 768}, {200, 1024},
+                                                  {64, 128},  {130, 61}, {1000, 129}, {33, 4096}};
+
+int vector_norm_fit(DType dtype, int d) {
+  return dtype == DType::BF16 ? vector_norm::vectors_for<HostBf16Element>(d)
+                              : vector_norm::vectors_for<float>(d);
+}
+
+TEST(CudaCandidateVectorNorms, ForwardMatchesCpu) {
+  THPC_REQUIRE_GPU();
+  CudaKernelChoice kernels;
+  kernels.candidates = kVectorNorms;
+  uint32_t seed = 2300;
+  for (DType dtype : gpu_compute_dtypes()) {
+    for (const NormShape& s : kVectorNormShapes) {
+      for (float p : kAddNormDropouts) {
+        const int64_t before = vector_norm_launches();
+        check_add_norm_forward(dtype, s, p, seed++, kernels);
+        if (!twin_rehearsal()) {
+          EXPECT_EQ(vector_norm_launches() - before, vector_norm_fit(dtype, s.d) > 0 ? 1 : 0)
+              << dtype_name(dtype) << " d=" << s.d;
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaCandidateVectorNorms, BackwardMatchesCpu) {
+  THPC_REQUIRE_GPU();
+  CudaKernelChoice kernels;
+  kernels.candidates = kVectorNorms;
+  uint32_t seed = 2400;
+  for (DType dtype : gpu_compute_dtypes()) {
+    for (const NormShape& s : kVectorNormShapes) {
+      for (GradStore store : {GradStore::kAdd, GradStore::kWrite}) {
+        StoreMode mode;
+        mode.store = store;
+        for (float p : kAddNormDropouts) {
+          const int64_t before = vector_norm_launches();
+          check_add_norm_backward(dtype, s, p, true, true, true, seed++, mode, kernels);
+          if (!twin_rehearsal()) {
+            EXPECT_EQ(vector_norm_launches() - before, vector_norm_fit(dtype, s.d) > 0 ? 1 : 0)
+                << dtype_name(dtype) << " d=" << s.d;
+          }
+        }
+        check_add_norm_backward(dtype, s, 0.1f, true, false, false, seed++, mode, kernels);
+        check_add_norm_backward(dtype, s, 0.1f, false, true, false, seed++, mode, kernels);
+      }
+    }
+  }
+}
+
+TEST(VectorNormOnTheHost, OnlyRowsThatFitAreTaken) {
+  EXPECT_EQ(vector_norm::vectors_for<HostBf16Element>(512), 2);
+  EXPECT_EQ(vector_norm::vectors_for<float>(512), 4);
+  EXPECT_EQ(vector_norm::vectors_for<HostBf16Element>(1024), 4);
+  EXPECT_EQ(vector_norm::vectors_for<float>(1024), 0);
+  EXPECT_EQ(vector_norm::vectors_for<HostBf16Element>(2048), 0);
+  EXPECT_EQ(vector_norm::vectors_for<HostBf16Element>(384), 0);
+  EXPECT_EQ(vector_norm::vectors_for<float>(129), 0);
+  EXPECT_EQ(vector_norm::vectors_for<float>(0), 0);
 }
 
 }  // namespace
