@@ -3,7 +3,7 @@
 // each, the totals and the norm read once, Adam. Shared by the captured passes' CPU test
 // (test_captured_passes.cc, on the CPU's stand-in for CUDA graphs) and its GPU twin
 // (test_cuda_training.cc, CudaCandidateStepGraphs.*), so that the CPU run rehearses the
-// GPU test's own logic.
+// GPU test's own logic; and the beam searches their decoding tests compare.
 #pragma once
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "data/batch.h"
+#include "decode/beam_search.h"
 #include "kernels/ops.h"
 #include "model/transformer.h"
 #include "train/lr_schedule.h"
@@ -99,6 +100,27 @@ inline StepsRun run_training_steps(Backend& backend, const ModelConfig& config, 
   run.params = model.params().to_host_f32();
   run.counts = model.capture_counts();
   return run;
+}
+
+// Two beam searches of 4 (two best each) over the same five sentences, by one model made
+// from `config` (vocabulary 12, initialised from seed 5) on `backend`: the first search's
+// hypotheses, then the second's, and what the model's capturing did.
+inline std::vector<std::vector<Hypothesis>> run_two_beam_searches(
+    Backend& backend, const ModelConfig& config, Transformer::CaptureCounts& counts) {
+  const std::vector<TokenSequence> sources = {{4, 5, 6}, {7}, {8, 9, 10, 11, 4}, {6, 6},
+                                              {5, 9, 7}};
+  BeamOptions options;
+  options.beam = 4;
+  options.max_len_b = 8;
+  options.max_len_cap = config.max_positions - 1;
+  options.nbest = 2;
+  Transformer model(config, 12, SpecialIds{}, backend, 5);
+  CachedTransformerScorer scorer(model, SpecialIds{}, config.max_positions - 1);
+  auto results = beam_search(scorer, sources, SpecialIds{}, options);
+  const auto again = beam_search(scorer, sources, SpecialIds{}, options);
+  results.insert(results.end(), again.begin(), again.end());
+  counts = model.capture_counts();
+  return results;
 }
 
 }  // namespace thpc::test

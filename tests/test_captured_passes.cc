@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "captured_steps.h"
+#include "decode/beam_search.h"
 #include "kernels/capturing_backend.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/transformer.h"
@@ -193,6 +194,40 @@ TEST(StepInputsInMemory, DropoutKeysDrawWithTheStepAndStreamInMemory) {
   backend->download(by_fields.data(), out_fields);
   EXPECT_EQ(by_memory, by_fields);
   for (Tensor* t : {&x, &y, &expected, &out, &out_fields, &saved}) backend->free(*t);
+}
+
+// Decoding steps captured (Transformer::decode_step): a beam search of 4 over five
+// sentences, twice (the second search replays the first's captures where its shapes
+// repeat), through the stand-in and without it: the same hypotheses with the same scores,
+// bit for bit. Each step reads its position from the plan's upload in memory (a replay
+// keyed by its capture's position would embed the wrong one), and the arena is put back
+// where the captured step left it for the best tokens that follow.
+TEST(CapturedDecodingSteps, BeamSearchEqualsUncapturedSearchBitForBit) {
+  ModelConfig c;
+  c.layers = 2;
+  c.d_model = 16;
+  c.d_ff = 32;
+  c.heads = 4;
+  c.max_positions = 32;
+  auto plain_backend = make_cpu_backend(DType::F32);
+  auto inner = make_cpu_backend(DType::F32);
+  CapturingBackend capturing(*inner);
+  Transformer::CaptureCounts plain_counts, captured_counts;
+  const auto plain = test::run_two_beam_searches(*plain_backend, c, plain_counts);
+  const auto captured = test::run_two_beam_searches(capturing, c, captured_counts);
+  ASSERT_EQ(captured.size(), plain.size());
+  for (size_t s = 0; s < plain.size(); ++s) {
+    ASSERT_EQ(captured[s].size(), plain[s].size()) << "sentence " << s;
+    for (size_t i = 0; i < plain[s].size(); ++i) {
+      EXPECT_EQ(captured[s][i].tokens, plain[s][i].tokens) << "sentence " << s << " best " << i;
+      EXPECT_EQ(captured[s][i].log_prob, plain[s][i].log_prob) << "sentence " << s;
+      EXPECT_EQ(captured[s][i].score, plain[s][i].score) << "sentence " << s;
+    }
+  }
+  EXPECT_GT(captured_counts.captures, 0);
+  EXPECT_GT(captured_counts.replays, captured_counts.captures);
+  EXPECT_EQ(captured_counts.refused, 0) << capturing.last_refusal();
+  EXPECT_EQ(plain_counts.replays, 0);
 }
 
 }  // namespace

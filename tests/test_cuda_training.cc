@@ -28,6 +28,7 @@
 #include "model/transformer.h"
 #include "train/trainer.h"
 
+#include "decode/beam_search.h"
 #include "decode/compute_type.h"
 #if THPC_HAVE_CUDA
 #include "kernels/cpu/int8_backend.h"
@@ -561,6 +562,35 @@ TEST(CudaCandidateStepGraphs, TrainingEqualsUncapturedTrainingBitForBit) {
     EXPECT_GE(captured.counts.captures, 6) << "every shape captured, and again after growth";
     EXPECT_GT(captured.counts.replays, captured.counts.captures);
     EXPECT_EQ(captured.counts.refused, 0) << "a capture failed: its shape ran uncaptured";
+  }
+}
+
+// Decoding steps captured into CUDA graphs (Transformer::decode_step): a beam search of 4
+// over five sentences, twice, with every step of a shape captured at its second
+// occurrence and replayed after, equals the same search uncaptured, bit for bit, in fp32
+// and bf16 (the same kernels; a step reads its position from the plan's upload).
+// CapturedDecodingSteps.* holds the host's part on the CPU.
+TEST(CudaCandidateStepGraphs, DecodingEqualsUncapturedDecodingBitForBit) {
+  THPC_REQUIRE_GPU();
+  ModelConfig c = graph_model();
+  c.max_positions = 32;
+  for (DType dtype : test::gpu_compute_dtypes()) {
+    SCOPED_TRACE(dtype_name(dtype));
+    GraphBackends plain(dtype, kStepTotals), graphs(dtype, kStepGraphs | kStepTotals);
+    Transformer::CaptureCounts plain_counts, captured_counts;
+    const auto expected = test::run_two_beam_searches(plain.use(), c, plain_counts);
+    const auto captured = test::run_two_beam_searches(graphs.use(), c, captured_counts);
+    ASSERT_EQ(captured.size(), expected.size());
+    for (size_t s = 0; s < expected.size(); ++s) {
+      ASSERT_EQ(captured[s].size(), expected[s].size()) << "sentence " << s;
+      for (size_t i = 0; i < expected[s].size(); ++i) {
+        EXPECT_EQ(captured[s][i].tokens, expected[s][i].tokens) << "sentence " << s;
+        EXPECT_EQ(captured[s][i].log_prob, expected[s][i].log_prob) << "sentence " << s;
+      }
+    }
+    EXPECT_GT(captured_counts.captures, 0);
+    EXPECT_GT(captured_counts.replays, captured_counts.captures);
+    EXPECT_EQ(captured_counts.refused, 0) << "a capture failed: its shape ran uncaptured";
   }
 }
 

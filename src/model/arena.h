@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "common/error.h"
 #include "kernels/ops.h"
 
 namespace thpc {
@@ -42,6 +43,20 @@ class Arena {
     Tensor t = take(dtype, numel);
     backend_.zero(t);
     return t;
+  }
+
+  // Where the next take() would start: a replayed pass (Backend::capture) takes nothing
+  // itself, so the arena is put back where the captured one left it, for what follows.
+  struct Mark {
+    size_t blocks = 0;
+    int64_t fill = 0, used = 0;
+  };
+  Mark mark() const { return Mark{blocks_.size(), fill_, used_}; }
+  void restore(const Mark& at) {
+    THPC_CHECK(at.blocks == blocks_.size(), "an arena mark of " << at.blocks << " blocks restored "
+                                            "in an arena of " << blocks_.size());
+    fill_ = at.fill;
+    used_ = at.used;
   }
 
   void reset() {

@@ -163,13 +163,14 @@ void DecoderState::plan_step(const std::vector<int32_t>& tokens) {
   plan.slots = slots;
   plan.every_slot_filled = H == sentences_ * slots;
 
-  // One upload: the six lists end to end, each then a pointer into the buffer.
+  // One upload: the seven lists end to end, each then a pointer into the buffer.
   std::vector<int32_t>& all = plan.host_all;
   all.clear();
-  const std::array<const std::vector<int32_t>*, 6> parts = {
-      &tokens, &plan.host_key_lengths, &plan.host_to, &plan.host_from, &plan.host_slots,
-      &prefix_rows_};
-  std::array<size_t, 6> offsets{};
+  const std::vector<int32_t> position_row = {position};
+  const std::array<const std::vector<int32_t>*, 7> parts = {
+      &tokens,           &plan.host_key_lengths, &plan.host_to, &plan.host_from,
+      &plan.host_slots,  &prefix_rows_,          &position_row};
+  std::array<size_t, 7> offsets{};
   for (size_t i = 0; i < parts.size(); ++i) {
     offsets[i] = all.size();
     all.insert(all.end(), parts[i]->begin(), parts[i]->end());
@@ -182,6 +183,7 @@ void DecoderState::plan_step(const std::vector<int32_t>& tokens) {
   plan.append_from = base + offsets[3];
   plan.cross_slots = base + offsets[4];
   plan.key_rows = base + offsets[5];
+  plan.position = base + offsets[6];
 }
 
 // ---------------------------------------------------------------------------------
@@ -211,20 +213,78 @@ void Transformer::begin_decoding(DecoderState& state, const std::vector<int>& so
 
 Tensor Transformer::decode_step(DecoderState& state, const std::vector<int32_t>& tokens) {
   State& s = *state_;
+  const int position = state.positions();
+  state.plan_step(tokens);
+  s.step_arena.reset();
+  Tensor logits;
+  if (!backend_.can_capture()) {
+    logits = queue_decode_step(state, position, false);
+  } else {
+    logits = captured_decode_step(state, position);
+  }
+  state.positions_ = position + 1;
+  return logits;
+}
+
+// Where the backend captures work (Backend::can_capture): the step queued once per shape
+// and replayed, as train_step's pass (the shape's first step uncaptured, its second
+// captured, the later ones replayed). A step's work depends on its position only through
+// the position table's row, which a captured step copies from the row the plan uploaded;
+// everything else it reads is in the plan's upload, the caches or the arena, the same
+// places for every step of a shape. After a replay the arena is put back where the
+// captured step left it: what follows (row_top_k's outputs) takes from there.
+Tensor Transformer::captured_decode_step(DecoderState& state, int position) {
+  State& s = *state_;
+  const DecoderState::StepPlan& plan = state.step_;
+  CapturedDecodeStep& step = lru_entry(
+      captured_decode_steps_,
+      CapturedDecodeKey{&state, state.hypotheses(), plan.slots, state.sentences_,
+                        state.source_len_, state.max_len(), plan.every_slot_filled});
+  if (step.work != nullptr && step.work->replay()) {
+    s.step_arena.restore(step.arena_after);
+    ++capture_counts_.replays;
+    return step.logits;
+  }
+  if (step.refused || (step.work == nullptr && step.uncaptured_runs == 0)) {
+    ++step.uncaptured_runs;
+    return queue_decode_step(state, position, false);
+  }
+  Tensor logits;
+  step.work = backend_.capture([&] { logits = queue_decode_step(state, position, true); });
+  if (step.work != nullptr && step.work->replay()) {
+    step.logits = logits;
+    step.arena_after = s.step_arena.mark();
+    ++capture_counts_.captures;
+    ++capture_counts_.replays;
+    return logits;
+  }
+  step.work.reset();
+  step.refused = true;
+  ++capture_counts_.refused;
+  s.step_arena.reset();
+  return queue_decode_step(state, position, false);
+}
+
+// The decoder at `position` over the plan the step uploaded. position_from_plan: the
+// position table's row copied from the plan's `position` index (a captured step, whose
+// work must not depend on the host's position); else read at its offset.
+Tensor Transformer::queue_decode_step(DecoderState& state, int position, bool position_from_plan) {
+  State& s = *state_;
   Sublayers sub = sublayers_for(backend_, config_);
   const int H = state.hypotheses();
   const int d = config_.d_model;
-  const int position = state.positions();
-  state.plan_step(tokens);
   const DecoderState::StepPlan& plan = state.step_;
   Arena& arena = s.step_arena;
-  arena.reset();
 
   // The token embedding at this position: the position table's row `position`.
   Tensor table = s.positions.value ? s.positions.value : s.sinusoid;
+  Tensor position_row = table.slice(int64_t(position) * d, d);
+  if (position_from_plan) {
+    position_row = arena.take(table.dtype, d);
+    backend_.copy_rows(position_row, nullptr, table, plan.position, 1, d);
+  }
   Tensor x0 = arena.take(sub.act, int64_t(H) * d);
-  backend_.embedding_forward(x0, plan.tokens, s.embedding.value,
-                             table.slice(int64_t(position) * d, d), H, 1, d, vocab_,
+  backend_.embedding_forward(x0, plan.tokens, s.embedding.value, position_row, H, 1, d, vocab_,
                              std::sqrt(static_cast<float>(d)));
 
   DecodingStep step;
@@ -258,7 +318,6 @@ Tensor Transformer::decode_step(DecoderState& state, const std::vector<int32_t>&
                   pass, layer, &state.layers_[layer]);
     in = sub.after(a.last());
   }
-  state.positions_ = position + 1;
   Tensor logits = vocabulary_logits(arena, in.normed, H);
   backend_.log_softmax(logits, logits, H, vocab_);
   return logits;

@@ -108,11 +108,14 @@ class DecoderState {
     // self-attention cache (copy_rows moves whole rows, so a q|k|v row is cut into chunks
     // of gcd(h dk, h dv) elements, its k|v being the last ones); cross_slots: per
     // hypothesis, its query's row in the per-sentence cross-attention; key_rows: each
-    // hypothesis' prefix_rows_, the attention's AttentionShape::key_rows.
-    // All six travel in one upload per step (`host_all` into `uploaded`; on a GPU each
+    // hypothesis' prefix_rows_, the attention's AttentionShape::key_rows; position: the
+    // step's position, one index, the position table's row a captured step copies
+    // (Transformer::decode_step).
+    // All seven travel in one upload per step (`host_all` into `uploaded`; on a GPU each
     // upload is a copy and a wait), and these point into it.
     const int32_t *tokens = nullptr, *key_lengths = nullptr, *append_to = nullptr,
-                  *append_from = nullptr, *cross_slots = nullptr, *key_rows = nullptr;
+                  *append_from = nullptr, *cross_slots = nullptr, *key_rows = nullptr,
+                  *position = nullptr;
     model_detail::IdBuffer uploaded;
     std::vector<int32_t> host_key_lengths, host_to, host_from, host_slots, host_all;
     std::vector<int> filled_slots;

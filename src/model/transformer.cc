@@ -443,7 +443,9 @@ void Transformer::train_step(const Batch& batch, const DropoutContext& dropout,
   THPC_CHECK(params_.grads(), "train_step on a model built for inference (no gradients)");
   upload_batch(batch);
   State& s = *state_;
-  CapturedPass& pass = captured_pass({s.batch_size, s.src_len, s.tgt_len, inputs, totals.data});
+  CapturedPass& pass =
+      lru_entry(captured_passes_, CapturedPassKey{s.batch_size, s.src_len, s.tgt_len, inputs,
+                                                  totals.data});
   if (pass.work != nullptr && pass.work->replay()) {
     ++capture_counts_.replays;
     forget_pass_views();
@@ -479,27 +481,31 @@ void Transformer::train_step(const Batch& batch, const DropoutContext& dropout,
   queue_train_pass(dropout, loss);
 }
 
-Transformer::CapturedPass& Transformer::captured_pass(const CapturedPassKey& key) {
+template <typename Entry, typename Key>
+Entry& Transformer::lru_entry(std::vector<Entry>& entries, const Key& key) {
   ++capture_clock_;
-  for (CapturedPass& pass : captured_passes_) {
-    if (pass.key == key) {
-      pass.last_use = capture_clock_;
-      return pass;
+  for (Entry& entry : entries) {
+    if (entry.key == key) {
+      entry.last_use = capture_clock_;
+      return entry;
     }
   }
-  if (captured_passes_.size() >= kMaxCapturedPasses) {
-    // The least recently used shape gives its place (its graph's memory) up.
+  if (entries.size() >= kMaxCapturedPasses) {
+    // The least recently used gives its place (its graph's memory) up.
     auto oldest = std::min_element(
-        captured_passes_.begin(), captured_passes_.end(),
-        [](const CapturedPass& a, const CapturedPass& b) { return a.last_use < b.last_use; });
-    captured_passes_.erase(oldest);
+        entries.begin(), entries.end(),
+        [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; });
+    entries.erase(oldest);
     ++capture_counts_.evicted;
   }
-  captured_passes_.emplace_back();
-  captured_passes_.back().key = key;
-  captured_passes_.back().last_use = capture_clock_;
-  return captured_passes_.back();
+  entries.emplace_back();
+  entries.back().key = key;
+  entries.back().last_use = capture_clock_;
+  return entries.back();
 }
+
+template Transformer::CapturedDecodeStep& Transformer::lru_entry(
+    std::vector<CapturedDecodeStep>&, const CapturedDecodeKey&);
 
 void Transformer::forget_pass_views() {
   // The host's views of a pass's activations were set when its shape last ran on the host,

@@ -93,10 +93,11 @@ class Transformer {
   void train_step(const Batch& batch, const DropoutContext& dropout, const StepInputs* inputs,
                   Tensor totals);
   static constexpr size_t kMaxCapturedPasses = 256;
-  // What train_step's capturing has done so far (for the benchmark's line and tests).
+  // What train_step's and the decoding steps' capturing has done so far (for the
+  // benchmark's line and tests).
   struct CaptureCounts {
-    int64_t captures = 0;  // passes captured (each replayed at once)
-    int64_t replays = 0;   // passes run by replaying a capture, the capturing ones included
+    int64_t captures = 0;  // passes or steps captured (each replayed at once)
+    int64_t replays = 0;   // passes or steps run by replaying a capture, the capturing ones
     int64_t refused = 0;   // captures the backend refused: that shape runs uncaptured
     int64_t evicted = 0;   // captures dropped for kMaxCapturedPasses
   };
@@ -213,16 +214,41 @@ class Transformer {
              inputs == o.inputs && totals == o.totals;
     }
   };
-  struct CapturedPass {
-    CapturedPassKey key{};
+  // What a captured pass or decoding step keeps: `Key` says what it is good for.
+  template <typename Key>
+  struct Captured {
+    Key key{};
     std::unique_ptr<CapturedWork> work;  // null: not captured (yet)
     int64_t uncaptured_runs = 0;
     bool refused = false;  // the backend refused its capture: runs uncaptured
     uint64_t last_use = 0;
   };
-  // The pass of `key`, made if new (dropping the least recently used beyond the bound).
-  CapturedPass& captured_pass(const CapturedPassKey& key);
+  using CapturedPass = Captured<CapturedPassKey>;
+  // A decoding step's shape and the decoder state whose buffers it reads.
+  struct CapturedDecodeKey {
+    const DecoderState* state;
+    int hypotheses, slots, sentences, source_len, max_len;
+    bool every_slot_filled;
+    bool operator==(const CapturedDecodeKey& o) const {
+      return state == o.state && hypotheses == o.hypotheses && slots == o.slots &&
+             sentences == o.sentences && source_len == o.source_len && max_len == o.max_len &&
+             every_slot_filled == o.every_slot_filled;
+    }
+  };
+  struct CapturedDecodeStep : Captured<CapturedDecodeKey> {
+    Tensor logits;           // where the captured step leaves its log-probabilities
+    Arena::Mark arena_after;  // the step arena as the captured step left it
+  };
+  // The entry of `key` in `entries`, made if new (the least recently used one dropped
+  // beyond kMaxCapturedPasses entries).
+  template <typename Entry, typename Key>
+  Entry& lru_entry(std::vector<Entry>& entries, const Key& key);
   void forget_pass_views();
+  // decode_step's work after its plan's upload (position_from_plan: the position table's
+  // row copied from the uploaded index, as a captured step must), and the same through a
+  // capture.
+  Tensor queue_decode_step(DecoderState& state, int position, bool position_from_plan);
+  Tensor captured_decode_step(DecoderState& state, int position);
   bool lookups_summed_apart() const;
   void forward_encoder(bool train, const DropoutContext& dropout,
                        EncoderActivations keep = EncoderActivations::kAll);
@@ -267,6 +293,7 @@ class Transformer {
   std::unique_ptr<DecoderState> decoder_state_;
   // Declared after state_: a graph goes before the memory it points into.
   std::vector<CapturedPass> captured_passes_;
+  std::vector<CapturedDecodeStep> captured_decode_steps_;
   uint64_t capture_clock_ = 0;
   CaptureCounts capture_counts_;
 };
