@@ -12,6 +12,7 @@
 
 #include "data/batch.h"
 #include "decode/beam_search.h"
+#include "distributed/gradient_reducer.h"
 #include "kernels/ops.h"
 #include "model/transformer.h"
 #include "train/lr_schedule.h"
@@ -60,10 +61,14 @@ struct StepsRun {
 // `steps` steps of `accumulate` micro-batches each, taken from `batches` in order
 // (cycling), the model initialised from `init_seed`, dropout keyed by `dropout_seed`,
 // the logits made `loss_chunk_rows` rows at a time (0: whole).
+// With `reducer`: the last micro-batch's backward starts its sums as GradientSums does
+// for several ranks (train/gradient_sums.h): buckets from the gradients-final hook, the
+// finish queued at the pass's end where the transport is capturable, awaited after.
 inline StepsRun run_training_steps(Backend& backend, const ModelConfig& config, int vocab,
                                    const std::vector<Batch>& batches, int steps, int accumulate,
                                    uint64_t init_seed, uint64_t dropout_seed,
-                                   int64_t loss_chunk_rows = 0) {
+                                   int64_t loss_chunk_rows = 0,
+                                   GradientReducer* reducer = nullptr) {
   Transformer model(config, vocab, SpecialIds{}, backend, init_seed);
   model.set_loss_chunk_rows(loss_chunk_rows);
   Adam adam(model.params(), backend, AdamSettings{});
@@ -90,7 +95,23 @@ inline StepsRun run_training_steps(Backend& backend, const ModelConfig& config, 
       step_inputs.dropout_stream = dropout.stream;
       step_inputs.grad_scale = 1.0f / static_cast<float>(tokens);
       inputs.set(step_inputs);
+      const bool summed = reducer != nullptr && i + 1 == accumulate;
+      if (summed) {
+        reducer->begin(model.params().grads());
+        model.set_gradients_final_hook([&](int64_t offset) { reducer->ready_from(offset); },
+                                       reducer->capturable());
+        if (reducer->capturable()) model.set_pass_end_hook([&] { reducer->queue_finish(); });
+      }
       model.train_step(*micro[i], dropout, inputs.in_backend(), totals.tensor());
+      if (summed) {
+        model.set_gradients_final_hook(nullptr);
+        model.set_pass_end_hook(nullptr);
+        if (reducer->capturable()) {
+          reducer->await_finish();
+        } else {
+          reducer->finish();
+        }
+      }
     }
     const Tensor grads = model.params().grads();
     backend.sum_squares_into(totals.tensor(), grads, grads.numel);
@@ -101,6 +122,24 @@ inline StepsRun run_training_steps(Backend& backend, const ModelConfig& config, 
   run.counts = model.capture_counts();
   return run;
 }
+
+// A stand-in for the sums over two ranks that hold the same gradient: each bucket
+// doubled in place on the backend (scale), as a sum of two equal halves would leave it.
+// capturable: as NCCL's, its work all queued on the backend, none on the host.
+class DoublingReducer final : public GradientReducer {
+ public:
+  DoublingReducer(Backend& backend, bool capturable)
+      : GradientReducer(/*bucket_bytes=*/4096), backend_(backend), capturable_(capturable) {}
+  bool capturable() const override { return capturable_; }
+
+ protected:
+  void start(Tensor bucket) override { backend_.scale(bucket, bucket.numel, 2.0f); }
+  void await_complete() override {}
+
+ private:
+  Backend& backend_;
+  bool capturable_;
+};
 
 // Two beam searches of 4 (two best each) over the same five sentences, by one model made
 // from `config` (vocabulary 12, initialised from seed 5) on `backend`: the first search's

@@ -96,6 +96,36 @@ INSTANTIATE_TEST_SUITE_P(NormsAndLossChunks, CapturedPasses,
                          ::testing::Values(std::make_tuple("post", 0), std::make_tuple("pre", 0),
                                            std::make_tuple("post", 5)));
 
+// The sums over ranks inside the captured pass (GradientReducer::capturable: NCCL's on a
+// GPU; here the doubling stand-in, its work all on the backend): one micro-batch a step,
+// so every pass has the gradient hooks; with a capturable transport the pass is captured
+// with its buckets' sums and its finish queued at its end, and equals the uncaptured
+// steps bit for bit (a replay that left the sums out would halve the gradient). With a
+// transport that calls the host (MPI's), nothing is captured.
+TEST(CapturedSums, ACapturableTransportsSumsAreCapturedWithThePass) {
+  const ModelConfig config = small_model("post");
+  const std::vector<Batch> batches = schedule(kVocab, 12);
+  for (bool capturable : {true, false}) {
+    SCOPED_TRACE(capturable ? "capturable" : "host transport");
+    auto plain_backend = make_cpu_backend(DType::F32);
+    auto inner = make_cpu_backend(DType::F32);
+    CapturingBackend capturing(*inner);
+    test::DoublingReducer plain_sums(*plain_backend, capturable), captured_sums(capturing, capturable);
+    const test::StepsRun plain = test::run_training_steps(*plain_backend, config, kVocab, batches,
+                                                          12, 1, 3, 5, 0, &plain_sums);
+    const test::StepsRun captured = test::run_training_steps(capturing, config, kVocab, batches,
+                                                             12, 1, 3, 5, 0, &captured_sums);
+    expect_same_steps(captured, plain);
+    if (capturable) {
+      EXPECT_GE(captured.counts.captures, 3);
+      EXPECT_GT(captured.counts.replays, captured.counts.captures);
+    } else {
+      EXPECT_EQ(captured.counts.captures, 0);
+      EXPECT_EQ(capturing.captures(), 0);
+    }
+  }
+}
+
 // The stand-in with a loss that waits for the backend, as the GPU's verified loss does
 // (it reads each micro-batch's sums back): no pass can be captured. Each shape's capture
 // is tried once, refused, and its passes run uncaptured from then on: the same training.

@@ -594,6 +594,43 @@ TEST(CudaCandidateStepGraphs, DecodingEqualsUncapturedDecodingBitForBit) {
   }
 }
 
+// The gradient sums inside the captured pass: NCCL on one rank (its all-reduce of one
+// rank a copy; the launches, events and the compute stream's wait all in the graph, the
+// host's wait for an event after it), one micro-batch a step so that every pass calls the
+// hooks, equal to the same steps uncaptured with the same transport, bit for bit.
+// CapturedSums.* holds the host's part on the CPU (the rehearsal takes its stand-in).
+TEST(CudaCandidateStepGraphs, OneRankNcclSumsCapturedEqualUncaptured) {
+  THPC_REQUIRE_GPU();
+  constexpr int kVocab = 97;
+  const std::vector<Batch> batches = test::batches_of_shapes(3, 12, kVocab, 40, 31);
+  for (DType dtype : test::gpu_compute_dtypes()) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const auto run = [&](unsigned candidates) {
+      GraphBackends gpu(dtype, candidates);
+      std::unique_ptr<GradientReducer> reducer =
+          test::twin_rehearsal()
+              ? std::make_unique<test::DoublingReducer>(gpu.use(), true)
+              : make_nccl_gradient_reducer(Communicator::single(), gpu.use(),
+                                           /*bucket_bytes=*/1 << 20, /*timeout_seconds=*/60.0);
+      EXPECT_TRUE(reducer->capturable());
+      return test::run_training_steps(gpu.use(), graph_model(), kVocab, batches, 12, 1, 3, 5, 0,
+                                      reducer.get());
+    };
+    const test::StepsRun expected = run(kStepTotals);
+    const test::StepsRun captured = run(kStepGraphs | kStepTotals);
+    ASSERT_EQ(captured.totals.size(), expected.totals.size());
+    for (size_t step = 0; step < expected.totals.size(); ++step) {
+      EXPECT_EQ(captured.totals[step].loss, expected.totals[step].loss) << "step " << step + 1;
+      EXPECT_EQ(captured.totals[step].grad_squares, expected.totals[step].grad_squares)
+          << "step " << step + 1;
+    }
+    EXPECT_EQ(captured.params, expected.params);
+    EXPECT_GE(captured.counts.captures, 3);
+    EXPECT_GT(captured.counts.replays, captured.counts.captures);
+    EXPECT_EQ(captured.counts.refused, 0) << "a capture failed: its shape ran uncaptured";
+  }
+}
+
 // The kernels' side of it: a key whose step and stream are in device memory
 // (DropoutKey::inputs, as captured passes' keys are) draws, in every kernel that drops
 // out, exactly the masks of the same values given as fields (the verified kernels' path,

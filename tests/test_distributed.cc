@@ -664,7 +664,7 @@ class RecordingReducer final : public thpc::GradientReducer {
     const int64_t begin = (static_cast<char*>(bucket.data) - base) / 4;
     started.push_back({begin, begin + bucket.numel, finishing ? -1 : calls, tensor_apart(bucket)});
   }
-  void complete() override { completed = true; }
+  void await_complete() override { completed = true; }
 
  public:
   char* base = nullptr;

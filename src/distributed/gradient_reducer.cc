@@ -63,6 +63,11 @@ void GradientReducer::ready_from(int64_t offset) {
 }
 
 void GradientReducer::finish() {
+  queue_finish();
+  await_finish();
+}
+
+void GradientReducer::queue_finish() {
   THPC_CHECK(grads_, "finish() without begin()");
   if (timing_) timings_.backward_done_ms = host_ms();
   ready_from(0);
@@ -71,7 +76,12 @@ void GradientReducer::finish() {
     pending_end_ = floor_;
   }
   for (const Tensor& extra : extras_) post(extra, -1);
-  complete();
+  queue_complete();
+}
+
+void GradientReducer::await_finish() {
+  THPC_CHECK(grads_, "finish() without begin()");
+  await_complete();
   extras_.clear();
   if (timing_) {
     timings_.sums_done_ms = host_ms();

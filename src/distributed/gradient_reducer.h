@@ -68,8 +68,20 @@ class GradientReducer {
   // apart in buffers of its own (tensor_apart below).
   void sum_at_finish(Tensor extra);
   // Starts what is left and completes every sum: afterwards the backend's later ops (the
-  // optimizer) see the summed gradients.
+  // optimizer) see the summed gradients. queue_finish() then await_finish().
   void finish();
+  // finish() in two halves, for a pass whose sums are captured with it (a CUDA graph of the
+  // last micro-batch, Transformer::train_step): queue_finish() starts what is left and
+  // queues the backend's wait for every sum (stream work only, where capturable(): the
+  // captured pass ends with it); await_finish() waits for the sums on the host, with the
+  // transport's timeout, once the pass has been queued or replayed.
+  void queue_finish();
+  void await_finish();
+  // Whether begin()'s, ready_from()'s and queue_finish()'s work on the backend is stream
+  // work a CUDA graph can hold, so that the pass whose backward starts the sums may be
+  // captured with them: NCCL's launches, untimed (the timings read events on the host).
+  // MPI's transports call the host: false.
+  virtual bool capturable() const { return false; }
   // Buckets started in the current pass (for tests and the log).
   int buckets_started() const { return buckets_started_; }
   // Time every pass from now on (dist.log_buckets); timings() holds the last one's.
@@ -81,7 +93,10 @@ class GradientReducer {
   // Called each time backward reports progress (once a layer): lets a transport that
   // advances only inside library calls move the started sums on.
   virtual void progress() {}
-  virtual void complete() = 0;
+  // Every started sum complete: the backend's wait for them queued (queue_complete, may
+  // be captured), then the host's (await_complete).
+  virtual void queue_complete() {}
+  virtual void await_complete() = 0;
   // The whole gradient of the current pass (the buckets are slices of it).
   Tensor gradients() const { return grads_; }
   // Where `bucket`, a slice of gradients(), starts in it, in elements: the place of its

@@ -108,7 +108,7 @@ class MpiGradientReducer final : public GradientReducer {
   void progress() override {
     for (const int index : sums_.progress()) bucket_done(static_cast<size_t>(index));
   }
-  void complete() override { sums_.complete(); }
+  void await_complete() override { sums_.complete(); }
 
  private:
   MpiBucketSums sums_;

@@ -13,6 +13,11 @@
 // ends this rank with an error instead of a silent hang. The timer starts when the
 // step's first bucket is launched, so dist.timeout_s bounds the sums themselves.
 //
+// Captured (train.cuda_kernels step_graphs, untimed): the pass's launches, the events
+// between the streams and the compute stream's wait are all stream work, so the last
+// micro-batch's graph holds its sums too; the host then waits for an event recorded after
+// the graph (its clock starting at the wait).
+//
 // dist.reduce_dtype = bf16: a final bucket is first rounded into a bf16 copy on the compute
 // stream (the backend's conversion, the one that makes the bf16 weights each step), NCCL
 // sums the copies as ncclBfloat16, and the sums are widened back into the fp32 gradient on
@@ -92,6 +97,7 @@ class NcclGradientReducer final : public GradientReducer {
     for (cudaEvent_t event : ready_events_) cudaEventDestroy(event);
     for (cudaEvent_t event : timing_events_) cudaEventDestroy(event);
     if (done_) cudaEventDestroy(done_);
+    if (after_graph_) cudaEventDestroy(after_graph_);
     if (nccl_stream_) cudaStreamDestroy(nccl_stream_);
     if (nccl_) ncclCommDestroy(nccl_);
   }
@@ -145,18 +151,38 @@ class NcclGradientReducer final : public GradientReducer {
                                                    : timings.buckets.back().done_ms;
   }
 
-  void complete() override {
-    const Clock::time_point started = next_event_ > 0 ? first_launch_ : Clock::now();
+  // Untimed: the launches, their events and the wait are stream work a graph can hold.
+  bool capturable() const override { return !timing(); }
+  void queue_complete() override {
+    awaited_started_ = next_event_ > 0 ? first_launch_ : Clock::now();
     if (timing()) THPC_CUDA_CHECK(cudaEventRecord(timing_event(1), compute_stream_));
     next_event_ = 0;
     THPC_CUDA_CHECK(cudaEventRecord(done_, nccl_stream_));
     THPC_CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, done_, 0));
     for (const auto& [bucket, summed] : widen_after_sum_) backend_.copy(bucket, summed);
     widen_after_sum_.clear();
+    // Inside a capture done_ is one of the graph's nodes, which the host cannot query:
+    // the wait is then for an event recorded on the compute stream after the graph, whose
+    // end waits for every sum.
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    THPC_CUDA_CHECK(cudaStreamIsCapturing(compute_stream_, &capturing));
+    awaited_after_graph_ = capturing != cudaStreamCaptureStatusNone;
+  }
+  void await_complete() override {
+    cudaEvent_t awaited = done_;
+    Clock::time_point started = awaited_started_;
+    if (awaited_after_graph_) {
+      if (after_graph_ == nullptr) {
+        THPC_CUDA_CHECK(cudaEventCreateWithFlags(&after_graph_, cudaEventDisableTiming));
+      }
+      THPC_CUDA_CHECK(cudaEventRecord(after_graph_, compute_stream_));
+      awaited = after_graph_;
+      started = Clock::now();  // a replay starts no clock on the host: from the wait
+    }
     // Poll instead of blocking in cudaEventSynchronize, so that an asynchronous NCCL
     // error or a peer that never arrives is noticed.
     for (;;) {
-      const cudaError_t state = cudaEventQuery(done_);
+      const cudaError_t state = cudaEventQuery(awaited);
       if (state == cudaSuccess) return;
       if (state != cudaErrorNotReady) THPC_CUDA_CHECK(state);
       fail_if_broken_or_late("gradient all-reduce", async_state(), started);
@@ -274,6 +300,11 @@ class NcclGradientReducer final : public GradientReducer {
   ncclComm_t nccl_ = nullptr;
   cudaStream_t compute_stream_ = nullptr, nccl_stream_ = nullptr;
   cudaEvent_t done_ = nullptr;
+  // queue_complete's: when the dist.timeout_s clock started; whether it was captured, so
+  // that await_complete waits for after_graph_, recorded after the graph, not done_.
+  Clock::time_point awaited_started_;
+  bool awaited_after_graph_ = false;
+  cudaEvent_t after_graph_ = nullptr;
   std::vector<cudaEvent_t> ready_events_;
   std::vector<cudaEvent_t> timing_events_;  // dist.log_buckets
   size_t next_event_ = 0;

@@ -85,7 +85,7 @@ class StagedMpiGradientReducer final : public GradientReducer {
     for (const int index : sums_.progress()) bucket_done(static_cast<size_t>(index));
   }
 
-  void complete() override {
+  void await_complete() override {
     while (!copying_.empty()) {
       THPC_CUDA_CHECK(cudaEventSynchronize(copying_.front().on_host));
       post(copying_.front());

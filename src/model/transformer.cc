@@ -391,6 +391,7 @@ void Transformer::queue_train_pass(const DropoutContext& dropout, Loss&& loss) {
     s.grad_arena.reset();
     backward_decoder(dropout);
     backward_encoder(dropout);
+    if (pass_end_hook_) pass_end_hook_();
     return;
   }
   // train.loss_chunk_rows: the tied projection (§3.4), the loss and the projection's
@@ -410,6 +411,7 @@ void Transformer::queue_train_pass(const DropoutContext& dropout, Loss&& loss) {
   });
   backward_decoder(dropout, d_decoder_out);
   backward_encoder(dropout);
+  if (pass_end_hook_) pass_end_hook_();
 }
 
 LossSums Transformer::train_step(const Batch& batch, float grad_scale,
@@ -432,9 +434,10 @@ void Transformer::train_step(const Batch& batch, const DropoutContext& dropout,
     backend_.softmax_cross_entropy_add(logits, logits, targets, rows, vocab_,
                                        config_.label_smoothing, ids_.pad, inputs, totals);
   };
-  // The hooks call host code during backward (the gradient sums' transport); the lookups
-  // summed apart change from step to step: such a pass runs uncaptured.
-  const bool capturable = backend_.can_capture() && !gradients_final_hook_ &&
+  // Hooks that call host code during backward (MPI's sums) and the lookups summed apart,
+  // which change from step to step, keep a pass uncaptured.
+  const bool capturable = backend_.can_capture() &&
+                          (!gradients_final_hook_ || gradients_final_hook_capturable_) &&
                           !output_projection_final_hook_ && !lookups_summed_apart();
   if (!capturable) {
     train_pass(batch, dropout, loss);

@@ -88,8 +88,9 @@ class Transformer {
   // second micro-batch of its shape (batch size, source and target length) and replayed
   // at the following ones, up to kMaxCapturedPasses shapes, the least recently used
   // dropped first: then the ops read the dropout's step and stream from `inputs`, and
-  // the host queues one launch. Passes with gradient hooks (the gradient sums over ranks
-  // overlapping backward) run uncaptured. A replayed pass leaves no attention_weights().
+  // the host queues one launch. A pass whose gradient hooks call host code (the sums over
+  // ranks by MPI, the embedding's per use) runs uncaptured; NCCL's sums are captured with
+  // it. A replayed pass leaves no attention_weights().
   void train_step(const Batch& batch, const DropoutContext& dropout, const StepInputs* inputs,
                   Tensor totals);
   static constexpr size_t kMaxCapturedPasses = 256;
@@ -112,9 +113,18 @@ class Transformer {
   // is final: x falls layer by layer (decoder N-1..0, encoder N-1..0) and ends at 0 once
   // the shared embedding is done. The gradient all-reduce starts its buckets from it.
   // An empty function (the default) turns the calls off.
-  void set_gradients_final_hook(std::function<void(int64_t offset)> hook) {
+  // capturable: the hook's work on the backend is stream work a CUDA graph can hold (the
+  // NCCL sums' launches, GradientReducer::capturable), so that a pass calling it may still
+  // be captured; else such a pass runs uncaptured.
+  void set_gradients_final_hook(std::function<void(int64_t offset)> hook,
+                                bool capturable = false) {
     gradients_final_hook_ = std::move(hook);
+    gradients_final_hook_capturable_ = capturable;
   }
+  // Called at the end of train_step's pass, inside it (so captured with it where it is):
+  // the gradient sums queue their finish there (GradientReducer::queue_finish). Empty (the
+  // default): nothing.
+  void set_pass_end_hook(std::function<void()> hook) { pass_end_hook_ = std::move(hook); }
 
   // The tied embedding's gradient summed per use (dist.embedding_sum = per_use): with
   // `rows` non-empty (sorted, distinct: every id any rank's micro-batches of the step look
@@ -279,6 +289,8 @@ class Transformer {
   Backend& backend_;
   ParamStore params_;
   std::function<void(int64_t)> gradients_final_hook_;
+  bool gradients_final_hook_capturable_ = false;
+  std::function<void()> pass_end_hook_;
   std::function<void()> output_projection_final_hook_;
   // Where the embedding lookups' backward adds: the embedding's gradient, or the table of
   // sum_lookups_apart().

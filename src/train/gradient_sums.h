@@ -33,7 +33,8 @@ class GradientSums {
   void prepare(Transformer& model, const std::vector<Batch>& micro_batches);
   // Around the last micro-batch's train_step: its backward starts the buckets as they
   // become final (and, per use, the embedding's share as soon as the output projection's
-  // backward is done).
+  // backward is done); with NCCL (GradientReducer::capturable) the pass's end also queues
+  // the sums' finish, so that a pass captured into a CUDA graph holds them.
   void attach(Transformer& model);
   void detach(Transformer& model);
   // After backward: every sum complete (per use, the lookups' rows added to the
@@ -52,6 +53,8 @@ class GradientSums {
   std::unique_ptr<GradientReducer> reducer_;  // null on one rank
   // dist.embedding_sum = per_use in effect (several ranks on the CPU).
   bool sum_lookups_apart_ = false;
+  // This step's finish was queued at its last pass's end (attach: a capturable transport).
+  bool finish_queued_in_pass_ = false;
   std::string timings_line_;
 };
 
