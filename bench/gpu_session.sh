@@ -633,6 +633,8 @@ program_vs_bench_step() {
 # step_graphs), unprofiled (a profile times each op, so nothing is captured there); 20
 # warm-up steps, two rounds of the benchmark's nine lengths: each shape captured before
 # the timed steps replay it. The JSON lines carry captured_passes and replayed_passes.
+# Then each setting profiled: a captured pass is one row there ("captured passes"), so
+# the "host time between kernels" row is issue 51's host_gap_share with the graphs too.
 small_batch_step() {
   local setting
   for setting in $(kernel_settings); do
@@ -640,6 +642,10 @@ small_batch_step() {
     timeout 60 "$BUILD_DIR/transformer_bench_step" $(bench_args base 40 20 | sed "s/--tokens 25000/--tokens 3125/") \
       --set "train.cuda_kernels=$setting" > "$LOGS/small_batch_${setting}.txt" 2>&1
     echo "== small batch, train.cuda_kernels=$setting (exit $?): $(grep "^{" "$LOGS/small_batch_${setting}.txt")"
+    # shellcheck disable=SC2046
+    timeout 60 "$BUILD_DIR/transformer_bench_step" $(bench_args base 40 20 | sed "s/--tokens 25000/--tokens 3125/") \
+      --set "train.cuda_kernels=$setting" --profile > "$LOGS/small_batch_profile_${setting}.txt" 2>&1
+    echo "== small batch profiled, train.cuda_kernels=$setting (exit $?): $(grep -E "^(captured passes|host time|total)" "$LOGS/small_batch_profile_${setting}.txt" | tr -s ' ' | paste -sd ';')"
   done
   return 0
 }

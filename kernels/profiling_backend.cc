@@ -77,6 +77,7 @@ const char* op_class_label(OpClass op_class) {
     case OpClass::GradientNorm: return "gradient norm, scaling";
     case OpClass::Memory: return "zero, copy, transfers";
     case OpClass::Decoding: return "decoding (copy_rows, top-k)";
+    case OpClass::Captured: return "captured passes (CUDA graphs)";
     case OpClass::kCount: break;
   }
   return "?";
@@ -201,7 +202,44 @@ OpProfile ProfilingBackend::collect() {
 
 ProfilingBackend::Timed::Timed(ProfilingBackend& owner, OpClass op_class, double flops)
     : owner_(owner), op_class_(op_class), flops_(flops) {
+  if (owner_.capturing_) {
+    owner_.captured_flops_ += flops;
+    return;
+  }
   if (owner_.recording_) start_ = owner_.clock_->mark();
+}
+
+// A capture of the inner backend whose replays are timed as one call of OpClass::Captured
+// with the captured ops' FLOPs.
+class ProfilingBackend::TimedReplay final : public CapturedWork {
+ public:
+  TimedReplay(ProfilingBackend& owner, std::unique_ptr<CapturedWork> work, double flops)
+      : owner_(owner), work_(std::move(work)), flops_(flops) {}
+  bool replay() override {
+    const Timed timed(owner_, OpClass::Captured, flops_);
+    return work_->replay();
+  }
+
+ private:
+  ProfilingBackend& owner_;
+  std::unique_ptr<CapturedWork> work_;
+  double flops_;
+};
+
+std::unique_ptr<CapturedWork> ProfilingBackend::capture(const std::function<void()>& queue_work) {
+  THPC_CHECK(!capturing_, "a capture inside a capture");
+  capturing_ = true;
+  captured_flops_ = 0.0;
+  std::unique_ptr<CapturedWork> work;
+  try {
+    work = inner().capture(queue_work);
+  } catch (...) {
+    capturing_ = false;
+    throw;
+  }
+  capturing_ = false;
+  if (work == nullptr) return nullptr;
+  return std::make_unique<TimedReplay>(*this, std::move(work), captured_flops_);
 }
 
 ProfilingBackend::Timed::~Timed() {

@@ -48,6 +48,8 @@ enum class OpClass {
   Memory,         // zero, copy (the bf16 weight refresh), uploads and downloads,
                   // write_step_inputs
   Decoding,       // copy_rows, row_top_k
+  Captured,       // replays of passes captured into CUDA graphs (Backend::capture): their
+                  // ops are timed as one, their matrix FLOPs counted with them
   kCount
 };
 constexpr int kOpClassCount = static_cast<int>(OpClass::kCount);
@@ -102,10 +104,13 @@ class ProfilingBackend : public ForwardingBackend {
   // its profile in turns, so that its marks (on a GPU, events) stay few.
   OpProfile take();
 
-  // Each op is timed on its own: nothing is captured (the profile of a captured pass
-  // would be one opaque launch).
-  bool can_capture() const override { return false; }
-  std::unique_ptr<CapturedWork> capture(const std::function<void()>&) override { return nullptr; }
+  // Captured work (CUDA graphs) is timed as one item a replay (OpClass::Captured): the
+  // ops queued while capturing are not timed one by one (their marks would be graph
+  // nodes), but their matrix FLOPs are summed into the replay's. So a profile of captured
+  // passes still says how much of the step the device was idle ("host time between
+  // kernels", issue 51's host_gap_share).
+  bool can_capture() const override { return inner().can_capture(); }
+  std::unique_ptr<CapturedWork> capture(const std::function<void()>& queue_work) override;
 
   // The memory calls, timed (allocation and synchronize() pass through untimed).
   void zero(Tensor tensor) override;
@@ -148,8 +153,12 @@ class ProfilingBackend : public ForwardingBackend {
     double flops;
   };
 
+  class TimedReplay;
+
   std::unique_ptr<WorkClock> clock_;
   bool recording_ = false;
+  bool capturing_ = false;      // inside capture(): the ops' marks are left out
+  double captured_flops_ = 0.0;  // their matrix FLOPs, for the replays'
   int step_start_ = -1;
   std::vector<Call> calls_;
   std::vector<std::pair<int, int>> steps_;  // begin and end marks

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "data/batch.h"
+#include "kernels/capturing_backend.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/profiling_backend.h"
 #include "model/transformer.h"
@@ -196,6 +197,64 @@ TEST(Profile, BenchStepBreaksTheStepsDownByBucketLength) {
   EXPECT_EQ(lengths, (std::vector<int>{12, 18, 24, 28, 32, 40, 48, 64, 96})) << run.output;
   ASSERT_GT(table_step, 0.0) << run.output;
   EXPECT_NEAR(sum_of_steps / 9.0, table_step, 0.01 * table_step + 0.01) << run.output;
+}
+
+// Steps in the trainer's form (the loss into the step's totals, the step inputs written
+// before the pass), each step between the profiler's begin_step() and end_step() from
+// step 2 on: through a backend that captures, step 1 runs the pass uncaptured, step 2
+// captures and replays it, the later ones replay it.
+OpProfile profile_of_trainer_steps(ProfilingBackend& profiler, int steps) {
+  Transformer model(profiled_model(), kVocab, SpecialIds{}, profiler, 11);
+  StepTotalsBuffer totals(profiler);
+  StepInputsBuffer inputs(profiler);
+  const Batch batch = profiled_batch();
+  for (int step = 1; step <= steps; ++step) {
+    if (step > 1) profiler.begin_step();
+    profiler.zero(model.params().grads());
+    totals.zero();
+    StepInputs values;
+    values.dropout_step = static_cast<uint32_t>(step);
+    values.grad_scale = 1.0f / static_cast<float>(batch.tgt_tokens());
+    inputs.set(values);
+    DropoutContext dropout;
+    dropout.seed = 3;
+    dropout.step = values.dropout_step;
+    model.train_step(batch, dropout, inputs.in_backend(), totals.tensor());
+    totals.read(kVocab);
+    if (step > 1) profiler.end_step();
+  }
+  return profiler.collect();
+}
+
+// A captured pass (Backend::capture; on the CPU the stand-in of tests) is timed as one
+// call a replay, in the row "captured passes", with the matrix FLOPs of the ops it holds:
+// the profile of four replayed steps has that row's four calls and the FLOPs the same
+// steps' ops have uncaptured, and no GEMM of its own; the rows still add up to the step.
+TEST(Profile, ACapturedPassIsOneCallWithItsOpsFlops) {
+  auto cpu = make_cpu_backend(DType::F32);
+  ProfilingBackend plain(*cpu);
+  const OpProfile uncaptured = profile_of_trainer_steps(plain, 5);
+  auto inner = make_cpu_backend(DType::F32);
+  CapturingBackend capturing(*inner);
+  ProfilingBackend profiler(capturing);
+  const OpProfile captured = profile_of_trainer_steps(profiler, 5);
+  const auto row = [](const OpProfile& p, OpClass c) { return p.rows[static_cast<int>(c)]; };
+  EXPECT_EQ(row(uncaptured, OpClass::Captured).calls, 0);
+  EXPECT_EQ(row(captured, OpClass::Captured).calls, 4);
+  EXPECT_EQ(row(captured, OpClass::GemmForward).calls, 0);
+  EXPECT_EQ(row(captured, OpClass::Attention).calls, 0);
+  double pass_flops = 0.0;
+  for (OpClass c : {OpClass::GemmForward, OpClass::GemmBackward, OpClass::Attention}) {
+    pass_flops += row(uncaptured, c).flops;
+  }
+  EXPECT_GT(pass_flops, 0.0);
+  EXPECT_DOUBLE_EQ(row(captured, OpClass::Captured).flops, pass_flops);
+  double sum = captured.host_seconds();
+  for (const OpProfile::Row& r : captured.rows) sum += r.seconds;
+  EXPECT_NEAR(sum, captured.span_seconds, 1e-12 * captured.steps);
+  EXPECT_GE(captured.host_seconds(), 0.0);
+  EXPECT_NE(format_profile(captured, cpu->name(), 0.1).find("captured passes (CUDA graphs)"),
+            std::string::npos);
 }
 
 }  // namespace
