@@ -68,7 +68,9 @@
 #      train.cuda_kernels = verified and (only if the candidate twins passed in 1.)
 #      candidate; then the default once per train.short_attention_max_len in
 #      SHORT_ATTENTION_LENGTHS (default "0 64": the batched path alone, and one length
-#      more than the default 48), each its step and by-bucket lines only;
+#      more than the default 48), each its step and by-bucket lines only; the program
+#      against the benchmark at 3,125 tokens; the small batch (base, 3,125 tokens) timed
+#      and profiled per kernel setting, the candidates' with CUDA graphs (small_batch_step);
 #   4. PEERS="eager compile" bench/step_vs_torch.sh base with ours verified and candidate
 #      (OURS_VARIANTS), ours and eager first, the compiled peer (torch.compile, default
 #      mode, static shapes: nine lengths) last with what is left; a peer cut off leaves
@@ -192,6 +194,7 @@ readonly PLAN=(
   "1|bf16 GEMM ceiling (8192^3)|10|15"
   "1|profile base verified, candidate; short_attention_max_len 0, 64 (27 steps each)|25|70"
   "1|program vs benchmark: base, 3,125 tokens, 40 steps each (bench/program_vs_bench.sh)|10|30"
+  "1|small batch: base, 3,125 tokens, verified and candidate (CUDA graphs), timed and profiled|15|40"
   "1|ours verified (and candidate if it acts in training; the loss in chunks of 1,024 rows; 75 steps each); eager|45|90"
   "1|torch.compile peer, only without PEERS=eager (228 s to compile on 2026-11-26)|0|0"
   "2|setup on the warm machine (bundle kept), build of mpi_equivalence, test_distributed, the trainer|15|60"
