@@ -15,8 +15,9 @@
 //
 // Captured (train.cuda_kernels step_graphs, untimed): the pass's launches, the events
 // between the streams and the compute stream's wait are all stream work, so the last
-// micro-batch's graph holds its sums too; the host then waits for an event recorded after
-// the graph (its clock starting at the wait).
+// micro-batch's graph holds its sums too. The host always waits for an event recorded on
+// the compute stream after the pass (a graph's done_ is one of its nodes, which the host
+// cannot query); after a replay its clock starts at the wait.
 //
 // dist.reduce_dtype = bf16: a final bucket is first rounded into a bf16 copy on the compute
 // stream (the backend's conversion, the one that makes the bf16 weights each step), NCCL
@@ -97,7 +98,7 @@ class NcclGradientReducer final : public GradientReducer {
     for (cudaEvent_t event : ready_events_) cudaEventDestroy(event);
     for (cudaEvent_t event : timing_events_) cudaEventDestroy(event);
     if (done_) cudaEventDestroy(done_);
-    if (after_graph_) cudaEventDestroy(after_graph_);
+    if (after_sums_) cudaEventDestroy(after_sums_);
     if (nccl_stream_) cudaStreamDestroy(nccl_stream_);
     if (nccl_) ncclCommDestroy(nccl_);
   }
@@ -161,28 +162,27 @@ class NcclGradientReducer final : public GradientReducer {
     THPC_CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, done_, 0));
     for (const auto& [bucket, summed] : widen_after_sum_) backend_.copy(bucket, summed);
     widen_after_sum_.clear();
-    // Inside a capture done_ is one of the graph's nodes, which the host cannot query:
-    // the wait is then for an event recorded on the compute stream after the graph, whose
-    // end waits for every sum.
+    // Captured, these launches run at each replay, whose host code queues nothing here:
+    // the clock then starts at the wait.
     cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
     THPC_CUDA_CHECK(cudaStreamIsCapturing(compute_stream_, &capturing));
-    awaited_after_graph_ = capturing != cudaStreamCaptureStatusNone;
+    clock_from_first_launch_ = capturing == cudaStreamCaptureStatusNone;
   }
+  // The host waits for an event recorded on the compute stream now, after the pass's wait
+  // for the sums (queue_complete's, or the one inside a replayed graph, where done_ is a
+  // graph node the host cannot query).
   void await_complete() override {
-    cudaEvent_t awaited = done_;
-    Clock::time_point started = awaited_started_;
-    if (awaited_after_graph_) {
-      if (after_graph_ == nullptr) {
-        THPC_CUDA_CHECK(cudaEventCreateWithFlags(&after_graph_, cudaEventDisableTiming));
-      }
-      THPC_CUDA_CHECK(cudaEventRecord(after_graph_, compute_stream_));
-      awaited = after_graph_;
-      started = Clock::now();  // a replay starts no clock on the host: from the wait
+    if (after_sums_ == nullptr) {
+      THPC_CUDA_CHECK(cudaEventCreateWithFlags(&after_sums_, cudaEventDisableTiming));
     }
+    THPC_CUDA_CHECK(cudaEventRecord(after_sums_, compute_stream_));
+    const Clock::time_point started =
+        clock_from_first_launch_ ? awaited_started_ : Clock::now();
+    clock_from_first_launch_ = false;  // a replay's pass queues nothing here
     // Poll instead of blocking in cudaEventSynchronize, so that an asynchronous NCCL
     // error or a peer that never arrives is noticed.
     for (;;) {
-      const cudaError_t state = cudaEventQuery(awaited);
+      const cudaError_t state = cudaEventQuery(after_sums_);
       if (state == cudaSuccess) return;
       if (state != cudaErrorNotReady) THPC_CUDA_CHECK(state);
       fail_if_broken_or_late("gradient all-reduce", async_state(), started);
@@ -300,11 +300,11 @@ class NcclGradientReducer final : public GradientReducer {
   ncclComm_t nccl_ = nullptr;
   cudaStream_t compute_stream_ = nullptr, nccl_stream_ = nullptr;
   cudaEvent_t done_ = nullptr;
-  // queue_complete's: when the dist.timeout_s clock started; whether it was captured, so
-  // that await_complete waits for after_graph_, recorded after the graph, not done_.
+  // queue_complete's: when the dist.timeout_s clock started, and whether the host queued
+  // the sums itself (false once they were captured: a replay starts the clock at the wait).
   Clock::time_point awaited_started_;
-  bool awaited_after_graph_ = false;
-  cudaEvent_t after_graph_ = nullptr;
+  bool clock_from_first_launch_ = false;
+  cudaEvent_t after_sums_ = nullptr;  // await_complete's, on the compute stream
   std::vector<cudaEvent_t> ready_events_;
   std::vector<cudaEvent_t> timing_events_;  // dist.log_buckets
   size_t next_event_ = 0;
