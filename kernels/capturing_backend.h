@@ -43,8 +43,12 @@ class CapturingBackend : public ForwardingBackend {
       last_refusal_ = refused.what;
       return nullptr;
     } catch (...) {
+      // As the CUDA backend's: whatever the work threw ends the capture, refused; the
+      // uncaptured run that follows meets the same error, if it is lasting.
       recording_ = nullptr;
-      throw;
+      ++refused_captures_;
+      last_refusal_ = "the work threw";
+      return nullptr;
     }
     recording_ = nullptr;
     ++captures_;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "captured_steps.h"
+#include "common/error.h"
 #include "decode/beam_search.h"
 #include "kernels/capturing_backend.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -156,6 +157,48 @@ TEST(CapturedPassesRefused, APassThatWaitsRunsUncapturedOnceRefused) {
   EXPECT_EQ(refused.counts.refused, 3) << "each shape tried once";
   EXPECT_EQ(waiting.refused_captures(), 3);
   EXPECT_EQ(waiting.last_refusal(), "synchronize");
+}
+
+// An op that throws while its pass is captured (a bad argument, say) ends the capture,
+// refused, and the uncaptured run that follows throws it to the caller: an error is
+// never swallowed by the capture.
+class ThrowingLossBackend : public CapturingBackend {
+ public:
+  using CapturingBackend::CapturingBackend;
+  bool fail = false;
+  void softmax_cross_entropy_add(Out d_logits, In logits, const int32_t* targets, int rows,
+                                 int vocab, float eps, int pad_id, const StepInputs* inputs,
+                                 ParamOut totals) override {
+    THPC_CHECK(!fail, "the loss refused its arguments");
+    CapturingBackend::softmax_cross_entropy_add(d_logits, logits, targets, rows, vocab, eps,
+                                                pad_id, inputs, totals);
+  }
+};
+
+TEST(CapturedPassesRefused, AnErrorInACapturedPassReachesTheCaller) {
+  const ModelConfig config = small_model("post");
+  const std::vector<Batch> batches = test::batches_of_shapes(1, 1, kVocab, 12, 11);
+  auto inner = make_cpu_backend(DType::F32);
+  ThrowingLossBackend throwing(*inner);
+  Transformer model(config, kVocab, SpecialIds{}, throwing, 3);
+  StepTotalsBuffer totals(throwing);
+  StepInputsBuffer inputs(throwing);
+  StepInputs step_inputs;
+  step_inputs.grad_scale = 0.1f;
+  inputs.set(step_inputs);
+  const auto step = [&] {
+    model.train_step(batches[0], DropoutContext{5, 1, 0}, inputs.in_backend(), totals.tensor());
+  };
+  step();  // the shape's first pass: uncaptured
+  throwing.fail = true;
+  try {
+    step();  // captured: refused, then uncaptured: thrown
+    ADD_FAILURE() << "the loss's error was swallowed";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("the loss refused its arguments"), std::string::npos);
+  }
+  EXPECT_EQ(throwing.refused_captures(), 1);
+  EXPECT_EQ(throwing.last_refusal(), "the work threw");
 }
 
 // Backward that calls the gradient sums' hooks (host code: the transport of the sums over

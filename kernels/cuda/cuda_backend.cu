@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <exception>
 #include <functional>
 #include <memory>
 #include <tuple>
@@ -243,8 +242,10 @@ class CudaBackend final : public Backend {
     bool queued = true;
     try {
       queue_work();
-    } catch (const std::exception&) {
-      queued = false;  // the uncaptured run that follows meets the same error, if lasting
+    } catch (...) {
+      // The capture is ended below whatever was thrown (the stream must leave capture
+      // mode); the uncaptured run that follows meets the same error, if it is lasting.
+      queued = false;
     }
     cudaGraph_t graph = nullptr;
     const cudaError_t ended = cudaStreamEndCapture(stream(), &graph);
