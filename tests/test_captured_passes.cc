@@ -127,27 +127,32 @@ TEST(CapturedSums, ACapturableTransportsSumsAreCapturedWithThePass) {
   }
 }
 
-// The stand-in with a loss that waits for the backend, as the GPU's verified loss does
-// (it reads each micro-batch's sums back): no pass can be captured. Each shape's capture
-// is tried once, refused, and its passes run uncaptured from then on: the same training.
-class WaitingLossBackend : public CapturingBackend {
+// The stand-in with a loss that misbehaves while its pass may be captured: waits for the
+// backend (as the GPU's verified loss does, reading each micro-batch's sums back), or
+// throws (a bad argument, say).
+class MisbehavingLossBackend : public CapturingBackend {
  public:
-  using CapturingBackend::CapturingBackend;
+  enum class Does { kNothing, kWait, kThrow };
+  MisbehavingLossBackend(Backend& inner, Does what) : CapturingBackend(inner), does(what) {}
+  Does does;
   void softmax_cross_entropy_add(Out d_logits, In logits, const int32_t* targets, int rows,
                                  int vocab, float eps, int pad_id, const StepInputs* inputs,
                                  ParamOut totals) override {
-    synchronize();
+    if (does == Does::kWait) synchronize();
+    THPC_CHECK(does != Does::kThrow, "the loss refused its arguments");
     CapturingBackend::softmax_cross_entropy_add(d_logits, logits, targets, rows, vocab, eps,
                                                 pad_id, inputs, totals);
   }
 };
 
+// A loss that waits: no pass can be captured. Each shape's capture is tried once,
+// refused, and its passes run uncaptured from then on: the same training.
 TEST(CapturedPassesRefused, APassThatWaitsRunsUncapturedOnceRefused) {
   const ModelConfig config = small_model("post");
   const std::vector<Batch> batches = test::batches_of_shapes(3, 12, kVocab, 12, 11);
   auto plain_backend = make_cpu_backend(DType::F32);
   auto inner = make_cpu_backend(DType::F32);
-  WaitingLossBackend waiting(*inner);
+  MisbehavingLossBackend waiting(*inner, MisbehavingLossBackend::Does::kWait);
   const test::StepsRun plain =
       test::run_training_steps(*plain_backend, config, kVocab, batches, 6, 2, 3, 5);
   const test::StepsRun refused =
@@ -162,24 +167,11 @@ TEST(CapturedPassesRefused, APassThatWaitsRunsUncapturedOnceRefused) {
 // An op that throws while its pass is captured (a bad argument, say) ends the capture,
 // refused, and the uncaptured run that follows throws it to the caller: an error is
 // never swallowed by the capture.
-class ThrowingLossBackend : public CapturingBackend {
- public:
-  using CapturingBackend::CapturingBackend;
-  bool fail = false;
-  void softmax_cross_entropy_add(Out d_logits, In logits, const int32_t* targets, int rows,
-                                 int vocab, float eps, int pad_id, const StepInputs* inputs,
-                                 ParamOut totals) override {
-    THPC_CHECK(!fail, "the loss refused its arguments");
-    CapturingBackend::softmax_cross_entropy_add(d_logits, logits, targets, rows, vocab, eps,
-                                                pad_id, inputs, totals);
-  }
-};
-
 TEST(CapturedPassesRefused, AnErrorInACapturedPassReachesTheCaller) {
   const ModelConfig config = small_model("post");
   const std::vector<Batch> batches = test::batches_of_shapes(1, 1, kVocab, 12, 11);
   auto inner = make_cpu_backend(DType::F32);
-  ThrowingLossBackend throwing(*inner);
+  MisbehavingLossBackend throwing(*inner, MisbehavingLossBackend::Does::kNothing);
   Transformer model(config, kVocab, SpecialIds{}, throwing, 3);
   StepTotalsBuffer totals(throwing);
   StepInputsBuffer inputs(throwing);
@@ -190,7 +182,7 @@ TEST(CapturedPassesRefused, AnErrorInACapturedPassReachesTheCaller) {
     model.train_step(batches[0], DropoutContext{5, 1, 0}, inputs.in_backend(), totals.tensor());
   };
   step();  // the shape's first pass: uncaptured
-  throwing.fail = true;
+  throwing.does = MisbehavingLossBackend::Does::kThrow;
   try {
     step();  // captured: refused, then uncaptured: thrown
     ADD_FAILURE() << "the loss's error was swallowed";
