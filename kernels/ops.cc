@@ -197,10 +197,7 @@ StepInputsBuffer::StepInputsBuffer(Backend& backend)
 
 StepInputsBuffer::~StepInputsBuffer() { backend_.free(tensor_); }
 
-void StepInputsBuffer::set(const StepInputs& inputs) {
-  backend_.write_step_inputs(tensor_, inputs);
-  last_set_ = inputs;
-}
+void StepInputsBuffer::set(const StepInputs& inputs) { backend_.write_step_inputs(tensor_, inputs); }
 
 std::unique_ptr<CapturedWork> Backend::capture(const std::function<void()>&) { return nullptr; }
 

@@ -51,10 +51,6 @@ struct Tensor {
   Tensor slice(int64_t offset, int64_t count) const;
 };
 
-// Which dropout mask to draw. Masks come from Philox4x32-10 (common/philox.h) keyed by
-// seed; the counter is (element / 4, site, step, stream), so every (step, site,
-// element) has its own draw, the CPU and the GPU draw the same bits, and a resumed run
-// draws what the uninterrupted one would have drawn.
 // What a training pass's ops read from backend memory when they run rather than take as
 // arguments when they are queued: what changes from one step to the next while the pass's
 // shapes and buffers stay. A pass queued once and replayed (a CUDA graph, Backend::capture)
@@ -69,6 +65,10 @@ struct StepInputs {  // trivially copyable: backends copy its bytes
 static_assert(sizeof(StepInputs) == 16 && std::is_trivially_copyable_v<StepInputs>,
               "StepInputs is written as raw bytes by every backend");
 
+// Which dropout mask to draw. Masks come from Philox4x32-10 (common/philox.h) keyed by
+// seed; the counter is (element / 4, site, step, stream), so every (step, site,
+// element) has its own draw, the CPU and the GPU draw the same bits, and a resumed run
+// draws what the uninterrupted one would have drawn.
 struct DropoutKey {
   uint64_t seed = 0;
   uint32_t step = 0;    // optimizer step
@@ -392,13 +392,10 @@ class StepInputsBuffer {
   void set(const StepInputs& inputs);
   // The inputs in backend memory, for DropoutKey::inputs and softmax_cross_entropy_add.
   const StepInputs* in_backend() const { return static_cast<const StepInputs*>(tensor_.data); }
-  // What set() last wrote.
-  const StepInputs& last_set() const { return last_set_; }
 
  private:
   Backend& backend_;
   Tensor tensor_;
-  StepInputs last_set_;
 };
 
 }  // namespace thpc

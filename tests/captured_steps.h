@@ -90,11 +90,7 @@ inline StepsRun run_training_steps(Backend& backend, const ModelConfig& config, 
       dropout.seed = dropout_seed;
       dropout.step = static_cast<uint32_t>(step);
       dropout.stream = static_cast<uint32_t>(i);
-      StepInputs step_inputs;
-      step_inputs.dropout_step = dropout.step;
-      step_inputs.dropout_stream = dropout.stream;
-      step_inputs.grad_scale = 1.0f / static_cast<float>(tokens);
-      inputs.set(step_inputs);
+      inputs.set(step_inputs_for(dropout, 1.0f / static_cast<float>(tokens)));
       const bool summed = reducer != nullptr && i + 1 == accumulate;
       if (summed) {
         reducer->begin(model.params().grads());

@@ -212,13 +212,10 @@ OpProfile profile_of_trainer_steps(ProfilingBackend& profiler, int steps) {
     if (step > 1) profiler.begin_step();
     profiler.zero(model.params().grads());
     totals.zero();
-    StepInputs values;
-    values.dropout_step = static_cast<uint32_t>(step);
-    values.grad_scale = 1.0f / static_cast<float>(batch.tgt_tokens());
-    inputs.set(values);
     DropoutContext dropout;
     dropout.seed = 3;
-    dropout.step = values.dropout_step;
+    dropout.step = static_cast<uint32_t>(step);
+    inputs.set(step_inputs_for(dropout, 1.0f / static_cast<float>(batch.tgt_tokens())));
     model.train_step(batch, dropout, inputs.in_backend(), totals.tensor());
     totals.read(kVocab);
     if (step > 1) profiler.end_step();

@@ -169,11 +169,7 @@ int run(const Arguments& args) {
     thpc::DropoutContext dropout;
     dropout.seed = config.train.seed;
     dropout.step = static_cast<uint32_t>(step);
-    thpc::StepInputs step_inputs;
-    step_inputs.dropout_step = dropout.step;
-    step_inputs.dropout_stream = dropout.stream;
-    step_inputs.grad_scale = 1.0f / static_cast<float>(batch.tgt_tokens());
-    inputs.set(step_inputs);
+    inputs.set(thpc::step_inputs_for(dropout, 1.0f / static_cast<float>(batch.tgt_tokens())));
     model.train_step(batch, dropout, inputs.in_backend(), totals.tensor());
     const thpc::Tensor grads = model.params().grads();
     ops.sum_squares_into(totals.tensor(), grads, grads.numel);

@@ -37,6 +37,17 @@ struct DropoutContext {
   const StepInputs* inputs = nullptr;
 };
 
+// What a micro-batch drawing `dropout`'s masks writes into its StepInputsBuffer before its
+// train_step: the same step and stream, and the loss gradient's scale (1 / the step's
+// target tokens).
+inline StepInputs step_inputs_for(const DropoutContext& dropout, float grad_scale) {
+  StepInputs inputs;
+  inputs.dropout_step = dropout.step;
+  inputs.dropout_stream = dropout.stream;
+  inputs.grad_scale = grad_scale;
+  return inputs;
+}
+
 // Adds the model's parameters (names, shapes, initialisation) to an empty store. Free
 // of any backend, so the parameter count of a config can be had without allocating.
 void add_transformer_parameters(const ModelConfig& config, int vocab_size, ParamStore& store);

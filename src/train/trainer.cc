@@ -253,11 +253,7 @@ StepStats Trainer::compute_step() {
     dropout.stream = static_cast<uint32_t>(comm_.rank() * accumulate + i);
     // What the micro-batch's ops read from memory as they run: the same step, stream and
     // scale (a captured pass reads nothing else that changes: Transformer::train_step).
-    StepInputs inputs;
-    inputs.dropout_step = dropout.step;
-    inputs.dropout_stream = dropout.stream;
-    inputs.grad_scale = grad_scale;
-    step_inputs_->set(inputs);
+    step_inputs_->set(step_inputs_for(dropout, grad_scale));
     // The last micro-batch's backward finishes the gradients: its buckets are summed
     // over ranks while backward goes on (gradient_sums.h).
     const bool last = i + 1 == accumulate;
