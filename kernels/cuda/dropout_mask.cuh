@@ -71,8 +71,7 @@ THPC_HOST_DEVICE unsigned keep_bits(const DropMask& mask, int64_t group) {
 // Bit k set: element first + k is kept, for k < count <= 4. One Philox call when the
 // elements are one group (first a multiple of 4: rows of d % 4 == 0 elements, as the
 // model's are), one per element otherwise.
-THPC_HOST_DEVICE unsigned keep_bits_at(const DropMask& mask, int64_t first,
-                                                 int count) {
+THPC_HOST_DEVICE unsigned keep_bits_at(const DropMask& mask, int64_t first, int count) {
   if (!mask.draw) return 0xfu;
   if ((first & 3) == 0) return keep_bits(mask, first >> 2);
   unsigned bits = 0;

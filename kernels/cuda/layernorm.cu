@@ -409,9 +409,9 @@ void add_dropout_layernorm_backward(Context& context, T* dx, T* d_sub, float* dg
       THPC_CUDA_CHECK_LAUNCH("vector_add_norm_backward_kernel");
     } else {
       add_dropout_layernorm_backward_kernel<T>
-        <<<row_blocks(rows), kRowThreads, 0, context.stream()>>>(
-            dx, d_sub, dy, residual, mean, rstd, gamma, rows, d,
-            make_mask(key, p, d_sub != nullptr), keep_scale(p), write);
+          <<<row_blocks(rows), kRowThreads, 0, context.stream()>>>(
+              dx, d_sub, dy, residual, mean, rstd, gamma, rows, d,
+              make_mask(key, p, d_sub != nullptr), keep_scale(p), write);
       THPC_CUDA_CHECK_LAUNCH("add_dropout_layernorm_backward_kernel");
     }
   }

@@ -49,6 +49,7 @@
 #include <cstdint>
 
 #include "common/philox.h"
+#include "kernels/cuda/dropout_mask.cuh"
 #include "kernels/ops.h"
 
 #if defined(__CUDACC__)
@@ -210,9 +211,10 @@ THPC_SHORT_ATTENTION_BODY int tile_keys(const Args<T>& a, int valid, int i) {
 template <typename T>
 THPC_SHORT_ATTENTION_BODY float dropout_factor(const Args<T>& a, uint64_t element) {
   if (a.dropout == 0.0f) return 1.0f;
-  const uint32_t step = a.inputs != nullptr ? a.inputs->dropout_step : a.step;
-  const uint32_t stream = a.inputs != nullptr ? a.inputs->dropout_stream : a.stream;
-  return dropout_keep(a.seed, a.site, step, stream, element, a.dropout) ? a.keep_scale : 0.0f;
+  return dropout_keep(a.seed, a.site, cuda::step_as_it_runs(a.step, a.inputs),
+                      cuda::stream_as_it_runs(a.stream, a.inputs), element, a.dropout)
+             ? a.keep_scale
+             : 0.0f;
 }
 
 // Thread loop: rows [0, rows) of `to` ([rows, kLdHead]) from `from` (row stride ld),
