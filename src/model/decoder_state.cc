@@ -226,9 +226,9 @@ Tensor Transformer::decode_step(DecoderState& state, const std::vector<int32_t>&
   return logits;
 }
 
-// Where the backend captures work (Backend::can_capture): the step queued once per shape
-// and replayed, as train_step's pass (the shape's first step uncaptured, its second
-// captured, the later ones replayed). A step's work depends on its position only through
+// Where the backend captures work (Backend::can_capture): the step run as train_step's
+// pass is (run_capturable: the shape's first step uncaptured, its second captured, the
+// later ones replayed). A step's work depends on its position only through
 // the position table's row, which a captured step copies from the row the plan uploaded;
 // everything else it reads is in the plan's upload, the caches or the arena, the same
 // places for every step of a shape. After a replay the arena is put back where the
@@ -240,29 +240,26 @@ Tensor Transformer::captured_decode_step(DecoderState& state, int position) {
       captured_decode_steps_,
       CapturedDecodeKey{&state, state.hypotheses(), plan.slots, state.sentences_,
                         state.source_len_, state.max_len(), plan.every_slot_filled});
-  if (step.work != nullptr && step.work->replay()) {
-    s.step_arena.restore(step.arena_after);
-    ++capture_counts_.replays;
-    return step.logits;
-  }
-  if (step.refused || (step.work == nullptr && step.uncaptured_runs == 0)) {
-    ++step.uncaptured_runs;
-    return queue_decode_step(state, position, false);
-  }
   Tensor logits;
-  step.work = backend_.capture([&] { logits = queue_decode_step(state, position, true); });
-  if (step.work != nullptr && step.work->replay()) {
-    step.logits = logits;
-    step.arena_after = s.step_arena.mark();
-    ++capture_counts_.captures;
-    ++capture_counts_.replays;
-    return logits;
+  const CaptureRun run = run_capturable(
+      step, [] {},  // the step arena was reset before: nothing to give back
+      [&](bool captured) {
+        // An uncaptured run after a refused capture starts from the arena's start again.
+        if (!captured) s.step_arena.reset();
+        logits = queue_decode_step(state, position, captured);
+      });
+  switch (run) {
+    case CaptureRun::kReplayed:
+      s.step_arena.restore(step.arena_after);
+      return step.logits;
+    case CaptureRun::kCaptured:
+      step.logits = logits;
+      step.arena_after = s.step_arena.mark();
+      return logits;
+    case CaptureRun::kUncaptured:
+      break;
   }
-  step.work.reset();
-  step.refused = true;
-  ++capture_counts_.refused;
-  s.step_arena.reset();
-  return queue_decode_step(state, position, false);
+  return logits;
 }
 
 // The decoder at `position` over the plan the step uploaded. position_from_plan: the

@@ -449,39 +449,46 @@ void Transformer::train_step(const Batch& batch, const DropoutContext& dropout,
   CapturedPass& pass =
       lru_entry(captured_passes_, CapturedPassKey{s.batch_size, s.src_len, s.tgt_len, inputs,
                                                   totals.data});
-  if (pass.work != nullptr && pass.work->replay()) {
-    ++capture_counts_.replays;
-    forget_pass_views();
-    return;
-  }
-  // A shape's first pass runs uncaptured: its arenas and the backend's scratch buffers
-  // reach their size, so that its capture allocates nothing. One whose capture failed
-  // runs uncaptured from then on.
-  if (pass.refused || (pass.work == nullptr && pass.uncaptured_runs == 0)) {
-    ++pass.uncaptured_runs;
-    queue_train_pass(dropout, loss);
-    return;
-  }
-  // Arenas grown by other shapes give their blocks back now (a free), not in the capture.
-  s.encoder_arena.reset();
-  s.decoder_arena.reset();
-  s.grad_arena.reset();
-  s.scratch_arena.reset();
   // The captured ops read the dropout's step and stream where the loss reads its scale:
   // in `inputs`, written before each micro-batch with what `dropout` says here.
   DropoutContext from_inputs = dropout;
   from_inputs.inputs = inputs;
-  pass.work = backend_.capture([&] { queue_train_pass(from_inputs, loss); });
-  if (pass.work != nullptr && pass.work->replay()) {
+  const CaptureRun run = run_capturable(
+      pass,
+      [&] {  // arenas grown by other shapes give their blocks back now, not in the capture
+        s.encoder_arena.reset();
+        s.decoder_arena.reset();
+        s.grad_arena.reset();
+        s.scratch_arena.reset();
+      },
+      [&](bool captured) { queue_train_pass(captured ? from_inputs : dropout, loss); });
+  if (run != CaptureRun::kUncaptured) forget_pass_views();
+}
+
+Transformer::CaptureRun Transformer::run_capturable(CaptureState& entry,
+                                                    const std::function<void()>& settle,
+                                                    const std::function<void(bool)>& queue) {
+  if (entry.work != nullptr && entry.work->replay()) {
+    ++capture_counts_.replays;
+    return CaptureRun::kReplayed;
+  }
+  if (entry.refused || (entry.work == nullptr && entry.uncaptured_runs == 0)) {
+    ++entry.uncaptured_runs;
+    queue(false);
+    return CaptureRun::kUncaptured;
+  }
+  settle();
+  entry.work = backend_.capture([&] { queue(true); });
+  if (entry.work != nullptr && entry.work->replay()) {
     ++capture_counts_.captures;
     ++capture_counts_.replays;
-    forget_pass_views();
-    return;
+    return CaptureRun::kCaptured;
   }
-  pass.work.reset();
-  pass.refused = true;
+  entry.work.reset();
+  entry.refused = true;
   ++capture_counts_.refused;
-  queue_train_pass(dropout, loss);
+  queue(false);
+  return CaptureRun::kUncaptured;
 }
 
 template <typename Entry, typename Key>

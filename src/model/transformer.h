@@ -235,14 +235,16 @@ class Transformer {
              inputs == o.inputs && totals == o.totals;
     }
   };
-  // What a captured pass or decoding step keeps: `Key` says what it is good for.
-  template <typename Key>
-  struct Captured {
-    Key key{};
+  // What a captured pass or decoding step keeps (Captured: with the `Key` it is good for).
+  struct CaptureState {
     std::unique_ptr<CapturedWork> work;  // null: not captured (yet)
     int64_t uncaptured_runs = 0;
     bool refused = false;  // the backend refused its capture: runs uncaptured
     uint64_t last_use = 0;
+  };
+  template <typename Key>
+  struct Captured : CaptureState {
+    Key key{};
   };
   using CapturedPass = Captured<CapturedPassKey>;
   // A decoding step's shape and the decoder state whose buffers it reads.
@@ -264,6 +266,15 @@ class Transformer {
   // beyond kMaxCapturedPasses entries).
   template <typename Entry, typename Key>
   Entry& lru_entry(std::vector<Entry>& entries, const Key& key);
+  // How run_capturable ran a pass or step.
+  enum class CaptureRun { kReplayed, kCaptured, kUncaptured };
+  // The one way a pass or a decoding step runs where the backend captures: its capture
+  // replayed where there is one and no memory was freed since; uncaptured at its shape's
+  // first run (arenas and scratch reach their size) or once its capture was refused;
+  // else `settle` (what must free memory, outside the capture), then queue(true) captured
+  // and replayed, or, refused, queue(false). queue(captured) queues the work.
+  CaptureRun run_capturable(CaptureState& entry, const std::function<void()>& settle,
+                            const std::function<void(bool captured)>& queue);
   void forget_pass_views();
   // decode_step's work after its plan's upload (position_from_plan: the position table's
   // row copied from the uploaded index, as a captured step must), and the same through a
