@@ -45,10 +45,9 @@ void GradientSums::attach(Transformer& model) {
   // A transport whose work is all stream work (NCCL's) queues its finish at the pass's
   // end, inside it: a pass captured into a graph then holds its sums whole, and finish()
   // only waits. The embedding's rows summed per use join at finish(): not so.
-  finish_queued_in_pass_ = reducer_->capturable() && !sum_lookups_apart_;
   model.set_gradients_final_hook([this](int64_t offset) { reducer_->ready_from(offset); },
-                                 finish_queued_in_pass_);
-  if (finish_queued_in_pass_) model.set_pass_end_hook([this] { reducer_->queue_finish(); });
+                                 finish_queued_in_pass());
+  if (finish_queued_in_pass()) model.set_pass_end_hook([this] { reducer_->queue_finish(); });
   if (sum_lookups_apart_) {
     // The embedding's gradient is the first entry: [0, vocab x d).
     const ParamEntry& entry = model.params().entry("embed.weight");
@@ -68,9 +67,8 @@ void GradientSums::detach(Transformer& model) {
 
 void GradientSums::finish(Transformer& model, int64_t step) {
   if (!reducer_) return;
-  if (finish_queued_in_pass_) {  // queued by the pass (attach): only the wait is left
+  if (finish_queued_in_pass()) {  // queued by the pass (attach): only the wait is left
     reducer_->await_finish();
-    finish_queued_in_pass_ = false;
     return;
   }
   // Per use: the lookups' rows are summed with the last buckets, then added to the

@@ -47,14 +47,17 @@ class GradientSums {
   // Every id a lookup of this rank's micro-batches reads, sorted and distinct, then the
   // union over the ranks.
   std::vector<int32_t> rows_looked_up_by_any_rank(const std::vector<Batch>& batches) const;
+  // Whether the last pass's end queues the sums' finish (attach), so that finish() only
+  // waits: a capturable transport (NCCL's), the embedding not summed per use (its rows
+  // join at finish()).
+  bool finish_queued_in_pass() const { return reducer_->capturable() && !sum_lookups_apart_; }
 
   const Config& config_;
   const Communicator& comm_;
   std::unique_ptr<GradientReducer> reducer_;  // null on one rank
   // dist.embedding_sum = per_use in effect (several ranks on the CPU).
   bool sum_lookups_apart_ = false;
-  // This step's finish was queued at its last pass's end (attach: a capturable transport).
-  bool finish_queued_in_pass_ = false;
+
   std::string timings_line_;
 };
 
