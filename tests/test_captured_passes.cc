@@ -164,27 +164,35 @@ TEST(CapturedPassesRefused, APassThatWaitsRunsUncapturedOnceRefused) {
   EXPECT_EQ(waiting.last_refusal(), "synchronize");
 }
 
+// A model trained on one small batch through `backend`, a micro-batch at a time (step 1,
+// stream 0, the loss gradient scaled by 0.1), for the tests that watch single passes.
+struct OneBatchTraining {
+  explicit OneBatchTraining(Backend& backend)
+      : model(small_model("post"), kVocab, SpecialIds{}, backend, 3),
+        batch(test::batches_of_shapes(1, 1, kVocab, 12, 11)[0]), totals(backend),
+        inputs(backend) {
+    inputs.set(step_inputs_for(dropout, 0.1f));
+  }
+  void pass() { model.train_step(batch, dropout, inputs.in_backend(), totals.tensor()); }
+
+  Transformer model;
+  Batch batch;
+  DropoutContext dropout{5, 1, 0};
+  StepTotalsBuffer totals;
+  StepInputsBuffer inputs;
+};
+
 // An op that throws while its pass is captured (a bad argument, say) ends the capture,
 // refused, and the uncaptured run that follows throws it to the caller: an error is
 // never swallowed by the capture.
 TEST(CapturedPassesRefused, AnErrorInACapturedPassReachesTheCaller) {
-  const ModelConfig config = small_model("post");
-  const std::vector<Batch> batches = test::batches_of_shapes(1, 1, kVocab, 12, 11);
   auto inner = make_cpu_backend(DType::F32);
   MisbehavingLossBackend throwing(*inner, MisbehavingLossBackend::Does::kNothing);
-  Transformer model(config, kVocab, SpecialIds{}, throwing, 3);
-  StepTotalsBuffer totals(throwing);
-  StepInputsBuffer inputs(throwing);
-  StepInputs step_inputs;
-  step_inputs.grad_scale = 0.1f;
-  inputs.set(step_inputs);
-  const auto step = [&] {
-    model.train_step(batches[0], DropoutContext{5, 1, 0}, inputs.in_backend(), totals.tensor());
-  };
-  step();  // the shape's first pass: uncaptured
+  OneBatchTraining training(throwing);
+  training.pass();  // the shape's first pass: uncaptured
   throwing.does = MisbehavingLossBackend::Does::kThrow;
   try {
-    step();  // captured: refused, then uncaptured: thrown
+    training.pass();  // captured: refused, then uncaptured: thrown
     ADD_FAILURE() << "the loss's error was swallowed";
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("the loss refused its arguments"), std::string::npos);
@@ -196,23 +204,14 @@ TEST(CapturedPassesRefused, AnErrorInACapturedPassReachesTheCaller) {
 // Backward that calls the gradient sums' hooks (host code: the transport of the sums over
 // ranks) is never captured.
 TEST(CapturedPassesRefused, PassesWithGradientHooksRunUncaptured) {
-  const ModelConfig config = small_model("post");
-  const std::vector<Batch> batches = test::batches_of_shapes(1, 1, kVocab, 12, 11);
   auto inner = make_cpu_backend(DType::F32);
   CapturingBackend capturing(*inner);
-  Transformer model(config, kVocab, SpecialIds{}, capturing, 3);
+  OneBatchTraining training(capturing);
   int hook_calls = 0;
-  model.set_gradients_final_hook([&](int64_t) { ++hook_calls; });
-  StepTotalsBuffer totals(capturing);
-  StepInputsBuffer inputs(capturing);
-  StepInputs step_inputs;
-  step_inputs.grad_scale = 0.1f;
-  inputs.set(step_inputs);
-  for (int i = 0; i < 4; ++i) {
-    model.train_step(batches[0], DropoutContext{5, 1, 0}, inputs.in_backend(), totals.tensor());
-  }
+  training.model.set_gradients_final_hook([&](int64_t) { ++hook_calls; });
+  for (int i = 0; i < 4; ++i) training.pass();
   EXPECT_EQ(capturing.captures(), 0);
-  EXPECT_EQ(model.capture_counts().captures, 0);
+  EXPECT_EQ(training.model.capture_counts().captures, 0);
   EXPECT_GT(hook_calls, 4) << "every pass's backward called the hook";
 }
 
