@@ -6,8 +6,12 @@
 // GPU test's own logic; and the beam searches their decoding tests compare.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "data/batch.h"
@@ -156,6 +160,40 @@ inline std::vector<std::vector<Hypothesis>> run_two_beam_searches(
   results.insert(results.end(), again.begin(), again.end());
   counts = model.capture_counts();
   return results;
+}
+
+// Captured against uncaptured (or any two runs of the same ops on the same data): every
+// step's totals and the final parameters equal bit for bit; on a difference, the largest
+// one among the parameters.
+inline void expect_same_steps(const StepsRun& captured, const StepsRun& plain) {
+  ASSERT_EQ(captured.totals.size(), plain.totals.size());
+  for (size_t step = 0; step < plain.totals.size(); ++step) {
+    SCOPED_TRACE("step " + std::to_string(step + 1));
+    EXPECT_EQ(captured.totals[step].loss, plain.totals[step].loss);
+    EXPECT_EQ(captured.totals[step].nll, plain.totals[step].nll);
+    EXPECT_EQ(captured.totals[step].tokens, plain.totals[step].tokens);
+    EXPECT_EQ(captured.totals[step].grad_squares, plain.totals[step].grad_squares);
+  }
+  ASSERT_EQ(captured.params.size(), plain.params.size());
+  double largest = 0.0;
+  for (size_t i = 0; i < plain.params.size(); ++i) {
+    largest = std::max(largest, std::abs(double(captured.params[i]) - plain.params[i]));
+  }
+  EXPECT_EQ(captured.params, plain.params) << "largest |difference| " << largest;
+}
+
+// The same hypotheses, best first, with the same scores, bit for bit.
+inline void expect_same_hypotheses(const std::vector<std::vector<Hypothesis>>& captured,
+                                   const std::vector<std::vector<Hypothesis>>& plain) {
+  ASSERT_EQ(captured.size(), plain.size());
+  for (size_t s = 0; s < plain.size(); ++s) {
+    ASSERT_EQ(captured[s].size(), plain[s].size()) << "sentence " << s;
+    for (size_t i = 0; i < plain[s].size(); ++i) {
+      EXPECT_EQ(captured[s][i].tokens, plain[s][i].tokens) << "sentence " << s << " best " << i;
+      EXPECT_EQ(captured[s][i].log_prob, plain[s][i].log_prob) << "sentence " << s;
+      EXPECT_EQ(captured[s][i].score, plain[s][i].score) << "sentence " << s;
+    }
+  }
 }
 
 }  // namespace thpc::test

@@ -52,19 +52,6 @@ std::vector<Batch> schedule(int vocab, int max_len) {
   return batches;
 }
 
-void expect_same_steps(const test::StepsRun& captured, const test::StepsRun& plain) {
-  ASSERT_EQ(captured.totals.size(), plain.totals.size());
-  for (size_t step = 0; step < plain.totals.size(); ++step) {
-    SCOPED_TRACE("step " + std::to_string(step + 1));
-    // Bit for bit: the same ops on the same data in the same order.
-    EXPECT_EQ(captured.totals[step].loss, plain.totals[step].loss);
-    EXPECT_EQ(captured.totals[step].nll, plain.totals[step].nll);
-    EXPECT_EQ(captured.totals[step].tokens, plain.totals[step].tokens);
-    EXPECT_EQ(captured.totals[step].grad_squares, plain.totals[step].grad_squares);
-  }
-  EXPECT_EQ(captured.params, plain.params);
-}
-
 // (model.norm, train.loss_chunk_rows)
 class CapturedPasses : public ::testing::TestWithParam<std::tuple<const char*, int>> {};
 
@@ -84,7 +71,7 @@ TEST_P(CapturedPasses, TrainingEqualsUncapturedTrainingBitForBit) {
   };
   const test::StepsRun plain = run(*plain_backend);
   const test::StepsRun captured = run(capturing);
-  expect_same_steps(captured, plain);
+  test::expect_same_steps(captured, plain);
   EXPECT_GE(captured.counts.captures, 6) << "every shape captured, and again after growth";
   EXPECT_GT(captured.counts.replays, captured.counts.captures);
   EXPECT_EQ(captured.counts.refused, 0) << capturing.last_refusal();
@@ -116,7 +103,7 @@ TEST(CapturedSums, ACapturableTransportsSumsAreCapturedWithThePass) {
                                                           12, 1, 3, 5, 0, &plain_sums);
     const test::StepsRun captured = test::run_training_steps(capturing, config, kVocab, batches,
                                                              12, 1, 3, 5, 0, &captured_sums);
-    expect_same_steps(captured, plain);
+    test::expect_same_steps(captured, plain);
     if (capturable) {
       EXPECT_GE(captured.counts.captures, 3);
       EXPECT_GT(captured.counts.replays, captured.counts.captures);
@@ -157,7 +144,7 @@ TEST(CapturedPassesRefused, APassThatWaitsRunsUncapturedOnceRefused) {
       test::run_training_steps(*plain_backend, config, kVocab, batches, 6, 2, 3, 5);
   const test::StepsRun refused =
       test::run_training_steps(waiting, config, kVocab, batches, 6, 2, 3, 5);
-  expect_same_steps(refused, plain);
+  test::expect_same_steps(refused, plain);
   EXPECT_EQ(refused.counts.captures, 0);
   EXPECT_EQ(refused.counts.refused, 3) << "each shape tried once";
   EXPECT_EQ(waiting.refused_captures(), 3);
@@ -279,15 +266,7 @@ TEST(CapturedDecodingSteps, BeamSearchEqualsUncapturedSearchBitForBit) {
   Transformer::CaptureCounts plain_counts, captured_counts;
   const auto plain = test::run_two_beam_searches(*plain_backend, c, plain_counts);
   const auto captured = test::run_two_beam_searches(capturing, c, captured_counts);
-  ASSERT_EQ(captured.size(), plain.size());
-  for (size_t s = 0; s < plain.size(); ++s) {
-    ASSERT_EQ(captured[s].size(), plain[s].size()) << "sentence " << s;
-    for (size_t i = 0; i < plain[s].size(); ++i) {
-      EXPECT_EQ(captured[s][i].tokens, plain[s][i].tokens) << "sentence " << s << " best " << i;
-      EXPECT_EQ(captured[s][i].log_prob, plain[s][i].log_prob) << "sentence " << s;
-      EXPECT_EQ(captured[s][i].score, plain[s][i].score) << "sentence " << s;
-    }
-  }
+  test::expect_same_hypotheses(captured, plain);
   EXPECT_GT(captured_counts.captures, 0);
   EXPECT_GT(captured_counts.replays, captured_counts.captures);
   EXPECT_EQ(captured_counts.refused, 0) << capturing.last_refusal();

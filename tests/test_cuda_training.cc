@@ -550,15 +550,7 @@ TEST(CudaCandidateStepGraphs, TrainingEqualsUncapturedTrainingBitForBit) {
     };
     const test::StepsRun expected = run(plain.use());
     const test::StepsRun captured = run(graphs.use());
-    ASSERT_EQ(captured.totals.size(), expected.totals.size());
-    for (size_t step = 0; step < expected.totals.size(); ++step) {
-      EXPECT_EQ(captured.totals[step].loss, expected.totals[step].loss) << "step " << step + 1;
-      EXPECT_EQ(captured.totals[step].grad_squares, expected.totals[step].grad_squares)
-          << "step " << step + 1;
-    }
-    EXPECT_EQ(captured.params, expected.params)
-        << "largest difference, relative to the largest parameter: "
-        << scaled_max_difference(captured.params, expected.params);
+    test::expect_same_steps(captured, expected);
     EXPECT_GE(captured.counts.captures, 6) << "every shape captured, and again after growth";
     EXPECT_GT(captured.counts.replays, captured.counts.captures);
     EXPECT_EQ(captured.counts.refused, 0) << "a capture failed: its shape ran uncaptured";
@@ -580,14 +572,7 @@ TEST(CudaCandidateStepGraphs, DecodingEqualsUncapturedDecodingBitForBit) {
     Transformer::CaptureCounts plain_counts, captured_counts;
     const auto expected = test::run_two_beam_searches(plain.use(), c, plain_counts);
     const auto captured = test::run_two_beam_searches(graphs.use(), c, captured_counts);
-    ASSERT_EQ(captured.size(), expected.size());
-    for (size_t s = 0; s < expected.size(); ++s) {
-      ASSERT_EQ(captured[s].size(), expected[s].size()) << "sentence " << s;
-      for (size_t i = 0; i < expected[s].size(); ++i) {
-        EXPECT_EQ(captured[s][i].tokens, expected[s][i].tokens) << "sentence " << s;
-        EXPECT_EQ(captured[s][i].log_prob, expected[s][i].log_prob) << "sentence " << s;
-      }
-    }
+    test::expect_same_hypotheses(captured, expected);
     EXPECT_GT(captured_counts.captures, 0);
     EXPECT_GT(captured_counts.replays, captured_counts.captures);
     EXPECT_EQ(captured_counts.refused, 0) << "a capture failed: its shape ran uncaptured";
@@ -618,13 +603,7 @@ TEST(CudaCandidateStepGraphs, OneRankNcclSumsCapturedEqualUncaptured) {
     };
     const test::StepsRun expected = run(kStepTotals);
     const test::StepsRun captured = run(kStepGraphs | kStepTotals);
-    ASSERT_EQ(captured.totals.size(), expected.totals.size());
-    for (size_t step = 0; step < expected.totals.size(); ++step) {
-      EXPECT_EQ(captured.totals[step].loss, expected.totals[step].loss) << "step " << step + 1;
-      EXPECT_EQ(captured.totals[step].grad_squares, expected.totals[step].grad_squares)
-          << "step " << step + 1;
-    }
-    EXPECT_EQ(captured.params, expected.params);
+    test::expect_same_steps(captured, expected);
     EXPECT_GE(captured.counts.captures, 3);
     EXPECT_GT(captured.counts.replays, captured.counts.captures);
     EXPECT_EQ(captured.counts.refused, 0) << "a capture failed: its shape ran uncaptured";
