@@ -59,9 +59,11 @@
 # of each op class and the host time between the backend's ops (launch gaps and the
 # search's host work: what CUDA graphs of the decoder step could win back).
 # CANDIDATE=NAMES (GPU): ours once more in each batching with --cuda-kernels NAMES (the
-# kernels not yet run on a GPU; none at present), profiled too; the line adds
-# candidate=NAMES ours_candidate_bf16_tok_s=.. ours_candidate_b32_tok_s=.. and
-# candidate_same_lines=K/L (its translations identical to ours, first run).
+# kernels not yet run on a GPU, e.g. candidate), profiled too; the line adds
+# candidate=NAMES ours_candidate_bf16_tok_s=.. ours_candidate_b32_tok_s=..
+# candidate_same_lines=K/L (its translations identical to ours, first run), and with int8
+# ours_int8_candidate_b32_tok_s=.. gpu_quant_candidate_vs_ct2_int8=.. (ours in int8 with
+# the candidates too: step_graphs captures its decoder steps).
 #
 # PYTHON: an interpreter with ctranslate2, sentencepiece, h5py and numpy (torch and
 # transformers for the HF peer); default $THPC_PYTHON, else $THPC_VENV/bin/python or
@@ -317,6 +319,12 @@ candidate=${CANDIDATE:-}
 # --cuda-kernels int8_products), in batches of 32 against CTranslate2's int8_float16.
 # INT8=0 leaves it out; so does a first try that fails, saying why.
 int8=(--compute-type int8 --cuda-kernels int8_products)
+# With CANDIDATE, ours in int8 once more with those kernels too (step_graphs among them:
+# the decoder steps' int8 products captured into CUDA graphs, issue 53's host gaps).
+case ",$candidate," in
+  *,candidate,* | *,int8_products,*) int8_candidate=(--compute-type int8 --cuda-kernels "$candidate") ;;
+  *) int8_candidate=(--compute-type int8 --cuda-kernels "int8_products,$candidate") ;;
+esac
 with_int8=${INT8:-1}
 if [ "$with_int8" = 1 ]; then
   if ! why_int8=$("$build/transformer_decode" --checkpoint "$checkpoint" --input "$work/empty.en" \
@@ -359,7 +367,8 @@ for run in $(seq "$runs"); do
     ours ours_candidate --batch-tokens 4096 --cuda-kernels "$candidate"
     ours ours_candidate_b32 "${b32[@]}" --cuda-kernels "$candidate"
     [ "$run" = 1 ] && cp "$work/ours_candidate.out" "$work/ours_candidate_first.out"
-    echo "run $run, --cuda-kernels $candidate (tokens, decode s, wall s): ours $(tail -1 "$work/ours_candidate") | ours b32 $(tail -1 "$work/ours_candidate_b32")"
+    if [ "$with_int8" = 1 ]; then ours ours_int8_candidate_b32 "${b32[@]}" "${int8_candidate[@]}"; fi
+    echo "run $run, --cuda-kernels $candidate (tokens, decode s, wall s): ours $(tail -1 "$work/ours_candidate") | ours b32 $(tail -1 "$work/ours_candidate_b32")$([ "$with_int8" = 1 ] && echo " | ours int8 b32 $(tail -1 "$work/ours_int8_candidate_b32")")"
   fi
 done
 ours_tok_s=$(rate ours 2)
@@ -372,6 +381,10 @@ fi
 if [ -n "$candidate" ]; then
   same=$(same_lines "$work/ours_first.out" "$work/ours_candidate_first.out")
   line="$line candidate=$candidate ours_candidate_bf16_tok_s=$(rate ours_candidate 2) ours_candidate_b32_tok_s=$(rate ours_candidate_b32 2) candidate_same_lines=$same/$lines"
+  if [ "$with_int8" = 1 ]; then
+    int8_candidate_b32_tok_s=$(rate ours_int8_candidate_b32 2)
+    line="$line ours_int8_candidate_b32_tok_s=$int8_candidate_b32_tok_s"
+  fi
 fi
 if [ "$ct2_cuda" = yes ]; then
   fp16=$(rate ct2_fp16 2)
@@ -379,6 +392,9 @@ if [ "$ct2_cuda" = yes ]; then
   fp16_t4096=$(rate ct2_fp16_t4096 2)
   int8_fp16=$(rate ct2_int8_fp16 2)
   if [ "$with_int8" = 1 ]; then line="$line gpu_quant_vs_ct2_int8=$(ratio "$int8_b32_tok_s" "$int8_fp16")"; fi
+  if [ "$with_int8" = 1 ] && [ -n "$candidate" ]; then
+    line="$line gpu_quant_candidate_vs_ct2_int8=$(ratio "$int8_candidate_b32_tok_s" "$int8_fp16")"
+  fi
   echo "$line ct2_fp16_b32_tok_s=$fp16 ct2_bf16_b32_tok_s=$bf16 ratio_fp16_b32=$(ratio "$ours_b32_tok_s" "$fp16") ratio_bf16_b32=$(ratio "$ours_b32_tok_s" "$bf16") ct2_int8_float16_b32_tok_s=$int8_fp16 ours_bf16_vs_ct2_int8_float16_b32=$(ratio "$ours_b32_tok_s" "$int8_fp16") ct2_fp16_t4096_tok_s=$fp16_t4096 ratio_fp16_t4096=$(ratio "$ours_tok_s" "$fp16_t4096") ct2_wall_fp16_b32_tok_s=$(rate ct2_fp16 3) tokens_ct2=$(tokens ct2_fp16) same_as_ct2_fp16_b32=$same_ct2/$lines ct2_cublas=$ct2_cublas runs=$runs"
 else
   echo "$line ct2=unavailable anchor_ct2_fp16_a10g_b32_tok_s=10991 ($anchor) runs=$runs"
@@ -407,5 +423,9 @@ if [ "${PROFILE:-1}" = 1 ]; then
       --batch-tokens 4096 --cuda-kernels "$candidate"
     profiled "ours with --cuda-kernels $candidate, profiled (batches of 32 sentences, untimed):" \
       "${b32[@]}" --cuda-kernels "$candidate"
+    if [ "$with_int8" = 1 ]; then
+      profiled "ours in int8 with --cuda-kernels $candidate, profiled (batches of 32 sentences, untimed):" \
+        "${b32[@]}" "${int8_candidate[@]}"
+    fi
   fi
 fi

@@ -963,7 +963,8 @@ translate_stage() {
   # in int8 at batch 32 against CTranslate2's int8_float16 (gpu_quant_vs_ct2_int8: the
   # candidate int8_products, whose twins run in call 1; INT8=0 leaves it out). With
   # the candidate kernels too (transformer_decode --cuda-kernels candidate) when their twins
-  # passed in call 1 on this machine (none waits at present), or
+  # passed in call 1 on this machine (ours in int8 with them too: its decoder steps
+  # captured when step_graphs is among them), or
   # DECODE_CANDIDATE=NAMES says so ("" : not).
   # shellcheck disable=SC1090
   [ -f "$(state_file)" ] && source "$(state_file)"
@@ -973,7 +974,7 @@ translate_stage() {
   timeout 240 env THPC_BUILD=build-gpu DEVICE=cuda RUNS=1 PYTHON=python3 CANDIDATE="$decode_candidate" \
     bash bench/decode_vs_ctranslate2.sh "$checkpoints/eval/average_last5.h5" 3003 2>&1 |
     tee "$LOGS/newstest_decode_vs_ctranslate2.txt" | grep -E "^(decode_vs_ctranslate2|CTranslate2|ctranslate2 runs|run )|Loaded cuBLAS"
-  sed -n '/^ours, profiled/,/^total (the batch)/p;/^ours in int8, profiled/,/^total (the batch)/p;/^ours with --cuda-kernels/,/^total (the batch)/p' \
+  sed -n '/^ours, profiled/,/^total (the batch)/p;/^ours in int8, profiled/,/^total (the batch)/p;/^ours with --cuda-kernels/,/^total (the batch)/p;/^ours in int8 with --cuda-kernels/,/^total (the batch)/p' \
     "$LOGS/newstest_decode_vs_ctranslate2.txt"
 }
 

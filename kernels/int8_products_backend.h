@@ -24,10 +24,9 @@ class Int8ProductsBackend : public ForwardingBackend {
   using ForwardingBackend::ForwardingBackend;
 
   std::string name() const override { return inner().name() + "+int8"; }
-  // The int8 products' own buffers and scratch are not among what a capture's replay
-  // checks for frees: their steps run uncaptured until that has been looked into on a GPU.
-  bool can_capture() const override { return false; }
-  std::unique_ptr<CapturedWork> capture(const std::function<void()>&) override { return nullptr; }
+  // Capturing is each backend's to say (Backend::capture): the GPU's products are stream
+  // work that its inner backend's graphs hold; the CPU's run on the host as they are
+  // called, so it refuses.
   // How many matrices have an int8 copy.
   int quantized_matrices() const { return static_cast<int>(matrices_.size()); }
 

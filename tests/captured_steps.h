@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -142,10 +143,12 @@ class DoublingReducer final : public GradientReducer {
 };
 
 // Two beam searches of 4 (two best each) over the same five sentences, by one model made
-// from `config` (vocabulary 12, initialised from seed 5) on `backend`: the first search's
-// hypotheses, then the second's, and what the model's capturing did.
+// from `config` (vocabulary 12, initialised from seed 5) on `backend` and handed to
+// `prepare` first (e.g. to quantize its weights): the first search's hypotheses, then the
+// second's, and what the model's capturing did.
 inline std::vector<std::vector<Hypothesis>> run_two_beam_searches(
-    Backend& backend, const ModelConfig& config, Transformer::CaptureCounts& counts) {
+    Backend& backend, const ModelConfig& config, Transformer::CaptureCounts& counts,
+    const std::function<void(Transformer&)>& prepare = {}) {
   const std::vector<TokenSequence> sources = {{4, 5, 6}, {7}, {8, 9, 10, 11, 4}, {6, 6},
                                               {5, 9, 7}};
   BeamOptions options;
@@ -154,6 +157,7 @@ inline std::vector<std::vector<Hypothesis>> run_two_beam_searches(
   options.max_len_cap = config.max_positions - 1;
   options.nbest = 2;
   Transformer model(config, 12, SpecialIds{}, backend, 5);
+  if (prepare) prepare(model);
   CachedTransformerScorer scorer(model, SpecialIds{}, config.max_positions - 1);
   auto results = beam_search(scorer, sources, SpecialIds{}, options);
   const auto again = beam_search(scorer, sources, SpecialIds{}, options);

@@ -15,8 +15,11 @@
 #include "captured_steps.h"
 #include "common/error.h"
 #include "decode/beam_search.h"
+#include "decode/compute_type.h"
 #include "kernels/capturing_backend.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/int8_backend.h"
+#include "kernels/cpu/int8_matmul.h"
 #include "model/transformer.h"
 
 namespace thpc {
@@ -253,13 +256,18 @@ TEST(StepInputsInMemory, DropoutKeysDrawWithTheStepAndStreamInMemory) {
 // bit for bit. Each step reads its position from the plan's upload in memory (a replay
 // keyed by its capture's position would embed the wrong one), and the arena is put back
 // where the captured step left it for the best tokens that follow.
-TEST(CapturedDecodingSteps, BeamSearchEqualsUncapturedSearchBitForBit) {
+ModelConfig decoding_model() {
   ModelConfig c;
   c.layers = 2;
   c.d_model = 16;
   c.d_ff = 32;
   c.heads = 4;
   c.max_positions = 32;
+  return c;
+}
+
+TEST(CapturedDecodingSteps, BeamSearchEqualsUncapturedSearchBitForBit) {
+  const ModelConfig c = decoding_model();
   auto plain_backend = make_cpu_backend(DType::F32);
   auto inner = make_cpu_backend(DType::F32);
   CapturingBackend capturing(*inner);
@@ -271,6 +279,43 @@ TEST(CapturedDecodingSteps, BeamSearchEqualsUncapturedSearchBitForBit) {
   EXPECT_GT(captured_counts.replays, captured_counts.captures);
   EXPECT_EQ(captured_counts.refused, 0) << capturing.last_refusal();
   EXPECT_EQ(plain_counts.replays, 0);
+}
+
+// Int8 decoding steps captured: with the stand-in around the int8 backend, as a GPU's graph
+// holds Int8CudaBackend's products (stream work of its inner backend), a step's int8
+// products are recorded and replayed with its other ops, and the search equals the int8
+// search uncaptured, bit for bit. The CPU's int8 backend itself refuses to capture: its
+// products run on the host when called, so a recording by the backend beneath it would
+// replay steps without them; over the stand-in it decodes uncaptured, the same again.
+TEST(CapturedDecodingSteps, Int8ProductsAreCapturedWithTheirStep) {
+  if (!cpu::int8_available()) GTEST_SKIP() << "no int8 products: " << cpu::int8_description();
+  const ModelConfig c = decoding_model();
+  const auto quantized_on = [](Backend& int8) {
+    return [&int8](Transformer& model) {
+      EXPECT_GT(quantize_model_weights(model, int8).quantized, 0);
+    };
+  };
+  Int8CpuBackend plain(make_cpu_backend(DType::F32));
+  Int8CpuBackend recorded(make_cpu_backend(DType::F32));
+  CapturingBackend capturing(recorded);
+  Transformer::CaptureCounts plain_counts, captured_counts, beneath_counts;
+  const auto expected = test::run_two_beam_searches(plain, c, plain_counts, quantized_on(plain));
+  const auto captured =
+      test::run_two_beam_searches(capturing, c, captured_counts, quantized_on(recorded));
+  test::expect_same_hypotheses(captured, expected);
+  EXPECT_GT(captured_counts.captures, 0);
+  EXPECT_GT(captured_counts.replays, captured_counts.captures);
+  EXPECT_EQ(captured_counts.refused, 0) << capturing.last_refusal();
+
+  auto float_backend = make_cpu_backend(DType::F32);
+  auto stand_in = std::make_unique<CapturingBackend>(*float_backend);
+  const CapturingBackend& beneath = *stand_in;
+  Int8CpuBackend above(std::move(stand_in));
+  const auto uncaptured =
+      test::run_two_beam_searches(above, c, beneath_counts, quantized_on(above));
+  test::expect_same_hypotheses(uncaptured, expected);
+  EXPECT_EQ(beneath_counts.captures, 0);
+  EXPECT_EQ(beneath.captures(), 0);
 }
 
 }  // namespace

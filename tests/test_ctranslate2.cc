@@ -279,6 +279,21 @@ TEST_F(CTranslate2Conversion, GpuComparisonScriptRehearsesOnTheCpu) {
                               "ours with --cuda-kernels candidate, profiled (batches of 32"}) {
     EXPECT_NE(run.output.find(profile), std::string::npos) << profile << "\n" << run.output;
   }
+  // Ours in int8 (the CPU's products here, where oneDNN is built in), alone and with the
+  // candidate kernels (on a GPU: its decoder steps captured), against CTranslate2's
+  // int8_float16.
+  if (run.output.find("ours in int8 cannot run here") == std::string::npos) {
+    for (const char* number : {"ours_int8_b32_tok_s", "ours_int8_candidate_b32_tok_s",
+                               "gpu_quant_vs_ct2_int8", "gpu_quant_candidate_vs_ct2_int8"}) {
+      const std::string value = field(number);
+      EXPECT_TRUE(std::regex_match(value, std::regex("[0-9]+(\\.[0-9]+)?|n/a")))
+          << number << " is '" << value << "' in " << line;
+    }
+    EXPECT_NE(run.output.find("ours in int8 with --cuda-kernels candidate, profiled (batches "
+                              "of 32"),
+              std::string::npos)
+        << run.output;
+  }
 }
 
 TEST_F(CTranslate2Conversion, ConverterRefusesWhatItCannotConvertWithOneLine) {

@@ -579,6 +579,53 @@ TEST(CudaCandidateStepGraphs, DecodingEqualsUncapturedDecodingBitForBit) {
   }
 }
 
+// Int8 decoding with its products captured (candidates int8_products and step_graphs):
+// the GPU's int8 backend takes a step's row quantizations, cuBLASLt products and
+// dequantizations into its inner backend's graph; a beam search of 4 over five
+// sentences, twice, equals the same int8 search uncaptured, bit for bit, in fp32 and bf16.
+// CapturedDecodingSteps.Int8ProductsAreCapturedWithTheirStep holds the host's part on the
+// CPU (the rehearsal: the CPU's int8 products inside the stand-in).
+TEST(CudaCandidateInt8Products, CapturedDecodingEqualsUncapturedBitForBit) {
+  THPC_REQUIRE_GPU();
+#if THPC_HAVE_CUDA
+  ModelConfig c = graph_model();
+  c.max_positions = 32;
+  if (test::twin_rehearsal() && !cpu::int8_available()) {
+    GTEST_SKIP() << "the rehearsal needs the CPU's int8 products: " << cpu::int8_description();
+  }
+  for (DType dtype : test::gpu_compute_dtypes()) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const auto run = [&](unsigned candidates, Transformer::CaptureCounts& counts) {
+      std::unique_ptr<Backend> int8;
+      std::unique_ptr<CapturingBackend> stand_in;
+      if (test::twin_rehearsal()) {
+        int8 = std::make_unique<Int8CpuBackend>(make_cpu_backend(DType::F32));
+        if (candidates & kStepGraphs) stand_in = std::make_unique<CapturingBackend>(*int8);
+      } else {
+        CudaKernelChoice kernels;
+        kernels.candidates = candidates;
+        int8 = std::make_unique<Int8CudaBackend>(make_backend(
+            BackendRequest{"cuda", dtype == DType::BF16 ? "bf16" : "fp32", 0, 0, kernels}));
+      }
+      Backend& decoding = stand_in ? static_cast<Backend&>(*stand_in) : *int8;
+      return test::run_two_beam_searches(decoding, c, counts, [&](Transformer& model) {
+        const QuantizedCount count = quantize_model_weights(model, *int8);
+        EXPECT_GT(count.quantized, 0);
+        EXPECT_EQ(count.kept_in_float, 0);
+      });
+    };
+    Transformer::CaptureCounts plain_counts, captured_counts;
+    const auto expected = run(kInt8Products | kStepTotals, plain_counts);
+    const auto captured = run(kInt8Products | kStepGraphs | kStepTotals, captured_counts);
+    test::expect_same_hypotheses(captured, expected);
+    EXPECT_GT(captured_counts.captures, 0);
+    EXPECT_GT(captured_counts.replays, captured_counts.captures);
+    EXPECT_EQ(captured_counts.refused, 0) << "a capture failed: its shape ran uncaptured";
+    EXPECT_EQ(plain_counts.captures, 0);
+  }
+#endif
+}
+
 // The gradient sums inside the captured pass: NCCL on one rank (its all-reduce of one
 // rank a copy; the launches, events and the compute stream's wait all in the graph, the
 // host's wait for an event after it), one micro-batch a step so that every pass calls the

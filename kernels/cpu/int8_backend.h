@@ -7,6 +7,7 @@
 // and its ops are those of the float decode.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "kernels/cpu/int8_matmul.h"
@@ -28,6 +29,12 @@ class Int8CpuBackend final : public Int8ProductsBackend<cpu::QuantizedMatrix> {
   void adopt(Tensor weights, const cpu::QuantizedWeights& quantized);
   // How many values quantize() has taken.
   int64_t quantized_values() const;
+  // Its products run on the host when they are called, outside anything the inner
+  // backend records: a capture by the inner one would replay the step without them.
+  // (CapturedDecodingSteps.* wraps this backend in the stand-in instead: the products are
+  // then recorded with the step's other ops.)
+  bool can_capture() const override { return false; }
+  std::unique_ptr<CapturedWork> capture(const std::function<void()>&) override { return nullptr; }
 
  protected:
   void multiply(Tensor y, Tensor x, const cpu::QuantizedMatrix& matrix, Tensor b, int M,

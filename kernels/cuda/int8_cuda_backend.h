@@ -24,6 +24,15 @@
 // is the inner CUDA backend's, in its compute type; the weights stay in the model too
 // (the embedding lookup reads them). Only for decoding, as Int8CpuBackend.
 //
+// Captured decoding steps (candidate step_graphs, Transformer::decode_step): the products
+// are stream work like the other ops (the row quantization, cuBLASLt's or cublasGemmEx's
+// product with the handle's fixed workspace, the dequantization), so the inner backend's
+// graph of a step holds them. What a replay reads stays put or is noticed: the int8
+// matrices live until the backend ends and free through Context::count_free, and the
+// products' buffers are the Context's scratch, whose growth is a counted free, so a graph
+// taken before it is refused (Context::frees). A shape's first step runs uncaptured and
+// makes its cuBLASLt plan (host objects) before any capture.
+//
 // Why cuBLASLt: it is the library with Hopper's int8 tensor-core kernels (the IMMA
 // "TN" case: both operands K-major, which is why Wq is kept as [N, K]), maintained with
 // the toolkit; the project already plans its bf16 GEMMs with it.
