@@ -30,6 +30,7 @@
 
 #include "common/philox.h"
 #include "kernels/cuda/dropout_mask.cuh"
+#include "kernels/cuda/rounded.cuh"
 
 #if defined(__CUDACC__)
 #define THPC_VECTOR_NORM_BODY __device__ __forceinline__
@@ -59,27 +60,9 @@ constexpr int vectors_for(int d) {
 
 // Arithmetic rounded as written (no contraction into a fused multiply-add), as the
 // verified kernels' __fadd_rn and __fmul_rn.
-THPC_HOST_DEVICE float add_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-THPC_HOST_DEVICE float sub_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-THPC_HOST_DEVICE float mul_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
+using rounded::add_rn;
+using rounded::mul_rn;
+using rounded::sub_rn;
 
 // The layer norm's input gradient at one element, rstd * (g - mean(g) - xhat *
 // mean(g * xhat)) with means = (mean(g), mean(g * xhat)): layernorm.cu's kernels, plain,
