@@ -206,11 +206,14 @@ THPC_OP(void, row_top_k,
 // Adam (Kingma & Ba, with bias correction) as in §5.3, over n flat parameters:
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //   p -= lr * (m / (1 - b1^step)) / (sqrt(v / (1 - b2^step)) + eps).
-// step is 1-based. grads are read, not changed.
+// step is 1-based. grads are read, not changed. compute, when not null, then holds the
+// updated params in the compute dtype (the weights the GEMMs read: ParamStore's compute
+// copy, a conversion of each value as copy() does); null where the weights are the
+// params themselves.
 THPC_OP(void, adam_update,
-        (ParamOut params, ParamIn grads, ParamOut m, ParamOut v, int64_t n, float lr,
-         float beta1, float beta2, float eps, int64_t step),
-        (params, grads, m, v, n, lr, beta1, beta2, eps, step))
+        (ParamOut params, Out compute, ParamIn grads, ParamOut m, ParamOut v, int64_t n,
+         float lr, float beta1, float beta2, float eps, int64_t step),
+        (params, compute, grads, m, v, n, lr, beta1, beta2, eps, step))
 // Sum of squares of a param_dtype tensor (gradient norms, checks), in double.
 THPC_OP(double, sum_squares, (ParamIn x, int64_t n), (x, n))
 // totals.grad_squares = sum_squares(x, n) (the same sum, bit for bit), left in backend

@@ -69,7 +69,8 @@ bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
       {"int8_products", kInt8Products},
       {"fused_attention", kFusedAttention},
       {"step_graphs", kStepGraphs},
-      {"vector_norms", kVectorNorms}};
+      {"vector_norms", kVectorNorms},
+      {"fused_adam", kFusedAdam}};
   // Former candidates, the default since their GPU run: a configuration or checkpoint
   // that names them (one trained with them before that) still loads, naming nothing.
   static const std::vector<std::string> kRetired = {"write_gradients", "short_attention",

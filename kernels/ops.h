@@ -140,7 +140,10 @@ enum class GradStore { kAdd, kWrite };
 // it takes step_totals with it: a pass that reads its loss back cannot be captured;
 // 2026-11-29, issue 51's small batch) and vector_norms (the fused residual + dropout +
 // layer norm with each row held in its warp's registers, moved 16 bytes at a time,
-// kernels/cuda/vector_norm.cuh; 2026-11-29, issue 51's add & norm at ~4x its bytes' time).
+// kernels/cuda/vector_norm.cuh; 2026-11-29, issue 51's add & norm at ~4x its bytes' time)
+// and fused_adam (Adam and the bf16 compute copy's conversion in one pass of 16-byte
+// moves, kernels/cuda/fused_adam.cuh; 2026-11-30, issue 51's small batch, where Adam is a
+// fixed ~10% of the step).
 // The former ones ran on an H100 on
 // 2026-11-26 and are the default now: write_gradients (the backward ops writing their
 // first-written gradients), short_attention (the one-launch attention of short
@@ -154,8 +157,9 @@ enum CandidateKernels : unsigned {
   kFusedAttention = 1u << 3,
   kStepGraphs = 1u << 4,
   kVectorNorms = 1u << 5,
-  kAllCandidates =
-      kAsyncUpload | kStepTotals | kInt8Products | kFusedAttention | kStepGraphs | kVectorNorms,
+  kFusedAdam = 1u << 6,
+  kAllCandidates = kAsyncUpload | kStepTotals | kInt8Products | kFusedAttention | kStepGraphs |
+                   kVectorNorms | kFusedAdam,
 };
 
 // The candidate set a train.cuda_kernels value names: "verified" (none), "candidate"

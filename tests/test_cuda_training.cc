@@ -210,6 +210,28 @@ TEST(CudaCandidateVectorNorms, Bf16ThreeStepsTrackTheVerifiedKernels) {
                                 "verified", "vector norms");
 }
 
+// The one-pass Adam (kernels/cuda/fused_adam.cuh, candidate fused_adam) through the whole
+// model: tiny.ini in bf16 (the masters, the moments and the bf16 compute copy the next
+// step's GEMMs read) and in fp32 (no copy), three steps against the verified kernels:
+// the same arithmetic and conversion, so the same losses and parameters, bit for bit.
+TEST(CudaCandidateFusedAdam, ThreeStepsEqualTheVerifiedKernelsBitForBit) {
+  THPC_REQUIRE_REAL_GPU();
+  for (const char* precision : {"train.precision=bf16", "train.precision=fp32"}) {
+    SCOPED_TRACE(precision);
+    Trainer verified(tiny({"train.backend=cuda", precision}));
+    Trainer fused(tiny({"train.backend=cuda", precision, "train.cuda_kernels=fused_adam"}));
+    for (int step = 0; step < 3; ++step) {
+      const StepStats a = verified.step();
+      const int64_t before = fused_adam_launches();
+      const StepStats b = fused.step();
+      EXPECT_EQ(fused_adam_launches() - before, 1) << "step " << a.step;
+      EXPECT_EQ(b.loss, a.loss) << "step " << a.step;
+      EXPECT_EQ(b.grad_norm, a.grad_norm) << "step " << a.step;
+    }
+    EXPECT_EQ(fused.model().params().sha256_hex(), verified.model().params().sha256_hex());
+  }
+}
+
 std::vector<std::vector<float>> scored_steps(Transformer& model,
                                              const std::vector<BeamStep>& steps) {
   CachedTransformerScorer scorer(model, SpecialIds{}, 10);

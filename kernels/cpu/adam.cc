@@ -14,9 +14,10 @@ namespace thpc::cpu {
 //   p -= lr * m_hat / (sqrt(v_hat) + eps)
 // (PyTorch's form: eps is added to sqrt(v_hat), not to v_hat). The bias corrections
 // 1 - b^step are computed in double once per call; the per-element arithmetic is in T.
+// A compute copy other than the params (the CPU computes in its param type) is a copy.
 template <typename T>
-void adam_update(T* params, const T* grads, T* m, T* v, int64_t n, float lr, float beta1,
-                 float beta2, float eps, int64_t step) {
+void adam_update(T* params, T* compute, const T* grads, T* m, T* v, int64_t n, float lr,
+                 float beta1, float beta2, float eps, int64_t step) {
   THPC_CHECK(step >= 1, "Adam step " << step << " (steps are 1-based)");
   const double steps = static_cast<double>(step);
   const T first_correction =
@@ -34,6 +35,9 @@ void adam_update(T* params, const T* grads, T* m, T* v, int64_t n, float lr, flo
     const T v_hat = v[i] / second_correction;
     params[i] -= learning_rate * m_hat / (std::sqrt(v_hat) + epsilon);
   }
+  if (compute == nullptr || compute == params) return;
+#pragma omp parallel for schedule(static) num_threads(threads_for(n))
+  for (int64_t i = 0; i < n; ++i) compute[i] = params[i];
 }
 
 THPC_CPU_TWIN(adam_update)

@@ -6,59 +6,102 @@
 // CPU twin: kernels/cpu/adam.cc.
 //
 // Shape: one fused grid-stride pass, ~12 flops per parameter against 28 bytes moved
-// (read p, g, m, v; write p, m, v, all fp32): memory-bound, so the only aim is a single
-// coalesced pass. The bias corrections are computed once on the host in double, exactly
-// as on the CPU, and the per-element arithmetic uses the CPU's operation order with
-// explicitly rounded fp32 intrinsics (no FMA contraction, IEEE division and square
-// root), so the GPU's results equal the CPU's bit for bit.
+// (read p, g, m, v; write p, m, v, all fp32), and with a bf16 compute copy a conversion
+// pass after it (read 4, write 2): memory-bound, so the aim is coalesced passes, and with
+// the candidate fused_adam one pass of 16-byte moves (fused_adam.cuh). The bias
+// corrections are computed once on the host in double, exactly as on the CPU, and the
+// per-element arithmetic uses the CPU's operation order with explicitly rounded fp32
+// intrinsics (no FMA contraction, IEEE division and square root), so the GPU's results
+// equal the CPU's bit for bit.
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "common/error.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/fused_adam.cuh"
 
 namespace thpc::cuda {
 namespace {
 
-// The per-call constants, all fp32 as the CPU's float instantiation holds them.
-struct AdamConstants {
-  float b1, b2, one_minus_b1, one_minus_b2, first_correction, second_correction, lr, eps;
-};
+std::atomic<int64_t> fused_adam_launch_count{0};
 
 __global__ void adam_kernel(float* params, const float* grads, float* m, float* v, int64_t n,
-                            AdamConstants c) {
+                            fused_adam::Constants c) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    const float g = grads[i];
-    // m = b1 * m + (1 - b1) * g
-    const float mi = __fadd_rn(__fmul_rn(c.b1, m[i]), __fmul_rn(c.one_minus_b1, g));
-    // v = b2 * v + ((1 - b2) * g) * g   (the CPU's left-to-right product)
-    const float vi =
-        __fadd_rn(__fmul_rn(c.b2, v[i]), __fmul_rn(__fmul_rn(c.one_minus_b2, g), g));
+    float p = params[i], mi = m[i], vi = v[i];
+    fused_adam::update(c, p, grads[i], mi, vi);
     m[i] = mi;
     v[i] = vi;
-    const float m_hat = __fdiv_rn(mi, c.first_correction);
-    const float v_hat = __fdiv_rn(vi, c.second_correction);
-    // p -= (lr * m_hat) / (sqrt(v_hat) + eps)
-    const float step = __fdiv_rn(__fmul_rn(c.lr, m_hat), __fadd_rn(__fsqrt_rn(v_hat), c.eps));
-    params[i] = __fsub_rn(params[i], step);
+    params[i] = p;
   }
+}
+
+// fused_adam.cuh's policy on the GPU: four floats a 16-byte move, four compute values
+// one move of 4 * sizeof(T) bytes, rounded as the copy's conversion rounds.
+struct VectorMoves {
+  __device__ __forceinline__ void load(float (&out)[4], const float* p) const {
+    const float4 bits = *reinterpret_cast<const float4*>(p);
+    out[0] = bits.x;
+    out[1] = bits.y;
+    out[2] = bits.z;
+    out[3] = bits.w;
+  }
+  __device__ __forceinline__ void store(float* p, const float (&in)[4]) const {
+    *reinterpret_cast<float4*>(p) = make_float4(in[0], in[1], in[2], in[3]);
+  }
+  template <typename T>
+  __device__ __forceinline__ T round(float value) const {
+    return from_float<T>(value);
+  }
+  template <typename T>
+  __device__ __forceinline__ void store_compute(T* p, const float (&in)[4]) const {
+    if constexpr (sizeof(T) == 4) {
+      store(reinterpret_cast<float*>(p), in);
+    } else {
+      T items[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) items[k] = from_float<T>(in[k]);
+      uint2 bits;
+      memcpy(&bits, items, sizeof(bits));
+      *reinterpret_cast<uint2*>(p) = bits;
+    }
+  }
+};
+
+template <typename T>
+__global__ void fused_adam_kernel(float* params, T* compute, const float* grads, float* m,
+                                  float* v, int64_t n, fused_adam::Constants c) {
+  fused_adam::thread_body<T>(VectorMoves{}, first_index(), grid_stride(), c, params, compute,
+                             grads, m, v, n);
+}
+
+bool aligned_to(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
 
 }  // namespace
 
-// One fused pass over the flat fp32 buffers (§5.3, with bias correction); T, the
-// backend's activation type, plays no part.
+// One fused pass over the flat fp32 buffers (§5.3, with bias correction), then the
+// compute copy converted from the masters (as copy() converts) when there is one; with
+// the candidate fused_adam both in one pass of 16-byte moves (fused_adam.cuh), where
+// every pointer is aligned for it.
 template <typename T>
-void adam_update(Context& context, float* params, const float* grads, float* m, float* v,
-                 int64_t n, float lr, float beta1, float beta2, float eps, int64_t step) {
+void adam_update(Context& context, float* params, T* compute, const float* grads, float* m,
+                 float* v, int64_t n, float lr, float beta1, float beta2, float eps,
+                 int64_t step) {
   const cudaStream_t stream = context.stream();
   THPC_CHECK(step >= 1, "Adam step " << step << " (steps are 1-based)");
   if (n <= 0) return;
+  if (static_cast<void*>(compute) == static_cast<void*>(params)) compute = nullptr;
   // As kernels/cpu/adam.cc: 1 - b^step in double, rounded once to fp32.
   const double steps = static_cast<double>(step);
-  AdamConstants c{};
+  fused_adam::Constants c{};
   c.b1 = beta1;
   c.b2 = beta2;
   c.one_minus_b1 = 1.0f - beta1;
@@ -67,10 +110,27 @@ void adam_update(Context& context, float* params, const float* grads, float* m, 
   c.second_correction = static_cast<float>(1.0 - std::pow(static_cast<double>(beta2), steps));
   c.lr = lr;
   c.eps = eps;
+  const bool fused_fits = aligned16(params) && aligned16(grads) && aligned16(m) &&
+                          aligned16(v) &&
+                          (compute == nullptr || aligned_to(compute, 4 * sizeof(T)));
+  if (context.candidate_kernel(kFusedAdam) && fused_fits) {
+    const int64_t groups = (n + fused_adam::kGroup - 1) / fused_adam::kGroup;
+    fused_adam_kernel<T><<<grid_blocks(groups), kGridThreads, 0, stream>>>(params, compute, grads,
+                                                                           m, v, n, c);
+    THPC_CUDA_CHECK_LAUNCH("fused_adam_kernel");
+    ++fused_adam_launch_count;
+    return;
+  }
   adam_kernel<<<grid_blocks(n), kGridThreads, 0, stream>>>(params, grads, m, v, n, c);
   THPC_CUDA_CHECK_LAUNCH("adam_kernel");
+  if (compute != nullptr) {
+    convert(compute, std::is_same_v<T, float> ? DType::F32 : DType::BF16, params, DType::F32, n,
+            stream);
+  }
 }
 
 THPC_CUDA_TWIN(adam_update)
 
 }  // namespace thpc::cuda
+
+int64_t thpc::cuda_fused_adam_launches() { return thpc::cuda::fused_adam_launch_count.load(); }

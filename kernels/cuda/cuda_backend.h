@@ -33,6 +33,10 @@ int64_t cuda_fused_attention_launches();
 // vector_norm.cuh, candidate vector_norms) in this process: one a forward, one a backward.
 int64_t cuda_vector_norm_launches();
 
+// Launches of the one-pass Adam (kernels/cuda/fused_adam.cuh, candidate fused_adam) in
+// this process: one an update.
+int64_t cuda_fused_adam_launches();
+
 // The fused attention's fragment probe (fused_attention::fragment_probe) run by one warp
 // on device 0 of this process: its ldmatrix words, ldmatrix.trans words and products.
 void cuda_fused_attention_fragment_probe(std::vector<uint32_t>& words,

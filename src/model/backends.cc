@@ -45,6 +45,14 @@ int64_t vector_norm_launches() {
 #endif
 }
 
+int64_t fused_adam_launches() {
+#if THPC_HAVE_CUDA
+  return cuda_fused_adam_launches();
+#else
+  return 0;
+#endif
+}
+
 bool fused_attention_fragment_probe(std::vector<uint32_t>& words,
                                     std::vector<uint32_t>& trans_words,
                                     std::vector<float>& products) {

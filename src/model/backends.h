@@ -38,6 +38,8 @@ int64_t short_attention_launches();
 int64_t fused_attention_launches();
 // The same for the register-held add & norm (kernels/cuda/vector_norm.cuh).
 int64_t vector_norm_launches();
+// The same for the fused Adam (kernels/cuda/fused_adam.cuh): one an update.
+int64_t fused_adam_launches();
 // The fused attention's fragment probe on the current GPU (kernels/cuda/
 // fused_attention.cuh, fragment_probe): false without CUDA.
 bool fused_attention_fragment_probe(std::vector<uint32_t>& words,

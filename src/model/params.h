@@ -55,11 +55,14 @@ class ParamStore {
   Tensor grad(const std::string& name) const;  // null without gradients
   // The weights as the ops read them, in the backend's compute dtype: the fp32 master
   // parameters themselves when the dtypes agree (CPU, GPU fp32), else a bf16 copy of
-  // the same layout that refresh_compute() rewrites from the masters.
+  // the same layout that refresh_compute() (and each optimizer step, adam_update)
+  // rewrites from the masters.
   Tensor compute(const std::string& name) const;
   Tensor params() const { return params_; }  // the flat buffers, padding included
   Tensor grads() const { return grads_; }  // null when allocated without gradients
-  Tensor compute_params() const { return compute_; }
+  // The compute copy when it is one (bf16 on a GPU computing in it), else null: what
+  // Backend::adam_update rewrites beside the masters.
+  Tensor separate_compute() const { return compute_.data != params_.data ? compute_ : Tensor{}; }
   // Brings the compute copy up to date after the master parameters changed (the
   // optimizer step, a checkpoint load, initialisation). A no-op without a copy.
   void refresh_compute();

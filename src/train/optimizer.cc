@@ -16,10 +16,11 @@ Adam::~Adam() {
 }
 
 void Adam::update(float lr, int64_t step) {
-  // The alignment padding between parameters has zero gradient and stays zero.
-  backend_.adam_update(params_.params(), params_.grads(), m_, v_, params_.buffer_numel(), lr,
-                       settings_.beta1, settings_.beta2, settings_.eps, step);
-  params_.refresh_compute();
+  // The alignment padding between parameters has zero gradient and stays zero. The
+  // compute copy (bf16 on a GPU computing in it) is rewritten by the same op.
+  backend_.adam_update(params_.params(), params_.separate_compute(), params_.grads(), m_, v_,
+                       params_.buffer_numel(), lr, settings_.beta1, settings_.beta2,
+                       settings_.eps, step);
 }
 
 }  // namespace thpc

@@ -7,13 +7,18 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "common/bf16.h"
 #include "cpu_reference.h"
 #include "cuda_twin.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cuda/fused_adam.cuh"
+#include "model/backends.h"
 
 namespace thpc::cpu_test {
 namespace {
@@ -33,8 +38,8 @@ void check_adam_by_hand(double tolerance) {
   //   sqrt(v_hat) + eps = (0.625, 1.125, 2.125)
   //   p -= 0.25 * m_hat / that = (0.125 / 0.625, -0.25 / 1.125, 0.5 / 2.125)
   const std::vector<T> g1{T(0.5), T(-1.0), T(2.0)};
-  cpu::adam_update<T>(params.data(), g1.data(), m.data(), v.data(), 3, lr, beta1, beta2, eps,
-                      1);
+  cpu::adam_update<T>(params.data(), nullptr, g1.data(), m.data(), v.data(), 3, lr, beta1, beta2,
+                      eps, 1);
   const double step1[3] = {1.0 - 0.125 / 0.625, -2.0 + 0.25 / 1.125, 0.5 - 0.5 / 2.125};
   EXPECT_NEAR(params[0], 0.8, tolerance);  // 1 - 0.2
   for (int i = 0; i < 3; ++i) EXPECT_NEAR(params[i], step1[i], tolerance) << i;
@@ -49,8 +54,8 @@ void check_adam_by_hand(double tolerance) {
   //   m_hat = m / 0.75 = (-1/6, -1/6, 4/3);  v_hat = v / 0.4375 = (0.25, 0.4642857.., 2.2857..)
   //   p -= 0.25 * m_hat / (sqrt(v_hat) + 0.125)
   const std::vector<T> g2{T(-0.5), T(0.25), T(1.0)};
-  cpu::adam_update<T>(params.data(), g2.data(), m.data(), v.data(), 3, lr, beta1, beta2, eps,
-                      2);
+  cpu::adam_update<T>(params.data(), nullptr, g2.data(), m.data(), v.data(), 3, lr, beta1, beta2,
+                      eps, 2);
   const double m_hat[3] = {-0.125 / 0.75, -0.125 / 0.75, 1.0 / 0.75};
   const double v_hat[3] = {0.109375 / 0.4375, 0.203125 / 0.4375, 1.0 / 0.4375};
   for (int i = 0; i < 3; ++i) {
@@ -66,6 +71,130 @@ void check_adam_by_hand(double tolerance) {
 TEST(Adam, TwoStepsMatchHandComputation) {
   check_adam_by_hand<double>(1e-15);
   check_adam_by_hand<float>(1e-6);
+}
+
+// The compute copy (ParamStore's, where the weights the ops read are another buffer) is
+// the updated parameters, the masters and moments as without it.
+TEST(Adam, ComputeCopyHoldsTheUpdatedParameters) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> params(37), grads(37), m(37, 0.0f), v(37, 0.0f);
+  for (float& x : params) x = uniform(rng);
+  for (float& x : grads) x = uniform(rng);
+  std::vector<float> alone = params, m_alone = m, v_alone = v;
+  std::vector<float> compute(37, NAN);
+  cpu::adam_update<float>(params.data(), compute.data(), grads.data(), m.data(), v.data(), 37,
+                          1e-3f, 0.9f, 0.98f, 1e-9f, 4);
+  cpu::adam_update<float>(alone.data(), nullptr, grads.data(), m_alone.data(), v_alone.data(),
+                          37, 1e-3f, 0.9f, 0.98f, 1e-9f, 4);
+  EXPECT_EQ(params, alone);
+  EXPECT_EQ(m, m_alone);
+  EXPECT_EQ(v, v_alone);
+  EXPECT_EQ(compute, params);
+}
+
+// ---- the candidate fused_adam's body on the host (kernels/cuda/fused_adam.cuh) ----------
+
+// A host bf16 value (its bits), as the GPU's compute copy holds it.
+struct HostBf16 {
+  uint16_t bits;
+};
+
+// fused_adam.cuh's policy on the host: 16-byte moves of four floats checked for their
+// alignment, the compute copy rounded as the GPU's conversion rounds (to nearest even).
+struct HostMoves {
+  void load(float (&out)[4], const float* p) const {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 16, 0u);
+    std::memcpy(out, p, sizeof(out));
+  }
+  void store(float* p, const float (&in)[4]) const {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 16, 0u);
+    std::memcpy(p, in, sizeof(in));
+  }
+  template <typename T>
+  T round(float value) const {
+    if constexpr (std::is_same_v<T, float>) {
+      return value;
+    } else {
+      return T{bf16_from_float(value)};
+    }
+  }
+  template <typename T>
+  void store_compute(T* p, const float (&in)[4]) const {
+    for (int k = 0; k < 4; ++k) p[k] = round<T>(in[k]);
+  }
+};
+
+float widened(float value) { return value; }
+float widened(HostBf16 value) { return float_from_bf16(value.bits); }
+
+// n parameters updated by `threads` host calls of the body (each a thread of the grid),
+// three steps, against the CPU's Adam: the same masters and moments bit for bit (every
+// element updated once, by the same arithmetic), the compute copy the masters rounded to T.
+template <typename T>
+void expect_fused_body_matches_cpu(int64_t n, int64_t threads, uint32_t seed) {
+  SCOPED_TRACE("n " + std::to_string(n) + " threads " + std::to_string(threads));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  const size_t count = static_cast<size_t>(n);
+  // 16-byte aligned, as cudaMalloc's buffers.
+  struct alignas(16) Block {
+    float values[4];
+  };
+  const auto aligned = [&](std::vector<Block>& storage, bool random) {
+    storage.assign((count + 3) / 4 + 1, Block{});
+    float* data = storage.front().values;
+    for (size_t i = 0; i < count; ++i) data[i] = random ? uniform(rng) : 0.0f;
+    return data;
+  };
+  std::vector<Block> p_store, g_store, m_store, v_store;
+  float* params = aligned(p_store, true);
+  float* grads = aligned(g_store, true);
+  float* m = aligned(m_store, false);
+  float* v = aligned(v_store, false);
+  std::vector<float> cpu_params(params, params + count), cpu_m(count, 0.0f), cpu_v(count, 0.0f);
+  std::vector<T> compute(count + 4, HostMoves{}.round<T>(NAN));
+  fused_adam::Constants c{};
+  for (int64_t step = 1; step <= 3; ++step) {
+    for (size_t i = 0; i < count; ++i) grads[i] = uniform(rng);
+    cpu::adam_update<float>(cpu_params.data(), nullptr, grads, cpu_m.data(), cpu_v.data(), n,
+                            1e-3f, 0.9f, 0.98f, 1e-9f, step);
+    // As adam.cu sets them.
+    c.b1 = 0.9f;
+    c.b2 = 0.98f;
+    c.one_minus_b1 = 1.0f - 0.9f;
+    c.one_minus_b2 = 1.0f - 0.98f;
+    c.first_correction =
+        static_cast<float>(1.0 - std::pow(static_cast<double>(0.9f), static_cast<double>(step)));
+    c.second_correction =
+        static_cast<float>(1.0 - std::pow(static_cast<double>(0.98f), static_cast<double>(step)));
+    c.lr = 1e-3f;
+    c.eps = 1e-9f;
+    for (int64_t thread = 0; thread < threads; ++thread) {
+      fused_adam::thread_body<T>(HostMoves{}, thread, threads, c, params, compute.data(), grads,
+                                 m, v, n);
+    }
+  }
+  EXPECT_EQ(std::vector<float>(params, params + count), cpu_params);
+  EXPECT_EQ(std::vector<float>(m, m + count), cpu_m);
+  EXPECT_EQ(std::vector<float>(v, v + count), cpu_v);
+  for (size_t i = 0; i < count; ++i) {
+    ASSERT_EQ(widened(compute[i]), widened(HostMoves{}.round<T>(cpu_params[i]))) << i;
+  }
+  EXPECT_TRUE(std::isnan(widened(compute[count]))) << "written past the end";
+}
+
+// Every split of the groups and the tail among the threads (fewer threads than tail
+// elements too), fp32 and bf16 compute copies.
+TEST(FusedAdamOnTheHost, EveryElementUpdatedOnceAsTheCpu) {
+  uint32_t seed = 40;
+  for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{8}, int64_t{11},
+                    int64_t{1027}}) {
+    for (int64_t threads : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{64}, int64_t{300}}) {
+      expect_fused_body_matches_cpu<float>(n, threads, seed++);
+      expect_fused_body_matches_cpu<HostBf16>(n, threads, seed++);
+    }
+  }
 }
 
 }  // namespace
@@ -93,8 +222,10 @@ TEST(CudaAdam, UpdateMatchesCpu) {
       // Three consecutive steps, each reading the state the previous one left.
       for (int64_t step = first_step; step < first_step + 3; ++step) {
         Pair grads = both.param(random_values(count, rng, -0.1f, 0.1f));
-        both.cpu().adam_update(params.cpu, grads.cpu, m.cpu, v.cpu, n, lr, beta1, beta2, eps, step);
-        both.gpu().adam_update(params.gpu, grads.gpu, m.gpu, v.gpu, n, lr, beta1, beta2, eps, step);
+        both.cpu().adam_update(params.cpu, Tensor{}, grads.cpu, m.cpu, v.cpu, n, lr, beta1, beta2,
+                               eps, step);
+        both.gpu().adam_update(params.gpu, Tensor{}, grads.gpu, m.gpu, v.gpu, n, lr, beta1, beta2,
+                               eps, step);
       }
       EXPECT_TRUE(all_close(both.gpu_values(m), both.cpu_values(m), 0.0, rel));
       EXPECT_TRUE(all_close(both.gpu_values(v), both.cpu_values(v), 0.0, rel));
@@ -103,7 +234,100 @@ TEST(CudaAdam, UpdateMatchesCpu) {
   }
   Both both(twins);
   Pair p = both.param({1.0f});
-  EXPECT_ANY_THROW(both.gpu().adam_update(p.gpu, p.gpu, p.gpu, p.gpu, 1, lr, beta1, beta2, eps, 0));
+  EXPECT_ANY_THROW(
+      both.gpu().adam_update(p.gpu, Tensor{}, p.gpu, p.gpu, p.gpu, 1, lr, beta1, beta2, eps, 0));
+}
+
+// `t` without its first element: a view whose data is 4 bytes (a float) or 2 (bf16) past
+// an allocation's start, so that no 16-byte move may take it.
+Tensor shifted(Tensor t) {
+  t.data = static_cast<char*>(t.data) + dtype_size(t.dtype);
+  t.numel -= 1;
+  return t;
+}
+
+struct AdamRun {
+  std::vector<float> params, m, v, compute;
+};
+
+// Three Adam steps on n parameters with a compute copy, on the GPU of `twins` (and its
+// CPU reference, checked: masters and moments as the CPU's within 2 ulp, exact by
+// construction; the copy the GPU's masters in the compute dtype, exactly), on fresh
+// buffers or, with `misaligned`, on views one element into them.
+AdamRun adam_with_compute(Twins& twins, int64_t n, bool misaligned, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.98f, eps = 1e-9f;
+  const double rel = 2.0 * eps_of(DType::F32);
+  const size_t count = static_cast<size_t>(n + 1);
+  Both both(twins);
+  const auto view = [&](Pair pair) {
+    return misaligned ? Pair{shifted(pair.cpu), shifted(pair.gpu)} : pair;
+  };
+  Pair params = view(both.param(random_values(count, rng)));
+  Pair m = view(both.param(random_values(count, rng, -0.01f, 0.01f)));
+  Pair v = view(both.param(random_values(count, rng, 1e-3f, 1e-2f)));
+  Pair compute = view(both.act_poisoned(static_cast<int64_t>(count)));
+  const int64_t elements = params.gpu.numel;
+  for (int64_t step = 1; step <= 3; ++step) {
+    Pair grads = view(both.param(random_values(count, rng, -0.1f, 0.1f)));
+    both.cpu().adam_update(params.cpu, compute.cpu, grads.cpu, m.cpu, v.cpu, elements, lr, beta1,
+                           beta2, eps, step);
+    both.gpu().adam_update(params.gpu, compute.gpu, grads.gpu, m.gpu, v.gpu, elements, lr, beta1,
+                           beta2, eps, step);
+  }
+  AdamRun gpu{both.gpu_values(params), both.gpu_values(m), both.gpu_values(v),
+              both.gpu_values(compute)};
+  EXPECT_TRUE(all_close(gpu.m, both.cpu_values(m), 0.0, rel));
+  EXPECT_TRUE(all_close(gpu.v, both.cpu_values(v), 0.0, rel));
+  EXPECT_TRUE(all_close(gpu.params, both.cpu_values(params), 0.0, rel));
+  EXPECT_EQ(gpu.compute, representable(gpu.params, twins.compute))
+      << "the compute copy is not the masters converted";
+  return gpu;
+}
+
+// The verified kernels with the compute copy (Adam, then the conversion copy() does), in
+// fp32 and bf16: the bf16 GPU's optimizer step as the trainer takes it.
+TEST(CudaAdam, ComputeCopyIsTheUpdatedParametersConverted) {
+  THPC_REQUIRE_GPU();
+  uint32_t seed = 70;
+  for (DType dtype : gpu_compute_dtypes()) {
+    Twins twins(dtype);
+    for (int64_t n : {int64_t{1}, int64_t{1027}, int64_t{1000003}}) {
+      SCOPED_TRACE(describe(dtype, n));
+      adam_with_compute(twins, n, false, seed++);
+    }
+  }
+}
+
+// The candidate fused_adam (kernels/cuda/fused_adam.cuh): Adam and the compute copy in one
+// pass of 16-byte moves, bit for bit the verified kernels' (the same arithmetic and
+// conversion), in fp32 and bf16, sizes with and without a tail of 1-3 elements; on views
+// one element off it leaves the work to the verified kernels (no launch of its own). A
+// launch is counted where it must take the work: a fused pass that never ran proves
+// nothing. FusedAdamOnTheHost.* runs its body on the CPU in ctest.
+TEST(CudaCandidateFusedAdam, UpdateEqualsTheVerifiedKernelsBitForBit) {
+  THPC_REQUIRE_GPU();
+  CudaKernelChoice fused;
+  fused.candidates = kFusedAdam;
+  uint32_t seed = 90;
+  for (DType dtype : gpu_compute_dtypes()) {
+    Twins verified_twins(dtype), fused_twins(dtype, fused);
+    for (int64_t n : {int64_t{1}, int64_t{4}, int64_t{1027}, int64_t{1000003}, int64_t{1000004}}) {
+      for (bool misaligned : {false, true}) {
+        SCOPED_TRACE(describe(dtype, n) + (misaligned ? " misaligned" : ""));
+        const AdamRun expected = adam_with_compute(verified_twins, n, misaligned, seed);
+        const int64_t before = fused_adam_launches();
+        const AdamRun actual = adam_with_compute(fused_twins, n, misaligned, seed++);
+        if (!twin_rehearsal()) {
+          EXPECT_EQ(fused_adam_launches() - before, misaligned ? 0 : 3);
+        }
+        EXPECT_EQ(actual.params, expected.params);
+        EXPECT_EQ(actual.m, expected.m);
+        EXPECT_EQ(actual.v, expected.v);
+        EXPECT_EQ(actual.compute, expected.compute);
+      }
+    }
+  }
 }
 
 }  // namespace

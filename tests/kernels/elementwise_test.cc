@@ -265,8 +265,9 @@ TEST(OpDispatch, ATensorOfAnotherDtypeIsRefusedNamingTheOpAndArgument) {
   expect_error([&] { backend->relu_forward(y, wrong, 4); },
                {"relu_forward: argument 2 is a fp64 tensor where the cpu-fp32 backend takes fp32"});
   EXPECT_EQ(floats, std::vector<float>(4, 1.5f)) << "the twin ran before the check";
-  expect_error([&] { backend->adam_update(y, y, y, wrong, 4, 0.1f, 0.9f, 0.98f, 1e-9f, 1); },
-               {"adam_update: argument 4 is a fp64 tensor"});
+  expect_error(
+      [&] { backend->adam_update(y, Tensor{}, y, y, wrong, 4, 0.1f, 0.9f, 0.98f, 1e-9f, 1); },
+      {"adam_update: argument 5 is a fp64 tensor"});
   expect_error([&] { make_cpu_backend(DType::F64)->sum_squares(y, 4); },
                {"sum_squares: argument 1 is a fp32 tensor where the cpu-fp64 backend takes fp64"});
 
