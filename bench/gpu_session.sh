@@ -55,8 +55,8 @@
 #      test_cuda_training;
 #   1. the candidate kernels' twins in fp32 and bf16 (CANDIDATE_TWINS: the kernels behind
 #      train.cuda_kernels = candidate, never run on a GPU; async_upload, step_totals,
-#      int8_products, fused_attention, step_graphs, vector_norms, fused_adam; when some
-#      fail, the others
+#      int8_products, fused_attention, step_graphs, vector_norms, fused_adam, relu_masks;
+#      when some fail, the others
 #      by name) and the whole
 #      model with them; then the verified twins of the files changed since the last GPU
 #      run (CHANGED_TWINS; OTHER_TWINS=all runs every kernel twin) and the whole-model
@@ -189,7 +189,7 @@ readonly PLAN=(
   "start|machine start (counted, not in a call)|60|120"
   "1|setup: gpu-bundle unpacked, nvidia-smi|10|20"
   "1|build: bench_step, transformer_hpc, kernel twin tests, test_cuda_training (16 cores)|20|110"
-  "1|candidate twins (CudaCandidate*: async_upload, step_totals, int8_products, fused_attention, step_graphs, vector_norms, fused_adam) and the whole model with them|5|30"
+  "1|candidate twins (CudaCandidate*: async_upload, step_totals, int8_products, fused_attention, step_graphs, vector_norms, fused_adam, relu_masks) and the whole model with them|5|30"
   "1|the verified twins of the changed files (OTHER_TWINS=all: every one)|10|40"
   "1|whole model: fp32 3 steps vs the CPU (fused off, on); bf16 short vs batched; decoding|3|25"
   "1|bf16 GEMM ceiling (8192^3)|10|15"
@@ -367,7 +367,9 @@ readonly CANDIDATES_ACT_IN_TRAINING=1
 # row kernel its scale: cross_entropy.cu; the norm's input gradient shared with
 # vector_norm.cuh, the same expression: layernorm.cu, CudaLayerNorm; 2026-11-30: Adam's
 # arithmetic shared with fused_adam.cuh, the same expression, and the bf16 compute copy's
-# conversion inside adam_update: adam.cu, CudaAdam).
+# conversion inside adam_update: adam.cu, CudaAdam; the GEMMs' epilogue choice and plan
+# key take the ReLU mask's fields, zero on these paths: linear.cu, CudaLinear,
+# CudaLinearRelu).
 readonly CHANGED_TWINS="CudaAttention|CudaCrossEntropy|CudaElementwise|CudaEmbedding|CudaLinear|CudaLinearRelu|CudaAddNorm|CudaLayerNorm|CudaAdam"
 
 # What the step and followup stages build: the benchmark, the trainer (the program against

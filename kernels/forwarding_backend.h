@@ -39,6 +39,9 @@ class ForwardingBackend : public Backend {
   int64_t peak_memory_bytes() const override { return inner_.peak_memory_bytes(); }
   std::unique_ptr<WorkClock> make_work_clock() override { return inner_.make_work_clock(); }
   bool fused_ops_by_default() const override { return inner_.fused_ops_by_default(); }
+  int64_t relu_mask_words(int rows, int n) const override {
+    return inner_.relu_mask_words(rows, n);
+  }
   int encoder_group_cost_rows() const override { return inner_.encoder_group_cost_rows(); }
   // The work queued through this backend reaches the inner one, which captures it.
   bool can_capture() const override { return inner_.can_capture(); }

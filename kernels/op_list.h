@@ -64,6 +64,23 @@ THPC_OP(void, linear_relu_forward, (Out y, In x, In W, In b, int M, int K, int N
 THPC_OP(void, relu_bias_backward,
         (Out d_pre, ParamOut db, In dy, In y, int rows, int n, GradStore store),
         (d_pre, db, dy, y, rows, n, store))
+// linear_relu_forward that also keeps the ReLU's bit-mask for the backward: `mask`,
+// Backend::relu_mask_words(M, N) words in the backend's layout, marks where y > 0. Taken
+// where relu_mask_words is not 0 (on a GPU, cuBLASLt's RELU_AUX_BIAS epilogue writes it
+// with y); the CPU's twin writes y alone (its relu_mask_words is 0: no mask is read).
+THPC_OP(void, linear_relu_mask_forward,
+        (Out y, uint32_t* mask, In x, In W, In b, int M, int K, int N),
+        (y, mask, x, W, b, M, K, N))
+// The backward of out = y W + b where y = max(0, pre) [M, K] is the FFN's hidden layer,
+// with the ReLU's: d_pre = (dy W^T) where y > 0, else 0 (written, GradStore::kWrite);
+// dW += y^T dy; db += column sums of dy (db may be null). `mask`: what
+// linear_relu_mask_forward wrote with y, or null (then y decides; a backend may read
+// either: on a GPU the input-gradient GEMM's DRELU epilogue reads the mask). The first
+// layer's linear_backward then takes d_pre with its bias gradient.
+THPC_OP(void, linear_relu_backward,
+        (Out d_pre, ParamOut dW, ParamOut db, In dy, In y, const uint32_t* mask, In W, int M,
+         int K, int N),
+        (d_pre, dW, db, dy, y, mask, W, M, K, N))
 
 // ---- tied output projection: logits = h E^T -----------------------------------------
 // h [M, d], E [vocab, d] (the shared embedding table), logits [M, vocab].

@@ -70,7 +70,8 @@ bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
       {"fused_attention", kFusedAttention},
       {"step_graphs", kStepGraphs},
       {"vector_norms", kVectorNorms},
-      {"fused_adam", kFusedAdam}};
+      {"fused_adam", kFusedAdam},
+      {"relu_masks", kReluMasks}};
   // Former candidates, the default since their GPU run: a configuration or checkpoint
   // that names them (one trained with them before that) still loads, naming nothing.
   static const std::vector<std::string> kRetired = {"write_gradients", "short_attention",

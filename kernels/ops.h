@@ -143,7 +143,10 @@ enum class GradStore { kAdd, kWrite };
 // kernels/cuda/vector_norm.cuh; 2026-11-29, issue 51's add & norm at ~4x its bytes' time)
 // and fused_adam (Adam and the bf16 compute copy's conversion in one pass of 16-byte
 // moves, kernels/cuda/fused_adam.cuh; 2026-11-30, issue 51's small batch, where Adam is a
-// fixed ~10% of the step).
+// fixed ~10% of the step) and relu_masks (the FFN's ReLU kept as cuBLASLt's bit-mask by
+// its first layer's GEMM, RELU_AUX_BIAS, and applied by its second layer's input-gradient
+// GEMM, DRELU, instead of relu_bias_backward's pass over [rows, d_ff]; 2026-11-30, issue
+// 51's bias+ReLU, 1.23 of the H200's 32 profiled ms).
 // The former ones ran on an H100 on
 // 2026-11-26 and are the default now: write_gradients (the backward ops writing their
 // first-written gradients), short_attention (the one-launch attention of short
@@ -158,8 +161,9 @@ enum CandidateKernels : unsigned {
   kStepGraphs = 1u << 4,
   kVectorNorms = 1u << 5,
   kFusedAdam = 1u << 6,
+  kReluMasks = 1u << 7,
   kAllCandidates = kAsyncUpload | kStepTotals | kInt8Products | kFusedAttention | kStepGraphs |
-                   kVectorNorms | kFusedAdam,
+                   kVectorNorms | kFusedAdam | kReluMasks,
 };
 
 // The candidate set a train.cuda_kernels value names: "verified" (none), "candidate"
@@ -323,6 +327,11 @@ class Backend {
   // only on a backend where they have passed their twin tests and give what the
   // separate ops give (the CPU's, bit for bit: AddNorm.*, LinearRelu.*, ReluBiasBackward.*).
   virtual bool fused_ops_by_default() const { return false; }
+  // How many 32-bit words of ReLU bit-mask the FFN's first layer of `rows` x `n` keeps for
+  // its backward (linear_relu_mask_forward, linear_relu_backward), in this backend's
+  // layout; 0 where the backend reads the layer's output instead (the CPU; a GPU without
+  // the candidate relu_masks), and the model then keeps no mask.
+  virtual int64_t relu_mask_words(int rows, int n) const { return 0; }
 
   // ---- captured work (CUDA graphs) -------------------------------------------------
   // Whether capture() can capture on this backend (CUDA with train.cuda_kernels

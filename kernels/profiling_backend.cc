@@ -17,6 +17,10 @@ constexpr std::pair<OpId, OpClass> kOpClasses[] = {
     // The FFN's first layer with its ReLU as the GEMM's epilogue: a GEMM.
     {OpId::linear_relu_forward, OpClass::GemmForward},
     {OpId::relu_bias_backward, OpClass::BiasRelu},
+    // The same with the ReLU's bit-mask kept, and the second layer's backward with the
+    // ReLU's in its input-gradient GEMM's epilogue: GEMMs.
+    {OpId::linear_relu_mask_forward, OpClass::GemmForward},
+    {OpId::linear_relu_backward, OpClass::GemmBackward},
     {OpId::output_projection_forward, OpClass::GemmForward},
     {OpId::output_projection_backward, OpClass::GemmBackward},
     {OpId::layernorm_forward, OpClass::AddNorm},

@@ -35,8 +35,9 @@ namespace thpc {
 
 // The rows of the profile, in the order they are printed.
 enum class OpClass {
-  GemmForward,    // linear_forward, linear_relu_forward, output_projection_forward
-  GemmBackward,   // linear_backward (its bias sums too), output_projection_backward
+  GemmForward,    // linear_forward, linear_relu_forward (and _mask_), output_projection_forward
+  GemmBackward,   // linear_backward (its bias sums too), linear_relu_backward,
+                  // output_projection_backward
   Attention,      // attention_forward, attention_backward
   AddNorm,        // residual + dropout, layer norm; fused: add_dropout_layernorm_*
   BiasRelu,       // ReLU's backward (fused: relu_bias_backward, b1's gradient with it)
@@ -174,9 +175,15 @@ double matrix_flops(const Args& args) {
   if constexpr (op == OpId::linear_forward || op == OpId::linear_relu_forward) {
     [[maybe_unused]] const auto& [y, x, W, b, M, K, N] = args;
     return 2.0 * M * K * N;
+  } else if constexpr (op == OpId::linear_relu_mask_forward) {
+    [[maybe_unused]] const auto& [y, mask, x, W, b, M, K, N] = args;
+    return 2.0 * M * K * N;
   } else if constexpr (op == OpId::linear_backward) {
     [[maybe_unused]] const auto& [dx, dW, db, dy, x, W, M, K, N, store] = args;
     return 2.0 * M * K * N * (count(static_cast<bool>(dx)) + count(static_cast<bool>(dW)));
+  } else if constexpr (op == OpId::linear_relu_backward) {
+    [[maybe_unused]] const auto& [d_pre, dW, db, dy, y, mask, W, M, K, N] = args;
+    return 2.0 * M * K * N * (count(static_cast<bool>(d_pre)) + count(static_cast<bool>(dW)));
   } else if constexpr (op == OpId::output_projection_forward) {
     [[maybe_unused]] const auto& [logits, h, E, M, d, vocab] = args;
     return 2.0 * M * d * vocab;

@@ -25,6 +25,25 @@
 
 namespace thpc::test {
 
+// A model of 2 + 2 layers of width 8 (d_ff 12, 2 heads of d_k 3 and d_v 5: odd sizes),
+// with dropout and label smoothing, post- or pre-norm (`norm`): small enough that a
+// dozen steps take milliseconds.
+inline ModelConfig small_model(const std::string& norm) {
+  ModelConfig c;
+  c.layers = 2;
+  c.d_model = 8;
+  c.d_ff = 12;
+  c.heads = 2;
+  c.d_k = 3;
+  c.d_v = 5;
+  c.dropout = 0.1f;
+  c.attention_dropout = 0.1f;
+  c.label_smoothing = 0.1f;
+  c.max_positions = 16;
+  c.norm = norm;
+  return c;
+}
+
 // Micro-batches of tiny random sentences, `shapes` different (batch size, source length,
 // target length) shapes cycling, ids in [4, vocab), lengths within max_len;
 // `more_sentences` more sentences in each (a batch larger than the others).

@@ -27,22 +27,6 @@ namespace {
 
 constexpr int kVocab = 23;
 
-ModelConfig small_model(const std::string& norm) {
-  ModelConfig c;
-  c.layers = 2;
-  c.d_model = 8;
-  c.d_ff = 12;
-  c.heads = 2;
-  c.d_k = 3;
-  c.d_v = 5;
-  c.dropout = 0.1f;
-  c.attention_dropout = 0.1f;
-  c.label_smoothing = 0.1f;
-  c.max_positions = 16;
-  c.norm = norm;
-  return c;
-}
-
 // Three shapes for six steps, then the same three with a batch of 40 sentences among
 // them: its ids outgrow their buffer, which is replaced (a free), so every capture taken
 // before is refused at its next replay and taken again.
@@ -64,7 +48,7 @@ class CapturedPasses : public ::testing::TestWithParam<std::tuple<const char*, i
 // captured again after the arenas grew.
 TEST_P(CapturedPasses, TrainingEqualsUncapturedTrainingBitForBit) {
   const auto [norm, chunk_rows] = GetParam();
-  const ModelConfig config = small_model(norm);
+  const ModelConfig config = test::small_model(norm);
   const std::vector<Batch> batches = schedule(kVocab, 12);
   auto plain_backend = make_cpu_backend(DType::F32);
   auto inner = make_cpu_backend(DType::F32);
@@ -94,7 +78,7 @@ INSTANTIATE_TEST_SUITE_P(NormsAndLossChunks, CapturedPasses,
 // steps bit for bit (a replay that left the sums out would halve the gradient). With a
 // transport that calls the host (MPI's), nothing is captured.
 TEST(CapturedSums, ACapturableTransportsSumsAreCapturedWithThePass) {
-  const ModelConfig config = small_model("post");
+  const ModelConfig config = test::small_model("post");
   const std::vector<Batch> batches = schedule(kVocab, 12);
   for (bool capturable : {true, false}) {
     SCOPED_TRACE(capturable ? "capturable" : "host transport");
@@ -138,7 +122,7 @@ class MisbehavingLossBackend : public CapturingBackend {
 // A loss that waits: no pass can be captured. Each shape's capture is tried once,
 // refused, and its passes run uncaptured from then on: the same training.
 TEST(CapturedPassesRefused, APassThatWaitsRunsUncapturedOnceRefused) {
-  const ModelConfig config = small_model("post");
+  const ModelConfig config = test::small_model("post");
   const std::vector<Batch> batches = test::batches_of_shapes(3, 12, kVocab, 12, 11);
   auto plain_backend = make_cpu_backend(DType::F32);
   auto inner = make_cpu_backend(DType::F32);
@@ -158,7 +142,7 @@ TEST(CapturedPassesRefused, APassThatWaitsRunsUncapturedOnceRefused) {
 // stream 0, the loss gradient scaled by 0.1), for the tests that watch single passes.
 struct OneBatchTraining {
   explicit OneBatchTraining(Backend& backend)
-      : model(small_model("post"), kVocab, SpecialIds{}, backend, 3),
+      : model(test::small_model("post"), kVocab, SpecialIds{}, backend, 3),
         batch(test::batches_of_shapes(1, 1, kVocab, 12, 11)[0]), totals(backend),
         inputs(backend) {
     inputs.set(step_inputs_for(dropout, 0.1f));

@@ -379,7 +379,8 @@ TEST(Config, StepsAreInt64) {
 // by name (a GPU session whose twins fail for one candidate can measure the others); the
 // three that became the default on 2026-11-26 still load (a checkpoint trained with them
 // names them) and name nothing; async_upload, step_totals, int8_products,
-// fused_attention, step_graphs, vector_norms and fused_adam wait for their GPU run.
+// fused_attention, step_graphs, vector_norms, fused_adam and relu_masks wait for their GPU
+// run.
 TEST(Config, CudaKernelsNameASetOfCandidates) {
   const std::vector<std::pair<std::string, unsigned>> settings = {
       {"verified", kNoCandidates},
@@ -399,7 +400,8 @@ TEST(Config, CudaKernelsNameASetOfCandidates) {
       {"step_graphs", kStepGraphs | kStepTotals},
       {"step_graphs,async_upload", kStepGraphs | kStepTotals | kAsyncUpload},
       {"vector_norms", kVectorNorms},
-      {"fused_adam,vector_norms", kFusedAdam | kVectorNorms}};
+      {"fused_adam,vector_norms", kFusedAdam | kVectorNorms},
+      {"relu_masks", kReluMasks}};
   for (const auto& [setting, bits] : settings) {
     const Config config = load_config(kTinyIni, {"train.cuda_kernels=" + setting});
     EXPECT_EQ(backend_request(config.train, 0).cuda_kernels.candidates, bits) << setting;
@@ -410,7 +412,7 @@ TEST(Config, CudaKernelsNameASetOfCandidates) {
     expect_error([&] { load_config(kTinyIni, {"train.cuda_kernels=" + bad}); },
                  {"tiny.ini", "train.cuda_kernels", "verified, candidate",
                   "or some of async_upload,step_totals,int8_products,fused_attention,step_graphs,"
-                  "vector_norms,fused_adam"});
+                  "vector_norms,fused_adam,relu_masks"});
   }
 }
 

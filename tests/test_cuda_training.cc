@@ -210,6 +210,21 @@ TEST(CudaCandidateVectorNorms, Bf16ThreeStepsTrackTheVerifiedKernels) {
                                 "verified", "vector norms");
 }
 
+// The FFN's ReLU kept as cuBLASLt's bit-mask (candidate relu_masks, kernels/cuda/linear.cu)
+// through the whole model: tiny.ini in bf16 (2 + 2 layers, d_model 64, d_ff 256: every FFN
+// aligned for the epilogues), three steps against the verified kernels, each step's four
+// FFNs a masked forward and backward product; the same 1% on the loss and the parameters
+// as the other kernels' checks (the input-gradient GEMM's algorithm may differ, and db1
+// is summed by linear_backward's GEMM instead of relu_bias_backward's columns).
+TEST(CudaCandidateReluMasks, Bf16ThreeStepsTrackTheVerifiedKernels) {
+  THPC_REQUIRE_REAL_GPU();
+  Trainer verified(tiny({"train.backend=cuda", "train.precision=bf16"}));
+  Trainer masks(tiny({"train.backend=cuda", "train.precision=bf16",
+                      "train.cuda_kernels=relu_masks"}));
+  expect_three_bf16_steps_track(verified, masks, relu_mask_products, 2 * (2 + 2), "verified",
+                                "relu masks");
+}
+
 // The one-pass Adam (kernels/cuda/fused_adam.cuh, candidate fused_adam) through the whole
 // model: tiny.ini in bf16 (the masters, the moments and the bf16 compute copy the next
 // step's GEMMs read) and in fp32 (no copy), three steps against the verified kernels:

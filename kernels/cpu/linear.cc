@@ -151,6 +151,26 @@ void relu_bias_backward(T* d_pre, T* db, const T* dy, const T* y, int rows, int 
   });
 }
 
+// linear_relu_forward, keeping no mask: the CPU's relu_mask_words is 0, so its
+// linear_relu_backward reads y (a GPU's mask is cuBLASLt's layout, written by its GEMM).
+template <typename T>
+void linear_relu_mask_forward(T* y, uint32_t* /*mask*/, const T* x, const T* W, const T* b,
+                              int M, int K, int N) {
+  linear_relu_forward(y, x, W, b, M, K, N);
+}
+
+// The FFN's second layer's backward with the ReLU's, as the unfused ops compose it:
+// d_pre = dy W^T written (linear_backward, kWrite), then the ReLU's backward in place
+// (relu_backward's select: 0 where y <= 0, so NaN and -0 give 0), dW and db as
+// linear_backward's. The mask is not read (y decides).
+template <typename T>
+void linear_relu_backward(T* d_pre, T* dW, T* db, const T* dy, const T* y,
+                          const uint32_t* /*mask*/, const T* W, int M, int K, int N) {
+  linear_backward(d_pre, dW, db, dy, y, W, M, K, N, GradStore::kWrite);
+  if (d_pre == nullptr) return;
+  relu_backward(d_pre, d_pre, y, int64_t(M) * K, GradStore::kWrite);
+}
+
 // logits = h E^T (h [M, d], E [vocab, d]): the pre-softmax linear transformation shares
 // its weights with the embeddings (§3.4), so E is read transposed in place.
 template <typename T>
@@ -191,6 +211,8 @@ THPC_CPU_TWIN(linear_forward)
 THPC_CPU_TWIN(linear_backward)
 THPC_CPU_TWIN(linear_relu_forward)
 THPC_CPU_TWIN(relu_bias_backward)
+THPC_CPU_TWIN(linear_relu_mask_forward)
+THPC_CPU_TWIN(linear_relu_backward)
 THPC_CPU_TWIN(output_projection_forward)
 THPC_CPU_TWIN(output_projection_backward)
 

@@ -227,6 +227,10 @@ class CudaBackend final : public Backend {
   // (CudaTraining.Fp32ThreeStepsWithFusedOpsMatchTheCpu) and compute-sanitizer memcheck
   // of the twins passed, and the base step took 42.4 ms instead of 57.8 (bench/RESULTS.md).
   bool fused_ops_by_default() const override { return true; }
+  // With the candidate relu_masks: the FFN keeps cuBLASLt's ReLU bit-mask (linear.cu).
+  int64_t relu_mask_words(int rows, int n) const override {
+    return context_.candidate_kernel(kReluMasks) ? cuda::relu_mask_words(rows, n) : 0;
+  }
   int device() const override { return context_.device(); }
   cuda::Context& context() { return context_; }
 

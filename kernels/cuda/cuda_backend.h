@@ -37,6 +37,10 @@ int64_t cuda_vector_norm_launches();
 // this process: one an update.
 int64_t cuda_fused_adam_launches();
 
+// GEMMs that ran with the ReLU mask's epilogues (candidate relu_masks, linear.cu) in this
+// process: one a linear_relu_mask_forward, one a linear_relu_backward's input gradient.
+int64_t cuda_relu_mask_products();
+
 // The fused attention's fragment probe (fused_attention::fragment_probe) run by one warp
 // on device 0 of this process: its ldmatrix words, ldmatrix.trans words and products.
 void cuda_fused_attention_fragment_probe(std::vector<uint32_t>& words,

@@ -117,6 +117,12 @@ template <typename T>
 void int8_linear(Context& context, T* y, const T* x, const int8_t* weights,
                  const float* column_scales, const T* b, int M, int K, int N, bool relu);
 
+// The ReLU bit-mask the FFN's first layer of `rows` x `n` keeps with the candidate
+// relu_masks (linear.cu): cuBLASLt's layout, the column-major [n, rows] output's bits with
+// a leading dimension of n rounded up to 128 bits; its size in 32-bit words.
+int64_t relu_mask_ld_bits(int n);
+int64_t relu_mask_words(int rows, int n);
+
 // dst[i] = convert(src[i]) between fp32 and bf16 (round to nearest even), or a copy
 // when the types match: Backend::copy, and the refresh of the bf16 weight copy
 // (elementwise.cu).

@@ -36,14 +36,17 @@
 // product goes through cublasGemmEx with the same types and fp32 compute; the bias is then
 // written into the output first and the GEMM adds onto it (beta = 1).
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <utility>
 
 #include "common/error.h"
 #include "kernels/cuda/column_sums.cuh"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/lt_plan.cuh"
@@ -76,13 +79,27 @@ struct Gemm {
   float beta = 0.0f;
   const void* bias = nullptr;
   bool relu = false;
+  // The ReLU's bit-mask (candidate relu_masks): with relu, written beside D (RELU_AUX);
+  // with drelu, read to zero D where the forward's ReLU was (DRELU). aux_ld in bits.
+  void* aux = nullptr;
+  int64_t aux_ld = 0;
+  bool drelu = false;
 };
 
-// The cuBLASLt epilogue of a product: its bias and ReLU applied before D is stored.
+// The cuBLASLt epilogue of a product: its bias and ReLU applied before D is stored, the
+// ReLU's mask written (forward) or applied (backward) with an aux buffer.
 uint32_t epilogue_of(const Gemm& g) {
+  if (g.drelu) return CUBLASLT_EPILOGUE_DRELU;
+  if (g.relu && g.aux != nullptr) {
+    return g.bias != nullptr ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_RELU_AUX;
+  }
   if (g.relu) return g.bias != nullptr ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
   return g.bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
 }
+
+// Whether a product asks for an epilogue that only cuBLASLt's path gives (the cublasGemmEx
+// fallback adds the bias alone).
+bool asks_epilogue(const Gemm& g) { return g.relu || g.drelu || g.aux != nullptr; }
 
 // The largest power of two (<= 256) dividing the address: what cuBLASLt may assume.
 uint32_t alignment_of(const void* pointer) {
@@ -136,7 +153,7 @@ void fill_columns(void* C, cudaDataType_t type, int ldc, int m, int n, const voi
 using Plan = LtPlan;
 
 // Everything the descriptors and the heuristic's choice depend on.
-using PlanKey = std::array<int64_t, 18>;
+using PlanKey = std::array<int64_t, 21>;
 
 class PlanCache {
  public:
@@ -167,7 +184,8 @@ Plan& PlanCache::get(Context& context, const Gemm& g) {
                        g.ldc, g.ab_type, g.c_type, g.bias != nullptr,
                        alignment_of(g.A), alignment_of(g.B), alignment_of(g.C),
                        g.bias != nullptr ? alignment_of(g.bias) : 0,
-                       static_cast<int64_t>(context.lt_workspace_bytes()), g.relu};
+                       static_cast<int64_t>(context.lt_workspace_bytes()), g.relu,
+                       g.drelu, g.aux_ld, g.aux != nullptr ? alignment_of(g.aux) : 0};
   auto found = plans_.find(key);
   if (found != plans_.end()) return found->second;
   if (plans_.size() >= kMaxPlans) clear();
@@ -189,6 +207,14 @@ Plan& PlanCache::get(Context& context, const Gemm& g) {
     // The heuristic reads the pointer's alignment.
     THPC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                      &g.bias, sizeof(g.bias)));
+  }
+  if (g.aux != nullptr) {
+    // The bit-mask's leading dimension (bits, a multiple of 128 and at least m); the
+    // heuristic reads the pointer's alignment, as the bias's.
+    THPC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &g.aux_ld, sizeof(g.aux_ld)));
+    THPC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(g.aux)));
   }
   // Stored shapes: op(A) is m x k, op(B) is k x n, C is m x n.
   const bool ta = g.trans_a != CUBLAS_OP_N, tb = g.trans_b != CUBLAS_OP_N;
@@ -240,13 +266,14 @@ void gemm_ex(Context& context, const Gemm& g) {
                                  g.c_type, g.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-// Returns whether g.relu was applied (the epilogue); when it was asked for and not, the
-// caller applies it to D (the cublasGemmEx path and the empty product have none).
+// Returns whether the epilogue asked for (g.relu, the mask's g.aux or g.drelu) was applied;
+// when it was asked for and not, D holds the plain product (+ bias) and the caller applies
+// the rest (the cublasGemmEx path and the empty product have no epilogue).
 bool gemm(Context& context, const Gemm& g) {
   if (g.m == 0 || g.n == 0) return true;
   if (g.k == 0) {  // an empty product: D = beta C + bias
     if (g.beta == 0.0f) fill_columns(g.C, g.c_type, g.ldc, g.m, g.n, g.bias, context.stream());
-    return !g.relu;  // beta = 1 (accumulation): nothing to add
+    return !asks_epilogue(g);  // beta = 1 (accumulation): nothing to add
   }
   // cuBLASLt's BIAS epilogue reads the bias with vector loads: a bias that is not 16-byte
   // aligned (a slice of the flat parameter buffer at an odd offset, e.g. d_model not a
@@ -254,18 +281,22 @@ bool gemm(Context& context, const Gemm& g) {
   // run time. Such products take the cublasGemmEx path with the bias written first.
   if (fallback_forced() || (g.bias != nullptr && alignment_of(g.bias) < 16)) {
     gemm_ex(context, g);
-    return !g.relu;
+    return !asks_epilogue(g);
   }
   PlanCache& cache = plan_cache();
   std::lock_guard<std::mutex> lock(cache.mutex());
   Plan& plan = cache.get(context, g);
   if (!plan.usable) {
     gemm_ex(context, g);
-    return !g.relu;
+    return !asks_epilogue(g);
   }
   if (g.bias != nullptr) {  // same alignment as when planned (it is in the key)
     THPC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                      &g.bias, sizeof(g.bias)));
+  }
+  if (g.aux != nullptr) {  // likewise
+    THPC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(g.aux)));
   }
   const float alpha = 1.0f;
   THPC_CUBLAS_CHECK(cublasLtMatmul(context.lt(), plan.desc, &alpha, g.A, plan.a, g.B, plan.b,
@@ -361,7 +392,46 @@ __global__ void __launch_bounds__(kColumnThreads)
   for (int k = 0; k < W; ++k) partial[static_cast<int64_t>(chunk) * n + col + k] = sum[k];
 }
 
+// The masks the last linear_relu_mask_forward at each address wrote through cuBLASLt's
+// epilogue, with their shapes: a backward takes the DRELU epilogue only on a mask its
+// pass's forward wrote so (a forward that fell back to cublasGemmEx wrote none, and
+// forgets its address). Host bookkeeping, in the order the ops are queued, so a captured
+// pass keeps it as it runs.
+class WrittenMasks {
+ public:
+  void remember(int device, const void* mask, int rows, int n) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (masks_.size() >= kMaxMasks) masks_.clear();  // an arena's addresses repeat
+    masks_[{device, mask}] = {rows, n};
+  }
+  void forget(int device, const void* mask) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    masks_.erase({device, mask});
+  }
+  bool written(int device, const void* mask, int rows, int n) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto found = masks_.find({device, mask});
+    return found != masks_.end() && found->second == std::make_pair(rows, n);
+  }
+
+ private:
+  static constexpr size_t kMaxMasks = 4096;
+  std::map<std::pair<int, const void*>, std::pair<int, int>> masks_;
+  std::mutex mutex_;
+};
+
+WrittenMasks& written_masks() {
+  static WrittenMasks masks;
+  return masks;
+}
+
+// Products that ran with the mask's epilogues (RELU_AUX forward, DRELU backward).
+std::atomic<int64_t> relu_mask_product_count{0};
+
 }  // namespace
+
+int64_t relu_mask_ld_bits(int n) { return (static_cast<int64_t>(n) + 127) / 128 * 128; }
+int64_t relu_mask_words(int rows, int n) { return relu_mask_ld_bits(n) / 32 * rows; }
 
 // Each product below is written as the column-major Gemm
 //   {trans_a, trans_b, m, n, k, A, lda, B, ldb, C, ldc, ab_type, c_type, beta, bias}.
@@ -383,6 +453,60 @@ void linear_relu_forward(Context& context, T* y, const T* x, const T* W, const T
          0.0f, b};
   g.relu = true;
   if (!gemm(context, g)) relu_forward<T>(context, y, y, static_cast<int64_t>(M) * N);
+}
+
+// linear_relu_forward that keeps the ReLU's bit-mask (candidate relu_masks): the
+// RELU_AUX_BIAS epilogue writes it beside y, [N, M] column-major bits with ld
+// relu_mask_ld_bits(N). Without the candidate, or where the product falls back to
+// cublasGemmEx, y alone (and linear_relu_backward then reads y).
+template <typename T>
+void linear_relu_mask_forward(Context& context, T* y, uint32_t* mask, const T* x, const T* W,
+                              const T* b, int M, int K, int N) {
+  if (mask == nullptr || !context.candidate_kernel(kReluMasks)) {
+    if (mask != nullptr) written_masks().forget(context.device(), mask);
+    linear_relu_forward<T>(context, y, x, W, b, M, K, N);
+    return;
+  }
+  Gemm g{CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, W, N, x, K, y, N, cuda_type<T>(), cuda_type<T>(),
+         0.0f, b};
+  g.relu = true;
+  g.aux = mask;
+  g.aux_ld = relu_mask_ld_bits(N);
+  if (gemm(context, g)) {
+    written_masks().remember(context.device(), mask, M, N);
+    ++relu_mask_product_count;
+    return;
+  }
+  written_masks().forget(context.device(), mask);
+  relu_forward<T>(context, y, y, static_cast<int64_t>(M) * N);
+}
+
+// out = y W + b's backward with the ReLU's (y = max(0, pre), [M, K]): d_pre = (dy W^T)
+// where y > 0, written. With the candidate and a mask this pass's forward wrote through
+// the epilogue, d_pre^T [K, M] = W [K, N] dy^T [N, M] with the DRELU epilogue reading it
+// (the ReLU's backward inside the GEMM: no pass over [M, K] reading dy and y); otherwise
+// the product and relu_backward in place, reading y. dW and db as linear_backward's.
+template <typename T>
+void linear_relu_backward(Context& context, T* d_pre, float* dW, float* db, const T* dy,
+                          const T* y, const uint32_t* mask, const T* W, int M, int K, int N) {
+  if (d_pre != nullptr) {
+    bool masked = false;
+    if (mask != nullptr && context.candidate_kernel(kReluMasks) &&
+        written_masks().written(context.device(), mask, M, K)) {
+      Gemm g{CUBLAS_OP_T, CUBLAS_OP_N, K, M, N, W, N, dy, N, d_pre, K, cuda_type<T>(),
+             cuda_type<T>(), 0.0f, nullptr};
+      g.drelu = true;
+      g.aux = const_cast<uint32_t*>(mask);  // read, not written, by DRELU
+      g.aux_ld = relu_mask_ld_bits(K);
+      masked = gemm(context, g);  // false: the plain product is in d_pre
+      if (masked) ++relu_mask_product_count;
+    } else {
+      linear_backward<T>(context, d_pre, nullptr, nullptr, dy, y, W, M, K, N, GradStore::kWrite);
+    }
+    if (!masked) relu_backward<T>(context, d_pre, d_pre, y, static_cast<int64_t>(M) * K,
+                                  GradStore::kWrite);
+  }
+  linear_backward<T>(context, nullptr, dW, db, dy, y, W, M, K, N, GradStore::kAdd);
 }
 
 // d_pre += g (kWrite: =), db += column sums of g (g = dy where y > 0): one pass over
@@ -474,7 +598,11 @@ THPC_CUDA_TWIN(linear_forward)
 THPC_CUDA_TWIN(linear_backward)
 THPC_CUDA_TWIN(linear_relu_forward)
 THPC_CUDA_TWIN(relu_bias_backward)
+THPC_CUDA_TWIN(linear_relu_mask_forward)
+THPC_CUDA_TWIN(linear_relu_backward)
 THPC_CUDA_TWIN(output_projection_forward)
 THPC_CUDA_TWIN(output_projection_backward)
 
 }  // namespace thpc::cuda
+
+int64_t thpc::cuda_relu_mask_products() { return thpc::cuda::relu_mask_product_count.load(); }

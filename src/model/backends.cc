@@ -53,6 +53,14 @@ int64_t fused_adam_launches() {
 #endif
 }
 
+int64_t relu_mask_products() {
+#if THPC_HAVE_CUDA
+  return cuda_relu_mask_products();
+#else
+  return 0;
+#endif
+}
+
 bool fused_attention_fragment_probe(std::vector<uint32_t>& words,
                                     std::vector<uint32_t>& trans_words,
                                     std::vector<float>& products) {

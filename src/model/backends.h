@@ -40,6 +40,9 @@ int64_t fused_attention_launches();
 int64_t vector_norm_launches();
 // The same for the fused Adam (kernels/cuda/fused_adam.cuh): one an update.
 int64_t fused_adam_launches();
+// The same for the FFN's products with the ReLU mask's epilogues (candidate relu_masks,
+// kernels/cuda/linear.cu): one a first layer's forward, one a second layer's backward.
+int64_t relu_mask_products();
 // The fused attention's fragment probe on the current GPU (kernels/cuda/
 // fused_attention.cuh, fragment_probe): false without CUDA.
 bool fused_attention_fragment_probe(std::vector<uint32_t>& words,

@@ -127,7 +127,7 @@ inline void layer_forward(Sublayers& sub, LayerActs& a, Arena& arena, LayerInput
                          rows, pass.p_drop, pass.key(layer, SiteSlot::CrossAttentionResidual));
     in = sub.after(a.norm2);
   }
-  sub.ffn_forward(a.ffn, arena, in.normed, p.ffn, rows);
+  sub.ffn_forward(a.ffn, arena, in.normed, p.ffn, rows, pass.keep_probabilities);
   sub.add_norm_forward(cross ? a.norm3 : a.norm2, arena, in.x, a.ffn.out, *norms.ffn, rows,
                        pass.p_drop, pass.key(layer, SiteSlot::FfnResidual));
 }

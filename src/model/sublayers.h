@@ -256,10 +256,20 @@ struct Sublayers {
   }
 
   // ---- FFN(x) = max(0, x W1 + b1) W2 + b2 (§3.3) ----
-  void ffn_forward(FfnActs& a, Arena& arena, Tensor x, const FfnParams& p, int rows) {
+  // `for_backward`: a pass whose backward follows (the ReLU's mask is kept where the
+  // backend keeps one).
+  void ffn_forward(FfnActs& a, Arena& arena, Tensor x, const FfnParams& p, int rows,
+                   bool for_backward) {
     a.hidden = arena.take(act, int64_t(rows) * c.d_ff);
     a.out = arena.take(act, int64_t(rows) * d);
-    if (fused) {
+    const int64_t mask_words = fused && for_backward ? ops.relu_mask_words(rows, c.d_ff) : 0;
+    // 32-bit words in an fp32-typed block (the arena's unit; its bits are not floats).
+    a.relu_mask = mask_words > 0 ? static_cast<uint32_t*>(arena.take(DType::F32, mask_words).data)
+                                 : nullptr;
+    if (a.relu_mask != nullptr) {
+      ops.linear_relu_mask_forward(a.hidden, a.relu_mask, x, p.w1.value, p.b1.value, rows, d,
+                                   c.d_ff);
+    } else if (fused) {
       ops.linear_relu_forward(a.hidden, x, p.w1.value, p.b1.value, rows, d, c.d_ff);
     } else {
       ops.linear_forward(a.hidden, x, p.w1.value, p.b1.value, rows, d, c.d_ff);
@@ -269,6 +279,14 @@ struct Sublayers {
   }
   void ffn_backward(Tensor d_x, Tensor d_out, const FfnActs& a, Tensor x, const FfnParams& p,
                     int rows, Arena& scratch) {
+    if (a.relu_mask != nullptr) {  // the ReLU's backward inside W2's input-gradient GEMM
+      Tensor d_pre = scratch.take(act, int64_t(rows) * c.d_ff);
+      ops.linear_relu_backward(d_pre, p.w2.grad, p.b2.grad, d_out, a.hidden, a.relu_mask,
+                               p.w2.value, rows, c.d_ff, d);
+      ops.linear_backward(d_x, p.w1.grad, p.b1.grad, d_pre, x, p.w1.value, rows, d, c.d_ff,
+                          input_store());
+      return;
+    }
     Tensor d_hidden = scratch.take(act, int64_t(rows) * c.d_ff);
     ops.linear_backward(d_hidden, p.w2.grad, p.b2.grad, d_out, a.hidden, p.w2.value, rows,
                         c.d_ff, d, GradStore::kWrite);

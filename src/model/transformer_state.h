@@ -99,6 +99,9 @@ struct LayerInput {
 struct FfnActs {
   Tensor hidden;  // max(0, x W1 + b1) [R, d_ff]
   Tensor out;     // hidden W2 + b2 [R, d]
+  // The ReLU's bit-mask, Backend::relu_mask_words(R, d_ff) words, where the backend keeps
+  // one for the backward (a GPU with the candidate relu_masks); null elsewhere.
+  uint32_t* relu_mask = nullptr;
 };
 // norm1, norm2, norm3: the add & norm blocks after the self-attention, the
 // cross-attention (decoder) and the FFN (norm2 in the encoder).

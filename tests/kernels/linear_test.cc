@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <random>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -219,6 +220,106 @@ TEST(LinearRelu, BackwardMatchesFiniteDifferencesAndAccumulates) {
   expect_gradient_matches("dx", problem.x, difference(dx, dx0), objective);
   expect_gradient_matches("dW", problem.W, difference(dW, dW0), objective);
   expect_gradient_matches("db", problem.b, difference(db, db0), objective);
+}
+
+// ---- the FFN's second layer's backward with the ReLU's (linear_relu_backward) --------
+
+// linear_relu_backward against what it composes (linear_backward writing d_pre, then
+// relu_backward's select in place), bit for bit, dW and db pre-filled; and
+// linear_relu_mask_forward is linear_relu_forward (the CPU keeps no mask).
+template <typename T>
+void expect_linear_relu_backward_is_the_layer_then_the_relu(int M, int K, int N, uint32_t seed) {
+  SCOPED_TRACE(::testing::Message() << "M=" << M << " K=" << K << " N=" << N << " "
+                                    << sizeof(T) * 8 << "-bit");
+  std::mt19937 rng(seed);
+  auto y = cast_to<T>(random_values(size_t(M) * K, rng));
+  for (T& value : y) value = value > T(0) ? value : T(0);  // a ReLU's output
+  const auto W = cast_to<T>(random_values(size_t(K) * N, rng));
+  const auto dy = cast_to<T>(random_values(size_t(M) * N, rng));
+  const auto dW0 = cast_to<T>(random_values(size_t(K) * N, rng));
+  const auto db0 = cast_to<T>(random_values(size_t(N), rng));
+  std::vector<T> d_pre(size_t(M) * K, T(7)), dW = dW0, db = db0;
+  cpu::linear_relu_backward<T>(d_pre.data(), dW.data(), db.data(), dy.data(), y.data(), nullptr,
+                               W.data(), M, K, N);
+  std::vector<T> expected(size_t(M) * K, T(-3)), dW_expected = dW0, db_expected = db0;
+  cpu::linear_backward<T>(expected.data(), dW_expected.data(), db_expected.data(), dy.data(),
+                          y.data(), W.data(), M, K, N, GradStore::kWrite);
+  cpu::relu_backward<T>(expected.data(), expected.data(), y.data(), int64_t(M) * K,
+                        GradStore::kWrite);
+  EXPECT_TRUE(same_bits(d_pre, expected)) << "d_pre";
+  EXPECT_TRUE(same_bits(dW, dW_expected)) << "dW";
+  EXPECT_TRUE(same_bits(db, db_expected)) << "db";
+  size_t zeros = 0;
+  for (size_t i = 0; i < y.size(); ++i) zeros += y[i] > T(0) ? 0 : (d_pre[i] == T(0) ? 1 : 0);
+  EXPECT_GT(zeros, 0u) << "the ReLU must cut something";
+
+  const auto x = cast_to<T>(random_values(size_t(M) * N, rng));
+  const auto W1 = cast_to<T>(random_values(size_t(N) * K, rng));
+  const auto b1 = cast_to<T>(random_values(size_t(K), rng));
+  std::vector<T> kept(size_t(M) * K), plain(size_t(M) * K);
+  uint32_t unused_mask[4] = {};
+  cpu::linear_relu_mask_forward<T>(kept.data(), unused_mask, x.data(), W1.data(), b1.data(), M,
+                                   N, K);
+  cpu::linear_relu_forward<T>(plain.data(), x.data(), W1.data(), b1.data(), M, N, K);
+  EXPECT_TRUE(same_bits(kept, plain)) << "linear_relu_mask_forward";
+}
+
+TEST(LinearReluBackward, IsTheLayersBackwardThenTheReluBitForBit) {
+  uint32_t seed = 2600;
+  for (const auto& [M, K, N] : {std::tuple{5, 7, 3}, std::tuple{1, 37, 61},
+                                std::tuple{33, 256, 64}}) {
+    expect_linear_relu_backward_is_the_layer_then_the_relu<float>(M, K, N, seed++);
+    expect_linear_relu_backward_is_the_layer_then_the_relu<double>(M, K, N, seed++);
+  }
+}
+
+// The FFN, out = max(0, x W1 + b1) W2 + b2 (§3.3), differentiated through the masked ops:
+// linear_relu_backward (d_pre, dW2, db2) then the first layer's linear_backward of d_pre
+// (dx, dW1, db1), against central differences of L = sum(out * R); outputs pre-filled but
+// d_pre (written), so the += rule is checked too.
+TEST(LinearReluBackward, FfnMatchesFiniteDifferencesAndAccumulates) {
+  std::mt19937 rng(2700);
+  constexpr int kM = 5, kD = 4, kF = 6;
+  Values x = random_values(kM * kD, rng), W1 = random_values(kD * kF, rng),
+         b1 = random_values(kF, rng), W2 = random_values(kF * kD, rng),
+         b2 = random_values(kD, rng);
+  const Values weights = random_values(kM * kD, rng);
+  const auto hidden_of = [&] {
+    Values hidden(kM * kF, 99.0);
+    cpu::linear_relu_mask_forward<double>(hidden.data(), nullptr, x.data(), W1.data(),
+                                          b1.data(), kM, kD, kF);
+    return hidden;
+  };
+  const auto forward = [&] {
+    const Values hidden = hidden_of();
+    Values out(kM * kD, 99.0);
+    cpu::linear_forward<double>(out.data(), hidden.data(), W2.data(), b2.data(), kM, kF, kD);
+    return out;
+  };
+  // No pre-activation within reach of the step of its kink: the objective is smooth here.
+  Values pre(kM * kF);
+  cpu::linear_forward<double>(pre.data(), x.data(), W1.data(), b1.data(), kM, kD, kF);
+  int negative = 0;
+  for (double value : pre) {
+    ASSERT_GT(std::abs(value), 1e-3);
+    negative += value < 0;
+  }
+  ASSERT_GT(negative, 0) << "the ReLU must cut something";
+  const Values hidden = hidden_of();
+  const Values dx0 = random_values(x.size(), rng), dW1_0 = random_values(W1.size(), rng),
+               db1_0 = random_values(b1.size(), rng), dW2_0 = random_values(W2.size(), rng),
+               db2_0 = random_values(b2.size(), rng);
+  Values d_pre(kM * kF, 99.0), dx = dx0, dW1 = dW1_0, db1 = db1_0, dW2 = dW2_0, db2 = db2_0;
+  cpu::linear_relu_backward<double>(d_pre.data(), dW2.data(), db2.data(), weights.data(),
+                                    hidden.data(), nullptr, W2.data(), kM, kF, kD);
+  cpu::linear_backward<double>(dx.data(), dW1.data(), db1.data(), d_pre.data(), x.data(),
+                               W1.data(), kM, kD, kF, GradStore::kAdd);
+  const auto objective = [&] { return weighted_sum(forward(), weights); };
+  expect_gradient_matches("dx", x, difference(dx, dx0), objective);
+  expect_gradient_matches("dW1", W1, difference(dW1, dW1_0), objective);
+  expect_gradient_matches("db1", b1, difference(db1, db1_0), objective);
+  expect_gradient_matches("dW2", W2, difference(dW2, dW2_0), objective);
+  expect_gradient_matches("db2", b2, difference(db2, db2_0), objective);
 }
 
 struct OutputProjectionProblem {
@@ -550,6 +651,122 @@ TEST(CudaReluBiasBackward, IsDeterministic) {
         else EXPECT_TRUE(got[i] == first[i]) << "output " << i << " differs between runs";
       }
     }
+  }
+}
+
+// ---- the candidate relu_masks: the FFN's ReLU as cuBLASLt's bit-mask -------------------
+
+struct FfnShape {
+  int M, d, d_ff;
+};
+
+// The FFN's first layer keeping its mask (linear_relu_mask_forward) and the second layer's
+// backward reading it (linear_relu_backward) on the GPU with the candidate, against the
+// CPU's twins: hidden as linear_relu_forward's bound; the backward given the GPU's hidden
+// on both sides (so that both see the same ReLU), d_pre as a product of dy and W2^T with
+// exact zeros where the ReLU cut, dW2 and db2 as linear_backward's. Returns how many
+// products ran with the mask's epilogues. With `mask_decides`, a second backward is handed
+// a hidden layer that is positive everywhere: where the mask was read (the epilogue ran)
+// its d_pre must be the first one's bit for bit.
+int64_t check_relu_mask_ffn(DType dtype, const FfnShape& s, uint32_t seed) {
+  SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " M=" << s.M << " d=" << s.d
+                                    << " d_ff=" << s.d_ff);
+  std::mt19937 rng(seed);
+  const size_t Md = size_t(s.M) * s.d, MF = size_t(s.M) * s.d_ff, dF = size_t(s.d) * s.d_ff;
+  const auto x = representable(random_values(Md, rng), dtype);
+  const auto W1 = representable(random_values(dF, rng), dtype);
+  const auto b1 = representable(random_values(size_t(s.d_ff), rng), dtype);
+  const auto W2 = representable(random_values(dF, rng), dtype);
+  const auto dy = representable(random_values(Md, rng), dtype);
+  const auto dW0 = random_values(dF, rng);
+  const auto db0 = random_values(size_t(s.d), rng);
+  CudaKernelChoice kernels;
+  kernels.candidates = kReluMasks;
+  Twins twins(dtype, kernels);
+  Scope cpu(*twins.cpu), gpu(*twins.gpu);
+  const int64_t before = relu_mask_products();
+  const int64_t words = twins.gpu->relu_mask_words(s.M, s.d_ff);
+  EXPECT_EQ(words > 0, !twin_rehearsal()) << "the GPU keeps a mask with the candidate";
+  uint32_t* mask = words > 0 ? reinterpret_cast<uint32_t*>(gpu.put_ids(
+                                   std::vector<int32_t>(size_t(words), int32_t(0x5a5a5a5a))))
+                             : nullptr;
+  // Forward.
+  Tensor hidden_cpu = cpu.alloc(DType::F32, int64_t(MF)), hidden_gpu = gpu.alloc(dtype, int64_t(MF));
+  twins.cpu->linear_relu_mask_forward(hidden_cpu, nullptr, cpu.put(DType::F32, x),
+                                      cpu.put(DType::F32, W1), cpu.put(DType::F32, b1), s.M,
+                                      s.d, s.d_ff);
+  twins.gpu->linear_relu_mask_forward(hidden_gpu, mask, gpu.put(dtype, x), gpu.put(dtype, W1),
+                                      gpu.put(dtype, b1), s.M, s.d, s.d_ff);
+  const auto forward_scale = product_scale(s.M, s.d_ff, s.d, x, s.d, 1, W1, s.d_ff, 1, nullptr);
+  const std::vector<float> hidden = gpu.get(hidden_gpu);
+  EXPECT_TRUE(within_scaled(hidden, cpu.get(hidden_cpu), forward_scale, gemm_factor(s.d, dtype)))
+      << "hidden";
+  // Backward, both sides from the GPU's hidden layer.
+  Tensor d_pre_cpu = cpu.alloc(DType::F32, int64_t(MF)), d_pre_gpu = gpu.alloc(dtype, int64_t(MF));
+  Tensor dW_cpu = cpu.put(DType::F32, dW0), db_cpu = cpu.put(DType::F32, db0);
+  Tensor dW_gpu = gpu.put(DType::F32, dW0), db_gpu = gpu.put(DType::F32, db0);
+  twins.cpu->linear_relu_backward(d_pre_cpu, dW_cpu, db_cpu, cpu.put(DType::F32, dy),
+                                  cpu.put(DType::F32, hidden), nullptr, cpu.put(DType::F32, W2),
+                                  s.M, s.d_ff, s.d);
+  const Tensor dy_gpu = gpu.put(dtype, dy), W2_gpu = gpu.put(dtype, W2);
+  twins.gpu->linear_relu_backward(d_pre_gpu, dW_gpu, db_gpu, dy_gpu, hidden_gpu, mask, W2_gpu,
+                                  s.M, s.d_ff, s.d);
+  const std::vector<float> d_pre = gpu.get(d_pre_gpu), d_pre_expected = cpu.get(d_pre_cpu);
+  // d_pre [M, d_ff] = dy [M, d] W2^T where hidden > 0: W2^T(l, j) = W2[j*d + l].
+  const auto backward_scale = product_scale(s.M, s.d_ff, s.d, dy, s.d, 1, W2, 1, s.d, nullptr);
+  EXPECT_TRUE(within_scaled(d_pre, d_pre_expected, backward_scale, gemm_factor(s.d, dtype)))
+      << "d_pre";
+  size_t cut = 0, wrong_cuts = 0;
+  for (size_t i = 0; i < MF; ++i) {
+    if (hidden[i] > 0.0f) continue;
+    ++cut;
+    wrong_cuts += d_pre[i] != 0.0f;
+  }
+  EXPECT_GT(cut, 0u) << "the ReLU must cut something";
+  EXPECT_EQ(wrong_cuts, 0u) << "d_pre where the ReLU cut";
+  const auto dW_scale = product_scale(s.d_ff, s.d, s.M, hidden, 1, s.d_ff, dy, s.d, 1, &dW0);
+  EXPECT_TRUE(within_scaled(gpu.get(dW_gpu), cpu.get(dW_cpu), dW_scale,
+                            gemm_factor(s.M, DType::F32)))
+      << "dW";
+  const std::vector<float> ones(size_t(s.M), 1.0f);
+  const auto db_scale = product_scale(1, s.d, s.M, ones, 0, 1, dy, s.d, 1, &db0);
+  EXPECT_TRUE(within_scaled(gpu.get(db_gpu), cpu.get(db_cpu), db_scale,
+                            gemm_factor(s.M, DType::F32)))
+      << "db";
+  const int64_t products = relu_mask_products() - before;
+  if (products == 2) {
+    // The mask decides, not the hidden layer handed in: one positive everywhere changes
+    // nothing.
+    std::vector<float> positive(hidden);
+    for (float& value : positive) value = std::abs(value) + 1.0f;
+    Tensor again = gpu.alloc(dtype, int64_t(MF));
+    Tensor dW_again = gpu.put(DType::F32, dW0), db_again = gpu.put(DType::F32, db0);
+    twins.gpu->linear_relu_backward(again, dW_again, db_again, dy_gpu, gpu.put(dtype, positive),
+                                    mask, W2_gpu, s.M, s.d_ff, s.d);
+    EXPECT_EQ(gpu.get(again), d_pre) << "the DRELU epilogue did not read the forward's mask";
+  }
+  return products;
+}
+
+// The candidate relu_masks (kernels/cuda/linear.cu): where cuBLASLt takes the epilogues
+// (aligned shapes: d and d_ff multiples of 8), one forward and one backward product each
+// with the mask, and the results the CPU's; odd shapes may fall back to the product and
+// relu_backward reading the hidden layer (the same results). Counted: a candidate whose
+// epilogues never ran would prove nothing.
+TEST(CudaCandidateReluMasks, FfnLayersMatchCpu) {
+  THPC_REQUIRE_GPU();
+  uint32_t seed = 2800;
+  const std::vector<FfnShape> aligned = {{37, 64, 256}, {200, 128, 512}};
+  const std::vector<FfnShape> odd = {{5, 7, 100}, {3, 16, 129}};
+  for (DType dtype : gpu_compute_dtypes()) {
+    for (const FfnShape& shape : aligned) {
+      const int64_t products = check_relu_mask_ffn(dtype, shape, seed++);
+      if (!twin_rehearsal()) {
+        EXPECT_EQ(products, 2) << "cuBLASLt took no mask epilogue for " << dtype_name(dtype)
+                               << " M=" << shape.M;
+      }
+    }
+    for (const FfnShape& shape : odd) check_relu_mask_ffn(dtype, shape, seed++);
   }
 }
 
