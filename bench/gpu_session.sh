@@ -365,11 +365,11 @@ readonly CANDIDATES_ACT_IN_TRAINING=1
 # its step and stream from memory (DropoutKey::inputs, null on these paths): attention.cu,
 # short_attention.cuh, elementwise.cu, layernorm.cu's fused forms, CudaAddNorm; the loss's
 # row kernel its scale: cross_entropy.cu; the norm's input gradient shared with
-# vector_norm.cuh, the same expression: layernorm.cu, CudaLayerNorm; 2026-11-30: Adam's
-# arithmetic shared with fused_adam.cuh, the same expression, and the bf16 compute copy's
-# conversion inside adam_update: adam.cu, CudaAdam; the GEMMs' epilogue choice and plan
-# key take the ReLU mask's fields, zero on these paths: linear.cu, CudaLinear,
-# CudaLinearRelu).
+# vector_norm.cuh, the same expression: layernorm.cu, CudaLayerNorm; 2026-11-29, sixth
+# session: Adam's arithmetic shared with fused_adam.cuh, the same expression, and the bf16
+# compute copy's conversion inside adam_update: adam.cu, CudaAdam; the GEMMs' epilogue
+# choice and plan key take the ReLU mask's fields, zero on these paths: linear.cu,
+# CudaLinear, CudaLinearRelu).
 readonly CHANGED_TWINS="CudaAttention|CudaCrossEntropy|CudaElementwise|CudaEmbedding|CudaLinear|CudaLinearRelu|CudaAddNorm|CudaLayerNorm|CudaAdam"
 
 # What the step and followup stages build: the benchmark, the trainer (the program against

@@ -142,10 +142,10 @@ enum class GradStore { kAdd, kWrite };
 // layer norm with each row held in its warp's registers, moved 16 bytes at a time,
 // kernels/cuda/vector_norm.cuh; 2026-11-29, issue 51's add & norm at ~4x its bytes' time)
 // and fused_adam (Adam and the bf16 compute copy's conversion in one pass of 16-byte
-// moves, kernels/cuda/fused_adam.cuh; 2026-11-30, issue 51's small batch, where Adam is a
+// moves, kernels/cuda/fused_adam.cuh; 2026-11-29, issue 51's small batch, where Adam is a
 // fixed ~10% of the step) and relu_masks (the FFN's ReLU kept as cuBLASLt's bit-mask by
 // its first layer's GEMM, RELU_AUX_BIAS, and applied by its second layer's input-gradient
-// GEMM, DRELU, instead of relu_bias_backward's pass over [rows, d_ff]; 2026-11-30, issue
+// GEMM, DRELU, instead of relu_bias_backward's pass over [rows, d_ff]; 2026-11-29, issue
 // 51's bias+ReLU, 1.23 of the H200's 32 profiled ms).
 // The former ones ran on an H100 on
 // 2026-11-26 and are the default now: write_gradients (the backward ops writing their
