@@ -331,7 +331,7 @@ class Backend {
   // its backward (linear_relu_mask_forward, linear_relu_backward), in this backend's
   // layout; 0 where the backend reads the layer's output instead (the CPU; a GPU without
   // the candidate relu_masks), and the model then keeps no mask.
-  virtual int64_t relu_mask_words(int rows, int n) const { return 0; }
+  virtual int64_t relu_mask_words(int /*rows*/, int /*n*/) const { return 0; }
 
   // ---- captured work (CUDA graphs) -------------------------------------------------
   // Whether capture() can capture on this backend (CUDA with train.cuda_kernels
