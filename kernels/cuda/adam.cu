@@ -14,7 +14,6 @@
 // intrinsics (no FMA contraction, IEEE division and square root), so the GPU's results
 // equal the CPU's bit for bit.
 #include <atomic>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -42,18 +41,15 @@ __global__ void adam_kernel(float* params, const float* grads, float* m, float* 
   }
 }
 
-// fused_adam.cuh's policy on the GPU: four floats a 16-byte move, four compute values
-// one move of 4 * sizeof(T) bytes, rounded as the copy's conversion rounds.
+// fused_adam.cuh's policy on the GPU: four floats a 16-byte move (device_util.cuh's),
+// four compute values one move of 4 * sizeof(T) bytes, rounded as the copy's conversion
+// rounds.
 struct VectorMoves {
   __device__ __forceinline__ void load(float (&out)[4], const float* p) const {
-    const float4 bits = *reinterpret_cast<const float4*>(p);
-    out[0] = bits.x;
-    out[1] = bits.y;
-    out[2] = bits.z;
-    out[3] = bits.w;
+    load16<float>(out, p);
   }
   __device__ __forceinline__ void store(float* p, const float (&in)[4]) const {
-    *reinterpret_cast<float4*>(p) = make_float4(in[0], in[1], in[2], in[3]);
+    store16<float>(p, in);
   }
   template <typename T>
   __device__ __forceinline__ T round(float value) const {
@@ -62,7 +58,7 @@ struct VectorMoves {
   template <typename T>
   __device__ __forceinline__ void store_compute(T* p, const float (&in)[4]) const {
     if constexpr (sizeof(T) == 4) {
-      store(reinterpret_cast<float*>(p), in);
+      store16<float>(reinterpret_cast<float*>(p), in);
     } else {
       T items[4];
 #pragma unroll
@@ -99,17 +95,7 @@ void adam_update(Context& context, float* params, T* compute, const float* grads
   THPC_CHECK(step >= 1, "Adam step " << step << " (steps are 1-based)");
   if (n <= 0) return;
   if (static_cast<void*>(compute) == static_cast<void*>(params)) compute = nullptr;
-  // As kernels/cpu/adam.cc: 1 - b^step in double, rounded once to fp32.
-  const double steps = static_cast<double>(step);
-  fused_adam::Constants c{};
-  c.b1 = beta1;
-  c.b2 = beta2;
-  c.one_minus_b1 = 1.0f - beta1;
-  c.one_minus_b2 = 1.0f - beta2;
-  c.first_correction = static_cast<float>(1.0 - std::pow(static_cast<double>(beta1), steps));
-  c.second_correction = static_cast<float>(1.0 - std::pow(static_cast<double>(beta2), steps));
-  c.lr = lr;
-  c.eps = eps;
+  const fused_adam::Constants c = fused_adam::constants_for(lr, beta1, beta2, eps, step);
   const bool fused_fits = aligned16(params) && aligned16(grads) && aligned16(m) &&
                           aligned16(v) &&
                           (compute == nullptr || aligned_to(compute, 4 * sizeof(T)));

@@ -44,6 +44,21 @@ struct Constants {
   float b1, b2, one_minus_b1, one_minus_b2, first_correction, second_correction, lr, eps;
 };
 
+// A call's constants, as kernels/cpu/adam.cc computes them for fp32 (step 1-based).
+inline Constants constants_for(float lr, float beta1, float beta2, float eps, int64_t step) {
+  const double steps = static_cast<double>(step);
+  Constants c{};
+  c.b1 = beta1;
+  c.b2 = beta2;
+  c.one_minus_b1 = 1.0f - beta1;
+  c.one_minus_b2 = 1.0f - beta2;
+  c.first_correction = static_cast<float>(1.0 - std::pow(static_cast<double>(beta1), steps));
+  c.second_correction = static_cast<float>(1.0 - std::pow(static_cast<double>(beta2), steps));
+  c.lr = lr;
+  c.eps = eps;
+  return c;
+}
+
 using rounded::add_rn;
 using rounded::div_rn;
 using rounded::mul_rn;

@@ -445,40 +445,35 @@ void linear_forward(Context& context, T* y, const T* x, const T* W, const T* b, 
                      cuda_type<T>(), 0.0f, b});
 }
 
-// The same product with the ReLU as its epilogue: y = max(0, x W + b).
-template <typename T>
-void linear_relu_forward(Context& context, T* y, const T* x, const T* W, const T* b, int M,
-                         int K, int N) {
-  Gemm g{CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, W, N, x, K, y, N, cuda_type<T>(), cuda_type<T>(),
-         0.0f, b};
-  g.relu = true;
-  if (!gemm(context, g)) relu_forward<T>(context, y, y, static_cast<int64_t>(M) * N);
-}
-
-// linear_relu_forward that keeps the ReLU's bit-mask (candidate relu_masks): the
-// RELU_AUX_BIAS epilogue writes it beside y, [N, M] column-major bits with ld
-// relu_mask_ld_bits(N). Without the candidate, or where the product falls back to
-// cublasGemmEx, y alone (and linear_relu_backward then reads y).
+// The same product with the ReLU as its epilogue: y = max(0, x W + b); with a mask and
+// the candidate relu_masks the RELU_AUX_BIAS epilogue also writes the ReLU's bit-mask
+// beside y, [N, M] column-major bits with ld relu_mask_ld_bits(N). Without the candidate,
+// or where the product falls back to cublasGemmEx, y alone (the ReLU then a pass of its
+// own, and linear_relu_backward reads y).
 template <typename T>
 void linear_relu_mask_forward(Context& context, T* y, uint32_t* mask, const T* x, const T* W,
                               const T* b, int M, int K, int N) {
-  if (mask == nullptr || !context.candidate_kernel(kReluMasks)) {
-    if (mask != nullptr) written_masks().forget(context.device(), mask);
-    linear_relu_forward<T>(context, y, x, W, b, M, K, N);
-    return;
-  }
   Gemm g{CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, W, N, x, K, y, N, cuda_type<T>(), cuda_type<T>(),
          0.0f, b};
   g.relu = true;
-  g.aux = mask;
-  g.aux_ld = relu_mask_ld_bits(N);
-  if (gemm(context, g)) {
+  if (mask != nullptr && context.candidate_kernel(kReluMasks)) {
+    g.aux = mask;
+    g.aux_ld = relu_mask_ld_bits(N);
+  }
+  const bool applied = gemm(context, g);
+  if (g.aux != nullptr && applied) {
     written_masks().remember(context.device(), mask, M, N);
     ++relu_mask_product_count;
-    return;
+  } else if (mask != nullptr) {
+    written_masks().forget(context.device(), mask);
   }
-  written_masks().forget(context.device(), mask);
-  relu_forward<T>(context, y, y, static_cast<int64_t>(M) * N);
+  if (!applied) relu_forward<T>(context, y, y, static_cast<int64_t>(M) * N);
+}
+
+template <typename T>
+void linear_relu_forward(Context& context, T* y, const T* x, const T* W, const T* b, int M,
+                         int K, int N) {
+  linear_relu_mask_forward<T>(context, y, nullptr, x, W, b, M, K, N);
 }
 
 // out = y W + b's backward with the ReLU's (y = max(0, pre), [M, K]): d_pre = (dy W^T)
@@ -489,24 +484,25 @@ void linear_relu_mask_forward(Context& context, T* y, uint32_t* mask, const T* x
 template <typename T>
 void linear_relu_backward(Context& context, T* d_pre, float* dW, float* db, const T* dy,
                           const T* y, const uint32_t* mask, const T* W, int M, int K, int N) {
-  if (d_pre != nullptr) {
-    bool masked = false;
-    if (mask != nullptr && context.candidate_kernel(kReluMasks) &&
-        written_masks().written(context.device(), mask, M, K)) {
-      Gemm g{CUBLAS_OP_T, CUBLAS_OP_N, K, M, N, W, N, dy, N, d_pre, K, cuda_type<T>(),
-             cuda_type<T>(), 0.0f, nullptr};
-      g.drelu = true;
-      g.aux = const_cast<uint32_t*>(mask);  // read, not written, by DRELU
-      g.aux_ld = relu_mask_ld_bits(K);
-      masked = gemm(context, g);  // false: the plain product is in d_pre
-      if (masked) ++relu_mask_product_count;
-    } else {
-      linear_backward<T>(context, d_pre, nullptr, nullptr, dy, y, W, M, K, N, GradStore::kWrite);
-    }
-    if (!masked) relu_backward<T>(context, d_pre, d_pre, y, static_cast<int64_t>(M) * K,
-                                  GradStore::kWrite);
+  const bool with_mask = d_pre != nullptr && mask != nullptr &&
+                         context.candidate_kernel(kReluMasks) &&
+                         written_masks().written(context.device(), mask, M, K);
+  bool masked = false;
+  if (with_mask) {
+    Gemm g{CUBLAS_OP_T, CUBLAS_OP_N, K, M, N, W, N, dy, N, d_pre, K, cuda_type<T>(),
+           cuda_type<T>(), 0.0f, nullptr};
+    g.drelu = true;
+    g.aux = const_cast<uint32_t*>(mask);  // read, not written, by DRELU
+    g.aux_ld = relu_mask_ld_bits(K);
+    masked = gemm(context, g);  // false: the plain product is in d_pre
+    if (masked) ++relu_mask_product_count;
   }
-  linear_backward<T>(context, nullptr, dW, db, dy, y, W, M, K, N, GradStore::kAdd);
+  // d_pre's product where the mask's GEMM did not take it (written), dW and db.
+  linear_backward<T>(context, with_mask ? nullptr : d_pre, dW, db, dy, y, W, M, K, N,
+                     GradStore::kWrite);
+  if (d_pre != nullptr && !masked) {
+    relu_backward<T>(context, d_pre, d_pre, y, static_cast<int64_t>(M) * K, GradStore::kWrite);
+  }
 }
 
 // d_pre += g (kWrite: =), db += column sums of g (g = dy where y > 0): one pass over

@@ -154,22 +154,11 @@ void expect_fused_body_matches_cpu(int64_t n, int64_t threads, uint32_t seed) {
   float* v = aligned(v_store, false);
   std::vector<float> cpu_params(params, params + count), cpu_m(count, 0.0f), cpu_v(count, 0.0f);
   std::vector<T> compute(count + 4, HostMoves{}.round<T>(NAN));
-  fused_adam::Constants c{};
   for (int64_t step = 1; step <= 3; ++step) {
     for (size_t i = 0; i < count; ++i) grads[i] = uniform(rng);
     cpu::adam_update<float>(cpu_params.data(), nullptr, grads, cpu_m.data(), cpu_v.data(), n,
                             1e-3f, 0.9f, 0.98f, 1e-9f, step);
-    // As adam.cu sets them.
-    c.b1 = 0.9f;
-    c.b2 = 0.98f;
-    c.one_minus_b1 = 1.0f - 0.9f;
-    c.one_minus_b2 = 1.0f - 0.98f;
-    c.first_correction =
-        static_cast<float>(1.0 - std::pow(static_cast<double>(0.9f), static_cast<double>(step)));
-    c.second_correction =
-        static_cast<float>(1.0 - std::pow(static_cast<double>(0.98f), static_cast<double>(step)));
-    c.lr = 1e-3f;
-    c.eps = 1e-9f;
+    const fused_adam::Constants c = fused_adam::constants_for(1e-3f, 0.9f, 0.98f, 1e-9f, step);
     for (int64_t thread = 0; thread < threads; ++thread) {
       fused_adam::thread_body<T>(HostMoves{}, thread, threads, c, params, compute.data(), grads,
                                  m, v, n);
