@@ -478,7 +478,15 @@ kernel_settings() {
 # `seconds` (a cut-off run leaves the JSON lines it printed in the log).
 peers_step() {
   local seconds=$1 peers=$2 variants=() args=(base 25000)
-  for setting in $(kernel_settings); do variants+=("$setting=train.cuda_kernels=$setting"); done
+  # A variant's name is one word: a list of candidates (those whose twins passed when
+  # others failed) runs as "candidate" (the 2026-11-29 window lost its peers to a name
+  # with commas in it).
+  local name
+  for setting in $(kernel_settings); do
+    name=$setting
+    [[ $setting == *,* ]] && name=candidate
+    variants+=("$name=train.cuda_kernels=$setting")
+  done
   local chunk_rows=${LOSS_CHUNK_ROWS:-1024}
   [ "$chunk_rows" != 0 ] && variants+=("loss_chunk_$chunk_rows=train.loss_chunk_rows=$chunk_rows")
   if [ "$rehearsal" = 1 ]; then

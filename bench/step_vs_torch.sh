@@ -29,7 +29,8 @@
 # step in which the device ran none of our kernels (the profile's "host time between
 # kernels" row; the profiler's own two events per op are in it, so it is an upper bound).
 # OURS_VARIANTS runs transformer_hpc once per named variant, each with its config
-# overrides (e.g. "unfused=model.fused_ops=off fused=model.fused_ops=on"), against the
+# overrides (e.g. "unfused=model.fused_ops=off fused=model.fused_ops=on"; a value may be a
+# list: "graphs=train.cuda_kernels=step_graphs,async_upload,model.fused_ops=on"), against the
 # same peer runs: each variant then ends with its own step_vs_torch line, with an
 # ours=NAME field. Ours run before the peers in each run, so that a call cut off while a
 # peer compiles still has our numbers.
@@ -167,7 +168,17 @@ trap 'rm -f "$lines"' EXIT
 for ((run = 1; run <= runs; run++)); do
   for ((v = 0; v < ${#variant_names[@]}; v++)); do
     sets=()
-    IFS=, read -r -a overrides <<< "${variant_sets[v]}"
+    # Split at the commas that start another SECTION.KEY=; any other comma belongs to a
+    # value that is a list (train.cuda_kernels=async_upload,step_graphs).
+    IFS=, read -r -a pieces <<< "${variant_sets[v]}"
+    overrides=()
+    for piece in "${pieces[@]}"; do
+      if [[ $piece =~ ^[a-z_]+[.][a-z_]+= || ${#overrides[@]} -eq 0 ]]; then
+        overrides+=("$piece")
+      else
+        overrides[-1]+=",$piece"
+      fi
+    done
     for override in "${overrides[@]}"; do sets+=(--set "$override"); done
     line=$("$build"/transformer_bench_step --config "$config" --tokens "$tokens" \
            "${ours_args[@]}" "${model_sets[@]}" "${sets[@]}" | tail -1)

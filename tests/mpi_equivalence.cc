@@ -156,12 +156,13 @@ std::vector<double> losses_of(Trainer& trainer, int steps) {
 // 1e-8, so 1e-4 is far above rounding and far below what a wrong share of the batch or a
 // wrong normalisation of the sum would give.
 // comm.size() ranks with `settings` against one rank with the same settings accumulating
-// comm.size() micro-batches: every logged loss of 25 steps within 1e-4 relative, the
-// ranks' parameters bitwise equal, and the runs trained. `parallel_settings` are the
-// ranks' own (small buckets, a reducer).
+// comm.size() micro-batches: every logged loss of 25 steps within `relative` (1e-4 unless
+// said), the ranks' parameters bitwise equal, and the runs trained. `parallel_settings`
+// are the ranks' own (small buckets, a reducer).
 void expect_ranks_to_equal_accumulation(const Communicator& comm,
                                         std::vector<std::string> settings,
-                                        const std::vector<std::string>& parallel_settings) {
+                                        const std::vector<std::string>& parallel_settings,
+                                        double relative = 1e-4) {
   settings.insert(settings.end(), {"train.tokens_per_step=800", "train.lr_scale=0.5"});
   std::vector<std::string> in_parallel = settings;
   in_parallel.insert(in_parallel.end(), parallel_settings.begin(), parallel_settings.end());
@@ -172,14 +173,17 @@ void expect_ranks_to_equal_accumulation(const Communicator& comm,
   for (const std::string& digest : digests) EXPECT_EQ(digest, digests[0]) << "ranks diverged";
   Trainer single(tiny(settings), Communicator::single());
   const std::vector<double> accumulated = losses_of(single, 25);
+  double largest = 0.0;
   for (size_t step = 0; step < ranks.size(); ++step) {
-    EXPECT_NEAR(ranks[step], accumulated[step], 1e-4 * std::abs(accumulated[step]))
+    EXPECT_NEAR(ranks[step], accumulated[step], relative * std::abs(accumulated[step]))
         << "step " << step + 1;
+    largest = std::max(largest, std::abs(ranks[step] - accumulated[step]) / accumulated[step]);
   }
   EXPECT_LT(accumulated.back(), 0.9 * accumulated.front()) << "the runs did not train";
   if (comm.is_root()) {
-    std::printf("%d ranks: loss at step 25 %.6f, one rank accumulating %.6f\n", comm.size(),
-                ranks.back(), accumulated.back());
+    std::printf("%d ranks: loss at step 25 %.6f, one rank accumulating %.6f; largest "
+                "relative difference of a step %.2g (bound %.2g)\n",
+                comm.size(), ranks.back(), accumulated.back(), largest, relative);
   }
 }
 
@@ -244,13 +248,24 @@ TEST(DataParallel, Bf16ReductionTracksTheFp32Reduction) {
 
 // comm.size() ranks on GPU 0 against one rank there accumulating comm.size() micro-batches,
 // in fp32 and in bf16, as expect_ranks_to_equal_accumulation checks on the CPU (the CPU
-// test says why half the learning rate).
+// test says why half the learning rate), within 1e-4, but for bf16 with more than two
+// ranks: there the sum's order differs from the accumulation's ((g1 + g2) + (g3 + g4)
+// against ((g1 + g2) + g3) + g4, where two ranks' one addition commutes: bitwise equal),
+// so the fp32 masters differ by an ulp here and there; where that crosses a bf16 rounding
+// boundary a weight of the compute copy moves by a bf16 ulp, and from then on the runs are
+// two bf16 runs of the same math, apart by bf16's rounding, 2^-8 relative, not fp32's
+// (on an H200, 2026-11-29: fp32 at 4 ranks equal to 6 digits at step 25; bf16 at 4 ranks
+// 1.1e-4 from step 10 and 2.8e-4 at step 25, past 1e-4). A wrong share of the batch stays
+// well above 2^-8: one rank accumulating 600, 1,000 or 3,200 tokens a step instead of 800
+// (on the CPU, against the four ranks' run) is 2.0%, 2.1% and 1.3% off at its worst step.
 void expect_ranks_on_one_gpu_to_equal_accumulation(const Communicator& comm) {
   for (const std::string precision : {"train.precision=fp32", "train.precision=bf16"}) {
     SCOPED_TRACE(precision);
     if (comm.is_root()) std::printf("sharing GPU 0, %s:\n", precision.c_str());
+    const bool bf16_reassociated = precision == "train.precision=bf16" && comm.size() > 2;
     expect_ranks_to_equal_accumulation(comm, {"train.backend=cuda", precision, "dist.device=0"},
-                                       {"dist.reducer=mpi", "dist.bucket_mb=0.01"});
+                                       {"dist.reducer=mpi", "dist.bucket_mb=0.01"},
+                                       bf16_reassociated ? std::ldexp(1.0, -8) : 1e-4);
   }
 }
 

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <tuple>
@@ -697,10 +698,32 @@ int64_t check_relu_mask_ffn(DType dtype, const FfnShape& s, uint32_t seed) {
                                       s.d, s.d_ff);
   twins.gpu->linear_relu_mask_forward(hidden_gpu, mask, gpu.put(dtype, x), gpu.put(dtype, W1),
                                       gpu.put(dtype, b1), s.M, s.d, s.d_ff);
-  const auto forward_scale = product_scale(s.M, s.d_ff, s.d, x, s.d, 1, W1, s.d_ff, 1, nullptr);
+  // The epilogue may round the product to the output type before it adds the bias (on an
+  // H200, 2026-11-29, bf16: hidden 0 exactly where bf16(x W1) = -b1): a rounding of
+  // |x W1| and one of |x W1 + b1|, both within |x W1| + |b1|; the bound takes both.
+  const auto product = product_scale(s.M, s.d_ff, s.d, x, s.d, 1, W1, s.d_ff, 1, nullptr);
+  std::vector<double> forward_scale(product);
+  for (size_t i = 0; i < MF; ++i) {
+    forward_scale[i] += product[i] + std::abs(b1[i % size_t(s.d_ff)]);
+  }
   const std::vector<float> hidden = gpu.get(hidden_gpu);
   EXPECT_TRUE(within_scaled(hidden, cpu.get(hidden_cpu), forward_scale, gemm_factor(s.d, dtype)))
       << "hidden";
+  // The ReLU's kink: pre-activations within the forward's bound of zero. There the mask
+  // and the stored hidden layer may disagree: cuBLASLt's mask keeps the gradient where
+  // the epilogue's pre-activation is exactly 0 (y = 0, the bit set), the CPU's ReLU cuts
+  // it (y > 0); on the H200 one element in 500 of the odd bf16 shapes, pre-activations
+  // -1.5e-3 and +1.6e-4 whose product rounded to bf16 was -b1. Both are derivatives of
+  // the ReLU at the kink within rounding, so there d_pre may be 0 or the product;
+  // elsewhere the cut is exact.
+  Tensor pre_cpu = cpu.alloc(DType::F32, int64_t(MF));
+  twins.cpu->linear_forward(pre_cpu, cpu.put(DType::F32, x), cpu.put(DType::F32, W1),
+                            cpu.put(DType::F32, b1), s.M, s.d, s.d_ff);
+  const std::vector<float> pre = cpu.get(pre_cpu);
+  std::vector<bool> at_kink(MF);
+  for (size_t i = 0; i < MF; ++i) {
+    at_kink[i] = std::abs(pre[i]) <= forward_scale[i] * gemm_factor(s.d, dtype);
+  }
   // Backward, both sides from the GPU's hidden layer.
   Tensor d_pre_cpu = cpu.alloc(DType::F32, int64_t(MF)), d_pre_gpu = gpu.alloc(dtype, int64_t(MF));
   Tensor dW_cpu = cpu.put(DType::F32, dW0), db_cpu = cpu.put(DType::F32, db0);
@@ -711,19 +734,42 @@ int64_t check_relu_mask_ffn(DType dtype, const FfnShape& s, uint32_t seed) {
   const Tensor dy_gpu = gpu.put(dtype, dy), W2_gpu = gpu.put(dtype, W2);
   twins.gpu->linear_relu_backward(d_pre_gpu, dW_gpu, db_gpu, dy_gpu, hidden_gpu, mask, W2_gpu,
                                   s.M, s.d_ff, s.d);
-  const std::vector<float> d_pre = gpu.get(d_pre_gpu), d_pre_expected = cpu.get(d_pre_cpu);
+  const std::vector<float> d_pre = gpu.get(d_pre_gpu);
+  std::vector<float> d_pre_expected = cpu.get(d_pre_cpu);
+  // The product uncut (the CPU's backward of a hidden layer positive everywhere), the
+  // expectation at the kink where the GPU let the gradient through.
+  std::vector<float> positive_hidden(hidden);
+  for (float& value : positive_hidden) value = std::abs(value) + 1.0f;
+  Tensor uncut_cpu = cpu.alloc(DType::F32, int64_t(MF));
+  Tensor dW_unused = cpu.put(DType::F32, dW0), db_unused = cpu.put(DType::F32, db0);
+  twins.cpu->linear_relu_backward(uncut_cpu, dW_unused, db_unused, cpu.put(DType::F32, dy),
+                                  cpu.put(DType::F32, positive_hidden), nullptr,
+                                  cpu.put(DType::F32, W2), s.M, s.d_ff, s.d);
+  const std::vector<float> uncut = cpu.get(uncut_cpu);
+  size_t cut = 0, wrong_cuts = 0, kink_taken_otherwise = 0;
+  for (size_t i = 0; i < MF; ++i) {
+    const bool cut_here = hidden[i] <= 0.0f;
+    cut += cut_here;
+    if (at_kink[i]) {
+      // Either side of the kink: the uncut product or 0, whichever the GPU took.
+      const bool passed = d_pre[i] != 0.0f;
+      kink_taken_otherwise += passed == cut_here;
+      d_pre_expected[i] = passed ? uncut[i] : 0.0f;
+    } else if (cut_here) {
+      wrong_cuts += d_pre[i] != 0.0f;
+    }
+  }
   // d_pre [M, d_ff] = dy [M, d] W2^T where hidden > 0: W2^T(l, j) = W2[j*d + l].
   const auto backward_scale = product_scale(s.M, s.d_ff, s.d, dy, s.d, 1, W2, 1, s.d, nullptr);
   EXPECT_TRUE(within_scaled(d_pre, d_pre_expected, backward_scale, gemm_factor(s.d, dtype)))
       << "d_pre";
-  size_t cut = 0, wrong_cuts = 0;
-  for (size_t i = 0; i < MF; ++i) {
-    if (hidden[i] > 0.0f) continue;
-    ++cut;
-    wrong_cuts += d_pre[i] != 0.0f;
-  }
   EXPECT_GT(cut, 0u) << "the ReLU must cut something";
-  EXPECT_EQ(wrong_cuts, 0u) << "d_pre where the ReLU cut";
+  EXPECT_EQ(wrong_cuts, 0u) << "d_pre where the ReLU cut, away from its kink";
+  if (kink_taken_otherwise > 0) {
+    std::printf("relu mask twin %s M=%d d=%d d_ff=%d: %zu element(s) at the kink where the "
+                "mask and the hidden layer disagree\n",
+                dtype_name(dtype), s.M, s.d, s.d_ff, kink_taken_otherwise);
+  }
   const auto dW_scale = product_scale(s.d_ff, s.d, s.M, hidden, 1, s.d_ff, dy, s.d, 1, &dW0);
   EXPECT_TRUE(within_scaled(gpu.get(dW_gpu), cpu.get(dW_cpu), dW_scale,
                             gemm_factor(s.M, DType::F32)))
