@@ -51,7 +51,7 @@
 #     ours_bf16_vs_ct2_int8_float16_b32=ours_b32/D (CTranslate2's quantized GPU path
 #     against ours in bf16) ours_int8_b32_tok_s=E int8_same_as_bf16_b32=K/L
 #     gpu_quant_vs_ct2_int8=E/D (ours in int8, --compute-type int8 --cuda-kernels
-#     int8_products, against it: issue 53's field) ct2_fp16_t4096_tok_s=C
+#     verified, against it: issue 53's field) ct2_fp16_t4096_tok_s=C
 #     ratio_fp16_t4096=A/C ct2_wall_fp16_b32_tok_s=.. same_as_ct2_fp16_b32=K/L
 #     ct2_cublas=12|13-as-12 ...
 # After that line (PROFILE=1, the default on the GPU), two more, untimed runs of ours, in
@@ -315,16 +315,14 @@ echo "ours in batches of 32 sentences: ${b32[*]}"
 rm -f "$work"/{ours,ours_b32,ours_int8_b32,ours_candidate,ours_candidate_b32,ct2_fp16,ct2_bf16,ct2_int8_fp16,ct2_fp16_t4096}
 candidate=${CANDIDATE:-}
 # Ours in int8 (issue 53): every weight matrix through cuBLASLt's int8 GEMMs, the other
-# ops in bf16 (--compute-type int8, a candidate until a GPU run passes its twins, hence
-# --cuda-kernels int8_products), in batches of 32 against CTranslate2's int8_float16.
-# INT8=0 leaves it out; so does a first try that fails, saying why.
-int8=(--compute-type int8 --cuda-kernels int8_products)
+# ops in bf16 (--compute-type int8; a candidate named int8_products until its twins
+# passed on an H200 on 2026-11-29), with the verified kernels whatever the checkpoint
+# names, in batches of 32 against CTranslate2's int8_float16. INT8=0 leaves it out; so
+# does a first try that fails, saying why.
+int8=(--compute-type int8 --cuda-kernels verified)
 # With CANDIDATE, ours in int8 once more with those kernels too (step_graphs among them:
 # the decoder steps' int8 products captured into CUDA graphs, issue 53's host gaps).
-case ",$candidate," in
-  *,candidate,* | *,int8_products,*) int8_candidate=(--compute-type int8 --cuda-kernels "$candidate") ;;
-  *) int8_candidate=(--compute-type int8 --cuda-kernels "int8_products,$candidate") ;;
-esac
+int8_candidate=(--compute-type int8 --cuda-kernels "$candidate")
 with_int8=${INT8:-1}
 if [ "$with_int8" = 1 ]; then
   if ! why_int8=$("$build/transformer_decode" --checkpoint "$checkpoint" --input "$work/empty.en" \

@@ -54,16 +54,15 @@
 #      the stage runs: transformer_bench_step, the kernel twin tests (tests/kernels/) and
 #      test_cuda_training;
 #   1. the candidate kernels' twins in fp32 and bf16 (CANDIDATE_TWINS: the kernels behind
-#      train.cuda_kernels = candidate, never run on a GPU; async_upload, step_totals,
-#      int8_products, fused_attention, step_graphs, vector_norms, fused_adam, relu_masks;
-#      when some fail, the others
-#      by name) and the whole
+#      train.cuda_kernels = candidate, not yet the default: fused_attention, step_graphs,
+#      vector_norms, relu_masks; when some fail, the others by name) and the whole
 #      model with them; then the verified twins of the files changed since the last GPU
 #      run (CHANGED_TWINS; OTHER_TWINS=all runs every kernel twin) and the whole-model
 #      checks with the verified kernels: fp32 separate and fused against the CPU
 #      (CudaTraining.Fp32ThreeSteps*), bf16 with the short attention against the batched
 #      (CudaTraining.Bf16ThreeStepsWithShortAttention*), decoding steps against the CPU's
-#      cached decoder (CudaTraining.DecodingStepsMatchTheCpu);
+#      cached decoder (CudaTraining.DecodingStepsMatchTheCpu), the one-pass Adam taken at
+#      every step (CudaTraining.EveryStepTakesTheOnePassAdam);
 #   2. the bf16 GEMM ceiling (cuBLAS 8192^3 through PyTorch), for every MFU figure;
 #   3. transformer_bench_step --profile, base, 25,000 + 25,000 tokens, bf16,
 #      train.cuda_kernels = verified and (only if the candidate twins passed in 1.)
@@ -189,7 +188,7 @@ readonly PLAN=(
   "start|machine start (counted, not in a call)|60|120"
   "1|setup: gpu-bundle unpacked, nvidia-smi|10|20"
   "1|build: bench_step, transformer_hpc, kernel twin tests, test_cuda_training (16 cores)|20|110"
-  "1|candidate twins (CudaCandidate*: async_upload, step_totals, int8_products, fused_attention, step_graphs, vector_norms, fused_adam, relu_masks) and the whole model with them|5|30"
+  "1|candidate twins (CudaCandidate*: fused_attention, step_graphs, vector_norms, relu_masks) and the whole model with them|5|30"
   "1|the verified twins of the changed files (OTHER_TWINS=all: every one)|10|40"
   "1|whole model: fp32 3 steps vs the CPU (fused off, on); bf16 short vs batched; decoding|3|25"
   "1|bf16 GEMM ceiling (8192^3)|10|15"
@@ -348,9 +347,9 @@ dry_run() {
 # Digits too: until 2026-11-29 "[A-Za-z]*" left CudaCandidateInt8Products.* out of the
 # stage (the dry run now checks that every CudaCandidate suite is matched).
 readonly CANDIDATE_TWINS="CudaCandidate[A-Za-z0-9]*"
-# Whether a candidate changes the training step: async_upload (2026-11-28) and
-# step_totals (2026-11-29: the loss summed on the device, read once a step) do, so the
-# step stage measures the step with and without it. (The one before, gathered_attention,
+# Whether a candidate changes the training step: fused_attention, step_graphs,
+# vector_norms and relu_masks all do, so the step stage measures the step with and
+# without them. (The one before, gathered_attention,
 # acted in decoding only: set this to 0 when no waiting candidate trains.)
 readonly CANDIDATES_ACT_IN_TRAINING=1
 # The twins of the ops whose files changed since the last GPU run (2026-11-26, fifth
@@ -369,8 +368,12 @@ readonly CANDIDATES_ACT_IN_TRAINING=1
 # session: Adam's arithmetic shared with fused_adam.cuh, the same expression, and the bf16
 # compute copy's conversion inside adam_update: adam.cu, CudaAdam; the GEMMs' epilogue
 # choice and plan key take the ReLU mask's fields, zero on these paths: linear.cu,
-# CudaLinear, CudaLinearRelu).
-readonly CHANGED_TWINS="CudaAttention|CudaCrossEntropy|CudaElementwise|CudaEmbedding|CudaLinear|CudaLinearRelu|CudaAddNorm|CudaLayerNorm|CudaAdam"
+# CudaLinear, CudaLinearRelu). Since the H200 window of 2026-11-29 (all the above passed
+# there): async_upload, step_totals, int8_products and fused_adam became the default,
+# their candidate checks gone: cuda_backend.cu (CudaUpload), cross_entropy.cu and
+# elementwise.cu (CudaCrossEntropy), adam.cu (CudaAdam), int8_cuda_backend.h
+# (CudaInt8Products).
+readonly CHANGED_TWINS="CudaUpload|CudaCrossEntropy|CudaAdam|CudaInt8Products"
 
 # What the step and followup stages build: the benchmark, the trainer (the program against
 # the benchmark), every kernel twin test executable and the whole-model GPU tests.
@@ -602,7 +605,7 @@ run_other_twins() {
   # The whole model: fp32 training on the GPU against the CPU, separate and fused kernels
   # (skipped in the rehearsal: they need the GPU itself).
   ctest --test-dir "$BUILD_DIR" \
-    -R "^CudaTraining[.](Fp32ThreeSteps(MatchTheCpu|WithFusedOps)|Bf16ThreeStepsWithShortAttention|DecodingStepsMatchTheCpu)" \
+    -R "^CudaTraining[.](Fp32ThreeSteps(MatchTheCpu|WithFusedOps)|Bf16ThreeStepsWithShortAttention|DecodingStepsMatchTheCpu|EveryStepTakesTheOnePassAdam)" \
     --output-on-failure > "$LOGS/ctest_whole_model.log" 2>&1
   grep -E "tests passed|Failed|Skipped|\*\*\*" "$LOGS/ctest_whole_model.log" | tail -6
   grep -h "GPU fp32\|GPU bf16" "$BUILD_DIR/Testing/Temporary/LastTest.log" | head -4

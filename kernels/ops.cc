@@ -64,18 +64,15 @@ bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
                              std::string& error) {
   // The candidates by name (CandidateKernels); each new one adds {"its_name", kItsBit}.
   static const std::vector<std::pair<std::string, unsigned>> kNames = {
-      {"async_upload", kAsyncUpload},
-      {"step_totals", kStepTotals},
-      {"int8_products", kInt8Products},
       {"fused_attention", kFusedAttention},
       {"step_graphs", kStepGraphs},
       {"vector_norms", kVectorNorms},
-      {"fused_adam", kFusedAdam},
       {"relu_masks", kReluMasks}};
   // Former candidates, the default since their GPU run: a configuration or checkpoint
   // that names them (one trained with them before that) still loads, naming nothing.
-  static const std::vector<std::string> kRetired = {"write_gradients", "short_attention",
-                                                    "gathered_attention"};
+  static const std::vector<std::string> kRetired = {
+      "write_gradients", "short_attention", "gathered_attention", "async_upload",
+      "step_totals",     "int8_products",   "fused_adam"};
   std::string allowed = "verified, candidate";
   if (!kNames.empty()) {
     allowed += ", or some of ";
@@ -109,8 +106,6 @@ bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
     }
     candidates |= bit;
   }
-  // A pass that reads each micro-batch's loss back waits for the GPU: it cannot be captured.
-  if (candidates & kStepGraphs) candidates |= kStepTotals;
   return true;
 }
 

@@ -126,50 +126,35 @@ enum class GradStore { kAdd, kWrite };
 // (docs/testing.md, "Kernels not yet run on a GPU"): bits of the set a backend may take,
 // named by train.cuda_kernels. Each candidate gets a bit and a name here, and its twin
 // tests say which one failed, so a GPU session can measure the others
-// (bench/gpu_session.sh). Waiting: async_upload (the ids of a batch or a decoding step
-// uploaded through a pinned staging buffer without a wait for the stream; 2026-11-28,
-// issue 51's host gaps) and step_totals (softmax_cross_entropy_add summing a
-// micro-batch's loss into the step's StepTotals on the device, without the read-back
-// and wait of each micro-batch; 2026-11-29, the same gaps) and int8_products
-// (transformer_decode --compute-type int8 on a GPU: cuBLASLt's int8 GEMMs between a row
-// quantization and a dequantization kernel, Int8CudaBackend; 2026-11-29, issue 53;
-// without it a GPU refuses int8) and fused_attention (bf16 attention with d_k = 64 and
+// (bench/gpu_session.sh). Waiting: fused_attention (bf16 attention with d_k = 64 and
 // lengths up to 128 on mma.sync fragments held in registers, kernels/cuda/
-// fused_attention.cuh; 2026-11-29, issue 51's attention at 16.7 TFLOP/s) and step_graphs (a
-// training pass captured once per shape into a CUDA graph and replayed, Backend::capture;
-// it takes step_totals with it: a pass that reads its loss back cannot be captured;
-// 2026-11-29, issue 51's small batch) and vector_norms (the fused residual + dropout +
-// layer norm with each row held in its warp's registers, moved 16 bytes at a time,
-// kernels/cuda/vector_norm.cuh; 2026-11-29, issue 51's add & norm at ~4x its bytes' time)
-// and fused_adam (Adam and the bf16 compute copy's conversion in one pass of 16-byte
-// moves, kernels/cuda/fused_adam.cuh; 2026-11-29, issue 51's small batch, where Adam is a
-// fixed ~10% of the step) and relu_masks (the FFN's ReLU kept as cuBLASLt's bit-mask by
-// its first layer's GEMM, RELU_AUX_BIAS, and applied by its second layer's input-gradient
-// GEMM, DRELU, instead of relu_bias_backward's pass over [rows, d_ff]; 2026-11-29, issue
-// 51's bias+ReLU, 1.23 of the H200's 32 profiled ms).
-// The former ones ran on an H100 on
-// 2026-11-26 and are the default now: write_gradients (the backward ops writing their
-// first-written gradients), short_attention (the one-launch attention of short
-// sentences), and gathered_attention (a decoding step's attention over the
-// shared-prefix cache's gathered key rows, AttentionShape::key_rows).
+// fused_attention.cuh; issue 51's attention at 16.7 TFLOP/s) and step_graphs (a training
+// pass captured once per shape into a CUDA graph and replayed, Backend::capture; issue
+// 51's small batch) and vector_norms (the fused residual + dropout + layer norm with each
+// row held in its warp's registers, moved 16 bytes at a time, kernels/cuda/
+// vector_norm.cuh; issue 51's add & norm at ~4x its bytes' time): their twins passed on
+// an H200 on 2026-11-29, and they wait for their speed outside a graph at 25,000 tokens
+// and, for step_graphs, on a corpus's many batch shapes (bench/RESULTS.md); and relu_masks
+// (the FFN's ReLU kept as cuBLASLt's bit-mask by its first layer's GEMM, RELU_AUX_BIAS,
+// and applied by its second layer's input-gradient GEMM, DRELU, instead of
+// relu_bias_backward's pass over [rows, d_ff]; issue 51's bias+ReLU, 1.23 of the H200's
+// 32 profiled ms), whose twin's tolerance at the ReLU's kink was corrected after the same
+// window.
+// The former ones are the default since their GPU run: write_gradients, short_attention
+// (H100, 2026-11-26), gathered_attention (H100, 2026-11-27), async_upload, step_totals,
+// int8_products, fused_adam (H200, 2026-11-29; Context::candidate_kernel no longer asks).
 enum CandidateKernels : unsigned {
   kNoCandidates = 0,
-  kAsyncUpload = 1u << 0,
-  kStepTotals = 1u << 1,
-  kInt8Products = 1u << 2,
   kFusedAttention = 1u << 3,
   kStepGraphs = 1u << 4,
   kVectorNorms = 1u << 5,
-  kFusedAdam = 1u << 6,
   kReluMasks = 1u << 7,
-  kAllCandidates = kAsyncUpload | kStepTotals | kInt8Products | kFusedAttention | kStepGraphs |
-                   kVectorNorms | kFusedAdam | kReluMasks,
+  kAllCandidates = kFusedAttention | kStepGraphs | kVectorNorms | kReluMasks,
 };
 
 // The candidate set a train.cuda_kernels value names: "verified" (none), "candidate"
-// (all), or candidate names joined by commas; the former candidates write_gradients,
-// short_attention and gathered_attention (the default since 2026-11-26) are accepted and
-// name nothing. An unknown name: false, with `error` saying what is allowed.
+// (all), or candidate names joined by commas; the former candidates (the default since
+// their GPU run, above) are accepted and name nothing. An unknown name: false, with `error` saying what is allowed.
 bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
                              std::string& error);
 

@@ -34,8 +34,8 @@
 // log-softmax and top-k, the cache's row copies, transfers, and the host time between
 // the backend's ops: on a GPU, the device waiting for the host), for the batches of the
 // first worker (all of them on a GPU). --compute-type int8 decodes with int8 weight
-// matrices: oneDNN's products on the CPU, cuBLASLt's on a GPU (there a candidate, taken
-// with --cuda-kernels int8_products; decode/compute_type.h). Exit codes:
+// matrices: oneDNN's products on the CPU, cuBLASLt's on a GPU (decode/compute_type.h).
+// Exit codes:
 // 0 success, 1 a bad file or checkpoint, 2 a bad command line (--dump-lines naming a
 // line the input lacks, checkpoints of different vocabularies, an output that may not
 // be written, included).
@@ -646,12 +646,10 @@ int main(int argc, char** argv) {
        "the arithmetic, as CTranslate2 names it: default (the checkpoint's train.precision), "
        "float32, bfloat16 (a GPU), or int8 (weights in int8 with a scale per output channel, "
        "activations quantized per row; the CPU: oneDNN's int8 products, the rest in "
-       "float32; a GPU: cuBLASLt's, the rest in bfloat16, with --cuda-kernels "
-       "int8_products until a GPU run has checked them)")
+       "float32; a GPU: cuBLASLt's, the rest in bfloat16)")
       ("cuda-kernels", po::value<std::string>(),
-       "GPU kernels, as train.cuda_kernels: verified, candidate (the kernels not yet run "
-       "on a GPU), or candidate names (int8_products: --compute-type int8 on a GPU); "
-       "default: the checkpoint's")
+       "GPU kernels, as train.cuda_kernels: verified, candidate (the kernels not yet made "
+       "the default), or candidate names; default: the checkpoint's")
       ("dump-attention", po::value(&args.dump_attention),
        "write every layer's and head's attention weights of the --dump-lines translations "
        "to this HDF5 file (tools/plot_attention.py draws them)")

@@ -7,8 +7,8 @@
 //
 // Shape: one fused grid-stride pass, ~12 flops per parameter against 28 bytes moved
 // (read p, g, m, v; write p, m, v, all fp32), and with a bf16 compute copy a conversion
-// pass after it (read 4, write 2): memory-bound, so the aim is coalesced passes, and with
-// the candidate fused_adam one pass of 16-byte moves (fused_adam.cuh). The bias
+// pass after it (read 4, write 2): memory-bound, so the aim is coalesced passes, and where
+// the buffers are aligned one pass of 16-byte moves (fused_adam.cuh). The bias
 // corrections are computed once on the host in double, exactly as on the CPU, and the
 // per-element arithmetic uses the CPU's operation order with explicitly rounded fp32
 // intrinsics (no FMA contraction, IEEE division and square root), so the GPU's results
@@ -83,10 +83,12 @@ bool aligned_to(const void* p, size_t bytes) {
 
 }  // namespace
 
-// One fused pass over the flat fp32 buffers (§5.3, with bias correction), then the
-// compute copy converted from the masters (as copy() converts) when there is one; with
-// the candidate fused_adam both in one pass of 16-byte moves (fused_adam.cuh), where
-// every pointer is aligned for it.
+// Adam over the flat fp32 buffers (§5.3, with bias correction) and the compute copy
+// converted from the masters (as copy() converts) when there is one, both in one pass of
+// 16-byte moves (fused_adam.cuh) where every pointer is aligned for it (the flat buffers
+// are; the former candidate fused_adam, default since the H200 window of 2026-11-29);
+// otherwise (views one element into a buffer) Adam's scalar kernel, then the conversion:
+// the same arithmetic, bit for bit (CudaAdam.FusedPassEqualsTheSeparateKernelsBitForBit).
 template <typename T>
 void adam_update(Context& context, float* params, T* compute, const float* grads, float* m,
                  float* v, int64_t n, float lr, float beta1, float beta2, float eps,
@@ -99,7 +101,7 @@ void adam_update(Context& context, float* params, T* compute, const float* grads
   const bool fused_fits = aligned16(params) && aligned16(grads) && aligned16(m) &&
                           aligned16(v) &&
                           (compute == nullptr || aligned_to(compute, 4 * sizeof(T)));
-  if (context.candidate_kernel(kFusedAdam) && fused_fits) {
+  if (fused_fits) {
     const int64_t groups = (n + fused_adam::kGroup - 1) / fused_adam::kGroup;
     fused_adam_kernel<T><<<grid_blocks(groups), kGridThreads, 0, stream>>>(params, compute, grads,
                                                                            m, v, n, c);

@@ -364,13 +364,12 @@ LossSums softmax_cross_entropy(Context& context, T* d_logits, const T* logits,
   return out;
 }
 
-// With the candidate step_totals: the same row kernel, then sum_rows adding into the
-// step's totals on the device; no copy, no wait. Without it (the default until a GPU run
-// passes its twins): softmax_cross_entropy's verified kernels and read-back, then the
-// totals read, added to on the host and written back (two more small waits: what
-// step_totals takes away).
-// The gradient's scale is inputs->grad_scale: read back first on the verified path (one
-// more small wait beside its two), read by the row kernel as it runs with step_totals.
+// The same row kernel as softmax_cross_entropy's, then sum_rows adding into the step's
+// totals on the device: no copy, no wait (the step reads its totals once, at its end).
+// The gradient's scale is inputs->grad_scale, read by the row kernel as it runs (a
+// captured pass replays with each step's scale). Until the H200 window of 2026-11-29
+// passed its twins (the former candidate step_totals) the scale and the totals went
+// through the host, three small waits a micro-batch.
 template <typename T>
 void softmax_cross_entropy_add(Context& context, T* d_logits, const T* logits,
                                const int32_t* targets, int rows, int vocab, float eps,
@@ -379,27 +378,6 @@ void softmax_cross_entropy_add(Context& context, T* d_logits, const T* logits,
   THPC_CHECK(rows >= 0, "cross-entropy over " << rows << " rows");
   THPC_CHECK(totals != nullptr, "softmax_cross_entropy_add without its totals");
   THPC_CHECK(inputs != nullptr, "softmax_cross_entropy_add without its step inputs");
-  if (!context.candidate_kernel(kStepTotals)) {
-    cudaStream_t stream = context.stream();
-    auto* host_inputs = static_cast<StepInputs*>(context.pinned(sizeof(StepInputs)));
-    THPC_CUDA_CHECK(cudaMemcpyAsync(host_inputs, inputs, sizeof(StepInputs),
-                                    cudaMemcpyDeviceToHost, stream));
-    THPC_CUDA_CHECK(cudaStreamSynchronize(stream));
-    const float grad_scale = host_inputs->grad_scale;
-    const LossSums sums = softmax_cross_entropy<T>(context, d_logits, logits, targets, rows,
-                                                   vocab, eps, pad_id, grad_scale);
-    auto* host = static_cast<StepTotals*>(context.pinned(sizeof(StepTotals)));
-    THPC_CUDA_CHECK(
-        cudaMemcpyAsync(host, totals, sizeof(StepTotals), cudaMemcpyDeviceToHost, stream));
-    THPC_CUDA_CHECK(cudaStreamSynchronize(stream));
-    host->loss += sums.loss;
-    host->nll += sums.nll;
-    host->tokens += sums.tokens;
-    THPC_CUDA_CHECK(
-        cudaMemcpyAsync(totals, host, sizeof(StepTotals), cudaMemcpyHostToDevice, stream));
-    THPC_CUDA_CHECK(cudaStreamSynchronize(stream));  // before `host` is reused
-    return;
-  }
   if (rows == 0) return;
   queue_loss_sums<T, true>(context, d_logits, logits, targets, rows, vocab, eps, pad_id, 0.0f,
                            reinterpret_cast<StepTotals*>(totals), inputs);

@@ -187,33 +187,29 @@ class CudaBackend final : public Backend {
     THPC_CUDA_CHECK(cudaStreamSynchronize(stream()));
   }
   // Ids are uploaded at each step (a training batch, a decoding step's tokens). From
-  // pageable memory the copy is a copy and a wait for the stream: one host gap a step
-  // (issue 51 measured 0.41 ms of them at every batch size). With the candidate
-  // async_upload the ids go through a pinned staging buffer instead, and the copy is
-  // queued without a wait: the caller may reuse `host` at once (it was copied into the
-  // staging buffer), and the staging buffer is reused only after the previous copy from
-  // it has run (an event, long passed by the next upload).
+  // pageable memory the copy would be a copy and a wait for the stream: one host gap a
+  // step (issue 51 measured 0.41 ms of them at every batch size). So the ids go through a
+  // pinned staging buffer and the copy is queued without a wait: the caller may reuse
+  // `host` at once (it was copied into the staging buffer), and the staging buffer is
+  // reused only after the previous copy from it has run (an event, long passed by the
+  // next upload). The former candidate async_upload, default since the H200 window of
+  // 2026-11-29.
   void upload_ids(int32_t* dst, const int32_t* host, int64_t count) override {
     const size_t size = sizeof(int32_t) * static_cast<size_t>(count);
-    if (context_.candidate_kernel(kAsyncUpload)) {
-      if (staged_copy_done_ == nullptr) {
-        THPC_CUDA_CHECK(cudaEventCreateWithFlags(&staged_copy_done_, cudaEventDisableTiming));
-      } else {
-        THPC_CUDA_CHECK(cudaEventSynchronize(staged_copy_done_));
-      }
-      if (staging_bytes_ < size) {
-        if (staging_ != nullptr) THPC_CUDA_CHECK(cudaFreeHost(staging_));
-        staging_ = nullptr;
-        staging_bytes_ = std::max(size, 2 * staging_bytes_);
-        THPC_CUDA_CHECK(cudaMallocHost(&staging_, staging_bytes_));
-      }
-      std::memcpy(staging_, host, size);
-      THPC_CUDA_CHECK(cudaMemcpyAsync(dst, staging_, size, cudaMemcpyHostToDevice, stream()));
-      THPC_CUDA_CHECK(cudaEventRecord(staged_copy_done_, stream()));
-      return;
+    if (staged_copy_done_ == nullptr) {
+      THPC_CUDA_CHECK(cudaEventCreateWithFlags(&staged_copy_done_, cudaEventDisableTiming));
+    } else {
+      THPC_CUDA_CHECK(cudaEventSynchronize(staged_copy_done_));
     }
-    THPC_CUDA_CHECK(cudaMemcpyAsync(dst, host, size, cudaMemcpyHostToDevice, stream()));
-    THPC_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    if (staging_bytes_ < size) {
+      if (staging_ != nullptr) THPC_CUDA_CHECK(cudaFreeHost(staging_));
+      staging_ = nullptr;
+      staging_bytes_ = std::max(size, 2 * staging_bytes_);
+      THPC_CUDA_CHECK(cudaMallocHost(&staging_, staging_bytes_));
+    }
+    std::memcpy(staging_, host, size);
+    THPC_CUDA_CHECK(cudaMemcpyAsync(dst, staging_, size, cudaMemcpyHostToDevice, stream()));
+    THPC_CUDA_CHECK(cudaEventRecord(staged_copy_done_, stream()));
   }
   void download_ids(int32_t* host, const int32_t* src, int64_t count) override {
     THPC_CUDA_CHECK(cudaMemcpyAsync(host, src, sizeof(int32_t) * static_cast<size_t>(count),
@@ -310,7 +306,7 @@ class CudaBackend final : public Backend {
   cuda::Context context_;
   std::string device_name_;
   std::unordered_map<const void*, size_t> allocation_bytes_;
-  // async_upload's pinned staging buffer and the event of the last copy from it.
+  // upload_ids's pinned staging buffer and the event of the last copy from it.
   void* staging_ = nullptr;
   size_t staging_bytes_ = 0;
   cudaEvent_t staged_copy_done_ = nullptr;

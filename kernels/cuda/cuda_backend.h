@@ -33,8 +33,8 @@ int64_t cuda_fused_attention_launches();
 // vector_norm.cuh, candidate vector_norms) in this process: one a forward, one a backward.
 int64_t cuda_vector_norm_launches();
 
-// Launches of the one-pass Adam (kernels/cuda/fused_adam.cuh, candidate fused_adam) in
-// this process: one an update.
+// Launches of the one-pass Adam (kernels/cuda/fused_adam.cuh) in this process: one an
+// update whose buffers are aligned for it.
 int64_t cuda_fused_adam_launches();
 
 // GEMMs that ran with the ReLU mask's epilogues (candidate relu_masks, linear.cu) in this

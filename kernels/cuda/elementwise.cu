@@ -358,23 +358,16 @@ void sum_squares_into(Context& context, float* totals, const float* x, int64_t n
 
 __global__ void write_step_inputs_kernel(StepInputs* inputs, StepInputs values) { *inputs = values; }
 
-// With step_totals or step_graphs: one thread writing the 16 bytes, queued like any
-// kernel, so that the host goes on at once (the step waits only for its totals; a
-// captured pass's inputs are written before each replay; CudaCandidateStepTotals.* read the
-// scale it writes). Without them (the default until a GPU run passes their twins): the
-// copy from host memory and a wait, as Backend::upload does, beside the verified loss's
-// own waits.
+// One thread writing the 16 bytes, queued like any kernel, so that the host goes on at
+// once (the step waits only for its totals; a captured pass's inputs are written before
+// each replay; CudaCrossEntropy.AddedSumsMatchCpu reads the scale it writes). Until the
+// H200 window of 2026-11-29 (the former candidate step_totals): a copy and a wait.
 template <typename T>
 void write_step_inputs(Context& context, float* inputs, StepInputs values) {
   THPC_CHECK(inputs != nullptr, "write_step_inputs without its buffer");
   const cudaStream_t stream = context.stream();
-  if (context.candidate_kernel(kStepTotals) || context.candidate_kernel(kStepGraphs)) {
-    write_step_inputs_kernel<<<1, 1, 0, stream>>>(reinterpret_cast<StepInputs*>(inputs), values);
-    THPC_CUDA_CHECK_LAUNCH("write_step_inputs_kernel");
-    return;
-  }
-  THPC_CUDA_CHECK(cudaMemcpyAsync(inputs, &values, sizeof(values), cudaMemcpyHostToDevice, stream));
-  THPC_CUDA_CHECK(cudaStreamSynchronize(stream));
+  write_step_inputs_kernel<<<1, 1, 0, stream>>>(reinterpret_cast<StepInputs*>(inputs), values);
+  THPC_CUDA_CHECK_LAUNCH("write_step_inputs_kernel");
 }
 
 THPC_CUDA_TWIN(relu_forward)

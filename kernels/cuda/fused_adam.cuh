@@ -1,6 +1,7 @@
-// Adam's arithmetic per element (adam.cu's kernels, verified and candidate, share it) and
-// the candidate fused_adam's body (kernels/ops.h): one pass that moves 16 bytes of each
-// fp32 array at a time and writes the compute copy beside the masters.
+// Adam's arithmetic per element (adam.cu's two kernels share it) and the one-pass
+// kernel's body: one pass that moves 16 bytes of each fp32 array at a time and writes the
+// compute copy beside the masters (the former candidate fused_adam, the default since its
+// twins passed on an H200 on 2026-11-29; Adam 0.70 -> 0.48 ms in the base profile).
 //
 // Why: Adam is a fixed cost of every step whatever its batch: 63.0M parameters for base,
 // 28 bytes each (read p, g, m, v; write p, m, v) = 1.76 GB, 0.37 ms at the H200's
@@ -10,9 +11,9 @@
 // ~10% of the step. Fused: 30 bytes a parameter in one pass of 16-byte moves, ~0.42 ms at
 // 90% of the bandwidth, ~0.2 ms a step less.
 //
-// The same arithmetic as the verified kernel element by element (the CPU's order, each
+// The same arithmetic as the scalar kernel element by element (the CPU's order, each
 // operation rounded on its own) and the same conversion as the copy, so the results are
-// the verified path's bit for bit.
+// the two-kernel path's bit for bit.
 //
 // One body, two executions (as vector_norm.cuh): written for a policy X (16-byte loads and
 // stores of four floats, four compute values stored, one compute value rounded). On the

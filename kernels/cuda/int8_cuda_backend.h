@@ -1,8 +1,7 @@
 // A CUDA backend with the decoder's weight matrices multiplied in int8 by cuBLASLt:
 // transformer_decode --compute-type int8 on a GPU, CTranslate2's int8_bfloat16 (its
-// int8_float16 with bf16 for fp16). Written without a GPU on 2026-11-29 (issue 53): a
-// candidate, taken only with train.cuda_kernels / --cuda-kernels naming int8_products
-// (or candidate) until a GPU session sees its twins (CudaCandidateInt8Products.*) pass.
+// int8_float16 with bf16 for fp16). Its twins (CudaInt8Products.*) passed on an H200 on
+// 2026-11-29 (issue 53), when it stopped being the candidate int8_products.
 //
 // The arithmetic is the CPU's int8 path (kernels/cpu/int8_matmul.h) with signed
 // activations, which the GPU's int8 tensor cores multiply directly: for y = x W + b with

@@ -129,10 +129,9 @@ const std::vector<Option>& option_table() {
                   "GPU activations and GEMM operands (weights, moments stay fp32)"),
       THPC_OPTION(train, cuda_kernels, THPC_ANY,
                   "GPU kernels: verified = those whose twin tests passed on a GPU; candidate "
-                  "= also every variant written since, not yet checked on one (at present "
-                  "async_upload, step_totals, int8_products, fused_attention, step_graphs, "
-                  "vector_norms, fused_adam, relu_masks; step_graphs takes step_totals with "
-                  "it); or some of them by name, comma-separated; the CPU ignores it"),
+                  "= also the variants not yet made the default (at present fused_attention, "
+                  "step_graphs, vector_norms, relu_masks); or some of them by name, "
+                  "comma-separated; the CPU ignores it"),
       THPC_OPTION(train, short_attention_max_len, THPC_BETWEEN(0, kShortAttentionLongest),
                   "GPU, bf16, d_k = d_v = 64: attention whose query and key lengths are both "
                   "at most this runs in one kernel per op (shared memory), longer attention "

@@ -47,17 +47,6 @@ std::unique_ptr<Backend> make_decoding_backend(const TrainConfig& checkpoint_tra
   // int8: the products' rows in fp32 on the CPU; on a GPU the other ops in bf16, as
   // CTranslate2's int8_float16 keeps them in fp16.
   if (type == ComputeType::kInt8) train.precision = on_gpu ? "bf16" : "fp32";
-  if (type == ComputeType::kInt8 && on_gpu) {
-    unsigned candidates = kNoCandidates;
-    std::string error;
-    if (!parse_candidate_kernels(train.cuda_kernels, candidates, error) ||
-        (candidates & kInt8Products) == 0) {
-      THPC_FAIL("--compute-type int8 on a GPU multiplies with cuBLASLt's int8 kernels, which "
-                "no GPU session has checked yet: add --cuda-kernels int8_products (or "
-                "candidate) to take them, use bfloat16 (the GPU's checked type), or decode "
-                "on the CPU in int8 with CUDA_VISIBLE_DEVICES= set empty");
-    }
-  }
   std::unique_ptr<Backend> backend = make_backend(train);
   if (type == ComputeType::kBfloat16 && backend->host_memory()) {
     THPC_FAIL("--compute-type bfloat16 needs a GPU, and this decode runs on the CPU ("

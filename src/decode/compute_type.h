@@ -11,8 +11,7 @@
 //             the softmax and top-k in fp32. CTranslate2's int8 (its int8_float32).
 //             On a GPU: the same weights through cuBLASLt's int8 GEMMs, the other ops in
 //             bf16 (kernels/cuda/int8_cuda_backend.h; CTranslate2's int8_float16 with
-//             bf16), a candidate taken only with train.cuda_kernels / --cuda-kernels
-//             naming int8_products until a GPU run has passed its twins.
+//             bf16), checked on an H200 on 2026-11-29.
 #pragma once
 
 #include <memory>

@@ -38,7 +38,8 @@ int64_t short_attention_launches();
 int64_t fused_attention_launches();
 // The same for the register-held add & norm (kernels/cuda/vector_norm.cuh).
 int64_t vector_norm_launches();
-// The same for the fused Adam (kernels/cuda/fused_adam.cuh): one an update.
+// The same for the one-pass Adam (kernels/cuda/fused_adam.cuh): one an update where its
+// buffers are aligned for 16-byte moves.
 int64_t fused_adam_launches();
 // The same for the FFN's products with the ReLU mask's epilogues (candidate relu_masks,
 // kernels/cuda/linear.cu): one a first layer's forward, one a second layer's backward.

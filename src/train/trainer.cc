@@ -242,8 +242,8 @@ StepStats Trainer::compute_step() {
   sums_->prepare(*model_, micro_batches);
   const float grad_scale = 1.0f / static_cast<float>(stats.tgt_tokens);
   // Nothing in the step waits for the backend until its totals are read at the end: the
-  // micro-batches' loss sums are added up where they are computed (on the GPU with
-  // train.cuda_kernels step_totals), and the norm joins them there.
+  // micro-batches' loss sums are added up where they are computed (on the GPU too), and
+  // the norm joins them there.
   for (int i = 0; i < accumulate; ++i) {
     DropoutContext dropout;
     dropout.seed = config_.train.seed;

@@ -93,7 +93,7 @@ TEST(Adam, ComputeCopyHoldsTheUpdatedParameters) {
   EXPECT_EQ(compute, params);
 }
 
-// ---- the candidate fused_adam's body on the host (kernels/cuda/fused_adam.cuh) ----------
+// ---- the one-pass Adam's body on the host (kernels/cuda/fused_adam.cuh) ----------------
 
 // A host bf16 value (its bits), as the GPU's compute copy holds it.
 struct HostBf16 {
@@ -242,26 +242,31 @@ struct AdamRun {
 // Three Adam steps on n parameters with a compute copy, on the GPU of `twins` (and its
 // CPU reference, checked: masters and moments as the CPU's within 2 ulp, exact by
 // construction; the copy the GPU's masters in the compute dtype, exactly), on fresh
-// buffers or, with `misaligned`, on views one element into them.
+// buffers or, with `misaligned`, on views one element into them holding the same values
+// (the same seed: the same run, on addresses the one-pass kernel leaves alone).
 AdamRun adam_with_compute(Twins& twins, int64_t n, bool misaligned, uint32_t seed) {
   std::mt19937 rng(seed);
   const float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.98f, eps = 1e-9f;
   const double rel = 2.0 * eps_of(DType::F32);
-  const size_t count = static_cast<size_t>(n + 1);
+  const size_t count = static_cast<size_t>(n);
   Both both(twins);
-  const auto view = [&](Pair pair) {
-    return misaligned ? Pair{shifted(pair.cpu), shifted(pair.gpu)} : pair;
+  // The values where the update reads them: misaligned, one element (never read) before.
+  const auto place = [&](std::vector<float> values) {
+    if (!misaligned) return both.param(values);
+    values.insert(values.begin(), 0.5f);
+    const Pair pair = both.param(values);
+    return Pair{shifted(pair.cpu), shifted(pair.gpu)};
   };
-  Pair params = view(both.param(random_values(count, rng)));
-  Pair m = view(both.param(random_values(count, rng, -0.01f, 0.01f)));
-  Pair v = view(both.param(random_values(count, rng, 1e-3f, 1e-2f)));
-  Pair compute = view(both.act_poisoned(static_cast<int64_t>(count)));
-  const int64_t elements = params.gpu.numel;
+  Pair params = place(random_values(count, rng));
+  Pair m = place(random_values(count, rng, -0.01f, 0.01f));
+  Pair v = place(random_values(count, rng, 1e-3f, 1e-2f));
+  Pair compute = both.act_poisoned(static_cast<int64_t>(count + (misaligned ? 1 : 0)));
+  if (misaligned) compute = Pair{shifted(compute.cpu), shifted(compute.gpu)};
   for (int64_t step = 1; step <= 3; ++step) {
-    Pair grads = view(both.param(random_values(count, rng, -0.1f, 0.1f)));
-    both.cpu().adam_update(params.cpu, compute.cpu, grads.cpu, m.cpu, v.cpu, elements, lr, beta1,
+    Pair grads = place(random_values(count, rng, -0.1f, 0.1f));
+    both.cpu().adam_update(params.cpu, compute.cpu, grads.cpu, m.cpu, v.cpu, n, lr, beta1,
                            beta2, eps, step);
-    both.gpu().adam_update(params.gpu, compute.gpu, grads.gpu, m.gpu, v.gpu, elements, lr, beta1,
+    both.gpu().adam_update(params.gpu, compute.gpu, grads.gpu, m.gpu, v.gpu, n, lr, beta1,
                            beta2, eps, step);
   }
   AdamRun gpu{both.gpu_values(params), both.gpu_values(m), both.gpu_values(v),
@@ -274,47 +279,47 @@ AdamRun adam_with_compute(Twins& twins, int64_t n, bool misaligned, uint32_t see
   return gpu;
 }
 
-// The verified kernels with the compute copy (Adam, then the conversion copy() does), in
-// fp32 and bf16: the bf16 GPU's optimizer step as the trainer takes it.
+// Adam with the compute copy in fp32 and bf16, on aligned buffers (the one-pass kernel)
+// and on views one element in (Adam's scalar kernel, then the conversion copy() does):
+// the bf16 GPU's optimizer step as the trainer takes it.
 TEST(CudaAdam, ComputeCopyIsTheUpdatedParametersConverted) {
   THPC_REQUIRE_GPU();
   uint32_t seed = 70;
   for (DType dtype : gpu_compute_dtypes()) {
     Twins twins(dtype);
     for (int64_t n : {int64_t{1}, int64_t{1027}, int64_t{1000003}}) {
-      SCOPED_TRACE(describe(dtype, n));
-      adam_with_compute(twins, n, false, seed++);
+      for (bool misaligned : {false, true}) {
+        SCOPED_TRACE(describe(dtype, n) + (misaligned ? " misaligned" : ""));
+        adam_with_compute(twins, n, misaligned, seed++);
+      }
     }
   }
 }
 
-// The candidate fused_adam (kernels/cuda/fused_adam.cuh): Adam and the compute copy in one
-// pass of 16-byte moves, bit for bit the verified kernels' (the same arithmetic and
-// conversion), in fp32 and bf16, sizes with and without a tail of 1-3 elements; on views
-// one element off it leaves the work to the verified kernels (no launch of its own). A
-// launch is counted where it must take the work: a fused pass that never ran proves
-// nothing. FusedAdamOnTheHost.* runs its body on the CPU in ctest.
-TEST(CudaCandidateFusedAdam, UpdateEqualsTheVerifiedKernelsBitForBit) {
+// The one-pass kernel (kernels/cuda/fused_adam.cuh; the candidate fused_adam until its
+// twins passed on an H200 on 2026-11-29): Adam and the compute copy in one pass of
+// 16-byte moves, bit for bit the two-kernel path's (the same arithmetic and conversion),
+// in fp32 and bf16, sizes with and without a tail of 1-3 elements: the same values on
+// aligned buffers (one launch an update, counted: a fused pass that never ran proves
+// nothing) and on views one element off (left to the two kernels: no launch of its own).
+// FusedAdamOnTheHost.* runs its body on the CPU in ctest.
+TEST(CudaAdam, FusedPassEqualsTheSeparateKernelsBitForBit) {
   THPC_REQUIRE_GPU();
-  CudaKernelChoice fused;
-  fused.candidates = kFusedAdam;
   uint32_t seed = 90;
   for (DType dtype : gpu_compute_dtypes()) {
-    Twins verified_twins(dtype), fused_twins(dtype, fused);
+    Twins twins(dtype);
     for (int64_t n : {int64_t{1}, int64_t{4}, int64_t{1027}, int64_t{1000003}, int64_t{1000004}}) {
-      for (bool misaligned : {false, true}) {
-        SCOPED_TRACE(describe(dtype, n) + (misaligned ? " misaligned" : ""));
-        const AdamRun expected = adam_with_compute(verified_twins, n, misaligned, seed);
-        const int64_t before = fused_adam_launches();
-        const AdamRun actual = adam_with_compute(fused_twins, n, misaligned, seed++);
-        if (!twin_rehearsal()) {
-          EXPECT_EQ(fused_adam_launches() - before, misaligned ? 0 : 3);
-        }
-        EXPECT_EQ(actual.params, expected.params);
-        EXPECT_EQ(actual.m, expected.m);
-        EXPECT_EQ(actual.v, expected.v);
-        EXPECT_EQ(actual.compute, expected.compute);
-      }
+      SCOPED_TRACE(describe(dtype, n));
+      int64_t before = fused_adam_launches();
+      const AdamRun separate = adam_with_compute(twins, n, true, seed);
+      if (!twin_rehearsal()) EXPECT_EQ(fused_adam_launches() - before, 0);
+      before = fused_adam_launches();
+      const AdamRun fused = adam_with_compute(twins, n, false, seed++);
+      if (!twin_rehearsal()) EXPECT_EQ(fused_adam_launches() - before, 3);
+      EXPECT_EQ(fused.params, separate.params);
+      EXPECT_EQ(fused.m, separate.m);
+      EXPECT_EQ(fused.v, separate.v);
+      EXPECT_EQ(fused.compute, separate.compute);
     }
   }
 }

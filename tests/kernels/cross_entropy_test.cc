@@ -455,33 +455,20 @@ AddedResult run_added(Backend& backend, DType dtype, const LossCase& c,
   return result;
 }
 
-// `test(kernels, dtype)` by the verified path and by the candidate step_totals, in each
-// GPU compute dtype, under a trace naming both.
-template <typename Test>
-void for_each_path_and_dtype(const Test& test) {
-  for (unsigned candidates : {unsigned{kNoCandidates}, unsigned{kStepTotals}}) {
-    CudaKernelChoice kernels;
-    kernels.candidates = candidates;
-    for (DType dtype : gpu_compute_dtypes()) {
-      SCOPED_TRACE(std::string(dtype_name(dtype)) + (candidates ? " (step_totals)" : " (verified)"));
-      test(kernels, dtype);
-    }
-  }
-}
-
-// The step's form on the GPU, by the verified path (the default: the returned sums added
-// on the host) and by the candidate step_totals (added on the device): the sums equal
-// the CPU's within expect_sums_close's tolerance times the three micro-batches, and
-// bit for bit the GPU's own returned sums added in order (each micro-batch's sum comes
-// from the same fixed tree); the gradients as softmax_cross_entropy's.
-TEST(CudaCandidateStepTotals, AddedSumsMatchCpu) {
+// The step's form on the GPU (the sums added into the step's totals on the device; the
+// former candidate step_totals, passed on an H200 on 2026-11-29): the sums equal the CPU's
+// within expect_sums_close's tolerance times the three micro-batches, and bit for bit the
+// GPU's own returned sums added in order (each micro-batch's sum comes from the same
+// fixed tree); the gradients as softmax_cross_entropy's.
+TEST(CudaCrossEntropy, AddedSumsMatchCpu) {
   THPC_REQUIRE_GPU();
-  for_each_path_and_dtype([](const CudaKernelChoice& kernels, DType dtype) {
+  for (DType dtype : gpu_compute_dtypes()) {
+    SCOPED_TRACE(dtype_name(dtype));
     std::mt19937 rng(24);
     for (const LossCase& c : {LossCase{"vocab_1003", 13, 1003, 0.1f, 4},
                               LossCase{"vocab_37000", 5, 37000, 0.1f, 1}}) {
       SCOPED_TRACE(c.name);
-      Twins twins(dtype, kernels);
+      Twins twins(dtype);
       const std::vector<LossData> micro = {LossData(c, dtype, rng), LossData(c, dtype, rng),
                                            LossData(c, dtype, rng)};
       const float grad_scale = 0.37f;
@@ -498,17 +485,17 @@ TEST(CudaCandidateStepTotals, AddedSumsMatchCpu) {
       const double rel_tol = dtype == DType::F32 ? 1000 * eps_of(dtype) : eps_of(dtype);
       EXPECT_TRUE(all_close(gpu.d_logits, cpu.d_logits, 1e-5 * grad_scale, rel_tol));
     }
-  });
+  }
 }
 
-// A bad target in the step's form: the candidate counts it on the device, as the CPU
-// does, and the read names the first; the verified path throws at the op, as
-// softmax_cross_entropy does. Either way the error comes before any update.
-TEST(CudaCandidateStepTotals, AddedBadTargetsAreCountedAndTheReadThrows) {
+// A bad target in the step's form: counted on the device, as the CPU does, and the read
+// of the step's totals names the first, before any update.
+TEST(CudaCrossEntropy, AddedBadTargetsAreCountedAndTheReadThrows) {
   THPC_REQUIRE_GPU();
-  for_each_path_and_dtype([](const CudaKernelChoice& kernels, DType dtype) {
+  for (DType dtype : gpu_compute_dtypes()) {
+    SCOPED_TRACE(dtype_name(dtype));
     std::mt19937 rng(25);
-    Twins twins(dtype, kernels);
+    Twins twins(dtype);
     const LossCase c{"bad", 8, 37, 0.1f, 1};
     std::vector<LossData> micro = {LossData(c, dtype, rng), LossData(c, dtype, rng)};
     micro[1].targets[3] = 37;
@@ -528,10 +515,6 @@ TEST(CudaCandidateStepTotals, AddedBadTargetsAreCountedAndTheReadThrows) {
                                            totals.tensor());
     };
     add(micro[0]);
-    if (kernels.candidates == kNoCandidates && !twin_rehearsal()) {
-      expect_error([&] { add(micro[1]); }, {"target id 37", "row 3", "[0, 37)"});
-      return;
-    }
     add(micro[1]);
     StepTotals raw;
     twins.gpu->download(&raw, totals.tensor());
@@ -540,7 +523,7 @@ TEST(CudaCandidateStepTotals, AddedBadTargetsAreCountedAndTheReadThrows) {
     EXPECT_EQ(raw.first_bad_target, 37);
     EXPECT_EQ(raw.tokens, 2 * (c.rows - 1) - 2);  // a pad row in each, two bad
     expect_error([&] { totals.read(c.vocab); }, {"target id 37 at row 3", "[0, 37)"});
-  });
+  }
 }
 
 // A target outside [0, vocab) that is not the pad id throws, naming the first such row
