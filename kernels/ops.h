@@ -134,7 +134,8 @@ enum class GradStore { kAdd, kWrite };
 // row held in its warp's registers, moved 16 bytes at a time, kernels/cuda/
 // vector_norm.cuh; issue 51's add & norm at ~4x its bytes' time): their twins passed on
 // an H200 on 2026-11-29, and they wait for their speed outside a graph at 25,000 tokens
-// and, for step_graphs, on a corpus's many batch shapes (bench/RESULTS.md); and relu_masks
+// and, for step_graphs, a capture's cost against the replays a corpus gives it
+// (transformer_data_stats counts those; bench/RESULTS.md); and relu_masks
 // (the FFN's ReLU kept as cuBLASLt's bit-mask by its first layer's GEMM, RELU_AUX_BIAS,
 // and applied by its second layer's input-gradient GEMM, DRELU, instead of
 // relu_bias_backward's pass over [rows, d_ff]; issue 51's bias+ReLU, 1.23 of the H200's

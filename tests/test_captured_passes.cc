@@ -20,6 +20,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/int8_backend.h"
 #include "kernels/cpu/int8_matmul.h"
+#include "model/capture_schedule.h"
 #include "model/transformer.h"
 
 namespace thpc {
@@ -187,6 +188,61 @@ TEST(CapturedPassesRefused, PassesWithGradientHooksRunUncaptured) {
   EXPECT_EQ(capturing.captures(), 0);
   EXPECT_EQ(training.model.capture_counts().captures, 0);
   EXPECT_GT(hook_calls, 4) << "every pass's backward called the hook";
+}
+
+// The schedule transformer_data_stats runs a corpus's shapes through
+// (model/capture_schedule.h) counts what the model's captured passes do: five shapes met
+// in an irregular order (one once, the others three or four times), the largest first so
+// that no later batch outgrows the buffers (a free: its captures would be taken again,
+// which the schedule leaves out), trained through the CPU's stand-in for graphs: as many
+// captures, and as many replays, as the schedule says.
+TEST(CaptureSchedule, CountsAreTheTransformers) {
+  const std::vector<Batch> shapes = test::batches_of_shapes(5, 5, kVocab, 12, 17);
+  std::vector<Batch> sequence;
+  CaptureSchedule schedule(Transformer::kMaxCapturedPasses);
+  for (int index : {4, 0, 1, 0, 2, 0, 1, 3, 3, 3, 1, 0, 4, 4}) {
+    sequence.push_back(shapes[size_t(index)]);
+    const Batch& batch = sequence.back();
+    schedule.next(PassShape{batch.size, batch.src_len, batch.tgt_len});
+  }
+  auto inner = make_cpu_backend(DType::F32);
+  CapturingBackend capturing(*inner);
+  const test::StepsRun run =
+      test::run_training_steps(capturing, test::small_model("post"), kVocab, sequence,
+                               static_cast<int>(sequence.size()), 1, 3, 5);
+  const CaptureSchedule::Tally& tally = schedule.tally();
+  EXPECT_EQ(tally.shapes, 5);
+  EXPECT_EQ(tally.uncaptured, 5);
+  EXPECT_EQ(tally.captured, 4) << "every shape but 2 comes back";
+  EXPECT_EQ(tally.replayed, 5);
+  EXPECT_EQ(run.counts.captures, tally.captured);
+  EXPECT_EQ(run.counts.replays, tally.captured + tally.replayed);
+  EXPECT_EQ(run.counts.refused, 0);
+}
+
+// Past its capacity the schedule drops the least recently used shape, which starts again
+// from an uncaptured pass, as Transformer::lru_entry does.
+TEST(CaptureSchedule, TheLeastRecentlyUsedShapeIsDroppedAndStartsAgain) {
+  CaptureSchedule schedule(2);
+  using Run = CaptureSchedule::Run;
+  const PassShape a{2, 3, 4}, b{2, 5, 4}, c{3, 3, 4};
+  EXPECT_EQ(schedule.next(a), Run::kUncaptured);
+  EXPECT_EQ(schedule.next(a), Run::kCaptured);
+  EXPECT_EQ(schedule.next(b), Run::kUncaptured);
+  EXPECT_EQ(schedule.next(a), Run::kReplayed);  // a is now the more recent
+  EXPECT_EQ(schedule.next(c), Run::kUncaptured);  // drops b
+  EXPECT_EQ(schedule.next(a), Run::kReplayed);
+  EXPECT_EQ(schedule.next(b), Run::kUncaptured);  // b again from the start, drops c
+  EXPECT_EQ(schedule.next(b), Run::kCaptured);
+  EXPECT_EQ(schedule.next(c), Run::kUncaptured);  // drops a
+  EXPECT_EQ(schedule.next(a), Run::kUncaptured);
+  const CaptureSchedule::Tally& tally = schedule.tally();
+  EXPECT_EQ(tally.shapes, 3);
+  EXPECT_EQ(tally.evicted, 4);
+  EXPECT_EQ(tally.passes(), 10);
+  EXPECT_EQ(tally.replayed, 2);
+  EXPECT_EQ(tally.captured, 2);
+  EXPECT_EQ(tally.uncaptured, 6);
 }
 
 // On the CPU backend a key's step and stream in memory (DropoutKey::inputs) are read as

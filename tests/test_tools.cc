@@ -8,10 +8,12 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <regex>
 #include <string>
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "data/shard_file.h"
 #include "program.h"
 #include "tools/progress.h"
 
@@ -137,6 +139,42 @@ TEST(Tools, DataStatsSizesOutOfRangeAreUsageErrors) {
         "/nonexistent --memory-mb 0", "/nonexistent --tokens-per-step 3 --ranks 2 --accumulate 2"}) {
     expect_one_line_failure(stats, arguments, 2, "transformer_data_stats: ", {"(see --help)"});
   }
+}
+
+// transformer_data_stats's CUDA-graph line on a corpus of sentences of many lengths read
+// four epochs: the batches keep their sentences from epoch to epoch (only their order
+// changes), so each shape's first pass runs uncaptured, its second is captured and the
+// rest replay: of P passes over S shapes, P - 2S replay (model/capture_schedule.h).
+TEST(Tools, DataStatsSaysHowManyPassesGraphsWouldReplay) {
+  const fs::path dir = fs::temp_directory_path() / ("thpc_data_stats_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  ShardContents contents;
+  contents.metadata.vocab_size = 50;
+  contents.metadata.source_lang = "en";
+  contents.metadata.target_lang = "de";
+  for (int i = 0; i < 400; ++i) {
+    const int source_length = 1 + i % 37, target_length = 1 + (i * 7) % 29;
+    contents.source.append(std::vector<int>(size_t(source_length), 4 + i % 40));
+    contents.target.append(std::vector<int>(size_t(target_length), 5 + i % 40));
+  }
+  write_shard((dir / "train.00000.h5").string(), contents);
+  const ProcessResult result =
+      run_process(std::string(THPC_BINARY_DIR) + "/transformer_data_stats " + dir.string() +
+                  " --tokens-per-step 300 --epochs 4");
+  fs::remove_all(dir);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  std::smatch found;
+  const std::regex line(
+      "CUDA graphs \\(step_graphs, rank 0's passes, 256 shapes kept\\): ([0-9]+) shapes in "
+      "([0-9]+) passes; ([0-9.]+)% replay a graph, ([0-9.]+)% capture one, ([0-9.]+)% run "
+      "uncaptured");
+  ASSERT_TRUE(std::regex_search(result.output, found, line)) << result.output;
+  const double shapes = std::stod(found[1]), passes = std::stod(found[2]);
+  EXPECT_GT(shapes, 5) << "sentences of many lengths: many shapes";
+  EXPECT_NEAR(std::stod(found[3]), 100.0 * (passes - 2 * shapes) / passes, 0.05);
+  EXPECT_NEAR(std::stod(found[4]), 100.0 * shapes / passes, 0.05);
+  EXPECT_NEAR(std::stod(found[5]), 100.0 * shapes / passes, 0.05);
 }
 
 // Everything written to `file` (from its start), which is then closed.

@@ -1,6 +1,8 @@
 // transformer_data_stats: what the trainer's reader makes of a preprocessed corpus at a
-// given budget: batches per epoch, padding waste, and how fast one rank assembles its
-// batches (the reader must outrun the GPU it feeds).
+// given budget: batches per epoch, padding waste, how fast one rank assembles its
+// batches (the reader must outrun the GPU it feeds), and how many of its passes CUDA
+// graphs would replay (train.cuda_kernels step_graphs keys a graph by the batch's shape,
+// and the batches are padded to their longest sentence: model/capture_schedule.h).
 //
 //   transformer_data_stats DIR [--prefix train] [--tokens-per-step 25000] [--ranks 1]
 //                              [--accumulate 1] [--epochs 1] [--memory-mb 4096]
@@ -13,6 +15,8 @@
 
 #include "common/error.h"
 #include "data/shard_reader.h"
+#include "model/capture_schedule.h"
+#include "model/transformer.h"
 #include "tools/tool_main.h"
 
 namespace po = boost::program_options;
@@ -43,6 +47,7 @@ int run(const Arguments& arguments) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - plan_start).count();
   int64_t src_padded = 0, tgt_padded = 0, src_real = 0, tgt_real = 0, assembled = 0;
   int64_t longer_sides = 0;
+  thpc::CaptureSchedule graphs(thpc::Transformer::kMaxCapturedPasses);
   const auto start = std::chrono::steady_clock::now();
   for (int epoch = 0; epoch < arguments.epochs; ++epoch) {
     reader.seek(thpc::DataPosition{epoch, 0});
@@ -52,6 +57,7 @@ int run(const Arguments& arguments) {
       src_real += batch->src_tokens();
       tgt_real += batch->tgt_tokens();
       longer_sides += static_cast<int64_t>(std::max(batch->src.size(), batch->tgt_in.size()));
+      graphs.next(thpc::PassShape{batch->size, batch->src_len, batch->tgt_len});
       ++assembled;
     }
   }
@@ -78,6 +84,17 @@ int run(const Arguments& arguments) {
             << static_cast<double>(src_padded + tgt_padded) / seconds / 1e6
             << "M padded tokens/s (" << static_cast<double>(src_real + tgt_real) / seconds / 1e6
             << "M real) on one rank\n";
+  const thpc::CaptureSchedule::Tally& tally = graphs.tally();
+  const auto share = [&](int64_t passes) {
+    const int64_t all = std::max<int64_t>(1, tally.passes());
+    return 100.0 * static_cast<double>(passes) / static_cast<double>(all);
+  };
+  std::cout << std::setprecision(1) << "CUDA graphs (step_graphs, rank 0's passes, "
+            << thpc::Transformer::kMaxCapturedPasses << " shapes kept): " << tally.shapes
+            << " shapes in " << tally.passes() << " passes; " << share(tally.replayed)
+            << "% replay a graph, " << share(tally.captured) << "% capture one, "
+            << share(tally.uncaptured) << "% run uncaptured (a shape's first pass, or again "
+            << "after " << tally.evicted << " shapes were dropped for the limit)\n";
   return 0;
 }
 
@@ -87,8 +104,8 @@ int main(int argc, char** argv) {
   Arguments arguments;
   po::options_description description(
       "usage: transformer_data_stats DIR [options]\n\nBatches of one rank at the trainer's "
-      "per-rank budget tokens-per-step / (ranks x accumulate): padding waste and reader "
-      "throughput.\n\noptions");
+      "per-rank budget tokens-per-step / (ranks x accumulate): padding waste, reader "
+      "throughput, and the share of passes CUDA graphs would replay.\n\noptions");
   description.add_options()("help", "print this text and exit")(
       "dir", po::value(&arguments.dir)->required(),
       "directory of shards (transformer_preprocess --destdir)")(
@@ -102,7 +119,7 @@ int main(int argc, char** argv) {
       "accumulate", po::value(&arguments.accumulate)->default_value(arguments.accumulate),
       "train.accumulate")(
       "epochs", po::value(&arguments.epochs)->default_value(arguments.epochs),
-      "epochs to read for the timing")(
+      "epochs to read (the timing; the graphs' shapes come back epoch after epoch)")(
       "memory-mb", po::value(&arguments.memory_mb)->default_value(arguments.memory_mb),
       "data.memory_mb");
   po::positional_options_description positional;

@@ -1,0 +1,94 @@
+// What Transformer::train_step's captured passes (train.cuda_kernels step_graphs) make of
+// a sequence of pass shapes, without a model or a device: which passes run uncaptured,
+// which are captured (and replayed at once) and which replay a graph taken before.
+//
+// Why: a graph pays only where its shape comes back. The trainer pads each batch to its
+// longest sentence, so a corpus's batches have many shapes (batch size, source length,
+// target length); transformer_data_stats runs a corpus's batches through this schedule to
+// say what share of a rank's passes would replay, before a GPU run measures what a
+// replay and a capture cost.
+//
+// The rules are Transformer::run_capturable's and lru_entry's for a backend that accepts
+// every capture: a shape's first pass runs uncaptured, its second is captured, the
+// following ones replay; at most `capacity` shapes keep their state
+// (Transformer::kMaxCapturedPasses), the least recently used dropped, and a dropped shape
+// starts again from its first pass. CaptureSchedule.CountsAreTheTransformers
+// (tests/test_captured_passes.cc) holds the two to the same counts through the CPU's
+// stand-in for graphs.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <set>
+#include <tuple>
+#include <vector>
+
+namespace thpc {
+
+// A training pass's shape as the captures key it.
+struct PassShape {
+  int batch_size = 0, src_len = 0, tgt_len = 0;
+  bool operator==(const PassShape& other) const {
+    return batch_size == other.batch_size && src_len == other.src_len &&
+           tgt_len == other.tgt_len;
+  }
+  bool operator<(const PassShape& other) const {
+    return std::tie(batch_size, src_len, tgt_len) <
+           std::tie(other.batch_size, other.src_len, other.tgt_len);
+  }
+};
+
+class CaptureSchedule {
+ public:
+  enum class Run { kUncaptured, kCaptured, kReplayed };
+  struct Tally {
+    int64_t uncaptured = 0, captured = 0, replayed = 0;  // replayed: not counting captured
+    int64_t evicted = 0;                                  // shapes dropped for the capacity
+    int64_t shapes = 0;                                   // distinct shapes seen
+    int64_t passes() const { return uncaptured + captured + replayed; }
+  };
+
+  explicit CaptureSchedule(size_t capacity) : capacity_(capacity) {}
+
+  Run next(const PassShape& shape) {
+    ++clock_;
+    if (seen_.insert(shape).second) ++tally_.shapes;
+    auto found = std::find_if(entries_.begin(), entries_.end(),
+                              [&](const Entry& entry) { return entry.shape == shape; });
+    if (found == entries_.end()) {
+      if (entries_.size() >= capacity_) {
+        entries_.erase(std::min_element(
+            entries_.begin(), entries_.end(),
+            [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; }));
+        ++tally_.evicted;
+      }
+      entries_.push_back(Entry{shape, clock_, 0});
+      ++tally_.uncaptured;
+      return Run::kUncaptured;
+    }
+    found->last_use = clock_;
+    ++found->passes;
+    if (found->passes == 1) {
+      ++tally_.captured;
+      return Run::kCaptured;
+    }
+    ++tally_.replayed;
+    return Run::kReplayed;
+  }
+
+  const Tally& tally() const { return tally_; }
+
+ private:
+  struct Entry {
+    PassShape shape;
+    int64_t last_use = 0;
+    int64_t passes = 0;  // after the first, uncaptured one
+  };
+  size_t capacity_;
+  int64_t clock_ = 0;
+  std::vector<Entry> entries_;
+  std::set<PassShape> seen_;
+  Tally tally_;
+};
+
+}  // namespace thpc
