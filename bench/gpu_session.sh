@@ -66,7 +66,8 @@
 #   2. the bf16 GEMM ceiling (cuBLAS 8192^3 through PyTorch), for every MFU figure;
 #   3. transformer_bench_step --profile, base, 25,000 + 25,000 tokens, bf16,
 #      train.cuda_kernels = verified and (only if the candidate twins passed in 1.)
-#      candidate; then the default once per train.short_attention_max_len in
+#      candidate, and candidate without step_graphs (its kernels by op class, no
+#      captures); then the default once per train.short_attention_max_len in
 #      SHORT_ATTENTION_LENGTHS (default "0 64": the batched path alone, and one length
 #      more than the default 48), each its step and by-bucket lines only; the program
 #      against the benchmark at 3,125 tokens; the small batch (base, 3,125 tokens) timed
@@ -192,7 +193,7 @@ readonly PLAN=(
   "1|the verified twins of the changed files (OTHER_TWINS=all: every one)|10|40"
   "1|whole model: fp32 3 steps vs the CPU (fused off, on); bf16 short vs batched; decoding|3|25"
   "1|bf16 GEMM ceiling (8192^3)|10|15"
-  "1|profile base verified, candidate; short_attention_max_len 0, 64 (27 steps each)|25|70"
+  "1|profile base verified, candidate, candidate without step_graphs; short_attention_max_len 0, 64 (27 steps each)|30|85"
   "1|program vs benchmark: base, 3,125 tokens, 40 steps each (bench/program_vs_bench.sh)|10|30"
   "1|small batch: base, 3,125 tokens, verified and candidate (CUDA graphs), timed and profiled|15|40"
   "1|ours verified (and candidate if it acts in training; the loss in chunks of 1,024 rows; 75 steps each); eager|45|90"
@@ -620,6 +621,7 @@ step_stage() {
   echo "twins and whole model: at ${SECONDS} s"
   measure_ceiling
   profile preset=base
+  profile_candidates_without_graphs
   profile_short_attention_lengths
   echo "profiles: at ${SECONDS} s"
   program_vs_bench_step
@@ -687,6 +689,27 @@ profile() {
       --set "train.cuda_kernels=$setting" > "$LOGS/${preset}_${setting}.txt" 2>&1
     echo "$preset, train.cuda_kernels=$setting (exit $?): $(tail -1 "$LOGS/${preset}_${setting}.txt")"
   done
+}
+
+# The base profile with the passing candidates but step_graphs (when they passed): with
+# graphs every timed step of the 18 holds a capture (nine shapes) and the captured passes
+# are one row, so the candidates' kernels (fused_attention, vector_norms, relu_masks) are
+# timed by op class only here (the 2026-11-29 window had no such row and kept them
+# candidates).
+profile_candidates_without_graphs() {
+  [ "$(kernel_settings | wc -l)" -gt 1 ] || return 0
+  local setting=${CANDIDATE_SETTING:-candidate}
+  if [ "$setting" = candidate ]; then
+    setting=$(grep -v "^ *//" kernels/ops.cc | grep -oE '\{"[a-z0-9_]+", k[A-Za-z0-9]+\}' |
+      cut -d'"' -f2 | paste -sd,)
+  fi
+  setting=$(echo "$setting" | tr ',' '\n' | grep -vx step_graphs | paste -sd,)
+  [ -n "$setting" ] || return 0
+  # shellcheck disable=SC2046
+  timeout 120 "$BUILD_DIR/transformer_bench_step" $(bench_args base 18 9) --profile \
+    --set "train.cuda_kernels=$setting" > "$LOGS/profile_base_without_graphs.txt" 2>&1
+  echo "== profile base, train.cuda_kernels=$setting (no graphs; exit $?)"
+  grep -v "^{" "$LOGS/profile_base_without_graphs.txt" | tail -34
 }
 
 # The base profile once more per train.short_attention_max_len in
