@@ -30,6 +30,10 @@
 #       fit in one call's 64 MiB together, so this call carries the wheel and uses the
 #       bundle call 1 left on the warm machine (it stops at once, saying so, on a fresh
 #       machine: then carry gpu-bundle instead of .whl and CTranslate2 is left out).
+#       Its time: training and BLEU ~100 s, the decode-speed runs ~20 s, the comparison
+#       with CTranslate2 ~170 s with the candidates (2026-11-29, H200: a 270 s call was
+#       cut inside the comparison, which then ran as a call of its own): give it 330 s
+#       or more when calls 1 and 2 ran short (they took 125 + 72 s that day).
 #       `followup` (memcheck of the candidate twins, big profiled) is the call after, in
 #       a window with time left.
 #   the step curve (issue 51), a call of its own (2026-11-28, H200: 420 s cold):
@@ -205,7 +209,7 @@ readonly PLAN=(
   "2|a base checkpoint's stall, in the step and beside training (2 runs of 10 steps)|20|60"
   "3|setup on the warm machine (bundle kept), build of the programs|15|60"
   "3|Multi30k base-sized layers 1 min, last 5 averaged, test_2016 BLEU|80|100"
-  "3|newstest2014 decode speed, ours (bf16; int8) against CTranslate2 (what the window has left)|25|110"
+  "3|newstest2014 decode speed, ours (bf16; int8) against CTranslate2 (what the window has left)|150|190"
   "gaps|transfers, the sends of calls 2 and 3|10|30"
 )
 readonly CALL1_TIMEOUT_S=430 CALL2_TIMEOUT_S=330 CALL3_TIMEOUT_S=300 WINDOW_S=900
