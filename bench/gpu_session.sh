@@ -205,7 +205,7 @@ readonly PLAN=(
   "2|setup on the warm machine (bundle kept), build of mpi_equivalence, test_distributed, the trainer|15|60"
   "2|CudaDistributed.*: 2 and 4 ranks on GPU 0 vs accumulation (fp32, bf16), bf16 sums, per_use, NCCL refused|50|140"
   "2|CudaDistributed.*: 4 ranks stopped, resumed on 2 and 1; a killed rank; one-rank NCCL|20|60"
-  "2|base-sized steps on 1 and 2 ranks sharing the GPU (RANKS_STEPS=60)|20|60"
+  "2|base-sized steps on 1 and 2 ranks sharing the GPU, and 1 with NCCL's sums timed (RANKS_STEPS=60)|25|80"
   "2|a base checkpoint's stall, in the step and beside training (2 runs of 10 steps)|20|60"
   "3|setup on the warm machine (bundle kept), build of the programs|15|60"
   "3|Multi30k base-sized layers 1 min, last 5 averaged, test_2016 BLEU|80|100"
@@ -885,10 +885,25 @@ ranks_stage() {
     # The staged sums against backward (issue 52 item 4): the last step's buckets.
     grep "^buckets at step $steps " "$LOGS/ranks_np$ranks.log"
   done
-  # The scaling model with that schedule in place of its 2/3 rule (issue 52 item 5: when
+  # One rank's sums through NCCL, timed by CUDA events (dist.log_buckets makes one GPU
+  # rank sum as an N-rank job does, each all-reduce a copy): the buckets' collectives
+  # against backward on the device's clock (issue 52 item 4), where the two ranks' above
+  # are the host's.
+  # shellcheck disable=SC2086
+  timeout 150 mpirun -np 1 "$BUILD_DIR/transformer_hpc" input/tiny.ini $args \
+    --dist.log_buckets=true --train.max_steps="$steps" --train.log_every=$((steps / 3)) \
+    --checkpoint.minutes=0 --checkpoint.average_last=0 \
+    --checkpoint.dir="$LOGS/ranks_np1_nccl" > "$LOGS/ranks_np1_nccl.log" 2>&1
+  echo "ranks: np 1 with NCCL's sums timed, exit $?: $(grep "^step $steps/" "$LOGS/ranks_np1_nccl.log" | grep -o "ms/step [0-9.]*")"
+  grep "^buckets at step $steps " "$LOGS/ranks_np1_nccl.log"
+  # The scaling model with those schedules in place of its 2/3 rule (issue 52 item 5: when
   # each sum could start, measured; the transfers, modelled).
-  python3 tools/scaling_model.py --buckets "$LOGS/ranks_np2.log" 2>&1 |
-    sed -n '/measured bucket schedule/,/^### The paper/{/^### The paper/!p};/^--buckets/p'
+  local log
+  for log in "$LOGS/ranks_np2.log" "$LOGS/ranks_np1_nccl.log"; do
+    grep -q "^buckets at step" "$log" || continue
+    python3 tools/scaling_model.py --buckets "$log" 2>&1 |
+      sed -n '/measured bucket schedule/,/^### The paper/{/^### The paper/!p};/^--buckets/p'
+  done
   rm -rf "$LOGS"/ranks_np*/
   # A checkpoint's stall, written in the step and beside training (issue 51 item 4): the
   # base model at 25,000 tokens; its 757 MB files stay out of $LOGS (which comes back).

@@ -540,6 +540,49 @@ TEST(CudaDistributed, AKilledRankOnASharedGpuEndsTheJobWithOneReport) {
   expect_a_killed_rank_to_end_the_job(kRanksSharingGpuZero);
 }
 
+// One rank on a GPU with dist.log_buckets: its sums run through NCCL as an N-rank job's
+// do (each an all-reduce of one rank: a copy), timed by CUDA events (issue 52 item 4: the
+// buckets' collectives against backward on the device's clock), and it trains to the same
+// parameters as without the sums (fp32: a copy changes no bit). A run on the CPU, or
+// without the key, keeps no sums for one rank.
+TEST(CudaDistributed, OneRankTimesNcclBucketsByGpuEventsAndTrainsTheSame) {
+  if (const std::string why = thpc::cuda_unavailable_reason(); !why.empty()) {
+    GTEST_SKIP() << "needs a GPU: " << why;
+  }
+  const std::string args =
+      "--train.backend=cuda --train.precision=fp32 --train.max_steps=4 --train.log_every=2 "
+      "--dist.bucket_mb=2 --dist.embedding_sum=at_end";
+  const JobResult timed = mpirun_trainer("", args + " --dist.log_buckets=true", 1);
+  std::filesystem::remove_all(scratch_run());
+  ASSERT_EQ(timed.exit_code, 0) << timed.output;
+  EXPECT_EQ(occurrences(timed.output, "buckets at step "), 2u) << timed.output;
+  EXPECT_NE(timed.output.find("buckets at step 4 (ms from the last micro-batch's start, GPU "
+                              "events): backward done "),
+            std::string::npos)
+      << timed.output;
+  const JobResult plain = mpirun_trainer("", args, 1);
+  std::filesystem::remove_all(scratch_run());
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_EQ(occurrences(plain.output, "buckets at step "), 0u) << plain.output;
+  EXPECT_EQ(final_digest(timed.output).size(), 64u) << timed.output;
+  EXPECT_EQ(final_digest(timed.output), final_digest(plain.output));
+}
+
+// One CPU rank asked to log its buckets has none to log (MPI's sums need two ranks): it
+// trains as without the key.
+TEST(Distributed, OneCpuRankAskedToLogBucketsHasNoneAndTrainsTheSame) {
+  const std::string args = "--model.layers=1 --train.max_steps=2 --train.log_every=1";
+  const JobResult asked = mpirun_trainer("", args + " --dist.log_buckets=true", 1);
+  std::filesystem::remove_all(scratch_run());
+  ASSERT_EQ(asked.exit_code, 0) << asked.output;
+  EXPECT_EQ(occurrences(asked.output, "buckets at step "), 0u) << asked.output;
+  const JobResult plain = mpirun_trainer("", args, 1);
+  std::filesystem::remove_all(scratch_run());
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_EQ(final_digest(asked.output).size(), 64u) << asked.output;
+  EXPECT_EQ(final_digest(asked.output), final_digest(plain.output));
+}
+
 // Two ranks that see different files under the same relative checkpoint.dir, as ranks
 // on a shared filesystem whose listings have not caught up with each other do: rank r
 // runs in `views/rank<r>`, whose `ckpt/` holds the checkpoints of `whole` at

@@ -252,7 +252,8 @@ const std::vector<Option>& option_table() {
       THPC_OPTION(dist, log_buckets, THPC_ANY,
                   "on each progress line's step, rank 0 also logs when each bucket's sum was "
                   "posted and done, against when backward was done (host clock; GPU events "
-                  "with NCCL): the overlap of the sums with backward, and what is exposed"),
+                  "with NCCL): the overlap of the sums with backward, and what is exposed; "
+                  "one rank on a GPU then sums through NCCL too (a copy) to time it"),
 
       // [checkpoint]: written by rank 0 (docs/checkpoints.md).
       THPC_OPTION(checkpoint, dir, THPC_NOT_EMPTY,

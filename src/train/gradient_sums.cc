@@ -10,7 +10,14 @@ namespace thpc {
 GradientSums::GradientSums(const Config& config, const Communicator& comm, Backend& backend,
                            int64_t parameters)
     : config_(config), comm_(comm) {
-  if (comm_.size() == 1) return;
+  // One rank sums nothing, unless it is asked to time NCCL's buckets (dist.log_buckets on
+  // a GPU, dist.reducer not mpi): then its sums run as an N-rank job's do, each an
+  // all-reduce of one rank (a copy, the same bits in fp32), so that one GPU measures by
+  // CUDA events when each bucket's collective runs against backward (issue 52; MPI needs
+  // two ranks, and NCCL refuses two on one GPU).
+  const bool time_one_rank = config_.dist.log_buckets && !backend.host_memory() &&
+                             config_.dist.reducer != "mpi";
+  if (comm_.size() == 1 && !time_one_rank) return;
   // A bucket larger than every gradient is one bucket: bounded before the conversion
   // (dist.bucket_mb = 1e30 overflowed int64, undefined behaviour), and at least a byte.
   const double bucket_limit = static_cast<double>(parameters) * 8.0 + 1.0;
