@@ -155,7 +155,8 @@ enum CandidateKernels : unsigned {
 
 // The candidate set a train.cuda_kernels value names: "verified" (none), "candidate"
 // (all), or candidate names joined by commas; the former candidates (the default since
-// their GPU run, above) are accepted and name nothing. An unknown name: false, with `error` saying what is allowed.
+// their GPU run, above) are accepted and name nothing. An unknown name: false, with
+// `error` saying what is allowed.
 bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
                              std::string& error);
 

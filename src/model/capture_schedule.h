@@ -8,11 +8,12 @@
 // say what share of a rank's passes would replay, before a GPU run measures what a
 // replay and a capture cost.
 //
-// The rules are Transformer::run_capturable's and lru_entry's for a backend that accepts
-// every capture: a shape's first pass runs uncaptured, its second is captured, the
-// following ones replay; at most `capacity` shapes keep their state
-// (Transformer::kMaxCapturedPasses), the least recently used dropped, and a dropped shape
-// starts again from its first pass. CaptureSchedule.CountsAreTheTransformers
+// The rules are Transformer::run_capturable's for a backend that accepts every capture:
+// a shape's first pass runs uncaptured, its second is captured, the following ones
+// replay; at most `capacity` shapes keep their state (Transformer::kMaxCapturedPasses),
+// the least recently used dropped (least_recently_used_entry, below, which the
+// Transformer's captures keep their entries with too), and a dropped shape starts again
+// from its first pass. CaptureSchedule.CountsAreTheTransformers
 // (tests/test_captured_passes.cc) holds the two to the same counts through the CPU's
 // stand-in for graphs.
 #pragma once
@@ -24,6 +25,32 @@
 #include <vector>
 
 namespace thpc {
+
+// The entry of `key` in `entries` (structs with a `key` and a `last_use`), made
+// default-constructed if new; each call is a use, counted by `clock`. Beyond `capacity`
+// entries the least recently used gives its place up (its graph's memory, for the
+// Transformer's captures) and `evicted` counts it.
+template <typename Entry, typename Key>
+Entry& least_recently_used_entry(std::vector<Entry>& entries, const Key& key, size_t capacity,
+                                 uint64_t& clock, int64_t& evicted) {
+  ++clock;
+  for (Entry& entry : entries) {
+    if (entry.key == key) {
+      entry.last_use = clock;
+      return entry;
+    }
+  }
+  if (entries.size() >= capacity) {
+    entries.erase(std::min_element(
+        entries.begin(), entries.end(),
+        [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; }));
+    ++evicted;
+  }
+  entries.emplace_back();
+  entries.back().key = key;
+  entries.back().last_use = clock;
+  return entries.back();
+}
 
 // A training pass's shape as the captures key it.
 struct PassShape {
@@ -51,24 +78,14 @@ class CaptureSchedule {
   explicit CaptureSchedule(size_t capacity) : capacity_(capacity) {}
 
   Run next(const PassShape& shape) {
-    ++clock_;
     if (seen_.insert(shape).second) ++tally_.shapes;
-    auto found = std::find_if(entries_.begin(), entries_.end(),
-                              [&](const Entry& entry) { return entry.shape == shape; });
-    if (found == entries_.end()) {
-      if (entries_.size() >= capacity_) {
-        entries_.erase(std::min_element(
-            entries_.begin(), entries_.end(),
-            [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; }));
-        ++tally_.evicted;
-      }
-      entries_.push_back(Entry{shape, clock_, 0});
+    Entry& entry = least_recently_used_entry(entries_, shape, capacity_, clock_, tally_.evicted);
+    ++entry.passes;
+    if (entry.passes == 1) {
       ++tally_.uncaptured;
       return Run::kUncaptured;
     }
-    found->last_use = clock_;
-    ++found->passes;
-    if (found->passes == 1) {
+    if (entry.passes == 2) {
       ++tally_.captured;
       return Run::kCaptured;
     }
@@ -80,12 +97,12 @@ class CaptureSchedule {
 
  private:
   struct Entry {
-    PassShape shape;
-    int64_t last_use = 0;
-    int64_t passes = 0;  // after the first, uncaptured one
+    PassShape key;
+    uint64_t last_use = 0;
+    int64_t passes = 0;  // since the shape was (last) taken in
   };
   size_t capacity_;
-  int64_t clock_ = 0;
+  uint64_t clock_ = 0;
   std::vector<Entry> entries_;
   std::set<PassShape> seen_;
   Tally tally_;

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "kernels/positions.h"
+#include "model/capture_schedule.h"
 #include "model/layer.h"
 #include "model/transformer_state.h"
 
@@ -493,25 +494,8 @@ Transformer::CaptureRun Transformer::run_capturable(CaptureState& entry,
 
 template <typename Entry, typename Key>
 Entry& Transformer::lru_entry(std::vector<Entry>& entries, const Key& key) {
-  ++capture_clock_;
-  for (Entry& entry : entries) {
-    if (entry.key == key) {
-      entry.last_use = capture_clock_;
-      return entry;
-    }
-  }
-  if (entries.size() >= kMaxCapturedPasses) {
-    // The least recently used gives its place (its graph's memory) up.
-    auto oldest = std::min_element(
-        entries.begin(), entries.end(),
-        [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; });
-    entries.erase(oldest);
-    ++capture_counts_.evicted;
-  }
-  entries.emplace_back();
-  entries.back().key = key;
-  entries.back().last_use = capture_clock_;
-  return entries.back();
+  return least_recently_used_entry(entries, key, kMaxCapturedPasses, capture_clock_,
+                                   capture_counts_.evicted);
 }
 
 template Transformer::CapturedDecodeStep& Transformer::lru_entry(

@@ -312,10 +312,14 @@ TEST(CudaAdam, FusedPassEqualsTheSeparateKernelsBitForBit) {
       SCOPED_TRACE(describe(dtype, n));
       int64_t before = fused_adam_launches();
       const AdamRun separate = adam_with_compute(twins, n, true, seed);
-      if (!twin_rehearsal()) EXPECT_EQ(fused_adam_launches() - before, 0);
+      if (!twin_rehearsal()) {
+        EXPECT_EQ(fused_adam_launches() - before, 0);
+      }
       before = fused_adam_launches();
       const AdamRun fused = adam_with_compute(twins, n, false, seed++);
-      if (!twin_rehearsal()) EXPECT_EQ(fused_adam_launches() - before, 3);
+      if (!twin_rehearsal()) {
+        EXPECT_EQ(fused_adam_launches() - before, 3);
+      }
       EXPECT_EQ(fused.params, separate.params);
       EXPECT_EQ(fused.m, separate.m);
       EXPECT_EQ(fused.v, separate.v);
