@@ -3,7 +3,7 @@
 # same sentences and the same search, in one run on one machine:
 #
 #   [DEVICE=cpu|cuda] [THREADS="1 2"] [COMPUTE_TYPES="float32 int8"] [RUNS=2] [MAX_LEN=80]
-#   [BEAM=4] [PYTHON=...]
+#   [BEAM=4] [GPU_WORKERS=2] [PYTHON=...]
 #       bash bench/decode_vs_ctranslate2.sh CHECKPOINT [LINES]
 #
 # The checkpoint is converted once (tools/convert_to_ctranslate2.py; not timed), the first
@@ -64,6 +64,14 @@
 # candidate_same_lines=K/L (its translations identical to ours, first run), and with int8
 # ours_int8_candidate_b32_tok_s=.. gpu_quant_candidate_vs_ct2_int8=.. (ours in int8 with
 # the candidates too: step_graphs captures its decoder steps).
+# GPU_WORKERS=N (GPU, default 2; 1 leaves it out): ours with --gpu-workers N (N workers
+# sharing the GPU, each on its own stream, so that one's kernels run while another's host
+# picks its beam's tokens) against CTranslate2 with inter_threads N (its workers on
+# their own streams too), in batches of 32, bf16/fp16 and int8/int8_float16; the line adds
+# gpu_workers=N ours_bf16_b32_wN_tok_s=.. ours_int8_b32_wN_tok_s=.. ct2_fp16_b32_wN_tok_s=..
+# ct2_int8_float16_b32_wN_tok_s=.. ratio_fp16_b32_wN=.. gpu_quant_vs_ct2_int8_wN=..
+# workers_same_lines=K/L (ours with N workers against one, first run: the same batches),
+# and a profiled int8 run says how long the device had no worker's op in flight.
 #
 # PYTHON: an interpreter with ctranslate2, sentencepiece, h5py and numpy (torch and
 # transformers for the HF peer); default $THPC_PYTHON, else $THPC_VENV/bin/python or
@@ -75,7 +83,7 @@
 # and bench/slim_wheel.py). THPC_BUILD names the build directory (default build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 1 ] || { sed -n '2,69p' "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,83p' "$0" >&2; exit 2; }
 checkpoint=$1
 device=${DEVICE:-cpu}
 case $device in
@@ -314,6 +322,13 @@ b32=(--batch-sentences 32 --batch-tokens 1000000)
 echo "ours in batches of 32 sentences: ${b32[*]}"
 rm -f "$work"/{ours,ours_b32,ours_int8_b32,ours_candidate,ours_candidate_b32,ct2_fp16,ct2_bf16,ct2_int8_fp16,ct2_fp16_t4096}
 candidate=${CANDIDATE:-}
+gpu_workers=${GPU_WORKERS:-2}
+[[ $gpu_workers =~ ^[1-9][0-9]*$ ]] || { echo "GPU_WORKERS must be a count >= 1, not '$gpu_workers'" >&2; exit 2; }
+w=w$gpu_workers  # the fields' suffix
+workers_option=(--gpu-workers "$gpu_workers")
+# The rehearsal (CT2_DEVICE=cpu, below) runs ours on the CPU, whose workers are --threads.
+[ "${CT2_DEVICE:-cuda}" = cpu ] && workers_option=(--threads "$gpu_workers")
+rm -f "$work"/{ours_b32_$w,ours_int8_b32_$w,ct2_fp16_$w,ct2_int8_fp16_$w}
 # Ours in int8 (issue 53): every weight matrix through cuBLASLt's int8 GEMMs, the other
 # ops in bf16 (--compute-type int8; a candidate named int8_products until its twins
 # passed on an H200 on 2026-11-29), with the verified kernels whatever the checkpoint
@@ -360,6 +375,16 @@ for run in $(seq "$runs"); do
     [ "$run" = 1 ] && same_ct2=$(same_lines "$work/ours_b32.out" "$work/ct2_fp16.out")
   fi
   echo "run $run (tokens, decode s, wall s): ours $(tail -1 "$work/ours") | ours b32 $(tail -1 "$work/ours_b32")$([ "$with_int8" = 1 ] && echo " | ours int8 b32 $(tail -1 "$work/ours_int8_b32")")$([ "$ct2_cuda" = yes ] && echo " | ct2 fp16 $(tail -1 "$work/ct2_fp16") | ct2 bf16 $(tail -1 "$work/ct2_bf16") | ct2 int8_float16 $(tail -1 "$work/ct2_int8_fp16") | ct2 fp16 t4096 $(tail -1 "$work/ct2_fp16_t4096")")"
+  if [ "$gpu_workers" -gt 1 ]; then
+    ours "ours_b32_$w" "${b32[@]}" "${workers_option[@]}"
+    [ "$run" = 1 ] && same_workers=$(same_lines "$work/ours_b32.out" "$work/ours_b32_$w.out")
+    if [ "$with_int8" = 1 ]; then ours "ours_int8_b32_$w" "${b32[@]}" "${int8[@]}" "${workers_option[@]}"; fi
+    if [ "$ct2_cuda" = yes ]; then
+      ct2_run "ct2_fp16_$w" float16 --batch-sentences 32 --inter-threads "$gpu_workers"
+      ct2_run "ct2_int8_fp16_$w" int8_float16 --batch-sentences 32 --inter-threads "$gpu_workers"
+    fi
+    echo "run $run, $gpu_workers workers (tokens, decode s, wall s): ours b32 $(tail -1 "$work/ours_b32_$w")$([ "$with_int8" = 1 ] && echo " | ours int8 b32 $(tail -1 "$work/ours_int8_b32_$w")")$([ "$ct2_cuda" = yes ] && echo " | ct2 fp16 $(tail -1 "$work/ct2_fp16_$w") | ct2 int8_float16 $(tail -1 "$work/ct2_int8_fp16_$w")")"
+  fi
   if [ -n "$candidate" ]; then
     [ "$run" = 1 ] && cp "$work/ours.out" "$work/ours_first.out"
     ours ours_candidate --batch-tokens 4096 --cuda-kernels "$candidate"
@@ -375,6 +400,10 @@ line="decode_vs_ctranslate2: device=cuda lines=$lines beam=$beam max_len=$max_le
 if [ "$with_int8" = 1 ]; then
   int8_b32_tok_s=$(rate ours_int8_b32 2)
   line="$line ours_int8_b32_tok_s=$int8_b32_tok_s int8_same_as_bf16_b32=$same_int8/$lines"
+fi
+if [ "$gpu_workers" -gt 1 ]; then
+  line="$line gpu_workers=$gpu_workers ours_bf16_b32_${w}_tok_s=$(rate "ours_b32_$w" 2) workers_same_lines=$same_workers/$lines"
+  if [ "$with_int8" = 1 ]; then line="$line ours_int8_b32_${w}_tok_s=$(rate "ours_int8_b32_$w" 2)"; fi
 fi
 if [ -n "$candidate" ]; then
   same=$(same_lines "$work/ours_first.out" "$work/ours_candidate_first.out")
@@ -392,6 +421,12 @@ if [ "$ct2_cuda" = yes ]; then
   if [ "$with_int8" = 1 ]; then line="$line gpu_quant_vs_ct2_int8=$(ratio "$int8_b32_tok_s" "$int8_fp16")"; fi
   if [ "$with_int8" = 1 ] && [ -n "$candidate" ]; then
     line="$line gpu_quant_candidate_vs_ct2_int8=$(ratio "$int8_candidate_b32_tok_s" "$int8_fp16")"
+  fi
+  if [ "$gpu_workers" -gt 1 ]; then
+    fp16_w=$(rate "ct2_fp16_$w" 2)
+    int8_fp16_w=$(rate "ct2_int8_fp16_$w" 2)
+    line="$line ct2_fp16_b32_${w}_tok_s=$fp16_w ct2_int8_float16_b32_${w}_tok_s=$int8_fp16_w ratio_fp16_b32_$w=$(ratio "$(rate "ours_b32_$w" 2)" "$fp16_w")"
+    if [ "$with_int8" = 1 ]; then line="$line gpu_quant_vs_ct2_int8_$w=$(ratio "$(rate "ours_int8_b32_$w" 2)" "$int8_fp16_w")"; fi
   fi
   echo "$line ct2_fp16_b32_tok_s=$fp16 ct2_bf16_b32_tok_s=$bf16 ratio_fp16_b32=$(ratio "$ours_b32_tok_s" "$fp16") ratio_bf16_b32=$(ratio "$ours_b32_tok_s" "$bf16") ct2_int8_float16_b32_tok_s=$int8_fp16 ours_bf16_vs_ct2_int8_float16_b32=$(ratio "$ours_b32_tok_s" "$int8_fp16") ct2_fp16_t4096_tok_s=$fp16_t4096 ratio_fp16_t4096=$(ratio "$ours_tok_s" "$fp16_t4096") ct2_wall_fp16_b32_tok_s=$(rate ct2_fp16 3) tokens_ct2=$(tokens ct2_fp16) same_as_ct2_fp16_b32=$same_ct2/$lines ct2_cublas=$ct2_cublas runs=$runs"
 else
@@ -415,6 +450,10 @@ if [ "${PROFILE:-1}" = 1 ]; then
   profiled "ours, profiled (batches of 32 sentences, untimed):" "${b32[@]}"
   if [ "$with_int8" = 1 ]; then
     profiled "ours in int8, profiled (batches of 32 sentences, untimed):" "${b32[@]}" "${int8[@]}"
+  fi
+  if [ "$gpu_workers" -gt 1 ] && [ "$with_int8" = 1 ]; then
+    profiled "ours in int8 with --gpu-workers $gpu_workers, profiled (batches of 32 sentences, untimed):" \
+      "${b32[@]}" "${int8[@]}" "${workers_option[@]}"
   fi
   if [ -n "$candidate" ]; then
     profiled "ours with --cuda-kernels $candidate, profiled (4,096-token batches, untimed):" \

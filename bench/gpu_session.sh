@@ -22,8 +22,8 @@
 #            run(command="timeout 300 bash bench/gpu_session.sh ranks", timeout_s=330,
 #                carry=["gpu-bundle", "shared-for-gpu"])
 #   call 3, at once, with what the window has left: decoding (issue 53):
-#            run(command="timeout 270 env TRAIN_MINUTES=1 CHECKPOINT_MINUTES=0.17
-#                bash bench/gpu_session.sh translate", timeout_s=300,
+#            run(command="timeout 330 env TRAIN_MINUTES=1 CHECKPOINT_MINUTES=0.17
+#                bash bench/gpu_session.sh translate", timeout_s=360,
 #                carry=[".whl", "shared-for-gpu"])
 #       ours, with the decoding candidates when call 1 passed them, and CTranslate2 on
 #       the same weights. CTranslate2's wheel (25 MB, .whl/) and the bundle (41 MB) do not
@@ -32,8 +32,10 @@
 #       machine: then carry gpu-bundle instead of .whl and CTranslate2 is left out).
 #       Its time: training and BLEU ~100 s, the decode-speed runs ~20 s, the comparison
 #       with CTranslate2 ~170 s with the candidates (2026-11-29, H200: a 270 s call was
-#       cut inside the comparison, which then ran as a call of its own): give it 330 s
-#       or more when calls 1 and 2 ran short (they took 125 + 72 s that day).
+#       cut inside the comparison, which then ran as a call of its own), and two GPU
+#       workers against CTranslate2's inter_threads 2 add ~50 s (GPU_WORKERS=1 leaves
+#       them out): give it 330 s or more when calls 1 and 2 ran short (they took 125 +
+#       72 s that day).
 #       `followup` (memcheck of the candidate twins, big profiled) is the call after, in
 #       a window with time left.
 #   the step curve (issue 51), a call of its own (2026-11-28, H200: 420 s cold):
@@ -209,10 +211,10 @@ readonly PLAN=(
   "2|a base checkpoint's stall, in the step and beside training (2 runs of 10 steps)|20|60"
   "3|setup on the warm machine (bundle kept), build of the programs|15|60"
   "3|Multi30k base-sized layers 1 min, last 5 averaged, test_2016 BLEU|80|100"
-  "3|newstest2014 decode speed, ours (bf16; int8) against CTranslate2 (what the window has left)|150|190"
+  "3|newstest2014 decode speed, ours (bf16; int8; 2 GPU workers) against CTranslate2 (what is left)|200|250"
   "gaps|transfers, the sends of calls 2 and 3|10|30"
 )
-readonly CALL1_TIMEOUT_S=430 CALL2_TIMEOUT_S=330 CALL3_TIMEOUT_S=300 WINDOW_S=900
+readonly CALL1_TIMEOUT_S=430 CALL2_TIMEOUT_S=330 CALL3_TIMEOUT_S=360 WINDOW_S=900
 
 print_plan() {
   local item call what low high sum_low=0 sum_high=0 current=""
@@ -223,7 +225,7 @@ print_plan() {
       case $call in
         1) echo "  call 1: PEERS=eager timeout 400 bash bench/gpu_session.sh step   (carry: ${CARRIED[*]})" ;;
         2) echo "  call 2 (at once, warm machine): timeout 300 bash bench/gpu_session.sh ranks   (carry: ${CARRIED[*]})" ;;
-        3) echo "  call 3 (at once, what the window has left): timeout 270 env TRAIN_MINUTES=1 CHECKPOINT_MINUTES=0.17 bash bench/gpu_session.sh translate   (carry: ${TRANSLATE_CARRIED[*]})" ;;
+        3) echo "  call 3 (at once, what the window has left): timeout 330 env TRAIN_MINUTES=1 CHECKPOINT_MINUTES=0.17 bash bench/gpu_session.sh translate   (carry: ${TRANSLATE_CARRIED[*]})" ;;
         *) echo "  outside the calls:" ;;
       esac
       current=$call
@@ -386,6 +388,8 @@ step_targets() {
   echo transformer_bench_step
   echo transformer_hpc
   echo test_cuda_training
+  echo transformer_decode  # and test_decode: its GPU workers test (run_other_twins)
+  echo test_decode
   for source in tests/kernels/*_test.cc; do
     local name=${source##*/}
     echo "test_kernel_${name%_test.cc}"
@@ -607,10 +611,11 @@ run_other_twins() {
   # Each twin case's measured error beside its tolerance, for tightening the bf16 bounds.
   cat "$LOGS"/ctest_*twins_all_output.log | grep -E "^twin " > "$LOGS/twin_errors.txt"
   echo "twin lines: $(wc -l < "$LOGS/twin_errors.txt")"
-  # The whole model: fp32 training on the GPU against the CPU, separate and fused kernels
+  # The whole model: fp32 training on the GPU against the CPU, separate and fused kernels,
+  # and transformer_decode's GPU workers, each on its own stream, translating as one
   # (skipped in the rehearsal: they need the GPU itself).
   ctest --test-dir "$BUILD_DIR" \
-    -R "^CudaTraining[.](Fp32ThreeSteps(MatchTheCpu|WithFusedOps)|Bf16ThreeStepsWithShortAttention|DecodingStepsMatchTheCpu|EveryStepTakesTheOnePassAdam)" \
+    -R "^(CudaTraining[.](Fp32ThreeSteps(MatchTheCpu|WithFusedOps)|Bf16ThreeStepsWithShortAttention|DecodingStepsMatchTheCpu|EveryStepTakesTheOnePassAdam)|DecodeProgram[.]GpuWorkersShareTheDeviceWithoutChangingAnyTranslation)" \
     --output-on-failure > "$LOGS/ctest_whole_model.log" 2>&1
   grep -E "tests passed|Failed|Skipped|\*\*\*" "$LOGS/ctest_whole_model.log" | tail -6
   grep -h "GPU fp32\|GPU bf16" "$BUILD_DIR/Testing/Temporary/LastTest.log" | head -4
@@ -1023,16 +1028,19 @@ translate_stage() {
   # the candidate kernels too (transformer_decode --cuda-kernels candidate) when their twins
   # passed in call 1 on this machine (ours in int8 with them too: its decoder steps
   # captured when step_graphs is among them), or
-  # DECODE_CANDIDATE=NAMES says so ("" : not).
+  # DECODE_CANDIDATE=NAMES says so ("" : not). GPU_WORKERS (default 2; 1: not): ours with
+  # that many workers sharing the GPU against CTranslate2's inter_threads as many (issue
+  # 53's host gaps: one worker's kernels run while another's host works; ~50 s more).
   # shellcheck disable=SC1090
   [ -f "$(state_file)" ] && source "$(state_file)"
   local decode_candidate=""
   [ "${CANDIDATE_TWINS_PASSED:-0}" = 1 ] && decode_candidate=candidate
   decode_candidate=${DECODE_CANDIDATE-$decode_candidate}
-  timeout 240 env THPC_BUILD=build-gpu DEVICE=cuda RUNS=1 PYTHON=python3 CANDIDATE="$decode_candidate" \
+  timeout 300 env THPC_BUILD=build-gpu DEVICE=cuda RUNS=1 PYTHON=python3 CANDIDATE="$decode_candidate" \
+    GPU_WORKERS="${GPU_WORKERS:-2}" \
     bash bench/decode_vs_ctranslate2.sh "$checkpoints/eval/average_last5.h5" 3003 2>&1 |
     tee "$LOGS/newstest_decode_vs_ctranslate2.txt" | grep -E "^(decode_vs_ctranslate2|CTranslate2|ctranslate2 runs|run )|Loaded cuBLAS"
-  sed -n '/^ours, profiled/,/^total (the batch)/p;/^ours in int8, profiled/,/^total (the batch)/p;/^ours with --cuda-kernels/,/^total (the batch)/p;/^ours in int8 with --cuda-kernels/,/^total (the batch)/p' \
+  sed -n '/^ours, profiled/,/^total (the batch)/p;/^ours in int8, profiled/,/^total (the batch)/p;/^ours in int8 with --gpu-workers/,/^device idle/p;/^ours with --cuda-kernels/,/^total (the batch)/p;/^ours in int8 with --cuda-kernels/,/^total (the batch)/p' \
     "$LOGS/newstest_decode_vs_ctranslate2.txt"
 }
 

@@ -36,6 +36,7 @@ class ForwardingBackend : public Backend {
   void synchronize() override { inner_.synchronize(); }
   void* native_stream() const override { return inner_.native_stream(); }
   int device() const override { return inner_.device(); }
+  void use_on_this_thread() override { inner_.use_on_this_thread(); }
   int64_t peak_memory_bytes() const override { return inner_.peak_memory_bytes(); }
   std::unique_ptr<WorkClock> make_work_clock() override { return inner_.make_work_clock(); }
   bool fused_ops_by_default() const override { return inner_.fused_ops_by_default(); }

@@ -132,6 +132,13 @@ class SteadyWorkClock final : public WorkClock {
                "marks " << from << " and " << to << " of " << marks_.size());
     return std::chrono::duration<double>(marks_[to] - marks_[from]).count();
   }
+  double seconds_since_origin(int mark) override {
+    THPC_CHECK(mark >= 0 && mark < static_cast<int>(marks_.size()),
+               "mark " << mark << " of " << marks_.size());
+    // The process's first use of any such clock's origin: one for every thread.
+    static const std::chrono::steady_clock::time_point origin = std::chrono::steady_clock::now();
+    return std::chrono::duration<double>(marks_[mark] - origin).count();
+  }
   void clear() override { marks_.clear(); }
 
  private:

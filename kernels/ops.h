@@ -241,6 +241,11 @@ class WorkClock {
   virtual int mark() = 0;
   // Seconds from mark `from` to mark `to`, waiting until both have been reached.
   virtual double seconds_between(int from, int to) = 0;
+  // Seconds from an origin shared by every clock of this process on the same device to
+  // mark `mark`, waiting until it has been reached: the marks of several backends sharing
+  // a GPU (transformer_decode --gpu-workers, each on its own stream) on one time line, so
+  // that the time none of them had work on the device can be told.
+  virtual double seconds_since_origin(int mark) = 0;
   // Forgets every mark (read the ones you need first).
   virtual void clear() = 0;
 };
@@ -285,6 +290,10 @@ class Backend {
   virtual void* native_stream() const { return nullptr; }
   // The CUDA device index of a GPU backend; -1 on the CPU.
   virtual int device() const { return -1; }
+  // Lets the calling thread queue this backend's work when another thread made it (a
+  // GPU backend: makes its device the thread's current one, which the CUDA runtime keeps
+  // per thread; a new thread starts on device 0). Nothing on the CPU.
+  virtual void use_on_this_thread() {}
   // The most memory this backend's work has held at once, in bytes, or -1 where it
   // cannot tell. The CPU backend: the process's peak resident set (VmHWM), since its
   // tensors live in host memory among the rest of the process. A GPU backend: the peak

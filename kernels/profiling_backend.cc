@@ -1,5 +1,6 @@
 #include "kernels/profiling_backend.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <utility>
 
@@ -101,6 +102,33 @@ double OpProfile::host_seconds() const {
   return span_seconds - ops;
 }
 
+double union_length(std::vector<OpProfile::Interval> intervals) {
+  std::sort(intervals.begin(), intervals.end());
+  double length = 0.0;
+  bool open = false;
+  OpProfile::Interval current{0.0, 0.0};
+  for (const OpProfile::Interval& interval : intervals) {
+    if (open && interval.first <= current.second) {
+      current.second = std::max(current.second, interval.second);
+      continue;
+    }
+    if (open) length += current.second - current.first;
+    current = interval;
+    open = true;
+  }
+  if (open) length += current.second - current.first;
+  return length;
+}
+
+double OpProfile::wall_seconds() const { return union_length(step_intervals); }
+
+// The ops are in flight only inside the steps (marks are kept between begin_step and
+// end_step), so the steps' union less the ops' union is the time inside the steps with
+// none in flight.
+double OpProfile::idle_seconds() const {
+  return std::max(0.0, wall_seconds() - union_length(busy_intervals));
+}
+
 OpProfile& OpProfile::operator+=(const OpProfile& other) {
   for (int c = 0; c < kOpClassCount; ++c) {
     rows[c].seconds += other.rows[c].seconds;
@@ -109,6 +137,11 @@ OpProfile& OpProfile::operator+=(const OpProfile& other) {
   }
   steps += other.steps;
   span_seconds += other.span_seconds;
+  step_intervals.insert(step_intervals.end(), other.step_intervals.begin(),
+                        other.step_intervals.end());
+  busy_intervals.insert(busy_intervals.end(), other.busy_intervals.begin(),
+                        other.busy_intervals.end());
+  workers = std::max(workers, other.workers);
   return *this;
 }
 
@@ -152,6 +185,19 @@ std::string format_profile(const OpProfile& profile, const std::string& backend_
   std::snprintf(line, sizeof line, "%-30s %10.3f %6.1f%%\n", total.c_str(), step_ms,
                 profile.span_seconds > 0 ? 100.0 : 0.0);
   text += line;
+  // Workers sharing a device: each one's rows above count its own stream, whose gaps the
+  // others' work may fill; what the device itself waited is the time none had an op in
+  // flight, as a share of the time any worker was inside a batch.
+  if (profile.workers > 1) {
+    const double wall = profile.wall_seconds(), idle = profile.idle_seconds();
+    const std::string label = "device idle, all " + std::to_string(profile.workers) + " workers";
+    std::snprintf(line, sizeof line,
+                  "%-30s %10.3f %6.1f%% of the %.3f s in which any worker ran a %s (the rows "
+                  "above add up the workers' own streams)\n",
+                  label.c_str(), 1e3 * idle / steps, wall > 0 ? 100.0 * idle / wall : 0.0,
+                  wall, per);
+    text += line;
+  }
   const OpProfile::Row& forward = profile.rows[static_cast<int>(OpClass::GemmForward)];
   const OpProfile::Row& backward = profile.rows[static_cast<int>(OpClass::GemmBackward)];
   const double gemm_flops = forward.flops + backward.flops;
@@ -194,12 +240,26 @@ OpProfile ProfilingBackend::collect() {
   THPC_CHECK(!recording_, "collect() inside a step");
   OpProfile profile;
   profile.steps = static_cast<int>(steps_.size());
-  for (const auto& [start, end] : steps_) profile.span_seconds += clock_->seconds_between(start, end);
+  for (const auto& [start, end] : steps_) {
+    profile.span_seconds += clock_->seconds_between(start, end);
+    profile.step_intervals.emplace_back(clock_->seconds_since_origin(start),
+                                        clock_->seconds_since_origin(end));
+  }
+  std::vector<OpProfile::Interval>& busy = profile.busy_intervals;
   for (const Call& call : calls_) {
     OpProfile::Row& row = profile.rows[static_cast<int>(call.op_class)];
     row.seconds += clock_->seconds_between(call.start, call.end);
     row.calls += 1;
     row.flops += call.flops;
+    // The calls come in the order they were queued: one that starts where the last
+    // ended (on a GPU, queued before the last was done) extends its interval.
+    const OpProfile::Interval interval{clock_->seconds_since_origin(call.start),
+                                       clock_->seconds_since_origin(call.end)};
+    if (!busy.empty() && interval.first <= busy.back().second) {
+      busy.back().second = std::max(busy.back().second, interval.second);
+    } else {
+      busy.push_back(interval);
+    }
   }
   return profile;
 }

@@ -26,6 +26,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kernels/forwarding_backend.h"
@@ -78,9 +79,29 @@ struct OpProfile {
   double span_seconds = 0.0;  // the recorded steps, each from its begin to its end mark
   // The steps' span less every op's time: on a GPU the device waiting for the host.
   double host_seconds() const;
-  // Adds another profile's steps, spans and rows (profiles collected in turns).
+
+  // The same steps and ops on the time line their device's clocks share
+  // (WorkClock::seconds_since_origin), [begin, end] in seconds: each step's span, and the
+  // time the ops were in flight (queued and not yet done), ops that follow each other
+  // without a gap merged into one interval.
+  using Interval = std::pair<double, double>;
+  std::vector<Interval> step_intervals, busy_intervals;
+  // How many workers' profiles, on one device, were added into this one (their owner
+  // says so: transformer_decode --gpu-workers); the rows above are then their sums.
+  int workers = 1;
+  // The time within the steps (the union of step_intervals) in which no op was in flight
+  // (the union of busy_intervals): with several workers' profiles added, the device
+  // waiting for every worker's host at once; with one, host_seconds() on the time line.
+  double idle_seconds() const;
+  double wall_seconds() const;  // the union of step_intervals' length
+  // Adds another profile's steps, spans, rows and intervals (profiles collected in
+  // turns, or the profiles of workers sharing a device).
   OpProfile& operator+=(const OpProfile& other);
 };
+
+// The length of the union of `intervals` (each [begin, end], in any order, overlapping
+// or not).
+double union_length(std::vector<OpProfile::Interval> intervals);
 
 // The profile as a table, one line per class that was called plus the host time and
 // the total, per step; then the GEMMs' FLOP-weighted rate against `ceiling_tflops`

@@ -224,7 +224,7 @@ TEST_F(CTranslate2Conversion, BeamSearchWithoutLengthPenaltyFindsTheSameBest) {
 
 // bench/decode_vs_ctranslate2.sh's GPU comparison runs only in a GPU window, where a
 // mistake costs the window's minutes: CT2_DEVICE=cpu runs all of it (the cuBLAS stand-in,
-// CTranslate2's three runs, the candidate kernels' runs, the profiles, the line) with
+// CTranslate2's runs, the candidate kernels' and two workers' runs, the profiles, the line) with
 // CTranslate2 on the CPU, and the line must carry every number the window reports.
 TEST_F(CTranslate2Conversion, GpuComparisonScriptRehearsesOnTheCpu) {
   THPC_REQUIRE_DATA("wmt14_test/newstest2014.en");
@@ -274,6 +274,19 @@ TEST_F(CTranslate2Conversion, GpuComparisonScriptRehearsesOnTheCpu) {
   EXPECT_GE(std::atoi(same.c_str()), kLines - 2) << line;
   EXPECT_EQ(field("candidate_same_lines"), std::to_string(kLines) + "/" + std::to_string(kLines))
       << line;  // the CPU ignores --cuda-kernels
+  // GPU_WORKERS (default 2): ours with two workers (here the CPU's, --threads 2) against
+  // CTranslate2's inter_threads 2, the same translations as one worker's.
+  EXPECT_EQ(field("gpu_workers"), "2") << line;
+  EXPECT_EQ(field("workers_same_lines"), std::to_string(kLines) + "/" + std::to_string(kLines))
+      << line;
+  for (const char* number : {"ours_bf16_b32_w2_tok_s", "ratio_fp16_b32_w2"}) {
+    const std::string value = field(number);
+    EXPECT_TRUE(std::regex_match(value, std::regex("[0-9]+(\\.[0-9]+)?|n/a")))
+        << number << " is '" << value << "' in " << line;
+  }
+  for (const char* rate : {"ct2_fp16_b32_w2_tok_s", "ct2_int8_float16_b32_w2_tok_s"}) {
+    EXPECT_GT(std::atof(field(rate).c_str()), 0.0) << rate << " in " << line;
+  }
   for (const char* profile : {"ours, profiled (4,096-token batches",
                               "ours, profiled (batches of 32 sentences",
                               "ours with --cuda-kernels candidate, profiled (batches of 32"}) {
@@ -284,13 +297,17 @@ TEST_F(CTranslate2Conversion, GpuComparisonScriptRehearsesOnTheCpu) {
   // int8_float16.
   if (run.output.find("ours in int8 cannot run here") == std::string::npos) {
     for (const char* number : {"ours_int8_b32_tok_s", "ours_int8_candidate_b32_tok_s",
-                               "gpu_quant_vs_ct2_int8", "gpu_quant_candidate_vs_ct2_int8"}) {
+                               "gpu_quant_vs_ct2_int8", "gpu_quant_candidate_vs_ct2_int8",
+                               "ours_int8_b32_w2_tok_s", "gpu_quant_vs_ct2_int8_w2"}) {
       const std::string value = field(number);
       EXPECT_TRUE(std::regex_match(value, std::regex("[0-9]+(\\.[0-9]+)?|n/a")))
           << number << " is '" << value << "' in " << line;
     }
     EXPECT_NE(run.output.find("ours in int8 with --cuda-kernels candidate, profiled (batches "
                               "of 32"),
+              std::string::npos)
+        << run.output;
+    EXPECT_NE(run.output.find("ours in int8 with --gpu-workers 2, profiled (batches of 32"),
               std::string::npos)
         << run.output;
   }

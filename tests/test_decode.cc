@@ -20,6 +20,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "config/config.h"
+#include "cuda_twin.h"
 #include "data_dir.h"
 #include "decode/translate.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -59,6 +60,16 @@ class DecodeProgram : public ::testing::Test {
     // The same, carrying its SentencePiece model as the trainer stores it.
     checkpoint.spm_model = read_file(dir_ / "spm.model");
     write_checkpoint((dir_ / "model_spm.h5").string(), checkpoint);
+    // The same model to decode on a GPU (its [train] backend cuda), for the tests that
+    // need one.
+    {
+      Checkpoint on_gpu = checkpoint;
+      on_gpu.config_ini = load_config(std::string(THPC_SOURCE_DIR) + "/input/tiny.ini",
+                                      {"model.layers=1", "model.d_model=32", "model.d_ff=64",
+                                       "model.max_positions=40", "train.backend=cuda"})
+                              .to_ini();
+      write_checkpoint((dir_ / "model_cuda.h5").string(), on_gpu);
+    }
 
     // For ensembles: another model of the same vocabulary (other parameters, other
     // size), one of another vocabulary size, and one storing another SentencePiece model
@@ -167,6 +178,36 @@ TEST_F(DecodeProgram, WorkersShareTheBatchesWithoutChangingAnyTranslation) {
     ASSERT_EQ(decode(std::string("--max-len-b 8 --threads ") + threads, several, err), 0) << err;
     EXPECT_EQ(several, one) << "--threads " << threads;
   }
+}
+
+// --gpu-workers N: N workers sharing the GPU, each with its own copy of the model on its
+// own CUDA stream. With one sentence a batch (--batch-sentences 1) every batch has the
+// shape it has with one worker whatever the split, so the translations are one
+// worker's, line for line; --profile adds the time the device had no worker's op in
+// flight. Decoding on the CPU, the option is a bad command line (exit 2) that names
+// --threads, CPU decoding's workers.
+TEST_F(DecodeProgram, GpuWorkersShareTheDeviceWithoutChangingAnyTranslation) {
+  std::string one, several, err;
+  EXPECT_EQ(decode("--max-len-b 6 --gpu-workers 0", several, err), 2);
+  EXPECT_NE(err.find("and --gpu-workers must be >= 1"), std::string::npos) << err;
+  EXPECT_EQ(decode("--max-len-b 6 --gpu-workers 2", several, err), 2);
+  EXPECT_NE(err.find("--gpu-workers 2: this decoding runs on the CPU (cpu-"), std::string::npos)
+      << err;
+  EXPECT_NE(err.find("--threads N runs N workers"), std::string::npos) << err;
+  ASSERT_EQ(decode("--max-len-b 6 --gpu-workers 1", one, err), 0) << err;  // the default
+
+  THPC_REQUIRE_REAL_GPU();
+  const std::string gpu = "--max-len-b 8 --batch-sentences 1 --gpu-workers ";
+  ASSERT_EQ(decode(gpu + "1", one, err, "model_cuda.h5"), 0) << err;
+  ASSERT_EQ(lines_of(one).size(), 4u) << one;
+  for (const char* workers : {"2", "3"}) {
+    ASSERT_EQ(decode(gpu + workers, several, err, "model_cuda.h5"), 0) << err;
+    EXPECT_EQ(several, one) << "--gpu-workers " << workers;
+  }
+  ASSERT_EQ(decode(gpu + "2 --profile", several, err, "model_cuda.h5"), 0) << err;
+  EXPECT_EQ(several, one);
+  EXPECT_NE(err.find("profile: 3 batches on cuda"), std::string::npos) << err;
+  EXPECT_NE(err.find("device idle, all 2 workers"), std::string::npos) << err;
 }
 
 // --profile: the same translations, and on standard error a table of where the time

@@ -254,5 +254,58 @@ TEST(Profile, ACapturedPassIsOneCallWithItsOpsFlops) {
             std::string::npos);
 }
 
+// The device's idle time (OpProfile::idle_seconds): the steps' union less the union of
+// the time ops were in flight, overlaps counted once. Two workers' profiles by hand, on
+// one time line: worker A's batch [0, 10] s with ops in flight [0, 4] and [6, 10];
+// worker B's batch [1, 9] with ops [4.5, 5.5]. A's own stream waited 2 s, B's 7 s; the
+// device had no op in flight for 1 s, [4, 4.5] and [5.5, 6], of the 10 in which either
+// worker was inside a batch.
+TEST(Profile, WorkersSharingADeviceLeaveItIdleOnlyWhenNoneHasAnOpInFlight) {
+  EXPECT_DOUBLE_EQ(union_length({}), 0.0);
+  EXPECT_DOUBLE_EQ(union_length({{3, 4}, {0, 1}, {0.5, 2}, {3.5, 3.6}}), 3.0);
+  EXPECT_DOUBLE_EQ(union_length({{0, 1}, {1, 2}}), 2.0);  // touching: one interval
+
+  OpProfile a, b;
+  a.steps = 1;
+  a.span_seconds = 10;
+  a.rows[static_cast<int>(OpClass::GemmForward)] = {8.0, 2, 0.0};
+  a.step_intervals = {{0, 10}};
+  a.busy_intervals = {{0, 4}, {6, 10}};
+  b.steps = 1;
+  b.span_seconds = 8;
+  b.rows[static_cast<int>(OpClass::Attention)] = {1.0, 1, 0.0};
+  b.step_intervals = {{1, 9}};
+  b.busy_intervals = {{4.5, 5.5}};
+  EXPECT_DOUBLE_EQ(a.idle_seconds(), a.host_seconds());  // one worker: its own gaps, 2 s
+  EXPECT_DOUBLE_EQ(b.idle_seconds(), 7.0);
+  OpProfile both = a;
+  both += b;
+  both.workers = 2;
+  EXPECT_DOUBLE_EQ(both.host_seconds(), 9.0);  // the two streams' gaps, summed
+  EXPECT_DOUBLE_EQ(both.wall_seconds(), 10.0);
+  EXPECT_DOUBLE_EQ(both.idle_seconds(), 1.0);
+  const std::string table = format_profile(both, "cuda-bf16", 0.0, "batch");
+  const size_t line = table.find("device idle, all 2 workers");
+  ASSERT_NE(line, std::string::npos) << table;
+  // 1 s over 2 batches, 10% of the 10 s in which a worker ran a batch.
+  EXPECT_NE(table.find("500.000   10.0% of the 10.000 s in which any worker ran a batch", line),
+            std::string::npos)
+      << table;
+  EXPECT_EQ(format_profile(a, "cuda-bf16", 0.0, "batch").find("device idle"), std::string::npos);
+}
+
+// One worker's profile, taken by the ProfilingBackend from its clock: the time line's
+// idle time is the host time between its ops, as the span less the ops' time gives it.
+TEST(Profile, OneWorkersIdleTimeOnTheTimeLineIsItsHostTime) {
+  auto cpu = make_cpu_backend(DType::F32);
+  ProfilingBackend profiler(*cpu);
+  const OpProfile profile = profile_of_trainer_steps(profiler, 3);
+  ASSERT_EQ(profile.step_intervals.size(), 2u);  // the two recorded steps
+  EXPECT_FALSE(profile.busy_intervals.empty());
+  EXPECT_NEAR(profile.wall_seconds(), profile.span_seconds, 1e-9);
+  EXPECT_GT(profile.host_seconds(), 0.0);
+  EXPECT_NEAR(profile.idle_seconds(), profile.host_seconds(), 1e-9);
+}
+
 }  // namespace
 }  // namespace thpc

@@ -5,6 +5,7 @@
 //                      [--input FILE|-] [--output FILE]
 //                      [--beam B] [--lenpen A] [--max-len-a 1 --max-len-b 50]
 //                      [--batch-tokens 4096] [--batch-sentences 0] [--nbest 1] [--greedy] [--threads N]
+//                      [--gpu-workers N]
 //                      [--compute-type default|float32|bfloat16|int8]
 //                      [--sampling full|topk=K|topp=P [--temperature T] [--seed S]]
 //                      [--dump-attention FILE.h5 --dump-lines 1,5,9]
@@ -14,7 +15,7 @@
 // checkpoint by the trainer (fairseq-like). Each input line is SentencePiece-encoded,
 // sentences are sorted by length into batches of at most --batch-tokens source tokens
 // and --batch-sentences sentences when given (shared among --threads workers on the
-// CPU), translated by batched beam search with a KV
+// CPU, --gpu-workers on a GPU), translated by batched beam search with a KV
 // cache (the checkpoint's [decode] settings unless given here; the defaults are §6.1's:
 // beam 4, alpha 0.6, output length <= input length + 50) and written back
 // detokenised, one line per input line, in input order. With --nbest K > 1 each input
@@ -33,7 +34,8 @@
 // time per batch (kernels/profiling_backend.h: GEMMs, attention, layer norms, the
 // log-softmax and top-k, the cache's row copies, transfers, and the host time between
 // the backend's ops: on a GPU, the device waiting for the host), for the batches of the
-// first worker (all of them on a GPU). --compute-type int8 decodes with int8 weight
+// first CPU worker, or of every GPU worker with the time the device had no worker's op
+// in flight. --compute-type int8 decodes with int8 weight
 // matrices: oneDNN's products on the CPU, cuBLASLt's on a GPU (decode/compute_type.h).
 // Exit codes:
 // 0 success, 1 a bad file or checkpoint, 2 a bad command line (--dump-lines naming a
@@ -52,6 +54,7 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -94,6 +97,7 @@ struct Arguments {
   // checkpoint's [decode] beam, alpha, max_len_a, max_len_b.
   thpc::SearchOverrides search;
   int threads = -1;  // < 0: the checkpoint's train.threads
+  int gpu_workers = 1;  // workers sharing a GPU, each on its own stream
   std::optional<std::string> cuda_kernels;  // unset: the checkpoint's train.cuda_kernels
   thpc::ComputeType compute_type = thpc::ComputeType::kDefault;  // --compute-type
   bool tree_constraints = false;
@@ -101,7 +105,7 @@ struct Arguments {
   std::string dump_attention;   // empty: no attention dump
   std::vector<int> dump_lines;  // 1-based input lines, ascending, each once
   std::optional<thpc::SamplingOptions> sampling;  // unset: beam search
-  bool profile = false;  // print the first worker's time per op class
+  bool profile = false;  // print the time per op class (first CPU worker, every GPU worker)
   bool help = false;
 };
 
@@ -336,7 +340,11 @@ struct Workers {
 // single-threaded BLAS, taking whole batches from a shared list: a decoding step is
 // many small products and loops that BLAS threads cannot share without spinning
 // (their futex/sched_yield time was most of a 2-thread run), while batches are
-// independent. A GPU is one worker.
+// independent. On a GPU, --gpu-workers N are N workers sharing the device, each with its
+// own copy of the model and its own CUDA stream (CTranslate2's inter_threads on a GPU):
+// a beam step ends in a round trip to the host (the best tokens downloaded, the next
+// step planned and uploaded), during which one worker's stream is idle; another's
+// kernels fill it.
 Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
                      const std::vector<thpc::TokenSequence>& sources,
                      const thpc::BeamOptions& options) {
@@ -348,8 +356,14 @@ Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
     throw thpc::tools::UsageError(error.what());
   }
   const bool on_cpu = plan.backends.front()->host_memory();
-  int workers = 1;
+  int workers = args.gpu_workers;
   if (on_cpu) {
+    if (args.gpu_workers > 1) {
+      throw thpc::tools::UsageError(
+          "--gpu-workers " + std::to_string(args.gpu_workers) + ": this decoding runs on the "
+          "CPU (" + plan.backends.front()->name() + ": the checkpoint's train.backend, or no "
+          "GPU here), where --threads N runs N workers");
+    }
     workers = train.threads > 0
                   ? train.threads
                   : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -361,7 +375,7 @@ Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
   plan.batches = thpc::make_decode_batches(sources, options, args.batch_tokens,
                                            args.sampling ? 1 : workers, args.batch_sentences);
   workers = std::max(1, std::min<int>(workers, static_cast<int>(plan.batches.size())));
-  plan.one_thread_each = workers > 1 || (args.sampling && on_cpu);
+  plan.one_thread_each = on_cpu && (workers > 1 || args.sampling);
   if (plan.one_thread_each) {
     thpc::TrainConfig single_threaded = train;
     single_threaded.threads = 1;
@@ -369,6 +383,9 @@ Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
       plan.backends.push_back(thpc::make_decoding_backend(single_threaded, args.compute_type));
     }
     thpc::set_cpu_threads(1);  // process-wide (the ops' loops and BLAS): each worker has one
+  }
+  while (static_cast<int>(plan.backends.size()) < workers) {  // GPU workers
+    plan.backends.push_back(thpc::make_decoding_backend(train, args.compute_type));
   }
   return plan;
 }
@@ -378,7 +395,7 @@ Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
 struct Translations {
   std::vector<std::vector<thpc::Hypothesis>> hypotheses;
   std::vector<thpc::AttentionDump> dumps;
-  std::optional<thpc::OpProfile> profile;  // --profile: the first worker's batches
+  std::optional<thpc::OpProfile> profile;  // --profile: the profiled workers' batches
   std::string backend_name;
 };
 
@@ -399,22 +416,29 @@ Translations translate_batches(const Arguments& args, const thpc::DecodingCheckp
   for (const thpc::DecodeBatch& batch : batches) sentences += batch.members.size();
   thpc::tools::Progress progress("transformer_decode", "sentences",
                                  static_cast<int64_t>(sentences));
+  // --profile: on the CPU the first worker (the others run alike on their own cores); on
+  // a GPU every worker, as they share the device, whose idle time only their profiles
+  // together can tell.
+  const bool on_gpu = !plan.backends.front()->host_memory();
+  std::mutex profile_mutex;
+  if (args.profile) {
+    found.profile.emplace();
+    found.profile->workers = on_gpu ? workers : 1;
+    found.backend_name = plan.backends.front()->name();
+  }
   auto work = [&](int worker, std::unique_ptr<thpc::Backend> backend) {
     try {
+      backend->use_on_this_thread();  // a GPU worker's thread on the backend's device
       // Again on the worker's own thread: OpenMP's thread count is a per-thread setting,
       // a new std::thread starts from the default (one per core), and the OpenMP
       // OpenBLAS reads it at every call (it ran a worker's GEMMs on every core: 3 workers
       // on 2 cores spent 4 times the CPU time of one, and rounded a base model's rows
       // differently, which changed a sample).
       if (plan.one_thread_each) thpc::set_cpu_threads(1);
-      // --profile: the first worker's ops through a profiler, each batch one of its
-      // steps, collected after each batch (a GPU's marks are events: they stay few).
+      // --profile: the worker's ops through a profiler, each batch one of its steps,
+      // collected after each batch (a GPU's marks are events: they stay few).
       std::optional<thpc::ProfilingBackend> profiler;
-      if (args.profile && worker == 0) {
-        profiler.emplace(*backend);
-        found.profile.emplace();
-        found.backend_name = backend->name();
-      }
+      if (args.profile && (worker == 0 || on_gpu)) profiler.emplace(*backend);
       thpc::Backend& ops = profiler ? static_cast<thpc::Backend&>(*profiler) : *backend;
       const auto models = ensemble.build_models(kIds, ops);
       // --compute-type int8: each worker quantizes its own copy of the weights (0.14 s
@@ -474,7 +498,9 @@ Translations translate_batches(const Arguments& args, const thpc::DecodingCheckp
         }
         if (profiler) {
           profiler->end_step();
-          *found.profile += profiler->take();
+          const thpc::OpProfile batch_profile = profiler->take();
+          const std::lock_guard<std::mutex> lock(profile_mutex);
+          *found.profile += batch_profile;
         }
       }
     } catch (...) {
@@ -638,10 +664,15 @@ int main(int argc, char** argv) {
       ("greedy", po::bool_switch(&args.search.greedy), "greedy decoding (beam 1, no length penalty)")
       ("profile", po::bool_switch(&args.profile),
        "print to standard error where the decoding time went: each op class's time per "
-       "batch and the host time between the backend's ops (the first worker's batches)")
+       "batch and the host time between the backend's ops (the first CPU worker's batches; "
+       "on a GPU every worker's, and the time the device had no worker's op in flight)")
       ("threads", po::value<int>(),
        "CPU decoding workers, each translating whole batches with its own copy of the model; "
        "0 = one per core (default: the checkpoint's train.threads)")
+      ("gpu-workers", po::value(&args.gpu_workers)->default_value(args.gpu_workers),
+       "GPU decoding workers sharing the device, each translating whole batches with its "
+       "own copy of the model on its own CUDA stream (CTranslate2's inter_threads on a "
+       "GPU): while one worker's host picks the beam's next tokens, another's kernels run")
       ("compute-type", po::value<std::string>(),
        "the arithmetic, as CTranslate2 names it: default (the checkpoint's train.precision), "
        "float32, bfloat16 (a GPU), or int8 (weights in int8 with a scale per output channel, "
@@ -696,13 +727,14 @@ int main(int argc, char** argv) {
       }
     }
     if (search.beam.value_or(1) < 1 || search.nbest < 1 || args.batch_tokens < 1 ||
-        args.batch_sentences < 0 || search.max_len_a.value_or(0) < 0 ||
+        args.batch_sentences < 0 || args.gpu_workers < 1 ||
+        search.max_len_a.value_or(0) < 0 ||
         search.max_len_b.value_or(0) < 0 || !(search.alpha.value_or(0.0f) >= 0) ||
         !std::isfinite(search.alpha.value_or(0.0f)) ||
         (values.count("threads") && args.threads < 0)) {
-      THPC_FAIL("--beam, --nbest and --batch-tokens must be >= 1; --max-len-a, --max-len-b, "
-                "--lenpen, --batch-sentences and --threads >= 0 (and --lenpen finite: inf made "
-                "every score -0)");
+      THPC_FAIL("--beam, --nbest, --batch-tokens and --gpu-workers must be >= 1; --max-len-a, "
+                "--max-len-b, --lenpen, --batch-sentences and --threads >= 0 (and --lenpen "
+                "finite: inf made every score -0)");
     }
     if (values.count("dump-lines")) {
       args.dump_lines = parse_line_numbers(values["dump-lines"].as<std::string>());

@@ -4,7 +4,8 @@ transformer_decode's search settings, so that both decode the same weights the s
 
   tools/translate_ctranslate2.py --model DIR [--input FILE] [--output FILE] [--beam N]
       [--greedy] [--lenpen A] [--max-len-a A] [--max-len-b B] [--nbest N]
-      [--batch-tokens N | --batch-sentences N] [--threads N] [--device cpu|cuda]
+      [--batch-tokens N | --batch-sentences N] [--threads N] [--inter-threads N]
+      [--device cpu|cuda]
       [--compute-type TYPE] [--stats]
 
 One output line per input line, in input order (an empty line gives an empty line), the
@@ -29,7 +30,10 @@ SentencePiece model of DIR turning text into pieces and back. What each option s
                           best (never, in a trained model: neither is ever a target)
   --batch-tokens N        CTranslate2's batch_type "tokens", max_batch_size N (default 4096:
                           transformer_decode's --batch-tokens); --batch-sentences N: "examples"
-  --threads N             intra_threads N, inter_threads 1 (default: 1)
+  --threads N             intra_threads N (default: 1)
+  --inter-threads N       inter_threads N (default: 1): N workers, each translating whole
+                          batches of the call (on a GPU each on its own CUDA stream, the
+                          weights shared), as transformer_decode --gpu-workers N
   --compute-type          float32 (default), float16, bfloat16, int8, ... (CTranslate2's)
   --stats                 a last line on stderr: ct2_stats: load_s=... translate_s=...
                           sentences=... tokens=... (tokens: the output pieces, eos not
@@ -79,16 +83,17 @@ def parse_arguments(program=PROGRAM, description=__doc__, model_option="--model"
     batching.add_argument("--batch-tokens", type=int, default=4096)
     batching.add_argument("--batch-sentences", type=int)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--inter-threads", type=int, default=1)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--compute-type", default="float32")
     parser.add_argument("--stats", action="store_true")
     args = parser.parse_args()
     if args.greedy:
         args.beam = 1
-    if min(args.beam, args.nbest, args.threads, args.batch_tokens,
+    if min(args.beam, args.nbest, args.threads, args.inter_threads, args.batch_tokens,
            args.batch_sentences or 1) < 1 or args.nbest > args.beam:
-        parser.error("--beam, --nbest, --threads and the batch size must be >= 1, "
-                     "--nbest <= --beam")
+        parser.error("--beam, --nbest, --threads, --inter-threads and the batch size must be "
+                     ">= 1, --nbest <= --beam")
     if args.max_len_a < 0 or args.max_len_b < 0 or args.lenpen < 0:
         parser.error("--max-len-a, --max-len-b and --lenpen must be >= 0")
     return args
@@ -172,7 +177,8 @@ def main():
         try:
             translator = ctranslate2.Translator(args.model, device=args.device,
                                                 compute_type=args.compute_type,
-                                                intra_threads=args.threads, inter_threads=1)
+                                                intra_threads=args.threads,
+                                                inter_threads=args.inter_threads)
             # The first translation sets up what a process does once (on a GPU the cuBLAS
             # handle and the memory pool): done here, it counts as loading.
             translator.translate_batch([spm.encode("a", out_type=str)[:1] or ["a"]],

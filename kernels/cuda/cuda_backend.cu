@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <tuple>
 #include <type_traits>
 #include <unordered_map>
@@ -20,12 +22,31 @@
 namespace thpc {
 namespace {
 
+// The origin of every EventWorkClock on `device` (WorkClock::seconds_since_origin): one
+// event per device, recorded on the first such clock's stream and waited for before any
+// mark can be compared with it. Kept for the process's life (destroying events at exit
+// can meet a driver already shut down).
+cudaEvent_t device_origin_event(int device, cudaStream_t stream) {
+  static std::mutex mutex;
+  static std::map<int, cudaEvent_t>* origins = new std::map<int, cudaEvent_t>();
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto found = origins->find(device);
+  if (found != origins->end()) return found->second;
+  cudaEvent_t origin = nullptr;
+  THPC_CUDA_CHECK(cudaEventCreate(&origin));
+  THPC_CUDA_CHECK(cudaEventRecord(origin, stream));
+  THPC_CUDA_CHECK(cudaEventSynchronize(origin));
+  origins->emplace(device, origin);
+  return origin;
+}
+
 // The WorkClock of a CUDA backend: each mark is an event recorded on the backend's
 // stream, so marking adds no synchronisation; reading a time waits for its events.
 // Events are created as marks need them and kept for reuse after clear().
 class EventWorkClock final : public WorkClock {
  public:
-  explicit EventWorkClock(cudaStream_t stream) : stream_(stream) {}
+  EventWorkClock(cudaStream_t stream, int device)
+      : stream_(stream), origin_(device_origin_event(device, stream)) {}
   ~EventWorkClock() override {
     for (cudaEvent_t event : events_) cudaEventDestroy(event);  // no throw in a destructor
   }
@@ -48,10 +69,20 @@ class EventWorkClock final : public WorkClock {
     THPC_CUDA_CHECK(cudaEventElapsedTime(&milliseconds, events_[from], events_[to]));
     return 1e-3 * milliseconds;
   }
+  // Events on two streams of one device compare (cudaEventElapsedTime takes any two of
+  // its events). The time comes as float milliseconds: to ~1 us at 10 s from the origin.
+  double seconds_since_origin(int mark) override {
+    THPC_CHECK(mark >= 0 && static_cast<size_t>(mark) < used_, "mark " << mark << " of " << used_);
+    THPC_CUDA_CHECK(cudaEventSynchronize(events_[mark]));
+    float milliseconds = 0.0f;
+    THPC_CUDA_CHECK(cudaEventElapsedTime(&milliseconds, origin_, events_[mark]));
+    return 1e-3 * milliseconds;
+  }
   void clear() override { used_ = 0; }
 
  private:
   cudaStream_t stream_;
+  cudaEvent_t origin_;
   std::vector<cudaEvent_t> events_;
   size_t used_ = 0;
 };
@@ -167,7 +198,7 @@ class CudaBackend final : public Backend {
   }
   int64_t peak_memory_bytes() const override { return context_.peak_allocated_bytes(); }
   std::unique_ptr<WorkClock> make_work_clock() override {
-    return std::make_unique<EventWorkClock>(stream());
+    return std::make_unique<EventWorkClock>(stream(), context_.device());
   }
   void zero(Tensor t) override {
     THPC_CUDA_CHECK(cudaMemsetAsync(t.data, 0, bytes(t), stream()));
@@ -228,6 +259,7 @@ class CudaBackend final : public Backend {
     return context_.candidate_kernel(kReluMasks) ? cuda::relu_mask_words(rows, n) : 0;
   }
   int device() const override { return context_.device(); }
+  void use_on_this_thread() override { THPC_CUDA_CHECK(cudaSetDevice(context_.device())); }
   cuda::Context& context() { return context_; }
 
   // With the candidate step_graphs. Relaxed mode: an arena that grows inside the work may
