@@ -161,10 +161,25 @@ class DoublingReducer final : public GradientReducer {
   bool capturable_;
 };
 
-// Two beam searches of 4 (two best each) over the same five sentences, by one model made
-// from `config` (vocabulary 12, initialised from seed 5) on `backend` and handed to
-// `prepare` first (e.g. to quantize its weights): the first search's hypotheses, then the
-// second's, and what the model's capturing did.
+// Two beam searches over `sources` with `options`, by one model made from `config`
+// (vocabulary 12, initialised from seed 5) on `backend` and handed to `prepare` first
+// (e.g. to quantize its weights): the first search's hypotheses, then the second's, and
+// what the model's capturing did.
+inline std::vector<std::vector<Hypothesis>> search_twice(
+    Backend& backend, const ModelConfig& config, const std::vector<TokenSequence>& sources,
+    const BeamOptions& options, Transformer::CaptureCounts& counts,
+    const std::function<void(Transformer&)>& prepare = {}) {
+  Transformer model(config, 12, SpecialIds{}, backend, 5);
+  if (prepare) prepare(model);
+  CachedTransformerScorer scorer(model, SpecialIds{}, config.max_positions - 1);
+  auto results = beam_search(scorer, sources, SpecialIds{}, options);
+  const auto again = beam_search(scorer, sources, SpecialIds{}, options);
+  results.insert(results.end(), again.begin(), again.end());
+  counts = model.capture_counts();
+  return results;
+}
+
+// search_twice with a beam of 4 (two best each) over the same five sentences.
 inline std::vector<std::vector<Hypothesis>> run_two_beam_searches(
     Backend& backend, const ModelConfig& config, Transformer::CaptureCounts& counts,
     const std::function<void(Transformer&)>& prepare = {}) {
@@ -175,14 +190,60 @@ inline std::vector<std::vector<Hypothesis>> run_two_beam_searches(
   options.max_len_b = 8;
   options.max_len_cap = config.max_positions - 1;
   options.nbest = 2;
-  Transformer model(config, 12, SpecialIds{}, backend, 5);
-  if (prepare) prepare(model);
-  CachedTransformerScorer scorer(model, SpecialIds{}, config.max_positions - 1);
-  auto results = beam_search(scorer, sources, SpecialIds{}, options);
-  const auto again = beam_search(scorer, sources, SpecialIds{}, options);
-  results.insert(results.end(), again.begin(), again.end());
-  counts = model.capture_counts();
-  return results;
+  return search_twice(backend, config, sources, options, counts, prepare);
+}
+
+// A filter that never allows eos: every sentence then runs to its own length limit.
+class NoEosFilter final : public NextTokenFilter {
+ public:
+  explicit NoEosFilter(int vocab) : vocab_(vocab) {}
+  void allowed_next(int /*source*/, const TokenSequence& /*prefix*/, int /*max_len*/,
+                    std::vector<char>& allowed) const override {
+    allowed.assign(static_cast<size_t>(vocab_), 1);
+    allowed[SpecialIds{}.eos] = 0;
+  }
+
+ private:
+  int vocab_;
+};
+
+// search_twice with a beam of 4 (two best each) over twelve sentences of lengths 1..12
+// whose length limits are 3..14 (max_len_b 2), with `filter` (or none): with NoEosFilter
+// each sentence ends at its own limit, one a step in the search's tail, where the
+// captured steps are padded (CachedTransformerScorer).
+inline std::vector<std::vector<Hypothesis>> run_two_searches_ending_apart(
+    Backend& backend, const ModelConfig& config, const NextTokenFilter* filter,
+    Transformer::CaptureCounts& counts) {
+  std::vector<TokenSequence> sources;
+  for (int length = 1; length <= 12; ++length) {
+    sources.push_back(TokenSequence(static_cast<size_t>(length), 4 + length % 8));
+  }
+  BeamOptions options;
+  options.beam = 4;
+  options.max_len_b = 2;
+  options.max_len_cap = config.max_positions - 1;
+  options.nbest = 2;
+  options.filter = filter;
+  return search_twice(backend, config, sources, options, counts);
+}
+
+// The same hypotheses with scores within `relative` of each other (plus 1e-5 absolute):
+// for searches whose products had other row counts (padded steps), which a BLAS may round
+// otherwise in the last bit.
+inline void expect_same_hypotheses_near(const std::vector<std::vector<Hypothesis>>& a,
+                                        const std::vector<std::vector<Hypothesis>>& b,
+                                        double relative) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t s = 0; s < b.size(); ++s) {
+    ASSERT_EQ(a[s].size(), b[s].size()) << "sentence " << s;
+    for (size_t i = 0; i < b[s].size(); ++i) {
+      EXPECT_EQ(a[s][i].tokens, b[s][i].tokens) << "sentence " << s << " best " << i;
+      EXPECT_NEAR(a[s][i].log_prob, b[s][i].log_prob, 1e-5 + relative * std::abs(b[s][i].log_prob))
+          << "sentence " << s;
+      EXPECT_NEAR(a[s][i].score, b[s][i].score, 1e-5 + relative * std::abs(b[s][i].score))
+          << "sentence " << s;
+    }
+  }
 }
 
 // Captured against uncaptured (or any two runs of the same ops on the same data): every

@@ -358,5 +358,132 @@ TEST(CapturedDecodingSteps, Int8ProductsAreCapturedWithTheirStep) {
   EXPECT_EQ(beneath.captures(), 0);
 }
 
+// The step padding of captured decoding (padded_step_rows): buckets of 1, 2, 3, 4, 6, 8,
+// 12, 16, 24, ... sentences.
+TEST(StepPadding, BucketsArePowersOfTwoAndThreeTimesThem) {
+  const std::vector<int> expected = {1, 1, 2, 3, 4, 6, 6, 8, 8, 12, 12, 12, 12, 16};
+  for (int count = 0; count < static_cast<int>(expected.size()); ++count) {
+    EXPECT_EQ(step_bucket(count), expected[count]) << count;
+  }
+  EXPECT_EQ(step_bucket(17), 24);
+  EXPECT_EQ(step_bucket(25), 32);
+  EXPECT_EQ(step_bucket(33), 48);
+}
+
+// A step whose five unfinished sentences (two rows each) round up to six: the padding
+// takes the first finished sentence that had rows in the previous step and gives it two
+// rows (the step's fullest sentence's count), continuing its previous rows in turn (one
+// row there: twice the same). With five sentences left of five, or four (a bucket of its
+// own), nothing is added.
+TEST(StepPadding, AFinishedSentenceFillsTheBucketWithoutGrowingASentence) {
+  std::vector<int> padded, scratch;
+  // The previous step: sentences 0..6, two rows each but sentence 4's one.
+  const std::vector<int> previous = {0, 0, 1, 1, 2, 2, 3, 3, 4, 5, 5, 6, 6};
+  const std::vector<int> parent = {0, 1, 2, 2, 4, 5, 6, 7, 11, 12};
+  const std::vector<int> source_of = {0, 0, 1, 1, 2, 2, 3, 3, 6, 6};
+  padded_step_rows(parent, source_of, previous, padded, scratch);
+  std::vector<int> expected = parent;
+  expected.insert(expected.end(), {8, 8});  // sentence 4's row, twice
+  EXPECT_EQ(padded, expected);
+
+  // Sentence 4 gone from the previous step too: sentence 5 (rows 8 and 9 there).
+  const std::vector<int> previous_without_4 = {0, 0, 1, 1, 2, 2, 3, 3, 5, 5, 6, 6};
+  const std::vector<int> parent_without_4 = {0, 1, 2, 2, 4, 5, 6, 7, 10, 11};
+  padded_step_rows(parent_without_4, source_of, previous_without_4, padded, scratch);
+  expected = parent_without_4;
+  expected.insert(expected.end(), {8, 9});
+  EXPECT_EQ(padded, expected);
+
+  // Five sentences in the previous step, five unfinished: the bucket of 6 has no sixth.
+  const std::vector<int> five = {0, 0, 1, 1, 2, 2, 3, 3, 4, 4};
+  padded_step_rows({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {0, 0, 1, 1, 2, 2, 3, 3, 4, 4}, five, padded,
+                   scratch);
+  EXPECT_EQ(padded.size(), 10u);
+  padded_step_rows({0, 1, 2, 3, 4, 5, 6, 7}, {0, 0, 1, 1, 2, 2, 3, 3}, five, padded, scratch);
+  EXPECT_EQ(padded.size(), 8u);  // four: a bucket
+}
+
+// Twelve sentences of lengths 1..12 searched twice, captured and not: the hypotheses
+// are the unpadded, uncaptured search's, their tokens equal and their scores within
+// rounding, whether the steps rank their best tokens on the backend (step_best) or hand
+// whole rows to a filter (step). (Not bit for bit: a padded step multiplies more rows,
+// and a BLAS may round a row by the product's row count: with OPENBLAS_CORETYPE=Haswell
+// the last bit of a score moves; without it, none does.) With a filter
+// that never allows eos, every sentence runs to its own length limit (3..14), so the
+// hypothesis count falls by a beam at each step of the tail: unpadded, the two searches
+// capture 13 shapes and replay them 15 times in all (measured); padded to the buckets,
+// position 0 and 12, 8, 6, 4, 3, 2 and 1 sentences: 8 shapes, replayed 20 times. (The
+// caches' pool grows at the first step of a new width, DecoderState::append_step_rows,
+// before any capture at it: a later growth freed memory and re-captured 3 shapes.)
+TEST(CapturedDecodingSteps, PaddedStepsTranslateAsUnpaddedInFewShapes) {
+  const ModelConfig c = decoding_model();
+  const test::NoEosFilter no_eos(12);
+  for (const NextTokenFilter* filter : {static_cast<const NextTokenFilter*>(nullptr),
+                                        static_cast<const NextTokenFilter*>(&no_eos)}) {
+    SCOPED_TRACE(filter == nullptr ? "best tokens ranked on the backend" : "a filter, no eos");
+    auto plain_backend = make_cpu_backend(DType::F32);
+    auto inner = make_cpu_backend(DType::F32);
+    CapturingBackend capturing(*inner);
+    Transformer::CaptureCounts plain_counts, captured_counts;
+    const auto plain = test::run_two_searches_ending_apart(*plain_backend, c, filter, plain_counts);
+    const auto captured = test::run_two_searches_ending_apart(capturing, c, filter, captured_counts);
+    // A score is a sum of at most 14 float log-probabilities, each within a few float
+    // ulp (~1e-6 here) of the unpadded one: 1e-5 absolute, and 1e-6 of the score.
+    test::expect_same_hypotheses_near(captured, plain, 1e-6);
+    EXPECT_GT(captured_counts.captures, 0);
+    EXPECT_LE(captured_counts.captures, 8);
+    EXPECT_EQ(captured_counts.refused, 0) << capturing.last_refusal();
+    if (filter != nullptr) {
+      for (size_t s = 0; s < 12; ++s) {  // each ran to its limit: length + 2 tokens
+        EXPECT_EQ(captured[s][0].tokens.size(), s + 3) << "sentence " << s;
+      }
+      EXPECT_GE(captured_counts.replays, 2 * captured_counts.captures);
+      EXPECT_GE(captured_counts.replays - captured_counts.captures, 6);  // 12; unpadded 2
+    }
+  }
+}
+
+// Two batches of four sentences, lengths 9..12 and 10..13 (padded source lengths 13
+// and 14, both in the bucket of 16; the caches' length, 32, in its own), searched in turn
+// twice each: the second batch's steps have the first's shapes and replay its graphs,
+// so the four searches capture no more than one batch's shapes (position 0, then 4, 3,
+// 2 and 1 sentences of four hypotheses: 5; without the buckets 11, each batch its own),
+// and each search finds the hypotheses the uncaptured one finds.
+TEST(CapturedDecodingSteps, BatchesOfNearbyLengthsReplayEachOthersSteps) {
+  const ModelConfig c = decoding_model();
+  const test::NoEosFilter no_eos(12);
+  std::vector<TokenSequence> first, second;
+  for (int length = 9; length <= 12; ++length) {
+    first.push_back(TokenSequence(static_cast<size_t>(length), 5));
+    second.push_back(TokenSequence(static_cast<size_t>(length + 1), 6));
+  }
+  BeamOptions options;
+  options.beam = 4;
+  options.max_len_b = 2;  // limits |x| + 2: in each batch one sentence ends a step
+  options.max_len_cap = c.max_positions - 1;
+  options.filter = &no_eos;
+  const auto four_searches = [&](Backend& backend, Transformer::CaptureCounts& counts) {
+    Transformer model(c, 12, SpecialIds{}, backend, 5);
+    CachedTransformerScorer scorer(model, SpecialIds{}, c.max_positions - 1);
+    std::vector<std::vector<Hypothesis>> results;
+    for (const auto* sources : {&first, &second, &first, &second}) {
+      const auto found = beam_search(scorer, *sources, SpecialIds{}, options);
+      results.insert(results.end(), found.begin(), found.end());
+    }
+    counts = model.capture_counts();
+    return results;
+  };
+  auto plain_backend = make_cpu_backend(DType::F32);
+  auto inner = make_cpu_backend(DType::F32);
+  CapturingBackend capturing(*inner);
+  Transformer::CaptureCounts plain_counts, captured_counts;
+  const auto plain = four_searches(*plain_backend, plain_counts);
+  const auto captured = four_searches(capturing, captured_counts);
+  test::expect_same_hypotheses_near(captured, plain, 1e-6);
+  EXPECT_GT(captured_counts.captures, 0);
+  EXPECT_LE(captured_counts.captures, 5);
+  EXPECT_EQ(captured_counts.refused, 0) << capturing.last_refusal();
+}
+
 }  // namespace
 }  // namespace thpc

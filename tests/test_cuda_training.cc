@@ -600,6 +600,36 @@ TEST(CudaCandidateStepGraphs, DecodingEqualsUncapturedDecodingBitForBit) {
   }
 }
 
+// Captured decoding steps padded to the buckets (CachedTransformerScorer): twelve
+// sentences ending one a step (a filter that never allows eos), searched twice. In fp32
+// the hypotheses are the unpadded uncaptured search's, their scores within 1e-5 (a padded
+// step's products have more rows: cuBLAS may choose another kernel and round in another
+// order, ~1e-6 a log-probability); in bf16 such roundings may decide a near-tie
+// otherwise, so only the shapes are held there: few, so that most steps replay a graph
+// (CapturedDecodingSteps.PaddedStepsTranslateAsUnpaddedInFewShapes counts them).
+TEST(CudaCandidateStepGraphs, PaddedDecodingTracksUnpaddedInFewShapes) {
+  THPC_REQUIRE_GPU();
+  ModelConfig c = graph_model();
+  c.max_positions = 32;
+  const test::NoEosFilter no_eos(12);
+  for (DType dtype : test::gpu_compute_dtypes()) {
+    SCOPED_TRACE(dtype_name(dtype));
+    GraphBackends plain(dtype, kNoCandidates), graphs(dtype, kStepGraphs);
+    Transformer::CaptureCounts plain_counts, captured_counts;
+    const auto expected = test::run_two_searches_ending_apart(plain.use(), c, &no_eos, plain_counts);
+    const auto captured =
+        test::run_two_searches_ending_apart(graphs.use(), c, &no_eos, captured_counts);
+    if (dtype == DType::F32) test::expect_same_hypotheses_near(captured, expected, 1e-5);
+    ASSERT_EQ(captured.size(), 24u);
+    // Steps replayed without being captured: 9 padded, 1 unpadded (the rehearsal; a
+    // capture may be taken again when the step's memory grew after it, so the captures
+    // alone count growth too).
+    EXPECT_GT(captured_counts.captures, 0);
+    EXPECT_GE(captured_counts.replays - captured_counts.captures, 6);
+    EXPECT_EQ(captured_counts.refused, 0) << "a capture failed: its shape ran uncaptured";
+  }
+}
+
 // Int8 decoding with its products captured (the candidate step_graphs):
 // the GPU's int8 backend takes a step's row quantizations, cuBLASLt products and
 // dequantizations into its inner backend's graph; a beam search of 4 over five

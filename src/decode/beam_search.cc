@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "common/error.h"
 
@@ -13,17 +15,93 @@ double length_penalty(int length, float alpha) {
   return std::pow((5.0 + length) / 6.0, static_cast<double>(alpha));
 }
 
+// Where the steps are captured, the batch's padded source length goes up to its bucket
+// (step_bucket, at most model.max_positions) as the cache's length does in prepare_step:
+// both are part of a captured step's shape, so that a batch of other sentences replays
+// the graphs of the batches before it whose lengths fell into the same buckets. The pad
+// positions are masked out of every attention over the source.
 void CachedTransformerScorer::start(const std::vector<TokenSequence>& sources) {
-  model_.encode(make_batch(sources, std::vector<TokenSequence>(sources.size()), ids_));
+  Batch batch = make_batch(sources, std::vector<TokenSequence>(sources.size()), ids_);
+  const int bucketed = std::min(step_bucket(batch.src_len), model_.config().max_positions);
+  if (model_.backend().can_capture() && bucketed > batch.src_len) {
+    std::vector<int32_t> wider(static_cast<size_t>(batch.size) * bucketed, ids_.pad);
+    for (int b = 0; b < batch.size; ++b) {
+      std::copy_n(batch.src.begin() + static_cast<ptrdiff_t>(b) * batch.src_len, batch.src_len,
+                  wider.begin() + static_cast<ptrdiff_t>(b) * bucketed);
+    }
+    batch.src.swap(wider);
+    batch.src_len = bucketed;
+  }
+  model_.encode(batch);
 }
 
-const std::vector<int32_t>& CachedTransformerScorer::prepare_step(const BeamStep& step) {
+int step_bucket(int count) {
+  int bucket = 1;
+  while (bucket < count) {
+    // 1 -> 2; a power of two >= 2 grows by half (4 -> 6); 3 * 2^k -> 4 * 2^k (6 -> 8).
+    if (bucket == 1) {
+      bucket = 2;
+    } else if ((bucket & (bucket - 1)) == 0) {
+      bucket += bucket / 2;
+    } else {
+      bucket = bucket / 3 * 4;
+    }
+  }
+  return bucket;
+}
+
+void padded_step_rows(const std::vector<int>& parent, const std::vector<int>& source_of,
+                      const std::vector<int>& previous_source_of, std::vector<int>& padded_parent,
+                      std::vector<int>& sentence_rows) {
+  padded_parent.assign(parent.begin(), parent.end());
+  int sentences = 0;
+  for (const int source : previous_source_of) sentences = std::max(sentences, source + 1);
+  for (const int source : source_of) sentences = std::max(sentences, source + 1);
+  // This step's rows per sentence; below, -1 marks a sentence the padding took.
+  sentence_rows.assign(static_cast<size_t>(sentences), 0);
+  int unfinished = 0, slots = 0;
+  for (const int source : source_of) {
+    unfinished += sentence_rows[source]++ == 0;
+    slots = std::max(slots, sentence_rows[source]);
+  }
+  // The previous step's sentences: those rows can continue.
+  std::vector<char> had_rows(static_cast<size_t>(sentences), 0);
+  int previous = 0;
+  for (const int source : previous_source_of) {
+    previous += had_rows[source] == 0;
+    had_rows[source] = 1;
+  }
+  const int target = std::min(step_bucket(unfinished), previous);
+  int added = 0;
+  for (size_t h = 0; h < previous_source_of.size() && unfinished + added < target; ++h) {
+    const int source = previous_source_of[h];
+    if (sentence_rows[source] != 0) continue;  // unfinished, or taken already
+    sentence_rows[source] = -1;
+    int count = 0;  // its previous rows, from h on (h is its first)
+    for (size_t r = h; r < previous_source_of.size(); ++r) count += previous_source_of[r] == source;
+    for (int k = 0; k < slots; ++k) {
+      int wanted = k % count;
+      for (size_t r = h; r < previous_source_of.size(); ++r) {
+        if (previous_source_of[r] == source && wanted-- == 0) {
+          padded_parent.push_back(static_cast<int>(r));
+          break;
+        }
+      }
+    }
+    ++added;
+  }
+}
+
+const std::vector<int32_t>& CachedTransformerScorer::prepare_step(const BeamStep& step,
+                                                                  bool may_pad) {
   const int H = step.size();
   THPC_CHECK(H > 0, "no hypotheses to score");
   DecoderState& state = model_.decoder_state();
   if (step.position == 0) {
-    model_.begin_decoding(state, step.source_of,
-                          std::min(max_len_ + 1, model_.config().max_positions));
+    const int max_positions = model_.config().max_positions;
+    int cache_len = std::min(max_len_ + 1, max_positions);
+    if (model_.backend().can_capture()) cache_len = std::min(step_bucket(cache_len), max_positions);
+    model_.begin_decoding(state, step.source_of, cache_len);
     bos_.assign(H, ids_.bos);
     return bos_;
   }
@@ -34,30 +112,50 @@ const std::vector<int32_t>& CachedTransformerScorer::prepare_step(const BeamStep
   THPC_CHECK(state.positions() == step.position,
              "a step at position " << step.position << " after " << state.positions()
                                    << " fed");
-  state.reorder(step.parent);
+  const std::vector<int>* parents = &step.parent;
+  const std::vector<int32_t>* tokens = &step.token;
+  if (may_pad && model_.backend().can_capture()) {
+    previous_source_.resize(static_cast<size_t>(state.hypotheses()));
+    for (int h = 0; h < state.hypotheses(); ++h) previous_source_[h] = state.source_of(h);
+    padded_step_rows(step.parent, step.source_of, previous_source_, padded_parent_,
+                     sentence_rows_);
+    if (padded_parent_.size() > step.parent.size()) {
+      // The padding's rows feed eos: any token would do, their results are dropped.
+      padded_token_.assign(step.token.begin(), step.token.end());
+      padded_token_.resize(padded_parent_.size(), ids_.eos);
+      parents = &padded_parent_;
+      tokens = &padded_token_;
+    }
+  }
+  state.reorder(*parents);
   for (int h = 0; h < H; ++h) {
     THPC_CHECK(state.source_of(h) == step.source_of[h],
                "hypothesis " << h << " of sentence " << step.source_of[h]
                              << " extends one of sentence " << state.source_of(h));
   }
-  return step.token;
+  return *tokens;
 }
 
+// A padded step's extra rows come after the step's own: dropping them is a resize.
 void CachedTransformerScorer::step(const BeamStep& step, std::vector<float>& log_probs) {
-  const std::vector<int32_t>& tokens = prepare_step(step);
+  const std::vector<int32_t>& tokens = prepare_step(step, true);
   model_.decode_step_log_probs(model_.decoder_state(), tokens, log_probs);
+  log_probs.resize(static_cast<size_t>(step.size()) * model_.vocab_size());
 }
 
+// An ensemble (decode/ensemble.h) combines the models' rows on the backend: unpadded.
 Tensor CachedTransformerScorer::step_on_backend(const BeamStep& step) {
-  const std::vector<int32_t>& fed = prepare_step(step);
+  const std::vector<int32_t>& fed = prepare_step(step, false);
   return model_.decode_step(model_.decoder_state(), fed);
 }
 
 bool CachedTransformerScorer::step_best(const BeamStep& step, int count,
                                         std::vector<float>& values,
                                         std::vector<int32_t>& tokens) {
-  const std::vector<int32_t>& fed = prepare_step(step);
+  const std::vector<int32_t>& fed = prepare_step(step, true);
   model_.decode_step_best_tokens(model_.decoder_state(), fed, count, values, tokens);
+  values.resize(static_cast<size_t>(step.size()) * count);
+  tokens.resize(static_cast<size_t>(step.size()) * count);
   return true;
 }
 

@@ -82,6 +82,17 @@ class NextTokenScorer {
 // The model as a scorer with incremental decoding: the sources are encoded once, the
 // decoder keeps its keys and values in the model's DecoderState (model/decoder_state.h),
 // and each step reorders them by the step's parents and feeds only the newest tokens.
+//
+// Where the model's decoding steps are captured (its backend can capture: CUDA graphs,
+// train.cuda_kernels step_graphs) each new step shape costs a capture, and a batch's
+// hypotheses fall by a beam every time one of its sentences finishes: most steps of a
+// batch's tail would be a shape captured once and replayed once or never. There the
+// scorer pads each step (padded_step_rows): the last hypotheses of finished sentences
+// are fed on, their results dropped, until the unfinished sentences fit the next smaller
+// bucket of 1, 2, 3, 4, 6, 8, 12, 16, 24, ... sentences, so that a batch of 32 meets ten
+// shapes at most; and it rounds the batch's source length and its cache's length up to
+// the same buckets, so that the next batches of similar lengths replay those shapes'
+// graphs instead of capturing their own. The search sees its own hypotheses only.
 class CachedTransformerScorer final : public NextTokenScorer {
  public:
   // At most max_len generated tokens per hypothesis.
@@ -101,14 +112,34 @@ class CachedTransformerScorer final : public NextTokenScorer {
 
  private:
   // Brings the decoder state to this step's hypotheses (begins it at position 0, else
-  // reorders it by the parents) and returns the tokens to feed.
-  const std::vector<int32_t>& prepare_step(const BeamStep& step);
+  // reorders it by the parents) and returns the tokens to feed: the step's, and where
+  // `may_pad` and the steps are captured, the padding's after them.
+  const std::vector<int32_t>& prepare_step(const BeamStep& step, bool may_pad);
 
   Transformer& model_;
   SpecialIds ids_;
   int max_len_;
   std::vector<int32_t> bos_;  // the first step's tokens
+  // A padded step's parents and tokens (the step's own first) and the padding's scratch.
+  std::vector<int> padded_parent_, previous_source_, sentence_rows_;
+  std::vector<int32_t> padded_token_;
 };
+
+// The step padding of CachedTransformerScorer, exposed for its test. A step of the
+// search's hypotheses (`parent`, their parents among the previous step's rows, and
+// `source_of`, their sentences) after a step whose rows translated
+// `previous_source_of`: the parents of the padding, appended to `padded_parent` after the
+// step's own. The unfinished sentences (those of `source_of`) are rounded up to the
+// smallest bucket of 1, 2, 3, 4, 6, 8, 12, 16, 24, ... that holds them, at most the
+// sentences the previous step had rows of; each sentence added is a finished one that had
+// rows in the previous step (in their order there), and gets as many rows as the
+// step's fullest sentence has, each continuing one of its previous rows (in turn), so
+// that a sentence's slots never grow. `sentence_rows` is scratch.
+void padded_step_rows(const std::vector<int>& parent, const std::vector<int>& source_of,
+                      const std::vector<int>& previous_source_of, std::vector<int>& padded_parent,
+                      std::vector<int>& sentence_rows);
+// The smallest of 1, 2, 3, 4, 6, 8, 12, 16, 24, ... (2^k and 3 * 2^k) that is >= count.
+int step_bucket(int count);
 
 // Which tokens may extend a hypothesis (constrained decoding, e.g. the parser's
 // well-formed trees: decode/tree_filter.h). `source` indexes the search's sources,

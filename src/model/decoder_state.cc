@@ -96,9 +96,11 @@ void DecoderState::append_step_rows() {
   const int64_t first = position_base_[position], end = first + H;
   // The pools hold the rows of every position so far; grown (rarely: the beam widening in
   // a batch larger than any before) to what the remaining positions need at this width,
-  // the rows written so far copied over.
-  if (end > pool_rows()) {
-    const int64_t rows = end + int64_t(H) * (max_len_ - position - 1);
+  // the rows written so far copied over. Grown as soon as the remaining positions would
+  // not fit, not when the next row would not: the first step at a new width, so that
+  // the steps captured after it (Backend::capture) are not invalidated by a later growth.
+  const int64_t rows = end + int64_t(H) * (max_len_ - position - 1);
+  if (rows > pool_rows()) {
     for (LayerCache& cache : layers_) {
       Tensor grown = backend_.alloc(dtype_, rows * kv_width());
       if (first > 0) {
