@@ -54,7 +54,8 @@
 #     verified, against it: issue 53's field) ct2_fp16_t4096_tok_s=C
 #     ratio_fp16_t4096=A/C ct2_wall_fp16_b32_tok_s=.. same_as_ct2_fp16_b32=K/L
 #     ct2_cublas=12|13-as-12 ...
-# After that line (PROFILE=1, the default on the GPU), two more, untimed runs of ours, in
+# After that line (PROFILE=1, the default on the GPU; PROFILE=int8 keeps only the int8
+# runs' profiles, issue 53's path; 0 none), two more, untimed runs of ours, in
 # 4,096-token batches and in batches of 32 sentences, with --profile: the time per batch
 # of each op class and the host time between the backend's ops (launch gaps and the
 # search's host work: what CUDA graphs of the decoder step could win back).
@@ -71,7 +72,9 @@
 # gpu_workers=N ours_bf16_b32_wN_tok_s=.. ours_int8_b32_wN_tok_s=.. ct2_fp16_b32_wN_tok_s=..
 # ct2_int8_float16_b32_wN_tok_s=.. ratio_fp16_b32_wN=.. gpu_quant_vs_ct2_int8_wN=..
 # workers_same_lines=K/L (ours with N workers against one, first run: the same batches),
-# and a profiled int8 run says how long the device had no worker's op in flight.
+# and a profiled int8 run says how long the device had no worker's op in flight; with
+# CANDIDATE, ours in int8 with both (ours_int8_candidate_b32_wN_tok_s=..
+# gpu_quant_candidate_vs_ct2_int8_wN=..), profiled too.
 #
 # PYTHON: an interpreter with ctranslate2, sentencepiece, h5py and numpy (torch and
 # transformers for the HF peer); default $THPC_PYTHON, else $THPC_VENV/bin/python or
@@ -83,7 +86,7 @@
 # and bench/slim_wheel.py). THPC_BUILD names the build directory (default build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 1 ] || { sed -n '2,83p' "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,86p' "$0" >&2; exit 2; }
 checkpoint=$1
 device=${DEVICE:-cpu}
 case $device in
@@ -328,7 +331,7 @@ w=w$gpu_workers  # the fields' suffix
 workers_option=(--gpu-workers "$gpu_workers")
 # The rehearsal (CT2_DEVICE=cpu, below) runs ours on the CPU, whose workers are --threads.
 [ "${CT2_DEVICE:-cuda}" = cpu ] && workers_option=(--threads "$gpu_workers")
-rm -f "$work"/{ours_b32_$w,ours_int8_b32_$w,ct2_fp16_$w,ct2_int8_fp16_$w}
+rm -f "$work"/{ours_b32_$w,ours_int8_b32_$w,ours_int8_candidate_b32_$w,ct2_fp16_$w,ct2_int8_fp16_$w}
 # Ours in int8 (issue 53): every weight matrix through cuBLASLt's int8 GEMMs, the other
 # ops in bf16 (--compute-type int8; a candidate named int8_products until its twins
 # passed on an H200 on 2026-11-29), with the verified kernels whatever the checkpoint
@@ -391,6 +394,10 @@ for run in $(seq "$runs"); do
     ours ours_candidate_b32 "${b32[@]}" --cuda-kernels "$candidate"
     [ "$run" = 1 ] && cp "$work/ours_candidate.out" "$work/ours_candidate_first.out"
     if [ "$with_int8" = 1 ]; then ours ours_int8_candidate_b32 "${b32[@]}" "${int8_candidate[@]}"; fi
+    # Both: the candidates' captured steps, and the workers to fill the round trips.
+    if [ "$with_int8" = 1 ] && [ "$gpu_workers" -gt 1 ]; then
+      ours "ours_int8_candidate_b32_$w" "${b32[@]}" "${int8_candidate[@]}" "${workers_option[@]}"
+    fi
     echo "run $run, --cuda-kernels $candidate (tokens, decode s, wall s): ours $(tail -1 "$work/ours_candidate") | ours b32 $(tail -1 "$work/ours_candidate_b32")$([ "$with_int8" = 1 ] && echo " | ours int8 b32 $(tail -1 "$work/ours_int8_candidate_b32")")"
   fi
 done
@@ -411,6 +418,9 @@ if [ -n "$candidate" ]; then
   if [ "$with_int8" = 1 ]; then
     int8_candidate_b32_tok_s=$(rate ours_int8_candidate_b32 2)
     line="$line ours_int8_candidate_b32_tok_s=$int8_candidate_b32_tok_s"
+    if [ "$gpu_workers" -gt 1 ]; then
+      line="$line ours_int8_candidate_b32_${w}_tok_s=$(rate "ours_int8_candidate_b32_$w" 2)"
+    fi
   fi
 fi
 if [ "$ct2_cuda" = yes ]; then
@@ -421,6 +431,9 @@ if [ "$ct2_cuda" = yes ]; then
   if [ "$with_int8" = 1 ]; then line="$line gpu_quant_vs_ct2_int8=$(ratio "$int8_b32_tok_s" "$int8_fp16")"; fi
   if [ "$with_int8" = 1 ] && [ -n "$candidate" ]; then
     line="$line gpu_quant_candidate_vs_ct2_int8=$(ratio "$int8_candidate_b32_tok_s" "$int8_fp16")"
+    if [ "$gpu_workers" -gt 1 ]; then
+      line="$line gpu_quant_candidate_vs_ct2_int8_$w=$(ratio "$(rate "ours_int8_candidate_b32_$w" 2)" "$(rate "ct2_int8_fp16_$w" 2)")"
+    fi
   fi
   if [ "$gpu_workers" -gt 1 ]; then
     fp16_w=$(rate "ct2_fp16_$w" 2)
@@ -443,11 +456,15 @@ profiled() {
   echo "$label"
   sed -n '/^profile: /,$p' "$work/profile.txt"
 }
-if [ "${PROFILE:-1}" = 1 ]; then
-  profiled "ours, profiled (4,096-token batches, untimed):" --batch-tokens 4096
-  # And in batches of 32 sentences, CTranslate2's batching, where ours is about half as
-  # fast per token: how much of that is host time between kernels.
-  profiled "ours, profiled (batches of 32 sentences, untimed):" "${b32[@]}"
+profile=${PROFILE:-1}
+[[ $profile =~ ^(0|1|int8)$ ]] || { echo "PROFILE must be 0, 1 or int8, not '$profile'" >&2; exit 2; }
+if [ "$profile" != 0 ]; then
+  if [ "$profile" = 1 ]; then
+    profiled "ours, profiled (4,096-token batches, untimed):" --batch-tokens 4096
+    # And in batches of 32 sentences, CTranslate2's batching, where ours is about half as
+    # fast per token: how much of that is host time between kernels.
+    profiled "ours, profiled (batches of 32 sentences, untimed):" "${b32[@]}"
+  fi
   if [ "$with_int8" = 1 ]; then
     profiled "ours in int8, profiled (batches of 32 sentences, untimed):" "${b32[@]}" "${int8[@]}"
   fi
@@ -456,13 +473,19 @@ if [ "${PROFILE:-1}" = 1 ]; then
       "${b32[@]}" "${int8[@]}" "${workers_option[@]}"
   fi
   if [ -n "$candidate" ]; then
-    profiled "ours with --cuda-kernels $candidate, profiled (4,096-token batches, untimed):" \
-      --batch-tokens 4096 --cuda-kernels "$candidate"
-    profiled "ours with --cuda-kernels $candidate, profiled (batches of 32 sentences, untimed):" \
-      "${b32[@]}" --cuda-kernels "$candidate"
+    if [ "$profile" = 1 ]; then
+      profiled "ours with --cuda-kernels $candidate, profiled (4,096-token batches, untimed):" \
+        --batch-tokens 4096 --cuda-kernels "$candidate"
+      profiled "ours with --cuda-kernels $candidate, profiled (batches of 32 sentences, untimed):" \
+        "${b32[@]}" --cuda-kernels "$candidate"
+    fi
     if [ "$with_int8" = 1 ]; then
       profiled "ours in int8 with --cuda-kernels $candidate, profiled (batches of 32 sentences, untimed):" \
         "${b32[@]}" "${int8_candidate[@]}"
+      if [ "$gpu_workers" -gt 1 ]; then
+        profiled "ours in int8 with --gpu-workers $gpu_workers and --cuda-kernels $candidate, profiled (batches of 32 sentences, untimed):" \
+          "${b32[@]}" "${int8_candidate[@]}" "${workers_option[@]}"
+      fi
     fi
   fi
 fi

@@ -1031,13 +1031,15 @@ translate_stage() {
   # DECODE_CANDIDATE=NAMES says so ("" : not). GPU_WORKERS (default 2; 1: not): ours with
   # that many workers sharing the GPU against CTranslate2's inter_threads as many (issue
   # 53's host gaps: one worker's kernels run while another's host works; ~50 s more).
+  # DECODE_PROFILE (default int8: the int8 runs' profiles only, the bf16 ones were taken
+  # in the sixth window; 1: all; 0: none).
   # shellcheck disable=SC1090
   [ -f "$(state_file)" ] && source "$(state_file)"
   local decode_candidate=""
   [ "${CANDIDATE_TWINS_PASSED:-0}" = 1 ] && decode_candidate=candidate
   decode_candidate=${DECODE_CANDIDATE-$decode_candidate}
   timeout 300 env THPC_BUILD=build-gpu DEVICE=cuda RUNS=1 PYTHON=python3 CANDIDATE="$decode_candidate" \
-    GPU_WORKERS="${GPU_WORKERS:-2}" \
+    GPU_WORKERS="${GPU_WORKERS:-2}" PROFILE="${DECODE_PROFILE:-int8}" \
     bash bench/decode_vs_ctranslate2.sh "$checkpoints/eval/average_last5.h5" 3003 2>&1 |
     tee "$LOGS/newstest_decode_vs_ctranslate2.txt" | grep -E "^(decode_vs_ctranslate2|CTranslate2|ctranslate2 runs|run )|Loaded cuBLAS"
   sed -n '/^ours, profiled/,/^total (the batch)/p;/^ours in int8, profiled/,/^total (the batch)/p;/^ours in int8 with --gpu-workers/,/^device idle/p;/^ours with --cuda-kernels/,/^total (the batch)/p;/^ours in int8 with --cuda-kernels/,/^total (the batch)/p' \
