@@ -425,8 +425,10 @@ TEST(CapturedDecodingSteps, PaddedStepsTranslateAsUnpaddedInFewShapes) {
     auto inner = make_cpu_backend(DType::F32);
     CapturingBackend capturing(*inner);
     Transformer::CaptureCounts plain_counts, captured_counts;
-    const auto plain = test::run_two_searches_ending_apart(*plain_backend, c, filter, plain_counts);
-    const auto captured = test::run_two_searches_ending_apart(capturing, c, filter, captured_counts);
+    const auto plain =
+        test::run_two_searches_ending_apart(*plain_backend, c, filter, plain_counts);
+    const auto captured =
+        test::run_two_searches_ending_apart(capturing, c, filter, captured_counts);
     // A score is a sum of at most 14 float log-probabilities, each within a few float
     // ulp (~1e-6 here) of the unpadded one: 1e-5 absolute, and 1e-6 of the score.
     test::expect_same_hypotheses_near(captured, plain, 1e-6);

@@ -616,7 +616,8 @@ TEST(CudaCandidateStepGraphs, PaddedDecodingTracksUnpaddedInFewShapes) {
     SCOPED_TRACE(dtype_name(dtype));
     GraphBackends plain(dtype, kNoCandidates), graphs(dtype, kStepGraphs);
     Transformer::CaptureCounts plain_counts, captured_counts;
-    const auto expected = test::run_two_searches_ending_apart(plain.use(), c, &no_eos, plain_counts);
+    const auto expected =
+        test::run_two_searches_ending_apart(plain.use(), c, &no_eos, plain_counts);
     const auto captured =
         test::run_two_searches_ending_apart(graphs.use(), c, &no_eos, captured_counts);
     if (dtype == DType::F32) test::expect_same_hypotheses_near(captured, expected, 1e-5);
