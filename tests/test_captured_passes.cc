@@ -18,6 +18,7 @@
 #include "decode/compute_type.h"
 #include "kernels/capturing_backend.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/forwarding_backend.h"
 #include "kernels/cpu/int8_backend.h"
 #include "kernels/cpu/int8_matmul.h"
 #include "model/capture_schedule.h"
@@ -485,6 +486,40 @@ TEST(CapturedDecodingSteps, BatchesOfNearbyLengthsReplayEachOthersSteps) {
   EXPECT_GT(captured_counts.captures, 0);
   EXPECT_LE(captured_counts.captures, 5);
   EXPECT_EQ(captured_counts.refused, 0) << capturing.last_refusal();
+}
+
+// Where steps are captured, a step's best tokens are ranked inside its graph and read back
+// with their values in one download (Transformer::decode_step_best_tokens): the device
+// waits for the host once a step, where the uncaptured step downloads the values and the
+// tokens apart. Counted by a backend beneath the stand-in over the same two searches: half
+// the downloads, and the same hypotheses bit for bit.
+class CountingDownloads final : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  void download(void* host, Tensor src) override {
+    ++downloads;
+    inner().download(host, src);
+  }
+  void download_ids(int32_t* host, const int32_t* src, int64_t count) override {
+    ++downloads;
+    inner().download_ids(host, src, count);
+  }
+  int downloads = 0;
+};
+
+TEST(CapturedDecodingSteps, ACapturedStepReadsItsBestTokensBackInOneDownload) {
+  const ModelConfig c = decoding_model();
+  auto plain_cpu = make_cpu_backend(DType::F32);
+  auto captured_cpu = make_cpu_backend(DType::F32);
+  CountingDownloads plain(*plain_cpu), beneath(*captured_cpu);
+  CapturingBackend capturing(beneath);
+  Transformer::CaptureCounts plain_counts, captured_counts;
+  const auto expected = test::run_two_beam_searches(plain, c, plain_counts);
+  const auto captured = test::run_two_beam_searches(capturing, c, captured_counts);
+  test::expect_same_hypotheses(captured, expected);
+  EXPECT_GT(captured_counts.replays, captured_counts.captures);
+  EXPECT_GT(beneath.downloads, 0);
+  EXPECT_EQ(plain.downloads, 2 * beneath.downloads);
 }
 
 }  // namespace

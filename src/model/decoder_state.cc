@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <utility>
 
@@ -26,7 +27,7 @@ DecoderState::~DecoderState() {
     backend_.free(cache.self_kv);
     backend_.free(cache.cross_kv);
   }
-  for (IdBuffer* b : {&step_.uploaded, &source_lengths_, &best_columns_}) {
+  for (IdBuffer* b : {&step_.uploaded, &source_lengths_, &best_columns_, &best_packed_}) {
     backend_.free_ids(b->ids);
   }
 }
@@ -214,6 +215,11 @@ void Transformer::begin_decoding(DecoderState& state, const std::vector<int>& so
 }
 
 Tensor Transformer::decode_step(DecoderState& state, const std::vector<int32_t>& tokens) {
+  return run_decode_step(state, tokens, nullptr);
+}
+
+Tensor Transformer::run_decode_step(DecoderState& state, const std::vector<int32_t>& tokens,
+                                    const StepBestTokens* best) {
   State& s = *state_;
   const int position = state.positions();
   state.plan_step(tokens);
@@ -221,8 +227,12 @@ Tensor Transformer::decode_step(DecoderState& state, const std::vector<int32_t>&
   Tensor logits;
   if (!backend_.can_capture()) {
     logits = queue_decode_step(state, position, false);
+    if (best != nullptr) {
+      backend_.row_top_k(best->values, best->columns, logits, state.hypotheses(), vocab_, best->k,
+                         ids_.pad, ids_.bos);
+    }
   } else {
-    logits = captured_decode_step(state, position);
+    logits = captured_decode_step(state, position, best);
   }
   state.positions_ = position + 1;
   return logits;
@@ -235,13 +245,15 @@ Tensor Transformer::decode_step(DecoderState& state, const std::vector<int32_t>&
 // everything else it reads is in the plan's upload, the caches or the arena, the same
 // places for every step of a shape. After a replay the arena is put back where the
 // captured step left it: what follows (row_top_k's outputs) takes from there.
-Tensor Transformer::captured_decode_step(DecoderState& state, int position) {
+Tensor Transformer::captured_decode_step(DecoderState& state, int position,
+                                         const StepBestTokens* best) {
   State& s = *state_;
   const DecoderState::StepPlan& plan = state.step_;
   CapturedDecodeStep& step = lru_entry(
       captured_decode_steps_,
       CapturedDecodeKey{&state, state.hypotheses(), plan.slots, state.sentences_,
-                        state.source_len_, state.max_len(), plan.every_slot_filled});
+                        state.source_len_, state.max_len(), plan.every_slot_filled,
+                        best != nullptr ? best->k : 0});
   Tensor logits;
   const CaptureRun run = run_capturable(
       step, [] {},  // the step arena was reset before: nothing to give back
@@ -249,6 +261,11 @@ Tensor Transformer::captured_decode_step(DecoderState& state, int position) {
         // An uncaptured run after a refused capture starts from the arena's start again.
         if (!captured) s.step_arena.reset();
         logits = queue_decode_step(state, position, captured);
+        // The best tokens in the same graph: one launch a step less.
+        if (best != nullptr) {
+          backend_.row_top_k(best->values, best->columns, logits, state.hypotheses(), vocab_,
+                             best->k, ids_.pad, ids_.bos);
+        }
       });
   switch (run) {
     case CaptureRun::kReplayed:
@@ -333,6 +350,29 @@ void Transformer::decode_step_best_tokens(DecoderState& state,
                                           std::vector<float>& values,
                                           std::vector<int32_t>& best_tokens) {
   State& s = *state_;
+  if (backend_.can_capture() && backend_.param_dtype() == DType::F32) {
+    // Where steps are captured (a GPU with step_graphs): the top-k in the step's graph,
+    // its values and columns in one buffer (the columns from a 256-byte boundary), read
+    // back by one download: the device waits for the host once a step, not twice. The
+    // buffer is sized before the step, so a replay finds it where its capture left it.
+    const int64_t count = int64_t(tokens.size()) * k;
+    const int64_t columns_at = (count + 63) / 64 * 64;
+    ensure_id_capacity(backend_, state.best_packed_, columns_at + count);
+    StepBestTokens best;
+    best.k = k;
+    best.values.data = state.best_packed_.ids;
+    best.values.dtype = DType::F32;
+    best.values.numel = count;
+    best.columns = state.best_packed_.ids + columns_at;
+    run_decode_step(state, tokens, &best);
+    state.best_host_.resize(static_cast<size_t>(columns_at + count));
+    backend_.download_ids(state.best_host_.data(), state.best_packed_.ids, columns_at + count);
+    values.resize(static_cast<size_t>(count));
+    std::memcpy(values.data(), state.best_host_.data(), sizeof(float) * values.size());
+    best_tokens.assign(state.best_host_.begin() + columns_at,
+                       state.best_host_.begin() + columns_at + count);
+    return;
+  }
   const Tensor rows = decode_step(state, tokens);
   const int H = state.hypotheses();
   // Ranked where the log-probabilities are (on the GPU: the device), so only [H, k]

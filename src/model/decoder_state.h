@@ -122,6 +122,10 @@ class DecoderState {
   } step_;
   model_detail::IdBuffer source_lengths_;   // [sentences]: the cross-attention's key lengths
   model_detail::IdBuffer best_columns_;     // row_top_k's output columns [H, k]
+  // Where steps are captured: row_top_k's values (as floats) and columns in one buffer,
+  // and its host copy (Transformer::decode_step_best_tokens).
+  model_detail::IdBuffer best_packed_;
+  std::vector<int32_t> best_host_;
 };
 
 }  // namespace thpc

@@ -252,11 +252,19 @@ class Transformer {
     const DecoderState* state;
     int hypotheses, slots, sentences, source_len, max_len;
     bool every_slot_filled;
+    int best_k;  // the top-k queued with the step (decode_step_best_tokens), 0: none
     bool operator==(const CapturedDecodeKey& o) const {
       return state == o.state && hypotheses == o.hypotheses && slots == o.slots &&
              sentences == o.sentences && source_len == o.source_len && max_len == o.max_len &&
-             every_slot_filled == o.every_slot_filled;
+             every_slot_filled == o.every_slot_filled && best_k == o.best_k;
     }
+  };
+  // A decoding step's best tokens queued right after it (Backend::row_top_k), inside its
+  // capture where it is captured: `k` of each row into `values` [H, k] and `columns`.
+  struct StepBestTokens {
+    int k = 0;
+    Tensor values;
+    int32_t* columns = nullptr;
   };
   struct CapturedDecodeStep : Captured<CapturedDecodeKey> {
     Tensor logits;           // where the captured step leaves its log-probabilities
@@ -280,7 +288,10 @@ class Transformer {
   // row copied from the uploaded index, as a captured step must), and the same through a
   // capture.
   Tensor queue_decode_step(DecoderState& state, int position, bool position_from_plan);
-  Tensor captured_decode_step(DecoderState& state, int position);
+  Tensor captured_decode_step(DecoderState& state, int position, const StepBestTokens* best);
+  // decode_step, and with `best` its best tokens queued after it (in its capture).
+  Tensor run_decode_step(DecoderState& state, const std::vector<int32_t>& tokens,
+                         const StepBestTokens* best);
   bool lookups_summed_apart() const;
   void forward_encoder(bool train, const DropoutContext& dropout,
                        EncoderActivations keep = EncoderActivations::kAll);
