@@ -71,7 +71,9 @@
 # their own streams too), in batches of 32, bf16/fp16 and int8/int8_float16; the line adds
 # gpu_workers=N ours_bf16_b32_wN_tok_s=.. ours_int8_b32_wN_tok_s=.. ct2_fp16_b32_wN_tok_s=..
 # ct2_int8_float16_b32_wN_tok_s=.. ratio_fp16_b32_wN=.. gpu_quant_vs_ct2_int8_wN=..
-# workers_same_lines=K/L (ours with N workers against one, first run: the same batches),
+# workers_same_lines=K/L (ours with N workers against one, first run: the same batches;
+# ours' time then holds the other workers' set-up, a CUDA context's handles and a model
+# copy each, which the empty run it is less does not make: against ours, not for it),
 # and a profiled int8 run says how long the device had no worker's op in flight; with
 # CANDIDATE, ours in int8 with both (ours_int8_candidate_b32_wN_tok_s=..
 # gpu_quant_candidate_vs_ct2_int8_wN=..), profiled too.
@@ -86,7 +88,7 @@
 # and bench/slim_wheel.py). THPC_BUILD names the build directory (default build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 1 ] || { sed -n '2,86p' "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,88p' "$0" >&2; exit 2; }
 checkpoint=$1
 device=${DEVICE:-cpu}
 case $device in
