@@ -77,17 +77,11 @@ void padded_step_rows(const std::vector<int>& parent, const std::vector<int>& so
     const int source = previous_source_of[h];
     if (sentence_rows[source] != 0) continue;  // unfinished, or taken already
     sentence_rows[source] = -1;
-    int count = 0;  // its previous rows, from h on (h is its first)
-    for (size_t r = h; r < previous_source_of.size(); ++r) count += previous_source_of[r] == source;
-    for (int k = 0; k < slots; ++k) {
-      int wanted = k % count;
-      for (size_t r = h; r < previous_source_of.size(); ++r) {
-        if (previous_source_of[r] == source && wanted-- == 0) {
-          padded_parent.push_back(static_cast<int>(r));
-          break;
-        }
-      }
+    std::vector<int> rows;  // its previous rows (h is its first), continued in turn
+    for (size_t r = h; r < previous_source_of.size(); ++r) {
+      if (previous_source_of[r] == source) rows.push_back(static_cast<int>(r));
     }
+    for (int k = 0; k < slots; ++k) padded_parent.push_back(rows[k % rows.size()]);
     ++added;
   }
 }

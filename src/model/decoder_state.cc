@@ -226,11 +226,7 @@ Tensor Transformer::run_decode_step(DecoderState& state, const std::vector<int32
   s.step_arena.reset();
   Tensor logits;
   if (!backend_.can_capture()) {
-    logits = queue_decode_step(state, position, false);
-    if (best != nullptr) {
-      backend_.row_top_k(best->values, best->columns, logits, state.hypotheses(), vocab_, best->k,
-                         ids_.pad, ids_.bos);
-    }
+    logits = queue_decode_step(state, position, false, best);
   } else {
     logits = captured_decode_step(state, position, best);
   }
@@ -260,12 +256,7 @@ Tensor Transformer::captured_decode_step(DecoderState& state, int position,
       [&](bool captured) {
         // An uncaptured run after a refused capture starts from the arena's start again.
         if (!captured) s.step_arena.reset();
-        logits = queue_decode_step(state, position, captured);
-        // The best tokens in the same graph: one launch a step less.
-        if (best != nullptr) {
-          backend_.row_top_k(best->values, best->columns, logits, state.hypotheses(), vocab_,
-                             best->k, ids_.pad, ids_.bos);
-        }
+        logits = queue_decode_step(state, position, captured, best);
       });
   switch (run) {
     case CaptureRun::kReplayed:
@@ -283,8 +274,11 @@ Tensor Transformer::captured_decode_step(DecoderState& state, int position,
 
 // The decoder at `position` over the plan the step uploaded. position_from_plan: the
 // position table's row copied from the plan's `position` index (a captured step, whose
-// work must not depend on the host's position); else read at its offset.
-Tensor Transformer::queue_decode_step(DecoderState& state, int position, bool position_from_plan) {
+// work must not depend on the host's position); else read at its offset. With `best`,
+// the best tokens of each row after it (in a captured step's graph: one launch a step
+// less).
+Tensor Transformer::queue_decode_step(DecoderState& state, int position, bool position_from_plan,
+                                      const StepBestTokens* best) {
   State& s = *state_;
   Sublayers sub = sublayers_for(backend_, config_);
   const int H = state.hypotheses();
@@ -336,6 +330,10 @@ Tensor Transformer::queue_decode_step(DecoderState& state, int position, bool po
   }
   Tensor logits = vocabulary_logits(arena, in.normed, H);
   backend_.log_softmax(logits, logits, H, vocab_);
+  if (best != nullptr) {
+    backend_.row_top_k(best->values, best->columns, logits, H, vocab_, best->k, ids_.pad,
+                       ids_.bos);
+  }
   return logits;
 }
 

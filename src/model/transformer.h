@@ -285,9 +285,10 @@ class Transformer {
                             const std::function<void(bool captured)>& queue);
   void forget_pass_views();
   // decode_step's work after its plan's upload (position_from_plan: the position table's
-  // row copied from the uploaded index, as a captured step must), and the same through a
-  // capture.
-  Tensor queue_decode_step(DecoderState& state, int position, bool position_from_plan);
+  // row copied from the uploaded index, as a captured step must; with `best`, its best
+  // tokens after it), and the same through a capture.
+  Tensor queue_decode_step(DecoderState& state, int position, bool position_from_plan,
+                           const StepBestTokens* best);
   Tensor captured_decode_step(DecoderState& state, int position, const StepBestTokens* best);
   // decode_step, and with `best` its best tokens queued after it (in its capture).
   Tensor run_decode_step(DecoderState& state, const std::vector<int32_t>& tokens,
