@@ -6,11 +6,15 @@
 # every step's time logged. A step's excess is its time minus the median step's; a
 # checkpoint's stall is the excess of all steps (the first, the warm-up, left out) divided
 # by the checkpoints written before the last step. Ends with one line:
-#   checkpoint_stall: backend=cpu threads=1 tokens=200 file_mb=756.7 step_ms=970.3 stall_in_step_s=3.21 stall_beside_s=1.05 ratio=3.06
-# (ratio = stall_in_step_s / stall_beside_s: how many times less a checkpoint costs).
+#   checkpoint_stall: backend=cpu threads=1 tokens=200 file_mb=756.7 step_ms=970.3 stall_in_step_s=3.21 stall_beside_s=1.05 ratio=3.06 copy_in_step_s=0.29 copy_beside_s=0.08
+# (ratio = stall_in_step_s / stall_beside_s: how many times less a checkpoint costs;
+# copy_*_s: the median of the checkpoint lines' "copy N s", what the step waited for to
+# copy the state out).
 # BACKEND=cuda measures the GPU's; THREADS is train.threads on the CPU (0 = every core:
-# the writer's hashing then competes with the step's own threads). Writes under WORK
-# (default build/checkpoint_stall).
+# the writer's hashing then competes with the step's own threads). CANDIDATE (e.g.
+# pinned_snapshot: the state copied into pinned memory on the GPU's stream, not waited
+# for) adds a third run, beside training with train.cuda_kernels=CANDIDATE, and the
+# field stall_candidate_s. Writes under WORK (default build/checkpoint_stall).
 #
 #   bash bench/checkpoint_stall.sh
 set -euo pipefail
@@ -25,37 +29,52 @@ WORK=${WORK:-build/checkpoint_stall}
 mkdir -p "$WORK"
 # input/base.ini reads WMT14 shards; the synthetic task has the same model and vocabulary.
 sed 's/^dir = .*/dir =/' input/base.ini > "$WORK/base_synthetic.ini"
-for background in false true; do
-  rm -rf "$WORK/ck_$background"
+CANDIDATE=${CANDIDATE:-}
+runs=(in_step beside)
+[ -n "$CANDIDATE" ] && runs+=(candidate)
+for run in "${runs[@]}"; do
+  background=true kernels=verified
+  [ "$run" = in_step ] && background=false
+  [ "$run" = candidate ] && kernels=$CANDIDATE
+  rm -rf "$WORK/ck_$run"
   "$BUILD/transformer_hpc" "$WORK/base_synthetic.ini" --data.synthetic_vocab=37000 \
-    --train.backend="$BACKEND" --train.threads="$THREADS" --train.max_steps="$STEPS" \
+    --train.backend="$BACKEND" --train.cuda_kernels="$kernels" \
+    --train.threads="$THREADS" --train.max_steps="$STEPS" \
     --train.tokens_per_step="$TOKENS" --train.log_every=1 --train.valid_every=0 \
     --train.max_minutes=0 --checkpoint.minutes=0 --checkpoint.every_steps="$EVERY" \
     --checkpoint.keep=2 --checkpoint.average_last=0 \
-    --checkpoint.background_write="$background" --checkpoint.dir="$WORK/ck_$background" \
-    > "$WORK/$background.log" 2>&1 || { cat "$WORK/$background.log" >&2; exit 1; }
+    --checkpoint.background_write="$background" --checkpoint.dir="$WORK/ck_$run" \
+    > "$WORK/$run.log" 2>&1 || { cat "$WORK/$run.log" >&2; exit 1; }
 done
-python3 - "$WORK" "$BACKEND" "$THREADS" "$TOKENS" "$STEPS" "$EVERY" <<'EOF'
+python3 - "$WORK" "$BACKEND" "$THREADS" "$TOKENS" "$STEPS" "$EVERY" "${runs[@]}" <<'EOF'
 import re, statistics, sys
-work, backend, threads, tokens, steps, every = sys.argv[1:]
+work, backend, threads, tokens, steps, every = sys.argv[1:7]
+runs = sys.argv[7:]
 steps, every = int(steps), int(every)
 checkpoints = (steps - 1) // every  # those written before the last step
 result = {}
-for background in ("false", "true"):
-    log = open(f"{work}/{background}.log").read()
+for run in runs:
+    log = open(f"{work}/{run}.log").read()
     ms = [float(m) for m in re.findall(r"^step \d+/\d+ .*\| ms/step ([0-9.]+)", log, re.M)]
-    assert len(ms) == steps, f"{background}: {len(ms)} steps logged, {steps} expected"
+    assert len(ms) == steps, f"{run}: {len(ms)} steps logged, {steps} expected"
     timed = ms[1:]
     median = statistics.median(timed)
     excess = sum(t - median for t in timed) / 1000.0
     size = re.search(r"^checkpoint \S+ \(([0-9.]+) MB", log, re.M).group(1)
-    result[background] = (median, excess / checkpoints, size)
-    print(f"background_write={background}: median step {median:.1f} ms, "
+    # What the step waited for to copy the state out, as the checkpoint lines say: the
+    # median over the checkpoints (the first of a run beside training also makes its
+    # kept buffer), steadier than the steps' excess on a noisy machine.
+    copies = [float(c) for c in re.findall(r"^checkpoint \S+ \(.* copy ([0-9.]+) s", log, re.M)]
+    result[run] = (median, excess / checkpoints, size, statistics.median(copies))
+    print(f"{run}: median step {median:.1f} ms, "
           f"steps {' '.join(f'{t:.0f}' for t in ms)} ms")
-step_ms = result["false"][0]
-in_step, beside = result["false"][1], result["true"][1]
+step_ms = result["in_step"][0]
+in_step, beside = result["in_step"][1], result["beside"][1]
 ratio = in_step / beside if beside > 0 else float("inf")
+candidate = (f" stall_candidate_s={result['candidate'][1]:.2f}"
+             f" copy_candidate_s={result['candidate'][3]:.2f}" if "candidate" in result else "")
 print(f"checkpoint_stall: backend={backend} threads={threads} tokens={tokens} "
-      f"file_mb={result['false'][2]} step_ms={step_ms:.1f} stall_in_step_s={in_step:.2f} "
-      f"stall_beside_s={beside:.2f} ratio={ratio:.2f}")
+      f"file_mb={result['in_step'][2]} step_ms={step_ms:.1f} stall_in_step_s={in_step:.2f} "
+      f"stall_beside_s={beside:.2f} ratio={ratio:.2f} copy_in_step_s={result['in_step'][3]:.2f} "
+      f"copy_beside_s={result['beside'][3]:.2f}{candidate}")
 EOF

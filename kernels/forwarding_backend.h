@@ -39,6 +39,9 @@ class ForwardingBackend : public Backend {
   void use_on_this_thread() override { inner_.use_on_this_thread(); }
   int64_t peak_memory_bytes() const override { return inner_.peak_memory_bytes(); }
   std::unique_ptr<WorkClock> make_work_clock() override { return inner_.make_work_clock(); }
+  std::unique_ptr<HostStaging> make_host_staging(int64_t floats) override {
+    return inner_.make_host_staging(floats);
+  }
   bool fused_ops_by_default() const override { return inner_.fused_ops_by_default(); }
   int64_t relu_mask_words(int rows, int n) const override {
     return inner_.relu_mask_words(rows, n);

@@ -67,7 +67,8 @@ bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
       {"fused_attention", kFusedAttention},
       {"step_graphs", kStepGraphs},
       {"vector_norms", kVectorNorms},
-      {"relu_masks", kReluMasks}};
+      {"relu_masks", kReluMasks},
+      {"pinned_snapshot", kPinnedSnapshot}};
   // Former candidates, the default since their GPU run: a configuration or checkpoint
   // that names them (one trained with them before that) still loads, naming nothing.
   static const std::vector<std::string> kRetired = {
@@ -146,6 +147,36 @@ class SteadyWorkClock final : public WorkClock {
 };
 
 }  // namespace
+
+namespace {
+
+// The HostStaging of a backend that copies to the host synchronously (the default).
+class DownloadingHostStaging final : public HostStaging {
+ public:
+  DownloadingHostStaging(Backend& backend, int64_t floats)
+      : backend_(backend), floats_(static_cast<size_t>(floats)) {}
+  int64_t floats() const override { return static_cast<int64_t>(floats_.size()); }
+  void queue_download(int64_t offset, Tensor src) override {
+    THPC_CHECK(src.dtype == DType::F32, "a staged copy of a " << dtype_name(src.dtype)
+                                                                << " tensor (fp32 only)");
+    THPC_CHECK(offset >= 0 && offset + src.numel <= floats(),
+               "a staged copy of " << src.numel << " floats at " << offset << " into "
+                                   << floats());
+    backend_.download(floats_.data() + offset, src);
+  }
+  const float* wait() override { return floats_.data(); }
+
+ private:
+  Backend& backend_;
+  std::vector<float> floats_;
+};
+
+}  // namespace
+
+std::unique_ptr<HostStaging> Backend::make_host_staging(int64_t floats) {
+  THPC_CHECK(floats >= 0, "host staging of " << floats << " floats");
+  return std::make_unique<DownloadingHostStaging>(*this, floats);
+}
 
 std::unique_ptr<WorkClock> Backend::make_work_clock() {
   return std::make_unique<SteadyWorkClock>();

@@ -140,7 +140,9 @@ enum class GradStore { kAdd, kWrite };
 // and applied by its second layer's input-gradient GEMM, DRELU, instead of
 // relu_bias_backward's pass over [rows, d_ff]; issue 51's bias+ReLU, 1.23 of the H200's
 // 32 profiled ms), whose twin's tolerance at the ReLU's kink was corrected after the same
-// window.
+// window; and pinned_snapshot (a checkpoint's state copied into pinned host memory on the
+// stream, the host not waiting: Backend::make_host_staging; issue 51's 0.96 s stall a
+// base checkpoint, 2026-11-30).
 // The former ones are the default since their GPU run: write_gradients, short_attention
 // (H100, 2026-11-26), gathered_attention (H100, 2026-11-27), async_upload, step_totals,
 // int8_products, fused_adam (H200, 2026-11-29; Context::candidate_kernel no longer asks).
@@ -150,7 +152,8 @@ enum CandidateKernels : unsigned {
   kStepGraphs = 1u << 4,
   kVectorNorms = 1u << 5,
   kReluMasks = 1u << 7,
-  kAllCandidates = kFusedAttention | kStepGraphs | kVectorNorms | kReluMasks,
+  kPinnedSnapshot = 1u << 8,
+  kAllCandidates = kFusedAttention | kStepGraphs | kVectorNorms | kReluMasks | kPinnedSnapshot,
 };
 
 // The candidate set a train.cuda_kernels value names: "verified" (none), "candidate"
@@ -262,6 +265,26 @@ class CapturedWork {
   virtual bool replay() = 0;
 };
 
+// Host memory a backend's fp32 tensors are copied into without the host waiting for the
+// copies (Backend::make_host_staging), read later, perhaps by another thread: a
+// checkpoint's snapshot, which training waited for whole (issue 51: a 757 MB base
+// snapshot held the H200's steps 0.96 s; most of it the host faulting in fresh pages and
+// copying from pageable memory). Made once and reused, so that its pages are the
+// process's already.
+class HostStaging {
+ public:
+  virtual ~HostStaging() = default;
+  // The capacity, in floats.
+  virtual int64_t floats() const = 0;
+  // Queues the copy of the fp32 tensor `src` into floats [offset, offset + src.numel):
+  // after the backend's work queued so far, before the work queued after (so it holds
+  // `src` as that work left it). May return before the copy has landed.
+  virtual void queue_download(int64_t offset, Tensor src) = 0;
+  // Waits until every copy queued so far has landed, then returns the floats. Callable
+  // from any thread; no copy may be queued until the caller is done reading.
+  virtual const float* wait() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -305,6 +328,11 @@ class Backend {
   // for a synchronous backend (the CPU's: an op's work is done when its call returns); a
   // GPU backend records events on its stream instead.
   virtual std::unique_ptr<WorkClock> make_work_clock();
+  // Host memory of `floats` floats that this backend's fp32 tensors can be copied into
+  // beside its work (HostStaging). Here synchronous: each queue_download is download()
+  // into a host buffer, so the copy is done when it returns; the CUDA backend with the
+  // candidate pinned_snapshot copies into pinned memory on its stream, without a wait.
+  virtual std::unique_ptr<HostStaging> make_host_staging(int64_t floats);
 
   // ---- what the attention ops save and read ----------------------------------------
   // The element count of attention_forward's `saved` (the probabilities

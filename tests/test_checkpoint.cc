@@ -28,6 +28,8 @@
 #include "common/error.h"
 #include "config/config.h"
 #include "data/synthetic.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "model/checkpoint_params.h"
 #include "train/stop_request.h"
 #include "train/trainer.h"
 #include "decode_oracles.h"
@@ -304,6 +306,80 @@ TEST_F(CheckpointTest, ABackgroundWriteHoldsWhatTheStepWouldHaveWritten) {
       EXPECT_EQ(written.adam_v[t].values, expected.adam_v[t].values) << written.adam_v[t].name;
     }
   }
+}
+
+// A HostStaging whose copies land only when waited for, as a GPU's DMA does after the
+// host has queued it: before wait(), its memory holds NaN; each copy holds its tensor as
+// it was when queued (the backend's order), whatever happens to the tensor after.
+class LandingOnWaitStaging final : public HostStaging {
+ public:
+  LandingOnWaitStaging(Backend& backend, int64_t floats)
+      : backend_(backend), queued_(floats, NAN), visible_(floats, NAN) {}
+  int64_t floats() const override { return static_cast<int64_t>(visible_.size()); }
+  void queue_download(int64_t offset, Tensor src) override {
+    ASSERT_LE(offset + src.numel, floats());
+    backend_.download(queued_.data() + offset, src);
+    ++queued_copies_;
+  }
+  const float* wait() override {
+    visible_ = queued_;
+    ++waits_;
+    return visible_.data();
+  }
+  int queued_copies_ = 0;
+  int waits_ = 0;
+
+ private:
+  Backend& backend_;
+  std::vector<float> queued_, visible_;
+};
+
+// StagedNamedBuffers (Trainer::staged_snapshot's state, with checkpoint.background_write)
+// gives what gather_named gives at the moment of queuing, bit for bit, though the tensors
+// change before it is read and the copies land only when waited for; the staging is
+// checked for room and the buffers for their layout.
+TEST(StagedSnapshot, NamesTheValuesTheBuffersHeldWhenQueued) {
+  auto backend = make_cpu_backend(DType::F32);
+  ParamStore store;
+  store.add("embed.weight", 7, 5, ParamInit::EmbeddingNormal);
+  store.add("layer.qkv.weight", 5, 15, ParamInit::XavierUniform, 5, 5);
+  store.add("layer.qkv.bias", 1, 15, ParamInit::Zeros);
+  store.add("norm.gamma", 1, 5, ParamInit::Ones);
+  store.allocate(*backend);
+  store.initialize(11);
+  Tensor moment = backend->alloc(DType::F32, store.buffer_numel());
+  std::vector<float> moment_values(store.buffer_numel());
+  for (size_t i = 0; i < moment_values.size(); ++i) moment_values[i] = 0.25f + 1e-3f * i;
+  backend->upload(moment, moment_values.data());
+  const std::vector<NamedTensor> params_then = gather_named(store, *backend, store.params());
+  const std::vector<NamedTensor> moment_then = gather_named(store, *backend, moment);
+
+  auto staging = std::make_shared<LandingOnWaitStaging>(*backend, 2 * store.buffer_numel());
+  const StagedNamedBuffers staged(store, staging, {store.params(), moment});
+  EXPECT_EQ(staging->queued_copies_, 2);
+  EXPECT_EQ(staging->waits_, 0);  // queuing waits for nothing
+  backend->zero(store.params());  // the next step's update, after the copies in order
+  backend->zero(moment);
+  expect_same_tensors(staged.named(0), params_then);
+  expect_same_tensors(staged.named(1), moment_then);
+  EXPECT_GE(staging->waits_, 1);
+  EXPECT_EQ(gather_named(store, *backend, moment)[0].values[0], 0.0f);  // it did change
+
+  const auto small = std::make_shared<LandingOnWaitStaging>(*backend, store.buffer_numel());
+  expect_error([&] { StagedNamedBuffers(store, small, {store.params(), moment}); },
+               {"staging for 2 buffers"});
+  Tensor shorter = backend->alloc(DType::F32, store.buffer_numel() - 1);
+  expect_error([&] { StagedNamedBuffers(store, staging, {shorter}); }, {"layout of"});
+  // The default staging (every backend's but the CUDA one's with pinned_snapshot):
+  // downloads at once, refuses what does not fit.
+  const std::shared_ptr<HostStaging> downloading =
+      backend->make_host_staging(store.buffer_numel());
+  backend->upload(moment, moment_values.data());
+  const StagedNamedBuffers copied(store, downloading, {moment});
+  expect_same_tensors(copied.named(0), moment_then);
+  expect_error([&] { downloading->queue_download(1, moment); }, {"floats at 1 into"});
+  backend->free(shorter);
+  backend->free(moment);
 }
 
 // A stop (SIGTERM, Slurm's warning) that comes while a checkpoint is being written waits

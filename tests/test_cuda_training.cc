@@ -13,6 +13,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <unistd.h>
@@ -25,12 +26,15 @@
 #include "decode_steps.h"
 #include "distributed/gradient_reducer.h"
 #include "kernels/capturing_backend.h"
+#include "model/checkpoint_params.h"
 #include "model/transformer.h"
 #include "train/trainer.h"
 
 #include "decode/beam_search.h"
 #include "decode/compute_type.h"
 #if THPC_HAVE_CUDA
+#include <cuda_runtime.h>
+
 #include "kernels/cpu/int8_backend.h"
 #include "kernels/cpu/int8_matmul.h"
 #include "kernels/cuda/int8_cuda_backend.h"
@@ -503,6 +507,86 @@ TEST(CudaTraining, MemcheckIsCleanOnAShortRun) {
   fs::remove_all(dir);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << output;
   EXPECT_NE(output.find("ERROR SUMMARY: 0 errors"), std::string::npos) << output;
+}
+
+// ---- the candidate pinned_snapshot: a checkpoint's state copied beside the steps ------
+
+// The candidate pinned_snapshot (PinnedHostStaging, kernels/cuda/cuda_backend.cu): the
+// state staged after step 2, two more steps queued before the copies are read, and read
+// from another thread (as the checkpoint's writer does), is step 2's, bit for bit: the
+// copies run on the stream in order, before the next update. The staging is pinned
+// memory (a DMA the host need not wait for). And two runs writing a checkpoint every
+// second step, one in the step and one beside training through the staging, write the
+// same files, fp32 and bf16. With THPC_TWIN_REHEARSAL=1 the CPU (whose staging downloads
+// at once) runs the test's logic. StagedSnapshot.* and CheckpointTest.ABackgroundWrite*
+// hold the host's part on the CPU.
+TEST(CudaCandidatePinnedSnapshot, AStagedStateIsItsStepsWhateverTheStepsQueuedAfter) {
+  THPC_REQUIRE_GPU();
+  const std::string backend = test::twin_rehearsal() ? "train.backend=cpu" : "train.backend=cuda";
+  for (const std::string precision : {"fp32", "bf16"}) {
+    SCOPED_TRACE(precision);
+    const fs::path dir = fs::temp_directory_path() /
+                         ("thpc_pinned_snapshot_" + std::to_string(getpid()) + precision);
+    const auto config = [&](const std::string& name, const std::string& background) {
+      return load_config(kTinyIni, {backend, "train.precision=" + precision,
+                   "train.cuda_kernels=pinned_snapshot", "train.max_steps=4",
+                   "train.valid_every=0", "checkpoint.minutes=0", "checkpoint.every_steps=2",
+                   "checkpoint.average_last=0", "checkpoint.background_write=" + background,
+                   "checkpoint.dir=" + (dir / name).string(),
+                   "train.metrics_dir=" + (dir / name).string()});
+    };
+    Trainer trainer(config("staged", "true"));
+    for (int step = 0; step < 2; ++step) trainer.step();
+    const Checkpoint expected = trainer.snapshot();
+    ParamStore& params = trainer.model().params();
+    const std::vector<NamedTensor> gradients_then =
+        gather_named(params, trainer.backend(), params.grads());
+    const std::shared_ptr<HostStaging> staging =
+        trainer.backend().make_host_staging(2 * params.buffer_numel());
+    const StagedNamedBuffers staged(params, staging, {params.params(), params.grads()});
+    for (int step = 0; step < 2; ++step) trainer.step();
+    std::vector<NamedTensor> staged_params, staged_gradients;
+    std::thread writer([&] {
+      staged_params = staged.named(0);
+      staged_gradients = staged.named(1);
+    });
+    writer.join();
+    ASSERT_EQ(staged_params.size(), expected.params.size());
+    for (size_t t = 0; t < staged_params.size(); ++t) {
+      EXPECT_EQ(staged_params[t].values, expected.params[t].values) << expected.params[t].name;
+      EXPECT_EQ(staged_gradients[t].values, gradients_then[t].values) << expected.params[t].name;
+    }
+    EXPECT_NE(trainer.snapshot().params[0].values, expected.params[0].values)
+        << "the steps after changed the parameters";
+#if THPC_HAVE_CUDA
+    if (!test::twin_rehearsal()) {
+      cudaPointerAttributes attributes{};
+      ASSERT_EQ(cudaPointerGetAttributes(&attributes, staging->wait()), cudaSuccess);
+      EXPECT_EQ(attributes.type, cudaMemoryTypeHost) << "the staging is not pinned memory";
+    }
+#endif
+
+    std::ostringstream beside_log, in_step_log;
+    Trainer beside(config("beside", "true"));
+    Trainer in_step(config("in_step", "false"));
+    ASSERT_EQ(beside.run(beside_log), RunEnd::Finished) << beside_log.str();
+    ASSERT_EQ(in_step.run(in_step_log), RunEnd::Finished) << in_step_log.str();
+    EXPECT_NE(beside_log.str().find("beside training)"), std::string::npos) << beside_log.str();
+    for (const int64_t step : {2, 4}) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      const Checkpoint written =
+          read_checkpoint((dir / "beside" / checkpoint_file_name(step)).string());
+      const Checkpoint wanted =
+          read_checkpoint((dir / "in_step" / checkpoint_file_name(step)).string());
+      ASSERT_EQ(written.params.size(), wanted.params.size());
+      for (size_t t = 0; t < written.params.size(); ++t) {
+        EXPECT_EQ(written.params[t].values, wanted.params[t].values) << wanted.params[t].name;
+        EXPECT_EQ(written.adam_m[t].values, wanted.adam_m[t].values) << wanted.adam_m[t].name;
+        EXPECT_EQ(written.adam_v[t].values, wanted.adam_v[t].values) << wanted.adam_v[t].name;
+      }
+    }
+    fs::remove_all(dir);
+  }
 }
 
 // ---- the candidate step_graphs: training passes captured into CUDA graphs -------------

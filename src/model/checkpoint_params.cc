@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
 
 #include "common/error.h"
 
@@ -49,6 +50,39 @@ std::vector<NamedTensor> gather_named(const ParamStore& store, Backend& backend,
     } else {
       backend.download(tensor.values.data(), part);
     }
+    named.push_back(std::move(tensor));
+  }
+  return named;
+}
+
+StagedNamedBuffers::StagedNamedBuffers(const ParamStore& store,
+                                       std::shared_ptr<HostStaging> staging,
+                                       const std::vector<Tensor>& buffers)
+    : entries_(store.entries()),
+      buffer_numel_(store.buffer_numel()),
+      buffers_(static_cast<int>(buffers.size())),
+      staging_(std::move(staging)) {
+  THPC_CHECK(staging_ != nullptr && staging_->floats() >= buffers_ * buffer_numel_,
+             "staging for " << buffers_ << " buffers of " << buffer_numel_ << " floats");
+  for (int i = 0; i < buffers_; ++i) {
+    THPC_CHECK(buffers[i].numel == buffer_numel_ && buffers[i].dtype == DType::F32,
+               "buffer " << i << ": " << buffers[i].numel << " " << dtype_name(buffers[i].dtype)
+                         << " elements, layout of " << buffer_numel_ << " fp32");
+    staging_->queue_download(i * buffer_numel_, buffers[i]);
+  }
+}
+
+std::vector<NamedTensor> StagedNamedBuffers::named(int index) const {
+  THPC_CHECK(index >= 0 && index < buffers_, "buffer " << index << " of " << buffers_);
+  const float* buffer = staging_->wait() + index * buffer_numel_;
+  std::vector<NamedTensor> named;
+  named.reserve(entries_.size());
+  for (const ParamEntry& entry : entries_) {
+    NamedTensor tensor;
+    tensor.name = entry.name;
+    tensor.rows = entry.rows;
+    tensor.cols = entry.cols;
+    tensor.values.assign(buffer + entry.offset, buffer + entry.offset + entry.numel());
     named.push_back(std::move(tensor));
   }
   return named;

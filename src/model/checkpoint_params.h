@@ -3,6 +3,7 @@
 // named tensors, and the check that a checkpoint's parameters are this model's.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,5 +33,27 @@ std::vector<NamedTensor> gather_named(const ParamStore& store, Backend& backend,
 // Throws thpc::Error naming `source` when a tensor is missing or shaped differently.
 void scatter_named(const std::vector<NamedTensor>& tensors, const ParamStore& store,
                    Backend& backend, Tensor buffer, const std::string& source);
+
+// Parameter-layout buffers (the parameters, the Adam moments) on their way to the host
+// through a HostStaging: the copies are queued at construction, without waiting for the
+// backend, and named() unpacks them, on whichever thread writes the checkpoint. What
+// gather_named gives, bit for bit, but the thread that queues pays only for queuing
+// (Trainer::save_completed_step with checkpoint.background_write).
+class StagedNamedBuffers {
+ public:
+  // Queues the copies of `buffers` (fp32, each of `store`'s layout) one after another into
+  // `staging`, which holds at least buffers.size() * store.buffer_numel() floats and must
+  // not be queued into again before the last named() call has returned.
+  StagedNamedBuffers(const ParamStore& store, std::shared_ptr<HostStaging> staging,
+                     const std::vector<Tensor>& buffers);
+  // Waits for the copies to land; then buffer `index`'s values by name.
+  std::vector<NamedTensor> named(int index) const;
+
+ private:
+  std::vector<ParamEntry> entries_;  // a copy: the store may be gone by the time of named()
+  int64_t buffer_numel_ = 0;
+  int buffers_ = 0;
+  std::shared_ptr<HostStaging> staging_;
+};
 
 }  // namespace thpc

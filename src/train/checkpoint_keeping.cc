@@ -32,14 +32,19 @@ std::chrono::milliseconds test_write_delay() {
   return std::chrono::milliseconds(delay);
 }
 
-// Writes `state` to `path` and prunes checkpoint.dir to `keep`; returns what to log: the
-// checkpoint's line (its size, the copy's and the write's seconds) and each removal.
-std::string write_and_prune(const std::string& path, const Checkpoint& state,
+// Completes `state` (`fill_state`, when given: a staged snapshot's parameters and
+// moments), writes it to `path` and prunes checkpoint.dir to `keep`; returns what to log:
+// the checkpoint's line (its size, the copy's and the write's seconds) and each removal.
+std::string write_and_prune(const std::string& path, Checkpoint& state,
+                            const std::function<void(Checkpoint&)>& fill_state,
                             double copy_seconds, const std::string& dir, int keep,
                             bool in_background) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
+  // The test hook's delay comes before the staged state is read, as a slow writer's
+  // would: the next snapshot must not reuse the staging before this write is done.
   if (in_background) std::this_thread::sleep_for(test_write_delay());
+  if (fill_state) fill_state(state);
   write_checkpoint(path, state);
   const double write_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   std::error_code error;
@@ -68,22 +73,25 @@ bool CheckpointKeeping::writes_in_background(std::string* note) const {
   return false;
 }
 
-std::string CheckpointKeeping::save(Checkpoint state, double copy_seconds, std::ostream& log) {
+std::string CheckpointKeeping::save(Checkpoint state, double copy_seconds, std::ostream& log,
+                                    std::function<void(Checkpoint&)> fill_state) {
   finish_write(log);  // one write at a time: the snapshot of each in memory, not more
   const std::string path =
       (std::filesystem::path(config_.checkpoint.dir) / checkpoint_file_name(state.step)).string();
   const std::string dir = config_.checkpoint.dir;
   const int keep = config_.checkpoint.keep;
   if (!writes_in_background()) {
-    log << write_and_prune(path, state, copy_seconds, dir, keep, false) << std::flush;
+    log << write_and_prune(path, state, fill_state, copy_seconds, dir, keep, false)
+        << std::flush;
     return path;
   }
   test_write_delay();  // read here: the environment is not read from the thread
   // The thread owns what it writes; the training thread goes on with its own state.
-  write_ = std::async(std::launch::async,
-                      [path, dir, keep, copy_seconds, state = std::move(state)] {
-                        return write_and_prune(path, state, copy_seconds, dir, keep, true);
-                      });
+  write_ = std::async(std::launch::async, [path, dir, keep, copy_seconds,
+                                           state = std::move(state),
+                                           fill_state = std::move(fill_state)]() mutable {
+    return write_and_prune(path, state, fill_state, copy_seconds, dir, keep, true);
+  });
   return path;
 }
 

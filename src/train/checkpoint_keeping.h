@@ -32,7 +32,11 @@ class CheckpointKeeping {
   // of the step here). Its line is logged, or its failure thrown, by the next
   // report_finished_write() or finish_write(). One write at a time: a save waits for the
   // one before it, and so does every other member that reads checkpoint.dir's step files.
-  std::string save(Checkpoint state, double copy_seconds, std::ostream& log);
+  //
+  // `fill_state`, when given, completes `state` before it is written (the parameters and
+  // moments of a staged snapshot, Trainer::staged_snapshot), on the writing thread.
+  std::string save(Checkpoint state, double copy_seconds, std::ostream& log,
+                   std::function<void(Checkpoint&)> fill_state = nullptr);
 
   // The end of a background write, when it has ended: logs its lines, or throws its
   // failure as a save in the step would have. Never waits.

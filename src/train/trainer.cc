@@ -347,6 +347,30 @@ int64_t test_stop_step() {
 
 Checkpoint Trainer::snapshot() const {
   const ParamStore& params = model_->params();
+  Checkpoint checkpoint = snapshot_without_state();
+  checkpoint.params = gather_named(params, *backend_, params.params());
+  checkpoint.adam_m = gather_named(params, *backend_, adam_->first_moment());
+  checkpoint.adam_v = gather_named(params, *backend_, adam_->second_moment());
+  return checkpoint;
+}
+
+Checkpoint Trainer::staged_snapshot(std::function<void(Checkpoint&)>& fill_state) {
+  const ParamStore& params = model_->params();
+  if (checkpoint_staging_ == nullptr) {
+    checkpoint_staging_ = backend_->make_host_staging(3 * params.buffer_numel());
+  }
+  const auto staged = std::make_shared<const StagedNamedBuffers>(
+      params, checkpoint_staging_,
+      std::vector<Tensor>{params.params(), adam_->first_moment(), adam_->second_moment()});
+  fill_state = [staged](Checkpoint& checkpoint) {
+    checkpoint.params = staged->named(0);
+    checkpoint.adam_m = staged->named(1);
+    checkpoint.adam_v = staged->named(2);
+  };
+  return snapshot_without_state();
+}
+
+Checkpoint Trainer::snapshot_without_state() const {
   Checkpoint checkpoint;
   checkpoint.step = completed_steps_;
   checkpoint.seed = config_.train.seed;
@@ -356,9 +380,6 @@ Checkpoint Trainer::snapshot() const {
   checkpoint.config_ini = config_.to_ini();
   // The vocabulary travels with the parameters, so that decoding needs only the file.
   if (const std::string* model = source_->spm_model()) checkpoint.spm_model = *model;
-  checkpoint.params = gather_named(params, *backend_, params.params());
-  checkpoint.adam_m = gather_named(params, *backend_, adam_->first_moment());
-  checkpoint.adam_v = gather_named(params, *backend_, adam_->second_moment());
   checkpoint.best_valid = best_valid_;
   checkpoint.run_id = run_id_;
   checkpoint.loss = checkpoint_loss_;
@@ -753,13 +774,21 @@ std::string Trainer::save_completed_step(RunProgress& run) {
   std::string path;
   if (comm_.is_root()) {
     // Copying the state out is what the other ranks wait for; the file is written beside
-    // training (checkpoint.background_write), or here.
+    // training (checkpoint.background_write), or here. Beside training the copy goes
+    // into a host buffer kept from one checkpoint to the next: a fresh one costs the
+    // host its page faults (a base snapshot, 757 MB: 0.48 s here against 0.08 s into
+    // pages already the process's), and on a GPU with pinned_snapshot the copy is queued
+    // and not waited for. The writer before must be done with that buffer.
+    const bool staged =
+        keeping_.writes_in_background() && backend_->param_dtype() == DType::F32;
+    if (staged) keeping_.finish_write(run.out);
     const auto start = std::chrono::steady_clock::now();
-    Checkpoint state = snapshot();
+    std::function<void(Checkpoint&)> fill_state;
+    Checkpoint state = staged ? staged_snapshot(fill_state) : snapshot();
     const double copy_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++checkpoints_written_;
-    path = keeping_.save(std::move(state), copy_seconds, run.out);
+    path = keeping_.save(std::move(state), copy_seconds, run.out, std::move(fill_state));
   }
   run.last_saved_step = completed_steps_;
   run.last_save = checkpoint_clock_();

@@ -132,6 +132,9 @@ class Trainer {
   std::unique_ptr<DivergenceDetector> detector_;
   std::unique_ptr<DivergenceHandling> divergence_handling_;  // train.divergence's policy
   CheckpointKeeping keeping_{config_};  // the files of checkpoint.dir
+  // Rank 0's host copy of the parameters and moments for a checkpoint written beside
+  // training (12 bytes a parameter), made at the first and reused (staged_snapshot).
+  std::shared_ptr<HostStaging> checkpoint_staging_;
   std::unique_ptr<RunLock> run_lock_;  // rank 0's, from start_up() to the end of run()
 
   // run()'s phases follow, in the order it takes them; RunProgress (run_progress.h) is
@@ -163,6 +166,13 @@ class Trainer {
   // Saves the completed step (rank 0 writes, and returns the path; every rank took part
   // in the decision that got here) and restarts checkpoint.minutes' clock.
   std::string save_completed_step(RunProgress& run);
+  // snapshot()'s state but for the parameters and Adam moments, whose copies are queued
+  // into checkpoint_staging_ (HostStaging: on a GPU with the candidate pinned_snapshot,
+  // without waiting) and put into the checkpoint by `fill_state`, called by the thread
+  // that writes it. The write before must have finished (the staging is reused).
+  Checkpoint staged_snapshot(std::function<void(Checkpoint&)>& fill_state);
+  // Everything snapshot() holds but the parameters and moments.
+  Checkpoint snapshot_without_state() const;
   // Saves, prints the summary and the "stopped:" line: the end of a run stopped by `signal`.
   RunEnd stop_by_signal(int signal, RunProgress& run);
   // True when checkpoint.patience or train.max_minutes ends training at this step (the
