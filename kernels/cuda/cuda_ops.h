@@ -8,8 +8,8 @@
 // tensors are all fp32 (Adam, the sum of squares, scaling) ignore T.
 // Parameter-side tensors that the op writes — weight gradients, layer-norm statistics,
 // Adam state — are always fp32 (float*), whatever T is: master weights, moments and
-// statistics stay in fp32 (docs/design.md, "Mixed precision"). The weights the GEMMs read are
-// the bf16 (or fp32) compute copy, type T.
+// statistics stay in fp32 (docs/design-model.md, "Mixed precision"). The weights the GEMMs read
+// are the bf16 (or fp32) compute copy, type T.
 //
 // One .cu file per op family, forward and backward side by side, each with its CPU twin
 // in kernels/cpu and a test against that twin in tests/kernels/<family>_test.cc:
