@@ -142,7 +142,10 @@ enum class GradStore { kAdd, kWrite };
 // 32 profiled ms), whose twin's tolerance at the ReLU's kink was corrected after the same
 // window; and pinned_snapshot (a checkpoint's state copied into pinned host memory on the
 // stream, the host not waiting: Backend::make_host_staging; issue 51's 0.96 s stall a
-// base checkpoint, 2026-11-30).
+// base checkpoint, 2026-11-30) and loss_rows_from_l2 (the loss's row kernel in blocks of
+// 512, two an SM, so that its second pass over a row reads it from L2 and not HBM: issue
+// 51's cross-entropy, 1.68 of the H200's 32 profiled ms; kernels/cuda/cross_entropy.cu,
+// 2026-11-30).
 // The former ones are the default since their GPU run: write_gradients, short_attention
 // (H100, 2026-11-26), gathered_attention (H100, 2026-11-27), async_upload, step_totals,
 // int8_products, fused_adam (H200, 2026-11-29; Context::candidate_kernel no longer asks).
@@ -153,7 +156,9 @@ enum CandidateKernels : unsigned {
   kVectorNorms = 1u << 5,
   kReluMasks = 1u << 7,
   kPinnedSnapshot = 1u << 8,
-  kAllCandidates = kFusedAttention | kStepGraphs | kVectorNorms | kReluMasks | kPinnedSnapshot,
+  kLossRowsFromL2 = 1u << 9,
+  kAllCandidates = kFusedAttention | kStepGraphs | kVectorNorms | kReluMasks | kPinnedSnapshot |
+                   kLossRowsFromL2,
 };
 
 // The candidate set a train.cuda_kernels value names: "verified" (none), "candidate"

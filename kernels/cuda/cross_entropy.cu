@@ -18,10 +18,12 @@
 // in double in a fixed order; no atomics. The result (and the first bad target, if any)
 // comes back through one copy into pinned memory and a stream synchronisation.
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 
 #include "common/error.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_util.cuh"
@@ -30,7 +32,21 @@ namespace thpc::cuda {
 namespace {
 
 constexpr int kThreads = 256;  // per row block
-constexpr int kWarps = kThreads / kWarp;
+// The candidate loss_rows_from_l2's blocks (2026-11-30, not yet run on a GPU). Why: the
+// H200's base profile gave the loss 1.68 ms for [25,000 x 37,000] bf16 logits, whose
+// floor is one read and one write (3.7 GB: 0.77 ms at 4.8 TB/s). Pass 2 rereads each row
+// "mostly from L2", but the vectorised kernel takes 64 registers a thread (ptxas, sm_90),
+// so an SM holds four blocks of 256, and 528 rows of 74 KB are in flight on 132 SMs: 39
+// MB, while the gradient written meanwhile (as many bytes as read) passes through the
+// same 50 MB of L2: much of the second read goes to HBM again (all of it: 5.55 GB, 1.16
+// ms at the full 4.8 TB/s, ~1.4 at what kernels reach). Blocks of 512 threads, two an SM
+// (56 registers), keep 264 rows in flight (19.5 MB), and pass 2's loads and stores are
+// marked streaming (ld.global.cs, st.global.cs: evicted first), so that the gradient and
+// the rows already done do not push the rows still to be reread out of L2. Expected, if
+// L2 then serves the second read: ~0.4 ms less a base step at 25,000 tokens. The
+// arithmetic is the verified kernel's; the sums' tree merges 16 warps' partials instead
+// of 8 (another fixed order).
+constexpr int kWideThreads = 512;
 constexpr int kSumThreads = 512;  // the single block of the final loss reduction
 
 // Running softmax statistics: max m and sum_j exp(z_j - m), plus sum_j z_j.
@@ -51,8 +67,10 @@ __device__ __forceinline__ Stats merge(Stats a, Stats b) {
   return Stats{a.max, a.sum_exp + rescaled, a.sum + b.sum};
 }
 
-// Every thread's statistics merged over the block, returned to every thread.
+// Every thread's statistics merged over the block of `Threads`, returned to every thread.
+template <int Threads>
 __device__ Stats block_stats(Stats s) {
+  constexpr int kWarps = Threads / kWarp;
   for (int offset = kWarp / 2; offset > 0; offset /= 2) {
     Stats other;
     other.max = __shfl_xor_sync(0xffffffffu, s.max, offset);
@@ -74,10 +92,10 @@ __device__ Stats block_stats(Stats s) {
 }
 
 // The statistics of one row over the whole block, returned to every thread.
-template <typename T>
+template <typename T, int Threads = kThreads>
 __device__ Stats row_stats(const T* z, int vocab) {
   Stats s{-INFINITY, 0.0f, 0.0f};
-  for (int j = threadIdx.x; j < vocab; j += kThreads) {
+  for (int j = threadIdx.x; j < vocab; j += Threads) {
     const float x = to_float(z[j]);
     if (x > s.max) {
       s.sum_exp = s.sum_exp * expf(s.max - x) + 1.0f;  // exp(-inf) = 0 on the first
@@ -87,13 +105,13 @@ __device__ Stats row_stats(const T* z, int vocab) {
     }
     s.sum += x;
   }
-  return block_stats(s);
+  return block_stats<Threads>(s);
 }
 
 // row_stats with 16-byte loads (vocab % kVector<T> == 0, z 16-byte aligned), two vectors
 // in flight per thread, and one rescale of the running sum per vector instead of one
 // exp per element that raises the maximum: pass 1 of cross_entropy_rows<T, true>.
-template <typename T>
+template <typename T, int Threads>
 __device__ Stats row_stats_vectorised(const T* z, int vocab) {
   constexpr int W = kVector<T>;
   const int vectors = vocab / W;
@@ -112,10 +130,10 @@ __device__ Stats row_stats_vectorised(const T* z, int vocab) {
     s = Stats{new_max, sum_exp, s.sum + vector_sum};
   };
   int i = threadIdx.x;
-  for (; i + kThreads < vectors; i += 2 * kThreads) {
+  for (; i + Threads < vectors; i += 2 * Threads) {
     float a[W], b[W];
     load16<T>(a, z + static_cast<int64_t>(i) * W);
-    load16<T>(b, z + static_cast<int64_t>(i + kThreads) * W);
+    load16<T>(b, z + static_cast<int64_t>(i + Threads) * W);
     add(a);
     add(b);
   }
@@ -124,7 +142,7 @@ __device__ Stats row_stats_vectorised(const T* z, int vocab) {
     load16<T>(a, z + static_cast<int64_t>(i) * W);
     add(a);
   }
-  return block_stats(s);
+  return block_stats<Threads>(s);
 }
 
 // Per-row status in the scratch: 1 = counted target, 0 = pad, -1 = target outside vocab.
@@ -136,8 +154,11 @@ __device__ Stats row_stats_vectorised(const T* z, int vocab) {
 // maximum took 4.54 ms of the base step on an H100 for ~1.9 ms of bytes ([25,000 x
 // 37,000] bf16 read twice, mostly from L2 the second time, and written once); vectorised,
 // 2.23 ms (2026-11-26, bench/RESULTS.md, where its twins and memcheck passed too).
-template <typename T, bool kVectorised>
-__global__ void __launch_bounds__(kThreads)
+// Threads = kWideThreads with kStreaming: the candidate loss_rows_from_l2 (vectorised
+// rows only), blocks of 512 threads, two an SM, pass 2 streaming (kWideThreads above).
+template <typename T, bool kVectorised, int Threads = kThreads, bool kStreaming = false,
+          int kMinBlocks = 1>
+__global__ void __launch_bounds__(Threads, kMinBlocks)
     cross_entropy_rows(T* d_logits, const T* logits, const int32_t* __restrict__ targets,
                        int vocab, float eps, int pad_id, float grad_scale,
                        const StepInputs* scale_from, double* row_loss, double* row_nll,
@@ -152,9 +173,11 @@ __global__ void __launch_bounds__(kThreads)
   if (target == pad_id) {
     if (dz != nullptr && kVectorised) {
       const float zeros[W] = {};
-      for (int i = threadIdx.x; i < vocab / W; i += kThreads) store16<T>(dz + i * W, zeros);
+      for (int i = threadIdx.x; i < vocab / W; i += Threads) {
+        store16<T, kStreaming>(dz + i * W, zeros);
+      }
     } else if (dz != nullptr) {
-      for (int j = threadIdx.x; j < vocab; j += kThreads) dz[j] = from_float<T>(0.0f);
+      for (int j = threadIdx.x; j < vocab; j += Threads) dz[j] = from_float<T>(0.0f);
     }
     if (threadIdx.x == 0) {
       row_loss[r] = 0.0;
@@ -173,7 +196,8 @@ __global__ void __launch_bounds__(kThreads)
   }
   const T* z = logits + r * vocab;
   const float target_logit = to_float(z[target]);  // read before the barrier in row_stats
-  const Stats s = kVectorised ? row_stats_vectorised(z, vocab) : row_stats(z, vocab);
+  const Stats s = kVectorised ? row_stats_vectorised<T, Threads>(z, vocab)
+                              : row_stats<T, Threads>(z, vocab);
   const float lse = s.max + logf(s.sum_exp);
   if (threadIdx.x == 0) {
     const double smoothing = static_cast<double>(eps);
@@ -185,18 +209,18 @@ __global__ void __launch_bounds__(kThreads)
   if (dz == nullptr) return;
   const float uniform_mass = eps / static_cast<float>(vocab);
   if constexpr (kVectorised) {
-    for (int i = threadIdx.x; i < vocab / W; i += kThreads) {
+    for (int i = threadIdx.x; i < vocab / W; i += Threads) {
       float x[W];
-      load16<T>(x, z + i * W);
+      load16<T, kStreaming>(x, z + i * W);
 #pragma unroll
       for (int k = 0; k < W; ++k) {
         const float q = uniform_mass + (i * W + k == target ? 1.0f - eps : 0.0f);
         x[k] = grad_scale * (expf(x[k] - lse) - q);
       }
-      store16<T>(dz + i * W, x);
+      store16<T, kStreaming>(dz + i * W, x);
     }
   } else {
-    for (int j = threadIdx.x; j < vocab; j += kThreads) {
+    for (int j = threadIdx.x; j < vocab; j += Threads) {
       const float p = expf(to_float(z[j]) - lse);
       const float q = uniform_mass + (j == target ? 1.0f - eps : 0.0f);
       dz[j] = from_float<T>(grad_scale * (p - q));
@@ -300,6 +324,9 @@ __global__ void __launch_bounds__(kThreads)
 
 size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
+// Launches of the candidate loss_rows_from_l2's row kernel, for its twin tests.
+std::atomic<int64_t> wide_loss_row_launch_count{0};
+
 // Queues the row kernel and the sum over rows, per-row values in the context's scratch:
 // the sums go to the returned LossResult (in scratch) or, kIntoTotals, are added into
 // `totals`. rows > 0.
@@ -322,11 +349,20 @@ LossResult* queue_loss_sums(Context& context, T* d_logits, const T* logits,
 
   const bool vectorised = vocab % kVector<T> == 0 && aligned16(logits) &&
                           (d_logits == nullptr || aligned16(d_logits));
-  const auto rows_kernel = vectorised ? cross_entropy_rows<T, true> : cross_entropy_rows<T, false>;
-  rows_kernel<<<rows, kThreads, 0, stream>>>(d_logits, logits, targets, vocab, eps, pad_id,
-                                             grad_scale, scale_from, row_loss, row_nll,
-                                             row_status);
-  THPC_CUDA_CHECK_LAUNCH("cross_entropy_rows");
+  if (vectorised && context.candidate_kernel(kLossRowsFromL2)) {
+    cross_entropy_rows<T, true, kWideThreads, true, 2><<<rows, kWideThreads, 0, stream>>>(
+        d_logits, logits, targets, vocab, eps, pad_id, grad_scale, scale_from, row_loss,
+        row_nll, row_status);
+    THPC_CUDA_CHECK_LAUNCH("cross_entropy_rows (loss_rows_from_l2)");
+    ++wide_loss_row_launch_count;
+  } else {
+    const auto rows_kernel =
+        vectorised ? cross_entropy_rows<T, true> : cross_entropy_rows<T, false>;
+    rows_kernel<<<rows, kThreads, 0, stream>>>(d_logits, logits, targets, vocab, eps, pad_id,
+                                               grad_scale, scale_from, row_loss, row_nll,
+                                               row_status);
+    THPC_CUDA_CHECK_LAUNCH("cross_entropy_rows");
+  }
   sum_rows<kIntoTotals><<<1, kSumThreads, 0, stream>>>(result, totals, row_loss, row_nll,
                                                        row_status, targets, rows);
   THPC_CUDA_CHECK_LAUNCH("sum_rows");
@@ -396,3 +432,7 @@ THPC_CUDA_TWIN(softmax_cross_entropy_add)
 THPC_CUDA_TWIN(log_softmax)
 
 }  // namespace thpc::cuda
+
+int64_t thpc::cuda_loss_rows_from_l2_launches() {
+  return thpc::cuda::wide_loss_row_launch_count.load();
+}

@@ -37,6 +37,10 @@ int64_t cuda_vector_norm_launches();
 // update whose buffers are aligned for it.
 int64_t cuda_fused_adam_launches();
 
+// Launches of the loss's row kernel in blocks of 512 (candidate loss_rows_from_l2,
+// cross_entropy.cu) in this process: one a softmax_cross_entropy(_add) call.
+int64_t cuda_loss_rows_from_l2_launches();
+
 // GEMMs that ran with the ReLU mask's epilogues (candidate relu_masks, linear.cu) in this
 // process: one a linear_relu_mask_forward, one a linear_relu_backward's input gradient.
 int64_t cuda_relu_mask_products();

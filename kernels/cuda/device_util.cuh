@@ -61,23 +61,30 @@ constexpr int kVector = 16 / static_cast<int>(sizeof(T));
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // The kVector<T> elements at p widened to fp32; in rounded to T and stored at p (the
-// bits move through memcpy, which the compiler turns into register moves).
-template <typename T>
+// bits move through memcpy, which the compiler turns into register moves). kStreaming:
+// ld.global.cs / st.global.cs, data read or written for the last time soon, which the
+// caches evict first (the loss's second pass over a row, kernels/cuda/cross_entropy.cu).
+template <typename T, bool kStreaming = false>
 __device__ __forceinline__ void load16(float (&out)[kVector<T>], const T* p) {
-  const uint4 bits = *reinterpret_cast<const uint4*>(p);
+  const uint4 bits = kStreaming ? __ldcs(reinterpret_cast<const uint4*>(p))
+                                : *reinterpret_cast<const uint4*>(p);
   T items[kVector<T>];
   memcpy(items, &bits, sizeof(bits));
 #pragma unroll
   for (int k = 0; k < kVector<T>; ++k) out[k] = to_float(items[k]);
 }
-template <typename T>
+template <typename T, bool kStreaming = false>
 __device__ __forceinline__ void store16(T* p, const float (&in)[kVector<T>]) {
   T items[kVector<T>];
 #pragma unroll
   for (int k = 0; k < kVector<T>; ++k) items[k] = from_float<T>(in[k]);
   uint4 bits;
   memcpy(&bits, items, sizeof(bits));
-  *reinterpret_cast<uint4*>(p) = bits;
+  if constexpr (kStreaming) {
+    __stcs(reinterpret_cast<uint4*>(p), bits);
+  } else {
+    *reinterpret_cast<uint4*>(p) = bits;
+  }
 }
 
 // Grid-stride kernels: blocks of kGridThreads, at most kGridMaxBlocks of them (enough to

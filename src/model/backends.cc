@@ -53,6 +53,14 @@ int64_t fused_adam_launches() {
 #endif
 }
 
+int64_t loss_rows_from_l2_launches() {
+#if THPC_HAVE_CUDA
+  return cuda_loss_rows_from_l2_launches();
+#else
+  return 0;
+#endif
+}
+
 int64_t relu_mask_products() {
 #if THPC_HAVE_CUDA
   return cuda_relu_mask_products();

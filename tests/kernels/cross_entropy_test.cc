@@ -348,14 +348,15 @@ void expect_sums_close(const LossSums& gpu, const LossSums& cpu, int rows) {
   EXPECT_NEAR(gpu.nll, cpu.nll, 1e-4 * rows + 1e-5 * std::abs(cpu.nll));
 }
 
-// The GPU's loss, gradient and sums against the CPU's on `cases`.
-void expect_cross_entropy_matches_cpu(const std::vector<LossCase>& cases) {
+// The GPU's loss, gradient and sums against the CPU's on `cases`, with `kernels`.
+void expect_cross_entropy_matches_cpu(const std::vector<LossCase>& cases,
+                                      const CudaKernelChoice& kernels = {}) {
   for (DType dtype : gpu_compute_dtypes()) {
     std::mt19937 rng(21);
     for (const LossCase& c : cases) {
       for (int mode = 0; mode < 3; ++mode) {
         SCOPED_TRACE(c.name + " in " + dtype_name(dtype) + " mode " + std::to_string(mode));
-        Twins twins(dtype);
+        Twins twins(dtype, kernels);
         const LossData data(c, dtype, rng);
         const float grad_scale = 0.37f;
         const LossResult cpu = run_loss(*twins.cpu, DType::F32, c, data, grad_scale, mode);
@@ -399,6 +400,32 @@ TEST(CudaCrossEntropy, VectorisedRowsMatchCpu) {
       {"vocab_37000", 5, 37000, 0.1f, 1},
       {"vocab_37000_no_smoothing", 4, 37000, 0.0f, 0},
   });
+}
+
+// The candidate loss_rows_from_l2 (kernels/cuda/cross_entropy.cu: the row kernel in
+// blocks of 512, two an SM, its second pass streaming): the same checks as the verified
+// kernel's, scalar vocabularies (which it leaves to the verified kernel) and vectorised
+// ones (which it takes: its launches counted), and the step's form, whose sums are the
+// returned ones added in order.
+TEST(CudaCandidateLossRowsFromL2, MatchesCpu) {
+  THPC_REQUIRE_GPU();
+  CudaKernelChoice kernels;
+  kernels.candidates = kLossRowsFromL2;
+  const int64_t before = loss_rows_from_l2_launches();
+  expect_cross_entropy_matches_cpu(loss_cases(), kernels);
+  EXPECT_EQ(loss_rows_from_l2_launches(), before) << "an odd vocabulary took the candidate";
+  expect_cross_entropy_matches_cpu({
+      {"vocab_8", 9, 8, 0.1f, 2},
+      {"vocab_2056", 11, 2056, 0.1f, 3},
+      {"vocab_4104_all_threads_two_vectors_and_one", 3, 4104, 0.1f, 1},
+      {"vocab_37000", 5, 37000, 0.1f, 1},
+      {"vocab_37000_no_smoothing", 4, 37000, 0.0f, 0},
+  }, kernels);
+  if (!twin_rehearsal()) {
+    // 5 cases x 3 modes (the deterministic repeat a fourth call) per compute dtype.
+    EXPECT_EQ(loss_rows_from_l2_launches() - before,
+              5 * 4 * static_cast<int64_t>(gpu_compute_dtypes().size()));
+  }
 }
 
 TEST(CudaCrossEntropy, AllPadRowsAndNoRows) {
@@ -460,15 +487,14 @@ AddedResult run_added(Backend& backend, DType dtype, const LossCase& c,
 // within expect_sums_close's tolerance times the three micro-batches, and bit for bit the
 // GPU's own returned sums added in order (each micro-batch's sum comes from the same
 // fixed tree); the gradients as softmax_cross_entropy's.
-TEST(CudaCrossEntropy, AddedSumsMatchCpu) {
-  THPC_REQUIRE_GPU();
+void expect_added_sums_match_cpu(const CudaKernelChoice& kernels) {
   for (DType dtype : gpu_compute_dtypes()) {
     SCOPED_TRACE(dtype_name(dtype));
     std::mt19937 rng(24);
     for (const LossCase& c : {LossCase{"vocab_1003", 13, 1003, 0.1f, 4},
                               LossCase{"vocab_37000", 5, 37000, 0.1f, 1}}) {
       SCOPED_TRACE(c.name);
-      Twins twins(dtype);
+      Twins twins(dtype, kernels);
       const std::vector<LossData> micro = {LossData(c, dtype, rng), LossData(c, dtype, rng),
                                            LossData(c, dtype, rng)};
       const float grad_scale = 0.37f;
@@ -486,6 +512,21 @@ TEST(CudaCrossEntropy, AddedSumsMatchCpu) {
       EXPECT_TRUE(all_close(gpu.d_logits, cpu.d_logits, 1e-5 * grad_scale, rel_tol));
     }
   }
+}
+
+TEST(CudaCrossEntropy, AddedSumsMatchCpu) {
+  THPC_REQUIRE_GPU();
+  expect_added_sums_match_cpu({});
+}
+
+// The step's form with the candidate loss_rows_from_l2 (the vocabulary of 37,000 takes it).
+TEST(CudaCandidateLossRowsFromL2, AddedSumsMatchCpu) {
+  THPC_REQUIRE_GPU();
+  CudaKernelChoice kernels;
+  kernels.candidates = kLossRowsFromL2;
+  const int64_t before = loss_rows_from_l2_launches();
+  expect_added_sums_match_cpu(kernels);
+  if (!twin_rehearsal()) EXPECT_GT(loss_rows_from_l2_launches(), before);
 }
 
 // A bad target in the step's form: counted on the device, as the CPU does, and the read
