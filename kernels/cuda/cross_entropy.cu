@@ -35,17 +35,18 @@ constexpr int kThreads = 256;  // per row block
 // The candidate loss_rows_from_l2's blocks (2026-11-30, not yet run on a GPU). Why: the
 // H200's base profile gave the loss 1.68 ms for [25,000 x 37,000] bf16 logits, whose
 // floor is one read and one write (3.7 GB: 0.77 ms at 4.8 TB/s). Pass 2 rereads each row
-// "mostly from L2", but the vectorised kernel takes 64 registers a thread (ptxas, sm_90),
-// so an SM holds four blocks of 256, and 528 rows of 74 KB are in flight on 132 SMs: 39
-// MB, while the gradient written meanwhile (as many bytes as read) passes through the
-// same 50 MB of L2: much of the second read goes to HBM again (all of it: 5.55 GB, 1.16
-// ms at the full 4.8 TB/s, ~1.4 at what kernels reach). Blocks of 512 threads, two an SM
-// (56 registers), keep 264 rows in flight (19.5 MB), and pass 2's loads and stores are
-// marked streaming (ld.global.cs, st.global.cs: evicted first), so that the gradient and
-// the rows already done do not push the rows still to be reread out of L2. Expected, if
-// L2 then serves the second read: ~0.4 ms less a base step at 25,000 tokens. The
-// arithmetic is the verified kernel's; the sums' tree merges 16 warps' partials instead
-// of 8 (another fixed order).
+// "mostly from L2", but the verified kernel takes 32 registers a thread (ptxas, sm_90), so
+// an SM holds eight blocks of 256 (its 2,048 threads), and 1,056 rows of 74 KB are in
+// flight on 132 SMs: 78 MB, more than the 50 MB of L2, with the gradient written
+// meanwhile (as many bytes as read) passing through it too: the second read goes to HBM
+// again (5.55 GB: 1.16 ms at the full 4.8 TB/s, ~1.4 at what kernels reach). Blocks of
+// 512 threads at 56 registers (__launch_bounds__(512, 2)), two an SM, keep 264 rows in
+// flight (19.5 MB; four an SM, were the registers fewer, 39 MB), and pass 2's loads and
+// stores are marked streaming (ld.global.cs, st.global.cs: evicted first), so that the
+// gradient and the rows already done do not push the rows still to be reread out of L2.
+// Expected, if L2 then serves the second read: ~0.4 ms less a base step at 25,000
+// tokens. The arithmetic is the verified kernel's (whose PTX the change leaves as it
+// was); the sums' tree merges 16 warps' partials instead of 8 (another fixed order).
 constexpr int kWideThreads = 512;
 constexpr int kSumThreads = 512;  // the single block of the final loss reduction
 
@@ -154,15 +155,16 @@ __device__ Stats row_stats_vectorised(const T* z, int vocab) {
 // maximum took 4.54 ms of the base step on an H100 for ~1.9 ms of bytes ([25,000 x
 // 37,000] bf16 read twice, mostly from L2 the second time, and written once); vectorised,
 // 2.23 ms (2026-11-26, bench/RESULTS.md, where its twins and memcheck passed too).
-// Threads = kWideThreads with kStreaming: the candidate loss_rows_from_l2 (vectorised
-// rows only), blocks of 512 threads, two an SM, pass 2 streaming (kWideThreads above).
-template <typename T, bool kVectorised, int Threads = kThreads, bool kStreaming = false,
-          int kMinBlocks = 1>
-__global__ void __launch_bounds__(Threads, kMinBlocks)
-    cross_entropy_rows(T* d_logits, const T* logits, const int32_t* __restrict__ targets,
-                       int vocab, float eps, int pad_id, float grad_scale,
-                       const StepInputs* scale_from, double* row_loss, double* row_nll,
-                       int* row_status) {
+// The body of a block of `Threads` (cross_entropy_rows, and with kStreaming the
+// candidate's cross_entropy_rows_from_l2 below).
+template <typename T, bool kVectorised, int Threads, bool kStreaming>
+__device__ __forceinline__ void cross_entropy_row(T* d_logits, const T* logits,
+                                                  const int32_t* __restrict__ targets,
+                                                  int vocab, float eps, int pad_id,
+                                                  float grad_scale,
+                                                  const StepInputs* scale_from,
+                                                  double* row_loss, double* row_nll,
+                                                  int* row_status) {
   constexpr int W = kVector<T>;
   // softmax_cross_entropy_add's scale, read as the kernel runs (a captured pass's);
   // null: the argument's.
@@ -226,6 +228,30 @@ __global__ void __launch_bounds__(Threads, kMinBlocks)
       dz[j] = from_float<T>(grad_scale * (p - q));
     }
   }
+}
+
+template <typename T, bool kVectorised>
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_rows(T* d_logits, const T* logits, const int32_t* __restrict__ targets,
+                       int vocab, float eps, int pad_id, float grad_scale,
+                       const StepInputs* scale_from, double* row_loss, double* row_nll,
+                       int* row_status) {
+  cross_entropy_row<T, kVectorised, kThreads, false>(d_logits, logits, targets, vocab, eps,
+                                                     pad_id, grad_scale, scale_from, row_loss,
+                                                     row_nll, row_status);
+}
+
+// The candidate loss_rows_from_l2 (kWideThreads above): vectorised rows only, blocks of
+// 512 threads (at most four an SM by threads; two at its 56 registers), pass 2 streaming.
+template <typename T>
+__global__ void __launch_bounds__(kWideThreads, 2)
+    cross_entropy_rows_from_l2(T* d_logits, const T* logits,
+                               const int32_t* __restrict__ targets, int vocab, float eps,
+                               int pad_id, float grad_scale, const StepInputs* scale_from,
+                               double* row_loss, double* row_nll, int* row_status) {
+  cross_entropy_row<T, true, kWideThreads, true>(d_logits, logits, targets, vocab, eps, pad_id,
+                                                 grad_scale, scale_from, row_loss, row_nll,
+                                                 row_status);
 }
 
 struct LossResult {
@@ -350,7 +376,7 @@ LossResult* queue_loss_sums(Context& context, T* d_logits, const T* logits,
   const bool vectorised = vocab % kVector<T> == 0 && aligned16(logits) &&
                           (d_logits == nullptr || aligned16(d_logits));
   if (vectorised && context.candidate_kernel(kLossRowsFromL2)) {
-    cross_entropy_rows<T, true, kWideThreads, true, 2><<<rows, kWideThreads, 0, stream>>>(
+    cross_entropy_rows_from_l2<T><<<rows, kWideThreads, 0, stream>>>(
         d_logits, logits, targets, vocab, eps, pad_id, grad_scale, scale_from, row_loss,
         row_nll, row_status);
     THPC_CUDA_CHECK_LAUNCH("cross_entropy_rows (loss_rows_from_l2)");
