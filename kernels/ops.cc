@@ -69,7 +69,8 @@ bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
       {"vector_norms", kVectorNorms},
       {"relu_masks", kReluMasks},
       {"pinned_snapshot", kPinnedSnapshot},
-      {"loss_rows_from_l2", kLossRowsFromL2}};
+      {"loss_rows_from_l2", kLossRowsFromL2},
+      {"kept_ones", kKeptOnes}};
   // Former candidates, the default since their GPU run: a configuration or checkpoint
   // that names them (one trained with them before that) still loads, naming nothing.
   static const std::vector<std::string> kRetired = {

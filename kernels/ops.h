@@ -145,7 +145,9 @@ enum class GradStore { kAdd, kWrite };
 // base checkpoint, 2026-11-30) and loss_rows_from_l2 (the loss's row kernel in blocks of
 // 512, two an SM, so that its second pass over a row reads it from L2 and not HBM: issue
 // 51's cross-entropy, 1.68 of the H200's 32 profiled ms; kernels/cuda/cross_entropy.cu,
-// 2026-11-30).
+// 2026-11-30) and kept_ones (the bias gradient's ones vector filled once and kept, not
+// filled before each of a step's ~50 bias gradients: issue 51's small batch, where each
+// such launch is a few microseconds of a 6.6 ms step; kernels/cuda/linear.cu, 2026-11-30).
 // The former ones are the default since their GPU run: write_gradients, short_attention
 // (H100, 2026-11-26), gathered_attention (H100, 2026-11-27), async_upload, step_totals,
 // int8_products, fused_adam (H200, 2026-11-29; Context::candidate_kernel no longer asks).
@@ -157,8 +159,9 @@ enum CandidateKernels : unsigned {
   kReluMasks = 1u << 7,
   kPinnedSnapshot = 1u << 8,
   kLossRowsFromL2 = 1u << 9,
+  kKeptOnes = 1u << 10,
   kAllCandidates = kFusedAttention | kStepGraphs | kVectorNorms | kReluMasks | kPinnedSnapshot |
-                   kLossRowsFromL2,
+                   kLossRowsFromL2 | kKeptOnes,
 };
 
 // The candidate set a train.cuda_kernels value names: "verified" (none), "candidate"

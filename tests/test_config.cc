@@ -379,8 +379,8 @@ TEST(Config, StepsAreInt64) {
 // by name (a GPU session whose twins fail for one candidate can measure the others); the
 // former candidates, the default since their GPU run (2026-11-26/27 on an H100, 2026-11-29
 // on an H200), still load (a checkpoint trained with them names them) and name nothing;
-// fused_attention, step_graphs, vector_norms, relu_masks, pinned_snapshot and
-// loss_rows_from_l2 are the candidates now.
+// fused_attention, step_graphs, vector_norms, relu_masks, pinned_snapshot,
+// loss_rows_from_l2 and kept_ones are the candidates now.
 TEST(Config, CudaKernelsNameASetOfCandidates) {
   const std::vector<std::pair<std::string, unsigned>> settings = {
       {"verified", kNoCandidates},
@@ -400,7 +400,9 @@ TEST(Config, CudaKernelsNameASetOfCandidates) {
       {"relu_masks", kReluMasks},
       {"pinned_snapshot,step_totals", kPinnedSnapshot},
       {"loss_rows_from_l2", kLossRowsFromL2},
-      {"fused_attention,step_graphs,vector_norms,relu_masks,pinned_snapshot,loss_rows_from_l2",
+      {"kept_ones", kKeptOnes},
+      {"fused_attention,step_graphs,vector_norms,relu_masks,pinned_snapshot,loss_rows_from_l2,"
+       "kept_ones",
        kAllCandidates}};
   for (const auto& [setting, bits] : settings) {
     const Config config = load_config(kTinyIni, {"train.cuda_kernels=" + setting});
@@ -412,7 +414,7 @@ TEST(Config, CudaKernelsNameASetOfCandidates) {
     expect_error([&] { load_config(kTinyIni, {"train.cuda_kernels=" + bad}); },
                  {"tiny.ini", "train.cuda_kernels", "verified, candidate",
                   "or some of fused_attention,step_graphs,vector_norms,relu_masks,"
-                  "pinned_snapshot,loss_rows_from_l2"});
+                  "pinned_snapshot,loss_rows_from_l2,kept_ones"});
   }
 }
 

@@ -28,6 +28,9 @@ Context::~Context() {
   // Destructors must not throw: errors here (a dead device) are ignored.
   if (stream_) cudaStreamSynchronize(stream_);
   if (pinned_) cudaFreeHost(pinned_);
+  for (void* kept : kept_) {
+    if (kept) cudaFree(kept);
+  }
   if (scratch_) cudaFree(scratch_);
   if (lt_workspace_) cudaFree(lt_workspace_);
   if (lt_) cublasLtDestroy(lt_);
@@ -60,6 +63,29 @@ void Context::count_allocation(size_t bytes) {
 void Context::count_free(size_t bytes) {
   allocated_bytes_ -= static_cast<int64_t>(bytes);
   ++frees_;
+}
+
+void* Context::kept_vector(size_t count, size_t element_bytes, size_t& to_fill) {
+  THPC_CHECK(element_bytes == 2 || element_bytes == 4,
+             "a kept vector of " << element_bytes << "-byte elements");
+  const int which = element_bytes == 2 ? 0 : 1;
+  to_fill = 0;
+  if (count <= kept_count_[which] && kept_[which] != nullptr) return kept_[which];
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  THPC_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
+  if (capturing != cudaStreamCaptureStatusNone) return nullptr;
+  if (kept_[which] != nullptr) {
+    THPC_CUDA_CHECK(cudaFree(kept_[which]));  // waits for the ops that read it
+    count_free(kept_count_[which] * element_bytes);
+  }
+  kept_[which] = nullptr;
+  kept_count_[which] = 0;
+  const size_t grown = count + count / 4 + 64;  // +25%: fewer regrowths
+  THPC_CUDA_CHECK(cudaMalloc(&kept_[which], grown * element_bytes));
+  count_allocation(grown * element_bytes);
+  kept_count_[which] = grown;
+  to_fill = grown;
+  return kept_[which];
 }
 
 void* Context::pinned(size_t bytes) {

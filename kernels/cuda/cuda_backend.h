@@ -41,6 +41,10 @@ int64_t cuda_fused_adam_launches();
 // cross_entropy.cu) in this process: one a softmax_cross_entropy(_add) call.
 int64_t cuda_loss_rows_from_l2_launches();
 
+// Bias gradients (linear_backward's db) that read the kept ones vector (candidate
+// kept_ones, linear.cu) in this process.
+int64_t cuda_kept_ones_bias_gradients();
+
 // GEMMs that ran with the ReLU mask's epilogues (candidate relu_masks, linear.cu) in this
 // process: one a linear_relu_mask_forward, one a linear_relu_backward's input gradient.
 int64_t cuda_relu_mask_products();

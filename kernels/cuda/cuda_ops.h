@@ -74,6 +74,14 @@ class Context {
   void* scratch(size_t bytes);
   // Pinned host memory of at least `bytes` (loss sums, norms read back to the host).
   void* pinned(size_t bytes);
+  // A device vector of at least `count` elements of `element_bytes` (2: bf16, 4: fp32)
+  // that nothing else writes: the bias gradient's ones vector (linear.cu, candidate
+  // kept_ones), filled once, not before each use. When it was (re)made, `to_fill` says
+  // how many elements the caller must fill now (all it holds, so that a later, longer use
+  // finds them filled); else 0. Null, nothing allocated, when it would have to grow while
+  // the stream is being captured (a fill captured into a graph that is then dropped would
+  // leave it unfilled): the caller then takes its old path.
+  void* kept_vector(size_t count, size_t element_bytes, size_t& to_fill);
 
   // Device memory allocated through cudaMalloc by this Context (workspace, scratch) and
   // by the backend that owns it (its tensors and ids), counted on the host: what
@@ -99,6 +107,8 @@ class Context {
   size_t scratch_bytes_ = 0;
   void* pinned_ = nullptr;
   size_t pinned_bytes_ = 0;
+  void* kept_[2] = {nullptr, nullptr};  // kept_vector's, of 2- and 4-byte elements
+  size_t kept_count_[2] = {0, 0};
   int64_t allocated_bytes_ = 0, peak_allocated_bytes_ = 0;
   uint64_t frees_ = 0;
 };

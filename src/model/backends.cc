@@ -61,6 +61,14 @@ int64_t loss_rows_from_l2_launches() {
 #endif
 }
 
+int64_t kept_ones_bias_gradients() {
+#if THPC_HAVE_CUDA
+  return cuda_kept_ones_bias_gradients();
+#else
+  return 0;
+#endif
+}
+
 int64_t relu_mask_products() {
 #if THPC_HAVE_CUDA
   return cuda_relu_mask_products();

@@ -526,7 +526,9 @@ TEST(CudaCandidateLossRowsFromL2, AddedSumsMatchCpu) {
   kernels.candidates = kLossRowsFromL2;
   const int64_t before = loss_rows_from_l2_launches();
   expect_added_sums_match_cpu(kernels);
-  if (!twin_rehearsal()) EXPECT_GT(loss_rows_from_l2_launches(), before);
+  if (!twin_rehearsal()) {
+    EXPECT_GT(loss_rows_from_l2_launches(), before);
+  }
 }
 
 // A bad target in the step's form: counted on the device, as the CPU does, and the read

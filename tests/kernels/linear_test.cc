@@ -22,7 +22,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <random>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -928,6 +930,86 @@ TEST(CudaLinear, BackwardIsDeterministic) {
         else EXPECT_TRUE(got[i] == first[i]) << "output " << i << " differs between runs";
       }
     }
+  }
+}
+
+// The bias gradient db += dy^T ones on `backend` ([M, N] dy, K = 8 for its unused x, W),
+// after an op that writes the scratch buffer (sum_squares' partials), as a step's other
+// ops do between two bias gradients.
+std::vector<float> bias_gradient(Backend& backend, DType dtype, int M, int N,
+                                 const std::vector<float>& dy, const std::vector<float>& db0) {
+  Scope scope(backend);
+  const std::vector<float> filler(static_cast<size_t>(4 * M + 1000), 0.5f);
+  backend.sum_squares(scope.put(DType::F32, filler), static_cast<int64_t>(filler.size()));
+  Tensor db = scope.put(DType::F32, db0);
+  const std::vector<float> small(static_cast<size_t>(8) * std::max(M, N), 0.25f);
+  backend.linear_backward(Tensor{}, Tensor{}, db, scope.put(dtype, dy),
+                          scope.put(dtype, std::vector<float>(small.begin(),
+                                                              small.begin() + 8 * M)),
+                          scope.put(dtype, std::vector<float>(small.begin(),
+                                                              small.begin() + 8 * N)),
+                          M, 8, N, GradStore::kAdd);
+  return scope.get(db);
+}
+
+// The candidate kept_ones (kernels/cuda/linear.cu: the bias gradient's ones vector filled
+// once and kept): over row counts that grow the kept vector, use less of it and grow it
+// again, with the scratch buffer written in between, every bias gradient equals the
+// verified kernels' bit for bit (the same GEMM over the same ones) and read the kept
+// vector (counted). A capture whose rows outgrow it takes the old path inside the graph
+// (a fill captured and then dropped would leave the vector unfilled); the uncaptured call
+// after grows and fills it; both equal the verified result.
+TEST(CudaCandidateKeptOnes, BiasGradientsEqualTheVerifiedBitForBit) {
+  THPC_REQUIRE_GPU();
+  CudaKernelChoice kept;
+  kept.candidates = kKeptOnes | kStepGraphs;
+  const int N = 96;
+  for (DType dtype : gpu_compute_dtypes()) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Twins verified(dtype), candidate(dtype, kept);
+    std::mt19937 rng(2900);
+    const int64_t before = kept_ones_bias_gradients();
+    const std::vector<int> rows = {17, 1000, 5, 2000, 300};
+    for (const int M : rows) {
+      SCOPED_TRACE("M=" + std::to_string(M));
+      const auto dy = representable(random_values(static_cast<size_t>(M) * N, rng), dtype);
+      const auto db0 = random_values(static_cast<size_t>(N), rng);
+      const std::vector<float> expected = bias_gradient(*verified.gpu, dtype, M, N, dy, db0);
+      EXPECT_EQ(bias_gradient(*candidate.gpu, dtype, M, N, dy, db0), expected);
+      // And what the CPU gives, within the GEMM's rounding (check_linear_backward's bound).
+      const std::vector<float> on_cpu = bias_gradient(*verified.cpu, DType::F32, M, N, dy, db0);
+      const std::vector<float> ones(static_cast<size_t>(M), 1.0f);
+      EXPECT_TRUE(within_scaled(expected, on_cpu,
+                                product_scale(1, N, M, ones, 0, 1, dy, N, 1, &db0),
+                                gemm_factor(M, DType::F32)));
+    }
+    if (twin_rehearsal()) continue;  // the CPU stands in: no kept vector, no capture
+    EXPECT_EQ(kept_ones_bias_gradients() - before, static_cast<int64_t>(rows.size()));
+
+    // 3,000 rows outgrow the vector kept for 2,000 (2,564 elements) inside a capture.
+    const int M = 3000;
+    const auto dy = representable(random_values(static_cast<size_t>(M) * N, rng), dtype);
+    const auto db0 = random_values(static_cast<size_t>(N), rng);
+    const std::vector<float> expected = bias_gradient(*verified.gpu, dtype, M, N, dy, db0);
+    Backend& gpu = *candidate.gpu;
+    Scope scope(gpu);
+    // The scratch grown first (the old path's ones go there): a capture may not free.
+    const std::vector<float> filler(static_cast<size_t>(64) * M, 0.5f);
+    gpu.sum_squares(scope.put(DType::F32, filler), static_cast<int64_t>(filler.size()));
+    const Tensor dy_t = scope.put(dtype, dy);
+    const Tensor x_t = scope.put(dtype, std::vector<float>(static_cast<size_t>(8) * M, 0.25f));
+    const Tensor W_t = scope.put(dtype, std::vector<float>(static_cast<size_t>(8) * N, 0.25f));
+    Tensor db = scope.put(DType::F32, db0);
+    const int64_t reads = kept_ones_bias_gradients();
+    const std::unique_ptr<CapturedWork> work = gpu.capture([&] {
+      gpu.linear_backward(Tensor{}, Tensor{}, db, dy_t, x_t, W_t, M, 8, N, GradStore::kAdd);
+    });
+    ASSERT_NE(work, nullptr) << "the capture was refused";
+    EXPECT_EQ(kept_ones_bias_gradients(), reads) << "the capture read the kept vector";
+    ASSERT_TRUE(work->replay());
+    EXPECT_EQ(scope.get(db), expected) << "captured";
+    EXPECT_EQ(bias_gradient(gpu, dtype, M, N, dy, db0), expected) << "grown after it";
+    EXPECT_EQ(kept_ones_bias_gradients(), reads + 1);
   }
 }
 
