@@ -148,10 +148,6 @@ class SteadyWorkClock final : public WorkClock {
   std::vector<std::chrono::steady_clock::time_point> marks_;
 };
 
-}  // namespace
-
-namespace {
-
 // The HostStaging of a backend that copies to the host synchronously (the default).
 class DownloadingHostStaging final : public HostStaging {
  public:
@@ -159,11 +155,7 @@ class DownloadingHostStaging final : public HostStaging {
       : backend_(backend), floats_(static_cast<size_t>(floats)) {}
   int64_t floats() const override { return static_cast<int64_t>(floats_.size()); }
   void queue_download(int64_t offset, Tensor src) override {
-    THPC_CHECK(src.dtype == DType::F32, "a staged copy of a " << dtype_name(src.dtype)
-                                                                << " tensor (fp32 only)");
-    THPC_CHECK(offset >= 0 && offset + src.numel <= floats(),
-               "a staged copy of " << src.numel << " floats at " << offset << " into "
-                                   << floats());
+    check_copy(offset, src);
     backend_.download(floats_.data() + offset, src);
   }
   const float* wait() override { return floats_.data(); }
@@ -174,6 +166,14 @@ class DownloadingHostStaging final : public HostStaging {
 };
 
 }  // namespace
+
+void HostStaging::check_copy(int64_t offset, const Tensor& src) const {
+  THPC_CHECK(src.dtype == DType::F32, "a staged copy of a " << dtype_name(src.dtype)
+                                                              << " tensor (fp32 only)");
+  THPC_CHECK(offset >= 0 && offset + src.numel <= floats(),
+             "a staged copy of " << src.numel << " floats at " << offset << " into "
+                                 << floats());
+}
 
 std::unique_ptr<HostStaging> Backend::make_host_staging(int64_t floats) {
   THPC_CHECK(floats >= 0, "host staging of " << floats << " floats");

@@ -291,6 +291,10 @@ class HostStaging {
   // Waits until every copy queued so far has landed, then returns the floats. Callable
   // from any thread; no copy may be queued until the caller is done reading.
   virtual const float* wait() = 0;
+
+ protected:
+  // Throws unless `src` is fp32 and fits at `offset`: what every queue_download checks.
+  void check_copy(int64_t offset, const Tensor& src) const;
 };
 
 class Backend {

@@ -143,11 +143,7 @@ class PinnedHostStaging final : public HostStaging {
   }
   int64_t floats() const override { return floats_; }
   void queue_download(int64_t offset, Tensor src) override {
-    THPC_CHECK(src.dtype == DType::F32, "a staged copy of a " << dtype_name(src.dtype)
-                                                                << " tensor (fp32 only)");
-    THPC_CHECK(offset >= 0 && offset + src.numel <= floats_,
-               "a staged copy of " << src.numel << " floats at " << offset << " into "
-                                   << floats_);
+    check_copy(offset, src);
     THPC_CUDA_CHECK(cudaMemcpyAsync(host_ + offset, src.data,
                                     sizeof(float) * static_cast<size_t>(src.numel),
                                     cudaMemcpyDeviceToHost, stream_));
