@@ -62,8 +62,8 @@
 #      test_cuda_training;
 #   1. the candidate kernels' twins in fp32 and bf16 (CANDIDATE_TWINS: the kernels behind
 #      train.cuda_kernels = candidate, not yet the default: fused_attention, step_graphs,
-#      vector_norms, relu_masks, pinned_snapshot, loss_rows_from_l2, kept_ones; when some
-#      fail, the others by name) and the whole model with them; then the verified twins of the files changed since the last GPU
+#      vector_norms, relu_masks, pinned_snapshot, loss_rows_from_l2, kept_ones,
+#      weight_grads_beside; when some fail, the others by name) and the whole model with them; then the verified twins of the files changed since the last GPU
 #      run (CHANGED_TWINS; OTHER_TWINS=all runs every kernel twin) and the whole-model
 #      checks with the verified kernels: fp32 separate and fused against the CPU
 #      (CudaTraining.Fp32ThreeSteps*), bf16 with the short attention against the batched
@@ -78,7 +78,8 @@
 #      SHORT_ATTENTION_LENGTHS (default "0 64": the batched path alone, and one length
 #      more than the default 48), each its step and by-bucket lines only; the program
 #      against the benchmark at 3,125 tokens; the small batch (base, 3,125 tokens) timed
-#      and profiled per kernel setting, the candidates' with CUDA graphs (small_batch_step);
+#      and profiled per kernel setting, the candidates' with CUDA graphs, and timed without
+#      each of SMALL_BATCH_LEAVE_OUT (default weight_grads_beside) (small_batch_step);
 #   4. PEERS="eager compile" bench/step_vs_torch.sh base with ours verified and candidate
 #      (OURS_VARIANTS), ours and eager first, the compiled peer (torch.compile, default
 #      mode, static shapes: nine lengths) last with what is left; a peer cut off leaves
@@ -196,13 +197,13 @@ readonly PLAN=(
   "start|machine start (counted, not in a call)|60|120"
   "1|setup: gpu-bundle unpacked, nvidia-smi|10|20"
   "1|build: bench_step, transformer_hpc, kernel twin tests, test_cuda_training (16 cores)|20|110"
-  "1|candidate twins (CudaCandidate*: fused_attention, step_graphs, vector_norms, relu_masks, pinned_snapshot, loss_rows_from_l2, kept_ones) and the whole model with them|5|30"
+  "1|candidate twins (CudaCandidate*: fused_attention, step_graphs, vector_norms, relu_masks, pinned_snapshot, loss_rows_from_l2, kept_ones, weight_grads_beside) and the whole model with them|5|35"
   "1|the verified twins of the changed files (OTHER_TWINS=all: every one)|10|40"
   "1|whole model: fp32 3 steps vs the CPU (fused off, on); bf16 short vs batched; decoding|3|25"
   "1|bf16 GEMM ceiling (8192^3)|10|15"
   "1|profile base verified, candidate, candidate without step_graphs; short_attention_max_len 0, 64 (27 steps each)|30|85"
   "1|program vs benchmark: base, 3,125 tokens, 40 steps each (bench/program_vs_bench.sh)|10|30"
-  "1|small batch: base, 3,125 tokens, verified and candidate (CUDA graphs), timed and profiled; candidate without graphs profiled|20|50"
+  "1|small batch: base, 3,125 tokens, verified and candidate (CUDA graphs), timed and profiled; candidate without weight_grads_beside timed; candidate without graphs profiled|25|60"
   "1|ours verified (and candidate if it acts in training; the loss in chunks of 1,024 rows; 75 steps each); eager|45|90"
   "1|torch.compile peer, only without PEERS=eager (228 s to compile on 2026-11-26)|0|0"
   "2|setup on the warm machine (bundle kept), build of mpi_equivalence, test_distributed, the trainer|15|60"
@@ -380,8 +381,11 @@ readonly CANDIDATES_ACT_IN_TRAINING=1
 # there): async_upload, step_totals, int8_products and fused_adam became the default,
 # their candidate checks gone: cuda_backend.cu (CudaUpload), cross_entropy.cu and
 # elementwise.cu (CudaCrossEntropy), adam.cu (CudaAdam), int8_cuda_backend.h
-# (CudaInt8Products).
-readonly CHANGED_TWINS="CudaUpload|CudaCrossEntropy|CudaAdam|CudaInt8Products"
+# (CudaInt8Products). 2026-11-30: linear_backward's weight and bias gradients moved into
+# one class that gets the ones (kept_ones) and may queue them beside (weight_grads_beside),
+# the same products in the same order on the verified path: linear.cu (CudaLinear,
+# CudaLinearRelu).
+readonly CHANGED_TWINS="CudaUpload|CudaCrossEntropy|CudaAdam|CudaInt8Products|CudaLinear|CudaLinearRelu"
 
 # What the step and followup stages build: the benchmark, the trainer (the program against
 # the benchmark), every kernel twin test executable and the whole-model GPU tests.
@@ -678,6 +682,19 @@ small_batch_step() {
       --set "train.cuda_kernels=$setting" --profile > "$LOGS/small_batch_profile_${setting}.txt" 2>&1
     echo "== small batch profiled, train.cuda_kernels=$setting (exit $?): $(grep -E "^(captured passes|host time|total)" "$LOGS/small_batch_profile_${setting}.txt" | tr -s ' ' | paste -sd ';')"
   done
+  # What each of SMALL_BATCH_LEAVE_OUT (default weight_grads_beside: products on a second
+  # stream, a gain only a run can show) adds at one rank's batch: the measured candidates
+  # without it, unprofiled as the first run of each setting above.
+  local measured left_out
+  measured=$(measured_candidates)
+  for left_out in ${SMALL_BATCH_LEAVE_OUT-weight_grads_beside}; do
+    echo "$measured" | tr ',' '\n' | grep -qx "$left_out" || continue
+    setting=$(echo "$measured" | tr ',' '\n' | grep -vx "$left_out" | paste -sd,)
+    # shellcheck disable=SC2046
+    timeout 60 "$BUILD_DIR/transformer_bench_step" $(bench_args base 40 20 | sed "s/--tokens 25000/--tokens 3125/") \
+      --set "train.cuda_kernels=$setting" > "$LOGS/small_batch_without_${left_out}.txt" 2>&1
+    echo "== small batch, the measured candidates but $left_out (exit $?): $(grep "^{" "$LOGS/small_batch_without_${left_out}.txt")"
+  done
   # With graphs a replayed pass is one row: the candidates' kernels at one rank's batch,
   # by op class, only without them (issue 51's 1.5x at 3,125 tokens wants to know where
   # the 6.56 ms of the graphs' step go; the 2026-11-29 window kept no such table).
@@ -727,16 +744,21 @@ profile_candidates_without_graphs() {
   grep -v "^{" "$LOGS/profile_base_without_graphs.txt" | tail -34
 }
 
-# The passing candidates but step_graphs, comma-joined; nothing when the candidates are
-# not measured in this call (their twins failed) or step_graphs is all there is.
-candidates_without_graphs() {
+# The candidates measured in this call (CANDIDATE_SETTING), comma-joined by name
+# ("candidate" spelled out); nothing when none are (their twins failed).
+measured_candidates() {
   [ "$(kernel_settings | wc -l)" -gt 1 ] || return 0
   local setting=${CANDIDATE_SETTING:-candidate}
   if [ "$setting" = candidate ]; then
     setting=$(grep -v "^ *//" kernels/ops.cc | grep -oE '\{"[a-z0-9_]+", k[A-Za-z0-9]+\}' |
       cut -d'"' -f2 | paste -sd,)
   fi
-  echo "$setting" | tr ',' '\n' | grep -vx step_graphs | paste -sd,
+  echo "$setting"
+}
+
+# The passing candidates but step_graphs; nothing when step_graphs is all there is.
+candidates_without_graphs() {
+  measured_candidates | tr ',' '\n' | grep -vx step_graphs | paste -sd,
 }
 
 # The base profile once more per train.short_attention_max_len in

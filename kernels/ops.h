@@ -147,7 +147,10 @@ enum class GradStore { kAdd, kWrite };
 // 51's cross-entropy, 1.68 of the H200's 32 profiled ms; kernels/cuda/cross_entropy.cu,
 // 2026-11-30) and kept_ones (the bias gradient's ones vector filled once and kept, not
 // filled before each of a step's ~50 bias gradients: issue 51's small batch, where each
-// such launch is a few microseconds of a 6.6 ms step; kernels/cuda/linear.cu, 2026-11-30).
+// such launch is a few microseconds of a 6.6 ms step; kernels/cuda/linear.cu, 2026-11-30)
+// and weight_grads_beside (a layer's weight and bias gradients' products on a second
+// stream beside its input gradient's: at one rank's 3,125 tokens each of those GEMMs
+// fills a wave of the GPU or less; kernels/cuda/linear.cu, 2026-11-30).
 // The former ones are the default since their GPU run: write_gradients, short_attention
 // (H100, 2026-11-26), gathered_attention (H100, 2026-11-27), async_upload, step_totals,
 // int8_products, fused_adam (H200, 2026-11-29; Context::candidate_kernel no longer asks).
@@ -160,8 +163,9 @@ enum CandidateKernels : unsigned {
   kPinnedSnapshot = 1u << 8,
   kLossRowsFromL2 = 1u << 9,
   kKeptOnes = 1u << 10,
+  kWeightGradsBeside = 1u << 11,
   kAllCandidates = kFusedAttention | kStepGraphs | kVectorNorms | kReluMasks | kPinnedSnapshot |
-                   kLossRowsFromL2 | kKeptOnes,
+                   kLossRowsFromL2 | kKeptOnes | kWeightGradsBeside,
 };
 
 // The candidate set a train.cuda_kernels value names: "verified" (none), "candidate"

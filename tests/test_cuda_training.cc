@@ -662,6 +662,38 @@ TEST(CudaCandidateStepGraphs, TrainingEqualsUncapturedTrainingBitForBit) {
   }
 }
 
+// The layers' weight gradients on a second stream (candidate weight_grads_beside,
+// kernels/cuda/linear.cu) through the whole model: twelve steps of two micro-batches over
+// three shapes, fp32 and bf16, uncaptured and with every pass captured into CUDA graphs
+// (the side stream's products then branches of each graph), equal the same steps with the
+// verified kernels bit for bit: the products are the same plans on another stream, and
+// every op that forks joins before it returns. The FFN's masks (relu_masks) on in both, so
+// that the second layer's masked backward forks too.
+TEST(CudaCandidateWeightGradsBeside, TrainingEqualsTheVerifiedBitForBit) {
+  THPC_REQUIRE_GPU();
+  constexpr int kVocab = 97;
+  const std::vector<Batch> batches = test::batches_of_shapes(3, 12, kVocab, 40, 31);
+  for (DType dtype : test::gpu_compute_dtypes()) {
+    for (const unsigned graphs : {unsigned(kNoCandidates), unsigned(kStepGraphs)}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << (graphs ? " captured" : ""));
+      GraphBackends verified(dtype, graphs | kReluMasks),
+          beside(dtype, graphs | kReluMasks | kWeightGradsBeside);
+      const auto run = [&](Backend& backend) {
+        return test::run_training_steps(backend, graph_model(), kVocab, batches, 12, 2, 3, 5);
+      };
+      const test::StepsRun expected = run(verified.use());
+      const int64_t before = weight_grads_beside();
+      const test::StepsRun got = run(beside.use());
+      test::expect_same_steps(got, expected);
+      if (test::twin_rehearsal()) continue;
+      EXPECT_GT(weight_grads_beside(), before) << "no weight gradient went beside";
+      if (graphs) {
+        EXPECT_GT(got.counts.replays, 0) << "nothing was replayed";
+      }
+    }
+  }
+}
+
 // Decoding steps captured into CUDA graphs (Transformer::decode_step): a beam search of 4
 // over five sentences, twice, with every step of a shape captured at its second
 // occurrence and replayed after, equals the same search uncaptured, bit for bit, in fp32

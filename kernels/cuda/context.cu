@@ -22,11 +22,23 @@ Context::Context(int device, const CudaKernelChoice& kernels)
   // cuBLAS keeps its own workspace per stream; give it the same one so that the
   // legacy API (batched attention GEMMs) allocates nothing during a step.
   THPC_CUBLAS_CHECK(cublasSetWorkspace(blas_, lt_workspace_, kLtWorkspaceBytes));
+  if (candidate_kernel(kWeightGradsBeside)) {
+    THPC_CUDA_CHECK(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
+    THPC_CUDA_CHECK(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming));
+    THPC_CUDA_CHECK(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming));
+    THPC_CUDA_CHECK(cudaMalloc(&side_lt_workspace_, kLtWorkspaceBytes));
+    count_allocation(kLtWorkspaceBytes);
+  }
 }
 
 Context::~Context() {
   // Destructors must not throw: errors here (a dead device) are ignored.
   if (stream_) cudaStreamSynchronize(stream_);
+  if (side_stream_) cudaStreamSynchronize(side_stream_);
+  if (side_lt_workspace_) cudaFree(side_lt_workspace_);
+  if (join_event_) cudaEventDestroy(join_event_);
+  if (fork_event_) cudaEventDestroy(fork_event_);
+  if (side_stream_) cudaStreamDestroy(side_stream_);
   if (pinned_) cudaFreeHost(pinned_);
   for (void* kept : kept_) {
     if (kept) cudaFree(kept);
@@ -86,6 +98,20 @@ void* Context::kept_vector(size_t count, size_t element_bytes, size_t& to_fill) 
   kept_count_[which] = grown;
   to_fill = grown;
   return kept_[which];
+}
+
+void Context::fork_side() {
+  THPC_CHECK(has_side(), "fork_side without the side stream (candidate weight_grads_beside)");
+  // Inside a capture of stream() the wait draws the side stream into the same capture: its
+  // work becomes a branch of the graph, joined back by join_side().
+  THPC_CUDA_CHECK(cudaEventRecord(fork_event_, stream_));
+  THPC_CUDA_CHECK(cudaStreamWaitEvent(side_stream_, fork_event_, 0));
+}
+
+void Context::join_side() {
+  THPC_CHECK(has_side(), "join_side without the side stream (candidate weight_grads_beside)");
+  THPC_CUDA_CHECK(cudaEventRecord(join_event_, side_stream_));
+  THPC_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_event_, 0));
 }
 
 void* Context::pinned(size_t bytes) {

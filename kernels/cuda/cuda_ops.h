@@ -83,6 +83,19 @@ class Context {
   // leave it unfilled): the caller then takes its old path.
   void* kept_vector(size_t count, size_t element_bytes, size_t& to_fill);
 
+  // The second stream of the candidate weight_grads_beside (linear.cu), with its own
+  // cuBLASLt workspace (a product on it runs beside one on stream(), so they cannot share
+  // one): a layer's weight gradient's products run there beside its input gradient's.
+  // fork_side() makes it wait for everything queued on stream() so far, join_side() makes
+  // stream() wait for everything queued on it so far; an op that forks joins before it
+  // returns, so that to every other op (and a captured graph, and the profile's events)
+  // the op is still one piece of work on stream(). Only with the candidate: has_side().
+  bool has_side() const { return side_stream_ != nullptr; }
+  cudaStream_t side_stream() const { return side_stream_; }
+  void* side_lt_workspace() const { return side_lt_workspace_; }
+  void fork_side();
+  void join_side();
+
   // Device memory allocated through cudaMalloc by this Context (workspace, scratch) and
   // by the backend that owns it (its tensors and ids), counted on the host: what
   // Backend::peak_memory_bytes reports. cudaMalloc and cudaFree calls report here.
@@ -108,6 +121,9 @@ class Context {
   void* pinned_ = nullptr;
   size_t pinned_bytes_ = 0;
   void* kept_[2] = {nullptr, nullptr};  // kept_vector's, of 2- and 4-byte elements
+  cudaStream_t side_stream_ = nullptr;
+  cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
+  void* side_lt_workspace_ = nullptr;
   size_t kept_count_[2] = {0, 0};
   int64_t allocated_bytes_ = 0, peak_allocated_bytes_ = 0;
   uint64_t frees_ = 0;

@@ -84,6 +84,11 @@ struct Gemm {
   void* aux = nullptr;
   int64_t aux_ld = 0;
   bool drelu = false;
+  // Where it runs: null, the context's stream and cuBLASLt workspace; else the side
+  // stream's (candidate weight_grads_beside), for cuBLASLt plans only (cublasGemmEx's
+  // handle is bound to the context's stream).
+  cudaStream_t stream = nullptr;
+  void* workspace = nullptr;
 };
 
 // The cuBLASLt epilogue of a product: its bias and ReLU applied before D is stored, the
@@ -255,6 +260,7 @@ bool fallback_forced() {
 }
 
 void gemm_ex(Context& context, const Gemm& g) {
+  THPC_CHECK(g.stream == nullptr, "a cublasGemmEx product queued beside the context's stream");
   float beta = g.beta;
   if (g.bias != nullptr) {
     fill_columns(g.C, g.c_type, g.ldc, g.m, g.n, g.bias, context.stream());
@@ -271,8 +277,10 @@ void gemm_ex(Context& context, const Gemm& g) {
 // the rest (the cublasGemmEx path and the empty product have no epilogue).
 bool gemm(Context& context, const Gemm& g) {
   if (g.m == 0 || g.n == 0) return true;
+  const cudaStream_t stream = g.stream != nullptr ? g.stream : context.stream();
+  void* workspace = g.workspace != nullptr ? g.workspace : context.lt_workspace();
   if (g.k == 0) {  // an empty product: D = beta C + bias
-    if (g.beta == 0.0f) fill_columns(g.C, g.c_type, g.ldc, g.m, g.n, g.bias, context.stream());
+    if (g.beta == 0.0f) fill_columns(g.C, g.c_type, g.ldc, g.m, g.n, g.bias, stream);
     return !asks_epilogue(g);  // beta = 1 (accumulation): nothing to add
   }
   // cuBLASLt's BIAS epilogue reads the bias with vector loads: a bias that is not 16-byte
@@ -300,10 +308,18 @@ bool gemm(Context& context, const Gemm& g) {
   }
   const float alpha = 1.0f;
   THPC_CUBLAS_CHECK(cublasLtMatmul(context.lt(), plan.desc, &alpha, g.A, plan.a, g.B, plan.b,
-                                   &g.beta, g.C, plan.c, g.C, plan.c, &plan.algo,
-                                   context.lt_workspace(), context.lt_workspace_bytes(),
-                                   context.stream()));
+                                   &g.beta, g.C, plan.c, g.C, plan.c, &plan.algo, workspace,
+                                   context.lt_workspace_bytes(), stream));
   return true;
+}
+
+// Whether `g` runs through a cuBLASLt plan (not cublasGemmEx): what a product queued on
+// the side stream must (a plan made here is the one gemm() then takes: the same key).
+bool takes_lt_plan(Context& context, const Gemm& g) {
+  if (fallback_forced() || (g.bias != nullptr && alignment_of(g.bias) < 16)) return false;
+  PlanCache& cache = plan_cache();
+  std::lock_guard<std::mutex> lock(cache.mutex());
+  return cache.get(context, g).usable;
 }
 
 // Block (blockIdx.x, chunk = blockIdx.y): thread -> column of [rows, n]; over the rows of
@@ -429,6 +445,95 @@ WrittenMasks& written_masks() {
 std::atomic<int64_t> relu_mask_product_count{0};
 // Bias gradients that read the kept ones vector (candidate kept_ones), for its twin test.
 std::atomic<int64_t> kept_ones_count{0};
+// Weight gradients queued on the side stream (candidate weight_grads_beside).
+std::atomic<int64_t> weight_grads_beside_count{0};
+
+// dx^T [K, M] (+)= W [K, N] dy^T [N, M]: W is stored column-major [N, K] (ld N), so op T.
+// (An empty product, N = 0, with beta = 0 writes zeros: gemm's k == 0 case.)
+template <typename T>
+void input_gradient(Context& context, T* dx, const T* dy, const T* W, int M, int K, int N,
+                    GradStore store) {
+  if (dx == nullptr) return;
+  gemm(context, Gemm{CUBLAS_OP_T, CUBLAS_OP_N, K, M, N, W, N, dy, N, dx, K, cuda_type<T>(),
+                     cuda_type<T>(), gradient_beta(writes_gradient(store, dx)), nullptr});
+}
+
+// A layer's dW += x^T dy and db += colsum(dy) ([M, K] x, [M, N] dy; either may be null).
+// With the candidate weight_grads_beside they go to the side stream (beside()): the
+// caller queues them first, then its own products on the context's stream, then
+// context.join_side(); otherwise after its products, on the context's stream, in the
+// verified path's order. Why beside: the products of a layer's backward that read dy, dx's
+// and dW's, need not wait for each other, and at one rank's 3,125 tokens each fills a wave
+// of the GPU or less (a 512 x 512 weight's dW is 16 output tiles of 128 x 128, its dx
+// 100); side by side, one's tiles take the SMs the other leaves idle. The products are the
+// same (the same plans: the two workspaces have one size), so the gradients are the
+// verified path's bit for bit. They go beside only when both take cuBLASLt plans and db's
+// ones come from the kept vector (the scratch buffer belongs to the context's stream).
+template <typename T>
+class WeightGradients {
+ public:
+  WeightGradients(Context& context, float* dW, float* db, const T* dy, const T* x, int M, int K,
+                  int N)
+      : context_(context),
+        with_dW_(dW != nullptr),
+        with_db_(db != nullptr && M > 0 && N > 0),
+        // dW^T [N, K] += dy^T [N, M] x [M, K]: x is stored column-major [K, M] (ld K), op T.
+        dW_product_{CUBLAS_OP_N, CUBLAS_OP_T, N, K, M, dy, N, x, K, dW, N, cuda_type<T>(),
+                    CUDA_R_32F, 1.0f, nullptr} {
+    beside_ = context.has_side() && M > 0 && N > 0 && K > 0 && (with_dW_ || with_db_);
+    if (!with_db_) {
+      beside_ = beside_ && takes_lt_plan(context, dW_product_);
+      return;
+    }
+    // db [N] += dy^T [N, M] ones [M]: a GEMM with n = 1, fp32 accumulation and output.
+    // The ones: with the candidate kept_ones (or beside) a vector filled once and kept (a
+    // step's ~50 bias gradients each launched a fill of M ones before; at one rank's 3,125
+    // tokens a few microseconds each), else written into the scratch buffer before use.
+    if (beside_ || context.candidate_kernel(kKeptOnes)) {
+      ones_ = static_cast<T*>(context.kept_vector(static_cast<size_t>(M), sizeof(T), to_fill_));
+      if (ones_ != nullptr && context.candidate_kernel(kKeptOnes)) ++kept_ones_count;
+    }
+    if (ones_ == nullptr) {
+      beside_ = false;
+      ones_ = static_cast<T*>(context.scratch(static_cast<size_t>(M) * sizeof(T)));
+      to_fill_ = static_cast<size_t>(M);
+    }
+    db_product_ = Gemm{CUBLAS_OP_N, CUBLAS_OP_N, N, 1, M, dy, N, ones_, M, db, N,
+                       cuda_type<T>(), CUDA_R_32F, 1.0f, nullptr};
+    beside_ = beside_ && (!with_dW_ || takes_lt_plan(context, dW_product_)) &&
+              takes_lt_plan(context, db_product_);
+  }
+
+  bool beside() const { return beside_; }
+
+  // Forks the side stream first when beside.
+  void queue() {
+    const cudaStream_t stream = beside_ ? context_.side_stream() : context_.stream();
+    if (beside_) {
+      context_.fork_side();
+      dW_product_.stream = db_product_.stream = stream;
+      dW_product_.workspace = db_product_.workspace = context_.side_lt_workspace();
+      ++weight_grads_beside_count;
+    }
+    if (with_dW_) gemm(context_, dW_product_);
+    if (!with_db_) return;
+    if (to_fill_ > 0) {
+      const int n = static_cast<int>(to_fill_);
+      fill_value_kernel<T><<<(n + kFillThreads - 1) / kFillThreads, kFillThreads, 0, stream>>>(
+          ones_, n, 1.0f);
+      THPC_CUDA_CHECK_LAUNCH("fill_value_kernel");
+    }
+    gemm(context_, db_product_);
+  }
+
+ private:
+  Context& context_;
+  bool with_dW_, with_db_;
+  Gemm dW_product_, db_product_;
+  T* ones_ = nullptr;
+  size_t to_fill_ = 0;
+  bool beside_ = false;
+};
 
 }  // namespace
 
@@ -489,6 +594,10 @@ void linear_relu_backward(Context& context, T* d_pre, float* dW, float* db, cons
   const bool with_mask = d_pre != nullptr && mask != nullptr &&
                          context.candidate_kernel(kReluMasks) &&
                          written_masks().written(context.device(), mask, M, K);
+  // dW and db beside (candidate weight_grads_beside: they read dy and y, which nothing
+  // below writes), or after d_pre's product as in the verified path.
+  WeightGradients<T> weights(context, dW, db, dy, y, M, K, N);
+  if (weights.beside()) weights.queue();
   bool masked = false;
   if (with_mask) {
     Gemm g{CUBLAS_OP_T, CUBLAS_OP_N, K, M, N, W, N, dy, N, d_pre, K, cuda_type<T>(),
@@ -498,13 +607,14 @@ void linear_relu_backward(Context& context, T* d_pre, float* dW, float* db, cons
     g.aux_ld = relu_mask_ld_bits(K);
     masked = gemm(context, g);  // false: the plain product is in d_pre
     if (masked) ++relu_mask_product_count;
+  } else {
+    input_gradient<T>(context, d_pre, dy, W, M, K, N, GradStore::kWrite);  // written
   }
-  // d_pre's product where the mask's GEMM did not take it (written), dW and db.
-  linear_backward<T>(context, with_mask ? nullptr : d_pre, dW, db, dy, y, W, M, K, N,
-                     GradStore::kWrite);
+  if (!weights.beside()) weights.queue();
   if (d_pre != nullptr && !masked) {
     relu_backward<T>(context, d_pre, d_pre, y, static_cast<int64_t>(M) * K, GradStore::kWrite);
   }
+  if (weights.beside()) context.join_side();
 }
 
 // d_pre += g (kWrite: =), db += column sums of g (g = dy where y > 0): one pass over
@@ -541,41 +651,14 @@ void relu_bias_backward(Context& context, T* d_pre, float* db, const T* dy, cons
 template <typename T>
 void linear_backward(Context& context, T* dx, float* dW, float* db, const T* dy, const T* x,
                      const T* W, int M, int K, int N, GradStore store) {
-  if (dx != nullptr) {
-    const bool write = writes_gradient(store, dx);
-    // dx^T [K, M] += W [K, N] dy^T [N, M]: W is stored column-major [N, K] (ld N), so op T.
-    // (An empty product, N = 0, with beta = 0 writes zeros: gemm's k == 0 case.)
-    gemm(context, Gemm{CUBLAS_OP_T, CUBLAS_OP_N, K, M, N, W, N, dy, N, dx, K, cuda_type<T>(),
-                       cuda_type<T>(), gradient_beta(write), nullptr});
-  }
-  if (dW != nullptr) {
-    // dW^T [N, K] += dy^T [N, M] x [M, K]: x is stored column-major [K, M] (ld K), so op T.
-    gemm(context, Gemm{CUBLAS_OP_N, CUBLAS_OP_T, N, K, M, dy, N, x, K, dW, N, cuda_type<T>(),
-                       CUDA_R_32F, 1.0f, nullptr});
-  }
-  if (db != nullptr && M > 0 && N > 0) {
-    // db [N] += dy^T [N, M] ones [M]: a GEMM with n = 1, fp32 accumulation and output.
-    // The ones: with the candidate kept_ones a vector filled once and kept (a step's ~50
-    // bias gradients each launched a fill of M ones before; at one rank's 3,125 tokens a
-    // few microseconds each), else written into the scratch buffer before each use.
-    size_t to_fill = static_cast<size_t>(M);
-    T* ones = nullptr;
-    if (context.candidate_kernel(kKeptOnes)) {
-      ones = static_cast<T*>(context.kept_vector(static_cast<size_t>(M), sizeof(T), to_fill));
-      if (ones != nullptr) ++kept_ones_count;
-    }
-    if (ones == nullptr) {
-      ones = static_cast<T*>(context.scratch(static_cast<size_t>(M) * sizeof(T)));
-      to_fill = static_cast<size_t>(M);
-    }
-    if (to_fill > 0) {
-      const int n = static_cast<int>(to_fill);
-      fill_value_kernel<T><<<(n + kFillThreads - 1) / kFillThreads, kFillThreads, 0,
-                             context.stream()>>>(ones, n, 1.0f);
-      THPC_CUDA_CHECK_LAUNCH("fill_value_kernel");
-    }
-    gemm(context, Gemm{CUBLAS_OP_N, CUBLAS_OP_N, N, 1, M, dy, N, ones, M, db, N, cuda_type<T>(),
-                       CUDA_R_32F, 1.0f, nullptr});
+  WeightGradients<T> weights(context, dW, db, dy, x, M, K, N);
+  if (weights.beside()) {
+    weights.queue();
+    input_gradient<T>(context, dx, dy, W, M, K, N, store);
+    context.join_side();
+  } else {  // the verified path's order
+    input_gradient<T>(context, dx, dy, W, M, K, N, store);
+    weights.queue();
   }
 }
 
@@ -620,3 +703,6 @@ THPC_CUDA_TWIN(output_projection_backward)
 
 int64_t thpc::cuda_relu_mask_products() { return thpc::cuda::relu_mask_product_count.load(); }
 int64_t thpc::cuda_kept_ones_bias_gradients() { return thpc::cuda::kept_ones_count.load(); }
+int64_t thpc::cuda_weight_grads_beside() {
+  return thpc::cuda::weight_grads_beside_count.load();
+}

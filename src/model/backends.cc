@@ -69,6 +69,14 @@ int64_t kept_ones_bias_gradients() {
 #endif
 }
 
+int64_t weight_grads_beside() {
+#if THPC_HAVE_CUDA
+  return cuda_weight_grads_beside();
+#else
+  return 0;
+#endif
+}
+
 int64_t relu_mask_products() {
 #if THPC_HAVE_CUDA
   return cuda_relu_mask_products();

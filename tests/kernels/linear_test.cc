@@ -1013,6 +1013,116 @@ TEST(CudaCandidateKeptOnes, BiasGradientsEqualTheVerifiedBitForBit) {
   }
 }
 
+// ---- the candidate weight_grads_beside --------------------------------------------------
+
+struct LayerBackwardCase {
+  int M, K, N;
+  bool with_db;
+  GradStore store;
+  bool relu;  // the FFN's second layer: linear_relu_backward after a masked forward
+};
+
+// One layer's backward on `backend`, from the same random values whatever the backend:
+// linear_backward (dx stored by `store` onto random values or NaN, dW and db added onto
+// random values), or with `relu` linear_relu_mask_forward of a 16-wide input (the mask
+// kept where the backend keeps one) and then linear_relu_backward writing d_pre. With
+// `capture`, the backward is captured into a graph and replayed instead of run (the
+// forward is not). Returns dx (or d_pre), dW and db.
+std::vector<std::vector<float>> layer_backward(Backend& backend, DType dtype,
+                                               const LayerBackwardCase& c, uint32_t seed,
+                                               bool capture = false) {
+  std::mt19937 rng(seed);
+  const size_t MK = size_t(c.M) * c.K, KN = size_t(c.K) * c.N, MN = size_t(c.M) * c.N;
+  Scope scope(backend);
+  const Tensor dy = scope.put(dtype, representable(random_values(MN, rng), dtype));
+  const Tensor W = scope.put(dtype, representable(random_values(KN, rng), dtype));
+  Tensor dx = scope.put(dtype, StoreMode{c.store}.start(random_values(MK, rng)));
+  Tensor dW = scope.put(DType::F32, random_values(KN, rng));
+  Tensor db = c.with_db ? scope.put(DType::F32, random_values(size_t(c.N), rng)) : Tensor{};
+  Tensor x;  // the layer's input: random, or the ReLU's output
+  uint32_t* mask = nullptr;
+  if (c.relu) {
+    x = scope.alloc(dtype, int64_t(MK));
+    const int words = static_cast<int>(backend.relu_mask_words(c.M, c.K));
+    if (words > 0) {
+      mask = reinterpret_cast<uint32_t*>(scope.put_ids(std::vector<int32_t>(size_t(words), 0)));
+    }
+    const size_t inputs = size_t(c.M) * 16, weights = size_t(16) * c.K;
+    backend.linear_relu_mask_forward(
+        x, mask, scope.put(dtype, representable(random_values(inputs, rng), dtype)),
+        scope.put(dtype, representable(random_values(weights, rng), dtype)),
+        scope.put(dtype, representable(random_values(size_t(c.K), rng), dtype)), c.M, 16, c.K);
+  } else {
+    x = scope.put(dtype, representable(random_values(MK, rng), dtype));
+  }
+  const auto backward = [&] {
+    if (c.relu) {
+      backend.linear_relu_backward(dx, dW, db, dy, x, mask, W, c.M, c.K, c.N);
+    } else {
+      backend.linear_backward(dx, dW, db, dy, x, W, c.M, c.K, c.N, c.store);
+    }
+  };
+  if (capture) {
+    const std::unique_ptr<CapturedWork> work = backend.capture(backward);
+    EXPECT_NE(work, nullptr) << "the capture was refused";
+    if (work == nullptr || !work->replay()) return {};
+  } else {
+    backward();
+  }
+  return {scope.get(dx), scope.get(dW), c.with_db ? scope.get(db) : std::vector<float>{}};
+}
+
+// The candidate weight_grads_beside (kernels/cuda/linear.cu: a layer's dW and db products
+// on a second stream beside its dx product): every output equals the verified kernels'
+// bit for bit (the same cuBLASLt plans, only another stream and workspace), with and
+// without a bias, dx added or written, the FFN's second layer with the ReLU's mask
+// (relu_masks in both), the product shapes of one rank's batch among them; the products
+// that went beside are counted (all but the odd shapes', which may take cublasGemmEx); and
+// captured into a CUDA graph (the side stream a branch of it, joined) they equal it too.
+TEST(CudaCandidateWeightGradsBeside, LayerGradientsEqualTheVerifiedBitForBit) {
+  THPC_REQUIRE_GPU();
+  CudaKernelChoice verified_kernels, beside_kernels;
+  verified_kernels.candidates = kReluMasks;
+  beside_kernels.candidates = kReluMasks | kWeightGradsBeside | kStepGraphs;
+  const std::vector<LayerBackwardCase> aligned = {
+      {64, 128, 96, true, GradStore::kAdd, false},
+      {300, 512, 512, true, GradStore::kWrite, false},
+      {1000, 512, 1536, false, GradStore::kAdd, false},
+      {3125, 2048, 512, true, GradStore::kWrite, true},
+      {257, 256, 128, true, GradStore::kWrite, true}};
+  const std::vector<LayerBackwardCase> odd = {{3, 5, 7, true, GradStore::kAdd, false},
+                                              {33, 129, 17, true, GradStore::kWrite, true}};
+  for (DType dtype : gpu_compute_dtypes()) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Twins verified(dtype, verified_kernels), beside(dtype, beside_kernels);
+    uint32_t seed = 3000;
+    const int64_t before = weight_grads_beside();
+    for (const auto* cases : {&aligned, &odd}) {
+      for (const LayerBackwardCase& c : *cases) {
+        SCOPED_TRACE(::testing::Message() << "M=" << c.M << " K=" << c.K << " N=" << c.N
+                                          << (c.relu ? " relu" : "") << " db=" << c.with_db
+                                          << " " << StoreMode{c.store}.name());
+        const auto expected = layer_backward(*verified.gpu, dtype, c, seed);
+        EXPECT_EQ(layer_backward(*beside.gpu, dtype, c, seed), expected);
+        ++seed;
+      }
+    }
+    if (twin_rehearsal()) continue;  // the CPU stands in: one stream, no graphs
+    EXPECT_GE(weight_grads_beside() - before, static_cast<int64_t>(aligned.size()))
+        << "the aligned products did not go beside";
+    for (const LayerBackwardCase& c : aligned) {
+      SCOPED_TRACE(::testing::Message() << "captured M=" << c.M << " K=" << c.K << " N=" << c.N);
+      const auto expected = layer_backward(*verified.gpu, dtype, c, seed);
+      // Once uncaptured first: the kept ones vector grows outside the capture.
+      EXPECT_EQ(layer_backward(*beside.gpu, dtype, c, seed), expected);
+      const int64_t queued = weight_grads_beside();
+      EXPECT_EQ(layer_backward(*beside.gpu, dtype, c, seed, true), expected);
+      EXPECT_EQ(weight_grads_beside(), queued + 1) << "the capture's products did not go beside";
+      ++seed;
+    }
+  }
+}
+
 // ---- tied output projection -----------------------------------------------------------
 
 struct ProjectionShape {
