@@ -45,8 +45,9 @@ int64_t cuda_loss_rows_from_l2_launches();
 // kept_ones, linear.cu) in this process.
 int64_t cuda_kept_ones_bias_gradients();
 
-// Layers' weight gradients queued on the side stream beside their input gradient
-// (candidate weight_grads_beside, linear.cu) in this process.
+// Weight gradients (a layer's dW and db, the output projection's dE) queued on the side
+// stream beside their input gradient (candidate weight_grads_beside, linear.cu) in this
+// process.
 int64_t cuda_weight_grads_beside();
 
 // GEMMs that ran with the ReLU mask's epilogues (candidate relu_masks, linear.cu) in this

@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -448,6 +449,27 @@ std::atomic<int64_t> kept_ones_count{0};
 // Weight gradients queued on the side stream (candidate weight_grads_beside).
 std::atomic<int64_t> weight_grads_beside_count{0};
 
+// Whether `products` may run on the side stream (candidate weight_grads_beside): it exists
+// and each takes a cuBLASLt plan (cublasGemmEx's handle is bound to the context's stream).
+bool may_go_beside(Context& context, std::initializer_list<const Gemm*> products) {
+  if (!context.has_side()) return false;
+  for (const Gemm* product : products) {
+    if (!takes_lt_plan(context, *product)) return false;
+  }
+  return true;
+}
+
+// Forks the side stream and points `products` at it and its workspace; the caller queues
+// them, then its own products on the context's stream, then context.join_side().
+void send_beside(Context& context, std::initializer_list<Gemm*> products) {
+  context.fork_side();
+  for (Gemm* product : products) {
+    product->stream = context.side_stream();
+    product->workspace = context.side_lt_workspace();
+  }
+  ++weight_grads_beside_count;
+}
+
 // dx^T [K, M] (+)= W [K, N] dy^T [N, M]: W is stored column-major [N, K] (ld N), so op T.
 // (An empty product, N = 0, with beta = 0 writes zeros: gemm's k == 0 case.)
 template <typename T>
@@ -482,7 +504,7 @@ class WeightGradients {
                     CUDA_R_32F, 1.0f, nullptr} {
     beside_ = context.has_side() && M > 0 && N > 0 && K > 0 && (with_dW_ || with_db_);
     if (!with_db_) {
-      beside_ = beside_ && takes_lt_plan(context, dW_product_);
+      beside_ = beside_ && may_go_beside(context, {&dW_product_});
       return;
     }
     // db [N] += dy^T [N, M] ones [M]: a GEMM with n = 1, fp32 accumulation and output.
@@ -500,8 +522,8 @@ class WeightGradients {
     }
     db_product_ = Gemm{CUBLAS_OP_N, CUBLAS_OP_N, N, 1, M, dy, N, ones_, M, db, N,
                        cuda_type<T>(), CUDA_R_32F, 1.0f, nullptr};
-    beside_ = beside_ && (!with_dW_ || takes_lt_plan(context, dW_product_)) &&
-              takes_lt_plan(context, db_product_);
+    beside_ = beside_ && may_go_beside(context, {&db_product_}) &&
+              (!with_dW_ || may_go_beside(context, {&dW_product_}));
   }
 
   bool beside() const { return beside_; }
@@ -509,12 +531,7 @@ class WeightGradients {
   // Forks the side stream first when beside.
   void queue() {
     const cudaStream_t stream = beside_ ? context_.side_stream() : context_.stream();
-    if (beside_) {
-      context_.fork_side();
-      dW_product_.stream = db_product_.stream = stream;
-      dW_product_.workspace = db_product_.workspace = context_.side_lt_workspace();
-      ++weight_grads_beside_count;
-    }
+    if (beside_) send_beside(context_, {&dW_product_, &db_product_});
     if (with_dW_) gemm(context_, dW_product_);
     if (!with_db_) return;
     if (to_fill_ > 0) {
@@ -675,6 +692,18 @@ template <typename T>
 void output_projection_backward(Context& context, T* dh, float* dE, const T* d_logits,
                                 const T* h, const T* E, int M, int d, int vocab,
                                 GradStore store) {
+  // dE^T [d, V] += h^T [d, M] d_logits [M, V]: d_logits stored column-major [V, M]
+  // (ld V), so op T. With the candidate weight_grads_beside on the side stream beside dh
+  // (as a layer's dW beside its dx: at one rank's 3,125 tokens dh is 25 x 4 tiles over a
+  // K of the vocabulary, under one wave), else after it, the verified path's order.
+  Gemm dE_product{CUBLAS_OP_N, CUBLAS_OP_T, d, vocab, M, h, d, d_logits, vocab, dE, d,
+                  cuda_type<T>(), CUDA_R_32F, 1.0f, nullptr};
+  const bool beside = dE != nullptr && dh != nullptr && M > 0 && d > 0 && vocab > 0 &&
+                      may_go_beside(context, {&dE_product});
+  if (beside) {
+    send_beside(context, {&dE_product});
+    gemm(context, dE_product);
+  }
   if (dh != nullptr) {
     const bool write = writes_gradient(store, dh);
     // dh^T [d, M] += E^T [d, V] d_logits^T [V, M]: E stored column-major [d, V] (ld d),
@@ -682,11 +711,10 @@ void output_projection_backward(Context& context, T* dh, float* dE, const T* d_l
     gemm(context, Gemm{CUBLAS_OP_N, CUBLAS_OP_N, d, M, vocab, E, d, d_logits, vocab, dh, d,
                        cuda_type<T>(), cuda_type<T>(), gradient_beta(write), nullptr});
   }
-  if (dE != nullptr) {
-    // dE^T [d, V] += h^T [d, M] d_logits [M, V]: d_logits stored column-major [V, M]
-    // (ld V), so op T.
-    gemm(context, Gemm{CUBLAS_OP_N, CUBLAS_OP_T, d, vocab, M, h, d, d_logits, vocab, dE, d,
-                       cuda_type<T>(), CUDA_R_32F, 1.0f, nullptr});
+  if (beside) {
+    context.join_side();
+  } else if (dE != nullptr) {
+    gemm(context, dE_product);
   }
 }
 

@@ -47,8 +47,9 @@ int64_t loss_rows_from_l2_launches();
 // The same for the bias gradients that read the kept ones vector (candidate kept_ones,
 // kernels/cuda/linear.cu).
 int64_t kept_ones_bias_gradients();
-// The same for the layers' weight gradients queued on a second stream beside their input
-// gradient (candidate weight_grads_beside, kernels/cuda/linear.cu).
+// The same for the weight gradients (a layer's dW and db, the output projection's dE)
+// queued on a second stream beside their input gradient (candidate weight_grads_beside,
+// kernels/cuda/linear.cu).
 int64_t weight_grads_beside();
 // The same for the FFN's products with the ReLU mask's epilogues (candidate relu_masks,
 // kernels/cuda/linear.cu): one a first layer's forward, one a second layer's backward.

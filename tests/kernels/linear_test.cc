@@ -1123,6 +1123,49 @@ TEST(CudaCandidateWeightGradsBeside, LayerGradientsEqualTheVerifiedBitForBit) {
   }
 }
 
+// The tied output projection's backward with the candidate: dE beside dh (one rank's
+// batch against a vocabulary of 8,000, and odd shapes), bit for bit the verified kernels',
+// dh added or written, counted where both took cuBLASLt plans.
+TEST(CudaCandidateWeightGradsBeside, OutputProjectionGradientsEqualTheVerifiedBitForBit) {
+  THPC_REQUIRE_GPU();
+  CudaKernelChoice beside_kernels;
+  beside_kernels.candidates = kWeightGradsBeside;
+  struct Case {
+    int M, d, vocab;
+    GradStore store;
+  };
+  const std::vector<Case> cases = {{300, 512, 8000, GradStore::kWrite},
+                                   {64, 512, 4099, GradStore::kAdd},
+                                   {33, 129, 517, GradStore::kWrite}};
+  for (DType dtype : gpu_compute_dtypes()) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Twins verified(dtype), beside(dtype, beside_kernels);
+    const int64_t before = weight_grads_beside();
+    uint32_t seed = 3100;
+    for (const Case& c : cases) {
+      SCOPED_TRACE(::testing::Message() << "M=" << c.M << " d=" << c.d << " vocab=" << c.vocab
+                                        << " " << StoreMode{c.store}.name());
+      const auto run = [&](Backend& backend) {
+        std::mt19937 rng(seed);
+        const size_t Md = size_t(c.M) * c.d, MV = size_t(c.M) * c.vocab,
+                     Vd = size_t(c.vocab) * c.d;
+        Scope scope(backend);
+        const Tensor d_logits = scope.put(dtype, representable(random_values(MV, rng), dtype));
+        const Tensor h = scope.put(dtype, representable(random_values(Md, rng), dtype));
+        const Tensor E = scope.put(dtype, representable(random_values(Vd, rng), dtype));
+        Tensor dh = scope.put(dtype, StoreMode{c.store}.start(random_values(Md, rng)));
+        Tensor dE = scope.put(DType::F32, random_values(Vd, rng));
+        backend.output_projection_backward(dh, dE, d_logits, h, E, c.M, c.d, c.vocab, c.store);
+        return std::vector<std::vector<float>>{scope.get(dh), scope.get(dE)};
+      };
+      EXPECT_EQ(run(*beside.gpu), run(*verified.gpu));
+      ++seed;
+    }
+    if (twin_rehearsal()) continue;
+    EXPECT_GE(weight_grads_beside() - before, 2) << "the aligned products did not go beside";
+  }
+}
+
 // ---- tied output projection -----------------------------------------------------------
 
 struct ProjectionShape {
