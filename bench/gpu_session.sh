@@ -201,7 +201,7 @@ readonly PLAN=(
   "1|the verified twins of the changed files (OTHER_TWINS=all: every one)|10|40"
   "1|whole model: fp32 3 steps vs the CPU (fused off, on); bf16 short vs batched; decoding|3|25"
   "1|bf16 GEMM ceiling (8192^3)|10|15"
-  "1|profile base verified, candidate, candidate without step_graphs; short_attention_max_len 0, 64 (27 steps each)|30|85"
+  "1|profile base verified (27 steps), candidate (36: two warm-up rounds with graphs), candidate without step_graphs; short_attention_max_len 0, 64 (27 each)|35|90"
   "1|program vs benchmark: base, 3,125 tokens, 40 steps each (bench/program_vs_bench.sh)|10|30"
   "1|small batch: base, 3,125 tokens, verified and candidate (CUDA graphs), timed and profiled; candidate without weight_grads_beside timed; candidate without graphs profiled|25|60"
   "1|ours verified (and candidate if it acts in training; the loss in chunks of 1,024 rows; 75 steps each); eager|45|90"
@@ -708,7 +708,10 @@ small_batch_step() {
   return 0
 }
 
-# Profiles (and with line=1 the unprofiled big line) of one preset, off and on.
+# Profiles (and with line=1 the unprofiled big line) of one preset, off and on (with
+# step_graphs transformer_bench_step warms up two rounds of its nine lengths itself, so
+# that the timed steps replay: the 2026-11-29 window's one round left a capture in every
+# other timed step, 37.5 ms against 32.3).
 profile() {
   local preset=${1#preset=} line=${2:-} setting
   for setting in $(kernel_settings); do
