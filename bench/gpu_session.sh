@@ -79,7 +79,8 @@
 #      more than the default 48), each its step and by-bucket lines only; the program
 #      against the benchmark at 3,125 tokens; the small batch (base, 3,125 tokens) timed
 #      and profiled per kernel setting, the candidates' with CUDA graphs, and timed without
-#      each of SMALL_BATCH_LEAVE_OUT (default weight_grads_beside) (small_batch_step);
+#      each of SMALL_BATCH_LEAVE_OUT (default weight_grads_beside), there and at 25,000
+#      tokens (small_batch_step);
 #   4. PEERS="eager compile" bench/step_vs_torch.sh base with ours verified and candidate
 #      (OURS_VARIANTS), ours and eager first, the compiled peer (torch.compile, default
 #      mode, static shapes: nine lengths) last with what is left; a peer cut off leaves
@@ -203,7 +204,7 @@ readonly PLAN=(
   "1|bf16 GEMM ceiling (8192^3)|10|15"
   "1|profile base verified (27 steps), candidate (36: two warm-up rounds with graphs), candidate without step_graphs; short_attention_max_len 0, 64 (27 each)|35|90"
   "1|program vs benchmark: base, 3,125 tokens, 40 steps each (bench/program_vs_bench.sh)|10|30"
-  "1|small batch: base, 3,125 tokens, verified and candidate (CUDA graphs), timed and profiled; candidate without weight_grads_beside timed; candidate without graphs profiled|25|60"
+  "1|small batch: base, 3,125 tokens, verified and candidate (CUDA graphs), timed and profiled; candidate without weight_grads_beside timed (and at 25,000); candidate without graphs profiled|30|70"
   "1|ours verified (and candidate if it acts in training; the loss in chunks of 1,024 rows; 75 steps each); eager|45|90"
   "1|torch.compile peer, only without PEERS=eager (228 s to compile on 2026-11-26)|0|0"
   "2|setup on the warm machine (bundle kept), build of mpi_equivalence, test_distributed, the trainer|15|60"
@@ -694,6 +695,12 @@ small_batch_step() {
     timeout 60 "$BUILD_DIR/transformer_bench_step" $(bench_args base 40 20 | sed "s/--tokens 25000/--tokens 3125/") \
       --set "train.cuda_kernels=$setting" > "$LOGS/small_batch_without_${left_out}.txt" 2>&1
     echo "== small batch, the measured candidates but $left_out (exit $?): $(grep "^{" "$LOGS/small_batch_without_${left_out}.txt")"
+    # And at 25,000 tokens, as step_vs_torch.sh times ours (60 steps): beside the peers
+    # line's candidate variant, whether it loses at the full batch.
+    # shellcheck disable=SC2046
+    timeout 60 "$BUILD_DIR/transformer_bench_step" $(bench_args base 60 15) \
+      --set "train.cuda_kernels=$setting" > "$LOGS/base_without_${left_out}.txt" 2>&1
+    echo "== base 25,000, the measured candidates but $left_out (exit $?): $(grep "^{" "$LOGS/base_without_${left_out}.txt")"
   done
   # With graphs a replayed pass is one row: the candidates' kernels at one rank's batch,
   # by op class, only without them (issue 51's 1.5x at 3,125 tokens wants to know where
