@@ -121,10 +121,10 @@ class Context {
   void* pinned_ = nullptr;
   size_t pinned_bytes_ = 0;
   void* kept_[2] = {nullptr, nullptr};  // kept_vector's, of 2- and 4-byte elements
-  cudaStream_t side_stream_ = nullptr;
+  size_t kept_count_[2] = {0, 0};
+  cudaStream_t side_stream_ = nullptr;  // and its events and workspace: weight_grads_beside
   cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
   void* side_lt_workspace_ = nullptr;
-  size_t kept_count_[2] = {0, 0};
   int64_t allocated_bytes_ = 0, peak_allocated_bytes_ = 0;
   uint64_t frees_ = 0;
 };
