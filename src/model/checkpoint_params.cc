@@ -26,6 +26,19 @@ void load_parameters(const Checkpoint& checkpoint, const std::string& source,
   params.refresh_compute();
 }
 
+namespace {
+
+// A parameter's tensor in a checkpoint: its name and shape, its values not yet filled.
+NamedTensor named_like(const ParamEntry& entry) {
+  NamedTensor tensor;
+  tensor.name = entry.name;
+  tensor.rows = entry.rows;
+  tensor.cols = entry.cols;
+  return tensor;
+}
+
+}  // namespace
+
 std::vector<NamedTensor> gather_named(const ParamStore& store, Backend& backend, Tensor buffer) {
   THPC_CHECK(buffer.numel == store.buffer_numel(),
              "buffer of " << buffer.numel << " elements, layout of " << store.buffer_numel());
@@ -35,10 +48,7 @@ std::vector<NamedTensor> gather_named(const ParamStore& store, Backend& backend,
   named.reserve(store.entries().size());
   std::vector<double> wide;  // an fp64 backend's values, narrowed to the file's fp32
   for (const ParamEntry& entry : store.entries()) {
-    NamedTensor tensor;
-    tensor.name = entry.name;
-    tensor.rows = entry.rows;
-    tensor.cols = entry.cols;
+    NamedTensor tensor = named_like(entry);
     tensor.values.resize(entry.numel());
     // Each parameter straight into its own tensor: one copy of the state, not two (the
     // snapshot is what every rank waits for while rank 0 saves).
@@ -78,10 +88,7 @@ std::vector<NamedTensor> StagedNamedBuffers::named(int index) const {
   std::vector<NamedTensor> named;
   named.reserve(entries_.size());
   for (const ParamEntry& entry : entries_) {
-    NamedTensor tensor;
-    tensor.name = entry.name;
-    tensor.rows = entry.rows;
-    tensor.cols = entry.cols;
+    NamedTensor tensor = named_like(entry);
     tensor.values.assign(buffer + entry.offset, buffer + entry.offset + entry.numel());
     named.push_back(std::move(tensor));
   }
