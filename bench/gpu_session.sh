@@ -766,7 +766,7 @@ measured_candidates() {
   echo "$setting"
 }
 
-# The passing candidates but step_graphs; nothing when step_graphs is all there is.
+# The measured candidates but step_graphs; nothing when step_graphs is all there is.
 candidates_without_graphs() {
   measured_candidates | tr ',' '\n' | grep -vx step_graphs | paste -sd,
 }
