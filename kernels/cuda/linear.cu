@@ -273,6 +273,15 @@ void gemm_ex(Context& context, const Gemm& g) {
                                  g.c_type, g.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+// Whether a product goes to cublasGemmEx without asking cuBLASLt: forced, or a misaligned
+// bias. cuBLASLt's BIAS epilogue reads the bias with vector loads: a bias that is not
+// 16-byte aligned (a slice of the flat parameter buffer at an odd offset, e.g. d_model not
+// a multiple of 8 in bf16) may be accepted by the heuristic and then fail or misread at
+// run time. Such products take the cublasGemmEx path with the bias written first.
+bool bypasses_lt(const Gemm& g) {
+  return fallback_forced() || (g.bias != nullptr && alignment_of(g.bias) < 16);
+}
+
 // Returns whether the epilogue asked for (g.relu, the mask's g.aux or g.drelu) was applied;
 // when it was asked for and not, D holds the plain product (+ bias) and the caller applies
 // the rest (the cublasGemmEx path and the empty product have no epilogue).
@@ -284,11 +293,7 @@ bool gemm(Context& context, const Gemm& g) {
     if (g.beta == 0.0f) fill_columns(g.C, g.c_type, g.ldc, g.m, g.n, g.bias, stream);
     return !asks_epilogue(g);  // beta = 1 (accumulation): nothing to add
   }
-  // cuBLASLt's BIAS epilogue reads the bias with vector loads: a bias that is not 16-byte
-  // aligned (a slice of the flat parameter buffer at an odd offset, e.g. d_model not a
-  // multiple of 8 in bf16) may be accepted by the heuristic and then fail or misread at
-  // run time. Such products take the cublasGemmEx path with the bias written first.
-  if (fallback_forced() || (g.bias != nullptr && alignment_of(g.bias) < 16)) {
+  if (bypasses_lt(g)) {
     gemm_ex(context, g);
     return !asks_epilogue(g);
   }
@@ -317,7 +322,7 @@ bool gemm(Context& context, const Gemm& g) {
 // Whether `g` runs through a cuBLASLt plan (not cublasGemmEx): what a product queued on
 // the side stream must (a plan made here is the one gemm() then takes: the same key).
 bool takes_lt_plan(Context& context, const Gemm& g) {
-  if (fallback_forced() || (g.bias != nullptr && alignment_of(g.bias) < 16)) return false;
+  if (bypasses_lt(g)) return false;
   PlanCache& cache = plan_cache();
   std::lock_guard<std::mutex> lock(cache.mutex());
   return cache.get(context, g).usable;
