@@ -21,69 +21,24 @@ std::string cuda_unavailable_reason() {
 #endif
 }
 
-int64_t short_attention_launches() {
+// The CUDA backend's counters, which the GPU tests read to see that a kernel ran (each
+// declared in backends.h); zero in a build without CUDA, where nothing launches.
 #if THPC_HAVE_CUDA
-  return cuda_short_attention_launches();
+#define THPC_CUDA_COUNTER(name) \
+  int64_t name() { return cuda_##name(); }
 #else
-  return 0;
+#define THPC_CUDA_COUNTER(name) \
+  int64_t name() { return 0; }
 #endif
-}
-
-int64_t fused_attention_launches() {
-#if THPC_HAVE_CUDA
-  return cuda_fused_attention_launches();
-#else
-  return 0;
-#endif
-}
-
-int64_t vector_norm_launches() {
-#if THPC_HAVE_CUDA
-  return cuda_vector_norm_launches();
-#else
-  return 0;
-#endif
-}
-
-int64_t fused_adam_launches() {
-#if THPC_HAVE_CUDA
-  return cuda_fused_adam_launches();
-#else
-  return 0;
-#endif
-}
-
-int64_t loss_rows_from_l2_launches() {
-#if THPC_HAVE_CUDA
-  return cuda_loss_rows_from_l2_launches();
-#else
-  return 0;
-#endif
-}
-
-int64_t kept_ones_bias_gradients() {
-#if THPC_HAVE_CUDA
-  return cuda_kept_ones_bias_gradients();
-#else
-  return 0;
-#endif
-}
-
-int64_t weight_grads_beside() {
-#if THPC_HAVE_CUDA
-  return cuda_weight_grads_beside();
-#else
-  return 0;
-#endif
-}
-
-int64_t relu_mask_products() {
-#if THPC_HAVE_CUDA
-  return cuda_relu_mask_products();
-#else
-  return 0;
-#endif
-}
+THPC_CUDA_COUNTER(short_attention_launches)
+THPC_CUDA_COUNTER(fused_attention_launches)
+THPC_CUDA_COUNTER(vector_norm_launches)
+THPC_CUDA_COUNTER(fused_adam_launches)
+THPC_CUDA_COUNTER(loss_rows_from_l2_launches)
+THPC_CUDA_COUNTER(kept_ones_bias_gradients)
+THPC_CUDA_COUNTER(weight_grads_beside)
+THPC_CUDA_COUNTER(relu_mask_products)
+#undef THPC_CUDA_COUNTER
 
 bool fused_attention_fragment_probe(std::vector<uint32_t>& words,
                                     std::vector<uint32_t>& trans_words,
