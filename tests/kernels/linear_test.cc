@@ -993,9 +993,14 @@ TEST(CudaCandidateKeptOnes, BiasGradientsEqualTheVerifiedBitForBit) {
     const std::vector<float> expected = bias_gradient(*verified.gpu, dtype, M, N, dy, db0);
     Backend& gpu = *candidate.gpu;
     Scope scope(gpu);
-    // The scratch grown first (the old path's ones go there): a capture may not free.
-    const std::vector<float> filler(static_cast<size_t>(64) * M, 0.5f);
-    gpu.sum_squares(scope.put(DType::F32, filler), static_cast<int64_t>(filler.size()));
+    // The scratch grown first (the old path's ones go there, M of them): a capture may not
+    // free. The loss over M rows takes ~20 bytes a row of it (queue_loss_sums); sum_squares
+    // would not do, its partials take a few kB whatever the length.
+    const int32_t* targets = scope.put_ids(std::vector<int32_t>(static_cast<size_t>(M), 1));
+    gpu.softmax_cross_entropy(Tensor{},
+                              scope.put(dtype, std::vector<float>(static_cast<size_t>(8) * M,
+                                                                  0.5f)),
+                              targets, M, 8, 0.0f, 0, 0.0f);
     const Tensor dy_t = scope.put(dtype, dy);
     const Tensor x_t = scope.put(dtype, std::vector<float>(static_cast<size_t>(8) * M, 0.25f));
     const Tensor W_t = scope.put(dtype, std::vector<float>(static_cast<size_t>(8) * N, 0.25f));
