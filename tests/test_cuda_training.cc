@@ -565,6 +565,36 @@ TEST(CudaCandidatePinnedSnapshot, AStagedStateIsItsStepsWhateverTheStepsQueuedAf
       EXPECT_EQ(attributes.type, cudaMemoryTypeHost) << "the staging is not pinned memory";
     }
 #endif
+    // The wait itself. Above, each step's end waited for the device, so the copies had
+    // landed before named() ran whether it waited or not. Here milliseconds of work are
+    // queued ahead of the copies (2,000 passes over the gradients by 1, then one by 2), the
+    // buffers are zeroed right after them, and the writer thread reads at once: it sees
+    // the doubled gradients and the parameters as they were only if named() waits for the
+    // copies and they ran in the stream's order, after the passes and before the zeroing.
+    {
+      Backend& trained_on = trainer.backend();
+      const Checkpoint now = trainer.snapshot();
+      const Tensor grads = params.grads();
+      const std::vector<NamedTensor> gradients_now = gather_named(params, trained_on, grads);
+      for (int pass = 0; pass < 2000; ++pass) trained_on.scale(grads, grads.numel, 1.0f);
+      trained_on.scale(grads, grads.numel, 2.0f);
+      const StagedNamedBuffers again(params, staging, {params.params(), grads});
+      trained_on.zero(params.params());
+      trained_on.zero(grads);
+      std::vector<NamedTensor> again_params, again_gradients;
+      std::thread reader([&] {
+        again_params = again.named(0);
+        again_gradients = again.named(1);
+      });
+      reader.join();
+      ASSERT_EQ(again_params.size(), now.params.size());
+      for (size_t t = 0; t < again_params.size(); ++t) {
+        std::vector<float> doubled = gradients_now[t].values;
+        for (float& value : doubled) value *= 2.0f;  // exact
+        EXPECT_EQ(again_params[t].values, now.params[t].values) << now.params[t].name;
+        EXPECT_EQ(again_gradients[t].values, doubled) << now.params[t].name;
+      }
+    }
 
     std::ostringstream beside_log, in_step_log;
     Trainer beside(config("beside", "true"));
