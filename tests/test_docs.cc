@@ -2,7 +2,8 @@
 // the pages of docs/ (and the READMEs of tools/, input/, jobs/, bench/) name exists in
 // the option table, every option their command examples give a transformer_* program is
 // in that program's --help, and every relative link reaches its file and heading. A
-// stale mention fails with its file:line.
+// stale mention fails with its file:line. And the floors of docs/design.md ("The
+// layers") hold in the code's includes (Layers.*).
 //
 // What is read where:
 //  - configuration keys, `section.key` or `--section.key=value`, anywhere in the text
@@ -500,6 +501,99 @@ std::vector<Finding> check_test_names(const Document& document,
   return findings;
 }
 
+// ---- the floors of docs/design.md ---------------------------------------------------
+
+// docs/design.md's table of floors ("The layers"): each folder or file its rows name in
+// their second column, with the row's floor. `tools/*.cc` stands for the folder tools/.
+using Floors = std::vector<std::pair<std::string, int>>;
+
+Floors floors_of(const Document& design) {
+  static const std::regex row(R"(^\| (\d+) \| ([^|]+) \|)");
+  static const std::regex path("`([^`]+)`");
+  Floors floors;
+  for (const std::string& line : design.lines) {
+    std::smatch match;
+    if (!std::regex_search(line, match, row)) continue;
+    const int floor = std::stoi(match[1].str());
+    const std::string cell = match[2].str();
+    for (auto it = std::sregex_iterator(cell.begin(), cell.end(), path);
+         it != std::sregex_iterator(); ++it) {
+      std::string place = (*it)[1].str();
+      const size_t star = place.find('*');
+      if (star != std::string::npos) place.resize(star);  // tools/*.cc: tools/
+      floors.emplace_back(place, floor);
+    }
+  }
+  return floors;
+}
+
+// The floor of a file (a path from the repository root): the longest folder of the table
+// it lies in, or the file itself; -1 outside the table (tests, generated code).
+int floor_of(const Floors& floors, const std::string& file) {
+  int floor = -1;
+  size_t longest = 0;
+  for (const auto& [place, number] : floors) {
+    const bool folder = !place.empty() && place.back() == '/';
+    const bool inside = folder ? file.compare(0, place.size(), place) == 0 : file == place;
+    if (inside && place.size() > longest) {
+      longest = place.size();
+      floor = number;
+    }
+  }
+  return floor;
+}
+
+// Where an `#include "name"` of `file` leads, as the build's include paths resolve it
+// (src/, the repository root, then the file's own folder); "" when it is none of ours
+// (generated code).
+std::string included_file(const std::string& file, const std::string& name) {
+  const std::string own_folder = fs::path(file).parent_path().string();
+  for (const std::string& candidate :
+       {"src/" + name, name, own_folder.empty() ? name : own_folder + "/" + name}) {
+    if (fs::exists(kRoot + "/" + candidate)) return fs::path(candidate).lexically_normal().string();
+  }
+  return "";
+}
+
+// Every include of `files` (a path from the root and its lines) that reaches a higher floor
+// than its file's: the arrows that run up.
+std::vector<Finding> upward_includes(const Floors& floors, const std::vector<Document>& files) {
+  static const std::regex include(R"re(^\s*#\s*include\s+"([^"]+)")re");
+  std::vector<Finding> findings;
+  for (const Document& file : files) {
+    const int floor = floor_of(floors, file.name);
+    if (floor < 0) continue;
+    for (size_t index = 0; index < file.lines.size(); ++index) {
+      std::smatch match;
+      if (!std::regex_search(file.lines[index], match, include)) continue;
+      const std::string target = included_file(file.name, match[1].str());
+      const int target_floor = target.empty() ? -1 : floor_of(floors, target);
+      if (target_floor > floor) {
+        findings.push_back({where(file, index), "floor " + std::to_string(floor) +
+                                                    " includes " + target + ", floor " +
+                                                    std::to_string(target_floor)});
+      }
+    }
+  }
+  return findings;
+}
+
+// The sources the floors hold: every .h, .cc, .cu and .cuh under src/, kernels/, tools/.
+std::vector<Document> source_files() {
+  std::vector<Document> files;
+  for (const char* folder : {"src", "kernels", "tools"}) {
+    for (const auto& entry : fs::recursive_directory_iterator(kRoot + "/" + folder)) {
+      const std::string extension = entry.path().extension().string();
+      if (extension != ".h" && extension != ".cc" && extension != ".cu" && extension != ".cuh") {
+        continue;
+      }
+      files.push_back(
+          read_document(fs::relative(entry.path(), kRoot).lexically_normal().string()));
+    }
+  }
+  return files;
+}
+
 // ---- the tests ----
 
 void report(const std::vector<Finding>& findings) {
@@ -656,6 +750,34 @@ TEST_F(Docs, TheChecksFindAStaleMentionOfEachKind) {
                                               "stale.md:12", "stale.md:13", "stale.md:2",
                                               "stale.md:5", "stale.md:8", "stale.md:8"}));
   report(all_findings(right));
+}
+
+// docs/design.md's floors hold in the code: no file of src/, kernels/ or tools/ includes
+// one of a higher floor than its own (the table read from the document, so a folder moved
+// to another floor there is checked here).
+TEST(Layers, NoIncludeRunsUpTheFloorsOfTheDesign) {
+  const Floors floors = floors_of(read_document("docs/design.md"));
+  ASSERT_GE(floors.size(), 12u) << "the floors' table of docs/design.md was not found";
+  const std::vector<Document> files = source_files();
+  ASSERT_GT(files.size(), 150u);
+  int placed = 0;
+  for (const Document& file : files) placed += floor_of(floors, file.name) >= 0;
+  EXPECT_EQ(placed, static_cast<int>(files.size())) << "a source file on no floor of the table";
+  report(upward_includes(floors, files));
+}
+
+// The check can fail: a model file including the trainer is an arrow up, found at its line;
+// including the op contract, its own floor's header or a generated one is not.
+TEST(Layers, TheCheckFindsAnIncludeThatRunsUp) {
+  const Floors floors = floors_of(read_document("docs/design.md"));
+  const Document model{"src/model/made_up.cc",
+                       {"#include \"model/transformer.h\"", "#include \"kernels/ops.h\"",
+                        "#include \"tensorboard/event.pb.h\"", "#include \"train/trainer.h\""}};
+  const std::vector<Finding> findings = upward_includes(floors, {model});
+  ASSERT_EQ(findings.size(), 1u);
+  EXPECT_EQ(findings[0].where, "src/model/made_up.cc:4");
+  EXPECT_NE(findings[0].what.find("src/train/trainer.h, floor 7"), std::string::npos)
+      << findings[0].what;
 }
 
 }  // namespace
