@@ -180,23 +180,31 @@ TEST_F(DecodeProgram, WorkersShareTheBatchesWithoutChangingAnyTranslation) {
   }
 }
 
+// --gpu-workers N decoding on the CPU: a bad command line (exit 2) that names --threads,
+// CPU decoding's workers; 0 workers is one too, and 1 (the default) is accepted.
+TEST_F(DecodeProgram, GpuWorkersOnTheCpuAreABadCommandLine) {
+  std::string out, err;
+  EXPECT_EQ(decode("--max-len-b 6 --gpu-workers 0", out, err), 2);
+  EXPECT_NE(err.find("and --gpu-workers must be >= 1"), std::string::npos) << err;
+  EXPECT_EQ(decode("--max-len-b 6 --gpu-workers 2", out, err), 2);
+  EXPECT_NE(err.find("--gpu-workers 2: this decoding runs on the CPU (cpu-"), std::string::npos)
+      << err;
+  EXPECT_NE(err.find("--threads N runs N workers"), std::string::npos) << err;
+  ASSERT_EQ(decode("--max-len-b 6 --gpu-workers 1", out, err), 0) << err;
+}
+
+// The programs' tests above run with the GPUs hidden (tests/CMakeLists.txt: only suites
+// named Cuda* see them); these decode model_cuda.h5 (train.backend = cuda) on the GPU.
+class CudaDecodeProgram : public DecodeProgram {};
+
 // --gpu-workers N: N workers sharing the GPU, each with its own copy of the model on its
 // own CUDA stream. With one sentence a batch (--batch-sentences 1) every batch has the
 // shape it has with one worker whatever the split, so the translations are one
 // worker's, line for line; --profile adds the time the device had no worker's op in
-// flight. Decoding on the CPU, the option is a bad command line (exit 2) that names
-// --threads, CPU decoding's workers.
-TEST_F(DecodeProgram, GpuWorkersShareTheDeviceWithoutChangingAnyTranslation) {
-  std::string one, several, err;
-  EXPECT_EQ(decode("--max-len-b 6 --gpu-workers 0", several, err), 2);
-  EXPECT_NE(err.find("and --gpu-workers must be >= 1"), std::string::npos) << err;
-  EXPECT_EQ(decode("--max-len-b 6 --gpu-workers 2", several, err), 2);
-  EXPECT_NE(err.find("--gpu-workers 2: this decoding runs on the CPU (cpu-"), std::string::npos)
-      << err;
-  EXPECT_NE(err.find("--threads N runs N workers"), std::string::npos) << err;
-  ASSERT_EQ(decode("--max-len-b 6 --gpu-workers 1", one, err), 0) << err;  // the default
-
+// flight.
+TEST_F(CudaDecodeProgram, GpuWorkersShareTheDeviceWithoutChangingAnyTranslation) {
   THPC_REQUIRE_REAL_GPU();
+  std::string one, several, err;
   const std::string gpu = "--max-len-b 8 --batch-sentences 1 --gpu-workers ";
   ASSERT_EQ(decode(gpu + "1", one, err, "model_cuda.h5"), 0) << err;
   ASSERT_EQ(lines_of(one).size(), 4u) << one;
