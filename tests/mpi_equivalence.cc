@@ -334,5 +334,11 @@ TEST(CudaDistributed, NcclRefusesRanksSharingAGpuAndNamesTheMpiReducer) {
 int main(int argc, char** argv) {
   thpc::MpiSession mpi(&argc, &argv);
   ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+  const int failed = RUN_ALL_TESTS();
+  // A rank whose test failed, or threw (a CUDA error on one of four ranks sharing a GPU),
+  // may have left the others waiting in a collective it will never join: end the whole
+  // job at once, a failure, rather than at ctest's time-out (300 s, a GPU call's whole
+  // time).
+  if (failed != 0 && thpc::Communicator::world().size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+  return failed;
 }

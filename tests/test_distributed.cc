@@ -52,13 +52,13 @@ std::filesystem::path scratch_run() {
 }
 std::string scratch_checkpoints() { return (scratch_run() / "checkpoints").string(); }
 
-// Runs `env mpirun --oversubscribe mpirun_args` from the repository and captures
-// stdout+stderr. `timeout` bounds a hang so that a broken abort fails the test instead
-// of CI.
+// Runs `env mpirun --oversubscribe --bind-to none mpirun_args` from the repository and
+// captures stdout+stderr (unbound: ctest -j runs jobs side by side, tests/CMakeLists.txt).
+// `timeout` bounds a hang so that a broken abort fails the test instead of CI.
 JobResult run_mpi_job(const std::string& env, const std::string& mpirun_args) {
   const std::string command = "cd " THPC_SOURCE_DIR " && " + env +
                               " OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
-                              " timeout 120 " THPC_MPIEXEC " --oversubscribe " +
+                              " timeout 120 " THPC_MPIEXEC " --oversubscribe --bind-to none " +
                               mpirun_args + " 2>&1";
   const auto start = std::chrono::steady_clock::now();
   JobResult run;
