@@ -349,6 +349,13 @@ TEST(CudaInt8Products, AGpuDecodesInt8WhateverTheKernelSetting) {
 TEST(CudaUpload, IdsArriveAsSentWhateverTheHostDoesAfter) {
   THPC_REQUIRE_REAL_GPU();
   auto gpu = make_backend(BackendRequest{"cuda", "fp32", 0, 0, {}});
+  // Milliseconds of work queued first (200 passes over 64 MB, ~30 us each on an H200), so
+  // that every upload below still waits its turn on the stream when the host overwrites
+  // its array and sends the next: an idle stream would copy each at once, and a missing
+  // wait before the staging buffer is reused would go unseen.
+  Tensor busy = gpu->alloc(DType::F32, int64_t(1) << 24);
+  gpu->zero(busy);
+  for (int pass = 0; pass < 200; ++pass) gpu->scale(busy, busy.numel, 1.0f);
   std::mt19937 random(7);
   std::vector<std::vector<int32_t>> sent;
   std::vector<int32_t*> places;
@@ -367,6 +374,7 @@ TEST(CudaUpload, IdsArriveAsSentWhateverTheHostDoesAfter) {
     EXPECT_EQ(arrived, sent[i]) << "upload " << i;
     gpu->free_ids(places[i]);
   }
+  gpu->free(busy);
 }
 
 // One rank with NCCL: a step's gradients after the (identity) all-reduce equal the CPU
