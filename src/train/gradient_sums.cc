@@ -12,9 +12,10 @@ GradientSums::GradientSums(const Config& config, const Communicator& comm, Backe
     : config_(config), comm_(comm) {
   // One rank sums nothing, unless it is asked to time NCCL's buckets (dist.log_buckets on
   // a GPU, dist.reducer not mpi): then its sums run as an N-rank job's do, each an
-  // all-reduce of one rank (a copy, the same bits in fp32), so that one GPU measures by
-  // CUDA events when each bucket's collective runs against backward (issue 52; MPI needs
-  // two ranks, and NCCL refuses two on one GPU).
+  // all-reduce of one rank (in place: NCCL moves nothing, the same bits), so that one GPU
+  // measures by CUDA events when each bucket's collective is posted against backward, the
+  // schedule an N-rank job's transfers would follow (issue 52; MPI needs two ranks, and
+  // NCCL refuses two on one GPU).
   const bool time_one_rank = config_.dist.log_buckets && !backend.host_memory() &&
                              config_.dist.reducer != "mpi";
   if (comm_.size() == 1 && !time_one_rank) return;
