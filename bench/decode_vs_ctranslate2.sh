@@ -186,9 +186,17 @@ ours() {
   local name=$1
   shift
   local load wall
-  load=$(seconds "$build/transformer_decode" --checkpoint "$checkpoint" --input "$work/empty.en" --output /dev/null "${search[@]}" "$@")
-  wall=$(seconds "$build/transformer_decode" --checkpoint "$checkpoint" --input "$work/source.en" --output "$work/$name.out" "${search[@]}" "$@")
+  load=$(seconds "$build/transformer_decode" --checkpoint "$checkpoint" --input "$work/empty.en" --output /dev/null "${search[@]}" "$@") || return 1
+  wall=$(seconds "$build/transformer_decode" --checkpoint "$checkpoint" --input "$work/source.en" --output "$work/$name.out" "${search[@]}" "$@") || return 1
   echo "$(pieces "$work/$name.out") $(awk -v w="$wall" -v l="$load" 'BEGIN { print w - l }') $wall" >> "$work/$name"
+}
+# try_ours NAME OPTIONS...: ours, for the runs not yet seen on a GPU (several workers, the
+# candidate kernels): one that fails is said and left out (its fields n/a), and the others
+# and the line go on.
+try_ours() {
+  ours "$@" && return 0
+  echo "ours $1: failed, left out (its fields n/a)"
+  touch "$work/$1" "$work/$1.out"
 }
 # peer NAME SCRIPT MODEL_OPTION MODEL OPTIONS...: the same for a Python helper (--stats),
 # run with ct2_env (on the GPU, what lets CTranslate2 find a cuBLAS: below).
@@ -381,9 +389,9 @@ for run in $(seq "$runs"); do
   fi
   echo "run $run (tokens, decode s, wall s): ours $(tail -1 "$work/ours") | ours b32 $(tail -1 "$work/ours_b32")$([ "$with_int8" = 1 ] && echo " | ours int8 b32 $(tail -1 "$work/ours_int8_b32")")$([ "$ct2_cuda" = yes ] && echo " | ct2 fp16 $(tail -1 "$work/ct2_fp16") | ct2 bf16 $(tail -1 "$work/ct2_bf16") | ct2 int8_float16 $(tail -1 "$work/ct2_int8_fp16") | ct2 fp16 t4096 $(tail -1 "$work/ct2_fp16_t4096")")"
   if [ "$gpu_workers" -gt 1 ]; then
-    ours "ours_b32_$w" "${b32[@]}" "${workers_option[@]}"
+    try_ours "ours_b32_$w" "${b32[@]}" "${workers_option[@]}"
     [ "$run" = 1 ] && same_workers=$(same_lines "$work/ours_b32.out" "$work/ours_b32_$w.out")
-    if [ "$with_int8" = 1 ]; then ours "ours_int8_b32_$w" "${b32[@]}" "${int8[@]}" "${workers_option[@]}"; fi
+    if [ "$with_int8" = 1 ]; then try_ours "ours_int8_b32_$w" "${b32[@]}" "${int8[@]}" "${workers_option[@]}"; fi
     if [ "$ct2_cuda" = yes ]; then
       ct2_run "ct2_fp16_$w" float16 --batch-sentences 32 --inter-threads "$gpu_workers"
       ct2_run "ct2_int8_fp16_$w" int8_float16 --batch-sentences 32 --inter-threads "$gpu_workers"
@@ -392,13 +400,13 @@ for run in $(seq "$runs"); do
   fi
   if [ -n "$candidate" ]; then
     [ "$run" = 1 ] && cp "$work/ours.out" "$work/ours_first.out"
-    ours ours_candidate --batch-tokens 4096 --cuda-kernels "$candidate"
-    ours ours_candidate_b32 "${b32[@]}" --cuda-kernels "$candidate"
+    try_ours ours_candidate --batch-tokens 4096 --cuda-kernels "$candidate"
+    try_ours ours_candidate_b32 "${b32[@]}" --cuda-kernels "$candidate"
     [ "$run" = 1 ] && cp "$work/ours_candidate.out" "$work/ours_candidate_first.out"
-    if [ "$with_int8" = 1 ]; then ours ours_int8_candidate_b32 "${b32[@]}" "${int8_candidate[@]}"; fi
+    if [ "$with_int8" = 1 ]; then try_ours ours_int8_candidate_b32 "${b32[@]}" "${int8_candidate[@]}"; fi
     # Both: the candidates' captured steps, and the workers to fill the round trips.
     if [ "$with_int8" = 1 ] && [ "$gpu_workers" -gt 1 ]; then
-      ours "ours_int8_candidate_b32_$w" "${b32[@]}" "${int8_candidate[@]}" "${workers_option[@]}"
+      try_ours "ours_int8_candidate_b32_$w" "${b32[@]}" "${int8_candidate[@]}" "${workers_option[@]}"
     fi
     echo "run $run, --cuda-kernels $candidate (tokens, decode s, wall s): ours $(tail -1 "$work/ours_candidate") | ours b32 $(tail -1 "$work/ours_candidate_b32")$([ "$with_int8" = 1 ] && echo " | ours int8 b32 $(tail -1 "$work/ours_int8_candidate_b32")")"
   fi
@@ -453,9 +461,10 @@ fi
 profiled() {
   local label=$1
   shift
-  "$build/transformer_decode" --checkpoint "$checkpoint" --input "$work/source.en" \
-    --output /dev/null "${search[@]}" "$@" --profile > /dev/null 2> "$work/profile.txt"
   echo "$label"
+  "$build/transformer_decode" --checkpoint "$checkpoint" --input "$work/source.en" \
+    --output /dev/null "${search[@]}" "$@" --profile > /dev/null 2> "$work/profile.txt" ||
+    { echo "failed: $(tail -1 "$work/profile.txt")"; return 0; }
   sed -n '/^profile: /,$p' "$work/profile.txt"
 }
 profile=${PROFILE:-1}

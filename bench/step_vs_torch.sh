@@ -180,8 +180,14 @@ for ((run = 1; run <= runs; run++)); do
       fi
     done
     for override in "${overrides[@]}"; do sets+=(--set "$override"); done
-    line=$("$build"/transformer_bench_step --config "$config" --tokens "$tokens" \
-           "${ours_args[@]}" "${model_sets[@]}" "${sets[@]}" | tail -1)
+    # A variant that fails (a candidate's kernel in a GPU window) is reported and left out;
+    # the other variants and the peers still run and make their lines.
+    if ! line=$("$build"/transformer_bench_step --config "$config" --tokens "$tokens" \
+                "${ours_args[@]}" "${model_sets[@]}" "${sets[@]}" | tail -1) ||
+       [[ $line != \{* ]]; then
+      echo "ours ${variant_names[v]}: failed in run $run, left out"
+      continue
+    fi
     echo "$line"
     printf '%s\t%s\t%s\n' "$run" "ours:${variant_names[v]}" "$line" >> "$lines"
     if [[ ${PROFILE:-0} == 1 && $run == 1 ]]; then
@@ -198,8 +204,11 @@ for ((run = 1; run <= runs; run++)); do
   done
   for peer in "${peers[@]}"; do
     read -r -a extra <<< "$(peer_args "$peer")"
-    line=$("$python" "$reference" --preset "$preset" --tokens "$tokens" "${torch_args[@]}" \
-           "${extra[@]}" | tail -1)
+    if ! line=$("$python" "$reference" --preset "$preset" --tokens "$tokens" "${torch_args[@]}" \
+                "${extra[@]}" | tail -1) || [[ $line != \{* ]]; then
+      echo "peer $peer: failed in run $run, left out"
+      continue
+    fi
     echo "$line"
     printf '%s\t%s\t%s\n' "$run" "$peer" "$line" >> "$lines"
   done
@@ -229,7 +238,8 @@ def median(values):
 def fmt(value, digits):
     return "none" if value is None else (f"{value:.{digits}f}" if isinstance(value, float) else str(value))
 
-variants = {name.split(":", 1)[1]: [record for _, record in by_system.pop(name)]
+# Each variant's records by run (a run it failed in has none).
+variants = {name.split(":", 1)[1]: dict(by_system.pop(name))
             for name in [n for n in by_system if n.startswith("ours:")]}
 profiles = {name.split(":", 1)[1]: by_system.pop(name)[0][1]
             for name in [n for n in by_system if n.startswith("profile:")]}
@@ -241,20 +251,23 @@ for name, ran in peer_records.items():
 
 for variant, ours in variants.items():
     label = "transformer_hpc" + (f" ({variant})" if int(named_variants) else "")
-    ours_rate = median([r["tokens_per_s"] for r in ours])
+    ours_rate = median([r["tokens_per_s"] for r in ours.values()])
     # Per run, each peer's ratio against ours of the same run, then the medians.
     peers = {}
     for name, ran in peer_records.items():
         if not ran:
             continue
         for run, r in ran:
-            ratio = ours[run - 1]["tokens_per_s"] / r["tokens_per_s"]
-            print(f"run {run}: {label} {ours[run - 1]['tokens_per_s']:.0f} / {name} "
+            if run not in ours:
+                continue
+            ratio = ours[run]["tokens_per_s"] / r["tokens_per_s"]
+            print(f"run {run}: {label} {ours[run]['tokens_per_s']:.0f} / {name} "
                   f"{r['tokens_per_s']:.0f} tokens/s = {ratio:.3f}x"
                   + (f" (compile {r['compile_s']} s)" if r.get("compile_s") is not None else ""))
         peers[name] = {
             "tokens_per_s": median([r["tokens_per_s"] for _, r in ran]),
-            "ratio": median([ours[run - 1]["tokens_per_s"] / r["tokens_per_s"] for run, r in ran]),
+            "ratio": median([ours[run]["tokens_per_s"] / r["tokens_per_s"]
+                             for run, r in ran if run in ours]),
             "peak_mem_gib": median([r.get("peak_mem_gib") for _, r in ran]),
         }
 
@@ -265,7 +278,7 @@ for variant, ours in variants.items():
     fields = [f"device={device}", f"preset={preset}", f"tokens={tokens}", f"runs={runs}"]
     if int(named_variants):
         fields.append(f"ours={variant}")
-    fields += [f"ours_step_ms={fmt(median([r['median_step_ms'] for r in ours]), 2)}",
+    fields += [f"ours_step_ms={fmt(median([r['median_step_ms'] for r in ours.values()]), 2)}",
                f"ours_tokens_per_s={fmt(ours_rate, 0)}"]
     chosen = {family: fastest(family) for family in ("eager", "compile")}
     for family, name in chosen.items():
@@ -273,10 +286,11 @@ for variant, ours in variants.items():
     fields.append(f"compile_peer={chosen['compile'] or 'none'}")
     for family, name in chosen.items():
         fields.append(f"{family}_ratio={fmt(peers[name]['ratio'] if name else None, 3)}")
-    fields += [f"mfu={fmt(median([r['mfu'] for r in ours]), 3)}",
-               f"mfu_spec={fmt(median([r.get('mfu_spec') for r in ours]), 3)}",
-               f"gemm_ceiling_tflops={fmt(median([r['gemm_ceiling_tflops'] for r in ours]), 4)}",
-               f"ours_peak_mem_gib={fmt(median([r.get('peak_mem_gib') for r in ours]), 2)}"]
+    fields += [f"mfu={fmt(median([r['mfu'] for r in ours.values()]), 3)}",
+               f"mfu_spec={fmt(median([r.get('mfu_spec') for r in ours.values()]), 3)}",
+               f"gemm_ceiling_tflops="
+               f"{fmt(median([r['gemm_ceiling_tflops'] for r in ours.values()]), 4)}",
+               f"ours_peak_mem_gib={fmt(median([r.get('peak_mem_gib') for r in ours.values()]), 2)}"]
     if variant in profiles:
         fields.append(f"host_gap_share={fmt(profiles[variant]['host_gap_share'], 4)}")
     for family, name in chosen.items():
