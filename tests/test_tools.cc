@@ -51,6 +51,10 @@ const std::vector<Tool>& tools() {
        {"usage: transformer_average", "--inputs", "--last", "--output"},
        // The output in a writable place: an unwritable one is refused before (exit 2).
        "--inputs /nonexistent.h5 --output /tmp/thpc_never_written/average.h5", "--output"},
+      {"transformer_quantize",
+       {"usage: transformer_quantize", "--checkpoint", "--output", "--type arg (=int8)"},
+       // The output in a writable place: an unwritable one is refused before (exit 2).
+       "--checkpoint /nonexistent.h5 --output /tmp/thpc_never_written/quantized.h5", "--output"},
       {"transformer_data_stats",
        {"usage: transformer_data_stats", "--prefix arg (=train)",
         "--tokens-per-step arg (=25000)", "--ranks arg (=1)", "--accumulate arg (=1)",

@@ -51,8 +51,8 @@ struct TrainConfig {
   std::string backend = "auto";  // auto | cuda | cpu
   std::string precision = "bf16";  // GPU activations and GEMM operands: bf16 | fp32
   // verified | candidate: the GPU kernels whose twins passed on a GPU, or with them the
-  // variants written since and not yet run on one (docs/testing.md, "Kernels not yet
-  // run on a GPU"; none waits at present).
+  // variants written since and not yet made the default (kernels/ops.h lists them;
+  // docs/testing.md, "Kernels not yet run on a GPU").
   std::string cuda_kernels = "verified";
   // bf16 attention (d_k = d_v = 64) up to this many pieces a side in one kernel per op;
   // 0 = never (kernels/ops.h: CudaKernelChoice, kShortAttentionDefaultMaxLength).
