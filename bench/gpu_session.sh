@@ -388,8 +388,10 @@ readonly CANDIDATES_ACT_IN_TRAINING=1
 # (CudaInt8Products). 2026-11-30: linear_backward's weight and bias gradients moved into
 # one class that gets the ones (kept_ones) and may queue them beside (weight_grads_beside),
 # the same products in the same order on the verified path: linear.cu (CudaLinear,
-# CudaLinearRelu).
-readonly CHANGED_TWINS="CudaUpload|CudaCrossEntropy|CudaAdam|CudaInt8Products|CudaLinear|CudaLinearRelu"
+# CudaLinearRelu, and the file's other suites, CudaOutputProjection and
+# CudaReluBiasBackward; cross_entropy.cu's and elementwise.cu's others, CudaLogSoftmax
+# and CudaElementwise: each a few seconds).
+readonly CHANGED_TWINS="CudaUpload|CudaCrossEntropy|CudaLogSoftmax|CudaElementwise|CudaAdam|CudaInt8Products|CudaLinear|CudaLinearRelu|CudaOutputProjection|CudaReluBiasBackward"
 
 # What the step and followup stages build: the benchmark, the trainer (the program against
 # the benchmark), every kernel twin test executable and the whole-model GPU tests.
