@@ -48,8 +48,9 @@
 #       the CudaDistributed.* tests (2 and 4 ranks on one GPU through dist.reducer = mpi
 #       against one rank accumulating, fp32 and bf16; bf16 reduction; NCCL's refusal named;
 #       4 ranks stopped by SIGTERM resumed on 2 and on 1; a killed rank; one-rank NCCL),
-#       compute-sanitizer memcheck of the candidates' kernel twins (on the tests call 1
-#       built on the warm machine: what a candidate's promotion needs besides its twins),
+#       compute-sanitizer memcheck of the candidates' kernel twins and racecheck of the
+#       fused attention's (on the tests call 1 built on the warm machine: what a
+#       candidate's promotion needs besides its twins),
 #       then base-sized steps of the synthetic task on 1 and 2 ranks sharing the GPU
 #       (RANKS_STEPS, default 60), and a base checkpoint's stall written in the step and
 #       beside training, verified and with the candidate pinned_snapshot
@@ -212,7 +213,7 @@ readonly PLAN=(
   "2|setup on the warm machine (bundle kept), build of mpi_equivalence, test_distributed, the trainer|15|60"
   "2|CudaDistributed.*: 2 and 4 ranks on GPU 0 vs accumulation (fp32, bf16), bf16 sums, per_use, NCCL refused|50|140"
   "2|CudaDistributed.*: 4 ranks stopped, resumed on 2 and 1; a killed rank; one-rank NCCL|20|60"
-  "2|compute-sanitizer memcheck of the candidates' kernel twins (call 1's build)|30|90"
+  "2|compute-sanitizer memcheck of the candidates' kernel twins (call 1's build), racecheck of the fused attention's|40|120"
   "2|base-sized steps on 1 and 2 ranks sharing the GPU, and 1 with NCCL's sums timed (RANKS_STEPS=60)|25|80"
   "2|a base checkpoint's stall, in the step, beside training, beside with pinned_snapshot (3 runs of 10 steps)|30|90"
   "3|setup on the warm machine (bundle kept), build of the programs|15|60"
@@ -882,8 +883,10 @@ racecheck_attention() {
     echo "racecheck: skipped in the rehearsal (compute-sanitizer needs the GPU)"
     return
   fi
-  local which test log
+  # $1: "short", "fused" or both (the default).
+  local which test log only=${1:-}
   for which in short:CudaAttention.ShortSentencesMatchCpu fused:CudaCandidateFusedAttention.MatchesCpu; do
+    [ -z "$only" ] || [ "${which%%:*}" = "$only" ] || continue
     test=${which#*:}
     log="$LOGS/racecheck_${which%%:*}_attention.log"
     timeout 60 compute-sanitizer --tool racecheck --error-exitcode 9 \
@@ -998,6 +1001,9 @@ ranks_stage() {
   [ -f "$(state_file)" ] && source "$(state_file)"
   if [ -x "$BUILD_DIR/tests/test_kernel_linear" ] || [ "$rehearsal" = 1 ]; then
     memcheck_candidates
+    # And racecheck of the fused attention's twin (its warps share K and V in shared
+    # memory; no window has run it yet; the short kernels' passed on 2026-11-26).
+    racecheck_attention fused
   else
     echo "memcheck: skipped (no twin tests in $BUILD_DIR: a fresh machine)"
   fi
