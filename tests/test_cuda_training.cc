@@ -745,7 +745,12 @@ TEST(CudaCandidateWeightGradsBeside, TrainingEqualsTheVerifiedBitForBit) {
 // over five sentences, twice, with every step of a shape captured at its second
 // occurrence and replayed after, equals the same search uncaptured, bit for bit, in fp32
 // and bf16 (the same kernels; a step reads its position from the plan's upload).
-// CapturedDecodingSteps.* holds the host's part on the CPU.
+// CapturedDecodingSteps.* holds the host's part on the CPU. Bit for bit because these
+// five sentences need no padding (five unfinished pad to min(step_bucket(5), 5) = 5, one
+// to four are buckets themselves, and the source and cache lengths are bucket values
+// already): inputs that padded the captured search would give its products more rows,
+// which cuBLAS may round otherwise (PaddedDecodingTracksUnpaddedInFewShapes below holds
+// that case within a bound).
 TEST(CudaCandidateStepGraphs, DecodingEqualsUncapturedDecodingBitForBit) {
   THPC_REQUIRE_GPU();
   ModelConfig c = graph_model();
