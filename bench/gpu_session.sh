@@ -830,8 +830,10 @@ measured_candidates() {
 # The measured candidates but step_graphs; nothing when step_graphs is all there is, or
 # is not among them (the candidates' own runs are then without graphs already).
 candidates_without_graphs() {
-  measured_candidates | tr ',' '\n' | grep -qx step_graphs || return 0
-  measured_candidates | tr ',' '\n' | grep -vx step_graphs | paste -sd,
+  local measured
+  measured=$(measured_candidates | tr ',' '\n')
+  echo "$measured" | grep -qx step_graphs || return 0
+  echo "$measured" | grep -vx step_graphs | paste -sd,
 }
 
 # The base profile once more per train.short_attention_max_len in

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <unistd.h>
@@ -532,6 +533,19 @@ TEST(CudaTraining, MemcheckIsCleanOnAShortRun) {
 // same files, fp32 and bf16. With THPC_TWIN_REHEARSAL=1 the CPU (whose staging downloads
 // at once) runs the test's logic. StagedSnapshot.* and CheckpointTest.ABackgroundWrite*
 // hold the host's part on the CPU.
+// Buffers 0 and 1 of `staged`, read on a thread of their own, as the checkpoint's writer
+// reads them.
+std::pair<std::vector<NamedTensor>, std::vector<NamedTensor>> read_on_another_thread(
+    const StagedNamedBuffers& staged) {
+  std::pair<std::vector<NamedTensor>, std::vector<NamedTensor>> read;
+  std::thread writer([&] {
+    read.first = staged.named(0);
+    read.second = staged.named(1);
+  });
+  writer.join();
+  return read;
+}
+
 TEST(CudaCandidatePinnedSnapshot, AStagedStateIsItsStepsWhateverTheStepsQueuedAfter) {
   THPC_REQUIRE_GPU();
   const std::string backend = test::twin_rehearsal() ? "train.backend=cpu" : "train.backend=cuda";
@@ -557,12 +571,7 @@ TEST(CudaCandidatePinnedSnapshot, AStagedStateIsItsStepsWhateverTheStepsQueuedAf
         trainer.backend().make_host_staging(2 * params.buffer_numel());
     const StagedNamedBuffers staged(params, staging, {params.params(), params.grads()});
     for (int step = 0; step < 2; ++step) trainer.step();
-    std::vector<NamedTensor> staged_params, staged_gradients;
-    std::thread writer([&] {
-      staged_params = staged.named(0);
-      staged_gradients = staged.named(1);
-    });
-    writer.join();
+    const auto [staged_params, staged_gradients] = read_on_another_thread(staged);
     ASSERT_EQ(staged_params.size(), expected.params.size());
     for (size_t t = 0; t < staged_params.size(); ++t) {
       EXPECT_EQ(staged_params[t].values, expected.params[t].values) << expected.params[t].name;
@@ -593,12 +602,7 @@ TEST(CudaCandidatePinnedSnapshot, AStagedStateIsItsStepsWhateverTheStepsQueuedAf
       const StagedNamedBuffers again(params, staging, {params.params(), grads});
       trained_on.zero(params.params());
       trained_on.zero(grads);
-      std::vector<NamedTensor> again_params, again_gradients;
-      std::thread reader([&] {
-        again_params = again.named(0);
-        again_gradients = again.named(1);
-      });
-      reader.join();
+      const auto [again_params, again_gradients] = read_on_another_thread(again);
       ASSERT_EQ(again_params.size(), now.params.size());
       for (size_t t = 0; t < again_params.size(); ++t) {
         std::vector<float> doubled = gradients_now[t].values;
