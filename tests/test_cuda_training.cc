@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -546,6 +547,27 @@ std::pair<std::vector<NamedTensor>, std::vector<NamedTensor>> read_on_another_th
   return read;
 }
 
+// Holds `backend`'s stream for `duration`: on a GPU a host function sleeps in the
+// stream's order, so whatever is queued after it is still queued when the caller goes on.
+// The CPU runs each op as it is called and has no stream to hold.
+void hold_the_stream(Backend& backend, std::chrono::milliseconds duration) {
+#if THPC_HAVE_CUDA
+  if (backend.native_stream() == nullptr) return;
+  // The milliseconds travel in the pointer's bits: nothing to keep alive until it runs.
+  const auto sleep = [](void* milliseconds) {
+    const intptr_t count = reinterpret_cast<intptr_t>(milliseconds);
+    std::this_thread::sleep_for(std::chrono::milliseconds(count));
+  };
+  void* milliseconds = reinterpret_cast<void*>(static_cast<intptr_t>(duration.count()));
+  ASSERT_EQ(cudaLaunchHostFunc(static_cast<cudaStream_t>(backend.native_stream()), sleep,
+                               milliseconds),
+            cudaSuccess);
+#else
+  (void)backend;
+  (void)duration;
+#endif
+}
+
 TEST(CudaCandidatePinnedSnapshot, AStagedStateIsItsStepsWhateverTheStepsQueuedAfter) {
   THPC_REQUIRE_GPU();
   const std::string backend = test::twin_rehearsal() ? "train.backend=cpu" : "train.backend=cuda";
@@ -587,17 +609,19 @@ TEST(CudaCandidatePinnedSnapshot, AStagedStateIsItsStepsWhateverTheStepsQueuedAf
     }
 #endif
     // The wait itself. Above, each step's end waited for the device, so the copies had
-    // landed before named() ran whether it waited or not. Here milliseconds of work are
-    // queued ahead of the copies (2,000 passes over the gradients by 1, then one by 2), the
-    // buffers are zeroed right after them, and the writer thread reads at once: it sees
-    // the doubled gradients and the parameters as they were only if named() waits for the
-    // copies and they ran in the stream's order, after the passes and before the zeroing.
+    // landed before named() ran whether it waited or not. Here the stream is held for
+    // 300 ms ahead of the copies (tiny.ini's passes over its 0.9 MB of gradients take no
+    // longer on a GPU than the host takes to queue them, so passes alone keep nothing
+    // queued), a pass doubles the gradients, the buffers are zeroed right after the
+    // copies, and the writer thread reads at once: it sees the doubled gradients and the
+    // parameters as they were only if named() waits for the copies and they ran in the
+    // stream's order, after the pass and before the zeroing.
     {
       Backend& trained_on = trainer.backend();
       const Checkpoint now = trainer.snapshot();
       const Tensor grads = params.grads();
       const std::vector<NamedTensor> gradients_now = gather_named(params, trained_on, grads);
-      for (int pass = 0; pass < 2000; ++pass) trained_on.scale(grads, grads.numel, 1.0f);
+      hold_the_stream(trained_on, std::chrono::milliseconds(300));
       trained_on.scale(grads, grads.numel, 2.0f);
       const StagedNamedBuffers again(params, staging, {params.params(), grads});
       trained_on.zero(params.params());
