@@ -185,7 +185,7 @@ TEST_F(DecodeProgram, WorkersShareTheBatchesWithoutChangingAnyTranslation) {
 TEST_F(DecodeProgram, GpuWorkersOnTheCpuAreABadCommandLine) {
   std::string out, err;
   EXPECT_EQ(decode("--max-len-b 6 --gpu-workers 0", out, err), 2);
-  EXPECT_NE(err.find("and --gpu-workers must be >= 1"), std::string::npos) << err;
+  EXPECT_NE(err.find("--gpu-workers must be >= 1, got 0"), std::string::npos) << err;
   EXPECT_EQ(decode("--max-len-b 6 --gpu-workers 2", out, err), 2);
   EXPECT_NE(err.find("--gpu-workers 2: this decoding runs on the CPU (cpu-"), std::string::npos)
       << err;
@@ -555,7 +555,7 @@ TEST_F(DecodeProgram, OptionsThatCannotMeanWhatTheySayAreRefused) {
   EXPECT_NE(err.find("--greedy keeps one"), std::string::npos) << err;
   EXPECT_EQ(decode("--beam 5 --nbest 5 --max-len-b 2", out, err), 0) << err;
   EXPECT_EQ(decode("--lenpen inf --max-len-b 2", out, err), 2) << err;
-  EXPECT_NE(err.find("--lenpen finite"), std::string::npos) << err;
+  EXPECT_NE(err.find("--lenpen must be finite"), std::string::npos) << err;
   // The checkpoint stores the German model; --spm-model names the English one.
   EXPECT_EQ(decode("--max-len-b 2", out, err, "model_de_spm.h5"), 2) << err;
   EXPECT_NE(err.find("--spm-model " + (dir_ / "spm.model").string() +

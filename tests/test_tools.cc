@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <regex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
@@ -130,6 +131,43 @@ TEST(Tools, RuntimeFailureExitsOneWithOneLineNamingTheProgram) {
   for (const Tool& tool : tools()) {
     expect_one_line_failure(tool, tool.failing_arguments, 1, tool.name + ": error: ",
                             {"/nonexistent"});
+  }
+}
+
+// A number out of its option's range is a usage error whose line names that option and
+// the value given, as transformer_preprocess's do (test_data.cc), not every option that
+// has a range: "--beam must be >= 1, got 0".
+TEST(Tools, OutOfRangeNamesTheOptionAndTheValueGiven) {
+  const std::string decode = "--checkpoint /nonexistent.h5 < /dev/null ";
+  for (const auto& [name, arguments, message] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"transformer_decode", decode + "--beam 0", "--beam must be >= 1, got 0"},
+           {"transformer_decode", decode + "--nbest 0", "--nbest must be >= 1, got 0"},
+           {"transformer_decode", decode + "--batch-tokens -3",
+            "--batch-tokens must be >= 1, got -3"},
+           {"transformer_decode", decode + "--batch-sentences -1",
+            "--batch-sentences must be >= 0 (0: no limit), got -1"},
+           {"transformer_decode", decode + "--gpu-workers 0", "--gpu-workers must be >= 1, got 0"},
+           {"transformer_decode", decode + "--max-len-a -1", "--max-len-a must be >= 0, got -1"},
+           {"transformer_decode", decode + "--max-len-b -5", "--max-len-b must be >= 0, got -5"},
+           {"transformer_decode", decode + "--lenpen -0.5",
+            "--lenpen must be >= 0 (§6.1: 0.6), got -0.5"},
+           {"transformer_decode", decode + "--lenpen nan",
+            "--lenpen must be >= 0 (§6.1: 0.6), got nan"},
+           {"transformer_decode", decode + "--lenpen inf",
+            "--lenpen must be finite (an infinite alpha makes every score -0), got inf"},
+           {"transformer_decode", decode + "--threads -2",
+            "--threads must be >= 0 (0: one per core), got -2"},
+           {"transformer_data_stats", "/nonexistent --accumulate 0",
+            "--accumulate must be >= 1, got 0"},
+           {"transformer_bench_step", "--tokens 0", "--tokens must be >= 1, got 0"},
+           {"transformer_bench_step", "--warmup-steps -1", "--warmup-steps must be >= 0, got -1"},
+           {"transformer_bench_step", "--vocab 4",
+            "--vocab must be >= 5 (4 special ids + 1), got 4"},
+           {"transformer_bench_step", "--spec-tflops 0", "--spec-tflops must be > 0, got 0"}}) {
+    SCOPED_TRACE(arguments);
+    const Tool tool{name, {}, "", ""};
+    expect_one_line_failure(tool, arguments, 2, name + ": " + message + " (see --help)", {});
   }
 }
 

@@ -293,12 +293,14 @@ int main(int argc, char** argv) {
        "SECTION.KEY=VALUE config override (repeatable), e.g. --set model.max_positions=128");
   const auto parse = [&](int count, char** values) {
     args.help = thpc::tools::parse_options(options, count, values).count("help") > 0;
-    if (!args.help &&
-        (args.tokens <= 0 || args.steps <= 0 || args.warmup_steps < 0 || args.vocab <= 4 ||
-         !(args.peak_tflops > 0) || !(args.spec_tflops > 0))) {
-      THPC_FAIL("--tokens, --steps, --peak-tflops and --spec-tflops must be positive, "
-                "--warmup-steps not negative, and --vocab above the 4 special ids");
-    }
+    if (args.help) return args;
+    using thpc::tools::require_at_least;
+    require_at_least("--tokens", args.tokens, 1);
+    require_at_least("--steps", args.steps, 1);
+    require_at_least("--warmup-steps", args.warmup_steps, 0);
+    require_at_least("--vocab", args.vocab, 5, "4 special ids + 1");
+    if (!(args.peak_tflops > 0)) THPC_FAIL("--peak-tflops must be > 0, got " << args.peak_tflops);
+    if (!(args.spec_tflops > 0)) THPC_FAIL("--spec-tflops must be > 0, got " << args.spec_tflops);
     return args;
   };
   return thpc::tools::tool_main("transformer_bench_step", thpc::tools::usage_text(options), argc,

@@ -133,11 +133,12 @@ int main(int argc, char** argv) {
     if (arguments.help) return arguments;
     // The trainer's ranges for the same keys (train.tokens_per_step, accumulate >= 1,
     // data.memory_mb >= 1; ranks as mpirun -np): a rank count of 0 divided by zero.
-    if (arguments.tokens_per_step < 1 || arguments.ranks < 1 || arguments.accumulate < 1 ||
-        arguments.epochs < 1 || arguments.memory_mb < 1) {
-      THPC_FAIL("--tokens-per-step, --ranks, --accumulate, --epochs and --memory-mb must be "
-                ">= 1");
-    }
+    using thpc::tools::require_at_least;
+    require_at_least("--tokens-per-step", arguments.tokens_per_step, 1);
+    require_at_least("--ranks", arguments.ranks, 1);
+    require_at_least("--accumulate", arguments.accumulate, 1);
+    require_at_least("--epochs", arguments.epochs, 1);
+    require_at_least("--memory-mb", arguments.memory_mb, 1);
     if (arguments.tokens_per_step < int64_t{arguments.ranks} * arguments.accumulate) {
       THPC_FAIL("--tokens-per-step " << arguments.tokens_per_step << " is less than one token "
                 << "per rank and micro-batch (--ranks " << arguments.ranks << " x --accumulate "

@@ -726,15 +726,24 @@ int main(int argc, char** argv) {
         THPC_FAIL("--cuda-kernels: " << error);
       }
     }
-    if (search.beam.value_or(1) < 1 || search.nbest < 1 || args.batch_tokens < 1 ||
-        args.batch_sentences < 0 || args.gpu_workers < 1 ||
-        search.max_len_a.value_or(0) < 0 ||
-        search.max_len_b.value_or(0) < 0 || !(search.alpha.value_or(0.0f) >= 0) ||
-        !std::isfinite(search.alpha.value_or(0.0f)) ||
-        (values.count("threads") && args.threads < 0)) {
-      THPC_FAIL("--beam, --nbest, --batch-tokens and --gpu-workers must be >= 1; --max-len-a, "
-                "--max-len-b, --lenpen, --batch-sentences and --threads >= 0 (and --lenpen "
-                "finite: inf made every score -0)");
+    // Each range on its own, so that the message names the option given.
+    using thpc::tools::require_at_least;
+    if (search.beam) require_at_least("--beam", *search.beam, 1);
+    require_at_least("--nbest", search.nbest, 1);
+    require_at_least("--batch-tokens", args.batch_tokens, 1);
+    require_at_least("--batch-sentences", args.batch_sentences, 0, "0: no limit");
+    require_at_least("--gpu-workers", args.gpu_workers, 1);
+    if (search.max_len_a) require_at_least("--max-len-a", *search.max_len_a, 0);
+    if (search.max_len_b) require_at_least("--max-len-b", *search.max_len_b, 0);
+    if (search.alpha) {
+      require_at_least("--lenpen", *search.alpha, 0, "§6.1: 0.6");
+      if (!std::isfinite(*search.alpha)) {
+        THPC_FAIL("--lenpen must be finite (an infinite alpha makes every score -0), got "
+                  << *search.alpha);
+      }
+    }
+    if (values.count("threads")) {
+      require_at_least("--threads", args.threads, 0, "0: one per core");
     }
     if (values.count("dump-lines")) {
       args.dump_lines = parse_line_numbers(values["dump-lines"].as<std::string>());

@@ -119,4 +119,14 @@ inline boost::program_options::variables_map parse_options(
   return values;
 }
 
+// A numeric option's lower bound, checked one option at a time so that the message names
+// the option given and its value, as transformer_preprocess's do: "--beam must be >= 1,
+// got 0". `what` (may be empty) says what the option counts or what 0 means.
+template <typename T, typename Least>
+void require_at_least(const char* option, T value, Least least, const char* what = "") {
+  if (value >= static_cast<T>(least)) return;  // false for NaN as well
+  THPC_FAIL(option << " must be >= " << least << (*what != '\0' ? " (" : "") << what
+                   << (*what != '\0' ? ")" : "") << ", got " << value);
+}
+
 }  // namespace thpc::tools
