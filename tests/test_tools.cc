@@ -171,6 +171,22 @@ TEST(Tools, OutOfRangeNamesTheOptionAndTheValueGiven) {
   }
 }
 
+// An argument that no option and no positional slot takes is named, with how values are
+// written (Boost's own line, "too many positional options have been specified", named
+// none): transformer_quantize takes no bare argument, transformer_data_stats one.
+TEST(Tools, AnArgumentNoOptionTakesIsNamed) {
+  const Tool quantize{"transformer_quantize", {}, "", ""};
+  expect_one_line_failure(quantize, "--output /nonexistent/q.h5 /nonexistent/model.h5", 2,
+                          "transformer_quantize: unexpected argument '/nonexistent/model.h5': "
+                          "every value follows its option's name (--name VALUE) (see --help)",
+                          {});
+  const Tool stats{"transformer_data_stats", {}, "", ""};
+  expect_one_line_failure(stats, "/nonexistent/a --ranks 2 /nonexistent/b", 2,
+                          "transformer_data_stats: unexpected argument '/nonexistent/b': the "
+                          "command line takes 1 argument without an option's name",
+                          {"(see --help)"});
+}
+
 // Sizes of transformer_data_stats out of range (issue 34's second probe: --ranks 0 was
 // an internal check, --accumulate 0 a division by zero, SIGFPE) are usage errors.
 TEST(Tools, DataStatsSizesOutOfRangeAreUsageErrors) {

@@ -93,6 +93,41 @@ inline std::string message_naming_option(
   return message;
 }
 
+// Boost's "too many positional options have been specified" names no argument, and says
+// "options" of what the user wrote as a value. This names the first argument that no
+// option and no positional slot takes ("--checkpoint a.h5 b.h5": 'b.h5') and says how
+// values are written. Parsed again to find it, without the slots and keeping what no
+// option takes: the bare arguments come back in their order.
+inline std::string message_naming_extra_argument(
+    const boost::program_options::options_description& options, int argc, char** argv,
+    const boost::program_options::positional_options_description& positional, int style) {
+  namespace po = boost::program_options;
+  const unsigned slots = positional.max_total_count();
+  std::string extra;
+  try {
+    const po::parsed_options parsed = po::command_line_parser(argc, argv)
+                                          .options(options)
+                                          .style(style)
+                                          .allow_unregistered()
+                                          .run();
+    const std::vector<std::string> bare =
+        po::collect_unrecognized(parsed.options, po::include_positional);
+    if (bare.size() > slots) extra = bare[slots];
+  } catch (const po::error&) {
+    // Cannot happen after the first parse got this far; the message goes without the name.
+  }
+  std::ostringstream message;
+  message << "unexpected argument" << (extra.empty() ? "" : " '" + extra + "'") << ": ";
+  if (slots == 0) {
+    message << "every value follows its option's name (--name VALUE)";
+  } else {
+    message << "the command line takes " << slots << " argument" << (slots == 1 ? "" : "s")
+            << " without an option's name, and every other value follows its option's name "
+               "(--name VALUE)";
+  }
+  return message.str();
+}
+
 // Parses argv against `options` (and `positional`, if any) in `style`. Without --help, stores the
 // values into the variables they are bound to and checks required options; Boost's
 // errors (an unknown option, a missing or malformed value) become thpc::Error, which
@@ -113,6 +148,8 @@ inline boost::program_options::variables_map parse_options(
     if (!values.count("help")) po::notify(values);
   } catch (const po::error_with_option_name& error) {
     THPC_FAIL(message_naming_option(error, options));
+  } catch (const po::too_many_positional_options_error&) {
+    THPC_FAIL(message_naming_extra_argument(options, argc, argv, positional, style));
   } catch (const po::error& error) {
     THPC_FAIL(error.what());
   }
