@@ -176,6 +176,8 @@ int main(int argc, char** argv) {
       thpc::evaluate_checkpoint(config, config.eval_checkpoint, comm, std::cout);
       return 0;
     }
+    // Rank 0 speaks for the job: a Ctrl-C says at once what it does.
+    if (comm.is_root()) thpc::announce_interrupts();
     thpc::Trainer trainer(config, comm);
     std::cout << thpc::startup_line(comm, "device " + trainer.device_description())
               << std::endl;

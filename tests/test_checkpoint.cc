@@ -575,6 +575,42 @@ TEST(StopSignal, SigintAsksToStopOnceASecondOneEndsTheProcessAndAnIgnoredOneStay
   std::signal(SIGINT, original);
 }
 
+// Where the process announces interrupts (rank 0 of transformer_hpc), a first Ctrl-C
+// says at once on stderr that the run stops cleanly, and a second that it stops now
+// without a checkpoint: before, the first seemed to do nothing for as long as a step and
+// its checkpoint took.
+TEST(StopSignal, AnnouncedCtrlCSaysWhatItDoes) {
+  const auto original = std::signal(SIGINT, SIG_DFL);
+  int pipe_ends[2];
+  ASSERT_EQ(pipe(pipe_ends), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    dup2(pipe_ends[1], STDERR_FILENO);
+    close(pipe_ends[0]);
+    const StopSignalGuard guard;
+    announce_interrupts();
+    std::raise(SIGINT);
+    std::raise(SIGINT);  // ends the child by SIGINT, after its line
+    _exit(3);
+  }
+  close(pipe_ends[1]);
+  std::string said;
+  char buffer[256];
+  for (ssize_t got; (got = read(pipe_ends[0], buffer, sizeof buffer)) > 0;) {
+    said.append(buffer, static_cast<size_t>(got));
+  }
+  close(pipe_ends[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) << status;
+  EXPECT_EQ(said,
+            "Ctrl-C: stopping cleanly (a step in progress finishes and is saved in a checkpoint); "
+            "Ctrl-C again stops at once, without one\n"
+            "Ctrl-C again: stopping now, without a checkpoint\n");
+  std::signal(SIGINT, original);
+}
+
 // A closed terminal or ssh session (SIGHUP) asks to stop like SIGTERM: before, it killed
 // the trainer with no checkpoint and no message. Started with it ignored (nohup), the run
 // keeps ignoring it.

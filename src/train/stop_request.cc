@@ -1,5 +1,7 @@
 #include "train/stop_request.h"
 
+#include <unistd.h>
+
 #include <csignal>
 
 namespace thpc {
@@ -9,6 +11,19 @@ namespace {
 volatile std::sig_atomic_t g_stop_signal = 0;
 // Whether a SIGINT came already (a second one ends the process).
 volatile std::sig_atomic_t g_interrupted = 0;
+
+// Whether this process says on stderr what a Ctrl-C does (announce_interrupts: the rank
+// that speaks for the job), and whether stderr is a terminal, where the line goes below
+// the ^C the terminal echoed.
+volatile std::sig_atomic_t g_announce = 0;
+volatile std::sig_atomic_t g_on_terminal = 0;
+
+// write() is async-signal-safe, and the lengths are known: nothing else is called.
+template <size_t N>
+void say(const char (&line)[N]) {
+  if (g_on_terminal) (void)!write(STDERR_FILENO, "\n", 1);
+  (void)!write(STDERR_FILENO, line, N - 1);
+}
 
 // SIGHUP: the terminal or ssh session the run was started from closed. Its default
 // action kills the process without a checkpoint; a run started with it ignored (nohup)
@@ -23,6 +38,7 @@ extern "C" void record_stop_signal(int signal_number) {
   // A second Ctrl-C is the user not wanting to wait for the step and its checkpoint: the
   // default action, as if no handler were there (sigaction and raise are async-signal-safe).
   if (signal_number == SIGINT && g_interrupted) {
+    if (g_announce) say("Ctrl-C again: stopping now, without a checkpoint\n");
     struct sigaction default_action {};
     default_action.sa_handler = SIG_DFL;
     sigemptyset(&default_action.sa_mask);
@@ -30,7 +46,13 @@ extern "C" void record_stop_signal(int signal_number) {
     raise(SIGINT);
     return;
   }
-  if (signal_number == SIGINT) g_interrupted = 1;
+  if (signal_number == SIGINT) {
+    g_interrupted = 1;
+    if (g_announce) {
+      say("Ctrl-C: stopping cleanly (a step in progress finishes and is saved in a "
+          "checkpoint); Ctrl-C again stops at once, without one\n");
+    }
+  }
   // The strongest request stays (SIGTERM over SIGUSR1 over SIGINT over SIGHUP, as the
   // ranks agree by the maximum): a later Ctrl-C does not turn a scheduler's stop into an
   // interactive one.
@@ -65,6 +87,11 @@ StopSignalGuard::~StopSignalGuard() {
   for (size_t i = 0; i < sizeof kStopSignals / sizeof kStopSignals[0]; ++i) {
     sigaction(kStopSignals[i], &g_previous[i], nullptr);
   }
+}
+
+void announce_interrupts() {
+  g_on_terminal = isatty(STDERR_FILENO) ? 1 : 0;
+  g_announce = 1;
 }
 
 int stop_requested_by() { return g_stop_signal; }

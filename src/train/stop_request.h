@@ -24,6 +24,12 @@ class StopSignalGuard {
   StopSignalGuard& operator=(const StopSignalGuard&) = delete;
 };
 
+// From now on a SIGINT says at once on stderr what it does: the first that the step in
+// progress finishes and a checkpoint is written (a step of a big model, and its
+// checkpoint, can take a while, in which Ctrl-C seemed to do nothing), the second that
+// the process ends now without one. main() calls it on rank 0, which speaks for the job.
+void announce_interrupts();
+
 // The signal number that asked to stop, or 0 if none has.
 int stop_requested_by();
 
