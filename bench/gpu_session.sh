@@ -66,7 +66,7 @@
 #   1. the candidate kernels' twins in fp32 and bf16 (CANDIDATE_TWINS: the kernels behind
 #      train.cuda_kernels = candidate, not yet the default: fused_attention, step_graphs,
 #      vector_norms, relu_masks, pinned_snapshot, loss_rows_from_l2, kept_ones,
-#      weight_grads_beside; when some fail, the others by name) and the whole model with them; then the verified twins of the files changed since the last GPU
+#      weight_grads_beside, decode_attention; when some fail, the others by name) and the whole model with them; then the verified twins of the files changed since the last GPU
 #      run (CHANGED_TWINS; OTHER_TWINS=all runs every kernel twin) and the whole-model
 #      checks with the verified kernels: fp32 separate and fused against the CPU
 #      (CudaTraining.Fp32ThreeSteps*), bf16 with the short attention against the batched
@@ -201,7 +201,7 @@ readonly PLAN=(
   "start|machine start (counted, not in a call)|60|120"
   "1|setup: gpu-bundle unpacked, nvidia-smi|10|20"
   "1|build: bench_step, transformer_hpc, kernel twin tests, test_cuda_training (16 cores)|20|110"
-  "1|candidate twins (CudaCandidate*: fused_attention, step_graphs, vector_norms, relu_masks, pinned_snapshot, loss_rows_from_l2, kept_ones, weight_grads_beside) and the whole model with them|5|35"
+  "1|candidate twins (CudaCandidate*: fused_attention, step_graphs, vector_norms, relu_masks, pinned_snapshot, loss_rows_from_l2, kept_ones, weight_grads_beside, decode_attention) and the whole model with them|5|35"
   "1|the verified twins of the changed files (OTHER_TWINS=all: every one)|10|40"
   "1|whole model: fp32 3 steps vs the CPU (fused off, on); bf16 short vs batched; decoding|3|25"
   "1|bf16 GEMM ceiling (8192^3)|10|15"
@@ -391,8 +391,10 @@ readonly CANDIDATES_ACT_IN_TRAINING=1
 # the same products in the same order on the verified path: linear.cu (CudaLinear,
 # CudaLinearRelu, and the file's other suites, CudaOutputProjection and
 # CudaReluBiasBackward; cross_entropy.cu's and elementwise.cu's others, CudaLogSoftmax
-# and CudaElementwise: each a few seconds).
-readonly CHANGED_TWINS="CudaUpload|CudaCrossEntropy|CudaLogSoftmax|CudaElementwise|CudaAdam|CudaInt8Products|CudaLinear|CudaLinearRelu|CudaOutputProjection|CudaReluBiasBackward"
+# and CudaElementwise: each a few seconds). 2026-11-30: the gathered path asks the
+# candidate decode_attention first (attention.cu; its verified kernels unchanged) and
+# its twin's pool is built by a helper shared with the candidate's: CudaAttention.
+readonly CHANGED_TWINS="CudaUpload|CudaCrossEntropy|CudaLogSoftmax|CudaElementwise|CudaAdam|CudaInt8Products|CudaLinear|CudaLinearRelu|CudaOutputProjection|CudaReluBiasBackward|CudaAttention"
 
 # What the step and followup stages build: the benchmark, the trainer (the program against
 # the benchmark), every kernel twin test executable and the whole-model GPU tests.

@@ -71,7 +71,8 @@ bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
       {"pinned_snapshot", kPinnedSnapshot},
       {"loss_rows_from_l2", kLossRowsFromL2},
       {"kept_ones", kKeptOnes},
-      {"weight_grads_beside", kWeightGradsBeside}};
+      {"weight_grads_beside", kWeightGradsBeside},
+      {"decode_attention", kDecodeAttention}};
   // Former candidates, the default since their GPU run: a configuration or checkpoint
   // that names them (one trained with them before that) still loads, naming nothing.
   static const std::vector<std::string> kRetired = {

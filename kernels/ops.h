@@ -150,7 +150,10 @@ enum class GradStore { kAdd, kWrite };
 // such launch is a few microseconds of a 6.6 ms step; kernels/cuda/linear.cu, 2026-11-30)
 // and weight_grads_beside (a layer's weight and bias gradients' products on a second
 // stream beside its input gradient's: at one rank's 3,125 tokens each of those GEMMs
-// fills a wave of the GPU or less; kernels/cuda/linear.cu, 2026-11-30).
+// fills a wave of the GPU or less; kernels/cuda/linear.cu, 2026-11-30) and
+// decode_attention (a decoding step's self-attention over the shared-prefix cache with a
+// warp a head and a lane a key, not a warp a key: issue 53's decoding attention, 17 of
+// the H200's 96 ms a batch of 32; kernels/cuda/decode_attention.cuh, 2026-11-30).
 // The former ones are the default since their GPU run: write_gradients, short_attention
 // (H100, 2026-11-26), gathered_attention (H100, 2026-11-27), async_upload, step_totals,
 // int8_products, fused_adam (H200, 2026-11-29; Context::candidate_kernel no longer asks).
@@ -164,8 +167,9 @@ enum CandidateKernels : unsigned {
   kLossRowsFromL2 = 1u << 9,
   kKeptOnes = 1u << 10,
   kWeightGradsBeside = 1u << 11,
+  kDecodeAttention = 1u << 12,
   kAllCandidates = kFusedAttention | kStepGraphs | kVectorNorms | kReluMasks | kPinnedSnapshot |
-                   kLossRowsFromL2 | kKeptOnes | kWeightGradsBeside,
+                   kLossRowsFromL2 | kKeptOnes | kWeightGradsBeside | kDecodeAttention,
 };
 
 // The candidate set a train.cuda_kernels value names: "verified" (none), "candidate"

@@ -380,7 +380,8 @@ TEST(Config, StepsAreInt64) {
 // former candidates, the default since their GPU run (2026-11-26/27 on an H100, 2026-11-29
 // on an H200), still load (a checkpoint trained with them names them) and name nothing;
 // fused_attention, step_graphs, vector_norms, relu_masks, pinned_snapshot,
-// loss_rows_from_l2, kept_ones and weight_grads_beside are the candidates now.
+// loss_rows_from_l2, kept_ones, weight_grads_beside and decode_attention are the
+// candidates now.
 TEST(Config, CudaKernelsNameASetOfCandidates) {
   const std::vector<std::pair<std::string, unsigned>> settings = {
       {"verified", kNoCandidates},
@@ -402,8 +403,9 @@ TEST(Config, CudaKernelsNameASetOfCandidates) {
       {"loss_rows_from_l2", kLossRowsFromL2},
       {"kept_ones", kKeptOnes},
       {"weight_grads_beside,kept_ones", kWeightGradsBeside | kKeptOnes},
+      {"decode_attention", kDecodeAttention},
       {"fused_attention,step_graphs,vector_norms,relu_masks,pinned_snapshot,loss_rows_from_l2,"
-       "kept_ones,weight_grads_beside",
+       "kept_ones,weight_grads_beside,decode_attention",
        kAllCandidates}};
   for (const auto& [setting, bits] : settings) {
     const Config config = load_config(kTinyIni, {"train.cuda_kernels=" + setting});
@@ -415,7 +417,8 @@ TEST(Config, CudaKernelsNameASetOfCandidates) {
     expect_error([&] { load_config(kTinyIni, {"train.cuda_kernels=" + bad}); },
                  {"tiny.ini", "train.cuda_kernels", "verified, candidate",
                   "or some of fused_attention,step_graphs,vector_norms,relu_masks,"
-                  "pinned_snapshot,loss_rows_from_l2,kept_ones,weight_grads_beside"});
+                  "pinned_snapshot,loss_rows_from_l2,kept_ones,weight_grads_beside,"
+                  "decode_attention"});
   }
 }
 

@@ -300,6 +300,35 @@ TEST(CudaTraining, DecodingStepsMatchTheCpu) {
   }
 }
 
+// The candidate decode_attention (kernels/cuda/decode_attention.cuh) in a decoder: the
+// same cached steps by a model whose heads are 64 wide (the kernel's), fp32 on the GPU
+// against the CPU as above, and the kernel counted: it took every step's self-attention.
+TEST(CudaCandidateDecodeAttention, DecodingStepsMatchTheCpu) {
+  THPC_REQUIRE_REAL_GPU();
+  ModelConfig c;
+  c.layers = 2;
+  c.d_model = 32;
+  c.d_ff = 64;
+  c.heads = 2;
+  c.d_k = 64;
+  c.d_v = 64;
+  c.max_positions = 32;
+  auto cpu_backend = make_cpu_backend(DType::F32);
+  Transformer cpu_model(c, 12, SpecialIds{}, *cpu_backend, 9);
+  const std::vector<BeamStep> steps = as_beam_steps(reordering_steps());
+  const std::vector<std::vector<float>> expected = scored_steps(cpu_model, steps);
+  CudaKernelChoice kernels;
+  kernels.candidates = kDecodeAttention;
+  auto gpu_backend = make_backend(BackendRequest{"cuda", "fp32", 0, 0, kernels});
+  Transformer gpu_model(c, 12, SpecialIds{}, *gpu_backend, 9);
+  const int64_t before = decode_attention_launches();
+  expect_steps_near(gpu_model, steps, expected, 1e-4);
+  // Each layer's self-attention a step goes through it (at least one a step is asked, so
+  // that a count of how the steps are fed cannot fail a correct kernel).
+  EXPECT_GE(decode_attention_launches() - before, static_cast<int64_t>(steps.size()))
+      << "the candidate's kernel did not take the steps' self-attention";
+}
+
 // The GPU's int8 products (kernels/cuda/int8_cuda_backend.h) in a decoder: the same
 // cached steps as above with every weight matrix quantized (quantize_model_weights) on
 // the GPU and on the CPU (8-bit weights: a CPU with VNNI), the other ops in fp32. The

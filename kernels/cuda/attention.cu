@@ -53,6 +53,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/decode_attention.cuh"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/dropout_mask.cuh"
 #include "kernels/cuda/fused_attention.cuh"
@@ -332,18 +333,14 @@ void host_scalars(Context& context) {
 
 // ---- Short sentences in one launch (kernels/cuda/short_attention.cuh) ----
 
-// The execution policy of short_attention's bodies on the GPU: the block's threads, its
-// warps computing 16x16x16 bf16 tiles with nvcuda::wmma (fp32 accumulators).
-struct WmmaBlock {
-  using Element = __nv_bfloat16;
-  struct Accumulator {
-    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> tile;
-  };
+// What the GPU's execution policies of the bodies written once for two executions
+// (short_attention.cuh, decode_attention.cuh) share: loops over the block's threads, its
+// warps and a warp's lanes, the barriers, and the warps' fixed butterflies.
+struct BlockLoops {
   __device__ int first_thread() const { return threadIdx.x; }
   __device__ int thread_step() const { return blockDim.x; }
   __device__ int first_warp() const { return threadIdx.x / kWarp; }
   __device__ int warp_step() const { return blockDim.x / kWarp; }
-  __device__ int warp_slot() const { return threadIdx.x / kWarp; }
   __device__ int first_lane() const { return threadIdx.x % kWarp; }
   __device__ int lane_step() const { return kWarp; }
   __device__ void sync() const { __syncthreads(); }
@@ -351,6 +348,16 @@ struct WmmaBlock {
   // The fixed butterflies of device_util.cuh: every lane ends with the same bits.
   __device__ float warp_sum(float value) const { return ::thpc::cuda::warp_sum(value); }
   __device__ float warp_max(float value) const { return ::thpc::cuda::warp_max(value); }
+};
+
+// The execution policy of short_attention's bodies on the GPU: the block's threads, its
+// warps computing 16x16x16 bf16 tiles with nvcuda::wmma (fp32 accumulators).
+struct WmmaBlock : BlockLoops {
+  using Element = __nv_bfloat16;
+  struct Accumulator {
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> tile;
+  };
+  __device__ int warp_slot() const { return threadIdx.x / kWarp; }
   __device__ void zero(Accumulator& acc) const { nvcuda::wmma::fill_fragment(acc.tile, 0.0f); }
   __device__ void scale(Accumulator& acc, float factor) const {
     for (int e = 0; e < acc.tile.num_elements; ++e) acc.tile.x[e] *= factor;
@@ -892,6 +899,102 @@ void gathered_attention_forward(Context& context, T* out, T* saved, const T* q, 
   THPC_CUDA_CHECK_LAUNCH("gathered_attention_kernel");
 }
 
+// ---- A decoding step's self-attention, a warp a head (candidate decode_attention) ----
+// (decode_attention.cuh; not yet run on a GPU.) The execution policy of its block body:
+// a loop over lanes shared among a warp's 32 lanes, the fixed butterflies of
+// device_util.cuh, and the rows' loads and the output's stores as 16-byte vectors.
+template <typename T>
+struct LaneWarps : BlockLoops {
+  __device__ float exp(float value) const { return expf(value); }
+  __device__ float fma(float a, float b, float c) const { return fmaf(a, b, c); }
+  __device__ float widen(T value) const { return to_float(value); }
+  __device__ T round(float value) const { return from_float<T>(value); }
+  // Eight elements from 16-byte aligned memory (decode_attention::fits and the launcher
+  // checked the key rows' alignment).
+  __device__ void load8(float (&values)[8], const T* from) const {
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+      const uint4 word = *reinterpret_cast<const uint4*>(from);
+      const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&word);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 pair = __bfloat1622float2(pairs[i]);
+        values[2 * i] = pair.x;
+        values[2 * i + 1] = pair.y;
+      }
+    } else {
+      const float4 low = *reinterpret_cast<const float4*>(from);
+      const float4 high = *reinterpret_cast<const float4*>(from + 4);
+      values[0] = low.x, values[1] = low.y, values[2] = low.z, values[3] = low.w;
+      values[4] = high.x, values[5] = high.y, values[6] = high.z, values[7] = high.w;
+    }
+  }
+  __device__ int lane() const { return threadIdx.x % kWarp; }
+  __device__ float shfl_xor(float value, int mask) const {
+    return __shfl_xor_sync(0xffffffffu, value, mask);
+  }
+  // Eight elements, rounded, to 16-byte aligned memory.
+  __device__ void store8(T* to, const float (&values)[8]) const {
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+      uint4 word;
+      __nv_bfloat162* pairs = reinterpret_cast<__nv_bfloat162*>(&word);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        pairs[i] = __floats2bfloat162_rn(values[2 * i], values[2 * i + 1]);
+      }
+      *reinterpret_cast<uint4*>(to) = word;
+    } else {
+      *reinterpret_cast<float4*>(to) = make_float4(values[0], values[1], values[2], values[3]);
+      *reinterpret_cast<float4*>(to + 4) = make_float4(values[4], values[5], values[6], values[7]);
+    }
+  }
+};
+
+template <typename T>
+__global__ void __launch_bounds__(decode_attention::kThreads)
+    decode_attention_kernel(decode_attention::Args<T> args) {
+  extern __shared__ __align__(16) char decode_shared[];
+  LaneWarps<T> x;
+  decode_attention::block(x, args, static_cast<int64_t>(blockIdx.x), decode_shared);
+}
+
+std::atomic<int64_t> decode_attention_launch_count{0};
+
+// The candidate's launch, or false where it does not fit (the gathered kernel then runs).
+template <typename T>
+bool decode_attention_forward(Context& context, T* out, T* saved, const T* q, int ldq,
+                              const T* k, int ldk, const T* v, int ldv,
+                              const AttentionShape& shape) {
+  if (!context.candidate_kernel(kDecodeAttention) ||
+      !decode_attention::fits(shape, ldk, ldv, static_cast<int>(sizeof(T))) || !aligned16(k) ||
+      !aligned16(v) || !aligned16(out)) {
+    return false;
+  }
+  const int64_t blocks = decode_attention::blocks(shape);
+  THPC_CHECK(blocks <= INT32_MAX, blocks << " decoding attention blocks");
+  decode_attention::Args<T> args{out,
+                                 saved,
+                                 q,
+                                 k,
+                                 v,
+                                 ldq,
+                                 ldk,
+                                 ldv,
+                                 shape.key_rows,
+                                 shape.key_lengths,
+                                 shape.batch,
+                                 shape.heads,
+                                 shape.query_len,
+                                 shape.key_len,
+                                 shape.causal,
+                                 1.0f / std::sqrt(static_cast<float>(shape.d_k))};
+  decode_attention_kernel<T><<<static_cast<unsigned>(blocks), decode_attention::kThreads,
+                               decode_attention::shared_bytes(shape.key_len), context.stream()>>>(
+      args);
+  THPC_CUDA_CHECK_LAUNCH("decode_attention_kernel");
+  ++decode_attention_launch_count;
+  return true;
+}
+
 }  // namespace
 
 template <typename T>
@@ -899,6 +1002,7 @@ void attention_forward(Context& context, T* out, T* saved, const T* q, int ldq, 
                        int ldk, const T* v, int ldv, const AttentionShape& shape) {
   check_attention_shape(shape, ldq, ldk, ldv);
   if (shape.key_rows != nullptr) {
+    if (decode_attention_forward(context, out, saved, q, ldq, k, ldk, v, ldv, shape)) return;
     gathered_attention_forward(context, out, saved, q, ldq, k, ldk, v, ldv, shape);
     return;
   }
@@ -1074,6 +1178,10 @@ THPC_CUDA_TWIN(attention_backward)
 
 int64_t thpc::cuda_short_attention_launches() {
   return thpc::cuda::short_attention_launch_count.load();
+}
+
+int64_t thpc::cuda_decode_attention_launches() {
+  return thpc::cuda::decode_attention_launch_count.load();
 }
 
 int64_t thpc::cuda_fused_attention_launches() {

@@ -29,6 +29,11 @@ int64_t cuda_short_attention_launches();
 // fused_attention) in this process: one a forward, one a backward.
 int64_t cuda_fused_attention_launches();
 
+// Launches of the decoding step's self-attention a warp a head (kernels/cuda/
+// decode_attention.cuh, candidate decode_attention) in this process: one an attention
+// over gathered keys that fits it.
+int64_t cuda_decode_attention_launches();
+
 // Launches of the register-held residual + dropout + layer norm kernels (kernels/cuda/
 // vector_norm.cuh, candidate vector_norms) in this process: one a forward, one a backward.
 int64_t cuda_vector_norm_launches();

@@ -32,6 +32,7 @@ std::string cuda_unavailable_reason() {
 #endif
 THPC_CUDA_COUNTER(short_attention_launches)
 THPC_CUDA_COUNTER(fused_attention_launches)
+THPC_CUDA_COUNTER(decode_attention_launches)
 THPC_CUDA_COUNTER(vector_norm_launches)
 THPC_CUDA_COUNTER(fused_adam_launches)
 THPC_CUDA_COUNTER(loss_rows_from_l2_launches)

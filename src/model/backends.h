@@ -36,6 +36,9 @@ int64_t short_attention_launches();
 // The same for the fused attention (kernels/cuda/fused_attention.cuh): one a forward, one
 // a backward.
 int64_t fused_attention_launches();
+// The same for the decoding step's self-attention a warp a head (candidate
+// decode_attention, kernels/cuda/decode_attention.cuh).
+int64_t decode_attention_launches();
 // The same for the register-held add & norm (kernels/cuda/vector_norm.cuh).
 int64_t vector_norm_launches();
 // The same for the one-pass Adam (kernels/cuda/fused_adam.cuh): one an update where its

@@ -28,6 +28,7 @@
 #include "cuda_twin.h"
 #include "threaded_blocks.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cuda/decode_attention.cuh"
 #include "kernels/cuda/fused_attention.cuh"
 #include "kernels/cuda/short_attention.cuh"
 
@@ -1523,28 +1524,42 @@ TEST(CudaCandidateFusedAttention, MatchesCpu) {
 // share their prefix) and reading their own after, the rows past a sentence's length
 // pointing at a NaN row, which must not be read. The outputs start as NaN: an element
 // not written fails.
-AttentionResult run_gathered_attention(Backend& backend, DType dtype, const AttentionData& data,
-                                       bool with_saved) {
-  Scope scope(backend);
+struct GatheredPool {
+  int ld_pool = 0;
+  std::vector<float> pool;        // [2 B Lk + 1, ld_pool], NaN between the sentences' rows
+  std::vector<int32_t> key_rows;  // [B, Lk]
+};
+GatheredPool gathered_pool(const AttentionData& data) {
   const AttentionCase& c = data.c;
-  const int width_k = c.heads * c.d_k, width_v = c.heads * c.d_v, ld_pool = width_k + width_v;
+  GatheredPool g;
+  g.ld_pool = c.heads * (c.d_k + c.d_v);
   const int keys = c.batch * c.key_len;
-  std::vector<float> pool(static_cast<size_t>(2 * keys + 1) * ld_pool, NAN);
-  std::vector<int32_t> key_rows(static_cast<size_t>(keys), 0);
+  g.pool.assign(static_cast<size_t>(2 * keys + 1) * g.ld_pool, NAN);
+  g.key_rows.assign(static_cast<size_t>(keys), 0);
   for (int b = 0; b < c.batch; ++b) {
     for (int j = 0; j < c.key_len; ++j) {
       const int owner = j < c.key_len / 2 ? b - b % 2 : b;  // whose row sentence b reads
       const int n = b * c.key_len + j, source = owner * c.key_len + j;
       const int at = 2 * (keys - 1 - source) + 1;
-      if (j < (c.key_lengths.empty() ? c.key_len : c.key_lengths[b])) key_rows[n] = at;
-      std::copy_n(data.kv.begin() + static_cast<int64_t>(source) * data.ldk, ld_pool,
-                  pool.begin() + static_cast<int64_t>(at) * ld_pool);
+      if (j < (c.key_lengths.empty() ? c.key_len : c.key_lengths[b])) g.key_rows[n] = at;
+      std::copy_n(data.kv.begin() + static_cast<int64_t>(source) * data.ldk, g.ld_pool,
+                  g.pool.begin() + static_cast<int64_t>(at) * g.ld_pool);
     }
   }
+  return g;
+}
+
+AttentionResult run_gathered_attention(Backend& backend, DType dtype, const AttentionData& data,
+                                       bool with_saved) {
+  Scope scope(backend);
+  const AttentionCase& c = data.c;
+  const int width_k = c.heads * c.d_k;
+  const GatheredPool g = gathered_pool(data);
+  const int ld_pool = g.ld_pool;
   AttentionShape shape = shape_of(c, c.key_lengths.empty() ? nullptr : scope.put_ids(c.key_lengths));
-  shape.key_rows = scope.put_ids(key_rows);
+  shape.key_rows = scope.put_ids(g.key_rows);
   const Tensor q = scope.put(dtype, data.q);
-  const Tensor k = scope.put(dtype, pool);
+  const Tensor k = scope.put(dtype, g.pool);
   const Tensor v = k.slice(width_k, k.numel - width_k);
   const Tensor out = scope.put(dtype, std::vector<float>(data.out_numel(), NAN));
   const Tensor saved =
@@ -1574,22 +1589,233 @@ std::vector<AttentionCase> gathered_attention_cases() {
 // the batched path (the same roundings: S fp32, P rounded to T before the product, out
 // rounded once); saved probabilities too, zeros past the visible keys; without saved
 // (a decoding step's), the same output; a repeated run bit-identical.
+void expect_gathered_twins_match(Twins& twins, DType dtype, const AttentionCase& c,
+                                 std::mt19937& rng) {
+  SCOPED_TRACE(label(c, dtype));
+  const AttentionData data(c, dtype, rng);
+  const AttentionResult cpu = run_gathered_attention(*twins.cpu, DType::F32, data, true);
+  const AttentionResult gpu = run_gathered_attention(*twins.gpu, dtype, data, true);
+  expect_forward_matches(gpu, cpu, dtype);
+  EXPECT_EQ(run_gathered_attention(*twins.gpu, dtype, data, false).out, gpu.out)
+      << "without saved probabilities";
+  EXPECT_EQ(run_gathered_attention(*twins.gpu, dtype, data, true).out, gpu.out) << "repeated";
+}
+
 TEST(CudaAttention, GatheredKeysMatchCpu) {
   THPC_REQUIRE_GPU();
   for (DType dtype : gpu_compute_dtypes()) {
     std::mt19937 rng(45);
     Twins twins(dtype);
     for (const AttentionCase& c : gathered_attention_cases()) {
-      SCOPED_TRACE(label(c, dtype));
-      const AttentionData data(c, dtype, rng);
-      const AttentionResult cpu = run_gathered_attention(*twins.cpu, DType::F32, data, true);
-      const AttentionResult gpu = run_gathered_attention(*twins.gpu, dtype, data, true);
-      expect_forward_matches(gpu, cpu, dtype);
-      EXPECT_EQ(run_gathered_attention(*twins.gpu, dtype, data, false).out, gpu.out)
-          << "without saved probabilities";
-      EXPECT_EQ(run_gathered_attention(*twins.gpu, dtype, data, true).out, gpu.out)
-          << "repeated";
+      expect_gathered_twins_match(twins, dtype, c, rng);
     }
+  }
+}
+
+// ---- A decoding step's self-attention, a warp a head (candidate decode_attention) ----
+
+// The cases decode_attention::fits takes: gathered_attention_cases()' heads of 64, a
+// head count that leaves a block's last warps idle (6 = 4 + 2; 2), and a few causal
+// queries a sentence.
+std::vector<AttentionCase> decode_attention_cases() {
+  std::vector<AttentionCase> cases;
+  for (const AttentionCase& c : gathered_attention_cases()) {
+    if (c.d_k == 64 && c.d_v == 64) cases.push_back(c);
+  }
+  cases.push_back({"step_6_heads", 3, 6, 1, 37, 64, 64, false, 0.0f, {37, 5, 20}, false, 8});
+  cases.push_back({"causal_3_queries_dk64", 2, 4, 3, 9, 64, 64, true, 0.0f, {9, 2}, false, 1});
+  return cases;
+}
+
+HostBf16 host_round(float value, HostBf16) { return HostBf16{bf16_bits(value)}; }
+float host_round(float value, float) { return value; }
+float host_widen(HostBf16 value) { return widen_bf16(value); }
+float host_widen(float value) { return value; }
+
+// The execution policy of decode_attention's block body on the host: each thread of the
+// block a host thread (run_threaded_blocks), the warps' max and sum the device's xor
+// butterflies in its order (warp_butterfly), fma and the roundings as the GPU's; the
+// vector loads check the alignment the GPU's need.
+template <typename T>
+struct DecodeLane {
+  int thread = 0;
+  FusedTeam* team = nullptr;
+  int first_thread() const { return thread; }
+  int thread_step() const { return decode_attention::kThreads; }
+  int first_warp() const { return thread / 32; }
+  int warp_step() const { return decode_attention::kWarps; }
+  int first_lane() const { return thread % 32; }
+  int lane_step() const { return 32; }
+  void sync() const { team->block.wait(); }
+  void warp_sync() const { team->warp[thread / 32].wait(); }
+  template <class Op>
+  float butterfly(float value, Op op) const {
+    FusedTeam::Exchange& exchange = team->exchange[thread / 32];
+    exchange.value[thread % 32] = value;
+    warp_sync();
+    const float result = warp_butterfly(exchange.value, thread % 32, op);
+    warp_sync();
+    return result;
+  }
+  float warp_sum(float value) const {
+    return butterfly(value, [](float a, float b) { return a + b; });
+  }
+  float warp_max(float value) const {
+    return butterfly(value, [](float a, float b) { return std::fmax(a, b); });
+  }
+  float exp(float value) const { return std::exp(value); }
+  float fma(float a, float b, float c) const { return std::fma(a, b, c); }
+  float widen(T value) const { return host_widen(value); }
+  T round(float value) const { return host_round(value, T{}); }
+  void load8(float (&values)[8], const T* from) const {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(from) % 16, 0u) << "a key row's load is not aligned";
+    for (int e = 0; e < 8; ++e) values[e] = widen(from[e]);
+  }
+  int lane() const { return thread % 32; }
+  float shfl_xor(float value, int mask) const {
+    FusedTeam::Exchange& exchange = team->exchange[thread / 32];
+    exchange.value[lane()] = value;
+    warp_sync();
+    const float result = exchange.value[lane() ^ mask];
+    warp_sync();
+    return result;
+  }
+  void store8(T* to, const float (&values)[8]) const {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(to) % 16, 0u) << "an output store is not aligned";
+    for (int e = 0; e < 8; ++e) to[e] = round(values[e]);
+  }
+};
+static_assert(decode_attention::kWarps == fused_attention::kWarps, "DecodeLane's team");
+
+// run_gathered_attention's pool and rows, attended by decode_attention's block body on the
+// host in T (HostBf16 for bf16, float for fp32): every block of the launch, the outputs
+// and the saved probabilities NaN until written.
+template <typename T>
+AttentionResult run_decode_attention_on_host(const AttentionData& data, bool with_saved) {
+  const AttentionCase& c = data.c;
+  const GatheredPool g = gathered_pool(data);
+  const auto to_host = [](const std::vector<float>& values) {
+    std::vector<T> out(values.size());
+    for (size_t i = 0; i < values.size(); ++i) out[i] = host_round(values[i], T{});
+    return out;
+  };
+  const std::vector<T> q = to_host(data.q), pool = to_host(g.pool);
+  std::vector<T> out = to_host(std::vector<float>(data.out_numel(), NAN));
+  AttentionShape shape = shape_of(c, c.key_lengths.empty() ? nullptr : c.key_lengths.data());
+  shape.key_rows = g.key_rows.data();
+  std::vector<T> saved =
+      to_host(std::vector<float>(with_saved ? Backend::attention_saved_numel(shape) : 0, NAN));
+  EXPECT_TRUE(decode_attention::fits(shape, g.ld_pool, g.ld_pool, sizeof(T))) << c.name;
+  const decode_attention::Args<T> args{out.data(),
+                                       with_saved ? saved.data() : nullptr,
+                                       q.data(),
+                                       pool.data(),
+                                       pool.data() + c.heads * c.d_k,
+                                       data.ldq,
+                                       g.ld_pool,
+                                       g.ld_pool,
+                                       shape.key_rows,
+                                       shape.key_lengths,
+                                       c.batch,
+                                       c.heads,
+                                       c.query_len,
+                                       c.key_len,
+                                       c.causal,
+                                       1.0f / std::sqrt(64.0f)};
+  run_threaded_blocks<DecodeLane<T>, FusedTeam>(
+      decode_attention::kThreads, static_cast<int>(decode_attention::blocks(shape)),
+      decode_attention::shared_bytes(c.key_len),
+      [&](DecodeLane<T>& x, int block, char* shared) {
+        decode_attention::block(x, args, block, shared);
+      });
+  AttentionResult result;
+  for (const T& value : out) result.out.push_back(host_widen(value));
+  for (const T& value : saved) result.saved.push_back(host_widen(value));
+  return result;
+}
+
+// decode_attention's body, every thread a host thread, against the CPU's gathered
+// attention at the tolerances of the batched path, in bf16 and fp32: out, the saved
+// probabilities (zeros past the visible keys), the same out without them, and no NaN row
+// of the pool read (between the listed rows and where rows past a length point). Its
+// rehearsal without a GPU: every index, gather, mask, rounding and the shared layout.
+TEST(DecodeAttentionOnTheHost, MatchesTheCpusGatheredAttention) {
+  auto cpu = make_cpu_backend(DType::F32);
+  for (const DType dtype : {DType::BF16, DType::F32}) {
+    std::mt19937 rng(49);
+    for (const AttentionCase& c : decode_attention_cases()) {
+      SCOPED_TRACE(c.name + (dtype == DType::BF16 ? " bf16" : " fp32"));
+      const AttentionData data(c, dtype, rng);
+      const AttentionResult expected = run_gathered_attention(*cpu, DType::F32, data, true);
+      const auto run = [&](bool with_saved) {
+        return dtype == DType::BF16 ? run_decode_attention_on_host<HostBf16>(data, with_saved)
+                                    : run_decode_attention_on_host<float>(data, with_saved);
+      };
+      const AttentionResult actual = run(true);
+      expect_forward_matches(actual, expected, dtype);
+      EXPECT_EQ(run(false).out, actual.out) << "without saved probabilities";
+    }
+  }
+}
+
+// The tolerance is not vacuous: another sentence's key rows (the rows list of the
+// sentence after) give outputs far outside it.
+TEST(DecodeAttentionOnTheHost, AnotherSentencesKeysAreCaught) {
+  auto cpu = make_cpu_backend(DType::F32);
+  std::mt19937 rng(50);
+  AttentionCase c = decode_attention_cases()[0];
+  const AttentionData data(c, DType::BF16, rng);
+  const AttentionResult expected = run_gathered_attention(*cpu, DType::F32, data, true);
+  AttentionData shifted = data;  // sentence b's queries read sentence b+1's keys
+  const int row = c.query_len * data.ldq;
+  std::rotate(shifted.q.begin(), shifted.q.begin() + row, shifted.q.end());
+  const AttentionResult actual = run_decode_attention_on_host<HostBf16>(shifted, true);
+  const Tolerance o = out_tolerance(DType::BF16);
+  EXPECT_FALSE(all_close(actual.out, expected.out, o.abs, o.rel));
+}
+
+// What decode_attention::fits takes: a decoding step's gathered keys with heads of 64 and
+// no dropout, key and value rows 16-byte aligned, ~2,400 keys at
+// most; anything else goes to the gathered kernel.
+TEST(DecodeAttentionOnTheHost, FitsOnlyTheStepsItCanRead) {
+  const int32_t rows[1] = {0};
+  AttentionShape shape = shape_of(decode_attention_cases()[0], nullptr);
+  shape.key_rows = rows;
+  EXPECT_TRUE(decode_attention::fits(shape, 1024, 1024, 2));
+  EXPECT_TRUE(decode_attention::fits(shape, 1028, 1028, 4));   // 16-byte rows in fp32
+  EXPECT_FALSE(decode_attention::fits(shape, 1028, 1028, 2));  // 2,056-byte rows in bf16
+  EXPECT_FALSE(decode_attention::fits(shape, 1024, 1028, 2));  // 2,056-byte value rows
+  AttentionShape other = shape;
+  other.key_rows = nullptr;  // training's and the cross-attention's contiguous keys
+  EXPECT_FALSE(decode_attention::fits(other, 1024, 1024, 2));
+  other = shape;
+  other.d_k = 32;
+  EXPECT_FALSE(decode_attention::fits(other, 1024, 1024, 2));
+  other = shape;
+  other.dropout = 0.1f;
+  EXPECT_FALSE(decode_attention::fits(other, 1024, 1024, 2));
+  other = shape;
+  other.key_len = 2400;
+  EXPECT_TRUE(decode_attention::fits(other, 1024, 1024, 2));
+  other.key_len = 2500;  // more shared memory than a block may take
+  EXPECT_FALSE(decode_attention::fits(other, 1024, 1024, 2));
+}
+
+// On the GPU with the candidate: the kernel itself (its launches counted) against the
+// CPU, as the host run above, and a repeated run bit-identical.
+TEST(CudaCandidateDecodeAttention, GatheredKeysMatchCpu) {
+  THPC_REQUIRE_GPU();
+  CudaKernelChoice kernels;
+  kernels.candidates = kDecodeAttention;
+  for (DType dtype : gpu_compute_dtypes()) {
+    std::mt19937 rng(45);
+    Twins twins(dtype, kernels);
+    const std::vector<AttentionCase> cases = decode_attention_cases();
+    const int64_t before = decode_attention_launches();
+    for (const AttentionCase& c : cases) expect_gathered_twins_match(twins, dtype, c, rng);
+    if (twin_rehearsal()) continue;  // the CPU stands in: no launches
+    EXPECT_EQ(decode_attention_launches() - before, static_cast<int64_t>(3 * cases.size()))
+        << "the candidate's kernel did not run";
   }
 }
 
