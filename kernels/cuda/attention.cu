@@ -910,22 +910,15 @@ struct LaneWarps : BlockLoops {
   __device__ float widen(T value) const { return to_float(value); }
   __device__ T round(float value) const { return from_float<T>(value); }
   // Eight elements from 16-byte aligned memory (decode_attention::fits and the launcher
-  // checked the key rows' alignment).
+  // checked the rows' alignment): device_util.cuh's 16-byte moves, one or two.
   __device__ void load8(float (&values)[8], const T* from) const {
-    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-      const uint4 word = *reinterpret_cast<const uint4*>(from);
-      const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&word);
+    constexpr int kPer = kVector<T>;  // 8 bf16 or 4 floats a move
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float2 pair = __bfloat1622float2(pairs[i]);
-        values[2 * i] = pair.x;
-        values[2 * i + 1] = pair.y;
-      }
-    } else {
-      const float4 low = *reinterpret_cast<const float4*>(from);
-      const float4 high = *reinterpret_cast<const float4*>(from + 4);
-      values[0] = low.x, values[1] = low.y, values[2] = low.z, values[3] = low.w;
-      values[4] = high.x, values[5] = high.y, values[6] = high.z, values[7] = high.w;
+    for (int part = 0; part < 8 / kPer; ++part) {
+      float moved[kPer];
+      load16(moved, from + part * kPer);
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) values[part * kPer + e] = moved[e];
     }
   }
   __device__ int lane() const { return threadIdx.x % kWarp; }
@@ -934,17 +927,13 @@ struct LaneWarps : BlockLoops {
   }
   // Eight elements, rounded, to 16-byte aligned memory.
   __device__ void store8(T* to, const float (&values)[8]) const {
-    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-      uint4 word;
-      __nv_bfloat162* pairs = reinterpret_cast<__nv_bfloat162*>(&word);
+    constexpr int kPer = kVector<T>;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        pairs[i] = __floats2bfloat162_rn(values[2 * i], values[2 * i + 1]);
-      }
-      *reinterpret_cast<uint4*>(to) = word;
-    } else {
-      *reinterpret_cast<float4*>(to) = make_float4(values[0], values[1], values[2], values[3]);
-      *reinterpret_cast<float4*>(to + 4) = make_float4(values[4], values[5], values[6], values[7]);
+    for (int part = 0; part < 8 / kPer; ++part) {
+      float moved[kPer];
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) moved[e] = values[part * kPer + e];
+      store16(to + part * kPer, moved);
     }
   }
 };

@@ -94,7 +94,7 @@ THPC_SHORT_ATTENTION_HD int64_t blocks(const AttentionShape& shape) {
 THPC_SHORT_ATTENTION_HD bool fits(const AttentionShape& shape, int ldk, int ldv,
                                   int element_bytes) {
   return shape.key_rows != nullptr && shape.d_k == kHeadWidth && shape.d_v == kHeadWidth &&
-         shape.dropout == 0.0f && shape.batch > 0 && shape.query_len > 0 &&
+         shape.dropout == 0.0f && shape.batch > 0 && shape.heads > 0 && shape.query_len > 0 &&
          shape.key_len > 0 && (static_cast<int64_t>(ldk) * element_bytes) % 16 == 0 &&
          (static_cast<int64_t>(ldv) * element_bytes) % 16 == 0 &&
          shared_bytes(shape.key_len) <= kSharedLimit;

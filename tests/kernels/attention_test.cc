@@ -1795,6 +1795,9 @@ TEST(DecodeAttentionOnTheHost, FitsOnlyTheStepsItCanRead) {
   other.dropout = 0.1f;
   EXPECT_FALSE(decode_attention::fits(other, 1024, 1024, 2));
   other = shape;
+  other.heads = 0;  // no block to launch: the gathered kernel's empty return
+  EXPECT_FALSE(decode_attention::fits(other, 1024, 1024, 2));
+  other = shape;
   other.key_len = 2400;
   EXPECT_TRUE(decode_attention::fits(other, 1024, 1024, 2));
   other.key_len = 2500;  // more shared memory than a block may take
