@@ -22,6 +22,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -560,12 +561,25 @@ TEST(StopSignal, SigintAsksToStopOnceASecondOneEndsTheProcessAndAnIgnoredOneStay
   if (child == 0) {
     const StopSignalGuard guard;
     std::raise(SIGINT);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
     std::raise(SIGINT);  // ends the child by SIGINT
     _exit(stop_requested_by() == SIGINT ? 3 : 4);
   }
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) << status;
+  // The same SIGINT delivered twice at once (`timeout -s INT` signals the child and its
+  // process group): one request, the process stays to write its checkpoint.
+  const pid_t twice = fork();
+  ASSERT_GE(twice, 0);
+  if (twice == 0) {
+    const StopSignalGuard guard;
+    std::raise(SIGINT);
+    std::raise(SIGINT);
+    _exit(stop_requested_by() == SIGINT ? 3 : 4);
+  }
+  ASSERT_EQ(waitpid(twice, &status, 0), twice);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << status;
   std::signal(SIGINT, SIG_IGN);
   {
     const StopSignalGuard guard;
@@ -591,6 +605,7 @@ TEST(StopSignal, AnnouncedCtrlCSaysWhatItDoes) {
     const StopSignalGuard guard;
     announce_interrupts();
     std::raise(SIGINT);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
     std::raise(SIGINT);  // ends the child by SIGINT, after its line
     _exit(3);
   }

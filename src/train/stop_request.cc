@@ -1,5 +1,6 @@
 #include "train/stop_request.h"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -11,6 +12,23 @@ namespace {
 volatile std::sig_atomic_t g_stop_signal = 0;
 // Whether a SIGINT came already (a second one ends the process).
 volatile std::sig_atomic_t g_interrupted = 0;
+
+// When the first SIGINT came (CLOCK_MONOTONIC). Only the handler touches it, and SIGINT
+// is blocked while its handler runs.
+struct timespec g_first_interrupt {};
+// A SIGINT this soon after the first is the same request delivered twice, not a second
+// Ctrl-C: `timeout -s INT` signals its child and then its own process group, which holds
+// the child, microseconds apart (and so ended the run without its checkpoint). Nobody
+// presses Ctrl-C twice within 50 ms; a held key repeats after ~250 ms.
+constexpr long long kSameInterruptNs = 50'000'000;
+
+// clock_gettime is async-signal-safe.
+long long nanoseconds_since(const struct timespec& then) {
+  struct timespec now {};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (static_cast<long long>(now.tv_sec) - then.tv_sec) * 1'000'000'000LL +
+         (now.tv_nsec - then.tv_nsec);
+}
 
 // Whether this process says on stderr what a Ctrl-C does (announce_interrupts: the rank
 // that speaks for the job), and whether stderr is a terminal, where the line goes below
@@ -38,6 +56,7 @@ extern "C" void record_stop_signal(int signal_number) {
   // A second Ctrl-C is the user not wanting to wait for the step and its checkpoint: the
   // default action, as if no handler were there (sigaction and raise are async-signal-safe).
   if (signal_number == SIGINT && g_interrupted) {
+    if (nanoseconds_since(g_first_interrupt) < kSameInterruptNs) return;  // the same one
     if (g_announce) say("Ctrl-C again: stopping now, without a checkpoint\n");
     struct sigaction default_action {};
     default_action.sa_handler = SIG_DFL;
@@ -47,6 +66,7 @@ extern "C" void record_stop_signal(int signal_number) {
     return;
   }
   if (signal_number == SIGINT) {
+    clock_gettime(CLOCK_MONOTONIC, &g_first_interrupt);
     g_interrupted = 1;
     if (g_announce) {
       say("Ctrl-C: stopping cleanly (a step in progress finishes and is saved in a "

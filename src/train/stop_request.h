@@ -2,7 +2,8 @@
 // training loop to stop: the handler only sets a flag, and the loop finishes the step it
 // is in, writes a checkpoint and exits 0, so the job can be requeued and resumed.
 // SIGINT (Ctrl-C) asks the same, once: a second SIGINT ends the process at once, as
-// Ctrl-C would have; a SIGINT that was ignored when the guard came (a background job of a
+// Ctrl-C would have (one within 50 ms of the first is the same one delivered twice, as
+// `timeout -s INT` does: ignored); a SIGINT that was ignored when the guard came (a background job of a
 // shell, nohup) stays ignored. SIGHUP (the terminal or ssh session closed) asks the same
 // as SIGTERM, unless it was ignored when the guard came (nohup), when it stays ignored.
 #pragma once
