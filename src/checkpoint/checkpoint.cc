@@ -20,6 +20,7 @@
 #include <thread>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "checkpoint/checkpoint_header.h"
 #include "common/error.h"
@@ -803,6 +804,45 @@ Checkpoint read_checkpoint_image(const std::string& name, std::string_view image
       Reader(hdf5::Reader::open_image("checkpoint " + name, name, image)), parts, header);
 }
 
+namespace {
+
+// The fields of an architecture text ("layers=2 d_model=64 ..."), in their order.
+std::vector<std::pair<std::string, std::string>> architecture_fields(const std::string& text) {
+  std::vector<std::pair<std::string, std::string>> fields;
+  std::istringstream words(text);
+  std::string word;
+  while (words >> word) {
+    const size_t equals = word.find('=');
+    if (equals != std::string::npos) {
+      fields.emplace_back(word.substr(0, equals), word.substr(equals + 1));
+    }
+  }
+  return fields;
+}
+
+// What differs between the file's architecture and the configuration's, each field by
+// the setting a user changes ("model.layers is 2 in the file and 3 in the
+// configuration"): the two whole texts left the user to find the difference.
+std::string architecture_differences(const std::string& file, const std::string& model) {
+  const auto file_fields = architecture_fields(file);
+  std::ostringstream out;
+  for (const auto& [key, model_value] : architecture_fields(model)) {
+    std::string file_value = "absent";
+    for (const auto& [file_key, value] : file_fields) {
+      if (file_key == key) file_value = value;
+    }
+    if (file_value == model_value) continue;
+    out << (out.tellp() > 0 ? "; " : "")
+        << (key == "vocab_size" ? "the vocabulary (the shards', or model.vocab_size)"
+                                : "model." + key)
+        << " is " << file_value << " in the file and " << model_value << " in the configuration";
+  }
+  if (out.tellp() == 0) return "the file has '" + file + "', the model is '" + model + "'";
+  return out.str();
+}
+
+}  // namespace
+
 void check_architecture(const Checkpoint& checkpoint, const std::string& expected,
                         const std::string& source) {
   // The one difference a config edit makes without touching a shape: named on its own.
@@ -814,9 +854,12 @@ void check_architecture(const Checkpoint& checkpoint, const std::string& expecte
                             << ": set model.norm = " << file_norm
                             << " to use it (the layer norms sit elsewhere in the other order)");
   }
-  if (with_norm_recorded(checkpoint.architecture) != expected) {
-    THPC_FAIL("checkpoint " << source << ": architecture mismatch: the file has '"
-                            << checkpoint.architecture << "', the model is '" << expected << "'");
+  const std::string recorded = with_norm_recorded(checkpoint.architecture);
+  if (recorded != expected) {
+    THPC_FAIL("checkpoint " << source << ": architecture mismatch: "
+                            << architecture_differences(recorded, expected)
+                            << "; to use this checkpoint, give the configuration the file's "
+                               "values");
   }
 }
 
