@@ -820,28 +820,30 @@ std::vector<std::pair<std::string, std::string>> architecture_fields(const std::
   return fields;
 }
 
-// What differs between the file's architecture and the configuration's, each field by
-// the setting a user changes ("model.layers is 2 in the file and 3 in the
-// configuration"): the two whole texts left the user to find the difference.
-std::string architecture_differences(const std::string& file, const std::string& model) {
-  const auto file_fields = architecture_fields(file);
+}  // namespace
+
+// (The two whole texts, which this replaced, left the user to find the difference.)
+std::string architecture_differences(const std::string& first, const std::string& first_name,
+                                     const std::string& second, const std::string& second_name) {
+  const auto first_fields = architecture_fields(first);
   std::ostringstream out;
-  for (const auto& [key, model_value] : architecture_fields(model)) {
-    std::string file_value = "absent";
-    for (const auto& [file_key, value] : file_fields) {
-      if (file_key == key) file_value = value;
+  for (const auto& [key, second_value] : architecture_fields(second)) {
+    std::string first_value = "absent";
+    for (const auto& [first_key, value] : first_fields) {
+      if (first_key == key) first_value = value;
     }
-    if (file_value == model_value) continue;
+    if (first_value == second_value) continue;
     out << (out.tellp() > 0 ? "; " : "")
         << (key == "vocab_size" ? "the vocabulary (the shards', or model.vocab_size)"
                                 : "model." + key)
-        << " is " << file_value << " in the file and " << model_value << " in the configuration";
+        << " is " << first_value << " in " << first_name << " and " << second_value << " in "
+        << second_name;
   }
-  if (out.tellp() == 0) return "the file has '" + file + "', the model is '" + model + "'";
+  if (out.tellp() == 0) {
+    return first_name + " has '" + first + "', " + second_name + " '" + second + "'";
+  }
   return out.str();
 }
-
-}  // namespace
 
 void check_architecture(const Checkpoint& checkpoint, const std::string& expected,
                         const std::string& source) {
@@ -857,7 +859,8 @@ void check_architecture(const Checkpoint& checkpoint, const std::string& expecte
   const std::string recorded = with_norm_recorded(checkpoint.architecture);
   if (recorded != expected) {
     THPC_FAIL("checkpoint " << source << ": architecture mismatch: "
-                            << architecture_differences(recorded, expected)
+                            << architecture_differences(recorded, "the file", expected,
+                                                        "the configuration")
                             << "; to use this checkpoint, give the configuration the file's "
                                "values");
   }

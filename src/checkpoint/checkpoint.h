@@ -168,6 +168,11 @@ std::string architecture_text(const ModelConfig& model, int vocab_size);
 std::string recorded_norm(const std::string& architecture);
 // The text with its norm stated, as architecture_text() writes it now: what is compared.
 std::string with_norm_recorded(const std::string& architecture);
+// What differs between two architecture texts, each field by the setting a user changes:
+// "model.layers is 2 in FIRST_NAME and 3 in SECOND_NAME; ..." (the vocabulary's by where
+// it comes from), in the second's order; both whole texts when no field differs.
+std::string architecture_differences(const std::string& first, const std::string& first_name,
+                                     const std::string& second, const std::string& second_name);
 
 // Whether the step just completed ends with a checkpoint: every checkpoint.every_steps
 // steps, or once checkpoint.minutes of wall clock have passed since the last one. Rank 0

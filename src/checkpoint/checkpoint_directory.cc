@@ -285,8 +285,10 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths,
       }
       if (with_norm_recorded(current.architecture) != with_norm_recorded(first.architecture)) {
         THPC_FAIL("cannot average checkpoints of different architectures: "
-                  << paths.front() << " has '" << first.architecture << "' but " << paths[index]
-                  << " has '" << current.architecture << "'");
+                  << architecture_differences(with_norm_recorded(first.architecture),
+                                              paths.front(),
+                                              with_norm_recorded(current.architecture),
+                                              paths[index]));
       }
       if (current.params.size() != first.params.size()) {
         THPC_FAIL("cannot average " << paths.front() << " and " << paths[index] << ": they hold "
