@@ -544,7 +544,9 @@ TEST_F(DataPipeline, AFailureAfterWritingBeganLeavesNothingThatLooksValid) {
   PreprocessOptions late = options(dir / "out");
   late.valid_prefix = (dir / "valid").string();
   std::ostringstream log;
-  expect_error([&] { preprocess(late, log); }, {"valid.en", "no validation pair survived"});
+  expect_error([&] { preprocess(late, log); },
+               {"valid.en: no validation pair survived: of 2, 1 with an empty side, 1 with a "
+                "side longer than --max-len 120 pieces; raise --max-len, or check the files"});
   EXPECT_TRUE(fs::is_empty(dir / "out"));
 }
 

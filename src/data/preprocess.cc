@@ -236,6 +236,9 @@ std::string sentencepiece_model(const PreprocessOptions& options, const Parallel
       {"shuffle_input_sentence", "true"},
       {"max_sentence_length", "65536"},
       {"num_threads", std::to_string(hardware_threads(options.threads))},
+      // Its warnings and errors only: its ~65 lines of progress (LOG(INFO)) on every run
+      // buried this program's own summary, and made a failure's one line the 66th.
+      {"minloglevel", "1"},
   };
   if (!options.user_symbols.empty()) {
     // SentencePiece sees a word as "▁word": the symbol must carry that marker to match a
@@ -688,8 +691,28 @@ PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log
     preprocess_split(processor, "test", test, options, Filter::LengthOnly, 1, metadata,
                      &summary.test, outputs, progress);
   }
-  if (summary.train.kept == 0) THPC_FAIL(train.source_path << ": no training pair survived");
-  if (summary.valid.kept == 0) THPC_FAIL(valid.source_path << ": no validation pair survived");
+  // Nothing kept: say which filter took the pairs and what would keep them.
+  const auto none_kept = [&](const std::string& path, const char* what, const SplitCounts& c) {
+    std::ostringstream why;
+    std::string limits, suggestion;
+    if (c.empty > 0) why << ", " << c.empty << " with an empty side";
+    if (c.too_long > 0) {
+      why << ", " << c.too_long << " with a side longer than --max-len " << options.max_len
+          << " pieces";
+      limits = "--max-len";
+    }
+    if (c.over_ratio > 0) {
+      why << ", " << c.over_ratio << " whose sides' lengths differ by more than --max-ratio "
+          << options.max_ratio;
+      limits += (limits.empty() ? "" : " or ") + std::string("--max-ratio");
+    }
+    if (!limits.empty()) suggestion = "raise " + limits;
+    if (c.empty > 0) suggestion += suggestion.empty() ? "check the files" : ", or check the files";
+    THPC_FAIL(path << ": no " << what << " pair survived: of " << c.read << why.str()
+                   << (suggestion.empty() ? "" : "; " + suggestion));
+  };
+  if (summary.train.kept == 0) none_kept(train.source_path, "training", summary.train);
+  if (summary.valid.kept == 0) none_kept(valid.source_path, "validation", summary.valid);
   const std::string model_path = (fs::path(options.dest_dir) / "spm.model").string();
   {
     std::ofstream model_file(outputs.add(model_path), std::ios::binary);
