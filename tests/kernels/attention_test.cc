@@ -1633,27 +1633,21 @@ float host_widen(HostBf16 value) { return widen_bf16(value); }
 float host_widen(float value) { return value; }
 
 // The execution policy of decode_attention's block body on the host: each thread of the
-// block a host thread (run_threaded_blocks), the warps' max and sum the device's xor
-// butterflies in its order (warp_butterfly), fma and the roundings as the GPU's; the
-// vector loads check the alignment the GPU's need.
+// block a host thread (run_threaded_blocks), the shuffles FusedLane's posted exchange, the
+// warps' max and sum the device's xor butterflies in its order (warp_butterfly), fma and
+// the roundings as the GPU's; the vector loads and stores check the alignment the GPU's
+// need.
 template <typename T>
-struct DecodeLane {
-  int thread = 0;
-  FusedTeam* team = nullptr;
-  int first_thread() const { return thread; }
-  int thread_step() const { return decode_attention::kThreads; }
-  int first_warp() const { return thread / 32; }
+struct DecodeLane : FusedLane {  // its threads, barriers, exchange and shuffle
+  int first_warp() const { return warp(); }
   int warp_step() const { return decode_attention::kWarps; }
-  int first_lane() const { return thread % 32; }
+  int first_lane() const { return lane(); }
   int lane_step() const { return 32; }
-  void sync() const { team->block.wait(); }
-  void warp_sync() const { team->warp[thread / 32].wait(); }
   template <class Op>
   float butterfly(float value, Op op) const {
-    FusedTeam::Exchange& exchange = team->exchange[thread / 32];
-    exchange.value[thread % 32] = value;
+    exchange().value[lane()] = value;
     warp_sync();
-    const float result = warp_butterfly(exchange.value, thread % 32, op);
+    const float result = warp_butterfly(exchange().value, lane(), op);
     warp_sync();
     return result;
   }
@@ -1671,21 +1665,14 @@ struct DecodeLane {
     EXPECT_EQ(reinterpret_cast<uintptr_t>(from) % 16, 0u) << "a key row's load is not aligned";
     for (int e = 0; e < 8; ++e) values[e] = widen(from[e]);
   }
-  int lane() const { return thread % 32; }
-  float shfl_xor(float value, int mask) const {
-    FusedTeam::Exchange& exchange = team->exchange[thread / 32];
-    exchange.value[lane()] = value;
-    warp_sync();
-    const float result = exchange.value[lane() ^ mask];
-    warp_sync();
-    return result;
-  }
   void store8(T* to, const float (&values)[8]) const {
     EXPECT_EQ(reinterpret_cast<uintptr_t>(to) % 16, 0u) << "an output store is not aligned";
     for (int e = 0; e < 8; ++e) to[e] = round(values[e]);
   }
 };
-static_assert(decode_attention::kWarps == fused_attention::kWarps, "DecodeLane's team");
+static_assert(decode_attention::kWarps == fused_attention::kWarps &&
+                  decode_attention::kThreads == fused_attention::kThreads,
+              "DecodeLane's team and threads are FusedLane's");
 
 // run_gathered_attention's pool and rows, attended by decode_attention's block body on the
 // host in T (HostBf16 for bf16, float for fp32): every block of the launch, the outputs
