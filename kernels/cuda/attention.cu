@@ -960,22 +960,8 @@ bool decode_attention_forward(Context& context, T* out, T* saved, const T* q, in
   }
   const int64_t blocks = decode_attention::blocks(shape);
   THPC_CHECK(blocks <= INT32_MAX, blocks << " decoding attention blocks");
-  decode_attention::Args<T> args{out,
-                                 saved,
-                                 q,
-                                 k,
-                                 v,
-                                 ldq,
-                                 ldk,
-                                 ldv,
-                                 shape.key_rows,
-                                 shape.key_lengths,
-                                 shape.batch,
-                                 shape.heads,
-                                 shape.query_len,
-                                 shape.key_len,
-                                 shape.causal,
-                                 1.0f / std::sqrt(static_cast<float>(shape.d_k))};
+  const decode_attention::Args<T> args =
+      decode_attention::args_of(out, saved, q, ldq, k, ldk, v, ldv, shape);
   decode_attention_kernel<T><<<static_cast<unsigned>(blocks), decode_attention::kThreads,
                                decode_attention::shared_bytes(shape.key_len), context.stream()>>>(
       args);

@@ -74,6 +74,16 @@ struct Args {
   float scale;  // 1 / sqrt(d_k)
 };
 
+// The arguments of one call (on the host, for the launch or the host run): the shape's
+// fields and the scale 1 / sqrt(d_k).
+template <typename T>
+inline Args<T> args_of(T* out, T* saved, const T* q, int ldq, const T* k, int ldk, const T* v,
+                       int ldv, const AttentionShape& shape) {
+  return Args<T>{out, saved, q, k, v, ldq, ldk, ldv, shape.key_rows, shape.key_lengths,
+                 shape.batch, shape.heads, shape.query_len, shape.key_len, shape.causal,
+                 1.0f / std::sqrt(static_cast<float>(shape.d_k))};
+}
+
 // The rows list (Lk int32, rounded up to 4) and each warp's query (64 floats) and
 // probabilities (Lk floats).
 THPC_SHORT_ATTENTION_HD int shared_bytes(int key_len) {

@@ -1693,22 +1693,9 @@ AttentionResult run_decode_attention_on_host(const AttentionData& data, bool wit
   std::vector<T> saved =
       to_host(std::vector<float>(with_saved ? Backend::attention_saved_numel(shape) : 0, NAN));
   EXPECT_TRUE(decode_attention::fits(shape, g.ld_pool, g.ld_pool, sizeof(T))) << c.name;
-  const decode_attention::Args<T> args{out.data(),
-                                       with_saved ? saved.data() : nullptr,
-                                       q.data(),
-                                       pool.data(),
-                                       pool.data() + c.heads * c.d_k,
-                                       data.ldq,
-                                       g.ld_pool,
-                                       g.ld_pool,
-                                       shape.key_rows,
-                                       shape.key_lengths,
-                                       c.batch,
-                                       c.heads,
-                                       c.query_len,
-                                       c.key_len,
-                                       c.causal,
-                                       1.0f / std::sqrt(64.0f)};
+  const decode_attention::Args<T> args = decode_attention::args_of(
+      out.data(), with_saved ? saved.data() : nullptr, q.data(), data.ldq, pool.data(),
+      g.ld_pool, pool.data() + c.heads * c.d_k, g.ld_pool, shape);
   run_threaded_blocks<DecodeLane<T>, FusedTeam>(
       decode_attention::kThreads, static_cast<int>(decode_attention::blocks(shape)),
       decode_attention::shared_bytes(c.key_len),
