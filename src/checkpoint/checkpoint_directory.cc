@@ -283,11 +283,11 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths,
                   << " but " << paths[index] << " has model.norm = "
                   << recorded_norm(current.architecture));
       }
-      if (with_norm_recorded(current.architecture) != with_norm_recorded(first.architecture)) {
+      const std::string first_recorded = with_norm_recorded(first.architecture);
+      const std::string current_recorded = with_norm_recorded(current.architecture);
+      if (current_recorded != first_recorded) {
         THPC_FAIL("cannot average checkpoints of different architectures: "
-                  << architecture_differences(with_norm_recorded(first.architecture),
-                                              paths.front(),
-                                              with_norm_recorded(current.architecture),
+                  << architecture_differences(first_recorded, paths.front(), current_recorded,
                                               paths[index]));
       }
       if (current.params.size() != first.params.size()) {

@@ -3,8 +3,8 @@
 // is in, writes a checkpoint and exits 0, so the job can be requeued and resumed.
 // SIGINT (Ctrl-C) asks the same, once: a second SIGINT ends the process at once, as
 // Ctrl-C would have (one within 50 ms of the first is the same one delivered twice, as
-// `timeout -s INT` does: ignored); a SIGINT that was ignored when the guard came (a background job of a
-// shell, nohup) stays ignored. SIGHUP (the terminal or ssh session closed) asks the same
+// `timeout -s INT` does: ignored); a SIGINT that was ignored when the guard came (a
+// background job of a shell, nohup) stays ignored. SIGHUP (the terminal or ssh session closed) asks the same
 // as SIGTERM, unless it was ignored when the guard came (nohup), when it stays ignored.
 #pragma once
 
