@@ -114,6 +114,13 @@ void Context::join_side() {
   THPC_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_event_, 0));
 }
 
+void Context::join_side_unchecked() noexcept {
+  if (!has_side()) return;
+  cudaEventRecord(join_event_, side_stream_);
+  cudaStreamWaitEvent(stream_, join_event_, 0);
+  cudaGetLastError();  // a sticky error stays for the next checked call to report
+}
+
 void* Context::pinned(size_t bytes) {
   if (bytes > pinned_bytes_) {
     THPC_CUDA_CHECK(cudaStreamSynchronize(stream_));

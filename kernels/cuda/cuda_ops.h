@@ -95,6 +95,9 @@ class Context {
   void* side_lt_workspace() const { return side_lt_workspace_; }
   void fork_side();
   void join_side();
+  // join_side() on a path that leaves by an exception already in flight: unchecked, its
+  // errors cleared, so that it neither throws nor hides the first error.
+  void join_side_unchecked() noexcept;
 
   // Device memory allocated through cudaMalloc by this Context (workspace, scratch) and
   // by the backend that owns it (its tensors and ids), counted on the host: what

@@ -464,16 +464,41 @@ bool may_go_beside(Context& context, std::initializer_list<const Gemm*> products
   return true;
 }
 
-// Forks the side stream and points `products` at it and its workspace; the caller queues
-// them, then its own products on the context's stream, then context.join_side().
-void send_beside(Context& context, std::initializer_list<Gemm*> products) {
-  context.fork_side();
-  for (Gemm* product : products) {
-    product->stream = context.side_stream();
-    product->workspace = context.side_lt_workspace();
+// An op's products sent to the side stream: fork() forks it and points `products` at it
+// and its workspace; the op queues them, then its own products on the context's stream,
+// then join(). Should the op leave by an exception between the two (a cuBLAS call or a
+// launch failing), the destructor joins without checking, the exception in flight being
+// the error to report: a capture of the stream then ends with its branch joined, where
+// cudaStreamEndCapture would otherwise answer "unjoined" and the capture's fallback would
+// see that instead of the first error.
+class SideBranch {
+ public:
+  SideBranch() = default;
+  SideBranch(const SideBranch&) = delete;
+  SideBranch& operator=(const SideBranch&) = delete;
+  ~SideBranch() {
+    if (context_ != nullptr) context_->join_side_unchecked();
   }
-  ++weight_grads_beside_count;
-}
+
+  void fork(Context& context, std::initializer_list<Gemm*> products) {
+    context.fork_side();
+    context_ = &context;
+    for (Gemm* product : products) {
+      product->stream = context.side_stream();
+      product->workspace = context.side_lt_workspace();
+    }
+    ++weight_grads_beside_count;
+  }
+  void join() {
+    if (context_ == nullptr) return;
+    Context* context = context_;
+    context_ = nullptr;  // joined, or its error thrown: the destructor has nothing to do
+    context->join_side();
+  }
+
+ private:
+  Context* context_ = nullptr;  // set while forked and not joined
+};
 
 // dx^T [K, M] (+)= W [K, N] dy^T [N, M]: W is stored column-major [N, K] (ld N), so op T.
 // (An empty product, N = 0, with beta = 0 writes zeros: gemm's k == 0 case.)
@@ -487,8 +512,8 @@ void input_gradient(Context& context, T* dx, const T* dy, const T* W, int M, int
 
 // A layer's dW += x^T dy and db += colsum(dy) ([M, K] x, [M, N] dy; either may be null).
 // With the candidate weight_grads_beside they go to the side stream (beside()): the
-// caller queues them first, then its own products on the context's stream, then
-// context.join_side(); otherwise after its products, on the context's stream, in the
+// caller queues them first, then its own products on the context's stream, then join();
+// otherwise after its products, on the context's stream, in the
 // verified path's order. Why beside: the products of a layer's backward that read dy, dx's
 // and dW's, need not wait for each other, and at one rank's 3,125 tokens each fills a wave
 // of the GPU or less (a 512 x 512 weight's dW is 16 output tiles of 128 x 128, its dx
@@ -536,7 +561,7 @@ class WeightGradients {
   // Forks the side stream first when beside.
   void queue() {
     const cudaStream_t stream = beside_ ? context_.side_stream() : context_.stream();
-    if (beside_) send_beside(context_, {&dW_product_, &db_product_});
+    if (beside_) branch_.fork(context_, {&dW_product_, &db_product_});
     if (with_dW_) gemm(context_, dW_product_);
     if (!with_db_) return;
     if (to_fill_ > 0) {
@@ -547,6 +572,8 @@ class WeightGradients {
     }
     gemm(context_, db_product_);
   }
+  // After the caller's own products, when beside(): the context's stream waits for them.
+  void join() { branch_.join(); }
 
  private:
   Context& context_;
@@ -555,6 +582,7 @@ class WeightGradients {
   T* ones_ = nullptr;
   size_t to_fill_ = 0;
   bool beside_ = false;
+  SideBranch branch_;
 };
 
 }  // namespace
@@ -636,7 +664,7 @@ void linear_relu_backward(Context& context, T* d_pre, float* dW, float* db, cons
   if (d_pre != nullptr && !masked) {
     relu_backward<T>(context, d_pre, d_pre, y, static_cast<int64_t>(M) * K, GradStore::kWrite);
   }
-  if (weights.beside()) context.join_side();
+  weights.join();
 }
 
 // d_pre += g (kWrite: =), db += column sums of g (g = dy where y > 0): one pass over
@@ -677,7 +705,7 @@ void linear_backward(Context& context, T* dx, float* dW, float* db, const T* dy,
   if (weights.beside()) {
     weights.queue();
     input_gradient<T>(context, dx, dy, W, M, K, N, store);
-    context.join_side();
+    weights.join();
   } else {  // the verified path's order
     input_gradient<T>(context, dx, dy, W, M, K, N, store);
     weights.queue();
@@ -705,8 +733,9 @@ void output_projection_backward(Context& context, T* dh, float* dE, const T* d_l
                   cuda_type<T>(), CUDA_R_32F, 1.0f, nullptr};
   const bool beside = dE != nullptr && dh != nullptr && M > 0 && d > 0 && vocab > 0 &&
                       may_go_beside(context, {&dE_product});
+  SideBranch branch;
   if (beside) {
-    send_beside(context, {&dE_product});
+    branch.fork(context, {&dE_product});
     gemm(context, dE_product);
   }
   if (dh != nullptr) {
@@ -717,7 +746,7 @@ void output_projection_backward(Context& context, T* dh, float* dE, const T* d_l
                        cuda_type<T>(), cuda_type<T>(), gradient_beta(write), nullptr});
   }
   if (beside) {
-    context.join_side();
+    branch.join();
   } else if (dE != nullptr) {
     gemm(context, dE_product);
   }
