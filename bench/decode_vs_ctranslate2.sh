@@ -31,7 +31,7 @@
 #     ours_tok_s=A ct2_tok_s=B ratio=A/B [cpu_int8_vs_ct2_int8=A/B] hf_tok_s=C hf_ratio=A/C
 #     ours_wall_tok_s=.. ct2_wall_tok_s=.. hf_wall_tok_s=.. tokens_ours=.. tokens_ct2=..
 #     tokens_hf=.. same_as_ct2=K/L same_as_hf=K/L same_as_ours_float32=K/L
-#     ours_openblas=CORE[-by-OPENBLAS_CORETYPE] loadavg=...
+#     ours_openblas=CORE[-by-OPENBLAS_CORETYPE|-instead-of-OLD] loadavg=...
 # (same_as_*: output lines identical to ours, first run; same_as_ours_float32: ours in T
 # against ours in float32; ratio > 1: ours faster.)
 #
@@ -148,9 +148,9 @@ echo "$(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 
 # The kernels OpenBLAS gives ours ("Core: ..." at OPENBLAS_VERBOSE=2), marked when
 # OPENBLAS_CORETYPE chose them: CTranslate2's and PyTorch's BLAS do not read that variable,
 # and on an AVX-512 CPU OPENBLAS_CORETYPE=Haswell makes ours ~1.5x slower
-# (kernels/cpu/openblas_core.h). The CPU line says ours_openblas=CORE[-by-OPENBLAS_CORETYPE].
-ours_openblas=$(OPENBLAS_VERBOSE=2 "$build/transformer_decode" --help 2>&1 | sed -n 's/^Core: //p' | head -1)
-ours_openblas=${ours_openblas:-unknown}${OPENBLAS_CORETYPE:+-by-OPENBLAS_CORETYPE}
+# (kernels/cpu/openblas_core.h). The CPU line says ours_openblas=CORE[-by-OPENBLAS_CORETYPE]
+# or, where the program chose them for a CPU OpenBLAS does not know, CORE-instead-of-OLD.
+ours_openblas=$(bash "$(dirname "$0")/openblas_kernels.sh" "$build/transformer_decode")
 echo "ours: OpenBLAS $ours_openblas kernels${OPENBLAS_CORETYPE:+ (OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE)}"
 echo "checkpoint $checkpoint: $(h5dump -a /architecture "$checkpoint" | grep -o '"layers=[^"]*"')"
 [ "$ct2_importable" = yes ] &&

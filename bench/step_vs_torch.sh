@@ -215,12 +215,12 @@ for ((run = 1; run <= runs; run++)); do
 done
 
 # On the CPU, the kernels OpenBLAS gave ours ("Core: ..." at OPENBLAS_VERBOSE=2), marked
-# when OPENBLAS_CORETYPE chose them: the peer's BLAS does not read that variable
-# (kernels/cpu/openblas_core.h).
+# when OPENBLAS_CORETYPE chose them (the peer's BLAS does not read that variable), or
+# when the program chose them for a CPU OpenBLAS does not know ("SkylakeX-instead-of-
+# Prescott": the first start's kernels, then the second's; kernels/cpu/openblas_core.h).
 openblas=none
 if [ "$device" = cpu ]; then
-  openblas=$(OPENBLAS_VERBOSE=2 "$build/transformer_bench_step" --help 2>&1 | sed -n 's/^Core: //p' | head -1)
-  openblas=${openblas:-unknown}${OPENBLAS_CORETYPE:+-by-OPENBLAS_CORETYPE}
+  openblas=$(bash "$(dirname "$0")/openblas_kernels.sh" "$build/transformer_bench_step")
 fi
 "$python" - "$lines" "$device" "$preset" "$tokens" "$runs" "${#variants[@]}" "$openblas" <<'PY'
 import json, statistics, sys

@@ -21,6 +21,7 @@
 #include "distributed/communicator.h"
 #include "distributed/mpi_sanitizer_options.h"
 #include "io/atomic_file.h"
+#include "kernels/cpu/openblas_core.h"
 #include "model/params.h"
 #include "model/transformer.h"
 #include "train/footprint.h"
@@ -140,6 +141,10 @@ std::string configuration_disagreement(const thpc::Communicator& comm,
 }  // namespace
 
 int main(int argc, char** argv) {
+  // On a CPU that OpenBLAS does not know, its AVX-512 (or AVX2) kernels instead of its
+  // fallback's SSE3 ones: the program starts again with OPENBLAS_CORETYPE set, before
+  // anything else (kernels/cpu/openblas_core.h).
+  thpc::run_with_openblas_kernels_for_this_cpu(argv);
   // Slurm's stop signals are recorded from the first instruction that can take time (MPI
   // start-up takes half a second): one that arrives while MPI starts, the shards are
   // checked or a checkpoint is read stops the run before training (exit 0), instead of

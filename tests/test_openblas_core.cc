@@ -1,6 +1,7 @@
 // The first line of a run names the kernels OpenBLAS multiplies with, and says when
 // OPENBLAS_CORETYPE chose them (kernels/cpu/openblas_core.h): the CPU benchmarks' peers
-// do not read that variable, so a number of ours means little without it.
+// do not read that variable, so a number of ours means little without it. On a CPU that
+// OpenBLAS does not know, the programs choose the kernels it runs instead of the fallback's.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -40,25 +41,99 @@ TEST(OpenBlasCore, TheFirstLineNamesTheKernelsAndWhatChoseThem) {
   EXPECT_EQ(forced.find("this CPU has AVX-512") != std::string::npos, cpu_runs_avx512_kernels())
       << forced;
   // Without the variable: OpenBLAS's own choice for this CPU, named, and nothing said of
-  // the variable.
-  const std::string own = device_line("env -u OPENBLAS_CORETYPE");
+  // the variable; or, on a CPU it does not know (it falls back to kernels older than
+  // AVX2), the kernels the program chose instead and why.
+  const std::string own = device_line("env -u OPENBLAS_CORETYPE -u THPC_OPENBLAS_FALLBACK");
   EXPECT_NE(own.find("(cpu-fp32, OpenBLAS "), std::string::npos) << own;
-  EXPECT_NE(own.find(" kernels)"), std::string::npos) << own;
-  EXPECT_EQ(own.find("set by OPENBLAS_CORETYPE"), std::string::npos) << own;
+  const size_t chosen = own.find(", set by this program as OPENBLAS_CORETYPE=");
+  if (chosen == std::string::npos) {
+    EXPECT_NE(own.find(" kernels)"), std::string::npos) << own;
+    EXPECT_EQ(own.find("set by OPENBLAS_CORETYPE"), std::string::npos) << own;
+  } else {
+    // The machine of 2026-11-30 (an Intel Xeon, family 6 model 207, and Debian 12's
+    // OpenBLAS 0.3.21): Prescott's kernels replaced by SkylakeX's.
+    const std::string chose = "and chose its ";
+    const size_t older_at = own.find(chose);
+    ASSERT_NE(older_at, std::string::npos) << own;
+    const size_t name_at = older_at + chose.size();
+    const std::string older = own.substr(name_at, own.find(' ', name_at) - name_at);
+    EXPECT_TRUE(core_predates_avx2(older)) << own;
+    EXPECT_NE(own.find("does not know this CPU (" + cpu_identity() + ")"), std::string::npos)
+        << own;
+    // Started again once, never twice; and where it cannot start again (here: the mark of
+    // having done so, set by hand), it runs OpenBLAS's choice and says what to set.
+    const std::string unchanged =
+        device_line("env -u OPENBLAS_CORETYPE THPC_OPENBLAS_FALLBACK=" + older);
+    EXPECT_NE(unchanged.find("(cpu-fp32, OpenBLAS " + older + " kernels: "), std::string::npos)
+        << unchanged;
+    EXPECT_NE(unchanged.find("multiply several times faster: run with OPENBLAS_CORETYPE="),
+              std::string::npos)
+        << unchanged;
+  }
+}
+
+TEST(OpenBlasCore, ACpuOpenBlasDoesNotKnowGetsTheBestKernelsItRuns) {
+  const CpuVectorUnits avx512{true, true}, avx2{true, false}, sse{false, false};
+  // OpenBLAS's fallback for a CPU it does not know, on CPUs of each kind.
+  EXPECT_EQ(openblas_core_to_choose("Prescott", true, "", avx512), "SkylakeX");
+  EXPECT_EQ(openblas_core_to_choose("Prescott", true, "", avx2), "Haswell");
+  EXPECT_EQ(openblas_core_to_choose("Prescott", true, "", sse), "");  // it is right there
+  EXPECT_EQ(openblas_core_to_choose("Nehalem", true, "", avx2), "Haswell");
+  EXPECT_EQ(openblas_core_to_choose("SANDYBRIDGE", true, "", avx512), "SkylakeX");
+  // Left as they are: a choice of AVX2 kernels or newer (OpenBLAS's own, whatever this
+  // program would have picked: Zen on an AVX-512 Zen 4 is its call), a user's variable
+  // (even Prescott), and a library built for one CPU (the variable does nothing there).
+  for (const char* modern : {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids",
+                             "Excavator", "Zen5", ""}) {
+    EXPECT_EQ(openblas_core_to_choose(modern, true, "", avx512), "") << modern;
+  }
+  EXPECT_EQ(openblas_core_to_choose("Prescott", true, "Prescott", avx512), "");
+  EXPECT_EQ(openblas_core_to_choose("Prescott", false, "", avx512), "");
 }
 
 TEST(OpenBlasCore, AvxTwoKernelsChosenOnAnAvx512CpuGetAdvice) {
+  const auto described = [](const std::string& core, const std::string& forced, bool avx512) {
+    OpenBlasChoice choice;
+    choice.core = core;
+    choice.forced = forced;
+    choice.cpu_runs_avx512 = avx512;
+    return openblas_description(choice);
+  };
   const std::string advice = ": this CPU has AVX-512, unset OPENBLAS_CORETYPE for faster matrix products";
-  EXPECT_EQ(openblas_description("Haswell", "Haswell", true),
+  EXPECT_EQ(described("Haswell", "Haswell", true),
             "OpenBLAS Haswell kernels, set by OPENBLAS_CORETYPE=Haswell" + advice);
-  EXPECT_EQ(openblas_description("Zen", "zen", true),
+  EXPECT_EQ(described("Zen", "zen", true),
             "OpenBLAS Zen kernels, set by OPENBLAS_CORETYPE=zen" + advice);
   // No advice: a CPU without AVX-512, AVX-512 kernels asked for, or nothing asked for.
-  EXPECT_EQ(openblas_description("Haswell", "Haswell", false),
+  EXPECT_EQ(described("Haswell", "Haswell", false),
             "OpenBLAS Haswell kernels, set by OPENBLAS_CORETYPE=Haswell");
-  EXPECT_EQ(openblas_description("SkylakeX", "SkylakeX", true),
+  EXPECT_EQ(described("SkylakeX", "SkylakeX", true),
             "OpenBLAS SkylakeX kernels, set by OPENBLAS_CORETYPE=SkylakeX");
-  EXPECT_EQ(openblas_description("Haswell", "", true), "OpenBLAS Haswell kernels");
+  EXPECT_EQ(described("Haswell", "", true), "OpenBLAS Haswell kernels");
+}
+
+TEST(OpenBlasCore, KernelsChosenForACpuOpenBlasDoesNotKnowAreExplained) {
+  OpenBlasChoice choice;
+  choice.cpu = "GenuineIntel family 6 model 207";
+  choice.library = "OpenBLAS 0.3.21";
+  choice.cpu_runs_avx512 = true;
+  // The program started again with the variable set.
+  choice.core = "SkylakeX";
+  choice.forced = "SkylakeX";
+  choice.fallback = "Prescott";
+  EXPECT_EQ(openblas_description(choice),
+            "OpenBLAS SkylakeX kernels, set by this program as OPENBLAS_CORETYPE=SkylakeX: "
+            "OpenBLAS 0.3.21 does not know this CPU (GenuineIntel family 6 model 207) and chose "
+            "its Prescott kernels (set OPENBLAS_CORETYPE to choose others)");
+  // It could not start again (or a program that does not try): what to set.
+  choice.core = "Prescott";
+  choice.forced = "";
+  choice.fallback = "";
+  choice.better = "SkylakeX";
+  EXPECT_EQ(openblas_description(choice),
+            "OpenBLAS Prescott kernels: OpenBLAS 0.3.21 does not know this CPU (GenuineIntel "
+            "family 6 model 207), whose SkylakeX kernels multiply several times faster: run "
+            "with OPENBLAS_CORETYPE=SkylakeX");
 }
 
 TEST(OpenBlasCore, DescriptionSaysWhenTheVariableChose) {
@@ -71,7 +146,8 @@ TEST(OpenBlasCore, DescriptionSaysWhenTheVariableChose) {
   if (before != nullptr) ::setenv("OPENBLAS_CORETYPE", saved.c_str(), 1);
   EXPECT_EQ(forced.rfind("OpenBLAS " + openblas_core() + " kernels, set by OPENBLAS_CORETYPE=Haswell", 0), 0u)
       << forced;
-  EXPECT_EQ(own, "OpenBLAS " + openblas_core() + " kernels");
+  EXPECT_EQ(own.rfind("OpenBLAS " + openblas_core() + " kernels", 0), 0u) << own;
+  EXPECT_EQ(own.find("set by"), std::string::npos) << own;
 }
 
 }  // namespace

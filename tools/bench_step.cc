@@ -48,6 +48,7 @@
 #include "common/error.h"
 #include "config/config.h"
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/openblas_core.h"
 #include "kernels/profiling_backend.h"
 #include "data/batch.h"
 #include "model/transformer.h"
@@ -266,6 +267,7 @@ int run(const Arguments& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  thpc::run_with_openblas_kernels_for_this_cpu(argv);  // first: it may start us again
   Arguments args;
   po::options_description options("transformer_bench_step options");
   options.add_options()

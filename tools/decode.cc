@@ -77,6 +77,7 @@
 #include "metrics/bleu.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/int8_matmul.h"
+#include "kernels/cpu/openblas_core.h"
 #include "kernels/profiling_backend.h"
 #include "model/backends.h"
 #include "model/transformer.h"
@@ -629,6 +630,7 @@ int run(const Arguments& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  thpc::run_with_openblas_kernels_for_this_cpu(argv);  // first: it may start us again
   Arguments args;
   po::options_description options(
       "usage: transformer_decode --checkpoint FILE [FILE...] [options]\n\n"

@@ -2,10 +2,47 @@
 #include "kernels/cpu/openblas_core.h"
 
 #include <cblas.h>
+#include <unistd.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
+#include <cstring>
 
 namespace thpc {
+
+namespace {
+
+std::string lowercase(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return text;
+}
+
+std::string environment(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? value : "";
+}
+
+// Whether this OpenBLAS picks its kernels as it loads (and so obeys OPENBLAS_CORETYPE).
+bool openblas_dynamic_arch() {
+  const char* config = openblas_get_config();
+  return config != nullptr && std::strstr(config, "DYNAMIC_ARCH") != nullptr;
+}
+
+// "OpenBLAS 0.3.21" of openblas_get_config()'s "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ...".
+std::string openblas_version() {
+  const char* config = openblas_get_config();
+  if (config == nullptr) return "OpenBLAS";
+  const std::string text = config;
+  const size_t second_space = text.find(' ', text.find(' ') + 1);
+  return text.substr(0, second_space);
+}
+
+}  // namespace
 
 std::string openblas_core() {
   const char* core = openblas_get_corename();
@@ -25,22 +62,106 @@ bool cpu_runs_avx512_kernels() {
 #endif
 }
 
-std::string openblas_description(const std::string& core, const std::string& forced,
-                                 bool cpu_runs_avx512) {
-  std::string description = "OpenBLAS " + core + " kernels";
-  if (forced.empty()) return description;
-  description += ", set by OPENBLAS_CORETYPE=" + forced;
+CpuVectorUnits cpu_vector_units() {
+  CpuVectorUnits units;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  units.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  units.avx512 = cpu_runs_avx512_kernels();
+#endif
+  return units;
+}
+
+std::string cpu_identity() {
+#if defined(__x86_64__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return "an x86-64 CPU";
+  char vendor[13] = {};
+  std::memcpy(vendor, &ebx, 4);
+  std::memcpy(vendor + 4, &edx, 4);
+  std::memcpy(vendor + 8, &ecx, 4);
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return vendor;
+  // The displayed family and model, as Intel's and AMD's manuals compose them.
+  unsigned family = (eax >> 8) & 0xf;
+  unsigned model = (eax >> 4) & 0xf;
+  if (family == 0xf) family += (eax >> 20) & 0xff;
+  if (family == 0x6 || family >= 0xf) model |= ((eax >> 16) & 0xf) << 4;
+  return std::string(vendor) + " family " + std::to_string(family) + " model " +
+         std::to_string(model);
+#else
+  return "this CPU";
+#endif
+}
+
+bool core_predates_avx2(const std::string& core) {
+  // OpenBLAS's x86 kernel sets without AVX2 (its corename table, older CPUs first; Steamroller
+  // has FMA but not AVX2), and "Unknown", which it answers when it found none.
+  static const char* const kOlder[] = {
+      "unknown",  "katmai",   "coppermine",  "northwood",  "prescott",  "banias",
+      "atom",     "core2",    "penryn",      "dunnington", "nehalem",   "athlon",
+      "opteron",  "opteron_sse3", "barcelona", "nano",      "sandybridge", "bobcat",
+      "bulldozer", "piledriver", "steamroller"};
+  const std::string name = lowercase(core);
+  return std::any_of(std::begin(kOlder), std::end(kOlder),
+                     [&](const char* older) { return name == older; });
+}
+
+std::string openblas_core_to_choose(const std::string& core, bool dynamic_arch,
+                                    const std::string& forced, const CpuVectorUnits& cpu) {
+  if (!forced.empty() || !dynamic_arch || !core_predates_avx2(core)) return "";
+  if (cpu.avx512) return "SkylakeX";
+  return cpu.avx2_fma ? "Haswell" : "";
+}
+
+void run_with_openblas_kernels_for_this_cpu(char** argv) {
+  if (std::getenv("THPC_OPENBLAS_FALLBACK") != nullptr) return;  // done once already
+  const std::string core = openblas_core();
+  const std::string better = openblas_core_to_choose(
+      core, openblas_dynamic_arch(), environment("OPENBLAS_CORETYPE"), cpu_vector_units());
+  if (better.empty()) return;
+  ::setenv("OPENBLAS_CORETYPE", better.c_str(), 1);
+  ::setenv("THPC_OPENBLAS_FALLBACK", core.c_str(), 1);
+  ::execv("/proc/self/exe", argv);
+  // No exec (no /proc, the binary replaced): run as OpenBLAS chose; the first line says
+  // what to set.
+  ::unsetenv("OPENBLAS_CORETYPE");
+  ::unsetenv("THPC_OPENBLAS_FALLBACK");
+}
+
+OpenBlasChoice openblas_choice() {
+  OpenBlasChoice choice;
+  choice.core = openblas_core();
+  choice.forced = environment("OPENBLAS_CORETYPE");
+  choice.fallback = environment("THPC_OPENBLAS_FALLBACK");
+  choice.better = openblas_core_to_choose(choice.core, openblas_dynamic_arch(), choice.forced,
+                                          cpu_vector_units());
+  choice.cpu = cpu_identity();
+  choice.library = openblas_version();
+  choice.cpu_runs_avx512 = cpu_runs_avx512_kernels();
+  return choice;
+}
+
+std::string openblas_description(const OpenBlasChoice& choice) {
+  std::string description = "OpenBLAS " + choice.core + " kernels";
+  if (!choice.better.empty()) {
+    return description + ": " + choice.library + " does not know this CPU (" + choice.cpu +
+           "), whose " + choice.better + " kernels multiply several times faster: run with " +
+           "OPENBLAS_CORETYPE=" + choice.better;
+  }
+  if (choice.forced.empty()) return description;
+  if (!choice.fallback.empty()) {
+    return description + ", set by this program as OPENBLAS_CORETYPE=" + choice.forced + ": " +
+           choice.library + " does not know this CPU (" + choice.cpu + ") and chose its " +
+           choice.fallback + " kernels (set OPENBLAS_CORETYPE to choose others)";
+  }
+  description += ", set by OPENBLAS_CORETYPE=" + choice.forced;
   // The AVX2 kernels (OpenBLAS names Zen's after Haswell's) where AVX-512 ones would run.
-  if (cpu_runs_avx512 && (core == "Haswell" || core == "Zen")) {
+  if (choice.cpu_runs_avx512 && (choice.core == "Haswell" || choice.core == "Zen")) {
     description += ": this CPU has AVX-512, unset OPENBLAS_CORETYPE for faster matrix products";
   }
   return description;
 }
 
-std::string openblas_description() {
-  const char* forced = std::getenv("OPENBLAS_CORETYPE");
-  return openblas_description(openblas_core(), forced != nullptr ? forced : "",
-                              cpu_runs_avx512_kernels());
-}
+std::string openblas_description() { return openblas_description(openblas_choice()); }
 
 }  // namespace thpc
