@@ -24,7 +24,8 @@
 # for each thread count; medians are reported.
 #
 # CPU (DEVICE=cpu): for each N in THREADS and each compute type T in COMPUTE_TYPES
-# (default "float32 int8"), ours --threads N --compute-type T (N workers of one thread),
+# (default "float32 int8"), ours --threads N --compute-type T (N workers of one thread,
+# or one worker of N threads for fewer than 2N batches: 40 lines are one batch),
 # CTranslate2 intra_threads N (inter_threads 1) compute_type T, and for float32
 # torch.set_num_threads(N). One line per N and T:
 #   decode_vs_ctranslate2: device=cpu threads=N compute_type=T lines=L beam=B max_len=M

@@ -117,13 +117,14 @@ class DecodeProgram : public ::testing::Test {
   // Runs the program on `checkpoint` (with --spm-model unless `spm_model` is false);
   // returns its exit code, stdout in `out`, stderr in `err`.
   int decode(const std::string& options, std::string& out, std::string& err,
-             const std::string& checkpoint = "model.h5", bool spm_model = true) {
+             const std::string& checkpoint = "model.h5", bool spm_model = true,
+             const std::string& input = "input.en") {
     const fs::path out_file = dir_ / "out.txt", err_file = dir_ / "err.txt";
     const std::string command =
         std::string(THPC_BINARY_DIR) + "/transformer_decode --checkpoint " +
         (dir_ / checkpoint).string() +
         (spm_model ? " --spm-model " + (dir_ / "spm.model").string() : std::string()) +
-        " --input " + (dir_ / "input.en").string() + " " + options + " > " + out_file.string() +
+        " --input " + (dir_ / input).string() + " " + options + " > " + out_file.string() +
         " 2> " + err_file.string();
     const int status = std::system(command.c_str());
     out = read_file(out_file);
@@ -166,17 +167,33 @@ TEST_F(DecodeProgram, SentenceLimitedBatchesChangeNoTranslation) {
   EXPECT_NE(err.find("--batch-sentences"), std::string::npos) << err;
 }
 
-// --threads N: N workers sharing the batches, each with its own model copy. The output
-// is the single worker's, line for line, whatever the split (3 workers on 3 sentences:
-// a batch each; 2 workers: one takes two).
+// --threads N: N workers sharing the batches, each with its own model copy, or, for an
+// input of fewer than 2N batches, one worker whose products use the N threads. The
+// output is the single thread's, line for line, whatever the split (3 workers on 12
+// batches: four each; 2 workers: six).
 TEST_F(DecodeProgram, WorkersShareTheBatchesWithoutChangingAnyTranslation) {
-  std::string one, err;
-  ASSERT_EQ(decode("--max-len-b 8 --threads 1", one, err), 0) << err;
-  ASSERT_EQ(lines_of(one).size(), 4u) << one;
-  for (const char* threads : {"2", "3", "8"}) {
-    std::string several;
-    ASSERT_EQ(decode(std::string("--max-len-b 8 --threads ") + threads, several, err), 0) << err;
-    EXPECT_EQ(several, one) << "--threads " << threads;
+  const std::string sentences[] = {"A man is riding a bike.", "Two dogs play in the snow.",
+                                   "A woman sings on a stage.", "Children run in a park."};
+  {
+    std::ofstream input(dir_ / "twelve.en");
+    for (int i = 0; i < 12; ++i) input << sentences[i % 4] << (i < 4 ? "" : " Again.") << "\n";
+  }
+  for (const char* input : {"input.en", "twelve.en"}) {
+    std::string one, err;
+    // --batch-tokens 8: a sentence a batch (twelve.en: 12 batches).
+    const std::string options = "--max-len-b 8 --batch-tokens 8 --profile --threads ";
+    ASSERT_EQ(decode(options + "1", one, err, "model.h5", true, input), 0) << err;
+    ASSERT_EQ(lines_of(one).size(), input == std::string("input.en") ? 4u : 12u) << one;
+    for (const char* threads : {"2", "3", "8"}) {
+      std::string several;
+      ASSERT_EQ(decode(options + threads, several, err, "model.h5", true, input), 0) << err;
+      EXPECT_EQ(several, one) << input << ", --threads " << threads;
+      // 3 batches of input.en, 12 of twelve.en: workers from 2 batches a thread.
+      const bool workers = input == std::string("twelve.en") && std::atoi(threads) <= 6;
+      const std::string plan = workers ? std::string(" workers of one thread each")
+                                       : std::string("one worker of ") + threads + " threads";
+      EXPECT_NE(err.find(plan), std::string::npos) << input << ", --threads " << threads << err;
+    }
   }
 }
 
