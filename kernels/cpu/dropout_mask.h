@@ -1,14 +1,20 @@
-// The dropout draws of the CPU ops, sixteen at a time. The stream is defined element by
-// element (common/philox.h: element e is lane e % 4 of the Philox block at counter e / 4),
-// and one Philox4x32-10 evaluation yields the whole block, so a loop over consecutive
-// elements evaluates it once per four elements instead of once per element; on x86-64
-// four blocks are evaluated together in SSE2 vectors (keep_four_blocks), which the
-// compiler does not do by itself (it leaves the 32 x 32 -> 64-bit multiplies scalar).
-// The draws are the same bits as dropout_keep's, in any order; only the work differs.
+// The dropout draws of the CPU ops, sixteen or sixty-four at a time. The stream is defined
+// element by element (common/philox.h: element e is lane e % 4 of the Philox block at
+// counter e / 4), and one Philox4x32-10 evaluation yields the whole block, so a loop over
+// consecutive elements evaluates it once per four elements instead of once per element;
+// on x86-64 four blocks are evaluated together in SSE2 vectors (keep_four_blocks), which
+// the compiler does not do by itself (it leaves the 32 x 32 -> 64-bit multiplies scalar),
+// and on a CPU with AVX-512 sixteen blocks in one (keep_sixteen_blocks: the draws were
+// 4.5% of the small preset's CPU step on an Intel Xeon, 2026-11-30). The draws are the same
+// bits as dropout_keep's, in any order; only the work differs.
 #pragma once
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
+#endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define THPC_DROPOUT_AVX512 1
 #endif
 
 #include <cstdint>
@@ -85,6 +91,74 @@ inline void keep_four_blocks(const DropoutKey& key, uint32_t block, float p, boo
 #endif
 }
 
+#if defined(THPC_DROPOUT_AVX512)
+// kept[e] = dropout_keep(key, 4 * block + e, p) for e = 0 .. 63: keep_four_blocks' rounds on
+// the sixteen blocks at counters block .. block + 15 in one AVX-512 vector each word. For
+// a CPU with AVX-512 F only (cpu_has_avx512f); the program's other code stays baseline.
+// (GCC 12 reports its own AVX-512 shift and multiply intrinsics as reading an
+// uninitialized value, its bug 105593: silenced here, not in the rest of the program.)
+#if !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+[[gnu::target("avx512f")]] inline void keep_sixteen_blocks(const DropoutKey& key,
+                                                            uint32_t block, float p,
+                                                            bool kept[64]) {
+  // As keep_four_blocks: _mm512_mul_epu32 multiplies the even lanes into 64-bit products,
+  // the odd lanes shifted down for a second one; the blends put the products' low and
+  // high words back in lane order (mask 0xAAAA: the odd lanes from the second operand).
+  const __m512i mul0 = _mm512_set1_epi32(static_cast<int>(kPhiloxMul0));
+  const __m512i mul1 = _mm512_set1_epi32(static_cast<int>(kPhiloxMul1));
+  constexpr __mmask16 odd_lanes = 0xAAAA;
+  __m512i c0 = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(block)),
+                                _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
+                                                  14, 15));
+  __m512i c1 = _mm512_set1_epi32(static_cast<int>(key.site));
+  __m512i c2 = _mm512_set1_epi32(static_cast<int>(key.step));
+  __m512i c3 = _mm512_set1_epi32(static_cast<int>(key.stream));
+  uint32_t k0 = static_cast<uint32_t>(key.seed), k1 = static_cast<uint32_t>(key.seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const __m512i even0 = _mm512_mul_epu32(c0, mul0);
+    const __m512i odd0 = _mm512_mul_epu32(_mm512_srli_epi64(c0, 32), mul0);
+    const __m512i even1 = _mm512_mul_epu32(c2, mul1);
+    const __m512i odd1 = _mm512_mul_epu32(_mm512_srli_epi64(c2, 32), mul1);
+    const __m512i lo0 = _mm512_mask_blend_epi32(odd_lanes, even0, _mm512_slli_epi64(odd0, 32));
+    const __m512i hi0 = _mm512_mask_blend_epi32(odd_lanes, _mm512_srli_epi64(even0, 32), odd0);
+    const __m512i lo1 = _mm512_mask_blend_epi32(odd_lanes, even1, _mm512_slli_epi64(odd1, 32));
+    const __m512i hi1 = _mm512_mask_blend_epi32(odd_lanes, _mm512_srli_epi64(even1, 32), odd1);
+    c0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32(static_cast<int>(k0)));
+    c1 = lo1;
+    c2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32(static_cast<int>(k1)));
+    c3 = lo0;
+    k0 += kPhiloxWeyl0;
+    k1 += kPhiloxWeyl1;
+  }
+  // uniform_from_bits(word) >= p, as keep_four_blocks compares it; bit l of word w's mask
+  // is block + l's.
+  const __m512 unit = _mm512_set1_ps(kUniformUnit), threshold = _mm512_set1_ps(p);
+  const __m512i words[4] = {c0, c1, c2, c3};
+  for (int w = 0; w < 4; ++w) {
+    const __m512 uniform =
+        _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(words[w], kUniformShift)), unit);
+    const __mmask16 keep = _mm512_cmp_ps_mask(uniform, threshold, _CMP_GE_OQ);
+    for (int l = 0; l < 16; ++l) kept[4 * l + w] = ((keep >> l) & 1) != 0;
+  }
+}
+#if !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+// Whether this CPU runs keep_sixteen_blocks (asked once).
+inline bool cpu_has_avx512f() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0;
+  }();
+  return has;
+}
+#endif
+
 // Calls visit(j, keep) for j = 0 .. count - 1, in order, where keep is
 // dropout_keep(key, first + j, p).
 template <typename Visit>
@@ -100,6 +174,16 @@ void for_each_dropout_draw(const DropoutKey& key, int64_t first, int64_t count, 
     }
   };
   if (count > 0 && (first & 3) != 0) one_block();  // up to the first whole block
+#if defined(THPC_DROPOUT_AVX512)
+  if (count - j >= 64 && cpu_has_avx512f()) {
+    bool kept[64];
+    for (; count - j >= 64; j += 64) {
+      keep_sixteen_blocks(key, static_cast<uint32_t>(static_cast<uint64_t>(first + j) >> 2), p,
+                          kept);
+      for (int e = 0; e < 64; ++e) visit(j + e, kept[e]);
+    }
+  }
+#endif
   bool kept[16];
   for (; count - j >= 16; j += 16) {
     keep_four_blocks(key, static_cast<uint32_t>(static_cast<uint64_t>(first + j) >> 2), p, kept);
