@@ -15,20 +15,39 @@
 namespace thpc {
 namespace {
 
-// The trainer's "device cpu (...)" line, run with `environment` before the command.
-std::string device_line(const std::string& environment) {
+// The trainer's output, one step of tiny.ini on the CPU, run with `environment` (after a
+// THPC_OPENBLAS_FALLBACK of the test's own environment is removed) before the command.
+std::string trainer_output(const std::string& environment) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() /
                                     ("thpc_openblas_core_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   const ProcessResult run = run_process(
-      environment + " " + std::string(THPC_BINARY_DIR) + "/transformer_hpc " +
-      std::string(THPC_SOURCE_DIR) + "/input/tiny.ini --train.max_steps=1 " +
-      "--train.backend=cpu --checkpoint.dir=" + (dir / "checkpoints").string() + " 2>&1");
+      "env -u THPC_OPENBLAS_FALLBACK " + environment + " " + std::string(THPC_BINARY_DIR) +
+      "/transformer_hpc " + std::string(THPC_SOURCE_DIR) + "/input/tiny.ini " +
+      "--train.max_steps=1 --train.backend=cpu --checkpoint.dir=" +
+      (dir / "checkpoints").string() + " 2>&1");
   std::filesystem::remove_all(dir);
   EXPECT_EQ(run.exit_code, 0) << run.output;
-  const size_t at = run.output.find("device cpu (");
-  return at == std::string::npos ? run.output
-                                 : run.output.substr(at, run.output.find('\n', at) - at);
+  return run.output;
+}
+
+// Its "device cpu (...)" line.
+std::string device_line(const std::string& environment) {
+  const std::string output = trainer_output(environment);
+  const size_t at = output.find("device cpu (");
+  return at == std::string::npos ? output : output.substr(at, output.find('\n', at) - at);
+}
+
+// How many times OpenBLAS loaded in a run: it prints "Core: NAME" as it loads at
+// OPENBLAS_VERBOSE=2.
+int openblas_loads(const std::string& environment) {
+  const std::string output = trainer_output(environment + " OPENBLAS_VERBOSE=2");
+  int loads = 0;
+  for (size_t at = output.find("Core: "); at != std::string::npos;
+       at = output.find("Core: ", at + 1)) {
+    loads += 1;
+  }
+  return loads;
 }
 
 TEST(OpenBlasCore, TheFirstLineNamesTheKernelsAndWhatChoseThem) {
@@ -43,12 +62,13 @@ TEST(OpenBlasCore, TheFirstLineNamesTheKernelsAndWhatChoseThem) {
   // Without the variable: OpenBLAS's own choice for this CPU, named, and nothing said of
   // the variable; or, on a CPU it does not know (it falls back to kernels older than
   // AVX2), the kernels the program chose instead and why.
-  const std::string own = device_line("env -u OPENBLAS_CORETYPE -u THPC_OPENBLAS_FALLBACK");
+  const std::string own = device_line("-u OPENBLAS_CORETYPE");
   EXPECT_NE(own.find("(cpu-fp32, OpenBLAS "), std::string::npos) << own;
   const size_t chosen = own.find(", set by this program as OPENBLAS_CORETYPE=");
   if (chosen == std::string::npos) {
     EXPECT_NE(own.find(" kernels)"), std::string::npos) << own;
     EXPECT_EQ(own.find("set by OPENBLAS_CORETYPE"), std::string::npos) << own;
+    EXPECT_EQ(openblas_loads("-u OPENBLAS_CORETYPE"), 1);  // not started again
   } else {
     // The machine of 2026-11-30 (an Intel Xeon, family 6 model 207, and Debian 12's
     // OpenBLAS 0.3.21): Prescott's kernels replaced by SkylakeX's.
@@ -62,39 +82,43 @@ TEST(OpenBlasCore, TheFirstLineNamesTheKernelsAndWhatChoseThem) {
         << own;
     // Started again once, never twice; and where it cannot start again (here: the mark of
     // having done so, set by hand), it runs OpenBLAS's choice and says what to set.
+    EXPECT_EQ(openblas_loads("-u OPENBLAS_CORETYPE"), 2);
     const std::string unchanged =
-        device_line("env -u OPENBLAS_CORETYPE THPC_OPENBLAS_FALLBACK=" + older);
+        device_line("-u OPENBLAS_CORETYPE THPC_OPENBLAS_FALLBACK=" + older);
     EXPECT_NE(unchanged.find("(cpu-fp32, OpenBLAS " + older + " kernels: "), std::string::npos)
         << unchanged;
-    EXPECT_NE(unchanged.find("multiply several times faster: run with OPENBLAS_CORETYPE="),
+    EXPECT_NE(unchanged.find("multiply several times faster here: run with OPENBLAS_CORETYPE="),
               std::string::npos)
         << unchanged;
+    // A variable set, even empty, is the user's: OpenBLAS's choice, not started again.
+    EXPECT_EQ(openblas_loads("OPENBLAS_CORETYPE="), 1);
   }
 }
 
 TEST(OpenBlasCore, ACpuOpenBlasDoesNotKnowGetsTheBestKernelsItRuns) {
   const CpuVectorUnits avx512{true, true}, avx2{true, false}, sse{false, false};
   // OpenBLAS's fallback for a CPU it does not know, on CPUs of each kind.
-  EXPECT_EQ(openblas_core_to_choose("Prescott", true, "", avx512), "SkylakeX");
-  EXPECT_EQ(openblas_core_to_choose("Prescott", true, "", avx2), "Haswell");
-  EXPECT_EQ(openblas_core_to_choose("Prescott", true, "", sse), "");  // it is right there
-  EXPECT_EQ(openblas_core_to_choose("Nehalem", true, "", avx2), "Haswell");
-  EXPECT_EQ(openblas_core_to_choose("SANDYBRIDGE", true, "", avx512), "SkylakeX");
+  EXPECT_EQ(openblas_core_to_choose("Prescott", true, false, avx512), "SkylakeX");
+  EXPECT_EQ(openblas_core_to_choose("Prescott", true, false, avx2), "Haswell");
+  EXPECT_EQ(openblas_core_to_choose("Prescott", true, false, sse), "");  // it is right there
+  EXPECT_EQ(openblas_core_to_choose("Nehalem", true, false, avx2), "Haswell");
+  EXPECT_EQ(openblas_core_to_choose("SANDYBRIDGE", true, false, avx512), "SkylakeX");
   // Left as they are: a choice of AVX2 kernels or newer (OpenBLAS's own, whatever this
   // program would have picked: Zen on an AVX-512 Zen 4 is its call), a user's variable
   // (even Prescott), and a library built for one CPU (the variable does nothing there).
   for (const char* modern : {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids",
                              "Excavator", "Zen5", ""}) {
-    EXPECT_EQ(openblas_core_to_choose(modern, true, "", avx512), "") << modern;
+    EXPECT_EQ(openblas_core_to_choose(modern, true, false, avx512), "") << modern;
   }
-  EXPECT_EQ(openblas_core_to_choose("Prescott", true, "Prescott", avx512), "");
-  EXPECT_EQ(openblas_core_to_choose("Prescott", false, "", avx512), "");
+  EXPECT_EQ(openblas_core_to_choose("Prescott", true, true, avx512), "");
+  EXPECT_EQ(openblas_core_to_choose("Prescott", false, false, avx512), "");
 }
 
 TEST(OpenBlasCore, AvxTwoKernelsChosenOnAnAvx512CpuGetAdvice) {
   const auto described = [](const std::string& core, const std::string& forced, bool avx512) {
     OpenBlasChoice choice;
     choice.core = core;
+    choice.variable_set = !forced.empty();
     choice.forced = forced;
     choice.cpu_runs_avx512 = avx512;
     return openblas_description(choice);
@@ -119,31 +143,42 @@ TEST(OpenBlasCore, KernelsChosenForACpuOpenBlasDoesNotKnowAreExplained) {
   choice.cpu_runs_avx512 = true;
   // The program started again with the variable set.
   choice.core = "SkylakeX";
+  choice.variable_set = true;
   choice.forced = "SkylakeX";
   choice.fallback = "Prescott";
   EXPECT_EQ(openblas_description(choice),
             "OpenBLAS SkylakeX kernels, set by this program as OPENBLAS_CORETYPE=SkylakeX: "
             "OpenBLAS 0.3.21 does not know this CPU (GenuineIntel family 6 model 207) and chose "
             "its Prescott kernels (set OPENBLAS_CORETYPE to choose others)");
-  // It could not start again (or a program that does not try): what to set.
+  // ... and OpenBLAS did not take the name it set.
   choice.core = "Prescott";
+  EXPECT_EQ(openblas_description(choice),
+            "OpenBLAS Prescott kernels, though this program set OPENBLAS_CORETYPE=SkylakeX "
+            "(OpenBLAS 0.3.21 does not know this CPU, GenuineIntel family 6 model 207, and did "
+            "not take that name)");
+  // It could not start again (or a program that does not try): what to set.
+  choice.variable_set = false;
   choice.forced = "";
   choice.fallback = "";
   choice.better = "SkylakeX";
   EXPECT_EQ(openblas_description(choice),
             "OpenBLAS Prescott kernels: OpenBLAS 0.3.21 does not know this CPU (GenuineIntel "
-            "family 6 model 207), whose SkylakeX kernels multiply several times faster: run "
+            "family 6 model 207); its SkylakeX kernels multiply several times faster here: run "
             "with OPENBLAS_CORETYPE=SkylakeX");
 }
 
 TEST(OpenBlasCore, DescriptionSaysWhenTheVariableChose) {
   const char* before = std::getenv("OPENBLAS_CORETYPE");
   const std::string saved = before != nullptr ? before : "";
+  const char* mark = std::getenv("THPC_OPENBLAS_FALLBACK");
+  const std::string saved_mark = mark != nullptr ? mark : "";
+  ::unsetenv("THPC_OPENBLAS_FALLBACK");
   ::setenv("OPENBLAS_CORETYPE", "Haswell", 1);
   const std::string forced = openblas_description();
   ::unsetenv("OPENBLAS_CORETYPE");
   const std::string own = openblas_description();
   if (before != nullptr) ::setenv("OPENBLAS_CORETYPE", saved.c_str(), 1);
+  if (mark != nullptr) ::setenv("THPC_OPENBLAS_FALLBACK", saved_mark.c_str(), 1);
   EXPECT_EQ(forced.rfind("OpenBLAS " + openblas_core() + " kernels, set by OPENBLAS_CORETYPE=Haswell", 0), 0u)
       << forced;
   EXPECT_EQ(own.rfind("OpenBLAS " + openblas_core() + " kernels", 0), 0u) << own;

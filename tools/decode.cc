@@ -334,8 +334,7 @@ std::unique_ptr<thpc::TreeTokenFilter> make_tree_filter(const Arguments& args,
 struct Workers {
   std::vector<thpc::DecodeBatch> batches;
   std::vector<std::unique_ptr<thpc::Backend>> backends;
-  bool one_thread_each = false;  // each worker's ops and BLAS run on its own thread only
-  int shared_threads = 0;        // > 0: the CPU's one worker runs its ops and BLAS on these
+  int threads_each = 0;  // the CPU: each worker's ops and BLAS run on this many threads
 };
 
 // On the CPU, N threads are N workers, each with its own copy of the model and
@@ -343,21 +342,22 @@ struct Workers {
 // many small products and loops that BLAS threads share less well than workers share
 // batches (their futex/sched_yield time was most of a 2-thread run on a Zen 5 EPYC,
 // 2026-11-24), while batches are independent. Unless the input fills fewer than 2N
-// batches of --batch-tokens: then the workers' batches would be cut to share it out
-// (a budget of a 2N-th of its tokens), each worker reading every weight matrix at each
-// step for few hypotheses, and one worker whose products use all N threads, on the
-// whole batches, reads each weight once a step for all of them. Measured on 2 cores of
-// an Intel Xeon (bench/RESULTS.md, 2026-11-30; base, float32, beam 4, 80 tokens): 40
-// newstest2014 lines (one batch) 9.6 s as 2 workers, 6.1 s as one worker of 2 threads;
-// 200 lines (2 batches) 27.4 and 25.1 s; 600 lines (5 batches) 69.4 and 73.0 s. The
-// translations were --threads 1's in both ways (40 and 200 lines, float32 and int8; the
-// CPU ops give the same bits with any thread count; OpenBLAS's products may not, as they
-// may not with another batching, so a beam's exact tie could break otherwise). Sampling,
-// which a last bit moves more often, keeps one thread a worker (below). On a GPU, --gpu-workers N are N workers sharing the device, each with its
-// own copy of the model and its own CUDA stream (CTranslate2's inter_threads on a GPU):
-// a beam step ends in a round trip to the host (the best tokens downloaded, the next
-// step planned and uploaded), during which one worker's stream is idle; another's
-// kernels fill it.
+// batches of --batch-tokens: then the workers' batches would be cut to share it out (a
+// budget of a 2N-th of its tokens), each worker reading every weight matrix at each step
+// for few hypotheses. Instead, as many workers as get two whole batches each (at least
+// one) share the N threads, each reading each weight once a step for all its hypotheses.
+// Measured on 2 cores of an Intel Xeon (bench/RESULTS.md, 2026-11-30; base, float32,
+// beam 4, 80 tokens): 40 newstest2014 lines (one batch) 9.6 s as 2 workers, 6.1 s as one
+// worker of 2 threads; 200 lines (2 batches) 27.4 and 25.1 s; 600 lines (5 batches) 69.4
+// and 73.0 s. (More threads a worker than two are not measured.) The translations were
+// --threads 1's in both ways (40 and 200 lines, float32 and int8; the CPU ops give the
+// same bits with any thread count; OpenBLAS's products may not, as they may not with
+// another batching, so a beam's exact tie could break otherwise). Sampling, which a last
+// bit moves more often, keeps one thread a worker (below). On a GPU, --gpu-workers N are
+// N workers sharing the device, each with its own copy of the model and its own CUDA
+// stream (CTranslate2's inter_threads on a GPU): a beam step ends in a round trip to the
+// host (the best tokens downloaded, the next step planned and uploaded), during which one
+// worker's stream is idle; another's kernels fill it.
 Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
                      const std::vector<thpc::TokenSequence>& sources,
                      const thpc::BeamOptions& options) {
@@ -381,6 +381,7 @@ Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
                   ? train.threads
                   : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
+  const int threads = workers;
   // Samples are drawn from rows whose last bits depend on the batch's shape and on the
   // threads that computed them: when sampling, the batches are --batch-tokens' alone and
   // every worker has one thread (also the only worker of fewer batches than --threads),
@@ -390,31 +391,32 @@ Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
   if (on_cpu && workers > 1 && !args.sampling) {
     std::vector<thpc::DecodeBatch> whole = thpc::make_decode_batches(
         sources, options, args.batch_tokens, 1, args.batch_sentences);
-    if (whole.size() < 2 * static_cast<size_t>(workers)) {
+    // The most workers that get two whole batches each and share the threads evenly.
+    int fed = static_cast<int>(std::min<size_t>(static_cast<size_t>(workers), whole.size() / 2));
+    while (fed > 1 && threads % fed != 0) --fed;
+    fed = std::max(1, fed);
+    if (fed < workers) {
       plan.batches = std::move(whole);
-      plan.shared_threads = workers;
-      workers = 1;
+      workers = fed;
     }
   }
   workers = std::max(1, std::min<int>(workers, static_cast<int>(plan.batches.size())));
-  plan.one_thread_each = on_cpu && (workers > 1 || args.sampling);
+  if (on_cpu) plan.threads_each = args.sampling ? 1 : std::max(1, threads / workers);
   if (args.profile && on_cpu) {
-    std::cerr << "transformer_decode: " << plan.batches.size() << " batches, ";
-    if (plan.shared_threads > 0) {
-      std::cerr << "one worker of " << plan.shared_threads << " threads (fewer than two "
-                << "batches of --batch-tokens a thread)\n";
-    } else {
-      std::cerr << workers << (workers == 1 ? " worker" : " workers")
-                << (plan.one_thread_each ? " of one thread each\n" : "\n");
-    }
+    std::cerr << "transformer_decode: " << plan.batches.size() << " batches, " << workers
+              << (workers == 1 ? " worker of " : " workers of ") << plan.threads_each
+              << (plan.threads_each == 1 ? " thread" : " threads")
+              << (workers > 1 ? " each\n" : "\n");
   }
-  if (plan.one_thread_each) {
-    thpc::TrainConfig single_threaded = train;
-    single_threaded.threads = 1;
+  if (on_cpu) {
+    thpc::TrainConfig worker_config = train;
+    worker_config.threads = plan.threads_each;
     while (static_cast<int>(plan.backends.size()) < workers) {
-      plan.backends.push_back(thpc::make_decoding_backend(single_threaded, args.compute_type));
+      plan.backends.push_back(thpc::make_decoding_backend(worker_config, args.compute_type));
     }
-    thpc::set_cpu_threads(1);  // process-wide (the ops' loops and BLAS): each worker has one
+    // Process-wide (the ops' loops, BLAS's thread count), and again on each worker's
+    // thread (OpenMP's count is a per-thread setting).
+    thpc::set_cpu_threads(plan.threads_each);
   }
   while (static_cast<int>(plan.backends.size()) < workers) {  // GPU workers
     plan.backends.push_back(thpc::make_decoding_backend(train, args.compute_type));
@@ -466,8 +468,7 @@ Translations translate_batches(const Arguments& args, const thpc::DecodingCheckp
       // OpenBLAS reads it at every call (it ran a worker's GEMMs on every core: 3 workers
       // on 2 cores spent 4 times the CPU time of one, and rounded a base model's rows
       // differently, which changed a sample).
-      if (plan.one_thread_each) thpc::set_cpu_threads(1);
-      if (plan.shared_threads > 0) thpc::set_cpu_threads(plan.shared_threads);
+      if (plan.threads_each > 0) thpc::set_cpu_threads(plan.threads_each);
       // --profile: the worker's ops through a profiler, each batch one of its steps,
       // collected after each batch (a GPU's marks are events: they stay few).
       std::optional<thpc::ProfilingBackend> profiler;
@@ -703,8 +704,8 @@ int main(int argc, char** argv) {
       ("threads", po::value<int>(),
        "CPU decoding threads: as many workers, each translating whole batches with its own "
        "copy of the model on one thread, or, when the input fills fewer than two batches "
-       "(--batch-tokens) a thread, one worker whose products use them all; 0 = one per "
-       "core (default: the checkpoint's train.threads)")
+       "(--batch-tokens) a thread, fewer workers sharing the threads; 0 = one per core "
+       "(default: the checkpoint's train.threads)")
       ("gpu-workers", po::value(&args.gpu_workers)->default_value(args.gpu_workers),
        "GPU decoding workers sharing the device, each translating whole batches with its "
        "own copy of the model on its own CUDA stream (CTranslate2's inter_threads on a "

@@ -107,23 +107,33 @@ bool core_predates_avx2(const std::string& core) {
 }
 
 std::string openblas_core_to_choose(const std::string& core, bool dynamic_arch,
-                                    const std::string& forced, const CpuVectorUnits& cpu) {
-  if (!forced.empty() || !dynamic_arch || !core_predates_avx2(core)) return "";
+                                    bool variable_set, const CpuVectorUnits& cpu) {
+  if (variable_set || !dynamic_arch || !core_predates_avx2(core)) return "";
   if (cpu.avx512) return "SkylakeX";
   return cpu.avx2_fma ? "Haswell" : "";
 }
 
 void run_with_openblas_kernels_for_this_cpu(char** argv) {
-  if (std::getenv("THPC_OPENBLAS_FALLBACK") != nullptr) return;  // done once already
+  // Set, even empty, is the user's; the mark says it is done once already.
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
+  if (std::getenv("THPC_OPENBLAS_FALLBACK") != nullptr) return;
   const std::string core = openblas_core();
-  const std::string better = openblas_core_to_choose(
-      core, openblas_dynamic_arch(), environment("OPENBLAS_CORETYPE"), cpu_vector_units());
+  const std::string better =
+      openblas_core_to_choose(core, openblas_dynamic_arch(), false, cpu_vector_units());
   if (better.empty()) return;
+  // The executable by its own path, so that the process keeps its name (an exec of
+  // /proc/self/exe would be named "exe" in ps and top); not when the dynamic loader ran
+  // it (ld-linux.so PROGRAM: the link names the loader, which would take argv[1] for the
+  // program). Where it cannot start again, the first line says what to set.
+  char path[4096];
+  const ssize_t length = ::readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (length <= 0) return;
+  path[length] = '\0';
+  const char* name = std::strrchr(path, '/');
+  if (std::strncmp(name != nullptr ? name + 1 : path, "ld-", 3) == 0) return;
   ::setenv("OPENBLAS_CORETYPE", better.c_str(), 1);
-  ::setenv("THPC_OPENBLAS_FALLBACK", core.c_str(), 1);
-  ::execv("/proc/self/exe", argv);
-  // No exec (no /proc, the binary replaced): run as OpenBLAS chose; the first line says
-  // what to set.
+  ::setenv("THPC_OPENBLAS_FALLBACK", (core + ">" + better).c_str(), 1);
+  ::execv(path, argv);
   ::unsetenv("OPENBLAS_CORETYPE");
   ::unsetenv("THPC_OPENBLAS_FALLBACK");
 }
@@ -131,10 +141,18 @@ void run_with_openblas_kernels_for_this_cpu(char** argv) {
 OpenBlasChoice openblas_choice() {
   OpenBlasChoice choice;
   choice.core = openblas_core();
+  choice.variable_set = std::getenv("OPENBLAS_CORETYPE") != nullptr;
   choice.forced = environment("OPENBLAS_CORETYPE");
-  choice.fallback = environment("THPC_OPENBLAS_FALLBACK");
-  choice.better = openblas_core_to_choose(choice.core, openblas_dynamic_arch(), choice.forced,
-                                          cpu_vector_units());
+  // The mark "OLD>NEW" of run_with_openblas_kernels_for_this_cpu, when the variable is
+  // still what it set.
+  const std::string mark = environment("THPC_OPENBLAS_FALLBACK");
+  const size_t arrow = mark.find('>');
+  if (choice.variable_set && arrow != std::string::npos &&
+      lowercase(mark.substr(arrow + 1)) == lowercase(choice.forced)) {
+    choice.fallback = mark.substr(0, arrow);
+  }
+  choice.better = openblas_core_to_choose(choice.core, openblas_dynamic_arch(),
+                                          choice.variable_set, cpu_vector_units());
   choice.cpu = cpu_identity();
   choice.library = openblas_version();
   choice.cpu_runs_avx512 = cpu_runs_avx512_kernels();
@@ -145,11 +163,16 @@ std::string openblas_description(const OpenBlasChoice& choice) {
   std::string description = "OpenBLAS " + choice.core + " kernels";
   if (!choice.better.empty()) {
     return description + ": " + choice.library + " does not know this CPU (" + choice.cpu +
-           "), whose " + choice.better + " kernels multiply several times faster: run with " +
-           "OPENBLAS_CORETYPE=" + choice.better;
+           "); its " + choice.better + " kernels multiply several times faster here: run " +
+           "with OPENBLAS_CORETYPE=" + choice.better;
   }
-  if (choice.forced.empty()) return description;
+  if (!choice.variable_set) return description;
   if (!choice.fallback.empty()) {
+    if (lowercase(choice.core) != lowercase(choice.forced)) {
+      return description + ", though this program set OPENBLAS_CORETYPE=" + choice.forced +
+             " (" + choice.library + " does not know this CPU, " + choice.cpu +
+             ", and did not take that name)";
+    }
     return description + ", set by this program as OPENBLAS_CORETYPE=" + choice.forced + ": " +
            choice.library + " does not know this CPU (" + choice.cpu + ") and chose its " +
            choice.fallback + " kernels (set OPENBLAS_CORETYPE to choose others)";

@@ -15,7 +15,7 @@
 //   family 6 model 207 (Xeon, Emerald Rapids) and falls back to its Prescott kernels
 //   (SSE3): 2,048-square sgemm at 63 GFLOP/s on 2 cores where its SkylakeX kernels
 //   reach 297, and the small preset's CPU step took 1,273 ms, PyTorch's (which brings its
-//   own BLAS) 486 (bench/RESULTS.md, 2026-11-30). There
+//   own BLAS) 490 (bench/RESULTS.md, 2026-11-30). There
 //   the programs that multiply on the CPU choose the AVX-512 (or AVX2) kernels this CPU
 //   runs, by setting the variable and starting again (run_with_openblas_kernels_for_this_cpu),
 //   and say so on the first line.
@@ -47,31 +47,34 @@ std::string cpu_identity();
 bool core_predates_avx2(const std::string& core);
 
 // The OPENBLAS_CORETYPE value to run with, or "" to keep OpenBLAS's choice: only when
-// nobody set the variable (`forced` empty), the library picks its kernels at run time
-// (`dynamic_arch`) and it chose kernels older than AVX2 on a CPU with AVX2 and FMA (it
-// did not know the CPU): then SkylakeX (AVX-512) or Haswell (AVX2), the better of them
-// that `cpu` runs. Not Cooperlake, OpenBLAS's own name for an AVX-512 CPU with bf16: its
-// sgemm is SkylakeX's, and OpenBLAS 0.3.21 does not take the name from the variable
-// ("Core not found: Cooperlake", then its choice by the CPU's features).
+// nobody set the variable (`variable_set` false; set but empty counts as set), the
+// library picks its kernels at run time (`dynamic_arch`) and it chose kernels older than
+// AVX2 on a CPU with AVX2 and FMA (it did not know the CPU): then SkylakeX (AVX-512) or
+// Haswell (AVX2), the better of them that `cpu` runs. Not Cooperlake, OpenBLAS's own name
+// for an AVX-512 CPU with bf16: its sgemm is SkylakeX's, and OpenBLAS 0.3.21 does not
+// take the name from the variable ("Core not found: Cooperlake", then its choice by the
+// CPU's features).
 std::string openblas_core_to_choose(const std::string& core, bool dynamic_arch,
-                                    const std::string& forced, const CpuVectorUnits& cpu);
+                                    bool variable_set, const CpuVectorUnits& cpu);
 
 // Called first in main() by the programs that multiply on the CPU (transformer_hpc,
 // transformer_decode, transformer_bench_step), before any thread or MPI starts. When
 // openblas_core_to_choose names kernels, sets OPENBLAS_CORETYPE to them and
-// THPC_OPENBLAS_FALLBACK to the kernels OpenBLAS had chosen, and runs the program again
-// (execv of /proc/self/exe, the same arguments and process): OpenBLAS reads the variable
-// only as it loads, so this is the user's own remedy, applied for them. Returns when
-// nothing is to be done, when it has been done (THPC_OPENBLAS_FALLBACK set: never twice)
-// or when the exec failed (the first line then says what to set).
+// THPC_OPENBLAS_FALLBACK to "OLD>NEW" (the kernels OpenBLAS had chosen, those it set), and
+// runs the program again (execv of the executable /proc/self/exe links to, the same
+// arguments and process): OpenBLAS reads the variable only as it loads, so this is the
+// user's own remedy, applied for them. Returns when nothing is to be done, when it has
+// been done (THPC_OPENBLAS_FALLBACK set: never twice) or when it cannot start again (the
+// first line then says what to set).
 void run_with_openblas_kernels_for_this_cpu(char** argv);
 
 // What the first line says of OpenBLAS's kernels, gathered apart for testing.
 struct OpenBlasChoice {
   std::string core;      // the kernels OpenBLAS runs (openblas_core)
-  std::string forced;    // OPENBLAS_CORETYPE, "" when unset
-  std::string fallback;  // THPC_OPENBLAS_FALLBACK: OpenBLAS's own choice before this
-                         // program set the variable, "" when it did not
+  bool variable_set = false;  // OPENBLAS_CORETYPE is set (even empty)
+  std::string forced;         // its value
+  std::string fallback;  // OpenBLAS's own choice before this program set the variable to
+                         // `forced` (THPC_OPENBLAS_FALLBACK), "" when it did not
   std::string better;    // openblas_core_to_choose's answer for this run
   std::string cpu;       // cpu_identity()
   std::string library;   // "OpenBLAS 0.3.21"
