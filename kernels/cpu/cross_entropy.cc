@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/row_max.h"
 
 #if defined(THPC_HAVE_LIBMVEC)
 #include <immintrin.h>
@@ -64,8 +65,7 @@ RowStats row_stats(const T* logits, int vocab, double* exps = nullptr) {
 // for z_j within a factor 2 of max, else one rounding, ~1e-7 relative): the probabilities
 // move by a few float ulps, the loss by ~1e-7 (the golden losses hold to 1e-4).
 RowStats row_stats_float(const float* logits, int vocab, float* exps) {
-  float max = logits[0];
-  for (int j = 1; j < vocab; ++j) max = logits[j] > max ? logits[j] : max;
+  const float max = row_max(logits, vocab);
   double sum_exp_lanes[4] = {0.0, 0.0, 0.0, 0.0};
   double sum_lanes[4] = {0.0, 0.0, 0.0, 0.0};
   int j = 0;

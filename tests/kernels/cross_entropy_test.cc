@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -18,6 +19,7 @@
 
 #include "common/error.h"
 #include "cpu_reference.h"
+#include "kernels/cpu/row_max.h"
 #include "cuda_twin.h"
 #include "expect_error.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -625,6 +627,37 @@ TEST(CudaLogSoftmax, MatchesCpuIncludingAliasing) {
       }
     }
   }
+}
+
+// The loss's row maximum in SSE lanes (kernels/cpu/row_max.h) is the plain loop's value
+// for every length around the sixteen-lane blocks, a maximum in every position, rows of
+// negative logits only, NaN logits (first: kept; elsewhere: skipped) and infinities.
+TEST(CrossEntropy, RowMaxInLanesIsThePlainLoops) {
+  const auto plain = [](const std::vector<float>& z) {
+    float max = z[0];
+    for (size_t j = 1; j < z.size(); ++j) max = z[j] > max ? z[j] : max;
+    return max;
+  };
+  const auto same = [](float a, float b) { return (std::isnan(a) && std::isnan(b)) || a == b; };
+  std::mt19937 random(11);
+  std::uniform_real_distribution<float> uniform(-30.0f, 30.0f), negative(-60.0f, -30.0f);
+  int checked = 0;
+  for (int vocab = 1; vocab <= 70; ++vocab) {
+    for (int at = 0; at < vocab; ++at) {
+      std::vector<float> z(static_cast<size_t>(vocab));
+      for (float& v : z) v = at % 2 == 0 ? uniform(random) : negative(random);
+      z[at] = (at % 2 == 0 ? 100.0f : -20.0f) + static_cast<float>(at) / 8;  // the maximum
+      EXPECT_EQ(cpu::row_max(z.data(), vocab), plain(z)) << vocab << " " << at;
+      z[at] = std::numeric_limits<float>::quiet_NaN();  // skipped, unless first
+      EXPECT_TRUE(same(cpu::row_max(z.data(), vocab), plain(z))) << vocab << " " << at;
+      z[at] = std::numeric_limits<float>::infinity();
+      EXPECT_EQ(cpu::row_max(z.data(), vocab), plain(z)) << vocab << " " << at;
+      z[at] = -std::numeric_limits<float>::infinity();
+      EXPECT_EQ(cpu::row_max(z.data(), vocab), plain(z)) << vocab << " " << at;
+      checked += 4;
+    }
+  }
+  EXPECT_GT(checked, 9000);
 }
 
 }  // namespace
