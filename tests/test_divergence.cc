@@ -21,6 +21,7 @@
 #include "config/config.h"
 #include "expect_error.h"
 #include "program.h"
+#include "scoped_environment.h"
 #include "scratch_directory.h"
 #include "train/divergence.h"
 #include "train/lr_schedule.h"
@@ -34,19 +35,6 @@ namespace fs = std::filesystem;
 const std::string kTinyIni = std::string(THPC_SOURCE_DIR) + "/input/tiny.ini";
 const std::string kTrainer = std::string(THPC_BINARY_DIR) + "/transformer_hpc";
 const std::string kAverager = std::string(THPC_BINARY_DIR) + "/transformer_average";
-
-// Sets an environment variable for the life of the object (the test hooks read theirs
-// at each step).
-class ScopedEnvironment {
- public:
-  ScopedEnvironment(const char* name, const std::string& value) : name_(name) {
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnvironment() { ::unsetenv(name_); }
-
- private:
-  const char* name_;
-};
 
 class DivergenceTest : public ScratchDirectoryTest {
  protected:

@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "kernels/cpu/openblas_core.h"
 #include "program.h"
+#include "scoped_environment.h"
 
 namespace thpc {
 namespace {
@@ -168,18 +170,19 @@ TEST(OpenBlasCore, KernelsChosenForACpuOpenBlasDoesNotKnowAreExplained) {
 }
 
 TEST(OpenBlasCore, DescriptionSaysWhenTheVariableChose) {
-  const char* before = std::getenv("OPENBLAS_CORETYPE");
-  const std::string saved = before != nullptr ? before : "";
-  const char* mark = std::getenv("THPC_OPENBLAS_FALLBACK");
-  const std::string saved_mark = mark != nullptr ? mark : "";
-  ::unsetenv("THPC_OPENBLAS_FALLBACK");
-  ::setenv("OPENBLAS_CORETYPE", "Haswell", 1);
-  const std::string forced = openblas_description();
-  ::unsetenv("OPENBLAS_CORETYPE");
-  const std::string own = openblas_description();
-  if (before != nullptr) ::setenv("OPENBLAS_CORETYPE", saved.c_str(), 1);
-  if (mark != nullptr) ::setenv("THPC_OPENBLAS_FALLBACK", saved_mark.c_str(), 1);
-  EXPECT_EQ(forced.rfind("OpenBLAS " + openblas_core() + " kernels, set by OPENBLAS_CORETYPE=Haswell", 0), 0u)
+  const ScopedEnvironment no_mark("THPC_OPENBLAS_FALLBACK", std::nullopt);
+  std::string forced, own;
+  {
+    const ScopedEnvironment haswell("OPENBLAS_CORETYPE", "Haswell");
+    forced = openblas_description();
+  }
+  {
+    const ScopedEnvironment unset("OPENBLAS_CORETYPE", std::nullopt);
+    own = openblas_description();
+  }
+  EXPECT_EQ(forced.rfind("OpenBLAS " + openblas_core() +
+                             " kernels, set by OPENBLAS_CORETYPE=Haswell", 0),
+            0u)
       << forced;
   EXPECT_EQ(own.rfind("OpenBLAS " + openblas_core() + " kernels", 0), 0u) << own;
   EXPECT_EQ(own.find("set by"), std::string::npos) << own;

@@ -19,7 +19,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <optional>
 #include <regex>
 #include <string>
 #include <vector>
@@ -28,6 +27,7 @@
 #include "checkpoint/checkpoint_directory.h"
 #include "common/error.h"
 #include "program.h"
+#include "scoped_environment.h"
 #include "train/run_directory.h"
 #include "scratch_directory.h"
 
@@ -244,22 +244,6 @@ pid_t gone_pid() {
   waitpid(child, &status, 0);
   return child;
 }
-
-// Sets an environment variable for the scope's life.
-class ScopedEnvironment {
- public:
-  ScopedEnvironment(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnvironment() {
-    if (old_) ::setenv(name_, old_->c_str(), 1); else ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 TEST_F(RunDirectory, ASecondTrainerOnARunningRunsDirectoryIsRefusedNamingTheFirst) {
   const fs::path checkpoints = directory_ / "run" / "checkpoints";

@@ -4,14 +4,15 @@
 // SIGINT (Ctrl-C) asks the same, once: a second SIGINT ends the process at once, as
 // Ctrl-C would have (one within 50 ms of the first is the same one delivered twice, as
 // `timeout -s INT` does: ignored); a SIGINT that was ignored when the guard came (a
-// background job of a shell, nohup) stays ignored. SIGHUP (the terminal or ssh session closed) asks the same
-// as SIGTERM, unless it was ignored when the guard came (nohup), when it stays ignored.
+// background job of a shell, nohup) stays ignored. SIGHUP (the terminal or ssh session
+// closed) asks the same as SIGTERM, unless it was ignored when the guard came (nohup),
+// when it stays ignored.
 #pragma once
 
 namespace thpc {
 
-// Installs the handlers for SIGTERM, SIGUSR1, SIGINT and SIGHUP while it lives, clearing any earlier
-// request; the previous handlers come back when it is destroyed.
+// Installs the handlers for SIGTERM, SIGUSR1, SIGINT and SIGHUP while it lives, clearing
+// any earlier request; the previous handlers come back when it is destroyed.
 //
 // main() makes one right after MPI starts, so that a signal during start-up (checking
 // the shards, reading a checkpoint) is recorded instead of killing the process; the
