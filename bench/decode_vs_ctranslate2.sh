@@ -32,7 +32,8 @@
 #     ours_tok_s=A ct2_tok_s=B ratio=A/B [cpu_int8_vs_ct2_int8=A/B] hf_tok_s=C hf_ratio=A/C
 #     ours_wall_tok_s=.. ct2_wall_tok_s=.. hf_wall_tok_s=.. tokens_ours=.. tokens_ct2=..
 #     tokens_hf=.. same_as_ct2=K/L same_as_hf=K/L same_as_ours_float32=K/L
-#     ours_openblas=CORE[-by-OPENBLAS_CORETYPE|-instead-of-OLD] loadavg=...
+#     ours_gemm=onednn|openblas ours_openblas=CORE[-by-OPENBLAS_CORETYPE|-instead-of-OLD]
+#     loadavg=...
 # (same_as_*: output lines identical to ours, first run; same_as_ours_float32: ours in T
 # against ours in float32; ratio > 1: ours faster.)
 #
@@ -151,8 +152,11 @@ echo "$(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 
 # and on an AVX-512 CPU OPENBLAS_CORETYPE=Haswell makes ours ~1.5x slower
 # (kernels/cpu/openblas_core.h). The CPU line says ours_openblas=CORE[-by-OPENBLAS_CORETYPE]
 # or, where the program chose them for a CPU OpenBLAS does not know, CORE-instead-of-OLD.
+# Most of ours' products are oneDNN's where the build has it (ours_gemm=onednn; OpenBLAS
+# then multiplies the smallest: kernels/cpu/blas.h), or OpenBLAS's (ours_gemm=openblas).
 ours_openblas=$(bash "$(dirname "$0")/openblas_kernels.sh" "$build/transformer_decode")
-echo "ours: OpenBLAS $ours_openblas kernels${OPENBLAS_CORETYPE:+ (OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE)}"
+ours_gemm=$(bash "$(dirname "$0")/cpu_gemm.sh" "$build")
+echo "ours: matrix products by $ours_gemm; OpenBLAS $ours_openblas kernels${OPENBLAS_CORETYPE:+ (OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE)}"
 echo "checkpoint $checkpoint: $(h5dump -a /architecture "$checkpoint" | grep -o '"layers=[^"]*"')"
 [ "$ct2_importable" = yes ] &&
   echo "ctranslate2 $("$python" -c 'import ctranslate2; print(ctranslate2.__version__)') from $python"
@@ -249,7 +253,7 @@ if [ "$device" = cpu ]; then
         "ours_wall_tok_s=$(rate ours 3) ct2_wall_tok_s=$(rate ct2 3) hf_wall_tok_s=$hf_wall" \
         "tokens_ours=$(tokens ours) tokens_ct2=$(tokens ct2) tokens_hf=$hf_tokens" \
         "same_as_ct2=$same_ct2/$lines same_as_hf=$same_hf/$lines same_as_ours_float32=$same_float" \
-        "runs=$runs ours_openblas=$ours_openblas loadavg=$(cut -d' ' -f1 /proc/loadavg)"
+        "runs=$runs ours_gemm=$ours_gemm ours_openblas=$ours_openblas loadavg=$(cut -d' ' -f1 /proc/loadavg)"
     done
   done
   exit 0

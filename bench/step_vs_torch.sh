@@ -41,6 +41,7 @@
 #     eager_tokens_per_s=B compile_tokens_per_s=C compile_peer=NAME eager_ratio=X
 #     compile_ratio=Y mfu=M mfu_spec=N gemm_ceiling_tflops=G ours_peak_mem_gib=...
 #     eager_peak_mem_gib=... compile_peak_mem_gib=...
+#     [on the CPU: ours_gemm=onednn|openblas ours_openblas=CORE...]
 # (after ours=NAME with OURS_VARIANTS) with medians over the runs; eager_* is the
 # fastest eager-family peer, compile_* the
 # fastest compiled one ("none" where none ran); a ratio > 1 means transformer_hpc is
@@ -296,6 +297,8 @@ for variant, ours in variants.items():
     for family, name in chosen.items():
         fields.append(f"{family}_peak_mem_gib={fmt(peers[name]['peak_mem_gib'] if name else None, 2)}")
     if device == "cpu":
+        # The library of ours' products (kernels/cpu/blas.h), as transformer_bench_step said.
+        fields.append(f"ours_gemm={next(iter(ours.values())).get('cpu_gemm') or 'unknown'}")
         fields.append(f"ours_openblas={openblas}")
     print("step_vs_torch: " + " ".join(fields))
 PY

@@ -1,7 +1,8 @@
 // The CPU ops spread their loops over OpenMP threads (kernels/cpu/parallel.h) and share
 // that team with BLAS. The ops' loops give the same bits with any number of threads.
-// BLAS does not promise that (OpenBLAS cuts a product into other blocks for another
-// thread count, which moves the last bits), so the comparison holds BLAS at one thread.
+// The matrix products' libraries do not promise that (OpenBLAS and oneDNN cut a product
+// into other blocks for another thread count, which moves the last bits), so the
+// comparison holds the products at one thread.
 #include <gtest/gtest.h>
 
 #include <cblas.h>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "data/batch.h"
+#include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/transformer.h"
 
@@ -55,7 +57,7 @@ struct StepResult {
 
 StepResult train_step_with_op_threads(int threads) {
   set_cpu_threads(threads);
-  openblas_set_num_threads(1);  // only the ops' loops vary
+  cpu::set_gemm_threads(1);  // only the ops' loops vary
   constexpr int kVocab = 500;
   auto backend = make_cpu_backend(DType::F32);
   Transformer model(threaded_model(), kVocab, SpecialIds{}, *backend, 5);

@@ -18,14 +18,16 @@ namespace thpc {
 namespace {
 
 // The trainer's output, one step of tiny.ini on the CPU, run with `environment` (after a
-// THPC_OPENBLAS_FALLBACK of the test's own environment is removed) before the command.
+// THPC_OPENBLAS_FALLBACK of the test's own environment is removed) before the command;
+// OpenBLAS multiplying (THPC_CPU_GEMM=openblas), so that the line is OpenBLAS's alone
+// (where oneDNN multiplies, it follows ", the smallest by ": tests/kernels/gemm_test.cc).
 std::string trainer_output(const std::string& environment) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() /
                                     ("thpc_openblas_core_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   const ProcessResult run = run_process(
-      "env -u THPC_OPENBLAS_FALLBACK " + environment + " " + std::string(THPC_BINARY_DIR) +
-      "/transformer_hpc " + std::string(THPC_SOURCE_DIR) + "/input/tiny.ini " +
+      "env -u THPC_OPENBLAS_FALLBACK " + environment + " THPC_CPU_GEMM=openblas " +
+      std::string(THPC_BINARY_DIR) + "/transformer_hpc " + std::string(THPC_SOURCE_DIR) + "/input/tiny.ini " +
       "--train.max_steps=1 --train.backend=cpu --checkpoint.dir=" +
       (dir / "checkpoints").string() + " 2>&1");
   std::filesystem::remove_all(dir);

@@ -13,11 +13,12 @@
 // training step: forward, label-smoothed loss, backward, Adam with the §5.3 schedule.
 // Model FLOPs are counted as the reference counts them (matrix products, 3x forward).
 // On the CPU, MFU is taken against the fp32 GEMM ceiling measured in the same run (the
-// best of a few 2048^3 sgemm with the step's BLAS threads): the step is almost all
-// matrix products, so that rate bounds any trainer's tokens/s on the machine. On the GPU,
-// `mfu` divides by --peak-tflops (bench/step_vs_torch.sh passes the cuBLAS rate it
-// measured in the same call) and `mfu_spec` by --spec-tflops, the datasheet's dense bf16
-// rate that public MFU figures (PaLM, llm.c, MLPerf) divide by: 989.4 for an H100/H200 SXM.
+// best of a few 2048^3 sgemm by the step's library and threads, kernels/cpu/blas.h): the
+// step is almost all matrix products, so that rate bounds any trainer's tokens/s on the
+// machine. On the GPU, `mfu` divides by --peak-tflops (bench/step_vs_torch.sh passes the
+// cuBLAS rate it measured in the same call) and `mfu_spec` by --spec-tflops, the
+// datasheet's dense bf16 rate that public MFU figures (PaLM, llm.c, MLPerf) divide by:
+// 989.4 for an H100/H200 SXM.
 // peak_mem_gib is Backend::peak_memory_bytes: the process's peak resident set on the CPU,
 // on a GPU the peak of the device memory the backend allocated (what
 // torch.cuda.max_memory_allocated is for the peer, plus our cuBLASLt workspace and
@@ -246,6 +247,11 @@ int run(const Arguments& args) {
   // The datasheet's rate is a GPU's; on the CPU there is none to quote.
   const std::string mfu_spec =
       on_cpu ? "null" : std::to_string(std::round(1e3 * model_tflops / args.spec_tflops) / 1e3);
+  // The library of the CPU's fp32 products (kernels/cpu/blas.h), for the benchmarks' lines.
+  const std::string cpu_gemm =
+      !on_cpu ? "null"
+              : (thpc::cpu::gemm_library() == thpc::cpu::GemmLibrary::kOneDnn ? "\"onednn\""
+                                                                               : "\"openblas\"");
   const int64_t peak_bytes = backend->peak_memory_bytes();
   const std::string peak_mem_gib =
       peak_bytes < 0 ? "null" : std::to_string(static_cast<double>(peak_bytes) / (1 << 30));
@@ -254,13 +260,14 @@ int run(const Arguments& args) {
               "\"model_tflops\": %.4f, \"gemm_ceiling_tflops\": %.4f, \"mfu\": %.3f, "
               "\"mfu_spec\": %s, \"peak_mem_gib\": %s, \"final_loss\": %.4f, "
               "\"captured_passes\": %lld, \"replayed_passes\": %lld, \"refused_captures\": %lld, "
-              "\"warmup_steps\": %d}\n",
+              "\"warmup_steps\": %d, \"cpu_gemm\": %s}\n",
               backend->name().c_str(), args.config.c_str(), 2 * args.tokens, 1e3 * median,
               tokens / total, model_tflops, peak_tflops, model_tflops / peak_tflops,
               mfu_spec.c_str(), peak_mem_gib.c_str(), loss,
               static_cast<long long>(model.capture_counts().captures),
               static_cast<long long>(model.capture_counts().replays),
-              static_cast<long long>(model.capture_counts().refused), warmup_steps);
+              static_cast<long long>(model.capture_counts().refused), warmup_steps,
+              cpu_gemm.c_str());
   return 0;
 }
 

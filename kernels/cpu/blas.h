@@ -3,13 +3,49 @@
 // C = alpha * op(A) op(B) + beta * C with op(A) [m, k] and op(B) [k, n], and its
 // one-row case y = alpha * op(A) x + beta * y, which BLAS does without packing A (the
 // packing copy dominates a GEMM whose result is a single row).
+//
+// The fp32 matrix products, nearly three quarters of a CPU training step and most of a
+// decoding, are oneDNN's (dnnl_sgemm) where the build has it, but for the smallest, which
+// its cost per call outweighs (blas.cc); OpenBLAS's otherwise, or when
+// THPC_CPU_GEMM=openblas says so. oneDNN chooses its kernels from the CPU's
+// instruction set, so neither OPENBLAS_CORETYPE (some machines set Haswell for every
+// process: AVX2 kernels on an AVX-512 CPU) nor a CPU newer than the OpenBLAS (which then
+// falls back to SSE3 kernels: openblas_core.h) slows them. Measured on an Intel Xeon
+// (AVX-512), 2 threads, the small preset's step: 354 ms with oneDNN with or without
+// OPENBLAS_CORETYPE=Haswell, 361 ms with OpenBLAS's SkylakeX kernels, 552 ms with its
+// Haswell ones (bench/RESULTS.md, 2026-11-30). The fp64 products (the tests' finite
+// differences) and the matrix-vector products (decoding's attention of one query, a
+// small share) stay OpenBLAS's.
 #pragma once
 
 #include <cblas.h>
 
+#include <string>
+
 #include "kernels/ops.h"
 
 namespace thpc::cpu {
+
+enum class GemmLibrary { kOneDnn, kOpenBlas };
+
+// The library the fp32 gemm below calls, read once from THPC_CPU_GEMM ("onednn",
+// "openblas"; unset or empty: oneDNN where this build has it, OpenBLAS otherwise). A value
+// it does not know, or onednn in a build without oneDNN, throws an Error naming the
+// variable; make_cpu_backend asks first, so a run stops there, before any op.
+GemmLibrary gemm_library();
+
+// The library `value` (THPC_CPU_GEMM's value, nullptr when unset) names, in a build that
+// has oneDNN or not: gemm_library's rule, apart for testing.
+GemmLibrary gemm_library_named(const char* value, bool with_onednn);
+
+// For the first line of a run: "matrix products by oneDNN 2.6.3, avx512_core_bf16, the
+// smallest by OpenBLAS SkylakeX kernels", or OpenBLAS's kernels alone; with what chose
+// OpenBLAS's kernels (openblas_description).
+std::string gemm_library_description();
+
+// The threads the fp32 and fp64 products run on (set_cpu_threads sets them with the ops'
+// threads; a test holds them at one). Until set: OpenMP's default.
+void set_gemm_threads(int threads);
 
 // The beta of a GEMM whose C is an activation gradient stored as `store` says: 1 adds into
 // C; 0 writes it (BLAS then reads no C and scales a zeroed C, so the bits are those of
@@ -19,11 +55,16 @@ T gradient_beta(GradStore store) {
   return store == GradStore::kWrite ? T(0) : T(1);
 }
 
-inline void gemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n, int k,
-                 float alpha, const float* a, int lda, const float* b, int ldb, float beta,
-                 float* c, int ldc) {
-  cblas_sgemm(CblasRowMajor, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
+// gemm by `library` whatever the product's size (oneDNN only where the build has it): for
+// the tests comparing the two.
+void gemm_by(GemmLibrary library, CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n,
+             int k, float alpha, const float* a, int lda, const float* b, int ldb, float beta,
+             float* c, int ldc);
+
+// By gemm_library(); on one thread inside a parallel region (the attention's products
+// per (sentence, head) block), on set_gemm_threads' otherwise.
+void gemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n, int k, float alpha,
+          const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc);
 
 inline void gemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n, int k,
                  double alpha, const double* a, int lda, const double* b, int ldb, double beta,

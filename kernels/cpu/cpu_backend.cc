@@ -1,6 +1,5 @@
 #include "kernels/cpu/cpu_backend.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <atomic>
@@ -12,6 +11,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/twin_call.h"
@@ -146,9 +146,7 @@ std::atomic<int> cpu_thread_count{0};  // 0: not set, OpenMP's default
 void set_cpu_threads(int threads) {
   THPC_CHECK(threads >= 1, "CPU threads must be at least 1, not " << threads);
   cpu_thread_count.store(threads);
-  // The OpenMP build of OpenBLAS (CMakeLists.txt) runs its GEMMs on this many threads of
-  // the same OpenMP pool the ops' loops use.
-  openblas_set_num_threads(threads);
+  cpu::set_gemm_threads(threads);  // the same OpenMP pool the ops' loops use
 }
 
 namespace cpu {
@@ -159,6 +157,9 @@ int cpu_threads() {
 }  // namespace cpu
 
 std::unique_ptr<Backend> make_cpu_backend(DType dtype) {
+  // THPC_CPU_GEMM read, and a value it does not know reported, here, not from the first
+  // product (which may run inside a parallel loop, where nothing may throw).
+  cpu::gemm_library();
   switch (dtype) {
     case DType::F32: return std::make_unique<CpuBackend<float>>();
     case DType::F64: return std::make_unique<CpuBackend<double>>();

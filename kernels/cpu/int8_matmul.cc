@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "kernels/cpu/onednn_library.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vector_clones.h"
 
@@ -169,25 +170,6 @@ bool products_reach_int32_exactly() {
   return product[0] == kDepth * 255 * 127;
 }
 
-// The instruction set oneDNN's kernels use, by the names both oneDNN 2 and 3 have.
-std::string isa_name(dnnl::cpu_isa isa) {
-  switch (isa) {
-    case dnnl::cpu_isa::sse41: return "sse41";
-    case dnnl::cpu_isa::avx: return "avx";
-    case dnnl::cpu_isa::avx2: return "avx2";
-    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
-    case dnnl::cpu_isa::avx512_core: return "avx512_core";
-    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
-    default: {
-      std::ostringstream other;
-      other << "isa 0x" << std::hex << static_cast<unsigned>(isa);
-      return other.str();
-    }
-  }
-}
-
 // Rows per product: the int32 products of a chunk are dequantized while in the cache,
 // and the scratch stays bounded (512 x 37,000 logits: 76 MB).
 constexpr int kRowsPerChunk = 512;
@@ -202,11 +184,9 @@ int int8_weight_limit() {
 }
 
 std::string int8_description() {
-  const dnnl_version_t* version = dnnl_version();
   std::ostringstream text;
-  text << "oneDNN " << version->major << "." << version->minor << "." << version->patch << ", "
-       << isa_name(dnnl::get_effective_cpu_isa()) << ", "
-       << (int8_weight_limit() == 127 ? 8 : 7) << "-bit weights";
+  text << onednn_version_and_isa() << ", " << (int8_weight_limit() == 127 ? 8 : 7)
+       << "-bit weights";
   return text.str();
 }
 

@@ -2,7 +2,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/openblas_core.h"
+#include "kernels/cpu/blas.h"
 #if THPC_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device_info.h"
@@ -82,9 +82,10 @@ std::string device_description(const Backend& backend, int device) {
     }
   }
 #endif
-  // OpenBLAS's kernels show in the first line of a run: OPENBLAS_CORETYPE=Haswell on an
-  // AVX-512 CPU makes matrix products ~1.5x slower (kernels/cpu/openblas_core.h).
-  return "cpu (" + backend.name() + ", " + openblas_description() + ")";
+  // The library of the matrix products shows in the first line of a run, and OpenBLAS's
+  // kernels where it is OpenBLAS: OPENBLAS_CORETYPE=Haswell on an AVX-512 CPU makes them
+  // ~1.5x slower (kernels/cpu/blas.h, openblas_core.h).
+  return "cpu (" + backend.name() + ", " + cpu::gemm_library_description() + ")";
 }
 
 std::unique_ptr<Backend> make_backend(const BackendRequest& request) {

@@ -1,0 +1,127 @@
+// The fp32 matrix products' library (see blas.h).
+#include "kernels/cpu/blas.h"
+
+#include <omp.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/error.h"
+#include "kernels/cpu/onednn_library.h"
+#include "kernels/cpu/openblas_core.h"
+
+#if THPC_HAVE_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
+namespace thpc::cpu {
+
+namespace {
+
+std::atomic<int> gemm_thread_count{0};  // 0: not set, OpenMP's default
+
+// A product of fewer multiply-adds (m n k) than this is OpenBLAS's where oneDNN multiplies
+// the rest: oneDNN's sgemm spends ~0.35 us a call before it multiplies, OpenBLAS's ~0.05,
+// which the attention's products for one head of a short sentence do not repay (24 x 24
+// x 64: 1.0 us by OpenBLAS, 1.4 by oneDNN; the tiny config's step 30 -> 37 ms with
+// oneDNN for all). From 64 x 64 x 64 on the two are even or oneDNN is ahead (128 x 128 x
+// 64: 15.4 us, 13.1 us). Measured one thread on the Intel Xeon of 2026-11-30, OpenBLAS's
+// SkylakeX kernels.
+constexpr int64_t kSmallestOneDnnProduct = int64_t(1) << 18;
+
+#if THPC_HAVE_ONEDNN
+// oneDNN's sgemm runs on the calling thread's OpenMP team, omp_get_max_threads() threads:
+// held at set_gemm_threads' count, as OpenBLAS's is by openblas_set_num_threads. Inside a
+// parallel region it runs on its own thread whatever the count.
+void onednn_gemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n, int k,
+                 float alpha, const float* a, int lda, const float* b, int ldb, float beta,
+                 float* c, int ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    // BLAS's C = beta * C, which oneDNN leaves to the caller (it returns C unchanged);
+    // beta 0 writes zeros without reading C, as BLAS does.
+    for (int i = 0; i < m; ++i) {
+      float* row = c + static_cast<int64_t>(i) * ldc;
+      for (int j = 0; j < n; ++j) row[j] = beta == 0.0f ? 0.0f : beta * row[j];
+    }
+    return;
+  }
+  const int threads = gemm_thread_count.load(std::memory_order_relaxed);
+  if (threads > 0 && !omp_in_parallel() && omp_get_max_threads() != threads) {
+    omp_set_num_threads(threads);
+  }
+  const dnnl_status_t status =
+      dnnl_sgemm(trans_a == CblasTrans ? 'T' : 'N', trans_b == CblasTrans ? 'T' : 'N', m, n, k,
+                 alpha, a, lda, b, ldb, beta, c, ldc);
+  // Only arguments that do not describe the matrices fail: a mistake of ours.
+  THPC_CHECK(status == dnnl_success, "oneDNN's sgemm refused the product [" << m << ", " << k
+                                         << "] x [" << k << ", " << n << "] (status "
+                                         << static_cast<int>(status) << ")");
+}
+#endif
+
+}  // namespace
+
+GemmLibrary gemm_library_named(const char* value, bool with_onednn) {
+  if (value == nullptr || value[0] == '\0') {
+    return with_onednn ? GemmLibrary::kOneDnn : GemmLibrary::kOpenBlas;
+  }
+  if (std::strcmp(value, "openblas") == 0) return GemmLibrary::kOpenBlas;
+  if (std::strcmp(value, "onednn") == 0) {
+    if (with_onednn) return GemmLibrary::kOneDnn;
+    THPC_FAIL("THPC_CPU_GEMM=onednn, but this build has no oneDNN: install it (Debian: apt "
+              "install libdnnl-dev; Spack: onednn) and configure again, or unset "
+              "THPC_CPU_GEMM to multiply with OpenBLAS");
+  }
+  THPC_FAIL("THPC_CPU_GEMM is " << quoted(value)
+                                << ", not a library of the CPU's matrix products: set it to "
+                                   "'onednn' or 'openblas', or unset it (oneDNN where the "
+                                   "build has it)");
+}
+
+GemmLibrary gemm_library() {
+  static const GemmLibrary library =
+      gemm_library_named(std::getenv("THPC_CPU_GEMM"), onednn_built());
+  return library;
+}
+
+std::string gemm_library_description() {
+  if (gemm_library() == GemmLibrary::kOneDnn) {
+    return "matrix products by " + onednn_version_and_isa() + ", the smallest by " +
+           openblas_description();
+  }
+  return openblas_description();
+}
+
+void set_gemm_threads(int threads) {
+  THPC_CHECK(threads >= 1, "matrix product threads must be at least 1, not " << threads);
+  gemm_thread_count.store(threads, std::memory_order_relaxed);
+  // The OpenMP build of OpenBLAS (CMakeLists.txt) runs its products on this many threads
+  // of the same OpenMP pool the ops' loops use.
+  openblas_set_num_threads(threads);
+}
+
+void gemm_by(GemmLibrary library, CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n,
+             int k, float alpha, const float* a, int lda, const float* b, int ldb, float beta,
+             float* c, int ldc) {
+  if (library == GemmLibrary::kOneDnn) {
+#if THPC_HAVE_ONEDNN
+    onednn_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+#else
+    THPC_FAIL("oneDNN's products asked for in a build without oneDNN");
+#endif
+  }
+  cblas_sgemm(CblasRowMajor, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void gemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n, int k, float alpha,
+          const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+  const bool small = int64_t(m) * n * k < kSmallestOneDnnProduct;
+  gemm_by(small ? GemmLibrary::kOpenBlas : gemm_library(), trans_a, trans_b, m, n, k, alpha, a,
+          lda, b, ldb, beta, c, ldc);
+}
+
+}  // namespace thpc::cpu

@@ -1,0 +1,53 @@
+#include "kernels/cpu/onednn_library.h"
+
+#include <sstream>
+
+#if THPC_HAVE_ONEDNN
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+namespace thpc::cpu {
+
+#if THPC_HAVE_ONEDNN
+
+namespace {
+
+// The instruction set oneDNN's kernels use, by the names both oneDNN 2 and 3 have.
+std::string isa_name(dnnl::cpu_isa isa) {
+  switch (isa) {
+    case dnnl::cpu_isa::sse41: return "sse41";
+    case dnnl::cpu_isa::avx: return "avx";
+    case dnnl::cpu_isa::avx2: return "avx2";
+    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    default: {
+      std::ostringstream other;
+      other << "isa 0x" << std::hex << static_cast<unsigned>(isa);
+      return other.str();
+    }
+  }
+}
+
+}  // namespace
+
+bool onednn_built() { return true; }
+
+std::string onednn_version_and_isa() {
+  const dnnl_version_t* version = dnnl_version();
+  std::ostringstream text;
+  text << "oneDNN " << version->major << "." << version->minor << "." << version->patch << ", "
+       << isa_name(dnnl::get_effective_cpu_isa());
+  return text.str();
+}
+
+#else
+
+bool onednn_built() { return false; }
+std::string onednn_version_and_isa() { return ""; }
+
+#endif
+
+}  // namespace thpc::cpu

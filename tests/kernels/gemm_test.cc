@@ -1,0 +1,203 @@
+// The fp32 matrix products of the CPU ops (kernels/cpu/blas.h): by oneDNN where the build
+// has it, by OpenBLAS for the smallest and where it has not. Each library, each transpose
+// pair, both sides of the size at which oneDNN takes over, against the product in double
+// precision; beta 0 writes C without reading it, beta 1 adds into it, as BLAS defines;
+// THPC_CPU_GEMM chooses the library and a value it does not know stops a run.
+//
+// Tolerance, per element: |c - exact| <= (L + 2) * 2^-24 * (|beta c0| + |alpha| sum_l
+// |a_il b_lj|), L the reduction length: each fp32 product and sum of the length-L dot
+// product rounds once (at most 2^-24 relative each, the classic L u bound, whatever order
+// or blocking a library sums in), the alpha scaling and the beta addition once each.
+// A wrong element, a dropped or doubled term, is off by the size of a term: ~1e-2
+// relative to the sum at these lengths, far above ~1e-5 for the longest (L = 300).
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "expect_error.h"
+#include "kernels/cpu/blas.h"
+#include "kernels/cpu/onednn_library.h"
+#include "program.h"
+
+namespace thpc::cpu {
+namespace {
+
+struct Product {
+  CBLAS_TRANSPOSE trans_a, trans_b;
+  int m, n, k;
+};
+
+std::string name(const Product& p) {
+  return std::string(p.trans_a == CblasTrans ? "T" : "N") + (p.trans_b == CblasTrans ? "T" : "N") +
+         " " + std::to_string(p.m) + "x" + std::to_string(p.n) + "x" + std::to_string(p.k);
+}
+
+// Checks gemm_by(library, ...) on `p` with leading dimensions wider than the matrices (the
+// attention's products read one head's columns of a wider row), alpha and beta as given.
+void expect_product(GemmLibrary library, const Product& p, float alpha, float beta,
+                    std::mt19937& rng) {
+  SCOPED_TRACE(name(p) + " alpha " + std::to_string(alpha) + " beta " + std::to_string(beta));
+  std::uniform_real_distribution<float> value(0.25f, 1.0f);
+  std::bernoulli_distribution negative(0.5);
+  auto random = [&] { return negative(rng) ? -value(rng) : value(rng); };  // never zero
+  // op(A) is [m, k]: A is [m, k] or, transposed, [k, m]; likewise B.
+  const bool a_transposed = p.trans_a == CblasTrans, b_transposed = p.trans_b == CblasTrans;
+  const int a_rows = a_transposed ? p.k : p.m, a_cols = a_transposed ? p.m : p.k;
+  const int b_rows = b_transposed ? p.n : p.k, b_cols = b_transposed ? p.k : p.n;
+  const int lda = a_cols + 3, ldb = b_cols + 5, ldc = p.n + 2;
+  std::vector<float> a(size_t(a_rows) * lda), b(size_t(b_rows) * ldb);
+  for (float& x : a) x = random();
+  for (float& x : b) x = random();
+  std::vector<float> c(size_t(p.m) * ldc);
+  const float kUnread = std::numeric_limits<float>::quiet_NaN();
+  for (float& x : c) x = beta == 0.0f ? kUnread : random();
+  const std::vector<float> c0 = c;
+  auto a_at = [&](int i, int l) {
+    return p.trans_a == CblasTrans ? a[size_t(l) * lda + i] : a[size_t(i) * lda + l];
+  };
+  auto b_at = [&](int l, int j) {
+    return p.trans_b == CblasTrans ? b[size_t(j) * ldb + l] : b[size_t(l) * ldb + j];
+  };
+  gemm_by(library, p.trans_a, p.trans_b, p.m, p.n, p.k, alpha, a.data(), lda, b.data(), ldb,
+          beta, c.data(), ldc);
+  const double unit = std::ldexp(1.0, -24);
+  int wrong = 0;
+  for (int i = 0; i < p.m; ++i) {
+    for (int j = 0; j < ldc; ++j) {
+      const size_t at = size_t(i) * ldc + j;
+      if (j >= p.n) {  // past the row's n columns: untouched
+        if (!(std::isnan(c[at]) && std::isnan(c0[at])) && c[at] != c0[at]) ++wrong;
+        continue;
+      }
+      double exact = 0.0, magnitude = 0.0;
+      for (int l = 0; l < p.k; ++l) {
+        const double term = double(a_at(i, l)) * b_at(l, j);
+        exact += term;
+        magnitude += std::fabs(term);
+      }
+      exact *= alpha;
+      magnitude *= std::fabs(alpha);
+      if (beta != 0.0f) {
+        exact += double(beta) * c0[at];
+        magnitude += std::fabs(double(beta) * c0[at]);
+      }
+      const double bound = (p.k + 2) * unit * magnitude;
+      if (!(std::fabs(c[at] - exact) <= bound) && ++wrong <= 5) {
+        ADD_FAILURE() << "c[" << i << ", " << j << "] = " << c[at] << ", exact " << exact
+                      << ", bound " << bound;
+      }
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
+// Both sides of kSmallestOneDnnProduct (2^18 multiply-adds), the model's shapes among them:
+// an attention head's products (24 x 24 x 64), a layer's (300 x 256 x 64 and its
+// gradients), one decoding step's rows (4 x 512 x 512).
+const Product kProducts[] = {
+    {CblasNoTrans, CblasNoTrans, 3, 5, 7},      {CblasNoTrans, CblasTrans, 24, 24, 64},
+    {CblasTrans, CblasNoTrans, 24, 64, 24},     {CblasTrans, CblasTrans, 9, 11, 13},
+    {CblasNoTrans, CblasNoTrans, 300, 256, 64}, {CblasNoTrans, CblasTrans, 300, 64, 256},
+    {CblasTrans, CblasNoTrans, 256, 64, 300},   {CblasTrans, CblasTrans, 70, 90, 80},
+    {CblasNoTrans, CblasNoTrans, 4, 512, 512},  {CblasNoTrans, CblasTrans, 1, 1000, 300},
+};
+
+std::vector<GemmLibrary> libraries() {
+  std::vector<GemmLibrary> all{GemmLibrary::kOpenBlas};
+  if (onednn_built()) all.push_back(GemmLibrary::kOneDnn);
+  return all;
+}
+
+TEST(Gemm, EachLibraryIsTheProductInEveryTransposeAndSize) {
+  for (const GemmLibrary library : libraries()) {
+    SCOPED_TRACE(library == GemmLibrary::kOneDnn ? "oneDNN" : "OpenBLAS");
+    std::mt19937 rng(31);
+    for (const Product& p : kProducts) {
+      expect_product(library, p, 1.0f, 0.0f, rng);   // writes C, NaNs there unread
+      expect_product(library, p, 1.0f, 1.0f, rng);   // adds into C (the gradients' +=)
+      expect_product(library, p, 0.125f, 1.0f, rng); // the attention's 1/sqrt(d_k) scale
+    }
+  }
+}
+
+TEST(Gemm, OnTwoThreadsAndOneAlike) {
+  // oneDNN's team is held at set_gemm_threads' count (blas.cc): both are the product.
+  for (const int threads : {2, 1}) {
+    set_gemm_threads(threads);
+    std::mt19937 rng(37);
+    for (const GemmLibrary library : libraries()) {
+      expect_product(library, {CblasNoTrans, CblasTrans, 300, 256, 64}, 1.0f, 1.0f, rng);
+    }
+  }
+}
+
+TEST(Gemm, AnEmptySumIsBetaTimesC) {
+  // k = 0: BLAS's C = beta C, which oneDNN's sgemm leaves undone (blas.cc does it).
+  for (const GemmLibrary library : libraries()) {
+    for (const float beta : {0.0f, 0.5f}) {
+      std::vector<float> c{std::numeric_limits<float>::quiet_NaN(), 2.0f, 3.0f, 4.0f};
+      if (beta != 0.0f) c[0] = 1.0f;
+      const float a = 1.0f, b = 1.0f;
+      // m n k = 0 is below oneDNN's size; gemm_by calls the library asked for regardless.
+      gemm_by(library, CblasNoTrans, CblasNoTrans, 2, 2, 0, 1.0f, &a, 1, &b, 2, beta, c.data(), 2);
+      const std::vector<float> expected =
+          beta == 0.0f ? std::vector<float>{0, 0, 0, 0} : std::vector<float>{0.5f, 1, 1.5f, 2};
+      EXPECT_EQ(c, expected) << "beta " << beta;
+    }
+  }
+}
+
+TEST(GemmLibrary, ThpcCpuGemmNamesTheLibrary) {
+  EXPECT_EQ(gemm_library_named(nullptr, true), GemmLibrary::kOneDnn);
+  EXPECT_EQ(gemm_library_named("", true), GemmLibrary::kOneDnn);
+  EXPECT_EQ(gemm_library_named(nullptr, false), GemmLibrary::kOpenBlas);
+  EXPECT_EQ(gemm_library_named("openblas", true), GemmLibrary::kOpenBlas);
+  EXPECT_EQ(gemm_library_named("onednn", true), GemmLibrary::kOneDnn);
+  expect_error([] { gemm_library_named("onednn", false); },
+               {"THPC_CPU_GEMM=onednn, but this build has no oneDNN", "libdnnl-dev"});
+  expect_error([] { gemm_library_named("MKL", true); },
+               {"THPC_CPU_GEMM is 'MKL', not a library", "'onednn' or 'openblas'"});
+}
+
+TEST(GemmLibrary, TheFirstLineNamesItAndAWrongNameStopsTheRun) {
+  // One step of tiny.ini on the CPU with THPC_CPU_GEMM=value: its output.
+  auto run = [](const std::string& value) {
+    const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                      ("thpc_gemm_test_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    const ProcessResult result = run_process(
+        "THPC_CPU_GEMM=" + value + " " + std::string(THPC_BINARY_DIR) + "/transformer_hpc " +
+        std::string(THPC_SOURCE_DIR) + "/input/tiny.ini --train.max_steps=1 " +
+        "--train.backend=cpu --checkpoint.dir=" + (dir / "checkpoints").string());
+    std::filesystem::remove_all(dir);
+    return result;
+  };
+  const ProcessResult openblas = run("openblas");
+  EXPECT_EQ(openblas.exit_code, 0) << openblas.output;
+  EXPECT_NE(openblas.output.find("(cpu-fp32, OpenBLAS "), std::string::npos) << openblas.output;
+  if (onednn_built()) {
+    const ProcessResult onednn = run("onednn");
+    EXPECT_EQ(onednn.exit_code, 0) << onednn.output;
+    EXPECT_NE(onednn.output.find("(cpu-fp32, matrix products by oneDNN "), std::string::npos)
+        << onednn.output;
+    EXPECT_NE(onednn.output.find(", the smallest by OpenBLAS "), std::string::npos)
+        << onednn.output;
+  }
+  const ProcessResult wrong = run("mkl");
+  EXPECT_NE(wrong.exit_code, 0) << wrong.output;
+  EXPECT_NE(wrong.output.find("THPC_CPU_GEMM is 'mkl', not a library of the CPU's matrix "
+                              "products: set it to 'onednn' or 'openblas'"),
+            std::string::npos)
+      << wrong.output;
+}
+
+}  // namespace
+}  // namespace thpc::cpu
