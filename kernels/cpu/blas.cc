@@ -2,6 +2,8 @@
 #include "kernels/cpu/blas.h"
 
 #include <omp.h>
+#include <pthread.h>
+#include <signal.h>
 
 #include <atomic>
 #include <cstdint>
@@ -32,6 +34,62 @@ std::atomic<int> gemm_thread_count{0};  // 0: not set, OpenMP's default
 constexpr int64_t kSmallestOneDnnProduct = int64_t(1) << 18;
 
 #if THPC_HAVE_ONEDNN
+// The asynchronous signals, every one a process can be sent but the faults a thread
+// raises itself (blocking those is undefined).
+sigset_t asynchronous_signals() {
+  sigset_t set;
+  sigfillset(&set);
+  for (const int fault : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT}) {
+    sigdelset(&set, fault);
+  }
+  return set;
+}
+
+// Where oneDNN's fp32 kernels corrupt the heap when a signal is handled on a thread running
+// one (onednn_library.h: before 3.11.2; seen here as a trainer stopped by SIGTERM aborting
+// in free()), and the stop signals have handlers (train/stop_request.h), the threads that
+// run those kernels hold the asynchronous signals blocked: the calling thread for the call
+// (this guard), its OpenMP workers from its first product on (block_the_workers). A signal
+// then waits for the product's end, or is taken by a thread that is not multiplying (the
+// calling thread between products, MPI's, the checkpoint writer's); none is lost. Two
+// system calls a product, which take ~2 us and more from 2^18 multiply-adds on.
+class SignalsHeldDuringTheProduct {
+ public:
+  SignalsHeldDuringTheProduct() {
+    if (!needed()) return;
+    static const sigset_t signals = asynchronous_signals();
+    held_ = pthread_sigmask(SIG_BLOCK, &signals, &previous_) == 0;
+  }
+  ~SignalsHeldDuringTheProduct() {
+    if (held_) pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+  }
+  SignalsHeldDuringTheProduct(const SignalsHeldDuringTheProduct&) = delete;
+  SignalsHeldDuringTheProduct& operator=(const SignalsHeldDuringTheProduct&) = delete;
+
+  static bool needed() {
+    static const bool unsafe = !onednn_gemm_is_signal_safe();
+    return unsafe;
+  }
+
+  // The calling thread's OpenMP workers, up to `threads` (the team oneDNN's product will
+  // run on), block the asynchronous signals for good; once per calling thread and team
+  // size. Workers libgomp creates for it inherit the calling thread's mask, held here.
+  static void block_the_workers(int threads) {
+    thread_local int workers_blocked = 1;  // the calling thread itself is held per call
+    if (!needed() || threads <= workers_blocked) return;
+    static const sigset_t signals = asynchronous_signals();
+#pragma omp parallel num_threads(threads)
+    {
+      if (omp_get_thread_num() != 0) pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    }
+    workers_blocked = threads;
+  }
+
+ private:
+  sigset_t previous_{};
+  bool held_ = false;
+};
+
 // oneDNN's sgemm runs on the calling thread's OpenMP team, omp_get_max_threads() threads:
 // held at set_gemm_threads' count, as OpenBLAS's is by openblas_set_num_threads. Inside a
 // parallel region it runs on its own thread whatever the count.
@@ -48,9 +106,11 @@ void onednn_gemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n,
     }
     return;
   }
-  const int threads = gemm_thread_count.load(std::memory_order_relaxed);
-  if (threads > 0 && !omp_in_parallel() && omp_get_max_threads() != threads) {
-    omp_set_num_threads(threads);
+  const SignalsHeldDuringTheProduct held;
+  if (!omp_in_parallel()) {
+    const int threads = gemm_thread_count.load(std::memory_order_relaxed);
+    if (threads > 0 && omp_get_max_threads() != threads) omp_set_num_threads(threads);
+    SignalsHeldDuringTheProduct::block_the_workers(omp_get_max_threads());
   }
   const dnnl_status_t status =
       dnnl_sgemm(trans_a == CblasTrans ? 'T' : 'N', trans_b == CblasTrans ? 'T' : 'N', m, n, k,

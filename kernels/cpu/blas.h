@@ -15,7 +15,9 @@
 // OPENBLAS_CORETYPE=Haswell, 361 ms with OpenBLAS's SkylakeX kernels, 552 ms with its
 // Haswell ones (bench/RESULTS.md, 2026-11-30). The fp64 products (the tests' finite
 // differences) and the matrix-vector products (decoding's attention of one query, a
-// small share) stay OpenBLAS's.
+// small share) stay OpenBLAS's. Before oneDNN 3.11.2 a signal handled during one of its
+// fp32 products corrupts the heap: the threads that run them hold the asynchronous
+// signals blocked (blas.cc, SignalsHeldDuringTheProduct; onednn_library.h).
 #pragma once
 
 #include <cblas.h>

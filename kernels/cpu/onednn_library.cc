@@ -43,10 +43,17 @@ std::string onednn_version_and_isa() {
   return text.str();
 }
 
+bool onednn_gemm_is_signal_safe() {
+  const dnnl_version_t* v = dnnl_version();
+  const int version = v->major * 10000 + v->minor * 100 + v->patch;
+  return version >= 31102;  // 3.11.2 and 3.12 have the fix
+}
+
 #else
 
 bool onednn_built() { return false; }
 std::string onednn_version_and_isa() { return ""; }
+bool onednn_gemm_is_signal_safe() { return false; }
 
 #endif
 

@@ -14,4 +14,11 @@ bool onednn_built();
 // this CPU (DNNL_MAX_CPU_ISA in the environment can lower it); "" without oneDNN.
 std::string onednn_version_and_isa();
 
+// Whether oneDNN's fp32 GEMM kernels keep the stack register a stack while they run:
+// before 3.11.2 (Debian 12's 2.6.3 among them) jit_avx512_common_gemm_f32 and
+// jit_avx_gemm_f32 point it into the heap, so that a signal handled on a thread running
+// one writes its frame there and corrupts the heap (oneDNN issue 4845, fixed in 3.11.2
+// and 3.12). false without oneDNN.
+bool onednn_gemm_is_signal_safe();
+
 }  // namespace thpc::cpu

@@ -12,14 +12,19 @@
 // relative to the sum at these lengths, far above ~1e-5 for the longest (L = 300).
 #include <gtest/gtest.h>
 
+#include <omp.h>
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <limits>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "expect_error.h"
@@ -153,6 +158,74 @@ TEST(Gemm, AnEmptySumIsBetaTimesC) {
       EXPECT_EQ(c, expected) << "beta " << beta;
     }
   }
+}
+
+// A signal with a handler, sent to the process every 5 us while oneDNN multiplies on
+// two threads: before oneDNN 3.11.2 its fp32 kernels point the stack register into the
+// heap, and a handler's frame written there corrupted it (a segmentation fault within
+// seconds here, without blocking the signals: blas.cc, SignalsHeldDuringTheProduct). The
+// stop signals of a run (SIGTERM from Slurm, Ctrl-C) have handlers.
+std::atomic<long> g_signals_handled{0};
+extern "C" void count_signal(int) { g_signals_handled.fetch_add(1, std::memory_order_relaxed); }
+
+TEST(Gemm, OneDnnProductsOutlastASignalStorm) {
+  if (!onednn_built()) GTEST_SKIP() << "built without oneDNN";
+  struct sigaction handler {}, previous {};
+  handler.sa_handler = count_signal;
+  sigemptyset(&handler.sa_mask);
+  handler.sa_flags = SA_RESTART;
+  ASSERT_EQ(sigaction(SIGUSR2, &handler, &previous), 0);
+  set_gemm_threads(2);
+  std::atomic<bool> done{false};
+  int wrong = 0, workers_taking_signals = -1, team_before_the_products = 0;
+  // A thread of its own multiplies, so that its OpenMP workers are new: made by a loop of
+  // the ops (as a training step's first ops do) before its first product, they start with
+  // the signals unblocked.
+  std::thread multiplying([&] {
+#pragma omp parallel num_threads(2)
+    {
+#pragma omp single
+      team_before_the_products = omp_get_num_threads();
+    }
+    constexpr int kSize = 512;
+    const std::vector<float> a(kSize * kSize, 0.5f), b(kSize * kSize, 0.25f);
+    std::vector<float> c(kSize * kSize);
+    for (int product = 0; product < 1500; ++product) {
+      std::vector<float> churn(1000 + product % 777, 1.0f);  // the heap in use around it
+      gemm_by(GemmLibrary::kOneDnn, CblasNoTrans, CblasTrans, kSize, kSize, kSize, 1.0f,
+              a.data(), kSize, b.data(), kSize, 0.0f, c.data(), kSize);
+      if (c[product % c.size()] != 0.5f * 0.25f * kSize) ++wrong;  // exact: powers of two
+    }
+    done.store(true);
+    // The storm reached this thread between products; a worker's frame would land in its
+    // own part of the heap, where this test would not see the damage: the workers that
+    // ran the products hold the signals blocked for good instead (where oneDNN needs it).
+    workers_taking_signals = 0;
+#pragma omp parallel num_threads(2) reduction(+ : workers_taking_signals)
+    {
+      sigset_t mask;
+      pthread_sigmask(SIG_BLOCK, nullptr, &mask);
+      if (omp_get_thread_num() != 0 && !sigismember(&mask, SIGUSR2)) workers_taking_signals += 1;
+    }
+  });
+  std::thread storm([&done] {
+    // Not taken here: the signals go to the threads that multiply, or wait.
+    sigset_t own;
+    sigemptyset(&own);
+    sigaddset(&own, SIGUSR2);
+    pthread_sigmask(SIG_BLOCK, &own, nullptr);
+    while (!done.load()) {
+      ::kill(::getpid(), SIGUSR2);
+      ::usleep(5);
+    }
+  });
+  multiplying.join();
+  storm.join();
+  sigaction(SIGUSR2, &previous, nullptr);
+  ASSERT_EQ(team_before_the_products, 2) << "no OpenMP workers before the products";
+  EXPECT_EQ(wrong, 0);
+  EXPECT_GT(g_signals_handled.load(), 1000) << "the storm did not happen";
+  EXPECT_EQ(workers_taking_signals, onednn_gemm_is_signal_safe() ? 1 : 0);
 }
 
 TEST(GemmLibrary, ThpcCpuGemmNamesTheLibrary) {
