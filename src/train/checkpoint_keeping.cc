@@ -21,6 +21,27 @@ namespace thpc {
 
 namespace {
 
+// checkpoint.resume=auto's refusal when `dir` holds checkpoints and every one is marked
+// diverged or superseded: starting from step 0 would prune them, the run's whole history,
+// with exit 0 ("" when there are none, or some is healthy).
+std::string only_unhealthy_checkpoints(const std::string& dir) {
+  const std::vector<CheckpointSummary> summaries = checkpoint_summaries(dir);
+  if (summaries.empty()) return "";
+  for (const CheckpointSummary& summary : summaries) {
+    if (summary.state == CheckpointState::Healthy) return "";
+  }
+  const CheckpointSummary& newest = summaries.back();
+  std::ostringstream message;
+  message << "checkpoint.resume=auto: every one of the " << summaries.size()
+          << " checkpoints in " << dir << " is marked diverged or superseded (the newest, "
+          << newest.path << ", step " << newest.step << ", is "
+          << checkpoint_state_name(newest.state) << "), and starting from step 0 would prune "
+          << "them: resume from one by name (checkpoint.resume=PATH continues from a marked "
+          << "checkpoint) with a smaller train.lr_scale or train.clip_norm, or move them out of "
+          << dir << " to start afresh";
+  return message.str();
+}
+
 // Test hook (docs/checkpoints.md): THPC_TEST_CHECKPOINT_WRITE_DELAY_MS=N holds each
 // background write N ms before it starts, so that tests see training go on beside it and
 // a stop wait for it, whatever the speed of the machine.
@@ -273,6 +294,38 @@ void CheckpointKeeping::mark_after_failed_validation(const std::string& run_id,
           << "validation the model passed (step " << last_passed << ")" << std::endl;
     }
   }
+}
+
+CheckpointKeeping::ResumeChoice CheckpointKeeping::choose_resume(const std::string& mode,
+                                                                 Checkpoint* checkpoint,
+                                                                 std::ostream& log) const {
+  wait_for_write();
+  const std::string& dir = config_.checkpoint.dir;
+  ResumeChoice choice;
+  std::vector<InvalidCheckpoint> invalid;
+  choice.path = newest_valid_checkpoint(dir, log, checkpoint, &invalid);
+  if (choice.path.empty() && mode == "auto") {
+    if (!invalid.empty()) {
+      // Only an explicit auto_or_fresh starts over, with the damaged ones moved aside.
+      std::ostringstream reasons;
+      for (const InvalidCheckpoint& file : invalid) reasons << "; " << file.reason;
+      std::ostringstream message;
+      message << "checkpoint.resume=auto: none of the " << invalid.size() << " checkpoints in "
+              << dir << " is valid (fix or move them, or set "
+              << "checkpoint.resume=auto_or_fresh to start from step 0 with them renamed "
+              << "*.corrupt)" << reasons.str();
+      choice.refusal = message.str();
+    } else {
+      choice.refusal = only_unhealthy_checkpoints(dir);
+    }
+  }
+  if (choice.refusal.empty()) {
+    for (const InvalidCheckpoint& file : invalid) {
+      log << "moved invalid checkpoint " << file.path << " aside to "
+          << move_aside_corrupt(file.path) << std::endl;
+    }
+  }
+  return choice;
 }
 
 std::string CheckpointKeeping::diverged_parameters_file(const std::string& run_id,

@@ -75,6 +75,21 @@ class CheckpointKeeping {
   void mark_after_failed_validation(const std::string& run_id, int64_t last_passed,
                                     std::ostream& log);
 
+  // checkpoint.resume = auto or auto_or_fresh (`mode`): the newest valid checkpoint of
+  // checkpoint.dir, read into `checkpoint` (`path` "" when there is none, and the run
+  // starts from step 0), or why the run must not start (`refusal`, for every rank to
+  // stop with): with auto, checkpoints that exist but none valid (starting over would
+  // write new files over the damaged ones, the evidence), or every one marked diverged or
+  // superseded (starting over would prune the run's whole history). Otherwise the
+  // invalid ones are moved aside (*.corrupt), said on `log`: a run resumed from an older
+  // checkpoint would overwrite newer damaged ones too.
+  struct ResumeChoice {
+    std::string path;
+    std::string refusal;
+  };
+  ResumeChoice choose_resume(const std::string& mode, Checkpoint* checkpoint,
+                             std::ostream& log) const;
+
   // These two wait for a background write (and keep its lines for the next report).
   // The checkpoint of run `run_id` at `step` once marked diverged, or "".
   std::string diverged_parameters_file(const std::string& run_id, int64_t step) const;

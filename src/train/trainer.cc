@@ -426,100 +426,31 @@ void Trainer::restore(const Checkpoint& checkpoint, const std::string& source) {
   detector_->restore(checkpoint.divergence.value_or(DivergenceState{}));
 }
 
-namespace {
-
-// checkpoint.resume=auto's refusal when `dir` holds checkpoints and every one is marked
-// diverged or superseded: starting from step 0 would prune them, the run's whole history,
-// with exit 0 ("" when there are none, or some is healthy).
-std::string only_unhealthy_checkpoints(const std::string& dir) {
-  const std::vector<CheckpointSummary> summaries = checkpoint_summaries(dir);
-  if (summaries.empty()) return "";
-  for (const CheckpointSummary& summary : summaries) {
-    if (summary.state == CheckpointState::Healthy) return "";
-  }
-  const CheckpointSummary& newest = summaries.back();
-  std::ostringstream message;
-  message << "checkpoint.resume=auto: every one of the " << summaries.size()
-          << " checkpoints in " << dir << " is marked diverged or superseded (the newest, "
-          << newest.path << ", step " << newest.step << ", is "
-          << checkpoint_state_name(newest.state) << "), and starting from step 0 would prune "
-          << "them: resume from one by name (checkpoint.resume=PATH continues from a marked "
-          << "checkpoint) with a smaller train.lr_scale or train.clip_norm, or move them out of "
-          << dir << " to start afresh";
-  return message.str();
-}
-
-}  // namespace
-
 void Trainer::apply_start_options(std::ostream& log) {
   const CheckpointConfig& options = config_.checkpoint;
+  const auto start = std::chrono::steady_clock::now();
+  // Rank 0 chooses and reads, and every rank loads its choice: ranks choosing for
+  // themselves would take different files when a shared filesystem shows them different
+  // listings.
+  Checkpoint checkpoint;
+  std::string path;
   if (options.resume == "auto" || options.resume == "auto_or_fresh") {
-    const auto start = std::chrono::steady_clock::now();
-    // Rank 0 chooses and every rank loads its choice: ranks choosing for themselves would
-    // take different files when a shared filesystem shows them different listings.
-    Checkpoint checkpoint;
-    std::string path, refusal;
-    if (comm_.is_root()) {
-      std::vector<InvalidCheckpoint> invalid;
-      path = newest_valid_checkpoint(options.dir, log, &checkpoint, &invalid);
-      if (path.empty() && !invalid.empty() && options.resume == "auto") {
-        // Checkpoints exist but none is valid: starting over would discard the run's
-        // progress and, step by step, write new files over the damaged ones (the
-        // evidence). Only an explicit auto_or_fresh starts over, with them moved aside.
-        std::ostringstream reasons;
-        for (const InvalidCheckpoint& file : invalid) reasons << "; " << file.reason;
-        std::ostringstream message;
-        message << "checkpoint.resume=auto: none of the " << invalid.size()
-                << " checkpoints in " << options.dir << " is valid (fix or move them, or set "
-                << "checkpoint.resume=auto_or_fresh to start from step 0 with them renamed "
-                << "*.corrupt)" << reasons.str();
-        refusal = message.str();
-      } else if (path.empty() && invalid.empty() && options.resume == "auto") {
-        refusal = only_unhealthy_checkpoints(options.dir);
-      }
-      if (refusal.empty()) {
-        // A run resumed from an older checkpoint would overwrite newer damaged ones too.
-        for (const InvalidCheckpoint& file : invalid) {
-          log << "moved invalid checkpoint " << file.path << " aside to "
-              << move_aside_corrupt(file.path) << std::endl;
-        }
-      }
-    }
-    path = comm_.broadcast_from_root(path);
+    CheckpointKeeping::ResumeChoice choice;
+    if (comm_.is_root()) choice = keeping_.choose_resume(options.resume, &checkpoint, log);
+    path = comm_.broadcast_from_root(choice.path);
     // Every rank fails with rank 0's reason, rather than the others waiting for it.
-    refusal = comm_.broadcast_from_root(refusal);
+    const std::string refusal = comm_.broadcast_from_root(choice.refusal);
     if (!refusal.empty()) THPC_FAIL(refusal);
-    if (!path.empty()) {
-      read_the_checkpoint_rank_zero_chose(comm_, path, &checkpoint);
-      restore(checkpoint, path);
-      const double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      resumed_from_ = path;
-      log << "resumed from " << path << " at step " << completed_steps_ << " (data epoch "
-          << checkpoint.data_position.epoch << ", index " << checkpoint.data_position.index
-          << "; read and verified in " << std::fixed << std::setprecision(2) << seconds << " s)"
-          << std::endl;
-      note_world_size_change(checkpoint, comm_.size(), log);
-      note_missing_best_valid(checkpoint, path, config_.train, log);
-      drop_a_damaged_best_checkpoint(comm_, keeping_, config_.checkpoint.keep_best, best_valid_, log);
-      return;
+    if (path.empty()) {
+      log << "checkpoint.resume=" << options.resume << ": no valid checkpoint in "
+          << options.dir << ", starting from step 0" << std::endl;
     }
-    log << "checkpoint.resume=" << options.resume << ": no valid checkpoint in " << options.dir
-        << ", starting from step 0" << std::endl;
   } else if (!options.resume.empty()) {
-    Checkpoint checkpoint;
-    if (comm_.is_root()) checkpoint = read_checkpoint(options.resume);
-    read_the_checkpoint_rank_zero_chose(comm_, options.resume, &checkpoint);
-    restore(checkpoint, options.resume);
-    resumed_from_ = options.resume;
-    log << "resumed from " << options.resume << " at step " << completed_steps_ << std::endl;
-    if (checkpoint.state != CheckpointState::Healthy) {
-      log << "note: " << options.resume << " is marked " << checkpoint_state_name(checkpoint.state)
-          << " (checkpoint.resume names it, so the run continues from it)" << std::endl;
-    }
-    note_world_size_change(checkpoint, comm_.size(), log);
-    note_missing_best_valid(checkpoint, options.resume, config_.train, log);
-    drop_a_damaged_best_checkpoint(comm_, keeping_, config_.checkpoint.keep_best, best_valid_, log);
+    path = options.resume;
+    if (comm_.is_root()) checkpoint = read_checkpoint(path);
+  }
+  if (!path.empty()) {
+    resume_from(path, checkpoint, start, log);
     return;
   }
   if (!options.init.empty()) {
@@ -528,6 +459,28 @@ void Trainer::apply_start_options(std::ostream& log) {
     load_parameters(init, options.init, *model_);
     log << "parameters initialised from " << options.init << std::endl;
   }
+}
+
+void Trainer::resume_from(const std::string& path, Checkpoint& checkpoint,
+                          std::chrono::steady_clock::time_point start, std::ostream& log) {
+  read_the_checkpoint_rank_zero_chose(comm_, path, &checkpoint);
+  restore(checkpoint, path);
+  resumed_from_ = path;
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::ostringstream line;  // the seconds' format stays off `log`
+  line << "resumed from " << path << " at step " << completed_steps_ << " (data epoch "
+       << checkpoint.data_position.epoch << ", index " << checkpoint.data_position.index
+       << "; read and verified in " << std::fixed << std::setprecision(2) << seconds << " s)";
+  log << line.str() << std::endl;
+  if (checkpoint.state != CheckpointState::Healthy) {
+    // Only checkpoint.resume=PATH takes a marked one: auto chooses among healthy ones.
+    log << "note: " << path << " is marked " << checkpoint_state_name(checkpoint.state)
+        << " (checkpoint.resume names it, so the run continues from it)" << std::endl;
+  }
+  note_world_size_change(checkpoint, comm_.size(), log);
+  note_missing_best_valid(checkpoint, path, config_.train, log);
+  drop_a_damaged_best_checkpoint(comm_, keeping_, config_.checkpoint.keep_best, best_valid_, log);
 }
 
 double steady_seconds() {

@@ -6,6 +6,7 @@
 // end, and when SIGTERM/SIGUSR1 ask it to stop; a run can resume from one exactly.
 #pragma once
 
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <iosfwd>
@@ -191,6 +192,10 @@ class Trainer {
   void apply_update(StepStats& stats);
   // checkpoint.resume, else checkpoint.init (the first run of a job has nothing to resume).
   void apply_start_options(std::ostream& log);
+  // Every rank: loads `path` (rank 0's `checkpoint`, read since `start`, shared with the
+  // others), restores the run from it and says so, with what changed since it was written.
+  void resume_from(const std::string& path, Checkpoint& checkpoint,
+                   std::chrono::steady_clock::time_point start, std::ostream& log);
 
   int64_t completed_steps_ = 0;
   // The run's id (Checkpoint::run_id): new for a fresh start, the checkpoint's on resume.
