@@ -18,6 +18,7 @@
 #include "data/shard_reader.h"
 #include "model/capture_schedule.h"
 #include "model/transformer.h"
+#include "train/validation.h"
 #include "tools/tool_main.h"
 
 namespace po = boost::program_options;
@@ -41,7 +42,8 @@ int run(const Arguments& arguments) {
   spec.ranks = ranks;
   spec.memory_budget_bytes = static_cast<int64_t>(arguments.memory_mb) << 20;
   thpc::ShardReader reader(spec);
-  const int64_t budget = std::max<int64_t>(1, tokens_per_step / (int64_t{ranks} * accumulate));
+  // The trainer's own division of the step's budget (train/validation.h).
+  const int64_t budget = thpc::micro_batch_budget(tokens_per_step, accumulate, ranks);
   const auto plan_start = std::chrono::steady_clock::now();
   const int64_t batches = reader.batches_per_epoch(budget);
   const double plan_seconds =

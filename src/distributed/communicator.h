@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "common/error.h"
-#include "kernels/ops.h"
 
 namespace thpc {
 

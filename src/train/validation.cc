@@ -17,9 +17,12 @@ namespace thpc {
 // Each rank's micro-batch: the step's budget divided over ranks and micro-batches. The
 // validation batches are cut by the same budget, so that --eval batches (and hence
 // rounds) exactly as the run that wrote the checkpoint did.
+int64_t micro_batch_budget(int64_t tokens_per_step, int accumulate, int ranks) {
+  return std::max<int64_t>(1, tokens_per_step / (static_cast<int64_t>(accumulate) * ranks));
+}
+
 int64_t micro_batch_budget(const Config& config, const Communicator& comm) {
-  return std::max<int64_t>(1, config.train.tokens_per_step /
-                                  (static_cast<int64_t>(config.train.accumulate) * comm.size()));
+  return micro_batch_budget(config.train.tokens_per_step, config.train.accumulate, comm.size());
 }
 
 // A failure to read what BLEU needs from the validation shards is the data's, like the

@@ -47,7 +47,8 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
 
 // Each rank's micro-batch: train.tokens_per_step divided over ranks and micro-batches.
 // The validation batches are cut by the same budget, so that --eval batches (and hence
-// rounds) exactly as the run that wrote the checkpoint did.
+// rounds) exactly as the run that wrote the checkpoint did. At least 1.
+int64_t micro_batch_budget(int64_t tokens_per_step, int accumulate, int ranks);
 int64_t micro_batch_budget(const Config& config, const Communicator& comm);
 
 // One pass over `shards` from their start in batches of `budget` tokens a side, the loss
