@@ -4,11 +4,13 @@
 #include <omp.h>
 #include <pthread.h>
 #include <signal.h>
+#include <strings.h>
 
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "common/error.h"
 #include "kernels/cpu/onednn_library.h"
@@ -21,6 +23,15 @@
 namespace thpc::cpu {
 
 namespace {
+
+#if THPC_HAVE_ONEDNN
+// oneDNN built on OpenMP (Debian's; Spack's cpu_runtime=omp) runs its products on the
+// calling thread's OpenMP team, which set_gemm_threads sizes and whose workers hold the
+// signals (below); a oneDNN on TBB or a thread pool would do neither: OpenBLAS then.
+constexpr bool kOneDnnOnOpenMp = DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP;
+#else
+constexpr bool kOneDnnOnOpenMp = false;
+#endif
 
 std::atomic<int> gemm_thread_count{0};  // 0: not set, OpenMP's default
 
@@ -49,10 +60,15 @@ sigset_t asynchronous_signals() {
 // one (onednn_library.h: before 3.11.2; seen here as a trainer stopped by SIGTERM aborting
 // in free()), and the stop signals have handlers (train/stop_request.h), the threads that
 // run those kernels hold the asynchronous signals blocked: the calling thread for the call
-// (this guard), its OpenMP workers from its first product on (block_the_workers). A signal
-// then waits for the product's end, or is taken by a thread that is not multiplying (the
-// calling thread between products, MPI's, the checkpoint writer's); none is lost. Two
-// system calls a product, which take ~2 us and more from 2^18 multiply-adds on.
+// (this guard), its OpenMP workers from before each product on (block_the_workers). A
+// signal then waits for the product's end, or is taken by a thread that is not
+// multiplying (the calling thread between products, MPI's, the checkpoint writer's); two
+// of one kind during one product arrive as one, as pending signals do.
+// Two system calls a product, and a region of the team that blocks the workers' signals
+// (libgomp ends a team's surplus workers when a smaller team runs, and the next larger
+// team's new workers copy the calling thread's mask of that moment: blocking them once
+// per thread would leave those unblocked): microseconds, against ~2 us and more from
+// 2^18 multiply-adds on.
 class SignalsHeldDuringTheProduct {
  public:
   SignalsHeldDuringTheProduct() {
@@ -72,17 +88,15 @@ class SignalsHeldDuringTheProduct {
   }
 
   // The calling thread's OpenMP workers, up to `threads` (the team oneDNN's product will
-  // run on), block the asynchronous signals for good; once per calling thread and team
-  // size. Workers libgomp creates for it inherit the calling thread's mask, held here.
+  // run on: the same pool threads, nothing runs between), block the asynchronous signals;
+  // workers libgomp creates for this team copy the calling thread's mask, held here.
   static void block_the_workers(int threads) {
-    thread_local int workers_blocked = 1;  // the calling thread itself is held per call
-    if (!needed() || threads <= workers_blocked) return;
+    if (!needed() || threads <= 1) return;
     static const sigset_t signals = asynchronous_signals();
 #pragma omp parallel num_threads(threads)
     {
       if (omp_get_thread_num() != 0) pthread_sigmask(SIG_BLOCK, &signals, nullptr);
     }
-    workers_blocked = threads;
   }
 
  private:
@@ -113,12 +127,15 @@ void onednn_gemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n,
     SignalsHeldDuringTheProduct::block_the_workers(omp_get_max_threads());
   }
   const dnnl_status_t status =
-      dnnl_sgemm(trans_a == CblasTrans ? 'T' : 'N', trans_b == CblasTrans ? 'T' : 'N', m, n, k,
-                 alpha, a, lda, b, ldb, beta, c, ldc);
-  // Only arguments that do not describe the matrices fail: a mistake of ours.
-  THPC_CHECK(status == dnnl_success, "oneDNN's sgemm refused the product [" << m << ", " << k
-                                         << "] x [" << k << ", " << n << "] (status "
-                                         << static_cast<int>(status) << ")");
+      dnnl_sgemm(trans_a != CblasNoTrans ? 'T' : 'N', trans_b != CblasNoTrans ? 'T' : 'N', m, n,
+                 k, alpha, a, lda, b, ldb, beta, c, ldc);
+  // Arguments that do not describe the matrices (a mistake of ours), or no memory for its
+  // packed copies.
+  THPC_CHECK(status == dnnl_success,
+             "oneDNN's sgemm failed on the product [" << m << ", " << k << "] x [" << k << ", "
+                 << n << "]: "
+                 << (status == dnnl_out_of_memory ? "out of memory" : "status ")
+                 << (status == dnnl_out_of_memory ? "" : std::to_string(int(status))));
 }
 #endif
 
@@ -128,12 +145,12 @@ GemmLibrary gemm_library_named(const char* value, bool with_onednn) {
   if (value == nullptr || value[0] == '\0') {
     return with_onednn ? GemmLibrary::kOneDnn : GemmLibrary::kOpenBlas;
   }
-  if (std::strcmp(value, "openblas") == 0) return GemmLibrary::kOpenBlas;
-  if (std::strcmp(value, "onednn") == 0) {
+  if (strcasecmp(value, "openblas") == 0) return GemmLibrary::kOpenBlas;
+  if (strcasecmp(value, "onednn") == 0) {
     if (with_onednn) return GemmLibrary::kOneDnn;
-    THPC_FAIL("THPC_CPU_GEMM=onednn, but this build has no oneDNN: install it (Debian: apt "
-              "install libdnnl-dev; Spack: onednn) and configure again, or unset "
-              "THPC_CPU_GEMM to multiply with OpenBLAS");
+    THPC_FAIL("THPC_CPU_GEMM=onednn, but this build has no oneDNN built on OpenMP: install "
+              "one (Debian: apt install libdnnl-dev; Spack: onednn cpu_runtime=omp) and "
+              "configure again, or unset THPC_CPU_GEMM to multiply with OpenBLAS");
   }
   THPC_FAIL("THPC_CPU_GEMM is " << quoted(value)
                                 << ", not a library of the CPU's matrix products: set it to "
@@ -143,7 +160,7 @@ GemmLibrary gemm_library_named(const char* value, bool with_onednn) {
 
 GemmLibrary gemm_library() {
   static const GemmLibrary library =
-      gemm_library_named(std::getenv("THPC_CPU_GEMM"), onednn_built());
+      gemm_library_named(std::getenv("THPC_CPU_GEMM"), onednn_built() && kOneDnnOnOpenMp);
   return library;
 }
 

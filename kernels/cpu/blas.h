@@ -11,13 +11,14 @@
 // instruction set, so neither OPENBLAS_CORETYPE (some machines set Haswell for every
 // process: AVX2 kernels on an AVX-512 CPU) nor a CPU newer than the OpenBLAS (which then
 // falls back to SSE3 kernels: openblas_core.h) slows them. Measured on an Intel Xeon
-// (AVX-512), 2 threads, the small preset's step: 354 ms with oneDNN with or without
-// OPENBLAS_CORETYPE=Haswell, 361 ms with OpenBLAS's SkylakeX kernels, 552 ms with its
-// Haswell ones (bench/RESULTS.md, 2026-11-30). The fp64 products (the tests' finite
-// differences) and the matrix-vector products (decoding's attention of one query, a
-// small share) stay OpenBLAS's. Before oneDNN 3.11.2 a signal handled during one of its
-// fp32 products corrupts the heap: the threads that run them hold the asynchronous
-// signals blocked (blas.cc, SignalsHeldDuringTheProduct; onednn_library.h).
+// (AVX-512), 2 threads, the small preset's step: 362 ms with oneDNN with or without
+// OPENBLAS_CORETYPE=Haswell, 367 ms with OpenBLAS's SkylakeX kernels (equal within the
+// machine's spread), 568 ms with its Haswell ones (bench/RESULTS.md, 2026-11-30). The
+// fp64 products (the tests' finite differences) and the matrix-vector products
+// (decoding's attention of one query, a small share) stay OpenBLAS's. Before oneDNN
+// 3.11.2 a signal handled during one of its fp32 products corrupts the heap: the threads
+// that run them hold the asynchronous signals blocked (blas.cc,
+// SignalsHeldDuringTheProduct; onednn_library.h).
 #pragma once
 
 #include <cblas.h>

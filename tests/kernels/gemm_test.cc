@@ -133,8 +133,8 @@ TEST(Gemm, EachLibraryIsTheProductInEveryTransposeAndSize) {
   }
 }
 
-TEST(Gemm, OnTwoThreadsAndOneAlike) {
-  // oneDNN's team is held at set_gemm_threads' count (blas.cc): both are the product.
+TEST(Gemm, IsTheProductOnTwoThreadsAndOnOne) {
+  // set_gemm_threads sizes oneDNN's team too (blas.cc): the product either way.
   for (const int threads : {2, 1}) {
     set_gemm_threads(threads);
     std::mt19937 rng(37);
@@ -228,12 +228,76 @@ TEST(Gemm, OneDnnProductsOutlastASignalStorm) {
   EXPECT_EQ(workers_taking_signals, onednn_gemm_is_signal_safe() ? 1 : 0);
 }
 
+TEST(Gemm, TheSmallestProductsAreOpenBlassTheOthersTheChosenLibrarys) {
+  // Told apart by their bits: on these random operands the two libraries round some
+  // element differently (checked first), and each is the same bits for the same call.
+  if (gemm_library() != GemmLibrary::kOneDnn) GTEST_SKIP() << "OpenBLAS multiplies all";
+  set_gemm_threads(2);
+  std::mt19937 rng(41);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  for (const int k : {60, 64}) {  // 64 x 64 x 60 below 2^18 multiply-adds, 64 x 64 x 64 not
+    const int m = 64, n = 64;
+    std::vector<float> a(size_t(m) * k), b(size_t(k) * n);
+    for (float& x : a) x = value(rng);
+    for (float& x : b) x = value(rng);
+    std::vector<float> by_gemm(size_t(m) * n), by_openblas(by_gemm), by_onednn(by_gemm);
+    gemm(CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f,
+         by_gemm.data(), n);
+    gemm_by(GemmLibrary::kOpenBlas, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a.data(), k,
+            b.data(), n, 0.0f, by_openblas.data(), n);
+    gemm_by(GemmLibrary::kOneDnn, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a.data(), k,
+            b.data(), n, 0.0f, by_onednn.data(), n);
+    ASSERT_NE(by_openblas, by_onednn) << "the libraries agree bit for bit here: no evidence";
+    EXPECT_EQ(by_gemm, int64_t(m) * n * k < (int64_t(1) << 18) ? by_openblas : by_onednn)
+        << "k " << k;
+  }
+}
+
+TEST(Gemm, OneDnnsWorkersHoldTheSignalsWhateverTeamsRanBetweenProducts) {
+  // libgomp ends a team's surplus workers when a smaller team runs and makes new ones for
+  // the next larger team, copying the calling thread's signal mask of that moment: made by
+  // a loop of the ops, unblocked. Before each product they must be blocked again.
+  if (gemm_library() != GemmLibrary::kOneDnn || onednn_gemm_is_signal_safe()) {
+    GTEST_SKIP() << "oneDNN's products are signal-safe here, or OpenBLAS multiplies";
+  }
+  int unblocked = -1;
+  std::thread multiplying([&unblocked] {
+    set_gemm_threads(3);
+    const std::vector<float> a(256 * 256, 0.5f), b(256 * 256, 0.25f);
+    std::vector<float> c(256 * 256);
+    auto product = [&] {
+      gemm(CblasNoTrans, CblasNoTrans, 256, 256, 256, 1.0f, a.data(), 256, b.data(), 256, 0.0f,
+           c.data(), 256);
+    };
+    product();
+    std::atomic<int> members{0};  // a body the compiler keeps
+#pragma omp parallel num_threads(2)  // the third thread ends
+    members.fetch_add(1);
+#pragma omp parallel num_threads(3)  // a new one, unblocked
+    members.fetch_add(1);
+    ASSERT_EQ(members.load(), 5);
+    product();
+    unblocked = 0;
+#pragma omp parallel num_threads(3) reduction(+ : unblocked)
+    {
+      sigset_t mask;
+      pthread_sigmask(SIG_BLOCK, nullptr, &mask);
+      if (omp_get_thread_num() != 0 && !sigismember(&mask, SIGTERM)) unblocked += 1;
+    }
+  });
+  multiplying.join();
+  set_gemm_threads(2);
+  EXPECT_EQ(unblocked, 0) << "workers that ran oneDNN's product take signals";
+}
+
 TEST(GemmLibrary, ThpcCpuGemmNamesTheLibrary) {
   EXPECT_EQ(gemm_library_named(nullptr, true), GemmLibrary::kOneDnn);
   EXPECT_EQ(gemm_library_named("", true), GemmLibrary::kOneDnn);
   EXPECT_EQ(gemm_library_named(nullptr, false), GemmLibrary::kOpenBlas);
   EXPECT_EQ(gemm_library_named("openblas", true), GemmLibrary::kOpenBlas);
   EXPECT_EQ(gemm_library_named("onednn", true), GemmLibrary::kOneDnn);
+  EXPECT_EQ(gemm_library_named("oneDNN", true), GemmLibrary::kOneDnn);  // as the docs write it
+  EXPECT_EQ(gemm_library_named("OpenBLAS", true), GemmLibrary::kOpenBlas);
   expect_error([] { gemm_library_named("onednn", false); },
                {"THPC_CPU_GEMM=onednn, but this build has no oneDNN", "libdnnl-dev"});
   expect_error([] { gemm_library_named("MKL", true); },
