@@ -3,7 +3,8 @@
 #include <sentencepiece_processor.h>
 
 #include <cmath>
-#include <sstream>
+#include <cstdint>
+#include <cstring>
 
 #include "common/error.h"
 #include "data/shard_file.h"
@@ -78,6 +79,41 @@ ValidationBleu::ValidationBleu(const Config& config, const Communicator& comm)
 
 ValidationBleu::~ValidationBleu() = default;
 
+namespace {
+
+// A rank's best translations as int32s, each sentence's length then its ids (none for a
+// sentence a stop left untranslated), for all_gather, which carries bytes.
+std::string packed_ids(const std::vector<std::vector<Hypothesis>>& results) {
+  std::vector<int32_t> values;
+  for (const std::vector<Hypothesis>& found : results) {
+    const TokenSequence none;
+    const TokenSequence& tokens = found.empty() ? none : found.front().tokens;
+    values.push_back(static_cast<int32_t>(tokens.size()));
+    values.insert(values.end(), tokens.begin(), tokens.end());
+  }
+  return std::string(reinterpret_cast<const char*>(values.data()),
+                     values.size() * sizeof(int32_t));
+}
+
+// packed_ids' sentences again, from rank `rank`'s bytes.
+std::vector<TokenSequence> unpacked_ids(const std::string& bytes, size_t rank) {
+  THPC_CHECK(bytes.size() % sizeof(int32_t) == 0,
+             "rank " << rank << " sent " << bytes.size() << " bytes of translations");
+  std::vector<int32_t> values(bytes.size() / sizeof(int32_t));
+  std::memcpy(values.data(), bytes.data(), bytes.size());
+  std::vector<TokenSequence> sentences;
+  for (size_t at = 0; at < values.size();) {
+    const size_t length = static_cast<size_t>(values[at++]);
+    THPC_CHECK(length <= values.size() - at,
+               "rank " << rank << "'s translations end inside a sentence");
+    sentences.emplace_back(values.begin() + at, values.begin() + at + length);
+    at += length;
+  }
+  return sentences;
+}
+
+}  // namespace
+
 double ValidationBleu::score(Transformer& model) const {
   std::vector<std::vector<Hypothesis>> results(sources_.size());
   for (const DecodeBatch& batch :
@@ -87,28 +123,17 @@ double ValidationBleu::score(Transformer& model) const {
     if (stop_requested_by() != 0) break;
     translate_batch(model, ids_, sources_, batch, options_, results);
   }
-  // Each rank's translations as ids, one line each, for rank 0 to detokenise.
-  std::ostringstream mine;
-  for (const std::vector<Hypothesis>& found : results) {
-    if (!found.empty()) {
-      for (const int token : found.front().tokens) mine << token << ' ';
-    }
-    mine << '\n';
-  }
-  const std::vector<std::string> shares = comm_.all_gather(mine.str());
+  const std::vector<std::string> shares = comm_.all_gather(packed_ids(results));
   double score = NAN;
   if (comm_.is_root()) {
     // Pair k was translated by rank k mod W as its (k / W)-th sentence.
     std::vector<std::string> hypotheses(pairs_);
     for (size_t rank = 0; rank < shares.size(); ++rank) {
-      std::istringstream lines(shares[rank]);
-      std::string line;
-      for (size_t k = rank; std::getline(lines, line); k += shares.size()) {
+      size_t k = rank;
+      for (const TokenSequence& tokens : unpacked_ids(shares[rank], rank)) {
         THPC_CHECK(k < hypotheses.size(), "rank " << rank << " sent more translations than pairs");
-        std::istringstream numbers(line);
-        TokenSequence tokens;
-        for (int token; numbers >> token;) tokens.push_back(token);
         hypotheses[k] = detokenise(*spm_, tokens);
+        k += shares.size();
       }
     }
     score = chrf_ ? chrf_->corpus_score(hypotheses) : bleu_->corpus_score(hypotheses).score;
