@@ -155,7 +155,8 @@ echo "$(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 
 # Most of ours' products are oneDNN's where the build has it (ours_gemm=onednn; OpenBLAS
 # then multiplies the smallest: kernels/cpu/blas.h), or OpenBLAS's (ours_gemm=openblas).
 ours_openblas=$(bash "$(dirname "$0")/openblas_kernels.sh" "$build/transformer_decode")
-ours_gemm=$(bash "$(dirname "$0")/cpu_gemm.sh" "$build")
+ours_gemm=n/a
+[ "$device" = cpu ] && ours_gemm=$(bash "$(dirname "$0")/cpu_gemm.sh" "$build")
 echo "ours: matrix products by $ours_gemm; OpenBLAS $ours_openblas kernels${OPENBLAS_CORETYPE:+ (OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE)}"
 echo "checkpoint $checkpoint: $(h5dump -a /architecture "$checkpoint" | grep -o '"layers=[^"]*"')"
 [ "$ct2_importable" = yes ] &&
