@@ -351,7 +351,7 @@ struct Workers {
 // worker of 2 threads; 200 lines (2 batches) 27.4 and 25.1 s; 600 lines (5 batches) 69.4
 // and 73.0 s. (More threads a worker than two are not measured.) The translations were
 // --threads 1's in both ways (40 and 200 lines, float32 and int8; the CPU ops give the
-// same bits with any thread count; OpenBLAS's products may not, as they may not with
+// same bits with any thread count; the matrix products may not, as they may not with
 // another batching, so a beam's exact tie could break otherwise). Sampling, which a last
 // bit moves more often, keeps one thread a worker (below). On a GPU, --gpu-workers N are
 // N workers sharing the device, each with its own copy of the model and its own CUDA

@@ -47,13 +47,16 @@ constexpr int64_t kSmallestOneDnnProduct = int64_t(1) << 18;
 #if THPC_HAVE_ONEDNN
 // The asynchronous signals, every one a process can be sent but the faults a thread
 // raises itself (blocking those is undefined).
-sigset_t asynchronous_signals() {
-  sigset_t set;
-  sigfillset(&set);
-  for (const int fault : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT}) {
-    sigdelset(&set, fault);
-  }
-  return set;
+const sigset_t& asynchronous_signals() {
+  static const sigset_t signals = [] {
+    sigset_t set;
+    sigfillset(&set);
+    for (const int fault : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT}) {
+      sigdelset(&set, fault);
+    }
+    return set;
+  }();
+  return signals;
 }
 
 // Where oneDNN's fp32 kernels corrupt the heap when a signal is handled on a thread running
@@ -73,8 +76,7 @@ class SignalsHeldDuringTheProduct {
  public:
   SignalsHeldDuringTheProduct() {
     if (!needed()) return;
-    static const sigset_t signals = asynchronous_signals();
-    held_ = pthread_sigmask(SIG_BLOCK, &signals, &previous_) == 0;
+    held_ = pthread_sigmask(SIG_BLOCK, &asynchronous_signals(), &previous_) == 0;
   }
   ~SignalsHeldDuringTheProduct() {
     if (held_) pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
@@ -92,10 +94,9 @@ class SignalsHeldDuringTheProduct {
   // workers libgomp creates for this team copy the calling thread's mask, held here.
   static void block_the_workers(int threads) {
     if (!needed() || threads <= 1) return;
-    static const sigset_t signals = asynchronous_signals();
 #pragma omp parallel num_threads(threads)
     {
-      if (omp_get_thread_num() != 0) pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+      if (omp_get_thread_num() != 0) pthread_sigmask(SIG_BLOCK, &asynchronous_signals(), nullptr);
     }
   }
 
@@ -106,20 +107,10 @@ class SignalsHeldDuringTheProduct {
 
 // oneDNN's sgemm runs on the calling thread's OpenMP team, omp_get_max_threads() threads:
 // held at set_gemm_threads' count, as OpenBLAS's is by openblas_set_num_threads. Inside a
-// parallel region it runs on its own thread whatever the count.
+// parallel region it runs on its own thread whatever the count. m, n, k >= 1 (gemm_by).
 void onednn_gemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n, int k,
                  float alpha, const float* a, int lda, const float* b, int ldb, float beta,
                  float* c, int ldc) {
-  if (m <= 0 || n <= 0) return;
-  if (k <= 0) {
-    // BLAS's C = beta * C, which oneDNN leaves to the caller (it returns C unchanged);
-    // beta 0 writes zeros without reading C, as BLAS does.
-    for (int i = 0; i < m; ++i) {
-      float* row = c + static_cast<int64_t>(i) * ldc;
-      for (int j = 0; j < n; ++j) row[j] = beta == 0.0f ? 0.0f : beta * row[j];
-    }
-    return;
-  }
   const SignalsHeldDuringTheProduct held;
   if (!omp_in_parallel()) {
     const int threads = gemm_thread_count.load(std::memory_order_relaxed);
@@ -183,7 +174,9 @@ void set_gemm_threads(int threads) {
 void gemm_by(GemmLibrary library, CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n,
              int k, float alpha, const float* a, int lda, const float* b, int ldb, float beta,
              float* c, int ldc) {
-  if (library == GemmLibrary::kOneDnn) {
+  // An empty product stays OpenBLAS's: with k = 0 BLAS sets C = beta C, which oneDNN's
+  // sgemm leaves undone (it returns C unchanged).
+  if (library == GemmLibrary::kOneDnn && m > 0 && n > 0 && k > 0) {
 #if THPC_HAVE_ONEDNN
     onednn_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;

@@ -58,8 +58,8 @@ T gradient_beta(GradStore store) {
   return store == GradStore::kWrite ? T(0) : T(1);
 }
 
-// gemm by `library` whatever the product's size (oneDNN only where the build has it): for
-// the tests comparing the two.
+// gemm by `library` whatever the product's size (oneDNN only where the build has it), but
+// an empty one (m, n or k of 0), which is OpenBLAS's: for the tests comparing the two.
 void gemm_by(GemmLibrary library, CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n,
              int k, float alpha, const float* a, int lda, const float* b, int ldb, float beta,
              float* c, int ldc);

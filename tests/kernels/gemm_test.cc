@@ -145,13 +145,14 @@ TEST(Gemm, IsTheProductOnTwoThreadsAndOnOne) {
 }
 
 TEST(Gemm, AnEmptySumIsBetaTimesC) {
-  // k = 0: BLAS's C = beta C, which oneDNN's sgemm leaves undone (blas.cc does it).
+  // k = 0: BLAS's C = beta C, which oneDNN's sgemm leaves undone (gemm_by gives the
+  // empty product to OpenBLAS whichever library is asked for).
   for (const GemmLibrary library : libraries()) {
     for (const float beta : {0.0f, 0.5f}) {
       std::vector<float> c{std::numeric_limits<float>::quiet_NaN(), 2.0f, 3.0f, 4.0f};
       if (beta != 0.0f) c[0] = 1.0f;
       const float a = 1.0f, b = 1.0f;
-      // m n k = 0 is below oneDNN's size; gemm_by calls the library asked for regardless.
+      // m n k = 0 is below oneDNN's size, and gemm_by gives an empty product to OpenBLAS.
       gemm_by(library, CblasNoTrans, CblasNoTrans, 2, 2, 0, 1.0f, &a, 1, &b, 2, beta, c.data(), 2);
       const std::vector<float> expected =
           beta == 0.0f ? std::vector<float>{0, 0, 0, 0} : std::vector<float>{0.5f, 1, 1.5f, 2};
