@@ -76,6 +76,19 @@ inline std::vector<Batch> batches_of_shapes(int shapes, int count, int vocab, in
   return batches;
 }
 
+// What GradientSums hands the last micro-batch (train/gradient_sums.h), for a transport
+// alone: the buckets started as backward finishes them, the finish queued at the pass's
+// end where the transport is capturable.
+struct ReducerListener : GradientListener {
+  explicit ReducerListener(GradientReducer* r) : reducer(r) {}
+  void gradients_final_from(int64_t offset) override { reducer->ready_from(offset); }
+  void pass_end() override {
+    if (reducer->capturable()) reducer->queue_finish();
+  }
+  bool capturable() const override { return reducer->capturable(); }
+  GradientReducer* reducer;
+};
+
 struct StepsRun {
   std::vector<StepTotals> totals;  // each step's, as read
   std::vector<float> params;       // after the last update
@@ -86,8 +99,8 @@ struct StepsRun {
 // (cycling), the model initialised from `init_seed`, dropout keyed by `dropout_seed`,
 // the logits made `loss_chunk_rows` rows at a time (0: whole).
 // With `reducer`: the last micro-batch's backward starts its sums as GradientSums does
-// for several ranks (train/gradient_sums.h): buckets from the gradients-final hook, the
-// finish queued at the pass's end where the transport is capturable, awaited after.
+// for several ranks (train/gradient_sums.h), through a ReducerListener; the finish is
+// awaited after.
 inline StepsRun run_training_steps(Backend& backend, const ModelConfig& config, int vocab,
                                    const std::vector<Batch>& batches, int steps, int accumulate,
                                    uint64_t init_seed, uint64_t dropout_seed,
@@ -98,6 +111,7 @@ inline StepsRun run_training_steps(Backend& backend, const ModelConfig& config, 
   Adam adam(model.params(), backend, AdamSettings{});
   StepTotalsBuffer totals(backend);
   StepInputsBuffer inputs(backend);
+  ReducerListener listener(reducer);
   StepsRun run;
   size_t next_batch = 0;
   for (int step = 1; step <= steps; ++step) {
@@ -116,16 +130,10 @@ inline StepsRun run_training_steps(Backend& backend, const ModelConfig& config, 
       dropout.stream = static_cast<uint32_t>(i);
       inputs.set(step_inputs_for(dropout, 1.0f / static_cast<float>(tokens)));
       const bool summed = reducer != nullptr && i + 1 == accumulate;
+      if (summed) reducer->begin(model.params().grads());
+      model.train_step(*micro[i], dropout, inputs.in_backend(), totals.tensor(),
+                       summed ? &listener : nullptr);
       if (summed) {
-        reducer->begin(model.params().grads());
-        model.set_gradients_final_hook([&](int64_t offset) { reducer->ready_from(offset); },
-                                       reducer->capturable());
-        if (reducer->capturable()) model.set_pass_end_hook([&] { reducer->queue_finish(); });
-      }
-      model.train_step(*micro[i], dropout, inputs.in_backend(), totals.tensor());
-      if (summed) {
-        model.set_gradients_final_hook(nullptr);
-        model.set_pass_end_hook(nullptr);
         if (reducer->capturable()) {
           reducer->await_finish();
         } else {

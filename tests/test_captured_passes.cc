@@ -73,6 +73,30 @@ INSTANTIATE_TEST_SUITE_P(NormsAndLossChunks, CapturedPasses,
                          ::testing::Values(std::make_tuple("post", 0), std::make_tuple("pre", 0),
                                            std::make_tuple("post", 5)));
 
+// `steps` steps of `accumulate` micro-batches of the small post-norm model, the last
+// micro-batch's gradient summed by the doubling stand-in (`capturable` or a host
+// transport), on the CPU and through the CPU's stand-in for graphs.
+struct SumsRuns {
+  test::StepsRun plain, captured;
+  int backend_captures = 0;  // what the stand-in captured
+};
+SumsRuns training_with_doubling_sums(const std::vector<Batch>& batches, int steps,
+                                     int accumulate, bool capturable) {
+  const ModelConfig config = test::small_model("post");
+  auto plain_backend = make_cpu_backend(DType::F32);
+  auto inner = make_cpu_backend(DType::F32);
+  CapturingBackend capturing(*inner);
+  test::DoublingReducer plain_sums(*plain_backend, capturable);
+  test::DoublingReducer captured_sums(capturing, capturable);
+  SumsRuns runs;
+  runs.plain = test::run_training_steps(*plain_backend, config, kVocab, batches, steps,
+                                        accumulate, 3, 5, 0, &plain_sums);
+  runs.captured = test::run_training_steps(capturing, config, kVocab, batches, steps, accumulate,
+                                           3, 5, 0, &captured_sums);
+  runs.backend_captures = capturing.captures();
+  return runs;
+}
+
 // The sums over ranks inside the captured pass (GradientReducer::capturable: NCCL's on a
 // GPU; here the doubling stand-in, its work all on the backend): one micro-batch a step,
 // so every pass has the gradient hooks; with a capturable transport the pass is captured
@@ -80,27 +104,32 @@ INSTANTIATE_TEST_SUITE_P(NormsAndLossChunks, CapturedPasses,
 // steps bit for bit (a replay that left the sums out would halve the gradient). With a
 // transport that calls the host (MPI's), nothing is captured.
 TEST(CapturedSums, ACapturableTransportsSumsAreCapturedWithThePass) {
-  const ModelConfig config = test::small_model("post");
   const std::vector<Batch> batches = schedule(kVocab, 12);
   for (bool capturable : {true, false}) {
     SCOPED_TRACE(capturable ? "capturable" : "host transport");
-    auto plain_backend = make_cpu_backend(DType::F32);
-    auto inner = make_cpu_backend(DType::F32);
-    CapturingBackend capturing(*inner);
-    test::DoublingReducer plain_sums(*plain_backend, capturable), captured_sums(capturing, capturable);
-    const test::StepsRun plain = test::run_training_steps(*plain_backend, config, kVocab, batches,
-                                                          12, 1, 3, 5, 0, &plain_sums);
-    const test::StepsRun captured = test::run_training_steps(capturing, config, kVocab, batches,
-                                                             12, 1, 3, 5, 0, &captured_sums);
-    test::expect_same_steps(captured, plain);
+    const SumsRuns runs = training_with_doubling_sums(batches, 12, 1, capturable);
+    test::expect_same_steps(runs.captured, runs.plain);
     if (capturable) {
-      EXPECT_GE(captured.counts.captures, 3);
-      EXPECT_GT(captured.counts.replays, captured.counts.captures);
+      EXPECT_GE(runs.captured.counts.captures, 3);
+      EXPECT_GT(runs.captured.counts.replays, runs.captured.counts.captures);
     } else {
-      EXPECT_EQ(captured.counts.captures, 0);
-      EXPECT_EQ(capturing.captures(), 0);
+      EXPECT_EQ(runs.captured.counts.captures, 0);
+      EXPECT_EQ(runs.backend_captures, 0);
     }
   }
+}
+
+// Two micro-batches a step, all of one shape: the first runs without the sums, the last
+// with them (a capturable transport's, the doubling stand-in's). The two are different
+// passes of one shape and must never share a capture: the last replaying the first's
+// would leave the sums out, the first replaying the last's would double a partial
+// gradient. Equal to the uncaptured steps bit for bit.
+TEST(CapturedSums, PassesWithAndWithoutTheSumsNeverShareACapture) {
+  const std::vector<Batch> batches = test::batches_of_shapes(1, 12, kVocab, 12, 21);
+  const SumsRuns runs = training_with_doubling_sums(batches, 6, 2, true);
+  test::expect_same_steps(runs.captured, runs.plain);
+  EXPECT_EQ(runs.captured.counts.captures, 2) << "one for the passes without the sums, one with";
+  EXPECT_EQ(runs.captured.counts.replays, 10) << "every pass after each kind's first";
 }
 
 // The stand-in with a loss that misbehaves while its pass may be captured: waits for the
@@ -149,7 +178,9 @@ struct OneBatchTraining {
         inputs(backend) {
     inputs.set(step_inputs_for(dropout, 0.1f));
   }
-  void pass() { model.train_step(batch, dropout, inputs.in_backend(), totals.tensor()); }
+  void pass(GradientListener* listener = nullptr) {
+    model.train_step(batch, dropout, inputs.in_backend(), totals.tensor(), listener);
+  }
 
   Transformer model;
   Batch batch;
@@ -177,18 +208,20 @@ TEST(CapturedPassesRefused, AnErrorInACapturedPassReachesTheCaller) {
   EXPECT_EQ(throwing.last_refusal(), "the work threw");
 }
 
-// Backward that calls the gradient sums' hooks (host code: the transport of the sums over
-// ranks) is never captured.
-TEST(CapturedPassesRefused, PassesWithGradientHooksRunUncaptured) {
+// Backward whose listener calls host code (the transport of the sums over ranks by MPI)
+// is never captured.
+TEST(CapturedPassesRefused, PassesWithAHostListenerRunUncaptured) {
   auto inner = make_cpu_backend(DType::F32);
   CapturingBackend capturing(*inner);
   OneBatchTraining training(capturing);
-  int hook_calls = 0;
-  training.model.set_gradients_final_hook([&](int64_t) { ++hook_calls; });
-  for (int i = 0; i < 4; ++i) training.pass();
+  struct CountsCalls : GradientListener {
+    void gradients_final_from(int64_t) override { ++calls; }
+    int calls = 0;
+  } listener;
+  for (int i = 0; i < 4; ++i) training.pass(&listener);
   EXPECT_EQ(capturing.captures(), 0);
   EXPECT_EQ(training.model.capture_counts().captures, 0);
-  EXPECT_GT(hook_calls, 4) << "every pass's backward called the hook";
+  EXPECT_GT(listener.calls, 4) << "every pass's backward told the listener";
 }
 
 // The schedule transformer_data_stats runs a corpus's shapes through

@@ -423,14 +423,17 @@ TEST(CudaTraining, OneRankNcclGradientsEqualTheCpuPath) {
     Transformer model(config.model, config.data.synthetic_vocab, SpecialIds{}, backend,
                       config.train.seed);
     backend.zero(model.params().grads());
-    if (reducer) {
-      reducer->begin(model.params().grads());
-      model.set_gradients_final_hook([&](int64_t offset) { reducer->ready_from(offset); });
-    }
+    struct StartsBuckets : GradientListener {
+      explicit StartsBuckets(GradientReducer* r) : reducer(r) {}
+      void gradients_final_from(int64_t offset) override { reducer->ready_from(offset); }
+      GradientReducer* reducer;
+    } listener(reducer);
+    if (reducer) reducer->begin(model.params().grads());
     DropoutContext dropout;
     dropout.seed = 7;
     dropout.step = 1;
-    model.train_step(batch, 1.0f / static_cast<float>(batch.tgt_tokens()), dropout);
+    model.train_step(batch, 1.0f / static_cast<float>(batch.tgt_tokens()), dropout,
+                     reducer ? &listener : nullptr);
     if (reducer) reducer->finish();
     std::vector<float> host(static_cast<size_t>(model.params().buffer_numel()));
     backend.download(host.data(), model.params().grads());
@@ -905,32 +908,38 @@ TEST(CudaCandidateStepGraphs, Int8DecodingCapturedEqualsUncapturedBitForBit) {
 
 // The gradient sums inside the captured pass: NCCL on one rank (its all-reduce of one
 // rank a copy; the launches, events and the compute stream's wait all in the graph, the
-// host's wait for an event after it), one micro-batch a step so that every pass calls the
-// hooks, equal to the same steps uncaptured with the same transport, bit for bit.
-// CapturedSums.* holds the host's part on the CPU (the rehearsal takes its stand-in).
+// host's wait for an event after it), equal to the same steps uncaptured with the same
+// transport, bit for bit, with one micro-batch a step, so that every pass starts the sums.
+// With two, passes of one shape run with the sums and without, and must not replay each
+// other's captures: there the sums are the doubling stand-in's (its scaling is stream
+// work too), since NCCL's sum over one rank changes nothing and could not show a pass
+// that left them out. CapturedSums.* holds the host's part on the CPU (the rehearsal
+// takes the stand-in throughout).
 TEST(CudaCandidateStepGraphs, OneRankNcclSumsCapturedEqualUncaptured) {
   THPC_REQUIRE_GPU();
   constexpr int kVocab = 97;
   const std::vector<Batch> batches = test::batches_of_shapes(3, 12, kVocab, 40, 31);
   for (DType dtype : test::gpu_compute_dtypes()) {
-    SCOPED_TRACE(dtype_name(dtype));
-    const auto run = [&](unsigned candidates) {
-      GraphBackends gpu(dtype, candidates);
-      std::unique_ptr<GradientReducer> reducer =
-          test::twin_rehearsal()
-              ? std::make_unique<test::DoublingReducer>(gpu.use(), true)
-              : make_nccl_gradient_reducer(Communicator::single(), gpu.use(),
-                                           /*bucket_bytes=*/1 << 20, /*timeout_seconds=*/60.0);
-      EXPECT_TRUE(reducer->capturable());
-      return test::run_training_steps(gpu.use(), graph_model(), kVocab, batches, 12, 1, 3, 5, 0,
-                                      reducer.get());
-    };
-    const test::StepsRun expected = run(kNoCandidates);
-    const test::StepsRun captured = run(kStepGraphs);
-    test::expect_same_steps(captured, expected);
-    EXPECT_GE(captured.counts.captures, 3);
-    EXPECT_GT(captured.counts.replays, captured.counts.captures);
-    EXPECT_EQ(captured.counts.refused, 0) << "a capture failed: its shape ran uncaptured";
+    for (int accumulate : {1, 2}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + ", accumulate " + std::to_string(accumulate));
+      const auto run = [&](unsigned candidates) {
+        GraphBackends gpu(dtype, candidates);
+        std::unique_ptr<GradientReducer> reducer =
+            test::twin_rehearsal() || accumulate > 1
+                ? std::make_unique<test::DoublingReducer>(gpu.use(), true)
+                : make_nccl_gradient_reducer(Communicator::single(), gpu.use(),
+                                             /*bucket_bytes=*/1 << 20, /*timeout_seconds=*/60.0);
+        EXPECT_TRUE(reducer->capturable());
+        return test::run_training_steps(gpu.use(), graph_model(), kVocab, batches, 12,
+                                        accumulate, 3, 5, 0, reducer.get());
+      };
+      const test::StepsRun expected = run(kNoCandidates);
+      const test::StepsRun captured = run(kStepGraphs);
+      test::expect_same_steps(captured, expected);
+      EXPECT_GE(captured.counts.captures, 3);
+      EXPECT_GT(captured.counts.replays, captured.counts.captures);
+      EXPECT_EQ(captured.counts.refused, 0) << "a capture failed: its shape ran uncaptured";
+    }
   }
 }
 

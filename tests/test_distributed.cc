@@ -826,9 +826,12 @@ TEST(GradientReducer, ModelReportsAFallingWatermarkEndingAtZero) {
   batch.tgt_in = {2, 10, 11, 2, 12, 0};
   batch.tgt_out = {10, 11, 3, 12, 3, 0};
   batch.tgt_lengths = {3, 2};
-  std::vector<int64_t> offsets;
-  transformer.set_gradients_final_hook([&](int64_t offset) { offsets.push_back(offset); });
-  transformer.train_step(batch, 0.1f, thpc::DropoutContext{});
+  struct OffsetsHeard : thpc::GradientListener {
+    void gradients_final_from(int64_t offset) override { offsets.push_back(offset); }
+    std::vector<int64_t> offsets;
+  } listener;
+  const std::vector<int64_t>& offsets = listener.offsets;
+  transformer.train_step(batch, 0.1f, thpc::DropoutContext{}, &listener);
   ASSERT_EQ(offsets.size(), 5u);  // 2 decoder layers, 2 encoder layers, the embedding
   for (size_t i = 1; i < offsets.size(); ++i) EXPECT_LT(offsets[i], offsets[i - 1]);
   EXPECT_EQ(offsets.back(), 0);

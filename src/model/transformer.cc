@@ -392,7 +392,7 @@ void Transformer::queue_train_pass(const DropoutContext& dropout, Loss&& loss) {
     s.grad_arena.reset();
     backward_decoder(dropout);
     backward_encoder(dropout);
-    if (pass_end_hook_) pass_end_hook_();
+    if (listener_ != nullptr) listener_->pass_end();
     return;
   }
   // train.loss_chunk_rows: the tied projection (§3.4), the loss and the projection's
@@ -412,11 +412,31 @@ void Transformer::queue_train_pass(const DropoutContext& dropout, Loss&& loss) {
   });
   backward_decoder(dropout, d_decoder_out);
   backward_encoder(dropout);
-  if (pass_end_hook_) pass_end_hook_();
+  if (listener_ != nullptr) listener_->pass_end();
 }
 
+namespace {
+
+// The listener of one train_step, told what its pass's backward finishes, and forgotten
+// when the step returns or throws.
+class ListenerForThePass {
+ public:
+  ListenerForThePass(GradientListener*& slot, GradientListener* listener) : slot_(slot) {
+    slot_ = listener;
+  }
+  ~ListenerForThePass() { slot_ = nullptr; }
+  ListenerForThePass(const ListenerForThePass&) = delete;
+  ListenerForThePass& operator=(const ListenerForThePass&) = delete;
+
+ private:
+  GradientListener*& slot_;
+};
+
+}  // namespace
+
 LossSums Transformer::train_step(const Batch& batch, float grad_scale,
-                                 const DropoutContext& dropout) {
+                                 const DropoutContext& dropout, GradientListener* listener) {
+  const ListenerForThePass listening(listener_, listener);
   LossSums sums;
   train_pass(batch, dropout, [&](Tensor logits, const int32_t* targets, int rows) {
     const LossSums part = backend_.softmax_cross_entropy(
@@ -429,17 +449,19 @@ LossSums Transformer::train_step(const Batch& batch, float grad_scale,
 }
 
 void Transformer::train_step(const Batch& batch, const DropoutContext& dropout,
-                             const StepInputs* inputs, Tensor totals) {
+                             const StepInputs* inputs, Tensor totals,
+                             GradientListener* listener) {
   THPC_CHECK(inputs != nullptr, "train_step without its step inputs");
+  const ListenerForThePass listening(listener_, listener);
   const auto loss = [&](Tensor logits, const int32_t* targets, int rows) {
     backend_.softmax_cross_entropy_add(logits, logits, targets, rows, vocab_,
                                        config_.label_smoothing, ids_.pad, inputs, totals);
   };
-  // Hooks that call host code during backward (MPI's sums) and the lookups summed apart,
-  // which change from step to step, keep a pass uncaptured.
+  // A listener that calls host code during backward (MPI's sums) and the lookups summed
+  // apart, which change from step to step, keep a pass uncaptured.
   const bool capturable = backend_.can_capture() &&
-                          (!gradients_final_hook_ || gradients_final_hook_capturable_) &&
-                          !output_projection_final_hook_ && !lookups_summed_apart();
+                          (listener == nullptr || listener->capturable()) &&
+                          !lookups_summed_apart();
   if (!capturable) {
     train_pass(batch, dropout, loss);
     return;
@@ -449,7 +471,7 @@ void Transformer::train_step(const Batch& batch, const DropoutContext& dropout,
   State& s = *state_;
   CapturedPass& pass =
       lru_entry(captured_passes_, CapturedPassKey{s.batch_size, s.src_len, s.tgt_len, inputs,
-                                                  totals.data});
+                                                  totals.data, listener});
   // The captured ops read the dropout's step and stream where the loss reads its scale:
   // in `inputs`, written before each micro-batch with what `dropout` says here.
   DropoutContext from_inputs = dropout;
@@ -555,7 +577,7 @@ void Transformer::backward_decoder(const DropoutContext& ctx, Tensor d_decoder_o
                                         s.embedding.value, rows, d, vocab_, GradStore::kWrite);
   }
   // With the lookups summed apart, the embedding's gradient is now final.
-  if (output_projection_final_hook_) output_projection_final_hook_();
+  if (listener_ != nullptr && lookups_summed_apart()) listener_->output_projection_final();
   Tensor d_encoder_out = grads.take_zeroed(sub.act, int64_t(src_rows) * d);
   Tensor d_x = grads.take(sub.act, int64_t(rows) * d);
   // Pre-norm: the residual stream's gradient, zero above the top layer (the final norm,
@@ -623,7 +645,7 @@ void Transformer::backward_encoder(const DropoutContext& ctx) {
 // the layer (the next layer's first, or the final norm), and from layer 0's first once
 // the lead-in is done (layer = -1, where post-norm has nothing left to report).
 void Transformer::layer_gradients_final(const char* stack, int layer) const {
-  if (!gradients_final_hook_) return;
+  if (listener_ == nullptr) return;
   const bool pre_norm = config_.norm == "pre";
   if (layer < 0 && !pre_norm) return;
   const int first_final = pre_norm ? layer + 1 : layer;

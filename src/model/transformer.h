@@ -23,6 +23,7 @@
 #include "kernels/ops.h"
 #include "model/arena.h"
 #include "model/decoder_state.h"
+#include "model/gradient_listener.h"
 #include "model/params.h"
 
 namespace thpc {
@@ -86,8 +87,11 @@ class Transformer {
 
   // One training micro-batch: forward with dropout, loss, backward. Parameter gradients
   // ACCUMULATE into params().grads(); the loss sum is scaled by grad_scale (1 / target
-  // tokens of the whole step) before differentiation.
-  LossSums train_step(const Batch& batch, float grad_scale, const DropoutContext& dropout);
+  // tokens of the whole step) before differentiation. `listener` (null: none) is told
+  // during backward what is final (model/gradient_listener.h): the micro-batch whose
+  // backward finishes the step's gradients starts their sums over ranks with it.
+  LossSums train_step(const Batch& batch, float grad_scale, const DropoutContext& dropout,
+                      GradientListener* listener = nullptr);
   // The same micro-batch with the loss sums added into `totals` (StepTotalsBuffer) where
   // the backend keeps them, nothing read back: the training step's form, which reads its
   // totals once, at its end (StepTotalsBuffer::read). The loss gradient's scale is
@@ -99,11 +103,13 @@ class Transformer {
   // second micro-batch of its shape (batch size, source and target length) and replayed
   // at the following ones, up to kMaxCapturedPasses shapes, the least recently used
   // dropped first: then the ops read the dropout's step and stream from `inputs`, and
-  // the host queues one launch. A pass whose gradient hooks call host code (the sums over
-  // ranks by MPI, the embedding's per use) runs uncaptured; NCCL's sums are captured with
-  // it. A replayed pass leaves no attention_weights().
+  // the host queues one launch. A pass whose listener calls host code (the sums over
+  // ranks by MPI), or with the embedding summed per use, runs uncaptured; NCCL's sums are
+  // captured with it. A pass with a listener and one without never share a capture,
+  // whatever their shape: a replay runs only what its capture queued. A replayed pass
+  // leaves no attention_weights().
   void train_step(const Batch& batch, const DropoutContext& dropout, const StepInputs* inputs,
-                  Tensor totals);
+                  Tensor totals, GradientListener* listener = nullptr);
   static constexpr size_t kMaxCapturedPasses = 256;
   // What train_step's and the decoding steps' capturing has done so far (for the
   // benchmark's line and tests).
@@ -120,35 +126,17 @@ class Transformer {
   // the embedding's share (a sum over chunks), the loss up to the order of its sum.
   // evaluate() takes the logits in the same chunks (forward only).
   void set_loss_chunk_rows(int64_t rows) { loss_chunk_rows_ = rows; }
-  // Called during train_step's backward each time every gradient at a flat offset >= x
-  // is final: x falls layer by layer (decoder N-1..0, encoder N-1..0) and ends at 0 once
-  // the shared embedding is done. The gradient all-reduce starts its buckets from it.
-  // An empty function (the default) turns the calls off.
-  // capturable: the hook's work on the backend is stream work a CUDA graph can hold (the
-  // NCCL sums' launches, GradientReducer::capturable), so that a pass calling it may still
-  // be captured; else such a pass runs uncaptured.
-  void set_gradients_final_hook(std::function<void(int64_t offset)> hook,
-                                bool capturable = false) {
-    gradients_final_hook_ = std::move(hook);
-    gradients_final_hook_capturable_ = capturable;
-  }
-  // Called at the end of train_step's pass, inside it (so captured with it where it is):
-  // the gradient sums queue their finish there (GradientReducer::queue_finish). Empty (the
-  // default): nothing.
-  void set_pass_end_hook(std::function<void()> hook) { pass_end_hook_ = std::move(hook); }
 
   // The tied embedding's gradient summed per use (dist.embedding_sum = per_use): with
   // `rows` non-empty (sorted, distinct: every id any rank's micro-batches of the step look
   // up) the embedding lookups' gradient goes to a table of its own, zeroed here, instead
   // of the embedding's gradient, which then holds the output projection's share alone,
-  // final as soon as that product's backward is done: the hook below is called then (the
-  // gradient all-reduce starts its sum). lookup_gradient_rows() gives the table's `rows`
-  // [rows, d], to be summed over ranks; add_lookup_gradient_rows(summed) adds them to the
-  // embedding's gradient. Empty `rows`: one gradient again.
+  // final as soon as that product's backward is done: the pass's listener is told then
+  // (GradientListener::output_projection_final: the all-reduce starts its sum).
+  // lookup_gradient_rows() gives the table's `rows` [rows, d], to be summed over ranks;
+  // add_lookup_gradient_rows(summed) adds them to the embedding's gradient. Empty `rows`:
+  // one gradient again.
   void sum_lookups_apart(const std::vector<int32_t>& rows);
-  void set_output_projection_final_hook(std::function<void()> hook) {
-    output_projection_final_hook_ = std::move(hook);
-  }
   Tensor lookup_gradient_rows();
   void add_lookup_gradient_rows(Tensor summed);
 
@@ -230,9 +218,12 @@ class Transformer {
     int batch_size, src_len, tgt_len;
     const StepInputs* inputs;
     const void* totals;
+    // A capture holds its listener's stream work (the sums' launches): a pass without
+    // one must not replay it, nor one with a listener replay a capture without.
+    const GradientListener* listener;
     bool operator==(const CapturedPassKey& o) const {
       return batch_size == o.batch_size && src_len == o.src_len && tgt_len == o.tgt_len &&
-             inputs == o.inputs && totals == o.totals;
+             inputs == o.inputs && totals == o.totals && listener == o.listener;
     }
   };
   // What a captured pass or decoding step keeps (Captured: with the `Key` it is good for).
@@ -322,15 +313,13 @@ class Transformer {
   SpecialIds ids_;
   Backend& backend_;
   ParamStore params_;
-  std::function<void(int64_t)> gradients_final_hook_;
-  bool gradients_final_hook_capturable_ = false;
-  std::function<void()> pass_end_hook_;
-  std::function<void()> output_projection_final_hook_;
+  // The listener of the train_step running now (null: none, or no pass running).
+  GradientListener* listener_ = nullptr;
   // Where the embedding lookups' backward adds: the embedding's gradient, or the table of
   // sum_lookups_apart().
   Tensor lookups_gradient() const;
   void gradients_final_from(int64_t offset) const {
-    if (gradients_final_hook_) gradients_final_hook_(offset);
+    if (listener_ != nullptr) listener_->gradients_final_from(offset);
   }
   // Reports what is final once `stack`'s layer `layer` (-1: its lead-in norm, after
   // layer 0) is through backward.

@@ -47,35 +47,24 @@ void GradientSums::prepare(Transformer& model, const std::vector<Batch>& micro_b
   if (sum_lookups_apart_) model.sum_lookups_apart(rows_looked_up_by_any_rank(micro_batches));
 }
 
-void GradientSums::attach(Transformer& model) {
-  if (!reducer_) return;
+GradientListener* GradientSums::begin_last_pass(Transformer& model) {
+  if (!reducer_) return nullptr;
   reducer_->begin(model.params().grads());
-  // A transport whose work is all stream work (NCCL's) queues its finish at the pass's
-  // end, inside it: a pass captured into a graph then holds its sums whole, and finish()
-  // only waits. The embedding's rows summed per use join at finish(): not so.
-  model.set_gradients_final_hook([this](int64_t offset) { reducer_->ready_from(offset); },
-                                 finish_queued_in_pass());
-  if (finish_queued_in_pass()) model.set_pass_end_hook([this] { reducer_->queue_finish(); });
   if (sum_lookups_apart_) {
     // The embedding's gradient is the first entry: [0, vocab x d).
     const ParamEntry& entry = model.params().entry("embed.weight");
     THPC_CHECK(entry.offset == 0, "the embedding at offset " << entry.offset);
-    const int64_t embedding = entry.numel();
-    model.set_output_projection_final_hook(
-        [this, embedding] { reducer_->start_early(embedding); });
+    embedding_elements_ = entry.numel();
   }
-}
-
-void GradientSums::detach(Transformer& model) {
-  if (!reducer_) return;
-  model.set_gradients_final_hook(nullptr);
-  model.set_output_projection_final_hook(nullptr);
-  model.set_pass_end_hook(nullptr);
+  // A transport whose work is all stream work (NCCL's) queues its finish at the pass's
+  // end, inside it (pass_end): a pass captured into a graph then holds its sums whole,
+  // and finish() only waits. The embedding's rows summed per use join at finish(): not so.
+  return this;
 }
 
 void GradientSums::finish(Transformer& model, int64_t step) {
   if (!reducer_) return;
-  if (finish_queued_in_pass()) {  // queued by the pass (attach): only the wait is left
+  if (finish_queued_in_pass()) {  // queued by the pass (pass_end): only the wait is left
     reducer_->await_finish();
     return;
   }

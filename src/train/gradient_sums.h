@@ -1,7 +1,7 @@
 // The step's gradient sums over the ranks (the [dist] keys): the transport
 // (distributed/gradient_reducer.h) chosen and sized, its buckets started during the last
 // micro-batch's backward, the tied embedding summed per use (dist.embedding_sum), and the
-// sums' timings for the log (dist.log_buckets). The trainer's step calls it at four points
+// sums' timings for the log (dist.log_buckets). The trainer's step calls it at three points
 // and reads top to bottom; with one rank there is nothing to sum and every call is a no-op.
 #pragma once
 
@@ -14,11 +14,12 @@
 #include "data/batch.h"
 #include "distributed/communicator.h"
 #include "distributed/gradient_reducer.h"
+#include "model/gradient_listener.h"
 #include "model/transformer.h"
 
 namespace thpc {
 
-class GradientSums {
+class GradientSums : private GradientListener {
  public:
   // `config`, `comm` and `backend` must outlive this (the trainer's own).
   GradientSums(const Config& config, const Communicator& comm, Backend& backend,
@@ -31,12 +32,12 @@ class GradientSums {
   // Before the step's micro-batches: with the embedding summed per use, the rows any
   // rank's micro-batches look up, agreed over the ranks, and handed to the model.
   void prepare(Transformer& model, const std::vector<Batch>& micro_batches);
-  // Around the last micro-batch's train_step: its backward starts the buckets as they
-  // become final (and, per use, the embedding's share as soon as the output projection's
-  // backward is done); with NCCL (GradientReducer::capturable) the pass's end also queues
-  // the sums' finish, so that a pass captured into a CUDA graph holds them.
-  void attach(Transformer& model);
-  void detach(Transformer& model);
+  // Before the last micro-batch's train_step: the listener to hand it (null with nothing
+  // to sum). Its backward starts the buckets as they become final (and, per use, the
+  // embedding's share as soon as the output projection's backward is done); with NCCL
+  // (GradientReducer::capturable) the pass's end also queues the sums' finish, so that a
+  // pass captured into a CUDA graph holds them.
+  GradientListener* begin_last_pass(Transformer& model);
   // After backward: every sum complete (per use, the lookups' rows added to the
   // embedding's); on a logged step with dist.log_buckets, the timings line is kept.
   void finish(Transformer& model, int64_t step);
@@ -44,10 +45,18 @@ class GradientSums {
   std::string take_timings_line();
 
  private:
+  // The last pass's listener (begin_last_pass).
+  void gradients_final_from(int64_t offset) override { reducer_->ready_from(offset); }
+  void output_projection_final() override { reducer_->start_early(embedding_elements_); }
+  void pass_end() override {
+    if (finish_queued_in_pass()) reducer_->queue_finish();
+  }
+  bool capturable() const override { return finish_queued_in_pass(); }
+
   // Every id a lookup of this rank's micro-batches reads, sorted and distinct, then the
   // union over the ranks.
   std::vector<int32_t> rows_looked_up_by_any_rank(const std::vector<Batch>& batches) const;
-  // Whether the last pass's end queues the sums' finish (attach), so that finish() only
+  // Whether the last pass's end queues the sums' finish (pass_end), so that finish() only
   // waits: a capturable transport (NCCL's), the embedding not summed per use (its rows
   // join at finish()).
   bool finish_queued_in_pass() const { return reducer_->capturable() && !sum_lookups_apart_; }
@@ -57,6 +66,8 @@ class GradientSums {
   std::unique_ptr<GradientReducer> reducer_;  // null on one rank
   // dist.embedding_sum = per_use in effect (several ranks on the CPU).
   bool sum_lookups_apart_ = false;
+  // The embedding's gradient, [0, vocab x d) of the gradients: summed early per use.
+  int64_t embedding_elements_ = 0;
 
   std::string timings_line_;
 };

@@ -257,10 +257,8 @@ StepStats Trainer::compute_step() {
     // The last micro-batch's backward finishes the gradients: its buckets are summed
     // over ranks while backward goes on (gradient_sums.h).
     const bool last = i + 1 == accumulate;
-    if (last) sums_->attach(*model_);
     model_->train_step(micro_batches[i], dropout, step_inputs_->in_backend(),
-                       step_totals_->tensor());
-    if (last) sums_->detach(*model_);
+                       step_totals_->tensor(), last ? sums_->begin_last_pass(*model_) : nullptr);
   }
   // Complete the sums over ranks (each gradient already scaled by 1 / global tokens).
   sums_->finish(*model_, step);
