@@ -652,19 +652,6 @@ TEST(StopSignal, SighupAsksToStopUnlessItWasIgnoredOnEntry) {
 
 // ---- when checkpoints are written, and how many stay ----
 
-TEST(CheckpointSchedule, ByStepsAndByTime) {
-  CheckpointConfig options;
-  options.minutes = 0.5f;
-  options.every_steps = 0;
-  EXPECT_FALSE(checkpoint_due(options, 7, 29.9));
-  EXPECT_TRUE(checkpoint_due(options, 7, 30.0));
-  options.every_steps = 4;
-  EXPECT_TRUE(checkpoint_due(options, 8, 0.0));
-  EXPECT_FALSE(checkpoint_due(options, 9, 0.0));
-  options.minutes = 0.0f;  // off
-  EXPECT_FALSE(checkpoint_due(options, 9, 1e9));
-}
-
 TEST_F(CheckpointTest, MinutesSaveOnTheClockDuringTheRunAndZeroDoesNot) {
   // An injected clock on which every step takes 10 s: with checkpoint.minutes = 0.5 a
   // checkpoint falls due every third step, whatever the machine's speed.

@@ -548,11 +548,6 @@ std::string with_norm_recorded(const std::string& architecture) {
 }
 
 
-bool checkpoint_due(const CheckpointConfig& config, int64_t step, double seconds_since_last) {
-  if (config.every_steps > 0 && step % config.every_steps == 0) return true;
-  return config.minutes > 0.0f && seconds_since_last >= 60.0 * config.minutes;
-}
-
 std::string checkpoint_file_name(int64_t step) {
   char name[64];
   std::snprintf(name, sizeof name, "%s%08lld%s", kStepPrefix, static_cast<long long>(step),

@@ -174,12 +174,6 @@ std::string with_norm_recorded(const std::string& architecture);
 std::string architecture_differences(const std::string& first, const std::string& first_name,
                                      const std::string& second, const std::string& second_name);
 
-// Whether the step just completed ends with a checkpoint: every checkpoint.every_steps
-// steps, or once checkpoint.minutes of wall clock have passed since the last one. Rank 0
-// decides with its own clock and the answer is one value, so that the distributed layer
-// broadcasts it and every rank saves at the same step without consulting its own clock.
-bool checkpoint_due(const CheckpointConfig& config, int64_t step, double seconds_since_last);
-
 // The canonical file name of a step: "step_00001234.h5".
 std::string checkpoint_file_name(int64_t step);
 // The step of "step_00001234.h5", or -1 for any other name.

@@ -62,7 +62,7 @@ GradientListener* GradientSums::begin_last_pass(Transformer& model) {
   return this;
 }
 
-void GradientSums::finish(Transformer& model, int64_t step) {
+void GradientSums::finish(Transformer& model, int64_t step, bool logged) {
   if (!reducer_) return;
   if (finish_queued_in_pass()) {  // queued by the pass (pass_end): only the wait is left
     reducer_->await_finish();
@@ -74,7 +74,7 @@ void GradientSums::finish(Transformer& model, int64_t step) {
   if (lookups) reducer_->sum_at_finish(lookups);
   reducer_->finish();
   if (lookups) model.add_lookup_gradient_rows(lookups);
-  if (!reducer_->timings().buckets.empty() && step % config_.train.log_every == 0) {
+  if (!reducer_->timings().buckets.empty() && logged) {
     timings_line_ = "buckets at step " + std::to_string(step) + " " +
                     timings_text(reducer_->timings(), dtype_size(model.params().grads().dtype));
   }

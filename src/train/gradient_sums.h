@@ -39,8 +39,9 @@ class GradientSums : private GradientListener {
   // pass captured into a CUDA graph holds them.
   GradientListener* begin_last_pass(Transformer& model);
   // After backward: every sum complete (per use, the lookups' rows added to the
-  // embedding's); on a logged step with dist.log_buckets, the timings line is kept.
-  void finish(Transformer& model, int64_t step);
+  // embedding's); on a logged step (`logged`) with dist.log_buckets, the timings line of
+  // `step` is kept.
+  void finish(Transformer& model, int64_t step, bool logged);
   // The kept timings line ("buckets at step N ..."), once; "" when there is none.
   std::string take_timings_line();
 

@@ -261,7 +261,7 @@ StepStats Trainer::compute_step() {
                        step_totals_->tensor(), last ? sums_->begin_last_pass(*model_) : nullptr);
   }
   // Complete the sums over ranks (each gradient already scaled by 1 / global tokens).
-  sums_->finish(*model_, step);
+  sums_->finish(*model_, step, schedule_.log_due(step));
   // Every rank now holds the same summed gradient, hence computes the same norm.
   const Tensor grads = model_->params().grads();
   backend_->sum_squares_into(step_totals_->tensor(), grads, grads.numel);
@@ -520,7 +520,7 @@ RunEnd Trainer::run(std::ostream& log) {
   RunProgress run(comm_.is_root() ? log : silent);
   if (!start_up(run.out)) return RunEnd::Stopped;
   begin_training(run);
-  while (completed_steps_ < config_.train.max_steps) {
+  while (completed_steps_ < schedule_.max_steps()) {
     StepStats stats = compute_step();
     const DivergenceVerdict verdict = detector_->judge(stats.loss, stats.grad_norm);
     StepDecision decision = decide_step(stats, verdict.kind, run);
@@ -533,15 +533,13 @@ RunEnd Trainer::run(std::ostream& log) {
     apply_update(stats);
     keeping_.report_finished_write(run.out);
     run.count(stats);
-    if (stats.step % config_.train.log_every == 0 || stats.step == config_.train.max_steps) {
-      run.log_step(config_.train.max_steps, backend_->peak_memory_bytes());
+    if (schedule_.log_due(stats.step)) {
+      run.log_step(schedule_.max_steps(), backend_->peak_memory_bytes());
     }
     if (const std::string timings = sums_->take_timings_line(); !timings.empty()) {
       run.out << timings << std::endl;
     }
-    const bool validation_due =
-        valid_source_ &&
-        (stats.step % config_.train.valid_every == 0 || stats.step == config_.train.max_steps);
+    const bool validation_due = schedule_.validation_due(stats.step);
     std::optional<ValidationStats> valid;
     if (validation_due) valid = validate();
     agree_on_late_stop_signal(validation_due, decision, valid, run);
@@ -604,9 +602,8 @@ StepDecision Trainer::decide_step(const StepStats& stats, DivergenceKind diverge
   // For rank 0's clock the step is complete (its work is done; only the update is left).
   completed_steps_ = stats.step;
   const double now = checkpoint_clock_();
-  const double limit_s = 60.0 * static_cast<double>(config_.train.max_minutes);
-  mine.out_of_time = limit_s > 0 && now - run.training_start >= limit_s;
-  mine.checkpoint_due = checkpoint_due(config_.checkpoint, stats.step, now - run.last_save);
+  mine.out_of_time = schedule_.out_of_time(now - run.training_start);
+  mine.checkpoint_due = schedule_.checkpoint_due(stats.step, now - run.last_save);
   mine.stop_signal = stop_requested_by();
   const StepDecision decision = StepDecision::agree(comm_, mine);
   completed_steps_ = stats.step - 1;
@@ -712,12 +709,12 @@ void Trainer::record_validation(const ValidationStats& valid, RunProgress& run) 
       }
     }
   }
-  const int patience = config_.checkpoint.patience;
-  run.stopped_by_patience = patience > 0 && since >= patience;
+  run.stopped_by_patience = schedule_.patience_exhausted(since);
   if (run.stopped_by_patience) {
     run.out << "stopping at step " << step << ": " << since
             << " validations without a better valid " << kept_metric << " than step "
-            << kept.step << "'s (checkpoint.patience = " << patience << ")" << std::endl;
+            << kept.step << "'s (checkpoint.patience = " << config_.checkpoint.patience << ")"
+            << std::endl;
   }
 }
 
@@ -763,7 +760,7 @@ RunEnd Trainer::stop_by_signal(int signal, RunProgress& run) {
 
 bool Trainer::ends_training_early(const StepDecision& decision, RunProgress& run) {
   if (decision.out_of_time && !run.stopped_by_patience &&
-      run.last.step < config_.train.max_steps) {
+      !schedule_.is_last_step(run.last.step)) {
     note_time_limit_stop(completed_steps_, config_.train, run.out);
   }
   return run.stopped_by_patience || decision.out_of_time;

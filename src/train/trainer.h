@@ -28,6 +28,7 @@
 #include "train/optimizer.h"
 #include "train/run_directory.h"
 #include "train/run_log.h"
+#include "train/run_schedule.h"
 #include "train/step_decision.h"
 #include "train/step_stats.h"
 #include "train/training_setup.h"
@@ -132,6 +133,7 @@ class Trainer {
   std::unique_ptr<StepInputsBuffer> step_inputs_;  // a micro-batch's step, stream and scale
   std::unique_ptr<DivergenceDetector> detector_;
   std::unique_ptr<DivergenceHandling> divergence_handling_;  // train.divergence's policy
+  RunSchedule schedule_{config_};  // when run() logs, validates, saves and stops
   CheckpointKeeping keeping_{config_};  // the files of checkpoint.dir
   // Rank 0's host copy of the parameters and moments for a checkpoint written beside
   // training (12 bytes a parameter), made at the first and reused (staged_snapshot).

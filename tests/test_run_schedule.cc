@@ -1,0 +1,80 @@
+// When the training loop logs, validates, saves and stops (src/train/run_schedule.h):
+// each trigger on its own, its 0 meaning off, and the last step logged and validated
+// whatever the intervals say. How the loop acts on the answers (every rank saving at the
+// same step, the time limit and patience ending a run) is tested through whole runs in
+// test_checkpoint.cc and test_best_checkpoints.cc.
+#include <gtest/gtest.h>
+
+#include "config/config.h"
+#include "train/run_schedule.h"
+
+namespace thpc {
+namespace {
+
+Config ten_steps() {
+  Config config;
+  config.train.max_steps = 10;
+  config.train.log_every = 4;
+  config.train.valid_every = 3;
+  config.train.max_minutes = 0.0f;
+  config.checkpoint.minutes = 0.0f;
+  config.checkpoint.every_steps = 0;
+  config.checkpoint.patience = 0;
+  return config;
+}
+
+TEST(RunSchedule, LogsEveryIntervalAndTheLastStep) {
+  const RunSchedule schedule(ten_steps());
+  for (int64_t step = 1; step <= 10; ++step) {
+    EXPECT_EQ(schedule.log_due(step), step == 4 || step == 8 || step == 10) << step;
+  }
+  EXPECT_TRUE(schedule.is_last_step(10));
+  EXPECT_FALSE(schedule.is_last_step(9));
+  EXPECT_EQ(schedule.max_steps(), 10);
+}
+
+TEST(RunSchedule, ValidatesEveryIntervalAndTheLastStepOnlyWhenItValidates) {
+  Config config = ten_steps();
+  const RunSchedule validating(config);
+  for (int64_t step = 1; step <= 10; ++step) {
+    EXPECT_EQ(validating.validation_due(step), step % 3 == 0 || step == 10) << step;
+  }
+  config.train.valid_every = 0;
+  const RunSchedule not_validating(config);
+  for (int64_t step = 1; step <= 10; ++step) EXPECT_FALSE(not_validating.validation_due(step));
+}
+
+TEST(RunSchedule, CheckpointsByStepsAndByTime) {
+  Config config = ten_steps();
+  config.checkpoint.minutes = 0.5f;
+  EXPECT_FALSE(RunSchedule(config).checkpoint_due(7, 29.9));
+  EXPECT_TRUE(RunSchedule(config).checkpoint_due(7, 30.0));
+  config.checkpoint.every_steps = 4;
+  EXPECT_TRUE(RunSchedule(config).checkpoint_due(8, 0.0));
+  EXPECT_FALSE(RunSchedule(config).checkpoint_due(9, 0.0));
+  config.checkpoint.minutes = 0.0f;  // by time off
+  EXPECT_FALSE(RunSchedule(config).checkpoint_due(9, 1e9));
+  config.checkpoint.every_steps = 0;  // both off: only the run's end and signals save
+  for (int64_t step = 1; step <= 10; ++step) {
+    EXPECT_FALSE(RunSchedule(config).checkpoint_due(step, 1e9));
+  }
+}
+
+TEST(RunSchedule, TheTimeLimitCountsTrainingSeconds) {
+  Config config = ten_steps();
+  EXPECT_FALSE(RunSchedule(config).out_of_time(1e12)) << "0 minutes: no limit";
+  config.train.max_minutes = 1.5f;
+  EXPECT_FALSE(RunSchedule(config).out_of_time(89.9));
+  EXPECT_TRUE(RunSchedule(config).out_of_time(90.0));
+}
+
+TEST(RunSchedule, PatienceCountsValidationsSinceTheBest) {
+  Config config = ten_steps();
+  EXPECT_FALSE(RunSchedule(config).patience_exhausted(1000)) << "0: never";
+  config.checkpoint.patience = 3;
+  EXPECT_FALSE(RunSchedule(config).patience_exhausted(2));
+  EXPECT_TRUE(RunSchedule(config).patience_exhausted(3));
+}
+
+}  // namespace
+}  // namespace thpc
