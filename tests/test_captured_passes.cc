@@ -208,6 +208,49 @@ TEST(CapturedPassesRefused, AnErrorInACapturedPassReachesTheCaller) {
   EXPECT_EQ(throwing.last_refusal(), "the work threw");
 }
 
+// The dropout's seed is in the captured kernels' arguments: a pass with another seed is
+// not a replay of the first seed's capture, and draws its own masks (the gradients equal
+// those of the same passes uncaptured, bit for bit).
+TEST(CapturedPasses, AnotherDropoutSeedIsAnotherCapture) {
+  auto plain_backend = make_cpu_backend(DType::F32);
+  auto inner = make_cpu_backend(DType::F32);
+  CapturingBackend capturing(*inner);
+  OneBatchTraining plain(*plain_backend), captured(capturing);
+  const auto gradients = [](OneBatchTraining& training) {
+    std::vector<float> host(static_cast<size_t>(training.model.params().buffer_numel()));
+    training.model.backend().download(host.data(), training.model.params().grads());
+    return host;
+  };
+  for (const uint64_t seed : {5, 5, 5, 6, 6}) {
+    SCOPED_TRACE(seed);
+    plain.dropout.seed = captured.dropout.seed = seed;
+    plain.pass();
+    captured.pass();
+    EXPECT_EQ(gradients(captured), gradients(plain));
+  }
+  EXPECT_EQ(captured.model.capture_counts().captures, 2) << "one a seed, at its second pass";
+}
+
+// A capture holds its pass's chunking of the logits (train.loss_chunk_rows): a change
+// drops the captures, and the next pass runs uncaptured in the new chunks.
+TEST(CapturedPasses, ChangingTheLossChunksDropsTheCaptures) {
+  auto inner = make_cpu_backend(DType::F32);
+  CapturingBackend capturing(*inner);
+  OneBatchTraining training(capturing);
+  for (int i = 0; i < 3; ++i) training.pass();
+  const Transformer::CaptureCounts before = training.model.capture_counts();
+  EXPECT_EQ(before.captures, 1);
+  training.model.set_loss_chunk_rows(5);
+  training.pass();
+  EXPECT_EQ(training.model.capture_counts().replays, before.replays) << "not a replay";
+  training.pass();
+  EXPECT_EQ(training.model.capture_counts().captures, before.captures + 1);
+  training.model.set_loss_chunk_rows(5);  // unchanged: the capture stays
+  training.pass();
+  EXPECT_EQ(training.model.capture_counts().captures, before.captures + 1);
+  EXPECT_EQ(training.model.capture_counts().replays, before.replays + 2);
+}
+
 // Backward whose listener calls host code (the transport of the sums over ranks by MPI)
 // is never captured.
 TEST(CapturedPassesRefused, PassesWithAHostListenerRunUncaptured) {

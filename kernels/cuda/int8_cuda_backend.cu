@@ -227,6 +227,10 @@ bool Int8CudaBackend::adopt(Tensor weights, const cpu::QuantizedWeights& quantiz
     }
   }
   cuda::Context& context = *cuda::context_of(*cuda_backend_);
+  // A decoding step captured before this adoption holds the float product: counted as a
+  // free (of nothing), it makes every graph taken before now refused at its next replay,
+  // so that the step is captured again with the int8 product.
+  context.count_free(0);
   auto matrix = std::make_unique<Int8CudaMatrix>();
   matrix->input_count = K;
   matrix->output_count = N;

@@ -372,6 +372,11 @@ void Transformer::logits_in_chunks(int rows, int64_t chunk, Body&& body) {
   }
 }
 
+void Transformer::set_loss_chunk_rows(int64_t rows) {
+  if (rows != loss_chunk_rows_) captured_passes_.clear();
+  loss_chunk_rows_ = rows;
+}
+
 template <typename Loss>
 void Transformer::train_pass(const Batch& batch, const DropoutContext& dropout, Loss&& loss) {
   THPC_CHECK(params_.grads(), "train_step on a model built for inference (no gradients)");
@@ -471,7 +476,7 @@ void Transformer::train_step(const Batch& batch, const DropoutContext& dropout,
   State& s = *state_;
   CapturedPass& pass =
       lru_entry(captured_passes_, CapturedPassKey{s.batch_size, s.src_len, s.tgt_len, inputs,
-                                                  totals.data, listener});
+                                                  totals.data, listener, dropout.seed});
   // The captured ops read the dropout's step and stream where the loss reads its scale:
   // in `inputs`, written before each micro-batch with what `dropout` says here.
   DropoutContext from_inputs = dropout;

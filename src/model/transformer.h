@@ -125,7 +125,8 @@ class Transformer {
   // 0 (the default) all at once. The gradients are the same up to the summation order of
   // the embedding's share (a sum over chunks), the loss up to the order of its sum.
   // evaluate() takes the logits in the same chunks (forward only).
-  void set_loss_chunk_rows(int64_t rows) { loss_chunk_rows_ = rows; }
+  // A change drops the captured passes (each holds its own chunking).
+  void set_loss_chunk_rows(int64_t rows);
 
   // The tied embedding's gradient summed per use (dist.embedding_sum = per_use): with
   // `rows` non-empty (sorted, distinct: every id any rank's micro-batches of the step look
@@ -221,9 +222,13 @@ class Transformer {
     // A capture holds its listener's stream work (the sums' launches): a pass without
     // one must not replay it, nor one with a listener replay a capture without.
     const GradientListener* listener;
+    // The dropout's seed is in the captured kernels' arguments (its step and stream are
+    // read from `inputs`): another seed is another pass.
+    uint64_t dropout_seed;
     bool operator==(const CapturedPassKey& o) const {
       return batch_size == o.batch_size && src_len == o.src_len && tgt_len == o.tgt_len &&
-             inputs == o.inputs && totals == o.totals && listener == o.listener;
+             inputs == o.inputs && totals == o.totals && listener == o.listener &&
+             dropout_seed == o.dropout_seed;
     }
   };
   // What a captured pass or decoding step keeps (Captured: with the `Key` it is good for).
