@@ -440,7 +440,7 @@ TEST(Wmt17, SixteenSystemsCountsAndBleuAsSacreBleu) {
   }
 }
 
-TEST(Wmt17, SixteenSystemsIntlTokenisation) {
+TEST(Wmt17, SixteenSystemsIntlTokenization) {
   THPC_REQUIRE_DATA("sacrebleu_tests/wmt17_en-de/SCORES.tsv");
   const std::vector<Wmt17Row> rows = read_scores_tsv();
   ASSERT_EQ(rows.size(), 16u);

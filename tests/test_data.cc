@@ -240,7 +240,7 @@ TEST_F(DataPipeline, TextToShardsToTextIsSentencePiecesNormalisedText) {
     }
   }
   // The kept pairs in order, each as SentencePiece normalises the original line.
-  const auto normalised = [&](const std::string& line) {
+  const auto normalized = [&](const std::string& line) {
     std::vector<int> ids;
     std::string text;
     EXPECT_TRUE(processor.Encode(line, &ids).ok());
@@ -252,8 +252,8 @@ TEST_F(DataPipeline, TextToShardsToTextIsSentencePiecesNormalisedText) {
   ASSERT_EQ(decoded_sources.size(), static_cast<size_t>(summary_.train.kept));
   size_t kept = 0;
   for (size_t i = 0; i < en.size() && kept < decoded_sources.size(); ++i) {
-    if (decoded_sources[kept] != normalised(en[i])) continue;  // dropped by the ratio filter
-    EXPECT_EQ(decoded_targets[kept], normalised(de[i])) << "line " << i + 1;
+    if (decoded_sources[kept] != normalized(en[i])) continue;  // dropped by the ratio filter
+    EXPECT_EQ(decoded_targets[kept], normalized(de[i])) << "line " << i + 1;
     ++kept;
   }
   EXPECT_EQ(kept, static_cast<size_t>(summary_.train.kept));

@@ -247,7 +247,7 @@ TEST(Ensemble, SearchScoresAreTheMeanOfEachModelsSequenceLogProbability) {
   }
 }
 
-TEST(Ensemble, WeightsArePositiveOnePerModelAndNormalised) {
+TEST(Ensemble, WeightsArePositiveOnePerModelAndNormalized) {
   EXPECT_EQ(ensemble_weights(3, {}), (std::vector<float>(3, static_cast<float>(1.0 / 3))));
   EXPECT_EQ(ensemble_weights(2, {2, 6}), (std::vector<float>{0.25f, 0.75f}));
   EXPECT_EQ(ensemble_weights(1, {7}), (std::vector<float>{1.0f}));

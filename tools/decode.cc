@@ -563,12 +563,12 @@ void write_translations(std::ostream& out, const Translations& found, int nbest,
   for (size_t i = 0; i < found.hypotheses.size(); ++i) {
     const std::vector<thpc::Hypothesis>& hypotheses = found.hypotheses[i];
     if (nbest == 1) {
-      out << (hypotheses.empty() ? std::string() : thpc::detokenise(spm, hypotheses[0].tokens))
+      out << (hypotheses.empty() ? std::string() : thpc::detokenize(spm, hypotheses[0].tokens))
           << "\n";
       continue;
     }
     for (const thpc::Hypothesis& h : hypotheses) {
-      out << i << " ||| " << thpc::detokenise(spm, h.tokens) << " ||| " << std::fixed
+      out << i << " ||| " << thpc::detokenize(spm, h.tokens) << " ||| " << std::fixed
           << std::setprecision(4) << h.score << "\n";
     }
     if (hypotheses.empty()) out << i << " |||  ||| 0.0000\n";
@@ -601,7 +601,7 @@ void write_attention_file(const Arguments& args, const thpc::DecodingCheckpoints
   };
   for (thpc::AttentionDump& dump : found.dumps) {
     dump.source_text = input.lines[dump.line - 1];
-    dump.target_text = thpc::detokenise(spm, found.hypotheses[dump.line - 1][0].tokens);
+    dump.target_text = thpc::detokenize(spm, found.hypotheses[dump.line - 1][0].tokens);
     dump.source_tokens = pieces_of(dump.source_ids);
     dump.target_tokens = pieces_of(dump.target_ids);
   }

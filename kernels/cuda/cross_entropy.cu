@@ -113,7 +113,7 @@ __device__ Stats row_stats(const T* z, int vocab) {
 // in flight per thread, and one rescale of the running sum per vector instead of one
 // exp per element that raises the maximum: pass 1 of cross_entropy_rows<T, true>.
 template <typename T, int Threads>
-__device__ Stats row_stats_vectorised(const T* z, int vocab) {
+__device__ Stats row_stats_vectorized(const T* z, int vocab) {
   constexpr int W = kVector<T>;
   const int vectors = vocab / W;
   Stats s{-INFINITY, 0.0f, 0.0f};
@@ -148,7 +148,7 @@ __device__ Stats row_stats_vectorised(const T* z, int vocab) {
 
 // Per-row status in the scratch: 1 = counted target, 0 = pad, -1 = target outside vocab.
 //
-// kVectorised: both passes on 16-byte vectors (row_stats_vectorised), the same results
+// kVectorized: both passes on 16-byte vectors (row_stats_vectorized), the same results
 // up to the order of the row sums; taken whenever vocab % kVector<T> == 0 and logits and
 // d_logits are 16-byte aligned (the host checks), the scalar loops otherwise. Why: the
 // scalar kernel's bf16 loads (64 bytes a warp) and one exp per element that raises the
@@ -157,7 +157,7 @@ __device__ Stats row_stats_vectorised(const T* z, int vocab) {
 // 2.23 ms (2026-11-26, bench/RESULTS.md, where its twins and memcheck passed too).
 // The body of a block of `Threads` (cross_entropy_rows, and with kStreaming the
 // candidate's cross_entropy_rows_from_l2 below).
-template <typename T, bool kVectorised, int Threads, bool kStreaming>
+template <typename T, bool kVectorized, int Threads, bool kStreaming>
 __device__ __forceinline__ void cross_entropy_row(T* d_logits, const T* logits,
                                                   const int32_t* __restrict__ targets,
                                                   int vocab, float eps, int pad_id,
@@ -173,7 +173,7 @@ __device__ __forceinline__ void cross_entropy_row(T* d_logits, const T* logits,
   const int32_t target = targets[r];
   T* dz = d_logits != nullptr ? d_logits + r * vocab : nullptr;
   if (target == pad_id) {
-    if (dz != nullptr && kVectorised) {
+    if (dz != nullptr && kVectorized) {
       const float zeros[W] = {};
       for (int i = threadIdx.x; i < vocab / W; i += Threads) {
         store16<T, kStreaming>(dz + i * W, zeros);
@@ -198,7 +198,7 @@ __device__ __forceinline__ void cross_entropy_row(T* d_logits, const T* logits,
   }
   const T* z = logits + r * vocab;
   const float target_logit = to_float(z[target]);  // read before the barrier in row_stats
-  const Stats s = kVectorised ? row_stats_vectorised<T, Threads>(z, vocab)
+  const Stats s = kVectorized ? row_stats_vectorized<T, Threads>(z, vocab)
                               : row_stats<T, Threads>(z, vocab);
   const float lse = s.max + logf(s.sum_exp);
   if (threadIdx.x == 0) {
@@ -210,7 +210,7 @@ __device__ __forceinline__ void cross_entropy_row(T* d_logits, const T* logits,
   }
   if (dz == nullptr) return;
   const float uniform_mass = eps / static_cast<float>(vocab);
-  if constexpr (kVectorised) {
+  if constexpr (kVectorized) {
     for (int i = threadIdx.x; i < vocab / W; i += Threads) {
       float x[W];
       load16<T, kStreaming>(x, z + i * W);
@@ -230,13 +230,13 @@ __device__ __forceinline__ void cross_entropy_row(T* d_logits, const T* logits,
   }
 }
 
-template <typename T, bool kVectorised>
+template <typename T, bool kVectorized>
 __global__ void __launch_bounds__(kThreads)
     cross_entropy_rows(T* d_logits, const T* logits, const int32_t* __restrict__ targets,
                        int vocab, float eps, int pad_id, float grad_scale,
                        const StepInputs* scale_from, double* row_loss, double* row_nll,
                        int* row_status) {
-  cross_entropy_row<T, kVectorised, kThreads, false>(d_logits, logits, targets, vocab, eps,
+  cross_entropy_row<T, kVectorized, kThreads, false>(d_logits, logits, targets, vocab, eps,
                                                      pad_id, grad_scale, scale_from, row_loss,
                                                      row_nll, row_status);
 }
@@ -373,9 +373,9 @@ LossResult* queue_loss_sums(Context& context, T* d_logits, const T* logits,
   int* row_status = reinterpret_cast<int*>(scratch + status_at);
   LossResult* result = reinterpret_cast<LossResult*>(scratch + result_at);
 
-  const bool vectorised = vocab % kVector<T> == 0 && aligned16(logits) &&
+  const bool vectorized = vocab % kVector<T> == 0 && aligned16(logits) &&
                           (d_logits == nullptr || aligned16(d_logits));
-  if (vectorised && context.candidate_kernel(kLossRowsFromL2)) {
+  if (vectorized && context.candidate_kernel(kLossRowsFromL2)) {
     cross_entropy_rows_from_l2<T><<<rows, kWideThreads, 0, stream>>>(
         d_logits, logits, targets, vocab, eps, pad_id, grad_scale, scale_from, row_loss,
         row_nll, row_status);
@@ -383,7 +383,7 @@ LossResult* queue_loss_sums(Context& context, T* d_logits, const T* logits,
     ++wide_loss_row_launch_count;
   } else {
     const auto rows_kernel =
-        vectorised ? cross_entropy_rows<T, true> : cross_entropy_rows<T, false>;
+        vectorized ? cross_entropy_rows<T, true> : cross_entropy_rows<T, false>;
     rows_kernel<<<rows, kThreads, 0, stream>>>(d_logits, logits, targets, vocab, eps, pad_id,
                                                grad_scale, scale_from, row_loss, row_nll,
                                                row_status);

@@ -121,7 +121,7 @@ BeamOptions configured_beam_options(const DecodeConfig& decode, int max_position
   return options;
 }
 
-std::string detokenise(const sentencepiece::SentencePieceProcessor& spm,
+std::string detokenize(const sentencepiece::SentencePieceProcessor& spm,
                        const TokenSequence& tokens) {
   std::string text;
   spm.Decode(std::vector<int>(tokens.begin(), tokens.end()), &text);

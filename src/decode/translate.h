@@ -79,7 +79,7 @@ BeamOptions configured_beam_options(const DecodeConfig& decode, int max_position
 
 // A translation as text: its pieces decoded by `spm` (joined, SentencePiece's
 // normalisation undone), as transformer_decode writes it and the validation BLEU scores it.
-std::string detokenise(const sentencepiece::SentencePieceProcessor& spm,
+std::string detokenize(const sentencepiece::SentencePieceProcessor& spm,
                        const TokenSequence& tokens);
 
 }  // namespace thpc

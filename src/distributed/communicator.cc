@@ -15,11 +15,11 @@
 namespace thpc {
 namespace {
 
-bool mpi_initialised() {
-  int initialised = 0, finalised = 0;
-  MPI_Initialized(&initialised);
-  MPI_Finalized(&finalised);
-  return initialised && !finalised;
+bool mpi_initialized() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized && !finalized;
 }
 
 }  // namespace
@@ -44,7 +44,7 @@ MpiSession::MpiSession(int* argc, char*** argv) {
 }
 
 MpiSession::~MpiSession() {
-  if (mpi_initialised()) MPI_Finalize();
+  if (mpi_initialized()) MPI_Finalize();
 }
 
 Communicator Communicator::single() {
@@ -55,7 +55,7 @@ Communicator Communicator::single() {
 
 Communicator Communicator::world() {
   Communicator comm = single();
-  if (!mpi_initialised()) return comm;
+  if (!mpi_initialized()) return comm;
   comm.mpi_ = true;
   check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &comm.rank_), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &comm.size_), "MPI_Comm_size");

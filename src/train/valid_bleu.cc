@@ -61,7 +61,7 @@ ValidationBleu::ValidationBleu(const Config& config, const Communicator& comm)
     for (int64_t i = 0; i < shard.source.sentences(); ++i) {
       if (shard.source.length(i) > longest || shard.target.length(i) > longest) continue;
       if (pairs_++ % comm_.size() == comm_.rank()) sources_.push_back(shard.source.sentence(i));
-      if (comm_.is_root()) references.push_back(detokenise(*spm_, shard.target.sentence(i)));
+      if (comm_.is_root()) references.push_back(detokenize(*spm_, shard.target.sentence(i)));
     }
   }
   if (comm_.is_root()) {
@@ -132,7 +132,7 @@ double ValidationBleu::score(Transformer& model) const {
       size_t k = rank;
       for (const TokenSequence& tokens : unpacked_ids(shares[rank], rank)) {
         THPC_CHECK(k < hypotheses.size(), "rank " << rank << " sent more translations than pairs");
-        hypotheses[k] = detokenise(*spm_, tokens);
+        hypotheses[k] = detokenize(*spm_, tokens);
         k += shares.size();
       }
     }
