@@ -24,7 +24,7 @@
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/ops.h"
-#include "model/backends.h"
+#include "backend/factory.h"
 
 // First statement of a test that needs a GPU: skips with the reason when none is usable.
 // THPC_REQUIRE_GPU is for the kernel twin tests, which may be rehearsed on the CPU

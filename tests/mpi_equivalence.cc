@@ -24,7 +24,7 @@
 #include "config/config.h"
 #include "distributed/communicator.h"
 #include "distributed/mpi_sanitizer_options.h"
-#include "model/backends.h"
+#include "backend/factory.h"
 #include "train/trainer.h"
 
 namespace thpc {

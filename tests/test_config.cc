@@ -19,7 +19,7 @@
 #include "common/error.h"
 #include "expect_error.h"
 #include "kernels/ops.h"
-#include "model/backends.h"
+#include "backend/factory.h"
 
 namespace thpc {
 namespace {

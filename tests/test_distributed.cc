@@ -24,7 +24,7 @@
 #include "distributed/communicator.h"
 #include "distributed/gradient_reducer.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "model/backends.h"
+#include "backend/factory.h"
 #include "model/transformer.h"
 
 namespace {

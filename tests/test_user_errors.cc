@@ -18,7 +18,7 @@
 
 #include "common/error.h"
 #include "config/config.h"
-#include "model/backends.h"
+#include "backend/factory.h"
 #include "program.h"
 #include "train/footprint.h"
 

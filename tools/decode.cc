@@ -79,7 +79,7 @@
 #include "kernels/cpu/int8_matmul.h"
 #include "kernels/cpu/openblas_core.h"
 #include "kernels/profiling_backend.h"
-#include "model/backends.h"
+#include "backend/factory.h"
 #include "model/transformer.h"
 #include "tools/progress.h"
 #include "tools/tool_main.h"

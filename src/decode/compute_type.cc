@@ -4,7 +4,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/int8_backend.h"
-#include "model/backends.h"
+#include "backend/factory.h"
 #include "model/transformer.h"
 
 #if THPC_HAVE_CUDA

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "model/backends.h"
+#include "backend/factory.h"
 
 
 namespace thpc {

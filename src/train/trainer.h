@@ -19,7 +19,7 @@
 #include "data/shard_reader.h"
 #include "distributed/communicator.h"
 #include "kernels/ops.h"
-#include "model/backends.h"
+#include "backend/factory.h"
 #include "model/checkpoint_params.h"
 #include "model/transformer.h"
 #include "train/checkpoint_keeping.h"

@@ -4,7 +4,7 @@
 
 #include "common/error.h"
 #include "data/synthetic.h"
-#include "model/backends.h"
+#include "backend/factory.h"
 #include "decode/ensemble.h"
 #include "distributed/communicator.h"
 

@@ -6,7 +6,7 @@
 #include <ostream>
 
 #include "common/error.h"
-#include "model/backends.h"
+#include "backend/factory.h"
 #include "model/checkpoint_params.h"
 #include "train/step_decision.h"
 #include "train/stop_request.h"

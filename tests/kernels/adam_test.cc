@@ -18,7 +18,7 @@
 #include "cuda_twin.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/fused_adam.cuh"
-#include "model/backends.h"
+#include "backend/factory.h"
 
 namespace thpc::cpu_test {
 namespace {

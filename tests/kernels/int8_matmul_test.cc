@@ -411,7 +411,7 @@ TEST(Int8Matmul, SignedActivationsGiveTheUnsignedProductsBitForBit) {
 
 #include "cuda_twin.h"
 #include "kernels/cuda/int8_cuda_backend.h"
-#include "model/backends.h"
+#include "backend/factory.h"
 
 namespace thpc::test {
 namespace {

@@ -1,4 +1,4 @@
-#include "model/backends.h"
+#include "backend/factory.h"
 
 #include "common/error.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -22,7 +22,7 @@ std::string cuda_unavailable_reason() {
 }
 
 // The CUDA backend's counters, which the GPU tests read to see that a kernel ran (each
-// declared in backends.h); zero in a build without CUDA, where nothing launches.
+// declared in factory.h); zero in a build without CUDA, where nothing launches.
 #if THPC_HAVE_CUDA
 #define THPC_CUDA_COUNTER(name) \
   int64_t name() { return cuda_##name(); }
