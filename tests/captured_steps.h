@@ -86,6 +86,7 @@ struct ReducerListener : GradientListener {
     if (reducer->capturable()) reducer->queue_finish();
   }
   bool capturable() const override { return reducer->capturable(); }
+  void pass_discarded() override { reducer->restart(); }
   GradientReducer* reducer;
 };
 

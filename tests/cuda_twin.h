@@ -22,9 +22,9 @@
 #include <utility>
 #include <vector>
 
+#include "backend/factory.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/ops.h"
-#include "backend/factory.h"
 
 // First statement of a test that needs a GPU: skips with the reason when none is usable.
 // THPC_REQUIRE_GPU is for the kernel twin tests, which may be rehearsed on the CPU

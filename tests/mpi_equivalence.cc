@@ -21,10 +21,10 @@
 #include <string>
 #include <vector>
 
+#include "backend/factory.h"
 #include "config/config.h"
 #include "distributed/communicator.h"
 #include "distributed/mpi_sanitizer_options.h"
-#include "backend/factory.h"
 #include "train/trainer.h"
 
 namespace thpc {

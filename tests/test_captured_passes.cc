@@ -99,7 +99,7 @@ SumsRuns training_with_doubling_sums(const std::vector<Batch>& batches, int step
 
 // The sums over ranks inside the captured pass (GradientReducer::capturable: NCCL's on a
 // GPU; here the doubling stand-in, its work all on the backend): one micro-batch a step,
-// so every pass has the gradient hooks; with a capturable transport the pass is captured
+// so every pass has the sums' listener; with a capturable transport the pass is captured
 // with its buckets' sums and its finish queued at its end, and equals the uncaptured
 // steps bit for bit (a replay that left the sums out would halve the gradient). With a
 // transport that calls the host (MPI's), nothing is captured.
@@ -130,6 +130,50 @@ TEST(CapturedSums, PassesWithAndWithoutTheSumsNeverShareACapture) {
   test::expect_same_steps(runs.captured, runs.plain);
   EXPECT_EQ(runs.captured.counts.captures, 2) << "one for the passes without the sums, one with";
   EXPECT_EQ(runs.captured.counts.replays, 10) << "every pass after each kind's first";
+  // transformer_data_stats' schedule keys them apart alike.
+  CaptureSchedule schedule(Transformer::kMaxCapturedPasses);
+  for (int pass = 0; pass < 12; ++pass) {
+    const Batch& batch = batches[size_t(pass)];
+    schedule.next(PassShape{batch.size, batch.src_len, batch.tgt_len, pass % 2 == 1});
+  }
+  EXPECT_EQ(schedule.tally().shapes, 2);
+  EXPECT_EQ(schedule.tally().captured, runs.captured.counts.captures);
+  EXPECT_EQ(schedule.tally().captured + schedule.tally().replayed, runs.captured.counts.replays);
+}
+
+// The stand-in refusing every capture at the pass's last op, the embedding's backward
+// (it waits for the backend first, which a capture cannot hold): by then backward has
+// started most of the sums inside the capture.
+class RefusingAtTheEmbeddingBackend : public CapturingBackend {
+ public:
+  using CapturingBackend::CapturingBackend;
+  void embedding_backward(ParamOut d_table, ParamOut d_positions, In d_out,
+                          const int32_t* tokens, int rows, int length, int d, int vocab,
+                          float scale) override {
+    synchronize();
+    CapturingBackend::embedding_backward(d_table, d_positions, d_out, tokens, rows, length, d,
+                                         vocab, scale);
+  }
+};
+
+// A capture refused after the sums began: what the listener's calls queued went with it,
+// and the uncaptured run that follows must start the sums over (GradientListener::
+// pass_discarded), or its buckets would be left unsummed. Equal to the steps without
+// captures, bit for bit.
+TEST(CapturedSums, ARefusedCaptureStartsTheSumsOver) {
+  const ModelConfig config = test::small_model("post");
+  const std::vector<Batch> batches = test::batches_of_shapes(2, 12, kVocab, 12, 23);
+  auto plain_backend = make_cpu_backend(DType::F32);
+  auto inner = make_cpu_backend(DType::F32);
+  RefusingAtTheEmbeddingBackend refusing(*inner);
+  test::DoublingReducer plain_sums(*plain_backend, true), refused_sums(refusing, true);
+  const test::StepsRun plain = test::run_training_steps(*plain_backend, config, kVocab, batches,
+                                                        6, 1, 3, 5, 0, &plain_sums);
+  const test::StepsRun refused = test::run_training_steps(refusing, config, kVocab, batches, 6,
+                                                          1, 3, 5, 0, &refused_sums);
+  test::expect_same_steps(refused, plain);
+  EXPECT_EQ(refused.counts.refused, 2) << "each shape's capture tried once";
+  EXPECT_EQ(refusing.last_refusal(), "synchronize");
 }
 
 // The stand-in with a loss that misbehaves while its pass may be captured: waits for the

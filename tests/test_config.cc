@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "backend/factory.h"
 #include "common/error.h"
 #include "expect_error.h"
 #include "kernels/ops.h"
-#include "backend/factory.h"
 
 namespace thpc {
 namespace {

@@ -223,7 +223,7 @@ TEST_F(DataPipeline, WritesShardsModelAndMetadata) {
   EXPECT_EQ(pairs, summary_.train.kept);
 }
 
-TEST_F(DataPipeline, TextToShardsToTextIsSentencePiecesNormalisedText) {
+TEST_F(DataPipeline, TextToShardsToTextIsSentencePiecesNormalizedText) {
   sentencepiece::SentencePieceProcessor processor;
   ASSERT_TRUE(processor.Load((root_ / "corpus" / "spm.model").string()).ok());
   std::vector<std::string> decoded_sources, decoded_targets;

@@ -19,12 +19,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backend/factory.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_directory.h"
 #include "distributed/communicator.h"
 #include "distributed/gradient_reducer.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "backend/factory.h"
 #include "model/transformer.h"
 
 namespace {
@@ -136,15 +136,17 @@ TEST(Distributed, ManyTinyBucketsAreWarnedOf) {
   std::filesystem::remove_all(scratch_run());
 }
 
-// dist.log_buckets: on each progress line's step rank 0 logs its sums, one bucket each,
-// posted in order as backward finishes them, each done after it was posted and by the
-// time the sums are; backward is done before the sums are.
+// dist.log_buckets: on each progress line's step (every train.log_every steps and the
+// last) rank 0 logs its sums, one bucket each, posted in order as backward finishes them,
+// each done after it was posted and by the time the sums are; backward is done before the
+// sums are.
 TEST(Distributed, LogBucketsTimesEachSumAgainstBackward) {
   const JobResult run = mpirun_trainer(
-      "", "--model.d_model=256 --train.max_steps=4 --train.log_every=2 --dist.bucket_mb=2 "
+      "", "--model.d_model=256 --train.max_steps=5 --train.log_every=2 --dist.bucket_mb=2 "
           "--dist.log_buckets=true --dist.embedding_sum=at_end");
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_EQ(occurrences(run.output, "buckets at step "), 2u) << run.output;
+  EXPECT_EQ(occurrences(run.output, "buckets at step "), 3u) << run.output;
+  EXPECT_EQ(occurrences(run.output, "buckets at step 5 "), 1u) << "the last step's" << run.output;
   const size_t line = run.output.find("buckets at step 4 (ms from the last micro-batch's start, "
                                       "host clock): backward done ");
   ASSERT_NE(line, std::string::npos) << run.output;

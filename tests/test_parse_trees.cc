@@ -77,7 +77,7 @@ TEST(Trees, ALabelStartingWithABarSurvivesTheRoundTrip) {
 
 // Empty elements go, and so does every constituent they leave empty; function tags and
 // indices go; tags stay as they are.
-TEST(Trees, NormalisationRemovesEmptyElementsAndFunctionTags) {
+TEST(Trees, NormalizationRemovesEmptyElementsAndFunctionTags) {
   const TreeNode raw = parse_one(
       "( (S (NP-SBJ-1 (PRP He)) (VP (VBD said) (SBAR (-NONE- 0) (S (-NONE- *T*-1))))"
       " (-LRB- -LRB-) (. .)) )");

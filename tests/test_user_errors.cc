@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "backend/factory.h"
 #include "common/error.h"
 #include "config/config.h"
-#include "backend/factory.h"
 #include "program.h"
 #include "train/footprint.h"
 

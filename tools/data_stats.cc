@@ -60,7 +60,9 @@ int run(const Arguments& arguments) {
       src_real += batch->src_tokens();
       tgt_real += batch->tgt_tokens();
       longer_sides += static_cast<int64_t>(std::max(batch->src.size(), batch->tgt_in.size()));
-      shapes.push_back(thpc::PassShape{batch->size, batch->src_len, batch->tgt_len});
+      // A step's last micro-batch starts the sums over the ranks, if there are several.
+      const bool summed = ranks > 1 && assembled % accumulate == accumulate - 1;
+      shapes.push_back(thpc::PassShape{batch->size, batch->src_len, batch->tgt_len, summed});
       ++assembled;
     }
   }

@@ -63,6 +63,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/factory.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/output_file.h"
 #include "common/error.h"
@@ -74,12 +75,11 @@
 #include "decode/sampling.h"
 #include "decode/translate.h"
 #include "decode/tree_filter.h"
-#include "metrics/bleu.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/int8_matmul.h"
 #include "kernels/cpu/openblas_core.h"
 #include "kernels/profiling_backend.h"
-#include "backend/factory.h"
+#include "metrics/bleu.h"
 #include "model/transformer.h"
 #include "tools/progress.h"
 #include "tools/tool_main.h"

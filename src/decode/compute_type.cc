@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
+#include "backend/factory.h"
 #include "common/error.h"
 #include "kernels/cpu/int8_backend.h"
-#include "backend/factory.h"
 #include "model/transformer.h"
 
 #if THPC_HAVE_CUDA

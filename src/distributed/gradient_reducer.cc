@@ -22,6 +22,12 @@ void GradientReducer::begin(Tensor grads) {
   }
 }
 
+void GradientReducer::restart() {
+  THPC_CHECK(grads_, "restart() outside begin()/finish()");
+  discard_started();
+  begin(grads_);
+}
+
 int64_t GradientReducer::bucket_elements() const {
   return std::max<int64_t>(1, bucket_bytes_ / static_cast<int64_t>(dtype_size(grads_.dtype)));
 }

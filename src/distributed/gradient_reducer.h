@@ -55,6 +55,10 @@ class GradientReducer {
 
   // A backward pass that will write `grads` begins; no sum is in flight.
   void begin(Tensor grads);
+  // The sums started since begin() were queued into a CUDA graph the backend then refused
+  // (a capture of the pass, capturable()): they never run. The pass starts over, as at
+  // begin() with the same gradient, its sums to be started again.
+  void restart();
   // grads[offset, end) are final: start the sums of the buckets that lie wholly there.
   void ready_from(int64_t offset);
   // The tied embedding's gradient summed per use (dist.embedding_sum = per_use): grads
@@ -114,6 +118,8 @@ class GradientReducer {
   // complete when finish() returns).
   bool timing() const { return timing_; }
   void bucket_done(size_t index);
+  // restart(): a capturable transport forgets what it queued for the discarded sums.
+  virtual void discard_started() {}
   // A transport with a clock of its own: marks the pass's start (called by begin() when
   // timing), and replaces the pass's timings with its own after complete().
   virtual void begin_timing() {}

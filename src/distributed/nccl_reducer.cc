@@ -131,6 +131,13 @@ class NcclGradientReducer final : public GradientReducer {
     wait_ready("launching a gradient sum", first_launch_);
   }
 
+  // The discarded capture's launches never run: its bf16 widenings are not owed, and the
+  // buckets' events are recorded afresh from the first.
+  void discard_started() override {
+    widen_after_sum_.clear();
+    next_event_ = 0;
+  }
+
   // dist.log_buckets: the pass timed by events, from one on the compute stream at begin().
   void begin_timing() override {
     THPC_CUDA_CHECK(cudaEventRecord(timing_event(0), compute_stream_));

@@ -52,16 +52,21 @@ Entry& least_recently_used_entry(std::vector<Entry>& entries, const Key& key, si
   return entries.back();
 }
 
-// A training pass's shape as the captures key it.
+// A training pass as the captures key it: its shape, and whether it starts the sums over
+// ranks (the last micro-batch of a step with more than one rank: its GradientListener's
+// work is in its capture, so such a pass and one without never share a graph). The rest
+// of the Transformer's key (the step's buffers, the dropout's seed) is the same for every
+// pass of a run.
 struct PassShape {
   int batch_size = 0, src_len = 0, tgt_len = 0;
+  bool summed = false;
   bool operator==(const PassShape& other) const {
     return batch_size == other.batch_size && src_len == other.src_len &&
-           tgt_len == other.tgt_len;
+           tgt_len == other.tgt_len && summed == other.summed;
   }
   bool operator<(const PassShape& other) const {
-    return std::tie(batch_size, src_len, tgt_len) <
-           std::tie(other.batch_size, other.src_len, other.tgt_len);
+    return std::tie(batch_size, src_len, tgt_len, summed) <
+           std::tie(other.batch_size, other.src_len, other.tgt_len, other.summed);
   }
 };
 

@@ -26,6 +26,10 @@ class GradientListener {
   // launches), so that the pass may be captured with them; a listener that calls host
   // code (MPI) keeps its pass uncaptured.
   virtual bool capturable() const { return false; }
+  // The backend refused the capture of the pass after the calls above had begun: what
+  // they queued went with the capture and never runs. The pass runs again uncaptured and
+  // tells everything anew, from the start (the sums start over: GradientReducer::restart).
+  virtual void pass_discarded() {}
 };
 
 }  // namespace thpc

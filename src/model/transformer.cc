@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -426,15 +427,15 @@ namespace {
 // when the step returns or throws.
 class ListenerForThePass {
  public:
-  ListenerForThePass(GradientListener*& slot, GradientListener* listener) : slot_(slot) {
-    slot_ = listener;
-  }
-  ~ListenerForThePass() { slot_ = nullptr; }
+  ListenerForThePass(GradientListener*& slot, GradientListener* listener)
+      : slot_(slot), before_(std::exchange(slot, listener)) {}
+  ~ListenerForThePass() { slot_ = before_; }
   ListenerForThePass(const ListenerForThePass&) = delete;
   ListenerForThePass& operator=(const ListenerForThePass&) = delete;
 
  private:
   GradientListener*& slot_;
+  GradientListener* before_;  // null but inside a pass
 };
 
 }  // namespace
@@ -489,7 +490,16 @@ void Transformer::train_step(const Batch& batch, const DropoutContext& dropout,
         s.grad_arena.reset();
         s.scratch_arena.reset();
       },
-      [&](bool captured) { queue_train_pass(captured ? from_inputs : dropout, loss); });
+      [&, tried_capture = false](bool captured) mutable {
+        // An uncaptured run after a refused capture: the listener's calls of the capture
+        // queued work that went with it.
+        if (captured) {
+          tried_capture = true;
+        } else if (tried_capture && listener != nullptr) {
+          listener->pass_discarded();
+        }
+        queue_train_pass(captured ? from_inputs : dropout, loss);
+      });
   if (run != CaptureRun::kUncaptured) forget_pass_views();
 }
 

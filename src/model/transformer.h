@@ -107,7 +107,8 @@ class Transformer {
   // ranks by MPI), or with the embedding summed per use, runs uncaptured; NCCL's sums are
   // captured with it. A pass with a listener and one without never share a capture,
   // whatever their shape: a replay runs only what its capture queued. A replayed pass
-  // leaves no attention_weights().
+  // leaves no attention_weights(). A listener must outlive the model's captured passes
+  // (the trainer's GradientSums does): a capture is keyed by its address.
   void train_step(const Batch& batch, const DropoutContext& dropout, const StepInputs* inputs,
                   Tensor totals, GradientListener* listener = nullptr);
   static constexpr size_t kMaxCapturedPasses = 256;

@@ -48,11 +48,14 @@ class GradientSums : private GradientListener {
  private:
   // The last pass's listener (begin_last_pass).
   void gradients_final_from(int64_t offset) override { reducer_->ready_from(offset); }
-  void output_projection_final() override { reducer_->start_early(embedding_elements_); }
+  void output_projection_final() override {
+    if (sum_lookups_apart_) reducer_->start_early(embedding_elements_);
+  }
   void pass_end() override {
     if (finish_queued_in_pass()) reducer_->queue_finish();
   }
   bool capturable() const override { return finish_queued_in_pass(); }
+  void pass_discarded() override { reducer_->restart(); }
 
   // Every id a lookup of this rank's micro-batches reads, sorted and distinct, then the
   // union over the ranks.

@@ -17,7 +17,7 @@ bool RunSchedule::log_due(int64_t step) const {
 }
 
 bool RunSchedule::validation_due(int64_t step) const {
-  return valid_every_ > 0 && (step % valid_every_ == 0 || is_last_step(step));
+  return validates() && (step % valid_every_ == 0 || is_last_step(step));
 }
 
 bool RunSchedule::checkpoint_due(int64_t step, double seconds_since_last_save) const {

@@ -1,8 +1,8 @@
-// When the training loop logs, validates, saves and stops: the one place that reads
-// train.max_steps, train.log_every, train.valid_every, train.max_minutes,
-// checkpoint.every_steps / checkpoint.minutes and checkpoint.patience. Trainer::run asks
-// it at each step instead of computing modulos and clocks itself (Marian's Scheduler
-// plays this part). It decides from what it is told (the step, rank 0's clock, the
+// When the training loop logs, validates, saves and stops: the one place that decides
+// from train.max_steps, train.log_every, train.valid_every, train.max_minutes,
+// checkpoint.every_steps / checkpoint.minutes and checkpoint.patience (the trainer's
+// messages still quote them). Trainer::run asks it at each step instead of computing
+// modulos and clocks itself (Marian's Scheduler plays this part). It decides from what it is told (the step, rank 0's clock, the
 // validations since the best); agreeing the decision over the ranks stays with
 // StepDecision.
 #pragma once
@@ -18,12 +18,14 @@ class RunSchedule {
   explicit RunSchedule(const Config& config);
 
   int64_t max_steps() const { return max_steps_; }
+  // Whether the run validates at all (train.valid_every > 0, which requires data.valid).
+  bool validates() const { return valid_every_ > 0; }
   bool is_last_step(int64_t step) const { return step == max_steps_; }
   // The "step N/M" progress line (and the buckets' timings with dist.log_buckets): every
   // train.log_every steps and at the last step.
   bool log_due(int64_t step) const;
   // A validation pass: every train.valid_every steps and at the last step, when the run
-  // validates at all (train.valid_every > 0, which requires data.valid).
+  // validates at all.
   bool validation_due(int64_t step) const;
   // A checkpoint of `step`: every checkpoint.every_steps steps, or once
   // checkpoint.minutes have passed since the last (either 0: that trigger off). Rank 0

@@ -170,7 +170,7 @@ Trainer::Trainer(const Config& config, Communicator comm)
   backend_ = make_backend(request);
   device_ = request.device;
   source_ = make_training_source(config_, comm_.rank(), comm_.size());
-  if (config_.train.valid_every > 0) {
+  if (schedule_.validates()) {
     valid_source_ = make_validation_source(config_, comm_.rank(), comm_.size());
     // Both come from data.dir (validate() requires it), so the training source has a corpus.
     THPC_CHECK(source_->spm_model(), "validation without a training corpus");
@@ -760,7 +760,7 @@ RunEnd Trainer::stop_by_signal(int signal, RunProgress& run) {
 
 bool Trainer::ends_training_early(const StepDecision& decision, RunProgress& run) {
   if (decision.out_of_time && !run.stopped_by_patience &&
-      !schedule_.is_last_step(run.last.step)) {
+      run.last.step < schedule_.max_steps()) {
     note_time_limit_stop(completed_steps_, config_.train, run.out);
   }
   return run.stopped_by_patience || decision.out_of_time;

@@ -13,13 +13,13 @@
 #include <memory>
 #include <optional>
 
+#include "backend/factory.h"
 #include "checkpoint/checkpoint.h"
 #include "config/config.h"
 #include "data/batch_source.h"
 #include "data/shard_reader.h"
 #include "distributed/communicator.h"
 #include "kernels/ops.h"
-#include "backend/factory.h"
 #include "model/checkpoint_params.h"
 #include "model/transformer.h"
 #include "train/checkpoint_keeping.h"
@@ -32,8 +32,8 @@
 #include "train/step_decision.h"
 #include "train/step_stats.h"
 #include "train/training_setup.h"
-#include "train/validation.h"
 #include "train/valid_bleu.h"
+#include "train/validation.h"
 
 namespace thpc {
 

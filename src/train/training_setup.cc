@@ -2,9 +2,9 @@
 
 #include <sstream>
 
+#include "backend/factory.h"
 #include "common/error.h"
 #include "data/synthetic.h"
-#include "backend/factory.h"
 #include "decode/ensemble.h"
 #include "distributed/communicator.h"
 

@@ -5,8 +5,8 @@
 #include <optional>
 #include <ostream>
 
-#include "common/error.h"
 #include "backend/factory.h"
+#include "common/error.h"
 #include "model/checkpoint_params.h"
 #include "train/step_decision.h"
 #include "train/stop_request.h"

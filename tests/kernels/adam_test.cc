@@ -13,12 +13,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/factory.h"
 #include "common/bf16.h"
 #include "cpu_reference.h"
 #include "cuda_twin.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/fused_adam.cuh"
-#include "backend/factory.h"
 
 namespace thpc::cpu_test {
 namespace {

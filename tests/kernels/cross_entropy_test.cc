@@ -394,7 +394,7 @@ TEST(CudaCrossEntropy, MatchesCpu) {
 // The odd vocabularies above take the scalar loops; a multiple of 8 (both precisions'
 // vector widths) takes the 16-byte vectors: one vector a row, an odd number of vectors
 // (a row's last pair of loads is a single one), the model's 37,000.
-TEST(CudaCrossEntropy, VectorisedRowsMatchCpu) {
+TEST(CudaCrossEntropy, VectorizedRowsMatchCpu) {
   THPC_REQUIRE_GPU();
   expect_cross_entropy_matches_cpu({
       {"vocab_8", 9, 8, 0.1f, 2},

@@ -409,9 +409,9 @@ TEST(Int8Matmul, SignedActivationsGiveTheUnsignedProductsBitForBit) {
 #include <functional>
 #include <memory>
 
+#include "backend/factory.h"
 #include "cuda_twin.h"
 #include "kernels/cuda/int8_cuda_backend.h"
-#include "backend/factory.h"
 
 namespace thpc::test {
 namespace {

@@ -57,7 +57,7 @@ struct LayerNormProblem {
   }
 };
 
-TEST(LayerNorm, ForwardNormalisesEachRow) {
+TEST(LayerNorm, ForwardNormalizesEachRow) {
   std::mt19937 rng(31);
   LayerNormProblem problem(rng);
   constexpr int kDim = LayerNormProblem::kDim;
@@ -303,7 +303,7 @@ void expect_row_groups_equal_single_rows(uint32_t seed) {
   }
 }
 
-TEST(LayerNorm, RowsNormalisedTogetherHaveTheBitsOfOneRowAlone) {
+TEST(LayerNorm, RowsNormalizedTogetherHaveTheBitsOfOneRowAlone) {
   expect_row_groups_equal_single_rows<float>(33);
   expect_row_groups_equal_single_rows<double>(34);
 }

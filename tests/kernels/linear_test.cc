@@ -580,7 +580,7 @@ TEST(CudaReluBiasBackward, NullOutputsMatchCpu) {
 const std::vector<ReluShape> kVectorReluShapes = {{131, 8}, {67, 24}, {129, 512},
                                                   {1000, 4104}, {3000, 2048}};
 
-TEST(CudaReluBiasBackward, VectorisedColumnsMatchCpu) {
+TEST(CudaReluBiasBackward, VectorizedColumnsMatchCpu) {
   THPC_REQUIRE_GPU();
   uint32_t seed = 2900;
   for (DType dtype : gpu_compute_dtypes()) {
@@ -596,7 +596,7 @@ TEST(CudaReluBiasBackward, VectorisedColumnsMatchCpu) {
 // the same chunks), so its outputs are the scalar kernel's, bit for bit. The scalar one
 // runs here on the same values one element past a 16-byte boundary (the vector kernel
 // needs aligned rows).
-TEST(CudaReluBiasBackward, VectorisedIsTheScalarKernelBitForBit) {
+TEST(CudaReluBiasBackward, VectorizedIsTheScalarKernelBitForBit) {
   THPC_REQUIRE_GPU();
   for (DType dtype : gpu_compute_dtypes()) {
     for (const ReluShape& s : {ReluShape{3000, 2048}, ReluShape{129, 512}, ReluShape{67, 24}}) {
