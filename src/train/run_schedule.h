@@ -2,9 +2,9 @@
 // from train.max_steps, train.log_every, train.valid_every, train.max_minutes,
 // checkpoint.every_steps / checkpoint.minutes and checkpoint.patience (the trainer's
 // messages still quote them). Trainer::run asks it at each step instead of computing
-// modulos and clocks itself (Marian's Scheduler plays this part). It decides from what it is told (the step, rank 0's clock, the
-// validations since the best); agreeing the decision over the ranks stays with
-// StepDecision.
+// modulos and clocks itself (Marian's Scheduler plays this part). It decides from what
+// it is told (the step, rank 0's clock, the validations since the best); agreeing the
+// decision over the ranks stays with StepDecision.
 #pragma once
 
 #include <cstdint>
