@@ -82,10 +82,15 @@ void* Context::kept_vector(size_t count, size_t element_bytes, size_t& to_fill) 
              "a kept vector of " << element_bytes << "-byte elements");
   const int which = element_bytes == 2 ? 0 : 1;
   to_fill = 0;
-  if (count <= kept_count_[which] && kept_[which] != nullptr) return kept_[which];
+  const bool fits = count <= kept_count_[which] && kept_[which] != nullptr;
+  if (fits && kept_filled_[which]) return kept_[which];
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   THPC_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
   if (capturing != cudaStreamCaptureStatusNone) return nullptr;
+  if (fits) {  // made, but its fill never queued (an error came between): fill it now
+    to_fill = kept_count_[which];
+    return kept_[which];
+  }
   if (kept_[which] != nullptr) {
     THPC_CUDA_CHECK(cudaFree(kept_[which]));  // waits for the ops that read it
     count_free(kept_count_[which] * element_bytes);
@@ -96,8 +101,13 @@ void* Context::kept_vector(size_t count, size_t element_bytes, size_t& to_fill) 
   THPC_CUDA_CHECK(cudaMalloc(&kept_[which], grown * element_bytes));
   count_allocation(grown * element_bytes);
   kept_count_[which] = grown;
+  kept_filled_[which] = false;
   to_fill = grown;
   return kept_[which];
+}
+
+void Context::kept_vector_filled(size_t element_bytes) {
+  kept_filled_[element_bytes == 2 ? 0 : 1] = true;
 }
 
 void Context::fork_side() {

@@ -76,12 +76,15 @@ class Context {
   void* pinned(size_t bytes);
   // A device vector of at least `count` elements of `element_bytes` (2: bf16, 4: fp32)
   // that nothing else writes: the bias gradient's ones vector (linear.cu, candidate
-  // kept_ones), filled once, not before each use. When it was (re)made, `to_fill` says
-  // how many elements the caller must fill now (all it holds, so that a later, longer use
-  // finds them filled); else 0. Null, nothing allocated, when it would have to grow while
-  // the stream is being captured (a fill captured into a graph that is then dropped would
-  // leave it unfilled): the caller then takes its old path.
+  // kept_ones), filled once, not before each use. When it was (re)made, or its fill was
+  // never queued (an error in between), `to_fill` says how many elements the caller must
+  // fill now (all it holds, so that a later, longer use finds them filled), and the caller
+  // says kept_vector_filled() once the fill is queued; else 0. Null, nothing allocated,
+  // when it would have to grow or be filled while the stream is being captured (a fill
+  // captured into a graph that is then dropped would leave it unfilled): the caller then
+  // takes its old path.
   void* kept_vector(size_t count, size_t element_bytes, size_t& to_fill);
+  void kept_vector_filled(size_t element_bytes);
 
   // The second stream of the candidate weight_grads_beside (linear.cu), with its own
   // cuBLASLt workspace (a product on it runs beside one on stream(), so they cannot share
@@ -125,6 +128,7 @@ class Context {
   size_t pinned_bytes_ = 0;
   void* kept_[2] = {nullptr, nullptr};  // kept_vector's, of 2- and 4-byte elements
   size_t kept_count_[2] = {0, 0};
+  bool kept_filled_[2] = {false, false};  // each one's fill queued
   cudaStream_t side_stream_ = nullptr;  // and its events and workspace: weight_grads_beside
   cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
   void* side_lt_workspace_ = nullptr;

@@ -543,7 +543,8 @@ class WeightGradients {
     // tokens a few microseconds each), else written into the scratch buffer before use.
     if (beside_ || context.candidate_kernel(kKeptOnes)) {
       ones_ = static_cast<T*>(context.kept_vector(static_cast<size_t>(M), sizeof(T), to_fill_));
-      if (ones_ != nullptr && context.candidate_kernel(kKeptOnes)) ++kept_ones_count;
+      kept_ = ones_ != nullptr;
+      if (kept_ && context.candidate_kernel(kKeptOnes)) ++kept_ones_count;
     }
     if (ones_ == nullptr) {
       beside_ = false;
@@ -569,6 +570,7 @@ class WeightGradients {
       fill_value_kernel<T><<<(n + kFillThreads - 1) / kFillThreads, kFillThreads, 0, stream>>>(
           ones_, n, 1.0f);
       THPC_CUDA_CHECK_LAUNCH("fill_value_kernel");
+      if (kept_) context_.kept_vector_filled(sizeof(T));
     }
     gemm(context_, db_product_);
   }
@@ -581,6 +583,7 @@ class WeightGradients {
   Gemm dW_product_, db_product_;
   T* ones_ = nullptr;
   size_t to_fill_ = 0;
+  bool kept_ = false;  // ones_ is the Context's kept vector (not the scratch buffer)
   bool beside_ = false;
   SideBranch branch_;
 };
@@ -618,7 +621,8 @@ void linear_relu_mask_forward(Context& context, T* y, uint32_t* mask, const T* x
     g.aux_ld = relu_mask_ld_bits(N);
   }
   const bool applied = gemm(context, g);
-  if (g.aux != nullptr && applied) {
+  // An empty product writes no mask (and its backward reads none): not counted.
+  if (g.aux != nullptr && applied && M > 0 && N > 0) {
     written_masks().remember(context.device(), mask, M, N);
     ++relu_mask_product_count;
   } else if (mask != nullptr) {
