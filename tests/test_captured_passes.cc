@@ -75,17 +75,15 @@ INSTANTIATE_TEST_SUITE_P(NormsAndLossChunks, CapturedPasses,
 
 // `steps` steps of `accumulate` micro-batches of the small post-norm model, the last
 // micro-batch's gradient summed by the doubling stand-in (`capturable` or a host
-// transport), on the CPU and through the CPU's stand-in for graphs.
+// transport), on the CPU and through `capturing`, a stand-in for graphs.
 struct SumsRuns {
   test::StepsRun plain, captured;
-  int backend_captures = 0;  // what the stand-in captured
 };
-SumsRuns training_with_doubling_sums(const std::vector<Batch>& batches, int steps,
+SumsRuns training_with_doubling_sums(CapturingBackend& capturing,
+                                     const std::vector<Batch>& batches, int steps,
                                      int accumulate, bool capturable) {
   const ModelConfig config = test::small_model("post");
   auto plain_backend = make_cpu_backend(DType::F32);
-  auto inner = make_cpu_backend(DType::F32);
-  CapturingBackend capturing(*inner);
   test::DoublingReducer plain_sums(*plain_backend, capturable);
   test::DoublingReducer captured_sums(capturing, capturable);
   SumsRuns runs;
@@ -93,7 +91,6 @@ SumsRuns training_with_doubling_sums(const std::vector<Batch>& batches, int step
                                         accumulate, 3, 5, 0, &plain_sums);
   runs.captured = test::run_training_steps(capturing, config, kVocab, batches, steps, accumulate,
                                            3, 5, 0, &captured_sums);
-  runs.backend_captures = capturing.captures();
   return runs;
 }
 
@@ -107,14 +104,16 @@ TEST(CapturedSums, ACapturableTransportsSumsAreCapturedWithThePass) {
   const std::vector<Batch> batches = schedule(kVocab, 12);
   for (bool capturable : {true, false}) {
     SCOPED_TRACE(capturable ? "capturable" : "host transport");
-    const SumsRuns runs = training_with_doubling_sums(batches, 12, 1, capturable);
+    auto inner = make_cpu_backend(DType::F32);
+    CapturingBackend capturing(*inner);
+    const SumsRuns runs = training_with_doubling_sums(capturing, batches, 12, 1, capturable);
     test::expect_same_steps(runs.captured, runs.plain);
     if (capturable) {
       EXPECT_GE(runs.captured.counts.captures, 3);
       EXPECT_GT(runs.captured.counts.replays, runs.captured.counts.captures);
     } else {
       EXPECT_EQ(runs.captured.counts.captures, 0);
-      EXPECT_EQ(runs.backend_captures, 0);
+      EXPECT_EQ(capturing.captures(), 0);
     }
   }
 }
@@ -126,7 +125,9 @@ TEST(CapturedSums, ACapturableTransportsSumsAreCapturedWithThePass) {
 // gradient. Equal to the uncaptured steps bit for bit.
 TEST(CapturedSums, PassesWithAndWithoutTheSumsNeverShareACapture) {
   const std::vector<Batch> batches = test::batches_of_shapes(1, 12, kVocab, 12, 21);
-  const SumsRuns runs = training_with_doubling_sums(batches, 6, 2, true);
+  auto inner = make_cpu_backend(DType::F32);
+  CapturingBackend capturing(*inner);
+  const SumsRuns runs = training_with_doubling_sums(capturing, batches, 6, 2, true);
   test::expect_same_steps(runs.captured, runs.plain);
   EXPECT_EQ(runs.captured.counts.captures, 2) << "one for the passes without the sums, one with";
   EXPECT_EQ(runs.captured.counts.replays, 10) << "every pass after each kind's first";
@@ -161,18 +162,12 @@ class RefusingAtTheEmbeddingBackend : public CapturingBackend {
 // pass_discarded), or its buckets would be left unsummed. Equal to the steps without
 // captures, bit for bit.
 TEST(CapturedSums, ARefusedCaptureStartsTheSumsOver) {
-  const ModelConfig config = test::small_model("post");
   const std::vector<Batch> batches = test::batches_of_shapes(2, 12, kVocab, 12, 23);
-  auto plain_backend = make_cpu_backend(DType::F32);
   auto inner = make_cpu_backend(DType::F32);
   RefusingAtTheEmbeddingBackend refusing(*inner);
-  test::DoublingReducer plain_sums(*plain_backend, true), refused_sums(refusing, true);
-  const test::StepsRun plain = test::run_training_steps(*plain_backend, config, kVocab, batches,
-                                                        6, 1, 3, 5, 0, &plain_sums);
-  const test::StepsRun refused = test::run_training_steps(refusing, config, kVocab, batches, 6,
-                                                          1, 3, 5, 0, &refused_sums);
-  test::expect_same_steps(refused, plain);
-  EXPECT_EQ(refused.counts.refused, 2) << "each shape's capture tried once";
+  const SumsRuns runs = training_with_doubling_sums(refusing, batches, 6, 1, true);
+  test::expect_same_steps(runs.captured, runs.plain);
+  EXPECT_EQ(runs.captured.counts.refused, 2) << "each shape's capture tried once";
   EXPECT_EQ(refusing.last_refusal(), "synchronize");
 }
 

@@ -125,8 +125,8 @@ void onednn_gemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n,
   THPC_CHECK(status == dnnl_success,
              "oneDNN's sgemm failed on the product [" << m << ", " << k << "] x [" << k << ", "
                  << n << "]: "
-                 << (status == dnnl_out_of_memory ? "out of memory" : "status ")
-                 << (status == dnnl_out_of_memory ? "" : std::to_string(int(status))));
+                 << (status == dnnl_out_of_memory ? std::string("out of memory")
+                                                  : "status " + std::to_string(int(status))));
 }
 #endif
 
