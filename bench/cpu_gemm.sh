@@ -3,7 +3,8 @@
 # benchmarks' lines:
 #   bash bench/cpu_gemm.sh BUILD_DIR
 # prints onednn or openblas: THPC_CPU_GEMM's choice, else the build's default (oneDNN where
-# it has it; OpenBLAS then still multiplies the smallest products), as
+# it has it and its kernels are AVX-512 ones; OpenBLAS then still multiplies the smallest
+# products), as
 # transformer_bench_step reports it after one step of input/tiny.ini.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -132,9 +132,13 @@ void onednn_gemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n,
 
 }  // namespace
 
-GemmLibrary gemm_library_named(const char* value, bool with_onednn) {
+bool onednn_sgemm_leads(bool onednn_avx512, const std::string& openblas_kernels) {
+  return onednn_avx512 || core_predates_avx2(openblas_kernels);
+}
+
+GemmLibrary gemm_library_named(const char* value, bool with_onednn, bool onednn_leads) {
   if (value == nullptr || value[0] == '\0') {
-    return with_onednn ? GemmLibrary::kOneDnn : GemmLibrary::kOpenBlas;
+    return with_onednn && onednn_leads ? GemmLibrary::kOneDnn : GemmLibrary::kOpenBlas;
   }
   if (strcasecmp(value, "openblas") == 0) return GemmLibrary::kOpenBlas;
   if (strcasecmp(value, "onednn") == 0) {
@@ -149,15 +153,32 @@ GemmLibrary gemm_library_named(const char* value, bool with_onednn) {
                                    "build has it)");
 }
 
+namespace {
+
+bool onednn_usable() { return onednn_built() && kOneDnnOnOpenMp; }
+
+bool onednn_leads_here() {
+  static const bool leads = onednn_sgemm_leads(onednn_runs_avx512(), openblas_core());
+  return leads;
+}
+
+}  // namespace
+
 GemmLibrary gemm_library() {
   static const GemmLibrary library =
-      gemm_library_named(std::getenv("THPC_CPU_GEMM"), onednn_built() && kOneDnnOnOpenMp);
+      gemm_library_named(std::getenv("THPC_CPU_GEMM"), onednn_usable(), onednn_leads_here());
   return library;
 }
 
 std::string gemm_library_description() {
   if (gemm_library() == GemmLibrary::kOneDnn) {
     return "matrix products by " + onednn_version_and_isa() + ", the smallest by " +
+           openblas_description();
+  }
+  const char* named = std::getenv("THPC_CPU_GEMM");
+  if (onednn_usable() && (named == nullptr || named[0] == '\0')) {
+    // The rule chose OpenBLAS in a build with oneDNN: say which oneDNN it passed over.
+    return "matrix products by OpenBLAS, ahead of " + onednn_version_and_isa() + " here: " +
            openblas_description();
   }
   return openblas_description();

@@ -5,15 +5,17 @@
 // packing copy dominates a GEMM whose result is a single row).
 //
 // The fp32 matrix products, nearly three quarters of a CPU training step and most of a
-// decoding, are oneDNN's (dnnl_sgemm) where the build has it, but for the smallest, which
-// its cost per call outweighs (blas.cc); OpenBLAS's otherwise, or when
-// THPC_CPU_GEMM=openblas says so. oneDNN chooses its kernels from the CPU's
-// instruction set, so neither OPENBLAS_CORETYPE (some machines set Haswell for every
-// process: AVX2 kernels on an AVX-512 CPU) nor a CPU newer than the OpenBLAS (which then
-// falls back to SSE3 kernels: openblas_core.h) slows them. Measured on an Intel Xeon
-// (AVX-512), 2 threads, the small preset's step: 362 ms with oneDNN with or without
-// OPENBLAS_CORETYPE=Haswell, 367 ms with OpenBLAS's SkylakeX kernels (equal within the
-// machine's spread), 568 ms with its Haswell ones (bench/RESULTS.md, 2026-11-30). The
+// decoding, are oneDNN's (dnnl_sgemm) where the build has it and its kernels are AVX-512
+// ones, but for the smallest, which its cost per call outweighs (blas.cc); OpenBLAS's on a
+// CPU without AVX-512, where its AVX2 kernels outrun oneDNN's (onednn_sgemm_leads),
+// without oneDNN, or when THPC_CPU_GEMM=openblas says so. oneDNN chooses its kernels from
+// the CPU's instruction set, so neither OPENBLAS_CORETYPE (some machines set Haswell for
+// every process: AVX2 kernels on an AVX-512 CPU) nor a CPU newer than the OpenBLAS
+// (which then falls back to SSE3 kernels: openblas_core.h) slows them. Measured on an
+// Intel Xeon (AVX-512), 2 threads, the small preset's step: 362 ms with oneDNN with or
+// without OPENBLAS_CORETYPE=Haswell, 367 ms with OpenBLAS's SkylakeX kernels (equal
+// within the machine's spread), 568 ms with its Haswell ones (bench/RESULTS.md,
+// 2026-11-30). The
 // fp64 products (the tests' finite differences) and the matrix-vector products
 // (decoding's attention of one query, a small share) stay OpenBLAS's. Before oneDNN
 // 3.11.2 a signal handled during one of its fp32 products corrupts the heap: the threads
@@ -32,14 +34,27 @@ namespace thpc::cpu {
 enum class GemmLibrary { kOneDnn, kOpenBlas };
 
 // The library the fp32 gemm below calls, read once from THPC_CPU_GEMM ("onednn",
-// "openblas"; unset or empty: oneDNN where this build has it, OpenBLAS otherwise). A value
-// it does not know, or onednn in a build without oneDNN, throws an Error naming the
-// variable; make_cpu_backend asks first, so a run stops there, before any op.
+// "openblas"; unset or empty: oneDNN where this build has it and onednn_sgemm_leads says
+// so on this CPU, OpenBLAS otherwise). A value it does not know, or onednn in a build
+// without oneDNN, throws an Error naming the variable; make_cpu_backend asks first, so a
+// run stops there, before any op.
 GemmLibrary gemm_library();
 
+// Whether oneDNN's fp32 products are the faster here: where its kernels are AVX-512 ones
+// (`onednn_avx512`) or OpenBLAS's kernels (`openblas_kernels`, as openblas_core names them)
+// predate AVX2. Where both have AVX2 kernels alone, OpenBLAS's lead: measured on a Zen 3
+// EPYC (AVX2, 2 cores; bench/RESULTS.md, 2026-11-30), OpenBLAS 0.3.21's Zen kernels
+// against oneDNN 2.6.3's avx2 ones, the small preset's step 517-625 ms against 676-723,
+// the base preset's 1,999 against 2,143 (medians), decoding 40 newstest lines on one
+// thread 12.7-13.0 s against 16.9-17.1 (its one-thread x^T dy products, a backward's
+// weight gradients, 1.1-2.3x slower). There OPENBLAS_CORETYPE=Haswell names the CPU's own
+// kernels, so OpenBLAS loses nothing by it.
+bool onednn_sgemm_leads(bool onednn_avx512, const std::string& openblas_kernels);
+
 // The library `value` (THPC_CPU_GEMM's value, nullptr when unset) names, in a build that
-// has oneDNN or not: gemm_library's rule, apart for testing.
-GemmLibrary gemm_library_named(const char* value, bool with_onednn);
+// has oneDNN or not, where oneDNN's products lead or not: gemm_library's rule, apart for
+// testing.
+GemmLibrary gemm_library_named(const char* value, bool with_onednn, bool onednn_leads);
 
 // For the first line of a run: "matrix products by oneDNN 2.6.3, avx512_core_bf16, the
 // smallest by OpenBLAS SkylakeX kernels", or OpenBLAS's kernels alone; with what chose

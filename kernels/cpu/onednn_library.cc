@@ -43,6 +43,14 @@ std::string onednn_version_and_isa() {
   return text.str();
 }
 
+bool onednn_runs_avx512() {
+  // The instruction sets are bit sets, each containing those it extends (avx512_core_bf16
+  // = 0xe7 holds avx512_core = 0x27), in oneDNN 2 and 3 alike.
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto avx512_core = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+  return (isa & avx512_core) == avx512_core;
+}
+
 bool onednn_gemm_is_signal_safe() {
   const dnnl_version_t* v = dnnl_version();
   const int version = v->major * 10000 + v->minor * 100 + v->patch;
@@ -53,6 +61,7 @@ bool onednn_gemm_is_signal_safe() {
 
 bool onednn_built() { return false; }
 std::string onednn_version_and_isa() { return ""; }
+bool onednn_runs_avx512() { return false; }
 bool onednn_gemm_is_signal_safe() { return false; }
 
 #endif

@@ -14,6 +14,11 @@ bool onednn_built();
 // this CPU (DNNL_MAX_CPU_ISA in the environment can lower it); "" without oneDNN.
 std::string onednn_version_and_isa();
 
+// Whether oneDNN's kernels on this CPU are AVX-512 ones or newer (avx512_core and up, as
+// DNNL_MAX_CPU_ISA leaves them): where its fp32 GEMM leads OpenBLAS's (blas.h). false
+// without oneDNN.
+bool onednn_runs_avx512();
+
 // Whether oneDNN's fp32 GEMM kernels keep the stack register a stack while they run:
 // before 3.11.2 (Debian 12's 2.6.3 among them) jit_avx512_common_gemm_f32 and
 // jit_avx_gemm_f32 point it into the heap, so that a signal handled on a thread running

@@ -30,6 +30,7 @@
 #include "expect_error.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/onednn_library.h"
+#include "kernels/cpu/openblas_core.h"
 #include "program.h"
 
 namespace thpc::cpu {
@@ -292,17 +293,36 @@ TEST(Gemm, OneDnnsWorkersHoldTheSignalsWhateverTeamsRanBetweenProducts) {
 }
 
 TEST(GemmLibrary, ThpcCpuGemmNamesTheLibrary) {
-  EXPECT_EQ(gemm_library_named(nullptr, true), GemmLibrary::kOneDnn);
-  EXPECT_EQ(gemm_library_named("", true), GemmLibrary::kOneDnn);
-  EXPECT_EQ(gemm_library_named(nullptr, false), GemmLibrary::kOpenBlas);
-  EXPECT_EQ(gemm_library_named("openblas", true), GemmLibrary::kOpenBlas);
-  EXPECT_EQ(gemm_library_named("onednn", true), GemmLibrary::kOneDnn);
-  EXPECT_EQ(gemm_library_named("oneDNN", true), GemmLibrary::kOneDnn);  // as the docs write it
-  EXPECT_EQ(gemm_library_named("OpenBLAS", true), GemmLibrary::kOpenBlas);
-  expect_error([] { gemm_library_named("onednn", false); },
-               {"THPC_CPU_GEMM=onednn, but this build has no oneDNN", "libdnnl-dev"});
-  expect_error([] { gemm_library_named("MKL", true); },
-               {"THPC_CPU_GEMM is 'MKL', not a library", "'onednn' or 'openblas'"});
+  for (const bool onednn_leads : {true, false}) {
+    SCOPED_TRACE(onednn_leads ? "oneDNN's products lead here" : "OpenBLAS's lead here");
+    const GemmLibrary by_default = onednn_leads ? GemmLibrary::kOneDnn : GemmLibrary::kOpenBlas;
+    EXPECT_EQ(gemm_library_named(nullptr, true, onednn_leads), by_default);
+    EXPECT_EQ(gemm_library_named("", true, onednn_leads), by_default);
+    EXPECT_EQ(gemm_library_named(nullptr, false, onednn_leads), GemmLibrary::kOpenBlas);
+    EXPECT_EQ(gemm_library_named("openblas", true, onednn_leads), GemmLibrary::kOpenBlas);
+    EXPECT_EQ(gemm_library_named("onednn", true, onednn_leads), GemmLibrary::kOneDnn);
+    // As the docs write them.
+    EXPECT_EQ(gemm_library_named("oneDNN", true, onednn_leads), GemmLibrary::kOneDnn);
+    EXPECT_EQ(gemm_library_named("OpenBLAS", true, onednn_leads), GemmLibrary::kOpenBlas);
+    expect_error([&] { gemm_library_named("onednn", false, onednn_leads); },
+                 {"THPC_CPU_GEMM=onednn, but this build has no oneDNN", "libdnnl-dev"});
+    expect_error([&] { gemm_library_named("MKL", true, onednn_leads); },
+                 {"THPC_CPU_GEMM is 'MKL', not a library", "'onednn' or 'openblas'"});
+  }
+}
+
+TEST(GemmLibrary, OneDnnLeadsWithAvx512KernelsOrWhereOpenBlasRunsOlderThanAvx2) {
+  // oneDNN's AVX-512 kernels: whatever OpenBLAS runs (its own AVX-512 ones, or the AVX2 ones
+  // OPENBLAS_CORETYPE=Haswell forces on such a CPU).
+  for (const char* kernels : {"SkylakeX", "Cooperlake", "Haswell", "Zen", "Prescott"}) {
+    EXPECT_TRUE(onednn_sgemm_leads(true, kernels)) << kernels;
+  }
+  // oneDNN's AVX2 kernels: OpenBLAS's AVX2 ones outrun them; kernels older than AVX2 (an
+  // OpenBLAS that does not know the CPU and could not be told) do not.
+  EXPECT_FALSE(onednn_sgemm_leads(false, "Haswell"));
+  EXPECT_FALSE(onednn_sgemm_leads(false, "Zen"));
+  EXPECT_TRUE(onednn_sgemm_leads(false, "Prescott"));
+  EXPECT_TRUE(onednn_sgemm_leads(false, "Nehalem"));
 }
 
 TEST(GemmLibrary, TheFirstLineNamesItAndAWrongNameStopsTheRun) {
@@ -328,6 +348,17 @@ TEST(GemmLibrary, TheFirstLineNamesItAndAWrongNameStopsTheRun) {
         << onednn.output;
     EXPECT_NE(onednn.output.find(", the smallest by OpenBLAS "), std::string::npos)
         << onednn.output;
+    // Unset (empty): oneDNN where its kernels lead on this CPU, else OpenBLAS, saying which
+    // oneDNN it passed over.
+    const ProcessResult by_default = run("");
+    EXPECT_EQ(by_default.exit_code, 0) << by_default.output;
+    const bool onednn_leads = onednn_sgemm_leads(onednn_runs_avx512(), openblas_core());
+    EXPECT_NE(by_default.output.find(onednn_leads
+                                         ? "(cpu-fp32, matrix products by oneDNN "
+                                         : "(cpu-fp32, matrix products by OpenBLAS, ahead of "
+                                           "oneDNN "),
+              std::string::npos)
+        << by_default.output;
   }
   const ProcessResult wrong = run("mkl");
   EXPECT_NE(wrong.exit_code, 0) << wrong.output;
