@@ -152,8 +152,9 @@ echo "$(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 
 # and on an AVX-512 CPU OPENBLAS_CORETYPE=Haswell makes ours ~1.5x slower
 # (kernels/cpu/openblas_core.h). The CPU line says ours_openblas=CORE[-by-OPENBLAS_CORETYPE]
 # or, where the program chose them for a CPU OpenBLAS does not know, CORE-instead-of-OLD.
-# Most of ours' products are oneDNN's where the build has it (ours_gemm=onednn; OpenBLAS
-# then multiplies the smallest: kernels/cpu/blas.h), or OpenBLAS's (ours_gemm=openblas).
+# Most of ours' products are oneDNN's where the build has it and its kernels are AVX-512
+# ones (ours_gemm=onednn; OpenBLAS then multiplies the smallest: kernels/cpu/blas.h), or
+# OpenBLAS's (ours_gemm=openblas).
 ours_openblas=$(bash "$(dirname "$0")/openblas_kernels.sh" "$build/transformer_decode")
 ours_gemm=n/a
 [ "$device" = cpu ] && ours_gemm=$(bash "$(dirname "$0")/cpu_gemm.sh" "$build")

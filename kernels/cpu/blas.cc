@@ -149,24 +149,33 @@ GemmLibrary gemm_library_named(const char* value, bool with_onednn, bool onednn_
   }
   THPC_FAIL("THPC_CPU_GEMM is " << quoted(value)
                                 << ", not a library of the CPU's matrix products: set it to "
-                                   "'onednn' or 'openblas', or unset it (oneDNN where the "
-                                   "build has it)");
+                                   "'onednn' or 'openblas', or unset it (oneDNN where its "
+                                   "kernels are AVX-512 ones, OpenBLAS elsewhere)");
 }
-
-namespace {
 
 bool onednn_usable() { return onednn_built() && kOneDnnOnOpenMp; }
 
-bool onednn_leads_here() {
-  static const bool leads = onednn_sgemm_leads(onednn_runs_avx512(), openblas_core());
-  return leads;
+namespace {
+
+// THPC_CPU_GEMM as the program started, read once: whether it named a library.
+bool library_named() {
+  static const bool named = [] {
+    const char* value = std::getenv("THPC_CPU_GEMM");
+    return value != nullptr && value[0] != '\0';
+  }();
+  return named;
 }
 
 }  // namespace
 
 GemmLibrary gemm_library() {
-  static const GemmLibrary library =
-      gemm_library_named(std::getenv("THPC_CPU_GEMM"), onednn_usable(), onednn_leads_here());
+  static const GemmLibrary library = [] {
+    const char* value = std::getenv("THPC_CPU_GEMM");
+    // The rule asks the libraries only when the variable leaves the choice to it.
+    const bool onednn_leads = library_named() || !onednn_usable() ||
+                              onednn_sgemm_leads(onednn_runs_avx512(), openblas_core());
+    return gemm_library_named(value, onednn_usable(), onednn_leads);
+  }();
   return library;
 }
 
@@ -175,8 +184,7 @@ std::string gemm_library_description() {
     return "matrix products by " + onednn_version_and_isa() + ", the smallest by " +
            openblas_description();
   }
-  const char* named = std::getenv("THPC_CPU_GEMM");
-  if (onednn_usable() && (named == nullptr || named[0] == '\0')) {
+  if (onednn_usable() && !library_named()) {
     // The rule chose OpenBLAS in a build with oneDNN: say which oneDNN it passed over.
     return "matrix products by OpenBLAS, ahead of " + onednn_version_and_isa() + " here: " +
            openblas_description();

@@ -15,11 +15,10 @@
 // Intel Xeon (AVX-512), 2 threads, the small preset's step: 362 ms with oneDNN with or
 // without OPENBLAS_CORETYPE=Haswell, 367 ms with OpenBLAS's SkylakeX kernels (equal
 // within the machine's spread), 568 ms with its Haswell ones (bench/RESULTS.md,
-// 2026-11-30). The
-// fp64 products (the tests' finite differences) and the matrix-vector products
-// (decoding's attention of one query, a small share) stay OpenBLAS's. Before oneDNN
-// 3.11.2 a signal handled during one of its fp32 products corrupts the heap: the threads
-// that run them hold the asynchronous signals blocked (blas.cc,
+// 2026-11-30). The fp64 products (the tests' finite differences) and the matrix-vector
+// products (decoding's attention of one query, a small share) stay OpenBLAS's. Before
+// oneDNN 3.11.2 a signal handled during one of its fp32 products corrupts the heap: the
+// threads that run them hold the asynchronous signals blocked (blas.cc,
 // SignalsHeldDuringTheProduct; onednn_library.h).
 #pragma once
 
@@ -45,7 +44,8 @@ GemmLibrary gemm_library();
 // predate AVX2. Where both have AVX2 kernels alone, OpenBLAS's lead: measured on a Zen 3
 // EPYC (AVX2, 2 cores; bench/RESULTS.md, 2026-11-30), OpenBLAS 0.3.21's Zen kernels
 // against oneDNN 2.6.3's avx2 ones, the small preset's step 517-625 ms against 676-723,
-// the base preset's 1,999 against 2,143 (medians), decoding 40 newstest lines on one
+// the base preset's 1,999 against 2,147 (medians of six runs, with and without
+// OPENBLAS_CORETYPE=Haswell), decoding 40 newstest lines on one
 // thread 12.7-13.0 s against 16.9-17.1 (its one-thread x^T dy products, a backward's
 // weight gradients, 1.1-2.3x slower). There OPENBLAS_CORETYPE=Haswell names the CPU's own
 // kernels, so OpenBLAS loses nothing by it.
@@ -56,9 +56,13 @@ bool onednn_sgemm_leads(bool onednn_avx512, const std::string& openblas_kernels)
 // testing.
 GemmLibrary gemm_library_named(const char* value, bool with_onednn, bool onednn_leads);
 
+// Whether THPC_CPU_GEMM=onednn can choose oneDNN: the build has it, on OpenMP.
+bool onednn_usable();
+
 // For the first line of a run: "matrix products by oneDNN 2.6.3, avx512_core_bf16, the
-// smallest by OpenBLAS SkylakeX kernels", or OpenBLAS's kernels alone; with what chose
-// OpenBLAS's kernels (openblas_description).
+// smallest by OpenBLAS SkylakeX kernels"; "matrix products by OpenBLAS, ahead of oneDNN
+// 2.6.3, avx2 here: OpenBLAS Zen kernels" where the rule passed oneDNN over; or OpenBLAS's
+// kernels alone; with what chose OpenBLAS's kernels (openblas_description).
 std::string gemm_library_description();
 
 // The threads the fp32 and fp64 products run on (set_cpu_threads sets them with the ops'
