@@ -169,13 +169,9 @@ bool library_named() {
 }  // namespace
 
 GemmLibrary gemm_library() {
-  static const GemmLibrary library = [] {
-    const char* value = std::getenv("THPC_CPU_GEMM");
-    // The rule asks the libraries only when the variable leaves the choice to it.
-    const bool onednn_leads = library_named() || !onednn_usable() ||
-                              onednn_sgemm_leads(onednn_runs_avx512(), openblas_core());
-    return gemm_library_named(value, onednn_usable(), onednn_leads);
-  }();
+  static const GemmLibrary library =
+      gemm_library_named(std::getenv("THPC_CPU_GEMM"), onednn_usable(),
+                         onednn_sgemm_leads(onednn_runs_avx512(), openblas_core()));
   return library;
 }
 
