@@ -4,6 +4,7 @@
 #
 #   bash tools/fuzz.sh [TARGET|all] [SECONDS]   # each target for SECONDS (default 60)
 #   RUNS=1000000 bash tools/fuzz.sh shard 3600  # ... or until RUNS executions, if sooner
+#   FUZZ_JOBS=1 bash tools/fuzz.sh all 60       # one target at a time (default: a core each)
 #
 # TARGET: config, shard, checkpoint, bleu_tokenize, ptb_trees. Seeds: input/*.ini; a
 # shard pair preprocessed from a small numbers corpus and a 1-step checkpoint of a
@@ -99,15 +100,18 @@ printf 'Die Katze saß auf der Matte — „schön“ (1.000,50 €)!' > "$seeds
 printf 'Ελληνικά ΣΊΣΥΦΟΣ 日本語のテキスト، عربى\t end.' > "$seeds/bleu_tokenize/hand.1"
 
 # ---- runs ----
-status=0
-for t in "${targets[@]}"; do
-  [ "$which" = all ] || [ "$which" = "$t" ] || continue
+# FUZZ_JOBS targets at a time (default: the cores here): each libFuzzer process is one
+# thread, so `all` on 2 cores takes 3 rounds of SECONDS instead of 5.
+jobs=${FUZZ_JOBS:-$(nproc)}
+run_target() {
+  local t=$1
   # Inputs up to the largest seed (at least libFuzzer's usual 4096 bytes): without the
   # bound libFuzzer takes the largest file of the corpus too, which a corpus kept from
   # older, larger seeds would set.
+  local largest_seed max_len
   largest_seed=$(find "$seeds/$t" -type f -printf '%s\n' | sort -n | tail -n 1)
   max_len=$((largest_seed > 4096 ? largest_seed : 4096))
-  bound=(-max_total_time="$seconds" -max_len="$max_len")
+  local bound=(-max_total_time="$seconds" -max_len="$max_len")
   [ -z "${RUNS:-}" ] || bound+=(-runs="$RUNS")
   echo "fuzz.sh: $t (${bound[*]})"
   # LeakSanitizer on: a reader that leaks on bad input is a finding like a crash
@@ -126,10 +130,24 @@ for t in "${targets[@]}"; do
       "$build/corpus/$t" "$seeds/$t" > "$build/fuzz_$t.log" 2>&1; then
     tail -n 60 "$build/fuzz_$t.log" >&2
     echo "fuzz.sh: $t FAILED (log: $build/fuzz_$t.log, input: $build/artifacts/$t-*)" >&2
-    status=1
-    continue
+    return 1
   fi
   grep -E '^Done [0-9]+ runs|stat::number_of_executed_units|stat::peak_rss_mb' \
     "$build/fuzz_$t.log" | sed "s/^/fuzz.sh: $t: /"
+}
+status=0
+running=0
+for t in "${targets[@]}"; do
+  [ "$which" = all ] || [ "$which" = "$t" ] || continue
+  if [ "$running" -ge "$jobs" ]; then
+    wait -n || status=1
+    running=$((running - 1))
+  fi
+  run_target "$t" &
+  running=$((running + 1))
+done
+while [ "$running" -gt 0 ]; do
+  wait -n || status=1
+  running=$((running - 1))
 done
 exit $status
