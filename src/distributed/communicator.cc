@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/sha256.h"
+#include "distributed/leak_checks_paused.h"
 #include "distributed/mpi_check.h"
 
 namespace thpc {
@@ -35,7 +36,10 @@ void check_mpi(int status, const char* call) {
 MpiSession::MpiSession(int* argc, char*** argv) {
   int provided = 0;
   // FUNNELED: only the main thread calls MPI (the CPU BLAS threads never do).
-  check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  {
+    const LeakChecksPaused open_mpi_keeps_these_until_exit;
+    check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  }
   // Errors come back as codes, so they become thpc::Error with the call named.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   int rank = 0;
@@ -44,6 +48,7 @@ MpiSession::MpiSession(int* argc, char*** argv) {
 }
 
 MpiSession::~MpiSession() {
+  const LeakChecksPaused open_mpi_keeps_these_until_exit;
   if (mpi_initialized()) MPI_Finalize();
 }
 
