@@ -26,6 +26,13 @@ if [ "$which" != all ] && [[ ! " ${targets[*]} " == *" $which "* ]]; then
   exit 2
 fi
 
+# FUZZ_JOBS targets at a time (default: the cores here): each libFuzzer process is one
+# thread, so `all` on 2 cores takes 3 rounds of SECONDS instead of 5.
+at_once=${FUZZ_JOBS:-$(nproc)}
+if ! [[ "$at_once" =~ ^[1-9][0-9]*$ ]]; then
+  echo "fuzz.sh: FUZZ_JOBS must be a whole number of targets at once, 1 or more, not '$at_once'" >&2
+  exit 2
+fi
 mkdir -p "$build"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
@@ -100,9 +107,8 @@ printf 'Die Katze saß auf der Matte — „schön“ (1.000,50 €)!' > "$seeds
 printf 'Ελληνικά ΣΊΣΥΦΟΣ 日本語のテキスト، عربى\t end.' > "$seeds/bleu_tokenize/hand.1"
 
 # ---- runs ----
-# FUZZ_JOBS targets at a time (default: the cores here): each libFuzzer process is one
-# thread, so `all` on 2 cores takes 3 rounds of SECONDS instead of 5.
-jobs=${FUZZ_JOBS:-$(nproc)}
+# Stopped (Ctrl-C, a job's time limit), the fuzzers started in the background stop too.
+trap 'kill $(jobs -p) 2> /dev/null || true' INT TERM
 run_target() {
   local t=$1
   # Inputs up to the largest seed (at least libFuzzer's usual 4096 bytes): without the
@@ -139,7 +145,7 @@ status=0
 running=0
 for t in "${targets[@]}"; do
   [ "$which" = all ] || [ "$which" = "$t" ] || continue
-  if [ "$running" -ge "$jobs" ]; then
+  if [ "$running" -ge "$at_once" ]; then
     wait -n || status=1
     running=$((running - 1))
   fi

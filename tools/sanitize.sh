@@ -18,8 +18,9 @@ build=${BUILD_ASAN:-build-asan}
 left_out='^(Learning\.TinyModelLearnsToReverseHeldOutSequences|ParsePipeline\.TinyParserBeatsTheRightBranchingBaseline|Multi30kBleu\.TrainedModelClearsTheFloorThatBrokenDecodersCannotReach|Rehearsal\..*)$'
 
 # -O1 -g1 (line tables only) instead of RelWithDebInfo's -O2 -g: half the compile time
-# (test_checkpoint.cc: 27 s instead of 55 s of CPU), and sanitizer reports still name
-# file:line; the tests run about as fast, their time going to the sanitizers' checks.
+# (the whole build 808 s of CPU instead of 1674 when it was chosen), and sanitizer
+# reports still name file:line; the tests run about as fast, their time going to the
+# sanitizers' checks.
 # The tests' own units at -O0 (THPC_TESTS_CXX_FLAGS, tests/CMakeLists.txt), still
 # sanitized: UBSan's checks are what make -O1 slow to compile (test_checkpoint.cc 34 s of
 # CPU at -O1 with both sanitizers, 13 s with ASan alone, 14 s with both at -O0).

@@ -3,9 +3,10 @@
 // and end: it keeps what MPI_Init_thread and MPI_Finalize allocate until exit (3,357 blocks
 // in 52 stacks for a transformer_hpc run that stops at its configuration), and matching
 // each of those against .ci/lsan.supp at exit made LeakSanitizer read /proc/self/maps again
-// for every frame in a component Open MPI had unloaded by then: 3 s of every sanitized MPI
-// program, most of the sanitized suite's time. What Open MPI's progress thread allocates is
-// still matched there (leak:event_base_loop); every other allocation is checked as before.
+// for every frame in a component Open MPI had unloaded by then: 3 s at the end of every
+// sanitized MPI program, the heaviest tests of the sanitized suite being such programs.
+// The pause is this thread's alone: what Open MPI's progress thread allocates is still
+// matched there (leak:event_base_loop); every other allocation is checked as before.
 #pragma once
 
 #if defined(__SANITIZE_ADDRESS__)
