@@ -1102,7 +1102,7 @@ tests_stage() {
       > "$LOGS/two_ranks_$name.log" 2>&1
     echo "two ranks on one GPU, $name: exit $? ($(grep -m1 -E "^final:|Duplicate|rror|injected" "$LOGS/two_ranks_$name.log"))"
   done
-  # The rest of the suite, on the CPU (ctest hides the GPU from it: tests/CMakeLists.txt).
+  # The rest of the suite, on the CPU (ctest hides the GPU from it: tests/tests.cmake).
   # CpuThreads.OpenBlasIsTheOpenMpBuild is left out: it checks the build links Debian's
   # OpenMP OpenBLAS (tools/install_deps.sh), and the gpu-host bundle ships the pthread
   # one (it failed there for that reason alone on 2026-11-25).

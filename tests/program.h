@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "binary_dir.h"          // binary_dir(), the build folder the programs are in
 #include "python_interpreter.h"  // python_interpreter(), for suites running Python tools
 
 namespace thpc {
@@ -139,7 +140,7 @@ inline std::vector<std::string> lines_of(const std::string& text) {
 inline std::string small_numbers_corpus_command(const std::filesystem::path& dir) {
   const std::string text = (dir / "text").string();
   return "python3 " THPC_SOURCE_DIR "/tools/make_numbers_corpus.py --train 400 --valid 60 "
-         "--test 10 --seed 1 --out " + text + " && " THPC_BINARY_DIR "/transformer_preprocess "
+         "--test 10 --seed 1 --out " + text + " && " + binary_dir() + "/transformer_preprocess "
          "--source-lang en --target-lang de --trainpref " + text + "/train --validpref " + text +
          "/valid --destdir " + (dir / "data").string() + " --vocab-size 120 --model-type bpe "
          "--seed 1";

@@ -524,7 +524,7 @@ class AttentionDumpProgram : public ::testing::Test {
   // `err`.
   static int decode(const std::string& options, std::string& out, std::string& err) {
     const fs::path out_file = dir_ / "out.txt", err_file = dir_ / "err.txt";
-    const std::string command = std::string(THPC_BINARY_DIR) + "/transformer_decode --checkpoint " +
+    const std::string command = thpc::binary_dir() + "/transformer_decode --checkpoint " +
                                 (dir_ / "model.h5").string() + " --input " +
                                 (dir_ / "input.en").string() + " --max-len-b 6 " + options +
                                 " > " + out_file.string() + " 2> " + err_file.string();

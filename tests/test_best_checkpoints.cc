@@ -35,7 +35,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kAverager = std::string(THPC_BINARY_DIR) + "/transformer_average";
+const std::string kAverager = thpc::binary_dir() + "/transformer_average";
 
 // ---- the set, over a sequence of validations ----
 
@@ -493,7 +493,7 @@ TEST_F(BestCheckpointsTraining, ChooseAverageNamesTheCandidateWithTheBetterValid
                           "checkpoint.average_last=3"}))
       .run(log);
   { std::ofstream(path("both.log")) << log.str(); }
-  const std::string trainer = std::string(THPC_BINARY_DIR) + "/transformer_hpc";
+  const std::string trainer = thpc::binary_dir() + "/transformer_hpc";
   const ProcessResult chosen = run_process(
       "bash " THPC_SOURCE_DIR "/tools/choose_average.sh numbers " + path("both.log") + " " +
       trainer + " " THPC_SOURCE_DIR "/input/numbers.ini --data.dir=" + (corpus_ / "data").string() +

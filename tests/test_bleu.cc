@@ -488,7 +488,7 @@ ProgramResult run_score(const std::string& arguments) {
   const std::filesystem::path err_path =
       std::filesystem::temp_directory_path() /
       ("test_bleu_stderr_" + std::to_string(::getpid()) + ".txt");
-  const std::string command = std::string(THPC_BINARY_DIR) + "/transformer_score " + arguments +
+  const std::string command = thpc::binary_dir() + "/transformer_score " + arguments +
                               " 2>" + err_path.string();
   ProgramResult result;
   result.out = run_capture(command, &result.exit_code);

@@ -45,8 +45,8 @@ namespace {
 namespace fs = std::filesystem;
 
 const std::string kTinyIni = std::string(THPC_SOURCE_DIR) + "/input/tiny.ini";
-const std::string kTrainer = std::string(THPC_BINARY_DIR) + "/transformer_hpc";
-const std::string kAverager = std::string(THPC_BINARY_DIR) + "/transformer_average";
+const std::string kTrainer = thpc::binary_dir() + "/transformer_hpc";
+const std::string kAverager = thpc::binary_dir() + "/transformer_average";
 
 // "step 17/40 | loss 3.1234 | ..." lines by step: the loss text of each.
 std::map<int64_t, std::string> losses_by_step(const std::string& log) {

@@ -319,7 +319,7 @@ TEST(ChrfWmt17, SixteenSystemsAsSacreBleuWithAndWithoutEpsSmoothing) {
 
 // transformer_score ARGUMENTS: its exit code and its standard output and error together.
 thpc::ProcessResult run_score(const std::string& arguments) {
-  return thpc::run_process(std::string(THPC_BINARY_DIR) + "/transformer_score " + arguments);
+  return thpc::run_process(thpc::binary_dir() + "/transformer_score " + arguments);
 }
 
 const std::string kUedin = kWmt17 + "/newstest2017.uedin-nmt.4722.en-de";

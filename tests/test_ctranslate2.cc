@@ -142,7 +142,7 @@ class CTranslate2Conversion : public ::testing::Test {
     const fs::path input = dir_ / "input.en";
     const fs::path our_file = dir_ / "ours.txt", their_file = dir_ / "theirs.txt";
     const ProcessResult decoded = run_process(
-        std::string(THPC_BINARY_DIR) + "/transformer_decode --checkpoint " +
+        thpc::binary_dir() + "/transformer_decode --checkpoint " +
         checkpoint.string() + " --input " + input.string() + " --output " +
         our_file.string() + " --threads 1 " + search);
     ASSERT_EQ(decoded.exit_code, 0) << decoded.output;
@@ -236,7 +236,7 @@ TEST_F(CTranslate2Conversion, GpuComparisonScriptRehearsesOnTheCpu) {
   constexpr int kLines = 12;
   const ProcessResult run = run_process(
       "cd " + std::string(THPC_SOURCE_DIR) + " && DEVICE=cuda CT2_DEVICE=cpu RUNS=1 MAX_LEN=8 " +
-      "CANDIDATE=candidate PYTHON=" + python + " THPC_BUILD=" + THPC_BINARY_DIR +
+      "CANDIDATE=candidate PYTHON=" + python + " THPC_BUILD=" + thpc::binary_dir() +
       " WMT14_TEST=" + fs::path(data_path("wmt14_test/newstest2014.en")).parent_path().string() +
       " bash bench/decode_vs_ctranslate2.sh " + checkpoint.string() + " " +
       std::to_string(kLines) + " 2>&1");

@@ -20,6 +20,7 @@
 
 #include <unistd.h>
 
+#include "binary_dir.h"
 #include "captured_steps.h"
 #include "config/config.h"
 #include "cuda_twin.h"
@@ -539,7 +540,7 @@ TEST(CudaTraining, MemcheckIsCleanOnAShortRun) {
   const fs::path dir = fs::temp_directory_path() / ("thpc_memcheck_" + std::to_string(getpid()));
   const std::string command = std::string("cd ") + THPC_SOURCE_DIR + " && " + sanitizer +
                               " --tool memcheck --leak-check full --error-exitcode 9 " +
-                              THPC_BINARY_DIR + "/transformer_hpc " + kTinyIni +
+                              thpc::binary_dir() + "/transformer_hpc " + kTinyIni +
                               " --train.backend=cuda --train.max_steps=3 --train.log_every=1"
                               " --checkpoint.minutes=0 --checkpoint.average_last=0"
                               " --checkpoint.dir=" + dir.string() + " 2>&1";

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "binary_dir.h"
 #include "common/error.h"
 #include "data_dir.h"
 #include "expect_error.h"
@@ -470,7 +471,7 @@ TEST_F(DataPipeline, ACorpusOverTheMemoryBudgetIsStreamedShardByShard) {
 // transformer_preprocess on the given text files; must fail with one line naming `file`.
 void expect_preprocess_failure(const fs::path& dir, const std::string& file,
                                const std::string& problem) {
-  const std::string command = std::string(THPC_BINARY_DIR) +
+  const std::string command = thpc::binary_dir() +
                               "/transformer_preprocess --source-lang en --target-lang de "
                               "--trainpref " + (dir / "bad").string() + " --validpref " +
                               (dir / "bad").string() + " --destdir " + (dir / "out").string() +
@@ -505,7 +506,7 @@ TEST_F(DataPipeline, BadTextInputFailsWithOneClearMessage) {
 
 // An option out of range is a usage error (exit 2, a plain line), not an internal check.
 TEST_F(DataPipeline, PreprocessOptionsOutOfRangeAreUsageErrors) {
-  const std::string command = std::string(THPC_BINARY_DIR) +
+  const std::string command = thpc::binary_dir() +
                               "/transformer_preprocess --source-lang en --target-lang de "
                               "--trainpref " + (root_ / "train").string() + " --validpref " +
                               (root_ / "valid").string() + " --destdir " +
@@ -683,8 +684,9 @@ TEST_F(DataPipeline, BitFlipsThatLeaveTheShardPlausibleFailTheChecksum) {
 
   // The trainer refuses it before training: exit 3 (a data error), the file named.
   const CommandResult result =
-      run_command("cd " THPC_SOURCE_DIR " && " THPC_BINARY_DIR "/transformer_hpc input/tiny.ini "
-                  "--train.max_steps=1 --checkpoint.dir=" + (root_ / "token_flip_ckpt").string() +
+      run_command("cd " THPC_SOURCE_DIR " && " + thpc::binary_dir() +
+                  "/transformer_hpc input/tiny.ini --train.max_steps=1 --checkpoint.dir=" +
+                  (root_ / "token_flip_ckpt").string() +
                   " --data.dir=" + (root_ / "token_flip").string());
   EXPECT_EQ(result.exit_code, 3) << result.output;
   EXPECT_NE(result.output.find(token_flipped + ": bad checksum for dataset /src/tokens"),
@@ -736,8 +738,9 @@ TEST_F(DataPipeline, FormatOneShardsWithoutChecksumsLoadWithOneWarning) {
   EXPECT_TRUE(read_shard_summary(train_files().front()).checksummed);
 
   const CommandResult result =
-      run_command("cd " THPC_SOURCE_DIR " && " THPC_BINARY_DIR "/transformer_hpc input/tiny.ini "
-                  "--dry-run --data.dir=" + (root_ / "format_one").string());
+      run_command("cd " THPC_SOURCE_DIR " && " + thpc::binary_dir() +
+                  "/transformer_hpc input/tiny.ini --dry-run --data.dir=" +
+                  (root_ / "format_one").string());
   EXPECT_EQ(result.exit_code, 0) << result.output;
   const auto warning = result.output.find("warning: data.train: 1 of 1 shards (" + old_format +
                                           ") are of format 1, without checksums");
@@ -771,7 +774,7 @@ TEST_F(DataPipeline, PairsLongerThanTheModelsPositionsAreDroppedAndCounted) {
 
   // The trainer with positions shorter than the corpus's longest pairs trains on.
   const CommandResult result = run_command(
-      "cd " THPC_SOURCE_DIR " && " THPC_BINARY_DIR "/transformer_hpc input/tiny.ini "
+      "cd " THPC_SOURCE_DIR " && " + thpc::binary_dir() + "/transformer_hpc input/tiny.ini "
       "--train.max_steps=2 --model.max_positions=21 --checkpoint.dir=" +
       (root_ / "short_positions_ckpt").string() + " --data.dir=" + (root_ / "corpus").string());
   EXPECT_EQ(result.exit_code, 0) << result.output;
@@ -792,7 +795,7 @@ TEST_F(DataPipeline, TrainerRefusesABadShard) {
   });
   const CommandResult result =
       run_command("cd " THPC_SOURCE_DIR " && OMPI_ALLOW_RUN_AS_ROOT=1 "
-                  "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " THPC_BINARY_DIR
+                  "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + thpc::binary_dir() +
                   "/transformer_hpc input/tiny.ini --dry-run --data.dir=" +
                   (root_ / "trainer_big_id").string());
   EXPECT_EQ(result.exit_code, 3) << result.output;
@@ -819,7 +822,7 @@ TEST_F(DataPipeline, TrainerReportsValidationLossAndTwoRanksEqualOneAccumulating
        {std::string(THPC_MPIEXEC " -np 2 --oversubscribe "), std::string()}) {
     const CommandResult result = run_command(
         "cd " THPC_SOURCE_DIR " && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " +
-        launcher + THPC_BINARY_DIR "/transformer_hpc input/tiny.ini --data.dir=" +
+        launcher + thpc::binary_dir() + "/transformer_hpc input/tiny.ini --data.dir=" +
         (root_ / "corpus").string() +
         " --model.max_positions=130 --train.tokens_per_step=1200 --train.max_steps=4"
         " --train.log_every=2 --train.valid_every=2 --checkpoint.dir=" +

@@ -121,7 +121,7 @@ class DecodeProgram : public ::testing::Test {
              const std::string& input = "input.en") {
     const fs::path out_file = dir_ / "out.txt", err_file = dir_ / "err.txt";
     const std::string command =
-        std::string(THPC_BINARY_DIR) + "/transformer_decode --checkpoint " +
+        thpc::binary_dir() + "/transformer_decode --checkpoint " +
         (dir_ / checkpoint).string() +
         (spm_model ? " --spm-model " + (dir_ / "spm.model").string() : std::string()) +
         " --input " + (dir_ / input).string() + " " + options + " > " + out_file.string() +
@@ -214,7 +214,7 @@ TEST_F(DecodeProgram, GpuWorkersOnTheCpuAreABadCommandLine) {
   ASSERT_EQ(decode("--max-len-b 6 --gpu-workers 1", out, err), 0) << err;
 }
 
-// The programs' tests above run with the GPUs hidden (tests/CMakeLists.txt: only suites
+// The programs' tests above run with the GPUs hidden (tests/tests.cmake: only suites
 // named Cuda* see them); these decode model_cuda.h5 (train.backend = cuda) on the GPU.
 class CudaDecodeProgram : public DecodeProgram {};
 
@@ -338,7 +338,7 @@ TEST_F(DecodeProgram, ComputeTypeChoosesTheArithmetic) {
 // as it would a float checkpoint of them, and says so. The tool refuses what it cannot
 // quantize or where it must not write.
 TEST_F(DecodeProgram, AQuantizedCheckpointDecodesAsItsDequantizedValuesDo) {
-  const std::string quantize = std::string(THPC_BINARY_DIR) + "/transformer_quantize";
+  const std::string quantize = thpc::binary_dir() + "/transformer_quantize";
   const fs::path model = dir_ / "model.h5", stored = dir_ / "model_int8.h5";
   const ProcessResult made = run_process(quantize + " --checkpoint " + model.string() +
                                          " --output " + stored.string());
@@ -445,7 +445,7 @@ TEST_F(DecodeProgram, EvaluateScriptAveragesDecodesAndScores) {
     fs::copy_file(dir_ / checkpoint, run / "step_00000001.h5");
     fs::copy_file(dir_ / checkpoint, run / "step_00000002.h5");
     const ProcessResult result = run_process(
-        "SCORE_OPTIONS='--tokenize moses-compound' THPC_BUILD=" + std::string(THPC_BINARY_DIR) +
+        "SCORE_OPTIONS='--tokenize moses-compound' THPC_BUILD=" + thpc::binary_dir() +
         " bash " + THPC_SOURCE_DIR +
         "/tools/evaluate.sh " + run.string() + spm_argument + " " + (dir_ / "test.en").string() +
         " " + (dir_ / "test.en").string() + " 2 -- --max-len-b 3");
@@ -551,7 +551,7 @@ TEST_F(DecodeProgram, SamplingIsReproducibleForASeedAndRefusesBadOptions) {
 
 TEST(DecodeHelp, ListsTheEnsembleAndSamplingOptions) {
   const ProcessResult help =
-      run_process(std::string(THPC_BINARY_DIR) + "/transformer_decode --help");
+      run_process(thpc::binary_dir() + "/transformer_decode --help");
   EXPECT_EQ(help.exit_code, 0);
   for (const char* option : {"--checkpoint arg", "--weights arg", "--sampling arg",
                              "--temperature arg", "--seed arg", "ensemble", "topp=P"}) {
@@ -594,7 +594,7 @@ TEST_F(DecodeProgram, BadInputFailsWithAMessage) {
   EXPECT_EQ(decode("--beam 0", out, err), 2) << err;
   EXPECT_EQ(decode("--threads -1", out, err), 2) << err;
   EXPECT_EQ(decode("--threads 2 --max-len-b 2", out, err), 0) << err;  // a valid setting
-  const std::string missing = std::string(THPC_BINARY_DIR) +
+  const std::string missing = thpc::binary_dir() +
                               "/transformer_decode --checkpoint /nonexistent.h5 --spm-model x"
                               " < /dev/null > /dev/null 2>&1";
   const int status = std::system(missing.c_str());
@@ -604,7 +604,7 @@ TEST_F(DecodeProgram, BadInputFailsWithAMessage) {
   const fs::path bad = dir_ / "bad_utf8.en";
   std::ofstream(bad, std::ios::binary) << "A dog runs.\nA \xC3(cat.\n";
   const ProcessResult invalid = run_process(
-      std::string(THPC_BINARY_DIR) + "/transformer_decode --checkpoint " +
+      thpc::binary_dir() + "/transformer_decode --checkpoint " +
       (dir_ / "model.h5").string() + " --spm-model " + (dir_ / "spm.model").string() +
       " --input " + bad.string() + " --max-len-b 2");
   EXPECT_EQ(invalid.exit_code, 1) << invalid.output;
@@ -615,7 +615,7 @@ TEST_F(DecodeProgram, BadInputFailsWithAMessage) {
   // The parsing mode's constraint on a translation model: its vocabulary has no tree
   // tokens, which the one line says.
   const ProcessResult not_a_parser = run_process(
-      std::string(THPC_BINARY_DIR) + "/transformer_decode --checkpoint " +
+      thpc::binary_dir() + "/transformer_decode --checkpoint " +
       (dir_ / "model.h5").string() + " --spm-model " + (dir_ / "spm.model").string() +
       " --tree-constraints --max-len-b 2 < /dev/null");
   EXPECT_EQ(not_a_parser.exit_code, 1) << not_a_parser.output;
@@ -625,7 +625,7 @@ TEST_F(DecodeProgram, BadInputFailsWithAMessage) {
       << not_a_parser.output;
   // ... also with the words as leaves (no '▁)' piece), and --tree-leaves only with the
   // constraint and only XX or words (a bad command line: exit 2).
-  const std::string decode = std::string(THPC_BINARY_DIR) + "/transformer_decode --checkpoint " +
+  const std::string decode = thpc::binary_dir() + "/transformer_decode --checkpoint " +
                              (dir_ / "model.h5").string() + " --spm-model " +
                              (dir_ / "spm.model").string() + " --max-len-b 2";
   const ProcessResult words_not_a_parser =

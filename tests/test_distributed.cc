@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "backend/factory.h"
+#include "binary_dir.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_directory.h"
 #include "distributed/communicator.h"
@@ -53,7 +54,7 @@ std::filesystem::path scratch_run() {
 std::string scratch_checkpoints() { return (scratch_run() / "checkpoints").string(); }
 
 // Runs `env mpirun --oversubscribe --bind-to none mpirun_args` from the repository and
-// captures stdout+stderr (unbound: ctest -j runs jobs side by side, tests/CMakeLists.txt).
+// captures stdout+stderr (unbound: ctest -j runs jobs side by side, tests/tests.cmake).
 // `timeout` bounds a hang so that a broken abort fails the test instead of CI.
 JobResult run_mpi_job(const std::string& env, const std::string& mpirun_args) {
   const std::string command = "cd " THPC_SOURCE_DIR " && " + env +
@@ -97,8 +98,8 @@ JobResult mpirun_trainer(const std::string& env, const std::string& args, int ra
     placed = "--train.metrics_dir=" + args.substr(value, args.find(' ', value) - value) + " ";
   }
   return run_mpi_job(env, "-np " + std::to_string(ranks) +
-                              " " THPC_BINARY_DIR "/transformer_hpc input/tiny.ini " + placed +
-                              args);
+                              " " + thpc::binary_dir() + "/transformer_hpc input/tiny.ini " +
+                              placed + args);
 }
 
 TEST(Distributed, TwoRanksTrainAndAnnounceThemselves) {
@@ -237,7 +238,8 @@ TEST(Distributed, ANonFiniteLossOnOneRankIsLeftOutByEveryRank) {
 // start-up, and a difference ends every rank with one message naming the keys, exit 2
 // (before: a segfault, a hang, or a failed check of the parameters after the last step).
 TEST(Distributed, RanksStartedWithDifferentConfigurationsStopWithOneMessageNamingTheKeys) {
-  const std::string trainer = THPC_BINARY_DIR "/transformer_hpc input/tiny.ini --checkpoint.dir=" +
+  const std::string trainer = thpc::binary_dir() +
+                              "/transformer_hpc input/tiny.ini --checkpoint.dir=" +
                               scratch_checkpoints() + " --train.log_every=1 ";
   const JobResult run = run_mpi_job(
       "", "-np 1 " + trainer + "--model.layers=1 : -np 1 " + trainer +
@@ -264,7 +266,7 @@ TEST(Distributed, RanksStartedWithDifferentConfigurationsStopWithOneMessageNamin
   // A rank asked for --help alone left before the agreement, and the other rank waited
   // for it forever (issue 34's second probe): --help is a mode like the others.
   const JobResult help =
-      run_mpi_job("", "-np 1 " THPC_BINARY_DIR "/transformer_hpc --help : -np 1 " + trainer);
+      run_mpi_job("", "-np 1 " + thpc::binary_dir() + "/transformer_hpc --help : -np 1 " + trainer);
   EXPECT_EQ(help.exit_code, 2) << help.output;
   EXPECT_EQ(occurrences(help.output, "rank 1 has mode train where rank 0 has mode help"), 1u)
       << help.output;
@@ -279,7 +281,7 @@ TEST(Distributed, RanksStartingFromDifferentParametersStopAtStartUpWithOneMessag
   const std::filesystem::path root =
       std::filesystem::temp_directory_path() / ("thpc_dist_init_" + std::to_string(getpid()));
   std::filesystem::remove_all(root);
-  const std::string trainer = THPC_BINARY_DIR "/transformer_hpc " THPC_SOURCE_DIR
+  const std::string trainer = thpc::binary_dir() + "/transformer_hpc " THPC_SOURCE_DIR
                               "/input/tiny.ini --model.layers=1 ";
   std::string contexts;
   for (const int rank : {0, 1}) {
@@ -316,13 +318,13 @@ TEST(Distributed, RanksReadingDifferentDataStopWithOneMessage) {
     const std::string text = (view / "text").string();
     const std::string prepare =
         "python3 " THPC_SOURCE_DIR "/tools/make_numbers_corpus.py --train 200 --valid 20 "
-        "--test 5 --seed 1 --out " + text + " > /dev/null && " THPC_BINARY_DIR
+        "--test 5 --seed 1 --out " + text + " > /dev/null && " + thpc::binary_dir() +
         "/transformer_preprocess --source-lang en --target-lang de --trainpref " + text +
         "/train --validpref " + text + "/valid --destdir " + (view / "data").string() +
         " --vocab-size " + (rank == 0 ? "120" : "100") + " --model-type bpe --seed 1 > /dev/null";
     ASSERT_EQ(std::system(prepare.c_str()), 0) << prepare;
     contexts += std::string(rank == 0 ? "" : " : ") + "-np 1 -wdir " + view.string() +
-                " " THPC_BINARY_DIR "/transformer_hpc " THPC_SOURCE_DIR "/input/tiny.ini "
+                " " + thpc::binary_dir() + "/transformer_hpc " THPC_SOURCE_DIR "/input/tiny.ini "
                 "--data.dir=data --model.layers=1 --checkpoint.dir=ckpt";
   }
   const JobResult run = run_mpi_job("", contexts);
@@ -385,7 +387,7 @@ TEST(Distributed, ASigtermToOneRankStopsTheWholeJob) {
   const std::string checkpoints = (root / "checkpoints").string();
   const std::string command =
       "cd " THPC_SOURCE_DIR " && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-      "timeout 120 " THPC_MPIEXEC " --oversubscribe -np 2 " THPC_BINARY_DIR
+      "timeout 120 " THPC_MPIEXEC " --oversubscribe -np 2 " + thpc::binary_dir() +
       "/transformer_hpc input/tiny.ini --model.layers=1 --train.max_steps=2000 "
       "--train.log_every=1 --checkpoint.minutes=0 --checkpoint.dir=" + checkpoints +
       " > " + log + " 2>&1";
@@ -601,7 +603,7 @@ JobResult resume_with_different_views(const std::filesystem::path& root,
       std::filesystem::copy_file(root / "whole" / name, view / "ckpt" / name);
     }
     contexts += std::string(rank == 0 ? "" : " : ") + "-np 1 -wdir " + view.string() +
-                " " THPC_BINARY_DIR "/transformer_hpc " THPC_SOURCE_DIR "/input/tiny.ini " +
+                " " + thpc::binary_dir() + "/transformer_hpc " THPC_SOURCE_DIR "/input/tiny.ini " +
                 args + " --checkpoint.dir=ckpt --checkpoint.resume=auto";
   }
   return run_mpi_job("", contexts);

@@ -33,8 +33,8 @@ namespace {
 namespace fs = std::filesystem;
 
 const std::string kTinyIni = std::string(THPC_SOURCE_DIR) + "/input/tiny.ini";
-const std::string kTrainer = std::string(THPC_BINARY_DIR) + "/transformer_hpc";
-const std::string kAverager = std::string(THPC_BINARY_DIR) + "/transformer_average";
+const std::string kTrainer = thpc::binary_dir() + "/transformer_hpc";
+const std::string kAverager = thpc::binary_dir() + "/transformer_average";
 
 class DivergenceTest : public ScratchDirectoryTest {
  protected:

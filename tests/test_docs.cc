@@ -17,7 +17,7 @@
 //    anchor among its headings as GitHub makes them (lower case, punctuation dropped,
 //    spaces to hyphens, -1, -2 for repeats);
 //  - test names, `Suite.Test` (or `Suite.*`, `Suite.Prefix*`) in inline code: a TEST of
-//    tests/ or an add_test of tests/CMakeLists.txt.
+//    tests/ or an add_test of tests/tests.cmake.
 // The Python scripts' options are not checked (their --help needs their packages), nor
 // an option written without its program (`--beam N` in prose).
 #include <gtest/gtest.h>
@@ -262,7 +262,7 @@ class HelpTexts {
   const std::string* of(const std::string& program) {
     auto found = texts_.find(program);
     if (found == texts_.end()) {
-      const std::string binary = std::string(THPC_BINARY_DIR) + "/transformer_" + program;
+      const std::string binary = thpc::binary_dir() + "/transformer_" + program;
       std::string text;
       bool exists = fs::exists(binary);
       if (exists) {
@@ -448,14 +448,14 @@ std::vector<Finding> check_links(const Document& document,
 // ---- test names ----
 
 // Suite.Test of every test: the TEST, TEST_F and TEST_P lines of tests/, and the
-// add_test(NAME ...) of tests/CMakeLists.txt (the script tests).
+// add_test(NAME ...) of tests/tests.cmake (the script tests).
 std::set<std::string> test_names() {
   std::set<std::string> names;
   static const std::regex gtest(R"(TEST(_F|_P)?\(\s*(\w+),\s*(\w+)\))");
   static const std::regex ctest(R"(add_test\(NAME\s+([\w.]+))");
   for (const auto& entry : fs::recursive_directory_iterator(kRoot + "/tests")) {
     const std::string extension = entry.path().extension().string();
-    if (extension != ".cc" && entry.path().filename() != "CMakeLists.txt") continue;
+    if (extension != ".cc" && entry.path().filename() != "tests.cmake") continue;
     std::ifstream file(entry.path());
     std::ostringstream text;
     text << file.rdbuf();

@@ -295,7 +295,7 @@ TEST(MosesBleuRealData, ScoresWmt17SystemsAsMultiBleuPerl) {
 
 // transformer_score ARGUMENTS through the shell: exit code, and stdout and stderr together.
 thpc::ProcessResult run_score(const std::string& arguments) {
-  return thpc::run_process(std::string(THPC_BINARY_DIR) + "/transformer_score " + arguments);
+  return thpc::run_process(thpc::binary_dir() + "/transformer_score " + arguments);
 }
 
 // The row of bleu_expected.tsv for CASE in the given configuration.

@@ -52,7 +52,7 @@ constexpr int kMaxSourceWords = 10;
 constexpr int kTestSentences = 200;
 
 const std::string kData = data_root() + "/multi30k/";
-const std::string kBuild = std::string(THPC_BINARY_DIR) + "/";
+const std::string kBuild = thpc::binary_dir() + "/";
 
 int words(const std::string& line) {
   std::istringstream in(line);

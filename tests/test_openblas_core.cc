@@ -27,7 +27,7 @@ std::string trainer_output(const std::string& environment) {
   std::filesystem::remove_all(dir);
   const ProcessResult run = run_process(
       "env -u THPC_OPENBLAS_FALLBACK " + environment + " THPC_CPU_GEMM=openblas " +
-      std::string(THPC_BINARY_DIR) + "/transformer_hpc " + std::string(THPC_SOURCE_DIR) + "/input/tiny.ini " +
+      thpc::binary_dir() + "/transformer_hpc " + std::string(THPC_SOURCE_DIR) + "/input/tiny.ini " +
       "--train.max_steps=1 --train.backend=cpu --checkpoint.dir=" +
       (dir / "checkpoints").string() + " 2>&1");
   std::filesystem::remove_all(dir);

@@ -34,7 +34,7 @@ using thpc::lines_of;
 using thpc::read_file;
 using thpc::run_process;
 
-const std::string kEvalb = std::string(THPC_BINARY_DIR) + "/transformer_evalb";
+const std::string kEvalb = thpc::binary_dir() + "/transformer_evalb";
 
 std::string strip_leading_spaces(const std::string& line) {
   const size_t first = line.find_first_not_of(' ');

@@ -74,7 +74,7 @@ TEST(ParsePipeline, TinyParserBeatsTheRightBranchingBaseline) {
   const fs::path work = fs::temp_directory_path() / ("thpc_parse_" + std::to_string(::getpid()));
   fs::remove_all(work);
   const std::string environment = "THPC_DATA=" + thpc::data_root() +
-                                  " BUILD=" + std::string(THPC_BINARY_DIR) +
+                                  " BUILD=" + thpc::binary_dir() +
                                   " WORK=" + work.string();
   const std::string script = std::string(THPC_SOURCE_DIR) + "/tools/run_parser.sh";
   const std::string checkpoints = (work / "checkpoints").string();

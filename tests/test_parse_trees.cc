@@ -27,7 +27,7 @@ using thpc::lines_of;
 using thpc::read_file;
 using thpc::run_process;
 
-const std::string kTrees = std::string(THPC_BINARY_DIR) + "/transformer_trees";
+const std::string kTrees = thpc::binary_dir() + "/transformer_trees";
 
 fs::path fresh_directory(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()));

@@ -173,7 +173,7 @@ TEST(Profile, ATrainingStepUploadsItsBatchOnce) {
 // averaging to the table's per-step total (each length has the same number of steps).
 TEST(Profile, BenchStepBreaksTheStepsDownByBucketLength) {
   const ProcessResult run = run_process(
-      std::string(THPC_BINARY_DIR) + "/transformer_bench_step --config " + THPC_SOURCE_DIR +
+      thpc::binary_dir() + "/transformer_bench_step --config " + THPC_SOURCE_DIR +
       "/input/tiny.ini --set model.max_positions=128 --tokens 300 --steps 18 "
       "--warmup-steps 2 --vocab 64 --profile");
   ASSERT_EQ(run.exit_code, 0) << run.output;

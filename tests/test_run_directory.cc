@@ -36,7 +36,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kTrainer = std::string(THPC_BINARY_DIR) + "/transformer_hpc " +
+const std::string kTrainer = thpc::binary_dir() + "/transformer_hpc " +
                              THPC_SOURCE_DIR + "/input/tiny.ini --model.layers=1 "
                              "--train.log_every=1 --checkpoint.minutes=0 ";
 
@@ -249,7 +249,7 @@ TEST_F(RunDirectory, ASecondTrainerOnARunningRunsDirectoryIsRefusedNamingTheFirs
   const fs::path checkpoints = directory_ / "run" / "checkpoints";
   FILE* output = nullptr;
   const pid_t first = start_process(
-      {std::string(THPC_BINARY_DIR) + "/transformer_hpc", THPC_SOURCE_DIR "/input/tiny.ini",
+      {thpc::binary_dir() + "/transformer_hpc", THPC_SOURCE_DIR "/input/tiny.ini",
        "--model.layers=1", "--train.log_every=1", "--train.max_steps=1000000",
        "--checkpoint.every_steps=1", "--checkpoint.dir=" + checkpoints.string()},
       &output);

@@ -31,7 +31,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kBuild = THPC_BINARY_DIR "/";
+const std::string kBuild = thpc::binary_dir() + "/";
 
 class RunOutputs : public ::testing::Test {
  protected:

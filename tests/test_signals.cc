@@ -26,7 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kTrainer = std::string(THPC_BINARY_DIR) + "/transformer_hpc";
+const std::string kTrainer = thpc::binary_dir() + "/transformer_hpc";
 const std::string kTinyIni = std::string(THPC_SOURCE_DIR) + "/input/tiny.ini";
 
 class Signals : public ScratchDirectoryTest {};
@@ -65,7 +65,7 @@ TEST_F(Signals, ASignalDuringValidationTranslationStopsAtThatStepWithoutRecordin
   const fs::path text = directory_ / "text";
   const ProcessResult corpus = run_process(
       "python3 " THPC_SOURCE_DIR "/tools/make_numbers_corpus.py --train 400 --valid 3000 "
-      "--test 10 --seed 1 --out " + text.string() + " && " THPC_BINARY_DIR
+      "--test 10 --seed 1 --out " + text.string() + " && " + thpc::binary_dir() +
       "/transformer_preprocess --source-lang en --target-lang de --trainpref " +
       (text / "train").string() + " --validpref " + (text / "valid").string() + " --destdir " +
       (directory_ / "data").string() + " --vocab-size 120 --model-type bpe --seed 1");

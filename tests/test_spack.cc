@@ -72,11 +72,11 @@ const std::map<std::string, Provider>& providers() {
   return map;
 }
 
-// Every dependency CMakeLists.txt and tests/CMakeLists.txt look for.
+// Every dependency CMakeLists.txt and tests/tests.cmake look for.
 std::set<std::string> all_cmake_dependencies() {
   std::set<std::string> deps = cmake_dependencies(read_file(kRoot + "/CMakeLists.txt"));
   const std::set<std::string> test_deps =
-      cmake_dependencies(read_file(kRoot + "/tests/CMakeLists.txt"));
+      cmake_dependencies(read_file(kRoot + "/tests/tests.cmake"));
   deps.insert(test_deps.begin(), test_deps.end());
   return deps;
 }

@@ -30,7 +30,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kBin = THPC_BINARY_DIR;
+const std::string kBin = thpc::binary_dir();
 
 class ToolOutputs : public ScratchDirectoryTest {
  protected:

@@ -82,7 +82,7 @@ const std::vector<Tool>& tools() {
   return all;
 }
 
-std::string program(const Tool& tool) { return std::string(THPC_BINARY_DIR) + "/" + tool.name; }
+std::string program(const Tool& tool) { return thpc::binary_dir() + "/" + tool.name; }
 
 TEST(Tools, HelpExitsZeroAndShowsTheDefaults) {
   for (const Tool& tool : tools()) {
@@ -218,7 +218,7 @@ TEST(Tools, DataStatsSaysHowManyPassesGraphsWouldReplay) {
   }
   write_shard((dir / "train.00000.h5").string(), contents);
   const ProcessResult result =
-      run_process(std::string(THPC_BINARY_DIR) + "/transformer_data_stats " + dir.string() +
+      run_process(thpc::binary_dir() + "/transformer_data_stats " + dir.string() +
                   " --tokens-per-step 300 --epochs 4");
   fs::remove_all(dir);
   ASSERT_EQ(result.exit_code, 0) << result.output;
@@ -328,12 +328,12 @@ class ScratchDirectory {
 TEST(Tools, BenchStepWithTheProgramsBatchesTrainsAsTheTrainerDoes) {
   const ScratchDirectory scratch;
   const ProcessResult bench = run_process(
-      std::string(THPC_BINARY_DIR) + "/transformer_bench_step --config " THPC_SOURCE_DIR
+      thpc::binary_dir() + "/transformer_bench_step --config " THPC_SOURCE_DIR
       "/input/tiny.ini --backend cpu --precision fp32 --program-batches --tokens 1000 "
       "--steps 4 --warmup-steps 2");
   ASSERT_EQ(bench.exit_code, 0) << bench.output;
   const ProcessResult trainer = run_process(
-      std::string(THPC_BINARY_DIR) + "/transformer_hpc " THPC_SOURCE_DIR "/input/tiny.ini "
+      thpc::binary_dir() + "/transformer_hpc " THPC_SOURCE_DIR "/input/tiny.ini "
       "--train.max_steps=6 --checkpoint.dir=" + (scratch.path() / "checkpoints").string());
   ASSERT_EQ(trainer.exit_code, 0) << trainer.output;
   double bench_loss = 0.0, trainer_loss = 0.0;
@@ -357,7 +357,7 @@ TEST(Tools, PreprocessShowsItsProgressOnATerminalOnly) {
       "python3 " THPC_SOURCE_DIR "/tools/make_numbers_corpus.py --train 400 --valid 60 "
       "--test 10 --seed 1 --out " + text);
   ASSERT_EQ(corpus.exit_code, 0) << corpus.output;
-  const std::string command = std::string(THPC_BINARY_DIR) +
+  const std::string command = thpc::binary_dir() +
                               "/transformer_preprocess --source-lang en --target-lang de "
                               "--trainpref " + text + "/train --validpref " + text +
                               "/valid --testpref " + text + "/test --vocab-size 120 --destdir ";
@@ -403,7 +403,7 @@ TEST(Tools, AverageShowsItsProgressOnATerminalOnly) {
     inputs += " " + path;
   }
   const std::string average = (scratch.path() / "average.h5").string();
-  const std::string command = std::string(THPC_BINARY_DIR) + "/transformer_average --inputs" +
+  const std::string command = thpc::binary_dir() + "/transformer_average --inputs" +
                               inputs + " --output " + average;
   const std::string lines =
       "averaged 3 checkpoints:" + inputs + "\nwrote " + average + " (step 3, one 2x2 tensor)\n";

@@ -25,7 +25,8 @@
 namespace thpc {
 namespace {
 
-const std::string kTrainer = THPC_BINARY_DIR "/transformer_hpc " THPC_SOURCE_DIR "/input/tiny.ini "
+const std::string kTrainer = thpc::binary_dir() +
+                             "/transformer_hpc " THPC_SOURCE_DIR "/input/tiny.ini "
                              "--train.max_steps=1 --checkpoint.dir=/tmp/thpc_user_errors_never_written ";
 
 // The command must stop with exit `code` (2: the configuration) and an error line
@@ -85,12 +86,13 @@ TEST(UserErrors, TheDryRunRefusesWhatTrainingRefusesWithTheSameExitCode) {
   const std::string data = (root / "data").string();
   const ProcessResult made = run_process(
       "python3 " THPC_SOURCE_DIR "/tools/make_numbers_corpus.py --train 60 --valid 8 --test 2 "
-      "--seed 1 --out " + (root / "text").string() + " > /dev/null && " THPC_BINARY_DIR
+      "--seed 1 --out " + (root / "text").string() + " > /dev/null && " + thpc::binary_dir() +
       "/transformer_preprocess --source-lang en --target-lang de --trainpref " +
       (root / "text/train").string() + " --validpref " + (root / "text/valid").string() +
       " --destdir " + data + " --vocab-size 60 --model-type bpe --seed 1 > /dev/null && " +
-      THPC_BINARY_DIR "/transformer_hpc " THPC_SOURCE_DIR "/input/tiny.ini --train.max_steps=1 "
-      "--model.layers=1 --data.dir=" + data + " --checkpoint.dir=" + (root / "ck").string() +
+      thpc::binary_dir() + "/transformer_hpc " THPC_SOURCE_DIR
+      "/input/tiny.ini --train.max_steps=1 --model.layers=1 --data.dir=" + data +
+      " --checkpoint.dir=" + (root / "ck").string() +
       " > /dev/null");
   ASSERT_EQ(made.exit_code, 0) << made.output;
   expect_configuration_error("--data.dir=" + data + " --train.tokens_per_step=3",
@@ -107,14 +109,15 @@ TEST(UserErrors, TheDryRunRefusesWhatTrainingRefusesWithTheSameExitCode) {
   // ("resuming needs the Adam moments") while training started from it (issue 54): both
   // read it as training does now. checkpoint.resume of it is refused by both.
   const std::string average = (root / "average.h5").string();
-  ASSERT_EQ(run_process(THPC_BINARY_DIR "/transformer_average --inputs " +
+  ASSERT_EQ(run_process(thpc::binary_dir() + "/transformer_average --inputs " +
                         (root / "ck/step_00000001.h5").string() + " --output " + average)
                 .exit_code,
             0);
   for (const char* mode : {"--dry-run", ""}) {
     const ProcessResult init = run_process(
-        THPC_BINARY_DIR "/transformer_hpc " THPC_SOURCE_DIR "/input/tiny.ini --train.max_steps=1 "
-        "--model.layers=1 --data.dir=" + data + " --checkpoint.dir=" +
+        thpc::binary_dir() + "/transformer_hpc " THPC_SOURCE_DIR
+        "/input/tiny.ini --train.max_steps=1 --model.layers=1 --data.dir=" + data +
+        " --checkpoint.dir=" +
         (root / "from_average").string() + " --checkpoint.init=" + average + " " + mode);
     EXPECT_EQ(init.exit_code, 0) << mode << "\n" << init.output;
   }
@@ -125,7 +128,7 @@ TEST(UserErrors, TheDryRunRefusesWhatTrainingRefusesWithTheSameExitCode) {
   // the checkpoint's ids would mean other pieces. Resuming or starting from it on them was
   // accepted silently (issue 54; --eval refused the same pair).
   const std::string other = (root / "other").string();
-  ASSERT_EQ(run_process(THPC_BINARY_DIR "/transformer_preprocess --source-lang en "
+  ASSERT_EQ(run_process(thpc::binary_dir() + "/transformer_preprocess --source-lang en "
                         "--target-lang de --trainpref " + (root / "text/train").string() +
                         " --validpref " + (root / "text/valid").string() + " --destdir " + other +
                         " --vocab-size 60 --model-type unigram --seed 1 > /dev/null 2>&1")
@@ -139,7 +142,7 @@ TEST(UserErrors, TheDryRunRefusesWhatTrainingRefusesWithTheSameExitCode) {
   }
   // transformer_decode alike: a beam wider than the vocabulary is a usage error.
   const ProcessResult wide = run_process(
-      "echo 1 2 3 | " THPC_BINARY_DIR "/transformer_decode --checkpoint " +
+      "echo 1 2 3 | " + thpc::binary_dir() + "/transformer_decode --checkpoint " +
       (root / "ck/step_00000001.h5").string() + " --beam 100000");
   EXPECT_EQ(wide.exit_code, 2) << wide.output;
   EXPECT_NE(wide.output.find("is wider than the vocabulary of 60 tokens"), std::string::npos)

@@ -23,7 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kBuild = THPC_BINARY_DIR "/";
+const std::string kBuild = thpc::binary_dir() + "/";
 
 // Every German number of the corpus is one word, so word-level BLEU (13a) has no bigrams
 // and is 0 for any system: the run scores characters, as transformer_score -tok char.

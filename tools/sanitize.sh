@@ -21,7 +21,7 @@ left_out='^(Learning\.TinyModelLearnsToReverseHeldOutSequences|ParsePipeline\.Ti
 # (the whole build 808 s of CPU instead of 1674 when it was chosen), and sanitizer
 # reports still name file:line; the tests run about as fast, their time going to the
 # sanitizers' checks.
-# The tests' own units at -O0 (THPC_TESTS_CXX_FLAGS, tests/CMakeLists.txt), still
+# The tests' own units at -O0 (THPC_TESTS_CXX_FLAGS, tests/tests.cmake), still
 # sanitized: UBSan's checks are what make -O1 slow to compile (test_checkpoint.cc 34 s of
 # CPU at -O1 with both sanitizers, 13 s with ASan alone, 14 s with both at -O0).
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRANSFORMER_CUDA=OFF \

@@ -332,7 +332,7 @@ TEST(GemmLibrary, TheFirstLineNamesItAndAWrongNameStopsTheRun) {
                                       ("thpc_gemm_test_" + std::to_string(::getpid()));
     std::filesystem::remove_all(dir);
     const ProcessResult result = run_process(
-        "THPC_CPU_GEMM=" + value + " " + std::string(THPC_BINARY_DIR) + "/transformer_hpc " +
+        "THPC_CPU_GEMM=" + value + " " + thpc::binary_dir() + "/transformer_hpc " +
         std::string(THPC_SOURCE_DIR) + "/input/tiny.ini --train.max_steps=1 " +
         "--train.backend=cpu --checkpoint.dir=" + (dir / "checkpoints").string());
     std::filesystem::remove_all(dir);

@@ -11,7 +11,7 @@
 // rounding of the reference and the dequantization: 2^-21 (16 fp32 eps) of the sum of
 // the magnitudes the result is made of, a margin over the few roundings involved.
 //
-// The same tests run once more as Avx2.* with DNNL_MAX_CPU_ISA=AVX2 (tests/CMakeLists.txt):
+// The same tests run once more as Avx2.* with DNNL_MAX_CPU_ISA=AVX2 (tests/tests.cmake):
 // oneDNN then multiplies with AVX2's saturating vpmaddubsw, and the weights' 7-bit limit
 // is what keeps the exact-reference test exact there.
 //

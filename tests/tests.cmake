@@ -3,8 +3,15 @@
 # CUDA twins, which compile in every build and skip at run time without a GPU), every
 # test registered with ctest under its GoogleTest name (Suite.Test).
 # Tests find the repository (input/*.ini, Spack.yaml) through THPC_SOURCE_DIR, the built
-# programs through THPC_BINARY_DIR, and the public data sets through the environment
-# variable THPC_DATA (tests/data_dir.h; absent data makes those tests skip).
+# programs as the folder above their own executable's (tests/binary_dir.h), and the public
+# data sets through the environment variable THPC_DATA (tests/data_dir.h; absent data
+# makes those tests skip).
+# This file is included by the top CMakeLists.txt rather than added as a subdirectory: the
+# tests' objects are then compiled from the build folder's top, as the library's are, with
+# the same relative paths under Ninja and under Makefiles (which compiles a subdirectory's
+# objects from that subdirectory), and hold no build folder's path; ccache (CMakeLists.txt)
+# then gives CI's Makefiles tree the Ninja tree's test objects.
+set(THPC_TESTS_DIR ${CMAKE_SOURCE_DIR}/tests)
 include(GoogleTest)
 # No GPU visible: what CUDA reads as "no devices" (an empty list).
 set(THPC_CPU_ONLY_ENVIRONMENT "CUDA_VISIBLE_DEVICES=")
@@ -25,10 +32,9 @@ separate_arguments(THPC_TESTS_CXX_FLAGS_LIST UNIX_COMMAND "${THPC_TESTS_CXX_FLAG
 function(thpc_add_test test_name test_source)
   add_executable(${test_name} ${test_source})
   target_link_libraries(${test_name} PRIVATE thpc_core GTest::gtest GTest::gtest_main)
-  target_include_directories(${test_name} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+  target_include_directories(${test_name} PRIVATE ${THPC_TESTS_DIR})
   target_compile_definitions(${test_name} PRIVATE
-    THPC_SOURCE_DIR="${CMAKE_SOURCE_DIR}" THPC_BINARY_DIR="${CMAKE_BINARY_DIR}"
-    THPC_MPIEXEC="${MPIEXEC_EXECUTABLE}")
+    THPC_SOURCE_DIR="${CMAKE_SOURCE_DIR}" THPC_MPIEXEC="${MPIEXEC_EXECUTABLE}")
   # Expected values computed as the CPU ops compute them, rounding for rounding.
   target_compile_options(${test_name} PRIVATE ${THPC_WARNINGS} ${THPC_NO_FP_CONTRACTION}
                          ${THPC_TESTS_CXX_FLAGS_LIST})
@@ -61,13 +67,13 @@ function(thpc_add_test test_name test_source)
   gtest_discover_tests(${test_name} WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}
                        DISCOVERY_TIMEOUT 60 ${test_filter} ${test_properties})
 endfunction()
-file(GLOB THPC_TEST_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/test_*.cc)
+file(GLOB THPC_TEST_SOURCES CONFIGURE_DEPENDS ${THPC_TESTS_DIR}/test_*.cc)
 foreach(test_source ${THPC_TEST_SOURCES})
   get_filename_component(test_name ${test_source} NAME_WE)
   thpc_add_test(${test_name} ${test_source})
 endforeach()
 file(GLOB THPC_KERNEL_TEST_SOURCES CONFIGURE_DEPENDS
-     ${CMAKE_CURRENT_SOURCE_DIR}/kernels/*_test.cc)
+     ${THPC_TESTS_DIR}/kernels/*_test.cc)
 foreach(test_source ${THPC_KERNEL_TEST_SOURCES})
   get_filename_component(op_name ${test_source} NAME_WE)
   string(REGEX REPLACE "_test$" "" op_name ${op_name})
@@ -100,7 +106,7 @@ gtest_discover_tests(test_kernel_int8_matmul WORKING_DIRECTORY ${CMAKE_SOURCE_DI
 # allows it; --oversubscribe lets 2 ranks share fewer cores; --bind-to none: Open MPI binds
 # a job of 2 ranks to cores 0 and 1, and ctest -j runs several such jobs at once, which
 # would then all poll on the same two cores of a many-core GPU host).
-add_executable(mpi_equivalence ${CMAKE_CURRENT_SOURCE_DIR}/mpi_equivalence.cc)
+add_executable(mpi_equivalence ${THPC_TESTS_DIR}/mpi_equivalence.cc)
 target_link_libraries(mpi_equivalence PRIVATE thpc_core GTest::gtest)
 target_compile_definitions(mpi_equivalence PRIVATE THPC_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
 target_compile_options(mpi_equivalence PRIVATE ${THPC_WARNINGS})
@@ -109,8 +115,8 @@ set_target_properties(mpi_equivalence PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAK
 # that ctest's name says which case failed. The cases are read from the source's
 # TEST(Suite, Name) lines (gtest_discover_tests cannot run the binary under mpirun).
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
-             ${CMAKE_CURRENT_SOURCE_DIR}/mpi_equivalence.cc)
-file(STRINGS ${CMAKE_CURRENT_SOURCE_DIR}/mpi_equivalence.cc mpi_test_lines
+             ${THPC_TESTS_DIR}/mpi_equivalence.cc)
+file(STRINGS ${THPC_TESTS_DIR}/mpi_equivalence.cc mpi_test_lines
      REGEX "^TEST\\([A-Za-z0-9_]+, *[A-Za-z0-9_]+\\)")
 set(mpi_cases "")
 foreach(line ${mpi_test_lines})
@@ -147,14 +153,14 @@ endforeach()
 # checkpoint, requeue itself and resume to the same parameters. About a minute; exit 77
 # (skipped, with the reason) where the daemons are not installed or cannot start.
 add_test(NAME Slurm.JobCheckpointsRequeuesAndResumesIdentically
-         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/slurm_job_test.sh ${CMAKE_SOURCE_DIR}
+         COMMAND bash ${THPC_TESTS_DIR}/slurm_job_test.sh ${CMAKE_SOURCE_DIR}
                  ${CMAKE_BINARY_DIR})
 set_tests_properties(Slurm.JobCheckpointsRequeuesAndResumesIdentically PROPERTIES
   TIMEOUT 400 SKIP_RETURN_CODE 77 PROCESSORS 2 ENVIRONMENT ${THPC_CPU_ONLY_ENVIRONMENT})
 # jobs/common.sh's two-phase run (the averaged window of jobs/base.sbatch and big.sbatch) on
 # input/tiny.ini under mpirun, one rank, no Slurm: some seconds.
 add_test(NAME Jobs.AveragedWindowIsThePapersInSteps
-         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/jobs_averaged_window_test.sh ${CMAKE_SOURCE_DIR}
+         COMMAND bash ${THPC_TESTS_DIR}/jobs_averaged_window_test.sh ${CMAKE_SOURCE_DIR}
                  ${CMAKE_BINARY_DIR})
 set_tests_properties(Jobs.AveragedWindowIsThePapersInSteps PROPERTIES
   TIMEOUT 300 SKIP_RETURN_CODE 77
