@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <sys/wait.h>
@@ -37,19 +38,31 @@ struct JobResult {
 };
 
 // A scratch run directory per test process, out of the source tree: checkpoints and
-// metrics.jsonl in checkpoints/. Emptied at its first use in a process: a test that failed
-// before its cleanup leaves its directory, and a later process with the same pid found
-// that run's files (Distributed.ANewRunInAUsedDirectoryStopsEveryRankWithOneMessage
-// failed so in CI on 2026-11-29, its first run refused as "of another run").
+// metrics.jsonl in checkpoints/. Emptied at its first use in a process: a process killed
+// before its end leaves its directory, and a later process with the same pid found that
+// run's files (Distributed.ANewRunInAUsedDirectoryStopsEveryRankWithOneMessage failed so
+// in CI on 2026-11-29, its first run refused as "of another run"). Removed when the
+// process ends, passed or failed: the tests that train into it without removing it
+// themselves left two directories in /tmp at every run of the suite.
+class ScratchRun {
+ public:
+  ScratchRun()
+      : path_(std::filesystem::temp_directory_path() /
+              ("thpc_dist_" + std::to_string(getpid()) + "_scratch")) {
+    std::filesystem::remove_all(path_);
+  }
+  ~ScratchRun() {
+    std::error_code ignored;  // nothing to report to at exit; a leftover is emptied later
+    std::filesystem::remove_all(path_, ignored);
+  }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
 std::filesystem::path scratch_run() {
-  static const std::filesystem::path path = [] {
-    const std::filesystem::path fresh =
-        std::filesystem::temp_directory_path() /
-        ("thpc_dist_" + std::to_string(getpid()) + "_scratch");
-    std::filesystem::remove_all(fresh);
-    return fresh;
-  }();
-  return path;
+  static const ScratchRun run;
+  return run.path();
 }
 std::string scratch_checkpoints() { return (scratch_run() / "checkpoints").string(); }
 
