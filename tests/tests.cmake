@@ -11,7 +11,7 @@
 # the same relative paths under Ninja and under Makefiles (which compiles a subdirectory's
 # objects from that subdirectory), and hold no build folder's path; ccache (CMakeLists.txt)
 # then gives CI's Makefiles tree the Ninja tree's test objects.
-set(THPC_TESTS_DIR ${CMAKE_SOURCE_DIR}/tests)
+set(THPC_TESTS_DIR ${CMAKE_CURRENT_LIST_DIR})
 include(GoogleTest)
 # No GPU visible: what CUDA reads as "no devices" (an empty list).
 set(THPC_CPU_ONLY_ENVIRONMENT "CUDA_VISIBLE_DEVICES=")
