@@ -54,8 +54,7 @@ std::vector<T> tie_heavy_rows(size_t count, std::mt19937& rng, bool specials) {
 // build, whose test code is compiled at -O0.
 template <typename T>
 void sorted_top_k(std::vector<T>& values, std::vector<int32_t>& columns,
-                     const std::vector<T>& x, int rows, int width, int k, int skip_a,
-                     int skip_b) {
+                  const std::vector<T>& x, int rows, int width, int k, int skip_a, int skip_b) {
   values.assign(static_cast<size_t>(rows) * k, T(0));
   columns.assign(static_cast<size_t>(rows) * k, -1);
   for (int r = 0; r < rows; ++r) {
@@ -64,7 +63,8 @@ void sorted_top_k(std::vector<T>& values, std::vector<int32_t>& columns,
     for (int c = 0; c < width; ++c) {
       if (c != skip_a && c != skip_b) order.push_back(c);
     }
-    const auto kth = order.begin() + std::min<std::ptrdiff_t>(k, static_cast<std::ptrdiff_t>(order.size()));
+    const auto kth =
+        order.begin() + std::min<std::ptrdiff_t>(k, static_cast<std::ptrdiff_t>(order.size()));
     std::partial_sort(order.begin(), kth, order.end(), [&](int a, int b) {
       if (std::isnan(row[a]) != std::isnan(row[b])) return std::isnan(row[b]);
       if (!std::isnan(row[a]) && row[a] != row[b]) return row[a] > row[b];
