@@ -9,15 +9,9 @@
 // matched there (leak:event_base_loop); every other allocation is checked as before.
 #pragma once
 
-#if defined(__SANITIZE_ADDRESS__)
-#define THPC_LEAK_CHECKS 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define THPC_LEAK_CHECKS 1
-#endif
-#endif
+#include "common/address_sanitizer.h"
 
-#ifdef THPC_LEAK_CHECKS
+#ifdef THPC_ADDRESS_SANITIZER
 #include <sanitizer/lsan_interface.h>
 #endif
 
@@ -25,7 +19,7 @@ namespace thpc {
 
 // The sanitizer runtime's own guard where there is one (its constructor calls
 // __lsan_disable, its destructor __lsan_enable).
-#ifdef THPC_LEAK_CHECKS
+#ifdef THPC_ADDRESS_SANITIZER
 using LeakChecksPaused = __lsan::ScopedDisabler;
 #else
 class LeakChecksPaused {

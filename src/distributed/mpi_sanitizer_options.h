@@ -11,14 +11,8 @@
 // this default.
 #pragma once
 
-#if defined(__SANITIZE_ADDRESS__)
-#define THPC_MPI_SANITIZER_OPTIONS 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define THPC_MPI_SANITIZER_OPTIONS 1
-#endif
-#endif
+#include "common/address_sanitizer.h"
 
-#ifdef THPC_MPI_SANITIZER_OPTIONS
+#ifdef THPC_ADDRESS_SANITIZER
 extern "C" const char* __asan_default_options() { return "fast_unwind_on_malloc=0"; }
 #endif
