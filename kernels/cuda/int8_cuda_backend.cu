@@ -239,10 +239,16 @@ bool Int8CudaBackend::adopt(Tensor weights, const cpu::QuantizedWeights& quantiz
   matrix->context = &context;
   matrix->bytes = by_output.size() + sizeof(float) * quantized.scales.size();
   context.count_allocation(matrix->bytes);
-  THPC_CUDA_CHECK(cudaMemcpy(matrix->values, by_output.data(), by_output.size(),
-                             cudaMemcpyHostToDevice));
-  THPC_CUDA_CHECK(cudaMemcpy(matrix->scales, quantized.scales.data(),
-                             sizeof(float) * quantized.scales.size(), cudaMemcpyHostToDevice));
+  // On the context's stream, waited for: a plain cudaMemcpy from pageable memory may return
+  // before its last DMA lands, and it runs on the legacy stream, to which the context's
+  // non-blocking stream (where the products run) is not ordered; the host vectors also end
+  // with this function.
+  THPC_CUDA_CHECK(cudaMemcpyAsync(matrix->values, by_output.data(), by_output.size(),
+                                  cudaMemcpyHostToDevice, context.stream()));
+  THPC_CUDA_CHECK(cudaMemcpyAsync(matrix->scales, quantized.scales.data(),
+                                  sizeof(float) * quantized.scales.size(), cudaMemcpyHostToDevice,
+                                  context.stream()));
+  THPC_CUDA_CHECK(cudaStreamSynchronize(context.stream()));
   keep(weights, std::move(matrix));
   return true;
 }
