@@ -318,7 +318,7 @@ dry_run() {
   echo "dry-run: the candidate stage's pattern takes $matched of the $all_candidates CudaCandidate* tests"
   [ "$matched" = "$all_candidates" ] ||
     problem "CANDIDATE_TWINS ($CANDIDATE_TWINS) leaves CudaCandidate tests out"
-  # Both calls rehearsed on the CPU (--rehearse): their commands, arguments and logs.
+  # The calls rehearsed on the CPU (--rehearse): their commands, arguments and logs.
   local call rehearsal_out
   for call in step ranks followup; do
     rehearsal_out=$(mktemp -d)

@@ -210,7 +210,7 @@ endif()
 if(TARGET test_tools)
   add_dependencies(test_tools transformer_preprocess transformer_decode transformer_average
                    transformer_data_stats transformer_bench_step transformer_score
-                   transformer_evalb transformer_trees)
+                   transformer_evalb transformer_trees transformer_quantize)
 endif()
 # test_profile runs transformer_bench_step --profile.
 if(TARGET test_profile)
