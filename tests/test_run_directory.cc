@@ -283,6 +283,56 @@ TEST_F(RunDirectory, ASecondTrainerOnARunningRunsDirectoryIsRefusedNamingTheFirs
   EXPECT_EQ(third.exit_code, 0) << third.output;
 }
 
+// Two runs of their own directories sharing a train.metrics_dir: before the first one's
+// first logged value its metrics file and event file record none, as a failed start's
+// do, and a second start used to remove them ("left by a start that recorded no value")
+// or, with checkpoint.overwrite, delete them as an earlier run's, while the first ran on
+// and lost its records. The metrics directory has the run directory's lock.
+TEST_F(RunDirectory, ASecondTrainerOnALiveRunsMetricsDirectoryIsRefusedAndRemovesNothing) {
+  const fs::path metrics_dir = directory_ / "shared_metrics";
+  FILE* output = nullptr;
+  const pid_t first = start_process(
+      {thpc::binary_dir() + "/transformer_hpc", THPC_SOURCE_DIR "/input/tiny.ini",
+       "--model.layers=1", "--train.log_every=1000000", "--train.max_steps=1000000",
+       "--checkpoint.minutes=0", "--checkpoint.dir=" + (directory_ / "a").string(),
+       "--train.metrics_dir=" + metrics_dir.string()},
+      &output);
+  ASSERT_GT(first, 0);
+  // Past its start-up: its metrics file begun, its run record (and nothing more) written.
+  for (int waited_ms = 0; waited_ms < 60000 && run_records(metrics_dir / "metrics.jsonl").empty();
+       waited_ms += 20) {
+    ::usleep(20000);
+  }
+  const std::map<std::string, std::string> first_metrics = contents(metrics_dir);
+  std::vector<ProcessResult> seconds;
+  for (const std::string overwrite : {"false", "true"}) {
+    seconds.push_back(train("b", "--train.max_steps=2 --checkpoint.overwrite=" + overwrite +
+                                     " --train.metrics_dir=" + metrics_dir.string()));
+  }
+  const std::map<std::string, std::string> metrics_meanwhile = contents(metrics_dir);
+  ::kill(first, SIGTERM);
+  int status = 0;
+  const std::string first_log = finish_process(first, output, &status);
+  EXPECT_EQ(first_metrics.count((metrics_dir / "metrics.jsonl").string()), 1u) << first_log;
+  for (const ProcessResult& second : seconds) {
+    EXPECT_EQ(second.exit_code, 2) << second.output;
+    EXPECT_NE(second.output.find("the metrics directory " + metrics_dir.string() +
+                                 " (train.metrics_dir) is in use by another trainer (host " +
+                                 host_name() + ", pid " + std::to_string(first) + ", started "),
+              std::string::npos)
+        << second.output;
+    EXPECT_EQ(second.output.find("removed"), std::string::npos) << second.output;
+    EXPECT_EQ(second.output.find("step 1/"), std::string::npos) << second.output;
+  }
+  EXPECT_EQ(metrics_meanwhile, first_metrics);
+  ASSERT_TRUE(WIFEXITED(status)) << first_log;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << first_log;
+  // The first run's records alone, and both its locks gone with it.
+  EXPECT_EQ(run_records(metrics_dir / "metrics.jsonl").size(), 1u);
+  EXPECT_FALSE(fs::exists(run_lock_path(metrics_dir.string())));
+  EXPECT_FALSE(fs::exists(run_lock_path((directory_ / "a").string())));
+}
+
 TEST_F(RunDirectory, ALockWhoseHolderIsGoneIsTakenOverWithANote) {
   struct Case {
     std::string what, host;

@@ -330,8 +330,13 @@ struct RunLock::Refresher {
   std::thread thread;  // last: started once the members it uses exist
 };
 
-RunLock::RunLock(const std::string& dir, std::ostream& log) : path_(run_lock_path(dir)) {
+RunLock::RunLock(const std::string& dir, std::ostream& log, const std::string& key)
+    : path_(run_lock_path(dir)) {
   namespace fs = std::filesystem;
+  // The directory as the messages name it, and what two trainers there would do.
+  const bool metrics_only = key != "checkpoint.dir";
+  const std::string named = metrics_only ? "the metrics directory " + dir + " (" + key + ")"
+                                         : "the run directory " + dir;
   const std::string host = host_name();
   std::ostringstream contents;
   contents << "host=" << host << "\npid=" << ::getpid() << "\nstarted="
@@ -347,10 +352,10 @@ RunLock::RunLock(const std::string& dir, std::ostream& log) : path_(run_lock_pat
   }
   fs::create_directories(fs::path(path_).parent_path(), error);
   const std::string cannot_write =
-      "the run directory " + dir + " (checkpoint.dir) cannot be written: ";
+      (metrics_only ? named : named + " (" + key + ")") + " cannot be written: ";
   if (error) {
-    THPC_FAIL(cannot_write << "creating it failed (" << error.message()
-                           << "); give checkpoint.dir a directory this user can write");
+    THPC_FAIL(cannot_write << "creating it failed (" << error.message() << "); give " << key
+                           << " a directory this user can write");
   }
   // Taking a stale lock over renames it away first: of two trainers doing so at once, one
   // rename succeeds, and the other finds the winner's fresh lock on its next attempt.
@@ -365,7 +370,7 @@ RunLock::RunLock(const std::string& dir, std::ostream& log) : path_(run_lock_pat
                              << std::strerror(failure)
                              << "): found now rather than at the first checkpoint; make it "
                                 "writable (a read-only filesystem? permissions?) or give "
-                                "checkpoint.dir another directory");
+                             << key << " another directory");
     }
     std::string text;
     const std::optional<LockHolder> holder = read_holder(path_, &text);
@@ -373,11 +378,14 @@ RunLock::RunLock(const std::string& dir, std::ostream& log) : path_(run_lock_pat
     const double age = seconds_since_refresh(path_);
     const std::string reason = stale_reason(*holder, age, host);
     if (reason.empty()) {
-      THPC_FAIL("the run directory " << dir << " is in use by another trainer ("
-                << holder->describe() << "; its lock " << path_ << " was refreshed "
-                << static_cast<long long>(age) << " s ago): two trainers on one directory "
-                << "would interleave their metrics and overwrite each other's checkpoints. "
-                << "Wait for it to end or stop it, or give this run another checkpoint.dir. "
+      THPC_FAIL(named << " is in use by another trainer (" << holder->describe()
+                << "; its lock " << path_ << " was refreshed " << static_cast<long long>(age)
+                << " s ago): two trainers on one directory would "
+                << (metrics_only ? "interleave their metrics, and a new run would remove or "
+                                   "overwrite the other's files there. "
+                                 : "interleave their metrics and overwrite each other's "
+                                   "checkpoints. ")
+                << "Wait for it to end or stop it, or give this run another " << key << ". "
                 << "A lock whose holder is gone is taken over when its process is missing on "
                 << "this host, when it is an earlier run of this Slurm job, or "
                 << kRunLockStaleSeconds / 60 << " minutes after its last refresh; remove "
@@ -389,7 +397,7 @@ RunLock::RunLock(const std::string& dir, std::ostream& log) : path_(run_lock_pat
     log << "note: taking over the lock " << path_ << " of " << holder->describe() << ": "
         << reason << std::endl;
   }
-  THPC_FAIL("could not take the lock " << path_ << " of the run directory " << dir
+  THPC_FAIL("could not take the lock " << path_ << " of " << named
             << ": other trainers kept taking it; is another one starting there?");
 }
 
@@ -403,21 +411,28 @@ RunLock::~RunLock() {
   }
 }
 
-std::unique_ptr<RunLock> lock_run_directory(const Config& config, const Communicator& comm,
-                                            std::ostream& log) {
-  std::unique_ptr<RunLock> lock;
+std::vector<std::unique_ptr<RunLock>> lock_run_directory(const Config& config,
+                                                         const Communicator& comm,
+                                                         std::ostream& log) {
+  std::vector<std::unique_ptr<RunLock>> locks;
   std::string refusal;
   if (comm.is_root()) {
     try {
-      lock = std::make_unique<RunLock>(config.checkpoint.dir, log);
+      locks.push_back(std::make_unique<RunLock>(config.checkpoint.dir, log));
+      if (!config.train.metrics_dir.empty() &&
+          !same_file(config.train.metrics_dir, config.checkpoint.dir)) {
+        locks.push_back(std::make_unique<RunLock>(config.train.metrics_dir, log,
+                                                  "train.metrics_dir"));
+      }
     } catch (const Error& e) {
       refusal = e.what();
+      locks.clear();
     }
   }
   // Every rank stops with rank 0's reason, before any checkpoint is read.
   refusal = comm.broadcast_from_root(refusal);
   if (!refusal.empty()) throw AllRanksError(refusal, 2);
-  return lock;
+  return locks;
 }
 
 std::string claim_run_directory(const Config& config, const Communicator& comm,

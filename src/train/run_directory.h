@@ -56,12 +56,18 @@ inline constexpr int kRunLockStaleSeconds = 600;
 // Slurm job (a requeue on another node keeps the job id), or it was not refreshed for
 // kRunLockStaleSeconds. Otherwise the trainer is refused with a message naming the
 // holder.
+//
+// The same lock keeps a train.metrics_dir apart from checkpoint.dir to one trainer: a
+// fresh run there removes a metrics file and event files that record no value yet (a
+// failed start's), which a live run's are before its first logged step.
 class RunLock {
  public:
   // Takes the lock of `dir` (created if absent), or throws Error saying why it cannot:
   // another trainer holds it, or the directory cannot be written (read-only, no
-  // permission), found now rather than at the first checkpoint.
-  RunLock(const std::string& dir, std::ostream& log);
+  // permission), found now rather than at the first checkpoint. `key` is the setting that
+  // named `dir`, for the messages: checkpoint.dir (the run directory) or train.metrics_dir.
+  RunLock(const std::string& dir, std::ostream& log,
+          const std::string& key = "checkpoint.dir");
   ~RunLock();
   RunLock(const RunLock&) = delete;
   RunLock& operator=(const RunLock&) = delete;
@@ -83,11 +89,13 @@ class RunLock {
 std::string run_lock_path(const std::string& dir);
 
 // One trainer per run directory: rank 0 takes checkpoint.dir's lock, which also finds an
-// unwritable directory now, and holds it through the returned object (null on the other
-// ranks). Throws AllRanksError (exit 2) on every rank, with rank 0's reason, when it
-// cannot, before any checkpoint is read.
-std::unique_ptr<RunLock> lock_run_directory(const Config& config, const Communicator& comm,
-                                            std::ostream& log);
+// unwritable directory now, and train.metrics_dir's when it is set to another directory,
+// and holds them through the returned objects (none on the other ranks). Throws
+// AllRanksError (exit 2) on every rank, with rank 0's reason, when it cannot, before any
+// checkpoint is read.
+std::vector<std::unique_ptr<RunLock>> lock_run_directory(const Config& config,
+                                                         const Communicator& comm,
+                                                         std::ostream& log);
 
 // A run owns its directory: a fresh run (`resumed_from` empty) refuses a checkpoint.dir or
 // metrics file that holds another run's files, a resumed one those of another run id;

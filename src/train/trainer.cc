@@ -509,12 +509,12 @@ void note_validation(BestValidation& best, double value, Better better, int64_t 
 
 RunEnd Trainer::run(std::ostream& log) {
   const StopSignalGuard stop_signals;
-  // The run directory's lock, which start_up() takes, is given back when run() returns or
-  // throws: the run is over then, whatever becomes of this object.
-  struct ReleaseLock {
-    std::unique_ptr<RunLock>& lock;
-    ~ReleaseLock() { lock.reset(); }
-  } release_lock{run_lock_};
+  // The run directory's locks, which start_up() takes, are given back when run() returns
+  // or throws: the run is over then, whatever becomes of this object.
+  struct ReleaseLocks {
+    std::vector<std::unique_ptr<RunLock>>& locks;
+    ~ReleaseLocks() { locks.clear(); }
+  } release_locks{run_locks_};
   // Rank 0 speaks for the job; the other ranks' lines would only repeat it.
   std::ostream silent(nullptr);
   RunProgress run(comm_.is_root() ? log : silent);
@@ -565,7 +565,7 @@ bool Trainer::start_up(std::ostream& out) {
                         !note.empty()) {
     out << "note: " << note << std::endl;
   }
-  run_lock_ = lock_run_directory(config_, comm_, out);
+  run_locks_ = lock_run_directory(config_, comm_, out);
   apply_start_options(out);
   const CheckpointConfig& start = config_.checkpoint;
   check_every_rank_starts_from_the_same_parameters(

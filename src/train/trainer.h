@@ -12,6 +12,7 @@
 #include <iosfwd>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "backend/factory.h"
 #include "checkpoint/checkpoint.h"
@@ -138,7 +139,9 @@ class Trainer {
   // Rank 0's host copy of the parameters and moments for a checkpoint written beside
   // training (12 bytes a parameter), made at the first and reused (staged_snapshot).
   std::shared_ptr<HostStaging> checkpoint_staging_;
-  std::unique_ptr<RunLock> run_lock_;  // rank 0's, from start_up() to the end of run()
+  // Rank 0's locks (checkpoint.dir's, and train.metrics_dir's when it is another
+  // directory), from start_up() to the end of run().
+  std::vector<std::unique_ptr<RunLock>> run_locks_;
 
   // run()'s phases follow, in the order it takes them; RunProgress (run_progress.h) is
   // the state they share between steps: clocks, counts, rank 0's log and metrics file.
