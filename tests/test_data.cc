@@ -516,6 +516,7 @@ TEST_F(DataPipeline, PreprocessOptionsOutOfRangeAreUsageErrors) {
            {"--shards 0", "--shards must be >= 1, got 0"},
            {"--vocab-size 0", "--vocab-size must be >= 5 (4 special ids + 1), got 0"},
            {"--max-len 0", "--max-len must be >= 1, got 0"},
+           {"--threads -1", "--threads must be >= 0 (0 = every core), got -1"},
            {"--model-type word2", "--model-type must be bpe or unigram, got 'word2'"},
            {"--spm-sentences 100",
             "--spm-sentences must be 0 (every line) or more than 100, got 100"}}) {
@@ -531,6 +532,18 @@ TEST_F(DataPipeline, PreprocessOptionsOutOfRangeAreUsageErrors) {
   EXPECT_NE(many.output.find("--shards 100000 is more than the"), std::string::npos)
       << many.output.substr(many.output.size() - std::min<size_t>(many.output.size(), 300));
   EXPECT_FALSE(fs::exists(root_ / "bad_options" / "train.00000.h5"));
+  // A vocabulary smaller than the text's characters: SentencePiece's "Internal:" check
+  // said it in its own terms; this says what to give.
+  const CommandResult small = run_command(command + "--vocab-size 6");
+  EXPECT_EQ(small.exit_code, 1) << small.output;
+  EXPECT_NE(small.output.find("--vocab-size 6 is too small for the training text ("),
+            std::string::npos)
+      << small.output;
+  EXPECT_EQ(small.output.find("Internal"), std::string::npos) << small.output;
+  // More threads than SentencePiece's trainer takes (128; a node's every core may be
+  // more): it trains on 128, the encoding uses them all.
+  const CommandResult threads = run_command(command + "--vocab-size 200 --threads 129");
+  EXPECT_EQ(threads.exit_code, 0) << threads.output;
 }
 
 TEST_F(DataPipeline, AFailureAfterWritingBeganLeavesNothingThatLooksValid) {
@@ -546,7 +559,7 @@ TEST_F(DataPipeline, AFailureAfterWritingBeganLeavesNothingThatLooksValid) {
   late.valid_prefix = (dir / "valid").string();
   std::ostringstream log;
   expect_error([&] { preprocess(late, log); },
-               {"valid.en: no validation pair survived: of 2, 1 with an empty side, 1 with a "
+               {"valid.de: no validation pair survived: of 2, 1 with an empty side, 1 with a "
                 "side longer than --max-len 120 pieces; raise --max-len, or check the files"});
   EXPECT_TRUE(fs::is_empty(dir / "out"));
 }

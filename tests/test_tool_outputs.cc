@@ -246,6 +246,28 @@ TEST_F(ToolOutputs, PreprocessNeverRemovesOrRewritesItsInputs) {
   expect_refused(preprocess + "--trainpref other/train --destdir ./data/",
                  "--trainpref: other/train.de is a file this run writes or removes");
   fs::remove("data/valid.00009.h5");
+  // A file under a shard's name (or spm.model) that is none: the run would delete or
+  // replace it unread (before: a checkpoint copied in as train.00007.h5 went, exit 0).
+  fs::copy_file("text/train.en", "data/train.00007.h5");
+  expect_refused(preprocess + "--trainpref text/train --destdir data",
+                 "--destdir data holds data/train.00007.h5, which this run would remove or "
+                 "replace but is not a shard (");
+  fs::remove("data/train.00007.h5");
+  fs::rename("data/spm.model", "spm.model.kept");
+  fs::copy_file("text/train.en", "data/spm.model");
+  expect_refused(preprocess + "--trainpref text/train --destdir data",
+                 "--destdir data holds data/spm.model, which this run would replace but is "
+                 "not a SentencePiece model");
+  fs::remove("data/spm.model");
+  fs::rename("spm.model.kept", "data/spm.model");
+  // An earlier run's shards are removed, and the run says so.
+  const ProcessResult again = run_process(kBin + "/" + preprocess +
+                                          "--trainpref text/train --destdir data --shards 2");
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("removed the 2 shards an earlier run left in data "
+                              "(train.00000.h5 ... valid.00000.h5), replaced by this run's"),
+            std::string::npos)
+      << again.output;
   // Text beside the shards, under names the run never writes, is fine.
   fs::create_directories("data/text");
   fs::copy_file("text/train.en", "data/text/train.en");

@@ -132,6 +132,9 @@ ParallelFiles check_parallel(const std::string& split, const std::string& prefix
   return files;
 }
 
+// The most threads SentencePiece's trainer accepts (its trainer_interface.cc).
+constexpr int kSentencePieceMaxThreads = 128;
+
 int hardware_threads(int requested) {
   if (requested > 0) return requested;
   return std::max(1u, std::thread::hardware_concurrency());
@@ -235,7 +238,10 @@ std::string sentencepiece_model(const PreprocessOptions& options, const Parallel
       // keeps them all; kept as it was so that the model's recorded trainer_spec is too.
       {"shuffle_input_sentence", "true"},
       {"max_sentence_length", "65536"},
-      {"num_threads", std::to_string(hardware_threads(options.threads))},
+      // SentencePiece's trainer refuses more than 128 threads, which a node's cores (0 =
+      // all) may exceed; the encoding below uses them all.
+      {"num_threads", std::to_string(std::min(kSentencePieceMaxThreads,
+                                              hardware_threads(options.threads)))},
       // Its warnings and errors only: its ~65 lines of progress (LOG(INFO)) on every run
       // buried this program's own summary, and made a failure's one line the 66th.
       {"minloglevel", "1"},
@@ -267,8 +273,24 @@ std::string sentencepiece_model(const PreprocessOptions& options, const Parallel
     summary->spm_lines = sample.taken();
   }
   if (!status.ok()) {
+    // Its one failure a user's option causes, in the user's words: the vocabulary must
+    // hold every character of the text (character_coverage 1) and the special ids; the
+    // second number of its message is that sum (the smallest size it then accepts).
+    const std::string text = status.ToString();
+    const std::string too_small = "Vocabulary size is smaller than required_chars. ";
+    if (const size_t at = text.find(too_small); at != std::string::npos) {
+      std::istringstream counts(text.substr(at + too_small.size()));
+      long long given = 0, needed = 0;
+      std::string versus;
+      if (counts >> given >> versus >> needed && versus == "vs") {
+        THPC_FAIL("--vocab-size " << options.vocab_size << " is too small for the training "
+                  << "text (" << train.source_path << ", " << train.target_path << "): its "
+                  << "distinct characters, each a piece of its own, and the special ids "
+                  << "need " << needed << "; give --vocab-size " << needed << " or more");
+      }
+    }
     THPC_FAIL(train.source_path << ", " << train.target_path
-                                << ": SentencePiece training failed: " << status.ToString());
+                                << ": SentencePiece training failed: " << text);
   }
   return model;
 }
@@ -535,10 +557,52 @@ bool written_by_preprocessing(std::string name) {
   return false;
 }
 
-void remove_old_shards(const std::string& dest_dir) {
+// Removes the shards an earlier run left in --destdir (check_destdir_holds_only_shards
+// made sure that they are shards), saying so on `log`.
+void remove_old_shards(const std::string& dest_dir, std::ostream& log) {
   std::error_code error;
+  std::vector<std::string> removed;
   for (const auto& entry : fs::directory_iterator(dest_dir, error)) {
-    if (is_shard_name(entry.path().filename().string())) fs::remove(entry.path(), error);
+    const std::string name = entry.path().filename().string();
+    if (is_shard_name(name) && fs::remove(entry.path(), error)) removed.push_back(name);
+  }
+  if (removed.empty()) return;
+  std::sort(removed.begin(), removed.end());
+  log << "removed the " << removed.size() << " shard" << (removed.size() > 1 ? "s" : "")
+      << " an earlier run left in " << dest_dir << " (" << removed.front()
+      << (removed.size() > 1 ? " ... " + removed.back() : "") << "), replaced by this run's"
+      << std::endl;
+}
+
+// Refuses a file in --destdir under a name the run removes or replaces (a shard's,
+// spm.model) that is not what such a name holds: the run would delete it unread (before:
+// a checkpoint copied there as train.00007.h5 went without a word).
+void check_destdir_holds_only_shards(const PreprocessOptions& options) {
+  std::error_code error;
+  for (const fs::directory_entry& entry : fs::directory_iterator(options.dest_dir, error)) {
+    const std::string name = entry.path().filename().string();
+    const bool shard = is_shard_name(name);
+    if (!shard && name != "spm.model") continue;
+    std::string wrong;
+    if (!entry.is_regular_file(error)) {
+      wrong = "not a file";
+    } else if (shard) {
+      try {
+        read_shard_summary(entry.path().string());
+      } catch (const Error& e) {
+        wrong = e.what();
+      }
+    } else {
+      sentencepiece::SentencePieceProcessor model;
+      if (!model.Load(entry.path().string()).ok()) wrong = "not a SentencePiece model";
+    }
+    if (!wrong.empty()) {
+      THPC_FAIL("--destdir " << options.dest_dir << " holds " << entry.path().string()
+                << ", which this run would " << (shard ? "remove or replace" : "replace")
+                << " but is not " << (shard ? "a shard" : "a SentencePiece model") << " ("
+                << wrong << "): move it out of --destdir (delete it if it is a damaged "
+                << "output of an earlier run), or give another --destdir");
+    }
   }
 }
 
@@ -630,6 +694,9 @@ void check_preprocess_options(const PreprocessOptions& options) {
     THPC_FAIL("--model-type must be bpe or unigram, got '" << options.model_type << "'");
   }
   if (options.shards < 1) THPC_FAIL("--shards must be >= 1, got " << options.shards);
+  if (options.threads < 0) {
+    THPC_FAIL("--threads must be >= 0 (0 = every core), got " << options.threads);
+  }
   if (options.max_len < 1) THPC_FAIL("--max-len must be >= 1, got " << options.max_len);
   if (!(options.max_ratio >= 1.0)) {
     THPC_FAIL("--max-ratio must be >= 1, got " << options.max_ratio);
@@ -644,6 +711,7 @@ void check_preprocess_options(const PreprocessOptions& options) {
   }
   THPC_CHECK(options.pairs_per_block >= 1, "pairs_per_block " << options.pairs_per_block);
   check_inputs_survive(options);
+  check_destdir_holds_only_shards(options);
 }
 
 PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log,
@@ -711,15 +779,20 @@ PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log
     THPC_FAIL(path << ": no " << what << " pair survived: of " << c.read << why.str()
                    << (suggestion.empty() ? "" : "; " + suggestion));
   };
-  if (summary.train.kept == 0) none_kept(train.source_path, "training", summary.train);
-  if (summary.valid.kept == 0) none_kept(valid.source_path, "validation", summary.valid);
+  // Both files named: either side may be the empty or the long one.
+  if (summary.train.kept == 0) {
+    none_kept(train.source_path + ", " + train.target_path, "training", summary.train);
+  }
+  if (summary.valid.kept == 0) {
+    none_kept(valid.source_path + ", " + valid.target_path, "validation", summary.valid);
+  }
   const std::string model_path = (fs::path(options.dest_dir) / "spm.model").string();
   {
     std::ofstream model_file(outputs.add(model_path), std::ios::binary);
     model_file << metadata.spm_model;
     if (!model_file.flush()) THPC_FAIL(model_path << ": cannot write");
   }
-  remove_old_shards(options.dest_dir);
+  remove_old_shards(options.dest_dir, log);
   outputs.commit();
 
   summary.seconds =
