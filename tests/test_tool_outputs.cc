@@ -248,17 +248,15 @@ TEST_F(ToolOutputs, PreprocessNeverRemovesOrRewritesItsInputs) {
   fs::remove("data/valid.00009.h5");
   // A file under a shard's name (or spm.model) that is none: the run would delete or
   // replace it unread (before: a checkpoint copied in as train.00007.h5 went, exit 0).
-  fs::copy_file("text/train.en", "data/train.00007.h5");
-  expect_refused(preprocess + "--trainpref text/train --destdir data",
-                 "--destdir data holds data/train.00007.h5, which this run would remove or "
-                 "replace but is not a shard (");
-  fs::remove("data/train.00007.h5");
   fs::rename("data/spm.model", "spm.model.kept");
-  fs::copy_file("text/train.en", "data/spm.model");
-  expect_refused(preprocess + "--trainpref text/train --destdir data",
-                 "--destdir data holds data/spm.model, which this run would replace but is "
-                 "not a SentencePiece model");
-  fs::remove("data/spm.model");
+  for (const auto& [name, why] : std::vector<std::pair<std::string, std::string>>{
+           {"train.00007.h5", "which this run would remove or replace but is not a shard ("},
+           {"spm.model", "which this run would replace but is not a SentencePiece model"}}) {
+    fs::copy_file("text/train.en", "data/" + name);
+    expect_refused(preprocess + "--trainpref text/train --destdir data",
+                   "--destdir data holds data/" + name + ", " + why);
+    fs::remove("data/" + name);
+  }
   fs::rename("spm.model.kept", "data/spm.model");
   // An earlier run's shards are removed, and the run says so.
   const ProcessResult again = run_process(kBin + "/" + preprocess +
