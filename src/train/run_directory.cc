@@ -435,6 +435,30 @@ std::vector<std::unique_ptr<RunLock>> lock_run_directory(const Config& config,
   return locks;
 }
 
+// The temporary files of checkpoint writes (.NAME.tmp beside NAME, a run's checkpoint
+// file) that a crash interrupted (SIGKILL, a node lost; any other ending removes its
+// own): a base checkpoint's is 757 MB, and nothing else would ever remove it. Under the
+// run directory's lock no write of them is under way.
+void remove_interrupted_writes(const std::string& dir, std::ostream& log) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    const std::string tmp = ".tmp";
+    if (name.size() <= 1 + tmp.size() || name[0] != '.' ||
+        name.compare(name.size() - tmp.size(), tmp.size(), tmp) != 0 ||
+        !is_run_checkpoint_file(name.substr(1, name.size() - 1 - tmp.size()))) {
+      continue;
+    }
+    const uintmax_t bytes = entry.file_size(error);
+    if (error || !fs::remove(entry.path(), error)) continue;
+    log << "note: removed " << entry.path().string() << " ("
+        << (bytes < 1000000 ? std::to_string(bytes) + " bytes"
+                            : std::to_string(bytes / 1000000) + " MB")
+        << "), a checkpoint's write that a crash interrupted" << std::endl;
+  }
+}
+
 std::string claim_run_directory(const Config& config, const Communicator& comm,
                                 const std::string& run_id, const std::string& resumed_from,
                                 std::ostream& log) {
@@ -443,6 +467,7 @@ std::string claim_run_directory(const Config& config, const Communicator& comm,
     metrics = run_metrics_path(config, run_id, resumed_from, log);
     refusal = outputs_that_would_destroy_inputs(config, resumed_from, metrics);
     if (refusal.empty()) refusal = foreign_run_files(config, run_id, resumed_from, metrics, log);
+    if (refusal.empty()) remove_interrupted_writes(config.checkpoint.dir, log);
   }
   // Every rank stops with rank 0's reason, before anything is written.
   refusal = comm.broadcast_from_root(refusal);

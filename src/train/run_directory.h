@@ -100,8 +100,9 @@ std::vector<std::unique_ptr<RunLock>> lock_run_directory(const Config& config,
 // A run owns its directory: a fresh run (`resumed_from` empty) refuses a checkpoint.dir or
 // metrics file that holds another run's files, a resumed one those of another run id;
 // with checkpoint.overwrite rank 0 deletes them instead; and no output may destroy an
-// input. Returns rank 0's metrics file (run_metrics_path; "" on the other ranks), or throws
-// AllRanksError (exit 2) on every rank before anything is written.
+// input. Rank 0 then removes, with a note each, the temporary files of checkpoint writes
+// that a crash interrupted. Returns rank 0's metrics file (run_metrics_path; "" on the
+// other ranks), or throws AllRanksError (exit 2) on every rank before anything is written.
 std::string claim_run_directory(const Config& config, const Communicator& comm,
                                 const std::string& run_id, const std::string& resumed_from,
                                 std::ostream& log);
