@@ -934,6 +934,10 @@ TEST(Config, BadValuesNameKeyAndFile) {
   // The boundaries themselves are legal.
   EXPECT_NO_THROW(load_config(kTinyIni, {"model.dropout=0", "data.synthetic_vocab=5",
                                          "data.synthetic_min_len=12", "model.max_positions=14"}));
+  // With shards the synthetic task's lengths are ignored, as data.dir's help says (before:
+  // a short model.max_positions was refused for data.synthetic_max_len).
+  EXPECT_NO_THROW(load_config(kTinyIni, {"data.dir=corpus", "model.max_positions=10"}));
+  EXPECT_NO_THROW(load_config(kTinyIni, {"data.dir=corpus", "data.synthetic_min_len=13"}));
 }
 
 // Empty values cannot be written on the command line, so these go through validate().

@@ -83,13 +83,15 @@ void validate(const Config& config) {
   if (train.valid_every > 0 && data.valid.empty()) {
     check.fail("data.valid", "must name the validation shards when train.valid_every > 0");
   }
-  if (data.synthetic_max_len < data.synthetic_min_len) {
+  // The synthetic task's lengths matter only without shards (data.dir's help: "ignored").
+  if (data.dir.empty() && data.synthetic_max_len < data.synthetic_min_len) {
     check.fail("data.synthetic_max_len",
                "must be ≥ data.synthetic_min_len " + std::to_string(data.synthetic_min_len) +
                    ", got " + std::to_string(data.synthetic_max_len));
   }
   // A target sequence carries bos and eos around the sentence.
-  if (static_cast<std::int64_t>(data.synthetic_max_len) + 2 > model.max_positions) {
+  if (data.dir.empty() &&
+      static_cast<std::int64_t>(data.synthetic_max_len) + 2 > model.max_positions) {
     check.fail("data.synthetic_max_len",
                std::to_string(data.synthetic_max_len) + " + 2 (bos, eos) exceeds " +
                    "model.max_positions " + std::to_string(model.max_positions));
