@@ -574,6 +574,8 @@ TEST_F(DecodeProgram, OptionsThatCannotMeanWhatTheySayAreRefused) {
   EXPECT_NE(err.find("a beam of 3 (--beam)"), std::string::npos) << err;
   EXPECT_EQ(decode("--greedy --nbest 2 --max-len-b 2", out, err), 2) << err;
   EXPECT_NE(err.find("--greedy keeps one"), std::string::npos) << err;
+  EXPECT_EQ(decode("--greedy --beam 5 --max-len-b 2", out, err), 2) << err;  // ignored before
+  EXPECT_NE(err.find("--greedy and --beam 5: choose one"), std::string::npos) << err;
   EXPECT_EQ(decode("--beam 5 --nbest 5 --max-len-b 2", out, err), 0) << err;
   EXPECT_EQ(decode("--lenpen inf --max-len-b 2", out, err), 2) << err;
   EXPECT_NE(err.find("--lenpen must be finite"), std::string::npos) << err;
@@ -599,6 +601,20 @@ TEST_F(DecodeProgram, BadInputFailsWithAMessage) {
                               " < /dev/null > /dev/null 2>&1";
   const int status = std::system(missing.c_str());
   EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 1);
+
+  // A checkpoint that is a directory, an --spm-model that is text: said in the user's
+  // words (before: "no such file", and SentencePiece's "Internal: ...cc(1101) [...]").
+  const fs::path text = dir_ / "not_a_model.txt";
+  std::ofstream(text) << "A dog runs.\n";
+  for (const auto& [arguments, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--checkpoint " + dir_.string(), dir_.string() + ": a directory, not a checkpoint"},
+           {"--checkpoint " + (dir_ / "model.h5").string() + " --spm-model " + text.string(),
+            "'" + text.string() + "': the file is not a SentencePiece model (give the spm.model"}}) {
+    const ProcessResult refused = run_process(thpc::binary_dir() + "/transformer_decode " +
+                                              arguments + " --max-len-b 2 < /dev/null");
+    EXPECT_EQ(refused.exit_code, 1) << refused.output;
+    EXPECT_NE(refused.output.find(message), std::string::npos) << refused.output;
+  }
 
   // Invalid UTF-8 is refused naming the file and line, as transformer_score does.
   const fs::path bad = dir_ / "bad_utf8.en";

@@ -200,8 +200,8 @@ TEST_F(ToolOutputs, NoToolWritesOverATrainingRunsFiles) {
   expect_refused(average + "--output renamed.h5", "a checkpoint holding a training state");
   expect_refused(decode + "--output data/train.00000.h5", "exists and is a binary file");
   expect_refused(decode + "--output data/spm.model", "exists and is a binary file");
-  expect_refused(average + "--output data/train.00000.h5", "is not an earlier average");
-  expect_refused(average + "--output source.en", "is not an earlier average");
+  expect_refused(average + "--output data/train.00000.h5", "is not a parameters-only checkpoint");
+  expect_refused(average + "--output source.en", "is not a parameters-only checkpoint");
   expect_refused(decode + "--dump-lines 1 --dump-attention data/train.00000.h5",
                  "is not an earlier attention dump");
   // An average may replace an earlier average, a dump an earlier dump.

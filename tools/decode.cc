@@ -50,6 +50,7 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -173,8 +174,18 @@ void load_sentencepiece_model(const Arguments& args, const thpc::DecodingCheckpo
   model.name = args.spm_model;
   if (!args.spm_model.empty()) {
     const auto status = spm.Load(args.spm_model);
-    if (!status.ok()) THPC_FAIL("cannot load SentencePiece model '" << args.spm_model << "': "
-                                                                     << status.ToString());
+    if (!status.ok()) {
+      // A file that does not parse gets SentencePiece's "Internal: ...cc(1101) [...]": said
+      // in the user's words instead.
+      std::error_code error;
+      const bool is_file = std::filesystem::is_regular_file(args.spm_model, error);
+      THPC_FAIL("cannot load SentencePiece model '"
+                << args.spm_model << "': "
+                << (is_file ? "the file is not a SentencePiece model (give the spm.model "
+                              "transformer_preprocess wrote beside the shards, or leave "
+                              "--spm-model out: the checkpoint stores its model)"
+                            : status.ToString()));
+    }
   } else if (!checkpoint.spm_model.empty()) {
     model.name = "the SentencePiece model stored in " + checkpoint_path;
     const auto status = spm.LoadFromSerializedProto(checkpoint.spm_model);
@@ -765,6 +776,11 @@ int main(int argc, char** argv) {
     }
     // Each range on its own, so that the message names the option given.
     using thpc::tools::require_at_least;
+    // As --greedy --nbest 2 and --sampling --greedy are: a width the search would ignore.
+    if (search.greedy && search.beam) {
+      THPC_FAIL("--greedy and --beam " << *search.beam
+                << ": choose one (--greedy is a beam of 1 without a length penalty)");
+    }
     if (search.beam) require_at_least("--beam", *search.beam, 1);
     require_at_least("--nbest", search.nbest, 1);
     require_at_least("--batch-tokens", args.batch_tokens, 1);

@@ -769,7 +769,10 @@ Checkpoint read_open_checkpoint(Reader reader, CheckpointParts parts,
 Checkpoint read_checkpoint(const std::string& path, CheckpointParts parts) {
   const Named reader(path);
   std::error_code error;
-  if (!fs::is_regular_file(path, error)) reader.fail("no such file");
+  if (!fs::is_regular_file(path, error)) {
+    reader.fail(fs::is_directory(path, error) ? "a directory, not a checkpoint file"
+                                              : "no such file");
+  }
   const uint64_t size = fs::file_size(path, error);
   if (error) reader.fail("cannot read its size (" + error.message() + ")");
   std::string head(std::min<uint64_t>(size, kHeaderBytes), '\0');

@@ -198,8 +198,10 @@ void check_output_path(const std::string& option, const std::string& output,
     case OutputKind::Checkpoint: {
       const std::optional<CheckpointSummary> summary = read_checkpoint_summary(output);
       if (!summary || !summary->parameters_only) {
-        refuse("exists and is not an earlier average (a parameters-only checkpoint), the one "
-               "kind of file an average replaces: give another output file");
+        // transformer_average's and transformer_quantize's outputs alike.
+        refuse("exists and is not a parameters-only checkpoint (an earlier average or "
+               "quantized model), the one kind of file this output replaces: give another "
+               "output file");
       }
       break;
     }
