@@ -609,7 +609,7 @@ TEST_F(DecodeProgram, BadInputFailsWithAMessage) {
   for (const auto& [arguments, message] : std::vector<std::pair<std::string, std::string>>{
            {"--checkpoint " + dir_.string(), dir_.string() + ": a directory, not a checkpoint"},
            {"--checkpoint " + (dir_ / "model.h5").string() + " --spm-model " + text.string(),
-            "'" + text.string() + "': the file is not a SentencePiece model (give the spm.model"}}) {
+            "'" + text.string() + "': the file is not a SentencePiece model (give the spm"}}) {
     const ProcessResult refused = run_process(thpc::binary_dir() + "/transformer_decode " +
                                               arguments + " --max-len-b 2 < /dev/null");
     EXPECT_EQ(refused.exit_code, 1) << refused.output;
