@@ -170,8 +170,10 @@ int main(int argc, char** argv) {
   if (help && disagreement.empty()) return 0;
   if (!disagreement.empty() || !config_error.empty()) {
     if (comm.is_root()) {
-      std::cerr << "transformer_hpc: " << (disagreement.empty() ? config_error : disagreement)
-                << "\n(see --help)\n";
+      const std::string& message = disagreement.empty() ? config_error : disagreement;
+      // Once: many messages point at --help themselves.
+      std::cerr << "transformer_hpc: " << message
+                << (message.find("--help") == std::string::npos ? "\n(see --help)\n" : "\n");
     }
     return 2;
   }

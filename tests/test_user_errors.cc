@@ -54,6 +54,26 @@ TEST(UserErrors, SizesThatCannotBeAllocatedAreRefusedFromTheConfiguration) {
                              "model.max_positions = 2000000000 rows");
 }
 
+// A command-line mistake's line points at --help once (before: a message that said
+// "(see --help)" itself got a second line of it), and a setting without its dashes,
+// taken for a second config file, is shown how it is written.
+TEST(UserErrors, CommandLineMistakesPointAtTheHelpOnceAndShowTheSpelling) {
+  for (const auto& [arguments, why] : std::vector<std::pair<std::string, std::string>>{
+           {"--set x", "unknown command-line option '--set' (see --help)"},
+           {"model.layers=3", "and 'model.layers=3' (a setting is written --model.layers=3)"}}) {
+    SCOPED_TRACE(arguments);
+    const ProcessResult run = run_process(kTrainer + arguments);
+    EXPECT_EQ(run.exit_code, 2) << run.output;
+    EXPECT_NE(run.output.find(why), std::string::npos) << run.output;
+    size_t pointers = 0;
+    for (size_t at = run.output.find("see --help"); at != std::string::npos;
+         at = run.output.find("see --help", at + 1)) {
+      ++pointers;
+    }
+    EXPECT_EQ(pointers, 1u) << run.output;
+  }
+}
+
 TEST(UserErrors, ImpossibleValuesThatPassedTheDryRunAreRefused) {
   expect_configuration_error("--train.threads=100000", "train.threads: 100000 is more than");
   expect_configuration_error("--train.tokens_per_step=100 --train.accumulate=1000",

@@ -411,8 +411,15 @@ bool parse_command_line(int argc, const char* const* argv, Config& config) {
               "[--section.key=value ...] [--dry-run]; --help lists the keys)");
   }
   if (config_files.size() > 1) {
-    THPC_FAIL("more than one config file given: '" << config_files[0] << "' and '"
-                                                   << config_files[1] << "'");
+    // "model.layers=3" without its dashes is taken for a file name.
+    const std::string& second = config_files[1];
+    const size_t equals = second.find('=');
+    const bool a_setting = equals != std::string::npos &&
+                           second.substr(0, equals).find('.') != std::string::npos &&
+                           second.find('/') == std::string::npos;
+    THPC_FAIL("more than one config file given: '"
+              << config_files[0] << "' and '" << second << "'"
+              << (a_setting ? " (a setting is written --" + second + ")" : std::string()));
   }
   values.erase("config");
   values.erase("help");
