@@ -544,6 +544,13 @@ TEST_F(DataPipeline, PreprocessOptionsOutOfRangeAreUsageErrors) {
   // more): it trains on 128, the encoding uses them all.
   const CommandResult threads = run_command(command + "--vocab-size 200 --threads 129");
   EXPECT_EQ(threads.exit_code, 0) << threads.output;
+  // More pieces than the text can make: fewer, said (before: only the last line's size).
+  const CommandResult large = run_command(command + "--vocab-size 100000");
+  EXPECT_EQ(large.exit_code, 0) << large.output;
+  EXPECT_NE(large.output.find(", not --vocab-size 100000: the training text has no more to "
+                              "make"),
+            std::string::npos)
+      << large.output;
 }
 
 TEST_F(DataPipeline, AFailureAfterWritingBeganLeavesNothingThatLooksValid) {

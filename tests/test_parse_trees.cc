@@ -195,6 +195,15 @@ TEST(Trees, MalformedFileLeavesNoOutput) {
     EXPECT_EQ(entry.path().filename().string().rfind("out", 0), std::string::npos)
         << "left behind: " << entry.path();
   }
+  // A file without a tree (empty, or of another format) gave four empty outputs, exit 0.
+  std::ofstream(dir / "empty.mrg").close();
+  const auto empty = run_process(kTrees + " linearize --output " + (dir / "out").string() +
+                                 " " + (dir / "empty.mrg").string());
+  EXPECT_EQ(empty.exit_code, 1) << empty.output;
+  EXPECT_NE(empty.output.find("linearize: no tree in " + (dir / "empty.mrg").string()),
+            std::string::npos)
+      << empty.output;
+  EXPECT_FALSE(fs::exists(dir / "out.tree"));
   EXPECT_EQ(run_process(kTrees + " frobnicate --output x a.mrg").exit_code, 2);
   EXPECT_EQ(run_process(kTrees + " linearize a.mrg").exit_code, 2);
   fs::remove_all(dir);

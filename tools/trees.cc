@@ -192,6 +192,14 @@ int linearize_files(const CommandLine& command) {
       ++trees;
     }
   }
+  // Four empty outputs would train and score nothing, found only later (an empty file, a
+  // file of another format that holds no tree).
+  if (trees == 0) {
+    THPC_FAIL("linearize: no tree in " << command.files.front()
+              << (command.files.size() > 1 ? " and the other files" : "")
+              << (empty > 0 ? " but trees of empty elements only" : "")
+              << ": give Penn Treebank .mrg files ((S (NP ...) ...) trees)");
+  }
   const std::string& prefix = command.output;
   thpc::write_texts_atomically({{prefix + ".words", words},
                           {prefix + ".tree", tree},

@@ -797,6 +797,13 @@ PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log
 
   summary.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // A model trained here (hard_vocab_limit false) stops where the text has no more
+  // pieces to merge: said, since the shards, the model and every run's output layer take
+  // that size, not the one asked for.
+  if (options.spm_model.empty() && summary.vocab_size < options.vocab_size) {
+    log << "note: the vocabulary has " << summary.vocab_size << " pieces, not --vocab-size "
+        << options.vocab_size << ": the training text has no more to make" << std::endl;
+  }
   if (summary.spm_lines > 0) {
     log << "SentencePiece trained on " << summary.spm_lines << " of " << summary.training_lines
         << " training lines (both languages"
