@@ -292,6 +292,39 @@ TEST_F(DivergenceTest, TheCheckpointWhoseParametersDivergedIsMarkedAndPassedOver
       << resumed_log.str();
 }
 
+// A resume from a checkpoint older than the run's newest (checkpoint.resume = PATH) starts
+// another branch: the later checkpoints are marked superseded, as a rollback marks them,
+// and resume=auto passes over them (before: the stop line's own advice, resume=auto,
+// resumed the abandoned branch's newest, and a rollback went forward to it; a helper's
+// adversarial trial).
+TEST_F(DivergenceTest, AResumeFromAnOlderCheckpointSupersedesTheLaterOnes) {
+  const std::string dir = path("run");
+  std::ostringstream first_log;
+  Trainer first(small_config(dir, {"train.max_steps=20", "checkpoint.every_steps=5"}));
+  ASSERT_EQ(first.run(first_log), RunEnd::Finished) << first_log.str();
+  std::ostringstream branch_log;
+  Trainer branch(small_config(dir, {"train.max_steps=12", "checkpoint.every_steps=5",
+                                    "checkpoint.resume=" + dir + "/step_00000010.h5"}));
+  ASSERT_EQ(branch.run(branch_log), RunEnd::Finished) << branch_log.str();
+  EXPECT_NE(branch_log.str().find("marked checkpoint " + dir + "/step_00000015.h5 superseded: "
+                                  "the resume to step 10 abandons its branch"),
+            std::string::npos)
+      << branch_log.str();
+  const std::map<std::string, CheckpointState> expected = {
+      {"step_00000005.h5", CheckpointState::Healthy},
+      {"step_00000010.h5", CheckpointState::Healthy},
+      {"step_00000012.h5", CheckpointState::Healthy},
+      {"step_00000015.h5", CheckpointState::Superseded},
+      {"step_00000020.h5", CheckpointState::Superseded}};
+  EXPECT_EQ(states_in(dir), expected) << branch_log.str();
+  std::ostringstream resumed_log;
+  Trainer resumed(small_config(dir, {"train.max_steps=13", "checkpoint.resume=auto"}));
+  ASSERT_EQ(resumed.run(resumed_log), RunEnd::Finished) << resumed_log.str();
+  EXPECT_NE(resumed_log.str().find("resumed from " + dir + "/step_00000012.h5 at step 12"),
+            std::string::npos)
+      << resumed_log.str();
+}
+
 // ---- checkpoints: health, pruning, order ----
 
 // A checkpoint of two constant tensors at `step` in `state`, as a run writes one.

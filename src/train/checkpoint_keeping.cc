@@ -262,7 +262,8 @@ void CheckpointKeeping::keep_best(const std::string& metric, const LogField& val
 }
 
 void CheckpointKeeping::mark_abandoned(const std::string& run_id, int64_t step,
-                                       int64_t newer_than, std::ostream& log) {
+                                       int64_t newer_than, std::ostream& log,
+                                       const std::string& how) {
   finish_write(log);
   for (const CheckpointSummary& summary : checkpoint_summaries(config_.checkpoint.dir)) {
     // Files of this run only (those of a run before ids were stored have none).
@@ -276,8 +277,8 @@ void CheckpointKeeping::mark_abandoned(const std::string& run_id, int64_t step,
           << "the divergent loss of step " << step + 1 << std::endl;
     } else if (newer_than >= 0 && summary.step > newer_than) {
       mark_checkpoint(summary.path, CheckpointState::Superseded);
-      log << "marked checkpoint " << summary.path << " superseded: the rollback to step "
-          << newer_than << " abandons its branch" << std::endl;
+      log << "marked checkpoint " << summary.path << " superseded: the " << how
+          << " to step " << newer_than << " abandons its branch" << std::endl;
     }
   }
 }

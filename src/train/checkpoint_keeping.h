@@ -67,9 +67,10 @@ class CheckpointKeeping {
   // The healthy checkpoints of run `run_id` (and those written before ids were stored):
   // with `newer_than` < 0 the one of `step` is marked diverged (its parameters produced
   // the divergent loss of step + 1); with `newer_than` >= 0 every one of a later step is
-  // marked superseded (the branch a rollback to `newer_than` abandons).
+  // marked superseded (the branch that `how`, a rollback or a resume, to `newer_than`
+  // abandons).
   void mark_abandoned(const std::string& run_id, int64_t step, int64_t newer_than,
-                      std::ostream& log);
+                      std::ostream& log, const std::string& how = "rollback");
   // Every healthy checkpoint of run `run_id` after step `last_passed`, the last validation
   // the model passed, marked diverged (a validation after it exploded).
   void mark_after_failed_validation(const std::string& run_id, int64_t last_passed,
