@@ -222,12 +222,16 @@ std::string host_name() {
 }
 
 // A lock file as a trainer writes it, with its modification time `age_s` in the past.
+// A lock of `host`'s process `pid`, taken at `started` (seconds since the epoch; the
+// default is 2026-09-21, before any process of this test), refreshed `age_s` ago.
 void write_lock(const fs::path& dir, const std::string& host, long long pid,
-                const std::string& slurm_job = "", int slurm_restart = 0, int age_s = 0) {
+                const std::string& slurm_job = "", int slurm_restart = 0, int age_s = 0,
+                long long started = 1790000000) {
   fs::create_directories(dir);
   const fs::path lock = run_lock_path(dir.string());
-  std::ofstream(lock) << "host=" << host << "\npid=" << pid << "\nstarted=1790000000\nslurm_job="
-                      << slurm_job << "\nslurm_restart=" << slurm_restart << "\n";
+  std::ofstream(lock) << "host=" << host << "\npid=" << pid << "\nstarted=" << started
+                      << "\nslurm_job=" << slurm_job << "\nslurm_restart=" << slurm_restart
+                      << "\n";
   if (age_s > 0) {
     timespec times[2];
     times[0].tv_sec = times[1].tv_sec = ::time(nullptr) - age_s;
@@ -370,6 +374,10 @@ TEST_F(RunDirectory, ALockWhoseHolderIsGoneIsTakenOverWithANote) {
        "it was last refreshed 66"},
       {"an earlier run of this Slurm job on another node", "elsewhere", 1, "4242", 0, 0,
        "it was left by an earlier run (restart 0) of this Slurm job, which is at restart 1"},
+      {"its process id now another process's, started after the lock", host_name(),
+       ::getppid(), "", 0, 0,
+       "its process is gone (process " + std::to_string(::getppid()) + " of this host started "
+       "after the lock was taken)"},
   };
   const ScopedEnvironment job("SLURM_JOB_ID", "4242");
   const ScopedEnvironment restart("SLURM_RESTART_COUNT", "1");
@@ -394,13 +402,18 @@ TEST_F(RunDirectory, ALockWhoseHolderIsGoneIsTakenOverWithANote) {
 
 TEST_F(RunDirectory, ALiveLockIsKeptAndNamesItsHolder) {
   // Another host's trainer, refreshed 2 minutes ago; a live process of this host; a
-  // concurrent run of this very Slurm job on another node (the same restart count).
+  // concurrent run of this very Slurm job on another node (the same restart count); a
+  // live process of this host that took the lock and has not refreshed it for 11 minutes
+  // (suspended: Ctrl-Z, SIGSTOP, a debugger; before, it was taken over and two trainers
+  // wrote in one directory).
   const ScopedEnvironment job("SLURM_JOB_ID", "4242");
   const ScopedEnvironment restart("SLURM_RESTART_COUNT", "0");
+  const long long now = ::time(nullptr);
   write_lock(directory_ / "a", "elsewhere", 1, "", 0, 120);
-  write_lock(directory_ / "b", host_name(), ::getppid());
+  write_lock(directory_ / "b", host_name(), ::getppid(), "", 0, 0, now);
   write_lock(directory_ / "c", "elsewhere", 1, "4242", 0, 0);
-  for (const std::string dir : {"a", "b", "c"}) {
+  write_lock(directory_ / "d", host_name(), ::getppid(), "", 0, 660, now);
+  for (const std::string dir : {"a", "b", "c", "d"}) {
     const std::string before = read_file(run_lock_path((directory_ / dir).string()));
     std::ostringstream log;
     try {

@@ -16,6 +16,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -246,6 +247,31 @@ double seconds_since_refresh(const std::string& path) {
   return std::max(0.0, now - modified);
 }
 
+// When process `pid` of this host started, in seconds since the epoch (/proc/PID/stat's
+// start time after boot, /proc/stat's boot time); nothing when it cannot be read.
+std::optional<long long> process_start_epoch(long long pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(stat, text)) return std::nullopt;
+  // Field 2, the command, is in parentheses and may hold spaces: count after its end.
+  const size_t after_command = text.rfind(')');
+  if (after_command == std::string::npos) return std::nullopt;
+  std::istringstream fields(text.substr(after_command + 1));
+  std::string field;
+  for (int index = 3; index < 22 && fields >> field; ++index) {
+  }
+  unsigned long long ticks_after_boot = 0;
+  if (!(fields >> ticks_after_boot)) return std::nullopt;  // field 22, starttime
+  std::ifstream system_stat("/proc/stat");
+  long long boot = -1;
+  for (std::string line; std::getline(system_stat, line);) {
+    if (line.rfind("btime ", 0) == 0) boot = std::atoll(line.c_str() + 6);
+  }
+  const long ticks_per_second = ::sysconf(_SC_CLK_TCK);
+  if (boot < 0 || ticks_per_second <= 0) return std::nullopt;
+  return boot + static_cast<long long>(ticks_after_boot / ticks_per_second);
+}
+
 // Why the lock of `holder`, refreshed `age` seconds ago, may be taken over; "" when it
 // is held.
 std::string stale_reason(const LockHolder& holder, double age, const std::string& host) {
@@ -258,8 +284,19 @@ std::string stale_reason(const LockHolder& holder, double age, const std::string
     return "";
   }
   const long long pid = holder.number("pid");
-  if (holder.field("host") == host && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
-    return "its process is gone";
+  if (holder.field("host") == host) {
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return "its process is gone";
+    // Its process id belongs to a process of this host. One started after the lock was
+    // taken is another that got the id since; the holder itself holds it however long it
+    // has not refreshed it (a trainer suspended by Ctrl-Z, SIGSTOP or a debugger: its
+    // refresh thread stops too, and taking its lock over let two trainers write here).
+    const std::optional<long long> process_started = process_start_epoch(pid);
+    const long long lock_started = holder.number("started");
+    if (process_started && lock_started > 0 && *process_started > lock_started + 60) {
+      return "its process is gone (process " + std::to_string(pid) + " of this host started "
+             "after the lock was taken)";
+    }
+    return "";
   }
   // A requeued Slurm job keeps its id and counts its restarts: a lock of an earlier run of
   // this job was left by a process Slurm has ended (on whichever node it ran).
@@ -306,16 +343,30 @@ std::string run_lock_path(const std::string& dir) {
   return (std::filesystem::path(dir.empty() ? "." : dir) / "trainer.lock").string();
 }
 
-// Refreshes the lock's modification time every kRunLockRefreshSeconds until destroyed.
+// Refreshes the lock's modification time every kRunLockRefreshSeconds until destroyed,
+// while the lock is still this holder's (`contents`): one removed by hand or taken over
+// (its holder looked gone) is not refreshed for another, and the run says once that it no
+// longer holds its directory.
 struct RunLock::Refresher {
-  explicit Refresher(std::string path) : thread([this, path = std::move(path)] {
-    std::unique_lock<std::mutex> guard(mutex);
-    while (!stopping) {
-      wake.wait_for(guard, std::chrono::seconds(kRunLockRefreshSeconds),
-                    [this] { return stopping; });
-      if (!stopping) ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // now
-    }
-  }) {}
+  Refresher(std::string path, std::string contents)
+      : thread([this, path = std::move(path), contents = std::move(contents)] {
+          std::unique_lock<std::mutex> guard(mutex);
+          while (!stopping) {
+            wake.wait_for(guard, std::chrono::seconds(kRunLockRefreshSeconds),
+                          [this] { return stopping; });
+            if (stopping) break;
+            std::string text;
+            if (read_holder(path, &text) && text == contents) {
+              ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // now
+              continue;
+            }
+            std::cerr << "warning: the lock " << path << " is no longer this trainer's "
+                      << "(removed, or taken over by another trainer that found it stale): "
+                      << "another trainer may now write in this run directory; stop one of "
+                      << "them" << std::endl;
+            break;
+          }
+        }) {}
   ~Refresher() {
     {
       const std::lock_guard<std::mutex> guard(mutex);
@@ -362,7 +413,7 @@ RunLock::RunLock(const std::string& dir, std::ostream& log, const std::string& k
   for (int attempt = 0; attempt < 4; ++attempt) {
     const int failure = create_exclusively(path_, contents_);
     if (failure == 0) {
-      refresher_ = std::make_unique<Refresher>(path_);
+      refresher_ = std::make_unique<Refresher>(path_, contents_);
       return;
     }
     if (failure != EEXIST) {

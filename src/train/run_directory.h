@@ -52,9 +52,11 @@ inline constexpr int kRunLockStaleSeconds = 600;
 // thread refreshes its modification time meanwhile.
 //
 // An existing lock is taken over, with a line on the log saying whose it was, when it is
-// stale: its process is gone on this host, it was left by an earlier run of this same
-// Slurm job (a requeue on another node keeps the job id), or it was not refreshed for
-// kRunLockStaleSeconds. Otherwise the trainer is refused with a message naming the
+// stale: its process is gone on this host (or its id is now a process started after the
+// lock), it was left by an earlier run of this same Slurm job (a requeue on another node
+// keeps the job id), or another host's holder did not refresh it for
+// kRunLockStaleSeconds. A holder alive on this host keeps it however old (a suspended
+// trainer does not refresh). Otherwise the trainer is refused with a message naming the
 // holder.
 //
 // The same lock keeps a train.metrics_dir apart from checkpoint.dir to one trainer: a
