@@ -1,6 +1,7 @@
 #include "checkpoint/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -766,7 +767,77 @@ Checkpoint read_open_checkpoint(Reader reader, CheckpointParts parts,
 
 }  // namespace
 
+namespace {
+
+// Which file `path` names now, and as written when: a checkpoint replaced by a rename
+// (another inode), rewritten in place (its header marked: another time), or removed.
+struct FileIdentity {
+  bool exists = false;
+  dev_t device = 0;
+  ino_t inode = 0;
+  off_t size = 0;
+  timespec modified{};
+  static FileIdentity of(const std::string& path) {
+    struct stat status {};
+    if (::stat(path.c_str(), &status) != 0) return FileIdentity{};
+    return of(status);
+  }
+  static FileIdentity of(const struct stat& status) {
+    FileIdentity identity;
+    identity.exists = true;
+    identity.device = status.st_dev;
+    identity.inode = status.st_ino;
+    identity.size = status.st_size;
+    identity.modified = status.st_mtim;
+    return identity;
+  }
+  bool operator==(const FileIdentity& other) const {
+    return exists == other.exists && device == other.device && inode == other.inode &&
+           size == other.size && modified.tv_sec == other.modified.tv_sec &&
+           modified.tv_nsec == other.modified.tv_nsec;
+  }
+};
+
+Checkpoint read_checkpoint_unguarded(const std::string& path, CheckpointParts parts);
+
+}  // namespace
+
+// A read that failed because a trainer replaced, marked or pruned the file meanwhile says
+// so: its header and datasets are read through several opens, and one that met another
+// file (or none) said "corrupt" or "not an HDF5 file" of a good checkpoint (a helper's
+// trial: 7 of 15 averages of a live run's last 3, 1 of 12 --eval of its best.h5).
 Checkpoint read_checkpoint(const std::string& path, CheckpointParts parts) {
+  // Held open through the read, so that no file made meanwhile can get its inode number
+  // (a removed file's number is given to the next one made), and compared by it.
+  struct HeldOpen {
+    int fd = -1;
+    ~HeldOpen() {
+      if (fd >= 0) ::close(fd);
+    }
+  } held{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  struct stat status {};
+  if (held.fd < 0 || ::fstat(held.fd, &status) != 0) {
+    // (Not read on: a file made meanwhile would be read through opens of two files.)
+    Named(path).fail(errno == ENOENT ? std::string("no such file") : std::strerror(errno));
+  }
+  const FileIdentity before = FileIdentity::of(status);
+  try {
+    return read_checkpoint_unguarded(path, parts);
+  } catch (const Error&) {
+    const FileIdentity after = FileIdentity::of(path);
+    if (!(after == before)) {
+      Named(path).fail(std::string(after.exists ? "it changed" : "it was removed") +
+                       " while it was read (a trainer writing, marking or pruning checkpoints "
+                       "there?): read it again" +
+                       (after.exists ? "" : ", or a newer one"));
+    }
+    throw;
+  }
+}
+
+namespace {
+
+Checkpoint read_checkpoint_unguarded(const std::string& path, CheckpointParts parts) {
   const Named reader(path);
   std::error_code error;
   if (!fs::is_regular_file(path, error)) {
@@ -789,6 +860,8 @@ Checkpoint read_checkpoint(const std::string& path, CheckpointParts parts) {
   return read_open_checkpoint(Reader(hdf5::Reader::open("checkpoint " + path, path)), parts,
                               header);
 }
+
+}  // namespace
 
 Checkpoint read_checkpoint_image(const std::string& name, std::string_view image,
                                  CheckpointParts parts) {
