@@ -5,14 +5,17 @@
 // scores again. The corpus is the default job's (tools/make_numbers_corpus.py), small, so
 // nothing is downloaded.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -25,6 +28,7 @@
 #include "model/checkpoint_params.h"
 #include "model/transformer.h"
 #include "program.h"
+#include "train/run_log.h"
 
 namespace thpc {
 namespace {
@@ -317,6 +321,37 @@ std::map<std::string, uintmax_t> listing(const fs::path& dir) {
     files[entry.path().string()] = entry.is_regular_file() ? entry.file_size() : 0;
   }
   return files;
+}
+
+// A record that cannot be written (here the file-size limit, as a full disk or quota, or
+// a permission taken away) costs the records, not the run: one warning naming the file,
+// the system's reason and the step, and no more writes (before: "(disk full?)", a guess,
+// and the run ended without a checkpoint of its steps since the last; a helper's trial).
+TEST_F(RunOutputs, AMetricsRecordThatCannotBeWrittenStopsTheRecordsNotTheRun) {
+  const fs::path dir = root_ / "limited";
+  fs::create_directories(dir);
+  MetricsFile metrics((dir / "metrics.jsonl").string());
+  std::ostringstream log;
+  metrics.warn_on(log);
+  const std::vector<LogField> fields = {{"loss", "loss", 2.5, "2.5"}};
+  metrics.write("train", 1, 0.5, fields);
+  const uintmax_t written = fs::file_size(dir / "metrics.jsonl");
+  rlimit before{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &before), 0);
+  void (*const previous)(int) = std::signal(SIGXFSZ, SIG_IGN);  // EFBIG, not the signal
+  rlimit limited = before;
+  limited.rlim_cur = written + 40;  // the next record does not fit
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limited), 0);
+  for (int step = 2; step <= 5; ++step) EXPECT_NO_THROW(metrics.write("train", step, 1.0, fields));
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &before), 0);
+  std::signal(SIGXFSZ, previous);
+  EXPECT_NE(log.str().find("warning: cannot write the metrics file " +
+                           (dir / "metrics.jsonl").string() + " (File too large); training "
+                           "goes on without its records from step 2 on"),
+            std::string::npos)
+      << log.str();
+  EXPECT_EQ(lines_of(log.str()).size(), 1u) << log.str();
+  EXPECT_LE(fs::file_size(dir / "metrics.jsonl"), written + 40);
 }
 
 TEST_F(RunOutputs, EvalReproducesTheValidLineOfTheRunThatWroteTheCheckpoint) {

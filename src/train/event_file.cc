@@ -104,8 +104,13 @@ void EventFile::write_scalars(int64_t step, double wall_time,
 }
 
 void EventFile::write_record(const std::string& event_bytes) {
+  errno = 0;
   file_ << tfrecord(event_bytes) << std::flush;
-  if (!file_) THPC_FAIL("cannot write the TensorBoard event file " << path_ << " (disk full?)");
+  if (!file_) {
+    const int error = errno;  // the write's, which the stream keeps no record of
+    THPC_FAIL("cannot write the TensorBoard event file " << path_ << " ("
+              << (error != 0 ? std::strerror(error) : "an error of the stream") << ")");
+  }
 }
 
 }  // namespace thpc

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <iomanip>
@@ -180,11 +181,17 @@ void MetricsFile::write(const std::string& kind, int64_t step, double wall_s,
     record << ", \"" << field.key << "\": " << json_number(field.value);
   }
   record << "}\n";
-  append(record.str());
-
-  std::vector<TaggedScalar> scalars = {{kind + "/wall_s", wall_s}};
-  for (const LogField& field : fields) scalars.emplace_back(kind + "/" + field.key, field.value);
-  events_.write_scalars(step, now, scalars);
+  // A record that cannot be written (a full disk or quota, a permission taken away) costs
+  // the records, not the run: the run said "(disk full?)" and ended, without a checkpoint
+  // of the steps since the last.
+  try {
+    append(record.str());
+    std::vector<TaggedScalar> scalars = {{kind + "/wall_s", wall_s}};
+    for (const LogField& field : fields) scalars.emplace_back(kind + "/" + field.key, field.value);
+    events_.write_scalars(step, now, scalars);
+  } catch (const Error& e) {
+    give_up(e.what(), step);
+  }
 }
 
 }  // namespace thpc
@@ -192,8 +199,23 @@ void MetricsFile::write(const std::string& kind, int64_t step, double wall_s,
 namespace thpc {
 
 void MetricsFile::append(const std::string& record) {
+  errno = 0;
   file_ << record << std::flush;
-  if (!file_) THPC_FAIL("cannot write the metrics file " << path_ << " (disk full?)");
+  if (!file_) {
+    const int error = errno;  // the write's, which the stream keeps no record of
+    THPC_FAIL("cannot write the metrics file " << path_ << " ("
+              << (error != 0 ? std::strerror(error) : "an error of the stream") << ")");
+  }
+}
+
+void MetricsFile::give_up(const std::string& what, int64_t step) {
+  file_.close();
+  events_ = EventFile();
+  if (warnings_ != nullptr) {
+    *warnings_ << "warning: " << what << "; training goes on without its records from step "
+               << step << " on (the checkpoints and this log keep the run; free the space or "
+               << "fix the permission, and resume to record again)" << std::endl;
+  }
 }
 
 void MetricsFile::write_run_start(int64_t step, const std::string& run_id,

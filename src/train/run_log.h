@@ -82,16 +82,22 @@ class MetricsFile {
   // key: value, ...}. Event file: an Event at STEP with wall_time = the same Unix time
   // and the scalars KIND/wall_s and KIND/key (e.g. "train/loss", "valid/valid_ppl");
   // a null (not finite) value is left out.
+  // A record that cannot be written (the file's or the event file's write fails) ends the
+  // records: both files are closed, and a warning goes to warn_on's stream.
   void write(const std::string& kind, int64_t step, double wall_s,
              const std::vector<LogField>& fields);
+  // Where write() says that it stopped recording (the run's log).
+  void warn_on(std::ostream& log) { warnings_ = &log; }
 
  private:
   void append(const std::string& record);
+  void give_up(const std::string& what, int64_t step);
 
   std::string path_;
   std::ofstream file_;
   EventFile events_;
   std::string repair_note_;
+  std::ostream* warnings_ = nullptr;
 };
 
 }  // namespace thpc

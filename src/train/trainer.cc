@@ -597,6 +597,7 @@ void Trainer::begin_training(RunProgress& run) {
   // Rank 0 writes every value it logs to metrics.jsonl as well (run_log.h), after a
   // record that says which run, from which step, writes what follows.
   if (comm_.is_root()) run.metrics = MetricsFile(metrics_path_);
+  run.metrics.warn_on(run.out);
   if (!run.metrics.repair_note().empty()) {
     run.out << "note: " << run.metrics.repair_note() << std::endl;
   }
