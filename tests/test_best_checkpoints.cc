@@ -254,6 +254,15 @@ TEST_F(BestCheckpointFiles, AveragingTheBestRefusesWhatItCannotDoInOneLine) {
                    scored_checkpoint(1.0f, 30, "ppl", 3.0));
   refused("--inputs " + path("run") + " --best 1 --output " + path("out.h5"),
           {"different metrics", "valid bleu", "valid ppl"});
+  // A run that keeps the best by one of them (a resume that changed checkpoint.keep_best)
+  // averages its metric's and passes over the other's, as its ranking does (before: no
+  // average of the best at all, a warning).
+  std::string metric;
+  EXPECT_EQ(best_checkpoints(path("run"), 2, &metric, "ppl"),
+            std::vector<std::string>{path("run/" + best_checkpoint_file_name(30))});
+  EXPECT_EQ(metric, "ppl");
+  EXPECT_EQ(best_checkpoints(path("run"), 5, &metric, "bleu").size(), 2u);
+  EXPECT_EQ(metric, "bleu");
 }
 
 // ---- training ----

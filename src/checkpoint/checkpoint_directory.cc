@@ -147,8 +147,16 @@ BestSetChange change_best_set(std::vector<CheckpointSummary> kept, const Validat
   return change;
 }
 
-std::vector<std::string> best_checkpoints(const std::string& dir, int count, std::string* metric) {
-  const std::vector<CheckpointSummary> ranked = best_checkpoint_summaries(dir);
+std::vector<std::string> best_checkpoints(const std::string& dir, int count, std::string* metric,
+                                          const std::string& only_metric) {
+  std::vector<CheckpointSummary> ranked = best_checkpoint_summaries(dir);
+  if (!only_metric.empty()) {
+    ranked.erase(std::remove_if(ranked.begin(), ranked.end(),
+                                [&](const CheckpointSummary& summary) {
+                                  return summary.validation->metric != only_metric;
+                                }),
+                 ranked.end());
+  }
   metric->clear();
   if (ranked.empty()) return {};
   *metric = ranked.front().validation->metric;

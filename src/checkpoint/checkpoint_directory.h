@@ -53,8 +53,11 @@ BestSetChange change_best_set(std::vector<CheckpointSummary> kept, const Validat
 // The paths of the `count` best checkpoints of `dir` (best_checkpoint_summaries()),
 // oldest step first: what averaging the N best of a run takes. Throws thpc::Error naming
 // `dir` when its best checkpoints were kept for different metrics; `metric` receives
-// theirs ("" when there are none). Fewer when fewer exist.
-std::vector<std::string> best_checkpoints(const std::string& dir, int count, std::string* metric);
+// theirs ("" when there are none). Fewer when fewer exist. With `only_metric` (a run that
+// keeps the best by it) those kept for another metric, an earlier setting's, are passed
+// over, as its ranking passes over them.
+std::vector<std::string> best_checkpoints(const std::string& dir, int count, std::string* metric,
+                                          const std::string& only_metric = "");
 
 // The newest healthy checkpoint of `dir` (by stored step) that reads back valid, or "" if
 // none does; each invalid file skipped on the way gets a warning line on `warnings`, and its

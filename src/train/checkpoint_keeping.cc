@@ -142,7 +142,8 @@ void CheckpointKeeping::write_average(bool best, int64_t step, std::ostream& log
   if (best) {
     // The ranking is the one the run kept (the score inside each best_step_*.h5).
     try {
-      paths = best_checkpoints(options.dir, wanted, &metric);
+      // This run's metric's (a resume that changed keep_best leaves the other's alone).
+      paths = best_checkpoints(options.dir, wanted, &metric, options.keep_best);
     } catch (const Error& error) {
       log << "warning: no average of the best written: " << error.what() << std::endl;
       return;
