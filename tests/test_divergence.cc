@@ -328,6 +328,22 @@ TEST_F(DivergenceTest, AResumeFromAnOlderCheckpointSupersedesTheLaterOnes) {
       << resumed_log.str();
 }
 
+// A resume whose train.max_steps the checkpoint has reached trains nothing: it says so
+// (before: "training ... for 4 steps", nothing trained, exit 0, without a word).
+TEST_F(DivergenceTest, AResumeAtOrPastMaxStepsSaysNothingIsLeftToTrain) {
+  const std::string dir = path("run");
+  std::ostringstream first_log;
+  Trainer first(small_config(dir, {"train.max_steps=6"}));
+  ASSERT_EQ(first.run(first_log), RunEnd::Finished) << first_log.str();
+  std::ostringstream log;
+  Trainer resumed(small_config(dir, {"train.max_steps=4", "checkpoint.resume=auto"}));
+  ASSERT_EQ(resumed.run(log), RunEnd::Finished) << log.str();
+  EXPECT_NE(log.str().find("note: the checkpoint is at step 6, train.max_steps is 4: no step "
+                           "is left to train"),
+            std::string::npos)
+      << log.str();
+}
+
 // ---- checkpoints: health, pruning, order ----
 
 // A checkpoint of two constant tensors at `step` in `state`, as a run writes one.

@@ -74,8 +74,8 @@ void maybe_inject_failure(const Communicator& comm, int64_t step) {
 // A note when the checkpoint resumed from was written by another number of ranks.
 void note_world_size_change(const Checkpoint& checkpoint, int ranks, std::ostream& log) {
   if (checkpoint.world_size == ranks) return;
-  log << "note: the checkpoint was written by " << checkpoint.world_size
-      << " ranks, this run has " << ranks
+  log << "note: the checkpoint was written by " << checkpoint.world_size << " rank"
+      << (checkpoint.world_size == 1 ? "" : "s") << ", this run has " << ranks
       << ": parameters, moments, step and schedule continue, but each rank's share of the "
       << "batches differs from here on, so the losses are not those of the original run"
       << std::endl;
@@ -478,6 +478,11 @@ void Trainer::resume_from(const std::string& path, Checkpoint& checkpoint,
   }
   note_world_size_change(checkpoint, comm_.size(), log);
   note_missing_best_valid(checkpoint, path, config_.train, log);
+  if (completed_steps_ >= config_.train.max_steps) {
+    log << "note: the checkpoint is at step " << completed_steps_ << ", train.max_steps is "
+        << config_.train.max_steps << ": no step is left to train (raise train.max_steps "
+        << "to continue); the run ends at once" << std::endl;
+  }
   drop_a_damaged_best_checkpoint(comm_, keeping_, config_.checkpoint.keep_best, best_valid_, log);
 }
 
