@@ -42,6 +42,7 @@ constexpr const char* kBestValidGroup = "best_valid";
 constexpr const char* kDivergenceDataset = "divergence";
 constexpr const char* kRunIdAttribute = "run_id";
 constexpr const char* kValidationGroup = "validation";
+constexpr const char* kValidationPendingDataset = "validation_pending";
 
 // A BestValidation as its dataset holds it: the value, its step, the validations since.
 std::vector<double> best_validation_values(const BestValidation& best) {
@@ -471,6 +472,11 @@ void write_hdf5_file(const std::string& temporary, const std::string& path,
     writer.vector_dataset(root, std::string("/") + kDivergenceDataset, kDivergenceDataset,
                           values.data(), values.size());
   }
+  if (checkpoint.validation_pending) {
+    const double pending = 1.0;
+    writer.vector_dataset(root, std::string("/") + kValidationPendingDataset,
+                          kValidationPendingDataset, &pending, 1);
+  }
   if (checkpoint.validation) {
     // /validation/<metric>: float64 [1], the score (its step is the file's).
     const ValidationScore& score = *checkpoint.validation;
@@ -668,6 +674,14 @@ Checkpoint read_open_checkpoint(Reader reader, CheckpointParts parts,
   }
   if (reader.exists(root, kDivergenceDataset)) {
     std::tie(checkpoint.loss, checkpoint.divergence) = reader.divergence(root);
+  }
+  if (reader.exists(root, kValidationPendingDataset)) {
+    const std::string where = std::string("/") + kValidationPendingDataset;
+    if (reader.vector_dataset<double>(root, where, kValidationPendingDataset) !=
+        std::vector<double>{1.0}) {
+      reader.fail("dataset " + where + " is not [1] (the step's validation was cut short)");
+    }
+    checkpoint.validation_pending = true;
   }
   // Absent from every checkpoint but the best ones.
   if (reader.exists(root, kValidationGroup)) {

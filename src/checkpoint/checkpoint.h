@@ -140,6 +140,10 @@ struct Checkpoint {
   std::optional<DivergenceState> divergence;
   // Set in best checkpoints only (best.h5, best_step_*.h5): the score they were kept for.
   std::optional<ValidationScore> validation;
+  // The validation due at `step` was cut short by a stop signal and not recorded: a run
+  // resumed from this checkpoint validates `step` first, as the uninterrupted run did
+  // (/validation_pending, float64 [1] = 1, only when set; older readers ignore it).
+  bool validation_pending = false;
   // A quantized checkpoint's int8 parameters (format version 2, parameters only); empty
   // otherwise. Each is in `params` too, dequantized, so that every reader of parameters
   // reads a quantized checkpoint as it reads any other; the writer stores it only here.

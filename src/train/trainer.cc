@@ -390,6 +390,7 @@ Checkpoint Trainer::snapshot_without_state() const {
                          ? CheckpointState::Diverged
                          : CheckpointState::Healthy;
   checkpoint.divergence = detector_->state();
+  checkpoint.validation_pending = validation_pending_step_ == completed_steps_;
   return checkpoint;
 }
 
@@ -417,6 +418,7 @@ void Trainer::restore(const Checkpoint& checkpoint, const std::string& source) {
   source_->seek(checkpoint.data_position);
   completed_steps_ = checkpoint.step;
   best_valid_ = checkpoint.best_valid.value_or(ValidationRecord{});
+  validation_pending_step_ = checkpoint.validation_pending ? checkpoint.step : -1;
   // The run continues under its own id; a checkpoint written before ids were stored gives
   // its run this process's.
   if (!checkpoint.run_id.empty()) run_id_ = checkpoint.run_id;
@@ -525,6 +527,23 @@ RunEnd Trainer::run(std::ostream& log) {
   RunProgress run(comm_.is_root() ? log : silent);
   if (!start_up(run.out)) return RunEnd::Stopped;
   begin_training(run);
+  // The checkpoint resumed from was saved by a stop that cut its step's validation short:
+  // that validation first, as the uninterrupted run had it (the same best.h5, the same
+  // patience count), and what a stop or patience makes of it.
+  if (validation_pending_step_ == completed_steps_) {
+    validation_pending_step_ = -1;
+    if (schedule_.validation_due(completed_steps_)) {
+      run.out << "validating step " << completed_steps_ << " first: its validation was cut "
+              << "short by the stop that saved the checkpoint" << std::endl;
+      StepDecision decision;
+      run.last.step = completed_steps_;  // the step the validation is of
+      std::optional<ValidationStats> valid = validate();
+      agree_on_late_stop_signal(true, decision, valid, run);
+      if (valid) record_validation(*valid, run);
+      if (decision.stop_signal != 0) return stop_by_signal(decision.stop_signal, run);
+      if (run.stopped_by_patience) return finish_training(run);
+    }
+  }
   while (completed_steps_ < schedule_.max_steps()) {
     StepStats stats = compute_step();
     const DivergenceVerdict verdict = detector_->judge(stats.loss, stats.grad_norm);
@@ -692,8 +711,10 @@ void Trainer::agree_on_late_stop_signal(bool validation_due, StepDecision& decis
   if (decision.stop_signal == 0) decision.stop_signal = static_cast<int>(late[0]);
   if (valid && late[1] != 0) {
     run.out << "validation at step " << step << " interrupted by "
-            << stop_signal_name(decision.stop_signal) << ": not recorded" << std::endl;
+            << stop_signal_name(decision.stop_signal) << ": not recorded (a resumed run "
+            << "validates step " << step << " first)" << std::endl;
     valid.reset();
+    validation_pending_step_ = step;
   }
 }
 

@@ -212,6 +212,9 @@ class Trainer {
   double checkpoint_loss_ = NAN;
   // The best validation values of the run, resumed runs before this one included.
   ValidationRecord best_valid_;
+  // The step whose due validation a stop signal cut short (not recorded), -1 when none:
+  // its checkpoint says so, and a run resumed from it validates that step first.
+  int64_t validation_pending_step_ = -1;
   int checkpoints_written_ = 0;  // by this run() (the summary line counts them)
   int64_t steps_computed_ = 0;   // compute_step() calls of this process (a test hook counts them)
   int64_t micro_budget_ = 1;  // padded tokens per side of one rank's micro-batch
