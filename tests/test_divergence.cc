@@ -305,6 +305,13 @@ TEST_F(DivergenceTest, AResumeFromAnOlderCheckpointSupersedesTheLaterOnes) {
   std::ostringstream first_log;
   Trainer first(small_config(dir, {"train.max_steps=20", "checkpoint.every_steps=5"}));
   ASSERT_EQ(first.run(first_log), RunEnd::Finished) << first_log.str();
+  // A later file that cannot be marked (its header damaged: maybe why the run resumes
+  // from an older one) is said, not a reason to stop.
+  {
+    std::fstream damaged(dir + "/step_00000020.h5",
+                         std::ios::in | std::ios::out | std::ios::binary);
+    damaged.write("damaged!", 8);
+  }
   std::ostringstream branch_log;
   Trainer branch(small_config(dir, {"train.max_steps=12", "checkpoint.every_steps=5",
                                     "checkpoint.resume=" + dir + "/step_00000010.h5"}));
@@ -313,13 +320,17 @@ TEST_F(DivergenceTest, AResumeFromAnOlderCheckpointSupersedesTheLaterOnes) {
                                   "the resume to step 10 abandons its branch"),
             std::string::npos)
       << branch_log.str();
+  EXPECT_NE(branch_log.str().find("warning: checkpoint " + dir + "/step_00000020.h5"),
+            std::string::npos)
+      << branch_log.str();
   const std::map<std::string, CheckpointState> expected = {
       {"step_00000005.h5", CheckpointState::Healthy},
       {"step_00000010.h5", CheckpointState::Healthy},
       {"step_00000012.h5", CheckpointState::Healthy},
-      {"step_00000015.h5", CheckpointState::Superseded},
-      {"step_00000020.h5", CheckpointState::Superseded}};
-  EXPECT_EQ(states_in(dir), expected) << branch_log.str();
+      {"step_00000015.h5", CheckpointState::Superseded}};
+  std::map<std::string, CheckpointState> states = states_in(dir);
+  states.erase("step_00000020.h5");  // unreadable: no state to read
+  EXPECT_EQ(states, expected) << branch_log.str();
   std::ostringstream resumed_log;
   Trainer resumed(small_config(dir, {"train.max_steps=13", "checkpoint.resume=auto"}));
   ASSERT_EQ(resumed.run(resumed_log), RunEnd::Finished) << resumed_log.str();

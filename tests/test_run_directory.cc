@@ -374,8 +374,8 @@ TEST_F(RunDirectory, ALockWhoseHolderIsGoneIsTakenOverWithANote) {
        "it was last refreshed 66"},
       {"an earlier run of this Slurm job on another node", "elsewhere", 1, "4242", 0, 0,
        "it was left by an earlier run (restart 0) of this Slurm job, which is at restart 1"},
-      {"its process id now another process's, started after the lock", host_name(),
-       ::getppid(), "", 0, 0,
+      {"its process id now another process's, started after the lock, not refreshed for 11 "
+       "minutes", host_name(), ::getppid(), "", 0, 660,
        "its process is gone (process " + std::to_string(::getppid()) + " of this host started "
        "after the lock was taken)"},
   };

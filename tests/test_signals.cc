@@ -95,20 +95,30 @@ TEST_F(Signals, ASignalDuringValidationTranslationStopsAtThatStepWithoutRecordin
   EXPECT_TRUE(
       read_checkpoint((directory_ / "run" / "checkpoints" / "step_00000002.h5").string())
           .validation_pending);
-  const ProcessResult resumed = run_process(
-      kTrainer + " " + kTinyIni + " --model.layers=1 --train.max_steps=3 --train.log_every=2 "
-      "--train.valid_every=2 --train.valid_bleu=false --data.dir=" +
-      (directory_ / "data").string() + " --checkpoint.dir=" +
-      (directory_ / "run" / "checkpoints").string() + " --checkpoint.resume=auto");
+  const auto resume_to = [&](int max_steps) {
+    return run_process(kTrainer + " " + kTinyIni + " --model.layers=1 --train.max_steps=" +
+                       std::to_string(max_steps) + " --train.log_every=1 --train.valid_every=2 "
+                       "--train.valid_bleu=false --data.dir=" + (directory_ / "data").string() +
+                       " --checkpoint.dir=" + (directory_ / "run" / "checkpoints").string() +
+                       " --checkpoint.resume=auto");
+  };
+  // No step left to train: the validation all the same, and the step's checkpoint written
+  // again with it (it no longer says pending, and holds the validation's values).
+  const ProcessResult validated = resume_to(2);
+  ASSERT_EQ(validated.exit_code, 0) << validated.output;
+  EXPECT_NE(validated.output.find("validating step 2 first"), std::string::npos)
+      << validated.output;
+  EXPECT_NE(validated.output.find("valid step 2 |"), std::string::npos) << validated.output;
+  const Checkpoint step_2 =
+      read_checkpoint((directory_ / "run" / "checkpoints" / "step_00000002.h5").string());
+  EXPECT_FALSE(step_2.validation_pending);
+  ASSERT_TRUE(step_2.best_valid.has_value());
+  EXPECT_EQ(step_2.best_valid->ppl.step, 2);
+  // Once validated, a later resume does not validate the step again.
+  const ProcessResult resumed = resume_to(3);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-  const size_t first = resumed.output.find("validating step 2 first");
-  const size_t line = resumed.output.find("valid step 2 |");
-  EXPECT_NE(first, std::string::npos) << resumed.output;
-  EXPECT_NE(line, std::string::npos) << resumed.output;
-  EXPECT_LT(line, resumed.output.find("step 3/3")) << resumed.output;
-  EXPECT_FALSE(
-      read_checkpoint((directory_ / "run" / "checkpoints" / "step_00000003.h5").string())
-          .validation_pending);
+  EXPECT_EQ(resumed.output.find("validating step 2 first"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("step 3/3"), std::string::npos) << resumed.output;
 }
 
 // The terminal a run was started from closes: SIGHUP stops it like SIGTERM, with a

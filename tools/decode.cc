@@ -178,7 +178,8 @@ void load_sentencepiece_model(const Arguments& args, const thpc::DecodingCheckpo
       // A file that does not parse gets SentencePiece's "Internal: ...cc(1101) [...]": said
       // in the user's words instead.
       std::error_code error;
-      const bool is_file = std::filesystem::is_regular_file(args.spm_model, error);
+      const bool is_file = std::filesystem::is_regular_file(args.spm_model, error) &&
+                           std::ifstream(args.spm_model).good();  // readable, then
       THPC_FAIL("cannot load SentencePiece model '"
                 << args.spm_model << "': "
                 << (is_file ? "the file is not a SentencePiece model (give the spm.model "

@@ -828,11 +828,12 @@ Checkpoint read_checkpoint(const std::string& path, CheckpointParts parts) {
     ~HeldOpen() {
       if (fd >= 0) ::close(fd);
     }
-  } held{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  } held{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};  // a FIFO: no wait
   struct stat status {};
   if (held.fd < 0 || ::fstat(held.fd, &status) != 0) {
+    const int error = errno;
     // (Not read on: a file made meanwhile would be read through opens of two files.)
-    Named(path).fail(errno == ENOENT ? std::string("no such file") : std::strerror(errno));
+    Named(path).fail(error == ENOENT ? std::string("no such file") : std::strerror(error));
   }
   const FileIdentity before = FileIdentity::of(status);
   try {

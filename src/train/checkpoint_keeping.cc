@@ -277,7 +277,15 @@ void CheckpointKeeping::mark_abandoned(const std::string& run_id, int64_t step,
       log << "marked checkpoint " << summary.path << " diverged: its parameters produced "
           << "the divergent loss of step " << step + 1 << std::endl;
     } else if (newer_than >= 0 && summary.step > newer_than) {
-      mark_checkpoint(summary.path, CheckpointState::Superseded);
+      // A file that cannot be marked (its header damaged: maybe why the branch is left,
+      // or read-only) is said, not a reason to stop the run.
+      try {
+        mark_checkpoint(summary.path, CheckpointState::Superseded);
+      } catch (const Error& e) {
+        log << "warning: " << e.what() << " (the " << how << " to step " << newer_than
+            << " abandons its branch; move it out of the run directory)" << std::endl;
+        continue;
+      }
       log << "marked checkpoint " << summary.path << " superseded: the " << how
           << " to step " << newer_than << " abandons its branch" << std::endl;
     }

@@ -292,7 +292,10 @@ std::string stale_reason(const LockHolder& holder, double age, const std::string
     // refresh thread stops too, and taking its lock over let two trainers write here).
     const std::optional<long long> process_started = process_start_epoch(pid);
     const long long lock_started = holder.number("started");
-    if (process_started && lock_started > 0 && *process_started > lock_started + 60) {
+    // (Only for a lock not refreshed for two periods: a clock stepped forward after the
+    // lock was taken moves the boot time that the start time is counted from.)
+    if (process_started && lock_started > 0 && *process_started > lock_started + 60 &&
+        age > 2 * kRunLockRefreshSeconds) {
       return "its process is gone (process " + std::to_string(pid) + " of this host started "
              "after the lock was taken)";
     }
@@ -356,14 +359,19 @@ struct RunLock::Refresher {
                           [this] { return stopping; });
             if (stopping) break;
             std::string text;
-            if (read_holder(path, &text) && text == contents) {
+            const bool read = read_holder(path, &text).has_value();
+            if (read && text == contents) {
               ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // now
               continue;
             }
+            // A read that failed for another reason than its absence (a shared
+            // filesystem's passing error) is tried again at the next period.
+            struct stat status {};
+            if (!read && (::stat(path.c_str(), &status) == 0 || errno != ENOENT)) continue;
             std::cerr << "warning: the lock " << path << " is no longer this trainer's "
                       << "(removed, or taken over by another trainer that found it stale): "
-                      << "another trainer may now write in this run directory; stop one of "
-                      << "them" << std::endl;
+                      << "another trainer may now write in its directory; stop one of them"
+                      << std::endl;
             break;
           }
         }) {}
@@ -438,8 +446,9 @@ RunLock::RunLock(const std::string& dir, std::ostream& log, const std::string& k
                                    "checkpoints. ")
                 << "Wait for it to end or stop it, or give this run another " << key << ". "
                 << "A lock whose holder is gone is taken over when its process is missing on "
-                << "this host, when it is an earlier run of this Slurm job, or "
-                << kRunLockStaleSeconds / 60 << " minutes after its last refresh; remove "
+                << "this host, when it is an earlier run of this Slurm job on another node, or, "
+                << "for another host's holder, " << kRunLockStaleSeconds / 60
+                << " minutes after its last refresh; remove "
                 << path_ << " by hand only if you know its trainer is gone");
     }
     const std::string aside = path_ + ".stale." + std::to_string(::getpid());

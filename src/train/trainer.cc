@@ -483,7 +483,7 @@ void Trainer::resume_from(const std::string& path, Checkpoint& checkpoint,
   if (completed_steps_ >= config_.train.max_steps) {
     log << "note: the checkpoint is at step " << completed_steps_ << ", train.max_steps is "
         << config_.train.max_steps << ": no step is left to train (raise train.max_steps "
-        << "to continue); the run ends at once" << std::endl;
+        << "to continue)" << std::endl;
   }
   drop_a_damaged_best_checkpoint(comm_, keeping_, config_.checkpoint.keep_best, best_valid_, log);
 }
@@ -540,6 +540,9 @@ RunEnd Trainer::run(std::ostream& log) {
       std::optional<ValidationStats> valid = validate();
       agree_on_late_stop_signal(true, decision, valid, run);
       if (valid) record_validation(*valid, run);
+      // The checkpoint on disk says "pending" and lacks this validation's values: the
+      // run's next or final checkpoint of this step is written again.
+      run.last_saved_step = -1;
       if (decision.stop_signal != 0) return stop_by_signal(decision.stop_signal, run);
       if (run.stopped_by_patience) return finish_training(run);
     }
@@ -604,7 +607,7 @@ bool Trainer::start_up(std::ostream& out) {
   // so that resume=auto, a rollback, the averages and pruning pass over them (before: the
   // stop line's own advice, resume=auto, resumed the abandoned branch, and a rollback went
   // forward to it). resume=auto took the newest: nothing is later.
-  if (comm_.is_root() && !resumed_from_.empty()) {
+  if (comm_.is_root() && !resumed_from_.empty() && completed_steps_ < config_.train.max_steps) {
     keeping_.mark_abandoned(run_id_, completed_steps_, completed_steps_, out, "resume");
   }
   return true;
@@ -612,8 +615,11 @@ bool Trainer::start_up(std::ostream& out) {
 
 void Trainer::begin_training(RunProgress& run) {
   run.stop_at_step = test_stop_step();
-  // The step training starts from passed, or had no validation to fail.
-  divergence_handling_->begin(completed_steps_);
+  // The step training starts from passed, or had no validation to fail; one whose
+  // validation a stop cut short (validated first, below) has not passed yet: should it
+  // fail, its own checkpoint is marked as the uninterrupted run's would be.
+  const bool pending = validation_pending_step_ == completed_steps_;
+  divergence_handling_->begin(pending ? completed_steps_ - 1 : completed_steps_);
   run.begin(completed_steps_, checkpoint_clock_(), detector_->state());
   // A resumed run's checkpoint holds its starting point; a fresh run has none.
   run.last_saved_step = config_.checkpoint.resume.empty() ? -1 : completed_steps_;
