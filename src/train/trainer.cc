@@ -603,10 +603,10 @@ bool Trainer::start_up(std::ostream& out) {
   if (stopped_before_training(comm_, completed_steps_, out)) return false;
   metrics_path_ = claim_run_directory(config_, comm_, run_id_, resumed_from_, out);
   // A resume from a checkpoint older than the run's newest (checkpoint.resume = PATH)
-  // starts another branch: the later ones are marked superseded, as a rollback marks them,
-  // so that resume=auto, a rollback, the averages and pruning pass over them (before: the
-  // stop line's own advice, resume=auto, resumed the abandoned branch, and a rollback went
-  // forward to it). resume=auto took the newest: nothing is later.
+  // starts another branch: the later step_*.h5 are marked superseded, as a rollback marks
+  // them, so that resume=auto, a rollback, average_last and pruning pass over them (before:
+  // the stop line's own advice, resume=auto, resumed the abandoned branch, and a rollback
+  // went forward to it). resume=auto took the newest: nothing is later.
   if (comm_.is_root() && !resumed_from_.empty() && completed_steps_ < config_.train.max_steps) {
     keeping_.mark_abandoned(run_id_, completed_steps_, completed_steps_, out, "resume");
   }
