@@ -202,6 +202,13 @@ TEST_F(ValidBleu, ValidMetricChrfIsTransformerScoreChrfAndChoosesBestH5) {
                   checkpoint(60, "chrf"));
   ASSERT_EQ(eval.exit_code, 0) << eval.output;
   EXPECT_EQ(printed_score(eval.output, 60, "chrf"), printed_score(run.output, 60, "chrf"));
+  // --eval validates once whatever train.valid_every says (before: a config without
+  // validations during training was refused, "set train.valid_every > 0").
+  const ProcessResult eval_only = run_process(
+      trainer_command() + " --train.valid_every=0 --train.valid_bleu=true "
+      "--train.valid_metric=chrf --eval " + checkpoint(60, "chrf"));
+  ASSERT_EQ(eval_only.exit_code, 0) << eval_only.output;
+  EXPECT_EQ(printed_score(eval_only.output, 60, "chrf"), printed_score(run.output, 60, "chrf"));
 
   const int best = best_step(logged);
   // Else best.h5 could not tell chrF from the last step or the perplexity.

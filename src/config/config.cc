@@ -135,9 +135,10 @@ constexpr int kCommandLineStyle =
 // already holds the command line's values (Boost keeps the first value stored, so the
 // command line wins), converts every value into a Config and validates it.
 // `require_keys`: a file with no key at all is refused (an empty or wrong file would
-// otherwise train the full base model on the defaults).
+// otherwise train the full base model on the defaults). `eval_checkpoint`: --eval's, which
+// the validation of the keys takes into account.
 Config resolve(const std::string& ini_path, std::istream& stream, po::variables_map& values,
-               bool require_keys) {
+               bool require_keys, const std::string& eval_checkpoint = "") {
   std::set<std::string> from_command_line;
   for (const auto& [name, value] : values) {
     if (find_option(name) != nullptr) from_command_line.insert(name);
@@ -169,6 +170,7 @@ Config resolve(const std::string& ini_path, std::istream& stream, po::variables_
 
   Config config;
   config.source_file = ini_path;
+  config.eval_checkpoint = eval_checkpoint;
   for (const Option& option : option_table()) {
     const std::string name = option.name();
     const auto found = values.find(name);
@@ -186,7 +188,8 @@ Config resolve(const std::string& ini_path, std::istream& stream, po::variables_
 }
 
 // resolve() over the file at `ini_path`.
-Config resolve_file(const std::string& ini_path, po::variables_map& values) {
+Config resolve_file(const std::string& ini_path, po::variables_map& values,
+                    const std::string& eval_checkpoint = "") {
   std::error_code ignored;
   if (std::filesystem::is_directory(ini_path, ignored)) {
     THPC_FAIL("cannot open config file '" << ini_path << "': it is a directory");
@@ -207,7 +210,7 @@ Config resolve_file(const std::string& ini_path, po::variables_map& values) {
   // first line.
   if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
   std::istringstream stream(text);
-  return resolve(ini_path, stream, values, /*require_keys=*/true);
+  return resolve(ini_path, stream, values, /*require_keys=*/true, eval_checkpoint);
 }
 
 }  // namespace
@@ -433,7 +436,7 @@ bool parse_command_line(int argc, const char* const* argv, Config& config) {
     if (dry_run) THPC_FAIL("--eval and --dry-run: give one of them");
   }
 
-  config = resolve_file(config_files.front(), values);
+  config = resolve_file(config_files.front(), values, eval_checkpoint);
   config.dry_run = dry_run;
   config.eval_checkpoint = eval_checkpoint;
   return true;

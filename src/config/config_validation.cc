@@ -69,7 +69,8 @@ void validate(const Config& config) {
                                     std::to_string(kMaxCpuThreads) +
                                     " a node can run (0 = one per core)");
   }
-  if (train.valid_bleu && train.valid_every == 0) {
+  // (--eval validates once, whatever train.valid_every says.)
+  if (train.valid_bleu && train.valid_every == 0 && config.eval_checkpoint.empty()) {
     check.fail("train.valid_bleu", "translates at each validation: set train.valid_every > 0");
   }
   const DataConfig& data = config.data;
