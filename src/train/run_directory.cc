@@ -503,13 +503,12 @@ void remove_interrupted_writes(const std::string& dir, std::ostream& log) {
   namespace fs = std::filesystem;
   std::error_code error;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
+    // The temporary of NAME is what temporary_path (io/atomic_file.h) makes of it.
     const std::string name = entry.path().filename().string();
     const std::string tmp = ".tmp";
-    if (name.size() <= 1 + tmp.size() || name[0] != '.' ||
-        name.compare(name.size() - tmp.size(), tmp.size(), tmp) != 0 ||
-        !is_run_checkpoint_file(name.substr(1, name.size() - 1 - tmp.size()))) {
-      continue;
-    }
+    if (name.size() <= 1 + tmp.size()) continue;
+    const std::string final_name = name.substr(1, name.size() - 1 - tmp.size());
+    if (temporary_path(final_name) != name || !is_run_checkpoint_file(final_name)) continue;
     const uintmax_t bytes = entry.file_size(error);
     if (error || !fs::remove(entry.path(), error)) continue;
     log << "note: removed " << entry.path().string() << " ("
