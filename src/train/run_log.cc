@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "io/atomic_file.h"
 
 namespace thpc {
 
@@ -211,11 +212,18 @@ void MetricsFile::append(const std::string& record) {
 void MetricsFile::give_up(const std::string& what, int64_t step) {
   file_.close();
   events_ = EventFile();
-  if (warnings_ != nullptr) {
-    *warnings_ << "warning: " << what << "; training goes on without its records from step "
-               << step << " on (the checkpoints and this log keep the run; free the space or "
-               << "fix the permission, and resume to record again)" << std::endl;
-  }
+  if (warnings_ == nullptr) return;
+  // What stopped it, as every writer of the project says it (io/atomic_file.h): the
+  // file-size limit, a full file system or quota, an I/O error; else what to check.
+  const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
+  std::error_code error;
+  const uintmax_t written = std::filesystem::file_size(path_, error);
+  std::string advice = storage_advice(parent.empty() ? "." : parent.string(), what,
+                                      error ? 0 : written);
+  if (advice.empty()) advice = "check its directory's permissions and space";
+  *warnings_ << "warning: " << what << ": " << advice << "; training goes on without its "
+             << "records from step " << step << " on (the checkpoints and this log keep the "
+             << "run; resume to record again)" << std::endl;
 }
 
 void MetricsFile::write_run_start(int64_t step, const std::string& run_id,
