@@ -212,7 +212,7 @@ readonly PLAN=(
   "1|torch.compile peer, only without PEERS=eager (228 s to compile on 2026-11-26)|0|0"
   "2|setup on the warm machine (bundle kept), build of mpi_equivalence, test_distributed, the trainer|15|60"
   "2|CudaDistributed.*: 2 and 4 ranks on GPU 0 vs accumulation (fp32, bf16), bf16 sums, per_use, NCCL refused|50|140"
-  "2|CudaDistributed.*: 4 ranks stopped, resumed on 2 and 1; a killed rank; one-rank NCCL|20|60"
+  "2|CudaDistributed.*: 4 ranks stopped, resumed on 2 and 1; a killed rank, a SIGSTOP'd one; one-rank NCCL|30|70"
   "2|compute-sanitizer memcheck of the candidates' kernel twins (call 1's build), racecheck of the fused attention's|40|120"
   "2|base-sized steps on 1 and 2 ranks sharing the GPU, and 1 with NCCL's sums timed (RANKS_STEPS=60)|25|80"
   "2|a base checkpoint's stall, in the step, beside training, beside with pinned_snapshot (3 runs of 10 steps)|30|90"

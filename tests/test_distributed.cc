@@ -532,6 +532,37 @@ void expect_a_killed_rank_to_end_the_job(const std::string& extra) {
   EXPECT_EQ(run.output.find("final:"), std::string::npos) << run.output;
 }
 
+// A rank stopped by SIGSTOP in step 3 (THPC_STOP_AT: Ctrl-Z, a debugger, a hung file
+// system) is alive to MPI, which would wait for it until the job's time limit: the other
+// rank waits dist.timeout_s in the step's collective and ends the job, non-zero, with one
+// message that names the key, where it waited and what to do, and no final line. Stopped
+// at the step's start the other waits in the step's sum of the token counts; stopped
+// after the step's collectives before the forward ("1:3:gradients"), in the gradient sum
+// after its backward.
+void expect_a_stopped_rank_to_end_the_job(const std::string& extra, const std::string& stop,
+                                          const std::string& collective) {
+  const JobResult run =
+      mpirun_trainer("THPC_STOP_AT=" + stop,
+                     extra + " --train.max_steps=50 --train.log_every=1 --dist.timeout_s=4");
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.exit_code, 124) << "the job hung until timeout killed it:\n" << run.output;
+  EXPECT_LT(run.seconds, 40.0) << run.output;
+  EXPECT_EQ(occurrences(run.output, "transformer_hpc: error on rank 0 on "), 1u) << run.output;
+  EXPECT_EQ(occurrences(run.output, "waited 4 s (dist.timeout_s) for the other ranks in " +
+                                        collective + ": a rank is stopped (SIGSTOP, a debugger), "
+                                        "hung or lost, so the job is ended; resume it from its "
+                                        "last checkpoint"),
+            1u)
+      << run.output;
+  EXPECT_EQ(run.output.find("final:"), std::string::npos) << run.output;
+  std::filesystem::remove_all(scratch_run());
+}
+
+TEST(Distributed, AStoppedRankEndsTheJobAfterTheTimeout) {
+  expect_a_stopped_rank_to_end_the_job("", "1:3", "step 3 (a sum)");
+  expect_a_stopped_rank_to_end_the_job("", "1:3:gradients", "the gradient sum");
+}
+
 TEST(Distributed, AFourRankRunStoppedBySigtermResumesOnTwoRanksAndOnOne) {
   expect_four_ranks_resume_on_two_and_on_one("");
 }
@@ -555,6 +586,13 @@ TEST(CudaDistributed, AKilledRankOnASharedGpuEndsTheJobWithOneReport) {
     GTEST_SKIP() << "needs a GPU: " << why;
   }
   expect_a_killed_rank_to_end_the_job(kRanksSharingGpuZero);
+}
+
+TEST(CudaDistributed, AStoppedRankOnASharedGpuEndsTheJobAfterTheTimeout) {
+  if (const std::string why = thpc::cuda_unavailable_reason(); !why.empty()) {
+    GTEST_SKIP() << "needs a GPU: " << why;
+  }
+  expect_a_stopped_rank_to_end_the_job(kRanksSharingGpuZero, "1:3:gradients", "the gradient sum");
 }
 
 // One rank on a GPU with dist.log_buckets: its sums run through NCCL as an N-rank job's

@@ -231,8 +231,9 @@ const std::vector<Option>& option_table() {
                   "gradient all-reduce bucket size in MiB (one collective per bucket, whose "
                   "fixed cost dominates small ones: a run warns above 1000 buckets)"),
       THPC_OPTION(dist, timeout_s, THPC_ABOVE(0),
-                  "seconds a GPU gradient all-reduce may take before the job is ended "
-                  "(a lost or stuck peer)"),
+                  "seconds a rank waits for the others in a training step's collectives "
+                  "(the gradient sums, NCCL or MPI, included) before the job is ended: a "
+                  "rank stopped (SIGSTOP, a debugger), hung or lost"),
       THPC_OPTION(dist, device, THPC_AT_LEAST(-1),
                   "GPU index of every rank; -1 = local rank modulo the visible GPUs"),
       THPC_OPTION(dist, reducer, THPC_ONE_OF("auto", "nccl", "mpi"),

@@ -3,10 +3,13 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
+#include <thread>
+#include <utility>
 
 #include "common/error.h"
 #include "common/sha256.h"
@@ -31,6 +34,32 @@ void check_mpi(int status, const char* call) {
   int length = 0;
   MPI_Error_string(status, text, &length);
   THPC_FAIL(call << " failed: " << text << " (" << process_identity() << ")");
+}
+
+void wait_within(int count, MPI_Request* requests, double limit_seconds,
+                 const std::string& what) {
+  if (limit_seconds <= 0) {
+    check_mpi(MPI_Waitall(count, requests, MPI_STATUSES_IGNORE), "MPI_Waitall");
+    return;
+  }
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point started = Clock::now();
+  for (;;) {
+    int done = 0;
+    check_mpi(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+    if (done) return;
+    const double waited = std::chrono::duration<double>(Clock::now() - started).count();
+    if (waited > limit_seconds) {
+      THPC_FAIL("waited " << limit_seconds << " s (dist.timeout_s) for the other ranks in "
+                << what << ": a rank is stopped (SIGSTOP, a debugger), hung or lost, so the "
+                << "job is ended; resume it from its last checkpoint (a rank that is only "
+                << "slow: raise dist.timeout_s)");
+    }
+    // The first millisecond polls without pause, as a blocking wait would (a step's
+    // collectives complete in microseconds); after it a poll every 100 us leaves the core
+    // to the threads that compute.
+    if (waited > 1e-3) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
 }
 
 MpiSession::MpiSession(int* argc, char*** argv) {
@@ -74,36 +103,61 @@ Communicator Communicator::world() {
   return comm;
 }
 
+Communicator::WaitLimit::WaitLimit(Communicator& comm, double seconds, std::string during)
+    : comm_(comm),
+      previous_seconds_(comm.wait_limit_seconds_),
+      previous_during_(std::move(comm.waiting_during_)) {
+  comm_.wait_limit_seconds_ = seconds;
+  comm_.waiting_during_ = std::move(during);
+}
+
+Communicator::WaitLimit::~WaitLimit() {
+  comm_.wait_limit_seconds_ = previous_seconds_;
+  comm_.waiting_during_ = std::move(previous_during_);
+}
+
+void Communicator::finish(void* request, const char* what) const {
+  wait_within(1, static_cast<MPI_Request*>(request), wait_limit_seconds_,
+              waiting_during_ + " (" + what + ")");
+}
+
 namespace {
 
-template <typename T>
-T sum_over_ranks(T value, MPI_Datatype type) {
-  T total{};
-  check_mpi(MPI_Allreduce(&value, &total, 1, type, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
-  return total;
+// An in-place MPI_Iallreduce over every rank, posted.
+MPI_Request post_all_reduce(void* values, int count, MPI_Datatype type, MPI_Op op) {
+  MPI_Request request;
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, values, count, type, op, MPI_COMM_WORLD, &request),
+            "MPI_Iallreduce");
+  return request;
 }
 
 }  // namespace
 
 int64_t Communicator::sum(int64_t value) const {
-  return mpi_ ? sum_over_ranks(value, MPI_INT64_T) : value;
+  if (!mpi_) return value;
+  MPI_Request request = post_all_reduce(&value, 1, MPI_INT64_T, MPI_SUM);
+  finish(&request, "a sum");
+  return value;
 }
 
 double Communicator::sum(double value) const {
-  return mpi_ ? sum_over_ranks(value, MPI_DOUBLE) : value;
+  if (!mpi_) return value;
+  MPI_Request request = post_all_reduce(&value, 1, MPI_DOUBLE, MPI_SUM);
+  finish(&request, "a sum");
+  return value;
 }
 
 std::vector<int64_t> Communicator::max(std::vector<int64_t> values) const {
   if (!mpi_ || values.empty()) return values;
-  check_mpi(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()),
-                          MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD),
-            "MPI_Allreduce");
+  MPI_Request request =
+      post_all_reduce(values.data(), static_cast<int>(values.size()), MPI_INT64_T, MPI_MAX);
+  finish(&request, "a maximum");
   return values;
 }
 
 int64_t Communicator::broadcast_from_root(int64_t value) const {
   if (!mpi_) return value;
-  check_mpi(MPI_Bcast(&value, 1, MPI_INT64_T, 0, MPI_COMM_WORLD), "MPI_Bcast");
+  broadcast_bytes_from_root(&value, static_cast<int>(sizeof value));
   return value;
 }
 
@@ -119,21 +173,27 @@ std::string Communicator::broadcast_from_root(const std::string& value) const {
 
 void Communicator::broadcast_bytes_from_root(void* data, int bytes) const {
   if (!mpi_) return;
-  check_mpi(MPI_Bcast(data, bytes, MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast");
+  MPI_Request request;
+  check_mpi(MPI_Ibcast(data, bytes, MPI_BYTE, 0, MPI_COMM_WORLD, &request), "MPI_Ibcast");
+  finish(&request, "a broadcast from rank 0");
 }
 
 std::vector<std::string> Communicator::all_gather(const std::string& value) const {
   if (!mpi_) return {value};
-  const int length = static_cast<int>(value.size());
+  int length = static_cast<int>(value.size());
   std::vector<int> lengths(size_);
-  check_mpi(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD),
-            "MPI_Allgather");
+  MPI_Request request;
+  check_mpi(MPI_Iallgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD,
+                           &request),
+            "MPI_Iallgather");
+  finish(&request, "a gather");
   std::vector<int> offsets(size_, 0);
   for (int r = 1; r < size_; ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
   std::string joined(static_cast<size_t>(offsets.back() + lengths.back()), '\0');
-  check_mpi(MPI_Allgatherv(value.data(), length, MPI_CHAR, joined.data(), lengths.data(),
-                           offsets.data(), MPI_CHAR, MPI_COMM_WORLD),
-            "MPI_Allgatherv");
+  check_mpi(MPI_Iallgatherv(value.data(), length, MPI_CHAR, joined.data(), lengths.data(),
+                            offsets.data(), MPI_CHAR, MPI_COMM_WORLD, &request),
+            "MPI_Iallgatherv");
+  finish(&request, "a gather");
   std::vector<std::string> values;
   for (int r = 0; r < size_; ++r) values.push_back(joined.substr(offsets[r], lengths[r]));
   return values;

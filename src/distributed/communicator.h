@@ -76,7 +76,32 @@ class Communicator {
   // Ends every rank of the job with `code` (MPI_Abort) after printing `message`.
   [[noreturn]] void abort(const std::string& message, int code) const;
 
+  // While one lives, each collective of `comm` that waits more than `seconds` for the
+  // other ranks throws (the job ends, main aborting it), naming `during` ("step 12"),
+  // instead of waiting for a rank that will not come: the training step holds one with
+  // dist.timeout_s, as the gradient sums do. Start-up, validation and the end of a run
+  // wait without limit: a rank there may wait for rank 0's long work alone (the
+  // averages it writes).
+  class WaitLimit {
+   public:
+    WaitLimit(Communicator& comm, double seconds, std::string during);
+    ~WaitLimit();
+    WaitLimit(const WaitLimit&) = delete;
+    WaitLimit& operator=(const WaitLimit&) = delete;
+
+   private:
+    Communicator& comm_;
+    double previous_seconds_;
+    std::string previous_during_;
+  };
+
  private:
+  // One collective's request, waited for within wait_limit_seconds_ (if > 0); `what`
+  // names the collective in a timeout's message.
+  void finish(void* request, const char* what) const;
+
+  double wait_limit_seconds_ = 0;
+  std::string waiting_during_;
   bool mpi_ = false;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   std::string host_;

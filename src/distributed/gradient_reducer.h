@@ -145,18 +145,21 @@ class GradientReducer {
 
 // MPI_Iallreduce of host-memory buckets (the CPU backend; mpi_reducer.cc). comm must span
 // more than one rank. With `bf16` (dist.reduce_dtype = bf16) the buckets travel and are
-// summed as bf16, half the bytes, and come back into the fp32 gradient.
+// summed as bf16, half the bytes, and come back into the fp32 gradient. A sum not
+// complete after timeout_seconds (a rank stopped, hung or lost) throws, so the job ends.
 std::unique_ptr<GradientReducer> make_mpi_gradient_reducer(const Communicator& comm,
                                                            int64_t bucket_bytes,
+                                                           double timeout_seconds,
                                                            bool bf16 = false);
 
 // MPI on the backend's GPU (dist.reducer = mpi; CUDA builds, staged_mpi_reducer.cc): a
 // final bucket is copied to pinned host memory on a stream of its own, summed there as on
-// the CPU, and copied back before the optimizer runs. Any number of ranks may share a GPU.
-// Throws in a build without CUDA.
+// the CPU (timeout_seconds as there), and copied back before the optimizer runs. Any
+// number of ranks may share a GPU. Throws in a build without CUDA.
 std::unique_ptr<GradientReducer> make_staged_mpi_gradient_reducer(const Communicator& comm,
                                                                   Backend& backend,
                                                                   int64_t bucket_bytes,
+                                                                  double timeout_seconds,
                                                                   bool bf16 = false);
 
 // NCCL on the backend's GPU (CUDA builds): rank 0 makes the unique id, MPI_Bcast hands it

@@ -16,7 +16,8 @@ namespace thpc {
 class MpiBucketSums {
  public:
   // bf16: each bucket travels and is summed as bf16 (dist.reduce_dtype = bf16).
-  explicit MpiBucketSums(bool bf16);
+  // timeout_seconds: complete() throws when the sums take longer (dist.timeout_s).
+  MpiBucketSums(bool bf16, double timeout_seconds);
   ~MpiBucketSums();
   MpiBucketSums(const MpiBucketSums&) = delete;
   MpiBucketSums& operator=(const MpiBucketSums&) = delete;
@@ -29,10 +30,12 @@ class MpiBucketSums {
   // complete by this call, by their place in the order posted.
   std::vector<int> progress();
   // Waits for every posted sum; afterwards each bucket holds the sum over the ranks.
+  // Throws after timeout_seconds without them (a rank stopped, hung or lost).
   void complete();
 
  private:
   bool bf16_;
+  double timeout_seconds_;
   MPI_Op sum_bf16_op_ = MPI_OP_NULL;
   std::vector<MPI_Request> pending_;
   // bf16: each started bucket's staging copy (growing this vector moves the copies, whose

@@ -1,6 +1,10 @@
-// The MPI error check shared by the files of src/distributed that call MPI (communicator.cc,
-// mpi_reducer.cc); not for use outside src/distributed.
+// The MPI error check and the bounded wait shared by the files of src/distributed that
+// call MPI (communicator.cc, mpi_reducer.cc); not for use outside src/distributed.
 #pragma once
+
+#include <mpi.h>
+
+#include <string>
 
 namespace thpc {
 
@@ -8,5 +12,14 @@ namespace thpc {
 // unless status is MPI_SUCCESS. Errors come back as codes: MpiSession sets
 // MPI_ERRORS_RETURN on MPI_COMM_WORLD.
 void check_mpi(int status, const char* call);
+
+// Waits for `count` requests. With limit_seconds > 0 a wait longer than that throws
+// thpc::Error naming `what` (the collective, in the user's words) and dist.timeout_s:
+// MPI notices a rank that died (mpirun ends the job), but not one that is stopped
+// (SIGSTOP, Ctrl-Z, a debugger) or hung (a stalled file system, a device that no longer
+// answers), and a blocking wait for it would hold the whole job until its time limit.
+// limit_seconds <= 0: MPI_Waitall.
+void wait_within(int count, MPI_Request* requests, double limit_seconds,
+                 const std::string& what);
 
 }  // namespace thpc

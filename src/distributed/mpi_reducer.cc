@@ -36,7 +36,8 @@ extern "C" void sum_bf16(void* in, void* inout, int* count, MPI_Datatype*) {
 
 }  // namespace
 
-MpiBucketSums::MpiBucketSums(bool bf16) : bf16_(bf16) {
+MpiBucketSums::MpiBucketSums(bool bf16, double timeout_seconds)
+    : bf16_(bf16), timeout_seconds_(timeout_seconds) {
   if (bf16_) check_mpi(MPI_Op_create(sum_bf16, /*commute=*/1, &sum_bf16_op_), "MPI_Op_create");
 }
 
@@ -81,10 +82,9 @@ std::vector<int> MpiBucketSums::progress() {
 }
 
 void MpiBucketSums::complete() {
-  const int status = MPI_Waitall(static_cast<int>(pending_.size()), pending_.data(),
-                                 MPI_STATUSES_IGNORE);
+  wait_within(static_cast<int>(pending_.size()), pending_.data(), timeout_seconds_,
+              "the gradient sum");
   pending_.clear();
-  check_mpi(status, "MPI_Waitall");
   for (size_t b = 0; b < staged_buckets_.size(); ++b) {
     auto* values = static_cast<float*>(staged_buckets_[b].data);
     const std::vector<uint16_t>& summed = staged_[b];
@@ -100,8 +100,8 @@ namespace {
 // on after each layer of backward, and all are awaited at the end of backward.
 class MpiGradientReducer final : public GradientReducer {
  public:
-  MpiGradientReducer(int64_t bucket_bytes, bool bf16)
-      : GradientReducer(bucket_bytes), sums_(bf16) {}
+  MpiGradientReducer(int64_t bucket_bytes, double timeout_seconds, bool bf16)
+      : GradientReducer(bucket_bytes), sums_(bf16, timeout_seconds) {}
 
  protected:
   void start(Tensor bucket) override { sums_.start(bucket); }
@@ -117,9 +117,10 @@ class MpiGradientReducer final : public GradientReducer {
 }  // namespace
 
 std::unique_ptr<GradientReducer> make_mpi_gradient_reducer(const Communicator& comm,
-                                                           int64_t bucket_bytes, bool bf16) {
+                                                           int64_t bucket_bytes,
+                                                           double timeout_seconds, bool bf16) {
   THPC_CHECK(comm.size() > 1, "an MPI gradient sum over " << comm.size() << " rank");
-  return std::make_unique<MpiGradientReducer>(bucket_bytes, bf16);
+  return std::make_unique<MpiGradientReducer>(bucket_bytes, timeout_seconds, bf16);
 }
 
 }  // namespace thpc

@@ -35,8 +35,9 @@ namespace {
 
 class StagedMpiGradientReducer final : public GradientReducer {
  public:
-  StagedMpiGradientReducer(Backend& backend, int64_t bucket_bytes, bool bf16)
-      : GradientReducer(bucket_bytes), sums_(bf16) {
+  StagedMpiGradientReducer(Backend& backend, int64_t bucket_bytes, double timeout_seconds,
+                           bool bf16)
+      : GradientReducer(bucket_bytes), sums_(bf16, timeout_seconds) {
     THPC_CHECK(!backend.host_memory() && backend.native_stream() != nullptr,
                "a staged MPI sum needs a GPU backend, not " << backend.name());
     compute_stream_ = static_cast<cudaStream_t>(backend.native_stream());
@@ -161,13 +162,16 @@ class StagedMpiGradientReducer final : public GradientReducer {
 std::unique_ptr<GradientReducer> make_staged_mpi_gradient_reducer(const Communicator& comm,
                                                                   Backend& backend,
                                                                   int64_t bucket_bytes,
+                                                                  double timeout_seconds,
                                                                   bool bf16) {
   THPC_CHECK(comm.size() > 1, "an MPI gradient sum over " << comm.size() << " rank");
 #if THPC_HAVE_CUDA
-  return std::make_unique<StagedMpiGradientReducer>(backend, bucket_bytes, bf16);
+  return std::make_unique<StagedMpiGradientReducer>(backend, bucket_bytes, timeout_seconds,
+                                                    bf16);
 #else
   (void)backend;
   (void)bucket_bytes;
+  (void)timeout_seconds;
   (void)bf16;
   THPC_FAIL("staged MPI gradient sums on a GPU need a CUDA build (this one is CPU-only)");
 #endif

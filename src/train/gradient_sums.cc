@@ -26,9 +26,10 @@ GradientSums::GradientSums(const Config& config, const Communicator& comm, Backe
       std::clamp(config_.dist.bucket_mb * 1024.0 * 1024.0, 1.0, bucket_limit));
   const bool bf16 = config_.dist.reduce_dtype == "bf16";
   if (backend.host_memory()) {
-    reducer_ = make_mpi_gradient_reducer(comm_, bucket_bytes, bf16);
+    reducer_ = make_mpi_gradient_reducer(comm_, bucket_bytes, config_.dist.timeout_s, bf16);
   } else if (config_.dist.reducer == "mpi") {
-    reducer_ = make_staged_mpi_gradient_reducer(comm_, backend, bucket_bytes, bf16);
+    reducer_ = make_staged_mpi_gradient_reducer(comm_, backend, bucket_bytes,
+                                                config_.dist.timeout_s, bf16);
   } else {
     reducer_ = make_nccl_gradient_reducer(comm_, backend, bucket_bytes, config_.dist.timeout_s,
                                           bf16);

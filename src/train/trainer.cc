@@ -55,17 +55,29 @@ std::string new_run_id() {
 // Fault injection for the tests of job failure: THPC_FAIL_AT=RANK:STEP makes that rank
 // throw at the start of that step, as a real fault (an out-of-memory, a bad file) would;
 // THPC_KILL_AT=RANK:STEP makes it die there by SIGKILL, as a rank the kernel's OOM killer
-// or a node failure takes, while the other ranks go on into the step's gradient sums.
-void maybe_inject_failure(const Communicator& comm, int64_t step) {
+// or a node failure takes, while the other ranks go on into the step's gradient sums;
+// THPC_STOP_AT=RANK:STEP stops it there by SIGSTOP, as Ctrl-Z, a debugger or a hung file
+// system would hold it, alive to MPI but never coming (RANK:STEP:gradients: after the
+// step's collectives before its forward, so that the others wait in the gradient sum).
+enum class InjectionPoint { StepStart, SumsPrepared };
+
+void maybe_inject_failure(const Communicator& comm, int64_t step, InjectionPoint point) {
   const auto names_this = [&](const char* spec) {
     int rank = -1;
     long long at_step = -1;
-    return spec != nullptr && std::sscanf(spec, "%d:%lld", &rank, &at_step) == 2 &&
-           rank == comm.rank() && at_step == step;
+    char where[16] = {0};
+    const int fields = spec == nullptr ? 0 : std::sscanf(spec, "%d:%lld:%15s", &rank, &at_step,
+                                                         where);
+    const InjectionPoint named = fields == 3 && std::string(where) == "gradients"
+                                     ? InjectionPoint::SumsPrepared
+                                     : InjectionPoint::StepStart;
+    return fields >= 2 && rank == comm.rank() && at_step == step && named == point;
   };
   static const char* fail = std::getenv("THPC_FAIL_AT");
   static const char* kill = std::getenv("THPC_KILL_AT");
+  static const char* stop = std::getenv("THPC_STOP_AT");
   if (names_this(kill)) std::raise(SIGKILL);
+  if (names_this(stop)) std::raise(SIGSTOP);
   if (names_this(fail)) {
     THPC_FAIL("failure injected by THPC_FAIL_AT=" << fail << " at step " << step);
   }
@@ -217,7 +229,11 @@ Trainer::~Trainer() = default;
 
 StepStats Trainer::compute_step() {
   const int64_t step = completed_steps_ + 1;
-  maybe_inject_failure(comm_, step);
+  // A step's collectives wait for ranks doing the same work: one that takes longer than
+  // dist.timeout_s to come is stopped, hung or lost, and the job ends (main aborts it).
+  const Communicator::WaitLimit bounded(comm_, config_.dist.timeout_s,
+                                        "step " + std::to_string(step));
+  maybe_inject_failure(comm_, step, InjectionPoint::StepStart);
   // Gather the step's micro-batches first: the loss is normalised by the step's target
   // tokens over all ranks and micro-batches, so every micro-batch's gradient is scaled by
   // 1 / total; the sum over micro-batches and ranks is then the gradient of the
@@ -240,6 +256,7 @@ StepStats Trainer::compute_step() {
   backend_->zero(model_->params().grads());
   step_totals_->zero();
   sums_->prepare(*model_, micro_batches);
+  maybe_inject_failure(comm_, step, InjectionPoint::SumsPrepared);
   const float grad_scale = 1.0f / static_cast<float>(stats.tgt_tokens);
   // Nothing in the step waits for the backend until its totals are read at the end: the
   // micro-batches' loss sums are added up where they are computed (on the GPU too), and
@@ -636,6 +653,8 @@ void Trainer::begin_training(RunProgress& run) {
 
 StepDecision Trainer::decide_step(const StepStats& stats, DivergenceKind divergence,
                                   const RunProgress& run) {
+  const Communicator::WaitLimit bounded(comm_, config_.dist.timeout_s,  // as compute_step
+                                        "step " + std::to_string(stats.step));
   StepDecision mine;
   mine.divergence = divergence;
   // For rank 0's clock the step is complete (its work is done; only the update is left).
