@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <random>
 #include <string>
@@ -257,6 +258,31 @@ TEST(BeamSearch, RespectsTheLengthLimitAndIsDeterministic) {
   EXPECT_EQ(first[1][0].tokens.size(), 6u);  // 1 * 4 + 2
   const auto second = beam_search(table, sources, kIds, options);
   for (size_t s = 0; s < sources.size(); ++s) EXPECT_EQ(first[s][0].tokens, second[s][0].tokens);
+}
+
+// max_len_a is a ratio, as fairseq's --max-len-a: the limit is int(a * |x| + b) computed
+// in double (0.7 * 10 is 7, not the 6 a float 0.7 would give), bounded by the cap, at
+// least 1, and no a overflows it.
+TEST(BeamSearch, TheLengthLimitTakesARatioRoundedDown) {
+  const auto limit = [](size_t length, double a, int b, int cap = 0) {
+    BeamOptions options;
+    options.max_len_a = a;
+    options.max_len_b = b;
+    options.max_len_cap = cap;
+    return beam_detail::output_length_limit(length, options);
+  };
+  EXPECT_EQ(limit(10, 0.7, 0), 7);
+  EXPECT_EQ(limit(3, 1.5, 0), 4);  // 4.5
+  EXPECT_EQ(limit(10, 1.2, 10), 22);
+  EXPECT_EQ(limit(0, 1.2, 0), 1);
+  EXPECT_EQ(limit(40, 1e300, 5, 255), 255);
+  EXPECT_EQ(limit(40, 1e300, 5), std::numeric_limits<int>::max());
+  TableScorer table(/*eos_bias=*/-30.0);  // eos never wins: every output hits the limit
+  BeamOptions options;
+  options.max_len_a = 1.5;
+  options.max_len_b = 0;
+  const auto results = beam_search(table, {{4, 5, 4}}, kIds, options);
+  EXPECT_EQ(results[0][0].tokens.size(), 4u);  // int(1.5 * 3), as RespectsTheLengthLimit counts
 }
 
 TEST(BeamSearch, BeamOneWithoutLengthPenaltyIsGreedyOnTheModel) {

@@ -149,6 +149,7 @@ TEST(Tools, OutOfRangeNamesTheOptionAndTheValueGiven) {
             "--batch-sentences must be >= 0 (0: no limit), got -1"},
            {"transformer_decode", decode + "--gpu-workers 0", "--gpu-workers must be >= 1, got 0"},
            {"transformer_decode", decode + "--max-len-a -1", "--max-len-a must be >= 0, got -1"},
+           {"transformer_decode", decode + "--max-len-a inf", "--max-len-a must be finite, got inf"},
            {"transformer_decode", decode + "--max-len-b -5", "--max-len-b must be >= 0, got -5"},
            {"transformer_decode", decode + "--lenpen -0.5",
             "--lenpen must be >= 0 (§6.1: 0.6), got -0.5"},

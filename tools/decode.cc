@@ -700,7 +700,8 @@ int main(int argc, char** argv) {
       ("beam", po::value<int>(), "beam size (default: the checkpoint's decode.beam; §6.1: 4)")
       ("lenpen", po::value<float>(),
        "length penalty alpha, ((5+|Y|)/6)^alpha (default: decode.alpha; §6.1: 0.6)")
-      ("max-len-a", po::value<int>(), "output length <= a * input length + b")
+      ("max-len-a", po::value<double>(), "output length <= a * input length + b, rounded "
+                                          "down (a may be a ratio: 1.2)")
       ("max-len-b", po::value<int>(), "(default: decode.max_len_a/b; §6.1: a = 1, b = 50)")
       ("batch-tokens", po::value(&args.batch_tokens)->default_value(args.batch_tokens),
        "padded source tokens per batch")
@@ -761,7 +762,7 @@ int main(int argc, char** argv) {
     thpc::SearchOverrides& search = args.search;
     if (values.count("beam")) search.beam = values["beam"].as<int>();
     if (values.count("lenpen")) search.alpha = values["lenpen"].as<float>();
-    if (values.count("max-len-a")) search.max_len_a = values["max-len-a"].as<int>();
+    if (values.count("max-len-a")) search.max_len_a = values["max-len-a"].as<double>();
     if (values.count("max-len-b")) search.max_len_b = values["max-len-b"].as<int>();
     if (values.count("threads")) args.threads = values["threads"].as<int>();
     if (values.count("compute-type")) {
@@ -787,7 +788,12 @@ int main(int argc, char** argv) {
     require_at_least("--batch-tokens", args.batch_tokens, 1);
     require_at_least("--batch-sentences", args.batch_sentences, 0, "0: no limit");
     require_at_least("--gpu-workers", args.gpu_workers, 1);
-    if (search.max_len_a) require_at_least("--max-len-a", *search.max_len_a, 0);
+    if (search.max_len_a) {
+      require_at_least("--max-len-a", *search.max_len_a, 0);
+      if (!std::isfinite(*search.max_len_a)) {
+        THPC_FAIL("--max-len-a must be finite, got " << *search.max_len_a);
+      }
+    }
     if (search.max_len_b) require_at_least("--max-len-b", *search.max_len_b, 0);
     if (search.alpha) {
       require_at_least("--lenpen", *search.alpha, 0, "§6.1: 0.6");

@@ -15,7 +15,7 @@ SentencePiece model of DIR turning text into pieces and back. What each option s
                           (eos not counted) is ranked by log P / n^A. Not transformer_decode's
                           GNMT penalty, log P / ((5 + n + 1) / 6)^A (eos counted): only A = 0,
                           the raw log-probability, ranks alike on both (the default here)
-  --max-len-a, --max-len-b  at most a * |x| + b target tokens, eos counted, capped at the
+  --max-len-a, --max-len-b  at most int(a * |x| + b) target tokens, eos counted, capped at the
                           model's max_positions - 1, as transformer_decode (a hypothesis that
                           reaches it ends there); sentences with equal limits go to
                           CTranslate2 together (max_decoding_length is one per call)
@@ -47,6 +47,7 @@ codes: 0 done, 2 a bad command line, 1 a model or file that cannot be read.
 """
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -76,7 +77,7 @@ def parse_arguments(program=PROGRAM, description=__doc__, model_option="--model"
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--greedy", action="store_true", help="beam 1")
     parser.add_argument("--lenpen", type=float, default=0.0)
-    parser.add_argument("--max-len-a", type=int, default=1)
+    parser.add_argument("--max-len-a", type=float, default=1.0)
     parser.add_argument("--max-len-b", type=int, default=50)
     parser.add_argument("--nbest", type=int, default=1)
     batching = parser.add_mutually_exclusive_group()
@@ -94,6 +95,8 @@ def parse_arguments(program=PROGRAM, description=__doc__, model_option="--model"
            args.batch_sentences or 1) < 1 or args.nbest > args.beam:
         parser.error("--beam, --nbest, --threads, --inter-threads and the batch size must be "
                      ">= 1, --nbest <= --beam")
+    if not (math.isfinite(args.max_len_a) and math.isfinite(args.lenpen)):
+        parser.error("--max-len-a and --lenpen must be finite")
     if args.max_len_a < 0 or args.max_len_b < 0 or args.lenpen < 0:
         parser.error("--max-len-a, --max-len-b and --lenpen must be >= 0")
     return args
@@ -128,7 +131,8 @@ def translate(args, program, tag, max_positions, spm, load, translate_group):
             tokens = tokens[:longest]
         pieces.append(tokens)
         if tokens:
-            limit = max(1, min(args.max_len_a * len(tokens) + args.max_len_b, longest))
+            # int(a * |x| + b) rounded down, as transformer_decode (and fairseq) limit it.
+            limit = max(1, min(int(args.max_len_a * len(tokens) + args.max_len_b), longest))
             groups.setdefault(limit, []).append(number - 1)
     results = [([], [])] * len(lines)
     for limit, members in sorted(groups.items()):

@@ -140,7 +140,7 @@ struct CheckpointConfig {
 struct DecodeConfig {
   int beam = 4;           // beam size
   float alpha = 0.6f;     // length penalty ((5 + |Y|) / 6)^alpha
-  int max_len_a = 1;      // output length <= max_len_a * input length + max_len_b
+  double max_len_a = 1;   // output length <= max_len_a * input length + max_len_b
   int max_len_b = 50;
   std::string tree_leaves = "XX";  // parsing: XX | words (parse/tree.h's linearizations)
 };

@@ -307,7 +307,8 @@ const std::vector<Option>& option_table() {
       THPC_OPTION(decode, alpha, THPC_AT_LEAST(0),
                   "length penalty ((5+|Y|)/6)^alpha (§6.1: 0.6; parsing: 0.3)"),
       THPC_OPTION(decode, max_len_a, THPC_AT_LEAST(0),
-                  "output length <= max_len_a * input length + max_len_b"),
+                  "output length <= max_len_a * input length + max_len_b, rounded down "
+                  "(a may be a ratio: 1.2)"),
       THPC_OPTION(decode, max_len_b, THPC_AT_LEAST(0), "(§6.1: 1, 50; parsing §6.3: 1, 300)"),
       THPC_OPTION(decode, tree_leaves, THPC_ONE_OF("XX", "words"),
                   "parsing: the linearized trees' word tokens, the placeholder XX or the "
@@ -336,14 +337,17 @@ const char* type_name(const FieldPointer& field) {
     const char* operator()(std::int64_t*) const { return "int64"; }
     const char* operator()(std::uint64_t*) const { return "uint64"; }
     const char* operator()(float*) const { return "float"; }
+    const char* operator()(double*) const { return "float"; }  // a real number to the user
     const char* operator()(bool*) const { return "bool"; }
     const char* operator()(std::string*) const { return "string"; }
   };
   return std::visit(Visitor{}, field);
 }
 
-// Shortest text that reads back to the same float, so to_ini() round-trips exactly.
-std::string format_float(float value) {
+// Shortest text that reads back to the same float (or double), so to_ini() round-trips
+// exactly.
+template <typename Real>
+std::string format_real(Real value) {
   char buffer[64];
   const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
   return std::string(buffer, result.ptr);
@@ -354,7 +358,8 @@ std::string format_value(const FieldPointer& field) {
     std::string operator()(const int* value) const { return std::to_string(*value); }
     std::string operator()(const std::int64_t* value) const { return std::to_string(*value); }
     std::string operator()(const std::uint64_t* value) const { return std::to_string(*value); }
-    std::string operator()(const float* value) const { return format_float(*value); }
+    std::string operator()(const float* value) const { return format_real(*value); }
+    std::string operator()(const double* value) const { return format_real(*value); }
     std::string operator()(const bool* value) const { return *value ? "true" : "false"; }
     std::string operator()(const std::string* value) const { return *value; }
   };
@@ -452,12 +457,14 @@ std::string parse_value(const std::string& text, std::uint64_t* value) {
   return parse_integer(text, value);
 }
 
-std::string parse_value(const std::string& text, float* value) {
+template <typename Real>
+std::string parse_real(const std::string& text, Real* value) {
   const char* const end = text.data() + text.size();
-  float parsed = 0.0f;
+  Real parsed = 0;
   const auto result = std::from_chars(text.data(), end, parsed);
   if (result.ec == std::errc::result_out_of_range) {
-    return quoted(text) + " is out of the range of a float";
+    return quoted(text) + " is out of the range of a " +
+           (std::is_same_v<Real, float> ? "float" : "double");
   }
   if (result.ec != std::errc() || result.ptr != end || text.empty()) {
     return quoted(text) + " is not a number";
@@ -466,6 +473,9 @@ std::string parse_value(const std::string& text, float* value) {
   *value = parsed;
   return "";
 }
+
+std::string parse_value(const std::string& text, float* value) { return parse_real(text, value); }
+std::string parse_value(const std::string& text, double* value) { return parse_real(text, value); }
 
 std::string parse_value(const std::string& text, bool* value) {
   if (text == "true" || text == "1") {

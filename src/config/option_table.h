@@ -17,7 +17,7 @@ namespace thpc {
 
 // Where a key's value lives in a Config; the alternative also tells the key's type.
 using FieldPointer =
-    std::variant<int*, std::int64_t*, std::uint64_t*, float*, bool*, std::string*>;
+    std::variant<int*, std::int64_t*, std::uint64_t*, float*, double*, bool*, std::string*>;
 
 // The values a key accepts beyond those of its type: any, a closed set, a text that is
 // not empty, or a numeric range, optionally with 0 besides (a key whose 0 means "off"
@@ -64,6 +64,7 @@ std::string parse_value(const std::string& text, int* value);
 std::string parse_value(const std::string& text, std::int64_t* value);
 std::string parse_value(const std::string& text, std::uint64_t* value);
 std::string parse_value(const std::string& text, float* value);
+std::string parse_value(const std::string& text, double* value);
 std::string parse_value(const std::string& text, bool* value);
 std::string parse_value(const std::string& text, std::string* value);
 

@@ -238,9 +238,11 @@ Hypothesis finished_hypothesis(TokenSequence tokens, double log_prob, int genera
 }
 
 int output_length_limit(size_t source_length, const BeamOptions& options) {
-  int limit = options.max_len_a * static_cast<int>(source_length) + options.max_len_b;
-  if (options.max_len_cap > 0) limit = std::min(limit, options.max_len_cap);
-  return std::max(1, limit);
+  // In double, bounded before the conversion: no a or b overflows an int.
+  double limit = options.max_len_a * static_cast<double>(source_length) + options.max_len_b;
+  if (options.max_len_cap > 0) limit = std::min(limit, static_cast<double>(options.max_len_cap));
+  limit = std::min(limit, static_cast<double>(std::numeric_limits<int>::max()));
+  return std::max(1, static_cast<int>(limit));
 }
 
 bool score_step(NextTokenScorer& scorer, const BeamStep& step, int ranked_count,

@@ -158,7 +158,7 @@ class NextTokenFilter {
 struct BeamOptions {
   int beam = 4;
   float alpha = 0.6f;    // length penalty exponent; 0 ranks by raw log-probability
-  int max_len_a = 1;     // output length limit: max_len_a * |x| + max_len_b tokens
+  double max_len_a = 1;  // output length limit: max_len_a * |x| + max_len_b tokens
   int max_len_b = 50;
   int max_len_cap = 0;   // > 0: never longer than this (the model's position table)
   int nbest = 1;         // hypotheses returned per sentence, best first (<= beam)
@@ -185,7 +185,8 @@ std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
 namespace beam_detail {
 
 // A sentence's output length limit in generated tokens (eos counted):
-// max_len_a * source_length + max_len_b, at most max_len_cap when that is set, at least 1.
+// max_len_a * source_length + max_len_b rounded down (fairseq's int(a * |x| + b): a is a
+// ratio, 1.2 say), at most max_len_cap when that is set, at least 1.
 int output_length_limit(size_t source_length, const BeamOptions& options);
 
 // Scores one step: each hypothesis' best `ranked_count` tokens into best_values and

@@ -40,10 +40,9 @@ std::vector<DecodeBatch> make_decode_batches(const std::vector<TokenSequence>& s
       }
       const size_t i = order[next++];
       batch.members.push_back(i);
-      batch.max_output = std::max(
-          batch.max_output, options.max_len_a * static_cast<int>(sources[i].size()) + options.max_len_b);
+      batch.max_output = std::max(batch.max_output,
+                                  beam_detail::output_length_limit(sources[i].size(), options));
     }
-    batch.max_output = std::min(batch.max_output, options.max_len_cap);
     batches.push_back(std::move(batch));
   }
   return batches;

@@ -65,7 +65,8 @@ void translate_batch(const std::vector<Transformer*>& models, const std::vector<
 struct SearchOverrides {
   std::optional<int> beam;
   std::optional<float> alpha;
-  std::optional<int> max_len_a, max_len_b;
+  std::optional<double> max_len_a;
+  std::optional<int> max_len_b;
   bool greedy = false;  // beam 1 without length penalty, whatever beam and alpha say
   int nbest = 1;        // hypotheses per sentence; at most the beam
 };
