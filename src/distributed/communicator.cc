@@ -37,7 +37,7 @@ void check_mpi(int status, const char* call) {
 }
 
 void wait_within(int count, MPI_Request* requests, double limit_seconds,
-                 const std::string& what) {
+                 const std::string& during, const char* what) {
   if (limit_seconds <= 0) {
     check_mpi(MPI_Waitall(count, requests, MPI_STATUSES_IGNORE), "MPI_Waitall");
     return;
@@ -50,8 +50,8 @@ void wait_within(int count, MPI_Request* requests, double limit_seconds,
     if (done) return;
     const double waited = std::chrono::duration<double>(Clock::now() - started).count();
     if (waited > limit_seconds) {
-      THPC_FAIL("waited " << limit_seconds << " s (dist.timeout_s) for the other ranks in "
-                << what << ": a rank is stopped (SIGSTOP, a debugger), hung or lost, so the "
+      THPC_FAIL(during << (during.empty() ? "" : ": ") << "waited " << limit_seconds
+                << " s (dist.timeout_s) for the other ranks in " << what << ": a rank is stopped (SIGSTOP, a debugger), hung or lost, so the "
                 << "job is ended; resume it from its last checkpoint (a rank that is only "
                 << "slow: raise dist.timeout_s)");
     }
@@ -117,8 +117,8 @@ Communicator::WaitLimit::~WaitLimit() {
 }
 
 void Communicator::finish(void* request, const char* what) const {
-  wait_within(1, static_cast<MPI_Request*>(request), wait_limit_seconds_,
-              waiting_during_ + " (" + what + ")");
+  wait_within(1, static_cast<MPI_Request*>(request), wait_limit_seconds_, waiting_during_,
+              what);
 }
 
 namespace {
@@ -153,6 +153,13 @@ std::vector<int64_t> Communicator::max(std::vector<int64_t> values) const {
       post_all_reduce(values.data(), static_cast<int>(values.size()), MPI_INT64_T, MPI_MAX);
   finish(&request, "a maximum");
   return values;
+}
+
+void Communicator::wait_for_every_rank() const {
+  if (!mpi_) return;
+  MPI_Request request;
+  check_mpi(MPI_Ibarrier(MPI_COMM_WORLD, &request), "MPI_Ibarrier");
+  finish(&request, "a barrier");
 }
 
 int64_t Communicator::broadcast_from_root(int64_t value) const {

@@ -60,6 +60,10 @@ class Communicator {
   // The element-wise maximum of every rank's `values` (all of one length), on every rank:
   // a decision rank 0 fills in with the flags any rank may raise (a stop signal).
   std::vector<int64_t> max(std::vector<int64_t> values) const;
+  // Returns on every rank once every rank has called it (MPI_Ibarrier): where the other
+  // ranks wait for rank 0's work alone (a checkpoint), so that the next step's
+  // collectives, whose wait is bounded, start together.
+  void wait_for_every_rank() const;
   // Rank 0's value, on every rank (decisions that all ranks must take together).
   int64_t broadcast_from_root(int64_t value) const;
   // Rank 0's string, on every rank (a path rank 0 chose).
@@ -77,7 +81,8 @@ class Communicator {
   [[noreturn]] void abort(const std::string& message, int code) const;
 
   // While one lives, each collective of `comm` that waits more than `seconds` for the
-  // other ranks throws (the job ends, main aborting it), naming `during` ("step 12"),
+  // other ranks throws (the job ends, main aborting it), the message led by `during`
+  // ("step 12"),
   // instead of waiting for a rank that will not come: the training step holds one with
   // dist.timeout_s, as the gradient sums do. Start-up, validation and the end of a run
   // wait without limit: a rank there may wait for rank 0's long work alone (the

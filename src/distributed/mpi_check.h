@@ -14,12 +14,13 @@ namespace thpc {
 void check_mpi(int status, const char* call);
 
 // Waits for `count` requests. With limit_seconds > 0 a wait longer than that throws
-// thpc::Error naming `what` (the collective, in the user's words) and dist.timeout_s:
+// thpc::Error naming `during` (may be empty: "step 12"), `what` (the collective, in the
+// user's words: "a sum") and dist.timeout_s:
 // MPI notices a rank that died (mpirun ends the job), but not one that is stopped
 // (SIGSTOP, Ctrl-Z, a debugger) or hung (a stalled file system, a device that no longer
 // answers), and a blocking wait for it would hold the whole job until its time limit.
 // limit_seconds <= 0: MPI_Waitall.
 void wait_within(int count, MPI_Request* requests, double limit_seconds,
-                 const std::string& what);
+                 const std::string& during, const char* what);
 
 }  // namespace thpc

@@ -65,15 +65,24 @@ GradientListener* GradientSums::begin_last_pass(Transformer& model) {
 
 void GradientSums::finish(Transformer& model, int64_t step, bool logged) {
   if (!reducer_) return;
+  // A transport's failure (dist.timeout_s passed: a rank stopped, hung or lost) says in
+  // which step, as the step's other collectives do (Communicator::WaitLimit).
+  const auto naming_the_step = [step](const auto& wait) {
+    try {
+      wait();
+    } catch (const Error& e) {
+      throw Error("step " + std::to_string(step) + ": " + e.what());
+    }
+  };
   if (finish_queued_in_pass()) {  // queued by the pass (pass_end): only the wait is left
-    reducer_->await_finish();
+    naming_the_step([&] { reducer_->await_finish(); });
     return;
   }
   // Per use: the lookups' rows are summed with the last buckets, then added to the
   // embedding's summed share.
   const Tensor lookups = sum_lookups_apart_ ? model.lookup_gradient_rows() : Tensor{};
   if (lookups) reducer_->sum_at_finish(lookups);
-  reducer_->finish();
+  naming_the_step([&] { reducer_->finish(); });
   if (lookups) model.add_lookup_gradient_rows(lookups);
   if (!reducer_->timings().buckets.empty() && logged) {
     timings_line_ = "buckets at step " + std::to_string(step) + " " +

@@ -589,7 +589,13 @@ RunEnd Trainer::run(std::ostream& log) {
     agree_on_late_stop_signal(validation_due, decision, valid, run);
     if (valid) record_validation(*valid, run);
     if (decision.stop_signal != 0) return stop_by_signal(decision.stop_signal, run);
-    if (decision.checkpoint_due) save_completed_step(run);
+    if (decision.checkpoint_due) {
+      save_completed_step(run);
+      // The others wait here, without limit, for rank 0's copy (and its wait for the
+      // write before, or the write itself without background_write): the next step's
+      // collectives wait at most dist.timeout_s, for ranks doing the same work.
+      comm_.wait_for_every_rank();
+    }
     if (ends_training_early(decision, run)) break;
   }
   return finish_training(run);
@@ -769,6 +775,7 @@ void Trainer::record_validation(const ValidationStats& valid, RunProgress& run) 
       }
     }
   }
+  comm_.wait_for_every_rank();  // for rank 0's best.h5, as save_completed_step does
   run.stopped_by_patience = schedule_.patience_exhausted(since);
   if (run.stopped_by_patience) {
     run.out << "stopping at step " << step << ": " << since
