@@ -549,9 +549,9 @@ void expect_a_stopped_rank_to_end_the_job(const std::string& extra, const std::s
   EXPECT_LT(run.seconds, 40.0) << run.output;
   EXPECT_EQ(occurrences(run.output, "transformer_hpc: error on rank 0 on "), 1u) << run.output;
   EXPECT_EQ(occurrences(run.output, "step 3: waited 4 s (dist.timeout_s) for the other ranks "
-                                    "in " + collective + ": a rank is stopped (SIGSTOP, a debugger), "
-                                        "hung or lost, so the job is ended; resume it from its "
-                                        "last checkpoint"),
+                                    "in " + collective + ": a rank is stopped (SIGSTOP, a "
+                                    "debugger), hung or lost, so the job is ended; resume it "
+                                    "from its last checkpoint"),
             1u)
       << run.output;
   EXPECT_EQ(run.output.find("final:"), std::string::npos) << run.output;

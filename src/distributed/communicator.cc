@@ -51,9 +51,10 @@ void wait_within(int count, MPI_Request* requests, double limit_seconds,
     const double waited = std::chrono::duration<double>(Clock::now() - started).count();
     if (waited > limit_seconds) {
       THPC_FAIL(during << (during.empty() ? "" : ": ") << "waited " << limit_seconds
-                << " s (dist.timeout_s) for the other ranks in " << what << ": a rank is stopped (SIGSTOP, a debugger), hung or lost, so the "
-                << "job is ended; resume it from its last checkpoint (a rank that is only "
-                << "slow: raise dist.timeout_s)");
+                << " s (dist.timeout_s) for the other ranks in " << what
+                << ": a rank is stopped (SIGSTOP, a debugger), hung or lost, so the job is "
+                << "ended; resume it from its last checkpoint (a rank that is only slow: "
+                << "raise dist.timeout_s)");
     }
     // The first millisecond polls without pause, as a blocking wait would (a step's
     // collectives complete in microseconds); after it a poll every 100 us leaves the core
