@@ -221,6 +221,58 @@ TEST_F(CheckpointTest, TheLayerNormOrderIsRecordedAndTheOtherOrderIsRefusedByNam
 
 // ---- resume ----
 
+// The step at which `output`'s progress lines first show epoch 2, or -1.
+int64_t first_step_of_epoch_two(const std::string& output) {
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);) {
+    long long step = 0, total = 0;
+    if (std::sscanf(line.c_str(), "step %lld/%lld |", &step, &total) == 2 &&
+        line.find("| epoch 2 |") != std::string::npos) {
+      return step;
+    }
+  }
+  return -1;
+}
+
+// A resume with another micro-batch budget (train.accumulate 1 -> 4 here; as well other
+// ranks or train.tokens_per_step) plans other batches: the checkpoint's index, 10 of the
+// 15 batches of a 300-token epoch, continues as 66.7% through the 75-token plan's 57
+// batches, so that epoch 2 begins where the uninterrupted run's does (step 16). Taken as
+// it was, index 10 of 57 (four a step) turned the epoch at step 22, six steps of data
+// read twice; from four ranks to one it skipped most of an epoch.
+TEST_F(CheckpointTest, AResumeWithAnotherMicroBatchBudgetContinuesAtTheSameShareOfTheEpoch) {
+  const ProcessResult corpus = run_process(small_numbers_corpus_command(path("corpus")));
+  ASSERT_EQ(corpus.exit_code, 0) << corpus.output;
+  const std::string common = kTrainer + " " + kTinyIni + " --model.layers=1 --data.dir=" +
+                             path("corpus/data") + " --train.tokens_per_step=300 "
+                             "--train.max_steps=24 --train.log_every=1 --train.valid_every=0 "
+                             "--checkpoint.dir=";
+  const ProcessResult whole = run_process(common + path("whole"));
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  ASSERT_EQ(first_step_of_epoch_two(whole.output), 16) << whole.output;
+  const ProcessResult stopped =
+      run_process("THPC_TEST_STOP_AT_STEP=10 " + common + path("interrupted"));
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.output;
+  const ProcessResult resumed =
+      run_process("THPC_TEST_STOP_AT_STEP=20 " + common + path("interrupted") +
+                  " --checkpoint.resume=auto --train.accumulate=4");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("note: the checkpoint's run cut each micro-batch to 300 tokens "
+                                "(train.tokens_per_step 300 over 1 rank x 1), this one to 75: "
+                                "the epoch's 57 batches are not its 15, so the data continues "
+                                "66.7% through epoch 1 (batch 38 of 57, where the checkpoint "
+                                "had 10 of 15)"),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_EQ(first_step_of_epoch_two(resumed.output), 16) << resumed.output;
+  // The same budget (accumulate as it was) takes the index as it is, and says nothing.
+  const ProcessResult again = run_process(common + path("interrupted") +
+                                          " --checkpoint.resume=auto --train.accumulate=4");
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("at step 20"), std::string::npos) << again.output;
+  EXPECT_EQ(again.output.find("micro-batch to"), std::string::npos) << again.output;
+}
+
 TEST_F(CheckpointTest, ResumeAfterSigtermIsIdenticalToTheUninterruptedRun) {
   // Each run with its own metrics (a run owns its directory): train.metrics_dir = the
   // checkpoint directory.

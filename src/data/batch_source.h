@@ -34,6 +34,9 @@ class BatchSource {
   virtual const std::string* spm_model() const { return nullptr; }
   // The pairs an epoch delivers (0 for a generated task, which has no end).
   virtual int64_t pairs() const { return 0; }
+  // The micro-batches an epoch is cut into at a budget of `max_tokens` (what a
+  // position's index counts; 0 for a generated task, whose index is not an epoch's).
+  virtual int64_t batches_per_epoch(int64_t max_tokens) { return 0; }
   // The most padded tokens one side of one pair takes in a batch (its sentence and eos
   // or bos): a micro-batch budget below it cannot hold that pair. 0 when unknown.
   virtual int64_t longest_padded_side() const { return 0; }

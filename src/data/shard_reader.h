@@ -81,7 +81,7 @@ class ShardReader final : public BatchSource {
   // One line for each thing a user should know before training on this corpus (named
   // `what`: "data.train"): pairs dropped as too long, shards without checksums.
   void print_notes(std::ostream& log, const std::string& what) const override;
-  int64_t batches_per_epoch(int64_t max_tokens);
+  int64_t batches_per_epoch(int64_t max_tokens) override;
   // Bytes of token arrays held now (for the memory-budget test and the docs).
   int64_t resident_token_bytes() const;
 

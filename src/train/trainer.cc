@@ -83,6 +83,43 @@ void maybe_inject_failure(const Communicator& comm, int64_t step, InjectionPoint
   }
 }
 
+// Where the reader continues from `checkpoint`: its position counts the micro-batches of
+// an epoch planned at its run's micro-batch budget (train.tokens_per_step over ranks x
+// train.accumulate). Another budget plans other batches, so an index taken as it is
+// would skip or repeat part of the epoch (four ranks' index 120 of 250 is beyond one
+// rank's 62 batches): it continues at the same fraction of the epoch instead, and
+// `note` says so. The epoch is kept.
+DataPosition position_at_this_budget(const Checkpoint& checkpoint, const std::string& source,
+                                     BatchSource& data, int64_t budget, std::string& note) {
+  note.clear();
+  DataPosition position = checkpoint.data_position;
+  if (checkpoint.config_ini.empty()) return position;
+  const Config written = load_config_text(checkpoint.config_ini, source + " (its configuration)");
+  const int64_t written_budget =
+      micro_batch_budget(written.train.tokens_per_step, written.train.accumulate,
+                         static_cast<int>(checkpoint.world_size));
+  if (written_budget == budget) return position;
+  const int64_t then = data.batches_per_epoch(written_budget);
+  const int64_t now = data.batches_per_epoch(budget);
+  if (then <= 0 || now <= 0) return position;  // a generated task: no epochs
+  // index / then of the epoch was read; the same share of this plan's batches. Exact in
+  // integers: index < then (the reader wraps at the epoch's end).
+  position.index = std::min(position.index, then) * now / then;
+  std::ostringstream text;
+  text << "note: the checkpoint's run cut each micro-batch to " << written_budget
+       << " tokens (train.tokens_per_step " << written.train.tokens_per_step << " over "
+       << checkpoint.world_size << " rank" << (checkpoint.world_size == 1 ? "" : "s") << " x "
+       << written.train.accumulate << "), this one to " << budget << ": the epoch's "
+       << now << " batches are not its " << then << ", so the data continues "
+       << std::fixed << std::setprecision(1)
+       << 100.0 * static_cast<double>(checkpoint.data_position.index) / static_cast<double>(then)
+       << "% through epoch " << position.epoch + 1 << " (batch " << position.index << " of "
+       << now << ", where the checkpoint had " << checkpoint.data_position.index << " of "
+       << then << ")";
+  note = text.str();
+  return position;
+}
+
 // A note when the checkpoint resumed from was written by another number of ranks.
 void note_world_size_change(const Checkpoint& checkpoint, int ranks, std::ostream& log) {
   if (checkpoint.world_size == ranks) return;
@@ -432,7 +469,8 @@ void Trainer::restore(const Checkpoint& checkpoint, const std::string& source) {
                 "checkpoint " + source + " /adam/m");
   scatter_named(checkpoint.adam_v, params, *backend_, adam_->second_moment(),
                 "checkpoint " + source + " /adam/v");
-  source_->seek(checkpoint.data_position);
+  source_->seek(position_at_this_budget(checkpoint, source, *source_, micro_budget_,
+                                        data_position_note_));
   completed_steps_ = checkpoint.step;
   best_valid_ = checkpoint.best_valid.value_or(ValidationRecord{});
   validation_pending_step_ = checkpoint.validation_pending ? checkpoint.step : -1;
@@ -487,7 +525,7 @@ void Trainer::resume_from(const std::string& path, Checkpoint& checkpoint,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::ostringstream line;  // the seconds' format stays off `log`
   line << "resumed from " << path << " at step " << completed_steps_ << " (data epoch "
-       << checkpoint.data_position.epoch << ", index " << checkpoint.data_position.index
+       << checkpoint.data_position.epoch + 1 << ", index " << checkpoint.data_position.index
        << "; read and verified in " << std::fixed << std::setprecision(2) << seconds << " s)";
   log << line.str() << std::endl;
   if (checkpoint.state != CheckpointState::Healthy) {
@@ -496,6 +534,7 @@ void Trainer::resume_from(const std::string& path, Checkpoint& checkpoint,
         << " (checkpoint.resume names it, so the run continues from it)" << std::endl;
   }
   note_world_size_change(checkpoint, comm_.size(), log);
+  if (!data_position_note_.empty()) log << data_position_note_ << std::endl;
   note_missing_best_valid(checkpoint, path, config_.train, log);
   if (completed_steps_ >= config_.train.max_steps) {
     log << "note: the checkpoint is at step " << completed_steps_ << ", train.max_steps is "

@@ -126,6 +126,9 @@ class Trainer {
   std::unique_ptr<GradientSums> sums_;  // the step's gradient sums over the ranks
   int device_ = 0;  // the CUDA device of this rank (unused on the CPU)
   std::unique_ptr<BatchSource> source_;
+  // restore()'s note when the data position was carried over to another micro-batch
+  // budget (empty when it was taken as it was).
+  std::string data_position_note_;
   std::unique_ptr<ShardReader> valid_source_;  // when train.valid_every > 0
   std::unique_ptr<ValidationBleu> valid_bleu_;  // when train.valid_bleu
   std::unique_ptr<Transformer> model_;
