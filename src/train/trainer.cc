@@ -302,9 +302,10 @@ StepStats Trainer::compute_step() {
     DropoutContext dropout;
     dropout.seed = config_.train.seed;
     dropout.step = static_cast<uint32_t>(step);
-    // Micro-batch i of rank r draws the masks that micro-batch r * accumulate + i of a
-    // single rank accumulating over all of them would draw.
-    dropout.stream = static_cast<uint32_t>(comm_.rank() * accumulate + i);
+    // Micro-batch i of rank r is the step's batch i * ranks + r (the reader deals the
+    // batches round the ranks) and draws the masks a single rank accumulating all of
+    // them would draw for that batch.
+    dropout.stream = static_cast<uint32_t>(i * comm_.size() + comm_.rank());
     // What the micro-batch's ops read from memory as they run: the same step, stream and
     // scale (a captured pass reads nothing else that changes: Transformer::train_step).
     step_inputs_->set(step_inputs_for(dropout, grad_scale));
