@@ -319,11 +319,11 @@ TEST(Distributed, RanksStartingFromDifferentParametersStopAtStartUpWithOneMessag
   std::filesystem::remove_all(root);
 }
 
-// The same relative data.dir in two working directories that hold different corpora:
-// the ranks would build models of different vocabularies.
-TEST(Distributed, RanksReadingDifferentDataStopWithOneMessage) {
-  const std::filesystem::path root =
-      std::filesystem::temp_directory_path() / ("thpc_dist_data_" + std::to_string(getpid()));
+// Two working directories under `root`, rank0 and rank1, each with a numbers corpus of
+// 200 pairs (seed 1 + rank) preprocessed into data/ with `vocabulary[rank]`'s options:
+// the mpirun contexts that start rank r in its own, all with the same relative data.dir.
+std::string ranks_in_their_own_directories(const std::filesystem::path& root,
+                                           const std::vector<std::string>& vocabulary) {
   std::filesystem::remove_all(root);
   std::string contexts;
   for (const int rank : {0, 1}) {
@@ -331,16 +331,26 @@ TEST(Distributed, RanksReadingDifferentDataStopWithOneMessage) {
     const std::string text = (view / "text").string();
     const std::string prepare =
         "python3 " THPC_SOURCE_DIR "/tools/make_numbers_corpus.py --train 200 --valid 20 "
-        "--test 5 --seed 1 --out " + text + " > /dev/null && " + thpc::binary_dir() +
-        "/transformer_preprocess --source-lang en --target-lang de --trainpref " + text +
-        "/train --validpref " + text + "/valid --destdir " + (view / "data").string() +
-        " --vocab-size " + (rank == 0 ? "120" : "100") + " --model-type bpe --seed 1 > /dev/null";
-    ASSERT_EQ(std::system(prepare.c_str()), 0) << prepare;
+        "--test 5 --seed " + std::to_string(rank + 1) + " --out " + text + " > /dev/null && " +
+        thpc::binary_dir() + "/transformer_preprocess --source-lang en --target-lang de "
+        "--trainpref " + text + "/train --validpref " + text + "/valid --destdir " +
+        (view / "data").string() + " " + vocabulary[rank] + " > /dev/null";
+    EXPECT_EQ(std::system(prepare.c_str()), 0) << prepare;
     contexts += std::string(rank == 0 ? "" : " : ") + "-np 1 -wdir " + view.string() +
                 " " + thpc::binary_dir() + "/transformer_hpc " THPC_SOURCE_DIR "/input/tiny.ini "
                 "--data.dir=data --model.layers=1 --checkpoint.dir=ckpt";
   }
-  const JobResult run = run_mpi_job("", contexts);
+  return contexts;
+}
+
+// The same relative data.dir in two working directories that hold different corpora:
+// the ranks would build models of different vocabularies.
+TEST(Distributed, RanksReadingDifferentDataStopWithOneMessage) {
+  const std::filesystem::path root =
+      std::filesystem::temp_directory_path() / ("thpc_dist_data_" + std::to_string(getpid()));
+  const JobResult run = run_mpi_job(
+      "", ranks_in_their_own_directories(root, {"--vocab-size 120 --model-type bpe --seed 1",
+                                                "--vocab-size 100 --model-type bpe --seed 1"}));
   EXPECT_EQ(run.exit_code, 3) << run.output;
   const std::string needle = "the ranks read different training data: rank 0 reads 120 pieces";
   EXPECT_EQ(occurrences(run.output, needle), 1u) << run.output;
@@ -348,6 +358,27 @@ TEST(Distributed, RanksReadingDifferentDataStopWithOneMessage) {
   EXPECT_NE(run.output.find("every rank must read the same data.dir data"), std::string::npos)
       << run.output;
   EXPECT_LT(run.seconds, 30.0) << run.output;
+  std::filesystem::remove_all(root);
+}
+
+// The same again with one vocabulary and one pair count, the corpora's texts apart (rank
+// 1's shards made from other sentences with rank 0's SentencePiece model): before, only
+// the vocabulary and the count were compared, and the ranks trained on different data.
+TEST(Distributed, RanksReadingDifferentTextsOfOneVocabularyStopWithOneMessage) {
+  const std::filesystem::path root =
+      std::filesystem::temp_directory_path() / ("thpc_dist_text_" + std::to_string(getpid()));
+  const JobResult run = run_mpi_job(
+      "", ranks_in_their_own_directories(
+              root, {"--vocab-size 120 --model-type bpe --seed 1",
+                     "--spm-model " + (root / "rank0" / "data" / "spm.model").string()}));
+  EXPECT_EQ(run.exit_code, 3) << run.output;
+  EXPECT_EQ(occurrences(run.output, "the ranks read different training data: rank 0 reads 120 "
+                                    "pieces"),
+            1u)
+      << run.output;
+  EXPECT_NE(run.output.find(" and 200 training pairs (sha256 "), std::string::npos)
+      << run.output;
+  EXPECT_EQ(run.output.find("step 1/"), std::string::npos) << run.output;
   std::filesystem::remove_all(root);
 }
 

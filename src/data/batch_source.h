@@ -34,6 +34,9 @@ class BatchSource {
   virtual const std::string* spm_model() const { return nullptr; }
   // The pairs an epoch delivers (0 for a generated task, which has no end).
   virtual int64_t pairs() const { return 0; }
+  // A digest of those pairs, equal on two ranks only if they read the same corpus ("" for
+  // a generated task).
+  virtual std::string corpus_sha256() const { return ""; }
   // The micro-batches an epoch is cut into at a budget of `max_tokens` (what a
   // position's index counts; 0 for a generated task, whose index is not an epoch's).
   virtual int64_t batches_per_epoch(int64_t max_tokens) { return 0; }

@@ -239,6 +239,16 @@ class ShardFileReader {
 
   bool checksummed() const { return checksummed_; }
 
+  // The sha256 recorded with `side`'s tokens (format 2), or "" (format 1): what the
+  // shard's text is, read without reading the text.
+  std::string recorded_tokens_checksum(const std::string& side) const {
+    if (!checksummed_) return "";
+    const std::string where = "/" + side + "/tokens";
+    const Handle dataset = file_.open_dataset(file_.root(), side + "/tokens", where);
+    if (!file_.has_attribute(dataset.get(), kChecksumAttribute)) return "";
+    return file_.bytes_attribute(dataset.get(), where, kChecksumAttribute);
+  }
+
   std::vector<int32_t> tokens(const std::string& side, int vocab_size) const {
     std::vector<int32_t> values = read_dataset<int32_t>(side + "/tokens");
     for (size_t i = 0; i < values.size(); ++i) {
@@ -316,6 +326,8 @@ ShardSummary summarize(ShardFileReader& reader) {
       lengths_of(reader.offsets("src", summary.pairs, &summary.source_tokens));
   summary.target_lengths =
       lengths_of(reader.offsets("tgt", summary.pairs, &summary.target_tokens));
+  summary.source_tokens_sha256 = reader.recorded_tokens_checksum("src");
+  summary.target_tokens_sha256 = reader.recorded_tokens_checksum("tgt");
   return summary;
 }
 

@@ -100,6 +100,9 @@ struct ShardSummary {
   int64_t pairs = 0;
   int64_t source_tokens = 0, target_tokens = 0;
   std::vector<int32_t> source_lengths, target_lengths;  // per pair
+  // The sha256 recorded with each side's tokens ("" for format 1), not checked here:
+  // read_shard checks them against the tokens.
+  std::string source_tokens_sha256, target_tokens_sha256;
 };
 ShardSummary read_shard_summary(const std::string& path);
 

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/philox.h"
+#include "common/sha256.h"
 
 namespace thpc {
 namespace {
@@ -132,6 +133,18 @@ ShardReader::ShardReader(const ShardReaderSpec& spec) : spec_(spec) {
                                  << "model.max_positions)");
   }
   if (total_pairs_ == 0) THPC_FAIL(spec.files.front() << ": the corpus has no sentence pairs");
+  std::string identity;
+  for (const auto& shard : shards_) {
+    const ShardSummary& summary = shard->summary;
+    const auto append = [&identity](const std::vector<int32_t>& values) {
+      identity.append(reinterpret_cast<const char*>(values.data()),
+                      values.size() * sizeof(int32_t));
+    };
+    append(summary.source_lengths);
+    append(summary.target_lengths);
+    identity += summary.source_tokens_sha256 + summary.target_tokens_sha256;
+  }
+  corpus_sha256_ = sha256_hex(identity.data(), identity.size());
   // Check every id now rather than hours into a run; keep the tokens if they all fit.
   all_resident_ = total_bytes <= spec.memory_budget_bytes;
   for (auto& shard : shards_) {

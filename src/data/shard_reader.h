@@ -74,6 +74,9 @@ class ShardReader final : public BatchSource {
   const std::string* spm_model() const override { return &metadata_.spm_model; }
   // The pairs an epoch delivers: those of the shards, less dropped_too_long().
   int64_t pairs() const override { return total_pairs_; }
+  // Over the shards in order: each one's sentence lengths and the sha256 recorded with its
+  // tokens (verified against them as the shard was read; format 1 has only the lengths).
+  std::string corpus_sha256() const override { return corpus_sha256_; }
   int64_t dropped_too_long() const { return dropped_too_long_; }
   int64_t longest_padded_side() const override { return longest_padded_side_; }
   // The shards of format 1, which carry no checksums.
@@ -99,6 +102,7 @@ class ShardReader final : public BatchSource {
   ShardMetadata metadata_;
   std::vector<std::unique_ptr<Shard>> shards_;
   int64_t total_pairs_ = 0;
+  std::string corpus_sha256_;
   int64_t dropped_too_long_ = 0;
   int64_t longest_padded_side_ = 0;
   std::vector<std::string> unchecksummed_files_;

@@ -20,7 +20,8 @@ void check_every_rank_reads_the_same_data(const Communicator& comm, const BatchS
   if (const std::string* model = source.spm_model()) {
     identity << ", SentencePiece model sha256 "
              << sha256_hex(model->data(), model->size()).substr(0, 12) << "...) and "
-             << source.pairs() << " training pairs";
+             << source.pairs() << " training pairs (sha256 "
+             << source.corpus_sha256().substr(0, 12) << "...)";
   } else {
     identity << ", the synthetic task)";
   }
