@@ -166,6 +166,25 @@ class ConfigFiles : public ::testing::Test {
   std::filesystem::path directory_;
 };
 
+// `--data.dir=` gives the key its empty value (the synthetic task), as `dir =` in the
+// file would: Boost refused it ("the argument ... should follow immediately after the
+// equal sign"), so base.ini could not be run on the synthetic task from the command line.
+TEST(Config, AnEmptyValueOnTheCommandLineIsTheEmptyString) {
+  Config config;
+  ASSERT_TRUE(run_command_line({"transformer_hpc", kBaseIni, "--data.dir=",
+                                "--train.valid_every=0", "--checkpoint.resume="},
+                               config));
+  EXPECT_EQ(config.data.dir, "");
+  EXPECT_EQ(config.checkpoint.resume, "");
+  const Config overridden = load_config(kBaseIni, {"data.dir=", "train.valid_every=0"});
+  EXPECT_EQ(overridden.data.dir, "");
+  // A key whose type has no empty value says so, naming it.
+  Config numbers;
+  expect_error(
+      [&] { run_command_line({"transformer_hpc", kBaseIni, "--model.layers="}, numbers); },
+      {"model.layers: '' is not an integer (on the command line)"});
+}
+
 // ---- the paper's configurations ----
 
 TEST(Config, BaseIniHasThePapersValues) {
@@ -216,7 +235,8 @@ TEST(Config, Multi30kCpuIniIsMulti30kWithACpuSchedule) {
       {"train.max_minutes=50", "train.tokens_per_step=4000", "train.warmup_steps=1000",
        "train.lr_scale=0.5", "train.threads=2", "train.log_every=50", "train.valid_every=150",
        "train.valid_bleu=true", "checkpoint.minutes=0", "checkpoint.every_steps=150",
-       "checkpoint.keep_best=bleu", "checkpoint.patience=4"});
+       "checkpoint.keep_best=bleu", "checkpoint.patience=4",
+       "checkpoint.dir=build/multi30k/cpu_checkpoints"});
   expect_same_config(cpu, expected);
   // Every key, those expect_same_config skips too (the first line names the file).
   const auto keys = [](const Config& config) {

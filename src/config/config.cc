@@ -131,6 +131,23 @@ constexpr int kCommandLineStyle =
     // Exact names only: a misspelt key must fail, not silently match a longer one.
     po::command_line_style::unix_style & ~po::command_line_style::allow_guessing;
 
+// `--section.key=` (an empty value: data.dir's synthetic task, checkpoint.resume's none)
+// as two tokens, `--section.key` and "", which Boost reads as the empty value it refuses
+// adjacent ("should follow immediately after the equal sign").
+std::vector<std::string> with_empty_values_apart(std::vector<std::string> tokens) {
+  std::vector<std::string> apart;
+  for (std::string& token : tokens) {
+    if (token.size() > 3 && token.rfind("--", 0) == 0 && token.back() == '=' &&
+        token.find('=') == token.size() - 1) {
+      apart.push_back(token.substr(0, token.size() - 1));
+      apart.emplace_back();
+    } else {
+      apart.push_back(std::move(token));
+    }
+  }
+  return apart;
+}
+
 // Reads ini text from `stream` (named `ini_path` in messages) into `values`, which
 // already holds the command line's values (Boost keeps the first value stored, so the
 // command line wins), converts every value into a Config and validates it.
@@ -341,7 +358,7 @@ Config load_config(const std::string& ini_path, const std::vector<std::string>& 
   }
   po::variables_map values;
   try {
-    const po::parsed_options parsed = po::command_line_parser(tokens)
+    const po::parsed_options parsed = po::command_line_parser(with_empty_values_apart(tokens))
                                           .options(table_description())
                                           .style(kCommandLineStyle)
                                           .allow_unregistered()
@@ -375,7 +392,9 @@ bool parse_command_line(int argc, const char* const* argv, Config& config) {
   std::vector<std::string> config_files;
   std::string file_label = "command line";
   try {
-    const po::parsed_options parsed = po::command_line_parser(argc, argv)
+    const po::parsed_options parsed =
+        po::command_line_parser(with_empty_values_apart(std::vector<std::string>(argv + 1,
+                                                                                argv + argc)))
                                           .options(all_options)
                                           .positional(positional)
                                           .style(kCommandLineStyle)
