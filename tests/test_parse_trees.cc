@@ -116,6 +116,10 @@ TEST(Trees, DelinearizeRepairsByTheDocumentedRule) {
   // Too few slots: the rest attach to the root (rule 3).
   EXPECT_EQ(tree("(S (NP XX ) )", Reconstruction::kRepaired),
             "(TOP (S (NP (PRP He)) (VBD said) (PRP it) (. .)))");
+  // Brackets inside a token are cut apart (rule 0), not copied into a label (before:
+  // `(TOP (S(NP ...`, a line EVALB counts as an error and leaves out of F1).
+  EXPECT_EQ(tree("(S(NP XX) (VP XX (NP XX))XX )", Reconstruction::kRepaired), exact);
+  EXPECT_EQ(tree("(S (NP XX )(VP XX (NP)(NP XX ) ) XX )", Reconstruction::kRepaired), exact);
   // No constituent at all: the right-branching baseline.
   const std::string baseline = "(TOP (S (PRP He) (VP (VBD said) (VP (PRP it) (. .)))))";
   EXPECT_EQ(tree("XX XX XX XX", Reconstruction::kBaseline), baseline);

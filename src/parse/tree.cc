@@ -235,6 +235,31 @@ std::string linearize(const TreeNode& tree, TreeLeaves leaves) {
   return out;
 }
 
+namespace {
+
+// The sequence's tokens: split at whitespace, and each cut again before every '(' or ')'
+// after its first character (`(S(NP` -> `(S` `(NP`, `XX)` -> `XX` `)`), so that no
+// bracket is read as part of a label or a word; `*cut` says whether any was.
+std::vector<std::string> bracket_tokens(const std::string& sequence, bool* cut) {
+  std::vector<std::string> tokens;
+  std::istringstream words(sequence);
+  std::string word;
+  while (words >> word) {
+    size_t start = 0;
+    for (size_t i = 1; i < word.size(); ++i) {
+      if (word[i] == '(' || word[i] == ')') {
+        tokens.push_back(word.substr(start, i - start));
+        start = i;
+        *cut = true;
+      }
+    }
+    tokens.push_back(word.substr(start));
+  }
+  return tokens;
+}
+
+}  // namespace
+
 Delinearized delinearize(const std::string& sequence, const std::vector<std::string>& words,
                          const std::vector<std::string>& tags) {
   THPC_CHECK(!words.empty() && words.size() == tags.size(),
@@ -247,9 +272,7 @@ Delinearized delinearize(const std::string& sequence, const std::vector<std::str
   std::vector<TreeNode> stack(1);
   int dropped_open = 0;  // opened beyond kMaxTreeDepth and not yet closed
   size_t next_word = 0;
-  std::istringstream tokens(sequence);
-  std::string token;
-  while (tokens >> token) {
+  for (const std::string& token : bracket_tokens(sequence, &repaired)) {
     if (token[0] == '(' && (dropped_open > 0 || stack.size() > kMaxTreeDepth)) {
       ++dropped_open;
       repaired = true;

@@ -25,6 +25,8 @@
 // Together with the input words (and their tags) the sequence gives back the tree.
 //
 // Repair rule of delinearize (deterministic, applied to whatever the decoder wrote):
+//   0. a token is cut before each '(' or ')' after its first character (`(S(NP`, `XX)`,
+//      `(NP)`: a label or word never holds a bracket, and EVALB could not read it);
 //   1. tokens are read left to right: `(LABEL` opens (an empty label becomes `X`),
 //      `)` (or `)LABEL`, the label ignored) closes the innermost open constituent and is
 //      dropped when none is open; every other token is a word slot and takes the next
