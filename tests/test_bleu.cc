@@ -616,6 +616,19 @@ TEST_F(ScoreProgram, BadCommandLine) {
               std::string::npos)
         << result.err;
   }
+  // sacreBLEU's -sh read as -s h: "unknown smoothing method 'h'".
+  result = run_score(kWmt17Ref + " -i " + kUedin + " -sh");
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_NE(result.err.find("-sh (sacreBLEU's --short signature) is not an option here"),
+            std::string::npos)
+      << result.err;
+  // A huge -sv is printed whole in the signature (a 64-byte buffer cut it), as sacreBLEU's.
+  result = run_score(kWmt17Ref + " -i " + kUedin + " -s add-k -sv 1e80");
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("smooth:add-k[1000000000000000000266098647083672765374024011812"
+                            "00809098131977453489758916313088.00]"),
+            std::string::npos)
+      << result.out;
 }
 
 // ---- cross-check against Python's sacreBLEU, when it is installed ----

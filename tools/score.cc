@@ -128,6 +128,13 @@ std::string usage() {
 }
 
 CommandLine parse_command_line(int argc, char** argv) {
+  // sacreBLEU's -sh (--short) would read as -s h, "unknown smoothing method 'h'".
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "-sh") {
+      THPC_FAIL("-sh (sacreBLEU's --short signature) is not an option here: the signature "
+                "is always printed whole");
+    }
+  }
   Given given;
   po::positional_options_description positional;
   positional.add("references", -1);

@@ -18,10 +18,12 @@ namespace {
 // unsmoothed zero precision drives exp(...) to exactly 0 without NaNs.
 double log_or_floor(double value) { return value == 0.0 ? -9999999999.0 : std::log(value); }
 
+// Whole, however large: -sv 1e300 is printed in the signature (a fixed buffer cut it).
 std::string format_fixed(double value, int decimals) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), "%.*f", decimals, value);
-  return buffer;
+  const int length = std::snprintf(nullptr, 0, "%.*f", decimals, value);
+  std::string text(static_cast<size_t>(std::max(length, 0)), '\0');
+  std::snprintf(text.data(), text.size() + 1, "%.*f", decimals, value);
+  return text;
 }
 
 // Every n-gram of order 1..max_order of `tokens`, keyed by its tokens joined with a
