@@ -32,7 +32,7 @@ case $count in
      reference=${positional[3]} ;;
   *) usage ;;
 esac
-build=${THPC_BUILD:-build}
+build=${THPC_BUILD:-${BUILD:-build}}  # BUILD as the run_*.sh scripts name it
 for f in ${spm:+"$spm"} "$source" "$reference"; do
   [ -f "$f" ] || { echo "evaluate.sh: no such file: $f" >&2; exit 1; }
 done

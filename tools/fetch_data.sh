@@ -413,9 +413,13 @@ one() {  # NAME
   local work="$dest/.$set.partial"
   rm -rf "$work"
   mkdir -p "$work"
+  # A fetch that fails (no network, a bad checksum) leaves nothing behind; a later run
+  # starts afresh anyway.
+  trap "rm -rf $(printf %q "$work")" EXIT
   "fetch_$set" "$work"
   verify "$set" "$work"
   mv "$work" "$dest/$set"  # only a verified set gets the name tests look for
+  trap - EXIT
   echo "fetch_data: $dest/$set ready; use it with THPC_DATA=$dest"
 }
 

@@ -15,7 +15,7 @@
 # each run starts afresh, removing the previous run's checkpoints, metrics and eval/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${BUILD:-build}
+build=${BUILD:-${THPC_BUILD:-build}}  # THPC_BUILD as the job scripts and evaluate.sh name it
 corpus=$build/numbers
 checkpoints=$corpus/checkpoints
 eval_dir=$corpus/eval

@@ -23,7 +23,7 @@ if [ "${1:-}" = --config ]; then
   shift 2
 fi
 [ -f "$config" ] || { echo "run_multi30k: configuration '$config' not found" >&2; exit 1; }
-build=${BUILD:-build}
+build=${BUILD:-${THPC_BUILD:-build}}  # THPC_BUILD as the job scripts and evaluate.sh name it
 text=${MULTI30K:-${THPC_DATA:-}/multi30k}
 [ -f "$text/train.en" ] || { echo "run_multi30k: $text/train.en not found: run 'bash tools/fetch_data.sh multi30k DIR' and set THPC_DATA=DIR" >&2; exit 1; }
 data=$build/multi30k/data

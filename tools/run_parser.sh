@@ -29,7 +29,7 @@ cd "$(dirname "$0")/.."
 config=input/parse_tiny.ini
 if [[ $# -gt 0 && $1 != --* ]]; then config=$1; shift; fi
 [[ -f $config ]] || fail "$config: no such config file"
-build=${BUILD:-build}
+build=${BUILD:-${THPC_BUILD:-build}}  # THPC_BUILD as the job scripts and evaluate.sh name it
 work=${WORK:-$build/parse}
 trees=$data/ptb_sample/combined
 prm=$data/evalb/COLLINS.prm
