@@ -265,6 +265,11 @@ TEST_F(CheckpointTest, AResumeWithAnotherMicroBatchBudgetContinuesAtTheSameShare
             std::string::npos)
       << resumed.output;
   EXPECT_EQ(first_step_of_epoch_two(resumed.output), 16) << resumed.output;
+  // The setting changed is named (the resume key, which says how the run started, not).
+  EXPECT_NE(resumed.output.find("note: 1 setting differs from the run that wrote the "
+                                "checkpoint, from this step on: train.accumulate = 4 (was 1)\n"),
+            std::string::npos)
+      << resumed.output;
   // The same budget (accumulate as it was) takes the index as it is, and says nothing.
   const ProcessResult again = run_process(common + path("interrupted") +
                                           " --checkpoint.resume=auto --train.accumulate=4");
@@ -300,6 +305,8 @@ TEST_F(CheckpointTest, ResumeAfterSigtermIsIdenticalToTheUninterruptedRun) {
   EXPECT_NE(resumed.output.find("resumed from " + path("interrupted/step_00000015.h5") +
                                 " at step 15"),
             std::string::npos)
+      << resumed.output;
+  EXPECT_EQ(resumed.output.find("from the run that wrote the checkpoint"), std::string::npos)
       << resumed.output;
 
   const auto expected = losses_by_step(whole.output);

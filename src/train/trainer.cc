@@ -120,6 +120,27 @@ DataPosition position_at_this_budget(const Checkpoint& checkpoint, const std::st
   return position;
 }
 
+// A note naming the settings in which this run differs from the one that wrote the
+// checkpoint (a raised train.max_steps, a lowered train.lr_scale): they take effect from
+// here, and the log should say so rather than leave it to the reader to compare files.
+// checkpoint.resume, which says how this run started, is left out.
+void note_changed_settings(const Checkpoint& checkpoint, const Config& config,
+                           std::ostream& log) {
+  if (checkpoint.config_ini.empty()) return;
+  std::ostringstream changed;
+  int count = 0;
+  for (const ConfigDifference& difference :
+       config_differences(config.to_ini(), checkpoint.config_ini)) {
+    if (difference.key == "checkpoint.resume") continue;
+    changed << (count++ == 0 ? "" : ", ") << difference.key << " = " << difference.value
+            << " (was " << difference.reference << ")";
+  }
+  if (count == 0) return;
+  log << "note: " << count << (count == 1 ? " setting differs" : " settings differ")
+      << " from the run that wrote the checkpoint, from this step on: " << changed.str()
+      << std::endl;
+}
+
 // A note when the checkpoint resumed from was written by another number of ranks.
 void note_world_size_change(const Checkpoint& checkpoint, int ranks, std::ostream& log) {
   if (checkpoint.world_size == ranks) return;
@@ -535,6 +556,7 @@ void Trainer::resume_from(const std::string& path, Checkpoint& checkpoint,
         << " (checkpoint.resume names it, so the run continues from it)" << std::endl;
   }
   note_world_size_change(checkpoint, comm_.size(), log);
+  note_changed_settings(checkpoint, config_, log);
   if (!data_position_note_.empty()) log << data_position_note_ << std::endl;
   note_missing_best_valid(checkpoint, path, config_.train, log);
   if (completed_steps_ >= config_.train.max_steps) {
