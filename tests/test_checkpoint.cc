@@ -258,10 +258,11 @@ TEST_F(CheckpointTest, AResumeWithAnotherMicroBatchBudgetContinuesAtTheSameShare
                   " --checkpoint.resume=auto --train.accumulate=4");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("note: the checkpoint's run cut each micro-batch to 300 tokens "
-                                "(train.tokens_per_step 300 over 1 rank x 1), this one to 75: "
-                                "the epoch's 57 batches are not its 15, so the data continues "
-                                "66.7% through epoch 1 (batch 38 of 57, where the checkpoint "
-                                "had 10 of 15)"),
+                                "(train.tokens_per_step 300 over 1 rank x 1), this one to 75 "
+                                "(300 over 1 rank x 4): the epoch's 57 batches are not its 15, "
+                                "so the data continues 66.7% through epoch 1 (batch 38 of 57, "
+                                "where the checkpoint had 10 of 15: the same share of the same "
+                                "shard)"),
             std::string::npos)
       << resumed.output;
   EXPECT_EQ(first_step_of_epoch_two(resumed.output), 16) << resumed.output;

@@ -579,9 +579,9 @@ void expect_a_stopped_rank_to_end_the_job(const std::string& extra, const std::s
   EXPECT_NE(run.exit_code, 124) << "the job hung until timeout killed it:\n" << run.output;
   EXPECT_LT(run.seconds, 40.0) << run.output;
   EXPECT_EQ(occurrences(run.output, "transformer_hpc: error on rank 0 on "), 1u) << run.output;
-  EXPECT_EQ(occurrences(run.output, "step 3: waited 4 s (dist.timeout_s) for the other ranks "
-                                    "in " + collective + ": a rank is stopped (SIGSTOP, a "
-                                    "debugger), hung or lost, so the job is ended; resume it "
+  EXPECT_EQ(occurrences(run.output, "step 3: this rank waited 4 s (dist.timeout_s) for the "
+                                    "others in " + collective + ": a rank is stopped (SIGSTOP, "
+                                    "a debugger), hung or lost, so the job is ended; resume it "
                                     "from its last checkpoint"),
             1u)
       << run.output;
@@ -590,7 +590,7 @@ void expect_a_stopped_rank_to_end_the_job(const std::string& extra, const std::s
 }
 
 TEST(Distributed, AStoppedRankEndsTheJobAfterTheTimeout) {
-  expect_a_stopped_rank_to_end_the_job("", "1:3", "a sum");
+  expect_a_stopped_rank_to_end_the_job("", "1:3", "the step's sums");
   expect_a_stopped_rank_to_end_the_job("", "1:3:gradients", "the gradient sum");
 }
 

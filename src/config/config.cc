@@ -137,8 +137,9 @@ constexpr int kCommandLineStyle =
 std::vector<std::string> with_empty_values_apart(std::vector<std::string> tokens) {
   std::vector<std::string> apart;
   for (std::string& token : tokens) {
+    // A key (section.key), not a flag: `--dry-run=` stays Boost's to refuse.
     if (token.size() > 3 && token.rfind("--", 0) == 0 && token.back() == '=' &&
-        token.find('=') == token.size() - 1) {
+        token.find('=') == token.size() - 1 && token.find('.') != std::string::npos) {
       apart.push_back(token.substr(0, token.size() - 1));
       apart.emplace_back();
     } else {

@@ -107,7 +107,8 @@ struct DataConfig {
 struct DistConfig {
   float bucket_mb = 25.0f;  // gradient all-reduce bucket size, MiB
   int device = -1;          // GPU of this rank; -1 = local rank modulo visible devices
-  float timeout_s = 300.0f;  // a gradient sum (NCCL) that takes longer ends the job
+  float timeout_s = 300.0f;  // a step's wait for the other ranks (its collectives, the
+                             // gradient sums, NCCL or MPI) that takes longer ends the job
   std::string reducer = "auto";       // auto (nccl on the GPU, mpi on the CPU) | nccl | mpi
   std::string reduce_dtype = "fp32";  // what the gradient buckets travel as: fp32 | bf16
   // The tied embedding's gradient: summed at the end of backward (at_end), or per use

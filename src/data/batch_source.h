@@ -40,6 +40,13 @@ class BatchSource {
   // The micro-batches an epoch is cut into at a budget of `max_tokens` (what a
   // position's index counts; 0 for a generated task, whose index is not an epoch's).
   virtual int64_t batches_per_epoch(int64_t max_tokens) { return 0; }
+  // The index at which `position`, written by a reader cutting micro-batches of
+  // `from_tokens`, continues when they are cut to `to_tokens`: the same share of the
+  // same part of the epoch (its index unchanged for a generated task).
+  virtual int64_t index_at_budget(const DataPosition& position, int64_t from_tokens,
+                                  int64_t to_tokens) {
+    return position.index;
+  }
   // The most padded tokens one side of one pair takes in a batch (its sentence and eos
   // or bos): a micro-batch budget below it cannot hold that pair. 0 when unknown.
   virtual int64_t longest_padded_side() const { return 0; }

@@ -306,6 +306,24 @@ int64_t ShardReader::batches_per_epoch(int64_t max_tokens) {
   return batches_per_epoch_;
 }
 
+int64_t ShardReader::index_at_budget(const DataPosition& position, int64_t from_tokens,
+                                     int64_t to_tokens) {
+  plan(from_tokens);
+  std::vector<int64_t> then(shards_.size());
+  for (size_t s = 0; s < shards_.size(); ++s) then[s] = shards_[s]->batches();
+  plan(to_tokens);
+  const std::vector<int64_t> order =
+      permutation(static_cast<int64_t>(shards_.size()), kShardOrderSite, 0, position.epoch);
+  int64_t index = position.index, carried = 0;
+  for (const int64_t s : order) {
+    const int64_t now = shards_[s]->batches();
+    if (index < then[s]) return carried + index * now / then[s];
+    index -= then[s];
+    carried += now;
+  }
+  return carried;  // at the epoch's end: the reader goes on into the next
+}
+
 std::vector<int64_t> ShardReader::permutation(int64_t size, uint32_t site, uint32_t stream,
                                               int64_t epoch) const {
   std::vector<int64_t> order(static_cast<size_t>(size));

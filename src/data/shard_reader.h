@@ -85,6 +85,10 @@ class ShardReader final : public BatchSource {
   // `what`: "data.train"): pairs dropped as too long, shards without checksums.
   void print_notes(std::ostream& log, const std::string& what) const override;
   int64_t batches_per_epoch(int64_t max_tokens) override;
+  // Shard by shard, in the epoch's shard order: the shard `position` is in and the same
+  // share of that shard's batches (the shards' counts change by different ratios).
+  int64_t index_at_budget(const DataPosition& position, int64_t from_tokens,
+                          int64_t to_tokens) override;
   // Bytes of token arrays held now (for the memory-budget test and the docs).
   int64_t resident_token_bytes() const;
 

@@ -36,8 +36,18 @@ void check_mpi(int status, const char* call) {
   THPC_FAIL(call << " failed: " << text << " (" << process_identity() << ")");
 }
 
-void wait_within(int count, MPI_Request* requests, double limit_seconds,
-                 const std::string& during, const char* what) {
+namespace {
+
+// The innermost live WaitLimit's `during` ("step 12"), for every bounded wait's message:
+// the gradient sums' own waits (MpiBucketSums) run inside the step's limit too.
+std::string& waiting_during() {
+  static std::string during;
+  return during;
+}
+
+}  // namespace
+
+void wait_within(int count, MPI_Request* requests, double limit_seconds, const char* what) {
   if (limit_seconds <= 0) {
     check_mpi(MPI_Waitall(count, requests, MPI_STATUSES_IGNORE), "MPI_Waitall");
     return;
@@ -50,16 +60,22 @@ void wait_within(int count, MPI_Request* requests, double limit_seconds,
     if (done) return;
     const double waited = std::chrono::duration<double>(Clock::now() - started).count();
     if (waited > limit_seconds) {
-      THPC_FAIL(during << (during.empty() ? "" : ": ") << "waited " << limit_seconds
-                << " s (dist.timeout_s) for the other ranks in " << what
+      // The job ends here, not by an exception: unwinding would free the buffers of
+      // `requests`, into which the other ranks' transfers may still write.
+      const std::string& during = waiting_during();
+      std::cerr << "transformer_hpc: error on " << process_identity() << ": " << during
+                << (during.empty() ? "" : ": ") << "this rank waited " << limit_seconds
+                << " s (dist.timeout_s) for the others in " << what
                 << ": a rank is stopped (SIGSTOP, a debugger), hung or lost, so the job is "
                 << "ended; resume it from its last checkpoint (a rank that is only slow: "
-                << "raise dist.timeout_s)");
+                << "raise dist.timeout_s)" << std::endl;
+      MPI_Abort(MPI_COMM_WORLD, 1);
+      std::_Exit(1);
     }
-    // The first millisecond polls without pause, as a blocking wait would (a step's
-    // collectives complete in microseconds); after it a poll every 100 us leaves the core
-    // to the threads that compute.
-    if (waited > 1e-3) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    // A second of polls without pause, as a blocking wait polls (Open MPI moves a
+    // non-blocking collective on only inside its calls); a longer wait is for a
+    // straggler, and a poll a millisecond leaves the core to the threads that compute.
+    if (waited > 1.0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
 
@@ -107,19 +123,18 @@ Communicator Communicator::world() {
 Communicator::WaitLimit::WaitLimit(Communicator& comm, double seconds, std::string during)
     : comm_(comm),
       previous_seconds_(comm.wait_limit_seconds_),
-      previous_during_(std::move(comm.waiting_during_)) {
+      previous_during_(std::move(waiting_during())) {
   comm_.wait_limit_seconds_ = seconds;
-  comm_.waiting_during_ = std::move(during);
+  waiting_during() = std::move(during);
 }
 
 Communicator::WaitLimit::~WaitLimit() {
   comm_.wait_limit_seconds_ = previous_seconds_;
-  comm_.waiting_during_ = std::move(previous_during_);
+  waiting_during() = std::move(previous_during_);
 }
 
 void Communicator::finish(void* request, const char* what) const {
-  wait_within(1, static_cast<MPI_Request*>(request), wait_limit_seconds_, waiting_during_,
-              what);
+  wait_within(1, static_cast<MPI_Request*>(request), wait_limit_seconds_, what);
 }
 
 namespace {
@@ -137,14 +152,14 @@ MPI_Request post_all_reduce(void* values, int count, MPI_Datatype type, MPI_Op o
 int64_t Communicator::sum(int64_t value) const {
   if (!mpi_) return value;
   MPI_Request request = post_all_reduce(&value, 1, MPI_INT64_T, MPI_SUM);
-  finish(&request, "a sum");
+  finish(&request, "the step's sums");
   return value;
 }
 
 double Communicator::sum(double value) const {
   if (!mpi_) return value;
   MPI_Request request = post_all_reduce(&value, 1, MPI_DOUBLE, MPI_SUM);
-  finish(&request, "a sum");
+  finish(&request, "the step's sums");
   return value;
 }
 
@@ -152,7 +167,7 @@ std::vector<int64_t> Communicator::max(std::vector<int64_t> values) const {
   if (!mpi_ || values.empty()) return values;
   MPI_Request request =
       post_all_reduce(values.data(), static_cast<int>(values.size()), MPI_INT64_T, MPI_MAX);
-  finish(&request, "a maximum");
+  finish(&request, "the step's decision");
   return values;
 }
 
@@ -160,7 +175,7 @@ void Communicator::wait_for_every_rank() const {
   if (!mpi_) return;
   MPI_Request request;
   check_mpi(MPI_Ibarrier(MPI_COMM_WORLD, &request), "MPI_Ibarrier");
-  finish(&request, "a barrier");
+  finish(&request, "the meeting after rank 0's files");
 }
 
 int64_t Communicator::broadcast_from_root(int64_t value) const {
@@ -194,14 +209,14 @@ std::vector<std::string> Communicator::all_gather(const std::string& value) cons
   check_mpi(MPI_Iallgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD,
                            &request),
             "MPI_Iallgather");
-  finish(&request, "a gather");
+  finish(&request, "a gather of the ranks' values");
   std::vector<int> offsets(size_, 0);
   for (int r = 1; r < size_; ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
   std::string joined(static_cast<size_t>(offsets.back() + lengths.back()), '\0');
   check_mpi(MPI_Iallgatherv(value.data(), length, MPI_CHAR, joined.data(), lengths.data(),
                             offsets.data(), MPI_CHAR, MPI_COMM_WORLD, &request),
             "MPI_Iallgatherv");
-  finish(&request, "a gather");
+  finish(&request, "a gather of the ranks' values");
   std::vector<std::string> values;
   for (int r = 0; r < size_; ++r) values.push_back(joined.substr(offsets[r], lengths[r]));
   return values;

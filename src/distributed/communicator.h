@@ -81,8 +81,7 @@ class Communicator {
   [[noreturn]] void abort(const std::string& message, int code) const;
 
   // While one lives, each collective of `comm` that waits more than `seconds` for the
-  // other ranks throws (the job ends, main aborting it), the message led by `during`
-  // ("step 12"),
+  // other ranks ends the job (MPI_Abort) with a message led by `during` ("step 12"),
   // instead of waiting for a rank that will not come: the training step holds one with
   // dist.timeout_s, as the gradient sums do. Start-up, validation and the end of a run
   // wait without limit: a rank there may wait for rank 0's long work alone (the
@@ -106,7 +105,6 @@ class Communicator {
   void finish(void* request, const char* what) const;
 
   double wait_limit_seconds_ = 0;
-  std::string waiting_during_;
   bool mpi_ = false;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   std::string host_;

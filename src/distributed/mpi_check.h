@@ -4,8 +4,6 @@
 
 #include <mpi.h>
 
-#include <string>
-
 namespace thpc {
 
 // Throws thpc::Error naming the call, MPI's error string and this process (rank, host)
@@ -13,14 +11,13 @@ namespace thpc {
 // MPI_ERRORS_RETURN on MPI_COMM_WORLD.
 void check_mpi(int status, const char* call);
 
-// Waits for `count` requests. With limit_seconds > 0 a wait longer than that throws
-// thpc::Error naming `during` (may be empty: "step 12"), `what` (the collective, in the
-// user's words: "a sum") and dist.timeout_s:
-// MPI notices a rank that died (mpirun ends the job), but not one that is stopped
-// (SIGSTOP, Ctrl-Z, a debugger) or hung (a stalled file system, a device that no longer
-// answers), and a blocking wait for it would hold the whole job until its time limit.
-// limit_seconds <= 0: MPI_Waitall.
-void wait_within(int count, MPI_Request* requests, double limit_seconds,
-                 const std::string& during, const char* what);
+// Waits for `count` requests. With limit_seconds > 0 a wait longer than that ends the
+// job (MPI_Abort, exit 1) with one line naming the innermost Communicator::WaitLimit's
+// `during`, `what` (the collective, in the user's words: "the gradient sum") and
+// dist.timeout_s: MPI notices a rank that died (mpirun ends the job), but not one that
+// is stopped (SIGSTOP, Ctrl-Z, a debugger) or hung (a stalled file system, a device that
+// no longer answers), and a blocking wait for it would hold the whole job until its time
+// limit. limit_seconds <= 0: MPI_Waitall.
+void wait_within(int count, MPI_Request* requests, double limit_seconds, const char* what);
 
 }  // namespace thpc

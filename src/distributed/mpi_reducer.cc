@@ -82,8 +82,7 @@ std::vector<int> MpiBucketSums::progress() {
 }
 
 void MpiBucketSums::complete() {
-  // The step is named by the trainer (GradientSums::finish).
-  wait_within(static_cast<int>(pending_.size()), pending_.data(), timeout_seconds_, "",
+  wait_within(static_cast<int>(pending_.size()), pending_.data(), timeout_seconds_,
               "the gradient sum");
   pending_.clear();
   for (size_t b = 0; b < staged_buckets_.size(); ++b) {

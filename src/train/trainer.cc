@@ -87,36 +87,48 @@ void maybe_inject_failure(const Communicator& comm, int64_t step, InjectionPoint
 // an epoch planned at its run's micro-batch budget (train.tokens_per_step over ranks x
 // train.accumulate). Another budget plans other batches, so an index taken as it is
 // would skip or repeat part of the epoch (four ranks' index 120 of 250 is beyond one
-// rank's 62 batches): it continues at the same fraction of the epoch instead, and
-// `note` says so. The epoch is kept.
+// rank's 62 batches): it continues at the same share of the same shard instead
+// (BatchSource::index_at_budget; the shard's batches are others, so some of its pairs
+// may come twice and others not at all), and `note` says so. The epoch is kept. A
+// checkpoint whose budget cannot be told keeps its index, with a warning.
 DataPosition position_at_this_budget(const Checkpoint& checkpoint, const std::string& source,
-                                     BatchSource& data, int64_t budget, std::string& note) {
+                                     BatchSource& data, int64_t budget, int ranks,
+                                     const TrainConfig& train, std::string& note) {
   note.clear();
   DataPosition position = checkpoint.data_position;
-  if (checkpoint.config_ini.empty()) return position;
-  const Config written = load_config_text(checkpoint.config_ini, source + " (its configuration)");
-  const int64_t written_budget =
-      micro_batch_budget(written.train.tokens_per_step, written.train.accumulate,
-                         static_cast<int>(checkpoint.world_size));
-  if (written_budget == budget) return position;
-  const int64_t then = data.batches_per_epoch(written_budget);
-  const int64_t now = data.batches_per_epoch(budget);
-  if (then <= 0 || now <= 0) return position;  // a generated task: no epochs
-  // index / then of the epoch was read; the same share of this plan's batches. Exact in
-  // integers: index < then (the reader wraps at the epoch's end).
-  position.index = std::min(position.index, then) * now / then;
-  std::ostringstream text;
-  text << "note: the checkpoint's run cut each micro-batch to " << written_budget
-       << " tokens (train.tokens_per_step " << written.train.tokens_per_step << " over "
-       << checkpoint.world_size << " rank" << (checkpoint.world_size == 1 ? "" : "s") << " x "
-       << written.train.accumulate << "), this one to " << budget << ": the epoch's "
-       << now << " batches are not its " << then << ", so the data continues "
-       << std::fixed << std::setprecision(1)
-       << 100.0 * static_cast<double>(checkpoint.data_position.index) / static_cast<double>(then)
-       << "% through epoch " << position.epoch + 1 << " (batch " << position.index << " of "
-       << now << ", where the checkpoint had " << checkpoint.data_position.index << " of "
-       << then << ")";
-  note = text.str();
+  if (checkpoint.config_ini.empty() || data.batches_per_epoch(budget) == 0) return position;
+  try {
+    THPC_CHECK(checkpoint.world_size >= 1, "a world size of " << checkpoint.world_size);
+    const Config written =
+        load_config_text(checkpoint.config_ini, source + " (its configuration)");
+    const int64_t written_budget =
+        micro_batch_budget(written.train.tokens_per_step, written.train.accumulate,
+                           static_cast<int>(checkpoint.world_size));
+    if (written_budget == budget) return position;
+    const int64_t then = data.batches_per_epoch(written_budget);
+    position.index = data.index_at_budget(checkpoint.data_position, written_budget, budget);
+    const int64_t now = data.batches_per_epoch(budget);
+    std::ostringstream text;
+    text << "note: the checkpoint's run cut each micro-batch to " << written_budget
+         << " tokens (train.tokens_per_step " << written.train.tokens_per_step << " over "
+         << checkpoint.world_size << " rank" << (checkpoint.world_size == 1 ? "" : "s") << " x "
+         << written.train.accumulate << "), this one to " << budget << " ("
+         << train.tokens_per_step << " over " << ranks << " rank" << (ranks == 1 ? "" : "s")
+         << " x " << train.accumulate << "): the epoch's " << now << " batches are not its "
+         << then << ", so the data continues " << std::fixed << std::setprecision(1)
+         << 100.0 * static_cast<double>(checkpoint.data_position.index) /
+                static_cast<double>(then)
+         << "% through epoch " << position.epoch + 1 << " (batch " << position.index << " of "
+         << now << ", where the checkpoint had " << checkpoint.data_position.index << " of "
+         << then << ": the same share of the same shard)";
+    note = text.str();
+  } catch (const Error& error) {
+    position = checkpoint.data_position;
+    note = "warning: the micro-batch budget of the checkpoint's run cannot be told (" +
+           std::string(error.what()) + "): the data continues at its index as it stands, " +
+           "which skips or repeats part of the epoch if that budget was not this run's";
+    data.batches_per_epoch(budget);  // the plan back at this run's budget
+  }
   return position;
 }
 
@@ -492,7 +504,7 @@ void Trainer::restore(const Checkpoint& checkpoint, const std::string& source) {
   scatter_named(checkpoint.adam_v, params, *backend_, adam_->second_moment(),
                 "checkpoint " + source + " /adam/v");
   source_->seek(position_at_this_budget(checkpoint, source, *source_, micro_budget_,
-                                        data_position_note_));
+                                        comm_.size(), config_.train, data_position_note_));
   completed_steps_ = checkpoint.step;
   best_valid_ = checkpoint.best_valid.value_or(ValidationRecord{});
   validation_pending_step_ = checkpoint.validation_pending ? checkpoint.step : -1;
@@ -618,7 +630,10 @@ RunEnd Trainer::run(std::ostream& log) {
       run.last.step = completed_steps_;  // the step the validation is of
       std::optional<ValidationStats> valid = validate();
       agree_on_late_stop_signal(true, decision, valid, run);
-      if (valid) record_validation(*valid, run);
+      if (valid) {
+        record_validation(*valid, run);
+        wait_for_rank_zeros_files();
+      }
       // The checkpoint on disk says "pending" and lacks this validation's values: the
       // run's next or final checkpoint of this step is written again.
       run.last_saved_step = -1;
@@ -649,14 +664,14 @@ RunEnd Trainer::run(std::ostream& log) {
     std::optional<ValidationStats> valid;
     if (validation_due) valid = validate();
     agree_on_late_stop_signal(validation_due, decision, valid, run);
-    if (valid) record_validation(*valid, run);
+    if (valid) {
+      record_validation(*valid, run);
+      wait_for_rank_zeros_files();
+    }
     if (decision.stop_signal != 0) return stop_by_signal(decision.stop_signal, run);
     if (decision.checkpoint_due) {
       save_completed_step(run);
-      // The others wait here, without limit, for rank 0's copy (and its wait for the
-      // write before, or the write itself without background_write): the next step's
-      // collectives wait at most dist.timeout_s, for ranks doing the same work.
-      comm_.wait_for_every_rank();
+      wait_for_rank_zeros_files();
     }
     if (ends_training_early(decision, run)) break;
   }
@@ -746,11 +761,13 @@ Trainer::AfterStep Trainer::after_divergent_step(StepStats& stats,
   // A rollback puts every rank back at the checkpoint; the run's best validation values
   // stay (best.h5 may hold a better one from the abandoned branch: a later validation
   // must beat it).
-  const auto restore_keeping_the_best = [this](const Checkpoint& checkpoint,
-                                               const std::string& path) {
+  const auto restore_keeping_the_best = [this, &run](const Checkpoint& checkpoint,
+                                                     const std::string& path) {
     const ValidationRecord best = best_valid_;
     restore(checkpoint, path);
     best_valid_ = best;
+    // A checkpoint of an earlier run of this directory may have had another budget.
+    if (!data_position_note_.empty()) run.out << data_position_note_ << std::endl;
   };
   const DivergenceHandling::Action action = divergence_handling_->handle(
       stats.step, stats.loss, stats.grad_norm, stats.divergence,
@@ -837,7 +854,6 @@ void Trainer::record_validation(const ValidationStats& valid, RunProgress& run) 
       }
     }
   }
-  comm_.wait_for_every_rank();  // for rank 0's best.h5, as save_completed_step does
   run.stopped_by_patience = schedule_.patience_exhausted(since);
   if (run.stopped_by_patience) {
     run.out << "stopping at step " << step << ": " << since
@@ -845,6 +861,21 @@ void Trainer::record_validation(const ValidationStats& valid, RunProgress& run) 
             << kept.step << "'s (checkpoint.patience = " << config_.checkpoint.patience << ")"
             << std::endl;
   }
+}
+
+void Trainer::wait_for_rank_zeros_files() {
+  // The others wait here, without limit, for what rank 0 did alone: a checkpoint's copy
+  // (and its wait for the write before, or the write itself without background_write),
+  // best.h5, a diverged validation's marks. The next step's collectives then wait at most
+  // dist.timeout_s, for ranks doing the same work. Rank 0, which comes last in a healthy
+  // run, waits within the limit: a rank stopped since the step's decision still ends
+  // the job.
+  std::optional<Communicator::WaitLimit> bounded;
+  if (comm_.is_root()) {
+    bounded.emplace(comm_, config_.dist.timeout_s,
+                    "after step " + std::to_string(completed_steps_));
+  }
+  comm_.wait_for_every_rank();
 }
 
 std::string Trainer::save_completed_step(RunProgress& run) {

@@ -175,6 +175,8 @@ class Trainer {
   // Saves the completed step (rank 0 writes, and returns the path; every rank took part
   // in the decision that got here) and restarts checkpoint.minutes' clock.
   std::string save_completed_step(RunProgress& run);
+  // Every rank meets after rank 0's work alone between steps (a checkpoint, best.h5).
+  void wait_for_rank_zeros_files();
   // snapshot()'s state but for the parameters and Adam moments, whose copies are queued
   // into checkpoint_staging_ (HostStaging: on a GPU with the candidate pinned_snapshot,
   // without waiting) and put into the checkpoint by `fill_state`, called by the thread
