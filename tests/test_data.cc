@@ -497,6 +497,25 @@ TEST_F(DataPipeline, AnIndexCarriedToAnotherBudgetStaysInItsShardAtTheSameShare)
   EXPECT_EQ(reader.index_at_budget({0, 5}, 300, 300), 5);  // the same budget, the same index
 }
 
+// A plan that fails half-way (a pair longer than the budget: a resume carrying the
+// position from a checkpoint's smaller budget over other data) leaves no plan behind:
+// the reader plans its own budget again and reads what a fresh reader reads. Before, the
+// shards already cut at the failed budget stayed so, and the next batches were others.
+TEST_F(DataPipeline, AFailedPlanLeavesTheReaderAsAFreshOne) {
+  ShardReader fresh(reader_spec());
+  ShardReader reader(reader_spec());
+  const int64_t batches = reader.batches_per_epoch(300);
+  EXPECT_THROW(reader.batches_per_epoch(12), Error);
+  EXPECT_THROW(reader.index_at_budget({0, 3}, 12, 300), Error);
+  EXPECT_EQ(reader.batches_per_epoch(300), batches);
+  EXPECT_EQ(fresh.batches_per_epoch(300), batches);
+  for (int i = 0; i < 12; ++i) {
+    const Batch expected = fresh.next(300), actual = reader.next(300);
+    EXPECT_EQ(actual.src, expected.src) << "batch " << i;
+    EXPECT_EQ(actual.tgt_out, expected.tgt_out) << "batch " << i;
+  }
+}
+
 TEST_F(DataPipeline, ACorpusOverTheMemoryBudgetIsStreamedShardByShard) {
   ShardReader resident(reader_spec());
   ShardReaderSpec small = reader_spec();

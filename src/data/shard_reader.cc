@@ -181,6 +181,12 @@ int64_t ShardReader::resident_token_bytes() const {
 void ShardReader::plan(int64_t max_tokens) {
   if (max_tokens == planned_budget_) return;
   THPC_CHECK(max_tokens >= 1, "token budget " << max_tokens);
+  // Until this plan is whole, no plan is: a pair that does not fit throws half-way, and
+  // the next call must plan again rather than read shards cut at two budgets. The
+  // batches of a shard are others at another budget, so their order is drawn again.
+  planned_budget_ = -1;
+  batch_order_epoch_ = -1;
+  batch_order_shard_ = -1;
   batches_per_epoch_ = 0;
   for (auto& shard : shards_) {
     const std::vector<int32_t>& src = shard->summary.source_lengths;

@@ -97,38 +97,52 @@ DataPosition position_at_this_budget(const Checkpoint& checkpoint, const std::st
   note.clear();
   DataPosition position = checkpoint.data_position;
   if (checkpoint.config_ini.empty() || data.batches_per_epoch(budget) == 0) return position;
+  int64_t written_budget = 0;
+  int64_t written_tokens = 0, written_accumulate = 0;
   try {
     THPC_CHECK(checkpoint.world_size >= 1, "a world size of " << checkpoint.world_size);
     const Config written =
         load_config_text(checkpoint.config_ini, source + " (its configuration)");
-    const int64_t written_budget =
-        micro_batch_budget(written.train.tokens_per_step, written.train.accumulate,
-                           static_cast<int>(checkpoint.world_size));
-    if (written_budget == budget) return position;
-    const int64_t then = data.batches_per_epoch(written_budget);
-    position.index = data.index_at_budget(checkpoint.data_position, written_budget, budget);
-    const int64_t now = data.batches_per_epoch(budget);
-    std::ostringstream text;
-    text << "note: the checkpoint's run cut each micro-batch to " << written_budget
-         << " tokens (train.tokens_per_step " << written.train.tokens_per_step << " over "
-         << checkpoint.world_size << " rank" << (checkpoint.world_size == 1 ? "" : "s") << " x "
-         << written.train.accumulate << "), this one to " << budget << " ("
-         << train.tokens_per_step << " over " << ranks << " rank" << (ranks == 1 ? "" : "s")
-         << " x " << train.accumulate << "): the epoch's " << now << " batches are not its "
-         << then << ", so the data continues " << std::fixed << std::setprecision(1)
-         << 100.0 * static_cast<double>(checkpoint.data_position.index) /
-                static_cast<double>(then)
-         << "% through epoch " << position.epoch + 1 << " (batch " << position.index << " of "
-         << now << ", where the checkpoint had " << checkpoint.data_position.index << " of "
-         << then << ": the same share of the same shard)";
-    note = text.str();
+    written_tokens = written.train.tokens_per_step;
+    written_accumulate = written.train.accumulate;
+    written_budget = micro_batch_budget(written_tokens, static_cast<int>(written_accumulate),
+                                        static_cast<int>(checkpoint.world_size));
   } catch (const Error& error) {
-    position = checkpoint.data_position;
     note = "warning: the micro-batch budget of the checkpoint's run cannot be told (" +
            std::string(error.what()) + "): the data continues at its index as it stands, " +
            "which skips or repeats part of the epoch if that budget was not this run's";
-    data.batches_per_epoch(budget);  // the plan back at this run's budget
+    return position;
   }
+  if (written_budget == budget) return position;
+  int64_t then = 0;
+  try {
+    then = data.batches_per_epoch(written_budget);
+    position.index = data.index_at_budget(checkpoint.data_position, written_budget, budget);
+  } catch (const Error& error) {
+    // A pair that the written budget cannot hold: data.dir holds other data than the
+    // checkpoint's run read. (A failed plan leaves none: the next call plans again.)
+    data.batches_per_epoch(budget);
+    note = "warning: the data under data.dir cannot be cut at the checkpoint's run's " +
+           std::to_string(written_budget) + " tokens a micro-batch (" + error.what() +
+           "): it is not the data that run read, and continues at the checkpoint's index " +
+           "as it stands";
+    return checkpoint.data_position;
+  }
+  const int64_t now = data.batches_per_epoch(budget);
+  std::ostringstream text;
+  text << "note: the checkpoint's run cut each micro-batch to " << written_budget
+       << " tokens (train.tokens_per_step " << written_tokens << " over "
+       << checkpoint.world_size << " rank" << (checkpoint.world_size == 1 ? "" : "s") << " x "
+       << written_accumulate << "), this one to " << budget << " (" << train.tokens_per_step
+       << " over " << ranks << " rank" << (ranks == 1 ? "" : "s") << " x " << train.accumulate
+       << "): the epoch's " << now << " batches are not its " << then
+       << ", so the data continues " << std::fixed << std::setprecision(1)
+       << 100.0 * static_cast<double>(checkpoint.data_position.index) /
+              static_cast<double>(then)
+       << "% through epoch " << position.epoch + 1 << " (batch " << position.index << " of "
+       << now << ", where the checkpoint had " << checkpoint.data_position.index << " of "
+       << then << ": the same share of the same shard)";
+  note = text.str();
   return position;
 }
 
@@ -773,6 +787,9 @@ Trainer::AfterStep Trainer::after_divergent_step(StepStats& stats,
       stats.step, stats.loss, stats.grad_norm, stats.divergence,
       divergence_reason(*detector_, verdict, decision.divergence), completed_steps_, run.out,
       run.metrics, run.seconds_since_start(), restore_keeping_the_best, &stop_reason);
+  // Rank 0 may have marked checkpoints alone (a rollback, a skip): the ranks meet before
+  // the next step's bounded waits. A stop ends the run, whose last waits are unbounded.
+  if (action != DivergenceHandling::Action::Stop) wait_for_rank_zeros_files();
   if (action == DivergenceHandling::Action::Stop) {
     run.log_summary(completed_steps_, best_valid_, config_, checkpoints_written_,
                     detector_->state());
