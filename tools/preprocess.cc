@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
   const auto run = [](const Command& given) {
     thpc::tools::StageProgress progress("transformer_preprocess");
     try {
-      thpc::preprocess(given.options, std::cout, progress);
+      thpc::preprocess(given.options, std::cout, progress, /*options_checked=*/true);
     } catch (const thpc::Error& failure) {
       // Its files are written under .partial names, removed when it fails.
       const std::string advice =

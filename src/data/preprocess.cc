@@ -715,9 +715,9 @@ void check_preprocess_options(const PreprocessOptions& options) {
 }
 
 PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log,
-                             ProgressListener& progress) {
+                             ProgressListener& progress, bool options_checked) {
   const auto start = std::chrono::steady_clock::now();
-  check_preprocess_options(options);
+  if (!options_checked) check_preprocess_options(options);
 
   const ParallelFiles train = check_parallel("train", options.train_prefix, options, progress);
   const ParallelFiles valid = check_parallel("valid", options.valid_prefix, options, progress);
