@@ -272,9 +272,14 @@ TEST_F(CheckpointTest, AResumeWithAnotherMicroBatchBudgetContinuesAtTheSameShare
             std::string::npos)
       << resumed.output;
   // The same budget (accumulate as it was) takes the index as it is, and says nothing.
-  const ProcessResult again = run_process(common + path("interrupted") +
-                                          " --checkpoint.resume=auto --train.accumulate=4");
+  const ProcessResult again =
+      run_process(common + path("interrupted") + " --checkpoint.resume=auto "
+                  "--train.accumulate=4 --train.metrics_dir=" + path("interrupted"));
   ASSERT_EQ(again.exit_code, 0) << again.output;
+  // An empty value is said so ("(was )" read as a typo).
+  EXPECT_NE(again.output.find("train.metrics_dir = " + path("interrupted") + " (was empty)"),
+            std::string::npos)
+      << again.output;
   EXPECT_NE(again.output.find("at step 20"), std::string::npos) << again.output;
   EXPECT_EQ(again.output.find("micro-batch to"), std::string::npos) << again.output;
 }

@@ -158,8 +158,11 @@ void note_changed_settings(const Checkpoint& checkpoint, const Config& config,
   for (const ConfigDifference& difference :
        config_differences(config.to_ini(), checkpoint.config_ini)) {
     if (difference.key == "checkpoint.resume") continue;
-    changed << (count++ == 0 ? "" : ", ") << difference.key << " = " << difference.value
-            << " (was " << difference.reference << ")";
+    const auto shown = [](const std::string& value) {
+      return value.empty() ? std::string("empty") : value;
+    };
+    changed << (count++ == 0 ? "" : ", ") << difference.key << " = " << shown(difference.value)
+            << " (was " << shown(difference.reference) << ")";
   }
   if (count == 0) return;
   log << "note: " << count << (count == 1 ? " setting differs" : " settings differ")
