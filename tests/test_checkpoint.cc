@@ -284,6 +284,44 @@ TEST_F(CheckpointTest, AResumeWithAnotherMicroBatchBudgetContinuesAtTheSameShare
   EXPECT_EQ(again.output.find("micro-batch to"), std::string::npos) << again.output;
 }
 
+// A resume whose data.dir now holds other pairs under the same vocabulary (the corpus
+// preprocessed again, other sentences): the checkpoint's position counts batches of a
+// corpus that is gone, so the run says so and reads the new data from its next epoch.
+// Before, the old index was taken in the new data (a trial: epoch 2 skipped at once).
+TEST_F(CheckpointTest, AResumeOverOtherDataSaysSoAndStartsItsNextEpoch) {
+  const ProcessResult corpus = run_process(small_numbers_corpus_command(path("corpus")));
+  ASSERT_EQ(corpus.exit_code, 0) << corpus.output;
+  const std::string other = path("other");
+  const ProcessResult remade = run_process(
+      "python3 " THPC_SOURCE_DIR "/tools/make_numbers_corpus.py --train 400 --valid 60 "
+      "--test 10 --seed 2 --out " + other + "/text && " + thpc::binary_dir() +
+      "/transformer_preprocess --source-lang en --target-lang de --trainpref " + other +
+      "/text/train --validpref " + other + "/text/valid --destdir " + other + "/data "
+      "--spm-model " + path("corpus/data/spm.model"));
+  ASSERT_EQ(remade.exit_code, 0) << remade.output;
+  const std::string common = kTrainer + " " + kTinyIni + " --model.layers=1 " +
+                             "--train.tokens_per_step=300 --train.max_steps=14 "
+                             "--train.log_every=1 --train.valid_every=0 --checkpoint.dir=" +
+                             path("run");
+  const ProcessResult stopped = run_process("THPC_TEST_STOP_AT_STEP=10 " + common +
+                                            " --data.dir=" + path("corpus/data"));
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.output;
+  const ProcessResult resumed = run_process(common + " --checkpoint.resume=auto --data.dir=" +
+                                            other + "/data");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("warning: the data under data.dir is not what the "
+                                "checkpoint's run read (training pairs sha256 "),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("so this run reads the new data from the start of epoch 2"),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("step 11/14 | loss"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("| epoch 2 |"), std::string::npos) << resumed.output;
+  EXPECT_EQ(resumed.output.find("| epoch 1 |"), std::string::npos) << resumed.output;
+  EXPECT_EQ(resumed.output.find("| epoch 3 |"), std::string::npos) << resumed.output;
+}
+
 TEST_F(CheckpointTest, ResumeAfterSigtermIsIdenticalToTheUninterruptedRun) {
   // Each run with its own metrics (a run owns its directory): train.metrics_dir = the
   // checkpoint directory.

@@ -41,6 +41,7 @@ constexpr const char* kSpmModelDataset = "spm_model";
 constexpr const char* kBestValidGroup = "best_valid";
 constexpr const char* kDivergenceDataset = "divergence";
 constexpr const char* kRunIdAttribute = "run_id";
+constexpr const char* kCorpusAttribute = "corpus_sha256";
 constexpr const char* kValidationGroup = "validation";
 constexpr const char* kValidationPendingDataset = "validation_pending";
 
@@ -467,6 +468,9 @@ void write_hdf5_file(const std::string& temporary, const std::string& path,
   if (!checkpoint.run_id.empty()) {
     writer.string_attribute(root, kRunIdAttribute, checkpoint.run_id);
   }
+  if (!checkpoint.corpus_sha256.empty()) {
+    writer.string_attribute(root, kCorpusAttribute, checkpoint.corpus_sha256);
+  }
   if (checkpoint.divergence) {
     const std::vector<double> values = divergence_values(checkpoint.loss, *checkpoint.divergence);
     writer.vector_dataset(root, std::string("/") + kDivergenceDataset, kDivergenceDataset,
@@ -671,6 +675,9 @@ Checkpoint read_open_checkpoint(Reader reader, CheckpointParts parts,
   }
   if (reader.has_attribute(root, kRunIdAttribute)) {
     checkpoint.run_id = reader.string_attribute(root, "/", kRunIdAttribute);
+  }
+  if (reader.has_attribute(root, kCorpusAttribute)) {
+    checkpoint.corpus_sha256 = reader.string_attribute(root, "/", kCorpusAttribute);
   }
   if (reader.exists(root, kDivergenceDataset)) {
     std::tie(checkpoint.loss, checkpoint.divergence) = reader.divergence(root);

@@ -132,6 +132,10 @@ struct Checkpoint {
   // The run that wrote it (16 hex digits, made when the run started afresh, kept by its
   // resumes): a run's directory holds its own files only. "" for averages and older files.
   std::string run_id;
+  // The training data it was reading (BatchSource::corpus_sha256), so that a resume over
+  // other data can say so: its position means nothing there. "" for a generated task,
+  // averages and older files.
+  std::string corpus_sha256;
   // The loss (label-smoothed, per target token) of the step it completes; NaN when unknown
   // (averages, older files, a run resumed and stopped before its first step).
   double loss = NAN;

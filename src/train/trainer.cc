@@ -96,6 +96,16 @@ DataPosition position_at_this_budget(const Checkpoint& checkpoint, const std::st
                                      const TrainConfig& train, std::string& note) {
   note.clear();
   DataPosition position = checkpoint.data_position;
+  if (!checkpoint.corpus_sha256.empty() && checkpoint.corpus_sha256 != data.corpus_sha256()) {
+    // Other data (re-preprocessed, another data.dir): the index counts batches of a
+    // corpus that is not this one. Its next epoch starts afresh.
+    note = "warning: the data under data.dir is not what the checkpoint's run read "
+           "(training pairs sha256 " + data.corpus_sha256().substr(0, 12) + "..., then " +
+           checkpoint.corpus_sha256.substr(0, 12) + "...): its position in that data " +
+           "cannot be carried over, so this run reads the new data from the start of " +
+           "epoch " + std::to_string(position.epoch + 2);
+    return DataPosition{position.epoch + 1, 0};
+  }
   if (checkpoint.config_ini.empty() || data.batches_per_epoch(budget) == 0) return position;
   int64_t written_budget = 0;
   int64_t written_tokens = 0, written_accumulate = 0;
@@ -485,6 +495,7 @@ Checkpoint Trainer::snapshot_without_state() const {
   if (const std::string* model = source_->spm_model()) checkpoint.spm_model = *model;
   checkpoint.best_valid = best_valid_;
   checkpoint.run_id = run_id_;
+  checkpoint.corpus_sha256 = source_->corpus_sha256();
   checkpoint.loss = checkpoint_loss_;
   // Saved while steps are being left out (train.divergence = skip): the parameters gave
   // the divergent loss of the last step judged.
