@@ -65,8 +65,9 @@ GradientListener* GradientSums::begin_last_pass(Transformer& model) {
 
 void GradientSums::finish(Transformer& model, int64_t step, bool logged) {
   if (!reducer_) return;
-  // A transport's failure (dist.timeout_s passed: a rank stopped, hung or lost) says in
-  // which step, as the step's other collectives do (Communicator::WaitLimit).
+  // NCCL's failure (dist.timeout_s passed: a rank stopped, hung or lost) says in which
+  // step, as the step's other collectives do. MPI's transports do not throw there: their
+  // wait ends the job itself, its message led by the step's Communicator::WaitLimit.
   const auto naming_the_step = [step](const auto& wait) {
     try {
       wait();
