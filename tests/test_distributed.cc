@@ -26,6 +26,7 @@
 #include "checkpoint/checkpoint_directory.h"
 #include "distributed/communicator.h"
 #include "distributed/gradient_reducer.h"
+#include "distributed/wait_clock.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/transformer.h"
 
@@ -69,8 +70,11 @@ std::string scratch_checkpoints() { return (scratch_run() / "checkpoints").strin
 // Runs `env mpirun --oversubscribe --bind-to none mpirun_args` from the repository and
 // captures stdout+stderr (unbound: ctest -j runs jobs side by side, tests/tests.cmake).
 // `timeout` bounds a hang so that a broken abort fails the test instead of CI.
-JobResult run_mpi_job(const std::string& env, const std::string& mpirun_args) {
-  const std::string command = "cd " THPC_SOURCE_DIR " && " + env +
+// `beside`: a shell command run in the background beside the job (signals sent to it).
+JobResult run_mpi_job(const std::string& env, const std::string& mpirun_args,
+                      const std::string& beside = "") {
+  const std::string command = "cd " THPC_SOURCE_DIR " || exit 2; " +
+                              (beside.empty() ? "" : "( " + beside + " ) & ") + env +
                               " OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
                               " timeout 120 " THPC_MPIEXEC " --oversubscribe --bind-to none " +
                               mpirun_args + " 2>&1";
@@ -101,7 +105,8 @@ size_t occurrences(const std::string& text, const std::string& needle) {
 // Runs `env mpirun -np 2 transformer_hpc input/tiny.ini args`.
 // Checkpoints go to a scratch directory unless `args` names one; metrics go beside the
 // checkpoints (a run owns its directory, and the jobs of a test are different runs).
-JobResult mpirun_trainer(const std::string& env, const std::string& args, int ranks = 2) {
+JobResult mpirun_trainer(const std::string& env, const std::string& args, int ranks = 2,
+                         const std::string& beside = "") {
   std::string placed;
   const size_t dir_at = args.find("--checkpoint.dir=");
   if (dir_at == std::string::npos) {
@@ -112,7 +117,8 @@ JobResult mpirun_trainer(const std::string& env, const std::string& args, int ra
   }
   return run_mpi_job(env, "-np " + std::to_string(ranks) +
                               " " + thpc::binary_dir() + "/transformer_hpc input/tiny.ini " +
-                              placed + args);
+                              placed + args,
+                     beside);
 }
 
 TEST(Distributed, TwoRanksTrainAndAnnounceThemselves) {
@@ -570,21 +576,34 @@ void expect_a_killed_rank_to_end_the_job(const std::string& extra) {
 // at the step's start the other waits in the step's sum of the token counts; stopped
 // after the step's collectives before the forward ("1:3:gradients"), in the gradient sum
 // after its backward.
+// With three ranks the two that wait may both print, at the same moment: each message
+// must stand whole on its own line.
 void expect_a_stopped_rank_to_end_the_job(const std::string& extra, const std::string& stop,
-                                          const std::string& collective) {
+                                          const std::string& collective, int ranks = 2) {
   const JobResult run =
       mpirun_trainer("THPC_STOP_AT=" + stop,
-                     extra + " --train.max_steps=50 --train.log_every=1 --dist.timeout_s=4");
+                     extra + " --train.max_steps=50 --train.log_every=1 --dist.timeout_s=4",
+                     ranks);
   EXPECT_NE(run.exit_code, 0) << run.output;
   EXPECT_NE(run.exit_code, 124) << "the job hung until timeout killed it:\n" << run.output;
   EXPECT_LT(run.seconds, 40.0) << run.output;
-  EXPECT_EQ(occurrences(run.output, "transformer_hpc: error on rank 0 on "), 1u) << run.output;
-  EXPECT_EQ(occurrences(run.output, "step 3: this rank waited 4 s (dist.timeout_s) for the "
-                                    "others in " + collective + ": a rank is stopped (SIGSTOP, "
-                                    "a debugger), hung or lost, so the job is ended; resume it "
-                                    "from its last checkpoint"),
-            1u)
-      << run.output;
+  const std::string message = "step 3: this rank waited 4 s (dist.timeout_s) for the others "
+                              "in " + collective + ": a rank is stopped (SIGSTOP, a debugger), "
+                              "hung or lost, so the job is ended; resume it from its last "
+                              "checkpoint (a rank that is only slow: raise dist.timeout_s)";
+  if (ranks == 2) {
+    EXPECT_EQ(occurrences(run.output, "transformer_hpc: error on rank 0 on "), 1u) << run.output;
+    EXPECT_EQ(occurrences(run.output, message), 1u) << run.output;
+  } else {
+    EXPECT_GE(occurrences(run.output, message), 1u) << run.output;
+  }
+  std::istringstream lines(run.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("error on rank") == std::string::npos) continue;
+    EXPECT_EQ(line.rfind("transformer_hpc: error on rank ", 0), 0u) << line;
+    EXPECT_EQ(occurrences(line, "error on rank"), 1u) << line;
+    EXPECT_NE(line.find(message), std::string::npos) << line;
+  }
   EXPECT_EQ(run.output.find("final:"), std::string::npos) << run.output;
   std::filesystem::remove_all(scratch_run());
 }
@@ -592,6 +611,7 @@ void expect_a_stopped_rank_to_end_the_job(const std::string& extra, const std::s
 TEST(Distributed, AStoppedRankEndsTheJobAfterTheTimeout) {
   expect_a_stopped_rank_to_end_the_job("", "1:3", "the step's sums");
   expect_a_stopped_rank_to_end_the_job("", "1:3:gradients", "the gradient sum");
+  expect_a_stopped_rank_to_end_the_job("", "1:3:gradients", "the gradient sum", 3);
 }
 
 // Rank 0's own work between steps is not a stopped rank: a checkpoint's write that takes
@@ -606,6 +626,49 @@ TEST(Distributed, RankZerosSlowCheckpointWritesAreNotTakenForAStoppedRank) {
   EXPECT_EQ(occurrences(run.output, "final: step=6"), 1u) << run.output;
   EXPECT_EQ(run.output.find("dist.timeout_s"), std::string::npos) << run.output;
   std::filesystem::remove_all(scratch_run());
+}
+
+// A job suspended as a whole for longer than dist.timeout_s (Slurm's `scontrol suspend`
+// and `resume`: SIGSTOP, then SIGCONT, to every process) goes on when resumed: its ranks'
+// waits leave their own pause out. Rank 1 stops itself at step 3 (THPC_STOP_AT), so that
+// the others are surely inside the wait of the step's sums; half a second later every
+// rank is stopped for 5 s, twice the timeout, and then continued, rank 1 with them.
+TEST(Distributed, AJobSuspendedLongerThanTheTimeoutGoesOnWhenResumed) {
+  const std::string ranks = "^" + thpc::binary_dir() + "/transformer_hpc input/tiny.ini "
+                            "--checkpoint.dir=" + scratch_checkpoints();
+  const std::string suspend_and_resume =
+      "for i in $(seq 300); do for p in $(pgrep -f '" + ranks + "'); do "
+      "[ \"$(awk '{print $3}' /proc/$p/stat 2>/dev/null)\" = T ] && break 2; done; "
+      "sleep 0.1; done; sleep 0.5; pkill -STOP -f '" + ranks + "'; sleep 5; "
+      "pkill -CONT -f '" + ranks + "'";
+  const JobResult run = mpirun_trainer(
+      "THPC_STOP_AT=1:3", "--train.max_steps=8 --train.log_every=1 --dist.timeout_s=2.5", 3,
+      suspend_and_resume);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_GT(run.seconds, 5.0) << "the job was not suspended:\n" << run.output;
+  EXPECT_EQ(occurrences(run.output, "final: step=8"), 1u) << run.output;
+  EXPECT_EQ(run.output.find("dist.timeout_s"), std::string::npos) << run.output;
+  std::filesystem::remove_all(scratch_run());
+}
+
+// The wait's clock leaves out a gap between two polls longer than half a second (this
+// process did not run: a suspended job), and counts every shorter one.
+TEST(WaitClock, LeavesOutOnlyThePausesOfThisProcess) {
+  using std::chrono::milliseconds;
+  const thpc::WaitClock::Clock::time_point started = thpc::WaitClock::Clock::now();
+  thpc::WaitClock clock(started);
+  double waited = 0;
+  for (int poll = 1; poll <= 10; ++poll) {
+    waited = clock.waited_seconds_at(started + milliseconds(300 * poll));
+  }
+  // 1e-3: the clock's own start lies microseconds after `started`.
+  EXPECT_NEAR(waited, 3.0, 1e-3);
+  EXPECT_NEAR(clock.paused_seconds(), 0.0, 1e-3);
+  waited = clock.waited_seconds_at(started + milliseconds(3000 + 5000));
+  EXPECT_NEAR(waited, 3.0, 1e-3);
+  waited = clock.waited_seconds_at(started + milliseconds(8000 + 400));
+  EXPECT_NEAR(waited, 3.4, 1e-3);
+  EXPECT_NEAR(clock.paused_seconds(), 5.0, 1e-3);
 }
 
 TEST(Distributed, AFourRankRunStoppedBySigtermResumesOnTwoRanksAndOnOne) {

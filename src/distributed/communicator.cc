@@ -15,6 +15,7 @@
 #include "common/sha256.h"
 #include "distributed/leak_checks_paused.h"
 #include "distributed/mpi_check.h"
+#include "distributed/wait_clock.h"
 
 namespace thpc {
 namespace {
@@ -47,28 +48,42 @@ std::string& waiting_during() {
 
 }  // namespace
 
+namespace {
+
+// Several ranks failing at once write to one terminal or log: a line written in pieces
+// (std::cerr writes each << at once) was interleaved with another rank's
+// ("error on rank 0 on vmtransformer_hpc: error on rank 2 ..."). One write of the whole
+// line keeps it whole.
+void write_whole_line(const std::string& line) {
+  std::cerr.write(line.data(), static_cast<std::streamsize>(line.size()));
+  std::cerr.flush();
+}
+
+}  // namespace
+
 void wait_within(int count, MPI_Request* requests, double limit_seconds, const char* what) {
   if (limit_seconds <= 0) {
     check_mpi(MPI_Waitall(count, requests, MPI_STATUSES_IGNORE), "MPI_Waitall");
     return;
   }
-  using Clock = std::chrono::steady_clock;
-  const Clock::time_point started = Clock::now();
+  WaitClock clock;  // a pause of this process (a suspended job) is not a peer's delay
   for (;;) {
     int done = 0;
     check_mpi(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE), "MPI_Testall");
     if (done) return;
-    const double waited = std::chrono::duration<double>(Clock::now() - started).count();
+    const double waited = clock.waited_seconds();
     if (waited > limit_seconds) {
       // The job ends here, not by an exception: unwinding would free the buffers of
       // `requests`, into which the other ranks' transfers may still write.
       const std::string& during = waiting_during();
-      std::cerr << "transformer_hpc: error on " << process_identity() << ": " << during
-                << (during.empty() ? "" : ": ") << "this rank waited " << limit_seconds
-                << " s (dist.timeout_s) for the others in " << what
-                << ": a rank is stopped (SIGSTOP, a debugger), hung or lost, so the job is "
-                << "ended; resume it from its last checkpoint (a rank that is only slow: "
-                << "raise dist.timeout_s)" << std::endl;
+      std::ostringstream line;
+      line << "transformer_hpc: error on " << process_identity() << ": " << during
+           << (during.empty() ? "" : ": ") << "this rank waited " << limit_seconds
+           << " s (dist.timeout_s) for the others in " << what
+           << ": a rank is stopped (SIGSTOP, a debugger), hung or lost, so the job is "
+           << "ended; resume it from its last checkpoint (a rank that is only slow: "
+           << "raise dist.timeout_s)\n";
+      write_whole_line(line.str());
       MPI_Abort(MPI_COMM_WORLD, 1);
       std::_Exit(1);
     }
@@ -232,7 +247,7 @@ std::vector<std::string> Communicator::all_gather_if_different(const std::string
 }
 
 void Communicator::abort(const std::string& message, int code) const {
-  std::cerr << message << std::endl;
+  write_whole_line(message + "\n");
   if (mpi_ && size_ > 1) MPI_Abort(MPI_COMM_WORLD, code);
   std::exit(code);
 }

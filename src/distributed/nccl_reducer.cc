@@ -47,6 +47,7 @@
 #include <utility>
 #include <vector>
 
+#include "distributed/wait_clock.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/nccl_check.h"
 #endif
@@ -186,13 +187,14 @@ class NcclGradientReducer final : public GradientReducer {
     const Clock::time_point started =
         clock_from_first_launch_ ? awaited_started_ : Clock::now();
     clock_from_first_launch_ = false;  // a replay's pass queues nothing here
+    WaitClock clock(started);
     // Poll instead of blocking in cudaEventSynchronize, so that an asynchronous NCCL
     // error or a peer that never arrives is noticed.
     for (;;) {
       const cudaError_t state = cudaEventQuery(after_sums_);
       if (state == cudaSuccess) return;
       if (state != cudaErrorNotReady) THPC_CUDA_CHECK(state);
-      fail_if_broken_or_late("gradient all-reduce", async_state(), started);
+      fail_if_broken_or_late("gradient all-reduce", async_state(), clock);
     }
   }
 
@@ -257,10 +259,11 @@ class NcclGradientReducer final : public GradientReducer {
   // Polls until the communicator has finished its last call; fails after dist.timeout_s
   // counted from `started`.
   void wait_ready(const char* what, Clock::time_point started) {
+    WaitClock clock(started);
     for (;;) {
       const ncclResult_t state = async_state();
       if (state == ncclSuccess) return;
-      fail_if_broken_or_late(what, state, started);
+      fail_if_broken_or_late(what, state, clock);
     }
   }
 
@@ -273,11 +276,12 @@ class NcclGradientReducer final : public GradientReducer {
     return queried != ncclSuccess ? queried : state;
   }
 
-  // One poll of a wait: ends the job when `state` is an error or `started` lies more
-  // than dist.timeout_s back, else sleeps a moment.
-  void fail_if_broken_or_late(const char* what, ncclResult_t state, Clock::time_point started) {
+  // One poll of a wait: ends the job when `state` is an error or the wait's clock
+  // (which leaves out this process's own pauses: a suspended job) passes dist.timeout_s,
+  // else sleeps a moment.
+  void fail_if_broken_or_late(const char* what, ncclResult_t state, WaitClock& clock) {
     if (state != ncclSuccess && state != ncclInProgress) abort_and_fail(what, nccl_reason(state));
-    const double waited = std::chrono::duration<double>(Clock::now() - started).count();
+    const double waited = clock.waited_seconds();
     if (waited > timeout_seconds_) {
       std::ostringstream reason;
       reason << "not done within dist.timeout_s = " << timeout_seconds_
