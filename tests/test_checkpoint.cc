@@ -282,6 +282,18 @@ TEST_F(CheckpointTest, AResumeWithAnotherMicroBatchBudgetContinuesAtTheSameShare
       << again.output;
   EXPECT_NE(again.output.find("at step 20"), std::string::npos) << again.output;
   EXPECT_EQ(again.output.find("micro-batch to"), std::string::npos) << again.output;
+  // One directory written another way is not a change (a job script's $PWD/ck for the
+  // ini's ck was listed as one).
+  const ProcessResult written_otherwise = run_process(
+      common + path("interrupted") + "/../interrupted/ --checkpoint.resume=auto "
+      "--train.accumulate=4 --train.metrics_dir=" + path("interrupted") + "/. "
+      "--train.clip_norm=2");
+  ASSERT_EQ(written_otherwise.exit_code, 0) << written_otherwise.output;
+  EXPECT_NE(written_otherwise.output.find("note: 1 setting differs from the run that wrote the "
+                                          "checkpoint, from this step on: train.clip_norm = 2 "
+                                          "(was 0)\n"),
+            std::string::npos)
+      << written_otherwise.output;
 }
 
 // A resume whose data.dir now holds other pairs under the same vocabulary (the corpus

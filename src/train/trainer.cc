@@ -6,9 +6,11 @@
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <iomanip>
 #include <optional>
 #include <ostream>
+#include <set>
 #include <sstream>
 
 #include <unistd.h>
@@ -156,10 +158,34 @@ DataPosition position_at_this_budget(const Checkpoint& checkpoint, const std::st
   return position;
 }
 
+// Whether `difference` is one file or directory written two ways ("ck" and "/runs/ck"):
+// the keys that name a path, both values resolved against this run's working directory
+// (the run that wrote the checkpoint is taken to have run in it, as a resume that finds
+// its relative checkpoint.dir does).
+bool same_path_written_otherwise(const ConfigDifference& difference) {
+  static const std::set<std::string> path_keys = {"data.dir", "checkpoint.dir",
+                                                  "checkpoint.init", "train.metrics_dir"};
+  if (path_keys.count(difference.key) == 0 || difference.value.empty() ||
+      difference.reference.empty()) {
+    return false;
+  }
+  bool failed = false;
+  const auto resolved = [&failed](const std::string& path) {
+    std::error_code error;
+    std::filesystem::path full = std::filesystem::weakly_canonical(path, error);
+    failed = failed || static_cast<bool>(error);
+    return full.has_filename() ? full : full.parent_path();  // "ck/" is "ck"
+  };
+  const std::filesystem::path value = resolved(difference.value);
+  const std::filesystem::path reference = resolved(difference.reference);
+  return !failed && value == reference;
+}
+
 // A note naming the settings in which this run differs from the one that wrote the
 // checkpoint (a raised train.max_steps, a lowered train.lr_scale): they take effect from
 // here, and the log should say so rather than leave it to the reader to compare files.
-// checkpoint.resume, which says how this run started, is left out.
+// checkpoint.resume, which says how this run started, is left out, and so is a
+// path written another way (same_path_written_otherwise).
 void note_changed_settings(const Checkpoint& checkpoint, const Config& config,
                            std::ostream& log) {
   if (checkpoint.config_ini.empty()) return;
@@ -167,7 +193,9 @@ void note_changed_settings(const Checkpoint& checkpoint, const Config& config,
   int count = 0;
   for (const ConfigDifference& difference :
        config_differences(config.to_ini(), checkpoint.config_ini)) {
-    if (difference.key == "checkpoint.resume") continue;
+    if (difference.key == "checkpoint.resume" || same_path_written_otherwise(difference)) {
+      continue;
+    }
     const auto shown = [](const std::string& value) {
       return value.empty() ? std::string("empty") : value;
     };
