@@ -23,7 +23,7 @@
 // Adding an op: an entry here, documented as the others are; its CPU twin in
 // kernels/cpu/<family>.cc and its CUDA twin in kernels/cuda/<family>.cu, each with one
 // instantiation line (THPC_CPU_TWIN / THPC_CUDA_TWIN); its test in
-// tests/kernels/<family>_test.cc (docs/design.md, "Adding an op").
+// tests/kernels/<family>_test.cc (docs/design-model.md, "Adding an op").
 
 // ---- embedding ----------------------------------------------------------------------
 // out[r, :] = table[tokens[r], :] * scale + positions[r % length, :]

@@ -80,7 +80,7 @@ std::vector<std::vector<Hypothesis>> sample_search(NextTokenScorer& scorer,
 // One draw, exposed for its tests.
 namespace sampling_detail {
 
-// The Philox site of sampling's draws (docs/design.md, "Randomness").
+// The Philox site of sampling's draws (docs/design-model.md, "Randomness").
 constexpr uint32_t kSamplingSite = 0x50000000u;
 
 // u in [0, 1) with 53 random bits, for draw (seed; sentence, sample, position).

@@ -2,7 +2,8 @@
 //
 // One MPI rank per GPU (or per CPU process): MPI starts the ranks, the node-local rank
 // (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED) picks the device. On the CPU backend
-// gradients are summed with MPI_Allreduce; the CUDA backend sums with NCCL, whose
+// gradients are summed with MPI_Iallreduce (waited for within dist.timeout_s); the CUDA
+// backend sums with NCCL (or, with dist.reducer = mpi, through pinned host memory), whose
 // communicator is bootstrapped over this one (rank 0 makes the unique id, MPI_Bcast).
 //
 // A program that never initialised MPI (the unit tests, a plain run without mpirun)

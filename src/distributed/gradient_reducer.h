@@ -146,7 +146,8 @@ class GradientReducer {
 // MPI_Iallreduce of host-memory buckets (the CPU backend; mpi_reducer.cc). comm must span
 // more than one rank. With `bf16` (dist.reduce_dtype = bf16) the buckets travel and are
 // summed as bf16, half the bytes, and come back into the fp32 gradient. A sum not
-// complete after timeout_seconds (a rank stopped, hung or lost) throws, so the job ends.
+// complete after timeout_seconds (a rank stopped, hung or lost) ends the job there
+// (MPI_Abort in wait_within, mpi_check.h; no exception).
 std::unique_ptr<GradientReducer> make_mpi_gradient_reducer(const Communicator& comm,
                                                            int64_t bucket_bytes,
                                                            double timeout_seconds,

@@ -16,7 +16,8 @@ namespace thpc {
 class MpiBucketSums {
  public:
   // bf16: each bucket travels and is summed as bf16 (dist.reduce_dtype = bf16).
-  // timeout_seconds: complete() throws when the sums take longer (dist.timeout_s).
+  // timeout_seconds: complete() ends the job (MPI_Abort, wait_within) when the sums take
+  // longer (dist.timeout_s).
   MpiBucketSums(bool bf16, double timeout_seconds);
   ~MpiBucketSums();
   MpiBucketSums(const MpiBucketSums&) = delete;
@@ -30,7 +31,9 @@ class MpiBucketSums {
   // complete by this call, by their place in the order posted.
   std::vector<int> progress();
   // Waits for every posted sum; afterwards each bucket holds the sum over the ranks.
-  // Throws after timeout_seconds without them (a rank stopped, hung or lost).
+  // Ends the job after timeout_seconds without them (a rank stopped, hung or lost): MPI_Abort
+  // in wait_within (mpi_check.h), not an exception, since unwinding would free buffers into
+  // which the other ranks' transfers may still write.
   void complete();
 
  private:

@@ -1,6 +1,6 @@
 // Incremental (KV-cache) decoding: the DecoderState (the caches, their reorder, each
 // step's index plan) and the Transformer's steps through it, the decoder one position at
-// a time for a beam of hypotheses (see docs/design.md, "Decoding").
+// a time for a beam of hypotheses (see docs/design-decoding.md, "Decoding").
 #include "model/decoder_state.h"
 
 #include <algorithm>

@@ -78,8 +78,9 @@ class DecoderState {
   // new k|v go, each one's cross-attention slot, the rows each one's attention reads);
   // see decode_step.
   void plan_step(const std::vector<int32_t>& tokens);
-  // plan_step's part for the pools: grown to hold this step's rows when they would not,
-  // and each hypothesis' list extended by its new row.
+  // plan_step's part for the pools: grown, when the rows of the remaining positions at this
+  // step's width would not fit (the first step of a new width), to hold them all; and each
+  // hypothesis' list extended by its new row.
   void append_step_rows();
   int64_t pool_rows() const;  // rows of k|v each layer's self-attention cache holds
   int kv_width() const { return key_width_ + value_width_; }

@@ -13,8 +13,9 @@
 
 namespace thpc {
 
-// Every rank reads the same vocabulary (size, special ids, SentencePiece model) and the
-// same number of training pairs; else AllRanksError (exit 3) naming what each read from
+// Every rank reads the same vocabulary (size, special ids, SentencePiece model), the
+// same number of training pairs and the same pairs (their digest,
+// BatchSource::corpus_sha256); else AllRanksError (exit 3) naming what each read from
 // `data_dir`.
 void check_every_rank_reads_the_same_data(const Communicator& comm, const BatchSource& source,
                                           const std::string& data_dir);

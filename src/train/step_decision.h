@@ -16,13 +16,15 @@
 namespace thpc {
 
 struct StepDecision {
-  int stop_signal = 0;           // SIGTERM / SIGUSR1 received by some rank; 0 = none
+  int stop_signal = 0;           // a stop signal (stop_request.h) some rank received; 0 = none
   bool checkpoint_due = false;   // rank 0: checkpoint_due() on its clock
   bool out_of_time = false;      // rank 0: train.max_minutes reached on its clock
   DivergenceKind divergence = DivergenceKind::None;  // rank 0's judgement of the step
 
   // The decision of every rank, from this rank's `mine` (rank 0's fields other than the
-  // signal are taken from rank 0 alone). One MPI_Allreduce; the identity on one rank.
+  // signal are taken from rank 0 alone). One MPI_Iallreduce (MPI_MAX, Communicator::max),
+  // waited for within dist.timeout_s while the step's WaitLimit lives; the identity on one
+  // rank.
   static StepDecision agree(const Communicator& comm, const StepDecision& mine);
 };
 

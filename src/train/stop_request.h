@@ -14,7 +14,7 @@ namespace thpc {
 // Installs the handlers for SIGTERM, SIGUSR1, SIGINT and SIGHUP while it lives, clearing
 // any earlier request; the previous handlers come back when it is destroyed.
 //
-// main() makes one right after MPI starts, so that a signal during start-up (checking
+// main() makes one before MPI starts, so that a signal during start-up (MPI's own, checking
 // the shards, reading a checkpoint) is recorded instead of killing the process; the
 // trainer makes its own for callers other than main. A guard made while another lives
 // changes nothing: the outer one's handlers stay, and so does a request already made.

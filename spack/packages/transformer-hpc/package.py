@@ -49,8 +49,8 @@ class TransformerHpc(CMakePackage, CudaPackage):
     depends_on("onednn@2.6: cpu_runtime=omp")
     # TensorBoard event files: protoc and the lite runtime, linked statically and kept out
     # of the dynamic symbol table, because SentencePiece carries and exports a protobuf
-    # runtime of its own (docs/design.md "Metrics"). Pinned to 3.21, the last series
-    # without Abseil (and Debian 12's, which CI builds with): from 22 on (Spack's
+    # runtime of its own (docs/design-training.md "Metrics"). Pinned to 3.21, the last
+    # series without Abseil (and Debian 12's, which CI builds with): from 22 on (Spack's
     # protobuf@3.22: and @32:) the static runtime needs some thirty static Abseil
     # libraries on the link line, which CMake's FindProtobuf (module mode, as
     # CMakeLists.txt uses it) does not name, and each of them would have to be hidden
