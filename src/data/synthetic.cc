@@ -1,6 +1,7 @@
 #include "data/synthetic.h"
 
 #include <algorithm>
+#include <ostream>
 
 #include "common/error.h"
 #include "common/philox.h"
@@ -29,6 +30,17 @@ SyntheticTask parse_synthetic_task(const std::string& name) {
   if (name == "copy") return SyntheticTask::Copy;
   if (name == "sort") return SyntheticTask::Sort;
   THPC_FAIL("unknown synthetic task '" << name << "' (reverse | copy | sort)");
+}
+
+void SyntheticSource::print_notes(std::ostream& log, const std::string& what) const {
+  if (spec_.split != SyntheticSplit::Train) return;
+  const char* task = spec_.task == SyntheticTask::Reverse ? "reverse"
+                     : spec_.task == SyntheticTask::Copy  ? "copy"
+                                                          : "sort";
+  log << what << ": the synthetic task, as data.dir is empty: " << task << " sequences of "
+      << spec_.min_len << "-" << spec_.max_len << " tokens, vocabulary " << spec_.vocab
+      << " (data.synthetic); to train on a corpus, set data.dir to transformer_preprocess's "
+      << "--destdir" << std::endl;
 }
 
 TokenSequence synthetic_target(SyntheticTask task, const TokenSequence& source) {

@@ -44,6 +44,9 @@ class SyntheticSource final : public BatchSource {
   Batch next(int64_t max_tokens) override;
   DataPosition position() const override { return DataPosition{0, cursor_}; }
   void seek(const DataPosition& position) override { cursor_ = position.index; }
+  // For the training split, a line that says the run trains on this task: an empty
+  // data.dir (a $DATA that was not set) must not pass for the corpus it was meant to name.
+  void print_notes(std::ostream& log, const std::string& what) const override;
 
   // The next source sentence of this split (advances the cursor).
   TokenSequence next_source();
