@@ -609,7 +609,16 @@ TEST_F(DecodeProgram, BadInputFailsWithAMessage) {
   for (const auto& [arguments, message] : std::vector<std::pair<std::string, std::string>>{
            {"--checkpoint " + dir_.string(), dir_.string() + ": a directory, not a checkpoint"},
            {"--checkpoint " + (dir_ / "model.h5").string() + " --spm-model " + text.string(),
-            "'" + text.string() + "': the file is not a SentencePiece model (give the spm"}}) {
+            "'" + text.string() + "': the file is not a SentencePiece model (give the spm"},
+           // (before: libstdc++'s "basic_filebuf::underflow error reading the file: Is a
+           // directory", and SentencePiece's `Not found: "F": ... Error #2`)
+           {"--checkpoint " + (dir_ / "model.h5").string() + " --spm-model " + dir_.string(),
+            "cannot load SentencePiece model '" + dir_.string() + "': is a directory, not a "
+            "file"},
+           {"--checkpoint " + (dir_ / "model.h5").string() + " --spm-model " +
+                (dir_ / "nope.model").string(),
+            "cannot load SentencePiece model '" + (dir_ / "nope.model").string() +
+                "': no such file"}}) {
     const ProcessResult refused = run_process(thpc::binary_dir() + "/transformer_decode " +
                                               arguments + " --max-len-b 2 < /dev/null");
     EXPECT_EQ(refused.exit_code, 1) << refused.output;

@@ -181,6 +181,18 @@ TEST_F(EvalbFiles, WhatCannotBeScoredEndsWithOneLineNamingTheFile) {
   ASSERT_FALSE(nothing.errors.empty());
   EXPECT_NE(nothing.errors.back().find("hold no trees: nothing was scored"), std::string::npos);
   EXPECT_EQ(run_evalb_program(gold + " " + gold).exit_code, 0);
+  // A directory where a file belongs is named as one (before: -p DIR scored with the
+  // default parameters, exit 0; a gold DIR printed an empty summary, then "has 0 lines").
+  for (const auto& [arguments, message] : std::vector<std::pair<std::string, std::string>>{
+           {"-p " + directory_.string() + " " + gold + " " + gold,
+            directory_.string() + ": is a directory, not a file (the EVALB parameter file)"},
+           {directory_.string() + " " + gold,
+            directory_.string() + ": is a directory, not a file (the gold file)"}}) {
+    const EvalbRun refused = run_evalb_program(arguments);
+    EXPECT_EQ(refused.exit_code, 1) << arguments;
+    ASSERT_FALSE(refused.errors.empty()) << arguments;
+    EXPECT_EQ(refused.errors.back(), "transformer_evalb: error: " + message);
+  }
 }
 
 TEST(Evalb, CommandLineErrors) {

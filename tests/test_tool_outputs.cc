@@ -258,6 +258,13 @@ TEST_F(ToolOutputs, PreprocessNeverRemovesOrRewritesItsInputs) {
     fs::remove("data/" + name);
   }
   fs::rename("spm.model.kept", "data/spm.model");
+  // A training run's directory is refused (before: the shards went in beside step_*.h5,
+  // where checkpoint.overwrite may delete them).
+  fs::create_directories("run");
+  std::ofstream("run/step_00000005.h5") << "a checkpoint";
+  expect_refused(preprocess + "--trainpref text/train --destdir run",
+                 "--destdir run is a training run's directory (it holds step_00000005.h5): "
+                 "give the corpus a directory of its own");
   // An earlier run's shards are removed, and the run says so.
   const ProcessResult again = run_process(kBin + "/" + preprocess +
                                           "--trainpref text/train --destdir data --shards 2");
@@ -323,6 +330,22 @@ TEST_F(ToolOutputs, TrainerNeverWritesOverItsInputs) {
                          "--checkpoint.init=./first/ck/../ck/step_00000001.h5",
                  "checkpoint.overwrite = true would delete first/ck/step_00000001.h5, which is "
                  "checkpoint.init");
+  // A file of data.dir is named once (before: "..., which is a file of data.dir X" with
+  // X the same path again): a corpus copied into the run's directory.
+  ASSERT_EQ(run_process("python3 " THPC_SOURCE_DIR "/tools/make_numbers_corpus.py --train 100 "
+                        "--valid 8 --test 2 --seed 1 --out text > /dev/null && " + kBin +
+                        "/transformer_preprocess --source-lang en --target-lang de "
+                        "--vocab-size 100 --trainpref text/train --validpref text/valid "
+                        "--destdir corpus > /dev/null")
+                .exit_code,
+            0);
+  for (const char* name : {"train.00000.h5", "valid.00000.h5", "spm.model"}) {
+    fs::copy_file(fs::path("corpus") / name, fs::path("first/ck") / name);
+  }
+  expect_refused(train + "--checkpoint.dir=first/ck --checkpoint.overwrite=true "
+                         "--data.dir=first/ck",
+                 "checkpoint.overwrite = true would delete first/ck/step_00000001.h5, which is "
+                 "a file of data.dir of this run; copy it out");
   // Beside its inputs, under names of its own, it trains.
   const ProcessResult ok = run_process(kBin + "/" + train + "--checkpoint.dir=d/ck "
                                        "--checkpoint.init=first/ck/step_00000002.h5");

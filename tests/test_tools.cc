@@ -165,7 +165,27 @@ TEST(Tools, OutOfRangeNamesTheOptionAndTheValueGiven) {
            {"transformer_bench_step", "--warmup-steps -1", "--warmup-steps must be >= 0, got -1"},
            {"transformer_bench_step", "--vocab 4",
             "--vocab must be >= 5 (4 special ids + 1), got 4"},
-           {"transformer_bench_step", "--spec-tflops 0", "--spec-tflops must be > 0, got 0"}}) {
+           {"transformer_bench_step", "--spec-tflops 0", "--spec-tflops must be > 0, got 0"},
+           // (before: -1 read as 2^64 - 1, a seed like any other)
+           {"transformer_preprocess",
+            "--source-lang en --target-lang de --trainpref a --validpref b --destdir c "
+            "--seed -1",
+            "--seed must be >= 0, got -1"},
+           // A value that is not of the option's kind says which kind (before: Boost's
+           // "the argument ('two') for option '--shards' is invalid").
+           {"transformer_preprocess",
+            "--source-lang en --target-lang de --trainpref a --validpref b --destdir c "
+            "--shards two",
+            "--shards: 'two' is not a whole number from -2147483648 to 2147483647"},
+           {"transformer_preprocess",
+            "--source-lang en --target-lang de --trainpref a --validpref b --destdir c "
+            "--seed 99999999999999999999",
+            "--seed: '99999999999999999999' is not a whole number from "
+            "-9223372036854775808 to 9223372036854775807"},
+           {"transformer_decode", decode + "--weights 1,-1",
+            "--weights: '1,-1' is not a number (several are separate arguments: --weights "
+            "1 0.5)"},
+           {"transformer_decode", decode + "--lenpen abc", "--lenpen: 'abc' is not a number"}}) {
     SCOPED_TRACE(arguments);
     const Tool tool{name, {}, "", ""};
     expect_one_line_failure(tool, arguments, 2, name + ": " + message + " (see --help)", {});

@@ -68,6 +68,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/output_file.h"
 #include "common/error.h"
+#include "common/input_file.h"
 #include "config/config.h"
 #include "decode/attention_dump.h"
 #include "decode/beam_search.h"
@@ -173,19 +174,18 @@ void load_sentencepiece_model(const Arguments& args, const thpc::DecodingCheckpo
   sentencepiece::SentencePieceProcessor& spm = model.processor;
   model.name = args.spm_model;
   if (!args.spm_model.empty()) {
-    const auto status = spm.Load(args.spm_model);
-    if (!status.ok()) {
-      // A file that does not parse gets SentencePiece's "Internal: ...cc(1101) [...]": said
-      // in the user's words instead.
-      std::error_code error;
-      const bool is_file = std::filesystem::is_regular_file(args.spm_model, error) &&
-                           std::ifstream(args.spm_model).good();  // readable, then
+    // A missing file got SentencePiece's `Not found: "F": No such file or directory Error
+    // #2`, a directory libstdc++'s "basic_filebuf::underflow error", and a file that does
+    // not parse "Internal: ...cc(1101) [...]": each said in the user's words instead.
+    const std::string unreadable = thpc::unreadable_file_reason(args.spm_model);
+    if (!unreadable.empty()) {
+      THPC_FAIL("cannot load SentencePiece model '" << args.spm_model << "': " << unreadable);
+    }
+    if (!spm.Load(args.spm_model).ok()) {
       THPC_FAIL("cannot load SentencePiece model '"
-                << args.spm_model << "': "
-                << (is_file ? "the file is not a SentencePiece model (give the spm.model "
-                              "transformer_preprocess wrote beside the shards, or leave "
-                              "--spm-model out: the checkpoint stores its model)"
-                            : status.ToString()));
+                << args.spm_model << "': the file is not a SentencePiece model (give the "
+                << "spm.model transformer_preprocess wrote beside the shards, or leave "
+                << "--spm-model out: the checkpoint stores its model)");
     }
   } else if (!checkpoint.spm_model.empty()) {
     model.name = "the SentencePiece model stored in " + checkpoint_path;

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/input_file.h"
 #include "parse/evalb.h"
 #include "tools/tool_main.h"
 
@@ -90,10 +91,8 @@ int run(const CommandLine& command) {
   if (command.debug) parameters.debug = 1;
   if (command.max_error) parameters.max_error = *command.max_error;
   if (command.cutoff_length) parameters.cutoff_length = *command.cutoff_length;
-  std::ifstream gold(command.gold_path);
-  if (!gold) THPC_FAIL(command.gold_path << ": cannot open the gold file");
-  std::ifstream test(command.test_path);
-  if (!test) THPC_FAIL(command.test_path << ": cannot open the test file");
+  std::ifstream gold = thpc::open_input_file(command.gold_path, "the gold file");
+  std::ifstream test = thpc::open_input_file(command.test_path, "the test file");
   const thpc::parse::EvalbResult result =
       thpc::parse::run_evalb(parameters, gold, test, std::cout, std::cerr);
   // EVALB's own lines say "LINE : MESSAGE" without a file, repeat "Reading sentence" up to

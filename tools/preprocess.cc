@@ -20,6 +20,8 @@ namespace {
 
 struct Command {
   thpc::PreprocessOptions options;
+  // Signed, so that "-1" is refused: Boost reads it into an unsigned option as 2^64 - 1.
+  int64_t seed = 1;
   bool help = false;
 };
 
@@ -56,7 +58,7 @@ int main(int argc, char** argv) {
       "drop pairs with a side longer than this many subword tokens")(
       "max-ratio", po::value(&options.max_ratio)->default_value(options.max_ratio),
       "drop training pairs whose longer side exceeds this many times the shorter")(
-      "seed", po::value(&options.seed)->default_value(options.seed),
+      "seed", po::value(&command.seed)->default_value(command.seed),
       "chooses the lines SentencePiece trains on when the training text has more than "
       "--spm-sentences")(
       "threads", po::value(&options.threads)->default_value(options.threads),
@@ -66,7 +68,11 @@ int main(int argc, char** argv) {
       "with --seed when there are more (it holds them in memory); 0 = every line");
   const auto parse = [&](int count, char** values) {
     command.help = thpc::tools::parse_options(description, count, values).count("help") > 0;
-    if (!command.help) thpc::check_preprocess_options(options);
+    if (!command.help) {
+      thpc::tools::require_at_least("--seed", command.seed, 0);
+      options.seed = static_cast<uint64_t>(command.seed);
+      thpc::check_preprocess_options(options);
+    }
     return command;
   };
   const auto run = [](const Command& given) {

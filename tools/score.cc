@@ -193,7 +193,15 @@ CommandLine parse_command_line(int argc, char** argv) {
     moses.tokenizer.language = thpc::metrics::parse_moses_language(given.moses_lang);
     moses.tokenizer.version = thpc::metrics::parse_moses_version(given.moses_version);
   } else {
-    command.options.tokenizer = thpc::metrics::parse_tokenizer(given.tokenize);
+    // parse_tokenizer's message names sacreBLEU's four; this tool also takes the two
+    // multi-bleu.perl ones above.
+    try {
+      command.options.tokenizer = thpc::metrics::parse_tokenizer(given.tokenize);
+    } catch (const thpc::Error&) {
+      THPC_FAIL("-tok (--tokenize): unknown tokenizer '"
+                << given.tokenize << "' (expected 13a | intl | char | none, or moses | "
+                << "moses-compound for the paper's tokenized BLEU)");
+    }
     for (const char* name : {"moses-lang", "moses-version"}) {
       if (given_option(name)) THPC_FAIL("--" << name << " needs --tokenize moses or moses-compound");
     }

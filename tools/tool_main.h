@@ -12,11 +12,14 @@
 
 #include <boost/program_options.hpp>
 
+#include <climits>
 #include <exception>
 #include <iostream>
 #include <stdexcept>
 #include <sstream>
 #include <string>
+#include <typeinfo>
+#include <vector>
 
 #include "common/error.h"
 #include "io/atomic_file.h"
@@ -77,11 +80,52 @@ constexpr int kSingleDashLongNames =
 // Boost's message for a bad command line, naming an option that has only a short name
 // (transformer_evalb's -e) as the user spells it: Boost writes it with two dashes, as if
 // it were a long name ("option '--e'"), which the tool does not take.
+// What a typed option takes, in words, with its range ("" for a string or another type).
+inline std::string kind_of_value(const boost::program_options::option_description& option) {
+  const auto* typed =
+      dynamic_cast<const boost::program_options::typed_value_base*>(option.semantic().get());
+  if (typed == nullptr) return "";
+  const std::type_info& type = typed->value_type();
+  const auto whole = [](auto least, auto most) {
+    std::ostringstream words;
+    words << "a whole number from " << +least << " to " << +most;
+    return words.str();
+  };
+  if (type == typeid(int)) return whole(INT_MIN, INT_MAX);
+  if (type == typeid(long)) return whole(LONG_MIN, LONG_MAX);
+  if (type == typeid(long long)) return whole(LLONG_MIN, LLONG_MAX);
+  if (type == typeid(unsigned)) return whole(0u, UINT_MAX);
+  if (type == typeid(unsigned long)) return whole(0ul, ULONG_MAX);
+  if (type == typeid(unsigned long long)) return whole(0ull, ULLONG_MAX);
+  if (type == typeid(float) || type == typeid(double)) return "a number";
+  // An option of several values takes each as an argument of its own ("1,-1" is one).
+  if (type == typeid(std::vector<float>) || type == typeid(std::vector<double>)) {
+    return "a number (several are separate arguments: --" + option.long_name() + " 1 0.5)";
+  }
+  if (type == typeid(std::vector<int>)) {
+    return "a whole number (several are separate arguments: --" + option.long_name() + " 1 2)";
+  }
+  return "";
+}
+
 inline std::string message_naming_option(
     const boost::program_options::error_with_option_name& error,
     const boost::program_options::options_description& options) {
   std::string message = error.what();
   const std::string named = error.get_option_name();
+  // Boost's "the argument ('two') for option '--shards' is invalid" says neither what the
+  // option takes nor why ("1,-1" for --weights, a seed past 64 bits): said with the kind.
+  if (dynamic_cast<const boost::program_options::invalid_option_value*>(&error) != nullptr) {
+    const size_t value_from = message.find("('");
+    const size_t value_to = message.rfind("')");
+    const std::string bare = named.substr(named.find_first_not_of('-'));
+    const auto* option = options.find_nothrow(bare, false);
+    const std::string kind = option != nullptr ? kind_of_value(*option) : "";
+    if (!kind.empty() && value_from != std::string::npos && value_to > value_from) {
+      return named + ": '" + message.substr(value_from + 2, value_to - value_from - 2) +
+             "' is not " + kind;
+    }
+  }
   const bool short_only = named.size() == 3 && named.compare(0, 2, "--") == 0 &&
                           options.find_nothrow(named.substr(1), false) != nullptr &&
                           options.find_nothrow(named.substr(2), false) == nullptr;

@@ -26,6 +26,7 @@
 
 #include "checkpoint/output_file.h"
 #include "common/error.h"
+#include "common/input_file.h"
 #include "parse/tree.h"
 #include "tools/tool_main.h"
 
@@ -157,8 +158,7 @@ std::string joined(const std::vector<std::string>& items) {
 }
 
 std::vector<std::vector<std::string>> read_token_lines(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) THPC_FAIL(path << ": cannot open");
+  std::ifstream in = thpc::open_input_file(path, "");
   std::vector<std::vector<std::string>> lines;
   std::string line;
   while (std::getline(in, line)) {
@@ -177,8 +177,7 @@ int linearize_files(const CommandLine& command) {
   size_t trees = 0;
   size_t empty = 0;
   for (const std::string& path : command.files) {
-    std::ifstream in(path);
-    if (!in) THPC_FAIL(path << ": cannot open");
+    std::ifstream in = thpc::open_input_file(path, "");
     for (const TreeNode& raw : thpc::parse::read_ptb_trees(in, path)) {
       TreeNode normalized;
       if (!thpc::parse::normalize_tree(raw, &normalized)) {
@@ -236,8 +235,7 @@ int reconstruct(const CommandLine& command) {
   }
   std::ifstream file;
   if (!command.input_path.empty()) {
-    file.open(command.input_path);
-    if (!file) THPC_FAIL(command.input_path << ": cannot open");
+    file = thpc::open_input_file(command.input_path, "");
   }
   std::istream& in = command.input_path.empty() ? std::cin : file;
   const std::string input_name = command.input_path.empty() ? "<stdin>" : command.input_path;

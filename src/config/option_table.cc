@@ -106,7 +106,8 @@ const std::vector<Option>& option_table() {
       THPC_OPTION(model, label_smoothing, THPC_FRACTION, "eps_ls (§5.4)"),
       THPC_OPTION(model, positions, THPC_ONE_OF("sinusoidal", "learned"),
                   "position encoding (§3.5; learned is Table 3 row E)"),
-      THPC_OPTION(model, max_positions, THPC_AT_LEAST(1), "longest sequence the positions cover"),
+      THPC_OPTION(model, max_positions, THPC_AT_LEAST(2),
+                  "longest sequence the positions cover (a sentence and its bos or eos)"),
       THPC_OPTION(model, vocab_size, THPC_ZERO_OR_AT_LEAST(5),
                   "shared source/target vocabulary, the 4 special ids (pad unk bos eos) "
                   "included; 0 = from the data (§5.1)"),

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/input_file.h"
 #include "data/shard_file.h"
 #include "io/atomic_file.h"
 
@@ -63,10 +64,7 @@ constexpr int64_t kProgressBlock = 4096;
 class LineReader {
  public:
   explicit LineReader(const std::string& path) : path_(path) {
-    std::error_code error;
-    if (!fs::is_regular_file(path, error)) THPC_FAIL(path << ": no such file");
-    stream_.open(path, std::ios::binary);
-    if (!stream_) THPC_FAIL(path << ": cannot open");
+    stream_ = open_input_file(path, "");
   }
 
   // False after the last line.
@@ -215,13 +213,7 @@ class SampledLines final : public sentencepiece::SentenceIterator {
 // training_lines and spm_lines.
 std::string sentencepiece_model(const PreprocessOptions& options, const ParallelFiles& train,
                                 PreprocessSummary* summary) {
-  if (!options.spm_model.empty()) {
-    std::ifstream stream(options.spm_model, std::ios::binary);
-    if (!stream) THPC_FAIL(options.spm_model << ": cannot open the SentencePiece model");
-    std::ostringstream bytes;
-    bytes << stream.rdbuf();
-    return bytes.str();
-  }
+  if (!options.spm_model.empty()) return read_input_file(options.spm_model, "--spm-model");
   std::unordered_map<std::string, std::string> arguments = {
       {"model_type", options.model_type},
       {"vocab_size", std::to_string(options.vocab_size)},
@@ -577,10 +569,21 @@ void remove_old_shards(const std::string& dest_dir, std::ostream& log) {
 // Refuses a file in --destdir under a name the run removes or replaces (a shard's,
 // spm.model) that is not what such a name holds: the run would delete it unread (before:
 // a checkpoint copied there as train.00007.h5 went without a word).
+// A training run's directory (its checkpoints, lock or metrics) is refused outright: a
+// corpus written among them is one `checkpoint.overwrite` may delete (a trial took a
+// run's checkpoint directory as --destdir, and the shards went in beside step_*.h5).
 void check_destdir_holds_only_shards(const PreprocessOptions& options) {
   std::error_code error;
   for (const fs::directory_entry& entry : fs::directory_iterator(options.dest_dir, error)) {
     const std::string name = entry.path().filename().string();
+    const bool training_file =
+        name == "trainer.lock" || name == "metrics.jsonl" ||
+        (name.rfind("step_", 0) == 0 && name.size() > 8 &&
+         name.compare(name.size() - 3, 3, ".h5") == 0);
+    if (training_file) {
+      THPC_FAIL("--destdir " << options.dest_dir << " is a training run's directory (it holds "
+                << name << "): give the corpus a directory of its own");
+    }
     const bool shard = is_shard_name(name);
     if (!shard && name != "spm.model") continue;
     std::string wrong;
@@ -738,7 +741,12 @@ PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log
   sentencepiece::SentencePieceProcessor processor;
   const auto loaded = processor.LoadFromSerializedProto(metadata.spm_model);
   const std::string model_name = options.spm_model.empty() ? "the trained model" : options.spm_model;
-  if (!loaded.ok()) THPC_FAIL(model_name << ": not a SentencePiece model: " << loaded.ToString());
+  // SentencePiece's own status reads "Internal: ./src/sentencepiece_processor.cc(232)
+  // [model_proto->ParseFromArray(...)]": said in the user's words instead.
+  if (!loaded.ok()) {
+    THPC_FAIL(model_name << ": not a SentencePiece model (give the .model file that "
+                         << "spm_train or an earlier transformer_preprocess wrote)");
+  }
   metadata.vocab_size = processor.GetPieceSize();
   metadata.ids = SpecialIds{processor.pad_id(), processor.unk_id(), processor.bos_id(),
                             processor.eos_id()};

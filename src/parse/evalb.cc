@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/input_file.h"
 
 namespace thpc::parse {
 namespace {
@@ -461,8 +462,7 @@ double EvalbTotals::f_measure() const {
 }
 
 EvalbParameters read_evalb_parameters(const std::string& path, std::ostream& warnings) {
-  std::ifstream in(path);
-  if (!in) THPC_FAIL(path << ": cannot open the parameter file");
+  std::ifstream in = open_input_file(path, "the EVALB parameter file");
   EvalbParameters parameters;
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {

@@ -165,8 +165,11 @@ std::string outputs_that_would_destroy_inputs(const Config& config,
       if (!is_run_checkpoint_file(entry.path().string())) continue;
       for (const auto& [what, input] : inputs) {
         if (!input.empty() && same_file(entry.path().string(), input)) {
+          // The input's own spelling only where it differs from the file's (a file of
+          // data.dir is listed by its path: "X, which is a file of data.dir X" read garbled).
+          const std::string spelt = input == entry.path().string() ? "" : " " + input;
           return "checkpoint.overwrite = true would delete " + entry.path().string() +
-                 ", which is " + what + " " + input + " of this run; copy it out of "
+                 ", which is " + what + spelt + " of this run; copy it out of "
                  "checkpoint.dir " + config.checkpoint.dir + " first, or give this run another "
                  "checkpoint.dir";
         }
