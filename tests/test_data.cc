@@ -577,6 +577,24 @@ TEST_F(DataPipeline, BadTextInputFailsWithOneClearMessage) {
 
   fs::remove(dir / "bad.de");
   expect_preprocess_failure(dir, "bad.de", "no such file");
+  // (before: "no such file" for a file that is there, as a directory)
+  fs::create_directories(dir / "bad.de");
+  expect_preprocess_failure(dir, "bad.de", "bad.de: is a directory, not a file");
+  fs::remove(dir / "bad.de");
+  // An --spm-model that is not one is said so without SentencePiece's internals (before:
+  // "Internal: ./src/sentencepiece_processor.cc(232) [model_proto->ParseFromArray(...)]").
+  write_lines(dir / "bad.de", {"ein Hund", "eine Katze", "ein Vogel"});
+  const CommandResult not_a_model = run_command(
+      thpc::binary_dir() + "/transformer_preprocess --source-lang en --target-lang de "
+      "--trainpref " + (dir / "bad").string() + " --validpref " + (dir / "bad").string() +
+      " --destdir " + (dir / "out").string() + " --spm-model " + (dir / "bad.en").string());
+  EXPECT_EQ(not_a_model.exit_code, 1) << not_a_model.output;
+  EXPECT_NE(not_a_model.output.find((dir / "bad.en").string() + ": not a SentencePiece model "
+                                    "(give the .model file that spm_train or an earlier "
+                                    "transformer_preprocess wrote)"),
+            std::string::npos)
+      << not_a_model.output;
+  EXPECT_EQ(not_a_model.output.find("Internal"), std::string::npos) << not_a_model.output;
 }
 
 // An option out of range is a usage error (exit 2, a plain line), not an internal check.
@@ -745,6 +763,11 @@ TEST_F(DataPipeline, BadShardsFailWithOneClearMessage) {
   expect_error([&] { find_shards(mixed.string(), "train"); },
                {"train.00002.h5", "shard 1 is missing"});
   expect_error([&] { find_shards(mixed.string(), "valid"); }, {mixed.string(), "no shards"});
+  expect_error([&] { find_shards((mixed / "none").string(), "train"); },
+               {"none: no such data directory"});
+  // A file named as data.dir (an ini given by mistake) is said to be one.
+  expect_error([&] { find_shards((mixed / "train.00000.h5").string(), "train"); },
+               {"train.00000.h5: is a file, not a data directory"});
 }
 
 // A copy of the first training shard as the only shard of directory `name`.
@@ -788,6 +811,85 @@ TEST_F(DataPipeline, BitFlipsThatLeaveTheShardPlausibleFailTheChecksum) {
             std::string::npos)
       << result.output;
   EXPECT_FALSE(fs::exists(root_ / "token_flip_ckpt"));
+}
+
+// The stored SentencePiece model, which every checkpoint and so decoding take from the
+// shards, is checked as the tokens are (a trial of 2026-12-01: a flipped byte in a piece
+// trained to exit 0 and went into every checkpoint; a garbage model failed only in
+// transformer_decode; a vocab_size above the model's pieces, or one beyond 32 bits cut
+// to the model's size, gave no message at all).
+TEST_F(DataPipeline, TheStoredSentencePieceModelIsCheckedAsTheTokensAre) {
+  const ShardContents original = read_shard(train_files().front());
+  ASSERT_FALSE(original.metadata.spm_model.empty());
+  const std::string flipped = copied_shard(root_, "spm_flip", train_files().front());
+  const std::string bytes = read_bytes(flipped);
+  const size_t model_at = bytes.find(original.metadata.spm_model);
+  ASSERT_NE(model_at, std::string::npos);
+  // A byte of a piece's text in the middle of the model: the model still loads.
+  flip_bits(flipped, model_at + original.metadata.spm_model.size() / 2, 0x01);
+  expect_error([&] { read_shard_summary(flipped); },
+               {flipped, "bad checksum for the stored SentencePiece model (attribute spm_model",
+                "the file is corrupt (re-run transformer_preprocess)"});
+
+  const auto reader_of = [](const std::string& path) {
+    ShardReaderSpec spec;
+    spec.files = {path};
+    return ShardReader(spec);
+  };
+  const std::string garbage = altered_shard("spm_garbage", [](ShardContents& contents) {
+    contents.metadata.spm_model = std::string(300, '\x7f');
+  });
+  expect_error([&] { reader_of(garbage); },
+               {garbage, "the stored SentencePiece model (attribute spm_model) does not load: "
+                         "the shard is damaged (re-run transformer_preprocess)"});
+  const int vocab = original.metadata.vocab_size;
+  const std::string larger = altered_shard("spm_smaller", [](ShardContents& contents) {
+    contents.metadata.vocab_size += 1;
+  });
+  expect_error([&] { reader_of(larger); },
+               {larger, "vocab_size is " + std::to_string(vocab + 1) + " but the stored "
+                        "SentencePiece model has " + std::to_string(vocab) + " pieces"});
+  const std::string other_bos = altered_shard("other_bos", [](ShardContents& contents) {
+    contents.metadata.ids.bos = 7;
+  });
+  expect_error([&] { reader_of(other_bos); },
+               {other_bos, "special ids pad/unk/bos/eos 0/1/7/3 are not the stored "
+                           "SentencePiece model's 0/1/2/3"});
+
+  const std::string wide = altered_shard("wide_vocab", [](ShardContents&) {});
+  {
+    const hid_t file = H5Fopen(wide.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t attribute = H5Aopen(file, "vocab_size", H5P_DEFAULT);
+    const int64_t value = (int64_t{1} << 32) + vocab;
+    H5Awrite(attribute, H5T_NATIVE_INT64, &value);
+    H5Aclose(attribute);
+    H5Fclose(file);
+  }
+  expect_error([&] { read_shard_summary(wide); },
+               {wide, "attribute vocab_size = " + std::to_string((int64_t{1} << 32) + vocab) +
+                          " is beyond the 32-bit range"});
+}
+
+// Validation shards of another vocabulary than the training shards (here one without a
+// stored model) are refused before training, exit 3, naming both prefixes.
+TEST_F(DataPipeline, ValidationShardsOfAnotherVocabularyAreRefused) {
+  const std::string valid = altered_shard("other_valid", [](ShardContents& contents) {
+    contents.metadata.spm_model.clear();
+  });
+  fs::rename(valid, root_ / "other_valid" / "valid.00000.h5");
+  fs::copy_file(train_files().front(), root_ / "other_valid" / "train.00000.h5");
+  const CommandResult result =
+      run_command("cd " THPC_SOURCE_DIR " && " + thpc::binary_dir() +
+                  "/transformer_hpc input/tiny.ini --train.max_steps=1 --train.valid_every=1 "
+                  "--checkpoint.dir=" + (root_ / "other_valid_ckpt").string() +
+                  " --data.dir=" + (root_ / "other_valid").string());
+  EXPECT_EQ(result.exit_code, 3) << result.output;
+  EXPECT_NE(result.output.find((root_ / "other_valid").string() + ": the valid shards have "
+                               "another vocabulary than the train shards (SentencePiece model, "
+                               "vocab_size "),
+            std::string::npos)
+      << result.output;
+  EXPECT_FALSE(fs::exists(root_ / "other_valid_ckpt"));
 }
 
 TEST_F(DataPipeline, TokensMustBeInt32AndOffsetsInt64) {

@@ -1,9 +1,10 @@
 #include "data/shard_file.h"
 
-#include <filesystem>
+#include <limits>
 #include <utility>
 
 #include "common/error.h"
+#include "common/input_file.h"
 #include "common/sha256.h"
 #include "io/hdf5.h"
 
@@ -13,6 +14,10 @@ namespace {
 using hdf5::Handle;
 
 constexpr const char* kChecksumAttribute = "sha256";
+// The root attribute with the sha256 of the stored SentencePiece model (written since
+// 2026-12-01; shards without it are read as before): the token datasets had checksums,
+// but a flipped byte in a piece of the model passed into every checkpoint and decoding.
+constexpr const char* kSpmModelChecksumAttribute = "spm_model_sha256";
 
 // ---- writing ----
 
@@ -58,6 +63,10 @@ class ShardWriter {
     write_bytes(file.get(), "source_lang", meta.source_lang);
     write_bytes(file.get(), "target_lang", meta.target_lang);
     write_bytes(file.get(), "spm_model", meta.spm_model);
+    if (checksummed_) {
+      write_bytes(file.get(), kSpmModelChecksumAttribute,
+                  sha256_hex(meta.spm_model.data(), meta.spm_model.size()));
+    }
     writer_.check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "flush");
   }
 
@@ -174,7 +183,7 @@ class ShardFileReader {
 
   ShardMetadata metadata(int64_t* pairs) {
     ShardMetadata meta;
-    meta.format_version = static_cast<int>(read_int("format_version"));
+    meta.format_version = read_int32("format_version");
     if (meta.format_version < kOldestShardFormatVersion ||
         meta.format_version > kShardFormatVersion) {
       THPC_FAIL(path_ << ": shard format version " << meta.format_version
@@ -182,14 +191,23 @@ class ShardFileReader {
                       << " to " << kShardFormatVersion << " (re-run transformer_preprocess)");
     }
     checksummed_ = meta.format_version >= 2;
-    meta.vocab_size = static_cast<int>(read_int("vocab_size"));
-    meta.ids.pad = static_cast<int>(read_int("pad_id"));
-    meta.ids.unk = static_cast<int>(read_int("unk_id"));
-    meta.ids.bos = static_cast<int>(read_int("bos_id"));
-    meta.ids.eos = static_cast<int>(read_int("eos_id"));
+    meta.vocab_size = read_int32("vocab_size");
+    meta.ids.pad = read_int32("pad_id");
+    meta.ids.unk = read_int32("unk_id");
+    meta.ids.bos = read_int32("bos_id");
+    meta.ids.eos = read_int32("eos_id");
     meta.source_lang = read_bytes("source_lang");
     meta.target_lang = read_bytes("target_lang");
     meta.spm_model = read_bytes("spm_model");
+    if (checksummed_ && file_.has_attribute(file_.root(), kSpmModelChecksumAttribute)) {
+      const std::string actual = sha256_hex(meta.spm_model.data(), meta.spm_model.size());
+      const std::string recorded = read_bytes(kSpmModelChecksumAttribute);
+      if (actual != recorded) {
+        THPC_FAIL(path_ << ": bad checksum for the stored SentencePiece model (attribute "
+                        << "spm_model: sha256 " << actual << ", recorded " << recorded
+                        << "): the file is corrupt (re-run transformer_preprocess)");
+      }
+    }
     *pairs = read_int("pairs");
     if (meta.vocab_size <= 0) THPC_FAIL(path_ << ": vocabulary size " << meta.vocab_size);
     for (const int id : {meta.ids.pad, meta.ids.unk, meta.ids.bos, meta.ids.eos}) {
@@ -262,8 +280,9 @@ class ShardFileReader {
 
  private:
   static hdf5::Reader open_file(const std::string& path) {
-    std::error_code error;
-    if (!std::filesystem::is_regular_file(path, error)) THPC_FAIL(path << ": no such shard file");
+    const std::string unreadable = unreadable_file_reason(path);
+    if (unreadable == "no such file") THPC_FAIL(path << ": no such shard file");
+    if (!unreadable.empty()) THPC_FAIL(path << ": " << unreadable << " (a shard)");
     if (!hdf5::is_hdf5(path)) THPC_FAIL(path << ": not an HDF5 file (or its header is damaged)");
     return hdf5::Reader::open(path, path);
   }
@@ -300,6 +319,18 @@ class ShardFileReader {
 
   int64_t read_int(const char* name) const {
     return file_.integer_attribute<int64_t>(file_.root(), "/", name);
+  }
+  // An attribute the format keeps as an int, its range checked before it is narrowed
+  // (before, 2^32 + 500 was read as a vocabulary of 500, and 2^40 as 0).
+  int read_int32(const char* name) const {
+    const int64_t value = read_int(name);
+    if (value < std::numeric_limits<int32_t>::min() ||
+        value > std::numeric_limits<int32_t>::max()) {
+      THPC_FAIL(path_ << ": attribute " << name << " = " << value
+                      << " is beyond the 32-bit range the format allows: the shard is damaged "
+                      << "(re-run transformer_preprocess)");
+    }
+    return static_cast<int>(value);
   }
   std::string read_bytes(const char* name) const {
     return file_.bytes_attribute(file_.root(), "/", name);

@@ -7,6 +7,8 @@
 #include <numeric>
 #include <ostream>
 
+#include <sentencepiece_processor.h>
+
 #include "common/error.h"
 #include "common/philox.h"
 #include "common/sha256.h"
@@ -49,6 +51,10 @@ bool fits_positions(const ShardSummary& summary, int32_t pair, int64_t max_sente
 std::vector<std::string> find_shards(const std::string& directory, const std::string& prefix) {
   std::error_code error;
   if (!std::filesystem::is_directory(directory, error)) {
+    if (std::filesystem::exists(directory, error)) {
+      THPC_FAIL(directory << ": is a file, not a data directory (data.dir names the directory "
+                          << "transformer_preprocess --destdir wrote the shards to)");
+    }
     THPC_FAIL(directory << ": no such data directory (run transformer_preprocess --destdir "
                         << directory << ")");
   }
@@ -77,6 +83,40 @@ std::vector<std::string> find_shards(const std::string& directory, const std::st
   }
   return files;
 }
+
+namespace {
+
+// The SentencePiece model the shards store is what validation BLEU, every checkpoint and
+// so decoding take: it must load, and agree with the shards' vocabulary size and special
+// ids (a garbage model trained to exit 0 and failed only in transformer_decode, with
+// SentencePiece's internal message; a vocab_size one above the model's pieces gave
+// checkpoints no decoder could use). Read once, from the first shard: the others must
+// store the same bytes.
+void check_stored_sentencepiece_model(const std::string& path, const ShardMetadata& meta) {
+  if (meta.spm_model.empty()) return;  // written without one (tests' hand-made shards)
+  sentencepiece::SentencePieceProcessor processor;
+  if (!processor.LoadFromSerializedProto(meta.spm_model).ok()) {
+    THPC_FAIL(path << ": the stored SentencePiece model (attribute spm_model) does not load: "
+                   << "the shard is damaged (re-run transformer_preprocess)");
+  }
+  if (processor.GetPieceSize() != meta.vocab_size) {
+    THPC_FAIL(path << ": vocab_size is " << meta.vocab_size << " but the stored SentencePiece "
+                   << "model has " << processor.GetPieceSize() << " pieces: the shard is "
+                   << "damaged (re-run transformer_preprocess)");
+  }
+  const SpecialIds model{processor.pad_id(), processor.unk_id(), processor.bos_id(),
+                         processor.eos_id()};
+  const SpecialIds& stated = meta.ids;
+  if (model.pad != stated.pad || model.unk != stated.unk || model.bos != stated.bos ||
+      model.eos != stated.eos) {
+    THPC_FAIL(path << ": special ids pad/unk/bos/eos " << stated.pad << "/" << stated.unk << "/"
+                   << stated.bos << "/" << stated.eos << " are not the stored SentencePiece "
+                   << "model's " << model.pad << "/" << model.unk << "/" << model.bos << "/"
+                   << model.eos << ": the shard is damaged (re-run transformer_preprocess)");
+  }
+}
+
+}  // namespace
 
 ShardReader::ShardReader(const ShardReaderSpec& spec) : spec_(spec) {
   THPC_CHECK(!spec.files.empty(), "no shard files");
@@ -126,6 +166,7 @@ ShardReader::ShardReader(const ShardReaderSpec& spec) : spec_(spec) {
     }
     shards_.push_back(std::move(shard));
   }
+  check_stored_sentencepiece_model(spec.files.front(), metadata_);
   if (total_pairs_ == 0 && dropped_too_long_ > 0) {
     THPC_FAIL(spec.files.front() << ": all " << dropped_too_long_ << " sentence pairs are longer "
                                  << "than the model's positions allow ("

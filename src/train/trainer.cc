@@ -311,10 +311,19 @@ Trainer::Trainer(const Config& config, Communicator comm)
     valid_source_ = make_validation_source(config_, comm_.rank(), comm_.size());
     // Both come from data.dir (validate() requires it), so the training source has a corpus.
     THPC_CHECK(source_->spm_model(), "validation without a training corpus");
-    if (valid_source_->metadata().spm_model != *source_->spm_model()) {
+    // The whole vocabulary: pieces, size and special ids (a valid shard whose bos_id
+    // differed from the training shards' was taken, and validated on other ids).
+    const ShardMetadata& valid = valid_source_->metadata();
+    const SpecialIds train_ids = source_->special_ids();
+    if (valid.spm_model != *source_->spm_model() || valid.vocab_size != source_->vocab_size() ||
+        valid.ids.pad != train_ids.pad || valid.ids.unk != train_ids.unk ||
+        valid.ids.bos != train_ids.bos || valid.ids.eos != train_ids.eos) {
       std::ostringstream message;
       message << config_.data.dir << ": the " << config_.data.valid << " shards have another "
-              << "vocabulary than the " << config_.data.train << " shards";
+              << "vocabulary than the " << config_.data.train << " shards (SentencePiece "
+              << "model, vocab_size " << valid.vocab_size << " and " << source_->vocab_size()
+              << ", or the special ids pad/unk/bos/eos: preprocess both in one "
+              << "transformer_preprocess run)";
       throw DataError(message.str());
     }
     if (config_.train.valid_bleu) valid_bleu_ = make_validation_bleu(config_, comm_);
