@@ -128,6 +128,24 @@ TEST(Trees, DelinearizeRepairsByTheDocumentedRule) {
   EXPECT_EQ(to_evalb_line(right_branching_tree({"Hi"}, {"UH"})), "(TOP (S (UH Hi)))");
 }
 
+// A tree whose root is a pre-terminal ("(TOP (UH Yes))", a one-word sentence without a
+// constituent) linearizes to one slot and comes back whole (before: as the baseline's
+// (S (UH Yes)), a bracket its gold lacks); more slots than its one word do not.
+TEST(Trees, AOneWordTreeWithoutAConstituentSurvivesTheRoundTrip) {
+  TreeNode normalized;
+  ASSERT_TRUE(normalize_tree(parse_one("( (UH Yes) )"), &normalized));
+  for (const TreeLeaves leaves : {TreeLeaves::kPlaceholder, TreeLeaves::kWords}) {
+    const std::string sequence = linearize(normalized, leaves);
+    EXPECT_EQ(sequence, leaves == TreeLeaves::kWords ? "Yes" : "XX");
+    const Delinearized back = delinearize(sequence, {"Yes"}, {"UH"});
+    EXPECT_EQ(static_cast<int>(back.how), static_cast<int>(Reconstruction::kWellFormed));
+    EXPECT_EQ(to_evalb_line(back.tree), "(TOP (UH Yes))");
+  }
+  const Delinearized two_slots = delinearize("XX XX", {"Yes"}, {"UH"});
+  EXPECT_EQ(static_cast<int>(two_slots.how), static_cast<int>(Reconstruction::kBaseline));
+  EXPECT_EQ(to_evalb_line(two_slots.tree), "(TOP (S (UH Yes)))");
+}
+
 TEST(Trees, MalformedTreesNameFileAndLine) {
   auto parse = [](const std::string& text) {
     return [text] {

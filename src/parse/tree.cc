@@ -297,6 +297,13 @@ Delinearized delinearize(const std::string& sequence, const std::vector<std::str
       repaired = true;
     }
   }
+  // One word and one slot, no bracket: what linearize writes for a tree whose root is a
+  // pre-terminal ("(TOP (NN Yes))" -> "XX"), the one tree without a constituent. Read
+  // back as that tree (before: the baseline's (S (NN Yes)), a bracket the gold lacks).
+  if (!opened_any && !repaired && words.size() == 1 && next_word == 1) {
+    result.tree = stack.front().children.front();
+    return result;
+  }
   if (!opened_any) {
     result.tree = right_branching_tree(words, tags);
     result.how = Reconstruction::kBaseline;

@@ -38,7 +38,9 @@
 //   5. the result is the single top-level constituent when there is exactly one; any
 //      other top level (several constituents, or bare words) is put under one `S`.
 //   A sequence without any `(LABEL` is not repaired but replaced by the right-branching
-//   baseline tree of the sentence (both cases are counted by the tools).
+//   baseline tree of the sentence (both cases are counted by the tools), except one slot
+//   for a one-word sentence: what linearize writes for a tree whose root is a
+//   pre-terminal, read back as that tree.
 //   An `(LABEL` that would open a constituent deeper than kMaxTreeDepth is dropped with
 //   the `)` that closes it (repaired).
 //
