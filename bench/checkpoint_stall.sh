@@ -14,7 +14,10 @@
 # the writer's hashing then competes with the step's own threads). CANDIDATE (e.g.
 # pinned_snapshot: the state copied into pinned memory on the GPU's stream, not waited
 # for) adds a third run, beside training with train.cuda_kernels=CANDIDATE, and the
-# field stall_candidate_s. Writes under WORK (default build/checkpoint_stall).
+# field stall_candidate_s. Writes under WORK (default build/checkpoint_stall). CONFIG
+# (default input/base.ini) and VOCAB (default 37000) give another model: gpu_session.sh's
+# CPU rehearsal takes input/tiny.ini, whose files the 2-core machines write in seconds
+# (the base model's 757 MB, six of them, took 98 s of the call's 130 on 2026-12-01).
 #
 #   bash bench/checkpoint_stall.sh
 set -euo pipefail
@@ -26,9 +29,11 @@ STEPS=${STEPS:-14}
 EVERY=${EVERY:-4}
 TOKENS=${TOKENS:-200}
 WORK=${WORK:-build/checkpoint_stall}
+CONFIG=${CONFIG:-input/base.ini}
+VOCAB=${VOCAB:-37000}
 mkdir -p "$WORK"
 # input/base.ini reads WMT14 shards; the synthetic task has the same model and vocabulary.
-sed 's/^dir = .*/dir =/' input/base.ini > "$WORK/base_synthetic.ini"
+sed 's/^dir = .*/dir =/' "$CONFIG" > "$WORK/base_synthetic.ini"
 CANDIDATE=${CANDIDATE:-}
 runs=(in_step beside)
 [ -n "$CANDIDATE" ] && runs+=(candidate)
@@ -37,7 +42,7 @@ for run in "${runs[@]}"; do
   [ "$run" = in_step ] && background=false
   [ "$run" = candidate ] && kernels=$CANDIDATE
   rm -rf "$WORK/ck_$run"
-  "$BUILD/transformer_hpc" "$WORK/base_synthetic.ini" --data.synthetic_vocab=37000 \
+  "$BUILD/transformer_hpc" "$WORK/base_synthetic.ini" --data.synthetic_vocab="$VOCAB" \
     --train.backend="$BACKEND" --train.cuda_kernels="$kernels" \
     --train.threads="$THREADS" --train.max_steps="$STEPS" \
     --train.tokens_per_step="$TOKENS" --train.log_every=1 --train.valid_every=0 \

@@ -1051,7 +1051,8 @@ ranks_stage() {
   # memory on the stream, not waited for: stall_candidate_s), whether or not its twin
   # passed in call 1 (a wrong copy would not change the stall; the twin says if it is).
   local stall=(BACKEND=cuda TOKENS=25000 STEPS=10 EVERY=3 CANDIDATE=pinned_snapshot)
-  [ "$rehearsal" = 1 ] && stall=(BACKEND=cpu TOKENS=100 STEPS=4 EVERY=2 CANDIDATE=pinned_snapshot)
+  [ "$rehearsal" = 1 ] &&
+    stall=(BACKEND=cpu TOKENS=100 STEPS=4 EVERY=2 CANDIDATE=pinned_snapshot CONFIG=input/tiny.ini)
   timeout 130 env "${stall[@]}" BUILD="$BUILD_DIR" WORK=/tmp/thpc_checkpoint_stall \
     bash bench/checkpoint_stall.sh > "$LOGS/checkpoint_stall.txt" 2>&1
   echo "checkpoint stall (exit $?): $(grep "^checkpoint_stall:" "$LOGS/checkpoint_stall.txt")"
