@@ -40,7 +40,7 @@ int dry_run(const thpc::Config& config, int ranks) {
   if (config.data.dir.empty() || vocab == 0 ||
       std::filesystem::is_directory(config.data.dir, missing)) {
     source = thpc::make_training_source(config);
-    if (!config.data.dir.empty()) source->print_notes(std::cout, "data.train");
+    source->print_notes(std::cout, "data.train");  // the synthetic task's line too
     vocab = thpc::resolve_vocab_size(config, *source);
     // The validation shards too, when training would read them (exit 3 as there).
     if (config.train.valid_every > 0) thpc::make_validation_source(config);

@@ -283,16 +283,23 @@ TEST_F(CheckpointTest, AResumeWithAnotherMicroBatchBudgetContinuesAtTheSameShare
   EXPECT_NE(again.output.find("at step 20"), std::string::npos) << again.output;
   EXPECT_EQ(again.output.find("micro-batch to"), std::string::npos) << again.output;
   // One directory written another way is not a change (a job script's $PWD/ck for the
-  // ini's ck was listed as one).
+  // ini's ck was listed as one); another directory still is.
   const ProcessResult written_otherwise = run_process(
       common + path("interrupted") + "/../interrupted/ --checkpoint.resume=auto "
-      "--train.accumulate=4 --train.metrics_dir=" + path("interrupted") + "/. "
+      "--train.accumulate=4 --train.metrics_dir=" + path("elsewhere") + " "
       "--train.clip_norm=2");
   ASSERT_EQ(written_otherwise.exit_code, 0) << written_otherwise.output;
-  EXPECT_NE(written_otherwise.output.find("note: 1 setting differs from the run that wrote the "
-                                          "checkpoint, from this step on: train.clip_norm = 2 "
-                                          "(was 0)\n"),
+  EXPECT_NE(written_otherwise.output.find("note: 2 settings differ from the run that wrote the "
+                                          "checkpoint, from this step on: "),
             std::string::npos)
+      << written_otherwise.output;
+  EXPECT_NE(written_otherwise.output.find("train.clip_norm = 2 (was 0)"), std::string::npos)
+      << written_otherwise.output;
+  EXPECT_NE(written_otherwise.output.find("train.metrics_dir = " + path("elsewhere") + " (was " +
+                                          path("interrupted") + ")"),
+            std::string::npos)
+      << written_otherwise.output;
+  EXPECT_EQ(written_otherwise.output.find("checkpoint.dir ="), std::string::npos)
       << written_otherwise.output;
 }
 

@@ -3,6 +3,7 @@
 // The corpus is a slice of Multi30k ($THPC_DATA/multi30k, see data_dir.h) plus hand-made
 // lines that exercise normalisation and each filter.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <hdf5.h>
 #include <sentencepiece_processor.h>
 #include <unistd.h>
@@ -581,6 +582,11 @@ TEST_F(DataPipeline, BadTextInputFailsWithOneClearMessage) {
   fs::create_directories(dir / "bad.de");
   expect_preprocess_failure(dir, "bad.de", "bad.de: is a directory, not a file");
   fs::remove(dir / "bad.de");
+  // A named pipe, which preprocessing cannot read twice, is refused before it is opened
+  // (opened, it would wait for a writer that never comes).
+  ASSERT_EQ(::mkfifo((dir / "bad.de").c_str(), 0600), 0);
+  expect_preprocess_failure(dir, "bad.de", "bad.de: not a regular file (preprocessing reads");
+  fs::remove(dir / "bad.de");
   // An --spm-model that is not one is said so without SentencePiece's internals (before:
   // "Internal: ./src/sentencepiece_processor.cc(232) [model_proto->ParseFromArray(...)]").
   write_lines(dir / "bad.de", {"ein Hund", "eine Katze", "ein Vogel"});
@@ -841,9 +847,9 @@ TEST_F(DataPipeline, TheStoredSentencePieceModelIsCheckedAsTheTokensAre) {
   });
   expect_error([&] { reader_of(garbage); },
                {garbage, "the stored SentencePiece model (attribute spm_model) does not load: "
-                         "the shard is damaged (re-run transformer_preprocess)"});
+                         "the shard is damaged, or was written with a newer SentencePiece"});
   const int vocab = original.metadata.vocab_size;
-  const std::string larger = altered_shard("spm_smaller", [](ShardContents& contents) {
+  const std::string larger = altered_shard("spm_larger_vocab", [](ShardContents& contents) {
     contents.metadata.vocab_size += 1;
   });
   expect_error([&] { reader_of(larger); },
@@ -870,26 +876,48 @@ TEST_F(DataPipeline, TheStoredSentencePieceModelIsCheckedAsTheTokensAre) {
                           " is beyond the 32-bit range"});
 }
 
-// Validation shards of another vocabulary than the training shards (here one without a
-// stored model) are refused before training, exit 3, naming both prefixes.
+// Validation shards of another vocabulary than the training shards are refused before
+// training, exit 3, naming both prefixes and what each holds: another SentencePiece
+// model, and (shards without a stored model, as hand-made ones are) other special ids,
+// which were taken before.
 TEST_F(DataPipeline, ValidationShardsOfAnotherVocabularyAreRefused) {
-  const std::string valid = altered_shard("other_valid", [](ShardContents& contents) {
-    contents.metadata.spm_model.clear();
-  });
-  fs::rename(valid, root_ / "other_valid" / "valid.00000.h5");
-  fs::copy_file(train_files().front(), root_ / "other_valid" / "train.00000.h5");
-  const CommandResult result =
-      run_command("cd " THPC_SOURCE_DIR " && " + thpc::binary_dir() +
-                  "/transformer_hpc input/tiny.ini --train.max_steps=1 --train.valid_every=1 "
-                  "--checkpoint.dir=" + (root_ / "other_valid_ckpt").string() +
-                  " --data.dir=" + (root_ / "other_valid").string());
-  EXPECT_EQ(result.exit_code, 3) << result.output;
-  EXPECT_NE(result.output.find((root_ / "other_valid").string() + ": the valid shards have "
-                               "another vocabulary than the train shards (SentencePiece model, "
-                               "vocab_size "),
-            std::string::npos)
-      << result.output;
-  EXPECT_FALSE(fs::exists(root_ / "other_valid_ckpt"));
+  const auto refused = [&](const std::string& name,
+                           const std::function<void(ShardContents&)>& change_train,
+                           const std::function<void(ShardContents&)>& change_valid,
+                           const std::string& why) {
+    SCOPED_TRACE(name);
+    const std::string valid = altered_shard(name, change_valid);
+    fs::rename(valid, root_ / name / "valid.00000.h5");
+    altered_shard(name, change_train);
+    const CommandResult result =
+        run_command("cd " THPC_SOURCE_DIR " && " + thpc::binary_dir() +
+                    "/transformer_hpc input/tiny.ini --train.max_steps=1 --train.valid_every=1 "
+                    "--checkpoint.dir=" + (root_ / (name + "_ckpt")).string() +
+                    " --data.dir=" + (root_ / name).string());
+    EXPECT_EQ(result.exit_code, 3) << result.output;
+    EXPECT_NE(result.output.find((root_ / name).string() + ": the valid shards have another "
+                                 "vocabulary than the train shards (valid: " + why),
+              std::string::npos)
+        << result.output;
+    EXPECT_NE(result.output.find("): preprocess both in one transformer_preprocess run"),
+              std::string::npos)
+        << result.output;
+    EXPECT_FALSE(fs::exists(root_ / (name + "_ckpt")));
+  };
+  const auto without_model = [](ShardContents& contents) { contents.metadata.spm_model.clear(); };
+  const std::string vocab = std::to_string(read_shard(train_files().front()).metadata.vocab_size);
+  refused("other_valid_model", [](ShardContents&) {}, without_model,
+          "vocab_size " + vocab + ", pad/unk/bos/eos 0/1/2/3, SentencePiece model sha256 "
+          "e3b0c44298fc...; train: vocab_size " + vocab + ", pad/unk/bos/eos 0/1/2/3, "
+          "SentencePiece model sha256 ");
+  refused("other_valid_ids", without_model,
+          [&](ShardContents& contents) {
+            without_model(contents);
+            std::swap(contents.metadata.ids.bos, contents.metadata.ids.eos);
+          },
+          "vocab_size " + vocab + ", pad/unk/bos/eos 0/1/3/2, SentencePiece model sha256 "
+          "e3b0c44298fc...; train: vocab_size " + vocab + ", pad/unk/bos/eos 0/1/2/3, "
+          "SentencePiece model sha256 e3b0c44298fc...");
 }
 
 TEST_F(DataPipeline, TokensMustBeInt32AndOffsetsInt64) {

@@ -651,24 +651,36 @@ TEST(Distributed, AJobSuspendedLongerThanTheTimeoutGoesOnWhenResumed) {
   std::filesystem::remove_all(scratch_run());
 }
 
-// The wait's clock leaves out a gap between two polls longer than half a second (this
-// process did not run: a suspended job), and counts every shorter one.
-TEST(WaitClock, LeavesOutOnlyThePausesOfThisProcess) {
+// The wait's clock leaves out the gap between two polls in which a SIGCONT came (this
+// process was stopped: a suspended job), and counts every other gap, however long (a
+// rank whose polls are slow is not stopped, and must still time out).
+TEST(WaitClock, LeavesOutOnlyTheStopsOfThisProcess) {
   using std::chrono::milliseconds;
   const thpc::WaitClock::Clock::time_point started = thpc::WaitClock::Clock::now();
   thpc::WaitClock clock(started);
+  uint64_t continues = thpc::continue_signals_seen();
   double waited = 0;
   for (int poll = 1; poll <= 10; ++poll) {
-    waited = clock.waited_seconds_at(started + milliseconds(300 * poll));
+    waited = clock.waited_seconds_at(started + milliseconds(600 * poll), continues);
   }
   // 1e-3: the clock's own start lies microseconds after `started`.
-  EXPECT_NEAR(waited, 3.0, 1e-3);
+  EXPECT_NEAR(waited, 6.0, 1e-3);
   EXPECT_NEAR(clock.paused_seconds(), 0.0, 1e-3);
-  waited = clock.waited_seconds_at(started + milliseconds(3000 + 5000));
-  EXPECT_NEAR(waited, 3.0, 1e-3);
-  waited = clock.waited_seconds_at(started + milliseconds(8000 + 400));
-  EXPECT_NEAR(waited, 3.4, 1e-3);
+  // A SIGCONT (here raised, as mpirun or `scontrol resume` would send it) marks the gap
+  // to the next poll as a stop.
+  ASSERT_EQ(std::raise(SIGCONT), 0);
+  EXPECT_EQ(thpc::continue_signals_seen(), continues + 1);
+  continues = thpc::continue_signals_seen();
+  waited = clock.waited_seconds_at(started + milliseconds(6000 + 5000), continues);
+  EXPECT_NEAR(waited, 6.0, 1e-3);
+  waited = clock.waited_seconds_at(started + milliseconds(11000 + 400), continues);
+  EXPECT_NEAR(waited, 6.4, 1e-3);
   EXPECT_NEAR(clock.paused_seconds(), 5.0, 1e-3);
+  // A copy goes on from where the original was (the NCCL reducer hands its pass's clock
+  // to the final wait): the stop is not counted again.
+  thpc::WaitClock copy = clock;
+  EXPECT_NEAR(copy.waited_seconds_at(started + milliseconds(11400 + 100), continues), 6.5,
+              1e-3);
 }
 
 TEST(Distributed, AFourRankRunStoppedBySigtermResumesOnTwoRanksAndOnOne) {

@@ -170,18 +170,22 @@ TEST(Tools, OutOfRangeNamesTheOptionAndTheValueGiven) {
            {"transformer_preprocess",
             "--source-lang en --target-lang de --trainpref a --validpref b --destdir c "
             "--seed -1",
-            "--seed must be >= 0, got -1"},
+            "--seed '-1': expected a whole number from 0 to 2^64-1"},
            // A value that is not of the option's kind says which kind (before: Boost's
            // "the argument ('two') for option '--shards' is invalid").
            {"transformer_preprocess",
             "--source-lang en --target-lang de --trainpref a --validpref b --destdir c "
             "--shards two",
-            "--shards: 'two' is not a whole number from -2147483648 to 2147483647"},
+            "--shards: 'two' is not a whole number"},
+           {"transformer_preprocess",
+            "--source-lang en --target-lang de --trainpref a --validpref b --destdir c "
+            "--shards 99999999999",
+            "--shards: '99999999999' is out of range (-2147483648 to 2147483647)"},
            {"transformer_preprocess",
             "--source-lang en --target-lang de --trainpref a --validpref b --destdir c "
             "--seed 99999999999999999999",
-            "--seed: '99999999999999999999' is not a whole number from "
-            "-9223372036854775808 to 9223372036854775807"},
+            "--seed '99999999999999999999': expected a whole number from 0 to 2^64-1"},
+           {"transformer_evalb", "-e two a b", "-e: 'two' is not a whole number"},
            {"transformer_decode", decode + "--weights 1,-1",
             "--weights: '1,-1' is not a number (several are separate arguments: --weights "
             "1 0.5)"},

@@ -7,7 +7,10 @@
 // the run would write over or remove in --destdir included).
 #include <boost/program_options.hpp>
 
+#include <cstdint>
 #include <iostream>
+#include <stdexcept>
+#include <string>
 
 #include "common/error.h"
 #include "data/preprocess.h"
@@ -20,10 +23,20 @@ namespace {
 
 struct Command {
   thpc::PreprocessOptions options;
-  // Signed, so that "-1" is refused: Boost reads it into an unsigned option as 2^64 - 1.
-  int64_t seed = 1;
+  // As text, read here: Boost reads "-1" into an unsigned option as 2^64 - 1.
+  std::string seed = "1";
   bool help = false;
 };
+
+// --seed's value: a whole number from 0 to 2^64 - 1, said as transformer_decode says it.
+uint64_t seed_of(const std::string& text) {
+  const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+  try {
+    if (digits) return std::stoull(text);
+  } catch (const std::out_of_range&) {
+  }
+  THPC_FAIL("--seed '" << text << "': expected a whole number from 0 to 2^64-1");
+}
 
 }  // namespace
 
@@ -69,8 +82,7 @@ int main(int argc, char** argv) {
   const auto parse = [&](int count, char** values) {
     command.help = thpc::tools::parse_options(description, count, values).count("help") > 0;
     if (!command.help) {
-      thpc::tools::require_at_least("--seed", command.seed, 0);
-      options.seed = static_cast<uint64_t>(command.seed);
+      options.seed = seed_of(command.seed);
       thpc::check_preprocess_options(options);
     }
     return command;

@@ -77,18 +77,25 @@ constexpr int kSingleDashLongNames =
      boost::program_options::command_line_style::allow_long_disguise) &
     ~boost::program_options::command_line_style::allow_guessing;
 
-// Boost's message for a bad command line, naming an option that has only a short name
-// (transformer_evalb's -e) as the user spells it: Boost writes it with two dashes, as if
-// it were a long name ("option '--e'"), which the tool does not take.
-// What a typed option takes, in words, with its range ("" for a string or another type).
-inline std::string kind_of_value(const boost::program_options::option_description& option) {
+// Why `value` is not a value of `option`, in words ("" for a string or a type not
+// listed): "is not a whole number", "is not a whole number >= 0", "is not a number", or,
+// for digits past the type's range, "is out of range (at most 2147483647)".
+inline std::string why_not_a_value(const boost::program_options::option_description& option,
+                                   const std::string& value) {
   const auto* typed =
       dynamic_cast<const boost::program_options::typed_value_base*>(option.semantic().get());
   if (typed == nullptr) return "";
   const std::type_info& type = typed->value_type();
-  const auto whole = [](auto least, auto most) {
+  const bool digits = value.find_first_of("0123456789") != std::string::npos &&
+                      value.find_first_not_of("0123456789", value[0] == '-' ? 1 : 0) ==
+                          std::string::npos;
+  const auto whole = [&](auto least, auto most) {
     std::ostringstream words;
-    words << "a whole number from " << +least << " to " << +most;
+    if (digits && !(value[0] == '-' && least == 0)) {
+      words << "is out of range (" << +least << " to " << +most << ")";
+    } else {
+      words << "is not a whole number" << (least == 0 ? " >= 0" : "");
+    }
     return words.str();
   };
   if (type == typeid(int)) return whole(INT_MIN, INT_MAX);
@@ -97,33 +104,42 @@ inline std::string kind_of_value(const boost::program_options::option_descriptio
   if (type == typeid(unsigned)) return whole(0u, UINT_MAX);
   if (type == typeid(unsigned long)) return whole(0ul, ULONG_MAX);
   if (type == typeid(unsigned long long)) return whole(0ull, ULLONG_MAX);
-  if (type == typeid(float) || type == typeid(double)) return "a number";
+  if (type == typeid(float) || type == typeid(double)) return "is not a number";
   // An option of several values takes each as an argument of its own ("1,-1" is one).
+  const std::string name = option.long_name().empty() ? option.format_name()
+                                                      : "--" + option.long_name();
   if (type == typeid(std::vector<float>) || type == typeid(std::vector<double>)) {
-    return "a number (several are separate arguments: --" + option.long_name() + " 1 0.5)";
+    return "is not a number (several are separate arguments: " + name + " 1 0.5)";
   }
   if (type == typeid(std::vector<int>)) {
-    return "a whole number (several are separate arguments: --" + option.long_name() + " 1 2)";
+    return "is not a whole number (several are separate arguments: " + name + " 1 2)";
   }
   return "";
 }
 
+// Boost's message for a bad command line, naming an option that has only a short name
+// (transformer_evalb's -e) as the user spells it: Boost writes it with two dashes, as if
+// it were a long name ("option '--e'"), which the tool does not take. A value of the
+// wrong kind says what the option takes: Boost's "the argument ('two') for option
+// '--shards' is invalid" said neither that nor why ("1,-1" for --weights).
 inline std::string message_naming_option(
     const boost::program_options::error_with_option_name& error,
     const boost::program_options::options_description& options) {
   std::string message = error.what();
   const std::string named = error.get_option_name();
-  // Boost's "the argument ('two') for option '--shards' is invalid" says neither what the
-  // option takes nor why ("1,-1" for --weights, a seed past 64 bits): said with the kind.
-  if (dynamic_cast<const boost::program_options::invalid_option_value*>(&error) != nullptr) {
+  const size_t name_from = named.find_first_not_of('-');
+  if (dynamic_cast<const boost::program_options::invalid_option_value*>(&error) != nullptr &&
+      name_from != std::string::npos) {
     const size_t value_from = message.find("('");
     const size_t value_to = message.rfind("')");
-    const std::string bare = named.substr(named.find_first_not_of('-'));
+    const std::string bare = named.substr(name_from);
     const auto* option = options.find_nothrow(bare, false);
-    const std::string kind = option != nullptr ? kind_of_value(*option) : "";
-    if (!kind.empty() && value_from != std::string::npos && value_to > value_from) {
-      return named + ": '" + message.substr(value_from + 2, value_to - value_from - 2) +
-             "' is not " + kind;
+    if (option == nullptr) option = options.find_nothrow("-" + bare, false);  // -e
+    if (option != nullptr && value_from != std::string::npos && value_to > value_from) {
+      const std::string value = message.substr(value_from + 2, value_to - value_from - 2);
+      const std::string why = why_not_a_value(*option, value);
+      const std::string spelt = option->long_name().empty() ? "-" + bare : "--" + bare;
+      if (!why.empty()) return spelt + ": '" + value + "' " + why;
     }
   }
   const bool short_only = named.size() == 3 && named.compare(0, 2, "--") == 0 &&

@@ -1,5 +1,7 @@
 #include "common/input_file.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -9,6 +11,8 @@
 
 namespace thpc {
 
+// From the file's status and access(2), without opening it: a named pipe opened and
+// closed here would lose its writer (SIGPIPE) or hold the reader that opens it next.
 std::string unreadable_file_reason(const std::string& path) {
   std::error_code error;
   const std::filesystem::file_status status = std::filesystem::status(path, error);
@@ -16,18 +20,17 @@ std::string unreadable_file_reason(const std::string& path) {
   if (status.type() == std::filesystem::file_type::directory) {
     return "is a directory, not a file";
   }
-  errno = 0;
-  std::ifstream probe(path, std::ios::binary);
-  if (!probe) return errno != 0 ? std::strerror(errno) : "cannot be opened";
+  if (::access(path.c_str(), R_OK) != 0) return std::strerror(errno);
   return "";
 }
 
 std::ifstream open_input_file(const std::string& path, const std::string& what) {
-  const std::string why = unreadable_file_reason(path);
   const std::string named = what.empty() ? "" : " (" + what + ")";
+  const std::string why = unreadable_file_reason(path);
   if (!why.empty()) THPC_FAIL(path << ": " << why << named);
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
-  if (!in) THPC_FAIL(path << ": cannot be opened" << named);
+  if (!in) THPC_FAIL(path << ": " << (errno != 0 ? std::strerror(errno) : "cannot open") << named);
   return in;
 }
 

@@ -64,6 +64,14 @@ constexpr int64_t kProgressBlock = 4096;
 class LineReader {
  public:
   explicit LineReader(const std::string& path) : path_(path) {
+    // A regular file: preprocessing reads each input more than once (its lines counted
+    // first), which a pipe cannot give.
+    std::error_code error;
+    if (fs::exists(path, error) && !fs::is_directory(path, error) &&
+        !fs::is_regular_file(path, error)) {
+      THPC_FAIL(path << ": not a regular file (preprocessing reads its inputs more than "
+                     << "once: write a pipe's text to a file first)");
+    }
     stream_ = open_input_file(path, "");
   }
 
@@ -576,10 +584,12 @@ void check_destdir_holds_only_shards(const PreprocessOptions& options) {
   std::error_code error;
   for (const fs::directory_entry& entry : fs::directory_iterator(options.dest_dir, error)) {
     const std::string name = entry.path().filename().string();
-    const bool training_file =
-        name == "trainer.lock" || name == "metrics.jsonl" ||
-        (name.rfind("step_", 0) == 0 && name.size() > 8 &&
-         name.compare(name.size() - 3, 3, ".h5") == 0);
+    const auto starts = [&](const char* prefix) { return name.rfind(prefix, 0) == 0; };
+    const bool h5 = name.size() > 3 && name.compare(name.size() - 3, 3, ".h5") == 0;
+    const bool training_file = name == "trainer.lock" || name == "metrics.jsonl" ||
+                               name == "best.h5" || starts("events.out.tfevents.") ||
+                               (h5 && (starts("step_") || starts("best_step_") ||
+                                       starts("average_last")));
     if (training_file) {
       THPC_FAIL("--destdir " << options.dest_dir << " is a training run's directory (it holds "
                 << name << "): give the corpus a directory of its own");

@@ -97,7 +97,8 @@ void check_stored_sentencepiece_model(const std::string& path, const ShardMetada
   sentencepiece::SentencePieceProcessor processor;
   if (!processor.LoadFromSerializedProto(meta.spm_model).ok()) {
     THPC_FAIL(path << ": the stored SentencePiece model (attribute spm_model) does not load: "
-                   << "the shard is damaged (re-run transformer_preprocess)");
+                   << "the shard is damaged, or was written with a newer SentencePiece than "
+                   << "this build's (re-run transformer_preprocess)");
   }
   if (processor.GetPieceSize() != meta.vocab_size) {
     THPC_FAIL(path << ": vocab_size is " << meta.vocab_size << " but the stored SentencePiece "

@@ -66,7 +66,7 @@ void wait_within(int count, MPI_Request* requests, double limit_seconds, const c
     check_mpi(MPI_Waitall(count, requests, MPI_STATUSES_IGNORE), "MPI_Waitall");
     return;
   }
-  WaitClock clock;  // a pause of this process (a suspended job) is not a peer's delay
+  WaitClock clock;  // a stop of this process (a suspended job) is not a peer's delay
   for (;;) {
     int done = 0;
     check_mpi(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE), "MPI_Testall");

@@ -66,8 +66,6 @@ ncclDataType_t nccl_type(DType dtype) {
 }
 
 class NcclGradientReducer final : public GradientReducer {
-  using Clock = std::chrono::steady_clock;
-
  public:
   NcclGradientReducer(const Communicator& comm, Backend& backend, int64_t bucket_bytes,
                       double timeout_seconds, bool bf16)
@@ -85,10 +83,10 @@ class NcclGradientReducer final : public GradientReducer {
     comm.broadcast_bytes_from_root(&id, static_cast<int>(sizeof(id)));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
-    const Clock::time_point started = Clock::now();
+    WaitClock creating;
     accept_in_progress(ncclCommInitRankConfig(&nccl_, comm.size(), id, comm.rank(), &config),
                        "creating the communicator");
-    wait_ready("creating the communicator", started);
+    wait_ready("creating the communicator", creating);
     THPC_CUDA_CHECK(cudaStreamCreateWithFlags(&nccl_stream_, cudaStreamNonBlocking));
     THPC_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
   }
@@ -112,7 +110,7 @@ class NcclGradientReducer final : public GradientReducer {
       THPC_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
       ready_events_.push_back(event);
     }
-    if (next_event_ == 0) first_launch_ = std::chrono::steady_clock::now();
+    if (next_event_ == 0) pass_clock_ = WaitClock();  // the pass's sums wait from here
     Tensor summed = bucket;
     if (bf16_) {
       summed = bf16_copy_of(bucket);
@@ -129,7 +127,7 @@ class NcclGradientReducer final : public GradientReducer {
                       nccl_type(summed.dtype), ncclSum, nccl_, nccl_stream_),
         "launching a gradient sum");
     if (timing()) THPC_CUDA_CHECK(cudaEventRecord(timing_event(3 + 2 * index), nccl_stream_));
-    wait_ready("launching a gradient sum", first_launch_);
+    wait_ready("launching a gradient sum", pass_clock_);
   }
 
   // The discarded capture's launches never run: its bf16 widenings are not owed, and the
@@ -163,7 +161,7 @@ class NcclGradientReducer final : public GradientReducer {
   // Untimed: the launches, their events and the wait are stream work a graph can hold.
   bool capturable() const override { return !timing(); }
   void queue_complete() override {
-    awaited_started_ = next_event_ > 0 ? first_launch_ : Clock::now();
+    awaited_clock_ = next_event_ > 0 ? pass_clock_ : WaitClock();
     if (timing()) THPC_CUDA_CHECK(cudaEventRecord(timing_event(1), compute_stream_));
     next_event_ = 0;
     THPC_CUDA_CHECK(cudaEventRecord(done_, nccl_stream_));
@@ -184,10 +182,8 @@ class NcclGradientReducer final : public GradientReducer {
       THPC_CUDA_CHECK(cudaEventCreateWithFlags(&after_sums_, cudaEventDisableTiming));
     }
     THPC_CUDA_CHECK(cudaEventRecord(after_sums_, compute_stream_));
-    const Clock::time_point started =
-        clock_from_first_launch_ ? awaited_started_ : Clock::now();
+    WaitClock clock = clock_from_first_launch_ ? awaited_clock_ : WaitClock();
     clock_from_first_launch_ = false;  // a replay's pass queues nothing here
-    WaitClock clock(started);
     // Poll instead of blocking in cudaEventSynchronize, so that an asynchronous NCCL
     // error or a peer that never arrives is noticed.
     for (;;) {
@@ -257,9 +253,9 @@ class NcclGradientReducer final : public GradientReducer {
   }
 
   // Polls until the communicator has finished its last call; fails after dist.timeout_s
-  // counted from `started`.
-  void wait_ready(const char* what, Clock::time_point started) {
-    WaitClock clock(started);
+  // counted on `clock` (the pass's, for its launches: one clock from the first launch,
+  // so that a stop between launches is left out once, and one before the wait at all).
+  void wait_ready(const char* what, WaitClock& clock) {
     for (;;) {
       const ncclResult_t state = async_state();
       if (state == ncclSuccess) return;
@@ -307,13 +303,13 @@ class NcclGradientReducer final : public GradientReducer {
   Tensor staging_;  // bf16: the gradient's bf16 copy that NCCL sums
   std::vector<Tensor> apart_staging_;  // bf16: the tensors apart's copies
   std::vector<std::pair<Tensor, Tensor>> widen_after_sum_;  // (fp32 bucket, its bf16 sum)
-  Clock::time_point first_launch_;
+  WaitClock pass_clock_;  // made at a pass's first launch: its sums' dist.timeout_s
   ncclComm_t nccl_ = nullptr;
   cudaStream_t compute_stream_ = nullptr, nccl_stream_ = nullptr;
   cudaEvent_t done_ = nullptr;
-  // queue_complete's: when the dist.timeout_s clock started, and whether the host queued
-  // the sums itself (false once they were captured: a replay starts the clock at the wait).
-  Clock::time_point awaited_started_;
+  // queue_complete's: the pass's dist.timeout_s clock, and whether the host queued the
+  // sums itself (false once they were captured: a replay starts a clock at the wait).
+  WaitClock awaited_clock_;
   bool clock_from_first_launch_ = false;
   cudaEvent_t after_sums_ = nullptr;  // await_complete's, on the compute stream
   std::vector<cudaEvent_t> ready_events_;

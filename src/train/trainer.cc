@@ -318,12 +318,21 @@ Trainer::Trainer(const Config& config, Communicator comm)
     if (valid.spm_model != *source_->spm_model() || valid.vocab_size != source_->vocab_size() ||
         valid.ids.pad != train_ids.pad || valid.ids.unk != train_ids.unk ||
         valid.ids.bos != train_ids.bos || valid.ids.eos != train_ids.eos) {
+      const auto vocabulary = [](int size, const SpecialIds& ids, const std::string& model) {
+        std::ostringstream words;
+        words << "vocab_size " << size << ", pad/unk/bos/eos " << ids.pad << "/" << ids.unk
+              << "/" << ids.bos << "/" << ids.eos << ", SentencePiece model sha256 "
+              << sha256_hex(model.data(), model.size()).substr(0, 12) << "...";
+        return words.str();
+      };
       std::ostringstream message;
       message << config_.data.dir << ": the " << config_.data.valid << " shards have another "
-              << "vocabulary than the " << config_.data.train << " shards (SentencePiece "
-              << "model, vocab_size " << valid.vocab_size << " and " << source_->vocab_size()
-              << ", or the special ids pad/unk/bos/eos: preprocess both in one "
-              << "transformer_preprocess run)";
+              << "vocabulary than the " << config_.data.train << " shards ("
+              << config_.data.valid << ": " << vocabulary(valid.vocab_size, valid.ids,
+                                                          valid.spm_model)
+              << "; " << config_.data.train << ": "
+              << vocabulary(source_->vocab_size(), train_ids, *source_->spm_model())
+              << "): preprocess both in one transformer_preprocess run";
       throw DataError(message.str());
     }
     if (config_.train.valid_bleu) valid_bleu_ = make_validation_bleu(config_, comm_);
