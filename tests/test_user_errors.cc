@@ -59,16 +59,20 @@ TEST(UserErrors, SizesThatCannotBeAllocatedAreRefusedFromTheConfiguration) {
 // a job meant for a corpus trained the toy task to exit 0 without a word).
 TEST(UserErrors, AnEmptyDataDirSaysThatTheRunTrainsTheSyntheticTask) {
   const std::string directory = "/tmp/thpc_user_errors_synthetic_" + std::to_string(getpid());
-  const ProcessResult run = run_process(thpc::binary_dir() + "/transformer_hpc " THPC_SOURCE_DIR
-                                        "/input/tiny.ini --train.max_steps=1 --data.dir= "
-                                        "--checkpoint.dir=" + directory);
-  std::filesystem::remove_all(directory);
-  EXPECT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_NE(run.output.find("\ndata.train: the synthetic task, as data.dir is empty: reverse "
-                            "sequences of 3-12 tokens, vocabulary 32 (data.synthetic); to train "
-                            "on a corpus, set data.dir to transformer_preprocess's --destdir\n"),
-            std::string::npos)
-      << run.output;
+  for (const char* mode : {"", "--dry-run"}) {
+    SCOPED_TRACE(mode);
+    const ProcessResult run = run_process(
+        thpc::binary_dir() + "/transformer_hpc " THPC_SOURCE_DIR "/input/tiny.ini "
+        "--train.max_steps=1 --data.dir= --checkpoint.dir=" + directory + " " + mode);
+    std::filesystem::remove_all(directory);
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_NE(run.output.find("data.train: the synthetic task, as data.dir is empty: reverse "
+                              "sequences of 3-12 tokens, vocabulary 32 (data.synthetic); to "
+                              "train on a corpus, set data.dir to transformer_preprocess's "
+                              "--destdir\n"),
+              std::string::npos)
+        << run.output;
+  }
 }
 
 // A command-line mistake's line points at --help once (before: a message that said
