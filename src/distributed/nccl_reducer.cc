@@ -253,8 +253,9 @@ class NcclGradientReducer final : public GradientReducer {
   }
 
   // Polls until the communicator has finished its last call; fails after dist.timeout_s
-  // counted on `clock` (the pass's, for its launches: one clock from the first launch,
-  // so that a stop between launches is left out once, and one before the wait at all).
+  // counted on `clock` (for a pass's launches, the pass's one clock from its first
+  // launch: a stop during backward, between two waits, is found at the next poll and
+  // left out once).
   void wait_ready(const char* what, WaitClock& clock) {
     for (;;) {
       const ncclResult_t state = async_state();
