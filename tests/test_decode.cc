@@ -608,6 +608,8 @@ TEST_F(DecodeProgram, BadInputFailsWithAMessage) {
   std::ofstream(text) << "A dog runs.\n";
   for (const auto& [arguments, message] : std::vector<std::pair<std::string, std::string>>{
            {"--checkpoint " + dir_.string(), dir_.string() + ": a directory, not a checkpoint"},
+           // (before: "no such file" for a device or a pipe that is there)
+           {"--checkpoint /dev/null", "/dev/null: not a regular file, so not a checkpoint file"},
            {"--checkpoint " + (dir_ / "model.h5").string() + " --spm-model " + text.string(),
             "'" + text.string() + "': the file is not a SentencePiece model (give the spm"},
            // (before: libstdc++'s "basic_filebuf::underflow error reading the file: Is a

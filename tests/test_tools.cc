@@ -180,12 +180,20 @@ TEST(Tools, OutOfRangeNamesTheOptionAndTheValueGiven) {
            {"transformer_preprocess",
             "--source-lang en --target-lang de --trainpref a --validpref b --destdir c "
             "--shards 99999999999",
-            "--shards: '99999999999' is out of range (-2147483648 to 2147483647)"},
+            "--shards: '99999999999' is too large"},
+           {"transformer_preprocess",
+            "--source-lang en --target-lang de --trainpref a --validpref b --destdir c "
+            "--shards ''",
+            "--shards: '' is not a whole number"},
            {"transformer_preprocess",
             "--source-lang en --target-lang de --trainpref a --validpref b --destdir c "
             "--seed 99999999999999999999",
             "--seed '99999999999999999999': expected a whole number from 0 to 2^64-1"},
            {"transformer_evalb", "-e two a b", "-e: 'two' is not a whole number"},
+           // A short option typed with two dashes (before: "unrecognised option '-e'", the
+           // option that exists, as if it were unknown).
+           {"transformer_evalb", "--e 3 a b",
+            "unrecognised option '--e': the option is -e, with one dash"},
            {"transformer_decode", decode + "--weights 1,-1",
             "--weights: '1,-1' is not a number (several are separate arguments: --weights "
             "1 0.5)"},

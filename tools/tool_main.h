@@ -12,7 +12,6 @@
 
 #include <boost/program_options.hpp>
 
-#include <climits>
 #include <exception>
 #include <iostream>
 #include <stdexcept>
@@ -79,7 +78,8 @@ constexpr int kSingleDashLongNames =
 
 // Why `value` is not a value of `option`, in words ("" for a string or a type not
 // listed): "is not a whole number", "is not a whole number >= 0", "is not a number", or,
-// for digits past the type's range, "is out of range (at most 2147483647)".
+// for digits past what the type holds, "is too large" / "is too small" (the type's own
+// range is not the option's, which its check after parsing names).
 inline std::string why_not_a_value(const boost::program_options::option_description& option,
                                    const std::string& value) {
   const auto* typed =
@@ -89,21 +89,18 @@ inline std::string why_not_a_value(const boost::program_options::option_descript
   const bool digits = value.find_first_of("0123456789") != std::string::npos &&
                       value.find_first_not_of("0123456789", value[0] == '-' ? 1 : 0) ==
                           std::string::npos;
-  const auto whole = [&](auto least, auto most) {
-    std::ostringstream words;
-    if (digits && !(value[0] == '-' && least == 0)) {
-      words << "is out of range (" << +least << " to " << +most << ")";
-    } else {
-      words << "is not a whole number" << (least == 0 ? " >= 0" : "");
-    }
-    return words.str();
+  const auto whole = [&](bool is_unsigned) -> std::string {
+    const bool negative = !value.empty() && value[0] == '-';
+    if (digits && !(negative && is_unsigned)) return negative ? "is too small" : "is too large";
+    return is_unsigned ? "is not a whole number >= 0" : "is not a whole number";
   };
-  if (type == typeid(int)) return whole(INT_MIN, INT_MAX);
-  if (type == typeid(long)) return whole(LONG_MIN, LONG_MAX);
-  if (type == typeid(long long)) return whole(LLONG_MIN, LLONG_MAX);
-  if (type == typeid(unsigned)) return whole(0u, UINT_MAX);
-  if (type == typeid(unsigned long)) return whole(0ul, ULONG_MAX);
-  if (type == typeid(unsigned long long)) return whole(0ull, ULLONG_MAX);
+  if (type == typeid(int) || type == typeid(long) || type == typeid(long long)) {
+    return whole(false);
+  }
+  if (type == typeid(unsigned) || type == typeid(unsigned long) ||
+      type == typeid(unsigned long long)) {
+    return whole(true);
+  }
   if (type == typeid(float) || type == typeid(double)) return "is not a number";
   // An option of several values takes each as an argument of its own ("1,-1" is one).
   const std::string name = option.long_name().empty() ? option.format_name()
@@ -130,13 +127,16 @@ inline std::string message_naming_option(
   const size_t name_from = named.find_first_not_of('-');
   if (dynamic_cast<const boost::program_options::invalid_option_value*>(&error) != nullptr &&
       name_from != std::string::npos) {
+    // "the argument ('two') for option ..."; an empty value has no "('...')".
     const size_t value_from = message.find("('");
     const size_t value_to = message.rfind("')");
+    const bool quoted_value = value_from != std::string::npos && value_to > value_from;
     const std::string bare = named.substr(name_from);
     const auto* option = options.find_nothrow(bare, false);
     if (option == nullptr) option = options.find_nothrow("-" + bare, false);  // -e
-    if (option != nullptr && value_from != std::string::npos && value_to > value_from) {
-      const std::string value = message.substr(value_from + 2, value_to - value_from - 2);
+    if (option != nullptr) {
+      const std::string value =
+          quoted_value ? message.substr(value_from + 2, value_to - value_from - 2) : "";
       const std::string why = why_not_a_value(*option, value);
       const std::string spelt = option->long_name().empty() ? "-" + bare : "--" + bare;
       if (!why.empty()) return spelt + ": '" + value + "' " + why;
@@ -145,6 +145,11 @@ inline std::string message_naming_option(
   const bool short_only = named.size() == 3 && named.compare(0, 2, "--") == 0 &&
                           options.find_nothrow(named.substr(1), false) != nullptr &&
                           options.find_nothrow(named.substr(2), false) == nullptr;
+  if (short_only && dynamic_cast<const boost::program_options::unknown_option*>(&error)) {
+    // What the user typed, two dashes, is unknown; the option has one.
+    return "unrecognised option '" + named + "': the option is " + named.substr(1) +
+           ", with one dash";
+  }
   const std::string quoted = "'" + named + "'";
   const size_t at = message.find(quoted);
   if (short_only && at != std::string::npos) {

@@ -863,7 +863,10 @@ Checkpoint read_checkpoint_unguarded(const std::string& path, CheckpointParts pa
   const Named reader(path);
   std::error_code error;
   if (!fs::is_regular_file(path, error)) {
+    // A checkpoint is read by size and offsets: a pipe or device is not one (before, a
+    // FIFO or /dev/null that exists read "no such file").
     reader.fail(fs::is_directory(path, error) ? "a directory, not a checkpoint file"
+                : fs::exists(path, error)     ? "not a regular file, so not a checkpoint file"
                                               : "no such file");
   }
   const uint64_t size = fs::file_size(path, error);

@@ -1,15 +1,13 @@
 #include "metrics/bleu.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "common/error.h"
+#include "common/input_file.h"
 
 namespace thpc::metrics {
 namespace {
@@ -315,11 +313,9 @@ std::vector<std::string> read_lines(std::istream& in, const std::string& source)
 }
 
 std::vector<std::string> read_lines(const std::string& path) {
-  // A directory opens like a file on Linux and then reads as empty: say what it is.
-  std::error_code ignored;
-  if (std::filesystem::is_directory(path, ignored)) THPC_FAIL(path << ": is a directory");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) THPC_FAIL(path << ": cannot open: " << std::strerror(errno));
+  // A directory opens like a file on Linux and then reads as empty: open_input_file says
+  // what it is, in the words the other tools use.
+  std::ifstream in = open_input_file(path, "");
   return read_lines(in, path);
 }
 
