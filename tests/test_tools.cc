@@ -197,7 +197,24 @@ TEST(Tools, OutOfRangeNamesTheOptionAndTheValueGiven) {
            {"transformer_decode", decode + "--weights 1,-1",
             "--weights: '1,-1' is not a number (several are separate arguments: --weights "
             "1 0.5)"},
-           {"transformer_decode", decode + "--lenpen abc", "--lenpen: 'abc' is not a number"}}) {
+           {"transformer_decode", decode + "--lenpen abc", "--lenpen: 'abc' is not a number"},
+           // A path option given an empty value (a shell variable left unset) is refused
+           // (before: evalb -p '' scored with EVALB's defaults, --testpref '' wrote no test
+           // split, trees --input '' read the terminal).
+           {"transformer_evalb", "-p '' a b",
+            "-p is given an empty value (a variable left unset?): give a path, or leave the "
+            "option out"},
+           {"transformer_preprocess",
+            "--source-lang en --target-lang de --trainpref a --validpref b --destdir c "
+            "--testpref ''",
+            "--testpref is given an empty value (a variable left unset?): give a path, or "
+            "leave the option out"},
+           {"transformer_trees", "delinearize --words w --tags t --input '' --output o",
+            "--input is given an empty value (a variable left unset?): give a path, or "
+            "leave the option out"},
+           {"transformer_decode", decode + "--spm-model ''",
+            "--spm-model is given an empty value (a variable left unset?): give a path, or "
+            "leave the option out"}}) {
     SCOPED_TRACE(arguments);
     const Tool tool{name, {}, "", ""};
     expect_one_line_failure(tool, arguments, 2, name + ": " + message + " (see --help)", {});

@@ -759,6 +759,10 @@ int main(int argc, char** argv) {
   const auto parse = [&](int count, char** arguments) {
     const po::variables_map values = thpc::tools::parse_options(options, count, arguments);
     args.help = values.count("help") > 0;
+    if (!args.help) {
+      // (an empty --output has its own refusal, beside its other checks)
+      thpc::tools::refuse_empty_values(values, {"checkpoint", "spm-model", "input"});
+    }
     thpc::SearchOverrides& search = args.search;
     if (values.count("beam")) search.beam = values["beam"].as<int>();
     if (values.count("lenpen")) search.alpha = values["lenpen"].as<float>();

@@ -77,6 +77,7 @@ CommandLine parse_command_line(int argc, char** argv) {
   const po::variables_map values = thpc::tools::parse_options(
       describe(command, max_error, cutoff_length, true), argc, argv, files);
   command.help = values.count("help") > 0;
+  thpc::tools::refuse_empty_values(values, {"-p"});
   if (values.count("-e")) command.max_error = max_error;
   if (values.count("-c")) command.cutoff_length = cutoff_length;
   if (!command.help && command.test_path.empty()) THPC_FAIL("needs a gold file and a test file");

@@ -80,8 +80,11 @@ int main(int argc, char** argv) {
       "SentencePiece trains on at most this many lines of both languages, a sample drawn "
       "with --seed when there are more (it holds them in memory); 0 = every line");
   const auto parse = [&](int count, char** values) {
-    command.help = thpc::tools::parse_options(description, count, values).count("help") > 0;
+    const po::variables_map given = thpc::tools::parse_options(description, count, values);
+    command.help = given.count("help") > 0;
     if (!command.help) {
+      thpc::tools::refuse_empty_values(
+          given, {"trainpref", "validpref", "testpref", "destdir", "spm-model"});
       options.seed = seed_of(command.seed);
       thpc::check_preprocess_options(options);
     }

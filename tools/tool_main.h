@@ -13,6 +13,7 @@
 #include <boost/program_options.hpp>
 
 #include <exception>
+#include <initializer_list>
 #include <iostream>
 #include <stdexcept>
 #include <sstream>
@@ -219,6 +220,29 @@ inline boost::program_options::variables_map parse_options(
     THPC_FAIL(error.what());
   }
   return values;
+}
+
+// Refuses each of `names` given with an empty value (a shell variable left unset):
+// `transformer_evalb -p $PRM` scored with EVALB's defaults, `--testpref $TEST` wrote no
+// test split, `transformer_trees --input $SEQ` read the terminal, each without a word.
+// A name is as the variables map holds it ("spm-model", or "-p" for a short-only one).
+inline void refuse_empty_values(const boost::program_options::variables_map& values,
+                                std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    if (values.count(name) == 0 || values[name].defaulted()) continue;
+    const boost::any& value = values[name].value();
+    bool empty = false;
+    if (const auto* text = boost::any_cast<std::string>(&value)) {
+      empty = text->empty();
+    } else if (const auto* texts = boost::any_cast<std::vector<std::string>>(&value)) {
+      for (const std::string& one : *texts) empty = empty || one.empty();
+    }
+    if (empty) {
+      const std::string spelt = name[0] == '-' ? name : "--" + std::string(name);
+      THPC_FAIL(spelt << " is given an empty value (a variable left unset?): give a path, or "
+                      << "leave the option out");
+    }
+  }
 }
 
 // A numeric option's lower bound, checked one option at a time so that the message names

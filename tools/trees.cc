@@ -114,6 +114,7 @@ CommandLine parse_command_line(int argc, char** argv) {
       describe(command, leaves, /*with_positionals=*/true), argc, argv, positionals);
   command.help = values.count("help") > 0;
   if (command.help) return command;
+  thpc::tools::refuse_empty_values(values, {"input", "words", "tags", "output"});
   if (command.command != "linearize" && command.command != "delinearize" &&
       command.command != "baseline") {
     THPC_FAIL("the first argument must be linearize, delinearize or baseline, not '"

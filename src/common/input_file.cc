@@ -26,6 +26,7 @@ std::string unreadable_file_reason(const std::string& path) {
 
 std::ifstream open_input_file(const std::string& path, const std::string& what) {
   const std::string named = what.empty() ? "" : " (" + what + ")";
+  if (path.empty()) THPC_FAIL("an empty file name" << named << ": a variable left unset?");
   const std::string why = unreadable_file_reason(path);
   if (!why.empty()) THPC_FAIL(path << ": " << why << named);
   errno = 0;
