@@ -9,10 +9,11 @@
 
 #include <cstdint>
 #include <iostream>
-#include <stdexcept>
+#include <optional>
 #include <string>
 
 #include "common/error.h"
+#include "common/whole_number.h"
 #include "data/preprocess.h"
 #include "tools/progress.h"
 #include "tools/tool_main.h"
@@ -28,14 +29,12 @@ struct Command {
   bool help = false;
 };
 
-// --seed's value: a whole number from 0 to 2^64 - 1, said as transformer_decode says it.
+// --seed's value: a whole number from 0 to 2^64 - 1, read and said as transformer_decode
+// reads and says it.
 uint64_t seed_of(const std::string& text) {
-  const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
-  try {
-    if (digits) return std::stoull(text);
-  } catch (const std::out_of_range&) {
-  }
-  THPC_FAIL("--seed '" << text << "': expected a whole number from 0 to 2^64-1");
+  const std::optional<uint64_t> seed = thpc::whole_number(text);
+  if (!seed) THPC_FAIL("--seed '" << text << "': expected a whole number from 0 to 2^64-1");
+  return *seed;
 }
 
 }  // namespace

@@ -1,13 +1,13 @@
 #include "decode/sampling.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
 
 #include "common/error.h"
 #include "common/philox.h"
+#include "common/whole_number.h"
 
 namespace thpc {
 
@@ -19,17 +19,8 @@ SamplingOptions parse_sampling_options(const std::string& method,
     THPC_FAIL("--sampling '" << method << "': " << why
                              << " (expected full, topk=K with K >= 1, or topp=P with 0 < P <= 1)");
   };
-  // The whole text as a number, or nothing (strtod and strtoull accept a prefix, and
-  // strtoull a sign).
-  const auto whole_number = [](const std::string& text) -> std::optional<uint64_t> {
-    if (text.empty() || text.size() > 20 || text.find_first_not_of("0123456789") != std::string::npos) {
-      return std::nullopt;
-    }
-    errno = 0;
-    const unsigned long long value = std::strtoull(text.c_str(), nullptr, 10);
-    if (errno == ERANGE) return std::nullopt;
-    return value;
-  };
+  // The whole text as a number, or nothing (strtod accepts a prefix; whole_number, in
+  // common/whole_number.h, reads all of it).
   const auto real_number = [](const std::string& text) -> std::optional<double> {
     char* end = nullptr;
     const double value = std::strtod(text.c_str(), &end);
