@@ -227,11 +227,10 @@ void load_sentencepiece_model(const Arguments& args, const thpc::DecodingCheckpo
     THPC_FAIL(model.name << ": a vocabulary of " << spm.GetPieceSize() << " pieces, but "
                          << checkpoint_path << " was trained with " << ensemble.vocab_size);
   }
-  if (spm.pad_id() != kIds.pad || spm.unk_id() != kIds.unk || spm.bos_id() != kIds.bos ||
-      spm.eos_id() != kIds.eos) {
-    THPC_FAIL(model.name << ": special ids pad/unk/bos/eos are " << spm.pad_id() << "/"
-                         << spm.unk_id() << "/" << spm.bos_id() << "/" << spm.eos_id()
-                         << ", the model expects 0/1/2/3");
+  const thpc::SpecialIds ids{spm.pad_id(), spm.unk_id(), spm.bos_id(), spm.eos_id()};
+  if (ids != kIds) {
+    THPC_FAIL(model.name << ": special ids pad/unk/bos/eos are " << thpc::special_ids_text(ids)
+                         << ", the model expects " << thpc::special_ids_text(kIds));
   }
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace thpc {
@@ -15,6 +16,15 @@ struct SpecialIds {
   int bos = 2;
   int eos = 3;
 };
+inline bool operator==(const SpecialIds& a, const SpecialIds& b) {
+  return a.pad == b.pad && a.unk == b.unk && a.bos == b.bos && a.eos == b.eos;
+}
+inline bool operator!=(const SpecialIds& a, const SpecialIds& b) { return !(a == b); }
+// "0/1/2/3": pad/unk/bos/eos, as the messages that compare two vocabularies show them.
+inline std::string special_ids_text(const SpecialIds& ids) {
+  return std::to_string(ids.pad) + "/" + std::to_string(ids.unk) + "/" +
+         std::to_string(ids.bos) + "/" + std::to_string(ids.eos);
+}
 
 using TokenSequence = std::vector<int32_t>;
 

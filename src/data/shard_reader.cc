@@ -107,13 +107,10 @@ void check_stored_sentencepiece_model(const std::string& path, const ShardMetada
   }
   const SpecialIds model{processor.pad_id(), processor.unk_id(), processor.bos_id(),
                          processor.eos_id()};
-  const SpecialIds& stated = meta.ids;
-  if (model.pad != stated.pad || model.unk != stated.unk || model.bos != stated.bos ||
-      model.eos != stated.eos) {
-    THPC_FAIL(path << ": special ids pad/unk/bos/eos " << stated.pad << "/" << stated.unk << "/"
-                   << stated.bos << "/" << stated.eos << " are not the stored SentencePiece "
-                   << "model's " << model.pad << "/" << model.unk << "/" << model.bos << "/"
-                   << model.eos << ": the shard is damaged (re-run transformer_preprocess)");
+  if (model != meta.ids) {
+    THPC_FAIL(path << ": special ids pad/unk/bos/eos " << special_ids_text(meta.ids)
+                   << " are not the stored SentencePiece model's " << special_ids_text(model)
+                   << ": the shard is damaged (re-run transformer_preprocess)");
   }
 }
 
@@ -138,9 +135,7 @@ ShardReader::ShardReader(const ShardReaderSpec& spec) : spec_(spec) {
                        << metadata_.vocab_size << " in " << first
                        << " (shards of different corpora?)");
       }
-      if (meta.spm_model != metadata_.spm_model || meta.ids.pad != metadata_.ids.pad ||
-          meta.ids.unk != metadata_.ids.unk || meta.ids.bos != metadata_.ids.bos ||
-          meta.ids.eos != metadata_.ids.eos) {
+      if (meta.spm_model != metadata_.spm_model || meta.ids != metadata_.ids) {
         THPC_FAIL(path << ": SentencePiece vocabulary differs from the one in " << first
                        << " (shards of different corpora?)");
       }

@@ -316,14 +316,11 @@ Trainer::Trainer(const Config& config, Communicator comm)
     const ShardMetadata& valid = valid_source_->metadata();
     const SpecialIds train_ids = source_->special_ids();
     if (valid.spm_model != *source_->spm_model() || valid.vocab_size != source_->vocab_size() ||
-        valid.ids.pad != train_ids.pad || valid.ids.unk != train_ids.unk ||
-        valid.ids.bos != train_ids.bos || valid.ids.eos != train_ids.eos) {
+        valid.ids != train_ids) {
       const auto vocabulary = [](int size, const SpecialIds& ids, const std::string& model) {
-        std::ostringstream words;
-        words << "vocab_size " << size << ", pad/unk/bos/eos " << ids.pad << "/" << ids.unk
-              << "/" << ids.bos << "/" << ids.eos << ", SentencePiece model sha256 "
-              << sha256_hex(model.data(), model.size()).substr(0, 12) << "...";
-        return words.str();
+        return "vocab_size " + std::to_string(size) + ", pad/unk/bos/eos " +
+               special_ids_text(ids) + ", SentencePiece model sha256 " +
+               sha256_hex(model.data(), model.size()).substr(0, 12) + "...";
       };
       std::ostringstream message;
       message << config_.data.dir << ": the " << config_.data.valid << " shards have another "
