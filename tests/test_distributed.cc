@@ -609,7 +609,7 @@ void expect_a_stopped_rank_to_end_the_job(const std::string& extra, const std::s
 }
 
 TEST(Distributed, AStoppedRankEndsTheJobAfterTheTimeout) {
-  expect_a_stopped_rank_to_end_the_job("", "1:3", "the step's sums");
+  expect_a_stopped_rank_to_end_the_job("", "1:3", "a sum over the ranks");
   expect_a_stopped_rank_to_end_the_job("", "1:3:gradients", "the gradient sum");
   expect_a_stopped_rank_to_end_the_job("", "1:3:gradients", "the gradient sum", 3);
 }
@@ -649,6 +649,69 @@ TEST(Distributed, AJobSuspendedLongerThanTheTimeoutGoesOnWhenResumed) {
   EXPECT_EQ(occurrences(run.output, "final: step=8"), 1u) << run.output;
   EXPECT_EQ(run.output.find("dist.timeout_s"), std::string::npos) << run.output;
   std::filesystem::remove_all(scratch_run());
+}
+
+// Shards of a real corpus with a validation set of 3000 pairs (numbers in English and
+// German words, tools/make_numbers_corpus.py), made once a process: validation's tests.
+std::string numbers_corpus() {
+  static const std::string data = [] {
+    const std::filesystem::path text = scratch_run() / "corpus" / "text";
+    const std::filesystem::path shards = scratch_run() / "corpus" / "data";
+    const std::string command =
+        "python3 " THPC_SOURCE_DIR "/tools/make_numbers_corpus.py --train 400 --valid 3000 "
+        "--test 10 --seed 1 --out " + text.string() + " > /dev/null && " +
+        thpc::binary_dir() + "/transformer_preprocess --source-lang en --target-lang de "
+        "--trainpref " + (text / "train").string() + " --validpref " +
+        (text / "valid").string() + " --destdir " + shards.string() +
+        " --vocab-size 120 --model-type bpe --seed 1 > /dev/null 2>&1";
+    EXPECT_EQ(std::system(command.c_str()), 0) << command;
+    return shards.string();
+  }();
+  return data;
+}
+
+// A rank stopped during a validation (THPC_STOP_AT=1:2:validation) is alive to MPI and
+// never comes: the other ranks, done with their shares, wait for it dist.timeout_s after
+// the last sign of work from any rank and end the job with one message naming the
+// validation (before: validation waited without limit, and the job held its nodes until
+// its time limit).
+TEST(Distributed, ARankStoppedInValidationEndsTheJobAfterTheTimeout) {
+  const JobResult run = mpirun_trainer(
+      "THPC_STOP_AT=1:2:validation",
+      "--model.layers=1 --train.max_steps=4 --train.log_every=1 --train.valid_every=2 "
+      "--data.dir=" + numbers_corpus() + " --dist.timeout_s=3");
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.exit_code, 124) << "the job hung until timeout killed it:\n" << run.output;
+  EXPECT_LT(run.seconds, 60.0) << run.output;
+  EXPECT_EQ(occurrences(run.output, "transformer_hpc: error on rank 0 on "), 1u) << run.output;
+  EXPECT_EQ(occurrences(run.output,
+                        "validation at step 2: this rank waited 3 s (dist.timeout_s) in a sum "
+                        "over the ranks without a sign of work from the other ranks: a rank is "
+                        "stopped (SIGSTOP, a debugger), hung or lost, so the job is ended; "
+                        "resume it from its last checkpoint (a rank whose batches take longer "
+                        "than that: raise dist.timeout_s)"),
+            1u)
+      << run.output;
+  EXPECT_EQ(run.output.find("valid step 2"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("final:"), std::string::npos) << run.output;
+  std::filesystem::remove_all(scratch_checkpoints());
+}
+
+// A rank whose share of a validation takes far longer than dist.timeout_s (here each
+// batch of the loss pass held 0.3 s on rank 1, some 8 s in all against 2 s; the BLEU
+// translations after it) is working, and says so between its batches: the others wait
+// for it, and the run trains to its end. A limit counted from the start of the wait, as
+// a step's is, would end this job.
+TEST(Distributed, ARankStillValidatingIsWaitedForBeyondTheTimeout) {
+  const JobResult run = mpirun_trainer(
+      "THPC_TEST_VALIDATION_BATCH_DELAY_MS=1:300",
+      "--model.layers=1 --train.max_steps=2 --train.log_every=1 --train.valid_every=2 "
+      "--train.valid_bleu=true --data.dir=" + numbers_corpus() + " --dist.timeout_s=2");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(occurrences(run.output, "valid step 2 |"), 1u) << run.output;
+  EXPECT_EQ(occurrences(run.output, "final: step=2"), 1u) << run.output;
+  EXPECT_EQ(run.output.find("dist.timeout_s"), std::string::npos) << run.output;
+  std::filesystem::remove_all(scratch_checkpoints());
 }
 
 // The wait's clock leaves out the gap between two polls in which a SIGCONT came (this

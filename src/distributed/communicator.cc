@@ -61,28 +61,68 @@ void write_whole_line(const std::string& line) {
 
 }  // namespace
 
-void wait_within(int count, MPI_Request* requests, double limit_seconds, const char* what) {
+namespace {
+
+// The tag of a sign of work (Communicator::show_working): a message of no bytes on
+// MPI_COMM_WORLD, where nothing else is sent point to point (and a collective never
+// matches a point-to-point message).
+constexpr int kSignOfWorkTag = 7001;
+
+// Receives every sign of work that has come; whether there was one.
+bool received_signs_of_work() {
+  bool received = false;
+  for (;;) {
+    int pending = 0;
+    MPI_Status status;
+    check_mpi(MPI_Iprobe(MPI_ANY_SOURCE, kSignOfWorkTag, MPI_COMM_WORLD, &pending, &status),
+              "MPI_Iprobe");
+    if (!pending) return received;
+    check_mpi(MPI_Recv(nullptr, 0, MPI_BYTE, status.MPI_SOURCE, kSignOfWorkTag, MPI_COMM_WORLD,
+                       MPI_STATUS_IGNORE),
+              "MPI_Recv");
+    received = true;
+  }
+}
+
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+void wait_within(int count, MPI_Request* requests, double limit_seconds, const char* what,
+                 bool from_last_sign) {
   if (limit_seconds <= 0) {
     check_mpi(MPI_Waitall(count, requests, MPI_STATUSES_IGNORE), "MPI_Waitall");
     return;
   }
+  const double started = steady_seconds();
   WaitClock clock;  // a stop of this process (a suspended job) is not a peer's delay
   for (;;) {
     int done = 0;
     check_mpi(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE), "MPI_Testall");
     if (done) return;
-    const double waited = clock.waited_seconds();
-    if (waited > limit_seconds) {
+    // A rank still at its share of the work: the wait counts afresh.
+    if (from_last_sign && received_signs_of_work()) clock = WaitClock();
+    if (clock.waited_seconds() > limit_seconds) {
       // The job ends here, not by an exception: unwinding would free the buffers of
       // `requests`, into which the other ranks' transfers may still write.
       const std::string& during = waiting_during();
       std::ostringstream line;
       line << "transformer_hpc: error on " << process_identity() << ": " << during
            << (during.empty() ? "" : ": ") << "this rank waited " << limit_seconds
-           << " s (dist.timeout_s) for the others in " << what
-           << ": a rank is stopped (SIGSTOP, a debugger), hung or lost, so the job is "
-           << "ended; resume it from its last checkpoint (a rank that is only slow: "
-           << "raise dist.timeout_s)\n";
+           << " s (dist.timeout_s) ";
+      if (from_last_sign) {
+        line << "in " << what << " without a sign of work from the other ranks";
+      } else {
+        line << "for the others in " << what;
+      }
+      line << ": a rank is stopped (SIGSTOP, a debugger), hung or lost, so the job is "
+           << "ended; resume it from its last checkpoint ("
+           << (from_last_sign ? "a rank whose batches take longer than that"
+                              : "a rank that is only slow")
+           << ": raise dist.timeout_s)\n";
       write_whole_line(line.str());
       MPI_Abort(MPI_COMM_WORLD, 1);
       std::_Exit(1);
@@ -90,7 +130,9 @@ void wait_within(int count, MPI_Request* requests, double limit_seconds, const c
     // A second of polls without pause, as a blocking wait polls (Open MPI moves a
     // non-blocking collective on only inside its calls); a longer wait is for a
     // straggler, and a poll a millisecond leaves the core to the threads that compute.
-    if (waited > 1.0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (steady_seconds() - started > 1.0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
 }
 
@@ -135,21 +177,53 @@ Communicator Communicator::world() {
   return comm;
 }
 
-Communicator::WaitLimit::WaitLimit(Communicator& comm, double seconds, std::string during)
+Communicator::WaitLimit::WaitLimit(const Communicator& comm, double seconds, std::string during,
+                                   WaitFrom from)
     : comm_(comm),
       previous_seconds_(comm.wait_limit_seconds_),
+      previous_from_(comm.wait_from_),
       previous_during_(std::move(waiting_during())) {
   comm_.wait_limit_seconds_ = seconds;
+  comm_.wait_from_ = from;
+  comm_.last_sign_seconds_ = -1;  // the first batch's sign goes out at once
   waiting_during() = std::move(during);
 }
 
 Communicator::WaitLimit::~WaitLimit() {
+  // The signs that came after the last wait are of this work, not the next.
+  if (comm_.mpi_ && comm_.wait_from_ == WaitFrom::kLastSignOfWork) {
+    try {
+      received_signs_of_work();
+    } catch (const Error&) {  // left for the next work's waits to take
+    }
+  }
   comm_.wait_limit_seconds_ = previous_seconds_;
+  comm_.wait_from_ = previous_from_;
   waiting_during() = std::move(previous_during_);
 }
 
+void Communicator::show_working() const {
+  if (!mpi_ || size_ == 1 || wait_limit_seconds_ <= 0 ||
+      wait_from_ != WaitFrom::kLastSignOfWork) {
+    return;
+  }
+  const double now = steady_seconds();
+  if (last_sign_seconds_ >= 0 && now - last_sign_seconds_ < wait_limit_seconds_ / 8) return;
+  last_sign_seconds_ = now;
+  for (int to = 0; to < size_; ++to) {
+    if (to == rank_) continue;
+    MPI_Request request;
+    check_mpi(MPI_Isend(nullptr, 0, MPI_BYTE, to, kSignOfWorkTag, MPI_COMM_WORLD, &request),
+              "MPI_Isend");
+    // Nothing to wait for: the message has no bytes to keep, and the rank it goes to may
+    // be stopped and never take it (MPI completes it all the same).
+    check_mpi(MPI_Request_free(&request), "MPI_Request_free");
+  }
+}
+
 void Communicator::finish(void* request, const char* what) const {
-  wait_within(1, static_cast<MPI_Request*>(request), wait_limit_seconds_, what);
+  wait_within(1, static_cast<MPI_Request*>(request), wait_limit_seconds_, what,
+              wait_from_ == WaitFrom::kLastSignOfWork);
 }
 
 namespace {
@@ -167,14 +241,14 @@ MPI_Request post_all_reduce(void* values, int count, MPI_Datatype type, MPI_Op o
 int64_t Communicator::sum(int64_t value) const {
   if (!mpi_) return value;
   MPI_Request request = post_all_reduce(&value, 1, MPI_INT64_T, MPI_SUM);
-  finish(&request, "the step's sums");
+  finish(&request, "a sum over the ranks");
   return value;
 }
 
 double Communicator::sum(double value) const {
   if (!mpi_) return value;
   MPI_Request request = post_all_reduce(&value, 1, MPI_DOUBLE, MPI_SUM);
-  finish(&request, "the step's sums");
+  finish(&request, "a sum over the ranks");
   return value;
 }
 

@@ -81,31 +81,52 @@ class Communicator {
   // Ends every rank of the job with `code` (MPI_Abort) after printing `message`.
   [[noreturn]] void abort(const std::string& message, int code) const;
 
+  // Where a bounded wait counts from.
+  enum class WaitFrom {
+    // The collective's start: the ranks do the same work and come together (a step).
+    kStart,
+    // The last sign of work (show_working) from any rank: the ranks' shares of the work
+    // may differ by minutes (validation, whose translations are longer on one rank than
+    // on another), and a rank that is still working says so between its batches.
+    kLastSignOfWork,
+  };
+
   // While one lives, each collective of `comm` that waits more than `seconds` for the
-  // other ranks ends the job (MPI_Abort) with a message led by `during` ("step 12"),
-  // instead of waiting for a rank that will not come: the training step holds one with
-  // dist.timeout_s, as the gradient sums do. Start-up, validation and the end of a run
-  // wait without limit: a rank there may wait for rank 0's long work alone (the
-  // averages it writes).
+  // other ranks (counted from `from`) ends the job (MPI_Abort) with a message led by
+  // `during` ("step 12"), instead of waiting for a rank that will not come: the training
+  // step holds one with dist.timeout_s, as the gradient sums do, and validation one from
+  // the last sign of work. Start-up and the end of a run wait without limit: a rank
+  // there may wait for rank 0's long work alone (the averages it writes). How long the
+  // calls wait is not part of what the communicator is, so a const one takes a limit.
   class WaitLimit {
    public:
-    WaitLimit(Communicator& comm, double seconds, std::string during);
+    WaitLimit(const Communicator& comm, double seconds, std::string during,
+              WaitFrom from = WaitFrom::kStart);
     ~WaitLimit();
     WaitLimit(const WaitLimit&) = delete;
     WaitLimit& operator=(const WaitLimit&) = delete;
 
    private:
-    Communicator& comm_;
+    const Communicator& comm_;
     double previous_seconds_;
+    WaitFrom previous_from_;
     std::string previous_during_;
   };
+
+  // A sign to the other ranks that this one is still at the work a WaitLimit of
+  // kLastSignOfWork bounds (a batch of validation done): their waits count afresh. One
+  // message to each rank at most every eighth of the limit, so that a sign reaches them
+  // well within it; nothing outside such a limit, or in a job of one rank.
+  void show_working() const;
 
  private:
   // One collective's request, waited for within wait_limit_seconds_ (if > 0); `what`
   // names the collective in a timeout's message.
   void finish(void* request, const char* what) const;
 
-  double wait_limit_seconds_ = 0;
+  mutable double wait_limit_seconds_ = 0;
+  mutable WaitFrom wait_from_ = WaitFrom::kStart;
+  mutable double last_sign_seconds_ = -1;  // when show_working last sent, on a steady clock
   bool mpi_ = false;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   std::string host_;

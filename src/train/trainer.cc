@@ -60,8 +60,9 @@ std::string new_run_id() {
 // or a node failure takes, while the other ranks go on into the step's gradient sums;
 // THPC_STOP_AT=RANK:STEP stops it there by SIGSTOP, as Ctrl-Z, a debugger or a hung file
 // system would hold it, alive to MPI but never coming (RANK:STEP:gradients: after the
-// step's collectives before its forward, so that the others wait in the gradient sum).
-enum class InjectionPoint { StepStart, SumsPrepared };
+// step's collectives before its forward, so that the others wait in the gradient sum;
+// RANK:STEP:validation: as the validation after step STEP starts).
+enum class InjectionPoint { StepStart, SumsPrepared, Validation };
 
 void maybe_inject_failure(const Communicator& comm, int64_t step, InjectionPoint point) {
   const auto names_this = [&](const char* spec) {
@@ -70,9 +71,9 @@ void maybe_inject_failure(const Communicator& comm, int64_t step, InjectionPoint
     char where[16] = {0};
     const int fields = spec == nullptr ? 0 : std::sscanf(spec, "%d:%lld:%15s", &rank, &at_step,
                                                          where);
-    const InjectionPoint named = fields == 3 && std::string(where) == "gradients"
-                                     ? InjectionPoint::SumsPrepared
-                                     : InjectionPoint::StepStart;
+    InjectionPoint named = InjectionPoint::StepStart;
+    if (fields == 3 && std::string(where) == "gradients") named = InjectionPoint::SumsPrepared;
+    if (fields == 3 && std::string(where) == "validation") named = InjectionPoint::Validation;
     return fields >= 2 && rank == comm.rank() && at_step == step && named == point;
   };
   static const char* fail = std::getenv("THPC_FAIL_AT");
@@ -476,6 +477,14 @@ StepStats Trainer::step() {
 
 ValidationStats Trainer::validate() {
   THPC_CHECK(valid_source_ != nullptr, "validation without validation shards");
+  // The ranks' shares of a validation may take minutes longer on one than on another (a
+  // CPU translating longer sentences): a rank waits for the others as long as one of
+  // them shows it is still working, and dist.timeout_s after the last such sign ends the
+  // job (a rank stopped, hung or lost), where it waited until the job's time limit.
+  const Communicator::WaitLimit bounded(comm_, config_.dist.timeout_s,
+                                        "validation at step " + std::to_string(completed_steps_),
+                                        Communicator::WaitFrom::kLastSignOfWork);
+  maybe_inject_failure(comm_, completed_steps_, InjectionPoint::Validation);
   ValidationStats stats = validation_pass(*model_, *valid_source_, comm_, micro_budget_);
   // Test hook: THPC_TEST_VALID_NLL_AT=STEP:NLL makes the validation at STEP report NLL on
   // every rank (a validation whose perplexity exploded), for DivergenceHandling's tests.

@@ -122,6 +122,7 @@ double ValidationBleu::score(Transformer& model) const {
     // nothing of this validation: ValidationStats::interrupted).
     if (stop_requested_by() != 0) break;
     translate_batch(model, ids_, sources_, batch, options_, results);
+    comm_.show_working();  // the ranks done with their shares wait for this one
   }
   const std::vector<std::string> shares = comm_.all_gather(packed_ids(results));
   double score = NAN;

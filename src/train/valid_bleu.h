@@ -36,7 +36,7 @@ class ValidationBleu {
   // Reads the pairs of the data.valid shards that the loss pass scores too (both sides
   // within model.max_positions - 1 tokens), in file order; rank r of W keeps the sources
   // of pairs r, r + W, ... Rank 0 detokenises every target as the reference. Throws
-  // naming the shards when they carry no SentencePiece model.
+  // naming the shards when they carry no SentencePiece model. `comm` must outlive it.
   ValidationBleu(const Config& config, const Communicator& comm);
   ~ValidationBleu();
 
@@ -51,7 +51,7 @@ class ValidationBleu {
   int64_t sentences() const { return pairs_; }
 
  private:
-  Communicator comm_;
+  const Communicator& comm_;  // the trainer's: its wait limits hold for the gather
   BeamOptions options_;
   SpecialIds ids_;
   int64_t pairs_ = 0;

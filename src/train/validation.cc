@@ -1,9 +1,14 @@
 #include "train/validation.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <ostream>
+#include <thread>
+#include <utility>
 
 #include "backend/factory.h"
 #include "common/error.h"
@@ -44,6 +49,26 @@ void score_translations(const ValidationBleu& scorer, Transformer& model,
   (scorer.metric() == "chrf" ? stats.chrf : stats.bleu) = scorer.score(model);
 }
 
+namespace {
+
+// Test hook (docs/reliability.md): THPC_TEST_VALIDATION_BATCH_DELAY_MS=RANK:MS holds that
+// rank MS milliseconds after each batch of the validation loss: a rank whose share of the
+// validation takes longer than dist.timeout_s, and still works.
+void delay_validation_batch_for_tests(const Communicator& comm) {
+  static const std::pair<int, long> rank_and_delay = [] {
+    int rank = -1;
+    long milliseconds = 0;
+    const char* spec = std::getenv("THPC_TEST_VALIDATION_BATCH_DELAY_MS");
+    if (spec == nullptr || std::sscanf(spec, "%d:%ld", &rank, &milliseconds) != 2) rank = -1;
+    return std::pair<int, long>(rank, milliseconds);
+  }();
+  if (rank_and_delay.first == comm.rank()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(rank_and_delay.second));
+  }
+}
+
+}  // namespace
+
 // One pass over the validation shards, summed over all ranks.
 ValidationStats validation_pass(Transformer& model, ShardReader& shards,
                                 const Communicator& comm, int64_t budget) {
@@ -58,6 +83,8 @@ ValidationStats validation_pass(Transformer& model, ShardReader& shards,
     sums.loss += batch_sums.loss;
     sums.nll += batch_sums.nll;
     sums.tokens += batch_sums.tokens;
+    delay_validation_batch_for_tests(comm);
+    comm.show_working();  // the ranks done with their shares wait for this one
   }
   ValidationStats stats;
   stats.tgt_tokens = comm.sum(sums.tokens);
@@ -97,9 +124,15 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
   Transformer model(config.model, resolve_vocab_size(config, *shards), shards->special_ids(),
                     *backend, config.train.seed);
   load_parameters(checkpoint, path, model);
-  ValidationStats stats = validation_pass(model, *shards, comm, micro_batch_budget(config, comm));
-  if (config.train.valid_bleu) {
-    score_translations(*make_validation_bleu(config, comm), model, stats);
+  const std::unique_ptr<ValidationBleu> bleu =
+      config.train.valid_bleu ? make_validation_bleu(config, comm) : nullptr;
+  ValidationStats stats;
+  {
+    // As a run's validation: a rank that stops showing work ends the job.
+    const Communicator::WaitLimit bounded(comm, config.dist.timeout_s, "--eval of " + path,
+                                          Communicator::WaitFrom::kLastSignOfWork);
+    stats = validation_pass(model, *shards, comm, micro_batch_budget(config, comm));
+    if (bleu) score_translations(*bleu, model, stats);
   }
   // A stop signal cut the pass short on some rank: its numbers are not the checkpoint's.
   if (const int signal = stop_signal_of_any_rank(comm)) {
