@@ -303,6 +303,80 @@ TEST_F(CheckpointTest, AResumeWithAnotherMicroBatchBudgetContinuesAtTheSameShare
       << written_otherwise.output;
 }
 
+// train.max_epochs = E ends the run at the step that reads epoch E's last micro-batch:
+// 15 micro-batches an epoch at 300 tokens, one a step, so epoch 2 ends at step 30; with
+// train.accumulate = 4 an epoch is 57 batches, four a step, and epoch 1 ends at step 15,
+// whose last three batches are epoch 2's first (the checkpoint's position says so). A
+// resume ends at the same step as the run that was not stopped, with its parameters; one
+// resumed after the last epoch trains nothing; a larger limit trains on.
+TEST_F(CheckpointTest, MaxEpochsEndsTheRunAtTheStepThatReadsTheEpochsLastBatch) {
+  const ProcessResult corpus = run_process(small_numbers_corpus_command(path("corpus")));
+  ASSERT_EQ(corpus.exit_code, 0) << corpus.output;
+  const std::string common = kTrainer + " " + kTinyIni + " --model.layers=1 --data.dir=" +
+                             path("corpus/data") + " --train.tokens_per_step=300 "
+                             "--train.log_every=1 --train.valid_every=0 --checkpoint.dir=";
+  const ProcessResult whole = run_process(common + path("whole") + " --train.max_epochs=2");
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  EXPECT_NE(whole.output.find("train.max_epochs = 2: the run ends at step 30, which reads the "
+                              "last batch of epoch 2 (15 micro-batches an epoch, 1 a step)"),
+            std::string::npos)
+      << whole.output;
+  EXPECT_NE(whole.output.find("step 30/30 |"), std::string::npos) << whole.output;
+  EXPECT_NE(whole.output.find("final: step=30 "), std::string::npos) << whole.output;
+  const Checkpoint last = read_checkpoint(path("whole") + "/step_00000030.h5");
+  EXPECT_EQ(last.data_position.epoch, 2);
+  EXPECT_EQ(last.data_position.index, 0);
+
+  const ProcessResult accumulated =
+      run_process(common + path("accumulated") + " --train.max_epochs=1 --train.accumulate=4");
+  ASSERT_EQ(accumulated.exit_code, 0) << accumulated.output;
+  EXPECT_NE(accumulated.output.find("the run ends at step 15, which reads the last batch of "
+                                    "epoch 1 (57 micro-batches an epoch, 4 a step)"),
+            std::string::npos)
+      << accumulated.output;
+  const Checkpoint crossed = read_checkpoint(path("accumulated") + "/step_00000015.h5");
+  EXPECT_EQ(crossed.data_position.epoch, 1);
+  EXPECT_EQ(crossed.data_position.index, 3);
+
+  const ProcessResult stopped = run_process("THPC_TEST_STOP_AT_STEP=10 " + common +
+                                            path("interrupted") + " --train.max_epochs=2");
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.output;
+  const ProcessResult resumed = run_process(common + path("interrupted") +
+                                            " --train.max_epochs=2 --checkpoint.resume=auto");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("the run ends at step 30, which reads"), std::string::npos)
+      << resumed.output;
+  // The final line's parameter digest is the uninterrupted run's.
+  const auto final_line = [](const std::string& output) {
+    const size_t at = output.find("final: step=");
+    return at == std::string::npos ? std::string() : output.substr(at, output.find('\n', at) - at);
+  };
+  EXPECT_FALSE(final_line(whole.output).empty()) << whole.output;
+  EXPECT_EQ(final_line(resumed.output), final_line(whole.output)) << resumed.output;
+
+  const ProcessResult nothing_left = run_process(common + path("whole") +
+                                                 " --train.max_epochs=2 --checkpoint.resume=auto");
+  ASSERT_EQ(nothing_left.exit_code, 0) << nothing_left.output;
+  EXPECT_NE(nothing_left.output.find("train.max_epochs = 2: epoch 2 was read by step 30: "
+                                     "nothing left to train"),
+            std::string::npos)
+      << nothing_left.output;
+  EXPECT_NE(nothing_left.output.find("final: step=30 "), std::string::npos) << nothing_left.output;
+  const ProcessResult one_more = run_process(common + path("whole") +
+                                             " --train.max_epochs=3 --checkpoint.resume=auto");
+  ASSERT_EQ(one_more.exit_code, 0) << one_more.output;
+  EXPECT_NE(one_more.output.find("step 45/45 |"), std::string::npos) << one_more.output;
+  // train.max_steps before the epochs' end ends the run, and says so.
+  const ProcessResult capped = run_process(common + path("capped") +
+                                           " --train.max_epochs=1 --train.max_steps=10");
+  ASSERT_EQ(capped.exit_code, 0) << capped.output;
+  EXPECT_NE(capped.output.find("train.max_epochs = 1: train.max_steps = 10 ends the run first "
+                               "(epoch 1 would end at step 15)"),
+            std::string::npos)
+      << capped.output;
+  EXPECT_NE(capped.output.find("final: step=10 "), std::string::npos) << capped.output;
+}
+
 // A resume whose data.dir now holds other pairs under the same vocabulary (the corpus
 // preprocessed again, other sentences): the checkpoint's position counts batches of a
 // corpus that is gone, so the run says so and reads the new data from its next epoch.

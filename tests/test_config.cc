@@ -40,7 +40,7 @@ const std::vector<std::string> kAllKeys = {
     "train.backend",
     "train.precision",       "train.cuda_kernels",   "train.short_attention_max_len",
     "train.seed",            "train.max_steps",       "train.max_minutes",
-    "train.tokens_per_step",
+    "train.max_epochs",      "train.tokens_per_step",
     "train.accumulate",      "train.loss_chunk_rows", "train.warmup_steps",
     "train.lr_scale",
     "train.adam_beta1",      "train.adam_beta2",      "train.adam_eps",
@@ -483,7 +483,7 @@ const std::vector<std::string> kUnusualValues = {
     "train.precision=fp32",    "train.cuda_kernels=candidate",
     "train.short_attention_max_len=33",
     "train.seed=18446744073709551615", "train.max_steps=12345678901",
-    "train.max_minutes=2.5",
+    "train.max_minutes=2.5",   "train.max_epochs=7",
     "train.tokens_per_step=777", "train.accumulate=3", "train.loss_chunk_rows=96",
     "train.warmup_steps=17",
     "train.lr_scale=0.3",      "train.adam_beta1=0.85",  "train.adam_beta2=0.995",
@@ -911,6 +911,10 @@ TEST(Config, BadValuesNameKeyAndFile) {
       {{"decode.tree_leaves=tags"}, "decode.tree_leaves: 'tags' is not one of XX, words"},
       {{"train.valid_every=-1", "data.dir=d"}, "train.valid_every: must be ≥ 0"},
       {{"train.valid_every=10"}, "train.valid_every: validation reads shards: set data.dir"},
+      {{"train.max_epochs=-1", "data.dir=d"}, "train.max_epochs: must be ≥ 0"},
+      {{"train.max_epochs=2"},
+       "train.max_epochs: counts passes over shards: set data.dir (the synthetic task has no "
+       "epochs)"},
       {{"data.memory_mb=0"}, "data.memory_mb: must be ≥ 1, got 0"},
       {{"train.valid_beam=0"}, "train.valid_beam: must be ≥ 1, got 0"},
       {{"train.valid_bleu=true"}, "train.valid_bleu: translates at each validation: set "

@@ -60,6 +60,7 @@ struct TrainConfig {
   uint64_t seed = 1;
   int64_t max_steps = 100000;
   float max_minutes = 0.0f;        // wall-clock limit of a run's training; 0 = none
+  int64_t max_epochs = 0;          // passes over the training data; 0 = none
   int64_t tokens_per_step = 25000;  // padded tokens per step on each side (source, target)
   int accumulate = 1;              // micro-batches per optimizer step
   // Rows of [target tokens, vocabulary] logits made at once in training: the output

@@ -78,6 +78,10 @@ void validate(const Config& config) {
     check.fail("train.valid_every",
                "validation reads shards: set data.dir (or train.valid_every = 0)");
   }
+  if (train.max_epochs > 0 && data.dir.empty()) {
+    check.fail("train.max_epochs", "counts passes over shards: set data.dir (the synthetic task "
+                                   "has no epochs), or train.max_epochs = 0");
+  }
   if (!data.dir.empty() && data.train.empty()) {
     check.fail("data.train", "must name the training shards (e.g. train)");
   }

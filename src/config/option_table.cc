@@ -145,6 +145,13 @@ const std::vector<Option>& option_table() {
                   "end the run at the first step that ends after this many wall-clock "
                   "minutes of training (fractions allowed), as at max_steps: checkpoint, "
                   "average, summary, exit 0; a resumed run counts afresh; 0 = no limit"),
+      THPC_OPTION(train, max_epochs, THPC_AT_LEAST(0),
+                  "end the run at the step that reads the last batch of this epoch of the "
+                  "training data (fairseq's --max-epoch), as at max_steps: checkpoint, "
+                  "average, summary, exit 0; that step's other micro-batches are the next "
+                  "epoch's first; counted from the data's start, so a resumed run ends at "
+                  "the same step; the earlier of it and max_steps ends the run; needs "
+                  "data.dir; 0 = no limit"),
       THPC_OPTION(train, tokens_per_step, THPC_AT_LEAST(1),
                   "padded tokens per step on each side, source and target (§5.1)"),
       THPC_OPTION(train, accumulate, THPC_AT_LEAST(1), "micro-batches per optimizer step"),

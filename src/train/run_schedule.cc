@@ -4,7 +4,8 @@
 namespace thpc {
 
 RunSchedule::RunSchedule(const Config& config)
-    : max_steps_(config.train.max_steps),
+    : configured_max_steps_(config.train.max_steps),
+      max_steps_(config.train.max_steps),
       log_every_(config.train.log_every),
       valid_every_(config.train.valid_every),
       checkpoint_every_steps_(config.checkpoint.every_steps),

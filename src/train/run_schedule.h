@@ -1,5 +1,6 @@
 // When the training loop logs, validates, saves and stops: the one place that decides
-// from train.max_steps, train.log_every, train.valid_every, train.max_minutes,
+// from train.max_steps (or the step train.max_epochs ends at), train.log_every,
+// train.valid_every, train.max_minutes,
 // checkpoint.every_steps / checkpoint.minutes and checkpoint.patience (the trainer's
 // messages still quote them). Trainer::run asks it at each step instead of computing
 // modulos and clocks itself (Marian's Scheduler plays this part). It decides from what
@@ -17,7 +18,13 @@ class RunSchedule {
  public:
   explicit RunSchedule(const Config& config);
 
+  // train.max_steps, or an earlier step end_by_step set.
   int64_t max_steps() const { return max_steps_; }
+  // Ends the run at `step` when that is before train.max_steps (train.max_epochs: the
+  // step that reads the last epoch's last batch), else at train.max_steps.
+  void end_by_step(int64_t step) {
+    max_steps_ = step < configured_max_steps_ ? step : configured_max_steps_;
+  }
   // Whether the run validates at all (train.valid_every > 0, which requires data.valid).
   bool validates() const { return valid_every_ > 0; }
   bool is_last_step(int64_t step) const { return step == max_steps_; }
@@ -39,6 +46,7 @@ class RunSchedule {
   bool patience_exhausted(int64_t validations_since_best) const;
 
  private:
+  int64_t configured_max_steps_;
   int64_t max_steps_;
   int64_t log_every_;
   int64_t valid_every_;  // 0: no validation

@@ -727,7 +727,10 @@ RunEnd Trainer::run(std::ostream& log) {
     StepDecision decision = decide_step(stats, verdict.kind, run);
     if (decision.divergence != DivergenceKind::None) {
       const AfterStep next = after_divergent_step(stats, verdict, decision, run);
-      if (next == AfterStep::NextStep) continue;
+      if (next == AfterStep::NextStep) {
+        end_with_the_epochs(nullptr);  // a skipped step read its batches; a rollback, back
+        continue;
+      }
       if (next == AfterStep::EndTraining) break;
       return next == AfterStep::Stopped ? RunEnd::Stopped : RunEnd::Diverged;
     }
@@ -793,7 +796,34 @@ bool Trainer::start_up(std::ostream& out) {
   return true;
 }
 
+void Trainer::end_with_the_epochs(std::ostream* log) {
+  const int64_t epochs = config_.train.max_epochs;
+  if (epochs == 0) return;
+  // Every step reads ranks x accumulate micro-batches of the one stream that all ranks
+  // deal from (BatchSource::next), epoch after epoch, each epoch cut alike at this budget.
+  const int64_t per_epoch = source_->batches_per_epoch(micro_budget_);
+  const int64_t per_step = static_cast<int64_t>(config_.train.accumulate) * comm_.size();
+  const DataPosition at = source_->position();
+  const int64_t left = std::max<int64_t>(0, epochs * per_epoch - (at.epoch * per_epoch + at.index));
+  const int64_t last_step = completed_steps_ + (left + per_step - 1) / per_step;
+  schedule_.end_by_step(last_step);
+  if (log == nullptr) return;
+  *log << "train.max_epochs = " << epochs << ": ";
+  if (schedule_.max_steps() < last_step) {
+    *log << "train.max_steps = " << schedule_.max_steps() << " ends the run first (epoch "
+         << epochs << " would end at step " << last_step << ")" << std::endl;
+  } else if (left == 0) {
+    *log << "epoch " << epochs << " was read by step " << completed_steps_
+         << ": nothing left to train" << std::endl;
+  } else {
+    *log << "the run ends at step " << last_step << ", which reads the last batch of epoch "
+         << epochs << " (" << per_epoch << " micro-batches an epoch, " << per_step
+         << " a step)" << std::endl;
+  }
+}
+
 void Trainer::begin_training(RunProgress& run) {
+  end_with_the_epochs(&run.out);
   run.stop_at_step = test_stop_step();
   // The step training starts from passed, or had no validation to fail; one whose
   // validation a stop cut short (validated first, below) has not passed yet: should it
