@@ -39,11 +39,16 @@ void check_mpi(int status, const char* call) {
 
 namespace {
 
-// The innermost live WaitLimit's `during` ("step 12"), for every bounded wait's message:
-// the gradient sums' own waits (MpiBucketSums) run inside the step's limit too.
-std::string& waiting_during() {
-  static std::string during;
-  return during;
+// The innermost live WaitLimit's `during` ("step 12") and `remedy`, for every bounded
+// wait's message: the gradient sums' own waits (MpiBucketSums) run inside the step's
+// limit too.
+struct WaitContext {
+  std::string during;
+  std::string remedy = Communicator::WaitLimit::kResume;
+};
+WaitContext& waiting_context() {
+  static WaitContext context;
+  return context;
 }
 
 }  // namespace
@@ -108,7 +113,7 @@ void wait_within(int count, MPI_Request* requests, double limit_seconds, const c
     if (clock.waited_seconds() > limit_seconds) {
       // The job ends here, not by an exception: unwinding would free the buffers of
       // `requests`, into which the other ranks' transfers may still write.
-      const std::string& during = waiting_during();
+      const std::string& during = waiting_context().during;
       std::ostringstream line;
       line << "transformer_hpc: error on " << process_identity() << ": " << during
            << (during.empty() ? "" : ": ") << "this rank waited " << limit_seconds
@@ -119,7 +124,7 @@ void wait_within(int count, MPI_Request* requests, double limit_seconds, const c
         line << "for the others in " << what;
       }
       line << ": a rank is stopped (SIGSTOP, a debugger), hung or lost, so the job is "
-           << "ended; resume it from its last checkpoint ("
+           << "ended; " << waiting_context().remedy << " ("
            << (from_last_sign ? "a rank whose batches take longer than that"
                               : "a rank that is only slow")
            << ": raise dist.timeout_s)\n";
@@ -178,15 +183,17 @@ Communicator Communicator::world() {
 }
 
 Communicator::WaitLimit::WaitLimit(const Communicator& comm, double seconds, std::string during,
-                                   WaitFrom from)
+                                   WaitFrom from, std::string remedy)
     : comm_(comm),
       previous_seconds_(comm.wait_limit_seconds_),
       previous_from_(comm.wait_from_),
-      previous_during_(std::move(waiting_during())) {
+      previous_during_(std::move(waiting_context().during)),
+      previous_remedy_(std::move(waiting_context().remedy)) {
   comm_.wait_limit_seconds_ = seconds;
   comm_.wait_from_ = from;
   comm_.last_sign_seconds_ = -1;  // the first batch's sign goes out at once
-  waiting_during() = std::move(during);
+  waiting_context().during = std::move(during);
+  waiting_context().remedy = std::move(remedy);
 }
 
 Communicator::WaitLimit::~WaitLimit() {
@@ -199,7 +206,8 @@ Communicator::WaitLimit::~WaitLimit() {
   }
   comm_.wait_limit_seconds_ = previous_seconds_;
   comm_.wait_from_ = previous_from_;
-  waiting_during() = std::move(previous_during_);
+  waiting_context().during = std::move(previous_during_);
+  waiting_context().remedy = std::move(previous_remedy_);
 }
 
 void Communicator::show_working() const {

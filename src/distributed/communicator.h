@@ -98,10 +98,12 @@ class Communicator {
   // the last sign of work. Start-up and the end of a run wait without limit: a rank
   // there may wait for rank 0's long work alone (the averages it writes). How long the
   // calls wait is not part of what the communicator is, so a const one takes a limit.
+  // `remedy` ends the message: what the user does next.
   class WaitLimit {
    public:
+    static constexpr const char* kResume = "resume it from its last checkpoint";
     WaitLimit(const Communicator& comm, double seconds, std::string during,
-              WaitFrom from = WaitFrom::kStart);
+              WaitFrom from = WaitFrom::kStart, std::string remedy = kResume);
     ~WaitLimit();
     WaitLimit(const WaitLimit&) = delete;
     WaitLimit& operator=(const WaitLimit&) = delete;
@@ -111,6 +113,7 @@ class Communicator {
     double previous_seconds_;
     WaitFrom previous_from_;
     std::string previous_during_;
+    std::string previous_remedy_;
   };
 
   // A sign to the other ranks that this one is still at the work a WaitLimit of

@@ -130,7 +130,8 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
   {
     // As a run's validation: a rank that stops showing work ends the job.
     const Communicator::WaitLimit bounded(comm, config.dist.timeout_s, "--eval of " + path,
-                                          Communicator::WaitFrom::kLastSignOfWork);
+                                          Communicator::WaitFrom::kLastSignOfWork,
+                                          "run the --eval again");
     stats = validation_pass(model, *shards, comm, micro_batch_budget(config, comm));
     if (bleu) score_translations(*bleu, model, stats);
   }
