@@ -43,7 +43,7 @@ TEST(DropoutMask, FourDrawsPerPhiloxBlockAreTheDrawsOfEachElement) {
 // are the scalar draws, for every word of every block, at counters that wrap around 2^32
 // too, and at probabilities from 0 (all kept) to just below 1, where the comparison of the
 // 24-bit uniform is tightest.
-template <int Blocks, typename Draw>
+template <int Blocks, typename Draw, typename Flag = bool>
 void expect_blocks_are_the_scalar_draws(Draw draw) {
   const DropoutKey keys[] = {{0x0123456789abcdefull, 7, 3, 11}, {0, 0, 0, 0},
                              {0xffffffffffffffffull, 0xffffffffu, 0xffffffffu, 0xffffffffu}};
@@ -54,12 +54,15 @@ void expect_blocks_are_the_scalar_draws(Draw draw) {
   for (const DropoutKey& key : keys) {
     for (uint32_t block : blocks) {
       for (float p : probabilities) {
-        bool words[4 * Blocks];
+        Flag words[4 * Blocks];
         draw(key, block, p, words);
         for (uint32_t e = 0; e < 4 * Blocks; ++e) {
           const uint64_t element =
               (static_cast<uint64_t>(static_cast<uint32_t>(block + e / 4)) << 2) + e % 4;
-          EXPECT_EQ(words[e], dropout_keep(key.seed, key.site, key.step, key.stream, element, p))
+          // Flags of bytes are 0 or 1, nothing else.
+          EXPECT_LE(static_cast<int>(words[e]), 1);
+          EXPECT_EQ(words[e] != 0,
+                    dropout_keep(key.seed, key.site, key.step, key.stream, element, p))
               << Blocks << " blocks from " << block << ", word " << e << ", p " << p;
           kept += words[e] ? 1 : 0;
           drawn += 1;
@@ -76,11 +79,18 @@ TEST(DropoutMask, FourBlocksAtOnceAreTheDrawsOfEachElement) {
   expect_blocks_are_the_scalar_draws<4>(cpu::keep_four_blocks);
 }
 
-#if defined(THPC_DROPOUT_AVX512)
+#if defined(THPC_DROPOUT_WIDE_VECTORS)
 // The sixteen blocks in one AVX-512 vector each word.
 TEST(DropoutMask, SixteenBlocksAtOnceAreTheDrawsOfEachElement) {
   if (!cpu::cpu_has_avx512f()) GTEST_SKIP() << "this CPU has no AVX-512";
   expect_blocks_are_the_scalar_draws<16>(cpu::keep_sixteen_blocks);
+}
+
+// The eight blocks in one AVX2 vector each word.
+TEST(DropoutMask, EightBlocksAtOnceAreTheDrawsOfEachElement) {
+  if (!cpu::cpu_has_avx2()) GTEST_SKIP() << "this CPU has no AVX2";
+  expect_blocks_are_the_scalar_draws<8, decltype(&cpu::keep_eight_blocks), uint8_t>(
+      cpu::keep_eight_blocks);
 }
 #endif
 
@@ -92,9 +102,10 @@ TEST(DropoutMask, RangeMaskIsTheDrawOfEachElement) {
   const float p = 0.3f;
   for (int64_t first : {int64_t(0), int64_t(1), int64_t(3), int64_t(4), int64_t(15), int64_t(16),
                         int64_t(17), int64_t(1023), int64_t(1) << 34}) {
-    // 64 and more: sixty-four draws at a time first where the CPU has AVX-512.
+    // 64 and more: sixty-four draws at a time first where the CPU has AVX-512; 32 and
+    // more: thirty-two where it has AVX2 (after the sixty-fours, or alone).
     for (int64_t count : {int64_t(1), int64_t(5), int64_t(100), int64_t(64), int64_t(67),
-                          int64_t(300)}) {
+                          int64_t(300), int64_t(32), int64_t(50), int64_t(127)}) {
       std::vector<uint8_t> keep(static_cast<size_t>(count), 7);
       cpu::dropout_keep_mask(key, first, count, p, keep.data());
       for (int64_t j = 0; j < count; ++j) {
