@@ -357,8 +357,9 @@ TEST_F(CheckpointTest, MaxEpochsEndsTheRunAtTheStepThatReadsTheEpochsLastBatch) 
   const ProcessResult nothing_left = run_process(common + path("whole") +
                                                  " --train.max_epochs=2 --checkpoint.resume=auto");
   ASSERT_EQ(nothing_left.exit_code, 0) << nothing_left.output;
-  EXPECT_NE(nothing_left.output.find("train.max_epochs = 2: epoch 2 was read by step 30: "
-                                     "nothing left to train"),
+  EXPECT_NE(nothing_left.output.find("train.max_epochs = 2: the data is past epoch 2's last "
+                                     "batch (the next to read is batch 1 of epoch 3): nothing "
+                                     "left to train"),
             std::string::npos)
       << nothing_left.output;
   EXPECT_NE(nothing_left.output.find("final: step=30 "), std::string::npos) << nothing_left.output;
@@ -366,6 +367,37 @@ TEST_F(CheckpointTest, MaxEpochsEndsTheRunAtTheStepThatReadsTheEpochsLastBatch) 
                                              " --train.max_epochs=3 --checkpoint.resume=auto");
   ASSERT_EQ(one_more.exit_code, 0) << one_more.output;
   EXPECT_NE(one_more.output.find("step 45/45 |"), std::string::npos) << one_more.output;
+  // Named by path, step 30 with nothing left to train starts no branch: step 45 is not
+  // marked superseded (it was, and resume=auto then trained epoch 3 again; a trial).
+  const ProcessResult named = run_process(common + path("whole") + " --train.max_epochs=2 "
+                                          "--checkpoint.resume=" + path("whole") +
+                                          "/step_00000030.h5");
+  ASSERT_EQ(named.exit_code, 0) << named.output;
+  EXPECT_EQ(named.output.find("superseded"), std::string::npos) << named.output;
+  EXPECT_EQ(read_checkpoint(path("whole") + "/step_00000045.h5").state,
+            CheckpointState::Healthy);
+  // A skipped step reads its batches: one that read epoch 1's last ends the run at the
+  // next step, a healthy one (it ended at the skip, its checkpoint marked diverged, which
+  // resume=auto then refused; a trial); one earlier in the epoch brings the end a step
+  // nearer, and says so.
+  const ProcessResult skipped_last =
+      run_process("THPC_TEST_NAN_LOSS_AT=15 " + common + path("skipped_last") +
+                  " --train.max_epochs=1 --train.accumulate=4 --train.divergence=skip");
+  ASSERT_EQ(skipped_last.exit_code, 0) << skipped_last.output;
+  EXPECT_NE(skipped_last.output.find("skipped step 15"), std::string::npos) << skipped_last.output;
+  EXPECT_NE(skipped_last.output.find("final: step=15 "), std::string::npos) << skipped_last.output;
+  EXPECT_EQ(read_checkpoint(path("skipped_last") + "/step_00000015.h5").state,
+            CheckpointState::Healthy);
+  const ProcessResult skipped_early =
+      run_process("THPC_TEST_NAN_LOSS_AT=10 " + common + path("skipped_early") +
+                  " --train.max_epochs=2 --train.divergence=skip");
+  ASSERT_EQ(skipped_early.exit_code, 0) << skipped_early.output;
+  EXPECT_NE(skipped_early.output.find("train.max_epochs = 2: after the skipped step, the run "
+                                      "ends at step 29, which reads the last batch of epoch 2"),
+            std::string::npos)
+      << skipped_early.output;
+  EXPECT_NE(skipped_early.output.find("final: step=29 "), std::string::npos)
+      << skipped_early.output;
   // train.max_steps before the epochs' end ends the run, and says so.
   const ProcessResult capped = run_process(common + path("capped") +
                                            " --train.max_epochs=1 --train.max_steps=10");
@@ -375,6 +407,17 @@ TEST_F(CheckpointTest, MaxEpochsEndsTheRunAtTheStepThatReadsTheEpochsLastBatch) 
             std::string::npos)
       << capped.output;
   EXPECT_NE(capped.output.find("final: step=10 "), std::string::npos) << capped.output;
+  // A limit whose batches no int64 counts is no limit (it overflowed, and ended the run
+  // at once as "nothing left to train"; a trial).
+  const ProcessResult endless = run_process(common + path("endless") +
+                                            " --train.max_epochs=1000000000000000000 "
+                                            "--train.max_steps=3");
+  ASSERT_EQ(endless.exit_code, 0) << endless.output;
+  EXPECT_NE(endless.output.find("train.max_steps = 3 ends the run first (epoch "
+                                "1000000000000000000 lies beyond any step a run can count)"),
+            std::string::npos)
+      << endless.output;
+  EXPECT_NE(endless.output.find("final: step=3 "), std::string::npos) << endless.output;
 }
 
 // A resume whose data.dir now holds other pairs under the same vocabulary (the corpus

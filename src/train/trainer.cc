@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cmath>
 #include <csignal>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <iomanip>
@@ -728,7 +729,7 @@ RunEnd Trainer::run(std::ostream& log) {
     if (decision.divergence != DivergenceKind::None) {
       const AfterStep next = after_divergent_step(stats, verdict, decision, run);
       if (next == AfterStep::NextStep) {
-        end_with_the_epochs(nullptr);  // a skipped step read its batches; a rollback, back
+        end_with_the_epochs(run.out, false);  // a skip read its batches; a rollback went back
         continue;
       }
       if (next == AfterStep::EndTraining) break;
@@ -763,7 +764,13 @@ RunEnd Trainer::run(std::ostream& log) {
 
 bool Trainer::start_up(std::ostream& out) {
   out << "training " << model_->params().count() << " parameters on " << backend_->name()
-      << " for " << config_.train.max_steps << " steps on " << comm_.size() << " rank"
+      << " for " << config_.train.max_steps << " steps"
+      << (config_.train.max_epochs > 0
+              ? " or " + std::to_string(config_.train.max_epochs) +
+                    (config_.train.max_epochs == 1 ? " epoch" : " epochs") +
+                    ", whichever ends first,"
+              : "")
+      << " on " << comm_.size() << " rank"
       << (comm_.size() > 1 ? "s" : "") << std::endl;
   source_->print_notes(out, "data.train");
   if (valid_source_) valid_source_->print_notes(out, "data.valid");
@@ -777,6 +784,7 @@ bool Trainer::start_up(std::ostream& out) {
   }
   run_locks_ = lock_run_directory(config_, comm_, out);
   apply_start_options(out);
+  end_with_the_epochs(out, true);  // from the position resumed at
   const CheckpointConfig& start = config_.checkpoint;
   check_every_rank_starts_from_the_same_parameters(
       comm_, model_->params().sha256_hex(),
@@ -790,40 +798,57 @@ bool Trainer::start_up(std::ostream& out) {
   // them, so that resume=auto, a rollback, average_last and pruning pass over them (before:
   // the stop line's own advice, resume=auto, resumed the abandoned branch, and a rollback
   // went forward to it). resume=auto took the newest: nothing is later.
-  if (comm_.is_root() && !resumed_from_.empty() && completed_steps_ < config_.train.max_steps) {
+  if (comm_.is_root() && !resumed_from_.empty() && completed_steps_ < schedule_.max_steps()) {
     keeping_.mark_abandoned(run_id_, completed_steps_, completed_steps_, out, "resume");
   }
   return true;
 }
 
-void Trainer::end_with_the_epochs(std::ostream* log) {
+void Trainer::end_with_the_epochs(std::ostream& log, bool at_start) {
   const int64_t epochs = config_.train.max_epochs;
   if (epochs == 0) return;
   // Every step reads ranks x accumulate micro-batches of the one stream that all ranks
   // deal from (BatchSource::next), epoch after epoch, each epoch cut alike at this budget.
+  // A limit whose batches int64 cannot count (10^18 epochs) is no limit, not an overflow.
   const int64_t per_epoch = source_->batches_per_epoch(micro_budget_);
   const int64_t per_step = static_cast<int64_t>(config_.train.accumulate) * comm_.size();
   const DataPosition at = source_->position();
-  const int64_t left = std::max<int64_t>(0, epochs * per_epoch - (at.epoch * per_epoch + at.index));
-  const int64_t last_step = completed_steps_ + (left + per_step - 1) / per_step;
+  const int64_t read = at.epoch * per_epoch + at.index;  // real data: far from the limit
+  int64_t left = INT64_MAX, last_step = INT64_MAX;
+  if (per_epoch == 0 || epochs <= INT64_MAX / per_epoch) {
+    left = std::max<int64_t>(0, epochs * per_epoch - read);
+    const int64_t steps = left / per_step + (left % per_step != 0 ? 1 : 0);
+    if (steps <= INT64_MAX - completed_steps_) last_step = completed_steps_ + steps;
+  }
+  // A skipped step reads its batches without being a step: when it read the epoch's last
+  // batch, the run ends at the next step (whose batches are the next epoch's first), a
+  // healthy one, rather than on the skip.
+  if (!at_start) last_step = std::max(last_step, completed_steps_ + 1);
+  const int64_t before = schedule_.max_steps();
   schedule_.end_by_step(last_step);
-  if (log == nullptr) return;
-  *log << "train.max_epochs = " << epochs << ": ";
-  if (schedule_.max_steps() < last_step) {
-    *log << "train.max_steps = " << schedule_.max_steps() << " ends the run first (epoch "
-         << epochs << " would end at step " << last_step << ")" << std::endl;
-  } else if (left == 0) {
-    *log << "epoch " << epochs << " was read by step " << completed_steps_
-         << ": nothing left to train" << std::endl;
+  if (!at_start && schedule_.max_steps() == before) return;
+  log << "train.max_epochs = " << epochs << ": ";
+  if (left == 0) {
+    log << "the data is past epoch " << epochs << "'s last batch (the next to read is batch "
+        << at.index + 1 << " of epoch " << at.epoch + 1 << "): nothing left to train"
+        << std::endl;
+  } else if (schedule_.max_steps() < last_step) {
+    log << "train.max_steps = " << schedule_.max_steps() << " ends the run first (epoch "
+        << epochs;
+    if (last_step == INT64_MAX) {
+      log << " lies beyond any step a run can count)" << std::endl;
+    } else {
+      log << " would end at step " << last_step << ")" << std::endl;
+    }
   } else {
-    *log << "the run ends at step " << last_step << ", which reads the last batch of epoch "
-         << epochs << " (" << per_epoch << " micro-batches an epoch, " << per_step
-         << " a step)" << std::endl;
+    log << (at_start ? "the run ends at step " : "after the skipped step, the run ends at step ")
+        << last_step << ", which reads the last batch of epoch " << epochs << " ("
+        << per_epoch << " micro-batch" << (per_epoch == 1 ? "" : "es") << " an epoch, "
+        << per_step << " a step)" << std::endl;
   }
 }
 
 void Trainer::begin_training(RunProgress& run) {
-  end_with_the_epochs(&run.out);
   run.stop_at_step = test_stop_step();
   // The step training starts from passed, or had no validation to fail; one whose
   // validation a stop cut short (validated first, below) has not passed yet: should it

@@ -157,9 +157,10 @@ class Trainer {
   // Starts the clocks and counts of `run` at the completed step, and rank 0's metrics file.
   void begin_training(RunProgress& run);
   // train.max_epochs: schedule_ ends the run at the step that reads the last batch of
-  // that epoch, reckoned from the data position after the completed step (again after a
-  // skipped step, which read its batches, or a rollback); `log` (when given) says which.
-  void end_with_the_epochs(std::ostream* log);
+  // that epoch, reckoned from the data position after the completed step: at the start
+  // (said on `log`), and again after a skipped step, which read its batches, or a
+  // rollback (said only when the end moves).
+  void end_with_the_epochs(std::ostream& log, bool at_start);
   // What every rank does with the step compute_step() returned, agreed before its update
   // (a divergent step is not applied): rank 0's `divergence` and clock, any rank's signal.
   StepDecision decide_step(const StepStats& stats, DivergenceKind divergence,
