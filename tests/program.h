@@ -135,11 +135,14 @@ inline std::vector<std::string> lines_of(const std::string& text) {
 }
 
 // The shell command that writes the default job's corpus at its small size
-// (tools/make_numbers_corpus.py: 400 training, 60 validation, 10 test pairs) to DIR/text
-// and its shards (a 120-piece vocabulary) to DIR/data: seconds, nothing downloaded.
-inline std::string small_numbers_corpus_command(const std::filesystem::path& dir) {
+// (tools/make_numbers_corpus.py: 400 training, 60 validation, 10 test pairs; validation's
+// tests ask for more validation pairs) to DIR/text and its shards (a 120-piece
+// vocabulary) to DIR/data: seconds, nothing downloaded.
+inline std::string small_numbers_corpus_command(const std::filesystem::path& dir,
+                                                int valid_pairs = 60) {
   const std::string text = (dir / "text").string();
-  return "python3 " THPC_SOURCE_DIR "/tools/make_numbers_corpus.py --train 400 --valid 60 "
+  return "python3 " THPC_SOURCE_DIR "/tools/make_numbers_corpus.py --train 400 --valid " +
+         std::to_string(valid_pairs) + " "
          "--test 10 --seed 1 --out " + text + " && " + binary_dir() + "/transformer_preprocess "
          "--source-lang en --target-lang de --trainpref " + text + "/train --validpref " + text +
          "/valid --destdir " + (dir / "data").string() + " --vocab-size 120 --model-type bpe "

@@ -359,7 +359,7 @@ TEST_F(CheckpointTest, MaxEpochsEndsTheRunAtTheStepThatReadsTheEpochsLastBatch) 
   ASSERT_EQ(nothing_left.exit_code, 0) << nothing_left.output;
   EXPECT_NE(nothing_left.output.find("train.max_epochs = 2: the data is past epoch 2's last "
                                      "batch (the next to read is batch 1 of epoch 3): nothing "
-                                     "left to train"),
+                                     "left to train (raise train.max_epochs to train on)"),
             std::string::npos)
       << nothing_left.output;
   EXPECT_NE(nothing_left.output.find("final: step=30 "), std::string::npos) << nothing_left.output;

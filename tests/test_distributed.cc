@@ -29,6 +29,7 @@
 #include "distributed/wait_clock.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/transformer.h"
+#include "program.h"
 
 namespace {
 
@@ -654,16 +655,10 @@ TEST(Distributed, AJobSuspendedLongerThanTheTimeoutGoesOnWhenResumed) {
 // Shards of a real corpus with a validation set of 3000 pairs (numbers in English and
 // German words, tools/make_numbers_corpus.py), made when missing: validation's tests.
 std::string numbers_corpus() {
-  const std::filesystem::path text = scratch_run() / "corpus" / "text";
   const std::filesystem::path shards = scratch_run() / "corpus" / "data";
   if (!std::filesystem::exists(shards / "valid.00000.h5")) {
     const std::string command =
-        "python3 " THPC_SOURCE_DIR "/tools/make_numbers_corpus.py --train 400 --valid 3000 "
-        "--test 10 --seed 1 --out " + text.string() + " > /dev/null && " +
-        thpc::binary_dir() + "/transformer_preprocess --source-lang en --target-lang de "
-        "--trainpref " + (text / "train").string() + " --validpref " +
-        (text / "valid").string() + " --destdir " + shards.string() +
-        " --vocab-size 120 --model-type bpe --seed 1 > /dev/null 2>&1";
+        thpc::small_numbers_corpus_command(scratch_run() / "corpus", 3000) + " > /dev/null 2>&1";
     EXPECT_EQ(std::system(command.c_str()), 0) << command;
   }
   return shards.string();
@@ -710,6 +705,22 @@ TEST(Distributed, ARankStillValidatingIsWaitedForBeyondTheTimeout) {
   EXPECT_EQ(occurrences(run.output, "valid step 2 |"), 1u) << run.output;
   EXPECT_EQ(occurrences(run.output, "final: step=2"), 1u) << run.output;
   EXPECT_EQ(run.output.find("dist.timeout_s"), std::string::npos) << run.output;
+  std::filesystem::remove_all(scratch_checkpoints());
+}
+
+// train.max_epochs counts every rank's micro-batches: at 600 tokens a step over two ranks
+// the numbers corpus's epoch is 15 micro-batches of 300, two a step, so epoch 1 ends at
+// step 8 (its second micro-batch epoch 2's first).
+TEST(Distributed, MaxEpochsCountsTheMicroBatchesOfEveryRank) {
+  const JobResult run = mpirun_trainer(
+      "", "--model.layers=1 --train.tokens_per_step=600 --train.max_epochs=1 "
+          "--train.log_every=1 --data.dir=" + numbers_corpus());
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("train.max_epochs = 1: the run ends at step 8, which reads the last "
+                            "batch of epoch 1 (15 micro-batches an epoch, 2 a step)"),
+            std::string::npos)
+      << run.output;
+  EXPECT_EQ(occurrences(run.output, "final: step=8 "), 1u) << run.output;
   std::filesystem::remove_all(scratch_checkpoints());
 }
 

@@ -62,13 +62,7 @@ SignalledRun run_and_signal(const std::vector<std::string>& argv, const std::str
 // recorded (its BLEU would be of part of the set), and the run stops at that step with
 // its checkpoint.
 TEST_F(Signals, ASignalDuringValidationTranslationStopsAtThatStepWithoutRecordingIt) {
-  const fs::path text = directory_ / "text";
-  const ProcessResult corpus = run_process(
-      "python3 " THPC_SOURCE_DIR "/tools/make_numbers_corpus.py --train 400 --valid 3000 "
-      "--test 10 --seed 1 --out " + text.string() + " && " + thpc::binary_dir() +
-      "/transformer_preprocess --source-lang en --target-lang de --trainpref " +
-      (text / "train").string() + " --validpref " + (text / "valid").string() + " --destdir " +
-      (directory_ / "data").string() + " --vocab-size 120 --model-type bpe --seed 1");
+  const ProcessResult corpus = run_process(small_numbers_corpus_command(directory_, 3000));
   ASSERT_EQ(corpus.exit_code, 0) << corpus.output;
   // The progress line of step 2 is printed just before its validation starts.
   const SignalledRun run = run_and_signal(

@@ -1,7 +1,8 @@
-// The dropout draws of the CPU ops, sixteen or sixty-four at a time. The stream is defined
-// element by element (common/philox.h: element e is lane e % 4 of the Philox block at
-// counter e / 4), and one Philox4x32-10 evaluation yields the whole block, so a loop over
-// consecutive elements evaluates it once per four elements instead of once per element;
+// The dropout draws of the CPU ops, sixteen, thirty-two or sixty-four at a time. The
+// stream is defined element by element (common/philox.h: element e is lane e % 4 of the
+// Philox block at counter e / 4), and one Philox4x32-10 evaluation yields the whole
+// block, so a loop over consecutive elements evaluates it once per four elements instead
+// of once per element;
 // on x86-64 four blocks are evaluated together in SSE2 vectors (keep_four_blocks), which
 // the compiler does not do by itself (it leaves the 32 x 32 -> 64-bit multiplies scalar),
 // on a CPU with AVX-512 sixteen blocks in one (keep_sixteen_blocks: the draws were 4.5% of
@@ -152,8 +153,9 @@ inline void keep_four_blocks(const DropoutKey& key, uint32_t block, float p, boo
 
 // kept[e] = dropout_keep(key, 4 * block + e, p) for e = 0 .. 31: keep_four_blocks' rounds on
 // the eight blocks at counters block .. block + 7 in one AVX2 vector each word. For a CPU
-// with AVX2 but not AVX-512 (AMD's Zen 1-3, Intel's client cores): the draws were ~4% of
-// the small preset's CPU step on a Zen 3 in SSE2 (2026-12-01, bench/RESULTS.md).
+// with AVX2 but not AVX-512 (AMD's Zen 1-3, Intel's client cores): 1.4 ns a draw against
+// 3-4.6 in SSE2 on a Zen 3, 8-14 ms of the small preset's CPU step (2026-12-01,
+// bench/RESULTS.md).
 [[gnu::target("avx2")]] inline void keep_eight_blocks(const DropoutKey& key, uint32_t block,
                                                        float p, uint8_t kept[32]) {
   // As keep_four_blocks, twice as wide: _mm256_mul_epu32 multiplies the even lanes, the
@@ -278,8 +280,8 @@ inline void dropout_keep_mask(const DropoutKey& key, int64_t first, int64_t coun
   // On a CPU with AVX2 alone, whole runs of 32 straight into `keep` from the first whole
   // block on: the copy of keep_eight_blocks' flags draw by draw was a third of the mask's
   // time (2026-12-01). AVX-512 CPUs take for_each_dropout_draw's sixty-fours.
-  if (count >= 36 && cpu_has_avx2() && !cpu_has_avx512f()) {
-    const int64_t head = (4 - (first & 3)) & 3;  // up to the first whole block
+  const int64_t head = (4 - (first & 3)) & 3;  // up to the first whole block
+  if (count - head >= 32 && cpu_has_avx2() && !cpu_has_avx512f()) {
     for_each_dropout_draw(key, first, head, p, [&](int64_t i, bool kept) { keep[i] = kept; });
     for (j = head; count - j >= 32; j += 32) {
       keep_eight_blocks(key, static_cast<uint32_t>(static_cast<uint64_t>(first + j) >> 2), p,

@@ -20,8 +20,8 @@ struct Philox4x32 {
 };
 
 // Philox4x32-10's round multipliers and key increments (Salmon et al.), named once for
-// every implementation of the rounds (here, and the CPU's SSE2 and AVX-512 forms, four
-// and sixteen blocks at once, in kernels/cpu/dropout_mask.h).
+// every implementation of the rounds (here, and the CPU's SSE2, AVX2 and AVX-512 forms,
+// four, eight and sixteen blocks at once, in kernels/cpu/dropout_mask.h).
 constexpr uint32_t kPhiloxMul0 = 0xD2511F53u, kPhiloxMul1 = 0xCD9E8D57u;
 constexpr uint32_t kPhiloxWeyl0 = 0x9E3779B9u, kPhiloxWeyl1 = 0xBB67AE85u;
 

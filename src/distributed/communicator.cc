@@ -89,9 +89,9 @@ bool received_signs_of_work() {
   }
 }
 
-double steady_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+// Seconds on WaitClock's clock, from its arbitrary origin.
+double clock_seconds() {
+  return std::chrono::duration<double>(WaitClock::Clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -102,7 +102,7 @@ void wait_within(int count, MPI_Request* requests, double limit_seconds, const c
     check_mpi(MPI_Waitall(count, requests, MPI_STATUSES_IGNORE), "MPI_Waitall");
     return;
   }
-  const double started = steady_seconds();
+  const double started = clock_seconds();
   WaitClock clock;  // a stop of this process (a suspended job) is not a peer's delay
   for (;;) {
     int done = 0;
@@ -135,7 +135,7 @@ void wait_within(int count, MPI_Request* requests, double limit_seconds, const c
     // A second of polls without pause, as a blocking wait polls (Open MPI moves a
     // non-blocking collective on only inside its calls); a longer wait is for a
     // straggler, and a poll a millisecond leaves the core to the threads that compute.
-    if (steady_seconds() - started > 1.0) {
+    if (clock_seconds() - started > 1.0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
@@ -215,8 +215,10 @@ void Communicator::show_working() const {
       wait_from_ != WaitFrom::kLastSignOfWork) {
     return;
   }
-  const double now = steady_seconds();
-  if (last_sign_seconds_ >= 0 && now - last_sign_seconds_ < wait_limit_seconds_ / 8) return;
+  const double now = clock_seconds();
+  // A 64th of the limit: a batch that ends inside it sends nothing, so the gap the others
+  // see is up to a batch plus this (an eighth let a batch of 7/8 of the limit end a job).
+  if (last_sign_seconds_ >= 0 && now - last_sign_seconds_ < wait_limit_seconds_ / 64) return;
   last_sign_seconds_ = now;
   for (int to = 0; to < size_; ++to) {
     if (to == rank_) continue;

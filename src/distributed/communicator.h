@@ -118,8 +118,9 @@ class Communicator {
 
   // A sign to the other ranks that this one is still at the work a WaitLimit of
   // kLastSignOfWork bounds (a batch of validation done): their waits count afresh. One
-  // message to each rank at most every eighth of the limit, so that a sign reaches them
-  // well within it; nothing outside such a limit, or in a job of one rank.
+  // message to each rank at most every 64th of the limit, so that the others wait up to
+  // a batch and that 64th between signs; nothing outside such a limit, or in a job of
+  // one rank.
   void show_working() const;
 
  private:
@@ -129,7 +130,7 @@ class Communicator {
 
   mutable double wait_limit_seconds_ = 0;
   mutable WaitFrom wait_from_ = WaitFrom::kStart;
-  mutable double last_sign_seconds_ = -1;  // when show_working last sent, on a steady clock
+  mutable double last_sign_seconds_ = -1;  // when show_working last sent, on WaitClock's clock
   bool mpi_ = false;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   std::string host_;

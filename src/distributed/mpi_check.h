@@ -13,12 +13,13 @@ void check_mpi(int status, const char* call);
 
 // Waits for `count` requests. With limit_seconds > 0 a wait longer than that ends the
 // job (MPI_Abort, exit 1) with one line naming the innermost Communicator::WaitLimit's
-// `during`, `what` (the collective, in the user's words: "the gradient sum") and
-// dist.timeout_s: MPI notices a rank that died (mpirun ends the job), but not one that
-// is stopped (SIGSTOP, Ctrl-Z, a debugger) or hung (a stalled file system, a device that
-// no longer answers), and a blocking wait for it would hold the whole job until its time
-// limit. limit_seconds <= 0: MPI_Waitall. `from_last_sign`: the limit counts from the
-// last sign of work any rank sent (Communicator::show_working) instead of from the start.
+// `during`, `what` (the collective, in the user's words: "the gradient sum"),
+// dist.timeout_s and the limit's `remedy` (what to do next): MPI notices a rank that
+// died (mpirun ends the job), but not one that is stopped (SIGSTOP, Ctrl-Z, a debugger)
+// or hung (a stalled file system, a device that no longer answers), and a blocking wait
+// for it would hold the whole job until its time limit. limit_seconds <= 0: MPI_Waitall.
+// `from_last_sign`: the limit counts from the last sign of work any rank sent
+// (Communicator::show_working) instead of from the start.
 void wait_within(int count, MPI_Request* requests, double limit_seconds, const char* what,
                  bool from_last_sign = false);
 

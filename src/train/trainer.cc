@@ -828,10 +828,10 @@ void Trainer::end_with_the_epochs(std::ostream& log, bool at_start) {
   schedule_.end_by_step(last_step);
   if (!at_start && schedule_.max_steps() == before) return;
   log << "train.max_epochs = " << epochs << ": ";
-  if (left == 0) {
+  if (at_start && left == 0) {
     log << "the data is past epoch " << epochs << "'s last batch (the next to read is batch "
-        << at.index + 1 << " of epoch " << at.epoch + 1 << "): nothing left to train"
-        << std::endl;
+        << at.index + 1 << " of epoch " << at.epoch + 1 << "): nothing left to train (raise "
+        << "train.max_epochs to train on)" << std::endl;
   } else if (schedule_.max_steps() < last_step) {
     log << "train.max_steps = " << schedule_.max_steps() << " ends the run first (epoch "
         << epochs;
@@ -841,7 +841,11 @@ void Trainer::end_with_the_epochs(std::ostream& log, bool at_start) {
       log << " would end at step " << last_step << ")" << std::endl;
     }
   } else {
-    log << (at_start ? "the run ends at step " : "after the skipped step, the run ends at step ")
+    // Only train.divergence = skip or rollback come back here after a divergent step.
+    const bool skipped = config_.train.divergence == "skip";
+    log << (at_start  ? "the run ends at step "
+            : skipped ? "after the skipped step, the run ends at step "
+                      : "after the rollback, the run ends at step ")
         << last_step << ", which reads the last batch of epoch " << epochs << " ("
         << per_epoch << " micro-batch" << (per_epoch == 1 ? "" : "es") << " an epoch, "
         << per_step << " a step)" << std::endl;

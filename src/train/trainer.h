@@ -60,8 +60,8 @@ void stop_if_signalled_during_start_up(const Communicator& comm);
 // Seconds on the monotonic clock (std::chrono::steady_clock), from an arbitrary origin.
 double steady_seconds();
 
-// How run() ended: all train.max_steps done (or ended early like it by checkpoint.patience
-// or train.max_minutes), or stopped early by SIGTERM/SIGUSR1 after
+// How run() ended: all train.max_steps done (or ended early like it by train.max_epochs,
+// checkpoint.patience or train.max_minutes), or stopped early by SIGTERM/SIGUSR1 after
 // writing a checkpoint, or before the first step when the signal came during start-up
 // (all are a success for the batch system: exit code 0); or a divergence stopped it
 // (train.divergence; exit code 4), after naming the checkpoint to resume from.
@@ -88,7 +88,8 @@ class Trainer {
   // The loss on the validation shards, and with train.valid_bleu the BLEU or chrF of
   // their translation (every rank must call it: the sums are global).
   ValidationStats validate();
-  // Applies checkpoint.resume / checkpoint.init, then steps until train.max_steps,
+  // Applies checkpoint.resume / checkpoint.init, then steps until train.max_steps (or the
+  // step train.max_epochs ends at),
   // logging to `log` (a validation line every train.valid_every steps) and writing
   // checkpoints; ends with the "final:" line (or, when a signal stopped it, with the
   // "stopped:" line).

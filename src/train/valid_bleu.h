@@ -51,7 +51,7 @@ class ValidationBleu {
   int64_t sentences() const { return pairs_; }
 
  private:
-  const Communicator& comm_;  // the trainer's: its wait limits hold for the gather
+  const Communicator& comm_;  // the caller's: its wait limits hold for the gather
   BeamOptions options_;
   SpecialIds ids_;
   int64_t pairs_ = 0;

@@ -94,7 +94,7 @@ TEST(DropoutMask, EightBlocksAtOnceAreTheDrawsOfEachElement) {
 }
 #endif
 
-// dropout_keep_mask, a range's mask at once (sixteen or sixty-four draws at a time
+// dropout_keep_mask, a range's mask at once (sixteen, thirty-two or sixty-four draws at a time
 // inside), gives each element's own draw from any first element, whole blocks and partial
 // ones at both ends.
 TEST(DropoutMask, RangeMaskIsTheDrawOfEachElement) {
