@@ -89,10 +89,6 @@ bool received_signs_of_work() {
   }
 }
 
-// Seconds on WaitClock's clock, from its arbitrary origin.
-double clock_seconds() {
-  return std::chrono::duration<double>(WaitClock::Clock::now().time_since_epoch()).count();
-}
 
 }  // namespace
 
@@ -102,7 +98,7 @@ void wait_within(int count, MPI_Request* requests, double limit_seconds, const c
     check_mpi(MPI_Waitall(count, requests, MPI_STATUSES_IGNORE), "MPI_Waitall");
     return;
   }
-  const double started = clock_seconds();
+  const double started = steady_seconds();
   WaitClock clock;  // a stop of this process (a suspended job) is not a peer's delay
   for (;;) {
     int done = 0;
@@ -135,7 +131,7 @@ void wait_within(int count, MPI_Request* requests, double limit_seconds, const c
     // A second of polls without pause, as a blocking wait polls (Open MPI moves a
     // non-blocking collective on only inside its calls); a longer wait is for a
     // straggler, and a poll a millisecond leaves the core to the threads that compute.
-    if (clock_seconds() - started > 1.0) {
+    if (steady_seconds() - started > 1.0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
@@ -215,7 +211,7 @@ void Communicator::show_working() const {
       wait_from_ != WaitFrom::kLastSignOfWork) {
     return;
   }
-  const double now = clock_seconds();
+  const double now = steady_seconds();
   // A 64th of the limit: a batch that ends inside it sends nothing, so the gap the others
   // see is up to a batch plus this (an eighth let a batch of 7/8 of the limit end a job).
   if (last_sign_seconds_ >= 0 && now - last_sign_seconds_ < wait_limit_seconds_ / 64) return;

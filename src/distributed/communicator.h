@@ -130,7 +130,7 @@ class Communicator {
 
   mutable double wait_limit_seconds_ = 0;
   mutable WaitFrom wait_from_ = WaitFrom::kStart;
-  mutable double last_sign_seconds_ = -1;  // when show_working last sent, on WaitClock's clock
+  mutable double last_sign_seconds_ = -1;  // when show_working last sent (steady_seconds)
   bool mpi_ = false;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   std::string host_;

@@ -21,6 +21,13 @@ namespace thpc {
 // counting handler; async-signal-safe, chained to a handler installed before it).
 uint64_t continue_signals_seen();
 
+// Seconds on the monotonic clock (std::chrono::steady_clock, WaitClock's), from an
+// arbitrary origin: the trainer's checkpoint and time-limit clock, and the waits' pacing.
+inline double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 class WaitClock {
  public:
   using Clock = std::chrono::steady_clock;

@@ -660,11 +660,6 @@ void Trainer::resume_from(const std::string& path, Checkpoint& checkpoint,
   drop_a_damaged_best_checkpoint(comm_, keeping_, config_.checkpoint.keep_best, best_valid_, log);
 }
 
-double steady_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 namespace {
 
 enum class Better { Lower, Higher };

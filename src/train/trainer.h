@@ -20,6 +20,7 @@
 #include "data/batch_source.h"
 #include "data/shard_reader.h"
 #include "distributed/communicator.h"
+#include "distributed/wait_clock.h"
 #include "kernels/ops.h"
 #include "model/checkpoint_params.h"
 #include "model/transformer.h"
@@ -56,9 +57,6 @@ class StoppedDuringStartUp : public AllRanksError {
 // Throws StoppedDuringStartUp when some rank has received a stop signal (a collective:
 // every rank calls it at the same point of start-up).
 void stop_if_signalled_during_start_up(const Communicator& comm);
-
-// Seconds on the monotonic clock (std::chrono::steady_clock), from an arbitrary origin.
-double steady_seconds();
 
 // How run() ended: all train.max_steps done (or ended early like it by train.max_epochs,
 // checkpoint.patience or train.max_minutes), or stopped early by SIGTERM/SIGUSR1 after
