@@ -15,10 +15,12 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/factory.h"
@@ -278,6 +280,38 @@ void expect_ranks_on_one_gpu_to_equal_accumulation(const Communicator& comm) {
     expect_ranks_to_equal_accumulation(comm, {"train.backend=cuda", precision, "dist.device=0"},
                                        {"dist.reducer=mpi", "dist.bucket_mb=0.01"},
                                        bf16_reassociated ? std::ldexp(1.0, -8) : 1e-4);
+  }
+}
+
+// A validation's signs of work (Communicator::show_working, a rank saying it is still at
+// its share) are all received when the work's WaitLimit ends, even one sent after the
+// other rank's last wait: none is left unmatched at MPI_Finalize (the standard asks that
+// every message be received) or taken for a sign of the next validation. Rank 1 signs
+// 300 ms after rank 0 has done its share and nothing else is waited for; before the
+// signs were counted, rank 0 left with the sign still to come.
+TEST(SignsOfWork, EveryOneIsReceivedWhenTheWorkEnds) {
+  const Communicator comm = Communicator::world();
+  ASSERT_EQ(comm.size(), 2) << "run this test with mpirun -np 2";
+  for (int validation = 0; validation < 2; ++validation) {
+    {
+      const Communicator::WaitLimit bounded(comm, 30, "a test's validation",
+                                            Communicator::WaitFrom::kLastSignOfWork);
+      if (comm.rank() == 1) {
+        comm.show_working();
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        comm.show_working();  // within a 64th of the limit: nothing sent
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        comm.show_working();
+      }
+    }
+    comm.wait_for_every_rank();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // a late sign lands
+    int pending = 0;
+    MPI_Status status;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &pending, &status);
+    EXPECT_EQ(pending, 0) << "validation " << validation << ": a message from rank "
+                          << status.MPI_SOURCE << " (tag " << status.MPI_TAG
+                          << ") left unreceived on rank " << comm.rank();
   }
 }
 

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdint>
 #include <cstdlib>
+#include <exception>
 #include <iostream>
 #include <sstream>
 #include <thread>
@@ -73,6 +75,13 @@ namespace {
 // matches a point-to-point message).
 constexpr int kSignOfWorkTag = 7001;
 
+// The signs of work this process sent (rounds of show_working, one message to each other
+// rank a round) and received, since the last WaitLimit of kLastSignOfWork ended: its end
+// takes the signs still on their way (Communicator::WaitLimit::~WaitLimit). Process-wide,
+// as the tag is: every Communicator speaks for MPI_COMM_WORLD, on the main thread alone.
+int64_t signs_sent = 0;
+int64_t signs_received = 0;
+
 // Receives every sign of work that has come; whether there was one.
 bool received_signs_of_work() {
   bool received = false;
@@ -85,6 +94,7 @@ bool received_signs_of_work() {
     check_mpi(MPI_Recv(nullptr, 0, MPI_BYTE, status.MPI_SOURCE, kSignOfWorkTag, MPI_COMM_WORLD,
                        MPI_STATUS_IGNORE),
               "MPI_Recv");
+    ++signs_received;
     received = true;
   }
 }
@@ -184,7 +194,8 @@ Communicator::WaitLimit::WaitLimit(const Communicator& comm, double seconds, std
       previous_seconds_(comm.wait_limit_seconds_),
       previous_from_(comm.wait_from_),
       previous_during_(std::move(waiting_context().during)),
-      previous_remedy_(std::move(waiting_context().remedy)) {
+      previous_remedy_(std::move(waiting_context().remedy)),
+      uncaught_at_start_(std::uncaught_exceptions()) {
   comm_.wait_limit_seconds_ = seconds;
   comm_.wait_from_ = from;
   comm_.last_sign_seconds_ = -1;  // the first batch's sign goes out at once
@@ -193,10 +204,15 @@ Communicator::WaitLimit::WaitLimit(const Communicator& comm, double seconds, std
 }
 
 Communicator::WaitLimit::~WaitLimit() {
-  // The signs that came after the last wait are of this work, not the next.
   if (comm_.mpi_ && comm_.wait_from_ == WaitFrom::kLastSignOfWork) {
     try {
-      received_signs_of_work();
+      if (std::uncaught_exceptions() > uncaught_at_start_) {
+        // Leaving on an error, perhaps on this rank alone: no collective here (the others
+        // may never come); take what has come, the job is ending.
+        received_signs_of_work();
+      } else {
+        receive_every_sign_sent();
+      }
     } catch (const Error&) {  // left for the next work's waits to take
     }
   }
@@ -204,6 +220,30 @@ Communicator::WaitLimit::~WaitLimit() {
   comm_.wait_from_ = previous_from_;
   waiting_context().during = std::move(previous_during_);
   waiting_context().remedy = std::move(previous_remedy_);
+}
+
+void Communicator::WaitLimit::receive_every_sign_sent() const {
+  // The signs that came after the last wait are of this work, not the next, and a sign
+  // still on its way must not be left unreceived at MPI_Finalize (the standard asks for
+  // every message to be matched) or taken for a sign of the next work. Every rank ends
+  // the work here (validation, --eval): one sum of the rounds of signs each sent says
+  // how many each is owed, and they have all been sent, so the receives that remain end.
+  if (comm_.size_ == 1 || comm_.wait_limit_seconds_ <= 0) return;
+  int64_t rounds = signs_sent;
+  MPI_Request request;
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, &rounds, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD,
+                           &request),
+            "MPI_Iallreduce");
+  comm_.finish(&request, "the count of the signs of work");
+  const int64_t owed = rounds - signs_sent;  // a round of every other rank: one message here
+  while (signs_received < owed) {
+    check_mpi(MPI_Recv(nullptr, 0, MPI_BYTE, MPI_ANY_SOURCE, kSignOfWorkTag, MPI_COMM_WORLD,
+                       MPI_STATUS_IGNORE),
+              "MPI_Recv");
+    ++signs_received;
+  }
+  signs_sent = 0;
+  signs_received = 0;
 }
 
 void Communicator::show_working() const {
@@ -216,6 +256,7 @@ void Communicator::show_working() const {
   // see is up to a batch plus this (an eighth let a batch of 7/8 of the limit end a job).
   if (last_sign_seconds_ >= 0 && now - last_sign_seconds_ < wait_limit_seconds_ / 64) return;
   last_sign_seconds_ = now;
+  ++signs_sent;
   for (int to = 0; to < size_; ++to) {
     if (to == rank_) continue;
     MPI_Request request;

@@ -98,7 +98,10 @@ class Communicator {
   // the last sign of work. Start-up and the end of a run wait without limit: a rank
   // there may wait for rank 0's long work alone (the averages it writes). How long the
   // calls wait is not part of what the communicator is, so a const one takes a limit.
-  // `remedy` ends the message: what the user does next.
+  // `remedy` ends the message: what the user does next. A limit from the last sign of
+  // work is a collective when it ends (every rank must end it, unless it leaves on an
+  // exception): the ranks sum the signs they sent, and each receives those still on
+  // their way, so that no sign is left unmatched.
   class WaitLimit {
    public:
     static constexpr const char* kResume = "resume it from its last checkpoint";
@@ -109,11 +112,16 @@ class Communicator {
     WaitLimit& operator=(const WaitLimit&) = delete;
 
    private:
+    // At the end of kLastSignOfWork's work, on every rank: receives the signs the other
+    // ranks sent that have not come yet.
+    void receive_every_sign_sent() const;
+
     const Communicator& comm_;
     double previous_seconds_;
     WaitFrom previous_from_;
     std::string previous_during_;
     std::string previous_remedy_;
+    int uncaught_at_start_;  // std::uncaught_exceptions() when it began
   };
 
   // A sign to the other ranks that this one is still at the work a WaitLimit of
