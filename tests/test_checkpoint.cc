@@ -1305,6 +1305,34 @@ TEST_F(CheckpointTest, AQuantizedCheckpointReadsBackAsWrittenAndIsCheckedLikeAny
                {"/quantized/embed.weight/scales holds a scale that is negative or not finite"});
 }
 
+// Averaging reads a quantized checkpoint's parameters dequantized, as every reader does,
+// and writes a float checkpoint of their mean: the average held the int8 matrices of its
+// newest input in place of the mean (transformer_average, found by a session's attack).
+TEST_F(CheckpointTest, AnAverageWithAQuantizedInputIsTheMeanOfItsDequantizedValues) {
+  Checkpoint quantized = constant_checkpoint(1.0f, 20, "arch");
+  const QuantizedTensor linear{"a.weight", 3, 4, 1,
+                               {127, -127, 0, 5, -1, 64, -64, 100, 3, -3, 2, 1},
+                               {0.5f, 0.25f, 0.125f, 1.5e-3f}};
+  quantized.params[0].values = dequantize(linear);
+  quantized.quantized = {linear};
+  write_checkpoint(path("quantized.h5"), quantized);
+  write_checkpoint(path("float.h5"), constant_checkpoint(3.0f, 10, "arch"));
+  for (const std::vector<std::string>& order :
+       {std::vector<std::string>{path("quantized.h5"), path("float.h5")},
+        std::vector<std::string>{path("float.h5"), path("quantized.h5")}}) {
+    write_checkpoint(path("average.h5"), average_checkpoints(order));
+    const Checkpoint average = read_checkpoint(path("average.h5"), CheckpointParts::ParamsOnly);
+    EXPECT_TRUE(average.quantized.empty());
+    ASSERT_EQ(average.params.size(), 2u);
+    for (size_t i = 0; i < 12; ++i) {
+      EXPECT_EQ(average.params[0].values[i],
+                static_cast<float>((double{quantized.params[0].values[i]} + 3.0) / 2))
+          << "a.weight[" << i << "]";
+    }
+    EXPECT_EQ(average.params[1].values, std::vector<float>(5, 2.0f));
+  }
+}
+
 // ---- corruption ----
 
 // Found by fuzz_checkpoint: a damaged header stating a huge shape made the reader

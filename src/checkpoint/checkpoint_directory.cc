@@ -332,6 +332,10 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths,
   average.loss = NAN;
   average.run_id.clear();
   average.state = CheckpointState::Healthy;
+  // A quantized input's parameters were averaged as read, dequantized; its int8 copies
+  // (which the writer would store in their place) are of that one file, not the average.
+  // The average is a float checkpoint (transformer_quantize makes an int8 one of it).
+  average.quantized.clear();
   const double count = static_cast<double>(paths.size());
   for (size_t t = 0; t < average.params.size(); ++t) {
     std::vector<float>& values = average.params[t].values;
