@@ -567,8 +567,8 @@ Translations translate_batches(const Arguments& args, const thpc::DecodingCheckp
 }
 
 // The translations, one line per input line in input order: its best, or with --nbest
-// K > 1 each hypothesis as `INDEX ||| text ||| score` (an empty line's: one with no
-// text, score 0).
+// K > 1 each hypothesis as `INDEX ||| text ||| score` (an empty line's: K with no text,
+// score 0, so that a reader may take the list K lines at a time).
 void write_translations(std::ostream& out, const Translations& found, int nbest,
                         const sentencepiece::SentencePieceProcessor& spm) {
   for (size_t i = 0; i < found.hypotheses.size(); ++i) {
@@ -582,7 +582,9 @@ void write_translations(std::ostream& out, const Translations& found, int nbest,
       out << i << " ||| " << thpc::detokenize(spm, h.tokens) << " ||| " << std::fixed
           << std::setprecision(4) << h.score << "\n";
     }
-    if (hypotheses.empty()) out << i << " |||  ||| 0.0000\n";
+    if (hypotheses.empty()) {
+      for (int k = 0; k < nbest; ++k) out << i << " |||  ||| 0.0000\n";
+    }
   }
 }
 
