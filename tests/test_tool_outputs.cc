@@ -182,6 +182,58 @@ TEST_F(ToolOutputs, NoToolWritesOverAStandardStreamsFileOrWhereItCannotWrite) {
                  "is not a directory");
 }
 
+// An output that is a symbolic link writes the file the link names, and the link stays
+// (the write replaced the link with a file of its own); /dev/stdout and its kin are the
+// process's open descriptors, written through: a pipe hung the program, which read its
+// own output looking for a checkpoint's header, and a file redirected with `>` was left
+// empty while the rename replaced the link (as root, the system's /dev/stdout).
+TEST_F(ToolOutputs, AnOutputThroughALinkOrAStandardStreamWritesWhatItNames) {
+  train_a_model();
+  const std::string decode =
+      kBin + "/transformer_decode --greedy --checkpoint model.h5 --input source.en ";
+  std::ofstream("real.txt") << "old\n";
+  fs::create_symlink("real.txt", "out.lnk");
+  ProcessResult run = run_process(decode + "--output out.lnk");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(fs::is_symlink("out.lnk"));
+  EXPECT_EQ(lines_of(read_file("real.txt")).size(), 8u);
+  const std::string translations = read_file("real.txt");
+  // A link to a file not yet there, in another folder, relative to the link's folder.
+  fs::create_directories("models");
+  fs::create_directories("links");
+  fs::create_symlink("../models/avg.h5", "links/avg.lnk");
+  run = run_process(kBin + "/transformer_average --inputs model.h5 --output links/avg.lnk");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(fs::is_symlink("links/avg.lnk"));
+  EXPECT_EQ(read_checkpoint("models/avg.h5", CheckpointParts::ParamsOnly).params.size(),
+            read_checkpoint("model.h5", CheckpointParts::ParamsOnly).params.size());
+  std::ofstream("tree.mrg") << "(S (X a) (Y b))\n";
+  fs::create_symlink("kept.words", "out.words");
+  run = run_process(kBin + "/transformer_trees linearize --output out tree.mrg");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(fs::is_symlink("out.words"));
+  EXPECT_EQ(read_file("kept.words"), "a b\n");
+  // The standard output as a path: into a file (`>`, `>>`) and into a pipe. A link of
+  // the test's own stands for /dev/stdout (the same link into /proc), which a build with
+  // the defect would replace.
+  fs::create_symlink("/proc/self/fd/1", "stdout.lnk");
+  for (const std::string stream : {"stdout.lnk", "/dev/fd/1"}) {
+    SCOPED_TRACE(stream);
+    run = run_process("sh -c '" + decode + "--output " + stream + " > redirected.txt'");
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_EQ(read_file("redirected.txt"), translations);
+    std::ofstream("appended.txt") << "first\n";
+    run = run_process("sh -c '" + decode + "--output " + stream + " >> appended.txt'");
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_EQ(read_file("appended.txt"), "first\n" + translations);
+    run = run_process("timeout 120 sh -c '" + decode + "--output " + stream +
+                      " | cat > piped.txt'");
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_EQ(read_file("piped.txt"), translations);
+  }
+  EXPECT_TRUE(fs::is_symlink("stdout.lnk"));
+}
+
 TEST_F(ToolOutputs, NoToolWritesOverATrainingRunsFiles) {
   train_a_model();
   const std::string decode = "transformer_decode --greedy --checkpoint model.h5 --input source.en ";

@@ -121,7 +121,10 @@ std::string training_run_file(const std::string& path) {
     return "named like a training run's TensorBoard event file";
   }
   // The header says what a checkpoint holds without reading it; one without the contents
-  // line (written before it existed) is taken for a training state.
+  // line (written before it existed) is taken for a training state. Only a file is read:
+  // a pipe (/dev/stdout into `| cat`) would hold the read until the program's own output.
+  std::error_code error;
+  if (!fs::is_regular_file(path, error)) return "";
   if (const std::optional<CheckpointSummary> summary = read_checkpoint_summary(path)) {
     if (!summary->parameters_only) {
       return "a checkpoint holding a training state (step " + std::to_string(summary->step) +
@@ -216,26 +219,42 @@ void check_output_path(const std::string& option, const std::string& output,
 
 void write_text_atomically(const std::string& path, const std::string& what,
                            const std::function<void(std::ostream&)>& write) {
-  const auto write_to = [&](const std::string& target) {
-    std::ofstream file(target, std::ios::binary);
-    if (!file) THPC_FAIL("cannot write " << what << ": cannot open " << target);
+  const auto write_to = [&](const std::string& target, std::ios::openmode mode) {
+    errno = 0;
+    std::ofstream file(target, std::ios::binary | mode);
+    if (!file) {
+      const int error = errno;
+      THPC_FAIL("cannot write " << what << ": cannot open " << target
+                                << (error != 0 ? std::string(": ") + std::strerror(error) +
+                                                     " (errno " + std::to_string(error) + ")"
+                                               : std::string()));
+    }
     write(file);
     file.close();
     if (!file) THPC_FAIL("cannot write " << what << ": the write failed (disk full?)");
   };
   std::error_code error;
-  if (fs::exists(path, error) && !fs::is_regular_file(path, error)) {
-    write_to(path);  // a device or a pipe: nothing to rename over
+  if (names_an_open_descriptor(path)) {
+    // /dev/stdout and its kin: whoever opened the descriptor chose to truncate it (`>`)
+    // or not (`>>`); appending keeps that choice.
+    write_to(path, std::ios::app);
     return;
   }
-  write_atomically(path, what, write_to);
+  if (fs::exists(path, error) && !fs::is_regular_file(path, error)) {
+    write_to(path, std::ios::trunc);  // a device or a pipe: nothing to rename over
+    return;
+  }
+  write_atomically(path, what, [&](const std::string& temporary) {
+    write_to(temporary, std::ios::trunc);
+  });
 }
 
 void write_texts_atomically(const std::vector<std::pair<std::string, std::string>>& files) {
   std::vector<std::string> written;
   std::error_code error;
   try {
-    for (const auto& [path, text] : files) {
+    for (const auto& [given, text] : files) {
+      const std::string path = file_named_by(given);  // a link stays; the file it names is written
       const std::string temporary = temporary_path(path);
       if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path(), error);
       written.push_back(temporary);
@@ -251,7 +270,8 @@ void write_texts_atomically(const std::vector<std::pair<std::string, std::string
   }
   // Every file is complete on disk before the first rename: a failure up to here left
   // every old file as it was.
-  for (const auto& [path, text] : files) {
+  for (const auto& [given, text] : files) {
+    const std::string path = file_named_by(given);
     fs::rename(temporary_path(path), path, error);
     if (error) {
       THPC_FAIL("cannot write " << path << ": rename of " << temporary_path(path)

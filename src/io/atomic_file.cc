@@ -10,6 +10,7 @@
 #include <mutex>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include "common/error.h"
 
@@ -18,7 +19,34 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// `path` and each symbolic link's target after it, to the first that is no link (at
+// most 40 links, as the kernel follows).
+std::vector<fs::path> links_from(const std::string& path) {
+  std::vector<fs::path> chain{fs::path(path)};
+  std::error_code error;
+  while (chain.size() <= 40 && fs::is_symlink(chain.back(), error)) {
+    const fs::path target = fs::read_symlink(chain.back(), error);
+    if (error) break;
+    chain.push_back(target.is_absolute() ? target : chain.back().parent_path() / target);
+  }
+  return chain;
+}
+
 }  // namespace
+
+std::string file_named_by(const std::string& path) {
+  const std::vector<fs::path> chain = links_from(path);
+  return chain.size() > 40 ? path : chain.back().string();  // a loop: as given, to fail
+}
+
+bool names_an_open_descriptor(const std::string& path) {
+  std::error_code error;
+  for (const fs::path& hop : links_from(path)) {
+    const std::string where = fs::absolute(hop, error).lexically_normal().string();
+    if (where.rfind("/proc/", 0) == 0 || where.rfind("/dev/fd/", 0) == 0) return true;
+  }
+  return false;
+}
 
 void fsync_path(const std::string& path, const std::string& what) {
   const int fd = ::open(path.c_str(), O_RDONLY);
@@ -96,7 +124,10 @@ std::string storage_advice(const std::string& directory, const std::string& fail
   const bool measured = ::statvfs(directory.c_str(), &space) == 0;
   const unsigned long long available =
       measured ? static_cast<unsigned long long>(space.f_bavail) * space.f_frsize : 0;
-  if (says("(errno 28)") || says("(errno 122)") || (measured && available < (16ull << 20))) {
+  // Little space left explains a failure that names no other cause (HDF5's may name none).
+  const bool other_cause = says("(errno ") && !says("(errno 28)") && !says("(errno 122)");
+  if (says("(errno 28)") || says("(errno 122)") ||
+      (!other_cause && measured && available < (16ull << 20))) {
     return "the file system (or this user's quota) of " + directory + " is full" +
            (measured ? " (" + std::to_string(available >> 10) + " KiB left)" : std::string()) +
            "; free space there, or write elsewhere";
@@ -125,13 +156,13 @@ bool same_file(const std::string& a, const std::string& b) {
 }
 
 std::string temporary_path(const std::string& path) {
-  const fs::path final_path(path);
+  const fs::path final_path(file_named_by(path));
   return (final_path.parent_path() / ("." + final_path.filename().string() + ".tmp")).string();
 }
 
 void write_atomically(const std::string& path, const std::string& what,
                       const std::function<void(const std::string& temporary)>& write) {
-  const fs::path final_path(path);
+  const fs::path final_path(file_named_by(path));
   const fs::path directory = final_path.has_parent_path() ? final_path.parent_path() : ".";
   std::error_code error;
   fs::create_directories(directory, error);

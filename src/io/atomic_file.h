@@ -14,6 +14,7 @@ namespace thpc {
 // missing), which is then fsync'ed and renamed over `path`, and the directory fsync'ed so
 // that the rename is durable. When anything fails the temporary file is removed and
 // thpc::Error says "cannot write WHAT: ..." (WHAT names the file, e.g. "checkpoint PATH").
+// A symbolic link `path` stays: the file it names is the one replaced (file_named_by).
 void write_atomically(const std::string& path, const std::string& what,
                       const std::function<void(const std::string& temporary)>& write);
 
@@ -23,7 +24,19 @@ void write_atomically(const std::string& path, const std::string& what,
 // program never writes over its own inputs compares with (checkpoint/output_file.h).
 bool same_file(const std::string& a, const std::string& b);
 
-// The temporary name write_atomically writes `path` under first: .NAME.tmp beside it.
+// The file a write of `path` replaces: `path`, or when it is a symbolic link the file
+// at the end of its links (a relative target read from the link's folder). A link to a
+// model or a text kept elsewhere stays a link, and the file it names is written.
+std::string file_named_by(const std::string& path);
+
+// Whether `path`, or a symbolic link on its way, lies in /proc or /dev/fd: an open
+// descriptor of this process (/dev/stdout), written through in place, never replaced by
+// a rename (that replaced the link /dev/stdout itself, or left the shell's `>> file`
+// pointing at a removed file).
+bool names_an_open_descriptor(const std::string& path);
+
+// The temporary name write_atomically writes `path` under first: .NAME.tmp beside the
+// file `path` names (file_named_by).
 std::string temporary_path(const std::string& path);
 
 // fsync of the file or directory `path`; thpc::Error "cannot write WHAT: ..." when it fails.
