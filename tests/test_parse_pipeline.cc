@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <regex>
 #include <sstream>
@@ -123,6 +124,42 @@ TEST(ParsePipeline, TinyParserBeatsTheRightBranchingBaseline) {
     int count = 0;
     for (std::string word; in >> word;) ++count;
     EXPECT_LE(count, kEvalMaxWords) << words;
+  }
+  fs::remove_all(work);
+}
+
+// A new run moves an earlier run's checkpoints and metrics aside, to DIR.previous, then
+// DIR.previous.2, ...: a third run removed the first one's (hours of training with
+// parse_wsj.ini). The trainer is stopped at once by a bad value here: the move comes
+// before it.
+TEST(ParsePipeline, AnEarlierRunsFilesAreMovedAsideAndNeverRemoved) {
+  THPC_REQUIRE_DATA("ptb_sample/combined/wsj_0199.mrg");
+  const fs::path work =
+      fs::temp_directory_path() / ("thpc_parse_again_" + std::to_string(::getpid()));
+  fs::remove_all(work);
+  const fs::path checkpoints = work / "run" / "checkpoints";
+  const std::string command = "THPC_DATA=" + thpc::data_root() + " BUILD=" +
+                              thpc::binary_dir() + " WORK=" + (work / "work").string() +
+                              " bash " + std::string(THPC_SOURCE_DIR) +
+                              "/tools/run_parser.sh input/parse_tiny.ini --data.dir=" +
+                              (work / "data").string() + " --checkpoint.dir=" +
+                              checkpoints.string() + " --train.max_steps=0";
+  for (int run = 1; run <= 3; ++run) {
+    fs::create_directories(checkpoints);
+    std::ofstream(checkpoints / ("step_0000000" + std::to_string(run) + ".h5")) << run;
+    std::ofstream(work / "run" / "metrics.jsonl") << run;
+    const thpc::ProcessResult result = thpc::run_process(command);
+    EXPECT_EQ(result.exit_code, 2) << result.output;  // max_steps = 0, after the move
+    const fs::path previous =
+        checkpoints.string() + ".previous" + (run == 1 ? "" : "." + std::to_string(run));
+    EXPECT_NE(result.output.find("are in " + previous.string()), std::string::npos)
+        << result.output;
+  }
+  for (const std::string suffix : {"", ".2", ".3"}) {
+    const fs::path previous = checkpoints.string() + ".previous" + suffix;
+    const std::string run = suffix.empty() ? "1" : suffix.substr(1);
+    EXPECT_EQ(thpc::read_file(previous / ("step_0000000" + run + ".h5")), run) << previous;
+    EXPECT_EQ(thpc::read_file(previous / "metrics.jsonl"), run) << previous;
   }
   fs::remove_all(work);
 }

@@ -95,19 +95,31 @@ if [[ -z ${CHECKPOINT:-} ]]; then
   grep -E '^(train|valid|test):' "$work/preprocess.log" || true
   if [[ ${PREPARE_ONLY:-0} == 1 ]]; then echo "run_parser.sh: shards in $shards"; exit 0; fi
 
+  # An earlier run's checkpoints and metrics go to a folder of their own, never removed:
+  # DIR.previous, or DIR.previous.2, .3, ... when the earlier ones are taken (a third run
+  # used to delete the first one's, hours of training with parse_wsj.ini).
+  previous=$checkpoints.previous
+  for (( n = 2; ; n++ )); do
+    [[ -e $previous ]] || break
+    previous=$checkpoints.previous.$n
+  done
+  moved=0
   if compgen -G "$checkpoints/*.h5" > /dev/null; then
-    rm -rf "$checkpoints.previous"
-    mv "$checkpoints" "$checkpoints.previous"
-    echo "run_parser.sh: the checkpoints of an earlier run are in $checkpoints.previous" >&2
+    mv "$checkpoints" "$previous"
+    moved=1
   fi
   # Its metrics too: the trainer refuses to start a new run beside another run's files.
   # They go to the run directory that holds checkpoints/ unless train.metrics_dir says.
   run_dir=${metrics_dir:-$(dirname "$checkpoints")}
   for file in "$run_dir/metrics.jsonl" "$run_dir"/events.out.tfevents.*; do
     [[ -e $file ]] || continue
-    mkdir -p "$checkpoints.previous"
-    mv "$file" "$checkpoints.previous/"
+    mkdir -p "$previous"
+    mv "$file" "$previous/"
+    moved=1
   done
+  if [[ $moved == 1 ]]; then
+    echo "run_parser.sh: the files of an earlier run (checkpoints, metrics) are in $previous" >&2
+  fi
   metrics=()
   [[ $metrics_given == 1 ]] || metrics=(--train.metrics_dir="$run_dir")
   ${MPIRUN:-} "$build/transformer_hpc" "$config" "${metrics[@]}" "$@"
