@@ -29,7 +29,8 @@
 # again.
 #
 # Settings (environment variables; sbatch passes the submitting shell's environment):
-#   THPC_ROOT      the repository (default: the directory sbatch was called from)
+#   THPC_ROOT      the repository (default: the one this file is in; the job scripts
+#                  source it from the directory sbatch was called from)
 #   THPC_BUILD     the directory holding transformer_hpc (default: $THPC_ROOT/build)
 #   THPC_RUN_NAME  the run directory runs/NAME (default: JOBNAME-JOBID, so every job has
 #                  its own checkpoints and a requeued job finds its own again). Give
@@ -46,7 +47,9 @@
 #   THPC_MPIRUN_OPTIONS, THPC_SRUN_OPTIONS  extra options for the launcher (GPU binding,
 #                  e.g. THPC_SRUN_OPTIONS="--gpus-per-task=1 --gpu-bind=single:1").
 
-thpc_root=${THPC_ROOT:-${SLURM_SUBMIT_DIR:-$PWD}}
+# The folder above jobs/, wherever the caller stands (jobs/run_local.sh from elsewhere
+# looked for build/ in its working directory).
+thpc_root=${THPC_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 thpc_build=${THPC_BUILD:-$thpc_root/build}
 thpc_stop_signal=""  # the stop signal this shell received, if any
 thpc_requeued=0      # this job asked Slurm to requeue it
@@ -61,13 +64,14 @@ thpc_run_dir() {
   echo "$dir"
 }
 
-# True when the trainer options ("$@" after KEY) set KEY: the trainer refuses a key given
-# twice, so a script's default for KEY must give way to the user's.
+# True when the trainer options ("$@" after KEY) set KEY, as --KEY=VALUE or --KEY VALUE
+# (the trainer takes both): the trainer refuses a key given twice, so a script's default
+# for KEY must give way to the user's.
 thpc_given() {
   local key=$1 option
   shift
   for option in "$@"; do
-    case $option in --"$key"=*) return 0 ;; esac
+    case $option in --"$key"=* | --"$key") return 0 ;; esac
   done
   return 1
 }
@@ -105,6 +109,9 @@ thpc_launch_command_for() {
 thpc_train() {
   local config=$1
   shift
+  # A config beside the caller stays found after the move to the repository (input/...
+  # is found there either way).
+  [[ $config != /* && -f $config ]] && config=$PWD/$config
   cd "$thpc_root" || return 1
   local run_dir
   run_dir=$(thpc_run_dir)

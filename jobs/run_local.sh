@@ -2,7 +2,8 @@
 # The job scripts' run without Slurm: RANKS ranks under mpirun on this machine, checkpoints
 # in runs/NAME/checkpoints, checkpoint.resume=auto, and SIGUSR1 or SIGTERM to this script
 # forwarded to every rank (checkpoint and stop, exit 0).
-#   jobs/run_local.sh RANKS CONFIG [trainer options]      (from the repository root)
+#   jobs/run_local.sh RANKS CONFIG [trainer options]      (from anywhere: runs/ is the
+#                                                         repository's)
 #   jobs/run_local.sh 2 input/tiny.ini --train.max_steps=200
 #   THPC_RUN_NAME=mine jobs/run_local.sh 2 input/tiny.ini   # run again: resumes runs/mine
 set -uo pipefail

@@ -66,9 +66,15 @@ grep -q "^step " "$tmp/again.log" && { cat "$tmp/again.log"; fail "the second ca
 kept_again=$(cd "$dir" && ls step_*.h5 | tr '\n' ' ')
 [ "$kept_again" = "$kept" ] || fail "the second call left '$kept_again'"
 
-# 4. A schedule given by the caller: one plain run.
+# 4. A schedule given by the caller: one plain run. Given as `--KEY VALUE` (the trainer
+# takes both forms; the scripts saw only --KEY=VALUE, so their own default came too and the
+# trainer refused the key "given more than once").
+thpc_given checkpoint.dir --checkpoint.dir x || fail "thpc_given missed --KEY VALUE"
+thpc_given checkpoint.dir --checkpoint.dir=x || fail "thpc_given missed --KEY=VALUE"
+thpc_given checkpoint.dir --checkpoint.dirs=x --x=--checkpoint.dir &&
+  fail "thpc_given took another key for checkpoint.dir"
 export THPC_RUN_NAME=plain
-thpc_train_averaged input/tiny.ini 70 3 20 "${options[@]}" --train.max_steps=30 \
+thpc_train_averaged input/tiny.ini 70 3 20 "${options[@]}" --train.max_steps 30 \
   > "$tmp/plain.log" 2>&1 || { cat "$tmp/plain.log"; fail "the plain run exited $?"; }
 grep -q "phase 1" "$tmp/plain.log" && fail "options with train.max_steps still ran two phases"
 grep -q "^final: step=30 " "$tmp/plain.log" || { cat "$tmp/plain.log"; fail "no plain 30 steps"; }
