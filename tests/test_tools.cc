@@ -398,6 +398,24 @@ TEST(Tools, BenchStepWithTheProgramsBatchesTrainsAsTheTrainerDoes) {
   EXPECT_NEAR(bench_loss, trainer_loss, 5.1e-5);  // the bench's 4 decimals
 }
 
+// transformer_bench_step's own batches reach 96 positions a side: a config whose
+// model.max_positions is shorter is refused naming the key and the --set that mends it
+// (it ended in the model's internal check, "check failed: batch.src_len <= ...").
+TEST(Tools, BenchStepRefusesPositionsShorterThanItsBatchesWithTheSetThatMendsIt) {
+  const std::string bench = thpc::binary_dir() + "/transformer_bench_step --config "
+                            THPC_SOURCE_DIR "/input/tiny.ini --backend cpu --tokens 40 "
+                            "--steps 1 --warmup-steps 0";
+  ProcessResult run = run_process(bench);
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("model.max_positions = 64 is shorter than the benchmark's longest "
+                            "batches (96 positions a side): add --set model.max_positions=96"),
+            std::string::npos)
+      << run.output;
+  EXPECT_EQ(run.output.find("check failed"), std::string::npos) << run.output;
+  run = run_process(bench + " --set model.max_positions=96");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+}
+
 // transformer_preprocess on a terminal shows each split's lines read and encoded; in a
 // pipe it shows nothing of them, and its own lines are the same either way.
 TEST(Tools, PreprocessShowsItsProgressOnATerminalOnly) {

@@ -130,7 +130,25 @@ int run(const Arguments& args) {
                                         "train.precision=" + args.precision};
   overrides.insert(overrides.end(), args.overrides.begin(), args.overrides.end());
   const thpc::Config config = thpc::load_config(args.config, overrides);
+  const int longest = *std::max_element(std::begin(kLengths), std::end(kLengths));
+  if (!args.program_batches && config.model.max_positions < longest) {
+    THPC_FAIL(args.config << ": model.max_positions = " << config.model.max_positions
+                          << " is shorter than the benchmark's longest batches (" << longest
+                          << " positions a side): add --set model.max_positions=" << longest
+                          << " or more");
+  }
   auto backend = thpc::make_backend(config.train);
+  // The defaults are the GPU's benchmark; run bare on a machine without one (a login node)
+  // it filled 17 GB of a 23-GB machine and kept going. Said before the work, not refused:
+  // it is a measurement someone may want.
+  const Arguments defaults;
+  if (backend->name().rfind("cpu", 0) == 0 && args.config == defaults.config &&
+      args.tokens == defaults.tokens) {
+    std::cerr << "transformer_bench_step: note: on the CPU, the GPU's benchmark (" << args.config
+              << ", " << args.tokens << " tokens a side) needs tens of GB and about a minute "
+              << "a step; bench/cpu_step_vs_torch.sh small runs the CPU's (2,000 tokens, "
+              << "--set model.layers=2 ...), or give --tokens" << std::endl;
+  }
   // With --profile every call goes through the profiler, which times the timed steps.
   std::optional<thpc::ProfilingBackend> profiler;
   if (args.profile) profiler.emplace(*backend);
@@ -281,7 +299,8 @@ int main(int argc, char** argv) {
       ("help,h", "this help")
       ("config", po::value(&args.config)->default_value(args.config), "model and optimizer config")
       ("tokens", po::value(&args.tokens)->default_value(args.tokens),
-       "source tokens per step (target alike), as torch_reference.py --tokens")
+       "source tokens per step (target alike), as torch_reference.py --tokens; the "
+       "defaults are the GPU's benchmark (on the CPU: tens of GB, a minute a step)")
       ("steps", po::value(&args.steps)->default_value(args.steps), "timed steps")
       ("warmup-steps", po::value(&args.warmup_steps)->default_value(args.warmup_steps),
        "untimed steps first (with the pass captured into CUDA graphs: at least two "
