@@ -33,17 +33,23 @@ ${MPIRUN:-} "$build/transformer_hpc" input/numbers.ini --data.dir="$corpus/data"
   --checkpoint.dir="$checkpoints" --train.metrics_dir="$corpus" "$@"
 
 mkdir -p "$eval_dir"
-"$build/transformer_average" --inputs "$checkpoints" --last 5 \
-  --output "$eval_dir/average_last5.h5" > "$eval_dir/average.log"
-"$build/transformer_decode" --checkpoint "$eval_dir/average_last5.h5" --beam 4 --threads 0 \
+# The last 5, or all there are when a shorter run (--train.max_steps) wrote fewer.
+written=$(find "$checkpoints" -maxdepth 1 -name 'step_*.h5' | wc -l)
+last=$(( written < 5 ? written : 5 ))
+if [[ $last -lt 5 ]]; then
+  echo "run_default_job.sh: note: $written checkpoints written, fewer than 5: averaging $last" >&2
+fi
+"$build/transformer_average" --inputs "$checkpoints" --last "$last" \
+  --output "$eval_dir/average_last$last.h5" > "$eval_dir/average.log"
+"$build/transformer_decode" --checkpoint "$eval_dir/average_last$last.h5" --beam 4 --threads 0 \
   --input "$corpus/text/test.en" --output "$eval_dir/test.hyp"
 # Each German number is one word, so word-level BLEU (13a) finds no bigrams and is 0
 # for any system: the score is over characters (sacreBLEU's -tok char).
 echo "test: $("$build/transformer_score" -tok char -w 2 "$corpus/text/test.de" -i "$eval_dir/test.hyp")"
-paste -d '\t' "$corpus/text/test.en" "$eval_dir/test.hyp" "$corpus/text/test.de" | awk -F '\t' '
+paste -d '\t' "$corpus/text/test.en" "$eval_dir/test.hyp" "$corpus/text/test.de" | awk -F '\t' -v last="$last" '
   $2 == $3 { exact++ }
   NR <= 3 { example[NR] = sprintf("  %s\n    translation: %s\n    reference:   %s", $1, $2, $3) }
   END {
-    printf "test: %d of %d translations exact (beam 4, average of the last 5 checkpoints)\n", exact, NR
+    printf "test: %d of %d translations exact (beam 4, average of the last %d checkpoints)\n", exact, NR, last
     for (i = 1; i <= 3 && i <= NR; i++) print example[i]
   }'

@@ -198,9 +198,14 @@ void CheckpointKeeping::write_average(bool best, int64_t step, std::ostream& log
                   : "")
         << " written to " << output << std::endl;
   } else {
-    log << "average of the last " << paths.size() << " checkpoints"
-        << (fewer ? " (fewer than checkpoint.average_last exist)" : "") << " written to "
-        << output << std::endl;
+    // The file keeps the configured name, which a job's next step looks for; the line
+    // says what it holds, as a warning like the best's.
+    log << (fewer ? "warning: " : "") << "average of the last " << paths.size()
+        << " checkpoints"
+        << (fewer ? " (fewer than checkpoint.average_last = " + std::to_string(wanted) +
+                        ": only that many healthy ones exist)"
+                  : "")
+        << " written to " << output << std::endl;
   }
 }
 
