@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/factory.h"
 #include "checkpoint/checkpoint.h"
 #include "common/error.h"
 #include "config/config.h"
@@ -75,6 +76,18 @@ int dry_run(const thpc::Config& config, int ranks) {
   thpc::add_transformer_parameters(config.model, vocab, table);
   std::cout << config.to_ini() << "\n# parameters: " << table.count() << " (vocabulary "
             << vocab << ")\n";
+  // What this machine cannot check, said rather than passed in silence: a login node may
+  // lack the job's GPUs or its data (staged later, or on the compute nodes' file system).
+  // Comment lines, so that the output stays an ini file.
+  if (!source) {
+    std::cout << "# note: data.dir " << config.data.dir << " is no directory here: its data was "
+              << "not read (training stops without it, exit 3)\n";
+  }
+  if (config.train.backend == "cuda" && thpc::built_with_cuda() &&
+      !thpc::cuda_unavailable_reason().empty()) {
+    std::cout << "# note: train.backend = cuda, but here " << thpc::cuda_unavailable_reason()
+              << ": training needs a GPU (run it where the job's GPUs are)\n";
+  }
   return 0;
 }
 

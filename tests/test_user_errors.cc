@@ -101,6 +101,28 @@ TEST(UserErrors, ImpossibleValuesThatPassedTheDryRunAreRefused) {
                              "train.accumulate: 1000 micro-batches cannot share");
 }
 
+// What the dry run's machine cannot check is said in its output, not passed in silence: a
+// login node may lack the job's data (a configured vocabulary needs none) and its GPUs.
+// Comment lines: the output stays an ini file.
+TEST(UserErrors, TheDryRunNotesWhatThisMachineCannotCheck) {
+  ProcessResult run = run_process(kTrainer + "--data.dir=/nonexistent/data "
+                                  "--model.vocab_size=32 --dry-run");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("# note: data.dir /nonexistent/data is no directory here: its data "
+                            "was not read (training stops without it, exit 3)"),
+            std::string::npos)
+      << run.output;
+  if (built_with_cuda() && visible_cuda_devices() == 0) {
+    run = run_process(kTrainer + "--train.backend=cuda --dry-run");
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_NE(run.output.find("# note: train.backend = cuda, but here no CUDA device visible"),
+              std::string::npos)
+        << run.output;
+  }
+  run = run_process(kTrainer + "--dry-run");
+  EXPECT_EQ(run.output.find("# note:"), std::string::npos) << run.output;
+}
+
 // Values that the dry run passed and training refused only later, or with the exit code of
 // a crash (issue 34's second probe): the dry run now refuses them as training does, with
 // training's code. A model.vocab_size other than the data's and train.backend = cuda in a
