@@ -437,9 +437,20 @@ TEST_F(RunOutputs, EvalOfAMissingCheckpointOrWithoutAFileIsAOneLineError) {
   EXPECT_NE(result.output.find(missing), std::string::npos) << result.output;
   EXPECT_EQ(lines_of(result.output).size(), 1u) << result.output;
 
+  // Named as the program's option (it read "CONFIG: eval: missing value", as for a key).
   const ProcessResult no_file = run_process(trainer_command() + " --eval");
   EXPECT_EQ(no_file.exit_code, 2) << no_file.output;
-  EXPECT_NE(no_file.output.find("eval"), std::string::npos) << no_file.output;
+  EXPECT_NE(no_file.output.find("transformer_hpc: --eval: needs a checkpoint file (--eval FILE)"),
+            std::string::npos)
+      << no_file.output;
+  // Without data.dir: the configuration's mistake, exit 2 (it was 1, a runtime failure).
+  const ProcessResult no_data = run_process(thpc::binary_dir() +
+                                            "/transformer_hpc " THPC_SOURCE_DIR
+                                            "/input/tiny.ini --eval " + missing);
+  EXPECT_EQ(no_data.exit_code, 2) << no_data.output;
+  EXPECT_NE(no_data.output.find("--eval scores the validation shards: set data.dir"),
+            std::string::npos)
+      << no_data.output;
 }
 
 }  // namespace

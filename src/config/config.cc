@@ -98,6 +98,10 @@ std::string key_name(const po::error_with_option_name& error) {
   }
   if (const auto* syntax = dynamic_cast<const po::invalid_command_line_syntax*>(&error)) {
     if (syntax->kind() == po::invalid_syntax::missing_parameter) {
+      // The program's own option, not a key of the file.
+      if (key_name(*syntax) == "eval") {
+        THPC_FAIL("--eval: needs a checkpoint file (--eval FILE)");
+      }
       THPC_FAIL(file_label << ": " << key_name(*syntax) << ": missing value on the command line"
                            << " (write --" << key_name(*syntax) << "=VALUE)");
     }
@@ -431,7 +435,8 @@ bool parse_command_line(int argc, const char* const* argv, Config& config) {
 
   if (config_files.empty()) {
     THPC_FAIL("no config file given (usage: transformer_hpc CONFIG.ini "
-              "[--section.key=value ...] [--dry-run]; --help lists the keys)");
+              "[--section.key=value ...] [--dry-run | --eval CHECKPOINT]; --help lists the "
+              "keys)");
   }
   if (config_files.size() > 1) {
     // "model.layers=3" without its dashes is taken for a file name.

@@ -106,10 +106,14 @@ std::vector<LogField> validation_fields(const ValidationStats& valid) {
 
 void evaluate_checkpoint(const Config& config, const std::string& path,
                          const Communicator& comm, std::ostream& log) {
+  // The configuration's mistakes, the same on every rank: exit 2, as the others.
   if (config.data.dir.empty()) {
-    THPC_FAIL(config.source_file << ": --eval scores the validation shards: set data.dir");
+    throw AllRanksError(config.source_file + ": --eval scores the validation shards: set data.dir",
+                        2);
   }
-  if (config.data.valid.empty()) THPC_FAIL(config.source_file << ": data.valid: must not be empty");
+  if (config.data.valid.empty()) {
+    throw AllRanksError(config.source_file + ": data.valid: must not be empty", 2);
+  }
   const int device =
       std::max(0, select_device(comm.local_rank(), visible_cuda_devices(), config.dist.device));
   const std::unique_ptr<Backend> backend = make_backend(backend_request(config.train, device));
