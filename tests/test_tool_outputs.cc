@@ -322,7 +322,7 @@ TEST_F(ToolOutputs, PreprocessNeverRemovesOrRewritesItsInputs) {
                                           "--trainpref text/train --destdir data --shards 2");
   EXPECT_EQ(again.exit_code, 0) << again.output;
   EXPECT_NE(again.output.find("removed the 2 shards an earlier run left in data "
-                              "(train.00000.h5 ... valid.00000.h5), replaced by this run's"),
+                              "(train.00000.h5 ... valid.00000.h5): this run writes its own"),
             std::string::npos)
       << again.output;
   // Text beside the shards, under names the run never writes, is fine.

@@ -570,7 +570,7 @@ void remove_old_shards(const std::string& dest_dir, std::ostream& log) {
   std::sort(removed.begin(), removed.end());
   log << "removed the " << removed.size() << " shard" << (removed.size() > 1 ? "s" : "")
       << " an earlier run left in " << dest_dir << " (" << removed.front()
-      << (removed.size() > 1 ? " ... " + removed.back() : "") << "), replaced by this run's"
+      << (removed.size() > 1 ? " ... " + removed.back() : "") << "): this run writes its own"
       << std::endl;
 }
 
