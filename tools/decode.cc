@@ -702,7 +702,7 @@ int main(int argc, char** argv) {
       ("lenpen", po::value<float>(),
        "length penalty alpha, ((5+|Y|)/6)^alpha (default: decode.alpha; §6.1: 0.6)")
       ("max-len-a", po::value<double>(), "output length <= a * input length + b, rounded "
-                                          "down (a may be a ratio: 1.2)")
+                                          "down, at least 1 token (a may be a ratio: 1.2)")
       ("max-len-b", po::value<int>(), "(default: decode.max_len_a/b; §6.1: a = 1, b = 50)")
       ("batch-tokens", po::value(&args.batch_tokens)->default_value(args.batch_tokens),
        "padded source tokens per batch")

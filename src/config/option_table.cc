@@ -318,8 +318,8 @@ const std::vector<Option>& option_table() {
       THPC_OPTION(decode, alpha, THPC_AT_LEAST(0),
                   "length penalty ((5+|Y|)/6)^alpha (§6.1: 0.6; parsing: 0.3)"),
       THPC_OPTION(decode, max_len_a, THPC_AT_LEAST(0),
-                  "output length <= max_len_a * input length + max_len_b, rounded down "
-                  "(a may be a ratio: 1.2)"),
+                  "output length <= max_len_a * input length + max_len_b, rounded down, "
+                  "at least 1 token (a may be a ratio: 1.2)"),
       THPC_OPTION(decode, max_len_b, THPC_AT_LEAST(0), "(§6.1: 1, 50; parsing §6.3: 1, 300)"),
       THPC_OPTION(decode, tree_leaves, THPC_ONE_OF("XX", "words"),
                   "parsing: the linearized trees' word tokens, the placeholder XX or the "
