@@ -691,6 +691,30 @@ TEST(Distributed, ARankStoppedInValidationEndsTheJobAfterTheTimeout) {
   std::filesystem::remove_all(scratch_checkpoints());
 }
 
+// --eval holds the bound of a run's validation, with its own words: a rank that shows no
+// work for dist.timeout_s (rank 1 held 8 s after its first batch, before its first sign)
+// ends the job, naming the --eval and what to do (tried by hand only before).
+TEST(Distributed, ARankHeldInAnEvalEndsTheJobAfterTheTimeout) {
+  const JobResult trained = mpirun_trainer(
+      "", "--model.layers=1 --train.max_steps=2 --data.dir=" + numbers_corpus(), 1);
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const std::string checkpoint = scratch_checkpoints() + "/step_00000002.h5";
+  const JobResult run = mpirun_trainer("THPC_TEST_VALIDATION_BATCH_DELAY_MS=1:8000",
+                                       "--model.layers=1 --data.dir=" + numbers_corpus() +
+                                           " --dist.timeout_s=2 --eval " + checkpoint);
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_LT(run.seconds, 60.0) << run.output;
+  EXPECT_EQ(occurrences(run.output,
+                        "--eval of " + checkpoint + ": this rank waited 2 s (dist.timeout_s) in "
+                        "a sum over the ranks without a sign of work from the other ranks: a "
+                        "rank is stopped (SIGSTOP, a debugger), hung or lost, so the job is "
+                        "ended; run the --eval again"),
+            1u)
+      << run.output;
+  EXPECT_EQ(run.output.find("valid step"), std::string::npos) << run.output;
+  std::filesystem::remove_all(scratch_checkpoints());
+}
+
 // A rank whose share of a validation takes far longer than dist.timeout_s (here each
 // batch of the loss pass held 0.3 s on rank 1, some 8 s in all against 2 s; the BLEU
 // translations after it) is working, and says so between its batches: the others wait
