@@ -398,6 +398,23 @@ TEST_F(CheckpointTest, MaxEpochsEndsTheRunAtTheStepThatReadsTheEpochsLastBatch) 
       << skipped_early.output;
   EXPECT_NE(skipped_early.output.find("final: step=29 "), std::string::npos)
       << skipped_early.output;
+  // A rollback goes back to a checkpoint's data position too: the end stays at epoch 2's
+  // last batch, said once at the start (tried by hand only before).
+  const ProcessResult rolled_back =
+      run_process("THPC_TEST_NAN_LOSS_AT=10 " + common + path("rolled_back") +
+                  " --train.max_epochs=2 --train.divergence=rollback "
+                  "--checkpoint.every_steps=4");
+  ASSERT_EQ(rolled_back.exit_code, 0) << rolled_back.output;
+  EXPECT_NE(rolled_back.output.find("rolled back to " + path("rolled_back") +
+                                    "/step_00000008.h5 (step 8) after step 10 diverged"),
+            std::string::npos)
+      << rolled_back.output;
+  EXPECT_EQ(rolled_back.output.find("after the rollback"), std::string::npos)
+      << rolled_back.output;
+  EXPECT_NE(rolled_back.output.find("final: step=30 "), std::string::npos) << rolled_back.output;
+  const Checkpoint after_rollback = read_checkpoint(path("rolled_back") + "/step_00000030.h5");
+  EXPECT_EQ(after_rollback.data_position.epoch, 2);
+  EXPECT_EQ(after_rollback.data_position.index, 0);
   // train.max_steps before the epochs' end ends the run, and says so.
   const ProcessResult capped = run_process(common + path("capped") +
                                            " --train.max_epochs=1 --train.max_steps=10");
