@@ -542,6 +542,63 @@ TEST_F(DataPipeline, ACorpusOverTheMemoryBudgetIsStreamedShardByShard) {
   expect_error([&] { ShardReader too_small(small); }, {"more than the", "data.memory_mb"});
 }
 
+// A streamed shard read again must be the file the reader opened: a corpus preprocessed
+// again into data.dir during a run was trained on without a word (another vocabulary
+// than the checkpoints'), or ended in internal errors (fewer pairs). Other tokens of the
+// same lengths, fewer pairs and another vocabulary are each refused, naming the file.
+TEST_F(DataPipeline, AStreamedShardThatChangedSinceItWasOpenedIsRefused) {
+  const fs::path copies = root_ / "changed";
+  const std::vector<std::string> originals = train_files();
+  ASSERT_GE(originals.size(), 2u);
+  const auto changed_error = [&](const std::function<void(ShardContents&)>& change,
+                                 const std::string& what) {
+    SCOPED_TRACE(what);
+    fs::remove_all(copies);
+    fs::create_directories(copies);
+    ShardReaderSpec spec = reader_spec();
+    spec.files.clear();
+    int64_t largest = 0;
+    for (const std::string& file : originals) {
+      spec.files.push_back((copies / fs::path(file).filename()).string());
+      fs::copy_file(file, spec.files.back());
+      const ShardSummary shard = read_shard_summary(file);
+      largest = std::max(largest, (shard.source_tokens + shard.target_tokens) * 4 +
+                                      16 * (shard.pairs + 1));
+    }
+    spec.memory_budget_bytes = largest;  // one shard at a time
+    ShardReader reader(spec);
+    // Every shard is replaced once the reader has opened them all.
+    for (const std::string& file : spec.files) {
+      ShardContents contents = read_shard(file);
+      change(contents);
+      write_shard(file, contents);
+    }
+    try {
+      for (int64_t i = 0; i < 2 * reader.batches_per_epoch(300); ++i) reader.next(300);
+      ADD_FAILURE() << "a whole epoch was read from changed shards";
+    } catch (const Error& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find("the shard changed since the run opened it ("), std::string::npos)
+          << message;
+      EXPECT_NE(message.find(what), std::string::npos) << message;
+      EXPECT_NE(message.find(copies.string()), std::string::npos) << message;
+    }
+  };
+  changed_error([](ShardContents& contents) { std::swap(contents.source.tokens[0],
+                                                        contents.source.tokens[1]); },
+                "other tokens");
+  changed_error([](ShardContents& contents) {
+    TokenColumn* sides[] = {&contents.source, &contents.target};
+    for (TokenColumn* side : sides) {
+      side->offsets.pop_back();
+      side->tokens.resize(static_cast<size_t>(side->offsets.back()));
+    }
+  }, " pairs, ");
+  changed_error([](ShardContents& contents) { contents.metadata.spm_model += "x"; },
+                "another vocabulary");
+  fs::remove_all(copies);
+}
+
 // ---- bad input: one clear message naming the file and the problem ----
 
 // transformer_preprocess on the given text files; must fail with one line naming `file`.

@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/philox.h"
 #include "common/sha256.h"
+#include "io/hdf5.h"
 
 namespace thpc {
 namespace {
@@ -387,13 +388,59 @@ std::vector<int64_t> ShardReader::permutation(int64_t size, uint32_t site, uint3
   return order;
 }
 
+namespace {
+
+// A streamed shard read again must be the one the run opened: the plan (batches of its
+// pairs' lengths), the run's vocabulary and the corpus digest in its checkpoints are of
+// that file. A corpus preprocessed again into data.dir during a run was trained on
+// without a word (another SentencePiece model than the checkpoints', exit 0), or ended
+// in internal errors (fewer pairs: indices past the new offsets). Data error: exit 3.
+void check_unchanged_since_opened(const std::string& path, const ShardSummary& opened,
+                                  const ShardContents& read) {
+  const auto changed = [&](const std::string& what) {
+    THPC_FAIL(path << ": the shard changed since the run opened it (" << what
+                   << "): data.dir was written while the run reads it one shard at a "
+                   << "time; give the run the corpus it started with (or start a new run)");
+  };
+  const ShardMetadata& now = read.metadata;
+  if (now.vocab_size != opened.metadata.vocab_size || now.ids != opened.metadata.ids ||
+      now.spm_model != opened.metadata.spm_model) {
+    changed("another vocabulary");
+  }
+  if (read.source.sentences() != opened.pairs || read.target.sentences() != opened.pairs) {
+    changed(std::to_string(read.source.sentences()) + " pairs, " +
+            std::to_string(opened.pairs) + " then");
+  }
+  for (int64_t pair = 0; pair < opened.pairs; ++pair) {
+    if (read.source.length(pair) != opened.source_lengths[pair] ||
+        read.target.length(pair) != opened.target_lengths[pair]) {
+      changed("pair " + std::to_string(pair) + "'s lengths");
+    }
+  }
+  // read_shard checked the tokens against the digests the file records (format 2); the
+  // same digests must be those recorded when the run opened it.
+  if (opened.checksummed) {
+    const std::string source = hdf5::values_sha256(read.source.tokens.data(),
+                                                   read.source.tokens.size());
+    const std::string target = hdf5::values_sha256(read.target.tokens.data(),
+                                                   read.target.tokens.size());
+    if (source != opened.source_tokens_sha256 || target != opened.target_tokens_sha256) {
+      changed("other tokens");
+    }
+  }
+}
+
+}  // namespace
+
 const ShardContents& ShardReader::load(int shard) {
   Shard& wanted = *shards_[shard];
   if (!wanted.contents) {
     // Streaming: drop the shard in hand before reading the next, so that one shard at a
     // time is what this rank holds.
     for (auto& other : shards_) other->contents.reset();
-    wanted.contents = std::make_unique<ShardContents>(read_shard(wanted.path));
+    auto contents = std::make_unique<ShardContents>(read_shard(wanted.path));
+    check_unchanged_since_opened(wanted.path, wanted.summary, *contents);
+    wanted.contents = std::move(contents);
   }
   return *wanted.contents;
 }

@@ -387,7 +387,15 @@ StepStats Trainer::compute_step() {
   // The reader advances its position eagerly, so the epoch is read before drawing.
   stats.epoch = source_->position().epoch + 1;
   for (int i = 0; i < accumulate; ++i) {
-    micro_batches.push_back(source_->next(micro_budget_));
+    // A streamed shard read here that is damaged or changed is the data's failure, as at
+    // start-up (exit 3).
+    try {
+      micro_batches.push_back(source_->next(micro_budget_));
+    } catch (const DataError&) {
+      throw;
+    } catch (const Error& error) {
+      throw DataError(error.what());
+    }
     stats.src_tokens += micro_batches.back().src_tokens();
     stats.local_tgt_tokens += micro_batches.back().tgt_tokens();
   }
