@@ -725,6 +725,15 @@ TEST_F(DataPipeline, AFailureAfterWritingBeganLeavesNothingThatLooksValid) {
                {"valid.de: no validation pair survived: of 2, 1 with an empty side, 1 with a "
                 "side longer than --max-len 120 pieces; raise --max-len, or check the files"});
   EXPECT_TRUE(fs::is_empty(dir / "out"));
+  // A test split of which nothing survives likewise (it wrote a shard of no pairs, which
+  // its readers then refused).
+  write_lines(dir / "test.en", {"", ""});
+  write_lines(dir / "test.de", {"eine Katze", ""});
+  PreprocessOptions empty_test = options(dir / "out");
+  empty_test.test_prefix = (dir / "test").string();
+  expect_error([&] { preprocess(empty_test, log); },
+               {"test.de: no test pair survived: of 2, 2 with an empty side; check the files"});
+  EXPECT_TRUE(fs::is_empty(dir / "out"));
 }
 
 // The fuzzer's entry point: the same checks on the bytes of a file in memory.

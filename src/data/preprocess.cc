@@ -804,6 +804,11 @@ PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log
   if (summary.valid.kept == 0) {
     none_kept(valid.source_path + ", " + valid.target_path, "validation", summary.valid);
   }
+  // A test shard of no pairs is refused where it is read (transformer_data_stats: "the
+  // corpus has no sentence pairs"): refused here instead, as the other splits are.
+  if (!options.test_prefix.empty() && summary.test.kept == 0) {
+    none_kept(test.source_path + ", " + test.target_path, "test", summary.test);
+  }
   const std::string model_path = (fs::path(options.dest_dir) / "spm.model").string();
   {
     std::ofstream model_file(outputs.add(model_path), std::ios::binary);
@@ -834,7 +839,8 @@ PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log
   log << "wrote " << options.shards << " train shard" << (options.shards > 1 ? "s" : "")
       << ", valid" << (options.test_prefix.empty() ? "" : ", test") << " and spm.model to "
       << options.dest_dir << ": vocabulary " << summary.vocab_size << ", "
-      << summary.train.read + summary.valid.read + summary.test.read << " pairs in "
+      << summary.train.kept + summary.valid.kept + summary.test.kept << " pairs (of "
+      << summary.train.read + summary.valid.read + summary.test.read << " read) in "
       << summary.seconds << " s" << std::endl;
   return summary;
 }

@@ -146,7 +146,9 @@ ShardReader::ShardReader(const ShardReaderSpec& spec) : spec_(spec) {
     if (shard->bytes > spec.memory_budget_bytes) {
       THPC_FAIL(path << ": the shard needs " << (shard->bytes >> 20) << " MiB, more than the "
                      << (spec.memory_budget_bytes >> 20)
-                     << " MiB of data.memory_mb (preprocess with more --shards)");
+                     << " MiB of data.memory_mb (raise data.memory_mb; or, for training "
+                     << "shards, preprocess with more --shards, which cuts the training split "
+                     << "only)");
     }
     total_bytes += shard->bytes;
     if (!shard->summary.checksummed) unchecksummed_files_.push_back(path);
