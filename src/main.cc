@@ -69,8 +69,8 @@ int dry_run(const thpc::Config& config, int ranks) {
   for (const auto& [path, parts] : starts) {
     if (path.empty()) continue;
     const thpc::Checkpoint checkpoint = thpc::read_checkpoint(path, parts);
-    thpc::check_architecture(checkpoint, thpc::architecture_text(config.model, vocab), path);
     if (source) thpc::check_checkpoint_vocabulary(checkpoint, path, *source, config);
+    thpc::check_architecture(checkpoint, thpc::architecture_text(config.model, vocab), path);
   }
   thpc::ParamStore table;
   thpc::add_transformer_parameters(config.model, vocab, table);

@@ -203,6 +203,20 @@ TEST(UserErrors, TheDryRunRefusesWhatTrainingRefusesWithTheSameExitCode) {
                                "trained on another SentencePiece vocabulary than the shards of "
                                "data.dir " + other + " (piece ", 1);
   }
+  // Of another size: data.dir holds another corpus, said so (the architecture's check came
+  // first and asked for the checkpoint's model.vocab_size, which the shards then refused).
+  const std::string resized = (root / "resized").string();
+  ASSERT_EQ(run_process(thpc::binary_dir() + "/transformer_preprocess --source-lang en "
+                        "--target-lang de --trainpref " + (root / "text/train").string() +
+                        " --validpref " + (root / "text/valid").string() + " --destdir " +
+                        resized + " --vocab-size 50 --seed 1 > /dev/null 2>&1")
+                .exit_code,
+            0);
+  expect_configuration_error("--model.layers=1 --data.dir=" + resized + " --checkpoint.resume=" +
+                                 (root / "ck/step_00000001.h5").string(),
+                             "(60 pieces in the checkpoint's, 50 in the shards'): data.dir holds "
+                             "another corpus than the one it was trained on (preprocessed "
+                             "again?)", 1);
   // transformer_decode alike: a beam wider than the vocabulary is a usage error.
   const ProcessResult wide = run_process(
       "echo 1 2 3 | " + thpc::binary_dir() + "/transformer_decode --checkpoint " +

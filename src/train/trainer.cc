@@ -572,8 +572,8 @@ Checkpoint Trainer::snapshot_without_state() const {
 }
 
 void Trainer::restore(const Checkpoint& checkpoint, const std::string& source) {
-  check_architecture(checkpoint, *model_, source);
   check_checkpoint_vocabulary(checkpoint, source, *source_, config_);
+  check_architecture(checkpoint, *model_, source);
   // The random stream of a step is keyed by (seed, step): another seed would continue
   // some other run, not this one.
   if (checkpoint.seed != config_.train.seed) {

@@ -127,11 +127,17 @@ void check_checkpoint_vocabulary(const Checkpoint& checkpoint, const std::string
   // Models that differ as bytes but not as vocabularies (a retrained model with the same
   // pieces) give the ids the same meaning.
   if (difference.empty()) return;
+  // Of another size, it is data.dir that changed (preprocessed again?), not the model:
+  // named as such, before the architecture's check would ask for the checkpoint's
+  // model.vocab_size, which the shards then refuse.
+  const bool same_size = difference.find(" pieces in ") == std::string::npos;
   THPC_FAIL("checkpoint " << path << ": trained on another SentencePiece vocabulary than the "
-            << "shards of data.dir " << config.data.dir << " (" << difference
-            << "), of the same size: its ids would mean other pieces. Preprocess the data "
-            << "with the checkpoint's model (transformer_preprocess --spm-model), or start "
-            << "afresh");
+            << "shards of data.dir " << config.data.dir << " (" << difference << ")"
+            << (same_size ? ", of the same size: its ids would mean other pieces"
+                          : ": data.dir holds another corpus than the one it was trained on "
+                            "(preprocessed again?)")
+            << ". Preprocess the data with the checkpoint's model (transformer_preprocess "
+            << "--spm-model), or start afresh");
 }
 
 }  // namespace thpc
