@@ -171,6 +171,27 @@ TEST(OpenBlasCore, KernelsChosenForACpuOpenBlasDoesNotKnowAreExplained) {
             "with OPENBLAS_CORETYPE=SkylakeX");
 }
 
+// An OpenBLAS that is not the OpenMP build (an installed program that lost its run path
+// loaded Debian's default pthread build: 1.5x slower in a measured run, other losses) is
+// named on the first line with what to do; the program's own loads the OpenMP one.
+TEST(OpenBlasCore, AnOpenBlasOtherThanTheOpenMpBuildIsAWarning) {
+  OpenBlasChoice choice;
+  choice.core = "Zen";
+  choice.library = "OpenBLAS 0.3.21";
+  EXPECT_EQ(openblas_description(choice), "OpenBLAS Zen kernels");
+  choice.threading = 1;
+  EXPECT_EQ(openblas_description(choice),
+            "OpenBLAS Zen kernels; warning: this OpenBLAS 0.3.21 is not the OpenMP build the "
+            "program was built with but one with threads of its own (pthreads), which spin "
+            "against the ops' OpenMP threads (the loader found it first: LD_LIBRARY_PATH, or an "
+            "installed program without its run path): point the loader at the OpenMP build "
+            "(Debian: libopenblas0-openmp)");
+  choice.threading = 0;
+  EXPECT_NE(openblas_description(choice).find("a sequential one, whose products use one core"),
+            std::string::npos);
+  EXPECT_EQ(openblas_choice().threading, 2) << "this test program loads another OpenBLAS";
+}
+
 TEST(OpenBlasCore, DescriptionSaysWhenTheVariableChose) {
   const ScopedEnvironment no_mark("THPC_OPENBLAS_FALLBACK", std::nullopt);
   std::string forced, own;

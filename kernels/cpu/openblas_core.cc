@@ -156,10 +156,13 @@ OpenBlasChoice openblas_choice() {
   choice.cpu = cpu_identity();
   choice.library = openblas_version();
   choice.cpu_runs_avx512 = cpu_runs_avx512_kernels();
+  choice.threading = openblas_get_parallel();
   return choice;
 }
 
-std::string openblas_description(const OpenBlasChoice& choice) {
+namespace {
+
+std::string kernels_description(const OpenBlasChoice& choice) {
   std::string description = "OpenBLAS " + choice.core + " kernels";
   if (!choice.better.empty()) {
     return description + ": " + choice.library + " does not know this CPU (" + choice.cpu +
@@ -183,6 +186,19 @@ std::string openblas_description(const OpenBlasChoice& choice) {
     description += ": this CPU has AVX-512, unset OPENBLAS_CORETYPE for faster matrix products";
   }
   return description;
+}
+
+}  // namespace
+
+std::string openblas_description(const OpenBlasChoice& choice) {
+  if (choice.threading == 2) return kernels_description(choice);
+  return kernels_description(choice) + "; warning: this " + choice.library + " is not the " +
+         "OpenMP build the program was built with but " +
+         (choice.threading == 1 ? "one with threads of its own (pthreads), which spin against "
+                                  "the ops' OpenMP threads"
+                                : "a sequential one, whose products use one core") +
+         " (the loader found it first: LD_LIBRARY_PATH, or an installed program without its "
+         "run path): point the loader at the OpenMP build (Debian: libopenblas0-openmp)";
 }
 
 std::string openblas_description() { return openblas_description(openblas_choice()); }

@@ -79,6 +79,9 @@ struct OpenBlasChoice {
   std::string cpu;       // cpu_identity()
   std::string library;   // "OpenBLAS 0.3.21"
   bool cpu_runs_avx512 = false;
+  // openblas_get_parallel(): 2 the OpenMP build this program is built for (CMakeLists.txt),
+  // 1 one with a thread pool of its own (pthreads), 0 a sequential one.
+  int threading = 2;
 };
 OpenBlasChoice openblas_choice();
 
@@ -86,7 +89,9 @@ OpenBlasChoice openblas_choice();
 // kernels, set by OPENBLAS_CORETYPE=Haswell", and when those are AVX2 kernels on a CPU
 // that runs the AVX-512 ones, what to do about it; when this program set the variable
 // for a CPU OpenBLAS did not know, that; and when kernels older than AVX2 run on a CPU
-// that has it, what to set.
+// that has it, what to set; and a loaded OpenBLAS that is not the OpenMP build (the
+// loader found another one: an installed program without its run path, LD_LIBRARY_PATH),
+// what that costs and what to do.
 std::string openblas_description(const OpenBlasChoice& choice);
 std::string openblas_description();  // of openblas_choice()
 
