@@ -31,7 +31,8 @@
 # Settings (environment variables; sbatch passes the submitting shell's environment):
 #   THPC_ROOT      the repository (default: the one this file is in; the job scripts
 #                  source it from the directory sbatch was called from)
-#   THPC_BUILD     the directory holding transformer_hpc (default: $THPC_ROOT/build)
+#   THPC_BUILD     the directory holding transformer_hpc (default: $THPC_ROOT/build, or
+#                  the one on PATH when there is none there: an installed prefix)
 #   THPC_RUN_NAME  the run directory runs/NAME (default: JOBNAME-JOBID, so every job has
 #                  its own checkpoints and a requeued job finds its own again). Give
 #                  the name of an earlier run to continue it in a new job.
@@ -50,7 +51,15 @@
 # The folder above jobs/, wherever the caller stands (jobs/run_local.sh from elsewhere
 # looked for build/ in its working directory).
 thpc_root=${THPC_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
-thpc_build=${THPC_BUILD:-$thpc_root/build}
+# The programs: THPC_BUILD, else the repository's build/, else those on PATH (a Spack or
+# `cmake --install` prefix: `spack load transformer-hpc`).
+if [ -n "${THPC_BUILD:-}" ]; then
+  thpc_build=$THPC_BUILD
+elif [ ! -x "$thpc_root/build/transformer_hpc" ] && command -v transformer_hpc > /dev/null; then
+  thpc_build=$(dirname "$(command -v transformer_hpc)")
+else
+  thpc_build=$thpc_root/build
+fi
 thpc_stop_signal=""  # the stop signal this shell received, if any
 thpc_requeued=0      # this job asked Slurm to requeue it
 thpc_trapped=0       # a stop signal arrived during the current `wait`
@@ -113,6 +122,13 @@ thpc_train() {
   # is found there either way).
   [[ $config != /* && -f $config ]] && config=$PWD/$config
   cd "$thpc_root" || return 1
+  # Before the run directory is made: mpirun's own words for it were "could not access or
+  # execute an executable", then "the trainer failed (exit 132)".
+  if [ ! -x "$thpc_build/transformer_hpc" ]; then
+    echo "thpc: no program $thpc_build/transformer_hpc: build it (README), or set THPC_BUILD" \
+         "to the folder that holds it (an installed PREFIX/bin; none is on PATH either)" >&2
+    return 1
+  fi
   local run_dir
   run_dir=$(thpc_run_dir)
   thpc_launch_command_for || return $?

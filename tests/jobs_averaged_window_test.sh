@@ -78,4 +78,12 @@ thpc_train_averaged input/tiny.ini 70 3 20 "${options[@]}" --train.max_steps 30 
   > "$tmp/plain.log" 2>&1 || { cat "$tmp/plain.log"; fail "the plain run exited $?"; }
 grep -q "phase 1" "$tmp/plain.log" && fail "options with train.max_steps still ran two phases"
 grep -q "^final: step=30 " "$tmp/plain.log" || { cat "$tmp/plain.log"; fail "no plain 30 steps"; }
+# 5. No program where THPC_BUILD says: one line saying so, no run directory (mpirun's
+# "could not access or execute" and "the trainer failed (exit 132)" before).
+export THPC_RUN_NAME=missing
+missing=$( (thpc_build=$tmp/nothing; thpc_train input/tiny.ini) 2>&1 ) &&
+  fail "thpc_train without a program succeeded"
+grep -q "thpc: no program $tmp/nothing/transformer_hpc: build it" <<< "$missing" ||
+  fail "no line naming the missing program: $missing"
+[ -e "$tmp/runs/missing" ] && fail "a run directory was made without a program"
 echo "PASSED"

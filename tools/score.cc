@@ -124,7 +124,11 @@ po::options_description describe(Given& given, bool with_references) {
 
 std::string usage() {
   Given given;
-  return thpc::tools::usage_text(describe(given, /*with_references=*/false));
+  std::string text = thpc::tools::usage_text(describe(given, /*with_references=*/false));
+  // The groups' unnamed parent prints an empty caption line first; the other tools start
+  // with their usage line.
+  if (!text.empty() && text.front() == '\n') text.erase(text.begin());
+  return text;
 }
 
 CommandLine parse_command_line(int argc, char** argv) {

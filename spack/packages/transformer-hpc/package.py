@@ -37,7 +37,9 @@ class TransformerHpc(CMakePackage, CudaPackage):
     # (the GPU gradients go through NCCL), so MPI needs no CUDA support.
     depends_on("mpi")
     # Serial HDF5: rank 0 alone writes checkpoints and each rank reads its own shards.
-    depends_on("hdf5@1.10: ~mpi")
+    # +threadsafe: checkpoints written from a thread beside training
+    # (checkpoint.background_write); without it each is written inside the step.
+    depends_on("hdf5@1.10: ~mpi +threadsafe")
     depends_on("boost@1.74: +program_options")  # and the header-only Boost.CRC
     depends_on("sentencepiece")
     # The OpenMP build: the CPU kernels' loops and BLAS share one OpenMP thread team
