@@ -56,7 +56,8 @@ thpc_root=${THPC_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 if [ -n "${THPC_BUILD:-}" ]; then
   thpc_build=$THPC_BUILD
 elif [ ! -x "$thpc_root/build/transformer_hpc" ] && command -v transformer_hpc > /dev/null; then
-  thpc_build=$(dirname "$(command -v transformer_hpc)")
+  # Absolute: thpc_train moves to the repository before it runs the program.
+  thpc_build=$(cd "$(dirname "$(command -v transformer_hpc)")" && pwd)
 else
   thpc_build=$thpc_root/build
 fi
@@ -126,7 +127,7 @@ thpc_train() {
   # execute an executable", then "the trainer failed (exit 132)".
   if [ ! -x "$thpc_build/transformer_hpc" ]; then
     echo "thpc: no program $thpc_build/transformer_hpc: build it (README), or set THPC_BUILD" \
-         "to the folder that holds it (an installed PREFIX/bin; none is on PATH either)" >&2
+         "to the folder that holds it (an installed PREFIX/bin)" >&2
     return 1
   fi
   local run_dir

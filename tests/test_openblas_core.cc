@@ -181,11 +181,10 @@ TEST(OpenBlasCore, AnOpenBlasOtherThanTheOpenMpBuildIsAWarning) {
   EXPECT_EQ(openblas_description(choice), "OpenBLAS Zen kernels");
   choice.threading = 1;
   EXPECT_EQ(openblas_description(choice),
-            "OpenBLAS Zen kernels; warning: this OpenBLAS 0.3.21 is not the OpenMP build the "
-            "program was built with but one with threads of its own (pthreads), which spin "
-            "against the ops' OpenMP threads (the loader found it first: LD_LIBRARY_PATH, or an "
-            "installed program without its run path): point the loader at the OpenMP build "
-            "(Debian: libopenblas0-openmp)");
+            "OpenBLAS Zen kernels; warning: this OpenBLAS 0.3.21 is not an OpenMP build but one "
+            "with threads of its own (pthreads), which spin against the ops' OpenMP threads: "
+            "build and run with OpenBLAS's OpenMP build (Debian: libopenblas0-openmp; Spack: "
+            "openblas threads=openmp), and check LD_LIBRARY_PATH");
   choice.threading = 0;
   EXPECT_NE(openblas_description(choice).find("a sequential one, whose products use one core"),
             std::string::npos);

@@ -232,6 +232,33 @@ TEST_F(ToolOutputs, AnOutputThroughALinkOrAStandardStreamWritesWhatItNames) {
     EXPECT_EQ(read_file("piped.txt"), translations);
   }
   EXPECT_TRUE(fs::is_symlink("stdout.lnk"));
+  // The checks are of the file the link names: a harmless name for a run's checkpoint is
+  // refused as the checkpoint is; a loop of links is refused (the rename replaced it).
+  fs::create_symlink("run/ck/step_00000002.h5", "harmless.lnk");
+  expect_refused("transformer_average --inputs model.h5 --output harmless.lnk",
+                 "named like a training checkpoint");
+  fs::create_symlink("loop.lnk", "loop.lnk");  // (expect_refused's listing cannot pass it)
+  run = run_process(decode + "--output loop.lnk");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("--output loop.lnk: is a loop of symbolic links"), std::string::npos)
+      << run.output;
+  EXPECT_TRUE(fs::is_symlink("loop.lnk"));
+  fs::remove("loop.lnk");
+  // A whole HDF5 file cannot go to a stream; the other text writer writes through it.
+  expect_refused("transformer_average --inputs model.h5 --output stdout.lnk",
+                 "is an open descriptor of this process");
+  std::ofstream("words.txt") << "a b\n";
+  std::ofstream("tags.txt") << "X Y\n";
+  run = run_process("timeout 60 sh -c '" + kBin + "/transformer_trees baseline --words "
+                    "words.txt --tags tags.txt --output stdout.lnk | cat > trees.txt'");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(read_file("trees.txt"), "(TOP (S (X a) (Y b)))\n");
+  // A path through /proc that is no descriptor is a file, replaced as any other.
+  for (int i = 0; i < 2; ++i) {
+    run = run_process(decode + "--output /proc/self/cwd/cwd.txt");
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+  }
+  EXPECT_EQ(read_file("cwd.txt"), translations);
 }
 
 TEST_F(ToolOutputs, NoToolWritesOverATrainingRunsFiles) {

@@ -192,13 +192,15 @@ std::string kernels_description(const OpenBlasChoice& choice) {
 
 std::string openblas_description(const OpenBlasChoice& choice) {
   if (choice.threading == 2) return kernels_description(choice);
-  return kernels_description(choice) + "; warning: this " + choice.library + " is not the " +
-         "OpenMP build the program was built with but " +
+  // Said of the library loaded, which may be the one the build found (CMakeLists.txt falls
+  // back to any OpenBLAS) or another the loader took (LD_LIBRARY_PATH, a lost run path).
+  return kernels_description(choice) + "; warning: this " + choice.library + " is not an " +
+         "OpenMP build but " +
          (choice.threading == 1 ? "one with threads of its own (pthreads), which spin against "
                                   "the ops' OpenMP threads"
                                 : "a sequential one, whose products use one core") +
-         " (the loader found it first: LD_LIBRARY_PATH, or an installed program without its "
-         "run path): point the loader at the OpenMP build (Debian: libopenblas0-openmp)";
+         ": build and run with OpenBLAS's OpenMP build (Debian: libopenblas0-openmp; Spack: "
+         "openblas threads=openmp), and check LD_LIBRARY_PATH";
 }
 
 std::string openblas_description() { return openblas_description(openblas_choice()); }

@@ -89,9 +89,9 @@ OpenBlasChoice openblas_choice();
 // kernels, set by OPENBLAS_CORETYPE=Haswell", and when those are AVX2 kernels on a CPU
 // that runs the AVX-512 ones, what to do about it; when this program set the variable
 // for a CPU OpenBLAS did not know, that; and when kernels older than AVX2 run on a CPU
-// that has it, what to set; and a loaded OpenBLAS that is not the OpenMP build (the
-// loader found another one: an installed program without its run path, LD_LIBRARY_PATH),
-// what that costs and what to do.
+// that has it, what to set; and a loaded OpenBLAS that is not an OpenMP build (the build
+// found no other, or the loader took another one: LD_LIBRARY_PATH, a lost run path), what
+// that costs and what to do.
 std::string openblas_description(const OpenBlasChoice& choice);
 std::string openblas_description();  // of openblas_choice()
 

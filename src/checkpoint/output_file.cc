@@ -163,6 +163,22 @@ void check_output_path(const std::string& option, const std::string& output,
   }
   std::error_code error;
   if (fs::is_directory(output, error)) refuse("is a directory; give a file name");
+  // The file the write replaces, which the checks below are of: a symbolic link's target
+  // (write_atomically writes there; checked here, a link named the run's best_step_*.h5
+  // in a harmless name), or the descriptor itself (/dev/stdout, written through).
+  const bool descriptor = names_an_open_descriptor(output);
+  if (descriptor && kind != OutputKind::Text) {
+    refuse("is an open descriptor of this process (a stream), not a file: this output is a "
+           "whole HDF5 file; give a file name");
+  }
+  std::string target = output;
+  if (!descriptor) {
+    try {
+      target = file_named_by(output);
+    } catch (const Error&) {
+      refuse("is a loop of symbolic links; give a file name");
+    }
+  }
   for (const std::string& input : inputs) {
     if (input.empty() || input == "-") continue;
     if (same_file(output, input)) {
@@ -179,19 +195,21 @@ void check_output_path(const std::string& option, const std::string& output,
       refuse("is also the path of another output (" + other + "); give each its own file");
     }
   }
-  const std::string run_file = training_run_file(output);
+  const std::string run_file = training_run_file(target);
   if (!run_file.empty()) {
-    refuse("is " + run_file + ": no tool writes over a training run's files; give another "
-           "output file");
+    refuse((target == output ? "is " : "names " + target + ", ") + run_file +
+           ": no tool writes over a training run's files; give another output file");
   }
-  if (const std::string why = why_not_writable(output); !why.empty()) refuse(why);
-  if (!fs::exists(output, error) || !fs::is_regular_file(output, error) ||
-      fs::file_size(output, error) == 0) {
-    return;  // nothing there to lose (or a device such as /dev/stdout)
+  if (!descriptor) {
+    if (const std::string why = why_not_writable(target); !why.empty()) refuse(why);
+  }
+  if (!fs::exists(target, error) || !fs::is_regular_file(target, error) ||
+      fs::file_size(target, error) == 0) {
+    return;  // nothing there to lose (or a device or pipe)
   }
   switch (kind) {
     case OutputKind::Text: {
-      const std::string head = head_of(output, 4096);
+      const std::string head = head_of(target, 4096);
       if (head.find('\0') != std::string::npos) {
         refuse("exists and is a binary file (a model, a checkpoint, shards?); a text output "
                "replaces only a text file: give another output file");
@@ -199,7 +217,7 @@ void check_output_path(const std::string& option, const std::string& output,
       break;
     }
     case OutputKind::Checkpoint: {
-      const std::optional<CheckpointSummary> summary = read_checkpoint_summary(output);
+      const std::optional<CheckpointSummary> summary = read_checkpoint_summary(target);
       if (!summary || !summary->parameters_only) {
         // transformer_average's and transformer_quantize's outputs alike.
         refuse("exists and is not a parameters-only checkpoint (an earlier average or "
@@ -209,7 +227,7 @@ void check_output_path(const std::string& option, const std::string& output,
       break;
     }
     case OutputKind::AttentionDump:
-      if (!is_attention_dump(output)) {
+      if (!is_attention_dump(target)) {
         refuse("exists and is not an earlier attention dump, the one kind of file a dump "
                "replaces: give another output file");
       }
@@ -217,51 +235,70 @@ void check_output_path(const std::string& option, const std::string& output,
   }
 }
 
+namespace {
+
+// Whether `path` is written in place, not through a temporary file and a rename: an open
+// descriptor of this process (/dev/stdout: renamed over, the link itself was replaced, or
+// the shell's `>> file` left on a removed file), a device or a pipe.
+bool written_in_place(const std::string& path) {
+  std::error_code error;
+  return names_an_open_descriptor(path) ||
+         (fs::exists(path, error) && !fs::is_regular_file(path, error));
+}
+
+// Opens `target` (truncated, or appended to) and lets `write` fill it; "cannot write WHAT:
+// ..." with the system's reason when it cannot.
+void write_file(const std::string& target, const std::string& what, std::ios::openmode mode,
+                const std::function<void(std::ostream&)>& write) {
+  errno = 0;
+  std::ofstream file(target, std::ios::binary | mode);
+  if (!file) {
+    const int error = errno;
+    THPC_FAIL("cannot write " << what << ": cannot open " << target
+                              << (error != 0 ? std::string(": ") + std::strerror(error) +
+                                                   " (errno " + std::to_string(error) + ")"
+                                             : std::string()));
+  }
+  write(file);
+  file.close();
+  if (!file) THPC_FAIL("cannot write " << what << ": the write failed (disk full?)");
+}
+
+// In place: a descriptor appended to (whoever opened it chose to truncate it, `>`, or not,
+// `>>`), a device or a pipe truncated.
+void write_in_place(const std::string& path, const std::string& what,
+                    const std::function<void(std::ostream&)>& write) {
+  write_file(path, what, names_an_open_descriptor(path) ? std::ios::app : std::ios::trunc,
+             write);
+}
+
+}  // namespace
+
 void write_text_atomically(const std::string& path, const std::string& what,
                            const std::function<void(std::ostream&)>& write) {
-  const auto write_to = [&](const std::string& target, std::ios::openmode mode) {
-    errno = 0;
-    std::ofstream file(target, std::ios::binary | mode);
-    if (!file) {
-      const int error = errno;
-      THPC_FAIL("cannot write " << what << ": cannot open " << target
-                                << (error != 0 ? std::string(": ") + std::strerror(error) +
-                                                     " (errno " + std::to_string(error) + ")"
-                                               : std::string()));
-    }
-    write(file);
-    file.close();
-    if (!file) THPC_FAIL("cannot write " << what << ": the write failed (disk full?)");
-  };
-  std::error_code error;
-  if (names_an_open_descriptor(path)) {
-    // /dev/stdout and its kin: whoever opened the descriptor chose to truncate it (`>`)
-    // or not (`>>`); appending keeps that choice.
-    write_to(path, std::ios::app);
-    return;
-  }
-  if (fs::exists(path, error) && !fs::is_regular_file(path, error)) {
-    write_to(path, std::ios::trunc);  // a device or a pipe: nothing to rename over
+  if (written_in_place(path)) {
+    write_in_place(path, what, write);
     return;
   }
   write_atomically(path, what, [&](const std::string& temporary) {
-    write_to(temporary, std::ios::trunc);
+    write_file(temporary, what, std::ios::trunc, write);
   });
 }
 
 void write_texts_atomically(const std::vector<std::pair<std::string, std::string>>& files) {
   std::vector<std::string> written;
   std::error_code error;
+  const auto text_of = [](const std::string& text) {
+    return [&text](std::ostream& out) { out << text; };
+  };
   try {
     for (const auto& [given, text] : files) {
+      if (written_in_place(given)) continue;  // after the others, below
       const std::string path = file_named_by(given);  // a link stays; the file it names is written
       const std::string temporary = temporary_path(path);
       if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path(), error);
       written.push_back(temporary);
-      std::ofstream out(temporary, std::ios::binary);
-      out << text;
-      out.close();
-      if (!out) THPC_FAIL("cannot write " << path << " (disk full, or no such directory?)");
+      write_file(temporary, path, std::ios::trunc, text_of(text));
       fsync_path(temporary, path);
     }
   } catch (...) {
@@ -271,6 +308,7 @@ void write_texts_atomically(const std::vector<std::pair<std::string, std::string
   // Every file is complete on disk before the first rename: a failure up to here left
   // every old file as it was.
   for (const auto& [given, text] : files) {
+    if (written_in_place(given)) continue;
     const std::string path = file_named_by(given);
     fs::rename(temporary_path(path), path, error);
     if (error) {
@@ -279,6 +317,9 @@ void write_texts_atomically(const std::vector<std::pair<std::string, std::string
     }
     const fs::path directory = fs::path(path).parent_path();
     fsync_path(directory.empty() ? "." : directory.string(), path);
+  }
+  for (const auto& [given, text] : files) {
+    if (written_in_place(given)) write_in_place(given, given, text_of(text));
   }
 }
 

@@ -210,6 +210,8 @@ Communicator::WaitLimit::~WaitLimit() {
         // Leaving on an error, perhaps on this rank alone: no collective here (the others
         // may never come); take what has come, the job is ending.
         received_signs_of_work();
+        signs_sent = 0;
+        signs_received = 0;
       } else {
         receive_every_sign_sent();
       }
@@ -236,11 +238,11 @@ void Communicator::WaitLimit::receive_every_sign_sent() const {
             "MPI_Iallreduce");
   comm_.finish(&request, "the count of the signs of work");
   const int64_t owed = rounds - signs_sent;  // a round of every other rank: one message here
-  while (signs_received < owed) {
-    check_mpi(MPI_Recv(nullptr, 0, MPI_BYTE, MPI_ANY_SOURCE, kSignOfWorkTag, MPI_COMM_WORLD,
-                       MPI_STATUS_IGNORE),
-              "MPI_Recv");
-    ++signs_received;
+  // Sent before the sum, so on their way: polled within the limit all the same, so that
+  // counts that disagree (a sign's send that failed half-way) leave them rather than hang.
+  WaitClock clock;
+  while (signs_received < owed && clock.waited_seconds() <= comm_.wait_limit_seconds_) {
+    if (!received_signs_of_work()) std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   signs_sent = 0;
   signs_received = 0;

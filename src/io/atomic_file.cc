@@ -10,6 +10,7 @@
 #include <mutex>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <vector>
 
 #include "common/error.h"
@@ -36,14 +37,23 @@ std::vector<fs::path> links_from(const std::string& path) {
 
 std::string file_named_by(const std::string& path) {
   const std::vector<fs::path> chain = links_from(path);
-  return chain.size() > 40 ? path : chain.back().string();  // a loop: as given, to fail
+  // A loop: the rename would replace the looping link with a file of its own.
+  if (chain.size() > 40) THPC_FAIL(path << ": too many levels of symbolic links (a loop?)");
+  return chain.back().string();
 }
 
 bool names_an_open_descriptor(const std::string& path) {
   std::error_code error;
   for (const fs::path& hop : links_from(path)) {
-    const std::string where = fs::absolute(hop, error).lexically_normal().string();
-    if (where.rfind("/proc/", 0) == 0 || where.rfind("/dev/fd/", 0) == 0) return true;
+    // /dev/fd/N, /proc/self/fd/N, /proc/PID/fd/N, /proc/thread-self/fd/N: not any path
+    // through /proc (/proc/self/cwd/out.txt is a file of the working directory).
+    const fs::path where = fs::absolute(hop, error).lexically_normal();
+    const std::string text = where.string();
+    if (text.rfind("/dev/fd/", 0) == 0) return true;
+    if (text.rfind("/proc/", 0) == 0 && where.parent_path().filename() == "fd" &&
+        std::distance(where.begin(), where.end()) == 5) {  // "/", proc, X, fd, N
+      return true;
+    }
   }
   return false;
 }
@@ -162,6 +172,12 @@ std::string temporary_path(const std::string& path) {
 
 void write_atomically(const std::string& path, const std::string& what,
                       const std::function<void(const std::string& temporary)>& write) {
+  // A descriptor is written through, never renamed over (write_text_atomically does so);
+  // a whole file (a checkpoint, an HDF5 dump) cannot go there.
+  if (names_an_open_descriptor(path)) {
+    THPC_FAIL("cannot write " << what << ": " << path << " is an open descriptor of this "
+                              << "process (a stream), not a file: give a file name");
+  }
   const fs::path final_path(file_named_by(path));
   const fs::path directory = final_path.has_parent_path() ? final_path.parent_path() : ".";
   std::error_code error;
