@@ -372,6 +372,8 @@ ShardContents read_contents(ShardFileReader& reader) {
   contents.source.tokens = reader.tokens("src", vocab);
   contents.target.offsets = reader.offsets("tgt", pairs, &token_count);
   contents.target.tokens = reader.tokens("tgt", vocab);
+  contents.source_tokens_sha256 = reader.recorded_tokens_checksum("src");
+  contents.target_tokens_sha256 = reader.recorded_tokens_checksum("tgt");
   return contents;
 }
 

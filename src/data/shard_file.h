@@ -61,6 +61,9 @@ struct ShardMetadata {
 struct ShardContents {
   ShardMetadata metadata;
   TokenColumn source, target;
+  // As read (read_shard): the sha256 recorded with each side's tokens, which the tokens
+  // were checked against ("" for format 1). write_shard records its own.
+  std::string source_tokens_sha256, target_tokens_sha256;
 };
 
 // Writes `contents` to `path` (replacing it), in the layout of its metadata's
