@@ -941,6 +941,13 @@ std::string architecture_differences(const std::string& first, const std::string
   return out.str();
 }
 
+int64_t embedding_rows(const Checkpoint& checkpoint) {
+  for (const NamedTensor& tensor : checkpoint.params) {
+    if (tensor.name == "embed.weight") return tensor.rows;
+  }
+  return -1;
+}
+
 void check_architecture(const Checkpoint& checkpoint, const std::string& expected,
                         const std::string& source) {
   // The one difference a config edit makes without touching a shape: named on its own.

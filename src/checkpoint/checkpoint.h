@@ -232,6 +232,10 @@ std::optional<CheckpointSummary> read_checkpoint_summary(const std::string& path
 // fsync'ed; the checksums cover the rest of the file and stay valid). Throws naming it.
 void mark_checkpoint(const std::string& path, CheckpointState state);
 
+// The rows of the checkpoint's embedding (embed.weight): the vocabulary it was trained
+// with; -1 when it has none.
+int64_t embedding_rows(const Checkpoint& checkpoint);
+
 // Throws thpc::Error naming `source` when the checkpoint's architecture is not
 // `expected`, the architecture_text() of the model it is for: its parameters would not
 // fit, or would mean something else. A different model.norm is named on its own.

@@ -22,10 +22,9 @@ namespace {
 
 // The rows of the checkpoint's embedding: its vocabulary.
 int vocabulary_size(const Checkpoint& checkpoint, const std::string& path) {
-  for (const NamedTensor& tensor : checkpoint.params) {
-    if (tensor.name == "embed.weight") return static_cast<int>(tensor.rows);
-  }
-  THPC_FAIL(path << ": no embed.weight dataset");
+  const int64_t rows = embedding_rows(checkpoint);
+  if (rows < 0) THPC_FAIL(path << ": no embed.weight dataset");
+  return static_cast<int>(rows);
 }
 
 }  // namespace

@@ -130,11 +130,7 @@ void check_checkpoint_vocabulary(const Checkpoint& checkpoint, const std::string
   // Of another size, it is data.dir that changed (preprocessed again?), not the model:
   // named as such, before the architecture's check would ask for the checkpoint's
   // model.vocab_size, which the shards then refuse.
-  int64_t checkpoint_vocabulary = -1;  // the rows of its embedding
-  for (const NamedTensor& tensor : checkpoint.params) {
-    if (tensor.name == "embed.weight") checkpoint_vocabulary = tensor.rows;
-  }
-  const bool same_size = checkpoint_vocabulary == data.vocab_size();
+  const bool same_size = embedding_rows(checkpoint) == data.vocab_size();
   THPC_FAIL("checkpoint " << path << ": trained on another SentencePiece vocabulary than the "
             << "shards of data.dir " << config.data.dir << " (" << difference << ")"
             << (same_size ? ", of the same size: its ids would mean other pieces"
