@@ -291,14 +291,22 @@ void write_texts_atomically(const std::vector<std::pair<std::string, std::string
   const auto text_of = [](const std::string& text) {
     return [&text](std::ostream& out) { out << text; };
   };
+  // Asked once a file (each question looks at the file system): written in place, or the
+  // file replaced (a link stays; the file it names is written).
+  std::vector<bool> in_place;
+  std::vector<std::string> targets;
+  for (const auto& [given, text] : files) {
+    in_place.push_back(written_in_place(given));
+    targets.push_back(in_place.back() ? given : file_named_by(given));
+  }
   try {
-    for (const auto& [given, text] : files) {
-      if (written_in_place(given)) continue;  // after the others, below
-      const std::string path = file_named_by(given);  // a link stays; the file it names is written
+    for (size_t i = 0; i < files.size(); ++i) {
+      if (in_place[i]) continue;  // after the others, below
+      const std::string& path = targets[i];
       const std::string temporary = temporary_path(path);
       if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path(), error);
       written.push_back(temporary);
-      write_file(temporary, path, std::ios::trunc, text_of(text));
+      write_file(temporary, path, std::ios::trunc, text_of(files[i].second));
       fsync_path(temporary, path);
     }
   } catch (...) {
@@ -307,9 +315,9 @@ void write_texts_atomically(const std::vector<std::pair<std::string, std::string
   }
   // Every file is complete on disk before the first rename: a failure up to here left
   // every old file as it was.
-  for (const auto& [given, text] : files) {
-    if (written_in_place(given)) continue;
-    const std::string path = file_named_by(given);
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (in_place[i]) continue;
+    const std::string& path = targets[i];
     fs::rename(temporary_path(path), path, error);
     if (error) {
       THPC_FAIL("cannot write " << path << ": rename of " << temporary_path(path)
@@ -318,8 +326,8 @@ void write_texts_atomically(const std::vector<std::pair<std::string, std::string
     const fs::path directory = fs::path(path).parent_path();
     fsync_path(directory.empty() ? "." : directory.string(), path);
   }
-  for (const auto& [given, text] : files) {
-    if (written_in_place(given)) write_in_place(given, given, text_of(text));
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (in_place[i]) write_in_place(targets[i], targets[i], text_of(files[i].second));
   }
 }
 

@@ -29,10 +29,10 @@ bool same_file(const std::string& a, const std::string& b);
 // model or a text kept elsewhere stays a link, and the file it names is written.
 std::string file_named_by(const std::string& path);
 
-// Whether `path`, or a symbolic link on its way, lies in /proc or /dev/fd: an open
+// Whether `path`, or a symbolic link on its way, is /dev/fd/N or /proc/*/fd/N: an open
 // descriptor of this process (/dev/stdout), written through in place, never replaced by
 // a rename (that replaced the link /dev/stdout itself, or left the shell's `>> file`
-// pointing at a removed file).
+// pointing at a removed file). Any other path through /proc is a file.
 bool names_an_open_descriptor(const std::string& path);
 
 // The temporary name write_atomically writes `path` under first: .NAME.tmp beside the
