@@ -30,6 +30,7 @@
 #include "data/preprocess.h"
 #include "data/shard_file.h"
 #include "data/shard_reader.h"
+#include "shard_of_pair.h"
 
 namespace thpc {
 namespace {
@@ -229,18 +230,25 @@ TEST_F(DataPipeline, WritesShardsModelAndMetadata) {
 TEST_F(DataPipeline, TextToShardsToTextIsSentencePiecesNormalizedText) {
   sentencepiece::SentencePieceProcessor processor;
   ASSERT_TRUE(processor.Load((root_ / "corpus" / "spm.model").string()).ok());
+  // The shards' pairs in the input's order: pair i is the next of shard_of_pair(i).
+  std::vector<ShardContents> shards;
+  for (const std::string& file : train_files()) shards.push_back(read_shard(file));
+  std::vector<int64_t> taken(shards.size(), 0);
   std::vector<std::string> decoded_sources, decoded_targets;
-  for (const std::string& file : train_files()) {
-    const ShardContents contents = read_shard(file);
-    for (int64_t i = 0; i < contents.source.sentences(); ++i) {
-      const TokenSequence src = contents.source.sentence(i);
-      const TokenSequence tgt = contents.target.sentence(i);
-      std::string text;
-      ASSERT_TRUE(processor.Decode(std::vector<int>(src.begin(), src.end()), &text).ok());
-      decoded_sources.push_back(text);
-      ASSERT_TRUE(processor.Decode(std::vector<int>(tgt.begin(), tgt.end()), &text).ok());
-      decoded_targets.push_back(text);
-    }
+  for (int64_t i = 0; i < summary_.train.kept; ++i) {
+    const int shard = shard_of_pair(i, summary_.train.kept, static_cast<int>(shards.size()),
+                                    PreprocessOptions().pairs_dealt_together);
+    ASSERT_LT(taken[shard], shards[shard].source.sentences()) << "pair " << i;
+    const TokenSequence src = shards[shard].source.sentence(taken[shard]);
+    const TokenSequence tgt = shards[shard].target.sentence(taken[shard]++);
+    std::string text;
+    ASSERT_TRUE(processor.Decode(std::vector<int>(src.begin(), src.end()), &text).ok());
+    decoded_sources.push_back(text);
+    ASSERT_TRUE(processor.Decode(std::vector<int>(tgt.begin(), tgt.end()), &text).ok());
+    decoded_targets.push_back(text);
+  }
+  for (size_t shard = 0; shard < shards.size(); ++shard) {
+    EXPECT_EQ(taken[shard], shards[shard].source.sentences()) << "shard " << shard;
   }
   // The kept pairs in order, each as SentencePiece normalises the original line.
   const auto normalized = [&](const std::string& line) {

@@ -24,6 +24,7 @@
 
 #include "data/preprocess.h"
 #include "data/shard_file.h"
+#include "shard_of_pair.h"
 
 // ---- every heap allocation of this program, counted ----
 // Bytes are the allocator's usable sizes, the same at allocation and release; the peak
@@ -203,8 +204,9 @@ std::vector<std::string> output_names(int shards) {
 
 // The splits as transformer_preprocess wrote them when it held every line and every
 // encoding at once (before it streamed, up to commit fd8e2e9): all lines read ('\r'
-// dropped), all encoded, filtered in order, the kept pairs sliced into `shards` equal
-// runs, each shard written from memory. The reference the streamed output must equal.
+// dropped), all encoded, filtered in order, each kept pair given to its shard (pair by
+// pair, the rule of PreprocessOptions::pairs_dealt_together), each shard written from
+// memory. The reference the streamed output must equal.
 void write_as_when_held(const PreprocessOptions& options, const fs::path& dest) {
   sentencepiece::SentencePieceProcessor processor;
   ASSERT_TRUE(processor.Load(options.spm_model).ok());
@@ -241,14 +243,17 @@ void write_as_when_held(const PreprocessOptions& options, const fs::path& dest) 
       }
       kept.emplace_back(std::move(src), std::move(tgt));
     }
+    const int64_t count = static_cast<int64_t>(kept.size());
+    std::vector<ShardContents> contents(static_cast<size_t>(shards));
+    for (int64_t i = 0; i < count; ++i) {
+      const int shard = shard_of_pair(i, count, shards, options.pairs_dealt_together);
+      contents[shard].source.append(kept[i].first);
+      contents[shard].target.append(kept[i].second);
+    }
     for (int shard = 0; shard < shards; ++shard) {
-      ShardContents contents;
-      contents.metadata = metadata;
-      for (size_t i = kept.size() * shard / shards; i < kept.size() * (shard + 1) / shards; ++i) {
-        contents.source.append(kept[i].first);
-        contents.target.append(kept[i].second);
-      }
-      write_shard((dest / (name + ".0000" + std::to_string(shard) + ".h5")).string(), contents);
+      contents[shard].metadata = metadata;
+      write_shard((dest / (name + ".0000" + std::to_string(shard) + ".h5")).string(),
+                  contents[shard]);
     }
   };
   fs::create_directories(dest);
@@ -259,16 +264,23 @@ void write_as_when_held(const PreprocessOptions& options, const fs::path& dest) 
 }
 
 TEST_F(PreprocessStreaming, OutputIsWhatHoldingEverythingWroteAtAnyBlockSize) {
-  PreprocessOptions held = options("small", root_ / "held");
-  held.spm_model = model();
-  write_as_when_held(held, root_ / "held");
-  // 1: every pair its own block; 7: blocks and shards cut at unrelated places; the
-  // default: the whole split in one block.
-  for (const int64_t block : {int64_t{1}, int64_t{7}, PreprocessOptions().pairs_per_block}) {
-    SCOPED_TRACE("pairs_per_block " + std::to_string(block));
+  // Blocks: 1, every pair its own block; 7, blocks, runs and shards cut at unrelated
+  // places; the default, the whole split in one block. Runs dealt: the default (one full
+  // round of 3 shards and a rest, here), 5 (many rounds), 1 (pair by pair).
+  for (const auto& [block, run] : {std::pair{int64_t{1}, PreprocessOptions().pairs_dealt_together},
+                                   std::pair{int64_t{7}, int64_t{5}},
+                                   std::pair{PreprocessOptions().pairs_per_block, int64_t{1}}}) {
+    SCOPED_TRACE("pairs_per_block " + std::to_string(block) + ", pairs_dealt_together " +
+                 std::to_string(run));
+    PreprocessOptions held = options("small", root_ / "held");
+    held.spm_model = model();
+    held.pairs_dealt_together = run;
+    fs::remove_all(root_ / "held");
+    write_as_when_held(held, root_ / "held");
     PreprocessOptions streamed = options("small", root_ / "streamed");
     streamed.spm_model = model();
     streamed.pairs_per_block = block;
+    streamed.pairs_dealt_together = run;
     std::ostringstream log;
     const PreprocessSummary summary = preprocess(streamed, log);
     EXPECT_EQ(summary.train.read, 1000);
@@ -276,12 +288,61 @@ TEST_F(PreprocessStreaming, OutputIsWhatHoldingEverythingWroteAtAnyBlockSize) {
     EXPECT_GT(summary.train.too_long, 0);
     EXPECT_GT(summary.train.over_ratio, 0);
     for (const std::string& name : output_names(3)) {
-      EXPECT_EQ(read_bytes(root_ / "streamed" / name), read_bytes(root_ / "held" / name)) << name;
+      // Compared as a bool: a failure would print both files' bytes.
+      EXPECT_TRUE(read_bytes(root_ / "streamed" / name) == read_bytes(root_ / "held" / name))
+          << name << " differs";
     }
     // The scratch files of the encoded text are gone.
     for (const auto& entry : fs::directory_iterator(root_ / "streamed")) {
       EXPECT_EQ(entry.path().string().find(".partial"), std::string::npos) << entry.path();
     }
+  }
+}
+
+// A corpus concatenated from two sub-corpora (as WMT14 is from Europarl, Common Crawl and
+// News Commentary) gives every shard pairs of both, in equal parts here: the pairs are
+// dealt in runs (16 pairs, so that this small corpus makes many rounds). Before, shards
+// were consecutive slices of the input: the first held only the short sub-corpus, the
+// last only the long one, and a reader streaming shard by shard trained on one at a time.
+TEST_F(PreprocessStreaming, EveryShardHoldsPairsFromTheWholeInput) {
+  static const char* kSyllables[] = {"ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo"};
+  std::mt19937_64 generator(4);
+  const auto line = [&](int words) {
+    std::string text;
+    for (int w = 0; w < words; ++w) {
+      text += w > 0 ? " " : "";
+      text += std::string(kSyllables[generator() % 8]) + kSyllables[generator() % 8];
+    }
+    return text;
+  };
+  // 576 pairs of 2 words a side, then 576 of 16: sides of at most 8 pieces, then of at
+  // least 16.
+  const fs::path prefix = root_ / "concatenated";
+  {
+    std::ofstream en(prefix.string() + ".en"), de(prefix.string() + ".de");
+    for (int i = 0; i < 1152; ++i) {
+      const int words = i < 576 ? 2 : 16;
+      en << line(words) << "\n";
+      de << line(words) << "\n";
+    }
+  }
+  PreprocessOptions dealt = options("concatenated", root_ / "dealt");
+  dealt.spm_model = model();
+  dealt.pairs_dealt_together = 16;
+  std::ostringstream log;
+  const PreprocessSummary summary = preprocess(dealt, log);
+  ASSERT_EQ(summary.train.kept, 1152) << log.str();
+  for (int shard = 0; shard < 3; ++shard) {
+    SCOPED_TRACE("shard " + std::to_string(shard));
+    const ShardContents contents =
+        read_shard((root_ / "dealt" / ("train.0000" + std::to_string(shard) + ".h5")).string());
+    int64_t short_pairs = 0;
+    for (int64_t i = 0; i < contents.source.sentences(); ++i) {
+      short_pairs += contents.source.sentence(i).size() <= 8 ? 1 : 0;
+    }
+    // 1152 pairs in 24 rounds of 3 runs of 16: 384 a shard, half from each sub-corpus.
+    EXPECT_EQ(contents.source.sentences(), 384);
+    EXPECT_EQ(short_pairs, 192);
   }
 }
 

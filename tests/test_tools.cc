@@ -418,51 +418,6 @@ TEST(Tools, BenchStepRefusesPositionsShorterThanItsBatchesWithTheSetThatMendsIt)
   EXPECT_EQ(run.exit_code, 0) << run.output;
 }
 
-// tools/shuffle_pairs.py (docs/data.md: shards are consecutive slices of the input, so a
-// concatenated corpus is shuffled first): the same pairs, both sides alike, in another
-// order, the same for the same seed; bytes kept (a tab, a '\r', no final newline);
-// unaligned files refused.
-TEST(Tools, ShufflePairsKeepsEveryPairInAnOrderOfTheSeed) {
-  const ScratchDirectory scratch;
-  const fs::path dir = scratch.path();
-  std::string en, de;
-  std::multiset<std::pair<std::string, std::string>> pairs;
-  for (int i = 0; i < 200; ++i) {
-    const std::string source = "line " + std::to_string(i) + (i == 3 ? "\twith a tab" : "") +
-                               (i == 4 ? "\r" : "");
-    const std::string target = "Zeile " + std::to_string(i);
-    en += source + "\n";
-    de += target + (i == 199 ? "" : "\n");  // no final newline
-    pairs.insert({source, target});
-  }
-  std::ofstream(dir / "c.en", std::ios::binary) << en;
-  std::ofstream(dir / "c.de", std::ios::binary) << de;
-  const std::string script = "python3 " THPC_SOURCE_DIR "/tools/shuffle_pairs.py ";
-  const auto shuffled = [&](const std::string& out, int seed) {
-    const ProcessResult run = run_process(script + (dir / "c").string() + " en de " +
-                                          (dir / out).string() + " --seed " +
-                                          std::to_string(seed));
-    EXPECT_EQ(run.exit_code, 0) << run.output;
-    const std::vector<std::string> a = lines_of(read_file(dir / (out + ".en")));
-    const std::vector<std::string> b = lines_of(read_file(dir / (out + ".de")));
-    EXPECT_EQ(a.size(), 200u);
-    EXPECT_EQ(b.size(), 200u);
-    std::multiset<std::pair<std::string, std::string>> found;
-    for (size_t i = 0; i < a.size() && i < b.size(); ++i) found.insert({a[i], b[i]});
-    EXPECT_EQ(found, pairs);
-    return a;
-  };
-  const std::vector<std::string> first = shuffled("s", 1);
-  EXPECT_EQ(shuffled("again", 1), first);
-  EXPECT_NE(shuffled("other", 2), first);
-  EXPECT_NE(first, lines_of(en));
-  std::ofstream(dir / "c.de", std::ios::binary) << "one line\n";
-  const ProcessResult unaligned = run_process(script + (dir / "c").string() + " en de " +
-                                              (dir / "bad").string());
-  EXPECT_NE(unaligned.exit_code, 0);
-  EXPECT_NE(unaligned.output.find("has 200 lines but"), std::string::npos) << unaligned.output;
-}
-
 // transformer_preprocess on a terminal shows each split's lines read and encoded; in a
 // pipe it shows nothing of them, and its own lines are the same either way.
 TEST(Tools, PreprocessShowsItsProgressOnATerminalOnly) {

@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
       "comma-separated tokens SentencePiece keeps whole, each as a word of its own (the "
       "parser's bracket tokens: '(S,(NP,),XX')")(
       "shards", po::value(&options.shards)->default_value(options.shards),
-      "number of training shards")(
+      "number of training shards; the kept pairs are dealt to them in runs of 256, so that "
+      "each holds pairs from the whole input")(
       "max-len", po::value(&options.max_len)->default_value(options.max_len),
       "drop pairs with a side longer than this many subword tokens")(
       "max-ratio", po::value(&options.max_ratio)->default_value(options.max_ratio),

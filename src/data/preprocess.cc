@@ -328,14 +328,16 @@ void encode_lines(const sentencepiece::SentencePieceProcessor& processor,
 static_assert(sizeof(int) == sizeof(int32_t), "SentencePiece's ids are the shards' int32");
 
 // One side of a split's kept pairs on disk while the split is encoded: each sentence's
-// length and its ids (int32, native order), in two scratch files removed with it.
+// length and its ids (int32, native order), in two scratch files removed with it. Where
+// every `run`-th sentence's ids start is kept, so that a run's place in the tokens file
+// is known without reading the lengths before it.
 class SpilledColumn {
  public:
-  explicit SpilledColumn(const std::string& prefix)
+  SpilledColumn(const std::string& prefix, int64_t run)
       : lengths_path_(prefix + ".lengths.partial"), tokens_path_(prefix + ".tokens.partial"),
         lengths_interrupted_(lengths_path_), tokens_interrupted_(tokens_path_),
         lengths_(lengths_path_, std::ios::binary | std::ios::trunc),
-        tokens_(tokens_path_, std::ios::binary | std::ios::trunc) {
+        tokens_(tokens_path_, std::ios::binary | std::ios::trunc), run_(run) {
     if (!lengths_ || !tokens_) THPC_FAIL(prefix << ".*.partial: cannot create a scratch file");
   }
   SpilledColumn(const SpilledColumn&) = delete;
@@ -349,6 +351,9 @@ class SpilledColumn {
   }
 
   void append(const std::vector<int>& sentence) {
+    if (sentences_ % run_ == 0) run_starts_.push_back(token_count_);
+    ++sentences_;
+    token_count_ += static_cast<int64_t>(sentence.size());
     const int32_t length = static_cast<int32_t>(sentence.size());
     lengths_.write(reinterpret_cast<const char*>(&length), sizeof length);
     tokens_.write(reinterpret_cast<const char*>(sentence.data()),
@@ -366,6 +371,27 @@ class SpilledColumn {
   const std::string& lengths_path() const { return lengths_path_; }
   const std::string& tokens_path() const { return tokens_path_; }
 
+  // Where sentence `sentence`'s ids start in the tokens file (the end of the file for
+  // the count of sentences): the start of its run, plus the lengths before it in the run,
+  // read from `lengths` (a stream of the lengths file, left anywhere).
+  int64_t first_token(int64_t sentence, std::ifstream& lengths) const {
+    if (sentence == sentences_) return token_count_;
+    const int64_t run_begin = sentence / run_ * run_;
+    int64_t token = run_starts_[static_cast<size_t>(sentence / run_)];
+    std::vector<int32_t> before(static_cast<size_t>(sentence - run_begin));
+    if (!before.empty()) {
+      lengths.clear();
+      lengths.seekg(static_cast<std::streamoff>(run_begin * sizeof(int32_t)));
+      lengths.read(reinterpret_cast<char*>(before.data()),
+                   static_cast<std::streamsize>(before.size() * sizeof(int32_t)));
+      if (!lengths) {
+        THPC_FAIL(lengths_path_ << ": the encoded text ends early (removed or truncated?)");
+      }
+    }
+    for (const int32_t length : before) token += length;
+    return token;
+  }
+
  private:
   [[noreturn]] void fail() const {
     THPC_FAIL(tokens_path_ << ": cannot write the encoded text (disk full?)");
@@ -374,54 +400,98 @@ class SpilledColumn {
   std::string lengths_path_, tokens_path_;
   RemovedWhenInterrupted lengths_interrupted_, tokens_interrupted_;  // before the files
   std::ofstream lengths_, tokens_;
+  int64_t run_, sentences_ = 0, token_count_ = 0;
+  std::vector<int64_t> run_starts_;  // the first token of sentences 0, run, 2 run, ...
 };
 
-// Sentences [begin, end) of a SpilledColumn as one side of a shard, `block` sentences at
-// a time; `first_token` is where sentence `begin`'s ids start in the tokens file.
+// Sentences [begin, end) of a split's kept pairs.
+struct PairRange {
+  int64_t begin = 0, end = 0;
+};
+
+// The pairs that shard `shard` of `shards` holds, in the input's order: runs of `run`
+// pairs dealt round by round, run k to shard k mod shards; then shard s's slice of what
+// the last full round left, [rest * s / shards, rest * (s + 1) / shards) of it. One
+// shard: every pair, as one range.
+std::vector<PairRange> dealt_pairs(int64_t kept, int shards, int shard, int64_t run) {
+  const int64_t round = run * shards;
+  const int64_t rounds = kept / round;
+  std::vector<PairRange> ranges;
+  const auto add = [&](int64_t begin, int64_t end) {
+    if (begin == end) return;
+    if (!ranges.empty() && ranges.back().end == begin) {
+      ranges.back().end = end;
+    } else {
+      ranges.push_back({begin, end});
+    }
+  };
+  for (int64_t r = 0; r < rounds; ++r) add(r * round + shard * run, r * round + (shard + 1) * run);
+  const int64_t rest = kept - rounds * round;
+  add(rounds * round + rest * shard / shards, rounds * round + rest * (shard + 1) / shards);
+  return ranges;
+}
+
+// The sentences of some PairRanges of a SpilledColumn, in order, as one side of a shard,
+// `block` sentences at a time (a block may span ranges).
 class SpilledRange final : public ShardColumnSource {
  public:
-  SpilledRange(const SpilledColumn& column, int64_t begin, int64_t end, int64_t first_token,
-               int64_t block)
+  SpilledRange(const SpilledColumn& column, const std::vector<PairRange>& ranges, int64_t block)
       : lengths_path_(column.lengths_path()), tokens_path_(column.tokens_path()),
         lengths_file_(lengths_path_, std::ios::binary), tokens_file_(tokens_path_, std::ios::binary),
-        begin_(begin), end_(end), first_token_(first_token), block_(block) {
+        block_(block) {
     if (!lengths_file_ || !tokens_file_) THPC_FAIL(tokens_path_ << ": cannot open the encoded text");
-    rewind();
-    std::vector<int32_t> lengths;
-    while (read_lengths(&lengths)) {
-      for (const int32_t length : lengths) tokens_ += length;
+    for (const PairRange& range : ranges) {
+      const int64_t first = column.first_token(range.begin, lengths_file_);
+      const int64_t end = column.first_token(range.end, lengths_file_);
+      ranges_.push_back({range, first});
+      sentences_ += range.end - range.begin;
+      tokens_ += end - first;
     }
     rewind();
   }
 
-  int64_t sentences() const override { return end_ - begin_; }
+  int64_t sentences() const override { return sentences_; }
   int64_t tokens() const override { return tokens_; }
 
-  void rewind() override {
-    lengths_file_.clear();
-    tokens_file_.clear();
-    lengths_file_.seekg(static_cast<std::streamoff>(begin_ * sizeof(int32_t)));
-    tokens_file_.seekg(static_cast<std::streamoff>(first_token_ * sizeof(int32_t)));
-    next_ = begin_;
-  }
+  void rewind() override { start_range(0); }
 
   const TokenColumn& next_block() override {
-    std::vector<int32_t>& lengths = lengths_buffer_;
-    read_lengths(&lengths);
     current_.offsets.assign(1, 0);
-    for (const int32_t length : lengths) current_.offsets.push_back(current_.offsets.back() + length);
-    current_.tokens.resize(static_cast<size_t>(current_.offsets.back()));
-    read(tokens_file_, tokens_path_, current_.tokens.data(), current_.tokens.size());
+    current_.tokens.clear();
+    std::vector<int32_t>& lengths = lengths_buffer_;
+    while (static_cast<int64_t>(current_.offsets.size()) - 1 < block_ && range_ < ranges_.size()) {
+      const int64_t wanted = block_ - (static_cast<int64_t>(current_.offsets.size()) - 1);
+      const int64_t count = std::min(wanted, ranges_[range_].pairs.end - next_);
+      lengths.resize(static_cast<size_t>(count));
+      read(lengths_file_, lengths_path_, lengths.data(), lengths.size());
+      const size_t old_tokens = current_.tokens.size();
+      for (const int32_t length : lengths) {
+        current_.offsets.push_back(current_.offsets.back() + length);
+      }
+      current_.tokens.resize(static_cast<size_t>(current_.offsets.back()));
+      read(tokens_file_, tokens_path_, current_.tokens.data() + old_tokens,
+           current_.tokens.size() - old_tokens);
+      next_ += count;
+      if (next_ == ranges_[range_].pairs.end) start_range(range_ + 1);
+    }
     return current_;
   }
 
  private:
-  // The next block's lengths; false when none are left.
-  bool read_lengths(std::vector<int32_t>* lengths) {
-    lengths->resize(static_cast<size_t>(std::min(block_, end_ - next_)));
-    read(lengths_file_, lengths_path_, lengths->data(), lengths->size());
-    next_ += static_cast<int64_t>(lengths->size());
-    return !lengths->empty();
+  struct PlacedRange {
+    PairRange pairs;
+    int64_t first_token;  // where pairs.begin's ids start in the tokens file
+  };
+
+  // Both files at the start of range `range` (none left when it is the count).
+  void start_range(size_t range) {
+    range_ = range;
+    if (range_ == ranges_.size()) return;
+    next_ = ranges_[range_].pairs.begin;
+    lengths_file_.clear();
+    tokens_file_.clear();
+    lengths_file_.seekg(static_cast<std::streamoff>(next_ * sizeof(int32_t)));
+    tokens_file_.seekg(static_cast<std::streamoff>(ranges_[range_].first_token * sizeof(int32_t)));
   }
 
   static void read(std::ifstream& file, const std::string& path, int32_t* values, size_t count) {
@@ -432,7 +502,9 @@ class SpilledRange final : public ShardColumnSource {
 
   std::string lengths_path_, tokens_path_;
   std::ifstream lengths_file_, tokens_file_;
-  int64_t begin_, end_, first_token_, block_, next_ = 0, tokens_ = 0;
+  int64_t block_, sentences_ = 0, tokens_ = 0, next_ = 0;
+  std::vector<PlacedRange> ranges_;
+  size_t range_ = 0;
   std::vector<int32_t> lengths_buffer_;
   TokenColumn current_;
 };
@@ -656,17 +728,17 @@ void check_inputs_survive(const PreprocessOptions& options) {
   }
 }
 
-// Encodes a split into its scratch files, then writes its kept pairs in order as
-// `shards` contiguous slices, shard s holding pairs [kept * s / shards, kept * (s+1) /
-// shards): what the output was when every pair was held at once, now known only once
-// the whole split has been encoded.
+// Encodes a split into its scratch files, then writes its kept pairs to `shards` shards
+// as dealt_pairs deals them (known only once the whole split has been encoded). One
+// shard is what the output was when every pair was held at once.
 void preprocess_split(const sentencepiece::SentencePieceProcessor& processor,
                       const std::string& split, const ParallelFiles& files,
                       const PreprocessOptions& options, Filter filter, int shards,
                       const ShardMetadata& metadata, SplitCounts* counts,
                       PendingOutputs& outputs, ProgressListener& progress) {
   const std::string scratch = (fs::path(options.dest_dir) / split).string();
-  SpilledColumn source(scratch + ".src"), target(scratch + ".tgt");
+  const int64_t run = options.pairs_dealt_together;
+  SpilledColumn source(scratch + ".src", run), target(scratch + ".tgt", run);
   encode_and_filter(processor, split, files, options, filter, counts, &source, &target,
                     progress);
   source.finish();
@@ -679,16 +751,12 @@ void preprocess_split(const sentencepiece::SentencePieceProcessor& processor,
                           << " pairs kept: give at most " << kept << " (every shard holds at "
                           << "least one pair)");
   }
-  int64_t source_token = 0, target_token = 0;
   for (int shard = 0; shard < shards; ++shard) {
-    const int64_t begin = kept * shard / shards;
-    const int64_t end = kept * (shard + 1) / shards;
-    SpilledRange source_range(source, begin, end, source_token, options.pairs_per_block);
-    SpilledRange target_range(target, begin, end, target_token, options.pairs_per_block);
+    const std::vector<PairRange> pairs = dealt_pairs(kept, shards, shard, run);
+    SpilledRange source_pairs(source, pairs, options.pairs_per_block);
+    SpilledRange target_pairs(target, pairs, options.pairs_per_block);
     write_shard_streamed(outputs.add(shard_path(options.dest_dir, split, shard)), metadata,
-                         source_range, target_range);
-    source_token += source_range.tokens();
-    target_token += target_range.tokens();
+                         source_pairs, target_pairs);
   }
 }
 
@@ -723,6 +791,8 @@ void check_preprocess_options(const PreprocessOptions& options) {
               << options.spm_sentences);
   }
   THPC_CHECK(options.pairs_per_block >= 1, "pairs_per_block " << options.pairs_per_block);
+  THPC_CHECK(options.pairs_dealt_together >= 1,
+             "pairs_dealt_together " << options.pairs_dealt_together);
   check_inputs_survive(options);
   check_destdir_holds_only_shards(options);
 }

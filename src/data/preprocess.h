@@ -46,6 +46,13 @@ struct PreprocessOptions {
   // SentencePiece's training (about 1 KB a pair of WMT-like text, 32 MB). Not an option
   // of the tool; the output does not depend on it (tests make it small).
   int64_t pairs_per_block = 32768;
+  // The training split's kept pairs go to the shards in runs of this many, run k to
+  // shard k mod --shards, so that each shard holds pairs from the whole input (a corpus
+  // concatenated from sub-corpora gave each shard one sub-corpus); what is left after
+  // the last full round is cut into --shards consecutive slices, so that shards differ
+  // by at most one pair. Not an option of the tool (tests make it small); one shard
+  // holds every pair in the input's order.
+  int64_t pairs_dealt_together = 256;
 };
 
 struct SplitCounts {
