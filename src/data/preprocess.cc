@@ -453,26 +453,42 @@ class SpilledRange final : public ShardColumnSource {
   int64_t sentences() const override { return sentences_; }
   int64_t tokens() const override { return tokens_; }
 
-  void rewind() override { start_range(0); }
+  void rewind() override {
+    start_range(0);
+    tokens_range_ = ranges_.size();  // the first piece moves the tokens file
+  }
 
+  // The lengths first, a range's piece at a time, then the tokens into a buffer sized once
+  // (grown piece by piece, its capacity could reach twice a block's tokens).
   const TokenColumn& next_block() override {
     current_.offsets.assign(1, 0);
-    current_.tokens.clear();
+    pieces_.clear();
     std::vector<int32_t>& lengths = lengths_buffer_;
     while (static_cast<int64_t>(current_.offsets.size()) - 1 < block_ && range_ < ranges_.size()) {
       const int64_t wanted = block_ - (static_cast<int64_t>(current_.offsets.size()) - 1);
       const int64_t count = std::min(wanted, ranges_[range_].pairs.end - next_);
       lengths.resize(static_cast<size_t>(count));
       read(lengths_file_, lengths_path_, lengths.data(), lengths.size());
-      const size_t old_tokens = current_.tokens.size();
+      const int64_t first = current_.offsets.back();
       for (const int32_t length : lengths) {
         current_.offsets.push_back(current_.offsets.back() + length);
       }
-      current_.tokens.resize(static_cast<size_t>(current_.offsets.back()));
-      read(tokens_file_, tokens_path_, current_.tokens.data() + old_tokens,
-           current_.tokens.size() - old_tokens);
+      pieces_.push_back({range_, current_.offsets.back() - first});
       next_ += count;
       if (next_ == ranges_[range_].pairs.end) start_range(range_ + 1);
+    }
+    current_.tokens.resize(static_cast<size_t>(current_.offsets.back()));
+    int32_t* tokens = current_.tokens.data();
+    for (const Piece& piece : pieces_) {
+      // The tokens file follows the lengths a range behind: it moves at a range's start.
+      if (piece.range != tokens_range_) {
+        tokens_range_ = piece.range;
+        tokens_file_.clear();
+        tokens_file_.seekg(
+            static_cast<std::streamoff>(ranges_[piece.range].first_token * sizeof(int32_t)));
+      }
+      read(tokens_file_, tokens_path_, tokens, static_cast<size_t>(piece.tokens));
+      tokens += piece.tokens;
     }
     return current_;
   }
@@ -482,16 +498,18 @@ class SpilledRange final : public ShardColumnSource {
     PairRange pairs;
     int64_t first_token;  // where pairs.begin's ids start in the tokens file
   };
+  struct Piece {  // a block's sentences from one range
+    size_t range;
+    int64_t tokens;
+  };
 
-  // Both files at the start of range `range` (none left when it is the count).
+  // The lengths file at the start of range `range` (none left when it is the count).
   void start_range(size_t range) {
     range_ = range;
     if (range_ == ranges_.size()) return;
     next_ = ranges_[range_].pairs.begin;
     lengths_file_.clear();
-    tokens_file_.clear();
     lengths_file_.seekg(static_cast<std::streamoff>(next_ * sizeof(int32_t)));
-    tokens_file_.seekg(static_cast<std::streamoff>(ranges_[range_].first_token * sizeof(int32_t)));
   }
 
   static void read(std::ifstream& file, const std::string& path, int32_t* values, size_t count) {
@@ -504,7 +522,8 @@ class SpilledRange final : public ShardColumnSource {
   std::ifstream lengths_file_, tokens_file_;
   int64_t block_, sentences_ = 0, tokens_ = 0, next_ = 0;
   std::vector<PlacedRange> ranges_;
-  size_t range_ = 0;
+  size_t range_ = 0, tokens_range_ = 0;
+  std::vector<Piece> pieces_;
   std::vector<int32_t> lengths_buffer_;
   TokenColumn current_;
 };
