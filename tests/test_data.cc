@@ -641,6 +641,29 @@ TEST_F(DataPipeline, BadTextInputFailsWithOneClearMessage) {
   write_lines(dir / "bad.de", {});
   expect_preprocess_failure(dir, "bad.de", "empty file");
 
+  // A NUL byte: valid UTF-8, but no text holds it (before: encoded as unk, silently).
+  std::ofstream(dir / "bad.de", std::ios::binary)
+      << "ein Hund\neine Ka" << '\0' << "ze\nein Vogel\n";
+  expect_preprocess_failure(dir, "bad.de", ":2: a NUL byte at byte 8 of the line");
+
+  // Lines ended by '\r' alone, both files: each read as one line (before: SentencePiece's
+  // internal message, or ~240 bytes of memory a byte of the file with --spm-model). A
+  // stray '\r' inside a line, and CRLF line ends, are read as before.
+  std::ofstream(dir / "bad.en", std::ios::binary) << "a dog\ra cat\ra bird\r";
+  std::ofstream(dir / "bad.de", std::ios::binary) << "ein Hund\reine Katze\rein Vogel\r";
+  expect_preprocess_failure(dir, "bad.en", "bad.en: its lines end in a carriage return alone "
+                                           "(classic Mac OS text: 2 carriage returns in what "
+                                           "reads as 1 line)");
+  std::ofstream(dir / "bad.en", std::ios::binary) << "a dog\r\na c\rat\r\na bird\r\n";
+  write_lines(dir / "bad.de", {"ein Hund", "eine Katze", "ein Vogel"});
+  const CommandResult stray = run_command(
+      thpc::binary_dir() + "/transformer_preprocess --source-lang en --target-lang de "
+      "--trainpref " + (dir / "bad").string() + " --validpref " + (dir / "bad").string() +
+      " --destdir " + (dir / "stray").string() + " --vocab-size 100");
+  EXPECT_EQ(stray.exit_code, 0) << stray.output;
+  fs::remove_all(dir / "stray");
+  write_lines(dir / "bad.en", {"a dog", "a cat", "a bird"});
+
   fs::remove(dir / "bad.de");
   expect_preprocess_failure(dir, "bad.de", "no such file");
   // (before: "no such file" for a file that is there, as a directory)

@@ -60,7 +60,8 @@ size_t utf8_sequence_length(const std::string& text, size_t at) {
 // is redrawn ten times a second, rarely enough that its lock costs nothing.
 constexpr int64_t kProgressBlock = 4096;
 
-// The lines of one text file, one at a time: a CRLF file's '\r' dropped, UTF-8 checked.
+// The lines of one text file, one at a time: a CRLF file's '\r' dropped, UTF-8 checked,
+// NUL refused (text does not hold it: a file's blocks zeroed by a crash, or not text).
 class LineReader {
  public:
   explicit LineReader(const std::string& path) : path_(path) {
@@ -88,6 +89,13 @@ class LineReader {
         THPC_FAIL(path_ << ":" << lines_ + 1 << ": invalid UTF-8 at byte " << at + 1
                         << " of the line");
       }
+      if ((*line)[at] == '\0') {
+        THPC_FAIL(path_ << ":" << lines_ + 1 << ": a NUL byte at byte " << at + 1
+                        << " of the line: text holds none (a file damaged by a crash, whose "
+                        << "blocks read as zeros, or not a text file?); repair or remove "
+                        << "the line in both languages' files");
+      }
+      if ((*line)[at] == '\r') ++carriage_returns_;
       at += length;
     }
     ++lines_;
@@ -95,12 +103,14 @@ class LineReader {
   }
 
   int64_t lines() const { return lines_; }
+  // Carriage returns inside lines (a CRLF line's own is not one of them).
+  int64_t carriage_returns() const { return carriage_returns_; }
   const std::string& path() const { return path_; }
 
  private:
   std::string path_;
   std::ifstream stream_;
-  int64_t lines_ = 0;
+  int64_t lines_ = 0, carriage_returns_ = 0;
 };
 
 // The lines of a file, counted and checked, none kept.
@@ -112,6 +122,18 @@ int64_t count_lines(const std::string& path, ProgressListener& progress) {
   }
   progress.advance(reader.lines() % kProgressBlock);
   if (reader.lines() == 0) THPC_FAIL(path << ": empty file (expected one sentence per line)");
+  // Lines ended by '\r' alone (classic Mac OS) read as one line: SentencePiece then failed
+  // with its own words, or encoding the file as one sentence took ~240 bytes of memory a
+  // byte. A stray '\r' inside a line of ordinary text is kept (web-crawled corpora have
+  // them); more of them than lines is a file of '\r'-ended lines.
+  if (reader.carriage_returns() > reader.lines()) {
+    THPC_FAIL(path << ": its lines end in a carriage return alone (classic Mac OS text: "
+                   << reader.carriage_returns() << " carriage returns in what reads as "
+                   << reader.lines() << (reader.lines() == 1 ? " line" : " lines")
+                   << "): convert both languages' files to \\n line ends, e.g. tr '\\r' '\\n' "
+                   << "< " << path << " > NEW_PREFIX" << fs::path(path).extension().string()
+                   << ", and give NEW_PREFIX");
+  }
   return reader.lines();
 }
 
