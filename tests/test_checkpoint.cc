@@ -301,6 +301,25 @@ TEST_F(CheckpointTest, AResumeWithAnotherMicroBatchBudgetContinuesAtTheSameShare
       << written_otherwise.output;
   EXPECT_EQ(written_otherwise.output.find("checkpoint.dir ="), std::string::npos)
       << written_otherwise.output;
+  // Nor are relative paths resumed from another working directory: the checkpoint's
+  // "data" and "ck" are resolved against the directory its run worked in (which it
+  // records), not against this run's (both were listed as changes before).
+  const std::string in_corpus = "cd " + path("corpus") + " && " + kTrainer + " " + kTinyIni +
+                                " --model.layers=1 --train.tokens_per_step=300 "
+                                "--train.log_every=1 --train.valid_every=0 --data.dir=data ";
+  const ProcessResult relative = run_process(in_corpus + "--train.max_steps=2 --checkpoint.dir=ck");
+  ASSERT_EQ(relative.exit_code, 0) << relative.output;
+  const ProcessResult elsewhere = run_process(
+      "cd " + path("corpus") + "/.. && " + kTrainer + " " + kTinyIni + " --model.layers=1 "
+      "--train.tokens_per_step=300 --train.log_every=1 --train.valid_every=0 --data.dir=" +
+      path("corpus/data") + " --train.max_steps=4 --checkpoint.dir=" + path("corpus/ck") +
+      " --checkpoint.resume=auto");
+  ASSERT_EQ(elsewhere.exit_code, 0) << elsewhere.output;
+  EXPECT_NE(elsewhere.output.find("at step 2"), std::string::npos) << elsewhere.output;
+  EXPECT_NE(elsewhere.output.find("note: 1 setting differs from the run that wrote the "
+                                  "checkpoint, from this step on: train.max_steps = 4 (was 2)\n"),
+            std::string::npos)
+      << elsewhere.output;
 }
 
 // train.max_epochs = E ends the run at the step that reads epoch E's last micro-batch:

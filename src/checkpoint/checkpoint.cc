@@ -42,6 +42,7 @@ constexpr const char* kBestValidGroup = "best_valid";
 constexpr const char* kDivergenceDataset = "divergence";
 constexpr const char* kRunIdAttribute = "run_id";
 constexpr const char* kCorpusAttribute = "corpus_sha256";
+constexpr const char* kWorkingDirectoryAttribute = "working_directory";
 constexpr const char* kValidationGroup = "validation";
 constexpr const char* kValidationPendingDataset = "validation_pending";
 
@@ -471,6 +472,9 @@ void write_hdf5_file(const std::string& temporary, const std::string& path,
   if (!checkpoint.corpus_sha256.empty()) {
     writer.string_attribute(root, kCorpusAttribute, checkpoint.corpus_sha256);
   }
+  if (!checkpoint.working_directory.empty()) {
+    writer.string_attribute(root, kWorkingDirectoryAttribute, checkpoint.working_directory);
+  }
   if (checkpoint.divergence) {
     const std::vector<double> values = divergence_values(checkpoint.loss, *checkpoint.divergence);
     writer.vector_dataset(root, std::string("/") + kDivergenceDataset, kDivergenceDataset,
@@ -678,6 +682,9 @@ Checkpoint read_open_checkpoint(Reader reader, CheckpointParts parts,
   }
   if (reader.has_attribute(root, kCorpusAttribute)) {
     checkpoint.corpus_sha256 = reader.string_attribute(root, "/", kCorpusAttribute);
+  }
+  if (reader.has_attribute(root, kWorkingDirectoryAttribute)) {
+    checkpoint.working_directory = reader.string_attribute(root, "/", kWorkingDirectoryAttribute);
   }
   if (reader.exists(root, kDivergenceDataset)) {
     std::tie(checkpoint.loss, checkpoint.divergence) = reader.divergence(root);

@@ -132,6 +132,10 @@ struct Checkpoint {
   // The run that wrote it (16 hex digits, made when the run started afresh, kept by its
   // resumes): a run's directory holds its own files only. "" for averages and older files.
   std::string run_id;
+  // The working directory of the run that wrote it, which the relative paths of its
+  // config_ini are relative to: a resume from another directory tells the same directory
+  // written two ways from another one. "" for averages and older files.
+  std::string working_directory;
   // The training data it was reading (BatchSource::corpus_sha256), so that a resume over
   // other data can say so: its position means nothing there. "" for a generated task,
   // averages and older files.

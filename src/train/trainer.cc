@@ -161,10 +161,11 @@ DataPosition position_at_this_budget(const Checkpoint& checkpoint, const std::st
 }
 
 // Whether `difference` is one file or directory written two ways ("ck" and "/runs/ck"):
-// the keys that name a path, both values resolved against this run's working directory
-// (the run that wrote the checkpoint is taken to have run in it, as a resume that finds
-// its relative checkpoint.dir does).
-bool same_path_written_otherwise(const ConfigDifference& difference) {
+// the keys that name a path, this run's value resolved against this run's working
+// directory and the checkpoint's against `written_in`, the working directory of the run
+// that wrote it (this run's too when the checkpoint does not record one).
+bool same_path_written_otherwise(const ConfigDifference& difference,
+                                 const std::string& written_in) {
   static const std::set<std::string> path_keys = {"data.dir", "checkpoint.dir",
                                                   "checkpoint.init", "train.metrics_dir"};
   if (path_keys.count(difference.key) == 0 || difference.value.empty() ||
@@ -179,7 +180,8 @@ bool same_path_written_otherwise(const ConfigDifference& difference) {
     return full.has_filename() ? full : full.parent_path();  // "ck/" is "ck"
   };
   const std::filesystem::path value = resolved(difference.value);
-  const std::filesystem::path reference = resolved(difference.reference);
+  const std::filesystem::path reference =
+      resolved((std::filesystem::path(written_in) / difference.reference).string());
   return !failed && value == reference;
 }
 
@@ -195,7 +197,8 @@ void note_changed_settings(const Checkpoint& checkpoint, const Config& config,
   int count = 0;
   for (const ConfigDifference& difference :
        config_differences(config.to_ini(), checkpoint.config_ini)) {
-    if (difference.key == "checkpoint.resume" || same_path_written_otherwise(difference)) {
+    if (difference.key == "checkpoint.resume" ||
+        same_path_written_otherwise(difference, checkpoint.working_directory)) {
       continue;
     }
     const auto shown = [](const std::string& value) {
@@ -364,6 +367,8 @@ Trainer::Trainer(const Config& config, Communicator comm)
   divergence_handling_ =
       std::make_unique<DivergenceHandling>(config_, comm_, *detector_, keeping_, run_id_);
   run_id_ = comm_.broadcast_from_root(comm_.is_root() ? new_run_id() : std::string());
+  std::error_code no_directory;  // removed under the process: recorded as unknown
+  working_directory_ = std::filesystem::current_path(no_directory).string();
   sums_ = std::make_unique<GradientSums>(config_, comm_, *backend_, model_->params().count());
 }
 
@@ -557,6 +562,7 @@ Checkpoint Trainer::snapshot_without_state() const {
   checkpoint.best_valid = best_valid_;
   checkpoint.run_id = run_id_;
   checkpoint.corpus_sha256 = source_->corpus_sha256();
+  checkpoint.working_directory = working_directory_;
   checkpoint.loss = checkpoint_loss_;
   // Saved while steps are being left out (train.divergence = skip): the parameters gave
   // the divergent loss of the last step judged.

@@ -214,6 +214,8 @@ class Trainer {
   int64_t completed_steps_ = 0;
   // The run's id (Checkpoint::run_id): new for a fresh start, the checkpoint's on resume.
   std::string run_id_;
+  // This process's working directory at the start (Checkpoint::working_directory).
+  std::string working_directory_;
 
   std::string resumed_from_;  // the checkpoint this process resumed from, or "".
   std::string metrics_path_;  // rank 0's metrics file (run_metrics_path), once claimed
