@@ -27,6 +27,7 @@
 #include "data_dir.h"
 #include "expect_error.h"
 #include "file_bytes.h"
+#include "scratch_directory.h"
 #include "data/preprocess.h"
 #include "data/shard_file.h"
 #include "data/shard_reader.h"
@@ -628,8 +629,51 @@ void expect_preprocess_failure(const fs::path& dir, const std::string& file,
   EXPECT_FALSE(fs::exists(dir / "out" / "spm.model"));
 }
 
-TEST_F(DataPipeline, BadTextInputFailsWithOneClearMessage) {
-  const fs::path dir = root_ / "bad_text";
+// One transformer_preprocess at a time in a --destdir (DEST/preprocess.lock, the
+// trainer's kind of lock): two at once wrote each other's scratch files and shards. A
+// lock whose process is gone (a run killed) is taken over with a note.
+// transformer_preprocess's refusals that need no data set: each test a directory of its own.
+class PreprocessInput : public ScratchDirectoryTest {};
+
+TEST_F(PreprocessInput, ARunOfPreprocessingHasItsDestdirToItself) {
+  const fs::path dir = directory_;
+  fs::create_directories(dir / "out");
+  write_lines(dir / "bad.en", {"a dog", "a cat", "a bird"});
+  write_lines(dir / "bad.de", {"ein Hund", "eine Katze", "ein Vogel"});
+  const std::string command = thpc::binary_dir() +
+                              "/transformer_preprocess --source-lang en --target-lang de "
+                              "--trainpref " + (dir / "bad").string() + " --validpref " +
+                              (dir / "bad").string() + " --destdir " + (dir / "out").string() +
+                              " --vocab-size 100";
+  const auto hold = [&](long long pid) {
+    std::ofstream(dir / "out" / "preprocess.lock")
+        << "host=" << host_name() << "\npid=" << pid << "\nstarted=" << ::time(nullptr)
+        << "\nslurm_job=\nslurm_restart=0\n";
+  };
+  hold(::getpid());  // alive: this test
+  const CommandResult refused = run_command(command);
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_NE(refused.output.find("transformer_preprocess: error: --destdir " +
+                                (dir / "out").string() + " is in use by another "
+                                "transformer_preprocess (host "),
+            std::string::npos)
+      << refused.output;
+  EXPECT_FALSE(fs::exists(dir / "out" / "spm.model"));
+  EXPECT_TRUE(fs::exists(dir / "out" / "preprocess.lock"));
+  // A pid no process has (above the kernel's pid_max of 2^22).
+  hold(99999999);
+  const CommandResult taken_over = run_command(command);
+  EXPECT_EQ(taken_over.exit_code, 0) << taken_over.output;
+  EXPECT_NE(taken_over.output.find("note: taking over the lock " +
+                                   (dir / "out" / "preprocess.lock").string()),
+            std::string::npos)
+      << taken_over.output;
+  EXPECT_TRUE(fs::exists(dir / "out" / "spm.model"));
+  EXPECT_FALSE(fs::exists(dir / "out" / "preprocess.lock"));  // removed at the end
+}
+
+TEST_F(PreprocessInput, BadTextInputFailsWithOneClearMessage) {
+  const fs::path dir = directory_ / "bad_text";
   fs::create_directories(dir);
   write_lines(dir / "bad.en", {"a dog", "a cat", "a bird"});
   write_lines(dir / "bad.de", {"ein Hund", "eine Katze"});

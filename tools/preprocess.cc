@@ -9,12 +9,14 @@
 
 #include <cstdint>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "common/error.h"
 #include "common/whole_number.h"
 #include "data/preprocess.h"
+#include "train/run_directory.h"
 #include "tools/progress.h"
 #include "tools/tool_main.h"
 
@@ -91,9 +93,21 @@ int main(int argc, char** argv) {
     return command;
   };
   const auto run = [](const Command& given) {
+    // One run at a time in a --destdir: two wrote each other's scratch files and shards.
+    // Held until the shards are renamed in; the options, --destdir's contents among them,
+    // are checked again under it.
+    thpc::LockedUse use;
+    use.lock_name = "preprocess.lock";
+    use.holder = "transformer_preprocess";
+    use.holders = "runs of transformer_preprocess";
+    use.key = "--destdir";
+    use.named = use.unwritable = "--destdir " + given.options.dest_dir;
+    use.clash = "write each other's scratch files and shards: a corpus of both, or of neither.";
+    use.found_now = "found now rather than after the encoding";
+    const thpc::RunLock lock(given.options.dest_dir, std::cerr, use);
     thpc::tools::StageProgress progress("transformer_preprocess");
     try {
-      thpc::preprocess(given.options, std::cout, progress, /*options_checked=*/true);
+      thpc::preprocess(given.options, std::cout, progress, /*options_checked=*/false);
     } catch (const thpc::Error& failure) {
       // Its files are written under .partial names, removed when it fails.
       const std::string advice =

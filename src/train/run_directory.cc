@@ -354,8 +354,9 @@ std::string run_lock_path(const std::string& dir) {
 // (its holder looked gone) is not refreshed for another, and the run says once that it no
 // longer holds its directory.
 struct RunLock::Refresher {
-  Refresher(std::string path, std::string contents)
-      : thread([this, path = std::move(path), contents = std::move(contents)] {
+  Refresher(std::string path, std::string contents, std::string holder)
+      : thread([this, path = std::move(path), contents = std::move(contents),
+                holder = std::move(holder)] {
           std::unique_lock<std::mutex> guard(mutex);
           while (!stopping) {
             wake.wait_for(guard, std::chrono::seconds(kRunLockRefreshSeconds),
@@ -371,10 +372,10 @@ struct RunLock::Refresher {
             // filesystem's passing error) is tried again at the next period.
             struct stat status {};
             if (!read && (::stat(path.c_str(), &status) == 0 || errno != ENOENT)) continue;
-            std::cerr << "warning: the lock " << path << " is no longer this trainer's "
-                      << "(removed, or taken over by another trainer that found it stale): "
-                      << "another trainer may now write in its directory; stop one of them"
-                      << std::endl;
+            std::cerr << "warning: the lock " << path << " is no longer this " << holder
+                      << "'s (removed, or taken over by another " << holder << " that found "
+                      << "it stale): another " << holder << " may now write in its "
+                      << "directory; stop one of them" << std::endl;
             break;
           }
         }) {}
@@ -392,13 +393,37 @@ struct RunLock::Refresher {
   std::thread thread;  // last: started once the members it uses exist
 };
 
-RunLock::RunLock(const std::string& dir, std::ostream& log, const std::string& key)
-    : path_(run_lock_path(dir)) {
-  namespace fs = std::filesystem;
-  // The directory as the messages name it, and what two trainers there would do.
+namespace {
+
+// The trainer's use of a directory: checkpoint.dir (the run directory) or another
+// setting's (train.metrics_dir).
+LockedUse trainer_use(const std::string& dir, const std::string& key) {
   const bool metrics_only = key != "checkpoint.dir";
-  const std::string named = metrics_only ? "the metrics directory " + dir + " (" + key + ")"
-                                         : "the run directory " + dir;
+  LockedUse use;
+  use.lock_name = "trainer.lock";
+  use.holder = "trainer";
+  use.holders = "trainers";
+  use.key = key;
+  use.named = metrics_only ? "the metrics directory " + dir + " (" + key + ")"
+                           : "the run directory " + dir;
+  use.unwritable = metrics_only ? use.named : use.named + " (" + key + ")";
+  use.clash = metrics_only ? "interleave their metrics, and a new run would remove or "
+                             "overwrite the other's files there."
+                           : "interleave their metrics and overwrite each other's checkpoints.";
+  use.found_now = "found now rather than at the first checkpoint";
+  return use;
+}
+
+}  // namespace
+
+RunLock::RunLock(const std::string& dir, std::ostream& log, const std::string& key)
+    : RunLock(dir, log, trainer_use(dir, key)) {}
+
+RunLock::RunLock(const std::string& dir, std::ostream& log, const LockedUse& use)
+    : path_((std::filesystem::path(dir.empty() ? "." : dir) / use.lock_name).string()) {
+  namespace fs = std::filesystem;
+  const std::string& named = use.named;
+  const std::string& key = use.key;
   const std::string host = host_name();
   std::ostringstream contents;
   contents << "host=" << host << "\npid=" << ::getpid() << "\nstarted="
@@ -413,26 +438,24 @@ RunLock::RunLock(const std::string& dir, std::ostream& log, const std::string& k
     created_.push_back(missing.string());
   }
   fs::create_directories(fs::path(path_).parent_path(), error);
-  const std::string cannot_write =
-      (metrics_only ? named : named + " (" + key + ")") + " cannot be written: ";
+  const std::string cannot_write = use.unwritable + " cannot be written: ";
   if (error) {
     THPC_FAIL(cannot_write << "creating it failed (" << error.message() << "); give " << key
                            << " a directory this user can write");
   }
-  // Taking a stale lock over renames it away first: of two trainers doing so at once, one
+  // Taking a stale lock over renames it away first: of two holders doing so at once, one
   // rename succeeds, and the other finds the winner's fresh lock on its next attempt.
   for (int attempt = 0; attempt < 4; ++attempt) {
     const int failure = create_exclusively(path_, contents_);
     if (failure == 0) {
-      refresher_ = std::make_unique<Refresher>(path_, contents_);
+      refresher_ = std::make_unique<Refresher>(path_, contents_, use.holder);
       return;
     }
     if (failure != EEXIST) {
       THPC_FAIL(cannot_write << "creating its lock " << path_ << " failed ("
-                             << std::strerror(failure)
-                             << "): found now rather than at the first checkpoint; make it "
-                                "writable (a read-only filesystem? permissions?) or give "
-                             << key << " another directory");
+                             << std::strerror(failure) << "): " << use.found_now
+                             << "; make it writable (a read-only filesystem? permissions?) or "
+                             << "give " << key << " another directory");
     }
     std::string text;
     const std::optional<LockHolder> holder = read_holder(path_, &text);
@@ -440,19 +463,15 @@ RunLock::RunLock(const std::string& dir, std::ostream& log, const std::string& k
     const double age = seconds_since_refresh(path_);
     const std::string reason = stale_reason(*holder, age, host);
     if (reason.empty()) {
-      THPC_FAIL(named << " is in use by another trainer (" << holder->describe()
+      THPC_FAIL(named << " is in use by another " << use.holder << " (" << holder->describe()
                 << "; its lock " << path_ << " was refreshed " << static_cast<long long>(age)
-                << " s ago): two trainers on one directory would "
-                << (metrics_only ? "interleave their metrics, and a new run would remove or "
-                                   "overwrite the other's files there. "
-                                 : "interleave their metrics and overwrite each other's "
-                                   "checkpoints. ")
-                << "Wait for it to end or stop it, or give this run another " << key << ". "
+                << " s ago): two " << use.holders << " on one directory would " << use.clash
+                << " Wait for it to end or stop it, or give this run another " << key << ". "
                 << "A lock whose holder is gone is taken over when its process is missing on "
                 << "this host, when it is an earlier run of this Slurm job on another node, or, "
                 << "for another host's holder, " << kRunLockStaleSeconds / 60
                 << " minutes after its last refresh; remove "
-                << path_ << " by hand only if you know its trainer is gone");
+                << path_ << " by hand only if you know its " << use.holder << " is gone");
     }
     const std::string aside = path_ + ".stale." + std::to_string(::getpid());
     if (::rename(path_.c_str(), aside.c_str()) != 0) continue;  // another took it first
@@ -461,7 +480,7 @@ RunLock::RunLock(const std::string& dir, std::ostream& log, const std::string& k
         << reason << std::endl;
   }
   THPC_FAIL("could not take the lock " << path_ << " of " << named
-            << ": other trainers kept taking it; is another one starting there?");
+            << ": others kept taking it; is another " << use.holder << " starting there?");
 }
 
 RunLock::~RunLock() {

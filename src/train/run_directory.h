@@ -62,6 +62,20 @@ inline constexpr int kRunLockStaleSeconds = 600;
 // The same lock keeps a train.metrics_dir apart from checkpoint.dir to one trainer: a
 // fresh run there removes a metrics file and event files that record no value yet (a
 // failed start's), which a live run's are before its first logged step.
+//
+// Other programs that must have a directory to themselves take the same kind of lock
+// under a name of their own (LockedUse): transformer_preprocess its --destdir's.
+struct LockedUse {
+  std::string lock_name;  // the lock file's name in the directory
+  std::string holder;     // what holds it, in the messages: "trainer"
+  std::string holders;    // two of them: "trainers"
+  std::string key;        // the setting that named the directory: "checkpoint.dir"
+  std::string named;      // the directory in the messages: "the run directory DIR"
+  std::string unwritable; // the same, where it cannot be written: "... DIR (checkpoint.dir)"
+  std::string clash;      // what two holders at once would do: "overwrite ... checkpoints."
+  std::string found_now;  // why an unwritable directory is refused at the start
+};
+
 class RunLock {
  public:
   // Takes the lock of `dir` (created if absent), or throws Error saying why it cannot:
@@ -70,6 +84,8 @@ class RunLock {
   // named `dir`, for the messages: checkpoint.dir (the run directory) or train.metrics_dir.
   RunLock(const std::string& dir, std::ostream& log,
           const std::string& key = "checkpoint.dir");
+  // The lock of another program (`use`).
+  RunLock(const std::string& dir, std::ostream& log, const LockedUse& use);
   ~RunLock();
   RunLock(const RunLock&) = delete;
   RunLock& operator=(const RunLock&) = delete;
