@@ -925,6 +925,20 @@ TEST(StopSignal, SighupAsksToStopUnlessItWasIgnoredOnEntry) {
   std::signal(SIGHUP, original);
 }
 
+// A log piped to a reader that is gone (`| head`, or `| tee` that the same Ctrl-C or
+// closed ssh session ended): the next write killed the trainer by SIGPIPE, exit 141,
+// without its checkpoint, its lock left behind. SIGPIPE is ignored: the run prints no
+// more and ends as it would have.
+TEST_F(CheckpointTest, ALogPipedToAReaderThatIsGoneCostsTheRunNothing) {
+  const ProcessResult run = run_process(
+      "bash -c '" + kTrainer + " " + kTinyIni + " --train.max_steps=3 --train.log_every=1 "
+      "--train.valid_every=0 --checkpoint.dir=" + path("run") + " 2>&1 | head -c 1 > "
+      "/dev/null; echo \"trainer exit ${PIPESTATUS[0]}\"'");
+  EXPECT_NE(run.output.find("trainer exit 0"), std::string::npos) << run.output;
+  EXPECT_TRUE(fs::exists(path("run/step_00000003.h5"))) << run.output;
+  EXPECT_FALSE(fs::exists(path("run/trainer.lock"))) << run.output;
+}
+
 // ---- when checkpoints are written, and how many stay ----
 
 TEST_F(CheckpointTest, MinutesSaveOnTheClockDuringTheRunAndZeroDoesNot) {

@@ -51,6 +51,11 @@ struct sigaction g_previous[sizeof kStopSignals / sizeof kStopSignals[0]];
 // Guards alive now; only the outermost installs and restores (the process is
 // single-threaded where guards are made: main and the trainer's run()).
 int g_live_guards = 0;
+// SIGPIPE, ignored while a guard lives: a log piped to tee or head whose reader is gone (a
+// Ctrl-C reaches tee too, a closed ssh session ends it) killed the process at its next
+// write, the "stopping cleanly" notice itself, without the checkpoint (exit 141). Ignored,
+// that write fails (EPIPE), the stream stops printing and the run stops as asked.
+struct sigaction g_previous_pipe;
 
 extern "C" void record_stop_signal(int signal_number) {
   // A second Ctrl-C is the user not wanting to wait for the step and its checkpoint: the
@@ -90,6 +95,10 @@ StopSignalGuard::StopSignalGuard() {
   sigemptyset(&action.sa_mask);
   // Restart interrupted system calls: a write in progress must not fail with EINTR.
   action.sa_flags = SA_RESTART;
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  sigaction(SIGPIPE, &ignore, &g_previous_pipe);
   for (size_t i = 0; i < sizeof kStopSignals / sizeof kStopSignals[0]; ++i) {
     sigaction(kStopSignals[i], &action, &g_previous[i]);
     // A shell starts background jobs with SIGINT ignored, so that a Ctrl-C meant for the
@@ -107,6 +116,7 @@ StopSignalGuard::~StopSignalGuard() {
   for (size_t i = 0; i < sizeof kStopSignals / sizeof kStopSignals[0]; ++i) {
     sigaction(kStopSignals[i], &g_previous[i], nullptr);
   }
+  sigaction(SIGPIPE, &g_previous_pipe, nullptr);
 }
 
 void announce_interrupts() {

@@ -12,7 +12,8 @@
 namespace thpc {
 
 // Installs the handlers for SIGTERM, SIGUSR1, SIGINT and SIGHUP while it lives, clearing
-// any earlier request; the previous handlers come back when it is destroyed.
+// any earlier request, and ignores SIGPIPE (a piped log's reader gone: the write fails,
+// the run goes on); the previous handlers come back when it is destroyed.
 //
 // main() makes one before MPI starts, so that a signal during start-up (MPI's own, checking
 // the shards, reading a checkpoint) is recorded instead of killing the process; the
