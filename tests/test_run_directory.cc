@@ -400,6 +400,66 @@ TEST_F(RunDirectory, ALockWhoseHolderIsGoneIsTakenOverWithANote) {
   }
 }
 
+// A trainer checks its lock before each checkpoint (RunLock::check_held). Taken over by
+// another (it looked gone: suspended past the staleness, say), it stops without writing:
+// before, both trainers wrote and pruned in one directory and exited 0. Removed (the run
+// directory deleted or cleaned by hand), it is taken again with a warning.
+TEST_F(RunDirectory, ATrainerWhoseLockIsAnothersNowStopsWithoutWriting) {
+  const fs::path dir = directory_ / "run";
+  std::ostringstream log;
+  RunLock lock(dir.string(), log);
+  const std::string ours = read_file(lock.path());
+  lock.check_held(log);
+  EXPECT_EQ(log.str(), "");
+  fs::remove(lock.path());
+  lock.check_held(log);
+  EXPECT_EQ(read_file(lock.path()), ours);
+  EXPECT_NE(log.str().find("warning: the lock " + lock.path() + " had been removed (the run "
+                           "directory " + dir.string() + " deleted or cleaned while this "
+                           "trainer ran?): taken again"),
+            std::string::npos)
+      << log.str();
+  write_lock(dir, "node2", 4321, "", 0, 0);
+  try {
+    lock.check_held(log);
+    ADD_FAILURE() << "a lock taken over passed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the lock " + lock.path() + " of the run directory " +
+                                         dir.string() + " is no longer this trainer's: host "
+                                         "node2, pid 4321, started "),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("stops without writing there"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_NE(read_file(lock.path()).find("host=node2"), std::string::npos);  // left to it
+}
+
+// A lock taken in another PID namespace of this host (a container: Apptainer
+// --containall, unshare --pid) names a pid that this namespace cannot see: it is judged as
+// another host's (by its refresh), not as a process gone (before: a live trainer's lock was
+// taken over, and two trained in one directory).
+TEST_F(RunDirectory, ALockFromAnotherPidNamespaceIsNotTakenForAProcessGone) {
+  const fs::path dir = directory_ / "contained";
+  write_lock(dir, host_name(), 99999999);
+  std::ofstream(run_lock_path(dir.string()), std::ios::app) << "pidns=pid:[1]\n";
+  std::ostringstream log;
+  try {
+    const RunLock lock(dir.string(), log);
+    ADD_FAILURE() << "the lock was taken over: " << log.str();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is in use by another trainer"), std::string::npos)
+        << e.what();
+  }
+  // In this namespace (or written before locks recorded one) the pid is looked for here.
+  write_lock(dir, host_name(), 99999999);
+  {
+    const RunLock lock(dir.string(), log);
+    EXPECT_NE(read_file(lock.path()).find("\npidns=pid:["), std::string::npos);
+  }
+  EXPECT_NE(log.str().find("its process is gone"), std::string::npos) << log.str();
+}
+
 TEST_F(RunDirectory, ALiveLockIsKeptAndNamesItsHolder) {
   // Another host's trainer, refreshed 2 minutes ago; a live process of this host; a
   // concurrent run of this very Slurm job on another node (the same restart count); a

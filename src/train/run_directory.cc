@@ -275,6 +275,15 @@ std::optional<long long> process_start_epoch(long long pid) {
   return boot + static_cast<long long>(ticks_after_boot / ticks_per_second);
 }
 
+// This process's PID namespace ("pid:[4026531836]"), "" when /proc does not say: a
+// container (Apptainer --containall, unshare --pid) on the same host numbers its processes
+// apart, so a pid there is not one that kill() here can look for.
+std::string pid_namespace() {
+  char target[64];
+  const ssize_t length = ::readlink("/proc/self/ns/pid", target, sizeof target - 1);
+  return length > 0 ? std::string(target, static_cast<size_t>(length)) : std::string();
+}
+
 // Why the lock of `holder`, refreshed `age` seconds ago, may be taken over; "" when it
 // is held.
 std::string stale_reason(const LockHolder& holder, double age, const std::string& host) {
@@ -287,7 +296,12 @@ std::string stale_reason(const LockHolder& holder, double age, const std::string
     return "";
   }
   const long long pid = holder.number("pid");
-  if (holder.field("host") == host) {
+  // A holder in another PID namespace of this host is judged as another host's is (before:
+  // its pid, absent from ours, read as a process gone, and a live trainer's lock was taken).
+  const std::string namespace_here = pid_namespace();
+  const bool same_namespace = holder.field("pidns").empty() || namespace_here.empty() ||
+                              holder.field("pidns") == namespace_here;
+  if (holder.field("host") == host && same_namespace) {
     if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return "its process is gone";
     // Its process id belongs to a process of this host. One started after the lock was
     // taken is another that got the id since; the holder itself holds it however long it
@@ -430,8 +444,10 @@ RunLock::RunLock(const std::string& dir, std::ostream& log, const LockedUse& use
            << std::chrono::duration_cast<std::chrono::seconds>(
                   std::chrono::system_clock::now().time_since_epoch()).count()
            << "\nslurm_job=" << environment("SLURM_JOB_ID")
-           << "\nslurm_restart=" << std::atoll(environment("SLURM_RESTART_COUNT").c_str()) << "\n";
+           << "\nslurm_restart=" << std::atoll(environment("SLURM_RESTART_COUNT").c_str())
+           << "\npidns=" << pid_namespace() << "\n";
   contents_ = contents.str();
+  use_ = use;
   std::error_code error;
   for (fs::path missing = fs::path(path_).parent_path();
        !missing.empty() && !fs::exists(missing, error); missing = missing.parent_path()) {
@@ -481,6 +497,37 @@ RunLock::RunLock(const std::string& dir, std::ostream& log, const LockedUse& use
   }
   THPC_FAIL("could not take the lock " << path_ << " of " << named
             << ": others kept taking it; is another " << use.holder << " starting there?");
+}
+
+void RunLock::check_held(std::ostream& log) {
+  std::string text;
+  const std::optional<LockHolder> holder = read_holder(path_, &text);
+  if (holder && text == contents_) return;
+  struct stat status {};
+  if (!holder && ::stat(path_.c_str(), &status) != 0 && errno == ENOENT) {
+    // Removed (the directory deleted or cleaned by hand while the run went on): taken again
+    // if no one else has, so that a second trainer is kept out from here on.
+    if (create_exclusively(path_, contents_) == 0) {
+      refresher_.reset();  // it stopped when it found the lock gone
+      refresher_ = std::make_unique<Refresher>(path_, contents_, use_.holder);
+      log << "warning: the lock " << path_ << " had been removed (" << use_.named
+          << " deleted or cleaned while this " << use_.holder << " ran?): taken again"
+          << std::endl;
+      return;
+    }
+    if (!read_holder(path_, &text)) {
+      THPC_FAIL("the lock " << path_ << " of " << use_.named << " was removed and cannot be "
+                "made again: this " << use_.holder << " stops without writing there");
+    }
+  }
+  const std::optional<LockHolder> now = read_holder(path_, &text);
+  THPC_FAIL("the lock " << path_ << " of " << use_.named << " is no longer this "
+            << use_.holder << "'s: " << (now ? now->describe() : std::string("another holder"))
+            << " holds it (it took it over while this one did not refresh it: suspended for "
+            << kRunLockStaleSeconds / 60 << " minutes or more?). This " << use_.holder
+            << " stops without writing there, so as not to overwrite the other's files; once "
+               "one " << use_.holder << " is left, resume it from the directory's newest "
+               "checkpoint");
 }
 
 RunLock::~RunLock() {

@@ -92,9 +92,17 @@ class RunLock {
 
   const std::string& path() const { return path_; }
 
+  // Before writing into the directory (each checkpoint): returns when the lock is still
+  // this holder's; takes it again, with a warning on `log`, when it was removed (the
+  // directory deleted or cleaned by hand); throws Error when another holder has it (taken
+  // over from a holder that looked gone: suspended for kRunLockStaleSeconds, say), so that
+  // two never write in one directory.
+  void check_held(std::ostream& log);
+
  private:
   struct Refresher;
   std::string path_;
+  LockedUse use_;
   std::string contents_;  // what this holder wrote: removed at the end only if still there
   // The directories taking the lock created, deepest first: removed at the end when still
   // empty, so that a start that failed leaves no trace (the first checkpoint's write

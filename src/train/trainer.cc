@@ -1032,6 +1032,9 @@ void Trainer::wait_for_rank_zeros_files() {
 std::string Trainer::save_completed_step(RunProgress& run) {
   std::string path;
   if (comm_.is_root()) {
+    // Still this run's directory: a trainer suspended past the lock's staleness and taken
+    // over went on writing and pruning beside the one that took it (both exited 0).
+    for (const std::unique_ptr<RunLock>& lock : run_locks_) lock->check_held(run.out);
     // Copying the state out is what the other ranks wait for; the file is written beside
     // training (checkpoint.background_write), or here. Beside training the copy goes
     // into a host buffer kept from one checkpoint to the next: a fresh one costs the
