@@ -346,6 +346,32 @@ TEST_F(PreprocessStreaming, EveryShardHoldsPairsFromTheWholeInput) {
   }
 }
 
+// A side too long in bytes to fit --max-len pieces is counted too long without being
+// encoded: SentencePiece took ~85 bytes of memory a byte of it (a 100 MB line: 8 GB) before
+// --max-len dropped it. Here a 4 MB line, which would have cost ~340 MB.
+TEST_F(PreprocessStreaming, AHugeLineIsCountedTooLongWithoutBeingEncoded) {
+  const fs::path prefix = root_ / "huge";
+  {
+    std::ofstream en(prefix.string() + ".en"), de(prefix.string() + ".de");
+    std::string huge;
+    while (huge.size() < (4u << 20)) huge += "kalo mine rusa ";
+    for (int i = 0; i < 50; ++i) {
+      en << (i == 7 ? huge : "kalo mine") << "\n";
+      de << "rusa tivo" << "\n";
+    }
+  }
+  PreprocessOptions options_huge = options("huge", root_ / "huge_out");
+  options_huge.spm_model = model();
+  options_huge.shards = 1;
+  std::ostringstream log;
+  PreprocessSummary summary;
+  const int64_t peak = peak_heap_of([&] { summary = preprocess(options_huge, log); });
+  EXPECT_EQ(summary.train.read, 50);
+  EXPECT_EQ(summary.train.too_long, 1);
+  EXPECT_EQ(summary.train.kept, 49);
+  EXPECT_LT(peak, 48 << 20) << "peak heap " << peak;
+}
+
 // Holding every pair, the peak grew with the corpus. Streaming, it is the model, one
 // block of pairs and the file buffers at any size. The 8 times larger corpus may add only
 // what a block's buffers gain when they meet longer lines (each line and id buffer of a

@@ -317,11 +317,27 @@ std::string sentencepiece_model(const PreprocessOptions& options, const Parallel
   return model;
 }
 
+// The longest side, in bytes, that is encoded: a longer one is counted too long without
+// it. Encoding a line takes SentencePiece ~85 bytes of memory a byte (a 100 MB line, 8 GB,
+// then dropped by --max-len). A piece is at most 16 characters (SentencePiece's
+// max_sentencepiece_length) of at most 4 bytes, so a side of more than 64 bytes a
+// --max-len piece cannot fit in --max-len pieces but for what normalization removes
+// (runs of spaces); 64 KiB at the least, SentencePiece's training limit here.
+size_t longest_encoded_side(const PreprocessOptions& options) {
+  return std::max<size_t>(65536, 64 * static_cast<size_t>(options.max_len));
+}
+
+// Text read in one block at most (both sides; a block also ends at pairs_per_block pairs):
+// 32,768 pairs of 25 KB lines held 1.6 GB at once.
+constexpr size_t kBlockBytes = 64 << 20;
+
 // Encodes lines[0, count) into ids[0, count) on all cores, each thread a contiguous
-// range; `first_line` (0-based) numbers them in the file for a failure's message.
+// range; `first_line` (0-based) numbers them in the file for a failure's message. A line
+// longer than `longest` bytes is not encoded: (*too_long)[i] says so.
 void encode_lines(const sentencepiece::SentencePieceProcessor& processor,
                   const std::vector<std::string>& lines, size_t count, const std::string& path,
-                  int64_t first_line, int threads, std::vector<std::vector<int>>* ids,
+                  int64_t first_line, int threads, size_t longest,
+                  std::vector<std::vector<int>>* ids, std::vector<char>* too_long,
                   ProgressListener& progress) {
   std::vector<std::string> failures(static_cast<size_t>(threads));
   std::vector<std::thread> workers;
@@ -330,6 +346,11 @@ void encode_lines(const sentencepiece::SentencePieceProcessor& processor,
       const size_t begin = count * t / threads;
       const size_t end = count * (t + 1) / threads;
       for (size_t i = begin; i < end; ++i) {
+        (*too_long)[i] = lines[i].size() > longest;
+        if ((*too_long)[i]) {
+          (*ids)[i].clear();
+          continue;
+        }
         const auto status = processor.Encode(lines[i], &(*ids)[i]);
         if (!status.ok()) {
           failures[t] = path + ":" + std::to_string(first_line + static_cast<int64_t>(i) + 1) +
@@ -565,28 +586,41 @@ void encode_and_filter(const sentencepiece::SentencePieceProcessor& processor,
   // Reused from block to block: their strings and vectors keep their capacity.
   std::vector<std::string> source_lines(block), target_lines(block);
   std::vector<std::vector<int>> source_ids(block), target_ids(block);
-  for (int64_t first = 0;; first += static_cast<int64_t>(block)) {
-    size_t count = 0;
-    while (count < block && source_text.next(&source_lines[count])) {
-      if (!target_text.next(&target_lines[count])) break;
+  std::vector<char> source_too_long(block), target_too_long(block);
+  const size_t longest = longest_encoded_side(options);
+  for (int64_t first = 0;;) {
+    size_t count = 0, bytes = 0;
+    bool ended = false;
+    while (count < block && bytes < kBlockBytes) {
+      if (!source_text.next(&source_lines[count]) || !target_text.next(&target_lines[count])) {
+        ended = true;
+        break;
+      }
+      bytes += source_lines[count].size() + target_lines[count].size();
       ++count;
     }
-    if (count < block && (source_text.lines() != files.pairs || target_text.lines() != files.pairs)) {
+    if (ended && (source_text.lines() != files.pairs || target_text.lines() != files.pairs)) {
       THPC_FAIL(files.source_path << " and " << files.target_path << " now have "
                                   << source_text.lines() << " and " << target_text.lines()
                                   << " lines or more, " << files.pairs
                                   << " when counted (changed while being read)");
     }
     if (count == 0) break;
-    encode_lines(processor, source_lines, count, files.source_path, first, threads, &source_ids,
-                 progress);
-    encode_lines(processor, target_lines, count, files.target_path, first, threads, &target_ids,
-                 progress);
+    encode_lines(processor, source_lines, count, files.source_path, first, threads, longest,
+                 &source_ids, &source_too_long, progress);
+    encode_lines(processor, target_lines, count, files.target_path, first, threads, longest,
+                 &target_ids, &target_too_long, progress);
     for (size_t i = 0; i < count; ++i) {
       const std::vector<int>& src = source_ids[i];
       const std::vector<int>& tgt = target_ids[i];
-      const double shorter = static_cast<double>(std::min(src.size(), tgt.size()));
-      const double longer = static_cast<double>(std::max(src.size(), tgt.size()));
+      // A side not encoded counts as one piece over --max-len.
+      const auto pieces = [&](const std::vector<int>& ids, char too_long) {
+        return too_long ? static_cast<double>(options.max_len) + 1 : static_cast<double>(ids.size());
+      };
+      const double source_pieces = pieces(src, source_too_long[i]);
+      const double target_pieces = pieces(tgt, target_too_long[i]);
+      const double shorter = std::min(source_pieces, target_pieces);
+      const double longer = std::max(source_pieces, target_pieces);
       if (shorter == 0) {
         ++counts->empty;
       } else if (longer > options.max_len) {
@@ -600,7 +634,8 @@ void encode_and_filter(const sentencepiece::SentencePieceProcessor& processor,
       }
     }
     counts->read += static_cast<int64_t>(count);
-    if (count < block) break;
+    first += static_cast<int64_t>(count);
+    if (ended) break;
   }
   progress.end();
 }
