@@ -615,7 +615,8 @@ void encode_and_filter(const sentencepiece::SentencePieceProcessor& processor,
       const std::vector<int>& tgt = target_ids[i];
       // A side not encoded counts as one piece over --max-len.
       const auto pieces = [&](const std::vector<int>& ids, char too_long) {
-        return too_long ? static_cast<double>(options.max_len) + 1 : static_cast<double>(ids.size());
+        return too_long ? static_cast<double>(options.max_len) + 1
+                        : static_cast<double>(ids.size());
       };
       const double source_pieces = pieces(src, source_too_long[i]);
       const double target_pieces = pieces(tgt, target_too_long[i]);
