@@ -8,6 +8,8 @@
 // 1 a runtime failure (on any rank: the whole job is ended); 2 a bad command line or
 // config; 3 missing or invalid training data; 4 training diverged (train.divergence: a
 // loss or gradient norm not finite or spiking), the checkpoint to resume from named.
+#include <unistd.h>
+
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -151,6 +153,23 @@ std::string configuration_disagreement(const thpc::Communicator& comm,
   return message.str();
 }
 
+// The test suite's hooks that this environment sets, "NAME=VALUE" each: they fake a
+// divergence, a signal, a failure or a slow write (THPC_TEST_*, THPC_FAIL_AT, THPC_KILL_AT,
+// THPC_STOP_AT), and a run that inherits one from a shell that ran tests was told of a
+// divergence or a SIGTERM that never happened.
+std::vector<std::string> test_hooks_set() {
+  std::vector<std::string> hooks;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    const std::string text = *entry;
+    const std::string name = text.substr(0, text.find('='));
+    if (name.rfind("THPC_TEST_", 0) == 0 || name == "THPC_FAIL_AT" || name == "THPC_KILL_AT" ||
+        name == "THPC_STOP_AT") {
+      hooks.push_back(text);
+    }
+  }
+  return hooks;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -198,6 +217,12 @@ int main(int argc, char** argv) {
     }
     // Rank 0 speaks for the job: a Ctrl-C says at once what it does.
     if (comm.is_root()) thpc::announce_interrupts();
+    if (comm.is_root()) {
+      for (const std::string& hook : test_hooks_set()) {
+        std::cerr << "warning: the test suite's hook " << hook << " is set: it fakes what "
+                  << "its name says (unset it for a real run)" << std::endl;
+      }
+    }
     thpc::Trainer trainer(config, comm);
     std::cout << thpc::startup_line(comm, "device " + trainer.device_description())
               << std::endl;
