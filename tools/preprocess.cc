@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "common/whole_number.h"
 #include "data/preprocess.h"
+#include "io/atomic_file.h"
 #include "train/run_directory.h"
 #include "tools/progress.h"
 #include "tools/tool_main.h"
@@ -104,7 +105,20 @@ int main(int argc, char** argv) {
     use.named = use.unwritable = "--destdir " + given.options.dest_dir;
     use.clash = "write each other's scratch files and shards: a corpus of both, or of neither.";
     use.found_now = "found now rather than after the encoding";
-    const thpc::RunLock lock(given.options.dest_dir, std::cerr, use);
+    std::unique_ptr<thpc::RunLock> lock;
+    try {
+      lock = std::make_unique<thpc::RunLock>(given.options.dest_dir, std::cerr, use);
+    } catch (const thpc::Error& failure) {
+      // A full disk is found here first: said as the other writers say it.
+      const std::string advice =
+          thpc::storage_advice(given.options.dest_dir, failure.what(), 0);
+      if (advice.empty()) throw;
+      THPC_FAIL(given.options.dest_dir << "/preprocess.lock: cannot write the lock of --destdir: "
+                                       << advice << " (nothing was written)");
+    }
+    // Ctrl-C removes it with the .partial files (the next run would take it over, with a
+    // note).
+    const thpc::RemovedWhenInterrupted lock_interrupted(lock->path());
     thpc::tools::StageProgress progress("transformer_preprocess");
     try {
       thpc::preprocess(given.options, std::cout, progress, /*options_checked=*/false);
