@@ -31,6 +31,7 @@
 #include "common/error.h"
 #include "train/event_file.h"
 #include "train/run_log.h"
+#include "train/stop_request.h"
 
 namespace thpc {
 
@@ -465,6 +466,7 @@ RunLock::RunLock(const std::string& dir, std::ostream& log, const LockedUse& use
     const int failure = create_exclusively(path_, contents_);
     if (failure == 0) {
       refresher_ = std::make_unique<Refresher>(path_, contents_, use.holder);
+      remove_at_abrupt_stop(path_);
       return;
     }
     if (failure != EEXIST) {
@@ -531,6 +533,7 @@ void RunLock::check_held(std::ostream& log) {
 }
 
 RunLock::~RunLock() {
+  keep_at_abrupt_stop(path_);
   refresher_.reset();
   // Only our own lock: one taken over from us (we looked gone) is its new holder's.
   std::string text;

@@ -3,7 +3,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
+#include <cstring>
+#include <string>
 
 namespace thpc {
 namespace {
@@ -57,12 +60,25 @@ int g_live_guards = 0;
 // that write fails (EPIPE), the stream stops printing and the run stops as asked.
 struct sigaction g_previous_pipe;
 
+// The lock files a second Ctrl-C removes before the process ends (RunLock's: the next
+// start found them and took them over, with a note, or the user removed them by hand).
+// Fixed buffers: a handler may not allocate.
+constexpr int kAbruptSlots = 4;
+char g_abrupt_paths[kAbruptSlots][4096];
+std::atomic<bool> g_abrupt_used[kAbruptSlots];
+
 extern "C" void record_stop_signal(int signal_number) {
   // A second Ctrl-C is the user not wanting to wait for the step and its checkpoint: the
   // default action, as if no handler were there (sigaction and raise are async-signal-safe).
   if (signal_number == SIGINT && g_interrupted) {
     if (nanoseconds_since(g_first_interrupt) < kSameInterruptNs) return;  // the same one
-    if (g_announce) say("Ctrl-C again: stopping now, without a checkpoint\n");
+    if (g_announce) {
+      say("Ctrl-C again: stopping now, without a checkpoint (one being written is lost "
+          "too)\n");
+    }
+    for (int slot = 0; slot < kAbruptSlots; ++slot) {
+      if (g_abrupt_used[slot].load()) ::unlink(g_abrupt_paths[slot]);  // async-signal-safe
+    }
     struct sigaction default_action {};
     default_action.sa_handler = SIG_DFL;
     sigemptyset(&default_action.sa_mask);
@@ -75,7 +91,8 @@ extern "C" void record_stop_signal(int signal_number) {
     g_interrupted = 1;
     if (g_announce) {
       say("Ctrl-C: stopping cleanly (a step in progress finishes and is saved in a "
-          "checkpoint); Ctrl-C again stops at once, without one\n");
+          "checkpoint); Ctrl-C again stops at once, without one, and loses one being "
+          "written\n");
     }
   }
   // The strongest request stays (SIGTERM over SIGUSR1 over SIGINT over SIGHUP, as the
@@ -125,6 +142,24 @@ void announce_interrupts() {
 }
 
 int stop_requested_by() { return g_stop_signal; }
+
+void remove_at_abrupt_stop(const std::string& path) {
+  if (path.size() >= sizeof g_abrupt_paths[0]) return;  // too long to keep: left as before
+  for (int slot = 0; slot < kAbruptSlots; ++slot) {
+    if (g_abrupt_used[slot].load()) continue;
+    std::memcpy(g_abrupt_paths[slot], path.c_str(), path.size() + 1);
+    g_abrupt_used[slot].store(true);
+    return;
+  }
+}
+
+void keep_at_abrupt_stop(const std::string& path) {
+  for (int slot = 0; slot < kAbruptSlots; ++slot) {
+    if (g_abrupt_used[slot].load() && path == g_abrupt_paths[slot]) {
+      g_abrupt_used[slot].store(false);
+    }
+  }
+}
 
 const char* stop_signal_name(int signal_number) {
   if (signal_number == SIGTERM) return "SIGTERM";

@@ -9,6 +9,8 @@
 // when it stays ignored.
 #pragma once
 
+#include <string>
+
 namespace thpc {
 
 // Installs the handlers for SIGTERM, SIGUSR1, SIGINT and SIGHUP while it lives, clearing
@@ -35,6 +37,11 @@ void announce_interrupts();
 
 // The signal number that asked to stop, or 0 if none has.
 int stop_requested_by();
+
+// A file the process removes when a second Ctrl-C ends it at once (a run directory's lock:
+// before, it stayed for the next start to take over), until keep_at_abrupt_stop.
+void remove_at_abrupt_stop(const std::string& path);
+void keep_at_abrupt_stop(const std::string& path);
 
 // "SIGTERM", "SIGUSR1", "SIGINT", "SIGHUP" (for log lines).
 const char* stop_signal_name(int signal_number);
