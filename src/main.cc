@@ -46,7 +46,10 @@ int dry_run(const thpc::Config& config, int ranks) {
     source->print_notes(std::cout, "data.train");  // the synthetic task's line too
     vocab = thpc::resolve_vocab_size(config, *source);
     // The validation shards too, when training would read them (exit 3 as there).
-    if (config.train.valid_every > 0) thpc::make_validation_source(config);
+    if (config.train.valid_every > 0) {
+      const std::unique_ptr<thpc::ShardReader> valid = thpc::make_validation_source(config);
+      if (!config.data.dir.empty()) thpc::check_validation_vocabulary(config, *source, *valid);
+    }
   }
   // What training refuses before building anything, refused here alike: the build's
   // backend, and batches that cannot hold the data's longest pair (with the ranks of

@@ -326,6 +326,28 @@ TEST_F(CheckpointTest, AResumeWithAnotherMicroBatchBudgetContinuesAtTheSameShare
                                   "checkpoint, from this step on: train.max_steps = 4 (was 2)\n"),
             std::string::npos)
       << elsewhere.output;
+  // The relative checkpoint.dir resumed from the wrong directory names the folder it
+  // looked in (before: "no valid checkpoint in ck", a fresh start in another folder).
+  const ProcessResult astray = run_process(
+      "cd " + path("corpus") + "/.. && " + kTrainer + " " + kTinyIni + " --model.layers=1 "
+      "--train.tokens_per_step=300 --train.valid_every=0 --data.dir=" + path("corpus/data") +
+      " --train.max_steps=1 --checkpoint.dir=ck --checkpoint.resume=auto_or_fresh");
+  ASSERT_EQ(astray.exit_code, 0) << astray.output;
+  EXPECT_NE(astray.output.find("no valid checkpoint in ck (" + path("ck") + "), starting from "
+                               "step 0"),
+            std::string::npos)
+      << astray.output;
+  // A checkpoint named as checkpoint.dir's file, not as a path: said what to give.
+  const ProcessResult by_name = run_process(
+      in_corpus + "--train.max_steps=4 --checkpoint.dir=ck --checkpoint.resume=step_00000002.h5");
+  EXPECT_EQ(by_name.exit_code, 1) << by_name.output;
+  EXPECT_NE(by_name.output.find("checkpoint.resume = step_00000002.h5: no such file (a path is "
+                                "found from the working directory, " + path("corpus") +
+                                ", not from checkpoint.dir); checkpoint.dir holds "
+                                "ck/step_00000002.h5: give that; for the newest valid "
+                                "checkpoint of checkpoint.dir give auto"),
+            std::string::npos)
+      << by_name.output;
 }
 
 // train.max_epochs = E ends the run at the step that reads epoch E's last micro-batch:
@@ -878,6 +900,10 @@ TEST(StopSignal, SigintAsksToStopOnceASecondOneEndsTheProcessAndAnIgnoredOneStay
 // its checkpoint took.
 TEST(StopSignal, AnnouncedCtrlCSaysWhatItDoes) {
   const auto original = std::signal(SIGINT, SIG_DFL);
+  // The run directory's lock goes with the process (before: left for the next start).
+  const std::string lock =
+      (fs::temp_directory_path() / ("thpc_ctrl_c_lock_" + std::to_string(getpid()))).string();
+  std::ofstream(lock) << "host=here\n";
   int pipe_ends[2];
   ASSERT_EQ(pipe(pipe_ends), 0);
   const pid_t child = fork();
@@ -886,6 +912,7 @@ TEST(StopSignal, AnnouncedCtrlCSaysWhatItDoes) {
     dup2(pipe_ends[1], STDERR_FILENO);
     close(pipe_ends[0]);
     const StopSignalGuard guard;
+    remove_at_abrupt_stop(lock);
     announce_interrupts();
     std::raise(SIGINT);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -904,8 +931,10 @@ TEST(StopSignal, AnnouncedCtrlCSaysWhatItDoes) {
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) << status;
   EXPECT_EQ(said,
             "Ctrl-C: stopping cleanly (a step in progress finishes and is saved in a checkpoint); "
-            "Ctrl-C again stops at once, without one\n"
-            "Ctrl-C again: stopping now, without a checkpoint\n");
+            "Ctrl-C again stops at once, without one, and loses one being written\n"
+            "Ctrl-C again: stopping now, without a checkpoint (one being written is lost too)\n");
+  EXPECT_FALSE(fs::exists(lock));
+  fs::remove(lock);
   std::signal(SIGINT, original);
 }
 

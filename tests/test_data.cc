@@ -20,6 +20,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "binary_dir.h"
@@ -672,6 +673,92 @@ TEST_F(PreprocessInput, ARunOfPreprocessingHasItsDestdirToItself) {
   EXPECT_FALSE(fs::exists(dir / "out" / "preprocess.lock"));  // removed at the end
 }
 
+// A spm.model already in --destdir is replaced as the earlier run's shards are, and said
+// so as they are (before: without a word, a model of the user's own included); the same
+// model written again is no replacement.
+TEST_F(PreprocessInput, AnEarlierSpmModelReplacedIsSaidSo) {
+  write_lines(directory_ / "text.en", {"a dog runs", "a cat sleeps", "a bird sings"});
+  write_lines(directory_ / "text.de", {"ein Hund rennt", "eine Katze schläft", "ein Vogel singt"});
+  const std::string command = thpc::binary_dir() +
+                              "/transformer_preprocess --source-lang en --target-lang de "
+                              "--trainpref " + (directory_ / "text").string() + " --validpref " +
+                              (directory_ / "text").string() + " --destdir " +
+                              (directory_ / "out").string() + " --vocab-size ";
+  const CommandResult first = run_command(command + "60");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_EQ(first.output.find("replaced the spm.model"), std::string::npos) << first.output;
+  const CommandResult same = run_command(command + "60");
+  ASSERT_EQ(same.exit_code, 0) << same.output;
+  EXPECT_EQ(same.output.find("replaced the spm.model"), std::string::npos) << same.output;
+  const CommandResult other = run_command(command + "40");
+  ASSERT_EQ(other.exit_code, 0) << other.output;
+  EXPECT_NE(other.output.find("replaced the spm.model an earlier run (or you) left in " +
+                              (directory_ / "out").string() + ": this run writes its own"),
+            std::string::npos)
+      << other.output;
+}
+
+// A path with a comma: SentencePiece's input is a comma-separated list, and such a
+// path named other files (before: "Not found: \"DIR/a\"" after every line was read, or a
+// vocabulary trained on other text where those files existed).
+TEST_F(PreprocessInput, APathWithACommaIsTheFileItNames) {
+  fs::create_directories(directory_ / "a,b");
+  write_lines(directory_ / "a,b" / "text.en", {"a dog runs", "a cat sleeps", "a bird sings"});
+  write_lines(directory_ / "a,b" / "text.de", {"ein Hund", "eine Katze", "ein Vogel"});
+  const CommandResult run = run_command(
+      thpc::binary_dir() + "/transformer_preprocess --source-lang en --target-lang de "
+      "--trainpref '" + (directory_ / "a,b" / "text").string() + "' --validpref '" +
+      (directory_ / "a,b" / "text").string() + "' --destdir " + (directory_ / "out").string() +
+      " --vocab-size 40");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("SentencePiece trained on 6 of 6 training lines"), std::string::npos)
+      << run.output;
+}
+
+// Shards that do not belong together are refused by the reader (the trainer, the dry
+// run, transformer_data_stats), naming both files: one of the other direction (before:
+// trained on en->de and de->en mixed, exit 0) and a copy of another (an epoch read its
+// pairs twice).
+TEST_F(PreprocessInput, ShardsOfAnotherDirectionOrCopiedAreRefused) {
+  std::vector<std::string> en, de;
+  for (int i = 0; i < 40; ++i) {
+    en.push_back("a dog runs " + std::to_string(i));
+    de.push_back("ein Hund rennt " + std::to_string(i));
+  }
+  write_lines(directory_ / "text.en", en);
+  write_lines(directory_ / "text.de", de);
+  const auto preprocess_into = [&](const std::string& dest, const std::string& from,
+                                   const std::string& to, const std::string& more) {
+    const CommandResult run = run_command(
+        thpc::binary_dir() + "/transformer_preprocess --source-lang " + from + " --target-lang " +
+        to + " --trainpref " + (directory_ / "text").string() + " --validpref " +
+        (directory_ / "text").string() + " --destdir " + (directory_ / dest).string() +
+        " --shards 2 " + more);
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+  };
+  preprocess_into("en_de", "en", "de", "--vocab-size 60");
+  preprocess_into("de_en", "de", "en", "--spm-model " + (directory_ / "en_de/spm.model").string());
+  const std::string first = (directory_ / "en_de/train.00000.h5").string();
+  const std::string second = (directory_ / "en_de/train.00001.h5").string();
+  const auto refusal = [&](const std::string& third) {
+    ShardReaderSpec spec;
+    spec.files = {first, second, third};
+    try {
+      ShardReader reader(spec);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(refusal((directory_ / "de_en/train.00000.h5").string()),
+            (directory_ / "de_en/train.00000.h5").string() + ": a de->en shard, but " + first +
+                " is en->de (shards of different corpora?)");
+  const std::string copy = (directory_ / "en_de/train.00002.h5").string();
+  fs::copy_file(first, copy);
+  EXPECT_EQ(refusal(copy), copy + ": holds the same pairs as " + first +
+                               " (a copy? each pair belongs to one shard)");
+}
+
 TEST_F(PreprocessInput, BadTextInputFailsWithOneClearMessage) {
   const fs::path dir = directory_ / "bad_text";
   fs::create_directories(dir);
@@ -742,12 +829,17 @@ TEST_F(DataPipeline, PreprocessOptionsOutOfRangeAreUsageErrors) {
                               "--trainpref " + (root_ / "train").string() + " --validpref " +
                               (root_ / "valid").string() + " --destdir " +
                               (root_ / "bad_options").string() + " ";
+  const std::string cores = std::to_string(std::max(1u, std::thread::hardware_concurrency()));
   for (const auto& [option, message] :
        std::vector<std::pair<std::string, std::string>>{
            {"--shards 0", "--shards must be >= 1, got 0"},
            {"--vocab-size 0", "--vocab-size must be >= 5 (4 special ids + 1), got 0"},
            {"--max-len 0", "--max-len must be >= 1, got 0"},
-           {"--threads -1", "--threads must be >= 0 (0 = every core), got -1"},
+           {"--threads -1", "--threads must be from 0 (every core, " + cores + " here) to 1024, "
+                            "got -1"},
+           // (before: 100,000 threads started, and std::terminate)
+           {"--threads 100000", "--threads must be from 0 (every core, " + cores + " here) to "
+                                "1024, got 100000"},
            {"--model-type word2", "--model-type must be bpe or unigram, got 'word2'"},
            {"--spm-sentences 100",
             "--spm-sentences must be 0 (every line) or more than 100, got 100"}}) {
@@ -1044,6 +1136,15 @@ TEST_F(DataPipeline, ValidationShardsOfAnotherVocabularyAreRefused) {
               std::string::npos)
         << result.output;
     EXPECT_FALSE(fs::exists(root_ / (name + "_ckpt")));
+    // The dry run refuses it alike (before: exit 0).
+    const CommandResult dry =
+        run_command("cd " THPC_SOURCE_DIR " && " + thpc::binary_dir() +
+                    "/transformer_hpc input/tiny.ini --train.valid_every=1 --dry-run "
+                    "--checkpoint.dir=" + (root_ / (name + "_ckpt")).string() +
+                    " --data.dir=" + (root_ / name).string());
+    EXPECT_EQ(dry.exit_code, 3) << dry.output;
+    EXPECT_NE(dry.output.find("the valid shards have another vocabulary"), std::string::npos)
+        << dry.output;
   };
   const auto without_model = [](ShardContents& contents) { contents.metadata.spm_model.clear(); };
   const std::string vocab = std::to_string(read_shard(train_files().front()).metadata.vocab_size);

@@ -282,7 +282,14 @@ std::string sentencepiece_model(const PreprocessOptions& options, const Parallel
   summary->training_lines = 2 * train.pairs;
   std::string model;
   sentencepiece::util::Status status;
-  if (options.spm_sentences == 0 || summary->training_lines <= options.spm_sentences) {
+  // SentencePiece's `input` is a comma-separated list: a path with a comma in it named
+  // other files (trained on them, or "Not found"). Those lines go through the sample,
+  // which then takes every line.
+  const bool listable = train.source_path.find(',') == std::string::npos &&
+                        train.target_path.find(',') == std::string::npos;
+  const bool every_line =
+      options.spm_sentences == 0 || summary->training_lines <= options.spm_sentences;
+  if (every_line && listable) {
     // Every line: SentencePiece reads the files itself (and records their names in the
     // model's trainer_spec, as it always did).
     arguments["input"] = train.source_path + "," + train.target_path;
@@ -290,7 +297,8 @@ std::string sentencepiece_model(const PreprocessOptions& options, const Parallel
     status = sentencepiece::SentencePieceTrainer::Train(arguments, nullptr, &model);
   } else {
     SampledLines sample({train.source_path, train.target_path}, summary->training_lines,
-                        options.spm_sentences, options.seed);
+                        every_line ? summary->training_lines : options.spm_sentences,
+                        options.seed);
     status = sentencepiece::SentencePieceTrainer::Train(arguments, &sample, &model);
     summary->spm_lines = sample.taken();
   }
@@ -852,8 +860,10 @@ void check_preprocess_options(const PreprocessOptions& options) {
     THPC_FAIL("--model-type must be bpe or unigram, got '" << options.model_type << "'");
   }
   if (options.shards < 1) THPC_FAIL("--shards must be >= 1, got " << options.shards);
-  if (options.threads < 0) {
-    THPC_FAIL("--threads must be >= 0 (0 = every core), got " << options.threads);
+  // Each is a thread started per block: 100,000 of them ended in std::terminate.
+  if (options.threads < 0 || options.threads > 1024) {
+    THPC_FAIL("--threads must be from 0 (every core, " << hardware_threads(0) << " here) to "
+              << "1024, got " << options.threads);
   }
   if (options.max_len < 1) THPC_FAIL("--max-len must be >= 1, got " << options.max_len);
   if (!(options.max_ratio >= 1.0)) {
@@ -963,6 +973,14 @@ PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log
     if (!model_file.flush()) THPC_FAIL(model_path << ": cannot write");
   }
   remove_old_shards(options.dest_dir, log);
+  // Replaced as the shards are, and said so as they are (a model of the user's own there
+  // went without a word); the same bytes are not a replacement.
+  std::error_code no_model;
+  if (fs::is_regular_file(model_path, no_model) &&
+      read_input_file(model_path, "spm.model") != metadata.spm_model) {
+    log << "replaced the spm.model an earlier run (or you) left in " << options.dest_dir
+        << ": this run writes its own" << std::endl;
+  }
   outputs.commit();
 
   summary.seconds =

@@ -139,12 +139,31 @@ ShardReader::ShardReader(const ShardReaderSpec& spec) : spec_(spec) {
         THPC_FAIL(path << ": SentencePiece vocabulary differs from the one in " << first
                        << " (shards of different corpora?)");
       }
+      // One vocabulary serves both directions: a de->en shard among en->de ones was taken.
+      if (meta.source_lang != metadata_.source_lang || meta.target_lang != metadata_.target_lang) {
+        THPC_FAIL(path << ": a " << meta.source_lang << "->" << meta.target_lang << " shard, but "
+                       << first << " is " << metadata_.source_lang << "->"
+                       << metadata_.target_lang << " (shards of different corpora?)");
+      }
+    }
+    // The same pairs twice (a shard copied under the next shard's name) were an epoch
+    // that read them twice.
+    const ShardSummary& summary = shard->summary;
+    if (!summary.source_tokens_sha256.empty()) {
+      for (const std::unique_ptr<Shard>& other : shards_) {
+        if (other->summary.source_tokens_sha256 == summary.source_tokens_sha256 &&
+            other->summary.target_tokens_sha256 == summary.target_tokens_sha256) {
+          THPC_FAIL(path << ": holds the same pairs as " << other->path
+                         << " (a copy? each pair belongs to one shard)");
+        }
+      }
     }
     shard->bytes = token_bytes(shard->summary.source_tokens + shard->summary.target_tokens,
                                shard->summary.pairs);
     if (shard->bytes > spec.memory_budget_bytes) {
-      THPC_FAIL(path << ": the shard needs " << (shard->bytes >> 20) << " MiB, more than the "
-                     << (spec.memory_budget_bytes >> 20)
+      // Rounded up ("needs 1 MiB, more than the 1 MiB" said a 1.4 MiB shard).
+      THPC_FAIL(path << ": the shard needs " << ((shard->bytes + (1 << 20) - 1) >> 20)
+                     << " MiB, more than the " << (spec.memory_budget_bytes >> 20)
                      << " MiB of data.memory_mb (raise data.memory_mb; or, for training "
                      << "shards, preprocess with more --shards, which cuts the training split "
                      << "only)");

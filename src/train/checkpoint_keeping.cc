@@ -184,7 +184,12 @@ void CheckpointKeeping::write_average(bool best, int64_t step, std::ostream& log
   try {
     write_checkpoint(output, average_checkpoints(paths, stop_on_signal));
   } catch (const Error& error) {
-    log << "warning: no average written: " << error.what() << std::endl;
+    // What makes it: the run resumed (it has nothing left to train and averages again),
+    // or the averaging program on the same checkpoints.
+    log << "warning: no average written: " << error.what() << " (checkpoint.resume=auto "
+        << "writes it, or transformer_average --inputs " << options.dir
+        << (best ? " --best " : " --last ") << wanted << " --output " << output << ")"
+        << std::endl;
     return;
   }
   const bool fewer = static_cast<int>(paths.size()) < wanted;

@@ -314,29 +314,7 @@ Trainer::Trainer(const Config& config, Communicator comm)
   source_ = make_training_source(config_, comm_.rank(), comm_.size());
   if (schedule_.validates()) {
     valid_source_ = make_validation_source(config_, comm_.rank(), comm_.size());
-    // Both come from data.dir (validate() requires it), so the training source has a corpus.
-    THPC_CHECK(source_->spm_model(), "validation without a training corpus");
-    // The whole vocabulary: pieces, size and special ids (a valid shard whose bos_id
-    // differed from the training shards' was taken, and validated on other ids).
-    const ShardMetadata& valid = valid_source_->metadata();
-    const SpecialIds train_ids = source_->special_ids();
-    if (valid.spm_model != *source_->spm_model() || valid.vocab_size != source_->vocab_size() ||
-        valid.ids != train_ids) {
-      const auto vocabulary = [](int size, const SpecialIds& ids, const std::string& model) {
-        return "vocab_size " + std::to_string(size) + ", pad/unk/bos/eos " +
-               special_ids_text(ids) + ", SentencePiece model sha256 " +
-               sha256_hex(model.data(), model.size()).substr(0, 12) + "...";
-      };
-      std::ostringstream message;
-      message << config_.data.dir << ": the " << config_.data.valid << " shards have another "
-              << "vocabulary than the " << config_.data.train << " shards ("
-              << config_.data.valid << ": " << vocabulary(valid.vocab_size, valid.ids,
-                                                          valid.spm_model)
-              << "; " << config_.data.train << ": "
-              << vocabulary(source_->vocab_size(), train_ids, *source_->spm_model())
-              << "): preprocess both in one transformer_preprocess run";
-      throw DataError(message.str());
-    }
+    check_validation_vocabulary(config_, *source_, *valid_source_);
     if (config_.train.valid_bleu) valid_bleu_ = make_validation_bleu(config_, comm_);
   }
   // Reading the data is the part of start-up that a corpus makes long: a stop signal
@@ -626,11 +604,29 @@ void Trainer::apply_start_options(std::ostream& log) {
     const std::string refusal = comm_.broadcast_from_root(choice.refusal);
     if (!refusal.empty()) THPC_FAIL(refusal);
     if (path.empty()) {
+      // A relative checkpoint.dir is named as this process finds it too: resumed from
+      // another working directory, "checkpoints" was another folder, with nothing said.
+      std::error_code no_path;
+      const std::string absolute = std::filesystem::absolute(options.dir, no_path).string();
+      const bool relative = !no_path && absolute != options.dir;
       log << "checkpoint.resume=" << options.resume << ": no valid checkpoint in "
-          << options.dir << ", starting from step 0" << std::endl;
+          << options.dir << (relative ? " (" + absolute + ")" : std::string())
+          << ", starting from step 0" << std::endl;
     }
   } else if (!options.resume.empty()) {
     path = options.resume;
+    std::error_code no_file;
+    if (comm_.is_root() && !std::filesystem::exists(path, no_file)) {
+      // "Auto", "latest" or a name in checkpoint.dir read "checkpoint Auto: no such file".
+      const std::string beside = (std::filesystem::path(options.dir) / path).string();
+      THPC_FAIL("checkpoint.resume = " << path << ": no such file (a path is found from the "
+                << "working directory, " << std::filesystem::current_path(no_file).string()
+                << ", not from checkpoint.dir)"
+                << (std::filesystem::exists(beside, no_file)
+                        ? "; checkpoint.dir holds " + beside + ": give that"
+                        : std::string())
+                << "; for the newest valid checkpoint of checkpoint.dir give auto");
+    }
     if (comm_.is_root()) checkpoint = read_checkpoint(path);
   }
   if (!path.empty()) {

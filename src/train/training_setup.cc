@@ -4,6 +4,7 @@
 
 #include "backend/factory.h"
 #include "common/error.h"
+#include "common/sha256.h"
 #include "data/synthetic.h"
 #include "decode/ensemble.h"
 #include "distributed/communicator.h"
@@ -55,6 +56,31 @@ std::unique_ptr<BatchSource> make_training_source(const Config& config, int shar
   spec.shard = shard;
   spec.shards = shards;
   return std::make_unique<SyntheticSource>(spec);
+}
+
+void check_validation_vocabulary(const Config& config, const BatchSource& train,
+                                 const ShardReader& valid_source) {
+  // Both come from data.dir (validate() requires it), so the training source has a corpus.
+  THPC_CHECK(train.spm_model(), "validation without a training corpus");
+  const ShardMetadata& valid = valid_source.metadata();
+  const SpecialIds train_ids = train.special_ids();
+  if (valid.spm_model == *train.spm_model() && valid.vocab_size == train.vocab_size() &&
+      valid.ids == train_ids) {
+    return;
+  }
+  const auto vocabulary = [](int size, const SpecialIds& ids, const std::string& model) {
+    return "vocab_size " + std::to_string(size) + ", pad/unk/bos/eos " + special_ids_text(ids) +
+           ", SentencePiece model sha256 " + sha256_hex(model.data(), model.size()).substr(0, 12) +
+           "...";
+  };
+  std::ostringstream message;
+  message << config.data.dir << ": the " << config.data.valid << " shards have another "
+          << "vocabulary than the " << config.data.train << " shards (" << config.data.valid
+          << ": " << vocabulary(valid.vocab_size, valid.ids, valid.spm_model) << "; "
+          << config.data.train << ": "
+          << vocabulary(train.vocab_size(), train_ids, *train.spm_model())
+          << "): preprocess both in one transformer_preprocess run";
+  throw DataError(message.str());
 }
 
 int resolve_vocab_size(const Config& config, const BatchSource& source) {

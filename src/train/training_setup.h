@@ -33,6 +33,12 @@ std::unique_ptr<BatchSource> make_training_source(const Config& config, int shar
 std::unique_ptr<ShardReader> make_validation_source(const Config& config, int shard = 0,
                                                     int shards = 1);
 
+// The validation shards must have the training data's whole vocabulary: pieces, size and
+// special ids (a valid shard whose bos_id differed was taken, and validated on other
+// ids). Throws DataError naming both otherwise. Training and --dry-run check alike.
+void check_validation_vocabulary(const Config& config, const BatchSource& train,
+                                 const ShardReader& valid);
+
 // The vocabulary the model is built with: model.vocab_size, which must match the
 // data's when both are given, or the data's.
 int resolve_vocab_size(const Config& config, const BatchSource& source);
