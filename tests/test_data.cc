@@ -630,11 +630,12 @@ void expect_preprocess_failure(const fs::path& dir, const std::string& file,
   EXPECT_FALSE(fs::exists(dir / "out" / "spm.model"));
 }
 
+// transformer_preprocess's refusals that need no data set: each test a directory of its own.
+class PreprocessInput : public ScratchDirectoryTest {};
+
 // One transformer_preprocess at a time in a --destdir (DEST/preprocess.lock, the
 // trainer's kind of lock): two at once wrote each other's scratch files and shards. A
 // lock whose process is gone (a run killed) is taken over with a note.
-// transformer_preprocess's refusals that need no data set: each test a directory of its own.
-class PreprocessInput : public ScratchDirectoryTest {};
 
 TEST_F(PreprocessInput, ARunOfPreprocessingHasItsDestdirToItself) {
   const fs::path dir = directory_;

@@ -407,32 +407,40 @@ TEST_F(RunDirectory, ALockWhoseHolderIsGoneIsTakenOverWithANote) {
 TEST_F(RunDirectory, ATrainerWhoseLockIsAnothersNowStopsWithoutWriting) {
   const fs::path dir = directory_ / "run";
   std::ostringstream log;
-  RunLock lock(dir.string(), log);
-  const std::string ours = read_file(lock.path());
-  lock.check_held(log);
-  EXPECT_EQ(log.str(), "");
-  fs::remove(lock.path());
-  lock.check_held(log);
-  EXPECT_EQ(read_file(lock.path()), ours);
-  EXPECT_NE(log.str().find("warning: the lock " + lock.path() + " had been removed (the run "
-                           "directory " + dir.string() + " deleted or cleaned while this "
-                           "trainer ran?): taken again"),
-            std::string::npos)
-      << log.str();
-  write_lock(dir, "node2", 4321, "", 0, 0);
-  try {
+  {
+    RunLock lock(dir.string(), log);
+    const std::string ours = read_file(lock.path());
     lock.check_held(log);
-    ADD_FAILURE() << "a lock taken over passed";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("the lock " + lock.path() + " of the run directory " +
-                                         dir.string() + " is no longer this trainer's: host "
-                                         "node2, pid 4321, started "),
+    EXPECT_EQ(log.str(), "");
+    fs::remove(lock.path());
+    lock.check_held(log);
+    EXPECT_EQ(read_file(lock.path()), ours);
+    EXPECT_NE(log.str().find("warning: the lock " + lock.path() + " had been removed (the run "
+                             "directory " + dir.string() + " deleted or cleaned while this "
+                             "trainer ran?): taken again"),
               std::string::npos)
-        << e.what();
-    EXPECT_NE(std::string(e.what()).find("stops without writing there"), std::string::npos)
-        << e.what();
+        << log.str();
+    // The whole directory deleted: made again with the lock (the next checkpoint's write
+    // would make it), not a reason to stop.
+    fs::remove_all(dir);
+    lock.check_held(log);
+    EXPECT_EQ(read_file(lock.path()), ours);
+    write_lock(dir, "node2", 4321, "", 0, 0);
+    try {
+      lock.check_held(log);
+      ADD_FAILURE() << "a lock taken over passed";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("the lock " + lock.path() + " of the run directory " +
+                                           dir.string() + " is no longer this trainer's: host "
+                                           "node2, pid 4321, started "),
+                std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("stops without writing there"), std::string::npos)
+          << e.what();
+    }
   }
-  EXPECT_NE(read_file(lock.path()).find("host=node2"), std::string::npos);  // left to it
+  // Its end leaves the lock to its new holder.
+  EXPECT_NE(read_file(run_lock_path(dir.string())).find("host=node2"), std::string::npos);
 }
 
 // A lock taken in another PID namespace of this host (a container: Apptainer

@@ -327,10 +327,11 @@ std::string sentencepiece_model(const PreprocessOptions& options, const Parallel
 
 // The longest side, in bytes, that is encoded: a longer one is counted too long without
 // it. Encoding a line takes SentencePiece ~85 bytes of memory a byte (a 100 MB line, 8 GB,
-// then dropped by --max-len). A piece is at most 16 characters (SentencePiece's
-// max_sentencepiece_length) of at most 4 bytes, so a side of more than 64 bytes a
-// --max-len piece cannot fit in --max-len pieces but for what normalization removes
-// (runs of spaces); 64 KiB at the least, SentencePiece's training limit here.
+// then dropped by --max-len). A piece of a model this program trains is at most 16
+// characters (SentencePiece's max_sentencepiece_length) of at most 4 bytes, so such a side
+// rarely fits in --max-len pieces: only through what normalization removes (runs of
+// spaces), a run of unknown characters (one unk piece), --user-symbols, or an --spm-model
+// trained with longer pieces. 64 KiB at the least, SentencePiece's training limit here.
 size_t longest_encoded_side(const PreprocessOptions& options) {
   return std::max<size_t>(65536, 64 * static_cast<size_t>(options.max_len));
 }
@@ -357,10 +358,7 @@ void encode_lines(const sentencepiece::SentencePieceProcessor& processor,
         (*too_long)[i] = lines[i].size() > longest;
         if ((*too_long)[i]) {
           (*ids)[i].clear();
-          continue;
-        }
-        const auto status = processor.Encode(lines[i], &(*ids)[i]);
-        if (!status.ok()) {
+        } else if (const auto status = processor.Encode(lines[i], &(*ids)[i]); !status.ok()) {
           failures[t] = path + ":" + std::to_string(first_line + static_cast<int64_t>(i) + 1) +
                         ": " + status.ToString();
           return;

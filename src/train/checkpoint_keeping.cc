@@ -185,11 +185,12 @@ void CheckpointKeeping::write_average(bool best, int64_t step, std::ostream& log
     write_checkpoint(output, average_checkpoints(paths, stop_on_signal));
   } catch (const Error& error) {
     // What makes it: the run resumed (it has nothing left to train and averages again),
-    // or the averaging program on the same checkpoints.
+    // or the averaging program on the same checkpoints, into a file of another folder
+    // (this name beside the checkpoints is the run's own, which it refuses).
     log << "warning: no average written: " << error.what() << " (checkpoint.resume=auto "
         << "writes it, or transformer_average --inputs " << options.dir
-        << (best ? " --best " : " --last ") << wanted << " --output " << output << ")"
-        << std::endl;
+        << (best ? " --best " : " --last ") << wanted << " --output FILE outside "
+        << options.dir << ")" << std::endl;
     return;
   }
   const bool fewer = static_cast<int>(paths.size()) < wanted;

@@ -387,6 +387,7 @@ struct RunLock::Refresher {
             // filesystem's passing error) is tried again at the next period.
             struct stat status {};
             if (!read && (::stat(path.c_str(), &status) == 0 || errno != ENOENT)) continue;
+            keep_at_abrupt_stop(path);  // no longer ours: a second Ctrl-C leaves it
             std::cerr << "warning: the lock " << path << " is no longer this " << holder
                       << "'s (removed, or taken over by another " << holder << " that found "
                       << "it stale): another " << holder << " may now write in its "
@@ -487,7 +488,8 @@ RunLock::RunLock(const std::string& dir, std::ostream& log, const LockedUse& use
                 << " Wait for it to end or stop it, or give this run another " << key << ". "
                 << "A lock whose holder is gone is taken over when its process is missing on "
                 << "this host, when it is an earlier run of this Slurm job on another node, or, "
-                << "for another host's holder, " << kRunLockStaleSeconds / 60
+                << "for another host's holder (or another PID namespace's: a container), "
+                << kRunLockStaleSeconds / 60
                 << " minutes after its last refresh; remove "
                 << path_ << " by hand only if you know its " << use.holder << " is gone");
     }
@@ -502,34 +504,54 @@ RunLock::RunLock(const std::string& dir, std::ostream& log, const LockedUse& use
 }
 
 void RunLock::check_held(std::ostream& log) {
-  std::string text;
-  const std::optional<LockHolder> holder = read_holder(path_, &text);
-  if (holder && text == contents_) return;
-  struct stat status {};
-  if (!holder && ::stat(path_.c_str(), &status) != 0 && errno == ENOENT) {
-    // Removed (the directory deleted or cleaned by hand while the run went on): taken again
-    // if no one else has, so that a second trainer is kept out from here on.
-    if (create_exclusively(path_, contents_) == 0) {
-      refresher_.reset();  // it stopped when it found the lock gone
-      refresher_ = std::make_unique<Refresher>(path_, contents_, use_.holder);
-      log << "warning: the lock " << path_ << " had been removed (" << use_.named
-          << " deleted or cleaned while this " << use_.holder << " ran?): taken again"
-          << std::endl;
-      return;
+  namespace fs = std::filesystem;
+  // A read that fails for another reason than the file's absence (a shared filesystem's
+  // passing error) is tried again, and at last let pass, as the refresher lets it: a
+  // checkpoint is no reason to end a run over one unreadable moment.
+  int last_failure = 0;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    std::string text;
+    const std::optional<LockHolder> holder = read_holder(path_, &text);
+    if (holder && text == contents_) return;
+    if (holder) {
+      keep_at_abrupt_stop(path_);  // the other's now: a second Ctrl-C must not remove it
+      THPC_FAIL("the lock " << path_ << " of " << use_.named << " is no longer this "
+                << use_.holder << "'s: " << holder->describe() << " holds it (it took it "
+                << "over while this one did not refresh it: suspended for "
+                << kRunLockStaleSeconds / 60 << " minutes or more, or in another PID "
+                << "namespace?). This " << use_.holder << " stops without writing there, so "
+                << "as not to overwrite the other's files; once one " << use_.holder
+                << " is left, resume it from the directory's newest checkpoint");
     }
-    if (!read_holder(path_, &text)) {
-      THPC_FAIL("the lock " << path_ << " of " << use_.named << " was removed and cannot be "
-                "made again: this " << use_.holder << " stops without writing there");
+    struct stat status {};
+    const int unreadable = ::stat(path_.c_str(), &status) != 0 ? errno : EACCES;
+    if (unreadable == ENOENT) {
+      // Removed, or the whole directory deleted, while the run went on (by hand, a
+      // cleaning script): made again, the directory too (its next file's write would make
+      // it), and taken again if no one else has, so that a second trainer is kept out.
+      std::error_code error;
+      fs::create_directories(fs::path(path_).parent_path(), error);
+      const int failure = create_exclusively(path_, contents_);
+      if (failure == 0) {
+        refresher_.reset();  // joined: it may have stopped, finding the lock gone
+        refresher_ = std::make_unique<Refresher>(path_, contents_, use_.holder);
+        log << "warning: the lock " << path_ << " had been removed (" << use_.named
+            << " deleted or cleaned while this " << use_.holder << " ran?): taken again"
+            << std::endl;
+        return;
+      }
+      if (failure != EEXIST) {
+        THPC_FAIL("the lock " << path_ << " of " << use_.named << " was removed and cannot be "
+                  "made again (" << std::strerror(failure) << "): this " << use_.holder
+                  << " stops without writing there");
+      }
+      continue;  // another made it meanwhile: read whose
     }
+    last_failure = unreadable;
+    std::this_thread::sleep_for(std::chrono::seconds(1));
   }
-  const std::optional<LockHolder> now = read_holder(path_, &text);
-  THPC_FAIL("the lock " << path_ << " of " << use_.named << " is no longer this "
-            << use_.holder << "'s: " << (now ? now->describe() : std::string("another holder"))
-            << " holds it (it took it over while this one did not refresh it: suspended for "
-            << kRunLockStaleSeconds / 60 << " minutes or more?). This " << use_.holder
-            << " stops without writing there, so as not to overwrite the other's files; once "
-               "one " << use_.holder << " is left, resume it from the directory's newest "
-               "checkpoint");
+  log << "warning: the lock " << path_ << " could not be read (" << std::strerror(last_failure)
+      << "): going on, as if it were still this " << use_.holder << "'s" << std::endl;
 }
 
 RunLock::~RunLock() {

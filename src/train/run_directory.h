@@ -93,10 +93,11 @@ class RunLock {
   const std::string& path() const { return path_; }
 
   // Before writing into the directory (each checkpoint): returns when the lock is still
-  // this holder's; takes it again, with a warning on `log`, when it was removed (the
-  // directory deleted or cleaned by hand); throws Error when another holder has it (taken
-  // over from a holder that looked gone: suspended for kRunLockStaleSeconds, say), so that
-  // two never write in one directory.
+  // this holder's; makes it (and the directory) again, with a warning on `log`, when it
+  // was removed (the directory deleted or cleaned by hand); throws Error when another
+  // holder has it (taken over from a holder that looked gone: suspended for
+  // kRunLockStaleSeconds, say), so that two never write in one directory. A lock that
+  // stays unreadable for another reason is let pass, with a warning.
   void check_held(std::ostream& log);
 
  private:
