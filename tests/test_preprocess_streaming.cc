@@ -265,13 +265,20 @@ void write_as_when_held(const PreprocessOptions& options, const fs::path& dest) 
 
 TEST_F(PreprocessStreaming, OutputIsWhatHoldingEverythingWroteAtAnyBlockSize) {
   // Blocks: 1, every pair its own block; 7, blocks, runs and shards cut at unrelated
-  // places; the default, the whole split in one block. Runs dealt: the default (one full
+  // places; the default, the whole split in one block; and blocks cut by their text's
+  // bytes (500: a few pairs each, of varying counts). Runs dealt: the default (one full
   // round of 3 shards and a rest, here), 5 (many rounds), 1 (pair by pair).
-  for (const auto& [block, run] : {std::pair{int64_t{1}, PreprocessOptions().pairs_dealt_together},
-                                   std::pair{int64_t{7}, int64_t{5}},
-                                   std::pair{PreprocessOptions().pairs_per_block, int64_t{1}}}) {
-    SCOPED_TRACE("pairs_per_block " + std::to_string(block) + ", pairs_dealt_together " +
-                 std::to_string(run));
+  const PreprocessOptions defaults;
+  struct Blocks {
+    int64_t pairs, bytes, run;
+  };
+  for (const Blocks& blocks : {Blocks{1, defaults.bytes_per_block, defaults.pairs_dealt_together},
+                               Blocks{7, defaults.bytes_per_block, 5},
+                               Blocks{defaults.pairs_per_block, defaults.bytes_per_block, 1},
+                               Blocks{defaults.pairs_per_block, 500, 5}}) {
+    const int64_t block = blocks.pairs, run = blocks.run;
+    SCOPED_TRACE("pairs_per_block " + std::to_string(block) + ", bytes_per_block " +
+                 std::to_string(blocks.bytes) + ", pairs_dealt_together " + std::to_string(run));
     PreprocessOptions held = options("small", root_ / "held");
     held.spm_model = model();
     held.pairs_dealt_together = run;
@@ -280,6 +287,7 @@ TEST_F(PreprocessStreaming, OutputIsWhatHoldingEverythingWroteAtAnyBlockSize) {
     PreprocessOptions streamed = options("small", root_ / "streamed");
     streamed.spm_model = model();
     streamed.pairs_per_block = block;
+    streamed.bytes_per_block = blocks.bytes;
     streamed.pairs_dealt_together = run;
     std::ostringstream log;
     const PreprocessSummary summary = preprocess(streamed, log);

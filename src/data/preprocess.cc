@@ -336,10 +336,6 @@ size_t longest_encoded_side(const PreprocessOptions& options) {
   return std::max<size_t>(65536, 64 * static_cast<size_t>(options.max_len));
 }
 
-// Text read in one block at most (both sides; a block also ends at pairs_per_block pairs):
-// 32,768 pairs of 25 KB lines held 1.6 GB at once.
-constexpr size_t kBlockBytes = 64 << 20;
-
 // Encodes lines[0, count) into ids[0, count) on all cores, each thread a contiguous
 // range; `first_line` (0-based) numbers them in the file for a failure's message. A line
 // longer than `longest` bytes is not encoded: (*too_long)[i] says so.
@@ -597,7 +593,7 @@ void encode_and_filter(const sentencepiece::SentencePieceProcessor& processor,
   for (int64_t first = 0;;) {
     size_t count = 0, bytes = 0;
     bool ended = false;
-    while (count < block && bytes < kBlockBytes) {
+    while (count < block && bytes < static_cast<size_t>(options.bytes_per_block)) {
       if (!source_text.next(&source_lines[count]) || !target_text.next(&target_lines[count])) {
         ended = true;
         break;
@@ -876,6 +872,7 @@ void check_preprocess_options(const PreprocessOptions& options) {
               << options.spm_sentences);
   }
   THPC_CHECK(options.pairs_per_block >= 1, "pairs_per_block " << options.pairs_per_block);
+  THPC_CHECK(options.bytes_per_block >= 1, "bytes_per_block " << options.bytes_per_block);
   THPC_CHECK(options.pairs_dealt_together >= 1,
              "pairs_dealt_together " << options.pairs_dealt_together);
   check_inputs_survive(options);

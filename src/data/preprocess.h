@@ -42,11 +42,12 @@ struct PreprocessOptions {
   // SentencePiece trains on at most this many lines of both languages (0: all). A
   // corpus with more is sampled: exactly this many lines, drawn with `seed`.
   int64_t spm_sentences = 10000000;
-  // Pairs read, encoded and written at a time (a block also ends at 64 MiB of text): what
-  // bounds the memory of everything but SentencePiece's training (about 1 KB a pair of
-  // WMT-like text, 32 MB). Not an option of the tool; the output does not depend on it
-  // (tests make it small).
+  // Pairs read, encoded and written at a time, and the most text a block reads (both
+  // sides: 32,768 pairs of 25 KB lines held 1.6 GB at once): what bounds the memory of
+  // everything but SentencePiece's training (about 1 KB a pair of WMT-like text, 32 MB).
+  // Not options of the tool; the output does not depend on them (tests make them small).
   int64_t pairs_per_block = 32768;
+  int64_t bytes_per_block = int64_t{64} << 20;
   // The training split's kept pairs go to the shards in runs of this many, run k to
   // shard k mod --shards, so that each shard holds pairs from the whole input (a corpus
   // concatenated from sub-corpora gave each shard one sub-corpus); what is left after
