@@ -758,6 +758,18 @@ TEST_F(PreprocessInput, ShardsOfAnotherDirectionOrCopiedAreRefused) {
   fs::copy_file(first, copy);
   EXPECT_EQ(refusal(copy), copy + ": holds the same pairs as " + first +
                                " (a copy? each pair belongs to one shard)");
+  // Validation shards of the other direction, in training and in the dry run alike.
+  fs::remove(copy);
+  fs::copy_file(directory_ / "de_en/valid.00000.h5", directory_ / "en_de/valid.00000.h5",
+                fs::copy_options::overwrite_existing);
+  const CommandResult dry = run_command(
+      "cd " THPC_SOURCE_DIR " && " + thpc::binary_dir() + "/transformer_hpc input/tiny.ini "
+      "--train.valid_every=1 --dry-run --data.dir=" + (directory_ / "en_de").string());
+  EXPECT_EQ(dry.exit_code, 3) << dry.output;
+  EXPECT_NE(dry.output.find((directory_ / "en_de").string() + ": the valid shards are de->en, "
+                            "the train shards en->de"),
+            std::string::npos)
+      << dry.output;
 }
 
 TEST_F(PreprocessInput, BadTextInputFailsWithOneClearMessage) {

@@ -63,6 +63,18 @@ void check_validation_vocabulary(const Config& config, const BatchSource& train,
   // Both come from data.dir (validate() requires it), so the training source has a corpus.
   THPC_CHECK(train.spm_model(), "validation without a training corpus");
   const ShardMetadata& valid = valid_source.metadata();
+  // The direction too (one vocabulary serves both: de->en validation of an en->de model
+  // was taken).
+  if (const auto* shards = dynamic_cast<const ShardReader*>(&train)) {
+    const ShardMetadata& trained = shards->metadata();
+    if (valid.source_lang != trained.source_lang || valid.target_lang != trained.target_lang) {
+      throw DataError(config.data.dir + ": the " + config.data.valid + " shards are " +
+                      valid.source_lang + "->" + valid.target_lang + ", the " +
+                      config.data.train + " shards " + trained.source_lang + "->" +
+                      trained.target_lang + ": preprocess both in one transformer_preprocess "
+                      "run");
+    }
+  }
   const SpecialIds train_ids = train.special_ids();
   if (valid.spm_model == *train.spm_model() && valid.vocab_size == train.vocab_size() &&
       valid.ids == train_ids) {
