@@ -739,6 +739,18 @@ TEST_F(PreprocessInput, ShardsOfAnotherDirectionOrCopiedAreRefused) {
   };
   preprocess_into("en_de", "en", "de", "--vocab-size 60");
   preprocess_into("de_en", "de", "en", "--spm-model " + (directory_ / "en_de/spm.model").string());
+  // The model's own options given beside --spm-model are said unused (before: silently).
+  const CommandResult unused = run_command(
+      thpc::binary_dir() + "/transformer_preprocess --source-lang en --target-lang de "
+      "--trainpref " + (directory_ / "text").string() + " --validpref " +
+      (directory_ / "text").string() + " --destdir " + (directory_ / "again").string() +
+      " --spm-model " + (directory_ / "en_de/spm.model").string() + " --vocab-size 500 "
+      "--user-symbols XX");
+  EXPECT_EQ(unused.exit_code, 0) << unused.output;
+  EXPECT_NE(unused.output.find("note: --vocab-size, --user-symbols not used: the --spm-model " +
+                               (directory_ / "en_de/spm.model").string() + " has its own"),
+            std::string::npos)
+      << unused.output;
   const std::string first = (directory_ / "en_de/train.00000.h5").string();
   const std::string second = (directory_ / "en_de/train.00001.h5").string();
   const auto refusal = [&](const std::string& third) {

@@ -90,6 +90,19 @@ int main(int argc, char** argv) {
           given, {"trainpref", "validpref", "testpref", "destdir", "spm-model"});
       options.seed = seed_of(command.seed);
       thpc::check_preprocess_options(options);
+      // The model's own: given beside --spm-model, they changed nothing, without a word.
+      if (given.count("spm-model") > 0) {
+        std::string unused;
+        for (const char* name : {"vocab-size", "model-type", "user-symbols"}) {
+          if (given.count(name) > 0 && !given[name].defaulted()) {
+            unused += (unused.empty() ? "--" : ", --") + std::string(name);
+          }
+        }
+        if (!unused.empty()) {
+          std::cerr << "note: " << unused << " not used: the --spm-model " << options.spm_model
+                    << " has its own" << std::endl;
+        }
+      }
     }
     return command;
   };
