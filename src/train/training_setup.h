@@ -35,7 +35,8 @@ std::unique_ptr<ShardReader> make_validation_source(const Config& config, int sh
 
 // The validation shards must have the training data's whole vocabulary: pieces, size and
 // special ids (a valid shard whose bos_id differed was taken, and validated on other
-// ids). Throws DataError naming both otherwise. Training and --dry-run check alike.
+// ids), and its direction (source and target languages). Throws DataError naming both
+// otherwise. Training and --dry-run check alike.
 void check_validation_vocabulary(const Config& config, const BatchSource& train,
                                  const ShardReader& valid);
 
