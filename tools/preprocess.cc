@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
     const thpc::RemovedWhenInterrupted lock_interrupted(lock->path());
     thpc::tools::StageProgress progress("transformer_preprocess");
     try {
-      thpc::preprocess(given.options, std::cout, progress, /*options_checked=*/false);
+      thpc::preprocess(given.options, std::cout, progress);
     } catch (const thpc::Error& failure) {
       // Its files are written under .partial names, removed when it fails.
       const std::string advice =

@@ -338,12 +338,11 @@ size_t longest_encoded_side(const PreprocessOptions& options) {
 
 // Encodes lines[0, count) into ids[0, count) on all cores, each thread a contiguous
 // range; `first_line` (0-based) numbers them in the file for a failure's message. A line
-// longer than `longest` bytes is not encoded: (*too_long)[i] says so.
+// longer than `longest` bytes is not encoded (its ids are left empty).
 void encode_lines(const sentencepiece::SentencePieceProcessor& processor,
                   const std::vector<std::string>& lines, size_t count, const std::string& path,
                   int64_t first_line, int threads, size_t longest,
-                  std::vector<std::vector<int>>* ids, std::vector<char>* too_long,
-                  ProgressListener& progress) {
+                  std::vector<std::vector<int>>* ids, ProgressListener& progress) {
   std::vector<std::string> failures(static_cast<size_t>(threads));
   std::vector<std::thread> workers;
   for (int t = 0; t < threads; ++t) {
@@ -351,8 +350,7 @@ void encode_lines(const sentencepiece::SentencePieceProcessor& processor,
       const size_t begin = count * t / threads;
       const size_t end = count * (t + 1) / threads;
       for (size_t i = begin; i < end; ++i) {
-        (*too_long)[i] = lines[i].size() > longest;
-        if ((*too_long)[i]) {
+        if (lines[i].size() > longest) {
           (*ids)[i].clear();
         } else if (const auto status = processor.Encode(lines[i], &(*ids)[i]); !status.ok()) {
           failures[t] = path + ":" + std::to_string(first_line + static_cast<int64_t>(i) + 1) +
@@ -371,6 +369,13 @@ void encode_lines(const sentencepiece::SentencePieceProcessor& processor,
 }
 
 static_assert(sizeof(int) == sizeof(int32_t), "SentencePiece's ids are the shards' int32");
+
+// `count` int32 values from `file`, a scratch file at `path`, or an error naming it.
+void read_int32s(std::ifstream& file, const std::string& path, int32_t* values, size_t count) {
+  if (count == 0) return;
+  file.read(reinterpret_cast<char*>(values), static_cast<std::streamsize>(count * sizeof(int32_t)));
+  if (!file) THPC_FAIL(path << ": the encoded text ends early (removed or truncated?)");
+}
 
 // One side of a split's kept pairs on disk while the split is encoded: each sentence's
 // length and its ids (int32, native order), in two scratch files removed with it. Where
@@ -427,11 +432,7 @@ class SpilledColumn {
     if (!before.empty()) {
       lengths.clear();
       lengths.seekg(static_cast<std::streamoff>(run_begin * sizeof(int32_t)));
-      lengths.read(reinterpret_cast<char*>(before.data()),
-                   static_cast<std::streamsize>(before.size() * sizeof(int32_t)));
-      if (!lengths) {
-        THPC_FAIL(lengths_path_ << ": the encoded text ends early (removed or truncated?)");
-      }
+      read_int32s(lengths, lengths_path_, before.data(), before.size());
     }
     for (const int32_t length : before) token += length;
     return token;
@@ -513,7 +514,7 @@ class SpilledRange final : public ShardColumnSource {
       const int64_t wanted = block_ - (static_cast<int64_t>(current_.offsets.size()) - 1);
       const int64_t count = std::min(wanted, ranges_[range_].pairs.end - next_);
       lengths.resize(static_cast<size_t>(count));
-      read(lengths_file_, lengths_path_, lengths.data(), lengths.size());
+      read_int32s(lengths_file_, lengths_path_, lengths.data(), lengths.size());
       const int64_t first = current_.offsets.back();
       for (const int32_t length : lengths) {
         current_.offsets.push_back(current_.offsets.back() + length);
@@ -532,7 +533,7 @@ class SpilledRange final : public ShardColumnSource {
         tokens_file_.seekg(
             static_cast<std::streamoff>(ranges_[piece.range].first_token * sizeof(int32_t)));
       }
-      read(tokens_file_, tokens_path_, tokens, static_cast<size_t>(piece.tokens));
+      read_int32s(tokens_file_, tokens_path_, tokens, static_cast<size_t>(piece.tokens));
       tokens += piece.tokens;
     }
     return current_;
@@ -555,12 +556,6 @@ class SpilledRange final : public ShardColumnSource {
     next_ = ranges_[range_].pairs.begin;
     lengths_file_.clear();
     lengths_file_.seekg(static_cast<std::streamoff>(next_ * sizeof(int32_t)));
-  }
-
-  static void read(std::ifstream& file, const std::string& path, int32_t* values, size_t count) {
-    if (count == 0) return;
-    file.read(reinterpret_cast<char*>(values), static_cast<std::streamsize>(count * sizeof(int32_t)));
-    if (!file) THPC_FAIL(path << ": the encoded text ends early (removed or truncated?)");
   }
 
   std::string lengths_path_, tokens_path_;
@@ -588,7 +583,6 @@ void encode_and_filter(const sentencepiece::SentencePieceProcessor& processor,
   // Reused from block to block: their strings and vectors keep their capacity.
   std::vector<std::string> source_lines(block), target_lines(block);
   std::vector<std::vector<int>> source_ids(block), target_ids(block);
-  std::vector<char> source_too_long(block), target_too_long(block);
   const size_t longest = longest_encoded_side(options);
   for (int64_t first = 0;;) {
     size_t count = 0, bytes = 0;
@@ -609,19 +603,19 @@ void encode_and_filter(const sentencepiece::SentencePieceProcessor& processor,
     }
     if (count == 0) break;
     encode_lines(processor, source_lines, count, files.source_path, first, threads, longest,
-                 &source_ids, &source_too_long, progress);
+                 &source_ids, progress);
     encode_lines(processor, target_lines, count, files.target_path, first, threads, longest,
-                 &target_ids, &target_too_long, progress);
+                 &target_ids, progress);
     for (size_t i = 0; i < count; ++i) {
       const std::vector<int>& src = source_ids[i];
       const std::vector<int>& tgt = target_ids[i];
-      // A side not encoded counts as one piece over --max-len.
-      const auto pieces = [&](const std::vector<int>& ids, char too_long) {
-        return too_long ? static_cast<double>(options.max_len) + 1
-                        : static_cast<double>(ids.size());
+      // A side not encoded (over `longest` bytes) counts as one piece over --max-len.
+      const auto pieces = [&](const std::vector<int>& ids, const std::string& line) {
+        return line.size() > longest ? static_cast<double>(options.max_len) + 1
+                                     : static_cast<double>(ids.size());
       };
-      const double source_pieces = pieces(src, source_too_long[i]);
-      const double target_pieces = pieces(tgt, target_too_long[i]);
+      const double source_pieces = pieces(src, source_lines[i]);
+      const double target_pieces = pieces(tgt, target_lines[i]);
       const double shorter = std::min(source_pieces, target_pieces);
       const double longer = std::max(source_pieces, target_pieces);
       if (shorter == 0) {
@@ -880,9 +874,9 @@ void check_preprocess_options(const PreprocessOptions& options) {
 }
 
 PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log,
-                             ProgressListener& progress, bool options_checked) {
+                             ProgressListener& progress) {
   const auto start = std::chrono::steady_clock::now();
-  if (!options_checked) check_preprocess_options(options);
+  check_preprocess_options(options);
 
   const ParallelFiles train = check_parallel("train", options.train_prefix, options, progress);
   const ParallelFiles valid = check_parallel("valid", options.valid_prefix, options, progress);

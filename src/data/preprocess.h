@@ -74,12 +74,10 @@ struct PreprocessSummary {
 // line counts, invalid UTF-8, a SentencePiece failure). `progress` is told of two stages
 // per split, named after it ("train"): its lines read (both languages, total unknown
 // until the end), then its lines encoded (of a known total).
-// `options_checked`: the caller has just run check_preprocess_options (the tool, at
-// parse time, for its exit code 2), whose reading of every shard in --destdir is not
-// done twice.
+// Runs check_preprocess_options first: the tool runs it at parse time too (for its exit
+// code 2), and this second pass is the one under its --destdir lock.
 PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log,
-                             ProgressListener& progress = ProgressListener::none(),
-                             bool options_checked = false);
+                             ProgressListener& progress = ProgressListener::none());
 
 // Throws thpc::Error naming the option and its value when one is out of range (a model
 // type other than bpe/unigram, no shards, a vocabulary of fewer than the 4 specials + 1,
