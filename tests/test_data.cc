@@ -1147,11 +1147,11 @@ TEST_F(DataPipeline, ValidationShardsOfAnotherVocabularyAreRefused) {
     const std::string valid = altered_shard(name, change_valid);
     fs::rename(valid, root_ / name / "valid.00000.h5");
     altered_shard(name, change_train);
-    const CommandResult result =
-        run_command("cd " THPC_SOURCE_DIR " && " + thpc::binary_dir() +
-                    "/transformer_hpc input/tiny.ini --train.max_steps=1 --train.valid_every=1 "
-                    "--checkpoint.dir=" + (root_ / (name + "_ckpt")).string() +
-                    " --data.dir=" + (root_ / name).string());
+    const std::string trainer = "cd " THPC_SOURCE_DIR " && " + thpc::binary_dir() +
+                                "/transformer_hpc input/tiny.ini --train.valid_every=1 "
+                                "--checkpoint.dir=" + (root_ / (name + "_ckpt")).string() +
+                                " --data.dir=" + (root_ / name).string();
+    const CommandResult result = run_command(trainer + " --train.max_steps=1");
     EXPECT_EQ(result.exit_code, 3) << result.output;
     EXPECT_NE(result.output.find((root_ / name).string() + ": the valid shards have another "
                                  "vocabulary than the train shards (valid: " + why),
@@ -1162,11 +1162,7 @@ TEST_F(DataPipeline, ValidationShardsOfAnotherVocabularyAreRefused) {
         << result.output;
     EXPECT_FALSE(fs::exists(root_ / (name + "_ckpt")));
     // The dry run refuses it alike (before: exit 0).
-    const CommandResult dry =
-        run_command("cd " THPC_SOURCE_DIR " && " + thpc::binary_dir() +
-                    "/transformer_hpc input/tiny.ini --train.valid_every=1 --dry-run "
-                    "--checkpoint.dir=" + (root_ / (name + "_ckpt")).string() +
-                    " --data.dir=" + (root_ / name).string());
+    const CommandResult dry = run_command(trainer + " --dry-run");
     EXPECT_EQ(dry.exit_code, 3) << dry.output;
     EXPECT_NE(dry.output.find("the valid shards have another vocabulary"), std::string::npos)
         << dry.output;
