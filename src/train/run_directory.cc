@@ -360,9 +360,19 @@ int create_exclusively(const std::string& path, const std::string& contents) {
 
 }  // namespace
 
-std::string run_lock_path(const std::string& dir) {
-  return (std::filesystem::path(dir.empty() ? "." : dir) / "trainer.lock").string();
+namespace {
+
+// The trainer's lock file in a directory it uses.
+constexpr const char* kTrainerLockName = "trainer.lock";
+
+// The lock file `name` of directory `dir` ("" is the working directory).
+std::string lock_path(const std::string& dir, const std::string& name) {
+  return (std::filesystem::path(dir.empty() ? "." : dir) / name).string();
 }
+
+}  // namespace
+
+std::string run_lock_path(const std::string& dir) { return lock_path(dir, kTrainerLockName); }
 
 // Refreshes the lock's modification time every kRunLockRefreshSeconds until destroyed,
 // while the lock is still this holder's (`contents`): one removed by hand or taken over
@@ -416,7 +426,7 @@ namespace {
 LockedUse trainer_use(const std::string& dir, const std::string& key) {
   const bool metrics_only = key != "checkpoint.dir";
   LockedUse use;
-  use.lock_name = "trainer.lock";
+  use.lock_name = kTrainerLockName;
   use.holder = "trainer";
   use.holders = "trainers";
   use.key = key;
@@ -436,7 +446,7 @@ RunLock::RunLock(const std::string& dir, std::ostream& log, const std::string& k
     : RunLock(dir, log, trainer_use(dir, key)) {}
 
 RunLock::RunLock(const std::string& dir, std::ostream& log, const LockedUse& use)
-    : path_((std::filesystem::path(dir.empty() ? "." : dir) / use.lock_name).string()) {
+    : path_(lock_path(dir, use.lock_name)) {
   namespace fs = std::filesystem;
   const std::string& named = use.named;
   const std::string& key = use.key;
@@ -466,8 +476,7 @@ RunLock::RunLock(const std::string& dir, std::ostream& log, const LockedUse& use
   for (int attempt = 0; attempt < 4; ++attempt) {
     const int failure = create_exclusively(path_, contents_);
     if (failure == 0) {
-      refresher_ = std::make_unique<Refresher>(path_, contents_, use.holder);
-      remove_at_abrupt_stop(path_);
+      hold();
       return;
     }
     if (failure != EEXIST) {
@@ -503,6 +512,13 @@ RunLock::RunLock(const std::string& dir, std::ostream& log, const LockedUse& use
             << ": others kept taking it; is another " << use.holder << " starting there?");
 }
 
+void RunLock::hold() {
+  refresher_.reset();  // joined: a refresher that found the lock gone has stopped
+  refresher_ = std::make_unique<Refresher>(path_, contents_, use_.holder);
+  keep_at_abrupt_stop(path_);  // one registration, however often the lock is taken
+  remove_at_abrupt_stop(path_);
+}
+
 void RunLock::check_held(std::ostream& log) {
   namespace fs = std::filesystem;
   // A read that fails for another reason than the file's absence (a shared filesystem's
@@ -533,8 +549,7 @@ void RunLock::check_held(std::ostream& log) {
       fs::create_directories(fs::path(path_).parent_path(), error);
       const int failure = create_exclusively(path_, contents_);
       if (failure == 0) {
-        refresher_.reset();  // joined: it may have stopped, finding the lock gone
-        refresher_ = std::make_unique<Refresher>(path_, contents_, use_.holder);
+        hold();
         log << "warning: the lock " << path_ << " had been removed (" << use_.named
             << " deleted or cleaned while this " << use_.holder << " ran?): taken again"
             << std::endl;

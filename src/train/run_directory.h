@@ -110,6 +110,9 @@ class RunLock {
   // would have made them).
   std::vector<std::string> created_;
   std::unique_ptr<Refresher> refresher_;
+  // The lock just made is this holder's: refreshed from now on, and removed by a second
+  // Ctrl-C (taken again after its removal, it was refreshed but no longer removed).
+  void hold();
 };
 
 // The lock file of run directory `dir`: DIR/trainer.lock.
