@@ -357,6 +357,37 @@ TEST_F(RunOutputs, AMetricsRecordThatCannotBeWrittenStopsTheRecordsNotTheRun) {
   EXPECT_LE(fs::file_size(dir / "metrics.jsonl"), written + 40);
 }
 
+// The run's directory deleted while it runs (by hand, a cleaning script): the records went
+// on into the unlinked files and were lost with them (the checkpoints' lock check makes
+// the directory again). Both files are made again, with a warning each.
+TEST_F(RunOutputs, AMetricsFileRemovedDuringTheRunIsMadeAgain) {
+  const fs::path dir = root_ / "removed" / "run";
+  fs::create_directories(dir);
+  MetricsFile metrics((dir / "metrics.jsonl").string());
+  std::ostringstream log;
+  metrics.warn_on(log);
+  const std::vector<LogField> fields = {{"loss", "loss", 2.5, "2.5"}};
+  metrics.write("train", 1, 0.5, fields);
+  fs::remove_all(root_ / "removed");
+  metrics.write("train", 2, 1.0, fields);
+  metrics.write("train", 3, 1.5, fields);
+  const std::vector<std::string> records = lines_of(read_file(dir / "metrics.jsonl"));
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_NE(records[0].find("\"step\": 2,"), std::string::npos) << records[0];
+  const std::vector<std::string> warnings = lines_of(log.str());
+  ASSERT_EQ(warnings.size(), 2u) << log.str();
+  EXPECT_EQ(warnings[0], "warning: the metrics file " + (dir / "metrics.jsonl").string() +
+                             " had been removed (the run's directory deleted or cleaned while "
+                             "it ran?): made again from step 2 on; its records before are lost");
+  EXPECT_EQ(warnings[1].rfind("warning: the TensorBoard event file had been removed", 0), 0u)
+      << warnings[1];
+  int event_files = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    event_files += entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  }
+  EXPECT_EQ(event_files, 1);
+}
+
 TEST_F(RunOutputs, EvalReproducesTheValidLineOfTheRunThatWroteTheCheckpoint) {
   ASSERT_EQ(run_.exit_code, 0) << run_.output;
   const auto before = listing(root_);

@@ -182,6 +182,8 @@ void MetricsFile::write(const std::string& kind, int64_t step, double wall_s,
     record << ", \"" << field.key << "\": " << json_number(field.value);
   }
   record << "}\n";
+  reopen_if_removed(step);
+  if (!file_.is_open()) return;
   // A record that cannot be written (a full disk or quota, a permission taken away) costs
   // the records, not the run: the run said "(disk full?)" and ended, without a checkpoint
   // of the steps since the last.
@@ -206,6 +208,42 @@ void MetricsFile::append(const std::string& record) {
     const int error = errno;  // the write's, which the stream keeps no record of
     THPC_FAIL("cannot write the metrics file " << path_ << " ("
               << (error != 0 ? std::strerror(error) : "an error of the stream") << ")");
+  }
+}
+
+void MetricsFile::reopen_if_removed(int64_t step) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const bool metrics_gone = !fs::exists(path_, error) && !error;
+  const bool events_gone = !events_.path().empty() && !fs::exists(events_.path(), error) && !error;
+  if (!metrics_gone && !events_gone) return;
+  const fs::path parent = fs::path(path_).parent_path();
+  try {
+    if (!parent.empty()) fs::create_directories(parent, error);
+    if (metrics_gone) {
+      file_.close();
+      file_.open(path_, std::ios::app);
+      if (!file_) {
+        THPC_FAIL("cannot open the metrics file " << path_ << " again ("
+                                                  << std::strerror(errno) << ")");
+      }
+    }
+    if (events_gone) events_ = EventFile(parent.empty() ? "." : parent.string());
+  } catch (const Error& e) {
+    give_up(e.what(), step);
+    return;
+  }
+  if (warnings_ == nullptr) return;
+  // (the old event file's name is gone with it: the new one's is said)
+  const std::string cause = " had been removed (the run's directory deleted or cleaned while "
+                            "it ran?): ";
+  if (metrics_gone) {
+    *warnings_ << "warning: the metrics file " << path_ << cause << "made again from step "
+               << step << " on; its records before are lost" << std::endl;
+  }
+  if (events_gone) {
+    *warnings_ << "warning: the TensorBoard event file" << cause << events_.path()
+               << " holds the records from step " << step << " on" << std::endl;
   }
 }
 

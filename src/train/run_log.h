@@ -83,7 +83,9 @@ class MetricsFile {
   // and the scalars KIND/wall_s and KIND/key (e.g. "train/loss", "valid/valid_ppl");
   // a null (not finite) value is left out.
   // A record that cannot be written (the file's or the event file's write fails) ends the
-  // records: both files are closed, and a warning goes to warn_on's stream.
+  // records: both files are closed, and a warning goes to warn_on's stream. A file removed
+  // while the run goes on (its directory deleted) is made again, with a warning: the
+  // records went into the unlinked file before, and were lost with it.
   void write(const std::string& kind, int64_t step, double wall_s,
              const std::vector<LogField>& fields);
   // Where write() says that it stopped recording (the run's log).
@@ -92,6 +94,7 @@ class MetricsFile {
  private:
   void append(const std::string& record);
   void give_up(const std::string& what, int64_t step);
+  void reopen_if_removed(int64_t step);
 
   std::string path_;
   std::ofstream file_;
