@@ -172,6 +172,7 @@ class DataPipeline : public ::testing::Test {
   static std::string altered_shard(const std::string& name,
                                    const std::function<void(ShardContents&)>& change) {
     ShardContents contents = read_shard(train_files().front());
+    contents.number = ShardNumber{0, 1};  // a whole set
     change(contents);
     const fs::path dir = root_ / name;
     fs::create_directories(dir);
@@ -631,7 +632,37 @@ void expect_preprocess_failure(const fs::path& dir, const std::string& file,
 }
 
 // transformer_preprocess's refusals that need no data set: each test a directory of its own.
-class PreprocessInput : public ScratchDirectoryTest {};
+class PreprocessInput : public ScratchDirectoryTest {
+ protected:
+  // DIR/text.en and DIR/text.de: 40 pairs, no two alike.
+  void write_forty_pairs() {
+    std::vector<std::string> en, de;
+    for (int i = 0; i < 40; ++i) {
+      en.push_back("a dog runs " + std::to_string(i));
+      de.push_back("ein Hund rennt " + std::to_string(i));
+    }
+    write_lines(directory_ / "text.en", en);
+    write_lines(directory_ / "text.de", de);
+  }
+  // DIR/text preprocessed (train and valid) into DIR/DEST with `options` (the languages
+  // among them).
+  void preprocess_into(const std::string& dest, const std::string& options) {
+    const CommandResult run = run_command(
+        thpc::binary_dir() + "/transformer_preprocess --trainpref " +
+        (directory_ / "text").string() + " --validpref " + (directory_ / "text").string() +
+        " --destdir " + (directory_ / dest).string() + " " + options);
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+  }
+  // What the reader says of the shards: its error, or "accepted".
+  static std::string reader_refusal(const ShardReaderSpec& spec) {
+    try {
+      ShardReader reader(spec);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  }
+};
 
 // One transformer_preprocess at a time in a --destdir (DEST/preprocess.lock, the
 // trainer's kind of lock): two at once wrote each other's scratch files and shards. A
@@ -721,24 +752,10 @@ TEST_F(PreprocessInput, APathWithACommaIsTheFileItNames) {
 // trained on en->de and de->en mixed, exit 0) and a copy of another (an epoch read its
 // pairs twice).
 TEST_F(PreprocessInput, ShardsOfAnotherDirectionOrCopiedAreRefused) {
-  std::vector<std::string> en, de;
-  for (int i = 0; i < 40; ++i) {
-    en.push_back("a dog runs " + std::to_string(i));
-    de.push_back("ein Hund rennt " + std::to_string(i));
-  }
-  write_lines(directory_ / "text.en", en);
-  write_lines(directory_ / "text.de", de);
-  const auto preprocess_into = [&](const std::string& dest, const std::string& from,
-                                   const std::string& to, const std::string& more) {
-    const CommandResult run = run_command(
-        thpc::binary_dir() + "/transformer_preprocess --source-lang " + from + " --target-lang " +
-        to + " --trainpref " + (directory_ / "text").string() + " --validpref " +
-        (directory_ / "text").string() + " --destdir " + (directory_ / dest).string() +
-        " --shards 2 " + more);
-    ASSERT_EQ(run.exit_code, 0) << run.output;
-  };
-  preprocess_into("en_de", "en", "de", "--vocab-size 60");
-  preprocess_into("de_en", "de", "en", "--spm-model " + (directory_ / "en_de/spm.model").string());
+  write_forty_pairs();
+  preprocess_into("en_de", "--source-lang en --target-lang de --shards 2 --vocab-size 60");
+  preprocess_into("de_en", "--source-lang de --target-lang en --shards 2 --spm-model " +
+                               (directory_ / "en_de/spm.model").string());
   // The model's own options given beside --spm-model are said unused (before: silently).
   const CommandResult unused = run_command(
       thpc::binary_dir() + "/transformer_preprocess --source-lang en --target-lang de "
@@ -756,12 +773,7 @@ TEST_F(PreprocessInput, ShardsOfAnotherDirectionOrCopiedAreRefused) {
   const auto refusal = [&](const std::string& third) {
     ShardReaderSpec spec;
     spec.files = {first, second, third};
-    try {
-      ShardReader reader(spec);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("accepted");
+    return reader_refusal(spec);
   };
   EXPECT_EQ(refusal((directory_ / "de_en/train.00000.h5").string()),
             (directory_ / "de_en/train.00000.h5").string() + ": a de->en shard, but " + first +
@@ -782,6 +794,108 @@ TEST_F(PreprocessInput, ShardsOfAnotherDirectionOrCopiedAreRefused) {
                             "the train shards en->de"),
             std::string::npos)
       << dry.output;
+}
+
+// The shards of a split record their number and count: a set copied short (before: the
+// missing last shard left no gap, and the run trained on the rest, exit 0), a shard under
+// another's name, or shards of two preprocessing runs side by side are refused, naming the
+// files; shards of before (no numbers) are read as they were, with a note.
+TEST_F(PreprocessInput, ASetOfShardsCopiedShortOrMixedIsRefused) {
+  write_forty_pairs();
+  preprocess_into("full", "--source-lang en --target-lang de --vocab-size 60 --shards 3");
+  preprocess_into("two", "--source-lang en --target-lang de --shards 2 --spm-model " +
+                             (directory_ / "full/spm.model").string());
+  const auto shard = [&](const std::string& dir, const std::string& name) {
+    return (directory_ / dir / name).string();
+  };
+  for (int64_t i = 0; i < 3; ++i) {
+    const ShardNumber number = read_shard_summary(shard("full", "train.0000" +
+                                                             std::to_string(i) + ".h5")).number;
+    EXPECT_EQ(number.index, i);
+    EXPECT_EQ(number.count, 3);
+  }
+  EXPECT_EQ(read_shard_summary(shard("full", "valid.00000.h5")).number.count, 1);
+  // `names` from the directories given, as shards 0, 1, ... of directory `into`.
+  const auto set_of = [&](const std::string& into,
+                          const std::vector<std::pair<std::string, std::string>>& names) {
+    fs::create_directories(directory_ / into);
+    ShardReaderSpec spec;
+    for (size_t i = 0; i < names.size(); ++i) {
+      spec.files.push_back(shard(into, "train.0000" + std::to_string(i) + ".h5"));
+      fs::copy_file(shard(names[i].first, names[i].second), spec.files.back());
+    }
+    return spec;
+  };
+  const ShardReaderSpec whole = set_of("whole", {{"full", "train.00000.h5"},
+                                                 {"full", "train.00001.h5"},
+                                                 {"full", "train.00002.h5"}});
+  EXPECT_EQ(reader_refusal(whole), "accepted");
+  const ShardReaderSpec cut_short = set_of("short", {{"full", "train.00000.h5"},
+                                                     {"full", "train.00001.h5"}});
+  EXPECT_EQ(reader_refusal(cut_short),
+            shard("short", "train.00000.h5") + ": one of 3 shards, but only 2 are there: " +
+                shard("short", "train.00002.h5") + " missing (a copy cut short? copy the data "
+                "directory again, or re-run transformer_preprocess)");
+  const ShardReaderSpec renamed = set_of("renamed", {{"full", "train.00000.h5"},
+                                                     {"full", "train.00002.h5"},
+                                                     {"full", "train.00001.h5"}});
+  EXPECT_EQ(reader_refusal(renamed),
+            shard("renamed", "train.00001.h5") + ": is shard 2 of its split (" +
+                shard("renamed", "train.00002.h5") + "), renamed or copied under another "
+                "shard's name: give each shard its own name back, or re-run "
+                "transformer_preprocess");
+  const ShardReaderSpec mixed = set_of("mixed", {{"full", "train.00000.h5"},
+                                                 {"two", "train.00001.h5"}});
+  EXPECT_EQ(reader_refusal(mixed),
+            shard("mixed", "train.00001.h5") + ": one of 2 shards, but " +
+                shard("mixed", "train.00000.h5") + " is one of 3: shards of different "
+                "preprocessing runs in one directory (re-run transformer_preprocess into an "
+                "empty --destdir)");
+  // Shards written before numbers were recorded: read as they were, with a note; beside a
+  // numbered one, refused.
+  fs::create_directories(directory_ / "old");
+  ShardReaderSpec old;
+  for (int i = 0; i < 2; ++i) {
+    ShardContents contents = read_shard(shard("full", "train.0000" + std::to_string(i) + ".h5"));
+    contents.number = ShardNumber{};
+    old.files.push_back(shard("old", "train.0000" + std::to_string(i) + ".h5"));
+    write_shard(old.files.back(), contents);
+  }
+  {
+    ShardReader reader(old);
+    std::ostringstream notes;
+    reader.print_notes(notes, "data.train");
+    EXPECT_EQ(notes.str(), "data.train: the shards record no count (written before "
+                           "2026-12-02): a last shard missing from the set cannot be told "
+                           "(re-run transformer_preprocess to have it checked)\n");
+  }
+  old.files.push_back(shard("old", "train.00002.h5"));
+  fs::copy_file(shard("full", "train.00002.h5"), old.files.back());
+  EXPECT_EQ(reader_refusal(old),
+            shard("old", "train.00002.h5") + " records its number among its split's shards, "
+                "and " + shard("old", "train.00000.h5") + " does not: shards of different "
+                "preprocessing runs in one directory (re-run transformer_preprocess into an "
+                "empty --destdir)");
+  // The trainer says so before it starts (exit 3, the data's), as its dry run does.
+  fs::copy_file(shard("full", "valid.00000.h5"), shard("short", "valid.00000.h5"));
+  const CommandResult dry = run_command(
+      "cd " THPC_SOURCE_DIR " && " + thpc::binary_dir() + "/transformer_hpc input/tiny.ini "
+      "--dry-run --data.dir=" + (directory_ / "short").string());
+  EXPECT_EQ(dry.exit_code, 3) << dry.output;
+  EXPECT_NE(dry.output.find(shard("short", "train.00002.h5") + " missing"), std::string::npos)
+      << dry.output;
+  // A number outside its count is damage.
+  const std::string damaged = shard("whole", "train.00001.h5");
+  {
+    const hid_t file = H5Fopen(damaged.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t attribute = H5Aopen(file, "shard_index", H5P_DEFAULT);
+    const int64_t value = 3;
+    H5Awrite(attribute, H5T_NATIVE_INT64, &value);
+    H5Aclose(attribute);
+    H5Fclose(file);
+  }
+  expect_error([&] { read_shard_summary(damaged); },
+               {damaged, "shard_index 3 of shard_count 3", "the shard is damaged"});
 }
 
 TEST_F(PreprocessInput, BadTextInputFailsWithOneClearMessage) {
@@ -845,6 +959,40 @@ TEST_F(PreprocessInput, BadTextInputFailsWithOneClearMessage) {
             std::string::npos)
       << not_a_model.output;
   EXPECT_EQ(not_a_model.output.find("Internal"), std::string::npos) << not_a_model.output;
+  // One language for both sides read each file as its own translation (before: trained).
+  const CommandResult one_language = run_command(
+      thpc::binary_dir() + "/transformer_preprocess --source-lang en --target-lang en "
+      "--trainpref " + (dir / "bad").string() + " --validpref " + (dir / "bad").string() +
+      " --destdir " + (dir / "out").string());
+  EXPECT_EQ(one_language.exit_code, 2) << one_language.output;
+  EXPECT_EQ(one_language.output, "transformer_preprocess: --source-lang and --target-lang are "
+                                 "both 'en': both sides would be read from the same files "
+                                 "(PREFIX.en); give the suffixes of the two languages' files "
+                                 "(see --help)\n");
+  // More shards than lines: said once the lines are counted, before SentencePiece trains
+  // and the text is encoded (before: after both).
+  write_lines(dir / "bad.de", {"ein Hund", "eine Katze", "ein Vogel"});
+  const CommandResult many_shards = run_command(
+      thpc::binary_dir() + "/transformer_preprocess --source-lang en --target-lang de "
+      "--trainpref " + (dir / "bad").string() + " --validpref " + (dir / "bad").string() +
+      " --destdir " + (dir / "out").string() + " --shards 4 --vocab-size 30");
+  EXPECT_EQ(many_shards.exit_code, 1) << many_shards.output;
+  EXPECT_NE(many_shards.output.find("--shards 4 is more than the 3 training pairs of " +
+                                    (dir / "bad.en").string() + ", " +
+                                    (dir / "bad.de").string() + ": give at most 3"),
+            std::string::npos)
+      << many_shards.output;
+  // A bad --spm-model is said before the text is read (before: after, minutes on WMT14):
+  // here the text's own fault, a line missing on one side, would be found by the reading.
+  write_lines(dir / "bad.de", {"ein Hund", "eine Katze"});
+  const CommandResult model_first = run_command(
+      thpc::binary_dir() + "/transformer_preprocess --source-lang en --target-lang de "
+      "--trainpref " + (dir / "bad").string() + " --validpref " + (dir / "bad").string() +
+      " --destdir " + (dir / "out").string() + " --spm-model " + (dir / "bad.en").string());
+  EXPECT_EQ(model_first.exit_code, 1) << model_first.output;
+  EXPECT_NE(model_first.output.find((dir / "bad.en").string() + ": not a SentencePiece model"),
+            std::string::npos)
+      << model_first.output;
 }
 
 // An option out of range is a usage error (exit 2, a plain line), not an internal check.

@@ -252,6 +252,7 @@ void write_as_when_held(const PreprocessOptions& options, const fs::path& dest) 
     }
     for (int shard = 0; shard < shards; ++shard) {
       contents[shard].metadata = metadata;
+      contents[shard].number = ShardNumber{shard, shards};
       write_shard((dest / (name + ".0000" + std::to_string(shard) + ".h5")).string(),
                   contents[shard]);
     }

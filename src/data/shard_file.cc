@@ -18,6 +18,9 @@ constexpr const char* kChecksumAttribute = "sha256";
 // 2026-12-01; shards without it are read as before): the token datasets had checksums,
 // but a flipped byte in a piece of the model passed into every checkpoint and decoding.
 constexpr const char* kSpmModelChecksumAttribute = "spm_model_sha256";
+// ShardNumber's root attributes, both or neither.
+constexpr const char* kShardIndexAttribute = "shard_index";
+constexpr const char* kShardCountAttribute = "shard_count";
 
 // ---- writing ----
 
@@ -48,7 +51,8 @@ class ShardWriter {
   // content gives the same bytes.
   explicit ShardWriter(const std::string& path) : path_(path), writer_("shard " + path, options()) {}
 
-  void write(const ShardMetadata& meta, ShardColumnSource& source, ShardColumnSource& target) {
+  void write(const ShardMetadata& meta, const ShardNumber& number, ShardColumnSource& source,
+             ShardColumnSource& target) {
     const Handle file = writer_.create_file(path_);
     checksummed_ = meta.format_version >= 2;
     write_column(file.get(), "src", source);
@@ -66,6 +70,12 @@ class ShardWriter {
     if (checksummed_) {
       write_bytes(file.get(), kSpmModelChecksumAttribute,
                   sha256_hex(meta.spm_model.data(), meta.spm_model.size()));
+    }
+    if (number.recorded()) {
+      THPC_CHECK(number.index >= 0 && number.index < number.count,
+                 path_ << ": shard " << number.index << " of " << number.count);
+      write_int(file.get(), kShardIndexAttribute, number.index);
+      write_int(file.get(), kShardCountAttribute, number.count);
     }
     writer_.check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "flush");
   }
@@ -220,6 +230,26 @@ class ShardFileReader {
     return meta;
   }
 
+  ShardNumber number() const {
+    const bool has_index = file_.has_attribute(file_.root(), kShardIndexAttribute);
+    const bool has_count = file_.has_attribute(file_.root(), kShardCountAttribute);
+    if (has_index != has_count) {
+      THPC_FAIL(path_ << ": attribute " << (has_index ? kShardIndexAttribute : kShardCountAttribute)
+                      << " without " << (has_index ? kShardCountAttribute : kShardIndexAttribute)
+                      << ": the shard is damaged (re-run transformer_preprocess)");
+    }
+    ShardNumber number;
+    if (!has_index) return number;
+    number.index = read_int(kShardIndexAttribute);
+    number.count = read_int(kShardCountAttribute);
+    if (number.count < 1 || number.index < 0 || number.index >= number.count) {
+      THPC_FAIL(path_ << ": shard_index " << number.index << " of shard_count " << number.count
+                      << " (an index from 0 to the count - 1): the shard is damaged (re-run "
+                      << "transformer_preprocess)");
+    }
+    return number;
+  }
+
   // The offsets of one side, checked against the pair count and the token count.
   std::vector<int64_t> offsets(const std::string& side, int64_t pairs,
                                int64_t* token_count) const {
@@ -352,6 +382,7 @@ std::vector<int32_t> lengths_of(const std::vector<int64_t>& offsets) {
 ShardSummary summarize(ShardFileReader& reader) {
   ShardSummary summary;
   summary.metadata = reader.metadata(&summary.pairs);
+  summary.number = reader.number();
   summary.checksummed = reader.checksummed();
   summary.source_lengths =
       lengths_of(reader.offsets("src", summary.pairs, &summary.source_tokens));
@@ -367,6 +398,7 @@ ShardContents read_contents(ShardFileReader& reader) {
   int64_t pairs = 0;
   int64_t token_count = 0;
   contents.metadata = reader.metadata(&pairs);
+  contents.number = reader.number();
   const int vocab = contents.metadata.vocab_size;
   contents.source.offsets = reader.offsets("src", pairs, &token_count);
   contents.source.tokens = reader.tokens("src", vocab);
@@ -381,15 +413,16 @@ ShardContents read_contents(ShardFileReader& reader) {
 
 void write_shard(const std::string& path, const ShardContents& contents) {
   WholeColumn source(contents.source), target(contents.target);
-  write_shard_streamed(path, contents.metadata, source, target);
+  write_shard_streamed(path, contents.metadata, source, target, contents.number);
 }
 
 void write_shard_streamed(const std::string& path, const ShardMetadata& metadata,
-                          ShardColumnSource& source, ShardColumnSource& target) {
+                          ShardColumnSource& source, ShardColumnSource& target,
+                          const ShardNumber& number) {
   THPC_CHECK(source.sentences() == target.sentences(),
              path << ": " << source.sentences() << " sources but " << target.sentences()
                   << " targets");
-  ShardWriter(path).write(metadata, source, target);
+  ShardWriter(path).write(metadata, number, source, target);
 }
 
 ShardSummary read_shard_summary(const std::string& path) {

@@ -5,7 +5,8 @@
 //   /src/offsets  int64 [pairs + 1]      sentence i is tokens[offsets[i], offsets[i+1])
 //   /tgt/tokens, /tgt/offsets            the same for the targets
 //   attributes of /: format_version, vocab_size, pad_id, unk_id, bos_id, eos_id,
-//   source_lang, target_lang, pairs, spm_model (the SentencePiece model's bytes)
+//   source_lang, target_lang, pairs, spm_model (the SentencePiece model's bytes);
+//   shard_index, shard_count (optional: ShardNumber)
 //   attribute of each of the four datasets (format 2): sha256, the hex digest of its
 //   values' bytes (little-endian), as uint8 text like the other string attributes
 //
@@ -58,8 +59,19 @@ struct ShardMetadata {
   std::string spm_model;  // serialized SentencePiece ModelProto
 };
 
+// Where a shard stands in its split: shard `index` of `count`. transformer_preprocess
+// records it (since 2026-12-02) so that the reader can tell a set copied short: a missing
+// last shard left no gap in the numbering, and the run trained on the rest without a word.
+// count 0: not recorded (older shards, or a test's write_shard without it).
+struct ShardNumber {
+  int64_t index = 0;
+  int64_t count = 0;
+  bool recorded() const { return count > 0; }
+};
+
 struct ShardContents {
   ShardMetadata metadata;
+  ShardNumber number;
   TokenColumn source, target;
   // As read (read_shard): the sha256 recorded with each side's tokens, which the tokens
   // were checked against ("" for format 1). write_shard records its own.
@@ -88,17 +100,20 @@ class ShardColumnSource {
 
 // The file write_shard writes for the same metadata and sentences, byte for byte (tested
 // in test_preprocess_memory), holding one block of one side at a time.
+// `number` is recorded when given (preprocessing gives it).
 void write_shard_streamed(const std::string& path, const ShardMetadata& metadata,
-                          ShardColumnSource& source, ShardColumnSource& target);
+                          ShardColumnSource& source, ShardColumnSource& target,
+                          const ShardNumber& number = {});
 
 // The metadata and pair count of a shard, with the offsets of both sides checked (monotone,
 // starting at 0, ending at the token count, as many as the pairs + 1). Throws thpc::Error
 // naming the file and the problem: not HDF5 or truncated, a missing dataset or attribute,
 // a format version this program does not read, a dataset of another type than int32
 // tokens / int64 offsets, offsets whose sha256 is not the recorded one, bad offsets, an
-// empty sentence.
+// empty sentence, a shard number outside its count.
 struct ShardSummary {
   ShardMetadata metadata;
+  ShardNumber number;
   bool checksummed = true;  // false for format 1 shards: corruption goes undetected
   int64_t pairs = 0;
   int64_t source_tokens = 0, target_tokens = 0;

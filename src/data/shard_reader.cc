@@ -86,6 +86,58 @@ std::vector<std::string> find_shards(const std::string& directory, const std::st
 
 namespace {
 
+// Shard `index`'s name in the set whose shard 0 is `first` (PREFIX.00000.h5 ->
+// PREFIX.0000N.h5, as find_shards looks for them), or "shard N" when `first` is not so named.
+std::string sibling_shard(const std::string& first, int64_t index) {
+  const std::string zero = ".00000.h5";
+  if (first.size() < zero.size() || first.compare(first.size() - zero.size(), zero.size(), zero)) {
+    return "shard " + std::to_string(index);
+  }
+  char name[32];
+  std::snprintf(name, sizeof name, ".%05lld.h5", static_cast<long long>(index));
+  return first.substr(0, first.size() - zero.size()) + name;
+}
+
+// The shards of a split record their number and count (ShardNumber): a set copied short, a
+// shard renamed, or shards of two preprocessing runs in one directory are refused, since
+// each would train on other data than the corpus without a word. Sets without numbers
+// (shards written before) are taken as they are.
+void check_shard_numbers(const std::vector<std::string>& files,
+                         const std::vector<ShardNumber>& numbers) {
+  const ShardNumber& first = numbers.front();
+  for (size_t i = 0; i < files.size(); ++i) {
+    const ShardNumber& number = numbers[i];
+    if (number.recorded() != first.recorded()) {
+      THPC_FAIL(files[i] << (number.recorded() ? " records" : " records no")
+                         << " its number among its split's shards, and " << files.front()
+                         << (first.recorded() ? " does" : " does not")
+                         << ": shards of different preprocessing runs in one directory (re-run "
+                         << "transformer_preprocess into an empty --destdir)");
+    }
+    if (!number.recorded()) continue;
+    if (number.count != first.count) {
+      THPC_FAIL(files[i] << ": one of " << number.count << " shards, but " << files.front()
+                         << " is one of " << first.count << ": shards of different "
+                         << "preprocessing runs in one directory (re-run "
+                         << "transformer_preprocess into an empty --destdir)");
+    }
+    if (number.index != static_cast<int64_t>(i)) {
+      THPC_FAIL(files[i] << ": is shard " << number.index << " of its split ("
+                         << sibling_shard(files.front(), number.index)
+                         << "), renamed or copied under another shard's name: give each "
+                         << "shard its own name back, or re-run transformer_preprocess");
+    }
+  }
+  const int64_t found = static_cast<int64_t>(files.size());
+  if (first.recorded() && found < first.count) {
+    THPC_FAIL(files.front() << ": one of " << first.count << " shards, but only " << found
+                            << " are there: " << sibling_shard(files.front(), found)
+                            << (first.count - found > 1 ? " and after it" : "")
+                            << " missing (a copy cut short? copy the data directory again, "
+                            << "or re-run transformer_preprocess)");
+  }
+}
+
 // The SentencePiece model the shards store is what validation BLEU, every checkpoint and
 // so decoding take: it must load, and agree with the shards' vocabulary size and special
 // ids (a garbage model trained to exit 0 and failed only in transformer_decode, with
@@ -211,6 +263,11 @@ ShardReader::ShardReader(const ShardReaderSpec& spec) : spec_(spec) {
     auto contents = std::make_unique<ShardContents>(read_shard(shard->path));
     if (all_resident_) shard->contents = std::move(contents);
   }
+  // After every file's own checks: a damaged shard is said as such, not as a set's problem.
+  std::vector<ShardNumber> numbers;
+  for (const auto& shard : shards_) numbers.push_back(shard->summary.number);
+  check_shard_numbers(spec.files, numbers);
+  numbered_ = numbers.front().recorded();
 }
 
 ShardReader::~ShardReader() = default;
@@ -227,6 +284,11 @@ void ShardReader::print_notes(std::ostream& log, const std::string& what) const 
         << (unchecksummed_files_.size() > 1 ? ", ..." : "")
         << ") are of format 1, without checksums: corruption cannot be detected (re-run "
         << "transformer_preprocess)" << std::endl;
+  }
+  if (!numbered_) {
+    log << what << ": the shards record no count (written before 2026-12-02): a last shard "
+        << "missing from the set cannot be told (re-run transformer_preprocess to have it "
+        << "checked)" << std::endl;
   }
 }
 

@@ -52,8 +52,9 @@ struct ShardReaderSpec {
 
 class ShardReader final : public BatchSource {
  public:
-  // Opens and validates every shard: format, offsets, ids within the vocabulary, and
-  // one vocabulary (size, special ids, SentencePiece model) for all of them.
+  // Opens and validates every shard: format, offsets, ids within the vocabulary, one
+  // vocabulary (size, special ids, SentencePiece model) and direction for all of them, and
+  // the whole set as preprocessing numbered it (none missing, renamed or of another run).
   explicit ShardReader(const ShardReaderSpec& spec);
   ~ShardReader() override;
 
@@ -82,7 +83,7 @@ class ShardReader final : public BatchSource {
   // The shards of format 1, which carry no checksums.
   const std::vector<std::string>& unchecksummed_files() const { return unchecksummed_files_; }
   // One line for each thing a user should know before training on this corpus (named
-  // `what`: "data.train"): pairs dropped as too long, shards without checksums.
+  // `what`: "data.train"): pairs dropped as too long, shards without checksums or numbers.
   void print_notes(std::ostream& log, const std::string& what) const override;
   int64_t batches_per_epoch(int64_t max_tokens) override;
   // Shard by shard, in the epoch's shard order: the shard `position` is in and the same
@@ -110,6 +111,7 @@ class ShardReader final : public BatchSource {
   int64_t dropped_too_long_ = 0;
   int64_t longest_padded_side_ = 0;
   std::vector<std::string> unchecksummed_files_;
+  bool numbered_ = true;  // the shards record their number and count (ShardNumber)
   bool all_resident_ = false;
   int64_t planned_budget_ = -1;
   int64_t batches_per_epoch_ = 0;
