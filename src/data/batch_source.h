@@ -32,6 +32,9 @@ class BatchSource {
   // shards of transformer_preprocess): its SentencePiece model, serialized, which each
   // checkpoint carries, or null for a generated task, which has no corpus.
   virtual const std::string* spm_model() const { return nullptr; }
+  // The corpus's languages, "en->de" ("" for a generated task): one vocabulary serves both
+  // directions, so the vocabulary alone does not tell an en->de corpus from a de->en one.
+  virtual std::string direction() const { return ""; }
   // The pairs an epoch delivers (0 for a generated task, which has no end).
   virtual int64_t pairs() const { return 0; }
   // A digest of those pairs, equal on two ranks only if they read the same corpus ("" for

@@ -73,6 +73,9 @@ class ShardReader final : public BatchSource {
   void seek(const DataPosition& position) override;
 
   const std::string* spm_model() const override { return &metadata_.spm_model; }
+  std::string direction() const override {
+    return metadata_.source_lang + "->" + metadata_.target_lang;
+  }
   // The pairs an epoch delivers: those of the shards, less dropped_too_long().
   int64_t pairs() const override { return total_pairs_; }
   // Over the shards in order: each one's sentence lengths and the sha256 recorded with its

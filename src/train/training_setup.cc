@@ -65,15 +65,10 @@ void check_validation_vocabulary(const Config& config, const BatchSource& train,
   const ShardMetadata& valid = valid_source.metadata();
   // The direction too (one vocabulary serves both: de->en validation of an en->de model
   // was taken).
-  if (const auto* shards = dynamic_cast<const ShardReader*>(&train)) {
-    const ShardMetadata& trained = shards->metadata();
-    if (valid.source_lang != trained.source_lang || valid.target_lang != trained.target_lang) {
-      throw DataError(config.data.dir + ": the " + config.data.valid + " shards are " +
-                      valid.source_lang + "->" + valid.target_lang + ", the " +
-                      config.data.train + " shards " + trained.source_lang + "->" +
-                      trained.target_lang + ": preprocess both in one transformer_preprocess "
-                      "run");
-    }
+  if (valid_source.direction() != train.direction()) {
+    throw DataError(config.data.dir + ": the " + config.data.valid + " shards are " +
+                    valid_source.direction() + ", the " + config.data.train + " shards " +
+                    train.direction() + ": preprocess both in one transformer_preprocess run");
   }
   const SpecialIds train_ids = train.special_ids();
   if (valid.spm_model == *train.spm_model() && valid.vocab_size == train.vocab_size() &&
