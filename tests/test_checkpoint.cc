@@ -29,6 +29,7 @@
 #include "common/error.h"
 #include "config/config.h"
 #include "data/synthetic.h"
+#include "io/atomic_file.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/checkpoint_params.h"
 #include "train/stop_request.h"
@@ -1080,6 +1081,13 @@ TEST_F(CheckpointTest, AFailedWriteLeavesNoFileBehind) {
   expect_error([&] { write_checkpoint(file, twice); },
                {"cannot write checkpoint " + file, "dataset /params/a.weight"});
   EXPECT_TRUE(fs::is_empty(directory_));  // neither the checkpoint nor its .tmp
+  // A write whose last step, the rename, fails (here a directory holds the name): the
+  // whole temporary was left behind (a base checkpoint's 757 MB, which nothing removes
+  // outside a run directory).
+  fs::create_directories(fs::path(file) / "inside");
+  expect_error([&] { write_checkpoint(file, constant_checkpoint(1.0f, 3, "arch")); },
+               {"cannot write checkpoint " + file, "rename of", "the temporary file is removed"});
+  EXPECT_FALSE(fs::exists(temporary_path(file)));
 }
 
 // ---- averaging ----

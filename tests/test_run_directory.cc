@@ -116,6 +116,18 @@ TEST_F(RunDirectory, OverwriteDeletesTheEarlierRunsFilesFirst) {
   const std::vector<std::string> runs = run_records(directory_ / "run" / "checkpoints" / "metrics.jsonl");
   ASSERT_EQ(runs.size(), 1u);
   EXPECT_EQ(runs[0], read_checkpoint(checkpoints + "/step_00000003.h5").run_id);
+  // A file that cannot be deleted (here a folder under a checkpoint's name, not empty) is
+  // refused as without overwrite (before: "removed", and the run went on beside it).
+  fs::create_directories(directory_ / "run" / "checkpoints" / "step_00000009.h5" / "inside");
+  const ProcessResult third =
+      train("run", "--train.max_steps=3 --train.seed=3 --checkpoint.overwrite=true");
+  EXPECT_EQ(third.exit_code, 2) << third.output;
+  EXPECT_NE(third.output.find("checkpoint.overwrite = true could not delete " + checkpoints +
+                              "/step_00000009.h5 ("),
+            std::string::npos)
+      << third.output;
+  EXPECT_EQ(third.output.find("removed " + checkpoints + "/step_00000009.h5"), std::string::npos)
+      << third.output;
 }
 
 TEST_F(RunDirectory, AResumedRunAppendsToItsOwnFilesAndRefusesAnotherRuns) {

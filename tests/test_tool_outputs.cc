@@ -344,6 +344,15 @@ TEST_F(ToolOutputs, PreprocessNeverRemovesOrRewritesItsInputs) {
   expect_refused(preprocess + "--trainpref text/train --destdir run",
                  "--destdir run is a training run's directory (it holds step_00000005.h5): "
                  "give the corpus a directory of its own");
+  // ... by any file a run writes, as the checkpoints' own rule names them (before: a list
+  // of its own, without the averages of the best nor the damaged checkpoints moved aside).
+  fs::remove("run/step_00000005.h5");
+  for (const std::string name : {"average_best3.h5", "step_00000005.h5.corrupt", "trainer.lock"}) {
+    std::ofstream("run/" + name) << "a run's";
+    expect_refused(preprocess + "--trainpref text/train --destdir run",
+                   "--destdir run is a training run's directory (it holds " + name + ")");
+    fs::remove("run/" + name);
+  }
   // An earlier run's shards are removed, and the run says so.
   const ProcessResult again = run_process(kBin + "/" + preprocess +
                                           "--trainpref text/train --destdir data --shards 2");

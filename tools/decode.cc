@@ -260,7 +260,12 @@ SourceText read_source_text(const Arguments& args, const sentencepiece::Sentence
   input.sources.resize(input.lines.size());
   for (size_t i = 0; i < input.lines.size(); ++i) {
     std::vector<int> pieces;
-    spm.Encode(input.lines[i], &pieces);
+    // (ignored, a failure gave the line an empty source, and a translation of nothing)
+    const auto encoded = spm.Encode(input.lines[i], &pieces);
+    if (!encoded.ok()) {
+      THPC_FAIL(input.name << ": line " << i + 1 << ": SentencePiece cannot encode it ("
+                           << encoded.ToString() << ")");
+    }
     if (static_cast<int>(pieces.size()) > longest_source) {
       std::cerr << "transformer_decode: warning: line " << i + 1 << " has " << pieces.size()
                 << " tokens; truncated to " << longest_source << " (model.max_positions = "

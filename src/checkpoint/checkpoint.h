@@ -20,6 +20,7 @@
 #include "common/progress.h"
 #include "config/config.h"
 #include "data/batch_source.h"
+#include "io/run_file_names.h"
 
 namespace thpc {
 
@@ -186,26 +187,9 @@ std::string with_norm_recorded(const std::string& architecture);
 std::string architecture_differences(const std::string& first, const std::string& first_name,
                                      const std::string& second, const std::string& second_name);
 
-// The canonical file name of a step: "step_00001234.h5".
-std::string checkpoint_file_name(int64_t step);
-// The step of "step_00001234.h5", or -1 for any other name.
-int64_t step_of_file_name(const std::string& name);
 
-// The name of a kept best checkpoint of a step (checkpoint.keep_best_count):
-// "best_step_00001234.h5". Not a step_*.h5: the rotation of checkpoint.keep, resume=auto
-// and averaging the last N never see it.
-std::string best_checkpoint_file_name(int64_t step);
-bool is_best_checkpoint_name(const std::string& path);
 
-// Whether the last component of `path` is a training checkpoint's name (step_*.h5 with
-// digits): the files list_checkpoints(), resume=auto and pruning act on.
-bool is_step_checkpoint_name(const std::string& path);
 
-// Whether the last component of `path` names a file a training run writes in its
-// checkpoint directory: its checkpoints, the damaged ones it moved aside
-// (step_*.h5.corrupt), best.h5 and its averages (average_last*.h5). What a new run
-// refuses to find there (checkpoint.overwrite) and what no tool writes over.
-bool is_run_checkpoint_file(const std::string& path);
 
 // Writes atomically (temporary file, fsync, rename). Throws thpc::Error naming the path.
 void write_checkpoint(const std::string& path, const Checkpoint& checkpoint);

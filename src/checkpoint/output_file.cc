@@ -13,6 +13,7 @@
 #include "checkpoint/checkpoint.h"
 #include "common/error.h"
 #include "io/atomic_file.h"
+#include "io/run_file_names.h"
 #include "io/hdf5.h"
 
 namespace thpc {
@@ -116,8 +117,8 @@ std::string training_run_file(const std::string& path) {
     return "the final average of the training run whose checkpoints are beside it "
            "(checkpoint.average_last, average_best)";
   }
-  if (name == "metrics.jsonl") return "named like a training run's metrics file";
-  if (name.rfind("events.out.tfevents.", 0) == 0) {
+  if (name == kMetricsFileName) return "named like a training run's metrics file";
+  if (name.rfind(kEventFilePrefix, 0) == 0) {
     return "named like a training run's TensorBoard event file";
   }
   // The header says what a checkpoint holds without reading it; one without the contents
@@ -320,8 +321,13 @@ void write_texts_atomically(const std::vector<std::pair<std::string, std::string
     const std::string& path = targets[i];
     fs::rename(temporary_path(path), path, error);
     if (error) {
+      const std::string reason = error.message();
+      // This one's and those not renamed yet: nothing will take them.
+      for (size_t j = i; j < files.size(); ++j) {
+        if (!in_place[j]) fs::remove(temporary_path(targets[j]), error);
+      }
       THPC_FAIL("cannot write " << path << ": rename of " << temporary_path(path)
-                                << ": " << error.message());
+                                << ": " << reason);
     }
     const fs::path directory = fs::path(path).parent_path();
     fsync_path(directory.empty() ? "." : directory.string(), path);

@@ -5,12 +5,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <ostream>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <unordered_map>
@@ -20,6 +20,7 @@
 #include "common/input_file.h"
 #include "data/shard_file.h"
 #include "io/atomic_file.h"
+#include "io/run_file_names.h"
 
 namespace thpc {
 namespace {
@@ -665,8 +666,27 @@ class PendingOutputs {
     interrupted_.push_back(std::make_unique<RemovedWhenInterrupted>(temporary));
     return temporary;
   }
+  // Every file synced before the first rename (as every writer of the project does: a
+  // crash could leave a renamed shard empty), renamed, then their directories synced.
   void commit() {
-    for (const auto& [temporary, final_path] : files_) fs::rename(temporary, final_path);
+    for (const auto& [temporary, final_path] : files_) fsync_path(temporary, final_path);
+    std::error_code error;
+    for (const auto& [temporary, final_path] : files_) {
+      fs::rename(temporary, final_path, error);
+      if (error) {
+        // The earlier shards are gone (remove_old_shards), and the new ones renamed so far
+        // are a set the trainer refuses as incomplete (their shard_count).
+        THPC_FAIL("cannot write " << final_path << ": rename of " << temporary << ": "
+                                  << error.message() << " (the corpus in its directory is "
+                                  << "incomplete: run transformer_preprocess again)");
+      }
+    }
+    std::set<std::string> directories;
+    for (const auto& [temporary, final_path] : files_) {
+      const fs::path directory = fs::path(final_path).parent_path();
+      directories.insert(directory.empty() ? "." : directory.string());
+    }
+    for (const std::string& directory : directories) fsync_path(directory, directory);
     files_.clear();
     interrupted_.clear();
   }
@@ -677,9 +697,7 @@ class PendingOutputs {
 };
 
 std::string shard_path(const std::string& dest_dir, const std::string& split, int index) {
-  char name[64];
-  std::snprintf(name, sizeof name, "%s.%05d.h5", split.c_str(), index);
-  return (fs::path(dest_dir) / name).string();
+  return (fs::path(dest_dir) / shard_file_name(split, index)).string();
 }
 
 // Whether `name` is a shard's: SPLIT.NNNNN.h5 of the train, valid or test split. A run
@@ -688,10 +706,7 @@ std::string shard_path(const std::string& dest_dir, const std::string& split, in
 // corpus.
 bool is_shard_name(const std::string& name) {
   for (const std::string split : {"train", "valid", "test"}) {
-    if (name.rfind(split + ".", 0) == 0 && name.size() == split.size() + 9 &&
-        name.compare(name.size() - 3, 3, ".h5") == 0) {
-      return true;
-    }
+    if (is_shard_file_name(name, split)) return true;
   }
   return false;
 }
@@ -743,13 +758,7 @@ void check_destdir_holds_only_shards(const PreprocessOptions& options) {
   std::error_code error;
   for (const fs::directory_entry& entry : fs::directory_iterator(options.dest_dir, error)) {
     const std::string name = entry.path().filename().string();
-    const auto starts = [&](const char* prefix) { return name.rfind(prefix, 0) == 0; };
-    const bool h5 = name.size() > 3 && name.compare(name.size() - 3, 3, ".h5") == 0;
-    const bool training_file = name == "trainer.lock" || name == "metrics.jsonl" ||
-                               name == "best.h5" || starts("events.out.tfevents.") ||
-                               (h5 && (starts("step_") || starts("best_step_") ||
-                                       starts("average_last")));
-    if (training_file) {
+    if (is_training_run_file(name)) {
       THPC_FAIL("--destdir " << options.dest_dir << " is a training run's directory (it holds "
                 << name << "): give the corpus a directory of its own");
     }

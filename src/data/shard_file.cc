@@ -1,5 +1,7 @@
 #include "data/shard_file.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <utility>
 
@@ -410,6 +412,20 @@ ShardContents read_contents(ShardFileReader& reader) {
 }
 
 }  // namespace
+
+std::string shard_file_name(const std::string& split, int64_t index) {
+  char number[32];
+  std::snprintf(number, sizeof number, ".%05lld.h5", static_cast<long long>(index));
+  return split + number;
+}
+
+bool is_shard_file_name(const std::string& name, const std::string& split) {
+  const size_t digits = split.size() + 1;  // after "SPLIT."
+  return name.size() == split.size() + 9 && name.rfind(split + ".", 0) == 0 &&
+         name.compare(digits + 5, 3, ".h5") == 0 &&
+         std::all_of(name.begin() + digits, name.begin() + digits + 5,
+                     [](char c) { return c >= '0' && c <= '9'; });
+}
 
 void write_shard(const std::string& path, const ShardContents& contents) {
   WholeColumn source(contents.source), target(contents.target);

@@ -34,6 +34,12 @@ namespace thpc {
 constexpr int kShardFormatVersion = 2;
 constexpr int kOldestShardFormatVersion = 1;
 
+// The file name of shard `index` of a split: "train.00003.h5" (SPLIT.NNNNN.h5, as
+// transformer_preprocess writes them and the reader looks for them).
+std::string shard_file_name(const std::string& split, int64_t index);
+// Whether `name` (a file's name, without its directory) is one of `split`'s shards.
+bool is_shard_file_name(const std::string& name, const std::string& split);
+
 // Flat token arrays with offsets: the in-memory image of one side of a shard.
 struct TokenColumn {
   std::vector<int32_t> tokens;

@@ -1,7 +1,6 @@
 #include "data/shard_reader.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <numeric>
@@ -60,22 +59,19 @@ std::vector<std::string> find_shards(const std::string& directory, const std::st
   }
   std::vector<std::string> files;
   for (int index = 0;; ++index) {
-    char name[64];
-    std::snprintf(name, sizeof name, ".%05d.h5", index);
-    const std::filesystem::path path = std::filesystem::path(directory) / (prefix + name);
+    const std::filesystem::path path =
+        std::filesystem::path(directory) / shard_file_name(prefix, index);
     if (!std::filesystem::exists(path, error)) break;
     files.push_back(path.string());
   }
   if (files.empty()) {
-    THPC_FAIL(directory << ": no shards " << prefix << ".00000.h5, " << prefix
-                        << ".00001.h5, ... (run transformer_preprocess --destdir " << directory
-                        << ")");
+    THPC_FAIL(directory << ": no shards " << shard_file_name(prefix, 0) << ", "
+                        << shard_file_name(prefix, 1) << ", ... (run transformer_preprocess "
+                        << "--destdir " << directory << ")");
   }
   // A later shard after a gap means one was lost: reading on would silently drop data.
   for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {
-    const std::string name = entry.path().filename().string();
-    const bool is_shard = name.rfind(prefix + ".", 0) == 0 && name.size() == prefix.size() + 9 &&
-                          name.compare(name.size() - 3, 3, ".h5") == 0;
+    const bool is_shard = is_shard_file_name(entry.path().filename().string(), prefix);
     if (is_shard && std::find(files.begin(), files.end(), entry.path().string()) == files.end()) {
       THPC_FAIL(entry.path().string() << ": shard found after a gap in the numbering (shard "
                                       << files.size() << " is missing)");
@@ -89,13 +85,11 @@ namespace {
 // Shard `index`'s name in the set whose shard 0 is `first` (PREFIX.00000.h5 ->
 // PREFIX.0000N.h5, as find_shards looks for them), or "shard N" when `first` is not so named.
 std::string sibling_shard(const std::string& first, int64_t index) {
-  const std::string zero = ".00000.h5";
-  if (first.size() < zero.size() || first.compare(first.size() - zero.size(), zero.size(), zero)) {
-    return "shard " + std::to_string(index);
-  }
-  char name[32];
-  std::snprintf(name, sizeof name, ".%05lld.h5", static_cast<long long>(index));
-  return first.substr(0, first.size() - zero.size()) + name;
+  const std::filesystem::path path(first);
+  const std::string name = path.filename().string();
+  const std::string split = name.size() > 9 ? name.substr(0, name.size() - 9) : "";
+  if (split.empty() || name != shard_file_name(split, 0)) return "shard " + std::to_string(index);
+  return (path.parent_path() / shard_file_name(split, index)).string();
 }
 
 // The shards of a split record their number and count (ShardNumber): a set copied short, a

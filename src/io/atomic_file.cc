@@ -205,8 +205,10 @@ void write_atomically(const std::string& path, const std::string& what,
   }
   fs::rename(temporary, final_path, error);
   if (error) {
-    THPC_FAIL("cannot write " << what << ": rename of " << temporary << ": "
-                              << error.message());
+    const std::string reason = error.message();
+    fs::remove(temporary, error);  // whole, but nothing will take it (a checkpoint's, 757 MB)
+    THPC_FAIL("cannot write " << what << ": rename of " << temporary << " to " << final_path
+                              << ": " << reason << " (the temporary file is removed)");
   }
   // The rename itself is durable only once the directory entry is on disk.
   fsync_path(directory.string(), what);

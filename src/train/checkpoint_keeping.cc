@@ -273,6 +273,25 @@ void CheckpointKeeping::keep_best(const std::string& metric, const LogField& val
   }
 }
 
+namespace {
+
+// Marks a checkpoint, or says why it could not: a file that cannot be marked (its header
+// damaged, maybe why the branch is left; read-only) is no reason to end the run, nor to
+// turn a divergence's stop (exit 4, naming what to resume from) into a failure's.
+bool mark_or_warn(const std::string& path, CheckpointState state, std::ostream& log,
+                  const std::string& why) {
+  try {
+    mark_checkpoint(path, state);
+  } catch (const Error& e) {
+    log << "warning: " << e.what() << " (" << why << ": move it out of the run directory)"
+        << std::endl;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 void CheckpointKeeping::mark_abandoned(const std::string& run_id, int64_t step,
                                        int64_t newer_than, std::ostream& log,
                                        const std::string& how) {
@@ -284,21 +303,17 @@ void CheckpointKeeping::mark_abandoned(const std::string& run_id, int64_t step,
       continue;
     }
     if (summary.step == step && newer_than < 0) {
-      mark_checkpoint(summary.path, CheckpointState::Diverged);
-      log << "marked checkpoint " << summary.path << " diverged: its parameters produced "
-          << "the divergent loss of step " << step + 1 << std::endl;
-    } else if (newer_than >= 0 && summary.step > newer_than) {
-      // A file that cannot be marked (its header damaged: maybe why the branch is left,
-      // or read-only) is said, not a reason to stop the run.
-      try {
-        mark_checkpoint(summary.path, CheckpointState::Superseded);
-      } catch (const Error& e) {
-        log << "warning: " << e.what() << " (the " << how << " to step " << newer_than
-            << " abandons its branch; move it out of the run directory)" << std::endl;
-        continue;
+      const std::string why = "its parameters produced the divergent loss of step " +
+                              std::to_string(step + 1);
+      if (mark_or_warn(summary.path, CheckpointState::Diverged, log, why)) {
+        log << "marked checkpoint " << summary.path << " diverged: " << why << std::endl;
       }
-      log << "marked checkpoint " << summary.path << " superseded: the " << how
-          << " to step " << newer_than << " abandons its branch" << std::endl;
+    } else if (newer_than >= 0 && summary.step > newer_than) {
+      const std::string why =
+          "the " + how + " to step " + std::to_string(newer_than) + " abandons its branch";
+      if (mark_or_warn(summary.path, CheckpointState::Superseded, log, why)) {
+        log << "marked checkpoint " << summary.path << " superseded: " << why << std::endl;
+      }
     }
   }
 }
@@ -310,9 +325,11 @@ void CheckpointKeeping::mark_after_failed_validation(const std::string& run_id,
   for (const CheckpointSummary& summary : checkpoint_summaries(config_.checkpoint.dir)) {
     if (summary.state == CheckpointState::Healthy && summary.step > last_passed &&
         (summary.run_id.empty() || summary.run_id == run_id)) {
-      mark_checkpoint(summary.path, CheckpointState::Diverged);
-      log << "marked checkpoint " << summary.path << " diverged: its step is past the last "
-          << "validation the model passed (step " << last_passed << ")" << std::endl;
+      const std::string why = "its step is past the last validation the model passed (step " +
+                              std::to_string(last_passed) + ")";
+      if (mark_or_warn(summary.path, CheckpointState::Diverged, log, why)) {
+        log << "marked checkpoint " << summary.path << " diverged: " << why << std::endl;
+      }
     }
   }
 }

@@ -102,10 +102,12 @@ class CheckpointKeeping {
   // with a warning; true when it was (the caller drops the run's best value with it).
   bool move_aside_a_damaged_best(std::ostream& log) const;
 
- private:
   // Blocks until the background write under way (if any) has ended; its outcome stays
-  // for the next report.
+  // for the next report. A run that fails waits so before it gives its lock back: the
+  // writer writes and prunes in the run directory.
   void wait_for_write() const;
+
+ private:
 
   const Config& config_;
   // The background write under way or ended but not yet reported: its log lines, or its

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "io/run_file_names.h"
 #include "proto/tensorboard/event.pb.h"
 
 namespace thpc {
@@ -70,7 +71,7 @@ EventFile::EventFile(const std::string& dir) {
                          std::chrono::system_clock::now().time_since_epoch())
                          .count();
   path_ = (std::filesystem::path(dir) /
-           ("events.out.tfevents." + std::to_string(static_cast<int64_t>(now)) + "." +
+           (kEventFilePrefix + std::to_string(static_cast<int64_t>(now)) + "." +
             event_file_host()))
               .string();
   // libsentencepiece exports a protobuf runtime of its own (3.14); a link that binds our

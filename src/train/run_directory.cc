@@ -29,6 +29,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/output_file.h"
 #include "common/error.h"
+#include "io/run_file_names.h"
 #include "train/event_file.h"
 #include "train/run_log.h"
 #include "train/stop_request.h"
@@ -44,7 +45,7 @@ std::string run_metrics_path(const Config& config, const std::string& run_id,
   }
   const fs::path parent = fs::path(config.checkpoint.dir).lexically_normal().parent_path();
   const std::string beside =
-      (parent.empty() ? fs::path("metrics.jsonl") : parent / "metrics.jsonl").string();
+      (parent.empty() ? fs::path(kMetricsFileName) : parent / kMetricsFileName).string();
   if (!fs::exists(beside) || MetricsFile::last_run_id(beside) != run_id) return metrics;
   log << "note: this run's metrics file is " << beside << ", beside checkpoint.dir, where "
       << "runs started before 2026-11-28 wrote it; it goes on there (new runs write theirs "
@@ -80,8 +81,10 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
   // batch) left a "run" record and a file-version record, and no value: nothing of a run,
   // which must not make the next start fail. They are removed, said.
   const auto remove_empty_leftover = [&](const std::string& path) {
-    fs::remove(path, error);
-    log << "note: removed " << path << ", left by a start that recorded no value" << std::endl;
+    if (fs::remove(path, error)) {
+      log << "note: removed " << path << ", left by a start that recorded no value"
+          << std::endl;
+    }  // else kept: appended to (a metrics file), or left beside this run's (an event file)
   };
   bool has_records = false;
   const std::string metrics_run = MetricsFile::last_run_id(metrics, &has_records);
@@ -96,7 +99,7 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
                                      ? fs::path(".")
                                      : fs::path(metrics).parent_path();
     for (const fs::directory_entry& entry : fs::directory_iterator(metrics_dir, error)) {
-      if (entry.path().filename().string().rfind("events.out.tfevents.", 0) != 0) continue;
+      if (entry.path().filename().string().rfind(kEventFilePrefix, 0) != 0) continue;
       if (event_file_records_no_value(entry.path().string())) {
         remove_empty_leftover(entry.path().string());
       } else {
@@ -107,12 +110,21 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
   if (foreign.empty()) return "";
   std::sort(foreign.begin(), foreign.end());
   if (options.overwrite) {
+    // A file that stays is refused as if overwrite were off (before: "removed", and the run
+    // went on beside it).
+    std::string kept;
     for (const std::string& path : foreign) {
-      fs::remove(path, error);
-      log << "removed " << path << ", a file of an earlier run (checkpoint.overwrite = true)"
-          << std::endl;
+      if (fs::remove(path, error)) {
+        log << "removed " << path << ", a file of an earlier run (checkpoint.overwrite = true)"
+            << std::endl;
+      } else if (error && kept.empty()) {  // (not there any more: nothing to delete)
+        kept = path + " (" + error.message() + ")";
+      }
     }
-    return "";
+    if (kept.empty()) return "";
+    return "checkpoint.overwrite = true could not delete " + kept + ", a file of an earlier "
+           "run in checkpoint.dir " + options.dir + " or its metrics directory: delete it "
+           "yourself, or give this run another checkpoint.dir";
   }
   std::ostringstream message;
   message << "checkpoint.dir " << options.dir << " and the directory of its metrics file "
@@ -363,7 +375,6 @@ int create_exclusively(const std::string& path, const std::string& contents) {
 namespace {
 
 // The trainer's lock file in a directory it uses.
-constexpr const char* kTrainerLockName = "trainer.lock";
 
 // The lock file `name` of directory `dir` ("" is the working directory).
 std::string lock_path(const std::string& dir, const std::string& name) {

@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "io/atomic_file.h"
+#include "io/run_file_names.h"
 
 namespace thpc {
 
@@ -66,7 +67,7 @@ std::string metrics_path(const Config& config) {
       !config.train.metrics_dir.empty()
           ? std::filesystem::path(config.train.metrics_dir)
           : std::filesystem::path(config.checkpoint.dir).lexically_normal();
-  return (dir.empty() ? std::filesystem::path("metrics.jsonl") : dir / "metrics.jsonl")
+  return (dir.empty() ? std::filesystem::path(kMetricsFileName) : dir / kMetricsFileName)
       .string();
 }
 

@@ -694,11 +694,17 @@ void note_validation(BestValidation& best, double value, Better better, int64_t 
 RunEnd Trainer::run(std::ostream& log) {
   const StopSignalGuard stop_signals;
   // The run directory's locks, which start_up() takes, are given back when run() returns
-  // or throws: the run is over then, whatever becomes of this object.
+  // or throws: the run is over then, whatever becomes of this object. Not before a
+  // checkpoint being written beside training is done: its writer writes and prunes there
+  // (a failure's path comes here with one under way).
   struct ReleaseLocks {
     std::vector<std::unique_ptr<RunLock>>& locks;
-    ~ReleaseLocks() { locks.clear(); }
-  } release_locks{run_locks_};
+    const CheckpointKeeping& keeping;
+    ~ReleaseLocks() {
+      keeping.wait_for_write();
+      locks.clear();
+    }
+  } release_locks{run_locks_, keeping_};
   // Rank 0 speaks for the job; the other ranks' lines would only repeat it.
   std::ostream silent(nullptr);
   RunProgress run(comm_.is_root() ? log : silent);
