@@ -65,6 +65,10 @@ thpc_stop_signal=""  # the stop signal this shell received, if any
 thpc_requeued=0      # this job asked Slurm to requeue it
 thpc_trapped=0       # a stop signal arrived during the current `wait`
 thpc_launcher_pid=""
+# Taken from here on, not from the launch: a signal before it (the batch shell's first
+# moments, a phase's checks) ended the shell, exit 138, and the job FAILED.
+trap 'thpc_forward_stop USR1' USR1
+trap 'thpc_forward_stop TERM' TERM
 
 # The run directory of this job (created): runs/NAME under the submission directory.
 thpc_run_dir() {
@@ -84,6 +88,30 @@ thpc_given() {
     case $option in --"$key"=* | --"$key") return 0 ;; esac
   done
   return 1
+}
+
+# The value CONFIG's ini gives SECTION.KEY (a line "key = value" under [section], or
+# "section.key = value" before any section; a trailing " # comment" cut), on standard
+# output; status 1 when it sets none. What the trainer reads there, for a script's default
+# that would replace it.
+thpc_config_value() {
+  local name=$1 config=$2
+  [ -f "$config" ] || return 1
+  awk -v section="${name%%.*}" -v key="${name#*.}" '
+    { sub(/\r$/, ""); line = $0; sub(/^[ \t]+/, "", line) }
+    line == "" || line ~ /^[#;]/ { next }
+    line ~ /^\[/ {
+      current = line; sub(/^\[[ \t]*/, "", current); sub(/[ \t]*\].*$/, "", current); next
+    }
+    {
+      name = line; sub(/[ \t]*=.*$/, "", name)
+      value = line; if (!sub(/^[^=]*=[ \t]*/, "", value)) next
+      sub(/[ \t]+#.*$/, "", value); sub(/[ \t]+$/, "", value)
+      if ((current == section && name == key) || (current == "" && name == section "." key)) {
+        found = value; seen = 1
+      }
+    }
+    END { if (!seen) exit 1; print found }' "$config"
 }
 
 thpc_forward_stop() {
@@ -130,10 +158,32 @@ thpc_train() {
          "to the folder that holds it (an installed PREFIX/bin)" >&2
     return 1
   fi
+  # A checkpoint the config resumes from would be replaced by the job's own newest
+  # (resume=auto, so that a requeued job continues itself): the job trained from step 0,
+  # exit 0, without a word. Said before anything starts.
+  local configured
+  if ! thpc_given checkpoint.resume "$@" &&
+     configured=$(thpc_config_value checkpoint.resume "$config") &&
+     [ -n "$configured" ] && [ "$configured" != auto ] && [ "$configured" != auto_or_fresh ]; then
+    echo "thpc: $config sets checkpoint.resume = $configured, which a job replaces by its" \
+         "run directory's newest checkpoint (checkpoint.resume=auto, so that a requeued job" \
+         "continues itself): to continue the run that wrote it, set THPC_RUN_NAME to that" \
+         "run's name; to start from its parameters, give --checkpoint.init=$configured" \
+         "instead; or give --checkpoint.resume=$configured (every requeue then starts" \
+         "there again)" >&2
+    return 2
+  fi
   local run_dir
   run_dir=$(thpc_run_dir)
   thpc_launch_command_for || return $?
   local trainer=("$thpc_build/transformer_hpc" "$config")
+  local key
+  for key in checkpoint.dir train.metrics_dir; do
+    if ! thpc_given "$key" "$@" && configured=$(thpc_config_value "$key" "$config"); then
+      echo "thpc: note: $config sets $key = $configured; the job's run directory" \
+           "$run_dir takes its place (give --$key=$configured to keep it)"
+    fi
+  done
   thpc_given checkpoint.dir "$@" || trainer+=("--checkpoint.dir=$run_dir/checkpoints")
   # The run directory holds the metrics and TensorBoard events beside checkpoints/ (the
   # trainer's own default is checkpoint.dir itself).
@@ -143,25 +193,51 @@ thpc_train() {
   echo "thpc: job ${SLURM_JOB_ID:-(none)} run ${SLURM_RESTART_COUNT:-0} on $(hostname)," \
        "run directory $run_dir"
   echo "thpc: ${thpc_launch_command[*]} ${trainer[*]}"
-  trap 'thpc_forward_stop USR1' USR1
-  trap 'thpc_forward_stop TERM' TERM
+  if [ -n "$thpc_stop_signal" ]; then  # before the launch: nothing to stop, nothing lost
+    echo "thpc: $thpc_stop_signal received before the trainer started; not started"
+    if [ "$thpc_requeued" = 0 ] && [ -n "${SLURM_JOB_ID:-}" ]; then
+      echo "thpc: requeueing job $SLURM_JOB_ID"
+      thpc_requeued=1
+      scontrol requeue "$SLURM_JOB_ID"
+    fi
+    return 0
+  fi
   "${thpc_launch_command[@]}" "${trainer[@]}" &
   thpc_launcher_pid=$!
   # `wait` returns early (status > 128) when a trapped signal arrives; then wait again
   # for the launcher's own exit status, which bash keeps until it has been waited for.
-  local status
+  local status resent=0 stopped=checkpointed
   while :; do
     thpc_trapped=0
     status=0
     wait "$thpc_launcher_pid" || status=$?
     [ "$thpc_trapped" = 1 ] && [ "$status" -gt 128 ] || break
+    # A stop forwarded before the launcher had started the ranks (its first ~0.1 s) was
+    # lost, and the job trained on to its end: sent once more 10 s later. A rank that has
+    # it already takes a repeated SIGUSR1 as the same request; the launcher, this shell's
+    # child not yet waited for, is no other process even if it has ended.
+    if [ "$resent" = 0 ]; then
+      resent=1
+      sleep 10 &
+      wait $! 2> /dev/null
+      kill -USR1 "$thpc_launcher_pid" 2> /dev/null
+    fi
   done
+  # Killed by the stop signal itself: it came before the ranks could take it (their first
+  # ~0.5 s, loading libraries and starting MPI), and nothing was trained. A stop, not a
+  # failure: requeued like one (before: "failed (exit 138)", and the job ended FAILED).
+  if [ -n "$thpc_stop_signal" ] && { [ "$status" = 138 ] || [ "$status" = 143 ]; }; then
+    echo "thpc: the ranks were ended by $thpc_stop_signal before they could take it" \
+         "(exit $status, during their start-up): nothing was trained, nothing is lost"
+    status=0
+    stopped="stopped before training"
+  fi
   if [ "$status" != 0 ]; then
     echo "thpc: the trainer failed (exit $status); not requeued"
     return "$status"
   fi
   if [ -n "$thpc_stop_signal" ] && [ -n "${SLURM_JOB_ID:-}" ]; then
-    echo "thpc: checkpointed after $thpc_stop_signal; requeueing job $SLURM_JOB_ID"
+    echo "thpc: $stopped after $thpc_stop_signal; requeueing job $SLURM_JOB_ID"
     thpc_requeued=1
     scontrol requeue "$SLURM_JOB_ID"
   fi

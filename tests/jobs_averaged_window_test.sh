@@ -8,7 +8,9 @@
 #      average_last3.h5 equals transformer_average of those three);
 #   2. the two phases are one run: the same final params_sha256 as 70 steps in one go;
 #   3. run again (a requeued job that had finished), it trains nothing and keeps the files;
-#   4. options that set the schedule themselves get one plain run.
+#   4. options that set the schedule themselves get one plain run;
+#   5. a missing program is said; 6. a config's own checkpoint.resume is not replaced
+#      without a word.
 #
 #   tests/jobs_averaged_window_test.sh SOURCE_DIR BINARY_DIR      (ctest runs it)
 set -uo pipefail
@@ -86,4 +88,22 @@ missing=$( (thpc_build=$tmp/nothing; thpc_train input/tiny.ini) 2>&1 ) &&
 grep -q "thpc: no program $tmp/nothing/transformer_hpc: build it" <<< "$missing" ||
   fail "no line naming the missing program: $missing"
 [ -e "$tmp/runs/missing" ] && fail "a run directory was made without a program"
+# 6. Keys the config file sets that a job replaces (a helper's trial): a checkpoint.resume
+# is refused before anything starts (the job resumed its own empty run directory instead
+# and trained from step 0, exit 0), checkpoint.dir and train.metrics_dir are said replaced.
+thpc_config_value checkpoint.dir input/tiny.ini && fail "tiny.ini has no checkpoint.dir"
+export THPC_RUN_NAME=configured
+cp input/tiny.ini "$tmp/resumes.ini"
+printf '[checkpoint]\nresume = %s   # the run to continue\n' "$dir/step_00000070.h5" \
+  >> "$tmp/resumes.ini"
+refused=$(thpc_train "$tmp/resumes.ini" 2>&1) && fail "a config's checkpoint.resume was replaced"
+grep -q "thpc: $tmp/resumes.ini sets checkpoint.resume = $dir/step_00000070.h5, which a job" \
+  <<< "$refused" || fail "no line naming the config's checkpoint.resume: $refused"
+[ -e "$tmp/runs/configured" ] && fail "a run directory was made for a refused start"
+cp input/tiny.ini "$tmp/places.ini"
+printf '[checkpoint]\ndir = %s\n' "$tmp/elsewhere" >> "$tmp/places.ini"
+thpc_train "$tmp/places.ini" --train.max_steps=1 --train.backend=cpu > "$tmp/places.log" 2>&1 ||
+  { cat "$tmp/places.log"; fail "the run with a configured checkpoint.dir exited $?"; }
+grep -q "thpc: note: $tmp/places.ini sets checkpoint.dir = $tmp/elsewhere; the job's run" \
+  "$tmp/places.log" || { cat "$tmp/places.log"; fail "no note of the replaced checkpoint.dir"; }
 echo "PASSED"
