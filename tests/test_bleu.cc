@@ -599,6 +599,24 @@ TEST_F(ScoreProgram, EmptyReferenceLineIsAReferenceOfLengthZero) {
       << result.out;
 }
 
+// sacreBLEU's way of scoring several systems, -i SYS1 SYS2: here SYS2 was a positional
+// argument, a second reference, and SYS1 scored against both (exit 0, nrefs:2 in the
+// signature the only hint). Refused, naming it; a reference after the one system stays one.
+TEST_F(ScoreProgram, ASecondSystemAfterDashIIsRefusedNotTakenForAReference) {
+  const std::string reference = write("ref.txt", "a small cat sat on the mat\n");
+  const std::string first = write("sys1.txt", "a cat sat on the mat\n");
+  const std::string second = write("sys2.txt", "the small cat is on a mat\n");
+  ProgramResult result = run_score(reference + " -i " + first + " " + second);
+  EXPECT_EQ(result.exit_code, 2) << result.out;
+  EXPECT_NE(result.err.find("-i takes one system here: " + second + ", after -i " + first +
+                            ", would be read as a reference"),
+            std::string::npos)
+      << result.err;
+  EXPECT_EQ(result.out, "");
+  result = run_score("-i " + first + " -b " + reference + " " + second);
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+}
+
 TEST_F(ScoreProgram, BadCommandLine) {
   THPC_REQUIRE_DATA("sacrebleu_tests/wmt17_en-de");
   ProgramResult result = run_score(kWmt17Ref + " -i " + kUedin + " --tokenize zh");

@@ -152,6 +152,17 @@ CommandLine parse_command_line(int argc, char** argv) {
   };
   command.reference_paths = given.references;
   if (command.reference_paths.empty()) THPC_FAIL("no reference file given");
+  // sacreBLEU's -i takes several systems (nargs='+') and scores each; here the second was a
+  // positional argument, a reference, and SYS1 scored against the reference and SYS2
+  // (59.0 for two systems of 28.3 and 26.7, exit 0).
+  for (int i = 1; i + 2 < argc; ++i) {
+    const std::string option = argv[i], after = argv[i + 2];
+    if ((option == "-i" || option == "--input") && !after.empty() && after[0] != '-') {
+      THPC_FAIL("-i takes one system here: " << after << ", after -i " << argv[i + 1]
+                << ", would be read as a reference (sacreBLEU scores every system after -i; "
+                << "run transformer_score once per system, references before -i)");
+    }
+  }
   if (given_option("input")) command.hypothesis_path = given.input;
   // sacreBLEU's -m takes one name or more (nargs='+'); each is printed once, by name.
   command.metrics = given.metrics;
