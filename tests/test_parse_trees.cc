@@ -104,16 +104,16 @@ TEST(Trees, DelinearizeRepairsByTheDocumentedRule) {
   // Labelled closing brackets are read as plain ones.
   EXPECT_EQ(tree("(S (NP XX )NP (VP XX (NP XX )NP )VP XX )S", Reconstruction::kWellFormed), exact);
   // Missing closing brackets are closed at the end (rule 2), the word without a slot
-  // goes to the root (rule 3).
+  // goes to the root (rule 4).
   EXPECT_EQ(tree("(S (NP XX ) (VP XX (NP XX", Reconstruction::kRepaired), exact);
   // A ')' with nothing open is dropped; the second top-level constituent and the
-  // leftover words go under one S (rules 1, 3, 5).
+  // leftover words go under one S (rules 1, 4, 5).
   EXPECT_EQ(tree("(NP XX ) ) (VP XX )", Reconstruction::kRepaired),
             "(TOP (S (NP (PRP He)) (VP (VBD said)) (PRP it) (. .)))");
-  // Slots beyond the last word are dropped, and constituents left empty removed.
+  // Slots beyond the last word are dropped, and constituents left empty removed (rule 3).
   EXPECT_EQ(tree("(S (NP XX XX XX XX XX ) (VP ) )", Reconstruction::kRepaired),
             "(TOP (S (NP (PRP He) (VBD said) (PRP it) (. .))))");
-  // Too few slots: the rest attach to the root (rule 3).
+  // Too few slots: the rest attach to the root (rule 4).
   EXPECT_EQ(tree("(S (NP XX ) )", Reconstruction::kRepaired),
             "(TOP (S (NP (PRP He)) (VBD said) (PRP it) (. .)))");
   // Brackets inside a token are cut apart (rule 0), not copied into a label (before:

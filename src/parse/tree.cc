@@ -310,11 +310,11 @@ Delinearized delinearize(const std::string& sequence, const std::vector<std::str
     return result;
   }
   if (stack.size() > 1) repaired = true;
-  while (stack.size() > 1) close_into(stack);  // rule 2
+  while (stack.size() > 1) close_into(stack);  // rules 2 and 3
   std::vector<TreeNode>& top = stack.front().children;
   if (next_word < words.size()) {
     repaired = true;
-    // Rule 3: leftover words become the last children of the root.
+    // Rule 4: leftover words become the last children of the root.
     std::vector<TreeNode>* root_children = &top;
     if (top.size() == 1 && !top.front().is_preterminal()) root_children = &top.front().children;
     for (; next_word < words.size(); ++next_word) {
