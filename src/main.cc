@@ -33,7 +33,7 @@
 
 namespace {
 
-int dry_run(const thpc::Config& config, int ranks) {
+int dry_run(const thpc::Config& config, int ranks, std::ostream& out) {
   int vocab = config.model.vocab_size;
   // A configured vocabulary needs no data (base.ini checks before the shards exist); when
   // the data is there (the synthetic task always is) it is read and checked as training
@@ -43,7 +43,7 @@ int dry_run(const thpc::Config& config, int ranks) {
   if (config.data.dir.empty() || vocab == 0 ||
       std::filesystem::is_directory(config.data.dir, missing)) {
     source = thpc::make_training_source(config);
-    source->print_notes(std::cout, "data.train");  // the synthetic task's line too
+    source->print_notes(out, "data.train");  // the synthetic task's line too
     vocab = thpc::resolve_vocab_size(config, *source);
     // The validation shards too, when training would read them (exit 3 as there).
     if (config.train.valid_every > 0) {
@@ -79,18 +79,18 @@ int dry_run(const thpc::Config& config, int ranks) {
   }
   thpc::ParamStore table;
   thpc::add_transformer_parameters(config.model, vocab, table);
-  std::cout << config.to_ini() << "\n# parameters: " << table.count() << " (vocabulary "
+  out << config.to_ini() << "\n# parameters: " << table.count() << " (vocabulary "
             << vocab << ")\n";
   // What this machine cannot check, said rather than passed in silence: a login node may
   // lack the job's GPUs or its data (staged later, or on the compute nodes' file system).
   // Comment lines, so that the output stays an ini file.
   if (!source) {
-    std::cout << "# note: data.dir " << config.data.dir << " is no directory here: its data was "
+    out << "# note: data.dir " << config.data.dir << " is no directory here: its data was "
               << "not read (training stops without it, exit 3)\n";
   }
   if (config.train.backend == "cuda" && thpc::built_with_cuda() &&
       !thpc::cuda_unavailable_reason().empty()) {
-    std::cout << "# note: train.backend = cuda, but here " << thpc::cuda_unavailable_reason()
+    out << "# note: train.backend = cuda, but here " << thpc::cuda_unavailable_reason()
               << ": training needs a GPU (run it where the job's GPUs are)\n";
   }
   return 0;
@@ -116,6 +116,37 @@ std::string rank_request(const thpc::Config& config, const std::string& config_e
 // naming the ranks and the keys that differ. A collective: every rank calls it, so that
 // a rank with another configuration (or a bad one) ends the job with one message instead
 // of a hang, a segfault or a check failure steps later.
+// The dry run on every rank, rank 0 speaking: each rank checks what training would read
+// there (its node's data, its working directory; rank 0's alone passed a job whose other
+// ranks training then stopped, exit 3), and the first that cannot is named with its reason
+// and training's exit code, before any rank prints the configuration.
+int dry_run_on_every_rank(const thpc::Config& config, const thpc::Communicator& comm) {
+  std::ostringstream output;
+  int code = 0;
+  std::string failure;
+  try {
+    dry_run(config, comm.size(), output);
+  } catch (const thpc::AllRanksError& e) {
+    code = e.exit_code();
+    failure = "error: " + std::string(e.what());
+  } catch (const thpc::DataError& e) {
+    code = 3;
+    failure = "error on " + thpc::process_identity() + ": " + e.what();
+  } catch (const std::exception& e) {
+    code = 1;
+    failure = "error on " + thpc::process_identity() + ": " + thpc::failure_message(e);
+  }
+  for (const std::string& outcome : comm.all_gather(std::to_string(code) + "\n" + failure)) {
+    const size_t end = outcome.find('\n');
+    const int rank_code = std::stoi(outcome.substr(0, end));
+    if (rank_code == 0) continue;
+    if (comm.is_root()) std::cerr << "transformer_hpc: " << outcome.substr(end + 1) << std::endl;
+    return rank_code;
+  }
+  if (comm.is_root()) std::cout << output.str() << std::flush;
+  return 0;
+}
+
 std::string configuration_disagreement(const thpc::Communicator& comm,
                                        const std::string& request) {
   const std::vector<std::string> all = comm.all_gather_if_different(request);
@@ -213,7 +244,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    if (config.dry_run) return comm.is_root() ? dry_run(config, comm.size()) : 0;
+    if (config.dry_run) return dry_run_on_every_rank(config, comm);
     if (!config.eval_checkpoint.empty()) {
       thpc::evaluate_checkpoint(config, config.eval_checkpoint, comm, std::cout);
       return 0;

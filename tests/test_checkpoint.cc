@@ -983,7 +983,7 @@ TEST_F(CheckpointTest, MinutesSaveOnTheClockDuringTheRunAndZeroDoesNot) {
   std::ostringstream log;
   Trainer timed(small_config(path("timed"), {"train.max_steps=20", "checkpoint.minutes=0.5",
                                              "checkpoint.keep=100"}));
-  timed.set_checkpoint_clock([&timed] { return 10.0 * static_cast<double>(timed.completed_steps()); });
+  timed.set_checkpoint_clock([](int64_t steps) { return 10.0 * static_cast<double>(steps); });
   timed.run(log);
   std::vector<std::string> names;
   for (const std::string& file : list_checkpoints(path("timed"))) {
@@ -1012,7 +1012,7 @@ TEST_F(CheckpointTest, MaxMinutesEndsTheRunLikeMaxStepsAndAResumeCountsAfresh) {
                                             "checkpoint.minutes=0"};
   std::ostringstream log;
   Trainer first(small_config(path("limited"), limited));
-  first.set_checkpoint_clock([&first] { return 10.0 * static_cast<double>(first.completed_steps()); });
+  first.set_checkpoint_clock([](int64_t steps) { return 10.0 * static_cast<double>(steps); });
   EXPECT_EQ(first.run(log), RunEnd::Finished);
   EXPECT_EQ(first.completed_steps(), 3) << log.str();
   EXPECT_NE(log.str().find("stopping at step 3: train.max_minutes = 0.5"), std::string::npos)
@@ -1024,7 +1024,7 @@ TEST_F(CheckpointTest, MaxMinutesEndsTheRunLikeMaxStepsAndAResumeCountsAfresh) {
   std::vector<std::string> resume = limited;
   resume.push_back("checkpoint.resume=auto");
   Trainer second(small_config(path("limited"), resume));
-  second.set_checkpoint_clock([&second] { return 10.0 * static_cast<double>(second.completed_steps()); });
+  second.set_checkpoint_clock([](int64_t steps) { return 10.0 * static_cast<double>(steps); });
   EXPECT_EQ(second.run(log), RunEnd::Finished);
   EXPECT_EQ(second.completed_steps(), 6) << log.str();
 

@@ -215,6 +215,9 @@ TEST(Distributed, AFailingRankEndsTheJobWithinThirtySeconds) {
   EXPECT_NE(run.output.find("error on rank 1 on "), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("THPC_FAIL_AT=1:3 at step 3"), std::string::npos) << run.output;
   EXPECT_EQ(run.output.find("final:"), std::string::npos) << run.output;
+  // (its metrics made the next test's fresh run refuse the directory when the suite ran
+  // in one process; ctest runs each test in its own)
+  std::filesystem::remove_all(scratch_run());
 }
 
 TEST(Distributed, ABadConfigFailsEveryRankWithOneMessage) {
@@ -389,6 +392,73 @@ TEST(Distributed, RanksReadingDifferentTextsOfOneVocabularyStopWithOneMessage) {
   std::filesystem::remove_all(root);
 }
 
+// What the ranks read beside the training data, compared too (a helper's trial): validation
+// shards that differ between the ranks' working directories (before: a validation loss of
+// both sets, and BLEU of one rank's translations against another's references, exit 0;
+// or a check failure at the first validation), an --eval whose path names different
+// checkpoints (a blend of both, exit 0), and a dry run whose rank 1 has no data (before:
+// rank 0 alone checked, exit 0, where training stops, exit 3).
+TEST(Distributed, RanksReadingDifferentValidationDataOrCheckpointsStopWithOneMessage) {
+  const std::filesystem::path root =
+      std::filesystem::temp_directory_path() / ("thpc_dist_valid_" + std::to_string(getpid()));
+  std::filesystem::remove_all(root);
+  const std::string corpus = "python3 " THPC_SOURCE_DIR "/tools/make_numbers_corpus.py "
+                             "--train 200 --valid 20 --test 5 > /dev/null --out ";
+  const std::string preprocess = thpc::binary_dir() + "/transformer_preprocess --source-lang en "
+                                 "--target-lang de > /dev/null ";
+  const std::filesystem::path rank0 = root / "rank0", rank1 = root / "rank1";
+  // Rank 1's copy of the corpus, its validation shard of other sentences (the same model).
+  const std::string prepare =
+      corpus + (root / "text").string() + " --seed 1 && " + corpus + (root / "other").string() +
+      " --seed 2 && " + preprocess + "--trainpref " + (root / "text/train").string() +
+      " --validpref " + (root / "text/valid").string() + " --destdir " +
+      (rank0 / "data").string() + " --vocab-size 120 && " + preprocess + "--trainpref " +
+      (root / "text/train").string() + " --validpref " + (root / "other/valid").string() +
+      " --destdir " + (root / "mixed").string() + " --spm-model " +
+      (rank0 / "data/spm.model").string() + " && mkdir -p " + rank1.string() + " && cp -r " +
+      (rank0 / "data").string() + " " + rank1.string() + " && cp " +
+      (root / "mixed/valid.00000.h5").string() + " " + (rank1 / "data").string();
+  ASSERT_EQ(std::system(prepare.c_str()), 0) << prepare;
+  const auto both = [&](const std::string& options) {
+    std::string contexts;
+    for (const std::filesystem::path& view : {rank0, rank1}) {
+      contexts += std::string(view == rank0 ? "" : " : ") + "-np 1 -wdir " + view.string() +
+                  " " + thpc::binary_dir() + "/transformer_hpc " THPC_SOURCE_DIR
+                  "/input/tiny.ini --data.dir=data --model.layers=1 " + options;
+    }
+    return run_mpi_job("", contexts);
+  };
+  const JobResult training = both("--checkpoint.dir=ck --train.valid_every=2 --train.max_steps=2");
+  EXPECT_EQ(training.exit_code, 3) << training.output;
+  EXPECT_EQ(occurrences(training.output, "the ranks read different validation data: rank 0 "
+                                         "reads 120 pieces"),
+            1u)
+      << training.output;
+  EXPECT_EQ(training.output.find("step 1/"), std::string::npos) << training.output;
+  // --eval of model.h5 in each directory: step 1's for rank 0, step 2's for rank 1.
+  const std::string trained =
+      "cd " + rank0.string() + " && " + thpc::binary_dir() + "/transformer_hpc " THPC_SOURCE_DIR
+      "/input/tiny.ini --data.dir=data --model.layers=1 --train.max_steps=2 "
+      "--checkpoint.every_steps=1 --checkpoint.dir=ck > /dev/null && cp ck/step_00000001.h5 "
+      "model.h5 && cp ck/step_00000002.h5 " + (rank1 / "model.h5").string() + " && cp " +
+      (rank0 / "data/valid.00000.h5").string() + " " + (rank1 / "data").string();
+  ASSERT_EQ(std::system(trained.c_str()), 0) << trained;
+  const JobResult eval = both("--eval=model.h5");
+  EXPECT_EQ(eval.exit_code, 1) << eval.output;
+  EXPECT_EQ(occurrences(eval.output, "the ranks start from different parameters: rank 1 read "
+                                     "other values than rank 0 from --eval model.h5"),
+            1u)
+      << eval.output;
+  EXPECT_EQ(eval.output.find("evaluated model.h5"), std::string::npos) << eval.output;
+  std::filesystem::remove_all(rank1 / "data");
+  const JobResult dry = both("--dry-run");
+  EXPECT_EQ(dry.exit_code, 3) << dry.output;
+  EXPECT_EQ(occurrences(dry.output, "transformer_hpc: error on rank 1 on "), 1u) << dry.output;
+  EXPECT_NE(dry.output.find("data: no such data directory"), std::string::npos) << dry.output;
+  EXPECT_EQ(dry.output.find("# parameters"), std::string::npos) << dry.output;
+  std::filesystem::remove_all(root);
+}
+
 // A run owns its directory: rank 0 finds another run's files, and every rank stops
 // before writing anything, with one message and exit 2.
 TEST(Distributed, ANewRunInAUsedDirectoryStopsEveryRankWithOneMessage) {
@@ -549,6 +619,12 @@ void expect_four_ranks_resume_on_two_and_on_one(const std::string& extra) {
     EXPECT_NE(resumed.output.find("at step 8"), std::string::npos) << resumed.output;
     EXPECT_NE(resumed.output.find("the checkpoint was written by 4"), std::string::npos)
         << resumed.output;
+    // 4 ranks x 1 as 2 x 2 or 1 x 4: the same micro-batches every step (the note said the
+    // losses were not the original run's).
+    EXPECT_NE(resumed.output.find("each step takes the same micro-batches (ranks x "
+                                  "train.accumulate is 4 as before)"),
+              std::string::npos)
+        << resumed.output;
     const auto losses = losses_by_step(resumed.output);
     ASSERT_EQ(losses.size(), 4u) << resumed.output;  // steps 9..12
     for (const auto& [step, loss] : losses) EXPECT_LT(std::stod(loss), 10.0) << "step " << step;
@@ -568,6 +644,7 @@ void expect_a_killed_rank_to_end_the_job(const std::string& extra) {
   EXPECT_LT(run.seconds, 40.0) << run.output;
   EXPECT_EQ(occurrences(run.output, "exited on signal 9"), 1u) << run.output;
   EXPECT_EQ(run.output.find("final:"), std::string::npos) << run.output;
+  std::filesystem::remove_all(scratch_run());
 }
 
 // A rank stopped by SIGSTOP in step 3 (THPC_STOP_AT: Ctrl-Z, a debugger, a hung file

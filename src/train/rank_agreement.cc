@@ -9,7 +9,8 @@
 namespace thpc {
 
 void check_every_rank_reads_the_same_data(const Communicator& comm, const BatchSource& source,
-                                          const std::string& data_dir) {
+                                          const std::string& data_dir,
+                                          const std::string& split) {
   // What the model is built from (the vocabulary) and what every rank walks in step (the
   // pairs of an epoch): equal on every rank, or the ranks would build different models
   // or leave each other waiting at the end of an epoch.
@@ -20,7 +21,7 @@ void check_every_rank_reads_the_same_data(const Communicator& comm, const BatchS
   if (const std::string* model = source.spm_model()) {
     identity << ", SentencePiece model sha256 "
              << sha256_hex(model->data(), model->size()).substr(0, 12) << "...) and "
-             << source.pairs() << " training pairs (sha256 "
+             << source.pairs() << " " << split << " pairs (sha256 "
              << source.corpus_sha256().substr(0, 12) << "...)";
   } else {
     identity << ", the synthetic task)";
@@ -28,7 +29,7 @@ void check_every_rank_reads_the_same_data(const Communicator& comm, const BatchS
   const std::vector<std::string> all = comm.all_gather_if_different(identity.str());
   if (all.empty()) return;
   std::ostringstream message;
-  message << "the ranks read different training data: rank 0 reads " << all[0];
+  message << "the ranks read different " << split << " data: rank 0 reads " << all[0];
   for (size_t rank = 1; rank < all.size(); ++rank) {
     if (all[rank] != all[0]) message << ", rank " << rank << " " << all[rank];
   }

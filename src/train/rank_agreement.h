@@ -14,11 +14,13 @@
 namespace thpc {
 
 // Every rank reads the same vocabulary (size, special ids, SentencePiece model), the
-// same number of training pairs and the same pairs (their digest,
-// BatchSource::corpus_sha256); else AllRanksError (exit 3) naming what each read from
-// `data_dir`.
+// same number of pairs and the same pairs (their digest, BatchSource::corpus_sha256);
+// else AllRanksError (exit 3) naming what each read from `data_dir`. `split` says which
+// ("training", or "validation": ranks that validated on different shards logged a loss
+// of both sets and scored one rank's translations against another's references).
 void check_every_rank_reads_the_same_data(const Communicator& comm, const BatchSource& source,
-                                          const std::string& data_dir);
+                                          const std::string& data_dir,
+                                          const std::string& split = "training");
 
 // Every rank reads `path`, which rank 0 chose and has read into *checkpoint already (the
 // others read it into theirs); all succeed at rank 0's step or all throw AllRanksError

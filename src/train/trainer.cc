@@ -213,14 +213,35 @@ void note_changed_settings(const Checkpoint& checkpoint, const Config& config,
       << std::endl;
 }
 
-// A note when the checkpoint resumed from was written by another number of ranks.
-void note_world_size_change(const Checkpoint& checkpoint, int ranks, std::ostream& log) {
+// A note when the checkpoint resumed from was written by another number of ranks. A step
+// takes ranks x train.accumulate micro-batches from one stream: with that product and
+// train.tokens_per_step unchanged (3 ranks x 2 resumed as 2 x 3 or 1 x 6) every step takes
+// the same micro-batches, and the losses are the original run's up to the order of the
+// sums (the note said otherwise, as for any other change).
+void note_world_size_change(const Checkpoint& checkpoint, int ranks, const TrainConfig& train,
+                            std::ostream& log) {
   if (checkpoint.world_size == ranks) return;
   log << "note: the checkpoint was written by " << checkpoint.world_size << " rank"
       << (checkpoint.world_size == 1 ? "" : "s") << ", this run has " << ranks
-      << ": parameters, moments, step and schedule continue, but each rank's share of the "
-      << "batches differs from here on, so the losses are not those of the original run"
-      << std::endl;
+      << ": parameters, moments, step and schedule continue";
+  bool same_micro_batches = false;
+  try {
+    const Config written = load_config_text(checkpoint.config_ini, "the checkpoint's settings");
+    same_micro_batches =
+        !checkpoint.config_ini.empty() &&
+        written.train.tokens_per_step == train.tokens_per_step &&
+        checkpoint.world_size * written.train.accumulate == int64_t{ranks} * train.accumulate;
+  } catch (const Error&) {
+    // (a checkpoint without readable settings: the general note)
+  }
+  if (same_micro_batches) {
+    log << ", and each step takes the same micro-batches (ranks x train.accumulate is "
+        << int64_t{ranks} * train.accumulate << " as before), so the losses are the "
+        << "original run's up to the order of the sums" << std::endl;
+  } else {
+    log << ", but each rank's share of the batches differs from here on, so the losses are "
+        << "not those of the original run" << std::endl;
+  }
 }
 
 // A warning line when a run that validates resumes from a checkpoint without best
@@ -233,12 +254,18 @@ void note_missing_best_valid(const Checkpoint& checkpoint, const std::string& so
       << "checkpoint.patience count start afresh at this run's first validation" << std::endl;
 }
 
-// True (after a "stopped before training" line) when any rank has seen a stop signal.
+// "stopped before training: SIGTERM received during start-up; step=N, nothing to save":
+// the last line of a run that a stop signal ended before its first step.
+std::string stopped_before_training_line(int signal, int64_t step) {
+  return std::string("stopped before training: ") + stop_signal_name(signal) +
+         " received during start-up; step=" + std::to_string(step) + ", nothing to save";
+}
+
+// True (after its stopped_before_training_line) when any rank has seen a stop signal.
 bool stopped_before_training(const Communicator& comm, int64_t step, std::ostream& log) {
   const int signal = stop_signal_of_any_rank(comm);
   if (signal == 0) return false;
-  log << "stopped before training: " << stop_signal_name(signal)
-      << " received during start-up; step=" << step << ", nothing to save" << std::endl;
+  log << stopped_before_training_line(signal, step) << std::endl;
   return true;
 }
 
@@ -291,9 +318,7 @@ bool poison_this_loss(const Communicator& comm, int64_t computed) {
 }  // namespace
 
 StoppedDuringStartUp::StoppedDuringStartUp(int signal_number)
-    : AllRanksError(std::string("stopped before training: ") + stop_signal_name(signal_number) +
-                        " received during start-up; step=0, nothing to save",
-                    0),
+    : AllRanksError(stopped_before_training_line(signal_number, 0), 0),
       signal_number_(signal_number) {}
 
 void stop_if_signalled_during_start_up(const Communicator& comm) {
@@ -321,6 +346,9 @@ Trainer::Trainer(const Config& config, Communicator comm)
   // that came meanwhile ends the job here, before the model is built.
   stop_if_signalled_during_start_up(comm_);
   check_every_rank_reads_the_same_data(comm_, *source_, config_.data.dir);
+  if (valid_source_) {
+    check_every_rank_reads_the_same_data(comm_, *valid_source_, config_.data.dir, "validation");
+  }
   const int vocab = resolve_vocab_size(config_, *source_);
   // Checked in long double before any allocation: every rank alike, one message.
   const std::string too_large =
@@ -658,7 +686,7 @@ void Trainer::resume_from(const std::string& path, Checkpoint& checkpoint,
     log << "note: " << path << " is marked " << checkpoint_state_name(checkpoint.state)
         << " (checkpoint.resume names it, so the run continues from it)" << std::endl;
   }
-  note_world_size_change(checkpoint, comm_.size(), log);
+  note_world_size_change(checkpoint, comm_.size(), config_.train, log);
   note_changed_settings(checkpoint, config_, log);
   if (!data_position_note_.empty()) log << data_position_note_ << std::endl;
   note_missing_best_valid(checkpoint, path, config_.train, log);
@@ -720,12 +748,7 @@ RunEnd Trainer::run(std::ostream& log) {
               << "short by the stop that saved the checkpoint" << std::endl;
       StepDecision decision;
       run.last.step = completed_steps_;  // the step the validation is of
-      std::optional<ValidationStats> valid = validate();
-      agree_on_late_stop_signal(true, decision, valid, run);
-      if (valid) {
-        record_validation(*valid, run);
-        wait_for_rank_zeros_files();
-      }
+      validate_and_record(true, decision, run);
       // The checkpoint on disk says "pending" and lacks this validation's values: the
       // run's next or final checkpoint of this step is written again.
       run.last_saved_step = -1;
@@ -755,14 +778,7 @@ RunEnd Trainer::run(std::ostream& log) {
     if (const std::string timings = sums_->take_timings_line(); !timings.empty()) {
       run.out << timings << std::endl;
     }
-    const bool validation_due = schedule_.validation_due(stats.step);
-    std::optional<ValidationStats> valid;
-    if (validation_due) valid = validate();
-    agree_on_late_stop_signal(validation_due, decision, valid, run);
-    if (valid) {
-      record_validation(*valid, run);
-      wait_for_rank_zeros_files();
-    }
+    validate_and_record(schedule_.validation_due(stats.step), decision, run);
     if (decision.stop_signal != 0) return stop_by_signal(decision.stop_signal, run);
     if (decision.checkpoint_due) {
       save_completed_step(run);
@@ -771,6 +787,16 @@ RunEnd Trainer::run(std::ostream& log) {
     if (ends_training_early(decision, run)) break;
   }
   return finish_training(run);
+}
+
+void Trainer::validate_and_record(bool due, StepDecision& decision, RunProgress& run) {
+  std::optional<ValidationStats> valid;
+  if (due) valid = validate();
+  agree_on_late_stop_signal(due, decision, valid, run);
+  if (valid) {
+    record_validation(*valid, run);
+    wait_for_rank_zeros_files();
+  }
 }
 
 bool Trainer::start_up(std::ostream& out) {
@@ -870,7 +896,7 @@ void Trainer::begin_training(RunProgress& run) {
   // fail, its own checkpoint is marked as the uninterrupted run's would be.
   const bool pending = validation_pending_step_ == completed_steps_;
   divergence_handling_->begin(pending ? completed_steps_ - 1 : completed_steps_);
-  run.begin(completed_steps_, checkpoint_clock_(), detector_->state());
+  run.begin(completed_steps_, checkpoint_clock_(completed_steps_), detector_->state());
   // A resumed run's checkpoint holds its starting point; a fresh run has none.
   run.last_saved_step = config_.checkpoint.resume.empty() ? -1 : completed_steps_;
   checkpoints_written_ = 0;
@@ -891,14 +917,11 @@ StepDecision Trainer::decide_step(const StepStats& stats, DivergenceKind diverge
   StepDecision mine;
   mine.divergence = divergence;
   // For rank 0's clock the step is complete (its work is done; only the update is left).
-  completed_steps_ = stats.step;
-  const double now = checkpoint_clock_();
+  const double now = checkpoint_clock_(stats.step);
   mine.out_of_time = schedule_.out_of_time(now - run.training_start);
   mine.checkpoint_due = schedule_.checkpoint_due(stats.step, now - run.last_save);
   mine.stop_signal = stop_requested_by();
-  const StepDecision decision = StepDecision::agree(comm_, mine);
-  completed_steps_ = stats.step - 1;
-  return decision;
+  return StepDecision::agree(comm_, mine);
 }
 
 Trainer::AfterStep Trainer::after_divergent_step(StepStats& stats,
@@ -1055,7 +1078,7 @@ std::string Trainer::save_completed_step(RunProgress& run) {
     path = keeping_.save(std::move(state), copy_seconds, run.out, std::move(fill_state));
   }
   run.last_saved_step = completed_steps_;
-  run.last_save = checkpoint_clock_();
+  run.last_save = checkpoint_clock_(completed_steps_);
   return path;
 }
 

@@ -103,9 +103,10 @@ class Trainer {
   void restore(const Checkpoint& checkpoint, const std::string& source);
 
   // The clock of checkpoint.minutes and train.max_minutes, in seconds (steady_seconds()
-  // unless replaced): a test drives it to get checkpoints and the time limit at exact
-  // steps instead of depending on wall time.
-  void set_checkpoint_clock(std::function<double()> seconds) {
+  // unless replaced), asked with the steps completed when it is read (the step being
+  // decided counts as completed): a test drives it to get checkpoints and the time limit
+  // at exact steps instead of depending on wall time.
+  void set_checkpoint_clock(std::function<double(int64_t completed_steps)> seconds) {
     checkpoint_clock_ = std::move(seconds);
   }
 
@@ -176,6 +177,9 @@ class Trainer {
   // The "valid step N" line, the best values, checkpoint.keep_best's files and
   // checkpoint.patience.
   void record_validation(const ValidationStats& valid, RunProgress& run);
+  // The step's validation when `due`, a stop signal that came meanwhile agreed into
+  // `decision` (agree_on_late_stop_signal), and its record written before the ranks go on.
+  void validate_and_record(bool due, StepDecision& decision, RunProgress& run);
   // Saves the completed step (rank 0 writes, and returns the path; every rank took part
   // in the decision that got here) and restarts checkpoint.minutes' clock.
   std::string save_completed_step(RunProgress& run);
@@ -229,7 +233,7 @@ class Trainer {
   int checkpoints_written_ = 0;  // by this run() (the summary line counts them)
   int64_t steps_computed_ = 0;   // compute_step() calls of this process (a test hook counts them)
   int64_t micro_budget_ = 1;  // padded tokens per side of one rank's micro-batch
-  std::function<double()> checkpoint_clock_ = steady_seconds;
+  std::function<double(int64_t)> checkpoint_clock_ = [](int64_t) { return steady_seconds(); };
 };
 
 }  // namespace thpc

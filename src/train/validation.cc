@@ -13,6 +13,7 @@
 #include "backend/factory.h"
 #include "common/error.h"
 #include "model/checkpoint_params.h"
+#include "train/rank_agreement.h"
 #include "train/step_decision.h"
 #include "train/stop_request.h"
 #include "train/training_setup.h"
@@ -128,6 +129,11 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
   Transformer model(config.model, resolve_vocab_size(config, *shards), shards->special_ids(),
                     *backend, config.train.seed);
   load_parameters(checkpoint, path, model);
+  // Each rank read the shards and the file itself: the same paths can name different files
+  // (working directories, node-local disks), and the numbers were a blend of both.
+  check_every_rank_reads_the_same_data(comm, *shards, config.data.dir, "validation");
+  check_every_rank_starts_from_the_same_parameters(comm, model.params().sha256_hex(),
+                                                   "--eval " + path);
   const std::unique_ptr<ValidationBleu> bleu =
       config.train.valid_bleu ? make_validation_bleu(config, comm) : nullptr;
   ValidationStats stats;
