@@ -102,7 +102,8 @@ void check_each_input_once_and_healthy(const std::vector<std::string>& paths) {
                 << thpc::checkpoint_state_name(summary->state)
                 << (summary->state == thpc::CheckpointState::Diverged
                         ? " (its parameters produced a divergent loss)"
-                        : " (a rollback abandoned its branch)")
+                        : " (a rollback, or a resume from an earlier step, abandoned its "
+                          "branch)")
                 << ": averaging it would mix those parameters into the result; leave it out");
     }
   }

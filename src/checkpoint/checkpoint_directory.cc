@@ -1,33 +1,18 @@
 #include "checkpoint/checkpoint_directory.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <functional>
-#include <set>
+#include <iterator>
 #include <ostream>
-#include <sstream>
-#include <string_view>
-#include <thread>
 #include <tuple>
 #include <utility>
 
 #include "common/error.h"
 
 namespace thpc {
-namespace {
 
 namespace fs = std::filesystem;
-
-}  // namespace
 
 std::vector<CheckpointSummary> checkpoint_summaries(const std::string& dir) {
   std::vector<CheckpointSummary> found;

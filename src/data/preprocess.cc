@@ -824,6 +824,16 @@ void check_inputs_survive(const PreprocessOptions& options) {
   }
 }
 
+// More shards than pairs would write empty shards, one HDF5 file each (--shards 100000
+// wrote for minutes): every shard must hold a pair. `what` says which pairs were counted.
+void check_every_shard_holds_a_pair(int shards, int64_t pairs, const std::string& what) {
+  if (shards > pairs) {
+    THPC_FAIL("--shards " << shards << " is more than the " << pairs << " " << what
+                          << ": give at most " << pairs << " (every shard holds at least one "
+                          << "pair)");
+  }
+}
+
 // Encodes a split into its scratch files, then writes its kept pairs to `shards` shards
 // as dealt_pairs deals them (known only once the whole split has been encoded). One
 // shard is what the output was when every pair was held at once.
@@ -840,13 +850,7 @@ void preprocess_split(const sentencepiece::SentencePieceProcessor& processor,
   source.finish();
   target.finish();
   const int64_t kept = counts->kept;
-  // More shards than pairs would write empty shards, one HDF5 file each (--shards 100000
-  // wrote for minutes): every shard must hold a pair.
-  if (kept > 0 && shards > kept) {
-    THPC_FAIL("--shards " << shards << " is more than the " << kept << " " << split
-                          << " pairs kept: give at most " << kept << " (every shard holds at "
-                          << "least one pair)");
-  }
+  if (kept > 0) check_every_shard_holds_a_pair(shards, kept, split + " pairs kept");
   for (int shard = 0; shard < shards; ++shard) {
     const std::vector<PairRange> pairs = dealt_pairs(kept, shards, shard, run);
     SpilledRange source_pairs(source, pairs, options.pairs_per_block);
@@ -921,12 +925,9 @@ PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log
   const ParallelFiles train = check_parallel("train", options.train_prefix, options, progress);
   // Known from the line count already, before the encoding (the long part); the pairs that
   // the filters keep are checked again once they are known (preprocess_split).
-  if (options.shards > train.pairs) {
-    THPC_FAIL("--shards " << options.shards << " is more than the " << train.pairs
-                          << " training pairs of " << train.source_path << ", "
-                          << train.target_path << ": give at most " << train.pairs
-                          << " (every shard holds at least one pair)");
-  }
+  check_every_shard_holds_a_pair(options.shards, train.pairs,
+                                 "training pairs of " + train.source_path + ", " +
+                                     train.target_path);
   const ParallelFiles valid = check_parallel("valid", options.valid_prefix, options, progress);
   ParallelFiles test;
   if (!options.test_prefix.empty()) {

@@ -79,10 +79,14 @@ struct PreprocessSummary {
 PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log,
                              ProgressListener& progress = ProgressListener::none());
 
-// Throws thpc::Error naming the option and its value when one is out of range (a model
-// type other than bpe/unigram, no shards, a vocabulary of fewer than the 4 specials + 1,
-// a max length or ratio that would drop everything, a SentencePiece sample of 1 to 100
-// lines, which SentencePiece refuses): a usage error, before any reading.
+// Throws thpc::Error naming the option and its value when the command cannot be run as
+// given: a value out of range (a model type other than bpe/unigram, no shards, more than
+// 1024 threads, a vocabulary of fewer than the 4 specials + 1, a max length or ratio that
+// would drop everything, a SentencePiece sample of 1 to 100 lines, which SentencePiece
+// refuses), one language suffix for both sides, an input the run would write over in
+// --destdir, a --destdir that is a training run's or holds a file under a shard's or
+// spm.model's name that is not one (these read the files there). A usage error: nothing
+// of the text is read.
 void check_preprocess_options(const PreprocessOptions& options);
 
 // "train: 29000 read, 28990 kept, 10 dropped (0 empty, 2 too long, 8 over ratio)"

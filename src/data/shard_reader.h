@@ -83,8 +83,6 @@ class ShardReader final : public BatchSource {
   std::string corpus_sha256() const override { return corpus_sha256_; }
   int64_t dropped_too_long() const { return dropped_too_long_; }
   int64_t longest_padded_side() const override { return longest_padded_side_; }
-  // The shards of format 1, which carry no checksums.
-  const std::vector<std::string>& unchecksummed_files() const { return unchecksummed_files_; }
   // One line for each thing a user should know before training on this corpus (named
   // `what`: "data.train"): pairs dropped as too long, shards without checksums or numbers.
   void print_notes(std::ostream& log, const std::string& what) const override;

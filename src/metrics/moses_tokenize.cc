@@ -213,18 +213,10 @@ MosesLanguage parse_moses_language(const std::string& code) {
   THPC_FAIL("unknown Moses tokenizer language '" << code << "' (expected de | fr)");
 }
 
-std::string moses_language_code(MosesLanguage language) {
-  return language == MosesLanguage::kGerman ? "de" : "fr";
-}
-
 MosesVersion parse_moses_version(const std::string& name) {
   if (name == "current") return MosesVersion::kCurrent;
   if (name == "2017") return MosesVersion::k2017;
   THPC_FAIL("unknown Moses tokenizer version '" << name << "' (expected current | 2017)");
-}
-
-std::string moses_version_name(MosesVersion version) {
-  return version == MosesVersion::kCurrent ? "current" : "2017";
 }
 
 std::u32string moses_tokenize(std::u32string_view line, const MosesTokenizerOptions& options) {

@@ -32,7 +32,6 @@ enum class MosesLanguage { kGerman, kFrench };
 
 // "de" | "fr"; anything else throws thpc::Error.
 MosesLanguage parse_moses_language(const std::string& code);
-std::string moses_language_code(MosesLanguage language);
 
 // Which tokenizer.perl. One rule changed since the paper, in mosesdecoder 9fc964d
 // (2018-11-07, "split final dots unconditionally"): a period after the last word of a
@@ -47,7 +46,6 @@ enum class MosesVersion { kCurrent, k2017 };
 
 // "current" | "2017"; anything else throws thpc::Error.
 MosesVersion parse_moses_version(const std::string& name);
-std::string moses_version_name(MosesVersion version);
 
 struct MosesTokenizerOptions {
   MosesLanguage language = MosesLanguage::kGerman;

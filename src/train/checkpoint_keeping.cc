@@ -44,7 +44,8 @@ std::string only_unhealthy_checkpoints(const std::string& dir) {
 
 // Test hook (docs/checkpoints.md): THPC_TEST_CHECKPOINT_WRITE_DELAY_MS=N holds each
 // background write N ms before it starts, so that tests see training go on beside it and
-// a stop wait for it, whatever the speed of the machine.
+// a stop wait for it, whatever the speed of the machine. Read on the training thread (the
+// environment is not read from the writer's).
 std::chrono::milliseconds test_write_delay() {
   static const long delay = [] {
     const char* value = std::getenv("THPC_TEST_CHECKPOINT_WRITE_DELAY_MS");
@@ -56,15 +57,16 @@ std::chrono::milliseconds test_write_delay() {
 // Completes `state` (`fill_state`, when given: a staged snapshot's parameters and
 // moments), writes it to `path` and prunes checkpoint.dir to `keep`; returns what to log:
 // the checkpoint's line (its size, the copy's and the write's seconds) and each removal.
+// `in_background`: on the writer's thread, held `delay` first (the test hook's).
 std::string write_and_prune(const std::string& path, Checkpoint& state,
                             const std::function<void(Checkpoint&)>& fill_state,
                             double copy_seconds, const std::string& dir, int keep,
-                            bool in_background) {
+                            bool in_background, std::chrono::milliseconds delay = {}) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   // The test hook's delay comes before the staged state is read, as a slow writer's
   // would: the next snapshot must not reuse the staging before this write is done.
-  if (in_background) std::this_thread::sleep_for(test_write_delay());
+  if (in_background) std::this_thread::sleep_for(delay);
   if (fill_state) fill_state(state);
   write_checkpoint(path, state);
   const double write_seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -106,12 +108,12 @@ std::string CheckpointKeeping::save(Checkpoint state, double copy_seconds, std::
         << std::flush;
     return path;
   }
-  test_write_delay();  // read here: the environment is not read from the thread
   // The thread owns what it writes; the training thread goes on with its own state.
   write_ = std::async(std::launch::async, [path, dir, keep, copy_seconds,
+                                           delay = test_write_delay(),
                                            state = std::move(state),
                                            fill_state = std::move(fill_state)]() mutable {
-    return write_and_prune(path, state, fill_state, copy_seconds, dir, keep, true);
+    return write_and_prune(path, state, fill_state, copy_seconds, dir, keep, true, delay);
   });
   return path;
 }
