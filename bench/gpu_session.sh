@@ -863,15 +863,29 @@ memcheck_candidates() {
   # Also when some twins failed: memcheck's report is then the first clue to why.
   [ "${CANDIDATE_TWINS_PASSED:-0}" != 1 ] &&
     echo "memcheck: not every candidate passed its twins; memcheck looks for the cause"
-  # Every kernel test executable that has CudaCandidate* tests, those alone.
-  local executable name
+  # Every CudaCandidate* test suite of the kernel test executables, one run each, capped
+  # at MEMCHECK_SUITE_SECONDS (default 40), started while MEMCHECK_SECONDS (default 150)
+  # last: memcheck runs kernels 10-100x slower, and one cap per executable let a slow
+  # suite (test_kernel_linear's three candidates, many shapes each) cut off the verdict
+  # of every candidate beside it (a review's finding). A cut-off suite is said so.
+  local executable suite status started=$SECONDS
+  local budget=${MEMCHECK_SECONDS:-150} cap=${MEMCHECK_SUITE_SECONDS:-40}
   for executable in "$BUILD_DIR"/tests/test_kernel_*; do
-    "$executable" --gtest_list_tests --gtest_filter='CudaCandidate*' 2> /dev/null |
-      grep -q "^CudaCandidate" || continue
-    name=${executable##*/test_kernel_}
-    timeout 35 compute-sanitizer --tool memcheck --error-exitcode 9 \
-      "$executable" --gtest_filter='CudaCandidate*' > "$LOGS/memcheck_$name.log" 2>&1
-    echo "memcheck $name CudaCandidate*: exit $? ($(grep -m1 "ERROR SUMMARY" "$LOGS/memcheck_$name.log"))"
+    for suite in $("$executable" --gtest_list_tests --gtest_filter='CudaCandidate*' 2> /dev/null |
+                   sed -n 's/^\(CudaCandidate[A-Za-z0-9_]*\)\.$/\1/p'); do
+      if (( SECONDS - started >= budget )); then
+        echo "memcheck $suite: not run (MEMCHECK_SECONDS=$budget spent)"
+        continue
+      fi
+      timeout "$cap" compute-sanitizer --tool memcheck --error-exitcode 9 \
+        "$executable" --gtest_filter="$suite.*" > "$LOGS/memcheck_$suite.log" 2>&1
+      status=$?
+      if [ "$status" = 124 ]; then
+        echo "memcheck $suite: cut off at ${cap} s, no verdict (MEMCHECK_SUITE_SECONDS)"
+      else
+        echo "memcheck $suite: exit $status ($(grep -m1 "ERROR SUMMARY" "$LOGS/memcheck_$suite.log"))"
+      fi
+    done
   done
 }
 
