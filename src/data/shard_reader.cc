@@ -54,8 +54,14 @@ std::vector<std::string> find_shards(const std::string& directory, const std::st
       THPC_FAIL(directory << ": is a file, not a data directory (data.dir names the directory "
                           << "transformer_preprocess --destdir wrote the shards to)");
     }
-    THPC_FAIL(directory << ": no such data directory (run transformer_preprocess --destdir "
-                        << directory << ")");
+    // A relative path is the working directory's, which a job script or mpirun -wdir may
+    // have changed: said, as the user stands elsewhere.
+    std::string where;
+    if (std::filesystem::path(directory).is_relative()) {
+      where = " in " + std::filesystem::current_path(error).string();
+    }
+    THPC_FAIL(directory << ": no such data directory" << where << " (run "
+                        << "transformer_preprocess --destdir " << directory << ")");
   }
   std::vector<std::string> files;
   for (int index = 0;; ++index) {
