@@ -908,6 +908,82 @@ void check_preprocess_options(const PreprocessOptions& options) {
   check_destdir_holds_only_shards(options);
 }
 
+namespace {
+
+// Nothing of a split kept: says which filter took the pairs and what would keep them.
+[[noreturn]] void refuse_a_split_without_pairs(const ParallelFiles& files, const char* what,
+                                               const SplitCounts& c,
+                                               const PreprocessOptions& options) {
+  std::ostringstream why;
+  std::string limits, suggestion;
+  if (c.empty > 0) why << ", " << c.empty << " with an empty side";
+  if (c.too_long > 0) {
+    why << ", " << c.too_long << " with a side longer than --max-len " << options.max_len
+        << " pieces";
+    limits = "--max-len";
+  }
+  if (c.over_ratio > 0) {
+    why << ", " << c.over_ratio << " whose sides' lengths differ by more than --max-ratio "
+        << options.max_ratio;
+    limits += (limits.empty() ? "" : " or ") + std::string("--max-ratio");
+  }
+  if (!limits.empty()) suggestion = "raise " + limits;
+  if (c.empty > 0) suggestion += suggestion.empty() ? "check the files" : ", or check the files";
+  THPC_FAIL(files.source_path << ", " << files.target_path << ": no " << what
+                              << " pair survived: of " << c.read << why.str()
+                              << (suggestion.empty() ? "" : "; " + suggestion));
+}
+
+// The run's outputs into place: spm.model added to the shards, an earlier run's shards
+// removed (said), a replaced spm.model said (a model of the user's own there went without a
+// word; the same bytes are no replacement), then everything renamed at once.
+void commit_outputs(const PreprocessOptions& options, const std::string& spm_model,
+                    PendingOutputs& outputs, std::ostream& log) {
+  const std::string model_path = (fs::path(options.dest_dir) / "spm.model").string();
+  {
+    std::ofstream model_file(outputs.add(model_path), std::ios::binary);
+    model_file << spm_model;
+    if (!model_file.flush()) THPC_FAIL(model_path << ": cannot write");
+  }
+  remove_old_shards(options.dest_dir, log);
+  std::error_code no_model;
+  if (fs::is_regular_file(model_path, no_model) &&
+      read_input_file(model_path, "spm.model") != spm_model) {
+    log << "replaced the spm.model an earlier run (or you) left in " << options.dest_dir
+        << ": this run writes its own" << std::endl;
+  }
+  outputs.commit();
+}
+
+// What the run did: the vocabulary's size where it fell short of --vocab-size (a model
+// trained here, hard_vocab_limit false, stops where the text has no more pieces to merge,
+// and the shards, the model and every run's output layer take that size), SentencePiece's
+// sample, each split's counts, and what was written where.
+void log_summary(const PreprocessOptions& options, const PreprocessSummary& summary,
+                 std::ostream& log) {
+  if (options.spm_model.empty() && summary.vocab_size < options.vocab_size) {
+    log << "note: the vocabulary has " << summary.vocab_size << " pieces, not --vocab-size "
+        << options.vocab_size << ": the training text has no more to make" << std::endl;
+  }
+  if (summary.spm_lines > 0) {
+    log << "SentencePiece trained on " << summary.spm_lines << " of " << summary.training_lines
+        << " training lines (both languages"
+        << (summary.spm_lines < summary.training_lines
+                ? ", a sample drawn with seed " + std::to_string(options.seed) + ")\n"
+                : ")\n");
+  }
+  log << describe("train", summary.train) << "\n" << describe("valid", summary.valid) << "\n";
+  if (!options.test_prefix.empty()) log << describe("test", summary.test) << "\n";
+  log << "wrote " << options.shards << " train shard" << (options.shards > 1 ? "s" : "")
+      << ", valid" << (options.test_prefix.empty() ? "" : ", test") << " and spm.model to "
+      << options.dest_dir << ": vocabulary " << summary.vocab_size << ", "
+      << summary.train.kept + summary.valid.kept + summary.test.kept << " pairs (of "
+      << summary.train.read + summary.valid.read + summary.test.read << " read) in "
+      << summary.seconds << " s" << std::endl;
+}
+
+}  // namespace
+
 PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log,
                              ProgressListener& progress) {
   const auto start = std::chrono::steady_clock::now();
@@ -960,79 +1036,22 @@ PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log
     preprocess_split(processor, "test", test, options, Filter::LengthOnly, 1, metadata,
                      &summary.test, outputs, progress);
   }
-  // Nothing kept: say which filter took the pairs and what would keep them.
-  const auto none_kept = [&](const std::string& path, const char* what, const SplitCounts& c) {
-    std::ostringstream why;
-    std::string limits, suggestion;
-    if (c.empty > 0) why << ", " << c.empty << " with an empty side";
-    if (c.too_long > 0) {
-      why << ", " << c.too_long << " with a side longer than --max-len " << options.max_len
-          << " pieces";
-      limits = "--max-len";
-    }
-    if (c.over_ratio > 0) {
-      why << ", " << c.over_ratio << " whose sides' lengths differ by more than --max-ratio "
-          << options.max_ratio;
-      limits += (limits.empty() ? "" : " or ") + std::string("--max-ratio");
-    }
-    if (!limits.empty()) suggestion = "raise " + limits;
-    if (c.empty > 0) suggestion += suggestion.empty() ? "check the files" : ", or check the files";
-    THPC_FAIL(path << ": no " << what << " pair survived: of " << c.read << why.str()
-                   << (suggestion.empty() ? "" : "; " + suggestion));
-  };
-  // Both files named: either side may be the empty or the long one.
+  // Both files named: either side may be the empty or the long one. A test shard of no
+  // pairs was refused only where it is read (transformer_data_stats: "the corpus has no
+  // sentence pairs"): refused here, as the other splits are.
   if (summary.train.kept == 0) {
-    none_kept(train.source_path + ", " + train.target_path, "training", summary.train);
+    refuse_a_split_without_pairs(train, "training", summary.train, options);
   }
   if (summary.valid.kept == 0) {
-    none_kept(valid.source_path + ", " + valid.target_path, "validation", summary.valid);
+    refuse_a_split_without_pairs(valid, "validation", summary.valid, options);
   }
-  // A test shard of no pairs is refused where it is read (transformer_data_stats: "the
-  // corpus has no sentence pairs"): refused here instead, as the other splits are.
   if (!options.test_prefix.empty() && summary.test.kept == 0) {
-    none_kept(test.source_path + ", " + test.target_path, "test", summary.test);
+    refuse_a_split_without_pairs(test, "test", summary.test, options);
   }
-  const std::string model_path = (fs::path(options.dest_dir) / "spm.model").string();
-  {
-    std::ofstream model_file(outputs.add(model_path), std::ios::binary);
-    model_file << metadata.spm_model;
-    if (!model_file.flush()) THPC_FAIL(model_path << ": cannot write");
-  }
-  remove_old_shards(options.dest_dir, log);
-  // Replaced as the shards are, and said so as they are (a model of the user's own there
-  // went without a word); the same bytes are not a replacement.
-  std::error_code no_model;
-  if (fs::is_regular_file(model_path, no_model) &&
-      read_input_file(model_path, "spm.model") != metadata.spm_model) {
-    log << "replaced the spm.model an earlier run (or you) left in " << options.dest_dir
-        << ": this run writes its own" << std::endl;
-  }
-  outputs.commit();
-
+  commit_outputs(options, metadata.spm_model, outputs, log);
   summary.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  // A model trained here (hard_vocab_limit false) stops where the text has no more
-  // pieces to merge: said, since the shards, the model and every run's output layer take
-  // that size, not the one asked for.
-  if (options.spm_model.empty() && summary.vocab_size < options.vocab_size) {
-    log << "note: the vocabulary has " << summary.vocab_size << " pieces, not --vocab-size "
-        << options.vocab_size << ": the training text has no more to make" << std::endl;
-  }
-  if (summary.spm_lines > 0) {
-    log << "SentencePiece trained on " << summary.spm_lines << " of " << summary.training_lines
-        << " training lines (both languages"
-        << (summary.spm_lines < summary.training_lines
-                ? ", a sample drawn with seed " + std::to_string(options.seed) + ")\n"
-                : ")\n");
-  }
-  log << describe("train", summary.train) << "\n" << describe("valid", summary.valid) << "\n";
-  if (!options.test_prefix.empty()) log << describe("test", summary.test) << "\n";
-  log << "wrote " << options.shards << " train shard" << (options.shards > 1 ? "s" : "")
-      << ", valid" << (options.test_prefix.empty() ? "" : ", test") << " and spm.model to "
-      << options.dest_dir << ": vocabulary " << summary.vocab_size << ", "
-      << summary.train.kept + summary.valid.kept + summary.test.kept << " pairs (of "
-      << summary.train.read + summary.valid.read + summary.test.read << " read) in "
-      << summary.seconds << " s" << std::endl;
+  log_summary(options, summary, log);
   return summary;
 }
 
