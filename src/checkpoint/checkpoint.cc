@@ -590,8 +590,9 @@ HeaderFields verify_file_header(const Named& reader, std::string_view head, uint
 }
 
 // Everything read_checkpoint() checks, on a file already open.
-Checkpoint read_open_checkpoint(Reader reader, CheckpointParts parts,
-                                const HeaderFields& header) {
+// The file's format version, checked: true for a quantized checkpoint (format 2), which
+// training cannot resume from.
+bool read_format(Reader& reader, CheckpointParts parts) {
   const hid_t root = reader.root();
   const auto version = reader.integer_attribute<int64_t>(root, "format_version");
   if (version != kCheckpointFormatVersion && version != kQuantizedCheckpointFormatVersion) {
@@ -609,7 +610,14 @@ Checkpoint read_open_checkpoint(Reader reader, CheckpointParts parts,
                 "transformer_quantize): training cannot resume from it; resume from the "
                 "checkpoint it was made from");
   }
-  Checkpoint checkpoint;
+  return quantized;
+}
+
+// The run's attributes and the optional parts beside the tensors (step, seed, data
+// position, architecture and settings, SentencePiece model, best and pending validation,
+// run id, corpus, working directory, divergence state, a kept best's score).
+void read_run_attributes(Reader& reader, Checkpoint& checkpoint) {
+  const hid_t root = reader.root();
   checkpoint.step = reader.integer_attribute<int64_t>(root, "step");
   checkpoint.seed = reader.integer_attribute<uint64_t>(root, "seed");
   checkpoint.world_size = reader.integer_attribute<int64_t>(root, "world_size");
@@ -650,8 +658,12 @@ Checkpoint read_open_checkpoint(Reader reader, CheckpointParts parts,
   if (reader.exists(root, kValidationGroup)) {
     checkpoint.validation = reader.validation(root);
   }
-  // The header's account of the file must be the file's: a header copied from another
-  // checkpoint, or damaged, would misorder, mislabel or misrank it.
+}
+
+// The header's account of the file must be the file's: a header copied from another
+// checkpoint, or damaged, would misorder, mislabel or misrank it.
+void check_header_is_the_files(Reader& reader, const HeaderFields& header,
+                               const Checkpoint& checkpoint) {
   const auto same_score = [](const std::optional<ValidationScore>& a,
                              const std::optional<ValidationScore>& b) {
     if (!a || !b) return !a && !b;
@@ -667,12 +679,18 @@ Checkpoint read_open_checkpoint(Reader reader, CheckpointParts parts,
     reader.fail("damaged file header (its validation score is not the file's): the file is "
                 "corrupt");
   }
-  checkpoint.state = header.state;
+}
 
+// The parameters (float, and int8 with their scales in a quantized checkpoint) and, for
+// CheckpointParts::All, the Adam moments, one per parameter and of its shape; each
+// dataset's recorded sha256 and path in `recorded_digests` and `dataset_paths`, in the
+// order read_open_checkpoint hashes the values (a quantized checkpoint has no moments).
+void read_tensors(Reader& reader, CheckpointParts parts, bool quantized, Checkpoint& checkpoint,
+                  std::vector<std::string>& recorded_digests,
+                  std::vector<std::string>& dataset_paths) {
+  const hid_t root = reader.root();
   Handle params = reader.open_group(root, "params");
   const std::vector<std::string> names = reader.member_names(params.get(), "/params");
-  std::vector<std::string> recorded_digests;
-  std::vector<std::string> dataset_paths;
   for (const std::string& name : names) {
     checkpoint.params.push_back(reader.tensor(params.get(), "/params", name, recorded_digests));
     dataset_paths.push_back("/params/" + name);
@@ -718,6 +736,17 @@ Checkpoint read_open_checkpoint(Reader reader, CheckpointParts parts,
       }
     }
   }
+}
+
+Checkpoint read_open_checkpoint(Reader reader, CheckpointParts parts,
+                                const HeaderFields& header) {
+  const bool quantized = read_format(reader, parts);
+  Checkpoint checkpoint;
+  read_run_attributes(reader, checkpoint);
+  check_header_is_the_files(reader, header, checkpoint);
+  checkpoint.state = header.state;
+  std::vector<std::string> recorded_digests, dataset_paths;
+  read_tensors(reader, parts, quantized, checkpoint, recorded_digests, dataset_paths);
   reader.close();
   std::vector<Bytes> hashed = bytes_of({&checkpoint.params, &checkpoint.adam_m, &checkpoint.adam_v});
   for (const QuantizedTensor& tensor : checkpoint.quantized) append_bytes_of(tensor, hashed);
