@@ -300,6 +300,125 @@ int64_t ShardReader::resident_token_bytes() const {
   return bytes;
 }
 
+namespace {
+
+// Padded lengths as make_batch builds them: x + eos, and bos + y (or y + eos).
+struct PaddedLengths {
+  const std::vector<int32_t>& source;
+  const std::vector<int32_t>& target;
+  int64_t src(int32_t pair) const { return int64_t{source[pair]} + 1; }
+  int64_t tgt(int32_t pair) const { return int64_t{target[pair]} + 1; }
+};
+
+// Sorts a shard's pairs (indices into `lengths`) so that neighbours are alike on both sides.
+void sort_by_lengths(std::vector<int32_t>& order, const PaddedLengths& lengths) {
+  const std::vector<int32_t>& src = lengths.source;
+  const std::vector<int32_t>& tgt = lengths.target;
+  // The order: neighbours are alike on both sides. By the longer side L first (sorting
+  // by the source alone leaves the targets of a batch ragged: 20% padding on Multi30k at
+  // 25000 tokens); pairs of one L lie on an L-shape of the (source, target) grid, walked
+  // by source - target, ascending for even L and descending for odd L, so that the
+  // L-shapes of consecutive L meet at the same end (a snake) and a batch that spans two
+  // of them stays compact. The index breaks ties, for determinism.
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    const int32_t longer_a = std::max(src[a], tgt[a]), longer_b = std::max(src[b], tgt[b]);
+    if (longer_a != longer_b) return longer_a < longer_b;
+    const int32_t skew_a = src[a] - tgt[a], skew_b = src[b] - tgt[b];
+    if (skew_a != skew_b) return (longer_a % 2 == 0) == (skew_a < skew_b);
+    return a < b;
+  });
+}
+
+// Where the batches of `order` (sorted) start at a budget of `max_tokens` padded tokens a
+// side: [0, ..., order.size()].
+std::vector<int64_t> least_padded_cuts(const std::vector<int32_t>& order,
+                                       const PaddedLengths& lengths, int64_t max_tokens) {
+  const auto padded_src = [&](int32_t pair) { return lengths.src(pair); };
+  const auto padded_tgt = [&](int32_t pair) { return lengths.tgt(pair); };
+  // The cuts: as few batches as greedy packing makes, and among those the least padded.
+  // A batch order[i, j) of B = j - i pairs, S and T its longest padded source and target,
+  // is feasible when B * S <= budget and B * T <= budget; feasibility is hereditary (a
+  // sub-range of a feasible batch is feasible), so packing greedily to the budget makes
+  // the fewest batches G of any contiguous partition. Greedy alone pays for it in
+  // padding: its cuts fall wherever the budget runs out, across whole ranges of lengths
+  // (8.98% on Multi30k with one rank at 25000 tokens); least-padding cuts with a price
+  // per step (the previous version) halved that but took 31 batches instead of 19, and
+  // the step's tokens are the optimisation's batch size, so the count is kept at G.
+  //   R[k] = end of the k-th greedy batch packed from the front (R[0] = 0, R[G] = n): the
+  //          farthest any k batches reach;
+  //   L[k] = start of the (G - k)-th greedy batch packed from the back (L[G] = n,
+  //          L[0] = 0): the earliest point from which G - k batches still finish.
+  // A partition into G batches puts its k-th cut c_k in [L[k], R[k]], and these windows
+  // are disjoint and ordered (R[k] >= L[k+1] would finish in G - 1 batches). So the exact
+  // least-padding G-batch partition is one dynamic program over the order:
+  //   padded[0] = 0,  padded[j] = min over i in [L[k-1], R[k-1]], order[i, j) feasible, of
+  //                   padded[i] + B * (S + T)            for j in [L[k], R[k]], k = 1..G,
+  // padded[n] being the epoch's padded tokens (source + target). Integer, deterministic
+  // (ties keep the later cut i), O(pairs x rows of a batch) once per budget.
+  const int64_t count = static_cast<int64_t>(order.size());
+  const auto fits = [&](int64_t rows, int64_t longest_src, int64_t longest_tgt) {
+    return rows * longest_src <= max_tokens && rows * longest_tgt <= max_tokens;
+  };
+  std::vector<int64_t> reach{0};  // R[k]
+  while (reach.back() < count) {
+    int64_t longest_src = 0, longest_tgt = 0, j = reach.back();
+    for (; j < count; ++j) {
+      const int32_t pair = order[j];
+      const int64_t s = std::max(longest_src, padded_src(pair));
+      const int64_t t = std::max(longest_tgt, padded_tgt(pair));
+      if (!fits(j + 1 - reach.back(), s, t)) break;
+      longest_src = s;
+      longest_tgt = t;
+    }
+    reach.push_back(j);
+  }
+  const size_t greedy = reach.size() - 1;  // G
+  std::vector<int64_t> earliest(greedy + 1, count);  // L[k]
+  for (size_t k = greedy; k-- > 0;) {
+    int64_t longest_src = 0, longest_tgt = 0, i = earliest[k + 1];
+    for (; i > 0; --i) {
+      const int32_t pair = order[i - 1];
+      const int64_t s = std::max(longest_src, padded_src(pair));
+      const int64_t t = std::max(longest_tgt, padded_tgt(pair));
+      if (!fits(earliest[k + 1] - i + 1, s, t)) break;
+      longest_src = s;
+      longest_tgt = t;
+    }
+    earliest[k] = i;
+  }
+  THPC_CHECK(earliest[0] == 0, "packing from the back took more batches than from the front");
+  constexpr int64_t kUnreached = std::numeric_limits<int64_t>::max();
+  std::vector<int64_t> padded(count + 1, kUnreached);
+  std::vector<int64_t> cut(count + 1, 0);  // the batch ending before j starts at cut[j]
+  padded[0] = 0;
+  for (size_t k = 1; k <= greedy; ++k) {
+    for (int64_t j = earliest[k]; j <= reach[k]; ++j) {
+      int64_t longest_src = 0, longest_tgt = 0;
+      for (int64_t i = j - 1; i >= earliest[k - 1]; --i) {
+        const int32_t pair = order[i];
+        longest_src = std::max(longest_src, padded_src(pair));
+        longest_tgt = std::max(longest_tgt, padded_tgt(pair));
+        const int64_t rows = j - i;
+        if (!fits(rows, longest_src, longest_tgt)) break;
+        if (i > reach[k - 1] || padded[i] == kUnreached) continue;
+        const int64_t total = padded[i] + rows * (longest_src + longest_tgt);
+        if (total < padded[j]) {
+          padded[j] = total;
+          cut[j] = i;
+        }
+      }
+    }
+  }
+  THPC_CHECK(padded[count] != kUnreached, "no partition into " << greedy << " batches");
+  std::vector<int64_t> starts;
+  for (int64_t j = count; j > 0; j = cut[j]) starts.push_back(j);
+  starts.push_back(0);
+  std::reverse(starts.begin(), starts.end());
+  return starts;
+}
+
+}  // namespace
+
 void ShardReader::plan(int64_t max_tokens) {
   if (max_tokens == planned_budget_) return;
   THPC_CHECK(max_tokens >= 1, "token budget " << max_tokens);
@@ -313,117 +432,23 @@ void ShardReader::plan(int64_t max_tokens) {
   for (auto& shard : shards_) {
     const std::vector<int32_t>& src = shard->summary.source_lengths;
     const std::vector<int32_t>& tgt = shard->summary.target_lengths;
+    const PaddedLengths lengths{src, tgt};
     shard->order.clear();
     for (int32_t pair = 0; pair < static_cast<int32_t>(src.size()); ++pair) {
       if (fits_positions(shard->summary, pair, spec_.max_sentence_tokens)) {
         shard->order.push_back(pair);
       }
     }
-    // Padded lengths as make_batch builds them: x + eos, and bos + y (or y + eos).
-    const auto padded_src = [&](int32_t pair) { return int64_t{src[pair]} + 1; };
-    const auto padded_tgt = [&](int32_t pair) { return int64_t{tgt[pair]} + 1; };
     for (int32_t pair : shard->order) {
-      if (padded_src(pair) > max_tokens || padded_tgt(pair) > max_tokens) {
+      if (lengths.src(pair) > max_tokens || lengths.tgt(pair) > max_tokens) {
         THPC_FAIL(shard->path << ": pair " << pair << " (" << src[pair] << " source and "
                               << tgt[pair] << " target tokens) does not fit a batch of "
                               << max_tokens << " tokens per rank; raise train.tokens_per_step"
                               << " or preprocess with a smaller --max-len");
       }
     }
-    // The order: neighbours are alike on both sides. By the longer side L first (sorting
-    // by the source alone leaves the targets of a batch ragged: 20% padding on Multi30k at
-    // 25000 tokens); pairs of one L lie on an L-shape of the (source, target) grid, walked
-    // by source - target, ascending for even L and descending for odd L, so that the
-    // L-shapes of consecutive L meet at the same end (a snake) and a batch that spans two
-    // of them stays compact. The index breaks ties, for determinism.
-    std::sort(shard->order.begin(), shard->order.end(), [&](int32_t a, int32_t b) {
-      const int32_t longer_a = std::max(src[a], tgt[a]), longer_b = std::max(src[b], tgt[b]);
-      if (longer_a != longer_b) return longer_a < longer_b;
-      const int32_t skew_a = src[a] - tgt[a], skew_b = src[b] - tgt[b];
-      if (skew_a != skew_b) return (longer_a % 2 == 0) == (skew_a < skew_b);
-      return a < b;
-    });
-    // The cuts: as few batches as greedy packing makes, and among those the least padded.
-    // A batch order[i, j) of B = j - i pairs, S and T its longest padded source and target,
-    // is feasible when B * S <= budget and B * T <= budget; feasibility is hereditary (a
-    // sub-range of a feasible batch is feasible), so packing greedily to the budget makes
-    // the fewest batches G of any contiguous partition. Greedy alone pays for it in
-    // padding: its cuts fall wherever the budget runs out, across whole ranges of lengths
-    // (8.98% on Multi30k with one rank at 25000 tokens); least-padding cuts with a price
-    // per step (the previous version) halved that but took 31 batches instead of 19, and
-    // the step's tokens are the optimisation's batch size, so the count is kept at G.
-    //   R[k] = end of the k-th greedy batch packed from the front (R[0] = 0, R[G] = n): the
-    //          farthest any k batches reach;
-    //   L[k] = start of the (G - k)-th greedy batch packed from the back (L[G] = n,
-    //          L[0] = 0): the earliest point from which G - k batches still finish.
-    // A partition into G batches puts its k-th cut c_k in [L[k], R[k]], and these windows
-    // are disjoint and ordered (R[k] >= L[k+1] would finish in G - 1 batches). So the exact
-    // least-padding G-batch partition is one dynamic program over the order:
-    //   padded[0] = 0,  padded[j] = min over i in [L[k-1], R[k-1]], order[i, j) feasible, of
-    //                   padded[i] + B * (S + T)            for j in [L[k], R[k]], k = 1..G,
-    // padded[n] being the epoch's padded tokens (source + target). Integer, deterministic
-    // (ties keep the later cut i), O(pairs x rows of a batch) once per budget.
-    const int64_t count = static_cast<int64_t>(shard->order.size());
-    const auto fits = [&](int64_t rows, int64_t longest_src, int64_t longest_tgt) {
-      return rows * longest_src <= max_tokens && rows * longest_tgt <= max_tokens;
-    };
-    std::vector<int64_t> reach{0};  // R[k]
-    while (reach.back() < count) {
-      int64_t longest_src = 0, longest_tgt = 0, j = reach.back();
-      for (; j < count; ++j) {
-        const int32_t pair = shard->order[j];
-        const int64_t s = std::max(longest_src, padded_src(pair));
-        const int64_t t = std::max(longest_tgt, padded_tgt(pair));
-        if (!fits(j + 1 - reach.back(), s, t)) break;
-        longest_src = s;
-        longest_tgt = t;
-      }
-      reach.push_back(j);
-    }
-    const size_t greedy = reach.size() - 1;  // G
-    std::vector<int64_t> earliest(greedy + 1, count);  // L[k]
-    for (size_t k = greedy; k-- > 0;) {
-      int64_t longest_src = 0, longest_tgt = 0, i = earliest[k + 1];
-      for (; i > 0; --i) {
-        const int32_t pair = shard->order[i - 1];
-        const int64_t s = std::max(longest_src, padded_src(pair));
-        const int64_t t = std::max(longest_tgt, padded_tgt(pair));
-        if (!fits(earliest[k + 1] - i + 1, s, t)) break;
-        longest_src = s;
-        longest_tgt = t;
-      }
-      earliest[k] = i;
-    }
-    THPC_CHECK(earliest[0] == 0, "packing from the back took more batches than from the front");
-    constexpr int64_t kUnreached = std::numeric_limits<int64_t>::max();
-    std::vector<int64_t> padded(count + 1, kUnreached);
-    std::vector<int64_t> cut(count + 1, 0);  // the batch ending before j starts at cut[j]
-    padded[0] = 0;
-    for (size_t k = 1; k <= greedy; ++k) {
-      for (int64_t j = earliest[k]; j <= reach[k]; ++j) {
-        int64_t longest_src = 0, longest_tgt = 0;
-        for (int64_t i = j - 1; i >= earliest[k - 1]; --i) {
-          const int32_t pair = shard->order[i];
-          longest_src = std::max(longest_src, padded_src(pair));
-          longest_tgt = std::max(longest_tgt, padded_tgt(pair));
-          const int64_t rows = j - i;
-          if (!fits(rows, longest_src, longest_tgt)) break;
-          if (i > reach[k - 1] || padded[i] == kUnreached) continue;
-          const int64_t total = padded[i] + rows * (longest_src + longest_tgt);
-          if (total < padded[j]) {
-            padded[j] = total;
-            cut[j] = i;
-          }
-        }
-      }
-    }
-    THPC_CHECK(padded[count] != kUnreached, "no partition into " << greedy << " batches");
-    shard->batch_starts.clear();
-    for (int64_t j = count; j > 0; j = cut[j]) {
-      shard->batch_starts.push_back(j);
-    }
-    shard->batch_starts.push_back(0);
-    std::reverse(shard->batch_starts.begin(), shard->batch_starts.end());
+    sort_by_lengths(shard->order, lengths);
+    shard->batch_starts = least_padded_cuts(shard->order, lengths, max_tokens);
     batches_per_epoch_ += shard->batches();
   }
   planned_budget_ = max_tokens;

@@ -2,12 +2,13 @@
 // packed to a token budget, shuffled per epoch, each rank getting its share.
 //
 // The plan of an epoch:
-//  * Within each shard, pairs are ordered by the longer side, then source - target length
-//    (a snake over the length grid), and cut into batches whose padded size, rows x
-//    longest sentence (eos and bos included), stays within the budget on both sides; the
-//    cuts make as few batches as greedy packing to the budget would and, among such
-//    partitions, the fewest padded tokens (dynamic programming, see plan()). Batches never span shards, so a shard is all a rank needs in memory to
-//    assemble them.
+//  * Within each shard, pairs are ordered by the longer side, then source - target
+//    length (a snake over the length grid), and cut into batches whose padded size, rows
+//    x longest sentence (eos and bos included), stays within the budget on both sides;
+//    the cuts make as few batches as greedy packing to the budget would and, among such
+//    partitions, the fewest padded tokens (dynamic programming, least_padded_cuts in
+//    shard_reader.cc). Batches never span shards, so a shard is all a rank needs in
+//    memory to assemble them.
 //  * Each epoch visits the shards in an order shuffled from (seed, epoch) and each
 //    shard's batches in an order shuffled from (seed, epoch, shard).
 //  * The epochs form one stream of batches. Rank r of W takes batches g + r of each group
