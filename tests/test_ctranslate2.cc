@@ -331,6 +331,10 @@ TEST_F(CTranslate2Conversion, ConverterRefusesWhatItCannotConvertWithOneLine) {
   };
   const fs::path widths = write_model("widths", {"model.d_k=8", "model.d_v=16"});
   const fs::path pre_norm = write_model("pre_norm", {"model.norm=pre"});
+  const fs::path run = dir_ / "run";
+  fs::create_directories(run);
+  std::ofstream(run / "step_00000002.h5") << "a run's checkpoint";
+  std::ofstream(run / "config.json") << "{}";
   const fs::path damaged = dir_ / "damaged.h5";
   fs::copy_file(write_model("good", {}), damaged, fs::copy_options::overwrite_existing);
   {
@@ -351,6 +355,17 @@ TEST_F(CTranslate2Conversion, ConverterRefusesWhatItCannotConvertWithOneLine) {
        "not a transformer_hpc checkpoint", 1},
       {"--checkpoint " + widths.string() + " --output_dir " + dir_.string(),
        dir_.string() + " exists (--force replaces it)", 1},
+      // --force replaced any directory whole: a run's, with the checkpoint converted (a
+      // helper's trial lost a run so); and a file took the whole conversion, then a
+      // traceback.
+      {"--checkpoint " + widths.string() + " --output_dir " + dir_.string() + " --force",
+       dir_.string() + " holds the checkpoint " + widths.string() + ": --force would delete it",
+       1},
+      {"--checkpoint " + widths.string() + " --output_dir " + run.string() + " --force",
+       run.string() + " holds step_00000002.h5, which no conversion writes (a training run's "
+       "directory?)", 1},
+      {"--checkpoint " + widths.string() + " --output_dir " + damaged.string() + " --force",
+       damaged.string() + " is a file, not a directory", 1},
       {"--checkpoint " + widths.string(), "the following arguments are required: --output_dir",
        2},
   };
@@ -361,6 +376,8 @@ TEST_F(CTranslate2Conversion, ConverterRefusesWhatItCannotConvertWithOneLine) {
     EXPECT_EQ(lines_of(refused.output).size(), 1u) << refused.output;
     EXPECT_FALSE(fs::exists(out)) << c.arguments;
   }
+  EXPECT_TRUE(fs::exists(run / "step_00000002.h5"));
+  EXPECT_TRUE(fs::exists(widths));
 }
 
 }  // namespace

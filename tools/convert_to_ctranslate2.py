@@ -337,10 +337,38 @@ def build_spec(arch, eps, params, pieces, special):
     return spec, ctranslate2.__version__
 
 
+# What a conversion writes into output_dir (CTranslate2's files, of its versions, and
+# ours): all --force may replace.
+MODEL_FILES = {"config.json", "model.bin", "shared_vocabulary.json", "shared_vocabulary.txt",
+               "source_vocabulary.json", "source_vocabulary.txt", "target_vocabulary.json",
+               "target_vocabulary.txt", "spm.model", "thpc_model.json"}
+
+
+def check_output_dir(checkpoint, output_dir, force):
+    """Refuses an output_dir the conversion cannot take, before any work: --force replaced
+    any directory whole (a training run's, with the checkpoint being converted)."""
+    if not os.path.exists(output_dir):
+        return
+    if not os.path.isdir(output_dir):
+        raise ConversionError(f"{output_dir} is a file, not a directory: give the directory "
+                              "to write the CTranslate2 model to")
+    if not force:
+        raise ConversionError(f"{output_dir} exists (--force replaces it)")
+    inside = os.path.commonpath([os.path.realpath(checkpoint), os.path.realpath(output_dir)])
+    if inside == os.path.realpath(output_dir):
+        raise ConversionError(f"{output_dir} holds the checkpoint {checkpoint}: --force would "
+                              "delete it; give another --output_dir")
+    others = sorted(set(os.listdir(output_dir)) - MODEL_FILES)
+    if others:
+        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+        raise ConversionError(f"{output_dir} holds {shown}, which no conversion writes (a "
+                              "training run's directory?): --force replaces a CTranslate2 "
+                              "model's directory only; give another --output_dir")
+
+
 def convert(checkpoint, output_dir, quantization=None, force=False):
     """Writes the CTranslate2 model; returns a one-line summary."""
-    if os.path.exists(output_dir) and not force:
-        raise ConversionError(f"{output_dir} exists (--force replaces it)")
+    check_output_dir(checkpoint, output_dir, force)
     try:
         arch, eps, params, spm_model = read_checkpoint(checkpoint)
         check_parameters(arch, params)
@@ -353,7 +381,13 @@ def convert(checkpoint, output_dir, quantization=None, force=False):
     spec, version = build_spec(arch, eps, params, pieces, special)
     spec.validate()
     spec.optimize(quantization=quantization)  # aliases the three uses of embed.weight
-    staging = tempfile.mkdtemp(prefix=".convert_", dir=os.path.dirname(os.path.abspath(output_dir)))
+    parent = os.path.dirname(os.path.abspath(output_dir))
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as error:
+        raise ConversionError(f"cannot make {parent} for {output_dir}: "
+                              f"{error.strerror or error}") from None
+    staging = tempfile.mkdtemp(prefix=".convert_", dir=parent)
     try:
         with open(os.path.join(staging, "spm.model.source"), "wb") as file:
             file.write(spm_model)
