@@ -571,6 +571,15 @@ TEST_F(DivergenceTest, AveragingRefusesAbandonedOrRepeatedInputsAndWarnsOfAnothe
       average(path("step_00000001.h5") + " " + directory_.string() + "/./step_00000001.h5");
   EXPECT_EQ(twice.exit_code, 2) << twice.output;
   EXPECT_NE(twice.output.find("names one file twice"), std::string::npos) << twice.output;
+  // The same step of the run under another name (best.h5 beside step_N.h5, a copy): it
+  // weighed double (a helper's `--inputs run/*.h5` counted step 450 three times).
+  fs::copy_file(path("step_00000001.h5"), path("best.h5"));
+  const ProcessResult same_step = average(path("step_00000001.h5") + " " + path("best.h5"));
+  EXPECT_EQ(same_step.exit_code, 2) << same_step.output;
+  EXPECT_NE(same_step.output.find("--inputs " + path("step_00000001.h5") + " and " +
+                                  path("best.h5") + " are both step 1 of run 0123456789abcdef"),
+            std::string::npos)
+      << same_step.output;
   EXPECT_FALSE(fs::exists(path("average.h5")));
   // Another run's checkpoint of the same architecture: averaged, and said.
   Checkpoint other = read_checkpoint(path("step_00000001.h5"));
@@ -584,6 +593,15 @@ TEST_F(DivergenceTest, AveragingRefusesAbandonedOrRepeatedInputsAndWarnsOfAnothe
                              "different runs"),
             std::string::npos)
       << runs.output;
+  // An average among the inputs: averaged, and said (its checkpoints weigh again).
+  const ProcessResult of_average =
+      run_process(kAverager + " --inputs " + path("average.h5") + " " + path("step_00000001.h5") +
+                  " --output " + path("of_average.h5"));
+  EXPECT_EQ(of_average.exit_code, 0) << of_average.output;
+  EXPECT_NE(of_average.output.find("warning: --inputs " + path("average.h5") + " is itself an "
+                                   "average"),
+            std::string::npos)
+      << of_average.output;
 }
 
 TEST_F(DivergenceTest, AHeaderThatDisagreesWithItsFileIsRefused) {

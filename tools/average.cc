@@ -20,8 +20,10 @@
 
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
@@ -84,11 +86,15 @@ std::vector<std::string> resolve_inputs(Arguments& arguments) {
 }
 
 // Files named by hand (or by a glob) that cannot mean what the average would say: the same
-// file twice, which counts it twice, and a checkpoint marked diverged or superseded, whose
-// parameters a run abandoned (a directory's --last and --best pass over those already).
-// A command-line mistake: exit 2.
+// file twice, or the same step of one run under two names (best.h5 or best_step_N.h5
+// beside step_N.h5, a copy: `--inputs DIR/*.h5` counted step 450 three times), each of
+// which counts it twice, and a checkpoint marked diverged or superseded, whose parameters
+// a run abandoned (a directory's --last and --best pass over those already). A
+// command-line mistake: exit 2. An average among the inputs is said (its checkpoints
+// weigh again), not refused: an average of averages may be meant.
 void check_each_input_once_and_healthy(const std::vector<std::string>& paths) {
   std::error_code error;
+  std::map<std::pair<std::string, int64_t>, std::string> run_steps;
   for (size_t i = 0; i < paths.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
       if (std::filesystem::equivalent(paths[i], paths[j], error)) {
@@ -97,6 +103,21 @@ void check_each_input_once_and_healthy(const std::vector<std::string>& paths) {
       }
     }
     const std::optional<thpc::CheckpointSummary> summary = thpc::read_checkpoint_summary(paths[i]);
+    if (summary && !summary->run_id.empty()) {
+      const auto [same, fresh] =
+          run_steps.emplace(std::pair{summary->run_id, summary->step}, paths[i]);
+      if (!fresh) {
+        THPC_FAIL("--inputs " << same->second << " and " << paths[i] << " are both step "
+                  << summary->step << " of run " << summary->run_id << " (best.h5 or "
+                  << "best_step_*.h5 beside its step_*.h5, or a copy): it would weigh double "
+                  << "in the average; name each checkpoint once");
+      }
+    }
+    if (summary && summary->parameters_only && summary->run_id.empty()) {
+      std::cerr << "transformer_average: warning: --inputs " << paths[i] << " is itself an "
+                << "average (parameters only, of no one run): the checkpoints in it weigh "
+                << "again in this one" << std::endl;
+    }
     if (summary && summary->state != thpc::CheckpointState::Healthy) {
       THPC_FAIL("--inputs " << paths[i] << " is marked "
                 << thpc::checkpoint_state_name(summary->state)
