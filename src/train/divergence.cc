@@ -120,7 +120,9 @@ DivergenceHandling::Action DivergenceHandling::handle(
   metrics.write("divergence", step, wall_s,
                 {general_field("loss", "loss", loss, 6),
                  general_field("gnorm", "grad_norm", grad_norm, 6),
-                 fixed_field("kind", "kind", static_cast<double>(kind), 0)});
+                 // Not "kind": that is the record's own key ("divergence"), and JSON
+                 // readers keep the last of two (the record read as kind 4).
+                 fixed_field("cause", "cause", static_cast<double>(kind), 0)});
   DivergenceState& state = detector_.state();
   const int limit = config_.train.divergence_limit;
   const std::string& policy = config_.train.divergence;
