@@ -272,6 +272,37 @@ TEST_F(RunOutputs, PlotsArePngsOfTheStatedSize) {
   EXPECT_EQ(written, expected);
 }
 
+// A run resumed from an older checkpoint (steps 40-60 left, marked superseded): the
+// curves kept the left branch's points past the steps the new process reached (its valid
+// ppl at step 60 ended the curve, and the time axis ran back), a helper's finding. A
+// process's "run" record drops what earlier ones recorded past its step; a last line cut
+// short (a live run's record being written) is passed over.
+TEST_F(RunOutputs, PlotsOfARunResumedFromAnOlderStepLeaveOutTheBranchItLeft) {
+  std::string why_not;
+  const std::string python = python_with("matplotlib", &why_not);
+  if (python.empty()) GTEST_SKIP() << why_not;
+  std::ostringstream records;
+  records << "{\"kind\": \"run\", \"step\": 0, \"wall_s\": 0, \"run\": \"a\"}\n";
+  for (int step = 20; step <= 60; step += 20) {
+    records << "{\"kind\": \"valid\", \"step\": " << step << ", \"wall_s\": " << step / 10
+            << ", \"valid_ppl\": " << 200 - step << "}\n";
+  }
+  records << "{\"kind\": \"run\", \"step\": 30, \"wall_s\": 0, \"run\": \"a\"}\n";
+  for (int step = 40; step <= 50; step += 10) {
+    records << "{\"kind\": \"valid\", \"step\": " << step << ", \"wall_s\": "
+            << (step - 30) / 10 << ", \"valid_ppl\": " << 300 - step << "}\n";
+  }
+  records << "{\"kind\": \"tra";  // being written
+  const fs::path file = root_ / "resumed_older.jsonl";
+  std::ofstream(file) << records.str();
+  const ProcessResult read = run_process(
+      python + " -c \"import sys; sys.path.insert(0, '" THPC_SOURCE_DIR "/tools'); "
+      "import plot_metrics; print(plot_metrics.read_run('" + file.string() +
+      "')[('valid', 'valid_ppl')])\"");
+  ASSERT_EQ(read.exit_code, 0) << read.output;
+  EXPECT_EQ(read.output, "[(20, 2.0, 180), (40, 3.0, 260), (50, 4.0, 250)]\n");
+}
+
 TEST_F(RunOutputs, PlotsOfAMissingOrMalformedMetricsFileAreAOneLineError) {
   std::string why_not;
   const std::string python = python_with("matplotlib", &why_not);

@@ -60,7 +60,8 @@ def read_run(run):
     path = metrics_file(run)
     try:
         with open(path, encoding="utf-8") as stream:
-            lines = stream.read().splitlines()
+            text = stream.read()
+        lines = text.splitlines()
     except OSError as error:
         raise MetricsError(f"{path}: cannot read the metrics file ({error.strerror})") from None
     latest = {}  # (kind, step) -> (training seconds, record); a later record replaces
@@ -72,9 +73,20 @@ def read_run(run):
             record = json.loads(line)
             kind, step, wall = record["kind"], int(record["step"]), float(record["wall_s"])
         except (ValueError, KeyError, TypeError) as error:
+            if number == len(lines) and not text.endswith("\n"):
+                break  # a record being written (a live run), or cut short by a crash
             raise MetricsError(f"{path}: line {number}: not a metrics record ({error})") from None
+        if kind == "run":
+            # A process's start at the step it resumed from: what earlier processes
+            # recorded past it is a branch left (a resume from an older checkpoint, whose
+            # later steps the trainer marks superseded) or steps done again; dropped, and
+            # the clock goes on from that step's time.
+            latest = {key: value for key, value in latest.items() if key[1] <= step}
+            offset = max((seconds for seconds, _ in latest.values()), default=0.0)
+            previous_wall = None
+            continue
         if previous_wall is not None and wall < previous_wall:
-            offset += previous_wall  # a new process (a resumed run) starts its clock at 0
+            offset += previous_wall  # a new process without a run record starts at 0
         previous_wall = wall
         latest[(kind, step)] = (offset + wall, record)
     if not latest:
