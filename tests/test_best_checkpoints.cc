@@ -526,6 +526,28 @@ TEST_F(BestCheckpointsTraining, ChooseAverageNamesTheCandidateWithTheBetterValid
   EXPECT_EQ(lines[3].rfind("numbers: the better validation ppl is " + better + "'s (", 0), 0u)
       << chosen.output;
   EXPECT_EQ(lines[3].substr(lines[3].rfind(": ") + 2), path("both/" + better)) << chosen.output;
+  // A file that is not what the log's run wrote (here best.h5 replaced by another step's:
+  // as a relative path of the log, seen from another directory, named another run's
+  // files, and the script scored and chose them; a helper's trial): refused, naming both
+  // steps.
+  const int64_t best_step = read_checkpoint_summary(path("both/best.h5"))->step;
+  std::string other;
+  for (const std::string& file : list_checkpoints(path("both"))) {
+    if (fs::path(file).filename() != checkpoint_file_name(best_step)) other = file;
+  }
+  ASSERT_FALSE(other.empty()) << log.str();
+  fs::copy_file(other, path("both/best.h5"), fs::copy_options::overwrite_existing);
+  const ProcessResult replaced = run_process(
+      "bash " THPC_SOURCE_DIR "/tools/choose_average.sh numbers " + path("both.log") + " " +
+      trainer + " " THPC_SOURCE_DIR "/input/numbers.ini --data.dir=" + (corpus_ / "data").string() +
+      " --model.layers=1");
+  EXPECT_EQ(replaced.exit_code, 1) << replaced.output;
+  EXPECT_NE(replaced.output.find(path("both/best.h5") + " holds step "), std::string::npos)
+      << replaced.output;
+  EXPECT_NE(replaced.output.find("but the log's run wrote it at step " +
+                                 std::to_string(best_step)),
+            std::string::npos)
+      << replaced.output;
 }
 
 }  // namespace

@@ -15,7 +15,11 @@
 #
 # Prints one line per candidate ("NAME: FILE: valid step N | ... | ppl X ...") and then
 #   NAME: the better validation ppl is average_best5.h5's (13.02; average_last5.h5: 22.90): FILE
-# A log with no average: one line saying so, exit 0. An --eval that fails: exit 1.
+# A log with no average: one line saying so, exit 0. An --eval that fails: exit 1, and
+# so does one that scores another step than the log says its file holds (the log's
+# paths are as the run gave them: a relative one is taken from where this script runs,
+# and a directory of the same name there held another run's files), or that lacks the
+# metric the run ranked by (say, BLEU without --train.valid_bleu=true).
 set -euo pipefail
 [ $# -ge 4 ] || { sed -n '2,18p' "$0" >&2; exit 2; }
 name=$1 log=$2 trainer=$3
@@ -25,14 +29,41 @@ if [ ${#candidates[@]} -eq 0 ]; then
   echo "$name: the run wrote no average (checkpoint.average_last, average_best): nothing to choose"
   exit 0
 fi
-best=$(sed -n 's/^best checkpoint \(.*\) (step [0-9]*, valid .*)$/\1/p' "$log" | tail -1)
-[ -n "$best" ] && [ -f "$best" ] && candidates+=("$best")
+best_line=$(grep '^best checkpoint .* (step [0-9]*, valid .*)$' "$log" | tail -1 || true)
+best=$(sed -n 's/^best checkpoint \(.*\) (step [0-9]*, valid .*)$/\1/p' <<< "$best_line")
+best_step=$(sed -n 's/^best checkpoint .* (step \([0-9]*\), valid .*)$/\1/p' <<< "$best_line")
+if [ -n "$best" ]; then
+  [ -f "$best" ] || { echo "$name: the log's best checkpoint $best is not there (seen from $PWD)" >&2; exit 1; }
+  candidates+=("$best")
+fi
+# The step each file must hold: the best's, as the log says; an average of the last N
+# ends at the run's final step (the last "final: step=N" line).
+final_step=$(sed -n 's/^final: step=\([0-9]*\) .*/\1/p' "$log" | tail -1)
 kept_by=$(sed -n 's/^\(warning: \)\{0,1\}average of the .* best checkpoints by valid \([a-z]*\).*/\2/p' "$log" | head -1)
 results=()
 for file in "${candidates[@]}"; do
   line=$("$trainer" "$@" --eval "$file" | grep '^valid step ') ||
     { echo "$name: transformer_hpc --eval $file failed" >&2; exit 1; }
   echo "$name: $file: $line"
+  scored=$(sed -n 's/^valid step \([0-9]*\) .*/\1/p' <<< "$line")
+  expected=""
+  if [ "$file" = "$best" ]; then
+    expected=$best_step
+  elif grep -F "written to $file" "$log" | grep -q '^\(warning: \)\{0,1\}average of the last '; then
+    expected=$final_step
+  fi
+  if [ -n "$expected" ] && [ "$scored" != "$expected" ]; then
+    echo "$name: $file holds step $scored, but the log's run wrote it at step $expected:" \
+         "the log names it relative to where the run was started (run this from there;" \
+         "here is $PWD), or it was replaced since" >&2
+    exit 1
+  fi
+  if [ -n "$kept_by" ] && ! grep -q "| $kept_by " <<< "$line"; then
+    echo "$name: the run ranked its checkpoints by valid $kept_by, which --eval did not" \
+         "score: give the run's validation settings (e.g. --train.valid_bleu=true," \
+         "train.valid_metric)" >&2
+    exit 1
+  fi
   results+=("$file	$line")
 done
 printf '%s\n' "${results[@]}" | awk -F '\t' -v name="$name" -v kept_by="$kept_by" '
