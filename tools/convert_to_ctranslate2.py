@@ -168,6 +168,10 @@ def read_checkpoint(path):
                 return value.decode() if isinstance(value, bytes) else str(value)
 
             version = int(attrs.get("format_version", -1))
+            if version == 2:
+                raise ConversionError("a quantized checkpoint (transformer_quantize's int8): "
+                                      "convert the float checkpoint it was made from, with "
+                                      "--quantization int8 for CTranslate2's own int8")
             if version != 1:
                 raise ConversionError(f"format_version {version}, this converter reads 1")
             architecture = parse_architecture(text("architecture"))

@@ -11,11 +11,12 @@
 # stores the one of its shards). N (default 5, the paper's base recipe; 20 for big)
 # applies to a directory; a single checkpoint file is decoded as it is. The translations
 # are kept next to the average (DIR/eval/). THPC_BUILD names the build directory
-# (default: build). SCORE_OPTIONS, when set, scores the translations a second time with
-# those transformer_score options: SCORE_OPTIONS="--tokenize moses-compound" adds the
-# paper's tokenized BLEU with compound splitting (EN-DE; docs/wmt14.md) to sacreBLEU's.
+# (default: the repository's build/). SCORE_OPTIONS, when set, scores the translations a
+# second time with those transformer_score options: SCORE_OPTIONS="--tokenize
+# moses-compound" adds the paper's tokenized BLEU with compound splitting (EN-DE;
+# docs/wmt14.md) to sacreBLEU's.
 set -euo pipefail
-usage() { sed -n '2,16p' "$0" >&2; exit 2; }
+usage() { sed -n '2,17p' "$0" >&2; exit 2; }
 positional=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do positional+=("$1"); shift; done
 [ $# -gt 0 ] && shift  # the "--"
@@ -32,7 +33,9 @@ case $count in
      reference=${positional[3]} ;;
   *) usage ;;
 esac
-build=${THPC_BUILD:-${BUILD:-build}}  # BUILD as the run_*.sh scripts name it
+# BUILD as the run_*.sh scripts name it; by default the repository's build/, wherever this
+# runs from (a build/ of the working directory was taken, or none found).
+build=${THPC_BUILD:-${BUILD:-$(cd "$(dirname "$0")/.." && pwd)/build}}
 for f in ${spm:+"$spm"} "$source" "$reference"; do
   [ -f "$f" ] || { echo "evaluate.sh: no such file: $f" >&2; exit 1; }
 done

@@ -154,9 +154,12 @@ def main():
                         help="the layer to draw, from 1 (default: every one)")
     parser.add_argument("--word", help="the source token of the one-word view: its "
                         "position from 0 or its piece (default: the longest piece)")
-    parser.add_argument("--out", help="output directory (default: FILE without .h5)")
+    parser.add_argument("--out", help="output directory (default: FILE without .h5; "
+                        "FILE.plots for a FILE without it)")
     args = parser.parse_args()
     out = args.out or os.path.splitext(args.file)[0]
+    if out == args.file:  # a dump named without .h5: beside it, not in its own name
+        out = args.file + ".plots"
     try:
         dump = h5py.File(args.file, "r")
     except OSError as error:
