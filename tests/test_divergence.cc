@@ -268,6 +268,12 @@ TEST_F(DivergenceTest, RollbackWithoutAHealthyCheckpointStopsSayingSo) {
   EXPECT_NE(log.str().find("(no healthy checkpoint in " + path("run") + " to roll back to)"),
             std::string::npos)
       << log.str();
+  // The policy that ran is not the advice (the line said "or set train.divergence = skip or
+  // rollback" to a run of rollback; a helper's finding).
+  EXPECT_EQ(log.str().find("or set train.divergence"), std::string::npos) << log.str();
+  EXPECT_NE(log.str().find("with a smaller train.lr_scale (or train.clip_norm)\n"),
+            std::string::npos)
+      << log.str();
 }
 
 // The parameters a checkpoint holds produced the next step's loss: when that loss

@@ -960,8 +960,15 @@ Trainer::AfterStep Trainer::after_divergent_step(StepStats& stats,
                              : "in " + kept +
                                    ", marked diverged so that resume=auto passes over it")
             << "; resume from " << (comm_.is_root() ? keeping_.resume_point() : std::string())
-            << " with a smaller train.lr_scale (or train.clip_norm), or set "
-            << "train.divergence = skip or rollback" << std::endl;
+            << " with a smaller train.lr_scale (or train.clip_norm)"
+            // (the policy that ran, e.g. rollback without a checkpoint to go back to, is
+            // not advice)
+            << (config_.train.divergence == "stop"
+                    ? ", or set train.divergence = skip or rollback"
+                : stop_reason.find("train.divergence_limit") != std::string::npos
+                    ? ", or a larger train.divergence_limit"
+                    : "")
+            << std::endl;
     return AfterStep::Diverged;
   }
   if (action == DivergenceHandling::Action::RolledBack) {
