@@ -43,7 +43,12 @@ int dry_run(const thpc::Config& config, int ranks, std::ostream& out) {
   if (config.data.dir.empty() || vocab == 0 ||
       std::filesystem::is_directory(config.data.dir, missing)) {
     source = thpc::make_training_source(config);
-    source->print_notes(out, "data.train");  // the synthetic task's line too
+    // The synthetic task's line too; as comment lines, so that the output stays an ini file
+    // (a resolved config saved and given back was refused at its first note).
+    std::ostringstream notes;
+    source->print_notes(notes, "data.train");
+    std::istringstream note_lines(notes.str());
+    for (std::string line; std::getline(note_lines, line);) out << "# " << line << "\n";
     vocab = thpc::resolve_vocab_size(config, *source);
     // The validation shards too, when training would read them (exit 3 as there).
     if (config.train.valid_every > 0) {

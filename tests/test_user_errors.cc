@@ -9,9 +9,11 @@
 // train.accumulate = 10^8 ran 10^8 one-token micro-batches a step.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <new>
 #include <string>
 #include <vector>
@@ -99,6 +101,54 @@ TEST(UserErrors, ImpossibleValuesThatPassedTheDryRunAreRefused) {
   expect_configuration_error("--train.threads=100000", "train.threads: 100000 is more than");
   expect_configuration_error("--train.tokens_per_step=100 --train.accumulate=1000",
                              "train.accumulate: 1000 micro-batches cannot share");
+}
+
+// A helper's trial of the configuration: values an ini file cannot hold ('#' starts a
+// comment, a line break a line: "dir = runs/exp#1" gave runs/exp, and a checkpoint whose
+// stored configuration held either could not be decoded), --eval taking the next option
+// for its file, a named pipe as the config (held the program in open(), out of reach of
+// SIGTERM), the dry run's notes breaking its ini output, and a synthetic task's
+// micro-batch smaller than its longest sentence (passed; shards' are refused).
+TEST(UserErrors, WhatAnIniFileCannotHoldOrReadBackIsRefused) {
+  expect_configuration_error("--train.metrics_dir=#m",
+                             "train.metrics_dir: '#m' holds a '#', a line break or a NUL byte");
+  expect_configuration_error("--train.metrics_dir=\"$(printf 'm\\n[model]\\nlayers = 9')\"",
+                             "holds a '#', a line break or a NUL byte");
+  expect_configuration_error("--train.tokens_per_step=5",
+                             "train.tokens_per_step 5 gives each of the 1 micro-batches");
+  const std::string dir = ::testing::TempDir() + "thpc_ini_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream(dir + "/hash.ini") << "[model]\nlayers = 2   # a comment\n[checkpoint]\n"
+                                        "dir = runs/exp#1\n";
+  }
+  ProcessResult run = run_process(thpc::binary_dir() + "/transformer_hpc " + dir +
+                                  "/hash.ini --dry-run");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find(dir + "/hash.ini:4: a '#' inside the value of 'dir'"),
+            std::string::npos)
+      << run.output;
+  run = run_process(kTrainer + "--eval --dry-run");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("--eval: needs a checkpoint file, and the next argument "
+                            "\"--dry-run\" is an option"),
+            std::string::npos)
+      << run.output;
+  ASSERT_EQ(::mkfifo((dir + "/fifo.ini").c_str(), 0600), 0);
+  run = run_process("timeout 20 " + thpc::binary_dir() + "/transformer_hpc " + dir +
+                    "/fifo.ini --dry-run");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("it is a named pipe or socket, not a file"), std::string::npos)
+      << run.output;
+  // The dry run's output, notes and all, is an ini file that reads back.
+  run = run_process(thpc::binary_dir() + "/transformer_hpc " THPC_SOURCE_DIR
+                    "/input/tiny.ini --dry-run > " + dir + "/resolved.ini");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  run = run_process(thpc::binary_dir() + "/transformer_hpc " + dir + "/resolved.ini --dry-run");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("# data.train: the synthetic task"), std::string::npos)
+      << run.output;
+  std::filesystem::remove_all(dir);
 }
 
 // What the dry run's machine cannot check is said in its output, not passed in silence: a

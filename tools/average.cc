@@ -113,7 +113,9 @@ void check_each_input_once_and_healthy(const std::vector<std::string>& paths) {
                   << "in the average; name each checkpoint once");
       }
     }
-    if (summary && summary->parameters_only && summary->run_id.empty()) {
+    // (named as a run's step a file is one, whatever it holds: a hand-made one say)
+    if (summary && summary->parameters_only && summary->run_id.empty() &&
+        !thpc::is_step_checkpoint_name(paths[i])) {
       std::cerr << "transformer_average: warning: --inputs " << paths[i] << " is itself an "
                 << "average (parameters only, of no one run): the checkpoints in it weigh "
                 << "again in this one" << std::endl;

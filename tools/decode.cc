@@ -814,6 +814,10 @@ int main(int argc, char** argv) {
     }
     if (values.count("threads")) {
       require_at_least("--threads", args.threads, 0, "0: one per core");
+      // Each is a worker with a copy of the model: 100,000 of them ended in a segfault.
+      if (args.threads > 1024) {
+        THPC_FAIL("--threads must be from 0 (one per core) to 1024, got " << args.threads);
+      }
     }
     if (values.count("dump-lines")) {
       args.dump_lines = parse_line_numbers(values["dump-lines"].as<std::string>());

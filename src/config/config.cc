@@ -198,6 +198,16 @@ Config resolve(const std::string& ini_path, std::istream& stream, po::variables_
     const auto found = values.find(name);
     if (found == values.end()) continue;
     const std::string text = trim(found->second.as<std::string>());
+    // What the configuration stored in each checkpoint cannot hold and read back as it was
+    // (a '#' would start a comment there, a line break a line of its own: decoding such a
+    // checkpoint failed), nor a file say: a command-line value with one is refused.
+    if (from_command_line.count(name) &&
+        text.find_first_of(std::string("#\n\r\0", 4)) != std::string::npos) {
+      THPC_FAIL(name << ": " << quoted(text) << " holds a '#', a line break or a NUL byte, "
+                     << "which an ini file cannot hold in a value ('#' starts a comment): "
+                     << "the configuration stored in every checkpoint would not read back; "
+                     << "give a value without them (on the command line)");
+    }
     const std::string problem = std::visit(
         [&](auto* field) { return parse_value(text, field); }, option.field(config));
     if (!problem.empty()) {
@@ -209,12 +219,40 @@ Config resolve(const std::string& ini_path, std::istream& stream, po::variables_
   return config;
 }
 
+// The ini format takes '#' for the start of a comment wherever it stands: "dir =
+// runs/exp#1" gave runs/exp without a word. A '#' right after a value's text (no space
+// before it) is taken for part of the value the user meant, and refused naming the line;
+// "value   # comment" is a comment, as the shipped configs write them.
+void refuse_a_hash_inside_a_value(const std::string& ini_path, const std::string& text) {
+  std::istringstream lines(text);
+  int number = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++number;
+    const size_t equals = line.find('='), hash = line.find('#');
+    if (equals == std::string::npos || hash == std::string::npos || hash < equals) continue;
+    const size_t value = line.find_first_not_of(" \t", equals + 1);
+    if (value != hash && line[hash - 1] != ' ' && line[hash - 1] != '\t') {
+      THPC_FAIL(ini_path << ":" << number << ": a '#' inside the value of "
+                         << quoted(trim(line.substr(0, equals))) << ": the ini format starts "
+                         << "a comment there, so the value would end before it; give a value "
+                         << "without '#' (a comment after a value needs a space before '#')");
+    }
+  }
+}
+
 // resolve() over the file at `ini_path`.
 Config resolve_file(const std::string& ini_path, po::variables_map& values,
                     const std::string& eval_checkpoint = "") {
   std::error_code ignored;
   if (std::filesystem::is_directory(ini_path, ignored)) {
     THPC_FAIL("cannot open config file '" << ini_path << "': it is a directory");
+  }
+  // Opened, a named pipe without a writer held the program in open() for good, out of
+  // reach of its stop signals (a helper's trial: timeout's SIGTERM did not end it).
+  if (std::filesystem::is_fifo(ini_path, ignored) ||
+      std::filesystem::is_socket(ini_path, ignored)) {
+    THPC_FAIL("cannot read config file '" << ini_path << "': it is a named pipe or socket, "
+              "not a file (give the config's file)");
   }
   std::ifstream file(ini_path, std::ios::binary);
   if (!file) THPC_FAIL("cannot open config file '" << ini_path << "'");
@@ -231,6 +269,7 @@ Config resolve_file(const std::string& ini_path, po::variables_map& values,
   // Editors on Windows start UTF-8 files with a byte order mark; it is not part of the
   // first line.
   if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
+  refuse_a_hash_inside_a_value(ini_path, text);
   std::istringstream stream(text);
   return resolve(ini_path, stream, values, /*require_keys=*/true, eval_checkpoint);
 }
@@ -458,6 +497,12 @@ bool parse_command_line(int argc, const char* const* argv, Config& config) {
     eval_checkpoint = values["eval"].as<std::string>();
     values.erase("eval");
     if (eval_checkpoint.empty()) THPC_FAIL("--eval: needs a checkpoint file (--eval=FILE)");
+    // `--eval --dry-run` took the option for the file ("checkpoint --dry-run: no such
+    // file", exit 1), as the table's keys are kept from doing.
+    if (eval_checkpoint.rfind("--", 0) == 0) {
+      THPC_FAIL("--eval: needs a checkpoint file, and the next argument "
+                << quoted(eval_checkpoint) << " is an option (write --eval=FILE)");
+    }
     if (dry_run) THPC_FAIL("--eval and --dry-run: give one of them");
   }
 

@@ -47,6 +47,9 @@ class SyntheticSource final : public BatchSource {
   // For the training split, a line that says the run trains on this task: an empty
   // data.dir (a $DATA that was not set) must not pass for the corpus it was meant to name.
   void print_notes(std::ostream& log, const std::string& what) const override;
+  // The longest sentence and its eos or bos (every task keeps the source's length): a
+  // micro-batch smaller took one sentence over its budget each, where shards are refused.
+  int64_t longest_padded_side() const override { return int64_t{spec_.max_len} + 1; }
 
   // The next source sentence of this split (advances the cursor).
   TokenSequence next_source();
