@@ -462,6 +462,18 @@ TEST(Distributed, RanksReadingDifferentValidationDataOrCheckpointsStopWithOneMes
   std::filesystem::remove_all(root);
 }
 
+// A data.dir that no rank can read (the commonest mistake of a job): one message and exit
+// 3 from every rank together (before: each rank aborted with its own copy of the message,
+// and Open MPI added its report of the abort; a helper's trial).
+TEST(Distributed, DataNoRankCanReadStopsEveryRankWithOneMessage) {
+  const JobResult run = mpirun_trainer("", "--data.dir=/nonexistent/thpc_data", 3);
+  EXPECT_EQ(run.exit_code, 3) << run.output;
+  EXPECT_EQ(occurrences(run.output, "/nonexistent/thpc_data: no such data directory"), 1u)
+      << run.output;
+  EXPECT_EQ(run.output.find("MPI_ABORT"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("error on rank"), std::string::npos) << run.output;
+}
+
 // A run owns its directory: rank 0 finds another run's files, and every rank stops
 // before writing anything, with one message and exit 2.
 TEST(Distributed, ANewRunInAUsedDirectoryStopsEveryRankWithOneMessage) {

@@ -39,6 +39,21 @@ void check_every_rank_reads_the_same_data(const Communicator& comm, const BatchS
   throw AllRanksError(message.str(), 3);
 }
 
+void agree_on_data_failure(const Communicator& comm, const std::string& failure) {
+  const std::vector<std::string> all =
+      comm.all_gather(failure.empty() ? "" : process_identity() + "\n" + failure);
+  for (const std::string& first : all) {
+    if (first.empty()) continue;
+    const size_t end = first.find('\n');
+    const std::string message = first.substr(end + 1);
+    bool everyone = true;
+    for (const std::string& other : all) {
+      everyone = everyone && !other.empty() && other.substr(other.find('\n') + 1) == message;
+    }
+    throw AllRanksError(everyone ? message : first.substr(0, end) + ": " + message, 3);
+  }
+}
+
 void read_the_checkpoint_rank_zero_chose(const Communicator& comm, const std::string& path,
                                          Checkpoint* checkpoint) {
   const int64_t step = comm.broadcast_from_root(checkpoint->step);

@@ -336,11 +336,19 @@ Trainer::Trainer(const Config& config, Communicator comm)
       std::max(0, select_device(comm_.local_rank(), visible_cuda_devices(), config_.dist.device)));
   backend_ = make_backend(request);
   device_ = request.device;
-  source_ = make_training_source(config_, comm_.rank(), comm_.size());
-  if (schedule_.validates()) {
-    valid_source_ = make_validation_source(config_, comm_.rank(), comm_.size());
-    check_validation_vocabulary(config_, *source_, *valid_source_);
-    if (config_.train.valid_bleu) valid_bleu_ = make_validation_bleu(config_, comm_);
+  std::string data_failure;
+  try {
+    source_ = make_training_source(config_, comm_.rank(), comm_.size());
+    if (schedule_.validates()) {
+      valid_source_ = make_validation_source(config_, comm_.rank(), comm_.size());
+      check_validation_vocabulary(config_, *source_, *valid_source_);
+    }
+  } catch (const DataError& error) {
+    data_failure = error.what();
+  }
+  agree_on_data_failure(comm_, data_failure);
+  if (valid_source_ && config_.train.valid_bleu) {
+    valid_bleu_ = make_validation_bleu(config_, comm_);
   }
   // Reading the data is the part of start-up that a corpus makes long: a stop signal
   // that came meanwhile ends the job here, before the model is built.
