@@ -105,8 +105,9 @@ thpc_config_value() {
     }
     {
       name = line; sub(/[ \t]*=.*$/, "", name)
-      value = line; if (!sub(/^[^=]*=[ \t]*/, "", value)) next
-      sub(/[ \t]+#.*$/, "", value); sub(/[ \t]+$/, "", value)
+      value = line; if (!sub(/^[^=]*=/, "", value)) next
+      # As the trainer reads it: a comment from the first '#' on, then the spaces around.
+      sub(/#.*$/, "", value); sub(/^[ \t]+/, "", value); sub(/[ \t]+$/, "", value)
       if ((current == section && name == key) || (current == "" && name == section "." key)) {
         found = value; seen = 1
       }
@@ -167,10 +168,10 @@ thpc_train() {
      [ -n "$configured" ] && [ "$configured" != auto ] && [ "$configured" != auto_or_fresh ]; then
     echo "thpc: $config sets checkpoint.resume = $configured, which a job replaces by its" \
          "run directory's newest checkpoint (checkpoint.resume=auto, so that a requeued job" \
-         "continues itself): to continue the run that wrote it, set THPC_RUN_NAME to that" \
-         "run's name; to start from its parameters, give --checkpoint.init=$configured" \
-         "instead; or give --checkpoint.resume=$configured (every requeue then starts" \
-         "there again)" >&2
+         "continues itself): remove it from $config, then set THPC_RUN_NAME to the name of" \
+         "the run that wrote it to continue that run, or give" \
+         "--checkpoint.init=$configured to start from its parameters; or keep it and give" \
+         "--checkpoint.resume=$configured (every requeue then starts there again)" >&2
     return 2
   fi
   local run_dir
@@ -179,7 +180,8 @@ thpc_train() {
   local trainer=("$thpc_build/transformer_hpc" "$config")
   local key
   for key in checkpoint.dir train.metrics_dir; do
-    if ! thpc_given "$key" "$@" && configured=$(thpc_config_value "$key" "$config"); then
+    if ! thpc_given "$key" "$@" && configured=$(thpc_config_value "$key" "$config") &&
+       [ -n "$configured" ]; then
       echo "thpc: note: $config sets $key = $configured; the job's run directory" \
            "$run_dir takes its place (give --$key=$configured to keep it)"
     fi
@@ -204,6 +206,9 @@ thpc_train() {
   fi
   "${thpc_launch_command[@]}" "${trainer[@]}" &
   thpc_launcher_pid=$!
+  local launched=$SECONDS
+  # A stop that came between the check above and the launcher's pid found no one to tell.
+  [ -n "$thpc_stop_signal" ] && kill -USR1 "$thpc_launcher_pid" 2> /dev/null
   # `wait` returns early (status > 128) when a trapped signal arrives; then wait again
   # for the launcher's own exit status, which bash keeps until it has been waited for.
   local status resent=0 stopped=checkpointed
@@ -213,20 +218,24 @@ thpc_train() {
     wait "$thpc_launcher_pid" || status=$?
     [ "$thpc_trapped" = 1 ] && [ "$status" -gt 128 ] || break
     # A stop forwarded before the launcher had started the ranks (its first ~0.1 s) was
-    # lost, and the job trained on to its end: sent once more 10 s later. A rank that has
-    # it already takes a repeated SIGUSR1 as the same request; the launcher, this shell's
-    # child not yet waited for, is no other process even if it has ended.
+    # lost, and the job trained on to its end: sent once more 10 s later, if the launcher
+    # still runs (bash reaps an ended child at once, so its pid may be another process's
+    # by then: the launcher is known by its command line). A rank that has the stop
+    # already takes a repeated SIGUSR1 as the same request.
     if [ "$resent" = 0 ]; then
       resent=1
       sleep 10 &
       wait $! 2> /dev/null
-      kill -USR1 "$thpc_launcher_pid" 2> /dev/null
+      if ps -o args= -p "$thpc_launcher_pid" 2> /dev/null | grep -q transformer_hpc; then
+        kill -USR1 "$thpc_launcher_pid" 2> /dev/null
+      fi
     fi
   done
   # Killed by the stop signal itself: it came before the ranks could take it (their first
   # ~0.5 s, loading libraries and starting MPI), and nothing was trained. A stop, not a
   # failure: requeued like one (before: "failed (exit 138)", and the job ended FAILED).
-  if [ -n "$thpc_stop_signal" ] && { [ "$status" = 138 ] || [ "$status" = 143 ]; }; then
+  if [ -n "$thpc_stop_signal" ] && (( SECONDS - launched < 30 )) &&
+     { [ "$status" = 138 ] || [ "$status" = 143 ]; }; then
     echo "thpc: the ranks were ended by $thpc_stop_signal before they could take it" \
          "(exit $status, during their start-up): nothing was trained, nothing is lost"
     status=0

@@ -115,7 +115,10 @@ TEST(UserErrors, WhatAnIniFileCannotHoldOrReadBackIsRefused) {
   expect_configuration_error("--train.metrics_dir=\"$(printf 'm\\n[model]\\nlayers = 9')\"",
                              "holds a '#', a line break or a NUL byte");
   expect_configuration_error("--train.tokens_per_step=5",
-                             "train.tokens_per_step 5 gives each of the 1 micro-batches");
+                             "train.tokens_per_step 5 gives each of the 1 micro-batches on each "
+                             "of 1 ranks 5 tokens, less than the longest pair of the data takes "
+                             "(13 tokens a side with eos/bos); raise train.tokens_per_step to at "
+                             "least 13, or give a smaller data.synthetic_max_len");
   const std::string dir = ::testing::TempDir() + "thpc_ini_" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
   {
@@ -131,7 +134,7 @@ TEST(UserErrors, WhatAnIniFileCannotHoldOrReadBackIsRefused) {
   run = run_process(kTrainer + "--eval --dry-run");
   EXPECT_EQ(run.exit_code, 2) << run.output;
   EXPECT_NE(run.output.find("--eval: needs a checkpoint file, and the next argument "
-                            "\"--dry-run\" is an option"),
+                            "'--dry-run' is an option"),
             std::string::npos)
       << run.output;
   ASSERT_EQ(::mkfifo((dir + "/fifo.ini").c_str(), 0600), 0);

@@ -21,7 +21,7 @@
 # and a directory of the same name there held another run's files), or that lacks the
 # metric the run ranked by (say, BLEU without --train.valid_bleu=true).
 set -euo pipefail
-[ $# -ge 4 ] || { sed -n '2,18p' "$0" >&2; exit 2; }
+[ $# -ge 4 ] || { sed -n '2,22p' "$0" >&2; exit 2; }
 name=$1 log=$2 trainer=$3
 shift 3
 mapfile -t candidates < <(sed -n 's/^\(warning: \)\{0,1\}average of the .* written to \(.*\)$/\2/p' "$log")

@@ -501,7 +501,7 @@ bool parse_command_line(int argc, const char* const* argv, Config& config) {
     // file", exit 1), as the table's keys are kept from doing.
     if (eval_checkpoint.rfind("--", 0) == 0) {
       THPC_FAIL("--eval: needs a checkpoint file, and the next argument "
-                << quoted(eval_checkpoint) << " is an option (write --eval=FILE)");
+                << thpc::quoted(eval_checkpoint) << " is an option (write --eval=FILE)");
     }
     if (dry_run) THPC_FAIL("--eval and --dry-run: give one of them");
   }

@@ -145,7 +145,8 @@ std::string configuration_impossible(const Config& config, const BatchSource& so
           << source.longest_padded_side() << " tokens a side with eos/bos); raise "
           << "train.tokens_per_step to at least "
           << source.longest_padded_side() * train.accumulate * ranks
-          << ", or preprocess with a smaller --max-len";
+          << (source.spm_model() != nullptr ? ", or preprocess with a smaller --max-len"
+                                            : ", or give a smaller data.synthetic_max_len");
     }
   }
   return why.str();
