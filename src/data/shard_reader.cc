@@ -333,8 +333,6 @@ void sort_by_lengths(std::vector<int32_t>& order, const PaddedLengths& lengths) 
 // side: [0, ..., order.size()].
 std::vector<int64_t> least_padded_cuts(const std::vector<int32_t>& order,
                                        const PaddedLengths& lengths, int64_t max_tokens) {
-  const auto padded_src = [&](int32_t pair) { return lengths.src(pair); };
-  const auto padded_tgt = [&](int32_t pair) { return lengths.tgt(pair); };
   // The cuts: as few batches as greedy packing makes, and among those the least padded.
   // A batch order[i, j) of B = j - i pairs, S and T its longest padded source and target,
   // is feasible when B * S <= budget and B * T <= budget; feasibility is hereditary (a
@@ -364,8 +362,8 @@ std::vector<int64_t> least_padded_cuts(const std::vector<int32_t>& order,
     int64_t longest_src = 0, longest_tgt = 0, j = reach.back();
     for (; j < count; ++j) {
       const int32_t pair = order[j];
-      const int64_t s = std::max(longest_src, padded_src(pair));
-      const int64_t t = std::max(longest_tgt, padded_tgt(pair));
+      const int64_t s = std::max(longest_src, lengths.src(pair));
+      const int64_t t = std::max(longest_tgt, lengths.tgt(pair));
       if (!fits(j + 1 - reach.back(), s, t)) break;
       longest_src = s;
       longest_tgt = t;
@@ -378,8 +376,8 @@ std::vector<int64_t> least_padded_cuts(const std::vector<int32_t>& order,
     int64_t longest_src = 0, longest_tgt = 0, i = earliest[k + 1];
     for (; i > 0; --i) {
       const int32_t pair = order[i - 1];
-      const int64_t s = std::max(longest_src, padded_src(pair));
-      const int64_t t = std::max(longest_tgt, padded_tgt(pair));
+      const int64_t s = std::max(longest_src, lengths.src(pair));
+      const int64_t t = std::max(longest_tgt, lengths.tgt(pair));
       if (!fits(earliest[k + 1] - i + 1, s, t)) break;
       longest_src = s;
       longest_tgt = t;
@@ -396,8 +394,8 @@ std::vector<int64_t> least_padded_cuts(const std::vector<int32_t>& order,
       int64_t longest_src = 0, longest_tgt = 0;
       for (int64_t i = j - 1; i >= earliest[k - 1]; --i) {
         const int32_t pair = order[i];
-        longest_src = std::max(longest_src, padded_src(pair));
-        longest_tgt = std::max(longest_tgt, padded_tgt(pair));
+        longest_src = std::max(longest_src, lengths.src(pair));
+        longest_tgt = std::max(longest_tgt, lengths.tgt(pair));
         const int64_t rows = j - i;
         if (!fits(rows, longest_src, longest_tgt)) break;
         if (i > reach[k - 1] || padded[i] == kUnreached) continue;
