@@ -68,7 +68,10 @@ const std::vector<Tool>& tools() {
         "--tokens arg (=25000)", "--steps arg (=60)", "--warmup-steps arg (=15)",
         "--vocab arg (=37000)", "--backend arg (=auto)", "--precision arg (=bf16)",
         "--peak-tflops arg (=790)"},
-       "--config /nonexistent.ini", "--steps"},
+       // (a missing --config is a usage error, as the trainer's: OutOfRange... below)
+       "--backend cpu --config " THPC_SOURCE_DIR
+       "/input/tiny.ini --program-batches --set data.dir=/nonexistent",
+       "--steps"},
       {"transformer_score",
        {"usage: transformer_score", "(default: standard input)", "13a (default)",
         "exp (default)", "(default 0.1)", "(default 4)", "(default 1)"},
@@ -141,6 +144,7 @@ TEST(Tools, RuntimeFailureExitsOneWithOneLineNamingTheProgram) {
 // has a range: "--beam must be >= 1, got 0".
 TEST(Tools, OutOfRangeNamesTheOptionAndTheValueGiven) {
   const std::string decode = "--checkpoint /nonexistent.h5 < /dev/null ";
+  const std::string base = std::string(THPC_SOURCE_DIR) + "/input/base.ini";
   for (const auto& [name, arguments, message] :
        std::vector<std::tuple<std::string, std::string, std::string>>{
            {"transformer_decode", decode + "--beam 0", "--beam must be >= 1, got 0"},
@@ -168,6 +172,13 @@ TEST(Tools, OutOfRangeNamesTheOptionAndTheValueGiven) {
            {"transformer_bench_step", "--vocab 4",
             "--vocab must be >= 5 (4 special ids + 1), got 4"},
            {"transformer_bench_step", "--spec-tflops 0", "--spec-tflops must be > 0, got 0"},
+           // Its config, read as the trainer reads it, is part of the command line: a bad
+           // --set or --config is a usage error, exit 2 (before: exit 1, after --help's
+           // checks had passed).
+           {"transformer_bench_step", "--config " + base + " --set model.layers=abc",
+            base + ": model.layers: 'abc' is not an integer (on the command line)"},
+           {"transformer_bench_step", "--config /nonexistent.ini",
+            "cannot open config file '/nonexistent.ini'"},
            // (before: -1 read as 2^64 - 1, a seed like any other)
            {"transformer_preprocess",
             "--source-lang en --target-lang de --trainpref a --validpref b --destdir c "

@@ -66,7 +66,7 @@ namespace po = boost::program_options;
 const int kLengths[] = {12, 18, 24, 28, 32, 40, 48, 64, 96};
 
 struct Arguments {
-  std::string config = "input/base.ini", backend = "auto", precision = "bf16";
+  std::string config_path = "input/base.ini", backend = "auto", precision = "bf16";
   int tokens = 25000, steps = 60, warmup_steps = 15, vocab = 37000;
   double peak_tflops = 790.0;
   double spec_tflops = 989.4;  // H100/H200 SXM dense bf16, without sparsity
@@ -74,6 +74,9 @@ struct Arguments {
   bool profile = false;
   bool program_batches = false;  // the trainer's batches instead of kLengths' (--program-batches)
   bool help = false;
+  // Loaded while the command line is read, so that a bad --config, --set, --backend or
+  // --precision is a usage error (exit 2), as the trainer's own config mistakes are.
+  thpc::Config config;
 };
 
 thpc::Batch random_batch(int length, int tokens, int vocab, std::mt19937& rng) {
@@ -126,13 +129,10 @@ double measure_cpu_gemm_ceiling() {
 }
 
 int run(const Arguments& args) {
-  std::vector<std::string> overrides = {"train.backend=" + args.backend,
-                                        "train.precision=" + args.precision};
-  overrides.insert(overrides.end(), args.overrides.begin(), args.overrides.end());
-  const thpc::Config config = thpc::load_config(args.config, overrides);
+  const thpc::Config& config = args.config;
   const int longest = *std::max_element(std::begin(kLengths), std::end(kLengths));
   if (!args.program_batches && config.model.max_positions < longest) {
-    THPC_FAIL(args.config << ": model.max_positions = " << config.model.max_positions
+    THPC_FAIL(args.config_path << ": model.max_positions = " << config.model.max_positions
                           << " is shorter than the benchmark's longest batches (" << longest
                           << " positions a side): add --set model.max_positions=" << longest
                           << " or more");
@@ -142,10 +142,11 @@ int run(const Arguments& args) {
   // it filled 17 GB of a 23-GB machine and kept going. Said before the work, not refused:
   // it is a measurement someone may want.
   const Arguments defaults;
-  if (backend->name().rfind("cpu", 0) == 0 && args.config == defaults.config &&
+  if (backend->name().rfind("cpu", 0) == 0 && args.config_path == defaults.config_path &&
       args.tokens == defaults.tokens) {
-    std::cerr << "transformer_bench_step: note: on the CPU, the GPU's benchmark (" << args.config
-              << ", " << args.tokens << " tokens a side) needs tens of GB and about a minute "
+    std::cerr << "transformer_bench_step: note: on the CPU, the GPU's benchmark ("
+              << args.config_path << ", " << args.tokens
+              << " tokens a side) needs tens of GB and about a minute "
               << "a step; bench/cpu_step_vs_torch.sh small runs the CPU's (2,000 tokens, "
               << "--set model.layers=2 ...), or give --tokens" << std::endl;
   }
@@ -164,7 +165,9 @@ int run(const Arguments& args) {
   if (args.program_batches) {
     const std::unique_ptr<thpc::BatchSource> source = thpc::make_training_source(config);
     vocab = thpc::resolve_vocab_size(config, *source);
-    for (int i = 0; i < args.warmup_steps + args.steps; ++i) batches.push_back(source->next(args.tokens));
+    for (int i = 0; i < args.warmup_steps + args.steps; ++i) {
+      batches.push_back(source->next(args.tokens));
+    }
   } else {
     for (int length : kLengths) batches.push_back(random_batch(length, args.tokens, vocab, rng));
   }
@@ -242,7 +245,8 @@ int run(const Arguments& args) {
     last = std::chrono::steady_clock::now();
   }
   ops.synchronize();
-  const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  const double total =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   std::sort(step_seconds.begin(), step_seconds.end());
   const double median = step_seconds.empty() ? 0.0 : step_seconds[step_seconds.size() / 2];
   const bool on_cpu = backend->name().rfind("cpu", 0) == 0;
@@ -279,7 +283,7 @@ int run(const Arguments& args) {
               "\"mfu_spec\": %s, \"peak_mem_gib\": %s, \"final_loss\": %.4f, "
               "\"captured_passes\": %lld, \"replayed_passes\": %lld, \"refused_captures\": %lld, "
               "\"warmup_steps\": %d, \"cpu_gemm\": %s}\n",
-              backend->name().c_str(), args.config.c_str(), 2 * args.tokens, 1e3 * median,
+              backend->name().c_str(), args.config_path.c_str(), 2 * args.tokens, 1e3 * median,
               tokens / total, model_tflops, peak_tflops, model_tflops / peak_tflops,
               mfu_spec.c_str(), peak_mem_gib.c_str(), loss,
               static_cast<long long>(model.capture_counts().captures),
@@ -297,7 +301,8 @@ int main(int argc, char** argv) {
   po::options_description options("transformer_bench_step options");
   options.add_options()
       ("help,h", "this help")
-      ("config", po::value(&args.config)->default_value(args.config), "model and optimizer config")
+      ("config", po::value(&args.config_path)->default_value(args.config_path),
+       "model and optimizer config")
       ("tokens", po::value(&args.tokens)->default_value(args.tokens),
        "source tokens per step (target alike), as torch_reference.py --tokens; the "
        "defaults are the GPU's benchmark (on the CPU: tens of GB, a minute a step)")
@@ -329,6 +334,10 @@ int main(int argc, char** argv) {
     require_at_least("--vocab", args.vocab, 5, "4 special ids + 1");
     if (!(args.peak_tflops > 0)) THPC_FAIL("--peak-tflops must be > 0, got " << args.peak_tflops);
     if (!(args.spec_tflops > 0)) THPC_FAIL("--spec-tflops must be > 0, got " << args.spec_tflops);
+    std::vector<std::string> overrides = {"train.backend=" + args.backend,
+                                          "train.precision=" + args.precision};
+    overrides.insert(overrides.end(), args.overrides.begin(), args.overrides.end());
+    args.config = thpc::load_config(args.config_path, overrides);
     return args;
   };
   return thpc::tools::tool_main("transformer_bench_step", thpc::tools::usage_text(options), argc,

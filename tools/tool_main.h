@@ -33,6 +33,12 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// " (see --help)" after a usage error's message, unless the message points there itself
+// (a config key's, read through --set: "see --help for the keys of [model]").
+inline std::string see_help(const std::string& message) {
+  return message.find("--help") == std::string::npos ? " (see --help)" : "";
+}
+
 // `parse(argc, argv)` returns the command line (with a bool `help`) or throws
 // thpc::Error for a usage error; `run(command)` returns the exit code.
 template <typename Parse, typename Run>
@@ -44,7 +50,7 @@ int tool_main(const char* name, const std::string& usage, int argc, char** argv,
   try {
     command = parse(argc, argv);
   } catch (const thpc::Error& e) {
-    std::cerr << name << ": " << e.what() << " (see --help)\n";
+    std::cerr << name << ": " << e.what() << see_help(e.what()) << "\n";
     return 2;
   }
   if (command.help) {
@@ -54,7 +60,7 @@ int tool_main(const char* name, const std::string& usage, int argc, char** argv,
   try {
     return run(command);
   } catch (const UsageError& e) {
-    std::cerr << name << ": " << e.what() << " (see --help)\n";
+    std::cerr << name << ": " << e.what() << see_help(e.what()) << "\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << name << ": error: " << thpc::failure_message(e) << "\n";
