@@ -203,6 +203,8 @@ TEST(Tools, OutOfRangeNamesTheOptionAndTheValueGiven) {
             "--seed 99999999999999999999",
             "--seed '99999999999999999999': expected a whole number from 0 to 2^64-1"},
            {"transformer_evalb", "-e two a b", "-e: 'two' is not a whole number"},
+           {"transformer_evalb", "-c -5 a b", "-c must be >= 0, got -5"},
+           {"transformer_evalb", "-e -1 a b", "-e must be >= 0, got -1"},
            // A short option typed with two dashes (before: "unrecognised option '-e'", the
            // option that exists, as if it were unknown).
            {"transformer_evalb", "--e 3 a b",

@@ -78,8 +78,16 @@ CommandLine parse_command_line(int argc, char** argv) {
       describe(command, max_error, cutoff_length, true), argc, argv, files);
   command.help = values.count("help") > 0;
   thpc::tools::refuse_empty_values(values, {"-p"});
-  if (values.count("-e")) command.max_error = max_error;
-  if (values.count("-c")) command.cutoff_length = cutoff_length;
+  // (EVALB takes a negative count as it is: -c -5 printed a second summary of no sentence
+  // with an F-measure of -nan, -e -5 stopped at the first error.)
+  if (values.count("-e")) {
+    thpc::tools::require_at_least("-e", max_error, 0);
+    command.max_error = max_error;
+  }
+  if (values.count("-c")) {
+    thpc::tools::require_at_least("-c", cutoff_length, 0);
+    command.cutoff_length = cutoff_length;
+  }
   if (!command.help && command.test_path.empty()) THPC_FAIL("needs a gold file and a test file");
   return command;
 }
