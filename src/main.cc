@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -23,17 +24,75 @@
 #include "config/config.h"
 #include "distributed/communicator.h"
 #include "distributed/mpi_sanitizer_options.h"
+#include "distributed/rank_failures.h"
 #include "io/atomic_file.h"
 #include "kernels/cpu/openblas_core.h"
 #include "model/params.h"
 #include "model/transformer.h"
+#include "train/checkpoint_keeping.h"
 #include "train/footprint.h"
+#include "train/run_directory.h"
 #include "train/stop_request.h"
+#include "train/test_hooks.h"
 #include "train/trainer.h"
 
 namespace {
 
-int dry_run(const thpc::Config& config, int ranks, std::ostream& out) {
+// Where the dry run found that training would start: the checkpoint it would resume from
+// ("" for step 0 or checkpoint.init), that checkpoint's step and run.
+struct DryRunStart {
+  std::string resumed_from;
+  int64_t step = 0;
+  std::string run_id;
+};
+
+// The checkpoint training would start from, chosen and checked as training does (exit 1
+// as there): checkpoint.resume's (auto: the newest valid one of checkpoint.dir, or its
+// refusal), whole, of this architecture, vocabulary and seed, with Adam moments; else
+// checkpoint.init's parameters (not read when a checkpoint is resumed: training ignores
+// it then, and a file moved away after the first run was refused here). What training
+// would change in checkpoint.dir goes to `notes`.
+DryRunStart read_the_start(const thpc::Config& config, const thpc::BatchSource* source, int vocab,
+                           std::ostream& notes) {
+  const thpc::CheckpointConfig& options = config.checkpoint;
+  DryRunStart start;
+  thpc::Checkpoint checkpoint;
+  if (options.resume == "auto" || options.resume == "auto_or_fresh") {
+    const thpc::CheckpointKeeping keeping(config);
+    const thpc::CheckpointKeeping::ResumeChoice choice =
+        keeping.choose_resume(options.resume, &checkpoint, notes);
+    if (!choice.refusal.empty()) THPC_FAIL(choice.refusal);
+    for (const thpc::InvalidCheckpoint& file : choice.invalid) {
+      notes << "note: training would move the invalid checkpoint " << file.path << " aside"
+            << std::endl;
+    }
+    start.resumed_from = choice.path;
+  } else if (!options.resume.empty()) {
+    const std::string missing = thpc::resume_file_missing(options);
+    if (!missing.empty()) THPC_FAIL(missing);
+    checkpoint = thpc::read_checkpoint(options.resume);
+    start.resumed_from = options.resume;
+  }
+  const std::string architecture = thpc::architecture_text(config.model, vocab);
+  if (!start.resumed_from.empty()) {
+    if (source) thpc::check_checkpoint_vocabulary(checkpoint, start.resumed_from, *source, config);
+    thpc::check_architecture(checkpoint, architecture, start.resumed_from);
+    thpc::check_checkpoint_resumes_this_run(checkpoint, start.resumed_from, config);
+    start.step = checkpoint.step;
+    start.run_id = checkpoint.run_id;
+  } else if (!options.init.empty()) {
+    const thpc::Checkpoint init =
+        thpc::read_checkpoint(options.init, thpc::CheckpointParts::ParamsOnly);
+    if (source) thpc::check_checkpoint_vocabulary(init, options.init, *source, config);
+    thpc::check_architecture(init, architecture, options.init);
+  }
+  return start;
+}
+
+// The dry run on one rank (of `ranks`): training's start-up checks in training's order,
+// reading what training reads and writing nothing. The run directory is rank 0's
+// business in training (`is_root`): its lock, and another run's files there.
+int dry_run(const thpc::Config& config, int ranks, bool is_root, std::ostream& out) {
   int vocab = config.model.vocab_size;
   // A configured vocabulary needs no data (base.ini checks before the shards exist); when
   // the data is there (the synthetic task always is) it is read and checked as training
@@ -56,36 +115,40 @@ int dry_run(const thpc::Config& config, int ranks, std::ostream& out) {
       if (!config.data.dir.empty()) thpc::check_validation_vocabulary(config, *source, *valid);
     }
   }
-  // What training refuses before building anything, refused here alike: the build's
-  // backend, and batches that cannot hold the data's longest pair (with the ranks of
-  // this dry run: give it the job's -np).
+  // Sizes that cannot be allocated are a configuration error here as in training; so are
+  // batches that cannot hold the data's longest pair (with the ranks of this dry run: give
+  // it the job's -np).
+  const std::string too_large =
+      thpc::training_does_not_fit(config, vocab, thpc::host_memory_bytes(), ranks);
+  if (!too_large.empty()) throw thpc::AllRanksError(too_large, 2);
   if (source) {
     const std::string impossible = thpc::configuration_impossible(config, *source, ranks);
     if (!impossible.empty()) throw thpc::AllRanksError(impossible, 2);
   }
-  // Sizes that cannot be allocated are a configuration error here as in training.
-  const std::string too_large =
-      thpc::training_does_not_fit(config, vocab, thpc::host_memory_bytes(), ranks);
-  if (!too_large.empty()) throw thpc::AllRanksError(too_large, 2);
-  // A checkpoint training would start from must be readable and of this architecture
-  // (exit 1 as there), read as training reads it: checkpoint.init's parameters only (an
-  // average, which has no Adam moments, was refused here and trained from there), and the
-  // whole state of the file checkpoint.resume names.
-  const std::string& resume = config.checkpoint.resume;
-  const bool resume_names_a_file = !resume.empty() && resume != "auto" && resume != "auto_or_fresh";
-  const std::pair<std::string, thpc::CheckpointParts> starts[] = {
-      {config.checkpoint.init, thpc::CheckpointParts::ParamsOnly},
-      {resume_names_a_file ? resume : "", thpc::CheckpointParts::All}};
-  for (const auto& [path, parts] : starts) {
-    if (path.empty()) continue;
-    const thpc::Checkpoint checkpoint = thpc::read_checkpoint(path, parts);
-    if (source) thpc::check_checkpoint_vocabulary(checkpoint, path, *source, config);
-    thpc::check_architecture(checkpoint, thpc::architecture_text(config.model, vocab), path);
+  // What training would do before writing, with its exit codes, as comment lines: a dry
+  // run passed a job that training refused at once (another run's files in checkpoint.dir,
+  // a directory that is a file, a trainer still running there).
+  std::ostringstream notes;
+  if (is_root) {
+    const std::string locked = thpc::run_lock_refusal(config, notes);
+    if (!locked.empty()) throw thpc::AllRanksError(locked, 2);
+  }
+  const DryRunStart start = read_the_start(config, source.get(), vocab, notes);
+  if (is_root) {
+    const std::string refusal =
+        thpc::run_directory_refusal(config, start.run_id, start.resumed_from, notes);
+    if (!refusal.empty()) throw thpc::AllRanksError(refusal, 2);
   }
   thpc::ParamStore table;
   thpc::add_transformer_parameters(config.model, vocab, table);
   out << config.to_ini() << "\n# parameters: " << table.count() << " (vocabulary "
             << vocab << ")\n";
+  if (!start.resumed_from.empty()) {
+    out << "# training would resume from " << start.resumed_from << " (step " << start.step
+        << ")\n";
+  }
+  std::istringstream note_lines(notes.str());
+  for (std::string line; std::getline(note_lines, line);) out << "# " << line << "\n";
   // What this machine cannot check, said rather than passed in silence: a login node may
   // lack the job's GPUs or its data (staged later, or on the compute nodes' file system).
   // Comment lines, so that the output stays an ini file.
@@ -117,41 +180,47 @@ std::string rank_request(const thpc::Config& config, const std::string& config_e
   return request;
 }
 
-// "" when every rank was asked what rank 0 was (or made the same mistake), else why not,
-// naming the ranks and the keys that differ. A collective: every rank calls it, so that
-// a rank with another configuration (or a bad one) ends the job with one message instead
-// of a hang, a segfault or a check failure steps later.
+// What a failure `error` of this rank means for the job: training's exit code for it
+// (docs/running.md "Exit codes": 3 for the data, an AllRanksError's own, else 1) and its
+// message; an AllRanksError speaks for every rank, the others for this one.
+thpc::RankFailure failure_of(const std::exception& error) {
+  if (const auto* everyone = dynamic_cast<const thpc::AllRanksError*>(&error)) {
+    return thpc::RankFailure{everyone->exit_code(), everyone->what(), everyone->where()};
+  }
+  const int code = dynamic_cast<const thpc::DataError*>(&error) != nullptr ? 3 : 1;
+  return thpc::RankFailure::here(code, thpc::failure_message(error));
+}
+
+// The line a failure is reported with: "transformer_hpc: error[ on rank R on HOST]: ...".
+std::string failure_line(const std::string& where, const std::string& message) {
+  return "transformer_hpc: error" + (where.empty() ? std::string() : " on " + where) + ": " +
+         message;
+}
+
 // The dry run on every rank, rank 0 speaking: each rank checks what training would read
 // there (its node's data, its working directory; rank 0's alone passed a job whose other
 // ranks training then stopped, exit 3), and the first that cannot is named with its reason
 // and training's exit code, before any rank prints the configuration.
 int dry_run_on_every_rank(const thpc::Config& config, const thpc::Communicator& comm) {
   std::ostringstream output;
-  int code = 0;
-  std::string failure;
+  thpc::RankFailure failure;
   try {
-    dry_run(config, comm.size(), output);
-  } catch (const thpc::AllRanksError& e) {
-    code = e.exit_code();
-    failure = "error: " + std::string(e.what());
-  } catch (const thpc::DataError& e) {
-    code = 3;
-    failure = "error on " + thpc::process_identity() + ": " + e.what();
+    dry_run(config, comm.size(), comm.is_root(), output);
   } catch (const std::exception& e) {
-    code = 1;
-    failure = "error on " + thpc::process_identity() + ": " + thpc::failure_message(e);
+    failure = failure_of(e);
   }
-  for (const std::string& outcome : comm.all_gather(std::to_string(code) + "\n" + failure)) {
-    const size_t end = outcome.find('\n');
-    const int rank_code = std::stoi(outcome.substr(0, end));
-    if (rank_code == 0) continue;
-    if (comm.is_root()) std::cerr << "transformer_hpc: " << outcome.substr(end + 1) << std::endl;
-    return rank_code;
+  if (const std::optional<thpc::JobFailure> failed = thpc::gather_failures(comm, failure)) {
+    if (comm.is_root()) std::cerr << failure_line(failed->where, failed->message) << std::endl;
+    return failed->exit_code;
   }
   if (comm.is_root()) std::cout << output.str() << std::flush;
   return 0;
 }
 
+// "" when every rank was asked what rank 0 was (or made the same mistake), else why not,
+// naming the ranks and the keys that differ. A collective: every rank calls it, so that
+// a rank with another configuration (or a bad one) ends the job with one message instead
+// of a hang, a segfault or a check failure steps later.
 std::string configuration_disagreement(const thpc::Communicator& comm,
                                        const std::string& request) {
   const std::vector<std::string> all = comm.all_gather_if_different(request);
@@ -190,23 +259,6 @@ std::string configuration_disagreement(const thpc::Communicator& comm,
   }
   message << " (every rank must be started with the same config file and overrides)";
   return message.str();
-}
-
-// The test suite's hooks that this environment sets, "NAME=VALUE" each: they fake a
-// divergence, a signal, a failure or a slow write (THPC_TEST_*, THPC_FAIL_AT, THPC_KILL_AT,
-// THPC_STOP_AT), and a run that inherits one from a shell that ran tests was told of a
-// divergence or a SIGTERM that never happened.
-std::vector<std::string> test_hooks_set() {
-  std::vector<std::string> hooks;
-  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
-    const std::string text = *entry;
-    const std::string name = text.substr(0, text.find('='));
-    if (name.rfind("THPC_TEST_", 0) == 0 || name == "THPC_FAIL_AT" || name == "THPC_KILL_AT" ||
-        name == "THPC_STOP_AT") {
-      hooks.push_back(text);
-    }
-  }
-  return hooks;
 }
 
 }  // namespace
@@ -257,7 +309,7 @@ int main(int argc, char** argv) {
     // Rank 0 speaks for the job: a Ctrl-C says at once what it does.
     if (comm.is_root()) thpc::announce_interrupts();
     if (comm.is_root()) {
-      for (const std::string& hook : test_hooks_set()) {
+      for (const std::string& hook : thpc::test_hooks_set()) {
         std::cerr << "warning: the test suite's hook " << hook << " is set: it fakes what "
                   << "its name says (unset it for a real run)" << std::endl;
       }
@@ -272,15 +324,13 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const thpc::AllRanksError& e) {
     // Every rank raised it together: one message, and no rank needs ending by force.
-    if (comm.is_root()) std::cerr << "transformer_hpc: error: " << e.what() << std::endl;
+    if (comm.is_root()) std::cerr << failure_line(e.where(), e.what()) << std::endl;
     return e.exit_code();
-  } catch (const thpc::DataError& e) {
-    comm.abort("transformer_hpc: error on " + thpc::process_identity() + ": " + e.what(), 3);
   } catch (const std::exception& e) {
     // A failure on one rank must end the whole job, not leave the others waiting in a
     // collective: report it with this rank's identity and abort every rank.
-    comm.abort("transformer_hpc: error on " + thpc::process_identity() + ": " +
-                   thpc::failure_message(e), 1);
+    const thpc::RankFailure failure = failure_of(e);
+    comm.abort(failure_line(failure.where, failure.message), failure.exit_code);
   }
   return 0;
 }

@@ -454,7 +454,7 @@ TEST_F(DataPipeline, SeekToAPositionContinuesExactly) {
   }
 }
 
-// A resume at another micro-batch budget (trainer.cc, position_at_this_budget) carries the
+// A resume at another micro-batch budget (resume.cc, position_at_this_budget) carries the
 // index shard by shard. Two shards whose batch counts change by different ratios (pairs
 // of at most 16 pieces, and of 26-38: from 300 tokens to 40 a batch of long pairs holds
 // one pair instead of ~8, a batch of short ones two or more instead of ~17): at every index of an

@@ -756,6 +756,31 @@ std::string numbers_corpus() {
   return shards.string();
 }
 
+// The other failures every rank meets at once end the job with one message and the
+// failure's exit code from every rank (before: each rank aborted with its own copy, and
+// Open MPI added its report of the abort): --eval of a checkpoint no rank can read, and
+// resume=auto refusing a directory whose checkpoints are all damaged.
+TEST(Distributed, FailuresEveryRankMeetsAtStartUpEndTheJobWithOneMessage) {
+  const JobResult eval = mpirun_trainer(
+      "", "--data.dir=" + numbers_corpus() + " --eval=/nonexistent/thpc_model.h5", 2);
+  EXPECT_EQ(eval.exit_code, 1) << eval.output;
+  EXPECT_EQ(occurrences(eval.output, "/nonexistent/thpc_model.h5"), 1u) << eval.output;
+  EXPECT_EQ(eval.output.find("MPI_ABORT"), std::string::npos) << eval.output;
+  EXPECT_EQ(eval.output.find("error on rank"), std::string::npos) << eval.output;
+  const std::filesystem::path damaged = scratch_run() / "damaged";
+  std::filesystem::create_directories(damaged);
+  std::ofstream(damaged / "step_00000001.h5") << "not a checkpoint\n";
+  const JobResult resumed = mpirun_trainer(
+      "", "--checkpoint.dir=" + damaged.string() + " --checkpoint.resume=auto", 2);
+  EXPECT_EQ(resumed.exit_code, 1) << resumed.output;
+  EXPECT_EQ(occurrences(resumed.output, "checkpoint.resume=auto: none of the 1 checkpoints in "),
+            1u)
+      << resumed.output;
+  EXPECT_EQ(resumed.output.find("MPI_ABORT"), std::string::npos) << resumed.output;
+  EXPECT_TRUE(std::filesystem::exists(damaged / "step_00000001.h5"));
+  std::filesystem::remove_all(damaged);
+}
+
 // A rank stopped during a validation (THPC_STOP_AT=1:2:validation) is alive to MPI and
 // never comes: the other ranks, done with their shares, wait for it dist.timeout_s after
 // the last sign of work from any rank and end the job with one message naming the

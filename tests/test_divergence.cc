@@ -132,6 +132,20 @@ TEST(DivergenceDetector, ALossThatClimbsSlowlyDivergesOnceItIsFactorTimesWorseTh
   EXPECT_EQ(learning.judge(8.1, 1.0).kind, DivergenceKind::LossSpike);
 }
 
+// Trainer::step(), the step of tests and benchmarks, applies no policy of its own: a
+// diverged step throws whatever train.divergence says (before: a skip rule of its own,
+// which logged and recorded nothing; run()'s DivergenceHandling is the policy).
+TEST(DivergenceDetector, TheTrainersStepThrowsOnADivergedStepAndAppliesNothing) {
+  const ScopedEnvironment nan_at_two("THPC_TEST_NAN_LOSS_AT", "2");
+  const Config config = load_config(kTinyIni, {"train.divergence=skip"});
+  Trainer trainer(config);
+  trainer.step();
+  const std::string parameters = trainer.model().params().sha256_hex();
+  expect_error([&] { trainer.step(); }, {"step 2 diverged: ", "(not applied)"});
+  EXPECT_EQ(trainer.completed_steps(), 1);
+  EXPECT_EQ(trainer.model().params().sha256_hex(), parameters);
+}
+
 // ---- the case: a resume with an exploding learning rate ----
 
 TEST_F(DivergenceTest, AnExplodingLearningRateStopsBeforeItsUpdateAndKeepsTheHealthyCheckpoints) {

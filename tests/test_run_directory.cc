@@ -545,7 +545,8 @@ TEST_F(RunDirectory, AnUnwritableRunDirectoryIsRefusedBeforeTheFirstStep) {
                                         (directory_ / "a_file" / "checkpoints").string());
   EXPECT_EQ(run.exit_code, 2) << run.output;
   EXPECT_NE(run.output.find("the run directory " + (directory_ / "a_file" / "checkpoints").string() +
-                            " (checkpoint.dir) cannot be written: creating it failed"),
+                            " (checkpoint.dir) cannot be written: " +
+                            (directory_ / "a_file").string() + " is no directory"),
             std::string::npos)
       << run.output;
   EXPECT_EQ(run.output.find("step 1/"), std::string::npos) << run.output;

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <new>
@@ -27,9 +28,13 @@
 namespace thpc {
 namespace {
 
+// Every run of it is refused or a dry run, so its checkpoint.dir stays empty; one per test
+// process, so that a run that trained (a test checked without its fix) leaves no files
+// that later runs would be refused for (the dry run too looks at the run directory).
 const std::string kTrainer = thpc::binary_dir() +
                              "/transformer_hpc " THPC_SOURCE_DIR "/input/tiny.ini "
-                             "--train.max_steps=1 --checkpoint.dir=/tmp/thpc_user_errors_never_written ";
+                             "--train.max_steps=1 --checkpoint.dir=/tmp/thpc_user_errors_never_"
+                             "written_" + std::to_string(getpid()) + " ";
 
 // The command must stop with exit `code` (2: the configuration) and an error line
 // holding `why`, in the user's words, with --dry-run as in training.
@@ -278,6 +283,92 @@ TEST(UserErrors, TheDryRunRefusesWhatTrainingRefusesWithTheSameExitCode) {
   EXPECT_NE(wide.output.find("is wider than the vocabulary of 60 tokens"), std::string::npos)
       << wide.output;
   std::filesystem::remove_all(root);
+}
+
+// The dry run looks at the run directory as training does before writing there, and
+// changes nothing (before: it passed a job that training refused at once, exit 2, with
+// another run's files in checkpoint.dir, a checkpoint.dir that is a file, or a trainer
+// running there; it refused a checkpoint.init missing where resume=auto would resume and
+// training never reads it).
+TEST(UserErrors, TheDryRunLooksAtTheRunDirectoryAsTrainingDoesAndChangesNothing) {
+  namespace fs = std::filesystem;
+  const fs::path root =
+      fs::temp_directory_path() / ("thpc_dry_run_directory_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root);
+  const std::string run = (root / "run").string();
+  // (Every run below but the first and the last is refused or a dry run: none trains.)
+  const std::string trainer = thpc::binary_dir() + "/transformer_hpc " THPC_SOURCE_DIR
+                              "/input/tiny.ini --train.valid_every=0 ";
+  ASSERT_EQ(run_process(trainer + "--train.max_steps=1 --checkpoint.dir=" + run + " > /dev/null")
+                .exit_code,
+            0);
+  const auto listing = [](const fs::path& dir) {
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      names.push_back(entry.path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  const std::vector<std::string> files = listing(run);
+  // Each refused alike by training and by the dry run, with training's exit code.
+  const auto both_refuse = [&](const std::string& arguments, int code, const std::string& why) {
+    for (const char* mode : {"--dry-run", ""}) {
+      SCOPED_TRACE(arguments + " " + mode);
+      const ProcessResult result = run_process(trainer + arguments + " " + mode);
+      EXPECT_EQ(result.exit_code, code) << result.output;
+      EXPECT_NE(result.output.find(why), std::string::npos) << result.output;
+    }
+  };
+  both_refuse("--checkpoint.dir=" + run, 2, "hold 3 files of another run");
+  both_refuse("--checkpoint.dir=" + run + "/step_00000001.h5", 2,
+              run + "/step_00000001.h5 is no directory");
+  both_refuse("--checkpoint.dir=" + run + " --checkpoint.resume=auto --train.seed=7", 1,
+              "a resumed run keeps its seed");
+  // Another host's trainer, its lock refreshed just now: in use; left 20 minutes ago: taken
+  // over, which the dry run says it would do.
+  const std::string lock = run + "/trainer.lock";
+  std::ofstream(lock) << "host=thpc-another-host\npid=12345\nstarted=1\n";
+  both_refuse("--checkpoint.dir=" + run + " --checkpoint.resume=auto", 2,
+              "the run directory " + run + " is in use by another trainer (host "
+              "thpc-another-host, pid 12345");
+  ASSERT_EQ(run_process("touch -d '20 minutes ago' " + lock).exit_code, 0);
+  ProcessResult dry = run_process(trainer + "--checkpoint.dir=" + run +
+                                  " --checkpoint.resume=auto --dry-run");
+  EXPECT_EQ(dry.exit_code, 0) << dry.output;
+  EXPECT_NE(dry.output.find("# note: training would take over the lock " + lock), std::string::npos)
+      << dry.output;
+  EXPECT_TRUE(fs::exists(lock));
+  fs::remove(lock);
+  // Resumed, checkpoint.init is not read: a file gone since the first run passes both.
+  dry = run_process(trainer + "--checkpoint.dir=" + run + " --checkpoint.resume=auto "
+                    "--checkpoint.init=/nonexistent/first.h5 --dry-run");
+  EXPECT_EQ(dry.exit_code, 0) << dry.output;
+  EXPECT_NE(dry.output.find("# training would resume from " + run + "/step_00000001.h5 (step 1)"),
+            std::string::npos)
+      << dry.output;
+  // What checkpoint.overwrite would delete is said, and kept.
+  dry = run_process(trainer + "--checkpoint.dir=" + run + " --checkpoint.overwrite=true --dry-run");
+  EXPECT_EQ(dry.exit_code, 0) << dry.output;
+  EXPECT_NE(dry.output.find("# note: training would remove " + run + "/step_00000001.h5, a file "
+                            "of an earlier run (checkpoint.overwrite = true)"),
+            std::string::npos)
+      << dry.output;
+  EXPECT_EQ(listing(run), files);
+  // A directory that does not exist yet is not made by the dry run.
+  dry = run_process(trainer + "--checkpoint.dir=" + (root / "new/run").string() + " --dry-run");
+  EXPECT_EQ(dry.exit_code, 0) << dry.output;
+  EXPECT_FALSE(fs::exists(root / "new"));
+  // Training itself, resumed with the missing checkpoint.init, goes on from step 1.
+  const ProcessResult resumed = run_process(trainer + "--checkpoint.dir=" + run +
+                                            " --checkpoint.resume=auto --train.max_steps=2 "
+                                            "--checkpoint.init=/nonexistent/first.h5");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + run + "/step_00000001.h5 at step 1"),
+            std::string::npos)
+      << resumed.output;
+  fs::remove_all(root);
 }
 
 TEST(UserErrors, TheFootprintIsComputedWithoutOverflowAndBoundsTheParameterTable) {

@@ -23,14 +23,18 @@ namespace thpc {
 // normally with the code, instead of one rank ending the others with MPI_Abort.
 // `exit_code` is the program's (docs/running.md "Exit codes"): 1 for a runtime failure, 2 for
 // ranks that were given different configurations.
+// `where` names the rank whose failure it is ("rank R on HOST"), "" for the job's own.
 class AllRanksError : public Error {
  public:
-  explicit AllRanksError(const std::string& message, int exit_code = 1)
-      : Error(message), exit_code_(exit_code) {}
+  explicit AllRanksError(const std::string& message, int exit_code = 1,
+                         const std::string& where = "")
+      : Error(message), exit_code_(exit_code), where_(where) {}
   int exit_code() const { return exit_code_; }
+  const std::string& where() const { return where_; }
 
  private:
   int exit_code_;
+  std::string where_;
 };
 
 // MPI_Init_thread on construction, MPI_Finalize on destruction; owned by main().

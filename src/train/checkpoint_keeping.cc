@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "io/hdf5.h"
 #include "train/stop_request.h"
+#include "train/test_hooks.h"
 
 namespace thpc {
 
@@ -40,18 +41,6 @@ std::string only_unhealthy_checkpoints(const std::string& dir) {
           << "checkpoint) with a smaller train.lr_scale or train.clip_norm, or move them out of "
           << dir << " to start afresh";
   return message.str();
-}
-
-// Test hook (docs/checkpoints.md): THPC_TEST_CHECKPOINT_WRITE_DELAY_MS=N holds each
-// background write N ms before it starts, so that tests see training go on beside it and
-// a stop wait for it, whatever the speed of the machine. Read on the training thread (the
-// environment is not read from the writer's).
-std::chrono::milliseconds test_write_delay() {
-  static const long delay = [] {
-    const char* value = std::getenv("THPC_TEST_CHECKPOINT_WRITE_DELAY_MS");
-    return value != nullptr ? std::strtol(value, nullptr, 10) : 0L;
-  }();
-  return std::chrono::milliseconds(delay);
 }
 
 // Completes `state` (`fill_state`, when given: a staged snapshot's parameters and
@@ -110,7 +99,7 @@ std::string CheckpointKeeping::save(Checkpoint state, double copy_seconds, std::
   }
   // The thread owns what it writes; the training thread goes on with its own state.
   write_ = std::async(std::launch::async, [path, dir, keep, copy_seconds,
-                                           delay = test_write_delay(),
+                                           delay = injected_checkpoint_write_delay(),
                                            state = std::move(state),
                                            fill_state = std::move(fill_state)]() mutable {
     return write_and_prune(path, state, fill_state, copy_seconds, dir, keep, true, delay);
@@ -342,15 +331,15 @@ CheckpointKeeping::ResumeChoice CheckpointKeeping::choose_resume(const std::stri
   wait_for_write();
   const std::string& dir = config_.checkpoint.dir;
   ResumeChoice choice;
-  std::vector<InvalidCheckpoint> invalid;
-  choice.path = newest_valid_checkpoint(dir, log, checkpoint, &invalid);
+  choice.path = newest_valid_checkpoint(dir, log, checkpoint, &choice.invalid);
   if (choice.path.empty() && mode == "auto") {
-    if (!invalid.empty()) {
+    if (!choice.invalid.empty()) {
       // Only an explicit auto_or_fresh starts over, with the damaged ones moved aside.
       std::ostringstream reasons;
-      for (const InvalidCheckpoint& file : invalid) reasons << "; " << file.reason;
+      for (const InvalidCheckpoint& file : choice.invalid) reasons << "; " << file.reason;
       std::ostringstream message;
-      message << "checkpoint.resume=auto: none of the " << invalid.size() << " checkpoints in "
+      message << "checkpoint.resume=auto: none of the " << choice.invalid.size()
+              << " checkpoints in "
               << dir << " is valid (fix or move them, or set "
               << "checkpoint.resume=auto_or_fresh to start from step 0 with them renamed "
               << "*.corrupt)" << reasons.str();
@@ -359,13 +348,15 @@ CheckpointKeeping::ResumeChoice CheckpointKeeping::choose_resume(const std::stri
       choice.refusal = only_unhealthy_checkpoints(dir);
     }
   }
-  if (choice.refusal.empty()) {
-    for (const InvalidCheckpoint& file : invalid) {
-      log << "moved invalid checkpoint " << file.path << " aside to "
-          << move_aside_corrupt(file.path) << std::endl;
-    }
-  }
   return choice;
+}
+
+void CheckpointKeeping::move_invalid_aside(const ResumeChoice& choice, std::ostream& log) const {
+  if (!choice.refusal.empty()) return;
+  for (const InvalidCheckpoint& file : choice.invalid) {
+    log << "moved invalid checkpoint " << file.path << " aside to "
+        << move_aside_corrupt(file.path) << std::endl;
+  }
 }
 
 std::string CheckpointKeeping::diverged_parameters_file(const std::string& run_id,

@@ -9,8 +9,10 @@
 #include <future>
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_directory.h"
 #include "config/config.h"
 #include "train/run_log.h"
 
@@ -82,14 +84,19 @@ class CheckpointKeeping {
   // stop with): with auto, checkpoints that exist but none valid (starting over would
   // write new files over the damaged ones, the evidence), or every one marked diverged or
   // superseded (starting over would prune the run's whole history). Otherwise the
-  // invalid ones are moved aside (*.corrupt), said on `log`: a run resumed from an older
-  // checkpoint would overwrite newer damaged ones too.
+  // invalid ones (`invalid`) are for move_invalid_aside: a run resumed from an older
+  // checkpoint would overwrite newer damaged ones too. Changes nothing on disk (--dry-run
+  // chooses as training does).
   struct ResumeChoice {
     std::string path;
     std::string refusal;
+    std::vector<InvalidCheckpoint> invalid;
   };
   ResumeChoice choose_resume(const std::string& mode, Checkpoint* checkpoint,
                              std::ostream& log) const;
+  // Renames the choice's invalid checkpoints *.corrupt, a line each on `log`; none when the
+  // run was refused (they are the evidence).
+  void move_invalid_aside(const ResumeChoice& choice, std::ostream& log) const;
 
   // These two wait for a background write (and keep its lines for the next report).
   // The checkpoint of run `run_id` at `step` once marked diverged, or "".

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "common/sha256.h"
+#include "distributed/rank_failures.h"
 
 namespace thpc {
 
@@ -39,25 +40,10 @@ void check_every_rank_reads_the_same_data(const Communicator& comm, const BatchS
   throw AllRanksError(message.str(), 3);
 }
 
-void agree_on_data_failure(const Communicator& comm, const std::string& failure) {
-  const std::vector<std::string> all =
-      comm.all_gather(failure.empty() ? "" : process_identity() + "\n" + failure);
-  for (const std::string& first : all) {
-    if (first.empty()) continue;
-    const size_t end = first.find('\n');
-    const std::string message = first.substr(end + 1);
-    bool everyone = true;
-    for (const std::string& other : all) {
-      everyone = everyone && !other.empty() && other.substr(other.find('\n') + 1) == message;
-    }
-    throw AllRanksError(everyone ? message : first.substr(0, end) + ": " + message, 3);
-  }
-}
-
 void read_the_checkpoint_rank_zero_chose(const Communicator& comm, const std::string& path,
                                          Checkpoint* checkpoint) {
   const int64_t step = comm.broadcast_from_root(checkpoint->step);
-  std::string failure;
+  RankFailure failure;
   if (!comm.is_root()) {
     try {
       *checkpoint = read_checkpoint(path);
@@ -66,18 +52,17 @@ void read_the_checkpoint_rank_zero_chose(const Communicator& comm, const std::st
                                 << ", rank 0 read step " << step);
       }
     } catch (const Error& error) {
-      failure = error.what();
+      failure = RankFailure::here(1, error.what());
     }
   }
-  std::ostringstream failed;
-  const std::vector<std::string> failures = comm.all_gather(failure);
-  for (size_t rank = 0; rank < failures.size(); ++rank) {
-    if (!failures[rank].empty()) failed << "; rank " << rank << ": " << failures[rank];
-  }
-  if (!failed.str().empty()) {
+  if (const std::optional<JobFailure> failed = gather_failures(comm, failure)) {
+    std::ostringstream each;
+    for (size_t i = 0; i < failed->ranks.size(); ++i) {
+      each << "; rank " << failed->ranks[i] << ": " << failed->messages[i];
+    }
     throw AllRanksError("rank 0 resumes from " + path + " (step " + std::to_string(step) +
                         ") but not every rank can read it (a shared filesystem that has not "
-                        "caught up?)" + failed.str());
+                        "caught up?)" + each.str());
   }
 }
 

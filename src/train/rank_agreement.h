@@ -22,13 +22,6 @@ void check_every_rank_reads_the_same_data(const Communicator& comm, const BatchS
                                           const std::string& data_dir,
                                           const std::string& split = "training");
 
-// Each rank reads the data itself, and a failure to is mostly every rank's (a data.dir that
-// is not there): with `failure` this rank's message ("" when it read its data), every
-// rank throws one AllRanksError (exit 3) when any failed, rank 0's message, or the first
-// failing rank's named with it. Before, each rank aborted with its own copy of the
-// message and Open MPI's report of the abort.
-void agree_on_data_failure(const Communicator& comm, const std::string& failure);
-
 // Every rank reads `path`, which rank 0 chose and has read into *checkpoint already (the
 // others read it into theirs); all succeed at rank 0's step or all throw AllRanksError
 // naming the ranks that could not (a shared filesystem that has not caught up).

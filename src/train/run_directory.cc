@@ -55,7 +55,7 @@ std::string run_metrics_path(const Config& config, const std::string& run_id,
 
 std::string foreign_run_files(const Config& config, const std::string& run_id,
                               const std::string& resumed_from, const std::string& metrics,
-                              std::ostream& log) {
+                              std::ostream& log, DirectoryChanges changes) {
   namespace fs = std::filesystem;
   const CheckpointConfig& options = config.checkpoint;
   const bool fresh = options.resume.empty();
@@ -80,8 +80,12 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
   // A start that failed after opening the metrics and event files (a full disk, the first
   // batch) left a "run" record and a file-version record, and no value: nothing of a run,
   // which must not make the next start fail. They are removed, said.
+  const bool make_changes = changes == DirectoryChanges::Make;
   const auto remove_empty_leftover = [&](const std::string& path) {
-    if (fs::remove(path, error)) {
+    if (!make_changes) {
+      log << "note: training would remove " << path << ", left by a start that recorded no "
+          << "value" << std::endl;
+    } else if (fs::remove(path, error)) {
       log << "note: removed " << path << ", left by a start that recorded no value"
           << std::endl;
     }  // else kept: appended to (a metrics file), or left beside this run's (an event file)
@@ -114,7 +118,10 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
     // went on beside it).
     std::string kept;
     for (const std::string& path : foreign) {
-      if (fs::remove(path, error)) {
+      if (!make_changes) {
+        log << "note: training would remove " << path << ", a file of an earlier run "
+            << "(checkpoint.overwrite = true)" << std::endl;
+      } else if (fs::remove(path, error)) {
         log << "removed " << path << ", a file of an earlier run (checkpoint.overwrite = true)"
             << std::endl;
       } else if (error && kept.empty()) {  // (not there any more: nothing to delete)
@@ -451,6 +458,67 @@ LockedUse trainer_use(const std::string& dir, const std::string& key) {
   return use;
 }
 
+// Why `use` cannot take the lock at `path`: `holder` holds it, refreshed `age` seconds ago.
+std::string in_use_refusal(const LockedUse& use, const LockHolder& holder,
+                           const std::string& path, double age) {
+  std::ostringstream message;
+  message << use.named << " is in use by another " << use.holder << " (" << holder.describe()
+          << "; its lock " << path << " was refreshed " << static_cast<long long>(age)
+          << " s ago): two " << use.holders << " on one directory would " << use.clash
+          << " Wait for it to end or stop it, or give this run another " << use.key << ". "
+          << "A lock whose holder is gone is taken over when its process is missing on "
+          << "this host, when it is an earlier run of this Slurm job on another node, or, "
+          << "for another host's holder (or another PID namespace's: a container), "
+          << kRunLockStaleSeconds / 60 << " minutes after its last refresh; remove " << path
+          << " by hand only if you know its " << use.holder << " is gone";
+  return message.str();
+}
+
+// What taking the lock of `dir` for `use` would refuse, taking nothing and creating
+// nothing: a directory that cannot be made or written, or a live holder; a stale lock
+// that would be taken over is said on `notes`.
+// Why `dir` cannot be the directory of `use`, before anything is made: it, or the nearest
+// of its parents that exists (which it would be created in), is a file or cannot be
+// written by this user. "" when it can.
+std::string directory_refusal(const std::string& dir, const LockedUse& use) {
+  namespace fs = std::filesystem;
+  const std::string cannot_write = use.unwritable + " cannot be written: ";
+  std::error_code error;
+  const fs::path wanted = dir.empty() ? fs::path(".") : fs::path(dir);
+  fs::path existing = wanted;
+  while (!fs::exists(existing, error)) {
+    const fs::path parent = existing.parent_path();
+    if (parent == existing) break;  // the root
+    existing = parent.empty() ? fs::path(".") : parent;  // a relative name: the working dir
+  }
+  if (!fs::is_directory(existing, error)) {
+    return cannot_write + existing.string() + " is no directory; give " + use.key +
+           " a directory this user can write";
+  }
+  if (::access(existing.c_str(), W_OK | X_OK) != 0) {
+    return cannot_write +
+           (existing != wanted ? "it would be created in " + existing.string() + ", " : "") +
+           "which this user cannot write (" + std::strerror(errno) + "); make it writable or " +
+           "give " + use.key + " another directory";
+  }
+  return "";
+}
+
+std::string lock_refusal_without_taking(const std::string& dir, const LockedUse& use,
+                                        std::ostream& notes) {
+  if (std::string refusal = directory_refusal(dir, use); !refusal.empty()) return refusal;
+  const std::string path = lock_path(dir, use.lock_name);
+  std::string text;
+  const std::optional<LockHolder> holder = read_holder(path, &text);
+  if (!holder) return "";
+  const double age = seconds_since_refresh(path);
+  const std::string reason = stale_reason(*holder, age, host_name());
+  if (reason.empty()) return in_use_refusal(use, *holder, path, age);
+  notes << "note: training would take over the lock " << path << " of " << holder->describe()
+        << ": " << reason << std::endl;
+  return "";
+}
+
 }  // namespace
 
 RunLock::RunLock(const std::string& dir, std::ostream& log, const std::string& key)
@@ -471,6 +539,9 @@ RunLock::RunLock(const std::string& dir, std::ostream& log, const LockedUse& use
            << "\npidns=" << pid_namespace() << "\n";
   contents_ = contents.str();
   use_ = use;
+  if (const std::string refusal = directory_refusal(dir, use); !refusal.empty()) {
+    THPC_FAIL(refusal);
+  }
   std::error_code error;
   for (fs::path missing = fs::path(path_).parent_path();
        !missing.empty() && !fs::exists(missing, error); missing = missing.parent_path()) {
@@ -501,18 +572,7 @@ RunLock::RunLock(const std::string& dir, std::ostream& log, const LockedUse& use
     if (!holder) continue;  // removed meanwhile: try again
     const double age = seconds_since_refresh(path_);
     const std::string reason = stale_reason(*holder, age, host);
-    if (reason.empty()) {
-      THPC_FAIL(named << " is in use by another " << use.holder << " (" << holder->describe()
-                << "; its lock " << path_ << " was refreshed " << static_cast<long long>(age)
-                << " s ago): two " << use.holders << " on one directory would " << use.clash
-                << " Wait for it to end or stop it, or give this run another " << key << ". "
-                << "A lock whose holder is gone is taken over when its process is missing on "
-                << "this host, when it is an earlier run of this Slurm job on another node, or, "
-                << "for another host's holder (or another PID namespace's: a container), "
-                << kRunLockStaleSeconds / 60
-                << " minutes after its last refresh; remove "
-                << path_ << " by hand only if you know its " << use.holder << " is gone");
-    }
+    if (reason.empty()) THPC_FAIL(in_use_refusal(use, *holder, path_, age));
     const std::string aside = path_ + ".stale." + std::to_string(::getpid());
     if (::rename(path_.c_str(), aside.c_str()) != 0) continue;  // another took it first
     ::unlink(aside.c_str());
@@ -652,6 +712,26 @@ std::string claim_run_directory(const Config& config, const Communicator& comm,
   refusal = comm.broadcast_from_root(refusal);
   if (!refusal.empty()) throw AllRanksError(refusal, 2);
   return metrics;
+}
+
+std::string run_lock_refusal(const Config& config, std::ostream& notes) {
+  std::string refusal = lock_refusal_without_taking(
+      config.checkpoint.dir, trainer_use(config.checkpoint.dir, "checkpoint.dir"), notes);
+  const std::string& metrics_dir = config.train.metrics_dir;
+  if (refusal.empty() && !metrics_dir.empty() && !same_file(metrics_dir, config.checkpoint.dir)) {
+    refusal = lock_refusal_without_taking(metrics_dir,
+                                          trainer_use(metrics_dir, "train.metrics_dir"), notes);
+  }
+  return refusal;
+}
+
+std::string run_directory_refusal(const Config& config, const std::string& run_id,
+                                  const std::string& resumed_from, std::ostream& notes) {
+  const std::string metrics = run_metrics_path(config, run_id, resumed_from, notes);
+  const std::string refusal = outputs_that_would_destroy_inputs(config, resumed_from, metrics);
+  if (!refusal.empty()) return refusal;
+  return foreign_run_files(config, run_id, resumed_from, metrics, notes,
+                           DirectoryChanges::OnlySay);
 }
 
 }  // namespace thpc

@@ -30,13 +30,18 @@ std::string outputs_that_would_destroy_inputs(const Config& config,
                                               const std::string& resumed_from,
                                               const std::string& metrics);
 
+// Whether a look at the run directory makes the changes it finds due (training) or only
+// says them (--dry-run: "training would remove ...").
+enum class DirectoryChanges { Make, OnlySay };
+
 // "" when checkpoint.dir and the directory of the metrics file `metrics` hold only this
 // run's files (run `run_id`, resumed from `resumed_from`, "" for a fresh run) — after
 // deleting the others' files, with a line each on `log`, when checkpoint.overwrite is
 // set. Else the refusal, naming the files and what to do.
 std::string foreign_run_files(const Config& config, const std::string& run_id,
                               const std::string& resumed_from, const std::string& metrics,
-                              std::ostream& log);
+                              std::ostream& log,
+                              DirectoryChanges changes = DirectoryChanges::Make);
 
 // How long a lock's holder may go without refreshing it before another trainer takes it
 // over: the holder refreshes it every kRunLockRefreshSeconds from a thread of its own, so
@@ -136,5 +141,14 @@ std::vector<std::unique_ptr<RunLock>> lock_run_directory(const Config& config,
 std::string claim_run_directory(const Config& config, const Communicator& comm,
                                 const std::string& run_id, const std::string& resumed_from,
                                 std::ostream& log);
+
+// --dry-run's look at the run directory, taking no lock and changing nothing there: what
+// lock_run_directory would refuse (a checkpoint.dir or train.metrics_dir that cannot be
+// made or written, another trainer's live lock), and what claim_run_directory would
+// refuse for the run `run_id` resumed from `resumed_from` ("" for a fresh run). What
+// training would change (a stale lock taken over, files deleted) is said on `notes`.
+std::string run_lock_refusal(const Config& config, std::ostream& notes);
+std::string run_directory_refusal(const Config& config, const std::string& run_id,
+                                  const std::string& resumed_from, std::ostream& notes);
 
 }  // namespace thpc

@@ -21,13 +21,16 @@
 #include "checkpoint/checkpoint_directory.h"
 #include "common/error.h"
 #include "common/sha256.h"
+#include "distributed/rank_failures.h"
 #include "train/footprint.h"
 #include "train/lr_schedule.h"
 #include "train/rank_agreement.h"
+#include "train/resume.h"
 #include "train/run_progress.h"
 #include "train/run_directory.h"
 #include "train/run_log.h"
 #include "train/stop_request.h"
+#include "train/test_hooks.h"
 #include "train/training_setup.h"
 #include "train/validation.h"
 
@@ -53,205 +56,6 @@ std::string new_run_id() {
        << random();
   const std::string text = seed.str();
   return sha256_hex(text.data(), text.size()).substr(0, 16);
-}
-
-// Fault injection for the tests of job failure: THPC_FAIL_AT=RANK:STEP makes that rank
-// throw at the start of that step, as a real fault (an out-of-memory, a bad file) would;
-// THPC_KILL_AT=RANK:STEP makes it die there by SIGKILL, as a rank the kernel's OOM killer
-// or a node failure takes, while the other ranks go on into the step's gradient sums;
-// THPC_STOP_AT=RANK:STEP stops it there by SIGSTOP, as Ctrl-Z, a debugger or a hung file
-// system would hold it, alive to MPI but never coming (RANK:STEP:gradients: after the
-// step's collectives before its forward, so that the others wait in the gradient sum;
-// RANK:STEP:validation: as the validation after step STEP starts).
-enum class InjectionPoint { StepStart, SumsPrepared, Validation };
-
-void maybe_inject_failure(const Communicator& comm, int64_t step, InjectionPoint point) {
-  const auto names_this = [&](const char* spec) {
-    int rank = -1;
-    long long at_step = -1;
-    char where[16] = {0};
-    const int fields = spec == nullptr ? 0 : std::sscanf(spec, "%d:%lld:%15s", &rank, &at_step,
-                                                         where);
-    InjectionPoint named = InjectionPoint::StepStart;
-    if (fields == 3 && std::string(where) == "gradients") named = InjectionPoint::SumsPrepared;
-    if (fields == 3 && std::string(where) == "validation") named = InjectionPoint::Validation;
-    return fields >= 2 && rank == comm.rank() && at_step == step && named == point;
-  };
-  static const char* fail = std::getenv("THPC_FAIL_AT");
-  static const char* kill = std::getenv("THPC_KILL_AT");
-  static const char* stop = std::getenv("THPC_STOP_AT");
-  if (names_this(kill)) std::raise(SIGKILL);
-  if (names_this(stop)) std::raise(SIGSTOP);
-  if (names_this(fail)) {
-    THPC_FAIL("failure injected by THPC_FAIL_AT=" << fail << " at step " << step);
-  }
-}
-
-// Where the reader continues from `checkpoint`: its position counts the micro-batches of
-// an epoch planned at its run's micro-batch budget (train.tokens_per_step over ranks x
-// train.accumulate). Another budget plans other batches, so an index taken as it is
-// would skip or repeat part of the epoch (four ranks' index 120 of 250 is beyond one
-// rank's 62 batches): it continues at the same share of the same shard instead
-// (BatchSource::index_at_budget; the shard's batches are others, so some of its pairs
-// may come twice and others not at all), and `note` says so. The epoch is kept. A
-// checkpoint whose budget cannot be told keeps its index, with a warning.
-DataPosition position_at_this_budget(const Checkpoint& checkpoint, const std::string& source,
-                                     BatchSource& data, int64_t budget, int ranks,
-                                     const TrainConfig& train, std::string& note) {
-  note.clear();
-  DataPosition position = checkpoint.data_position;
-  if (!checkpoint.corpus_sha256.empty() && checkpoint.corpus_sha256 != data.corpus_sha256()) {
-    // Other data (re-preprocessed, another data.dir): the index counts batches of a
-    // corpus that is not this one. Its next epoch starts afresh.
-    note = "warning: the data under data.dir is not what the checkpoint's run read "
-           "(training pairs sha256 " + data.corpus_sha256().substr(0, 12) + "..., then " +
-           checkpoint.corpus_sha256.substr(0, 12) + "...): its position in that data " +
-           "cannot be carried over, so this run reads the new data from the start of " +
-           "epoch " + std::to_string(position.epoch + 2);
-    return DataPosition{position.epoch + 1, 0};
-  }
-  if (checkpoint.config_ini.empty() || data.batches_per_epoch(budget) == 0) return position;
-  int64_t written_budget = 0;
-  int64_t written_tokens = 0, written_accumulate = 0;
-  try {
-    THPC_CHECK(checkpoint.world_size >= 1, "a world size of " << checkpoint.world_size);
-    const Config written =
-        load_config_text(checkpoint.config_ini, source + " (its configuration)");
-    written_tokens = written.train.tokens_per_step;
-    written_accumulate = written.train.accumulate;
-    written_budget = micro_batch_budget(written_tokens, static_cast<int>(written_accumulate),
-                                        static_cast<int>(checkpoint.world_size));
-  } catch (const Error& error) {
-    note = "warning: the micro-batch budget of the checkpoint's run cannot be told (" +
-           std::string(error.what()) + "): the data continues at its index as it stands, " +
-           "which skips or repeats part of the epoch if that budget was not this run's";
-    return position;
-  }
-  if (written_budget == budget) return position;
-  int64_t then = 0;
-  try {
-    then = data.batches_per_epoch(written_budget);
-    position.index = data.index_at_budget(checkpoint.data_position, written_budget, budget);
-  } catch (const Error& error) {
-    // A pair that the written budget cannot hold: data.dir holds other data than the
-    // checkpoint's run read. (A failed plan leaves none: the next call plans again.)
-    data.batches_per_epoch(budget);
-    note = "warning: the data under data.dir cannot be cut at the checkpoint's run's " +
-           std::to_string(written_budget) + " tokens a micro-batch (" + error.what() +
-           "): it is not the data that run read, and continues at the checkpoint's index " +
-           "as it stands";
-    return checkpoint.data_position;
-  }
-  const int64_t now = data.batches_per_epoch(budget);
-  std::ostringstream text;
-  text << "note: the checkpoint's run cut each micro-batch to " << written_budget
-       << " tokens (train.tokens_per_step " << written_tokens << " over "
-       << checkpoint.world_size << " rank" << (checkpoint.world_size == 1 ? "" : "s") << " x "
-       << written_accumulate << "), this one to " << budget << " (" << train.tokens_per_step
-       << " over " << ranks << " rank" << (ranks == 1 ? "" : "s") << " x " << train.accumulate
-       << "): the epoch's " << now << " batches are not its " << then
-       << ", so the data continues " << std::fixed << std::setprecision(1)
-       << 100.0 * static_cast<double>(checkpoint.data_position.index) /
-              static_cast<double>(then)
-       << "% through epoch " << position.epoch + 1 << " (batch " << position.index << " of "
-       << now << ", where the checkpoint had " << checkpoint.data_position.index << " of "
-       << then << ": the same share of the same shard)";
-  note = text.str();
-  return position;
-}
-
-// Whether `difference` is one file or directory written two ways ("ck" and "/runs/ck"):
-// the keys that name a path, this run's value resolved against this run's working
-// directory and the checkpoint's against `written_in`, the working directory of the run
-// that wrote it (this run's too when the checkpoint does not record one).
-bool same_path_written_otherwise(const ConfigDifference& difference,
-                                 const std::string& written_in) {
-  static const std::set<std::string> path_keys = {"data.dir", "checkpoint.dir",
-                                                  "checkpoint.init", "train.metrics_dir"};
-  if (path_keys.count(difference.key) == 0 || difference.value.empty() ||
-      difference.reference.empty()) {
-    return false;
-  }
-  bool failed = false;
-  const auto resolved = [&failed](const std::string& path) {
-    std::error_code error;
-    std::filesystem::path full = std::filesystem::weakly_canonical(path, error);
-    failed = failed || static_cast<bool>(error);
-    return full.has_filename() ? full : full.parent_path();  // "ck/" is "ck"
-  };
-  const std::filesystem::path value = resolved(difference.value);
-  const std::filesystem::path reference =
-      resolved((std::filesystem::path(written_in) / difference.reference).string());
-  return !failed && value == reference;
-}
-
-// A note naming the settings in which this run differs from the one that wrote the
-// checkpoint (a raised train.max_steps, a lowered train.lr_scale): they take effect from
-// here, and the log should say so rather than leave it to the reader to compare files.
-// checkpoint.resume, which says how this run started, is left out, and so is a
-// path written another way (same_path_written_otherwise).
-void note_changed_settings(const Checkpoint& checkpoint, const Config& config,
-                           std::ostream& log) {
-  if (checkpoint.config_ini.empty()) return;
-  std::ostringstream changed;
-  int count = 0;
-  for (const ConfigDifference& difference :
-       config_differences(config.to_ini(), checkpoint.config_ini)) {
-    if (difference.key == "checkpoint.resume" ||
-        same_path_written_otherwise(difference, checkpoint.working_directory)) {
-      continue;
-    }
-    const auto shown = [](const std::string& value) {
-      return value.empty() ? std::string("empty") : value;
-    };
-    changed << (count++ == 0 ? "" : ", ") << difference.key << " = " << shown(difference.value)
-            << " (was " << shown(difference.reference) << ")";
-  }
-  if (count == 0) return;
-  log << "note: " << count << (count == 1 ? " setting differs" : " settings differ")
-      << " from the run that wrote the checkpoint, from this step on: " << changed.str()
-      << std::endl;
-}
-
-// A note when the checkpoint resumed from was written by another number of ranks. A step
-// takes ranks x train.accumulate micro-batches from one stream: with that product and
-// train.tokens_per_step unchanged (3 ranks x 2 resumed as 2 x 3 or 1 x 6) every step takes
-// the same micro-batches, and the losses are the original run's up to the order of the
-// sums (the note said otherwise, as for any other change).
-void note_world_size_change(const Checkpoint& checkpoint, int ranks, const TrainConfig& train,
-                            std::ostream& log) {
-  if (checkpoint.world_size == ranks) return;
-  log << "note: the checkpoint was written by " << checkpoint.world_size << " rank"
-      << (checkpoint.world_size == 1 ? "" : "s") << ", this run has " << ranks
-      << ": parameters, moments, step and schedule continue";
-  bool same_micro_batches = false;
-  try {
-    const Config written = load_config_text(checkpoint.config_ini, "the checkpoint's settings");
-    same_micro_batches =
-        !checkpoint.config_ini.empty() &&
-        written.train.tokens_per_step == train.tokens_per_step &&
-        checkpoint.world_size * written.train.accumulate == int64_t{ranks} * train.accumulate;
-  } catch (const Error&) {
-    // (a checkpoint without readable settings: the general note)
-  }
-  if (same_micro_batches) {
-    log << ", and each step takes the same micro-batches (ranks x train.accumulate is "
-        << int64_t{ranks} * train.accumulate << " as before), so the losses are the "
-        << "original run's up to the order of the sums" << std::endl;
-  } else {
-    log << ", but each rank's share of the batches differs from here on, so the losses are "
-        << "not those of the original run" << std::endl;
-  }
-}
-
-// A warning line when a run that validates resumes from a checkpoint without best
-// validation values: best.h5 and checkpoint.patience start afresh.
-void note_missing_best_valid(const Checkpoint& checkpoint, const std::string& source,
-                             const TrainConfig& train, std::ostream& log) {
-  if (checkpoint.best_valid || train.valid_every == 0) return;
-  log << "warning: checkpoint " << source << " holds no best validation values (written "
-      << "before checkpoints stored them): the best valid ppl and bleu, best.h5 and the "
-      << "checkpoint.patience count start afresh at this run's first validation" << std::endl;
 }
 
 // "stopped before training: SIGTERM received during start-up; step=N, nothing to save":
@@ -302,19 +106,6 @@ void drop_a_damaged_best_checkpoint(const Communicator& comm, CheckpointKeeping&
   best.of(metric) = BestValidation{};
 }
 
-// Divergence injection for the tests of train.divergence: THPC_TEST_NAN_LOSS_AT=N makes
-// the N-th step this process computes (1-based, counting steps left out or repeated)
-// report a NaN loss on every rank, as a step whose batch overflowed would;
-// RANK:N makes only that rank's share NaN, which the sum over ranks spreads.
-bool poison_this_loss(const Communicator& comm, int64_t computed) {
-  const char* spec = std::getenv("THPC_TEST_NAN_LOSS_AT");
-  if (spec == nullptr) return false;
-  int rank = -1;
-  long long at = -1;
-  if (std::sscanf(spec, "%d:%lld", &rank, &at) == 2) return rank == comm.rank() && at == computed;
-  return std::sscanf(spec, "%lld", &at) == 1 && at == computed;
-}
-
 }  // namespace
 
 StoppedDuringStartUp::StoppedDuringStartUp(int signal_number)
@@ -336,7 +127,9 @@ Trainer::Trainer(const Config& config, Communicator comm)
       std::max(0, select_device(comm_.local_rank(), visible_cuda_devices(), config_.dist.device)));
   backend_ = make_backend(request);
   device_ = request.device;
-  std::string data_failure;
+  // Each rank reads the data itself, and a failure to is mostly every rank's (a data.dir
+  // that is not there): one message, exit 3 from every rank.
+  RankFailure data_failure;
   try {
     source_ = make_training_source(config_, comm_.rank(), comm_.size());
     if (schedule_.validates()) {
@@ -344,9 +137,9 @@ Trainer::Trainer(const Config& config, Communicator comm)
       check_validation_vocabulary(config_, *source_, *valid_source_);
     }
   } catch (const DataError& error) {
-    data_failure = error.what();
+    data_failure = RankFailure::here(3, error.what());
   }
-  agree_on_data_failure(comm_, data_failure);
+  throw_if_any_rank_failed(comm_, data_failure);
   if (valid_source_ && config_.train.valid_bleu) {
     valid_bleu_ = make_validation_bleu(config_, comm_);
   }
@@ -489,18 +282,8 @@ StepStats Trainer::step() {
     apply_update(stats);
     return stats;
   }
-  stats.divergence = agreed;
-  const std::string why = divergence_reason(*detector_, verdict, agreed);
-  DivergenceState& state = detector_->state();
-  if (config_.train.divergence == "skip" &&
-      state.consecutive_skips < config_.train.divergence_limit) {
-    ++state.skipped_steps;
-    ++state.consecutive_skips;
-    checkpoint_loss_ = stats.loss;
-    return stats;
-  }
-  THPC_FAIL("step " << stats.step << " diverged: " << why << " (train.divergence = "
-                    << config_.train.divergence << ")");
+  THPC_FAIL("step " << stats.step << " diverged: "
+                    << divergence_reason(*detector_, verdict, agreed) << " (not applied)");
 }
 
 ValidationStats Trainer::validate() {
@@ -514,29 +297,13 @@ ValidationStats Trainer::validate() {
                                         Communicator::WaitFrom::kLastSignOfWork);
   maybe_inject_failure(comm_, completed_steps_, InjectionPoint::Validation);
   ValidationStats stats = validation_pass(*model_, *valid_source_, comm_, micro_budget_);
-  // Test hook: THPC_TEST_VALID_NLL_AT=STEP:NLL makes the validation at STEP report NLL on
-  // every rank (a validation whose perplexity exploded), for DivergenceHandling's tests.
-  if (const char* spec = std::getenv("THPC_TEST_VALID_NLL_AT")) {
-    long long at = -1;
-    double nll = 0;
-    if (std::sscanf(spec, "%lld:%lf", &at, &nll) == 2 && at == completed_steps_) stats.nll = nll;
+  if (const std::optional<double> nll = injected_validation_nll(completed_steps_)) {
+    stats.nll = *nll;  // the test hook's exploded validation
   }
   if (valid_bleu_) score_translations(*valid_bleu_, *model_, stats);
   stats.interrupted = stop_requested_by() != 0;
   return stats;
 }
-
-namespace {
-
-// Test hook (docs/checkpoints.md): THPC_TEST_STOP_AT_STEP=K makes the process send itself
-// SIGTERM once step K is complete, so that tests interrupt a run at an exact step
-// instead of racing a kill against the log. 0 when unset.
-int64_t test_stop_step() {
-  const char* value = std::getenv("THPC_TEST_STOP_AT_STEP");
-  return value ? std::strtoll(value, nullptr, 10) : 0;
-}
-
-}  // namespace
 
 Checkpoint Trainer::snapshot() const {
   const ParamStore& params = model_->params();
@@ -594,17 +361,7 @@ Checkpoint Trainer::snapshot_without_state() const {
 void Trainer::restore(const Checkpoint& checkpoint, const std::string& source) {
   check_checkpoint_vocabulary(checkpoint, source, *source_, config_);
   check_architecture(checkpoint, *model_, source);
-  // The random stream of a step is keyed by (seed, step): another seed would continue
-  // some other run, not this one.
-  if (checkpoint.seed != config_.train.seed) {
-    THPC_FAIL("checkpoint " << source << ": written with train.seed " << checkpoint.seed << ", "
-                            << config_.source_file << " has train.seed " << config_.train.seed
-                            << " (a resumed run keeps its seed)");
-  }
-  if (checkpoint.adam_m.empty() || checkpoint.adam_v.empty()) {
-    THPC_FAIL("checkpoint " << source << ": holds parameters only (an average?); resume needs "
-                            << "the Adam moments, use checkpoint.init to start from it");
-  }
+  check_checkpoint_resumes_this_run(checkpoint, source, config_);
   ParamStore& params = model_->params();
   scatter_named(checkpoint.params, params, *backend_, params.params(), "checkpoint " + source);
   params.refresh_compute();
@@ -634,11 +391,15 @@ void Trainer::apply_start_options(std::ostream& log) {
   std::string path;
   if (options.resume == "auto" || options.resume == "auto_or_fresh") {
     CheckpointKeeping::ResumeChoice choice;
-    if (comm_.is_root()) choice = keeping_.choose_resume(options.resume, &checkpoint, log);
+    if (comm_.is_root()) {
+      choice = keeping_.choose_resume(options.resume, &checkpoint, log);
+      keeping_.move_invalid_aside(choice, log);
+    }
     path = comm_.broadcast_from_root(choice.path);
-    // Every rank fails with rank 0's reason, rather than the others waiting for it.
+    // Every rank fails with rank 0's reason, rather than the others waiting for it: one
+    // message (before: each rank aborted with its own copy).
     const std::string refusal = comm_.broadcast_from_root(choice.refusal);
-    if (!refusal.empty()) THPC_FAIL(refusal);
+    if (!refusal.empty()) throw AllRanksError(refusal, 1);
     if (path.empty()) {
       // A relative checkpoint.dir is named as this process finds it too: resumed from
       // another working directory, "checkpoints" was another folder, with nothing said.
@@ -651,19 +412,12 @@ void Trainer::apply_start_options(std::ostream& log) {
     }
   } else if (!options.resume.empty()) {
     path = options.resume;
-    std::error_code no_file;
-    if (comm_.is_root() && !std::filesystem::exists(path, no_file)) {
-      // "Auto", "latest" or a name in checkpoint.dir read "checkpoint Auto: no such file".
-      const std::string beside = (std::filesystem::path(options.dir) / path).string();
-      THPC_FAIL("checkpoint.resume = " << path << ": no such file (a path is found from the "
-                << "working directory, " << std::filesystem::current_path(no_file).string()
-                << ", not from checkpoint.dir)"
-                << (std::filesystem::exists(beside, no_file)
-                        ? "; checkpoint.dir holds " + beside + ": give that"
-                        : std::string())
-                << "; for the newest valid checkpoint of checkpoint.dir give auto");
+    if (comm_.is_root()) {
+      if (const std::string missing = resume_file_missing(options); !missing.empty()) {
+        THPC_FAIL(missing);
+      }
+      checkpoint = read_checkpoint(path);
     }
-    if (comm_.is_root()) checkpoint = read_checkpoint(path);
   }
   if (!path.empty()) {
     resume_from(path, checkpoint, start, log);
@@ -694,10 +448,7 @@ void Trainer::resume_from(const std::string& path, Checkpoint& checkpoint,
     log << "note: " << path << " is marked " << checkpoint_state_name(checkpoint.state)
         << " (checkpoint.resume names it, so the run continues from it)" << std::endl;
   }
-  note_world_size_change(checkpoint, comm_.size(), config_.train, log);
-  note_changed_settings(checkpoint, config_, log);
-  if (!data_position_note_.empty()) log << data_position_note_ << std::endl;
-  note_missing_best_valid(checkpoint, path, config_.train, log);
+  log_resume_notes(checkpoint, path, config_, comm_.size(), data_position_note_, log);
   if (completed_steps_ >= config_.train.max_steps) {
     log << "note: the checkpoint is at step " << completed_steps_ << ", train.max_steps is "
         << config_.train.max_steps << ": no step is left to train (raise train.max_steps "
@@ -898,7 +649,7 @@ void Trainer::end_with_the_epochs(std::ostream& log, bool at_start) {
 }
 
 void Trainer::begin_training(RunProgress& run) {
-  run.stop_at_step = test_stop_step();
+  run.stop_at_step = injected_stop_step();
   // The step training starts from passed, or had no validation to fail; one whose
   // validation a stop cut short (validated first, below) has not passed yet: should it
   // fail, its own checkpoint is marked as the uninterrupted run's would be.

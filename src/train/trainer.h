@@ -78,10 +78,11 @@ class Trainer {
   explicit Trainer(const Config& config, Communicator comm = Communicator::single());
   ~Trainer();
 
-  // One optimizer step over train.accumulate micro-batches. A step that diverges
-  // (train/divergence.h) is not applied: with train.divergence = skip it returns with
-  // `divergence` set (and completed_steps() unchanged), up to train.divergence_limit in a
-  // row; otherwise it throws thpc::Error saying why (run() is what rolls back).
+  // One optimizer step over train.accumulate micro-batches, for the tests and benchmarks
+  // that drive steps themselves (run() is the training loop). A step that diverges
+  // (train/divergence.h) is not applied and throws thpc::Error saying why, whatever
+  // train.divergence says: skipping, rolling back or stopping is DivergenceHandling's, in
+  // run() (before: a skip rule of its own here, which logged and recorded nothing).
   StepStats step();
   // The loss on the validation shards, and with train.valid_bleu the BLEU or chrF of
   // their translation (every rank must call it: the sums are global).

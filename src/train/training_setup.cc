@@ -1,5 +1,6 @@
 #include "train/training_setup.h"
 
+#include <filesystem>
 #include <sstream>
 
 #include "backend/factory.h"
@@ -172,6 +173,34 @@ void check_checkpoint_vocabulary(const Checkpoint& checkpoint, const std::string
                             "(preprocessed again?)")
             << ". Preprocess the data with the checkpoint's model (transformer_preprocess "
             << "--spm-model), or start afresh");
+}
+
+void check_checkpoint_resumes_this_run(const Checkpoint& checkpoint, const std::string& path,
+                                       const Config& config) {
+  if (checkpoint.seed != config.train.seed) {
+    THPC_FAIL("checkpoint " << path << ": written with train.seed " << checkpoint.seed << ", "
+                            << config.source_file << " has train.seed " << config.train.seed
+                            << " (a resumed run keeps its seed)");
+  }
+  if (checkpoint.adam_m.empty() || checkpoint.adam_v.empty()) {
+    THPC_FAIL("checkpoint " << path << ": holds parameters only (an average?); resume needs "
+                            << "the Adam moments, use checkpoint.init to start from it");
+  }
+}
+
+std::string resume_file_missing(const CheckpointConfig& options) {
+  namespace fs = std::filesystem;
+  std::error_code no_file;
+  if (fs::exists(options.resume, no_file)) return "";
+  const std::string beside = (fs::path(options.dir) / options.resume).string();
+  std::ostringstream message;
+  message << "checkpoint.resume = " << options.resume << ": no such file (a path is found "
+          << "from the working directory, " << fs::current_path(no_file).string()
+          << ", not from checkpoint.dir)"
+          << (fs::exists(beside, no_file) ? "; checkpoint.dir holds " + beside + ": give that"
+                                          : std::string())
+          << "; for the newest valid checkpoint of checkpoint.dir give auto";
+  return message.str();
 }
 
 }  // namespace thpc

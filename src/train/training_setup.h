@@ -52,8 +52,8 @@ std::string backend_impossible(const Config& config);
 // Why the configuration cannot train with this build, or on `source` with `ranks` ranks
 // ("" when it can): train.backend = cuda in a build without CUDA, train.tokens_per_step
 // too small to share among the ranks' micro-batches, a train.valid_beam wider than the
-// vocabulary, or a micro-batch budget below the longest pair of the data. A configuration error (exit 2) that --dry-run finds as
-// training does, before anything is built.
+// vocabulary, or a micro-batch budget below the longest pair of the data. A configuration
+// error (exit 2) that --dry-run finds as training does, before anything is built.
 std::string configuration_impossible(const Config& config, const BatchSource& source, int ranks);
 
 // Throws unless `checkpoint` (read from `path`) was trained on the vocabulary of `data`,
@@ -63,5 +63,18 @@ std::string configuration_impossible(const Config& config, const BatchSource& so
 // (the synthetic task, older files) is not compared.
 void check_checkpoint_vocabulary(const Checkpoint& checkpoint, const std::string& path,
                                  const BatchSource& data, const Config& config);
+
+// Throws unless this run can resume from `checkpoint` (read from `path`): it was written
+// with this configuration's train.seed (the random stream of a step is keyed by (seed,
+// step): another seed would continue some other run), and it holds the Adam moments (an
+// average holds the parameters only). Training and --dry-run check alike.
+void check_checkpoint_resumes_this_run(const Checkpoint& checkpoint, const std::string& path,
+                                       const Config& config);
+
+// checkpoint.resume = PATH naming no file: the refusal, saying where a relative path was
+// looked for (the working directory, not checkpoint.dir) and what to give instead ("auto",
+// "latest" or a bare name in checkpoint.dir read "checkpoint Auto: no such file"); "" when
+// the file exists.
+std::string resume_file_missing(const CheckpointConfig& options);
 
 }  // namespace thpc

@@ -12,6 +12,7 @@
 
 #include "backend/factory.h"
 #include "common/error.h"
+#include "distributed/rank_failures.h"
 #include "model/checkpoint_params.h"
 #include "train/rank_agreement.h"
 #include "train/step_decision.h"
@@ -115,24 +116,39 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
   if (config.data.valid.empty()) {
     throw AllRanksError(config.source_file + ": data.valid: must not be empty", 2);
   }
-  const int device =
-      std::max(0, select_device(comm.local_rank(), visible_cuda_devices(), config.dist.device));
-  const std::unique_ptr<Backend> backend = make_backend(backend_request(config.train, device));
-  const std::unique_ptr<ShardReader> shards =
-      make_validation_source(config, comm.rank(), comm.size());
-  const Checkpoint checkpoint = read_checkpoint(path, CheckpointParts::ParamsOnly);
-  // A model scores the pieces of its own vocabulary only.
-  if (!checkpoint.spm_model.empty() && checkpoint.spm_model != shards->metadata().spm_model) {
-    THPC_FAIL("checkpoint " << path << ": trained with another vocabulary than the "
-                            << config.data.valid << " shards of " << config.data.dir);
+  // Each rank reads the shards and the checkpoint itself; a failure to (a path that is not
+  // there, mostly on every rank) is one message and one exit code from every rank (before:
+  // each rank aborted with its own copy).
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<ShardReader> shards;
+  std::unique_ptr<Transformer> model;
+  int64_t step = 0;  // the checkpoint's
+  RankFailure failure;
+  try {
+    const int device =
+        std::max(0, select_device(comm.local_rank(), visible_cuda_devices(), config.dist.device));
+    backend = make_backend(backend_request(config.train, device));
+    shards = make_validation_source(config, comm.rank(), comm.size());
+    const Checkpoint checkpoint = read_checkpoint(path, CheckpointParts::ParamsOnly);
+    // A model scores the pieces of its own vocabulary only.
+    if (!checkpoint.spm_model.empty() && checkpoint.spm_model != shards->metadata().spm_model) {
+      THPC_FAIL("checkpoint " << path << ": trained with another vocabulary than the "
+                              << config.data.valid << " shards of " << config.data.dir);
+    }
+    model = std::make_unique<Transformer>(config.model, resolve_vocab_size(config, *shards),
+                                          shards->special_ids(), *backend, config.train.seed);
+    load_parameters(checkpoint, path, *model);
+    step = checkpoint.step;
+  } catch (const DataError& error) {
+    failure = RankFailure::here(3, error.what());
+  } catch (const Error& error) {
+    failure = RankFailure::here(1, error.what());
   }
-  Transformer model(config.model, resolve_vocab_size(config, *shards), shards->special_ids(),
-                    *backend, config.train.seed);
-  load_parameters(checkpoint, path, model);
+  throw_if_any_rank_failed(comm, failure);
   // Each rank read the shards and the file itself: the same paths can name different files
   // (working directories, node-local disks), and the numbers were a blend of both.
   check_every_rank_reads_the_same_data(comm, *shards, config.data.dir, "validation");
-  check_every_rank_starts_from_the_same_parameters(comm, model.params().sha256_hex(),
+  check_every_rank_starts_from_the_same_parameters(comm, model->params().sha256_hex(),
                                                    "--eval " + path);
   const std::unique_ptr<ValidationBleu> bleu =
       config.train.valid_bleu ? make_validation_bleu(config, comm) : nullptr;
@@ -142,8 +158,8 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
     const Communicator::WaitLimit bounded(comm, config.dist.timeout_s, "--eval of " + path,
                                           Communicator::WaitFrom::kLastSignOfWork,
                                           "run the --eval again");
-    stats = validation_pass(model, *shards, comm, micro_batch_budget(config, comm));
-    if (bleu) score_translations(*bleu, model, stats);
+    stats = validation_pass(*model, *shards, comm, micro_batch_budget(config, comm));
+    if (bleu) score_translations(*bleu, *model, stats);
   }
   // A stop signal cut the pass short on some rank: its numbers are not the checkpoint's.
   if (const int signal = stop_signal_of_any_rank(comm)) {
@@ -154,9 +170,9 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
     return;
   }
   if (!comm.is_root()) return;
-  log << "evaluated " << path << " (step " << checkpoint.step << ") on " << config.data.dir
+  log << "evaluated " << path << " (step " << step << ") on " << config.data.dir
       << "/" << config.data.valid << ".*.h5" << std::endl;
-  log << log_line("valid step " + std::to_string(checkpoint.step), validation_fields(stats))
+  log << log_line("valid step " + std::to_string(step), validation_fields(stats))
       << std::endl;
 }
 

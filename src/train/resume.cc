@@ -1,0 +1,187 @@
+#include "train/resume.h"
+
+#include <filesystem>
+#include <iomanip>
+#include <ostream>
+#include <set>
+#include <sstream>
+
+#include "common/error.h"
+#include "train/validation.h"
+
+namespace thpc {
+
+namespace {
+
+// Whether `difference` is one file or directory written two ways ("ck" and "/runs/ck"):
+// the keys that name a path, this run's value resolved against this run's working
+// directory and the checkpoint's against `written_in`, the working directory of the run
+// that wrote it (this run's too when the checkpoint does not record one).
+bool same_path_written_otherwise(const ConfigDifference& difference,
+                                 const std::string& written_in) {
+  static const std::set<std::string> path_keys = {"data.dir", "checkpoint.dir",
+                                                  "checkpoint.init", "train.metrics_dir"};
+  if (path_keys.count(difference.key) == 0 || difference.value.empty() ||
+      difference.reference.empty()) {
+    return false;
+  }
+  bool failed = false;
+  const auto resolved = [&failed](const std::string& path) {
+    std::error_code error;
+    std::filesystem::path full = std::filesystem::weakly_canonical(path, error);
+    failed = failed || static_cast<bool>(error);
+    return full.has_filename() ? full : full.parent_path();  // "ck/" is "ck"
+  };
+  const std::filesystem::path value = resolved(difference.value);
+  const std::filesystem::path reference =
+      resolved((std::filesystem::path(written_in) / difference.reference).string());
+  return !failed && value == reference;
+}
+
+// A note naming the settings in which this run differs from the one that wrote the
+// checkpoint (a raised train.max_steps, a lowered train.lr_scale): they take effect from
+// here, and the log should say so rather than leave it to the reader to compare files.
+// checkpoint.resume, which says how this run started, is left out, and so is a
+// path written another way (same_path_written_otherwise).
+void note_changed_settings(const Checkpoint& checkpoint, const Config& config,
+                           std::ostream& log) {
+  if (checkpoint.config_ini.empty()) return;
+  std::ostringstream changed;
+  int count = 0;
+  for (const ConfigDifference& difference :
+       config_differences(config.to_ini(), checkpoint.config_ini)) {
+    if (difference.key == "checkpoint.resume" ||
+        same_path_written_otherwise(difference, checkpoint.working_directory)) {
+      continue;
+    }
+    const auto shown = [](const std::string& value) {
+      return value.empty() ? std::string("empty") : value;
+    };
+    changed << (count++ == 0 ? "" : ", ") << difference.key << " = " << shown(difference.value)
+            << " (was " << shown(difference.reference) << ")";
+  }
+  if (count == 0) return;
+  log << "note: " << count << (count == 1 ? " setting differs" : " settings differ")
+      << " from the run that wrote the checkpoint, from this step on: " << changed.str()
+      << std::endl;
+}
+
+// A note when the checkpoint resumed from was written by another number of ranks. A step
+// takes ranks x train.accumulate micro-batches from one stream: with that product and
+// train.tokens_per_step unchanged (3 ranks x 2 resumed as 2 x 3 or 1 x 6) every step takes
+// the same micro-batches, and the losses are the original run's up to the order of the
+// sums (the note said otherwise, as for any other change).
+void note_world_size_change(const Checkpoint& checkpoint, int ranks, const TrainConfig& train,
+                            std::ostream& log) {
+  if (checkpoint.world_size == ranks) return;
+  log << "note: the checkpoint was written by " << checkpoint.world_size << " rank"
+      << (checkpoint.world_size == 1 ? "" : "s") << ", this run has " << ranks
+      << ": parameters, moments, step and schedule continue";
+  bool same_micro_batches = false;
+  try {
+    const Config written = load_config_text(checkpoint.config_ini, "the checkpoint's settings");
+    same_micro_batches =
+        !checkpoint.config_ini.empty() &&
+        written.train.tokens_per_step == train.tokens_per_step &&
+        checkpoint.world_size * written.train.accumulate == int64_t{ranks} * train.accumulate;
+  } catch (const Error&) {
+    // (a checkpoint without readable settings: the general note)
+  }
+  if (same_micro_batches) {
+    log << ", and each step takes the same micro-batches (ranks x train.accumulate is "
+        << int64_t{ranks} * train.accumulate << " as before), so the losses are the "
+        << "original run's up to the order of the sums" << std::endl;
+  } else {
+    log << ", but each rank's share of the batches differs from here on, so the losses are "
+        << "not those of the original run" << std::endl;
+  }
+}
+
+// A warning line when a run that validates resumes from a checkpoint without best
+// validation values: best.h5 and checkpoint.patience start afresh.
+void note_missing_best_valid(const Checkpoint& checkpoint, const std::string& source,
+                             const TrainConfig& train, std::ostream& log) {
+  if (checkpoint.best_valid || train.valid_every == 0) return;
+  log << "warning: checkpoint " << source << " holds no best validation values (written "
+      << "before checkpoints stored them): the best valid ppl and bleu, best.h5 and the "
+      << "checkpoint.patience count start afresh at this run's first validation" << std::endl;
+}
+
+}  // namespace
+
+DataPosition position_at_this_budget(const Checkpoint& checkpoint, const std::string& source,
+                                     BatchSource& data, int64_t budget, int ranks,
+                                     const TrainConfig& train, std::string& note) {
+  note.clear();
+  DataPosition position = checkpoint.data_position;
+  if (!checkpoint.corpus_sha256.empty() && checkpoint.corpus_sha256 != data.corpus_sha256()) {
+    // Other data (re-preprocessed, another data.dir): the index counts batches of a
+    // corpus that is not this one. Its next epoch starts afresh.
+    note = "warning: the data under data.dir is not what the checkpoint's run read "
+           "(training pairs sha256 " + data.corpus_sha256().substr(0, 12) + "..., then " +
+           checkpoint.corpus_sha256.substr(0, 12) + "...): its position in that data " +
+           "cannot be carried over, so this run reads the new data from the start of " +
+           "epoch " + std::to_string(position.epoch + 2);
+    return DataPosition{position.epoch + 1, 0};
+  }
+  if (checkpoint.config_ini.empty() || data.batches_per_epoch(budget) == 0) return position;
+  int64_t written_budget = 0;
+  int64_t written_tokens = 0, written_accumulate = 0;
+  try {
+    THPC_CHECK(checkpoint.world_size >= 1, "a world size of " << checkpoint.world_size);
+    const Config written =
+        load_config_text(checkpoint.config_ini, source + " (its configuration)");
+    written_tokens = written.train.tokens_per_step;
+    written_accumulate = written.train.accumulate;
+    written_budget = micro_batch_budget(written_tokens, static_cast<int>(written_accumulate),
+                                        static_cast<int>(checkpoint.world_size));
+  } catch (const Error& error) {
+    note = "warning: the micro-batch budget of the checkpoint's run cannot be told (" +
+           std::string(error.what()) + "): the data continues at its index as it stands, " +
+           "which skips or repeats part of the epoch if that budget was not this run's";
+    return position;
+  }
+  if (written_budget == budget) return position;
+  int64_t then = 0;
+  try {
+    then = data.batches_per_epoch(written_budget);
+    position.index = data.index_at_budget(checkpoint.data_position, written_budget, budget);
+  } catch (const Error& error) {
+    // A pair that the written budget cannot hold: data.dir holds other data than the
+    // checkpoint's run read. (A failed plan leaves none: the next call plans again.)
+    data.batches_per_epoch(budget);
+    note = "warning: the data under data.dir cannot be cut at the checkpoint's run's " +
+           std::to_string(written_budget) + " tokens a micro-batch (" + error.what() +
+           "): it is not the data that run read, and continues at the checkpoint's index " +
+           "as it stands";
+    return checkpoint.data_position;
+  }
+  const int64_t now = data.batches_per_epoch(budget);
+  std::ostringstream text;
+  text << "note: the checkpoint's run cut each micro-batch to " << written_budget
+       << " tokens (train.tokens_per_step " << written_tokens << " over "
+       << checkpoint.world_size << " rank" << (checkpoint.world_size == 1 ? "" : "s") << " x "
+       << written_accumulate << "), this one to " << budget << " (" << train.tokens_per_step
+       << " over " << ranks << " rank" << (ranks == 1 ? "" : "s") << " x " << train.accumulate
+       << "): the epoch's " << now << " batches are not its " << then
+       << ", so the data continues " << std::fixed << std::setprecision(1)
+       << 100.0 * static_cast<double>(checkpoint.data_position.index) /
+              static_cast<double>(then)
+       << "% through epoch " << position.epoch + 1 << " (batch " << position.index << " of "
+       << now << ", where the checkpoint had " << checkpoint.data_position.index << " of "
+       << then << ": the same share of the same shard)";
+  note = text.str();
+  return position;
+}
+
+
+void log_resume_notes(const Checkpoint& checkpoint, const std::string& path,
+                      const Config& config, int ranks, const std::string& data_position_note,
+                      std::ostream& log) {
+  note_world_size_change(checkpoint, ranks, config.train, log);
+  note_changed_settings(checkpoint, config, log);
+  if (!data_position_note.empty()) log << data_position_note << std::endl;
+  note_missing_best_valid(checkpoint, path, config.train, log);
+}
+
+}  // namespace thpc

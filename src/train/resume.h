@@ -1,0 +1,37 @@
+// What a resume means beyond loading the state: where the data continues when the
+// checkpoint's run cut its micro-batches otherwise, and the notes that tell the reader
+// what differs from the run that wrote it (ranks, settings, best values). The trainer's
+// resume (Trainer::resume_from) calls these; they read and write no file.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+
+#include "checkpoint/checkpoint.h"
+#include "config/config.h"
+#include "data/batch_source.h"
+
+namespace thpc {
+
+// Where the reader continues from `checkpoint`: its position counts the micro-batches of
+// an epoch planned at its run's micro-batch budget (train.tokens_per_step over ranks x
+// train.accumulate). Another budget plans other batches, so an index taken as it is
+// would skip or repeat part of the epoch (four ranks' index 120 of 250 is beyond one
+// rank's 62 batches): it continues at the same share of the same shard instead
+// (BatchSource::index_at_budget; the shard's batches are others, so some of its pairs
+// may come twice and others not at all), and `note` says so. The epoch is kept. A
+// checkpoint whose budget cannot be told keeps its index, with a warning.
+DataPosition position_at_this_budget(const Checkpoint& checkpoint, const std::string& source,
+                                     BatchSource& data, int64_t budget, int ranks,
+                                     const TrainConfig& train, std::string& note);
+
+// The lines after "resumed from PATH at step N": another number of ranks than the
+// checkpoint's (and whether each step still takes the same micro-batches), the settings
+// that differ from its run's from this step on, `data_position_note`
+// (position_at_this_budget's), and best validation values the checkpoint lacks.
+void log_resume_notes(const Checkpoint& checkpoint, const std::string& path,
+                      const Config& config, int ranks, const std::string& data_position_note,
+                      std::ostream& log);
+
+}  // namespace thpc

@@ -1,0 +1,74 @@
+#include "train/test_hooks.h"
+
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+
+#include "common/error.h"
+
+namespace thpc {
+
+void maybe_inject_failure(const Communicator& comm, int64_t step, InjectionPoint point) {
+  const auto names_this = [&](const char* spec) {
+    int rank = -1;
+    long long at_step = -1;
+    char where[16] = {0};
+    const int fields = spec == nullptr ? 0 : std::sscanf(spec, "%d:%lld:%15s", &rank, &at_step,
+                                                         where);
+    InjectionPoint named = InjectionPoint::StepStart;
+    if (fields == 3 && std::string(where) == "gradients") named = InjectionPoint::SumsPrepared;
+    if (fields == 3 && std::string(where) == "validation") named = InjectionPoint::Validation;
+    return fields >= 2 && rank == comm.rank() && at_step == step && named == point;
+  };
+  if (names_this(std::getenv("THPC_KILL_AT"))) std::raise(SIGKILL);
+  if (names_this(std::getenv("THPC_STOP_AT"))) std::raise(SIGSTOP);
+  if (const char* fail = std::getenv("THPC_FAIL_AT"); names_this(fail)) {
+    THPC_FAIL("failure injected by THPC_FAIL_AT=" << fail << " at step " << step);
+  }
+}
+
+bool poison_this_loss(const Communicator& comm, int64_t computed) {
+  const char* spec = std::getenv("THPC_TEST_NAN_LOSS_AT");
+  if (spec == nullptr) return false;
+  int rank = -1;
+  long long at = -1;
+  if (std::sscanf(spec, "%d:%lld", &rank, &at) == 2) return rank == comm.rank() && at == computed;
+  return std::sscanf(spec, "%lld", &at) == 1 && at == computed;
+}
+
+std::optional<double> injected_validation_nll(int64_t step) {
+  const char* spec = std::getenv("THPC_TEST_VALID_NLL_AT");
+  long long at = -1;
+  double nll = 0;
+  if (spec == nullptr || std::sscanf(spec, "%lld:%lf", &at, &nll) != 2 || at != step) {
+    return std::nullopt;
+  }
+  return nll;
+}
+
+int64_t injected_stop_step() {
+  const char* value = std::getenv("THPC_TEST_STOP_AT_STEP");
+  return value ? std::strtoll(value, nullptr, 10) : 0;
+}
+
+std::chrono::milliseconds injected_checkpoint_write_delay() {
+  const char* value = std::getenv("THPC_TEST_CHECKPOINT_WRITE_DELAY_MS");
+  return std::chrono::milliseconds(value != nullptr ? std::strtol(value, nullptr, 10) : 0L);
+}
+
+std::vector<std::string> test_hooks_set() {
+  std::vector<std::string> hooks;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    const std::string text = *entry;
+    const std::string name = text.substr(0, text.find('='));
+    if (name.rfind("THPC_TEST_", 0) == 0 || name == "THPC_FAIL_AT" || name == "THPC_KILL_AT" ||
+        name == "THPC_STOP_AT") {
+      hooks.push_back(text);
+    }
+  }
+  return hooks;
+}
+
+}  // namespace thpc

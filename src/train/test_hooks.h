@@ -1,0 +1,59 @@
+// The test suite's hooks into a run, read from the environment: each fakes what a real
+// run meets rarely and at no chosen moment (a rank failing, killed or stopped mid-step, a
+// NaN loss, an exploding validation, a stop signal at an exact step, a slow checkpoint
+// write), so that the tests of what the run does then can hold it to the step. In one
+// file, so that a reader of the trainer sees each hook where it acts, and main can warn
+// of those set (a shell that ran the tests keeps them). The environment is read at each
+// call: a test process's second trainer sees its own settings.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "distributed/communicator.h"
+
+namespace thpc {
+
+// Where in a step a failure is injected.
+enum class InjectionPoint { StepStart, SumsPrepared, Validation };
+
+// THPC_FAIL_AT=RANK:STEP makes that rank throw at the start of that step, as a real fault
+// (an out-of-memory, a bad file) would; THPC_KILL_AT=RANK:STEP makes it die there by
+// SIGKILL, as a rank the kernel's OOM killer or a node failure takes, while the other
+// ranks go on into the step's gradient sums; THPC_STOP_AT=RANK:STEP stops it there by
+// SIGSTOP, as Ctrl-Z, a debugger or a hung file system would hold it, alive to MPI but
+// never coming (RANK:STEP:gradients: after the step's collectives before its forward, so
+// that the others wait in the gradient sum; RANK:STEP:validation: as the validation after
+// step STEP starts).
+void maybe_inject_failure(const Communicator& comm, int64_t step, InjectionPoint point);
+
+// THPC_TEST_NAN_LOSS_AT=N: whether the N-th step this process computes (`computed`,
+// 1-based, counting steps left out or repeated) reports a NaN loss on every rank, as a
+// step whose batch overflowed would; RANK:N makes only that rank's share NaN, which the
+// sum over ranks spreads.
+bool poison_this_loss(const Communicator& comm, int64_t computed);
+
+// THPC_TEST_VALID_NLL_AT=STEP:NLL: the NLL the validation at `step` reports on every rank
+// (a validation whose perplexity exploded), for DivergenceHandling's tests; nothing for
+// other steps.
+std::optional<double> injected_validation_nll(int64_t step);
+
+// THPC_TEST_STOP_AT_STEP=K: the step after which the process sends itself SIGTERM, so that
+// tests interrupt a run at an exact step instead of racing a kill against the log; 0 when
+// unset.
+int64_t injected_stop_step();
+
+// THPC_TEST_CHECKPOINT_WRITE_DELAY_MS=N: how long each background checkpoint write is held
+// before it starts, so that tests see training go on beside it and a stop wait for it,
+// whatever the speed of the machine (docs/checkpoints.md). Read on the training thread.
+std::chrono::milliseconds injected_checkpoint_write_delay();
+
+// The hooks this environment sets, "NAME=VALUE" each (main warns of each: a run that
+// inherits one from a shell that ran the tests was told of a divergence or a SIGTERM that
+// never happened).
+std::vector<std::string> test_hooks_set();
+
+}  // namespace thpc
