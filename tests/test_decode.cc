@@ -458,7 +458,15 @@ TEST_F(DecodeProgram, EvaluateScriptAveragesDecodesAndScores) {
         << result.output;
     EXPECT_NE(result.output.find("\nBLEU = "), std::string::npos) << result.output;
     EXPECT_TRUE(fs::exists(run / "eval" / "average_last2.h5"));
-    EXPECT_EQ(lines_of(read_file(run / "eval" / "test.en.hyp")).size(), 2u);
+    EXPECT_EQ(lines_of(read_file(run / "eval" / "average_last2.test.en.hyp")).size(), 2u);
+    // A checkpoint of the run decoded alone keeps its translations beside the average's.
+    const ProcessResult single = run_process(
+        "THPC_BUILD=" + thpc::binary_dir() + " bash " + THPC_SOURCE_DIR + "/tools/evaluate.sh " +
+        (run / "step_00000001.h5").string() + spm_argument + " " + (dir_ / "test.en").string() +
+        " " + (dir_ / "test.en").string() + " -- --max-len-b 3");
+    EXPECT_EQ(single.exit_code, 0) << single.output;
+    EXPECT_TRUE(fs::exists(run / "eval" / "step_00000001.test.en.hyp")) << single.output;
+    EXPECT_TRUE(fs::exists(run / "eval" / "average_last2.test.en.hyp"));
   }
 }
 

@@ -10,13 +10,14 @@
 # SPM_MODEL defaults to the SentencePiece model stored in the checkpoint (the trainer
 # stores the one of its shards). N (default 5, the paper's base recipe; 20 for big)
 # applies to a directory; a single checkpoint file is decoded as it is. The translations
-# are kept next to the average (DIR/eval/). THPC_BUILD names the build directory
+# are kept next to the average, named by the model and the source
+# (DIR/eval/average_last5.newstest2014.en.hyp). THPC_BUILD names the build directory
 # (default: the repository's build/). SCORE_OPTIONS, when set, scores the translations a
 # second time with those transformer_score options: SCORE_OPTIONS="--tokenize
 # moses-compound" adds the paper's tokenized BLEU with compound splitting (EN-DE;
 # docs/wmt14.md) to sacreBLEU's.
 set -euo pipefail
-usage() { sed -n '2,17p' "$0" >&2; exit 2; }
+usage() { sed -n '2,18p' "$0" >&2; exit 2; }
 positional=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do positional+=("$1"); shift; done
 [ $# -gt 0 ] && shift  # the "--"
@@ -51,7 +52,10 @@ else
   mkdir -p "$out_dir"
   model=$checkpoint
 fi
-hypothesis=$out_dir/$(basename "$source").hyp
+# Named by the model and the source (average_last5.newstest2014.en.hyp): the last 5 and
+# the last 20 of one run, or two of its checkpoints, keep their translations apart (one
+# name for all replaced each with the next).
+hypothesis=$out_dir/$(basename "$model" .h5).$(basename "$source").hyp
 "$build/transformer_decode" --checkpoint "$model" ${spm:+--spm-model "$spm"} --input "$source" \
   --output "$hypothesis" "$@"
 echo "translations: $hypothesis"
