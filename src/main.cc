@@ -20,6 +20,7 @@
 
 #include "backend/factory.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_directory.h"
 #include "common/error.h"
 #include "config/config.h"
 #include "distributed/communicator.h"
@@ -80,6 +81,17 @@ DryRunStart read_the_start(const thpc::Config& config, const thpc::BatchSource* 
     thpc::check_checkpoint_resumes_this_run(checkpoint, start.resumed_from, config);
     start.step = checkpoint.step;
     start.run_id = checkpoint.run_id;
+    // A resume from older than the run's newest starts another branch: training marks the
+    // later healthy checkpoints of the run superseded (CheckpointKeeping::mark_abandoned).
+    if (start.step < config.train.max_steps) {
+      for (const thpc::CheckpointSummary& later : thpc::checkpoint_summaries(options.dir)) {
+        if (later.state == thpc::CheckpointState::Healthy && later.step > start.step &&
+            (later.run_id.empty() || later.run_id == start.run_id)) {
+          notes << "note: training would mark " << later.path << " superseded (the resume to "
+                << "step " << start.step << " abandons its branch)" << std::endl;
+        }
+      }
+    }
   } else if (!options.init.empty()) {
     const thpc::Checkpoint init =
         thpc::read_checkpoint(options.init, thpc::CheckpointParts::ParamsOnly);

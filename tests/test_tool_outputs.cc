@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "io/atomic_file.h"
 #include "program.h"
 #include "scratch_directory.h"
 
@@ -103,6 +104,25 @@ class ToolOutputs : public ScratchDirectoryTest {
     return changed;
   }
 };
+
+// same_file, which every never-write-over-an-input check compares with: one path that
+// exists and one spelt through a directory not made yet and ".." name the same file
+// (before: "not the same" whenever one did not exist, and a trainer given
+// train.metrics_dir = CK/sub/.. took CK's lock, then a second one, and refused itself).
+TEST_F(ToolOutputs, APathSpeltThroughADirectoryNotMadeYetIsTheSameFile) {
+  fs::create_directories(directory_ / "ck");
+  EXPECT_TRUE(same_file((directory_ / "ck").string(), (directory_ / "ck/sub/..").string()));
+  EXPECT_TRUE(same_file((directory_ / "ck/sub/..").string(), (directory_ / "ck").string()));
+  EXPECT_TRUE(same_file((directory_ / "ck/a.h5").string(), (directory_ / "ck/new/../a.h5").string()));
+  EXPECT_FALSE(same_file((directory_ / "ck").string(), (directory_ / "ck/sub").string()));
+  EXPECT_FALSE(same_file((directory_ / "ck").string(), (directory_ / "other").string()));
+  const ProcessResult run = run_process(
+      thpc::binary_dir() + "/transformer_hpc " THPC_SOURCE_DIR "/input/tiny.ini "
+      "--train.max_steps=1 --train.valid_every=0 --checkpoint.dir=" + (directory_ / "run").string() +
+      " --train.metrics_dir=" + (directory_ / "run/sub/..").string());
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(fs::exists(directory_ / "run/metrics.jsonl")) << run.output;
+}
 
 TEST_F(ToolOutputs, DecodeNeverWritesOverItsInputsHoweverTheyAreSpelt) {
   train_a_model();

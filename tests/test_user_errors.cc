@@ -326,6 +326,15 @@ TEST(UserErrors, TheDryRunLooksAtTheRunDirectoryAsTrainingDoesAndChangesNothing)
               run + "/step_00000001.h5 is no directory");
   both_refuse("--checkpoint.dir=" + run + " --checkpoint.resume=auto --train.seed=7", 1,
               "a resumed run keeps its seed");
+  // A symbolic link to nothing as the directory, a directory as the metrics file (before:
+  // the dry run passed both; training refused the first, exit 2, and failed at the second
+  // when it opened it, exit 1).
+  fs::create_symlink(root / "nowhere", root / "link");
+  both_refuse("--checkpoint.dir=" + (root / "link/run").string(), 2,
+              (root / "link").string() + " is a symbolic link to nothing");
+  fs::create_directories(root / "odd/metrics.jsonl");
+  both_refuse("--checkpoint.dir=" + (root / "odd").string(), 2,
+              "the metrics file " + (root / "odd/metrics.jsonl").string() + " is a directory");
   // Another host's trainer, its lock refreshed just now: in use; left 20 minutes ago: taken
   // over, which the dry run says it would do.
   const std::string lock = run + "/trainer.lock";
@@ -356,6 +365,25 @@ TEST(UserErrors, TheDryRunLooksAtTheRunDirectoryAsTrainingDoesAndChangesNothing)
             std::string::npos)
       << dry.output;
   EXPECT_EQ(listing(run), files);
+  // A resume from an older step than the run's newest: training marks the later ones
+  // superseded, and removes a crash's interrupted write: both said, neither done.
+  const std::string second = (root / "second").string();
+  ASSERT_EQ(run_process(trainer + "--train.max_steps=2 --checkpoint.every_steps=1 "
+                        "--checkpoint.dir=" + second + " > /dev/null").exit_code,
+            0);
+  std::ofstream(second + "/.step_00000003.h5.tmp") << "cut short\n";
+  const std::vector<std::string> second_files = listing(second);
+  dry = run_process(trainer + "--checkpoint.dir=" + second + " --checkpoint.resume=" + second +
+                    "/step_00000001.h5 --dry-run");
+  EXPECT_EQ(dry.exit_code, 0) << dry.output;
+  EXPECT_NE(dry.output.find("# note: training would mark " + second + "/step_00000002.h5 "
+                            "superseded (the resume to step 1 abandons its branch)"),
+            std::string::npos)
+      << dry.output;
+  EXPECT_NE(dry.output.find("# note: training would remove " + second + "/.step_00000003.h5.tmp"),
+            std::string::npos)
+      << dry.output;
+  EXPECT_EQ(listing(second), second_files);
   // A directory that does not exist yet is not made by the dry run.
   dry = run_process(trainer + "--checkpoint.dir=" + (root / "new/run").string() + " --dry-run");
   EXPECT_EQ(dry.exit_code, 0) << dry.output;

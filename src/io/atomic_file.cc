@@ -156,12 +156,17 @@ bool same_file(const std::string& a, const std::string& b) {
     // st_dev and st_ino: hard links, symbolic links and any spelling of the path.
     return fs::equivalent(a, b, error_a) && !error_a;
   }
-  if (a_exists != b_exists) return false;
-  // Neither exists (yet): the same path once made absolute and its symbolic links, "."
+  // Not both exist (yet): the same path once made absolute and its symbolic links, "."
   // and ".." resolved (weakly_canonical leaves a relative path whose first component
-  // does not exist relative, hence absolute first).
-  const fs::path canonical_a = fs::weakly_canonical(fs::absolute(a, error_a), error_a);
-  const fs::path canonical_b = fs::weakly_canonical(fs::absolute(b, error_b), error_b);
+  // does not exist relative, hence absolute first). One that exists is compared too:
+  // "ck/sub/.." names "ck" once "sub" is made (a trainer took checkpoint.dir's lock,
+  // then a second one for the train.metrics_dir spelt so, and was refused by its own).
+  // ("ck/sub/.." comes out as "ck/": the trailing separator is no part of the name.)
+  const auto resolved = [](const std::string& path, std::error_code& error) {
+    const fs::path full = fs::weakly_canonical(fs::absolute(path, error), error);
+    return full.has_filename() ? full : full.parent_path();
+  };
+  const fs::path canonical_a = resolved(a, error_a), canonical_b = resolved(b, error_b);
   return !error_a && !error_b && canonical_a == canonical_b;
 }
 

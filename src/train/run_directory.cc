@@ -174,6 +174,18 @@ std::string outputs_that_would_destroy_inputs(const Config& config,
              "train.metrics_dir another directory";
     }
   }
+  // A metrics "file" that is none (a directory, a named pipe, a link to nothing): training
+  // failed when it opened it (exit 1), or waited on the pipe for ever, deaf to signals.
+  if (fs::symlink_status(metrics, error).type() != fs::file_type::not_found &&
+      !fs::is_regular_file(metrics, error)) {
+    const fs::file_type type = fs::status(metrics, error).type();
+    const std::string what = type == fs::file_type::directory ? "a directory"
+                             : type == fs::file_type::fifo    ? "a named pipe"
+                             : type == fs::file_type::not_found ? "a symbolic link to nothing"
+                                                                : "no regular file";
+    return "the metrics file " + metrics + " is " + what + ": move it, or give "
+           "train.metrics_dir another directory";
+  }
   if (!MetricsFile::is_metrics_file(metrics)) {
     return "the metrics file " + metrics + " exists and is not a run's metrics file (JSON "
            "lines starting {\"kind\": ...): the run would append to it; move it, or give "
@@ -486,13 +498,20 @@ std::string directory_refusal(const std::string& dir, const LockedUse& use) {
   std::error_code error;
   const fs::path wanted = dir.empty() ? fs::path(".") : fs::path(dir);
   fs::path existing = wanted;
-  while (!fs::exists(existing, error)) {
+  // (symlink_status: a symbolic link to nothing is there, and creating the directory over
+  // it fails)
+  while (fs::symlink_status(existing, error).type() == fs::file_type::not_found) {
     const fs::path parent = existing.parent_path();
     if (parent == existing) break;  // the root
     existing = parent.empty() ? fs::path(".") : parent;  // a relative name: the working dir
   }
   if (!fs::is_directory(existing, error)) {
-    return cannot_write + existing.string() + " is no directory; give " + use.key +
+    const std::string what =
+        error && error != std::errc::no_such_file_or_directory
+            ? " cannot be followed (" + error.message() + ")"
+        : fs::is_symlink(existing) ? " is a symbolic link to nothing"
+                                   : " is no directory";
+    return cannot_write + existing.string() + what + "; give " + use.key +
            " a directory this user can write";
   }
   if (::access(existing.c_str(), W_OK | X_OK) != 0) {
@@ -679,7 +698,8 @@ std::vector<std::unique_ptr<RunLock>> lock_run_directory(const Config& config,
 // file) that a crash interrupted (SIGKILL, a node lost; any other ending removes its
 // own): a base checkpoint's is 757 MB, and nothing else would ever remove it. Under the
 // run directory's lock no write of them is under way.
-void remove_interrupted_writes(const std::string& dir, std::ostream& log) {
+void remove_interrupted_writes(const std::string& dir, std::ostream& log,
+                               DirectoryChanges changes) {
   namespace fs = std::filesystem;
   std::error_code error;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
@@ -690,7 +710,13 @@ void remove_interrupted_writes(const std::string& dir, std::ostream& log) {
     const std::string final_name = name.substr(1, name.size() - 1 - tmp.size());
     if (temporary_path(final_name) != name || !is_run_checkpoint_file(final_name)) continue;
     const uintmax_t bytes = entry.file_size(error);
-    if (error || !fs::remove(entry.path(), error)) continue;
+    if (error) continue;
+    if (changes == DirectoryChanges::OnlySay) {
+      log << "note: training would remove " << entry.path().string()
+          << ", a checkpoint's write that a crash interrupted" << std::endl;
+      continue;
+    }
+    if (!fs::remove(entry.path(), error)) continue;
     log << "note: removed " << entry.path().string() << " ("
         << (bytes < 1000000 ? std::to_string(bytes) + " bytes"
                             : std::to_string(bytes / 1000000) + " MB")
@@ -706,7 +732,9 @@ std::string claim_run_directory(const Config& config, const Communicator& comm,
     metrics = run_metrics_path(config, run_id, resumed_from, log);
     refusal = outputs_that_would_destroy_inputs(config, resumed_from, metrics);
     if (refusal.empty()) refusal = foreign_run_files(config, run_id, resumed_from, metrics, log);
-    if (refusal.empty()) remove_interrupted_writes(config.checkpoint.dir, log);
+    if (refusal.empty()) {
+      remove_interrupted_writes(config.checkpoint.dir, log, DirectoryChanges::Make);
+    }
   }
   // Every rank stops with rank 0's reason, before anything is written.
   refusal = comm.broadcast_from_root(refusal);
@@ -728,10 +756,15 @@ std::string run_lock_refusal(const Config& config, std::ostream& notes) {
 std::string run_directory_refusal(const Config& config, const std::string& run_id,
                                   const std::string& resumed_from, std::ostream& notes) {
   const std::string metrics = run_metrics_path(config, run_id, resumed_from, notes);
-  const std::string refusal = outputs_that_would_destroy_inputs(config, resumed_from, metrics);
-  if (!refusal.empty()) return refusal;
-  return foreign_run_files(config, run_id, resumed_from, metrics, notes,
-                           DirectoryChanges::OnlySay);
+  std::string refusal = outputs_that_would_destroy_inputs(config, resumed_from, metrics);
+  if (refusal.empty()) {
+    refusal = foreign_run_files(config, run_id, resumed_from, metrics, notes,
+                                DirectoryChanges::OnlySay);
+  }
+  if (refusal.empty()) {
+    remove_interrupted_writes(config.checkpoint.dir, notes, DirectoryChanges::OnlySay);
+  }
+  return refusal;
 }
 
 }  // namespace thpc
