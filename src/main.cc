@@ -14,6 +14,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -32,6 +33,7 @@
 #include "model/transformer.h"
 #include "train/checkpoint_keeping.h"
 #include "train/footprint.h"
+#include "train/rank_agreement.h"
 #include "train/run_directory.h"
 #include "train/stop_request.h"
 #include "train/test_hooks.h"
@@ -58,6 +60,7 @@ DryRunStart read_the_start(const thpc::Config& config, const thpc::BatchSource* 
   const thpc::CheckpointConfig& options = config.checkpoint;
   DryRunStart start;
   thpc::Checkpoint checkpoint;
+  std::set<std::string> moved_aside;  // the invalid ones training would move first
   if (options.resume == "auto" || options.resume == "auto_or_fresh") {
     const thpc::CheckpointKeeping keeping(config);
     const thpc::CheckpointKeeping::ResumeChoice choice =
@@ -66,6 +69,7 @@ DryRunStart read_the_start(const thpc::Config& config, const thpc::BatchSource* 
     for (const thpc::InvalidCheckpoint& file : choice.invalid) {
       notes << "note: training would move the invalid checkpoint " << file.path << " aside"
             << std::endl;
+      moved_aside.insert(file.path);
     }
     start.resumed_from = choice.path;
   } else if (!options.resume.empty()) {
@@ -86,7 +90,8 @@ DryRunStart read_the_start(const thpc::Config& config, const thpc::BatchSource* 
     if (start.step < config.train.max_steps) {
       for (const thpc::CheckpointSummary& later : thpc::checkpoint_summaries(options.dir)) {
         if (later.state == thpc::CheckpointState::Healthy && later.step > start.step &&
-            (later.run_id.empty() || later.run_id == start.run_id)) {
+            (later.run_id.empty() || later.run_id == start.run_id) &&
+            moved_aside.count(later.path) == 0) {
           notes << "note: training would mark " << later.path << " superseded (the resume to "
                 << "step " << start.step << " abandons its branch)" << std::endl;
         }
@@ -105,6 +110,10 @@ DryRunStart read_the_start(const thpc::Config& config, const thpc::BatchSource* 
 // reading what training reads and writing nothing. The run directory is rank 0's
 // business in training (`is_root`): its lock, and another run's files there.
 int dry_run(const thpc::Config& config, int ranks, bool is_root, std::ostream& out) {
+  // First, as in training: a backend this build or this node cannot run (exit 2).
+  if (const std::string backend = thpc::backend_impossible(config); !backend.empty()) {
+    throw thpc::AllRanksError(backend, 2);
+  }
   int vocab = config.model.vocab_size;
   // A configured vocabulary needs no data (base.ini checks before the shards exist); when
   // the data is there (the synthetic task always is) it is read and checked as training
@@ -120,12 +129,13 @@ int dry_run(const thpc::Config& config, int ranks, bool is_root, std::ostream& o
     source->print_notes(notes, "data.train");
     std::istringstream note_lines(notes.str());
     for (std::string line; std::getline(note_lines, line);) out << "# " << line << "\n";
-    vocab = thpc::resolve_vocab_size(config, *source);
-    // The validation shards too, when training would read them (exit 3 as there).
+    // The validation shards too, when training would read them (exit 3 as there), before
+    // the vocabulary is resolved (exit 2), in training's order.
     if (config.train.valid_every > 0) {
       const std::unique_ptr<thpc::ShardReader> valid = thpc::make_validation_source(config);
       if (!config.data.dir.empty()) thpc::check_validation_vocabulary(config, *source, *valid);
     }
+    vocab = thpc::resolve_vocab_size(config, *source);
   }
   // Sizes that cannot be allocated are a configuration error here as in training; so are
   // batches that cannot hold the data's longest pair (with the ranks of this dry run: give
@@ -192,17 +202,6 @@ std::string rank_request(const thpc::Config& config, const std::string& config_e
   return request;
 }
 
-// What a failure `error` of this rank means for the job: training's exit code for it
-// (docs/running.md "Exit codes": 3 for the data, an AllRanksError's own, else 1) and its
-// message; an AllRanksError speaks for every rank, the others for this one.
-thpc::RankFailure failure_of(const std::exception& error) {
-  if (const auto* everyone = dynamic_cast<const thpc::AllRanksError*>(&error)) {
-    return thpc::RankFailure{everyone->exit_code(), everyone->what(), everyone->where()};
-  }
-  const int code = dynamic_cast<const thpc::DataError*>(&error) != nullptr ? 3 : 1;
-  return thpc::RankFailure::here(code, thpc::failure_message(error));
-}
-
 // The line a failure is reported with: "transformer_hpc: error[ on rank R on HOST]: ...".
 std::string failure_line(const std::string& where, const std::string& message) {
   return "transformer_hpc: error" + (where.empty() ? std::string() : " on " + where) + ": " +
@@ -219,7 +218,7 @@ int dry_run_on_every_rank(const thpc::Config& config, const thpc::Communicator& 
   try {
     dry_run(config, comm.size(), comm.is_root(), output);
   } catch (const std::exception& e) {
-    failure = failure_of(e);
+    failure = thpc::failure_of(e);
   }
   if (const std::optional<thpc::JobFailure> failed = thpc::gather_failures(comm, failure)) {
     if (comm.is_root()) std::cerr << failure_line(failed->where, failed->message) << std::endl;
@@ -341,7 +340,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     // A failure on one rank must end the whole job, not leave the others waiting in a
     // collective: report it with this rank's identity and abort every rank.
-    const thpc::RankFailure failure = failure_of(e);
+    const thpc::RankFailure failure = thpc::failure_of(e);
     comm.abort(failure_line(failure.where, failure.message), failure.exit_code);
   }
   return 0;

@@ -226,6 +226,14 @@ TEST(UserErrors, TheDryRunRefusesWhatTrainingRefusesWithTheSameExitCode) {
   expect_configuration_error("--model.layers=2 --data.dir=" + data + " --checkpoint.init=" +
                                  (root / "ck/step_00000001.h5").string(),
                              "architecture mismatch", 1);
+  // --eval alike: a model.vocab_size other than the shards' is the configuration's mistake
+  // (exit 2; it was 1 for a while, the failure gathered over the ranks as a runtime one).
+  const ProcessResult eval = run_process(
+      thpc::binary_dir() + "/transformer_hpc " THPC_SOURCE_DIR "/input/tiny.ini --model.layers=1 "
+      "--model.vocab_size=10 --data.dir=" + data +
+      " --eval=" + (root / "ck/step_00000001.h5").string());
+  EXPECT_EQ(eval.exit_code, 2) << eval.output;
+  EXPECT_NE(eval.output.find("model.vocab_size is 10"), std::string::npos) << eval.output;
   // An average (parameters only) is what checkpoint.init takes, and --dry-run refused it
   // ("resuming needs the Adam moments") while training started from it (issue 54): both
   // read it as training does now. checkpoint.resume of it is refused by both.
@@ -332,6 +340,9 @@ TEST(UserErrors, TheDryRunLooksAtTheRunDirectoryAsTrainingDoesAndChangesNothing)
   fs::create_symlink(root / "nowhere", root / "link");
   both_refuse("--checkpoint.dir=" + (root / "link/run").string(), 2,
               (root / "link").string() + " is a symbolic link to nothing");
+  fs::create_symlink(run + "/step_00000001.h5", root / "link_to_a_file");
+  both_refuse("--checkpoint.dir=" + (root / "link_to_a_file").string(), 2,
+              (root / "link_to_a_file").string() + " is no directory");
   fs::create_directories(root / "odd/metrics.jsonl");
   both_refuse("--checkpoint.dir=" + (root / "odd").string(), 2,
               "the metrics file " + (root / "odd/metrics.jsonl").string() + " is a directory");

@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "common/sha256.h"
 #include "distributed/rank_failures.h"
+#include "train/training_setup.h"
 
 namespace thpc {
 
@@ -38,6 +39,14 @@ void check_every_rank_reads_the_same_data(const Communicator& comm, const BatchS
           << " (a relative path from different working directories, or a shared filesystem "
              "that has not caught up?)";
   throw AllRanksError(message.str(), 3);
+}
+
+RankFailure failure_of(const std::exception& error) {
+  if (const auto* everyone = dynamic_cast<const AllRanksError*>(&error)) {
+    return RankFailure{everyone->exit_code(), everyone->what(), everyone->where()};
+  }
+  const int code = dynamic_cast<const DataError*>(&error) != nullptr ? 3 : 1;
+  return RankFailure::here(code, failure_message(error));
 }
 
 void read_the_checkpoint_rank_zero_chose(const Communicator& comm, const std::string& path,

@@ -10,6 +10,7 @@
 #include "checkpoint/checkpoint.h"
 #include "data/batch_source.h"
 #include "distributed/communicator.h"
+#include "distributed/rank_failures.h"
 
 namespace thpc {
 
@@ -21,6 +22,12 @@ namespace thpc {
 void check_every_rank_reads_the_same_data(const Communicator& comm, const BatchSource& source,
                                           const std::string& data_dir,
                                           const std::string& split = "training");
+
+// What a failure `error` of this rank means for the job, for throw_if_any_rank_failed:
+// training's exit code for it (docs/running.md "Exit codes": 3 for the data, an
+// AllRanksError's own, else 1) and its message; an AllRanksError speaks for every rank
+// (its own `where`), the others for this one.
+RankFailure failure_of(const std::exception& error);
 
 // Every rank reads `path`, which rank 0 chose and has read into *checkpoint already (the
 // others read it into theirs); all succeed at rank 0's step or all throw AllRanksError

@@ -174,17 +174,20 @@ std::string outputs_that_would_destroy_inputs(const Config& config,
              "train.metrics_dir another directory";
     }
   }
-  // A metrics "file" that is none (a directory, a named pipe, a link to nothing): training
-  // failed when it opened it (exit 1), or waited on the pipe for ever, deaf to signals.
-  if (fs::symlink_status(metrics, error).type() != fs::file_type::not_found &&
-      !fs::is_regular_file(metrics, error)) {
+  // A metrics "file" that cannot be one (a directory, a named pipe, a socket, a link to
+  // nothing): training failed when it opened it (exit 1), or waited on the pipe for ever,
+  // deaf to signals. (/dev/null, a character device, takes the records and is let be.)
+  if (fs::symlink_status(metrics, error).type() != fs::file_type::not_found) {
     const fs::file_type type = fs::status(metrics, error).type();
     const std::string what = type == fs::file_type::directory ? "a directory"
                              : type == fs::file_type::fifo    ? "a named pipe"
+                             : type == fs::file_type::socket  ? "a socket"
                              : type == fs::file_type::not_found ? "a symbolic link to nothing"
-                                                                : "no regular file";
-    return "the metrics file " + metrics + " is " + what + ": move it, or give "
-           "train.metrics_dir another directory";
+                                                                : "";
+    if (!what.empty()) {
+      return "the metrics file " + metrics + " is " + what + ": move it, or give "
+             "train.metrics_dir another directory";
+    }
   }
   if (!MetricsFile::is_metrics_file(metrics)) {
     return "the metrics file " + metrics + " exists and is not a run's metrics file (JSON "
@@ -505,16 +508,17 @@ std::string directory_refusal(const std::string& dir, const LockedUse& use) {
     if (parent == existing) break;  // the root
     existing = parent.empty() ? fs::path(".") : parent;  // a relative name: the working dir
   }
-  if (!fs::is_directory(existing, error)) {
-    const std::string what =
-        error && error != std::errc::no_such_file_or_directory
-            ? " cannot be followed (" + error.message() + ")"
-        : fs::is_symlink(existing) ? " is a symbolic link to nothing"
-                                   : " is no directory";
+  const fs::file_type type = fs::status(existing, error).type();
+  if (type != fs::file_type::directory) {
+    // (there, by symlink_status: a link, when following it finds nothing)
+    const std::string what = type == fs::file_type::not_found ? " is a symbolic link to nothing"
+                             : error ? " cannot be followed (" + error.message() + ")"
+                                     : " is no directory";
     return cannot_write + existing.string() + what + "; give " + use.key +
            " a directory this user can write";
   }
-  if (::access(existing.c_str(), W_OK | X_OK) != 0) {
+  // (the effective user's rights, as creating a file there uses)
+  if (::faccessat(AT_FDCWD, existing.c_str(), W_OK | X_OK, AT_EACCESS) != 0) {
     return cannot_write +
            (existing != wanted ? "it would be created in " + existing.string() + ", " : "") +
            "which this user cannot write (" + std::strerror(errno) + "); make it writable or " +
@@ -746,7 +750,16 @@ std::string run_lock_refusal(const Config& config, std::ostream& notes) {
   std::string refusal = lock_refusal_without_taking(
       config.checkpoint.dir, trainer_use(config.checkpoint.dir, "checkpoint.dir"), notes);
   const std::string& metrics_dir = config.train.metrics_dir;
-  if (refusal.empty() && !metrics_dir.empty() && !same_file(metrics_dir, config.checkpoint.dir)) {
+  // Training compares the two once checkpoint.dir is made: a link to it, made before it,
+  // names it then (the link's target compared here).
+  std::error_code error;
+  std::filesystem::path target = metrics_dir;
+  if (std::filesystem::is_symlink(metrics_dir, error)) {
+    const std::filesystem::path link = std::filesystem::read_symlink(metrics_dir, error);
+    target = link.is_absolute() ? link : std::filesystem::path(metrics_dir).parent_path() / link;
+  }
+  if (refusal.empty() && !metrics_dir.empty() && !same_file(metrics_dir, config.checkpoint.dir) &&
+      !same_file(target.string(), config.checkpoint.dir)) {
     refusal = lock_refusal_without_taking(metrics_dir,
                                           trainer_use(metrics_dir, "train.metrics_dir"), notes);
   }

@@ -118,9 +118,11 @@ void stop_if_signalled_during_start_up(const Communicator& comm) {
 
 Trainer::Trainer(const Config& config, Communicator comm)
     : config_(config), comm_(std::move(comm)) {
-  if (const std::string backend = backend_impossible(config_); !backend.empty()) {
-    throw AllRanksError(backend, 2);
-  }
+  // Each rank asks its own node (a GPU visible or not): gathered, so that a rank whose node
+  // cannot run the job ends it with one message rather than the others waiting for it.
+  const std::string backend = backend_impossible(config_);
+  throw_if_any_rank_failed(comm_, backend.empty() ? RankFailure::none()
+                                                  : RankFailure::here(2, backend));
   // One rank per GPU: local rank modulo the visible devices unless dist.device forces one.
   const BackendRequest request = backend_request(
       config_.train,

@@ -139,10 +139,10 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
                                           shards->special_ids(), *backend, config.train.seed);
     load_parameters(checkpoint, path, *model);
     step = checkpoint.step;
-  } catch (const DataError& error) {
-    failure = RankFailure::here(3, error.what());
-  } catch (const Error& error) {
-    failure = RankFailure::here(1, error.what());
+  } catch (const std::exception& error) {
+    // (an AllRanksError keeps its code: a model.vocab_size other than the shards' is a
+    // configuration error, exit 2)
+    failure = failure_of(error);
   }
   throw_if_any_rank_failed(comm, failure);
   // Each rank read the shards and the file itself: the same paths can name different files
