@@ -76,5 +76,34 @@ TEST(RunSchedule, PatienceCountsValidationsSinceTheBest) {
   EXPECT_TRUE(RunSchedule(config).patience_exhausted(3));
 }
 
+// train.max_epochs' last step: the step that reads the last micro-batch of the last
+// epoch, counted from where the data stands (a resume reads on from its position), a
+// step's ranks x accumulate micro-batches at a time; none left, the step already done;
+// and a limit whose batches int64 cannot count is no limit rather than an overflow.
+TEST(RunSchedule, TheEpochsEndAtTheStepThatReadsTheirLastBatch) {
+  // 2 epochs of 10 micro-batches, 4 a step: 20 batches, steps 1-5 (the 5th reads 17-20).
+  EpochsEnd end = end_of_epochs(2, 10, 4, 0, 0);
+  EXPECT_EQ(end.left, 20);
+  EXPECT_EQ(end.last_step, 5);
+  // Resumed after step 3 (12 batches read): 8 left, two more steps.
+  end = end_of_epochs(2, 10, 4, 12, 3);
+  EXPECT_EQ(end.left, 8);
+  EXPECT_EQ(end.last_step, 5);
+  // 9 left of 4 a step: the third step reads the last one (and 3 of the next epoch).
+  end = end_of_epochs(2, 10, 4, 11, 3);
+  EXPECT_EQ(end.last_step, 6);
+  // Past the last batch (a run resumed with fewer epochs): nothing left, no step more.
+  end = end_of_epochs(1, 10, 4, 12, 3);
+  EXPECT_EQ(end.left, 0);
+  EXPECT_EQ(end.last_step, 3);
+  // 10^18 epochs of 100 batches: beyond int64, no limit.
+  end = end_of_epochs(1000000000000000000, 100, 4, 0, 0);
+  EXPECT_EQ(end.left, INT64_MAX);
+  EXPECT_EQ(end.last_step, INT64_MAX);
+  // Steps left that the completed count cannot add: no limit either.
+  end = end_of_epochs(4, INT64_MAX / 4, 1, 0, 10);
+  EXPECT_EQ(end.last_step, INT64_MAX);
+}
+
 }  // namespace
 }  // namespace thpc

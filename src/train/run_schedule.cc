@@ -1,6 +1,8 @@
 // When the training loop logs, validates, saves and stops (run_schedule.h).
 #include "train/run_schedule.h"
 
+#include <algorithm>
+
 namespace thpc {
 
 RunSchedule::RunSchedule(const Config& config)
@@ -32,6 +34,16 @@ bool RunSchedule::out_of_time(double seconds_of_training) const {
 
 bool RunSchedule::patience_exhausted(int64_t validations_since_best) const {
   return patience_ > 0 && validations_since_best >= patience_;
+}
+
+EpochsEnd end_of_epochs(int64_t epochs, int64_t per_epoch, int64_t per_step, int64_t read,
+                        int64_t completed) {
+  EpochsEnd end;
+  if (per_epoch != 0 && epochs > INT64_MAX / per_epoch) return end;
+  end.left = std::max<int64_t>(0, epochs * per_epoch - read);
+  const int64_t steps = end.left / per_step + (end.left % per_step != 0 ? 1 : 0);
+  if (steps <= INT64_MAX - completed) end.last_step = completed + steps;
+  return end;
 }
 
 }  // namespace thpc

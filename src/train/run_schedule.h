@@ -56,4 +56,17 @@ class RunSchedule {
   int64_t patience_;
 };
 
+// Where train.max_epochs = `epochs` ends a run that has completed `completed` steps and
+// read `read` micro-batches of the data (epoch x per_epoch + index), each step reading
+// `per_step` of them (ranks x train.accumulate) from epochs of `per_epoch` each: the
+// micro-batches `left` to read, and the step that reads the last of them (`last_step`,
+// `completed` when none is left). A limit whose batches int64 cannot count (10^18 epochs)
+// is no limit, not an overflow: INT64_MAX for both.
+struct EpochsEnd {
+  int64_t left = INT64_MAX;
+  int64_t last_step = INT64_MAX;
+};
+EpochsEnd end_of_epochs(int64_t epochs, int64_t per_epoch, int64_t per_step, int64_t read,
+                        int64_t completed);
+
 }  // namespace thpc

@@ -607,17 +607,13 @@ void Trainer::end_with_the_epochs(std::ostream& log, bool at_start) {
   if (epochs == 0) return;
   // Every step reads ranks x accumulate micro-batches of the one stream that all ranks
   // deal from (BatchSource::next), epoch after epoch, each epoch cut alike at this budget.
-  // A limit whose batches int64 cannot count (10^18 epochs) is no limit, not an overflow.
   const int64_t per_epoch = source_->batches_per_epoch(micro_budget_);
   const int64_t per_step = static_cast<int64_t>(config_.train.accumulate) * comm_.size();
   const DataPosition at = source_->position();
   const int64_t read = at.epoch * per_epoch + at.index;  // real data: far from the limit
-  int64_t left = INT64_MAX, last_step = INT64_MAX;
-  if (per_epoch == 0 || epochs <= INT64_MAX / per_epoch) {
-    left = std::max<int64_t>(0, epochs * per_epoch - read);
-    const int64_t steps = left / per_step + (left % per_step != 0 ? 1 : 0);
-    if (steps <= INT64_MAX - completed_steps_) last_step = completed_steps_ + steps;
-  }
+  const auto [left, epochs_end] = end_of_epochs(epochs, per_epoch, per_step, read,
+                                                completed_steps_);
+  int64_t last_step = epochs_end;
   // A skipped step reads its batches without being a step: when it read the epoch's last
   // batch, the run ends at the next step (whose batches are the next epoch's first), a
   // healthy one, rather than on the skip.
