@@ -41,6 +41,20 @@
 
 namespace {
 
+// Runs `phase` on this rank, then gathers every rank's failure: the first is thrown on
+// every rank (an AllRanksError naming its rank unless every rank failed alike), so that
+// the next phase's collectives find every rank there.
+template <typename Phase>
+void on_every_rank(const thpc::Communicator& comm, Phase&& phase) {
+  thpc::RankFailure failure;
+  try {
+    phase();
+  } catch (const std::exception& e) {
+    failure = thpc::failure_of(e);
+  }
+  thpc::throw_if_any_rank_failed(comm, failure);
+}
+
 // Where the dry run found that training would start: the checkpoint it would resume from
 // ("" for step 0 or checkpoint.init), that checkpoint's step and run.
 struct DryRunStart {
@@ -49,42 +63,51 @@ struct DryRunStart {
   std::string run_id;
 };
 
-// The checkpoint training would start from, chosen and checked as training does (exit 1
-// as there): checkpoint.resume's (auto: the newest valid one of checkpoint.dir, or its
-// refusal), whole, of this architecture, vocabulary and seed, with Adam moments; else
-// checkpoint.init's parameters (not read when a checkpoint is resumed: training ignores
-// it then, and a file moved away after the first run was refused here). What training
-// would change in checkpoint.dir goes to `notes`.
-DryRunStart read_the_start(const thpc::Config& config, const thpc::BatchSource* source, int vocab,
-                           std::ostream& notes) {
+// Rank 0's choice of the checkpoint to resume from, as training's (exit 1 as there): the
+// file checkpoint.resume names, or resume=auto's newest valid one of checkpoint.dir (or its
+// refusal), read into *checkpoint; "" for none. The invalid ones training would move aside
+// first are said on `notes` and listed in *moved_aside.
+std::string choose_the_start(const thpc::Config& config, thpc::Checkpoint* checkpoint,
+                             std::set<std::string>* moved_aside, std::ostream& notes) {
   const thpc::CheckpointConfig& options = config.checkpoint;
-  DryRunStart start;
-  thpc::Checkpoint checkpoint;
-  std::set<std::string> moved_aside;  // the invalid ones training would move first
   if (options.resume == "auto" || options.resume == "auto_or_fresh") {
     const thpc::CheckpointKeeping keeping(config);
     const thpc::CheckpointKeeping::ResumeChoice choice =
-        keeping.choose_resume(options.resume, &checkpoint, notes);
+        keeping.choose_resume(options.resume, checkpoint, notes);
     if (!choice.refusal.empty()) THPC_FAIL(choice.refusal);
     for (const thpc::InvalidCheckpoint& file : choice.invalid) {
       notes << "note: training would move the invalid checkpoint " << file.path << " aside"
             << std::endl;
-      moved_aside.insert(file.path);
+      moved_aside->insert(file.path);
     }
-    start.resumed_from = choice.path;
-  } else if (!options.resume.empty()) {
-    const std::string missing = thpc::resume_file_missing(options);
-    if (!missing.empty()) THPC_FAIL(missing);
-    checkpoint = thpc::read_checkpoint(options.resume);
-    start.resumed_from = options.resume;
+    return choice.path;
   }
+  if (options.resume.empty()) return "";
+  const std::string missing = thpc::resume_file_missing(options);
+  if (!missing.empty()) THPC_FAIL(missing);
+  *checkpoint = thpc::read_checkpoint(options.resume);
+  return options.resume;
+}
+
+// The start every rank checks as training does (exit 1 as there): the checkpoint rank 0
+// chose (`chosen`; read here by the other ranks, as training's do), whole, of this
+// architecture, vocabulary and seed, with Adam moments; else checkpoint.init's parameters
+// (not read when a checkpoint is resumed: training ignores it then, and a file moved away
+// after the first run was refused here). Later checkpoints a resume from an older one
+// would mark superseded are said on `notes`.
+DryRunStart check_the_start(const thpc::Config& config, const std::string& chosen,
+                            thpc::Checkpoint& checkpoint, bool read_it,
+                            const std::set<std::string>& moved_aside,
+                            const thpc::BatchSource* source, int vocab, std::ostream& notes) {
+  const thpc::CheckpointConfig& options = config.checkpoint;
   const std::string architecture = thpc::architecture_text(config.model, vocab);
-  if (!start.resumed_from.empty()) {
-    if (source) thpc::check_checkpoint_vocabulary(checkpoint, start.resumed_from, *source, config);
-    thpc::check_architecture(checkpoint, architecture, start.resumed_from);
-    thpc::check_checkpoint_resumes_this_run(checkpoint, start.resumed_from, config);
-    start.step = checkpoint.step;
-    start.run_id = checkpoint.run_id;
+  DryRunStart start;
+  if (!chosen.empty()) {
+    if (read_it) checkpoint = thpc::read_checkpoint(chosen);
+    if (source) thpc::check_checkpoint_vocabulary(checkpoint, chosen, *source, config);
+    thpc::check_architecture(checkpoint, architecture, chosen);
+    thpc::check_checkpoint_resumes_this_run(checkpoint, chosen, config);
+    start = DryRunStart{chosen, checkpoint.step, checkpoint.run_id};
     // A resume from older than the run's newest starts another branch: training marks the
     // later healthy checkpoints of the run superseded (CheckpointKeeping::mark_abandoned).
     if (start.step < config.train.max_steps) {
@@ -106,65 +129,85 @@ DryRunStart read_the_start(const thpc::Config& config, const thpc::BatchSource* 
   return start;
 }
 
-// The dry run on one rank (of `ranks`): training's start-up checks in training's order,
-// reading what training reads and writing nothing. The run directory is rank 0's
-// business in training (`is_root`): its lock, and another run's files there.
-int dry_run(const thpc::Config& config, int ranks, bool is_root, std::ostream& out) {
-  // First, as in training: a backend this build or this node cannot run (exit 2).
-  if (const std::string backend = thpc::backend_impossible(config); !backend.empty()) {
-    throw thpc::AllRanksError(backend, 2);
-  }
+// The dry run, every rank: training's start-up checks in training's order, reading what
+// training reads and writing nothing, in phases whose failures are gathered as training's
+// are (each rank checks its node's data and working directory; rank 0 the run directory
+// and the choice of checkpoint, which the others then read). Throws AllRanksError on
+// every rank for the first failure; fills `out` on rank 0.
+void dry_run(const thpc::Config& config, const thpc::Communicator& comm, std::ostream& out) {
+  const int ranks = comm.size();
+  const bool is_root = comm.is_root();
   int vocab = config.model.vocab_size;
-  // A configured vocabulary needs no data (base.ini checks before the shards exist); when
-  // the data is there (the synthetic task always is) it is read and checked as training
-  // would read it (drops and warnings included), and must agree with model.vocab_size.
-  std::error_code missing;
   std::unique_ptr<thpc::BatchSource> source;
-  if (config.data.dir.empty() || vocab == 0 ||
-      std::filesystem::is_directory(config.data.dir, missing)) {
-    source = thpc::make_training_source(config);
-    // The synthetic task's line too; as comment lines, so that the output stays an ini file
-    // (a resolved config saved and given back was refused at its first note).
-    std::ostringstream notes;
-    source->print_notes(notes, "data.train");
-    std::istringstream note_lines(notes.str());
-    for (std::string line; std::getline(note_lines, line);) out << "# " << line << "\n";
-    // The validation shards too, when training would read them (exit 3 as there), before
-    // the vocabulary is resolved (exit 2), in training's order.
-    if (config.train.valid_every > 0) {
-      const std::unique_ptr<thpc::ShardReader> valid = thpc::make_validation_source(config);
-      if (!config.data.dir.empty()) thpc::check_validation_vocabulary(config, *source, *valid);
+  on_every_rank(comm, [&] {
+    // First, as in training: a backend this build or this node cannot run (exit 2).
+    if (const std::string backend = thpc::backend_impossible(config); !backend.empty()) {
+      throw thpc::AllRanksError(backend, 2);
     }
-    vocab = thpc::resolve_vocab_size(config, *source);
-  }
-  // Sizes that cannot be allocated are a configuration error here as in training; so are
-  // batches that cannot hold the data's longest pair (with the ranks of this dry run: give
-  // it the job's -np).
-  const std::string too_large =
-      thpc::training_does_not_fit(config, vocab, thpc::host_memory_bytes(), ranks);
-  if (!too_large.empty()) throw thpc::AllRanksError(too_large, 2);
-  if (source) {
-    const std::string impossible = thpc::configuration_impossible(config, *source, ranks);
-    if (!impossible.empty()) throw thpc::AllRanksError(impossible, 2);
-  }
+    // A configured vocabulary needs no data (base.ini checks before the shards exist);
+    // when the data is there (the synthetic task always is) it is read and checked as
+    // training would read it (drops and warnings included), and must agree with
+    // model.vocab_size.
+    std::error_code missing;
+    if (config.data.dir.empty() || vocab == 0 ||
+        std::filesystem::is_directory(config.data.dir, missing)) {
+      source = thpc::make_training_source(config);
+      // The synthetic task's line too; as comment lines, so that the output stays an ini
+      // file (a resolved config saved and given back was refused at its first note).
+      std::ostringstream notes;
+      source->print_notes(notes, "data.train");
+      std::istringstream note_lines(notes.str());
+      for (std::string line; std::getline(note_lines, line);) out << "# " << line << "\n";
+      // The validation shards too, when training would read them (exit 3 as there),
+      // before the vocabulary is resolved (exit 2), in training's order.
+      if (config.train.valid_every > 0) {
+        const std::unique_ptr<thpc::ShardReader> valid = thpc::make_validation_source(config);
+        if (!config.data.dir.empty()) thpc::check_validation_vocabulary(config, *source, *valid);
+      }
+      vocab = thpc::resolve_vocab_size(config, *source);
+    }
+    // Sizes that cannot be allocated are a configuration error here as in training; so
+    // are batches that cannot hold the data's longest pair (with the ranks of this dry
+    // run: give it the job's -np).
+    const std::string too_large =
+        thpc::training_does_not_fit(config, vocab, thpc::host_memory_bytes(), ranks);
+    if (!too_large.empty()) throw thpc::AllRanksError(too_large, 2);
+    if (source) {
+      const std::string impossible = thpc::configuration_impossible(config, *source, ranks);
+      if (!impossible.empty()) throw thpc::AllRanksError(impossible, 2);
+    }
+  });
   // What training would do before writing, with its exit codes, as comment lines: a dry
   // run passed a job that training refused at once (another run's files in checkpoint.dir,
   // a directory that is a file, a trainer still running there).
   std::ostringstream notes;
-  if (is_root) {
+  on_every_rank(comm, [&] {
+    if (!is_root) return;
     const std::string locked = thpc::run_lock_refusal(config, notes);
     if (!locked.empty()) throw thpc::AllRanksError(locked, 2);
-  }
-  const DryRunStart start = read_the_start(config, source.get(), vocab, notes);
-  if (is_root) {
+  });
+  thpc::Checkpoint checkpoint;
+  std::set<std::string> moved_aside;
+  std::string chosen;
+  on_every_rank(comm, [&] {
+    if (is_root) chosen = choose_the_start(config, &checkpoint, &moved_aside, notes);
+  });
+  chosen = comm.broadcast_from_root(chosen);
+  DryRunStart start;
+  on_every_rank(comm, [&] {
+    start = check_the_start(config, chosen, checkpoint, !is_root, moved_aside, source.get(),
+                            vocab, notes);
+  });
+  on_every_rank(comm, [&] {
+    if (!is_root) return;
     const std::string refusal =
         thpc::run_directory_refusal(config, start.run_id, start.resumed_from, notes);
     if (!refusal.empty()) throw thpc::AllRanksError(refusal, 2);
-  }
+  });
   thpc::ParamStore table;
   thpc::add_transformer_parameters(config.model, vocab, table);
-  out << config.to_ini() << "\n# parameters: " << table.count() << " (vocabulary "
-            << vocab << ")\n";
+  out << config.to_ini() << "\n# parameters: " << table.count() << " (vocabulary " << vocab
+      << ")\n";
   if (!start.resumed_from.empty()) {
     out << "# training would resume from " << start.resumed_from << " (step " << start.step
         << ")\n";
@@ -176,14 +219,13 @@ int dry_run(const thpc::Config& config, int ranks, bool is_root, std::ostream& o
   // Comment lines, so that the output stays an ini file.
   if (!source) {
     out << "# note: data.dir " << config.data.dir << " is no directory here: its data was "
-              << "not read (training stops without it, exit 3)\n";
+        << "not read (training stops without it, exit 3)\n";
   }
   if (config.train.backend == "cuda" && thpc::built_with_cuda() &&
       !thpc::cuda_unavailable_reason().empty()) {
     out << "# note: train.backend = cuda, but here " << thpc::cuda_unavailable_reason()
-              << ": training needs a GPU (run it where the job's GPUs are)\n";
+        << ": training needs a GPU (run it where the job's GPUs are)\n";
   }
-  return 0;
 }
 
 // What a rank was asked to do, for the start-up agreement: its mode and the resolved
@@ -214,15 +256,11 @@ std::string failure_line(const std::string& where, const std::string& message) {
 // and training's exit code, before any rank prints the configuration.
 int dry_run_on_every_rank(const thpc::Config& config, const thpc::Communicator& comm) {
   std::ostringstream output;
-  thpc::RankFailure failure;
   try {
-    dry_run(config, comm.size(), comm.is_root(), output);
-  } catch (const std::exception& e) {
-    failure = thpc::failure_of(e);
-  }
-  if (const std::optional<thpc::JobFailure> failed = thpc::gather_failures(comm, failure)) {
-    if (comm.is_root()) std::cerr << failure_line(failed->where, failed->message) << std::endl;
-    return failed->exit_code;
+    dry_run(config, comm, output);
+  } catch (const thpc::AllRanksError& e) {
+    if (comm.is_root()) std::cerr << failure_line(e.where(), e.what()) << std::endl;
+    return e.exit_code();
   }
   if (comm.is_root()) std::cout << output.str() << std::flush;
   return 0;

@@ -450,6 +450,16 @@ TEST(Distributed, RanksReadingDifferentValidationDataOrCheckpointsStopWithOneMes
             1u)
       << eval.output;
   EXPECT_EQ(eval.output.find("evaluated model.h5"), std::string::npos) << eval.output;
+  // resume=auto: rank 0 chooses ck/step_00000002.h5, which rank 1's working directory does
+  // not hold: training stops, exit 1, and so does the dry run (before: rank 1 chose for
+  // itself, found nothing, and the dry run passed).
+  for (const std::string mode : {"--dry-run", ""}) {
+    const JobResult resumed =
+        both("--checkpoint.dir=ck --checkpoint.resume=auto --train.max_steps=3 " + mode);
+    EXPECT_EQ(resumed.exit_code, 1) << mode << "\n" << resumed.output;
+    EXPECT_NE(resumed.output.find("ck/step_00000002.h5"), std::string::npos) << resumed.output;
+    EXPECT_EQ(resumed.output.find("step 3/"), std::string::npos) << resumed.output;
+  }
   std::filesystem::remove_all(rank1 / "data");
   const JobResult dry = both("--dry-run");
   EXPECT_EQ(dry.exit_code, 3) << dry.output;
