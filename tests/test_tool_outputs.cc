@@ -116,6 +116,10 @@ TEST_F(ToolOutputs, APathSpeltThroughADirectoryNotMadeYetIsTheSameFile) {
   EXPECT_TRUE(same_file((directory_ / "ck/a.h5").string(), (directory_ / "ck/new/../a.h5").string()));
   EXPECT_FALSE(same_file((directory_ / "ck").string(), (directory_ / "ck/sub").string()));
   EXPECT_FALSE(same_file((directory_ / "ck").string(), (directory_ / "other").string()));
+  // Below a file, a path names nothing, whatever its letters resolve to.
+  std::ofstream(directory_ / "ck/file") << "not a directory\n";
+  EXPECT_FALSE(same_file((directory_ / "ck").string(), (directory_ / "ck/file/..").string()));
+  EXPECT_FALSE(same_file((directory_ / "ck/file/x/..").string(), (directory_ / "ck/file").string()));
   const ProcessResult run = run_process(
       thpc::binary_dir() + "/transformer_hpc " THPC_SOURCE_DIR "/input/tiny.ini "
       "--train.max_steps=1 --train.valid_every=0 --checkpoint.dir=" + (directory_ / "run").string() +

@@ -161,6 +161,18 @@ bool same_file(const std::string& a, const std::string& b) {
   // does not exist relative, hence absolute first). One that exists is compared too:
   // "ck/sub/.." names "ck" once "sub" is made (a trainer took checkpoint.dir's lock,
   // then a second one for the train.metrics_dir spelt so, and was refused by its own).
+  // A path below a file that is no directory names nothing, ever ("ck/sub/.." where sub is
+  // a file: the system refuses it, though its letters resolve to ck).
+  const auto below_a_file = [](const std::string& path) {
+    std::error_code error;
+    fs::path existing = fs::absolute(path, error).parent_path();
+    while (!existing.empty() && !fs::exists(existing, error) &&
+           existing != existing.parent_path()) {
+      existing = existing.parent_path();
+    }
+    return fs::exists(existing, error) && !fs::is_directory(existing, error);
+  };
+  if ((!a_exists && below_a_file(a)) || (!b_exists && below_a_file(b))) return false;
   // ("ck/sub/.." comes out as "ck/": the trailing separator is no part of the name.)
   const auto resolved = [](const std::string& path, std::error_code& error) {
     const fs::path full = fs::weakly_canonical(fs::absolute(path, error), error);
