@@ -13,7 +13,6 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
-#include <optional>
 #include <set>
 #include <sstream>
 #include <string>

@@ -489,9 +489,6 @@ std::string in_use_refusal(const LockedUse& use, const LockHolder& holder,
   return message.str();
 }
 
-// What taking the lock of `dir` for `use` would refuse, taking nothing and creating
-// nothing: a directory that cannot be made or written, or a live holder; a stale lock
-// that would be taken over is said on `notes`.
 // Why `dir` cannot be the directory of `use`, before anything is made: it, or the nearest
 // of its parents that exists (which it would be created in), is a file or cannot be
 // written by this user. "" when it can.
@@ -527,6 +524,9 @@ std::string directory_refusal(const std::string& dir, const LockedUse& use) {
   return "";
 }
 
+// What taking the lock of `dir` for `use` would refuse, taking nothing and creating
+// nothing: a directory that cannot be made or written, or a live holder; a stale lock
+// that would be taken over is said on `notes`.
 std::string lock_refusal_without_taking(const std::string& dir, const LockedUse& use,
                                         std::ostream& notes) {
   if (std::string refusal = directory_refusal(dir, use); !refusal.empty()) return refusal;
@@ -728,17 +728,31 @@ void remove_interrupted_writes(const std::string& dir, std::ostream& log,
   }
 }
 
+namespace {
+
+// Rank 0's claim of the run directory, training's (DirectoryChanges::Make) or the dry
+// run's (OnlySay): the metrics file (*metrics), the outputs that would destroy inputs,
+// another run's files, a crash's interrupted writes. "" or the refusal.
+std::string claim_refusal(const Config& config, const std::string& run_id,
+                          const std::string& resumed_from, std::ostream& log,
+                          DirectoryChanges changes, std::string* metrics) {
+  *metrics = run_metrics_path(config, run_id, resumed_from, log);
+  std::string refusal = outputs_that_would_destroy_inputs(config, resumed_from, *metrics);
+  if (refusal.empty()) {
+    refusal = foreign_run_files(config, run_id, resumed_from, *metrics, log, changes);
+  }
+  if (refusal.empty()) remove_interrupted_writes(config.checkpoint.dir, log, changes);
+  return refusal;
+}
+
+}  // namespace
+
 std::string claim_run_directory(const Config& config, const Communicator& comm,
                                 const std::string& run_id, const std::string& resumed_from,
                                 std::ostream& log) {
   std::string metrics, refusal;
   if (comm.is_root()) {
-    metrics = run_metrics_path(config, run_id, resumed_from, log);
-    refusal = outputs_that_would_destroy_inputs(config, resumed_from, metrics);
-    if (refusal.empty()) refusal = foreign_run_files(config, run_id, resumed_from, metrics, log);
-    if (refusal.empty()) {
-      remove_interrupted_writes(config.checkpoint.dir, log, DirectoryChanges::Make);
-    }
+    refusal = claim_refusal(config, run_id, resumed_from, log, DirectoryChanges::Make, &metrics);
   }
   // Every rank stops with rank 0's reason, before anything is written.
   refusal = comm.broadcast_from_root(refusal);
@@ -768,16 +782,9 @@ std::string run_lock_refusal(const Config& config, std::ostream& notes) {
 
 std::string run_directory_refusal(const Config& config, const std::string& run_id,
                                   const std::string& resumed_from, std::ostream& notes) {
-  const std::string metrics = run_metrics_path(config, run_id, resumed_from, notes);
-  std::string refusal = outputs_that_would_destroy_inputs(config, resumed_from, metrics);
-  if (refusal.empty()) {
-    refusal = foreign_run_files(config, run_id, resumed_from, metrics, notes,
-                                DirectoryChanges::OnlySay);
-  }
-  if (refusal.empty()) {
-    remove_interrupted_writes(config.checkpoint.dir, notes, DirectoryChanges::OnlySay);
-  }
-  return refusal;
+  std::string metrics;
+  return claim_refusal(config, run_id, resumed_from, notes, DirectoryChanges::OnlySay,
+                       &metrics);
 }
 
 }  // namespace thpc
