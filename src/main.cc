@@ -62,30 +62,21 @@ struct DryRunStart {
   std::string run_id;
 };
 
-// Rank 0's choice of the checkpoint to resume from, as training's (exit 1 as there): the
-// file checkpoint.resume names, or resume=auto's newest valid one of checkpoint.dir (or its
-// refusal), read into *checkpoint; "" for none. The invalid ones training would move aside
-// first are said on `notes` and listed in *moved_aside.
+// Rank 0's choice of the checkpoint to resume from, training's own
+// (CheckpointKeeping::choose_start; its refusal exits 1 as there), read into *checkpoint;
+// "" for none. The invalid ones training would move aside first are said on `notes` and
+// listed in *moved_aside.
 std::string choose_the_start(const thpc::Config& config, thpc::Checkpoint* checkpoint,
                              std::set<std::string>* moved_aside, std::ostream& notes) {
-  const thpc::CheckpointConfig& options = config.checkpoint;
-  if (options.resume == "auto" || options.resume == "auto_or_fresh") {
-    const thpc::CheckpointKeeping keeping(config);
-    const thpc::CheckpointKeeping::ResumeChoice choice =
-        keeping.choose_resume(options.resume, checkpoint, notes);
-    if (!choice.refusal.empty()) THPC_FAIL(choice.refusal);
-    for (const thpc::InvalidCheckpoint& file : choice.invalid) {
-      notes << "note: training would move the invalid checkpoint " << file.path << " aside"
-            << std::endl;
-      moved_aside->insert(file.path);
-    }
-    return choice.path;
+  const thpc::CheckpointKeeping keeping(config);
+  const thpc::CheckpointKeeping::StartChoice choice = keeping.choose_start(checkpoint, notes);
+  if (!choice.refusal.empty()) THPC_FAIL(choice.refusal);
+  for (const thpc::InvalidCheckpoint& file : choice.invalid) {
+    notes << "note: training would move the invalid checkpoint " << file.path << " aside"
+          << std::endl;
+    moved_aside->insert(file.path);
   }
-  if (options.resume.empty()) return "";
-  const std::string missing = thpc::resume_file_missing(options);
-  if (!missing.empty()) THPC_FAIL(missing);
-  *checkpoint = thpc::read_checkpoint(options.resume);
-  return options.resume;
+  return choice.path;
 }
 
 // The start every rank checks as training does (exit 1 as there): the checkpoint rank 0

@@ -22,6 +22,25 @@ namespace thpc {
 
 namespace {
 
+// checkpoint.resume = PATH naming no file: the refusal, saying where a relative path was
+// looked for (the working directory, not checkpoint.dir) and what to give instead ("auto",
+// "latest" or a bare name in checkpoint.dir read "checkpoint Auto: no such file"); "" when
+// the file exists.
+std::string resume_file_missing(const CheckpointConfig& options) {
+  namespace fs = std::filesystem;
+  std::error_code no_file;
+  if (fs::exists(options.resume, no_file)) return "";
+  const std::string beside = (fs::path(options.dir) / options.resume).string();
+  std::ostringstream message;
+  message << "checkpoint.resume = " << options.resume << ": no such file (a path is found "
+          << "from the working directory, " << fs::current_path(no_file).string()
+          << ", not from checkpoint.dir)"
+          << (fs::exists(beside, no_file) ? "; checkpoint.dir holds " + beside + ": give that"
+                                          : std::string())
+          << "; for the newest valid checkpoint of checkpoint.dir give auto";
+  return message.str();
+}
+
 // checkpoint.resume=auto's refusal when `dir` holds checkpoints and every one is marked
 // diverged or superseded: starting from step 0 would prune them, the run's whole history,
 // with exit 0 ("" when there are none, or some is healthy).
@@ -325,12 +344,24 @@ void CheckpointKeeping::mark_after_failed_validation(const std::string& run_id,
   }
 }
 
-CheckpointKeeping::ResumeChoice CheckpointKeeping::choose_resume(const std::string& mode,
-                                                                 Checkpoint* checkpoint,
-                                                                 std::ostream& log) const {
+CheckpointKeeping::StartChoice CheckpointKeeping::choose_start(Checkpoint* checkpoint,
+                                                               std::ostream& log) const {
   wait_for_write();
+  const std::string& mode = config_.checkpoint.resume;
   const std::string& dir = config_.checkpoint.dir;
-  ResumeChoice choice;
+  StartChoice choice;
+  if (mode.empty()) return choice;
+  if (mode != "auto" && mode != "auto_or_fresh") {
+    choice.refusal = resume_file_missing(config_.checkpoint);
+    if (!choice.refusal.empty()) return choice;
+    try {
+      *checkpoint = read_checkpoint(mode);
+      choice.path = mode;
+    } catch (const Error& error) {
+      choice.refusal = error.what();
+    }
+    return choice;
+  }
   choice.path = newest_valid_checkpoint(dir, log, checkpoint, &choice.invalid);
   if (choice.path.empty() && mode == "auto") {
     if (!choice.invalid.empty()) {
@@ -351,7 +382,7 @@ CheckpointKeeping::ResumeChoice CheckpointKeeping::choose_resume(const std::stri
   return choice;
 }
 
-void CheckpointKeeping::move_invalid_aside(const ResumeChoice& choice, std::ostream& log) const {
+void CheckpointKeeping::move_invalid_aside(const StartChoice& choice, std::ostream& log) const {
   if (!choice.refusal.empty()) return;
   for (const InvalidCheckpoint& file : choice.invalid) {
     log << "moved invalid checkpoint " << file.path << " aside to "

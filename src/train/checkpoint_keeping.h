@@ -78,25 +78,25 @@ class CheckpointKeeping {
   void mark_after_failed_validation(const std::string& run_id, int64_t last_passed,
                                     std::ostream& log);
 
-  // checkpoint.resume = auto or auto_or_fresh (`mode`): the newest valid checkpoint of
-  // checkpoint.dir, read into `checkpoint` (`path` "" when there is none, and the run
-  // starts from step 0), or why the run must not start (`refusal`, for every rank to
-  // stop with): with auto, checkpoints that exist but none valid (starting over would
-  // write new files over the damaged ones, the evidence), or every one marked diverged or
-  // superseded (starting over would prune the run's whole history). Otherwise the
-  // invalid ones (`invalid`) are for move_invalid_aside: a run resumed from an older
-  // checkpoint would overwrite newer damaged ones too. Changes nothing on disk (--dry-run
-  // chooses as training does).
-  struct ResumeChoice {
+  // Where a run starts, rank 0's choice as checkpoint.resume says, read into `checkpoint`
+  // (`path` "" for step 0, or checkpoint.init's parameters), or why the run must not start
+  // (`refusal`, for every rank to stop with). checkpoint.resume = PATH: that file (refused
+  // when missing or unreadable, saying where a relative path was looked for). auto or
+  // auto_or_fresh: the newest valid checkpoint of checkpoint.dir; with auto, refused when
+  // checkpoints exist but none is valid (starting over would write new files over the
+  // damaged ones, the evidence) or every one is marked diverged or superseded (starting over
+  // would prune the run's whole history). The invalid ones passed over (`invalid`) are for
+  // move_invalid_aside: a run resumed from an older checkpoint would overwrite newer damaged
+  // ones too. Changes nothing on disk: training and --dry-run both choose here.
+  struct StartChoice {
     std::string path;
     std::string refusal;
     std::vector<InvalidCheckpoint> invalid;
   };
-  ResumeChoice choose_resume(const std::string& mode, Checkpoint* checkpoint,
-                             std::ostream& log) const;
+  StartChoice choose_start(Checkpoint* checkpoint, std::ostream& log) const;
   // Renames the choice's invalid checkpoints *.corrupt, a line each on `log`; none when the
   // run was refused (they are the evidence).
-  void move_invalid_aside(const ResumeChoice& choice, std::ostream& log) const;
+  void move_invalid_aside(const StartChoice& choice, std::ostream& log) const;
 
   // These two wait for a background write (and keep its lines for the next report).
   // The checkpoint of run `run_id` at `step` once marked diverged, or "".

@@ -389,36 +389,25 @@ void Trainer::apply_start_options(std::ostream& log) {
   // themselves would take different files when a shared filesystem shows them different
   // listings.
   Checkpoint checkpoint;
-  std::string path;
-  if (options.resume == "auto" || options.resume == "auto_or_fresh") {
-    CheckpointKeeping::ResumeChoice choice;
-    if (comm_.is_root()) {
-      choice = keeping_.choose_resume(options.resume, &checkpoint, log);
-      keeping_.move_invalid_aside(choice, log);
-    }
-    path = comm_.broadcast_from_root(choice.path);
-    // Every rank fails with rank 0's reason, rather than the others waiting for it: one
-    // message (before: each rank aborted with its own copy).
-    const std::string refusal = comm_.broadcast_from_root(choice.refusal);
-    if (!refusal.empty()) throw AllRanksError(refusal, 1);
-    if (path.empty()) {
-      // A relative checkpoint.dir is named as this process finds it too: resumed from
-      // another working directory, "checkpoints" was another folder, with nothing said.
-      std::error_code no_path;
-      const std::string absolute = std::filesystem::absolute(options.dir, no_path).string();
-      const bool relative = !no_path && absolute != options.dir;
-      log << "checkpoint.resume=" << options.resume << ": no valid checkpoint in "
-          << options.dir << (relative ? " (" + absolute + ")" : std::string())
-          << ", starting from step 0" << std::endl;
-    }
-  } else if (!options.resume.empty()) {
-    path = options.resume;
-    if (comm_.is_root()) {
-      if (const std::string missing = resume_file_missing(options); !missing.empty()) {
-        THPC_FAIL(missing);
-      }
-      checkpoint = read_checkpoint(path);
-    }
+  CheckpointKeeping::StartChoice choice;
+  if (comm_.is_root()) {
+    choice = keeping_.choose_start(&checkpoint, log);
+    keeping_.move_invalid_aside(choice, log);
+  }
+  const std::string path = comm_.broadcast_from_root(choice.path);
+  // Every rank fails with rank 0's reason, rather than the others waiting for it: one
+  // message (before: each rank aborted with its own copy).
+  const std::string refusal = comm_.broadcast_from_root(choice.refusal);
+  if (!refusal.empty()) throw AllRanksError(refusal, 1);
+  if (path.empty() && !options.resume.empty()) {
+    // A relative checkpoint.dir is named as this process finds it too: resumed from
+    // another working directory, "checkpoints" was another folder, with nothing said.
+    std::error_code no_path;
+    const std::string absolute = std::filesystem::absolute(options.dir, no_path).string();
+    const bool relative = !no_path && absolute != options.dir;
+    log << "checkpoint.resume=" << options.resume << ": no valid checkpoint in "
+        << options.dir << (relative ? " (" + absolute + ")" : std::string())
+        << ", starting from step 0" << std::endl;
   }
   if (!path.empty()) {
     resume_from(path, checkpoint, start, log);

@@ -188,19 +188,4 @@ void check_checkpoint_resumes_this_run(const Checkpoint& checkpoint, const std::
   }
 }
 
-std::string resume_file_missing(const CheckpointConfig& options) {
-  namespace fs = std::filesystem;
-  std::error_code no_file;
-  if (fs::exists(options.resume, no_file)) return "";
-  const std::string beside = (fs::path(options.dir) / options.resume).string();
-  std::ostringstream message;
-  message << "checkpoint.resume = " << options.resume << ": no such file (a path is found "
-          << "from the working directory, " << fs::current_path(no_file).string()
-          << ", not from checkpoint.dir)"
-          << (fs::exists(beside, no_file) ? "; checkpoint.dir holds " + beside + ": give that"
-                                          : std::string())
-          << "; for the newest valid checkpoint of checkpoint.dir give auto";
-  return message.str();
-}
-
 }  // namespace thpc

@@ -71,10 +71,4 @@ void check_checkpoint_vocabulary(const Checkpoint& checkpoint, const std::string
 void check_checkpoint_resumes_this_run(const Checkpoint& checkpoint, const std::string& path,
                                        const Config& config);
 
-// checkpoint.resume = PATH naming no file: the refusal, saying where a relative path was
-// looked for (the working directory, not checkpoint.dir) and what to give instead ("auto",
-// "latest" or a bare name in checkpoint.dir read "checkpoint Auto: no such file"); "" when
-// the file exists.
-std::string resume_file_missing(const CheckpointConfig& options);
-
 }  // namespace thpc
