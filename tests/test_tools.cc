@@ -234,6 +234,14 @@ TEST(Tools, OutOfRangeNamesTheOptionAndTheValueGiven) {
     const Tool tool{name, {}, "", ""};
     expect_one_line_failure(tool, arguments, 2, name + ": " + message + " (see --help)", {});
   }
+  // The keys --set takes are the trainer's, listed by its --help, not this tool's (before:
+  // "see --help", whose text has none).
+  const Tool bench{"transformer_bench_step", {}, "", ""};
+  expect_one_line_failure(bench, "--config " + base + " --set model.bogus=3", 2,
+                          "transformer_bench_step: " + base + ": unknown command-line option "
+                          "'--model.bogus=3' (transformer_hpc --help lists the keys of "
+                          "[model])\n",
+                          {});
 }
 
 // An argument that no option and no positional slot takes is named, with how values are

@@ -323,7 +323,8 @@ int main(int argc, char** argv) {
        "the batches transformer_hpc would train on with this config (data.dir or the "
        "synthetic task, --tokens per step), its vocabulary instead of --vocab")
       ("set", po::value(&args.overrides)->composing(),
-       "SECTION.KEY=VALUE config override (repeatable), e.g. --set model.max_positions=128");
+       "SECTION.KEY=VALUE config override (repeatable), e.g. --set model.max_positions=128; "
+       "the keys, their kinds and ranges: transformer_hpc --help");
   const auto parse = [&](int count, char** values) {
     args.help = thpc::tools::parse_options(options, count, values).count("help") > 0;
     if (args.help) return args;

@@ -34,7 +34,7 @@ class UsageError : public std::runtime_error {
 };
 
 // " (see --help)" after a usage error's message, unless the message points there itself
-// (a config key's, read through --set: "see --help for the keys of [model]").
+// (a config key's, read through --set: "transformer_hpc --help lists the keys of [model]").
 inline std::string see_help(const std::string& message) {
   return message.find("--help") == std::string::npos ? " (see --help)" : "";
 }

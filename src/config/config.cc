@@ -79,7 +79,9 @@ std::string unknown_key_hint(const std::string& name) {
       std::any_of(option_table().begin(), option_table().end(),
                   [&](const Option& option) { return section == option.section; });
   if (!section_known) return " (no such section; the sections are " + known_sections() + ")";
-  return " (see --help for the keys of [" + section + "])";
+  // Named with the program: tools that read a configuration (transformer_bench_step
+  // --set) list their own options under --help, not the trainer's keys.
+  return " (transformer_hpc --help lists the keys of [" + section + "])";
 }
 
 // Boost prints option names with the prefix of their origin ("--model.heads"); the
