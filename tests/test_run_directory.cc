@@ -14,6 +14,7 @@
 #include <climits>
 #include <csignal>
 #include <cstdlib>
+#include <iomanip>
 #include <sstream>
 
 #include <filesystem>
@@ -102,11 +103,18 @@ TEST_F(RunDirectory, ANewRunInAUsedDirectoryStopsAndTouchesNothing) {
 
 TEST_F(RunDirectory, OverwriteDeletesTheEarlierRunsFilesFirst) {
   ASSERT_EQ(train("run", "--train.max_steps=4 --checkpoint.every_steps=2").exit_code, 0);
+  const fs::path earlier = directory_ / "run" / "checkpoints" / "step_00000004.h5";
+  const double megabytes = fs::file_size(earlier) / 1e6;
+  ASSERT_GT(megabytes, 1.0);
+  ASSERT_LT(megabytes, 100.0);
+  std::ostringstream size;
+  size << std::fixed << std::setprecision(1) << megabytes;
   const ProcessResult second =
       train("run", "--train.max_steps=3 --train.seed=2 --checkpoint.overwrite=true");
   ASSERT_EQ(second.exit_code, 0) << second.output;
-  EXPECT_NE(second.output.find("step_00000004.h5, a file of an earlier run "
-                               "(checkpoint.overwrite = true)"),
+  // With what the file held, and as a note as the other removals (before: "removed PATH").
+  EXPECT_NE(second.output.find("note: removed " + earlier.string() + " (" + size.str() +
+                               " MB), a file of an earlier run (checkpoint.overwrite = true)"),
             std::string::npos)
       << second.output;
   const std::string checkpoints = (directory_ / "run" / "checkpoints").string();
@@ -522,10 +530,11 @@ TEST_F(RunDirectory, AFailedStartLeavesNothingThatMakesTheNextStartFail) {
                                            metrics.parent_path().string());
   EXPECT_EQ(failed.exit_code, 1) << failed.output;
   ASSERT_TRUE(fs::exists(metrics)) << failed.output;
+  const std::string bytes = std::to_string(fs::file_size(metrics));
   const ProcessResult again = train("run", "--train.max_steps=2");
   ASSERT_EQ(again.exit_code, 0) << again.output;
-  EXPECT_NE(again.output.find("note: removed " + metrics.string() +
-                              ", left by a start that recorded no value"),
+  EXPECT_NE(again.output.find("note: removed " + metrics.string() + " (" + bytes +
+                              " bytes), left by a start that recorded no value"),
             std::string::npos)
       << again.output;
   EXPECT_NE(again.output.find("events.out.tfevents."), std::string::npos) << again.output;

@@ -371,8 +371,13 @@ TEST(UserErrors, TheDryRunLooksAtTheRunDirectoryAsTrainingDoesAndChangesNothing)
   // What checkpoint.overwrite would delete is said, and kept.
   dry = run_process(trainer + "--checkpoint.dir=" + run + " --checkpoint.overwrite=true --dry-run");
   EXPECT_EQ(dry.exit_code, 0) << dry.output;
-  EXPECT_NE(dry.output.find("# note: training would remove " + run + "/step_00000001.h5, a file "
-                            "of an earlier run (checkpoint.overwrite = true)"),
+  // With what the file holds: the line says what would be lost.
+  const std::string bytes = std::to_string(fs::file_size(run + "/metrics.jsonl"));
+  EXPECT_NE(dry.output.find("# note: training would remove " + run + "/metrics.jsonl (" + bytes +
+                            " bytes), a file of an earlier run (checkpoint.overwrite = true)"),
+            std::string::npos)
+      << dry.output;
+  EXPECT_NE(dry.output.find("# note: training would remove " + run + "/step_00000001.h5 ("),
             std::string::npos)
       << dry.output;
   EXPECT_EQ(listing(run), files);

@@ -16,6 +16,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -35,6 +36,40 @@
 #include "train/stop_request.h"
 
 namespace thpc {
+
+namespace {
+
+// Removes `path` from the run directory, saying "note: removed PATH (SIZE), WHY" on `log`,
+// or, for the dry run (DirectoryChanges::OnlySay), keeps it and says "note: training would
+// remove PATH (SIZE), WHY": one line for each, whichever of the run directory's rules
+// removes it, with what the file held. False when it stays (`error` says why; clear when
+// it was gone already).
+bool remove_saying_why(const std::string& path, const std::string& why,
+                       DirectoryChanges changes, std::ostream& log, std::error_code& error) {
+  namespace fs = std::filesystem;
+  std::error_code no_size;
+  const uintmax_t bytes = fs::file_size(path, no_size);
+  std::ostringstream size;  // "(4096 bytes)", "(1.4 MB)", "(757 MB)", "(2.3 GB)"
+  if (!no_size) {
+    size << " (" << std::fixed;
+    if (bytes < 1000000) {
+      size << bytes << " bytes)";
+    } else if (bytes < 1000000000) {
+      size << std::setprecision(bytes < 100000000 ? 1 : 0) << bytes / 1e6 << " MB)";
+    } else {
+      size << std::setprecision(1) << bytes / 1e9 << " GB)";
+    }
+  }
+  if (changes == DirectoryChanges::OnlySay) {
+    log << "note: training would remove " << path << size.str() << ", " << why << std::endl;
+    return true;
+  }
+  if (!fs::remove(path, error)) return false;
+  log << "note: removed " << path << size.str() << ", " << why << std::endl;
+  return true;
+}
+
+}  // namespace
 
 std::string run_metrics_path(const Config& config, const std::string& run_id,
                              const std::string& resumed_from, std::ostream& log) {
@@ -80,15 +115,10 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
   // A start that failed after opening the metrics and event files (a full disk, the first
   // batch) left a "run" record and a file-version record, and no value: nothing of a run,
   // which must not make the next start fail. They are removed, said.
-  const bool make_changes = changes == DirectoryChanges::Make;
   const auto remove_empty_leftover = [&](const std::string& path) {
-    if (!make_changes) {
-      log << "note: training would remove " << path << ", left by a start that recorded no "
-          << "value" << std::endl;
-    } else if (fs::remove(path, error)) {
-      log << "note: removed " << path << ", left by a start that recorded no value"
-          << std::endl;
-    }  // else kept: appended to (a metrics file), or left beside this run's (an event file)
+    // Not removed: appended to (a metrics file), or left beside this run's (an event file).
+    std::error_code kept;
+    remove_saying_why(path, "left by a start that recorded no value", changes, log, kept);
   };
   bool has_records = false;
   const std::string metrics_run = MetricsFile::last_run_id(metrics, &has_records);
@@ -118,13 +148,9 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
     // went on beside it).
     std::string kept;
     for (const std::string& path : foreign) {
-      if (!make_changes) {
-        log << "note: training would remove " << path << ", a file of an earlier run "
-            << "(checkpoint.overwrite = true)" << std::endl;
-      } else if (fs::remove(path, error)) {
-        log << "removed " << path << ", a file of an earlier run (checkpoint.overwrite = true)"
-            << std::endl;
-      } else if (error && kept.empty()) {  // (not there any more: nothing to delete)
+      if (!remove_saying_why(path, "a file of an earlier run (checkpoint.overwrite = true)",
+                             changes, log, error) &&
+          error && kept.empty()) {  // (not there any more: nothing to delete)
         kept = path + " (" + error.message() + ")";
       }
     }
@@ -713,18 +739,10 @@ void remove_interrupted_writes(const std::string& dir, std::ostream& log,
     if (name.size() <= 1 + tmp.size()) continue;
     const std::string final_name = name.substr(1, name.size() - 1 - tmp.size());
     if (temporary_path(final_name) != name || !is_run_checkpoint_file(final_name)) continue;
-    const uintmax_t bytes = entry.file_size(error);
-    if (error) continue;
-    if (changes == DirectoryChanges::OnlySay) {
-      log << "note: training would remove " << entry.path().string()
-          << ", a checkpoint's write that a crash interrupted" << std::endl;
-      continue;
-    }
-    if (!fs::remove(entry.path(), error)) continue;
-    log << "note: removed " << entry.path().string() << " ("
-        << (bytes < 1000000 ? std::to_string(bytes) + " bytes"
-                            : std::to_string(bytes / 1000000) + " MB")
-        << "), a checkpoint's write that a crash interrupted" << std::endl;
+    std::error_code kept;
+    if (!entry.is_regular_file(kept)) continue;
+    remove_saying_why(entry.path().string(), "a checkpoint's write that a crash interrupted",
+                      changes, log, kept);
   }
 }
 
