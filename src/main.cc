@@ -33,10 +33,12 @@
 #include "train/checkpoint_keeping.h"
 #include "train/footprint.h"
 #include "train/rank_agreement.h"
+#include "train/resume.h"
 #include "train/run_directory.h"
 #include "train/stop_request.h"
 #include "train/test_hooks.h"
 #include "train/trainer.h"
+#include "train/validation.h"
 
 namespace {
 
@@ -60,6 +62,7 @@ struct DryRunStart {
   std::string resumed_from;
   int64_t step = 0;
   std::string run_id;
+  int64_t last_step = 0;  // where training would end: train.max_steps or max_epochs' end
 };
 
 // Rank 0's choice of the checkpoint to resume from, training's own
@@ -83,12 +86,14 @@ std::string choose_the_start(const thpc::Config& config, thpc::Checkpoint* check
 // chose (`chosen`; read here by the other ranks, as training's do), whole, of this
 // architecture, vocabulary and seed, with Adam moments; else checkpoint.init's parameters
 // (not read when a checkpoint is resumed: training ignores it then, and a file moved away
-// after the first run was refused here). Later checkpoints a resume from an older one
-// would mark superseded are said on `notes`.
+// after the first run was refused here). Where training would end from there: with
+// train.max_epochs, from the data's position as training reckons it (`source`, when the
+// data is here, is moved there). Later checkpoints a resume from an older one would mark
+// superseded are said on `notes`.
 DryRunStart check_the_start(const thpc::Config& config, const std::string& chosen,
                             thpc::Checkpoint& checkpoint, bool read_it,
-                            const std::set<std::string>& moved_aside,
-                            const thpc::BatchSource* source, int vocab, std::ostream& notes) {
+                            const std::set<std::string>& moved_aside, thpc::BatchSource* source,
+                            int vocab, int ranks, std::ostream& notes) {
   const thpc::CheckpointConfig& options = config.checkpoint;
   const std::string architecture = thpc::architecture_text(config.model, vocab);
   DryRunStart start;
@@ -98,16 +103,29 @@ DryRunStart check_the_start(const thpc::Config& config, const std::string& chose
     thpc::check_architecture(checkpoint, architecture, chosen);
     thpc::check_checkpoint_resumes_this_run(checkpoint, chosen, config);
     start = DryRunStart{chosen, checkpoint.step, checkpoint.run_id};
+  }
+  start.last_step = config.train.max_steps;
+  if (config.train.max_epochs > 0 && source) {
+    const int64_t budget = thpc::micro_batch_budget(config.train.tokens_per_step,
+                                                    config.train.accumulate, ranks);
+    if (!chosen.empty()) {
+      std::string position_note;
+      source->seek(thpc::position_at_this_budget(checkpoint, chosen, *source, budget, ranks,
+                                                 config.train, position_note));
+    }
+    start.last_step = std::min(
+        start.last_step,
+        thpc::end_of_epochs_from(*source, budget, ranks, config.train, start.step).last_step);
+  }
+  if (!chosen.empty()) {
     // A resume from older than the run's newest starts another branch: training marks the
     // later healthy checkpoints of the run superseded (CheckpointKeeping::mark_abandoned).
-    if (start.step < config.train.max_steps) {
-      for (const thpc::CheckpointSummary& later : thpc::checkpoint_summaries(options.dir)) {
-        if (later.state == thpc::CheckpointState::Healthy && later.step > start.step &&
-            (later.run_id.empty() || later.run_id == start.run_id) &&
-            moved_aside.count(later.path) == 0) {
-          notes << "note: training would mark " << later.path << " superseded (the resume to "
-                << "step " << start.step << " abandons its branch)" << std::endl;
-        }
+    if (start.step < start.last_step) {
+      for (const std::string& later :
+           thpc::CheckpointKeeping(config).branch_after(start.run_id, start.step)) {
+        if (moved_aside.count(later) > 0) continue;
+        notes << "note: training would mark " << later << " superseded (the resume to step "
+              << start.step << " abandons its branch)" << std::endl;
       }
     }
   } else if (!options.init.empty()) {
@@ -186,7 +204,7 @@ void dry_run(const thpc::Config& config, const thpc::Communicator& comm, std::os
   DryRunStart start;
   on_every_rank(comm, [&] {
     start = check_the_start(config, chosen, checkpoint, !is_root, moved_aside, source.get(),
-                            vocab, notes);
+                            vocab, ranks, notes);
   });
   on_every_rank(comm, [&] {
     if (!is_root) return;
@@ -201,6 +219,11 @@ void dry_run(const thpc::Config& config, const thpc::Communicator& comm, std::os
   if (!start.resumed_from.empty()) {
     out << "# training would resume from " << start.resumed_from << " (step " << start.step
         << ")\n";
+  }
+  if (start.last_step < config.train.max_steps) {
+    out << "# training would end at step " << start.last_step << ", where train.max_epochs = "
+        << config.train.max_epochs << " ends"
+        << (start.last_step <= start.step ? " (no step is left to train)" : "") << "\n";
   }
   std::istringstream note_lines(notes.str());
   for (std::string line; std::getline(note_lines, line);) out << "# " << line << "\n";

@@ -363,6 +363,14 @@ TEST_F(CheckpointTest, MaxEpochsEndsTheRunAtTheStepThatReadsTheEpochsLastBatch) 
   const std::string common = kTrainer + " " + kTinyIni + " --model.layers=1 --data.dir=" +
                              path("corpus/data") + " --train.tokens_per_step=300 "
                              "--train.log_every=1 --train.valid_every=0 --checkpoint.dir=";
+  // The dry run says where training will end, as training reckons it.
+  const ProcessResult dry_whole =
+      run_process(common + path("whole") + " --train.max_epochs=2 --dry-run");
+  ASSERT_EQ(dry_whole.exit_code, 0) << dry_whole.output;
+  EXPECT_NE(dry_whole.output.find("\n# training would end at step 30, where train.max_epochs = "
+                                  "2 ends\n"),
+            std::string::npos)
+      << dry_whole.output;
   const ProcessResult whole = run_process(common + path("whole") + " --train.max_epochs=2");
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
   EXPECT_NE(whole.output.find("train.max_epochs = 2: the run ends at step 30, which reads the "
@@ -389,6 +397,11 @@ TEST_F(CheckpointTest, MaxEpochsEndsTheRunAtTheStepThatReadsTheEpochsLastBatch) 
   const ProcessResult stopped = run_process("THPC_TEST_STOP_AT_STEP=10 " + common +
                                             path("interrupted") + " --train.max_epochs=2");
   ASSERT_EQ(stopped.exit_code, 0) << stopped.output;
+  const ProcessResult dry_resumed = run_process(
+      common + path("interrupted") + " --train.max_epochs=2 --checkpoint.resume=auto --dry-run");
+  ASSERT_EQ(dry_resumed.exit_code, 0) << dry_resumed.output;
+  EXPECT_NE(dry_resumed.output.find("# training would end at step 30, where"), std::string::npos)
+      << dry_resumed.output;
   const ProcessResult resumed = run_process(common + path("interrupted") +
                                             " --train.max_epochs=2 --checkpoint.resume=auto");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
@@ -416,7 +429,17 @@ TEST_F(CheckpointTest, MaxEpochsEndsTheRunAtTheStepThatReadsTheEpochsLastBatch) 
   ASSERT_EQ(one_more.exit_code, 0) << one_more.output;
   EXPECT_NE(one_more.output.find("step 45/45 |"), std::string::npos) << one_more.output;
   // Named by path, step 30 with nothing left to train starts no branch: step 45 is not
-  // marked superseded (it was, and resume=auto then trained epoch 3 again; a trial).
+  // marked superseded (it was, and resume=auto then trained epoch 3 again; a trial). The
+  // dry run says so too (it said training would mark it, reckoning with train.max_steps).
+  const std::string step_30 = path("whole") + "/step_00000030.h5";
+  const ProcessResult dry_named = run_process(common + path("whole") + " --train.max_epochs=2 "
+                                              "--checkpoint.resume=" + step_30 + " --dry-run");
+  ASSERT_EQ(dry_named.exit_code, 0) << dry_named.output;
+  EXPECT_EQ(dry_named.output.find("superseded"), std::string::npos) << dry_named.output;
+  EXPECT_NE(dry_named.output.find("# training would end at step 30, where train.max_epochs = 2 "
+                                  "ends (no step is left to train)"),
+            std::string::npos)
+      << dry_named.output;
   const ProcessResult named = run_process(common + path("whole") + " --train.max_epochs=2 "
                                           "--checkpoint.resume=" + path("whole") +
                                           "/step_00000030.h5");

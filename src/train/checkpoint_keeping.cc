@@ -306,26 +306,40 @@ void CheckpointKeeping::mark_abandoned(const std::string& run_id, int64_t step,
                                        int64_t newer_than, std::ostream& log,
                                        const std::string& how) {
   finish_write(log);
+  if (newer_than >= 0) {
+    const std::string why =
+        "the " + how + " to step " + std::to_string(newer_than) + " abandons its branch";
+    for (const std::string& path : branch_after(run_id, newer_than)) {
+      if (mark_or_warn(path, CheckpointState::Superseded, log, why)) {
+        log << "marked checkpoint " << path << " superseded: " << why << std::endl;
+      }
+    }
+    return;
+  }
   for (const CheckpointSummary& summary : checkpoint_summaries(config_.checkpoint.dir)) {
     // Files of this run only (those of a run before ids were stored have none).
-    if (summary.state != CheckpointState::Healthy ||
-        (!summary.run_id.empty() && summary.run_id != run_id)) {
-      continue;
-    }
-    if (summary.step == step && newer_than < 0) {
+    if (summary.state == CheckpointState::Healthy && summary.step == step &&
+        (summary.run_id.empty() || summary.run_id == run_id)) {
       const std::string why = "its parameters produced the divergent loss of step " +
                               std::to_string(step + 1);
       if (mark_or_warn(summary.path, CheckpointState::Diverged, log, why)) {
         log << "marked checkpoint " << summary.path << " diverged: " << why << std::endl;
       }
-    } else if (newer_than >= 0 && summary.step > newer_than) {
-      const std::string why =
-          "the " + how + " to step " + std::to_string(newer_than) + " abandons its branch";
-      if (mark_or_warn(summary.path, CheckpointState::Superseded, log, why)) {
-        log << "marked checkpoint " << summary.path << " superseded: " << why << std::endl;
-      }
     }
   }
+}
+
+std::vector<std::string> CheckpointKeeping::branch_after(const std::string& run_id,
+                                                         int64_t step) const {
+  wait_for_write();
+  std::vector<std::string> branch;
+  for (const CheckpointSummary& summary : checkpoint_summaries(config_.checkpoint.dir)) {
+    if (summary.state == CheckpointState::Healthy && summary.step > step &&
+        (summary.run_id.empty() || summary.run_id == run_id)) {
+      branch.push_back(summary.path);
+    }
+  }
+  return branch;
 }
 
 void CheckpointKeeping::mark_after_failed_validation(const std::string& run_id,

@@ -73,6 +73,9 @@ class CheckpointKeeping {
   // abandons).
   void mark_abandoned(const std::string& run_id, int64_t step, int64_t newer_than,
                       std::ostream& log, const std::string& how = "rollback");
+  // The healthy checkpoints of run `run_id` (or of no run: written before ids were) after
+  // `step`: the branch that a rollback or a resume to `step` abandons. Changes nothing.
+  std::vector<std::string> branch_after(const std::string& run_id, int64_t step) const;
   // Every healthy checkpoint of run `run_id` after step `last_passed`, the last validation
   // the model passed, marked diverged (a validation after it exploded).
   void mark_after_failed_validation(const std::string& run_id, int64_t last_passed,

@@ -175,6 +175,17 @@ DataPosition position_at_this_budget(const Checkpoint& checkpoint, const std::st
 }
 
 
+EpochsEnd end_of_epochs_from(BatchSource& data, int64_t budget, int ranks,
+                             const TrainConfig& train, int64_t completed) {
+  // Every step reads ranks x accumulate micro-batches of the one stream that all ranks
+  // deal from (BatchSource::next), epoch after epoch, each epoch cut alike at this budget.
+  const int64_t per_epoch = data.batches_per_epoch(budget);
+  const int64_t per_step = static_cast<int64_t>(train.accumulate) * ranks;
+  const DataPosition at = data.position();
+  const int64_t read = at.epoch * per_epoch + at.index;  // real data: far from the limit
+  return end_of_epochs(train.max_epochs, per_epoch, per_step, read, completed);
+}
+
 void log_resume_notes(const Checkpoint& checkpoint, const std::string& path,
                       const Config& config, int ranks, const std::string& data_position_note,
                       std::ostream& log) {

@@ -11,6 +11,7 @@
 #include "checkpoint/checkpoint.h"
 #include "config/config.h"
 #include "data/batch_source.h"
+#include "train/run_schedule.h"
 
 namespace thpc {
 
@@ -25,6 +26,13 @@ namespace thpc {
 DataPosition position_at_this_budget(const Checkpoint& checkpoint, const std::string& source,
                                      BatchSource& data, int64_t budget, int ranks,
                                      const TrainConfig& train, std::string& note);
+
+// Where train.max_epochs ends a run that has completed `completed` steps with `data` at
+// its position: end_of_epochs with this run's batches, micro-batches of `budget` tokens,
+// `ranks` x train.accumulate of them a step. Training's end (Trainer::end_with_the_epochs)
+// and the dry run's account of it.
+EpochsEnd end_of_epochs_from(BatchSource& data, int64_t budget, int ranks,
+                             const TrainConfig& train, int64_t completed);
 
 // The lines after "resumed from PATH at step N": another number of ranks than the
 // checkpoint's (and whether each step still takes the same micro-batches), the settings

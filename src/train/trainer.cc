@@ -593,14 +593,12 @@ bool Trainer::start_up(std::ostream& out) {
 void Trainer::end_with_the_epochs(std::ostream& log, bool at_start) {
   const int64_t epochs = config_.train.max_epochs;
   if (epochs == 0) return;
-  // Every step reads ranks x accumulate micro-batches of the one stream that all ranks
-  // deal from (BatchSource::next), epoch after epoch, each epoch cut alike at this budget.
+  const auto [left, epochs_end] =
+      end_of_epochs_from(*source_, micro_budget_, comm_.size(), config_.train, completed_steps_);
+  // What the lines below say.
   const int64_t per_epoch = source_->batches_per_epoch(micro_budget_);
   const int64_t per_step = static_cast<int64_t>(config_.train.accumulate) * comm_.size();
   const DataPosition at = source_->position();
-  const int64_t read = at.epoch * per_epoch + at.index;  // real data: far from the limit
-  const auto [left, epochs_end] = end_of_epochs(epochs, per_epoch, per_step, read,
-                                                completed_steps_);
   int64_t last_step = epochs_end;
   // A skipped step reads its batches without being a step: when it read the epoch's last
   // batch, the run ends at the next step (whose batches are the next epoch's first), a
