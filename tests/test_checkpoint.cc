@@ -928,6 +928,12 @@ TEST(StopSignal, AnnouncedCtrlCSaysWhatItDoes) {
   const std::string lock =
       (fs::temp_directory_path() / ("thpc_ctrl_c_lock_" + std::to_string(getpid()))).string();
   std::ofstream(lock) << "host=here\n";
+  // So does a checkpoint's write under way, its temporary file (write_atomically's): before,
+  // it stayed, as large as the checkpoint, until the next start removed it.
+  const std::string temporary = (fs::temp_directory_path() /
+                                 (".thpc_ctrl_c_" + std::to_string(getpid()) + ".h5.tmp"))
+                                    .string();
+  std::ofstream(temporary) << "half a checkpoint";
   int pipe_ends[2];
   ASSERT_EQ(pipe(pipe_ends), 0);
   const pid_t child = fork();
@@ -937,6 +943,7 @@ TEST(StopSignal, AnnouncedCtrlCSaysWhatItDoes) {
     close(pipe_ends[0]);
     const StopSignalGuard guard;
     remove_at_abrupt_stop(lock);
+    const RemovedWhenInterrupted being_written(temporary);
     announce_interrupts();
     std::raise(SIGINT);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -958,6 +965,8 @@ TEST(StopSignal, AnnouncedCtrlCSaysWhatItDoes) {
             "Ctrl-C again stops at once, without one, and loses one being written\n"
             "Ctrl-C again: stopping now, without a checkpoint (one being written is lost too)\n");
   EXPECT_FALSE(fs::exists(lock));
+  EXPECT_FALSE(fs::exists(temporary));
+  fs::remove(temporary);
   fs::remove(lock);
   std::signal(SIGINT, original);
 }

@@ -80,14 +80,18 @@ volatile std::sig_atomic_t g_interrupt_used[kInterruptSlots];
 std::mutex g_interrupt_slots;  // between threads that register (never in the handler)
 
 extern "C" void remove_temporaries_and_end(int signal_number) {
-  for (int slot = 0; slot < kInterruptSlots; ++slot) {
-    if (g_interrupt_used[slot]) ::unlink(g_interrupt_paths[slot]);
-  }
+  remove_registered_temporaries();
   std::signal(signal_number, SIG_DFL);
   std::raise(signal_number);
 }
 
 }  // namespace
+
+void remove_registered_temporaries() {
+  for (int slot = 0; slot < kInterruptSlots; ++slot) {
+    if (g_interrupt_used[slot]) ::unlink(g_interrupt_paths[slot]);  // async-signal-safe
+  }
+}
 
 RemovedWhenInterrupted::RemovedWhenInterrupted(const std::string& path) {
   if (path.size() >= kInterruptPathBytes) return;

@@ -66,6 +66,11 @@ class RemovedWhenInterrupted {
   int slot_ = -1;
 };
 
+// Unlinks the temporary files registered now (RemovedWhenInterrupted), async-signal-safe:
+// for a handler that ends the process otherwise (the trainer's second Ctrl-C, which left
+// a checkpoint's .NAME.tmp, as large as the checkpoint, for the next start to remove).
+void remove_registered_temporaries();
+
 // Installs that handler for SIGINT, SIGTERM and SIGHUP, except where a signal is ignored
 // (a background job, nohup): the tools call it first (tools/tool_main.h). The trainer
 // does not: it stops at those signals with a checkpoint (train/stop_request.h).

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <string>
 
+#include "io/atomic_file.h"
+
 namespace thpc {
 namespace {
 
@@ -79,6 +81,7 @@ extern "C" void record_stop_signal(int signal_number) {
     for (int slot = 0; slot < kAbruptSlots; ++slot) {
       if (g_abrupt_used[slot].load()) ::unlink(g_abrupt_paths[slot]);  // async-signal-safe
     }
+    remove_registered_temporaries();  // a checkpoint being written: its .NAME.tmp
     struct sigaction default_action {};
     default_action.sa_handler = SIG_DFL;
     sigemptyset(&default_action.sa_mask);
