@@ -275,7 +275,14 @@ int dry_run_on_every_rank(const thpc::Config& config, const thpc::Communicator& 
     if (comm.is_root()) std::cerr << failure_line(e.where(), e.what()) << std::endl;
     return e.exit_code();
   }
-  if (comm.is_root()) std::cout << output.str() << std::flush;
+  if (!comm.is_root()) return 0;
+  std::cout << output.str();
+  // The resolved configuration is a file users keep (`--dry-run > run.ini`): cut short by
+  // a full disk, it is a failure.
+  if (const std::string failure = thpc::standard_output_failure(); !failure.empty()) {
+    std::cerr << failure_line("", failure) << std::endl;
+    return 1;
+  }
   return 0;
 }
 
@@ -366,7 +373,9 @@ int main(int argc, char** argv) {
     if (config.dry_run) return dry_run_on_every_rank(config, comm);
     if (!config.eval_checkpoint.empty()) {
       thpc::evaluate_checkpoint(config, config.eval_checkpoint, comm, std::cout);
-      return 0;
+      const std::string failure = comm.is_root() ? thpc::standard_output_failure() : "";
+      if (!failure.empty()) std::cerr << failure_line("", failure) << std::endl;
+      return failure.empty() ? 0 : 1;
     }
     // Rank 0 speaks for the job: a Ctrl-C says at once what it does.
     if (comm.is_root()) thpc::announce_interrupts();

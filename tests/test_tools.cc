@@ -509,5 +509,34 @@ TEST(Tools, AverageShowsItsProgressOnATerminalOnly) {
   EXPECT_EQ(pipe.output, lines);
 }
 
+
+// What a tool prints is its output: a score, a tree file or the resolved configuration
+// written to a full disk (`> bleu.txt`) ends with exit 1 and one line saying so (before:
+// exit 0, the file cut short or empty; transformer_decode alone said so).
+TEST(Tools, AnOutputCutShortByAFullDiskExitsOne) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full on this machine";
+  const ScratchDirectory scratch;
+  const std::string text = (scratch.path() / "text").string();
+  std::ofstream(text) << "a small cat sat on the mat\nthe dog ran\n";
+  const std::string failed = "error: writing the standard output failed (";
+  for (const Tool& tool : tools()) {
+    // (In a subshell: run_process sends standard error where standard output goes.)
+    const ProcessResult help = run_process("(" + program(tool) + " --help > /dev/full)");
+    EXPECT_EQ(help.exit_code, 1) << tool.name << ": " << help.output;
+    EXPECT_NE(help.output.find(tool.name + ": " + failed), std::string::npos) << help.output;
+  }
+  const Tool score{"transformer_score", {}, "", ""};
+  const ProcessResult scored = run_process("(" + program(score) + " " + text + " -i " + text +
+                                           " > /dev/full)");
+  EXPECT_EQ(scored.exit_code, 1) << scored.output;
+  EXPECT_NE(scored.output.find("transformer_score: " + failed), std::string::npos)
+      << scored.output;
+  const ProcessResult dry =
+      run_process("(" + program(Tool{"transformer_hpc", {}, "", ""}) + " " + THPC_SOURCE_DIR +
+                  "/input/tiny.ini --dry-run > /dev/full)");
+  EXPECT_EQ(dry.exit_code, 1) << dry.output;
+  EXPECT_NE(dry.output.find("transformer_hpc: " + failed), std::string::npos) << dry.output;
+}
+
 }  // namespace
 }  // namespace thpc

@@ -600,8 +600,9 @@ void write_output(const Arguments& args, const Translations& found, int nbest,
   const auto write = [&](std::ostream& out) { write_translations(out, found, nbest, spm); };
   if (args.output == "-") {
     write(std::cout);
-    std::cout.flush();
-    if (!std::cout) THPC_FAIL("writing the output failed");
+    if (const std::string failure = thpc::standard_output_failure(); !failure.empty()) {
+      THPC_FAIL(failure);
+    }
   } else {
     thpc::write_text_atomically(args.output, "output file " + args.output, write);
   }

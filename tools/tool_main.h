@@ -53,19 +53,26 @@ int tool_main(const char* name, const std::string& usage, int argc, char** argv,
     std::cerr << name << ": " << e.what() << see_help(e.what()) << "\n";
     return 2;
   }
+  int code = 0;
   if (command.help) {
     std::cout << usage;
-    return 0;
+  } else {
+    try {
+      code = run(command);
+    } catch (const UsageError& e) {
+      std::cerr << name << ": " << e.what() << see_help(e.what()) << "\n";
+      return 2;
+    } catch (const std::exception& e) {
+      std::cerr << name << ": error: " << thpc::failure_message(e) << "\n";
+      return 1;
+    }
   }
-  try {
-    return run(command);
-  } catch (const UsageError& e) {
-    std::cerr << name << ": " << e.what() << see_help(e.what()) << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << name << ": error: " << thpc::failure_message(e) << "\n";
-    return 1;
+  // A score or a tree file printed to a full disk is a failure, not exit 0.
+  if (const std::string failure = thpc::standard_output_failure(); !failure.empty()) {
+    std::cerr << name << ": error: " << failure << "\n";
+    return code == 0 ? 1 : code;
   }
+  return code;
 }
 
 // The --help text of a description: Boost writes each option's default after its name

@@ -6,10 +6,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <csignal>
 #include <mutex>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <iterator>
 #include <vector>
 
@@ -122,6 +124,18 @@ void remove_temporaries_when_interrupted() {
     sigemptyset(&action.sa_mask);
     ::sigaction(signal_number, &action, nullptr);
   }
+}
+
+std::string standard_output_failure() {
+  errno = 0;
+  std::cout.flush();
+  const bool failed = !std::cout || std::fflush(stdout) != 0 || std::ferror(stdout) != 0;
+  if (!failed) return "";
+  const int error = errno;
+  // errno is the failed write's when the last flush failed; an earlier one's is gone.
+  return std::string("writing the standard output failed (") +
+         (error != 0 ? std::strerror(error) : "a full disk or a file-size limit?") +
+         "): what it holds is cut short";
 }
 
 std::string storage_advice(const std::string& directory, const std::string& failure,

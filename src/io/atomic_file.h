@@ -76,6 +76,12 @@ void remove_registered_temporaries();
 // does not: it stops at those signals with a checkpoint (train/stop_request.h).
 void remove_temporaries_when_interrupted();
 
+// Flushes standard output (std::cout and C's stdout) and says why what was written there
+// did not all reach it, "" when it did: a full disk or a file-size limit under
+// `> scores.txt` cut the text short while the program exited 0 (a truncated score taken
+// for a success). Every program checks it before it exits 0.
+std::string standard_output_failure();
+
 // What stopped a write into `directory` that failed with `failure` (its message: HDF5's
 // failures say "(errno N)", io/hdf5.h) after `bytes_written` bytes of its file, when the
 // storage did: the file-size limit (EFBIG, or a file at the limit), a full file system or
