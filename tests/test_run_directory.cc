@@ -538,6 +538,36 @@ TEST_F(RunDirectory, AFailedStartLeavesNothingThatMakesTheNextStartFail) {
             std::string::npos)
       << again.output;
   EXPECT_NE(again.output.find("events.out.tfevents."), std::string::npos) << again.output;
+  // A run killed after its checkpoints and before it logged a value (train.log_every past
+  // its steps) left record files without a value beside them: they are that run's, and a
+  // new start, refused, keeps them (before: it removed them, the metrics file with the
+  // run's id, and then refused; a helper's finding).
+  const fs::path killed = directory_ / "killed";
+  const ProcessResult kill = run_process(
+      "THPC_KILL_AT=0:4 " + thpc::binary_dir() + "/transformer_hpc " + THPC_SOURCE_DIR +
+      "/input/tiny.ini --model.layers=1 --checkpoint.minutes=0 --train.max_steps=5 "
+      "--train.log_every=100 --checkpoint.every_steps=1 --checkpoint.dir=" + killed.string());
+  ASSERT_TRUE(fs::exists(killed / "step_00000001.h5")) << kill.output;
+  ASSERT_TRUE(fs::exists(killed / "metrics.jsonl")) << kill.output;
+  const auto sorted_listing = [](const fs::path& dir) {  // the killed run's lock aside
+    std::vector<std::string> names;
+    for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
+      if (entry.path().filename() == "trainer.lock") continue;
+      names.push_back(entry.path().filename().string() + " " +
+                      std::to_string(entry.is_regular_file() ? entry.file_size() : 0));
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  const std::vector<std::string> files = sorted_listing(killed);
+  for (const char* dry_run : {" --dry-run", ""}) {
+    const ProcessResult refused =
+        run_process(kTrainer + "--train.max_steps=2 --checkpoint.dir=" + killed.string() + dry_run);
+    EXPECT_EQ(refused.exit_code, 2) << refused.output;
+    EXPECT_EQ(refused.output.find("removed"), std::string::npos) << refused.output;
+    EXPECT_NE(refused.output.find(" files of another run ("), std::string::npos) << refused.output;
+    EXPECT_EQ(sorted_listing(killed), files) << refused.output;
+  }
   // Before anything is written: the directories the lock made go with it.
   const ProcessResult no_init = run_process(
       kTrainer + "--checkpoint.init=" + (directory_ / "none.h5").string() + " --checkpoint.dir=" +

@@ -112,18 +112,12 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
       }
     }
   }
-  // A start that failed after opening the metrics and event files (a full disk, the first
-  // batch) left a "run" record and a file-version record, and no value: nothing of a run,
-  // which must not make the next start fail. They are removed, said.
-  const auto remove_empty_leftover = [&](const std::string& path) {
-    // Not removed: appended to (a metrics file), or left beside this run's (an event file).
-    std::error_code kept;
-    remove_saying_why(path, "left by a start that recorded no value", changes, log, kept);
-  };
+  // Record files that hold no value: a "run" record and a file-version record.
+  std::vector<std::string> without_values;
   bool has_records = false;
   const std::string metrics_run = MetricsFile::last_run_id(metrics, &has_records);
   if (fresh && has_records && MetricsFile::records_no_value(metrics)) {
-    remove_empty_leftover(metrics);
+    without_values.push_back(metrics);
   } else if (fresh ? has_records : (!metrics_run.empty() && metrics_run != run_id)) {
     foreign.push_back(metrics);
   }
@@ -135,13 +129,26 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
     for (const fs::directory_entry& entry : fs::directory_iterator(metrics_dir, error)) {
       if (entry.path().filename().string().rfind(kEventFilePrefix, 0) != 0) continue;
       if (event_file_records_no_value(entry.path().string())) {
-        remove_empty_leftover(entry.path().string());
+        without_values.push_back(entry.path().string());
       } else {
         foreign.push_back(entry.path().string());
       }
     }
   }
-  if (foreign.empty()) return "";
+  // Alone, they are what a start that failed after opening them left (a full disk, the
+  // first batch): nothing of a run, which must not make the next start fail; removed, said.
+  // Beside another run's files they are that run's (killed before it logged a value, after
+  // its checkpoints; its metrics file holds its id): kept, refused or deleted with them
+  // (before: removed by the start that was then refused).
+  if (foreign.empty()) {
+    for (const std::string& path : without_values) {
+      // Not removed: appended to (a metrics file), or left beside this run's (an event file).
+      std::error_code kept;
+      remove_saying_why(path, "left by a start that recorded no value", changes, log, kept);
+    }
+    return "";
+  }
+  foreign.insert(foreign.end(), without_values.begin(), without_values.end());
   std::sort(foreign.begin(), foreign.end());
   if (options.overwrite) {
     // A file that stays is refused as if overwrite were off (before: "removed", and the run
