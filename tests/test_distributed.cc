@@ -801,6 +801,25 @@ TEST(Distributed, FailuresEveryRankMeetsAtStartUpEndTheJobWithOneMessage) {
     EXPECT_EQ(refused.output.find("error on rank"), std::string::npos) << refused.output;
   }
   std::filesystem::remove_all(damaged);
+  // A whole checkpoint of another model, resumed or taken as checkpoint.init: every rank
+  // meets it after rank 0's choice (before: each rank's message and an MPI abort).
+  const std::filesystem::path other = scratch_run() / "other";
+  const JobResult trained = mpirun_trainer(
+      "", "--model.d_model=16 --model.d_ff=32 --train.max_steps=1 --checkpoint.dir=" +
+              other.string(), 1);
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const std::string other_model = (other / "step_00000001.h5").string();
+  for (const std::string key : {"--checkpoint.resume=", "--checkpoint.init="}) {
+    const JobResult refused = mpirun_trainer("", key + other_model, 2);
+    EXPECT_EQ(refused.exit_code, 1) << refused.output;
+    EXPECT_EQ(occurrences(refused.output, "architecture mismatch: model.d_model is 16 in the "
+                                          "file"),
+              1u)
+        << refused.output;
+    EXPECT_EQ(refused.output.find("MPI_ABORT"), std::string::npos) << refused.output;
+    EXPECT_EQ(refused.output.find("error on rank"), std::string::npos) << refused.output;
+  }
+  std::filesystem::remove_all(scratch_run());
 }
 
 // A rank stopped during a validation (THPC_STOP_AT=1:2:validation) is alive to MPI and

@@ -414,9 +414,17 @@ void Trainer::apply_start_options(std::ostream& log) {
     return;
   }
   if (!options.init.empty()) {
-    const Checkpoint init = read_checkpoint(options.init, CheckpointParts::ParamsOnly);
-    check_checkpoint_vocabulary(init, options.init, *source_, config_);
-    load_parameters(init, options.init, *model_);
+    // Each rank reads it (the start-up agreement compares what they read): a file missing
+    // or of another model fails alike on every rank, one message.
+    RankFailure failure;
+    try {
+      const Checkpoint init = read_checkpoint(options.init, CheckpointParts::ParamsOnly);
+      check_checkpoint_vocabulary(init, options.init, *source_, config_);
+      load_parameters(init, options.init, *model_);
+    } catch (const std::exception& error) {
+      failure = failure_of(error);
+    }
+    throw_if_any_rank_failed(comm_, failure);
     log << "parameters initialised from " << options.init << std::endl;
   }
 }
@@ -424,7 +432,15 @@ void Trainer::apply_start_options(std::ostream& log) {
 void Trainer::resume_from(const std::string& path, Checkpoint& checkpoint,
                           std::chrono::steady_clock::time_point start, std::ostream& log) {
   read_the_checkpoint_rank_zero_chose(comm_, path, &checkpoint);
-  restore(checkpoint, path);
+  // A checkpoint of another architecture, vocabulary or seed fails alike on every rank:
+  // one message (before: each rank's, and Open MPI's report of the abort).
+  RankFailure failure;
+  try {
+    restore(checkpoint, path);
+  } catch (const std::exception& error) {
+    failure = failure_of(error);
+  }
+  throw_if_any_rank_failed(comm_, failure);
   resumed_from_ = path;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
