@@ -42,20 +42,6 @@
 
 namespace {
 
-// Runs `phase` on this rank, then gathers every rank's failure: the first is thrown on
-// every rank (an AllRanksError naming its rank unless every rank failed alike), so that
-// the next phase's collectives find every rank there.
-template <typename Phase>
-void on_every_rank(const thpc::Communicator& comm, Phase&& phase) {
-  thpc::RankFailure failure;
-  try {
-    phase();
-  } catch (const std::exception& e) {
-    failure = thpc::failure_of(e);
-  }
-  thpc::throw_if_any_rank_failed(comm, failure);
-}
-
 // Where the dry run found that training would start: the checkpoint it would resume from
 // ("" for step 0 or checkpoint.init), that checkpoint's step and run.
 struct DryRunStart {
@@ -147,7 +133,7 @@ void dry_run(const thpc::Config& config, const thpc::Communicator& comm, std::os
   const bool is_root = comm.is_root();
   int vocab = config.model.vocab_size;
   std::unique_ptr<thpc::BatchSource> source;
-  on_every_rank(comm, [&] {
+  thpc::on_every_rank(comm, [&] {
     // First, as in training: a backend this build or this node cannot run (exit 2).
     if (const std::string backend = thpc::backend_impossible(config); !backend.empty()) {
       throw thpc::AllRanksError(backend, 2);
@@ -189,7 +175,7 @@ void dry_run(const thpc::Config& config, const thpc::Communicator& comm, std::os
   // run passed a job that training refused at once (another run's files in checkpoint.dir,
   // a directory that is a file, a trainer still running there).
   std::ostringstream notes;
-  on_every_rank(comm, [&] {
+  thpc::on_every_rank(comm, [&] {
     if (!is_root) return;
     const std::string locked = thpc::run_lock_refusal(config, notes);
     if (!locked.empty()) throw thpc::AllRanksError(locked, 2);
@@ -197,16 +183,16 @@ void dry_run(const thpc::Config& config, const thpc::Communicator& comm, std::os
   thpc::Checkpoint checkpoint;
   std::set<std::string> moved_aside;
   std::string chosen;
-  on_every_rank(comm, [&] {
+  thpc::on_every_rank(comm, [&] {
     if (is_root) chosen = choose_the_start(config, &checkpoint, &moved_aside, notes);
   });
   chosen = comm.broadcast_from_root(chosen);
   DryRunStart start;
-  on_every_rank(comm, [&] {
+  thpc::on_every_rank(comm, [&] {
     start = check_the_start(config, chosen, checkpoint, !is_root, moved_aside, source.get(),
                             vocab, ranks, notes);
   });
-  on_every_rank(comm, [&] {
+  thpc::on_every_rank(comm, [&] {
     if (!is_root) return;
     const std::string refusal =
         thpc::run_directory_refusal(config, start.run_id, start.resumed_from, notes);

@@ -29,6 +29,20 @@ void check_every_rank_reads_the_same_data(const Communicator& comm, const BatchS
 // (its own `where`), the others for this one.
 RankFailure failure_of(const std::exception& error);
 
+// Runs `phase` on this rank, then gathers every rank's failure (failure_of): the first is
+// thrown on every rank (an AllRanksError naming its rank unless every rank failed alike),
+// so that the next collective finds every rank there instead of a rank gone.
+template <typename Phase>
+void on_every_rank(const Communicator& comm, Phase&& phase) {
+  RankFailure failure;
+  try {
+    phase();
+  } catch (const std::exception& error) {
+    failure = failure_of(error);
+  }
+  throw_if_any_rank_failed(comm, failure);
+}
+
 // Every rank reads `path`, which rank 0 chose and has read into *checkpoint already (the
 // others read it into theirs); all succeed at rank 0's step or all throw AllRanksError
 // naming the ranks that could not (a shared filesystem that has not caught up).

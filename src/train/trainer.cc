@@ -130,17 +130,13 @@ Trainer::Trainer(const Config& config, Communicator comm)
   device_ = request.device;
   // Each rank reads the data itself, and a failure to is mostly every rank's (a data.dir
   // that is not there): one message, exit 3 from every rank.
-  RankFailure data_failure;
-  try {
+  on_every_rank(comm_, [&] {
     source_ = make_training_source(config_, comm_.rank(), comm_.size());
     if (schedule_.validates()) {
       valid_source_ = make_validation_source(config_, comm_.rank(), comm_.size());
       check_validation_vocabulary(config_, *source_, *valid_source_);
     }
-  } catch (const DataError& error) {
-    data_failure = RankFailure::here(3, error.what());
-  }
-  throw_if_any_rank_failed(comm_, data_failure);
+  });
   if (valid_source_ && config_.train.valid_bleu) {
     valid_bleu_ = make_validation_bleu(config_, comm_);
   }
@@ -416,15 +412,11 @@ void Trainer::apply_start_options(std::ostream& log) {
   if (!options.init.empty()) {
     // Each rank reads it (the start-up agreement compares what they read): a file missing
     // or of another model fails alike on every rank, one message.
-    RankFailure failure;
-    try {
+    on_every_rank(comm_, [&] {
       const Checkpoint init = read_checkpoint(options.init, CheckpointParts::ParamsOnly);
       check_checkpoint_vocabulary(init, options.init, *source_, config_);
       load_parameters(init, options.init, *model_);
-    } catch (const std::exception& error) {
-      failure = failure_of(error);
-    }
-    throw_if_any_rank_failed(comm_, failure);
+    });
     log << "parameters initialised from " << options.init << std::endl;
   }
 }
@@ -434,13 +426,7 @@ void Trainer::resume_from(const std::string& path, Checkpoint& checkpoint,
   read_the_checkpoint_rank_zero_chose(comm_, path, &checkpoint);
   // A checkpoint of another architecture, vocabulary or seed fails alike on every rank:
   // one message (before: each rank's, and Open MPI's report of the abort).
-  RankFailure failure;
-  try {
-    restore(checkpoint, path);
-  } catch (const std::exception& error) {
-    failure = failure_of(error);
-  }
-  throw_if_any_rank_failed(comm_, failure);
+  on_every_rank(comm_, [&] { restore(checkpoint, path); });
   resumed_from_ = path;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

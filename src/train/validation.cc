@@ -123,8 +123,9 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
   std::unique_ptr<ShardReader> shards;
   std::unique_ptr<Transformer> model;
   int64_t step = 0;  // the checkpoint's
-  RankFailure failure;
-  try {
+  // (an AllRanksError keeps its code: a model.vocab_size other than the shards' is a
+  // configuration error, exit 2)
+  on_every_rank(comm, [&] {
     const int device =
         std::max(0, select_device(comm.local_rank(), visible_cuda_devices(), config.dist.device));
     backend = make_backend(backend_request(config.train, device));
@@ -139,12 +140,7 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
                                           shards->special_ids(), *backend, config.train.seed);
     load_parameters(checkpoint, path, *model);
     step = checkpoint.step;
-  } catch (const std::exception& error) {
-    // (an AllRanksError keeps its code: a model.vocab_size other than the shards' is a
-    // configuration error, exit 2)
-    failure = failure_of(error);
-  }
-  throw_if_any_rank_failed(comm, failure);
+  });
   // Each rank read the shards and the file itself: the same paths can name different files
   // (working directories, node-local disks), and the numbers were a blend of both.
   check_every_rank_reads_the_same_data(comm, *shards, config.data.dir, "validation");
