@@ -1118,7 +1118,8 @@ TEST_F(CheckpointTest, AFailedWriteLeavesNoFileBehind) {
   // outside a run directory).
   fs::create_directories(fs::path(file) / "inside");
   expect_error([&] { write_checkpoint(file, constant_checkpoint(1.0f, 3, "arch")); },
-               {"cannot write checkpoint " + file, "rename of", "the temporary file is removed"});
+               {"cannot write checkpoint " + file, "rename of",
+                "(" + temporary_path(file) + " is removed)"});
   EXPECT_FALSE(fs::exists(temporary_path(file)));
 }
 

@@ -223,6 +223,13 @@ void write_atomically(const std::string& path, const std::string& what,
   }
   const std::string temporary = temporary_path(path);
   const RemovedWhenInterrupted interrupted(temporary);
+  // Removes the temporary file after a failure and says so: "TEMP is removed", or why it
+  // stays (a directory made read-only meanwhile), for the user to remove it.
+  const auto remove_temporary = [&temporary]() -> std::string {
+    std::error_code kept;
+    if (fs::remove(temporary, kept) || !kept) return temporary + " is removed";
+    return temporary + " could not be removed (" + kept.message() + "): remove it yourself";
+  };
   try {
     write(temporary);
     fsync_path(temporary, what);
@@ -230,10 +237,9 @@ void write_atomically(const std::string& path, const std::string& what,
     const uintmax_t written = fs::file_size(temporary, error);
     const std::string advice =
         storage_advice(directory.string(), failure.what(), error ? 0 : written);
-    fs::remove(temporary, error);  // a partial file helps nobody
+    const std::string removed = remove_temporary();  // a partial file helps nobody
     if (advice.empty()) throw;
-    THPC_FAIL(failure.what() << ": " << advice << " (nothing was written: " << temporary
-                             << " is removed)");
+    THPC_FAIL(failure.what() << ": " << advice << " (nothing was written: " << removed << ")");
   } catch (...) {
     fs::remove(temporary, error);
     throw;
@@ -241,9 +247,9 @@ void write_atomically(const std::string& path, const std::string& what,
   fs::rename(temporary, final_path, error);
   if (error) {
     const std::string reason = error.message();
-    fs::remove(temporary, error);  // whole, but nothing will take it (a checkpoint's, 757 MB)
+    // Whole, but nothing will take it (a checkpoint's, 757 MB).
     THPC_FAIL("cannot write " << what << ": rename of " << temporary << " to " << final_path
-                              << ": " << reason << " (the temporary file is removed)");
+                              << ": " << reason << " (" << remove_temporary() << ")");
   }
   // The rename itself is durable only once the directory entry is on disk.
   fsync_path(directory.string(), what);
