@@ -380,7 +380,19 @@ TEST_F(RunDirectory, ACheckpointWriteACrashInterruptedIsRemovedAtTheNextStart) {
   EXPECT_TRUE(fs::exists(checkpoints / "step_00000003.h5"));
 }
 
+// A child that has exited and is not collected yet (a zombie, which kill(pid, 0) still
+// finds), once it has: its parent collects it with waitpid.
+pid_t zombie_pid() {
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  siginfo_t info{};
+  // WNOWAIT: seen ended, left uncollected.
+  waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOWAIT);
+  return child;
+}
+
 TEST_F(RunDirectory, ALockWhoseHolderIsGoneIsTakenOverWithANote) {
+  const pid_t zombie = zombie_pid();
   struct Case {
     std::string what, host;
     long long pid;
@@ -390,6 +402,9 @@ TEST_F(RunDirectory, ALockWhoseHolderIsGoneIsTakenOverWithANote) {
   };
   const std::vector<Case> cases = {
       {"its process ended on this host", host_name(), gone_pid(), "", 0, 0, "its process is gone"},
+      // (before: a live holder, and the directory refused until the zombie was collected)
+      {"its process ended and is not collected yet", host_name(), zombie, "", 0, 0,
+       "its process is gone (ended, not yet collected by its parent: a zombie)"},
       {"another host's, not refreshed for 11 minutes", "elsewhere", 1, "", 0, 660,
        "it was last refreshed 66"},
       {"an earlier run of this Slurm job on another node", "elsewhere", 1, "4242", 0, 0,
@@ -418,6 +433,8 @@ TEST_F(RunDirectory, ALockWhoseHolderIsGoneIsTakenOverWithANote) {
     EXPECT_NE(log.str().find(c.reason), std::string::npos) << c.what << ": " << log.str();
     EXPECT_FALSE(fs::exists(run_lock_path(dir.string()))) << c.what << ": released at the end";
   }
+  int status = 0;
+  waitpid(zombie, &status, 0);
 }
 
 // A trainer checks its lock before each checkpoint (RunLock::check_held). Taken over by

@@ -318,21 +318,29 @@ double seconds_since_refresh(const std::string& path) {
   return std::max(0.0, now - modified);
 }
 
-// When process `pid` of this host started, in seconds since the epoch (/proc/PID/stat's
-// start time after boot, /proc/stat's boot time); nothing when it cannot be read.
-std::optional<long long> process_start_epoch(long long pid) {
+// The fields of /proc/PID/stat after the command (field 3, the state, first); nothing when
+// the process is not there or the file cannot be read.
+std::optional<std::vector<std::string>> process_stat_fields(long long pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
   std::string text;
   if (!std::getline(stat, text)) return std::nullopt;
   // Field 2, the command, is in parentheses and may hold spaces: count after its end.
   const size_t after_command = text.rfind(')');
   if (after_command == std::string::npos) return std::nullopt;
-  std::istringstream fields(text.substr(after_command + 1));
-  std::string field;
-  for (int index = 3; index < 22 && fields >> field; ++index) {
-  }
-  unsigned long long ticks_after_boot = 0;
-  if (!(fields >> ticks_after_boot)) return std::nullopt;  // field 22, starttime
+  std::istringstream stream(text.substr(after_command + 1));
+  std::vector<std::string> fields;
+  for (std::string field; stream >> field;) fields.push_back(field);
+  return fields;
+}
+
+// When process `pid` of this host started, in seconds since the epoch (/proc/PID/stat's
+// start time after boot, /proc/stat's boot time); nothing when it cannot be read.
+std::optional<long long> process_start_epoch(long long pid) {
+  const std::optional<std::vector<std::string>> fields = process_stat_fields(pid);
+  constexpr size_t kStartTime = 22 - 3;  // field 22, starttime, in clock ticks after boot
+  if (!fields || fields->size() <= kStartTime) return std::nullopt;
+  const unsigned long long ticks_after_boot = std::strtoull((*fields)[kStartTime].c_str(),
+                                                            nullptr, 10);
   std::ifstream system_stat("/proc/stat");
   long long boot = -1;
   for (std::string line; std::getline(system_stat, line);) {
@@ -341,6 +349,14 @@ std::optional<long long> process_start_epoch(long long pid) {
   const long ticks_per_second = ::sysconf(_SC_CLK_TCK);
   if (boot < 0 || ticks_per_second <= 0) return std::nullopt;
   return boot + static_cast<long long>(ticks_after_boot / ticks_per_second);
+}
+
+// Whether process `pid` of this host has ended and waits only to be collected by its
+// parent (state Z, a zombie; X, dead): kill(pid, 0) still finds it, and a container whose
+// first process collects none keeps it for ever.
+bool process_has_ended(long long pid) {
+  const std::optional<std::vector<std::string>> fields = process_stat_fields(pid);
+  return fields && !fields->empty() && (fields->front() == "Z" || fields->front() == "X");
 }
 
 // This process's PID namespace ("pid:[4026531836]"), "" when /proc does not say: a
@@ -371,6 +387,9 @@ std::string stale_reason(const LockHolder& holder, double age, const std::string
                               holder.field("pidns") == namespace_here;
   if (holder.field("host") == host && same_namespace) {
     if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return "its process is gone";
+    if (process_has_ended(pid)) {
+      return "its process is gone (ended, not yet collected by its parent: a zombie)";
+    }
     // Its process id belongs to a process of this host. One started after the lock was
     // taken is another that got the id since; the holder itself holds it however long it
     // has not refreshed it (a trainer suspended by Ctrl-Z, SIGSTOP or a debugger: its
