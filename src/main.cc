@@ -59,7 +59,8 @@ std::string choose_the_start(const thpc::Config& config, thpc::Checkpoint* check
                              std::set<std::string>* moved_aside, std::ostream& notes) {
   const thpc::CheckpointKeeping keeping(config);
   const thpc::CheckpointKeeping::StartChoice choice = keeping.choose_start(checkpoint, notes);
-  if (!choice.refusal.empty()) THPC_FAIL(choice.refusal);
+  // Rank 0 speaks for every rank here, as training does (it broadcasts the refusal).
+  if (!choice.refusal.empty()) throw thpc::AllRanksError(choice.refusal, 1);
   for (const thpc::InvalidCheckpoint& file : choice.invalid) {
     notes << "note: training would move the invalid checkpoint " << file.path << " aside"
           << std::endl;

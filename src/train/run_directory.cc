@@ -568,10 +568,12 @@ std::string directory_refusal(const std::string& dir, const LockedUse& use) {
   }
   // (the effective user's rights, as creating a file there uses)
   if (::faccessat(AT_FDCWD, existing.c_str(), W_OK | X_OK, AT_EACCESS) != 0) {
+    const std::string reason = std::strerror(errno);  // before anything else can set errno
     return cannot_write +
-           (existing != wanted ? "it would be created in " + existing.string() + ", " : "") +
-           "which this user cannot write (" + std::strerror(errno) + "); make it writable or " +
-           "give " + use.key + " another directory";
+           (existing != wanted
+                ? "it would be created in " + existing.string() + ", which this user cannot write"
+                : std::string("this user cannot write it")) +
+           " (" + reason + "); make it writable or give " + use.key + " another directory";
   }
   return "";
 }
