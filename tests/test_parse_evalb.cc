@@ -121,11 +121,15 @@ TEST(Evalb, BugVectorWithCollinsPrmIsAllLengthErrors) {
   const std::string dir = data_path("evalb/bug");
   const EvalbRun run = run_evalb_program("-p " + data_path("evalb/COLLINS.prm") + " " + dir +
                                          "/bug.gld " + dir + "/bug.tst");
-  ASSERT_EQ(run.exit_code, 0);
+  // EVALB's report, then ours: no sentence was scored, the summary's scores are nan (before:
+  // exit 0).
+  EXPECT_EQ(run.exit_code, 1);
   EXPECT_EQ(run.errors, (std::vector<std::string>{
                             "1 : Length unmatch (32|34)", "2 : Length unmatch (18|20)",
                             "3 : Length unmatch (43|44)", "4 : Length unmatch (23|25)",
-                            "5 : Length unmatch (37|38)"}));
+                            "5 : Length unmatch (37|38)",
+                            "transformer_evalb: error: none of the 5 sentences was scored (5 in "
+                            "error, as the lines above say): the summary holds no score"}));
   EXPECT_NE(std::find(run.report.begin(), run.report.end(),
                       "Number of Error sentence  =      5"),
             run.report.end());
@@ -181,6 +185,15 @@ TEST_F(EvalbFiles, WhatCannotBeScoredEndsWithOneLineNamingTheFile) {
   ASSERT_FALSE(nothing.errors.empty());
   EXPECT_NE(nothing.errors.back().find("hold no trees: nothing was scored"), std::string::npos);
   EXPECT_EQ(run_evalb_program(gold + " " + gold).exit_code, 0);
+  // Test lines without a tree (a parser that gave none) are skipped: with every sentence
+  // skipped the summary is EVALB's nan (before: exit 0 with it).
+  const EvalbRun skipped = run_evalb_program(gold + " " + file("blank", "\n\n"));
+  EXPECT_EQ(skipped.exit_code, 1);
+  ASSERT_FALSE(skipped.errors.empty());
+  EXPECT_EQ(skipped.errors.back(),
+            "transformer_evalb: error: none of the 2 sentences was scored (2 skipped, their "
+            "lines of " + path("blank") + " without a tree): the summary holds no score");
+  EXPECT_EQ(run_evalb_program(gold + " " + file("one", "\n(S (NP c) (VP d))\n")).exit_code, 0);
   // A directory where a file belongs is named as one (before: -p DIR scored with the
   // default parameters, exit 0; a gold DIR printed an empty summary, then "has 0 lines").
   for (const auto& [arguments, message] : std::vector<std::pair<std::string, std::string>>{

@@ -8,8 +8,9 @@
 // output and EVALB's error lines ("LINE : Length unmatch (G|T)") to standard error.
 // Exit codes: 0 scored, 1 an unreadable file, more than MAX_ERROR + 1 errors (EVALB
 // stops there, without a summary), files of different line counts (EVALB scores the
-// shorter's lines and exits 0) or no tree in either (each after the report, with one
-// line naming the files), 2 a bad command line.
+// shorter's lines and exits 0), no tree in either or no sentence scored (all skipped or
+// in error: EVALB prints nan), each after the report with one line naming the files; 2 a
+// bad command line.
 #include <algorithm>
 #include <fstream>
 #include <iostream>
@@ -135,6 +136,22 @@ int run(const CommandLine& command) {
   if (result.gold_lines == 0) {
     std::cerr << "transformer_evalb: error: " << command.gold_path << " and "
               << command.test_path << " hold no trees: nothing was scored" << std::endl;
+    return 1;
+  }
+  // Every sentence skipped (a blank test line: a parser that gave no tree) or in error:
+  // the summary's scores are EVALB's 0/0, printed as nan, not a score.
+  if (result.all.valid_sentences() == 0) {
+    const int skipped = result.all.skipped_sentences;
+    const int in_error = result.all.error_sentences;
+    std::cerr << "transformer_evalb: error: none of the " << result.all.sentences
+              << " sentences was scored ("
+              << (skipped > 0 ? std::to_string(skipped) + " skipped, their lines of " +
+                                    command.test_path + " without a tree"
+                              : std::string())
+              << (skipped > 0 && in_error > 0 ? "; " : "")
+              << (in_error > 0 ? std::to_string(in_error) + " in error, as the lines above say"
+                               : std::string())
+              << "): the summary holds no score" << std::endl;
     return 1;
   }
   return 0;
