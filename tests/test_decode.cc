@@ -650,6 +650,22 @@ TEST_F(DecodeProgram, BadInputFailsWithAMessage) {
   EXPECT_NE(invalid.output.find(bad.string() + ": line 2: invalid UTF-8 at byte 3 of the line"),
             std::string::npos)
       << invalid.output;
+  // So are a NUL byte and lines ended by a carriage return alone, as transformer_preprocess
+  // refuses them (before: translated, the second file's three sentences as one line).
+  const fs::path nul = dir_ / "nul.en";
+  std::ofstream(nul, std::ios::binary) << std::string("A dog runs.\nA c\0at.\n", 21);
+  const fs::path mac = dir_ / "mac.en";
+  std::ofstream(mac, std::ios::binary) << "A dog runs.\rA cat.\rA bird.\r";
+  for (const auto& [input, message] : std::vector<std::pair<fs::path, std::string>>{
+           {nul, nul.string() + ":2: a NUL byte at byte 4 of the line"},
+           {mac, mac.string() + ": its lines end in a carriage return alone"}}) {
+    const ProcessResult refused = run_process(
+        thpc::binary_dir() + "/transformer_decode --checkpoint " +
+        (dir_ / "model.h5").string() + " --spm-model " + (dir_ / "spm.model").string() +
+        " --input " + input.string() + " --max-len-b 2");
+    EXPECT_EQ(refused.exit_code, 1) << refused.output;
+    EXPECT_NE(refused.output.find(message), std::string::npos) << refused.output;
+  }
 
   // The parsing mode's constraint on a translation model: its vocabulary has no tree
   // tokens, which the one line says.

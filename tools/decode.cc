@@ -138,9 +138,29 @@ std::vector<int> parse_line_numbers(const std::string& text) {
 // function): invalid UTF-8 is refused naming the file and line rather than passed to
 // SentencePiece, which would decode it to something. Trailing whitespace is dropped, as
 // SentencePiece's normalisation would drop it anyway.
+//
+// A NUL byte, or lines ended by a carriage return alone (read as one line, whose
+// sentences came out as one translation), are refused as transformer_preprocess refuses
+// them (before: translated, exit 0).
 std::vector<std::string> read_lines(const std::string& path) {
-  if (path == "-") return thpc::metrics::read_segments(std::cin, "<stdin>");
-  return thpc::metrics::read_segments(path);
+  const std::string name = path == "-" ? "<stdin>" : path;
+  std::vector<std::string> lines = path == "-"
+                                       ? thpc::metrics::read_segments(std::cin, "<stdin>")
+                                       : thpc::metrics::read_segments(path);
+  int64_t carriage_returns = 0;
+  for (size_t index = 0; index < lines.size(); ++index) {
+    const std::string problem = thpc::nul_byte_problem(name, index + 1, lines[index]);
+    if (!problem.empty()) THPC_FAIL(problem << "; repair or remove the line");
+    carriage_returns += std::count(lines[index].begin(), lines[index].end(), '\r');
+  }
+  const int64_t count = static_cast<int64_t>(lines.size());
+  if (const std::string problem =
+          thpc::carriage_return_lines_problem(name, carriage_returns, count);
+      !problem.empty()) {
+    THPC_FAIL(problem << ": convert it to \\n line ends, e.g. tr '\\r' '\\n' < FILE > NEW, "
+                      << "and give NEW");
+  }
+  return lines;
 }
 
 // The special ids every checkpoint's model was trained with (transformer_preprocess's and

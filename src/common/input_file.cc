@@ -45,4 +45,21 @@ std::string read_input_file(const std::string& path, const std::string& what) {
   return bytes.str();
 }
 
+std::string nul_byte_problem(const std::string& path, int64_t line_number,
+                             const std::string& line) {
+  const size_t at = line.find('\0');
+  if (at == std::string::npos) return "";
+  return path + ":" + std::to_string(line_number) + ": a NUL byte at byte " +
+         std::to_string(at + 1) + " of the line: text holds none (a file damaged by a crash, "
+         "whose blocks read as zeros, or not a text file?)";
+}
+
+std::string carriage_return_lines_problem(const std::string& path, int64_t carriage_returns,
+                                          int64_t lines) {
+  if (carriage_returns <= lines) return "";
+  return path + ": its lines end in a carriage return alone (classic Mac OS text: " +
+         std::to_string(carriage_returns) + " carriage returns in what reads as " +
+         std::to_string(lines) + (lines == 1 ? " line)" : " lines)");
+}
+
 }  // namespace thpc

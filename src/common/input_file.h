@@ -5,6 +5,7 @@
 // libstdc++'s "basic_filebuf::underflow error reading the file: Is a directory".
 #pragma once
 
+#include <cstdint>
 #include <fstream>
 #include <string>
 
@@ -20,5 +21,19 @@ std::ifstream open_input_file(const std::string& path, const std::string& what);
 
 // The whole file's bytes, failing as open_input_file does (and on a read error).
 std::string read_input_file(const std::string& path, const std::string& what);
+
+// What makes lines read from `path` no text of sentences, in the words of every program
+// that refuses them (transformer_preprocess, transformer_decode), each adding what to do:
+// - "PATH:LINE: a NUL byte at byte N of the line: text holds none (a file damaged by a
+//   crash, whose blocks read as zeros, or not a text file?)" for the first NUL of `line`
+//   (line `line_number`), "" when it has none;
+std::string nul_byte_problem(const std::string& path, int64_t line_number,
+                             const std::string& line);
+// - "PATH: its lines end in a carriage return alone (classic Mac OS text: C carriage
+//   returns in what reads as L lines)" when `carriage_returns` inside the lines outnumber
+//   the `lines` (one inside a line of ordinary text is kept: web-crawled corpora have
+//   them), else "". Such a file reads as one line: its sentences translated as one.
+std::string carriage_return_lines_problem(const std::string& path, int64_t carriage_returns,
+                                          int64_t lines);
 
 }  // namespace thpc

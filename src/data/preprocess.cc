@@ -91,10 +91,8 @@ class LineReader {
                         << " of the line");
       }
       if ((*line)[at] == '\0') {
-        THPC_FAIL(path_ << ":" << lines_ + 1 << ": a NUL byte at byte " << at + 1
-                        << " of the line: text holds none (a file damaged by a crash, whose "
-                        << "blocks read as zeros, or not a text file?); repair or remove "
-                        << "the line in both languages' files");
+        THPC_FAIL(nul_byte_problem(path_, lines_ + 1, *line)
+                  << "; repair or remove the line in both languages' files");
       }
       if ((*line)[at] == '\r') ++carriage_returns_;
       at += length;
@@ -127,13 +125,12 @@ int64_t count_lines(const std::string& path, ProgressListener& progress) {
   // with its own words, or encoding the file as one sentence took ~240 bytes of memory a
   // byte. A stray '\r' inside a line of ordinary text is kept (web-crawled corpora have
   // them); more of them than lines is a file of '\r'-ended lines.
-  if (reader.carriage_returns() > reader.lines()) {
-    THPC_FAIL(path << ": its lines end in a carriage return alone (classic Mac OS text: "
-                   << reader.carriage_returns() << " carriage returns in what reads as "
-                   << reader.lines() << (reader.lines() == 1 ? " line" : " lines")
-                   << "): convert both languages' files to \\n line ends, e.g. tr '\\r' '\\n' "
-                   << "< " << path << " > NEW_PREFIX" << fs::path(path).extension().string()
-                   << ", and give NEW_PREFIX");
+  if (const std::string problem =
+          carriage_return_lines_problem(path, reader.carriage_returns(), reader.lines());
+      !problem.empty()) {
+    THPC_FAIL(problem << ": convert both languages' files to \\n line ends, e.g. tr '\\r' "
+                      << "'\\n' < " << path << " > NEW_PREFIX"
+                      << fs::path(path).extension().string() << ", and give NEW_PREFIX");
   }
   return reader.lines();
 }
