@@ -265,6 +265,27 @@ TEST(Trees, CommandLineTakesTheOtherToolsForms) {
                                "words (see --help)"),
             std::string::npos)
       << leaves.output;
+
+  // "-" is a standard stream, as in the other tools: delinearize reads its sequences from
+  // --input - and writes --output - to standard output (before: both a file named "-",
+  // the output one left in the working directory, exit 0 with nothing printed).
+  const std::string words_tags = " --words " + prefix + ".words --tags " + prefix + ".tags ";
+  // (Standard error apart: run_process takes both.)
+  const auto piped = run_process("(cd " + dir.string() + " && " + kTrees + " delinearize" +
+                                 words_tags + "--input - --output - < " + prefix +
+                                 ".tree 2> /dev/null)");
+  ASSERT_EQ(piped.exit_code, 0) << piped.output;
+  EXPECT_EQ(piped.output, read_file(prefix + ".gold"));
+  const auto baseline = run_process("(cd " + dir.string() + " && " + kTrees + " baseline" +
+                                    words_tags + "--output - 2> /dev/null)");
+  ASSERT_EQ(baseline.exit_code, 0) << baseline.output;
+  EXPECT_EQ(baseline.output, "(TOP (S (DT The) (VP (NN cat) (VP (VBD sat) (. .)))))\n");
+  EXPECT_FALSE(fs::exists(dir / "-"));
+  const auto prefix_dash = run_process(kTrees + " linearize --output - " + mrg);
+  EXPECT_EQ(prefix_dash.exit_code, 2) << prefix_dash.output;
+  EXPECT_NE(prefix_dash.output.find("linearize --output is the prefix of four files"),
+            std::string::npos)
+      << prefix_dash.output;
   fs::remove_all(dir);
 }
 

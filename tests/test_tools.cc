@@ -80,7 +80,7 @@ const std::vector<Tool>& tools() {
        {"usage: transformer_evalb", "(default: EVALB's built-in defaults)"},
        "/nonexistent.gold /nonexistent.test", "-e"},
       {"transformer_trees",
-       {"usage: transformer_trees", "SEQ or standard input", "--leaves XX|words (=XX)",
+       {"usage: transformer_trees", "SEQ, or standard input", "--leaves XX|words (=XX)",
         "--input SEQ"},
        "linearize --output /tmp/thpc_never_written/out /nonexistent.mrg", "--output"},
   };

@@ -6,10 +6,11 @@
 //       PREFIX.tags (the part-of-speech tags) and PREFIX.gold (the normalised
 //       tree for EVALB), one sentence per line, in file order
 //   transformer_trees delinearize --words W --tags T [--input SEQ] --output OUT
-//       the trees the decoded sequences SEQ (default: standard input) describe over the
-//       words W, repaired where needed (src/parse/tree.h has the rule), in EVALB's form
+//       the trees the decoded sequences SEQ (default or -: standard input) describe over
+//       the words W, repaired where needed (src/parse/tree.h has the rule), in EVALB's
+//       form; OUT - is standard output
 //   transformer_trees baseline --words W --tags T --output OUT
-//       the right-branching tree of every sentence, in EVALB's form
+//       the right-branching tree of every sentence, in EVALB's form (OUT - as above)
 //
 // Outputs are written under temporary names and renamed when complete, so a failure
 // leaves no half-written file, and never over an input, another output or a training
@@ -46,10 +47,11 @@ constexpr const char* kUsageHead =
     "             (targets such as '(S (NP XX XX ) (VP XX ) XX )', or with --leaves words\n"
     "             '(S (NP The cat ) (VP sat ) . )'), PREFIX.tags and PREFIX.gold\n"
     "             (normalised trees, one per line, for transformer_evalb)\n"
-    "delinearize  decoded sequences (SEQ or standard input) + the sentences' words and tags\n"
-    "             -> trees for transformer_evalb; bad sequences are repaired, or replaced\n"
-    "             by the right-branching tree when they hold no constituent\n"
-    "baseline     the right-branching tree of every sentence\n"
+    "delinearize  decoded sequences (SEQ, or standard input without --input or with -)\n"
+    "             + the sentences' words and tags -> trees for transformer_evalb (OUT -:\n"
+    "             standard output); bad sequences are repaired, or replaced by the\n"
+    "             right-branching tree when they hold no constituent\n"
+    "baseline     the right-branching tree of every sentence (OUT - as above)\n"
     "\n"
     "options";
 
@@ -122,6 +124,20 @@ CommandLine parse_command_line(int argc, char** argv) {
   }
   if (command.output.empty()) THPC_FAIL(command.command << " needs --output");
   const bool leaves_given = !values["leaves"].defaulted();
+  // "-" is a standard stream where one file is: delinearize's and baseline's --output,
+  // delinearize's --input (before: a file named "-", written in the working directory
+  // while the output check took it for standard output).
+  if (command.command == "linearize" && command.output == "-") {
+    THPC_FAIL("linearize --output is the prefix of four files (PREFIX.words, .tree, .tags, "
+              ".gold), not -: give a path");
+  }
+  for (const auto& [option, path] : {std::pair{"--words", &command.words_path},
+                                     std::pair{"--tags", &command.tags_path}}) {
+    if (*path == "-") {
+      THPC_FAIL(option << " -: standard input is delinearize's --input alone: give a file");
+    }
+  }
+  if (command.input_path == "-") command.input_path.clear();  // standard input
   if (command.command == "linearize") {
     if (command.files.empty()) THPC_FAIL("linearize needs at least one .mrg file");
     try {
@@ -150,6 +166,20 @@ CommandLine parse_command_line(int argc, char** argv) {
     thpc::check_output_path("--output", outputs[i], inputs, thpc::OutputKind::Text, others);
   }
   return command;
+}
+
+// `text` to --output: standard output for "-", else a file written whole or not at all.
+void write_output(const std::string& output, const std::string& text) {
+  if (output == "-") {
+    std::cout << text;  // (tool_main says so if the storage does not take it)
+  } else {
+    thpc::write_texts_atomically({{output, text}});
+  }
+}
+
+// How the summary line names --output.
+std::string output_name(const std::string& output) {
+  return output == "-" ? "standard output" : output;
 }
 
 std::string joined(const std::vector<std::string>& items) {
@@ -229,9 +259,9 @@ int reconstruct(const CommandLine& command) {
     for (size_t i = 0; i < words.size(); ++i) {
       out += thpc::parse::to_evalb_line(thpc::parse::right_branching_tree(words[i], tags[i])) + "\n";
     }
-    thpc::write_texts_atomically({{command.output, out}});
-    std::cerr << "baseline: " << words.size() << " right-branching trees -> " << command.output
-              << "\n";
+    write_output(command.output, out);
+    std::cerr << "baseline: " << words.size() << " right-branching trees -> "
+              << output_name(command.output) << "\n";
     return 0;
   }
   std::ifstream file;
@@ -253,10 +283,11 @@ int reconstruct(const CommandLine& command) {
     ++counts[static_cast<int>(result.how)];
     out += thpc::parse::to_evalb_line(result.tree) + "\n";
   }
-  thpc::write_texts_atomically({{command.output, out}});
+  write_output(command.output, out);
   std::cerr << "delinearize: " << words.size() << " trees: " << counts[0] << " well-formed, "
             << counts[1] << " repaired, " << counts[2]
-            << " replaced by the right-branching baseline -> " << command.output << "\n";
+            << " replaced by the right-branching baseline -> " << output_name(command.output)
+            << "\n";
   return 0;
 }
 
