@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/factory.h"
+#include "checkpoint/checkpoint_header.h"
 #include "common/error.h"
 #include "expect_error.h"
 #include "kernels/ops.h"
@@ -770,11 +771,32 @@ TEST_F(ConfigFiles, ValuesInErrorsAreEscapedAndCut) {
 }
 
 TEST(Config, MissingFileIsNamed) {
+  // With why (before: nothing after the name).
   expect_error([] { load_config("no/such/file.ini"); },
-               {"cannot open config file 'no/such/file.ini'"});
+               {"cannot open config file 'no/such/file.ini': no such file"});
   Config config;
   expect_error([&] { run_command_line({"transformer_hpc", "missing.ini"}, config); },
-               {"cannot open config file 'missing.ini'"});
+               {"cannot open config file 'missing.ini': no such file"});
+}
+
+// A checkpoint, a data shard or another binary file given as the config is named so
+// (before: "a '#' inside the value of '\x00\x00...'", the file read as lines of text).
+TEST(Config, ABinaryFileIsNotAConfig) {
+  const std::string dir = testing::TempDir() + "thpc_binary_config_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  const auto file = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream(dir + "/" + name, std::ios::binary) << bytes;
+    return dir + "/" + name;
+  };
+  const std::string zeros(600, '\0');
+  for (const auto& [path, what] : std::vector<std::pair<std::string, std::string>>{
+           {file("step.h5", std::string(kHeaderMagic) + zeros), "a checkpoint"},
+           {file("train.h5", std::string(kHdf5Signature) + zeros), "an HDF5 file (a data shard?)"},
+           {file("bytes.bin", "[model]\nlayers = 2" + zeros), "a binary file"}}) {
+    expect_error([&] { load_config(path); },
+                 {"config file '" + path + "' is not text but " + what + ": give the ini file"});
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Config, DirectoryIsNotAConfigFile) {

@@ -178,7 +178,7 @@ TEST(Tools, OutOfRangeNamesTheOptionAndTheValueGiven) {
            {"transformer_bench_step", "--config " + base + " --set model.layers=abc",
             base + ": model.layers: 'abc' is not an integer (on the command line)"},
            {"transformer_bench_step", "--config /nonexistent.ini",
-            "cannot open config file '/nonexistent.ini'"},
+            "cannot open config file '/nonexistent.ini': no such file"},
            // (before: -1 read as 2^64 - 1, a seed like any other)
            {"transformer_preprocess",
             "--source-lang en --target-lang de --trainpref a --validpref b --destdir c "

@@ -26,7 +26,9 @@
 #include <utility>
 #include <variant>
 
+#include "checkpoint/checkpoint_header.h"
 #include "common/error.h"
+#include "common/input_file.h"
 #include "config/option_table.h"
 #include "kernels/ops.h"
 
@@ -257,7 +259,10 @@ Config resolve_file(const std::string& ini_path, po::variables_map& values,
               "not a file (give the config's file)");
   }
   std::ifstream file(ini_path, std::ios::binary);
-  if (!file) THPC_FAIL("cannot open config file '" << ini_path << "'");
+  if (!file) {
+    THPC_FAIL("cannot open config file '" << ini_path << "': "
+                                          << unreadable_file_reason(ini_path));
+  }
   // A config is a few KB of text; a device such as /dev/zero, or a data file named by
   // mistake, would otherwise be read until memory runs out.
   constexpr std::streamsize kMaxConfigBytes = 1 << 20;
@@ -267,6 +272,18 @@ Config resolve_file(const std::string& ini_path, po::variables_map& values,
   if (static_cast<std::streamsize>(text.size()) > kMaxConfigBytes) {
     THPC_FAIL("config file '" << ini_path << "' is larger than 1 MiB: a config is a few KB "
               "of [section] and key = value lines; is it the right file?");
+  }
+  // A checkpoint or a data shard given for the config (the first argument, by habit of
+  // transformer_decode's) read as lines of binary: "a '#' inside the value of '\x00...'".
+  if (text.find('\0') != std::string::npos) {
+    const bool checkpoint = text.rfind(kHeaderMagic, 0) == 0;
+    const bool hdf5 = text.rfind(kHdf5Signature, 0) == 0;
+    THPC_FAIL("config file '" << ini_path << "' is not text but "
+              << (checkpoint ? "a checkpoint"
+                  : hdf5     ? "an HDF5 file (a data shard?)"
+                             : "a binary file")
+              << ": give the ini file of [section] and key = value lines (a checkpoint is "
+              << "resumed with --checkpoint.resume=FILE beside its config)");
   }
   // Editors on Windows start UTF-8 files with a byte order mark; it is not part of the
   // first line.
