@@ -628,6 +628,23 @@ TEST_F(DivergenceTest, AveragingRefusesAbandonedOrRepeatedInputsAndWarnsOfAnothe
                                    "average"),
             std::string::npos)
       << of_average.output;
+  // A quantized checkpoint, parameters only and of no run too, is said as what it is
+  // (before: "is itself an average").
+  const ProcessResult quantized = run_process(
+      thpc::binary_dir() + "/transformer_quantize --checkpoint " + path("step_00000001.h5") +
+      " --output " + path("quantized.h5"));
+  ASSERT_EQ(quantized.exit_code, 0) << quantized.output;
+  const ProcessResult of_quantized =
+      run_process(kAverager + " --inputs " + path("quantized.h5") + " " +
+                  path("step_00000001.h5") + " --output " + path("of_quantized.h5"));
+  EXPECT_EQ(of_quantized.exit_code, 0) << of_quantized.output;
+  EXPECT_NE(of_quantized.output.find("warning: --inputs " + path("quantized.h5") + " is "
+                                     "quantized (transformer_quantize): its parameters are "
+                                     "averaged dequantized"),
+            std::string::npos)
+      << of_quantized.output;
+  EXPECT_EQ(of_quantized.output.find("itself an average"), std::string::npos)
+      << of_quantized.output;
 }
 
 TEST_F(DivergenceTest, AHeaderThatDisagreesWithItsFileIsRefused) {

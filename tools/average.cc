@@ -45,6 +45,9 @@ struct Arguments {
   bool help = false;
   std::vector<std::string> paths;  // the checkpoints to average, from inputs and last/best
   std::string metric;              // with --best: the metric the files were ranked by
+  // Inputs that are averages themselves, or quantized checkpoints (parameters only and of
+  // no run too): said once the inputs are read and averaged.
+  std::vector<std::string> averages;
 };
 
 // The files to average: the last N step_*.h5 of a directory, its N best best_step_*.h5,
@@ -91,8 +94,9 @@ std::vector<std::string> resolve_inputs(Arguments& arguments) {
 // which counts it twice, and a checkpoint marked diverged or superseded, whose parameters
 // a run abandoned (a directory's --last and --best pass over those already). A
 // command-line mistake: exit 2. An average among the inputs is said (its checkpoints
-// weigh again), not refused: an average of averages may be meant.
-void check_each_input_once_and_healthy(const std::vector<std::string>& paths) {
+// weigh again), not refused: an average of averages may be meant; those are returned.
+std::vector<std::string> check_each_input_once_and_healthy(const std::vector<std::string>& paths) {
+  std::vector<std::string> averages;
   std::error_code error;
   std::map<std::pair<std::string, int64_t>, std::string> run_steps;
   for (size_t i = 0; i < paths.size(); ++i) {
@@ -116,9 +120,7 @@ void check_each_input_once_and_healthy(const std::vector<std::string>& paths) {
     // (named as a run's step a file is one, whatever it holds: a hand-made one say)
     if (summary && summary->parameters_only && summary->run_id.empty() &&
         !thpc::is_step_checkpoint_name(paths[i])) {
-      std::cerr << "transformer_average: warning: --inputs " << paths[i] << " is itself an "
-                << "average (parameters only, of no one run): the checkpoints in it weigh "
-                << "again in this one" << std::endl;
+      averages.push_back(paths[i]);
     }
     if (summary && summary->state != thpc::CheckpointState::Healthy) {
       THPC_FAIL("--inputs " << paths[i] << " is marked "
@@ -130,6 +132,7 @@ void check_each_input_once_and_healthy(const std::vector<std::string>& paths) {
                 << ": averaging it would mix those parameters into the result; leave it out");
     }
   }
+  return averages;
 }
 
 // Checkpoints of different runs (run ids) average parameters that were never trained
@@ -179,7 +182,7 @@ int main(int argc, char** argv) {
     if (!arguments.help) {
       if (arguments.output.empty()) THPC_FAIL("--output is empty: give a file name");
       arguments.paths = resolve_inputs(arguments);
-      check_each_input_once_and_healthy(arguments.paths);
+      arguments.averages = check_each_input_once_and_healthy(arguments.paths);
       // Never over an input (an average would replace a full checkpoint, Adam moments
       // included, by parameters only), a training run's file (step_*.h5, best.h5, a
       // checkpoint holding a training state) or anything but an earlier average, however
@@ -193,6 +196,18 @@ int main(int argc, char** argv) {
     warn_of_other_runs(command.paths);
     thpc::tools::StageProgress progress("transformer_average");
     const thpc::Checkpoint average = thpc::average_checkpoints(command.paths, progress);
+    for (const std::string& path : command.averages) {
+      // (read again: such inputs are few, and the header does not tell the two apart)
+      if (!thpc::read_checkpoint(path, thpc::CheckpointParts::ParamsOnly).quantized.empty()) {
+        std::cerr << "transformer_average: warning: --inputs " << path << " is quantized "
+                  << "(transformer_quantize): its parameters are averaged dequantized, their "
+                  << "int8 rounding included" << std::endl;
+      } else {
+        std::cerr << "transformer_average: warning: --inputs " << path << " is itself an "
+                  << "average (parameters only, of no one run): the checkpoints in it weigh "
+                  << "again in this one" << std::endl;
+      }
+    }
     thpc::write_checkpoint(command.output, average);
     std::cout << "averaged " << command.paths.size()
               << (command.metric.empty() ? "" : " best (by valid " + command.metric + ")")
