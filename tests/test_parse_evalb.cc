@@ -266,6 +266,16 @@ TEST(Evalb, ScoresHandMadeTrees) {
       "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat) (ADVP (IN on) (NP (DT the) (NN mat)))) (. .)))\n";
   EXPECT_EQ(score(parameters, kGold, relabelled).all.matched_brackets, 4);
   EXPECT_EQ(score(unlabeled, kGold, relabelled).all.matched_brackets, 5);
+
+  // A byte order mark before a file's first tree (an editor on Windows) is skipped (before:
+  // read as a tree that is not one, "Reading sentence" until -e stopped the run).
+  const std::string marked = "\xEF\xBB\xBF" + std::string(kGold);
+  for (const auto& [gold, test] : {std::pair{marked, std::string(kGold)},
+                                   std::pair{std::string(kGold), marked}}) {
+    const auto read = score(parameters, gold, test);
+    EXPECT_EQ(read.errors, 0);
+    EXPECT_DOUBLE_EQ(read.all.f_measure(), 100.0);
+  }
 }
 
 TEST(Evalb, LengthAndWordMismatchesAreErrors) {

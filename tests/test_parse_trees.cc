@@ -163,6 +163,11 @@ TEST(Trees, MalformedTreesNameFileAndLine) {
   thpc::expect_error(parse("( (S (NN a b)) )\n"), {"bad.mrg:1:", "stray text 'b'"});
   thpc::expect_error(parse("\n( )\n"), {"bad.mrg:2:", "empty"});
   thpc::expect_error(parse("( (S (NP)) )\n"), {"bad.mrg:1:", "empty constituent '(NP)'"});
+  // A byte order mark is no stray text (before: "stray text '\xEF\xBB\xBF'", printed as
+  // nothing); a file that merely starts with its first byte still is.
+  std::istringstream marked("\xEF\xBB\xBF( (S (NN a)) )\n");
+  EXPECT_EQ(read_ptb_trees(marked, "marked.mrg").size(), 1u);
+  thpc::expect_error(parse("\xEFx ( (S (NN a)) )\n"), {"bad.mrg:1:", "stray text"});
 }
 
 // Found beside fuzz_ptb_trees: every function here recursed once per bracket, so a file

@@ -401,7 +401,13 @@ EvalbResult Evaluator::run(std::istream& gold_lines, std::istream& test_lines) {
   try {
     std::string gold_text;
     std::string test_text;
+    // A byte order mark before a file's first tree (an editor on Windows) is skipped: EVALB
+    // read it as the start of a tree that is not one ("Reading sentence" a dozen times).
+    const auto without_mark = [](std::string& line) {
+      if (line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);
+    };
     for (line_ = 1; std::getline(gold_lines, gold_text); ++line_) {
+      if (line_ == 1) without_mark(gold_text);
       ++result_.gold_lines;
       status_ = kValid;
       reading_ = "gold";
@@ -414,6 +420,7 @@ EvalbResult Evaluator::run(std::istream& gold_lines, std::istream& test_lines) {
         break;
       }
       ++result_.test_lines;
+      if (line_ == 1) without_mark(test_text);
       reading_ = "test";
       Tree test = read_tree(test_text);
       reading_ = "";

@@ -154,6 +154,17 @@ bool close_into(std::vector<TreeNode>& stack) {
 }  // namespace
 
 std::vector<TreeNode> read_ptb_trees(std::istream& in, const std::string& source_name) {
+  // A byte order mark (an editor on Windows) is no text between trees: it was refused as
+  // "stray text '\xEF\xBB\xBF'", which prints as nothing. Skipped, as SentencePiece's
+  // inputs and the config's skip it.
+  if (in.peek() == 0xEF) {
+    char mark[3] = {};
+    in.read(mark, 3);
+    if (in.gcount() != 3 || std::string(mark, 3) != "\xEF\xBB\xBF") {
+      for (std::streamsize i = in.gcount(); i > 0; --i) in.putback(mark[i - 1]);
+      in.clear();
+    }
+  }
   Tokenizer tokens(in, source_name);
   std::vector<TreeNode> trees;
   for (Token token = tokens.next(); token.kind != Token::kEnd; token = tokens.next()) {
