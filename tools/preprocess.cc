@@ -125,7 +125,10 @@ int main(int argc, char** argv) {
       // A full disk is found here first: said as the other writers say it.
       const std::string advice =
           thpc::storage_advice(given.options.dest_dir, failure.what(), 0);
-      if (advice.empty()) throw;
+      // Else a --destdir that cannot be written or is in use by another run: the command
+      // line's to mend, exit 2 as the other tools' output paths and the trainer's
+      // checkpoint.dir (before: exit 1).
+      if (advice.empty()) throw thpc::tools::UsageError(failure.what());
       THPC_FAIL(given.options.dest_dir << "/preprocess.lock: cannot write the lock of --destdir: "
                                        << advice << " (nothing was written)");
     }
