@@ -17,7 +17,6 @@
 #include <vector>
 
 #include "backend/factory.h"
-#include "checkpoint/checkpoint_header.h"
 #include "common/error.h"
 #include "expect_error.h"
 #include "kernels/ops.h"
@@ -789,9 +788,12 @@ TEST(Config, ABinaryFileIsNotAConfig) {
     return dir + "/" + name;
   };
   const std::string zeros(600, '\0');
+  const std::string hdf5("\x89HDF\r\n\x1a\n", 8);
+  // (a checkpoint's header, 512 bytes, before HDF5's signature, a shard's at byte 0)
+  const std::string header = "thpc-checkpoint-file 1\n" + std::string(512 - 23, '\0');
   for (const auto& [path, what] : std::vector<std::pair<std::string, std::string>>{
-           {file("step.h5", std::string(kHeaderMagic) + zeros), "a checkpoint"},
-           {file("train.h5", std::string(kHdf5Signature) + zeros), "an HDF5 file (a data shard?)"},
+           {file("step.h5", header + hdf5 + zeros), "an HDF5 file (a checkpoint or a data shard?)"},
+           {file("train.h5", hdf5 + zeros), "an HDF5 file (a checkpoint or a data shard?)"},
            {file("bytes.bin", "[model]\nlayers = 2" + zeros), "a binary file"}}) {
     expect_error([&] { load_config(path); },
                  {"config file '" + path + "' is not text but " + what + ": give the ini file"});

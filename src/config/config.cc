@@ -26,7 +26,6 @@
 #include <utility>
 #include <variant>
 
-#include "checkpoint/checkpoint_header.h"
 #include "common/error.h"
 #include "common/input_file.h"
 #include "config/option_table.h"
@@ -276,12 +275,15 @@ Config resolve_file(const std::string& ini_path, po::variables_map& values,
   // A checkpoint or a data shard given for the config (the first argument, by habit of
   // transformer_decode's) read as lines of binary: "a '#' inside the value of '\x00...'".
   if (text.find('\0') != std::string::npos) {
-    const bool checkpoint = text.rfind(kHeaderMagic, 0) == 0;
-    const bool hdf5 = text.rfind(kHdf5Signature, 0) == 0;
+    // HDF5's signature is at byte 0 or past a user block of 512 x 2^k bytes (a checkpoint's
+    // header takes the first 512).
+    const std::string_view signature("\x89HDF\r\n\x1a\n", 8);
+    bool hdf5 = text.rfind(signature, 0) == 0;
+    for (size_t at = 512; at < text.size() && !hdf5; at *= 2) {
+      hdf5 = text.compare(at, signature.size(), signature) == 0;
+    }
     THPC_FAIL("config file '" << ini_path << "' is not text but "
-              << (checkpoint ? "a checkpoint"
-                  : hdf5     ? "an HDF5 file (a data shard?)"
-                             : "a binary file")
+              << (hdf5 ? "an HDF5 file (a checkpoint or a data shard?)" : "a binary file")
               << ": give the ini file of [section] and key = value lines (a checkpoint is "
               << "resumed with --checkpoint.resume=FILE beside its config)");
   }
