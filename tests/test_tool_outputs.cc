@@ -204,6 +204,16 @@ TEST_F(ToolOutputs, NoToolWritesOverAStandardStreamsFileOrWhereItCannotWrite) {
   expect_refused("transformer_average --inputs model.h5 --output ''", "--output is empty");
   expect_refused("transformer_trees linearize --output source.en/x words.txt",
                  "is not a directory");
+  // "-", standard output, takes no HDF5 file (before: a file named "-" in the working
+  // directory, exit 0).
+  for (const std::string& command :
+       {std::string("transformer_average --inputs model.h5 --output -"),
+        std::string("transformer_quantize --checkpoint model.h5 --output -"),
+        decode + "--input source.en --output out.txt --dump-lines 1 --dump-attention -"}) {
+    expect_refused(command, "-: is an HDF5 file, written whole and renamed into place, not a "
+                            "stream: give a file name");
+  }
+  EXPECT_FALSE(fs::exists(directory_ / "-"));
 }
 
 // An output that is a symbolic link writes the file the link names, and the link stays

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <ostream>
 
@@ -89,8 +90,9 @@ std::string why_not_writable(const std::string& output) {
     return "cannot be created: " + directory.string() + " is not a directory";
   }
   if (access(directory.c_str(), W_OK | X_OK) != 0) {
-    return "cannot be created: no permission to write in " + directory.string() +
-           " (" + std::strerror(errno) + "); give a path in a writable directory";
+    const std::string reason = std::strerror(errno);  // before anything else can set errno
+    return "cannot be created: this user cannot write in " + directory.string() + " (" +
+           reason + "); give a path in a writable directory";
   }
   return "";
 }
@@ -147,6 +149,12 @@ void check_output_path(const std::string& option, const std::string& output,
   const std::optional<std::pair<dev_t, ino_t>> standard_input = stream_file(STDIN_FILENO);
   const std::optional<std::pair<dev_t, ino_t>> standard_output = stream_file(STDOUT_FILENO);
   if (output == "-") {
+    // A whole HDF5 file is written under a temporary name and renamed: "-" was a file of
+    // that name in the working directory, with exit 0 (transformer_average --output -).
+    if (kind != OutputKind::Text) {
+      refuse("is an HDF5 file, written whole and renamed into place, not a stream: give a "
+             "file name");
+    }
     for (const std::string& input : inputs) {
       if (!input.empty() && is_stream_file(input, STDIN_FILENO, standard_output)) {
         refuse("standard output is the file of the input " + input +
@@ -300,12 +308,15 @@ void write_texts_atomically(const std::vector<std::pair<std::string, std::string
     in_place.push_back(written_in_place(given));
     targets.push_back(in_place.back() ? given : file_named_by(given));
   }
+  // Removed by a Ctrl-C of the tool too (write_atomically's are): until the renames.
+  std::vector<std::unique_ptr<RemovedWhenInterrupted>> interrupted;
   try {
     for (size_t i = 0; i < files.size(); ++i) {
       if (in_place[i]) continue;  // after the others, below
       const std::string& path = targets[i];
       const std::string temporary = temporary_path(path);
       if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path(), error);
+      interrupted.push_back(std::make_unique<RemovedWhenInterrupted>(temporary));
       written.push_back(temporary);
       write_file(temporary, path, std::ios::trunc, text_of(files[i].second));
       fsync_path(temporary, path);
@@ -322,12 +333,21 @@ void write_texts_atomically(const std::vector<std::pair<std::string, std::string
     fs::rename(temporary_path(path), path, error);
     if (error) {
       const std::string reason = error.message();
-      // This one's and those not renamed yet: nothing will take them.
+      // This one's and those not renamed yet: nothing will take them. Said whether they went.
+      std::string kept;
       for (size_t j = i; j < files.size(); ++j) {
-        if (!in_place[j]) fs::remove(temporary_path(targets[j]), error);
+        if (in_place[j]) continue;
+        const std::string temporary = temporary_path(targets[j]);
+        std::error_code not_removed;
+        if (!fs::remove(temporary, not_removed) && not_removed && kept.empty()) {
+          kept = temporary + " could not be removed (" + not_removed.message() +
+                 "): remove it yourself";
+        }
       }
-      THPC_FAIL("cannot write " << path << ": rename of " << temporary_path(path)
-                                << ": " << reason);
+      THPC_FAIL("cannot write " << path << ": rename of " << temporary_path(path) << ": "
+                                << reason << " ("
+                                << (kept.empty() ? "the temporary files are removed" : kept)
+                                << ")");
     }
     const fs::path directory = fs::path(path).parent_path();
     fsync_path(directory.empty() ? "." : directory.string(), path);

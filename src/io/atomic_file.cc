@@ -223,11 +223,11 @@ void write_atomically(const std::string& path, const std::string& what,
   }
   const std::string temporary = temporary_path(path);
   const RemovedWhenInterrupted interrupted(temporary);
-  // Removes the temporary file after a failure and says so: "TEMP is removed", or why it
-  // stays (a directory made read-only meanwhile), for the user to remove it.
-  const auto remove_temporary = [&temporary]() -> std::string {
+  // Removes the temporary file after a failure: "" when it is gone, else why it stays (a
+  // directory made read-only meanwhile), for the user to remove it.
+  const auto kept_temporary = [&temporary]() -> std::string {
     std::error_code kept;
-    if (fs::remove(temporary, kept) || !kept) return temporary + " is removed";
+    if (fs::remove(temporary, kept) || !kept) return "";
     return temporary + " could not be removed (" + kept.message() + "): remove it yourself";
   };
   try {
@@ -237,9 +237,11 @@ void write_atomically(const std::string& path, const std::string& what,
     const uintmax_t written = fs::file_size(temporary, error);
     const std::string advice =
         storage_advice(directory.string(), failure.what(), error ? 0 : written);
-    const std::string removed = remove_temporary();  // a partial file helps nobody
-    if (advice.empty()) throw;
-    THPC_FAIL(failure.what() << ": " << advice << " (nothing was written: " << removed << ")");
+    const std::string kept = kept_temporary();  // a partial file helps nobody
+    if (advice.empty() && kept.empty()) throw;
+    if (advice.empty()) THPC_FAIL(failure.what() << " (" << kept << ")");
+    THPC_FAIL(failure.what() << ": " << advice << " (nothing was written: "
+                             << (kept.empty() ? temporary + " is removed" : kept) << ")");
   } catch (...) {
     fs::remove(temporary, error);
     throw;
@@ -248,8 +250,10 @@ void write_atomically(const std::string& path, const std::string& what,
   if (error) {
     const std::string reason = error.message();
     // Whole, but nothing will take it (a checkpoint's, 757 MB).
+    const std::string kept = kept_temporary();
     THPC_FAIL("cannot write " << what << ": rename of " << temporary << " to " << final_path
-                              << ": " << reason << " (" << remove_temporary() << ")");
+                              << ": " << reason << " ("
+                              << (kept.empty() ? temporary + " is removed" : kept) << ")");
   }
   // The rename itself is durable only once the directory entry is on disk.
   fsync_path(directory.string(), what);
