@@ -346,7 +346,11 @@ int main(int argc, char** argv) {
   // a rank that left without it kept the others waiting forever.
   const std::string disagreement =
       configuration_disagreement(comm, help ? "mode help\n" : rank_request(config, config_error));
-  if (help && disagreement.empty()) return 0;
+  if (help && disagreement.empty()) {
+    const std::string failure = thpc::standard_output_failure();  // (where it was printed)
+    if (!failure.empty()) std::cerr << failure_line("", failure) << std::endl;
+    return failure.empty() ? 0 : 1;
+  }
   if (!disagreement.empty() || !config_error.empty()) {
     if (comm.is_root()) {
       const std::string& message = disagreement.empty() ? config_error : disagreement;

@@ -692,6 +692,7 @@ TEST_F(PreprocessInput, ARunOfPreprocessingHasItsDestdirToItself) {
                                 " is in use by another transformer_preprocess (host "),
             std::string::npos)
       << refused.output;
+  EXPECT_EQ(refused.output.find("(see --help)"), std::string::npos) << refused.output;
   EXPECT_FALSE(fs::exists(dir / "out" / "spm.model"));
   EXPECT_TRUE(fs::exists(dir / "out" / "preprocess.lock"));
   // A pid no process has (above the kernel's pid_max of 2^22).

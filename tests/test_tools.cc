@@ -531,11 +531,14 @@ TEST(Tools, AnOutputCutShortByAFullDiskExitsOne) {
   EXPECT_EQ(scored.exit_code, 1) << scored.output;
   EXPECT_NE(scored.output.find("transformer_score: " + failed), std::string::npos)
       << scored.output;
-  const ProcessResult dry =
-      run_process("(" + program(Tool{"transformer_hpc", {}, "", ""}) + " " + THPC_SOURCE_DIR +
-                  "/input/tiny.ini --dry-run > /dev/full)");
-  EXPECT_EQ(dry.exit_code, 1) << dry.output;
-  EXPECT_NE(dry.output.find("transformer_hpc: " + failed), std::string::npos) << dry.output;
+  const std::string trainer = program(Tool{"transformer_hpc", {}, "", ""});
+  for (const std::string& arguments :
+       {" " + std::string(THPC_SOURCE_DIR) + "/input/tiny.ini --dry-run", std::string(" --help")}) {
+    const ProcessResult printed = run_process("(" + trainer + arguments + " > /dev/full)");
+    EXPECT_EQ(printed.exit_code, 1) << arguments << ": " << printed.output;
+    EXPECT_NE(printed.output.find("transformer_hpc: " + failed), std::string::npos)
+        << printed.output;
+  }
 }
 
 }  // namespace

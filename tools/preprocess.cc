@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
       // Else a --destdir that cannot be written or is in use by another run: the command
       // line's to mend, exit 2 as the other tools' output paths and the trainer's
       // checkpoint.dir (before: exit 1).
-      if (advice.empty()) throw thpc::tools::UsageError(failure.what());
+      if (advice.empty()) throw thpc::tools::Refusal(failure.what());
       THPC_FAIL(given.options.dest_dir << "/preprocess.lock: cannot write the lock of --destdir: "
                                        << advice << " (nothing was written)");
     }

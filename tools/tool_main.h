@@ -1,7 +1,8 @@
 // The main() of every tool (transformer_preprocess, _decode, _average, _data_stats,
 // _bench_step, _score, _evalb, _trees): one place that maps a bad command line to exit 2
-// with one line "NAME: PROBLEM (see --help)", --help to the usage text and exit 0, and
-// any runtime failure to exit 1 with one line "NAME: error: PROBLEM".
+// with one line "NAME: PROBLEM (see --help)", --help to the usage text and exit 0 (1 when
+// standard output does not take it), and any runtime failure to exit 1 with one line
+// "NAME: error: PROBLEM".
 //
 // A tool declares a Boost.Program_options description whose values are bound to its
 // variables (po::value(&field)->default_value(field), so that --help shows every
@@ -29,6 +30,15 @@ namespace thpc::tools {
 // A command-line mistake found only once the tool runs (transformer_decode --dump-lines
 // naming a line its input lacks): exit 2 with the usage line, like those found parsing.
 class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A command line that is well formed but names what cannot be used now (transformer_
+// preprocess's --destdir in use by another run, or that this user cannot write): exit 2,
+// as the trainer's checkpoint.dir refusals, with its one line, which says what to do itself
+// (no " (see --help)").
+class Refusal : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
@@ -61,6 +71,9 @@ int tool_main(const char* name, const std::string& usage, int argc, char** argv,
       code = run(command);
     } catch (const UsageError& e) {
       std::cerr << name << ": " << e.what() << see_help(e.what()) << "\n";
+      return 2;
+    } catch (const Refusal& e) {
+      std::cerr << name << ": " << e.what() << "\n";
       return 2;
     } catch (const std::exception& e) {
       std::cerr << name << ": error: " << thpc::failure_message(e) << "\n";
