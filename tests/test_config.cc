@@ -792,7 +792,9 @@ TEST(Config, ABinaryFileIsNotAConfig) {
   // (a checkpoint's header, 512 bytes, before HDF5's signature, a shard's at byte 0)
   const std::string header = "thpc-checkpoint-file 1\n" + std::string(512 - 23, '\0');
   for (const auto& [path, what] : std::vector<std::pair<std::string, std::string>>{
-           {file("step.h5", header + hdf5 + zeros), "an HDF5 file (a checkpoint or a data shard?)"},
+           // (as large as a real one: the size's refusal comes after)
+           {file("step.h5", header + hdf5 + std::string(2 << 20, '\0')),
+            "an HDF5 file (a checkpoint or a data shard?)"},
            {file("train.h5", hdf5 + zeros), "an HDF5 file (a checkpoint or a data shard?)"},
            {file("bytes.bin", "[model]\nlayers = 2" + zeros), "a binary file"}}) {
     expect_error([&] { load_config(path); },
@@ -809,7 +811,12 @@ TEST(Config, DirectoryIsNotAConfigFile) {
 // (issue 54): a config is read up to 1 MiB.
 TEST(Config, AConfigFileIsReadUpToOneMegabyte) {
   expect_error([] { load_config("/dev/zero"); },
-               {"config file '/dev/zero' is larger than 1 MiB", "is it the right file?"});
+               {"config file '/dev/zero' is not text but a binary file"});
+  const std::string big = testing::TempDir() + "thpc_big_config_" + std::to_string(getpid());
+  std::ofstream(big) << std::string(2 << 20, '#');
+  expect_error([&] { load_config(big); },
+               {"config file '" + big + "' is larger than 1 MiB", "is it the right file?"});
+  std::filesystem::remove(big);
 }
 
 // ---- mistakes on the command line ----

@@ -268,12 +268,9 @@ Config resolve_file(const std::string& ini_path, po::variables_map& values,
   std::string text(kMaxConfigBytes + 1, '\0');
   file.read(text.data(), static_cast<std::streamsize>(text.size()));
   text.resize(static_cast<size_t>(file.gcount()));
-  if (static_cast<std::streamsize>(text.size()) > kMaxConfigBytes) {
-    THPC_FAIL("config file '" << ini_path << "' is larger than 1 MiB: a config is a few KB "
-              "of [section] and key = value lines; is it the right file?");
-  }
   // A checkpoint or a data shard given for the config (the first argument, by habit of
   // transformer_decode's) read as lines of binary: "a '#' inside the value of '\x00...'".
+  // Before the size's refusal: a real one is larger than 1 MiB.
   if (text.find('\0') != std::string::npos) {
     // HDF5's signature is at byte 0 or past a user block of 512 x 2^k bytes (a checkpoint's
     // header takes the first 512).
@@ -286,6 +283,10 @@ Config resolve_file(const std::string& ini_path, po::variables_map& values,
               << (hdf5 ? "an HDF5 file (a checkpoint or a data shard?)" : "a binary file")
               << ": give the ini file of [section] and key = value lines (a checkpoint is "
               << "resumed with --checkpoint.resume=FILE beside its config)");
+  }
+  if (static_cast<std::streamsize>(text.size()) > kMaxConfigBytes) {
+    THPC_FAIL("config file '" << ini_path << "' is larger than 1 MiB: a config is a few KB "
+              "of [section] and key = value lines; is it the right file?");
   }
   // Editors on Windows start UTF-8 files with a byte order mark; it is not part of the
   // first line.
