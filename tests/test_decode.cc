@@ -653,7 +653,7 @@ TEST_F(DecodeProgram, BadInputFailsWithAMessage) {
   // So are a NUL byte and lines ended by a carriage return alone, as transformer_preprocess
   // refuses them (before: translated, the second file's three sentences as one line).
   const fs::path nul = dir_ / "nul.en";
-  std::ofstream(nul, std::ios::binary) << std::string("A dog runs.\nA c\0at.\n", 21);
+  std::ofstream(nul, std::ios::binary) << std::string("A dog runs.\nA c\0at.\n", 20);
   const fs::path mac = dir_ / "mac.en";
   std::ofstream(mac, std::ios::binary) << "A dog runs.\rA cat.\rA bird.\r";
   for (const auto& [input, message] : std::vector<std::pair<fs::path, std::string>>{

@@ -168,6 +168,7 @@ TEST(Trees, MalformedTreesNameFileAndLine) {
   std::istringstream marked("\xEF\xBB\xBF( (S (NN a)) )\n");
   EXPECT_EQ(read_ptb_trees(marked, "marked.mrg").size(), 1u);
   thpc::expect_error(parse("\xEFx ( (S (NN a)) )\n"), {"bad.mrg:1:", "stray text"});
+  thpc::expect_error(parse("\xEF\xBB"), {"bad.mrg:1:", "stray text '\\xef\\xbb'"});
 }
 
 // Found beside fuzz_ptb_trees: every function here recursed once per bracket, so a file

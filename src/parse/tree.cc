@@ -83,8 +83,8 @@ TreeNode read_constituent(Tokenizer& tokens, int tree_line, bool is_top, int dep
         return node;
       case Token::kAtom:
         if (has_word || !node.children.empty() || node.label.empty()) {
-          THPC_FAIL(tokens.source() << ":" << token.line << ": stray text '" << token.text
-                                    << "' inside constituent '(" << node.label << "'");
+          THPC_FAIL(tokens.source() << ":" << token.line << ": stray text " << quoted(token.text)
+                                    << " inside constituent " << quoted("(" + node.label));
         }
         node.word = token.text;
         has_word = true;
@@ -160,17 +160,19 @@ std::vector<TreeNode> read_ptb_trees(std::istream& in, const std::string& source
   if (in.peek() == 0xEF) {
     char mark[3] = {};
     in.read(mark, 3);
-    if (in.gcount() != 3 || std::string(mark, 3) != "\xEF\xBB\xBF") {
-      for (std::streamsize i = in.gcount(); i > 0; --i) in.putback(mark[i - 1]);
-      in.clear();
+    const std::streamsize got = in.gcount();
+    if (got != 3 || std::string(mark, 3) != "\xEF\xBB\xBF") {
+      in.clear();  // (a short read set failbit, under which putback does nothing)
+      for (std::streamsize i = got; i > 0; --i) in.putback(mark[i - 1]);
     }
   }
   Tokenizer tokens(in, source_name);
   std::vector<TreeNode> trees;
   for (Token token = tokens.next(); token.kind != Token::kEnd; token = tokens.next()) {
     if (token.kind == Token::kAtom) {
-      THPC_FAIL(source_name << ":" << token.line << ": stray text '" << token.text
-                            << "' between trees");
+      // (quoted: bytes that are no text, a damaged mark say, as \xNN rather than raw)
+      THPC_FAIL(source_name << ":" << token.line << ": stray text " << quoted(token.text)
+                            << " between trees");
     }
     if (token.kind == Token::kClose) {
       THPC_FAIL(source_name << ":" << token.line << ": unbalanced tree: ')' without '('");

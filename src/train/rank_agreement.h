@@ -37,6 +37,12 @@ void on_every_rank(const Communicator& comm, Phase&& phase) {
   RankFailure failure;
   try {
     phase();
+  } catch (const AllRanksError& error) {
+    // One of exit 0 (a stop signal at start-up, StoppedDuringStartUp) is no failure to
+    // gather, which would take it for none: every rank raised it together, as such errors
+    // are raised.
+    if (error.exit_code() == 0) throw;
+    failure = failure_of(error);
   } catch (const std::exception& error) {
     failure = failure_of(error);
   }
