@@ -287,6 +287,16 @@ TEST(Trees, CommandLineTakesTheOtherToolsForms) {
   ASSERT_EQ(baseline.exit_code, 0) << baseline.output;
   EXPECT_EQ(baseline.output, "(TOP (S (DT The) (VP (NN cat) (VP (VBD sat) (. .)))))\n");
   EXPECT_FALSE(fs::exists(dir / "-"));
+  // A NUL byte in the words or the sequences is refused naming the file and line, as the
+  // other tools refuse it (before: written into the trees).
+  const std::string nul_words = (dir / "nul.words").string();
+  std::ofstream(nul_words, std::ios::binary) << std::string("The c\0at sat .\n", 15);
+  const auto nul = run_process(kTrees + " baseline --words " + nul_words + " --tags " + prefix +
+                               ".tags --output " + (dir / "nul.gold").string());
+  EXPECT_EQ(nul.exit_code, 1) << nul.output;
+  EXPECT_NE(nul.output.find(nul_words + ":1: a NUL byte at byte 6 of the line"),
+            std::string::npos)
+      << nul.output;
   const auto prefix_dash = run_process(kTrees + " linearize --output - " + mrg);
   EXPECT_EQ(prefix_dash.exit_code, 2) << prefix_dash.output;
   EXPECT_NE(prefix_dash.output.find("linearize --output is the prefix of four files"),

@@ -193,6 +193,10 @@ std::vector<std::vector<std::string>> read_token_lines(const std::string& path) 
   std::vector<std::vector<std::string>> lines;
   std::string line;
   while (std::getline(in, line)) {
+    // (text holds none: a file damaged by a crash, or not text; as transformer_preprocess
+    // and transformer_decode refuse it)
+    const std::string nul = thpc::nul_byte_problem(path, lines.size() + 1, line);
+    if (!nul.empty()) THPC_FAIL(nul);
     std::istringstream fields(line);
     std::vector<std::string> tokens;
     std::string token;
@@ -271,7 +275,11 @@ int reconstruct(const CommandLine& command) {
   std::istream& in = command.input_path.empty() ? std::cin : file;
   const std::string input_name = command.input_path.empty() ? "<stdin>" : command.input_path;
   std::vector<std::string> sequences;
-  for (std::string line; std::getline(in, line);) sequences.push_back(line);
+  for (std::string line; std::getline(in, line);) {
+    const std::string nul = thpc::nul_byte_problem(input_name, sequences.size() + 1, line);
+    if (!nul.empty()) THPC_FAIL(nul);
+    sequences.push_back(line);
+  }
   if (sequences.size() != words.size()) {
     THPC_FAIL(input_name << ": " << sequences.size() << " lines, but " << command.words_path
                          << " has " << words.size());
