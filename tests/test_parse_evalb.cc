@@ -194,6 +194,13 @@ TEST_F(EvalbFiles, WhatCannotBeScoredEndsWithOneLineNamingTheFile) {
             "transformer_evalb: error: none of the 2 sentences was scored (2 skipped, their "
             "lines of " + path("blank") + " without a tree): the summary holds no score");
   EXPECT_EQ(run_evalb_program(gold + " " + file("one", "\n(S (NP c) (VP d))\n")).exit_code, 0);
+  // "-" is standard input, for one of the two files (before: "-: no such file").
+  const EvalbRun from_files = run_evalb_program(gold + " " + gold);
+  const EvalbRun piped = run_evalb_program(gold + " - < " + gold);
+  EXPECT_EQ(piped.exit_code, 0);
+  EXPECT_EQ(piped.report, from_files.report);
+  EXPECT_EQ(run_evalb_program("- " + gold + " < " + gold).report, from_files.report);
+  EXPECT_EQ(run_evalb_program("- - < " + gold).exit_code, 2);
   // A directory where a file belongs is named as one (before: -p DIR scored with the
   // default parameters, exit 0; a gold DIR printed an empty summary, then "has 0 lines").
   for (const auto& [arguments, message] : std::vector<std::pair<std::string, std::string>>{

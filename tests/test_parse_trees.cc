@@ -297,6 +297,14 @@ TEST(Trees, CommandLineTakesTheOtherToolsForms) {
   EXPECT_NE(nul.output.find(nul_words + ":1: a NUL byte at byte 6 of the line"),
             std::string::npos)
       << nul.output;
+  // A .mrg file of "-" is standard input (before: "-: no such file").
+  const std::string from_stdin = (dir / "stdin").string();
+  const auto read_stdin = run_process(kTrees + " linearize --leaves=words --output " +
+                                      from_stdin + " - < " + mrg);
+  ASSERT_EQ(read_stdin.exit_code, 0) << read_stdin.output;
+  EXPECT_EQ(read_file(from_stdin + ".tree"), read_file(prefix + ".tree"));
+  EXPECT_EQ(run_process(kTrees + " linearize --output " + from_stdin + " - - < " + mrg).exit_code,
+            2);
   const auto prefix_dash = run_process(kTrees + " linearize --output - " + mrg);
   EXPECT_EQ(prefix_dash.exit_code, 2) << prefix_dash.output;
   EXPECT_NE(prefix_dash.output.find("linearize --output is the prefix of four files"),

@@ -3,9 +3,10 @@
 //
 //   transformer_evalb [-p PARAM.prm] [-d] [-e N] [-c N] GOLD TEST
 //
-// GOLD and TEST hold one tree per line. The report (per-sentence lines, then the
-// summary for all sentences and for those of length <= CUTOFF_LEN) goes to standard
-// output and EVALB's error lines ("LINE : Length unmatch (G|T)") to standard error.
+// GOLD and TEST hold one tree per line; one of them may be - (standard input). The report
+// (per-sentence lines, then the summary for all sentences and for those of length <=
+// CUTOFF_LEN) goes to standard output and EVALB's error lines ("LINE : Length unmatch
+// (G|T)") to standard error.
 // Exit codes: 0 scored, 1 an unreadable file, more than MAX_ERROR + 1 errors (EVALB
 // stops there, without a summary), files of different line counts (EVALB scores the
 // shorter's lines and exits 0), no tree in either or no sentence scored (all skipped or
@@ -29,7 +30,8 @@ namespace po = boost::program_options;
 constexpr const char* kUsageHead =
     "usage: transformer_evalb [-p PARAM.prm] [-d] [-e N] [-c N] GOLD TEST\n"
     "\n"
-    "Scores the trees of TEST against those of GOLD (one tree per line) as EVALB does:\n"
+    "Scores the trees of TEST against those of GOLD (one tree per line; one of the two\n"
+    "may be -, standard input) as EVALB does:\n"
     "labelled bracketing recall, precision, F-measure, complete match, crossing\n"
     "brackets and tagging accuracy, for all sentences and those of length <= CUTOFF_LEN.\n"
     "The options are EVALB's";
@@ -90,6 +92,9 @@ CommandLine parse_command_line(int argc, char** argv) {
     command.cutoff_length = cutoff_length;
   }
   if (!command.help && command.test_path.empty()) THPC_FAIL("needs a gold file and a test file");
+  if (command.gold_path == "-" && command.test_path == "-") {
+    THPC_FAIL("the gold and the test file cannot both be standard input (-): give one a path");
+  }
   return command;
 }
 
@@ -101,8 +106,17 @@ int run(const CommandLine& command) {
   if (command.debug) parameters.debug = 1;
   if (command.max_error) parameters.max_error = *command.max_error;
   if (command.cutoff_length) parameters.cutoff_length = *command.cutoff_length;
-  std::ifstream gold = thpc::open_input_file(command.gold_path, "the gold file");
-  std::ifstream test = thpc::open_input_file(command.test_path, "the test file");
+  // "-" is standard input, as in the other tools (`... | transformer_trees delinearize
+  // ... --output - | transformer_evalb GOLD -`; before: "-: no such file").
+  std::ifstream gold_file, test_file;
+  if (command.gold_path != "-") {
+    gold_file = thpc::open_input_file(command.gold_path, "the gold file");
+  }
+  if (command.test_path != "-") {
+    test_file = thpc::open_input_file(command.test_path, "the test file");
+  }
+  std::istream& gold = command.gold_path == "-" ? std::cin : gold_file;
+  std::istream& test = command.test_path == "-" ? std::cin : test_file;
   const thpc::parse::EvalbResult result =
       thpc::parse::run_evalb(parameters, gold, test, std::cout, std::cerr);
   // EVALB's own lines say "LINE : MESSAGE" without a file, repeat "Reading sentence" up to

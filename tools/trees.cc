@@ -1,6 +1,7 @@
 // transformer_trees: Penn Treebank trees to and from the sequences the parser learns.
 //
 //   transformer_trees linearize [--leaves XX|words] --output PREFIX FILE.mrg [FILE.mrg ...]
+//       (a FILE.mrg of - is standard input)
 //       writes PREFIX.words (the sentence), PREFIX.tree (the linearized tree, the
 //       target: its words the placeholder XX, the default, or the words themselves),
 //       PREFIX.tags (the part-of-speech tags) and PREFIX.gold (the normalised
@@ -16,6 +17,7 @@
 // leaves no half-written file, and never over an input, another output or a training
 // run's file (exit 2 before any work). Exit codes: 0 success, 1 bad input (one line naming the
 // file and line), 2 a bad command line.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -140,6 +142,9 @@ CommandLine parse_command_line(int argc, char** argv) {
   if (command.input_path == "-") command.input_path.clear();  // standard input
   if (command.command == "linearize") {
     if (command.files.empty()) THPC_FAIL("linearize needs at least one .mrg file");
+    if (std::count(command.files.begin(), command.files.end(), "-") > 1) {
+      THPC_FAIL("linearize reads standard input (-) once: give it once");
+    }
     try {
       command.leaves = thpc::parse::tree_leaves_from_name(leaves);
     } catch (const thpc::Error& error) {
@@ -212,8 +217,12 @@ int linearize_files(const CommandLine& command) {
   size_t trees = 0;
   size_t empty = 0;
   for (const std::string& path : command.files) {
-    std::ifstream in = thpc::open_input_file(path, "");
-    for (const TreeNode& raw : thpc::parse::read_ptb_trees(in, path)) {
+    // "-" is standard input, as in the other tools (before: "-: no such file").
+    std::ifstream file;
+    if (path != "-") file = thpc::open_input_file(path, "");
+    std::istream& in = path == "-" ? std::cin : file;
+    for (const TreeNode& raw :
+         thpc::parse::read_ptb_trees(in, path == "-" ? "<stdin>" : path)) {
       TreeNode normalized;
       if (!thpc::parse::normalize_tree(raw, &normalized)) {
         ++empty;
