@@ -42,12 +42,17 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
   return paths;
 }
 
-std::vector<std::string> newest_healthy_checkpoints(const std::string& dir, int count) {
+std::vector<std::string> newest_healthy_checkpoints(const std::string& dir, int count,
+                                                    int64_t every_steps, int64_t last_step) {
   std::vector<std::string> paths;
   const std::vector<CheckpointSummary> summaries = checkpoint_summaries(dir);
   for (auto summary = summaries.rbegin();
        summary != summaries.rend() && static_cast<int>(paths.size()) < count; ++summary) {
-    if (summary->state == CheckpointState::Healthy) paths.insert(paths.begin(), summary->path);
+    if (summary->state != CheckpointState::Healthy) continue;
+    if (every_steps > 0 && summary->step % every_steps != 0 && summary->step != last_step) {
+      continue;
+    }
+    paths.insert(paths.begin(), summary->path);
   }
   return paths;
 }

@@ -22,8 +22,11 @@ std::vector<CheckpointSummary> checkpoint_summaries(const std::string& dir);
 // Their paths, in that order.
 std::vector<std::string> list_checkpoints(const std::string& dir);
 // The paths of the newest `count` healthy checkpoints of `dir`, oldest first (fewer if
-// fewer exist): what averaging the last N of a run takes.
-std::vector<std::string> newest_healthy_checkpoints(const std::string& dir, int count);
+// fewer exist): what averaging the last N of a run takes. With `every_steps` > 0, those
+// of that schedule only: its multiples, and `last_step` (the run's end).
+std::vector<std::string> newest_healthy_checkpoints(const std::string& dir, int count,
+                                                    int64_t every_steps = 0,
+                                                    int64_t last_step = -1);
 
 // The best_step_*.h5 files of `dir` whose header holds a validation score, ranked best
 // first by rank_best_checkpoints(). Files of every metric are listed; a caller that ranks

@@ -166,8 +166,12 @@ void CheckpointKeeping::write_average(bool best, int64_t step, std::ostream& log
       return;
     }
   } else {
-    // Healthy ones only: a diverged checkpoint would poison the average.
-    paths = newest_healthy_checkpoints(options.dir, wanted);
+    // Healthy ones only: a diverged checkpoint would poison the average. With
+    // checkpoint.every_steps, those of the schedule only (its multiples and this last
+    // step): one a stop signal wrote between them (a requeued job's) is no point of the
+    // window the run was set to average (jobs/common.sh's thpc_train_averaged: the paper's
+    // last 5, which took the stop's step in place of the oldest).
+    paths = newest_healthy_checkpoints(options.dir, wanted, options.every_steps, step);
     if (paths.empty()) {
       log << "warning: no average written: no healthy checkpoint in " << options.dir
           << std::endl;
