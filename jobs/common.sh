@@ -23,7 +23,8 @@
 #      directory and resumes from the checkpoint; the log is appended to
 #      (#SBATCH --open-mode=append). A job that ends without a signal is done: exit 0.
 #
-# Exit codes the batch system sees: 0 finished, or checkpointed and requeued; otherwise
+# Exit codes the batch system sees: 0 finished, or checkpointed and requeued (1 when
+# `scontrol requeue` fails: checkpointed, not requeued, submit it again); otherwise
 # the trainer's (docs/running.md "Exit codes": 1 a runtime failure, 2 a bad configuration, 3 bad
 # data), and the job ends FAILED without a requeue, since running it again would fail
 # again.
@@ -198,9 +199,7 @@ thpc_train() {
   if [ -n "$thpc_stop_signal" ]; then  # before the launch: nothing to stop, nothing lost
     echo "thpc: $thpc_stop_signal received before the trainer started; not started"
     if [ "$thpc_requeued" = 0 ] && [ -n "${SLURM_JOB_ID:-}" ]; then
-      echo "thpc: requeueing job $SLURM_JOB_ID"
-      thpc_requeued=1
-      scontrol requeue "$SLURM_JOB_ID"
+      thpc_requeue "nothing was trained" || return $?
     fi
     return 0
   fi
@@ -246,11 +245,23 @@ thpc_train() {
     return "$status"
   fi
   if [ -n "$thpc_stop_signal" ] && [ -n "${SLURM_JOB_ID:-}" ]; then
-    echo "thpc: $stopped after $thpc_stop_signal; requeueing job $SLURM_JOB_ID"
-    thpc_requeued=1
-    scontrol requeue "$SLURM_JOB_ID"
+    thpc_requeue "$stopped after $thpc_stop_signal" || return $?
   fi
   return 0
+}
+
+# Puts the job back in the queue, where it resumes from its checkpoint, after "thpc:
+# WHY; requeueing job ID". When Slurm refuses (a controller that does not answer) it says
+# so and returns 1: the job ends unfinished with exit 1, not 0, which the batch system
+# took for a finished job (COMPLETED, and a multi-day run left half done without a word).
+thpc_requeue() {
+  echo "thpc: $1; requeueing job $SLURM_JOB_ID"
+  thpc_requeued=1
+  if ! scontrol requeue "$SLURM_JOB_ID"; then
+    echo "thpc: scontrol requeue $SLURM_JOB_ID failed: the job ends here, unfinished;" \
+         "submit it again (it resumes from its checkpoint: checkpoint.resume=auto)" >&2
+    return 1
+  fi
 }
 
 # thpc_train_averaged CONFIG MAX_STEPS LAST EVERY [trainer options...]
@@ -296,9 +307,7 @@ thpc_train_averaged() {
   if [ -n "$thpc_stop_signal" ]; then  # stopped: phase 2 runs in the requeued job
     if [ "$thpc_requeued" = 0 ] && [ -n "${SLURM_JOB_ID:-}" ]; then
       # The signal came between the phases, after phase 1 had ended on its own.
-      echo "thpc: $thpc_stop_signal received after phase 1; requeueing job $SLURM_JOB_ID"
-      thpc_requeued=1
-      scontrol requeue "$SLURM_JOB_ID"
+      thpc_requeue "$thpc_stop_signal received after phase 1" || return $?
     fi
     return 0
   fi

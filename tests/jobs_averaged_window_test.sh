@@ -10,7 +10,7 @@
 #   3. run again (a requeued job that had finished), it trains nothing and keeps the files;
 #   4. options that set the schedule themselves get one plain run;
 #   5. a missing program is said; 6. a config's own checkpoint.resume is not replaced
-#      without a word.
+#      without a word; 7. a requeue Slurm refuses fails the job.
 #
 #   tests/jobs_averaged_window_test.sh SOURCE_DIR BINARY_DIR      (ctest runs it)
 set -uo pipefail
@@ -106,4 +106,14 @@ thpc_train "$tmp/places.ini" --train.max_steps=1 --train.backend=cpu > "$tmp/pla
   { cat "$tmp/places.log"; fail "the run with a configured checkpoint.dir exited $?"; }
 grep -q "thpc: note: $tmp/places.ini sets checkpoint.dir = $tmp/elsewhere; the job's run" \
   "$tmp/places.log" || { cat "$tmp/places.log"; fail "no note of the replaced checkpoint.dir"; }
+# 7. A requeue Slurm refuses (a controller that does not answer) is said and fails the job
+# (before: exit 0, and the batch system took the unfinished job for a finished one).
+mkdir -p "$tmp/bin"
+printf '#!/bin/sh\necho "scontrol: fatal: Could not establish a configuration source" >&2\nexit 1\n' \
+  > "$tmp/bin/scontrol"
+chmod +x "$tmp/bin/scontrol"
+requeue=$( (PATH=$tmp/bin:$PATH SLURM_JOB_ID=7 thpc_requeue "checkpointed after USR1") 2>&1 ) &&
+  fail "a refused requeue returned 0: $requeue"
+grep -q "thpc: scontrol requeue 7 failed: the job ends here, unfinished" <<< "$requeue" ||
+  fail "no line saying the requeue failed: $requeue"
 echo "PASSED"
