@@ -541,5 +541,27 @@ TEST(Tools, AnOutputCutShortByAFullDiskExitsOne) {
   }
 }
 
+// tools/run_default_job.sh does not evaluate a training stopped by a signal (the trainer
+// exits 0 after its checkpoint): before, it averaged, decoded and scored the few steps and
+// exited 0. THPC_TEST_STOP_AT_STEP stops the trainer as a SIGTERM would.
+TEST(Tools, TheDefaultJobDoesNotEvaluateAStoppedTraining) {
+  const ScratchDirectory scratch;
+  // BUILD: the programs, through links, and the job's files beside them.
+  for (const char* name : {"transformer_hpc", "transformer_preprocess", "transformer_average",
+                           "transformer_decode", "transformer_score"}) {
+    fs::create_symlink(thpc::binary_dir() + "/" + name, scratch.path() / name);
+  }
+  const ProcessResult stopped = run_process(
+      "BUILD=" + scratch.path().string() + " THPC_TEST_STOP_AT_STEP=2 bash " +
+      std::string(THPC_SOURCE_DIR) + "/tools/run_default_job.sh --model.layers=1 "
+      "--model.d_model=32 --model.d_ff=64 --model.heads=2 --train.max_steps=50");
+  EXPECT_EQ(stopped.exit_code, 1) << stopped.output;
+  EXPECT_NE(stopped.output.find("run_default_job.sh: the training was stopped before its end"),
+            std::string::npos)
+      << stopped.output;
+  EXPECT_EQ(stopped.output.find("translations exact"), std::string::npos) << stopped.output;
+  EXPECT_FALSE(fs::exists(scratch.path() / "numbers" / "eval" / "test.hyp"));
+}
+
 }  // namespace
 }  // namespace thpc

@@ -11,7 +11,8 @@
 #
 # BUILD (default: build) is the CMake build directory; MPIRUN="mpirun -np 2" runs the
 # training on several ranks. Everything is written under BUILD/numbers: text/, data/
-# (shards), checkpoints/, metrics.jsonl and eval/ (the average and the translations);
+# (shards), checkpoints/, metrics.jsonl, train.log and eval/ (the average and the
+# translations); a training stopped by a signal is not evaluated (exit 1);
 # each run starts afresh, removing the previous run's checkpoints, metrics and eval/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,8 +30,18 @@ python3 tools/make_numbers_corpus.py --out "$corpus/text" --seed 1
 # An earlier run's checkpoints would be averaged with this run's (and its metrics
 # appended to): the trainer refuses a directory that holds them, so they go first.
 rm -rf "$checkpoints" "$corpus/metrics.jsonl" "$corpus"/events.out.tfevents.* "$eval_dir"
+# The trainer's lines go to train.log too (tee deaf to the Ctrl-C that reaches the whole
+# group, so that it keeps the last lines): a run stopped by a signal exits 0 after its
+# checkpoint, and is not evaluated as if it had finished (before: averaged, decoded and
+# scored, exit 0).
 ${MPIRUN:-} "$build/transformer_hpc" input/numbers.ini --data.dir="$corpus/data" \
-  --checkpoint.dir="$checkpoints" --train.metrics_dir="$corpus" "$@"
+  --checkpoint.dir="$checkpoints" --train.metrics_dir="$corpus" "$@" |
+  (trap '' INT TERM; exec tee "$corpus/train.log")
+if grep -q '^stopped' "$corpus/train.log"; then
+  echo "run_default_job.sh: the training was stopped before its end (the 'stopped' line" \
+       "above): nothing is evaluated; run the script again (it starts afresh)" >&2
+  exit 1
+fi
 
 mkdir -p "$eval_dir"
 # The last 5, or all there are when a shorter run (--train.max_steps) wrote fewer.
@@ -45,7 +56,9 @@ fi
   --input "$corpus/text/test.en" --output "$eval_dir/test.hyp"
 # Each German number is one word, so word-level BLEU (13a) finds no bigrams and is 0
 # for any system: the score is over characters (sacreBLEU's -tok char).
-echo "test: $("$build/transformer_score" -tok char -w 2 "$corpus/text/test.de" -i "$eval_dir/test.hyp")"
+# (Assigned first: a failing score inside `echo "$(...)"` left "test: " and exit 0.)
+score=$("$build/transformer_score" -tok char -w 2 "$corpus/text/test.de" -i "$eval_dir/test.hyp")
+echo "test: $score"
 paste -d '\t' "$corpus/text/test.en" "$eval_dir/test.hyp" "$corpus/text/test.de" | awk -F '\t' -v last="$last" '
   $2 == $3 { exact++ }
   NR <= 3 { example[NR] = sprintf("  %s\n    translation: %s\n    reference:   %s", $1, $2, $3) }

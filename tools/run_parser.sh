@@ -25,9 +25,13 @@ fail() { echo "run_parser.sh: $*" >&2; exit 1; }
 fetch="fetch the data with 'bash tools/fetch_data.sh ptb_sample DIR' and 'bash tools/fetch_data.sh evalb DIR', then set THPC_DATA=DIR"
 [[ -n ${THPC_DATA:-} && -d ${THPC_DATA:-} ]] || fail "THPC_DATA (${THPC_DATA:-unset}) is not a folder: $fetch"
 data=$(cd "$THPC_DATA" && pwd)  # absolute: the script changes directory
-cd "$(dirname "$0")/.."
+# Paths the caller gives are the caller's: CONFIG and CHECKPOINT made absolute before the
+# script changes directory (before: ./my.ini from elsewhere was "no such config file").
+absolute() { [[ $1 == /* ]] && echo "$1" || echo "$PWD/$1"; }
 config=input/parse_tiny.ini
-if [[ $# -gt 0 && $1 != --* ]]; then config=$1; shift; fi
+if [[ $# -gt 0 && $1 != --* ]]; then config=$(absolute "$1"); shift; fi
+[[ -n ${CHECKPOINT:-} ]] && CHECKPOINT=$(absolute "$CHECKPOINT")
+cd "$(dirname "$0")/.."
 [[ -f $config ]] || fail "$config: no such config file"
 build=${BUILD:-${THPC_BUILD:-build}}  # THPC_BUILD as the job scripts and evaluate.sh name it
 work=${WORK:-$build/parse}
@@ -66,10 +70,15 @@ fi
 leaves=${leaves:-XX}  # the trainer checks the value; the checkpoint carries it to decoding
 
 mkdir -p "$work"
-files() { for i in $(seq "$1" "$2"); do printf '%s/wsj_%04d.mrg\n' "$trees" "$i"; done; }
-"$build/transformer_trees" linearize --leaves "$leaves" --output "$work/train" $(files 1 159)
-"$build/transformer_trees" linearize --leaves "$leaves" --output "$work/dev" $(files 160 179)
-"$build/transformer_trees" linearize --leaves "$leaves" --output "$work/test" $(files 180 199)
+# The .mrg files of a split, one argument each (a THPC_DATA path with spaces split apart).
+linearize() {
+  local split=$1 first=$2 last=$3 i files=()
+  for (( i = first; i <= last; i++ )); do files+=("$(printf '%s/wsj_%04d.mrg' "$trees" "$i")"); done
+  "$build/transformer_trees" linearize --leaves "$leaves" --output "$work/$split" "${files[@]}"
+}
+linearize train 1 159
+linearize dev 160 179
+linearize test 180 199
 # The sentences decoded: the first EVAL_LIMIT (0 = all) of those with at most
 # EVAL_MAX_WORDS words (0 = any length), the same lines of words, tags and gold trees.
 for split in dev test; do
@@ -122,8 +131,22 @@ if [[ -z ${CHECKPOINT:-} ]]; then
   fi
   metrics=()
   [[ $metrics_given == 1 ]] || metrics=(--train.metrics_dir="$run_dir")
-  ${MPIRUN:-} "$build/transformer_hpc" "$config" "${metrics[@]}" "$@"
-  CHECKPOINT=$(ls -1 "$checkpoints"/step_*.h5 2> /dev/null | tail -n 1)
+  # The trainer's lines go to train.log too (tee deaf to the Ctrl-C that reaches the whole
+  # group): a run stopped by a signal exits 0 after its checkpoint, and is not scored as
+  # if it had finished (before: scored, F1 nan, exit 0; and a second run of the script,
+  # which the trainer's own advice asked for, moved its checkpoints away).
+  ${MPIRUN:-} "$build/transformer_hpc" "$config" "${metrics[@]}" "$@" |
+    (trap '' INT TERM; exec tee "$work/train.log")
+  if grep -q '^stopped' "$work/train.log"; then
+    fail "the training was stopped before its end (the 'stopped' line above): continue it" \
+         "with ${MPIRUN:+$MPIRUN }$build/transformer_hpc $config ${*:+$* }--checkpoint.resume=auto," \
+         "then score it with CHECKPOINT=FILE bash tools/run_parser.sh (a new run of this" \
+         "script starts over, the checkpoints moved to $checkpoints.previous*)"
+  fi
+  # (Not `ls | tail`: under pipefail ls's failure ended the script with its exit 2, this
+  # line unsaid.)
+  CHECKPOINT=$( { find "$checkpoints" -maxdepth 1 -name 'step_*.h5' 2> /dev/null || true; } |
+               sort | tail -n 1)
   [[ -n $CHECKPOINT ]] || fail "no checkpoint in $checkpoints after training"
 fi
 
