@@ -134,6 +134,7 @@ void dry_run(const thpc::Config& config, const thpc::Communicator& comm, std::os
   const bool is_root = comm.is_root();
   int vocab = config.model.vocab_size;
   std::unique_ptr<thpc::BatchSource> source;
+  std::unique_ptr<thpc::ShardReader> valid;  // when training would validate
   thpc::on_every_rank(comm, [&] {
     // First, as in training: a backend this build or this node cannot run (exit 2).
     if (const std::string backend = thpc::backend_impossible(config); !backend.empty()) {
@@ -156,7 +157,7 @@ void dry_run(const thpc::Config& config, const thpc::Communicator& comm, std::os
       // The validation shards too, when training would read them (exit 3 as there),
       // before the vocabulary is resolved (exit 2), in training's order.
       if (config.train.valid_every > 0) {
-        const std::unique_ptr<thpc::ShardReader> valid = thpc::make_validation_source(config);
+        valid = thpc::make_validation_source(config);
         if (!config.data.dir.empty()) thpc::check_validation_vocabulary(config, *source, *valid);
       }
       vocab = thpc::resolve_vocab_size(config, *source);
@@ -168,7 +169,8 @@ void dry_run(const thpc::Config& config, const thpc::Communicator& comm, std::os
         thpc::training_does_not_fit(config, vocab, thpc::host_memory_bytes(), ranks);
     if (!too_large.empty()) throw thpc::AllRanksError(too_large, 2);
     if (source) {
-      const std::string impossible = thpc::configuration_impossible(config, *source, ranks);
+      const std::string impossible =
+          thpc::configuration_impossible(config, *source, ranks, valid.get());
       if (!impossible.empty()) throw thpc::AllRanksError(impossible, 2);
     }
   });

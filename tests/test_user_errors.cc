@@ -218,6 +218,26 @@ TEST(UserErrors, TheDryRunRefusesWhatTrainingRefusesWithTheSameExitCode) {
   ASSERT_EQ(made.exit_code, 0) << made.output;
   expect_configuration_error("--data.dir=" + data + " --train.tokens_per_step=3",
                              "less than the longest pair of the data takes");
+  // Validation shards whose longest pair a micro-batch cannot hold (short training pairs,
+  // long validation ones): refused at start-up, as the training data's (before: training
+  // ran to its first validation and failed there, exit 1, no checkpoint written; a helper's
+  // finding).
+  const std::string lopsided = (root / "lopsided").string();
+  const ProcessResult lopsided_made = run_process(
+      "cd " + (root).string() + " && python3 " THPC_SOURCE_DIR "/tools/make_numbers_corpus.py "
+      "--train 2000 --valid 50 --test 2 --seed 1 --out lop > /dev/null && "
+      "paste lop/train.en lop/train.de | awk -F'\t' 'split($1, a, \" \") <= 2' > lop/t.tsv && "
+      "cut -f1 lop/t.tsv > lop/short.en && cut -f2 lop/t.tsv > lop/short.de && "
+      "paste lop/valid.en lop/valid.de | awk -F'\t' 'split($1, a, \" \") >= 6' > lop/v.tsv && "
+      "cut -f1 lop/v.tsv > lop/long.en && cut -f2 lop/v.tsv > lop/long.de && " +
+      thpc::binary_dir() + "/transformer_preprocess --source-lang en --target-lang de "
+      "--trainpref lop/short --validpref lop/long --destdir " + lopsided +
+      " --vocab-size 120 --seed 1 > /dev/null 2>&1");
+  ASSERT_EQ(lopsided_made.exit_code, 0) << lopsided_made.output;
+  expect_configuration_error("--data.dir=" + lopsided + " --train.tokens_per_step=12 "
+                             "--train.valid_every=2",
+                             "less than the longest pair of the validation shards (valid, read "
+                             "at that budget from step 2) takes");
   expect_configuration_error("--data.dir=" + data + " --train.valid_every=1 "
                              "--train.valid_bleu=true --train.valid_beam=100000",
                              "train.valid_beam 100000 is wider than the vocabulary of 60");

@@ -152,7 +152,8 @@ Trainer::Trainer(const Config& config, Communicator comm)
   const std::string too_large =
       training_does_not_fit(config_, vocab, host_memory_bytes(), comm_.size());
   if (!too_large.empty()) throw AllRanksError(too_large, 2);
-  if (const std::string impossible = configuration_impossible(config_, *source_, comm_.size());
+  if (const std::string impossible =
+          configuration_impossible(config_, *source_, comm_.size(), valid_source_.get());
       !impossible.empty()) {
     throw AllRanksError(impossible, 2);
   }

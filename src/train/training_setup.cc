@@ -122,7 +122,8 @@ std::string backend_impossible(const Config& config) {
   return "";
 }
 
-std::string configuration_impossible(const Config& config, const BatchSource& source, int ranks) {
+std::string configuration_impossible(const Config& config, const BatchSource& source, int ranks,
+                                     const BatchSource* valid) {
   const TrainConfig& train = config.train;
   std::ostringstream why;
   if (const std::string backend = backend_impossible(config); !backend.empty()) {
@@ -139,15 +140,22 @@ std::string configuration_impossible(const Config& config, const BatchSource& so
         << " tokens: give at most " << source.vocab_size();
   } else {
     const int64_t budget = train.tokens_per_step / (static_cast<int64_t>(train.accumulate) * ranks);
-    if (source.longest_padded_side() > budget) {
+    // Validation reads its batches at the same budget.
+    const bool valid_longer =
+        valid != nullptr && valid->longest_padded_side() > source.longest_padded_side();
+    const BatchSource& longest = valid_longer ? *valid : source;
+    if (longest.longest_padded_side() > budget) {
       why << config.source_file << ": train.tokens_per_step " << train.tokens_per_step
           << " gives each of the " << train.accumulate << " micro-batches on each of " << ranks
-          << " ranks " << budget << " tokens, less than the longest pair of the data takes ("
-          << source.longest_padded_side() << " tokens a side with eos/bos); raise "
-          << "train.tokens_per_step to at least "
-          << source.longest_padded_side() * train.accumulate * ranks
-          << (source.spm_model() != nullptr ? ", or preprocess with a smaller --max-len"
-                                            : ", or give a smaller data.synthetic_max_len");
+          << " ranks " << budget << " tokens, less than the longest pair of the "
+          << (valid_longer ? "validation shards (" + config.data.valid + ", read at that "
+                             "budget from step " + std::to_string(train.valid_every) + ")"
+                           : std::string("data"))
+          << " takes (" << longest.longest_padded_side() << " tokens a side with eos/bos); "
+          << "raise train.tokens_per_step to at least "
+          << longest.longest_padded_side() * train.accumulate * ranks
+          << (longest.spm_model() != nullptr ? ", or preprocess with a smaller --max-len"
+                                             : ", or give a smaller data.synthetic_max_len");
     }
   }
   return why.str();

@@ -52,9 +52,12 @@ std::string backend_impossible(const Config& config);
 // Why the configuration cannot train with this build, or on `source` with `ranks` ranks
 // ("" when it can): train.backend = cuda in a build without CUDA, train.tokens_per_step
 // too small to share among the ranks' micro-batches, a train.valid_beam wider than the
-// vocabulary, or a micro-batch budget below the longest pair of the data. A configuration
-// error (exit 2) that --dry-run finds as training does, before anything is built.
-std::string configuration_impossible(const Config& config, const BatchSource& source, int ranks);
+// vocabulary, or a micro-batch budget below the longest pair of the data or of the
+// validation shards (`valid`, when the run validates: its first validation failed, after
+// training up to it, with no checkpoint written). A configuration error (exit 2) that
+// --dry-run finds as training does, before anything is built.
+std::string configuration_impossible(const Config& config, const BatchSource& source, int ranks,
+                                     const BatchSource* valid = nullptr);
 
 // Throws unless `checkpoint` (read from `path`) was trained on the vocabulary of `data`,
 // the training shards: the same SentencePiece pieces (a model of another vocabulary of
