@@ -225,14 +225,25 @@ Config resolve(const std::string& ini_path, std::istream& stream, po::variables_
 // The ini format takes '#' for the start of a comment wherever it stands: "dir =
 // runs/exp#1" gave runs/exp without a word. A '#' right after a value's text (no space
 // before it) is taken for part of the value the user meant, and refused naming the line;
-// "value   # comment" is a comment, as the shipped configs write them.
+// "value   # comment" is a comment, as the shipped configs write them. A " ;" comment,
+// which other ini readers take (Python's configparser with inline_comment_prefixes, git's
+// config), is no comment here: "dir = runs/a ; scratch" wrote checkpoints to the folder
+// "runs/a ; scratch". Refused naming the line too.
 void refuse_a_hash_inside_a_value(const std::string& ini_path, const std::string& text) {
   std::istringstream lines(text);
   int number = 0;
   for (std::string line; std::getline(lines, line);) {
     ++number;
     const size_t equals = line.find('='), hash = line.find('#');
-    if (equals == std::string::npos || hash == std::string::npos || hash < equals) continue;
+    if (equals == std::string::npos) continue;
+    const size_t semicolon = std::min(line.find(" ;", equals), line.find("\t;", equals));
+    if (semicolon != std::string::npos && semicolon < hash) {
+      THPC_FAIL(ini_path << ":" << number << ": a ';' after a space in the value of "
+                         << quoted(trim(line.substr(0, equals))) << ": it would be part of "
+                         << "the value, not a comment; write a comment after ' #' (or give "
+                         << "a value without ';')");
+    }
+    if (hash == std::string::npos || hash < equals) continue;
     const size_t value = line.find_first_not_of(" \t", equals + 1);
     if (value != hash && line[hash - 1] != ' ' && line[hash - 1] != '\t') {
       THPC_FAIL(ini_path << ":" << number << ": a '#' inside the value of "
