@@ -450,9 +450,14 @@ std::string parse_integer(const std::string& text, Integer* value) {
   const char* const end = text.data() + text.size();
   const auto result = std::from_chars(text.data(), end, *value);
   if (result.ec == std::errc::result_out_of_range) {
-    return quoted(text) + " is out of range [" +
-           std::to_string(std::numeric_limits<Integer>::min()) + ", " +
-           std::to_string(std::numeric_limits<Integer>::max()) + "]";
+    // Said as what the key can hold, not as the type's interval ("out of range
+    // [-9223372036854775808, ...]" for a key of at least 1 read as a range of the key's).
+    const bool negative = !text.empty() && text[0] == '-';
+    return quoted(text) + " is " +
+           (negative ? "below the smallest whole number the key holds ("
+                       + std::to_string(std::numeric_limits<Integer>::min())
+                     : "beyond the largest whole number the key holds ("
+                       + std::to_string(std::numeric_limits<Integer>::max())) + ")";
   }
   if (result.ec != std::errc() || result.ptr != end || text.empty()) {
     return quoted(text) + " is not " +
