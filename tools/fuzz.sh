@@ -107,8 +107,19 @@ printf 'Die Katze saß auf der Matte — „schön“ (1.000,50 €)!' > "$seeds
 printf 'Ελληνικά ΣΊΣΥΦΟΣ 日本語のテキスト، عربى\t end.' > "$seeds/bleu_tokenize/hand.1"
 
 # ---- runs ----
-# Stopped (Ctrl-C, a job's time limit), the fuzzers started in the background stop too.
-trap 'kill $(jobs -p) 2> /dev/null || true' INT TERM
+# Stopped (Ctrl-C, a job's time limit), the fuzzers started in the background stop too,
+# and so does the schedule (before: the trap killed the subshells, their fuzzers ran on
+# with no parent, and the loop started the remaining targets).
+stop_fuzzers() {
+  local pid
+  for pid in $(jobs -p); do
+    pkill -TERM -P "$pid" 2> /dev/null || true  # the fuzzer its run_target started
+    kill "$pid" 2> /dev/null || true
+  done
+  exit "$1"
+}
+trap 'stop_fuzzers 130' INT
+trap 'stop_fuzzers 143' TERM
 run_target() {
   local t=$1
   # Inputs up to the largest seed (at least libFuzzer's usual 4096 bytes): without the
