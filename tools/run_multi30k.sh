@@ -16,15 +16,21 @@
 # it) is the text directory; BUILD (default
 # build) the CMake build directory; MPIRUN="mpirun -np 8" trains on several ranks.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+# Paths the caller gives are the caller's: made absolute before the script changes
+# directory (before: `--config m.ini` or THPC_DATA=./data from elsewhere were "not found").
+absolute() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
 config=input/multi30k.ini
 if [ "${1:-}" = --config ]; then
-  config=${2:?--config needs a file}
+  config=$(absolute "${2:?--config needs a file}")
   shift 2
 fi
+build=${BUILD:-${THPC_BUILD:-}}  # THPC_BUILD as the job scripts and evaluate.sh name it
+[ -n "$build" ] && build=$(absolute "$build")
+text=${MULTI30K:-${THPC_DATA:+$THPC_DATA/multi30k}}
+[ -n "$text" ] && text=$(absolute "$text")
+cd "$(dirname "$0")/.."
+build=${build:-build}
 [ -f "$config" ] || { echo "run_multi30k: configuration '$config' not found" >&2; exit 1; }
-build=${BUILD:-${THPC_BUILD:-build}}  # THPC_BUILD as the job scripts and evaluate.sh name it
-text=${MULTI30K:-${THPC_DATA:-}/multi30k}
 [ -f "$text/train.en" ] || { echo "run_multi30k: $text/train.en not found: run 'bash tools/fetch_data.sh multi30k DIR' and set THPC_DATA=DIR" >&2; exit 1; }
 data=$build/multi30k/data
 mkdir -p "$build/multi30k"
@@ -38,6 +44,14 @@ tokens=$("$build/transformer_hpc" "$config" --data.dir="$data" "$@" --dry-run |
   sed -n 's/^tokens_per_step = \([0-9]*\).*/\1/p' | head -1)
 "$build/transformer_data_stats" "$data" --tokens-per-step "$tokens"
 log=$build/multi30k/train.log
-${MPIRUN:-} "$build/transformer_hpc" "$config" --data.dir="$data" "$@" | tee "$log"
+# (tee deaf to the Ctrl-C that reaches the whole group, so that it keeps the last lines)
+${MPIRUN:-} "$build/transformer_hpc" "$config" --data.dir="$data" "$@" |
+  (trap '' INT TERM; exec tee "$log")
+# A run stopped by a signal exits 0 after its checkpoint: it is not scored as finished.
+if grep -q '^stopped' "$log"; then
+  echo "run_multi30k: the training was stopped before its end (the 'stopped' line above):" \
+       "run the script again with --checkpoint.resume=auto to continue it" >&2
+  exit 1
+fi
 bash tools/choose_average.sh multi30k "$log" "$build/transformer_hpc" "$config" \
   --data.dir="$data" "$@"
