@@ -15,8 +15,12 @@
 # translations); a training stopped by a signal is not evaluated (exit 1);
 # each run starts afresh, removing the previous run's checkpoints, metrics and eval/.
 set -euo pipefail
+# THPC_BUILD as the job scripts and evaluate.sh name it; a relative one is the caller's,
+# made absolute before the script changes directory (the repository's build by default).
+build=${BUILD:-${THPC_BUILD:-}}
+[[ -n $build && $build != /* ]] && build=$PWD/$build
 cd "$(dirname "$0")/.."
-build=${BUILD:-${THPC_BUILD:-build}}  # THPC_BUILD as the job scripts and evaluate.sh name it
+build=${build:-build}
 corpus=$build/numbers
 checkpoints=$corpus/checkpoints
 eval_dir=$corpus/eval

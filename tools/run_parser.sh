@@ -31,9 +31,12 @@ absolute() { [[ $1 == /* ]] && echo "$1" || echo "$PWD/$1"; }
 config=input/parse_tiny.ini
 if [[ $# -gt 0 && $1 != --* ]]; then config=$(absolute "$1"); shift; fi
 [[ -n ${CHECKPOINT:-} ]] && CHECKPOINT=$(absolute "$CHECKPOINT")
+build=${BUILD:-${THPC_BUILD:-}}  # THPC_BUILD as the job scripts and evaluate.sh name it
+[[ -n $build ]] && build=$(absolute "$build")
+[[ -n ${WORK:-} ]] && WORK=$(absolute "$WORK")
 cd "$(dirname "$0")/.."
+build=${build:-build}
 [[ -f $config ]] || fail "$config: no such config file"
-build=${BUILD:-${THPC_BUILD:-build}}  # THPC_BUILD as the job scripts and evaluate.sh name it
 work=${WORK:-$build/parse}
 trees=$data/ptb_sample/combined
 prm=$data/evalb/COLLINS.prm
