@@ -113,7 +113,8 @@ const std::vector<Option>& option_table() {
                   "included; 0 = from the data (§5.1)"),
       THPC_OPTION(model, attention_bias, THPC_ANY,
                   "biases on the Q/K/V/O projections (the paper has none)"),
-      THPC_OPTION(model, layernorm_eps, THPC_ABOVE(0), "epsilon of layer normalization"),
+      // (0, 1): 1e30 was taken, and the model learnt nothing without a word.
+      THPC_OPTION(model, layernorm_eps, THPC_OPEN_FRACTION, "epsilon of layer normalization"),
       THPC_OPTION(model, norm, THPC_ONE_OF("post", "pre"),
                   "post: LayerNorm(x + Dropout(Sublayer(x))) (§3.1); pre: x + "
                   "Dropout(Sublayer(LayerNorm(x))) and a final LayerNorm after each stack "
@@ -238,7 +239,8 @@ const std::vector<Option>& option_table() {
       THPC_OPTION(dist, bucket_mb, THPC_AT_LEAST(0.001),
                   "gradient all-reduce bucket size in MiB (one collective per bucket, whose "
                   "fixed cost dominates small ones: a run warns above 1000 buckets)"),
-      THPC_OPTION(dist, timeout_s, THPC_ABOVE(0),
+      // At least a second: 1e-9 was taken, and every step's sums ended the job as hung.
+      THPC_OPTION(dist, timeout_s, THPC_AT_LEAST(1),
                   "seconds a rank waits for the others in a training step's collectives "
                   "(the gradient sums, NCCL or MPI, included) before the job is ended: a "
                   "rank stopped (SIGSTOP, a debugger), hung or lost; in validation (and "
