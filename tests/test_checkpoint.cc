@@ -1093,26 +1093,32 @@ TEST_F(CheckpointTest, KeepsTheLastKAndAveragesTheLastN) {
     }
   }
 
-  // A checkpoint off the schedule (a stop signal's at step 9, resumed to the end, as a
-  // requeued job's) is no point of the window: steps 6, 8 and 10 are averaged (before:
-  // 8, 9 and 10, and jobs/common.sh's paper window held the stop's step).
-  Trainer(small_config(path("stopped"), {"train.max_steps=9", "checkpoint.every_steps=2",
-                                         "checkpoint.keep=4", "checkpoint.average_last=0"}))
-      .run(log);
-  ASSERT_TRUE(fs::exists(path("stopped/step_00000009.h5"))) << log.str();
-  Trainer(small_config(path("stopped"), {"train.max_steps=10", "checkpoint.every_steps=2",
-                                         "checkpoint.keep=4", "checkpoint.average_last=3",
-                                         "checkpoint.resume=auto"}))
-      .run(log);
-  ASSERT_TRUE(fs::exists(path("stopped/step_00000009.h5"))) << log.str();
-  const Checkpoint window = read_checkpoint(path("stopped/average_last3.h5"),
-                                            CheckpointParts::ParamsOnly);
-  const Checkpoint schedule = average_checkpoints(
-      {path("stopped/step_00000006.h5"), path("stopped/step_00000008.h5"),
-       path("stopped/step_00000010.h5")});
-  ASSERT_EQ(window.params.size(), schedule.params.size());
-  for (size_t t = 0; t < window.params.size(); ++t) {
-    EXPECT_EQ(window.params[t].values, schedule.params[t].values) << window.params[t].name;
+  // A checkpoint off a schedule by steps alone (a stop signal's at step 9, resumed to the
+  // end, as a requeued job's) is no point of the window: steps 6, 8 and 10 are averaged
+  // (before: 8, 9 and 10, and jobs/common.sh's paper window held the stop's step). With
+  // checkpoints by time too, any is one of the schedule: 8, 9 and 10.
+  for (const char* minutes : {"checkpoint.minutes=0", "checkpoint.minutes=10"}) {
+    const std::string dir = path(std::string("stopped_") + (minutes[19] == '0' ? "0" : "10"));
+    Trainer(small_config(dir, {"train.max_steps=9", "checkpoint.every_steps=2", minutes,
+                               "checkpoint.keep=4", "checkpoint.average_last=0"}))
+        .run(log);
+    ASSERT_TRUE(fs::exists(dir + "/step_00000009.h5")) << log.str();
+    Trainer(small_config(dir, {"train.max_steps=10", "checkpoint.every_steps=2", minutes,
+                               "checkpoint.keep=4", "checkpoint.average_last=3",
+                               "checkpoint.resume=auto"}))
+        .run(log);
+    const Checkpoint window =
+        read_checkpoint(dir + "/average_last3.h5", CheckpointParts::ParamsOnly);
+    const bool by_steps = minutes[19] == '0';
+    const Checkpoint expected = average_checkpoints(
+        {dir + (by_steps ? "/step_00000006.h5" : "/step_00000008.h5"),
+         dir + (by_steps ? "/step_00000008.h5" : "/step_00000009.h5"),
+         dir + "/step_00000010.h5"});
+    ASSERT_EQ(window.params.size(), expected.params.size());
+    for (size_t t = 0; t < window.params.size(); ++t) {
+      EXPECT_EQ(window.params[t].values, expected.params[t].values)
+          << minutes << ": " << window.params[t].name;
+    }
   }
 }
 

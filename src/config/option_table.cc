@@ -310,7 +310,8 @@ const std::vector<Option>& option_table() {
                   "start from this checkpoint's parameters only (ignored when resuming)"),
       THPC_OPTION(checkpoint, average_last, THPC_AT_LEAST(0),
                   "at the end, write dir/average_lastN.h5 from the last N checkpoints "
-                  "(with every_steps, of that schedule: its multiples and the last step), "
+                  "(with every_steps and minutes = 0, of that schedule: its multiples and "
+                  "the last step), "
                   "N <= keep; 0 = off"),
       THPC_OPTION(checkpoint, average_best, THPC_AT_LEAST(0),
                   "at the end, write dir/average_bestN.h5 from the N best checkpoints "

@@ -166,12 +166,14 @@ void CheckpointKeeping::write_average(bool best, int64_t step, std::ostream& log
       return;
     }
   } else {
-    // Healthy ones only: a diverged checkpoint would poison the average. With
-    // checkpoint.every_steps, those of the schedule only (its multiples and this last
-    // step): one a stop signal wrote between them (a requeued job's) is no point of the
-    // window the run was set to average (jobs/common.sh's thpc_train_averaged: the paper's
-    // last 5, which took the stop's step in place of the oldest).
-    paths = newest_healthy_checkpoints(options.dir, wanted, options.every_steps, step);
+    // Healthy ones only: a diverged checkpoint would poison the average. With a schedule
+    // by steps alone (checkpoint.every_steps, checkpoint.minutes = 0), those of the
+    // schedule only (its multiples and this last step): one a stop signal wrote between
+    // them (a requeued job's) is no point of the window the run was set to average
+    // (jobs/common.sh's thpc_train_averaged: the paper's last 5, which took the stop's step
+    // in place of the oldest). Timed checkpoints are the schedule's too otherwise.
+    const int64_t schedule = options.minutes == 0 ? options.every_steps : 0;
+    paths = newest_healthy_checkpoints(options.dir, wanted, schedule, step);
     if (paths.empty()) {
       log << "warning: no average written: no healthy checkpoint in " << options.dir
           << std::endl;
