@@ -311,6 +311,15 @@ thpc_train_averaged() {
     fi
     return 0
   fi
+  # One checkpoint.keep more than the window in phase 2 (unless the options set it): a
+  # requeue's stop checkpoint between the window's steps is not averaged, but it is kept,
+  # and with keep = LAST (base.ini 5, big.ini 20) it pruned the window's oldest step.
+  local keep=()
+  if ! thpc_given checkpoint.keep "$@"; then
+    local configured
+    configured=$(thpc_config_value checkpoint.keep "$config") || configured=5
+    (( ${configured:-5} > last )) || keep=("--checkpoint.keep=$(( last + 1 ))")
+  fi
   thpc_train "$config" "--train.max_steps=$max_steps" --checkpoint.minutes=0 \
-    "--checkpoint.every_steps=$every" "--checkpoint.average_last=$last" "$@"
+    "--checkpoint.every_steps=$every" "--checkpoint.average_last=$last" "${keep[@]}" "$@"
 }
