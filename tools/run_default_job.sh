@@ -38,14 +38,17 @@ rm -rf "$checkpoints" "$corpus/metrics.jsonl" "$corpus"/events.out.tfevents.* "$
 # group, so that it keeps the last lines): a run stopped by a signal exits 0 after its
 # checkpoint, and is not evaluated as if it had finished (before: averaged, decoded and
 # scored, exit 0).
+# (The status kept, not left to set -e: mpirun exits 1 after the ranks' clean stop.)
+status=0
 ${MPIRUN:-} "$build/transformer_hpc" input/numbers.ini --data.dir="$corpus/data" \
   --checkpoint.dir="$checkpoints" --train.metrics_dir="$corpus" "$@" |
-  (trap '' INT TERM; exec tee "$corpus/train.log")
+  (trap '' INT TERM HUP; exec tee "$corpus/train.log") || status=$?
 if grep -q '^stopped' "$corpus/train.log"; then
   echo "run_default_job.sh: the training was stopped before its end (the 'stopped' line" \
        "above): nothing is evaluated; run the script again (it starts afresh)" >&2
   exit 1
 fi
+(( status == 0 )) || exit "$status"
 
 mkdir -p "$eval_dir"
 # The last 5, or all there are when a shorter run (--train.max_steps) wrote fewer.

@@ -45,13 +45,16 @@ tokens=$("$build/transformer_hpc" "$config" --data.dir="$data" "$@" --dry-run |
 "$build/transformer_data_stats" "$data" --tokens-per-step "$tokens"
 log=$build/multi30k/train.log
 # (tee deaf to the Ctrl-C that reaches the whole group, so that it keeps the last lines)
+# (The status kept, not left to set -e: mpirun exits 1 after the ranks' clean stop.)
+status=0
 ${MPIRUN:-} "$build/transformer_hpc" "$config" --data.dir="$data" "$@" |
-  (trap '' INT TERM; exec tee "$log")
+  (trap '' INT TERM HUP; exec tee "$log") || status=$?
 # A run stopped by a signal exits 0 after its checkpoint: it is not scored as finished.
 if grep -q '^stopped' "$log"; then
   echo "run_multi30k: the training was stopped before its end (the 'stopped' line above):" \
        "run the script again with --checkpoint.resume=auto to continue it" >&2
   exit 1
 fi
+(( status == 0 )) || exit "$status"
 bash tools/choose_average.sh multi30k "$log" "$build/transformer_hpc" "$config" \
   --data.dir="$data" "$@"

@@ -138,14 +138,18 @@ if [[ -z ${CHECKPOINT:-} ]]; then
   # group): a run stopped by a signal exits 0 after its checkpoint, and is not scored as
   # if it had finished (before: scored, F1 nan, exit 0; and a second run of the script,
   # which the trainer's own advice asked for, moved its checkpoints away).
+  # (The status kept, not left to set -e: mpirun exits 1 after the ranks' clean stop.)
+  status=0
   ${MPIRUN:-} "$build/transformer_hpc" "$config" "${metrics[@]}" "$@" |
-    (trap '' INT TERM; exec tee "$work/train.log")
+    (trap '' INT TERM HUP; exec tee "$work/train.log") || status=$?
   if grep -q '^stopped' "$work/train.log"; then
     fail "the training was stopped before its end (the 'stopped' line above): continue it" \
-         "with ${MPIRUN:+$MPIRUN }$build/transformer_hpc $config ${*:+$* }--checkpoint.resume=auto," \
+         "from $PWD with ${MPIRUN:+$MPIRUN }$build/transformer_hpc $config" \
+         "${metrics[*]:+${metrics[*]} }${*:+$* }--checkpoint.resume=auto," \
          "then score it with CHECKPOINT=FILE bash tools/run_parser.sh (a new run of this" \
          "script starts over, the checkpoints moved to $checkpoints.previous*)"
   fi
+  (( status == 0 )) || exit "$status"
   # (Not `ls | tail`: under pipefail ls's failure ended the script with its exit 2, this
   # line unsaid.)
   CHECKPOINT=$( { find "$checkpoints" -maxdepth 1 -name 'step_*.h5' 2> /dev/null || true; } |
