@@ -201,6 +201,11 @@ TEST_F(EvalbFiles, WhatCannotBeScoredEndsWithOneLineNamingTheFile) {
   EXPECT_EQ(piped.report, from_files.report);
   EXPECT_EQ(run_evalb_program("- " + gold + " < " + gold).report, from_files.report);
   EXPECT_EQ(run_evalb_program("- - < " + gold).exit_code, 2);
+  const EvalbRun piped_short = run_evalb_program(gold + " - < " + path("shorter"));
+  ASSERT_FALSE(piped_short.errors.empty());
+  EXPECT_EQ(piped_short.errors.back(), "transformer_evalb: error: " + gold + " has 2 lines and "
+                                       "standard input 1: the summary covers the first 1 only; "
+                                       "give the test trees of every gold line, one a line");
   // A directory where a file belongs is named as one (before: -p DIR scored with the
   // default parameters, exit 0; a gold DIR printed an empty summary, then "has 0 lines").
   for (const auto& [arguments, message] : std::vector<std::pair<std::string, std::string>>{

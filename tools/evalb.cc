@@ -119,15 +119,20 @@ int run(const CommandLine& command) {
   std::istream& test = command.test_path == "-" ? std::cin : test_file;
   const thpc::parse::EvalbResult result =
       thpc::parse::run_evalb(parameters, gold, test, std::cout, std::cerr);
+  // How the lines below name the files ("standard input" for -).
+  const auto named = [](const std::string& path) {
+    return path == "-" ? std::string("standard input") : path;
+  };
+  const std::string gold_name = named(command.gold_path), test_name = named(command.test_path);
   // EVALB's own lines say "LINE : MESSAGE" without a file, repeat "Reading sentence" up to
   // MAX_ERROR for a line that is not a tree, and score files of different lengths or
   // none at all with exit 0: one line naming the file and what to do, and exit 1.
-  const std::string where = result.first_error_file == "gold"   ? command.gold_path
-                            : result.first_error_file == "test" ? command.test_path
+  const std::string where = result.first_error_file == "gold"   ? gold_name
+                            : result.first_error_file == "test" ? test_name
                                                                  : std::string();
   const std::string line = std::to_string(result.first_error_line);
   const std::string first =
-      (where.empty() ? "line " + line + " of " + command.gold_path + " and " + command.test_path
+      (where.empty() ? "line " + line + " of " + gold_name + " and " + test_name
                      : where + " line " + line) +
       ": " + result.first_error;
   if (result.stopped) {
@@ -140,16 +145,16 @@ int run(const CommandLine& command) {
     return 1;
   }
   if (result.gold_lines != result.test_lines) {
-    std::cerr << "transformer_evalb: error: " << command.gold_path << " has "
-              << result.gold_lines << " lines and " << command.test_path << " "
+    std::cerr << "transformer_evalb: error: " << gold_name << " has "
+              << result.gold_lines << " lines and " << test_name << " "
               << result.test_lines << ": the summary covers the first "
               << std::min(result.gold_lines, result.test_lines)
               << " only; give the test trees of every gold line, one a line" << std::endl;
     return 1;
   }
   if (result.gold_lines == 0) {
-    std::cerr << "transformer_evalb: error: " << command.gold_path << " and "
-              << command.test_path << " hold no trees: nothing was scored" << std::endl;
+    std::cerr << "transformer_evalb: error: " << gold_name << " and "
+              << test_name << " hold no trees: nothing was scored" << std::endl;
     return 1;
   }
   // Every sentence skipped (a blank test line: a parser that gave no tree) or in error:
@@ -160,7 +165,7 @@ int run(const CommandLine& command) {
     std::cerr << "transformer_evalb: error: none of the " << result.all.sentences
               << " sentences was scored ("
               << (skipped > 0 ? std::to_string(skipped) + " skipped, their lines of " +
-                                    command.test_path + " without a tree"
+                                    test_name + " without a tree"
                               : std::string())
               << (skipped > 0 && in_error > 0 ? "; " : "")
               << (in_error > 0 ? std::to_string(in_error) + " in error, as the lines above say"
