@@ -116,9 +116,12 @@ TEST(UserErrors, ImpossibleValuesThatPassedTheDryRunAreRefused) {
 // micro-batch smaller than its longest sentence (passed; shards' are refused).
 TEST(UserErrors, WhatAnIniFileCannotHoldOrReadBackIsRefused) {
   expect_configuration_error("--train.metrics_dir=#m",
-                             "train.metrics_dir: '#m' holds a '#', a line break or a NUL byte");
+                             "train.metrics_dir: '#m' holds a '#', a ' ;', a line break or a "
+                             "NUL byte");
+  expect_configuration_error("--train.metrics_dir='m ; scratch'",
+                             "train.metrics_dir: 'm ; scratch' holds a '#', a ' ;'");
   expect_configuration_error("--train.metrics_dir=\"$(printf 'm\\n[model]\\nlayers = 9')\"",
-                             "holds a '#', a line break or a NUL byte");
+                             "holds a '#', a ' ;', a line break or a NUL byte");
   expect_configuration_error("--train.tokens_per_step=5",
                              "train.tokens_per_step 5 gives each of the 1 micro-batches on each "
                              "of 1 ranks 5 tokens, less than the longest pair of the data takes "

@@ -204,12 +204,15 @@ Config resolve(const std::string& ini_path, std::istream& stream, po::variables_
     // What the configuration stored in each checkpoint cannot hold and read back as it was
     // (a '#' would start a comment there, a line break a line of its own: decoding such a
     // checkpoint failed), nor a file say: a command-line value with one is refused.
+    // (" ;" too: a file's value refuses it, so the resolved configuration would not read
+    // back as a file.)
     if (from_command_line.count(name) &&
-        text.find_first_of(std::string("#\n\r\0", 4)) != std::string::npos) {
-      THPC_FAIL(name << ": " << quoted(text) << " holds a '#', a line break or a NUL byte, "
-                     << "which an ini file cannot hold in a value ('#' starts a comment): "
-                     << "the configuration stored in every checkpoint would not read back; "
-                     << "give a value without them (on the command line)");
+        (text.find_first_of(std::string("#\n\r\0", 4)) != std::string::npos ||
+         text.find(" ;") != std::string::npos || text.find("\t;") != std::string::npos)) {
+      THPC_FAIL(name << ": " << quoted(text) << " holds a '#', a ' ;', a line break or a NUL "
+                     << "byte, which an ini file cannot hold in a value ('#' starts a "
+                     << "comment): the configuration stored in every checkpoint would not "
+                     << "read back; give a value without them (on the command line)");
     }
     const std::string problem = std::visit(
         [&](auto* field) { return parse_value(text, field); }, option.field(config));
