@@ -703,9 +703,11 @@ TEST_F(ConfigFiles, WrongTypesNameKeyAndFile) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
       {"[model]\nheads = abc\n", {"model.heads: 'abc' is not an integer"}},
       {"[model]\nheads = 2.5\n", {"model.heads: '2.5' is not an integer"}},
-      {"[model]\nheads = 99999999999\n",
-       {"model.heads", "'99999999999' is beyond the largest whole number the key holds "
-                       "(2147483647)"}},
+      // Past the type: said with the key's own range, or without one the type's.
+      {"[model]\nheads = 99999999999\n", {"model.heads: must be ≥ 1, got '99999999999'"}},
+      {"[train]\nseed = 99999999999999999999\n",
+       {"train.seed: '99999999999999999999' is beyond the largest whole number the key holds "
+        "(18446744073709551615)"}},
       {"[model]\nheads =\n", {"model.heads: '' is not an integer"}},
       {"[model]\ndropout = high\n", {"model.dropout: 'high' is not a number"}},
       {"[model]\ndropout = nan\n", {"model.dropout", "not a finite number"}},

@@ -214,8 +214,14 @@ Config resolve(const std::string& ini_path, std::istream& stream, po::variables_
                      << "comment): the configuration stored in every checkpoint would not "
                      << "read back; give a value without them (on the command line)");
     }
-    const std::string problem = std::visit(
+    std::string problem = std::visit(
         [&](auto* field) { return parse_value(text, field); }, option.field(config));
+    // A whole number past its type, for a key with a range of its own, is said with that
+    // range: the type's limit read as the key's ("holds (2147483647)" for one of [0, 128]).
+    if (problem.find(" whole number the key holds ") != std::string::npos &&
+        option.allowed.bounded()) {
+      problem = option.allowed.outside(quoted(text));
+    }
     if (!problem.empty()) {
       THPC_FAIL(ini_path << ": " << name << ": " << problem
                          << (from_command_line.count(name) ? " (on the command line)" : ""));

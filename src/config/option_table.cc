@@ -430,6 +430,10 @@ std::string Allowed::problem(const FieldPointer& field) const {
   const bool in_range = (min_open ? number > min : number >= min) &&
                         (max_open ? number < max : number <= max);
   if (in_range || (zero_too && number == 0.0)) return "";  // NaN is neither
+  return outside(value);
+}
+
+std::string Allowed::outside(const std::string& value) const {
   const bool interval = std::isfinite(min) && std::isfinite(max);
   return "must be " + std::string(interval ? "in " : "") + range_text() + ", got " + value;
 }

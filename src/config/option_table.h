@@ -35,6 +35,8 @@ struct Allowed {
   std::string range_text() const;
   // "" when the field's value is allowed, else why not ("must be ≥ 1, got 0").
   std::string problem(const FieldPointer& field) const;
+  // "must be ≥ 1, got VALUE": the range said for a value outside it (`value` as shown).
+  std::string outside(const std::string& value) const;
 };
 
 struct Option {
