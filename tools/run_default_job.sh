@@ -20,6 +20,7 @@ set -euo pipefail
 build=${BUILD:-${THPC_BUILD:-}}
 [[ -n $build && $build != /* ]] && build=$PWD/$build
 cd "$(dirname "$0")/.."
+source tools/train_logged.sh
 build=${build:-build}
 corpus=$build/numbers
 checkpoints=$corpus/checkpoints
@@ -34,21 +35,10 @@ python3 tools/make_numbers_corpus.py --out "$corpus/text" --seed 1
 # An earlier run's checkpoints would be averaged with this run's (and its metrics
 # appended to): the trainer refuses a directory that holds them, so they go first.
 rm -rf "$checkpoints" "$corpus/metrics.jsonl" "$corpus"/events.out.tfevents.* "$eval_dir"
-# The trainer's lines go to train.log too (tee deaf to the Ctrl-C that reaches the whole
-# group, so that it keeps the last lines): a run stopped by a signal exits 0 after its
-# checkpoint, and is not evaluated as if it had finished (before: averaged, decoded and
-# scored, exit 0).
-# (The status kept, not left to set -e: mpirun exits 1 after the ranks' clean stop.)
-status=0
-${MPIRUN:-} "$build/transformer_hpc" input/numbers.ini --data.dir="$corpus/data" \
-  --checkpoint.dir="$checkpoints" --train.metrics_dir="$corpus" "$@" |
-  (trap '' INT TERM HUP; exec tee "$corpus/train.log") || status=$?
-if grep -q '^stopped' "$corpus/train.log"; then
-  echo "run_default_job.sh: the training was stopped before its end (the 'stopped' line" \
-       "above): nothing is evaluated; run the script again (it starts afresh)" >&2
-  exit 1
-fi
-(( status == 0 )) || exit "$status"
+# (tools/train_logged.sh: a training stopped by a signal is not evaluated)
+thpc_train_logged "$corpus/train.log" "nothing is evaluated; run the script again (it starts afresh)" \
+  ${MPIRUN:-} "$build/transformer_hpc" input/numbers.ini --data.dir="$corpus/data" \
+  --checkpoint.dir="$checkpoints" --train.metrics_dir="$corpus" "$@"
 
 mkdir -p "$eval_dir"
 # The last 5, or all there are when a shorter run (--train.max_steps) wrote fewer.

@@ -29,6 +29,7 @@ build=${BUILD:-${THPC_BUILD:-}}  # THPC_BUILD as the job scripts and evaluate.sh
 text=${MULTI30K:-${THPC_DATA:+$THPC_DATA/multi30k}}
 [ -n "$text" ] && text=$(absolute "$text")
 cd "$(dirname "$0")/.."
+source tools/train_logged.sh
 build=${build:-build}
 [ -f "$config" ] || { echo "run_multi30k: configuration '$config' not found" >&2; exit 1; }
 [ -f "$text/train.en" ] || { echo "run_multi30k: $text/train.en not found: run 'bash tools/fetch_data.sh multi30k DIR' and set THPC_DATA=DIR" >&2; exit 1; }
@@ -44,17 +45,8 @@ tokens=$("$build/transformer_hpc" "$config" --data.dir="$data" "$@" --dry-run |
   sed -n 's/^tokens_per_step = \([0-9]*\).*/\1/p' | head -1)
 "$build/transformer_data_stats" "$data" --tokens-per-step "$tokens"
 log=$build/multi30k/train.log
-# (tee deaf to the Ctrl-C that reaches the whole group, so that it keeps the last lines)
-# (The status kept, not left to set -e: mpirun exits 1 after the ranks' clean stop.)
-status=0
-${MPIRUN:-} "$build/transformer_hpc" "$config" --data.dir="$data" "$@" |
-  (trap '' INT TERM HUP; exec tee "$log") || status=$?
-# A run stopped by a signal exits 0 after its checkpoint: it is not scored as finished.
-if grep -q '^stopped' "$log"; then
-  echo "run_multi30k: the training was stopped before its end (the 'stopped' line above):" \
-       "run the script again with --checkpoint.resume=auto to continue it" >&2
-  exit 1
-fi
-(( status == 0 )) || exit "$status"
+# (tools/train_logged.sh: a training stopped by a signal is not scored)
+thpc_train_logged "$log" "run the script again with --checkpoint.resume=auto to continue it" \
+  ${MPIRUN:-} "$build/transformer_hpc" "$config" --data.dir="$data" "$@"
 bash tools/choose_average.sh multi30k "$log" "$build/transformer_hpc" "$config" \
   --data.dir="$data" "$@"

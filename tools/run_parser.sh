@@ -35,6 +35,7 @@ build=${BUILD:-${THPC_BUILD:-}}  # THPC_BUILD as the job scripts and evaluate.sh
 [[ -n $build ]] && build=$(absolute "$build")
 [[ -n ${WORK:-} ]] && WORK=$(absolute "$WORK")
 cd "$(dirname "$0")/.."
+source tools/train_logged.sh
 build=${build:-build}
 [[ -f $config ]] || fail "$config: no such config file"
 work=${WORK:-$build/parse}
@@ -134,22 +135,14 @@ if [[ -z ${CHECKPOINT:-} ]]; then
   fi
   metrics=()
   [[ $metrics_given == 1 ]] || metrics=(--train.metrics_dir="$run_dir")
-  # The trainer's lines go to train.log too (tee deaf to the Ctrl-C that reaches the whole
-  # group): a run stopped by a signal exits 0 after its checkpoint, and is not scored as
-  # if it had finished (before: scored, F1 nan, exit 0; and a second run of the script,
-  # which the trainer's own advice asked for, moved its checkpoints away).
-  # (The status kept, not left to set -e: mpirun exits 1 after the ranks' clean stop.)
-  status=0
-  ${MPIRUN:-} "$build/transformer_hpc" "$config" "${metrics[@]}" "$@" |
-    (trap '' INT TERM HUP; exec tee "$work/train.log") || status=$?
-  if grep -q '^stopped' "$work/train.log"; then
-    fail "the training was stopped before its end (the 'stopped' line above): continue it" \
-         "from $PWD with ${MPIRUN:+$MPIRUN }$build/transformer_hpc $config" \
-         "${metrics[*]:+${metrics[*]} }${*:+$* }--checkpoint.resume=auto," \
-         "then score it with CHECKPOINT=FILE bash tools/run_parser.sh (a new run of this" \
-         "script starts over, the checkpoints moved to $checkpoints.previous*)"
-  fi
-  (( status == 0 )) || exit "$status"
+  # (tools/train_logged.sh: a training stopped by a signal is not scored; a second run of
+  # this script, which the trainer's own advice asked for, moved its checkpoints away)
+  thpc_train_logged "$work/train.log" \
+    "continue it from $PWD with ${MPIRUN:+$MPIRUN }$build/transformer_hpc $config \
+${metrics[*]:+${metrics[*]} }${*:+$* }--checkpoint.resume=auto, then score it with \
+CHECKPOINT=FILE bash tools/run_parser.sh (a new run of this script starts over, the \
+checkpoints moved to $checkpoints.previous*)" \
+    ${MPIRUN:-} "$build/transformer_hpc" "$config" "${metrics[@]}" "$@"
   # (Not `ls | tail`: under pipefail ls's failure ended the script with its exit 2, this
   # line unsaid.)
   CHECKPOINT=$( { find "$checkpoints" -maxdepth 1 -name 'step_*.h5' 2> /dev/null || true; } |
