@@ -249,8 +249,13 @@ TEST(UserErrors, TheDryRunRefusesWhatTrainingRefusesWithTheSameExitCode) {
   ASSERT_EQ(lopsided_made.exit_code, 0) << lopsided_made.output;
   expect_configuration_error("--data.dir=" + lopsided + " --train.tokens_per_step=12 "
                              "--train.valid_every=2",
-                             "less than the longest pair of the validation shards (valid, read "
-                             "at that budget from step 2) takes");
+                             "less than the longest pair of the validation shards (read at that "
+                             "budget at each validation, every train.valid_every = 2 steps) "
+                             "takes (");
+  // The file that holds that pair is named (a preprocess writes one validation shard).
+  expect_configuration_error("--data.dir=" + lopsided + " --train.tokens_per_step=12 "
+                             "--train.valid_every=2",
+                             "eos/bos, in " + lopsided + "/valid.00000.h5); raise");
   expect_configuration_error("--data.dir=" + data + " --train.valid_every=1 "
                              "--train.valid_bleu=true --train.valid_beam=100000",
                              "train.valid_beam 100000 is wider than the vocabulary of 60");

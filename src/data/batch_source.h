@@ -53,6 +53,9 @@ class BatchSource {
   // The most padded tokens one side of one pair takes in a batch (its sentence and eos
   // or bos): a micro-batch budget below it cannot hold that pair. 0 when unknown.
   virtual int64_t longest_padded_side() const { return 0; }
+  // The file that holds the pair longest_padded_side() measures ("" for a generated task):
+  // a refusal names it, so the user knows which shards to preprocess again.
+  virtual std::string longest_pair_file() const { return ""; }
   // One line for each thing a user should know before training on the data (named
   // `what`: "data.train"); nothing by default.
   virtual void print_notes(std::ostream& log, const std::string& what) const {}

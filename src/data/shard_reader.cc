@@ -226,9 +226,12 @@ ShardReader::ShardReader(const ShardReaderSpec& spec) : spec_(spec) {
       if (fits_positions(shard->summary, pair, spec.max_sentence_tokens)) {
         ++total_pairs_;
         // Padded as make_batch pads: x + eos, bos + y (plan() cuts batches so).
-        longest_padded_side_ = std::max<int64_t>(
-            longest_padded_side_, int64_t{std::max(shard->summary.source_lengths[pair],
-                                                   shard->summary.target_lengths[pair])} + 1);
+        const int64_t padded_side = int64_t{std::max(shard->summary.source_lengths[pair],
+                                                     shard->summary.target_lengths[pair])} + 1;
+        if (padded_side > longest_padded_side_) {
+          longest_padded_side_ = padded_side;
+          longest_pair_file_ = path;
+        }
       } else {
         ++dropped_too_long_;
       }

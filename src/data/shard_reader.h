@@ -84,6 +84,7 @@ class ShardReader final : public BatchSource {
   std::string corpus_sha256() const override { return corpus_sha256_; }
   int64_t dropped_too_long() const { return dropped_too_long_; }
   int64_t longest_padded_side() const override { return longest_padded_side_; }
+  std::string longest_pair_file() const override { return longest_pair_file_; }
   // One line for each thing a user should know before training on this corpus (named
   // `what`: "data.train"): pairs dropped as too long, shards without checksums or numbers.
   void print_notes(std::ostream& log, const std::string& what) const override;
@@ -112,6 +113,7 @@ class ShardReader final : public BatchSource {
   std::string corpus_sha256_;
   int64_t dropped_too_long_ = 0;
   int64_t longest_padded_side_ = 0;
+  std::string longest_pair_file_;
   std::vector<std::string> unchecksummed_files_;
   bool numbered_ = true;  // the shards record their number and count (ShardNumber)
   bool all_resident_ = false;

@@ -145,13 +145,19 @@ std::string configuration_impossible(const Config& config, const BatchSource& so
         valid != nullptr && valid->longest_padded_side() > source.longest_padded_side();
     const BatchSource& longest = valid_longer ? *valid : source;
     if (longest.longest_padded_side() > budget) {
+      // The file is named (a user with many shards looks for the long pair in one), and
+      // validation's budget is said by its key: it is read at every validation, which on a
+      // resumed run is not "from step valid_every".
+      const std::string file = longest.longest_pair_file();
       why << config.source_file << ": train.tokens_per_step " << train.tokens_per_step
           << " gives each of the " << train.accumulate << " micro-batches on each of " << ranks
           << " ranks " << budget << " tokens, less than the longest pair of the "
-          << (valid_longer ? "validation shards (" + config.data.valid + ", read at that "
-                             "budget from step " + std::to_string(train.valid_every) + ")"
+          << (valid_longer ? "validation shards (read at that budget at each validation, "
+                             "every train.valid_every = " + std::to_string(train.valid_every) +
+                                 " steps)"
                            : std::string("data"))
-          << " takes (" << longest.longest_padded_side() << " tokens a side with eos/bos); "
+          << " takes (" << longest.longest_padded_side() << " tokens a side with eos/bos"
+          << (file.empty() ? "" : ", in " + file) << "); "
           << "raise train.tokens_per_step to at least "
           << longest.longest_padded_side() * train.accumulate * ranks
           << (longest.spm_model() != nullptr ? ", or preprocess with a smaller --max-len"
