@@ -902,6 +902,11 @@ TEST(Config, BadValuesNameKeyAndFile) {
       {{"model.d_ff=0"}, "model.d_ff"},
       {{"model.dropout=-0.1"}, "model.dropout: must be in [0, 1), got -0.1"},
       {{"model.dropout=1.0"}, "model.dropout: must be in [0, 1), got 1"},
+      // Written with more digits than a float holds: the text written is said beside the
+      // float it became (a helper's finding: "got 1" for 0.99999999).
+      {{"model.dropout=0.99999999"},
+       "model.dropout: must be in [0, 1), got 1 (the float nearest '0.99999999': float keys "
+       "hold about 7 significant digits)"},
       {{"model.attention_dropout=1"}, "model.attention_dropout"},
       {{"model.attention_dropout=-0.5"}, "model.attention_dropout"},
       {{"model.label_smoothing=1"}, "model.label_smoothing"},

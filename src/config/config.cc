@@ -222,6 +222,18 @@ Config resolve(const std::string& ini_path, std::istream& stream, po::variables_
         option.allowed.bounded()) {
       problem = option.allowed.outside(quoted(text));
     }
+    // A float key's value written with more digits than a float holds can be inside the
+    // key's range and the float nearest it outside: refused by validate() as "got 1" for
+    // "0.99999999", the text written not said. Said here, beside the float it became.
+    if (problem.empty() && std::holds_alternative<float*>(option.field(config))) {
+      double as_written = 0;
+      const std::string range_problem = option.allowed.problem(option.field(config));
+      if (!range_problem.empty() && parse_value(text, &as_written).empty() &&
+          option.allowed.problem(FieldPointer(&as_written)).empty()) {
+        problem = range_problem + " (the float nearest " + quoted(text) +
+                  ": float keys hold about 7 significant digits)";
+      }
+    }
     if (!problem.empty()) {
       THPC_FAIL(ini_path << ": " << name << ": " << problem
                          << (from_command_line.count(name) ? " (on the command line)" : ""));
