@@ -606,6 +606,17 @@ TEST_F(RunDirectory, AnUnwritableRunDirectoryIsRefusedBeforeTheFirstStep) {
             std::string::npos)
       << run.output;
   EXPECT_EQ(run.output.find("step 1/"), std::string::npos) << run.output;
+  // Under /proc, which root passes by its rights and the kernel then refuses: the dry run
+  // refused it as training does (it passed; a helper's finding). Not root: the rights.
+  for (const std::string& mode : {std::string(" --dry-run"), std::string()}) {
+    const ProcessResult proc = run_process(kTrainer + "--train.max_steps=3" + mode +
+                                           " --checkpoint.dir=/proc/thpc_checkpoints");
+    EXPECT_EQ(proc.exit_code, 2) << mode << proc.output;
+    EXPECT_NE(proc.output.find("the run directory /proc/thpc_checkpoints (checkpoint.dir) "
+                               "cannot be written: it would be created in /proc"),
+              std::string::npos)
+        << proc.output;
+  }
 }
 
 }  // namespace

@@ -3,7 +3,9 @@
 #include "train/run_directory.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -574,6 +576,26 @@ std::string directory_refusal(const std::string& dir, const LockedUse& use) {
                 ? "it would be created in " + existing.string() + ", which this user cannot write"
                 : std::string("this user cannot write it")) +
            " (" + reason + "); make it writable or give " + use.key + " another directory";
+  }
+  // Root passes faccessat wherever the permissions are, and a kernel's file system then
+  // refuses by itself: /proc and /sys take no directory (mkdir fails), a cgroup file
+  // system takes one as a new cgroup and no files in it. The dry run passed such a
+  // checkpoint.dir that training refused.
+  struct statfs file_system {};
+  if (::statfs(existing.c_str(), &file_system) == 0) {
+    const auto magic = file_system.f_type;
+    const char* kernel = magic == PROC_SUPER_MAGIC      ? "proc"
+                         : magic == SYSFS_MAGIC         ? "sysfs"
+                         : magic == CGROUP_SUPER_MAGIC  ? "cgroup"
+                         : magic == CGROUP2_SUPER_MAGIC ? "cgroup2"
+                                                        : nullptr;
+    if (kernel != nullptr) {
+      return cannot_write +
+             (existing != wanted ? "it would be created in " + existing.string() + ", which"
+                                 : existing.string()) +
+             " is on the kernel's " + kernel + " file system and holds no files of a run; " +
+             "give " + use.key + " a directory on a disk";
+    }
   }
   return "";
 }
