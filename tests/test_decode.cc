@@ -656,9 +656,16 @@ TEST_F(DecodeProgram, BadInputFailsWithAMessage) {
   std::ofstream(nul, std::ios::binary) << std::string("A dog runs.\nA c\0at.\n", 20);
   const fs::path mac = dir_ / "mac.en";
   std::ofstream(mac, std::ios::binary) << "A dog runs.\rA cat.\rA bird.\r";
+  // Two sentences: one carriage return inside the one line the file reads as (before:
+  // translated as one sentence, exit 0).
+  const fs::path mac_two = dir_ / "mac_two.en";
+  std::ofstream(mac_two, std::ios::binary) << "A dog runs.\rA cat.\r";
   for (const auto& [input, message] : std::vector<std::pair<fs::path, std::string>>{
            {nul, nul.string() + ":2: a NUL byte at byte 4 of the line"},
-           {mac, mac.string() + ": its lines end in a carriage return alone"}}) {
+           {mac, mac.string() + ": its lines end in a carriage return alone"},
+           {mac_two, mac_two.string() + ": its lines end in a carriage return alone "
+                                        "(classic Mac OS text: 1 carriage return in what "
+                                        "reads as 1 line)"}}) {
     const ProcessResult refused = run_process(
         thpc::binary_dir() + "/transformer_decode --checkpoint " +
         (dir_ / "model.h5").string() + " --spm-model " + (dir_ / "spm.model").string() +

@@ -56,10 +56,16 @@ std::string nul_byte_problem(const std::string& path, int64_t line_number,
 
 std::string carriage_return_lines_problem(const std::string& path, int64_t carriage_returns,
                                           int64_t lines) {
-  if (carriage_returns <= lines) return "";
+  // A classic Mac file has no line feed: it reads as one line, holding a carriage return
+  // for each sentence but the last (its own, at the end, is taken for a CRLF's). Two
+  // sentences are one carriage return in one line, as a stray one in a one-line text is:
+  // taken for the two sentences (translated as one, they broke the output's alignment).
+  const bool one_line_of_sentences = lines == 1 && carriage_returns >= 1;
+  if (carriage_returns <= lines && !one_line_of_sentences) return "";
   return path + ": its lines end in a carriage return alone (classic Mac OS text: " +
-         std::to_string(carriage_returns) + " carriage returns in what reads as " +
-         std::to_string(lines) + (lines == 1 ? " line)" : " lines)");
+         std::to_string(carriage_returns) +
+         (carriage_returns == 1 ? " carriage return" : " carriage returns") +
+         " in what reads as " + std::to_string(lines) + (lines == 1 ? " line)" : " lines)");
 }
 
 }  // namespace thpc

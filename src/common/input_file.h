@@ -32,7 +32,8 @@ std::string nul_byte_problem(const std::string& path, int64_t line_number,
 // - "PATH: its lines end in a carriage return alone (classic Mac OS text: C carriage
 //   returns in what reads as L lines)" when `carriage_returns` inside the lines outnumber
 //   the `lines` (one inside a line of ordinary text is kept: web-crawled corpora have
-//   them), else "". Such a file reads as one line: its sentences translated as one.
+//   them), or when one line holds any, else "". Such a file reads as one line: its
+//   sentences translated as one.
 std::string carriage_return_lines_problem(const std::string& path, int64_t carriage_returns,
                                           int64_t lines);
 
