@@ -940,7 +940,8 @@ TEST(Config, BadValuesNameKeyAndFile) {
       {{"data.synthetic_vocab=4"}, "data.synthetic_vocab: must be ≥ 5, got 4"},
       {{"data.synthetic_min_len=0"}, "data.synthetic_min_len"},
       {{"data.synthetic_min_len=13"}, "data.synthetic_max_len"},
-      {{"data.synthetic_max_len=63"}, "data.synthetic_max_len: 63 + 2 (bos, eos) exceeds"},
+      // A side is its sentence and one token (the shards' limit alike): 63 fits 64.
+      {{"data.synthetic_max_len=64"}, "data.synthetic_max_len: 64 + 1 (eos, or bos) exceeds"},
       {{"model.max_positions=13"}, "data.synthetic_max_len"},
       {{"checkpoint.minutes=-1"}, "checkpoint.minutes: must be ≥ 0, got -1"},
       {{"checkpoint.every_steps=-1"}, "checkpoint.every_steps"},

@@ -94,11 +94,13 @@ void validate(const Config& config) {
                "must be ≥ data.synthetic_min_len " + std::to_string(data.synthetic_min_len) +
                    ", got " + std::to_string(data.synthetic_max_len));
   }
-  // A target sequence carries bos and eos around the sentence.
+  // Each side of a pair takes one position more than its sentence: the source its eos, the
+  // target's input its bos (the output, shifted, its eos): the shards' limit alike
+  // (max_positions - 1 tokens a sentence). "+ 2" refused a length that fits.
   if (data.dir.empty() &&
-      static_cast<std::int64_t>(data.synthetic_max_len) + 2 > model.max_positions) {
+      static_cast<std::int64_t>(data.synthetic_max_len) + 1 > model.max_positions) {
     check.fail("data.synthetic_max_len",
-               std::to_string(data.synthetic_max_len) + " + 2 (bos, eos) exceeds " +
+               std::to_string(data.synthetic_max_len) + " + 1 (eos, or bos) exceeds " +
                    "model.max_positions " + std::to_string(model.max_positions));
   }
 

@@ -232,7 +232,7 @@ const std::vector<Option>& option_table() {
                   "synthetic vocabulary, 4 specials (pad unk bos eos) included"),
       THPC_OPTION(data, synthetic_min_len, THPC_AT_LEAST(1), "shortest synthetic sentence"),
       THPC_OPTION(data, synthetic_max_len, THPC_ANY,
-                  "longest synthetic sentence, >= synthetic_min_len; + 2 (bos, eos) <= "
+                  "longest synthetic sentence, >= synthetic_min_len; + 1 (eos, or bos) <= "
                   "model.max_positions"),
 
       // [dist]: the ranks of an MPI job.
