@@ -940,9 +940,9 @@ TEST(Config, BadValuesNameKeyAndFile) {
       {{"data.synthetic_vocab=4"}, "data.synthetic_vocab: must be ≥ 5, got 4"},
       {{"data.synthetic_min_len=0"}, "data.synthetic_min_len"},
       {{"data.synthetic_min_len=13"}, "data.synthetic_max_len"},
-      // A side is its sentence and one token (the shards' limit alike): 63 fits 64.
+      // A side is its sentence and one token (the shards' limit alike): 63 fits 64, 12 fits 13.
       {{"data.synthetic_max_len=64"}, "data.synthetic_max_len: 64 + 1 (eos, or bos) exceeds"},
-      {{"model.max_positions=13"}, "data.synthetic_max_len"},
+      {{"model.max_positions=12"}, "data.synthetic_max_len"},
       {{"checkpoint.minutes=-1"}, "checkpoint.minutes: must be ≥ 0, got -1"},
       {{"checkpoint.every_steps=-1"}, "checkpoint.every_steps"},
       {{"checkpoint.keep=0"}, "checkpoint.keep: must be ≥ 1, got 0"},
