@@ -175,9 +175,10 @@ thpc_train() {
          "--checkpoint.resume=$configured (every requeue then starts there again)" >&2
     return 2
   fi
+  # The launcher first: a THPC_LAUNCHER it refuses left an empty run directory behind.
+  thpc_launch_command_for || return $?
   local run_dir
   run_dir=$(thpc_run_dir)
-  thpc_launch_command_for || return $?
   local trainer=("$thpc_build/transformer_hpc" "$config")
   local key
   for key in checkpoint.dir train.metrics_dir; do

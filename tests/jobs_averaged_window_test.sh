@@ -10,7 +10,8 @@
 #   3. run again (a requeued job that had finished), it trains nothing and keeps the files;
 #   4. options that set the schedule themselves get one plain run;
 #   5. a missing program is said; 6. a config's own checkpoint.resume is not replaced
-#      without a word; 7. a requeue Slurm refuses fails the job.
+#      without a word; 7. a requeue Slurm refuses fails the job; 8. an unknown launcher
+#      is said, before the run directory is made.
 #
 #   tests/jobs_averaged_window_test.sh SOURCE_DIR BINARY_DIR      (ctest runs it)
 set -uo pipefail
@@ -116,4 +117,12 @@ requeue=$( (PATH=$tmp/bin:$PATH SLURM_JOB_ID=7 thpc_requeue "checkpointed after 
   fail "a refused requeue returned 0: $requeue"
 grep -q "thpc: scontrol requeue 7 failed: the job ends here, unfinished" <<< "$requeue" ||
   fail "no line saying the requeue failed: $requeue"
+# 8. A launcher the scripts do not know is said, and leaves no run directory (it left an
+# empty one).
+export THPC_RUN_NAME=launcher
+launcher=$( (THPC_LAUNCHER=mpiexec thpc_train input/tiny.ini) 2>&1 ) &&
+  fail "an unknown THPC_LAUNCHER was run"
+grep -q "thpc: THPC_LAUNCHER must be mpirun or srun, not 'mpiexec'" <<< "$launcher" ||
+  fail "no line naming the launcher: $launcher"
+[ -e "$tmp/runs/launcher" ] && fail "a run directory was made for an unknown launcher"
 echo "PASSED"
