@@ -11,7 +11,18 @@ if [ $# -lt 2 ]; then
   echo "usage: jobs/run_local.sh RANKS CONFIG [trainer options]" >&2
   exit 2
 fi
+if [[ ! $1 =~ ^[1-9][0-9]*$ ]]; then
+  echo "jobs/run_local.sh: RANKS must be a number of ranks (1, 2, ...), not '$1'" >&2
+  exit 2
+fi
 export THPC_RANKS=$1 THPC_LAUNCHER=mpirun
 shift
-source "${THPC_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}/jobs/common.sh"
+# (As the sbatch scripts: a THPC_ROOT without jobs/common.sh is said, not "thpc_train:
+# command not found".)
+thpc_root_here=${THPC_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+source "$thpc_root_here/jobs/common.sh" || {
+  echo "jobs/run_local.sh: no jobs/common.sh in $thpc_root_here: set THPC_ROOT to the" \
+       "repository, or unset it" >&2
+  exit 2
+}
 thpc_train "$@"
