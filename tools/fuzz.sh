@@ -111,9 +111,13 @@ printf 'Ελληνικά ΣΊΣΥΦΟΣ 日本語のテキスト، عربى\t en
 # and so does the schedule (before: the trap killed the subshells, their fuzzers ran on
 # with no parent, and the loop started the remaining targets).
 stop_fuzzers() {
-  local pid
+  local pid child
   for pid in $(jobs -p); do
-    pkill -TERM -P "$pid" 2> /dev/null || true  # the fuzzer its run_target started
+    # The fuzzer its run_target started, found in /proc (pkill, of procps, is missing from
+    # slim images: the fuzzers were orphaned and ran on).
+    for child in $(cat /proc/"$pid"/task/*/children 2> /dev/null); do
+      kill -TERM "$child" 2> /dev/null || true
+    done
     kill "$pid" 2> /dev/null || true
   done
   exit "$1"
