@@ -1119,6 +1119,36 @@ TEST_F(CheckpointTest, KeepsTheLastKAndAveragesTheLastN) {
       EXPECT_EQ(window.params[t].values, expected.params[t].values)
           << minutes << ": " << window.params[t].name;
     }
+    // transformer_average chooses as the trainer does when told the schedule
+    // (--every-steps): 6, 8 and 10 (before: only the newest N, 8, 9 and 10, which
+    // --last alone still takes).
+    if (!by_steps) continue;
+    for (const bool schedule : {true, false}) {
+      const std::string output = dir + (schedule ? "/by_tool.h5" : "/newest.h5");
+      const ProcessResult tool = run_process(kAverager + " --inputs " + dir + " --last 3" +
+                                             (schedule ? " --every-steps 2" : "") +
+                                             " --output " + output);
+      ASSERT_EQ(tool.exit_code, 0) << tool.output;
+      EXPECT_NE(tool.output.find(schedule ? "step_00000006.h5 " + dir + "/step_00000008.h5 "
+                                          : "step_00000008.h5 " + dir + "/step_00000009.h5 "),
+                std::string::npos)
+          << tool.output;
+      if (schedule) {
+        const Checkpoint by_tool = read_checkpoint(output, CheckpointParts::ParamsOnly);
+        for (size_t t = 0; t < window.params.size(); ++t) {
+          EXPECT_EQ(by_tool.params[t].values, window.params[t].values) << by_tool.params[t].name;
+        }
+      }
+    }
+    const ProcessResult too_many = run_process(kAverager + " --inputs " + dir +
+                                               " --last 4 --every-steps 2 --output " + dir +
+                                               "/four.h5");
+    EXPECT_EQ(too_many.exit_code, 2) << too_many.output;
+    EXPECT_NE(too_many.output.find(" holds 3 healthy step_*.h5 checkpoints of a schedule every "
+                                   "2 steps (multiples of it, and the newest), --last asks "
+                                   "for 4"),
+              std::string::npos)
+        << too_many.output;
   }
 }
 

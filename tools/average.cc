@@ -2,7 +2,7 @@
 // scripts/average_checkpoints.py (the paper averages the last 5 checkpoints of a base
 // run and the last 20 of a big one, §6.1).
 //
-//   transformer_average --inputs DIR --last N --output FILE
+//   transformer_average --inputs DIR --last N [--every-steps K] --output FILE
 //   transformer_average --inputs DIR --best N --output FILE
 //   transformer_average --inputs F1 F2 ... --output FILE
 //
@@ -40,6 +40,7 @@ namespace po = boost::program_options;
 struct Arguments {
   std::vector<std::string> inputs;
   int last = 0;
+  int64_t every_steps = 0;  // with --last: the schedule's checkpoints only
   int best = 0;
   std::string output;
   bool help = false;
@@ -58,6 +59,13 @@ std::vector<std::string> resolve_inputs(Arguments& arguments) {
       arguments.inputs.size() == 1 && std::filesystem::is_directory(arguments.inputs[0], error);
   if (arguments.last > 0 && arguments.best > 0) {
     THPC_FAIL("--last and --best are two ways to choose from a directory: give one");
+  }
+  if (arguments.every_steps < 0) {
+    THPC_FAIL("--every-steps " << arguments.every_steps << ": give the run's "
+              << "checkpoint.every_steps (1 or more)");
+  }
+  if (arguments.every_steps > 0 && arguments.last < 1) {
+    THPC_FAIL("--every-steps chooses among a directory's newest checkpoints: give --last N");
   }
   if (!one_directory) {
     if (arguments.last > 0) THPC_FAIL("--last selects from a directory; give --inputs DIR");
@@ -78,12 +86,26 @@ std::vector<std::string> resolve_inputs(Arguments& arguments) {
   }
   if (arguments.last < 1) THPC_FAIL("--inputs DIR needs --last N or --best N (N >= 1)");
   // By the step stored in each file, healthy ones only: a checkpoint its run marked
-  // diverged or superseded would poison the average.
-  const std::vector<std::string> paths =
-      thpc::newest_healthy_checkpoints(arguments.inputs[0], arguments.last);
+  // diverged or superseded would poison the average. With --every-steps, those of the
+  // schedule, as the trainer's checkpoint.average_last chooses them: its multiples and the
+  // newest (the run's end), so that a stop checkpoint a requeued job wrote between them
+  // does not take the oldest step's place in the window.
+  int64_t newest_step = -1;
+  if (arguments.every_steps > 0) {
+    for (const thpc::CheckpointSummary& summary : thpc::checkpoint_summaries(arguments.inputs[0])) {
+      if (summary.state == thpc::CheckpointState::Healthy) newest_step = summary.step;
+    }
+  }
+  const std::vector<std::string> paths = thpc::newest_healthy_checkpoints(
+      arguments.inputs[0], arguments.last, arguments.every_steps, newest_step);
   if (static_cast<int>(paths.size()) < arguments.last) {
-    THPC_FAIL(arguments.inputs[0] << " holds " << paths.size() << " healthy step_*.h5 "
-                                  << "checkpoints, --last asks for " << arguments.last);
+    THPC_FAIL(arguments.inputs[0]
+              << " holds " << paths.size() << " healthy step_*.h5 checkpoints"
+              << (arguments.every_steps > 0
+                      ? " of a schedule every " + std::to_string(arguments.every_steps) +
+                            " steps (multiples of it, and the newest)"
+                      : std::string())
+              << ", --last asks for " << arguments.last);
   }
   return paths;
 }
@@ -160,7 +182,7 @@ void warn_of_other_runs(const std::vector<std::string>& paths) {
 int main(int argc, char** argv) {
   Arguments arguments;
   po::options_description options(
-      "usage: transformer_average --inputs DIR --last N --output FILE\n"
+      "usage: transformer_average --inputs DIR --last N [--every-steps K] --output FILE\n"
       "       transformer_average --inputs DIR --best N --output FILE\n"
       "       transformer_average --inputs F1 F2 ... --output FILE\n\n"
       "Averages the parameters of checkpoints (in double precision) into a new,\n"
@@ -170,6 +192,10 @@ int main(int argc, char** argv) {
       "a run's checkpoint directory, or checkpoint files (required)")(
       "last", po::value(&arguments.last),
       "with a directory: average its newest N checkpoints (this or --best required then)")(
+      "every-steps", po::value(&arguments.every_steps),
+      "with --last: of a run's checkpoint.every_steps schedule only, its multiples and the "
+      "newest (the run's end), as the trainer's checkpoint.average_last takes them: a "
+      "checkpoint a stop signal wrote between them is passed over")(
       "best", po::value(&arguments.best),
       "with a directory: average its N best checkpoints (best_step_*.h5, ranked by the "
       "validation score stored in each)")(

@@ -12,12 +12,14 @@
 # applies to a directory; a single checkpoint file is decoded as it is. The translations
 # are kept next to the average, named by the model and the source
 # (DIR/eval/average_last5.newstest2014.en.hyp). THPC_BUILD names the build directory
-# (default: the repository's build/). SCORE_OPTIONS, when set, scores the translations a
+# (default: the repository's build/). EVERY_STEPS=K averages the last N of the run's
+# checkpoint.every_steps schedule (transformer_average --every-steps: a requeued job's
+# stop checkpoints passed over). SCORE_OPTIONS, when set, scores the translations a
 # second time with those transformer_score options: SCORE_OPTIONS="--tokenize
 # moses-compound" adds the paper's tokenized BLEU with compound splitting (EN-DE;
 # docs/wmt14.md) to sacreBLEU's.
 set -euo pipefail
-usage() { sed -n '2,18p' "$0" >&2; exit 2; }
+usage() { sed -n '2,20p' "$0" >&2; exit 2; }
 positional=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do positional+=("$1"); shift; done
 [ $# -gt 0 ] && shift  # the "--"
@@ -45,7 +47,8 @@ if [ -d "$checkpoint" ]; then
   out_dir=$checkpoint/eval
   mkdir -p "$out_dir"
   model=$out_dir/average_last$last.h5
-  "$build/transformer_average" --inputs "$checkpoint" --last "$last" --output "$model"
+  "$build/transformer_average" --inputs "$checkpoint" --last "$last" \
+    ${EVERY_STEPS:+--every-steps "$EVERY_STEPS"} --output "$model"
 else
   [ -f "$checkpoint" ] || { echo "evaluate.sh: no such checkpoint: $checkpoint" >&2; exit 1; }
   out_dir=$(dirname "$checkpoint")/eval
