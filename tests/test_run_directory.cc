@@ -190,6 +190,47 @@ TEST_F(RunDirectory, SiblingRunsShareNoFileAndOverwriteTouchesOnlyItsOwn) {
   }
 }
 
+// A shared train.metrics_dir: a run with checkpoint.resume = auto that finds nothing to
+// resume (a new job's first start) appended to another run's metrics file there, which
+// that run then could not resume with (its file's last run no longer its own; a helper's
+// finding). Refused now, naming that run's checkpoint.dir; a start of the same
+// checkpoint.dir that saved nothing (a job requeued before its first checkpoint) is
+// still its own and appended to.
+TEST_F(RunDirectory, NothingToResumeIsANewRunInAnotherRunsMetricsDirectory) {
+  const std::string shared = " --train.metrics_dir=" + (directory_ / "metrics").string();
+  const fs::path metrics = directory_ / "metrics" / "metrics.jsonl";
+  const ProcessResult a = train("a", "--train.max_steps=2" + shared);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const std::map<std::string, std::string> before = contents(directory_ / "metrics");
+  const ProcessResult b = train("b", "--train.max_steps=2 --checkpoint.resume=auto" + shared);
+  EXPECT_EQ(b.exit_code, 2) << b.output;
+  EXPECT_NE(b.output.find("(checkpoint.resume = auto found nothing to resume in checkpoint.dir); "
+                          "continue that run with --checkpoint.dir=" +
+                          (directory_ / "a" / "checkpoints").string() +
+                          " --checkpoint.resume=auto"),
+            std::string::npos)
+      << b.output;
+  EXPECT_EQ(contents(directory_ / "metrics"), before);
+  const ProcessResult a_again =
+      train("a", "--train.max_steps=3 --checkpoint.resume=auto" + shared);
+  EXPECT_EQ(a_again.exit_code, 0) << a_again.output;
+  EXPECT_EQ(run_records(metrics).size(), 2u);
+
+  // The same checkpoint.dir's earlier start, which saved nothing: its records are this
+  // run's to continue (a requeued job's).
+  const std::string own_metrics = " --train.metrics_dir=" + (directory_ / "own").string();
+  const ProcessResult saved_nothing =
+      train("c", "--train.max_steps=2 --checkpoint.resume=auto" + own_metrics);
+  ASSERT_EQ(saved_nothing.exit_code, 0) << saved_nothing.output;
+  for (const fs::directory_entry& entry : fs::directory_iterator(directory_ / "c" / "checkpoints")) {
+    if (entry.path().extension() == ".h5") fs::remove(entry.path());
+  }
+  const ProcessResult requeued =
+      train("c", "--train.max_steps=2 --checkpoint.resume=auto" + own_metrics);
+  EXPECT_EQ(requeued.exit_code, 0) << requeued.output;
+  EXPECT_EQ(run_records(directory_ / "own" / "metrics.jsonl").size(), 2u);
+}
+
 // A run started when the metrics went beside checkpoint.dir (RUN/metrics.jsonl for
 // RUN/checkpoints) and resumed now goes on appending there, saying so, rather than
 // splitting its curves between two files.

@@ -102,9 +102,13 @@ TEST_F(RunOutputs, MetricsFileHoldsExactlyTheLoggedValues) {
   // checkpoint.dir is run/checkpoints and train.metrics_dir is unset: the file is in it.
   const std::vector<std::string> records = lines_of(read_file(root_ / "run/checkpoints/metrics.jsonl"));
   // The process's records start with the record of its run (no line shows it): the run's
-  // id, the step it started from, and the checkpoint it resumed from (none here).
+  // id, the step it started from, the checkpoint it resumed from (none here) and its
+  // checkpoint.dir, absolute.
   ASSERT_FALSE(records.empty());
-  EXPECT_TRUE(std::regex_match(records[0], std::regex(R"re(\{"kind": "run", "step": 0, "wall_s": 0, "time": [0-9.]+, "run": "[0-9a-f]{16}", "resumed_from": null\})re")))
+  EXPECT_TRUE(std::regex_match(
+      records[0],
+      std::regex(R"re(\{"kind": "run", "step": 0, "wall_s": 0, "time": [0-9.]+, "run": "[0-9a-f]{16}", "resumed_from": null, "checkpoint_dir": ")re" +
+                 (root_ / "run/checkpoints").lexically_normal().string() + R"re("\})re")))
       << records[0];
   size_t next = 1;
   int train_lines = 0, valid_lines = 0, summary_lines = 0;

@@ -95,15 +95,26 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
                               std::ostream& log, DirectoryChanges changes) {
   namespace fs = std::filesystem;
   const CheckpointConfig& options = config.checkpoint;
-  const bool fresh = options.resume.empty();
   // resume=auto that found nothing to resume: the first submission of a job, or a requeue
-  // of one that saved nothing; its directory is its own by the command line.
-  if (!fresh && resumed_from.empty()) return "";
-  std::vector<std::string> foreign;
+  // of one that saved nothing; its checkpoint.dir is its own by the command line, and so is
+  // its metrics file, unless that file's last run kept its checkpoints in another
+  // directory: another run's, which appending would make unresumable (its file's last run
+  // no longer its own) and whose curves it would mix with this one's. Its metrics
+  // directory is then taken as a new run's.
+  const std::string metrics_run_dir = MetricsFile::last_run_checkpoint_dir(metrics);
   std::error_code error;
+  const bool metrics_of_another_directory =
+      !metrics_run_dir.empty() &&
+      fs::absolute(options.dir, error).lexically_normal() != fs::path(metrics_run_dir) &&
+      !fs::equivalent(options.dir, metrics_run_dir, error);
+  const bool found_nothing = !options.resume.empty() && resumed_from.empty();
+  if (found_nothing && !metrics_of_another_directory) return "";
+  const bool fresh = options.resume.empty() || found_nothing;
+  std::vector<std::string> foreign;
   for (const fs::directory_entry& entry : fs::directory_iterator(options.dir, error)) {
     const std::string name = entry.path().filename().string();
-    if (!is_run_checkpoint_file(name)) continue;
+    // (found nothing: what checkpoint.dir holds resume=auto has judged already)
+    if (!is_run_checkpoint_file(name) || found_nothing) continue;
     if (fresh) {
       foreign.push_back(entry.path().string());
     } else if (const std::optional<CheckpointSummary> summary =
@@ -177,9 +188,20 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
   for (size_t i = 0; i < foreign.size() && i < 3; ++i) message << (i ? ", " : "") << foreign[i];
   if (foreign.size() > 3) message << ", ...";
   message << "): a " << (fresh ? "new" : "resumed") << " run there would prune or replace them "
-          << "and mix its metrics with theirs; "
-          << (fresh ? "continue that run with --checkpoint.resume=auto, " : "")
-          << "give this run another checkpoint.dir (and train.metrics_dir), or set "
+          << "and mix its metrics with theirs"
+          << (found_nothing ? " (checkpoint.resume = " + options.resume + " found nothing to "
+                                  "resume in checkpoint.dir)"
+                            : std::string())
+          << "; ";
+  // That run's own directory, when its metrics say it is another one (a shared
+  // train.metrics_dir): resume=auto with this run's would find nothing there.
+  if (metrics_of_another_directory) {
+    message << "continue that run with --checkpoint.dir=" << metrics_run_dir
+            << " --checkpoint.resume=auto, ";
+  } else if (fresh) {
+    message << "continue that run with --checkpoint.resume=auto, ";
+  }
+  message << "give this run another checkpoint.dir (and train.metrics_dir), or set "
           << "checkpoint.overwrite = true to delete them first";
   return message.str();
 }

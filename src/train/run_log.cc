@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -101,18 +102,47 @@ std::string json_string(const std::string& text) {
 
 }  // namespace
 
-std::string MetricsFile::last_run_id(const std::string& path, bool* has_records) {
-  const std::string text = file_text(path);
-  if (has_records) *has_records = text.find_first_not_of(" \t\r\n") != std::string::npos;
+namespace {
+
+// The string value of `key` in the last run record of `text` ("" when there is none, or the
+// record has no such key). The trainer writes the record, so its form is known: no
+// escaped quote is in an id; a path's are undone.
+std::string last_run_record_string(const std::string& text, const std::string& key) {
   const std::string marker = "{\"kind\": \"run\", ";
   const size_t at = text.rfind(marker);
   if (at == std::string::npos) return "";
-  const std::string key = "\"run\": \"";
-  const size_t id = text.find(key, at);
+  const std::string quoted_key = "\"" + key + "\": \"";
+  const size_t found = text.find(quoted_key, at);
   const size_t line_end = text.find('\n', at);
-  if (id == std::string::npos || (line_end != std::string::npos && id > line_end)) return "";
-  const size_t start = id + key.size();
-  return text.substr(start, text.find('"', start) - start);
+  if (found == std::string::npos || (line_end != std::string::npos && found > line_end)) {
+    return "";
+  }
+  // Read back as json_string writes: \" and \\, and \u00XX for a control character.
+  std::string value;
+  for (size_t i = found + quoted_key.size(); i < text.size() && text[i] != '"'; ++i) {
+    if (text[i] == '\\' && i + 1 < text.size()) {
+      ++i;
+      if (text[i] == 'u' && i + 4 < text.size()) {
+        value += static_cast<char>(std::strtol(text.substr(i + 1, 4).c_str(), nullptr, 16));
+        i += 4;
+        continue;
+      }
+    }
+    value += text[i];
+  }
+  return value;
+}
+
+}  // namespace
+
+std::string MetricsFile::last_run_id(const std::string& path, bool* has_records) {
+  const std::string text = file_text(path);
+  if (has_records) *has_records = text.find_first_not_of(" \t\r\n") != std::string::npos;
+  return last_run_record_string(text, "run");
+}
+
+std::string MetricsFile::last_run_checkpoint_dir(const std::string& path) {
+  return last_run_record_string(file_text(path), "checkpoint_dir");
 }
 
 bool MetricsFile::records_no_value(const std::string& path) {
@@ -266,7 +296,8 @@ void MetricsFile::give_up(const std::string& what, int64_t step) {
 }
 
 void MetricsFile::write_run_start(int64_t step, const std::string& run_id,
-                                  const std::string& resumed_from) {
+                                  const std::string& resumed_from,
+                                  const std::string& checkpoint_dir) {
   if (!file_.is_open()) return;
   const double now = std::chrono::duration<double>(
                          std::chrono::system_clock::now().time_since_epoch())
@@ -275,7 +306,7 @@ void MetricsFile::write_run_start(int64_t step, const std::string& run_id,
   record << "{\"kind\": \"run\", \"step\": " << step << ", \"wall_s\": 0, \"time\": "
          << std::fixed << std::setprecision(3) << now << ", \"run\": " << json_string(run_id)
          << ", \"resumed_from\": " << (resumed_from.empty() ? "null" : json_string(resumed_from))
-         << "}\n";
+         << ", \"checkpoint_dir\": " << json_string(checkpoint_dir) << "}\n";
   append(record.str());
 }
 

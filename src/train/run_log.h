@@ -62,13 +62,18 @@ class MetricsFile {
   const std::string& repair_note() const { return repair_note_; }
 
   // The record a process writes when it starts training: {"kind": "run", "step": STEP,
-  // "wall_s": 0, "time": ..., "run": "ID", "resumed_from": "PATH" or null}. It marks where
-  // a process's records begin, and says whose file it is (last_run_id). Not an Event.
-  void write_run_start(int64_t step, const std::string& run_id, const std::string& resumed_from);
+  // "wall_s": 0, "time": ..., "run": "ID", "resumed_from": "PATH" or null,
+  // "checkpoint_dir": "ABSOLUTE PATH"}. It marks where a process's records begin, and says
+  // whose file it is (last_run_id) and where that run's checkpoints are
+  // (last_run_checkpoint_dir). Not an Event.
+  void write_run_start(int64_t step, const std::string& run_id, const std::string& resumed_from,
+                       const std::string& checkpoint_dir);
 
   // The "run" of the last run record of the metrics file at `path`, "" when it has none
   // (or the file is missing); *has_records says whether it holds any record at all.
   static std::string last_run_id(const std::string& path, bool* has_records = nullptr);
+  // The "checkpoint_dir" of that record, "" when it has none (written before 2026-12-02).
+  static std::string last_run_checkpoint_dir(const std::string& path);
 
   // Whether `path` may be appended to as a metrics file: it is absent, empty, or its
   // first line is a record ({"kind": ...). Anything else (a symbolic link to a model, a

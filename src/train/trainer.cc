@@ -653,7 +653,11 @@ void Trainer::begin_training(RunProgress& run) {
   if (!run.metrics.repair_note().empty()) {
     run.out << "note: " << run.metrics.repair_note() << std::endl;
   }
-  run.metrics.write_run_start(run.first_step, run_id_, resumed_from_);
+  // (Absolute: a run that finds nothing to resume tells its own earlier start's file from
+  // another run's by it, whatever directory each was started from.)
+  run.metrics.write_run_start(
+      run.first_step, run_id_, resumed_from_,
+      std::filesystem::absolute(config_.checkpoint.dir).lexically_normal().string());
 }
 
 StepDecision Trainer::decide_step(const StepStats& stats, DivergenceKind divergence,
