@@ -1347,6 +1347,20 @@ TEST_F(CheckpointTest, SentencePieceModelIsStoredCheckedAndAveraged) {
   expect_error([&] { average_checkpoints({path("ckpt/step_00000010.h5"), path("other.h5")}); },
                {"different SentencePiece models", path("ckpt/step_00000010.h5"),
                 path("other.h5")});
+  // Nor one of the synthetic task (data.dir empty: no model, ids of no corpus), in either
+  // order (before: the average took the other's model without a word).
+  Checkpoint synthetic = with_spm;
+  synthetic.spm_model.clear();
+  synthetic.config_ini = "[model]\nlayers = 1\n\n[data]\ndir = \ntrain = train\n";
+  write_checkpoint(path("synthetic.h5"), synthetic);
+  for (const bool synthetic_first : {false, true}) {
+    std::vector<std::string> inputs = {path("ckpt/step_00000010.h5"), path("synthetic.h5")};
+    if (synthetic_first) std::swap(inputs[0], inputs[1]);
+    expect_error([&] { average_checkpoints(inputs); },
+                 {"cannot average " + path("ckpt/step_00000010.h5") + ", which stores the "
+                  "SentencePiece model of its corpus, with " + path("synthetic.h5") +
+                  ", a synthetic task's (data.dir empty)"});
+  }
 
   // Its sha256 is checked like every other dataset's (the file header re-stamped after
   // the flip, as a program editing the file in place would, so that the flip gets past

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <iterator>
 #include <ostream>
+#include <sstream>
+#include <string>
 #include <tuple>
 #include <utility>
 
@@ -248,6 +250,28 @@ std::vector<std::string> prune_checkpoints(const std::string& dir, int keep,
   return deleted;
 }
 
+namespace {
+
+// Whether the configuration `checkpoint` stores has an empty data.dir (the synthetic
+// task's), read from its text as Config::to_ini() writes it ("[data]", then "dir = ...").
+// False when it stores none (an older average).
+bool trained_on_the_synthetic_task(const Checkpoint& checkpoint) {
+  std::istringstream lines(checkpoint.config_ini);
+  std::string line;
+  bool in_data = false;
+  while (std::getline(lines, line)) {
+    if (!line.empty() && line[0] == '[') {
+      in_data = line.rfind("[data]", 0) == 0;
+    } else if (in_data && line.rfind("dir =", 0) == 0) {
+      return line.find_first_not_of(' ', 5) == std::string::npos ||
+             line[line.find_first_not_of(' ', 5)] == '#';
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 Checkpoint average_checkpoints(const std::vector<std::string>& paths,
                                ProgressListener& progress) {
   THPC_CHECK(!paths.empty(), "no checkpoints to average");
@@ -256,10 +280,14 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths,
   Checkpoint first;
   Checkpoint newest;
   std::string spm_model, spm_model_source;  // the inputs' SentencePiece model, if any has one
+  std::string without_model_source;         // an input that stores none
   for (size_t index = 0; index < paths.size(); ++index) {
     Checkpoint current = read_checkpoint(paths[index], CheckpointParts::ParamsOnly);
-    // Equal architectures with other vocabularies would average unrelated embeddings.
-    // A checkpoint without a model (written before models were stored) fits any.
+    // Equal architectures with other vocabularies would average unrelated embeddings. A
+    // checkpoint without a model written before models were stored (of the same corpus,
+    // a run that straddled the change) fits any; a synthetic task's, whose ids are no
+    // pieces of any model, beside one with a model is refused (an average took the other's
+    // model without a word; a helper's finding).
     if (!current.spm_model.empty()) {
       if (spm_model.empty()) {
         spm_model = current.spm_model;
@@ -268,6 +296,14 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths,
         THPC_FAIL("cannot average checkpoints of different SentencePiece models: "
                   << spm_model_source << " and " << paths[index]);
       }
+    } else if (without_model_source.empty() && trained_on_the_synthetic_task(current)) {
+      without_model_source = paths[index];
+    }
+    if (!spm_model.empty() && !without_model_source.empty()) {
+      THPC_FAIL("cannot average " << spm_model_source << ", which stores the SentencePiece "
+                << "model of its corpus, with " << without_model_source << ", a synthetic "
+                << "task's (data.dir empty), whose token ids are no pieces of it; average "
+                << "checkpoints of one run");
     }
     if (index == 0) {
       for (const NamedTensor& tensor : current.params) {
