@@ -258,7 +258,8 @@ TEST(UserErrors, TheDryRunRefusesWhatTrainingRefusesWithTheSameExitCode) {
                              "eos/bos, in " + lopsided + "/valid.00000.h5); raise");
   expect_configuration_error("--data.dir=" + data + " --train.valid_every=1 "
                              "--train.valid_bleu=true --train.valid_beam=100000",
-                             "train.valid_beam 100000 is wider than the vocabulary of 60");
+                             "train.valid_beam 100000 is wider than the 58 tokens a search can "
+                             "choose (the vocabulary of 60 less pad and bos): give at most 58");
   expect_configuration_error("--data.dir=" + data + " --train.valid_every=5 --data.valid=nothere",
                              "no shards nothere.00000.h5", 3);
   expect_configuration_error("--model.layers=2 --data.dir=" + data + " --checkpoint.init=" +
@@ -321,13 +322,34 @@ TEST(UserErrors, TheDryRunRefusesWhatTrainingRefusesWithTheSameExitCode) {
                              "(60 pieces in the checkpoint's, 50 in the shards'): data.dir holds "
                              "another corpus than the one it was trained on (preprocessed "
                              "again?)", 1);
-  // transformer_decode alike: a beam wider than the vocabulary is a usage error.
-  const ProcessResult wide = run_process(
+  // transformer_decode alike: a beam wider than the vocabulary is a usage error; so is
+  // one of the whole vocabulary, which pad and bos never fill (it wrote 58 n-best lines
+  // where --nbest 60 asked for 60; a helper's finding).
+  for (const std::string beam : {"100000", "60 --nbest 60"}) {
+    const ProcessResult wide = run_process(
+        "echo 1 2 3 | " + thpc::binary_dir() + "/transformer_decode --checkpoint " +
+        (root / "ck/step_00000001.h5").string() + " --beam " + beam);
+    EXPECT_EQ(wide.exit_code, 2) << wide.output;
+    EXPECT_NE(wide.output.find("is wider than the 58 tokens a search can choose (the vocabulary "
+                               "of 60 less pad and bos): give at most 58"),
+              std::string::npos)
+        << wide.output;
+  }
+  // An alpha whose length penalty overflows a double makes every score -0: refused (it
+  // passed, being finite).
+  const ProcessResult overflowing = run_process(
       "echo 1 2 3 | " + thpc::binary_dir() + "/transformer_decode --checkpoint " +
-      (root / "ck/step_00000001.h5").string() + " --beam 100000");
-  EXPECT_EQ(wide.exit_code, 2) << wide.output;
-  EXPECT_NE(wide.output.find("is wider than the vocabulary of 60 tokens"), std::string::npos)
-      << wide.output;
+      (root / "ck/step_00000001.h5").string() + " --lenpen 1e30");
+  EXPECT_EQ(overflowing.exit_code, 2) << overflowing.output;
+  EXPECT_NE(overflowing.output.find("the length penalty's alpha 1e+30 (--lenpen, or the "
+                                    "checkpoint's decode.alpha) makes ((5 + |Y|)/6)^alpha "
+                                    "overflow for outputs of "),
+            std::string::npos)
+      << overflowing.output;
+  const ProcessResult large_but_fine = run_process(
+      "echo 1 2 3 | " + thpc::binary_dir() + "/transformer_decode --checkpoint " +
+      (root / "ck/step_00000001.h5").string() + " --lenpen 50 --max-len-b 2");
+  EXPECT_EQ(large_but_fine.exit_code, 0) << large_but_fine.output;
   std::filesystem::remove_all(root);
 }
 

@@ -322,6 +322,18 @@ thpc::BeamOptions search_options(const Arguments& args, const thpc::DecodeConfig
   // checkpoint's decode.beam is a search's width.
   if (args.sampling && !search.beam) search.beam = 1;
   const thpc::BeamOptions options = thpc::configured_beam_options(stored, max_positions, search);
+  // An alpha whose penalty overflows for the longest output makes every score -0 (their
+  // order, the early stop and the n-best then arbitrary): --lenpen 1e30 passed the check
+  // for infinity.
+  if (!std::isfinite(thpc::length_penalty(options.max_len_cap + 1, options.alpha))) {
+    std::ostringstream alpha;
+    alpha << options.alpha;
+    throw thpc::tools::UsageError(
+        "the length penalty's alpha " + alpha.str() +
+        " (--lenpen, or the checkpoint's decode.alpha) makes ((5 + |Y|)/6)^alpha overflow for "
+        "outputs of " + std::to_string(options.max_len_cap + 1) + " tokens (model.max_positions"
+        "): every score would be -0; give a smaller alpha (§6.1: 0.6)");
+  }
   // More best translations than the search keeps cannot be written: they were cut to the
   // beam, and --greedy --nbest 2 wrote plain lines without the n-best format.
   if (search.nbest > options.beam) {
@@ -674,11 +686,15 @@ int run(const Arguments& args) {
   // A search wider than the vocabulary keeps hypotheses that no candidate fills at the
   // first step (fairseq caps it at the vocabulary less one); --beam 100000 on one short
   // line ran for minutes. Samples (--sampling --beam N) are independent draws: any N.
-  if (!args.sampling && options.beam > ensemble.vocab_size) {
+  // (Of the tokens a search can choose: a beam of the whole vocabulary wrote 2 lines
+  // fewer than --nbest asked.)
+  const int selectable = thpc::selectable_tokens(ensemble.vocab_size);
+  if (!args.sampling && options.beam > selectable) {
     throw thpc::tools::UsageError(
         "the beam " + std::to_string(options.beam) + " (--beam, or the checkpoint's "
-        "decode.beam) is wider than the vocabulary of " + std::to_string(ensemble.vocab_size) +
-        " tokens: give at most " + std::to_string(ensemble.vocab_size));
+        "decode.beam) is wider than the " + std::to_string(selectable) + " tokens a search "
+        "can choose (the vocabulary of " + std::to_string(ensemble.vocab_size) + " less pad "
+        "and bos): give at most " + std::to_string(selectable));
   }
   std::unique_ptr<thpc::TreeTokenFilter> tree_filter;
   if (args.tree_constraints) {

@@ -174,6 +174,10 @@ struct Hypothesis {
 // lp(Y) = ((5 + length) / 6)^alpha.
 double length_penalty(int length, float alpha);
 
+// The tokens a search can choose from a vocabulary of `vocab_size`: all but pad and bos.
+// A beam wider than this cannot be filled (nor --nbest lines written).
+inline int selectable_tokens(int vocab_size) { return vocab_size - 2; }
+
 // For each source, its nbest hypotheses, best first.
 std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
                                                  const std::vector<TokenSequence>& sources,

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/sha256.h"
 #include "data/synthetic.h"
+#include "decode/beam_search.h"
 #include "decode/ensemble.h"
 #include "distributed/communicator.h"
 
@@ -132,12 +133,13 @@ std::string configuration_impossible(const Config& config, const BatchSource& so
     why << config.source_file << ": train.tokens_per_step " << train.tokens_per_step
         << " cannot be shared by " << train.accumulate << " micro-batches on each of " << ranks
         << " ranks (each needs at least one token)";
-  } else if (train.valid_bleu && train.valid_beam > source.vocab_size()) {
-    // As transformer_decode refuses a beam wider than the vocabulary: valid_beam = 10^9
-    // asked for 26 GB at the first validation, after training up to it.
+  } else if (train.valid_bleu && train.valid_beam > selectable_tokens(source.vocab_size())) {
+    // As transformer_decode refuses a beam wider than the tokens a search can choose:
+    // valid_beam = 10^9 asked for 26 GB at the first validation, after training up to it.
     why << config.source_file << ": train.valid_beam " << train.valid_beam
-        << " is wider than the vocabulary of " << source.vocab_size()
-        << " tokens: give at most " << source.vocab_size();
+        << " is wider than the " << selectable_tokens(source.vocab_size())
+        << " tokens a search can choose (the vocabulary of " << source.vocab_size()
+        << " less pad and bos): give at most " << selectable_tokens(source.vocab_size());
   } else {
     const int64_t budget = train.tokens_per_step / (static_cast<int64_t>(train.accumulate) * ranks);
     // Validation reads its batches at the same budget.
