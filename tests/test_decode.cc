@@ -458,16 +458,33 @@ TEST_F(DecodeProgram, EvaluateScriptAveragesDecodesAndScores) {
         << result.output;
     EXPECT_NE(result.output.find("\nBLEU = "), std::string::npos) << result.output;
     EXPECT_TRUE(fs::exists(run / "eval" / "average_last2.h5"));
-    EXPECT_EQ(lines_of(read_file(run / "eval" / "average_last2.test.en.hyp")).size(), 2u);
+    // Named by the decode options too: another search keeps its own file.
+    EXPECT_EQ(lines_of(read_file(run / "eval" / "average_last2.test.en.max-len-b3.hyp")).size(),
+              2u);
     // A checkpoint of the run decoded alone keeps its translations beside the average's.
     const ProcessResult single = run_process(
         "THPC_BUILD=" + thpc::binary_dir() + " bash " + THPC_SOURCE_DIR + "/tools/evaluate.sh " +
         (run / "step_00000001.h5").string() + spm_argument + " " + (dir_ / "test.en").string() +
         " " + (dir_ / "test.en").string() + " -- --max-len-b 3");
     EXPECT_EQ(single.exit_code, 0) << single.output;
-    EXPECT_TRUE(fs::exists(run / "eval" / "step_00000001.test.en.hyp")) << single.output;
-    EXPECT_TRUE(fs::exists(run / "eval" / "average_last2.test.en.hyp"));
+    EXPECT_TRUE(fs::exists(run / "eval" / "step_00000001.test.en.max-len-b3.hyp"))
+        << single.output;
+    EXPECT_TRUE(fs::exists(run / "eval" / "average_last2.test.en.max-len-b3.hyp"));
   }
+  // A decode option that writes no one translation a line is refused before anything is
+  // done (--nbest wrote its list over the 1-best file, then the score failed on its line
+  // count; a helper's finding).
+  const fs::path run = dir_ / "run_model_spm.h5";
+  const std::string before = read_file(run / "eval" / "average_last2.test.en.max-len-b3.hyp");
+  const ProcessResult nbest = run_process(
+      "THPC_BUILD=" + thpc::binary_dir() + " bash " + THPC_SOURCE_DIR + "/tools/evaluate.sh " +
+      run.string() + " " + (dir_ / "test.en").string() + " " + (dir_ / "test.en").string() +
+      " 2 -- --max-len-b 3 --nbest 2");
+  EXPECT_EQ(nbest.exit_code, 2) << nbest.output;
+  EXPECT_NE(nbest.output.find("evaluate.sh: decode option --nbest is not one to score with"),
+            std::string::npos)
+      << nbest.output;
+  EXPECT_EQ(read_file(run / "eval" / "average_last2.test.en.max-len-b3.hyp"), before);
 }
 
 // Ensembles (--checkpoint A B, or --checkpoint A --checkpoint B): two copies of a model

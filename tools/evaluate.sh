@@ -11,7 +11,9 @@
 # stores the one of its shards). N (default 5, the paper's base recipe; 20 for big)
 # applies to a directory; a single checkpoint file is decoded as it is. The translations
 # are kept next to the average, named by the model and the source
-# (DIR/eval/average_last5.newstest2014.en.hyp). THPC_BUILD names the build directory
+# (DIR/eval/average_last5.newstest2014.en.hyp; the decode options after -- are part of the
+# name, and those that write no one translation a line, --nbest and --dump-*, are
+# refused). THPC_BUILD names the build directory
 # (default: the repository's build/). EVERY_STEPS=K averages the last N of the run's
 # checkpoint.every_steps schedule (transformer_average --every-steps: a requeued job's
 # stop checkpoints passed over). SCORE_OPTIONS, when set, scores the translations a
@@ -19,7 +21,7 @@
 # moses-compound" adds the paper's tokenized BLEU with compound splitting (EN-DE;
 # docs/wmt14.md) to sacreBLEU's.
 set -euo pipefail
-usage() { sed -n '2,20p' "$0" >&2; exit 2; }
+usage() { sed -n '2,22p' "$0" >&2; exit 2; }
 positional=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do positional+=("$1"); shift; done
 [ $# -gt 0 ] && shift  # the "--"
@@ -31,7 +33,7 @@ if [ "$count" -ge 4 ] && [[ ${positional[count - 1]} =~ ^[0-9]+$ ]]; then
   count=$((count - 1))
 fi
 case $count in
-  3) checkpoint=${positional[0]} spm= source=${positional[1]} reference=${positional[2]} ;;
+  3) checkpoint=${positional[0]} spm='' source=${positional[1]} reference=${positional[2]} ;;
   4) checkpoint=${positional[0]} spm=${positional[1]} source=${positional[2]}
      reference=${positional[3]} ;;
   *) usage ;;
@@ -39,6 +41,17 @@ esac
 # BUILD as the run_*.sh scripts name it; by default the repository's build/, wherever this
 # runs from (a build/ of the working directory was taken, or none found).
 build=${THPC_BUILD:-${BUILD:-$(cd "$(dirname "$0")/.." && pwd)/build}}
+# The decode options it passes on give one translation a line, into the file it scores:
+# --nbest wrote an n-best list over the 1-best file, then the score failed on its line
+# count; --output and --input are this script's own.
+for option in "$@"; do
+  case $option in
+    --nbest | --nbest=* | --dump-attention* | --dump-lines* | --output* | --input*)
+      echo "evaluate.sh: decode option ${option%%=*} is not one to score with: run" \
+           "$build/transformer_decode yourself for it" >&2
+      exit 2 ;;
+  esac
+done
 for f in ${spm:+"$spm"} "$source" "$reference"; do
   [ -f "$f" ] || { echo "evaluate.sh: no such file: $f" >&2; exit 1; }
 done
@@ -55,10 +68,19 @@ else
   mkdir -p "$out_dir"
   model=$checkpoint
 fi
-# Named by the model and the source (average_last5.newstest2014.en.hyp): the last 5 and
-# the last 20 of one run, or two of its checkpoints, keep their translations apart (one
-# name for all replaced each with the next).
-hypothesis=$out_dir/$(basename "$model" .h5).$(basename "$source").hyp
+# Named by the model, the source and the decode options (average_last5.newstest2014.en.hyp,
+# average_last5.newstest2014.en.beam8.hyp for -- --beam 8): the last 5 and the last 20 of
+# one run, two of its checkpoints, or two searches keep their translations apart (one name
+# for all replaced each with the next).
+suffix=""
+for option in "$@"; do
+  case $option in
+    --*) option=${option#--}; suffix+=.${option//=/} ;;  # --beam=8: .beam8
+    *) suffix+=$option ;;                                 # --beam 8: .beam8
+  esac
+done
+suffix=${suffix//[^A-Za-z0-9._-]/_}
+hypothesis=$out_dir/$(basename "$model" .h5).$(basename "$source")$suffix.hyp
 "$build/transformer_decode" --checkpoint "$model" ${spm:+--spm-model "$spm"} --input "$source" \
   --output "$hypothesis" "$@"
 echo "translations: $hypothesis"
