@@ -150,6 +150,25 @@ TEST_F(DecodeProgram, OneLinePerInputLineInOrderDeterministic) {
   // A different batching must not change any translation (order is restored).
   ASSERT_EQ(decode("--max-len-b 5 --batch-tokens 8", out_again, err_again), 0);
   EXPECT_EQ(out, out_again);
+  // Many truncated lines: the first 5 said a line each, then their count (a test set
+  // through a short position table printed a warning line for each).
+  {
+    std::ofstream many(dir_ / "many_long.en");
+    std::string words;
+    for (int w = 0; w < 80; ++w) words += "A man rides a bike. ";
+    for (int line = 0; line < 8; ++line) many << words << "\n";
+  }
+  std::string many_out, many_err;
+  ASSERT_EQ(decode("--max-len-b 1 --greedy", many_out, many_err, "model.h5", true, "many_long.en"),
+            0)
+      << many_err;
+  EXPECT_EQ(lines_of(many_out).size(), 8u);
+  EXPECT_NE(many_err.find("warning: line 5 has"), std::string::npos) << many_err;
+  EXPECT_EQ(many_err.find("warning: line 6 has"), std::string::npos) << many_err;
+  EXPECT_NE(many_err.find("warning: 8 lines of " + (dir_ / "many_long.en").string() +
+                          " in all were truncated to 39 tokens (the first 5 said above)"),
+            std::string::npos)
+      << many_err;
 }
 
 // --batch-sentences N: at most N sentences a batch (fairseq's --batch-size, CTranslate2's

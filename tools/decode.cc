@@ -277,6 +277,10 @@ SourceText read_source_text(const Arguments& args, const sentencepiece::Sentence
     }
   }
   const int longest_source = max_positions - 1;
+  // The first few truncations a line each, then their count: newstest2014 through a model
+  // of 64 positions printed about a thousand warning lines.
+  constexpr int kTruncationsSaid = 5;
+  int truncated = 0;
   input.sources.resize(input.lines.size());
   for (size_t i = 0; i < input.lines.size(); ++i) {
     std::vector<int> pieces;
@@ -287,12 +291,19 @@ SourceText read_source_text(const Arguments& args, const sentencepiece::Sentence
                            << encoded.ToString() << ")");
     }
     if (static_cast<int>(pieces.size()) > longest_source) {
-      std::cerr << "transformer_decode: warning: line " << i + 1 << " has " << pieces.size()
-                << " tokens; truncated to " << longest_source << " (model.max_positions = "
-                << max_positions << ")\n";
+      if (++truncated <= kTruncationsSaid) {
+        std::cerr << "transformer_decode: warning: line " << i + 1 << " has " << pieces.size()
+                  << " tokens; truncated to " << longest_source << " (model.max_positions = "
+                  << max_positions << ")\n";
+      }
       pieces.resize(longest_source);
     }
     input.sources[i].assign(pieces.begin(), pieces.end());
+  }
+  if (truncated > kTruncationsSaid) {
+    std::cerr << "transformer_decode: warning: " << truncated << " lines of " << input.name
+              << " in all were truncated to " << longest_source << " tokens (the first "
+              << kTruncationsSaid << " said above)\n";
   }
   return input;
 }
