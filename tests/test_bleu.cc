@@ -519,6 +519,16 @@ struct ScoreProgram : ::testing::Test {
 const std::string kUedin = kWmt17 + "/newstest2017.uedin-nmt.4722.en-de";
 const std::string kWmt17Ref = kWmt17 + "/newstest2017-ende-ref.de";
 
+void expect_one_line_error(const ProgramResult& result, int exit_code,
+                           const std::vector<std::string>& mentions) {
+  EXPECT_EQ(result.exit_code, exit_code) << result.err;
+  EXPECT_TRUE(result.out.empty()) << result.out;
+  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
+  for (const std::string& mention : mentions) {
+    EXPECT_NE(result.err.find(mention), std::string::npos) << result.err;
+  }
+}
+
 TEST_F(ScoreProgram, ScoreOnlyOnOneWmt17System) {
   THPC_REQUIRE_DATA("sacrebleu_tests/wmt17_en-de");
   ProgramResult result = run_score(kWmt17Ref + " -i " + kUedin + " -b");
@@ -527,6 +537,16 @@ TEST_F(ScoreProgram, ScoreOnlyOnOneWmt17System) {
   result = run_score(kWmt17Ref + " -b -w 2 < " + kUedin);  // hypothesis on stdin
   EXPECT_EQ(result.exit_code, 0) << result.err;
   EXPECT_EQ(result.out, "28.30\n");
+  // "-" is standard input, as the other tools read it: the system's (-i -) or a
+  // reference's (before: "-: no such file", exit 1), one of them only (exit 2).
+  result = run_score(kWmt17Ref + " -i - -b -w 2 < " + kUedin);
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out, "28.30\n");
+  result = run_score("- -i " + kUedin + " -b -w 2 < " + kWmt17Ref);
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out, "28.30\n");
+  expect_one_line_error(run_score("- < " + kUedin), 2,
+                        {"standard input can be one file only"});
 }
 
 TEST_F(ScoreProgram, FullLineWithSignature) {
@@ -550,16 +570,6 @@ TEST_F(ScoreProgram, SentenceLevelWithSmoothingAndLowercase) {
   result = run_score(kSmall + "/sentence_ro.ref -i " + kSmall +
                      "/sentence_ro.hyp -sl --tokenize char -lc -b -w 4");
   EXPECT_EQ(result.out, "42.0268\n");
-}
-
-void expect_one_line_error(const ProgramResult& result, int exit_code,
-                           const std::vector<std::string>& mentions) {
-  EXPECT_EQ(result.exit_code, exit_code) << result.err;
-  EXPECT_TRUE(result.out.empty()) << result.out;
-  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
-  for (const std::string& mention : mentions) {
-    EXPECT_NE(result.err.find(mention), std::string::npos) << result.err;
-  }
 }
 
 TEST_F(ScoreProgram, MissingFile) {

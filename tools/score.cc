@@ -37,9 +37,9 @@ constexpr const char* kUsageHead =
     "\n"
     "Scores the hypothesis (HYP, or standard input) against one or more reference\n"
     "files, one segment per line, with BLEU and chrF exactly as sacreBLEU 2.x computes\n"
-    "them, or with the paper's tokenized BLEU (--tokenize moses-compound). Options are\n"
-    "sacreBLEU's, spelt as after `sacrebleu` (-tok, -lc, -sv, -cc ... or their long\n"
-    "names)";
+    "them, or with the paper's tokenized BLEU (--tokenize moses-compound). A file\n"
+    "named - is standard input (HYP or one REF). Options are sacreBLEU's, spelt as\n"
+    "after `sacrebleu` (-tok, -lc, -sv, -cc ... or their long names)";
 
 struct CommandLine {
   std::vector<std::string> reference_paths;
@@ -75,7 +75,7 @@ po::options_description describe(Given& given, bool with_references) {
   CommandLine& command = given.command;
   po::options_description general(kUsageHead);
   general.add_options()
-      ("input,i", po::value(&given.input), "hypothesis file (default: standard input)")
+      ("input,i", po::value(&given.input), "hypothesis file (default, or -: standard input)")
       ("metrics,metric,m", po::value(&given.metrics)->multitoken(),
        "bleu (default) | chrf, one line each: the names up to the next option")
       ("sentence-level,sl", po::bool_switch(&command.sentence_level),
@@ -163,7 +163,16 @@ CommandLine parse_command_line(int argc, char** argv) {
                 << "run transformer_score once per system, references before -i)");
     }
   }
-  if (given_option("input")) command.hypothesis_path = given.input;
+  // "-" is standard input, as decode, evalb and trees read it (sacreBLEU takes a file of
+  // that name: "-: no such file" here before); one of the files only.
+  if (given_option("input") && given.input != "-") command.hypothesis_path = given.input;
+  const auto standard_inputs = std::count(command.reference_paths.begin(),
+                                          command.reference_paths.end(), std::string("-")) +
+                               (command.hypothesis_path ? 0 : 1);
+  if (standard_inputs > 1) {
+    THPC_FAIL("standard input can be one file only: the system's (no -i, or -i -) or one "
+              "reference's (-, with -i FILE)");
+  }
   // sacreBLEU's -m takes one name or more (nargs='+'); each is printed once, by name.
   command.metrics = given.metrics;
   for (const std::string& name : command.metrics) {
@@ -293,7 +302,8 @@ void print_multi_bleu(const std::vector<std::string>& hypotheses,
 int run(const CommandLine& command) {
   std::vector<std::vector<std::string>> references;
   for (const std::string& path : command.reference_paths) {
-    references.push_back(read_text(command, path));
+    references.push_back(path == "-" ? read_text(command, std::cin, "<stdin>")
+                                     : read_text(command, path));
   }
   const std::string hypothesis_source = command.hypothesis_path.value_or("<stdin>");
   const std::vector<std::string> hypotheses =
