@@ -73,7 +73,7 @@ const std::vector<Tool>& tools() {
        "/input/tiny.ini --program-batches --set data.dir=/nonexistent",
        "--steps"},
       {"transformer_score",
-       {"usage: transformer_score", "(default: standard input)", "13a (default)",
+       {"usage: transformer_score", "(default, or -: standard input)", "13a (default)",
         "exp (default)", "(default 0.1)", "(default 4)", "(default 1)"},
        "/nonexistent.ref -i /nonexistent.hyp", "-tok", "--tokenize"},
       {"transformer_evalb",
