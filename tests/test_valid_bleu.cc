@@ -184,7 +184,9 @@ TEST_F(ValidBleu, ValidMetricChrfIsTransformerScoreChrfAndChoosesBestH5) {
   const std::string metrics = read_file(root_ / "chrf/checkpoints/metrics.jsonl");
   const std::map<int, double> logged = logged_scores(root_ / "chrf/checkpoints/metrics.jsonl", "chrf");
   ASSERT_EQ(logged.size(), 3u) << metrics;
-  EXPECT_EQ(metrics.find("valid_bleu"), std::string::npos) << "chrF runs log no BLEU";
+  // (the key, quoted: the run records' checkpoint_dir is a path under this test's
+  // directory, whose name holds valid_bleu)
+  EXPECT_EQ(metrics.find("\"valid_bleu\""), std::string::npos) << "chrF runs log no BLEU";
   EXPECT_NE(metrics.find("\"best_valid_chrf\": "), std::string::npos) << metrics;
   EXPECT_EQ(run.output.find("| bleu "), std::string::npos) << run.output;
   for (const int step : {20, 40, 60}) {
