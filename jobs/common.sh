@@ -30,10 +30,11 @@
 # again.
 #
 # Settings (environment variables; sbatch passes the submitting shell's environment):
-#   THPC_ROOT      the repository (default: the one this file is in; the job scripts
-#                  source it from the directory sbatch was called from)
-#   THPC_BUILD     the directory holding transformer_hpc (default: $THPC_ROOT/build, or
-#                  the one on PATH when there is none there: an installed prefix)
+#   THPC_ROOT      the repository, or an installation's PREFIX/share/transformer_hpc
+#                  (default: the one this file is in; the job scripts source it from
+#                  the directory sbatch was called from)
+#   THPC_BUILD     the directory holding transformer_hpc (default: $THPC_ROOT/build; for
+#                  an installation, its PREFIX/bin; else the one on PATH)
 #   THPC_RUN_NAME  the run directory runs/NAME (default: JOBNAME-JOBID, so every job has
 #                  its own checkpoints and a requeued job finds its own again). Give
 #                  the name of an earlier run to continue it in a new job.
@@ -52,15 +53,25 @@
 # The folder above jobs/, wherever the caller stands (jobs/run_local.sh from elsewhere
 # looked for build/ in its working directory).
 thpc_root=${THPC_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
-# The programs: THPC_BUILD, else the repository's build/, else those on PATH (a Spack or
-# `cmake --install` prefix: `spack load transformer-hpc`).
+# The programs: THPC_BUILD, else the repository's build/, else, for the installed copy of
+# this file (PREFIX/share/transformer_hpc/jobs), PREFIX/bin, else those on PATH (a Spack
+# or `cmake --install` prefix: `spack load transformer-hpc`).
 if [ -n "${THPC_BUILD:-}" ]; then
   thpc_build=$THPC_BUILD
+elif [ ! -x "$thpc_root/build/transformer_hpc" ] && [ -x "$thpc_root/../../bin/transformer_hpc" ]; then
+  thpc_build=$(cd "$thpc_root/../../bin" && pwd)
 elif [ ! -x "$thpc_root/build/transformer_hpc" ] && command -v transformer_hpc > /dev/null; then
   # Absolute: thpc_train moves to the repository before it runs the program.
   thpc_build=$(cd "$(dirname "$(command -v transformer_hpc)")" && pwd)
 else
   thpc_build=$thpc_root/build
+fi
+# Where runs/ goes without Slurm: the repository's, or, for an installed copy (no
+# CMakeLists.txt beside jobs/: a prefix that may not be writable), the caller's directory.
+if [ -f "$thpc_root/CMakeLists.txt" ]; then
+  thpc_runs_base=$thpc_root
+else
+  thpc_runs_base=$PWD
 fi
 thpc_stop_signal=""  # the stop signal this shell received, if any
 thpc_requeued=0      # this job asked Slurm to requeue it
@@ -74,7 +85,7 @@ trap 'thpc_forward_stop TERM' TERM
 # The run directory of this job (created): runs/NAME under the submission directory.
 thpc_run_dir() {
   local name=${THPC_RUN_NAME:-${SLURM_JOB_NAME:-thpc}-${SLURM_JOB_ID:-local-$$}}
-  local dir=${SLURM_SUBMIT_DIR:-$PWD}/runs/$name
+  local dir=${SLURM_SUBMIT_DIR:-$thpc_runs_base}/runs/$name
   mkdir -p "$dir"
   echo "$dir"
 }

@@ -165,6 +165,13 @@ add_test(NAME Jobs.AveragedWindowIsThePapersInSteps
 set_tests_properties(Jobs.AveragedWindowIsThePapersInSteps PROPERTIES
   TIMEOUT 300 SKIP_RETURN_CODE 77
   ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;${THPC_CPU_ONLY_ENVIRONMENT}")
+# `cmake --install` and the installed job and evaluation scripts, used without the
+# repository: some seconds.
+add_test(NAME Install.JobsAndToolsRunFromThePrefixWithoutTheRepository
+         COMMAND bash ${THPC_TESTS_DIR}/install_test.sh ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
+set_tests_properties(Install.JobsAndToolsRunFromThePrefixWithoutTheRepository PROPERTIES
+  TIMEOUT 300 SKIP_RETURN_CODE 77
+  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;${THPC_CPU_ONLY_ENVIRONMENT}")
 # test_spack reads Spack.yaml with a YAML parser, as Spack does (a test-only dependency).
 find_package(yaml-cpp REQUIRED)
 target_link_libraries(test_spack PRIVATE yaml-cpp)

@@ -14,7 +14,7 @@
 # (DIR/eval/average_last5.newstest2014.en.hyp; the decode options after -- are part of the
 # name, and those that write no one translation a line, --nbest and --dump-*, are
 # refused). THPC_BUILD names the build directory
-# (default: the repository's build/). EVERY_STEPS=K averages the last N of the run's
+# (default: the repository's build/, or an installation's bin/). EVERY_STEPS=K averages the last N of the run's
 # checkpoint.every_steps schedule (transformer_average --every-steps: a requeued job's
 # stop checkpoints passed over). SCORE_OPTIONS, when set, scores the translations a
 # second time with those transformer_score options: SCORE_OPTIONS="--tokenize
@@ -39,8 +39,25 @@ case $count in
   *) usage ;;
 esac
 # BUILD as the run_*.sh scripts name it; by default the repository's build/, wherever this
-# runs from (a build/ of the working directory was taken, or none found).
-build=${THPC_BUILD:-${BUILD:-$(cd "$(dirname "$0")/.." && pwd)/build}}
+# runs from (a build/ of the working directory was taken, or none found); for the
+# installed copy (PREFIX/share/transformer_hpc/tools) PREFIX/bin, else those on PATH.
+here=$(cd "$(dirname "$0")" && pwd)
+if [ -n "${THPC_BUILD:-${BUILD:-}}" ]; then
+  build=${THPC_BUILD:-$BUILD}
+elif [ -x "$here/../build/transformer_decode" ]; then
+  build=$here/../build
+elif [ -x "$here/../../../bin/transformer_decode" ]; then
+  build=$(cd "$here/../../../bin" && pwd)
+elif command -v transformer_decode > /dev/null; then
+  build=$(dirname "$(command -v transformer_decode)")
+else
+  build=$here/../build
+fi
+if [ ! -x "$build/transformer_decode" ]; then
+  echo "evaluate.sh: no program $build/transformer_decode: build it (README), or set" \
+       "THPC_BUILD to the folder that holds it" >&2
+  exit 1
+fi
 # The decode options it passes on give one translation a line, into the file it scores:
 # --nbest wrote an n-best list over the 1-best file, then the score failed on its line
 # count; --output and --input are this script's own.
