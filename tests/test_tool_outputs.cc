@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -607,6 +608,64 @@ TEST_F(ToolOutputs, AnInterruptedToolLeavesNoPartialFile) {
       ADD_FAILURE() << "left behind: " << entry.path();
     }
   }
+}
+
+// An interrupt while a corpus takes the place of an earlier one in --destdir: the earlier
+// shards were removed before the new ones were renamed into place, and an interrupt
+// between (the syncs of a large corpus took seconds) left neither corpus, spm.model alone
+// (a helper's finding). Now the renames and the removal of what they do not replace wait
+// for no signal: the new corpus is whole, the earlier one's extra shard gone, and the tool
+// then ends as the signal would have, saying so.
+TEST_F(ToolOutputs, AnInterruptWhileACorpusReplacesAnotherLeavesAWholeOne) {
+  const ProcessResult corpus = run_process(
+      "python3 " THPC_SOURCE_DIR "/tools/make_numbers_corpus.py --train 2000 --valid 8 "
+      "--test 2 --seed 1 --out text > /dev/null");
+  ASSERT_EQ(corpus.exit_code, 0) << corpus.output;
+  const std::string preprocess = kBin + "/transformer_preprocess --source-lang en "
+                                 "--target-lang de --trainpref text/train --validpref "
+                                 "text/valid --destdir data --vocab-size 100 --model-type bpe "
+                                 "--seed 1";
+  // The earlier corpus: 3 training shards and a test split the next run lacks.
+  const ProcessResult earlier =
+      run_process(preprocess + " --testpref text/test --shards 3 > /dev/null");
+  ASSERT_EQ(earlier.exit_code, 0) << earlier.output;
+  ASSERT_TRUE(fs::exists("data/test.00000.h5"));
+  FILE* output = nullptr;
+  const pid_t pid = start_process(
+      {"/usr/bin/env", "THPC_TEST_RENAME_DELAY_MS=300", kBin + "/transformer_preprocess",
+       "--source-lang", "en", "--target-lang", "de", "--trainpref", "text/train", "--validpref",
+       "text/valid", "--destdir", "data", "--vocab-size", "100", "--model-type", "bpe",
+       "--seed", "2", "--shards", "2"},
+      &output);
+  ASSERT_GT(pid, 0);
+  // Once the first file is renamed into place: train.00000.h5's scratch file seen, then
+  // gone (each rename waits 300 ms first, so the section has more to do).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  bool seen = false;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const bool there = fs::exists("data/train.00000.h5.partial");
+    if (seen && !there) break;
+    seen = seen || there;
+    ::usleep(1000);
+  }
+  ASSERT_TRUE(seen) << "no scratch file seen";
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  const std::string log = finish_process(pid, output, &status);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status << "\n" << log;
+  EXPECT_NE(log.find("came while the corpus was put in place: it is complete in data; "
+                     "stopping now"),
+            std::string::npos)
+      << log;
+  std::set<std::string> names;
+  for (const fs::directory_entry& entry : fs::directory_iterator("data")) {
+    names.insert(entry.path().filename().string());
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"spm.model", "train.00000.h5", "train.00001.h5",
+                                          "valid.00000.h5"}));
+  // ... and the trainer's reader takes it as one corpus.
+  const ProcessResult again = run_process(kBin + "/transformer_data_stats data");
+  EXPECT_EQ(again.exit_code, 0) << again.output;
 }
 
 }  // namespace

@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <ostream>
 #include <random>
@@ -664,15 +667,25 @@ class PendingOutputs {
     return temporary;
   }
   // Every file synced before the first rename (as every writer of the project does: a
-  // crash could leave a renamed shard empty), renamed, then their directories synced.
-  void commit() {
+  // crash could leave a renamed shard empty). The slow part, and interruptible: an
+  // interrupt until it ends removes the temporaries and leaves the directory as it was.
+  void sync() const {
     for (const auto& [temporary, final_path] : files_) fsync_path(temporary, final_path);
+  }
+  // Renamed into place (over the files of those names), then their directories synced.
+  // THPC_TEST_RENAME_DELAY_MS=N waits N ms after each rename: the tests' way into the
+  // section an interrupt must wait for.
+  void rename_into_place() {
+    const char* delay = std::getenv("THPC_TEST_RENAME_DELAY_MS");
     std::error_code error;
     for (const auto& [temporary, final_path] : files_) {
+      if (delay != nullptr) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::strtol(delay, nullptr, 10)));
+      }
       fs::rename(temporary, final_path, error);
       if (error) {
-        // The earlier shards are gone (remove_old_shards), and the new ones renamed so far
-        // are a set the trainer refuses as incomplete (their shard_count).
+        // The new shards renamed so far, beside earlier ones, are a set the trainer
+        // refuses as mixed or incomplete (their shard_count, corpus and model).
         THPC_FAIL("cannot write " << final_path << ": rename of " << temporary << ": "
                                   << error.message() << " (the corpus in its directory is "
                                   << "incomplete: run transformer_preprocess again)");
@@ -686,6 +699,12 @@ class PendingOutputs {
     for (const std::string& directory : directories) fsync_path(directory, directory);
     files_.clear();
     interrupted_.clear();
+  }
+  // The paths the files get.
+  std::set<std::string> final_paths() const {
+    std::set<std::string> paths;
+    for (const auto& [temporary, final_path] : files_) paths.insert(final_path);
+    return paths;
   }
 
  private:
@@ -730,19 +749,28 @@ bool written_by_preprocessing(std::string name) {
 
 // Removes the shards an earlier run left in --destdir (check_destdir_holds_only_shards
 // made sure that they are shards), saying so on `log`.
-void remove_old_shards(const std::string& dest_dir, std::ostream& log) {
+// The shards an earlier run left in `dest_dir` (names, sorted).
+std::vector<std::string> earlier_shards(const std::string& dest_dir) {
   std::error_code error;
-  std::vector<std::string> removed;
+  std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(dest_dir, error)) {
     const std::string name = entry.path().filename().string();
-    if (is_shard_name(name) && fs::remove(entry.path(), error)) removed.push_back(name);
+    if (is_shard_name(name)) names.push_back(name);
   }
-  if (removed.empty()) return;
-  std::sort(removed.begin(), removed.end());
-  log << "removed the " << removed.size() << " shard" << (removed.size() > 1 ? "s" : "")
-      << " an earlier run left in " << dest_dir << " (" << removed.front()
-      << (removed.size() > 1 ? " ... " + removed.back() : "") << "): this run writes its own"
-      << std::endl;
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Removes those of `earlier` this run did not write over (a test split this run lacks,
+// train shards beyond its --shards: they would be read as part of the new corpus).
+void remove_shards_not_written(const std::string& dest_dir,
+                               const std::vector<std::string>& earlier,
+                               const std::set<std::string>& written) {
+  std::error_code error;
+  for (const std::string& name : earlier) {
+    const std::string path = (fs::path(dest_dir) / name).string();
+    if (written.count(path) == 0) fs::remove(path, error);
+  }
 }
 
 // Refuses a file in --destdir under a name the run removes or replaces (a shard's,
@@ -942,14 +970,38 @@ void commit_outputs(const PreprocessOptions& options, const std::string& spm_mod
     model_file << spm_model;
     if (!model_file.flush()) THPC_FAIL(model_path << ": cannot write");
   }
-  remove_old_shards(options.dest_dir, log);
+  outputs.sync();
   std::error_code no_model;
-  if (fs::is_regular_file(model_path, no_model) &&
-      read_input_file(model_path, "spm.model") != spm_model) {
+  const bool replaces_a_model = fs::is_regular_file(model_path, no_model) &&
+                                read_input_file(model_path, "spm.model") != spm_model;
+  std::vector<std::string> earlier;
+  {
+    // The earlier corpus gives way to this one without a stop between: its shards were
+    // removed before this run's were renamed into place, and an interrupt there (the
+    // syncs of a large corpus took seconds) left neither (a helper's finding). Now every
+    // file is synced first, and the renames and the removal of earlier shards this run
+    // does not replace are one section that an interrupt waits for.
+    const InterruptionsHeld held;
+    earlier = earlier_shards(options.dest_dir);
+    const std::set<std::string> written = outputs.final_paths();
+    outputs.rename_into_place();
+    remove_shards_not_written(options.dest_dir, earlier, written);
+    if (const int signal_number = InterruptionsHeld::signal_received(); signal_number != 0) {
+      std::cerr << "transformer_preprocess: " << strsignal(signal_number) << " came while the "
+                << "corpus was put in place: it is complete in " << options.dest_dir
+                << "; stopping now" << std::endl;
+    }
+  }
+  if (!earlier.empty()) {
+    log << "removed the " << earlier.size() << " shard" << (earlier.size() > 1 ? "s" : "")
+        << " an earlier run left in " << options.dest_dir << " (" << earlier.front()
+        << (earlier.size() > 1 ? " ... " + earlier.back() : "")
+        << "): this run writes its own" << std::endl;
+  }
+  if (replaces_a_model) {
     log << "replaced the spm.model an earlier run (or you) left in " << options.dest_dir
         << ": this run writes its own" << std::endl;
   }
-  outputs.commit();
 }
 
 // What the run did: the vocabulary's size where it fell short of --vocab-size (a model

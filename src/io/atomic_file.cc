@@ -81,13 +81,33 @@ char g_interrupt_paths[kInterruptSlots][kInterruptPathBytes];
 volatile std::sig_atomic_t g_interrupt_used[kInterruptSlots];
 std::mutex g_interrupt_slots;  // between threads that register (never in the handler)
 
+// InterruptionsHeld: 1 while a section holds the signals, and the signal that came then.
+volatile std::sig_atomic_t g_interruptions_held = 0;
+volatile std::sig_atomic_t g_held_signal = 0;
+
 extern "C" void remove_temporaries_and_end(int signal_number) {
+  if (g_interruptions_held) {
+    g_held_signal = signal_number;
+    return;
+  }
   remove_registered_temporaries();
   std::signal(signal_number, SIG_DFL);
   std::raise(signal_number);
 }
 
 }  // namespace
+
+InterruptionsHeld::InterruptionsHeld() { g_interruptions_held = 1; }
+
+InterruptionsHeld::~InterruptionsHeld() {
+  g_interruptions_held = 0;
+  if (const int signal_number = g_held_signal; signal_number != 0) {
+    g_held_signal = 0;
+    remove_temporaries_and_end(signal_number);
+  }
+}
+
+int InterruptionsHeld::signal_received() { return g_held_signal; }
 
 void remove_registered_temporaries() {
   for (int slot = 0; slot < kInterruptSlots; ++slot) {

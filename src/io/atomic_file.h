@@ -71,6 +71,22 @@ class RemovedWhenInterrupted {
 // a checkpoint's .NAME.tmp, as large as the checkpoint, for the next start to remove).
 void remove_registered_temporaries();
 
+// While one lives, SIGINT, SIGTERM and SIGHUP (as remove_temporaries_when_interrupted
+// handles them) wait for the end of a section that must not stop halfway: a corpus put
+// in place of another, its shards renamed over the earlier ones and those left over
+// removed (a Ctrl-C between them left neither corpus; a helper's finding). Such a section
+// is renames and unlinks, milliseconds. A signal that came meanwhile ends the process as
+// it would have (temporaries removed, its default action) when the section ends.
+class InterruptionsHeld {
+ public:
+  InterruptionsHeld();
+  ~InterruptionsHeld();
+  InterruptionsHeld(const InterruptionsHeld&) = delete;
+  InterruptionsHeld& operator=(const InterruptionsHeld&) = delete;
+  // The signal that came while held (0: none), for the caller to say what it finished.
+  static int signal_received();
+};
+
 // Installs that handler for SIGINT, SIGTERM and SIGHUP, except where a signal is ignored
 // (a background job, nohup): the tools call it first (tools/tool_main.h). The trainer
 // does not: it stops at those signals with a checkpoint (train/stop_request.h).
