@@ -610,6 +610,49 @@ TEST_F(DataPipeline, AStreamedShardThatChangedSinceItWasOpenedIsRefused) {
   fs::remove_all(copies);
 }
 
+// At start-up each shard is read twice, its summary (the plan's lengths) and then its
+// contents: a shard replaced between the two (another corpus preprocessed into data.dir)
+// is refused as a streamed one is (before: the contents of fewer pairs were indexed past
+// their offsets, "cannot create std::vector larger than max_size()", or ids of another
+// vocabulary reached the model; a helper's finding).
+TEST_F(DataPipeline, AShardReplacedBetweenItsTwoReadsAtStartUpIsRefused) {
+  const fs::path copies = root_ / "replaced";
+  fs::remove_all(copies);
+  fs::create_directories(copies);
+  ShardReaderSpec spec = reader_spec();
+  spec.files.clear();
+  for (const std::string& file : train_files()) {
+    spec.files.push_back((copies / fs::path(file).filename()).string());
+    fs::copy_file(file, spec.files.back());
+  }
+  for (const bool resident : {true, false}) {
+    SCOPED_TRACE(resident ? "resident" : "streamed");
+    spec.memory_budget_bytes = resident ? int64_t{1} << 30 : int64_t{1} << 20;
+    const std::string first = spec.files.front();
+    const ShardContents original = read_shard(first);
+    spec.between_reads = [&] {
+      ShardContents fewer = original;
+      TokenColumn* sides[] = {&fewer.source, &fewer.target};
+      for (TokenColumn* side : sides) {
+        side->offsets.resize(side->offsets.size() / 2);
+        side->tokens.resize(static_cast<size_t>(side->offsets.back()));
+      }
+      write_shard(first, fewer);
+    };
+    try {
+      ShardReader reader(spec);
+      ADD_FAILURE() << "a shard replaced between its reads was taken";
+    } catch (const Error& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find(first + ": the shard changed since the run opened it ("),
+                std::string::npos)
+          << message;
+    }
+    write_shard(first, original);
+  }
+  fs::remove_all(copies);
+}
+
 // ---- bad input: one clear message naming the file and the problem ----
 
 // transformer_preprocess on the given text files; must fail with one line naming `file`.

@@ -166,6 +166,42 @@ void check_stored_sentencepiece_model(const std::string& path, const ShardMetada
   }
 }
 
+// A shard read again (streamed, or at start-up after its summary) must be the one the
+// run opened: the plan (batches of its
+// pairs' lengths), the run's vocabulary and the corpus digest in its checkpoints are of
+// that file. A corpus preprocessed again into data.dir during a run was trained on
+// without a word (another SentencePiece model than the checkpoints', exit 0), or ended
+// in internal errors (fewer pairs: indices past the new offsets). Data error: exit 3.
+void check_unchanged_since_opened(const std::string& path, const ShardSummary& opened,
+                                  const ShardContents& read) {
+  const auto changed = [&](const std::string& what) {
+    THPC_FAIL(path << ": the shard changed since the run opened it (" << what
+                   << "): data.dir was written while the run read it; give the run the "
+                   << "corpus it started with (or start a new run)");
+  };
+  const ShardMetadata& now = read.metadata;
+  if (now.vocab_size != opened.metadata.vocab_size || now.ids != opened.metadata.ids ||
+      now.spm_model != opened.metadata.spm_model) {
+    changed("another vocabulary");
+  }
+  if (read.source.sentences() != opened.pairs || read.target.sentences() != opened.pairs) {
+    changed(std::to_string(read.source.sentences()) + " pairs, " +
+            std::to_string(opened.pairs) + " then");
+  }
+  for (int64_t pair = 0; pair < opened.pairs; ++pair) {
+    if (read.source.length(pair) != opened.source_lengths[pair] ||
+        read.target.length(pair) != opened.target_lengths[pair]) {
+      changed("pair " + std::to_string(pair) + "'s lengths");
+    }
+  }
+  // read_shard checked the tokens against the digests the file records (format 2); the
+  // same digests must be those recorded when the run opened it (no second hash).
+  if (opened.checksummed && (read.source_tokens_sha256 != opened.source_tokens_sha256 ||
+                             read.target_tokens_sha256 != opened.target_tokens_sha256)) {
+    changed("other tokens");
+  }
+}
+
 }  // namespace
 
 ShardReader::ShardReader(const ShardReaderSpec& spec) : spec_(spec) {
@@ -262,8 +298,14 @@ ShardReader::ShardReader(const ShardReaderSpec& spec) : spec_(spec) {
   corpus_sha256_ = identity.hex_digest();
   // Check every id now rather than hours into a run; keep the tokens if they all fit.
   all_resident_ = total_bytes <= spec.memory_budget_bytes;
+  if (spec.between_reads) spec.between_reads();
+  // (Each read checked against the summary the plan is made from, as a streamed read is:
+  // a shard replaced between the two reads, another corpus preprocessed into data.dir,
+  // was indexed past its offsets, or its ids reached the model unchecked; a helper's
+  // finding.)
   for (auto& shard : shards_) {
     auto contents = std::make_unique<ShardContents>(read_shard(shard->path));
+    check_unchanged_since_opened(shard->path, shard->summary, *contents);
     if (all_resident_) shard->contents = std::move(contents);
   }
   // After every file's own checks: a damaged shard is said as such, not as a set's problem.
@@ -498,40 +540,6 @@ std::vector<int64_t> ShardReader::permutation(int64_t size, uint32_t site, uint3
 
 namespace {
 
-// A streamed shard read again must be the one the run opened: the plan (batches of its
-// pairs' lengths), the run's vocabulary and the corpus digest in its checkpoints are of
-// that file. A corpus preprocessed again into data.dir during a run was trained on
-// without a word (another SentencePiece model than the checkpoints', exit 0), or ended
-// in internal errors (fewer pairs: indices past the new offsets). Data error: exit 3.
-void check_unchanged_since_opened(const std::string& path, const ShardSummary& opened,
-                                  const ShardContents& read) {
-  const auto changed = [&](const std::string& what) {
-    THPC_FAIL(path << ": the shard changed since the run opened it (" << what
-                   << "): data.dir was written while the run reads it one shard at a "
-                   << "time; give the run the corpus it started with (or start a new run)");
-  };
-  const ShardMetadata& now = read.metadata;
-  if (now.vocab_size != opened.metadata.vocab_size || now.ids != opened.metadata.ids ||
-      now.spm_model != opened.metadata.spm_model) {
-    changed("another vocabulary");
-  }
-  if (read.source.sentences() != opened.pairs || read.target.sentences() != opened.pairs) {
-    changed(std::to_string(read.source.sentences()) + " pairs, " +
-            std::to_string(opened.pairs) + " then");
-  }
-  for (int64_t pair = 0; pair < opened.pairs; ++pair) {
-    if (read.source.length(pair) != opened.source_lengths[pair] ||
-        read.target.length(pair) != opened.target_lengths[pair]) {
-      changed("pair " + std::to_string(pair) + "'s lengths");
-    }
-  }
-  // read_shard checked the tokens against the digests the file records (format 2); the
-  // same digests must be those recorded when the run opened it (no second hash).
-  if (opened.checksummed && (read.source_tokens_sha256 != opened.source_tokens_sha256 ||
-                             read.target_tokens_sha256 != opened.target_tokens_sha256)) {
-    changed("other tokens");
-  }
-}
 
 }  // namespace
 

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -49,6 +50,9 @@ struct ShardReaderSpec {
   // preprocessing drops pairs over --max-len, rather than stopping the run when a batch
   // reaches them.
   int64_t max_sentence_tokens = std::numeric_limits<int32_t>::max();
+  // Called between the summaries' read and the contents' at start-up (tests: a shard
+  // replaced there, as another corpus preprocessed into data.dir meanwhile); none: nothing.
+  std::function<void()> between_reads;
 };
 
 class ShardReader final : public BatchSource {
