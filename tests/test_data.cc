@@ -1183,6 +1183,17 @@ TEST_F(DataPipeline, BadShardsFailWithOneClearMessage) {
   });
   expect_error([&] { read_shard(big_id); },
                {big_id, "/tgt/tokens[5] = ", "outside the vocabulary"});
+  // pad, bos and eos inside a sentence (a shard with fairseq's eos appended, or pads):
+  // refused, naming the id (before: taken, and targets of pad left out of the loss).
+  for (const auto& [name, id] : {std::pair{"pad", 0}, std::pair{"bos", 2}, std::pair{"eos", 3}}) {
+    const std::string special = altered_shard(std::string("special_") + name,
+                                              [id = id](ShardContents& contents) {
+                                                contents.source.tokens[7] = id;
+                                              });
+    expect_error([&] { read_shard(special); },
+                 {special, "/src/tokens[7] = " + std::to_string(id) + " is the " + name +
+                               " id, which no sentence holds"});
+  }
 
   const std::string unordered = altered_shard("unordered", [](ShardContents& contents) {
     std::swap(contents.source.offsets[3], contents.source.offsets[4]);

@@ -299,12 +299,26 @@ class ShardFileReader {
     return file_.bytes_attribute(dataset.get(), where, kChecksumAttribute);
   }
 
-  std::vector<int32_t> tokens(const std::string& side, int vocab_size) const {
+  // A sentence's ids: within the vocabulary, and none of pad, bos or eos, which the
+  // batches put around and after the sentences (a shard written with them, fairseq's eos
+  // appended or pads inside, was trained on with them twice, or with targets left out of
+  // the loss: a helper's finding). unk is a piece the text may have.
+  std::vector<int32_t> tokens(const std::string& side, const ShardMetadata& metadata) const {
     std::vector<int32_t> values = read_dataset<int32_t>(side + "/tokens");
+    const int vocab_size = metadata.vocab_size;
+    const SpecialIds& ids = metadata.ids;
     for (size_t i = 0; i < values.size(); ++i) {
-      if (values[i] < 0 || values[i] >= vocab_size) {
-        THPC_FAIL(path_ << ": /" << side << "/tokens[" << i << "] = " << values[i]
+      const int32_t id = values[i];
+      if (id < 0 || id >= vocab_size) {
+        THPC_FAIL(path_ << ": /" << side << "/tokens[" << i << "] = " << id
                         << " is outside the vocabulary [0, " << vocab_size << ")");
+      }
+      if (id == ids.pad || id == ids.bos || id == ids.eos) {
+        THPC_FAIL(path_ << ": /" << side << "/tokens[" << i << "] = " << id << " is the "
+                        << (id == ids.pad ? "pad" : id == ids.bos ? "bos" : "eos")
+                        << " id, which no sentence holds (the batches add bos and eos "
+                        << "around it, and pad after): write the sentences without it "
+                        << "(transformer_preprocess does)");
       }
     }
     return values;
@@ -401,11 +415,10 @@ ShardContents read_contents(ShardFileReader& reader) {
   int64_t token_count = 0;
   contents.metadata = reader.metadata(&pairs);
   contents.number = reader.number();
-  const int vocab = contents.metadata.vocab_size;
   contents.source.offsets = reader.offsets("src", pairs, &token_count);
-  contents.source.tokens = reader.tokens("src", vocab);
+  contents.source.tokens = reader.tokens("src", contents.metadata);
   contents.target.offsets = reader.offsets("tgt", pairs, &token_count);
-  contents.target.tokens = reader.tokens("tgt", vocab);
+  contents.target.tokens = reader.tokens("tgt", contents.metadata);
   contents.source_tokens_sha256 = reader.recorded_tokens_checksum("src");
   contents.target_tokens_sha256 = reader.recorded_tokens_checksum("tgt");
   return contents;
