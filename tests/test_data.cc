@@ -1405,6 +1405,35 @@ TEST_F(DataPipeline, TokensMustBeInt32AndOffsetsInt64) {
   H5Fclose(file);
   expect_error([&] { read_shard(as_float); },
                {as_float, "dataset /src/tokens is float32, expected int32"});
+
+  // The right type, stored chunked or compressed (h5py's chunks= or compression=): said
+  // as such (before: "values that the file does not hold (truncated or damaged)").
+  for (const bool compressed : {false, true}) {
+    const std::string name = compressed ? "gzip_tokens" : "chunked_tokens";
+    SCOPED_TRACE(name);
+    const std::string path = copied_shard(root_, name, train_files().front());
+    const hid_t h5 = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(H5Ldelete(h5, "/src/tokens", H5P_DEFAULT), 0);
+    const hsize_t count = tokens.size(), chunk = 1000;
+    const hid_t tokens_space = H5Screate_simple(1, &count, nullptr);
+    const hid_t layout = H5Pcreate(H5P_DATASET_CREATE);
+    ASSERT_GE(H5Pset_chunk(layout, 1, &chunk), 0);
+    if (compressed) {
+      ASSERT_GE(H5Pset_deflate(layout, 4), 0);
+    }
+    const hid_t stored = H5Dcreate2(h5, "/src/tokens", H5T_STD_I32LE, tokens_space,
+                                    H5P_DEFAULT, layout, H5P_DEFAULT);
+    ASSERT_GE(H5Dwrite(stored, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, tokens.data()),
+              0);
+    H5Dclose(stored);
+    H5Pclose(layout);
+    H5Sclose(tokens_space);
+    H5Fclose(h5);
+    expect_error([&] { read_shard(path); },
+                 {path, std::string("dataset /src/tokens is stored ") +
+                            (compressed ? "compressed (filtered)" : "chunked") +
+                            ", and this program reads contiguous, uncompressed datasets only"});
+  }
 }
 
 TEST_F(DataPipeline, AnEmptySentenceIsRefusedNamingTheFileAndThePair) {

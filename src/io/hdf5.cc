@@ -372,6 +372,23 @@ std::vector<hsize_t> Reader::checked_extent(hid_t dataset, const std::string& wh
     }
     count *= dim;
   }
+  // A layout other than the formats' (chunked, compressed or compact, from h5py's
+  // chunks= or compression=) is said as such, not as the damage its storage size reads
+  // as (a helper's finding: "values that the file does not hold (truncated or damaged)").
+  const Handle layout(H5Dget_create_plist(dataset), H5Pclose);
+  if (layout.valid()) {
+    const H5D_layout_t kind = H5Pget_layout(layout.get());
+    const char* other = H5Pget_nfilters(layout.get()) > 0 ? "compressed (filtered)"
+                        : kind == H5D_CHUNKED            ? "chunked"
+                        : kind == H5D_COMPACT            ? "compact"
+                                                         : nullptr;
+    if (other != nullptr) {
+      fail("dataset " + where + " is stored " + other + ", and this program reads "
+           "contiguous, uncompressed datasets only (as its own programs write them): write "
+           "it without chunks or compression (h5py: create_dataset without chunks= or "
+           "compression=), or make the file again with the program that writes it");
+    }
+  }
   if (!stores_values(dataset, count, size)) {
     fail("dataset " + where + " states " + dims_text(dims) +
          " values that the file does not hold (truncated or damaged)");
