@@ -1436,6 +1436,37 @@ TEST_F(DataPipeline, TokensMustBeInt32AndOffsetsInt64) {
   }
 }
 
+// A header stating far more tokens than the file holds is damage, said as such before the
+// memory budget is reckoned from it (before: "the shard needs 38148 MiB, more than the
+// 1024 MiB of data.memory_mb (raise data.memory_mb ...)", the damage said only once the
+// budget allowed it; a helper's finding).
+TEST_F(DataPipeline, AHeaderStatingTokensTheFileLacksIsDamageNotAMemoryProblem) {
+  const std::string claimed = copied_shard(root_, "claimed_tokens", train_files().front());
+  const hid_t file = H5Fopen(claimed.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(H5Ldelete(file, "/src/tokens", H5P_DEFAULT), 0);
+  const hsize_t huge = 10'000'000'000ULL;
+  const hid_t space = H5Screate_simple(1, &huge, nullptr);
+  const hid_t dataset = H5Dcreate2(file, "/src/tokens", H5T_STD_I32LE, space, H5P_DEFAULT,
+                                   H5P_DEFAULT, H5P_DEFAULT);
+  ASSERT_GE(dataset, 0);
+  H5Dclose(dataset);
+  H5Sclose(space);
+  H5Fclose(file);
+  ShardReaderSpec spec = reader_spec();
+  spec.files = {claimed};
+  try {
+    ShardReader reader(spec);
+    ADD_FAILURE() << "a shard stating 10^10 tokens was read";
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find(claimed + ": dataset /src/tokens states 10000000000 values that the "
+                           "file does not hold (truncated or damaged)"),
+              std::string::npos)
+        << message;
+    EXPECT_EQ(message.find("data.memory_mb"), std::string::npos) << message;
+  }
+}
+
 TEST_F(DataPipeline, AnEmptySentenceIsRefusedNamingTheFileAndThePair) {
   const std::string empty_source = altered_shard("empty_source", [](ShardContents& contents) {
     TokenColumn without_pair_two;

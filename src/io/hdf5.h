@@ -275,6 +275,15 @@ class Reader {
     return read;
   }
 
+  // The extent `values` would read, checked as it checks it (type, layout, the file holding
+  // as many values as its header states), without reading them: a size to plan with.
+  template <typename T>
+  std::vector<hsize_t> stored_extent(hid_t dataset, const std::string& where, int rank) const {
+    return checked_extent(dataset, where, rank, Type<T>::kName,
+                          std::is_floating_point_v<T> ? H5T_FLOAT : H5T_INTEGER,
+                          std::is_signed_v<T>, sizeof(T));
+  }
+
   // Throws "WHAT: bad checksum for dataset WHERE (sha256 ACTUAL, recorded RECORDED): the
   // file is corrupt" unless the two agree.
   void verify_checksum(const std::string& where, const std::string& actual,
