@@ -267,7 +267,8 @@ TEST(Tools, DataStatsSizesOutOfRangeAreUsageErrors) {
   for (const std::string arguments :
        {"/nonexistent --ranks 0", "/nonexistent --accumulate 0", "/nonexistent --tokens-per-step 0",
         "/nonexistent --tokens-per-step -5", "/nonexistent --epochs -1",
-        "/nonexistent --memory-mb 0", "/nonexistent --tokens-per-step 3 --ranks 2 --accumulate 2"}) {
+        "/nonexistent --memory-mb 0", "/nonexistent --tokens-per-step 3 --ranks 2 --accumulate 2",
+        "/nonexistent --max-positions 1"}) {
     expect_one_line_failure(stats, arguments, 2, "transformer_data_stats: ", {"(see --help)"});
   }
 }
@@ -306,6 +307,41 @@ TEST(Tools, DataStatsSaysHowManyPassesGraphsWouldReplay) {
   EXPECT_NEAR(std::stod(found[3]), 100.0 * (passes - 2 * shapes) / passes, 0.05);
   EXPECT_NEAR(std::stod(found[4]), 100.0 * shapes / passes, 0.05);
   EXPECT_NEAR(std::stod(found[5]), 100.0 * shapes / passes, 0.05);
+}
+
+// transformer_data_stats drops the pairs model.max_positions (--max-positions) leaves out,
+// as the trainer does, and says how many: a corpus with one pair longer than both the
+// positions and the budget was refused here ("does not fit a batch") and trained on (a
+// helper's finding).
+TEST(Tools, DataStatsDropsThePairsThePositionsLeaveOutAsTheTrainerDoes) {
+  const fs::path dir = fs::temp_directory_path() / ("thpc_data_stats_long_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  ShardContents contents;
+  contents.metadata.vocab_size = 50;
+  contents.metadata.source_lang = "en";
+  contents.metadata.target_lang = "de";
+  for (int i = 0; i < 40; ++i) {
+    const int length = i == 7 ? 60 : 1 + i % 9;
+    contents.source.append(std::vector<int>(size_t(length), 4 + i % 40));
+    contents.target.append(std::vector<int>(size_t(length), 5 + i % 40));
+  }
+  write_shard((dir / "train.00000.h5").string(), contents);
+  const std::string stats = thpc::binary_dir() + "/transformer_data_stats " + dir.string() +
+                            " --tokens-per-step 40";
+  const ProcessResult within = run_process(stats + " --max-positions 32");
+  const ProcessResult without = run_process(stats);
+  fs::remove_all(dir);
+  EXPECT_EQ(within.exit_code, 0) << within.output;
+  EXPECT_NE(within.output.find(": 1 of 40 pairs dropped: a side longer than 31 tokens does not "
+                               "fit model.max_positions"),
+            std::string::npos)
+      << within.output;
+  EXPECT_NE(within.output.find(": 39 pairs, vocabulary 50"), std::string::npos) << within.output;
+  // The trainer's default positions (1024) keep it: the budget is what refuses it then.
+  EXPECT_EQ(without.exit_code, 1) << without.output;
+  EXPECT_NE(without.output.find("does not fit a batch of 40 tokens per rank"), std::string::npos)
+      << without.output;
 }
 
 // Everything written to `file` (from its start), which is then closed.

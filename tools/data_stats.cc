@@ -6,6 +6,7 @@
 //
 //   transformer_data_stats DIR [--prefix train] [--tokens-per-step 25000] [--ranks 1]
 //                              [--accumulate 1] [--epochs 1] [--memory-mb 4096]
+//                              [--max-positions 1024]
 #include <boost/program_options.hpp>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "config/config.h"
 #include "data/shard_reader.h"
 #include "model/capture_schedule.h"
 #include "model/transformer.h"
@@ -29,6 +31,7 @@ struct Arguments {
   std::string dir, prefix = "train";
   int64_t tokens_per_step = 25000;
   int ranks = 1, accumulate = 1, epochs = 1, memory_mb = 4096;
+  int max_positions = thpc::ModelConfig{}.max_positions;  // the trainer's default
   bool help = false;
 };
 
@@ -41,7 +44,12 @@ int run(const Arguments& arguments) {
   spec.files = thpc::find_shards(dir, prefix);
   spec.ranks = ranks;
   spec.memory_budget_bytes = static_cast<int64_t>(arguments.memory_mb) << 20;
+  // The pairs the trainer drops for model.max_positions are dropped here too (a corpus
+  // with a pair longer than the positions was refused here as too long for a batch, and
+  // trained on): the same spec as the trainer's (training_setup.cc).
+  spec.max_sentence_tokens = arguments.max_positions - 1;
   thpc::ShardReader reader(spec);
+  reader.print_notes(std::cout, dir + "/" + prefix);
   // The trainer's own division of the step's budget (train/validation.h).
   const int64_t budget = thpc::micro_batch_budget(tokens_per_step, accumulate, ranks);
   const auto plan_start = std::chrono::steady_clock::now();
@@ -128,7 +136,10 @@ int main(int argc, char** argv) {
       "epochs", po::value(&arguments.epochs)->default_value(arguments.epochs),
       "epochs to read (the timing; the graphs' shapes come back epoch after epoch)")(
       "memory-mb", po::value(&arguments.memory_mb)->default_value(arguments.memory_mb),
-      "data.memory_mb");
+      "data.memory_mb")(
+      "max-positions",
+      po::value(&arguments.max_positions)->default_value(arguments.max_positions),
+      "model.max_positions: longer pairs are dropped, as the trainer drops them");
   po::positional_options_description positional;
   positional.add("dir", 1);
   const auto parse = [&](int count, char** values) {
@@ -143,6 +154,7 @@ int main(int argc, char** argv) {
     require_at_least("--accumulate", arguments.accumulate, 1);
     require_at_least("--epochs", arguments.epochs, 1);
     require_at_least("--memory-mb", arguments.memory_mb, 1);
+    require_at_least("--max-positions", arguments.max_positions, 2);
     if (arguments.tokens_per_step < int64_t{arguments.ranks} * arguments.accumulate) {
       THPC_FAIL("--tokens-per-step " << arguments.tokens_per_step << " is less than one token "
                 << "per rank and micro-batch (--ranks " << arguments.ranks << " x --accumulate "
