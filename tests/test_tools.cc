@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -277,20 +278,30 @@ TEST(Tools, DataStatsSizesOutOfRangeAreUsageErrors) {
 // four epochs: the batches keep their sentences from epoch to epoch (only their order
 // changes), so each shape's first pass runs uncaptured, its second is captured and the
 // rest replay: of P passes over S shapes, P - 2S replay (model/capture_schedule.h).
-TEST(Tools, DataStatsSaysHowManyPassesGraphsWouldReplay) {
-  const fs::path dir = fs::temp_directory_path() / ("thpc_data_stats_" + std::to_string(::getpid()));
+// A directory `name` (made afresh) holding one training shard of `pairs` pairs of a
+// vocabulary of 50, pair i of the lengths lengths(i) (source, target).
+fs::path one_shard_corpus(const std::string& name, int pairs,
+                          const std::function<std::pair<int, int>(int)>& lengths) {
+  const fs::path dir = fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   ShardContents contents;
   contents.metadata.vocab_size = 50;
   contents.metadata.source_lang = "en";
   contents.metadata.target_lang = "de";
-  for (int i = 0; i < 400; ++i) {
-    const int source_length = 1 + i % 37, target_length = 1 + (i * 7) % 29;
+  for (int i = 0; i < pairs; ++i) {
+    const auto [source_length, target_length] = lengths(i);
     contents.source.append(std::vector<int>(size_t(source_length), 4 + i % 40));
     contents.target.append(std::vector<int>(size_t(target_length), 5 + i % 40));
   }
   write_shard((dir / "train.00000.h5").string(), contents);
+  return dir;
+}
+
+TEST(Tools, DataStatsSaysHowManyPassesGraphsWouldReplay) {
+  const fs::path dir = one_shard_corpus("thpc_data_stats", 400, [](int i) {
+    return std::pair{1 + i % 37, 1 + (i * 7) % 29};
+  });
   const ProcessResult result =
       run_process(thpc::binary_dir() + "/transformer_data_stats " + dir.string() +
                   " --tokens-per-step 300 --epochs 4");
@@ -314,19 +325,10 @@ TEST(Tools, DataStatsSaysHowManyPassesGraphsWouldReplay) {
 // positions and the budget was refused here ("does not fit a batch") and trained on (a
 // helper's finding).
 TEST(Tools, DataStatsDropsThePairsThePositionsLeaveOutAsTheTrainerDoes) {
-  const fs::path dir = fs::temp_directory_path() / ("thpc_data_stats_long_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  ShardContents contents;
-  contents.metadata.vocab_size = 50;
-  contents.metadata.source_lang = "en";
-  contents.metadata.target_lang = "de";
-  for (int i = 0; i < 40; ++i) {
+  const fs::path dir = one_shard_corpus("thpc_data_stats_long", 40, [](int i) {
     const int length = i == 7 ? 60 : 1 + i % 9;
-    contents.source.append(std::vector<int>(size_t(length), 4 + i % 40));
-    contents.target.append(std::vector<int>(size_t(length), 5 + i % 40));
-  }
-  write_shard((dir / "train.00000.h5").string(), contents);
+    return std::pair{length, length};
+  });
   const std::string stats = thpc::binary_dir() + "/transformer_data_stats " + dir.string() +
                             " --tokens-per-step 40";
   const ProcessResult within = run_process(stats + " --max-positions 32");
