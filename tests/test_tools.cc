@@ -569,6 +569,24 @@ TEST(Tools, AnOutputCutShortByAFullDiskExitsOne) {
   EXPECT_EQ(scored.exit_code, 1) << scored.output;
   EXPECT_NE(scored.output.find("transformer_score: " + failed), std::string::npos)
       << scored.output;
+  // A tool whose standard output is a report of the files it wrote says they are whole
+  // (the failure read as if the preprocessing had failed; a helper's finding).
+  const std::string corpus = (scratch.path() / "corpus").string();
+  std::ofstream(scratch.path() / "pair.en") << "a small cat sat\nthe dog ran\na cat\n";
+  std::ofstream(scratch.path() / "pair.de") << "eine kleine Katze\nder Hund lief\neine Katze\n";
+  const ProcessResult preprocessed = run_process(
+      "(" + program(Tool{"transformer_preprocess", {}, "", ""}) + " --source-lang en "
+      "--target-lang de --trainpref " + (scratch.path() / "pair").string() + " --validpref " +
+      (scratch.path() / "pair").string() + " --destdir " + corpus + " --vocab-size 30 "
+      "> /dev/full)");
+  EXPECT_EQ(preprocessed.exit_code, 1) << preprocessed.output;
+  EXPECT_NE(preprocessed.output.find("transformer_preprocess: " + failed), std::string::npos)
+      << preprocessed.output;
+  EXPECT_NE(preprocessed.output.find("(a report only: the shards and spm.model it wrote are "
+                                     "whole)"),
+            std::string::npos)
+      << preprocessed.output;
+  EXPECT_TRUE(fs::exists(corpus + "/train.00000.h5")) << preprocessed.output;
   const std::string trainer = program(Tool{"transformer_hpc", {}, "", ""});
   for (const std::string& arguments :
        {" " + std::string(THPC_SOURCE_DIR) + "/input/tiny.ini --dry-run", std::string(" --help")}) {

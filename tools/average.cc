@@ -244,5 +244,5 @@ int main(int argc, char** argv) {
     return 0;
   };
   return thpc::tools::tool_main("transformer_average", thpc::tools::usage_text(options), argc,
-                                argv, parse, run);
+                                argv, parse, run, "the --output checkpoint");
 }

@@ -149,5 +149,5 @@ int main(int argc, char** argv) {
     return 0;
   };
   return thpc::tools::tool_main("transformer_preprocess", thpc::tools::usage_text(description),
-                                argc, argv, parse, run);
+                                argc, argv, parse, run, "the shards and spm.model");
 }

@@ -50,10 +50,13 @@ inline std::string see_help(const std::string& message) {
 }
 
 // `parse(argc, argv)` returns the command line (with a bool `help`) or throws
-// thpc::Error for a usage error; `run(command)` returns the exit code.
+// thpc::Error for a usage error; `run(command)` returns the exit code. `files_written`,
+// for a tool whose standard output is a report of files it wrote ("the shards and
+// spm.model"), says after a standard output cut short that those are whole: the failure
+// read as if the run had failed (a helper's finding).
 template <typename Parse, typename Run>
 int tool_main(const char* name, const std::string& usage, int argc, char** argv, Parse parse,
-              Run run) {
+              Run run, const std::string& files_written = "") {
   thpc::fail_writes_past_the_file_size_limit();
   thpc::remove_temporaries_when_interrupted();
   decltype(parse(argc, argv)) command;
@@ -82,7 +85,11 @@ int tool_main(const char* name, const std::string& usage, int argc, char** argv,
   }
   // A score or a tree file printed to a full disk is a failure, not exit 0.
   if (const std::string failure = thpc::standard_output_failure(); !failure.empty()) {
-    std::cerr << name << ": error: " << failure << "\n";
+    std::cerr << name << ": error: " << failure
+              << (code == 0 && !command.help && !files_written.empty()
+                      ? " (a report only: " + files_written + " it wrote are whole)"
+                      : std::string())
+              << "\n";
     return code == 0 ? 1 : code;
   }
   return code;
