@@ -159,6 +159,8 @@ void dry_run(const thpc::Config& config, const thpc::Communicator& comm, std::os
       if (config.train.valid_every > 0) {
         valid = thpc::make_validation_source(config);
         if (!config.data.dir.empty()) thpc::check_validation_vocabulary(config, *source, *valid);
+        const std::string same = thpc::same_pairs_warning(config, *source, *valid);
+        if (!same.empty()) out << "# " << same << "\n";
       }
       vocab = thpc::resolve_vocab_size(config, *source);
     }

@@ -231,6 +231,21 @@ TEST(UserErrors, TheDryRunRefusesWhatTrainingRefusesWithTheSameExitCode) {
   ASSERT_EQ(made.exit_code, 0) << made.output;
   expect_configuration_error("--data.dir=" + data + " --train.tokens_per_step=3",
                              "less than the longest pair of the data takes");
+  // Validation on the training pairs (data.valid = train) is said, by the dry run and by
+  // training alike (it went without a word; a helper's finding).
+  const std::string training = " --train.max_steps=1 --checkpoint.dir=" +
+                               (root / "same_pairs").string();
+  for (const std::string& mode : {std::string(" --dry-run"), training}) {
+    const ProcessResult same = run_process(
+        thpc::binary_dir() + "/transformer_hpc " THPC_SOURCE_DIR "/input/tiny.ini "
+        "--model.layers=1 --data.dir=" + data + " --data.valid=train --train.valid_every=5" +
+        mode);
+    EXPECT_EQ(same.exit_code, 0) << same.output;
+    EXPECT_NE(same.output.find("warning: data.valid (train) holds the same pairs as data.train "
+                               "(train): validation scores what the model trains on"),
+              std::string::npos)
+        << same.output;
+  }
   // Validation shards whose longest pair a micro-batch cannot hold (short training pairs,
   // long validation ones): refused at start-up, as the training data's (before: training
   // ran to its first validation and failed there, exit 1, no checkpoint written; a helper's

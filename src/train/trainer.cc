@@ -562,7 +562,11 @@ bool Trainer::start_up(std::ostream& out) {
       << " on " << comm_.size() << " rank"
       << (comm_.size() > 1 ? "s" : "") << std::endl;
   source_->print_notes(out, "data.train");
-  if (valid_source_) valid_source_->print_notes(out, "data.valid");
+  if (valid_source_) {
+    valid_source_->print_notes(out, "data.valid");
+    const std::string same = same_pairs_warning(config_, *source_, *valid_source_);
+    if (!same.empty()) out << same << std::endl;
+  }
   // A signal during start-up (before run(): main installed the handler first) or while a
   // checkpoint was read ends the run here; the state is what is on disk already.
   if (stopped_before_training(comm_, completed_steps_, out)) return false;

@@ -92,6 +92,14 @@ void check_validation_vocabulary(const Config& config, const BatchSource& train,
   throw DataError(message.str());
 }
 
+std::string same_pairs_warning(const Config& config, const BatchSource& train,
+                               const BatchSource& valid) {
+  if (train.corpus_sha256().empty() || train.corpus_sha256() != valid.corpus_sha256()) return "";
+  return "warning: data.valid (" + config.data.valid + ") holds the same pairs as data.train (" +
+         config.data.train + "): validation scores what the model trains on, and best.h5 and "
+         "early stopping follow the training loss; preprocess a held-out set (--validpref)";
+}
+
 int resolve_vocab_size(const Config& config, const BatchSource& source) {
   const int data_vocab = source.vocab_size();
   if (config.model.vocab_size > 0 && config.model.vocab_size != data_vocab) {

@@ -40,6 +40,13 @@ std::unique_ptr<ShardReader> make_validation_source(const Config& config, int sh
 void check_validation_vocabulary(const Config& config, const BatchSource& train,
                                  const ShardReader& valid);
 
+// "warning: data.valid ... holds the same pairs as data.train ..." when the two corpora
+// are one (their digests equal: data.valid = train, or --validpref the training text),
+// else "": validation then scores pairs the model trains on, and best.h5 and early
+// stopping follow the training loss. Training and --dry-run say it alike.
+std::string same_pairs_warning(const Config& config, const BatchSource& train,
+                               const BatchSource& valid);
+
 // The vocabulary the model is built with: model.vocab_size, which must match the
 // data's when both are given, or the data's.
 int resolve_vocab_size(const Config& config, const BatchSource& source);
