@@ -638,20 +638,18 @@ TEST_F(ToolOutputs, AnInterruptWhileACorpusReplacesAnotherLeavesAWholeOne) {
        "--seed", "2", "--shards", "2"},
       &output);
   ASSERT_GT(pid, 0);
-  // Once the first file is renamed into place: train.00000.h5's scratch file seen, then
-  // gone (each rename waits 300 ms first, so the section has more to do).
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  bool seen = false;
-  while (std::chrono::steady_clock::now() < deadline) {
-    const bool there = fs::exists("data/train.00000.h5.partial");
-    if (seen && !there) break;
-    seen = seen || there;
-    ::usleep(1000);
+  // Once it says it is renaming into place (the section: each rename waits 300 ms first,
+  // so it has more to do when the signal comes; a line to wait for, not a time).
+  std::string said;
+  char line[4096];
+  while (said.find("test hook: renaming into place") == std::string::npos &&
+         std::fgets(line, sizeof line, output) != nullptr) {
+    said += line;
   }
-  ASSERT_TRUE(seen) << "no scratch file seen";
+  ASSERT_NE(said.find("test hook: renaming into place"), std::string::npos) << said;
   ::kill(pid, SIGTERM);
   int status = 0;
-  const std::string log = finish_process(pid, output, &status);
+  const std::string log = said + finish_process(pid, output, &status);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status << "\n" << log;
   EXPECT_NE(log.find("came while the corpus was put in place: it is complete in data; "
                      "stopping now"),

@@ -127,7 +127,8 @@ int64_t count_lines(const std::string& path, ProgressListener& progress) {
   // Lines ended by '\r' alone (classic Mac OS) read as one line: SentencePiece then failed
   // with its own words, or encoding the file as one sentence took ~240 bytes of memory a
   // byte. A stray '\r' inside a line of ordinary text is kept (web-crawled corpora have
-  // them); more of them than lines is a file of '\r'-ended lines.
+  // them); more of them than lines, or any in a file of one line, is a file of '\r'-ended
+  // lines (carriage_return_lines_problem).
   if (const std::string problem =
           carriage_return_lines_problem(path, reader.carriage_returns(), reader.lines());
       !problem.empty()) {
@@ -652,7 +653,7 @@ void encode_and_filter(const sentencepiece::SentencePieceProcessor& processor,
   progress.end();
 }
 
-// Files written under temporary names, renamed into place by commit(), removed if the
+// Files written under temporary names, renamed into place by rename_into_place(), removed if the
 // run fails before that.
 class PendingOutputs {
  public:
@@ -673,10 +674,12 @@ class PendingOutputs {
     for (const auto& [temporary, final_path] : files_) fsync_path(temporary, final_path);
   }
   // Renamed into place (over the files of those names), then their directories synced.
-  // THPC_TEST_RENAME_DELAY_MS=N waits N ms after each rename: the tests' way into the
-  // section an interrupt must wait for.
+  // THPC_TEST_RENAME_DELAY_MS=N says "test hook: renaming into place" on standard error
+  // and waits N ms before each rename: the tests' way into the section an interrupt must
+  // wait for, with a line to wait for rather than a time.
   void rename_into_place() {
     const char* delay = std::getenv("THPC_TEST_RENAME_DELAY_MS");
+    if (delay != nullptr) std::cerr << "test hook: renaming into place" << std::endl;
     std::error_code error;
     for (const auto& [temporary, final_path] : files_) {
       if (delay != nullptr) {
@@ -716,10 +719,10 @@ std::string shard_path(const std::string& dest_dir, const std::string& split, in
   return (fs::path(dest_dir) / shard_file_name(split, index)).string();
 }
 
-// Whether `name` is a shard's: SPLIT.NNNNN.h5 of the train, valid or test split. A run
-// removes every one in --destdir before its own take their names: shards of an earlier
-// run that this run's numbering would not overwrite would be read as part of the new
-// corpus.
+// Whether `name` is a shard's: SPLIT.NNNNN.h5 of the train, valid or test split. A run's
+// own replace those of an earlier run in --destdir, and it removes the rest: shards of an
+// earlier run that this run's numbering would not overwrite would be read as part of the
+// new corpus.
 bool is_shard_name(const std::string& name) {
   for (const std::string split : {"train", "valid", "test"}) {
     if (is_shard_file_name(name, split)) return true;
@@ -747,9 +750,8 @@ bool written_by_preprocessing(std::string name) {
   return false;
 }
 
-// Removes the shards an earlier run left in --destdir (check_destdir_holds_only_shards
-// made sure that they are shards), saying so on `log`.
-// The shards an earlier run left in `dest_dir` (names, sorted).
+// The shards an earlier run left in `dest_dir` (names, sorted; check_destdir_holds_only_shards
+// made sure that they are shards).
 std::vector<std::string> earlier_shards(const std::string& dest_dir) {
   std::error_code error;
   std::vector<std::string> names;
@@ -959,9 +961,10 @@ namespace {
                               << (suggestion.empty() ? "" : "; " + suggestion));
 }
 
-// The run's outputs into place: spm.model added to the shards, an earlier run's shards
-// removed (said), a replaced spm.model said (a model of the user's own there went without a
-// word; the same bytes are no replacement), then everything renamed at once.
+// The run's outputs into place: spm.model added to the shards, every file synced, then,
+// in one section no interrupt stops, everything renamed over an earlier run's files and
+// that run's other shards removed; both said after, with a replaced spm.model (a model of
+// the user's own there went without a word; the same bytes are no replacement).
 void commit_outputs(const PreprocessOptions& options, const std::string& spm_model,
                     PendingOutputs& outputs, std::ostream& log) {
   const std::string model_path = (fs::path(options.dest_dir) / "spm.model").string();

@@ -1,15 +1,18 @@
 #include "io/atomic_file.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <csignal>
 #include <mutex>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <iostream>
 #include <iterator>
@@ -81,9 +84,12 @@ char g_interrupt_paths[kInterruptSlots][kInterruptPathBytes];
 volatile std::sig_atomic_t g_interrupt_used[kInterruptSlots];
 std::mutex g_interrupt_slots;  // between threads that register (never in the handler)
 
-// InterruptionsHeld: 1 while a section holds the signals, and the signal that came then.
-volatile std::sig_atomic_t g_interruptions_held = 0;
-volatile std::sig_atomic_t g_held_signal = 0;
+// InterruptionsHeld: 1 while a section holds the signals, and the signal another thread's
+// handler took then (the section's own thread has them blocked). Lock-free atomics: the
+// handler may run on any thread.
+std::atomic<int> g_interruptions_held{0};
+std::atomic<int> g_held_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
 
 extern "C" void remove_temporaries_and_end(int signal_number) {
   if (g_interruptions_held) {
@@ -97,17 +103,56 @@ extern "C" void remove_temporaries_and_end(int signal_number) {
 
 }  // namespace
 
-InterruptionsHeld::InterruptionsHeld() { g_interruptions_held = 1; }
+namespace {
 
-InterruptionsHeld::~InterruptionsHeld() {
-  g_interruptions_held = 0;
-  if (const int signal_number = g_held_signal; signal_number != 0) {
-    g_held_signal = 0;
-    remove_temporaries_and_end(signal_number);
-  }
+sigset_t interruptions() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (const int signal_number : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, signal_number);
+  return set;
 }
 
-int InterruptionsHeld::signal_received() { return g_held_signal; }
+// One of those signals pending for this thread (blocked here), 0 if none.
+int pending_interruption() {
+  sigset_t pending;
+  sigemptyset(&pending);
+  if (::sigpending(&pending) != 0) return 0;
+  for (const int signal_number : {SIGINT, SIGTERM, SIGHUP}) {
+    if (sigismember(&pending, signal_number) == 1) return signal_number;
+  }
+  return 0;
+}
+
+// The section's blocked signals and the mask it restores.
+sigset_t g_mask_before;
+
+}  // namespace
+
+// Blocked, not only deferred by the handler: a signal that reached this thread would also
+// interrupt the rename or unlink under way (EINTR on Lustre or FUSE), the section's
+// stop halfway again.
+InterruptionsHeld::InterruptionsHeld() {
+  const sigset_t held = interruptions();
+  ::pthread_sigmask(SIG_BLOCK, &held, &g_mask_before);
+  g_interruptions_held = 1;
+}
+
+// Ended by an exception (a failed rename), the signals stay blocked: the error is said and
+// the program exits 1, rather than the held signal ending it before a word. Otherwise the
+// mask before is restored, and a pending signal ends the process as it would have.
+InterruptionsHeld::~InterruptionsHeld() {
+  g_interruptions_held = 0;
+  if (std::uncaught_exceptions() > 0) return;
+  if (const int signal_number = g_held_signal.exchange(0); signal_number != 0) {
+    remove_temporaries_and_end(signal_number);
+  }
+  ::pthread_sigmask(SIG_SETMASK, &g_mask_before, nullptr);
+}
+
+int InterruptionsHeld::signal_received() {
+  const int other_thread = g_held_signal;
+  return other_thread != 0 ? other_thread : pending_interruption();
+}
 
 void remove_registered_temporaries() {
   for (int slot = 0; slot < kInterruptSlots; ++slot) {

@@ -75,8 +75,11 @@ void remove_registered_temporaries();
 // handles them) wait for the end of a section that must not stop halfway: a corpus put
 // in place of another, its shards renamed over the earlier ones and those left over
 // removed (a Ctrl-C between them left neither corpus; a helper's finding). Such a section
-// is renames and unlinks, milliseconds. A signal that came meanwhile ends the process as
-// it would have (temporaries removed, its default action) when the section ends.
+// is renames and unlinks, milliseconds. The signals are blocked in the section's thread
+// (and deferred by the handler in any other), and one that came meanwhile ends the process
+// as it would have (temporaries removed, its default action) when the section ends; one
+// that ends in an exception keeps them blocked, so that its error is said (exit 1).
+// One section at a time (the mask it restores is kept in one place).
 class InterruptionsHeld {
  public:
   InterruptionsHeld();
