@@ -275,6 +275,12 @@ TEST(UserErrors, TheDryRunRefusesWhatTrainingRefusesWithTheSameExitCode) {
                              "--train.valid_bleu=true --train.valid_beam=100000",
                              "train.valid_beam 100000 is wider than the 58 tokens a search can "
                              "choose (the vocabulary of 60 less pad and bos): give at most 58");
+  // An alpha whose penalty overflows, as transformer_decode refuses it (a review's finding:
+  // every validation score was -0).
+  expect_configuration_error("--data.dir=" + data + " --train.valid_every=5 "
+                             "--train.valid_bleu=true --train.valid_beam=4 --decode.alpha=1e30",
+                             "decode.alpha 1e+30 makes the validation search's length penalty "
+                             "((5 + |Y|)/6)^alpha overflow for outputs of 64 tokens");
   expect_configuration_error("--data.dir=" + data + " --train.valid_every=5 --data.valid=nothere",
                              "no shards nothere.00000.h5", 3);
   expect_configuration_error("--model.layers=2 --data.dir=" + data + " --checkpoint.init=" +

@@ -336,7 +336,7 @@ thpc::BeamOptions search_options(const Arguments& args, const thpc::DecodeConfig
   // An alpha whose penalty overflows for the longest output makes every score -0 (their
   // order, the early stop and the n-best then arbitrary): --lenpen 1e30 passed the check
   // for infinity.
-  if (!std::isfinite(thpc::length_penalty(options.max_len_cap + 1, options.alpha))) {
+  if (thpc::length_penalty_overflows(options.max_len_cap + 1, options.alpha)) {
     std::ostringstream alpha;
     alpha << options.alpha;
     throw thpc::tools::UsageError(

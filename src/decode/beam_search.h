@@ -15,6 +15,7 @@
 // lp(Y) = ((5 + |Y|) / 6)^alpha and |Y| the number of generated tokens, eos included.
 #pragma once
 
+#include <cmath>
 #include <vector>
 
 #include "data/batch.h"
@@ -173,6 +174,13 @@ struct Hypothesis {
 
 // lp(Y) = ((5 + length) / 6)^alpha.
 double length_penalty(int length, float alpha);
+
+// Whether lp of an output of `longest` tokens overflows a double for `alpha`: every score
+// would be -0, their order, the early stop and the n-best arbitrary (--lenpen 1e30).
+// transformer_decode refuses such an alpha, and so does training for its validation BLEU.
+inline bool length_penalty_overflows(int longest, float alpha) {
+  return !std::isfinite(length_penalty(longest, alpha));
+}
 
 // The tokens a search can choose from a vocabulary of `vocab_size`: all but pad and bos.
 // A beam wider than this cannot be filled (nor --nbest lines written).
