@@ -229,6 +229,16 @@ TEST_F(RunDirectory, NothingToResumeIsANewRunInAnotherRunsMetricsDirectory) {
       train("c", "--train.max_steps=2 --checkpoint.resume=auto" + own_metrics);
   EXPECT_EQ(requeued.exit_code, 0) << requeued.output;
   EXPECT_EQ(run_records(directory_ / "own" / "metrics.jsonl").size(), 2u);
+  // ... also after its run directory was moved (the directory its records name is gone:
+  // no other run resumes from there; it was refused as another run's).
+  for (const fs::directory_entry& entry : fs::directory_iterator(directory_ / "c" / "checkpoints")) {
+    if (entry.path().extension() == ".h5") fs::remove(entry.path());
+  }
+  fs::rename(directory_ / "c", directory_ / "c_moved");
+  const ProcessResult moved =
+      train("c_moved", "--train.max_steps=2 --checkpoint.resume=auto" + own_metrics);
+  EXPECT_EQ(moved.exit_code, 0) << moved.output;
+  EXPECT_EQ(run_records(directory_ / "own" / "metrics.jsonl").size(), 3u);
 }
 
 // A run started when the metrics went beside checkpoint.dir (RUN/metrics.jsonl for

@@ -101,10 +101,13 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
   // directory: another run's, which appending would make unresumable (its file's last run
   // no longer its own) and whose curves it would mix with this one's. Its metrics
   // directory is then taken as a new run's.
+  // A recorded directory that is not there any more is this one moved (a run directory
+  // renamed, or mounted elsewhere in a container: refused as another run's, a review's
+  // finding); no other run resumes from it.
   const std::string metrics_run_dir = MetricsFile::last_run_checkpoint_dir(metrics);
   std::error_code error;
   const bool metrics_of_another_directory =
-      !metrics_run_dir.empty() &&
+      !metrics_run_dir.empty() && fs::exists(metrics_run_dir, error) &&
       fs::absolute(options.dir, error).lexically_normal() != fs::path(metrics_run_dir) &&
       !fs::equivalent(options.dir, metrics_run_dir, error);
   const bool found_nothing = !options.resume.empty() && resumed_from.empty();
