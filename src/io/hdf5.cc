@@ -19,13 +19,14 @@ namespace {
 [[maybe_unused]] const bool kNoCloseAtExit = (H5dont_atexit(), true);
 
 // Whether `dataset` really holds `count` values of `value_size` bytes: its layout stores
-// exactly that many bytes (the formats' datasets are contiguous, unfiltered), and they fit
-// in the file. False for an extent that a damaged header made up (up to 2^64 values),
-// checked before anything is allocated for it.
-bool stores_values(hid_t dataset, hsize_t count, size_t value_size) {
+// exactly that many bytes (the formats' datasets are contiguous, unfiltered; `chunked`,
+// unfiltered: at least that many, the last chunks padded), and they fit in the file. False
+// for an extent that a damaged header made up (up to 2^64 values), checked before anything
+// is allocated for it.
+bool stores_values(hid_t dataset, hsize_t count, size_t value_size, bool chunked) {
   if (count > std::numeric_limits<hsize_t>::max() / value_size) return false;
   const hsize_t stored = H5Dget_storage_size(dataset);
-  if (stored != count * value_size) return false;
+  if (chunked ? stored < count * value_size : stored != count * value_size) return false;
   const Handle file(H5Iget_file_id(dataset), H5Fclose);
   if (!file.valid()) return false;
   hsize_t file_size = 0;
@@ -372,24 +373,19 @@ std::vector<hsize_t> Reader::checked_extent(hid_t dataset, const std::string& wh
     }
     count *= dim;
   }
-  // A layout other than the formats' (chunked, compressed or compact, from h5py's
-  // chunks= or compression=) is said as such, not as the damage its storage size reads
-  // as (a helper's finding: "values that the file does not hold (truncated or damaged)").
+  // A compressed dataset (h5py's compression=) is said as such, not as the damage its
+  // storage size reads as (a helper's finding: "values that the file does not hold
+  // (truncated or damaged)"); its stored size cannot bound what a damaged header states.
+  // Chunked and compact ones, unfiltered, are read as HDF5 reads them.
   const Handle layout(H5Dget_create_plist(dataset), H5Pclose);
-  if (layout.valid()) {
-    const H5D_layout_t kind = H5Pget_layout(layout.get());
-    const char* other = H5Pget_nfilters(layout.get()) > 0 ? "compressed (filtered)"
-                        : kind == H5D_CHUNKED            ? "chunked"
-                        : kind == H5D_COMPACT            ? "compact"
-                                                         : nullptr;
-    if (other != nullptr) {
-      fail("dataset " + where + " is stored " + other + ", and this program reads "
-           "contiguous, uncompressed datasets only (as its own programs write them): write "
-           "it without chunks or compression (h5py: create_dataset without chunks= or "
-           "compression=), or make the file again with the program that writes it");
-    }
+  const bool chunked = layout.valid() && H5Pget_layout(layout.get()) == H5D_CHUNKED;
+  if (layout.valid() && H5Pget_nfilters(layout.get()) > 0) {
+    fail("dataset " + where + " is stored compressed (filtered), and this program reads "
+         "uncompressed datasets only (as its own programs write them): write it without "
+         "compression (h5py: create_dataset without compression=), or make the file again "
+         "with the program that writes it");
   }
-  if (!stores_values(dataset, count, size)) {
+  if (!stores_values(dataset, count, size, chunked)) {
     fail("dataset " + where + " states " + dims_text(dims) +
          " values that the file does not hold (truncated or damaged)");
   }
