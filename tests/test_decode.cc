@@ -495,14 +495,18 @@ TEST_F(DecodeProgram, EvaluateScriptAveragesDecodesAndScores) {
   // count; a helper's finding).
   const fs::path run = dir_ / "run_model_spm.h5";
   const std::string before = read_file(run / "eval" / "average_last2.test.en.max-len-b3.hyp");
-  const ProcessResult nbest = run_process(
-      "THPC_BUILD=" + thpc::binary_dir() + " bash " + THPC_SOURCE_DIR + "/tools/evaluate.sh " +
-      run.string() + " " + (dir_ / "test.en").string() + " " + (dir_ / "test.en").string() +
-      " 2 -- --max-len-b 3 --nbest 2");
-  EXPECT_EQ(nbest.exit_code, 2) << nbest.output;
-  EXPECT_NE(nbest.output.find("evaluate.sh: decode option --nbest is not one to score with"),
-            std::string::npos)
-      << nbest.output;
+  // Abbreviated too, as the decoder takes it (a review's finding: --nb passed).
+  for (const std::string option : {"--nbest 2", "--nb 2", "--dump-att x.h5"}) {
+    const ProcessResult nbest = run_process(
+        "THPC_BUILD=" + thpc::binary_dir() + " bash " + THPC_SOURCE_DIR + "/tools/evaluate.sh " +
+        run.string() + " " + (dir_ / "test.en").string() + " " + (dir_ / "test.en").string() +
+        " 2 -- --max-len-b 3 " + option);
+    EXPECT_EQ(nbest.exit_code, 2) << nbest.output;
+    EXPECT_NE(nbest.output.find("evaluate.sh: decode option " +
+                                option.substr(0, option.find(' ')) + " ("),
+              std::string::npos)
+        << nbest.output;
+  }
   EXPECT_EQ(read_file(run / "eval" / "average_last2.test.en.max-len-b3.hyp"), before);
 }
 

@@ -16,7 +16,7 @@
 # refused). THPC_BUILD names the build directory
 # (default: the repository's build/, or an installation's bin/). EVERY_STEPS=K averages the last N of the run's
 # checkpoint.every_steps schedule (transformer_average --every-steps: a requeued job's
-# stop checkpoints passed over). SCORE_OPTIONS, when set, scores the translations a
+# stop checkpoints passed over), named average_lastN_everyK.h5. SCORE_OPTIONS, when set, scores the translations a
 # second time with those transformer_score options: SCORE_OPTIONS="--tokenize
 # moses-compound" adds the paper's tokenized BLEU with compound splitting (EN-DE;
 # docs/wmt14.md) to sacreBLEU's.
@@ -60,14 +60,18 @@ if [ ! -x "$build/transformer_decode" ]; then
 fi
 # The decode options it passes on give one translation a line, into the file it scores:
 # --nbest wrote an n-best list over the 1-best file, then the score failed on its line
-# count; --output and --input are this script's own.
+# count; --output and --input are this script's own. Abbreviated too, as the decoder
+# takes them (--nb 2).
 for option in "$@"; do
-  case $option in
-    --nbest | --nbest=* | --dump-attention* | --dump-lines* | --output* | --input*)
-      echo "evaluate.sh: decode option ${option%%=*} is not one to score with: run" \
+  name=${option%%=*}
+  [[ $name == --?* ]] || continue
+  for refused in --nbest --dump-attention --dump-lines --output --input; do
+    if [[ $refused == "$name"* ]]; then
+      echo "evaluate.sh: decode option $name ($refused) is not one to score with: run" \
            "$build/transformer_decode yourself for it" >&2
-      exit 2 ;;
-  esac
+      exit 2
+    fi
+  done
 done
 for f in ${spm:+"$spm"} "$source" "$reference"; do
   [ -f "$f" ] || { echo "evaluate.sh: no such file: $f" >&2; exit 1; }
@@ -76,7 +80,8 @@ done
 if [ -d "$checkpoint" ]; then
   out_dir=$checkpoint/eval
   mkdir -p "$out_dir"
-  model=$out_dir/average_last$last.h5
+  # (EVERY_STEPS's window is another average: its own name, its own translations.)
+  model=$out_dir/average_last$last${EVERY_STEPS:+_every$EVERY_STEPS}.h5
   "$build/transformer_average" --inputs "$checkpoint" --last "$last" \
     ${EVERY_STEPS:+--every-steps "$EVERY_STEPS"} --output "$model"
 else
