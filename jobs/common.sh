@@ -161,9 +161,15 @@ thpc_train() {
   local config=$1
   shift
   # A config beside the caller stays found after the move to the repository (input/...
-  # is found there either way).
+  # is found there either way). An installation's copy stays where it is called from, so
+  # that the relative paths of the options and of the config (data.dir) are the caller's,
+  # as its runs/ is (they were looked up in the prefix); its input/... is the prefix's.
   [[ $config != /* && -f $config ]] && config=$PWD/$config
-  cd "$thpc_root" || return 1
+  if [ "$thpc_runs_base" = "$thpc_root" ]; then
+    cd "$thpc_root" || return 1
+  elif [[ $config != /* && -f $thpc_root/$config ]]; then
+    config=$thpc_root/$config
+  fi
   # Before the run directory is made: mpirun's own words for it were "could not access or
   # execute an executable", then "the trainer failed (exit 132)".
   if [ ! -x "$thpc_build/transformer_hpc" ]; then

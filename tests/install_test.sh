@@ -17,7 +17,7 @@ tmp=$(mktemp -d /tmp/thpc_install_test.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 prefix=$tmp/prefix
 cmake --install "$binary_dir" --prefix "$prefix" > "$tmp/install.log" 2>&1 ||
-  { cat "$tmp/install.log"; fail "cmake --install exited $?"; }
+  { status=$?; cat "$tmp/install.log"; fail "cmake --install exited $status"; }
 share=$prefix/share/transformer_hpc
 for file in bin/transformer_hpc bin/transformer_decode share/transformer_hpc/input/tiny.ini \
             share/transformer_hpc/jobs/common.sh share/transformer_hpc/jobs/run_local.sh \
@@ -30,15 +30,19 @@ done
 mkdir -p "$tmp/work"
 cd "$tmp/work" || fail "cd"
 clean_path=/usr/local/bin:/usr/bin:/bin
+# (A relative path among the options is the caller's too: train.metrics_dir here.)
 env -u THPC_ROOT -u THPC_BUILD PATH=$clean_path THPC_RUN_NAME=installed \
   "$share/jobs/run_local.sh" 1 input/tiny.ini --train.max_steps=2 --train.backend=cpu \
-  > "$tmp/run.log" 2>&1 || { cat "$tmp/run.log"; fail "the installed run_local.sh exited $?"; }
+  --train.metrics_dir=metrics_here > "$tmp/run.log" 2>&1 ||
+  { status=$?; cat "$tmp/run.log"; fail "the installed run_local.sh exited $status"; }
 grep -q "thpc: mpirun .* $prefix/bin/transformer_hpc " "$tmp/run.log" ||
   { cat "$tmp/run.log"; fail "the installed job did not run $prefix/bin/transformer_hpc"; }
 grep -q "^final: step=2 " "$tmp/run.log" || { cat "$tmp/run.log"; fail "no 2 steps trained"; }
 [ -f "$tmp/work/runs/installed/checkpoints/step_00000002.h5" ] ||
   fail "no checkpoint in the caller's runs/installed: $(find "$tmp" -name 'step_*.h5')"
 [ -e "$share/runs" ] && fail "the job wrote runs/ into the installation"
+[ -f "$tmp/work/metrics_here/metrics.jsonl" ] ||
+  fail "a relative train.metrics_dir was not the caller's: $(find "$tmp" -name metrics.jsonl)"
 
 # tools/evaluate.sh of the installation finds PREFIX/bin's programs: its refusal of a
 # missing source file comes after that lookup (no data is needed for it).

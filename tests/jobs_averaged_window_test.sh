@@ -32,7 +32,7 @@ digest_of() { sed -n 's/^final: .*params_sha256=\([0-9a-f]*\).*/\1/p' "$1" | tai
 # 1. The window.
 export THPC_RUN_NAME=averaged
 thpc_train_averaged input/tiny.ini 70 3 20 "${options[@]}" > "$tmp/averaged.log" 2>&1 ||
-  { cat "$tmp/averaged.log"; fail "thpc_train_averaged exited $?"; }
+  { status=$?; cat "$tmp/averaged.log"; fail "thpc_train_averaged exited $status"; }
 grep -q "thpc: phase 1 to step 40; phase 2 to step 70" "$tmp/averaged.log" ||
   { cat "$tmp/averaged.log"; fail "no phase line"; }
 dir=$tmp/runs/averaged/checkpoints
@@ -56,14 +56,14 @@ two_phase=$(digest_of "$tmp/averaged.log")
 # 2. One run of 70 steps gives the same parameters.
 export THPC_RUN_NAME=whole
 thpc_train input/tiny.ini --train.max_steps=70 "${options[@]}" > "$tmp/whole.log" 2>&1 ||
-  { cat "$tmp/whole.log"; fail "the whole run exited $?"; }
+  { status=$?; cat "$tmp/whole.log"; fail "the whole run exited $status"; }
 [ "$(digest_of "$tmp/whole.log")" = "$two_phase" ] ||
   fail "two phases gave params_sha256 $two_phase, one run $(digest_of "$tmp/whole.log")"
 
 # 3. Again, as a requeued job that had finished: nothing trained, nothing lost.
 export THPC_RUN_NAME=averaged
 thpc_train_averaged input/tiny.ini 70 3 20 "${options[@]}" > "$tmp/again.log" 2>&1 ||
-  { cat "$tmp/again.log"; fail "the second thpc_train_averaged exited $?"; }
+  { status=$?; cat "$tmp/again.log"; fail "the second thpc_train_averaged exited $status"; }
 grep -q "^step " "$tmp/again.log" && { cat "$tmp/again.log"; fail "the second call trained"; }
 [ "$(digest_of "$tmp/again.log")" = "$two_phase" ] || fail "the second call changed the parameters"
 kept_again=$(cd "$dir" && ls step_*.h5 | tr '\n' ' ')
@@ -78,7 +78,7 @@ thpc_given checkpoint.dir --checkpoint.dirs=x --x=--checkpoint.dir &&
   fail "thpc_given took another key for checkpoint.dir"
 export THPC_RUN_NAME=plain
 thpc_train_averaged input/tiny.ini 70 3 20 "${options[@]}" --train.max_steps 30 \
-  > "$tmp/plain.log" 2>&1 || { cat "$tmp/plain.log"; fail "the plain run exited $?"; }
+  > "$tmp/plain.log" 2>&1 || { status=$?; cat "$tmp/plain.log"; fail "the plain run exited $status"; }
 grep -q "phase 1" "$tmp/plain.log" && fail "options with train.max_steps still ran two phases"
 grep -q "^final: step=30 " "$tmp/plain.log" || { cat "$tmp/plain.log"; fail "no plain 30 steps"; }
 # 5. No program where THPC_BUILD says: one line saying so, no run directory (mpirun's
@@ -104,7 +104,7 @@ grep -q "thpc: $tmp/resumes.ini sets checkpoint.resume = $dir/step_00000070.h5, 
 cp input/tiny.ini "$tmp/places.ini"
 printf '[checkpoint]\ndir = %s\n' "$tmp/elsewhere" >> "$tmp/places.ini"
 thpc_train "$tmp/places.ini" --train.max_steps=1 --train.backend=cpu > "$tmp/places.log" 2>&1 ||
-  { cat "$tmp/places.log"; fail "the run with a configured checkpoint.dir exited $?"; }
+  { status=$?; cat "$tmp/places.log"; fail "the run with a configured checkpoint.dir exited $status"; }
 grep -q "thpc: note: $tmp/places.ini sets checkpoint.dir = $tmp/elsewhere; the job's run" \
   "$tmp/places.log" || { cat "$tmp/places.log"; fail "no note of the replaced checkpoint.dir"; }
 # 7. A requeue Slurm refuses (a controller that does not answer) is said and fails the job
