@@ -58,7 +58,8 @@ thpc_root=${THPC_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 # or `cmake --install` prefix: `spack load transformer-hpc`).
 if [ -n "${THPC_BUILD:-}" ]; then
   thpc_build=$THPC_BUILD
-elif [ ! -x "$thpc_root/build/transformer_hpc" ] && [ -x "$thpc_root/../../bin/transformer_hpc" ]; then
+elif [ ! -x "$thpc_root/build/transformer_hpc" ] &&
+     [ -x "$thpc_root/../../bin/transformer_hpc" ]; then
   thpc_build=$(cd "$thpc_root/../../bin" && pwd)
 elif [ ! -x "$thpc_root/build/transformer_hpc" ] && command -v transformer_hpc > /dev/null; then
   # Absolute: thpc_train moves to the repository before it runs the program.

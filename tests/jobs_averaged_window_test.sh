@@ -78,7 +78,8 @@ thpc_given checkpoint.dir --checkpoint.dirs=x --x=--checkpoint.dir &&
   fail "thpc_given took another key for checkpoint.dir"
 export THPC_RUN_NAME=plain
 thpc_train_averaged input/tiny.ini 70 3 20 "${options[@]}" --train.max_steps 30 \
-  > "$tmp/plain.log" 2>&1 || { status=$?; cat "$tmp/plain.log"; fail "the plain run exited $status"; }
+  > "$tmp/plain.log" 2>&1 ||
+  { status=$?; cat "$tmp/plain.log"; fail "the plain run exited $status"; }
 grep -q "phase 1" "$tmp/plain.log" && fail "options with train.max_steps still ran two phases"
 grep -q "^final: step=30 " "$tmp/plain.log" || { cat "$tmp/plain.log"; fail "no plain 30 steps"; }
 # 5. No program where THPC_BUILD says: one line saying so, no run directory (mpirun's
@@ -104,7 +105,8 @@ grep -q "thpc: $tmp/resumes.ini sets checkpoint.resume = $dir/step_00000070.h5, 
 cp input/tiny.ini "$tmp/places.ini"
 printf '[checkpoint]\ndir = %s\n' "$tmp/elsewhere" >> "$tmp/places.ini"
 thpc_train "$tmp/places.ini" --train.max_steps=1 --train.backend=cpu > "$tmp/places.log" 2>&1 ||
-  { status=$?; cat "$tmp/places.log"; fail "the run with a configured checkpoint.dir exited $status"; }
+  { status=$?; cat "$tmp/places.log"; fail "the run with a configured checkpoint.dir exited" \
+    "$status"; }
 grep -q "thpc: note: $tmp/places.ini sets checkpoint.dir = $tmp/elsewhere; the job's run" \
   "$tmp/places.log" || { cat "$tmp/places.log"; fail "no note of the replaced checkpoint.dir"; }
 # 7. A requeue Slurm refuses (a controller that does not answer) is said and fails the job
