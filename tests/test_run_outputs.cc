@@ -105,11 +105,15 @@ TEST_F(RunOutputs, MetricsFileHoldsExactlyTheLoggedValues) {
   // id, the step it started from, the checkpoint it resumed from (none here) and its
   // checkpoint.dir, absolute.
   ASSERT_FALSE(records.empty());
-  EXPECT_TRUE(std::regex_match(
+  EXPECT_TRUE(std::regex_search(
       records[0],
-      std::regex(R"re(\{"kind": "run", "step": 0, "wall_s": 0, "time": [0-9.]+, "run": "[0-9a-f]{16}", "resumed_from": null, "checkpoint_dir": ")re" +
-                 (root_ / "run/checkpoints").lexically_normal().string() + R"re("\})re")))
+      std::regex(R"re(^\{"kind": "run", "step": 0, "wall_s": 0, "time": [0-9.]+, "run": "[0-9a-f]{16}", "resumed_from": null, "checkpoint_dir": ")re")))
       << records[0];
+  // (the path compared as text: a temporary directory's name may hold a regex's characters)
+  const std::string directory_field =
+      "\"checkpoint_dir\": \"" + (root_ / "run/checkpoints").lexically_normal().string() + "\"}";
+  const size_t tail = std::min(records[0].size(), directory_field.size());
+  EXPECT_EQ(records[0].substr(records[0].size() - tail), directory_field);
   size_t next = 1;
   int train_lines = 0, valid_lines = 0, summary_lines = 0;
   const std::regex logged(R"(^(step (\d+)/\d+|valid step (\d+)|summary:) (.*)$)");

@@ -41,7 +41,8 @@ void check_validation_vocabulary(const Config& config, const BatchSource& train,
                                  const ShardReader& valid);
 
 // "warning: data.valid ... holds the same pairs as data.train ..." when the two corpora
-// are one (their digests equal: data.valid = train, or --validpref the training text),
+// are one (their digests equal: data.valid = train, or --validpref the training text with
+// one training shard; the same pairs in other shards have another digest),
 // else "": validation then scores pairs the model trains on, and best.h5 and early
 // stopping follow the training loss. Training and --dry-run say it alike.
 std::string same_pairs_warning(const Config& config, const BatchSource& train,
