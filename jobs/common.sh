@@ -331,8 +331,10 @@ thpc_train_averaged() {
     return 0
   fi
   # One checkpoint.keep more than the window in phase 2 (unless the options set it): a
-  # requeue's stop checkpoint between the window's steps is not averaged, but it is kept,
-  # and with keep = LAST (base.ini 5, big.ini 20) it pruned the window's oldest step.
+  # requeue's stop checkpoint between the window's steps is not averaged, but the newest
+  # one is kept (the last known good), and with keep = LAST (base.ini 5, big.ini 20) it
+  # pruned the window's oldest step. Older stop checkpoints go before the window's steps
+  # (the trainer prunes off-schedule checkpoints first), however many requeues came.
   local keep=()
   if ! thpc_given checkpoint.keep "$@"; then
     local configured

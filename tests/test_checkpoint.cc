@@ -1164,6 +1164,28 @@ TEST_F(CheckpointTest, PruningNeverDeletesTheOneJustWritten) {
   EXPECT_TRUE(fs::exists(path(checkpoint_file_name(9))));
 }
 
+// A schedule by steps alone (every 20): the stop checkpoints of two requeues inside the
+// averaged window (45, 65) go before a step of the schedule, so that keep = the window + 1
+// still holds its steps (jobs/common.sh's phase 2; before, the oldest went first and the
+// second requeue pruned one of them). The newest and the one before it stay as always.
+TEST_F(CheckpointTest, PruningBySchedulePassesOverStopCheckpointsFirst) {
+  for (int64_t step : {20, 40, 45, 60, 65, 80, 85, 100}) {
+    write_checkpoint(path(checkpoint_file_name(step)), constant_checkpoint(1.0f, step, "arch"));
+  }
+  std::vector<std::string> deleted =
+      prune_checkpoints(directory_.string(), 5, path(checkpoint_file_name(100)), 20);
+  EXPECT_EQ(deleted, (std::vector<std::string>{path(checkpoint_file_name(45)),
+                                               path(checkpoint_file_name(65)),
+                                               path(checkpoint_file_name(20))}));
+  // The window's steps 60, 80, 100 and 40 kept, with 85 (the one before the newest).
+  for (int64_t step : {40, 60, 80, 85, 100}) {
+    EXPECT_TRUE(fs::exists(path(checkpoint_file_name(step)))) << step;
+  }
+  // Without a schedule, oldest first, as before.
+  deleted = prune_checkpoints(directory_.string(), 4, path(checkpoint_file_name(100)));
+  EXPECT_EQ(deleted, std::vector<std::string>{path(checkpoint_file_name(40))});
+}
+
 TEST_F(CheckpointTest, AFailedWriteLeavesNoFileBehind) {
   Checkpoint twice = constant_checkpoint(1.0f, 3, "arch");
   twice.params.push_back(twice.params.front());  // HDF5 refuses a second dataset of one name

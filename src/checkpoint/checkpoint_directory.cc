@@ -206,7 +206,8 @@ std::string move_aside_corrupt(const std::string& path) {
 }
 
 std::vector<std::string> prune_checkpoints(const std::string& dir, int keep,
-                                           const std::string& protected_path) {
+                                           const std::string& protected_path,
+                                           int64_t every_steps) {
   THPC_CHECK(keep >= 1, "keep " << keep);
   const std::vector<CheckpointSummary> summaries = checkpoint_summaries(dir);
   std::error_code error;
@@ -227,11 +228,16 @@ std::vector<std::string> prune_checkpoints(const std::string& dir, int keep,
                    summaries.rend(), [](const CheckpointSummary& summary) {
                      return summary.state == CheckpointState::Healthy;
                    });
-  // Deletion order: diverged and superseded, oldest first, then healthy, oldest first.
+  // Deletion order: diverged and superseded, oldest first, then healthy, oldest first, of
+  // these those off a schedule by steps before those on it.
+  const auto rank = [&](const CheckpointSummary& summary) {
+    if (summary.state != CheckpointState::Healthy) return 0;
+    return every_steps > 0 && summary.step % every_steps != 0 ? 1 : 2;
+  };
   std::vector<const CheckpointSummary*> candidates;
-  for (const bool healthy : {false, true}) {
+  for (const int wanted : {0, 1, 2}) {
     for (const CheckpointSummary& summary : summaries) {
-      if ((summary.state == CheckpointState::Healthy) != healthy) continue;
+      if (rank(summary) != wanted) continue;
       if (newest_healthy != summaries.rend() && &summary == &*newest_healthy) continue;
       if (known_good != summaries.rend() && &summary == &*known_good) continue;
       if (is_protected(summary)) continue;

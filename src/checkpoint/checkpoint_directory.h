@@ -80,14 +80,18 @@ std::string newest_valid_checkpoint(const std::string& dir, std::ostream& warnin
 std::string move_aside_corrupt(const std::string& path);
 
 // Deletes step_*.h5 files of `dir` until `keep` remain: first the diverged and superseded
-// ones, oldest first, then the oldest healthy ones; never `protected_path` (the one just
+// ones, oldest first, then the oldest healthy ones (with `every_steps` > 0, a schedule by
+// steps alone, those off the schedule before those on it: a stop checkpoint of a requeued
+// job, which the averaged window passes over, goes before a step of that window; two
+// requeues in one window pruned one of its steps); never `protected_path` (the one just
 // written), never the newest healthy one, and never the newest healthy one older than
 // `protected_path`: the next step's loss judges the parameters just written, and may
 // mark them diverged, so the one before them is the run's last checkpoint known good (with
 // keep = 1 two files stay). A run that diverges keeps a checkpoint to resume from.
 // Returns the deleted paths.
 std::vector<std::string> prune_checkpoints(const std::string& dir, int keep,
-                                           const std::string& protected_path);
+                                           const std::string& protected_path,
+                                           int64_t every_steps = 0);
 
 // The parameters of `paths`, averaged element-wise in double precision; the result is
 // parameters-only, carries the newest input's step, seed, config, world size and

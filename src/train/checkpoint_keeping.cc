@@ -69,7 +69,8 @@ std::string only_unhealthy_checkpoints(const std::string& dir) {
 std::string write_and_prune(const std::string& path, Checkpoint& state,
                             const std::function<void(Checkpoint&)>& fill_state,
                             double copy_seconds, const std::string& dir, int keep,
-                            bool in_background, std::chrono::milliseconds delay = {}) {
+                            int64_t schedule, bool in_background,
+                            std::chrono::milliseconds delay = {}) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   // The test hook's delay comes before the staged state is read, as a slow writer's
@@ -85,7 +86,7 @@ std::string write_and_prune(const std::string& path, Checkpoint& state,
         << (error ? 0.0 : static_cast<double>(bytes) / 1e6) << " MB; copy "
         << std::setprecision(2) << copy_seconds << " s, write " << write_seconds << " s"
         << (in_background ? " beside training" : "") << ")\n";
-  for (const std::string& deleted : prune_checkpoints(dir, keep, path)) {
+  for (const std::string& deleted : prune_checkpoints(dir, keep, path, schedule)) {
     lines << "removed old checkpoint " << deleted << " (checkpoint.keep = " << keep << ")\n";
   }
   return lines.str();
@@ -111,17 +112,21 @@ std::string CheckpointKeeping::save(Checkpoint state, double copy_seconds, std::
       (std::filesystem::path(config_.checkpoint.dir) / checkpoint_file_name(state.step)).string();
   const std::string dir = config_.checkpoint.dir;
   const int keep = config_.checkpoint.keep;
+  // A schedule by steps alone: pruning passes over its steps first (prune_checkpoints).
+  const int64_t schedule =
+      config_.checkpoint.minutes == 0 ? config_.checkpoint.every_steps : 0;
   if (!writes_in_background()) {
-    log << write_and_prune(path, state, fill_state, copy_seconds, dir, keep, false)
+    log << write_and_prune(path, state, fill_state, copy_seconds, dir, keep, schedule, false)
         << std::flush;
     return path;
   }
   // The thread owns what it writes; the training thread goes on with its own state.
-  write_ = std::async(std::launch::async, [path, dir, keep, copy_seconds,
+  write_ = std::async(std::launch::async, [path, dir, keep, schedule, copy_seconds,
                                            delay = injected_checkpoint_write_delay(),
                                            state = std::move(state),
                                            fill_state = std::move(fill_state)]() mutable {
-    return write_and_prune(path, state, fill_state, copy_seconds, dir, keep, true, delay);
+    return write_and_prune(path, state, fill_state, copy_seconds, dir, keep, schedule, true,
+                           delay);
   });
   return path;
 }
