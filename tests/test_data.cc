@@ -1336,6 +1336,23 @@ TEST_F(DataPipeline, TheStoredSentencePieceModelIsCheckedAsTheTokensAre) {
   expect_error([&] { read_shard_summary(wide); },
                {wide, "attribute vocab_size = " + std::to_string((int64_t{1} << 32) + vocab) +
                           " is beyond the 32-bit range"});
+  // A float where a whole number belongs (written by hand: vocab_size = 500.7) was read
+  // truncated without a word; refused naming its type.
+  const std::string fractional = altered_shard("fractional_vocab", [](ShardContents&) {});
+  {
+    const hid_t file = H5Fopen(fractional.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(H5Adelete(file, "vocab_size"), 0);
+    const hid_t scalar = H5Screate(H5S_SCALAR);
+    const hid_t attribute =
+        H5Acreate2(file, "vocab_size", H5T_IEEE_F64LE, scalar, H5P_DEFAULT, H5P_DEFAULT);
+    const double value = vocab + 0.7;
+    H5Awrite(attribute, H5T_NATIVE_DOUBLE, &value);
+    H5Aclose(attribute);
+    H5Sclose(scalar);
+    H5Fclose(file);
+  }
+  expect_error([&] { read_shard_summary(fractional); },
+               {fractional, "attribute vocab_size of ", "is float64, not a whole number"});
 }
 
 // Validation shards of another vocabulary than the training shards are refused before

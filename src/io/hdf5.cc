@@ -338,6 +338,13 @@ void Reader::read_integer_attribute(hid_t object, const std::string& object_name
   if (H5Sget_simple_extent_npoints(space.get()) != 1) {
     fail("attribute " + std::string(name) + " of " + object_name + " is not a single number");
   }
+  // A float stored where a whole number belongs (vocab_size = 500.7, written by hand) was
+  // converted by HDF5, truncated, without a word (a helper's finding).
+  const Handle stored(H5Aget_type(attribute.get()), H5Tclose);
+  if (H5Tget_class(stored.get()) != H5T_INTEGER) {
+    fail("attribute " + std::string(name) + " of " + object_name + " is " +
+         type_name(stored.get()) + ", not a whole number");
+  }
   if (H5Aread(attribute.get(), type, value) < 0) {
     fail("cannot read attribute " + std::string(name) + " of " + object_name +
          " as an integer (" + reason() + ")");
