@@ -13,13 +13,13 @@
 # are kept next to the average, named by the model and the source
 # (DIR/eval/average_last5.newstest2014.en.hyp; the decode options after -- are part of the
 # name, and those that write no one translation a line, --nbest and --dump-*, are
-# refused). THPC_BUILD names the build directory
-# (default: the repository's build/, or an installation's bin/). EVERY_STEPS=K averages the last N of the run's
+# refused). THPC_BUILD names the build directory (default: the repository's build/, or
+# an installation's bin/). EVERY_STEPS=K averages the last N of the run's
 # checkpoint.every_steps schedule (transformer_average --every-steps: a requeued job's
-# stop checkpoints passed over), named average_lastN_everyK.h5. SCORE_OPTIONS, when set, scores the translations a
-# second time with those transformer_score options: SCORE_OPTIONS="--tokenize
-# moses-compound" adds the paper's tokenized BLEU with compound splitting (EN-DE;
-# docs/wmt14.md) to sacreBLEU's.
+# stop checkpoints passed over), named average_lastN_everyK.h5. SCORE_OPTIONS, when set,
+# scores the translations a second time with those transformer_score options:
+# SCORE_OPTIONS="--tokenize moses-compound" adds the paper's tokenized BLEU with compound
+# splitting (EN-DE; docs/wmt14.md) to sacreBLEU's.
 set -euo pipefail
 usage() { sed -n '2,22p' "$0" >&2; exit 2; }
 positional=()
