@@ -260,7 +260,8 @@ namespace {
 
 // Whether the configuration `checkpoint` stores has an empty data.dir (the synthetic
 // task's), read from its text as Config::to_ini() writes it ("[data]", then "dir = ...").
-// False when it stores none (an older average).
+// False when it stores none (an older average), or no data.dir line: not
+// load_config_text, which gives a key the text lacks its default, an empty data.dir.
 bool trained_on_the_synthetic_task(const Checkpoint& checkpoint) {
   std::istringstream lines(checkpoint.config_ini);
   std::string line;
