@@ -346,10 +346,12 @@ TEST(UserErrors, TheDryRunRefusesWhatTrainingRefusesWithTheSameExitCode) {
   // transformer_decode alike: a beam wider than the vocabulary is a usage error; so is
   // one of the whole vocabulary, which pad and bos never fill (it wrote 58 n-best lines
   // where --nbest 60 asked for 60; a helper's finding).
+  const auto decode_one_line = [&](const std::string& options) {
+    return run_process("echo 1 2 3 | " + thpc::binary_dir() + "/transformer_decode --checkpoint " +
+                       (root / "ck/step_00000001.h5").string() + " " + options);
+  };
   for (const std::string beam : {"100000", "60 --nbest 60"}) {
-    const ProcessResult wide = run_process(
-        "echo 1 2 3 | " + thpc::binary_dir() + "/transformer_decode --checkpoint " +
-        (root / "ck/step_00000001.h5").string() + " --beam " + beam);
+    const ProcessResult wide = decode_one_line("--beam " + beam);
     EXPECT_EQ(wide.exit_code, 2) << wide.output;
     EXPECT_NE(wide.output.find("is wider than the 58 tokens a search can choose (the vocabulary "
                                "of 60 less pad and bos): give at most 58"),
@@ -358,18 +360,14 @@ TEST(UserErrors, TheDryRunRefusesWhatTrainingRefusesWithTheSameExitCode) {
   }
   // An alpha whose length penalty overflows a double makes every score -0: refused (it
   // passed, being finite).
-  const ProcessResult overflowing = run_process(
-      "echo 1 2 3 | " + thpc::binary_dir() + "/transformer_decode --checkpoint " +
-      (root / "ck/step_00000001.h5").string() + " --lenpen 1e30");
+  const ProcessResult overflowing = decode_one_line("--lenpen 1e30");
   EXPECT_EQ(overflowing.exit_code, 2) << overflowing.output;
   EXPECT_NE(overflowing.output.find("the length penalty's alpha 1e+30 (--lenpen, or the "
                                     "checkpoint's decode.alpha) makes ((5 + |Y|)/6)^alpha "
                                     "overflow for outputs of "),
             std::string::npos)
       << overflowing.output;
-  const ProcessResult large_but_fine = run_process(
-      "echo 1 2 3 | " + thpc::binary_dir() + "/transformer_decode --checkpoint " +
-      (root / "ck/step_00000001.h5").string() + " --lenpen 50 --max-len-b 2");
+  const ProcessResult large_but_fine = decode_one_line("--lenpen 50 --max-len-b 2");
   EXPECT_EQ(large_but_fine.exit_code, 0) << large_but_fine.output;
   std::filesystem::remove_all(root);
 }
