@@ -7,14 +7,9 @@
 # installation could not run a job without a clone of the repository.
 #
 #   tests/install_test.sh SOURCE_DIR BINARY_DIR      (ctest runs it)
-set -uo pipefail
-source_dir=$(cd "$1" && pwd)
-binary_dir=$(cd "$2" && pwd)
-fail() { echo "FAILED: $*"; exit 1; }
-command -v mpirun > /dev/null || { echo "SKIPPED: mpirun is not installed"; exit 77; }
-
-tmp=$(mktemp -d /tmp/thpc_install_test.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/shell_test_lib.sh" "$@" || exit 1
+require_programs "tools/install_deps.sh installs openmpi-bin" mpirun
+scratch_directory install_test
 prefix=$tmp/prefix
 cmake --install "$binary_dir" --prefix "$prefix" > "$tmp/install.log" 2>&1 ||
   { status=$?; cat "$tmp/install.log"; fail "cmake --install exited $status"; }

@@ -14,14 +14,9 @@
 #      is said, before the run directory is made.
 #
 #   tests/jobs_averaged_window_test.sh SOURCE_DIR BINARY_DIR      (ctest runs it)
-set -uo pipefail
-source_dir=$(cd "$1" && pwd)
-binary_dir=$(cd "$2" && pwd)
-fail() { echo "FAILED: $*"; exit 1; }
-command -v mpirun >/dev/null || { echo "SKIPPED: mpirun is not installed"; exit 77; }
-
-tmp=$(mktemp -d /tmp/thpc_jobs_window_test.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/shell_test_lib.sh" "$@" || exit 1
+require_programs "tools/install_deps.sh installs openmpi-bin" mpirun
+scratch_directory jobs_window_test
 export THPC_ROOT=$source_dir THPC_BUILD=$binary_dir THPC_LAUNCHER=mpirun THPC_RANKS=1
 export SLURM_SUBMIT_DIR=$tmp  # the run directories go to $tmp/runs/NAME
 unset SLURM_JOB_ID

@@ -17,20 +17,11 @@
 # SKIP_RETURN_CODE) with the reason when the daemons cannot be had or cannot start; every
 # daemon and job it started is stopped on every way out. THPC_KEEP_SLURM_TEST_DIR=1 keeps
 # the temporary directory (configuration, daemon logs, job logs) for a look afterwards.
-set -uo pipefail
-source_dir=$(cd "$1" && pwd)
-binary_dir=$(cd "$2" && pwd)
-
-skip() {
-  echo "SKIPPED: $*"
-  exit 77
-}
-for program in munged slurmctld slurmd sbatch scontrol scancel sinfo mpirun; do
-  command -v "$program" >/dev/null ||
-    skip "$program is not installed (tools/install_deps.sh installs slurm-wlm, munge, openmpi-bin)"
-done
+source "$(dirname "${BASH_SOURCE[0]}")/shell_test_lib.sh" "$@" || exit 1
+require_programs "tools/install_deps.sh installs slurm-wlm, munge, openmpi-bin" \
+  munged slurmctld slurmd sbatch scontrol scancel sinfo mpirun
 [ "$(id -u)" = 0 ] || skip "slurmd must run as root to start jobs, and this is uid $(id -u)"
-[ -x "$binary_dir/transformer_hpc" ] || { echo "FAILED: no $binary_dir/transformer_hpc"; exit 1; }
+[ -x "$binary_dir/transformer_hpc" ] || fail "no $binary_dir/transformer_hpc"
 
 tmp=$(mktemp -d /tmp/thpc_slurm_test.XXXXXX)
 # munged checks that every directory above its key and socket is not writable by others.
@@ -64,7 +55,7 @@ show_logs() {
   done
 }
 
-fail() {
+fail() {  # the library's, with the daemons' and jobs' logs
   echo "FAILED: $*"
   show_logs
   exit 1
