@@ -484,5 +484,49 @@ TEST_F(PreprocessStreaming, SentencePieceTrainsOnABoundedSampleChosenByTheSeed) 
   trained(0, 2, "every_line");  // 0: every line
 }
 
+// SentencePiece skips a line longer than it trains on (64 KiB) with three warnings naming
+// its own flag, --max_sentence_length, which this program does not have. Such a line is
+// left out before SentencePiece sees it, and the summary says so in its own words.
+TEST_F(PreprocessStreaming, ALineTooLongForSentencePieceIsLeftOutAndSaidInOurWords) {
+  fs::copy_file(root_ / "small.de", root_ / "long_line.de");
+  fs::copy_file(root_ / "small.en", root_ / "long_line.en");
+  {
+    std::ofstream en(root_ / "long_line.en", std::ios::app);
+    std::ofstream de(root_ / "long_line.de", std::ios::app);
+    std::string long_line;
+    while (long_line.size() <= 70000) long_line += "kalo mine rusa ";
+    en << long_line << "\n";
+    de << long_line << "\n";
+  }
+  PreprocessOptions options = this->options("long_line", root_ / "long_line_out");
+  options.shards = 1;
+  std::ostringstream log;
+  testing::internal::CaptureStderr();
+  PreprocessSummary summary;
+  try {
+    summary = preprocess(options, log);
+  } catch (...) {
+    testing::internal::GetCapturedStderr();
+    throw;
+  }
+  const std::string stderr_text = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(stderr_text.find("max_sentence_length"), std::string::npos) << stderr_text;
+  EXPECT_EQ(summary.training_lines, 2002);
+  EXPECT_EQ(summary.spm_lines, 2000);
+  EXPECT_EQ(summary.spm_lines_too_long, 2);
+  EXPECT_NE(log.str().find("SentencePiece trained on 2000 of 2002 training lines (both "
+                           "languages; 2 left out, longer than 65536 bytes)\n"),
+            std::string::npos)
+      << log.str();
+  // The lines left out change nothing: the pieces are those of the corpus without them.
+  sentencepiece::SentencePieceProcessor with_line, without_line;
+  ASSERT_TRUE(with_line.Load((root_ / "long_line_out" / "spm.model").string()).ok());
+  ASSERT_TRUE(without_line.Load(model()).ok());
+  ASSERT_EQ(with_line.GetPieceSize(), without_line.GetPieceSize());
+  for (int id = 0; id < with_line.GetPieceSize(); ++id) {
+    ASSERT_EQ(with_line.IdToPiece(id), without_line.IdToPiece(id)) << "id " << id;
+  }
+}
+
 }  // namespace
 }  // namespace thpc

@@ -64,6 +64,11 @@ size_t utf8_sequence_length(const std::string& text, size_t at) {
 // is redrawn ten times a second, rarely enough that its lock costs nothing.
 constexpr int64_t kProgressBlock = 4096;
 
+// The longest line SentencePiece's trainer is given (its max_sentence_length, bytes): it
+// skips a longer one with three warnings naming its own flag, which this program does not
+// have, so such lines are left out here (SampledLines) and said in the program's summary.
+constexpr size_t kSentencePieceLongestLine = 65536;
+
 // The lines of one text file, one at a time: a CRLF file's '\r' dropped, UTF-8 checked,
 // NUL refused (text does not hold it: a file's blocks zeroed by a crash, or not text).
 class LineReader {
@@ -86,6 +91,8 @@ class LineReader {
       if (stream_.bad()) THPC_FAIL(path_ << ": read error after line " << lines_);
       return false;
     }
+    // As SampledLines gives it to SentencePiece, a CRLF line's '\r' included.
+    if (line->size() > kSentencePieceLongestLine) ++lines_too_long_for_training_;
     if (!line->empty() && line->back() == '\r') line->pop_back();
     for (size_t at = 0; at < line->size();) {
       const size_t length = utf8_sequence_length(*line, at);
@@ -107,22 +114,27 @@ class LineReader {
   int64_t lines() const { return lines_; }
   // Carriage returns inside lines (a CRLF line's own is not one of them).
   int64_t carriage_returns() const { return carriage_returns_; }
+  // Lines SentencePiece's trainer would skip (longer than kSentencePieceLongestLine).
+  int64_t lines_too_long_for_training() const { return lines_too_long_for_training_; }
   const std::string& path() const { return path_; }
 
  private:
   std::string path_;
   std::ifstream stream_;
-  int64_t lines_ = 0, carriage_returns_ = 0;
+  int64_t lines_ = 0, carriage_returns_ = 0, lines_too_long_for_training_ = 0;
 };
 
-// The lines of a file, counted and checked, none kept.
-int64_t count_lines(const std::string& path, ProgressListener& progress) {
+// The lines of a file, counted and checked, none kept; `*too_long_for_training` += those
+// longer than kSentencePieceLongestLine.
+int64_t count_lines(const std::string& path, ProgressListener& progress,
+                    int64_t* too_long_for_training) {
   LineReader reader(path);
   std::string line;
   while (reader.next(&line)) {
     if (reader.lines() % kProgressBlock == 0) progress.advance(kProgressBlock);
   }
   progress.advance(reader.lines() % kProgressBlock);
+  *too_long_for_training += reader.lines_too_long_for_training();
   if (reader.lines() == 0) THPC_FAIL(path << ": empty file (expected one sentence per line)");
   // Lines ended by '\r' alone (classic Mac OS) read as one line: SentencePiece then failed
   // with its own words, or encoding the file as one sentence took ~240 bytes of memory a
@@ -143,6 +155,8 @@ int64_t count_lines(const std::string& path, ProgressListener& progress) {
 struct ParallelFiles {
   std::string source_path, target_path;
   int64_t pairs = 0;
+  // Lines of both files longer than kSentencePieceLongestLine bytes.
+  int64_t lines_too_long_for_training = 0;
 };
 
 ParallelFiles check_parallel(const std::string& split, const std::string& prefix,
@@ -151,8 +165,10 @@ ParallelFiles check_parallel(const std::string& split, const std::string& prefix
   files.source_path = prefix + "." + options.source_lang;
   files.target_path = prefix + "." + options.target_lang;
   progress.begin(split, "lines read", ProgressListener::kUnknownTotal);
-  const int64_t source_lines = count_lines(files.source_path, progress);
-  const int64_t target_lines = count_lines(files.target_path, progress);
+  const int64_t source_lines =
+      count_lines(files.source_path, progress, &files.lines_too_long_for_training);
+  const int64_t target_lines =
+      count_lines(files.target_path, progress, &files.lines_too_long_for_training);
   progress.end();
   if (source_lines != target_lines) {
     THPC_FAIL(files.source_path << " has " << source_lines << " lines but " << files.target_path
@@ -178,18 +194,23 @@ int hardware_threads(int requested) {
 // with shuffle_input_sentence) would hold the same number of lines, but draws them with
 // a seed fixed inside SentencePiece (12345678, trainer_interface.cc): --seed would not
 // choose the sample. Lines go out as SentencePiece's file reader gives them (std::getline,
-// nothing removed).
+// nothing removed); a drawn line longer than `longest` bytes counts as drawn but is left
+// out (the sample is the same with or without such lines).
 class SampledLines final : public sentencepiece::SentenceIterator {
  public:
-  SampledLines(std::vector<std::string> paths, int64_t total, int64_t wanted, uint64_t seed)
-      : paths_(std::move(paths)), total_(total), wanted_(wanted), generator_(seed) {
+  SampledLines(std::vector<std::string> paths, int64_t total, int64_t wanted, uint64_t seed,
+               size_t longest)
+      : paths_(std::move(paths)), total_(total), wanted_(wanted), longest_(longest),
+        generator_(seed) {
     Next();
   }
 
   bool done() const override { return done_; }
   const std::string& value() const override { return line_; }
   sentencepiece::util::Status status() const override { return status_; }
-  int64_t taken() const { return taken_; }
+  // Lines given to SentencePiece, and those drawn but left out for their length.
+  int64_t given() const { return taken_ - left_out_; }
+  int64_t left_out() const { return left_out_; }
 
   void Next() override {
     while (taken_ < wanted_ && seen_ < total_) {
@@ -202,7 +223,8 @@ class SampledLines final : public sentencepiece::SentenceIterator {
       const uint64_t left = static_cast<uint64_t>(total_ - seen_++);
       if (generator_() % left < static_cast<uint64_t>(wanted_ - taken_)) {
         ++taken_;
-        return;
+        if (line_.size() <= longest_) return;
+        ++left_out_;
       }
     }
     done_ = true;
@@ -232,7 +254,8 @@ class SampledLines final : public sentencepiece::SentenceIterator {
 
   std::vector<std::string> paths_;
   size_t next_path_ = 0;
-  int64_t total_, wanted_, seen_ = 0, taken_ = 0;
+  int64_t total_, wanted_, seen_ = 0, taken_ = 0, left_out_ = 0;
+  size_t longest_;
   std::mt19937_64 generator_;
   std::ifstream stream_;
   std::string line_;
@@ -259,7 +282,7 @@ std::string train_sentencepiece_model(const PreprocessOptions& options,
       // With the sample drawn here, SentencePiece gets no more lines than this size and
       // keeps them all; kept as it was so that the model's recorded trainer_spec is too.
       {"shuffle_input_sentence", "true"},
-      {"max_sentence_length", "65536"},
+      {"max_sentence_length", std::to_string(kSentencePieceLongestLine)},
       // SentencePiece's trainer refuses more than 128 threads, which a node's cores (0 =
       // all) may exceed; the encoding below uses them all.
       {"num_threads", std::to_string(std::min(kSentencePieceMaxThreads,
@@ -289,7 +312,7 @@ std::string train_sentencepiece_model(const PreprocessOptions& options,
                         train.target_path.find(',') == std::string::npos;
   const bool every_line =
       options.spm_sentences == 0 || summary->training_lines <= options.spm_sentences;
-  if (every_line && listable) {
+  if (every_line && listable && train.lines_too_long_for_training == 0) {
     // Every line: SentencePiece reads the files itself (and records their names in the
     // model's trainer_spec, as it always did).
     arguments["input"] = train.source_path + "," + train.target_path;
@@ -298,9 +321,10 @@ std::string train_sentencepiece_model(const PreprocessOptions& options,
   } else {
     SampledLines sample({train.source_path, train.target_path}, summary->training_lines,
                         every_line ? summary->training_lines : options.spm_sentences,
-                        options.seed);
+                        options.seed, kSentencePieceLongestLine);
     status = sentencepiece::SentencePieceTrainer::Train(arguments, &sample, &model);
-    summary->spm_lines = sample.taken();
+    summary->spm_lines = sample.given();
+    summary->spm_lines_too_long = sample.left_out();
   }
   if (!status.ok()) {
     // Its one failure a user's option causes, in the user's words: the vocabulary must
@@ -349,7 +373,7 @@ void load_sentencepiece_model(const std::string& model, const std::string& name,
 // spaces), a run of unknown characters (one unk piece), --user-symbols, or an --spm-model
 // trained with longer pieces. 64 KiB at the least, SentencePiece's training limit here.
 size_t longest_encoded_side(const PreprocessOptions& options) {
-  return std::max<size_t>(65536, 64 * static_cast<size_t>(options.max_len));
+  return std::max<size_t>(kSentencePieceLongestLine, 64 * static_cast<size_t>(options.max_len));
 }
 
 // Encodes lines[0, count) into ids[0, count) on all cores, each thread a contiguous
@@ -1018,11 +1042,17 @@ void log_summary(const PreprocessOptions& options, const PreprocessSummary& summ
         << options.vocab_size << ": the training text has no more to make" << std::endl;
   }
   if (summary.spm_lines > 0) {
+    const int64_t drawn = summary.spm_lines + summary.spm_lines_too_long;
     log << "SentencePiece trained on " << summary.spm_lines << " of " << summary.training_lines
         << " training lines (both languages"
-        << (summary.spm_lines < summary.training_lines
-                ? ", a sample drawn with seed " + std::to_string(options.seed) + ")\n"
-                : ")\n");
+        << (drawn < summary.training_lines
+                ? ", a sample drawn with seed " + std::to_string(options.seed)
+                : std::string())
+        << (summary.spm_lines_too_long > 0
+                ? "; " + std::to_string(summary.spm_lines_too_long) + " left out, longer than " +
+                      std::to_string(kSentencePieceLongestLine) + " bytes"
+                : std::string())
+        << ")\n";
   }
   log << describe("train", summary.train) << "\n" << describe("valid", summary.valid) << "\n";
   if (!options.test_prefix.empty()) log << describe("test", summary.test) << "\n";

@@ -65,8 +65,9 @@ struct PreprocessSummary {
   SplitCounts train, valid, test;
   int vocab_size = 0;
   // Lines of both languages of the training text, and how many SentencePiece was given
-  // to train on (0 with --spm-model).
-  int64_t training_lines = 0, spm_lines = 0;
+  // to train on (0 with --spm-model), and how many of its sample (every line where the
+  // text is small) were left out as longer than it trains on (64 KiB).
+  int64_t training_lines = 0, spm_lines = 0, spm_lines_too_long = 0;
   double seconds = 0.0;
 };
 
