@@ -220,6 +220,56 @@ TEST_F(DecodeProgram, WorkersShareTheBatchesWithoutChangingAnyTranslation) {
   }
 }
 
+// --buffer-sentences N: the input read, translated and written N lines at a time (memory
+// a buffer's, translations out as they are done) with every translation, n-best index,
+// sample and warning as the whole input at once gives them; with N = 1 a line's
+// translation is written before the next line is read, as a pipe from a program sending
+// a line at a time needs (fairseq-interactive's --buffer-size).
+TEST_F(DecodeProgram, TheInputIsTranslatedABufferAtATimeWithoutChangingAnyTranslation) {
+  {
+    std::ofstream input(dir_ / "buffered.en");
+    input << read_file(dir_ / "input.en");  // an empty line 2 and a long line 4
+    const char* more[] = {"A woman sings on a stage.", "Children run in a park.",
+                          "Two men are fishing.", "", "A cat sleeps on a chair."};
+    for (const char* line : more) input << line << "\n";
+  }
+  for (const std::string options :
+       {"--max-len-b 6", "--max-len-b 6 --nbest 2 --beam 2",
+        "--max-len-b 6 --sampling topk=5 --seed 3", "--max-len-b 6 --threads 2"}) {
+    std::string whole, err;
+    ASSERT_EQ(decode(options + " --buffer-sentences 0", whole, err, "model.h5", true,
+                     "buffered.en"),
+              0)
+        << err;
+    ASSERT_NE(err.find("warning: line 4 has"), std::string::npos) << err;
+    for (const char* lines : {"1", "2", "5", "9", "100000"}) {
+      std::string buffered;
+      ASSERT_EQ(decode(options + " --buffer-sentences " + lines, buffered, err, "model.h5", true,
+                       "buffered.en"),
+                0)
+          << err;
+      EXPECT_EQ(buffered, whole) << options << " --buffer-sentences " << lines;
+      EXPECT_NE(err.find("warning: line 4 has"), std::string::npos) << err;
+    }
+  }
+  // A handshake, not a timing: the second line is sent only once the first one's
+  // translation is out; a decoder that waits for the end of its input never gets it (the
+  // sender gives up after 60 s, and the test fails on the missing line).
+  const fs::path out = dir_ / "piped.de";
+  const std::string command =
+      "(echo 'A man is riding a bike.'; for wait in \\$(seq 600); do if [ -s " + out.string() +
+      " ]; then echo 'Two dogs play in the snow.'; break; fi; sleep 0.1; done) | timeout 120 " +
+      thpc::binary_dir() +
+      "/transformer_decode --checkpoint " + (dir_ / "model.h5").string() + " --spm-model " +
+      (dir_ / "spm.model").string() + " --max-len-b 4 --buffer-sentences 1 > " + out.string();
+  const ProcessResult piped = run_process("bash -c \"" + command + "\"");
+  EXPECT_EQ(piped.exit_code, 0) << piped.output;
+  EXPECT_EQ(lines_of(read_file(out)).size(), 2u) << read_file(out);
+  std::string refused, err;
+  EXPECT_EQ(decode("--buffer-sentences -1", refused, err), 2) << err;
+  EXPECT_NE(err.find("--buffer-sentences"), std::string::npos) << err;
+}
+
 // --gpu-workers N decoding on the CPU: a bad command line (exit 2) that names --threads,
 // CPU decoding's workers; 0 workers is one too, and 1 (the default) is accepted.
 TEST_F(DecodeProgram, GpuWorkersOnTheCpuAreABadCommandLine) {

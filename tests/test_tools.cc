@@ -90,13 +90,24 @@ const std::vector<Tool>& tools() {
 
 std::string program(const Tool& tool) { return thpc::binary_dir() + "/" + tool.name; }
 
+// Runs of spaces and line ends as one space: where --help wraps a description depends on
+// the longest option's name.
+std::string one_line(const std::string& text) {
+  std::string line;
+  for (const char c : text) {
+    const bool space = c == ' ' || c == '\n';
+    if (!space || line.empty() || line.back() != ' ') line += space ? ' ' : c;
+  }
+  return line;
+}
+
 TEST(Tools, HelpExitsZeroAndShowsTheDefaults) {
   for (const Tool& tool : tools()) {
     SCOPED_TRACE(tool.name);
     const ProcessResult result = run_process(program(tool) + " --help");
     EXPECT_EQ(result.exit_code, 0) << result.output;
     for (const std::string& mention : tool.help_mentions) {
-      EXPECT_NE(result.output.find(mention), std::string::npos)
+      EXPECT_NE(one_line(result.output).find(one_line(mention)), std::string::npos)
           << "--help lacks '" << mention << "':\n"
           << result.output;
     }

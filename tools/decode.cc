@@ -4,7 +4,8 @@
 //   transformer_decode --checkpoint FILE [FILE...] [--weights W...] [--spm-model FILE]
 //                      [--input FILE|-] [--output FILE]
 //                      [--beam B] [--lenpen A] [--max-len-a 1 --max-len-b 50]
-//                      [--batch-tokens 4096] [--batch-sentences 0] [--nbest 1] [--greedy] [--threads N]
+//                      [--batch-tokens 4096] [--batch-sentences 0] [--buffer-sentences 100000]
+//                      [--nbest 1] [--greedy] [--threads N]
 //                      [--gpu-workers N]
 //                      [--compute-type default|float32|bfloat16|int8]
 //                      [--sampling full|topk=K|topp=P [--temperature T] [--seed S]]
@@ -18,7 +19,9 @@
 // CPU, --gpu-workers on a GPU), translated by batched beam search with a KV
 // cache (the checkpoint's [decode] settings unless given here; the defaults are §6.1's:
 // beam 4, alpha 0.6, output length <= input length + 50) and written back
-// detokenised, one line per input line, in input order. With --nbest K > 1 each input
+// detokenised, one line per input line, in input order; the input is read, translated and
+// written --buffer-sentences lines at a time (the batches sorted within each), so that
+// memory stays a buffer's. With --nbest K > 1 each input
 // gives K lines `INDEX ||| hypothesis ||| score`. --dump-attention stores, for the input
 // lines --dump-lines names, every layer's and head's attention weights of the best
 // translation in an HDF5 file (decode/attention_dump.h has the layout;
@@ -49,9 +52,11 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -96,6 +101,7 @@ struct Arguments {
   std::string spm_model, input = "-", output = "-";
   int batch_tokens = 4096;
   int batch_sentences = 0;  // 0: no limit but --batch-tokens
+  int64_t buffer_sentences = 100000;  // lines read, translated and written at a time; 0: all
   // --beam, --lenpen, --max-len-a, --max-len-b, --greedy, --nbest; unset: the
   // checkpoint's [decode] beam, alpha, max_len_a, max_len_b.
   thpc::SearchOverrides search;
@@ -134,34 +140,78 @@ std::vector<int> parse_line_numbers(const std::string& text) {
   return {numbers.begin(), numbers.end()};
 }
 
-// The input lines, read and checked as transformer_score reads its files (the same
-// function): invalid UTF-8 is refused naming the file and line rather than passed to
-// SentencePiece, which would decode it to something. Trailing whitespace is dropped, as
-// SentencePiece's normalisation would drop it anyway.
+// The input lines, a buffer at a time (--buffer-sentences), read and checked as
+// transformer_score reads its files (the same checks): invalid UTF-8 is refused naming the
+// file and line rather than passed to SentencePiece, which would decode it to something.
+// Trailing whitespace is dropped, as SentencePiece's normalisation would drop it anyway.
 //
 // A NUL byte, or lines ended by a carriage return alone (read as one line, whose
 // sentences came out as one translation), are refused as transformer_preprocess refuses
 // them (before: translated, exit 0).
-std::vector<std::string> read_lines(const std::string& path) {
-  const std::string name = path == "-" ? "<stdin>" : path;
-  std::vector<std::string> lines = path == "-"
-                                       ? thpc::metrics::read_segments(std::cin, "<stdin>")
-                                       : thpc::metrics::read_segments(path);
-  int64_t carriage_returns = 0;
-  for (size_t index = 0; index < lines.size(); ++index) {
-    const std::string problem = thpc::nul_byte_problem(name, index + 1, lines[index]);
-    if (!problem.empty()) THPC_FAIL(problem << "; repair or remove the line");
-    carriage_returns += std::count(lines[index].begin(), lines[index].end(), '\r');
+class SourceReader {
+ public:
+  explicit SourceReader(const std::string& path)
+      : path_(path), name_(path == "-" ? "<stdin>" : path) {
+    if (path != "-") file_ = thpc::open_input_file(path, "");
   }
-  const int64_t count = static_cast<int64_t>(lines.size());
-  if (const std::string problem =
-          thpc::carriage_return_lines_problem(name, carriage_returns, count);
-      !problem.empty()) {
-    THPC_FAIL(problem << ": convert it to \\n line ends, e.g. tr '\\r' '\\n' < FILE > NEW, "
-                      << "and give NEW");
+
+  const std::string& name() const { return name_; }
+  int64_t lines_read() const { return lines_; }
+  bool at_end() const { return at_end_; }
+
+  // Up to `count` more lines (0: every line left) into `lines` (replaced); none at the end.
+  void read(size_t count, std::vector<std::string>* lines) {
+    lines->clear();
+    std::istream& in = path_ == "-" ? static_cast<std::istream&>(std::cin) : file_;
+    std::string line;
+    while (!at_end_ && (count == 0 || lines->size() < count)) {
+      if (!thpc::metrics::read_segment(in, name_, lines_ + 1, &line)) {
+        at_end_ = true;
+        break;
+      }
+      ++lines_;
+      const std::string problem = thpc::nul_byte_problem(name_, lines_, line);
+      if (!problem.empty()) THPC_FAIL(problem << "; repair or remove the line");
+      carriage_returns_ += std::count(line.begin(), line.end(), '\r');
+      lines->push_back(std::move(line));
+    }
+    // One line holding a carriage return is a file of '\r'-ended lines only when it is the
+    // whole input: before the end, a buffer's one line (--buffer-sentences 1) is not.
+    const int64_t lines_judged = at_end_ ? lines_ : std::max<int64_t>(lines_, 2);
+    if (const std::string problem =
+            thpc::carriage_return_lines_problem(name_, carriage_returns_, lines_judged);
+        !problem.empty()) {
+      THPC_FAIL(problem << ": convert it to \\n line ends, e.g. tr '\\r' '\\n' < FILE > NEW, "
+                        << "and give NEW");
+    }
   }
-  return lines;
-}
+
+  // The lines of the input file, counted without being kept (for the progress line);
+  // kUnknownTotal for standard input or anything that is not a regular file.
+  int64_t count_file_lines() const {
+    std::error_code error;
+    if (path_ == "-" || !std::filesystem::is_regular_file(path_, error)) {
+      return thpc::ProgressListener::kUnknownTotal;
+    }
+    std::ifstream counted = thpc::open_input_file(path_, "");
+    std::vector<char> block(1 << 20);
+    int64_t lines = 0;
+    char last = '\n';
+    while (counted.read(block.data(), static_cast<std::streamsize>(block.size())) ||
+           counted.gcount() > 0) {
+      const auto read = static_cast<size_t>(counted.gcount());
+      lines += std::count(block.data(), block.data() + read, '\n');
+      last = block[read - 1];
+    }
+    return lines + (last == '\n' ? 0 : 1);  // a last line without its \n is a line
+  }
+
+ private:
+  std::string path_, name_;
+  std::ifstream file_;
+  int64_t lines_ = 0, carriage_returns_ = 0;
+  bool at_end_ = false;
+};
 
 // The special ids every checkpoint's model was trained with (transformer_preprocess's and
 // the trainer's): pad 0, unk 1, bos 2, eos 3.
@@ -254,70 +304,86 @@ void load_sentencepiece_model(const Arguments& args, const thpc::DecodingCheckpo
   }
 }
 
-// The input: its lines as read, and each encoded into the pieces the models translate.
-struct SourceText {
-  std::string name;  // the file, or <stdin>
+// A buffer of the input: its lines as read, each encoded into the pieces the models
+// translate, the batches they are translated in, and what the workers found for them.
+struct InputBuffer {
+  int64_t first_line = 0;  // the 0-based number in the input of lines[0]
   std::vector<std::string> lines;
   std::vector<thpc::TokenSequence> sources;
+  std::vector<thpc::DecodeBatch> batches;
+  // Each line's hypotheses, best first (none for an empty line).
+  std::vector<std::vector<thpc::Hypothesis>> hypotheses;
+  // Each line's --dump-lines slot (the index of its entry), or -1 for a line not dumped.
+  std::vector<int> dump_slot;
+  // The search, with --tree-constraints' filter over these lines.
+  thpc::BeamOptions options;
+  std::unique_ptr<thpc::TreeTokenFilter> tree_filter;
 };
 
-// Reads --input and encodes each line with `spm`; a line longer than the position table
-// holds (eos takes one of `max_positions`) is truncated with a warning. A --dump-lines
-// number beyond the input is a usage error, found before anything is encoded.
-SourceText read_source_text(const Arguments& args, const sentencepiece::SentencePieceProcessor& spm,
-                            int max_positions) {
-  SourceText input;
-  input.name = args.input == "-" ? "<stdin>" : args.input;
-  input.lines = read_lines(args.input);
-  for (int line : args.dump_lines) {
-    if (line > static_cast<int>(input.lines.size())) {
-      throw thpc::tools::UsageError("--dump-lines: line " + std::to_string(line) +
-                                    " is beyond the " + std::to_string(input.lines.size()) +
-                                    " lines of " + input.name);
-    }
-  }
-  const int longest_source = max_positions - 1;
-  // The first few truncations a line each, then their count: newstest2014 through a model
-  // of 64 positions printed about a thousand warning lines.
-  constexpr int kTruncationsSaid = 5;
-  int truncated = 0;
-  input.sources.resize(input.lines.size());
-  for (size_t i = 0; i < input.lines.size(); ++i) {
-    std::vector<int> pieces;
-    // (ignored, a failure gave the line an empty source, and a translation of nothing)
-    const auto encoded = spm.Encode(input.lines[i], &pieces);
-    if (!encoded.ok()) {
-      THPC_FAIL(input.name << ": line " << i + 1 << ": SentencePiece cannot encode it ("
-                           << encoded.ToString() << ")");
-    }
-    if (static_cast<int>(pieces.size()) > longest_source) {
-      if (++truncated <= kTruncationsSaid) {
-        std::cerr << "transformer_decode: warning: line " << i + 1 << " has " << pieces.size()
-                  << " tokens; truncated to " << longest_source << " (model.max_positions = "
-                  << max_positions << ")\n";
-      }
-      pieces.resize(longest_source);
-    }
-    input.sources[i].assign(pieces.begin(), pieces.end());
-  }
-  if (truncated > kTruncationsSaid) {
-    std::cerr << "transformer_decode: warning: " << truncated << " lines of " << input.name
-              << " in all were truncated to " << longest_source << " tokens (the first "
-              << kTruncationsSaid << " said above)\n";
-  }
-  return input;
-}
+// Encodes lines with `spm`: a line longer than the position table holds (eos takes one of
+// `max_positions`) is truncated with a warning, the first few a line each, then their
+// count (ended by say_count, once the input is read).
+class SourceEncoder {
+ public:
+  SourceEncoder(const sentencepiece::SentencePieceProcessor& spm, int max_positions)
+      : spm_(spm), max_positions_(max_positions), longest_source_(max_positions - 1) {}
 
-// Where each input line's attention dump goes: the index of its --dump-lines entry, or -1
-// for a line not dumped. A dumped line that is empty (it has no translation) is a usage
-// error.
-std::vector<int> attention_dump_slots(const std::vector<int>& dump_lines, const SourceText& input) {
-  std::vector<int> slot_of_line(input.lines.size(), -1);
+  void encode(const std::string& name, InputBuffer& buffer) {
+    buffer.sources.resize(buffer.lines.size());
+    for (size_t i = 0; i < buffer.lines.size(); ++i) {
+      const int64_t line = buffer.first_line + static_cast<int64_t>(i) + 1;
+      std::vector<int> pieces;
+      // (ignored, a failure gave the line an empty source, and a translation of nothing)
+      const auto encoded = spm_.Encode(buffer.lines[i], &pieces);
+      if (!encoded.ok()) {
+        THPC_FAIL(name << ": line " << line << ": SentencePiece cannot encode it ("
+                       << encoded.ToString() << ")");
+      }
+      if (static_cast<int>(pieces.size()) > longest_source_) {
+        if (++truncated_ <= kTruncationsSaid) {
+          std::cerr << "transformer_decode: warning: line " << line << " has " << pieces.size()
+                    << " tokens; truncated to " << longest_source_ << " (model.max_positions = "
+                    << max_positions_ << ")\n";
+        }
+        pieces.resize(longest_source_);
+      }
+      buffer.sources[i].assign(pieces.begin(), pieces.end());
+    }
+  }
+
+  void say_count(const std::string& name) const {
+    if (truncated_ > kTruncationsSaid) {
+      std::cerr << "transformer_decode: warning: " << truncated_ << " lines of " << name
+                << " in all were truncated to " << longest_source_ << " tokens (the first "
+                << kTruncationsSaid << " said above)\n";
+    }
+  }
+
+ private:
+  // newstest2014 through a model of 64 positions printed about a thousand warning lines.
+  static constexpr int kTruncationsSaid = 5;
+  const sentencepiece::SentencePieceProcessor& spm_;
+  int max_positions_, longest_source_;
+  int64_t truncated_ = 0;
+};
+
+// Where each line of `buffer` (the whole input: --dump-lines reads it at once) has its
+// attention dump: the index of its --dump-lines entry, or -1 for a line not dumped. A
+// --dump-lines number beyond the input, or a dumped line that is empty (it has no
+// translation to show), is a usage error, found before anything is translated.
+std::vector<int> attention_dump_slots(const std::vector<int>& dump_lines,
+                                      const std::string& name, const InputBuffer& buffer) {
+  std::vector<int> slot_of_line(buffer.lines.size(), -1);
   for (size_t slot = 0; slot < dump_lines.size(); ++slot) {
     const int line = dump_lines[slot];
-    if (input.sources[line - 1].empty()) {
+    if (line > static_cast<int>(buffer.lines.size())) {
+      throw thpc::tools::UsageError("--dump-lines: line " + std::to_string(line) +
+                                    " is beyond the " + std::to_string(buffer.lines.size()) +
+                                    " lines of " + name);
+    }
+    if (buffer.sources[line - 1].empty()) {
       throw thpc::tools::UsageError("--dump-lines: line " + std::to_string(line) + " of " +
-                                    input.name + " is empty: it has no translation to show");
+                                    name + " is empty: it has no translation to show");
     }
     slot_of_line[line - 1] = static_cast<int>(slot);
   }
@@ -366,7 +432,7 @@ thpc::BeamOptions search_options(const Arguments& args, const thpc::DecodeConfig
 std::unique_ptr<thpc::TreeTokenFilter> make_tree_filter(const Arguments& args,
                                                         const thpc::DecodeConfig& stored,
                                                         const SentencePieceModel& spm,
-                                                        const SourceText& input) {
+                                                        const InputBuffer& input) {
   std::vector<std::string> pieces;
   for (int id = 0; id < spm.processor.GetPieceSize(); ++id) {
     pieces.push_back(spm.processor.IdToPiece(id));
@@ -391,16 +457,18 @@ std::unique_ptr<thpc::TreeTokenFilter> make_tree_filter(const Arguments& args,
 // Who translates what: the batches, and the backends of the workers that take them, one
 // each.
 struct Workers {
-  std::vector<thpc::DecodeBatch> batches;
+  std::vector<thpc::DecodeBatch> batches;  // the first buffer's
   std::vector<std::unique_ptr<thpc::Backend>> backends;
   int threads_each = 0;  // the CPU: each worker's ops and BLAS run on this many threads
+  int batching_workers = 1;  // make_decode_batches' `workers`, for every buffer
 };
 
 // On the CPU, N threads are N workers, each with its own copy of the model and
 // single-threaded BLAS, taking whole batches from a shared list: a decoding step is
 // many small products and loops that BLAS threads share less well than workers share
 // batches (their futex/sched_yield time was most of a 2-thread run on a Zen 5 EPYC,
-// 2026-11-24), while batches are independent. Unless the input fills fewer than 2N
+// 2026-11-24), while batches are independent. Unless the input (the first buffer of
+// --buffer-sentences: an input that fills it has plenty) fills fewer than 2N
 // batches of --batch-tokens: then the workers' batches would be cut to share it out (a
 // budget of a 2N-th of its tokens), each worker reading every weight matrix at each step
 // for few hypotheses. Instead, as many workers as get two whole batches each (at least
@@ -445,8 +513,9 @@ Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
   // threads that computed them: when sampling, the batches are --batch-tokens' alone and
   // every worker has one thread (also the only worker of fewer batches than --threads),
   // so that --threads changes no sample.
+  plan.batching_workers = args.sampling ? 1 : workers;
   plan.batches = thpc::make_decode_batches(sources, options, args.batch_tokens,
-                                           args.sampling ? 1 : workers, args.batch_sentences);
+                                           plan.batching_workers, args.batch_sentences);
   if (on_cpu && workers > 1 && !args.sampling) {
     std::vector<thpc::DecodeBatch> whole = thpc::make_decode_batches(
         sources, options, args.batch_tokens, 1, args.batch_sentences);
@@ -456,6 +525,7 @@ Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
     fed = std::max(1, fed);
     if (fed < workers) {
       plan.batches = std::move(whole);
+      plan.batching_workers = 1;
       workers = fed;
     }
   }
@@ -483,164 +553,249 @@ Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
   return plan;
 }
 
-// What the workers found: each input line's hypotheses, best first (none for an empty
-// line), and the attention of the --dump-lines lines' best translations, in their order.
-struct Translations {
-  std::vector<std::vector<thpc::Hypothesis>> hypotheses;
+// What the workers found besides each line's hypotheses (InputBuffer::hypotheses): the
+// attention of the --dump-lines lines' best translations, in their order, and the profile.
+struct Findings {
   std::vector<thpc::AttentionDump> dumps;
   std::optional<thpc::OpProfile> profile;  // --profile: the profiled workers' batches
   std::string backend_name;
 };
 
-// Translates every batch, the workers taking them in turn from a shared list, with a
-// progress line. The first failure stops the others after their current batch and is
-// rethrown.
-Translations translate_batches(const Arguments& args, const thpc::DecodingCheckpoints& ensemble,
-                               const SourceText& input, const thpc::BeamOptions& options,
-                               const std::vector<int>& dump_slot, Workers plan) {
-  const std::vector<thpc::DecodeBatch>& batches = plan.batches;
-  const int workers = static_cast<int>(plan.backends.size());
-  Translations found;
-  found.hypotheses.resize(input.lines.size());
-  found.dumps.resize(args.dump_lines.size());
-  std::atomic<size_t> next_batch{0};
-  std::vector<std::exception_ptr> failures(workers);
-  size_t sentences = 0;
-  for (const thpc::DecodeBatch& batch : batches) sentences += batch.members.size();
-  thpc::tools::Progress progress("transformer_decode", "sentences",
-                                 static_cast<int64_t>(sentences));
-  // --profile: on the CPU the first worker (the others run alike on their own cores); on
-  // a GPU every worker, as they share the device, whose idle time only their profiles
-  // together can tell.
-  const bool on_gpu = !plan.backends.front()->host_memory();
-  std::mutex profile_mutex;
-  if (args.profile) {
-    found.profile.emplace();
-    found.profile->workers = on_gpu ? workers : 1;
-    found.backend_name = plan.backends.front()->name();
-  }
-  auto work = [&](int worker, std::unique_ptr<thpc::Backend> backend) {
+// The workers, kept from one buffer of the input to the next: each builds (and, for
+// int8, quantizes) its copy of the models once. Worker 0 runs on the calling thread (on a
+// GPU the thread that made the backends, as before buffers), the others on threads of
+// their own, waiting between buffers. The workers take a buffer's batches in turn from
+// a shared list; the first failure stops the others after their current batch and is
+// rethrown by translate.
+class WorkerPool {
+ public:
+  WorkerPool(const Arguments& args, const thpc::DecodingCheckpoints& ensemble, Workers plan,
+             thpc::tools::Progress& progress, Findings& found)
+      : args_(args), ensemble_(ensemble), threads_each_(plan.threads_each),
+        progress_(progress), found_(found),
+        workers_(plan.backends.size()), failures_(plan.backends.size()) {
+    on_gpu_ = !plan.backends.front()->host_memory();
+    if (args.profile) {
+      found_.profile.emplace();
+      found_.profile->workers = on_gpu_ ? static_cast<int>(workers_.size()) : 1;
+      found_.backend_name = plan.backends.front()->name();
+    }
+    for (size_t w = 1; w < workers_.size(); ++w) {
+      helpers_.emplace_back(&WorkerPool::helper, this, static_cast<int>(w),
+                            std::move(plan.backends[w]));
+    }
     try {
-      backend->use_on_this_thread();  // a GPU worker's thread on the backend's device
-      // Again on the worker's own thread: OpenMP's thread count is a per-thread setting,
-      // a new std::thread starts from the default (one per core), and the OpenMP
-      // OpenBLAS reads it at every call (it ran a worker's GEMMs on every core: 3 workers
-      // on 2 cores spent 4 times the CPU time of one, and rounded a base model's rows
-      // differently, which changed a sample).
-      if (plan.threads_each > 0) thpc::set_cpu_threads(plan.threads_each);
-      // --profile: the worker's ops through a profiler, each batch one of its steps,
-      // collected after each batch (a GPU's marks are events: they stay few).
-      std::optional<thpc::ProfilingBackend> profiler;
-      if (args.profile && (worker == 0 || on_gpu)) profiler.emplace(*backend);
-      thpc::Backend& ops = profiler ? static_cast<thpc::Backend&>(*profiler) : *backend;
-      const auto models = ensemble.build_models(kIds, ops);
-      // --compute-type int8: each worker quantizes its own copy of the weights (0.14 s
-      // for a base model on one core), as it loaded its own copy of them, or takes those
-      // a quantized checkpoint stores.
-      const auto quantize_start = std::chrono::steady_clock::now();
-      thpc::QuantizedCount count;
-      for (size_t m = 0; m < models.size(); ++m) {
-        const thpc::QuantizedCount one = thpc::quantize_model_weights(
-            *models[m], *backend, ensemble.checkpoints[m].quantized);
-        count.quantized += one.quantized;
-        count.stored += one.stored;
-        count.requantized += one.requantized;
-        count.kept_in_float += one.kept_in_float;
+      set_up(0, std::move(plan.backends[0]));
+    } catch (...) {
+      failures_[0] = std::current_exception();
+    }
+  }
+
+  ~WorkerPool() {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      closing_ = true;
+    }
+    wake_.notify_all();
+    for (std::thread& helper : helpers_) helper.join();
+  }
+
+  // Translates every batch of `buffer` into its hypotheses (and dumps).
+  void translate(InputBuffer& buffer) {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      buffer_ = &buffer;
+      next_batch_ = 0;
+      running_ = static_cast<int>(helpers_.size());
+      ++generation_;
+    }
+    wake_.notify_all();
+    take_batches(0);
+    std::unique_lock<std::mutex> lock(mutex_);
+    finished_.wait(lock, [&] { return running_ == 0; });
+    for (const std::exception_ptr& failure : failures_) {
+      if (failure) std::rethrow_exception(failure);
+    }
+  }
+
+ private:
+  struct Worker {
+    std::unique_ptr<thpc::Backend> backend;
+    std::optional<thpc::ProfilingBackend> profiler;  // --profile
+    std::vector<std::unique_ptr<thpc::Transformer>> models;
+    std::vector<thpc::Transformer*> model_pointers;
+  };
+
+  // On the worker's own thread: the backend used there, its models built and quantized.
+  void set_up(int index, std::unique_ptr<thpc::Backend> backend) {
+    Worker& worker = workers_[index];
+    worker.backend = std::move(backend);
+    worker.backend->use_on_this_thread();  // a GPU worker's thread on the backend's device
+    // Again on the worker's own thread: OpenMP's thread count is a per-thread setting,
+    // a new std::thread starts from the default (one per core), and the OpenMP
+    // OpenBLAS reads it at every call (it ran a worker's GEMMs on every core: 3 workers
+    // on 2 cores spent 4 times the CPU time of one, and rounded a base model's rows
+    // differently, which changed a sample).
+    if (threads_each_ > 0) thpc::set_cpu_threads(threads_each_);
+    // --profile: the worker's ops through a profiler, each batch one of its steps,
+    // collected after each batch (a GPU's marks are events: they stay few).
+    if (args_.profile && (index == 0 || on_gpu_)) worker.profiler.emplace(*worker.backend);
+    thpc::Backend& ops = worker.profiler ? static_cast<thpc::Backend&>(*worker.profiler)
+                                         : *worker.backend;
+    worker.models = ensemble_.build_models(kIds, ops);
+    quantize(index, worker);
+    for (const auto& model : worker.models) worker.model_pointers.push_back(model.get());
+  }
+
+  // --compute-type int8: each worker quantizes its own copy of the weights (0.14 s for a
+  // base model on one core), as it loaded its own copy of them, or takes those a
+  // quantized checkpoint stores. Worker 0 says what was done.
+  void quantize(int index, Worker& worker) {
+    const auto quantize_start = std::chrono::steady_clock::now();
+    thpc::QuantizedCount count;
+    for (size_t m = 0; m < worker.models.size(); ++m) {
+      const thpc::QuantizedCount one = thpc::quantize_model_weights(
+          *worker.models[m], *worker.backend, ensemble_.checkpoints[m].quantized);
+      count.quantized += one.quantized;
+      count.stored += one.stored;
+      count.requantized += one.requantized;
+      count.kept_in_float += one.kept_in_float;
+    }
+    if (count.quantized + count.stored == 0 || index != 0) return;
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - quantize_start;
+    std::cerr << "transformer_decode: int8: " << count.quantized + count.stored
+              << " weight matrices ";
+    if (count.stored == 0 && count.requantized == 0) {
+      std::cerr << "quantized";
+    } else {
+      std::cerr << "(" << count.stored << " as the checkpoint stores them in int8, "
+                << count.quantized << " quantized";
+      if (count.requantized > 0) {
+        std::cerr << ", " << count.requantized << " of those again from the 8-bit "
+                  << "weights the checkpoint stores: this CPU's products take 7 bits";
       }
-      if (count.quantized + count.stored > 0 && worker == 0) {
-        const std::chrono::duration<double> took = std::chrono::steady_clock::now() - quantize_start;
-        std::cerr << "transformer_decode: int8: " << count.quantized + count.stored
-                  << " weight matrices ";
-        if (count.stored == 0 && count.requantized == 0) {
-          std::cerr << "quantized";
-        } else {
-          std::cerr << "(" << count.stored << " as the checkpoint stores them in int8, "
-                    << count.quantized << " quantized";
-          if (count.requantized > 0) {
-            std::cerr << ", " << count.requantized << " of those again from the 8-bit "
-                      << "weights the checkpoint stores: this CPU's products take 7 bits";
-          }
-          std::cerr << ")";
-        }
-        if (count.kept_in_float > 0) {
-          std::cerr << ", " << count.kept_in_float << " kept in "
-                    << thpc::dtype_name(backend->compute_dtype())
-                    << " (sizes the GPU's int8 kernels cannot take: not multiples of 4)";
-        }
-        std::cerr << " in " << std::fixed << std::setprecision(2) << took.count() << " s ("
-                  << thpc::int8_products_description(*backend) << ")\n";
+      std::cerr << ")";
+    }
+    if (count.kept_in_float > 0) {
+      std::cerr << ", " << count.kept_in_float << " kept in "
+                << thpc::dtype_name(worker.backend->compute_dtype())
+                << " (sizes the GPU's int8 kernels cannot take: not multiples of 4)";
+    }
+    std::cerr << " in " << std::fixed << std::setprecision(2) << took.count() << " s ("
+              << thpc::int8_products_description(*worker.backend) << ")\n";
+  }
+
+  // A helper worker: set up, then each buffer's batches as they come, until closed.
+  void helper(int index, std::unique_ptr<thpc::Backend> backend) {
+    try {
+      set_up(index, std::move(backend));
+    } catch (...) {
+      failures_[index] = std::current_exception();
+    }
+    uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return closing_ || generation_ != seen; });
+        if (closing_) return;
+        seen = generation_;
       }
-      std::vector<thpc::Transformer*> model_pointers;
-      for (const auto& model : models) model_pointers.push_back(model.get());
-      thpc::Transformer& model = *models.front();  // the attention dumps show the first's
-      for (size_t b = next_batch++; b < batches.size(); b = next_batch++) {
-        if (profiler) profiler->begin_step();
+      take_batches(index);
+      {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        --running_;
+      }
+      finished_.notify_all();
+    }
+  }
+
+  // The buffer's batches this worker takes, until none is left or a worker failed.
+  void take_batches(int index) {
+    InputBuffer& buffer = *buffer_;
+    const std::vector<thpc::DecodeBatch>& batches = buffer.batches;
+    if (failures_[index]) {  // its set-up failed: the others stop too
+      next_batch_ = batches.size();
+      return;
+    }
+    Worker& worker = workers_[index];
+    try {
+      thpc::Transformer& model = *worker.models.front();  // the attention dumps show the first's
+      for (size_t b = next_batch_++; b < batches.size(); b = next_batch_++) {
+        if (worker.profiler) worker.profiler->begin_step();
         // Each sentence belongs to one batch: the workers write disjoint elements.
-        thpc::translate_batch(model_pointers, args.weights, kIds, input.sources, batches[b],
-                              options, args.sampling ? &*args.sampling : nullptr,
-                              found.hypotheses);
-        progress.advance(static_cast<int64_t>(batches[b].members.size()));
+        thpc::translate_batch(worker.model_pointers, args_.weights, kIds, buffer.sources,
+                              batches[b], buffer.options,
+                              args_.sampling ? &*args_.sampling : nullptr, buffer.hypotheses);
+        progress_.advance(static_cast<int64_t>(batches[b].members.size()));
         // The weights of each dumped line's best translation, by a forward pass over it
         // (the search's cache keeps none); it leaves nothing the next batch reads.
         for (const size_t i : batches[b].members) {
-          if (dump_slot[i] < 0) continue;
-          thpc::AttentionDump& dump = found.dumps[dump_slot[i]];
-          dump = thpc::capture_attention(model, input.sources[i], found.hypotheses[i][0].tokens,
-                                         kIds);
-          dump.line = static_cast<int>(i) + 1;
+          if (buffer.dump_slot.empty() || buffer.dump_slot[i] < 0) continue;
+          thpc::AttentionDump& dump = found_.dumps[buffer.dump_slot[i]];
+          dump = thpc::capture_attention(model, buffer.sources[i],
+                                         buffer.hypotheses[i][0].tokens, kIds);
+          dump.line = static_cast<int>(buffer.first_line + static_cast<int64_t>(i)) + 1;
         }
-        if (profiler) {
-          profiler->end_step();
-          const thpc::OpProfile batch_profile = profiler->take();
-          const std::lock_guard<std::mutex> lock(profile_mutex);
-          *found.profile += batch_profile;
+        if (worker.profiler) {
+          worker.profiler->end_step();
+          const thpc::OpProfile batch_profile = worker.profiler->take();
+          const std::lock_guard<std::mutex> lock(profile_mutex_);
+          *found_.profile += batch_profile;
         }
       }
     } catch (...) {
-      failures[worker] = std::current_exception();
-      next_batch = batches.size();  // the others stop after their current batch
+      failures_[index] = std::current_exception();
+      next_batch_ = batches.size();  // the others stop after their current batch
     }
-  };
-  std::vector<std::thread> helpers;
-  for (int worker = 1; worker < workers; ++worker) {
-    helpers.emplace_back(work, worker, std::move(plan.backends[worker]));
   }
-  work(0, std::move(plan.backends[0]));
-  for (std::thread& helper : helpers) helper.join();
-  for (const std::exception_ptr& failure : failures) {
-    if (failure) std::rethrow_exception(failure);
-  }
-  progress.finish();
-  return found;
-}
 
-// The translations, one line per input line in input order: its best, or with --nbest
-// K > 1 each hypothesis as `INDEX ||| text ||| score` (an empty line's: K with no text,
-// score 0, so that a reader may take the list K lines at a time).
-void write_translations(std::ostream& out, const Translations& found, int nbest,
+  const Arguments& args_;
+  const thpc::DecodingCheckpoints& ensemble_;
+  const int threads_each_;
+  thpc::tools::Progress& progress_;
+  Findings& found_;
+  bool on_gpu_ = false;
+  std::vector<Worker> workers_;
+  std::vector<std::exception_ptr> failures_;  // each worker's first, written by it alone
+  std::vector<std::thread> helpers_;
+  std::mutex mutex_, profile_mutex_;
+  std::condition_variable wake_, finished_;
+  InputBuffer* buffer_ = nullptr;  // the buffer being translated (set under mutex_)
+  uint64_t generation_ = 0;        // how many buffers were given to translate
+  int running_ = 0;                // helpers still on the current buffer
+  bool closing_ = false;
+  std::atomic<size_t> next_batch_{0};
+};
+
+// A buffer's translations, one line per input line in input order: its best, or with
+// --nbest K > 1 each hypothesis as `INDEX ||| text ||| score` (INDEX the 0-based line of
+// the input; an empty line's: K with no text, score 0, so that a reader may take the list
+// K lines at a time).
+void write_translations(std::ostream& out, const InputBuffer& buffer, int nbest,
                         const sentencepiece::SentencePieceProcessor& spm) {
-  for (size_t i = 0; i < found.hypotheses.size(); ++i) {
-    const std::vector<thpc::Hypothesis>& hypotheses = found.hypotheses[i];
+  for (size_t i = 0; i < buffer.hypotheses.size(); ++i) {
+    const std::vector<thpc::Hypothesis>& hypotheses = buffer.hypotheses[i];
+    const int64_t index = buffer.first_line + static_cast<int64_t>(i);
     if (nbest == 1) {
       out << (hypotheses.empty() ? std::string() : thpc::detokenize(spm, hypotheses[0].tokens))
           << "\n";
       continue;
     }
     for (const thpc::Hypothesis& h : hypotheses) {
-      out << i << " ||| " << thpc::detokenize(spm, h.tokens) << " ||| " << std::fixed
+      out << index << " ||| " << thpc::detokenize(spm, h.tokens) << " ||| " << std::fixed
           << std::setprecision(4) << h.score << "\n";
     }
     if (hypotheses.empty()) {
-      for (int k = 0; k < nbest; ++k) out << i << " |||  ||| 0.0000\n";
+      for (int k = 0; k < nbest; ++k) out << index << " |||  ||| 0.0000\n";
     }
   }
 }
 
-// Writes the translations to --output: standard output, or a file written all at once
-// through a temporary one, so that an interrupted decode leaves no half file.
-void write_output(const Arguments& args, const Translations& found, int nbest,
-                  const sentencepiece::SentencePieceProcessor& spm) {
-  const auto write = [&](std::ostream& out) { write_translations(out, found, nbest, spm); };
+// Writes to --output what `write` writes: standard output, flushed after each buffer
+// (--buffer-sentences) and checked, so that a reader that went away stops the decoding;
+// or a file written through a temporary one renamed at the end, so that an interrupted
+// or failed decode leaves no half file.
+void write_output(const Arguments& args, const std::function<void(std::ostream&)>& write) {
   if (args.output == "-") {
     write(std::cout);
     if (const std::string failure = thpc::standard_output_failure(); !failure.empty()) {
@@ -654,7 +809,7 @@ void write_output(const Arguments& args, const Translations& found, int nbest,
 // Writes the --dump-lines lines' attention to --dump-attention with their text and
 // pieces (decode/attention_dump.h has the layout), naming the checkpoint they came from.
 void write_attention_file(const Arguments& args, const thpc::DecodingCheckpoints& ensemble,
-                          const SourceText& input, Translations& found,
+                          const InputBuffer& input, Findings& found,
                           const sentencepiece::SentencePieceProcessor& spm) {
   const auto pieces_of = [&](const thpc::TokenSequence& ids_of_pieces) {
     std::vector<std::string> pieces;
@@ -663,7 +818,7 @@ void write_attention_file(const Arguments& args, const thpc::DecodingCheckpoints
   };
   for (thpc::AttentionDump& dump : found.dumps) {
     dump.source_text = input.lines[dump.line - 1];
-    dump.target_text = thpc::detokenize(spm, found.hypotheses[dump.line - 1][0].tokens);
+    dump.target_text = thpc::detokenize(spm, input.hypotheses[dump.line - 1][0].tokens);
     dump.source_tokens = pieces_of(dump.source_ids);
     dump.target_tokens = pieces_of(dump.target_ids);
   }
@@ -690,10 +845,8 @@ int run(const Arguments& args) {
   const thpc::DecodeConfig& stored = ensemble.config.decode;
   SentencePieceModel spm;
   load_sentencepiece_model(args, ensemble, spm);
-  const SourceText input = read_source_text(args, spm.processor, ensemble.max_positions);
-  const std::vector<int> dump_slot = attention_dump_slots(args.dump_lines, input);
 
-  thpc::BeamOptions options = search_options(args, stored, ensemble.max_positions);
+  const thpc::BeamOptions options = search_options(args, stored, ensemble.max_positions);
   // A search wider than the vocabulary keeps hypotheses that no candidate fills at the
   // first step (fairseq caps it at the vocabulary less one); --beam 100000 on one short
   // line ran for minutes. Samples (--sampling --beam N) are independent draws: any N.
@@ -707,21 +860,72 @@ int run(const Arguments& args) {
         "can choose (the vocabulary of " + std::to_string(ensemble.vocab_size) + " less pad "
         "and bos): give at most " + std::to_string(selectable));
   }
-  std::unique_ptr<thpc::TreeTokenFilter> tree_filter;
-  if (args.tree_constraints) {
-    tree_filter = make_tree_filter(args, stored, spm, input);
-    options.filter = tree_filter.get();
+
+  // The input a buffer at a time (--buffer-sentences; --dump-lines reads it whole), each
+  // buffer encoded, translated in batches sorted by length, and written in input order
+  // before the next is read: memory is a buffer's whatever the input's size.
+  SourceReader reader(args.input);
+  SourceEncoder encoder(spm.processor, ensemble.max_positions);
+  const size_t buffer_size =
+      args.dump_lines.empty() ? static_cast<size_t>(args.buffer_sentences) : 0;
+  const auto read_buffer = [&](InputBuffer& buffer) {
+    buffer = InputBuffer();
+    buffer.first_line = reader.lines_read();
+    reader.read(buffer_size, &buffer.lines);
+    encoder.encode(reader.name(), buffer);
+    buffer.hypotheses.resize(buffer.lines.size());
+    buffer.options = options;
+    if (args.tree_constraints) {
+      buffer.tree_filter = make_tree_filter(args, stored, spm, buffer);
+      buffer.options.filter = buffer.tree_filter.get();
+    }
+  };
+  InputBuffer buffer;
+  read_buffer(buffer);
+  Findings found;
+  if (!args.dump_lines.empty()) {
+    buffer.dump_slot = attention_dump_slots(args.dump_lines, reader.name(), buffer);
+    found.dumps.resize(args.dump_lines.size());
   }
-  Workers plan = plan_workers(args, train, input.sources, options);
-  Translations found =
-      translate_batches(args, ensemble, input, options, dump_slot, std::move(plan));
+  // The workers are planned on the first buffer (the whole input when it fits).
+  Workers plan = plan_workers(args, train, buffer.sources, options);
+  buffer.batches = std::move(plan.batches);
+  const int batching_workers = plan.batching_workers;
+  const int64_t total_lines =
+      reader.at_end() ? reader.lines_read() : reader.count_file_lines();
+  thpc::tools::Progress progress("transformer_decode", "sentences", total_lines);
+  WorkerPool workers(args, ensemble, std::move(plan), progress, found);
+  const bool to_standard_output = args.output == "-";
+  write_output(args, [&](std::ostream& out) {
+    for (;;) {
+      for (thpc::DecodeBatch& batch : buffer.batches) {
+        batch.sentence_offset = static_cast<size_t>(buffer.first_line);
+      }
+      // Empty lines have no batch: they count as done at once.
+      progress.advance(static_cast<int64_t>(
+          std::count_if(buffer.sources.begin(), buffer.sources.end(),
+                        [](const thpc::TokenSequence& source) { return source.empty(); })));
+      workers.translate(buffer);
+      write_translations(out, buffer, options.nbest, spm.processor);
+      if (to_standard_output) {
+        if (const std::string failure = thpc::standard_output_failure(); !failure.empty()) {
+          THPC_FAIL(failure);
+        }
+      }
+      if (reader.at_end()) break;
+      read_buffer(buffer);
+      if (buffer.lines.empty()) break;  // the input ended with the last buffer
+      buffer.batches = thpc::make_decode_batches(buffer.sources, options, args.batch_tokens,
+                                                 batching_workers, args.batch_sentences);
+    }
+  });
+  progress.finish();
+  encoder.say_count(reader.name());
   if (found.profile) {
     std::cerr << thpc::format_profile(*found.profile, found.backend_name, 0.0, "batch");
   }
-
-  write_output(args, found, options.nbest, spm.processor);
   if (!args.dump_attention.empty()) {
-    write_attention_file(args, ensemble, input, found, spm.processor);
+    write_attention_file(args, ensemble, buffer, found, spm.processor);
   }
   return 0;
 }
@@ -761,6 +965,11 @@ int main(int argc, char** argv) {
        "padded source tokens per batch")
       ("batch-sentences", po::value(&args.batch_sentences)->default_value(args.batch_sentences),
        "sentences per batch, at most (0: as many as --batch-tokens allows)")
+      ("buffer-sentences", po::value(&args.buffer_sentences)->default_value(args.buffer_sentences),
+       "input lines read, sorted into batches, translated and written at a time, so that "
+       "memory does not grow with the input and translations come out as they are done "
+       "(fairseq-interactive's --buffer-size; 1 for text typed or sent line by line); 0: "
+       "the whole input at once (--dump-lines always reads it whole)")
       ("nbest", po::value(&args.search.nbest)->default_value(args.search.nbest),
        "hypotheses per sentence (<= beam)")
       ("greedy", po::bool_switch(&args.search.greedy), "greedy decoding (beam 1, no length penalty)")
@@ -845,6 +1054,7 @@ int main(int argc, char** argv) {
     require_at_least("--nbest", search.nbest, 1);
     require_at_least("--batch-tokens", args.batch_tokens, 1);
     require_at_least("--batch-sentences", args.batch_sentences, 0, "0: no limit");
+    require_at_least("--buffer-sentences", args.buffer_sentences, int64_t{0}, "0: the whole input");
     require_at_least("--gpu-workers", args.gpu_workers, 1);
     if (search.max_len_a) {
       require_at_least("--max-len-a", *search.max_len_a, 0);

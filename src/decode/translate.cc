@@ -99,7 +99,10 @@ void translate_batch(const std::vector<Transformer*>& models, const std::vector<
   if (sampling != nullptr) {
     THPC_CHECK(options.filter == nullptr, "sampling with a token filter");
     // A sentence's draws are numbered by its index in the whole input, not in the batch.
-    std::vector<uint32_t> sentence_ids(batch.members.begin(), batch.members.end());
+    std::vector<uint32_t> sentence_ids;
+    for (const size_t member : batch.members) {
+      sentence_ids.push_back(static_cast<uint32_t>(batch.sentence_offset + member));
+    }
     found = sample_search(*scorer, batch_sources, sentence_ids, ids, batch_options, *sampling);
   } else {
     found = beam_search(*scorer, batch_sources, ids, batch_options);

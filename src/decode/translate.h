@@ -26,6 +26,10 @@ namespace thpc {
 struct DecodeBatch {
   std::vector<size_t> members;
   int max_output = 0;
+  // The number in the whole input of the caller's list's first sentence, where the caller
+  // holds a part of the input at a time (transformer_decode --buffer-sentences): sampling
+  // numbers a sentence's draws by sentence_offset + its index in the list.
+  size_t sentence_offset = 0;
 };
 
 // The non-empty sources, longest first (so that similar lengths share a batch and

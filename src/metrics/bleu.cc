@@ -341,4 +341,21 @@ std::vector<std::string> read_segments(const std::string& path) {
   return rstripped(read_lines(path));
 }
 
+bool read_segment(std::istream& in, const std::string& source, int64_t number,
+                  std::string* segment) {
+  // Split at \n alone, as read_lines splits its bytes (a last line without one is a line).
+  if (!std::getline(in, *segment)) {
+    if (in.bad()) THPC_FAIL(source << ": read error");
+    return false;
+  }
+  size_t bad_offset = 0;
+  const std::optional<std::u32string> text = decode_utf8(*segment, &bad_offset);
+  if (!text) {
+    THPC_FAIL(source << ": line " << number << ": invalid UTF-8 at byte " << bad_offset + 1
+                     << " of the line");
+  }
+  *segment = encode_utf8(python_rstrip(*text));
+  return true;
+}
+
 }  // namespace thpc::metrics

@@ -143,6 +143,12 @@ BleuScore sentence_bleu(std::string_view hypothesis, const std::vector<std::stri
 std::vector<std::string> read_segments(std::istream& in, const std::string& source);
 std::vector<std::string> read_segments(const std::string& path);
 
+// The next line of `in` as read_segments gives it, for a reader that keeps only some
+// lines at a time: false at the end of `in`. `number` (1-based) is the line's in
+// `source`, for an error's message; the same errors as read_segments.
+bool read_segment(std::istream& in, const std::string& source, int64_t number,
+                  std::string* segment);
+
 // The lines of a file as they are: split at \n only (a \r stays in its line), nothing
 // removed, each checked to be UTF-8; what Perl's line reading gives the Moses scripts
 // (metrics/multi_bleu.h). The same errors as read_segments.
