@@ -395,8 +395,11 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     // A failure on one rank must end the whole job, not leave the others waiting in a
     // collective: report it with this rank's identity and abort every rank.
+    // A one-rank job's failure is every rank's: said without a rank and host, as a failure
+    // every rank met is.
     const thpc::RankFailure failure = thpc::failure_of(e);
-    comm.abort(failure_line(failure.where, failure.message), failure.exit_code);
+    comm.abort(failure_line(comm.size() > 1 ? failure.where : std::string(), failure.message),
+               failure.exit_code);
   }
   return 0;
 }

@@ -597,6 +597,10 @@ TEST_F(RunDirectory, AFailedStartLeavesNothingThatMakesTheNextStartFail) {
                                            "--train.max_steps=2 --checkpoint.dir=" +
                                            metrics.parent_path().string());
   EXPECT_EQ(failed.exit_code, 1) << failed.output;
+  // One rank: its failure is every rank's, said without "on rank 0 on HOST".
+  EXPECT_NE(failed.output.find("transformer_hpc: error: failure injected by THPC_FAIL_AT=0:1"),
+            std::string::npos)
+      << failed.output;
   ASSERT_TRUE(fs::exists(metrics)) << failed.output;
   const std::string bytes = std::to_string(fs::file_size(metrics));
   const ProcessResult again = train("run", "--train.max_steps=2");
