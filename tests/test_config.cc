@@ -768,6 +768,15 @@ TEST_F(ConfigFiles, ValuesInErrorsAreEscapedAndCut) {
       [&] { load_config(huge); },
       {"'" + std::string(80, 'z') + "\u2026' (100000 bytes) is not an integer"});
   EXPECT_LT(message.size(), 250u) << message;
+  // A text key's value, which no check of its own cuts, is refused for its length (before:
+  // a checkpoint.dir of 100,000 bytes came back twice in a 200 KB line).
+  const std::string long_path = write_ini(
+      "long_path.ini", "[checkpoint]\ndir = " + std::string(100000, 'z') + "\n");
+  const std::string path_message = expect_error(
+      [&] { load_config(long_path); },
+      {"checkpoint.dir: '" + std::string(80, 'z') + "\u2026' (100000 bytes) is longer than "
+       "any value of a text key (4096 bytes, the longest path)"});
+  EXPECT_LT(path_message.size(), 250u) << path_message;
   // UTF-8 stays readable.
   EXPECT_EQ(quoted("Gr\xC3\xBC\xC3\x9F" "e"), "'Gr\xC3\xBC\xC3\x9F" "e'");
   EXPECT_EQ(quoted("\xC3(x"), "'\\xc3(x'");

@@ -214,6 +214,16 @@ Config resolve(const std::string& ini_path, std::istream& stream, po::variables_
                      << "comment): the configuration stored in every checkpoint would not "
                      << "read back; give a value without them (on the command line)");
     }
+    // No text key takes more than a path can hold (Linux's PATH_MAX): a longer value was
+    // repeated whole by a later message (a checkpoint.dir of 100,000 bytes: a 200 KB line).
+    constexpr size_t kLongestText = 4096;
+    if (std::holds_alternative<std::string*>(option.field(config)) &&
+        text.size() > kLongestText) {
+      THPC_FAIL(ini_path << ": " << name << ": " << quoted(text) << " is longer than any "
+                         << "value of a text key (" << kLongestText << " bytes, the longest "
+                         << "path)" << (from_command_line.count(name) ? " (on the command line)"
+                                                                       : ""));
+    }
     std::string problem = std::visit(
         [&](auto* field) { return parse_value(text, field); }, option.field(config));
     // A whole number past its type, for a key with a range of its own, is said with that
