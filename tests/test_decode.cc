@@ -268,6 +268,42 @@ TEST_F(DecodeProgram, TheInputIsTranslatedABufferAtATimeWithoutChangingAnyTransl
   std::string refused, err;
   EXPECT_EQ(decode("--buffer-sentences -1", refused, err), 2) << err;
   EXPECT_NE(err.find("--buffer-sentences"), std::string::npos) << err;
+  // The whole input's carriage returns are judged, not a buffer's: three stray ones in its
+  // first line, in seven lines, are kept by any buffer (a buffer of 2 refused them).
+  {
+    std::ofstream stray(dir_ / "stray_cr.en", std::ios::binary);
+    stray << "A man\ris\rriding\ra bike.\nTwo dogs.\nA cat.\nA dog.\nA man.\nA boy.\nA girl.\n";
+  }
+  std::string whole, buffered;
+  ASSERT_EQ(decode("--max-len-b 4 --buffer-sentences 0", whole, err, "model.h5", true,
+                   "stray_cr.en"),
+            0)
+      << err;
+  EXPECT_EQ(decode("--max-len-b 4 --buffer-sentences 2", buffered, err, "model.h5", true,
+                   "stray_cr.en"),
+            0)
+      << err;
+  EXPECT_EQ(buffered, whole);
+  // A later buffer's bad line is said as such, not as a failure to write the output
+  // (which the output file's storage diagnosis took it for: "the process's file-size
+  // limit ... stopped it" under a ulimit -f), and the output is not left behind.
+  {
+    std::ofstream bad(dir_ / "late_bad.en", std::ios::binary);
+    bad << "A man.\nTwo dogs.\nA cat.\n\xff\xfe a dog.\nA boy.\n";
+  }
+  const fs::path late_out = dir_ / "late_bad.de";
+  const ProcessResult late = run_process(
+      "bash -c 'ulimit -f 100000; " + thpc::binary_dir() + "/transformer_decode --checkpoint " +
+      (dir_ / "model.h5").string() + " --spm-model " + (dir_ / "spm.model").string() +
+      " --input " + (dir_ / "late_bad.en").string() + " --max-len-b 4 --buffer-sentences 2" +
+      " --output " + late_out.string() + "'");
+  EXPECT_EQ(late.exit_code, 1) << late.output;
+  EXPECT_NE(late.output.find("late_bad.en: line 4: invalid UTF-8 at byte 1 of the line"),
+            std::string::npos)
+      << late.output;
+  EXPECT_EQ(late.output.find("limit"), std::string::npos) << late.output;
+  EXPECT_FALSE(fs::exists(late_out));
+  EXPECT_FALSE(fs::exists(dir_ / ".late_bad.de.tmp"));
 }
 
 // --gpu-workers N decoding on the CPU: a bad command line (exit 2) that names --threads,

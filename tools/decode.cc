@@ -45,6 +45,7 @@
 // line the input lacks, checkpoints of different vocabularies, an output that may not
 // be written, included).
 #include <sentencepiece_processor.h>
+#include <unistd.h>
 
 #include <boost/program_options.hpp>
 
@@ -53,6 +54,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -175,22 +177,26 @@ class SourceReader {
       carriage_returns_ += std::count(line.begin(), line.end(), '\r');
       lines->push_back(std::move(line));
     }
-    // One line holding a carriage return is a file of '\r'-ended lines only when it is the
-    // whole input: before the end, a buffer's one line (--buffer-sentences 1) is not.
-    const int64_t lines_judged = at_end_ ? lines_ : std::max<int64_t>(lines_, 2);
+    // Judged on the whole input, at its end (judged a buffer at a time, an input with a
+    // few stray carriage returns early on was refused or not by --buffer-sentences): an
+    // input of one buffer before anything is translated, as before buffers; a larger one
+    // once its earlier buffers are written, as a later buffer's invalid UTF-8 is.
+    if (!at_end_) return;
     if (const std::string problem =
-            thpc::carriage_return_lines_problem(name_, carriage_returns_, lines_judged);
+            thpc::carriage_return_lines_problem(name_, carriage_returns_, lines_);
         !problem.empty()) {
       THPC_FAIL(problem << ": convert it to \\n line ends, e.g. tr '\\r' '\\n' < FILE > NEW, "
                         << "and give NEW");
     }
   }
 
-  // The lines of the input file, counted without being kept (for the progress line);
-  // kUnknownTotal for standard input or anything that is not a regular file.
+  // The lines of the input file, counted without being kept (for the progress line, which
+  // only a terminal shows: a batch job's log is spared the extra pass over the input);
+  // kUnknownTotal for standard input, anything that is not a regular file, or no terminal.
   int64_t count_file_lines() const {
     std::error_code error;
-    if (path_ == "-" || !std::filesystem::is_regular_file(path_, error)) {
+    if (path_ == "-" || !isatty(fileno(stderr)) ||
+        !std::filesystem::is_regular_file(path_, error)) {
       return thpc::ProgressListener::kUnknownTotal;
     }
     std::ifstream counted = thpc::open_input_file(path_, "");
@@ -367,20 +373,27 @@ class SourceEncoder {
   int64_t truncated_ = 0;
 };
 
-// Where each line of `buffer` (the whole input: --dump-lines reads it at once) has its
-// attention dump: the index of its --dump-lines entry, or -1 for a line not dumped. A
-// --dump-lines number beyond the input, or a dumped line that is empty (it has no
-// translation to show), is a usage error, found before anything is translated.
-std::vector<int> attention_dump_slots(const std::vector<int>& dump_lines,
-                                      const std::string& name, const InputBuffer& buffer) {
-  std::vector<int> slot_of_line(buffer.lines.size(), -1);
-  for (size_t slot = 0; slot < dump_lines.size(); ++slot) {
-    const int line = dump_lines[slot];
+// A --dump-lines number beyond the input (`buffer`: --dump-lines reads it whole) is a
+// usage error, found before anything is encoded.
+void check_dump_lines_in(const std::vector<int>& dump_lines, const std::string& name,
+                         const InputBuffer& buffer) {
+  for (const int line : dump_lines) {
     if (line > static_cast<int>(buffer.lines.size())) {
       throw thpc::tools::UsageError("--dump-lines: line " + std::to_string(line) +
                                     " is beyond the " + std::to_string(buffer.lines.size()) +
                                     " lines of " + name);
     }
+  }
+}
+
+// Where each line of `buffer` (the whole input) has its attention dump: the index of its
+// --dump-lines entry, or -1 for a line not dumped. A dumped line that is empty (it has no
+// translation to show) is a usage error.
+std::vector<int> attention_dump_slots(const std::vector<int>& dump_lines,
+                                      const std::string& name, const InputBuffer& buffer) {
+  std::vector<int> slot_of_line(buffer.lines.size(), -1);
+  for (size_t slot = 0; slot < dump_lines.size(); ++slot) {
+    const int line = dump_lines[slot];
     if (buffer.sources[line - 1].empty()) {
       throw thpc::tools::UsageError("--dump-lines: line " + std::to_string(line) + " of " +
                                     name + " is empty: it has no translation to show");
@@ -439,7 +452,8 @@ std::unique_ptr<thpc::TreeTokenFilter> make_tree_filter(const Arguments& args,
   }
   try {
     if (args.tree_leaves.value_or(stored.tree_leaves) == "words") {
-      return std::make_unique<thpc::TreeTokenFilter>(pieces, kIds, input.sources);
+      return std::make_unique<thpc::TreeTokenFilter>(pieces, kIds, input.sources,
+                                                     static_cast<size_t>(input.first_line));
     }
     std::vector<int> words;
     for (const std::string& line : input.lines) {
@@ -467,8 +481,9 @@ struct Workers {
 // single-threaded BLAS, taking whole batches from a shared list: a decoding step is
 // many small products and loops that BLAS threads share less well than workers share
 // batches (their futex/sched_yield time was most of a 2-thread run on a Zen 5 EPYC,
-// 2026-11-24), while batches are independent. Unless the input (the first buffer of
-// --buffer-sentences: an input that fills it has plenty) fills fewer than 2N
+// 2026-11-24), while batches are independent. Unless the input (`sources`, when
+// `whole_input`: an input of more than one --buffer-sentences buffer is planned for N
+// workers, each buffer's batches shared out among them) fills fewer than 2N
 // batches of --batch-tokens: then the workers' batches would be cut to share it out (a
 // budget of a 2N-th of its tokens), each worker reading every weight matrix at each step
 // for few hypotheses. Instead, as many workers as get two whole batches each (at least
@@ -487,7 +502,7 @@ struct Workers {
 // worker's stream is idle; another's kernels fill it.
 Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
                      const std::vector<thpc::TokenSequence>& sources,
-                     const thpc::BeamOptions& options) {
+                     const thpc::BeamOptions& options, bool whole_input) {
   Workers plan;
   // A compute type this machine cannot run is the command line's error (exit 2).
   try {
@@ -516,7 +531,7 @@ Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
   plan.batching_workers = args.sampling ? 1 : workers;
   plan.batches = thpc::make_decode_batches(sources, options, args.batch_tokens,
                                            plan.batching_workers, args.batch_sentences);
-  if (on_cpu && workers > 1 && !args.sampling) {
+  if (on_cpu && workers > 1 && !args.sampling && whole_input) {
     std::vector<thpc::DecodeBatch> whole = thpc::make_decode_batches(
         sources, options, args.batch_tokens, 1, args.batch_sentences);
     // The most workers that get two whole batches each and share the threads evenly.
@@ -529,10 +544,13 @@ Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
       workers = fed;
     }
   }
-  workers = std::max(1, std::min<int>(workers, static_cast<int>(plan.batches.size())));
+  if (whole_input) {
+    workers = std::max(1, std::min<int>(workers, static_cast<int>(plan.batches.size())));
+  }
   if (on_cpu) plan.threads_each = args.sampling ? 1 : std::max(1, threads / workers);
   if (args.profile && on_cpu) {
-    std::cerr << "transformer_decode: " << plan.batches.size() << " batches, " << workers
+    std::cerr << "transformer_decode: " << plan.batches.size() << " batches"
+              << (whole_input ? "" : " in the input's first buffer") << ", " << workers
               << (workers == 1 ? " worker of " : " workers of ") << plan.threads_each
               << (plan.threads_each == 1 ? " thread" : " threads")
               << (workers > 1 ? " each\n" : "\n");
@@ -846,6 +864,32 @@ int run(const Arguments& args) {
   SentencePieceModel spm;
   load_sentencepiece_model(args, ensemble, spm);
 
+  // The input a buffer at a time (--buffer-sentences; --dump-lines reads it whole), each
+  // buffer encoded, translated in batches sorted by length, and written in input order
+  // before the next is read: memory is a buffer's whatever the input's size. The first
+  // buffer is read and encoded before the search's options are checked, as the whole
+  // input was before buffers (their errors come in that order).
+  SourceReader reader(args.input);
+  SourceEncoder encoder(spm.processor, ensemble.max_positions);
+  const size_t buffer_size =
+      args.dump_lines.empty() ? static_cast<size_t>(args.buffer_sentences) : 0;
+  const auto read_buffer = [&](InputBuffer& buffer) {
+    buffer = InputBuffer();
+    buffer.first_line = reader.lines_read();
+    reader.read(buffer_size, &buffer.lines);
+    if (buffer.first_line == 0) check_dump_lines_in(args.dump_lines, reader.name(), buffer);
+    encoder.encode(reader.name(), buffer);
+    if (reader.at_end()) encoder.say_count(reader.name());
+    buffer.hypotheses.resize(buffer.lines.size());
+  };
+  InputBuffer buffer;
+  read_buffer(buffer);
+  Findings found;
+  if (!args.dump_lines.empty()) {
+    buffer.dump_slot = attention_dump_slots(args.dump_lines, reader.name(), buffer);
+    found.dumps.resize(args.dump_lines.size());
+  }
+
   const thpc::BeamOptions options = search_options(args, stored, ensemble.max_positions);
   // A search wider than the vocabulary keeps hypotheses that no candidate fills at the
   // first step (fairseq caps it at the vocabulary less one); --beam 100000 on one short
@@ -860,67 +904,86 @@ int run(const Arguments& args) {
         "can choose (the vocabulary of " + std::to_string(ensemble.vocab_size) + " less pad "
         "and bos): give at most " + std::to_string(selectable));
   }
-
-  // The input a buffer at a time (--buffer-sentences; --dump-lines reads it whole), each
-  // buffer encoded, translated in batches sorted by length, and written in input order
-  // before the next is read: memory is a buffer's whatever the input's size.
-  SourceReader reader(args.input);
-  SourceEncoder encoder(spm.processor, ensemble.max_positions);
-  const size_t buffer_size =
-      args.dump_lines.empty() ? static_cast<size_t>(args.buffer_sentences) : 0;
-  const auto read_buffer = [&](InputBuffer& buffer) {
-    buffer = InputBuffer();
-    buffer.first_line = reader.lines_read();
-    reader.read(buffer_size, &buffer.lines);
-    encoder.encode(reader.name(), buffer);
-    buffer.hypotheses.resize(buffer.lines.size());
-    buffer.options = options;
+  // The search for a buffer: --tree-constraints' filter is over its lines.
+  const auto search_buffer = [&](InputBuffer& part) {
+    part.options = options;
     if (args.tree_constraints) {
-      buffer.tree_filter = make_tree_filter(args, stored, spm, buffer);
-      buffer.options.filter = buffer.tree_filter.get();
+      part.tree_filter = make_tree_filter(args, stored, spm, part);
+      part.options.filter = part.tree_filter.get();
     }
   };
-  InputBuffer buffer;
-  read_buffer(buffer);
-  Findings found;
-  if (!args.dump_lines.empty()) {
-    buffer.dump_slot = attention_dump_slots(args.dump_lines, reader.name(), buffer);
-    found.dumps.resize(args.dump_lines.size());
-  }
-  // The workers are planned on the first buffer (the whole input when it fits).
-  Workers plan = plan_workers(args, train, buffer.sources, options);
+  search_buffer(buffer);
+
+  // The workers are planned on the whole input when the first buffer holds it, else for
+  // an input of many buffers (Workers::batching_workers then shares out each buffer).
+  const bool one_buffer = reader.at_end();
+  Workers plan = plan_workers(args, train, buffer.sources, options, one_buffer);
   buffer.batches = std::move(plan.batches);
   const int batching_workers = plan.batching_workers;
-  const int64_t total_lines =
-      reader.at_end() ? reader.lines_read() : reader.count_file_lines();
-  thpc::tools::Progress progress("transformer_decode", "sentences", total_lines);
+  // As before buffers, an input of one buffer counts its sentences (its empty lines have
+  // no translation to wait for); a larger one counts lines, of a total known for a file.
+  int64_t total = thpc::ProgressListener::kUnknownTotal;
+  if (one_buffer) {
+    total = 0;
+    for (const thpc::DecodeBatch& batch : buffer.batches) total += batch.members.size();
+  } else {
+    total = reader.count_file_lines();
+  }
+  thpc::tools::Progress progress("transformer_decode", "sentences", total);
   WorkerPool workers(args, ensemble, std::move(plan), progress, found);
-  const bool to_standard_output = args.output == "-";
-  write_output(args, [&](std::ostream& out) {
-    for (;;) {
-      for (thpc::DecodeBatch& batch : buffer.batches) {
-        batch.sentence_offset = static_cast<size_t>(buffer.first_line);
-      }
-      // Empty lines have no batch: they count as done at once.
-      progress.advance(static_cast<int64_t>(
-          std::count_if(buffer.sources.begin(), buffer.sources.end(),
-                        [](const thpc::TokenSequence& source) { return source.empty(); })));
-      workers.translate(buffer);
-      write_translations(out, buffer, options.nbest, spm.processor);
-      if (to_standard_output) {
-        if (const std::string failure = thpc::standard_output_failure(); !failure.empty()) {
-          THPC_FAIL(failure);
-        }
-      }
-      if (reader.at_end()) break;
-      read_buffer(buffer);
-      if (buffer.lines.empty()) break;  // the input ended with the last buffer
-      buffer.batches = thpc::make_decode_batches(buffer.sources, options, args.batch_tokens,
-                                                 batching_workers, args.batch_sentences);
+  // A failure to read or translate the input is said as it is, not as a failure to write
+  // the output (write_text_atomically's storage diagnosis: "the file system is full" for
+  // a line of invalid UTF-8 next to a full disk): carried past the write as this type,
+  // which removes the output's temporary file as any failure does.
+  struct DecodingFailed {};
+  std::exception_ptr decoding_failure;
+  const auto decoding = [&](const auto& step) {
+    try {
+      step();
+    } catch (...) {
+      decoding_failure = std::current_exception();
+      throw DecodingFailed{};
     }
-  });
+  };
+  const std::string what = args.output == "-" ? "standard output" : "output file " + args.output;
+  try {
+    write_output(args, [&](std::ostream& out) {
+      for (;;) {
+        for (thpc::DecodeBatch& batch : buffer.batches) {
+          batch.sentence_offset = static_cast<size_t>(buffer.first_line);
+        }
+        if (!one_buffer) {  // empty lines have no batch: done at once
+          progress.advance(static_cast<int64_t>(
+              std::count_if(buffer.sources.begin(), buffer.sources.end(),
+                            [](const thpc::TokenSequence& source) { return source.empty(); })));
+        }
+        decoding([&] { workers.translate(buffer); });
+        write_translations(out, buffer, options.nbest, spm.processor);
+        // Each buffer's translations out before the next is read (a reader waiting for
+        // them: --output /dev/stdout, a pipe), and a failed write found at once, not after
+        // the whole input (a full disk, a reader gone).
+        out.flush();
+        if (args.output == "-") {
+          if (const std::string failure = thpc::standard_output_failure(); !failure.empty()) {
+            THPC_FAIL(failure);
+          }
+        } else if (!out) {
+          THPC_FAIL("cannot write " << what << ": the write failed (disk full?)");
+        }
+        if (reader.at_end()) break;
+        decoding([&] {
+          read_buffer(buffer);
+          search_buffer(buffer);
+        });
+        if (buffer.lines.empty()) break;  // the input ended with the last buffer
+        buffer.batches = thpc::make_decode_batches(buffer.sources, options, args.batch_tokens,
+                                                   batching_workers, args.batch_sentences);
+      }
+    });
+  } catch (const DecodingFailed&) {
+    std::rethrow_exception(decoding_failure);
+  }
   progress.finish();
-  encoder.say_count(reader.name());
   if (found.profile) {
     std::cerr << thpc::format_profile(*found.profile, found.backend_name, 0.0, "batch");
   }
@@ -979,8 +1042,9 @@ int main(int argc, char** argv) {
        "on a GPU every worker's, and the time the device had no worker's op in flight)")
       ("threads", po::value<int>(),
        "CPU decoding threads: as many workers, each translating whole batches with its own "
-       "copy of the model on one thread, or, when the input fills fewer than two batches "
-       "(--batch-tokens) a thread, fewer workers sharing the threads; 0 = one per core "
+       "copy of the model on one thread, or, when an input of one --buffer-sentences buffer "
+       "fills fewer than two batches (--batch-tokens) a thread, fewer workers sharing the "
+       "threads; 0 = one per core "
        "(default: the checkpoint's train.threads)")
       ("gpu-workers", po::value(&args.gpu_workers)->default_value(args.gpu_workers),
        "GPU decoding workers sharing the device, each translating whole batches with its "

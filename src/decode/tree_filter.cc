@@ -55,7 +55,8 @@ TreeTokenFilter::TreeTokenFilter(const std::vector<std::string>& pieces, int eos
 }
 
 TreeTokenFilter::TreeTokenFilter(const std::vector<std::string>& pieces, const SpecialIds& ids,
-                                 std::vector<TokenSequence> source_pieces)
+                                 std::vector<TokenSequence> source_pieces,
+                                 size_t sentence_offset)
     : source_pieces_(std::move(source_pieces)), copy_words_(true) {
   classify(pieces, ids.eos, /*placeholder=*/false);
   for (const int never : {ids.pad, ids.bos}) {
@@ -73,7 +74,8 @@ TreeTokenFilter::TreeTokenFilter(const std::vector<std::string>& pieces, const S
                  "source " << s << ": token " << id << " outside the vocabulary of "
                            << kind_.size());
       if (kind_[id] != Kind::kOther) {
-        THPC_FAIL("source " << s << " holds the piece '" << pieces[id]
+        THPC_FAIL("sentence " << sentence_offset + s + 1 << " of the input holds the piece '"
+                  << pieces[id]
                   << "' (a bracket, pad, bos or eos): its words cannot be the tree's words");
       }
     }

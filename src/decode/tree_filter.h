@@ -32,9 +32,11 @@ class TreeTokenFilter final : public NextTokenFilter {
   // begins a word ("▁...") or after the last. rescore() then scores the choice to place
   // the next word, not which word (see there). ids: eos ends a tree, pad and bos are
   // never words. Throws when the vocabulary has no "▁)" or no opening bracket, or a
-  // source holds a bracket piece, pad, bos, eos or an id outside it.
+  // source holds a bracket piece, pad, bos, eos or an id outside it (naming the sentence
+  // by its 1-based number in the input: sentence_offset + its index + 1, the offset of a
+  // caller that holds a part of the input at a time).
   TreeTokenFilter(const std::vector<std::string>& pieces, const SpecialIds& ids,
-                  std::vector<TokenSequence> source_pieces);
+                  std::vector<TokenSequence> source_pieces, size_t sentence_offset = 0);
 
   void allowed_next(int source, const TokenSequence& prefix, int max_len,
                     std::vector<char>& allowed) const override;
