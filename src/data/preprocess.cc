@@ -314,7 +314,8 @@ std::string train_sentencepiece_model(const PreprocessOptions& options,
       options.spm_sentences == 0 || summary->training_lines <= options.spm_sentences;
   if (every_line && listable && train.lines_too_long_for_training == 0) {
     // Every line: SentencePiece reads the files itself (and records their names in the
-    // model's trainer_spec, as it always did).
+    // model's trainer_spec, as it always did; through the sample, which leaves out lines
+    // too long for it, it records none).
     arguments["input"] = train.source_path + "," + train.target_path;
     summary->spm_lines = summary->training_lines;
     status = sentencepiece::SentencePieceTrainer::Train(arguments, nullptr, &model);
