@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -304,6 +306,26 @@ TEST_F(DecodeProgram, TheInputIsTranslatedABufferAtATimeWithoutChangingAnyTransl
   EXPECT_EQ(late.output.find("limit"), std::string::npos) << late.output;
   EXPECT_FALSE(fs::exists(late_out));
   EXPECT_FALSE(fs::exists(dir_ / ".late_bad.de.tmp"));
+  // Another decoding writing the same --output now (its temporary file locked, as this
+  // test holds it) is not written into: before, both wrote one .F.tmp and the first to end
+  // renamed the mixture over F, exit 0. A leftover one, locked by nobody, is taken.
+  const fs::path shared_out = dir_ / "shared.de", shared_tmp = dir_ / ".shared.de.tmp";
+  std::ofstream(shared_tmp) << "the other program's text\n";
+  const int held = ::open(shared_tmp.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(::flock(held, LOCK_EX | LOCK_NB), 0);
+  std::string shared;
+  EXPECT_EQ(decode("--max-len-b 4 --output " + shared_out.string(), shared, err), 1) << err;
+  EXPECT_NE(err.find("another program is writing " + shared_out.string() + " now (its "
+                     "temporary file " + shared_tmp.string() + " is locked by it)"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(read_file(shared_tmp), "the other program's text\n");
+  EXPECT_FALSE(fs::exists(shared_out));
+  ::close(held);
+  EXPECT_EQ(decode("--max-len-b 4 --output " + shared_out.string(), shared, err), 0) << err;
+  EXPECT_EQ(lines_of(read_file(shared_out)).size(), 4u);
+  EXPECT_FALSE(fs::exists(shared_tmp));
 }
 
 // --gpu-workers N decoding on the CPU: a bad command line (exit 2) that names --threads,

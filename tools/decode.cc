@@ -44,6 +44,7 @@
 // 0 success, 1 a bad file or checkpoint, 2 a bad command line (--dump-lines naming a
 // line the input lacks, checkpoints of different vocabularies, an output that may not
 // be written, included).
+#include <fcntl.h>
 #include <sentencepiece_processor.h>
 #include <unistd.h>
 
@@ -154,7 +155,12 @@ class SourceReader {
  public:
   explicit SourceReader(const std::string& path)
       : path_(path), name_(path == "-" ? "<stdin>" : path) {
-    if (path != "-") file_ = thpc::open_input_file(path, "");
+    if (path != "-") {
+      file_ = thpc::open_input_file(path, "");
+    } else if (fcntl(STDIN_FILENO, F_GETFD) == -1) {
+      // (`<&-`: read as an empty input, exit 0 and nothing said)
+      THPC_FAIL("standard input is closed: give the text to translate on it or with --input FILE");
+    }
   }
 
   const std::string& name() const { return name_; }
@@ -922,14 +928,19 @@ int run(const Arguments& args) {
   const int batching_workers = plan.batching_workers;
   // As before buffers, an input of one buffer counts its sentences (its empty lines have
   // no translation to wait for); a larger one counts lines, of a total known for a file.
+  // No progress line beside translations written to the terminal a buffer at a time (it
+  // ran into them: "... 1000/5000 sentences (20%), 0.3 szweihundert"): they show how far
+  // it is themselves.
+  const bool translations_on_a_terminal = args.output == "-" && isatty(fileno(stdout));
   int64_t total = thpc::ProgressListener::kUnknownTotal;
   if (one_buffer) {
     total = 0;
     for (const thpc::DecodeBatch& batch : buffer.batches) total += batch.members.size();
-  } else {
+  } else if (!translations_on_a_terminal) {
     total = reader.count_file_lines();
   }
-  thpc::tools::Progress progress("transformer_decode", "sentences", total);
+  thpc::tools::Progress progress("transformer_decode", "sentences", total, nullptr,
+                                 !translations_on_a_terminal);
   WorkerPool workers(args, ensemble, std::move(plan), progress, found);
   // A failure to read or translate the input is said as it is, not as a failure to write
   // the output (write_text_atomically's storage diagnosis: "the file system is full" for

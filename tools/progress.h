@@ -21,12 +21,15 @@ namespace thpc::tools {
 class Progress {
  public:
   // `total`: the items there will be, or ProgressListener::kUnknownTotal.
-  // `out` null: stderr, shown only if it is a terminal. Tests pass a file.
-  Progress(std::string name, std::string unit, int64_t total, std::FILE* out = nullptr)
+  // `out` null: stderr, shown only if it is a terminal. Tests pass a file. `shown` false:
+  // nothing at all (the program writes its results to that terminal as it goes).
+  Progress(std::string name, std::string unit, int64_t total, std::FILE* out = nullptr,
+           bool shown = true)
       : name_(std::move(name)),
         unit_(std::move(unit)),
         total_(total),
-        out_(out != nullptr ? out : (isatty(fileno(stderr)) ? stderr : nullptr)),
+        out_(!shown ? nullptr
+                    : out != nullptr ? out : (isatty(fileno(stderr)) ? stderr : nullptr)),
         start_(std::chrono::steady_clock::now()) {}
 
   // Work that ends by an exception leaves a line shown but not finished: end it, so that

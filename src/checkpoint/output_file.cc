@@ -1,5 +1,7 @@
 #include "checkpoint/output_file.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -281,6 +283,41 @@ void write_in_place(const std::string& path, const std::string& what,
              write);
 }
 
+// The temporary file of a text output (transformer_decode --output), locked (flock) by
+// this process from before its write until after its rename: two programs given one
+// output (two transformer_decode --output F at once) shared the name .F.tmp, both wrote into one file, and the first to
+// finish renamed the mixture over F and exited 0. The second is now refused while the
+// first writes; one that starts after the rename writes a file of its own. A leftover
+// temporary file (of a program killed) is locked by nobody, and is taken. Where the
+// directory cannot be made, or the file not opened, nothing is locked and the write
+// says why it fails.
+class TemporaryFileClaim {
+ public:
+  TemporaryFileClaim(const std::string& path, const std::string& what) {
+    const fs::path final_path(file_named_by(path));
+    std::error_code error;
+    if (final_path.has_parent_path()) fs::create_directories(final_path.parent_path(), error);
+    const std::string temporary = temporary_path(path);
+    descriptor_ = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+    if (descriptor_ < 0) return;
+    if (::flock(descriptor_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+      ::close(descriptor_);
+      descriptor_ = -1;
+      THPC_FAIL("cannot write " << what << ": another program is writing " << path
+                << " now (its temporary file " << temporary << " is locked by it): wait for "
+                << "it to end, or give this one another output file");
+    }
+  }
+  ~TemporaryFileClaim() {
+    if (descriptor_ >= 0) ::close(descriptor_);
+  }
+  TemporaryFileClaim(const TemporaryFileClaim&) = delete;
+  TemporaryFileClaim& operator=(const TemporaryFileClaim&) = delete;
+
+ private:
+  int descriptor_ = -1;
+};
+
 }  // namespace
 
 void write_text_atomically(const std::string& path, const std::string& what,
@@ -289,6 +326,7 @@ void write_text_atomically(const std::string& path, const std::string& what,
     write_in_place(path, what, write);
     return;
   }
+  const TemporaryFileClaim claim(path, what);
   write_atomically(path, what, [&](const std::string& temporary) {
     write_file(temporary, what, std::ios::trunc, write);
   });
