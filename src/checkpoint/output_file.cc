@@ -285,12 +285,12 @@ void write_in_place(const std::string& path, const std::string& what,
 
 // The temporary file of a text output (transformer_decode --output), locked (flock) by
 // this process from before its write until after its rename: two programs given one
-// output (two transformer_decode --output F at once) shared the name .F.tmp, both wrote into one file, and the first to
-// finish renamed the mixture over F and exited 0. The second is now refused while the
-// first writes; one that starts after the rename writes a file of its own. A leftover
-// temporary file (of a program killed) is locked by nobody, and is taken. Where the
-// directory cannot be made, or the file not opened, nothing is locked and the write
-// says why it fails.
+// output (two transformer_decode --output F at once) shared the name .F.tmp, both wrote
+// into one file, and the first to finish renamed the mixture over F and exited 0. The
+// second is now refused while the first writes; one that starts after the rename writes
+// a file of its own. A leftover temporary file (of a program killed) is locked by nobody,
+// and is taken. Where the directory cannot be made, or the file not opened, nothing is
+// locked and the write says why it fails.
 class TemporaryFileClaim {
  public:
   TemporaryFileClaim(const std::string& path, const std::string& what) {
