@@ -326,6 +326,38 @@ TEST_F(DecodeProgram, TheInputIsTranslatedABufferAtATimeWithoutChangingAnyTransl
   EXPECT_EQ(decode("--max-len-b 4 --output " + shared_out.string(), shared, err), 0) << err;
   EXPECT_EQ(lines_of(read_file(shared_out)).size(), 4u);
   EXPECT_FALSE(fs::exists(shared_tmp));
+  // A temporary file that is a symbolic link is refused (its target was written over).
+  std::ofstream(dir_ / "victim.txt") << "kept\n";
+  fs::create_symlink(dir_ / "victim.txt", shared_tmp);
+  EXPECT_EQ(decode("--max-len-b 4 --output " + shared_out.string(), shared, err), 1) << err;
+  EXPECT_NE(err.find("is a symbolic link, whose target would be written"), std::string::npos)
+      << err;
+  EXPECT_EQ(read_file(dir_ / "victim.txt"), "kept\n");
+  fs::remove(shared_tmp);
+  // A file that ends with a buffer is one buffer, judged whole before anything is written:
+  // two lines with three stray carriage returns, a classic Mac OS file, refused at once
+  // with --buffer-sentences 2 as with 0 (before: both lines translated, then refused).
+  {
+    std::ofstream mac(dir_ / "mac_two.en", std::ios::binary);
+    mac << "A\rman\ris\rhere.\nA dog.\n";
+  }
+  for (const char* lines : {"0", "2"}) {
+    std::string translated;
+    EXPECT_EQ(decode(std::string("--max-len-b 4 --buffer-sentences ") + lines, translated, err,
+                     "model.h5", true, "mac_two.en"),
+              1)
+        << err;
+    EXPECT_EQ(translated, "") << "--buffer-sentences " << lines;
+    EXPECT_NE(err.find("3 carriage returns in what reads as 2 lines"), std::string::npos) << err;
+  }
+  // Standard input open for writing only (GNU nohup's for a terminal's) is said, not read
+  // as an empty input.
+  const ProcessResult unreadable = run_process(
+      thpc::binary_dir() + "/transformer_decode --checkpoint " + (dir_ / "model.h5").string() +
+      " --spm-model " + (dir_ / "spm.model").string() + " 0>/dev/null");
+  EXPECT_EQ(unreadable.exit_code, 1) << unreadable.output;
+  EXPECT_NE(unreadable.output.find("standard input is not open for reading"), std::string::npos)
+      << unreadable.output;
 }
 
 // --gpu-workers N decoding on the CPU: a bad command line (exit 2) that names --threads,

@@ -46,6 +46,7 @@
 // be written, included).
 #include <fcntl.h>
 #include <sentencepiece_processor.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -143,6 +144,19 @@ std::vector<int> parse_line_numbers(const std::string& text) {
   return {numbers.begin(), numbers.end()};
 }
 
+// Whether `output` ("-": standard output) is the terminal a progress line would be shown on
+// (standard error's).
+bool output_is_the_terminal(const std::string& output) {
+  struct stat terminal {}, written {};
+  if (!isatty(STDERR_FILENO) || ::fstat(STDERR_FILENO, &terminal) != 0) return false;
+  if (output == "-") {
+    return isatty(STDOUT_FILENO) && ::fstat(STDOUT_FILENO, &written) == 0 &&
+           written.st_rdev == terminal.st_rdev;
+  }
+  return ::stat(output.c_str(), &written) == 0 && S_ISCHR(written.st_mode) &&
+         written.st_rdev == terminal.st_rdev;
+}
+
 // The input lines, a buffer at a time (--buffer-sentences), read and checked as
 // transformer_score reads its files (the same checks): invalid UTF-8 is refused naming the
 // file and line rather than passed to SentencePiece, which would decode it to something.
@@ -155,12 +169,20 @@ class SourceReader {
  public:
   explicit SourceReader(const std::string& path)
       : path_(path), name_(path == "-" ? "<stdin>" : path) {
+    struct stat status {};
     if (path != "-") {
       file_ = thpc::open_input_file(path, "");
-    } else if (fcntl(STDIN_FILENO, F_GETFD) == -1) {
-      // (`<&-`: read as an empty input, exit 0 and nothing said)
-      THPC_FAIL("standard input is closed: give the text to translate on it or with --input FILE");
+      peekable_ = ::stat(path.c_str(), &status) == 0 && S_ISREG(status.st_mode);
+      return;
     }
+    // Closed (`<&-`), or open for writing only (GNU nohup's for a terminal's): read as an
+    // empty input, exit 0 and nothing said.
+    const int flags = fcntl(STDIN_FILENO, F_GETFL);
+    if (flags == -1 || (flags & O_ACCMODE) == O_WRONLY) {
+      THPC_FAIL("standard input is " << (flags == -1 ? "closed" : "not open for reading")
+                << ": give the text to translate on it or with --input FILE");
+    }
+    peekable_ = ::fstat(STDIN_FILENO, &status) == 0 && S_ISREG(status.st_mode);
   }
 
   const std::string& name() const { return name_; }
@@ -183,6 +205,10 @@ class SourceReader {
       carriage_returns_ += std::count(line.begin(), line.end(), '\r');
       lines->push_back(std::move(line));
     }
+    // A file that ends with a buffer is known to end there (its input is one buffer, read,
+    // checked and planned as a whole); a pipe or a terminal is not peeked at, which would
+    // wait for the next line before the last one is translated.
+    if (!at_end_ && peekable_ && in.peek() == std::char_traits<char>::eof()) at_end_ = true;
     // Judged on the whole input, at its end (judged a buffer at a time, an input with a
     // few stray carriage returns early on was refused or not by --buffer-sentences): an
     // input of one buffer before anything is translated, as before buffers; a larger one
@@ -223,6 +249,7 @@ class SourceReader {
   std::ifstream file_;
   int64_t lines_ = 0, carriage_returns_ = 0;
   bool at_end_ = false;
+  bool peekable_ = false;  // a regular file: its end can be seen without waiting
 };
 
 // The special ids every checkpoint's model was trained with (transformer_preprocess's and
@@ -487,9 +514,9 @@ struct Workers {
 // single-threaded BLAS, taking whole batches from a shared list: a decoding step is
 // many small products and loops that BLAS threads share less well than workers share
 // batches (their futex/sched_yield time was most of a 2-thread run on a Zen 5 EPYC,
-// 2026-11-24), while batches are independent. Unless the input (`sources`, when
-// `whole_input`: an input of more than one --buffer-sentences buffer is planned for N
-// workers, each buffer's batches shared out among them) fills fewer than 2N
+// 2026-11-24), while batches are independent. Unless the input (`sources`: the whole
+// input, or, when not `whole_input`, its first --buffer-sentences buffer, whole, which
+// plans every buffer as an input of its size) fills fewer than 2N
 // batches of --batch-tokens: then the workers' batches would be cut to share it out (a
 // budget of a 2N-th of its tokens), each worker reading every weight matrix at each step
 // for few hypotheses. Instead, as many workers as get two whole batches each (at least
@@ -537,7 +564,7 @@ Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
   plan.batching_workers = args.sampling ? 1 : workers;
   plan.batches = thpc::make_decode_batches(sources, options, args.batch_tokens,
                                            plan.batching_workers, args.batch_sentences);
-  if (on_cpu && workers > 1 && !args.sampling && whole_input) {
+  if (on_cpu && workers > 1 && !args.sampling) {
     std::vector<thpc::DecodeBatch> whole = thpc::make_decode_batches(
         sources, options, args.batch_tokens, 1, args.batch_sentences);
     // The most workers that get two whole batches each and share the threads evenly.
@@ -928,19 +955,20 @@ int run(const Arguments& args) {
   const int batching_workers = plan.batching_workers;
   // As before buffers, an input of one buffer counts its sentences (its empty lines have
   // no translation to wait for); a larger one counts lines, of a total known for a file.
-  // No progress line beside translations written to the terminal a buffer at a time (it
-  // ran into them: "... 1000/5000 sentences (20%), 0.3 szweihundert"): they show how far
-  // it is themselves.
-  const bool translations_on_a_terminal = args.output == "-" && isatty(fileno(stdout));
+  // No progress line beside translations written a buffer at a time to the terminal it
+  // would be on (it ran into them: "... 1000/5000 sentences (20%), 0.3 szweihundert"):
+  // they show how far it is themselves. An input of one buffer shows it, ended before
+  // its translations are written.
+  const bool translations_beside_the_line = !one_buffer && output_is_the_terminal(args.output);
   int64_t total = thpc::ProgressListener::kUnknownTotal;
   if (one_buffer) {
     total = 0;
     for (const thpc::DecodeBatch& batch : buffer.batches) total += batch.members.size();
-  } else if (!translations_on_a_terminal) {
+  } else if (!translations_beside_the_line) {
     total = reader.count_file_lines();
   }
   thpc::tools::Progress progress("transformer_decode", "sentences", total, nullptr,
-                                 !translations_on_a_terminal);
+                                 !translations_beside_the_line);
   WorkerPool workers(args, ensemble, std::move(plan), progress, found);
   // A failure to read or translate the input is said as it is, not as a failure to write
   // the output (write_text_atomically's storage diagnosis: "the file system is full" for
@@ -969,11 +997,13 @@ int run(const Arguments& args) {
                             [](const thpc::TokenSequence& source) { return source.empty(); })));
         }
         decoding([&] { workers.translate(buffer); });
+        if (reader.at_end()) progress.finish();  // its line ended before the translations
         write_translations(out, buffer, options.nbest, spm.processor);
         // Each buffer's translations out before the next is read (a reader waiting for
         // them: --output /dev/stdout, a pipe), and a failed write found at once, not after
-        // the whole input (a full disk, a reader gone).
-        out.flush();
+        // the whole input (a full disk, a reader gone). Standard output is flushed by
+        // standard_output_failure, which then still has the failed write's errno.
+        if (args.output != "-") out.flush();
         if (args.output == "-") {
           if (const std::string failure = thpc::standard_output_failure(); !failure.empty()) {
             THPC_FAIL(failure);

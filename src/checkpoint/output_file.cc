@@ -289,8 +289,9 @@ void write_in_place(const std::string& path, const std::string& what,
 // into one file, and the first to finish renamed the mixture over F and exited 0. The
 // second is now refused while the first writes; one that starts after the rename writes
 // a file of its own. A leftover temporary file (of a program killed) is locked by nobody,
-// and is taken. Where the directory cannot be made, or the file not opened, nothing is
-// locked and the write says why it fails.
+// and is taken. Where the directory cannot be made, or the file not opened (a link), nothing
+// is locked and the write says why it fails; where the file system does not honour flock
+// (Lustre mounted without it, NFS with local_lock), the lock holds only on this host.
 class TemporaryFileClaim {
  public:
   TemporaryFileClaim(const std::string& path, const std::string& what) {
@@ -298,14 +299,30 @@ class TemporaryFileClaim {
     std::error_code error;
     if (final_path.has_parent_path()) fs::create_directories(final_path.parent_path(), error);
     const std::string temporary = temporary_path(path);
-    descriptor_ = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
-    if (descriptor_ < 0) return;
-    if (::flock(descriptor_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+    // The file locked must still be the one of that name: another program's, renamed
+    // over its output between this open and the lock, is taken again by its new name.
+    // Not through a link: a .F.tmp that is one would have its target written.
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      descriptor_ = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+      if (descriptor_ < 0 && errno == ELOOP) {
+        THPC_FAIL("cannot write " << what << ": its temporary file " << temporary << " is a "
+                  << "symbolic link, whose target would be written: remove it");
+      }
+      if (descriptor_ < 0) return;
+      if (::flock(descriptor_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+        ::close(descriptor_);
+        descriptor_ = -1;
+        THPC_FAIL("cannot write " << what << ": another program is writing " << path
+                  << " now (its temporary file " << temporary << " is locked by it): wait "
+                  << "for it to end, or give this one another output file");
+      }
+      struct stat locked {}, named {};
+      if (::fstat(descriptor_, &locked) == 0 && ::stat(temporary.c_str(), &named) == 0 &&
+          locked.st_dev == named.st_dev && locked.st_ino == named.st_ino) {
+        return;
+      }
       ::close(descriptor_);
       descriptor_ = -1;
-      THPC_FAIL("cannot write " << what << ": another program is writing " << path
-                << " now (its temporary file " << temporary << " is locked by it): wait for "
-                << "it to end, or give this one another output file");
     }
   }
   ~TemporaryFileClaim() {

@@ -44,9 +44,10 @@ void check_output_path(const std::string& option, const std::string& output,
                        const std::vector<std::string>& other_outputs = {});
 
 // Writes the text `write` produces to `path` all at once or not at all: a temporary file
-// beside it (.NAME.tmp), fsync'ed and renamed over `path` (io/atomic_file.h). A path
-// that exists and is not a regular file (/dev/stdout, a pipe) is written directly.
-// Throws thpc::Error naming `what` ("output file PATH") when the write fails.
+// beside it (.NAME.tmp), locked (flock) while it is written, fsync'ed and renamed over
+// `path` (io/atomic_file.h). A path that exists and is not a regular file (/dev/stdout, a
+// pipe) is written directly. Throws thpc::Error naming `what` ("output file PATH") when
+// the write fails, or when another program writes `path` now (its .NAME.tmp locked).
 void write_text_atomically(const std::string& path, const std::string& what,
                            const std::function<void(std::ostream&)>& write);
 
