@@ -1023,6 +1023,8 @@ int run(const Arguments& args) {
     });
   } catch (const DecodingFailed&) {
     std::rethrow_exception(decoding_failure);
+  } catch (const thpc::OutputInUse& in_use) {
+    throw thpc::tools::Refusal(in_use.what());  // exit 2, as other "in use" refusals
   }
   progress.finish();
   if (found.profile) {

@@ -312,9 +312,9 @@ class TemporaryFileClaim {
       if (::flock(descriptor_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
         ::close(descriptor_);
         descriptor_ = -1;
-        THPC_FAIL("cannot write " << what << ": another program is writing " << path
-                  << " now (its temporary file " << temporary << " is locked by it): wait "
-                  << "for it to end, or give this one another output file");
+        throw OutputInUse("cannot write " + what + ": another program is writing " + path +
+                          " now (its temporary file " + temporary + " is locked by it): " +
+                          "wait for it to end, or give this one another output file");
       }
       struct stat locked {}, named {};
       if (::fstat(descriptor_, &locked) == 0 && ::stat(temporary.c_str(), &named) == 0 &&
