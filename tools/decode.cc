@@ -842,18 +842,19 @@ void write_translations(std::ostream& out, const InputBuffer& buffer, int nbest,
   }
 }
 
+// What the messages of a write to --output FILE call it.
+std::string output_file_name(const std::string& output) { return "output file " + output; }
+
 // Writes to --output what `write` writes: standard output, flushed after each buffer
 // (--buffer-sentences) and checked, so that a reader that went away stops the decoding;
 // or a file written through a temporary one renamed at the end, so that an interrupted
 // or failed decode leaves no half file.
+// (`write` checks each buffer's write itself, the last included.)
 void write_output(const Arguments& args, const std::function<void(std::ostream&)>& write) {
   if (args.output == "-") {
     write(std::cout);
-    if (const std::string failure = thpc::standard_output_failure(); !failure.empty()) {
-      THPC_FAIL(failure);
-    }
   } else {
-    thpc::write_text_atomically(args.output, "output file " + args.output, write);
+    thpc::write_text_atomically(args.output, output_file_name(args.output), write);
   }
 }
 
@@ -984,7 +985,6 @@ int run(const Arguments& args) {
       throw DecodingFailed{};
     }
   };
-  const std::string what = args.output == "-" ? "standard output" : "output file " + args.output;
   try {
     write_output(args, [&](std::ostream& out) {
       for (;;) {
@@ -1009,7 +1009,8 @@ int run(const Arguments& args) {
             THPC_FAIL(failure);
           }
         } else if (!out) {
-          THPC_FAIL("cannot write " << what << ": the write failed (disk full?)");
+          THPC_FAIL("cannot write " << output_file_name(args.output)
+                                    << ": the write failed (disk full?)");
         }
         if (reader.at_end()) break;
         decoding([&] {
