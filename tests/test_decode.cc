@@ -7,14 +7,18 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -288,24 +292,24 @@ TEST_F(DecodeProgram, TheInputIsTranslatedABufferAtATimeWithoutChangingAnyTransl
   EXPECT_EQ(buffered, whole);
   // A later buffer's bad line is said as such, not as a failure to write the output
   // (which the output file's storage diagnosis took it for: "the process's file-size
-  // limit ... stopped it" under a ulimit -f), and the output is not left behind.
+  // limit ... stopped it" under a ulimit -f), and the output is not left behind, nor the
+  // directories made for it (they were, empty).
   {
     std::ofstream bad(dir_ / "late_bad.en", std::ios::binary);
     bad << "A man.\nTwo dogs.\nA cat.\n\xff\xfe a dog.\nA boy.\n";
   }
-  const fs::path late_out = dir_ / "late_bad.de";
+  const fs::path late_out = dir_ / "made" / "for it" / "late_bad.de";
   const ProcessResult late = run_process(
       "bash -c 'ulimit -f 100000; " + thpc::binary_dir() + "/transformer_decode --checkpoint " +
       (dir_ / "model.h5").string() + " --spm-model " + (dir_ / "spm.model").string() +
       " --input " + (dir_ / "late_bad.en").string() + " --max-len-b 4 --buffer-sentences 2" +
-      " --output " + late_out.string() + "'");
+      " --output \"" + late_out.string() + "\"'");
   EXPECT_EQ(late.exit_code, 1) << late.output;
   EXPECT_NE(late.output.find("late_bad.en: line 4: invalid UTF-8 at byte 1 of the line"),
             std::string::npos)
       << late.output;
   EXPECT_EQ(late.output.find("limit"), std::string::npos) << late.output;
-  EXPECT_FALSE(fs::exists(late_out));
-  EXPECT_FALSE(fs::exists(dir_ / ".late_bad.de.tmp"));
+  EXPECT_FALSE(fs::exists(dir_ / "made"));
   // Another decoding writing the same --output now (its temporary file locked, as this
   // test holds it) is not written into: before, both wrote one .F.tmp and the first to end
   // renamed the mixture over F, exit 0. A leftover one, locked by nobody, is taken.
@@ -358,6 +362,53 @@ TEST_F(DecodeProgram, TheInputIsTranslatedABufferAtATimeWithoutChangingAnyTransl
   EXPECT_EQ(unreadable.exit_code, 1) << unreadable.output;
   EXPECT_NE(unreadable.output.find("standard input is not open for reading"), std::string::npos)
       << unreadable.output;
+}
+
+// --output FIFO is opened before the input is read, as Marian's and CTranslate2's outputs
+// are: a program that opens the FIFO to read the translations and then sends the input
+// (one thread, in that order) waited for ever, the decoder waiting first for the end of
+// its input. Here the test is that program; a decoder that has not opened the FIFO after
+// 30 s fails it, and is then sent its input so that it ends (no hang).
+TEST_F(DecodeProgram, AFifoOutputIsOpenedBeforeTheInputIsRead) {
+  const fs::path fifo = dir_ / "translations.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string input = "A man is riding a bike.\nTwo dogs play in the snow.\n";
+  std::ofstream(dir_ / "fifo_input.en") << input;
+  int to_decoder[2];
+  ASSERT_EQ(::pipe(to_decoder), 0);
+  const std::string program = thpc::binary_dir() + "/transformer_decode";
+  const std::string model = (dir_ / "model.h5").string(), spm = (dir_ / "spm.model").string();
+  const pid_t decoder = ::fork();
+  ASSERT_GE(decoder, 0);
+  if (decoder == 0) {
+    ::dup2(to_decoder[0], STDIN_FILENO);
+    ::close(to_decoder[0]);
+    ::close(to_decoder[1]);
+    ::execl(program.c_str(), program.c_str(), "--checkpoint", model.c_str(), "--spm-model",
+            spm.c_str(), "--max-len-b", "4", "--output", fifo.c_str(), nullptr);
+    ::_exit(127);
+  }
+  ::close(to_decoder[0]);
+  std::future<int> opened =
+      std::async(std::launch::async, [&] { return ::open(fifo.c_str(), O_RDONLY); });
+  const bool opened_first = opened.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  EXPECT_TRUE(opened_first) << "the decoder had not opened --output after 30 s";
+  ASSERT_EQ(::write(to_decoder[1], input.data(), input.size()),
+            static_cast<ssize_t>(input.size()));
+  ::close(to_decoder[1]);
+  const int translations = opened.get();
+  ASSERT_GE(translations, 0);
+  std::string got;
+  char block[4096];
+  for (ssize_t n; (n = ::read(translations, block, sizeof block)) > 0;) got.append(block, n);
+  ::close(translations);
+  int status = 0;
+  ASSERT_EQ(::waitpid(decoder, &status, 0), decoder);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  std::string direct, err;
+  ASSERT_EQ(decode("--max-len-b 4", direct, err, "model.h5", true, "fifo_input.en"), 0) << err;
+  EXPECT_EQ(got, direct);
+  EXPECT_EQ(lines_of(direct).size(), 2u) << direct;
 }
 
 // --gpu-workers N decoding on the CPU: a bad command line (exit 2) that names --threads,

@@ -898,32 +898,8 @@ int run(const Arguments& args) {
   SentencePieceModel spm;
   load_sentencepiece_model(args, ensemble, spm);
 
-  // The input a buffer at a time (--buffer-sentences; --dump-lines reads it whole), each
-  // buffer encoded, translated in batches sorted by length, and written in input order
-  // before the next is read: memory is a buffer's whatever the input's size. The first
-  // buffer is read and encoded before the search's options are checked, as the whole
-  // input was before buffers (their errors come in that order).
-  SourceReader reader(args.input);
-  SourceEncoder encoder(spm.processor, ensemble.max_positions);
-  const size_t buffer_size =
-      args.dump_lines.empty() ? static_cast<size_t>(args.buffer_sentences) : 0;
-  const auto read_buffer = [&](InputBuffer& buffer) {
-    buffer = InputBuffer();
-    buffer.first_line = reader.lines_read();
-    reader.read(buffer_size, &buffer.lines);
-    if (buffer.first_line == 0) check_dump_lines_in(args.dump_lines, reader.name(), buffer);
-    encoder.encode(reader.name(), buffer);
-    if (reader.at_end()) encoder.say_count(reader.name());
-    buffer.hypotheses.resize(buffer.lines.size());
-  };
-  InputBuffer buffer;
-  read_buffer(buffer);
-  Findings found;
-  if (!args.dump_lines.empty()) {
-    buffer.dump_slot = attention_dump_slots(args.dump_lines, reader.name(), buffer);
-    found.dumps.resize(args.dump_lines.size());
-  }
-
+  // The search's options are checked before the output is opened (a usage error must
+  // not wait for a FIFO's reader) or the input read.
   const thpc::BeamOptions options = search_options(args, stored, ensemble.max_positions);
   // A search wider than the vocabulary keeps hypotheses that no candidate fills at the
   // first step (fairseq caps it at the vocabulary less one); --beam 100000 on one short
@@ -938,6 +914,23 @@ int run(const Arguments& args) {
         "can choose (the vocabulary of " + std::to_string(ensemble.vocab_size) + " less pad "
         "and bos): give at most " + std::to_string(selectable));
   }
+
+  // The input a buffer at a time (--buffer-sentences; --dump-lines reads it whole), each
+  // buffer encoded, translated in batches sorted by length, and written in input order
+  // before the next is read: memory is a buffer's whatever the input's size.
+  SourceReader reader(args.input);
+  SourceEncoder encoder(spm.processor, ensemble.max_positions);
+  const size_t buffer_size =
+      args.dump_lines.empty() ? static_cast<size_t>(args.buffer_sentences) : 0;
+  const auto read_buffer = [&](InputBuffer& buffer) {
+    buffer = InputBuffer();
+    buffer.first_line = reader.lines_read();
+    reader.read(buffer_size, &buffer.lines);
+    if (buffer.first_line == 0) check_dump_lines_in(args.dump_lines, reader.name(), buffer);
+    encoder.encode(reader.name(), buffer);
+    if (reader.at_end()) encoder.say_count(reader.name());
+    buffer.hypotheses.resize(buffer.lines.size());
+  };
   // The search for a buffer: --tree-constraints' filter is over its lines.
   const auto search_buffer = [&](InputBuffer& part) {
     part.options = options;
@@ -946,31 +939,45 @@ int run(const Arguments& args) {
       part.options.filter = part.tree_filter.get();
     }
   };
-  search_buffer(buffer);
-
-  // The workers are planned on the whole input when the first buffer holds it, else for
-  // an input of many buffers (Workers::batching_workers then shares out each buffer).
-  const bool one_buffer = reader.at_end();
-  Workers plan = plan_workers(args, train, buffer.sources, options, one_buffer);
-  buffer.batches = std::move(plan.batches);
-  const int batching_workers = plan.batching_workers;
-  // As before buffers, an input of one buffer counts its sentences (its empty lines have
-  // no translation to wait for); a larger one counts lines, of a total known for a file.
-  // No progress line beside translations written a buffer at a time to the terminal it
-  // would be on (it ran into them: "... 1000/5000 sentences (20%), 0.3 szweihundert"):
-  // they show how far it is themselves. An input of one buffer shows it, ended before
-  // its translations are written.
-  const bool translations_beside_the_line = !one_buffer && output_is_the_terminal(args.output);
-  int64_t total = thpc::ProgressListener::kUnknownTotal;
-  if (one_buffer) {
-    total = 0;
-    for (const thpc::DecodeBatch& batch : buffer.batches) total += batch.members.size();
-  } else if (!translations_beside_the_line) {
-    total = reader.count_file_lines();
-  }
-  thpc::tools::Progress progress("transformer_decode", "sentences", total, nullptr,
-                                 !translations_beside_the_line);
-  WorkerPool workers(args, ensemble, std::move(plan), progress, found);
+  InputBuffer buffer;
+  Findings found;
+  std::optional<thpc::tools::Progress> progress;
+  std::optional<WorkerPool> workers;
+  bool one_buffer = false;
+  int batching_workers = 1;
+  // The first buffer read, its batches and the workers planned on it.
+  const auto start = [&] {
+    read_buffer(buffer);
+    if (!args.dump_lines.empty()) {
+      buffer.dump_slot = attention_dump_slots(args.dump_lines, reader.name(), buffer);
+      found.dumps.resize(args.dump_lines.size());
+    }
+    search_buffer(buffer);
+    // The workers are planned on the whole input when the first buffer holds it, else
+    // for an input of many buffers (Workers::batching_workers then shares out each one).
+    one_buffer = reader.at_end();
+    Workers plan = plan_workers(args, train, buffer.sources, options, one_buffer);
+    buffer.batches = std::move(plan.batches);
+    batching_workers = plan.batching_workers;
+    // As before buffers, an input of one buffer counts its sentences (its empty lines
+    // have no translation to wait for); a larger one counts lines, of a total known for a
+    // file. No progress line beside translations written a buffer at a time to the
+    // terminal it would be on (it ran into them: "... 1000/5000 sentences (20%), 0.3
+    // szweihundert"): they show how far it is themselves. An input of one buffer shows
+    // it, ended before its translations are written.
+    const bool translations_beside_the_line =
+        !one_buffer && output_is_the_terminal(args.output);
+    int64_t total = thpc::ProgressListener::kUnknownTotal;
+    if (one_buffer) {
+      total = 0;
+      for (const thpc::DecodeBatch& batch : buffer.batches) total += batch.members.size();
+    } else if (!translations_beside_the_line) {
+      total = reader.count_file_lines();
+    }
+    progress.emplace("transformer_decode", "sentences", total, nullptr,
+                     !translations_beside_the_line);
+    workers.emplace(args, ensemble, std::move(plan), *progress, found);
+  };
   // A failure to read or translate the input is said as it is, not as a failure to write
   // the output (write_text_atomically's storage diagnosis: "the file system is full" for
   // a line of invalid UTF-8 next to a full disk): carried past the write as this type,
@@ -985,19 +992,23 @@ int run(const Arguments& args) {
       throw DecodingFailed{};
     }
   };
+  // The output is opened before the input is read, as Marian's and CTranslate2's are: a
+  // program that opens the FIFO given as --output before it writes the input waited for
+  // the decoder to open it, and the decoder for the end of the input's first buffer.
   try {
     write_output(args, [&](std::ostream& out) {
+      decoding(start);
       for (;;) {
         for (thpc::DecodeBatch& batch : buffer.batches) {
           batch.sentence_offset = static_cast<size_t>(buffer.first_line);
         }
         if (!one_buffer) {  // empty lines have no batch: done at once
-          progress.advance(static_cast<int64_t>(
+          progress->advance(static_cast<int64_t>(
               std::count_if(buffer.sources.begin(), buffer.sources.end(),
                             [](const thpc::TokenSequence& source) { return source.empty(); })));
         }
-        decoding([&] { workers.translate(buffer); });
-        if (reader.at_end()) progress.finish();  // its line ended before the translations
+        decoding([&] { workers->translate(buffer); });
+        if (reader.at_end()) progress->finish();  // its line ended before the translations
         write_translations(out, buffer, options.nbest, spm.processor);
         // Each buffer's translations out before the next is read (a reader waiting for
         // them: --output /dev/stdout, a pipe), and a failed write found at once, not after
@@ -1027,7 +1038,7 @@ int run(const Arguments& args) {
   } catch (const thpc::OutputInUse& in_use) {
     throw thpc::tools::Refusal(in_use.what());  // exit 2, as other "in use" refusals
   }
-  progress.finish();
+  progress->finish();
   if (found.profile) {
     std::cerr << thpc::format_profile(*found.profile, found.backend_name, 0.0, "batch");
   }

@@ -343,10 +343,14 @@ void write_text_atomically(const std::string& path, const std::string& what,
     write_in_place(path, what, write);
     return;
   }
+  // The claim makes the output's directories, before write_atomically would.
+  const fs::path final_path(file_named_by(path));
+  DirectoriesMade made(final_path.has_parent_path() ? final_path.parent_path().string() : ".");
   const TemporaryFileClaim claim(path, what);
   write_atomically(path, what, [&](const std::string& temporary) {
     write_file(temporary, what, std::ios::trunc, write);
   });
+  made.keep();
 }
 
 void write_texts_atomically(const std::vector<std::pair<std::string, std::string>>& files) {

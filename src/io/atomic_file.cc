@@ -270,6 +270,27 @@ std::string temporary_path(const std::string& path) {
   return (final_path.parent_path() / ("." + final_path.filename().string() + ".tmp")).string();
 }
 
+DirectoriesMade::DirectoriesMade(const std::string& directory) {
+  std::error_code error;
+  for (fs::path missing = fs::absolute(directory, error);
+       !error && !missing.empty() && !fs::exists(missing, error) && !error;
+       missing = missing.parent_path()) {
+    missing_.push_back(missing.string());
+    if (missing == missing.parent_path()) break;
+  }
+  if (error) missing_.clear();  // unknown: nothing is removed
+}
+
+DirectoriesMade::~DirectoriesMade() {
+  std::error_code error;
+  for (const std::string& made : missing_) {
+    if (!fs::is_directory(made, error) || !fs::is_empty(made, error) ||
+        !fs::remove(made, error)) {
+      break;  // a file in it, or not ours to remove: it and its parents stay
+    }
+  }
+}
+
 void write_atomically(const std::string& path, const std::string& what,
                       const std::function<void(const std::string& temporary)>& write) {
   // A descriptor is written through, never renamed over (write_text_atomically does so);
@@ -281,6 +302,7 @@ void write_atomically(const std::string& path, const std::string& what,
   const fs::path final_path(file_named_by(path));
   const fs::path directory = final_path.has_parent_path() ? final_path.parent_path() : ".";
   std::error_code error;
+  DirectoriesMade made(directory.string());
   fs::create_directories(directory, error);
   if (error) {
     THPC_FAIL("cannot write " << what << ": cannot create directory " << directory << ": "
@@ -320,6 +342,7 @@ void write_atomically(const std::string& path, const std::string& what,
                               << ": " << reason << " ("
                               << (kept.empty() ? temporary + " is removed" : kept) << ")");
   }
+  made.keep();
   // The rename itself is durable only once the directory entry is on disk.
   fsync_path(directory.string(), what);
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace thpc {
 
@@ -38,6 +39,23 @@ bool names_an_open_descriptor(const std::string& path);
 // The temporary name write_atomically writes `path` under first: .NAME.tmp beside the
 // file `path` names (file_named_by).
 std::string temporary_path(const std::string& path);
+
+// The directories a write makes for its file: those of `directory` and its parents
+// that are missing when this is made, removed again (deepest first, each only while
+// empty) when this is destroyed before keep(). A write that fails leaves no empty folders
+// behind (transformer_decode --output new/dir/out.txt stopped by a bad input line).
+class DirectoriesMade {
+ public:
+  explicit DirectoriesMade(const std::string& directory);
+  ~DirectoriesMade();
+  DirectoriesMade(const DirectoriesMade&) = delete;
+  DirectoriesMade& operator=(const DirectoriesMade&) = delete;
+  // The write succeeded: its directories stay.
+  void keep() { missing_.clear(); }
+
+ private:
+  std::vector<std::string> missing_;  // deepest first
+};
 
 // fsync of the file or directory `path`; thpc::Error "cannot write WHAT: ..." when it fails.
 void fsync_path(const std::string& path, const std::string& what);
