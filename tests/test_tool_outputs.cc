@@ -6,7 +6,11 @@
 // file as it was. And when the storage stops a write (the file-size limit, a full disk),
 // each says so in one message with what to do, and leaves no partial file and no crash.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -88,6 +92,30 @@ class ToolOutputs : public ScratchDirectoryTest {
     }
     EXPECT_EQ(errors.size(), 1u) << run.output;
     EXPECT_EQ(changed_since(before), std::vector<std::string>{});
+  }
+
+  // Runs `arguments` (a program of the build and its arguments) with each rename of its
+  // outputs into place 300 ms late (THPC_TEST_RENAME_DELAY_MS), sends it SIGTERM once it
+  // says it is renaming (a line to wait for, not a time: the section has more to do when
+  // the signal comes), and returns what it printed; `status` its wait status ("" and -1
+  // when it never said so).
+  static std::string interrupted_while_renaming(const std::vector<std::string>& arguments,
+                                                int* status) {
+    std::vector<std::string> command = {"/usr/bin/env", "THPC_TEST_RENAME_DELAY_MS=300",
+                                        kBin + "/" + arguments.front()};
+    command.insert(command.end(), arguments.begin() + 1, arguments.end());
+    FILE* output = nullptr;
+    const pid_t pid = start_process(command, &output);
+    *status = -1;
+    if (pid <= 0) return "";
+    std::string said;
+    char line[4096];
+    while (said.find("test hook: renaming into place") == std::string::npos &&
+           std::fgets(line, sizeof line, output) != nullptr) {
+      said += line;
+    }
+    if (said.find("test hook: renaming into place") != std::string::npos) ::kill(pid, SIGTERM);
+    return said + finish_process(pid, output, status);
   }
 
   // The files created, removed or changed since `before` (names only: a failure would
@@ -215,6 +243,57 @@ TEST_F(ToolOutputs, NoToolWritesOverAStandardStreamsFileOrWhereItCannotWrite) {
                             "stream: give a file name");
   }
   EXPECT_FALSE(fs::exists(directory_ / "-"));
+}
+
+// An HDF5 output (an average, a quantized model, an attention dump) that another program
+// writes now, its temporary file locked, is refused and that file left as it was: a
+// transformer_average whose create of .F.tmp failed on the other's lock removed the
+// other's file as its own leftover, and both failed with HDF5's "unable to lock file". A
+// pipe or a device is refused too, before any work: the whole file was renamed over it
+// (as root, --output /dev/null replaced the system's /dev/null with a checkpoint).
+TEST_F(ToolOutputs, AnHdf5OutputAnotherProgramWritesOrThatIsNoFileIsRefused) {
+  train_a_model();
+  const std::string dump =
+      "transformer_decode --greedy --checkpoint model.h5 --input source.en --output out.txt "
+      "--dump-lines 1 --dump-attention ";
+  const std::pair<std::string, std::string> writers[] = {
+      {"transformer_average --inputs model.h5 --output ", "avg.h5"},
+      {"transformer_quantize --checkpoint model.h5 --output ", "int8.h5"},
+      {dump, "attention.h5"}};
+  for (const auto& [command, output] : writers) {
+    const std::string temporary = "." + output + ".tmp";
+    std::ofstream(temporary) << "the other program's file\n";
+    const int held = ::open(temporary.c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(held, 0);
+    ASSERT_EQ(::flock(held, LOCK_EX | LOCK_NB), 0);
+    expect_refused(command + output, "another program is writing " + output + " now (its "
+                                     "temporary file " + temporary + " is locked by it)");
+    ::close(held);
+    const ProcessResult after = run_process(kBin + "/" + command + output);
+    EXPECT_EQ(after.exit_code, 0) << after.output;
+    EXPECT_TRUE(fs::exists(output)) << command;
+    EXPECT_FALSE(fs::exists(temporary)) << command;
+    fs::remove("out.txt");
+  }
+  // The dump's temporary file, claimed before the translations, goes with a failure.
+  std::ofstream("bad.en", std::ios::binary) << "a \xff b\n";
+  const ProcessResult failed = run_process(
+      kBin + "/transformer_decode --greedy --checkpoint model.h5 --input bad.en --output "
+      "out.txt --dump-lines 1 --dump-attention fresh.h5");
+  EXPECT_EQ(failed.exit_code, 1) << failed.output;
+  EXPECT_FALSE(fs::exists(".fresh.h5.tmp"));
+  EXPECT_FALSE(fs::exists(".out.txt.tmp"));
+  ASSERT_EQ(::mkfifo("pipe.h5", 0600), 0);
+  const bool device = ::mknod("device.h5", S_IFCHR | 0666, makedev(1, 3)) == 0;  // as root
+  for (const auto& [command, output] : writers) {
+    expect_refused(command + "pipe.h5", "pipe.h5: is a pipe (FIFO), not a file: this output "
+                                        "is a whole HDF5 file");
+    EXPECT_TRUE(fs::is_fifo("pipe.h5"));
+    if (device) {
+      expect_refused(command + "device.h5", "device.h5: is a device or other special file");
+      EXPECT_TRUE(fs::is_character_file("device.h5"));
+    }
+  }
 }
 
 // An output that is a symbolic link writes the file the link names, and the link stays
@@ -422,9 +501,52 @@ TEST_F(ToolOutputs, TreesNeverWritesOverItsInputs) {
                  "--output old.gold: is the input old.gold");
   expect_refused(trees + "baseline --words words.txt --tags tags.txt --output run/best.h5",
                  "no tool writes over a training run's files");
+  // A prefix that names a directory wrote hidden files there (out/.words).
+  fs::create_directory("out");
+  expect_refused(trees + "linearize --output out/ tree.mrg",
+                 "--output out/: linearize's output is a prefix of four files (PREFIX.words, "
+                 ".tree, .tags, .gold), not a directory: give e.g. out/wsj");
+  expect_refused(trees + "linearize --output out tree.mrg", "not a directory: give e.g. out/wsj");
+  fs::remove("out");
   const ProcessResult ok = run_process(kBin + "/" + trees + "linearize --output out tree.mrg");
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
   EXPECT_EQ(read_file("out.words"), "a b\n");
+}
+
+// A name of 251 to 255 bytes is a file's name like any other: its temporary file's name
+// (".NAME.tmp", 5 bytes more) was too long, and the write failed with "File name too
+// long", telling the user to remove a temporary file that never was.
+TEST_F(ToolOutputs, AnOutputWhoseNameIsAsLongAsAFileNameMayBeIsWritten) {
+  const std::string longest = std::string(251, 'b') + ".txt";
+  EXPECT_LE(fs::path(temporary_path(longest)).filename().string().size(), 255u);
+  EXPECT_NE(temporary_path(longest), temporary_path(std::string(251, 'b') + ".tx2"));
+  std::ofstream("words.txt") << "a b\n";
+  std::ofstream("tags.txt") << "X Y\n";
+  const ProcessResult written = run_process(
+      kBin + "/transformer_trees baseline --words words.txt --tags tags.txt --output " + longest);
+  EXPECT_EQ(written.exit_code, 0) << written.output;
+  EXPECT_EQ(lines_of(read_file(longest)).size(), 1u);
+  EXPECT_EQ(std::distance(fs::directory_iterator("."), fs::directory_iterator()), 3);
+}
+
+// linearize's four files are renamed into place as one section that an interrupt waits
+// for: a SIGTERM between two renames left the new .words beside the old .tree, .tags and
+// .gold (a helper's finding), which a parser trained on them would have taken as one set.
+TEST_F(ToolOutputs, AnInterruptWhileTreesRenamesItsFilesLeavesOneWholeSet) {
+  std::ofstream("old.mrg") << "(S (X a) (Y b))\n";
+  std::ofstream("new.mrg") << "(S (X c) (Y d))\n(S (X e) (Y f))\n";
+  const ProcessResult old_set =
+      run_process(kBin + "/transformer_trees linearize --output set old.mrg");
+  ASSERT_EQ(old_set.exit_code, 0) << old_set.output;
+  int status = 0;
+  const std::string log = interrupted_while_renaming(
+      {"transformer_trees", "linearize", "--output", "set", "new.mrg"}, &status);
+  ASSERT_NE(log.find("test hook: renaming into place"), std::string::npos) << log;
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status << "\n" << log;
+  for (const char* part : {".words", ".tree", ".tags", ".gold"}) {
+    EXPECT_EQ(lines_of(read_file(std::string("set") + part)).size(), 2u) << part;
+    EXPECT_FALSE(fs::exists(std::string(".set") + part + ".tmp")) << part;
+  }
 }
 
 TEST_F(ToolOutputs, TrainerNeverWritesOverItsInputs) {
@@ -630,26 +752,13 @@ TEST_F(ToolOutputs, AnInterruptWhileACorpusReplacesAnotherLeavesAWholeOne) {
       run_process(preprocess + " --testpref text/test --shards 3 > /dev/null");
   ASSERT_EQ(earlier.exit_code, 0) << earlier.output;
   ASSERT_TRUE(fs::exists("data/test.00000.h5"));
-  FILE* output = nullptr;
-  const pid_t pid = start_process(
-      {"/usr/bin/env", "THPC_TEST_RENAME_DELAY_MS=300", kBin + "/transformer_preprocess",
-       "--source-lang", "en", "--target-lang", "de", "--trainpref", "text/train", "--validpref",
-       "text/valid", "--destdir", "data", "--vocab-size", "100", "--model-type", "bpe",
-       "--seed", "2", "--shards", "2"},
-      &output);
-  ASSERT_GT(pid, 0);
-  // Once it says it is renaming into place (the section: each rename waits 300 ms first,
-  // so it has more to do when the signal comes; a line to wait for, not a time).
-  std::string said;
-  char line[4096];
-  while (said.find("test hook: renaming into place") == std::string::npos &&
-         std::fgets(line, sizeof line, output) != nullptr) {
-    said += line;
-  }
-  ASSERT_NE(said.find("test hook: renaming into place"), std::string::npos) << said;
-  ::kill(pid, SIGTERM);
   int status = 0;
-  const std::string log = said + finish_process(pid, output, &status);
+  const std::string log = interrupted_while_renaming(
+      {"transformer_preprocess", "--source-lang", "en", "--target-lang", "de", "--trainpref",
+       "text/train", "--validpref", "text/valid", "--destdir", "data", "--vocab-size", "100",
+       "--model-type", "bpe", "--seed", "2", "--shards", "2"},
+      &status);
+  ASSERT_NE(log.find("test hook: renaming into place"), std::string::npos) << log;
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status << "\n" << log;
   EXPECT_NE(log.find("came while the corpus was put in place: it is complete in data; "
                      "stopping now"),

@@ -86,6 +86,7 @@
 #include "decode/sampling.h"
 #include "decode/translate.h"
 #include "decode/tree_filter.h"
+#include "io/atomic_file.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/int8_matmul.h"
 #include "kernels/cpu/openblas_core.h"
@@ -862,7 +863,8 @@ void write_output(const Arguments& args, const std::function<void(std::ostream&)
 // pieces (decode/attention_dump.h has the layout), naming the checkpoint they came from.
 void write_attention_file(const Arguments& args, const thpc::DecodingCheckpoints& ensemble,
                           const InputBuffer& input, Findings& found,
-                          const sentencepiece::SentencePieceProcessor& spm) {
+                          const sentencepiece::SentencePieceProcessor& spm,
+                          thpc::OutputClaim& claim) {
   const auto pieces_of = [&](const thpc::TokenSequence& ids_of_pieces) {
     std::vector<std::string> pieces;
     for (int32_t id : ids_of_pieces) pieces.push_back(spm.IdToPiece(id));
@@ -874,7 +876,7 @@ void write_attention_file(const Arguments& args, const thpc::DecodingCheckpoints
     dump.source_tokens = pieces_of(dump.source_ids);
     dump.target_tokens = pieces_of(dump.target_ids);
   }
-  thpc::write_attention_dumps(args.dump_attention, found.dumps, ensemble.paths.front());
+  thpc::write_attention_dumps(args.dump_attention, found.dumps, ensemble.paths.front(), &claim);
 }
 
 int run(const Arguments& args) {
@@ -913,6 +915,13 @@ int run(const Arguments& args) {
         "decode.beam) is wider than the " + std::to_string(selectable) + " tokens a search "
         "can choose (the vocabulary of " + std::to_string(ensemble.vocab_size) + " less pad "
         "and bos): give at most " + std::to_string(selectable));
+  }
+
+  // --dump-attention is written after the translations, its temporary file claimed
+  // before them: another program writing it now is said at once, not after the input.
+  std::optional<thpc::OutputClaim> dump_claim;
+  if (!args.dump_attention.empty()) {
+    dump_claim.emplace(args.dump_attention, "attention dump " + args.dump_attention);
   }
 
   // The input a buffer at a time (--buffer-sentences; --dump-lines reads it whole), each
@@ -1035,15 +1044,13 @@ int run(const Arguments& args) {
     });
   } catch (const DecodingFailed&) {
     std::rethrow_exception(decoding_failure);
-  } catch (const thpc::OutputInUse& in_use) {
-    throw thpc::tools::Refusal(in_use.what());  // exit 2, as other "in use" refusals
   }
   progress->finish();
   if (found.profile) {
     std::cerr << thpc::format_profile(*found.profile, found.backend_name, 0.0, "batch");
   }
   if (!args.dump_attention.empty()) {
-    write_attention_file(args, ensemble, buffer, found, spm.processor);
+    write_attention_file(args, ensemble, buffer, found, spm.processor, *dump_claim);
   }
   return 0;
 }

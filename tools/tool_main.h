@@ -1,8 +1,9 @@
 // The main() of every tool (transformer_preprocess, _decode, _average, _data_stats,
 // _bench_step, _score, _evalb, _trees): one place that maps a bad command line to exit 2
 // with one line "NAME: PROBLEM (see --help)", --help to the usage text and exit 0 (1 when
-// standard output does not take it), and any runtime failure to exit 1 with one line
-// "NAME: error: PROBLEM".
+// standard output does not take it), a refusal (Refusal, OutputInUse) to exit 2 with
+// its one line, and any other runtime failure to exit 1 with one line "NAME: error:
+// PROBLEM".
 //
 // A tool declares a Boost.Program_options description whose values are bound to its
 // variables (po::value(&field)->default_value(field), so that --help shows every
@@ -76,6 +77,9 @@ int tool_main(const char* name, const std::string& usage, int argc, char** argv,
       std::cerr << name << ": " << e.what() << see_help(e.what()) << "\n";
       return 2;
     } catch (const Refusal& e) {
+      std::cerr << name << ": " << e.what() << "\n";
+      return 2;
+    } catch (const thpc::OutputInUse& e) {  // another program writes the output now
       std::cerr << name << ": " << e.what() << "\n";
       return 2;
     } catch (const std::exception& e) {

@@ -157,6 +157,15 @@ CommandLine parse_command_line(int argc, char** argv) {
     }
     if (!command.files.empty()) THPC_FAIL("unexpected argument '" << command.files.front() << "'");
   }
+  // linearize's --output is a prefix of four files: one that names a directory wrote its
+  // hidden files .words, .tree, .tags and .gold there.
+  std::error_code error;
+  if (command.command == "linearize" &&
+      (command.output.back() == '/' || std::filesystem::is_directory(command.output, error))) {
+    THPC_FAIL("--output " << command.output << ": linearize's output is a prefix of four "
+              << "files (PREFIX.words, .tree, .tags, .gold), not a directory: give e.g. "
+              << (std::filesystem::path(command.output) / "wsj").string());
+  }
   // No output over an input (or another output, or a training run's file), however spelt.
   const std::vector<std::string> outputs = output_paths(command);
   std::vector<std::string> inputs = command.files;

@@ -6,12 +6,16 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <thread>
 
 #include "checkpoint/checkpoint.h"
 #include "common/error.h"
@@ -214,9 +218,19 @@ void check_output_path(const std::string& option, const std::string& output,
   if (!descriptor) {
     if (const std::string why = why_not_writable(target); !why.empty()) refuse(why);
   }
+  // A device or a pipe takes a text output as it comes (write_text_atomically writes
+  // into it); a whole HDF5 file would be renamed over it, and the device be gone
+  // (transformer_average --output /dev/null, as root, replaced the system's /dev/null).
+  if (kind != OutputKind::Text && fs::exists(target, error) &&
+      !fs::is_regular_file(target, error)) {
+    refuse(std::string("is ") +
+           (fs::is_fifo(target, error) ? "a pipe (FIFO)" : "a device or other special file") +
+           ", not a file: this output is a whole HDF5 file, written under a temporary name "
+           "and renamed over it; give a file name");
+  }
   if (!fs::exists(target, error) || !fs::is_regular_file(target, error) ||
       fs::file_size(target, error) == 0) {
-    return;  // nothing there to lose (or a device or pipe)
+    return;  // nothing there to lose (or a device or pipe, for a text)
   }
   switch (kind) {
     case OutputKind::Text: {
@@ -283,57 +297,6 @@ void write_in_place(const std::string& path, const std::string& what,
              write);
 }
 
-// The temporary file of a text output (transformer_decode --output), locked (flock) by
-// this process from before its write until after its rename: two programs given one
-// output (two transformer_decode --output F at once) shared the name .F.tmp, both wrote
-// into one file, and the first to finish renamed the mixture over F and exited 0. The
-// second is now refused while the first writes; one that starts after the rename writes
-// a file of its own. A leftover temporary file (of a program killed) is locked by nobody,
-// and is taken. Where the directory cannot be made, or the file not opened (a link), nothing
-// is locked and the write says why it fails; where the file system does not honour flock
-// (Lustre mounted without it, NFS with local_lock), the lock holds only on this host.
-class TemporaryFileClaim {
- public:
-  TemporaryFileClaim(const std::string& path, const std::string& what) {
-    const fs::path final_path(file_named_by(path));
-    std::error_code error;
-    if (final_path.has_parent_path()) fs::create_directories(final_path.parent_path(), error);
-    const std::string temporary = temporary_path(path);
-    // The file locked must still be the one of that name: another program's, renamed
-    // over its output between this open and the lock, is taken again by its new name.
-    // Not through a link: a .F.tmp that is one would have its target written.
-    for (int attempt = 0; attempt < 100; ++attempt) {
-      descriptor_ = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
-      if (descriptor_ < 0 && errno == ELOOP) {
-        THPC_FAIL("cannot write " << what << ": its temporary file " << temporary << " is a "
-                  << "symbolic link, whose target would be written: remove it");
-      }
-      if (descriptor_ < 0) return;
-      if (::flock(descriptor_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
-        ::close(descriptor_);
-        descriptor_ = -1;
-        throw OutputInUse("cannot write " + what + ": another program is writing " + path +
-                          " now (its temporary file " + temporary + " is locked by it): " +
-                          "wait for it to end, or give this one another output file");
-      }
-      struct stat locked {}, named {};
-      if (::fstat(descriptor_, &locked) == 0 && ::stat(temporary.c_str(), &named) == 0 &&
-          locked.st_dev == named.st_dev && locked.st_ino == named.st_ino) {
-        return;
-      }
-      ::close(descriptor_);
-      descriptor_ = -1;
-    }
-  }
-  ~TemporaryFileClaim() {
-    if (descriptor_ >= 0) ::close(descriptor_);
-  }
-  TemporaryFileClaim(const TemporaryFileClaim&) = delete;
-  TemporaryFileClaim& operator=(const TemporaryFileClaim&) = delete;
-
- private:
-  int descriptor_ = -1;
-};
 
 }  // namespace
 
@@ -343,14 +306,9 @@ void write_text_atomically(const std::string& path, const std::string& what,
     write_in_place(path, what, write);
     return;
   }
-  // The claim makes the output's directories, before write_atomically would.
-  const fs::path final_path(file_named_by(path));
-  DirectoriesMade made(final_path.has_parent_path() ? final_path.parent_path().string() : ".");
-  const TemporaryFileClaim claim(path, what);
   write_atomically(path, what, [&](const std::string& temporary) {
     write_file(temporary, what, std::ios::trunc, write);
   });
-  made.keep();
 }
 
 void write_texts_atomically(const std::vector<std::pair<std::string, std::string>>& files) {
@@ -385,31 +343,43 @@ void write_texts_atomically(const std::vector<std::pair<std::string, std::string
     throw;
   }
   // Every file is complete on disk before the first rename: a failure up to here left
-  // every old file as it was.
-  for (size_t i = 0; i < files.size(); ++i) {
-    if (in_place[i]) continue;
-    const std::string& path = targets[i];
-    fs::rename(temporary_path(path), path, error);
-    if (error) {
-      const std::string reason = error.message();
-      // This one's and those not renamed yet: nothing will take them. Said whether they went.
-      std::string kept;
-      for (size_t j = i; j < files.size(); ++j) {
-        if (in_place[j]) continue;
-        const std::string temporary = temporary_path(targets[j]);
-        std::error_code not_removed;
-        if (!fs::remove(temporary, not_removed) && not_removed && kept.empty()) {
-          kept = temporary + " could not be removed (" + not_removed.message() +
-                 "): remove it yourself";
-        }
+  // every old file as it was. The renames are one section that an interrupt waits for:
+  // a Ctrl-C between two of them left transformer_trees linearize's new .words beside
+  // the old .tree, .tags and .gold.
+  // (THPC_TEST_RENAME_DELAY_MS=N: "test hook: renaming into place" on standard error and
+  // N ms before each rename, as transformer_preprocess's: the tests' way into the section.)
+  {
+    const InterruptionsHeld held;
+    const char* delay = std::getenv("THPC_TEST_RENAME_DELAY_MS");
+    if (delay != nullptr) std::cerr << "test hook: renaming into place" << std::endl;
+    for (size_t i = 0; i < files.size(); ++i) {
+      if (in_place[i]) continue;
+      const std::string& path = targets[i];
+      if (delay != nullptr) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::strtol(delay, nullptr, 10)));
       }
-      THPC_FAIL("cannot write " << path << ": rename of " << temporary_path(path) << ": "
-                                << reason << " ("
-                                << (kept.empty() ? "the temporary files are removed" : kept)
-                                << ")");
+      fs::rename(temporary_path(path), path, error);
+      if (error) {
+        const std::string reason = error.message();
+        // This one's and those not renamed yet: nothing will take them. Said whether they went.
+        std::string kept;
+        for (size_t j = i; j < files.size(); ++j) {
+          if (in_place[j]) continue;
+          const std::string temporary = temporary_path(targets[j]);
+          std::error_code not_removed;
+          if (!fs::remove(temporary, not_removed) && not_removed && kept.empty()) {
+            kept = temporary + " could not be removed (" + not_removed.message() +
+                   "): remove it yourself";
+          }
+        }
+        THPC_FAIL("cannot write " << path << ": rename of " << temporary_path(path) << ": "
+                                  << reason << " ("
+                                  << (kept.empty() ? "the temporary files are removed" : kept)
+                                  << ")");
+      }
+      const fs::path directory = fs::path(path).parent_path();
+      fsync_path(directory.empty() ? "." : directory.string(), path);
     }
-    const fs::path directory = fs::path(path).parent_path();
-    fsync_path(directory.empty() ? "." : directory.string(), path);
   }
   for (size_t i = 0; i < files.size(); ++i) {
     if (in_place[i]) write_in_place(targets[i], targets[i], text_of(files[i].second));

@@ -44,19 +44,11 @@ void check_output_path(const std::string& option, const std::string& output,
                        const std::vector<std::string>& inputs, OutputKind kind,
                        const std::vector<std::string>& other_outputs = {});
 
-// Another program writes the output now (its temporary file locked): the output named is
-// in use, which a tool says as a refusal of its command line (exit 2), as an input
-// directory or a run directory in use is.
-class OutputInUse : public Error {
- public:
-  using Error::Error;
-};
-
 // Writes the text `write` produces to `path` all at once or not at all: a temporary file
-// beside it (.NAME.tmp), locked (flock) while it is written, fsync'ed and renamed over
-// `path` (io/atomic_file.h). A path that exists and is not a regular file (/dev/stdout, a
-// pipe) is written directly. Throws thpc::Error naming `what` ("output file PATH") when
-// the write fails, and OutputInUse when another program writes `path` now.
+// beside it (.NAME.tmp), locked while it is written, fsync'ed and renamed over `path`
+// (write_atomically, io/atomic_file.h). A path that exists and is not a regular file
+// (/dev/stdout, a pipe) is written directly. Throws thpc::Error naming `what` ("output
+// file PATH") when the write fails, and OutputInUse when another program writes `path` now.
 void write_text_atomically(const std::string& path, const std::string& what,
                            const std::function<void(std::ostream&)>& write);
 

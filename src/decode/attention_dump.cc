@@ -90,7 +90,7 @@ AttentionDump capture_attention(Transformer& model, const TokenSequence& source,
 }
 
 void write_attention_dumps(const std::string& path, const std::vector<AttentionDump>& dumps,
-                           const std::string& checkpoint) {
+                           const std::string& checkpoint, OutputClaim* claim) {
   THPC_CHECK(!dumps.empty(), "no attention dumps to write to " << path);
   const DumpWriter writer(path);
   write_atomically(path, "attention dump " + path, [&](const std::string& temporary) {
@@ -102,7 +102,7 @@ void write_attention_dumps(const std::string& path, const std::vector<AttentionD
     for (const AttentionDump& dump : dumps) write_line(writer, file.get(), dump);
     writer.check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "flush");
     writer.check(file.close(), "close");
-  });
+  }, claim);
 }
 
 }  // namespace thpc

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "data/batch.h"
+#include "io/atomic_file.h"
 #include "model/transformer.h"
 
 namespace thpc {
@@ -50,9 +51,11 @@ struct AttentionDump {
 AttentionDump capture_attention(Transformer& model, const TokenSequence& source,
                                 const TokenSequence& output, const SpecialIds& ids);
 
-// Writes `dumps` to `path` in the layout above, atomically (io/atomic_file.h).
+// Writes `dumps` to `path` in the layout above, atomically (io/atomic_file.h), under
+// `claim` when the caller took it before its work (else write_atomically takes one).
 // Throws thpc::Error naming the file.
 void write_attention_dumps(const std::string& path, const std::vector<AttentionDump>& dumps,
-                           const std::string& checkpoint);
+                           const std::string& checkpoint,
+                           OutputClaim* claim = nullptr);
 
 }  // namespace thpc

@@ -4,6 +4,8 @@
 #include <pthread.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
+#include <sys/stat.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -16,6 +18,8 @@
 #include <filesystem>
 #include <iostream>
 #include <iterator>
+#include <optional>
+#include <memory>
 #include <vector>
 
 #include "common/error.h"
@@ -267,7 +271,67 @@ bool same_file(const std::string& a, const std::string& b) {
 
 std::string temporary_path(const std::string& path) {
   const fs::path final_path(file_named_by(path));
-  return (final_path.parent_path() / ("." + final_path.filename().string() + ".tmp")).string();
+  std::string name = final_path.filename().string();
+  // A name of 251 to 255 bytes, which a file may have (NAME_MAX), has no room for "." and
+  // ".tmp" (its write failed with "File name too long"): its first 230 bytes and a digest
+  // of the whole (FNV-1a, the same in every program and build) name the temporary file.
+  constexpr size_t kLongestName = 255, kAdded = 5;
+  if (name.size() + kAdded > kLongestName) {
+    uint64_t digest = 14695981039346656037ull;
+    for (const unsigned char byte : name) digest = (digest ^ byte) * 1099511628211ull;
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
+    name = name.substr(0, 230) + "~" + hex;
+  }
+  return (final_path.parent_path() / ("." + name + ".tmp")).string();
+}
+
+OutputClaim::OutputClaim(const std::string& path, const std::string& what)
+    : temporary_(temporary_path(path)) {
+  // The file locked must still be the one of that name: another program's, renamed over
+  // its output between this open and the lock, is taken again by its new name. Not
+  // through a link: a .F.tmp that is one would have its target written.
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    descriptor_ = ::open(temporary_.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+    made_file_ = descriptor_ < 0 && errno == ENOENT;
+    if (made_file_) {
+      descriptor_ =
+          ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+      if (descriptor_ < 0 && errno == EEXIST) continue;  // another program's, just made
+    }
+    if (descriptor_ < 0 && errno == ELOOP) {
+      THPC_FAIL("cannot write " << what << ": its temporary file " << temporary_ << " is a "
+                << "symbolic link, whose target would be written: remove it");
+    }
+    if (descriptor_ < 0) return;  // the write says why (a directory not made yet: it makes it)
+    if (::flock(descriptor_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+      ::close(descriptor_);
+      descriptor_ = -1;
+      throw OutputInUse("cannot write " + what + ": another program is writing " + path +
+                        " now (its temporary file " + temporary_ + " is locked by it): " +
+                        "wait for it to end, or give this one another output file");
+    }
+    if (is_still_named()) {
+      if (made_file_) interrupted_ = std::make_unique<RemovedWhenInterrupted>(temporary_);
+      return;
+    }
+    ::close(descriptor_);
+    descriptor_ = -1;
+  }
+}
+
+bool OutputClaim::is_still_named() const {
+  struct stat locked {}, named {};
+  return ::fstat(descriptor_, &locked) == 0 && ::stat(temporary_.c_str(), &named) == 0 &&
+         locked.st_dev == named.st_dev && locked.st_ino == named.st_ino;
+}
+
+OutputClaim::~OutputClaim() {
+  if (descriptor_ < 0) return;
+  // Made by this claim and never handed to a write: an empty file of ours, still locked
+  // (so no other program's), removed.
+  if (made_file_ && !handed_over_ && is_still_named()) ::unlink(temporary_.c_str());
+  ::close(descriptor_);
 }
 
 DirectoriesMade::DirectoriesMade(const std::string& directory) {
@@ -292,7 +356,8 @@ DirectoriesMade::~DirectoriesMade() {
 }
 
 void write_atomically(const std::string& path, const std::string& what,
-                      const std::function<void(const std::string& temporary)>& write) {
+                      const std::function<void(const std::string& temporary)>& write,
+                      OutputClaim* claim) {
   // A descriptor is written through, never renamed over (write_text_atomically does so);
   // a whole file (a checkpoint, an HDF5 dump) cannot go there.
   if (names_an_open_descriptor(path)) {
@@ -309,6 +374,9 @@ void write_atomically(const std::string& path, const std::string& what,
                               << error.message());
   }
   const std::string temporary = temporary_path(path);
+  std::optional<OutputClaim> own_claim;
+  if (claim == nullptr || !claim->held()) claim = &own_claim.emplace(path, what);
+  claim->handed_over_ = true;  // the temporary file is this write's to remove now
   const RemovedWhenInterrupted interrupted(temporary);
   // Removes the temporary file after a failure: "" when it is gone, else why it stays (a
   // directory made read-only meanwhile), for the user to remove it.

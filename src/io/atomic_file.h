@@ -5,19 +5,71 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "common/error.h"
 
 namespace thpc {
 
 // Writes `path` all at once or not at all: `write` creates the whole file at the
 // temporary path it is given (.NAME.tmp in the same directory, which is created if
 // missing), which is then fsync'ed and renamed over `path`, and the directory fsync'ed so
-// that the rename is durable. When anything fails the temporary file is removed and
+// that the rename is durable. The temporary file is locked (flock) from before `write`
+// until after the rename: another program writing `path` now is an OutputInUse (below).
+// When anything fails the temporary file and the directories made for it are removed, and
 // thpc::Error says "cannot write WHAT: ..." (WHAT names the file, e.g. "checkpoint PATH").
 // A symbolic link `path` stays: the file it names is the one replaced (file_named_by).
+class OutputClaim;
 void write_atomically(const std::string& path, const std::string& what,
-                      const std::function<void(const std::string& temporary)>& write);
+                      const std::function<void(const std::string& temporary)>& write,
+                      OutputClaim* claim = nullptr);
+
+// Another program writes the output now (its temporary file locked): the output named is
+// in use, which a tool says as a refusal of its command line (exit 2, tools/tool_main.h),
+// as an input directory or a run directory in use is.
+class OutputInUse : public Error {
+ public:
+  using Error::Error;
+};
+
+class RemovedWhenInterrupted;
+
+// The lock (flock) on `path`'s temporary file that write_atomically holds from before its
+// write until after its rename. Two programs given one output shared the name .F.tmp: two
+// transformer_decode --output F both wrote into one file, and the first to finish renamed
+// the mixture over F and exited 0; a transformer_average whose HDF5 create of .F.tmp
+// failed on the other's lock removed the other's file as its own leftover, and both
+// failed. Now the second is refused (OutputInUse) while the first writes; one that starts
+// after the rename writes a file of its own; a leftover temporary file (of a program
+// killed) is locked by nobody, and is taken. A temporary file that is a symbolic link is
+// refused (its target would be written). Where the file cannot be opened (its directory
+// not made yet) nothing is held, and the write says why it fails; where the file system
+// does not honour flock (Lustre mounted without it, NFS with local_lock), the lock holds
+// only on this host. A program that writes an output only at the end of long work
+// (transformer_decode's --dump-attention, after the translations) takes the claim before
+// the work and hands it to write_atomically, so that an output in use is said at once; a
+// temporary file it made and never handed over is removed with it.
+class OutputClaim {
+ public:
+  OutputClaim(const std::string& path, const std::string& what);
+  ~OutputClaim();
+  OutputClaim(const OutputClaim&) = delete;
+  OutputClaim& operator=(const OutputClaim&) = delete;
+  bool held() const { return descriptor_ >= 0; }
+
+ private:
+  friend void write_atomically(const std::string&, const std::string&,
+                               const std::function<void(const std::string&)>&, OutputClaim*);
+  bool is_still_named() const;  // the file locked is the one named temporary_
+
+  std::string temporary_;
+  int descriptor_ = -1;
+  bool made_file_ = false;    // this claim created the temporary file
+  bool handed_over_ = false;  // given to write_atomically, which removes it when it fails
+  std::unique_ptr<RemovedWhenInterrupted> interrupted_;
+};
 
 // Whether `a` and `b` name the same file: the same inode when both exist (hard links,
 // symbolic links, "./" and "../" spellings), else the same path once symbolic links,

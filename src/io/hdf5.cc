@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <mutex>
 
 #include "common/error.h"
 
@@ -135,13 +136,23 @@ Handle Writer::create_file(const std::string& path) const {
   if (!options_.timestamps) {
     check(H5Pset_obj_track_times(creation.get(), false), "file creation properties");
   }
+  access = Handle(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   if (options_.format_1_8) {
-    access = Handle(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
     check(H5Pset_libver_bounds(access.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST), "file format");
   }
+  // Every file is created under its temporary name, which write_atomically has locked
+  // (flock) against other programs for the whole write: HDF5's own flock of it, on a
+  // descriptor of its own, would be refused by ours. (HDF5 1.10.7 and 1.12.1 on; before,
+  // the environment's HDF5_USE_FILE_LOCKING=FALSE, read at each open, does the same.)
+#if H5_VERSION_GE(1, 12, 1) || (H5_VERSION_GE(1, 10, 7) && !H5_VERSION_GE(1, 12, 0))
+  check(H5Pset_file_locking(access.get(), false, true), "file locking");
+#else
+  static std::once_flag unlocked;
+  std::call_once(unlocked, [] { ::setenv("HDF5_USE_FILE_LOCKING", "FALSE", 1); });
+#endif
   Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC,
                         creation.valid() ? creation.get() : H5P_DEFAULT,
-                        access.valid() ? access.get() : H5P_DEFAULT),
+                        access.get()),
               H5Fclose);
   if (!file.valid()) fail("cannot create " + path);
   return file;
