@@ -328,6 +328,7 @@ int main(int argc, char** argv) {
   // fallback's SSE3 ones: the program starts again with OPENBLAS_CORETYPE set, before
   // anything else (kernels/cpu/openblas_core.h).
   thpc::run_with_openblas_kernels_for_this_cpu(argv);
+  thpc::set_out_of_memory_advice(thpc::kTrainingMemoryAdvice);
   // Slurm's stop signals are recorded from the first instruction that can take time (MPI
   // start-up takes half a second): one that arrives while MPI starts, the shards are
   // checked or a checkpoint is read stops the run before training (exit 0), instead of

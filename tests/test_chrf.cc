@@ -376,6 +376,16 @@ TEST(ChrfProgram, BadCommandLinesExitTwo) {
            {" -m bleu chrf -sl", "--sentence-level scores one metric, not 2"},
            {" -m chrf -cc -1", "chrF character order -1 < 0"},
            {" -m chrf -cc 0", "chrF needs a character or a word order above 0"},
+           // Each line's statistics hold every order: -cc 100000000 took the machine's
+           // memory until the out-of-memory killer ended the run.
+           {" -m chrf -cc 100000000",
+            "chrF character order 100000000 is above 100: every line's statistics hold each "
+            "order (chrF uses 6 characters, chrF++ adds 2 words)"},
+           {" -m chrf -cw 101", "chrF word order 101 is above 100: every line's statistics hold "
+                                "each order (chrF uses 6 characters, chrF++ adds 2 words)"},
+           {" -m bleu --max-ngram-order 99999",
+            "--max-ngram-order 99999 is not in [1, 100] (BLEU uses 4; every line's statistics "
+            "hold each order)"},
            // (Boost's own line was "the argument ('x') for option '--chrf-beta' is invalid")
            {" -m chrf --chrf-beta x", "--chrf-beta: 'x' is not a whole number"}}) {
     const thpc::ProcessResult result = run_score(files + arguments);

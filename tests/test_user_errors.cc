@@ -554,11 +554,19 @@ TEST(UserErrors, TheFootprintIsComputedWithoutOverflowAndBoundsTheParameterTable
   EXPECT_EQ(training_footprint(tiny.model, 32, tiny.train, 2).tokens_per_micro_batch, 250);
 }
 
+// In the program's words: the trainer's keys, a tool's options, or none (transformer_score
+// advised lowering train.tokens_per_step).
 TEST(UserErrors, AFailedAllocationSaysWhichSizesToLower) {
   const std::bad_alloc failure;
+  const std::string before = out_of_memory_advice();
+  set_out_of_memory_advice("");
+  EXPECT_EQ(failure_message(failure), "out of memory: an allocation failed: the sizes asked "
+                                      "for need more memory than this machine has");
+  set_out_of_memory_advice(kTrainingMemoryAdvice);
   const std::string message = failure_message(failure);
   EXPECT_NE(message.find("out of memory"), std::string::npos) << message;
-  EXPECT_NE(message.find("train.tokens_per_step"), std::string::npos) << message;
+  EXPECT_NE(message.find("has; lower train.tokens_per_step"), std::string::npos) << message;
+  set_out_of_memory_advice(before);
   EXPECT_EQ(failure_message(Error("a plain message")), "a plain message");
 }
 

@@ -53,6 +53,7 @@
 #include "kernels/profiling_backend.h"
 #include "data/batch.h"
 #include "model/transformer.h"
+#include "train/footprint.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
@@ -297,6 +298,7 @@ int run(const Arguments& args) {
 
 int main(int argc, char** argv) {
   thpc::run_with_openblas_kernels_for_this_cpu(argv);  // first: it may start us again
+  thpc::set_out_of_memory_advice(thpc::kTrainingMemoryAdvice);
   Arguments args;
   po::options_description options("transformer_bench_step options");
   options.add_options()

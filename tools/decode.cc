@@ -1059,13 +1059,16 @@ int run(const Arguments& args) {
 
 int main(int argc, char** argv) {
   thpc::run_with_openblas_kernels_for_this_cpu(argv);  // first: it may start us again
+  thpc::set_out_of_memory_advice(
+      "lower --batch-tokens (or give --batch-sentences), --beam (with --sampling: the "
+      "samples a sentence), --threads or --buffer-sentences");
   Arguments args;
   po::options_description options(
       "usage: transformer_decode --checkpoint FILE [FILE...] [options]\n\n"
       "Translates the input, one sentence per line, with beam search (or greedily, or by\n"
       "sampling) and writes one line per input line, in input order.\n\noptions");
   options.add_options()
-      ("help", "print this text and exit")
+      ("help,h", "print this text and exit")
       ("checkpoint", po::value(&args.checkpoints)->multitoken()->composing()->required(),
        "checkpoint (a step or an average; required); several decode as an ensemble, the "
        "weighted mean of their log-probabilities at every step (fairseq --path a:b, Marian "

@@ -187,7 +187,12 @@ CommandLine parse_command_line(int argc, char** argv) {
     if (given.width < 0 || given.width > 17) THPC_FAIL("--width must be in [0, 17]");
     command.width = given.width;
   }
-  if (command.options.max_ngram_order < 1) THPC_FAIL("--max-ngram-order must be at least 1");
+  if (command.options.max_ngram_order < 1 ||
+      command.options.max_ngram_order > thpc::metrics::kHighestNgramOrder) {
+    THPC_FAIL("--max-ngram-order " << command.options.max_ngram_order << " is not in [1, "
+              << thpc::metrics::kHighestNgramOrder
+              << "] (BLEU uses 4; every line's statistics hold each order)");
+  }
   command.options.smoothing = thpc::metrics::parse_smoothing(given.smooth_method);
   if (given_option("smooth-value")) {
     // inf or nan made every BLEU nan, with exit 0.

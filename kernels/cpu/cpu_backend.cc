@@ -80,9 +80,8 @@ class CpuBackend final : public Backend {
     t.data = std::aligned_alloc(64, bytes > 0 ? bytes : 64);
     // Running out of memory is the sizes' doing (a batch budget, a model), not a bug.
     if (t.data == nullptr) {
-      THPC_FAIL("out of host memory: cannot allocate " << bytes << " more bytes; lower "
-                "train.tokens_per_step (or raise train.accumulate, or set "
-                "train.loss_chunk_rows), --batch-tokens when decoding, or the model's sizes");
+      THPC_FAIL(out_of_memory_message("cannot allocate " + std::to_string(bytes) +
+                                      " more bytes of host memory"));
     }
     return t;
   }
@@ -92,7 +91,10 @@ class CpuBackend final : public Backend {
   }
   int32_t* alloc_ids(int64_t count) override {
     auto* ids = static_cast<int32_t*>(std::malloc(sizeof(int32_t) * (count > 0 ? count : 1)));
-    if (ids == nullptr) THPC_FAIL("out of host memory: cannot allocate " << count << " token ids");
+    if (ids == nullptr) {
+      THPC_FAIL(out_of_memory_message("cannot allocate " + std::to_string(count) +
+                                      " token ids in host memory"));
+    }
     return ids;
   }
   void free_ids(int32_t*& ids) override {

@@ -228,10 +228,10 @@ class CudaBackend final : public Backend {
       cudaGetLastError();
       size_t free_bytes = 0, total_bytes = 0;
       cudaMemGetInfo(&free_bytes, &total_bytes);
-      THPC_FAIL("out of GPU memory on " << device_name_ << " allocating " << bytes
-                << " bytes (" << (free_bytes >> 20) << " MiB of " << (total_bytes >> 20)
-                << " MiB free): lower train.tokens_per_step, raise train.accumulate, or make "
-                   "the logits in chunks (train.loss_chunk_rows)");
+      THPC_FAIL(out_of_memory_message(
+          "cannot allocate " + std::to_string(bytes) + " bytes of GPU memory on " +
+          device_name_ + " (" + std::to_string(free_bytes >> 20) + " MiB of " +
+          std::to_string(total_bytes >> 20) + " MiB free)"));
     }
     return t;
   }

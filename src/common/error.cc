@@ -4,6 +4,8 @@
 
 #include <climits>
 #include <new>
+#include <string>
+#include <utility>
 
 namespace thpc {
 namespace {
@@ -84,12 +86,28 @@ void throw_check_failure(const char* expression, const char* file, int line,
   throw Error(out.str());
 }
 
+namespace {
+std::string& advice_when_out_of_memory() {
+  static std::string advice;
+  return advice;
+}
+}  // namespace
+
+void set_out_of_memory_advice(std::string advice) {
+  advice_when_out_of_memory() = std::move(advice);
+}
+
+const std::string& out_of_memory_advice() { return advice_when_out_of_memory(); }
+
+std::string out_of_memory_message(const std::string& what) {
+  const std::string& advice = out_of_memory_advice();
+  return "out of memory: " + what + (advice.empty() ? std::string() : "; " + advice);
+}
+
 std::string failure_message(const std::exception& failure) {
   if (dynamic_cast<const std::bad_alloc*>(&failure) != nullptr) {
-    return "out of memory: an allocation failed; the sizes asked for need more memory than "
-           "this machine has (lower train.tokens_per_step or raise train.accumulate, make the "
-           "logits in chunks with train.loss_chunk_rows, lower model.max_positions or the "
-           "model's sizes; when decoding, --batch-tokens, --beam or --threads)";
+    return out_of_memory_message("an allocation failed: the sizes asked for need more memory "
+                                 "than this machine has");
   }
   return failure.what();
 }

@@ -35,8 +35,20 @@ std::string quoted(const std::string& text, size_t max_bytes = 80);
                                       const std::string& detail);
 
 // What a failure says to the user: its message, except for an allocation that failed
-// (std::bad_alloc, whose what() is "std::bad_alloc"), which says which sizes to lower.
+// (std::bad_alloc, whose what() is "std::bad_alloc"), which says which sizes to lower:
+// the program's own (set_out_of_memory_advice).
 std::string failure_message(const std::exception& failure);
+
+// Which of the program's sizes to lower when memory runs out, in its user's words: the
+// trainer's config keys, transformer_decode's options ("lower --batch-tokens, ..."),
+// set once at the start of main(). Empty (the default): no advice, only that the sizes
+// asked for need more memory than the machine has. (The trainer's advice was given by
+// every program: lowering train.tokens_per_step while scoring BLEU.)
+void set_out_of_memory_advice(std::string advice);
+const std::string& out_of_memory_advice();
+
+// "out of memory: WHAT; ADVICE" ("; " and the advice only where the program set one).
+std::string out_of_memory_message(const std::string& what);
 
 }  // namespace thpc
 

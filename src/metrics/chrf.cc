@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <utility>
 
 #include "common/error.h"
 #include "metrics/tokenize.h"
@@ -170,6 +171,14 @@ ChrfStatistics match(const SegmentNgrams& hypothesis, const SegmentNgrams& refer
 void check_chrf_options(const ChrfOptions& options) {
   if (options.char_order < 0) THPC_FAIL("chrF character order " << options.char_order << " < 0");
   if (options.word_order < 0) THPC_FAIL("chrF word order " << options.word_order << " < 0");
+  for (const auto& [order, name] : {std::pair{options.char_order, "character"},
+                                    std::pair{options.word_order, "word"}}) {
+    if (order > kHighestNgramOrder) {
+      THPC_FAIL("chrF " << name << " order " << order << " is above " << kHighestNgramOrder
+                        << ": every line's statistics hold each order (chrF uses 6 "
+                        << "characters, chrF++ adds 2 words)");
+    }
+  }
   if (options.orders() == 0) THPC_FAIL("chrF needs a character or a word order above 0");
   if (options.beta < 0) THPC_FAIL("chrF beta " << options.beta << " < 0");
 }

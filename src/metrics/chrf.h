@@ -47,7 +47,13 @@ struct ChrfOptions {
   int orders() const { return char_order + word_order; }
 };
 
-// Throws thpc::Error unless the orders are ≥ 0 with at least one, and β ≥ 0.
+// The highest n-gram order a score takes (BLEU's, chrF's character and word orders):
+// each line's statistics hold every order, and `-cc 100000000` grew them until the
+// machine's out-of-memory killer ended the run (BLEU uses 4, chrF 6 and 2).
+inline constexpr int kHighestNgramOrder = 100;
+
+// Throws thpc::Error unless the orders are ≥ 0 and at most kHighestNgramOrder with at
+// least one above 0, and β ≥ 0.
 void check_chrf_options(const ChrfOptions& options);
 
 // The sufficient statistics of chrF: for each order (the character orders 1..char_order,

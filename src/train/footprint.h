@@ -11,6 +11,12 @@
 
 namespace thpc {
 
+// Which sizes a training run lowers when memory runs out (set_out_of_memory_advice, by
+// the trainer and transformer_bench_step).
+inline constexpr char kTrainingMemoryAdvice[] =
+    "lower train.tokens_per_step or raise train.accumulate, make the logits in chunks with "
+    "train.loss_chunk_rows, lower model.max_positions or the model's sizes";
+
 struct TrainingFootprint {
   // Weights of the model's matrices (embedding, learned positions, attention projections,
   // feed-forward layers): biases, norms and alignment left out, so a lower bound of what
