@@ -246,7 +246,12 @@ TEST_F(BestCheckpointFiles, AveragingTheBestRefusesWhatItCannotDoInOneLine) {
   refused("--inputs " + path("run") + " --best 2 --last 2 --output " + path("out.h5"),
           {"--last and --best", "give one"});
   refused("--inputs " + path("run/best_step_00000010.h5") + " --best 1 --output " + path("out.h5"),
-          {"--best selects from a directory"});
+          {"--best selects from a directory, and --inputs", "is a file"});
+  // Said as it is (both were told to "give --inputs DIR", which they had).
+  refused("--inputs " + path("nothere") + " --last 2 --output " + path("out.h5"),
+          {"--inputs " + path("nothere") + ": no such directory"});
+  refused("--inputs " + path("run") + " " + path("run") + " --last 1 --output " + path("out.h5"),
+          {"--last selects from one directory, and --inputs gives 2 paths"});
   refused("--inputs " + path("run") + " --best 1 --output " + path("run/best_step_00000030.h5"),
           {"best_step_*.h5"});
   // Two metrics in one directory cannot be ranked together.

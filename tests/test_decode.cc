@@ -362,6 +362,19 @@ TEST_F(DecodeProgram, TheInputIsTranslatedABufferAtATimeWithoutChangingAnyTransl
   EXPECT_EQ(unreadable.exit_code, 1) << unreadable.output;
   EXPECT_NE(unreadable.output.find("standard input is not open for reading"), std::string::npos)
       << unreadable.output;
+  // A directory as standard input: its reads fail, which read as an empty input, and the
+  // output was replaced by an empty file, exit 0.
+  const fs::path kept = dir_ / "kept.de";
+  std::ofstream(kept) << "an earlier translation\n";
+  const ProcessResult directory = run_process(
+      thpc::binary_dir() + "/transformer_decode --checkpoint " + (dir_ / "model.h5").string() +
+      " --spm-model " + (dir_ / "spm.model").string() + " --output " + kept.string() + " < " +
+      dir_.string());
+  EXPECT_EQ(directory.exit_code, 1) << directory.output;
+  EXPECT_NE(directory.output.find("standard input is a directory, not a text"),
+            std::string::npos)
+      << directory.output;
+  EXPECT_EQ(read_file(kept), "an earlier translation\n");
 }
 
 // --output FIFO is opened before the input is read, as Marian's and CTranslate2's outputs
@@ -783,9 +796,13 @@ TEST_F(DecodeProgram, SamplingIsReproducibleForASeedAndRefusesBadOptions) {
            {"--sampling beam", "--sampling 'beam': not a sampling method"},
            {"--sampling full --temperature 0", "--temperature '0': expected a number > 0"},
            {"--sampling full --seed -3", "--seed '-3': expected a whole number"},
-           {"--temperature 0.5", "--temperature and --seed go with --sampling"},
-           {"--seed 5", "--temperature and --seed go with --sampling"},
-           {"--sampling full --greedy", "--sampling and --greedy: choose one"}}) {
+           {"--temperature 0.5", "--temperature goes with --sampling (a search draws nothing)"},
+           {"--seed 5", "--seed goes with --sampling (a search draws nothing)"},
+           {"--sampling full --greedy", "--sampling and --greedy: choose one"},
+           // (it said "a beam of 1 (--beam)", no --beam given)
+           {"--sampling full --nbest 2",
+            "--nbest 2 asks for more translations a sentence than the search keeps: "
+            "--sampling draws one unless --beam N asks for N; give --beam 2 or more"}}) {
     EXPECT_EQ(decode(options, out, err), 2) << options << ": " << err;
     EXPECT_NE(err.find(message), std::string::npos) << options << ": " << err;
     EXPECT_EQ(lines_of(err).size(), 1u) << err;

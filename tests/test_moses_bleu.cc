@@ -347,6 +347,8 @@ TEST(ScoreProgramMoses, RefusesWhatMultiBleuPerlCannotDo) {
       {" --tokenize moses-compound -sl", "-sl is not an option of multi-bleu.perl"},
       {" --tokenize moses -s none", "-s is not an option of multi-bleu.perl"},
       {" --tokenize moses -m chrf", "scores BLEU only"},
+      // (it was ignored: multi-bleu.perl's line has two decimals)
+      {" --tokenize moses -w 4", "-w sets the decimals of the score alone (-b)"},
       {" --moses-lang de", "--moses-lang needs --tokenize moses"},
       {" --tokenize moses --moses-lang en", "unknown Moses tokenizer language 'en'"},
       {" --tokenize moses --moses-version 2019", "unknown Moses tokenizer version '2019'"},

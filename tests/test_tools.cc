@@ -114,6 +114,20 @@ TEST(Tools, HelpExitsZeroAndShowsTheDefaults) {
   }
 }
 
+// -h is --help in every program, as in fairseq's, Marian's and sacreBLEU's (six of them
+// said "unrecognised option '-h'").
+TEST(Tools, DashHIsHelp) {
+  std::vector<Tool> programs = tools();
+  programs.push_back(Tool{"transformer_hpc", {}, "", ""});
+  for (const Tool& tool : programs) {
+    SCOPED_TRACE(tool.name);
+    const ProcessResult dash_h = run_process(program(tool) + " -h");
+    const ProcessResult help = run_process(program(tool) + " --help");
+    EXPECT_EQ(dash_h.exit_code, 0) << dash_h.output;
+    EXPECT_EQ(dash_h.output, help.output);
+  }
+}
+
 // The program run with `arguments` exits `exit_code` after one line that begins with
 // `start` and holds each of `mentions`.
 void expect_one_line_failure(const Tool& tool, const std::string& arguments, int exit_code,
@@ -580,6 +594,13 @@ TEST(Tools, AnOutputCutShortByAFullDiskExitsOne) {
   EXPECT_EQ(scored.exit_code, 1) << scored.output;
   EXPECT_NE(scored.output.find("transformer_score: " + failed), std::string::npos)
       << scored.output;
+  // Closed, it is said so (it was guessed "a full disk or a file-size limit?").
+  const ProcessResult closed =
+      run_process("(" + program(score) + " " + text + " -i " + text + " >&-)");
+  EXPECT_EQ(closed.exit_code, 1) << closed.output;
+  EXPECT_NE(closed.output.find("transformer_score: error: standard output is closed (>&-)"),
+            std::string::npos)
+      << closed.output;
   // A tool whose standard output is a report of the files it wrote says they are whole
   // (the failure read as if the preprocessing had failed; a helper's finding).
   const std::string corpus = (scratch.path() / "corpus").string();

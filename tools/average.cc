@@ -68,8 +68,22 @@ std::vector<std::string> resolve_inputs(Arguments& arguments) {
     THPC_FAIL("--every-steps chooses among a directory's newest checkpoints: give --last N");
   }
   if (!one_directory) {
-    if (arguments.last > 0) THPC_FAIL("--last selects from a directory; give --inputs DIR");
-    if (arguments.best > 0) THPC_FAIL("--best selects from a directory; give --inputs DIR");
+    if (arguments.last > 0 || arguments.best > 0) {
+      const std::string option = arguments.last > 0 ? "--last" : "--best";
+      // Said as it is: a directory that does not exist, or several, were told to "give
+      // --inputs DIR", which they had.
+      if (arguments.inputs.size() > 1) {
+        THPC_FAIL(option << " selects from one directory, and --inputs gives "
+                         << arguments.inputs.size() << " paths: give one --inputs DIR");
+      }
+      if (!std::filesystem::exists(arguments.inputs[0], error)) {
+        THPC_FAIL("--inputs " << arguments.inputs[0] << ": no such directory (" << option
+                              << " selects from a run's checkpoint.dir)");
+      }
+      THPC_FAIL(option << " selects from a directory, and --inputs " << arguments.inputs[0]
+                       << " is a file: give --inputs DIR, or the checkpoints themselves "
+                       << "without " << option);
+    }
     return arguments.inputs;
   }
   if (arguments.best > 0) {
@@ -187,7 +201,7 @@ int main(int argc, char** argv) {
       "       transformer_average --inputs F1 F2 ... --output FILE\n\n"
       "Averages the parameters of checkpoints (in double precision) into a new,\n"
       "parameters-only checkpoint. All inputs must share one architecture.\n\noptions");
-  options.add_options()("help", "print this text and exit")(
+  options.add_options()("help,h", "print this text and exit")(
       "inputs", po::value(&arguments.inputs)->multitoken()->required(),
       "a run's checkpoint directory, or checkpoint files (required)")(
       "last", po::value(&arguments.last),

@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
       "usage: transformer_data_stats DIR [options]\n\nBatches of one rank at the trainer's "
       "per-rank budget tokens-per-step / (ranks x accumulate): padding waste, reader "
       "throughput, and the share of passes CUDA graphs would replay.\n\noptions");
-  description.add_options()("help", "print this text and exit")(
+  description.add_options()("help,h", "print this text and exit")(
       "dir", po::value(&arguments.dir)->required(),
       "directory of shards (transformer_preprocess --destdir)")(
       "prefix", po::value(&arguments.prefix)->default_value(arguments.prefix),

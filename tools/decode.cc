@@ -183,7 +183,14 @@ class SourceReader {
       THPC_FAIL("standard input is " << (flags == -1 ? "closed" : "not open for reading")
                 << ": give the text to translate on it or with --input FILE");
     }
-    peekable_ = ::fstat(STDIN_FILENO, &status) == 0 && S_ISREG(status.st_mode);
+    const bool known = ::fstat(STDIN_FILENO, &status) == 0;
+    // `< DIR`: its reads fail (EISDIR), which read as the end of an empty input, and the
+    // output was replaced by an empty file, exit 0.
+    if (known && S_ISDIR(status.st_mode)) {
+      THPC_FAIL("standard input is a directory, not a text: give the text to translate on it "
+                "or with --input FILE");
+    }
+    peekable_ = known && S_ISREG(status.st_mode);
   }
 
   const std::string& name() const { return name_; }
@@ -197,6 +204,12 @@ class SourceReader {
     std::string line;
     while (!at_end_ && (count == 0 || lines->size() < count)) {
       if (!thpc::metrics::read_segment(in, name_, lines_ + 1, &line)) {
+        // std::cin reads through C's stdin, whose read errors end it as the end of the
+        // input would: only ferror tells them apart.
+        if (path_ == "-" && std::ferror(stdin)) {
+          THPC_FAIL(name_ << ": read error after line " << lines_
+                          << ": the input was not read to its end");
+        }
         at_end_ = true;
         break;
       }
@@ -461,12 +474,15 @@ thpc::BeamOptions search_options(const Arguments& args, const thpc::DecodeConfig
   // More best translations than the search keeps cannot be written: they were cut to the
   // beam, and --greedy --nbest 2 wrote plain lines without the n-best format.
   if (search.nbest > options.beam) {
+    const bool beam_given = args.search.beam.has_value();
     throw thpc::tools::UsageError(
         "--nbest " + std::to_string(search.nbest) + " asks for more translations a sentence "
         "than the search keeps: " +
         (search.greedy ? std::string("--greedy keeps one")
-                       : "a beam of " + std::to_string(options.beam) +
-                             (search.beam ? " (--beam)" : " (the checkpoint's decode.beam)")) +
+         : args.sampling && !beam_given
+             ? std::string("--sampling draws one unless --beam N asks for N")
+             : "a beam of " + std::to_string(options.beam) +
+                   (beam_given ? " (--beam)" : " (the checkpoint's decode.beam)")) +
         "; give --beam " + std::to_string(search.nbest) + " or more");
   }
   return options;
@@ -1224,7 +1240,8 @@ int main(int argc, char** argv) {
       if (search.greedy) THPC_FAIL("--sampling and --greedy: choose one (--sampling topk=1 draws greedily)");
       if (args.tree_constraints) THPC_FAIL("--sampling does not go with --tree-constraints");
     } else if (values.count("temperature") || values.count("seed")) {
-      THPC_FAIL("--temperature and --seed go with --sampling");
+      THPC_FAIL((values.count("temperature") ? "--temperature" : "--seed")
+                << " goes with --sampling (a search draws nothing)");
     }
     if (values.count("tree-leaves")) {
       args.tree_leaves = values["tree-leaves"].as<std::string>();

@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
       "the training text (or loads --spm-model), and writes DIR/train.NNNNN.h5, "
       "DIR/valid.00000.h5, DIR/test.00000.h5 and DIR/spm.model. In a trainer config, "
       "[data] dir = DIR is then all that is needed.\n\noptions");
-  description.add_options()("help", "print this text and exit")(
+  description.add_options()("help,h", "print this text and exit")(
       "source-lang", po::value(&options.source_lang)->required(), "source language suffix")(
       "target-lang", po::value(&options.target_lang)->required(), "target language suffix")(
       "trainpref", po::value(&options.train_prefix)->required(), "training text prefix")(

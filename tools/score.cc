@@ -217,6 +217,11 @@ CommandLine parse_command_line(int argc, char** argv) {
     if (command.metrics != std::vector<std::string>{"bleu"}) {
       THPC_FAIL("-m: multi-bleu.perl (--tokenize moses or moses-compound) scores BLEU only");
     }
+    // Its line is multi-bleu.perl's own, two decimals: -w changed nothing there.
+    if (given_option("width") && !command.score_only) {
+      THPC_FAIL("-w sets the decimals of the score alone (-b) with --tokenize moses or "
+                "moses-compound: multi-bleu.perl's line has two; give -b -w N");
+    }
     thpc::metrics::MosesBleuOptions& moses = command.moses.emplace();
     moses.split_compounds = given.tokenize == "moses-compound";
     moses.tokenizer.language = thpc::metrics::parse_moses_language(given.moses_lang);

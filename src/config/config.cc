@@ -391,7 +391,7 @@ std::string help_text() {
        << "[section] of the file; --section.key=value on the command line overrides it.\n"
        << "A value outside its key's range stops the program before any work.\n"
        << "\n"
-       << "  --help     print this text and exit\n"
+       << "  -h, --help print this text and exit\n"
        << "  --dry-run  check what training checks at start-up (the configuration, the\n"
        << "             data, the checkpoint it would start from, the run directory),\n"
        << "             print the resolved configuration, and stop; writes nothing\n"
@@ -489,7 +489,7 @@ Config load_config_text(const std::string& ini_text, const std::string& source_n
 
 bool parse_command_line(int argc, const char* const* argv, Config& config) {
   po::options_description flags;
-  flags.add_options()("help", "print the help text and exit")(
+  flags.add_options()("help,h", "print the help text and exit")(
       "dry-run", "check the configuration and stop")(
       "eval", po::value<std::string>(), "score a checkpoint on the validation shards")(
       "config", po::value<std::vector<std::string>>(), "the ini file");

@@ -24,6 +24,13 @@ ComputeType parse_compute_type(const std::string& name) {
   if (name == "float32") return ComputeType::kFloat32;
   if (name == "bfloat16") return ComputeType::kBfloat16;
   if (name == "int8") return ComputeType::kInt8;
+  // CTranslate2's int8 variants name the arithmetic beside the int8 products; ours is
+  // the device's (fp32 on the CPU, bf16 on a GPU): said, not guessed.
+  if (name.rfind("int8_", 0) == 0) {
+    THPC_FAIL("--compute-type '" << name << "': expected " << kNames << " (int8 computes "
+              << "the rest in float32 on the CPU, as CTranslate2's int8_float32, and in "
+              << "bfloat16 on a GPU, as its int8_bfloat16)");
+  }
   THPC_FAIL("--compute-type '" << name << "': expected " << kNames);
 }
 

@@ -201,6 +201,12 @@ std::string standard_output_failure() {
   const bool failed = !std::cout || std::fflush(stdout) != 0 || std::ferror(stdout) != 0;
   if (!failed) return "";
   const int error = errno;
+  // Closed (`>&-`): its writes failed with EBADF long before, which a guess at the
+  // storage ("a full disk?") misnamed.
+  if (::fcntl(STDOUT_FILENO, F_GETFL) == -1) {
+    return "standard output is closed (>&-): what was to be written there is lost; give it "
+           "a file (> FILE) or /dev/null";
+  }
   // errno is the failed write's when the last flush failed; an earlier one's is gone.
   return std::string("writing the standard output failed (") +
          (error != 0 ? std::strerror(error) : "a full disk or a file-size limit?") +
