@@ -297,6 +297,19 @@ TEST(Trees, CommandLineTakesTheOtherToolsForms) {
   EXPECT_NE(nul.output.find(nul_words + ":1: a NUL byte at byte 6 of the line"),
             std::string::npos)
       << nul.output;
+  // A bracket as a word or a tag is refused naming the file, line and item (before: the
+  // tree (NN () written, unbalanced, and counted well-formed; EVALB then refused it).
+  const std::string bracket_words = (dir / "bracket.words").string();
+  std::ofstream(bracket_words) << "The ( sat .\n";
+  const auto bracket = run_process(kTrees + " baseline --words " + bracket_words + " --tags " +
+                                   prefix + ".tags --output " + (dir / "b.gold").string());
+  EXPECT_EQ(bracket.exit_code, 1) << bracket.output;
+  EXPECT_NE(bracket.output.find(bracket_words + ":1: item 2 is '(': a bracket cannot be a "
+                                "tree's word or tag; write ( and ) as the Penn Treebank does, "
+                                "-LRB- and -RRB-"),
+            std::string::npos)
+      << bracket.output;
+  EXPECT_FALSE(fs::exists(dir / "b.gold"));
   // A .mrg file of "-" is standard input (before: "-: no such file").
   const std::string from_stdin = (dir / "stdin").string();
   const auto read_stdin = run_process(kTrees + " linearize --leaves=words --output " +

@@ -275,6 +275,19 @@ int reconstruct(const CommandLine& command) {
       THPC_FAIL(command.tags_path << ":" << i + 1 << ": " << tags[i].size() << " tags for "
                                   << words[i].size() << " words");
     }
+    // A bracket in a leaf opens or closes a constituent of the tree written: "a ( c" gave
+    // (NN () and an unbalanced tree, counted well-formed, that EVALB then refused.
+    for (const auto& [path, leaves] : {std::pair{&command.words_path, &words[i]},
+                                       std::pair{&command.tags_path, &tags[i]}}) {
+      for (size_t k = 0; k < leaves->size(); ++k) {
+        if ((*leaves)[k].find_first_of("()") != std::string::npos) {
+          THPC_FAIL(*path << ":" << i + 1 << ": item " << k + 1 << " is '" << (*leaves)[k]
+                    << "': a bracket cannot be a tree's word or tag; write ( and ) as the "
+                    << "Penn Treebank does, -LRB- and -RRB- (sed -e 's/(/-LRB-/g' -e "
+                    << "'s/)/-RRB-/g')");
+        }
+      }
+    }
   }
   std::string out;
   if (command.command == "baseline") {
