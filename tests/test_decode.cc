@@ -847,6 +847,17 @@ TEST_F(DecodeProgram, OptionsThatCannotMeanWhatTheySayAreRefused) {
             std::string::npos)
       << err;
   EXPECT_EQ(lines_of(err).size(), 1u) << err;
+  EXPECT_NE(err.find("leave --spm-model out to use the stored one"), std::string::npos) << err;
+  // Beside a member that stores none, leaving it out is no way out: it was advised, and
+  // then refused for the member's sake.
+  EXPECT_EQ(decode("--max-len-b 2 --checkpoint " + (dir_ / "model.h5").string(), out, err,
+                   "model_de_spm.h5"),
+            2)
+      << err;
+  EXPECT_NE(err.find("give the spm.model " + (dir_ / "model_de_spm.h5").string() +
+                     " was trained with"),
+            std::string::npos)
+      << err;
   // The very model it stores is fine.
   EXPECT_EQ(decode("--max-len-b 2", out, err, "model_spm.h5"), 0) << err;
 }

@@ -334,21 +334,36 @@ void load_sentencepiece_model(const Arguments& args, const thpc::DecodingCheckpo
         }
       }
       if (differing > 0) {
+        // Leaving it out helps only where every member stores its model (an ensemble with
+        // one that does not was told to, and then refused for not giving it).
+        const bool every_member_stores =
+            std::all_of(ensemble.checkpoints.begin(), ensemble.checkpoints.end(),
+                        [](const thpc::Checkpoint& member) { return !member.spm_model.empty(); });
         throw thpc::tools::UsageError(
             "--spm-model " + args.spm_model + " is not the SentencePiece model stored in " +
             checkpoint_path + " (" +
-            (first >= 0 ? "id " + std::to_string(first) + " is '" + spm.IdToPiece(first) +
-                              "' there and '" + stored.IdToPiece(first) + "' in the checkpoint"
-                        : std::to_string(spm.GetPieceSize()) + " pieces against " +
-                              std::to_string(stored.GetPieceSize())) +
-            "): the model's ids would be written as other pieces; leave --spm-model out to use "
-            "the stored one");
+            (stored.GetPieceSize() != spm.GetPieceSize() || first < 0
+                 ? std::to_string(spm.GetPieceSize()) + " pieces against " +
+                       std::to_string(stored.GetPieceSize())
+                 : "id " + std::to_string(first) + " is '" + spm.IdToPiece(first) +
+                       "' there and '" + stored.IdToPiece(first) + "' in the checkpoint") +
+            "): the model's ids would be written as other pieces; " +
+            (every_member_stores ? "leave --spm-model out to use the stored one"
+                                 : "give the spm.model " + checkpoint_path +
+                                       " was trained with"));
       }
     }
   }
   if (spm.GetPieceSize() != ensemble.vocab_size) {
-    THPC_FAIL(model.name << ": a vocabulary of " << spm.GetPieceSize() << " pieces, but "
-                         << checkpoint_path << " was trained with " << ensemble.vocab_size);
+    std::ostringstream why;
+    why << model.name << ": a vocabulary of " << spm.GetPieceSize() << " pieces, but "
+        << checkpoint_path << " was trained with " << ensemble.vocab_size;
+    // --spm-model's is the command line's mistake (exit 2, as the check against a stored
+    // model says it); a stored model of another size is the checkpoint's.
+    if (!args.spm_model.empty()) {
+      throw thpc::tools::UsageError(why.str() + ": give the spm.model it was trained with");
+    }
+    THPC_FAIL(why.str());
   }
   const thpc::SpecialIds ids{spm.pad_id(), spm.unk_id(), spm.bos_id(), spm.eos_id()};
   if (ids != kIds) {
