@@ -1149,6 +1149,14 @@ TEST_F(CheckpointTest, KeepsTheLastKAndAveragesTheLastN) {
                                    "for 4"),
               std::string::npos)
         << too_many.output;
+    // 0 was taken as the option left out, with no word said.
+    const ProcessResult zero = run_process(kAverager + " --inputs " + dir +
+                                           " --last 2 --every-steps 0 --output " + dir +
+                                           "/zero.h5");
+    EXPECT_EQ(zero.exit_code, 2) << zero.output;
+    EXPECT_NE(zero.output.find("--every-steps 0: give the run's checkpoint.every_steps"),
+              std::string::npos)
+        << zero.output;
   }
 }
 

@@ -836,6 +836,10 @@ TEST_F(DecodeProgram, OptionsThatCannotMeanWhatTheySayAreRefused) {
   EXPECT_NE(err.find("--greedy keeps one"), std::string::npos) << err;
   EXPECT_EQ(decode("--greedy --beam 5 --max-len-b 2", out, err), 2) << err;  // ignored before
   EXPECT_NE(err.find("--greedy and --beam 5: choose one"), std::string::npos) << err;
+  EXPECT_EQ(decode("--greedy --lenpen 1 --max-len-b 2", out, err), 2) << err;  // ignored too
+  EXPECT_NE(err.find("--greedy and --lenpen: greedy search has no length penalty"),
+            std::string::npos)
+      << err;
   EXPECT_EQ(decode("--beam 5 --nbest 5 --max-len-b 2", out, err), 0) << err;
   EXPECT_EQ(decode("--lenpen inf --max-len-b 2", out, err), 2) << err;
   EXPECT_NE(err.find("--lenpen must be finite"), std::string::npos) << err;

@@ -643,6 +643,14 @@ TEST_F(ToolOutputs, AFileSizeLimitStopsEveryWriterWithOneMessageAndNoPartialFile
                          "text/train --validpref text/valid --destdir data2 --vocab-size 100 "
                          "--model-type bpe --seed 1",
                          "shard data2/train.00000.h5", limit + "8192 bytes stopped it");
+  // transformer_trees' four files (it guessed "disk full?").
+  {
+    std::ofstream trees("many.mrg");
+    for (int i = 0; i < 200; ++i) trees << "(S (X a) (Y b))\n";
+  }
+  expect_storage_failure("ulimit -f 1", "transformer_trees linearize --output lim many.mrg",
+                         "cannot write lim.", limit + "1024 bytes stopped it");
+  EXPECT_FALSE(fs::exists("lim.tree"));
   // The trainer's checkpoint (MPI's own files need a few MB: a model whose checkpoint is
   // larger than the 10 MB allowed).
   expect_storage_failure("ulimit -f 10000",

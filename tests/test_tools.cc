@@ -594,6 +594,17 @@ TEST(Tools, AnOutputCutShortByAFullDiskExitsOne) {
   EXPECT_EQ(scored.exit_code, 1) << scored.output;
   EXPECT_NE(scored.output.find("transformer_score: " + failed), std::string::npos)
       << scored.output;
+  // transformer_trees says it before its summary, which named standard output as where
+  // the trees went.
+  const std::string words = (scratch.path() / "w").string(), tags = (scratch.path() / "t").string();
+  std::ofstream(words) << "a b\n";
+  std::ofstream(tags) << "X Y\n";
+  const ProcessResult trees = run_process(
+      "(" + program(Tool{"transformer_trees", {}, "", ""}) + " baseline --words " + words +
+      " --tags " + tags + " --output - > /dev/full)");
+  EXPECT_EQ(trees.exit_code, 1) << trees.output;
+  EXPECT_NE(trees.output.find("transformer_trees: " + failed), std::string::npos) << trees.output;
+  EXPECT_EQ(trees.output.find("-> standard output"), std::string::npos) << trees.output;
   // Closed, it is said so (it was guessed "a full disk or a file-size limit?").
   const ProcessResult closed =
       run_process("(" + program(score) + " " + text + " -i " + text + " >&-)");

@@ -218,7 +218,13 @@ int main(int argc, char** argv) {
   // Which files, and whether the output may be written, are part of the command line:
   // a mistake there is exit 2, like a bad option.
   const auto parse = [&](int count, char** values) {
-    arguments.help = thpc::tools::parse_options(options, count, values).count("help") > 0;
+    const po::variables_map given = thpc::tools::parse_options(options, count, values);
+    arguments.help = given.count("help") > 0;
+    // 0, given, read as the option left out (every checkpoint), with no word said.
+    if (!arguments.help && given.count("every-steps") && arguments.every_steps == 0) {
+      THPC_FAIL("--every-steps 0: give the run's checkpoint.every_steps (1 or more), or leave "
+                "it out to average the newest checkpoints whatever their steps");
+    }
     if (!arguments.help) {
       if (arguments.output.empty()) THPC_FAIL("--output is empty: give a file name");
       arguments.paths = resolve_inputs(arguments);

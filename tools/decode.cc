@@ -458,7 +458,8 @@ std::vector<int> attention_dump_slots(const std::vector<int>& dump_lines,
     const int line = dump_lines[slot];
     if (buffer.sources[line - 1].empty()) {
       throw thpc::tools::UsageError("--dump-lines: line " + std::to_string(line) + " of " +
-                                    name + " is empty: it has no translation to show");
+                                    name + " is empty (or only spaces): it has no translation "
+                                    "to show");
     }
     slot_of_line[line - 1] = static_cast<int>(slot);
   }
@@ -614,7 +615,8 @@ Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
   }
   if (on_cpu) plan.threads_each = args.sampling ? 1 : std::max(1, threads / workers);
   if (args.profile && on_cpu) {
-    std::cerr << "transformer_decode: " << plan.batches.size() << " batches"
+    std::cerr << "transformer_decode: " << plan.batches.size()
+              << (plan.batches.size() == 1 ? " batch" : " batches")
               << (whole_input ? "" : " in the input's first buffer") << ", " << workers
               << (workers == 1 ? " worker of " : " workers of ") << plan.threads_each
               << (plan.threads_each == 1 ? " thread" : " threads")
@@ -1209,6 +1211,10 @@ int main(int argc, char** argv) {
     if (search.greedy && search.beam) {
       THPC_FAIL("--greedy and --beam " << *search.beam
                 << ": choose one (--greedy is a beam of 1 without a length penalty)");
+    }
+    if (search.greedy && search.alpha) {
+      THPC_FAIL("--greedy and --lenpen: greedy search has no length penalty (it ranks no "
+                "hypotheses); give --beam N --lenpen A, or --greedy alone");
     }
     if (search.beam) require_at_least("--beam", *search.beam, 1);
     require_at_least("--nbest", search.nbest, 1);

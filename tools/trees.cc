@@ -185,7 +185,11 @@ CommandLine parse_command_line(int argc, char** argv) {
 // `text` to --output: standard output for "-", else a file written whole or not at all.
 void write_output(const std::string& output, const std::string& text) {
   if (output == "-") {
-    std::cout << text;  // (tool_main says so if the storage does not take it)
+    std::cout << text;
+    // Said now, before the summary line that says the trees went there.
+    if (const std::string failure = thpc::standard_output_failure(); !failure.empty()) {
+      THPC_FAIL(failure);
+    }
   } else {
     thpc::write_texts_atomically({{output, text}});
   }

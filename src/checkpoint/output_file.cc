@@ -338,6 +338,19 @@ void write_texts_atomically(const std::vector<std::pair<std::string, std::string
       write_file(temporary, path, std::ios::trunc, text_of(files[i].second));
       fsync_path(temporary, path);
     }
+  } catch (const Error& failure) {
+    // What stopped it, said as write_atomically says it (transformer_trees under a
+    // `ulimit -f` guessed "disk full?").
+    const fs::path failed(written.empty() ? "." : written.back());
+    std::error_code unknown;
+    const uintmax_t bytes = written.empty() ? 0 : fs::file_size(failed, unknown);
+    const std::string advice =
+        storage_advice(failed.has_parent_path() ? failed.parent_path().string() : ".",
+                       failure.what(), unknown ? 0 : bytes);
+    for (const std::string& temporary : written) fs::remove(temporary, error);
+    if (advice.empty()) throw;
+    THPC_FAIL(failure.what() << ": " << advice
+                             << " (nothing was written: the temporary files are removed)");
   } catch (...) {
     for (const std::string& temporary : written) fs::remove(temporary, error);
     throw;
