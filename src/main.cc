@@ -27,6 +27,7 @@
 #include "distributed/mpi_sanitizer_options.h"
 #include "distributed/rank_failures.h"
 #include "io/atomic_file.h"
+#include "io/hdf5.h"
 #include "kernels/cpu/openblas_core.h"
 #include "model/params.h"
 #include "model/transformer.h"
@@ -329,6 +330,8 @@ int main(int argc, char** argv) {
   // anything else (kernels/cpu/openblas_core.h).
   thpc::run_with_openblas_kernels_for_this_cpu(argv);
   thpc::set_out_of_memory_advice(thpc::kTrainingMemoryAdvice);
+  thpc::hdf5::use_our_locks_not_hdf5s();
+  thpc::guard_standard_streams();
   // Slurm's stop signals are recorded from the first instruction that can take time (MPI
   // start-up takes half a second): one that arrives while MPI starts, the shards are
   // checked or a checkpoint is read stops the run before training (exit 0), instead of

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fcntl.h>
@@ -21,6 +22,7 @@
 #include <future>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -310,6 +312,16 @@ TEST_F(DecodeProgram, TheInputIsTranslatedABufferAtATimeWithoutChangingAnyTransl
       << late.output;
   EXPECT_EQ(late.output.find("limit"), std::string::npos) << late.output;
   EXPECT_FALSE(fs::exists(dir_ / "made"));
+  // Only those it made: "fresh/../kept" took the existing, empty kept for one of them.
+  fs::create_directory(dir_ / "kept");
+  const ProcessResult dotted = run_process(
+      thpc::binary_dir() + "/transformer_decode --checkpoint " + (dir_ / "model.h5").string() +
+      " --spm-model " + (dir_ / "spm.model").string() + " --input " +
+      (dir_ / "late_bad.en").string() + " --max-len-b 4 --buffer-sentences 2 --output " +
+      (dir_ / "fresh" / ".." / "kept" / "late_bad.de").string());
+  EXPECT_EQ(dotted.exit_code, 1) << dotted.output;
+  EXPECT_TRUE(fs::is_directory(dir_ / "kept"));
+  EXPECT_FALSE(fs::exists(dir_ / "fresh"));
   // Another decoding writing the same --output now (its temporary file locked, as this
   // test holds it) is not written into: before, both wrote one .F.tmp and the first to end
   // renamed the mixture over F, exit 0. A leftover one, locked by nobody, is taken.
@@ -406,9 +418,18 @@ TEST_F(DecodeProgram, AFifoOutputIsOpenedBeforeTheInputIsRead) {
       std::async(std::launch::async, [&] { return ::open(fifo.c_str(), O_RDONLY); });
   const bool opened_first = opened.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
   EXPECT_TRUE(opened_first) << "the decoder had not opened --output after 30 s";
-  ASSERT_EQ(::write(to_decoder[1], input.data(), input.size()),
-            static_cast<ssize_t>(input.size()));
+  // (SIGPIPE ignored meanwhile: a decoder that died would have it end this test binary.)
+  const auto previous = std::signal(SIGPIPE, SIG_IGN);
+  const ssize_t sent = ::write(to_decoder[1], input.data(), input.size());
   ::close(to_decoder[1]);
+  std::signal(SIGPIPE, previous);
+  EXPECT_EQ(sent, static_cast<ssize_t>(input.size()));
+  // A decoder that never opens its output (one that died) leaves the open waiting for a
+  // writer: this test's own ends it, so that a failure cannot hang the run.
+  if (opened.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    const int writer = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (writer >= 0) ::close(writer);
+  }
   const int translations = opened.get();
   ASSERT_GE(translations, 0);
   std::string got;
@@ -416,12 +437,29 @@ TEST_F(DecodeProgram, AFifoOutputIsOpenedBeforeTheInputIsRead) {
   for (ssize_t n; (n = ::read(translations, block, sizeof block)) > 0;) got.append(block, n);
   ::close(translations);
   int status = 0;
-  ASSERT_EQ(::waitpid(decoder, &status, 0), decoder);
+  pid_t ended = 0;
+  for (int wait = 0; wait < 600 && (ended = ::waitpid(decoder, &status, WNOHANG)) == 0; ++wait) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (ended == 0) {
+    ::kill(decoder, SIGKILL);
+    ::waitpid(decoder, &status, 0);
+    ADD_FAILURE() << "the decoder had not ended 60 s after its input";
+  }
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   std::string direct, err;
   ASSERT_EQ(decode("--max-len-b 4", direct, err, "model.h5", true, "fifo_input.en"), 0) << err;
   EXPECT_EQ(got, direct);
   EXPECT_EQ(lines_of(direct).size(), 2u) << direct;
+  // --dump-lines reads the whole input before the output is opened: a line the input
+  // lacks is said at once, not after a reader opens the FIFO.
+  const ProcessResult beyond = run_process(
+      "timeout 60 " + program + " --checkpoint " + model + " --spm-model " + spm +
+      " --input " + (dir_ / "fifo_input.en").string() + " --dump-lines 9 --dump-attention " +
+      (dir_ / "dump.h5").string() + " --output " + fifo.string());
+  EXPECT_EQ(beyond.exit_code, 2) << beyond.output;
+  EXPECT_NE(beyond.output.find("--dump-lines: line 9 is beyond the 2 lines"), std::string::npos)
+      << beyond.output;
 }
 
 // --gpu-workers N decoding on the CPU: a bad command line (exit 2) that names --threads,

@@ -228,6 +228,9 @@ TEST_F(ToolOutputs, NoToolWritesOverAStandardStreamsFileOrWhereItCannotWrite) {
   expect_refused(decode + "--input source.en --output out.txt --dump-lines 1 "
                           "--dump-attention model.h5/attention.h5",
                  "is not a directory");
+  expect_refused(decode + "--input source.en --output .attention.h5.tmp --dump-lines 1 "
+                          "--dump-attention attention.h5",
+                 "is the temporary file of another output (attention.h5)");
   expect_refused("transformer_average --inputs model.h5 --output avg.h5/",
                  "names a directory");
   expect_refused("transformer_average --inputs model.h5 --output ''", "--output is empty");
@@ -283,6 +286,25 @@ TEST_F(ToolOutputs, AnHdf5OutputAnotherProgramWritesOrThatIsNoFileIsRefused) {
   EXPECT_EQ(failed.exit_code, 1) << failed.output;
   EXPECT_FALSE(fs::exists(".fresh.h5.tmp"));
   EXPECT_FALSE(fs::exists(".out.txt.tmp"));
+  // A site's HDF5_USE_FILE_LOCKING=TRUE overrode the property that turns HDF5's own lock
+  // off, which then collided with the claim's: every HDF5 output failed.
+  const ProcessResult site = run_process(
+      "HDF5_USE_FILE_LOCKING=TRUE " + kBin + "/transformer_quantize --checkpoint model.h5 "
+      "--output site.h5");
+  EXPECT_EQ(site.exit_code, 0) << site.output;
+  // A temporary name that is no file is refused, not waited on (a FIFO's open waited for a
+  // reader) nor written through.
+  ASSERT_EQ(::mkfifo(".fifo.h5.tmp", 0600), 0);
+  fs::create_directory(".folder.h5.tmp");
+  for (const char* output : {"fifo.h5", "folder.h5"}) {
+    const ProcessResult odd = run_process(
+        "timeout 60 " + kBin + "/transformer_quantize --checkpoint model.h5 --output " + output);
+    EXPECT_EQ(odd.exit_code, 1) << odd.output;
+    EXPECT_NE(odd.output.find("is not a file (a directory, a pipe?): remove it"),
+              std::string::npos)
+        << odd.output;
+  }
+  EXPECT_TRUE(fs::is_fifo(".fifo.h5.tmp"));
   ASSERT_EQ(::mkfifo("pipe.h5", 0600), 0);
   const bool device = ::mknod("device.h5", S_IFCHR | 0666, makedev(1, 3)) == 0;  // as root
   for (const auto& [command, output] : writers) {
@@ -547,6 +569,15 @@ TEST_F(ToolOutputs, AnInterruptWhileTreesRenamesItsFilesLeavesOneWholeSet) {
     EXPECT_EQ(lines_of(read_file(std::string("set") + part)).size(), 2u) << part;
     EXPECT_FALSE(fs::exists(std::string(".set") + part + ".tmp")) << part;
   }
+  // Another run writing the set now (a temporary file locked) is refused, and the set
+  // left as it is (two runs renamed each other's files away, or left a mixed set).
+  std::ofstream(".set.tree.tmp") << "the other run's\n";
+  const int held = ::open(".set.tree.tmp", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(::flock(held, LOCK_EX | LOCK_NB), 0);
+  expect_refused("transformer_trees linearize --output set old.mrg",
+                 "another program is writing set.tree now");
+  ::close(held);
 }
 
 TEST_F(ToolOutputs, TrainerNeverWritesOverItsInputs) {

@@ -630,6 +630,22 @@ TEST(Tools, AnOutputCutShortByAFullDiskExitsOne) {
             std::string::npos)
       << preprocessed.output;
   EXPECT_TRUE(fs::exists(corpus + "/train.00000.h5")) << preprocessed.output;
+  // Started with standard output closed, its first file took the number 1 and the report
+  // went into it; now the report fails, said as closed, and the files are whole.
+  const ProcessResult closed_report = run_process(
+      "(" + program(Tool{"transformer_preprocess", {}, "", ""}) + " --source-lang en "
+      "--target-lang de --trainpref " + (scratch.path() / "pair").string() + " --validpref " +
+      (scratch.path() / "pair").string() + " --destdir " + corpus + "_closed --vocab-size 30 "
+      ">&-)");
+  EXPECT_EQ(closed_report.exit_code, 1) << closed_report.output;
+  EXPECT_NE(closed_report.output.find("transformer_preprocess: error: standard output is "
+                                      "closed (>&-)"),
+            std::string::npos)
+      << closed_report.output;
+  EXPECT_NE(closed_report.output.find("(a report only: the shards and spm.model it wrote are "
+                                      "whole)"),
+            std::string::npos)
+      << closed_report.output;
   const std::string trainer = program(Tool{"transformer_hpc", {}, "", ""});
   for (const std::string& arguments :
        {" " + std::string(THPC_SOURCE_DIR) + "/input/tiny.ini --dry-run", std::string(" --help")}) {

@@ -52,6 +52,7 @@
 #include "kernels/cpu/openblas_core.h"
 #include "kernels/profiling_backend.h"
 #include "data/batch.h"
+#include "io/hdf5.h"
 #include "model/transformer.h"
 #include "train/footprint.h"
 #include "train/lr_schedule.h"
@@ -299,6 +300,7 @@ int run(const Arguments& args) {
 int main(int argc, char** argv) {
   thpc::run_with_openblas_kernels_for_this_cpu(argv);  // first: it may start us again
   thpc::set_out_of_memory_advice(thpc::kTrainingMemoryAdvice);
+  thpc::hdf5::use_our_locks_not_hdf5s();
   Arguments args;
   po::options_description options("transformer_bench_step options");
   options.add_options()

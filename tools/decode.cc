@@ -179,8 +179,9 @@ class SourceReader {
     // Closed (`<&-`), or open for writing only (GNU nohup's for a terminal's): read as an
     // empty input, exit 0 and nothing said.
     const int flags = fcntl(STDIN_FILENO, F_GETFL);
-    if (flags == -1 || (flags & O_ACCMODE) == O_WRONLY) {
-      THPC_FAIL("standard input is " << (flags == -1 ? "closed" : "not open for reading")
+    const bool closed = flags == -1 || thpc::standard_input_was_closed();
+    if (closed || (flags & O_ACCMODE) == O_WRONLY) {
+      THPC_FAIL("standard input is " << (closed ? "closed" : "not open for reading")
                 << ": give the text to translate on it or with --input FILE");
     }
     const bool known = ::fstat(STDIN_FILENO, &status) == 0;
@@ -987,13 +988,21 @@ int run(const Arguments& args) {
   std::optional<WorkerPool> workers;
   bool one_buffer = false;
   int batching_workers = 1;
-  // The first buffer read, its batches and the workers planned on it.
-  const auto start = [&] {
+  // The first buffer read, and where --dump-lines' dumps go.
+  const auto read_first_buffer = [&] {
     read_buffer(buffer);
     if (!args.dump_lines.empty()) {
       buffer.dump_slot = attention_dump_slots(args.dump_lines, reader.name(), buffer);
       found.dumps.resize(args.dump_lines.size());
     }
+  };
+  // --dump-lines reads the whole input, before the output is opened: a line it names that
+  // the input lacks is a usage error said at once (with --output FIFO it waited for the
+  // FIFO's reader first).
+  if (!args.dump_lines.empty()) read_first_buffer();
+  // The first buffer's batches and the workers planned on it.
+  const auto start = [&] {
+    if (args.dump_lines.empty()) read_first_buffer();
     search_buffer(buffer);
     // The workers are planned on the whole input when the first buffer holds it, else
     // for an input of many buffers (Workers::batching_workers then shares out each one).
@@ -1034,9 +1043,10 @@ int run(const Arguments& args) {
       throw DecodingFailed{};
     }
   };
-  // The output is opened before the input is read, as Marian's and CTranslate2's are: a
-  // program that opens the FIFO given as --output before it writes the input waited for
-  // the decoder to open it, and the decoder for the end of the input's first buffer.
+  // The output is opened before the input is read (but with --dump-lines, above), as
+  // Marian's and CTranslate2's are: a program that opens the FIFO given as --output before
+  // it writes the input waited for the decoder to open it, and the decoder for the end of
+  // the input's first buffer.
   try {
     write_output(args, [&](std::ostream& out) {
       decoding(start);

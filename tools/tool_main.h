@@ -25,6 +25,7 @@
 
 #include "common/error.h"
 #include "io/atomic_file.h"
+#include "io/hdf5.h"
 
 namespace thpc::tools {
 
@@ -58,7 +59,9 @@ inline std::string see_help(const std::string& message) {
 template <typename Parse, typename Run>
 int tool_main(const char* name, const std::string& usage, int argc, char** argv, Parse parse,
               Run run, const std::string& files_written = "") {
+  thpc::guard_standard_streams();
   thpc::fail_writes_past_the_file_size_limit();
+  thpc::hdf5::use_our_locks_not_hdf5s();
   thpc::remove_temporaries_when_interrupted();
   decltype(parse(argc, argv)) command;
   try {

@@ -209,6 +209,10 @@ void check_output_path(const std::string& option, const std::string& output,
     if (!other.empty() && other != "-" && same_file(output, other)) {
       refuse("is also the path of another output (" + other + "); give each its own file");
     }
+    if (!other.empty() && other != "-" && same_file(output, temporary_path(other))) {
+      refuse("is the temporary file of another output (" + other + "), written under that "
+             "name first; give another file");
+    }
   }
   const std::string run_file = training_run_file(target);
   if (!run_file.empty()) {
@@ -325,19 +329,30 @@ void write_texts_atomically(const std::vector<std::pair<std::string, std::string
     in_place.push_back(written_in_place(given));
     targets.push_back(in_place.back() ? given : file_named_by(given));
   }
-  // Removed by a Ctrl-C of the tool too (write_atomically's are): until the renames.
+  // Removed by a Ctrl-C of the tool too (write_atomically's are): until the renames. Each
+  // temporary file claimed (OutputClaim), as write_atomically's: two linearize runs of
+  // one prefix renamed each other's files away, or left a mixed set.
   std::vector<std::unique_ptr<RemovedWhenInterrupted>> interrupted;
+  std::vector<std::unique_ptr<DirectoriesMade>> directories;
+  std::vector<std::unique_ptr<OutputClaim>> claims;
   try {
     for (size_t i = 0; i < files.size(); ++i) {
       if (in_place[i]) continue;  // after the others, below
       const std::string& path = targets[i];
       const std::string temporary = temporary_path(path);
-      if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path(), error);
+      if (fs::path(path).has_parent_path()) {
+        directories.push_back(
+            std::make_unique<DirectoriesMade>(fs::path(path).parent_path().string(), error));
+      }
+      claims.push_back(std::make_unique<OutputClaim>(path, "output file " + path));
       interrupted.push_back(std::make_unique<RemovedWhenInterrupted>(temporary));
       written.push_back(temporary);
       write_file(temporary, path, std::ios::trunc, text_of(files[i].second));
       fsync_path(temporary, path);
     }
+  } catch (const OutputInUse&) {
+    for (const std::string& temporary : written) fs::remove(temporary, error);
+    throw;
   } catch (const Error& failure) {
     // What stopped it, said as write_atomically says it (transformer_trees under a
     // `ulimit -f` guessed "disk full?").
@@ -394,6 +409,9 @@ void write_texts_atomically(const std::vector<std::pair<std::string, std::string
       fsync_path(directory.empty() ? "." : directory.string(), path);
     }
   }
+  for (const auto& claim : claims) claim->release();
+  interrupted.clear();
+  for (const auto& made : directories) made->keep();
   for (size_t i = 0; i < files.size(); ++i) {
     if (in_place[i]) write_in_place(targets[i], targets[i], text_of(files[i].second));
   }

@@ -195,6 +195,26 @@ void remove_temporaries_when_interrupted() {
   }
 }
 
+namespace {
+bool g_stream_was_closed[3] = {false, false, false};
+}  // namespace
+
+void guard_standard_streams() {
+  for (int stream = 0; stream < 3; ++stream) {
+    if (::fcntl(stream, F_GETFD) != -1) continue;
+    g_stream_was_closed[stream] = true;
+    const int opened = ::open(stream == 1 ? "/dev/full" : "/dev/null",
+                              stream == 0 ? O_RDONLY : O_WRONLY);
+    if (opened >= 0 && opened != stream) {
+      ::dup2(opened, stream);
+      ::close(opened);
+    }
+  }
+}
+
+bool standard_input_was_closed() { return g_stream_was_closed[0]; }
+bool standard_output_was_closed() { return g_stream_was_closed[1]; }
+
 std::string standard_output_failure() {
   errno = 0;
   std::cout.flush();
@@ -203,7 +223,7 @@ std::string standard_output_failure() {
   const int error = errno;
   // Closed (`>&-`): its writes failed with EBADF long before, which a guess at the
   // storage ("a full disk?") misnamed.
-  if (::fcntl(STDOUT_FILENO, F_GETFL) == -1) {
+  if (standard_output_was_closed() || ::fcntl(STDOUT_FILENO, F_GETFL) == -1) {
     return "standard output is closed (>&-): what was to be written there is lost; give it "
            "a file (> FILE) or /dev/null";
   }
@@ -294,22 +314,39 @@ std::string temporary_path(const std::string& path) {
 
 OutputClaim::OutputClaim(const std::string& path, const std::string& what)
     : temporary_(temporary_path(path)) {
+  const auto refuse = [&](const std::string& why) {
+    THPC_FAIL("cannot write " << what << ": its temporary file " << temporary_ << " " << why);
+  };
   // The file locked must still be the one of that name: another program's, renamed over
-  // its output between this open and the lock, is taken again by its new name. Not
-  // through a link: a .F.tmp that is one would have its target written.
+  // its output between this open and the lock, is taken again by its new name.
   for (int attempt = 0; attempt < 100; ++attempt) {
-    descriptor_ = ::open(temporary_.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+    // Not through a link (a .F.tmp that is one would have its target written), nor into a
+    // FIFO (the open waited for a reader) or anything else that is no file.
+    struct stat named {};
+    if (::lstat(temporary_.c_str(), &named) == 0 && !S_ISREG(named.st_mode)) {
+      refuse(S_ISLNK(named.st_mode) ? "is a symbolic link, whose target would be written: "
+                                      "remove it"
+                                    : "is not a file (a directory, a pipe?): remove it");
+    }
+    descriptor_ = ::open(temporary_.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     made_file_ = descriptor_ < 0 && errno == ENOENT;
     if (made_file_) {
       descriptor_ =
           ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
       if (descriptor_ < 0 && errno == EEXIST) continue;  // another program's, just made
+      if (descriptor_ < 0 && errno == ENOENT) {
+        made_file_ = false;  // its directory is not made yet: write_atomically claims again
+        return;
+      }
     }
-    if (descriptor_ < 0 && errno == ELOOP) {
-      THPC_FAIL("cannot write " << what << ": its temporary file " << temporary_ << " is a "
-                << "symbolic link, whose target would be written: remove it");
+    if (descriptor_ < 0) {
+      // Another user's (EACCES), say: taken as unclaimed, its file was removed as this
+      // write's leftover when the write then failed.
+      const int error = errno;
+      refuse("cannot be " + std::string(made_file_ ? "made" : "opened") + " (" +
+             std::strerror(error) + "): another program may be writing " + path +
+             (made_file_ ? "" : "; if none is, remove it"));
     }
-    if (descriptor_ < 0) return;  // the write says why (a directory not made yet: it makes it)
     if (::flock(descriptor_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
       ::close(descriptor_);
       descriptor_ = -1;
@@ -324,12 +361,20 @@ OutputClaim::OutputClaim(const std::string& path, const std::string& what)
     ::close(descriptor_);
     descriptor_ = -1;
   }
+  refuse("was replaced 100 times while this program locked it: is another program writing " +
+         path + "?");
 }
 
 bool OutputClaim::is_still_named() const {
   struct stat locked {}, named {};
   return ::fstat(descriptor_, &locked) == 0 && ::stat(temporary_.c_str(), &named) == 0 &&
          locked.st_dev == named.st_dev && locked.st_ino == named.st_ino;
+}
+
+void OutputClaim::release() {
+  interrupted_.reset();
+  if (descriptor_ >= 0) ::close(descriptor_);
+  descriptor_ = -1;
 }
 
 OutputClaim::~OutputClaim() {
@@ -340,20 +385,32 @@ OutputClaim::~OutputClaim() {
   ::close(descriptor_);
 }
 
-DirectoriesMade::DirectoriesMade(const std::string& directory) {
-  std::error_code error;
-  for (fs::path missing = fs::absolute(directory, error);
-       !error && !missing.empty() && !fs::exists(missing, error) && !error;
-       missing = missing.parent_path()) {
-    missing_.push_back(missing.string());
-    if (missing == missing.parent_path()) break;
+DirectoriesMade::DirectoriesMade(const std::string& directory, std::error_code& error) {
+  error.clear();
+  // A level at a time, each one made here recorded: the missing ones were guessed from
+  // the path before, and "new/../out" took an existing out for one to remove.
+  fs::path prefix;
+  for (const fs::path& part : fs::path(directory)) {
+    prefix /= part;
+    if (part.empty() || part == "." || part == ".." || fs::is_directory(prefix, error)) {
+      continue;
+    }
+    error.clear();
+    if (fs::create_directory(prefix, error)) {
+      made_.insert(made_.begin(), prefix.string());  // deepest first
+    } else if (error) {
+      return;
+    } else if (!fs::is_directory(prefix, error)) {
+      error = std::make_error_code(std::errc::not_a_directory);
+      return;
+    }
   }
-  if (error) missing_.clear();  // unknown: nothing is removed
+  error.clear();
 }
 
 DirectoriesMade::~DirectoriesMade() {
   std::error_code error;
-  for (const std::string& made : missing_) {
+  for (const std::string& made : made_) {
     if (!fs::is_directory(made, error) || !fs::is_empty(made, error) ||
         !fs::remove(made, error)) {
       break;  // a file in it, or not ours to remove: it and its parents stay
@@ -373,22 +430,24 @@ void write_atomically(const std::string& path, const std::string& what,
   const fs::path final_path(file_named_by(path));
   const fs::path directory = final_path.has_parent_path() ? final_path.parent_path() : ".";
   std::error_code error;
-  DirectoriesMade made(directory.string());
-  fs::create_directories(directory, error);
+  DirectoriesMade made(directory.string(), error);
   if (error) {
     THPC_FAIL("cannot write " << what << ": cannot create directory " << directory << ": "
                               << error.message());
   }
   const std::string temporary = temporary_path(path);
+  // The caller's claim (taken before its work) while it still locks the file of that
+  // name; else this write's own.
   std::optional<OutputClaim> own_claim;
   if (claim == nullptr || !claim->held()) claim = &own_claim.emplace(path, what);
   claim->handed_over_ = true;  // the temporary file is this write's to remove now
-  const RemovedWhenInterrupted interrupted(temporary);
+  std::optional<RemovedWhenInterrupted> interrupted(std::in_place, temporary);
   // Removes the temporary file after a failure: "" when it is gone, else why it stays (a
-  // directory made read-only meanwhile), for the user to remove it.
-  const auto kept_temporary = [&temporary]() -> std::string {
+  // directory made read-only meanwhile), for the user to remove it. Only while this write
+  // holds it: a file it does not lock is another program's.
+  const auto kept_temporary = [&temporary, claim]() -> std::string {
     std::error_code kept;
-    if (fs::remove(temporary, kept) || !kept) return "";
+    if (!claim->held() || fs::remove(temporary, kept) || !kept) return "";
     return temporary + " could not be removed (" + kept.message() + "): remove it yourself";
   };
   try {
@@ -404,7 +463,7 @@ void write_atomically(const std::string& path, const std::string& what,
     THPC_FAIL(failure.what() << ": " << advice << " (nothing was written: "
                              << (kept.empty() ? temporary + " is removed" : kept) << ")");
   } catch (...) {
-    fs::remove(temporary, error);
+    if (claim->held()) fs::remove(temporary, error);
     throw;
   }
   fs::rename(temporary, final_path, error);
@@ -417,6 +476,11 @@ void write_atomically(const std::string& path, const std::string& what,
                               << (kept.empty() ? temporary + " is removed" : kept) << ")");
   }
   made.keep();
+  // The lock now holds the output itself, and the name .F.tmp may be another program's
+  // next claim: released before the directory's sync, and the name no longer removed by
+  // an interrupt.
+  claim->release();
+  interrupted.reset();
   // The rename itself is durable only once the directory entry is on disk.
   fsync_path(directory.string(), what);
 }

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "common/error.h"
@@ -43,21 +44,29 @@ class RemovedWhenInterrupted;
 // failed on the other's lock removed the other's file as its own leftover, and both
 // failed. Now the second is refused (OutputInUse) while the first writes; one that starts
 // after the rename writes a file of its own; a leftover temporary file (of a program
-// killed) is locked by nobody, and is taken. A temporary file that is a symbolic link is
-// refused (its target would be written). Where the file cannot be opened (its directory
-// not made yet) nothing is held, and the write says why it fails; where the file system
-// does not honour flock (Lustre mounted without it, NFS with local_lock), the lock holds
-// only on this host. A program that writes an output only at the end of long work
-// (transformer_decode's --dump-attention, after the translations) takes the claim before
-// the work and hands it to write_atomically, so that an output in use is said at once; a
-// temporary file it made and never handed over is removed with it.
+// killed) is locked by nobody, and is taken. A temporary file that is a symbolic link,
+// no file (a FIFO, whose open waited for a reader) or one this program cannot open
+// (another user's) is refused: taken for unclaimed, another user's was removed as this
+// write's leftover. Where its directory is not made yet nothing is held (write_atomically
+// makes it and claims again); where the file system does not honour flock (Lustre mounted
+// without it, NFS with local_lock), the lock holds only on this host. It is released
+// after the rename (it would lock the output itself). A program that writes an output
+// only at the end of long work (transformer_decode's --dump-attention, after the
+// translations) takes the claim before the work and hands it to write_atomically, so that
+// an output in use is said at once; a temporary file it made and never handed over is
+// removed with it. HDF5's own lock of the file it creates would collide with this one:
+// every program turns it off first (hdf5::use_our_locks_not_hdf5s, io/hdf5.h).
 class OutputClaim {
  public:
   OutputClaim(const std::string& path, const std::string& what);
   ~OutputClaim();
   OutputClaim(const OutputClaim&) = delete;
   OutputClaim& operator=(const OutputClaim&) = delete;
-  bool held() const { return descriptor_ >= 0; }
+  // Whether it locks the file of the temporary name now (one removed or replaced since,
+  // or never opened: not).
+  bool held() const { return descriptor_ >= 0 && is_still_named(); }
+  // Unlocks it: after the rename, the lock would hold the output itself.
+  void release();
 
  private:
   friend void write_atomically(const std::string&, const std::string&,
@@ -93,20 +102,21 @@ bool names_an_open_descriptor(const std::string& path);
 std::string temporary_path(const std::string& path);
 
 // The directories a write makes for its file: those of `directory` and its parents
-// that are missing when this is made, removed again (deepest first, each only while
-// empty) when this is destroyed before keep(). A write that fails leaves no empty folders
-// behind (transformer_decode --output new/dir/out.txt stopped by a bad input line).
+// that this makes, removed again (deepest first, each only while empty) when this is
+// destroyed before keep(). A write that fails leaves no empty folders behind
+// (transformer_decode --output new/dir/out.txt stopped by a bad input line).
 class DirectoriesMade {
  public:
-  explicit DirectoriesMade(const std::string& directory);
+  // Makes them, a level at a time; `error` says why one could not be made.
+  DirectoriesMade(const std::string& directory, std::error_code& error);
   ~DirectoriesMade();
   DirectoriesMade(const DirectoriesMade&) = delete;
   DirectoriesMade& operator=(const DirectoriesMade&) = delete;
   // The write succeeded: its directories stay.
-  void keep() { missing_.clear(); }
+  void keep() { made_.clear(); }
 
  private:
-  std::vector<std::string> missing_;  // deepest first
+  std::vector<std::string> made_;  // deepest first
 };
 
 // fsync of the file or directory `path`; thpc::Error "cannot write WHAT: ..." when it fails.
@@ -170,6 +180,15 @@ void remove_temporaries_when_interrupted();
 // `> scores.txt` cut the text short while the program exited 0 (a truncated score taken
 // for a success). Every program checks it before it exits 0.
 std::string standard_output_failure();
+
+// Standard input, output and error that the program was started without (`<&-`, `>&-`,
+// `2>&-`) opened on /dev/null, /dev/full and /dev/null: the first files the program
+// opened took their numbers, and what it printed went into them (a summary line into a
+// shard being written), or a closed output was misnamed as a full disk. Every program
+// calls it first; a closed standard output then fails its first write, said as closed.
+void guard_standard_streams();
+bool standard_input_was_closed();
+bool standard_output_was_closed();
 
 // What stopped a write into `directory` that failed with `failure` (its message: HDF5's
 // failures say "(errno N)", io/hdf5.h) after `bytes_written` bytes of its file, when the

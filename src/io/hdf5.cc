@@ -4,7 +4,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <mutex>
 
 #include "common/error.h"
 
@@ -50,6 +49,8 @@ std::string dims_text(const std::vector<hsize_t>& dims) {
 }
 
 }  // namespace
+
+void use_our_locks_not_hdf5s() { ::setenv("HDF5_USE_FILE_LOCKING", "FALSE", 1); }
 
 void silence_error_printing() {
   // Per thread: a thread-safe HDF5 keeps an error stack, and its printing, for each thread
@@ -143,12 +144,11 @@ Handle Writer::create_file(const std::string& path) const {
   // Every file is created under its temporary name, which write_atomically has locked
   // (flock) against other programs for the whole write: HDF5's own flock of it, on a
   // descriptor of its own, would be refused by ours. (HDF5 1.10.7 and 1.12.1 on; before,
-  // the environment's HDF5_USE_FILE_LOCKING=FALSE, read at each open, does the same.)
+  // the environment's HDF5_USE_FILE_LOCKING=FALSE, read at each open, which the programs
+  // set first, use_our_locks_not_hdf5s, does the same; and it overrides this property
+  // where a site sets it to TRUE.)
 #if H5_VERSION_GE(1, 12, 1) || (H5_VERSION_GE(1, 10, 7) && !H5_VERSION_GE(1, 12, 0))
   check(H5Pset_file_locking(access.get(), false, true), "file locking");
-#else
-  static std::once_flag unlocked;
-  std::call_once(unlocked, [] { ::setenv("HDF5_USE_FILE_LOCKING", "FALSE", 1); });
 #endif
   Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC,
                         creation.valid() ? creation.get() : H5P_DEFAULT,

@@ -23,6 +23,15 @@ namespace thpc::hdf5 {
 // naming the file and the problem instead. Every entry point below calls it.
 void silence_error_printing();
 
+// HDF5_USE_FILE_LOCKING=FALSE in this process's environment: HDF5's own lock of a file
+// it creates (flock, on a descriptor of its own) collides with the program's lock of the
+// same temporary file (OutputClaim, io/atomic_file.h), and the variable, where a site sets
+// it to TRUE or BEST_EFFORT, overrides the file-access property that turns it off (every
+// write failed with "unable to lock file"). Every file written is claimed by the
+// program's own lock, and every file read is whole (written under a temporary name and
+// renamed), so HDF5's adds nothing. Called first in every main(), before any thread.
+void use_our_locks_not_hdf5s();
+
 // Whether this HDF5 was built thread-safe (Debian's is; Spack's needs +threadsafe): its
 // calls may then come from two threads at once, each held while the other's runs.
 bool library_is_threadsafe();
