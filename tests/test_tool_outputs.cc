@@ -721,6 +721,19 @@ TEST_F(ToolOutputs, AFullDiskStopsEveryWriterWithOneMessageAndNoPartialFile) {
                          "text/train --validpref text/valid --destdir full/data --vocab-size 100 "
                          "--model-type bpe --seed 1",
                          "full/data/", full + "full/data is full", "full");
+  // Out of inodes (a scratch file system's quota of files): the temporary file cannot be
+  // made, which the claim said as "another program may be writing" it.
+  fs::create_directories("inodes");
+  if (::mount("tmpfs", "inodes", "tmpfs", 0, "size=32m,nr_inodes=2") != 0) return;
+  struct UnmountInodes {
+    ~UnmountInodes() { ::umount2((fs::current_path() / "inodes").c_str(), MNT_DETACH); }
+  } unmount_inodes;
+  std::ofstream("inodes/filler") << "x";
+  expect_storage_failure("true", "transformer_quantize --checkpoint model.h5 --output "
+                                 "inodes/int8.h5",
+                         "cannot create its temporary file inodes/.int8.h5.tmp: No space left "
+                         "on device (errno 28)",
+                         full + "inodes can hold no more files (no inodes left", "inodes");
 }
 
 

@@ -332,17 +332,28 @@ void write_texts_atomically(const std::vector<std::pair<std::string, std::string
   // Removed by a Ctrl-C of the tool too (write_atomically's are): until the renames. Each
   // temporary file claimed (OutputClaim), as write_atomically's: two linearize runs of
   // one prefix renamed each other's files away, or left a mixed set.
+  // (claims[k], interrupted[k] and written[k] are the k-th file not written in place's.)
   std::vector<std::unique_ptr<RemovedWhenInterrupted>> interrupted;
   std::vector<std::unique_ptr<DirectoriesMade>> directories;
   std::vector<std::unique_ptr<OutputClaim>> claims;
+  // Only those this write holds: one that is no longer (replaced) is another program's.
+  const auto remove_written = [&] {
+    for (size_t k = 0; k < written.size(); ++k) {
+      if (claims[k]->held()) fs::remove(written[k], error);
+    }
+  };
   try {
     for (size_t i = 0; i < files.size(); ++i) {
       if (in_place[i]) continue;  // after the others, below
       const std::string& path = targets[i];
       const std::string temporary = temporary_path(path);
       if (fs::path(path).has_parent_path()) {
-        directories.push_back(
-            std::make_unique<DirectoriesMade>(fs::path(path).parent_path().string(), error));
+        const std::string directory = fs::path(path).parent_path().string();
+        directories.push_back(std::make_unique<DirectoriesMade>(directory, error));
+        if (error) {
+          THPC_FAIL("cannot write " << path << ": cannot create directory " << directory
+                                    << ": " << error.message());
+        }
       }
       claims.push_back(std::make_unique<OutputClaim>(path, "output file " + path));
       interrupted.push_back(std::make_unique<RemovedWhenInterrupted>(temporary));
@@ -351,7 +362,7 @@ void write_texts_atomically(const std::vector<std::pair<std::string, std::string
       fsync_path(temporary, path);
     }
   } catch (const OutputInUse&) {
-    for (const std::string& temporary : written) fs::remove(temporary, error);
+    remove_written();
     throw;
   } catch (const Error& failure) {
     // What stopped it, said as write_atomically says it (transformer_trees under a
@@ -362,12 +373,12 @@ void write_texts_atomically(const std::vector<std::pair<std::string, std::string
     const std::string advice =
         storage_advice(failed.has_parent_path() ? failed.parent_path().string() : ".",
                        failure.what(), unknown ? 0 : bytes);
-    for (const std::string& temporary : written) fs::remove(temporary, error);
+    remove_written();
     if (advice.empty()) throw;
     THPC_FAIL(failure.what() << ": " << advice
                              << " (nothing was written: the temporary files are removed)");
   } catch (...) {
-    for (const std::string& temporary : written) fs::remove(temporary, error);
+    remove_written();
     throw;
   }
   // Every file is complete on disk before the first rename: a failure up to here left
@@ -380,13 +391,20 @@ void write_texts_atomically(const std::vector<std::pair<std::string, std::string
     const InterruptionsHeld held;
     const char* delay = std::getenv("THPC_TEST_RENAME_DELAY_MS");
     if (delay != nullptr) std::cerr << "test hook: renaming into place" << std::endl;
-    for (size_t i = 0; i < files.size(); ++i) {
+    for (size_t i = 0, k = 0; i < files.size(); ++i) {
       if (in_place[i]) continue;
       const std::string& path = targets[i];
       if (delay != nullptr) {
         std::this_thread::sleep_for(std::chrono::milliseconds(std::strtol(delay, nullptr, 10)));
       }
       fs::rename(temporary_path(path), path, error);
+      if (!error) {
+        // Its name may be another program's next temporary file now: no longer ours to
+        // remove at an interrupt (one that came meanwhile acts when the section ends).
+        claims[k]->release();
+        interrupted[k].reset();
+        ++k;
+      }
       if (error) {
         const std::string reason = error.message();
         // This one's and those not renamed yet: nothing will take them. Said whether they went.
@@ -409,8 +427,6 @@ void write_texts_atomically(const std::vector<std::pair<std::string, std::string
       fsync_path(directory.empty() ? "." : directory.string(), path);
     }
   }
-  for (const auto& claim : claims) claim->release();
-  interrupted.clear();
   for (const auto& made : directories) made->keep();
   for (size_t i = 0; i < files.size(); ++i) {
     if (in_place[i]) write_in_place(targets[i], targets[i], text_of(files[i].second));

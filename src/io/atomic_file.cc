@@ -203,8 +203,10 @@ void guard_standard_streams() {
   for (int stream = 0; stream < 3; ++stream) {
     if (::fcntl(stream, F_GETFD) != -1) continue;
     g_stream_was_closed[stream] = true;
-    const int opened = ::open(stream == 1 ? "/dev/full" : "/dev/null",
-                              stream == 0 ? O_RDONLY : O_WRONLY);
+    int opened = ::open(stream == 1 ? "/dev/full" : "/dev/null",
+                        stream == 0 ? O_RDONLY : O_WRONLY);
+    // Without /dev/full (a bare chroot), a descriptor no write can use takes the number.
+    if (opened < 0) opened = ::open("/dev/null", O_RDONLY);
     if (opened >= 0 && opened != stream) {
       ::dup2(opened, stream);
       ::close(opened);
@@ -249,6 +251,13 @@ std::string storage_advice(const std::string& directory, const std::string& fail
       measured ? static_cast<unsigned long long>(space.f_bavail) * space.f_frsize : 0;
   // Little space left explains a failure that names no other cause (HDF5's may name none).
   const bool other_cause = says("(errno ") && !says("(errno 28)") && !says("(errno 122)");
+  // Out of inodes (files) with space left: a scratch file system's quota of files.
+  if ((says("(errno 28)") || says("(errno 122)")) && measured && space.f_files > 0 &&
+      space.f_favail == 0 && available >= (16ull << 20)) {
+    return "the file system (or this user's quota) of " + directory + " can hold no more "
+           "files (no inodes left, " + std::to_string(available >> 20) + " MiB of space); "
+           "remove files there, or write elsewhere";
+  }
   if (says("(errno 28)") || says("(errno 122)") ||
       (!other_cause && measured && available < (16ull << 20))) {
     return "the file system (or this user's quota) of " + directory + " is full" +
@@ -329,6 +338,25 @@ OutputClaim::OutputClaim(const std::string& path, const std::string& what)
                                     : "is not a file (a directory, a pipe?): remove it");
     }
     descriptor_ = ::open(temporary_.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (descriptor_ < 0 && errno == EACCES) {
+      // A leftover this user may not write (read-only; before the claim, its failed write
+      // removed it and the next run went on): locked by nobody, it is removed and made
+      // anew; locked, another program writes it.
+      const int reader = ::open(temporary_.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+      if (reader >= 0) {
+        const bool locked = ::flock(reader, LOCK_EX | LOCK_NB) == 0;
+        const bool in_use = !locked && errno == EWOULDBLOCK;
+        const bool removed = locked && ::unlink(temporary_.c_str()) == 0;
+        ::close(reader);
+        if (in_use) {
+          throw OutputInUse("cannot write " + what + ": another program is writing " + path +
+                            " now (its temporary file " + temporary_ + " is locked by it): " +
+                            "wait for it to end, or give this one another output file");
+        }
+        if (removed) continue;
+      }
+      errno = EACCES;
+    }
     made_file_ = descriptor_ < 0 && errno == ENOENT;
     if (made_file_) {
       descriptor_ =
@@ -339,13 +367,23 @@ OutputClaim::OutputClaim(const std::string& path, const std::string& what)
         return;
       }
     }
+    if (descriptor_ < 0 && made_file_) {
+      // A full file system or inode quota, a read-only one: said as any failed write is.
+      const int error = errno;
+      const std::string failure = "cannot write " + what + ": cannot create its temporary "
+                                  "file " + temporary_ + ": " + std::strerror(error) +
+                                  " (errno " + std::to_string(error) + ")";
+      const fs::path directory = fs::path(temporary_).parent_path();
+      const std::string advice =
+          storage_advice(directory.empty() ? "." : directory.string(), failure, 0);
+      THPC_FAIL(failure << (advice.empty() ? "" : ": " + advice));
+    }
     if (descriptor_ < 0) {
       // Another user's (EACCES), say: taken as unclaimed, its file was removed as this
       // write's leftover when the write then failed.
       const int error = errno;
-      refuse("cannot be " + std::string(made_file_ ? "made" : "opened") + " (" +
-             std::strerror(error) + "): another program may be writing " + path +
-             (made_file_ ? "" : "; if none is, remove it"));
+      refuse("cannot be opened (" + std::string(std::strerror(error)) +
+             "): another program may be writing " + path + "; if none is, remove it");
     }
     if (::flock(descriptor_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
       ::close(descriptor_);
