@@ -396,6 +396,19 @@ TEST(ChrfProgram, BadCommandLinesExitTwo) {
   }
 }
 
+// A file without line ends (/dev/zero, a crash's zeroed blocks) is refused at 256 MiB:
+// it was read until the machine's memory ran out, then said as "read error".
+TEST(ChrfProgram, ALineWithoutEndIsRefusedBeforeTheMemoryRunsOut) {
+  THPC_REQUIRE_DATA("sacrebleu_tests/wmt17_en-de");
+  if (!std::filesystem::exists("/dev/zero")) GTEST_SKIP() << "no /dev/zero here";
+  const thpc::ProcessResult result = run_score("/dev/zero -i " + kUedin);
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_NE(result.output.find("transformer_score: error: /dev/zero: line 1 is longer than "
+                               "256 MiB without a line end: not a text of lines"),
+            std::string::npos)
+      << result.output;
+}
+
 // ---- against Python's sacreBLEU, when it is installed ----
 
 // `output` with sacreBLEU's version ("version:2.6.0") and ours ("version:2.x-compatible")

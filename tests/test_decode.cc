@@ -914,6 +914,14 @@ TEST_F(DecodeProgram, BadInputFailsWithAMessage) {
                               " < /dev/null > /dev/null 2>&1";
   const int status = std::system(missing.c_str());
   EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 1);
+  // A file without line ends (zeroed blocks): refused at 256 MiB, not read until the
+  // memory ran out and then said as "read error".
+  if (fs::exists("/dev/zero")) {
+    fs::create_symlink("/dev/zero", dir_ / "zeros.en");
+    EXPECT_EQ(decode("--max-len-b 2", out, err, "model.h5", true, "zeros.en"), 1) << err;
+    EXPECT_NE(err.find("line 1 is longer than 256 MiB without a line end"), std::string::npos)
+        << err;
+  }
 
   // A checkpoint that is a directory, an --spm-model that is text: said in the user's
   // words (before: "no such file", and SentencePiece's "Internal: ...cc(1101) [...]").

@@ -4,7 +4,10 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <ios>
 #include <sstream>
+#include <string>
+#include <utility>
 
 #include "common/error.h"
 #include "common/input_file.h"
@@ -289,26 +292,51 @@ BleuScore sentence_bleu(std::string_view hypothesis, const std::vector<std::stri
   return BleuScorer(single_segment_streams(references), options).sentence_score(0, hypothesis);
 }
 
-std::vector<std::string> read_lines(std::istream& in, const std::string& source) {
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) THPC_FAIL(source << ": read error");
-  const std::string bytes = buffer.str();
+namespace {
 
+// The next line of `in`, split at \n alone (a \r stays in its line; a last line without
+// one is a line), into `line`: false at the end of `in`. Refused past kLongestLineBytes
+// (a file without line ends, /dev/zero or a crash's zeroed blocks, was read into memory
+// until it ran out, then said as "read error"), and a read error said with its cause.
+bool next_line(std::istream& in, const std::string& source, int64_t number, std::string* line) {
+  line->clear();
+  std::streambuf* buffer = in.rdbuf();
+  bool any = false;
+  try {
+    for (;;) {
+      const int c = buffer->sbumpc();
+      if (c == std::char_traits<char>::eof()) {
+        in.setstate(any ? std::ios::eofbit : std::ios::eofbit | std::ios::failbit);
+        return any;
+      }
+      any = true;
+      if (c == '\n') return true;
+      line->push_back(static_cast<char>(c));
+      if (line->size() > kLongestLineBytes) {
+        THPC_FAIL(source << ": line " << number << " is longer than "
+                         << (kLongestLineBytes >> 20) << " MiB without a line end: not a text "
+                         << "of lines (a binary file, or zeroed blocks?)");
+      }
+    }
+  } catch (const std::ios_base::failure& failure) {
+    THPC_FAIL(source << ": read error after line " << number - 1 << " ("
+                     << failure.code().message() << ")");
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> read_lines(std::istream& in, const std::string& source) {
   std::vector<std::string> lines;
-  size_t line_start = 0;
-  while (line_start < bytes.size()) {
-    size_t line_end = bytes.find('\n', line_start);
-    if (line_end == std::string::npos) line_end = bytes.size();
-    std::string_view line(bytes.data() + line_start, line_end - line_start);
+  for (std::string line; next_line(in, source, static_cast<int64_t>(lines.size()) + 1, &line);) {
     size_t bad_offset = 0;
     if (!decode_utf8(line, &bad_offset)) {
       THPC_FAIL(source << ": line " << lines.size() + 1 << ": invalid UTF-8 at byte "
                        << bad_offset + 1 << " of the line");
     }
-    lines.emplace_back(line);
-    line_start = line_end + 1;
+    lines.push_back(std::move(line));
   }
+  if (in.bad()) THPC_FAIL(source << ": read error");
   return lines;
 }
 
@@ -344,7 +372,7 @@ std::vector<std::string> read_segments(const std::string& path) {
 bool read_segment(std::istream& in, const std::string& source, int64_t number,
                   std::string* segment) {
   // Split at \n alone, as read_lines splits its bytes (a last line without one is a line).
-  if (!std::getline(in, *segment)) {
+  if (!next_line(in, source, number, segment)) {
     if (in.bad()) THPC_FAIL(source << ": read error");
     return false;
   }

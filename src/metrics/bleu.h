@@ -136,6 +136,10 @@ BleuScore corpus_bleu(const std::vector<std::string>& hypotheses,
 BleuScore sentence_bleu(std::string_view hypothesis, const std::vector<std::string>& references,
                         const BleuOptions& options);
 
+// The longest line a text may have (a line of a file without line ends grew until the
+// machine's memory ran out): 256 MiB, a few thousand times a long document's.
+inline constexpr size_t kLongestLineBytes = size_t{256} << 20;
+
 // Reads segments the way sacreBLEU's command line reads a file: one per line (lines
 // end at \n), trailing whitespace removed (str.rstrip()).
 // Throws thpc::Error naming `source` and the line on invalid UTF-8, and naming the
