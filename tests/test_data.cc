@@ -1231,6 +1231,11 @@ TEST_F(DataPipeline, BadShardsFailWithOneClearMessage) {
   expect_error([&] { find_shards(mixed.string(), "train"); },
                {"train.00002.h5", "shard 1 is missing"});
   expect_error([&] { find_shards(mixed.string(), "valid"); }, {mixed.string(), "no shards"});
+  // Shard 0 lost beside later ones is a gap too (it was said as "no shards").
+  fs::rename(mixed / "train.00000.h5", mixed / "train.lost");
+  expect_error([&] { find_shards(mixed.string(), "train"); },
+               {"train.00002.h5: shard found, but train.00000.h5 is missing"});
+  fs::rename(mixed / "train.lost", mixed / "train.00000.h5");
   expect_error([&] { find_shards((mixed / "none").string(), "train"); },
                {"none: no such data directory"});
   // A file named as data.dir (an ini given by mistake) is said to be one.

@@ -257,7 +257,7 @@ int main(int argc, char** argv) {
     thpc::write_checkpoint(command.output, average);
     std::cout << "averaged " << command.paths.size()
               << (command.metric.empty() ? "" : " best (by valid " + command.metric + ")")
-              << " checkpoints:";
+              << (command.paths.size() == 1 ? " checkpoint:" : " checkpoints:");
     for (const std::string& path : command.paths) std::cout << " " << path;
     std::cout << "\nwrote " << command.output << " (step " << average.step << ", "
               << average.architecture << ")\n";

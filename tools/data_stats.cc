@@ -83,7 +83,7 @@ int run(const Arguments& arguments) {
             << reader.pairs() << " pairs, vocabulary " << reader.vocab_size() << "\n"
             << "budget " << budget << " tokens per side per rank (" << tokens_per_step
             << " / (" << ranks << " ranks x " << accumulate << ")): " << batches
-            << " batches per epoch, planned in " << std::setprecision(3) << plan_seconds
+            << (batches == 1 ? " batch" : " batches") << " per epoch, planned in " << std::setprecision(3) << plan_seconds
             << " s\n"
             << std::setprecision(2) << "fill (rank 0's batches): longer side "
             << 100.0 * static_cast<double>(longer_sides) /

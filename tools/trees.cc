@@ -261,7 +261,8 @@ int linearize_files(const CommandLine& command) {
                           {prefix + ".tree", tree},
                           {prefix + ".tags", tags},
                           {prefix + ".gold", gold}});
-  std::cerr << "linearize: " << trees << " trees from " << command.files.size() << " files"
+  std::cerr << "linearize: " << trees << (trees == 1 ? " tree from " : " trees from ")
+            << command.files.size() << (command.files.size() == 1 ? " file" : " files")
             << " (" << empty << " of empty elements only, left out) -> " << prefix
             << ".{words,tree,tags,gold}\n";
   return 0;

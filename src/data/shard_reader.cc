@@ -70,6 +70,15 @@ std::vector<std::string> find_shards(const std::string& directory, const std::st
     if (!std::filesystem::exists(path, error)) break;
     files.push_back(path.string());
   }
+  // Shard 0 lost beside later ones is a gap, not "no shards" (a helper took that for a
+  // message about an empty directory): said as the gap below says one.
+  for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {
+    if (files.empty() && is_shard_file_name(entry.path().filename().string(), prefix)) {
+      THPC_FAIL(entry.path().string() << ": shard found, but "
+                << shard_file_name(prefix, 0) << " is missing (shard 0 of the set: run "
+                << "transformer_preprocess --destdir " << directory << " again)");
+    }
+  }
   if (files.empty()) {
     THPC_FAIL(directory << ": no shards " << shard_file_name(prefix, 0) << ", "
                         << shard_file_name(prefix, 1) << ", ... (run transformer_preprocess "
