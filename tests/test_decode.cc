@@ -224,6 +224,12 @@ TEST_F(DecodeProgram, WorkersShareTheBatchesWithoutChangingAnyTranslation) {
       EXPECT_EQ(several, one) << input << ", --threads " << threads;
       EXPECT_NE(err.find(std::string(" batches, ") + plan + "\n"), std::string::npos)
           << input << ", --threads " << threads << ": " << err;
+      // More threads than cores are said (and honoured: the plan above).
+      const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+      EXPECT_EQ(err.find(std::string("note: --threads ") + threads + " is more than the " +
+                         std::to_string(cores) + " cores here") != std::string::npos,
+                std::stoul(threads) > cores)
+          << err;
     }
   }
 }

@@ -586,9 +586,16 @@ Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
           "CPU (" + plan.backends.front()->name() + ": the checkpoint's train.backend, or no "
           "GPU here), where --threads N runs N workers");
     }
-    workers = train.threads > 0
-                  ? train.threads
-                  : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    workers = train.threads > 0 ? train.threads : cores;
+    // More threads than cores share them, each a fraction as fast (16 workers of 4
+    // threads on 2 cores were planned without a word): said, once, and honoured.
+    if (train.threads > cores) {
+      std::cerr << "transformer_decode: note: "
+                << (args.threads >= 0 ? "--threads " : "the checkpoint's train.threads ")
+                << train.threads << " is more than the " << cores << " cores here: the "
+                << "threads share them (give --threads " << cores << " or fewer)\n";
+    }
   }
   const int threads = workers;
   // Samples are drawn from rows whose last bits depend on the batch's shape and on the
@@ -754,11 +761,13 @@ class WorkerPool {
     if (count.stored == 0 && count.requantized == 0) {
       std::cerr << "quantized";
     } else {
-      std::cerr << "(" << count.stored << " as the checkpoint stores them in int8, "
+      const bool ensemble = ensemble_.checkpoints.size() > 1;
+      const char* stores = ensemble ? "their checkpoints store" : "the checkpoint stores";
+      std::cerr << "(" << count.stored << " as " << stores << " them in int8, "
                 << count.quantized << " quantized";
       if (count.requantized > 0) {
         std::cerr << ", " << count.requantized << " of those again from the 8-bit "
-                  << "weights the checkpoint stores: this CPU's products take 7 bits";
+                  << "weights " << stores << ": this CPU's products take 7 bits";
       }
       std::cerr << ")";
     }
