@@ -326,6 +326,11 @@ OutputClaim::OutputClaim(const std::string& path, const std::string& what)
   const auto refuse = [&](const std::string& why) {
     THPC_FAIL("cannot write " << what << ": its temporary file " << temporary_ << " " << why);
   };
+  const auto in_use = [&] {
+    return OutputInUse("cannot write " + what + ": another program is writing " + path +
+                       " now (its temporary file " + temporary_ + " is locked by it): wait " +
+                       "for it to end, or give this one another output file");
+  };
   // The file locked must still be the one of that name: another program's, renamed over
   // its output between this open and the lock, is taken again by its new name.
   for (int attempt = 0; attempt < 100; ++attempt) {
@@ -345,14 +350,10 @@ OutputClaim::OutputClaim(const std::string& path, const std::string& what)
       const int reader = ::open(temporary_.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
       if (reader >= 0) {
         const bool locked = ::flock(reader, LOCK_EX | LOCK_NB) == 0;
-        const bool in_use = !locked && errno == EWOULDBLOCK;
+        const bool held_elsewhere = !locked && errno == EWOULDBLOCK;
         const bool removed = locked && ::unlink(temporary_.c_str()) == 0;
         ::close(reader);
-        if (in_use) {
-          throw OutputInUse("cannot write " + what + ": another program is writing " + path +
-                            " now (its temporary file " + temporary_ + " is locked by it): " +
-                            "wait for it to end, or give this one another output file");
-        }
+        if (held_elsewhere) throw in_use();
         if (removed) continue;
       }
       errno = EACCES;
@@ -388,9 +389,7 @@ OutputClaim::OutputClaim(const std::string& path, const std::string& what)
     if (::flock(descriptor_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
       ::close(descriptor_);
       descriptor_ = -1;
-      throw OutputInUse("cannot write " + what + ": another program is writing " + path +
-                        " now (its temporary file " + temporary_ + " is locked by it): " +
-                        "wait for it to end, or give this one another output file");
+      throw in_use();
     }
     if (is_still_named()) {
       if (made_file_) interrupted_ = std::make_unique<RemovedWhenInterrupted>(temporary_);
