@@ -617,35 +617,29 @@ TEST(Tools, AnOutputCutShortByAFullDiskExitsOne) {
   const std::string corpus = (scratch.path() / "corpus").string();
   std::ofstream(scratch.path() / "pair.en") << "a small cat sat\nthe dog ran\na cat\n";
   std::ofstream(scratch.path() / "pair.de") << "eine kleine Katze\nder Hund lief\neine Katze\n";
-  const ProcessResult preprocessed = run_process(
-      "(" + program(Tool{"transformer_preprocess", {}, "", ""}) + " --source-lang en "
-      "--target-lang de --trainpref " + (scratch.path() / "pair").string() + " --validpref " +
-      (scratch.path() / "pair").string() + " --destdir " + corpus + " --vocab-size 30 "
-      "> /dev/full)");
+  const auto preprocess = [&](const std::string& destdir, const std::string& redirect) {
+    return run_process("(" + program(Tool{"transformer_preprocess", {}, "", ""}) +
+                       " --source-lang en --target-lang de --trainpref " +
+                       (scratch.path() / "pair").string() + " --validpref " +
+                       (scratch.path() / "pair").string() + " --destdir " + destdir +
+                       " --vocab-size 30 " + redirect + ")");
+  };
+  const ProcessResult preprocessed = preprocess(corpus, "> /dev/full");
   EXPECT_EQ(preprocessed.exit_code, 1) << preprocessed.output;
   EXPECT_NE(preprocessed.output.find("transformer_preprocess: " + failed), std::string::npos)
       << preprocessed.output;
-  EXPECT_NE(preprocessed.output.find("(a report only: the shards and spm.model it wrote are "
-                                     "whole)"),
-            std::string::npos)
-      << preprocessed.output;
+  const std::string whole = "(a report only: the shards and spm.model it wrote are whole)";
+  EXPECT_NE(preprocessed.output.find(whole), std::string::npos) << preprocessed.output;
   EXPECT_TRUE(fs::exists(corpus + "/train.00000.h5")) << preprocessed.output;
-  // Started with standard output closed, its first file took the number 1 and the report
-  // went into it; now the report fails, said as closed, and the files are whole.
-  const ProcessResult closed_report = run_process(
-      "(" + program(Tool{"transformer_preprocess", {}, "", ""}) + " --source-lang en "
-      "--target-lang de --trainpref " + (scratch.path() / "pair").string() + " --validpref " +
-      (scratch.path() / "pair").string() + " --destdir " + corpus + "_closed --vocab-size 30 "
-      ">&-)");
+  // Started with standard output closed, the report is said lost as closed (it was
+  // guessed a full disk), and no file it writes can take standard output's number.
+  const ProcessResult closed_report = preprocess(corpus + "_closed", ">&-");
   EXPECT_EQ(closed_report.exit_code, 1) << closed_report.output;
   EXPECT_NE(closed_report.output.find("transformer_preprocess: error: standard output is "
                                       "closed (>&-)"),
             std::string::npos)
       << closed_report.output;
-  EXPECT_NE(closed_report.output.find("(a report only: the shards and spm.model it wrote are "
-                                      "whole)"),
-            std::string::npos)
-      << closed_report.output;
+  EXPECT_NE(closed_report.output.find(whole), std::string::npos) << closed_report.output;
   const std::string trainer = program(Tool{"transformer_hpc", {}, "", ""});
   for (const std::string& arguments :
        {" " + std::string(THPC_SOURCE_DIR) + "/input/tiny.ini --dry-run", std::string(" --help")}) {
