@@ -45,6 +45,7 @@
 // line the input lacks, checkpoints of different vocabularies, an output that may not
 // be written, included).
 #include <fcntl.h>
+#include <sched.h>
 #include <sentencepiece_processor.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -589,12 +590,19 @@ Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     workers = train.threads > 0 ? train.threads : cores;
     // More threads than cores share them, each a fraction as fast (16 workers of 4
-    // threads on 2 cores were planned without a word): said, once, and honoured.
-    if (train.threads > cores) {
+    // threads on 2 cores were planned without a word): said, once, and honoured. The
+    // cores this process may run on (a Slurm cpuset, taskset), not the machine's.
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    const int usable = ::sched_getaffinity(0, sizeof allowed, &allowed) == 0
+                           ? std::max(1, CPU_COUNT(&allowed))
+                           : cores;
+    if (train.threads > usable) {
       std::cerr << "transformer_decode: note: "
                 << (args.threads >= 0 ? "--threads " : "the checkpoint's train.threads ")
-                << train.threads << " is more than the " << cores << " cores here: the "
-                << "threads share them (give --threads " << cores << " or fewer)\n";
+                << train.threads << " is more than the " << usable
+                << (usable == 1 ? " core" : " cores") << " this process may use: the "
+                << "threads share them (give --threads " << usable << " or fewer)\n";
     }
   }
   const int threads = workers;

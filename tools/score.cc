@@ -16,6 +16,7 @@
 // input files, 2 a bad command line.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <optional>
@@ -292,8 +293,15 @@ std::vector<std::string> read_text(const CommandLine& command, const std::string
 }
 std::vector<std::string> read_text(const CommandLine& command, std::istream& in,
                                    const std::string& source) {
-  return command.moses ? thpc::metrics::read_lines(in, source)
-                       : thpc::metrics::read_segments(in, source);
+  std::vector<std::string> text = command.moses ? thpc::metrics::read_lines(in, source)
+                                                : thpc::metrics::read_segments(in, source);
+  // std::cin reads through C's stdin, whose read errors end it as its end would: only
+  // ferror tells them apart (a failed read was scored as "no segments").
+  if (&in == &std::cin && std::ferror(stdin)) {
+    THPC_FAIL(source << ": read error after line " << text.size()
+                     << ": the input was not read to its end");
+  }
+  return text;
 }
 
 // --tokenize moses or moses-compound: multi-bleu.perl's line.
@@ -322,7 +330,9 @@ int run(const CommandLine& command) {
   if (hypotheses.empty()) THPC_FAIL(hypothesis_source << ": no segments");
   for (size_t r = 0; r < references.size(); ++r) {
     if (references[r].size() != hypotheses.size()) {
-      THPC_FAIL(command.reference_paths[r] << ": " << references[r].size() << " lines, but "
+      THPC_FAIL(command.reference_paths[r] << ": " << references[r].size()
+                                           << (references[r].size() == 1 ? " line" : " lines")
+                                           << ", but "
                                            << hypothesis_source << " has "
                                            << hypotheses.size());
     }

@@ -300,6 +300,11 @@ namespace {
 // until it ran out, then said as "read error"), and a read error said with its cause.
 bool next_line(std::istream& in, const std::string& source, int64_t number, std::string* line) {
   line->clear();
+  // Not past its end (as getline: a terminal named by path read again after Ctrl-D).
+  if (!in.good()) {
+    in.setstate(std::ios::failbit);
+    return false;
+  }
   std::streambuf* buffer = in.rdbuf();
   bool any = false;
   try {
