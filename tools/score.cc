@@ -16,7 +16,6 @@
 // input files, 2 a bad command line.
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <optional>
@@ -293,15 +292,8 @@ std::vector<std::string> read_text(const CommandLine& command, const std::string
 }
 std::vector<std::string> read_text(const CommandLine& command, std::istream& in,
                                    const std::string& source) {
-  std::vector<std::string> text = command.moses ? thpc::metrics::read_lines(in, source)
-                                                : thpc::metrics::read_segments(in, source);
-  // std::cin reads through C's stdin, whose read errors end it as its end would: only
-  // ferror tells them apart (a failed read was scored as "no segments").
-  if (&in == &std::cin && std::ferror(stdin)) {
-    THPC_FAIL(source << ": read error after line " << text.size()
-                     << ": the input was not read to its end");
-  }
-  return text;
+  return command.moses ? thpc::metrics::read_lines(in, source)
+                       : thpc::metrics::read_segments(in, source);
 }
 
 // --tokenize moses or moses-compound: multi-bleu.perl's line.

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <ios>
+#include <iostream>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -311,6 +312,12 @@ bool next_line(std::istream& in, const std::string& source, int64_t number, std:
     for (;;) {
       const int c = buffer->sbumpc();
       if (c == std::char_traits<char>::eof()) {
+        // std::cin reads through C's stdin, whose read errors end it as its end would:
+        // only ferror tells them apart (score and decode took a failed read for the end).
+        if (&in == &std::cin && std::ferror(stdin)) {
+          THPC_FAIL(source << ": read error after line " << number - 1
+                           << ": the input was not read to its end");
+        }
         in.setstate(any ? std::ios::eofbit : std::ios::eofbit | std::ios::failbit);
         return any;
       }
