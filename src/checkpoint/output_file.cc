@@ -332,8 +332,8 @@ void write_texts_atomically(const std::vector<std::pair<std::string, std::string
   // Removed by a Ctrl-C of the tool too (write_atomically's are): until the renames. Each
   // temporary file claimed (OutputClaim), as write_atomically's: two linearize runs of
   // one prefix renamed each other's files away, or left a mixed set.
-  // (claims[k], interrupted[k] and written[k] are the k-th file not written in place's.)
-  std::vector<std::unique_ptr<RemovedWhenInterrupted>> interrupted;
+  // (claims[k] and written[k] are the k-th file not written in place's; a claim removes
+  // its file at an interrupt until it is released.)
   std::vector<std::unique_ptr<DirectoriesMade>> directories;
   std::vector<std::unique_ptr<OutputClaim>> claims;
   // Only those this write holds: one that is no longer (replaced) is another program's.
@@ -356,7 +356,6 @@ void write_texts_atomically(const std::vector<std::pair<std::string, std::string
         }
       }
       claims.push_back(std::make_unique<OutputClaim>(path, "output file " + path));
-      interrupted.push_back(std::make_unique<RemovedWhenInterrupted>(temporary));
       written.push_back(temporary);
       write_file(temporary, path, std::ios::trunc, text_of(files[i].second));
       fsync_path(temporary, path);
@@ -402,7 +401,6 @@ void write_texts_atomically(const std::vector<std::pair<std::string, std::string
         // Its name may be another program's next temporary file now: no longer ours to
         // remove at an interrupt (one that came meanwhile acts when the section ends).
         claims[k]->release();
-        interrupted[k].reset();
         ++k;
       }
       if (error) {

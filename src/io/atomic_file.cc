@@ -392,7 +392,8 @@ OutputClaim::OutputClaim(const std::string& path, const std::string& what)
       throw in_use();
     }
     if (is_still_named()) {
-      if (made_file_) interrupted_ = std::make_unique<RemovedWhenInterrupted>(temporary_);
+      // Ours now, made or taken over: removed by an interrupt until released.
+      interrupted_ = std::make_unique<RemovedWhenInterrupted>(temporary_);
       return;
     }
     ::close(descriptor_);
@@ -478,7 +479,6 @@ void write_atomically(const std::string& path, const std::string& what,
   std::optional<OutputClaim> own_claim;
   if (claim == nullptr || !claim->held()) claim = &own_claim.emplace(path, what);
   claim->handed_over_ = true;  // the temporary file is this write's to remove now
-  std::optional<RemovedWhenInterrupted> interrupted(std::in_place, temporary);
   // Removes the temporary file after a failure: "" when it is gone, else why it stays (a
   // directory made read-only meanwhile), for the user to remove it. Only while this write
   // holds it: a file it does not lock is another program's.
@@ -514,10 +514,9 @@ void write_atomically(const std::string& path, const std::string& what,
   }
   made.keep();
   // The lock now holds the output itself, and the name .F.tmp may be another program's
-  // next claim: released before the directory's sync, and the name no longer removed by
-  // an interrupt.
+  // next claim: released (and no longer removed by an interrupt) before the directory's
+  // sync.
   claim->release();
-  interrupted.reset();
   // The rename itself is durable only once the directory entry is on disk.
   fsync_path(directory.string(), what);
 }

@@ -49,8 +49,9 @@ class RemovedWhenInterrupted;
 // (another user's) is refused: taken for unclaimed, another user's was removed as this
 // write's leftover. Where its directory is not made yet nothing is held (write_atomically
 // makes it and claims again); where the file system does not honour flock (Lustre mounted
-// without it, NFS with local_lock), the lock holds only on this host. It is released
-// after the rename (it would lock the output itself). A program that writes an output
+// without it, NFS with local_lock), the lock holds only on this host. Until it is
+// released, after the rename (it would lock the output itself), an interrupt removes the
+// file (RemovedWhenInterrupted). A program that writes an output
 // only at the end of long work (transformer_decode's --dump-attention, after the
 // translations) takes the claim before the work and hands it to write_atomically, so that
 // an output in use is said at once; a temporary file it made and never handed over is
