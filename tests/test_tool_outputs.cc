@@ -551,6 +551,44 @@ TEST_F(ToolOutputs, AnOutputWhoseNameIsAsLongAsAFileNameMayBeIsWritten) {
   EXPECT_EQ(std::distance(fs::directory_iterator("."), fs::directory_iterator()), 3);
 }
 
+// A user whose umask makes new files read-only (0222) gets their outputs, read-only as
+// that umask asks: the claim made the temporary file 0444 before the write opened it
+// again by name, and every text and HDF5 output failed with "Permission denied". Root may
+// write any file, so as root the programs run as nobody (setpriv), as another user would.
+TEST_F(ToolOutputs, AnOutputIsWrittenUnderAUmaskThatMakesNewFilesReadOnly) {
+  train_a_model();
+  std::string as_a_user;
+  if (::geteuid() == 0) {
+    if (::access("/usr/bin/setpriv", X_OK) != 0) {
+      GTEST_SKIP() << "run as root without /usr/bin/setpriv (util-linux) to run as nobody";
+    }
+    as_a_user = "/usr/bin/setpriv --reuid=65534 --regid=65534 --clear-groups ";
+    fs::permissions(directory_, fs::perms::all);
+  }
+  std::ofstream("words.txt") << "a b\n";
+  std::ofstream("tags.txt") << "X Y\n";
+  std::ofstream("tree.mrg") << "(S (X a) (Y b))\n";
+  const std::vector<std::pair<std::string, std::string>> writes = {
+      {"transformer_trees baseline --words words.txt --tags tags.txt --output out.txt",
+       "out.txt"},
+      {"transformer_trees linearize --output set tree.mrg", "set.tree"},
+      {"transformer_decode --checkpoint model.h5 --input source.en --output out.de "
+       "--max-len-b 5",
+       "out.de"},
+      {"transformer_quantize --checkpoint model.h5 --output quantized.h5", "quantized.h5"}};
+  for (const auto& [command, output] : writes) {
+    SCOPED_TRACE(command);
+    const ProcessResult run =
+        run_process("umask 0222 && " + as_a_user + kBin + "/" + command);
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    struct stat written {};
+    ASSERT_EQ(::stat(output.c_str(), &written), 0) << output;
+    EXPECT_EQ(written.st_mode & 0777, 0444u) << output;  // the mode that umask asks for
+  }
+  EXPECT_TRUE(fs::exists("set.words"));
+  EXPECT_FALSE(fs::exists(temporary_path("out.txt")));
+}
+
 // linearize's four files are renamed into place as one section that an interrupt waits
 // for: a SIGTERM between two renames left the new .words beside the old .tree, .tags and
 // .gold (a helper's finding), which a parser trained on them would have taken as one set.

@@ -358,6 +358,7 @@ void write_texts_atomically(const std::vector<std::pair<std::string, std::string
       claims.push_back(std::make_unique<OutputClaim>(path, "output file " + path));
       written.push_back(temporary);
       write_file(temporary, path, std::ios::trunc, text_of(files[i].second));
+      claims.back()->restore_mode_made();
       fsync_path(temporary, path);
     }
   } catch (const OutputInUse&) {

@@ -363,6 +363,16 @@ OutputClaim::OutputClaim(const std::string& path, const std::string& what)
       descriptor_ =
           ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
       if (descriptor_ < 0 && errno == EEXIST) continue;  // another program's, just made
+      // Made read-only by the umask (0222 made it 0444): the write, which opens it again by
+      // name, was refused its own file. The owner may read and write it until the write
+      // ends; then it gets the mode the umask gave it (restore_mode_made).
+      struct stat made {};
+      if (descriptor_ >= 0 && ::fstat(descriptor_, &made) == 0) {
+        mode_made_ = made.st_mode & 07777;
+        if ((mode_made_ & (S_IRUSR | S_IWUSR)) != (S_IRUSR | S_IWUSR)) {
+          ::fchmod(descriptor_, mode_made_ | S_IRUSR | S_IWUSR);
+        }
+      }
       if (descriptor_ < 0 && errno == ENOENT) {
         made_file_ = false;  // its directory is not made yet: write_atomically claims again
         return;
@@ -407,6 +417,13 @@ bool OutputClaim::is_still_named() const {
   struct stat locked {}, named {};
   return ::fstat(descriptor_, &locked) == 0 && ::stat(temporary_.c_str(), &named) == 0 &&
          locked.st_dev == named.st_dev && locked.st_ino == named.st_ino;
+}
+
+void OutputClaim::restore_mode_made() {
+  if (made_file_ && descriptor_ >= 0 && (mode_made_ & (S_IRUSR | S_IWUSR)) !=
+                                            (S_IRUSR | S_IWUSR)) {
+    ::fchmod(descriptor_, mode_made_);
+  }
 }
 
 void OutputClaim::release() {
@@ -489,6 +506,7 @@ void write_atomically(const std::string& path, const std::string& what,
   };
   try {
     write(temporary);
+    claim->restore_mode_made();
     fsync_path(temporary, what);
   } catch (const Error& failure) {
     const uintmax_t written = fs::file_size(temporary, error);

@@ -3,6 +3,8 @@
 // the rest of the promise).
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -68,6 +70,10 @@ class OutputClaim {
   bool held() const { return descriptor_ >= 0 && is_still_named(); }
   // Unlocks it: after the rename, the lock would hold the output itself.
   void release();
+  // The file it made is given the mode the umask gave it (0444 under umask 0222): it
+  // stays readable and writable by its owner while it is written. Called once the write
+  // ends, before the rename.
+  void restore_mode_made();
 
  private:
   friend void write_atomically(const std::string&, const std::string&,
@@ -77,6 +83,7 @@ class OutputClaim {
   std::string temporary_;
   int descriptor_ = -1;
   bool made_file_ = false;    // this claim created the temporary file
+  mode_t mode_made_ = 0;      // its mode as made (umask applied)
   bool handed_over_ = false;  // given to write_atomically, which removes it when it fails
   std::unique_ptr<RemovedWhenInterrupted> interrupted_;
 };
