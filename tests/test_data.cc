@@ -20,10 +20,10 @@
 #include <set>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "binary_dir.h"
+#include "common/cores.h"
 #include "common/error.h"
 #include "data_dir.h"
 #include "expect_error.h"
@@ -1047,7 +1047,7 @@ TEST_F(DataPipeline, PreprocessOptionsOutOfRangeAreUsageErrors) {
                               "--trainpref " + (root_ / "train").string() + " --validpref " +
                               (root_ / "valid").string() + " --destdir " +
                               (root_ / "bad_options").string() + " ";
-  const std::string cores = std::to_string(std::max(1u, std::thread::hardware_concurrency()));
+  const std::string cores = std::to_string(cores_this_process_may_use());
   for (const auto& [option, message] :
        std::vector<std::pair<std::string, std::string>>{
            {"--shards 0", "--shards must be >= 1, got 0"},
@@ -1066,6 +1066,12 @@ TEST_F(DataPipeline, PreprocessOptionsOutOfRangeAreUsageErrors) {
     EXPECT_EQ(result.output, "transformer_preprocess: " + message + " (see --help)\n") << option;
   }
   EXPECT_FALSE(fs::exists(root_ / "bad_options"));
+  // "Every core" is those this process may run on (a Slurm cpuset, taskset): the machine's
+  // count ran a 4-core allocation's work on a 128-core node's worth of threads.
+  if (::access("/usr/bin/taskset", X_OK) == 0) {
+    const CommandResult pinned = run_command("/usr/bin/taskset -c 0 " + command + "--threads -1");
+    EXPECT_NE(pinned.output.find("(every core, 1 here)"), std::string::npos) << pinned.output;
+  }
   // More shards than training pairs: known once the text is read; it wrote 100,000
   // nearly empty shards for minutes before (issue 34's second probe).
   const CommandResult many = run_command(command + "--vocab-size 200 --shards 100000");

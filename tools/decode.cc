@@ -45,7 +45,6 @@
 // line the input lacks, checkpoints of different vocabularies, an output that may not
 // be written, included).
 #include <fcntl.h>
-#include <sched.h>
 #include <sentencepiece_processor.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -77,6 +76,7 @@
 #include "backend/factory.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/output_file.h"
+#include "common/cores.h"
 #include "common/error.h"
 #include "common/input_file.h"
 #include "config/config.h"
@@ -581,16 +581,11 @@ Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
           "CPU (" + plan.backends.front()->name() + ": the checkpoint's train.backend, or no "
           "GPU here), where --threads N runs N workers");
     }
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    workers = train.threads > 0 ? train.threads : cores;
+    // The cores this process may run on (a Slurm cpuset, taskset), not the machine's.
+    const int usable = thpc::cores_this_process_may_use();
+    workers = train.threads > 0 ? train.threads : usable;
     // More threads than cores share them, each a fraction as fast (16 workers of 4
-    // threads on 2 cores were planned without a word): said, once, and honoured. The
-    // cores this process may run on (a Slurm cpuset, taskset), not the machine's.
-    cpu_set_t allowed;
-    CPU_ZERO(&allowed);
-    const int usable = ::sched_getaffinity(0, sizeof allowed, &allowed) == 0
-                           ? std::max(1, CPU_COUNT(&allowed))
-                           : cores;
+    // threads on 2 cores were planned without a word): said, once, and honoured.
     if (train.threads > usable) {
       std::cerr << "transformer_decode: note: "
                 << (args.threads >= 0 ? "--threads " : "the checkpoint's train.threads ")
@@ -1163,7 +1158,7 @@ int main(int argc, char** argv) {
        "CPU decoding threads: as many workers, each translating whole batches with its own "
        "copy of the model on one thread, or, when an input of one --buffer-sentences buffer "
        "fills fewer than two batches (--batch-tokens) a thread, fewer workers sharing the "
-       "threads; 0 = one per core "
+       "threads; 0 = one per core this process may use (its Slurm cpuset, taskset) "
        "(default: the checkpoint's train.threads)")
       ("gpu-workers", po::value(&args.gpu_workers)->default_value(args.gpu_workers),
        "GPU decoding workers sharing the device, each translating whole batches with its "

@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
       "chooses the lines SentencePiece trains on when the training text has more than "
       "--spm-sentences")(
       "threads", po::value(&options.threads)->default_value(options.threads),
-      "threads for training and encoding; 0 = all cores")(
+      "threads for training and encoding; 0 = every core this process may use")(
       "spm-sentences", po::value(&options.spm_sentences)->default_value(options.spm_sentences),
       "SentencePiece trains on at most this many lines of both languages, a sample drawn "
       "with --seed when there are more (it holds them in memory); 0 = every line");

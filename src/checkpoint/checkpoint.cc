@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_header.h"
+#include "common/cores.h"
 #include "common/error.h"
 #include "common/sha256.h"
 #include "io/atomic_file.h"
@@ -81,7 +82,7 @@ std::vector<std::string> sha256_of_each(const std::vector<Bytes>& datasets) {
     }
   };
   const size_t helpers =
-      std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), datasets.size()) - 1;
+      std::min<size_t>(static_cast<size_t>(cores_this_process_may_use()), datasets.size()) - 1;
   std::vector<std::thread> threads;
   for (size_t i = 0; i < helpers; ++i) threads.emplace_back(hash_remaining);
   hash_remaining();

@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/cores.h"
 #include "common/error.h"
 #include "common/input_file.h"
 #include "data/shard_file.h"
@@ -183,7 +184,7 @@ constexpr int kSentencePieceMaxThreads = 128;
 
 int hardware_threads(int requested) {
   if (requested > 0) return requested;
-  return std::max(1u, std::thread::hardware_concurrency());
+  return cores_this_process_may_use();
 }
 
 // `wanted` of the `total` lines of `paths` (read in turn), for SentencePiece to train on,
