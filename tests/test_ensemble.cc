@@ -255,6 +255,11 @@ TEST(Ensemble, WeightsArePositiveOnePerModelAndNormalized) {
                {"--weights", "1 weights for 2 checkpoints"});
   expect_error([] { ensemble_weights(2, {1, 0}); }, {"--weights", "0 is not a weight"});
   expect_error([] { ensemble_weights(2, {1, -1}); }, {"--weights", "-1 is not a weight"});
+  // Read as double: 1e308 twice summed to inf in float (every weight 0), 1e-300 was 0.
+  EXPECT_EQ(ensemble_weights(2, {1e308, 1e308}), (std::vector<float>{0.5f, 0.5f}));
+  EXPECT_EQ(ensemble_weights(2, {1e-300, 3e-300}), (std::vector<float>{0.25f, 0.75f}));
+  expect_error([] { ensemble_weights(2, {1e-300, 1}); },
+               {"--weights", "1e-300 is too small beside the largest, 1,"});
 }
 
 // Checkpoints as transformer_decode reads them, reduced to what the vocabulary check

@@ -103,7 +103,8 @@ namespace po = boost::program_options;
 
 struct Arguments {
   std::vector<std::string> checkpoints;  // one model, or an ensemble
-  std::vector<float> weights;            // empty: equal
+  std::vector<double> given_weights;     // --weights as given
+  std::vector<float> weights;            // normalised; empty: equal
   std::string spm_model, input = "-", output = "-";
   int batch_tokens = 4096;
   int batch_sentences = 0;  // 0: no limit but --batch-tokens
@@ -1123,7 +1124,7 @@ int main(int argc, char** argv) {
        "weighted mean of their log-probabilities at every step (fairseq --path a:b, Marian "
        "--models; models of any sizes with one vocabulary; the first checkpoint's [decode] "
        "settings are the defaults)")
-      ("weights", po::value(&args.weights)->multitoken(),
+      ("weights", po::value(&args.given_weights)->multitoken(),
        "ensemble weights, one per --checkpoint in order, each > 0, normalised to sum 1 "
        "(default: equal)")
       ("spm-model", po::value(&args.spm_model),
@@ -1266,7 +1267,7 @@ int main(int argc, char** argv) {
       THPC_FAIL("--dump-attention FILE and --dump-lines N,... go together");
     }
     if (values.count("weights")) {
-      args.weights = thpc::ensemble_weights(args.checkpoints.size(), args.weights);
+      args.weights = thpc::ensemble_weights(args.checkpoints.size(), args.given_weights);
     }
     if (values.count("sampling")) {
       const auto given = [&](const char* name) {

@@ -33,7 +33,8 @@ EnsembleScorer::EnsembleScorer(const std::vector<Transformer*>& models,
                                const std::vector<float>& weights, const SpecialIds& ids,
                                int max_len)
     : backend_(models.at(0)->backend()),
-      weights_(ensemble_weights(models.size(), weights)),
+      weights_(ensemble_weights(models.size(), std::vector<double>(weights.begin(),
+                                                                    weights.end()))),
       ids_(ids),
       vocab_(models.at(0)->vocab_size()) {
   members_.reserve(models.size());
@@ -113,22 +114,33 @@ bool EnsembleScorer::step_best(const BeamStep& step, int count, std::vector<floa
   return true;
 }
 
-std::vector<float> ensemble_weights(size_t models, const std::vector<float>& given) {
+std::vector<float> ensemble_weights(size_t models, const std::vector<double>& given) {
   THPC_CHECK(models >= 1, "an ensemble of no models");
   if (given.empty()) return std::vector<float>(models, static_cast<float>(1.0 / double(models)));
   if (given.size() != models) {
     THPC_FAIL("--weights: " << given.size() << " weights for " << models
                             << " checkpoints (one per --checkpoint, in order)");
   }
-  double total = 0;
-  for (const float w : given) {
+  double largest = 0;
+  for (const double w : given) {
     if (!std::isfinite(w) || !(w > 0)) {
       THPC_FAIL("--weights: " << w << " is not a weight (each must be a finite number > 0)");
     }
-    total += w;
+    largest = std::max(largest, w);
   }
+  // In double, each divided by the largest first: their sum then cannot overflow (1e308
+  // twice was "inf", and every weight 0), and a weight as small as 1e-300 stays itself.
+  double total = 0;
+  for (const double w : given) total += w / largest;
   std::vector<float> weights;
-  for (const float w : given) weights.push_back(static_cast<float>(double(w) / total));
+  for (const double w : given) {
+    weights.push_back(static_cast<float>(w / largest / total));
+    if (!(weights.back() > 0)) {
+      THPC_FAIL("--weights: " << w << " is too small beside the largest, " << largest
+                              << ", to count (its share of their sum is 0 in float): "
+                              << "leave its checkpoint out, or give it a larger weight");
+    }
+  }
   return weights;
 }
 

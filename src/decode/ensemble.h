@@ -73,9 +73,10 @@ class EnsembleScorer final : public NextTokenScorer {
 };
 
 // The weights of an ensemble of `models` models: `given` (one per model, each finite and
-// > 0) or, when empty, 1/N each; normalised to sum 1. Throws thpc::Error naming
-// --weights when they are not.
-std::vector<float> ensemble_weights(size_t models, const std::vector<float>& given);
+// > 0, read as double: 1e-300 was 0 and 1e308 "not a number" in float) or, when empty,
+// 1/N each; normalised to sum 1. Throws thpc::Error naming --weights when they are not,
+// or when one is too small beside the others to be more than 0 in float.
+std::vector<float> ensemble_weights(size_t models, const std::vector<double>& given);
 
 // The checkpoints transformer_decode translates with: one model, or the members of an
 // ensemble, read (parameters only) and verified once, before anything is translated.
