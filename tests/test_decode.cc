@@ -633,6 +633,15 @@ TEST_F(DecodeProgram, AQuantizedCheckpointDecodesAsItsDequantizedValuesDo) {
   ASSERT_EQ(decode("--max-len-b 8 --threads 1", from_floats, err, "model_dequantized.h5"), 0)
       << err;
   EXPECT_EQ(from_store, from_floats);
+  // A compute type the CPU cannot run is refused alone: the note on how it would multiply
+  // the stored weights came first.
+  EXPECT_EQ(decode("--max-len-b 8 --compute-type bfloat16", from_floats, err, "model_int8.h5"),
+            2);
+  EXPECT_NE(err.find("transformer_decode: --compute-type bfloat16 needs a GPU, and this "
+                     "decode runs on the CPU: use float32 or int8 there"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("stores its weight matrices"), std::string::npos) << err;
   const int int8_exit =
       decode("--max-len-b 8 --threads 1 --compute-type int8 --nbest 2", from_store, err,
              "model_int8.h5");

@@ -922,6 +922,16 @@ void write_attention_file(const Arguments& args, const thpc::DecodingCheckpoints
 
 int run(const Arguments& args) {
   const thpc::DecodingCheckpoints ensemble = read_checkpoints(args);
+  // The first checkpoint's [train] gives the backend and its threads, its [decode] the
+  // search's defaults.
+  thpc::TrainConfig train = ensemble.config.train;
+  if (args.threads >= 0) train.threads = args.threads;
+  if (args.cuda_kernels) train.cuda_kernels = *args.cuda_kernels;
+  try {
+    thpc::check_compute_type_runs_here(train, args.compute_type);
+  } catch (const thpc::Error& error) {
+    throw thpc::tools::UsageError(error.what());
+  }
   for (size_t m = 0; m < ensemble.checkpoints.size(); ++m) {
     if (!ensemble.checkpoints[m].quantized.empty() &&
         args.compute_type != thpc::ComputeType::kInt8) {
@@ -932,11 +942,6 @@ int run(const Arguments& args) {
                 << "stored\n";
     }
   }
-  // The first checkpoint's [train] gives the backend and its threads, its [decode] the
-  // search's defaults.
-  thpc::TrainConfig train = ensemble.config.train;
-  if (args.threads >= 0) train.threads = args.threads;
-  if (args.cuda_kernels) train.cuda_kernels = *args.cuda_kernels;
   const thpc::DecodeConfig& stored = ensemble.config.decode;
   SentencePieceModel spm;
   load_sentencepiece_model(args, ensemble, spm);

@@ -44,11 +44,31 @@ const char* compute_type_name(ComputeType type) {
   return "?";
 }
 
+namespace {
+
+// make_backend's choice: a GPU unless train.backend = cpu or none is usable.
+bool decodes_on_a_gpu(const TrainConfig& train) {
+  return train.backend != "cpu" && cuda_unavailable_reason().empty();
+}
+
+}  // namespace
+
+void check_compute_type_runs_here(const TrainConfig& train, ComputeType type) {
+  if (decodes_on_a_gpu(train)) return;
+  if (type == ComputeType::kBfloat16) {
+    THPC_FAIL("--compute-type bfloat16 needs a GPU, and this decode runs on the CPU: use "
+              "float32 or int8 there");
+  }
+  if (type == ComputeType::kInt8 && !cpu::int8_available()) {
+    THPC_FAIL("--compute-type int8: this transformer_decode has no int8 products: "
+              << cpu::int8_description());
+  }
+}
+
 std::unique_ptr<Backend> make_decoding_backend(const TrainConfig& checkpoint_train,
                                                ComputeType type) {
   TrainConfig train = checkpoint_train;
-  // make_backend's choice: a GPU unless train.backend = cpu or none is usable.
-  const bool on_gpu = train.backend != "cpu" && cuda_unavailable_reason().empty();
+  const bool on_gpu = decodes_on_a_gpu(train);
   if (type == ComputeType::kFloat32) train.precision = "fp32";
   if (type == ComputeType::kBfloat16) train.precision = "bf16";
   // int8: the products' rows in fp32 on the CPU; on a GPU the other ops in bf16, as

@@ -37,6 +37,11 @@ const char* compute_type_name(ComputeType type);
 // the device cannot run is an Error saying what to do instead.
 std::unique_ptr<Backend> make_decoding_backend(const TrainConfig& train, ComputeType type);
 
+// The Error make_decoding_backend would give for a `type` this machine cannot run
+// (bfloat16 on the CPU, int8 without int8 products), before anything is read or said:
+// a quantized checkpoint's note on the compute type came before the refusal of it.
+void check_compute_type_runs_here(const TrainConfig& train, ComputeType type);
+
 // int8: hands the model's weight matrices (product_weights()) to its int8 backend, once,
 // after the checkpoint is loaded: those `stored` in int8 (a quantized checkpoint's) as
 // they are, where this CPU's products take 8-bit weights, the others quantized now.
