@@ -572,6 +572,8 @@ TEST_F(ToolOutputs, AnOutputIsWrittenUnderAUmaskThatMakesNewFilesReadOnly) {
       {"transformer_trees baseline --words words.txt --tags tags.txt --output out.txt",
        "out.txt"},
       {"transformer_trees linearize --output set tree.mrg", "set.tree"},
+      // into directories it makes, which its owner may write as `mkdir -p`'s parents
+      {"transformer_trees linearize --output new/sub/set tree.mrg", "new/sub/set.tree"},
       {"transformer_decode --checkpoint model.h5 --input source.en --output out.de "
        "--max-len-b 5",
        "out.de"},

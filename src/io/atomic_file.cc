@@ -453,6 +453,12 @@ DirectoriesMade::DirectoriesMade(const std::string& directory, std::error_code& 
     error.clear();
     if (fs::create_directory(prefix, error)) {
       made_.insert(made_.begin(), prefix.string());  // deepest first
+      // Its owner may make the next level or the file in it, as `mkdir -p` makes its
+      // parents (POSIX: u+wx whatever the umask): under umask 0222 it was 0555, and the
+      // write was refused the directory it had just made.
+      fs::permissions(prefix, fs::perms::owner_write | fs::perms::owner_exec,
+                      fs::perm_options::add, error);
+      error.clear();
     } else if (error) {
       return;
     } else if (!fs::is_directory(prefix, error)) {
