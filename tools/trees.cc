@@ -300,7 +300,8 @@ int reconstruct(const CommandLine& command) {
       out += thpc::parse::to_evalb_line(thpc::parse::right_branching_tree(words[i], tags[i])) + "\n";
     }
     write_output(command.output, out);
-    std::cerr << "baseline: " << words.size() << " right-branching trees -> "
+    std::cerr << "baseline: " << words.size()
+              << (words.size() == 1 ? " right-branching tree -> " : " right-branching trees -> ")
               << output_name(command.output) << "\n";
     return 0;
   }
@@ -328,7 +329,8 @@ int reconstruct(const CommandLine& command) {
     out += thpc::parse::to_evalb_line(result.tree) + "\n";
   }
   write_output(command.output, out);
-  std::cerr << "delinearize: " << words.size() << " trees: " << counts[0] << " well-formed, "
+  std::cerr << "delinearize: " << words.size() << (words.size() == 1 ? " tree: " : " trees: ")
+            << counts[0] << " well-formed, "
             << counts[1] << " repaired, " << counts[2]
             << " replaced by the right-branching baseline -> " << output_name(command.output)
             << "\n";
