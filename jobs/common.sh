@@ -110,7 +110,11 @@ thpc_given() {
 thpc_config_value() {
   local name=$1 config=$2
   [ -f "$config" ] || return 1
-  awk -v section="${name%%.*}" -v key="${name#*.}" '
+  # A UTF-8 byte-order mark opening the file (Windows Notepad's) is skipped, as the trainer
+  # skips it: read as text, it hid the first [section], and a config's checkpoint.resume
+  # went unseen. (length(bom) is 1 in gawk's UTF-8 locale, 3 bytes in mawk.)
+  awk -v section="${name%%.*}" -v key="${name#*.}" -v bom="$(printf '\357\273\277')" '
+    NR == 1 && index($0, bom) == 1 { $0 = substr($0, length(bom) + 1) }
     { sub(/\r$/, ""); line = $0; sub(/^[ \t]+/, "", line) }
     line == "" || line ~ /^[#;]/ { next }
     line ~ /^\[/ {

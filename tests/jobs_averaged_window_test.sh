@@ -97,6 +97,14 @@ refused=$(thpc_train "$tmp/resumes.ini" 2>&1) && fail "a config's checkpoint.res
 grep -q "thpc: $tmp/resumes.ini sets checkpoint.resume = $dir/step_00000070.h5, which a job" \
   <<< "$refused" || fail "no line naming the config's checkpoint.resume: $refused"
 [ -e "$tmp/runs/configured" ] && fail "a run directory was made for a refused start"
+# ... also in a file that opens with a UTF-8 byte-order mark (Windows Notepad's), which
+# the trainer skips: the job's reader took '[checkpoint]' for text, passed the file, and the
+# job trained from step 0 (a helper's trial).
+printf '\357\273\277[checkpoint]\nresume = %s\n' "$dir/step_00000070.h5" > "$tmp/bom.ini"
+[ "$(thpc_config_value checkpoint.resume "$tmp/bom.ini")" = "$dir/step_00000070.h5" ] ||
+  fail "a config's checkpoint.resume after a byte-order mark was not read"
+[ "$(LC_ALL=C.UTF-8 thpc_config_value checkpoint.resume "$tmp/bom.ini")" = \
+  "$dir/step_00000070.h5" ] || fail "a byte-order mark was not skipped in a UTF-8 locale"
 cp input/tiny.ini "$tmp/places.ini"
 printf '[checkpoint]\ndir = %s\n' "$tmp/elsewhere" >> "$tmp/places.ini"
 thpc_train "$tmp/places.ini" --train.max_steps=1 --train.backend=cpu > "$tmp/places.log" 2>&1 ||
