@@ -165,13 +165,19 @@ thpc_launch_command_for() {
 thpc_train() {
   local config=$1
   shift
-  # A config beside the caller stays found after the move to the repository (input/...
-  # is found there either way). An installation's copy stays where it is called from, so
-  # that the relative paths of the options and of the config (data.dir) are the caller's,
-  # as its runs/ is (they were looked up in the prefix); its input/... is the prefix's.
+  # The repository's configs (input/...) name their files relative to the repository
+  # (data.dir = build/...): with one of them the job moves there, from wherever it was
+  # started. A config of the caller's own, outside the repository, names them relative to
+  # where the caller stands, as the trainer run by hand reads them: there the job stays,
+  # and the options' relative paths are the caller's too (it moved, and `data.dir = data`
+  # beside the config was looked up in the repository: refused, or another corpus
+  # trained on). An installation's copy stays where it is called from, as its runs/ is;
+  # its input/... is the prefix's.
   [[ $config != /* && -f $config ]] && config=$PWD/$config
   if [ "$thpc_runs_base" = "$thpc_root" ]; then
-    cd "$thpc_root" || return 1
+    if [[ $config != /* || $config == "$thpc_root"/* ]]; then
+      cd "$thpc_root" || return 1
+    fi
   elif [[ $config != /* && -f $thpc_root/$config ]]; then
     config=$thpc_root/$config
   fi

@@ -3,7 +3,8 @@
 # in runs/NAME/checkpoints, checkpoint.resume=auto, and SIGUSR1 or SIGTERM to this script
 # forwarded to every rank (checkpoint and stop, exit 0).
 #   jobs/run_local.sh RANKS CONFIG [trainer options]      (from anywhere: runs/ is the
-#                                                         repository's)
+#       repository's; the relative paths in the repository's configs are the repository's,
+#       those in a config of yours, and the options', are read from where you stand)
 #   jobs/run_local.sh 2 input/tiny.ini --train.max_steps=200
 #   THPC_RUN_NAME=mine jobs/run_local.sh 2 input/tiny.ini   # run again: resumes runs/mine
 set -uo pipefail

@@ -105,6 +105,16 @@ printf '\357\273\277[checkpoint]\nresume = %s\n' "$dir/step_00000070.h5" > "$tmp
   fail "a config's checkpoint.resume after a byte-order mark was not read"
 [ "$(LC_ALL=C.UTF-8 thpc_config_value checkpoint.resume "$tmp/bom.ini")" = \
   "$dir/step_00000070.h5" ] || fail "a byte-order mark was not skipped in a UTF-8 locale"
+# A config of the caller's own, outside the repository: its relative paths are read from
+# the caller's directory, as the trainer run by hand reads them (the job moved to the
+# repository first, and `dir = mydata` beside the config was looked up there).
+mkdir -p "$tmp/mine"
+cp input/tiny.ini "$tmp/mine/my.ini"
+export THPC_RUN_NAME=mine
+mine=$( (cd "$tmp/mine" && thpc_train my.ini --data.dir=mydata "${options[@]}") 2>&1 ) &&
+  fail "a run without its data directory succeeded"
+grep -q "mydata: no such data directory in $tmp/mine " <<< "$mine" ||
+  fail "the caller's config's data.dir was not read from the caller's directory: $mine"
 cp input/tiny.ini "$tmp/places.ini"
 printf '[checkpoint]\ndir = %s\n' "$tmp/elsewhere" >> "$tmp/places.ini"
 thpc_train "$tmp/places.ini" --train.max_steps=1 --train.backend=cpu > "$tmp/places.log" 2>&1 ||
