@@ -386,11 +386,8 @@ void Trainer::apply_start_options(std::ostream& log) {
   // themselves would take different files when a shared filesystem shows them different
   // listings.
   Checkpoint checkpoint;
-  CheckpointKeeping::StartChoice choice;
-  if (comm_.is_root()) {
-    choice = keeping_.choose_start(&checkpoint, log);
-    keeping_.move_invalid_aside(choice, log);
-  }
+  CheckpointKeeping::StartChoice& choice = start_choice_;
+  if (comm_.is_root()) choice = keeping_.choose_start(&checkpoint, log);
   const std::string path = comm_.broadcast_from_root(choice.path);
   // Every rank fails with rank 0's reason, rather than the others waiting for it: one
   // message (before: each rank aborted with its own copy).
@@ -586,6 +583,9 @@ bool Trainer::start_up(std::ostream& out) {
                              : "train.seed");
   if (stopped_before_training(comm_, completed_steps_, out)) return false;
   metrics_path_ = claim_run_directory(config_, comm_, run_id_, resumed_from_, out);
+  // The directory is this run's: the damaged checkpoints passed over go aside now, not
+  // before a refusal (claim_run_directory judges by the files it can read).
+  if (comm_.is_root()) keeping_.move_invalid_aside(start_choice_, out);
   // A resume from a checkpoint older than the run's newest (checkpoint.resume = PATH)
   // starts another branch: the later step_*.h5 are marked superseded, as a rollback marks
   // them, so that resume=auto, a rollback, average_last and pruning pass over them (before:

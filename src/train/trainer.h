@@ -146,6 +146,10 @@ class Trainer {
   // Rank 0's locks (checkpoint.dir's, and train.metrics_dir's when it is another
   // directory), from start_up() to the end of run().
   std::vector<std::unique_ptr<RunLock>> run_locks_;
+  // Rank 0's choice of where to start, whose invalid checkpoints are moved aside once the
+  // run directory is claimed: a refused start touches nothing (auto_or_fresh renamed every
+  // damaged checkpoint of a copied run directory, then refused it as another run's).
+  CheckpointKeeping::StartChoice start_choice_;
 
   // run()'s phases follow, in the order it takes them; RunProgress (run_progress.h) is
   // the state they share between steps: clocks, counts, rank 0's log and metrics file.
