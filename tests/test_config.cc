@@ -731,7 +731,25 @@ TEST_F(ConfigFiles, RepeatedKeyNamesKeyAndFile) {
 
 TEST_F(ConfigFiles, InvalidLineNamesFile) {
   const std::string path = write_ini("bad_line.ini", "[model]\nlayers 2\n");
-  expect_error([&] { load_config(path); }, {"bad_line.ini", "invalid line 'layers 2'"});
+  expect_error([&] { load_config(path); }, {"bad_line.ini:2: invalid line 'layers 2'"});
+}
+
+// A line starting with ';' is a comment, as most ini readers (and the job scripts' own)
+// take it, and so is a ';' after a section's ']': both were refused as invalid lines.
+TEST_F(ConfigFiles, ASemicolonLineIsAComment) {
+  const std::string path = write_ini(
+      "semicolon.ini", "; my experiment\r\n[model] ; the model\n  ; layers = 9\nlayers = 2\n");
+  EXPECT_EQ(load_config(path).model.layers, 2);
+}
+
+// Characters that show as a space or as nothing are named, not shown: a no-break space
+// pasted from a web page looked like the space the message had trimmed.
+TEST_F(ConfigFiles, AnInvisibleCharacterInAKeyOrValueIsNamed) {
+  const std::string key = write_ini("no_break_key.ini", "[model]\nlayers\xC2\xA0= 2\n");
+  expect_error([&] { load_config(key); }, {"unknown key 'model.layers\\u00a0'"});
+  const std::string value = write_ini("no_break_value.ini", "[model]\nlayers = 2\xC2\xA0\n");
+  expect_error([&] { load_config(value); }, {"model.layers: '2\\u00a0' is not an integer"});
+  EXPECT_EQ(quoted("a\xEF\xBB\xBF[train]\xE2\x80\x8B"), "'a\\ufeff[train]\\u200b'");
 }
 
 TEST_F(ConfigFiles, BadValueInFileNamesKeyAndFile) {

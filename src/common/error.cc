@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cstdint>
 #include <new>
 #include <string>
 #include <utility>
@@ -49,6 +50,24 @@ size_t utf8_sequence_length(const std::string& text, size_t at) {
   return length;
 }
 
+// The code point of the well-formed UTF-8 sequence of `length` bytes at `at`.
+uint32_t code_point(const std::string& text, size_t at, size_t length) {
+  static const unsigned char kLeadMask[] = {0, 0x7F, 0x1F, 0x0F, 0x07};
+  uint32_t point = static_cast<unsigned char>(text[at]) & kLeadMask[length];
+  for (size_t i = 1; i < length; ++i) {
+    point = (point << 6) | (static_cast<unsigned char>(text[at + i]) & 0x3F);
+  }
+  return point;
+}
+
+// Characters a terminal shows as a space or as nothing: no-break spaces, the soft
+// hyphen, zero-width characters and the byte-order mark (one in the middle of files
+// joined with cat).
+bool is_invisible(uint32_t point) {
+  return point == 0x00A0 || point == 0x00AD || point == 0x2007 || point == 0x202F ||
+         (point >= 0x200B && point <= 0x200F) || point == 0x2060 || point == 0xFEFF;
+}
+
 }  // namespace
 
 std::string quoted(const std::string& text, size_t max_bytes) {
@@ -58,7 +77,14 @@ std::string quoted(const std::string& text, size_t max_bytes) {
   while (at < text.size() && at < max_bytes) {
     const unsigned char byte = static_cast<unsigned char>(text[at]);
     const size_t sequence = byte >= 0x80 ? utf8_sequence_length(text, at) : 0;
-    if (sequence > 0) {
+    if (sequence > 0 && is_invisible(code_point(text, at, sequence))) {
+      // A no-break space pasted from a web page looked like the space the message had
+      // already trimmed ("'5 ' is not an integer"): written as \u00a0.
+      const uint32_t point = code_point(text, at, sequence);
+      out += "\\u";
+      for (int shift = 12; shift >= 0; shift -= 4) out += kHex[(point >> shift) & 15];
+      at += sequence;
+    } else if (sequence > 0) {
       out.append(text, at, sequence);
       at += sequence;
     } else if (byte < 0x20 || byte >= 0x7F) {

@@ -27,8 +27,9 @@ std::string host_name();
 
 // `text` in single quotes for a one-line message about user input: control bytes and
 // bytes that are not part of well-formed UTF-8 as \xNN (a binary file must not put raw
-// bytes, newlines included, on the terminal), and anything past `max_bytes` cut, with
-// the full size said: "'aaaa…' (100000 bytes)".
+// bytes, newlines included, on the terminal), characters that show as a space or as
+// nothing (a no-break space, a zero-width space, a byte-order mark) as \uXXXX, and
+// anything past `max_bytes` cut, with the full size said: "'aaaa…' (100000 bytes)".
 std::string quoted(const std::string& text, size_t max_bytes = 80);
 
 [[noreturn]] void throw_check_failure(const char* expression, const char* file, int line,

@@ -285,6 +285,39 @@ void refuse_a_hash_inside_a_value(const std::string& ini_path, const std::string
   }
 }
 
+// Each line of a config file is a key = value, a [section], a comment or blank; a line
+// that is none is refused naming its number (Boost's own refusal named no line). A line
+// whose first character is ';' is a comment, as most ini readers take it (Python's
+// configparser, Windows', the job scripts' reader): it was refused as an invalid line. So
+// is a ';' after a section's ']'. Those comments are blanked here, numbering kept.
+std::string with_semicolon_comments_blanked(const std::string& ini_path,
+                                            const std::string& text) {
+  std::istringstream lines(text);
+  std::string kept;
+  int number = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++number;
+    const bool crlf = !line.empty() && line.back() == '\r';
+    const std::string content = trim(crlf ? line.substr(0, line.size() - 1) : line);
+    if (!content.empty() && content[0] == ';') {
+      line.clear();
+    } else if (!content.empty() && content[0] == '[') {
+      const size_t close = content.find(']');
+      const std::string after =
+          close == std::string::npos ? std::string() : trim(content.substr(close + 1));
+      if (close != std::string::npos && !after.empty() && after[0] == ';') {
+        line = content.substr(0, close + 1);
+      }
+    } else if (!content.empty() && content[0] != '#' && content.find('=') == std::string::npos) {
+      THPC_FAIL(ini_path << ":" << number << ": invalid line " << quoted(content)
+                         << " (expected 'key = value', '[section]', or a comment after "
+                         << "'#' or ';')");
+    }
+    kept += line + "\n";
+  }
+  return kept;
+}
+
 // resolve() over the file at `ini_path`.
 Config resolve_file(const std::string& ini_path, po::variables_map& values,
                     const std::string& eval_checkpoint = "") {
@@ -333,6 +366,7 @@ Config resolve_file(const std::string& ini_path, po::variables_map& values,
   // Editors on Windows start UTF-8 files with a byte order mark; it is not part of the
   // first line.
   if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
+  text = with_semicolon_comments_blanked(ini_path, text);
   refuse_a_hash_inside_a_value(ini_path, text);
   std::istringstream stream(text);
   return resolve(ini_path, stream, values, /*require_keys=*/true, eval_checkpoint);
