@@ -703,8 +703,14 @@ TEST_F(ConfigFiles, WrongTypesNameKeyAndFile) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
       {"[model]\nheads = abc\n", {"model.heads: 'abc' is not an integer"}},
       {"[model]\nheads = 2.5\n", {"model.heads: '2.5' is not an integer"}},
-      // Past the type: said with the key's own range, or without one the type's.
-      {"[model]\nheads = 99999999999\n", {"model.heads: must be ≥ 1, got '99999999999'"}},
+      // Past the type: said with the key's own range on that side, or without one the
+      // type's ("must be ≥ 1, got '99999999999'" was said of a number that is).
+      {"[model]\nheads = 99999999999\n",
+       {"model.heads: '99999999999' is beyond the largest whole number the key holds "
+        "(2147483647)"}},
+      {"[model]\nheads = -99999999999\n", {"model.heads: must be ≥ 1, got '-99999999999'"}},
+      {"[train]\nshort_attention_max_len = 99999999999\n",
+       {"train.short_attention_max_len: must be in [0, 128], got '99999999999'"}},
       {"[train]\nseed = 99999999999999999999\n",
        {"train.seed: '99999999999999999999' is beyond the largest whole number the key holds "
         "(18446744073709551615)"}},
@@ -750,6 +756,15 @@ TEST_F(ConfigFiles, AnInvisibleCharacterInAKeyOrValueIsNamed) {
   const std::string value = write_ini("no_break_value.ini", "[model]\nlayers = 2\xC2\xA0\n");
   expect_error([&] { load_config(value); }, {"model.layers: '2\\u00a0' is not an integer"});
   EXPECT_EQ(quoted("a\xEF\xBB\xBF[train]\xE2\x80\x8B"), "'a\\ufeff[train]\\u200b'");
+}
+
+// In a file, the advice is the command line's double quotes (no shell reads the file).
+TEST_F(ConfigFiles, APathInShellSyntaxNamesTheFile) {
+  const std::string path =
+      write_ini("env_path.ini", "[model]\nlayers = 2\n[data]\ndir = $THPC_UNSET_NAME/d\n");
+  expect_error([&] { load_config(path); },
+               {"env_path.ini: data.dir: '$THPC_UNSET_NAME/d' names the environment variable",
+                "or give the key on the command line in double quotes"});
 }
 
 TEST_F(ConfigFiles, BadValueInFileNamesKeyAndFile) {
@@ -869,6 +884,43 @@ TEST(Config, HeadsNotDividingDModelOnTheCommandLine) {
   Config config;
   expect_error([&] { run_command_line({"transformer_hpc", kTinyIni, "--model.heads=3"}, config); },
                {"tiny.ini", "model.heads: d_model 64 is not divisible by heads 3"});
+}
+
+// A range error of a command-line value was blamed on the file ("tiny.ini:
+// train.max_steps: must be ≥ 1, got -5"), which says nothing of the kind.
+TEST(Config, OutOfRangeOnTheCommandLineSaysSo) {
+  Config config;
+  expect_error(
+      [&] { run_command_line({"transformer_hpc", kTinyIni, "--train.max_steps=-5"}, config); },
+      {"train.max_steps: must be ≥ 1, got -5 (on the command line)"});
+}
+
+// A path in shell syntax reaches no shell from a config file or after --key=: "dir =
+// ~/runs/x" trained into ./~/runs/x. Refused, saying the path meant; a checkpoint's stored
+// configuration (written before the check) still reads.
+TEST(Config, APathInShellSyntaxIsRefusedSayingThePathMeant) {
+  const char* home = std::getenv("HOME");
+  const std::string home_before = home != nullptr ? home : "";
+  setenv("THPC_TEST_SCRATCH", "/scratch/u", 1);
+  setenv("HOME", "/home/u", 1);
+  expect_error([&] { load_config(kTinyIni, {"checkpoint.dir=~/runs/x"}); },
+               {"checkpoint.dir: '~/runs/x' begins with '~'", "'/home/u/runs/x' here",
+                "(on the command line)"});
+  expect_error([&] { load_config(kTinyIni, {"data.dir=~bob/d"}); },
+               {"a directory '~bob' in the working directory"});
+  expect_error([&] { load_config(kTinyIni, {"checkpoint.init=${THPC_TEST_SCRATCH}/a.h5"}); },
+               {"checkpoint.init: '${THPC_TEST_SCRATCH}/a.h5' names the environment variable "
+                "$THPC_TEST_SCRATCH", "'/scratch/u/a.h5' here", "double quotes, not single"});
+  expect_error([&] { load_config(kTinyIni, {"train.metrics_dir=$THPC_UNSET_NAME/m"}); },
+               {"($THPC_UNSET_NAME is not set here)"});
+  expect_error([&] { load_config(kTinyIni, {"checkpoint.resume=\"step_00000002.h5\""}); },
+               {"checkpoint.resume: '\"step_00000002.h5\"' is in quotes"});
+  // Not shell syntax: a '$' before no name, a '~' inside, a path key left empty.
+  EXPECT_EQ(load_config(kTinyIni, {"checkpoint.dir=runs/$5/a~b"}).checkpoint.dir,
+            "runs/$5/a~b");
+  EXPECT_EQ(load_config(kTinyIni, {"data.dir="}).data.dir, "");
+  EXPECT_EQ(load_config_text("[checkpoint]\ndir = ~/old\n", "stored").checkpoint.dir, "~/old");
+  if (home != nullptr) setenv("HOME", home_before.c_str(), 1);
 }
 
 TEST(Config, WrongTypeOnTheCommandLine) {

@@ -159,9 +159,11 @@ std::vector<std::string> with_empty_values_apart(std::vector<std::string> tokens
 // Reads ini text from `stream` (named `ini_path` in messages) into `values`, which
 // already holds the command line's values (Boost keeps the first value stored, so the
 // command line wins), converts every value into a Config and validates it.
-// `require_keys`: a file with no key at all is refused (an empty or wrong file would
-// otherwise train the full base model on the defaults). `eval_checkpoint`: --eval's, which
-// the validation of the keys takes into account.
+// `require_keys`: the user's own file and command line, not a checkpoint's stored
+// configuration: a file with no key at all is refused (an empty or wrong file would
+// otherwise train the full base model on the defaults), and so is a path in shell syntax
+// (shell_syntax_in_path(); a checkpoint written before that check still reads).
+// `eval_checkpoint`: --eval's, which the validation of the keys takes into account.
 Config resolve(const std::string& ini_path, std::istream& stream, po::variables_map& values,
                bool require_keys, const std::string& eval_checkpoint = "") {
   std::set<std::string> from_command_line;
@@ -226,10 +228,16 @@ Config resolve(const std::string& ini_path, std::istream& stream, po::variables_
     }
     std::string problem = std::visit(
         [&](auto* field) { return parse_value(text, field); }, option.field(config));
-    // A whole number past its type, for a key with a range of its own, is said with that
-    // range: the type's limit read as the key's ("holds (2147483647)" for one of [0, 128]).
-    if (problem.find(" whole number the key holds ") != std::string::npos &&
-        option.allowed.bounded()) {
+    // A whole number past its type, for a key with a range of its own on that side, is
+    // said with that range: the type's limit read as the key's ("holds (2147483647)" for
+    // one of [0, 128]). On the open side the type's limit is the one there is: "must be ≥
+    // 1, got '99999999999'" said of a number that is.
+    const bool beyond_largest = problem.find(" beyond the largest whole number the key holds ") !=
+                                std::string::npos;
+    const bool below_smallest = problem.find(" below the smallest whole number the key holds ") !=
+                                std::string::npos;
+    if ((beyond_largest && std::isfinite(option.allowed.max)) ||
+        (below_smallest && std::isfinite(option.allowed.min))) {
       problem = option.allowed.outside(quoted(text));
     }
     // A float key's value written with more digits than a float holds can be inside the
@@ -243,6 +251,15 @@ Config resolve(const std::string& ini_path, std::istream& stream, po::variables_
         problem = range_problem + " (the float nearest " + quoted(text) +
                   ": float keys hold about 7 significant digits)";
       }
+    }
+    if (problem.empty() && require_keys && option.allowed.path) {
+      problem = shell_syntax_in_path(text, from_command_line.count(name) > 0);
+    }
+    // A command-line value outside the key's range is said as the command line's here:
+    // validate() below names only the file ("tiny.ini: train.max_steps: must be ≥ 1" for
+    // --train.max_steps=-5, which the file did not say).
+    if (problem.empty() && from_command_line.count(name)) {
+      problem = option.allowed.problem(option.field(config));
     }
     if (!problem.empty()) {
       THPC_FAIL(ini_path << ": " << name << ": " << problem

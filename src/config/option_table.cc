@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <sstream>
 #include <type_traits>
 
@@ -56,8 +58,14 @@ Allowed between(double minimum, double maximum) {
   allowed.max = maximum;
   return allowed;
 }
-Allowed not_empty() {
+
+Allowed path() {
   Allowed allowed;
+  allowed.path = true;
+  return allowed;
+}
+Allowed path_not_empty() {
+  Allowed allowed = path();
   allowed.non_empty = true;
   return allowed;
 }
@@ -79,7 +87,8 @@ Allowed not_empty() {
 #define THPC_OPEN_FRACTION open_fraction()
 #define THPC_ZERO_OR_ABOVE(bound) zero_or_above(bound)
 #define THPC_BETWEEN(minimum, maximum) between(minimum, maximum)
-#define THPC_NOT_EMPTY not_empty()
+#define THPC_PATH path()
+#define THPC_PATH_NOT_EMPTY path_not_empty()
 
 // The single source of truth for the keys. Defaults are the member initializers of
 // config.h (read from a default-constructed Config), so they are not repeated here.
@@ -188,7 +197,7 @@ const std::vector<Option>& option_table() {
       THPC_OPTION(train, valid_bleu_tokenize, THPC_ONE_OF("13a", "intl", "char", "none"),
                   "tokenisation of the validation BLEU, as transformer_score -tok (char for "
                   "targets of one word, such as compounds)"),
-      THPC_OPTION(train, metrics_dir, THPC_ANY,
+      THPC_OPTION(train, metrics_dir, THPC_PATH,
                   "rank 0 appends every logged value to DIR/metrics.jsonl and a TensorBoard "
                   "event file; empty = checkpoint.dir, the run's own directory (jobs/ give "
                   "their run directory, which holds checkpoint.dir)"),
@@ -217,12 +226,12 @@ const std::vector<Option>& option_table() {
                   "in the checkpoints written after it)"),
 
       // [data]: HDF5 shards of transformer_preprocess, or a synthetic task.
-      THPC_OPTION(data, dir, THPC_ANY,
+      THPC_OPTION(data, dir, THPC_PATH,
                   "directory of HDF5 shards (transformer_preprocess --destdir); when set the "
                   "synthetic_* keys are ignored; empty = the synthetic task"),
-      THPC_OPTION(data, train, THPC_ANY,
+      THPC_OPTION(data, train, THPC_PATH,
                   "training shards: dir/TRAIN.00000.h5, ... (not empty when dir is set)"),
-      THPC_OPTION(data, valid, THPC_ANY,
+      THPC_OPTION(data, valid, THPC_PATH,
                   "validation shards: dir/VALID.00000.h5, ... (read when train.valid_every > 0)"),
       THPC_OPTION(data, memory_mb, THPC_AT_LEAST(1),
                   "MiB of token arrays a rank keeps; a larger corpus is streamed shard by shard"),
@@ -271,7 +280,7 @@ const std::vector<Option>& option_table() {
                   "one rank on a GPU then sums through NCCL too (a copy) to time it"),
 
       // [checkpoint]: written by rank 0 (docs/checkpoints.md).
-      THPC_OPTION(checkpoint, dir, THPC_NOT_EMPTY,
+      THPC_OPTION(checkpoint, dir, THPC_PATH_NOT_EMPTY,
                   "directory of step_NNNNNNNN.h5 checkpoints (relative to the working directory)"),
       THPC_OPTION(checkpoint, minutes, THPC_AT_LEAST(0),
                   "wall-clock minutes between checkpoints, fractions allowed; 0 = none by time"),
@@ -286,7 +295,7 @@ const std::vector<Option>& option_table() {
                   "write each checkpoint from a thread while training goes on: the step "
                   "waits only for the copy of the state (a thread-safe HDF5 is needed, else "
                   "the step writes it, with a note); false = the step writes it"),
-      THPC_OPTION(checkpoint, resume, THPC_ANY,
+      THPC_OPTION(checkpoint, resume, THPC_PATH,
                   "continue a run: auto = newest valid checkpoint in dir (none there: step 0; "
                   "only invalid, or only diverged, ones: an error), auto_or_fresh = the same but step 0 when all "
                   "are invalid (they are renamed *.corrupt), or a file; empty = start fresh"),
@@ -306,7 +315,7 @@ const std::vector<Option>& option_table() {
                   "they hold another run's files (step_*.h5, best.h5, metrics.jsonl), a "
                   "resumed one when they hold a different run's; true = delete those files "
                   "first"),
-      THPC_OPTION(checkpoint, init, THPC_ANY,
+      THPC_OPTION(checkpoint, init, THPC_PATH,
                   "start from this checkpoint's parameters only (ignored when resuming)"),
       THPC_OPTION(checkpoint, average_last, THPC_AT_LEAST(0),
                   "at the end, write dir/average_lastN.h5 from the last N checkpoints "
@@ -342,7 +351,8 @@ const std::vector<Option>& option_table() {
 #undef THPC_FRACTION
 #undef THPC_OPEN_FRACTION
 #undef THPC_ZERO_OR_ABOVE
-#undef THPC_NOT_EMPTY
+#undef THPC_PATH
+#undef THPC_PATH_NOT_EMPTY
 
 // ---- values as text ----
 
@@ -449,6 +459,51 @@ std::string trim(const std::string& text) {
   if (first == std::string::npos) return "";
   const auto last = text.find_last_not_of(whitespace);
   return text.substr(first, last - first + 1);
+}
+
+// A path as written in a config file or after --key= reaches no shell: "dir = ~/runs/x"
+// made the directories ./~/runs/x (one `rm -rf ~` away from the home directory), and
+// "$SCRATCH/runs" a directory named '$SCRATCH'. Refused, with the path the user meant.
+std::string shell_syntax_in_path(const std::string& value, bool on_command_line) {
+  if (value.size() >= 2 && (value.front() == '"' || value.front() == '\'') &&
+      value.back() == value.front()) {
+    return quoted(value) + " is in quotes, which would be part of the path (a config "
+           "value needs none, spaces included): write it without them";
+  }
+  if (!value.empty() && value[0] == '~') {
+    const char* home = std::getenv("HOME");
+    const bool own_home = value == "~" || value.rfind("~/", 0) == 0;
+    std::string meant;
+    if (own_home && home != nullptr && *home != '\0') {
+      meant = " (" + quoted(std::string(home) + value.substr(1)) + " here)";
+    }
+    return quoted(value) + " begins with '~', which only a shell expands, and none reads "
+           "this value: it would name a directory " + quoted(value.substr(0, value.find('/'))) +
+           " in the working directory; write the path in full" + meant;
+  }
+  for (size_t at = value.find('$'); at != std::string::npos; at = value.find('$', at + 1)) {
+    const bool braced = at + 1 < value.size() && value[at + 1] == '{';
+    const size_t begin = at + (braced ? 2 : 1);
+    size_t end = begin;
+    while (end < value.size() &&
+           (std::isalnum(static_cast<unsigned char>(value[end])) || value[end] == '_')) {
+      ++end;
+    }
+    if (end == begin || std::isdigit(static_cast<unsigned char>(value[begin]))) continue;
+    if (braced && (end >= value.size() || value[end] != '}')) continue;
+    const std::string name = value.substr(begin, end - begin);
+    const char* set = std::getenv(name.c_str());
+    const std::string meant =
+        set != nullptr ? " (" + quoted(value.substr(0, at) + set +
+                                       value.substr(end + (braced ? 1 : 0))) + " here)"
+                       : " ($" + name + " is not set here)";
+    return quoted(value) + " names the environment variable $" + name + ", which only a "
+           "shell expands, and none reads this value: write the path in full" + meant +
+           (on_command_line ? "; in double quotes, not single ones, the shell expands it"
+                            : ", or give the key on the command line in double quotes, where "
+                              "the shell expands it");
+  }
+  return "";
 }
 
 // Each parse_value returns "" on success, else why the text is not a value of the type.

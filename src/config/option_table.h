@@ -30,6 +30,9 @@ struct Allowed {
   double max = std::numeric_limits<double>::infinity();
   bool max_open = false;  // max itself excluded: < instead of ≤
   bool zero_too = false;
+  // A file or directory: a value in shell syntax (~, $VAR, quotes) is refused where the
+  // user gave it (shell_syntax_in_path()), since nothing here expands it.
+  bool path = false;
 
   bool bounded() const { return std::isfinite(min) || std::isfinite(max); }
   std::string range_text() const;
@@ -48,6 +51,12 @@ struct Option {
 
   std::string name() const { return std::string(section) + "." + key; }
 };
+
+// "" when `value` of a path key (Allowed::path) is a path as written, else why it is
+// shell syntax that no shell has expanded: a leading '~' (a directory named '~' would be
+// made), a $NAME or ${NAME}, or the whole value in quotes (the quotes would be part of
+// the path). What this process's environment would have made of it is said.
+std::string shell_syntax_in_path(const std::string& value, bool on_command_line);
 
 // Every key of the configuration, in the order of --help and of docs/configuration.md.
 const std::vector<Option>& option_table();
