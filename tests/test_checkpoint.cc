@@ -327,6 +327,26 @@ TEST_F(CheckpointTest, AResumeWithAnotherMicroBatchBudgetContinuesAtTheSameShare
                                   "checkpoint, from this step on: train.max_steps = 4 (was 2)\n"),
             std::string::npos)
       << elsewhere.output;
+  // A setting that does nothing in a resumed run is said apart, with why (checkpoint.init
+  // was said to take effect "from this step on").
+  const ProcessResult idle = run_process(
+      "cd " + path("corpus") + "/.. && " + kTrainer + " " + kTinyIni + " --model.layers=1 "
+      "--train.tokens_per_step=300 --train.log_every=1 --train.valid_every=0 --data.dir=" +
+      path("corpus/data") + " --train.max_steps=5 --checkpoint.dir=" + path("corpus/ck") +
+      " --checkpoint.resume=auto --checkpoint.init=" + path("corpus/ck/step_00000002.h5") +
+      " --data.synthetic_vocab=40 --train.precision=fp32");
+  ASSERT_EQ(idle.exit_code, 0) << idle.output;
+  for (const std::string& line :
+       {std::string("note: 1 setting differs from the run that wrote the checkpoint, from this "
+                    "step on: train.max_steps = 5 (was 4)\n"),
+        std::string("note: 3 settings differ from the run that wrote the checkpoint but have "
+                    "no effect in this run: "),
+        "checkpoint.init = " + path("corpus/ck/step_00000002.h5") +
+            " (was empty; a resumed run's parameters are the checkpoint's)",
+        std::string("data.synthetic_vocab = 40 (was 32; data.dir is set)"),
+        std::string("train.precision = fp32 (was bf16; the CPU ignores it)")}) {
+    EXPECT_NE(idle.output.find(line), std::string::npos) << line << "\n" << idle.output;
+  }
   // The relative checkpoint.dir resumed from the wrong directory names the folder it
   // looked in (before: "no valid checkpoint in ck", a fresh start in another folder).
   const ProcessResult astray = run_process(
@@ -1091,6 +1111,28 @@ TEST_F(CheckpointTest, KeepsTheLastKAndAveragesTheLastN) {
                           3.0;
       EXPECT_EQ(average.params[t].values[i], static_cast<float>(mean));
     }
+  }
+
+  // Fewer checkpoints of the schedule than average_last, where more healthy ones exist (a
+  // resume that changed every_steps), are said so: "only that many healthy ones exist"
+  // was read beside a directory holding four.
+  {
+    const std::string dir = path("schedule_changed");
+    Trainer(small_config(dir, {"train.max_steps=6", "checkpoint.every_steps=2",
+                               "checkpoint.minutes=0", "checkpoint.keep=5",
+                               "checkpoint.average_last=0"}))
+        .run(log);
+    std::ostringstream resumed_log;
+    Trainer(small_config(dir, {"train.max_steps=7", "checkpoint.every_steps=5",
+                               "checkpoint.minutes=0", "checkpoint.keep=5",
+                               "checkpoint.average_last=3", "checkpoint.resume=auto"}))
+        .run(resumed_log);
+    EXPECT_NE(resumed_log.str().find(
+                  "warning: average of the last 1 checkpoint (fewer than "
+                  "checkpoint.average_last = 3: only that many healthy ones are of the "
+                  "schedule, at multiples of checkpoint.every_steps = 5 or the last step;"),
+              std::string::npos)
+        << resumed_log.str();
   }
 
   // A checkpoint off a schedule by steps alone (a stop signal's at step 9, resumed to the

@@ -39,7 +39,7 @@ fi
 # The step each file must hold: the best's, as the log says; an average of the last N
 # ends at the run's final step (the last "final: step=N" line).
 final_step=$(sed -n 's/^final: step=\([0-9]*\) .*/\1/p' "$log" | tail -1)
-kept_by=$(sed -n 's/^\(warning: \)\{0,1\}average of the .* best checkpoints by valid \([a-z]*\).*/\2/p' "$log" | head -1)
+kept_by=$(sed -n 's/^\(warning: \)\{0,1\}average of the .* best checkpoints\{0,1\} by valid \([a-z]*\).*/\2/p' "$log" | head -1)
 results=()
 for file in "${candidates[@]}"; do
   line=$("$trainer" "$@" --eval "$file" | grep '^valid step ') ||

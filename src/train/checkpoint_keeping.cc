@@ -218,7 +218,8 @@ void CheckpointKeeping::write_average(bool best, int64_t step, std::ostream& log
   if (best) {
     // Fewer best checkpoints than asked for (fewer validations ran): the average of those
     // there are, said so, like the last N of a short run.
-    log << (fewer ? "warning: " : "") << "average of the " << paths.size() << " best checkpoints"
+    log << (fewer ? "warning: " : "") << "average of the " << paths.size()
+        << (paths.size() == 1 ? " best checkpoint" : " best checkpoints")
         << " by valid " << metric
         << (fewer ? " (fewer than checkpoint.average_best = " + std::to_string(wanted) +
                         ": only that many validations ran)"
@@ -226,11 +227,21 @@ void CheckpointKeeping::write_average(bool best, int64_t step, std::ostream& log
         << " written to " << output << std::endl;
   } else {
     // The file keeps the configured name, which a job's next step looks for; the line
-    // says what it holds, as a warning like the best's.
+    // says what it holds, as a warning like the best's. Fewer for the schedule's sake (a
+    // resume that changed checkpoint.every_steps, a stop signal's checkpoint) is said so:
+    // "only that many healthy ones exist" was read beside a directory holding more.
+    std::string why = "only that many healthy ones exist";
+    const int64_t schedule = options.minutes == 0 ? options.every_steps : 0;
+    if (fewer && schedule > 0 &&
+        newest_healthy_checkpoints(options.dir, wanted, 0, step).size() > paths.size()) {
+      why = "only that many healthy ones are of the schedule, at multiples of "
+            "checkpoint.every_steps = " + std::to_string(schedule) + " or the last step; "
+            "the others (another every_steps's, a stop signal's) are left out";
+    }
     log << (fewer ? "warning: " : "") << "average of the last " << paths.size()
-        << " checkpoints"
+        << (paths.size() == 1 ? " checkpoint" : " checkpoints")
         << (fewer ? " (fewer than checkpoint.average_last = " + std::to_string(wanted) +
-                        ": only that many healthy ones exist)"
+                        ": " + why + ")"
                   : "")
         << " written to " << output << std::endl;
   }

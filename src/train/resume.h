@@ -36,10 +36,11 @@ EpochsEnd end_of_epochs_from(BatchSource& data, int64_t budget, int ranks,
 
 // The lines after "resumed from PATH at step N": another number of ranks than the
 // checkpoint's (and whether each step still takes the same micro-batches), the settings
-// that differ from its run's from this step on, `data_position_note`
+// that differ from its run's from this step on (and apart, those without effect here:
+// GPU-only keys when `on_gpu` is false), `data_position_note`
 // (position_at_this_budget's), and best validation values the checkpoint lacks.
 void log_resume_notes(const Checkpoint& checkpoint, const std::string& path,
-                      const Config& config, int ranks, const std::string& data_position_note,
-                      std::ostream& log);
+                      const Config& config, int ranks, bool on_gpu,
+                      const std::string& data_position_note, std::ostream& log);
 
 }  // namespace thpc

@@ -438,7 +438,8 @@ void Trainer::resume_from(const std::string& path, Checkpoint& checkpoint,
     log << "note: " << path << " is marked " << checkpoint_state_name(checkpoint.state)
         << " (checkpoint.resume names it, so the run continues from it)" << std::endl;
   }
-  log_resume_notes(checkpoint, path, config_, comm_.size(), data_position_note_, log);
+  log_resume_notes(checkpoint, path, config_, comm_.size(), /*on_gpu=*/backend_->device() >= 0,
+                   data_position_note_, log);
   if (completed_steps_ >= config_.train.max_steps) {
     log << "note: the checkpoint is at step " << completed_steps_ << ", train.max_steps is "
         << config_.train.max_steps << ": no step is left to train (raise train.max_steps "
