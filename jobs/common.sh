@@ -224,6 +224,17 @@ thpc_train() {
   trainer+=("$@")
   echo "thpc: job ${SLURM_JOB_ID:-(none)} run ${SLURM_RESTART_COUNT:-0} on $(hostname)," \
        "run directory $run_dir"
+  # A job script run with bash, not sbatch (or jobs/run_local.sh): no #SBATCH line is
+  # read, so the ranks are THPC_RANKS's (1 unless set: tiny_cpu.sbatch's 2 became 1
+  # without a word), and the run directory's name holds this shell's pid, which the next
+  # start does not find: said, with how to stop and continue it.
+  if [ -z "${SLURM_JOB_ID:-}" ]; then
+    local ranks=${THPC_RANKS:-1}
+    echo "thpc: not under Slurm (no SLURM_JOB_ID): $ranks rank$([ "$ranks" = 1 ] || echo s)" \
+         "on this machine$([ -n "${THPC_RANKS:-}" ] || echo " (THPC_RANKS sets how many;" \
+         "#SBATCH lines are read by sbatch only)"); kill -USR1 $$ checkpoints and stops it," \
+         "THPC_RUN_NAME=$(basename "$run_dir") continues it"
+  fi
   echo "thpc: ${thpc_launch_command[*]} ${trainer[*]}"
   if [ -n "$thpc_stop_signal" ]; then  # before the launch: nothing to stop, nothing lost
     echo "thpc: $thpc_stop_signal received before the trainer started; not started"
@@ -270,7 +281,14 @@ thpc_train() {
     stopped="stopped before training"
   fi
   if [ "$status" != 0 ]; then
-    echo "thpc: the trainer failed (exit $status); not requeued"
+    # A start refused before it wrote anything (a bad option, a missing corpus) left an
+    # empty run directory of its own behind: removed; one holding files stays.
+    local left=""
+    if [ -z "$(find "$run_dir" ! -type d -print -quit 2> /dev/null)" ] &&
+       find "$run_dir" -depth -type d -empty -delete 2> /dev/null && [ ! -e "$run_dir" ]; then
+      left=" (its run directory, empty, removed)"
+    fi
+    echo "thpc: the trainer failed (exit $status); not requeued$left"
     return "$status"
   fi
   if [ -n "$thpc_stop_signal" ] && [ -n "${SLURM_JOB_ID:-}" ]; then

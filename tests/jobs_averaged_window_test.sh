@@ -11,7 +11,9 @@
 #   4. options that set the schedule themselves get one plain run;
 #   5. a missing program is said; 6. a config's own checkpoint.resume is not replaced
 #      without a word; 7. a requeue Slurm refuses fails the job; 8. an unknown launcher
-#      is said, before the run directory is made.
+#      is said, before the run directory is made; 9. a job script run with bash (no
+#      Slurm) says its ranks and how to stop and continue it, and a refused start leaves
+#      no empty run directory.
 #
 #   tests/jobs_averaged_window_test.sh SOURCE_DIR BINARY_DIR      (ctest runs it)
 source "$(dirname "${BASH_SOURCE[0]}")/shell_test_lib.sh" "$@" || exit 1
@@ -140,4 +142,17 @@ launcher=$( (THPC_LAUNCHER=mpiexec thpc_train input/tiny.ini) 2>&1 ) &&
 grep -q "thpc: THPC_LAUNCHER must be mpirun or srun, not 'mpiexec'" <<< "$launcher" ||
   fail "no line naming the launcher: $launcher"
 [ -e "$tmp/runs/launcher" ] && fail "a run directory was made for an unknown launcher"
+# 9. jobs/tiny_cpu.sbatch run with bash: its #SBATCH --ntasks=2 is read by sbatch only, so
+# one rank ran without a word, and a refused start left runs/thpc-local-PID empty.
+refused=$( (unset THPC_RUN_NAME THPC_RANKS; cd "$tmp" &&
+            bash "$source_dir/jobs/tiny_cpu.sbatch" --train.max_steps=0) 2>&1 ) &&
+  fail "tiny_cpu.sbatch with --train.max_steps=0 exited 0: $refused"
+grep -q "thpc: not under Slurm (no SLURM_JOB_ID): 1 rank on this machine (THPC_RANKS sets" \
+  <<< "$refused" || fail "no line saying the job runs outside Slurm with 1 rank: $refused"
+grep -Eq "kill -USR1 [0-9]+ checkpoints and stops it, THPC_RUN_NAME=thpc-local-[0-9]+ " \
+  <<< "$refused" || fail "no line saying how to stop and continue the run: $refused"
+grep -q "thpc: the trainer failed (exit 2); not requeued (its run directory, empty, removed)" \
+  <<< "$refused" || fail "the refused start's empty run directory was not said removed: $refused"
+left=$(find "$tmp/runs" -maxdepth 1 -name 'thpc-local-*')
+[ -z "$left" ] || fail "a refused start left its run directory: $left"
 echo "PASSED"
