@@ -98,7 +98,8 @@ TEST_F(EventFileTest, AFileVersionRecordThenOneEventPerCall) {
     EXPECT_EQ(records[1], kLossEvent);
   }
   EXPECT_TRUE(std::regex_match(fs::path(path).filename().string(),
-                               std::regex(R"(events\.out\.tfevents\.[0-9]{10}\.[^/]+)")))
+                               std::regex(R"(events\.out\.tfevents\.[0-9]{10}\.[^/]+\.)" +
+                                          std::to_string(getpid()))))
       << path;
 }
 

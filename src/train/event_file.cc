@@ -1,5 +1,6 @@
 #include "train/event_file.h"
 
+#include <unistd.h>
 
 #include <boost/crc.hpp>
 #include <cerrno>
@@ -72,7 +73,7 @@ EventFile::EventFile(const std::string& dir) {
                          .count();
   path_ = (std::filesystem::path(dir) /
            (kEventFilePrefix + std::to_string(static_cast<int64_t>(now)) + "." +
-            event_file_host()))
+            event_file_host() + "." + std::to_string(::getpid())))
               .string();
   // libsentencepiece exports a protobuf runtime of its own (3.14); a link that binds our
   // generated code to it would crash in the first serialization: this says why instead.

@@ -27,8 +27,10 @@ std::string tfrecord(std::string_view data);
 // A scalar as TensorBoard shows it: tag (e.g. "train/loss") and value.
 using TaggedScalar = std::pair<std::string, double>;
 
-// Appends Events to DIR/events.out.tfevents.<unix seconds>.<host>, each record flushed at
-// once so that a live TensorBoard, and a job killed mid-run, see every value written.
+// Appends Events to DIR/events.out.tfevents.<unix seconds>.<host>.<pid> (TensorFlow's
+// names hold the pid too: a resume in the same second appended to the run's file before),
+// each record flushed at once so that a live TensorBoard, and a job killed mid-run, see
+// every value written.
 // A default-constructed file writes nothing (ranks other than 0).
 // True when the event file `path` holds its file-version record and nothing after it: a
 // run that recorded no value (false when it cannot be read).
@@ -37,9 +39,8 @@ bool event_file_records_no_value(const std::string& path);
 class EventFile {
  public:
   EventFile() = default;
-  // Opens the file in the existing directory `dir` for appending (a run restarted within
-  // the same second continues it) and writes the file_version record; a failure throws
-  // naming the file.
+  // Opens the file in the existing directory `dir` for appending and writes the
+  // file_version record; a failure throws naming the file.
   explicit EventFile(const std::string& dir);
 
   const std::string& path() const { return path_; }
