@@ -94,6 +94,19 @@ TEST(TokenizeIntl, UnicodePunctuationAndSymbols) {
   EXPECT_EQ(tokenize("它说：“好”。", TokenizerKind::kIntl), "它说 ： “ 好 ” 。");
 }
 
+// sacreBLEU compiles intl's \p{P}, \p{S} and \P{N} with the `regex` package, whose
+// Unicode is newer than Python 3.11's unicodedata (14.0), which the tables came from:
+// 1,516 code points unassigned there are punctuation, symbols or numbers in `regex`, and
+// were left glued to their word (a helper's differential trial). Punctuation of Unicode
+// 16 (U+1B4E), splitting off except between numbers; a currency sign of Unicode 17
+// (U+20C1); a digit of Unicode 16 (U+10D40), after which a period stays.
+TEST(TokenizeIntl, CharactersNewerThanPythonsUnicodeAsTheRegexPackageHasThem) {
+  EXPECT_EQ(tokenize("a\u1B4Eb", TokenizerKind::kIntl), "a \u1B4E b");
+  EXPECT_EQ(tokenize("1\u1B4E2", TokenizerKind::kIntl), "1\u1B4E2");
+  EXPECT_EQ(tokenize("5\u20C1.", TokenizerKind::kIntl), "5 \u20C1 .");
+  EXPECT_EQ(tokenize("x\U00010D40.", TokenizerKind::kIntl), "x\U00010D40.");
+}
+
 TEST(TokenizeCharAndNone, AsSacreBleu) {
   EXPECT_EQ(tokenize("ab c", TokenizerKind::kChar), "a b   c");
   EXPECT_EQ(tokenize("țară", TokenizerKind::kChar), "ț a r ă");

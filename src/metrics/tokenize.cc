@@ -11,11 +11,16 @@ namespace {
 
 using unicode::in_ranges;
 
+// The intl tokenizer's classes: the `regex` package's, as sacreBLEU's (unicode_tables.h).
 bool is_punctuation(char32_t c) {
-  return in_ranges(c, unicode::kPunctuation, unicode::kPunctuation_size);
+  return in_ranges(c, unicode::kIntlPunctuation, unicode::kIntlPunctuation_size);
 }
-bool is_symbol(char32_t c) { return in_ranges(c, unicode::kSymbol, unicode::kSymbol_size); }
-bool is_number(char32_t c) { return in_ranges(c, unicode::kNumber, unicode::kNumber_size); }
+bool is_symbol(char32_t c) {
+  return in_ranges(c, unicode::kIntlSymbol, unicode::kIntlSymbol_size);
+}
+bool is_number(char32_t c) {
+  return in_ranges(c, unicode::kIntlNumber, unicode::kIntlNumber_size);
+}
 bool is_cased(char32_t c) { return in_ranges(c, unicode::kCased, unicode::kCased_size); }
 bool is_case_ignorable(char32_t c) {
   return in_ranges(c, unicode::kCaseIgnorable, unicode::kCaseIgnorable_size);

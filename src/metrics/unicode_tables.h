@@ -24,12 +24,19 @@ struct LowercaseMapping {
 extern const char kUnicodeVersion[];
 
 // Sorted, disjoint ranges.
-extern const CodePointRange kPunctuation[];    // general category P*
-extern const std::size_t kPunctuation_size;
-extern const CodePointRange kSymbol[];         // general category S*
-extern const std::size_t kSymbol_size;
-extern const CodePointRange kNumber[];         // general category N*
+extern const CodePointRange kNumber[];         // general category N* (Moses' \p{IsN})
 extern const std::size_t kNumber_size;
+// The intl tokenizer's \p{P}, \p{S} and \p{N} as sacreBLEU compiles them, with the
+// `regex` package, whose Unicode is newer than Python 3.11's: characters added since
+// Unicode 14.0 (U+16FE2, U+1FAE0, ...) are punctuation or symbols here, unassigned to
+// Python's unicodedata (from which they were taken before: left glued to their word).
+extern const char kIntlRegexVersion[];
+extern const CodePointRange kIntlPunctuation[];
+extern const std::size_t kIntlPunctuation_size;
+extern const CodePointRange kIntlSymbol[];
+extern const std::size_t kIntlSymbol_size;
+extern const CodePointRange kIntlNumber[];
+extern const std::size_t kIntlNumber_size;
 extern const CodePointRange kWhitespace[];     // Python str.isspace()
 extern const std::size_t kWhitespace_size;
 extern const CodePointRange kCased[];          // Unicode Cased
