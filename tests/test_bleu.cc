@@ -558,6 +558,16 @@ TEST_F(ScoreProgram, ScoreOnlyOnOneWmt17System) {
   result = run_score("- -i " + kUedin + " -b -w 2 < " + kWmt17Ref);
   EXPECT_EQ(result.exit_code, 0) << result.err;
   EXPECT_EQ(result.out, "28.30\n");
+  // Any width, as sacreBLEU's f"{score:.{width}f}": the double's exact decimal expansion,
+  // then zeros (`python -m sacrebleu ... -b -w 60`). Widths over 17 were refused.
+  result = run_score(kWmt17Ref + " -i " + kUedin + " -b -w 60");
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out,
+            "28.301225088283295860946964239701628684997558593750000000000000\n");
+  expect_one_line_error(run_score(kWmt17Ref + " -i " + kUedin + " -b -w 10001"), 2,
+                        {"-w/--width 10001 is not in [0, 10000]"});
+  expect_one_line_error(run_score(kWmt17Ref + " -i " + kUedin + " -b -w -1"), 2,
+                        {"-w/--width -1 is not in [0, 10000]"});
   expect_one_line_error(run_score("- < " + kUedin), 2,
                         {"standard input can be one file only"});
 }
@@ -721,6 +731,7 @@ TEST(SacreBleuPython, SameOutputLinesWhenInstalled) {
       ro + " -w 6 -sl -tok intl",
       wmt + " -w 6 -lc -tok intl",
       wmt + " -w 6 -tok char",
+      wmt + " -w 40 -m chrf bleu",
   };
   for (const std::string& argument : arguments) {
     int sacrebleu_exit = -1;

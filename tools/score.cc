@@ -32,6 +32,9 @@ namespace {
 
 namespace po = boost::program_options;
 
+// The most decimals -w prints (see where it is checked).
+constexpr int kWidestScore = 10000;
+
 constexpr const char* kUsageHead =
     "usage: transformer_score REF [REF ...] [-i HYP] [options]\n"
     "\n"
@@ -184,7 +187,14 @@ CommandLine parse_command_line(int argc, char** argv) {
   command.metrics.erase(std::unique(command.metrics.begin(), command.metrics.end()),
                         command.metrics.end());
   if (given_option("width")) {
-    if (given.width < 0 || given.width > 17) THPC_FAIL("--width must be in [0, 17]");
+    // sacreBLEU formats with Python's f"{score:.{width}f}", which takes any width and
+    // writes the double's exact decimal expansion, as glibc's printf does. Past 1,074
+    // decimals (the longest expansion a double has) only zeros follow; the cap keeps a
+    // mistyped width from asking for gigabytes.
+    if (given.width < 0 || given.width > kWidestScore) {
+      THPC_FAIL("-w/--width " << given.width << " is not in [0, " << kWidestScore
+                << "] (the number of decimals of the score)");
+    }
     command.width = given.width;
   }
   if (command.options.max_ngram_order < 1 ||
@@ -253,9 +263,9 @@ CommandLine parse_command_line(int argc, char** argv) {
 }
 
 std::string format_score(double score, int width) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), "%.*f", width, score);
-  return buffer;
+  std::string text(std::snprintf(nullptr, 0, "%.*f", width, score) + 1, '\0');
+  text.resize(std::snprintf(text.data(), text.size(), "%.*f", width, score));
+  return text;
 }
 
 // One line of sacreBLEU's text output: "NAME|SIGNATURE = SCORE[ VERBOSE]", or with -b the
