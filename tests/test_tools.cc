@@ -652,24 +652,47 @@ TEST(Tools, AnOutputCutShortByAFullDiskExitsOne) {
 
 // tools/run_default_job.sh does not evaluate a training stopped by a signal (the trainer
 // exits 0 after its checkpoint): before, it averaged, decoded and scored the few steps and
-// exited 0. THPC_TEST_STOP_AT_STEP stops the trainer as a SIGTERM would.
-TEST(Tools, TheDefaultJobDoesNotEvaluateAStoppedTraining) {
+// exited 0. THPC_TEST_STOP_AT_STEP stops the trainer as a SIGTERM would. Run again with
+// --checkpoint.resume=auto, as the stop line advises, it continues that run (it removed
+// the checkpoints first and trained from step 0, exit 0: a helper's trial); a
+// --checkpoint.dir of the user's, relative to the caller's directory and in either
+// spelling, is used once (the job added its own, and the trainer refused the pair as
+// "given more than once" after the whole preprocessing); --data.dir is refused at once.
+TEST(Tools, TheDefaultJobDoesNotEvaluateAStoppedTrainingAndContinuesItWhenAsked) {
   const ScratchDirectory scratch;
   // BUILD: the programs, through links, and the job's files beside them.
   for (const char* name : {"transformer_hpc", "transformer_preprocess", "transformer_average",
                            "transformer_decode", "transformer_score"}) {
     fs::create_symlink(thpc::binary_dir() + "/" + name, scratch.path() / name);
   }
-  const ProcessResult stopped = run_process(
-      "BUILD=" + scratch.path().string() + " THPC_TEST_STOP_AT_STEP=2 bash " +
-      std::string(THPC_SOURCE_DIR) + "/tools/run_default_job.sh --model.layers=1 "
-      "--model.d_model=32 --model.d_ff=64 --model.heads=2 --train.max_steps=50");
+  const std::string job = "cd " + scratch.path().string() + " && BUILD=. bash " +
+                          std::string(THPC_SOURCE_DIR) +
+                          "/tools/run_default_job.sh --model.layers=1 --model.d_model=32 "
+                          "--model.d_ff=64 --model.heads=2 ";
+  const ProcessResult stopped = run_process("export THPC_TEST_STOP_AT_STEP=2; " + job +
+                                            "--train.max_steps=50 --checkpoint.dir mine");
   EXPECT_EQ(stopped.exit_code, 1) << stopped.output;
   EXPECT_NE(stopped.output.find("run_default_job.sh: the training was stopped before its end"),
             std::string::npos)
       << stopped.output;
   EXPECT_EQ(stopped.output.find("translations exact"), std::string::npos) << stopped.output;
   EXPECT_FALSE(fs::exists(scratch.path() / "numbers" / "eval" / "test.hyp"));
+  EXPECT_TRUE(fs::exists(scratch.path() / "mine" / "step_00000002.h5")) << stopped.output;
+
+  const ProcessResult continued =
+      run_process(job + "--train.max_steps=4 --checkpoint.dir=mine --checkpoint.resume=auto");
+  EXPECT_EQ(continued.exit_code, 0) << continued.output;
+  EXPECT_NE(continued.output.find("summary: steps 2 (2 to 4)"), std::string::npos)
+      << continued.output;
+  EXPECT_NE(continued.output.find("translations exact (beam 4, average of the last 2"),
+            std::string::npos)
+      << continued.output;
+
+  const ProcessResult other_data = run_process(job + "--data.dir=shards");
+  EXPECT_EQ(other_data.exit_code, 2) << other_data.output;
+  EXPECT_NE(other_data.output.find("--data.dir=shards: this job trains on the numbers corpus"),
+            std::string::npos)
+      << other_data.output;
 }
 
 }  // namespace
