@@ -44,9 +44,11 @@ for option in "$@"; do
   esac
   case $option in
     --checkpoint.dir=*)
-      checkpoints=$(callers "${option#*=}") own_checkpoints=0 option=--checkpoint.dir=$checkpoints ;;
+      checkpoints=$(callers "${option#*=}") own_checkpoints=0
+      option=--checkpoint.dir=$checkpoints ;;
     --train.metrics_dir=*)
-      metrics_dir=$(callers "${option#*=}") own_metrics=0 option=--train.metrics_dir=$metrics_dir ;;
+      metrics_dir=$(callers "${option#*=}") own_metrics=0
+      option=--train.metrics_dir=$metrics_dir ;;
     --checkpoint.resume | --checkpoint.resume=*) resume=1 ;;
     --data.dir | --data.dir=*)
       echo "run_default_job.sh: $option: this job trains on the numbers corpus it generates" \
