@@ -501,7 +501,7 @@ TEST_F(RunOutputs, ValidationLossAndPerplexityEqualAnIndependentPairByPairComput
   }
 }
 
-TEST_F(RunOutputs, EvalOfAMissingCheckpointOrWithoutAFileIsAOneLineError) {
+TEST_F(RunOutputs, EvalOfAMissingCheckpointWithoutAFileOrAWideBeamIsAOneLineError) {
   const std::string missing = (root_ / "no_such.h5").string();
   const ProcessResult result = run_process(trainer_command() + " --eval " + missing);
   EXPECT_NE(result.exit_code, 0) << result.output;
@@ -522,6 +522,16 @@ TEST_F(RunOutputs, EvalOfAMissingCheckpointOrWithoutAFileIsAOneLineError) {
   EXPECT_NE(no_data.output.find("--eval scores the validation shards: set data.dir"),
             std::string::npos)
       << no_data.output;
+  // A validation search training refuses, refused alike, before the checkpoint is read:
+  // --eval ran a beam of 5,000 for minutes and gigabytes, exit 0 (a helper's trial).
+  const ProcessResult wide_beam = run_process(trainer_command() + " --eval " + missing +
+                                              " --train.valid_bleu=true "
+                                              "--train.valid_beam=100000");
+  EXPECT_EQ(wide_beam.exit_code, 2) << wide_beam.output;
+  EXPECT_NE(wide_beam.output.find("train.valid_beam 100000 is wider than the "),
+            std::string::npos)
+      << wide_beam.output;
+  EXPECT_EQ(lines_of(wide_beam.output).size(), 1u) << wide_beam.output;
 }
 
 }  // namespace

@@ -131,6 +131,28 @@ std::string backend_impossible(const Config& config) {
   return "";
 }
 
+std::string validation_search_impossible(const Config& config, int vocab_size) {
+  const TrainConfig& train = config.train;
+  std::ostringstream why;
+  if (!train.valid_bleu) return "";
+  if (train.valid_beam > 1 &&
+      length_penalty_overflows(config.model.max_positions, config.decode.alpha)) {
+    // As transformer_decode refuses it (a greedy validation, valid_beam = 1, has none).
+    why << config.source_file << ": decode.alpha " << config.decode.alpha
+        << " makes the validation search's length penalty ((5 + |Y|)/6)^alpha overflow for "
+        << "outputs of " << config.model.max_positions << " tokens (model.max_positions): "
+        << "every score would be -0; give a smaller alpha (§6.1: 0.6)";
+  } else if (train.valid_beam > selectable_tokens(vocab_size)) {
+    // As transformer_decode refuses a beam wider than the tokens a search can choose:
+    // valid_beam = 10^9 asked for 26 GB at the first validation, after training up to it.
+    why << config.source_file << ": train.valid_beam " << train.valid_beam
+        << " is wider than the " << selectable_tokens(vocab_size)
+        << " tokens a search can choose (the vocabulary of " << vocab_size
+        << " less pad and bos): give at most " << selectable_tokens(vocab_size);
+  }
+  return why.str();
+}
+
 std::string configuration_impossible(const Config& config, const BatchSource& source, int ranks,
                                      const BatchSource* valid) {
   const TrainConfig& train = config.train;
@@ -141,20 +163,9 @@ std::string configuration_impossible(const Config& config, const BatchSource& so
     why << config.source_file << ": train.tokens_per_step " << train.tokens_per_step
         << " cannot be shared by " << train.accumulate << " micro-batches on each of " << ranks
         << " ranks (each needs at least one token)";
-  } else if (train.valid_bleu && train.valid_beam > 1 &&
-             length_penalty_overflows(config.model.max_positions, config.decode.alpha)) {
-    // As transformer_decode refuses it (a greedy validation, valid_beam = 1, has none).
-    why << config.source_file << ": decode.alpha " << config.decode.alpha
-        << " makes the validation search's length penalty ((5 + |Y|)/6)^alpha overflow for "
-        << "outputs of " << config.model.max_positions << " tokens (model.max_positions): "
-        << "every score would be -0; give a smaller alpha (§6.1: 0.6)";
-  } else if (train.valid_bleu && train.valid_beam > selectable_tokens(source.vocab_size())) {
-    // As transformer_decode refuses a beam wider than the tokens a search can choose:
-    // valid_beam = 10^9 asked for 26 GB at the first validation, after training up to it.
-    why << config.source_file << ": train.valid_beam " << train.valid_beam
-        << " is wider than the " << selectable_tokens(source.vocab_size())
-        << " tokens a search can choose (the vocabulary of " << source.vocab_size()
-        << " less pad and bos): give at most " << selectable_tokens(source.vocab_size());
+  } else if (const std::string search = validation_search_impossible(config, source.vocab_size());
+             !search.empty()) {
+    why << search;
   } else {
     const int64_t budget = train.tokens_per_step / (static_cast<int64_t>(train.accumulate) * ranks);
     // Validation reads its batches at the same budget.

@@ -57,6 +57,13 @@ int resolve_vocab_size(const Config& config, const BatchSource& source);
 // with CUDA on a node without a GPU is the node's: make_backend's runtime error).
 std::string backend_impossible(const Config& config);
 
+// Why validation BLEU's search cannot run on a vocabulary of `vocab_size` ("" when it
+// can, or when train.valid_bleu is off): a train.valid_beam wider than the tokens a search
+// can choose, or a decode.alpha whose length penalty overflows at model.max_positions.
+// Training (configuration_impossible) and --eval refuse both alike (exit 2): --eval ran a
+// beam of 5,000 for minutes, gigabytes and a BLEU no search can mean.
+std::string validation_search_impossible(const Config& config, int vocab_size);
+
 // Why the configuration cannot train with this build, or on `source` with `ranks` ranks
 // ("" when it can): train.backend = cuda in a build without CUDA, train.tokens_per_step
 // too small to share among the ranks' micro-batches, a train.valid_beam wider than the

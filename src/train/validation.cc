@@ -130,14 +130,20 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
         std::max(0, select_device(comm.local_rank(), visible_cuda_devices(), config.dist.device));
     backend = make_backend(backend_request(config.train, device));
     shards = make_validation_source(config, comm.rank(), comm.size());
+    // (before the checkpoint is read, as training says it before anything is built)
+    const int vocab_size = resolve_vocab_size(config, *shards);
+    if (const std::string search = validation_search_impossible(config, vocab_size);
+        !search.empty()) {
+      throw AllRanksError(search, 2);
+    }
     const Checkpoint checkpoint = read_checkpoint(path, CheckpointParts::ParamsOnly);
     // A model scores the pieces of its own vocabulary only.
     if (!checkpoint.spm_model.empty() && checkpoint.spm_model != shards->metadata().spm_model) {
       THPC_FAIL("checkpoint " << path << ": trained with another vocabulary than the "
                               << config.data.valid << " shards of " << config.data.dir);
     }
-    model = std::make_unique<Transformer>(config.model, resolve_vocab_size(config, *shards),
-                                          shards->special_ids(), *backend, config.train.seed);
+    model = std::make_unique<Transformer>(config.model, vocab_size, shards->special_ids(),
+                                          *backend, config.train.seed);
     load_parameters(checkpoint, path, *model);
     step = checkpoint.step;
   });
