@@ -738,6 +738,18 @@ TEST_F(ConfigFiles, RepeatedKeyNamesKeyAndFile) {
 TEST_F(ConfigFiles, InvalidLineNamesFile) {
   const std::string path = write_ini("bad_line.ini", "[model]\nlayers 2\n");
   expect_error([&] { load_config(path); }, {"bad_line.ini:2: invalid line 'layers 2'"});
+  // A section's header left open, or with words after it, named by its line too (Boost's
+  // refusal named none); one closed, with a comment after it, is a header.
+  for (const auto& [text, said] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"[model]\nlayers = 2\n[train\n", "bad_line.ini:3: invalid line '[train'"},
+           {"[model] x\nlayers = 2\n", "bad_line.ini:1: invalid line '[model] x'"},
+           {"[model # ]\nlayers = 2\n", "bad_line.ini:1: invalid line '[model # ]'"}}) {
+    SCOPED_TRACE(text);
+    expect_error([&] { load_config(write_ini("bad_line.ini", text)); }, {said, "'[name]'"});
+  }
+  EXPECT_EQ(load_config(write_ini("good.ini", "[model]  # the model\nlayers = 2\n")).model.layers,
+            2);
 }
 
 // A line starting with ';' is a comment, as most ini readers (and the job scripts' own)

@@ -322,8 +322,17 @@ std::string with_semicolon_comments_blanked(const std::string& ini_path,
       const size_t close = content.find(']');
       const std::string after =
           close == std::string::npos ? std::string() : trim(content.substr(close + 1));
+      std::string header = content;
       if (close != std::string::npos && !after.empty() && after[0] == ';') {
-        line = content.substr(0, close + 1);
+        header = line = content.substr(0, close + 1);
+      }
+      // '[train' or '[train] x': Boost's refusal of it named no line (a '#' comment is
+      // cut first, as Boost cuts it; a line with '=' is a key's, said as one).
+      header = trim(header.substr(0, header.find('#')));
+      if (header.back() != ']' && header.find('=') == std::string::npos) {
+        THPC_FAIL(ini_path << ":" << number << ": invalid line " << quoted(content)
+                           << " (a section is '[name]', alone on its line but for a "
+                           << "comment after '#' or ';')");
       }
     } else if (!content.empty() && content[0] != '#' && content.find('=') == std::string::npos) {
       THPC_FAIL(ini_path << ":" << number << ": invalid line " << quoted(content)
