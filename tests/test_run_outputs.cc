@@ -28,6 +28,7 @@
 #include "model/checkpoint_params.h"
 #include "model/transformer.h"
 #include "program.h"
+#include "metrics/tokenize.h"
 #include "train/run_log.h"
 
 namespace thpc {
@@ -499,6 +500,38 @@ TEST_F(RunOutputs, ValidationLossAndPerplexityEqualAnIndependentPairByPairComput
     EXPECT_NEAR(std::stod(record.at("valid_ppl")), std::exp(nll / tokens),
                 1e-6 * std::exp(nll / tokens));
   }
+}
+
+// A checkpoint.dir whose name is not UTF-8 (a path is bytes): its record's path had the
+// raw byte, so metrics.jsonl was not UTF-8 and Python's json (tools/plot_metrics.py)
+// failed on it (a helper's trial). The byte is written \udcXX (Python's surrogateescape)
+// and read back as the byte: the run resumes in that directory with its metrics file.
+TEST_F(RunOutputs, ARunDirectoryNamedInBytesThatAreNotUtf8KeepsItsMetricsFileUtf8) {
+  const fs::path directory = root_ / "latin1_\xe9t\xe9";
+  const std::string train = trainer_command() + " --train.valid_every=2 --checkpoint.dir='" +
+                            directory.string() + "' --checkpoint.every_steps=2";
+  const ProcessResult first = run_process(train + " --train.max_steps=2");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const ProcessResult resumed =
+      run_process(train + " --train.max_steps=4 --checkpoint.resume=auto");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("summary: steps 2 (2 to 4)"), std::string::npos)
+      << resumed.output;
+  const std::string text = read_file(directory / "metrics.jsonl");
+  EXPECT_TRUE(metrics::decode_utf8(text).has_value()) << text;
+  EXPECT_NE(text.find("latin1_\\udce9t\\udce9\""), std::string::npos) << text;
+  EXPECT_EQ(MetricsFile::last_run_checkpoint_dir((directory / "metrics.jsonl").string()),
+            directory.lexically_normal().string());
+  // Plotted too: the directory's name is the legend's, its byte drawn as U+FFFD
+  // (matplotlib failed on the surrogate Python's os.fsdecode made of it).
+  std::string why_not;
+  const std::string python = python_with("matplotlib", &why_not);
+  if (python.empty()) GTEST_SKIP() << why_not;
+  const ProcessResult plot =
+      run_process(python + " " THPC_SOURCE_DIR "/tools/plot_metrics.py '" + directory.string() +
+                  "' --out " + (root_ / "latin1_plots").string() + " --size 320x240");
+  EXPECT_EQ(plot.exit_code, 0) << plot.output;
+  EXPECT_TRUE(fs::exists(root_ / "latin1_plots" / "loss_step.png")) << plot.output;
 }
 
 TEST_F(RunOutputs, EvalOfAMissingCheckpointWithoutAFileOrAWideBeamIsAOneLineError) {

@@ -104,7 +104,11 @@ def run_labels(runs):
     """Legend names: each run's directory name, the whole path where names repeat."""
     names = [os.path.basename(os.path.dirname(os.path.abspath(metrics_file(run)))) or run
              for run in runs]
-    return [name if names.count(name) == 1 else run for name, run in zip(names, runs)]
+    labels = [name if names.count(name) == 1 else run for name, run in zip(names, runs)]
+    # A path's bytes that are not UTF-8 come as surrogates (os.fsdecode), which the fonts
+    # cannot draw (matplotlib failed on the legend): shown as U+FFFD.
+    return [label.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+            for label in labels]
 
 
 def time_axis(seconds_max):

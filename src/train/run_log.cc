@@ -9,10 +9,12 @@
 #include <filesystem>
 #include <iomanip>
 #include <sstream>
+#include <string_view>
 
 #include "common/error.h"
 #include "io/atomic_file.h"
 #include "io/run_file_names.h"
+#include "metrics/tokenize.h"
 
 namespace thpc {
 
@@ -82,20 +84,35 @@ std::string file_text(const std::string& path) {
   return text.str();
 }
 
-// A JSON string literal: the run id and a path (which may hold quotes or backslashes).
+// A JSON string literal: the run id and a path (which may hold quotes or backslashes, and
+// bytes that are not UTF-8: a path is bytes). Such a byte XX is written \udcXX, as
+// Python's surrogateescape decodes it (os.fsdecode): the file stays valid UTF-8 JSON, and
+// os.fsencode of the value gives the path's bytes back (written raw, Python's json and
+// tools/plot_metrics.py failed on the file with a UnicodeDecodeError).
 std::string json_string(const std::string& text) {
   std::string quoted = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') {
-      quoted += '\\';
-      quoted += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char escape[8];
-      std::snprintf(escape, sizeof escape, "\\u%04x", static_cast<unsigned char>(c));
-      quoted += escape;
-    } else {
-      quoted += c;
+  const auto escape = [&](const char* format, unsigned char byte) {
+    char escaped[8];
+    std::snprintf(escaped, sizeof escaped, format, byte);
+    quoted += escaped;
+  };
+  std::string_view rest = text;
+  while (!rest.empty()) {
+    size_t invalid_at = rest.size();
+    if (metrics::decode_utf8(rest, &invalid_at)) invalid_at = rest.size();
+    for (const char c : rest.substr(0, invalid_at)) {
+      if (c == '"' || c == '\\') {
+        quoted += '\\';
+        quoted += c;
+      } else if (static_cast<unsigned char>(c) < 0x20) {
+        escape("\\u%04x", static_cast<unsigned char>(c));
+      } else {
+        quoted += c;
+      }
     }
+    if (invalid_at == rest.size()) break;
+    escape("\\udc%02x", static_cast<unsigned char>(rest[invalid_at]));
+    rest.remove_prefix(invalid_at + 1);
   }
   return quoted + "\"";
 }
@@ -117,13 +134,15 @@ std::string last_run_record_string(const std::string& text, const std::string& k
   if (found == std::string::npos || (line_end != std::string::npos && found > line_end)) {
     return "";
   }
-  // Read back as json_string writes: \" and \\, and \u00XX for a control character.
+  // Read back as json_string writes: \" and \\, \u00XX for a control character and \udcXX
+  // for a byte that is not UTF-8 (the low byte is the character in both).
   std::string value;
   for (size_t i = found + quoted_key.size(); i < text.size() && text[i] != '"'; ++i) {
     if (text[i] == '\\' && i + 1 < text.size()) {
       ++i;
       if (text[i] == 'u' && i + 4 < text.size()) {
-        value += static_cast<char>(std::strtol(text.substr(i + 1, 4).c_str(), nullptr, 16));
+        value += static_cast<char>(std::strtol(text.substr(i + 1, 4).c_str(), nullptr, 16) &
+                                   0xff);
         i += 4;
         continue;
       }
