@@ -555,6 +555,16 @@ TEST_F(RunOutputs, EvalOfAMissingCheckpointWithoutAFileOrAWideBeamIsAOneLineErro
   EXPECT_NE(no_data.output.find("--eval scores the validation shards: set data.dir"),
             std::string::npos)
       << no_data.output;
+  // A config that validates says so too, not "(or train.valid_every = 0)", which --eval
+  // refused again (a helper's trial).
+  const ProcessResult validating =
+      run_process("cd " THPC_SOURCE_DIR " && " + kBuild +
+                  "transformer_hpc input/numbers.ini --data.dir= --eval " + missing);
+  EXPECT_EQ(validating.exit_code, 2) << validating.output;
+  EXPECT_NE(validating.output.find("data.dir: empty: --eval scores the validation shards"),
+            std::string::npos)
+      << validating.output;
+  EXPECT_EQ(validating.output.find("valid_every"), std::string::npos) << validating.output;
   // A validation search training refuses, refused alike, before the checkpoint is read:
   // --eval ran a beam of 5,000 for minutes and gigabytes, exit 0 (a helper's trial).
   const ProcessResult wide_beam = run_process(trainer_command() + " --eval " + missing +

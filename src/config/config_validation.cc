@@ -75,8 +75,15 @@ void validate(const Config& config) {
   }
   const DataConfig& data = config.data;
   if (train.valid_every > 0 && data.dir.empty()) {
-    check.fail("train.valid_every",
-               "validation reads shards: set data.dir (or train.valid_every = 0)");
+    // --eval's validation reads them whatever train.valid_every says (its advice to set
+    // train.valid_every = 0 led --eval to another refusal).
+    if (config.eval_checkpoint.empty()) {
+      check.fail("train.valid_every",
+                 "validation reads shards: set data.dir (or train.valid_every = 0)");
+    } else {
+      check.fail("data.dir", "empty: --eval scores the validation shards; set it to their "
+                             "directory");
+    }
   }
   if (train.max_epochs > 0 && data.dir.empty()) {
     check.fail("train.max_epochs", "counts passes over shards: set data.dir (the synthetic task "

@@ -142,8 +142,8 @@ DataPosition position_at_this_budget(const Checkpoint& checkpoint, const std::st
     // Other data (re-preprocessed, another data.dir): the index counts batches of a
     // corpus that is not this one. Its next epoch starts afresh.
     note = "warning: the data under data.dir is not what the checkpoint's run read "
-           "(training pairs sha256 " + data.corpus_sha256().substr(0, 12) + "..., then " +
-           checkpoint.corpus_sha256.substr(0, 12) + "...): its position in that data " +
+           "(training pairs sha256 " + data.corpus_sha256().substr(0, 12) + "... now, " +
+           checkpoint.corpus_sha256.substr(0, 12) + "... then): its position in that data " +
            "cannot be carried over, so this run reads the new data from the start of " +
            "epoch " + std::to_string(position.epoch + 2);
     return DataPosition{position.epoch + 1, 0};
