@@ -94,6 +94,12 @@ thpc_run_dir() {
 # True when the trainer options ("$@" after KEY) set KEY, as --KEY=VALUE or --KEY VALUE
 # (the trainer takes both): the trainer refuses a key given twice, so a script's default
 # for KEY must give way to the user's.
+# Whether the launcher of the ranks (thpc_launcher_pid) still runs: known by its command
+# line, as its pid may be another process's once bash has reaped it.
+thpc_launcher_runs() {
+  ps -o args= -p "$thpc_launcher_pid" 2> /dev/null | grep -q transformer_hpc
+}
+
 thpc_given() {
   local key=$1 option
   shift
@@ -260,14 +266,17 @@ thpc_train() {
     # lost, and the job trained on to its end: sent once more 10 s later, if the launcher
     # still runs (bash reaps an ended child at once, so its pid may be another process's
     # by then: the launcher is known by its command line). A rank that has the stop
-    # already takes a repeated SIGUSR1 as the same request.
+    # already takes a repeated SIGUSR1 as the same request. Watched every 0.5 s: a
+    # launcher that ends sooner ends the job then (it waited the whole 10 s).
     if [ "$resent" = 0 ]; then
       resent=1
-      sleep 10 &
-      wait $! 2> /dev/null
-      if ps -o args= -p "$thpc_launcher_pid" 2> /dev/null | grep -q transformer_hpc; then
-        kill -USR1 "$thpc_launcher_pid" 2> /dev/null
-      fi
+      local watched=0
+      while [ "$watched" -lt 20 ] && thpc_launcher_runs; do
+        sleep 0.5 &
+        wait $! 2> /dev/null
+        watched=$((watched + 1))
+      done
+      thpc_launcher_runs && kill -USR1 "$thpc_launcher_pid" 2> /dev/null
     fi
   done
   # Killed by the stop signal itself: it came before the ranks could take it (their first

@@ -13,7 +13,7 @@
 #      without a word; 7. a requeue Slurm refuses fails the job; 8. an unknown launcher
 #      is said, before the run directory is made; 9. a job script run with bash (no
 #      Slurm) says its ranks and how to stop and continue it, and a refused start leaves
-#      no empty run directory.
+#      no empty run directory; 10. jobs/run_local.sh stopped by SIGTERM ends with its ranks.
 #
 #   tests/jobs_averaged_window_test.sh SOURCE_DIR BINARY_DIR      (ctest runs it)
 source "$(dirname "${BASH_SOURCE[0]}")/shell_test_lib.sh" "$@" || exit 1
@@ -155,4 +155,19 @@ grep -q "thpc: the trainer failed (exit 2); not requeued (its run directory, emp
   <<< "$refused" || fail "the refused start's empty run directory was not said removed: $refused"
 left=$(find "$tmp/runs" -maxdepth 1 -name 'thpc-local-*')
 [ -z "$left" ] || fail "a refused start left its run directory: $left"
+# 10. jobs/run_local.sh stopped by SIGTERM ends when its ranks have stopped (about a
+# second here): it waited 10 s more whatever they did, for a resend of the stop.
+(cd "$tmp" && THPC_RUN_NAME=stopped exec bash "$source_dir/jobs/run_local.sh" 1 \
+   input/tiny.ini --train.max_steps=1000000 "${options[@]}") > "$tmp/stopped.log" 2>&1 &
+job=$!
+for _ in $(seq 120); do grep -q '^step ' "$tmp/stopped.log" && break; sleep 0.5; done
+grep -q '^step ' "$tmp/stopped.log" ||
+  { cat "$tmp/stopped.log"; fail "run_local.sh never trained"; }
+signalled=$SECONDS
+kill -TERM "$job"
+wait "$job" || { cat "$tmp/stopped.log"; fail "run_local.sh stopped by SIGTERM exited $?"; }
+grep -q '^stopped: SIGUSR1 received' "$tmp/stopped.log" ||
+  { cat "$tmp/stopped.log"; fail "no 'stopped' line after SIGTERM"; }
+(( SECONDS - signalled < 8 )) ||
+  fail "run_local.sh took $((SECONDS - signalled)) s to end after its ranks stopped"
 echo "PASSED"
