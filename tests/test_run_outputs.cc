@@ -534,6 +534,48 @@ TEST_F(RunOutputs, ARunDirectoryNamedInBytesThatAreNotUtf8KeepsItsMetricsFileUtf
   EXPECT_TRUE(fs::exists(root_ / "latin1_plots" / "loss_step.png")) << plot.output;
 }
 
+// Validation shards replaced between a run and its resume (re-preprocessed, another
+// data.valid): the checkpoint names the ones its best values were scored on, and the
+// resume starts the best values, best.h5 and checkpoint.patience afresh, saying so. Before,
+// the new set's scores were ranked against the old set's best, and patience stopped the
+// run without a word (a helper's trial).
+TEST_F(RunOutputs, OtherValidationShardsAtAResumeStartTheBestValuesAfresh) {
+  const fs::path data = root_ / "data_other_valid";
+  fs::remove_all(data);
+  fs::copy(root_ / "data", data);
+  const std::string text = (root_ / "text").string();
+  const ProcessResult other = run_process(
+      "head -n 30 " + text + "/valid.en > " + text + "/half.en && head -n 30 " + text +
+      "/valid.de > " + text + "/half.de && " + kBuild + "transformer_preprocess --source-lang en "
+      "--target-lang de --trainpref " + text + "/train --validpref " + text + "/half --destdir " +
+      (root_ / "half").string() + " --spm-model " + (root_ / "data/spm.model").string() +
+      " --seed 1 && cp " + (root_ / "half/valid.00000.h5").string() + " " + data.string());
+  ASSERT_EQ(other.exit_code, 0) << other.output;
+  const std::string train =
+      "cd " THPC_SOURCE_DIR " && " + kBuild + "transformer_hpc input/numbers.ini "
+      "--train.valid_every=2 --checkpoint.keep_best=ppl --checkpoint.every_steps=2 "
+      "--checkpoint.dir=" + (root_ / "other_valid").string();
+  const ProcessResult first =
+      run_process(train + " --data.dir=" + (root_ / "data").string() + " --train.max_steps=2");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const ProcessResult same = run_process(train + " --data.dir=" + (root_ / "data").string() +
+                                         " --train.max_steps=4 --checkpoint.resume=auto");
+  ASSERT_EQ(same.exit_code, 0) << same.output;
+  EXPECT_EQ(same.output.find("validation shards under data.dir are not"), std::string::npos)
+      << same.output;
+  const ProcessResult resumed = run_process(train + " --data.dir=" + data.string() +
+                                            " --train.max_steps=6 --checkpoint.resume=auto");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("warning: the validation shards under data.dir are not those "
+                                "the checkpoint's run scored"),
+            std::string::npos)
+      << resumed.output;
+  // The new set's first validation is the best one, whatever its score beside the old.
+  EXPECT_NE(resumed.output.find("best checkpoint "), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("best valid ppl"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("(step 6)"), std::string::npos) << resumed.output;
+}
+
 TEST_F(RunOutputs, EvalOfAMissingCheckpointWithoutAFileOrAWideBeamIsAOneLineError) {
   const std::string missing = (root_ / "no_such.h5").string();
   const ProcessResult result = run_process(trainer_command() + " --eval " + missing);

@@ -40,6 +40,7 @@ constexpr const char* kBestValidGroup = "best_valid";
 constexpr const char* kDivergenceDataset = "divergence";
 constexpr const char* kRunIdAttribute = "run_id";
 constexpr const char* kCorpusAttribute = "corpus_sha256";
+constexpr const char* kValidAttribute = "valid_sha256";
 constexpr const char* kWorkingDirectoryAttribute = "working_directory";
 constexpr const char* kValidationGroup = "validation";
 constexpr const char* kValidationPendingDataset = "validation_pending";
@@ -455,6 +456,9 @@ void write_hdf5_file(const std::string& temporary, const std::string& path,
   if (!checkpoint.corpus_sha256.empty()) {
     writer.string_attribute(root, kCorpusAttribute, checkpoint.corpus_sha256);
   }
+  if (!checkpoint.valid_sha256.empty()) {
+    writer.string_attribute(root, kValidAttribute, checkpoint.valid_sha256);
+  }
   if (!checkpoint.working_directory.empty()) {
     writer.string_attribute(root, kWorkingDirectoryAttribute, checkpoint.working_directory);
   }
@@ -640,6 +644,9 @@ void read_run_attributes(Reader& reader, Checkpoint& checkpoint) {
   }
   if (reader.has_attribute(root, kCorpusAttribute)) {
     checkpoint.corpus_sha256 = reader.string_attribute(root, "/", kCorpusAttribute);
+  }
+  if (reader.has_attribute(root, kValidAttribute)) {
+    checkpoint.valid_sha256 = reader.string_attribute(root, "/", kValidAttribute);
   }
   if (reader.has_attribute(root, kWorkingDirectoryAttribute)) {
     checkpoint.working_directory = reader.string_attribute(root, "/", kWorkingDirectoryAttribute);

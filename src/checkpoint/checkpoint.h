@@ -141,6 +141,11 @@ struct Checkpoint {
   // other data can say so: its position means nothing there. "" for a generated task,
   // averages and older files.
   std::string corpus_sha256;
+  // The validation shards its best validation values were scored on (the same digest of
+  // the validation pairs), so that a resume over other ones starts the best values and
+  // checkpoint.patience afresh rather than ranking scores of two sets. "" where the run did
+  // not validate on shards, and for averages and older files.
+  std::string valid_sha256;
   // The loss (label-smoothed, per target token) of the step it completes; NaN when unknown
   // (averages, older files, a run resumed and stopped before its first step).
   double loss = NAN;

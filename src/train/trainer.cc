@@ -341,6 +341,7 @@ Checkpoint Trainer::snapshot_without_state() const {
   checkpoint.best_valid = best_valid_;
   checkpoint.run_id = run_id_;
   checkpoint.corpus_sha256 = source_->corpus_sha256();
+  if (valid_source_) checkpoint.valid_sha256 = valid_source_->corpus_sha256();
   checkpoint.working_directory = working_directory_;
   checkpoint.loss = checkpoint_loss_;
   // Saved while steps are being left out (train.divergence = skip): the parameters gave
@@ -371,6 +372,20 @@ void Trainer::restore(const Checkpoint& checkpoint, const std::string& source) {
                                         comm_.size(), config_.train, data_position_note_));
   completed_steps_ = checkpoint.step;
   best_valid_ = checkpoint.best_valid.value_or(ValidationRecord{});
+  // Other validation shards (re-preprocessed, replaced, another data.valid): their scores
+  // are not comparable with the best ones stored, which ranked the new set's first
+  // validations against the old set's best, and patience stopped the run without a word
+  // (a helper's trial). The best values and patience start afresh, said at the resume.
+  if (valid_source_ && !checkpoint.valid_sha256.empty() &&
+      checkpoint.valid_sha256 != valid_source_->corpus_sha256() && checkpoint.best_valid) {
+    best_valid_ = ValidationRecord{};
+    valid_change_note_ =
+        "warning: the validation shards under data.dir are not those the checkpoint's run "
+        "scored (validation pairs sha256 " + valid_source_->corpus_sha256().substr(0, 12) +
+        "... now, " + checkpoint.valid_sha256.substr(0, 12) + "... then): the best valid "
+        "ppl and bleu, best.h5 and the checkpoint.patience count start afresh at this run's "
+        "first validation";
+  }
   validation_pending_step_ = checkpoint.validation_pending ? checkpoint.step : -1;
   // The run continues under its own id; a checkpoint written before ids were stored gives
   // its run this process's.
@@ -440,6 +455,7 @@ void Trainer::resume_from(const std::string& path, Checkpoint& checkpoint,
   }
   log_resume_notes(checkpoint, path, config_, comm_.size(), /*on_gpu=*/backend_->device() >= 0,
                    data_position_note_, log);
+  if (!valid_change_note_.empty()) log << valid_change_note_ << std::endl;
   if (completed_steps_ >= config_.train.max_steps) {
     log << "note: the checkpoint is at step " << completed_steps_ << ", train.max_steps is "
         << config_.train.max_steps << ": no step is left to train (raise train.max_steps "

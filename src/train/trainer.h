@@ -130,6 +130,7 @@ class Trainer {
   // restore()'s note when the data position was carried over to another micro-batch
   // budget (empty when it was taken as it was).
   std::string data_position_note_;
+  std::string valid_change_note_;  // the validation shards differ from the checkpoint's
   std::unique_ptr<ShardReader> valid_source_;  // when train.valid_every > 0
   std::unique_ptr<ValidationBleu> valid_bleu_;  // when train.valid_bleu
   std::unique_ptr<Transformer> model_;
