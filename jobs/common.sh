@@ -91,15 +91,15 @@ thpc_run_dir() {
   echo "$dir"
 }
 
-# True when the trainer options ("$@" after KEY) set KEY, as --KEY=VALUE or --KEY VALUE
-# (the trainer takes both): the trainer refuses a key given twice, so a script's default
-# for KEY must give way to the user's.
 # Whether the launcher of the ranks (thpc_launcher_pid) still runs: known by its command
 # line, as its pid may be another process's once bash has reaped it.
 thpc_launcher_runs() {
   ps -o args= -p "$thpc_launcher_pid" 2> /dev/null | grep -q transformer_hpc
 }
 
+# True when the trainer options ("$@" after KEY) set KEY, as --KEY=VALUE or --KEY VALUE
+# (the trainer takes both): the trainer refuses a key given twice, so a script's default
+# for KEY must give way to the user's.
 thpc_given() {
   local key=$1 option
   shift
