@@ -76,12 +76,14 @@ python3 tools/make_numbers_corpus.py --out "$corpus/text" --seed 1
 rm -rf "$eval_dir"
 if [[ $resume == 0 ]]; then
   [[ $own_checkpoints == 0 ]] || rm -rf "$checkpoints"
-  [[ $own_metrics == 0 ]] || rm -rf "$metrics_dir/metrics.jsonl" "$metrics_dir"/events.out.tfevents.*
+  [[ $own_metrics == 0 ]] ||
+    rm -rf "$metrics_dir/metrics.jsonl" "$metrics_dir"/events.out.tfevents.*
 fi
 # (tools/train_logged.sh: a training stopped by a signal is not evaluated)
 thpc_train_logged "$corpus/train.log" "nothing is evaluated; run the script again with \
 --checkpoint.resume=auto to continue it (without it, it starts afresh)" \
-  ${MPIRUN:-} "$build/transformer_hpc" input/numbers.ini "${own_options[@]}" ${trainer_options[@]+"${trainer_options[@]}"}
+  ${MPIRUN:-} "$build/transformer_hpc" input/numbers.ini "${own_options[@]}" \
+  ${trainer_options[@]+"${trainer_options[@]}"}
 
 mkdir -p "$eval_dir"
 # The last 5, or all there are when a shorter run (--train.max_steps) wrote fewer.
