@@ -131,6 +131,12 @@ DryRunStart check_the_start(const thpc::Config& config, const std::string& chose
 // and the choice of checkpoint, which the others then read). Throws AllRanksError on
 // every rank for the first failure; fills `out` on rank 0.
 void dry_run(const thpc::Config& config, const thpc::Communicator& comm, std::ostream& out) {
+  // As training's start-up: a rank stopped or hung in it ends the job after
+  // dist.timeout_s without a sign of work, which the reads give between their blocks.
+  const thpc::Communicator::WaitLimit reading(
+      comm, config.dist.timeout_s, "--dry-run", thpc::Communicator::WaitFrom::kLastSignOfWork,
+      "run the --dry-run again",
+      "a rank that reads a large checkpoint or corpus from a slow file system");
   const int ranks = comm.size();
   const bool is_root = comm.is_root();
   int vocab = config.model.vocab_size;

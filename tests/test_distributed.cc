@@ -717,6 +717,43 @@ TEST(Distributed, AStoppedRankEndsTheJobAfterTheTimeout) {
   expect_a_stopped_rank_to_end_the_job("", "1:3:gradients", "the gradient sum", 3);
 }
 
+// A rank stopped during start-up (THPC_STOP_AT=1:0:start-up, before it reads the data) held
+// the job until its time limit: start-up's collectives waited without limit. Now the
+// other rank waits dist.timeout_s without a sign of work and ends the job with one message
+// that says where, what happened and what to do.
+TEST(Distributed, ARankStoppedDuringStartUpEndsTheJobAfterTheTimeout) {
+  const JobResult run = mpirun_trainer("THPC_STOP_AT=1:0:start-up",
+                                       "--train.max_steps=4 --dist.timeout_s=3");
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.exit_code, 124) << "the job hung until timeout killed it:\n" << run.output;
+  EXPECT_LT(run.seconds, 40.0) << run.output;
+  EXPECT_EQ(occurrences(run.output, "transformer_hpc: error on rank 0 on "), 1u) << run.output;
+  EXPECT_EQ(occurrences(run.output,
+                        ": start-up: this rank waited 3 s (dist.timeout_s) in a gather of the "
+                        "ranks' values without a sign of work from the other ranks: a rank is "
+                        "stopped (SIGSTOP, a debugger), hung or lost, so the job is ended; start "
+                        "the job again (a rank that reads a large checkpoint or corpus from a "
+                        "slow file system: raise dist.timeout_s)"),
+            1u)
+      << run.output;
+  EXPECT_EQ(run.output.find("final:"), std::string::npos) << run.output;
+  std::filesystem::remove_all(scratch_run());
+}
+
+// The other side of it: a rank whose start-up takes longer than dist.timeout_s but shows
+// its work as it goes, as a read of a large checkpoint does between its blocks
+// (THPC_TEST_SLOW_START_UP: 5 s in pieces of 50 ms, against a limit of 2 s), is waited
+// for, and the run trains.
+TEST(Distributed, ARankSlowAtStartUpThatShowsItsWorkIsWaitedFor) {
+  const JobResult run = mpirun_trainer("THPC_TEST_SLOW_START_UP=1:5",
+                                       "--train.max_steps=4 --dist.timeout_s=2");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_GT(run.seconds, 5.0) << "the start-up was not slowed:\n" << run.output;
+  EXPECT_EQ(occurrences(run.output, "final: step=4"), 1u) << run.output;
+  EXPECT_EQ(run.output.find("dist.timeout_s"), std::string::npos) << run.output;
+  std::filesystem::remove_all(scratch_run());
+}
+
 // Rank 0's own work between steps is not a stopped rank: a checkpoint's write that takes
 // longer than dist.timeout_s (here 3 s against 2, rank 0 waiting for it before the next
 // checkpoint's copy) is waited for without limit, and the run trains to its end.

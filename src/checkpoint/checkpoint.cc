@@ -27,6 +27,7 @@
 #include "common/cores.h"
 #include "common/error.h"
 #include "common/sha256.h"
+#include "common/still_working.h"
 #include "io/atomic_file.h"
 #include "io/hdf5.h"
 
@@ -304,6 +305,7 @@ class Reader : public hdf5::Reader {
   // Reads a dataset and the sha256 recorded with it (verified later, all at once).
   NamedTensor tensor(hid_t group, const std::string& group_path, const std::string& name,
                      std::vector<std::string>& recorded_digests) const {
+    show_still_working();  // a rank's read of a large checkpoint keeps the others waiting
     const std::string where = group_path + "/" + name;
     const Handle dataset = open_dataset(group, name, where);
     std::vector<hsize_t> dims;
@@ -321,6 +323,7 @@ class Reader : public hdf5::Reader {
   QuantizedTensor quantized_tensor(hid_t quantized, const std::string& group_path,
                                    const std::string& name,
                                    std::vector<std::string>& recorded_digests) const {
+    show_still_working();
     const std::string where = group_path + "/" + name;
     const Handle group = open_group(quantized, name);
     QuantizedTensor tensor;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/still_working.h"
 
 namespace thpc {
 namespace {
@@ -42,6 +43,7 @@ std::string sha256_hex_of_file(const std::string& path, uint64_t offset) {
   Sha256 hash;
   std::vector<char> block(size_t(1) << 22);
   while (in) {
+    show_still_working();  // a large checkpoint's check keeps the other ranks waiting
     in.read(block.data(), static_cast<std::streamsize>(block.size()));
     const std::streamsize got = in.gcount();
     if (got > 0) hash.update(block.data(), static_cast<size_t>(got));

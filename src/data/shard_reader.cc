@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/philox.h"
 #include "common/sha256.h"
+#include "common/still_working.h"
 
 namespace thpc {
 namespace {
@@ -219,6 +220,7 @@ ShardReader::ShardReader(const ShardReaderSpec& spec) : spec_(spec) {
              "rank " << spec.rank << " of " << spec.ranks);
   int64_t total_bytes = 0;
   for (const std::string& path : spec.files) {
+    show_still_working();  // a corpus of many shards on a slow file system takes minutes
     auto shard = std::make_unique<Shard>();
     shard->path = path;
     shard->summary = read_shard_summary(path);

@@ -41,12 +41,13 @@ void check_mpi(int status, const char* call) {
 
 namespace {
 
-// The innermost live WaitLimit's `during` ("step 12") and `remedy`, for every bounded
-// wait's message: the gradient sums' own waits (MpiBucketSums) run inside the step's
-// limit too.
+// The innermost live WaitLimit's `during` ("step 12"), `remedy` and `slow_rank`, for every
+// bounded wait's message: the gradient sums' own waits (MpiBucketSums) run inside the
+// step's limit too.
 struct WaitContext {
   std::string during;
   std::string remedy = Communicator::WaitLimit::kResume;
+  std::string slow_rank = Communicator::WaitLimit::kSlowBatches;
 };
 WaitContext& waiting_context() {
   static WaitContext context;
@@ -131,8 +132,7 @@ void wait_within(int count, MPI_Request* requests, double limit_seconds, const c
       }
       line << ": a rank is stopped (SIGSTOP, a debugger), hung or lost, so the job is "
            << "ended; " << waiting_context().remedy << " ("
-           << (from_last_sign ? "a rank whose batches take longer than that"
-                              : "a rank that is only slow")
+           << (from_last_sign ? waiting_context().slow_rank : "a rank that is only slow")
            << ": raise dist.timeout_s)\n";
       write_whole_line(line.str());
       MPI_Abort(MPI_COMM_WORLD, 1);
@@ -189,18 +189,21 @@ Communicator Communicator::world() {
 }
 
 Communicator::WaitLimit::WaitLimit(const Communicator& comm, double seconds, std::string during,
-                                   WaitFrom from, std::string remedy)
+                                   WaitFrom from, std::string remedy, std::string slow_rank)
     : comm_(comm),
       previous_seconds_(comm.wait_limit_seconds_),
       previous_from_(comm.wait_from_),
       previous_during_(std::move(waiting_context().during)),
       previous_remedy_(std::move(waiting_context().remedy)),
+      previous_slow_rank_(std::move(waiting_context().slow_rank)),
       uncaught_at_start_(std::uncaught_exceptions()) {
   comm_.wait_limit_seconds_ = seconds;
   comm_.wait_from_ = from;
   comm_.last_sign_seconds_ = -1;  // the first batch's sign goes out at once
   waiting_context().during = std::move(during);
   waiting_context().remedy = std::move(remedy);
+  waiting_context().slow_rank = std::move(slow_rank);
+  if (from == WaitFrom::kLastSignOfWork) sign_.emplace([&comm] { comm.show_working(); });
 }
 
 Communicator::WaitLimit::~WaitLimit() {
@@ -222,6 +225,7 @@ Communicator::WaitLimit::~WaitLimit() {
   comm_.wait_from_ = previous_from_;
   waiting_context().during = std::move(previous_during_);
   waiting_context().remedy = std::move(previous_remedy_);
+  waiting_context().slow_rank = std::move(previous_slow_rank_);
 }
 
 void Communicator::WaitLimit::receive_every_sign_sent() const {

@@ -11,10 +11,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
+#include "common/still_working.h"
 
 namespace thpc {
 
@@ -98,19 +100,24 @@ class Communicator {
   // While one lives, each collective of `comm` that waits more than `seconds` for the
   // other ranks (counted from `from`) ends the job (MPI_Abort) with a message led by
   // `during` ("step 12"), instead of waiting for a rank that will not come: the training
-  // step holds one with dist.timeout_s, as the gradient sums do, and validation one from
-  // the last sign of work. Start-up and the end of a run wait without limit: a rank
+  // step holds one with dist.timeout_s, as the gradient sums do, and validation and
+  // start-up one from the last sign of work. The end of a run waits without limit: a rank
   // there may wait for rank 0's long work alone (the averages it writes). How long the
   // calls wait is not part of what the communicator is, so a const one takes a limit.
-  // `remedy` ends the message: what the user does next. A limit from the last sign of
-  // work is a collective when it ends (every rank must end it, unless it leaves on an
-  // exception): the ranks sum the signs they sent, and each receives those still on
-  // their way, so that no sign is left unmatched.
+  // `remedy` ends the message: what the user does next; `slow_rank`, for a limit from the
+  // last sign of work, the rank that is only slow ("a rank whose batches take longer than
+  // that"), told to raise dist.timeout_s. A limit from the last sign of work is a
+  // collective when it ends (every rank must end it, unless it leaves on an exception):
+  // the ranks sum the signs they sent, and each receives those still on their way, so
+  // that no sign is left unmatched. While it lives, this thread's show_still_working()
+  // (common/still_working.h: a checkpoint's checksum, a shard read) is show_working().
   class WaitLimit {
    public:
     static constexpr const char* kResume = "resume it from its last checkpoint";
+    static constexpr const char* kSlowBatches = "a rank whose batches take longer than that";
     WaitLimit(const Communicator& comm, double seconds, std::string during,
-              WaitFrom from = WaitFrom::kStart, std::string remedy = kResume);
+              WaitFrom from = WaitFrom::kStart, std::string remedy = kResume,
+              std::string slow_rank = kSlowBatches);
     ~WaitLimit();
     WaitLimit(const WaitLimit&) = delete;
     WaitLimit& operator=(const WaitLimit&) = delete;
@@ -125,7 +132,9 @@ class Communicator {
     WaitFrom previous_from_;
     std::string previous_during_;
     std::string previous_remedy_;
+    std::string previous_slow_rank_;
     int uncaught_at_start_;  // std::uncaught_exceptions() when it began
+    std::optional<StillWorkingSign> sign_;  // from the last sign of work only
   };
 
   // A sign to the other ranks that this one is still at the work a WaitLimit of

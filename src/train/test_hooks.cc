@@ -2,11 +2,14 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include "common/error.h"
+#include "common/still_working.h"
 
 namespace thpc {
 
@@ -20,12 +23,28 @@ void maybe_inject_failure(const Communicator& comm, int64_t step, InjectionPoint
     InjectionPoint named = InjectionPoint::StepStart;
     if (fields == 3 && std::string(where) == "gradients") named = InjectionPoint::SumsPrepared;
     if (fields == 3 && std::string(where) == "validation") named = InjectionPoint::Validation;
+    if (fields == 3 && std::string(where) == "start-up") named = InjectionPoint::StartUp;
     return fields >= 2 && rank == comm.rank() && at_step == step && named == point;
   };
   if (names_this(std::getenv("THPC_KILL_AT"))) std::raise(SIGKILL);
   if (names_this(std::getenv("THPC_STOP_AT"))) std::raise(SIGSTOP);
   if (const char* fail = std::getenv("THPC_FAIL_AT"); names_this(fail)) {
     THPC_FAIL("failure injected by THPC_FAIL_AT=" << fail << " at step " << step);
+  }
+}
+
+void slow_start_up_if_asked(const Communicator& comm) {
+  const char* spec = std::getenv("THPC_TEST_SLOW_START_UP");
+  int rank = -1;
+  double seconds = 0;
+  if (spec == nullptr || std::sscanf(spec, "%d:%lf", &rank, &seconds) != 2 ||
+      rank != comm.rank()) {
+    return;
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // a block read
+    show_still_working();
   }
 }
 

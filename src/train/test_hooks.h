@@ -17,8 +17,8 @@
 
 namespace thpc {
 
-// Where in a step a failure is injected.
-enum class InjectionPoint { StepStart, SumsPrepared, Validation };
+// Where in a step (or before the first) a failure is injected.
+enum class InjectionPoint { StepStart, SumsPrepared, Validation, StartUp };
 
 // THPC_FAIL_AT=RANK:STEP makes that rank throw at the start of that step, as a real fault
 // (an out-of-memory, a bad file) would; THPC_KILL_AT=RANK:STEP makes it die there by
@@ -27,8 +27,13 @@ enum class InjectionPoint { StepStart, SumsPrepared, Validation };
 // SIGSTOP, as Ctrl-Z, a debugger or a hung file system would hold it, alive to MPI but
 // never coming (RANK:STEP:gradients: after the step's collectives before its forward, so
 // that the others wait in the gradient sum; RANK:STEP:validation: as the validation after
-// step STEP starts).
+// step STEP starts; RANK:0:start-up: as the trainer starts, before the data is read).
 void maybe_inject_failure(const Communicator& comm, int64_t step, InjectionPoint point);
+
+// THPC_TEST_SLOW_START_UP=RANK:SECONDS: that rank's start-up takes SECONDS longer, spent
+// as a slow read of a large checkpoint is, in pieces with a sign of work after each
+// (show_still_working), so that tests see the other ranks wait for it past dist.timeout_s.
+void slow_start_up_if_asked(const Communicator& comm);
 
 // THPC_TEST_NAN_LOSS_AT=N: whether the N-th step this process computes (`computed`,
 // 1-based, counting steps left out or repeated) reports a NaN loss on every rank, as a

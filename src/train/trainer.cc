@@ -105,6 +105,18 @@ void drop_a_damaged_best_checkpoint(const Communicator& comm, CheckpointKeeping&
   best.of(metric) = BestValidation{};
 }
 
+// Start-up's collectives wait for ranks whose work differs by a checkpoint's or a corpus's
+// reading (rank 0 chooses the checkpoint and checks it alone): counted from the last sign
+// of work, which those reads give as they go (common/still_working.h), so that a rank
+// stopped or hung there ends the job after dist.timeout_s rather than hold every GPU of
+// it until the time limit, and a rank reading slowly does not.
+Communicator::WaitLimit start_up_limit(const Communicator& comm, const Config& config) {
+  return Communicator::WaitLimit(
+      comm, config.dist.timeout_s, "start-up", Communicator::WaitFrom::kLastSignOfWork,
+      "start the job again",
+      "a rank that reads a large checkpoint or corpus from a slow file system");
+}
+
 }  // namespace
 
 StoppedDuringStartUp::StoppedDuringStartUp(int signal_number)
@@ -117,6 +129,9 @@ void stop_if_signalled_during_start_up(const Communicator& comm) {
 
 Trainer::Trainer(const Config& config, Communicator comm)
     : config_(config), comm_(std::move(comm)) {
+  const Communicator::WaitLimit starting = start_up_limit(comm_, config_);
+  maybe_inject_failure(comm_, 0, InjectionPoint::StartUp);
+  slow_start_up_if_asked(comm_);
   // Each rank asks its own node (a GPU visible or not): gathered, so that a rank whose node
   // cannot run the job ends it with one message rather than the others waiting for it.
   const std::string backend = backend_impossible(config_);
@@ -566,6 +581,7 @@ void Trainer::validate_and_record(bool due, StepDecision& decision, RunProgress&
 }
 
 bool Trainer::start_up(std::ostream& out) {
+  const Communicator::WaitLimit starting = start_up_limit(comm_, config_);
   out << "training " << model_->params().count() << " parameters on " << backend_->name()
       << " for " << config_.train.max_steps << " steps"
       << (config_.train.max_epochs > 0

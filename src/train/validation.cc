@@ -123,6 +123,12 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
   std::unique_ptr<ShardReader> shards;
   std::unique_ptr<Transformer> model;
   int64_t step = 0;  // the checkpoint's
+  // As training's start-up: a rank stopped or hung while it reads ends the job after
+  // dist.timeout_s without a sign of work (the reads give one between their blocks).
+  std::optional<Communicator::WaitLimit> reading;
+  reading.emplace(comm, config.dist.timeout_s, "--eval of " + path,
+                  Communicator::WaitFrom::kLastSignOfWork, "run the --eval again",
+                  "a rank that reads a large checkpoint or corpus from a slow file system");
   // (an AllRanksError keeps its code: a model.vocab_size other than the shards' is a
   // configuration error, exit 2)
   on_every_rank(comm, [&] {
@@ -152,6 +158,7 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
   check_every_rank_reads_the_same_data(comm, *shards, config.data.dir, "validation");
   check_every_rank_starts_from_the_same_parameters(comm, model->params().sha256_hex(),
                                                    "--eval " + path);
+  reading.reset();
   const std::unique_ptr<ValidationBleu> bleu =
       config.train.valid_bleu ? make_validation_bleu(config, comm) : nullptr;
   ValidationStats stats;
