@@ -610,6 +610,54 @@ TEST_F(DataPipeline, AStreamedShardThatChangedSinceItWasOpenedIsRefused) {
   fs::remove_all(copies);
 }
 
+// A streamed shard removed or truncated after the reader opened it (a scratch file system's
+// purge, a copy still being made) said "no such shard file" or HDF5's "truncated file",
+// and nothing of what to do: the message says that the run read it when it started and
+// how to go on, naming the file.
+TEST_F(DataPipeline, AStreamedShardRemovedOrTruncatedSinceItWasOpenedSaysHowToGoOn) {
+  const fs::path copies = root_ / "removed";
+  for (const bool removed : {true, false}) {
+    SCOPED_TRACE(removed ? "removed" : "truncated");
+    fs::remove_all(copies);
+    fs::create_directories(copies);
+    ShardReaderSpec spec = reader_spec();
+    spec.files.clear();
+    int64_t largest = 0;
+    for (const std::string& file : train_files()) {
+      spec.files.push_back((copies / fs::path(file).filename()).string());
+      fs::copy_file(file, spec.files.back());
+      const ShardSummary shard = read_shard_summary(file);
+      largest = std::max(largest, (shard.source_tokens + shard.target_tokens) * 4 +
+                                      16 * (shard.pairs + 1));
+    }
+    ASSERT_GE(spec.files.size(), 2u);
+    spec.memory_budget_bytes = largest;  // one shard at a time
+    ShardReader reader(spec);
+    for (const std::string& file : spec.files) {
+      if (removed) {
+        fs::remove(file);
+      } else {
+        fs::resize_file(file, fs::file_size(file) / 2);
+      }
+    }
+    try {
+      for (int64_t i = 0; i < 2 * reader.batches_per_epoch(300); ++i) reader.next(300);
+      ADD_FAILURE() << "a whole epoch was read from shards that are gone";
+    } catch (const Error& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find(copies.string()), std::string::npos) << message;
+      EXPECT_NE(message.find(removed ? "no such shard file" : "truncated"), std::string::npos)
+          << message;
+      EXPECT_NE(message.find("the run read it when it started: removed, moved or damaged "
+                             "since; put the corpus back as it was, then continue the run "
+                             "with checkpoint.resume=auto"),
+                std::string::npos)
+          << message;
+    }
+  }
+  fs::remove_all(copies);
+}
+
 // At start-up each shard is read twice, its summary (the plan's lengths) and then its
 // contents: a shard replaced between the two (another corpus preprocessed into data.dir)
 // is refused as a streamed one is (before: the contents of fewer pairs were indexed past

@@ -549,18 +549,23 @@ std::vector<int64_t> ShardReader::permutation(int64_t size, uint32_t site, uint3
   return order;
 }
 
-namespace {
-
-
-}  // namespace
-
 const ShardContents& ShardReader::load(int shard) {
   Shard& wanted = *shards_[shard];
   if (!wanted.contents) {
     // Streaming: drop the shard in hand before reading the next, so that one shard at a
     // time is what this rank holds.
     for (auto& other : shards_) other->contents.reset();
-    auto contents = std::make_unique<ShardContents>(read_shard(wanted.path));
+    std::unique_ptr<ShardContents> contents;
+    try {
+      contents = std::make_unique<ShardContents>(read_shard(wanted.path));
+    } catch (const Error& error) {
+      // It read well when the run opened it: what the user does is not what a bad corpus
+      // asks for (a shard removed mid-run by a scratch purge said "no such shard file",
+      // and nothing of what to do).
+      THPC_FAIL(error.what() << " (the run read it when it started: removed, moved or "
+                             << "damaged since; put the corpus back as it was, then continue "
+                             << "the run with checkpoint.resume=auto)");
+    }
     check_unchanged_since_opened(wanted.path, wanted.summary, *contents);
     wanted.contents = std::move(contents);
   }

@@ -216,10 +216,9 @@ StepStats Trainer::compute_step() {
     // start-up (exit 3).
     try {
       micro_batches.push_back(source_->next(micro_budget_));
-    } catch (const DataError&) {
-      throw;
     } catch (const Error& error) {
-      throw DataError(error.what());
+      // The step named: how much of the run the last checkpoint holds.
+      throw DataError("step " + std::to_string(step) + ": " + error.what());
     }
     stats.src_tokens += micro_batches.back().src_tokens();
     stats.local_tgt_tokens += micro_batches.back().tgt_tokens();
