@@ -756,7 +756,8 @@ TEST(Distributed, ARankSlowAtStartUpThatShowsItsWorkIsWaitedFor) {
 
 // Rank 0's own work between steps is not a stopped rank: a checkpoint's write that takes
 // longer than dist.timeout_s (here 3 s against 2, rank 0 waiting for it before the next
-// checkpoint's copy) is waited for without limit, and the run trains to its end.
+// checkpoint's copy) is waited for as long as it makes progress (a sign of work with each
+// dataset written; the hook's every 50 ms), and the run trains to its end.
 TEST(Distributed, RankZerosSlowCheckpointWritesAreNotTakenForAStoppedRank) {
   const JobResult run =
       mpirun_trainer("THPC_TEST_CHECKPOINT_WRITE_DELAY_MS=3000",
@@ -765,6 +766,30 @@ TEST(Distributed, RankZerosSlowCheckpointWritesAreNotTakenForAStoppedRank) {
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_EQ(occurrences(run.output, "final: step=6"), 1u) << run.output;
   EXPECT_EQ(run.output.find("dist.timeout_s"), std::string::npos) << run.output;
+  std::filesystem::remove_all(scratch_run());
+}
+
+// A write that makes no progress (THPC_TEST_CHECKPOINT_WRITE_STALL_MS: held as a hung file
+// system holds it) held every rank, waiting for rank 0's checkpoint without limit, until
+// the job's time limit: the other rank now ends the job dist.timeout_s after the last sign
+// of work, naming the checkpoint it waited for and what to do.
+TEST(Distributed, ACheckpointWriteThatMakesNoProgressEndsTheJobAfterTheTimeout) {
+  const JobResult run = mpirun_trainer(
+      "THPC_TEST_CHECKPOINT_WRITE_STALL_MS=30000",
+      "--train.max_steps=6 --train.log_every=1 --checkpoint.every_steps=2 --dist.timeout_s=2");
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_LT(run.seconds, 25.0) << "the job waited for the stalled write:\n" << run.output;
+  EXPECT_EQ(occurrences(run.output,
+                        "transformer_hpc: error on rank 1 on "), 1u) << run.output;
+  EXPECT_EQ(occurrences(run.output,
+                        ": the checkpoint of step 4: this rank waited 2 s (dist.timeout_s) in "
+                        "the meeting after rank 0's files without a sign of work from the "
+                        "other ranks: a rank is stopped (SIGSTOP, a debugger), hung or lost, so "
+                        "the job is ended; resume it from its last checkpoint (rank 0 writing a "
+                        "large checkpoint to a slow file system: raise dist.timeout_s)"),
+            1u)
+      << run.output;
+  EXPECT_EQ(run.output.find("final:"), std::string::npos) << run.output;
   std::filesystem::remove_all(scratch_run());
 }
 

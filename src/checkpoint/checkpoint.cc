@@ -160,6 +160,7 @@ class Writer : public hdf5::Writer {
                const std::vector<NamedTensor>& named, const std::vector<std::string>& digests,
                size_t& next_digest) const {
     for (const NamedTensor& tensor : named) {
+      show_still_working();  // a write's progress: the ranks waiting for it wait on
       const std::string where = group_path + "/" + tensor.name;
       THPC_CHECK(static_cast<int64_t>(tensor.values.size()) == tensor.rows * tensor.cols,
                  where << " holds " << tensor.values.size() << " values for shape "
@@ -177,6 +178,7 @@ class Writer : public hdf5::Writer {
   // next two of `digests`).
   void quantized_tensor(hid_t quantized, const QuantizedTensor& tensor,
                         const std::vector<std::string>& digests, size_t& next_digest) const {
+    show_still_working();
     const std::string where = std::string("/") + kQuantizedGroup + "/" + tensor.name;
     const Handle group = this->group(quantized, tensor.name.c_str());
     integer_attribute(group.get(), kOutputAxisAttribute, static_cast<int64_t>(tensor.output_axis));

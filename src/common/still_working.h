@@ -7,13 +7,19 @@
 // calls show_still_working(), which does nothing on another thread or outside such a wait.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 
 namespace thpc {
 
-// Gives this thread's sign of work, if one is set; cheap (the sign itself sends at most a
-// message to each rank every 64th of dist.timeout_s).
+// Gives this thread's sign of work, if one is set, and counts it (on any thread); cheap
+// (the sign itself sends at most a message to each rank every 64th of dist.timeout_s).
 void show_still_working();
+
+// How many signs this process's threads have given so far: a thread waiting for another
+// (the training thread for the checkpoint writer's) gives its own sign while the count
+// moves, and none while the other makes no progress (a write held by a hung file system).
+int64_t signs_of_work_given();
 
 // While one lives, this thread's show_still_working() calls `sign`; the sign set before
 // comes back when it ends.

@@ -100,9 +100,9 @@ class Communicator {
   // While one lives, each collective of `comm` that waits more than `seconds` for the
   // other ranks (counted from `from`) ends the job (MPI_Abort) with a message led by
   // `during` ("step 12"), instead of waiting for a rank that will not come: the training
-  // step holds one with dist.timeout_s, as the gradient sums do, and validation and
-  // start-up one from the last sign of work. The end of a run waits without limit: a rank
-  // there may wait for rank 0's long work alone (the averages it writes). How long the
+  // step holds one with dist.timeout_s, as the gradient sums do; validation, start-up and
+  // rank 0's work alone (its checkpoints, the averages at the end) one from the last sign
+  // of work. How long the
   // calls wait is not part of what the communicator is, so a const one takes a limit.
   // `remedy` ends the message: what the user does next; `slow_rank`, for a limit from the
   // last sign of work, the rank that is only slow ("a rank whose batches take longer than

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <future>
 #include <iomanip>
 #include <optional>
 #include <ostream>
@@ -14,6 +15,7 @@
 
 #include "checkpoint/checkpoint_directory.h"
 #include "common/error.h"
+#include "common/still_working.h"
 #include "io/hdf5.h"
 #include "train/stop_request.h"
 #include "train/test_hooks.h"
@@ -70,12 +72,12 @@ std::string write_and_prune(const std::string& path, Checkpoint& state,
                             const std::function<void(Checkpoint&)>& fill_state,
                             double copy_seconds, const std::string& dir, int keep,
                             int64_t schedule, bool in_background,
-                            std::chrono::milliseconds delay = {}) {
+                            InjectedWriteDelay delay = {}) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   // The test hook's delay comes before the staged state is read, as a slow writer's
   // would: the next snapshot must not reuse the staging before this write is done.
-  if (in_background) std::this_thread::sleep_for(delay);
+  if (in_background) hold_checkpoint_write(delay);
   if (fill_state) fill_state(state);
   write_checkpoint(path, state);
   const double write_seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -145,7 +147,13 @@ void CheckpointKeeping::finish_write(std::ostream& log) {
 }
 
 void CheckpointKeeping::wait_for_write() const {
-  if (write_.valid()) write_.wait();
+  if (!write_.valid()) return;
+  int64_t seen = signs_of_work_given();
+  while (write_.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+    if (signs_of_work_given() == seen) continue;  // no progress since the last look
+    show_still_working();
+    seen = signs_of_work_given();  // (this thread's own sign is no progress of the writer)
+  }
 }
 
 void CheckpointKeeping::write_average(bool best, int64_t step, std::ostream& log) {

@@ -114,7 +114,10 @@ class CheckpointKeeping {
 
   // Blocks until the background write under way (if any) has ended; its outcome stays
   // for the next report. A run that fails waits so before it gives its lock back: the
-  // writer writes and prunes in the run directory.
+  // writer writes and prunes in the run directory. While the writer makes progress (a
+  // dataset written), this thread shows its work (show_still_working) to the ranks that
+  // wait for it; a write that makes none (a hung file system) shows nothing, and they
+  // end the job after dist.timeout_s.
   void wait_for_write() const;
 
  private:

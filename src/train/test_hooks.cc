@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -72,9 +73,23 @@ int64_t injected_stop_step() {
   return value ? std::strtoll(value, nullptr, 10) : 0;
 }
 
-std::chrono::milliseconds injected_checkpoint_write_delay() {
-  const char* value = std::getenv("THPC_TEST_CHECKPOINT_WRITE_DELAY_MS");
-  return std::chrono::milliseconds(value != nullptr ? std::strtol(value, nullptr, 10) : 0L);
+InjectedWriteDelay injected_checkpoint_write_delay() {
+  const auto milliseconds = [](const char* name) {
+    const char* value = std::getenv(name);
+    return std::chrono::milliseconds(value != nullptr ? std::strtol(value, nullptr, 10) : 0L);
+  };
+  return {milliseconds("THPC_TEST_CHECKPOINT_WRITE_DELAY_MS"),
+          milliseconds("THPC_TEST_CHECKPOINT_WRITE_STALL_MS")};
+}
+
+void hold_checkpoint_write(const InjectedWriteDelay& delay) {
+  const auto until = std::chrono::steady_clock::now() + delay.slow;
+  while (std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+        std::chrono::milliseconds(50), until - std::chrono::steady_clock::now()));
+    show_still_working();  // a dataset written
+  }
+  std::this_thread::sleep_for(delay.stalled);
 }
 
 std::vector<std::string> test_hooks_set() {

@@ -53,8 +53,16 @@ int64_t injected_stop_step();
 
 // THPC_TEST_CHECKPOINT_WRITE_DELAY_MS=N: how long each background checkpoint write is held
 // before it starts, so that tests see training go on beside it and a stop wait for it,
-// whatever the speed of the machine (docs/checkpoints.md). Read on the training thread.
-std::chrono::milliseconds injected_checkpoint_write_delay();
+// whatever the speed of the machine (docs/checkpoints.md); held as a slow write is, with
+// a sign of work every 50 ms (show_still_working). THPC_TEST_CHECKPOINT_WRITE_STALL_MS=N:
+// held without any, as a write on a hung file system is. Read on the training thread.
+struct InjectedWriteDelay {
+  std::chrono::milliseconds slow{0};
+  std::chrono::milliseconds stalled{0};
+};
+InjectedWriteDelay injected_checkpoint_write_delay();
+// Holds the writer's thread as `delay` says.
+void hold_checkpoint_write(const InjectedWriteDelay& delay);
 
 // The hooks this environment sets, "NAME=VALUE" each (main warns of each: a run that
 // inherits one from a shell that ran the tests was told of a divergence or a SIGTERM that

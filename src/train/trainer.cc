@@ -561,6 +561,8 @@ RunEnd Trainer::run(std::ostream& log) {
     validate_and_record(schedule_.validation_due(stats.step), decision, run);
     if (decision.stop_signal != 0) return stop_by_signal(decision.stop_signal, run);
     if (decision.checkpoint_due) {
+      const Communicator::WaitLimit bounded =
+          rank_zeros_work_limit("the checkpoint of step " + std::to_string(completed_steps_));
       save_completed_step(run);
       wait_for_rank_zeros_files();
     }
@@ -574,6 +576,8 @@ void Trainer::validate_and_record(bool due, StepDecision& decision, RunProgress&
   if (due) valid = validate();
   agree_on_late_stop_signal(due, decision, valid, run);
   if (valid) {
+    const Communicator::WaitLimit bounded = rank_zeros_work_limit(
+        "the records of the validation at step " + std::to_string(completed_steps_));
     record_validation(*valid, run);
     wait_for_rank_zeros_files();
   }
@@ -728,13 +732,18 @@ Trainer::AfterStep Trainer::after_divergent_step(StepStats& stats,
     // A checkpoint of an earlier run of this directory may have had another budget.
     if (!data_position_note_.empty()) run.out << data_position_note_ << std::endl;
   };
-  const DivergenceHandling::Action action = divergence_handling_->handle(
-      stats.step, stats.loss, stats.grad_norm, stats.divergence,
-      divergence_reason(*detector_, verdict, decision.divergence), completed_steps_, run.out,
-      run.metrics, run.seconds_since_start(), restore_keeping_the_best, &stop_reason);
-  // Rank 0 may have marked checkpoints alone (a rollback, a skip): the ranks meet before
-  // the next step's bounded waits. A stop ends the run, whose last waits are unbounded.
-  if (action != DivergenceHandling::Action::Stop) wait_for_rank_zeros_files();
+  DivergenceHandling::Action action;
+  {
+    const Communicator::WaitLimit bounded =
+        rank_zeros_work_limit("the divergent step " + std::to_string(stats.step));
+    action = divergence_handling_->handle(
+        stats.step, stats.loss, stats.grad_norm, stats.divergence,
+        divergence_reason(*detector_, verdict, decision.divergence), completed_steps_, run.out,
+        run.metrics, run.seconds_since_start(), restore_keeping_the_best, &stop_reason);
+    // Rank 0 may have marked checkpoints alone (a rollback, a skip): the ranks meet before
+    // the next step's bounded waits. A stop ends the run here.
+    if (action != DivergenceHandling::Action::Stop) wait_for_rank_zeros_files();
+  }
   if (action == DivergenceHandling::Action::Stop) {
     run.log_summary(completed_steps_, best_valid_, config_, checkpoints_written_,
                     detector_->state());
@@ -833,18 +842,22 @@ void Trainer::record_validation(const ValidationStats& valid, RunProgress& run) 
 }
 
 void Trainer::wait_for_rank_zeros_files() {
-  // The others wait here, without limit, for what rank 0 did alone: a checkpoint's copy
-  // (and its wait for the write before, or the write itself without background_write),
-  // best.h5, a diverged validation's marks. The next step's collectives then wait at most
-  // dist.timeout_s, for ranks doing the same work. Rank 0, which comes last in a healthy
-  // run, waits within the limit: a rank stopped since the step's decision still ends
-  // the job.
-  std::optional<Communicator::WaitLimit> bounded;
-  if (comm_.is_root()) {
-    bounded.emplace(comm_, config_.dist.timeout_s,
-                    "after step " + std::to_string(completed_steps_));
-  }
+  // The others wait here for what rank 0 did alone: a checkpoint's copy (and its wait for
+  // the write before, or the write itself without background_write), best.h5, a diverged
+  // validation's marks. The next step's collectives then wait at most dist.timeout_s, for
+  // ranks doing the same work. Rank 0, which comes last in a healthy run, waits within
+  // the same limit: a rank stopped since the step's decision still ends the job.
   comm_.wait_for_every_rank();
+}
+
+Communicator::WaitLimit Trainer::rank_zeros_work_limit(const std::string& what) const {
+  // Before, the others waited without limit: rank 0 held by a hung file system in a
+  // checkpoint's write held the job until its time limit. A write that goes on gives a
+  // sign with each dataset, however long the whole takes.
+  return Communicator::WaitLimit(comm_, config_.dist.timeout_s, what,
+                                 Communicator::WaitFrom::kLastSignOfWork,
+                                 Communicator::WaitLimit::kResume,
+                                 "rank 0 writing a large checkpoint to a slow file system");
 }
 
 std::string Trainer::save_completed_step(RunProgress& run) {
@@ -899,6 +912,8 @@ bool Trainer::ends_training_early(const StepDecision& decision, RunProgress& run
 }
 
 RunEnd Trainer::finish_training(RunProgress& run) {
+  // The others wait in the gather below for rank 0's last checkpoint and averages.
+  const Communicator::WaitLimit bounded = rank_zeros_work_limit("the end of the run");
   if (comm_.is_root()) {
     if (run.last_saved_step != completed_steps_) save_completed_step(run);
     keeping_.finish_write(run.out);

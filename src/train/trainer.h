@@ -189,8 +189,13 @@ class Trainer {
   // Saves the completed step (rank 0 writes, and returns the path; every rank took part
   // in the decision that got here) and restarts checkpoint.minutes' clock.
   std::string save_completed_step(RunProgress& run);
-  // Every rank meets after rank 0's work alone between steps (a checkpoint, best.h5).
+  // Every rank meets after rank 0's work alone between steps (a checkpoint, best.h5),
+  // inside a rank_zeros_work_limit.
   void wait_for_rank_zeros_files();
+  // The bound of rank 0's work alone (`what`: "the checkpoint of step 12") and of every
+  // rank's wait for it, on every rank: from the last sign of work, which rank 0 gives as
+  // it writes (each dataset, its wait for the writer while that makes progress).
+  Communicator::WaitLimit rank_zeros_work_limit(const std::string& what) const;
   // snapshot()'s state but for the parameters and Adam moments, whose copies are queued
   // into checkpoint_staging_ (HostStaging: on a GPU with the candidate pinned_snapshot,
   // without waiting) and put into the checkpoint by `fill_state`, called by the thread

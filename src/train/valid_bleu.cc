@@ -139,8 +139,8 @@ double ValidationBleu::score(Transformer& model) const {
     }
     score = chrf_ ? chrf_->corpus_score(hypotheses) : bleu_->corpus_score(hypotheses).score;
   }
-  // Rank 0 scored alone (seconds for a large set), signing nothing: its own work, which
-  // the others wait for without limit, as for its checkpoints.
+  // Rank 0 scored alone (seconds for a large set), signing nothing: the others wait for
+  // its score without limit.
   const Communicator::WaitLimit rank_zero_scores(comm_, 0, "");
   comm_.broadcast_bytes_from_root(&score, sizeof score);
   return score;
