@@ -497,6 +497,30 @@ TEST_F(ToolOutputs, PreprocessNeverRemovesOrRewritesItsInputs) {
                               "(train.00000.h5 ... valid.00000.h5): this run writes its own"),
             std::string::npos)
       << again.output;
+  // A link at a name the run writes under first (a shard's, spm.model's or a scratch
+  // file's .partial) is refused, its target untouched: planted in a shared directory, its
+  // target outside --destdir was written over, exit 0 (a helper's finding). A hard link
+  // there is another name of the victim's: the run writes a file of its own instead.
+  std::ofstream("victim.txt") << "kept\n";
+  for (const std::string name : {"train.00000.h5.partial", "valid.00000.h5.partial",
+                                 "train.src.tokens.partial", "spm.model.partial"}) {
+    SCOPED_TRACE(name);
+    fs::create_symlink("../victim.txt", "data/" + name);
+    const ProcessResult linked =
+        run_process(kBin + "/" + preprocess + "--trainpref text/train --destdir data");
+    EXPECT_EQ(linked.exit_code, 1) << linked.output;
+    EXPECT_NE(linked.output.find("cannot write data/" + name + ": a symbolic link is there, "
+                                 "whose target would be written: remove it"),
+              std::string::npos)
+        << linked.output;
+    EXPECT_EQ(read_file("victim.txt"), "kept\n");
+    fs::remove("data/" + name);
+  }
+  fs::create_hard_link("victim.txt", "data/train.00000.h5.partial");
+  EXPECT_EQ(run_process(kBin + "/" + preprocess + "--trainpref text/train --destdir data")
+                .exit_code,
+            0);
+  EXPECT_EQ(read_file("victim.txt"), "kept\n");
   // Text beside the shards, under names the run never writes, is fine.
   fs::create_directories("data/text");
   fs::copy_file("text/train.en", "data/text/train.en");

@@ -2,6 +2,7 @@
 
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -30,6 +31,32 @@ namespace thpc {
 namespace {
 
 namespace fs = std::filesystem;
+
+// `path`, a scratch or temporary file of the run in --destdir, made anew: a symbolic link
+// at its name (planted in a shared directory, or left) had its target written, outside
+// --destdir, and the run exited 0; a hard link had its other name's file truncated. A
+// link or anything else that is no file is refused, as every writer of the project refuses
+// one at its temporary file's name; a file (an interrupted run's leftover) is removed, so
+// that the file written is this run's own.
+std::string made_anew(const std::string& path) {
+  struct stat named {};
+  if (::lstat(path.c_str(), &named) != 0) return path;
+  if (!S_ISREG(named.st_mode)) {
+    THPC_FAIL("cannot write " << path << ": "
+                              << (S_ISLNK(named.st_mode)
+                                      ? "a symbolic link is there, whose target would be "
+                                        "written: remove it"
+                                      : "something that is no file is there (a directory, a "
+                                        "pipe?): remove it"));
+  }
+  std::error_code error;
+  fs::remove(path, error);
+  if (error) {
+    THPC_FAIL("cannot write " << path << ": cannot remove the file there (" << error.message()
+                              << ")");
+  }
+  return path;
+}
 
 // Length of the UTF-8 sequence starting at text[at], or 0 if it is not valid UTF-8
 // (overlong forms, surrogates and code points above U+10FFFF included).
@@ -426,7 +453,8 @@ void read_int32s(std::ifstream& file, const std::string& path, int32_t* values, 
 class SpilledColumn {
  public:
   SpilledColumn(const std::string& prefix, int64_t run)
-      : lengths_path_(prefix + ".lengths.partial"), tokens_path_(prefix + ".tokens.partial"),
+      : lengths_path_(made_anew(prefix + ".lengths.partial")),
+        tokens_path_(made_anew(prefix + ".tokens.partial")),
         lengths_interrupted_(lengths_path_), tokens_interrupted_(tokens_path_),
         lengths_(lengths_path_, std::ios::binary | std::ios::trunc),
         tokens_(tokens_path_, std::ios::binary | std::ios::trunc), run_(run) {
@@ -688,7 +716,7 @@ class PendingOutputs {
     for (const auto& [temporary, final_path] : files_) fs::remove(temporary, ignored);
   }
   std::string add(const std::string& final_path) {
-    const std::string temporary = final_path + ".partial";
+    const std::string temporary = made_anew(final_path + ".partial");
     files_.emplace_back(temporary, final_path);
     interrupted_.push_back(std::make_unique<RemovedWhenInterrupted>(temporary));
     return temporary;
