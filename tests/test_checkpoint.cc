@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/sha256.h"
 #include "config/config.h"
 #include "data/synthetic.h"
 #include "io/atomic_file.h"
@@ -120,6 +121,13 @@ TEST_F(CheckpointTest, RoundTripIsBitwise) {
   write_checkpoint(file, saved);
   EXPECT_EQ(fs::path(file).filename(), "step_00000002.h5");
   EXPECT_FALSE(fs::exists(path("run/.step_00000002.h5.tmp")));  // renamed into place
+
+  // The same checkpoint written a second later is the same bytes (HDF5's object times are
+  // off): equal averages and quantizations can be told by their sha256.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  write_checkpoint(path("run/again.h5"), saved);
+  EXPECT_EQ(sha256_hex_of_file(path("run/again.h5"), 0), sha256_hex_of_file(file, 0));
+  fs::remove(path("run/again.h5"));
 
   const Checkpoint loaded = read_checkpoint(file);
   EXPECT_EQ(loaded.step, 2);
@@ -1419,6 +1427,20 @@ TEST_F(CheckpointTest, SentencePieceModelIsStoredCheckedAndAveraged) {
   expect_error([&] { average_checkpoints({path("ckpt/step_00000010.h5"), path("other.h5")}); },
                {"different SentencePiece models", path("ckpt/step_00000010.h5"),
                 path("other.h5")});
+  // Nor those of two directions, which one vocabulary serves (a checkpoint that records
+  // none fits any); the average records the inputs' direction.
+  Checkpoint en_de = with_spm, de_en = with_spm;
+  en_de.direction = "en->de";
+  de_en.direction = "de->en";
+  write_checkpoint(path("en_de.h5"), en_de);
+  write_checkpoint(path("de_en.h5"), de_en);
+  EXPECT_EQ(read_checkpoint(path("en_de.h5"), CheckpointParts::ParamsOnly).direction, "en->de");
+  EXPECT_EQ(average_checkpoints({path("ckpt/step_00000010.h5"), path("en_de.h5")}).direction,
+            "en->de");
+  expect_error([&] { average_checkpoints({path("en_de.h5"), path("ckpt/step_00000010.h5"),
+                                          path("de_en.h5")}); },
+               {"cannot average checkpoints of two translation directions: " + path("en_de.h5") +
+                " was trained en->de, " + path("de_en.h5") + " de->en"});
   // Nor one of the synthetic task (data.dir empty: no model, ids of no corpus), in either
   // order (before: the average took the other's model without a word).
   Checkpoint synthetic = with_spm;

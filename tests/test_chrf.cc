@@ -375,6 +375,9 @@ TEST(ChrfProgram, BadCommandLinesExitTwo) {
            {" -m", "the required argument for option '--metrics' is missing"},
            {" -m bleu chrf -sl", "--sentence-level scores one metric, not 2"},
            {" -m chrf -cc -1", "chrF character order -1 < 0"},
+           // Refused whatever the metric (before: taken with the default -m bleu, exit 0).
+           {" -cw -1", "chrF word order -1 < 0"},
+           {" -m bleu --chrf-beta -1", "chrF beta -1 < 0"},
            {" -m chrf -cc 0", "chrF needs a character or a word order above 0"},
            // Each line's statistics hold every order: -cc 100000000 took the machine's
            // memory until the out-of-memory killer ended the run.

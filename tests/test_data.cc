@@ -1108,7 +1108,13 @@ TEST_F(DataPipeline, PreprocessOptionsOutOfRangeAreUsageErrors) {
                                 "1024, got 100000"},
            {"--model-type word2", "--model-type must be bpe or unigram, got 'word2'"},
            {"--spm-sentences 100",
-            "--spm-sentences must be 0 (every line) or more than 100, got 100"}}) {
+            "--spm-sentences must be 0 (every line) or more than 100, got 100"},
+           // (before: SentencePiece's "Internal: ./src/trainer_interface.cc(796) ...", exit 1)
+           {"--user-symbols a,a", "--user-symbols: 'a' is given twice in 'a,a'"},
+           {"--user-symbols ,", "--user-symbols: an empty symbol (they are separated by one "
+                                "comma) in ','"},
+           {"--user-symbols a,", "--user-symbols: an empty symbol (they are separated by one "
+                                 "comma) in 'a,'"}}) {
     const CommandResult result = run_command(command + option);
     EXPECT_EQ(result.exit_code, 2) << option << ": " << result.output;
     EXPECT_EQ(result.output, "transformer_preprocess: " + message + " (see --help)\n") << option;

@@ -779,13 +779,25 @@ TEST_F(DecodeProgram, EvaluateScriptAveragesDecodesAndScores) {
 // that differ are refused in one line naming both files (exit 2).
 TEST_F(DecodeProgram, EnsemblesOfCopiesTranslateAsTheModelAndVocabulariesMustAgree) {
   const std::string model = (dir_ / "model.h5").string(), model2 = (dir_ / "model2.h5").string();
+  const std::string copy = (dir_ / "model_copy.h5").string();
+  fs::copy_file(model, copy, fs::copy_options::overwrite_existing);
   for (const std::string mode : {"--max-len-b 8", "--greedy --max-len-b 8", "--beam 3 --nbest 2 --max-len-b 6"}) {
     std::string alone, copies, err;
     ASSERT_EQ(decode(mode, alone, err), 0) << err;
-    ASSERT_EQ(decode(mode + " --checkpoint " + model, copies, err), 0) << err;
+    ASSERT_EQ(decode(mode + " --checkpoint " + copy, copies, err), 0) << err;
     EXPECT_EQ(copies, alone) << mode;
-    ASSERT_EQ(decode(mode + " --weights 1 1", copies, err, "model.h5 " + model), 0) << err;
+    ASSERT_EQ(decode(mode + " --weights 1 1", copies, err, "model.h5 " + copy), 0) << err;
     EXPECT_EQ(copies, alone) << mode;
+  }
+  {
+    // One file named twice (here by two spellings) would weigh double: refused, as
+    // transformer_average refuses it (before: taken without a word).
+    std::string out, err;
+    EXPECT_EQ(decode("--checkpoint " + (dir_ / "." / "model.h5").string(), out, err), 2) << err;
+    EXPECT_NE(err.find("--checkpoint names one file twice (" + model + " and " +
+                       (dir_ / "." / "model.h5").string() + "): it would weigh double"),
+              std::string::npos)
+        << err;
   }
   std::string mixed, again, err;
   ASSERT_EQ(decode("--max-len-b 8 --threads 1 --checkpoint " + model2, mixed, err), 0) << err;
@@ -818,8 +830,9 @@ TEST_F(DecodeProgram, EnsemblesOfCopiesTranslateAsTheModelAndVocabulariesMustAgr
       << err;
   EXPECT_NE(err.find("give --spm-model FILE"), std::string::npos) << err;
   EXPECT_EQ(decode("--max-len-b 3 --checkpoint " + model, out, err, "model_spm.h5"), 0) << err;
-  EXPECT_EQ(decode("--weights 1", out, err, "model.h5 " + model), 2) << err;
+  EXPECT_EQ(decode("--weights 1", out, err, "model.h5 " + copy), 2) << err;
   EXPECT_NE(err.find("--weights: 1 weights for 2 checkpoints"), std::string::npos) << err;
+  fs::remove(copy);
 }
 
 // --sampling: a seed gives the same translations on every run and with any number of

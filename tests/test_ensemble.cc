@@ -325,6 +325,16 @@ TEST(Ensemble, VocabulariesMustBeOneAndTheMessageNamesBothFiles) {
   EXPECT_NE(why.find("m1.h5 stores its SentencePiece model, m0.h5 does not: give --spm-model"),
             std::string::npos)
       << why;
+  // One vocabulary serves both directions: models of two are refused, wherever they stand
+  // (those that record none, older files, fit any).
+  DecodingCheckpoints directions = members({{40, spm_a}, {40, spm_a}, {40, spm_a}});
+  directions.checkpoints[1].direction = "en->de";
+  directions.checkpoints[2].direction = "en->de";
+  EXPECT_EQ(ensemble_vocabulary_mismatch(directions, false), "");
+  directions.checkpoints[2].direction = "de->en";
+  EXPECT_EQ(ensemble_vocabulary_mismatch(directions, false),
+            "m1.h5 was trained en->de, m2.h5 de->en: the models of an ensemble must translate "
+            "one direction");
   EXPECT_EQ(sentencepiece_vocabulary_difference(spm_a, "A", spm_a_copy, "B"), "");
   EXPECT_NE(sentencepiece_vocabulary_difference(spm_a, "A", "not a model", "B").find("cannot load B's"),
             std::string::npos);

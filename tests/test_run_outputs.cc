@@ -450,6 +450,32 @@ TEST_F(RunOutputs, EvalReproducesTheValidLineOfTheRunThatWroteTheCheckpoint) {
   EXPECT_EQ(listing(root_), before) << "--eval wrote or changed a file";
 }
 
+// A checkpoint records the direction of its shards (one vocabulary serves both, so the
+// vocabulary does not tell them apart), and --eval on validation shards of the other
+// direction, made with the same SentencePiece model, is refused naming both (before: it
+// scored an en->de model on de->en pairs, exit 0).
+TEST_F(RunOutputs, CheckpointsRecordTheirDirectionAndEvalRefusesShardsOfTheOther) {
+  ASSERT_EQ(run_.exit_code, 0) << run_.output;
+  const std::string checkpoint = (root_ / "run/checkpoints/step_00000004.h5").string();
+  EXPECT_EQ(read_checkpoint(checkpoint, CheckpointParts::ParamsOnly).direction, "en->de");
+  const fs::path reversed = root_ / "data_deen";
+  const ProcessResult made = run_process(
+      kBuild + "transformer_preprocess --source-lang de --target-lang en --trainpref " +
+      (root_ / "text/train").string() + " --validpref " + (root_ / "text/valid").string() +
+      " --spm-model " + (root_ / "data/spm.model").string() + " --destdir " +
+      reversed.string());
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const ProcessResult eval = run_process("cd " THPC_SOURCE_DIR " && " + kBuild +
+                                         "transformer_hpc input/numbers.ini --data.dir=" +
+                                         reversed.string() + " --eval " + checkpoint);
+  EXPECT_EQ(eval.exit_code, 1) << eval.output;
+  EXPECT_NE(eval.output.find("checkpoint " + checkpoint + ": trained en->de, but the valid "
+                             "shards of " + reversed.string() + " are de->en"),
+            std::string::npos)
+      << eval.output;
+  fs::remove_all(reversed);
+}
+
 // The validation line's numbers recomputed without the trainer's validation pass (its
 // reader, batching, sums over ranks and formatting): the checkpoint's parameters in a
 // model of their own, the validation shards read directly, every pair a batch of its

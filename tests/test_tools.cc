@@ -239,6 +239,9 @@ TEST(Tools, OutOfRangeNamesTheOptionAndTheValueGiven) {
             "--weights: '1,-1' is not a number (several are separate arguments: --weights "
             "1 0.5)"},
            {"transformer_decode", decode + "--lenpen abc", "--lenpen: 'abc' is not a number"},
+           // A number past a float's range is one (before: "'1e39' is not a number").
+           {"transformer_decode", decode + "--lenpen 1e39",
+            "--lenpen: '1e39' is too large (a float holds 3.40282e+38 at most)"},
            // A path option given an empty value (a shell variable left unset) is refused
            // (before: evalb -p '' scored with EVALB's defaults, --testpref '' wrote no test
            // split, trees --input '' read the terminal).
@@ -628,7 +631,8 @@ TEST(Tools, AnOutputCutShortByAFullDiskExitsOne) {
   EXPECT_EQ(preprocessed.exit_code, 1) << preprocessed.output;
   EXPECT_NE(preprocessed.output.find("transformer_preprocess: " + failed), std::string::npos)
       << preprocessed.output;
-  const std::string whole = "(a report only: the shards and spm.model it wrote are whole)";
+  // (Said of any tool's files: "the --output checkpoint it wrote are whole" read wrong.)
+  const std::string whole = "(a report only: it wrote the shards and spm.model whole)";
   EXPECT_NE(preprocessed.output.find(whole), std::string::npos) << preprocessed.output;
   EXPECT_TRUE(fs::exists(corpus + "/train.00000.h5")) << preprocessed.output;
   // Started with standard output closed, the report is said lost as closed (it was

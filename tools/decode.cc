@@ -1271,6 +1271,18 @@ int main(int argc, char** argv) {
     if (args.dump_attention.empty() != args.dump_lines.empty()) {
       THPC_FAIL("--dump-attention FILE and --dump-lines N,... go together");
     }
+    // As transformer_average refuses it: an ensemble of A, A and B weighed A double
+    // without a word (a helper's trial).
+    for (size_t i = 0; i < args.checkpoints.size(); ++i) {
+      for (size_t j = 0; j < i; ++j) {
+        std::error_code unknown;
+        if (std::filesystem::equivalent(args.checkpoints[i], args.checkpoints[j], unknown)) {
+          THPC_FAIL("--checkpoint names one file twice (" << args.checkpoints[j] << " and "
+                    << args.checkpoints[i] << "): it would weigh double in the ensemble; name "
+                    << "each model once (--weights gives a model more weight)");
+        }
+      }
+    }
     if (values.count("weights")) {
       args.weights = thpc::ensemble_weights(args.checkpoints.size(), args.given_weights);
     }

@@ -14,9 +14,12 @@
 
 #include <boost/program_options.hpp>
 
+#include <cmath>
+#include <cstdlib>
 #include <exception>
 #include <initializer_list>
 #include <iostream>
+#include <limits>
 #include <stdexcept>
 #include <sstream>
 #include <string>
@@ -94,7 +97,7 @@ int tool_main(const char* name, const std::string& usage, int argc, char** argv,
   if (const std::string failure = thpc::standard_output_failure(); !failure.empty()) {
     std::cerr << name << ": error: " << failure
               << (code == 0 && !command.help && !files_written.empty()
-                      ? " (a report only: " + files_written + " it wrote are whole)"
+                      ? " (a report only: it wrote " + files_written + " whole)"
                       : std::string())
               << "\n";
     return code == 0 ? 1 : code;
@@ -142,7 +145,23 @@ inline std::string why_not_a_value(const boost::program_options::option_descript
       type == typeid(unsigned long long)) {
     return whole(true);
   }
-  if (type == typeid(float) || type == typeid(double)) return "is not a number";
+  if (type == typeid(float) || type == typeid(double)) {
+    // A number past what the type holds ("--lenpen 1e39", a float) is one: said so, not
+    // "is not a number".
+    char* end = nullptr;
+    const double parsed = std::strtod(value.c_str(), &end);
+    const bool number = !value.empty() && end == value.c_str() + value.size();
+    const double largest = type == typeid(float) ? std::numeric_limits<float>::max()
+                                                 : std::numeric_limits<double>::max();
+    if (number && std::fabs(parsed) > largest) {
+      std::ostringstream why;
+      why << (parsed < 0 ? "is too small" : "is too large") << " (a "
+          << (type == typeid(float) ? "float" : "double") << " holds " << largest
+          << " at most)";
+      return why.str();
+    }
+    return "is not a number";
+  }
   // An option of several values takes each as an argument of its own ("1,-1" is one).
   const std::string name = option.long_name().empty() ? option.format_name()
                                                       : "--" + option.long_name();

@@ -41,6 +41,7 @@ constexpr const char* kBestValidGroup = "best_valid";
 constexpr const char* kDivergenceDataset = "divergence";
 constexpr const char* kRunIdAttribute = "run_id";
 constexpr const char* kCorpusAttribute = "corpus_sha256";
+constexpr const char* kDirectionAttribute = "direction";
 constexpr const char* kValidAttribute = "valid_sha256";
 constexpr const char* kWorkingDirectoryAttribute = "working_directory";
 constexpr const char* kValidationGroup = "validation";
@@ -124,6 +125,10 @@ class Writer : public hdf5::Writer {
   static hdf5::FileOptions options() {
     hdf5::FileOptions options;
     options.user_block = kHeaderBytes;
+    // The same checkpoint gives the same bytes: two runs of transformer_average or
+    // transformer_quantize differed in 112 (HDF5's object times, and so the header's
+    // sha256), and `sha256sum` could not tell equal averages (a helper's trial).
+    options.timestamps = false;
     return options;
   }
 
@@ -461,6 +466,9 @@ void write_hdf5_file(const std::string& temporary, const std::string& path,
   if (!checkpoint.corpus_sha256.empty()) {
     writer.string_attribute(root, kCorpusAttribute, checkpoint.corpus_sha256);
   }
+  if (!checkpoint.direction.empty()) {
+    writer.string_attribute(root, kDirectionAttribute, checkpoint.direction);
+  }
   if (!checkpoint.valid_sha256.empty()) {
     writer.string_attribute(root, kValidAttribute, checkpoint.valid_sha256);
   }
@@ -649,6 +657,9 @@ void read_run_attributes(Reader& reader, Checkpoint& checkpoint) {
   }
   if (reader.has_attribute(root, kCorpusAttribute)) {
     checkpoint.corpus_sha256 = reader.string_attribute(root, "/", kCorpusAttribute);
+  }
+  if (reader.has_attribute(root, kDirectionAttribute)) {
+    checkpoint.direction = reader.string_attribute(root, "/", kDirectionAttribute);
   }
   if (reader.has_attribute(root, kValidAttribute)) {
     checkpoint.valid_sha256 = reader.string_attribute(root, "/", kValidAttribute);

@@ -123,6 +123,11 @@ struct Checkpoint {
   // that decoding needs no separate file; empty when the run had none (a synthetic task,
   // or a checkpoint written before this was stored). Stored as /spm_model, uint8.
   std::string spm_model;
+  // The languages of the training shards ("en->de", BatchSource::direction): one
+  // vocabulary serves both directions, so an en->de and a de->en model share it, and their
+  // ensemble or average decoded garbage without a word (a helper's trial). "" for a
+  // generated task and files written before it was stored. The attribute direction.
+  std::string direction;
   std::vector<NamedTensor> params;
   // Adam's first and second moments, in the order of params; both empty in a
   // parameters-only checkpoint (an average, or a file read with ParamsOnly).

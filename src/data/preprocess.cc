@@ -964,6 +964,21 @@ void check_preprocess_options(const PreprocessOptions& options) {
               << "languages' files");
   }
   if (options.shards < 1) THPC_FAIL("--shards must be >= 1, got " << options.shards);
+  // Said here, as a usage error (exit 2): SentencePiece refused a symbol given twice
+  // with its own source line ("Internal: ./src/trainer_interface.cc(796) ..."), exit 1.
+  if (!options.user_symbols.empty()) {
+    const std::string& given = options.user_symbols;
+    const auto refuse = [&](const std::string& why) {
+      THPC_FAIL("--user-symbols: " << why << " in '" << given << "'");
+    };
+    std::set<std::string> seen;
+    std::istringstream list(given);
+    for (std::string symbol; std::getline(list, symbol, ',');) {
+      if (symbol.empty()) refuse("an empty symbol (they are separated by one comma)");
+      if (!seen.insert(symbol).second) refuse("'" + symbol + "' is given twice");
+    }
+    if (given.back() == ',') refuse("an empty symbol (they are separated by one comma)");
+  }
   // Each is a thread started per block: 100,000 of them ended in std::terminate.
   if (options.threads < 0 || options.threads > 1024) {
     THPC_FAIL("--threads must be from 0 (every core, " << hardware_threads(0) << " here) to "

@@ -246,6 +246,7 @@ Checkpoint quantize_checkpoint(const Checkpoint& source) {
   quantized.architecture = source.architecture;
   quantized.config_ini = source.config_ini;
   quantized.spm_model = source.spm_model;
+  quantized.direction = source.direction;
   quantized.params = source.params;
   // The weight matrices by name: what product_weights() takes from a model's table.
   for (NamedTensor& param : quantized.params) {

@@ -107,7 +107,8 @@ DecodingCheckpoints read_decoding_checkpoints(const std::vector<std::string>& pa
 // same scores and types, and the same pad/unk/bos/eos ids; the model bytes may differ
 // elsewhere, e.g. in the training file names SentencePiece records). A checkpoint that
 // stores none beside one that does is accepted only with --spm-model
-// (`spm_model_given`): the user names the common vocabulary.
+// (`spm_model_given`): the user names the common vocabulary. Their directions ("en->de")
+// must be one where they record it.
 std::string ensemble_vocabulary_mismatch(const DecodingCheckpoints& members,
                                          bool spm_model_given);
 

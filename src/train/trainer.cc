@@ -352,6 +352,7 @@ Checkpoint Trainer::snapshot_without_state() const {
   checkpoint.config_ini = config_.to_ini();
   // The vocabulary travels with the parameters, so that decoding needs only the file.
   if (const std::string* model = source_->spm_model()) checkpoint.spm_model = *model;
+  checkpoint.direction = source_->direction();
   checkpoint.best_valid = best_valid_;
   checkpoint.run_id = run_id_;
   checkpoint.corpus_sha256 = source_->corpus_sha256();

@@ -148,6 +148,12 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
       THPC_FAIL("checkpoint " << path << ": trained with another vocabulary than the "
                               << config.data.valid << " shards of " << config.data.dir);
     }
+    // ... and in its own direction: one vocabulary serves both.
+    if (!checkpoint.direction.empty() && checkpoint.direction != shards->direction()) {
+      THPC_FAIL("checkpoint " << path << ": trained " << checkpoint.direction << ", but the "
+                              << config.data.valid << " shards of " << config.data.dir
+                              << " are " << shards->direction());
+    }
     model = std::make_unique<Transformer>(config.model, vocab_size, shards->special_ids(),
                                           *backend, config.train.seed);
     load_parameters(checkpoint, path, *model);
