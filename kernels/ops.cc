@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <sstream>
 #include <vector>
 
 #include "common/error.h"
+#include "common/still_working.h"
 #include "kernels/twin_call.h"
 
 namespace thpc {
@@ -151,20 +153,29 @@ class SteadyWorkClock final : public WorkClock {
 };
 
 // The HostStaging of a backend that copies to the host synchronously (the default).
+// Its memory is left uninitialised (each copy writes it): zeroing the 1.9 GB of a large
+// model's state took 2.4 s more of rank 0's checkpoint, which the other ranks wait for; the
+// copy goes in pieces of 64 MiB with a sign of work between (common/still_working.h).
 class DownloadingHostStaging final : public HostStaging {
  public:
   DownloadingHostStaging(Backend& backend, int64_t floats)
-      : backend_(backend), floats_(static_cast<size_t>(floats)) {}
-  int64_t floats() const override { return static_cast<int64_t>(floats_.size()); }
+      : backend_(backend), floats_(new float[static_cast<size_t>(floats)]), count_(floats) {}
+  int64_t floats() const override { return count_; }
   void queue_download(int64_t offset, Tensor src) override {
     check_copy(offset, src);
-    backend_.download(floats_.data() + offset, src);
+    constexpr int64_t kPiece = int64_t{1} << 24;  // floats
+    for (int64_t done = 0; done < src.numel; done += kPiece) {
+      show_still_working();
+      const int64_t piece = std::min(kPiece, src.numel - done);
+      backend_.download(floats_.get() + offset + done, src.slice(done, piece));
+    }
   }
-  const float* wait() override { return floats_.data(); }
+  const float* wait() override { return floats_.get(); }
 
  private:
   Backend& backend_;
-  std::vector<float> floats_;
+  std::unique_ptr<float[]> floats_;
+  int64_t count_;
 };
 
 }  // namespace

@@ -136,7 +136,8 @@ void dry_run(const thpc::Config& config, const thpc::Communicator& comm, std::os
   const thpc::Communicator::WaitLimit reading(
       comm, config.dist.timeout_s, "--dry-run", thpc::Communicator::WaitFrom::kLastSignOfWork,
       "run the --dry-run again",
-      "a rank that reads a large checkpoint or corpus from a slow file system");
+      "a rank slower to read, as one reading a large checkpoint or corpus from a slow "
+      "file system, or on a busy node");
   const int ranks = comm.size();
   const bool is_root = comm.is_root();
   int vocab = config.model.vocab_size;

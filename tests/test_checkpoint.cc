@@ -28,6 +28,7 @@
 
 #include "common/error.h"
 #include "common/sha256.h"
+#include "common/still_working.h"
 #include "config/config.h"
 #include "data/synthetic.h"
 #include "io/atomic_file.h"
@@ -162,6 +163,44 @@ TEST_F(CheckpointTest, RoundTripIsBitwise) {
   EXPECT_EQ(again.best_valid->ppl.step, 2);
   // And it continues as the original does.
   EXPECT_EQ(restored.step().loss, trainer.step().loss);
+}
+
+// The work the other ranks of a job may wait through (rank 0's checkpoint, a resume's read,
+// a model's initialisation, the parameters' digest the ranks compare) gives a sign of work
+// with each piece (common/still_working.h): a trial with dist.timeout_s = 1 and a 1.9 GB
+// checkpoint ended healthy jobs in the stretches that gave none (the state's copy, the
+// hashes, the initialisation, the digest). On the thread that set a sign it is called; on
+// another (the background writer, the hashing helpers) only the count moves, which the
+// training thread waiting for the writer signs in its stead.
+TEST_F(CheckpointTest, WorkOtherRanksWaitForGivesASignOfWorkWithEachPiece) {
+  const Config config = small_config(path("run"));
+  int64_t signs_here = 0;
+  const StillWorkingSign sign([&] { ++signs_here; });
+  Trainer trainer(config);
+  const int64_t tensors = static_cast<int64_t>(trainer.model().params().entries().size());
+  ASSERT_GT(tensors, 4);
+  // The signs `work` gives, on any thread.
+  const auto signs_of = [](const std::function<void()>& work) {
+    const int64_t given = signs_of_work_given();
+    work();
+    return signs_of_work_given() - given;
+  };
+  Checkpoint saved;
+  const int64_t here = signs_here;
+  EXPECT_GE(signs_of([&] { saved = trainer.snapshot(); }), 3 * tensors);
+  EXPECT_GE(signs_here - here, 3 * tensors) << "the snapshot's signs, on this thread";
+  // Hashed (a sign per dataset, on whichever thread hashed it) and written.
+  EXPECT_GE(signs_of([&] { write_checkpoint(path("run/step_00000000.h5"), saved); }),
+            6 * tensors);
+  EXPECT_GE(signs_of([&] { read_checkpoint(path("run/step_00000000.h5")); }), 6 * tensors);
+  EXPECT_GE(signs_of([&] { trainer.model().params().sha256_hex(); }), tensors);
+  // (A trainer's own start-up sets its sign, the communicator's, while it is built.)
+  EXPECT_GE(signs_of([&] { Trainer another(config); }), tensors);
+  // Another thread's work moves the count without calling this thread's sign.
+  const int64_t before = signs_of_work_given(), here_before = signs_here;
+  std::thread([] { show_still_working(); }).join();
+  EXPECT_EQ(signs_of_work_given(), before + 1);
+  EXPECT_EQ(signs_here, here_before);
 }
 
 TEST_F(CheckpointTest, ArchitectureMismatchIsRefusedOnLoad) {

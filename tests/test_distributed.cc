@@ -732,8 +732,9 @@ TEST(Distributed, ARankStoppedDuringStartUpEndsTheJobAfterTheTimeout) {
                         ": start-up: this rank waited 3 s (dist.timeout_s) in a gather of the "
                         "ranks' values without a sign of work from the other ranks: a rank is "
                         "stopped (SIGSTOP, a debugger), hung or lost, so the job is ended; start "
-                        "the job again (a rank that reads a large checkpoint or corpus from a "
-                        "slow file system: raise dist.timeout_s)"),
+                        "the job again (a rank slower at start-up, as one reading a large "
+                        "checkpoint or corpus from a slow file system, or on a busy node: "
+                        "raise dist.timeout_s)"),
             1u)
       << run.output;
   EXPECT_EQ(run.output.find("final:"), std::string::npos) << run.output;

@@ -82,6 +82,9 @@ std::vector<std::string> sha256_of_each(const std::vector<Bytes>& datasets) {
   const auto hash_remaining = [&] {
     for (size_t i = next++; i < datasets.size(); i = next++) {
       digests[i] = sha256_hex(datasets[i].data, datasets[i].size);
+      // Seconds for a large checkpoint, which other ranks may wait through: on this
+      // thread a sign to them, on a helper a count a waiting thread sees move.
+      show_still_working();
     }
   };
   const size_t helpers =

@@ -253,10 +253,11 @@ const std::vector<Option>& option_table() {
                   "seconds a rank waits for the others in a training step's collectives "
                   "(the gradient sums, NCCL or MPI, included) before the job is ended: a "
                   "rank stopped (SIGSTOP, a debugger), hung or lost; in start-up (and "
-                  "--dry-run), validation and --eval, seconds without a sign of work from a "
+                  "--dry-run), validation, --eval and rank 0's work alone (its checkpoints, "
+                  "best.h5, the averages at the end), seconds without a sign of work from a "
                   "rank still at its share (one comes after each batch, and between the "
-                  "blocks of a checkpoint or corpus read); the time a rank was itself "
-                  "stopped (a suspended job) is not counted"),
+                  "pieces of a checkpoint or corpus read, copied, hashed or written); the "
+                  "time a rank was itself stopped (a suspended job) is not counted"),
       THPC_OPTION(dist, device, THPC_AT_LEAST(-1),
                   "GPU index of every rank; -1 = local rank modulo the visible GPUs"),
       THPC_OPTION(dist, reducer, THPC_ONE_OF("auto", "nccl", "mpi"),

@@ -240,7 +240,8 @@ void Communicator::WaitLimit::receive_every_sign_sent() const {
   check_mpi(MPI_Iallreduce(MPI_IN_PLACE, &rounds, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD,
                            &request),
             "MPI_Iallreduce");
-  comm_.finish(&request, "the count of the signs of work");
+  // (named as the user sees it: the ranks meet as the work ends)
+  comm_.finish(&request, "the ranks' meeting at its end");
   const int64_t owed = rounds - signs_sent;  // a round of every other rank: one message here
   // Sent before the sum, so on their way: polled within the limit all the same, so that
   // counts that disagree (a sign's send that failed half-way) leave them rather than hang.

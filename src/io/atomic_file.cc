@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/still_working.h"
 
 namespace thpc {
 namespace {
@@ -512,8 +513,10 @@ void write_atomically(const std::string& path, const std::string& what,
   };
   try {
     write(temporary);
+    show_still_working();  // (a checkpoint's close and fsync are long single calls)
     claim->restore_mode_made();
     fsync_path(temporary, what);
+    show_still_working();
   } catch (const Error& failure) {
     const uintmax_t written = fs::file_size(temporary, error);
     const std::string advice =

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/still_working.h"
 
 namespace thpc {
 
@@ -48,6 +49,7 @@ std::vector<NamedTensor> gather_named(const ParamStore& store, Backend& backend,
   named.reserve(store.entries().size());
   std::vector<double> wide;  // an fp64 backend's values, narrowed to the file's fp32
   for (const ParamEntry& entry : store.entries()) {
+    show_still_working();  // rank 0's copy of a large model, which the others wait for
     NamedTensor tensor = named_like(entry);
     tensor.values.resize(entry.numel());
     // Each parameter straight into its own tensor: one copy of the state, not two (the
@@ -88,6 +90,7 @@ std::vector<NamedTensor> StagedNamedBuffers::named(int index) const {
   std::vector<NamedTensor> named;
   named.reserve(entries_.size());
   for (const ParamEntry& entry : entries_) {
+    show_still_working();  // (the writer's progress, which the training thread signs)
     NamedTensor tensor = named_like(entry);
     tensor.values.assign(buffer + entry.offset, buffer + entry.offset + entry.numel());
     named.push_back(std::move(tensor));

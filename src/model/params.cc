@@ -1,11 +1,13 @@
 #include "model/params.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "common/error.h"
 #include "common/philox.h"
 #include "common/sha256.h"
+#include "common/still_working.h"
 
 namespace thpc {
 namespace {
@@ -82,6 +84,7 @@ void ParamStore::initialize(uint64_t seed) {
   THPC_CHECK(backend_ != nullptr, "initialize() before allocate()");
   std::vector<double> host(buffer_numel_, 0.0);
   for (size_t index = 0; index < entries_.size(); ++index) {
+    show_still_working();  // seconds for a large model, on a rank the others may wait for
     const ParamEntry& e = entries_[index];
     const uint32_t site = kInitSiteBase + static_cast<uint32_t>(index);
     double* values = host.data() + e.offset;
@@ -153,12 +156,14 @@ std::vector<float> ParamStore::to_host_f32() const {
     std::vector<double> host(buffer_numel_);
     backend_->download(host.data(), params_);
     for (const auto& e : entries_) {
+      show_still_working();
       packed.insert(packed.end(), host.begin() + e.offset, host.begin() + e.offset + e.numel());
     }
   } else {
     std::vector<float> host(buffer_numel_);
     backend_->download(host.data(), params_);
     for (const auto& e : entries_) {
+      show_still_working();
       packed.insert(packed.end(), host.begin() + e.offset, host.begin() + e.offset + e.numel());
     }
   }
@@ -167,7 +172,16 @@ std::vector<float> ParamStore::to_host_f32() const {
 
 std::string ParamStore::sha256_hex() const {
   const std::vector<float> packed = to_host_f32();
-  return thpc::sha256_hex(packed.data(), packed.size() * sizeof(float));
+  // In pieces of 64 MiB with a sign of work between: a large model's digest takes a
+  // second, which a rank that came to the ranks' comparison first waits through.
+  Sha256 digest;
+  const size_t bytes = packed.size() * sizeof(float);
+  const auto* data = reinterpret_cast<const unsigned char*>(packed.data());
+  for (size_t done = 0; done < bytes; done += size_t{1} << 26) {
+    show_still_working();
+    digest.update(data + done, std::min(bytes - done, size_t{1} << 26));
+  }
+  return digest.hex_digest();
 }
 
 }  // namespace thpc

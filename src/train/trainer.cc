@@ -114,7 +114,8 @@ Communicator::WaitLimit start_up_limit(const Communicator& comm, const Config& c
   return Communicator::WaitLimit(
       comm, config.dist.timeout_s, "start-up", Communicator::WaitFrom::kLastSignOfWork,
       "start the job again",
-      "a rank that reads a large checkpoint or corpus from a slow file system");
+      "a rank slower at start-up, as one reading a large checkpoint or corpus from a slow "
+      "file system, or on a busy node");
 }
 
 }  // namespace

@@ -128,7 +128,8 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
   std::optional<Communicator::WaitLimit> reading;
   reading.emplace(comm, config.dist.timeout_s, "--eval of " + path,
                   Communicator::WaitFrom::kLastSignOfWork, "run the --eval again",
-                  "a rank that reads a large checkpoint or corpus from a slow file system");
+                  "a rank slower to read, as one reading a large checkpoint or corpus from "
+                  "a slow file system, or on a busy node");
   // (an AllRanksError keeps its code: a model.vocab_size other than the shards' is a
   // configuration error, exit 2)
   on_every_rank(comm, [&] {
