@@ -324,6 +324,30 @@ thpc::ProcessResult run_score(const std::string& arguments) {
 
 const std::string kUedin = kWmt17 + "/newstest2017.uedin-nmt.4722.en-de";
 
+// The hypotheses on a standard input that is closed, write-only or a directory are said so,
+// exit 1 (before: "<stdin>: no segments", as if the text were empty); given with -i, a
+// closed standard input is no matter.
+TEST(ScoreProgram, AStandardInputThatCannotBeReadIsSaidSo) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("thpc_score_stdin_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string reference = (dir / "ref.txt").string();
+  std::ofstream(reference) << "a small house\n";
+  for (const auto& [redirect, why] : std::vector<std::pair<std::string, std::string>>{
+           {" <&-", "closed"}, {" 0>/dev/null", "not open for reading"},
+           {" < " + dir.string(), "a directory, not a text"}}) {
+    const thpc::ProcessResult result = run_score(reference + redirect);
+    EXPECT_EQ(result.exit_code, 1) << redirect << ": " << result.output;
+    EXPECT_NE(result.output.find("transformer_score: error: standard input is " + why +
+                                 ": give the hypotheses on it or with -i FILE"),
+              std::string::npos)
+        << redirect << ": " << result.output;
+  }
+  const thpc::ProcessResult given = run_score(reference + " -i " + reference + " <&-");
+  EXPECT_EQ(given.exit_code, 0) << given.output;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ChrfProgram, ChrfLineAndScoreOnly) {
   THPC_REQUIRE_DATA("sacrebleu_tests/wmt17_en-de");
   thpc::ProcessResult result = run_score(kWmt17Ref + " -i " + kUedin + " -m chrf");

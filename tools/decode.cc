@@ -178,21 +178,13 @@ class SourceReader {
       peekable_ = ::stat(path.c_str(), &status) == 0 && S_ISREG(status.st_mode);
       return;
     }
-    // Closed (`<&-`), or open for writing only (GNU nohup's for a terminal's): read as an
-    // empty input, exit 0 and nothing said.
-    const int flags = fcntl(STDIN_FILENO, F_GETFL);
-    const bool closed = flags == -1 || thpc::standard_input_was_closed();
-    if (closed || (flags & O_ACCMODE) == O_WRONLY) {
-      THPC_FAIL("standard input is " << (closed ? "closed" : "not open for reading")
-                << ": give the text to translate on it or with --input FILE");
+    // Closed, write-only or a directory: read as an empty input, the output was replaced
+    // by an empty file, exit 0 and nothing said.
+    if (const std::string why = thpc::standard_input_unreadable(); !why.empty()) {
+      THPC_FAIL("standard input is " << why
+                                     << ": give the text to translate on it or with --input FILE");
     }
     const bool known = ::fstat(STDIN_FILENO, &status) == 0;
-    // `< DIR`: its reads fail (EISDIR), which read as the end of an empty input, and the
-    // output was replaced by an empty file, exit 0.
-    if (known && S_ISDIR(status.st_mode)) {
-      THPC_FAIL("standard input is a directory, not a text: give the text to translate on it "
-                "or with --input FILE");
-    }
     peekable_ = known && S_ISREG(status.st_mode);
   }
 

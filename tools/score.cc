@@ -320,6 +320,14 @@ void print_multi_bleu(const std::vector<std::string>& hypotheses,
 }
 
 int run(const CommandLine& command) {
+  // A closed standard input read as an empty one ("<stdin>: no segments", a helper's trial).
+  const bool reads_standard_input =
+      !command.hypothesis_path ||
+      std::count(command.reference_paths.begin(), command.reference_paths.end(), "-") > 0;
+  if (const std::string why = thpc::standard_input_unreadable();
+      reads_standard_input && !why.empty()) {
+    THPC_FAIL("standard input is " << why << ": give the hypotheses on it or with -i FILE");
+  }
   std::vector<std::vector<std::string>> references;
   for (const std::string& path : command.reference_paths) {
     references.push_back(path == "-" ? read_text(command, std::cin, "<stdin>")

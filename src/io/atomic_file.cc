@@ -218,6 +218,19 @@ void guard_standard_streams() {
 bool standard_input_was_closed() { return g_stream_was_closed[0]; }
 bool standard_output_was_closed() { return g_stream_was_closed[1]; }
 
+std::string standard_input_unreadable() {
+  // Closed (`<&-`), or open for writing only (GNU nohup's for a terminal's).
+  const int flags = ::fcntl(STDIN_FILENO, F_GETFL);
+  if (flags == -1 || standard_input_was_closed()) return "closed";
+  if ((flags & O_ACCMODE) == O_WRONLY) return "not open for reading";
+  // `< DIR`: its reads fail (EISDIR), which read as the end of an empty input.
+  struct stat status {};
+  if (::fstat(STDIN_FILENO, &status) == 0 && S_ISDIR(status.st_mode)) {
+    return "a directory, not a text";
+  }
+  return "";
+}
+
 std::string standard_output_failure() {
   errno = 0;
   std::cout.flush();

@@ -197,6 +197,9 @@ std::string standard_output_failure();
 void guard_standard_streams();
 bool standard_input_was_closed();
 bool standard_output_was_closed();
+// Why standard input cannot be read as a text ("closed", "not open for reading", "a
+// directory, not a text"), or "" when it can: each read as an empty input, exit 0.
+std::string standard_input_unreadable();
 
 // What stopped a write into `directory` that failed with `failure` (its message: HDF5's
 // failures say "(errno N)", io/hdf5.h) after `bytes_written` bytes of its file, when the
