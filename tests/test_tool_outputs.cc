@@ -785,6 +785,21 @@ TEST_F(ToolOutputs, AFullDiskStopsEveryWriterWithOneMessageAndNoPartialFile) {
                          "text/train --validpref text/valid --destdir full/data --vocab-size 100 "
                          "--model-type bpe --seed 1",
                          "full/data/", full + "full/data is full", "full");
+  // A file system mounted read-only is said so (before: "full (0 KiB left)", as was sysfs,
+  // which holds no files: a helper's trial, --destdir /sys/kernel).
+  fs::create_directories("ro");
+  if (::mount("tmpfs", "ro", "tmpfs", MS_RDONLY, "size=1m") == 0) {
+    struct UnmountReadOnly {
+      ~UnmountReadOnly() { ::umount2((fs::current_path() / "ro").c_str(), MNT_DETACH); }
+    } unmount_read_only;
+    const ProcessResult run = run_process(
+        kBin + "/transformer_preprocess --source-lang en --target-lang de --trainpref "
+        "text/train --validpref text/valid --destdir ro --vocab-size 100");
+    EXPECT_EQ(run.exit_code, 1) << run.output;
+    EXPECT_NE(run.output.find("the file system of ro is mounted read-only: write elsewhere"),
+              std::string::npos)
+        << run.output;
+  }
   // Out of inodes (a scratch file system's quota of files): the temporary file cannot be
   // made, which the claim said as "another program may be writing" it.
   fs::create_directories("inodes");

@@ -263,6 +263,15 @@ std::string storage_advice(const std::string& directory, const std::string& fail
   const bool measured = ::statvfs(directory.c_str(), &space) == 0;
   const unsigned long long available =
       measured ? static_cast<unsigned long long>(space.f_bavail) * space.f_frsize : 0;
+  // A file system that holds no files (sysfs, procfs: no blocks at all) or that is mounted
+  // read-only was said "full (0 KiB left)" (a helper's trial, --destdir /sys/kernel).
+  if (measured && space.f_blocks == 0) {
+    return directory + " is on a file system that holds no files of its own (sysfs, procfs?): "
+           "write elsewhere";
+  }
+  if (measured && (space.f_flag & ST_RDONLY) != 0) {
+    return "the file system of " + directory + " is mounted read-only: write elsewhere";
+  }
   // Little space left explains a failure that names no other cause (HDF5's may name none).
   const bool other_cause = says("(errno ") && !says("(errno 28)") && !says("(errno 122)");
   // Out of inodes (files) with space left: a scratch file system's quota of files.
