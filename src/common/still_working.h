@@ -1,10 +1,12 @@
-// Long work that one rank does while the others wait for it (a checkpoint read and checked,
-// a corpus's shard summaries read at start-up) says between its pieces that it is still at
-// it, so that a rank reading a large file from a slow file system is not taken for one that
-// is stopped or hung: while this thread's collectives wait counting from the last sign of
-// work (Communicator::WaitLimit with WaitFrom::kLastSignOfWork, which sets the sign), the
-// sign goes to the other ranks. The library below src/distributed knows nothing of MPI: it
-// calls show_still_working(), which does nothing on another thread or outside such a wait.
+// Long work that one rank does while the others wait for it (a checkpoint read, copied,
+// hashed or written; a corpus's shard summaries read at start-up; a model's
+// initialisation) says between its pieces that it is still at it, so that a rank reading a
+// large file from a slow file system is not taken for one that is stopped or hung (a
+// piece must take well under dist.timeout_s): while this thread's collectives wait
+// counting from the last sign of work (Communicator::WaitLimit with
+// WaitFrom::kLastSignOfWork, which sets the sign), the sign goes to the other ranks. The
+// library below src/distributed knows nothing of MPI: it calls show_still_working(), which
+// on another thread, or outside such a wait, only counts.
 #pragma once
 
 #include <cstdint>
