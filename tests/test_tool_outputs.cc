@@ -509,7 +509,7 @@ TEST_F(ToolOutputs, PreprocessNeverRemovesOrRewritesItsInputs) {
     const ProcessResult linked =
         run_process(kBin + "/" + preprocess + "--trainpref text/train --destdir data");
     EXPECT_EQ(linked.exit_code, 1) << linked.output;
-    EXPECT_NE(linked.output.find("cannot write data/" + name + ": a symbolic link is there, "
+    EXPECT_NE(linked.output.find("cannot write data/" + name + ": it is a symbolic link, "
                                  "whose target would be written: remove it"),
               std::string::npos)
         << linked.output;

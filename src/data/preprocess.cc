@@ -2,7 +2,6 @@
 
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -39,18 +38,11 @@ namespace fs = std::filesystem;
 // one at its temporary file's name; a file (an interrupted run's leftover) is removed, so
 // that the file written is this run's own.
 std::string made_anew(const std::string& path) {
-  struct stat named {};
-  if (::lstat(path.c_str(), &named) != 0) return path;
-  if (!S_ISREG(named.st_mode)) {
-    THPC_FAIL("cannot write " << path << ": "
-                              << (S_ISLNK(named.st_mode)
-                                      ? "a symbolic link is there, whose target would be "
-                                        "written: remove it"
-                                      : "something that is no file is there (a directory, a "
-                                        "pipe?): remove it"));
+  if (const std::string why = why_no_file_can_be_made_at(path); !why.empty()) {
+    THPC_FAIL("cannot write " << path << ": it " << why);
   }
   std::error_code error;
-  fs::remove(path, error);
+  fs::remove(path, error);  // (nothing there: no error)
   if (error) {
     THPC_FAIL("cannot write " << path << ": cannot remove the file there (" << error.message()
                               << ")");

@@ -218,6 +218,13 @@ void guard_standard_streams() {
 bool standard_input_was_closed() { return g_stream_was_closed[0]; }
 bool standard_output_was_closed() { return g_stream_was_closed[1]; }
 
+std::string why_no_file_can_be_made_at(const std::string& path) {
+  struct stat named {};
+  if (::lstat(path.c_str(), &named) != 0 || S_ISREG(named.st_mode)) return "";
+  return S_ISLNK(named.st_mode) ? "is a symbolic link, whose target would be written: remove it"
+                                : "is not a file (a directory, a pipe?): remove it";
+}
+
 std::string standard_input_unreadable() {
   // Closed (`<&-`), or open for writing only (GNU nohup's for a terminal's).
   const int flags = ::fcntl(STDIN_FILENO, F_GETFL);
@@ -359,11 +366,8 @@ OutputClaim::OutputClaim(const std::string& path, const std::string& what)
   for (int attempt = 0; attempt < 100; ++attempt) {
     // Not through a link (a .F.tmp that is one would have its target written), nor into a
     // FIFO (the open waited for a reader) or anything else that is no file.
-    struct stat named {};
-    if (::lstat(temporary_.c_str(), &named) == 0 && !S_ISREG(named.st_mode)) {
-      refuse(S_ISLNK(named.st_mode) ? "is a symbolic link, whose target would be written: "
-                                      "remove it"
-                                    : "is not a file (a directory, a pipe?): remove it");
+    if (const std::string why = why_no_file_can_be_made_at(temporary_); !why.empty()) {
+      refuse(why);
     }
     descriptor_ = ::open(temporary_.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (descriptor_ < 0 && errno == EACCES) {

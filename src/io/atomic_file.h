@@ -197,6 +197,12 @@ std::string standard_output_failure();
 void guard_standard_streams();
 bool standard_input_was_closed();
 bool standard_output_was_closed();
+
+// Why a temporary or scratch file cannot be made at `path`: "is a symbolic link, whose
+// target would be written: remove it", "is not a file (a directory, a pipe?): remove it";
+// "" when nothing or a file is there. OutputClaim and transformer_preprocess's files refuse
+// what it names.
+std::string why_no_file_can_be_made_at(const std::string& path);
 // Why standard input cannot be read as a text ("closed", "not open for reading", "a
 // directory, not a text"), or "" when it can: each read as an empty input, exit 0.
 std::string standard_input_unreadable();
