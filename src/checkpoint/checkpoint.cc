@@ -931,6 +931,16 @@ std::vector<std::pair<std::string, std::string>> architecture_fields(const std::
 }  // namespace
 
 // (The two whole texts, which this replaced, left the user to find the difference.)
+std::string OneDirection::add(const std::string& path, const std::string& direction) {
+  if (direction.empty() || direction == direction_) return "";
+  if (direction_.empty()) {
+    direction_ = direction;
+    path_ = path;
+    return "";
+  }
+  return path_ + " was trained " + direction_ + ", " + path + " " + direction;
+}
+
 std::string architecture_differences(const std::string& first, const std::string& first_name,
                                      const std::string& second, const std::string& second_name) {
   const auto first_fields = architecture_fields(first);

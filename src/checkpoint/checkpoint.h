@@ -197,6 +197,20 @@ std::string with_norm_recorded(const std::string& architecture);
 std::string architecture_differences(const std::string& first, const std::string& first_name,
                                      const std::string& second, const std::string& second_name);
 
+// The one translation direction of checkpoints that record it (Checkpoint::direction; one
+// vocabulary serves both directions, so the vocabulary cannot tell them apart), fed one
+// at a time: add() says "A was trained en->de, B de->en" for the first that differs from
+// the first recorded, "" while they agree (those that record none fit any). An average
+// and an ensemble refuse what it says.
+class OneDirection {
+ public:
+  std::string add(const std::string& path, const std::string& direction);
+  const std::string& direction() const { return direction_; }
+
+ private:
+  std::string direction_, path_;
+};
+
 
 
 

@@ -288,20 +288,14 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths,
   Checkpoint newest;
   std::string spm_model, spm_model_source;  // the inputs' SentencePiece model, if any has one
   std::string without_model_source;         // an input that stores none
-  std::string direction, direction_source;  // the inputs' languages, if any records them
+  OneDirection direction;                   // the inputs' languages, if any records them
   for (size_t index = 0; index < paths.size(); ++index) {
     Checkpoint current = read_checkpoint(paths[index], CheckpointParts::ParamsOnly);
     // One vocabulary serves both directions: an en->de model averaged with a de->en one
     // was garbage, exit 0 (a helper's trial).
-    if (!current.direction.empty()) {
-      if (direction.empty()) {
-        direction = current.direction;
-        direction_source = paths[index];
-      } else if (current.direction != direction) {
-        THPC_FAIL("cannot average checkpoints of two translation directions: "
-                  << direction_source << " was trained " << direction << ", " << paths[index]
-                  << " " << current.direction);
-      }
+    if (const std::string other = direction.add(paths[index], current.direction);
+        !other.empty()) {
+      THPC_FAIL("cannot average checkpoints of two translation directions: " << other);
     }
     // Equal architectures with other vocabularies would average unrelated embeddings. A
     // checkpoint without a model written before models were stored (of the same corpus,
@@ -370,7 +364,7 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths,
   Checkpoint average = std::move(newest);
   average.params = std::move(first.params);
   average.spm_model = std::move(spm_model);
-  average.direction = std::move(direction);
+  average.direction = direction.direction();
   // The validations, loss and divergence state of one run's step, not of the average,
   // which belongs to no run.
   average.best_valid.reset();

@@ -183,17 +183,10 @@ std::string ensemble_vocabulary_mismatch(const DecodingCheckpoints& members,
   const std::string vocabulary = ": the models of an ensemble must share one vocabulary";
   // One vocabulary serves both directions: an en->de model beside a de->en one decoded
   // garbage, exit 0 (a helper's trial). Those that record none (older files) fit any.
-  size_t directed = members.checkpoints.size();
+  OneDirection direction;
   for (size_t i = 0; i < members.checkpoints.size(); ++i) {
-    const std::string& direction = members.checkpoints[i].direction;
-    if (direction.empty()) continue;
-    if (directed == members.checkpoints.size()) {
-      directed = i;
-    } else if (direction != members.checkpoints[directed].direction) {
-      return members.paths[directed] + " was trained " +
-             members.checkpoints[directed].direction + ", " + members.paths[i] + " " +
-             direction + ": the models of an ensemble must translate one direction";
-    }
+    const std::string other = direction.add(members.paths[i], members.checkpoints[i].direction);
+    if (!other.empty()) return other + ": the models of an ensemble must translate one direction";
   }
   for (size_t i = 1; i < members.checkpoints.size(); ++i) {
     const std::string& other_path = members.paths[i];
