@@ -71,15 +71,25 @@ void write_whole_line(const std::string& line) {
 
 namespace {
 
-// The tag of a sign of work (Communicator::show_working): a message of no bytes on
+// The tags of the signs of work (Communicator::show_working): messages of no bytes on
 // MPI_COMM_WORLD, where nothing else is sent point to point (and a collective never
-// matches a point-to-point message).
-constexpr int kSignOfWorkTag = 7001;
+// matches a point-to-point message). Each piece of work bounded from the last sign (a
+// WaitLimit of kLastSignOfWork) has a tag of its own: the faster ranks' first signs of the
+// next work (rank 0's checkpoint right after a validation) came while a slower rank still
+// took the last of this one's, which counted them for this work and then waited for them
+// in the next until dist.timeout_s (a two-rank job hung after its final line, now and
+// then). Every rank makes the same sequence of such limits, so their numbers agree; a sign
+// of a later work waits unreceived until its work begins here. 1024 tags in turn.
+constexpr int kSignOfWorkTagBase = 7001;
+constexpr int64_t kSignOfWorkTags = 1024;
+int64_t works_begun = 0;   // the WaitLimits of kLastSignOfWork made so far
+int64_t current_work = 0;  // the innermost live one's number
+int sign_tag() { return kSignOfWorkTagBase + static_cast<int>(current_work % kSignOfWorkTags); }
 
 // The signs of work this process sent (rounds of show_working, one message to each other
-// rank a round) and received, since the last WaitLimit of kLastSignOfWork ended: its end
+// rank a round) and received, in the innermost live WaitLimit of kLastSignOfWork: its end
 // takes the signs still on their way (Communicator::WaitLimit::~WaitLimit). Process-wide,
-// as the tag is: every Communicator speaks for MPI_COMM_WORLD, on the main thread alone.
+// as the tags are: every Communicator speaks for MPI_COMM_WORLD, on the main thread alone.
 int64_t signs_sent = 0;
 int64_t signs_received = 0;
 
@@ -89,10 +99,10 @@ bool received_signs_of_work() {
   for (;;) {
     int pending = 0;
     MPI_Status status;
-    check_mpi(MPI_Iprobe(MPI_ANY_SOURCE, kSignOfWorkTag, MPI_COMM_WORLD, &pending, &status),
+    check_mpi(MPI_Iprobe(MPI_ANY_SOURCE, sign_tag(), MPI_COMM_WORLD, &pending, &status),
               "MPI_Iprobe");
     if (!pending) return received;
-    check_mpi(MPI_Recv(nullptr, 0, MPI_BYTE, status.MPI_SOURCE, kSignOfWorkTag, MPI_COMM_WORLD,
+    check_mpi(MPI_Recv(nullptr, 0, MPI_BYTE, status.MPI_SOURCE, sign_tag(), MPI_COMM_WORLD,
                        MPI_STATUS_IGNORE),
               "MPI_Recv");
     ++signs_received;
@@ -203,7 +213,13 @@ Communicator::WaitLimit::WaitLimit(const Communicator& comm, double seconds, std
   waiting_context().during = std::move(during);
   waiting_context().remedy = std::move(remedy);
   waiting_context().slow_rank = std::move(slow_rank);
-  if (from == WaitFrom::kLastSignOfWork) sign_.emplace([&comm] { comm.show_working(); });
+  if (from == WaitFrom::kLastSignOfWork) {
+    sign_.emplace([&comm] { comm.show_working(); });
+    // This work's own tag and counts; those of a work it is inside come back at its end.
+    previous_work_ = std::exchange(current_work, ++works_begun);
+    previous_signs_sent_ = std::exchange(signs_sent, 0);
+    previous_signs_received_ = std::exchange(signs_received, 0);
+  }
 }
 
 Communicator::WaitLimit::~WaitLimit() {
@@ -220,6 +236,11 @@ Communicator::WaitLimit::~WaitLimit() {
       }
     } catch (const Error&) {  // left for the next work's waits to take
     }
+  }
+  if (comm_.wait_from_ == WaitFrom::kLastSignOfWork) {
+    current_work = previous_work_;
+    signs_sent = previous_signs_sent_;
+    signs_received = previous_signs_received_;
   }
   comm_.wait_limit_seconds_ = previous_seconds_;
   comm_.wait_from_ = previous_from_;
@@ -267,7 +288,7 @@ void Communicator::show_working() const {
   for (int to = 0; to < size_; ++to) {
     if (to == rank_) continue;
     MPI_Request request;
-    check_mpi(MPI_Isend(nullptr, 0, MPI_BYTE, to, kSignOfWorkTag, MPI_COMM_WORLD, &request),
+    check_mpi(MPI_Isend(nullptr, 0, MPI_BYTE, to, sign_tag(), MPI_COMM_WORLD, &request),
               "MPI_Isend");
     // Nothing to wait for: the message has no bytes to keep, and the rank it goes to may
     // be stopped and never take it (MPI completes it all the same).

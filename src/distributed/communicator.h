@@ -134,6 +134,8 @@ class Communicator {
     std::string previous_remedy_;
     std::string previous_slow_rank_;
     int uncaught_at_start_;  // std::uncaught_exceptions() when it began
+    // The work (and its counts of signs) this one is inside, for kLastSignOfWork.
+    int64_t previous_work_ = 0, previous_signs_sent_ = 0, previous_signs_received_ = 0;
     std::optional<StillWorkingSign> sign_;  // from the last sign of work only
   };
 
