@@ -21,8 +21,10 @@
 #include "data_dir.h"
 #include "program.h"
 #include "common/error.h"
+#include "common/still_working.h"
 #include "expect_error.h"
 #include "metrics/bleu.h"
+#include "metrics/chrf.h"
 #include "metrics/tokenize.h"
 
 namespace {
@@ -742,6 +744,31 @@ TEST(SacreBleuPython, SameOutputLinesWhenInstalled) {
     ASSERT_EQ(ours.exit_code, 0) << ours.err;
     EXPECT_EQ(scores_only(ours.out), scores_only(expected)) << argument;
   }
+}
+
+// Rank 0 of a training job scores each validation's translations alone while the other
+// ranks wait for the score, counting dist.timeout_s from the last sign of work: the
+// scorers sign with each sentence they read or score (common/still_working.h), so that a
+// large validation set on a busy node is not taken for a rank that hangs.
+TEST(ScorersOfAValidationSet, GiveASignOfWorkWithEachSentence) {
+  std::vector<std::string> references, hypotheses;
+  for (int i = 0; i < 50; ++i) {
+    references.push_back("the cat " + std::to_string(i) + " sat on the mat .");
+    hypotheses.push_back("a cat " + std::to_string(i % 7) + " sat on a mat");
+  }
+  int64_t signs = 0;
+  const thpc::StillWorkingSign sign([&] { ++signs; });
+  const thpc::metrics::BleuScorer bleu({references}, BleuOptions{});
+  EXPECT_GE(signs, 50) << "reading the references";
+  signs = 0;
+  EXPECT_GT(bleu.corpus_score(hypotheses).score, 0.0);
+  EXPECT_GE(signs, 50) << "scoring the hypotheses";
+  signs = 0;
+  const thpc::metrics::ChrfScorer chrf({references}, thpc::metrics::ChrfOptions{});
+  EXPECT_GE(signs, 50) << "reading the references";
+  signs = 0;
+  EXPECT_GT(chrf.corpus_score(hypotheses), 0.0);
+  EXPECT_GE(signs, 50) << "scoring the hypotheses";
 }
 
 }  // namespace

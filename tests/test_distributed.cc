@@ -122,6 +122,22 @@ JobResult mpirun_trainer(const std::string& env, const std::string& args, int ra
                      beside);
 }
 
+// A job one waiting rank ended after dist.timeout_s: non-zero, but neither the 120 s
+// timeout's exit nor near it, one error from `waiting_rank`, its message holding
+// `message` once, and no final line.
+void expect_ended_by_the_timeout(const JobResult& run, int waiting_rank,
+                                 const std::string& message) {
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.exit_code, 124) << "the job hung until timeout killed it:\n" << run.output;
+  EXPECT_LT(run.seconds, 60.0) << run.output;
+  EXPECT_EQ(occurrences(run.output, "transformer_hpc: error on rank " +
+                                        std::to_string(waiting_rank) + " on "),
+            1u)
+      << run.output;
+  EXPECT_EQ(occurrences(run.output, message), 1u) << run.output;
+  EXPECT_EQ(run.output.find("final:"), std::string::npos) << run.output;
+}
+
 TEST(Distributed, TwoRanksTrainAndAnnounceThemselves) {
   const JobResult run = mpirun_trainer("", "--train.max_steps=4 --train.log_every=2");
   EXPECT_EQ(run.exit_code, 0) << run.output;
@@ -724,20 +740,13 @@ TEST(Distributed, AStoppedRankEndsTheJobAfterTheTimeout) {
 TEST(Distributed, ARankStoppedDuringStartUpEndsTheJobAfterTheTimeout) {
   const JobResult run = mpirun_trainer("THPC_STOP_AT=1:0:start-up",
                                        "--train.max_steps=4 --dist.timeout_s=3");
-  EXPECT_NE(run.exit_code, 0) << run.output;
-  EXPECT_NE(run.exit_code, 124) << "the job hung until timeout killed it:\n" << run.output;
-  EXPECT_LT(run.seconds, 40.0) << run.output;
-  EXPECT_EQ(occurrences(run.output, "transformer_hpc: error on rank 0 on "), 1u) << run.output;
-  EXPECT_EQ(occurrences(run.output,
-                        ": start-up: this rank waited 3 s (dist.timeout_s) in a gather of the "
-                        "ranks' values without a sign of work from the other ranks: a rank is "
-                        "stopped (SIGSTOP, a debugger), hung or lost, so the job is ended; start "
-                        "the job again (a rank slower at start-up, as one reading a large "
-                        "checkpoint or corpus from a slow file system, or on a busy node: "
-                        "raise dist.timeout_s)"),
-            1u)
-      << run.output;
-  EXPECT_EQ(run.output.find("final:"), std::string::npos) << run.output;
+  expect_ended_by_the_timeout(
+      run, 0,
+      ": start-up: this rank waited 3 s (dist.timeout_s) in a gather of the ranks' values "
+      "without a sign of work from the other ranks: a rank is stopped (SIGSTOP, a debugger), "
+      "hung or lost, so the job is ended; start the job again (a rank slower at start-up, as "
+      "one reading a large checkpoint or corpus from a slow file system, or on a busy node: "
+      "raise dist.timeout_s)");
   std::filesystem::remove_all(scratch_run());
 }
 
@@ -900,20 +909,32 @@ TEST(Distributed, ARankStoppedInValidationEndsTheJobAfterTheTimeout) {
       "THPC_STOP_AT=1:2:validation",
       "--model.layers=1 --train.max_steps=4 --train.log_every=1 --train.valid_every=2 "
       "--data.dir=" + numbers_corpus() + " --dist.timeout_s=3");
-  EXPECT_NE(run.exit_code, 0) << run.output;
-  EXPECT_NE(run.exit_code, 124) << "the job hung until timeout killed it:\n" << run.output;
-  EXPECT_LT(run.seconds, 60.0) << run.output;
-  EXPECT_EQ(occurrences(run.output, "transformer_hpc: error on rank 0 on "), 1u) << run.output;
-  EXPECT_EQ(occurrences(run.output,
-                        "validation at step 2: this rank waited 3 s (dist.timeout_s) in a sum "
-                        "over the ranks without a sign of work from the other ranks: a rank is "
-                        "stopped (SIGSTOP, a debugger), hung or lost, so the job is ended; "
-                        "resume it from its last checkpoint (a rank whose batches take longer "
-                        "than that: raise dist.timeout_s)"),
-            1u)
-      << run.output;
+  expect_ended_by_the_timeout(
+      run, 0,
+      "validation at step 2: this rank waited 3 s (dist.timeout_s) in a sum over the ranks "
+      "without a sign of work from the other ranks: a rank is stopped (SIGSTOP, a debugger), "
+      "hung or lost, so the job is ended; resume it from its last checkpoint (a rank whose "
+      "batches take longer than that: raise dist.timeout_s)");
   EXPECT_EQ(run.output.find("valid step 2"), std::string::npos) << run.output;
-  EXPECT_EQ(run.output.find("final:"), std::string::npos) << run.output;
+  std::filesystem::remove_all(scratch_checkpoints());
+}
+
+// Rank 0 scores the gathered translations of a validation alone, the others waiting for
+// its score: stopped there (THPC_STOP_AT=0:2:scoring: Ctrl-Z, a debugger, a hung node),
+// it ends the job dist.timeout_s after its last sign of work, as the rest of validation
+// does (before: the others waited for the score without limit, the job held its nodes
+// until its time limit, and the test's own timeout killed it).
+TEST(Distributed, RankZeroStoppedWhileItScoresEndsTheJobAfterTheTimeout) {
+  const JobResult run = mpirun_trainer(
+      "THPC_STOP_AT=0:2:scoring",
+      "--model.layers=1 --train.max_steps=4 --train.log_every=1 --train.valid_every=2 "
+      "--train.valid_bleu=true --data.dir=" + numbers_corpus() + " --dist.timeout_s=3");
+  expect_ended_by_the_timeout(run, 1,
+                              "validation at step 2: this rank waited 3 s (dist.timeout_s) in "
+                              "a broadcast from rank 0 without a sign of work from the other "
+                              "ranks: a rank is stopped (SIGSTOP, a debugger), hung or lost, so "
+                              "the job is ended; resume it from its last checkpoint");
+  EXPECT_EQ(run.output.find("valid step 2"), std::string::npos) << run.output;
   std::filesystem::remove_all(scratch_checkpoints());
 }
 

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "common/input_file.h"
+#include "common/still_working.h"
 
 namespace thpc::metrics {
 namespace {
@@ -216,6 +217,7 @@ BleuScorer::BleuScorer(const std::vector<std::vector<std::string>>& references,
       // An empty reference stays a reference: length 0, no n-grams (sacreBLEU 2.6).
       segments_[i].add_reference(preprocess(references[r][i], r, i), options_.max_ngram_order);
     }
+    show_still_working();  // a rank's validation set, which the other ranks wait for
   }
   num_refs_ = static_cast<int>(references.size());
 }
@@ -251,7 +253,10 @@ BleuStatistics BleuScorer::corpus_statistics(const std::vector<std::string>& hyp
                                 << " reference segments");
   }
   BleuStatistics total(options_.max_ngram_order);
-  for (size_t i = 0; i < hypotheses.size(); ++i) total.add(segment_statistics(i, hypotheses[i]));
+  for (size_t i = 0; i < hypotheses.size(); ++i) {
+    total.add(segment_statistics(i, hypotheses[i]));
+    show_still_working();  // rank 0 scores a validation alone while the others wait
+  }
   return total;
 }
 

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/still_working.h"
 #include "metrics/tokenize.h"
 
 namespace thpc::metrics {
@@ -242,6 +243,7 @@ ChrfScorer::ChrfScorer(const std::vector<std::vector<std::string>>& references,
       // (read_segments does too), its library takes the strings as they are.
       segments_[i].push_back(extract_ngrams(decode_segment(references[r][i], r, i), options_));
     }
+    show_still_working();  // a rank's validation set, which the other ranks wait for
   }
   num_refs_ = static_cast<int>(references.size());
 }
@@ -274,7 +276,10 @@ ChrfStatistics ChrfScorer::corpus_statistics(const std::vector<std::string>& hyp
                                 << " reference segments");
   }
   ChrfStatistics total(options_.orders());
-  for (size_t i = 0; i < hypotheses.size(); ++i) total.add(segment_statistics(i, hypotheses[i]));
+  for (size_t i = 0; i < hypotheses.size(); ++i) {
+    total.add(segment_statistics(i, hypotheses[i]));
+    show_still_working();  // rank 0 scores a validation alone while the others wait
+  }
   return total;
 }
 

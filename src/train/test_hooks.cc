@@ -25,6 +25,7 @@ void maybe_inject_failure(const Communicator& comm, int64_t step, InjectionPoint
     if (fields == 3 && std::string(where) == "gradients") named = InjectionPoint::SumsPrepared;
     if (fields == 3 && std::string(where) == "validation") named = InjectionPoint::Validation;
     if (fields == 3 && std::string(where) == "start-up") named = InjectionPoint::StartUp;
+    if (fields == 3 && std::string(where) == "scoring") named = InjectionPoint::Scoring;
     return fields >= 2 && rank == comm.rank() && at_step == step && named == point;
   };
   if (names_this(std::getenv("THPC_KILL_AT"))) std::raise(SIGKILL);

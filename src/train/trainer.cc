@@ -313,7 +313,7 @@ ValidationStats Trainer::validate() {
   if (const std::optional<double> nll = injected_validation_nll(completed_steps_)) {
     stats.nll = *nll;  // the test hook's exploded validation
   }
-  if (valid_bleu_) score_translations(*valid_bleu_, *model_, stats);
+  if (valid_bleu_) score_translations(*valid_bleu_, *model_, completed_steps_, stats);
   stats.interrupted = stop_requested_by() != 0;
   return stats;
 }

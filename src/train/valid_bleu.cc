@@ -7,10 +7,12 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/still_working.h"
 #include "data/shard_file.h"
 #include "data/shard_reader.h"
 #include "decode/translate.h"
 #include "train/stop_request.h"
+#include "train/test_hooks.h"
 
 namespace thpc {
 
@@ -62,6 +64,7 @@ ValidationBleu::ValidationBleu(const Config& config, const Communicator& comm)
       if (shard.source.length(i) > longest || shard.target.length(i) > longest) continue;
       if (pairs_++ % comm_.size() == comm_.rank()) sources_.push_back(shard.source.sentence(i));
       if (comm_.is_root()) references.push_back(detokenize(*spm_, shard.target.sentence(i)));
+      show_still_working();  // at start-up, which the other ranks wait for
     }
   }
   if (comm_.is_root()) {
@@ -114,7 +117,7 @@ std::vector<TokenSequence> unpacked_ids(const std::string& bytes, size_t rank) {
 
 }  // namespace
 
-double ValidationBleu::score(Transformer& model) const {
+double ValidationBleu::score(Transformer& model, int64_t step) const {
   std::vector<std::vector<Hypothesis>> results(sources_.size());
   for (const DecodeBatch& batch :
        make_decode_batches(sources_, options_, kBatchTokens, /*workers=*/1)) {
@@ -125,6 +128,7 @@ double ValidationBleu::score(Transformer& model) const {
     comm_.show_working();  // the ranks done with their shares wait for this one
   }
   const std::vector<std::string> shares = comm_.all_gather(packed_ids(results));
+  maybe_inject_failure(comm_, step, InjectionPoint::Scoring);
   double score = NAN;
   if (comm_.is_root()) {
     // Pair k was translated by rank k mod W as its (k / W)-th sentence.
@@ -134,14 +138,16 @@ double ValidationBleu::score(Transformer& model) const {
       for (const TokenSequence& tokens : unpacked_ids(shares[rank], rank)) {
         THPC_CHECK(k < hypotheses.size(), "rank " << rank << " sent more translations than pairs");
         hypotheses[k] = detokenize(*spm_, tokens);
+        show_still_working();  // the other ranks wait for the score
         k += shares.size();
       }
     }
     score = chrf_ ? chrf_->corpus_score(hypotheses) : bleu_->corpus_score(hypotheses).score;
   }
-  // Rank 0 scored alone (seconds for a large set), signing nothing: the others wait for
-  // its score without limit.
-  const Communicator::WaitLimit rank_zero_scores(comm_, 0, "");
+  // Rank 0 scores alone (seconds for a large set) and signs its work between sentences,
+  // so the caller's limit from the last sign of work holds here too: a rank 0 stopped or
+  // hung while it scores ends the job after dist.timeout_s (before: the others waited for
+  // its score without limit).
   comm_.broadcast_bytes_from_root(&score, sizeof score);
   return score;
 }

@@ -42,8 +42,10 @@ class ValidationBleu {
 
   // BLEU or chrF (metric()) in percent of `model`'s translations, on every rank (rank 0
   // scores, then broadcasts). Every rank must call it: each translates its share, rank 0
-  // gathers.
-  double score(Transformer& model) const;
+  // gathers. `step`: the step whose parameters these are (for the test hooks alone). Rank
+  // 0 signs its work while it scores (common/still_working.h): the caller's limit from the
+  // last sign of work bounds the others' wait for the score.
+  double score(Transformer& model, int64_t step) const;
 
   // train.valid_metric: "bleu" | "chrf".
   const std::string& metric() const { return metric_; }

@@ -46,9 +46,9 @@ std::unique_ptr<ValidationBleu> make_validation_bleu(const Config& config,
 }
 
 // The score of the validation translations, into the field of its metric.
-void score_translations(const ValidationBleu& scorer, Transformer& model,
+void score_translations(const ValidationBleu& scorer, Transformer& model, int64_t step,
                         ValidationStats& stats) {
-  (scorer.metric() == "chrf" ? stats.chrf : stats.bleu) = scorer.score(model);
+  (scorer.metric() == "chrf" ? stats.chrf : stats.bleu) = scorer.score(model, step);
 }
 
 namespace {
@@ -175,7 +175,7 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
                                           Communicator::WaitFrom::kLastSignOfWork,
                                           "run the --eval again");
     stats = validation_pass(*model, *shards, comm, micro_batch_budget(config, comm));
-    if (bleu) score_translations(*bleu, *model, stats);
+    if (bleu) score_translations(*bleu, *model, step, stats);
   }
   // A stop signal cut the pass short on some rank: its numbers are not the checkpoint's.
   if (const int signal = stop_signal_of_any_rank(comm)) {

@@ -61,8 +61,9 @@ ValidationStats validation_pass(Transformer& model, ShardReader& shards,
 std::unique_ptr<ValidationBleu> make_validation_bleu(const Config& config,
                                                      const Communicator& comm);
 
-// The score of the validation translations, into the field of its metric.
-void score_translations(const ValidationBleu& scorer, Transformer& model,
+// The score of the validation translations of the parameters of `step`, into the field of
+// its metric.
+void score_translations(const ValidationBleu& scorer, Transformer& model, int64_t step,
                         ValidationStats& stats);
 
 }  // namespace thpc
