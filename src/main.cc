@@ -351,6 +351,7 @@ int main(int argc, char** argv) {
   thpc::Config config;
   std::string config_error;
   bool help = false;
+  thpc::maybe_inject_failure(comm, 0, thpc::InjectionPoint::Configuration);
   try {
     help = !thpc::parse_command_line(argc, argv, config);  // --help printed
   } catch (const thpc::Error& e) {
@@ -359,8 +360,19 @@ int main(int argc, char** argv) {
   // A bad configuration is not one rank's own business: every rank takes part in the
   // agreement, so that the job ends together, with one message from rank 0. --help too:
   // a rank that left without it kept the others waiting forever.
-  const std::string disagreement =
-      configuration_disagreement(comm, help ? "mode help\n" : rank_request(config, config_error));
+  std::string disagreement;
+  {
+    // A rank stopped or hung before it came (a configuration file on a hung file system)
+    // ends the job after dist.timeout_s, this rank's own or its default (before: the
+    // others waited without limit). The ranks have just left MPI_Init together.
+    const double limit = help || !config_error.empty() ? thpc::Config{}.dist.timeout_s
+                                                        : config.dist.timeout_s;
+    const thpc::Communicator::WaitLimit bounded(comm, limit, "start-up",
+                                                thpc::Communicator::WaitFrom::kStart,
+                                                "start the job again");
+    disagreement =
+        configuration_disagreement(comm, help ? "mode help\n" : rank_request(config, config_error));
+  }
   if (help && disagreement.empty()) {
     const std::string failure = thpc::standard_output_failure();  // (where it was printed)
     if (!failure.empty()) std::cerr << failure_line("", failure) << std::endl;

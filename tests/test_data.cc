@@ -1673,7 +1673,8 @@ TEST_F(DataPipeline, TrainerReportsValidationLossAndTwoRanksEqualOneAccumulating
   for (const std::string& launcher :
        {std::string(THPC_MPIEXEC " -np 2 --oversubscribe "), std::string()}) {
     const CommandResult result = run_command(
-        "cd " THPC_SOURCE_DIR " && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " +
+        "cd " THPC_SOURCE_DIR " && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+        "THPC_CHECK_BOUNDED_WAITS=1 " +
         launcher + thpc::binary_dir() + "/transformer_hpc input/tiny.ini --data.dir=" +
         (root_ / "corpus").string() +
         " --model.max_positions=130 --train.tokens_per_step=1200 --train.max_steps=4"

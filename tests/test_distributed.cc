@@ -72,10 +72,14 @@ std::string scratch_checkpoints() { return (scratch_run() / "checkpoints").strin
 // captures stdout+stderr (unbound: ctest -j runs jobs side by side, tests/tests.cmake).
 // `timeout` bounds a hang so that a broken abort fails the test instead of CI.
 // `beside`: a shell command run in the background beside the job (signals sent to it).
+// Every job runs with THPC_CHECK_BOUNDED_WAITS=1: a wait for the other ranks outside every
+// dist.timeout_s bound fails it (src/distributed/communicator.cc), so each test checks
+// that its path leaves no rank waiting forever for one that is stopped.
 JobResult run_mpi_job(const std::string& env, const std::string& mpirun_args,
                       const std::string& beside = "") {
   const std::string command = "cd " THPC_SOURCE_DIR " || exit 2; " +
                               (beside.empty() ? "" : "( " + beside + " ) & ") + env +
+                              " THPC_CHECK_BOUNDED_WAITS=1"
                               " OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
                               " timeout 120 " THPC_MPIEXEC " --oversubscribe --bind-to none " +
                               mpirun_args + " 2>&1";
@@ -750,6 +754,19 @@ TEST(Distributed, ARankStoppedDuringStartUpEndsTheJobAfterTheTimeout) {
   std::filesystem::remove_all(scratch_run());
 }
 
+// Before start-up, the ranks compare their configurations: a rank stopped before it read
+// its own (THPC_STOP_AT=1:0:configuration; a configuration file on a hung file system)
+// held the others there without limit; now they end the job after dist.timeout_s.
+TEST(Distributed, ARankStoppedBeforeItReadsItsConfigurationEndsTheJobAfterTheTimeout) {
+  const JobResult run = mpirun_trainer("THPC_STOP_AT=1:0:configuration",
+                                       "--train.max_steps=4 --dist.timeout_s=3");
+  expect_ended_by_the_timeout(
+      run, 0,
+      ": start-up: this rank waited 3 s (dist.timeout_s) for the others in a gather of the "
+      "ranks' values: a rank is stopped (SIGSTOP, a debugger), hung or lost, so the job is "
+      "ended; start the job again (a rank that is only slow: raise dist.timeout_s)");
+}
+
 // The other side of it: a rank whose start-up takes longer than dist.timeout_s but shows
 // its work as it goes, as a read of a large checkpoint does between its blocks
 // (THPC_TEST_SLOW_START_UP: 5 s in pieces of 50 ms, against a limit of 2 s), is waited
@@ -840,6 +857,15 @@ std::string numbers_corpus() {
   return shards.string();
 }
 
+// Four steps of two ranks on numbers_corpus() with a validation after step 2 and
+// dist.timeout_s = 3, one rank held as `env` says (THPC_STOP_AT), `extra` keys added.
+JobResult job_validating_at_step_two(const std::string& env, const std::string& extra = "") {
+  return mpirun_trainer(env,
+                        "--model.layers=1 --train.max_steps=4 --train.log_every=1 "
+                        "--train.valid_every=2 --data.dir=" + numbers_corpus() +
+                            " --dist.timeout_s=3" + extra);
+}
+
 // The other failures every rank meets at once end the job with one message and the
 // failure's exit code from every rank (before: each rank aborted with its own copy, and
 // Open MPI added its report of the abort): --eval of a checkpoint no rank can read, and
@@ -905,10 +931,7 @@ TEST(Distributed, FailuresEveryRankMeetsAtStartUpEndTheJobWithOneMessage) {
 // validation (before: validation waited without limit, and the job held its nodes until
 // its time limit).
 TEST(Distributed, ARankStoppedInValidationEndsTheJobAfterTheTimeout) {
-  const JobResult run = mpirun_trainer(
-      "THPC_STOP_AT=1:2:validation",
-      "--model.layers=1 --train.max_steps=4 --train.log_every=1 --train.valid_every=2 "
-      "--data.dir=" + numbers_corpus() + " --dist.timeout_s=3");
+  const JobResult run = job_validating_at_step_two("THPC_STOP_AT=1:2:validation");
   expect_ended_by_the_timeout(
       run, 0,
       "validation at step 2: this rank waited 3 s (dist.timeout_s) in a sum over the ranks "
@@ -925,16 +948,25 @@ TEST(Distributed, ARankStoppedInValidationEndsTheJobAfterTheTimeout) {
 // does (before: the others waited for the score without limit, the job held its nodes
 // until its time limit, and the test's own timeout killed it).
 TEST(Distributed, RankZeroStoppedWhileItScoresEndsTheJobAfterTheTimeout) {
-  const JobResult run = mpirun_trainer(
-      "THPC_STOP_AT=0:2:scoring",
-      "--model.layers=1 --train.max_steps=4 --train.log_every=1 --train.valid_every=2 "
-      "--train.valid_bleu=true --data.dir=" + numbers_corpus() + " --dist.timeout_s=3");
+  const JobResult run =
+      job_validating_at_step_two("THPC_STOP_AT=0:2:scoring", " --train.valid_bleu=true");
   expect_ended_by_the_timeout(run, 1,
                               "validation at step 2: this rank waited 3 s (dist.timeout_s) in "
                               "a broadcast from rank 0 without a sign of work from the other "
                               "ranks: a rank is stopped (SIGSTOP, a debugger), hung or lost, so "
                               "the job is ended; resume it from its last checkpoint");
   EXPECT_EQ(run.output.find("valid step 2"), std::string::npos) << run.output;
+  std::filesystem::remove_all(scratch_checkpoints());
+}
+
+// After a validation the ranks agree on a stop signal that came during it: a rank stopped
+// as it left the validation (THPC_STOP_AT=1:2:validated) held the others there without
+// limit; now they end the job after dist.timeout_s, naming the validation.
+TEST(Distributed, ARankStoppedAsItLeavesAValidationEndsTheJobAfterTheTimeout) {
+  const JobResult run = job_validating_at_step_two("THPC_STOP_AT=1:2:validated");
+  expect_ended_by_the_timeout(run, 0,
+                              "validation at step 2: this rank waited 3 s (dist.timeout_s) for "
+                              "the others in the step's decision: a rank is stopped");
   std::filesystem::remove_all(scratch_checkpoints());
 }
 

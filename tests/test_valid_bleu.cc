@@ -380,7 +380,7 @@ TEST_F(ValidBleu, TwoRanksShareTheTranslationAndAgreeOnTheStop) {
   const fs::path dir = root_ / "two_ranks/checkpoints";
   const ProcessResult run = run_process(
       "cd " THPC_SOURCE_DIR " && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-      "timeout 120 " THPC_MPIEXEC " --oversubscribe -np 2 " + kBuild +
+      "THPC_CHECK_BOUNDED_WAITS=1 timeout 120 " THPC_MPIEXEC " --oversubscribe -np 2 " + kBuild +
       "transformer_hpc input/numbers.ini --data.dir=" + (root_ / "data").string() + kFrozen +
       kValidBleu + " --checkpoint.init=" + (trained / "step_00000040.h5").string() +
       " --checkpoint.keep_best=bleu --checkpoint.patience=1 --checkpoint.dir=" + dir.string());

@@ -18,14 +18,18 @@ void maybe_inject_failure(const Communicator& comm, int64_t step, InjectionPoint
   const auto names_this = [&](const char* spec) {
     int rank = -1;
     long long at_step = -1;
-    char where[16] = {0};
-    const int fields = spec == nullptr ? 0 : std::sscanf(spec, "%d:%lld:%15s", &rank, &at_step,
+    char where[32] = {0};
+    const int fields = spec == nullptr ? 0 : std::sscanf(spec, "%d:%lld:%31s", &rank, &at_step,
                                                          where);
     InjectionPoint named = InjectionPoint::StepStart;
     if (fields == 3 && std::string(where) == "gradients") named = InjectionPoint::SumsPrepared;
     if (fields == 3 && std::string(where) == "validation") named = InjectionPoint::Validation;
     if (fields == 3 && std::string(where) == "start-up") named = InjectionPoint::StartUp;
     if (fields == 3 && std::string(where) == "scoring") named = InjectionPoint::Scoring;
+    if (fields == 3 && std::string(where) == "validated") named = InjectionPoint::Validated;
+    if (fields == 3 && std::string(where) == "configuration") {
+      named = InjectionPoint::Configuration;
+    }
     return fields >= 2 && rank == comm.rank() && at_step == step && named == point;
   };
   if (names_this(std::getenv("THPC_KILL_AT"))) std::raise(SIGKILL);

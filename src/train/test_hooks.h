@@ -18,7 +18,15 @@
 namespace thpc {
 
 // Where in a step (or before the first) a failure is injected.
-enum class InjectionPoint { StepStart, SumsPrepared, Validation, StartUp, Scoring };
+enum class InjectionPoint {
+  Configuration,
+  StartUp,
+  StepStart,
+  SumsPrepared,
+  Validation,
+  Scoring,
+  Validated
+};
 
 // THPC_FAIL_AT=RANK:STEP makes that rank throw at the start of that step, as a real fault
 // (an out-of-memory, a bad file) would; THPC_KILL_AT=RANK:STEP makes it die there by
@@ -28,8 +36,10 @@ enum class InjectionPoint { StepStart, SumsPrepared, Validation, StartUp, Scorin
 // never coming (RANK:STEP:gradients: after the step's collectives before its forward, so
 // that the others wait in the gradient sum; RANK:STEP:validation: as the validation after
 // step STEP starts; RANK:STEP:scoring: as that validation's translations are gathered,
-// rank 0 about to score them, the others to wait for the score; RANK:0:start-up: as the
-// trainer starts, before the data is read).
+// rank 0 about to score them, the others to wait for the score; RANK:STEP:validated: as
+// the ranks come out of that validation, to agree on a stop signal that came during it;
+// RANK:0:start-up: as the trainer starts, before the data is read; RANK:0:configuration:
+// before the rank reads its configuration, the others then waiting to compare theirs).
 void maybe_inject_failure(const Communicator& comm, int64_t step, InjectionPoint point);
 
 // THPC_TEST_SLOW_START_UP=RANK:SECONDS: that rank's start-up takes SECONDS longer, spent

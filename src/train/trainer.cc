@@ -796,6 +796,12 @@ void Trainer::agree_on_late_stop_signal(bool validation_due, StepDecision& decis
   // A signal that came during the validation (which it cut short), or after the
   // decision, is agreed on now: the job stops at this step rather than one step later.
   if (!validation_due && step != run.stop_at_step) return;
+  maybe_inject_failure(comm_, step, InjectionPoint::Validated);
+  // (a rank stopped or hung as it left the validation ends the job after dist.timeout_s;
+  // before, the others waited here without limit)
+  const Communicator::WaitLimit bounded(
+      comm_, config_.dist.timeout_s,
+      (validation_due ? "validation at step " : "step ") + std::to_string(step));
   const std::vector<int64_t> late = comm_.max(
       {static_cast<int64_t>(stop_requested_by()), valid && valid->interrupted ? 1 : 0});
   if (decision.stop_signal == 0) decision.stop_signal = static_cast<int>(late[0]);
