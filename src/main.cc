@@ -329,6 +329,24 @@ std::string configuration_disagreement(const thpc::Communicator& comm,
   return message.str();
 }
 
+// The test hooks' last point (THPC_STOP_AT=RANK:0:exit): as main leaves, by whichever
+// path, before MPI_Finalize.
+class ExitHook {
+ public:
+  explicit ExitHook(const thpc::Communicator& comm) : comm_(comm) {}
+  ~ExitHook() {
+    try {
+      thpc::maybe_inject_failure(comm_, 0, thpc::InjectionPoint::Exit);
+    } catch (const thpc::Error&) {  // THPC_FAIL_AT there: the process is ending anyway
+    }
+  }
+  ExitHook(const ExitHook&) = delete;
+  ExitHook& operator=(const ExitHook&) = delete;
+
+ private:
+  const thpc::Communicator& comm_;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -360,13 +378,18 @@ int main(int argc, char** argv) {
   // A bad configuration is not one rank's own business: every rank takes part in the
   // agreement, so that the job ends together, with one message from rank 0. --help too:
   // a rank that left without it kept the others waiting forever.
+  // Every wait for the other ranks from here to MPI_Finalize ends the job after
+  // dist.timeout_s without them, this rank's own or its default.
+  const double limit = help || !config_error.empty() ? thpc::Config{}.dist.timeout_s
+                                                      : config.dist.timeout_s;
+  mpi.bound_finalize(limit);
+  // (test hook THPC_STOP_AT=RANK:0:exit: that rank stops as it leaves, before MPI_Finalize)
+  const ExitHook exit_hook(comm);
   std::string disagreement;
   {
     // A rank stopped or hung before it came (a configuration file on a hung file system)
-    // ends the job after dist.timeout_s, this rank's own or its default (before: the
-    // others waited without limit). The ranks have just left MPI_Init together.
-    const double limit = help || !config_error.empty() ? thpc::Config{}.dist.timeout_s
-                                                        : config.dist.timeout_s;
+    // ends the job after dist.timeout_s (before: the others waited without limit). The
+    // ranks have just left MPI_Init together.
     const thpc::Communicator::WaitLimit bounded(comm, limit, "start-up",
                                                 thpc::Communicator::WaitFrom::kStart,
                                                 "start the job again");

@@ -767,6 +767,31 @@ TEST(Distributed, ARankStoppedBeforeItReadsItsConfigurationEndsTheJobAfterTheTim
       "ended; start the job again (a rank that is only slow: raise dist.timeout_s)");
 }
 
+// At its end the job's ranks meet in MPI_Finalize, which Open MPI makes wait for every
+// rank: one stopped or hung as it leaves (THPC_STOP_AT=1:0:exit: Ctrl-Z, a debugger, a
+// device that does not let go) held rank 0 there without limit, its run done and
+// written, until the job's time limit. Now rank 0 leaves after dist.timeout_s, saying
+// why, and mpirun ends the rest.
+TEST(Distributed, ARankStoppedAsItLeavesDoesNotHoldTheOthersInMpiFinalize) {
+  const JobResult run = mpirun_trainer("THPC_STOP_AT=1:0:exit",
+                                       "--train.max_steps=4 --dist.timeout_s=3");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_LT(run.seconds, 60.0) << run.output;
+  EXPECT_EQ(occurrences(run.output, "final: step=4"), 1u) << "the run ends first:\n"
+                                                          << run.output;
+  EXPECT_EQ(occurrences(run.output,
+                        "transformer_hpc: error on rank 0 on "),
+            1u)
+      << run.output;
+  EXPECT_EQ(occurrences(run.output,
+                        ": this rank waited 3 s (dist.timeout_s) for the others at the job's "
+                        "end (MPI_Finalize): a rank is stopped (SIGSTOP, a debugger), hung or "
+                        "lost, so this one leaves without it; its own work is done and written"),
+            1u)
+      << run.output;
+  std::filesystem::remove_all(scratch_run());
+}
+
 // The other side of it: a rank whose start-up takes longer than dist.timeout_s but shows
 // its work as it goes, as a read of a large checkpoint does between its blocks
 // (THPC_TEST_SLOW_START_UP: 5 s in pieces of 50 ms, against a limit of 2 s), is waited

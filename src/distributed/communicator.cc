@@ -5,10 +5,14 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -191,9 +195,59 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   set_process_rank(rank);
 }
 
+namespace {
+
+// While one lives, a thread watches the clock: after `seconds` (WaitClock's, which leaves
+// out this process's own stops) it ends the process with a line that says why.
+class FinalizeWatch {
+ public:
+  explicit FinalizeWatch(double seconds) : watcher_([this, seconds] { watch(seconds); }) {}
+  ~FinalizeWatch() {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    wake_.notify_one();
+    watcher_.join();
+  }
+  FinalizeWatch(const FinalizeWatch&) = delete;
+  FinalizeWatch& operator=(const FinalizeWatch&) = delete;
+
+ private:
+  void watch(double seconds) {
+    WaitClock clock;
+    std::unique_lock<std::mutex> lock(mutex_);
+    // Woken every 50 ms, so that the clock sees a SIGCONT between two of its polls.
+    while (!wake_.wait_for(lock, std::chrono::milliseconds(50), [this] { return done_; })) {
+      if (clock.waited_seconds() <= seconds) continue;
+      std::ostringstream line;
+      line << "transformer_hpc: error on " << process_identity() << ": this rank waited "
+           << seconds << " s (dist.timeout_s) for the others at the job's end (MPI_Finalize): "
+           << "a rank is stopped (SIGSTOP, a debugger), hung or lost, so this one leaves "
+           << "without it; its own work is done and written (a rank that is only slow to "
+           << "end: raise dist.timeout_s)\n";
+      write_whole_line(line.str());
+      std::fflush(nullptr);
+      std::_Exit(1);
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool done_ = false;
+  std::thread watcher_;  // last: started once the rest is made
+};
+
+}  // namespace
+
 MpiSession::~MpiSession() {
   const LeakChecksPaused open_mpi_keeps_these_until_exit;
-  if (mpi_initialized()) MPI_Finalize();
+  if (!mpi_initialized()) return;
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::optional<FinalizeWatch> watch;
+  if (size > 1 && finalize_limit_seconds_ > 0) watch.emplace(finalize_limit_seconds_);
+  MPI_Finalize();
 }
 
 Communicator Communicator::single() {

@@ -46,6 +46,17 @@ class MpiSession {
   ~MpiSession();
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
+
+  // Bounds the wait in MPI_Finalize (Open MPI's waits for every rank to come): a rank
+  // stopped or hung at its exit (Ctrl-Z, a debugger, a device that does not let go) held
+  // the others there without limit, their work done, until the job's time limit. After
+  // `seconds` without the others (a stop of this process left out), this rank says so and
+  // leaves, exit 1, and mpirun ends the rest. 0: no bound (before the configuration is
+  // read).
+  void bound_finalize(double seconds) { finalize_limit_seconds_ = seconds; }
+
+ private:
+  double finalize_limit_seconds_ = 0;
 };
 
 class Communicator {

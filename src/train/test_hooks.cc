@@ -27,6 +27,7 @@ void maybe_inject_failure(const Communicator& comm, int64_t step, InjectionPoint
     if (fields == 3 && std::string(where) == "start-up") named = InjectionPoint::StartUp;
     if (fields == 3 && std::string(where) == "scoring") named = InjectionPoint::Scoring;
     if (fields == 3 && std::string(where) == "validated") named = InjectionPoint::Validated;
+    if (fields == 3 && std::string(where) == "exit") named = InjectionPoint::Exit;
     if (fields == 3 && std::string(where) == "configuration") {
       named = InjectionPoint::Configuration;
     }

@@ -25,7 +25,8 @@ enum class InjectionPoint {
   SumsPrepared,
   Validation,
   Scoring,
-  Validated
+  Validated,
+  Exit
 };
 
 // THPC_FAIL_AT=RANK:STEP makes that rank throw at the start of that step, as a real fault
@@ -39,7 +40,8 @@ enum class InjectionPoint {
 // rank 0 about to score them, the others to wait for the score; RANK:STEP:validated: as
 // the ranks come out of that validation, to agree on a stop signal that came during it;
 // RANK:0:start-up: as the trainer starts, before the data is read; RANK:0:configuration:
-// before the rank reads its configuration, the others then waiting to compare theirs).
+// before the rank reads its configuration, the others then waiting to compare theirs;
+// RANK:0:exit: as the program leaves, before MPI_Finalize).
 void maybe_inject_failure(const Communicator& comm, int64_t step, InjectionPoint point);
 
 // THPC_TEST_SLOW_START_UP=RANK:SECONDS: that rank's start-up takes SECONDS longer, spent
