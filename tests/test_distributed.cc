@@ -995,6 +995,31 @@ TEST(Distributed, ARankStoppedAsItLeavesAValidationEndsTheJobAfterTheTimeout) {
   std::filesystem::remove_all(scratch_checkpoints());
 }
 
+// --eval on two ranks scores what one rank scores: each rank takes its share of the
+// validation loss and of the translations, rank 0 sums and scores. The suite had run it on
+// two ranks only into failures: the ranks' agreement on a stop signal after the pass
+// waited outside every bound (THPC_CHECK_BOUNDED_WAITS found it; a rank stopped there
+// held the others until the job's time limit).
+TEST(Distributed, TwoRanksEvaluateACheckpointAsOneRankDoes) {
+  const JobResult trained = mpirun_trainer(
+      "", "--model.layers=1 --train.max_steps=2 --data.dir=" + numbers_corpus(), 1);
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const std::string eval = "--model.layers=1 --data.dir=" + numbers_corpus() +
+                           " --train.valid_bleu=true --eval " + scratch_checkpoints() +
+                           "/step_00000002.h5";
+  const JobResult one = mpirun_trainer("", eval, 1);
+  const JobResult two = mpirun_trainer("", eval, 2);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  const auto valid_line = [](const std::string& output) {
+    const size_t at = output.find("valid step 2 |");
+    return at == std::string::npos ? std::string() : output.substr(at, output.find('\n', at) - at);
+  };
+  EXPECT_NE(valid_line(one.output).find("| bleu "), std::string::npos) << one.output;
+  EXPECT_EQ(valid_line(two.output), valid_line(one.output)) << two.output;
+  std::filesystem::remove_all(scratch_checkpoints());
+}
+
 // --eval holds the bound of a run's validation, with its own words: a rank that shows no
 // work for dist.timeout_s (rank 1 held 8 s after its first batch, before its first sign)
 // ends the job, naming the --eval and what to do (tried by hand only before).

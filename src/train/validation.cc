@@ -169,6 +169,7 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
   const std::unique_ptr<ValidationBleu> bleu =
       config.train.valid_bleu ? make_validation_bleu(config, comm) : nullptr;
   ValidationStats stats;
+  int signal = 0;
   {
     // As a run's validation: a rank that stops showing work ends the job.
     const Communicator::WaitLimit bounded(comm, config.dist.timeout_s, "--eval of " + path,
@@ -176,9 +177,11 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
                                           "run the --eval again");
     stats = validation_pass(*model, *shards, comm, micro_batch_budget(config, comm));
     if (bleu) score_translations(*bleu, *model, step, stats);
+    // (within the bound: a rank stopped as its pass ended held the others here)
+    signal = stop_signal_of_any_rank(comm);
   }
   // A stop signal cut the pass short on some rank: its numbers are not the checkpoint's.
-  if (const int signal = stop_signal_of_any_rank(comm)) {
+  if (signal != 0) {
     if (comm.is_root()) {
       log << "stopped: " << stop_signal_name(signal) << " received during --eval of " << path
           << "; nothing evaluated" << std::endl;
