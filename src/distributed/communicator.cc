@@ -118,8 +118,9 @@ bool received_signs_of_work() {
 // THPC_CHECK_BOUNDED_WAITS=1 (the test suite sets it for its jobs): a wait for the other
 // ranks without a limit ends the job, naming it. dist.timeout_s is at least 1 s, so such a
 // wait is a collective outside every WaitLimit, which waits for a stopped or hung rank
-// until the job's time limit: two were found so (the comparison of the configurations,
-// the stop decision after a validation), where reading the code had missed them.
+// until the job's time limit: three were found so (the comparison of the configurations,
+// the agreements on a stop after a validation and after --eval's pass), where reading the
+// code had missed them.
 bool every_wait_must_be_bounded() {
   static const bool asked = [] {
     const char* value = std::getenv("THPC_CHECK_BOUNDED_WAITS");
