@@ -152,7 +152,7 @@ void wait_within(int count, MPI_Request* requests, double limit_seconds, const c
     if (done) return;
     // A rank still at its share of the work: the wait counts afresh.
     if (from_last_sign && received_signs_of_work()) clock = WaitClock();
-    if (clock.waited_seconds() > limit_seconds) {
+    if (clock.waited_longer_than(limit_seconds)) {
       // The job ends here, not by an exception: unwinding would free the buffers of
       // `requests`, into which the other ranks' transfers may still write.
       const std::string& during = waiting_context().during;
@@ -220,7 +220,7 @@ class FinalizeWatch {
     std::unique_lock<std::mutex> lock(mutex_);
     // Woken every 50 ms, so that the clock sees a SIGCONT between two of its polls.
     while (!wake_.wait_for(lock, std::chrono::milliseconds(50), [this] { return done_; })) {
-      if (clock.waited_seconds() <= seconds) continue;
+      if (!clock.waited_longer_than(seconds)) continue;
       std::ostringstream line;
       line << "transformer_hpc: error on " << process_identity() << ": this rank waited "
            << seconds << " s (dist.timeout_s) for the others at the job's end (MPI_Finalize): "

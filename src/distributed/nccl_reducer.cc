@@ -278,8 +278,7 @@ class NcclGradientReducer final : public GradientReducer {
   // else sleeps a moment.
   void fail_if_broken_or_late(const char* what, ncclResult_t state, WaitClock& clock) {
     if (state != ncclSuccess && state != ncclInProgress) abort_and_fail(what, nccl_reason(state));
-    const double waited = clock.waited_seconds();
-    if (waited > timeout_seconds_) {
+    if (clock.waited_longer_than(timeout_seconds_)) {
       std::ostringstream reason;
       reason << "not done within dist.timeout_s = " << timeout_seconds_
              << " s: a peer rank is lost or stuck";

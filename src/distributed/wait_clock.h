@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <thread>
 
 namespace thpc {
 
@@ -42,6 +43,26 @@ class WaitClock {
   // Seconds since `started`, less every gap between polls in which a SIGCONT came.
   double waited_seconds() { return waited_seconds_at(Clock::now(), continue_signals_seen()); }
 
+  // Whether more than `limit` seconds were waited (a poll, as waited_seconds()). A wait
+  // that is over its limit only through the gap since the last poll, with no SIGCONT
+  // counted yet, looks again for a moment (kSignalGrace) before it says so: the SIGCONT's
+  // handler runs on whichever thread the kernel picks, and this one may continue and poll
+  // before it has run (a suspended two-rank job was ended so at its resume, 1 time in 12
+  // with 2 ms steps). Only a wait about to end the job pays for the look.
+  bool waited_longer_than(double limit) {
+    const Clock::time_point now = Clock::now();
+    uint64_t continues = continue_signals_seen();
+    if (continues == continues_ && waited_seconds_if_stopped_since_last_poll(now) <= limit &&
+        seconds_between(started_, now) - paused_seconds_ > limit) {
+      const Clock::time_point until = Clock::now() + kSignalGrace;
+      while (continues == continues_ && Clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        continues = continue_signals_seen();
+      }
+    }
+    return waited_seconds_at(now, continues) > limit;
+  }
+
   // As waited_seconds(), at `now` with `continues` SIGCONT seen so far (the tests give
   // both).
   double waited_seconds_at(Clock::time_point now, uint64_t continues) {
@@ -56,7 +77,19 @@ class WaitClock {
   // The seconds left out as stops so far.
   double paused_seconds() const { return paused_seconds_; }
 
+  // How long waited_longer_than waits for a SIGCONT's handler to run elsewhere.
+  static constexpr std::chrono::milliseconds kSignalGrace{100};
+
  private:
+  static double seconds_between(Clock::time_point from, Clock::time_point to) {
+    return std::chrono::duration<double>(to - from).count();
+  }
+  // What waited_seconds_at(now, ...) would say if a SIGCONT marked the gap since the last
+  // poll as a stop.
+  double waited_seconds_if_stopped_since_last_poll(Clock::time_point now) const {
+    return seconds_between(started_, now) - paused_seconds_ - seconds_between(last_poll_, now);
+  }
+
   Clock::time_point started_;
   Clock::time_point last_poll_;
   uint64_t continues_;
