@@ -75,6 +75,7 @@ else
   thpc_runs_base=$PWD
 fi
 thpc_stop_signal=""  # the stop signal this shell received, if any
+thpc_slurm_ends=""   # on a SIGTERM: cancelled | requeued when Slurm itself is ending the job
 thpc_requeued=0      # this job asked Slurm to requeue it
 thpc_trapped=0       # a stop signal arrived during the current `wait`
 thpc_launcher_pid=""
@@ -143,7 +144,31 @@ thpc_forward_stop() {
   thpc_trapped=1
   echo "thpc: $1 received, asking the ranks to checkpoint and stop (SIGUSR1 to the launcher)"
   [ -n "$thpc_launcher_pid" ] && kill -USR1 "$thpc_launcher_pid" 2>/dev/null
+  [ "$1" = TERM ] && [ -z "$thpc_slurm_ends" ] && thpc_slurm_ends=$(thpc_why_slurm_ends)
   return 0
+}
+
+# Why Slurm sends this job SIGTERM, asked at once (the job is COMPLETING then, for
+# KillWait seconds): "cancelled" for `scancel` (Reason None), "requeued" when Slurm puts it
+# back in the queue itself (`scontrol requeue` by hand, a preemption that requeues: its
+# Restarts count is already up), "" otherwise (its time limit, which the job script
+# answers with a requeue; a SIGTERM from elsewhere; no Slurm). Before, a plain `scancel`
+# under srun was taken for a warning and the job requeued itself and trained on, and a
+# requeue by hand was said to have failed.
+thpc_why_slurm_ends() {
+  [ -n "${SLURM_JOB_ID:-}" ] || return 0
+  local job
+  job=$(scontrol show job -o "$SLURM_JOB_ID" 2> /dev/null) || return 0
+  local state reason restarts
+  state=$(sed -n 's/.*\bJobState=\([^ ]*\).*/\1/p' <<< "$job")
+  reason=$(sed -n 's/.*\bReason=\([^ ]*\).*/\1/p' <<< "$job")
+  restarts=$(sed -n 's/.*\bRestarts=\([0-9]*\).*/\1/p' <<< "$job")
+  case $state in COMPLETING|CANCELLED|PENDING|REQUEUED*) ;; *) return 0 ;; esac
+  if [ "${restarts:-0}" -gt "${SLURM_RESTART_COUNT:-0}" ]; then
+    echo requeued
+  elif [ "$reason" = None ] || [ "$state" = CANCELLED ]; then
+    echo cancelled
+  fi
 }
 
 # The launcher command for the job's ranks, in the array thpc_launch_command.
@@ -288,6 +313,22 @@ thpc_train() {
          "(exit $status, during their start-up): nothing was trained, nothing is lost"
     status=0
     stopped="stopped before training"
+  fi
+  # Slurm ending the job itself: not a stop to requeue after, whatever the launcher's exit
+  # (mpirun answers Slurm's own SIGTERM with exit 1, however the ranks stopped).
+  if [ -n "$thpc_slurm_ends" ]; then
+    local newest
+    newest=$(ls "$run_dir"/checkpoints/step_*.h5 2> /dev/null | tail -n 1)
+    if [ "$thpc_slurm_ends" = cancelled ]; then
+      echo "thpc: the job was cancelled (scancel): not requeued. Its ranks were asked to" \
+           "checkpoint first${newest:+ (the newest: $newest)}; to continue the run, submit" \
+           "the job again with THPC_RUN_NAME=${run_dir##*/}"
+    else
+      echo "thpc: Slurm requeues the job itself (scontrol requeue, or a preemption): it" \
+           "resumes from its newest checkpoint${newest:+ (${newest##*/})} in $run_dir"
+    fi
+    thpc_requeued=1
+    return 0
   fi
   if [ "$status" != 0 ]; then
     # A start refused before it wrote anything (a bad option, a missing corpus) left an

@@ -10,6 +10,8 @@
 #      is sent (scancel --batch: the batch shell only): it must checkpoint, requeue
 #      itself, run again under the same job id, resume from that checkpoint, append to
 #      the same log and end COMPLETED with the uninterrupted job's params_sha256.
+#   3. A job under srun cancelled by a plain scancel: CANCELLED, checkpointed, not
+#      requeued.
 #
 #   tests/slurm_job_test.sh SOURCE_DIR BINARY_DIR      (ctest runs it)
 #
@@ -129,6 +131,13 @@ job_field() {  # job_field JOBID KEY: KEY=value from scontrol show job
   scontrol show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1
 }
 digest_of() { sed -n 's/^final: .*params_sha256=\([0-9a-f]*\).*/\1/p' "$1" | tail -n 1; }
+wait_for_step_5() {  # wait_for_step_5 LOG PATTERN: a minute at most for the job's 5th step
+  for _ in $(seq 600); do
+    grep -q "$2" "$1" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  fail "job $job_id never reached step 5 ($1)"
+}
 
 started=$SECONDS
 whole_id=$(sbatch --parsable --wait "$source_dir"/jobs/tiny_cpu.sbatch "${trainer_options[@]}")
@@ -146,11 +155,7 @@ started=$SECONDS
 job_id=$(sbatch --parsable "$source_dir"/jobs/tiny_cpu.sbatch "${trainer_options[@]}") ||
   fail "sbatch refused the second job"
 log=thpc-tiny-$job_id.out
-for _ in $(seq 600); do
-  grep -q '^step 5/40 ' "$log" 2>/dev/null && break
-  sleep 0.1
-done
-grep -q '^step 5/40 ' "$log" 2>/dev/null || fail "job $job_id never reached step 5"
+wait_for_step_5 "$log" "^step 5/40 "
 # What #SBATCH --signal=B:USR1@60 does before the time limit: the batch shell only.
 scancel --batch --signal=USR1 "$job_id" || fail "scancel --batch --signal=USR1 $job_id"
 state=""
@@ -186,3 +191,27 @@ digest=$(digest_of "$log")
 [ -n "$whole_digest" ] && [ "$digest" = "$whole_digest" ] ||
   fail "stopped at step $stopped and resumed: params_sha256=$digest, uninterrupted $whole_digest"
 echo "PASSED: stopped at step $stopped by SIGUSR1, requeued, resumed, same params_sha256"
+
+# 3. A plain `scancel` (SIGTERM to every process of the job) under srun: the job ends
+#    CANCELLED with its checkpoint, and does not requeue itself. Before, the script took
+#    the SIGTERM for a warning and the srun ranks' clean exit for a stop: it requeued the
+#    job, which trained on to its end.
+job_id=$(THPC_LAUNCHER=srun sbatch --parsable "$source_dir"/jobs/tiny_cpu.sbatch \
+           --train.max_steps=100000 --train.log_every=1 --checkpoint.minutes=0) ||
+  fail "sbatch refused the third job"
+log=thpc-tiny-$job_id.out
+wait_for_step_5 "$log" "^step 5/100000 "
+scancel "$job_id" || fail "scancel $job_id"
+for _ in $(seq 300); do
+  grep -q '^thpc: the job was cancelled\|requeueing' "$log" 2>/dev/null && break
+  sleep 0.1
+done
+sleep 1
+state=$(job_field "$job_id" JobState)
+[ "$state" = CANCELLED ] || fail "job $job_id ended $state after scancel (requeued itself?)"
+[ "$(job_field "$job_id" Restarts)" = 0 ] || fail "job $job_id requeued itself after scancel"
+grep -q "^thpc: the job was cancelled (scancel): not requeued" "$log" ||
+  fail "job $job_id: no line saying it was cancelled and not requeued"
+grep -q '^stopped: SIGTERM received; step=[0-9]* checkpoint=' "$log" ||
+  fail "job $job_id: its ranks did not checkpoint before the cancel"
+echo "PASSED: scancel under srun ended the job CANCELLED with its checkpoint, not requeued"
