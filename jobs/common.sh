@@ -22,6 +22,9 @@
 #      The job goes back to the queue under the same id, runs again in the same run
 #      directory and resumes from the checkpoint; the log is appended to
 #      (#SBATCH --open-mode=append). A job that ends without a signal is done: exit 0.
+#   A SIGTERM with which Slurm itself ends the job (a plain `scancel`; `scontrol requeue`
+#   or a preemption, which requeue it themselves) still has the ranks checkpoint, but is
+#   not requeued by this script: it asks Slurm why (thpc_why_slurm_ends) and says so.
 #
 # Exit codes the batch system sees: 0 finished, or checkpointed and requeued (1 when
 # `scontrol requeue` fails: checkpointed, not requeued, submit it again); otherwise
