@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <thread>
 
 namespace thpc {
@@ -33,15 +34,22 @@ class WaitClock {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // `started`: when the wait began (a wait bounded from an earlier event, such as a
-  // collective's launch, passes that). Stops are looked for from here on, so a wait
-  // bounded from an earlier event makes its clock at that event and keeps it (the NCCL
-  // reducer: one clock a pass, made at its first launch).
-  explicit WaitClock(Clock::time_point started = Clock::now())
-      : started_(started), last_poll_(Clock::now()), continues_(continue_signals_seen()) {}
+  // A wait that begins now. Here and at each poll the count of SIGCONT is read before the
+  // time: a stop between the two reads then lies in a gap that the count's change (or
+  // waited_longer_than's second look) leaves out; read after the time, the SIGCONT was
+  // taken for one before the gap, and the stop counted (a suspended job ended at its
+  // resume, about 1 time in 100).
+  WaitClock() : WaitClock(continue_signals_seen(), std::nullopt) {}
+  // `started`: when the wait began, for one bounded from an earlier event (a collective's
+  // launch). Stops are looked for from here on, so such a wait makes its clock at that
+  // event and keeps it (the NCCL reducer: one clock a pass, made at its first launch).
+  explicit WaitClock(Clock::time_point started) : WaitClock(continue_signals_seen(), started) {}
 
   // Seconds since `started`, less every gap between polls in which a SIGCONT came.
-  double waited_seconds() { return waited_seconds_at(Clock::now(), continue_signals_seen()); }
+  double waited_seconds() {
+    const uint64_t continues = continue_signals_seen();
+    return waited_seconds_at(Clock::now(), continues);
+  }
 
   // Whether more than `limit` seconds were waited (a poll, as waited_seconds()). A wait
   // that is over its limit only through the gap since the last poll, with no SIGCONT
@@ -50,8 +58,8 @@ class WaitClock {
   // before it has run (a suspended two-rank job was ended so at its resume, 1 time in 12
   // with 2 ms steps). Only a wait about to end the job pays for the look.
   bool waited_longer_than(double limit) {
-    const Clock::time_point now = Clock::now();
     uint64_t continues = continue_signals_seen();
+    const Clock::time_point now = Clock::now();
     if (continues == continues_ && waited_seconds_if_stopped_since_last_poll(now) <= limit &&
         seconds_between(started_, now) - paused_seconds_ > limit) {
       const Clock::time_point until = Clock::now() + kSignalGrace;
@@ -90,9 +98,13 @@ class WaitClock {
     return seconds_between(started_, now) - paused_seconds_ - seconds_between(last_poll_, now);
   }
 
-  Clock::time_point started_;
-  Clock::time_point last_poll_;
+  WaitClock(uint64_t continues, std::optional<Clock::time_point> started)
+      : continues_(continues), last_poll_(Clock::now()), started_(started.value_or(last_poll_)) {}
+
+  // (in this order: the count, then the times, as the constructor reads them)
   uint64_t continues_;
+  Clock::time_point last_poll_;
+  Clock::time_point started_;
   double paused_seconds_ = 0;
 };
 
