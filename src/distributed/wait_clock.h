@@ -75,11 +75,11 @@ class WaitClock {
   // both).
   double waited_seconds_at(Clock::time_point now, uint64_t continues) {
     if (continues != continues_) {
-      paused_seconds_ += std::chrono::duration<double>(now - last_poll_).count();
+      paused_seconds_ += seconds_between(last_poll_, now);
       continues_ = continues;
     }
     last_poll_ = now;
-    return std::chrono::duration<double>(now - started_).count() - paused_seconds_;
+    return seconds_between(started_, now) - paused_seconds_;
   }
 
   // The seconds left out as stops so far.
