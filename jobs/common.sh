@@ -197,7 +197,7 @@ thpc_launch_command_for() {
 }
 
 thpc_train() {
-  local config=$1
+  local config=$1 given=$1 called_from=$PWD
   shift
   # The repository's configs (input/...) name their files relative to the repository
   # (data.dir = build/...): with one of them the job moves there, from wherever it was
@@ -221,6 +221,15 @@ thpc_train() {
     echo "thpc: no program $thpc_build/transformer_hpc: build it (README), or set THPC_BUILD" \
          "to the folder that holds it (an installed PREFIX/bin)" >&2
     return 1
+  fi
+  # A config that is not there, said before the launcher starts (the trainer's words came
+  # after mpirun's banner, naming the path as given, from the directory the job had moved
+  # to).
+  if [ ! -f "$config" ]; then
+    echo "thpc: no config file $given in $called_from${thpc_root:+ nor in $thpc_root}: give" \
+         "its path from the directory sbatch is called in, or an absolute one (the" \
+         "repository's own are input/*.ini)" >&2
+    return 2
   fi
   # A checkpoint the config resumes from would be replaced by the job's own newest
   # (resume=auto, so that a requeued job continues itself): the job trained from step 0,

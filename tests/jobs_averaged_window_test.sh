@@ -13,7 +13,8 @@
 #      without a word; 7. a requeue Slurm refuses fails the job; 8. an unknown launcher
 #      is said, before the run directory is made; 9. a job script run with bash (no
 #      Slurm) says its ranks and how to stop and continue it, and a refused start leaves
-#      no empty run directory; 10. jobs/run_local.sh stopped by SIGTERM ends with its ranks.
+#      no empty run directory; 10. jobs/run_local.sh stopped by SIGTERM ends with its ranks;
+#   11. a config file that is not there is said before the launcher starts, exit 2.
 #
 #   tests/jobs_averaged_window_test.sh SOURCE_DIR BINARY_DIR      (ctest runs it)
 source "$(dirname "${BASH_SOURCE[0]}")/shell_test_lib.sh" "$@" || exit 1
@@ -170,4 +171,14 @@ grep -q '^stopped: SIGUSR1 received' "$tmp/stopped.log" ||
   { cat "$tmp/stopped.log"; fail "no 'stopped' line after SIGTERM"; }
 (( SECONDS - signalled < 8 )) ||
   fail "run_local.sh took $((SECONDS - signalled)) s to end after its ranks stopped"
+# 11. THPC_CONFIG naming no file: said with where it was looked for, exit 2, and no
+# launcher or run directory (a helper's Slurm trial: the trainer's "cannot open config
+# file" after mpirun's banner, from the directory the job had moved to).
+missing=$( (cd "$tmp" && THPC_RUN_NAME=missing thpc_train input/nonexistent.ini \
+            "${options[@]}") 2>&1 )
+status=$?
+[ "$status" = 2 ] || fail "a missing config file exited $status: $missing"
+grep -q "^thpc: no config file input/nonexistent.ini in $tmp nor in $source_dir: give" \
+  <<< "$missing" || fail "no line naming the missing config and where it was looked for: $missing"
+[ -e "$tmp/runs/missing" ] && fail "a run directory was made for a missing config"
 echo "PASSED"
