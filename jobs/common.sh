@@ -40,7 +40,8 @@
 #                  an installation, its PREFIX/bin; else the one on PATH)
 #   THPC_RUN_NAME  the run directory runs/NAME (default: JOBNAME-JOBID, so every job has
 #                  its own checkpoints and a requeued job finds its own again). Give
-#                  the name of an earlier run to continue it in a new job.
+#                  the name of an earlier run to continue it in a new job (one folder
+#                  under runs/: a name with "/" is refused).
 #   THPC_LAUNCHER  how the ranks are started:
 #                    mpirun (default): Open MPI's mpirun inside the batch step. Works
 #                      wherever Open MPI does, whatever Slurm's MPI plugins (Debian's
@@ -248,6 +249,15 @@ thpc_train() {
   fi
   # The launcher first: a THPC_LAUNCHER it refuses left an empty run directory behind.
   thpc_launch_command_for || return $?
+  # A run's name is one folder under runs/: THPC_RUN_NAME=../../x wrote outside runs/
+  # without a word (a helper's Slurm trial), and the job's messages give back the last
+  # part alone to continue a run.
+  case ${THPC_RUN_NAME:-} in
+    */* | . | ..)
+      echo "thpc: THPC_RUN_NAME=$THPC_RUN_NAME: a run's name is one folder under runs/," \
+           "without '/': give that folder's name alone, as the job's messages print it" >&2
+      return 2 ;;
+  esac
   local run_dir
   run_dir=$(thpc_run_dir)
   local trainer=("$thpc_build/transformer_hpc" "$config")

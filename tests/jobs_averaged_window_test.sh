@@ -14,7 +14,8 @@
 #      is said, before the run directory is made; 9. a job script run with bash (no
 #      Slurm) says its ranks and how to stop and continue it, and a refused start leaves
 #      no empty run directory; 10. jobs/run_local.sh stopped by SIGTERM ends with its ranks;
-#   11. a config file that is not there is said before the launcher starts, exit 2.
+#   11. a config file that is not there is said before the launcher starts, exit 2; 12. so
+#   is a THPC_RUN_NAME that is not one folder under runs/.
 #
 #   tests/jobs_averaged_window_test.sh SOURCE_DIR BINARY_DIR      (ctest runs it)
 source "$(dirname "${BASH_SOURCE[0]}")/shell_test_lib.sh" "$@" || exit 1
@@ -181,4 +182,12 @@ status=$?
 grep -q "^thpc: no config file input/nonexistent.ini in $tmp nor in $source_dir: give" \
   <<< "$missing" || fail "no line naming the missing config and where it was looked for: $missing"
 [ -e "$tmp/runs/missing" ] && fail "a run directory was made for a missing config"
+# 12. A run name that leaves runs/ (it made and trained in $tmp/escaped without a word).
+escaped=$( (cd "$tmp" && THPC_RUN_NAME=../escaped thpc_train input/tiny.ini \
+            "${options[@]}") 2>&1 )
+status=$?
+[ "$status" = 2 ] || fail "THPC_RUN_NAME=../escaped exited $status: $escaped"
+grep -q "^thpc: THPC_RUN_NAME=../escaped: a run's name is one folder under runs/" \
+  <<< "$escaped" || fail "no line refusing THPC_RUN_NAME=../escaped: $escaped"
+[ -e "$tmp/escaped" ] && fail "THPC_RUN_NAME=../escaped made $tmp/escaped"
 echo "PASSED"
