@@ -172,22 +172,24 @@ grep -q '^stopped: SIGUSR1 received' "$tmp/stopped.log" ||
   { cat "$tmp/stopped.log"; fail "no 'stopped' line after SIGTERM"; }
 (( SECONDS - signalled < 8 )) ||
   fail "run_local.sh took $((SECONDS - signalled)) s to end after its ranks stopped"
+# A start refused before the launcher: `thpc_train CONFIG` from $tmp with THPC_RUN_NAME=NAME
+# exits 2 with a line starting LINE, and makes no folder LEFT_OUT.
+expect_refused_start() {  # NAME CONFIG LINE LEFT_OUT
+  local said status
+  said=$( (cd "$tmp" && THPC_RUN_NAME=$1 thpc_train "$2" "${options[@]}") 2>&1 )
+  status=$?
+  [ "$status" = 2 ] || fail "THPC_RUN_NAME=$1 thpc_train $2 exited $status: $said"
+  grep -q "^$3" <<< "$said" || fail "no line '$3...': $said"
+  [ -e "$4" ] && fail "$4 was made for a refused start"
+  return 0
+}
 # 11. THPC_CONFIG naming no file: said with where it was looked for, exit 2, and no
 # launcher or run directory (a helper's Slurm trial: the trainer's "cannot open config
 # file" after mpirun's banner, from the directory the job had moved to).
-missing=$( (cd "$tmp" && THPC_RUN_NAME=missing thpc_train input/nonexistent.ini \
-            "${options[@]}") 2>&1 )
-status=$?
-[ "$status" = 2 ] || fail "a missing config file exited $status: $missing"
-grep -q "^thpc: no config file input/nonexistent.ini in $tmp nor in $source_dir: give" \
-  <<< "$missing" || fail "no line naming the missing config and where it was looked for: $missing"
-[ -e "$tmp/runs/missing" ] && fail "a run directory was made for a missing config"
+expect_refused_start missing input/nonexistent.ini \
+  "thpc: no config file input/nonexistent.ini in $tmp nor in $source_dir: give" \
+  "$tmp/runs/missing"
 # 12. A run name that leaves runs/ (it made and trained in $tmp/escaped without a word).
-escaped=$( (cd "$tmp" && THPC_RUN_NAME=../escaped thpc_train input/tiny.ini \
-            "${options[@]}") 2>&1 )
-status=$?
-[ "$status" = 2 ] || fail "THPC_RUN_NAME=../escaped exited $status: $escaped"
-grep -q "^thpc: THPC_RUN_NAME=../escaped: a run's name is one folder under runs/" \
-  <<< "$escaped" || fail "no line refusing THPC_RUN_NAME=../escaped: $escaped"
-[ -e "$tmp/escaped" ] && fail "THPC_RUN_NAME=../escaped made $tmp/escaped"
+expect_refused_start ../escaped input/tiny.ini \
+  "thpc: THPC_RUN_NAME=../escaped: a run's name is one folder under runs/" "$tmp/escaped"
 echo "PASSED"
