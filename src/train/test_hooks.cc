@@ -7,7 +7,9 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
 #include <thread>
+#include <utility>
 
 #include "common/error.h"
 #include "common/still_working.h"
@@ -21,15 +23,15 @@ void maybe_inject_failure(const Communicator& comm, int64_t step, InjectionPoint
     char where[32] = {0};
     const int fields = spec == nullptr ? 0 : std::sscanf(spec, "%d:%lld:%31s", &rank, &at_step,
                                                          where);
+    // RANK:STEP alone is the step's start; a third field names another point.
+    static constexpr std::pair<std::string_view, InjectionPoint> kNamedPoints[] = {
+        {"gradients", InjectionPoint::SumsPrepared}, {"validation", InjectionPoint::Validation},
+        {"start-up", InjectionPoint::StartUp},       {"scoring", InjectionPoint::Scoring},
+        {"validated", InjectionPoint::Validated},    {"exit", InjectionPoint::Exit},
+        {"configuration", InjectionPoint::Configuration}};
     InjectionPoint named = InjectionPoint::StepStart;
-    if (fields == 3 && std::string(where) == "gradients") named = InjectionPoint::SumsPrepared;
-    if (fields == 3 && std::string(where) == "validation") named = InjectionPoint::Validation;
-    if (fields == 3 && std::string(where) == "start-up") named = InjectionPoint::StartUp;
-    if (fields == 3 && std::string(where) == "scoring") named = InjectionPoint::Scoring;
-    if (fields == 3 && std::string(where) == "validated") named = InjectionPoint::Validated;
-    if (fields == 3 && std::string(where) == "exit") named = InjectionPoint::Exit;
-    if (fields == 3 && std::string(where) == "configuration") {
-      named = InjectionPoint::Configuration;
+    for (const auto& [name, named_point] : kNamedPoints) {
+      if (fields == 3 && where == name) named = named_point;
     }
     return fields >= 2 && rank == comm.rank() && at_step == step && named == point;
   };
