@@ -25,6 +25,10 @@
 #   A SIGTERM with which Slurm itself ends the job (a plain `scancel`; `scontrol requeue`
 #   or a preemption, which requeue it themselves) still has the ranks checkpoint, but is
 #   not requeued by this script: it asks Slurm why (thpc_why_slurm_ends) and says so.
+#   A stop sent to the ranks and not to this shell (under srun, `scancel --signal=USR1
+#   JOBID` without --batch, or an #SBATCH --signal without B:) is read from the trainer's
+#   summary record (metrics.jsonl, "ended": "stopped": thpc_recorded_stop) and requeued
+#   the same way.
 #
 # Exit codes the batch system sees: 0 finished, or checkpointed and requeued (1 when
 # `scontrol requeue` fails: checkpointed, not requeued, submit it again); otherwise
@@ -112,6 +116,35 @@ thpc_given() {
     case $option in --"$key"=* | --"$key") return 0 ;; esac
   done
   return 1
+}
+
+# The value the trainer options ("$@" after KEY) give KEY (--KEY=VALUE or --KEY VALUE),
+# on standard output; status 1 when they give none.
+thpc_option_value() {
+  local key=$1
+  shift
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --"$key"=*) echo "${1#*=}"; return 0 ;;
+      --"$key") [ $# -gt 1 ] && { echo "$2"; return 0; } ;;
+    esac
+    shift
+  done
+  return 1
+}
+
+# The stop signal ("SIGUSR1") the trainer recorded in METRICS (metrics.jsonl) when its last
+# record, written after the file's first LINES lines, is the summary of a run stopped by a
+# signal ("ended": "stopped"); status 1 otherwise (a run that finished, or wrote nothing).
+# How this shell learns of a stop its ranks were sent and it was not: `scancel
+# --signal=USR1 JOBID` without --batch, or an #SBATCH --signal without B:, reach srun's
+# ranks only, which checkpoint and exit 0, and the job ended COMPLETED, unfinished.
+thpc_recorded_stop() {
+  local metrics=$1 lines=$2 last
+  [ -f "$metrics" ] && [ "$(wc -l < "$metrics")" -gt "$lines" ] || return 1
+  last=$(tail -n 1 "$metrics")
+  [[ $last == '{"kind": "summary",'* && $last == *'"ended": "stopped"'* ]] || return 1
+  sed -n 's/.*"stop_signal": "\([A-Z0-9]*\)".*/\1/p' <<< "$last" | grep . || echo "a signal"
 }
 
 # The value CONFIG's ini gives SECTION.KEY (a line "key = value" under [section], or
@@ -273,6 +306,8 @@ thpc_train() {
   # The run directory holds the metrics and TensorBoard events beside checkpoints/ (the
   # trainer's own default is checkpoint.dir itself).
   thpc_given train.metrics_dir "$@" || trainer+=("--train.metrics_dir=$run_dir")
+  local metrics
+  metrics=$(thpc_option_value train.metrics_dir "$@" || echo "$run_dir")/metrics.jsonl
   thpc_given checkpoint.resume "$@" || trainer+=(--checkpoint.resume=auto)
   trainer+=("$@")
   echo "thpc: job ${SLURM_JOB_ID:-(none)} run ${SLURM_RESTART_COUNT:-0} on $(hostname)," \
@@ -296,6 +331,8 @@ thpc_train() {
     fi
     return 0
   fi
+  local metrics_lines=0
+  [ -f "$metrics" ] && metrics_lines=$(wc -l < "$metrics")
   "${thpc_launch_command[@]}" "${trainer[@]}" &
   thpc_launcher_pid=$!
   local launched=$SECONDS
@@ -335,6 +372,16 @@ thpc_train() {
          "(exit $status, during their start-up): nothing was trained, nothing is lost"
     status=0
     stopped="stopped before training"
+  fi
+  # A stop the ranks were sent and this shell was not: the same stop (its checkpoint
+  # written), requeued as one.
+  local recorded
+  if [ "$status" = 0 ] && [ -z "$thpc_stop_signal" ] &&
+     recorded=$(thpc_recorded_stop "$metrics" "$metrics_lines"); then
+    echo "thpc: the ranks were stopped by $recorded, sent to them and not to this batch" \
+         "shell (scancel --signal without --batch, or an #SBATCH --signal without B:):" \
+         "taken as the same stop"
+    thpc_stop_signal=${recorded#SIG}
   fi
   # Slurm ending the job itself: not a stop to requeue after, whatever the launcher's exit
   # (mpirun answers Slurm's own SIGTERM with exit 1, however the ranks stopped).

@@ -15,7 +15,8 @@
 #      Slurm) says its ranks and how to stop and continue it, and a refused start leaves
 #      no empty run directory; 10. jobs/run_local.sh stopped by SIGTERM ends with its ranks;
 #   11. a config file that is not there is said before the launcher starts, exit 2; 12. so
-#   is a THPC_RUN_NAME that is not one folder under runs/.
+#   is a THPC_RUN_NAME that is not one folder under runs/; 13. a stop sent to the ranks
+#   and not to the batch shell is requeued as the shell's own.
 #
 #   tests/jobs_averaged_window_test.sh SOURCE_DIR BINARY_DIR      (ctest runs it)
 source "$(dirname "${BASH_SOURCE[0]}")/shell_test_lib.sh" "$@" || exit 1
@@ -192,4 +193,28 @@ expect_refused_start missing input/nonexistent.ini \
 # 12. A run name that leaves runs/ (it made and trained in $tmp/escaped without a word).
 expect_refused_start ../escaped input/tiny.ini \
   "thpc: THPC_RUN_NAME=../escaped: a run's name is one folder under runs/" "$tmp/escaped"
+# 13. SIGUSR1 to the ranks alone (under srun, `scancel --signal=USR1 JOBID` without
+# --batch, or an #SBATCH --signal without B:): they checkpoint and exit 0, and the job
+# ended COMPLETED, unfinished, without a word. The script reads the trainer's summary
+# record and requeues (a stand-in scontrol here, Slurm's job 7).
+printf '#!/bin/sh\necho "$*" >> "%s/scontrol.calls"\n' "$tmp" > "$tmp/bin/scontrol"
+(cd "$tmp" && PATH=$tmp/bin:$PATH SLURM_JOB_ID=7 THPC_RUN_NAME=rankstop \
+   thpc_train input/tiny.ini --train.max_steps=1000000 "${options[@]}") \
+  > "$tmp/rankstop.log" 2>&1 &
+job=$!
+rank=""
+for _ in $(seq 120); do
+  grep -q '^step ' "$tmp/rankstop.log" &&
+    rank=$(pgrep -f "^$binary_dir/transformer_hpc .*/runs/rankstop/") && break
+  sleep 0.5
+done
+[ -n "$rank" ] || { cat "$tmp/rankstop.log"; fail "the rank of runs/rankstop never trained"; }
+kill -USR1 $rank
+wait "$job" || { cat "$tmp/rankstop.log"; fail "a job whose rank was stopped exited $?"; }
+grep -q '^thpc: the ranks were stopped by SIGUSR1, sent to them and not to this batch shell' \
+  "$tmp/rankstop.log" || { cat "$tmp/rankstop.log"; fail "no line saying the ranks were stopped"; }
+grep -q '^thpc: checkpointed after USR1; requeueing job 7' "$tmp/rankstop.log" ||
+  { cat "$tmp/rankstop.log"; fail "the job stopped through its ranks was not requeued"; }
+[ "$(cat "$tmp/scontrol.calls")" = "requeue 7" ] ||
+  fail "scontrol was called with: $(cat "$tmp/scontrol.calls")"
 echo "PASSED"

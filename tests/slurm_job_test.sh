@@ -12,6 +12,8 @@
 #      the same log and end COMPLETED with the uninterrupted job's params_sha256.
 #   3. A job under srun cancelled by a plain scancel: CANCELLED, checkpointed, not
 #      requeued.
+#   4. A job under srun whose ranks alone are sent SIGUSR1 (scancel --signal without
+#      --batch): as 2, requeued, resumed, the uninterrupted job's params_sha256.
 #
 #   tests/slurm_job_test.sh SOURCE_DIR BINARY_DIR      (ctest runs it)
 #
@@ -151,6 +153,49 @@ whole_digest=$(digest_of "$whole_log")
 [ -n "${THPC_TRACE:-}" ] && { date +%T; scontrol show job "$whole_id" | grep -oE '(StartTime|EndTime)=[^ ]*'; }
 echo "job $whole_id: trained 40 steps in $((SECONDS - started)) s, params_sha256=$whole_digest"
 
+# await_requeued_end: job_id's requeue and second run, to its end, which must be
+# COMPLETED, exit 0, after exactly one requeue; then that it resumed from the checkpoint
+# its stop wrote and ended with the uninterrupted job's params_sha256.
+await_requeued_end() {
+  local state="" released=""
+  for _ in $(seq 300); do
+    # Slurm holds a requeued job back for two minutes (its BeginTime); release it early,
+    # as `scontrol update` lets a user do, to keep the test short. Not in the second the
+    # first run ended: slurmd revoked that run's credential then, and refuses a credential
+    # created no later than the revocation ("Job credential revoked"), so a restart
+    # within the same second is killed (seen about once in three runs).
+    if [ -z "$released" ] && [ "$(job_field "$job_id" Restarts)" = 1 ] &&
+      [ "$(job_field "$job_id" JobState)" = PENDING ]; then
+      sleep 2
+      scontrol update JobId="$job_id" StartTime=now && released=yes
+    fi
+    [ -n "${THPC_TRACE:-}" ] && echo "$(date +%T) $(scontrol show job "$job_id" |
+      grep -oE '(JobState|BeginTime|Restarts|StartTime|EndTime)=[^ ]*' | tr '\n' ' ')"
+    state=$(job_field "$job_id" JobState)
+    case $state in
+      COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) break ;;
+    esac
+    sleep 0.5
+  done
+  echo "job $job_id: $state after $((SECONDS - started)) s," \
+       "restarts $(job_field "$job_id" Restarts)"
+  [ "$state" = COMPLETED ] || fail "job $job_id ended $state, exit $(job_field "$job_id" ExitCode)"
+  [ "$(job_field "$job_id" ExitCode)" = 0:0 ] ||
+    fail "job $job_id exit $(job_field "$job_id" ExitCode)"
+  [ "$(job_field "$job_id" Restarts)" = 1 ] || fail "job $job_id was not requeued exactly once"
+  stopped=$(sed -n 's/^stopped: SIGUSR1 received; step=\([0-9]*\) .*/\1/p' "$log")
+  [ -n "$stopped" ] ||
+    fail "job $job_id: no 'stopped: SIGUSR1 received' line (the signal never reached the ranks)"
+  grep -q "^thpc: checkpointed after USR1; requeueing job $job_id" "$log" ||
+    fail "job $job_id did not requeue itself"
+  checkpoint=$(printf '%s/runs/thpc-tiny-%s/checkpoints/step_%08d.h5' "$PWD" "$job_id" "$stopped")
+  grep -qF "resumed from $checkpoint at step $stopped" "$log" ||
+    fail "the requeued job did not resume from $checkpoint (the log was appended to?)"
+  digest=$(digest_of "$log")
+  [ -n "$whole_digest" ] && [ "$digest" = "$whole_digest" ] ||
+    fail "stopped at step $stopped and resumed: params_sha256=$digest, uninterrupted $whole_digest"
+}
+
 started=$SECONDS
 job_id=$(sbatch --parsable "$source_dir"/jobs/tiny_cpu.sbatch "${trainer_options[@]}") ||
   fail "sbatch refused the second job"
@@ -158,38 +203,7 @@ log=thpc-tiny-$job_id.out
 wait_for_step_5 "$log" "^step 5/40 "
 # What #SBATCH --signal=B:USR1@60 does before the time limit: the batch shell only.
 scancel --batch --signal=USR1 "$job_id" || fail "scancel --batch --signal=USR1 $job_id"
-state=""
-released=""
-for _ in $(seq 300); do
-  # Slurm holds a requeued job back for two minutes (its BeginTime); release it early,
-  # as `scontrol update` lets a user do, to keep the test short. Not in the second the
-  # first run ended: slurmd revoked that run's credential then, and refuses a credential
-  # created no later than the revocation ("Job credential revoked"), so a restart
-  # within the same second is killed (seen about once in three runs).
-  if [ -z "$released" ] && [ "$(job_field "$job_id" Restarts)" = 1 ] &&
-    [ "$(job_field "$job_id" JobState)" = PENDING ]; then
-    sleep 2
-    scontrol update JobId="$job_id" StartTime=now && released=yes
-  fi
-  [ -n "${THPC_TRACE:-}" ] && echo "$(date +%T) $(scontrol show job "$job_id" | grep -oE '(JobState|BeginTime|Restarts|StartTime|EndTime)=[^ ]*' | tr '\n' ' ')"
-  state=$(job_field "$job_id" JobState)
-  case $state in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) break ;; esac
-  sleep 0.5
-done
-echo "job $job_id: $state after $((SECONDS - started)) s, restarts $(job_field "$job_id" Restarts)"
-[ "$state" = COMPLETED ] || fail "job $job_id ended $state, exit $(job_field "$job_id" ExitCode)"
-[ "$(job_field "$job_id" ExitCode)" = 0:0 ] || fail "job $job_id exit $(job_field "$job_id" ExitCode)"
-[ "$(job_field "$job_id" Restarts)" = 1 ] || fail "job $job_id was not requeued exactly once"
-stopped=$(sed -n 's/^stopped: SIGUSR1 received; step=\([0-9]*\) .*/\1/p' "$log")
-[ -n "$stopped" ] || fail "job $job_id: no 'stopped: SIGUSR1 received' line (the signal never reached the ranks)"
-grep -q "^thpc: checkpointed after USR1; requeueing job $job_id" "$log" ||
-  fail "job $job_id did not requeue itself"
-checkpoint=$(printf '%s/runs/thpc-tiny-%s/checkpoints/step_%08d.h5' "$PWD" "$job_id" "$stopped")
-grep -qF "resumed from $checkpoint at step $stopped" "$log" ||
-  fail "the requeued job did not resume from $checkpoint (the log was appended to?)"
-digest=$(digest_of "$log")
-[ -n "$whole_digest" ] && [ "$digest" = "$whole_digest" ] ||
-  fail "stopped at step $stopped and resumed: params_sha256=$digest, uninterrupted $whole_digest"
+await_requeued_end
 echo "PASSED: stopped at step $stopped by SIGUSR1, requeued, resumed, same params_sha256"
 
 # 3. A plain `scancel` (SIGTERM to every process of the job) under srun: the job ends
@@ -215,3 +229,18 @@ grep -q "^thpc: the job was cancelled (scancel): not requeued" "$log" ||
 grep -q '^stopped: SIGTERM received; step=[0-9]* checkpoint=' "$log" ||
   fail "job $job_id: its ranks did not checkpoint before the cancel"
 echo "PASSED: scancel under srun ended the job CANCELLED with its checkpoint, not requeued"
+
+# 4. SIGUSR1 to srun's ranks alone (`scancel --signal=USR1` without --batch; an #SBATCH
+#    --signal without B: does the same): the ranks checkpoint and exit 0, and the job
+#    ended COMPLETED, unfinished, without a word. The script reads the trainer's summary
+#    record, says so and requeues.
+started=$SECONDS
+job_id=$(THPC_LAUNCHER=srun sbatch --parsable "$source_dir"/jobs/tiny_cpu.sbatch \
+           "${trainer_options[@]}") || fail "sbatch refused the fourth job"
+log=thpc-tiny-$job_id.out
+wait_for_step_5 "$log" "^step 5/40 "
+scancel --signal=USR1 "$job_id" || fail "scancel --signal=USR1 $job_id"
+await_requeued_end
+grep -q "^thpc: the ranks were stopped by SIGUSR1, sent to them and not to this batch" "$log" ||
+  fail "job $job_id: no line saying its ranks alone were stopped"
+echo "PASSED: srun's ranks stopped by SIGUSR1 alone: requeued, resumed, same params_sha256"

@@ -149,6 +149,11 @@ TEST_F(RunOutputs, MetricsFileHoldsExactlyTheLoggedValues) {
             << key << " = " << record.at(key);
       }
     }
+    // The summary says how the run ended (no line shows it: its "final:" line does).
+    if (kind == "summary") {
+      EXPECT_EQ(record.at("ended"), "\"finished\"");
+      ++fields;
+    }
     EXPECT_EQ(record.size(), fields + 4) << records[next - 1];
   }
   EXPECT_EQ(next, records.size()) << "records without a line";
@@ -201,6 +206,7 @@ TEST_F(RunOutputs, EventFileHoldsEveryMetricsValue) {
     kinds.insert(kind);
     for (const auto& [key, value] : record) {
       if (key == "kind" || key == "step" || key == "time") continue;
+      if (value.front() == '"') continue;  // a text (the summary's "ended"): no scalar
       const auto found = scalars.find({kind + "/" + key, record.at("step")});
       if (value == "null") {  // n/a: no point in the curve
         EXPECT_EQ(found, scalars.end()) << kind << "/" << key << " written although null";
@@ -427,6 +433,44 @@ TEST_F(RunOutputs, AMetricsFileRemovedDuringTheRunIsMadeAgain) {
     event_files += entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
   }
   EXPECT_EQ(event_files, 1);
+}
+
+// The summary record says how the run ended, which no number in it tells: a job script
+// (jobs/common.sh) reads "stopped" to requeue a job whose ranks Slurm signalled without
+// its batch shell hearing of it (srun's steps), which ended COMPLETED, unfinished.
+TEST_F(RunOutputs, TheSummaryRecordSaysHowTheRunEnded) {
+  struct Ending {
+    std::string name, hooks, options, ended, signal;
+  };
+  const std::vector<Ending> endings = {
+      {"signal", "THPC_TEST_STOP_AT_STEP=2", "", "stopped", "SIGTERM"},
+      // The validation of step 2 worse than step 1's by far: patience 1 ends the run there.
+      {"patience", "THPC_TEST_VALID_NLL_AT=2:50",
+       " --train.valid_every=1 --checkpoint.keep_best=ppl --checkpoint.patience=1", "patience",
+       ""},
+      // 6 ms: the first step ends after it.
+      {"time", "", " --train.max_minutes=0.0001", "time_limit", ""},
+      {"divergence", "THPC_TEST_NAN_LOSS_AT=2", " --train.divergence=stop", "diverged", ""}};
+  for (const Ending& ending : endings) {
+    SCOPED_TRACE(ending.name);
+    const fs::path dir = root_ / ("ended_" + ending.name);
+    // (exported: the command starts with a cd)
+    const ProcessResult run = run_process(
+        (ending.hooks.empty() ? "" : "export " + ending.hooks + "; ") + trainer_command() +
+        " --train.max_steps=4 --train.log_every=1 --train.valid_bleu=false" +
+        " --checkpoint.dir=" + dir.string() + ending.options);
+    EXPECT_EQ(run.exit_code, ending.ended == "diverged" ? 4 : 0) << run.output;
+    const std::vector<std::string> records = lines_of(read_file(dir / "metrics.jsonl"));
+    ASSERT_FALSE(records.empty()) << run.output;
+    const std::map<std::string, std::string> summary = parse_record(records.back());
+    ASSERT_EQ(summary.at("kind"), "\"summary\"") << records.back();
+    EXPECT_EQ(summary.at("ended"), "\"" + ending.ended + "\"") << records.back();
+    const auto signal = summary.find("stop_signal");
+    EXPECT_EQ(signal == summary.end() ? "" : signal->second,
+              ending.signal.empty() ? "" : "\"" + ending.signal + "\"")
+        << records.back();
+    EXPECT_LT(std::stoi(summary.at("step")), 4) << records.back();
+  }
 }
 
 TEST_F(RunOutputs, EvalReproducesTheValidLineOfTheRunThatWroteTheCheckpoint) {

@@ -219,7 +219,8 @@ MetricsFile::MetricsFile(const std::string& path) : path_(path) {
 }
 
 void MetricsFile::write(const std::string& kind, int64_t step, double wall_s,
-                        const std::vector<LogField>& fields) {
+                        const std::vector<LogField>& fields,
+                        const std::vector<std::pair<std::string, std::string>>& texts) {
   if (!file_.is_open()) return;
   const double now = std::chrono::duration<double>(
                          std::chrono::system_clock::now().time_since_epoch())
@@ -231,6 +232,7 @@ void MetricsFile::write(const std::string& kind, int64_t step, double wall_s,
   for (const LogField& field : fields) {
     record << ", \"" << field.key << "\": " << json_number(field.value);
   }
+  for (const auto& [key, text] : texts) record << ", \"" << key << "\": " << json_string(text);
   record << "}\n";
   reopen_if_removed(step);
   if (!file_.is_open()) return;

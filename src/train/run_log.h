@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/config.h"
@@ -86,13 +87,15 @@ class MetricsFile {
   // metrics.jsonl: {"kind": KIND, "step": STEP, "wall_s": WALL, "time": unix seconds,
   // key: value, ...}. Event file: an Event at STEP with wall_time = the same Unix time
   // and the scalars KIND/wall_s and KIND/key (e.g. "train/loss", "valid/valid_ppl");
-  // a null (not finite) value is left out.
+  // a null (not finite) value is left out. `texts` follow the values as "key": "text"
+  // (a summary's "ended"), in metrics.jsonl only: TensorBoard's scalars are numbers.
   // A record that cannot be written (the file's or the event file's write fails) ends the
   // records: both files are closed, and a warning goes to warn_on's stream. A file removed
   // while the run goes on (its directory deleted) is made again, with a warning: the
   // records went into the unlinked file before, and were lost with it.
   void write(const std::string& kind, int64_t step, double wall_s,
-             const std::vector<LogField>& fields);
+             const std::vector<LogField>& fields,
+             const std::vector<std::pair<std::string, std::string>>& texts = {});
   // Where write() says that it stopped recording (the run's log).
   void warn_on(std::ostream& log) { warnings_ = &log; }
 

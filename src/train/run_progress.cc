@@ -4,7 +4,10 @@
 #include <cmath>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "train/stop_request.h"
 
 namespace thpc {
 
@@ -65,7 +68,8 @@ void RunProgress::log_step(int64_t max_steps, int64_t peak_memory_bytes) {
 
 void RunProgress::log_summary(int64_t completed_step, const ValidationRecord& best,
                               const Config& config, int checkpoints_written,
-                              const DivergenceState& divergence) {
+                              const DivergenceState& divergence, const std::string& ended,
+                              int stop_signal) {
   const double wall = seconds_since_start();
   const auto best_field = [](const std::string& metric, const BestValidation& record) {
     LogField field =
@@ -103,7 +107,9 @@ void RunProgress::log_summary(int64_t completed_step, const ValidationRecord& be
                                      std::to_string(best.of(kept_metric).step) + ")"));
   }
   out << "summary: " << log_line("", fields) << std::endl;
-  metrics.write("summary", completed_step, wall, fields);
+  std::vector<std::pair<std::string, std::string>> texts = {{"ended", ended}};
+  if (stop_signal != 0) texts.emplace_back("stop_signal", stop_signal_name(stop_signal));
+  metrics.write("summary", completed_step, wall, fields, texts);
 }
 
 }  // namespace thpc

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <iosfwd>
+#include <string>
 
 #include "checkpoint/checkpoint.h"
 #include "config/config.h"
@@ -36,9 +37,14 @@ class RunProgress {
   void log_step(int64_t max_steps, int64_t peak_memory_bytes);
   // The "summary:" line and record: what this run() trained up to `completed_step`, the
   // best validation values, the checkpoints it wrote, the divergences it met (`divergence`
-  // now against the count at begin()), and a stop by checkpoint.patience.
+  // now against the count at begin()), and a stop by checkpoint.patience. The record also
+  // says how the run `ended` ("finished", "time_limit", "patience", "stopped",
+  // "diverged") and, when stopped, by which `stop_signal` ("stop_signal": "SIGUSR1"): what
+  // a job script reads to tell a stop its ranks were sent (srun's steps; the batch shell
+  // heard nothing) from the end of training.
   void log_summary(int64_t completed_step, const ValidationRecord& best, const Config& config,
-                   int checkpoints_written, const DivergenceState& divergence);
+                   int checkpoints_written, const DivergenceState& divergence,
+                   const std::string& ended, int stop_signal = 0);
 
   std::ostream& out;         // the log on rank 0, a silent stream on the others
   MetricsFile metrics;       // rank 0's metrics.jsonl and event file; none on the others

@@ -748,7 +748,7 @@ Trainer::AfterStep Trainer::after_divergent_step(StepStats& stats,
   }
   if (action == DivergenceHandling::Action::Stop) {
     run.log_summary(completed_steps_, best_valid_, config_, checkpoints_written_,
-                    detector_->state());
+                    detector_->state(), "diverged");
     const std::string kept =
         comm_.is_root() ? keeping_.diverged_parameters_file(run_id_, completed_steps_) : "";
     run.out << "diverged: " << stop_reason << "; its update is not applied, and the "
@@ -900,7 +900,7 @@ RunEnd Trainer::stop_by_signal(int signal, RunProgress& run) {
   const std::string path = save_completed_step(run);
   keeping_.finish_write(run.out);  // on disk before the job says so and exits
   run.log_summary(completed_steps_, best_valid_, config_, checkpoints_written_,
-                  detector_->state());
+                  detector_->state(), "stopped", signal);
   run.out << "stopped: " << stop_signal_name(signal) << " received; step=" << completed_steps_
           << " checkpoint=" << path << " (resume with --checkpoint.resume=auto";
   if (detector_->state().consecutive_skips > 0) {
@@ -941,8 +941,13 @@ RunEnd Trainer::finish_training(RunProgress& run) {
   }
   run.out << "checkpoint to resume from: "
           << (comm_.is_root() ? keeping_.resume_point() : std::string()) << std::endl;
+  // Training ends at the schedule's last step, else early: by checkpoint.patience or by
+  // train.max_minutes (the loop's only other ways out).
+  const char* ended = run.stopped_by_patience                     ? "patience"
+                      : completed_steps_ >= schedule_.max_steps() ? "finished"
+                                                                  : "time_limit";
   run.log_summary(completed_steps_, best_valid_, config_, checkpoints_written_,
-                  detector_->state());
+                  detector_->state(), ended);
   // A run resumed at its last step trains no step: it has no loss of its own to print.
   std::ostringstream loss;
   if (run.steps_trained > 0) {
