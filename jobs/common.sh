@@ -45,7 +45,8 @@
 #   THPC_RUN_NAME  the run directory runs/NAME (default: JOBNAME-JOBID, so every job has
 #                  its own checkpoints and a requeued job finds its own again). Give
 #                  the name of an earlier run to continue it in a new job (one folder
-#                  under runs/: a name with "/" is refused).
+#                  under runs/: a name with "/" is refused). runs/ is in the job's
+#                  directory: sbatch --chdir's, else the one sbatch is called from.
 #   THPC_LAUNCHER  how the ranks are started:
 #                    mpirun (default): Open MPI's mpirun inside the batch step. Works
 #                      wherever Open MPI does, whatever Slurm's MPI plugins (Debian's
@@ -82,6 +83,10 @@ if [ -f "$thpc_root/CMakeLists.txt" ]; then
 else
   thpc_runs_base=$PWD
 fi
+# Where the job started: sbatch's --chdir, else the directory sbatch was called from (a
+# batch shell starts there). Slurm writes the job's log there (--output=%x-%j.out), and
+# runs/ goes beside it. Taken now: thpc_train moves to the repository.
+thpc_job_dir=$PWD
 thpc_stop_signal=""  # the stop signal this shell received, if any
 thpc_slurm_ends=""   # on a SIGTERM: cancelled | requeued when Slurm itself is ending the job
 thpc_requeued=0      # this job asked Slurm to requeue it
@@ -92,10 +97,15 @@ thpc_launcher_pid=""
 trap 'thpc_forward_stop USR1' USR1
 trap 'thpc_forward_stop TERM' TERM
 
-# The run directory of this job (created): runs/NAME under the submission directory.
+# The run directory of this job (created): runs/NAME in the job's directory under Slurm
+# (sbatch --chdir's, else the submission directory: before, the submission directory's
+# whatever --chdir said, apart from the job's log), else in the repository (an installed
+# copy: the caller's directory), or SLURM_SUBMIT_DIR's when set without a job.
 thpc_run_dir() {
   local name=${THPC_RUN_NAME:-${SLURM_JOB_NAME:-thpc}-${SLURM_JOB_ID:-local-$$}}
-  local dir=${SLURM_SUBMIT_DIR:-$thpc_runs_base}/runs/$name
+  local base=${SLURM_SUBMIT_DIR:-$thpc_runs_base}
+  [ -n "${SLURM_JOB_ID:-}" ] && base=$thpc_job_dir
+  local dir=$base/runs/$name
   mkdir -p "$dir"
   echo "$dir"
 }

@@ -198,7 +198,8 @@ expect_refused_start ../escaped input/tiny.ini \
 # ended COMPLETED, unfinished, without a word. The script reads the trainer's summary
 # record and requeues (a stand-in scontrol here, Slurm's job 7).
 printf '#!/bin/sh\necho "$*" >> "%s/scontrol.calls"\n' "$tmp" > "$tmp/bin/scontrol"
-(cd "$tmp" && PATH=$tmp/bin:$PATH SLURM_JOB_ID=7 THPC_RUN_NAME=rankstop \
+(cd "$tmp" && source "$source_dir/jobs/common.sh" &&  # as a batch shell, started in $tmp
+   PATH=$tmp/bin:$PATH SLURM_JOB_ID=7 THPC_RUN_NAME=rankstop \
    thpc_train input/tiny.ini --train.max_steps=1000000 "${options[@]}") \
   > "$tmp/rankstop.log" 2>&1 &
 job=$!
@@ -217,4 +218,5 @@ grep -q '^thpc: checkpointed after USR1; requeueing job 7' "$tmp/rankstop.log" |
   { cat "$tmp/rankstop.log"; fail "the job stopped through its ranks was not requeued"; }
 [ "$(cat "$tmp/scontrol.calls")" = "requeue 7" ] ||
   fail "scontrol was called with: $(cat "$tmp/scontrol.calls")"
+[ -f "$tmp/runs/rankstop/metrics.jsonl" ] || fail "no runs/ in the job's directory $tmp"
 echo "PASSED"

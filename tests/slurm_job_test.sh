@@ -11,7 +11,7 @@
 #      itself, run again under the same job id, resume from that checkpoint, append to
 #      the same log and end COMPLETED with the uninterrupted job's params_sha256.
 #   3. A job under srun cancelled by a plain scancel: CANCELLED, checkpointed, not
-#      requeued.
+#      requeued; submitted with --chdir, its log and runs/ both there.
 #   4. A job under srun whose ranks alone are sent SIGUSR1 (scancel --signal without
 #      --batch): as 2, requeued, resumed, the uninterrupted job's params_sha256.
 #
@@ -210,10 +210,14 @@ echo "PASSED: stopped at step $stopped by SIGUSR1, requeued, resumed, same param
 #    CANCELLED with its checkpoint, and does not requeue itself. Before, the script took
 #    the SIGTERM for a warning and the srun ranks' clean exit for a stop: it requeued the
 #    job, which trained on to its end.
-job_id=$(THPC_LAUNCHER=srun sbatch --parsable "$source_dir"/jobs/tiny_cpu.sbatch \
+#    Submitted with --chdir: the log and runs/ go there (before, runs/ went to the
+#    submission directory, away from the log).
+mkdir -p "$tmp"/workdir
+job_id=$(THPC_LAUNCHER=srun sbatch --parsable --chdir="$tmp"/workdir \
+           "$source_dir"/jobs/tiny_cpu.sbatch \
            --train.max_steps=100000 --train.log_every=1 --checkpoint.minutes=0) ||
   fail "sbatch refused the third job"
-log=thpc-tiny-$job_id.out
+log=$tmp/workdir/thpc-tiny-$job_id.out
 wait_for_step_5 "$log" "^step 5/100000 "
 scancel "$job_id" || fail "scancel $job_id"
 for _ in $(seq 300); do
@@ -226,8 +230,9 @@ state=$(job_field "$job_id" JobState)
 [ "$(job_field "$job_id" Restarts)" = 0 ] || fail "job $job_id requeued itself after scancel"
 grep -q "^thpc: the job was cancelled (scancel): not requeued" "$log" ||
   fail "job $job_id: no line saying it was cancelled and not requeued"
-grep -q '^stopped: SIGTERM received; step=[0-9]* checkpoint=' "$log" ||
-  fail "job $job_id: its ranks did not checkpoint before the cancel"
+grep -q "^stopped: SIGTERM received; step=[0-9]* checkpoint=$tmp/workdir/runs/" "$log" ||
+  fail "job $job_id: its ranks did not checkpoint in --chdir's runs/ before the cancel"
+[ -e runs/thpc-tiny-"$job_id" ] && fail "job $job_id made runs/ in the submission directory"
 echo "PASSED: scancel under srun ended the job CANCELLED with its checkpoint, not requeued"
 
 # 4. SIGUSR1 to srun's ranks alone (`scancel --signal=USR1` without --batch; an #SBATCH
