@@ -238,6 +238,14 @@ thpc_launch_command_for() {
       echo "thpc: THPC_LAUNCHER must be mpirun or srun, not '$THPC_LAUNCHER'" >&2
       return 2 ;;
   esac
+  # The batch shell killed (`scancel --batch JOBID` sends SIGKILL, which no trap takes):
+  # under proctrack/linuxproc (Debian's default) mpirun and its ranks outlived it and
+  # trained on outside Slurm, holding the node. The launcher gets SIGUSR1 when this shell
+  # dies, as from the trap: the ranks checkpoint and stop. (util-linux's setpriv, 2.33 and
+  # later; without it, as before.)
+  if setpriv --help 2> /dev/null | grep -q -- --pdeathsig; then
+    thpc_launch_command=(setpriv --pdeathsig USR1 "${thpc_launch_command[@]}")
+  fi
 }
 
 thpc_train() {

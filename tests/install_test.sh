@@ -30,7 +30,8 @@ env -u THPC_ROOT -u THPC_BUILD PATH=$clean_path THPC_RUN_NAME=installed \
   "$share/jobs/run_local.sh" 1 input/tiny.ini --train.max_steps=2 --train.backend=cpu \
   --train.metrics_dir=metrics_here > "$tmp/run.log" 2>&1 ||
   { status=$?; cat "$tmp/run.log"; fail "the installed run_local.sh exited $status"; }
-grep -q "thpc: mpirun .* $prefix/bin/transformer_hpc " "$tmp/run.log" ||
+grep -Eq "thpc: (setpriv --pdeathsig USR1 )?mpirun .* $prefix/bin/transformer_hpc " \
+  "$tmp/run.log" ||
   { cat "$tmp/run.log"; fail "the installed job did not run $prefix/bin/transformer_hpc"; }
 grep -q "^final: step=2 " "$tmp/run.log" || { cat "$tmp/run.log"; fail "no 2 steps trained"; }
 [ -f "$tmp/work/runs/installed/checkpoints/step_00000002.h5" ] ||

@@ -14,6 +14,7 @@
 #      requeued; submitted with --chdir, its log and runs/ both there.
 #   4. A job under srun whose ranks alone are sent SIGUSR1 (scancel --signal without
 #      --batch): as 2, requeued, resumed, the uninterrupted job's params_sha256.
+#   5. A job whose batch shell is killed (scancel --batch): its ranks checkpoint and stop.
 #
 #   tests/slurm_job_test.sh SOURCE_DIR BINARY_DIR      (ctest runs it)
 #
@@ -249,3 +250,25 @@ await_requeued_end
 grep -q "^thpc: the ranks were stopped by SIGUSR1, sent to them and not to this batch" "$log" ||
   fail "job $job_id: no line saying its ranks alone were stopped"
 echo "PASSED: srun's ranks stopped by SIGUSR1 alone: requeued, resumed, same params_sha256"
+
+# 5. The batch shell killed (`scancel --batch JOBID`: SIGKILL, which no trap takes).
+#    Under proctrack/linuxproc (Debian's default) mpirun and its ranks outlived it and
+#    trained on outside Slurm, holding their node's CPUs or GPUs. The launcher now gets
+#    SIGUSR1 when the shell dies (setpriv --pdeathsig): the ranks checkpoint and stop.
+job_id=$(sbatch --parsable "$source_dir"/jobs/tiny_cpu.sbatch \
+           --train.max_steps=100000 --train.log_every=1 --checkpoint.minutes=0) ||
+  fail "sbatch refused the fifth job"
+log=thpc-tiny-$job_id.out
+wait_for_step_5 "$log" "^step 5/100000 "
+scancel --batch "$job_id" || fail "scancel --batch $job_id"
+for _ in $(seq 300); do
+  pgrep -f "runs/thpc-tiny-$job_id/" > /dev/null || break
+  sleep 0.1
+done
+if left=$(pgrep -af "runs/thpc-tiny-$job_id/"); then
+  pkill -KILL -f "runs/thpc-tiny-$job_id/"
+  fail "job $job_id's batch shell killed: its launcher and ranks trained on: $left"
+fi
+grep -q '^stopped: SIGUSR1 received; step=[0-9]* checkpoint=' "$log" ||
+  fail "job $job_id: its ranks did not checkpoint when its batch shell was killed"
+echo "PASSED: the batch shell killed, the ranks checkpointed and stopped"
