@@ -407,9 +407,14 @@ thpc_train() {
     local newest
     newest=$(ls "$run_dir"/checkpoints/step_*.h5 2> /dev/null | tail -n 1)
     if [ "$thpc_slurm_ends" = cancelled ]; then
+      # The run is found again under the job's directory: said when it is not where
+      # sbatch was called (--chdir), as a plain resubmission would miss it.
+      local where=""
+      [ "$thpc_job_dir" != "${SLURM_SUBMIT_DIR:-$thpc_job_dir}" ] &&
+        where=" --chdir=$thpc_job_dir"
       echo "thpc: the job was cancelled (scancel): not requeued. Its ranks were asked to" \
            "checkpoint first${newest:+ (the newest: $newest)}; to continue the run, submit" \
-           "the job again with THPC_RUN_NAME=${run_dir##*/}"
+           "the job again with THPC_RUN_NAME=${run_dir##*/}${where:+ and sbatch$where}"
     else
       echo "thpc: Slurm requeues the job itself (scontrol requeue, or a preemption): it" \
            "resumes from its newest checkpoint${newest:+ (${newest##*/})} in $run_dir"

@@ -231,6 +231,8 @@ state=$(job_field "$job_id" JobState)
 [ "$(job_field "$job_id" Restarts)" = 0 ] || fail "job $job_id requeued itself after scancel"
 grep -q "^thpc: the job was cancelled (scancel): not requeued" "$log" ||
   fail "job $job_id: no line saying it was cancelled and not requeued"
+grep -q "THPC_RUN_NAME=thpc-tiny-$job_id and sbatch --chdir=$tmp/workdir\$" "$log" ||
+  fail "job $job_id: the cancel's line does not say to continue with the same --chdir"
 grep -q "^stopped: SIGTERM received; step=[0-9]* checkpoint=$tmp/workdir/runs/" "$log" ||
   fail "job $job_id: its ranks did not checkpoint in --chdir's runs/ before the cancel"
 [ -e runs/thpc-tiny-"$job_id" ] && fail "job $job_id made runs/ in the submission directory"
