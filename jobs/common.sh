@@ -430,7 +430,16 @@ thpc_train() {
        find "$run_dir" -depth -type d -empty -delete 2> /dev/null && [ ! -e "$run_dir" ]; then
       left=" (its run directory, empty, removed)"
     fi
-    echo "thpc: the trainer failed (exit $status); not requeued$left"
+    # Exit 1 without a record is also the launcher's own refusal (a bad
+    # THPC_MPIRUN_OPTIONS: mpirun's "unknown option", exit 1), which was said as the
+    # trainer's failure.
+    local failed="the trainer failed (exit $status)"
+    if [ "$status" = 1 ] && ! { [ -f "$metrics" ] &&
+                                [ "$(wc -l < "$metrics")" -gt "$metrics_lines" ]; }; then
+      failed="the trainer, or ${THPC_LAUNCHER:-mpirun} before it started the ranks, failed"
+      failed+=" (exit 1: the lines above say which)"
+    fi
+    echo "thpc: $failed; not requeued$left"
     return "$status"
   fi
   if [ -n "$thpc_stop_signal" ] && [ -n "${SLURM_JOB_ID:-}" ]; then

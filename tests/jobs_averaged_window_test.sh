@@ -16,7 +16,8 @@
 #      no empty run directory; 10. jobs/run_local.sh stopped by SIGTERM ends with its ranks;
 #   11. a config file that is not there is said before the launcher starts, exit 2; 12. so
 #   is a THPC_RUN_NAME that is not one folder under runs/; 13. a stop sent to the ranks
-#   and not to the batch shell is requeued as the shell's own.
+#   and not to the batch shell is requeued as the shell's own; 14. options mpirun refuses
+#   are not said to be the trainer's failure.
 #
 #   tests/jobs_averaged_window_test.sh SOURCE_DIR BINARY_DIR      (ctest runs it)
 source "$(dirname "${BASH_SOURCE[0]}")/shell_test_lib.sh" "$@" || exit 1
@@ -219,4 +220,11 @@ grep -q '^thpc: checkpointed after USR1; requeueing job 7' "$tmp/rankstop.log" |
 [ "$(cat "$tmp/scontrol.calls")" = "requeue 7" ] ||
   fail "scontrol was called with: $(cat "$tmp/scontrol.calls")"
 [ -f "$tmp/runs/rankstop/metrics.jsonl" ] || fail "no runs/ in the job's directory $tmp"
+# 14. A launcher option mpirun does not know: its own "unknown option" and exit 1, which
+# the script said as "the trainer failed (exit 1)".
+refused=$( (THPC_RUN_NAME=refused THPC_MPIRUN_OPTIONS=--no-such-option \
+            thpc_train input/tiny.ini "${options[@]}") 2>&1 ) &&
+  fail "mpirun with --no-such-option exited 0: $refused"
+grep -q "thpc: the trainer, or mpirun before it started the ranks, failed (exit 1: the" \
+  <<< "$refused" || fail "mpirun's refusal was not said as possibly its own: $refused"
 echo "PASSED"
