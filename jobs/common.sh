@@ -30,8 +30,9 @@
 #   summary record (metrics.jsonl, "ended": "stopped": thpc_recorded_stop) and requeued
 #   the same way.
 #
-# Exit codes the batch system sees: 0 finished, or checkpointed and requeued (1 when
-# `scontrol requeue` fails: checkpointed, not requeued, submit it again); otherwise
+# Exit codes the batch system sees: 0 finished, or checkpointed and requeued; 1
+# checkpointed and not requeued: cancelled (scancel), or `scontrol requeue` failed
+# (submit it again with THPC_RUN_NAME); otherwise
 # the trainer's (docs/running.md "Exit codes": 1 a runtime failure, 2 a bad configuration, 3 bad
 # data), and the job ends FAILED without a requeue, since running it again would fail
 # again.
@@ -92,6 +93,7 @@ thpc_slurm_ends=""   # on a SIGTERM: cancelled | requeued when Slurm itself is e
 thpc_requeued=0      # this job asked Slurm to requeue it
 thpc_trapped=0       # a stop signal arrived during the current `wait`
 thpc_launcher_pid=""
+thpc_run_name=""     # the run directory's name, once thpc_train has made it
 # Taken from here on, not from the launch: a signal before it (the batch shell's first
 # moments, a phase's checks) ended the shell, exit 138, and the job FAILED.
 trap 'thpc_forward_stop USR1' USR1
@@ -143,9 +145,10 @@ thpc_option_value() {
   return 1
 }
 
-# The stop signal ("SIGUSR1") the trainer recorded in METRICS (metrics.jsonl) when its last
-# record, written after the file's first LINES lines, is the summary of a run stopped by a
-# signal ("ended": "stopped"); status 1 otherwise (a run that finished, or wrote nothing).
+# "SIGNAL STEP" ("SIGUSR1 345") when the last record of METRICS (metrics.jsonl), written
+# after the file's first LINES lines, is the summary of a run stopped by a signal ("ended":
+# "stopped", "stop_signal") at that step, its checkpoint written; status 1 otherwise (a
+# run that finished, or wrote nothing).
 # How this shell learns of a stop its ranks were sent and it was not: `scancel
 # --signal=USR1 JOBID` without --batch, or an #SBATCH --signal without B:, reach srun's
 # ranks only, which checkpoint and exit 0, and the job ended COMPLETED, unfinished.
@@ -154,7 +157,8 @@ thpc_recorded_stop() {
   [ -f "$metrics" ] && [ "$(wc -l < "$metrics")" -gt "$lines" ] || return 1
   last=$(tail -n 1 "$metrics")
   [[ $last == '{"kind": "summary",'* && $last == *'"ended": "stopped"'* ]] || return 1
-  sed -n 's/.*"stop_signal": "\([A-Z0-9]*\)".*/\1/p' <<< "$last" | grep . || echo "a signal"
+  sed -n 's/.*"step": \([0-9]*\),.*"stop_signal": "\([A-Z0-9]*\)".*/\2 \1/p' <<< "$last" |
+    grep .
 }
 
 # The value CONFIG's ini gives SECTION.KEY (a line "key = value" under [section], or
@@ -195,24 +199,46 @@ thpc_forward_stop() {
   return 0
 }
 
+# What a new job needs to continue this one's run: "THPC_RUN_NAME=NAME", and the job's
+# directory when it is not where sbatch was called (--chdir), as a plain resubmission
+# would look for runs/ there.
+thpc_continue_with() {
+  local with="THPC_RUN_NAME=${thpc_run_name:-NAME}"
+  [ "$thpc_job_dir" != "${SLURM_SUBMIT_DIR:-$thpc_job_dir}" ] &&
+    with+=" and sbatch --chdir=$thpc_job_dir"
+  echo "$with"
+}
+
+# How Slurm's commands name this job: ARRAYID_TASK for a task of a job array, whose
+# SLURM_JOB_ID is, for one of its tasks, the array's own id: `scontrol requeue` of it
+# requeued every task of the array, and `scontrol show job` printed them all.
+thpc_slurm_job() {
+  if [ -n "${SLURM_ARRAY_TASK_ID:-}" ] && [ -n "${SLURM_ARRAY_JOB_ID:-}" ]; then
+    echo "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"
+  else
+    echo "$SLURM_JOB_ID"
+  fi
+}
+
 # Why Slurm sends this job SIGTERM, asked at once (the job is COMPLETING then, for
 # KillWait seconds): "cancelled" for `scancel` (Reason None), "requeued" when Slurm puts it
 # back in the queue itself (`scontrol requeue` by hand, a preemption that requeues: its
-# Restarts count is already up), "" otherwise (its time limit, which the job script
-# answers with a requeue; a SIGTERM from elsewhere; no Slurm). Before, a plain `scancel`
+# Restarts count is already up; "requeued_held" for `scontrol requeuehold`), "" otherwise
+# (its time limit, which the job script answers with a requeue; a SIGTERM from elsewhere;
+# no Slurm). Before, a plain `scancel`
 # under srun was taken for a warning and the job requeued itself and trained on, and a
 # requeue by hand was said to have failed.
 thpc_why_slurm_ends() {
   [ -n "${SLURM_JOB_ID:-}" ] || return 0
   local job
-  job=$(scontrol show job -o "$SLURM_JOB_ID" 2> /dev/null) || return 0
+  job=$(scontrol show job -o "$(thpc_slurm_job)" 2> /dev/null | head -n 1) || return 0
   local state reason restarts
   state=$(sed -n 's/.*\bJobState=\([^ ]*\).*/\1/p' <<< "$job")
   reason=$(sed -n 's/.*\bReason=\([^ ]*\).*/\1/p' <<< "$job")
   restarts=$(sed -n 's/.*\bRestarts=\([0-9]*\).*/\1/p' <<< "$job")
-  case $state in COMPLETING|CANCELLED|PENDING|REQUEUED*) ;; *) return 0 ;; esac
+  case $state in COMPLETING|CANCELLED|PENDING|REQUEUE*) ;; *) return 0 ;; esac
   if [ "${restarts:-0}" -gt "${SLURM_RESTART_COUNT:-0}" ]; then
-    echo requeued
+    case $state$reason in *[Hh]eld*|*HOLD*) echo requeued_held ;; *) echo requeued ;; esac
   elif [ "$reason" = None ] || [ "$state" = CANCELLED ]; then
     echo cancelled
   fi
@@ -260,6 +286,13 @@ thpc_train() {
   # trained on). An installation's copy stays where it is called from, as its runs/ is;
   # its input/... is the prefix's.
   [[ $config != /* && -f $config ]] && config=$PWD/$config
+  # Under sbatch --chdir the job starts elsewhere than where sbatch was called, from which
+  # the user gave the path (it was refused, "give its path from the directory sbatch is
+  # called in").
+  local submitted=${SLURM_SUBMIT_DIR:-$PWD}
+  if [[ $config != /* && $submitted != "$PWD" && -f $submitted/$config ]]; then
+    config=$submitted/$config
+  fi
   if [ "$thpc_runs_base" = "$thpc_root" ]; then
     if [[ $config != /* || $config == "$thpc_root"/* ]]; then
       cd "$thpc_root" || return 1
@@ -278,7 +311,9 @@ thpc_train() {
   # after mpirun's banner, naming the path as given, from the directory the job had moved
   # to).
   if [ ! -f "$config" ]; then
-    echo "thpc: no config file $given in $called_from${thpc_root:+ nor in $thpc_root}: give" \
+    local places=$called_from
+    [ "$submitted" != "$called_from" ] && places+=", $submitted"
+    echo "thpc: no config file $given in $places${thpc_root:+ nor in $thpc_root}: give" \
          "its path from the directory sbatch is called in, or an absolute one (the" \
          "repository's own are input/*.ini)" >&2
     return 2
@@ -311,6 +346,7 @@ thpc_train() {
   esac
   local run_dir
   run_dir=$(thpc_run_dir)
+  thpc_run_name=${run_dir##*/}
   local trainer=("$thpc_build/transformer_hpc" "$config")
   local key
   for key in checkpoint.dir train.metrics_dir; do
@@ -391,15 +427,25 @@ thpc_train() {
     status=0
     stopped="stopped before training"
   fi
-  # A stop the ranks were sent and this shell was not: the same stop (its checkpoint
-  # written), requeued as one.
-  local recorded
-  if [ "$status" = 0 ] && [ -z "$thpc_stop_signal" ] &&
-     recorded=$(thpc_recorded_stop "$metrics" "$metrics_lines"); then
-    echo "thpc: the ranks were stopped by $recorded, sent to them and not to this batch" \
-         "shell (scancel --signal without --batch, or an #SBATCH --signal without B:):" \
-         "taken as the same stop"
-    thpc_stop_signal=${recorded#SIG}
+  # The ranks' own record of a stop, their checkpoint written.
+  local recorded signal step
+  if recorded=$(thpc_recorded_stop "$metrics" "$metrics_lines"); then
+    read -r signal step <<< "$recorded"
+    if [ "$status" = 0 ] && [ -z "$thpc_stop_signal" ]; then
+      # A stop the ranks were sent and this shell was not: the same stop, requeued as one.
+      echo "thpc: the ranks were stopped by $signal, sent to them and not to this batch" \
+           "shell (scancel --signal without --batch, or an #SBATCH --signal without B:):" \
+           "taken as the same stop; they checkpointed at step $step"
+      thpc_stop_signal=${signal#SIG}
+    elif [ "$status" != 0 ] && [ -n "$thpc_stop_signal" ]; then
+      # Slurm's SIGTERM to every process of the job (its time limit reached without a
+      # warning, or too late for one) reached mpirun too, which answers it with exit 1
+      # however the ranks stopped, and may have cut their output short: the job was said
+      # to have failed, and not requeued (under srun it was).
+      echo "thpc: the ranks stopped on $signal and checkpointed at step $step; the" \
+           "launcher's exit $status came after (mpirun answers a SIGTERM sent to it with 1)"
+      status=0
+    fi
   fi
   # Slurm ending the job itself: not a stop to requeue after, whatever the launcher's exit
   # (mpirun answers Slurm's own SIGTERM with exit 1, however the ranks stopped).
@@ -407,17 +453,19 @@ thpc_train() {
     local newest
     newest=$(ls "$run_dir"/checkpoints/step_*.h5 2> /dev/null | tail -n 1)
     if [ "$thpc_slurm_ends" = cancelled ]; then
-      # The run is found again under the job's directory: said when it is not where
-      # sbatch was called (--chdir), as a plain resubmission would miss it.
-      local where=""
-      [ "$thpc_job_dir" != "${SLURM_SUBMIT_DIR:-$thpc_job_dir}" ] &&
-        where=" --chdir=$thpc_job_dir"
+      # Exit 1, unfinished: `sbatch --wait jobs/base.sbatch && sbatch my_evaluation`
+      # went on to evaluate a cancelled run (exit 0).
       echo "thpc: the job was cancelled (scancel): not requeued. Its ranks were asked to" \
            "checkpoint first${newest:+ (the newest: $newest)}; to continue the run, submit" \
-           "the job again with THPC_RUN_NAME=${run_dir##*/}${where:+ and sbatch$where}"
-    else
-      echo "thpc: Slurm requeues the job itself (scontrol requeue, or a preemption): it" \
-           "resumes from its newest checkpoint${newest:+ (${newest##*/})} in $run_dir"
+           "the job again with $(thpc_continue_with)"
+      thpc_requeued=1
+      return 1
+    fi
+    echo "thpc: Slurm requeues the job itself (scontrol requeue, or a preemption): it" \
+         "resumes from its newest checkpoint${newest:+ (${newest##*/})} in $run_dir"
+    if [ "$thpc_slurm_ends" = requeued_held ]; then
+      echo "thpc: it is held (scontrol requeuehold): scontrol release $(thpc_slurm_job)" \
+           "lets it run"
     fi
     thpc_requeued=1
     return 0
@@ -453,11 +501,17 @@ thpc_train() {
 # so and returns 1: the job ends unfinished with exit 1, not 0, which the batch system
 # took for a finished job (COMPLETED, and a multi-day run left half done without a word).
 thpc_requeue() {
-  echo "thpc: $1; requeueing job $SLURM_JOB_ID"
+  local job
+  job=$(thpc_slurm_job)
+  echo "thpc: $1; requeueing job $job"
   thpc_requeued=1
-  if ! scontrol requeue "$SLURM_JOB_ID"; then
-    echo "thpc: scontrol requeue $SLURM_JOB_ID failed: the job ends here, unfinished;" \
-         "submit it again (it resumes from its checkpoint: checkpoint.resume=auto)" >&2
+  if ! scontrol requeue "$job"; then
+    # A new job has a new id and so a new run directory: the run's name is what finds
+    # the checkpoint again.
+    echo "thpc: scontrol requeue $job failed (the job submitted with --no-requeue, a" \
+         "cluster with JobRequeue=0, a controller that does not answer): the job ends" \
+         "here, unfinished; submit it again with $(thpc_continue_with) to resume from" \
+         "its checkpoint" >&2
     return 1
   fi
 }

@@ -17,7 +17,9 @@
 #   11. a config file that is not there is said before the launcher starts, exit 2; 12. so
 #   is a THPC_RUN_NAME that is not one folder under runs/; 13. a stop sent to the ranks
 #   and not to the batch shell is requeued as the shell's own; 14. options mpirun refuses
-#   are not said to be the trainer's failure.
+#   are not said to be the trainer's failure; 15. nor is mpirun's exit 1 when Slurm's
+#   SIGTERM reached it beside the ranks, which checkpointed: requeued; 16. a config's path
+#   relative to where sbatch was called is found under sbatch --chdir.
 #
 #   tests/jobs_averaged_window_test.sh SOURCE_DIR BINARY_DIR      (ctest runs it)
 source "$(dirname "${BASH_SOURCE[0]}")/shell_test_lib.sh" "$@" || exit 1
@@ -134,10 +136,19 @@ mkdir -p "$tmp/bin"
 printf '#!/bin/sh\necho "scontrol: fatal: Could not establish a configuration source" >&2\nexit 1\n' \
   > "$tmp/bin/scontrol"
 chmod +x "$tmp/bin/scontrol"
-requeue=$( (PATH=$tmp/bin:$PATH SLURM_JOB_ID=7 thpc_requeue "checkpointed after USR1") 2>&1 ) &&
+# A task of a job array is named ARRAY_TASK: `scontrol requeue` of its SLURM_JOB_ID
+# requeued every task of the array (a helper's Slurm trial). The line says how to resume:
+# a new job has a new run directory (it said "submit it again" alone).
+requeue=$( (PATH=$tmp/bin:$PATH SLURM_JOB_ID=7 SLURM_ARRAY_JOB_ID=6 SLURM_ARRAY_TASK_ID=1 \
+            thpc_run_name=averaged thpc_job_dir=$tmp thpc_requeue "checkpointed after USR1") \
+           2>&1 ) &&
   fail "a refused requeue returned 0: $requeue"
-grep -q "thpc: scontrol requeue 7 failed: the job ends here, unfinished" <<< "$requeue" ||
-  fail "no line saying the requeue failed: $requeue"
+grep -q "thpc: checkpointed after USR1; requeueing job 6_1" <<< "$requeue" ||
+  fail "the array task was not named 6_1: $requeue"
+grep -q "thpc: scontrol requeue 6_1 failed (the job submitted with --no-requeue, .*: the job" \
+  <<< "$requeue" || fail "no line saying the requeue failed: $requeue"
+grep -q "submit it again with THPC_RUN_NAME=averaged to resume" <<< "$requeue" ||
+  fail "the failed requeue does not say how to resume: $requeue"
 # 8. A launcher the scripts do not know is said, and leaves no run directory (it left an
 # empty one).
 export THPC_RUN_NAME=launcher
@@ -169,7 +180,8 @@ grep -q '^step ' "$tmp/stopped.log" ||
   { cat "$tmp/stopped.log"; fail "run_local.sh never trained"; }
 signalled=$SECONDS
 kill -TERM "$job"
-wait "$job" || { cat "$tmp/stopped.log"; fail "run_local.sh stopped by SIGTERM exited $?"; }
+wait "$job" ||
+  { status=$?; cat "$tmp/stopped.log"; fail "run_local.sh stopped by SIGTERM exited $status"; }
 grep -q '^stopped: SIGUSR1 received' "$tmp/stopped.log" ||
   { cat "$tmp/stopped.log"; fail "no 'stopped' line after SIGTERM"; }
 (( SECONDS - signalled < 8 )) ||
@@ -194,31 +206,49 @@ expect_refused_start missing input/nonexistent.ini \
 # 12. A run name that leaves runs/ (it made and trained in $tmp/escaped without a word).
 expect_refused_start ../escaped input/tiny.ini \
   "thpc: THPC_RUN_NAME=../escaped: a run's name is one folder under runs/" "$tmp/escaped"
+# start_stand_in_job NAME: thpc_train of input/tiny.ini as Slurm's job 7 (a stand-in
+# scontrol that records its calls in $tmp/scontrol.NAME), its batch shell started in
+# $tmp, in the background (job: its pid, log $tmp/NAME.log); once it trains, launcher and
+# rank hold the pids of its mpirun and its rank.
+start_stand_in_job() {
+  printf '#!/bin/sh\necho "$*" >> "%s/scontrol.%s"\n' "$tmp" "$1" > "$tmp/bin/scontrol"
+  (cd "$tmp" && source "$source_dir/jobs/common.sh" &&
+     PATH=$tmp/bin:$PATH SLURM_JOB_ID=7 THPC_RUN_NAME=$1 \
+     thpc_train input/tiny.ini --train.max_steps=1000000 "${options[@]}") \
+    > "$tmp/$1.log" 2>&1 &
+  job=$!
+  launcher="" rank=""
+  for _ in $(seq 120); do
+    if grep -q '^step ' "$tmp/$1.log"; then
+      launcher=$(pgrep -f "^mpirun .*/runs/$1/")
+      rank=$(pgrep -f "^$binary_dir/transformer_hpc .*/runs/$1/") && break
+    fi
+    sleep 0.5
+  done
+  [ -n "$launcher" ] && [ -n "$rank" ] ||
+    { cat "$tmp/$1.log"; fail "the rank of runs/$1 never trained under mpirun"; }
+}
+# end_of_stand_in_job NAME: waits for it, which must exit 0; expect_in_log NAME PATTERN
+# WHAT: its log has a line matching PATTERN (extended), else fails saying WHAT.
+end_of_stand_in_job() {
+  wait "$job" || { status=$?; cat "$tmp/$1.log"; fail "the job of runs/$1 exited $status"; }
+}
+expect_in_log() {
+  grep -Eq "$2" "$tmp/$1.log" || { cat "$tmp/$1.log"; fail "$3"; }
+}
 # 13. SIGUSR1 to the ranks alone (under srun, `scancel --signal=USR1 JOBID` without
 # --batch, or an #SBATCH --signal without B:): they checkpoint and exit 0, and the job
 # ended COMPLETED, unfinished, without a word. The script reads the trainer's summary
 # record and requeues (a stand-in scontrol here, Slurm's job 7).
-printf '#!/bin/sh\necho "$*" >> "%s/scontrol.calls"\n' "$tmp" > "$tmp/bin/scontrol"
-(cd "$tmp" && source "$source_dir/jobs/common.sh" &&  # as a batch shell, started in $tmp
-   PATH=$tmp/bin:$PATH SLURM_JOB_ID=7 THPC_RUN_NAME=rankstop \
-   thpc_train input/tiny.ini --train.max_steps=1000000 "${options[@]}") \
-  > "$tmp/rankstop.log" 2>&1 &
-job=$!
-rank=""
-for _ in $(seq 120); do
-  grep -q '^step ' "$tmp/rankstop.log" &&
-    rank=$(pgrep -f "^$binary_dir/transformer_hpc .*/runs/rankstop/") && break
-  sleep 0.5
-done
-[ -n "$rank" ] || { cat "$tmp/rankstop.log"; fail "the rank of runs/rankstop never trained"; }
+start_stand_in_job rankstop
 kill -USR1 $rank
-wait "$job" || { cat "$tmp/rankstop.log"; fail "a job whose rank was stopped exited $?"; }
-grep -q '^thpc: the ranks were stopped by SIGUSR1, sent to them and not to this batch shell' \
-  "$tmp/rankstop.log" || { cat "$tmp/rankstop.log"; fail "no line saying the ranks were stopped"; }
-grep -q '^thpc: checkpointed after USR1; requeueing job 7' "$tmp/rankstop.log" ||
-  { cat "$tmp/rankstop.log"; fail "the job stopped through its ranks was not requeued"; }
-[ "$(cat "$tmp/scontrol.calls")" = "requeue 7" ] ||
-  fail "scontrol was called with: $(cat "$tmp/scontrol.calls")"
+end_of_stand_in_job rankstop
+expect_in_log rankstop '^thpc: the ranks were stopped by SIGUSR1, sent to them and not to' \
+  "no line saying the ranks were stopped"
+expect_in_log rankstop '^thpc: checkpointed after USR1; requeueing job 7' \
+  "the job stopped through its ranks was not requeued"
+[ "$(cat "$tmp/scontrol.rankstop")" = "requeue 7" ] ||
+  fail "scontrol was called with: $(cat "$tmp/scontrol.rankstop")"
 [ -f "$tmp/runs/rankstop/metrics.jsonl" ] || fail "no runs/ in the job's directory $tmp"
 # 14. A launcher option mpirun does not know: its own "unknown option" and exit 1, which
 # the script said as "the trainer failed (exit 1)".
@@ -227,4 +257,22 @@ refused=$( (THPC_RUN_NAME=refused THPC_MPIRUN_OPTIONS=--no-such-option \
   fail "mpirun with --no-such-option exited 0: $refused"
 grep -q "thpc: the trainer, or mpirun before it started the ranks, failed (exit 1: the" \
   <<< "$refused" || fail "mpirun's refusal was not said as possibly its own: $refused"
+# 15. SIGTERM to every process of the job, as Slurm sends at a time limit reached without
+# its warning (or too late for one): mpirun forwards it and exits 1 however the ranks
+# stopped, and the job was said to have failed and was not requeued (under srun it was).
+start_stand_in_job timeout
+kill -TERM "$job" "$launcher" $rank
+end_of_stand_in_job timeout
+expect_in_log timeout '^thpc: the ranks stopped on SIG(TERM|USR1) and checkpointed at step' \
+  "no line saying the ranks checkpointed"
+expect_in_log timeout '^thpc: checkpointed after TERM; requeueing job 7' \
+  "the job ended by SIGTERM to all was not requeued"
+# 16. `THPC_CONFIG=conf/mine.ini sbatch --chdir=DIR ...`: the job starts in DIR, and the
+# path the user gave from where sbatch was called ($tmp here) was refused.
+mkdir -p "$tmp/conf" "$tmp/jobdir"
+cp input/tiny.ini "$tmp/conf/mine.ini"
+chdir=$( (cd "$tmp/jobdir" && source "$source_dir/jobs/common.sh" && THPC_RUN_NAME=chdir \
+          thpc_train conf/mine.ini --train.max_steps=1 "${options[@]}") 2>&1 ) ||
+  fail "a config relative to the submission directory, from another directory: $chdir"
+grep -q "^final: step=1 " <<< "$chdir" || fail "the run with conf/mine.ini did not train: $chdir"
 echo "PASSED"

@@ -15,6 +15,8 @@
 #   4. A job under srun whose ranks alone are sent SIGUSR1 (scancel --signal without
 #      --batch): as 2, requeued, resumed, the uninterrupted job's params_sha256.
 #   5. A job whose batch shell is killed (scancel --batch): its ranks checkpoint and stop.
+#   6. A job array's task stopped as in 2: it alone is requeued, and resumes as its sibling
+#      ran.
 #
 #   tests/slurm_job_test.sh SOURCE_DIR BINARY_DIR      (ctest runs it)
 #
@@ -154,10 +156,12 @@ whole_digest=$(digest_of "$whole_log")
 [ -n "${THPC_TRACE:-}" ] && { date +%T; scontrol show job "$whole_id" | grep -oE '(StartTime|EndTime)=[^ ]*'; }
 echo "job $whole_id: trained 40 steps in $((SECONDS - started)) s, params_sha256=$whole_digest"
 
-# await_requeued_end: job_id's requeue and second run, to its end, which must be
+# await_requeued_end [DIGEST]: job_id's requeue and second run, to its end, which must be
 # COMPLETED, exit 0, after exactly one requeue; then that it resumed from the checkpoint
-# its stop wrote and ended with the uninterrupted job's params_sha256.
+# its stop wrote and ended with the uninterrupted job's params_sha256 (DIGEST, default
+# the first job's).
 await_requeued_end() {
+  local reference=${1:-$whole_digest}
   local state="" released=""
   for _ in $(seq 300); do
     # Slurm holds a requeued job back for two minutes (its BeginTime); release it early,
@@ -189,12 +193,13 @@ await_requeued_end() {
     fail "job $job_id: no 'stopped: SIGUSR1 received' line (the signal never reached the ranks)"
   grep -q "^thpc: checkpointed after USR1; requeueing job $job_id" "$log" ||
     fail "job $job_id did not requeue itself"
-  checkpoint=$(printf '%s/runs/thpc-tiny-%s/checkpoints/step_%08d.h5' "$PWD" "$job_id" "$stopped")
+  checkpoint=$(printf '%s/runs/thpc-tiny-%s/checkpoints/step_%08d.h5' "$PWD" \
+                      "$(job_field "$job_id" JobId)" "$stopped")
   grep -qF "resumed from $checkpoint at step $stopped" "$log" ||
     fail "the requeued job did not resume from $checkpoint (the log was appended to?)"
   digest=$(digest_of "$log")
-  [ -n "$whole_digest" ] && [ "$digest" = "$whole_digest" ] ||
-    fail "stopped at step $stopped and resumed: params_sha256=$digest, uninterrupted $whole_digest"
+  [ -n "$reference" ] && [ "$digest" = "$reference" ] ||
+    fail "stopped at step $stopped and resumed: params_sha256=$digest, uninterrupted $reference"
 }
 
 started=$SECONDS
@@ -229,6 +234,8 @@ sleep 1
 state=$(job_field "$job_id" JobState)
 [ "$state" = CANCELLED ] || fail "job $job_id ended $state after scancel (requeued itself?)"
 [ "$(job_field "$job_id" Restarts)" = 0 ] || fail "job $job_id requeued itself after scancel"
+[ "$(job_field "$job_id" ExitCode)" = 1:0 ] ||
+  fail "job $job_id cancelled: exit $(job_field "$job_id" ExitCode), not 1 (unfinished)"
 grep -q "^thpc: the job was cancelled (scancel): not requeued" "$log" ||
   fail "job $job_id: no line saying it was cancelled and not requeued"
 grep -q "THPC_RUN_NAME=thpc-tiny-$job_id and sbatch --chdir=$tmp/workdir\$" "$log" ||
@@ -274,3 +281,36 @@ fi
 grep -q '^stopped: SIGUSR1 received; step=[0-9]* checkpoint=' "$log" ||
   fail "job $job_id: its ranks did not checkpoint when its batch shell was killed"
 echo "PASSED: the batch shell killed, the ranks checkpointed and stopped"
+
+# 6. A task of a job array stopped as in 2. Its SLURM_JOB_ID is, for one task, the array's
+#    own id, and `scontrol requeue` of that id requeued every task of the array: the
+#    other, still training, was cut off and held back two minutes. One rank a task, so
+#    that both run at once on this machine's CPUs; task 0 is the uninterrupted reference.
+array_id=$(sbatch --parsable --ntasks=1 --array=0-1 "$source_dir"/jobs/tiny_cpu.sbatch \
+             "${trainer_options[@]}") || fail "sbatch refused the job array"
+# Each task's own job id (that of its log), once the pending array is split into tasks
+# (until then both names show the array's record).
+for _ in $(seq 300); do
+  task0=$(job_field "${array_id}_0" JobId) task1=$(job_field "${array_id}_1" JobId)
+  [ -n "$task0" ] && [ -n "$task1" ] && [ "$task0" != "$task1" ] && break
+  sleep 0.1
+done
+[ "$task0" != "$task1" ] || fail "the tasks of job array $array_id never started"
+job_id=${array_id}_1
+log=thpc-tiny-$task1.out
+wait_for_step_5 "$log" "^step 5/40 "
+scancel --batch --signal=USR1 "$job_id" || fail "scancel --batch --signal=USR1 $job_id"
+for _ in $(seq 600); do
+  [ "$(job_field "${array_id}_0" JobState)" = COMPLETED ] && break
+  sleep 0.1
+done
+[ "$(job_field "${array_id}_0" JobState)" = COMPLETED ] &&
+  [ "$(job_field "${array_id}_0" Restarts)" = 0 ] ||
+  fail "task ${array_id}_0 was requeued with its sibling: $(job_field "${array_id}_0" JobState)," \
+       "restarts $(job_field "${array_id}_0" Restarts)"
+grep -q "^thpc: checkpointed after USR1; requeueing job ${array_id}_1\$" "$log" ||
+  fail "task $job_id was not requeued by its own name"
+reference=$(digest_of "thpc-tiny-$task0.out")
+[ -n "$reference" ] || fail "task ${array_id}_0 completed without a final line"
+await_requeued_end "$reference"
+echo "PASSED: a job array's task stopped, requeued alone, resumed as its sibling ran"
