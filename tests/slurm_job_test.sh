@@ -5,7 +5,8 @@
 # the job scripts.
 #
 #   1. A job runs to the end: exit code 0, the log, the last checkpoint in the job's own
-#      run directory, and its final params_sha256.
+#      run directory, and its final params_sha256; submitted by its path from outside
+#      the repository, without THPC_ROOT.
 #   2. The same job again, sent SIGUSR1 mid-run as Slurm's warning before a time limit
 #      is sent (scancel --batch: the batch shell only): it must checkpoint, requeue
 #      itself, run again under the same job id, resume from that checkpoint, append to
@@ -145,7 +146,11 @@ wait_for_step_5() {  # wait_for_step_5 LOG PATTERN: a minute at most for the job
 }
 
 started=$SECONDS
-whole_id=$(sbatch --parsable --wait "$source_dir"/jobs/tiny_cpu.sbatch "${trainer_options[@]}")
+# Without THPC_ROOT, from a directory that is not the repository: the script finds
+# jobs/common.sh beside its own path (Slurm runs a copy of it), as a user who submits
+# `sbatch ~/transformer_hpc/jobs/tiny_cpu.sbatch` from an experiment's directory.
+whole_id=$(env -u THPC_ROOT sbatch --parsable --wait "$source_dir"/jobs/tiny_cpu.sbatch \
+             "${trainer_options[@]}")
 status=$?
 whole_log=thpc-tiny-$whole_id.out
 [ "$status" = 0 ] || fail "the uninterrupted job $whole_id: sbatch --wait gave $status"
