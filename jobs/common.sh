@@ -30,12 +30,12 @@
 #   summary record (metrics.jsonl, "ended": "stopped": thpc_recorded_stop) and requeued
 #   the same way.
 #
-# Exit codes the batch system sees: 0 finished, or checkpointed and requeued; 1
-# checkpointed and not requeued: cancelled (scancel), or `scontrol requeue` failed
-# (submit it again with THPC_RUN_NAME); otherwise
-# the trainer's (docs/running.md "Exit codes": 1 a runtime failure, 2 a bad configuration, 3 bad
-# data), and the job ends FAILED without a requeue, since running it again would fail
-# again.
+# Exit codes the batch system sees: 0 finished, or checkpointed and requeued (outside a
+# batch job: checkpointed and stopped); 1 checkpointed and not requeued: cancelled
+# (scancel), or `scontrol requeue` failed (submit it again with THPC_RUN_NAME); otherwise
+# the trainer's (docs/running.md "Exit codes": 1 a runtime failure, 2 a bad configuration,
+# 3 bad data), and the job ends FAILED without a requeue, since running it again would
+# fail again.
 #
 # Settings (environment variables; sbatch passes the submitting shell's environment):
 #   THPC_ROOT      the repository, or an installation's PREFIX/share/transformer_hpc
@@ -98,6 +98,9 @@ thpc_run_name=""     # the run directory's name, once thpc_train has made it
 # moments, a phase's checks) ended the shell, exit 138, and the job FAILED.
 trap 'thpc_forward_stop USR1' USR1
 trap 'thpc_forward_stop TERM' TERM
+# Ctrl-C in a terminal (jobs/run_local.sh, a script run inside salloc): the same stop. The
+# terminal sends SIGINT to mpirun and the ranks too, which mpirun answers with exit 1.
+trap 'thpc_forward_stop INT' INT
 
 # The run directory of this job (created): runs/NAME in the job's directory under Slurm
 # (sbatch --chdir's, else the submission directory: before, the submission directory's
@@ -207,6 +210,16 @@ thpc_continue_with() {
   [ "$thpc_job_dir" != "${SLURM_SUBMIT_DIR:-$thpc_job_dir}" ] &&
     with+=" and sbatch --chdir=$thpc_job_dir"
   echo "$with"
+}
+
+# Whether this is a Slurm batch job, which can be requeued: not an interactive allocation
+# (salloc, srun), whose SLURM_JOB_ID a script run inside it also has; there `scontrol
+# requeue` failed ("Only batch jobs are accepted") and the stop was said to be a failure.
+# sbatch's ENVIRONMENT=BATCH, else the job's BatchFlag.
+thpc_batch_job() {
+  [ -n "${SLURM_JOB_ID:-}" ] || return 1
+  [ "${ENVIRONMENT:-}" = BATCH ] && return 0
+  scontrol show job -o "$(thpc_slurm_job)" 2> /dev/null | head -n 1 | grep -q '\bBatchFlag=1\b'
 }
 
 # How Slurm's commands name this job: ARRAYID_TASK for a task of a job array, whose
@@ -369,18 +382,27 @@ thpc_train() {
   # A job script run with bash, not sbatch (or jobs/run_local.sh): no #SBATCH line is
   # read, so the ranks are THPC_RANKS's (1 unless set: tiny_cpu.sbatch's 2 became 1
   # without a word), and the run directory's name holds this shell's pid, which the next
-  # start does not find: said, with how to stop and continue it.
-  if [ -z "${SLURM_JOB_ID:-}" ]; then
-    local ranks=${THPC_RANKS:-1}
-    echo "thpc: not under Slurm (no SLURM_JOB_ID): $ranks rank$([ "$ranks" = 1 ] || echo s)" \
-         "on this machine$([ -n "${THPC_RANKS:-}" ] || echo " (THPC_RANKS sets how many;" \
-         "#SBATCH lines are read by sbatch only)"); kill -USR1 $$ checkpoints and stops it," \
-         "THPC_RUN_NAME=$(basename "$run_dir") continues it"
+  # start does not find: said, with how to stop and continue it. Inside an interactive
+  # allocation (salloc) the same, without a requeue.
+  local batch=0
+  thpc_batch_job && batch=1
+  if [ "$batch" = 0 ]; then
+    local ranks=${THPC_RANKS:-${SLURM_NTASKS:-1}} where="not under Slurm (no SLURM_JOB_ID)"
+    local on="on this machine"
+    if [ -n "${SLURM_JOB_ID:-}" ]; then
+      where="not a Slurm batch job (job $SLURM_JOB_ID is an allocation: no requeue)"
+      on="in the allocation"
+    fi
+    local how=""
+    [ -n "${THPC_RANKS:-}${SLURM_NTASKS:-}" ] ||
+      how=" (THPC_RANKS sets how many; #SBATCH lines are read by sbatch only)"
+    echo "thpc: $where: $ranks rank$([ "$ranks" = 1 ] || echo s) $on$how; kill -USR1 $$" \
+         "(or Ctrl-C) checkpoints and stops it, THPC_RUN_NAME=$thpc_run_name continues it"
   fi
   echo "thpc: ${thpc_launch_command[*]} ${trainer[*]}"
   if [ -n "$thpc_stop_signal" ]; then  # before the launch: nothing to stop, nothing lost
     echo "thpc: $thpc_stop_signal received before the trainer started; not started"
-    if [ "$thpc_requeued" = 0 ] && [ -n "${SLURM_JOB_ID:-}" ]; then
+    if [ "$thpc_requeued" = 0 ] && [ "$batch" = 1 ]; then
       thpc_requeue "nothing was trained" || return $?
     fi
     return 0
@@ -421,7 +443,7 @@ thpc_train() {
   # ~0.5 s, loading libraries and starting MPI), and nothing was trained. A stop, not a
   # failure: requeued like one (before: "failed (exit 138)", and the job ended FAILED).
   if [ -n "$thpc_stop_signal" ] && (( SECONDS - launched < 30 )) &&
-     { [ "$status" = 138 ] || [ "$status" = 143 ]; }; then
+     { [ "$status" = 138 ] || [ "$status" = 143 ] || [ "$status" = 130 ]; }; then
     echo "thpc: the ranks were ended by $thpc_stop_signal before they could take it" \
          "(exit $status, during their start-up): nothing was trained, nothing is lost"
     status=0
@@ -434,17 +456,20 @@ thpc_train() {
     if [ "$status" = 0 ] && [ -z "$thpc_stop_signal" ]; then
       # A stop the ranks were sent and this shell was not: the same stop, requeued as one.
       echo "thpc: the ranks were stopped by $signal, sent to them and not to this batch" \
-           "shell (scancel --signal without --batch, or an #SBATCH --signal without B:):" \
-           "taken as the same stop; they checkpointed at step $step"
+           "shell (by Slurm to the job's steps: a preemption's grace time, an #SBATCH" \
+           "--signal without B:, scancel --signal without --batch): taken as the same stop;" \
+           "they checkpointed at step $step"
       thpc_stop_signal=${signal#SIG}
-    elif [ "$status" != 0 ] && [ -n "$thpc_stop_signal" ]; then
-      # Slurm's SIGTERM to every process of the job (its time limit reached without a
-      # warning, or too late for one) reached mpirun too, which answers it with exit 1
-      # however the ranks stopped, and may have cut their output short: the job was said
-      # to have failed, and not requeued (under srun it was).
+    elif [ "$status" != 0 ]; then
+      # A signal to mpirun itself: Slurm's SIGTERM to every process of the job (its time
+      # limit reached without a warning, or too late for one), Ctrl-C's SIGINT. It answers
+      # with exit 1 however the ranks stopped, and may cut their output short: the job was
+      # said to have failed and was not requeued (under srun it was).
       echo "thpc: the ranks stopped on $signal and checkpointed at step $step; the" \
-           "launcher's exit $status came after (mpirun answers a SIGTERM sent to it with 1)"
+           "launcher's exit $status came after (mpirun answers a SIGTERM or SIGINT sent to" \
+           "it with 1)"
       status=0
+      [ -n "$thpc_stop_signal" ] || thpc_stop_signal=${signal#SIG}
     fi
   fi
   # Slurm ending the job itself: not a stop to requeue after, whatever the launcher's exit
@@ -490,8 +515,10 @@ thpc_train() {
     echo "thpc: $failed; not requeued$left"
     return "$status"
   fi
-  if [ -n "$thpc_stop_signal" ] && [ -n "${SLURM_JOB_ID:-}" ]; then
+  if [ -n "$thpc_stop_signal" ] && [ "$batch" = 1 ]; then
     thpc_requeue "$stopped after $thpc_stop_signal" || return $?
+  elif [ -n "$thpc_stop_signal" ]; then
+    echo "thpc: $stopped after $thpc_stop_signal; THPC_RUN_NAME=$thpc_run_name continues it"
   fi
   return 0
 }
@@ -557,7 +584,7 @@ thpc_train_averaged() {
   thpc_train "$config" "--train.max_steps=$phase1_end" --checkpoint.average_last=0 "$@" ||
     return $?
   if [ -n "$thpc_stop_signal" ]; then  # stopped: phase 2 runs in the requeued job
-    if [ "$thpc_requeued" = 0 ] && [ -n "${SLURM_JOB_ID:-}" ]; then
+    if [ "$thpc_requeued" = 0 ] && thpc_batch_job; then
       # The signal came between the phases, after phase 1 had ended on its own.
       thpc_requeue "$thpc_stop_signal received after phase 1" || return $?
     fi

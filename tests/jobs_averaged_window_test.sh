@@ -19,7 +19,8 @@
 #   and not to the batch shell is requeued as the shell's own; 14. options mpirun refuses
 #   are not said to be the trainer's failure; 15. nor is mpirun's exit 1 when Slurm's
 #   SIGTERM reached it beside the ranks, which checkpointed: requeued; 16. a config's path
-#   relative to where sbatch was called is found under sbatch --chdir.
+#   relative to where sbatch was called is found under sbatch --chdir; 17. Ctrl-C of
+#   jobs/run_local.sh checkpoints and stops, exit 0.
 #
 #   tests/jobs_averaged_window_test.sh SOURCE_DIR BINARY_DIR      (ctest runs it)
 source "$(dirname "${BASH_SOURCE[0]}")/shell_test_lib.sh" "$@" || exit 1
@@ -164,7 +165,7 @@ refused=$( (unset THPC_RUN_NAME THPC_RANKS; cd "$tmp" &&
   fail "tiny_cpu.sbatch with --train.max_steps=0 exited 0: $refused"
 grep -q "thpc: not under Slurm (no SLURM_JOB_ID): 1 rank on this machine (THPC_RANKS sets" \
   <<< "$refused" || fail "no line saying the job runs outside Slurm with 1 rank: $refused"
-grep -Eq "kill -USR1 [0-9]+ checkpoints and stops it, THPC_RUN_NAME=thpc-local-[0-9]+ " \
+grep -Eq "kill -USR1 [0-9]+ \(or Ctrl-C\) checkpoints and stops it, THPC_RUN_NAME=thpc-local-" \
   <<< "$refused" || fail "no line saying how to stop and continue the run: $refused"
 grep -q "thpc: the trainer failed (exit 2); not requeued (its run directory, empty, removed)" \
   <<< "$refused" || fail "the refused start's empty run directory was not said removed: $refused"
@@ -213,7 +214,7 @@ expect_refused_start ../escaped input/tiny.ini \
 start_stand_in_job() {
   printf '#!/bin/sh\necho "$*" >> "%s/scontrol.%s"\n' "$tmp" "$1" > "$tmp/bin/scontrol"
   (cd "$tmp" && source "$source_dir/jobs/common.sh" &&
-     PATH=$tmp/bin:$PATH SLURM_JOB_ID=7 THPC_RUN_NAME=$1 \
+     PATH=$tmp/bin:$PATH SLURM_JOB_ID=7 ENVIRONMENT=BATCH THPC_RUN_NAME=$1 \
      thpc_train input/tiny.ini --train.max_steps=1000000 "${options[@]}") \
     > "$tmp/$1.log" 2>&1 &
   job=$!
@@ -275,4 +276,20 @@ chdir=$( (cd "$tmp/jobdir" && source "$source_dir/jobs/common.sh" && THPC_RUN_NA
           thpc_train conf/mine.ini --train.max_steps=1 "${options[@]}") 2>&1 ) ||
   fail "a config relative to the submission directory, from another directory: $chdir"
 grep -q "^final: step=1 " <<< "$chdir" || fail "the run with conf/mine.ini did not train: $chdir"
+# 17. Ctrl-C of jobs/run_local.sh in a terminal: SIGINT to its process group, mpirun and
+# the ranks included (job control puts the job in a group of its own, as a terminal's
+# shell does). mpirun answers it with exit 1 after the ranks checkpointed: "the trainer
+# failed (exit 1)", exit 1 (a helper's trial, also inside salloc).
+set -m
+(cd "$tmp" && THPC_RUN_NAME=ctrlc exec bash "$source_dir/jobs/run_local.sh" 1 \
+   input/tiny.ini --train.max_steps=1000000 "${options[@]}") > "$tmp/ctrlc.log" 2>&1 &
+job=$!
+set +m
+for _ in $(seq 120); do grep -q '^step ' "$tmp/ctrlc.log" && break; sleep 0.5; done
+kill -INT -- -"$job"
+end_of_stand_in_job ctrlc
+expect_in_log ctrlc '^thpc: the ranks stopped on SIG[A-Z0-9]+ and checkpointed at step [0-9]+' \
+  "no line saying the ranks checkpointed after Ctrl-C"
+expect_in_log ctrlc '^thpc: checkpointed after INT; THPC_RUN_NAME=ctrlc continues it' \
+  "no line saying how to continue after Ctrl-C"
 echo "PASSED"

@@ -18,6 +18,8 @@
 #   5. A job whose batch shell is killed (scancel --batch): its ranks checkpoint and stop.
 #   6. A job array's task stopped as in 2: it alone is requeued, and resumes as its sibling
 #      ran.
+#   7. A job script run inside an interactive allocation (salloc), stopped: not requeued
+#      (Slurm requeues batch jobs only), exit 0, and says how to continue.
 #
 #   tests/slurm_job_test.sh SOURCE_DIR BINARY_DIR      (ctest runs it)
 #
@@ -319,3 +321,23 @@ reference=$(digest_of "thpc-tiny-$task0.out")
 [ -n "$reference" ] || fail "task ${array_id}_0 completed without a final line"
 await_requeued_end "$reference"
 echo "PASSED: a job array's task stopped, requeued alone, resumed as its sibling ran"
+
+# 7. A job script run inside `salloc`: SLURM_JOB_ID is set, but the job is not a batch job.
+#    Stopped, it asked for a requeue, which Slurm refuses ("Only batch jobs are accepted"),
+#    and said the stop had failed, exit 1.
+salloc -n 2 bash -c "cd '$tmp/submit' && THPC_RUN_NAME=allocated exec bash \
+  '$source_dir/jobs/tiny_cpu.sbatch' --train.max_steps=100000 --train.log_every=1" \
+  > "$tmp/submit/allocated.log" 2>&1 &
+allocation=$!
+log=$tmp/submit/allocated.log
+wait_for_step_5 "$log" "^step 5/100000 "
+pkill -USR1 -f "^bash $source_dir/jobs/tiny_cpu.sbatch " || fail "no job script to stop in salloc"
+wait "$allocation" || { status=$?; fail "salloc with a stopped job script exited $status"; }
+grep -q "^thpc: not a Slurm batch job (job [0-9]* is an allocation: no requeue)" "$log" ||
+  fail "the job script in salloc did not say it is not a batch job"
+grep -q "^thpc: checkpointed after USR1; THPC_RUN_NAME=allocated continues it" "$log" ||
+  fail "the job script in salloc did not say how to continue"
+grep -q "requeueing\|scontrol requeue" "$log" && fail "the job script in salloc tried a requeue"
+grep -q "allocation: no requeue): 2 ranks in the allocation; kill" "$log" ||
+  fail "the job script in salloc did not say it runs salloc's 2 ranks"
+echo "PASSED: a job script in salloc stopped: checkpointed, not requeued, exit 0"
