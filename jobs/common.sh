@@ -125,27 +125,28 @@ thpc_launcher_runs() {
 # (the trainer takes both): the trainer refuses a key given twice, so a script's default
 # for KEY must give way to the user's.
 thpc_given() {
-  local key=$1 option
-  shift
-  for option in "$@"; do
-    case $option in --"$key"=* | --"$key") return 0 ;; esac
-  done
-  return 1
+  thpc_option_value "$@" > /dev/null
 }
 
-# The value the trainer options ("$@" after KEY) give KEY (--KEY=VALUE or --KEY VALUE),
-# on standard output; status 1 when they give none.
+# The value the trainer options ("$@" after KEY) give KEY (--KEY=VALUE or --KEY VALUE; ""
+# for a last --KEY without one), on standard output; status 1 when they do not give KEY.
 thpc_option_value() {
   local key=$1
   shift
   while [ $# -gt 0 ]; do
     case $1 in
       --"$key"=*) echo "${1#*=}"; return 0 ;;
-      --"$key") [ $# -gt 1 ] && { echo "$2"; return 0; } ;;
+      --"$key") echo "${2:-}"; return 0 ;;
     esac
     shift
   done
   return 1
+}
+
+# Whether METRICS (metrics.jsonl) has more than its first LINES lines: records written
+# since the launch.
+thpc_records_since() {
+  [ -f "$1" ] && [ "$(wc -l < "$1")" -gt "$2" ]
 }
 
 # "SIGNAL STEP" ("SIGUSR1 345") when the last record of METRICS (metrics.jsonl), written
@@ -157,7 +158,7 @@ thpc_option_value() {
 # ranks only, which checkpoint and exit 0, and the job ended COMPLETED, unfinished.
 thpc_recorded_stop() {
   local metrics=$1 lines=$2 last
-  [ -f "$metrics" ] && [ "$(wc -l < "$metrics")" -gt "$lines" ] || return 1
+  thpc_records_since "$metrics" "$lines" || return 1
   last=$(tail -n 1 "$metrics")
   [[ $last == '{"kind": "summary",'* && $last == *'"ended": "stopped"'* ]] || return 1
   sed -n 's/.*"step": \([0-9]*\),.*"stop_signal": "\([A-Z0-9]*\)".*/\2 \1/p' <<< "$last" |
@@ -507,8 +508,7 @@ thpc_train() {
     # THPC_MPIRUN_OPTIONS: mpirun's "unknown option", exit 1), which was said as the
     # trainer's failure.
     local failed="the trainer failed (exit $status)"
-    if [ "$status" = 1 ] && ! { [ -f "$metrics" ] &&
-                                [ "$(wc -l < "$metrics")" -gt "$metrics_lines" ]; }; then
+    if [ "$status" = 1 ] && ! thpc_records_since "$metrics" "$metrics_lines"; then
       failed="the trainer, or ${THPC_LAUNCHER:-mpirun} before it started the ranks, failed"
       failed+=" (exit 1: the lines above say which)"
     fi
