@@ -293,6 +293,7 @@ echo "PASSED: the batch shell killed, the ranks checkpointed and stopped"
 #    own id, and `scontrol requeue` of that id requeued every task of the array: the
 #    other, still training, was cut off and held back two minutes. One rank a task, so
 #    that both run at once on this machine's CPUs; task 0 is the uninterrupted reference.
+started=$SECONDS
 array_id=$(sbatch --parsable --ntasks=1 --array=0-1 "$source_dir"/jobs/tiny_cpu.sbatch \
              "${trainer_options[@]}") || fail "sbatch refused the job array"
 # Each task's own job id (that of its log), once the pending array is split into tasks
