@@ -28,7 +28,8 @@
 #   A stop sent to the ranks and not to this shell (under srun, `scancel --signal=USR1
 #   JOBID` without --batch, or an #SBATCH --signal without B:) is read from the trainer's
 #   summary record (metrics.jsonl, "ended": "stopped": thpc_recorded_stop) and requeued
-#   the same way.
+#   the same way; so is one that came during their start-up, which leaves no summary
+#   (thpc_recorded_summary).
 #
 # Exit codes the batch system sees: 0 finished, or checkpointed and requeued (outside a
 # batch job: checkpointed and stopped); 1 checkpointed and not requeued: cancelled
@@ -163,6 +164,25 @@ thpc_recorded_stop() {
   [[ $last == '{"kind": "summary",'* && $last == *'"ended": "stopped"'* ]] || return 1
   sed -n 's/.*"step": \([0-9]*\),.*"stop_signal": "\([A-Z0-9]*\)".*/\2 \1/p' <<< "$last" |
     grep .
+}
+
+# Whether the last record of METRICS written after its first LINES lines is a summary: the
+# trainer ended training (finished, stopped, diverged...). Ranks that exit 0 without one
+# were stopped during their start-up, before they trained ("stopped before training").
+thpc_recorded_summary() {
+  thpc_records_since "$1" "$2" && [[ $(tail -n 1 "$1") == '{"kind": "summary",'* ]]
+}
+
+# Whether the trainer options ("$@") name a mode that trains nothing and writes no summary
+# (--dry-run, --eval, --help, or Boost's abbreviations of them): an option whose name holds
+# no '.', as every configuration key's does.
+thpc_mode_given() {
+  local option
+  for option in "$@"; do
+    option=${option%%=*}
+    [[ $option == -* && $option != *.* ]] && return 0
+  done
+  return 1
 }
 
 # The value CONFIG's ini gives SECTION.KEY (a line "key = value" under [section], or
@@ -472,6 +492,17 @@ thpc_train() {
       status=0
       [ -n "$thpc_stop_signal" ] || thpc_stop_signal=${signal#SIG}
     fi
+  elif [ "$status" = 0 ] && [ -z "$thpc_stop_signal" ] &&
+       ! thpc_recorded_summary "$metrics" "$metrics_lines" && ! thpc_mode_given "$@"; then
+    # The ranks exited 0 without training's summary record: a stop sent to them and not to
+    # this shell came during their start-up (the trainer's "stopped before training" line
+    # above; a preemption's grace time while a large corpus is checked). The job ended
+    # COMPLETED, unfinished, without a word.
+    echo "thpc: the ranks stopped during their start-up without training (no summary" \
+         "record in $metrics): a stop sent to them and not to this batch shell; nothing" \
+         "was trained, nothing is lost"
+    thpc_stop_signal="a stop sent to the ranks"
+    stopped="stopped before training"
   fi
   # Slurm ending the job itself: not a stop to requeue after, whatever the launcher's exit
   # (mpirun answers Slurm's own SIGTERM with exit 1, however the ranks stopped).

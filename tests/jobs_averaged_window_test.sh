@@ -20,7 +20,8 @@
 #   are not said to be the trainer's failure; 15. nor is mpirun's exit 1 when Slurm's
 #   SIGTERM reached it beside the ranks, which checkpointed: requeued; 16. a config's path
 #   relative to where sbatch was called is found under sbatch --chdir; 17. Ctrl-C of
-#   jobs/run_local.sh checkpoints and stops, exit 0.
+#   jobs/run_local.sh checkpoints and stops, exit 0; 18. a stop sent to the ranks alone
+#   during their start-up is requeued too.
 #
 #   tests/jobs_averaged_window_test.sh SOURCE_DIR BINARY_DIR      (ctest runs it)
 source "$(dirname "${BASH_SOURCE[0]}")/shell_test_lib.sh" "$@" || exit 1
@@ -207,27 +208,30 @@ expect_refused_start missing input/nonexistent.ini \
 # 12. A run name that leaves runs/ (it made and trained in $tmp/escaped without a word).
 expect_refused_start ../escaped input/tiny.ini \
   "thpc: THPC_RUN_NAME=../escaped: a run's name is one folder under runs/" "$tmp/escaped"
-# start_stand_in_job NAME: thpc_train of input/tiny.ini as Slurm's job 7 (a stand-in
-# scontrol that records its calls in $tmp/scontrol.NAME), its batch shell started in
-# $tmp, in the background (job: its pid, log $tmp/NAME.log); once it trains, launcher and
-# rank hold the pids of its mpirun and its rank.
+# start_stand_in_job NAME [READY [VARIABLE=VALUE...]]: thpc_train of input/tiny.ini as
+# Slurm's job 7 (a stand-in scontrol that records its calls in $tmp/scontrol.NAME), its
+# batch shell started in $tmp with those variables set, in the background (job: its pid,
+# log $tmp/NAME.log); once its log has a line matching READY (default: it trains),
+# launcher and rank hold the pids of its mpirun and its rank.
 start_stand_in_job() {
+  local ready=${2:-^step }
   printf '#!/bin/sh\necho "$*" >> "%s/scontrol.%s"\n' "$tmp" "$1" > "$tmp/bin/scontrol"
   (cd "$tmp" && source "$source_dir/jobs/common.sh" &&
+     { [ $# -lt 3 ] || export "${@:3}"; } &&
      PATH=$tmp/bin:$PATH SLURM_JOB_ID=7 ENVIRONMENT=BATCH THPC_RUN_NAME=$1 \
      thpc_train input/tiny.ini --train.max_steps=1000000 "${options[@]}") \
     > "$tmp/$1.log" 2>&1 &
   job=$!
   launcher="" rank=""
   for _ in $(seq 120); do
-    if grep -q '^step ' "$tmp/$1.log"; then
+    if grep -q "$ready" "$tmp/$1.log"; then
       launcher=$(pgrep -f "^mpirun .*/runs/$1/")
       rank=$(pgrep -f "^$binary_dir/transformer_hpc .*/runs/$1/") && break
     fi
     sleep 0.5
   done
   [ -n "$launcher" ] && [ -n "$rank" ] ||
-    { cat "$tmp/$1.log"; fail "the rank of runs/$1 never trained under mpirun"; }
+    { cat "$tmp/$1.log"; fail "the rank of runs/$1 never came to '$ready' under mpirun"; }
 }
 # end_of_stand_in_job NAME: waits for it, which must exit 0; expect_in_log NAME PATTERN
 # WHAT: its log has a line matching PATTERN (extended), else fails saying WHAT.
@@ -236,6 +240,11 @@ end_of_stand_in_job() {
 }
 expect_in_log() {
   grep -Eq "$2" "$tmp/$1.log" || { cat "$tmp/$1.log"; fail "$3"; }
+}
+# expect_requeued NAME: the stand-in scontrol was asked once, to requeue job 7.
+expect_requeued() {
+  [ "$(cat "$tmp/scontrol.$1")" = "requeue 7" ] ||
+    fail "scontrol was called with: $(cat "$tmp/scontrol.$1")"
 }
 # 13. SIGUSR1 to the ranks alone (under srun, `scancel --signal=USR1 JOBID` without
 # --batch, or an #SBATCH --signal without B:): they checkpoint and exit 0, and the job
@@ -248,8 +257,7 @@ expect_in_log rankstop '^thpc: the ranks were stopped by SIGUSR1, sent to them a
   "no line saying the ranks were stopped"
 expect_in_log rankstop '^thpc: checkpointed after USR1; requeueing job 7' \
   "the job stopped through its ranks was not requeued"
-[ "$(cat "$tmp/scontrol.rankstop")" = "requeue 7" ] ||
-  fail "scontrol was called with: $(cat "$tmp/scontrol.rankstop")"
+expect_requeued rankstop
 [ -f "$tmp/runs/rankstop/metrics.jsonl" ] || fail "no runs/ in the job's directory $tmp"
 # 14. A launcher option mpirun does not know: its own "unknown option" and exit 1, which
 # the script said as "the trainer failed (exit 1)".
@@ -292,4 +300,19 @@ expect_in_log ctrlc '^thpc: the ranks stopped on SIG[A-Z0-9]+ and checkpointed a
   "no line saying the ranks checkpointed after Ctrl-C"
 expect_in_log ctrlc '^thpc: checkpointed after INT; THPC_RUN_NAME=ctrlc continues it' \
   "no line saying how to continue after Ctrl-C"
+# 18. The same stop during the ranks' start-up (a preemption's grace time while a large
+# corpus is checked): they print "stopped before training" and exit 0 without a summary
+# record, and the job ended COMPLETED, unfinished, without a word. The rank's start-up is
+# held 20 s (a test hook); the stop comes once its handler is in place (the hook's warning).
+start_stand_in_job startstop "hook THPC_TEST_SLOW_START_UP=0:20 is set" \
+  THPC_TEST_SLOW_START_UP=0:20
+kill -USR1 $rank
+end_of_stand_in_job startstop
+expect_in_log startstop '^stopped before training: SIGUSR1 received during start-up' \
+  "the rank was not stopped during its start-up"
+expect_in_log startstop '^thpc: the ranks stopped during their start-up without training' \
+  "no line saying the ranks were stopped during their start-up"
+expect_in_log startstop '^thpc: stopped before training after a stop sent to the ranks;' \
+  "the job stopped during its ranks' start-up was not requeued"
+expect_requeued startstop
 echo "PASSED"
