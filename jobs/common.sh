@@ -544,6 +544,16 @@ thpc_train() {
       failed+=" (exit 1: the lines above say which)"
     fi
     echo "thpc: $failed; not requeued$left"
+    # The trainer's refusal of a run directory another trainer holds says "give this run
+    # another checkpoint.dir", which a job sets from THPC_RUN_NAME (a second job given the
+    # same name, an array's tasks sharing one): its lock is still there, ours released.
+    local checkpoints
+    checkpoints=$(thpc_option_value checkpoint.dir "$@" || echo "$run_dir/checkpoints")
+    if [ "$status" = 2 ] && [ -f "$checkpoints/trainer.lock" ]; then
+      echo "thpc: $checkpoints is another trainer's (its lock above): a job or shell" \
+           "trains THPC_RUN_NAME=$thpc_run_name already; wait for it to end, or give this" \
+           "job another THPC_RUN_NAME"
+    fi
     return "$status"
   fi
   if [ -n "$thpc_stop_signal" ] && [ "$batch" = 1 ]; then

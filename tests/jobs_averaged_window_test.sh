@@ -21,7 +21,8 @@
 #   SIGTERM reached it beside the ranks, which checkpointed: requeued; 16. a config's path
 #   relative to where sbatch was called is found under sbatch --chdir; 17. Ctrl-C of
 #   jobs/run_local.sh checkpoints and stops, exit 0; 18. a stop sent to the ranks alone
-#   during their start-up is requeued too.
+#   during their start-up is requeued too; 19. a job given the run name of one that runs
+#   is told to give another.
 #
 #   tests/jobs_averaged_window_test.sh SOURCE_DIR BINARY_DIR      (ctest runs it)
 source "$(dirname "${BASH_SOURCE[0]}")/shell_test_lib.sh" "$@" || exit 1
@@ -251,6 +252,13 @@ expect_requeued() {
 # ended COMPLETED, unfinished, without a word. The script reads the trainer's summary
 # record and requeues (a stand-in scontrol here, Slurm's job 7).
 start_stand_in_job rankstop
+# 19. A second job given the same THPC_RUN_NAME meanwhile: the trainer refuses the run
+# directory another trainer holds, "give this run another checkpoint.dir", which a job
+# sets through THPC_RUN_NAME (said).
+second=$( (THPC_RUN_NAME=rankstop thpc_train input/tiny.ini "${options[@]}") 2>&1 ) &&
+  fail "a second job on runs/rankstop exited 0: $second"
+grep -q "^thpc: .*/runs/rankstop/checkpoints is another trainer's (its lock above): a job" \
+  <<< "$second" || fail "the second job on runs/rankstop did not name THPC_RUN_NAME: $second"
 kill -USR1 $rank
 end_of_stand_in_job rankstop
 expect_in_log rankstop '^thpc: the ranks were stopped by SIGUSR1, sent to them and not to' \
