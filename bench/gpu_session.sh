@@ -1000,11 +1000,11 @@ ranks_stage() {
   # mpirun refuses root unless told (the GPU host's use.sh tells it; the rehearsal here).
   [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   local gpu_tests="^CudaDistributed|OneRankNcclGradients"
-  local args="--train.backend=cuda --model.layers=6 --model.d_model=512 --model.d_ff=2048
+  local model_options="--train.backend=cuda --model.layers=6 --model.d_model=512 --model.d_ff=2048
     --model.heads=8 --train.tokens_per_step=6250"
   if [ "$rehearsal" = 1 ]; then
     gpu_tests="^DataParallel|^Distributed[.](AFourRank|AKilledRank)"
-    args="--train.backend=cpu --model.layers=1 --train.tokens_per_step=800"
+    model_options="--train.backend=cpu --model.layers=1 --train.tokens_per_step=800"
   fi
   # Capped (a test without a TIMEOUT of its own; the MPI cases have 300 s, and end at
   # once when a rank fails: mpi_equivalence's main) so that a hang leaves the call time.
@@ -1032,7 +1032,7 @@ ranks_stage() {
     [ "$ranks" -gt 1 ] && reducer="--dist.reducer=mpi --dist.device=0 --dist.log_buckets=true"
     # shellcheck disable=SC2086
     timeout 150 mpirun -np "$ranks" --oversubscribe "$BUILD_DIR/transformer_hpc" input/tiny.ini \
-      $args $reducer --train.max_steps="$steps" --train.log_every=$((steps / 3)) \
+      $model_options $reducer --train.max_steps="$steps" --train.log_every=$((steps / 3)) \
       --checkpoint.minutes=0 --checkpoint.average_last=0 \
       --checkpoint.dir="$BUILD_DIR/ranks_checkpoints/np$ranks" > "$LOGS/ranks_np$ranks.log" 2>&1
     echo "ranks: np $ranks, exit $?: $(grep "^step $steps/" "$LOGS/ranks_np$ranks.log" | grep -o "ms/step [0-9.]*")"
@@ -1044,7 +1044,7 @@ ranks_stage() {
   # bucket's collective is posted against backward on the device's clock (issue 52 item
   # 4), where the two ranks' above are the host's; the transfers are the scaling model's.
   # shellcheck disable=SC2086
-  timeout 150 mpirun -np 1 "$BUILD_DIR/transformer_hpc" input/tiny.ini $args \
+  timeout 150 mpirun -np 1 "$BUILD_DIR/transformer_hpc" input/tiny.ini $model_options \
     --dist.log_buckets=true --train.max_steps="$steps" --train.log_every=$((steps / 3)) \
     --checkpoint.minutes=0 --checkpoint.average_last=0 \
     --checkpoint.dir="$BUILD_DIR/ranks_checkpoints/np1_nccl" > "$LOGS/ranks_np1_nccl.log" 2>&1

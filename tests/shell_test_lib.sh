@@ -7,6 +7,7 @@
 # ctest's SKIP_RETURN_CODE for these tests, with the reason), require_programs and
 # scratch_directory, and turns on `set -uo pipefail` (not -e: each test says which
 # command failed and shows its log).
+# shellcheck disable=SC2034  # (source_dir, binary_dir: the tests that source this file use them)
 set -uo pipefail
 source_dir=$(cd "$1" && pwd) || { echo "FAILED: no source directory '$1'"; exit 1; }
 binary_dir=$(cd "$2" && pwd) || { echo "FAILED: no binary directory '$2'"; exit 1; }

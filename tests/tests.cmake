@@ -179,6 +179,11 @@ set_tests_properties(Install.JobsAndToolsRunFromThePrefixWithoutTheRepository PR
   TIMEOUT 300 SKIP_RETURN_CODE 77
   ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;${THPC_CPU_ONLY_ENVIRONMENT};\
 ${THPC_JOB_CHECK_ENVIRONMENT}")
+# The shell scripts pass shellcheck's warning level (skipped where it is not installed):
+# about 15 s on 2 cores.
+add_test(NAME Lint.ShellScriptsPassShellcheck
+         COMMAND bash ${THPC_TESTS_DIR}/shellcheck_test.sh ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
+set_tests_properties(Lint.ShellScriptsPassShellcheck PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
 # test_spack reads Spack.yaml with a YAML parser, as Spack does (a test-only dependency).
 find_package(yaml-cpp REQUIRED)
 target_link_libraries(test_spack PRIVATE yaml-cpp)

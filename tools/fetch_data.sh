@@ -374,7 +374,7 @@ fetch_wmt14_enfr() {
   mv "$work/dev/newstest2013.fr" "$work/valid.fr"
   sgm_to_text "$work/dev/newstest2014-fren-ref.en.sgm" "$work/test.en"
   sgm_to_text "$work/dev/newstest2014-fren-src.fr.sgm" "$work/test.fr"
-  rm -rf "$work/dev" "$work/training" "$work/un"
+  rm -rf "${work:?}/dev" "$work/training" "$work/un"
   (cd "$work" && sha256sum train.* valid.* test.* > SHA256SUMS)
 }
 
@@ -415,6 +415,7 @@ one() {  # NAME
   mkdir -p "$work"
   # A fetch that fails (no network, a bad checksum) leaves nothing behind; a later run
   # starts afresh anyway.
+  # shellcheck disable=SC2064  # (the path now, quoted: $work is local)
   trap "rm -rf $(printf %q "$work")" EXIT
   "fetch_$set" "$work"
   verify "$set" "$work"

@@ -31,6 +31,8 @@ packages=(
   python3-venv
   # tools/fuzz.sh: clang and its runtime libraries (libFuzzer, ASan, UBSan)
   clang libclang-rt-14-dev
+  # tests/shellcheck_test.sh: the shell scripts' lint
+  shellcheck
   # tests/slurm_job_test.sh starts its own Slurm on localhost (jobs/*.sbatch on a real one)
   slurm-wlm munge
 )

@@ -35,7 +35,7 @@ eval_dir=$corpus/eval
 # (--key=value, --key value): given twice, the trainer refused the user's one as "given
 # more than once", after the whole preprocessing. A relative directory given is the
 # caller's (the trainer runs from the repository).
-resume=0 own_checkpoints=1 own_metrics=1 previous= trainer_options=()
+resume=0 own_checkpoints=1 own_metrics=1 previous='' trainer_options=()
 callers() { [[ $1 == /* ]] && echo "$1" || echo "$caller/$1"; }
 for option in "$@"; do
   case $previous in
