@@ -432,7 +432,10 @@ int main(int argc, char** argv) {
     if (trainer.run(std::cout) == thpc::RunEnd::Diverged) return thpc::kDivergedExitCode;
   } catch (const thpc::StoppedDuringStartUp& e) {
     // A stop, not a failure: the line a stop during start-up prints, exit 0.
-    if (comm.is_root()) std::cout << e.what() << std::endl;
+    if (comm.is_root()) {
+      std::cout << e.what() << std::endl;
+      thpc::record_stop_before_training(e.signal_number());
+    }
     return 0;
   } catch (const thpc::AllRanksError& e) {
     // Every rank raised it together: one message, and no rank needs ending by force.

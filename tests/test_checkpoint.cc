@@ -34,6 +34,7 @@
 #include "io/atomic_file.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/checkpoint_params.h"
+#include "scoped_environment.h"
 #include "train/stop_request.h"
 #include "train/trainer.h"
 #include "decode_oracles.h"
@@ -851,6 +852,14 @@ TEST_F(CheckpointTest, SigtermFromOutsideStopsCleanlyAndTheRunResumesExactly) {
   EXPECT_EQ(final_line(resumed.output), final_line(whole.output));
 }
 
+// The text of the file at `path` ("" when there is none).
+std::string text_of(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
 // The children of `pid` (Open MPI's singleton start-up forks its daemon, orted).
 bool has_children(pid_t pid) {
   std::ifstream children("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) +
@@ -866,6 +875,8 @@ bool has_children(pid_t pid) {
 TEST_F(CheckpointTest, SigtermDuringStartUpStopsBeforeTrainingWithExitZero) {
   // 44M parameters: building the model takes about 2 s on the development machine, so
   // the signal, sent as soon as the handler is in, lands inside the start-up.
+  // (The file in which a job script learns of the stop: such a run writes no summary.)
+  const ScopedEnvironment stop_file(kStartUpStopFileVariable, path("startup_stop.txt"));
   FILE* output = nullptr;
   const pid_t pid = start_process(
       {kTrainer, kTinyIni, "--model.layers=6", "--model.d_model=512", "--model.d_ff=2048",
@@ -892,6 +903,7 @@ TEST_F(CheckpointTest, SigtermDuringStartUpStopsBeforeTrainingWithExitZero) {
       << log;
   EXPECT_TRUE(losses_by_step(log).empty()) << log;
   EXPECT_TRUE(list_checkpoints(path("startup")).empty()) << log;
+  EXPECT_EQ(text_of(path("startup_stop.txt")), "SIGTERM\n") << log;
 }
 
 TEST_F(CheckpointTest, SigtermWhileReadingTheCheckpointStopsWithoutANewOne) {
@@ -907,6 +919,7 @@ TEST_F(CheckpointTest, SigtermWhileReadingTheCheckpointStopsWithoutANewOne) {
 
   std::vector<std::string> resumed = command;
   resumed.push_back("--train.max_steps=3");
+  const ScopedEnvironment stop_file(kStartUpStopFileVariable, path("reading_stop.txt"));
   // The "training ..." line comes just before the checkpoint is read.
   const SignalledRun run = run_and_signal_at(resumed, "training ");
   const std::string& log = run.log;
@@ -921,6 +934,7 @@ TEST_F(CheckpointTest, SigtermWhileReadingTheCheckpointStopsWithoutANewOne) {
   EXPECT_EQ(list_checkpoints(path("resume")),
             std::vector<std::string>{path("resume/step_00000001.h5")})
       << log;
+  EXPECT_EQ(text_of(path("reading_stop.txt")), "SIGTERM\n") << log;
 }
 
 TEST(StopSignal, SigusrOneAsksToStopAndTheOldHandlerComesBack) {

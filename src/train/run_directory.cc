@@ -555,11 +555,20 @@ LockedUse trainer_use(const std::string& dir, const std::string& key) {
 // Why `use` cannot take the lock at `path`: `holder` holds it, refreshed `age` seconds ago.
 std::string in_use_refusal(const LockedUse& use, const LockHolder& holder,
                            const std::string& path, double age) {
+  // A job of jobs/ sets the run directory from its THPC_RUN_NAME (in its environment,
+  // which the launcher passes on): there that is what to change (a second job given the
+  // same name, an array's tasks sharing one).
+  const char* job_run_name = use.holder == "trainer" ? std::getenv("THPC_RUN_NAME") : nullptr;
+  const std::string in_a_job =
+      job_run_name != nullptr && *job_run_name != '\0'
+          ? std::string(" (in a job of jobs/: another THPC_RUN_NAME than ") + job_run_name + ")"
+          : std::string();
   std::ostringstream message;
   message << use.named << " is in use by another " << use.holder << " (" << holder.describe()
           << "; its lock " << path << " was refreshed " << static_cast<long long>(age)
           << " s ago): two " << use.holders << " on one directory would " << use.clash
-          << " Wait for it to end or stop it, or give this run another " << use.key << ". "
+          << " Wait for it to end or stop it, or give this run another " << use.key << in_a_job
+          << ". "
           << "A lock whose holder is gone is taken over when its process is missing on "
           << "this host, when it is an earlier run of this Slurm job on another node, or, "
           << "for another host's holder (or another PID namespace's: a container), "

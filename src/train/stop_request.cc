@@ -5,7 +5,10 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iostream>
 #include <string>
 
 #include "io/atomic_file.h"
@@ -161,6 +164,18 @@ void keep_at_abrupt_stop(const std::string& path) {
     if (g_abrupt_used[slot].load() && path == g_abrupt_paths[slot]) {
       g_abrupt_used[slot].store(false);
     }
+  }
+}
+
+void record_stop_before_training(int signal_number) {
+  const char* path = std::getenv(kStartUpStopFileVariable);
+  if (path == nullptr || *path == '\0') return;
+  std::ofstream file(path, std::ios::trunc);
+  file << stop_signal_name(signal_number) << "\n";
+  file.close();
+  if (!file) {
+    std::cerr << "warning: could not write " << path << " (" << kStartUpStopFileVariable
+              << "), where the job script looks for a stop during start-up" << std::endl;
   }
 }
 

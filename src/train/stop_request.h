@@ -46,4 +46,15 @@ void keep_at_abrupt_stop(const std::string& path);
 // "SIGTERM", "SIGUSR1", "SIGINT", "SIGHUP" (for log lines).
 const char* stop_signal_name(int signal_number);
 
+// The environment variable naming the file in which rank 0 of a run stopped during its
+// start-up writes the signal's name ("SIGUSR1"): jobs/common.sh sets it. Such a run
+// writes no summary record in metrics.jsonl, and under srun a stop sent to the ranks and
+// not to the batch shell left the job COMPLETED, unfinished, without a word: the file is
+// how the job script knows that its ranks exited 0 for a stop, not having trained.
+inline constexpr const char* kStartUpStopFileVariable = "THPC_STARTUP_STOP_FILE";
+
+// Writes stop_signal_name(signal_number) to the file kStartUpStopFileVariable names, if
+// set; a file that cannot be written is said on stderr (the stop itself stands).
+void record_stop_before_training(int signal_number);
+
 }  // namespace thpc

@@ -69,6 +69,7 @@ bool stopped_before_training(const Communicator& comm, int64_t step, std::ostrea
   const int signal = stop_signal_of_any_rank(comm);
   if (signal == 0) return false;
   log << stopped_before_training_line(signal, step) << std::endl;
+  if (comm.is_root()) record_stop_before_training(signal);
   return true;
 }
 
