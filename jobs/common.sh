@@ -27,9 +27,9 @@
 #   not requeued by this script: it asks Slurm why (thpc_why_slurm_ends) and says so.
 #   A stop sent to the ranks and not to this shell (under srun, `scancel --signal=USR1
 #   JOBID` without --batch, or an #SBATCH --signal without B:) is read from the trainer's
-#   summary record (metrics.jsonl, "ended": "stopped": thpc_recorded_stop) and requeued
-#   the same way; so is one that came during their start-up, which leaves no summary
-#   (thpc_recorded_summary).
+#   summary record (metrics.jsonl, "ended": "stopped": thpc_recorded_end) and requeued
+#   the same way; so is one that came during their start-up, which leaves no summary:
+#   rank 0 then writes the signal's name to the file THPC_STARTUP_STOP_FILE names.
 #
 # Exit codes the batch system sees: 0 finished, or checkpointed and requeued (outside a
 # batch job: checkpointed and stopped); 1 checkpointed and not requeued: cancelled
@@ -95,6 +95,7 @@ thpc_requeued=0      # this job asked Slurm to requeue it
 thpc_trapped=0       # a stop signal arrived during the current `wait`
 thpc_launcher_pid=""
 thpc_run_name=""     # the run directory's name, once thpc_train has made it
+thpc_checkpoints_dir=""  # and the trainer's checkpoint.dir there (or the options')
 # Taken from here on, not from the launch: a signal before it (the batch shell's first
 # moments, a phase's checks) ended the shell, exit 138, and the job FAILED.
 trap 'thpc_forward_stop USR1' USR1
@@ -150,39 +151,24 @@ thpc_records_since() {
   [ -f "$1" ] && [ "$(wc -l < "$1")" -gt "$2" ]
 }
 
-# "SIGNAL STEP" ("SIGUSR1 345") when the last record of METRICS (metrics.jsonl), written
-# after the file's first LINES lines, is the summary of a run stopped by a signal ("ended":
-# "stopped", "stop_signal") at that step, its checkpoint written; status 1 otherwise (a
-# run that finished, or wrote nothing).
-# How this shell learns of a stop its ranks were sent and it was not: `scancel
+# "ENDED STEP [SIGNAL]" ("stopped 345 SIGUSR1", "finished 70") when the last record of
+# METRICS (metrics.jsonl), written after the file's first LINES lines, is the trainer's
+# summary: how its run ended ("ended": finished, time_limit, patience, stopped with its
+# "stop_signal", diverged) at that step; status 1 otherwise (it wrote none).
+# How this shell learns of a stop its ranks were sent and it was not (`scancel
 # --signal=USR1 JOBID` without --batch, or an #SBATCH --signal without B:, reach srun's
-# ranks only, which checkpoint and exit 0, and the job ended COMPLETED, unfinished.
-thpc_recorded_stop() {
-  local metrics=$1 lines=$2 last
+# ranks only, which checkpoint and exit 0, and the job ended COMPLETED, unfinished), and
+# of a run that had ended on its own when a stop came.
+thpc_recorded_end() {
+  local metrics=$1 lines=$2 last ended step signal
   thpc_records_since "$metrics" "$lines" || return 1
   last=$(tail -n 1 "$metrics")
-  [[ $last == '{"kind": "summary",'* && $last == *'"ended": "stopped"'* ]] || return 1
-  sed -n 's/.*"step": \([0-9]*\),.*"stop_signal": "\([A-Z0-9]*\)".*/\2 \1/p' <<< "$last" |
-    grep .
-}
-
-# Whether the last record of METRICS written after its first LINES lines is a summary: the
-# trainer ended training (finished, stopped, diverged...). Ranks that exit 0 without one
-# were stopped during their start-up, before they trained ("stopped before training").
-thpc_recorded_summary() {
-  thpc_records_since "$1" "$2" && [[ $(tail -n 1 "$1") == '{"kind": "summary",'* ]]
-}
-
-# Whether the trainer options ("$@") name a mode that trains nothing and writes no summary
-# (--dry-run, --eval, --help, or Boost's abbreviations of them): an option whose name holds
-# no '.', as every configuration key's does.
-thpc_mode_given() {
-  local option
-  for option in "$@"; do
-    option=${option%%=*}
-    [[ $option == -* && $option != *.* ]] && return 0
-  done
-  return 1
+  [[ $last == '{"kind": "summary",'* ]] || return 1
+  ended=$(sed -n 's/.*"ended": "\([a-z_]*\)".*/\1/p' <<< "$last")
+  step=$(sed -n 's/^{"kind": "summary", "step": \([0-9]*\),.*/\1/p' <<< "$last")
+  signal=$(sed -n 's/.*"stop_signal": "\([A-Z0-9]*\)".*/\1/p' <<< "$last")
+  [ -n "$ended" ] && [ -n "$step" ] || return 1
+  echo "$ended $step${signal:+ $signal}"
 }
 
 # The value CONFIG's ini gives SECTION.KEY (a line "key = value" under [section], or
@@ -391,11 +377,20 @@ thpc_train() {
     fi
   done
   thpc_given checkpoint.dir "$@" || trainer+=("--checkpoint.dir=$run_dir/checkpoints")
+  thpc_checkpoints_dir=$(thpc_option_value checkpoint.dir "$@") ||
+    thpc_checkpoints_dir=$run_dir/checkpoints
   # The run directory holds the metrics and TensorBoard events beside checkpoints/ (the
   # trainer's own default is checkpoint.dir itself).
   thpc_given train.metrics_dir "$@" || trainer+=("--train.metrics_dir=$run_dir")
-  local metrics
-  metrics=$(thpc_option_value train.metrics_dir "$@" || echo "$run_dir")/metrics.jsonl
+  # Where the trainer writes metrics.jsonl: the run directory, a train.metrics_dir given,
+  # or, given empty, checkpoint.dir (the trainer's default; it was looked for in /: a
+  # reviewer's finding).
+  local metrics_dir
+  metrics_dir=$(thpc_option_value train.metrics_dir "$@") || metrics_dir=$run_dir
+  if [ -z "$metrics_dir" ]; then
+    metrics_dir=$(thpc_option_value checkpoint.dir "$@") || metrics_dir=$run_dir/checkpoints
+  fi
+  local metrics=$metrics_dir/metrics.jsonl
   thpc_given checkpoint.resume "$@" || trainer+=(--checkpoint.resume=auto)
   trainer+=("$@")
   echo "thpc: job ${SLURM_JOB_ID:-(none)} run ${SLURM_RESTART_COUNT:-0} on $(hostname)," \
@@ -423,6 +418,12 @@ thpc_train() {
   echo "thpc: ${thpc_launch_command[*]} ${trainer[*]}"
   if [ -n "$thpc_stop_signal" ]; then  # before the launch: nothing to stop, nothing lost
     echo "thpc: $thpc_stop_signal received before the trainer started; not started"
+    # A cancel or Slurm's own requeue: as Slurm says (a requeue of ours would put a
+    # cancelled job back in the queue: Slurm takes one of a job that is ending).
+    if [ -n "$thpc_slurm_ends" ] && [ "$thpc_requeued" = 0 ]; then
+      thpc_end_as_slurm_does "Nothing was trained in this run of it"
+      return $?
+    fi
     if [ "$thpc_requeued" = 0 ] && [ "$batch" = 1 ]; then
       thpc_requeue "nothing was trained" || return $?
     fi
@@ -430,7 +431,11 @@ thpc_train() {
   fi
   local metrics_lines=0
   [ -f "$metrics" ] && metrics_lines=$(wc -l < "$metrics")
-  "${thpc_launch_command[@]}" "${trainer[@]}" &
+  # Rank 0 of ranks stopped during their start-up writes the signal there (they write no
+  # summary record): how a stop sent to them alone then is told from a run that ended.
+  local startup_stop
+  startup_stop=$(mktemp "${TMPDIR:-/tmp}/thpc_startup_stop.XXXXXX") || startup_stop=""
+  THPC_STARTUP_STOP_FILE=$startup_stop "${thpc_launch_command[@]}" "${trainer[@]}" &
   thpc_launcher_pid=$!
   local launched=$SECONDS
   # A stop that came between the check above and the launcher's pid found no one to tell.
@@ -460,20 +465,31 @@ thpc_train() {
       thpc_launcher_runs && kill -USR1 "$thpc_launcher_pid" 2> /dev/null
     fi
   done
+  # The launcher has ended: a signal from now on has no one to tell (its pid may be another
+  # process's soon, which the trap's SIGUSR1 would kill).
+  thpc_launcher_pid=""
+  local stopped_at_start=""
+  if [ -n "$startup_stop" ]; then
+    stopped_at_start=$(head -c 16 "$startup_stop" 2> /dev/null | tr -dc 'A-Z0-9')
+    rm -f "$startup_stop"
+  fi
   # Killed by the stop signal itself: it came before the ranks could take it (their first
   # ~0.5 s, loading libraries and starting MPI), and nothing was trained. A stop, not a
   # failure: requeued like one (before: "failed (exit 138)", and the job ended FAILED).
   if [ -n "$thpc_stop_signal" ] && (( SECONDS - launched < 30 )) &&
-     { [ "$status" = 138 ] || [ "$status" = 143 ] || [ "$status" = 130 ]; }; then
+     { [ "$status" = 138 ] || [ "$status" = 143 ] || [ "$status" = 130 ]; } &&
+     ! thpc_records_since "$metrics" "$metrics_lines"; then
     echo "thpc: the ranks were ended by $thpc_stop_signal before they could take it" \
          "(exit $status, during their start-up): nothing was trained, nothing is lost"
     status=0
     stopped="stopped before training"
   fi
-  # The ranks' own record of a stop, their checkpoint written.
-  local recorded signal step
-  if recorded=$(thpc_recorded_stop "$metrics" "$metrics_lines"); then
-    read -r signal step <<< "$recorded"
+  # The ranks' own record of how they ended: a stop, their checkpoint written, or the run's
+  # end.
+  local recorded ended="" step="" signal=""
+  recorded=$(thpc_recorded_end "$metrics" "$metrics_lines") &&
+    read -r ended step signal <<< "$recorded"
+  if [ "$ended" = stopped ] && [ -n "$signal" ]; then
     if [ "$status" = 0 ] && [ -z "$thpc_stop_signal" ]; then
       # A stop the ranks were sent and this shell was not: the same stop, requeued as one.
       echo "thpc: the ranks were stopped by $signal, sent to them and not to this batch" \
@@ -492,40 +508,20 @@ thpc_train() {
       status=0
       [ -n "$thpc_stop_signal" ] || thpc_stop_signal=${signal#SIG}
     fi
-  elif [ "$status" = 0 ] && [ -z "$thpc_stop_signal" ] &&
-       ! thpc_recorded_summary "$metrics" "$metrics_lines" && ! thpc_mode_given "$@"; then
-    # The ranks exited 0 without training's summary record: a stop sent to them and not to
-    # this shell came during their start-up (the trainer's "stopped before training" line
-    # above; a preemption's grace time while a large corpus is checked). The job ended
-    # COMPLETED, unfinished, without a word.
-    echo "thpc: the ranks stopped during their start-up without training (no summary" \
-         "record in $metrics): a stop sent to them and not to this batch shell; nothing" \
-         "was trained, nothing is lost"
-    thpc_stop_signal="a stop sent to the ranks"
+  elif [ "$status" = 0 ] && [ -z "$thpc_stop_signal" ] && [ -n "$stopped_at_start" ]; then
+    # A stop sent to the ranks and not to this shell came during their start-up (a
+    # preemption's grace time while a large corpus is checked): they exit 0 without a
+    # summary record, and the job ended COMPLETED, unfinished, without a word.
+    echo "thpc: the ranks were stopped by $stopped_at_start during their start-up, sent to" \
+         "them and not to this batch shell: nothing was trained, nothing is lost"
+    thpc_stop_signal=${stopped_at_start#SIG}
     stopped="stopped before training"
   fi
   # Slurm ending the job itself: not a stop to requeue after, whatever the launcher's exit
   # (mpirun answers Slurm's own SIGTERM with exit 1, however the ranks stopped).
   if [ -n "$thpc_slurm_ends" ]; then
-    local newest
-    newest=$(ls "$run_dir"/checkpoints/step_*.h5 2> /dev/null | tail -n 1)
-    if [ "$thpc_slurm_ends" = cancelled ]; then
-      # Exit 1, unfinished: `sbatch --wait jobs/base.sbatch && sbatch my_evaluation`
-      # went on to evaluate a cancelled run (exit 0).
-      echo "thpc: the job was cancelled (scancel): not requeued. Its ranks were asked to" \
-           "checkpoint first${newest:+ (the newest: $newest)}; to continue the run, submit" \
-           "the job again with $(thpc_continue_with)"
-      thpc_requeued=1
-      return 1
-    fi
-    echo "thpc: Slurm requeues the job itself (scontrol requeue, or a preemption): it" \
-         "resumes from its newest checkpoint${newest:+ (${newest##*/})} in $run_dir"
-    if [ "$thpc_slurm_ends" = requeued_held ]; then
-      echo "thpc: it is held (scontrol requeuehold): scontrol release $(thpc_slurm_job)" \
-           "lets it run"
-    fi
-    thpc_requeued=1
-    return 0
+    thpc_end_as_slurm_does "Its ranks were asked to checkpoint first"
+    return $?
   fi
   if [ "$status" != 0 ]; then
     # A start refused before it wrote anything (a bad option, a missing corpus) left an
@@ -544,22 +540,44 @@ thpc_train() {
       failed+=" (exit 1: the lines above say which)"
     fi
     echo "thpc: $failed; not requeued$left"
-    # The trainer's refusal of a run directory another trainer holds says "give this run
-    # another checkpoint.dir", which a job sets from THPC_RUN_NAME (a second job given the
-    # same name, an array's tasks sharing one): its lock is still there, ours released.
-    local checkpoints
-    checkpoints=$(thpc_option_value checkpoint.dir "$@" || echo "$run_dir/checkpoints")
-    if [ "$status" = 2 ] && [ -f "$checkpoints/trainer.lock" ]; then
-      echo "thpc: $checkpoints is another trainer's (its lock above): a job or shell" \
-           "trains THPC_RUN_NAME=$thpc_run_name already; wait for it to end, or give this" \
-           "job another THPC_RUN_NAME"
-    fi
     return "$status"
   fi
-  if [ -n "$thpc_stop_signal" ] && [ "$batch" = 1 ]; then
+  if [ -n "$thpc_stop_signal" ] && [ "$ended" != stopped ] && [ -n "$ended" ]; then
+    # The run had ended on its own (its summary says how) when the stop came, in its last
+    # work (the final checkpoint, the averages): nothing is left to requeue for (it was
+    # requeued, "checkpointed after USR1", and trained nothing). Between the two phases of
+    # thpc_train_averaged, the stop still holds for the second.
+    echo "thpc: $thpc_stop_signal came as the run ended on its own ($ended at step $step)"
+  elif [ -n "$thpc_stop_signal" ] && [ "$batch" = 1 ]; then
     thpc_requeue "$stopped after $thpc_stop_signal" || return $?
   elif [ -n "$thpc_stop_signal" ]; then
     echo "thpc: $stopped after $thpc_stop_signal; THPC_RUN_NAME=$thpc_run_name continues it"
+  fi
+  return 0
+}
+
+# thpc_end_as_slurm_does WHAT: the end of a job Slurm ends itself (thpc_slurm_ends): a
+# cancel (scancel) says WHAT, the newest checkpoint and how to continue, and returns 1 (the
+# job is unfinished); Slurm's own requeue (scontrol requeue, a preemption) says the job
+# resumes, and returns 0. No requeue of ours either way.
+thpc_end_as_slurm_does() {
+  local newest
+  newest=$(ls "$thpc_checkpoints_dir"/step_*.h5 2> /dev/null | tail -n 1)
+  thpc_requeued=1
+  if [ "$thpc_slurm_ends" = cancelled ]; then
+    # Exit 1, unfinished: `sbatch --wait jobs/base.sbatch && sbatch my_evaluation` went on
+    # to evaluate a cancelled run (exit 0).
+    echo "thpc: the job was cancelled (scancel): not requeued. $1${newest:+ (the newest" \
+         "checkpoint: $newest)}; to continue the run, submit the job again with" \
+         "$(thpc_continue_with)"
+    return 1
+  fi
+  echo "thpc: Slurm requeues the job itself (scontrol requeue, or a preemption): it" \
+       "resumes from its newest checkpoint${newest:+ (${newest##*/})} in" \
+       "$thpc_checkpoints_dir"
+  if [ "$thpc_slurm_ends" = requeued_held ]; then
+    echo "thpc: it is held (scontrol requeuehold): scontrol release $(thpc_slurm_job)" \
+         "lets it run"
   fi
   return 0
 }
@@ -625,6 +643,11 @@ thpc_train_averaged() {
   thpc_train "$config" "--train.max_steps=$phase1_end" --checkpoint.average_last=0 "$@" ||
     return $?
   if [ -n "$thpc_stop_signal" ]; then  # stopped: phase 2 runs in the requeued job
+    if [ -n "$thpc_slurm_ends" ] && [ "$thpc_requeued" = 0 ]; then
+      # A cancel or Slurm's own requeue between the phases: as Slurm says.
+      thpc_end_as_slurm_does "Phase 1 had ended"
+      return $?
+    fi
     if [ "$thpc_requeued" = 0 ] && thpc_batch_job; then
       # The signal came between the phases, after phase 1 had ended on its own.
       thpc_requeue "$thpc_stop_signal received after phase 1" || return $?

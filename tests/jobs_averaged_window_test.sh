@@ -22,7 +22,9 @@
 #   relative to where sbatch was called is found under sbatch --chdir; 17. Ctrl-C of
 #   jobs/run_local.sh checkpoints and stops, exit 0; 18. a stop sent to the ranks alone
 #   during their start-up is requeued too; 19. a job given the run name of one that runs
-#   is told to give another.
+#   is told to give another; 21. a cancel before the launch is not requeued; 22. nor is
+#   a run that had ended on its own when a stop came, 20. with an empty
+#   train.metrics_dir too (checkpoint.dir's).
 #
 #   tests/jobs_averaged_window_test.sh SOURCE_DIR BINARY_DIR      (ctest runs it)
 source "$(dirname "${BASH_SOURCE[0]}")/shell_test_lib.sh" "$@" || exit 1
@@ -254,10 +256,11 @@ expect_requeued() {
 start_stand_in_job rankstop
 # 19. A second job given the same THPC_RUN_NAME meanwhile: the trainer refuses the run
 # directory another trainer holds, "give this run another checkpoint.dir", which a job
-# sets through THPC_RUN_NAME (said).
+# sets through THPC_RUN_NAME (said by the trainer, which has it in its environment: a
+# check of the lock file by the script took a crashed run's for a live one).
 second=$( (THPC_RUN_NAME=rankstop thpc_train input/tiny.ini "${options[@]}") 2>&1 ) &&
   fail "a second job on runs/rankstop exited 0: $second"
-grep -q "^thpc: .*/runs/rankstop/checkpoints is another trainer's (its lock above): a job" \
+grep -q "or give this run another checkpoint.dir (in a job of jobs/: another THPC_RUN_NAME" \
   <<< "$second" || fail "the second job on runs/rankstop did not name THPC_RUN_NAME: $second"
 kill -USR1 $rank
 end_of_stand_in_job rankstop
@@ -318,9 +321,47 @@ kill -USR1 $rank
 end_of_stand_in_job startstop
 expect_in_log startstop '^stopped before training: SIGUSR1 received during start-up' \
   "the rank was not stopped during its start-up"
-expect_in_log startstop '^thpc: the ranks stopped during their start-up without training' \
+expect_in_log startstop '^thpc: the ranks were stopped by SIGUSR1 during their start-up' \
   "no line saying the ranks were stopped during their start-up"
-expect_in_log startstop '^thpc: stopped before training after a stop sent to the ranks;' \
+expect_in_log startstop '^thpc: stopped before training after USR1; requeueing job 7' \
   "the job stopped during its ranks' start-up was not requeued"
 expect_requeued startstop
+# 21. A cancel (scancel: SIGTERM, and Slurm's answer "Reason=None, Restarts=0") before the
+# launch, as between the two phases: the script requeued the job anyway, and Slurm takes a
+# requeue of a job that is ending, so the cancelled job ran on.
+printf '#!/bin/sh\necho "$*" >> "%s/scontrol.cancelled"\n%s\n' "$tmp" \
+  'case $1 in show) echo "JobId=7 JobState=COMPLETING Reason=None Restarts=0" ;; esac' \
+  > "$tmp/bin/scontrol"
+cancelled=$( (cd "$tmp" && PATH=$tmp/bin:$PATH SLURM_JOB_ID=7 ENVIRONMENT=BATCH \
+              THPC_RUN_NAME=cancelled bash -c 'source "$1"/jobs/common.sh && kill -TERM $$ &&
+              thpc_train input/tiny.ini --train.max_steps=2 --train.backend=cpu' _ \
+              "$source_dir") 2>&1 ) &&
+  fail "a job cancelled before its launch exited 0: $cancelled"
+grep -q "^thpc: the job was cancelled (scancel): not requeued. Nothing was trained" \
+  <<< "$cancelled" || fail "the cancel before the launch was not said: $cancelled"
+grep -q requeue "$tmp/scontrol.cancelled" &&
+  fail "the cancelled job was requeued: $(cat "$tmp/scontrol.cancelled")"
+# 22. A stop that comes as the run ends on its own (its final checkpoint, the averages):
+# it was requeued ("checkpointed after USR1") and trained nothing. A stand-in mpirun runs
+# the real one, then sends SIGUSR1 to the batch shell. 20. The same with
+# `--train.metrics_dir=` (empty: checkpoint.dir's, the trainer's default), with which the
+# script looked for the summary in /metrics.jsonl.
+mkdir -p "$tmp/late"
+printf '#!/bin/bash\ntrap "" USR1\n%s "$@"\nstatus=$?\n%s\n' "$(command -v mpirun)" \
+  'kill -USR1 $PPID; sleep 1; exit $status' > "$tmp/late/mpirun"
+chmod +x "$tmp/late/mpirun"
+for name in lateststop emptymetrics; do
+  printf '#!/bin/sh\necho "$*" >> "%s/scontrol.%s"\n' "$tmp" "$name" > "$tmp/bin/scontrol"
+  metrics_option=()
+  [ "$name" = emptymetrics ] && metrics_option=(--train.metrics_dir=)
+  (cd "$tmp" && source "$source_dir/jobs/common.sh" &&
+     PATH=$tmp/late:$tmp/bin:$PATH SLURM_JOB_ID=7 ENVIRONMENT=BATCH THPC_RUN_NAME=$name \
+     thpc_train input/tiny.ini --train.max_steps=2 "${metrics_option[@]}" "${options[@]}") \
+    > "$tmp/$name.log" 2>&1 ||
+    { cat "$tmp/$name.log"; fail "runs/$name, stopped as it ended, failed"; }
+  expect_in_log "$name" '^thpc: USR1 came as the run ended on its own \(finished at step 2\)' \
+    "no line saying runs/$name had ended when the stop came"
+  [ ! -s "$tmp/scontrol.$name" ] ||
+    fail "runs/$name, finished, was requeued: $(cat "$tmp/scontrol.$name")"
+done
 echo "PASSED"
