@@ -30,6 +30,10 @@
 source "$(dirname "${BASH_SOURCE[0]}")/shell_test_lib.sh" "$@" || exit 1
 require_programs "tools/install_deps.sh installs openmpi-bin" mpirun
 scratch_directory jobs_window_test
+# A failing case leaves no job behind (its stand-in jobs train to step 1,000,000, and one
+# trained on for hours after a failure): every process whose command line names the
+# scratch directory is killed as the test exits.
+trap 'pkill -KILL -f -- "$tmp/" 2> /dev/null; rm -rf "$tmp"' EXIT
 export THPC_ROOT=$source_dir THPC_BUILD=$binary_dir THPC_LAUNCHER=mpirun THPC_RANKS=1
 export SLURM_SUBMIT_DIR=$tmp  # the run directories go to $tmp/runs/NAME
 unset SLURM_JOB_ID
