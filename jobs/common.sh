@@ -665,6 +665,8 @@ thpc_train_averaged() {
     configured=$(thpc_config_value checkpoint.keep "$config") || configured=5
     (( ${configured:-5} > last )) || keep=("--checkpoint.keep=$(( last + 1 ))")
   fi
+  # (${keep[@]+...}: an empty array is "unbound" under set -u to bash before 4.4, EL7's.)
   thpc_train "$config" "--train.max_steps=$max_steps" --checkpoint.minutes=0 \
-    "--checkpoint.every_steps=$every" "--checkpoint.average_last=$last" "${keep[@]}" "$@"
+    "--checkpoint.every_steps=$every" "--checkpoint.average_last=$last" \
+    ${keep[@]+"${keep[@]}"} "$@"
 }
