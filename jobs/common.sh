@@ -96,6 +96,7 @@ thpc_trapped=0       # a stop signal arrived during the current `wait`
 thpc_launcher_pid=""
 thpc_run_name=""     # the run directory's name, once thpc_train has made it
 thpc_checkpoints_dir=""  # and the trainer's checkpoint.dir there (or the options')
+thpc_phase=""        # "phase 1" while thpc_train_averaged runs its first phase
 # Taken from here on, not from the launch: a signal before it (the batch shell's first
 # moments, a phase's checks) ended the shell, exit 138, and the job FAILED.
 trap 'thpc_forward_stop USR1' USR1
@@ -432,10 +433,16 @@ thpc_train() {
   local metrics_lines=0
   [ -f "$metrics" ] && metrics_lines=$(wc -l < "$metrics")
   # Rank 0 of ranks stopped during their start-up writes the signal there (they write no
-  # summary record): how a stop sent to them alone then is told from a run that ended.
-  local startup_stop
-  startup_stop=$(mktemp "${TMPDIR:-/tmp}/thpc_startup_stop.XXXXXX") || startup_stop=""
-  THPC_STARTUP_STOP_FILE=$startup_stop "${thpc_launch_command[@]}" "${trainer[@]}" &
+  # summary record): how a stop sent to them alone then is told from a run that ended. In
+  # the run directory, which rank 0 reaches at the same path on any node (a node's /tmp
+  # was the batch host's only when rank 0 ran there, outside a container); one a killed
+  # batch shell left is removed at the next launch. THPC_JOB_RUN_DIR tells the trainer
+  # that this directory is a job's, named by THPC_RUN_NAME (its lock refusal says so).
+  local startup_stop=$run_dir/.startup_stop.${SLURM_JOB_ID:-local}.$$
+  rm -f "$run_dir"/.startup_stop.*
+  : > "$startup_stop" 2> /dev/null || startup_stop=""
+  THPC_STARTUP_STOP_FILE=$startup_stop THPC_JOB_RUN_DIR=$run_dir \
+    "${thpc_launch_command[@]}" "${trainer[@]}" &
   thpc_launcher_pid=$!
   local launched=$SECONDS
   # A stop that came between the check above and the launcher's pid found no one to tell.
@@ -508,13 +515,17 @@ thpc_train() {
       status=0
       [ -n "$thpc_stop_signal" ] || thpc_stop_signal=${signal#SIG}
     fi
-  elif [ "$status" = 0 ] && [ -z "$thpc_stop_signal" ] && [ -n "$stopped_at_start" ]; then
-    # A stop sent to the ranks and not to this shell came during their start-up (a
-    # preemption's grace time while a large corpus is checked): they exit 0 without a
-    # summary record, and the job ended COMPLETED, unfinished, without a word.
-    echo "thpc: the ranks were stopped by $stopped_at_start during their start-up, sent to" \
-         "them and not to this batch shell: nothing was trained, nothing is lost"
-    thpc_stop_signal=${stopped_at_start#SIG}
+  elif [ -n "$stopped_at_start" ]; then
+    # The ranks were stopped during their start-up: they wrote no summary record. A stop
+    # sent to them and not to this shell (a preemption's grace time while a large corpus
+    # is checked) ended the job COMPLETED, unfinished, without a word.
+    if [ -z "$thpc_stop_signal" ]; then
+      echo "thpc: the ranks were stopped by $stopped_at_start during their start-up, sent" \
+           "to them and not to this batch shell: nothing was trained, nothing is lost"
+      thpc_stop_signal=${stopped_at_start#SIG}
+    fi
+    # (mpirun answers a SIGTERM or SIGINT sent to it with exit 1 however the ranks ended.)
+    status=0
     stopped="stopped before training"
   fi
   # Slurm ending the job itself: not a stop to requeue after, whatever the launcher's exit
@@ -547,7 +558,8 @@ thpc_train() {
     # work (the final checkpoint, the averages): nothing is left to requeue for (it was
     # requeued, "checkpointed after USR1", and trained nothing). Between the two phases of
     # thpc_train_averaged, the stop still holds for the second.
-    echo "thpc: $thpc_stop_signal came as the run ended on its own ($ended at step $step)"
+    echo "thpc: $thpc_stop_signal came as ${thpc_phase:-the run} ended on its own ($ended at" \
+         "step $step)"
   elif [ -n "$thpc_stop_signal" ] && [ "$batch" = 1 ]; then
     thpc_requeue "$stopped after $thpc_stop_signal" || return $?
   elif [ -n "$thpc_stop_signal" ]; then
@@ -640,8 +652,12 @@ thpc_train_averaged() {
   fi
   echo "thpc: phase 1 to step $phase1_end; phase 2 to step $max_steps, a checkpoint every" \
        "$every steps, the last $last averaged"
+  thpc_phase="phase 1"
+  local status=0
   thpc_train "$config" "--train.max_steps=$phase1_end" --checkpoint.average_last=0 "$@" ||
-    return $?
+    status=$?
+  thpc_phase=""
+  [ "$status" = 0 ] || return "$status"
   if [ -n "$thpc_stop_signal" ]; then  # stopped: phase 2 runs in the requeued job
     if [ -n "$thpc_slurm_ends" ] && [ "$thpc_requeued" = 0 ]; then
       # A cancel or Slurm's own requeue between the phases: as Slurm says.
@@ -651,6 +667,10 @@ thpc_train_averaged() {
     if [ "$thpc_requeued" = 0 ] && thpc_batch_job; then
       # The signal came between the phases, after phase 1 had ended on its own.
       thpc_requeue "$thpc_stop_signal received after phase 1" || return $?
+    elif [ "$thpc_requeued" = 0 ]; then
+      # Outside a batch job (bash jobs/base.sbatch, salloc): said, as a requeue is.
+      echo "thpc: phase 2 not started after $thpc_stop_signal; THPC_RUN_NAME=$thpc_run_name" \
+           "continues it"
     fi
     return 0
   fi

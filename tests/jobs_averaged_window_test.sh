@@ -24,7 +24,8 @@
 #   during their start-up is requeued too; 19. a job given the run name of one that runs
 #   is told to give another; 21. a cancel before the launch is not requeued; 22. nor is
 #   a run that had ended on its own when a stop came, 20. with an empty
-#   train.metrics_dir too (checkpoint.dir's).
+#   train.metrics_dir too (checkpoint.dir's); 23. after phase 1, outside a batch job,
+#   phase 2's not starting is said.
 #
 #   tests/jobs_averaged_window_test.sh SOURCE_DIR BINARY_DIR      (ctest runs it)
 source "$(dirname "${BASH_SOURCE[0]}")/shell_test_lib.sh" "$@" || exit 1
@@ -354,6 +355,9 @@ mkdir -p "$tmp/late"
 printf '#!/bin/bash\ntrap "" USR1\n%s "$@"\nstatus=$?\n%s\n' "$(command -v mpirun)" \
   'kill -USR1 $PPID; sleep 1; exit $status' > "$tmp/late/mpirun"
 chmod +x "$tmp/late/mpirun"
+# (And the start-up stop file a killed batch shell left in the run directory is removed.)
+mkdir -p "$tmp/runs/lateststop"
+: > "$tmp/runs/lateststop/.startup_stop.6.123"
 for name in lateststop emptymetrics; do
   printf '#!/bin/sh\necho "$*" >> "%s/scontrol.%s"\n' "$tmp" "$name" > "$tmp/bin/scontrol"
   metrics_option=()
@@ -367,5 +371,16 @@ for name in lateststop emptymetrics; do
     "no line saying runs/$name had ended when the stop came"
   [ ! -s "$tmp/scontrol.$name" ] ||
     fail "runs/$name, finished, was requeued: $(cat "$tmp/scontrol.$name")"
+  left=$(find "$tmp/runs/$name" -name '.startup_stop.*')
+  [ -z "$left" ] || fail "start-up stop files left in runs/$name: $left"
 done
+# 23. The same as phase 1 of the averaged window ends, outside a batch job (bash
+# jobs/base.sbatch, salloc): phase 2 did not start, and the script said nothing of it.
+(cd "$tmp" && source "$source_dir/jobs/common.sh" && PATH=$tmp/late:$PATH \
+   THPC_RUN_NAME=phaseone thpc_train_averaged input/tiny.ini 70 3 20 "${options[@]}") \
+  > "$tmp/phaseone.log" 2>&1 || { cat "$tmp/phaseone.log"; fail "runs/phaseone failed"; }
+expect_in_log phaseone '^thpc: USR1 came as phase 1 ended on its own \(finished at step 40\)' \
+  "no line saying phase 1 had ended when the stop came"
+expect_in_log phaseone '^thpc: phase 2 not started after USR1; THPC_RUN_NAME=phaseone' \
+  "no line saying phase 2 did not start"
 echo "PASSED"

@@ -555,14 +555,23 @@ LockedUse trainer_use(const std::string& dir, const std::string& key) {
 // Why `use` cannot take the lock at `path`: `holder` holds it, refreshed `age` seconds ago.
 std::string in_use_refusal(const LockedUse& use, const LockHolder& holder,
                            const std::string& path, double age) {
-  // A job of jobs/ sets the run directory from its THPC_RUN_NAME (in its environment,
-  // which the launcher passes on): there that is what to change (a second job given the
-  // same name, an array's tasks sharing one).
-  const char* job_run_name = use.holder == "trainer" ? std::getenv("THPC_RUN_NAME") : nullptr;
-  const std::string in_a_job =
-      job_run_name != nullptr && *job_run_name != '\0'
-          ? std::string(" (in a job of jobs/: another THPC_RUN_NAME than ") + job_run_name + ")"
-          : std::string();
+  // A job of jobs/ names its run directory THPC_JOB_RUN_DIR (in the launcher's
+  // environment), runs/THPC_RUN_NAME: when the refused directory is in it, the run's
+  // name is what to change (a second job given the same name, an array's tasks sharing
+  // one); not for a directory the options chose.
+  std::string in_a_job;
+  const char* job_dir = use.holder == "trainer" ? std::getenv("THPC_JOB_RUN_DIR") : nullptr;
+  if (job_dir != nullptr && *job_dir != '\0') {
+    namespace fs = std::filesystem;
+    std::error_code error;
+    const fs::path job = fs::weakly_canonical(fs::path(job_dir), error);
+    const fs::path refused = fs::weakly_canonical(fs::path(path).parent_path(), error);
+    const auto mismatch = std::mismatch(job.begin(), job.end(), refused.begin(), refused.end());
+    if (!error && mismatch.first == job.end()) {
+      in_a_job = " (in a job of jobs/: another THPC_RUN_NAME than " +
+                 job.filename().string() + ")";
+    }
+  }
   std::ostringstream message;
   message << use.named << " is in use by another " << use.holder << " (" << holder.describe()
           << "; its lock " << path << " was refreshed " << static_cast<long long>(age)
