@@ -388,9 +388,7 @@ thpc_train() {
   # reviewer's finding).
   local metrics_dir
   metrics_dir=$(thpc_option_value train.metrics_dir "$@") || metrics_dir=$run_dir
-  if [ -z "$metrics_dir" ]; then
-    metrics_dir=$(thpc_option_value checkpoint.dir "$@") || metrics_dir=$run_dir/checkpoints
-  fi
+  [ -n "$metrics_dir" ] || metrics_dir=$thpc_checkpoints_dir
   local metrics=$metrics_dir/metrics.jsonl
   thpc_given checkpoint.resume "$@" || trainer+=(--checkpoint.resume=auto)
   trainer+=("$@")

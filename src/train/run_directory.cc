@@ -563,11 +563,11 @@ std::string in_use_refusal(const LockedUse& use, const LockHolder& holder,
   const char* job_dir = use.holder == "trainer" ? std::getenv("THPC_JOB_RUN_DIR") : nullptr;
   if (job_dir != nullptr && *job_dir != '\0') {
     namespace fs = std::filesystem;
-    std::error_code error;
-    const fs::path job = fs::weakly_canonical(fs::path(job_dir), error);
-    const fs::path refused = fs::weakly_canonical(fs::path(path).parent_path(), error);
+    std::error_code job_error, refused_error;
+    const fs::path job = fs::weakly_canonical(fs::path(job_dir), job_error);
+    const fs::path refused = fs::weakly_canonical(fs::path(path).parent_path(), refused_error);
     const auto mismatch = std::mismatch(job.begin(), job.end(), refused.begin(), refused.end());
-    if (!error && mismatch.first == job.end()) {
+    if (!job_error && !refused_error && mismatch.first == job.end()) {
       in_a_job = " (in a job of jobs/: another THPC_RUN_NAME than " +
                  job.filename().string() + ")";
     }
