@@ -417,16 +417,8 @@ thpc_train() {
   echo "thpc: ${thpc_launch_command[*]} ${trainer[*]}"
   if [ -n "$thpc_stop_signal" ]; then  # before the launch: nothing to stop, nothing lost
     echo "thpc: $thpc_stop_signal received before the trainer started; not started"
-    # A cancel or Slurm's own requeue: as Slurm says (a requeue of ours would put a
-    # cancelled job back in the queue: Slurm takes one of a job that is ending).
-    if [ -n "$thpc_slurm_ends" ] && [ "$thpc_requeued" = 0 ]; then
-      thpc_end_as_slurm_does "Nothing was trained in this run of it"
-      return $?
-    fi
-    if [ "$thpc_requeued" = 0 ] && [ "$batch" = 1 ]; then
-      thpc_requeue "nothing was trained" || return $?
-    fi
-    return 0
+    thpc_stop_untrained "Nothing was trained in this run of it" "nothing was trained"
+    return $?
   fi
   local metrics_lines=0
   [ -f "$metrics" ] && metrics_lines=$(wc -l < "$metrics")
@@ -592,6 +584,26 @@ thpc_end_as_slurm_does() {
   return 0
 }
 
+# thpc_stop_untrained WHAT WHY [ELSEWHERE]: a stop this job has not acted on yet, when no
+# trainer runs (before a launch, between the two phases). A cancel or Slurm's own requeue
+# ends the job as Slurm says (WHAT: thpc_end_as_slurm_does's; a requeue of ours would put
+# a cancelled job back in the queue, as Slurm takes one of a job that is ending); a batch
+# job is requeued (WHY: thpc_requeue's); outside one (bash jobs/base.sbatch, salloc),
+# ELSEWHERE is said when given. Returns what they return, else 0.
+thpc_stop_untrained() {
+  [ "$thpc_requeued" = 0 ] || return 0
+  if [ -n "$thpc_slurm_ends" ]; then
+    thpc_end_as_slurm_does "$1"
+    return $?
+  fi
+  if thpc_batch_job; then
+    thpc_requeue "$2"
+    return $?
+  fi
+  [ -z "${3:-}" ] || echo "thpc: $3"
+  return 0
+}
+
 # Puts the job back in the queue, where it resumes from its checkpoint, after "thpc:
 # WHY; requeueing job ID". When Slurm refuses (a controller that does not answer) it says
 # so and returns 1: the job ends unfinished with exit 1, not 0, which the batch system
@@ -657,20 +669,11 @@ thpc_train_averaged() {
   thpc_phase=""
   [ "$status" = 0 ] || return "$status"
   if [ -n "$thpc_stop_signal" ]; then  # stopped: phase 2 runs in the requeued job
-    if [ -n "$thpc_slurm_ends" ] && [ "$thpc_requeued" = 0 ]; then
-      # A cancel or Slurm's own requeue between the phases: as Slurm says.
-      thpc_end_as_slurm_does "Phase 1 had ended"
-      return $?
-    fi
-    if [ "$thpc_requeued" = 0 ] && thpc_batch_job; then
-      # The signal came between the phases, after phase 1 had ended on its own.
-      thpc_requeue "$thpc_stop_signal received after phase 1" || return $?
-    elif [ "$thpc_requeued" = 0 ]; then
-      # Outside a batch job (bash jobs/base.sbatch, salloc): said, as a requeue is.
-      echo "thpc: phase 2 not started after $thpc_stop_signal; THPC_RUN_NAME=$thpc_run_name" \
-           "continues it"
-    fi
-    return 0
+    # (Unless phase 1's own stop was acted on already: the signal came between the phases,
+    # after phase 1 had ended on its own.)
+    thpc_stop_untrained "Phase 1 had ended" "$thpc_stop_signal received after phase 1" \
+      "phase 2 not started after $thpc_stop_signal; THPC_RUN_NAME=$thpc_run_name continues it"
+    return $?
   fi
   # One checkpoint.keep more than the window in phase 2 (unless the options set it): a
   # requeue's stop checkpoint between the window's steps is not averaged, but the newest
