@@ -7,6 +7,8 @@
 // freed, and a pass that cannot be captured runs uncaptured.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -22,6 +24,7 @@
 #include "kernels/cpu/int8_backend.h"
 #include "kernels/cpu/int8_matmul.h"
 #include "model/capture_schedule.h"
+#include "model/device_buffers.h"
 #include "model/transformer.h"
 
 namespace thpc {
@@ -635,6 +638,62 @@ TEST(CapturedDecodingSteps, ACapturedStepReadsItsBestTokensBackInOneDownload) {
   EXPECT_GT(captured_counts.replays, captured_counts.captures);
   EXPECT_GT(beneath.downloads, 0);
   EXPECT_EQ(plain.downloads, 2 * beneath.downloads);
+}
+
+// A GPU's bf16 rows of log-probabilities, downloaded at each decoding step as fp32
+// (Transformer::decode_step_log_probs, the path of a search with a filter), are widened
+// in a buffer kept from step to step: widening through a tensor allocated and freed each
+// time made every captured graph stale, so that on an H200 each bf16 step was captured
+// again and none replayed (CudaCandidateStepGraphs.PaddedDecodingTracksUnpaddedInFewShapes,
+// 2026-12-04). The CPU holds no bf16, so a stand-in widens the test's bf16 rows itself.
+class WideningBackend : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  void free(Tensor& tensor) override {
+    ++frees;
+    ForwardingBackend::free(tensor);
+  }
+  void copy(Tensor dst, Tensor src) override {
+    if (src.dtype != DType::BF16) return ForwardingBackend::copy(dst, src);
+    ASSERT_EQ(dst.dtype, DType::F32);
+    ASSERT_EQ(dst.numel, src.numel);
+    const auto* from = static_cast<const uint16_t*>(src.data);
+    std::vector<float> wide(static_cast<size_t>(src.numel));
+    for (size_t i = 0; i < wide.size(); ++i) {
+      const uint32_t bits = uint32_t(from[i]) << 16;  // a bf16 is an fp32's top half
+      std::memcpy(&wide[i], &bits, sizeof(float));
+    }
+    upload(dst, wide.data());
+  }
+  int frees = 0;
+};
+
+TEST(CapturedDecodingSteps, Bf16RowsAreWidenedForTheirDownloadWithoutAFreeAStep) {
+  auto cpu = make_cpu_backend(DType::F32);
+  WideningBackend backend(*cpu);
+  // Rows of 7 bf16 values, random and never zero: bf16 of 0.37 * (i + 1) * (-1)^i.
+  std::vector<uint16_t> bf16(5 * 7);
+  std::vector<float> exact(bf16.size());
+  for (size_t i = 0; i < bf16.size(); ++i) {
+    const float value = 0.37f * float(i + 1) * (i % 2 ? -1.0f : 1.0f);
+    uint32_t bits = 0;
+    std::memcpy(&bits, &value, sizeof(float));
+    bf16[i] = uint16_t(bits >> 16);  // truncated: the test needs a bf16, not its rounding
+    bits = uint32_t(bf16[i]) << 16;
+    std::memcpy(&exact[i], &bits, sizeof(float));
+  }
+  const Tensor rows{bf16.data(), DType::BF16, int64_t(bf16.size())};
+  Tensor widened;
+  std::vector<float> got;
+  // A search's steps: 5, then 3 and 4 rows as hypotheses finish; then 5 again.
+  for (const int count : {5, 3, 4, 5}) {
+    model_detail::download_as_f32(backend, rows, int64_t(count) * 7, got, &widened);
+    ASSERT_EQ(got.size(), size_t(count) * 7);
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], exact[i]) << "element " << i;
+  }
+  EXPECT_EQ(backend.frees, 0) << "a download freed memory: each would make the graphs stale";
+  EXPECT_THROW(model_detail::download_as_f32(backend, rows, 7, got, nullptr), Error);
+  backend.free(widened);
 }
 
 }  // namespace

@@ -87,7 +87,9 @@ void EnsembleScorer::combine(const BeamStep& step) {
 
 void EnsembleScorer::step(const BeamStep& step, std::vector<float>& log_probs) {
   combine(step);
-  model_detail::download_as_f32(backend_, combined_, int64_t(step.size()) * vocab_, log_probs);
+  // combined_ and best_values_ are fp32 (param_dtype): nothing to widen.
+  model_detail::download_as_f32(backend_, combined_, int64_t(step.size()) * vocab_, log_probs,
+                                nullptr);
 }
 
 bool EnsembleScorer::step_best(const BeamStep& step, int count, std::vector<float>& values,
@@ -108,7 +110,7 @@ bool EnsembleScorer::step_best(const BeamStep& step, int count, std::vector<floa
   ensure_id_capacity(backend_, best_columns_, best);
   backend_.row_top_k(best_values_.slice(0, best), best_columns_.ids, ranked, H, vocab_, count,
                      ids_.pad, ids_.bos);
-  model_detail::download_as_f32(backend_, best_values_, best, values);
+  model_detail::download_as_f32(backend_, best_values_, best, values, nullptr);
   tokens.resize(static_cast<size_t>(best));
   backend_.download_ids(tokens.data(), best_columns_.ids, best);
   return true;

@@ -47,7 +47,12 @@ inline void ensure_capacity(Backend& backend, Tensor& buffer, DType dtype, int64
 
 // Downloads the first `count` elements of `tensor` (F32, F64 or BF16) into `out` as
 // fp32 (resized; a vector kept from step to step allocates nothing). BF16 is widened on
-// the backend first (exact: every bf16 is an fp32); F64 is rounded on the host.
-void download_as_f32(Backend& backend, Tensor tensor, int64_t count, std::vector<float>& out);
+// the backend first (exact: every bf16 is an fp32) into `widened`, an F32 buffer the
+// caller keeps from call to call and this grows (ensure_capacity): a decoding step that
+// allocated and freed its own made every captured CUDA graph stale, as a free does
+// (CapturedWork::replay), so that each step was captured again. Null is allowed only
+// for F32 and F64 tensors. F64 is rounded on the host.
+void download_as_f32(Backend& backend, Tensor tensor, int64_t count, std::vector<float>& out,
+                     Tensor* widened);
 
 }  // namespace thpc::model_detail

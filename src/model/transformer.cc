@@ -194,7 +194,8 @@ Transformer::~Transformer() {
                       &s.group_rows_from, &s.lookup_rows}) {
     backend_.free_ids(b->ids);
   }
-  for (Tensor* t : {&s.sinusoid, &s.grouped_encoder_out, &s.lookup_grad, &s.lookup_rows_grad}) {
+  for (Tensor* t : {&s.sinusoid, &s.grouped_encoder_out, &s.lookup_grad, &s.lookup_rows_grad,
+                    &s.widened_rows}) {
     if (*t) backend_.free(*t);
   }
 }
@@ -817,11 +818,11 @@ void Transformer::download_rows_f32(Tensor rows, int count, int width,
   THPC_CHECK(rows.numel >= int64_t(count) * width, "downloading " << count << " rows of "
                                                                   << width << " from "
                                                                   << rows.numel);
-  download_as_f32(backend_, rows, int64_t(count) * width, result);
+  download_as_f32(backend_, rows, int64_t(count) * width, result, &state_->widened_rows);
 }
 
 void model_detail::download_as_f32(Backend& backend, Tensor tensor, int64_t count,
-                                   std::vector<float>& out) {
+                                   std::vector<float>& out, Tensor* widened) {
   THPC_CHECK(tensor.numel >= count, "downloading " << count << " elements of " << tensor.numel);
   out.resize(static_cast<size_t>(count));
   Tensor used = tensor.slice(0, count);
@@ -831,10 +832,11 @@ void model_detail::download_as_f32(Backend& backend, Tensor tensor, int64_t coun
     std::copy(host.begin(), host.end(), out.begin());
   } else if (used.dtype == DType::BF16) {
     // Widen on the device (exact: every bf16 is an fp32), then download.
-    Tensor wide = backend.alloc(DType::F32, used.numel);
+    THPC_CHECK(widened != nullptr, "a bf16 download without a buffer to widen it in");
+    ensure_capacity(backend, *widened, DType::F32, used.numel, false);
+    const Tensor wide = widened->slice(0, used.numel);
     backend.copy(wide, used);
     backend.download(out.data(), wide);
-    backend.free(wide);
   } else {
     THPC_CHECK(used.dtype == DType::F32, "rows in " << dtype_name(used.dtype));
     backend.download(out.data(), used);

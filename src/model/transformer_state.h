@@ -174,6 +174,8 @@ struct Transformer::State {
   model_detail::IdBuffer group_rows_to, group_rows_from;
 
   Arena step_arena;  // one decoding step's activations (decode_step)
+  // bf16 rows widened to fp32 for their download (download_rows_f32), kept and grown.
+  Tensor widened_rows;
 
   // sum_lookups_apart(): the lookups' gradient [vocab, d] (zero but for this step's
   // rows), the rows looked up on any rank and their gathered gradient [rows, d].
