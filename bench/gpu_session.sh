@@ -65,12 +65,14 @@
 #      test_cuda_training;
 #   1. the candidate kernels' twins in fp32 and bf16 (CANDIDATE_TWINS: the kernels behind
 #      train.cuda_kernels = candidate, not yet the default: fused_attention, step_graphs,
-#      vector_norms, relu_masks, pinned_snapshot, loss_rows_from_l2, kept_ones,
-#      weight_grads_beside, decode_attention; when some fail, the others by name) and the whole model with them; then the verified twins of the files changed since the last GPU
-#      run (CHANGED_TWINS; OTHER_TWINS=all runs every kernel twin) and the whole-model
-#      checks with the verified kernels: fp32 separate and fused against the CPU
+#      relu_masks, pinned_snapshot, kept_ones, weight_grads_beside, decode_attention;
+#      when some fail, the others by name) and the whole model with them; then the
+#      verified twins of the files changed since the last GPU run (CHANGED_TWINS;
+#      OTHER_TWINS=all runs every kernel twin) and the whole-model checks with the
+#      verified kernels: fp32 separate and fused against the CPU
 #      (CudaTraining.Fp32ThreeSteps*), bf16 with the short attention against the batched
-#      (CudaTraining.Bf16ThreeStepsWithShortAttention*), decoding steps against the CPU's
+#      (CudaTraining.Bf16ThreeStepsWithShortAttention*), the register-held add & norms
+#      against the separate ops (CudaTraining.Bf16RegisterHeldNorms*), decoding steps against the CPU's
 #      cached decoder (CudaTraining.DecodingStepsMatchTheCpu), the one-pass Adam taken at
 #      every step (CudaTraining.EveryStepTakesTheOnePassAdam);
 #   2. the bf16 GEMM ceiling (cuBLAS 8192^3 through PyTorch), for every MFU figure;
@@ -201,7 +203,7 @@ readonly PLAN=(
   "start|machine start (counted, not in a call)|60|120"
   "1|setup: gpu-bundle unpacked, nvidia-smi|10|20"
   "1|build: bench_step, transformer_hpc, kernel twin tests, test_cuda_training (16 cores)|20|110"
-  "1|candidate twins (CudaCandidate*: fused_attention, step_graphs, vector_norms, relu_masks, pinned_snapshot, loss_rows_from_l2, kept_ones, weight_grads_beside, decode_attention) and the whole model with them|5|35"
+  "1|candidate twins (CudaCandidate*: fused_attention, step_graphs, relu_masks, pinned_snapshot, kept_ones, weight_grads_beside, decode_attention) and the whole model with them|5|35"
   "1|the verified twins of the changed files (OTHER_TWINS=all: every one)|10|40"
   "1|whole model: fp32 3 steps vs the CPU (fused off, on); bf16 short vs batched; decoding|3|25"
   "1|bf16 GEMM ceiling (8192^3)|10|15"
@@ -362,39 +364,17 @@ dry_run() {
 # stage (the dry run now checks that every CudaCandidate suite is matched).
 readonly CANDIDATE_TWINS="CudaCandidate[A-Za-z0-9]*"
 # Whether a candidate changes the training step: fused_attention, step_graphs,
-# vector_norms and relu_masks all do, so the step stage measures the step with and
+# relu_masks and weight_grads_beside all do, so the step stage measures the step with and
 # without them. (The one before, gathered_attention,
 # acted in decoding only: set this to 0 when no waiting candidate trains.)
 readonly CANDIDATES_ACT_IN_TRAINING=1
-# The twins of the ops whose files changed since the last GPU run (2026-11-26, fifth
-# window; after it the gathered attention became CUDA decoding's only layout, losing its
-# candidate check: kernels/cuda/attention.cu, cuda_backend.cu; 2026-11-29: the loss's
-# sum kernel takes the step's totals, sum_squares_into writes into them:
-# cross_entropy.cu, elementwise.cu; the cuBLASLt plan's host code, now shared with the
-# int8 products: linear.cu; the short attention's launcher shares its fit test and
-# backward arguments with the fused attention's: attention.cu; the bf16 backend sends
-# copy_rows and embedding_backward on fp32 rows to their fp32 twins: cuda_backend.cu,
-# CudaEmbedding, CudaElementwise; 2026-11-29, fifth session: every dropout draw may read
-# its step and stream from memory (DropoutKey::inputs, null on these paths): attention.cu,
-# short_attention.cuh, elementwise.cu, layernorm.cu's fused forms, CudaAddNorm; the loss's
-# row kernel its scale: cross_entropy.cu; the norm's input gradient shared with
-# vector_norm.cuh, the same expression: layernorm.cu, CudaLayerNorm; 2026-11-29, sixth
-# session: Adam's arithmetic shared with fused_adam.cuh, the same expression, and the bf16
-# compute copy's conversion inside adam_update: adam.cu, CudaAdam; the GEMMs' epilogue
-# choice and plan key take the ReLU mask's fields, zero on these paths: linear.cu,
-# CudaLinear, CudaLinearRelu). Since the H200 window of 2026-11-29 (all the above passed
-# there): async_upload, step_totals, int8_products and fused_adam became the default,
-# their candidate checks gone: cuda_backend.cu (CudaUpload), cross_entropy.cu and
-# elementwise.cu (CudaCrossEntropy), adam.cu (CudaAdam), int8_cuda_backend.h
-# (CudaInt8Products). 2026-11-30: linear_backward's weight and bias gradients moved into
-# one class that gets the ones (kept_ones) and may queue them beside (weight_grads_beside),
-# the same products in the same order on the verified path: linear.cu (CudaLinear,
-# CudaLinearRelu, and the file's other suites, CudaOutputProjection and
-# CudaReluBiasBackward; cross_entropy.cu's and elementwise.cu's others, CudaLogSoftmax
-# and CudaElementwise: each a few seconds). 2026-11-30: the gathered path asks the
-# candidate decode_attention first (attention.cu; its verified kernels unchanged) and
-# its twin's pool is built by a helper shared with the candidate's: CudaAttention.
-readonly CHANGED_TWINS="CudaUpload|CudaCrossEntropy|CudaLogSoftmax|CudaElementwise|CudaAdam|CudaInt8Products|CudaLinear|CudaLinearRelu|CudaOutputProjection|CudaReluBiasBackward|CudaAttention"
+# The twins of the ops whose files changed since the last GPU run (2026-12-04, the
+# seventh window, where every kernel twin ran and passed, OTHER_TWINS=all): vector_norms
+# and loss_rows_from_l2 became the default, their candidate checks gone: layernorm.cu
+# (CudaAddNorm, whose bit-for-bit check of the fused row-per-block kernels now leaves the
+# widths the register-held ones take to CudaVectorNorms; CudaLayerNorm) and
+# cross_entropy.cu (CudaCrossEntropy, CudaLogSoftmax).
+readonly CHANGED_TWINS="CudaAddNorm|CudaLayerNorm|CudaVectorNorms|CudaCrossEntropy|CudaLogSoftmax"
 
 # What the step and followup stages build: the benchmark, the trainer (the program against
 # the benchmark), every kernel twin test executable and the whole-model GPU tests.
@@ -682,7 +662,7 @@ run_other_twins() {
   # and transformer_decode's GPU workers, each on its own stream, translating as one
   # (skipped in the rehearsal: they need the GPU itself).
   ctest --test-dir "$BUILD_DIR" \
-    -R "^(CudaTraining[.](Fp32ThreeSteps(MatchTheCpu|WithFusedOps)|Bf16ThreeStepsWithShortAttention|DecodingStepsMatchTheCpu|EveryStepTakesTheOnePassAdam)|CudaDecodeProgram[.]GpuWorkersShareTheDeviceWithoutChangingAnyTranslation)" \
+    -R "^(CudaTraining[.](Fp32ThreeSteps(MatchTheCpu|WithFusedOps)|Bf16ThreeStepsWithShortAttention|Bf16RegisterHeldNorms|DecodingStepsMatchTheCpu|EveryStepTakesTheOnePassAdam)|CudaDecodeProgram[.]GpuWorkersShareTheDeviceWithoutChangingAnyTranslation)" \
     --output-on-failure --timeout 150 > "$LOGS/ctest_whole_model.log" 2>&1
   grep -E "tests passed|Failed|Skipped|\*\*\*" "$LOGS/ctest_whole_model.log" | tail -6
   grep -h "GPU fp32\|GPU bf16" "$BUILD_DIR/Testing/Temporary/LastTest.log" | head -4
@@ -803,7 +783,7 @@ profile() {
 
 # The base profile with the passing candidates but step_graphs (when they passed): with
 # graphs every timed step of the 18 holds a capture (nine shapes) and the captured passes
-# are one row, so the candidates' kernels (fused_attention, vector_norms, relu_masks) are
+# are one row, so the candidates' kernels (fused_attention, relu_masks) are
 # timed by op class only here (the 2026-11-29 window had no such row and kept them
 # candidates).
 profile_candidates_without_graphs() {

@@ -68,10 +68,8 @@ bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
   static const std::vector<std::pair<std::string, unsigned>> kNames = {
       {"fused_attention", kFusedAttention},
       {"step_graphs", kStepGraphs},
-      {"vector_norms", kVectorNorms},
       {"relu_masks", kReluMasks},
       {"pinned_snapshot", kPinnedSnapshot},
-      {"loss_rows_from_l2", kLossRowsFromL2},
       {"kept_ones", kKeptOnes},
       {"weight_grads_beside", kWeightGradsBeside},
       {"decode_attention", kDecodeAttention}};
@@ -79,7 +77,8 @@ bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
   // that names them (one trained with them before that) still loads, naming nothing.
   static const std::vector<std::string> kRetired = {
       "write_gradients", "short_attention", "gathered_attention", "async_upload",
-      "step_totals",     "int8_products",   "fused_adam"};
+      "step_totals",     "int8_products",   "fused_adam",         "vector_norms",
+      "loss_rows_from_l2"};
   std::string allowed = "verified, candidate";
   if (!kNames.empty()) {
     allowed += ", or some of ";

@@ -128,48 +128,46 @@ enum class GradStore { kAdd, kWrite };
 // tests say which one failed, so a GPU session can measure the others
 // (bench/gpu_session.sh). Waiting: fused_attention (bf16 attention with d_k = 64 and
 // lengths up to 128 on mma.sync fragments held in registers, kernels/cuda/
-// fused_attention.cuh; issue 51's attention at 16.7 TFLOP/s) and step_graphs (a training
-// pass captured once per shape into a CUDA graph and replayed, Backend::capture; issue
-// 51's small batch) and vector_norms (the fused residual + dropout + layer norm with each
-// row held in its warp's registers, moved 16 bytes at a time, kernels/cuda/
-// vector_norm.cuh; issue 51's add & norm at ~4x its bytes' time): their twins passed on
-// an H200 on 2026-11-29, and they wait for their speed outside a graph at 25,000 tokens
-// and, for step_graphs, a capture's cost against the replays a corpus gives it
-// (transformer_data_stats counts those; bench/RESULTS.md); and relu_masks
-// (the FFN's ReLU kept as cuBLASLt's bit-mask by its first layer's GEMM, RELU_AUX_BIAS,
-// and applied by its second layer's input-gradient GEMM, DRELU, instead of
-// relu_bias_backward's pass over [rows, d_ff]; issue 51's bias+ReLU, 1.23 of the H200's
-// 32 profiled ms), whose twin's tolerance at the ReLU's kink was corrected after the same
-// window; and pinned_snapshot (a checkpoint's state copied into pinned host memory on the
-// stream, the host not waiting: Backend::make_host_staging; issue 51's 0.96 s stall a
-// base checkpoint, 2026-11-30) and loss_rows_from_l2 (the loss's row kernel in blocks of
-// 512, two an SM, so that its second pass over a row reads it from L2 and not HBM: issue
-// 51's cross-entropy, 1.68 of the H200's 32 profiled ms; kernels/cuda/cross_entropy.cu,
-// 2026-11-30) and kept_ones (the bias gradient's ones vector filled once and kept, not
-// filled before each of a step's ~50 bias gradients: issue 51's small batch, where each
-// such launch is a few microseconds of a 6.6 ms step; kernels/cuda/linear.cu, 2026-11-30)
-// and weight_grads_beside (a layer's weight and bias gradients' products on a second
-// stream beside its input gradient's: at one rank's 3,125 tokens each of those GEMMs
-// fills a wave of the GPU or less; kernels/cuda/linear.cu, 2026-11-30) and
+// fused_attention.cuh; issue 51's attention at 16.7 TFLOP/s): its twins, memcheck and
+// racecheck passed on an H200 (2026-11-29, 2026-12-04), but it is slower than the
+// kernels it would replace at every bucket length (the base step's attention 6.57 ->
+// 12.29 ms, 19.4 against 5.1 at 12 pieces: bench/RESULTS.md), so it waits for another
+// design; step_graphs (a training pass or decoding step captured once per shape into a
+// CUDA graph and replayed, Backend::capture; issue 51's small batch, host gaps 5.4% ->
+// 0.2% at 3,125 tokens on 2026-11-29): its bf16 decoding twin failed on 2026-12-04 (a
+// download freed memory each step; mended after) and a capture's cost against the
+// replays a corpus gives it is unmeasured (transformer_data_stats counts those);
+// relu_masks (the FFN's ReLU kept as cuBLASLt's bit-mask by its first layer's GEMM,
+// RELU_AUX_BIAS, and applied by its second layer's input-gradient GEMM, DRELU, instead of
+// relu_bias_backward's pass over [rows, d_ff]): its twins passed on 2026-12-04, but the
+// epilogues' GEMMs cost more (~1.4 ms at 25,000 tokens) than the 1.23 ms pass they save;
+// pinned_snapshot (a checkpoint's state copied into pinned host memory on the stream, the
+// host not waiting: Backend::make_host_staging; issue 51's stall of a base checkpoint):
+// its twin passed on 2026-12-04, its stall not yet measured apart from the writer's; kept_ones (the bias gradient's ones vector filled once and kept, not filled
+// before each of a step's ~50 bias gradients: issue 51's small batch; kernels/cuda/
+// linear.cu) and weight_grads_beside (a layer's weight and bias gradients' products on a
+// second stream beside its input gradient's; kernels/cuda/linear.cu): twins passed on
+// 2026-12-04, no gain measured (beside: +0.7 ms at 25,000 tokens, -0.07 at 3,125); and
 // decode_attention (a decoding step's self-attention over the shared-prefix cache with a
-// warp a head and a lane a key, not a warp a key: issue 53's decoding attention, 17 of
-// the H200's 96 ms a batch of 32; kernels/cuda/decode_attention.cuh, 2026-11-30).
-// The former ones are the default since their GPU run: write_gradients, short_attention
-// (H100, 2026-11-26), gathered_attention (H100, 2026-11-27), async_upload, step_totals,
-// int8_products, fused_adam (H200, 2026-11-29; Context::candidate_kernel no longer asks).
+// warp a head and a lane a key, not a warp a key: issue 53's decoding attention; kernels/
+// cuda/decode_attention.cuh): twins and memcheck passed on 2026-12-04, its speed not yet
+// measured. The former ones are the default since their GPU run: write_gradients,
+// short_attention (H100, 2026-11-26), gathered_attention (H100, 2026-11-27), async_upload,
+// step_totals, int8_products, fused_adam (H200, 2026-11-29), vector_norms (the fused add &
+// norm with each row in its warp's registers, kernels/cuda/vector_norm.cuh: 5.77 -> 3.77
+// ms of the base step) and loss_rows_from_l2 (the loss's vectorised rows in blocks of 512,
+// two an SM: 1.66 -> 1.49 ms) (H200, 2026-12-04; Context::candidate_kernel no longer asks).
 enum CandidateKernels : unsigned {
   kNoCandidates = 0,
   kFusedAttention = 1u << 3,
   kStepGraphs = 1u << 4,
-  kVectorNorms = 1u << 5,
   kReluMasks = 1u << 7,
   kPinnedSnapshot = 1u << 8,
-  kLossRowsFromL2 = 1u << 9,
   kKeptOnes = 1u << 10,
   kWeightGradsBeside = 1u << 11,
   kDecodeAttention = 1u << 12,
-  kAllCandidates = kFusedAttention | kStepGraphs | kVectorNorms | kReluMasks | kPinnedSnapshot |
-                   kLossRowsFromL2 | kKeptOnes | kWeightGradsBeside | kDecodeAttention,
+  kAllCandidates = kFusedAttention | kStepGraphs | kReluMasks | kPinnedSnapshot | kKeptOnes |
+                   kWeightGradsBeside | kDecodeAttention,
 };
 
 // The candidate set a train.cuda_kernels value names: "verified" (none), "candidate"

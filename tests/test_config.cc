@@ -397,11 +397,10 @@ TEST(Config, StepsAreInt64) {
 
 // train.cuda_kernels names a set of candidate kernels (kernels/ops.h): none, all, or some
 // by name (a GPU session whose twins fail for one candidate can measure the others); the
-// former candidates, the default since their GPU run (2026-11-26/27 on an H100, 2026-11-29
-// on an H200), still load (a checkpoint trained with them names them) and name nothing;
-// fused_attention, step_graphs, vector_norms, relu_masks, pinned_snapshot,
-// loss_rows_from_l2, kept_ones, weight_grads_beside and decode_attention are the
-// candidates now.
+// former candidates, the default since their GPU run (2026-11-26/27 on an H100,
+// 2026-11-29 and 2026-12-04 on an H200), still load (a checkpoint trained with them names
+// them) and name nothing; fused_attention, step_graphs, relu_masks, pinned_snapshot,
+// kept_ones, weight_grads_beside and decode_attention are the candidates now.
 TEST(Config, CudaKernelsNameASetOfCandidates) {
   const std::vector<std::pair<std::string, unsigned>> settings = {
       {"verified", kNoCandidates},
@@ -416,16 +415,16 @@ TEST(Config, CudaKernelsNameASetOfCandidates) {
       {"fused_attention,step_totals", kFusedAttention},
       {"step_graphs", kStepGraphs},
       {"step_graphs,async_upload", kStepGraphs},
-      {"vector_norms", kVectorNorms},
-      {"fused_adam,vector_norms", kVectorNorms},
+      {"vector_norms", kNoCandidates},
+      {"fused_adam,vector_norms,relu_masks", kReluMasks},
       {"relu_masks", kReluMasks},
       {"pinned_snapshot,step_totals", kPinnedSnapshot},
-      {"loss_rows_from_l2", kLossRowsFromL2},
+      {"loss_rows_from_l2,kept_ones", kKeptOnes},
       {"kept_ones", kKeptOnes},
       {"weight_grads_beside,kept_ones", kWeightGradsBeside | kKeptOnes},
       {"decode_attention", kDecodeAttention},
-      {"fused_attention,step_graphs,vector_norms,relu_masks,pinned_snapshot,loss_rows_from_l2,"
-       "kept_ones,weight_grads_beside,decode_attention",
+      {"fused_attention,step_graphs,relu_masks,pinned_snapshot,kept_ones,weight_grads_beside,"
+       "decode_attention",
        kAllCandidates}};
   for (const auto& [setting, bits] : settings) {
     const Config config = load_config(kTinyIni, {"train.cuda_kernels=" + setting});
@@ -436,9 +435,8 @@ TEST(Config, CudaKernelsNameASetOfCandidates) {
     SCOPED_TRACE(bad);
     expect_error([&] { load_config(kTinyIni, {"train.cuda_kernels=" + bad}); },
                  {"tiny.ini", "train.cuda_kernels", "verified, candidate",
-                  "or some of fused_attention,step_graphs,vector_norms,relu_masks,"
-                  "pinned_snapshot,loss_rows_from_l2,kept_ones,weight_grads_beside,"
-                  "decode_attention"});
+                  "or some of fused_attention,step_graphs,relu_masks,pinned_snapshot,"
+                  "kept_ones,weight_grads_beside,decode_attention"});
   }
 }
 

@@ -201,23 +201,24 @@ TEST(CudaCandidateFusedAttention, Bf16ThreeStepsTrackTheBatchedPath) {
                                 "batched", "fused attention");
 }
 
-// `model`'s log-probabilities at each of its cached decoding steps of kReorderingSources.
-// The register-held add & norm (kernels/cuda/vector_norm.cuh, candidate vector_norms)
-// through the whole model: tiny.ini widened to d_model = 256 (one bf16 vector of 8 a lane;
-// tiny's 64 does not fit, and every add & norm of a post-norm model is the fused op), bf16,
-// three steps against the verified kernels; the same 1% on the loss and the parameters as
-// the attention kernels' checks above (the two differ in the rows' summation orders).
-TEST(CudaCandidateVectorNorms, Bf16ThreeStepsTrackTheVerifiedKernels) {
+// The register-held add & norm (kernels/cuda/vector_norm.cuh, the fused ops' default
+// since 2026-12-04) through the whole model: tiny.ini widened to d_model = 256 (one bf16
+// vector of 8 a lane; tiny's 64 does not fit, and every add & norm of a post-norm model is
+// the fused op), bf16, three steps against the separate ops (model.fused_ops = off, whose
+// kernels give the row-per-block fused kernels' bits: CudaAddNorm.FusedIsTheUnfused
+// KernelsBitForBit); the same 1% on the loss and the parameters as the attention kernels'
+// checks above (the two differ in the rows' summation orders).
+TEST(CudaTraining, Bf16RegisterHeldNormsTrackTheSeparateOps) {
   THPC_REQUIRE_REAL_GPU();
   const std::vector<std::string> wide = {"train.backend=cuda", "train.precision=bf16",
                                          "model.d_model=256", "model.d_ff=512"};
-  std::vector<std::string> with_vectors = wide;
-  with_vectors.push_back("train.cuda_kernels=vector_norms");
-  Trainer verified(tiny(wide));
-  Trainer vectors(tiny(with_vectors));
+  std::vector<std::string> separate = wide;
+  separate.push_back("model.fused_ops=off");
+  Trainer separate_ops(tiny(separate));
+  Trainer vectors(tiny(wide));
   // 2 + 2 encoder and 3 + 3 decoder add & norms, forward and backward.
-  expect_three_bf16_steps_track(verified, vectors, vector_norm_launches, 2 * (2 * 2 + 2 * 3),
-                                "verified", "vector norms");
+  expect_three_bf16_steps_track(separate_ops, vectors, vector_norm_launches,
+                                2 * (2 * 2 + 2 * 3), "separate ops", "vector norms");
 }
 
 // The FFN's ReLU kept as cuBLASLt's bit-mask (candidate relu_masks, kernels/cuda/linear.cu)
@@ -254,6 +255,7 @@ TEST(CudaTraining, EveryStepTakesTheOnePassAdam) {
   }
 }
 
+// `model`'s log-probabilities at each of its cached decoding steps of kReorderingSources.
 std::vector<std::vector<float>> scored_steps(Transformer& model,
                                              const std::vector<BeamStep>& steps) {
   CachedTransformerScorer scorer(model, SpecialIds{}, 10);

@@ -32,7 +32,9 @@ namespace thpc::cuda {
 namespace {
 
 constexpr int kThreads = 256;  // per row block
-// The candidate loss_rows_from_l2's blocks (2026-11-30, not yet run on a GPU). Why: the
+// The vectorised rows' blocks (the former candidate loss_rows_from_l2, 2026-11-30; the
+// default since the H200 window of 2026-12-04: the base step's loss 1.66 -> 1.49 ms,
+// short of the ~0.4 ms hoped for below). Why: the
 // H200's base profile gave the loss 1.68 ms for [25,000 x 37,000] bf16 logits, whose
 // floor is one read and one write (3.7 GB: 0.77 ms at 4.8 TB/s). Pass 2 rereads each row
 // "mostly from L2", but the verified kernel takes 32 registers a thread (ptxas, sm_90), so
@@ -111,7 +113,7 @@ __device__ Stats row_stats(const T* z, int vocab) {
 
 // row_stats with 16-byte loads (vocab % kVector<T> == 0, z 16-byte aligned), two vectors
 // in flight per thread, and one rescale of the running sum per vector instead of one
-// exp per element that raises the maximum: pass 1 of cross_entropy_rows<T, true>.
+// exp per element that raises the maximum: pass 1 of cross_entropy_rows_from_l2.
 template <typename T, int Threads>
 __device__ Stats row_stats_vectorized(const T* z, int vocab) {
   constexpr int W = kVector<T>;
@@ -155,8 +157,8 @@ __device__ Stats row_stats_vectorized(const T* z, int vocab) {
 // maximum took 4.54 ms of the base step on an H100 for ~1.9 ms of bytes ([25,000 x
 // 37,000] bf16 read twice, mostly from L2 the second time, and written once); vectorised,
 // 2.23 ms (2026-11-26, bench/RESULTS.md, where its twins and memcheck passed too).
-// The body of a block of `Threads` (cross_entropy_rows, and with kStreaming the
-// candidate's cross_entropy_rows_from_l2 below).
+// The body of a block of `Threads` (cross_entropy_rows, scalar, and with kStreaming the
+// vectorised cross_entropy_rows_from_l2 below).
 template <typename T, bool kVectorized, int Threads, bool kStreaming>
 __device__ __forceinline__ void cross_entropy_row(T* d_logits, const T* logits,
                                                   const int32_t* __restrict__ targets,
@@ -230,18 +232,19 @@ __device__ __forceinline__ void cross_entropy_row(T* d_logits, const T* logits,
   }
 }
 
-template <typename T, bool kVectorized>
+// Rows whose vocabulary or tensors do not allow 16-byte loads.
+template <typename T>
 __global__ void __launch_bounds__(kThreads)
     cross_entropy_rows(T* d_logits, const T* logits, const int32_t* __restrict__ targets,
                        int vocab, float eps, int pad_id, float grad_scale,
                        const StepInputs* scale_from, double* row_loss, double* row_nll,
                        int* row_status) {
-  cross_entropy_row<T, kVectorized, kThreads, false>(d_logits, logits, targets, vocab, eps,
-                                                     pad_id, grad_scale, scale_from, row_loss,
-                                                     row_nll, row_status);
+  cross_entropy_row<T, false, kThreads, false>(d_logits, logits, targets, vocab, eps,
+                                               pad_id, grad_scale, scale_from, row_loss,
+                                               row_nll, row_status);
 }
 
-// The candidate loss_rows_from_l2 (kWideThreads above): vectorised rows only, blocks of
+// The vectorised rows (kWideThreads above, the former loss_rows_from_l2): blocks of
 // 512 threads (at most four an SM by threads; two at its 56 registers), pass 2 streaming.
 template <typename T>
 __global__ void __launch_bounds__(kWideThreads, 2)
@@ -350,7 +353,7 @@ __global__ void __launch_bounds__(kThreads)
 
 size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-// Launches of the candidate loss_rows_from_l2's row kernel, for its twin tests.
+// Launches of the vectorised rows' kernel in blocks of 512, for its twin tests.
 std::atomic<int64_t> wide_loss_row_launch_count{0};
 
 // Queues the row kernel and the sum over rows, per-row values in the context's scratch:
@@ -375,18 +378,16 @@ LossResult* queue_loss_sums(Context& context, T* d_logits, const T* logits,
 
   const bool vectorized = vocab % kVector<T> == 0 && aligned16(logits) &&
                           (d_logits == nullptr || aligned16(d_logits));
-  if (vectorized && context.candidate_kernel(kLossRowsFromL2)) {
+  if (vectorized) {
     cross_entropy_rows_from_l2<T><<<rows, kWideThreads, 0, stream>>>(
         d_logits, logits, targets, vocab, eps, pad_id, grad_scale, scale_from, row_loss,
         row_nll, row_status);
-    THPC_CUDA_CHECK_LAUNCH("cross_entropy_rows (loss_rows_from_l2)");
+    THPC_CUDA_CHECK_LAUNCH("cross_entropy_rows (blocks of 512)");
     ++wide_loss_row_launch_count;
   } else {
-    const auto rows_kernel =
-        vectorized ? cross_entropy_rows<T, true> : cross_entropy_rows<T, false>;
-    rows_kernel<<<rows, kThreads, 0, stream>>>(d_logits, logits, targets, vocab, eps, pad_id,
-                                               grad_scale, scale_from, row_loss, row_nll,
-                                               row_status);
+    cross_entropy_rows<T><<<rows, kThreads, 0, stream>>>(
+        d_logits, logits, targets, vocab, eps, pad_id, grad_scale, scale_from, row_loss,
+        row_nll, row_status);
     THPC_CUDA_CHECK_LAUNCH("cross_entropy_rows");
   }
   sum_rows<kIntoTotals><<<1, kSumThreads, 0, stream>>>(result, totals, row_loss, row_nll,

@@ -35,14 +35,14 @@ int64_t cuda_fused_attention_launches();
 int64_t cuda_decode_attention_launches();
 
 // Launches of the register-held residual + dropout + layer norm kernels (kernels/cuda/
-// vector_norm.cuh, candidate vector_norms) in this process: one a forward, one a backward.
+// vector_norm.cuh, the former vector_norms) in this process: one a forward, one a backward.
 int64_t cuda_vector_norm_launches();
 
 // Launches of the one-pass Adam (kernels/cuda/fused_adam.cuh) in this process: one an
 // update whose buffers are aligned for it.
 int64_t cuda_fused_adam_launches();
 
-// Launches of the loss's row kernel in blocks of 512 (candidate loss_rows_from_l2,
+// Launches of the loss's row kernel in blocks of 512 (the former loss_rows_from_l2,
 // cross_entropy.cu) in this process: one a softmax_cross_entropy(_add) call.
 int64_t cuda_loss_rows_from_l2_launches();
 

@@ -44,7 +44,7 @@ int64_t vector_norm_launches();
 // The same for the one-pass Adam (kernels/cuda/fused_adam.cuh): one an update where its
 // buffers are aligned for 16-byte moves.
 int64_t fused_adam_launches();
-// The same for the loss's row kernel in blocks of 512 (candidate loss_rows_from_l2,
+// The same for the loss's row kernel in blocks of 512 (the former loss_rows_from_l2,
 // kernels/cuda/cross_entropy.cu): one a vectorised softmax_cross_entropy(_add) call.
 int64_t loss_rows_from_l2_launches();
 // The same for the bias gradients that read the kept ones vector (candidate kept_ones,

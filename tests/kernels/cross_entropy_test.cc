@@ -392,30 +392,17 @@ TEST(CudaCrossEntropy, MatchesCpu) {
 }
 
 // The odd vocabularies above take the scalar loops; a multiple of 8 (both precisions'
-// vector widths) takes the 16-byte vectors: one vector a row, an odd number of vectors
-// (a row's last pair of loads is a single one), the model's 37,000.
+// vector widths) takes the 16-byte vectors, in blocks of 512, two an SM, the second pass
+// streaming (kernels/cuda/cross_entropy.cu; the former candidate loss_rows_from_l2): one
+// vector a row, an odd number of vectors (a row's last pair of loads is a single one),
+// every thread two vectors and one, the model's 37,000. Launches are counted: a
+// vectorised vocabulary that the scalar kernel took would prove nothing.
 TEST(CudaCrossEntropy, VectorizedRowsMatchCpu) {
   THPC_REQUIRE_GPU();
-  expect_cross_entropy_matches_cpu({
-      {"vocab_8", 9, 8, 0.1f, 2},
-      {"vocab_2056", 11, 2056, 0.1f, 3},
-      {"vocab_37000", 5, 37000, 0.1f, 1},
-      {"vocab_37000_no_smoothing", 4, 37000, 0.0f, 0},
-  });
-}
-
-// The candidate loss_rows_from_l2 (kernels/cuda/cross_entropy.cu: the row kernel in
-// blocks of 512, two an SM, its second pass streaming): the same checks as the verified
-// kernel's, scalar vocabularies (which it leaves to the verified kernel) and vectorised
-// ones (which it takes: its launches counted), and the step's form, whose sums are the
-// returned ones added in order.
-TEST(CudaCandidateLossRowsFromL2, MatchesCpu) {
-  THPC_REQUIRE_GPU();
-  CudaKernelChoice kernels;
-  kernels.candidates = kLossRowsFromL2;
+  const CudaKernelChoice kernels;
   const int64_t before = loss_rows_from_l2_launches();
   expect_cross_entropy_matches_cpu(loss_cases(), kernels);
-  EXPECT_EQ(loss_rows_from_l2_launches(), before) << "an odd vocabulary took the candidate";
+  EXPECT_EQ(loss_rows_from_l2_launches(), before) << "an odd vocabulary took the vectors";
   expect_cross_entropy_matches_cpu({
       {"vocab_8", 9, 8, 0.1f, 2},
       {"vocab_2056", 11, 2056, 0.1f, 3},
@@ -516,18 +503,11 @@ void expect_added_sums_match_cpu(const CudaKernelChoice& kernels) {
   }
 }
 
+// The step's form; the vocabulary of 37,000 takes the vectorised rows (counted).
 TEST(CudaCrossEntropy, AddedSumsMatchCpu) {
   THPC_REQUIRE_GPU();
-  expect_added_sums_match_cpu({});
-}
-
-// The step's form with the candidate loss_rows_from_l2 (the vocabulary of 37,000 takes it).
-TEST(CudaCandidateLossRowsFromL2, AddedSumsMatchCpu) {
-  THPC_REQUIRE_GPU();
-  CudaKernelChoice kernels;
-  kernels.candidates = kLossRowsFromL2;
   const int64_t before = loss_rows_from_l2_launches();
-  expect_added_sums_match_cpu(kernels);
+  expect_added_sums_match_cpu({});
   if (!twin_rehearsal()) {
     EXPECT_GT(loss_rows_from_l2_launches(), before);
   }
