@@ -6,10 +6,15 @@
 # every step's time logged. A step's excess is its time minus the median step's; a
 # checkpoint's stall is the excess of all steps (the first, the warm-up, left out) divided
 # by the checkpoints written before the last step. Ends with one line:
-#   checkpoint_stall: backend=cpu threads=1 tokens=200 file_mb=756.7 step_ms=970.3 stall_in_step_s=3.21 stall_beside_s=1.05 ratio=3.06 copy_in_step_s=0.29 copy_beside_s=0.08
+#   checkpoint_stall: backend=cpu threads=1 tokens=200 file_mb=756.7 step_ms=970.3 stall_in_step_s=3.21 stall_beside_s=1.05 ratio=3.06 copy_in_step_s=0.29 copy_beside_s=0.08 first_beside_s=1.30 later_beside_s=0.92
 # (ratio = stall_in_step_s / stall_beside_s: how many times less a checkpoint costs;
 # copy_*_s: the median of the checkpoint lines' "copy N s", what the step waited for to
-# copy the state out).
+# copy the state out; first_*_s and later_*_s: the excess of the step after the first
+# checkpoint, which also makes the kept host buffer, and the median of the later ones').
+# A checkpoint beside training waits for the one before to be written: when a write takes
+# longer than EVERY steps the later checkpoints measure the writer, not the stall, and
+# the script says so (on 2026-12-04 a GPU's 40 ms steps with EVERY=3 gave 2 s "stalls";
+# gpu_session.sh now spaces them beyond a write).
 # BACKEND=cuda measures the GPU's; THREADS is train.threads on the CPU (0 = every core:
 # the writer's hashing then competes with the step's own threads). CANDIDATE (e.g.
 # pinned_snapshot: the state copied into pinned memory on the GPU's stream, not waited
@@ -70,16 +75,28 @@ for run in runs:
     # median over the checkpoints (the first of a run beside training also makes its
     # kept buffer), steadier than the steps' excess on a noisy machine.
     copies = [float(c) for c in re.findall(r"^checkpoint \S+ \(.* copy ([0-9.]+) s", log, re.M)]
-    result[run] = (median, excess / checkpoints, size, statistics.median(copies))
+    writes = [float(w) for w in re.findall(r"^checkpoint \S+ \(.* write ([0-9.]+) s", log, re.M)]
+    # The step after a checkpoint's step carries its cost (the save follows the step's line).
+    each = [(ms[k] - median) / 1000.0 for k in range(every, steps, every)]
+    later = statistics.median(each[1:]) if len(each) > 1 else float("nan")
+    result[run] = (median, excess / checkpoints, size, statistics.median(copies), each[0], later)
     print(f"{run}: median step {median:.1f} ms, "
           f"steps {' '.join(f'{t:.0f}' for t in ms)} ms")
+    spacing = every * median / 1000.0
+    if run != "in_step" and writes and max(writes) > spacing:
+        print(f"{run}: a write took {max(writes):.2f} s, longer than the {spacing:.2f} s between "
+              f"checkpoints (EVERY={every}): the later checkpoints waited for the writer before "
+              f"them; give EVERY above {max(writes) * 1000.0 / median:.0f} to measure the stall")
 step_ms = result["in_step"][0]
 in_step, beside = result["in_step"][1], result["beside"][1]
 ratio = in_step / beside if beside > 0 else float("inf")
 candidate = (f" stall_candidate_s={result['candidate'][1]:.2f}"
-             f" copy_candidate_s={result['candidate'][3]:.2f}" if "candidate" in result else "")
+             f" copy_candidate_s={result['candidate'][3]:.2f}"
+             f" first_candidate_s={result['candidate'][4]:.2f}"
+             f" later_candidate_s={result['candidate'][5]:.2f}" if "candidate" in result else "")
 print(f"checkpoint_stall: backend={backend} threads={threads} tokens={tokens} "
       f"file_mb={result['in_step'][2]} step_ms={step_ms:.1f} stall_in_step_s={in_step:.2f} "
       f"stall_beside_s={beside:.2f} ratio={ratio:.2f} copy_in_step_s={result['in_step'][3]:.2f} "
-      f"copy_beside_s={result['beside'][3]:.2f}{candidate}")
+      f"copy_beside_s={result['beside'][3]:.2f} first_beside_s={result['beside'][4]:.2f} "
+      f"later_beside_s={result['beside'][5]:.2f}{candidate}")
 EOF
