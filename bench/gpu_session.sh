@@ -21,7 +21,11 @@
 #   training step, then ranks sharing a GPU, then decoding):
 #            run(command="timeout 300 bash bench/gpu_session.sh ranks", timeout_s=330,
 #                carry=["gpu-bundle", "shared-for-gpu"])
-#   call 3, at once, with what the window has left: decoding (issue 53):
+#   call 3, at once, with what the window has left: decoding (issue 53). At once means
+#   the next tool call, with nothing read in between: on 2026-12-04 some 30 s spent
+#   reading call 2's output lost the machine, call 3 met a fresh one (62 s to start) and
+#   stopped at once without the bundle; it was sent again carrying gpu-bundle, and found
+#   the wheel the failed call had carried:
 #            run(command="timeout 330 env TRAIN_MINUTES=1 CHECKPOINT_MINUTES=0.17
 #                bash bench/gpu_session.sh translate", timeout_s=360,
 #                carry=[".whl", "shared-for-gpu"])
@@ -79,7 +83,8 @@
 #   3. transformer_bench_step --profile, base, 25,000 + 25,000 tokens, bf16,
 #      train.cuda_kernels = verified and (only if the candidate twins passed in 1.)
 #      candidate, and candidate without step_graphs (its kernels by op class, no
-#      captures); then the default once per train.short_attention_max_len in
+#      captures), and each candidate of STEP_KERNEL_CANDIDATES alone (its own rows);
+#      then the default once per train.short_attention_max_len in
 #      SHORT_ATTENTION_LENGTHS (default "0 64": the batched path alone, and one length
 #      more than the default 48), each its step and by-bucket lines only; the program
 #      against the benchmark at 3,125 tokens; the small batch (base, 3,125 tokens) timed
@@ -207,7 +212,7 @@ readonly PLAN=(
   "1|the verified twins of the changed files (OTHER_TWINS=all: every one)|10|40"
   "1|whole model: fp32 3 steps vs the CPU (fused off, on); bf16 short vs batched; decoding|3|25"
   "1|bf16 GEMM ceiling (8192^3)|10|15"
-  "1|profile base verified (27 steps), candidate (36: two warm-up rounds with graphs), candidate without step_graphs; short_attention_max_len 0, 64 (27 each)|35|90"
+  "1|profile base verified (27 steps), candidate (36: two warm-up rounds with graphs), candidate without step_graphs; each step-kernel candidate alone; short_attention_max_len 0, 64 (27 each)|50|120"
   "1|program vs benchmark: base, 3,125 tokens, 40 steps each (bench/program_vs_bench.sh)|10|30"
   "1|small batch: base, 3,125 tokens, verified and candidate (CUDA graphs), timed and profiled; candidate without weight_grads_beside timed (and at 25,000); candidate without graphs profiled|30|70"
   "1|ours verified (and candidate if it acts in training; the loss in chunks of 1,024 rows; 75 steps each); eager|45|90"
@@ -678,6 +683,7 @@ step_stage() {
   measure_ceiling
   profile preset=base
   profile_candidates_without_graphs
+  profile_each_step_candidate
   profile_short_attention_lengths
   echo "profiles: at ${SECONDS} s"
   program_vs_bench_step
@@ -795,6 +801,24 @@ profile_candidates_without_graphs() {
     --set "train.cuda_kernels=$setting" > "$LOGS/profile_base_without_graphs.txt" 2>&1
   echo "== profile base, train.cuda_kernels=$setting (no graphs; exit $?)"
   grep -v "^{" "$LOGS/profile_base_without_graphs.txt" | tail -34
+}
+
+# The base profile once per measured candidate that changes the step's kernels, alone:
+# on 2026-12-04 the candidates were profiled only together, and each one's share had to
+# be told from the op classes it touches (relu_masks' and weight_grads_beside's both in
+# the GEMM rows). The step's line, the rows those candidates change, and the host's.
+readonly STEP_KERNEL_CANDIDATES="fused_attention relu_masks kept_ones weight_grads_beside"
+profile_each_step_candidate() {
+  local candidate
+  for candidate in $(measured_candidates | tr ',' ' '); do
+    [[ " $STEP_KERNEL_CANDIDATES " == *" $candidate "* ]] || continue
+    # shellcheck disable=SC2046
+    timeout 120 "$BUILD_DIR/transformer_bench_step" $(bench_args base 18 9) --profile \
+      --set "train.cuda_kernels=$candidate" > "$LOGS/profile_base_only_$candidate.txt" 2>&1
+    echo "== profile base, train.cuda_kernels=$candidate alone (exit $?)"
+    grep -E "^(GEMM|attention |bias\+ReLU|zero, copy|host time|total)" \
+      "$LOGS/profile_base_only_$candidate.txt"
+  done
 }
 
 # The candidates measured in this call (CANDIDATE_SETTING), comma-joined by name
