@@ -25,7 +25,9 @@
 #   the next tool call, with nothing read in between: on 2026-12-04 some 30 s spent
 #   reading call 2's output lost the machine, call 3 met a fresh one (62 s to start) and
 #   stopped at once without the bundle; it was sent again carrying gpu-bundle, and found
-#   the wheel the failed call had carried:
+#   the wheel the failed call had carried, but not call 1's record of the candidates whose
+#   twins passed, so it decoded without them: on a fresh machine give that list, as call
+#   1's "the others passed: train.cuda_kernels=..." line printed it, as DECODE_CANDIDATE=:
 #            run(command="timeout 330 env TRAIN_MINUTES=1 CHECKPOINT_MINUTES=0.17
 #                bash bench/gpu_session.sh translate", timeout_s=360,
 #                carry=[".whl", "shared-for-gpu"])
