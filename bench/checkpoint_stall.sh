@@ -16,10 +16,10 @@
 # the script says so (on 2026-12-04 a GPU's 40 ms steps with EVERY=3 gave 2 s "stalls";
 # gpu_session.sh now spaces them beyond a write).
 # BACKEND=cuda measures the GPU's; THREADS is train.threads on the CPU (0 = every core:
-# the writer's hashing then competes with the step's own threads). CANDIDATE (e.g.
-# pinned_snapshot: the state copied into pinned memory on the GPU's stream, not waited
-# for) adds a third run, beside training with train.cuda_kernels=CANDIDATE, and the
-# field stall_candidate_s. Writes under WORK (default build/checkpoint_stall). CONFIG
+# the writer's hashing then competes with the step's own threads). CANDIDATE (a
+# train.cuda_kernels value) adds a third run, beside training with those kernels, and the
+# field stall_candidate_s (pinned_snapshot, the GPU's pinned staging, was one until it
+# became the default on 2026-12-04). Writes under WORK (default build/checkpoint_stall). CONFIG
 # (default input/base.ini) and VOCAB (default 37000) give another model: gpu_session.sh's
 # CPU rehearsal takes input/tiny.ini, whose files the 2-core machines write in seconds
 # (the base model's 757 MB, six of them, took 98 s of the call's 130 on 2026-12-01).

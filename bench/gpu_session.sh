@@ -59,8 +59,7 @@
 #       candidate's promotion needs besides its twins),
 #       then base-sized steps of the synthetic task on 1 and 2 ranks sharing the GPU
 #       (RANKS_STEPS, default 60), and a base checkpoint's stall written in the step and
-#       beside training, verified and with the candidate pinned_snapshot
-#       (bench/checkpoint_stall.sh, 30-90 s estimated).
+#       beside training (bench/checkpoint_stall.sh, 40-100 s estimated).
 #   `--dry-run` prints the plan (print_plan below) with each item's estimate.
 #
 # step (call 1; STEP_SECONDS, default 370, leaves the 400 s time-out room for the log):
@@ -71,8 +70,7 @@
 #      test_cuda_training;
 #   1. the candidate kernels' twins in fp32 and bf16 (CANDIDATE_TWINS: the kernels behind
 #      train.cuda_kernels = candidate, not yet the default: fused_attention, step_graphs,
-#      relu_masks, pinned_snapshot, kept_ones, weight_grads_beside, decode_attention;
-#      when some fail, the others by name) and the whole model with them; then the
+#      relu_masks, weight_grads_beside; when some fail, the others by name) and the whole model with them; then the
 #      verified twins of the files changed since the last GPU run (CHANGED_TWINS;
 #      OTHER_TWINS=all runs every kernel twin) and the whole-model checks with the
 #      verified kernels: fp32 separate and fused against the CPU
@@ -210,7 +208,7 @@ readonly PLAN=(
   "start|machine start (counted, not in a call)|60|120"
   "1|setup: gpu-bundle unpacked, nvidia-smi|10|20"
   "1|build: bench_step, transformer_hpc, kernel twin tests, test_cuda_training (16 cores)|20|110"
-  "1|candidate twins (CudaCandidate*: fused_attention, step_graphs, relu_masks, pinned_snapshot, kept_ones, weight_grads_beside, decode_attention) and the whole model with them|5|35"
+  "1|candidate twins (CudaCandidate*: fused_attention, step_graphs, relu_masks, weight_grads_beside) and the whole model with them|5|35"
   "1|the verified twins of the changed files (OTHER_TWINS=all: every one)|10|40"
   "1|whole model: fp32 3 steps vs the CPU (fused off, on); bf16 short vs batched; decoding|3|25"
   "1|bf16 GEMM ceiling (8192^3)|10|15"
@@ -224,7 +222,7 @@ readonly PLAN=(
   "2|CudaDistributed.*: 4 ranks stopped, resumed on 2 and 1; a killed rank, a SIGSTOP'd one; one-rank NCCL|30|70"
   "2|compute-sanitizer memcheck of the candidates' kernel twins (call 1's build), racecheck of the fused attention's|40|120"
   "2|base-sized steps on 1 and 2 ranks sharing the GPU, and 1 with NCCL's sums timed (RANKS_STEPS=60)|25|80"
-  "2|a base checkpoint's stall, in the step, beside training, beside with pinned_snapshot (3 runs of 241 steps, one every 80)|40|100"
+  "2|a base checkpoint's stall, in the step, beside training (2 runs of 241 steps, one every 80)|30|80"
   "3|setup on the warm machine (bundle kept), build of the programs|15|60"
   "3|Multi30k base-sized layers 1 min, last 5 averaged, test_2016 BLEU|80|100"
   "3|newstest2014 decode speed, ours (bf16; int8; 2 GPU workers) against CTranslate2 (what is left)|200|250"
@@ -380,8 +378,11 @@ readonly CANDIDATES_ACT_IN_TRAINING=1
 # and loss_rows_from_l2 became the default, their candidate checks gone: layernorm.cu
 # (CudaAddNorm, whose bit-for-bit check of the fused row-per-block kernels now leaves the
 # widths the register-held ones take to CudaVectorNorms; CudaLayerNorm) and
-# cross_entropy.cu (CudaCrossEntropy, CudaLogSoftmax).
-readonly CHANGED_TWINS="CudaAddNorm|CudaLayerNorm|CudaVectorNorms|CudaCrossEntropy|CudaLogSoftmax"
+# cross_entropy.cu (CudaCrossEntropy, CudaLogSoftmax); so did kept_ones (linear.cu:
+# CudaLinear.BiasGradientsReadTheKeptOnes and the file's other suites) and decode_attention
+# (attention.cu: CudaAttention.DecodeAttentionMatchesCpu), and pinned_snapshot, whose test
+# is a whole-model one (CudaTraining.APinnedStagedState*, in the list below).
+readonly CHANGED_TWINS="CudaAddNorm|CudaLayerNorm|CudaVectorNorms|CudaCrossEntropy|CudaLogSoftmax|CudaLinear|CudaLinearRelu|CudaOutputProjection|CudaReluBiasBackward|CudaAttention"
 
 # What the step and followup stages build: the benchmark, the trainer (the program against
 # the benchmark), every kernel twin test executable and the whole-model GPU tests.
@@ -669,7 +670,7 @@ run_other_twins() {
   # and transformer_decode's GPU workers, each on its own stream, translating as one
   # (skipped in the rehearsal: they need the GPU itself).
   ctest --test-dir "$BUILD_DIR" \
-    -R "^(CudaTraining[.](Fp32ThreeSteps(MatchTheCpu|WithFusedOps)|Bf16ThreeStepsWithShortAttention|Bf16RegisterHeldNorms|DecodingStepsMatchTheCpu|EveryStepTakesTheOnePassAdam)|CudaDecodeProgram[.]GpuWorkersShareTheDeviceWithoutChangingAnyTranslation)" \
+    -R "^(CudaTraining[.](Fp32ThreeSteps(MatchTheCpu|WithFusedOps)|Bf16ThreeStepsWithShortAttention|Bf16RegisterHeldNorms|DecodingStepsMatchTheCpu|DecodeAttentionStepsMatchTheCpu|APinnedStagedState|EveryStepTakesTheOnePassAdam)|CudaDecodeProgram[.]GpuWorkersShareTheDeviceWithoutChangingAnyTranslation)" \
     --output-on-failure --timeout 150 > "$LOGS/ctest_whole_model.log" 2>&1
   grep -E "tests passed|Failed|Skipped|\*\*\*" "$LOGS/ctest_whole_model.log" | tail -6
   grep -h "GPU fp32\|GPU bf16" "$BUILD_DIR/Testing/Temporary/LastTest.log" | head -4
@@ -809,7 +810,7 @@ profile_candidates_without_graphs() {
 # on 2026-12-04 the candidates were profiled only together, and each one's share had to
 # be told from the op classes it touches (relu_masks' and weight_grads_beside's both in
 # the GEMM rows). The step's line, the rows those candidates change, and the host's.
-readonly STEP_KERNEL_CANDIDATES="fused_attention relu_masks kept_ones weight_grads_beside"
+readonly STEP_KERNEL_CANDIDATES="fused_attention relu_masks weight_grads_beside"
 profile_each_step_candidate() {
   local candidate
   for candidate in $(measured_candidates | tr ',' ' '); do
@@ -1067,15 +1068,12 @@ ranks_stage() {
   rm -rf "$BUILD_DIR/ranks_checkpoints"
   # A checkpoint's stall, written in the step and beside training (issue 51 item 4): the
   # base model at 25,000 tokens; its 757 MB files stay out of $LOGS (which comes back).
-  # And beside training with the candidate pinned_snapshot (the state copied into pinned
-  # memory on the stream, not waited for: stall_candidate_s), whether or not its twin
-  # passed in call 1 (a wrong copy would not change the stall; the twin says if it is).
-  # A checkpoint every 80 steps of ~40 ms: 3.2 s, more than a write's ~2 s, so that a
+  # Beside training the state is copied into pinned memory on the stream, not waited for
+  # (the former candidate pinned_snapshot, the default since 2026-12-04). A checkpoint every 80 steps of ~40 ms: 3.2 s, more than a write's ~2 s, so that a
   # checkpoint does not wait for the writer of the one before (every 3 steps did, on
   # 2026-12-04: the later checkpoints' 2 s were the writer's, only the first a stall).
-  local stall=(BACKEND=cuda TOKENS=25000 STEPS=241 EVERY=80 CANDIDATE=pinned_snapshot)
-  [ "$rehearsal" = 1 ] &&
-    stall=(BACKEND=cpu TOKENS=100 STEPS=7 EVERY=2 CANDIDATE=pinned_snapshot CONFIG=input/tiny.ini)
+  local stall=(BACKEND=cuda TOKENS=25000 STEPS=241 EVERY=80)
+  [ "$rehearsal" = 1 ] && stall=(BACKEND=cpu TOKENS=100 STEPS=7 EVERY=2 CONFIG=input/tiny.ini)
   timeout 130 env "${stall[@]}" BUILD="$BUILD_DIR" WORK=/tmp/thpc_checkpoint_stall \
     bash bench/checkpoint_stall.sh > "$LOGS/checkpoint_stall.txt" 2>&1
   echo "checkpoint stall (exit $?): $(grep "^checkpoint_stall:" "$LOGS/checkpoint_stall.txt")"

@@ -69,16 +69,13 @@ bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
       {"fused_attention", kFusedAttention},
       {"step_graphs", kStepGraphs},
       {"relu_masks", kReluMasks},
-      {"pinned_snapshot", kPinnedSnapshot},
-      {"kept_ones", kKeptOnes},
-      {"weight_grads_beside", kWeightGradsBeside},
-      {"decode_attention", kDecodeAttention}};
+      {"weight_grads_beside", kWeightGradsBeside}};
   // Former candidates, the default since their GPU run: a configuration or checkpoint
   // that names them (one trained with them before that) still loads, naming nothing.
   static const std::vector<std::string> kRetired = {
       "write_gradients", "short_attention", "gathered_attention", "async_upload",
       "step_totals",     "int8_products",   "fused_adam",         "vector_norms",
-      "loss_rows_from_l2"};
+      "loss_rows_from_l2", "pinned_snapshot", "kept_ones",         "decode_attention"};
   std::string allowed = "verified, candidate";
   if (!kNames.empty()) {
     allowed += ", or some of ";

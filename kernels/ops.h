@@ -141,33 +141,27 @@ enum class GradStore { kAdd, kWrite };
 // RELU_AUX_BIAS, and applied by its second layer's input-gradient GEMM, DRELU, instead of
 // relu_bias_backward's pass over [rows, d_ff]): its twins passed on 2026-12-04, but the
 // epilogues' GEMMs cost more (~1.4 ms at 25,000 tokens) than the 1.23 ms pass they save;
-// pinned_snapshot (a checkpoint's state copied into pinned host memory on the stream, the
-// host not waiting: Backend::make_host_staging; issue 51's stall of a base checkpoint):
-// its twin passed on 2026-12-04, its stall not yet measured apart from the writer's; kept_ones (the bias gradient's ones vector filled once and kept, not filled
-// before each of a step's ~50 bias gradients: issue 51's small batch; kernels/cuda/
-// linear.cu) and weight_grads_beside (a layer's weight and bias gradients' products on a
-// second stream beside its input gradient's; kernels/cuda/linear.cu): twins passed on
-// 2026-12-04, no gain measured (beside: +0.7 ms at 25,000 tokens, -0.07 at 3,125); and
-// decode_attention (a decoding step's self-attention over the shared-prefix cache with a
-// warp a head and a lane a key, not a warp a key: issue 53's decoding attention; kernels/
-// cuda/decode_attention.cuh): twins and memcheck passed on 2026-12-04, its speed not yet
-// measured. The former ones are the default since their GPU run: write_gradients,
-// short_attention (H100, 2026-11-26), gathered_attention (H100, 2026-11-27), async_upload,
-// step_totals, int8_products, fused_adam (H200, 2026-11-29), vector_norms (the fused add &
-// norm with each row in its warp's registers, kernels/cuda/vector_norm.cuh: 5.77 -> 3.77
-// ms of the base step) and loss_rows_from_l2 (the loss's vectorised rows in blocks of 512,
-// two an SM: 1.66 -> 1.49 ms) (H200, 2026-12-04; Context::candidate_kernel no longer asks).
+// and weight_grads_beside (a layer's weight and bias gradients' products on a second
+// stream beside its input gradient's; kernels/cuda/linear.cu): its twins passed on
+// 2026-12-04, and it cost 0.7 ms at 25,000 tokens (0.07 ms less at 3,125).
+// The former ones are the default since their GPU run: write_gradients, short_attention
+// (H100, 2026-11-26), gathered_attention (H100, 2026-11-27), async_upload, step_totals,
+// int8_products, fused_adam (H200, 2026-11-29), vector_norms (the fused add & norm with
+// each row in its warp's registers, kernels/cuda/vector_norm.cuh: 5.77 -> 3.77 ms of the
+// base step), loss_rows_from_l2 (the loss's vectorised rows in blocks of 512, two an SM:
+// 1.66 -> 1.49 ms), pinned_snapshot (a checkpoint's state copied into pinned host memory
+// on the stream, the host not waiting: a base checkpoint's copy 0.09 -> 0.00 s), kept_ones
+// (the bias gradient's ones vector filled once and kept) and decode_attention (a decoding
+// step's self-attention a warp a head, kernels/cuda/decode_attention.cuh) (H200,
+// 2026-12-04: their twins, and the kernels' memcheck, passed; Context::candidate_kernel no
+// longer asks).
 enum CandidateKernels : unsigned {
   kNoCandidates = 0,
   kFusedAttention = 1u << 3,
   kStepGraphs = 1u << 4,
   kReluMasks = 1u << 7,
-  kPinnedSnapshot = 1u << 8,
-  kKeptOnes = 1u << 10,
   kWeightGradsBeside = 1u << 11,
-  kDecodeAttention = 1u << 12,
-  kAllCandidates = kFusedAttention | kStepGraphs | kReluMasks | kPinnedSnapshot | kKeptOnes |
-                   kWeightGradsBeside | kDecodeAttention,
+  kAllCandidates = kFusedAttention | kStepGraphs | kReluMasks | kWeightGradsBeside,
 };
 
 // The candidate set a train.cuda_kernels value names: "verified" (none), "candidate"
@@ -348,8 +342,8 @@ class Backend {
   virtual std::unique_ptr<WorkClock> make_work_clock();
   // Host memory of `floats` floats that this backend's fp32 tensors can be copied into
   // beside its work (HostStaging). Here synchronous: each queue_download is download()
-  // into a host buffer, so the copy is done when it returns; the CUDA backend with the
-  // candidate pinned_snapshot copies into pinned memory on its stream, without a wait.
+  // into a host buffer, so the copy is done when it returns; the CUDA backend copies
+  // into pinned memory on its stream, without a wait.
   virtual std::unique_ptr<HostStaging> make_host_staging(int64_t floats);
 
   // ---- what the attention ops save and read ----------------------------------------

@@ -768,7 +768,7 @@ TEST(StagedSnapshot, NamesTheValuesTheBuffersHeldWhenQueued) {
                {"staging for 2 buffers"});
   Tensor shorter = backend->alloc(DType::F32, store.buffer_numel() - 1);
   expect_error([&] { StagedNamedBuffers(store, staging, {shorter}); }, {"layout of"});
-  // The default staging (every backend's but the CUDA one's with pinned_snapshot):
+  // The default staging (every backend's but the CUDA one's, which pins its memory):
   // downloads at once, refuses what does not fit.
   const std::shared_ptr<HostStaging> downloading =
       backend->make_host_staging(store.buffer_numel());

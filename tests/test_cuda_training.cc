@@ -303,10 +303,11 @@ TEST(CudaTraining, DecodingStepsMatchTheCpu) {
   }
 }
 
-// The candidate decode_attention (kernels/cuda/decode_attention.cuh) in a decoder: the
-// same cached steps by a model whose heads are 64 wide (the kernel's), fp32 on the GPU
-// against the CPU as above, and the kernel counted: it took every step's self-attention.
-TEST(CudaCandidateDecodeAttention, DecodingStepsMatchTheCpu) {
+// The decoding step's self-attention a warp a head (kernels/cuda/decode_attention.cuh, the
+// former candidate decode_attention) in a decoder: the same cached steps by a model whose
+// heads are 64 wide (the kernel's), fp32 on the GPU against the CPU as above, and the
+// kernel counted: it took every step's self-attention.
+TEST(CudaTraining, DecodeAttentionStepsMatchTheCpu) {
   THPC_REQUIRE_REAL_GPU();
   ModelConfig c;
   c.layers = 2;
@@ -320,16 +321,14 @@ TEST(CudaCandidateDecodeAttention, DecodingStepsMatchTheCpu) {
   Transformer cpu_model(c, 12, SpecialIds{}, *cpu_backend, 9);
   const std::vector<BeamStep> steps = as_beam_steps(reordering_steps());
   const std::vector<std::vector<float>> expected = scored_steps(cpu_model, steps);
-  CudaKernelChoice kernels;
-  kernels.candidates = kDecodeAttention;
-  auto gpu_backend = make_backend(BackendRequest{"cuda", "fp32", 0, 0, kernels});
+  auto gpu_backend = make_backend(BackendRequest{"cuda", "fp32", 0, 0, CudaKernelChoice{}});
   Transformer gpu_model(c, 12, SpecialIds{}, *gpu_backend, 9);
   const int64_t before = decode_attention_launches();
   expect_steps_near(gpu_model, steps, expected, 1e-4);
   // Each layer's self-attention a step goes through it (at least one a step is asked, so
   // that a count of how the steps are fed cannot fail a correct kernel).
   EXPECT_GE(decode_attention_launches() - before, static_cast<int64_t>(steps.size()))
-      << "the candidate's kernel did not take the steps' self-attention";
+      << "the warp-a-head kernel did not take the steps' self-attention";
 }
 
 // The GPU's int8 products (kernels/cuda/int8_cuda_backend.h) in a decoder: the same
@@ -558,9 +557,10 @@ TEST(CudaTraining, MemcheckIsCleanOnAShortRun) {
   EXPECT_NE(output.find("ERROR SUMMARY: 0 errors"), std::string::npos) << output;
 }
 
-// ---- the candidate pinned_snapshot: a checkpoint's state copied beside the steps ------
+// ---- pinned staging: a checkpoint's state copied beside the steps ---------------------
 
-// The candidate pinned_snapshot (PinnedHostStaging, kernels/cuda/cuda_backend.cu): the
+// The GPU's staging (PinnedHostStaging, kernels/cuda/cuda_backend.cu; the former candidate
+// pinned_snapshot, the default since 2026-12-04): the
 // state staged after step 2, two more steps queued before the copies are read, and read
 // from another thread (as the checkpoint's writer does), is step 2's, bit for bit: the
 // copies run on the stream in order, before the next update. The staging is pinned
@@ -603,7 +603,7 @@ void hold_the_stream(Backend& backend, std::chrono::milliseconds duration) {
 #endif
 }
 
-TEST(CudaCandidatePinnedSnapshot, AStagedStateIsItsStepsWhateverTheStepsQueuedAfter) {
+TEST(CudaTraining, APinnedStagedStateIsItsStepsWhateverTheStepsQueuedAfter) {
   THPC_REQUIRE_GPU();
   const std::string backend = test::twin_rehearsal() ? "train.backend=cpu" : "train.backend=cuda";
   for (const std::string precision : {"fp32", "bf16"}) {
@@ -612,7 +612,7 @@ TEST(CudaCandidatePinnedSnapshot, AStagedStateIsItsStepsWhateverTheStepsQueuedAf
                          ("thpc_pinned_snapshot_" + std::to_string(getpid()) + precision);
     const auto config = [&](const std::string& name, const std::string& background) {
       return load_config(kTinyIni, {backend, "train.precision=" + precision,
-                   "train.cuda_kernels=pinned_snapshot", "train.max_steps=4",
+                   "train.max_steps=4",
                    "train.valid_every=0", "checkpoint.minutes=0", "checkpoint.every_steps=2",
                    "checkpoint.average_last=0", "checkpoint.background_write=" + background,
                    "checkpoint.dir=" + (dir / name).string(),

@@ -899,7 +899,7 @@ void gathered_attention_forward(Context& context, T* out, T* saved, const T* q, 
   THPC_CUDA_CHECK_LAUNCH("gathered_attention_kernel");
 }
 
-// ---- A decoding step's self-attention, a warp a head (candidate decode_attention) ----
+// ---- A decoding step's self-attention, a warp a head (the former decode_attention) ----
 // (decode_attention.cuh; not yet run on a GPU.) The execution policy of its block body:
 // a loop over lanes shared among a warp's 32 lanes, the fixed butterflies of
 // device_util.cuh, and the rows' loads and the output's stores as 16-byte vectors.
@@ -948,13 +948,14 @@ __global__ void __launch_bounds__(decode_attention::kThreads)
 
 std::atomic<int64_t> decode_attention_launch_count{0};
 
-// The candidate's launch, or false where it does not fit (the gathered kernel then runs).
+// The warp-a-head kernel's launch (the former candidate decode_attention, the default since
+// the H200 window of 2026-12-04), or false where it does not fit (the gathered kernel then
+// runs).
 template <typename T>
 bool decode_attention_forward(Context& context, T* out, T* saved, const T* q, int ldq,
                               const T* k, int ldk, const T* v, int ldv,
                               const AttentionShape& shape) {
-  if (!context.candidate_kernel(kDecodeAttention) ||
-      !decode_attention::fits(shape, ldk, ldv, static_cast<int>(sizeof(T))) || !aligned16(k) ||
+  if (!decode_attention::fits(shape, ldk, ldv, static_cast<int>(sizeof(T))) || !aligned16(k) ||
       !aligned16(v) || !aligned16(out)) {
     return false;
   }

@@ -449,7 +449,7 @@ WrittenMasks& written_masks() {
 
 // Products that ran with the mask's epilogues (RELU_AUX forward, DRELU backward).
 std::atomic<int64_t> relu_mask_product_count{0};
-// Bias gradients that read the kept ones vector (candidate kept_ones), for its twin test.
+// Bias gradients that read the kept ones vector (the former kept_ones), for its twin test.
 std::atomic<int64_t> kept_ones_count{0};
 // Weight gradients queued on the side stream (candidate weight_grads_beside).
 std::atomic<int64_t> weight_grads_beside_count{0};
@@ -538,14 +538,13 @@ class WeightGradients {
       return;
     }
     // db [N] += dy^T [N, M] ones [M]: a GEMM with n = 1, fp32 accumulation and output.
-    // The ones: with the candidate kept_ones (or beside) a vector filled once and kept (a
-    // step's ~50 bias gradients each launched a fill of M ones before; at one rank's 3,125
-    // tokens a few microseconds each), else written into the scratch buffer before use.
-    if (beside_ || context.candidate_kernel(kKeptOnes)) {
-      ones_ = static_cast<T*>(context.kept_vector(static_cast<size_t>(M), sizeof(T), to_fill_));
-      kept_ = ones_ != nullptr;
-      if (kept_ && context.candidate_kernel(kKeptOnes)) ++kept_ones_count;
-    }
+    // The ones: a vector filled once and kept (a step's ~50 bias gradients each launched a
+    // fill of M ones before; at one rank's 3,125 tokens a few microseconds each; the
+    // former candidate kept_ones, the default since the H200 window of 2026-12-04), else,
+    // inside a capture that would have to grow it, written into the scratch buffer.
+    ones_ = static_cast<T*>(context.kept_vector(static_cast<size_t>(M), sizeof(T), to_fill_));
+    kept_ = ones_ != nullptr;
+    if (kept_) ++kept_ones_count;
     if (ones_ == nullptr) {
       beside_ = false;
       ones_ = static_cast<T*>(context.scratch(static_cast<size_t>(M) * sizeof(T)));

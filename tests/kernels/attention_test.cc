@@ -1612,7 +1612,7 @@ TEST(CudaAttention, GatheredKeysMatchCpu) {
   }
 }
 
-// ---- A decoding step's self-attention, a warp a head (candidate decode_attention) ----
+// ---- A decoding step's self-attention, a warp a head (the former decode_attention) ----
 
 // The cases decode_attention::fits takes: gathered_attention_cases()' heads of 64, a
 // head count that leaves a block's last warps idle (6 = 4 + 2; 2), and a few causal
@@ -1778,21 +1778,20 @@ TEST(DecodeAttentionOnTheHost, FitsOnlyTheStepsItCanRead) {
   EXPECT_FALSE(decode_attention::fits(other, 1024, 1024, 2));
 }
 
-// On the GPU with the candidate: the kernel itself (its launches counted) against the
-// CPU, as the host run above, and a repeated run bit-identical.
-TEST(CudaCandidateDecodeAttention, GatheredKeysMatchCpu) {
+// On the GPU (the default since 2026-12-04, the former candidate decode_attention): the
+// kernel itself (its launches counted) against the CPU, as the host run above, and a
+// repeated run bit-identical.
+TEST(CudaAttention, DecodeAttentionMatchesCpu) {
   THPC_REQUIRE_GPU();
-  CudaKernelChoice kernels;
-  kernels.candidates = kDecodeAttention;
   for (DType dtype : gpu_compute_dtypes()) {
     std::mt19937 rng(45);
-    Twins twins(dtype, kernels);
+    Twins twins(dtype);
     const std::vector<AttentionCase> cases = decode_attention_cases();
     const int64_t before = decode_attention_launches();
     for (const AttentionCase& c : cases) expect_gathered_twins_match(twins, dtype, c, rng);
     if (twin_rehearsal()) continue;  // the CPU stands in: no launches
     EXPECT_EQ(decode_attention_launches() - before, static_cast<int64_t>(3 * cases.size()))
-        << "the candidate's kernel did not run";
+        << "the warp-a-head kernel did not run";
   }
 }
 
