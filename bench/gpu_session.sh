@@ -70,15 +70,15 @@
 #      test_cuda_training;
 #   1. the candidate kernels' twins in fp32 and bf16 (CANDIDATE_TWINS: the kernels behind
 #      train.cuda_kernels = candidate, not yet the default: fused_attention, step_graphs,
-#      relu_masks, weight_grads_beside; when some fail, the others by name) and the whole model with them; then the
-#      verified twins of the files changed since the last GPU run (CHANGED_TWINS;
-#      OTHER_TWINS=all runs every kernel twin) and the whole-model checks with the
-#      verified kernels: fp32 separate and fused against the CPU
+#      relu_masks, weight_grads_beside; when some fail, the others by name) and the whole
+#      model with them; then the verified twins of the files changed since the last GPU run
+#      (CHANGED_TWINS; OTHER_TWINS=all runs every kernel twin) and the whole-model checks
+#      with the verified kernels: fp32 separate and fused against the CPU
 #      (CudaTraining.Fp32ThreeSteps*), bf16 with the short attention against the batched
 #      (CudaTraining.Bf16ThreeStepsWithShortAttention*), the register-held add & norms
-#      against the separate ops (CudaTraining.Bf16RegisterHeldNorms*), decoding steps against the CPU's
-#      cached decoder (CudaTraining.DecodingStepsMatchTheCpu), the one-pass Adam taken at
-#      every step (CudaTraining.EveryStepTakesTheOnePassAdam);
+#      against the separate ops (CudaTraining.Bf16RegisterHeldNorms*), decoding steps
+#      against the CPU's cached decoder (CudaTraining.DecodingStepsMatchTheCpu), the
+#      one-pass Adam taken at every step (CudaTraining.EveryStepTakesTheOnePassAdam);
 #   2. the bf16 GEMM ceiling (cuBLAS 8192^3 through PyTorch), for every MFU figure;
 #   3. transformer_bench_step --profile, base, 25,000 + 25,000 tokens, bf16,
 #      train.cuda_kernels = verified and (only if the candidate twins passed in 1.)
@@ -1069,9 +1069,10 @@ ranks_stage() {
   # A checkpoint's stall, written in the step and beside training (issue 51 item 4): the
   # base model at 25,000 tokens; its 757 MB files stay out of $LOGS (which comes back).
   # Beside training the state is copied into pinned memory on the stream, not waited for
-  # (the former candidate pinned_snapshot, the default since 2026-12-04). A checkpoint every 80 steps of ~40 ms: 3.2 s, more than a write's ~2 s, so that a
-  # checkpoint does not wait for the writer of the one before (every 3 steps did, on
-  # 2026-12-04: the later checkpoints' 2 s were the writer's, only the first a stall).
+  # (the former candidate pinned_snapshot, the default since 2026-12-04). A checkpoint every
+  # 80 steps of ~40 ms: 3.2 s, more than a write's ~2 s, so that a checkpoint does not wait
+  # for the writer of the one before (every 3 steps did, on 2026-12-04: the later
+  # checkpoints' 2 s were the writer's, only the first a stall).
   local stall=(BACKEND=cuda TOKENS=25000 STEPS=241 EVERY=80)
   [ "$rehearsal" = 1 ] && stall=(BACKEND=cpu TOKENS=100 STEPS=7 EVERY=2 CONFIG=input/tiny.ini)
   timeout 130 env "${stall[@]}" BUILD="$BUILD_DIR" WORK=/tmp/thpc_checkpoint_stall \

@@ -107,14 +107,14 @@ class CudaGraphWork final : public CapturedWork {
   uint64_t frees_at_capture_;
 };
 
-// The GPU's HostStaging (the former candidate pinned_snapshot): page-locked host memory,
-// so that a copy from the device is a DMA queued on the backend's stream, not a host copy
-// through the driver's bounce buffers, and the host does not wait for it. On the
-// backend's own stream, each copy holds its tensor as the work queued before it left it,
-// and the work queued after it (the next step's optimizer among it) cannot change the tensor first: no
+// The GPU's HostStaging (the former candidate pinned_snapshot): page-locked host memory, so
+// that a copy from the device is a DMA queued on the backend's stream, not a host copy
+// through the driver's bounce buffers, and the host does not wait for it. On the backend's
+// own stream, each copy holds its tensor as the work queued before it left it, and the work
+// queued after it (the next step's optimizer among it) cannot change the tensor first: no
 // second stream, no fence to forget. The device spends the DMA's time on it: ~15 ms for a
-// base snapshot (757 MB at PCIe 5's ~50 GB/s), half a step, every checkpoint.minutes.
-// An event after the last copy tells the reader, on any thread, when all have landed.
+// base snapshot (757 MB at PCIe 5's ~50 GB/s), half a step, every checkpoint.minutes. An
+// event after the last copy tells the reader, on any thread, when all have landed.
 class PinnedHostStaging final : public HostStaging {
  public:
   // Null when the pinned memory cannot be had (the node's limit on locked memory): the
