@@ -900,9 +900,9 @@ void gathered_attention_forward(Context& context, T* out, T* saved, const T* q, 
 }
 
 // ---- A decoding step's self-attention, a warp a head (the former decode_attention) ----
-// (decode_attention.cuh; not yet run on a GPU.) The execution policy of its block body:
-// a loop over lanes shared among a warp's 32 lanes, the fixed butterflies of
-// device_util.cuh, and the rows' loads and the output's stores as 16-byte vectors.
+// (decode_attention.cuh; its twins passed on an H200, 2026-12-04.) The execution policy of
+// its block body: a loop over lanes shared among a warp's 32 lanes, the fixed butterflies
+// of device_util.cuh, and the rows' loads and the output's stores as 16-byte vectors.
 template <typename T>
 struct LaneWarps : BlockLoops {
   __device__ float exp(float value) const { return expf(value); }

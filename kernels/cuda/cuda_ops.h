@@ -75,7 +75,7 @@ class Context {
   // Pinned host memory of at least `bytes` (loss sums, norms read back to the host).
   void* pinned(size_t bytes);
   // A device vector of at least `count` elements of `element_bytes` (2: bf16, 4: fp32)
-  // that nothing else writes: the bias gradient's ones vector (linear.cu, candidate
+  // that nothing else writes: the bias gradient's ones vector (linear.cu, the former
   // kept_ones), filled once, not before each use. When it was (re)made, or its fill was
   // never queued (an error in between), `to_fill` says how many elements the caller must
   // fill now (all it holds, so that a later, longer use finds them filled), and the caller

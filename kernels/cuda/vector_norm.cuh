@@ -1,5 +1,6 @@
 // The residual + dropout + layer norm of add_dropout_layernorm_* (layernorm.cu) with
-// each row in its warp's registers: the candidate vector_norms (kernels/ops.h).
+// each row in its warp's registers: the fused ops' default for the rows that fit since
+// 2026-12-04 (the former candidate vector_norms, kernels/ops.h).
 //
 // Why: at base size the 30 add & norms of a step are 5.64 of the H200's 32 profiled ms
 // (issue 51), against ~1.3 ms for the bytes they must move at 4.8 TB/s (26 MB a
