@@ -30,7 +30,7 @@ int64_t cuda_short_attention_launches();
 int64_t cuda_fused_attention_launches();
 
 // Launches of the decoding step's self-attention a warp a head (kernels/cuda/
-// decode_attention.cuh, candidate decode_attention) in this process: one an attention
+// decode_attention.cuh, the former decode_attention) in this process: one an attention
 // over gathered keys that fits it.
 int64_t cuda_decode_attention_launches();
 

@@ -36,7 +36,7 @@ int64_t short_attention_launches();
 // The same for the fused attention (kernels/cuda/fused_attention.cuh): one a forward, one
 // a backward.
 int64_t fused_attention_launches();
-// The same for the decoding step's self-attention a warp a head (candidate
+// The same for the decoding step's self-attention a warp a head (the former candidate
 // decode_attention, kernels/cuda/decode_attention.cuh).
 int64_t decode_attention_launches();
 // The same for the register-held add & norm (kernels/cuda/vector_norm.cuh).
@@ -47,7 +47,7 @@ int64_t fused_adam_launches();
 // The same for the loss's row kernel in blocks of 512 (the former loss_rows_from_l2,
 // kernels/cuda/cross_entropy.cu): one a vectorised softmax_cross_entropy(_add) call.
 int64_t loss_rows_from_l2_launches();
-// The same for the bias gradients that read the kept ones vector (candidate kept_ones,
+// The same for the bias gradients that read the kept ones vector (the former kept_ones,
 // kernels/cuda/linear.cu).
 int64_t kept_ones_bias_gradients();
 // The same for the weight gradients (a layer's dW and db, the output projection's dE)

@@ -197,8 +197,8 @@ class Trainer {
   // it writes (each dataset, its wait for the writer while that makes progress).
   Communicator::WaitLimit rank_zeros_work_limit(const std::string& what) const;
   // snapshot()'s state but for the parameters and Adam moments, whose copies are queued
-  // into checkpoint_staging_ (HostStaging: on a GPU with the candidate pinned_snapshot,
-  // without waiting) and put into the checkpoint by `fill_state`, called by the thread
+  // into checkpoint_staging_ (HostStaging: on a GPU pinned memory, copied into without
+  // waiting) and put into the checkpoint by `fill_state`, called by the thread
   // that writes it. The write before must have finished (the staging is reused).
   Checkpoint staged_snapshot(std::function<void(Checkpoint&)>& fill_state);
   // Everything snapshot() holds but the parameters and moments.
