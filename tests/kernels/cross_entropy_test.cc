@@ -350,15 +350,14 @@ void expect_sums_close(const LossSums& gpu, const LossSums& cpu, int rows) {
   EXPECT_NEAR(gpu.nll, cpu.nll, 1e-4 * rows + 1e-5 * std::abs(cpu.nll));
 }
 
-// The GPU's loss, gradient and sums against the CPU's on `cases`, with `kernels`.
-void expect_cross_entropy_matches_cpu(const std::vector<LossCase>& cases,
-                                      const CudaKernelChoice& kernels = {}) {
+// The GPU's loss, gradient and sums against the CPU's on `cases`.
+void expect_cross_entropy_matches_cpu(const std::vector<LossCase>& cases) {
   for (DType dtype : gpu_compute_dtypes()) {
     std::mt19937 rng(21);
     for (const LossCase& c : cases) {
       for (int mode = 0; mode < 3; ++mode) {
         SCOPED_TRACE(c.name + " in " + dtype_name(dtype) + " mode " + std::to_string(mode));
-        Twins twins(dtype, kernels);
+        Twins twins(dtype);
         const LossData data(c, dtype, rng);
         const float grad_scale = 0.37f;
         const LossResult cpu = run_loss(*twins.cpu, DType::F32, c, data, grad_scale, mode);
@@ -399,9 +398,8 @@ TEST(CudaCrossEntropy, MatchesCpu) {
 // vectorised vocabulary that the scalar kernel took would prove nothing.
 TEST(CudaCrossEntropy, VectorizedRowsMatchCpu) {
   THPC_REQUIRE_GPU();
-  const CudaKernelChoice kernels;
   const int64_t before = loss_rows_from_l2_launches();
-  expect_cross_entropy_matches_cpu(loss_cases(), kernels);
+  expect_cross_entropy_matches_cpu(loss_cases());
   EXPECT_EQ(loss_rows_from_l2_launches(), before) << "an odd vocabulary took the vectors";
   expect_cross_entropy_matches_cpu({
       {"vocab_8", 9, 8, 0.1f, 2},
@@ -409,7 +407,7 @@ TEST(CudaCrossEntropy, VectorizedRowsMatchCpu) {
       {"vocab_4104_all_threads_two_vectors_and_one", 3, 4104, 0.1f, 1},
       {"vocab_37000", 5, 37000, 0.1f, 1},
       {"vocab_37000_no_smoothing", 4, 37000, 0.0f, 0},
-  }, kernels);
+  });
   if (!twin_rehearsal()) {
     // 5 cases x 3 modes (the deterministic repeat a fourth call) per compute dtype.
     EXPECT_EQ(loss_rows_from_l2_launches() - before,
@@ -476,14 +474,14 @@ AddedResult run_added(Backend& backend, DType dtype, const LossCase& c,
 // within expect_sums_close's tolerance times the three micro-batches, and bit for bit the
 // GPU's own returned sums added in order (each micro-batch's sum comes from the same
 // fixed tree); the gradients as softmax_cross_entropy's.
-void expect_added_sums_match_cpu(const CudaKernelChoice& kernels) {
+void expect_added_sums_match_cpu() {
   for (DType dtype : gpu_compute_dtypes()) {
     SCOPED_TRACE(dtype_name(dtype));
     std::mt19937 rng(24);
     for (const LossCase& c : {LossCase{"vocab_1003", 13, 1003, 0.1f, 4},
                               LossCase{"vocab_37000", 5, 37000, 0.1f, 1}}) {
       SCOPED_TRACE(c.name);
-      Twins twins(dtype, kernels);
+      Twins twins(dtype);
       const std::vector<LossData> micro = {LossData(c, dtype, rng), LossData(c, dtype, rng),
                                            LossData(c, dtype, rng)};
       const float grad_scale = 0.37f;
@@ -507,7 +505,7 @@ void expect_added_sums_match_cpu(const CudaKernelChoice& kernels) {
 TEST(CudaCrossEntropy, AddedSumsMatchCpu) {
   THPC_REQUIRE_GPU();
   const int64_t before = loss_rows_from_l2_launches();
-  expect_added_sums_match_cpu({});
+  expect_added_sums_match_cpu();
   if (!twin_rehearsal()) {
     EXPECT_GT(loss_rows_from_l2_launches(), before);
   }

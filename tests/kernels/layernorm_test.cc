@@ -322,6 +322,13 @@ struct NormShape {
 const std::vector<NormShape> kNormShapes = {{1, 37},    {7, 61},    {129, 512}, {1000, 129},
                                             {200, 1024}, {33, 4096}, {3, 1}};
 
+// The vectors a lane of the register-held kernels (vector_norm.cuh) holds for rows of d
+// elements of `dtype`; 0 where they do not take such rows (a bf16 is 2 bytes).
+int register_held_vectors(DType dtype, int d) {
+  return dtype == DType::BF16 ? vector_norm::vectors_for<uint16_t>(d)
+                              : vector_norm::vectors_for<float>(d);
+}
+
 // Error factor of an fp32 sum of `terms` values as the kernels order it.
 double sum_factor(int terms) { return (terms / 32 + 8) * kEps32; }
 
@@ -507,9 +514,7 @@ TEST(CudaAddNorm, FusedIsTheUnfusedKernelsBitForBit) {
   uint32_t seed = 1500;
   for (DType dtype : gpu_compute_dtypes()) {
     for (const NormShape& s : kNormShapes) {
-      const int vectors = dtype == DType::BF16 ? vector_norm::vectors_for<uint16_t>(s.d)  // 2 B
-                                               : vector_norm::vectors_for<float>(s.d);
-      if (vectors > 0 && !twin_rehearsal()) continue;
+      if (register_held_vectors(dtype, s.d) > 0 && !twin_rehearsal()) continue;
       for (float p : kAddNormDropouts) {
         SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " rows=" << s.rows
                                           << " d=" << s.d << " p=" << p);
@@ -577,17 +582,15 @@ TEST(CudaAddNorm, FusedIsTheUnfusedKernelsBitForBit) {
 // g / (1 - p) where kept (that bound times 1 / (1 - p)); dgamma and dbeta as the layer
 // norm's.
 
-// The fused forward on the GPU against the CPU (with `kernels`: the candidates' kernels
-// where they take the rows).
-void check_add_norm_forward(DType dtype, const NormShape& s, float p, uint32_t seed,
-                            const CudaKernelChoice& kernels = {}) {
+// The fused forward on the GPU against the CPU.
+void check_add_norm_forward(DType dtype, const NormShape& s, float p, uint32_t seed) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " rows=" << s.rows << " d=" << s.d
                                     << " p=" << p);
   std::mt19937 rng(seed);
   const size_t n = static_cast<size_t>(s.rows) * s.d;
   const DropoutKey key{0x5eed5eed12345ull + seed + 1, 17u, 3u, 0x10020u};
   const float eps = 1e-6f;
-  Twins twins(dtype, kernels);
+  Twins twins(dtype);
   Both both(twins);
   const Pair x = both.act(random_values(n, rng)), sub = both.act(random_values(n, rng));
   const Pair gamma = both.act(random_values(static_cast<size_t>(s.d), rng));
@@ -651,7 +654,7 @@ std::vector<double> add_norm_gradient_bound(DType dtype, const std::vector<float
 
 void check_add_norm_backward(DType dtype, const NormShape& s, float p, bool want_dx,
                              bool want_d_sub, bool want_params, uint32_t seed,
-                             const StoreMode& mode = {}, const CudaKernelChoice& kernels = {}) {
+                             const StoreMode& mode = {}) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " rows=" << s.rows << " d=" << s.d
                                     << " p=" << p << " dx=" << want_dx << " d_sub="
                                     << want_d_sub << " dgamma,dbeta=" << want_params << " "
@@ -667,7 +670,7 @@ void check_add_norm_backward(DType dtype, const NormShape& s, float p, bool want
   const auto d_sub0 = representable(random_values(n, rng), dtype);
   const auto dgamma0 = random_values(static_cast<size_t>(s.d), rng);
   const auto dbeta0 = random_values(static_cast<size_t>(s.d), rng);
-  Twins twins(dtype, kernels);
+  Twins twins(dtype);
   Both both(twins);
   const Pair residual_t = both.act(residual), gamma_t = both.act(gamma), dy_t = both.act(dy);
   // The statistics of the residual, from the CPU, given to both backward passes.
@@ -957,21 +960,18 @@ void expect_vector_launch_where_rows_fit(DType dtype, int d, const Check& check)
   const int64_t before = vector_norm_launches();
   check();
   if (twin_rehearsal()) return;
-  const int vectors = dtype == DType::BF16 ? vector_norm::vectors_for<HostBf16Element>(d)
-                                           : vector_norm::vectors_for<float>(d);
-  EXPECT_EQ(vector_norm_launches() - before, vectors > 0 ? 1 : 0)
+  EXPECT_EQ(vector_norm_launches() - before, register_held_vectors(dtype, d) > 0 ? 1 : 0)
       << dtype_name(dtype) << " d=" << d;
 }
 
 TEST(CudaVectorNorms, ForwardMatchesCpu) {
   THPC_REQUIRE_GPU();
-  const CudaKernelChoice kernels;
   uint32_t seed = 2300;
   for (DType dtype : gpu_compute_dtypes()) {
     for (const NormShape& s : kVectorNormShapes) {
       for (float p : kAddNormDropouts) {
         expect_vector_launch_where_rows_fit(
-            dtype, s.d, [&] { check_add_norm_forward(dtype, s, p, seed++, kernels); });
+            dtype, s.d, [&] { check_add_norm_forward(dtype, s, p, seed++); });
       }
     }
   }
@@ -979,7 +979,6 @@ TEST(CudaVectorNorms, ForwardMatchesCpu) {
 
 TEST(CudaVectorNorms, BackwardMatchesCpu) {
   THPC_REQUIRE_GPU();
-  const CudaKernelChoice kernels;
   uint32_t seed = 2400;
   for (DType dtype : gpu_compute_dtypes()) {
     for (const NormShape& s : kVectorNormShapes) {
@@ -988,11 +987,11 @@ TEST(CudaVectorNorms, BackwardMatchesCpu) {
         mode.store = store;
         for (float p : kAddNormDropouts) {
           expect_vector_launch_where_rows_fit(dtype, s.d, [&] {
-            check_add_norm_backward(dtype, s, p, true, true, true, seed++, mode, kernels);
+            check_add_norm_backward(dtype, s, p, true, true, true, seed++, mode);
           });
         }
-        check_add_norm_backward(dtype, s, 0.1f, true, false, false, seed++, mode, kernels);
-        check_add_norm_backward(dtype, s, 0.1f, false, true, false, seed++, mode, kernels);
+        check_add_norm_backward(dtype, s, 0.1f, true, false, false, seed++, mode);
+        check_add_norm_backward(dtype, s, 0.1f, false, true, false, seed++, mode);
       }
     }
   }
