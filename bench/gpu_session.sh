@@ -774,10 +774,8 @@ small_batch_step() {
 profile() {
   local preset=${1#preset=} line=${2:-} setting
   for setting in $(kernel_settings); do
-    # shellcheck disable=SC2046
-    timeout 120 "$BUILD_DIR/transformer_bench_step" $(bench_args "$preset" 18 9) --profile \
-      --set "train.cuda_kernels=$setting" \
-      > "$LOGS/profile_${preset}_${setting}.txt" 2>&1
+    bench_profile "$LOGS/profile_${preset}_${setting}.txt" "$preset" \
+      --set "train.cuda_kernels=$setting"
     echo "== profile $preset, train.cuda_kernels=$setting (exit $?)"
     grep -v "^{" "$LOGS/profile_${preset}_${setting}.txt" | tail -34
   done
@@ -790,6 +788,17 @@ profile() {
   done
 }
 
+# bench_profile LOG PRESET [OPTION...]: transformer_bench_step --profile of PRESET at
+# 25,000 tokens (18 steps after 9 of warm-up) with OPTIONs into LOG, capped at 120 s; its
+# exit status.
+bench_profile() {
+  local log=$1 preset=$2
+  shift 2
+  # shellcheck disable=SC2046
+  timeout 120 "$BUILD_DIR/transformer_bench_step" $(bench_args "$preset" 18 9) --profile "$@" \
+    > "$log" 2>&1
+}
+
 # The base profile with the passing candidates but step_graphs (when they passed): with
 # graphs every timed step of the 18 holds a capture (nine shapes) and the captured passes
 # are one row, so the candidates' kernels (fused_attention, relu_masks) are
@@ -799,9 +808,7 @@ profile_candidates_without_graphs() {
   local setting
   setting=$(candidates_without_graphs)
   [ -n "$setting" ] || return 0
-  # shellcheck disable=SC2046
-  timeout 120 "$BUILD_DIR/transformer_bench_step" $(bench_args base 18 9) --profile \
-    --set "train.cuda_kernels=$setting" > "$LOGS/profile_base_without_graphs.txt" 2>&1
+  bench_profile "$LOGS/profile_base_without_graphs.txt" base --set "train.cuda_kernels=$setting"
   echo "== profile base, train.cuda_kernels=$setting (no graphs; exit $?)"
   grep -v "^{" "$LOGS/profile_base_without_graphs.txt" | tail -34
 }
@@ -815,9 +822,8 @@ profile_each_step_candidate() {
   local candidate
   for candidate in $(measured_candidates | tr ',' ' '); do
     [[ " $STEP_KERNEL_CANDIDATES " == *" $candidate "* ]] || continue
-    # shellcheck disable=SC2046
-    timeout 120 "$BUILD_DIR/transformer_bench_step" $(bench_args base 18 9) --profile \
-      --set "train.cuda_kernels=$candidate" > "$LOGS/profile_base_only_$candidate.txt" 2>&1
+    bench_profile "$LOGS/profile_base_only_$candidate.txt" base \
+      --set "train.cuda_kernels=$candidate"
     echo "== profile base, train.cuda_kernels=$candidate alone (exit $?)"
     grep -E "^(GEMM|attention |bias\+ReLU|zero, copy|host time|total)" \
       "$LOGS/profile_base_only_$candidate.txt"
@@ -852,10 +858,8 @@ candidates_without_graphs() {
 profile_short_attention_lengths() {
   local length
   for length in ${SHORT_ATTENTION_LENGTHS-0 64}; do
-    # shellcheck disable=SC2046
-    timeout 120 "$BUILD_DIR/transformer_bench_step" $(bench_args base 18 9) --profile \
-      --set "train.short_attention_max_len=$length" \
-      > "$LOGS/profile_base_short_attention_$length.txt" 2>&1
+    bench_profile "$LOGS/profile_base_short_attention_$length.txt" base \
+      --set "train.short_attention_max_len=$length"
     echo "== profile base, train.short_attention_max_len=$length (exit $?)"
     grep -E "^(profile:|attention |by bucket length)" "$LOGS/profile_base_short_attention_$length.txt"
   done
