@@ -60,13 +60,14 @@
 # runs' profiles, issue 53's path; 0 none), two more, untimed runs of ours, in
 # 4,096-token batches and in batches of 32 sentences, with --profile: the time per batch
 # of each op class and the host time between the backend's ops (launch gaps and the
-# search's host work: what CUDA graphs of the decoder step could win back).
+# search's host work; ours captures its decoder steps into CUDA graphs, transformer_decode's
+# default with one GPU worker since 2026-12-04: what is left is the search's own).
 # CANDIDATE=NAMES (GPU): ours once more in each batching with --cuda-kernels NAMES (the
 # kernels not yet run on a GPU, e.g. candidate), profiled too; the line adds
 # candidate=NAMES ours_candidate_bf16_tok_s=.. ours_candidate_b32_tok_s=..
 # candidate_same_lines=K/L (its translations identical to ours, first run), and with int8
 # ours_int8_candidate_b32_tok_s=.. gpu_quant_candidate_vs_ct2_int8=.. (ours in int8 with
-# the candidates too: step_graphs captures its decoder steps).
+# the candidates too).
 # GPU_WORKERS=N (GPU, default 2; 1 leaves it out): ours with --gpu-workers N (N workers
 # sharing the GPU, each on its own stream, so that one's kernels run while another's host
 # picks its beam's tokens) against CTranslate2 with inter_threads N (its workers on
@@ -355,8 +356,7 @@ rm -f "$work"/{ours_b32_$w,ours_int8_b32_$w,ours_int8_candidate_b32_$w,ct2_fp16_
 # names, in batches of 32 against CTranslate2's int8_float16. INT8=0 leaves it out; so
 # does a first try that fails, saying why.
 int8=(--compute-type int8 --cuda-kernels verified)
-# With CANDIDATE, ours in int8 once more with those kernels too (step_graphs among them:
-# the decoder steps' int8 products captured into CUDA graphs, issue 53's host gaps).
+# With CANDIDATE, ours in int8 once more with those kernels too.
 int8_candidate=(--compute-type int8 --cuda-kernels "$candidate")
 with_int8=${INT8:-1}
 if [ "$with_int8" = 1 ]; then

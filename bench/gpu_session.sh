@@ -374,15 +374,12 @@ readonly CANDIDATE_TWINS="CudaCandidate[A-Za-z0-9]*"
 # acted in decoding only: set this to 0 when no waiting candidate trains.)
 readonly CANDIDATES_ACT_IN_TRAINING=1
 # The twins of the ops whose files changed since the last GPU run (2026-12-04, the
-# seventh window, where every kernel twin ran and passed, OTHER_TWINS=all): vector_norms
-# and loss_rows_from_l2 became the default, their candidate checks gone: layernorm.cu
-# (CudaAddNorm, whose bit-for-bit check of the fused row-per-block kernels now leaves the
-# widths the register-held ones take to CudaVectorNorms; CudaLayerNorm) and
-# cross_entropy.cu (CudaCrossEntropy, CudaLogSoftmax); so did kept_ones (linear.cu:
-# CudaLinear.BiasGradientsReadTheKeptOnes and the file's other suites) and decode_attention
-# (attention.cu: CudaAttention.DecodeAttentionMatchesCpu), and pinned_snapshot, whose test
-# is a whole-model one (CudaTraining.APinnedStagedState*, in the list below).
-readonly CHANGED_TWINS="CudaAddNorm|CudaLayerNorm|CudaVectorNorms|CudaCrossEntropy|CudaLogSoftmax|CudaLinear|CudaLinearRelu|CudaOutputProjection|CudaReluBiasBackward|CudaAttention"
+# eighth window, where the twins of the files the seventh's promotions changed, 47, all
+# passed): none but the captures' own (cuda_backend.cu's can_capture, now asked for a
+# CaptureUse): decoding steps captured without step_graphs, transformer_decode's default
+# with one GPU worker, whose twins (CudaCapturedDecoding.*, in test_cuda_training) passed
+# there as step_graphs'.
+readonly CHANGED_TWINS="CudaCapturedDecoding"
 
 # What the step and followup stages build: the benchmark, the trainer (the program against
 # the benchmark), every kernel twin test executable and the whole-model GPU tests.
@@ -670,7 +667,7 @@ run_other_twins() {
   # and transformer_decode's GPU workers, each on its own stream, translating as one
   # (skipped in the rehearsal: they need the GPU itself).
   ctest --test-dir "$BUILD_DIR" \
-    -R "^(CudaTraining[.](Fp32ThreeSteps(MatchTheCpu|WithFusedOps)|Bf16ThreeStepsWithShortAttention|Bf16RegisterHeldNorms|DecodingStepsMatchTheCpu|DecodeAttentionStepsMatchTheCpu|APinnedStagedState|EveryStepTakesTheOnePassAdam)|CudaDecodeProgram[.]GpuWorkersShareTheDeviceWithoutChangingAnyTranslation)" \
+    -R "^(CudaTraining[.](Fp32ThreeSteps(MatchTheCpu|WithFusedOps)|Bf16ThreeStepsWithShortAttention|Bf16RegisterHeldNorms|DecodingStepsMatchTheCpu|DecodeAttentionStepsMatchTheCpu|APinnedStagedState|EveryStepTakesTheOnePassAdam)|CudaDecodeProgram[.](GpuWorkersShareTheDeviceWithoutChangingAnyTranslation|OneWorkerCapturesItsStepsAndTheyTranslateAsLaunched))" \
     --output-on-failure --timeout 150 > "$LOGS/ctest_whole_model.log" 2>&1
   grep -E "tests passed|Failed|Skipped|\*\*\*" "$LOGS/ctest_whole_model.log" | tail -6
   grep -h "GPU fp32\|GPU bf16" "$BUILD_DIR/Testing/Temporary/LastTest.log" | head -4

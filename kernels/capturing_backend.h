@@ -30,7 +30,7 @@ class CapturingBackend : public ForwardingBackend {
  public:
   explicit CapturingBackend(Backend& inner) : ForwardingBackend(inner) {}
 
-  bool can_capture() const override { return true; }
+  bool can_capture(CaptureUse /*use*/) const override { return true; }
   std::unique_ptr<CapturedWork> capture(const std::function<void()>& queue_work) override {
     THPC_CHECK(recording_ == nullptr, "a capture inside a capture");
     auto calls = std::make_shared<std::vector<std::function<void()>>>();

@@ -48,7 +48,7 @@ class ForwardingBackend : public Backend {
   }
   int encoder_group_cost_rows() const override { return inner_.encoder_group_cost_rows(); }
   // The work queued through this backend reaches the inner one, which captures it.
-  bool can_capture() const override { return inner_.can_capture(); }
+  bool can_capture(CaptureUse use) const override { return inner_.can_capture(use); }
   std::unique_ptr<CapturedWork> capture(const std::function<void()>& queue_work) override {
     return inner_.capture(queue_work);
   }

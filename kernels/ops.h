@@ -133,15 +133,16 @@ enum class GradStore { kAdd, kWrite };
 // kernels it would replace at every bucket length (the base step's attention 6.57 ->
 // 12.29 ms, 19.4 against 5.1 at 12 pieces: bench/RESULTS.md), so it waits for another
 // design; step_graphs (a training pass or decoding step captured once per shape into a
-// CUDA graph and replayed, Backend::capture; issue 51's small batch, host gaps 5.4% ->
-// 0.2% at 3,125 tokens on 2026-11-29): its bf16 decoding twin failed on 2026-12-04 (a
-// download freed memory each step; mended after) and a capture's cost against the
-// replays a corpus gives it is unmeasured (transformer_data_stats counts those);
+// CUDA graph and replayed, Backend::capture; issue 51's small batch, 6.18 -> 5.59 ms and
+// host gaps 6.0% -> 0.2% at 3,125 tokens on 2026-12-04): its twins passed, but a
+// capture's cost against the replays a corpus gives it is unmeasured
+// (transformer_data_stats counts those), and the trainer has not run it on a GPU; its
+// decoding half is transformer_decode's default (CudaKernelChoice::capture_decoding_steps);
 // relu_masks (the FFN's ReLU kept as cuBLASLt's bit-mask by its first layer's GEMM,
 // RELU_AUX_BIAS, and applied by its second layer's input-gradient GEMM, DRELU, instead of
 // relu_bias_backward's pass over [rows, d_ff]): its twins passed on 2026-12-04, but the
 // epilogues' GEMMs cost more (~1.4 ms at 25,000 tokens) than the 1.23 ms pass they save;
-// and weight_grads_beside (a layer's weight and bias gradients' products on a second
+// weight_grads_beside (a layer's weight and bias gradients' products on a second
 // stream beside its input gradient's; kernels/cuda/linear.cu): its twins passed on
 // 2026-12-04, and it cost 0.7 ms at 25,000 tokens (0.07 ms less at 3,125).
 // The former ones are the default since their GPU run: write_gradients, short_attention
@@ -183,6 +184,11 @@ inline constexpr int kShortAttentionLongest = 128;
 // leaves an SM 2 or 3 blocks, and each block's 4 warps walk L^2 scores alone.
 inline constexpr int kShortAttentionDefaultMaxLength = 48;
 
+// What a capture into a CUDA graph holds (Backend::can_capture): a training pass
+// (Transformer::train_step) or a decoding step (Transformer::decode_step, with the
+// search's padding to few shapes, CachedTransformerScorer).
+enum class CaptureUse { kTrainingPass, kDecodingStep };
+
 // Which of its kernels the CUDA backend may choose ([train] cuda_kernels and
 // short_attention_max_len); the CPU backend ignores it.
 struct CudaKernelChoice {
@@ -190,6 +196,14 @@ struct CudaKernelChoice {
   // bf16 attention with d_k = d_v = 64 whose query and key lengths are both at most this
   // takes the short-sentence kernels; 0: never (the batched GEMMs alone).
   int short_attention_max_len = kShortAttentionDefaultMaxLength;
+  // Decoding steps captured into CUDA graphs and replayed without the candidate
+  // step_graphs (whose training passes wait for a GPU measurement of a capture's cost):
+  // the decoding half ran on an H200 on 2026-12-04, its twins bit for bit and newstest2014
+  // at batch 32 1.69x faster with all candidates (bench/RESULTS.md). transformer_decode
+  // sets it for one GPU worker (--cuda-graphs on, its default); several workers'
+  // concurrent captures have not run on a GPU, nor has the trainer's validation decoding
+  // with them: off there.
+  bool capture_decoding_steps = false;
 };
 
 // A training step's sums, kept in backend memory (on the GPU, device memory) by the ops
@@ -370,9 +384,12 @@ class Backend {
   virtual int64_t relu_mask_words(int /*rows*/, int /*n*/) const { return 0; }
 
   // ---- captured work (CUDA graphs) -------------------------------------------------
-  // Whether capture() can capture on this backend (CUDA with train.cuda_kernels
-  // step_graphs; the CPU's stand-in for tests, kernels/capturing_backend.h).
-  virtual bool can_capture() const { return false; }
+  // Whether capture() captures work of this `use` on this backend: on a GPU a training
+  // pass with train.cuda_kernels step_graphs (a candidate), a decoding step with it or
+  // with CudaKernelChoice::capture_decoding_steps (transformer_decode's --cuda-graphs,
+  // on with one GPU worker); the CPU's stand-in for tests (kernels/capturing_backend.h)
+  // captures both.
+  virtual bool can_capture(CaptureUse /*use*/) const { return false; }
   // Calls `queue_work`, capturing what it queues instead of running it, and returns the
   // work, not yet run (replay() runs it). The work may allocate but must not wait for the
   // backend, move data from or to the host, or free memory: then, or where this backend

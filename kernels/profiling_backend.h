@@ -131,7 +131,7 @@ class ProfilingBackend : public ForwardingBackend {
   // nodes), but their matrix FLOPs are summed into the replay's. So a profile of captured
   // passes still says how much of the step the device was idle ("host time between
   // kernels", issue 51's host_gap_share).
-  bool can_capture() const override { return inner().can_capture(); }
+  bool can_capture(CaptureUse use) const override { return inner().can_capture(use); }
   std::unique_ptr<CapturedWork> capture(const std::function<void()>& queue_work) override;
 
   // The memory calls, timed (allocation and synchronize() pass through untimed).

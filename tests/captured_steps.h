@@ -2,8 +2,9 @@
 // rank): micro-batches accumulated into one gradient, the step's inputs written before
 // each, the totals and the norm read once, Adam. Shared by the captured passes' CPU test
 // (test_captured_passes.cc, on the CPU's stand-in for CUDA graphs) and its GPU twin
-// (test_cuda_training.cc, CudaCandidateStepGraphs.*), so that the CPU run rehearses the
-// GPU test's own logic; and the beam searches their decoding tests compare.
+// (test_cuda_training.cc, CudaCandidateStepGraphs.* and CudaCapturedDecoding.*), so that
+// the CPU run rehearses the GPU test's own logic; and the beam searches their decoding
+// tests compare.
 #pragma once
 
 #include <gtest/gtest.h>

@@ -644,8 +644,9 @@ TEST(CapturedDecodingSteps, ACapturedStepReadsItsBestTokensBackInOneDownload) {
 // (Transformer::decode_step_log_probs, the path of a search with a filter), are widened
 // in a buffer kept from step to step: widening through a tensor allocated and freed each
 // time made every captured graph stale, so that on an H200 each bf16 step was captured
-// again and none replayed (CudaCandidateStepGraphs.PaddedDecodingTracksUnpaddedInFewShapes,
-// 2026-12-04). The CPU holds no bf16, so a stand-in widens the test's bf16 rows itself.
+// again and none replayed (CudaCapturedDecoding.PaddedStepsTrackUnpaddedInFewShapes, then
+// a CudaCandidateStepGraphs test, 2026-12-04). The CPU holds no bf16, so a stand-in
+// widens the test's bf16 rows itself.
 class WideningBackend : public ForwardingBackend {
  public:
   using ForwardingBackend::ForwardingBackend;

@@ -713,19 +713,22 @@ ModelConfig graph_model() {
   return c;
 }
 
-// The GPU backend with `candidates`, or with THPC_TWIN_REHEARSAL=1 the CPU's (fp32) and,
-// for captures, the CPU's stand-in for CUDA graphs: the test's own logic rehearsed.
+// The GPU backend with `candidates` (and with capture_decoding_steps, its decoding steps
+// captured as transformer_decode's are by default), or with THPC_TWIN_REHEARSAL=1 the
+// CPU's (fp32) and, for captures, the CPU's stand-in for CUDA graphs: the test's own
+// logic rehearsed.
 struct GraphBackends {
-  GraphBackends(DType dtype, unsigned candidates) {
+  GraphBackends(DType dtype, unsigned candidates, bool capture_decoding_steps = false) {
     if (test::twin_rehearsal()) {
       backend = make_cpu_backend(DType::F32);
-      if (candidates & kStepGraphs) {
+      if ((candidates & kStepGraphs) || capture_decoding_steps) {
         wrapper = std::make_unique<CapturingBackend>(*backend);
       }
       return;
     }
     CudaKernelChoice kernels;
     kernels.candidates = candidates;
+    kernels.capture_decoding_steps = capture_decoding_steps;
     backend = make_backend(
         BackendRequest{"cuda", dtype == DType::BF16 ? "bf16" : "fp32", 0, 0, kernels});
   }
@@ -812,15 +815,18 @@ TEST(CudaCandidateWeightGradsBeside, TrainingEqualsTheVerifiedBitForBit) {
 // five sentences need no padding (five unfinished pad to min(step_bucket(5), 5) = 5, one
 // to four are buckets themselves, and the source and cache lengths are bucket values
 // already): inputs that padded the captured search would give its products more rows,
-// which cuBLAS may round otherwise (PaddedDecodingTracksUnpaddedInFewShapes below holds
+// which cuBLAS may round otherwise (PaddedStepsTrackUnpaddedInFewShapes below holds
 // that case within a bound).
-TEST(CudaCandidateStepGraphs, DecodingEqualsUncapturedDecodingBitForBit) {
+// (Decoding steps are captured without the candidate step_graphs since they passed on an
+// H200 on 2026-12-04: CudaKernelChoice::capture_decoding_steps, transformer_decode's
+// default with one GPU worker.)
+TEST(CudaCapturedDecoding, StepsEqualUncapturedStepsBitForBit) {
   THPC_REQUIRE_GPU();
   ModelConfig c = graph_model();
   c.max_positions = 32;
   for (DType dtype : test::gpu_compute_dtypes()) {
     SCOPED_TRACE(dtype_name(dtype));
-    GraphBackends plain(dtype, kNoCandidates), graphs(dtype, kStepGraphs);
+    GraphBackends plain(dtype, kNoCandidates), graphs(dtype, kNoCandidates, true);
     Transformer::CaptureCounts plain_counts, captured_counts;
     const auto expected = test::run_two_beam_searches(plain.use(), c, plain_counts);
     const auto captured = test::run_two_beam_searches(graphs.use(), c, captured_counts);
@@ -838,14 +844,14 @@ TEST(CudaCandidateStepGraphs, DecodingEqualsUncapturedDecodingBitForBit) {
 // order, ~1e-6 a log-probability); in bf16 such roundings may decide a near-tie
 // otherwise, so only the shapes are held there: few, so that most steps replay a graph
 // (CapturedDecodingSteps.PaddedStepsTranslateAsUnpaddedInFewShapes counts them).
-TEST(CudaCandidateStepGraphs, PaddedDecodingTracksUnpaddedInFewShapes) {
+TEST(CudaCapturedDecoding, PaddedStepsTrackUnpaddedInFewShapes) {
   THPC_REQUIRE_GPU();
   ModelConfig c = graph_model();
   c.max_positions = 32;
   const test::NoEosFilter no_eos(12);
   for (DType dtype : test::gpu_compute_dtypes()) {
     SCOPED_TRACE(dtype_name(dtype));
-    GraphBackends plain(dtype, kNoCandidates), graphs(dtype, kStepGraphs);
+    GraphBackends plain(dtype, kNoCandidates), graphs(dtype, kNoCandidates, true);
     Transformer::CaptureCounts plain_counts, captured_counts;
     const auto expected =
         test::run_two_searches_ending_apart(plain.use(), c, &no_eos, plain_counts);
@@ -862,13 +868,13 @@ TEST(CudaCandidateStepGraphs, PaddedDecodingTracksUnpaddedInFewShapes) {
   }
 }
 
-// Int8 decoding with its products captured (the candidate step_graphs):
+// Int8 decoding with its products captured (CudaKernelChoice::capture_decoding_steps):
 // the GPU's int8 backend takes a step's row quantizations, cuBLASLt products and
 // dequantizations into its inner backend's graph; a beam search of 4 over five
 // sentences, twice, equals the same int8 search uncaptured, bit for bit, in fp32 and bf16.
 // CapturedDecodingSteps.Int8ProductsAreCapturedWithTheirStep holds the host's part on the
 // CPU (the rehearsal: the CPU's int8 products inside the stand-in).
-TEST(CudaCandidateStepGraphs, Int8DecodingCapturedEqualsUncapturedBitForBit) {
+TEST(CudaCapturedDecoding, Int8StepsEqualUncapturedStepsBitForBit) {
   THPC_REQUIRE_GPU();
 #if THPC_HAVE_CUDA
   ModelConfig c = graph_model();
@@ -878,15 +884,15 @@ TEST(CudaCandidateStepGraphs, Int8DecodingCapturedEqualsUncapturedBitForBit) {
   }
   for (DType dtype : test::gpu_compute_dtypes()) {
     SCOPED_TRACE(dtype_name(dtype));
-    const auto run = [&](unsigned candidates, Transformer::CaptureCounts& counts) {
+    const auto run = [&](bool captured, Transformer::CaptureCounts& counts) {
       std::unique_ptr<Backend> int8;
       std::unique_ptr<CapturingBackend> stand_in;
       if (test::twin_rehearsal()) {
         int8 = std::make_unique<Int8CpuBackend>(make_cpu_backend(DType::F32));
-        if (candidates & kStepGraphs) stand_in = std::make_unique<CapturingBackend>(*int8);
+        if (captured) stand_in = std::make_unique<CapturingBackend>(*int8);
       } else {
         CudaKernelChoice kernels;
-        kernels.candidates = candidates;
+        kernels.capture_decoding_steps = captured;
         int8 = std::make_unique<Int8CudaBackend>(make_backend(
             BackendRequest{"cuda", dtype == DType::BF16 ? "bf16" : "fp32", 0, 0, kernels}));
       }
@@ -898,8 +904,8 @@ TEST(CudaCandidateStepGraphs, Int8DecodingCapturedEqualsUncapturedBitForBit) {
       });
     };
     Transformer::CaptureCounts plain_counts, captured_counts;
-    const auto expected = run(kNoCandidates, plain_counts);
-    const auto captured = run(kStepGraphs, captured_counts);
+    const auto expected = run(false, plain_counts);
+    const auto captured = run(true, captured_counts);
     test::expect_same_hypotheses(captured, expected);
     EXPECT_GT(captured_counts.captures, 0);
     EXPECT_GT(captured_counts.replays, captured_counts.captures);
@@ -907,6 +913,31 @@ TEST(CudaCandidateStepGraphs, Int8DecodingCapturedEqualsUncapturedBitForBit) {
     EXPECT_EQ(plain_counts.captures, 0);
   }
 #endif
+}
+
+// What each setting captures on the GPU: nothing by default; decoding steps alone with
+// capture_decoding_steps (transformer_decode's --cuda-graphs on), whose training passes
+// then run uncaptured, as without it, while the candidate step_graphs captures both.
+TEST(CudaCapturedDecoding, TrainingPassesStayUncapturedWithoutStepGraphs) {
+  THPC_REQUIRE_REAL_GPU();
+  constexpr int kVocab = 97;
+  const std::vector<Batch> batches = test::batches_of_shapes(3, 6, kVocab, 40, 41);
+  struct Setting {
+    unsigned candidates;
+    bool decoding_steps, captures_decoding, captures_training;
+  };
+  for (const Setting& setting : {Setting{kNoCandidates, false, false, false},
+                                 Setting{kNoCandidates, true, true, false},
+                                 Setting{kStepGraphs, false, true, true}}) {
+    SCOPED_TRACE(::testing::Message() << "candidates " << setting.candidates
+                                      << ", capture_decoding_steps " << setting.decoding_steps);
+    GraphBackends gpu(DType::BF16, setting.candidates, setting.decoding_steps);
+    EXPECT_EQ(gpu.use().can_capture(CaptureUse::kDecodingStep), setting.captures_decoding);
+    EXPECT_EQ(gpu.use().can_capture(CaptureUse::kTrainingPass), setting.captures_training);
+    const test::StepsRun run =
+        test::run_training_steps(gpu.use(), graph_model(), kVocab, batches, 6, 1, 3, 5);
+    EXPECT_EQ(run.counts.captures > 0, setting.captures_training) << run.counts.captures;
+  }
 }
 
 // The gradient sums inside the captured pass: NCCL on one rank (its all-reduce of one

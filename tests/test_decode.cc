@@ -512,6 +512,41 @@ TEST_F(CudaDecodeProgram, GpuWorkersShareTheDeviceWithoutChangingAnyTranslation)
   EXPECT_NE(err.find("device idle, all 2 workers"), std::string::npos) << err;
 }
 
+// --cuda-graphs (on by default): one GPU worker's decoding steps are captured into CUDA
+// graphs and replayed (the profile's "captured passes" row), with the translations of
+// the steps launched one by one (--cuda-graphs off, no such row); several workers launch
+// theirs one by one. (--batch-sentences 1: no step is padded, so the products see the
+// same rows either way: CudaCapturedDecoding.* holds the padded steps to a bound.)
+TEST_F(CudaDecodeProgram, OneWorkerCapturesItsStepsAndTheyTranslateAsLaunched) {
+  THPC_REQUIRE_REAL_GPU();
+  std::string launched, captured, several, err;
+  const std::string gpu = "--max-len-b 8 --batch-sentences 1 --profile ";
+  ASSERT_EQ(decode(gpu + "--cuda-graphs off", launched, err, "model_cuda.h5"), 0) << err;
+  EXPECT_EQ(err.find("captured passes"), std::string::npos) << err;
+  ASSERT_EQ(decode(gpu, captured, err, "model_cuda.h5"), 0) << err;
+  EXPECT_NE(err.find("captured passes (CUDA graphs)"), std::string::npos) << err;
+  EXPECT_EQ(captured, launched);
+  ASSERT_EQ(decode(gpu + "--gpu-workers 2", several, err, "model_cuda.h5"), 0) << err;
+  EXPECT_EQ(err.find("captured passes"), std::string::npos) << err;
+  EXPECT_EQ(several, launched);
+}
+
+// --cuda-graphs takes on or off (a bad command line, exit 2, otherwise); the CPU, which
+// captures nothing, translates the same either way.
+TEST_F(DecodeProgram, CudaGraphsOptionIsCheckedAndTheCpuIgnoresIt) {
+  std::string plain, chosen, err;
+  ASSERT_EQ(decode("--max-len-b 6 --threads 1", plain, err), 0) << err;
+  for (const char* graphs : {"on", "off"}) {
+    ASSERT_EQ(decode(std::string("--max-len-b 6 --threads 1 --cuda-graphs ") + graphs, chosen,
+                     err),
+              0)
+        << err;
+    EXPECT_EQ(chosen, plain) << graphs;
+  }
+  EXPECT_EQ(decode("--max-len-b 6 --threads 1 --cuda-graphs yes", chosen, err), 2);
+  EXPECT_NE(err.find("--cuda-graphs: expected on or off, got 'yes'"), std::string::npos) << err;
+}
+
 // --profile: the same translations, and on standard error a table of where the time
 // went per batch, one row per op class the decoding called, the rows and the host time
 // between ops adding up to the batch's total. (--batch-tokens 8: each non-empty line is

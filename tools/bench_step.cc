@@ -212,7 +212,7 @@ int run(const Arguments& args) {
   // of 15 left three of the nine shapes' captures among 60 timed steps, ~2% of their time
   // at base's 25,000 tokens).
   const int warmup_steps =
-      ops.can_capture() && !args.program_batches
+      ops.can_capture(thpc::CaptureUse::kTrainingPass) && !args.program_batches
           ? std::max(args.warmup_steps, 2 * static_cast<int>(batches.size()))
           : args.warmup_steps;
   for (int i = 0; i < warmup_steps; ++i) train(batches[i % batches.size()]);

@@ -6,7 +6,7 @@
 //                      [--beam B] [--lenpen A] [--max-len-a 1 --max-len-b 50]
 //                      [--batch-tokens 4096] [--batch-sentences 0] [--buffer-sentences 100000]
 //                      [--nbest 1] [--greedy] [--threads N]
-//                      [--gpu-workers N]
+//                      [--gpu-workers N] [--cuda-graphs on|off]
 //                      [--compute-type default|float32|bfloat16|int8]
 //                      [--sampling full|topk=K|topp=P [--temperature T] [--seed S]]
 //                      [--dump-attention FILE.h5 --dump-lines 1,5,9]
@@ -114,6 +114,7 @@ struct Arguments {
   thpc::SearchOverrides search;
   int threads = -1;  // < 0: the checkpoint's train.threads
   int gpu_workers = 1;  // workers sharing a GPU, each on its own stream
+  bool cuda_graphs = true;  // --cuda-graphs: one GPU worker's steps captured and replayed
   std::optional<std::string> cuda_kernels;  // unset: the checkpoint's train.cuda_kernels
   thpc::ComputeType compute_type = thpc::ComputeType::kDefault;  // --compute-type
   bool tree_constraints = false;
@@ -559,9 +560,14 @@ Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
                      const std::vector<thpc::TokenSequence>& sources,
                      const thpc::BeamOptions& options, bool whole_input) {
   Workers plan;
+  // One GPU worker's steps are captured (--cuda-graphs on); several workers' concurrent
+  // captures on one device have not run on a GPU (bench/RESULTS.md, 2026-12-04): theirs
+  // are launched one by one, as with --cuda-graphs off.
+  const bool capture_steps = args.cuda_graphs && args.gpu_workers == 1;
   // A compute type this machine cannot run is the command line's error (exit 2).
   try {
-    plan.backends.push_back(thpc::make_decoding_backend(train, args.compute_type));
+    plan.backends.push_back(
+        thpc::make_decoding_backend(train, args.compute_type, capture_steps));
   } catch (const thpc::Error& error) {
     throw thpc::tools::UsageError(error.what());
   }
@@ -624,14 +630,15 @@ Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
     thpc::TrainConfig worker_config = train;
     worker_config.threads = plan.threads_each;
     while (static_cast<int>(plan.backends.size()) < workers) {
-      plan.backends.push_back(thpc::make_decoding_backend(worker_config, args.compute_type));
+      plan.backends.push_back(
+          thpc::make_decoding_backend(worker_config, args.compute_type, capture_steps));
     }
     // Process-wide (the ops' loops, BLAS's thread count), and again on each worker's
     // thread (OpenMP's count is a per-thread setting).
     thpc::set_cpu_threads(plan.threads_each);
   }
   while (static_cast<int>(plan.backends.size()) < workers) {  // GPU workers
-    plan.backends.push_back(thpc::make_decoding_backend(train, args.compute_type));
+    plan.backends.push_back(thpc::make_decoding_backend(train, args.compute_type, capture_steps));
   }
   return plan;
 }
@@ -1162,6 +1169,11 @@ int main(int argc, char** argv) {
        "GPU decoding workers sharing the device, each translating whole batches with its "
        "own copy of the model on its own CUDA stream (CTranslate2's inter_threads on a "
        "GPU): while one worker's host picks the beam's next tokens, another's kernels run")
+      ("cuda-graphs", po::value<std::string>()->default_value("on"),
+       "on a GPU with one worker: on = each decoding step's kernels captured into a CUDA "
+       "graph once per shape and replayed (the host launches one graph a step instead of "
+       "~100 kernels; the same translations), off = launched one by one; several "
+       "--gpu-workers launch theirs one by one")
       ("compute-type", po::value<std::string>(),
        "the arithmetic, as CTranslate2 names it: default (the checkpoint's train.precision), "
        "float32, bfloat16 (a GPU), or int8 (weights in int8 with a scale per output channel, "
@@ -1210,6 +1222,13 @@ int main(int argc, char** argv) {
     if (values.count("threads")) args.threads = values["threads"].as<int>();
     if (values.count("compute-type")) {
       args.compute_type = thpc::parse_compute_type(values["compute-type"].as<std::string>());
+    }
+    if (values.count("cuda-graphs")) {
+      const std::string graphs = values["cuda-graphs"].as<std::string>();
+      if (graphs != "on" && graphs != "off") {
+        THPC_FAIL("--cuda-graphs: expected on or off, got '" << graphs << "'");
+      }
+      args.cuda_graphs = graphs == "on";
     }
     if (values.count("cuda-kernels")) {
       args.cuda_kernels = values["cuda-kernels"].as<std::string>();

@@ -33,7 +33,7 @@ class Int8CpuBackend final : public Int8ProductsBackend<cpu::QuantizedMatrix> {
   // backend records: a capture by the inner one would replay the step without them.
   // (CapturedDecodingSteps.* wraps this backend in the stand-in instead: the products are
   // then recorded with the step's other ops.)
-  bool can_capture() const override { return false; }
+  bool can_capture(CaptureUse /*use*/) const override { return false; }
   std::unique_ptr<CapturedWork> capture(const std::function<void()>&) override { return nullptr; }
 
  protected:

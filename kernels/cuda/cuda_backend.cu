@@ -332,13 +332,20 @@ class CudaBackend final : public Backend {
   void use_on_this_thread() override { THPC_CUDA_CHECK(cudaSetDevice(context_.device())); }
   cuda::Context& context() { return context_; }
 
-  // With the candidate step_graphs. Relaxed mode: an arena that grows inside the work may
-  // cudaMalloc (the block outlives the graph's replays: only a free ends them). Anything
-  // that waits or frees inside the work fails it (its CUDA error, or the count of frees
-  // moved): the capture is ended and dropped, and the caller queues the work uncaptured.
-  bool can_capture() const override { return context_.candidate_kernel(kStepGraphs); }
+  // Training passes with the candidate step_graphs; decoding steps with it or with
+  // CudaKernelChoice::capture_decoding_steps (their half of it, run on a GPU). Relaxed
+  // mode: an arena that grows inside the work may cudaMalloc (the block outlives the
+  // graph's replays: only a free ends them). Anything that waits or frees inside the work
+  // fails it (its CUDA error, or the count of frees moved): the capture is ended and
+  // dropped, and the caller queues the work uncaptured.
+  bool can_capture(CaptureUse use) const override {
+    return context_.candidate_kernel(kStepGraphs) ||
+           (use == CaptureUse::kDecodingStep && context_.captures_decoding_steps());
+  }
   std::unique_ptr<CapturedWork> capture(const std::function<void()>& queue_work) override {
-    if (!can_capture()) return nullptr;
+    if (!can_capture(CaptureUse::kTrainingPass) && !can_capture(CaptureUse::kDecodingStep)) {
+      return nullptr;
+    }
     const uint64_t frees_before = context_.frees();
     THPC_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed));
     bool queued = true;

@@ -63,6 +63,9 @@ class Context {
   bool candidate_kernel(CandidateKernels which) const {
     return (kernels_.candidates & which) != 0;
   }
+  // Whether decoding steps are captured without the candidate step_graphs
+  // (CudaKernelChoice::capture_decoding_steps).
+  bool captures_decoding_steps() const { return kernels_.capture_decoding_steps; }
   // The longest query or key length the short-sentence attention takes (0: none).
   int short_attention_max_len() const { return kernels_.short_attention_max_len; }
   cudaStream_t stream() const { return stream_; }

@@ -15,6 +15,16 @@ double length_penalty(int length, float alpha) {
   return std::pow((5.0 + length) / 6.0, static_cast<double>(alpha));
 }
 
+namespace {
+
+// Whether `model`'s decoding steps are captured into CUDA graphs (Backend::can_capture):
+// then the scorer pads its steps and lengths to few shapes.
+bool captures_steps(Transformer& model) {
+  return model.backend().can_capture(CaptureUse::kDecodingStep);
+}
+
+}  // namespace
+
 // Where the steps are captured, the batch's padded source length goes up to its bucket
 // (step_bucket, at most model.max_positions) as the cache's length does in prepare_step:
 // both are part of a captured step's shape, so that a batch of other sentences replays
@@ -23,7 +33,7 @@ double length_penalty(int length, float alpha) {
 void CachedTransformerScorer::start(const std::vector<TokenSequence>& sources) {
   Batch batch = make_batch(sources, std::vector<TokenSequence>(sources.size()), ids_);
   const int bucketed = std::min(step_bucket(batch.src_len), model_.config().max_positions);
-  if (model_.backend().can_capture() && bucketed > batch.src_len) {
+  if (captures_steps(model_) && bucketed > batch.src_len) {
     std::vector<int32_t> wider(static_cast<size_t>(batch.size) * bucketed, ids_.pad);
     for (int b = 0; b < batch.size; ++b) {
       std::copy_n(batch.src.begin() + static_cast<ptrdiff_t>(b) * batch.src_len, batch.src_len,
@@ -94,7 +104,7 @@ const std::vector<int32_t>& CachedTransformerScorer::prepare_step(const BeamStep
   if (step.position == 0) {
     const int max_positions = model_.config().max_positions;
     int cache_len = std::min(max_len_ + 1, max_positions);
-    if (model_.backend().can_capture()) cache_len = std::min(step_bucket(cache_len), max_positions);
+    if (captures_steps(model_)) cache_len = std::min(step_bucket(cache_len), max_positions);
     model_.begin_decoding(state, step.source_of, cache_len);
     bos_.assign(H, ids_.bos);
     return bos_;
@@ -108,7 +118,7 @@ const std::vector<int32_t>& CachedTransformerScorer::prepare_step(const BeamStep
                                    << " fed");
   const std::vector<int>* parents = &step.parent;
   const std::vector<int32_t>* tokens = &step.token;
-  if (may_pad && model_.backend().can_capture()) {
+  if (may_pad && captures_steps(model_)) {
     previous_source_.resize(static_cast<size_t>(state.hypotheses()));
     for (int h = 0; h < state.hypotheses(); ++h) previous_source_[h] = state.source_of(h);
     padded_step_rows(step.parent, step.source_of, previous_source_, padded_parent_,

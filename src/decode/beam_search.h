@@ -84,10 +84,11 @@ class NextTokenScorer {
 // decoder keeps its keys and values in the model's DecoderState (model/decoder_state.h),
 // and each step reorders them by the step's parents and feeds only the newest tokens.
 //
-// Where the model's decoding steps are captured (its backend can capture: CUDA graphs,
-// train.cuda_kernels step_graphs) each new step shape costs a capture, and a batch's
-// hypotheses fall by a beam every time one of its sentences finishes: most steps of a
-// batch's tail would be a shape captured once and replayed once or never. There the
+// Where the model's decoding steps are captured (Backend::can_capture: CUDA graphs with
+// transformer_decode's --cuda-graphs on, or train.cuda_kernels step_graphs) each new step
+// shape costs a capture, and a batch's hypotheses fall by a beam every time one of its
+// sentences finishes: most steps of a batch's tail would be a shape captured once and
+// replayed once or never. There the
 // scorer pads each step (padded_step_rows): the last hypotheses of finished sentences
 // are fed on, their results dropped, until the unfinished sentences fit the next smaller
 // bucket of 1, 2, 3, 4, 6, 8, 12, 16, 24, ... sentences, so that a batch of 32 meets ten

@@ -66,7 +66,7 @@ void check_compute_type_runs_here(const TrainConfig& train, ComputeType type) {
 }
 
 std::unique_ptr<Backend> make_decoding_backend(const TrainConfig& checkpoint_train,
-                                               ComputeType type) {
+                                               ComputeType type, bool capture_steps) {
   TrainConfig train = checkpoint_train;
   const bool on_gpu = decodes_on_a_gpu(train);
   if (type == ComputeType::kFloat32) train.precision = "fp32";
@@ -74,7 +74,9 @@ std::unique_ptr<Backend> make_decoding_backend(const TrainConfig& checkpoint_tra
   // int8: the products' rows in fp32 on the CPU; on a GPU the other ops in bf16, as
   // CTranslate2's int8_float16 keeps them in fp16.
   if (type == ComputeType::kInt8) train.precision = on_gpu ? "bf16" : "fp32";
-  std::unique_ptr<Backend> backend = make_backend(train);
+  BackendRequest request = backend_request(train, 0);
+  request.cuda_kernels.capture_decoding_steps = capture_steps;
+  std::unique_ptr<Backend> backend = make_backend(request);
   if (type == ComputeType::kBfloat16 && backend->host_memory()) {
     THPC_FAIL("--compute-type bfloat16 needs a GPU, and this decode runs on the CPU ("
               << backend->name() << "): use float32 or int8 there");

@@ -225,7 +225,7 @@ Tensor Transformer::run_decode_step(DecoderState& state, const std::vector<int32
   state.plan_step(tokens);
   s.step_arena.reset();
   Tensor logits;
-  if (!backend_.can_capture()) {
+  if (!backend_.can_capture(CaptureUse::kDecodingStep)) {
     logits = queue_decode_step(state, position, false, best);
   } else {
     logits = captured_decode_step(state, position, best);
@@ -348,8 +348,9 @@ void Transformer::decode_step_best_tokens(DecoderState& state,
                                           std::vector<float>& values,
                                           std::vector<int32_t>& best_tokens) {
   State& s = *state_;
-  if (backend_.can_capture() && backend_.param_dtype() == DType::F32) {
-    // Where steps are captured (a GPU with step_graphs): the top-k in the step's graph,
+  if (backend_.can_capture(CaptureUse::kDecodingStep) &&
+      backend_.param_dtype() == DType::F32) {
+    // Where steps are captured (a GPU's CUDA graphs): the top-k in the step's graph,
     // its values and columns in one buffer (the columns from a 256-byte boundary), read
     // back by one download: the device waits for the host once a step, not twice. The
     // buffer is sized before the step, so a replay finds it where its capture left it.

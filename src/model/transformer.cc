@@ -466,7 +466,7 @@ void Transformer::train_step(const Batch& batch, const DropoutContext& dropout,
   };
   // A listener that calls host code during backward (MPI's sums) and the lookups summed
   // apart, which change from step to step, keep a pass uncaptured.
-  const bool capturable = backend_.can_capture() &&
+  const bool capturable = backend_.can_capture(CaptureUse::kTrainingPass) &&
                           (listener == nullptr || listener->capturable()) &&
                           !lookups_summed_apart();
   if (!capturable) {
