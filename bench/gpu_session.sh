@@ -70,8 +70,9 @@
 #      test_cuda_training;
 #   1. the candidate kernels' twins in fp32 and bf16 (CANDIDATE_TWINS: the kernels behind
 #      train.cuda_kernels = candidate, not yet the default: fused_attention, step_graphs,
-#      relu_masks, weight_grads_beside; when some fail, the others by name) and the whole
-#      model with them; then the verified twins of the files changed since the last GPU run
+#      relu_masks, weight_grads_beside, fuller_column_sums; when some fail, the others by
+#      name) and the whole model with them; then the verified twins of the files changed
+#      since the last GPU run
 #      (CHANGED_TWINS; OTHER_TWINS=all runs every kernel twin) and the whole-model checks
 #      with the verified kernels: fp32 separate and fused against the CPU
 #      (CudaTraining.Fp32ThreeSteps*), bf16 with the short attention against the batched
@@ -208,7 +209,7 @@ readonly PLAN=(
   "start|machine start (counted, not in a call)|60|120"
   "1|setup: gpu-bundle unpacked, nvidia-smi|10|20"
   "1|build: bench_step, transformer_hpc, kernel twin tests, test_cuda_training (16 cores)|20|110"
-  "1|candidate twins (CudaCandidate*: fused_attention, step_graphs, relu_masks, weight_grads_beside) and the whole model with them|5|35"
+  "1|candidate twins (CudaCandidate*: fused_attention, step_graphs, relu_masks, weight_grads_beside, fuller_column_sums) and the whole model with them|5|35"
   "1|the verified twins of the changed files (OTHER_TWINS=all: every one)|10|40"
   "1|whole model: fp32 3 steps vs the CPU (fused off, on); bf16 short vs batched; decoding|3|25"
   "1|bf16 GEMM ceiling (8192^3)|10|15"
@@ -814,7 +815,7 @@ profile_candidates_without_graphs() {
 # on 2026-12-04 the candidates were profiled only together, and each one's share had to
 # be told from the op classes it touches (relu_masks' and weight_grads_beside's both in
 # the GEMM rows). The step's line, the rows those candidates change, and the host's.
-readonly STEP_KERNEL_CANDIDATES="fused_attention relu_masks weight_grads_beside"
+readonly STEP_KERNEL_CANDIDATES="fused_attention relu_masks weight_grads_beside fuller_column_sums"
 profile_each_step_candidate() {
   local candidate
   for candidate in $(measured_candidates | tr ',' ' '); do

@@ -69,7 +69,8 @@ bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
       {"fused_attention", kFusedAttention},
       {"step_graphs", kStepGraphs},
       {"relu_masks", kReluMasks},
-      {"weight_grads_beside", kWeightGradsBeside}};
+      {"weight_grads_beside", kWeightGradsBeside},
+      {"fuller_column_sums", kFullerColumnSums}};
   // Former candidates, the default since their GPU run: a configuration or checkpoint
   // that names them (one trained with them before that) still loads, naming nothing.
   static const std::vector<std::string> kRetired = {

@@ -144,7 +144,11 @@ enum class GradStore { kAdd, kWrite };
 // epilogues' GEMMs cost more (~1.4 ms at 25,000 tokens) than the 1.23 ms pass they save;
 // weight_grads_beside (a layer's weight and bias gradients' products on a second
 // stream beside its input gradient's; kernels/cuda/linear.cu): its twins passed on
-// 2026-12-04, and it cost 0.7 ms at 25,000 tokens (0.07 ms less at 3,125).
+// 2026-12-04, and it cost 0.7 ms at 25,000 tokens (0.07 ms less at 3,125); and
+// fuller_column_sums (not yet run on a GPU: the bias and layer-norm gradients' column
+// sums of a small batch in chunks short enough to fill the device, and their finish a
+// block of eight threads a column; kernels/cuda/column_sums.cuh; issue 51's one-rank
+// step, whose ReLU backward took 42 us a call for ~10 us of bytes).
 // The former ones are the default since their GPU run: write_gradients, short_attention
 // (H100, 2026-11-26), gathered_attention (H100, 2026-11-27), async_upload, step_totals,
 // int8_products, fused_adam (H200, 2026-11-29), vector_norms (the fused add & norm with
@@ -162,7 +166,9 @@ enum CandidateKernels : unsigned {
   kStepGraphs = 1u << 4,
   kReluMasks = 1u << 7,
   kWeightGradsBeside = 1u << 11,
-  kAllCandidates = kFusedAttention | kStepGraphs | kReluMasks | kWeightGradsBeside,
+  kFullerColumnSums = 1u << 12,
+  kAllCandidates =
+      kFusedAttention | kStepGraphs | kReluMasks | kWeightGradsBeside | kFullerColumnSums,
 };
 
 // The candidate set a train.cuda_kernels value names: "verified" (none), "candidate"

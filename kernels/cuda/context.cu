@@ -13,6 +13,8 @@ namespace cuda {
 Context::Context(int device, const CudaKernelChoice& kernels)
     : device_(device), kernels_(kernels) {
   THPC_CUDA_CHECK(cudaSetDevice(device));
+  THPC_CUDA_CHECK(
+      cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device));
   THPC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   THPC_CUBLAS_CHECK(cublasCreate(&blas_));
   THPC_CUBLAS_CHECK(cublasSetStream(blas_, stream_));

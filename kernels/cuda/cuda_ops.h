@@ -58,6 +58,8 @@ class Context {
   Context& operator=(const Context&) = delete;
 
   int device() const { return device_; }
+  // The device's streaming multiprocessors (132 on an H100 or H200 SXM).
+  int multiprocessors() const { return multiprocessors_; }
   // Whether an op may take candidate kernel `which` (a faster variant that has not yet run
   // on a GPU: it lands behind train.cuda_kernels until a GPU session sees its twins pass).
   bool candidate_kernel(CandidateKernels which) const {
@@ -120,6 +122,7 @@ class Context {
 
  private:
   int device_ = 0;
+  int multiprocessors_ = 1;
   CudaKernelChoice kernels_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;

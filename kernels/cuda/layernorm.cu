@@ -325,7 +325,7 @@ void layernorm_parameter_gradients(Context& context, float* dgamma, float* dbeta
                                    int d) {
   if (dgamma == nullptr && dbeta == nullptr) return;
   const cudaStream_t stream = context.stream();
-  const ColumnChunks chunks = column_chunks(rows);
+  const ColumnChunks chunks = column_chunks(rows, column_blocks(d), column_fill_blocks(context));
   const size_t partial_count = static_cast<size_t>(chunks.chunks) * d;
   float* partials = static_cast<float*>(context.scratch(2 * partial_count * sizeof(float)));
   float* partial_gamma = dgamma != nullptr ? partials : nullptr;
@@ -333,9 +333,9 @@ void layernorm_parameter_gradients(Context& context, float* dgamma, float* dbeta
   layernorm_param_partials_kernel<T><<<chunks.grid(d), kColumnThreads, 0, stream>>>(
       partial_gamma, partial_beta, dy, x, mean, rstd, rows, d, chunks.rows_per_chunk);
   THPC_CUDA_CHECK_LAUNCH("layernorm_param_partials_kernel");
-  column_sums_finish_kernel<<<column_blocks(d), kColumnThreads, 0, stream>>>(
-      dgamma, dbeta, partial_gamma, partial_beta, chunks.chunks, d);
-  THPC_CUDA_CHECK_LAUNCH("column_sums_finish_kernel");
+  finish_column_sums(dgamma, dbeta, partial_gamma, partial_beta, chunks.chunks, d,
+                     context.candidate_kernel(kFullerColumnSums), stream);
+  THPC_CUDA_CHECK_LAUNCH("finish_column_sums");
 }
 
 }  // namespace

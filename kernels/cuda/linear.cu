@@ -678,13 +678,15 @@ void relu_bias_backward(Context& context, T* d_pre, float* db, const T* dy, cons
   if (rows <= 0 || n <= 0 || (d_pre == nullptr && db == nullptr)) return;
   const bool write = writes_gradient(store, d_pre);
   const cudaStream_t stream = context.stream();
-  const ColumnChunks chunks = column_chunks(rows);
+  constexpr int W = kVector<T>;
+  const bool vectors = n % W == 0 && aligned16(dy) && aligned16(y) &&
+                       (d_pre == nullptr || aligned16(d_pre));
+  const int blocks_a_chunk = column_blocks(vectors ? (n + W - 1) / W : n);
+  const ColumnChunks chunks = column_chunks(rows, blocks_a_chunk, column_fill_blocks(context));
   float* partial = db != nullptr ? static_cast<float*>(context.scratch(
                                        static_cast<size_t>(chunks.chunks) * n * sizeof(float)))
                                  : nullptr;
-  constexpr int W = kVector<T>;
-  if (n % W == 0 && aligned16(dy) && aligned16(y) &&
-      (d_pre == nullptr || aligned16(d_pre))) {
+  if (vectors) {
     const dim3 grid(static_cast<unsigned>(column_blocks((n + W - 1) / W)),
                     static_cast<unsigned>(chunks.chunks));
     relu_bias_backward_vector_kernel<T><<<grid, kColumnThreads, 0, stream>>>(
@@ -696,9 +698,9 @@ void relu_bias_backward(Context& context, T* d_pre, float* db, const T* dy, cons
     THPC_CUDA_CHECK_LAUNCH("relu_bias_backward_kernel");
   }
   if (db == nullptr) return;
-  column_sums_finish_kernel<<<column_blocks(n), kColumnThreads, 0, stream>>>(
-      db, nullptr, partial, nullptr, chunks.chunks, n);
-  THPC_CUDA_CHECK_LAUNCH("column_sums_finish_kernel");
+  finish_column_sums(db, nullptr, partial, nullptr, chunks.chunks, n,
+                     context.candidate_kernel(kFullerColumnSums), stream);
+  THPC_CUDA_CHECK_LAUNCH("finish_column_sums");
 }
 
 template <typename T>

@@ -395,7 +395,8 @@ void expect_column_sums(const std::vector<float>& gpu, const std::vector<float>&
 }
 
 void check_layernorm_backward(DType dtype, const NormShape& s, bool want_dx, bool want_dgamma,
-                              bool want_dbeta, uint32_t seed, const StoreMode& mode = {}) {
+                              bool want_dbeta, uint32_t seed, const StoreMode& mode = {},
+                              const CudaKernelChoice& kernels = {}) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " rows=" << s.rows << " d=" << s.d
                                     << " dx=" << want_dx << " dgamma=" << want_dgamma
                                     << " dbeta=" << want_dbeta << " " << mode.name());
@@ -408,7 +409,7 @@ void check_layernorm_backward(DType dtype, const NormShape& s, bool want_dx, boo
   const auto dx0 = representable(random_values(n, rng), dtype);
   const auto dgamma0 = random_values(static_cast<size_t>(s.d), rng);
   const auto dbeta0 = random_values(static_cast<size_t>(s.d), rng);
-  Twins twins(dtype);
+  Twins twins(dtype, kernels);
   Scope cpu(*twins.cpu), gpu(*twins.gpu);
   // Statistics from the CPU forward, given to both backward passes (fp32 on both).
   Tensor y_cpu = cpu.alloc(DType::F32, static_cast<int64_t>(n));
@@ -654,7 +655,7 @@ std::vector<double> add_norm_gradient_bound(DType dtype, const std::vector<float
 
 void check_add_norm_backward(DType dtype, const NormShape& s, float p, bool want_dx,
                              bool want_d_sub, bool want_params, uint32_t seed,
-                             const StoreMode& mode = {}) {
+                             const StoreMode& mode = {}, const CudaKernelChoice& kernels = {}) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " rows=" << s.rows << " d=" << s.d
                                     << " p=" << p << " dx=" << want_dx << " d_sub="
                                     << want_d_sub << " dgamma,dbeta=" << want_params << " "
@@ -670,7 +671,7 @@ void check_add_norm_backward(DType dtype, const NormShape& s, float p, bool want
   const auto d_sub0 = representable(random_values(n, rng), dtype);
   const auto dgamma0 = random_values(static_cast<size_t>(s.d), rng);
   const auto dbeta0 = random_values(static_cast<size_t>(s.d), rng);
-  Twins twins(dtype);
+  Twins twins(dtype, kernels);
   Both both(twins);
   const Pair residual_t = both.act(residual), gamma_t = both.act(gamma), dy_t = both.act(dy);
   // The statistics of the residual, from the CPU, given to both backward passes.
@@ -992,6 +993,64 @@ TEST(CudaVectorNorms, BackwardMatchesCpu) {
         }
         check_add_norm_backward(dtype, s, 0.1f, true, false, false, seed++, mode);
         check_add_norm_backward(dtype, s, 0.1f, false, true, false, seed++, mode);
+      }
+    }
+  }
+}
+
+// ---- the candidate fuller_column_sums: dgamma and dbeta in chunks that fill the device --
+// (kernels/cuda/column_sums.cuh.) Rows from one (a chunk) through a small batch's (3,125:
+// the chunks shortened to 8 rows; 1,000 of 129: to 16) to 30,000 of 128 (64-row chunks,
+// as without it: the cap), the finish with eight lanes a column: against the CPU with the bounds of
+// the verified path (the sums' order is other, the bound is order-free), and twice the
+// same bits. Through the layer norm's backward and the register-held add & norm's.
+const std::vector<NormShape> kFullerColumnShapes = {{1, 37},     {7, 61},     {1000, 129},
+                                                    {3125, 512}, {200, 1024}, {30000, 128}};
+
+TEST(CudaCandidateFullerColumnSums, LayerNormGradientsMatchCpu) {
+  THPC_REQUIRE_GPU();
+  CudaKernelChoice fuller;
+  fuller.candidates = kFullerColumnSums;
+  uint32_t seed = 2500;
+  for (DType dtype : gpu_compute_dtypes()) {
+    for (const NormShape& s : kFullerColumnShapes) {
+      check_layernorm_backward(dtype, s, true, true, true, seed++, {}, fuller);
+      check_add_norm_backward(dtype, s, 0.1f, true, true, true, seed++, {}, fuller);
+    }
+    check_layernorm_backward(dtype, {3125, 512}, false, true, false, seed++, {}, fuller);
+    check_layernorm_backward(dtype, {3125, 512}, false, false, true, seed++, {}, fuller);
+  }
+}
+
+TEST(CudaCandidateFullerColumnSums, LayerNormGradientsAreDeterministic) {
+  THPC_REQUIRE_GPU();
+  CudaKernelChoice fuller;
+  fuller.candidates = kFullerColumnSums;
+  for (DType dtype : gpu_compute_dtypes()) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const int rows = 3125, d = 512;
+    const size_t n = static_cast<size_t>(rows) * d;
+    std::mt19937 rng(2600);
+    const auto x = random_values(n, rng), dy = random_values(n, rng);
+    const auto gamma = random_values(d, rng), beta = random_values(d, rng);
+    const auto dgamma0 = random_values(d, rng), dbeta0 = random_values(d, rng);
+    Twins twins(dtype, fuller);
+    Scope gpu(*twins.gpu);
+    const Tensor x_t = gpu.put(dtype, x), dy_t = gpu.put(dtype, dy),
+                 gamma_t = gpu.put(dtype, gamma);
+    Tensor y = gpu.alloc(dtype, static_cast<int64_t>(n));
+    Tensor mean = gpu.alloc(DType::F32, rows), rstd = gpu.alloc(DType::F32, rows);
+    twins.gpu->layernorm_forward(y, mean, rstd, x_t, gamma_t, gpu.put(dtype, beta), rows, d,
+                                 1e-6f);
+    std::vector<float> first[2];
+    for (int run = 0; run < 2; ++run) {
+      Tensor dgamma = gpu.put(DType::F32, dgamma0), dbeta = gpu.put(DType::F32, dbeta0);
+      twins.gpu->layernorm_backward(Tensor{}, dgamma, dbeta, dy_t, x_t, mean, rstd, gamma_t,
+                                    rows, d, GradStore::kAdd);
+      const std::vector<float> got[2] = {gpu.get(dgamma), gpu.get(dbeta)};
+      for (int i = 0; i < 2; ++i) {
+        if (run == 0) first[i] = got[i];
+        else EXPECT_TRUE(got[i] == first[i]) << "output " << i << " differs between runs";
       }
     }
   }

@@ -516,7 +516,8 @@ const std::vector<ReluShape> kReluShapes = {{1, 37}, {7, 61}, {129, 512}, {1000,
                                             {200, 1024}, {3000, 2048}};
 
 void check_relu_bias_backward(DType dtype, const ReluShape& s, bool want_d_pre, bool want_db,
-                              uint32_t seed, const StoreMode& mode = {}) {
+                              uint32_t seed, const StoreMode& mode = {},
+                              const CudaKernelChoice& kernels = {}) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " rows=" << s.rows << " n=" << s.n
                                     << " d_pre=" << want_d_pre << " db=" << want_db << " "
                                     << mode.name());
@@ -527,7 +528,7 @@ void check_relu_bias_backward(DType dtype, const ReluShape& s, bool want_d_pre, 
   for (float& value : y) value = value > 0.0f ? value : 0.0f;  // a ReLU's output
   const auto d_pre0 = representable(random_values(count, rng), dtype);
   const auto db0 = random_values(static_cast<size_t>(s.n), rng);
-  Twins twins(dtype);
+  Twins twins(dtype, kernels);
   Both both(twins);
   const Pair dy_t = both.act(dy), y_t = both.act(y);
   const Pair d_pre = want_d_pre ? both.act(mode.start(d_pre0)) : Pair{};
@@ -642,6 +643,60 @@ TEST(CudaReluBiasBackward, IsDeterministic) {
     for (float& value : y) value = value > 0.0f ? value : 0.0f;
     const auto db0 = random_values(static_cast<size_t>(n), rng);
     Twins twins(dtype);
+    Scope gpu(*twins.gpu);
+    const Tensor dy_t = gpu.put(dtype, dy), y_t = gpu.put(dtype, y);
+    std::vector<float> first[2];
+    for (int run = 0; run < 2; ++run) {
+      Tensor d_pre = gpu.put(dtype, d_pre0), db = gpu.put(DType::F32, db0);
+      twins.gpu->relu_bias_backward(d_pre, db, dy_t, y_t, rows, n, GradStore::kAdd);
+      const std::vector<float> got[2] = {gpu.get(d_pre), gpu.get(db)};
+      for (int i = 0; i < 2; ++i) {
+        if (run == 0) first[i] = got[i];
+        else EXPECT_TRUE(got[i] == first[i]) << "output " << i << " differs between runs";
+      }
+    }
+  }
+}
+
+// ---- the candidate fuller_column_sums: db in chunks that fill the device ---------------
+// (kernels/cuda/column_sums.cuh.) The vector kernel's shapes (one rank's FFN of 3,125
+// rows: 8-row chunks; 1,000 of 4,104: 3 column blocks a chunk, 8 rows) and the scalar
+// one's (odd widths), one row through 30,000 of 256 (64-row chunks, as without it: the
+// cap), the finish
+// with eight lanes a column, d_pre written and added: against the CPU with the verified
+// path's bounds (db's order is other, the bound is order-free), and twice the same bits.
+TEST(CudaCandidateFullerColumnSums, ReluBiasGradientsMatchCpu) {
+  THPC_REQUIRE_GPU();
+  CudaKernelChoice fuller;
+  fuller.candidates = kFullerColumnSums;
+  uint32_t seed = 3100;
+  for (DType dtype : gpu_compute_dtypes()) {
+    for (const ReluShape& shape : {ReluShape{1, 37}, ReluShape{7, 61}, ReluShape{67, 24},
+                                   ReluShape{1000, 129}, ReluShape{1000, 4104},
+                                   ReluShape{3125, 2048}, ReluShape{30000, 256}}) {
+      check_relu_bias_backward(dtype, shape, true, true, seed++, {}, fuller);
+    }
+    StoreMode writing;
+    writing.store = GradStore::kWrite;
+    check_relu_bias_backward(dtype, {3125, 2048}, true, true, seed++, writing, fuller);
+    check_relu_bias_backward(dtype, {3125, 2048}, false, true, seed++, {}, fuller);
+  }
+}
+
+TEST(CudaCandidateFullerColumnSums, ReluBiasGradientsAreDeterministic) {
+  THPC_REQUIRE_GPU();
+  CudaKernelChoice fuller;
+  fuller.candidates = kFullerColumnSums;
+  for (DType dtype : gpu_compute_dtypes()) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const int rows = 3125, n = 2048;
+    const size_t count = static_cast<size_t>(rows) * n;
+    std::mt19937 rng(3200);
+    const auto dy = random_values(count, rng), d_pre0 = random_values(count, rng);
+    auto y = random_values(count, rng);
+    for (float& value : y) value = value > 0.0f ? value : 0.0f;
+    const auto db0 = random_values(static_cast<size_t>(n), rng);
+    Twins twins(dtype, fuller);
     Scope gpu(*twins.gpu);
     const Tensor dy_t = gpu.put(dtype, dy), y_t = gpu.put(dtype, y);
     std::vector<float> first[2];
