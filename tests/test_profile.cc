@@ -199,6 +199,32 @@ TEST(Profile, BenchStepBreaksTheStepsDownByBucketLength) {
   EXPECT_NEAR(sum_of_steps / 9.0, table_step, 0.01 * table_step + 0.01) << run.output;
 }
 
+// transformer_bench_step's JSON line gives each whole round of its nine lengths in the
+// warm-up, the mean ms a step (the first: every shape's first pass; with step_graphs the
+// second: every shape's capture), what a capture costs against a replay: 20 warm-up
+// steps are two rounds and two steps, 8 none.
+TEST(Profile, BenchStepTimesEachWarmUpRoundOfTheLengths) {
+  const auto rounds_of = [](int warmup) {
+    const ProcessResult run = run_process(
+        thpc::binary_dir() + "/transformer_bench_step --config " + THPC_SOURCE_DIR +
+        "/input/tiny.ini --set model.max_positions=128 --tokens 300 --steps 2 "
+        "--warmup-steps " + std::to_string(warmup) + " --vocab 64");
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    const size_t at = run.output.find("\"warmup_rounds_ms\": [");
+    EXPECT_NE(at, std::string::npos) << run.output;
+    std::vector<double> rounds;
+    if (at == std::string::npos) return rounds;
+    std::istringstream values(run.output.substr(at + 21, run.output.find(']', at) - at - 21));
+    for (std::string value; std::getline(values, value, ',');) rounds.push_back(std::stod(value));
+    return rounds;
+  };
+  const std::vector<double> two = rounds_of(20);
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_GT(two[0], 0.0);
+  EXPECT_GT(two[1], 0.0);
+  EXPECT_TRUE(rounds_of(8).empty());
+}
+
 // Steps in the trainer's form (the loss into the step's totals, the step inputs written
 // before the pass), each step between the profiler's begin_step() and end_step() from
 // step 2 on: through a backend that captures, step 1 runs the pass uncaptured, step 2

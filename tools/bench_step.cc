@@ -11,6 +11,9 @@
 // length L and target length L + 1 (decoder input and output L each), random ids in
 // [4, vocab): the reference's length-bucketed synthetic batches. A step is the whole
 // training step: forward, label-smoothed loss, backward, Adam with the §5.3 schedule.
+// The JSON line's median_step_ms is the timed steps'; warmup_rounds_ms the mean step of
+// each whole round of the nine lengths in the warm-up (the first: every shape's first
+// pass; with train.cuda_kernels step_graphs the second: every shape's capture).
 // Model FLOPs are counted as the reference counts them (matrix products, 3x forward).
 // On the CPU, MFU is taken against the fp32 GEMM ceiling measured in the same run (the
 // best of a few 2048^3 sgemm by the step's library and threads, kernels/cpu/blas.h): the
@@ -215,7 +218,31 @@ int run(const Arguments& args) {
       ops.can_capture(thpc::CaptureUse::kTrainingPass) && !args.program_batches
           ? std::max(args.warmup_steps, 2 * static_cast<int>(batches.size()))
           : args.warmup_steps;
-  for (int i = 0; i < warmup_steps; ++i) train(batches[i % batches.size()]);
+  // Each warm-up step timed (the totals' read-back ends it), and each whole round of the
+  // lengths averaged: the first round is every shape's first pass (uncaptured, its
+  // buffers growing), the second with step_graphs every shape's capture, so that what a
+  // capture costs against the replays after it is measured, not guessed (how many of a
+  // corpus's passes replay: transformer_data_stats).
+  std::vector<double> warmup_rounds_ms;
+  double round_seconds = 0.0;
+  auto warm = std::chrono::steady_clock::now();
+  for (int i = 0; i < warmup_steps; ++i) {
+    train(batches[i % batches.size()]);
+    const auto now = std::chrono::steady_clock::now();
+    round_seconds += std::chrono::duration<double>(now - warm).count();
+    warm = now;
+    if (!args.program_batches && (i + 1) % batches.size() == 0) {
+      warmup_rounds_ms.push_back(1e3 * round_seconds / static_cast<double>(batches.size()));
+      round_seconds = 0.0;
+    }
+  }
+  std::string rounds_json = "[";
+  for (size_t r = 0; r < warmup_rounds_ms.size(); ++r) {
+    char value[32];
+    std::snprintf(value, sizeof value, "%s%.3f", r ? ", " : "", warmup_rounds_ms[r]);
+    rounds_json += value;
+  }
+  rounds_json += "]";
   // The timed steps: kLengths' cycle from its start (as every measurement before), or the
   // trainer's steps after the warm-up's.
   const size_t first_timed = args.program_batches ? static_cast<size_t>(args.warmup_steps) : 0;
@@ -284,14 +311,14 @@ int run(const Arguments& args) {
               "\"model_tflops\": %.4f, \"gemm_ceiling_tflops\": %.4f, \"mfu\": %.3f, "
               "\"mfu_spec\": %s, \"peak_mem_gib\": %s, \"final_loss\": %.4f, "
               "\"captured_passes\": %lld, \"replayed_passes\": %lld, \"refused_captures\": %lld, "
-              "\"warmup_steps\": %d, \"cpu_gemm\": %s}\n",
+              "\"warmup_steps\": %d, \"warmup_rounds_ms\": %s, \"cpu_gemm\": %s}\n",
               backend->name().c_str(), args.config_path.c_str(), 2 * args.tokens, 1e3 * median,
               tokens / total, model_tflops, peak_tflops, model_tflops / peak_tflops,
               mfu_spec.c_str(), peak_mem_gib.c_str(), loss,
               static_cast<long long>(model.capture_counts().captures),
               static_cast<long long>(model.capture_counts().replays),
               static_cast<long long>(model.capture_counts().refused), warmup_steps,
-              cpu_gemm.c_str());
+              rounds_json.c_str(), cpu_gemm.c_str());
   return 0;
 }
 
