@@ -9,6 +9,25 @@
 #   bash bench/gpu_session.sh --dry-run                # here: the plan with its time
 #       estimates, every check that needs no GPU, the calls rehearsed on the CPU
 #   bash bench/gpu_session.sh --rehearse [step|ranks|followup]   # here: one call's rehearsal
+# The next window's plan (after 2026-12-04's eighth: issue 52 is resolved, so the ranks
+# call below gives way to one rank's batch against the CUDA-graph compiled peer, whose
+# compilation did not finish in that window's 277 s; the three calls back to back):
+#   1: run(command="STEP_SECONDS=1 SHORT_ATTENTION_LENGTHS= timeout 300 bash
+#          bench/gpu_session.sh step", timeout_s=320, carry=["gpu-bundle", "shared-for-gpu"])
+#      (171 s there: the twins, fuller_column_sums' first among them, the captured
+#      decoding's as changed twins, the whole model, the profiles, the small batch)
+#   2: run(command="timeout 420 env CURVE_SECONDS=405 CURVE_ROWS= CURVE_COMPILED='base 3125
+#          compile-graphs' OURS_VARIANTS='verified=train.cuda_kernels=verified
+#          graphs=train.cuda_kernels=step_graphs
+#          fuller=train.cuda_kernels=step_graphs,fuller_column_sums' bash
+#          bench/gpu_session.sh curve", timeout_s=440, same carry)
+#      (issue 51's compile_ratio at 3,125 tokens, each line with its warm-up rounds: the
+#      second round with graphs is every shape's capture, what step_graphs waits for)
+#   3: run(command="timeout 200 env TRAIN_MINUTES=0.5 CHECKPOINT_MINUTES=0.09
+#          GPU_WORKERS=1 TRANSLATE_SECONDS=190 bash bench/gpu_session.sh translate",
+#          timeout_s=210, carry=[".whl", "shared-for-gpu"])
+#      (the captured decoding steps now the default: ours verified against CTranslate2)
+# The standing plan (print_plan, `--dry-run`):
 #   call 1:  run(command="PEERS=eager timeout 400 bash bench/gpu_session.sh step",
 #                timeout_s=430, carry=["gpu-bundle", "shared-for-gpu"])
 #       (PEERS=eager: the compiled peer, ~230 s, was last run on 2026-11-26's fourth
