@@ -395,11 +395,12 @@ readonly CANDIDATE_TWINS="CudaCandidate[A-Za-z0-9]*"
 readonly CANDIDATES_ACT_IN_TRAINING=1
 # The twins of the ops whose files changed since the last GPU run (2026-12-04, the
 # eighth window, where the twins of the files the seventh's promotions changed, 47, all
-# passed): none but the captures' own (cuda_backend.cu's can_capture, now asked for a
-# CaptureUse): decoding steps captured without step_graphs, transformer_decode's default
-# with one GPU worker, whose twins (CudaCapturedDecoding.*, in test_cuda_training) passed
-# there as step_graphs'.
-readonly CHANGED_TWINS="CudaCapturedDecoding"
+# passed): the captures' (cuda_backend.cu's can_capture, now asked for a CaptureUse):
+# decoding steps captured without step_graphs, transformer_decode's default with one GPU
+# worker, whose twins (CudaCapturedDecoding.*, in test_cuda_training) passed there as
+# step_graphs'; and linear.cu's and layernorm.cu's column sums, whose verified path
+# fuller_column_sums left as it was (its launches now through finish_column_sums).
+readonly CHANGED_TWINS="CudaCapturedDecoding|CudaReluBiasBackward|CudaLayerNorm|CudaAddNorm|CudaVectorNorms"
 
 # What the step and followup stages build: the benchmark, the trainer (the program against
 # the benchmark), every kernel twin test executable and the whole-model GPU tests.
@@ -687,7 +688,7 @@ run_other_twins() {
   # and transformer_decode's GPU workers, each on its own stream, translating as one
   # (skipped in the rehearsal: they need the GPU itself).
   ctest --test-dir "$BUILD_DIR" \
-    -R "^(CudaTraining[.](Fp32ThreeSteps(MatchTheCpu|WithFusedOps)|Bf16ThreeStepsWithShortAttention|Bf16RegisterHeldNorms|DecodingStepsMatchTheCpu|DecodeAttentionStepsMatchTheCpu|APinnedStagedState|EveryStepTakesTheOnePassAdam)|CudaDecodeProgram[.](GpuWorkersShareTheDeviceWithoutChangingAnyTranslation|OneWorkerCapturesItsStepsAndTheyTranslateAsLaunched))" \
+    -R "^(CudaTraining[.](Fp32ThreeSteps(MatchTheCpu|WithFusedOps)|Bf16ThreeStepsWithShortAttention|Bf16RegisterHeldNorms|DecodingStepsMatchTheCpu|DecodeAttentionStepsMatchTheCpu|APinnedStagedState|EveryStepTakesTheOnePassAdam)|CudaDecodeProgram[.](GpuWorkersShareTheDeviceWithoutChangingAnyTranslation|OneWorkerCapturesItsStepsAndOffLaunchesThemOneByOne))" \
     --output-on-failure --timeout 150 > "$LOGS/ctest_whole_model.log" 2>&1
   grep -E "tests passed|Failed|Skipped|\*\*\*" "$LOGS/ctest_whole_model.log" | tail -6
   grep -h "GPU fp32\|GPU bf16" "$BUILD_DIR/Testing/Temporary/LastTest.log" | head -4

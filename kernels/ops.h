@@ -205,10 +205,11 @@ struct CudaKernelChoice {
   // Decoding steps captured into CUDA graphs and replayed without the candidate
   // step_graphs (whose training passes wait for a GPU measurement of a capture's cost):
   // the decoding half ran on an H200 on 2026-12-04, its twins bit for bit and newstest2014
-  // at batch 32 1.69x faster with all candidates (bench/RESULTS.md). transformer_decode
+  // at batch 32 1.68x faster with all candidates (bench/RESULTS.md). transformer_decode
   // sets it for one GPU worker (--cuda-graphs on, its default); several workers'
   // concurrent captures have not run on a GPU, nor has the trainer's validation decoding
-  // with them: off there.
+  // with them: off there. (make_decoding_backend takes step_graphs out of a decoder's
+  // candidates: this flag alone decides there.)
   bool capture_decoding_steps = false;
 };
 
@@ -401,7 +402,8 @@ class Backend {
   // backend, move data from or to the host, or free memory: then, or where this backend
   // cannot capture, null, and nothing queued by it has run or will: queue it again
   // uncaptured. A warm-up run of the same work first lets the arenas and scratch buffers
-  // reach their size, so that the capture allocates nothing.
+  // reach their size, so that the capture allocates nothing. It captures whatever it is
+  // given where the backend captures any use: the caller asks can_capture(use) first.
   virtual std::unique_ptr<CapturedWork> capture(const std::function<void()>& queue_work);
 
   // ---- the ops ------------------------------------------------------------------

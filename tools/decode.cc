@@ -562,7 +562,9 @@ Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
   Workers plan;
   // One GPU worker's steps are captured (--cuda-graphs on); several workers' concurrent
   // captures on one device have not run on a GPU (bench/RESULTS.md, 2026-12-04): theirs
-  // are launched one by one, as with --cuda-graphs off.
+  // are launched one by one, as with --cuda-graphs off, whatever --cuda-kernels says. (The
+  // --gpu-workers asked for: an input of one batch, which one of them translates, is
+  // launched one by one too.)
   const bool capture_steps = args.cuda_graphs && args.gpu_workers == 1;
   // A compute type this machine cannot run is the command line's error (exit 2).
   try {

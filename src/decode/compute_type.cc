@@ -75,6 +75,11 @@ std::unique_ptr<Backend> make_decoding_backend(const TrainConfig& checkpoint_tra
   // CTranslate2's int8_float16 keeps them in fp16.
   if (type == ComputeType::kInt8) train.precision = on_gpu ? "bf16" : "fp32";
   BackendRequest request = backend_request(train, 0);
+  // capture_steps alone says whether a decoding worker captures its steps: the candidate
+  // step_graphs would capture them too, also where they must not be (several workers'
+  // concurrent captures have not run on a GPU; --cuda-graphs off), and what it adds
+  // beyond them is the training passes, which a decoder has none of.
+  request.cuda_kernels.candidates &= ~static_cast<unsigned>(kStepGraphs);
   request.cuda_kernels.capture_decoding_steps = capture_steps;
   std::unique_ptr<Backend> backend = make_backend(request);
   if (type == ComputeType::kBfloat16 && backend->host_memory()) {

@@ -35,8 +35,8 @@ const char* compute_type_name(ComputeType type);
 // The backend of one decoding worker for `type`, from the checkpoint's [train] settings
 // (train.backend, train.threads; train.precision unless the type says otherwise). A type
 // the device cannot run is an Error saying what to do instead. capture_steps: on a GPU,
-// the decoding steps captured into CUDA graphs (CudaKernelChoice::capture_decoding_steps;
-// with train.cuda_kernels step_graphs they are whatever it says).
+// the decoding steps captured into CUDA graphs (CudaKernelChoice::capture_decoding_steps),
+// whatever train.cuda_kernels says of step_graphs (its training half).
 std::unique_ptr<Backend> make_decoding_backend(const TrainConfig& train, ComputeType type,
                                                bool capture_steps = false);
 
