@@ -3,8 +3,9 @@
 // of blocks, each thread owning one column of one chunk of rows, sums its chunk in row
 // order into a partial ([chunks, n], Context scratch); column_sums_finish_kernel then adds
 // each column's partials in chunk order into the output. Reads are coalesced across the
-// columns; the chunking depends on the row count only, so the order of every sum is
-// fixed for a shape.
+// columns; the chunking depends on the row count only (with the candidate
+// fuller_column_sums on the shape, the element type and the device's SM count), so the
+// order of every sum is fixed for a shape on a device.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -681,8 +681,10 @@ void relu_bias_backward(Context& context, T* d_pre, float* db, const T* dy, cons
   constexpr int W = kVector<T>;
   const bool vectors = n % W == 0 && aligned16(dy) && aligned16(y) &&
                        (d_pre == nullptr || aligned16(d_pre));
-  const int blocks_a_chunk = column_blocks(vectors ? (n + W - 1) / W : n);
-  const ColumnChunks chunks = column_chunks(rows, blocks_a_chunk, column_fill_blocks(context));
+  // The chunks from the shape alone (the vector kernel's blocks a chunk, whichever kernel
+  // runs), so that the scalar kernel sums in the vector kernel's order: the same bits.
+  const ColumnChunks chunks =
+      column_chunks(rows, column_blocks((n + W - 1) / W), column_fill_blocks(context));
   float* partial = db != nullptr ? static_cast<float*>(context.scratch(
                                        static_cast<size_t>(chunks.chunks) * n * sizeof(float)))
                                  : nullptr;

@@ -999,11 +999,12 @@ TEST(CudaVectorNorms, BackwardMatchesCpu) {
 }
 
 // ---- the candidate fuller_column_sums: dgamma and dbeta in chunks that fill the device --
-// (kernels/cuda/column_sums.cuh.) Rows from one (a chunk) through a small batch's (3,125:
-// the chunks shortened to 8 rows; 1,000 of 129: to 16) to 30,000 of 128 (64-row chunks,
-// as without it: the cap), the finish with eight lanes a column: against the CPU with the bounds of
-// the verified path (the sums' order is other, the bound is order-free), and twice the
-// same bits. Through the layer norm's backward and the register-held add & norm's.
+// (kernels/cuda/column_sums.cuh.) Rows from one (a chunk) through a small batch's (3,125
+// of 512 on 132 SMs: the chunks shortened to 16 rows; 1,000 of 129: to 8) to 30,000 of
+// 128 (64-row chunks, as without it: the cap), the finish with eight lanes a column:
+// against the CPU with the bounds of the verified path (the sums' order is other, the
+// bound is order-free), and twice the same bits. Through the layer norm's backward and
+// the register-held add & norm's.
 const std::vector<NormShape> kFullerColumnShapes = {{1, 37},     {7, 61},     {1000, 129},
                                                     {3125, 512}, {200, 1024}, {30000, 128}};
 

@@ -597,8 +597,7 @@ TEST(CudaReluBiasBackward, VectorizedColumnsMatchCpu) {
 // the same chunks), so its outputs are the scalar kernel's, bit for bit. The scalar one
 // runs here on the same values one element past a 16-byte boundary (the vector kernel
 // needs aligned rows).
-TEST(CudaReluBiasBackward, VectorizedIsTheScalarKernelBitForBit) {
-  THPC_REQUIRE_GPU();
+void expect_vector_relu_bias_backward_is_the_scalar_kernels(const CudaKernelChoice& kernels) {
   for (DType dtype : gpu_compute_dtypes()) {
     for (const ReluShape& s : {ReluShape{3000, 2048}, ReluShape{129, 512}, ReluShape{67, 24}}) {
       SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " rows=" << s.rows << " n=" << s.n);
@@ -609,7 +608,7 @@ TEST(CudaReluBiasBackward, VectorizedIsTheScalarKernelBitForBit) {
       auto y = random_values(static_cast<size_t>(count), rng);
       for (float& value : y) value = value > 0.0f ? value : 0.0f;
       const auto db0 = random_values(static_cast<size_t>(s.n), rng);
-      Twins twins(dtype);
+      Twins twins(dtype, kernels);
       Scope gpu(*twins.gpu);
       std::vector<float> outputs[2][2];
       for (int offset = 0; offset < 2; ++offset) {  // 0: aligned (vectors); 1: scalar
@@ -628,6 +627,11 @@ TEST(CudaReluBiasBackward, VectorizedIsTheScalarKernelBitForBit) {
       EXPECT_TRUE(outputs[0][1] == outputs[1][1]) << "db differs from the scalar kernel's";
     }
   }
+}
+
+TEST(CudaReluBiasBackward, VectorizedIsTheScalarKernelBitForBit) {
+  THPC_REQUIRE_GPU();
+  expect_vector_relu_bias_backward_is_the_scalar_kernels({});
 }
 
 // Two identical calls from the same pre-filled outputs: bit-identical.
@@ -681,6 +685,15 @@ TEST(CudaCandidateFullerColumnSums, ReluBiasGradientsMatchCpu) {
     check_relu_bias_backward(dtype, {3125, 2048}, true, true, seed++, writing, fuller);
     check_relu_bias_backward(dtype, {3125, 2048}, false, true, seed++, {}, fuller);
   }
+}
+
+// Its chunks follow the shape, not the pointers' alignment: the scalar kernel (one
+// element past a 16-byte boundary) sums in the vector kernel's order, bit for bit.
+TEST(CudaCandidateFullerColumnSums, VectorizedIsTheScalarKernelBitForBit) {
+  THPC_REQUIRE_GPU();
+  CudaKernelChoice fuller;
+  fuller.candidates = kFullerColumnSums;
+  expect_vector_relu_bias_backward_is_the_scalar_kernels(fuller);
 }
 
 TEST(CudaCandidateFullerColumnSums, ReluBiasGradientsAreDeterministic) {
