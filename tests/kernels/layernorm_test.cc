@@ -469,17 +469,16 @@ TEST(CudaLayerNorm, BackwardWithNullOutputsMatchesCpu) {
 }
 
 // Two identical backward calls from the same pre-filled gradients: bit-identical.
-TEST(CudaLayerNorm, BackwardIsDeterministic) {
-  THPC_REQUIRE_GPU();
+void expect_layernorm_backward_deterministic(const CudaKernelChoice& kernels, int rows, int d,
+                                             uint32_t seed) {
   for (DType dtype : gpu_compute_dtypes()) {
     SCOPED_TRACE(dtype_name(dtype));
-    const int rows = 3000, d = 1024;
     const size_t n = static_cast<size_t>(rows) * d;
-    std::mt19937 rng(1100);
+    std::mt19937 rng(seed);
     const auto x = random_values(n, rng), dy = random_values(n, rng), dx0 = random_values(n, rng);
     const auto gamma = random_values(d, rng), beta = random_values(d, rng);
     const auto dgamma0 = random_values(d, rng), dbeta0 = random_values(d, rng);
-    Twins twins(dtype);
+    Twins twins(dtype, kernels);
     Scope gpu(*twins.gpu);
     const Tensor x_t = gpu.put(dtype, x), dy_t = gpu.put(dtype, dy),
                  gamma_t = gpu.put(dtype, gamma);
@@ -500,6 +499,11 @@ TEST(CudaLayerNorm, BackwardIsDeterministic) {
       }
     }
   }
+}
+
+TEST(CudaLayerNorm, BackwardIsDeterministic) {
+  THPC_REQUIRE_GPU();
+  expect_layernorm_backward_deterministic({}, 3000, 1024, 1100);
 }
 
 // ---- residual + dropout + layer norm fused ---------------------------------------------
@@ -1027,34 +1031,7 @@ TEST(CudaCandidateFullerColumnSums, LayerNormGradientsAreDeterministic) {
   THPC_REQUIRE_GPU();
   CudaKernelChoice fuller;
   fuller.candidates = kFullerColumnSums;
-  for (DType dtype : gpu_compute_dtypes()) {
-    SCOPED_TRACE(dtype_name(dtype));
-    const int rows = 3125, d = 512;
-    const size_t n = static_cast<size_t>(rows) * d;
-    std::mt19937 rng(2600);
-    const auto x = random_values(n, rng), dy = random_values(n, rng);
-    const auto gamma = random_values(d, rng), beta = random_values(d, rng);
-    const auto dgamma0 = random_values(d, rng), dbeta0 = random_values(d, rng);
-    Twins twins(dtype, fuller);
-    Scope gpu(*twins.gpu);
-    const Tensor x_t = gpu.put(dtype, x), dy_t = gpu.put(dtype, dy),
-                 gamma_t = gpu.put(dtype, gamma);
-    Tensor y = gpu.alloc(dtype, static_cast<int64_t>(n));
-    Tensor mean = gpu.alloc(DType::F32, rows), rstd = gpu.alloc(DType::F32, rows);
-    twins.gpu->layernorm_forward(y, mean, rstd, x_t, gamma_t, gpu.put(dtype, beta), rows, d,
-                                 1e-6f);
-    std::vector<float> first[2];
-    for (int run = 0; run < 2; ++run) {
-      Tensor dgamma = gpu.put(DType::F32, dgamma0), dbeta = gpu.put(DType::F32, dbeta0);
-      twins.gpu->layernorm_backward(Tensor{}, dgamma, dbeta, dy_t, x_t, mean, rstd, gamma_t,
-                                    rows, d, GradStore::kAdd);
-      const std::vector<float> got[2] = {gpu.get(dgamma), gpu.get(dbeta)};
-      for (int i = 0; i < 2; ++i) {
-        if (run == 0) first[i] = got[i];
-        else EXPECT_TRUE(got[i] == first[i]) << "output " << i << " differs between runs";
-      }
-    }
-  }
+  expect_layernorm_backward_deterministic(fuller, 3125, 512, 2600);
 }
 
 TEST(VectorNormOnTheHost, OnlyRowsThatFitAreTaken) {

@@ -635,18 +635,17 @@ TEST(CudaReluBiasBackward, VectorizedIsTheScalarKernelBitForBit) {
 }
 
 // Two identical calls from the same pre-filled outputs: bit-identical.
-TEST(CudaReluBiasBackward, IsDeterministic) {
-  THPC_REQUIRE_GPU();
+void expect_relu_bias_backward_deterministic(const CudaKernelChoice& kernels, int rows, int n,
+                                             uint32_t seed) {
   for (DType dtype : gpu_compute_dtypes()) {
     SCOPED_TRACE(dtype_name(dtype));
-    const int rows = 3000, n = 2048;
     const size_t count = static_cast<size_t>(rows) * n;
-    std::mt19937 rng(2800);
+    std::mt19937 rng(seed);
     const auto dy = random_values(count, rng), d_pre0 = random_values(count, rng);
     auto y = random_values(count, rng);
     for (float& value : y) value = value > 0.0f ? value : 0.0f;
     const auto db0 = random_values(static_cast<size_t>(n), rng);
-    Twins twins(dtype);
+    Twins twins(dtype, kernels);
     Scope gpu(*twins.gpu);
     const Tensor dy_t = gpu.put(dtype, dy), y_t = gpu.put(dtype, y);
     std::vector<float> first[2];
@@ -660,6 +659,11 @@ TEST(CudaReluBiasBackward, IsDeterministic) {
       }
     }
   }
+}
+
+TEST(CudaReluBiasBackward, IsDeterministic) {
+  THPC_REQUIRE_GPU();
+  expect_relu_bias_backward_deterministic({}, 3000, 2048, 2800);
 }
 
 // ---- the candidate fuller_column_sums: db in chunks that fill the device ---------------
@@ -700,29 +704,7 @@ TEST(CudaCandidateFullerColumnSums, ReluBiasGradientsAreDeterministic) {
   THPC_REQUIRE_GPU();
   CudaKernelChoice fuller;
   fuller.candidates = kFullerColumnSums;
-  for (DType dtype : gpu_compute_dtypes()) {
-    SCOPED_TRACE(dtype_name(dtype));
-    const int rows = 3125, n = 2048;
-    const size_t count = static_cast<size_t>(rows) * n;
-    std::mt19937 rng(3200);
-    const auto dy = random_values(count, rng), d_pre0 = random_values(count, rng);
-    auto y = random_values(count, rng);
-    for (float& value : y) value = value > 0.0f ? value : 0.0f;
-    const auto db0 = random_values(static_cast<size_t>(n), rng);
-    Twins twins(dtype, fuller);
-    Scope gpu(*twins.gpu);
-    const Tensor dy_t = gpu.put(dtype, dy), y_t = gpu.put(dtype, y);
-    std::vector<float> first[2];
-    for (int run = 0; run < 2; ++run) {
-      Tensor d_pre = gpu.put(dtype, d_pre0), db = gpu.put(DType::F32, db0);
-      twins.gpu->relu_bias_backward(d_pre, db, dy_t, y_t, rows, n, GradStore::kAdd);
-      const std::vector<float> got[2] = {gpu.get(d_pre), gpu.get(db)};
-      for (int i = 0; i < 2; ++i) {
-        if (run == 0) first[i] = got[i];
-        else EXPECT_TRUE(got[i] == first[i]) << "output " << i << " differs between runs";
-      }
-    }
-  }
+  expect_relu_bias_backward_deterministic(fuller, 3125, 2048, 3200);
 }
 
 // ---- the candidate relu_masks: the FFN's ReLU as cuBLASLt's bit-mask -------------------
