@@ -48,7 +48,9 @@
 # ctranslate2 at all (then it needs only h5py, for the checkpoint's SentencePiece model:
 # the GPU host's python3 has it). One line:
 #   decode_vs_ctranslate2: device=cuda lines=L beam=B max_len=M ours_bf16_tok_s=A
-#     ours_bf16_b32_tok_s=.. ours_wall_tok_s=.. ct2_fp16_b32_tok_s=B ct2_bf16_b32_tok_s=..
+#     ours_bf16_b32_tok_s=.. ours_wall_tok_s=.. ours_bf16_b32_launched_tok_s=..
+#     graphs_gain_b32=.. (ours at batch 32 with --cuda-graphs off, the default's gain)
+#     ct2_fp16_b32_tok_s=B ct2_bf16_b32_tok_s=..
 #     ratio_fp16_b32=ours_b32/B ratio_bf16_b32=.. ct2_int8_float16_b32_tok_s=D
 #     ours_bf16_vs_ct2_int8_float16_b32=ours_b32/D (CTranslate2's quantized GPU path
 #     against ours in bf16) ours_int8_b32_tok_s=E int8_same_as_bf16_b32=K/L
@@ -341,7 +343,7 @@ fi
 # a token budget no batch of 32 reaches).
 b32=(--batch-sentences 32 --batch-tokens 1000000)
 echo "ours in batches of 32 sentences: ${b32[*]}"
-rm -f "$work"/{ours,ours_b32,ours_int8_b32,ours_candidate,ours_candidate_b32,ct2_fp16,ct2_bf16,ct2_int8_fp16,ct2_fp16_t4096}
+rm -f "$work"/{ours,ours_b32,ours_b32_launched,ours_int8_b32,ours_candidate,ours_candidate_b32,ct2_fp16,ct2_bf16,ct2_int8_fp16,ct2_fp16_t4096}
 candidate=${CANDIDATE:-}
 gpu_workers=${GPU_WORKERS:-2}
 [[ $gpu_workers =~ ^[1-9][0-9]*$ ]] || { echo "GPU_WORKERS must be a count >= 1, not '$gpu_workers'" >&2; exit 2; }
@@ -378,6 +380,9 @@ ct2_run() {
 for run in $(seq "$runs"); do
   ours ours --batch-tokens 4096
   ours ours_b32 "${b32[@]}"
+  # The same with each step's kernels launched one by one (--cuda-graphs off; captured
+  # steps are the default since 2026-12-04): what the graphs give, in the same call.
+  try_ours ours_b32_launched "${b32[@]}" --cuda-graphs off
   if [ "$with_int8" = 1 ]; then
     ours ours_int8_b32 "${b32[@]}" "${int8[@]}"
     if [ "$run" = 1 ]; then same_int8=$(same_lines "$work/ours_b32.out" "$work/ours_int8_b32.out"); fi
@@ -394,7 +399,7 @@ for run in $(seq "$runs"); do
     # batching move a few near-ties), far fewer if CTranslate2's GEMMs went wrong.
     [ "$run" = 1 ] && same_ct2=$(same_lines "$work/ours_b32.out" "$work/ct2_fp16.out")
   fi
-  echo "run $run (tokens, decode s, wall s): ours $(tail -1 "$work/ours") | ours b32 $(tail -1 "$work/ours_b32")$([ "$with_int8" = 1 ] && echo " | ours int8 b32 $(tail -1 "$work/ours_int8_b32")")$([ "$ct2_cuda" = yes ] && echo " | ct2 fp16 $(tail -1 "$work/ct2_fp16") | ct2 bf16 $(tail -1 "$work/ct2_bf16") | ct2 int8_float16 $(tail -1 "$work/ct2_int8_fp16") | ct2 fp16 t4096 $(tail -1 "$work/ct2_fp16_t4096")")"
+  echo "run $run (tokens, decode s, wall s): ours $(tail -1 "$work/ours") | ours b32 $(tail -1 "$work/ours_b32") | ours b32 launched $(tail -1 "$work/ours_b32_launched")$([ "$with_int8" = 1 ] && echo " | ours int8 b32 $(tail -1 "$work/ours_int8_b32")")$([ "$ct2_cuda" = yes ] && echo " | ct2 fp16 $(tail -1 "$work/ct2_fp16") | ct2 bf16 $(tail -1 "$work/ct2_bf16") | ct2 int8_float16 $(tail -1 "$work/ct2_int8_fp16") | ct2 fp16 t4096 $(tail -1 "$work/ct2_fp16_t4096")")"
   if [ "$gpu_workers" -gt 1 ]; then
     try_ours "ours_b32_$w" "${b32[@]}" "${workers_option[@]}"
     [ "$run" = 1 ] && same_workers=$(same_lines "$work/ours_b32.out" "$work/ours_b32_$w.out")
@@ -421,6 +426,8 @@ done
 ours_tok_s=$(rate ours 2)
 ours_b32_tok_s=$(rate ours_b32 2)
 line="decode_vs_ctranslate2: device=cuda lines=$lines beam=$beam max_len=$max_len ours_bf16_tok_s=$ours_tok_s ours_bf16_b32_tok_s=$ours_b32_tok_s ours_wall_tok_s=$(rate ours 3) tokens_ours=$(tokens ours)"
+launched_b32_tok_s=$(rate ours_b32_launched 2)
+line="$line ours_bf16_b32_launched_tok_s=$launched_b32_tok_s graphs_gain_b32=$(ratio "$ours_b32_tok_s" "$launched_b32_tok_s")"
 if [ "$with_int8" = 1 ]; then
   int8_b32_tok_s=$(rate ours_int8_b32 2)
   line="$line ours_int8_b32_tok_s=$int8_b32_tok_s int8_same_as_bf16_b32=$same_int8/$lines"

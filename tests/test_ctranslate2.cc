@@ -258,7 +258,8 @@ TEST_F(CTranslate2Conversion, GpuComparisonScriptRehearsesOnTheCpu) {
   // alone.
   for (const char* number : {"ours_bf16_tok_s", "ours_bf16_b32_tok_s", "ratio_fp16_b32",
                              "ratio_bf16_b32", "ratio_fp16_t4096", "ours_candidate_bf16_tok_s",
-                             "ours_candidate_b32_tok_s", "ours_bf16_vs_ct2_int8_float16_b32"}) {
+                             "ours_candidate_b32_tok_s", "ours_bf16_vs_ct2_int8_float16_b32",
+                             "ours_bf16_b32_launched_tok_s", "graphs_gain_b32"}) {
     const std::string value = field(number);
     EXPECT_TRUE(std::regex_match(value, std::regex("[0-9]+(\\.[0-9]+)?|n/a")))
         << number << " is '" << value << "' in " << line;
