@@ -165,6 +165,13 @@ class Scope {
   std::vector<int32_t*> ids_;
 };
 
+// The CUDA kernel choice with `candidates` (CandidateKernels bits), the rest defaults.
+inline CudaKernelChoice kernels_with(unsigned candidates) {
+  CudaKernelChoice kernels;
+  kernels.candidates = candidates;
+  return kernels;
+}
+
 // A CPU reference backend and a CUDA backend computing in `gpu_dtype`, for one test;
 // `kernels` chooses among the CUDA kernels (the defaults of [train] cuda_kernels and
 // short_attention_max_len unless a test says otherwise; candidates: kAllCandidates,

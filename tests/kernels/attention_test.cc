@@ -1502,8 +1502,7 @@ TEST(CudaCandidateFusedAttention, FragmentsAreThoseTheHostRunAssumes) {
 // bit-identical (no atomics); decoding without saved P the same output.
 TEST(CudaCandidateFusedAttention, MatchesCpu) {
   THPC_REQUIRE_GPU();
-  CudaKernelChoice fused;
-  fused.candidates = kFusedAttention;
+  const CudaKernelChoice fused = kernels_with(kFusedAttention);
   std::vector<AttentionCase> cases = short_attention_cases();
   for (const AttentionCase& c : fused_attention_cases()) cases.push_back(c);
   for (DType dtype : gpu_compute_dtypes()) {

@@ -1014,8 +1014,7 @@ const std::vector<NormShape> kFullerColumnShapes = {{1, 37},     {7, 61},     {1
 
 TEST(CudaCandidateFullerColumnSums, LayerNormGradientsMatchCpu) {
   THPC_REQUIRE_GPU();
-  CudaKernelChoice fuller;
-  fuller.candidates = kFullerColumnSums;
+  const CudaKernelChoice fuller = kernels_with(kFullerColumnSums);
   uint32_t seed = 2500;
   for (DType dtype : gpu_compute_dtypes()) {
     for (const NormShape& s : kFullerColumnShapes) {
@@ -1029,8 +1028,7 @@ TEST(CudaCandidateFullerColumnSums, LayerNormGradientsMatchCpu) {
 
 TEST(CudaCandidateFullerColumnSums, LayerNormGradientsAreDeterministic) {
   THPC_REQUIRE_GPU();
-  CudaKernelChoice fuller;
-  fuller.candidates = kFullerColumnSums;
+  const CudaKernelChoice fuller = kernels_with(kFullerColumnSums);
   expect_layernorm_backward_deterministic(fuller, 3125, 512, 2600);
 }
 

@@ -675,8 +675,7 @@ TEST(CudaReluBiasBackward, IsDeterministic) {
 // path's bounds (db's order is other, the bound is order-free), and twice the same bits.
 TEST(CudaCandidateFullerColumnSums, ReluBiasGradientsMatchCpu) {
   THPC_REQUIRE_GPU();
-  CudaKernelChoice fuller;
-  fuller.candidates = kFullerColumnSums;
+  const CudaKernelChoice fuller = kernels_with(kFullerColumnSums);
   uint32_t seed = 3100;
   for (DType dtype : gpu_compute_dtypes()) {
     for (const ReluShape& shape : {ReluShape{1, 37}, ReluShape{7, 61}, ReluShape{67, 24},
@@ -695,15 +694,13 @@ TEST(CudaCandidateFullerColumnSums, ReluBiasGradientsMatchCpu) {
 // element past a 16-byte boundary) sums in the vector kernel's order, bit for bit.
 TEST(CudaCandidateFullerColumnSums, VectorizedIsTheScalarKernelBitForBit) {
   THPC_REQUIRE_GPU();
-  CudaKernelChoice fuller;
-  fuller.candidates = kFullerColumnSums;
+  const CudaKernelChoice fuller = kernels_with(kFullerColumnSums);
   expect_vector_relu_bias_backward_is_the_scalar_kernels(fuller);
 }
 
 TEST(CudaCandidateFullerColumnSums, ReluBiasGradientsAreDeterministic) {
   THPC_REQUIRE_GPU();
-  CudaKernelChoice fuller;
-  fuller.candidates = kFullerColumnSums;
+  const CudaKernelChoice fuller = kernels_with(kFullerColumnSums);
   expect_relu_bias_backward_deterministic(fuller, 3125, 2048, 3200);
 }
 
@@ -733,8 +730,7 @@ int64_t check_relu_mask_ffn(DType dtype, const FfnShape& s, uint32_t seed) {
   const auto dy = representable(random_values(Md, rng), dtype);
   const auto dW0 = random_values(dF, rng);
   const auto db0 = random_values(size_t(s.d), rng);
-  CudaKernelChoice kernels;
-  kernels.candidates = kReluMasks;
+  const CudaKernelChoice kernels = kernels_with(kReluMasks);
   Twins twins(dtype, kernels);
   Scope cpu(*twins.cpu), gpu(*twins.gpu);
   const int64_t before = relu_mask_products();
@@ -1012,8 +1008,7 @@ std::vector<float> bias_gradient(Backend& backend, DType dtype, int M, int N,
 // bit for bit, and the uncaptured call after grows and fills it.
 TEST(CudaLinear, BiasGradientsReadTheKeptOnes) {
   THPC_REQUIRE_GPU();
-  CudaKernelChoice graphs;
-  graphs.candidates = kStepGraphs;
+  const CudaKernelChoice graphs = kernels_with(kStepGraphs);
   const int N = 96;
   for (DType dtype : gpu_compute_dtypes()) {
     SCOPED_TRACE(dtype_name(dtype));
