@@ -80,8 +80,10 @@
 # ours' time then holds the other workers' set-up, a CUDA context's handles and a model
 # copy each, which the empty run it is less does not make: against ours, not for it),
 # and a profiled int8 run says how long the device had no worker's op in flight; with
-# CANDIDATE, ours in int8 with both (ours_int8_candidate_b32_wN_tok_s=..
-# gpu_quant_candidate_vs_ct2_int8_wN=..), profiled too.
+# CANDIDATE, ours with both (ours_candidate_b32_wN_tok_s=.. ratio_candidate_fp16_b32_wN=..,
+# and in int8 ours_int8_candidate_b32_wN_tok_s=.. gpu_quant_candidate_vs_ct2_int8_wN=..),
+# the int8 run profiled too: with the candidate worker_graphs every worker captures its
+# steps (one worker's are captured anyway: --cuda-graphs on, the default).
 #
 # PYTHON: an interpreter with ctranslate2, sentencepiece, h5py and numpy (torch and
 # transformers for the HF peer); default $THPC_PYTHON, else $THPC_VENV/bin/python or
@@ -93,7 +95,7 @@
 # and bench/slim_wheel.py). THPC_BUILD names the build directory (default build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 1 ] || { sed -n '2,88p' "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,95p' "$0" >&2; exit 2; }
 checkpoint=$1
 device=${DEVICE:-cpu}
 case $device in
@@ -351,7 +353,8 @@ w=w$gpu_workers  # the fields' suffix
 workers_option=(--gpu-workers "$gpu_workers")
 # The rehearsal (CT2_DEVICE=cpu, below) runs ours on the CPU, whose workers are --threads.
 [ "${CT2_DEVICE:-cuda}" = cpu ] && workers_option=(--threads "$gpu_workers")
-rm -f "$work"/{ours_b32_$w,ours_int8_b32_$w,ours_int8_candidate_b32_$w,ct2_fp16_$w,ct2_int8_fp16_$w}
+rm -f "$work"/{ours_b32_$w,ours_int8_b32_$w,ours_candidate_b32_$w,ours_int8_candidate_b32_$w}
+rm -f "$work"/{ct2_fp16_$w,ct2_int8_fp16_$w}
 # Ours in int8 (issue 53): every weight matrix through cuBLASLt's int8 GEMMs, the other
 # ops in bf16 (--compute-type int8; a candidate named int8_products until its twins
 # passed on an H200 on 2026-11-29), with the verified kernels whatever the checkpoint
@@ -416,9 +419,15 @@ for run in $(seq "$runs"); do
     try_ours ours_candidate_b32 "${b32[@]}" --cuda-kernels "$candidate"
     [ "$run" = 1 ] && cp "$work/ours_candidate.out" "$work/ours_candidate_first.out"
     if [ "$with_int8" = 1 ]; then try_ours ours_int8_candidate_b32 "${b32[@]}" "${int8_candidate[@]}"; fi
-    # Both: the candidates' captured steps, and the workers to fill the round trips.
-    if [ "$with_int8" = 1 ] && [ "$gpu_workers" -gt 1 ]; then
-      try_ours "ours_int8_candidate_b32_$w" "${b32[@]}" "${int8_candidate[@]}" "${workers_option[@]}"
+    # Both: the workers to fill the round trips, with the candidates (worker_graphs among
+    # them: every worker's steps captured).
+    if [ "$gpu_workers" -gt 1 ]; then
+      try_ours "ours_candidate_b32_$w" "${b32[@]}" --cuda-kernels "$candidate" \
+        "${workers_option[@]}"
+      if [ "$with_int8" = 1 ]; then
+        try_ours "ours_int8_candidate_b32_$w" "${b32[@]}" "${int8_candidate[@]}" \
+          "${workers_option[@]}"
+      fi
     fi
     echo "run $run, --cuda-kernels $candidate (tokens, decode s, wall s): ours $(tail -1 "$work/ours_candidate") | ours b32 $(tail -1 "$work/ours_candidate_b32")$([ "$with_int8" = 1 ] && echo " | ours int8 b32 $(tail -1 "$work/ours_int8_candidate_b32")")"
   fi
@@ -439,6 +448,9 @@ fi
 if [ -n "$candidate" ]; then
   same=$(same_lines "$work/ours_first.out" "$work/ours_candidate_first.out")
   line="$line candidate=$candidate ours_candidate_bf16_tok_s=$(rate ours_candidate 2) ours_candidate_b32_tok_s=$(rate ours_candidate_b32 2) candidate_same_lines=$same/$lines"
+  if [ "$gpu_workers" -gt 1 ]; then
+    line="$line ours_candidate_b32_${w}_tok_s=$(rate "ours_candidate_b32_$w" 2)"
+  fi
   if [ "$with_int8" = 1 ]; then
     int8_candidate_b32_tok_s=$(rate ours_int8_candidate_b32 2)
     line="$line ours_int8_candidate_b32_tok_s=$int8_candidate_b32_tok_s"
@@ -463,6 +475,10 @@ if [ "$ct2_cuda" = yes ]; then
     fp16_w=$(rate "ct2_fp16_$w" 2)
     int8_fp16_w=$(rate "ct2_int8_fp16_$w" 2)
     line="$line ct2_fp16_b32_${w}_tok_s=$fp16_w ct2_int8_float16_b32_${w}_tok_s=$int8_fp16_w ratio_fp16_b32_$w=$(ratio "$(rate "ours_b32_$w" 2)" "$fp16_w")"
+    if [ -n "$candidate" ]; then
+      candidate_w=$(rate "ours_candidate_b32_$w" 2)
+      line="$line ratio_candidate_fp16_b32_$w=$(ratio "$candidate_w" "$fp16_w")"
+    fi
     if [ "$with_int8" = 1 ]; then line="$line gpu_quant_vs_ct2_int8_$w=$(ratio "$(rate "ours_int8_b32_$w" 2)" "$int8_fp16_w")"; fi
   fi
   echo "$line ct2_fp16_b32_tok_s=$fp16 ct2_bf16_b32_tok_s=$bf16 ratio_fp16_b32=$(ratio "$ours_b32_tok_s" "$fp16") ratio_bf16_b32=$(ratio "$ours_b32_tok_s" "$bf16") ct2_int8_float16_b32_tok_s=$int8_fp16 ours_bf16_vs_ct2_int8_float16_b32=$(ratio "$ours_b32_tok_s" "$int8_fp16") ct2_fp16_t4096_tok_s=$fp16_t4096 ratio_fp16_t4096=$(ratio "$ours_tok_s" "$fp16_t4096") ct2_wall_fp16_b32_tok_s=$(rate ct2_fp16 3) tokens_ct2=$(tokens ct2_fp16) same_as_ct2_fp16_b32=$same_ct2/$lines ct2_cublas=$ct2_cublas runs=$runs"
@@ -490,9 +506,15 @@ if [ "$profile" != 0 ]; then
     # fast per token: how much of that is host time between kernels.
     profiled "ours, profiled (batches of 32 sentences, untimed):" "${b32[@]}"
   fi
-  # The workers' profile first: its device idle time is issue 53's open number (the one
-  # worker's host share, 12.6-13.2%, was taken in two windows), and on 2026-12-04 the
-  # call's time-out cut it after the one worker's.
+  # The workers' profiles first: their device idle time is issue 53's open number (one
+  # worker's host share, 12.6-13.2% launched and 8.3% captured, was taken in three
+  # windows), and on 2026-12-04 the call's time-out cut it after the one worker's. With
+  # the candidates (worker_graphs: every worker captures its steps) before without them.
+  if [ "$gpu_workers" -gt 1 ] && [ "$with_int8" = 1 ] && [ -n "$candidate" ]; then
+    profiled "ours in int8 with --gpu-workers $gpu_workers and --cuda-kernels $candidate,\
+ profiled (batches of 32 sentences, untimed):" \
+      "${b32[@]}" "${int8_candidate[@]}" "${workers_option[@]}"
+  fi
   if [ "$gpu_workers" -gt 1 ] && [ "$with_int8" = 1 ]; then
     profiled "ours in int8 with --gpu-workers $gpu_workers, profiled (batches of 32 sentences, untimed):" \
       "${b32[@]}" "${int8[@]}" "${workers_option[@]}"
@@ -510,10 +532,6 @@ if [ "$profile" != 0 ]; then
     if [ "$with_int8" = 1 ]; then
       profiled "ours in int8 with --cuda-kernels $candidate, profiled (batches of 32 sentences, untimed):" \
         "${b32[@]}" "${int8_candidate[@]}"
-      if [ "$gpu_workers" -gt 1 ]; then
-        profiled "ours in int8 with --gpu-workers $gpu_workers and --cuda-kernels $candidate, profiled (batches of 32 sentences, untimed):" \
-          "${b32[@]}" "${int8_candidate[@]}" "${workers_option[@]}"
-      fi
     fi
   fi
 fi

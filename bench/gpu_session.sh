@@ -11,22 +11,28 @@
 #   bash bench/gpu_session.sh --rehearse [step|ranks|followup]   # here: one call's rehearsal
 # The next window's plan (after 2026-12-04's eighth: issue 52 is resolved, so the ranks
 # call below gives way to one rank's batch against the CUDA-graph compiled peer, whose
-# compilation did not finish in that window's 277 s; the three calls back to back):
+# compilation did not finish in that window's 277 s; the three calls back to back, ~880 s
+# with the machine's start of ~45 s: call 3 may be cut at its end by the budget, and its
+# lines are printed as each run ends):
 #   1: run(command="STEP_SECONDS=1 SHORT_ATTENTION_LENGTHS= timeout 300 bash
 #          bench/gpu_session.sh step", timeout_s=320, carry=["gpu-bundle", "shared-for-gpu"])
-#      (171 s there: the twins, fuller_column_sums' first among them, the captured
-#      decoding's as changed twins, the whole model, the profiles, the small batch)
-#   2: run(command="timeout 420 env CURVE_SECONDS=405 CURVE_ROWS= CURVE_COMPILED='base 3125
+#      (171 s there: the twins, fuller_column_sums' and worker_graphs' first among them,
+#      the captured decoding's as changed twins, the whole model, the profiles)
+#   2: run(command="timeout 385 env CURVE_SECONDS=370 CURVE_ROWS= CURVE_COMPILED='base 3125
 #          compile-graphs' OURS_VARIANTS='verified=train.cuda_kernels=verified
 #          graphs=train.cuda_kernels=step_graphs
 #          fuller=train.cuda_kernels=step_graphs,fuller_column_sums' bash
-#          bench/gpu_session.sh curve", timeout_s=440, same carry)
+#          bench/gpu_session.sh curve", timeout_s=400, same carry)
 #      (issue 51's compile_ratio at 3,125 tokens, each line with its warm-up rounds: the
-#      second round with graphs is every shape's capture, what step_graphs waits for)
-#   3: run(command="timeout 200 env TRAIN_MINUTES=0.5 CHECKPOINT_MINUTES=0.09
-#          GPU_WORKERS=1 TRANSLATE_SECONDS=190 bash bench/gpu_session.sh translate",
-#          timeout_s=210, carry=[".whl", "shared-for-gpu"])
-#      (the captured decoding steps now the default: ours verified against CTranslate2)
+#      second round with graphs is every shape's capture, what step_graphs waits for; the
+#      peer compiled in 212 s on 2026-11-28)
+#   3: run(command="timeout 240 env TRAIN_MINUTES=0.5 CHECKPOINT_MINUTES=0.09
+#          GPU_WORKERS=2 DECODE_CANDIDATE=worker_graphs TRANSLATE_SECONDS=230 bash
+#          bench/gpu_session.sh translate", timeout_s=250, carry=[".whl", "shared-for-gpu"])
+#      (issue 53: the captured decoding steps, now the default, against CTranslate2, and
+#      two workers with worker_graphs, each capturing its steps: ours_candidate_b32_w2 and
+#      the int8 profile's "device idle, all 2 workers", the host gaps' < 3%; when call 1
+#      says worker_graphs' twin failed, DECODE_CANDIDATE= instead)
 # The standing plan (print_plan, `--dry-run`):
 #   call 1:  run(command="PEERS=eager timeout 400 bash bench/gpu_session.sh step",
 #                timeout_s=430, carry=["gpu-bundle", "shared-for-gpu"])

@@ -70,7 +70,8 @@ bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
       {"step_graphs", kStepGraphs},
       {"relu_masks", kReluMasks},
       {"weight_grads_beside", kWeightGradsBeside},
-      {"fuller_column_sums", kFullerColumnSums}};
+      {"fuller_column_sums", kFullerColumnSums},
+      {"worker_graphs", kWorkerGraphs}};
   // Former candidates, the default since their GPU run: a configuration or checkpoint
   // that names them (one trained with them before that) still loads, naming nothing.
   static const std::vector<std::string> kRetired = {

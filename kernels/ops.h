@@ -148,7 +148,11 @@ enum class GradStore { kAdd, kWrite };
 // fuller_column_sums (not yet run on a GPU: the bias and layer-norm gradients' column
 // sums of a small batch in chunks short enough to fill the device, and their finish a
 // block of eight threads a column; kernels/cuda/column_sums.cuh; issue 51's one-rank
-// step, whose ReLU backward took 42 us a call for ~10 us of bytes).
+// step, whose ReLU backward took 42 us a call for ~10 us of bytes); and worker_graphs
+// (not yet run on a GPU: transformer_decode's --gpu-workers N each capturing its decoding
+// steps, concurrent captures on one device in relaxed mode; issue 53's host gaps, 8.3% of
+// a batch with one captured worker on 2026-12-04: another worker's replays fill a
+// worker's round trip to the host).
 // The former ones are the default since their GPU run: write_gradients, short_attention
 // (H100, 2026-11-26), gathered_attention (H100, 2026-11-27), async_upload, step_totals,
 // int8_products, fused_adam (H200, 2026-11-29), vector_norms (the fused add & norm with
@@ -167,8 +171,9 @@ enum CandidateKernels : unsigned {
   kReluMasks = 1u << 7,
   kWeightGradsBeside = 1u << 11,
   kFullerColumnSums = 1u << 12,
-  kAllCandidates =
-      kFusedAttention | kStepGraphs | kReluMasks | kWeightGradsBeside | kFullerColumnSums,
+  kWorkerGraphs = 1u << 13,
+  kAllCandidates = kFusedAttention | kStepGraphs | kReluMasks | kWeightGradsBeside |
+                   kFullerColumnSums | kWorkerGraphs,
 };
 
 // The candidate set a train.cuda_kernels value names: "verified" (none), "candidate"
@@ -206,10 +211,11 @@ struct CudaKernelChoice {
   // step_graphs (whose training passes wait for a GPU measurement of a capture's cost):
   // the decoding half ran on an H200 on 2026-12-04, its twins bit for bit and newstest2014
   // at batch 32 1.68x faster with all candidates (bench/RESULTS.md). transformer_decode
-  // sets it for one GPU worker (--cuda-graphs on, its default); several workers'
-  // concurrent captures have not run on a GPU, nor has the trainer's validation decoding
-  // with them: off there. (make_decoding_backend takes step_graphs out of a decoder's
-  // candidates: this flag alone decides there.)
+  // sets it for one GPU worker (--cuda-graphs on, its default), and for several with the
+  // candidate worker_graphs (their concurrent captures have not run on a GPU); the
+  // trainer's validation decoding has not run with it either: off there.
+  // (make_decoding_backend takes step_graphs out of a decoder's candidates: this flag
+  // alone decides there.)
   bool capture_decoding_steps = false;
 };
 

@@ -399,8 +399,8 @@ TEST(Config, StepsAreInt64) {
 // by name (a GPU session whose twins fail for one candidate can measure the others); the
 // former candidates, the default since their GPU run (2026-11-26/27 on an H100,
 // 2026-11-29 and 2026-12-04 on an H200), still load (a checkpoint trained with them names
-// them) and name nothing; fused_attention, step_graphs, relu_masks, weight_grads_beside
-// and fuller_column_sums are the candidates now.
+// them) and name nothing; fused_attention, step_graphs, relu_masks, weight_grads_beside,
+// fuller_column_sums and worker_graphs are the candidates now.
 TEST(Config, CudaKernelsNameASetOfCandidates) {
   const std::vector<std::pair<std::string, unsigned>> settings = {
       {"verified", kNoCandidates},
@@ -422,7 +422,10 @@ TEST(Config, CudaKernelsNameASetOfCandidates) {
       {"loss_rows_from_l2,weight_grads_beside", kWeightGradsBeside},
       {"weight_grads_beside,kept_ones,step_graphs", kWeightGradsBeside | kStepGraphs},
       {"fuller_column_sums,vector_norms", kFullerColumnSums},
-      {"fused_attention,step_graphs,relu_masks,weight_grads_beside,fuller_column_sums",
+      {"worker_graphs", kWorkerGraphs},
+      {"step_graphs,worker_graphs", kStepGraphs | kWorkerGraphs},
+      {"fused_attention,step_graphs,relu_masks,weight_grads_beside,fuller_column_sums,"
+       "worker_graphs",
        kAllCandidates}};
   for (const auto& [setting, bits] : settings) {
     const Config config = load_config(kTinyIni, {"train.cuda_kernels=" + setting});
@@ -434,7 +437,7 @@ TEST(Config, CudaKernelsNameASetOfCandidates) {
     expect_error([&] { load_config(kTinyIni, {"train.cuda_kernels=" + bad}); },
                  {"tiny.ini", "train.cuda_kernels", "verified, candidate",
                   "or some of fused_attention,step_graphs,relu_masks,weight_grads_beside,"
-                  "fuller_column_sums"});
+                  "fuller_column_sums,worker_graphs"});
   }
 }
 

@@ -495,12 +495,15 @@ class CudaDecodeProgram : public DecodeProgram {};
 // own CUDA stream. With one sentence a batch (--batch-sentences 1) every batch has the
 // shape it has with one worker whatever the split, so the translations are one
 // worker's, line for line; --profile adds the time the device had no worker's op in
-// flight.
+// flight. Several workers launch their steps one by one (without the candidate
+// worker_graphs), so the one worker here does too (--cuda-graphs off): one worker's
+// captured steps pad the source and the cache, whose products cuBLAS may round
+// otherwise.
 TEST_F(CudaDecodeProgram, GpuWorkersShareTheDeviceWithoutChangingAnyTranslation) {
   THPC_REQUIRE_REAL_GPU();
   std::string one, several, err;
   const std::string gpu = "--max-len-b 8 --batch-sentences 1 --gpu-workers ";
-  ASSERT_EQ(decode(gpu + "1", one, err, "model_cuda.h5"), 0) << err;
+  ASSERT_EQ(decode(gpu + "1 --cuda-graphs off", one, err, "model_cuda.h5"), 0) << err;
   ASSERT_EQ(lines_of(one).size(), 4u) << one;
   for (const char* workers : {"2", "3"}) {
     ASSERT_EQ(decode(gpu + workers, several, err, "model_cuda.h5"), 0) << err;
@@ -514,8 +517,9 @@ TEST_F(CudaDecodeProgram, GpuWorkersShareTheDeviceWithoutChangingAnyTranslation)
 
 // --cuda-graphs (on by default): one GPU worker's decoding steps are captured into CUDA
 // graphs and replayed (the profile's "captured passes" row); --cuda-graphs off launches
-// them one by one (no such row), as several workers do, whatever --cuda-kernels says:
-// with one sentence a batch their translations are the same. (The captured search pads
+// them one by one (no such row), as several workers do (unless --cuda-kernels names
+// worker_graphs, and then not with --cuda-graphs off): with one sentence a batch their
+// translations are the same. (The captured search pads
 // the source and the cache to buckets, so its products have more rows, which cuBLAS may
 // round otherwise, and this untrained model's near-ties may go either way: only the
 // lines are counted here; CudaCapturedDecoding.* hold the captured steps to the
@@ -529,13 +533,43 @@ TEST_F(CudaDecodeProgram, OneWorkerCapturesItsStepsAndOffLaunchesThemOneByOne) {
   ASSERT_EQ(decode(gpu, captured, err, "model_cuda.h5"), 0) << err;
   EXPECT_NE(err.find("captured passes (CUDA graphs)"), std::string::npos) << err;
   EXPECT_EQ(lines_of(captured).size(), lines_of(launched).size()) << captured;
-  for (const char* kernels : {"verified", "candidate"}) {
-    ASSERT_EQ(decode(gpu + "--gpu-workers 2 --cuda-kernels " + kernels, several, err,
+  for (const char* several_launched :
+       {"--gpu-workers 2 --cuda-kernels verified",
+        "--gpu-workers 2 --cuda-kernels worker_graphs --cuda-graphs off"}) {
+    ASSERT_EQ(decode(gpu + several_launched, several, err, "model_cuda.h5"), 0) << err;
+    EXPECT_EQ(err.find("captured passes"), std::string::npos) << several_launched << "\n"
+                                                              << err;
+    EXPECT_EQ(several, launched) << several_launched;
+  }
+}
+
+// The candidate worker_graphs (kernels/ops.h): every one of several GPU workers captures
+// its own steps, concurrently on one device (relaxed capture mode: one worker's frees and
+// allocations while another captures end no capture), and replays them on its own stream
+// while another's host picks the beam's tokens. With one sentence a batch each batch has
+// the shape, padding and graphs it has with one captured worker, whichever worker takes
+// it: the translations are one captured worker's, line for line, and every worker's
+// profile has the captured row. (A candidate's twin: bench/gpu_session.sh runs the
+// CudaCandidate* suites first, and decodes with the candidates whose twins passed.)
+class CudaCandidateWorkerGraphs : public DecodeProgram {};
+
+TEST_F(CudaCandidateWorkerGraphs, EveryWorkerCapturesItsStepsWithoutChangingAnyTranslation) {
+  THPC_REQUIRE_REAL_GPU();
+  std::string one, several, err;
+  const std::string gpu = "--max-len-b 8 --batch-sentences 1 --profile --gpu-workers ";
+  ASSERT_EQ(decode(gpu + "1", one, err, "model_cuda.h5"), 0) << err;
+  EXPECT_NE(err.find("captured passes (CUDA graphs)"), std::string::npos) << err;
+  ASSERT_EQ(lines_of(one).size(), 4u) << one;
+  for (const char* workers : {"2", "3"}) {
+    ASSERT_EQ(decode(gpu + workers + " --cuda-kernels worker_graphs", several, err,
                      "model_cuda.h5"),
               0)
         << err;
-    EXPECT_EQ(err.find("captured passes"), std::string::npos) << kernels << "\n" << err;
-    if (std::string(kernels) == "verified") EXPECT_EQ(several, launched);
+    EXPECT_EQ(several, one) << "--gpu-workers " << workers;
+    EXPECT_NE(err.find("captured passes (CUDA graphs)"), std::string::npos) << err;
+    EXPECT_NE(err.find(std::string("device idle, all ") + workers + " workers"),
+              std::string::npos)
+        << err;
   }
 }
 

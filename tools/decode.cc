@@ -560,12 +560,16 @@ Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
                      const std::vector<thpc::TokenSequence>& sources,
                      const thpc::BeamOptions& options, bool whole_input) {
   Workers plan;
-  // One GPU worker's steps are captured (--cuda-graphs on); several workers' concurrent
+  // One GPU worker's steps are captured (--cuda-graphs on). Several workers' concurrent
   // captures on one device have not run on a GPU (bench/RESULTS.md, 2026-12-04): theirs
-  // are launched one by one, as with --cuda-graphs off, whatever --cuda-kernels says. (The
-  // --gpu-workers asked for: an input of one batch, which one of them translates, is
-  // launched one by one too.)
-  const bool capture_steps = args.cuda_graphs && args.gpu_workers == 1;
+  // are launched one by one, as with --cuda-graphs off, unless --cuda-kernels names the
+  // candidate worker_graphs (kernels/ops.h). (The --gpu-workers asked for decide: an
+  // input of one batch, which one of them translates, is launched one by one too.)
+  unsigned candidates = thpc::kNoCandidates;
+  std::string unused_error;  // the command line's --cuda-kernels was checked on parsing
+  thpc::parse_candidate_kernels(train.cuda_kernels, candidates, unused_error);
+  const bool capture_steps =
+      args.cuda_graphs && (args.gpu_workers == 1 || (candidates & thpc::kWorkerGraphs) != 0);
   // A compute type this machine cannot run is the command line's error (exit 2).
   try {
     plan.backends.push_back(
@@ -1175,7 +1179,8 @@ int main(int argc, char** argv) {
        "on a GPU with one worker: on = each decoding step's kernels captured into a CUDA "
        "graph once per shape and replayed (the host launches one graph a step instead of "
        "~100 kernels; the same translations), off = launched one by one; several "
-       "--gpu-workers launch theirs one by one")
+       "--gpu-workers launch theirs one by one, unless --cuda-kernels names the candidate "
+       "worker_graphs")
       ("compute-type", po::value<std::string>(),
        "the arithmetic, as CTranslate2 names it: default (the checkpoint's train.precision), "
        "float32, bfloat16 (a GPU), or int8 (weights in int8 with a scale per output channel, "
