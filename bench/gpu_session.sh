@@ -95,8 +95,9 @@
 #      test_cuda_training;
 #   1. the candidate kernels' twins in fp32 and bf16 (CANDIDATE_TWINS: the kernels behind
 #      train.cuda_kernels = candidate, not yet the default: fused_attention, step_graphs,
-#      relu_masks, weight_grads_beside, fuller_column_sums; when some fail, the others by
-#      name) and the whole model with them; then the verified twins of the files changed
+#      relu_masks, weight_grads_beside, fuller_column_sums, worker_graphs; when some fail,
+#      the others by name) and the whole model with them; then the verified twins of the
+#      files changed
 #      since the last GPU run
 #      (CHANGED_TWINS; OTHER_TWINS=all runs every kernel twin) and the whole-model checks
 #      with the verified kernels: fp32 separate and fused against the CPU
@@ -234,7 +235,7 @@ readonly PLAN=(
   "start|machine start (counted, not in a call)|60|120"
   "1|setup: gpu-bundle unpacked, nvidia-smi|10|20"
   "1|build: bench_step, transformer_hpc, kernel twin tests, test_cuda_training (16 cores)|20|110"
-  "1|candidate twins (CudaCandidate*: fused_attention, step_graphs, relu_masks, weight_grads_beside, fuller_column_sums) and the whole model with them|5|35"
+  "1|candidate twins (CudaCandidate*: fused_attention, step_graphs, relu_masks, weight_grads_beside, fuller_column_sums, worker_graphs) and the whole model with them|5|35"
   "1|the verified twins of the changed files (OTHER_TWINS=all: every one)|10|40"
   "1|whole model: fp32 3 steps vs the CPU (fused off, on); bf16 short vs batched; decoding|3|25"
   "1|bf16 GEMM ceiling (8192^3)|10|15"
