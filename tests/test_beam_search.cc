@@ -159,7 +159,8 @@ TEST(BeamSearch, WideBeamFindsTheExhaustiveOptimumAndNBest) {
 // The search keeps each live hypothesis' best 2 * beam extensions and ranks their union:
 // the same candidates, in the same order, as ranking every (hypothesis, token) pair,
 // here with many exact ties (log-probabilities from four values, parents of equal
-// log-probability) and with and without a filter.
+// log-probability) and with and without a filter; best_candidates, which merges the
+// hypotheses' runs, takes them as a full sort orders them.
 TEST(BeamSearch, EachHypothesisBestExtensionsHoldTheSentenceBest) {
   using beam_detail::Candidate;
   std::mt19937 rng(12345);
@@ -176,6 +177,7 @@ TEST(BeamSearch, EachHypothesisBestExtensionsHoldTheSentenceBest) {
     for (char& a : allowed) a = rng() % 4 != 0;
 
     std::vector<Candidate> all, kept;
+    std::vector<size_t> row_ends;  // where each hypothesis' kept extensions end
     for (int h = 0; h < parents; ++h) {
       const float* row = rows.data() + static_cast<size_t>(h) * kRowVocab;
       const size_t before = kept.size();
@@ -190,17 +192,54 @@ TEST(BeamSearch, EachHypothesisBestExtensionsHoldTheSentenceBest) {
       ASSERT_EQ(kept.size() - before, std::min(count, allowed_here)) << "trial " << trial;
       ASSERT_TRUE(std::is_sorted(kept.begin() + before, kept.end(), beam_detail::ranks_before))
           << "trial " << trial;
+      row_ends.push_back(kept.size());
     }
     std::sort(all.begin(), all.end(), beam_detail::ranks_before);
     const size_t keep = std::min(all.size(), count);
     ASSERT_GE(kept.size(), keep);
-    std::partial_sort(kept.begin(), kept.begin() + keep, kept.end(), beam_detail::ranks_before);
+    std::vector<Candidate> best;
+    beam_detail::best_candidates(kept, row_ends, count, best);
+    ASSERT_EQ(best.size(), keep) << "trial " << trial;
     for (size_t c = 0; c < keep; ++c) {
-      EXPECT_EQ(kept[c].log_prob, all[c].log_prob) << "trial " << trial << " rank " << c;
-      EXPECT_EQ(kept[c].parent, all[c].parent) << "trial " << trial << " rank " << c;
-      EXPECT_EQ(kept[c].token, all[c].token) << "trial " << trial << " rank " << c;
+      EXPECT_EQ(best[c].log_prob, all[c].log_prob) << "trial " << trial << " rank " << c;
+      EXPECT_EQ(best[c].parent, all[c].parent) << "trial " << trial << " rank " << c;
+      EXPECT_EQ(best[c].token, all[c].token) << "trial " << trial << " rank " << c;
     }
   }
+}
+
+// A scorer's ranked row comes best value first, equal values in token order; adding the
+// parent's log-probability in double can round two different values to one sum, and
+// then ranks_before puts the smaller token first, which came later in the row.
+// best_candidates sorts such a run before merging: the sentence's best are still those
+// of a full sort, in its order (here the parent's -1e10 has a double ulp of ~2e-6, which
+// swallows the values' 1.2e-7 difference).
+TEST(BeamSearch, BestCandidatesSortARankedRunThatTheParentsScoreReordered) {
+  using beam_detail::Candidate;
+  const double parent = -1e10;
+  const float higher = -1.0f, lower = std::nextafter(-1.0f, -2.0f);
+  ASSERT_GT(higher, lower);
+  ASSERT_EQ(parent + higher, parent + lower);
+  // Hypothesis 0's ranked row: token 9 (the higher value) before token 5; hypothesis 1's:
+  // token 3 at -0.5, far better, then token 4 at -3.
+  std::vector<Candidate> candidates = {{parent + higher, 0, 9},
+                                       {parent + lower, 0, 5},
+                                       {-0.5, 1, 3},
+                                       {-3.0, 1, 4}};
+  std::vector<Candidate> sorted = candidates;
+  std::sort(sorted.begin(), sorted.end(), beam_detail::ranks_before);
+  for (size_t keep = 1; keep <= 5; ++keep) {
+    std::vector<Candidate> runs = candidates, best;
+    beam_detail::best_candidates(runs, {2, 4}, keep, best);
+    ASSERT_EQ(best.size(), std::min<size_t>(keep, 4)) << keep;
+    for (size_t c = 0; c < best.size(); ++c) {
+      EXPECT_EQ(best[c].parent, sorted[c].parent) << "keep " << keep << " rank " << c;
+      EXPECT_EQ(best[c].token, sorted[c].token) << "keep " << keep << " rank " << c;
+    }
+  }
+  // The order found: hypothesis 1's -0.5 and -3, then the tie, token 5 first.
+  EXPECT_EQ(sorted[2].token, 5);
+  EXPECT_EQ(sorted[3].token, 9);
 }
 
 TEST(BeamSearch, AWiderBeamFindsWhatGreedyMisses) {

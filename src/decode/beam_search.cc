@@ -238,6 +238,41 @@ void add_best_extensions(const float* row, int vocab, double parent_log_prob, in
   }
 }
 
+// A ranked row (NextTokenScorer::step_best) comes best value first, equal values in
+// token order, which is ranks_before's order of its candidates except where adding the
+// parent's log-probability in double rounds two values to one sum: then the smaller
+// token goes first, which may be the later one. So each run is checked (keep - 1
+// comparisons when it is ordered) and sorted only when it is not.
+void best_candidates(std::vector<Candidate>& candidates, const std::vector<size_t>& row_ends,
+                     size_t keep, std::vector<Candidate>& best) {
+  const auto before = [](const Candidate& a, const Candidate& b) { return ranks_before(a, b); };
+  best.clear();
+  // heads[h]: hypothesis h's best candidate not yet taken; its run ends at row_ends[h].
+  thread_local std::vector<size_t> heads;
+  heads.clear();
+  size_t begin = 0;
+  for (const size_t end : row_ends) {
+    if (!std::is_sorted(candidates.begin() + begin, candidates.begin() + end, before)) {
+      std::sort(candidates.begin() + begin, candidates.begin() + end, before);
+    }
+    heads.push_back(begin);
+    begin = end;
+  }
+  THPC_CHECK(begin == candidates.size(),
+             "runs ending at " << begin << " of " << candidates.size() << " candidates");
+  keep = std::min(keep, candidates.size());
+  while (best.size() < keep) {
+    size_t from = row_ends.size();  // the run whose head ranks first
+    for (size_t h = 0; h < row_ends.size(); ++h) {
+      if (heads[h] == row_ends[h]) continue;
+      if (from == row_ends.size() || before(candidates[heads[h]], candidates[heads[from]])) {
+        from = h;
+      }
+    }
+    best.push_back(candidates[heads[from]++]);
+  }
+}
+
 Hypothesis finished_hypothesis(TokenSequence tokens, double log_prob, int generated,
                                float alpha) {
   Hypothesis done;
@@ -313,7 +348,10 @@ std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
 
   BeamStep step;  // the vectors are kept from step to step
   std::vector<int> continuations;  // per live hypothesis of a sentence: its chosen children
-  std::vector<size_t> chosen;      // a sentence's chosen candidates
+  std::vector<size_t> chosen;      // a sentence's chosen candidates (indices into best)
+  std::vector<size_t> row_ends;    // where each live hypothesis' candidates end
+  std::vector<Candidate> best;     // a sentence's best 2 * beam candidates, best first
+  std::vector<Live> next_live;     // a sentence's next live hypotheses (swapped in)
   for (step.position = 0;; ++step.position) {
     // All live hypotheses of unfinished sentences, scored in one call: the scorer gets
     // each one's parent, last token and a view of its prefix, nothing copied.
@@ -337,16 +375,25 @@ std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
       // Candidates: live hypotheses extended by one token, each hypothesis' best
       // 2 * beam only (see add_best_extensions), then the sentence's best of those.
       candidates.clear();
+      row_ends.clear();
       for (size_t h = 0; h < state.live.size(); ++h, ++row) {
         if (ranked) {
-          for (int i = 0; i < ranked_count; ++i) {
+          // Each field written in place: a candidate built aside and copied in (two
+          // 8-byte stores read back as one 16-byte load) stalled on store forwarding.
+          const size_t first = candidates.size();
+          candidates.resize(first + static_cast<size_t>(ranked_count));
+          Candidate* extension = candidates.data() + first;
+          const double parent_log_prob = state.live[h].log_prob;
+          for (int i = 0; i < ranked_count; ++i, ++extension) {
             const size_t at = row * static_cast<size_t>(ranked_count) + i;
             const int token = best_tokens[at];
             THPC_CHECK(token >= 0 && token < vocab && token != ids.pad && token != ids.bos,
                        "the scorer ranked token " << token << " (vocabulary " << vocab << ")");
-            candidates.push_back({state.live[h].log_prob + best_values[at],
-                                  static_cast<int>(h), token});
+            extension->log_prob = parent_log_prob + best_values[at];
+            extension->parent = static_cast<int>(h);
+            extension->token = token;
           }
+          row_ends.push_back(candidates.size());
           continue;
         }
         if (options.filter != nullptr) {
@@ -362,10 +409,10 @@ std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
             log_probs.data() + row * static_cast<size_t>(vocab), vocab,
             state.live[h].log_prob, static_cast<int>(h),
             options.filter != nullptr ? allowed.data() : nullptr, ids, best_count, candidates);
+        row_ends.push_back(candidates.size());
       }
-      const size_t keep = std::min(candidates.size(), best_count);
-      std::partial_sort(candidates.begin(), candidates.begin() + keep, candidates.end(),
-                        beam_detail::ranks_before);
+      beam_detail::best_candidates(candidates, row_ends, best_count, best);
+      const size_t keep = best.size();
       // The sentence takes its best candidates until `beam` of them continue; one that
       // ends (by eos, or forced at the length limit, which counts eos) is finished.
       const int generated = step.position + 1;  // tokens of each candidate, eos included
@@ -377,14 +424,14 @@ std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
       int continuing = 0;
       for (size_t c = 0; c < keep && continuing < beam; ++c) {
         chosen.push_back(c);
-        ++continuations[candidates[c].parent];
-        continuing += !ends(candidates[c]);
+        ++continuations[best[c].parent];
+        continuing += !ends(best[c]);
       }
       // A parent's tokens are copied for each chosen candidate but its last, which takes
       // them: a hypothesis' prefix is copied only where the beam branches.
-      std::vector<Live> next_live;
+      next_live.clear();
       for (const size_t c : chosen) {
-        const Candidate& candidate = candidates[c];
+        const Candidate& candidate = best[c];
         Live& parent = state.live[candidate.parent];
         TokenSequence tokens;
         if (--continuations[candidate.parent] == 0) {
@@ -402,7 +449,7 @@ std::vector<std::vector<Hypothesis>> beam_search(NextTokenScorer& scorer,
           next_live.push_back(Live{std::move(tokens), candidate.log_prob, parent.index});
         }
       }
-      state.live = std::move(next_live);
+      state.live.swap(next_live);  // next_live's vector (and capacity) serves the next one
       state.done = state.live.empty() || cannot_improve(state, beam, options.alpha);
     }
   }

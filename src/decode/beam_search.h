@@ -226,6 +226,17 @@ struct Candidate {
 // smaller token (so equal scores never make the result depend on the sort).
 bool ranks_before(const Candidate& a, const Candidate& b);
 
+// The best `keep` of a sentence's candidates, best first in the order of ranks_before,
+// into `best`: `candidates` holds its hypotheses' extensions, hypothesis by hypothesis,
+// hypothesis h's ending before row_ends[h]. Each hypothesis' run is taken as it comes
+// when ranks_before orders it already (add_best_extensions' runs, and a scorer's ranked
+// tokens almost always: see the definition), else sorted in place; the runs are then
+// merged, `keep` steps of a scan over the hypotheses' heads, instead of a partial sort of
+// them all (the search's host time between two GPU steps, issue 53). The result is a
+// partial sort's: ranks_before is a strict total order on a sentence's candidates.
+void best_candidates(std::vector<Candidate>& candidates, const std::vector<size_t>& row_ends,
+                     size_t keep, std::vector<Candidate>& best);
+
 // Appends to `candidates` the best `count` extensions of one live hypothesis (in the
 // order of ranks_before): parent_log_prob + row[token] for every token but pad and bos
 // (and, when `allowed` is not null, those with allowed[token] true). A sentence's best
