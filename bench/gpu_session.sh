@@ -11,21 +11,23 @@
 #   bash bench/gpu_session.sh --rehearse [step|ranks|followup]   # here: one call's rehearsal
 # The next window's plan (after 2026-12-04's eighth: issue 52 is resolved, so the ranks
 # call below gives way to one rank's batch against the CUDA-graph compiled peer, whose
-# compilation did not finish in that window's 277 s; the three calls back to back, ~880 s
-# with the machine's start of ~45 s: call 3 may be cut at its end by the budget, and its
-# lines are printed as each run ends):
-#   1: run(command="STEP_SECONDS=1 SHORT_ATTENTION_LENGTHS= timeout 300 bash
-#          bench/gpu_session.sh step", timeout_s=320, carry=["gpu-bundle", "shared-for-gpu"])
-#      (171 s there: the twins, fuller_column_sums' and worker_graphs' first among them,
-#      the captured decoding's as changed twins, the whole model, the profiles)
-#   2: run(command="timeout 385 env CURVE_SECONDS=370 CURVE_ROWS= CURVE_COMPILED='base 3125
+# compilation did not finish in that window's 277 s: now call 1 compiles it beside its
+# twin tests, start_peer_warmup, and call 2 finds it in build-gpu/inductor-cache; the
+# three calls back to back, ~860 s with the machine's start of ~45 s: call 3 may be cut
+# at its end by the budget, and its lines are printed as each run ends):
+#   1: run(command="STEP_SECONDS=1 SHORT_ATTENTION_LENGTHS= timeout 350 bash
+#          bench/gpu_session.sh step", timeout_s=365, carry=["gpu-bundle", "shared-for-gpu"])
+#      (~320 s: the twins, fuller_column_sums' and worker_graphs' first among them, the
+#      captured decoding's as changed twins, the whole model, beside them the peer's
+#      compilation, which the profiles wait for until 260 s, then the profiles)
+#   2: run(command="timeout 285 env CURVE_SECONDS=270 CURVE_ROWS= CURVE_COMPILED='base 3125
 #          compile-graphs' OURS_VARIANTS='verified=train.cuda_kernels=verified
 #          graphs=train.cuda_kernels=step_graphs
 #          fuller=train.cuda_kernels=step_graphs,fuller_column_sums' bash
-#          bench/gpu_session.sh curve", timeout_s=400, same carry)
-#      (issue 51's compile_ratio at 3,125 tokens, each line with its warm-up rounds: the
-#      second round with graphs is every shape's capture, what step_graphs waits for; the
-#      peer compiled in 212 s on 2026-11-28)
+#          bench/gpu_session.sh curve", timeout_s=300, same carry)
+#      (issue 51's compile_ratio at 3,125 tokens in one call, each of ours with its warm-up
+#      rounds: the second round with graphs is every shape's capture, what step_graphs
+#      waits for; when call 1 says "peer warm-up: stopped", give it CURVE_SECONDS=330)
 #   3: run(command="timeout 240 env TRAIN_MINUTES=0.5 CHECKPOINT_MINUTES=0.09
 #          GPU_WORKERS=2 DECODE_CANDIDATE=worker_graphs TRANSLATE_SECONDS=230 bash
 #          bench/gpu_session.sh translate", timeout_s=250, carry=[".whl", "shared-for-gpu"])
@@ -238,6 +240,7 @@ readonly PLAN=(
   "1|candidate twins (CudaCandidate*: fused_attention, step_graphs, relu_masks, weight_grads_beside, fuller_column_sums, worker_graphs) and the whole model with them|5|35"
   "1|the verified twins of the changed files (OTHER_TWINS=all: every one)|10|40"
   "1|whole model: fp32 3 steps vs the CPU (fused off, on); bf16 short vs batched; decoding|3|25"
+  "1|the timings wait for the CUDA-graph peer's compilation, begun beside the twins (WARM_PEER; until 260 s of the call)|0|150"
   "1|bf16 GEMM ceiling (8192^3)|10|15"
   "1|profile base verified (27 steps), candidate (36: two warm-up rounds with graphs), candidate without step_graphs; each step-kernel candidate alone; short_attention_max_len 0, 64 (27 each)|50|120"
   "1|program vs benchmark: base, 3,125 tokens, 40 steps each (bench/program_vs_bench.sh)|10|30"
@@ -450,13 +453,15 @@ exec > >(trap '' TERM INT; exec tee -a "$LOGS/console.txt") 2>&1
 # The lines print_summary repeats: builds, the twins' counts and failures, the settings
 # measured, each run's line, the profiles' totals and host rows, the peers' and the other
 # scripts' result lines.
-readonly SUMMARY_LINES='^(build|candidate twins|twins and whole model|twin lines|bf16 GEMM ceiling|ceiling:|== |program vs benchmark|program_vs_bench:|step_vs_torch:|peers:|step: |ranks: |checkpoint stall|multi30k training|newstest|decode_vs_ctranslate2:|run [0-9]|memcheck|racecheck|gpu-bundle|total \(the step\)|host time between)|tests passed|tests failed|\((Failed|Timeout|Not Run|Skipped)\)|BLEU'
+readonly SUMMARY_LINES='^(build|candidate twins|twins and whole model|twin lines|bf16 GEMM ceiling|ceiling:|== |program vs benchmark|program_vs_bench:|step_vs_torch:|peers:|step: |peer warm-up|ranks: |checkpoint stall|multi30k training|newstest|decode_vs_ctranslate2:|run [0-9]|memcheck|racecheck|gpu-bundle|total \(the step\)|host time between)|tests passed|tests failed|\((Failed|Timeout|Not Run|Skipped)\)|BLEU'
 print_summary() {
   sleep 1  # the console's copy is written by tee, a moment behind
   echo "==== the $stage call's key lines, again ($SECONDS s) ===="
   grep -E "$SUMMARY_LINES" "$LOGS/console.txt" | cut -c1-700 | tail -c 7000
 }
-trap 'print_summary; tar czf "$RESULT_DIR/logs_$stage.tgz" -C "$LOGS" . && echo "logs: $RESULT_DIR/logs_$stage.tgz"' EXIT
+# (And a peer's warm-up still compiling, start_peer_warmup: its process group.)
+trap '[ -n "${WARM_PEER_PID:-}" ] && kill -- "-$WARM_PEER_PID" 2> /dev/null
+  print_summary; tar czf "$RESULT_DIR/logs_$stage.tgz" -C "$LOGS" . && echo "logs: $RESULT_DIR/logs_$stage.tgz"' EXIT
 
 # Every capped command runs in the background while the shell waits for it. Why: bash runs
 # a trap only between commands, and `timeout` puts its command in a process group of its
@@ -474,7 +479,8 @@ timeout() {
   CAPPED=""
   return "$status"
 }
-trap '[ -n "$CAPPED" ] && kill -TERM -- "-$CAPPED" "$CAPPED" 2> /dev/null; exit 143' TERM INT
+trap '[ -n "$CAPPED" ] && kill -TERM -- "-$CAPPED" "$CAPPED" 2> /dev/null
+  [ -n "${WARM_PEER_PID:-}" ] && kill -- "-$WARM_PEER_PID" 2> /dev/null; exit 143' TERM INT
 if [ "$rehearsal" = 1 ]; then
   # Here, on the CPU: the existing build, its test and benchmark targets brought up to date.
   BUILD_DIR=${BUILD:-build}
@@ -701,13 +707,53 @@ run_other_twins() {
   grep -h "GPU fp32\|GPU bf16" "$BUILD_DIR/Testing/Temporary/LastTest.log" | head -4
 }
 
+# Call 2's CUDA-graph compiled peer took 212 s to compile cold on 2026-11-28, and was
+# cut off still compiling after 277 s on 2026-12-04: so call 1 compiles it beside the
+# twin tests (which time nothing), into the Inductor cache that build-gpu/ keeps on the
+# warm machine for call 2 (bench/step_vs_torch.sh WARM_ONLY=1). WARM_PEER="PRESET TOKENS
+# PEER" (default "base 3125 compile-graphs"; "" : none); the timings after the twins wait
+# for it, at most until WARM_PEER_SECONDS (default 260) of the call, so that none of them
+# shares the device or the cores with it; one stopped keeps what it compiled.
+start_peer_warmup() {
+  local spec=${WARM_PEER-base 3125 compile-graphs} preset tokens peer
+  WARM_PEER_PID=""
+  [ -n "$spec" ] && [ "$rehearsal" = 0 ] || return 0
+  if ! "${PYTHON:-python3}" -c 'import torch' 2> /dev/null; then
+    echo "peer warm-up: skipped (no PyTorch for ${PYTHON:-python3})"
+    return 0
+  fi
+  read -r preset tokens peer <<< "$spec"
+  # A process group of its own (setsid), so that a stop reaches the Python under it.
+  DEVICE=cuda BUILD=$BUILD_DIR PEERS=$peer WARM_ONLY=1 CEILING_TFLOPS=1 \
+    setsid bash bench/step_vs_torch.sh "$preset" "$tokens" > "$LOGS/warm_peer.txt" 2>&1 &
+  WARM_PEER_PID=$!
+  echo "peer warm-up: $spec in the background (at ${SECONDS} s)"
+}
+finish_peer_warmup() {
+  [ -n "${WARM_PEER_PID:-}" ] || return 0
+  local limit=${WARM_PEER_SECONDS:-260}
+  while kill -0 "$WARM_PEER_PID" 2> /dev/null && [ "$SECONDS" -lt "$limit" ]; do sleep 2; done
+  if kill -0 "$WARM_PEER_PID" 2> /dev/null; then
+    kill -- "-$WARM_PEER_PID" 2> /dev/null
+    wait "$WARM_PEER_PID" 2> /dev/null
+    echo "peer warm-up: stopped at ${SECONDS} s (WARM_PEER_SECONDS=$limit; what it compiled stays cached)"
+  else
+    wait "$WARM_PEER_PID"
+    echo "peer warm-up: exit $? at ${SECONDS} s: $(tail -1 "$LOGS/warm_peer.txt" | cut -c1-300)"
+  fi
+  WARM_PEER_PID=""
+  return 0
+}
+
 step_stage() {
   local deadline=${STEP_SECONDS:-370}
   rm -f "$(state_file)"
   print_plan
+  start_peer_warmup
   run_candidate_twins
   run_other_twins
   echo "twins and whole model: at ${SECONDS} s"
+  finish_peer_warmup
   measure_ceiling
   profile preset=base
   profile_candidates_without_graphs

@@ -23,6 +23,11 @@
 # later runs (RUNS > 1, or a later call on the same machine) reuse the compiled kernels;
 # its JSON line has the compile seconds. A peer that cannot run here (Liger without its
 # package) prints "skipped" and is left out. RUNS > 1 alternates the systems RUNS times.
+# WARM_ONLY=1 runs the compiled peers of PEERS alone, one timed step each after their
+# warm-up (every shape compiled), and prints no step_vs_torch line: it fills Inductor's
+# cache for a later call on the same machine (bench/gpu_session.sh runs it beside the
+# twin tests of call 1, so that call 2's CUDA-graph peer, 212 s to compile cold on an
+# H200, starts warm; the cache changes what a compilation costs, not the kernels).
 # Both sides read the loss back every step (ours always does; the peer's default).
 # PROFILE=1 also runs each of our variants once with --profile (in the first run, after
 # the unprofiled ones) and adds host_gap_share=S to its line: the share of the profiled
@@ -161,6 +166,16 @@ if [[ $device == cuda ]]; then
   echo "bf16 GEMM ceiling (cuBLAS 8192^3, measured in this call): $ceiling TFLOP/s"
   ours_args+=(--peak-tflops "$ceiling")
   torch_args+=(--peak-tflops "$ceiling")
+fi
+
+if [[ ${WARM_ONLY:-0} == 1 ]]; then
+  for peer in "${peers[@]}"; do
+    read -r -a extra <<< "$(peer_args "$peer")"
+    [[ " ${extra[*]} " == *" --compile "* ]] || continue
+    echo "warm $peer: $("$python" "$reference" --preset "$preset" --tokens "$tokens" \
+      "${torch_args[@]}" "${extra[@]}" --steps 1 | tail -1)"
+  done
+  exit 0
 fi
 
 # Every JSON line, tagged with its system, goes to one file that the summary reads.
