@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <random>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -31,6 +32,7 @@
 #include "kernels/capturing_backend.h"
 #include "model/checkpoint_params.h"
 #include "model/transformer.h"
+#include "program.h"
 #include "train/trainer.h"
 
 #include "decode/beam_search.h"
@@ -768,6 +770,69 @@ TEST(CudaCandidateStepGraphs, TrainingEqualsUncapturedTrainingBitForBit) {
     EXPECT_GT(captured.counts.replays, captured.counts.captures);
     EXPECT_EQ(captured.counts.refused, 0) << "a capture failed: its shape ran uncaptured";
   }
+}
+
+// The trainer itself with its passes captured (train.cuda_kernels step_graphs), what the
+// candidate's training half waits for besides a capture's cost: transformer_hpc on the
+// tiny task, 40 steps, fp32 and bf16, trains as with the passes launched one by one, bit
+// for bit (each logged step's loss, learning rate and gradient norm, and the final loss
+// and parameters' digest: the data, the optimizer, the step's totals read back and the
+// schedule around the captured passes change nothing), and says how many passes it
+// captured and replayed: the task's few bucket shapes, each captured at its second pass
+// and replayed after, none refused. (The passes launched one by one say nothing.)
+std::string logged_steps(const std::string& output) {
+  static const std::regex step_line(
+      R"(step \d+/\d+ \| loss [^|]+\| ppl [^|]+\| epoch [^|]+\| lr [^|]+\| gnorm [^|]+)");
+  static const std::regex final_line(R"(final: .*)");
+  std::string kept;
+  for (const std::regex* line : {&step_line, &final_line}) {
+    for (auto m = std::sregex_iterator(output.begin(), output.end(), *line);
+         m != std::sregex_iterator(); ++m) {
+      kept += m->str() + "\n";
+    }
+  }
+  return kept;
+}
+
+TEST(CudaCandidateStepGraphs, TheTrainerTrainsAsUncapturedAndSaysWhatItReplayed) {
+  THPC_REQUIRE_REAL_GPU();
+  const fs::path root =
+      fs::temp_directory_path() / ("thpc_trainer_graphs_" + std::to_string(getpid()));
+  const auto train = [&](const std::string& precision, const std::string& kernels) {
+    return run_process(std::string("cd ") + THPC_SOURCE_DIR + " && " + binary_dir() +
+                       "/transformer_hpc " + kTinyIni + " --train.backend=cuda" +
+                       " --train.precision=" + precision + " --train.cuda_kernels=" + kernels +
+                       " --train.max_steps=40 --train.log_every=5 --checkpoint.minutes=0" +
+                       " --checkpoint.average_last=0 --checkpoint.dir=" +
+                       (root / (precision + "_" + kernels)).string());
+  };
+  for (const std::string precision : {"fp32", "bf16"}) {
+    SCOPED_TRACE(precision);
+    const ProcessResult launched = train(precision, "verified");
+    const ProcessResult captured = train(precision, "step_graphs");
+    ASSERT_EQ(launched.exit_code, 0) << launched.output;
+    ASSERT_EQ(captured.exit_code, 0) << captured.output;
+    const std::string expected = logged_steps(launched.output);
+    ASSERT_NE(expected.find("step 40/40"), std::string::npos) << launched.output;
+    ASSERT_NE(expected.find("final: step=40"), std::string::npos) << launched.output;
+    EXPECT_EQ(logged_steps(captured.output), expected) << captured.output;
+    EXPECT_EQ(launched.output.find("captured passes:"), std::string::npos) << launched.output;
+    long long captures = -1, replays = -1, refused = -1, evicted = -1;
+    const size_t at = captured.output.find("captured passes: ");
+    ASSERT_NE(at, std::string::npos) << captured.output;
+    ASSERT_EQ(std::sscanf(captured.output.c_str() + at,
+                          "captured passes: %lld captured, %lld replayed, %lld refused, "
+                          "%lld evicted",
+                          &captures, &replays, &refused, &evicted),
+              4)
+        << captured.output.substr(at);
+    std::printf("trainer with step_graphs, %s: %lld captured, %lld replayed, %lld refused\n",
+                precision.c_str(), captures, replays, refused);
+    EXPECT_GT(captures, 0);
+    EXPECT_GT(replays, captures) << "the shapes were captured but hardly replayed";
+    EXPECT_EQ(refused, 0) << "a pass ran uncaptured: " << captured.output;
+  }
+  fs::remove_all(root);
 }
 
 // The layers' weight gradients on a second stream (candidate weight_grads_beside,

@@ -956,6 +956,15 @@ RunEnd Trainer::finish_training(RunProgress& run) {
   } else {
     loss << "n/a";
   }
+  // Where the passes were captured into CUDA graphs (train.cuda_kernels step_graphs):
+  // how many, so that a user (and the GPU test of the trainer with them) sees the graphs
+  // replayed, not refused into the passes launched one by one.
+  const Transformer::CaptureCounts& captures = model_->capture_counts();
+  if (captures.captures + captures.refused > 0) {
+    run.out << "captured passes: " << captures.captures << " captured, " << captures.replays
+            << " replayed, " << captures.refused << " refused, " << captures.evicted
+            << " evicted" << std::endl;
+  }
   run.out << "final: step=" << completed_steps_ << " loss=" << loss.str()
           << " params_sha256=" << digest << std::endl;
   return RunEnd::Finished;
