@@ -129,12 +129,19 @@ double OpProfile::idle_seconds() const {
   return std::max(0.0, wall_seconds() - union_length(busy_intervals));
 }
 
+namespace {
+
+void add_row(OpProfile::Row& into, const OpProfile::Row& row) {
+  into.seconds += row.seconds;
+  into.calls += row.calls;
+  into.flops += row.flops;
+}
+
+}  // namespace
+
 OpProfile& OpProfile::operator+=(const OpProfile& other) {
-  for (int c = 0; c < kOpClassCount; ++c) {
-    rows[c].seconds += other.rows[c].seconds;
-    rows[c].calls += other.rows[c].calls;
-    rows[c].flops += other.rows[c].flops;
-  }
+  for (int c = 0; c < kOpClassCount; ++c) add_row(rows[c], other.rows[c]);
+  for (const auto& [op, row] : other.ops) add_row(ops[op], row);
   steps += other.steps;
   span_seconds += other.span_seconds;
   step_intervals.insert(step_intervals.end(), other.step_intervals.begin(),
@@ -210,6 +217,30 @@ std::string format_profile(const OpProfile& profile, const std::string& backend_
                   1e-9 * gemm_flops / steps, rate, rate / ceiling_tflops, ceiling_tflops);
     text += line;
   }
+  // Each op, the longest first (equal times by name, so the order is fixed).
+  std::vector<std::pair<std::string, OpProfile::Row>> ops(profile.ops.begin(),
+                                                          profile.ops.end());
+  std::stable_sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) {
+    return a.second.seconds > b.second.seconds;
+  });
+  if (!ops.empty()) {
+    const std::string us = "us/call";
+    std::snprintf(line, sizeof line, "by op: %-30s %10s %11s %9s %9s\n", "op", ms.c_str(),
+                  calls.c_str(), us.c_str(), "TFLOP/s");
+    text += line;
+  }
+  for (const auto& [op, row] : ops) {
+    const double per_call_us = row.calls > 0 ? 1e6 * row.seconds / row.calls : 0.0;
+    if (row.flops > 0) {
+      std::snprintf(line, sizeof line, "by op: %-30s %10.3f %11.1f %9.1f %9.4g\n", op.c_str(),
+                    1e3 * row.seconds / steps, row.calls / steps, per_call_us,
+                    row.seconds > 0 ? 1e-12 * row.flops / row.seconds : 0.0);
+    } else {
+      std::snprintf(line, sizeof line, "by op: %-30s %10.3f %11.1f %9.1f\n", op.c_str(),
+                    1e3 * row.seconds / steps, row.calls / steps, per_call_us);
+    }
+    text += line;
+  }
   return text;
 }
 
@@ -247,10 +278,9 @@ OpProfile ProfilingBackend::collect() {
   }
   std::vector<OpProfile::Interval>& busy = profile.busy_intervals;
   for (const Call& call : calls_) {
-    OpProfile::Row& row = profile.rows[static_cast<int>(call.op_class)];
-    row.seconds += clock_->seconds_between(call.start, call.end);
-    row.calls += 1;
-    row.flops += call.flops;
+    const OpProfile::Row one{clock_->seconds_between(call.start, call.end), 1, call.flops};
+    add_row(profile.rows[static_cast<int>(call.op_class)], one);
+    add_row(profile.ops[call.op], one);
     // The calls come in the order they were queued: one that starts where the last
     // ended (on a GPU, queued before the last was done) extends its interval.
     const OpProfile::Interval interval{clock_->seconds_since_origin(call.start),
@@ -264,8 +294,9 @@ OpProfile ProfilingBackend::collect() {
   return profile;
 }
 
-ProfilingBackend::Timed::Timed(ProfilingBackend& owner, OpClass op_class, double flops)
-    : owner_(owner), op_class_(op_class), flops_(flops) {
+ProfilingBackend::Timed::Timed(ProfilingBackend& owner, OpClass op_class, const char* op,
+                               double flops)
+    : owner_(owner), op_class_(op_class), op_(op), flops_(flops) {
   if (owner_.capturing_) {
     owner_.captured_flops_ += flops;
     return;
@@ -280,7 +311,7 @@ class ProfilingBackend::TimedReplay final : public CapturedWork {
   TimedReplay(ProfilingBackend& owner, std::unique_ptr<CapturedWork> work, double flops)
       : owner_(owner), work_(std::move(work)), flops_(flops) {}
   bool replay() override {
-    const Timed timed(owner_, OpClass::Captured, flops_);
+    const Timed timed(owner_, OpClass::Captured, "captured_pass", flops_);
     return work_->replay();
   }
 
@@ -311,33 +342,33 @@ ProfilingBackend::Timed::~Timed() {
   // No throw from a destructor: a clock that fails here loses this call's time.
   try {
     const int end = owner_.clock_->mark();
-    owner_.calls_.push_back(Call{op_class_, start_, end, flops_});
+    owner_.calls_.push_back(Call{op_class_, op_, start_, end, flops_});
   } catch (...) {
   }
 }
 
 void ProfilingBackend::zero(Tensor tensor) {
-  const Timed timed(*this, OpClass::Memory, 0.0);
+  const Timed timed(*this, OpClass::Memory, "zero", 0.0);
   inner().zero(tensor);
 }
 void ProfilingBackend::copy(Tensor dst, Tensor src) {
-  const Timed timed(*this, OpClass::Memory, 0.0);
+  const Timed timed(*this, OpClass::Memory, "copy", 0.0);
   inner().copy(dst, src);
 }
 void ProfilingBackend::upload(Tensor dst, const void* host) {
-  const Timed timed(*this, OpClass::Memory, 0.0);
+  const Timed timed(*this, OpClass::Memory, "upload", 0.0);
   inner().upload(dst, host);
 }
 void ProfilingBackend::download(void* host, Tensor src) {
-  const Timed timed(*this, OpClass::Memory, 0.0);
+  const Timed timed(*this, OpClass::Memory, "download", 0.0);
   inner().download(host, src);
 }
 void ProfilingBackend::upload_ids(int32_t* dst, const int32_t* host, int64_t count) {
-  const Timed timed(*this, OpClass::Memory, 0.0);
+  const Timed timed(*this, OpClass::Memory, "upload_ids", 0.0);
   inner().upload_ids(dst, host, count);
 }
 void ProfilingBackend::download_ids(int32_t* host, const int32_t* src, int64_t count) {
-  const Timed timed(*this, OpClass::Memory, 0.0);
+  const Timed timed(*this, OpClass::Memory, "download_ids", 0.0);
   inner().download_ids(host, src, count);
 }
 

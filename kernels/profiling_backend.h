@@ -23,6 +23,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -75,6 +76,11 @@ struct OpProfile {
     double flops = 0.0;
   };
   std::array<Row, kOpClassCount> rows{};
+  // The same calls by op (op_name: "attention_backward"; the memory calls by their
+  // function's name, "upload_ids"; a captured pass's replay "captured_pass"): which op of
+  // a class takes its time, and each call's mean (a kernel's latency shows at a small
+  // batch: the one-rank step's ReLU backward, 42 us a call for ~10 us of bytes).
+  std::map<std::string, Row> ops;
   int steps = 0;
   double span_seconds = 0.0;  // the recorded steps, each from its begin to its end mark
   // The steps' span less every op's time: on a GPU the device waiting for the host.
@@ -105,8 +111,9 @@ double union_length(std::vector<OpProfile::Interval> intervals);
 
 // The profile as a table, one line per class that was called plus the host time and
 // the total, per step; then the GEMMs' FLOP-weighted rate against `ceiling_tflops`
-// (the machine's measured matrix-product rate; <= 0: not printed). `unit` names what a
-// step is ("step": a training step; transformer_decode --profile: "batch").
+// (the machine's measured matrix-product rate; <= 0: not printed); then each op, the
+// longest first, a line "by op: NAME ms/step calls/step us/call [TFLOP/s]". `unit`
+// names what a step is ("step": a training step; transformer_decode --profile: "batch").
 std::string format_profile(const OpProfile& profile, const std::string& backend_name,
                            double ceiling_tflops, const std::string& unit = "step");
 
@@ -146,7 +153,7 @@ class ProfilingBackend : public ForwardingBackend {
   // marks, counted in its class with its matrix FLOPs.
 #define THPC_OP(ret, name, params, args)                                                   \
   ret name params override {                                                              \
-    const Timed timed(*this, op_class(OpId::name),                                        \
+    const Timed timed(*this, op_class(OpId::name), #name,                                 \
                       matrix_flops<OpId::name>(std::forward_as_tuple args));               \
     return inner().name args;                                                             \
   }
@@ -158,7 +165,8 @@ class ProfilingBackend : public ForwardingBackend {
   // being recorded.
   class Timed {
    public:
-    Timed(ProfilingBackend& owner, OpClass op_class, double flops);
+    // `op`: a string literal (the op's or the memory call's name), kept by pointer.
+    Timed(ProfilingBackend& owner, OpClass op_class, const char* op, double flops);
     ~Timed();
     Timed(const Timed&) = delete;
     Timed& operator=(const Timed&) = delete;
@@ -166,11 +174,13 @@ class ProfilingBackend : public ForwardingBackend {
    private:
     ProfilingBackend& owner_;
     OpClass op_class_;
+    const char* op_;
     double flops_;
     int start_ = -1;
   };
   struct Call {
     OpClass op_class;
+    const char* op;
     int start, end;  // marks
     double flops;
   };

@@ -4,9 +4,11 @@
 // model calls has its row, and the GEMM rows count the model's matrix-product FLOPs.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -78,6 +80,20 @@ double forward_gemm_flops(const ModelConfig& c, int src_rows, int tgt_rows) {
   return 2.0 * (c.layers * (encoder + decoder) + t * d * kVocab);
 }
 
+// Each name a profile's calls go by, with its class: the op list's ops, the memory
+// calls and a captured pass's replay.
+std::map<std::string, OpClass> op_classes_by_name() {
+  std::map<std::string, OpClass> classes;
+#define THPC_OP(ret, name, params, args) classes[#name] = op_class(OpId::name);
+#include "kernels/op_list.h"
+#undef THPC_OP
+  for (const char* memory : {"zero", "copy", "upload", "download", "upload_ids", "download_ids"}) {
+    classes[memory] = OpClass::Memory;
+  }
+  classes["captured_pass"] = OpClass::Captured;
+  return classes;
+}
+
 TEST(Profile, RowsAddUpToTheStepAndNameEveryClassTheModelCalls) {
   auto cpu = make_cpu_backend(DType::F32);
   const std::vector<double> plain = train(*cpu, 4);
@@ -135,6 +151,40 @@ TEST(Profile, RowsAddUpToTheStepAndNameEveryClassTheModelCalls) {
     EXPECT_NE(table.find(line), std::string::npos) << line << " missing from\n" << table;
   }
   EXPECT_EQ(table.find("decoding"), std::string::npos) << "a class never called is not a row";
+
+  // The same calls by op: each class's ops add up to its row (attention's forward and
+  // backward, 6 each a step), and the table lists every op once, the longest first.
+  std::array<OpProfile::Row, kOpClassCount> by_class{};
+  const std::map<std::string, OpClass> classes = op_classes_by_name();
+  for (const auto& [op, op_row] : profile.ops) {
+    const auto named = classes.find(op);
+    ASSERT_NE(named, classes.end()) << "an op of no known class: " << op;
+    OpProfile::Row& class_sum = by_class[static_cast<int>(named->second)];
+    class_sum.seconds += op_row.seconds;
+    class_sum.calls += op_row.calls;
+    class_sum.flops += op_row.flops;
+  }
+  for (int c = 0; c < kOpClassCount; ++c) {
+    SCOPED_TRACE(op_class_label(static_cast<OpClass>(c)));
+    EXPECT_EQ(by_class[c].calls, profile.rows[c].calls);
+    EXPECT_NEAR(by_class[c].seconds, profile.rows[c].seconds, 1e-12 * profile.steps);
+    EXPECT_DOUBLE_EQ(by_class[c].flops, profile.rows[c].flops);
+  }
+  EXPECT_EQ(profile.ops.at("attention_forward").calls, 3 * 6);
+  EXPECT_EQ(profile.ops.at("attention_backward").calls, 3 * 6);
+  double previous_ms = 1e30;
+  size_t listed = 0;
+  for (size_t at = table.find("by op: "); at != std::string::npos;
+       at = table.find("by op: ", at + 1)) {
+    char name[64] = {0};
+    double ms = 0.0;
+    if (std::sscanf(table.c_str() + at, "by op: %63s %lf", name, &ms) != 2) continue;  // header
+    EXPECT_EQ(profile.ops.count(name), 1u) << name;
+    EXPECT_LE(ms, previous_ms) << name << " listed after a shorter op";
+    previous_ms = ms;
+    ++listed;
+  }
+  EXPECT_EQ(listed, profile.ops.size()) << table;
 }
 
 // A batch's ids and lengths reach the backend in one upload: on a GPU each upload is a
