@@ -834,7 +834,7 @@ small_batch_step() {
   timeout 60 "$BUILD_DIR/transformer_bench_step" $(bench_args base 40 20 | sed "s/--tokens 25000/--tokens 3125/") \
     --set "train.cuda_kernels=$setting" --profile > "$LOGS/small_batch_profile_without_graphs.txt" 2>&1
   echo "== small batch profiled, train.cuda_kernels=$setting (no graphs; exit $?)"
-  grep -v "^{" "$LOGS/small_batch_profile_without_graphs.txt" | tail -34
+  profile_lines "$LOGS/small_batch_profile_without_graphs.txt"
   return 0
 }
 
@@ -848,7 +848,7 @@ profile() {
     bench_profile "$LOGS/profile_${preset}_${setting}.txt" "$preset" \
       --set "train.cuda_kernels=$setting"
     echo "== profile $preset, train.cuda_kernels=$setting (exit $?)"
-    grep -v "^{" "$LOGS/profile_${preset}_${setting}.txt" | tail -34
+    profile_lines "$LOGS/profile_${preset}_${setting}.txt"
   done
   [ "$line" = line ] || return 0
   for setting in $(kernel_settings); do
@@ -857,6 +857,13 @@ profile() {
       --set "train.cuda_kernels=$setting" > "$LOGS/${preset}_${setting}.txt" 2>&1
     echo "$preset, train.cuda_kernels=$setting (exit $?): $(tail -1 "$LOGS/${preset}_${setting}.txt")"
   done
+}
+
+# profile_lines LOG: a profile's table and by-bucket lines for the console, and its ten
+# longest ops (the log keeps every op's "by op:" line).
+profile_lines() {
+  grep -v -E "^(\{|by op: )" "$1" | tail -34
+  grep "^by op: " "$1" | head -11
 }
 
 # bench_profile LOG PRESET [OPTION...]: transformer_bench_step --profile of PRESET at
@@ -881,7 +888,7 @@ profile_candidates_without_graphs() {
   [ -n "$setting" ] || return 0
   bench_profile "$LOGS/profile_base_without_graphs.txt" base --set "train.cuda_kernels=$setting"
   echo "== profile base, train.cuda_kernels=$setting (no graphs; exit $?)"
-  grep -v "^{" "$LOGS/profile_base_without_graphs.txt" | tail -34
+  profile_lines "$LOGS/profile_base_without_graphs.txt"
 }
 
 # The base profile once per measured candidate that changes the step's kernels, alone:
@@ -897,6 +904,9 @@ profile_each_step_candidate() {
       --set "train.cuda_kernels=$candidate"
     echo "== profile base, train.cuda_kernels=$candidate alone (exit $?)"
     grep -E "^(GEMM|attention |bias\+ReLU|zero, copy|host time|total)" \
+      "$LOGS/profile_base_only_$candidate.txt"
+    # The ops it replaces, a call's microseconds against the verified profile's.
+    grep -E "^by op: (attention_|relu_bias_backward|add_dropout_layernorm_backward|linear_)" \
       "$LOGS/profile_base_only_$candidate.txt"
   done
 }
