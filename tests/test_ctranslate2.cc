@@ -280,7 +280,9 @@ TEST_F(CTranslate2Conversion, GpuComparisonScriptRehearsesOnTheCpu) {
   EXPECT_EQ(field("gpu_workers"), "2") << line;
   EXPECT_EQ(field("workers_same_lines"), std::to_string(kLines) + "/" + std::to_string(kLines))
       << line;
-  for (const char* number : {"ours_bf16_b32_w2_tok_s", "ratio_fp16_b32_w2"}) {
+  // And with the candidates (worker_graphs among them: on a GPU every worker captures).
+  for (const char* number : {"ours_bf16_b32_w2_tok_s", "ratio_fp16_b32_w2",
+                             "ours_candidate_b32_w2_tok_s", "ratio_candidate_fp16_b32_w2"}) {
     const std::string value = field(number);
     EXPECT_TRUE(std::regex_match(value, std::regex("[0-9]+(\\.[0-9]+)?|n/a")))
         << number << " is '" << value << "' in " << line;
