@@ -31,8 +31,8 @@
 #      waits for; when call 1 says "peer warm-up: stopped", give it CURVE_SECONDS=330.
 #      short128: the short kernels at every length; their bound of 48 was measured at
 #      25,000 tokens, where the batched GEMMs win from 64, but one rank's 32 sentences of
-#      96 make the batched path 8 launches a layer's attention for 1.7 ms a step, 4.4
-#      TFLOP/s: the by-bucket lines say which wins at 64 and 96)
+#      96 give the batched path (some eight launches an attention, forward and backward)
+#      1.7 ms a step, 4.4 TFLOP/s: the by-bucket lines say which wins at 64 and 96)
 #   3: run(command="timeout 240 env TRAIN_MINUTES=0.5 CHECKPOINT_MINUTES=0.09
 #          GPU_WORKERS=2 DECODE_CANDIDATE=worker_graphs TRANSLATE_SECONDS=230 bash
 #          bench/gpu_session.sh translate", timeout_s=250, carry=[".whl", "shared-for-gpu"])
