@@ -19,7 +19,8 @@
 #          bench/gpu_session.sh step", timeout_s=365, carry=["gpu-bundle", "shared-for-gpu"])
 #      (~320 s: the twins, fuller_column_sums' and worker_graphs' first among them, the
 #      captured decoding's as changed twins, the whole model, beside them the peer's
-#      compilation, which the profiles wait for until 260 s, then the profiles)
+#      compilation, which the profiles wait for until 260 s, in the wait the memcheck of
+#      fuller_column_sums' twins (what its promotion needs), then the profiles)
 #   2: run(command="timeout 285 env CURVE_SECONDS=270 CURVE_ROWS= CURVE_COMPILED='base 3125
 #          compile-graphs' OURS_VARIANTS='verified=train.cuda_kernels=verified
 #          graphs=train.cuda_kernels=step_graphs
@@ -245,7 +246,7 @@ readonly PLAN=(
   "1|candidate twins (CudaCandidate*: fused_attention, step_graphs, relu_masks, weight_grads_beside, fuller_column_sums, worker_graphs) and the whole model with them|5|35"
   "1|the verified twins of the changed files (OTHER_TWINS=all: every one)|10|40"
   "1|whole model: fp32 3 steps vs the CPU (fused off, on); bf16 short vs batched; decoding|3|25"
-  "1|the timings wait for the CUDA-graph peer's compilation, begun beside the twins (WARM_PEER; until 260 s of the call)|0|150"
+  "1|the timings wait for the CUDA-graph peer's compilation, begun beside the twins (WARM_PEER; until 260 s of the call); meanwhile memcheck of WAIT_MEMCHECK's candidate twins|0|150"
   "1|bf16 GEMM ceiling (8192^3)|10|15"
   "1|profile base verified (27 steps), candidate (36: two warm-up rounds with graphs), candidate without step_graphs; each step-kernel candidate alone; short_attention_max_len 0, 64 (27 each)|50|120"
   "1|program vs benchmark: base, 3,125 tokens, 40 steps each (bench/program_vs_bench.sh)|10|30"
@@ -750,6 +751,23 @@ finish_peer_warmup() {
   return 0
 }
 
+# While the peer still compiles, nothing is timed: the wait goes to compute-sanitizer's
+# memcheck of the candidates' twins not yet memchecked on a GPU (WAIT_MEMCHECK, a regular
+# expression of CudaCandidate* suites, default CudaCandidateFullerColumnSums; "" : none),
+# what a candidate's promotion needs besides its twins, so that one window can promote it.
+memcheck_while_the_peer_compiles() {
+  local suites=${WAIT_MEMCHECK-CudaCandidateFullerColumnSums}
+  local left=$((${WARM_PEER_SECONDS:-260} - SECONDS - 10))
+  [ -n "$suites" ] && [ -n "${WARM_PEER_PID:-}" ] || return 0
+  kill -0 "$WARM_PEER_PID" 2> /dev/null && [ "$left" -ge 30 ] || return 0
+  if ! command -v compute-sanitizer > /dev/null; then
+    echo "memcheck while the peer compiles: no compute-sanitizer on PATH"
+    return 0
+  fi
+  echo "memcheck while the peer compiles: $suites, within ${left} s"
+  MEMCHECK_SUITES=$suites MEMCHECK_SECONDS=$left MEMCHECK_SUITE_SECONDS=$left memcheck_candidates
+}
+
 step_stage() {
   local deadline=${STEP_SECONDS:-370}
   rm -f "$(state_file)"
@@ -758,6 +776,7 @@ step_stage() {
   run_candidate_twins
   run_other_twins
   echo "twins and whole model: at ${SECONDS} s"
+  memcheck_while_the_peer_compiles
   finish_peer_warmup
   measure_ceiling
   profile preset=base
@@ -970,17 +989,23 @@ memcheck_candidates() {
   for executable in "$BUILD_DIR"/tests/test_kernel_*; do
     for suite in $("$executable" --gtest_list_tests --gtest_filter='CudaCandidate*' 2> /dev/null |
                    sed -n 's/^\(CudaCandidate[A-Za-z0-9_]*\)\.$/\1/p'); do
+      # MEMCHECK_SUITES: a regular expression of the suites to check (default all).
+      [[ $suite =~ ^(${MEMCHECK_SUITES:-.*})$ ]] || continue
       if (( SECONDS - started >= budget )); then
         echo "memcheck $suite: not run (MEMCHECK_SECONDS=$budget spent)"
         continue
       fi
+      # A suite may have cases in two executables (fuller_column_sums: linear's, layernorm's).
+      local program=${executable##*/}
+      local log="$LOGS/memcheck_${program}_$suite.log"
       timeout "$cap" compute-sanitizer --tool memcheck --error-exitcode 9 \
-        "$executable" --gtest_filter="$suite.*" > "$LOGS/memcheck_$suite.log" 2>&1
+        "$executable" --gtest_filter="$suite.*" > "$log" 2>&1
       status=$?
       if [ "$status" = 124 ]; then
-        echo "memcheck $suite: cut off at ${cap} s, no verdict (MEMCHECK_SUITE_SECONDS)"
+        echo "memcheck $suite ($program): cut off at ${cap} s, no verdict" \
+          "(MEMCHECK_SUITE_SECONDS)"
       else
-        echo "memcheck $suite: exit $status ($(grep -m1 "ERROR SUMMARY" "$LOGS/memcheck_$suite.log"))"
+        echo "memcheck $suite ($program): exit $status ($(grep -m1 "ERROR SUMMARY" "$log"))"
       fi
     done
   done
