@@ -565,9 +565,7 @@ Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
   // are launched one by one, as with --cuda-graphs off, unless --cuda-kernels names the
   // candidate worker_graphs (kernels/ops.h). (The --gpu-workers asked for decide: an
   // input of one batch, which one of them translates, is launched one by one too.)
-  unsigned candidates = thpc::kNoCandidates;
-  std::string unused_error;  // the command line's --cuda-kernels was checked on parsing
-  thpc::parse_candidate_kernels(train.cuda_kernels, candidates, unused_error);
+  const unsigned candidates = thpc::backend_request(train, 0).cuda_kernels.candidates;
   const bool capture_steps =
       args.cuda_graphs && (args.gpu_workers == 1 || (candidates & thpc::kWorkerGraphs) != 0);
   // A compute type this machine cannot run is the command line's error (exit 2).
