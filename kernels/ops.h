@@ -131,9 +131,11 @@ enum class GradStore { kAdd, kWrite };
 // fused_attention.cuh; issue 51's attention at 16.7 TFLOP/s): its twins, memcheck and
 // racecheck passed on an H200 (2026-11-29, 2026-12-04), but it is slower than the
 // kernels it would replace at every bucket length (the base step's attention 6.57 ->
-// 12.29 ms, 19.4 against 5.1 at 12 pieces: bench/RESULTS.md), so it waits for another
-// design; step_graphs (a training pass or decoding step captured once per shape into a
-// CUDA graph and replayed, Backend::capture; issue 51's small batch, 6.18 -> 5.59 ms and
+// 12.29 ms, 19.4 against 5.1 at 12 pieces: bench/RESULTS.md); its second design (not yet
+// run on a GPU: instantiated per count of 16-key steps, up to four pairs a block, dropout
+// drawn out of line; docs/design-model.md) waits for its twins and its timing;
+// step_graphs (a training pass or decoding step captured once per shape into a CUDA graph
+// and replayed, Backend::capture; issue 51's small batch, 6.18 -> 5.59 ms and
 // host gaps 6.0% -> 0.2% at 3,125 tokens on 2026-12-04): its twins passed, but a
 // capture's cost against the replays a corpus gives it is unmeasured
 // (transformer_data_stats counts those), and the trainer has not run it on a GPU; its

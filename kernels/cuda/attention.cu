@@ -606,28 +606,30 @@ struct MmaWarps {
 
 using FusedArgs = fused_attention::Args<__nv_bfloat16>;
 
+// The forward and the query blocks for calls of KS key steps (fused_attention::
+// with_key_steps chooses); the key blocks hold no key-long registers.
+template <int KS>
 __global__ void __launch_bounds__(fused_attention::kThreads)
-    fused_attention_forward_kernel(FusedArgs args, int query_blocks) {
+    fused_attention_forward_kernel(FusedArgs args, fused_attention::Packing packing) {
   extern __shared__ __align__(128) char shared[];
   MmaWarps x;
-  fused_attention::forward_block(x, args, static_cast<int>(blockIdx.x) / query_blocks,
-                                 static_cast<int>(blockIdx.x) % query_blocks, shared);
+  fused_attention::forward_block<KS>(x, args, packing, static_cast<int>(blockIdx.x), shared);
+}
+
+template <int KS>
+__global__ void __launch_bounds__(fused_attention::kThreads)
+    fused_attention_query_kernel(FusedArgs args, fused_attention::Packing packing) {
+  extern __shared__ __align__(128) char shared[];
+  MmaWarps x;
+  fused_attention::query_block_backward<KS>(x, args, packing, static_cast<int>(blockIdx.x),
+                                            shared);
 }
 
 __global__ void __launch_bounds__(fused_attention::kThreads)
-    fused_attention_query_kernel(FusedArgs args, int query_blocks) {
+    fused_attention_key_kernel(FusedArgs args, fused_attention::Packing packing) {
   extern __shared__ __align__(128) char shared[];
   MmaWarps x;
-  fused_attention::query_block_backward(x, args, static_cast<int>(blockIdx.x) / query_blocks,
-                                        static_cast<int>(blockIdx.x) % query_blocks, shared);
-}
-
-__global__ void __launch_bounds__(fused_attention::kThreads)
-    fused_attention_key_kernel(FusedArgs args, int key_blocks) {
-  extern __shared__ __align__(128) char shared[];
-  MmaWarps x;
-  fused_attention::key_block_backward(x, args, static_cast<int>(blockIdx.x) / key_blocks,
-                                      static_cast<int>(blockIdx.x) % key_blocks, shared);
+  fused_attention::key_block_backward(x, args, packing, static_cast<int>(blockIdx.x), shared);
 }
 
 std::atomic<int64_t> fused_attention_launch_count{0};
@@ -660,16 +662,18 @@ bool fused_attention_forward(Context& context, T* out, T* saved, const T* q, int
     if (!takes_fused_attention<T>(context, shape, ldq, ldk, ldv, {out, saved, q, k, v})) {
       return false;
     }
-    const int bytes = fused_attention::query_block_bytes(shape.key_len);  // <= 46,080
     FusedArgs args;
     static_cast<short_attention::Args<T>&>(args) =
         short_attention::args_of(q, ldq, k, ldk, v, ldv, shape);
     args.out = out;
     args.saved = saved;
-    const int query_blocks = fused_attention::blocks_of(shape.query_len);
-    fused_attention_forward_kernel<<<shape.batch * shape.heads * query_blocks,
-                                     fused_attention::kThreads, bytes, context.stream()>>>(
-        args, query_blocks);
+    const fused_attention::Packing packing =  // <= kQueryBlockBytes (46,080) a block
+        fused_attention::query_packing(shape.query_len, shape.key_len, shape.batch * shape.heads);
+    fused_attention::with_key_steps(fused_attention::key_steps_of(shape.key_len), [&](auto ks) {
+      fused_attention_forward_kernel<decltype(ks)::value>
+          <<<packing.blocks(), fused_attention::kThreads, packing.bytes(), context.stream()>>>(
+              args, packing);
+    });
     THPC_CUDA_CHECK_LAUNCH("fused_attention_forward_kernel");
     ++fused_attention_launch_count;
     return true;
@@ -687,11 +691,14 @@ bool fused_attention_backward(Context& context, T* dq, T* dk, T* dv, const T* d_
                                   {dq, dk, dv, d_out, saved, q, k, v})) {
       return false;
     }
-    const int key_bytes = fused_attention::key_block_bytes(shape.query_len);
+    const int pairs = shape.batch * shape.heads;
+    const fused_attention::Packing query_blocks =
+        fused_attention::query_packing(shape.query_len, shape.key_len, pairs);
+    const fused_attention::Packing key_blocks =
+        fused_attention::key_packing(shape.query_len, shape.key_len, pairs);
     const void* key_kernel = reinterpret_cast<const void*>(&fused_attention_key_kernel);
-    if (!kernel_shared_memory(key_kernel, context.device(),
-                              fused_attention::key_block_bytes(fused_attention::kMaxLength),
-                              key_bytes)) {
+    if (!kernel_shared_memory(key_kernel, context.device(), fused_attention::kKeyBlockBytes,
+                              key_blocks.bytes())) {
       return false;
     }
     if (dq == nullptr && dk == nullptr && dv == nullptr) return true;
@@ -699,22 +706,21 @@ bool fused_attention_backward(Context& context, T* dq, T* dk, T* dv, const T* d_
     static_cast<short_attention::Args<T>&>(args) =
         short_attention::args_of(q, ldq, k, ldk, v, ldv, shape);
     set_backward_args(args, dq, dk, dv, d_out, saved, store);
-    const int pairs = shape.batch * shape.heads;
     if (dk != nullptr) {  // dS of every (pair, query, key), from the query blocks to the key blocks
       args.d_scores = static_cast<T*>(context.scratch(static_cast<size_t>(pairs) * shape.query_len *
                                                       shape.key_len * sizeof(T)));
     }
     if (dq != nullptr || dk != nullptr) {
-      const int query_blocks = fused_attention::blocks_of(shape.query_len);
-      fused_attention_query_kernel<<<pairs * query_blocks, fused_attention::kThreads,
-                                     fused_attention::query_block_bytes(shape.key_len),
-                                     context.stream()>>>(args, query_blocks);
+      fused_attention::with_key_steps(fused_attention::key_steps_of(shape.key_len), [&](auto ks) {
+        fused_attention_query_kernel<decltype(ks)::value>
+            <<<query_blocks.blocks(), fused_attention::kThreads, query_blocks.bytes(),
+               context.stream()>>>(args, query_blocks);
+      });
       THPC_CUDA_CHECK_LAUNCH("fused_attention_query_kernel");
     }
     if (dk != nullptr || dv != nullptr) {
-      const int key_blocks = fused_attention::blocks_of(shape.key_len);
-      fused_attention_key_kernel<<<pairs * key_blocks, fused_attention::kThreads, key_bytes,
-                                   context.stream()>>>(args, key_blocks);
+      fused_attention_key_kernel<<<key_blocks.blocks(), fused_attention::kThreads,
+                                   key_blocks.bytes(), context.stream()>>>(args, key_blocks);
       THPC_CUDA_CHECK_LAUNCH("fused_attention_key_kernel");
     }
     ++fused_attention_launch_count;

@@ -1216,7 +1216,7 @@ TEST(CudaAttention, ShortKernelsOnlyUpToTheConfiguredLength) {
 // Shapes for the fused kernels besides the short kernels' (d_k = d_v = 64, lengths <= 128):
 // two query blocks and two key blocks with a partial last one (100 x 77), causal at the
 // longest length, one query with an empty sentence, causal cross-attention without key
-// lengths, dropout. One or two heads, to keep the host run short.
+// lengths, dropout, blocks of several pairs. One or two heads, to keep the host run short.
 std::vector<AttentionCase> fused_attention_cases() {
   return {
       {"fused_self_padded", 2, 1, 40, 40, 64, 64, false, 0.0f, {40, 17}, true},
@@ -1225,6 +1225,16 @@ std::vector<AttentionCase> fused_attention_cases() {
       {"fused_causal_128", 1, 1, 128, 128, 64, 64, true, 0.0f, {128}, true},
       {"fused_one_query_empty_sentence", 3, 1, 1, 19, 64, 64, false, 0.0f, {19, 0, 7}, false, 8},
       {"fused_cross_causal_no_lengths", 1, 2, 50, 12, 64, 64, true, 0.1f, {}, false, 8},
+      // Packed blocks (fused_attention::Packing): ten pairs of 12 queries, four a block
+      // (the last block two); three pairs of 20 queries and 33 keys, two a block (query
+      // blocks), the key step count 3; 12 queries of 128 keys, one pair a block for its
+      // shared memory, and its key blocks of 16 queries, two a pair; 128 queries of 12 keys
+      // (key blocks: one a pair for their shared memory).
+      {"fused_packed_12_causal_dropout", 5, 2, 12, 12, 64, 64, true, 0.1f, {12, 7, 12, 3, 12},
+       true},
+      {"fused_packed_20x33", 3, 1, 20, 33, 64, 64, false, 0.0f, {33, 20, 1}, false, 8},
+      {"fused_cross_12x128_dropout", 2, 1, 12, 128, 64, 64, false, 0.1f, {128, 61}, false, 8},
+      {"fused_cross_128x12", 1, 1, 128, 12, 64, 64, false, 0.0f, {12}, false, 8},
   };
 }
 
@@ -1352,11 +1362,18 @@ AttentionResult run_fused_attention_on_host(const AttentionData& data, const Att
   fa::Args<HostBf16> args;
   buffers.set_forward(args);
   const int pairs = c.batch * c.heads;
-  const int query_blocks = fa::blocks_of(c.query_len), key_blocks = fa::blocks_of(c.key_len);
-  run_fused_launch(pairs * query_blocks, fa::query_block_bytes(c.key_len),
-                   [&](FusedLane& x, int block, char* shared) {
-                     fa::forward_block(x, args, block / query_blocks, block % query_blocks, shared);
-                   });
+  // The launcher's packing and instantiation (attention.cu): a block of up to four pairs
+  // for short sentences, the bodies for the call's key steps.
+  const fa::Packing query_blocks = fa::query_packing(c.query_len, c.key_len, pairs);
+  const fa::Packing key_blocks = fa::key_packing(c.query_len, c.key_len, pairs);
+  EXPECT_LE(query_blocks.bytes(), fa::kQueryBlockBytes);
+  EXPECT_LE(key_blocks.bytes(), fa::kKeyBlockBytes);
+  fa::with_key_steps(fa::key_steps_of(c.key_len), [&](auto ks) {
+    run_fused_launch(query_blocks.blocks(), query_blocks.bytes(),
+                     [&](FusedLane& x, int block, char* shared) {
+                       fa::forward_block<decltype(ks)::value>(x, args, query_blocks, block, shared);
+                     });
+  });
   AttentionResult result;
   buffers.read_forward(result);
   if (!run.backward) return result;
@@ -1364,17 +1381,18 @@ AttentionResult run_fused_attention_on_host(const AttentionData& data, const Att
   std::vector<HostBf16> d_scores(buffers.saved.size(), HostBf16{0xffff});  // NaN until written
   args.d_scores = run.want_dk ? d_scores.data() : nullptr;
   if (args.dq != nullptr || args.dk != nullptr) {
-    run_fused_launch(pairs * query_blocks, fa::query_block_bytes(c.key_len),
-                     [&](FusedLane& x, int block, char* shared) {
-                       fa::query_block_backward(x, args, block / query_blocks,
-                                                block % query_blocks, shared);
-                     });
+    fa::with_key_steps(fa::key_steps_of(c.key_len), [&](auto ks) {
+      run_fused_launch(query_blocks.blocks(), query_blocks.bytes(),
+                       [&](FusedLane& x, int block, char* shared) {
+                         fa::query_block_backward<decltype(ks)::value>(x, args, query_blocks,
+                                                                       block, shared);
+                       });
+    });
   }
   if (args.dk != nullptr || args.dv != nullptr) {
-    run_fused_launch(pairs * key_blocks, fa::key_block_bytes(c.query_len),
+    run_fused_launch(key_blocks.blocks(), key_blocks.bytes(),
                      [&](FusedLane& x, int block, char* shared) {
-                       fa::key_block_backward(x, args, block / key_blocks, block % key_blocks,
-                                              shared);
+                       fa::key_block_backward(x, args, key_blocks, block, shared);
                      });
   }
   buffers.read_backward(result);
