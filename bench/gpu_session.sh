@@ -17,10 +17,12 @@
 # at its end by the budget, and its lines are printed as each run ends):
 #   1: run(command="STEP_SECONDS=1 SHORT_ATTENTION_LENGTHS= timeout 350 bash
 #          bench/gpu_session.sh step", timeout_s=365, carry=["gpu-bundle", "shared-for-gpu"])
-#      (~320 s: the twins, fuller_column_sums' and worker_graphs' first among them, the
-#      captured decoding's as changed twins, the whole model, beside them the peer's
-#      compilation, which the profiles wait for until 260 s, in the wait the memcheck of
-#      fuller_column_sums' twins (what its promotion needs), then the profiles)
+#      (~320 s: the twins, fuller_column_sums', worker_graphs' and the fused attention's
+#      second design's first among them, the captured decoding's as changed twins, the
+#      whole model, beside them the peer's compilation, which the profiles wait for until
+#      260 s, in the wait the memcheck of fuller_column_sums' twins (what its promotion
+#      needs), then the fused attention's memcheck and racecheck, then the profiles: each
+#      step candidate alone, fused_attention's by-op and by-length lines against verified)
 #   2: run(command="timeout 285 env CURVE_SECONDS=270 CURVE_ROWS= CURVE_COMPILED='base 3125
 #          compile-graphs' OURS_VARIANTS='verified=train.cuda_kernels=verified
 #          graphs=train.cuda_kernels=step_graphs
@@ -246,7 +248,7 @@ readonly PLAN=(
   "1|candidate twins (CudaCandidate*: fused_attention, step_graphs, relu_masks, weight_grads_beside, fuller_column_sums, worker_graphs) and the whole model with them|5|35"
   "1|the verified twins of the changed files (OTHER_TWINS=all: every one)|10|40"
   "1|whole model: fp32 3 steps vs the CPU (fused off, on); bf16 short vs batched; decoding|3|25"
-  "1|the timings wait for the CUDA-graph peer's compilation, begun beside the twins (WARM_PEER; until 260 s of the call); meanwhile memcheck of WAIT_MEMCHECK's candidate twins|0|150"
+  "1|the timings wait for the CUDA-graph peer's compilation, begun beside the twins (WARM_PEER; until 260 s of the call); meanwhile memcheck of WAIT_MEMCHECK's candidate twins, then racecheck of the fused attention's (WAIT_RACECHECK)|0|150"
   "1|bf16 GEMM ceiling (8192^3)|10|15"
   "1|profile base verified (27 steps), candidate (36: two warm-up rounds with graphs), candidate without step_graphs; each step-kernel candidate alone; short_attention_max_len 0, 64 (27 each)|50|120"
   "1|program vs benchmark: base, 3,125 tokens, 40 steps each (bench/program_vs_bench.sh)|10|30"
@@ -752,20 +754,32 @@ finish_peer_warmup() {
 }
 
 # While the peer still compiles, nothing is timed: the wait goes to compute-sanitizer's
-# memcheck of the candidates' twins not yet memchecked on a GPU (WAIT_MEMCHECK, a regular
-# expression of CudaCandidate* suites, default CudaCandidateFullerColumnSums; "" : none),
-# what a candidate's promotion needs besides its twins, so that one window can promote it.
+# memcheck of the candidates' twins not yet memchecked on a GPU (WAIT_MEMCHECK, regular
+# expressions of CudaCandidate* suites separated by spaces, each in the time the ones
+# before it left; default CudaCandidateFullerColumnSums, then CudaCandidateFusedAttention,
+# whose second design has not run; "" : none), and then racecheck of the fused attention
+# (WAIT_RACECHECK=fused, the default; "" : none): what a candidate's promotion needs
+# besides its twins, so that one window can promote it.
 memcheck_while_the_peer_compiles() {
-  local suites=${WAIT_MEMCHECK-CudaCandidateFullerColumnSums}
-  local left=$((${WARM_PEER_SECONDS:-260} - SECONDS - 10))
-  [ -n "$suites" ] && [ -n "${WARM_PEER_PID:-}" ] || return 0
-  kill -0 "$WARM_PEER_PID" 2> /dev/null && [ "$left" -ge 30 ] || return 0
+  local all=${WAIT_MEMCHECK-CudaCandidateFullerColumnSums CudaCandidateFusedAttention}
+  local suites left
+  [ -n "${WARM_PEER_PID:-}" ] || return 0
   if ! command -v compute-sanitizer > /dev/null; then
     echo "memcheck while the peer compiles: no compute-sanitizer on PATH"
     return 0
   fi
-  echo "memcheck while the peer compiles: $suites, within ${left} s"
-  MEMCHECK_SUITES=$suites MEMCHECK_SECONDS=$left MEMCHECK_SUITE_SECONDS=$left memcheck_candidates
+  for suites in $all; do
+    left=$((${WARM_PEER_SECONDS:-260} - SECONDS - 10))
+    kill -0 "$WARM_PEER_PID" 2> /dev/null && [ "$left" -ge 30 ] || return 0
+    echo "memcheck while the peer compiles: $suites, within ${left} s"
+    MEMCHECK_SUITES=$suites MEMCHECK_SECONDS=$left MEMCHECK_SUITE_SECONDS=$left memcheck_candidates
+  done
+  left=$((${WARM_PEER_SECONDS:-260} - SECONDS - 10))
+  if [ -n "${WAIT_RACECHECK-fused}" ] && kill -0 "$WARM_PEER_PID" 2> /dev/null &&
+     [ "$left" -ge 30 ]; then
+    echo "racecheck while the peer compiles: ${WAIT_RACECHECK-fused} attention, within ${left} s"
+    RACECHECK_SECONDS=$left racecheck_attention "${WAIT_RACECHECK-fused}"
+  fi
 }
 
 step_stage() {
@@ -932,6 +946,9 @@ profile_each_step_candidate() {
     # The ops it replaces, a call's microseconds against the verified profile's.
     grep -E "^by op: (attention_|relu_bias_backward|add_dropout_layernorm_backward|linear_)" \
       "$LOGS/profile_base_only_$candidate.txt"
+    # The attention's by length (the fused attention's second design packs the short ones).
+    [ "$candidate" != fused_attention ] ||
+      grep -E "^by bucket length" "$LOGS/profile_base_only_$candidate.txt"
   done
 }
 
@@ -1029,7 +1046,7 @@ racecheck_attention() {
     [ -z "$only" ] || [ "${which%%:*}" = "$only" ] || continue
     test=${which#*:}
     log="$LOGS/racecheck_${which%%:*}_attention.log"
-    timeout 60 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    timeout "${RACECHECK_SECONDS:-60}" compute-sanitizer --tool racecheck --error-exitcode 9 \
       "$BUILD_DIR/tests/test_kernel_attention" --gtest_filter="$test" > "$log" 2>&1
     echo "racecheck ${which%%:*} attention: exit $? (races reported: $(grep -c "Race reported" "$log")," \
       "$(grep -m1 "RACECHECK SUMMARY" "$log" || echo "no summary: cut off"))"
