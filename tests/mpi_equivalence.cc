@@ -209,9 +209,14 @@ TEST(DataParallelFourRanks, EveryLossOf25StepsEqualsOneRankAccumulatingFour) {
 
 // dist.reduce_dtype = bf16: the buckets travel as bf16, half the bytes. The gradient then
 // carries bf16's rounding (a relative 2^-9), so the run is not fp32's: its step losses
-// stay within 5% of fp32's over 60 steps of the synthetic task (3% seen), the mean of the
-// last ten within 1%, and the parameters differ (the bf16 path did run).
-// bench/RESULTS.md has the longer comparison on Multi30k.
+// stay within 5% of fp32's over 60 steps of the synthetic task, the mean of the last ten
+// within 2.5%, and the parameters differ (the bf16 path did run). How far the bf16 run
+// drifts depends on the trajectory, which moves with the CPU's GEMM kernels (oneDNN picks
+// them by instruction set): on one AMD EPYC, 0.62% (largest step 3.8%) with its AVX2
+// kernels (DNNL_MAX_CPU_ISA=AVX2) and 1.27% (2.1%) with its AVX-512 ones, where the two
+// fp32 runs differ by 0.13%; a 1% bound failed the second. A sum that drops the other
+// rank's gradient (sum_bf16 keeping one operand) drifts 4.5% (largest step 8.4%) with
+// either: the bounds sit between. bench/RESULTS.md has the longer comparison on Multi30k.
 void expect_bf16_sums_to_track_fp32(const Communicator& comm,
                                     std::vector<std::string> settings) {
   settings.push_back("train.tokens_per_step=400");
@@ -231,7 +236,7 @@ void expect_bf16_sums_to_track_fp32(const Communicator& comm,
   std::printf("60 steps: mean loss of the last ten fp32 %.4f, bf16 %.4f; largest relative "
               "difference of a step %.2g\n",
               last_ten_a, last_ten_b, largest);
-  EXPECT_NEAR(last_ten_b, last_ten_a, 0.01 * last_ten_a);
+  EXPECT_NEAR(last_ten_b, last_ten_a, 0.025 * last_ten_a);
   EXPECT_NE(fp32.model().params().sha256_hex(), bf16.model().params().sha256_hex());
   // Every rank of the bf16 run holds the same parameters: every rank rounds alike.
   const std::vector<std::string> digests = comm.all_gather(bf16.model().params().sha256_hex());
@@ -245,7 +250,7 @@ TEST(DataParallel, Bf16ReductionTracksTheFp32Reduction) {
   // rounding alone. This short run at the tiny task's full learning rate is chaotic: any
   // change in the order of the additions moves its last ten steps' mean, per_use's two
   // sums of the embedding in fp32 by 0.1-0.4% (seeds 1-3), and bf16 with per_use by
-  // 0.1-1.3%, past the 1% bound at seed 1.
+  // 0.1-1.3%; and it moves with the GEMM kernels the CPU runs (above).
   expect_bf16_sums_to_track_fp32(comm, {"dist.embedding_sum=at_end"});
 }
 
