@@ -27,7 +27,8 @@
 #          compile-graphs' OURS_VARIANTS='verified=train.cuda_kernels=verified
 #          graphs=train.cuda_kernels=step_graphs
 #          fuller=train.cuda_kernels=step_graphs,fuller_column_sums
-#          short128=train.cuda_kernels=step_graphs,fuller_column_sums,train.short_attention_max_len=128'
+#          short128=train.cuda_kernels=step_graphs,fuller_column_sums,train.short_attention_max_len=128
+#          fusedattn=train.cuda_kernels=step_graphs,fuller_column_sums,fused_attention'
 #          bash bench/gpu_session.sh curve", timeout_s=300, same carry)
 #      (issue 51's compile_ratio at 3,125 tokens in one call, each of ours with its warm-up
 #      rounds: the second round with graphs is every shape's capture, what step_graphs
@@ -35,7 +36,9 @@
 #      short128: the short kernels at every length; their bound of 48 was measured at
 #      25,000 tokens, where the batched GEMMs win from 64, but one rank's 32 sentences of
 #      96 give the batched path (some eight launches an attention, forward and backward)
-#      1.7 ms a step, 4.4 TFLOP/s: the by-bucket lines say which wins at 64 and 96)
+#      1.7 ms a step, 4.4 TFLOP/s: the by-bucket lines say which wins at 64 and 96;
+#      fusedattn: the fused attention's second design, only if call 1 passed its twins,
+#      else leave it out: one rank's attention was 1.11 of its 7.10 ms profiled)
 #   3: run(command="timeout 240 env TRAIN_MINUTES=0.5 CHECKPOINT_MINUTES=0.09
 #          GPU_WORKERS=2 DECODE_CANDIDATE=worker_graphs TRANSLATE_SECONDS=230 bash
 #          bench/gpu_session.sh translate", timeout_s=250, carry=[".whl", "shared-for-gpu"])
