@@ -473,7 +473,8 @@ THPC_SHORT_ATTENTION_BODY void forward_block(X& x, const Args<T>& a, const Packi
     THPC_UNROLL
     for (int e = 0; e < 4; ++e) {
       s[n][e] *= 0.125f;
-      if (n * 8 + 2 * c + (e & 1) < visible[e >> 1]) row_max[e >> 1] = fmaxf(row_max[e >> 1], s[n][e]);
+      const int h = e >> 1;
+      if (n * 8 + 2 * c + (e & 1) < visible[h]) row_max[h] = fmaxf(row_max[h], s[n][e]);
     }
   }
   // exp(S - max) in place over the visible keys (0 past them), and the row sums.
@@ -675,7 +676,8 @@ THPC_SHORT_ATTENTION_BODY void key_block_backward(X& x, const Args<T>& a, const 
   const int query_rows = short_attention::round_up(Lq, 16);
   const bool want_dk = a.dk != nullptr;
   // A group's arrays, each [query_rows, kLdHead]: dO, Q, and its keys' columns of P', dS.
-  auto group_array = [&](int group, int which) {
+  enum GroupArray { kDOut, kQ, kPColumns, kDsColumns };
+  auto group_array = [&](int group, GroupArray which) {
     return reinterpret_cast<T*>(shared + group * p.group_bytes) + which * query_rows * kLdHead;
   };
   for (int group = 0; group < p.pairs_per_block && first_pair + group < p.pairs; ++group) {
@@ -683,17 +685,17 @@ THPC_SHORT_ATTENTION_BODY void key_block_backward(X& x, const Args<T>& a, const 
     const int64_t column = static_cast<int64_t>(pair % a.heads) * kHeadWidth;
     const int64_t first_row = static_cast<int64_t>(pair) * Lq;
     if (a.dv != nullptr) {
-      short_attention::load_rows(x, group_array(group, 0),
+      short_attention::load_rows(x, group_array(group, kDOut),
                                  a.d_out + static_cast<int64_t>(b) * Lq * ld_out + column,
                                  ld_out, Lq, query_rows);
-      load_key_columns(x, group_array(group, 2), a, static_cast<const T*>(a.saved), first_row,
-                       first_key, group_rows, query_rows, a.dropout != 0.0f);
+      load_key_columns(x, group_array(group, kPColumns), a, static_cast<const T*>(a.saved),
+                       first_row, first_key, group_rows, query_rows, a.dropout != 0.0f);
     }
     if (want_dk) {
-      short_attention::load_rows(x, group_array(group, 1),
+      short_attention::load_rows(x, group_array(group, kQ),
                                  a.q + static_cast<int64_t>(b) * Lq * a.ldq + column, a.ldq,
                                  Lq, query_rows);
-      load_key_columns(x, group_array(group, 3), a, static_cast<const T*>(a.d_scores),
+      load_key_columns(x, group_array(group, kDsColumns), a, static_cast<const T*>(a.d_scores),
                        first_row, first_key, group_rows, query_rows, false);
     }
   }
@@ -711,15 +713,15 @@ THPC_SHORT_ATTENTION_BODY void key_block_backward(X& x, const Args<T>& a, const 
   float acc[kHeadTiles][4];
   if (a.dv != nullptr) {
     zero_accumulators(acc);
-    columns_times_heads(x, acc, group_array(group, 2), warp_column, group_array(group, 0),
-                        first_step, steps);
+    columns_times_heads(x, acc, group_array(group, kPColumns), warp_column,
+                        group_array(group, kDOut), first_step, steps);
     store_rows(x, acc, a.dv + static_cast<int64_t>(b) * Lk * a.ldv + column, a.ldv, first, Lk,
                1.0f, a.write_dv);
   }
   if (want_dk) {
     zero_accumulators(acc);
-    columns_times_heads(x, acc, group_array(group, 3), warp_column, group_array(group, 1),
-                        first_step, steps);
+    columns_times_heads(x, acc, group_array(group, kDsColumns), warp_column,
+                        group_array(group, kQ), first_step, steps);
     store_rows(x, acc, a.dk + static_cast<int64_t>(b) * Lk * a.ldk + column, a.ldk, first, Lk,
                0.125f, a.write_dk);
   }
