@@ -216,12 +216,16 @@ THPC_FUSED_ATTENTION_COLD unsigned kept_pair(uint64_t seed, uint32_t site, uint3
   step = cuda::step_as_it_runs(step, inputs);
   stream = cuda::stream_as_it_runs(stream, inputs);
   const Philox4x32 block = philox_block(seed, site, step, stream, static_cast<uint64_t>(element));
+  // The words by selects, not block.v[lane] (a dynamic index puts the block in local memory).
   const int lane = static_cast<int>(element & 3);
+  const uint32_t first = lane == 0 ? block.v[0] : lane == 1 ? block.v[1] : lane == 2 ? block.v[2]
+                                                                                     : block.v[3];
   const uint32_t second =
-      lane < 3 ? block.v[lane + 1]
-               : philox_bits(seed, site, step, stream, static_cast<uint64_t>(element) + 1);
-  return (uniform_from_bits(block.v[lane]) >= p ? 1u : 0u) |
-         (uniform_from_bits(second) >= p ? 2u : 0u);
+      lane == 0   ? block.v[1]
+      : lane == 1 ? block.v[2]
+      : lane == 2 ? block.v[3]
+                  : philox_block(seed, site, step, stream, static_cast<uint64_t>(element) + 1).v[0];
+  return (uniform_from_bits(first) >= p ? 1u : 0u) | (uniform_from_bits(second) >= p ? 2u : 0u);
 }
 
 // The dropout factors (keep_scale or 0) of elements `element` and `element + 1`.
