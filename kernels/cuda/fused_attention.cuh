@@ -200,11 +200,11 @@ THPC_SHORT_ATTENTION_HD Packing key_packing(int query_len, int key_len, int pair
 // ---- dropout's draws, out of line ----
 
 // Bit e set: element `element + e` (e = 0, 1) of the call's P is kept, the draws of
-// short_attention::dropout_factor; one Philox block for both unless `element` is the last
-// of its four (the fused bodies ask for pairs whose first element is even when Lk is).
-// Out of line on the GPU: a draw inlined at each of a warp's 64 pairs was most of the
-// first design's ~15,000 instructions a kernel, jumped over where there is no dropout
-// (the base model has none, attention_dropout = 0), and its instruction cache's load.
+// short_attention::dropout_factor, from dropout_mask.cuh's keep_bits: one Philox block for
+// both unless `element` is the last of its four (the fused bodies ask for pairs whose
+// first element is even when Lk is). Out of line on the GPU: a draw inlined at each of a
+// warp's 64 pairs was most of the first design's ~15,000 instructions a kernel, jumped
+// over where there is no dropout (the base model has none, attention_dropout = 0).
 #if defined(__CUDACC__)
 #define THPC_FUSED_ATTENTION_COLD static __device__ __noinline__
 #else
@@ -213,19 +213,10 @@ THPC_SHORT_ATTENTION_HD Packing key_packing(int query_len, int key_len, int pair
 THPC_FUSED_ATTENTION_COLD unsigned kept_pair(uint64_t seed, uint32_t site, uint32_t step,
                                              uint32_t stream, const StepInputs* inputs,
                                              float p, int64_t element) {
-  step = cuda::step_as_it_runs(step, inputs);
-  stream = cuda::stream_as_it_runs(stream, inputs);
-  const Philox4x32 block = philox_block(seed, site, step, stream, static_cast<uint64_t>(element));
-  // The words by selects, not block.v[lane] (a dynamic index puts the block in local memory).
+  const cuda::DropMask mask{seed, site, step, stream, p, true, inputs};
   const int lane = static_cast<int>(element & 3);
-  const uint32_t first = lane == 0 ? block.v[0] : lane == 1 ? block.v[1] : lane == 2 ? block.v[2]
-                                                                                     : block.v[3];
-  const uint32_t second =
-      lane == 0   ? block.v[1]
-      : lane == 1 ? block.v[2]
-      : lane == 2 ? block.v[3]
-                  : philox_block(seed, site, step, stream, static_cast<uint64_t>(element) + 1).v[0];
-  return (uniform_from_bits(first) >= p ? 1u : 0u) | (uniform_from_bits(second) >= p ? 2u : 0u);
+  if (lane < 3) return (cuda::keep_bits(mask, element >> 2) >> lane) & 3u;
+  return cuda::keep_bits_at(mask, element, 2);
 }
 
 // The dropout factors (keep_scale or 0) of elements `element` and `element + 1`.
