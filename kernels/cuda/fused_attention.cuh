@@ -387,6 +387,24 @@ struct QueryWarp {
   const T* vs;
 };
 
+// A query block's group `group`: its rows of Q or dO, then K and V of up to `key_capacity`
+// keys, each [rows, kLdHead].
+template <typename T>
+struct QueryGroup {
+  T* rows;
+  T* ks;
+  T* vs;
+};
+template <typename T>
+THPC_SHORT_ATTENTION_BODY QueryGroup<T> query_group(char* shared, const Packing& p, int group,
+                                                    int key_capacity) {
+  QueryGroup<T> arrays;
+  arrays.rows = reinterpret_cast<T*>(shared + group * p.group_bytes);
+  arrays.ks = arrays.rows + p.group_rows() * kLdHead;
+  arrays.vs = arrays.ks + key_capacity * kLdHead;
+  return arrays;
+}
+
 // Loads a query block's shared arrays (each group's rows of `from`, row stride ld, zeros
 // past Lq; K and V of the keys some query of the group sees, zeros past them, so that a
 // pad row's content cannot reach a result as 0 x NaN), passes the block's last barrier,
@@ -407,16 +425,16 @@ THPC_SHORT_ATTENTION_BODY QueryWarp<T> query_warp(X& x, const Args<T>& a, const 
     const int group_keys =
         a.causal && first_query + queries < valid ? first_query + queries : valid;
     const int key_rows = short_attention::round_up(group_keys, 16);
-    T* rows = reinterpret_cast<T*>(shared + group * p.group_bytes);
-    T* ks = rows + group_rows * kLdHead;
-    T* vs = ks + key_capacity * kLdHead;
+    const QueryGroup<T> arrays = query_group<T>(shared, p, group, key_capacity);
     short_attention::load_rows(
-        x, rows, from + (static_cast<int64_t>(b) * Lq + first_query) * ld + column, ld,
+        x, arrays.rows, from + (static_cast<int64_t>(b) * Lq + first_query) * ld + column, ld,
         queries, group_rows);
-    short_attention::load_rows(x, ks, a.k + static_cast<int64_t>(b) * Lk * a.ldk + column,
-                               a.ldk, group_keys, key_rows);
-    short_attention::load_rows(x, vs, a.v + static_cast<int64_t>(b) * Lk * a.ldv + column,
-                               a.ldv, group_keys, key_rows);
+    short_attention::load_rows(x, arrays.ks,
+                               a.k + static_cast<int64_t>(b) * Lk * a.ldk + column, a.ldk,
+                               group_keys, key_rows);
+    short_attention::load_rows(x, arrays.vs,
+                               a.v + static_cast<int64_t>(b) * Lk * a.ldv + column, a.ldv,
+                               group_keys, key_rows);
   }
   x.sync();  // the last block barrier: a warp without work may leave after it
 
@@ -429,9 +447,10 @@ THPC_SHORT_ATTENTION_BODY QueryWarp<T> query_warp(X& x, const Args<T>& a, const 
   if (w.none) return w;
   w.b = w.pair / a.heads;
   w.column = static_cast<int64_t>(w.pair % a.heads) * kHeadWidth;
-  w.rows = reinterpret_cast<const T*>(shared + group * p.group_bytes);
-  w.ks = w.rows + group_rows * kLdHead;
-  w.vs = w.ks + key_capacity * kLdHead;
+  const QueryGroup<T> arrays = query_group<T>(shared, p, group, key_capacity);
+  w.rows = arrays.rows;
+  w.ks = arrays.ks;
+  w.vs = arrays.vs;
   const int valid = short_attention::valid_keys(a, w.b);
   w.warp_keys = a.causal && w.first + kWarpRows < valid ? w.first + kWarpRows : valid;
   const int g = x.lane() >> 2;
