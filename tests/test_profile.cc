@@ -219,8 +219,9 @@ TEST(Profile, ATrainingStepUploadsItsBatchOnce) {
 
 // transformer_bench_step --profile also breaks the steps down by bucket length (a kernel
 // that pays at one length and not at another shows there): one line per length of its
-// nine, each step's total at least its attention and GEMMs, and the lengths' totals
-// averaging to the table's per-step total (each length has the same number of steps).
+// nine, each step's total at least its attention and GEMMs, the attention its forward and
+// backward (each called), and the lengths' totals averaging to the table's per-step total
+// (each length has the same number of steps).
 TEST(Profile, BenchStepBreaksTheStepsDownByBucketLength) {
   const ProcessResult run = run_process(
       thpc::binary_dir() + "/transformer_bench_step --config " + THPC_SOURCE_DIR +
@@ -233,13 +234,17 @@ TEST(Profile, BenchStepBreaksTheStepsDownByBucketLength) {
   double sum_of_steps = 0.0, table_step = -1.0;
   while (std::getline(lines, line)) {
     int length = 0;
-    double step = 0, attention = 0, gemms = 0;
-    if (std::sscanf(line.c_str(), "by bucket length: %d %lf %lf %lf", &length, &step,
-                    &attention, &gemms) == 4) {
+    double step = 0, attention = 0, gemms = 0, forward = 0, backward = 0;
+    if (std::sscanf(line.c_str(), "by bucket length: %d %lf %lf %lf %lf %lf", &length, &step,
+                    &attention, &gemms, &forward, &backward) == 6) {
       lengths.push_back(length);
       sum_of_steps += step;
       EXPECT_GT(attention, 0.0) << line;
       EXPECT_GE(step, attention + gemms) << line;
+      EXPECT_GT(forward, 0.0) << line;
+      EXPECT_GT(backward, 0.0) << line;
+      // Each printed to 0.001 ms: the three roundings apart at most.
+      EXPECT_NEAR(forward + backward, attention, 0.0015) << line;
     }
     double total = 0;
     if (std::sscanf(line.c_str(), "total (the step) %lf", &total) == 1) table_step = total;

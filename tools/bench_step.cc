@@ -32,8 +32,9 @@
 // residual + dropout + layer norm, bias + ReLU, loss, embedding, Adam, ... and the host
 // time between kernels) as a table whose rows add up to the step, and the GEMMs'
 // FLOP-weighted rate against the ceiling (the measured one on the CPU, --peak-tflops on
-// the GPU), then one line per bucket length: its steps' time, attention and GEMMs (a
-// kernel that pays at one length and not at another shows there). Timing each op costs
+// the GPU), then one line per bucket length: its steps' time, attention and GEMMs, and
+// attention's forward and backward (a kernel that pays at one length and not at another
+// shows there). Timing each op costs
 // two clock marks (two events on the GPU), so the JSON line of a profiled run is not the
 // benchmark's number.
 #include <boost/program_options.hpp>
@@ -284,15 +285,23 @@ int run(const Arguments& args) {
   if (profiler) {
     std::printf("%s", thpc::format_profile(profile, backend->name(), peak_tflops).c_str());
     std::printf("(host clock: %.3f ms per step, profiling included)\n", 1e3 * total / args.steps);
-    std::printf("by bucket length (ms per step):     L   step  attention   GEMMs\n");
+    // Attention also as its forward and backward (the two ops of its class): which of a
+    // candidate's kernels gains or loses at which length.
+    std::printf("by bucket length (ms per step):     L   step  attention   GEMMs  "
+                "attention fwd  bwd\n");
     for (const auto& [length, part] : profile_by_length) {
       const double steps = part.steps > 0 ? part.steps : 1;
       const auto ms = [&](thpc::OpClass c) {
         return 1e3 * part.rows[static_cast<int>(c)].seconds / steps;
       };
-      std::printf("by bucket length:                 %3d %7.3f %9.3f %9.3f\n", length,
-                  1e3 * part.span_seconds / steps, ms(thpc::OpClass::Attention),
-                  ms(thpc::OpClass::GemmForward) + ms(thpc::OpClass::GemmBackward));
+      const auto op_ms = [&](const char* name) {
+        const auto found = part.ops.find(name);
+        return found == part.ops.end() ? 0.0 : 1e3 * found->second.seconds / steps;
+      };
+      std::printf("by bucket length:                 %3d %7.3f %9.3f %9.3f %9.3f %8.3f\n",
+                  length, 1e3 * part.span_seconds / steps, ms(thpc::OpClass::Attention),
+                  ms(thpc::OpClass::GemmForward) + ms(thpc::OpClass::GemmBackward),
+                  op_ms("attention_forward"), op_ms("attention_backward"));
     }
   }
   // The datasheet's rate is a GPU's; on the CPU there is none to quote.
