@@ -154,7 +154,12 @@ enum class GradStore { kAdd, kWrite };
 // (not yet run on a GPU: transformer_decode's --gpu-workers N each capturing its decoding
 // steps, concurrent captures on one device in relaxed mode; issue 53's host gaps, 8.3% of
 // a batch with one captured worker on 2026-12-04: another worker's replays fill a
-// worker's round trip to the host).
+// worker's round trip to the host); and fused_norm_grads (not yet run on a GPU: the add &
+// norm backward's register-held kernel sums the layer norm's dgamma and dbeta from the dy
+// and residual it has loaded, each warp over several rows into its shared-memory columns,
+// instead of a second kernel reading both again; kernels/cuda/vector_norm.cuh's
+// backward_rows_summing; issue 51: ~1.5 GB a base step at 25,000 tokens, and 30 launches
+// fewer at one rank's 3,125).
 // The former ones are the default since their GPU run: write_gradients, short_attention
 // (H100, 2026-11-26), gathered_attention (H100, 2026-11-27), async_upload, step_totals,
 // int8_products, fused_adam (H200, 2026-11-29), vector_norms (the fused add & norm with
@@ -174,8 +179,9 @@ enum CandidateKernels : unsigned {
   kWeightGradsBeside = 1u << 11,
   kFullerColumnSums = 1u << 12,
   kWorkerGraphs = 1u << 13,
+  kFusedNormGrads = 1u << 14,
   kAllCandidates = kFusedAttention | kStepGraphs | kReluMasks | kWeightGradsBeside |
-                   kFullerColumnSums | kWorkerGraphs,
+                   kFullerColumnSums | kWorkerGraphs | kFusedNormGrads,
 };
 
 // The candidate set a train.cuda_kernels value names: "verified" (none), "candidate"

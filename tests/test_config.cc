@@ -424,8 +424,9 @@ TEST(Config, CudaKernelsNameASetOfCandidates) {
       {"fuller_column_sums,vector_norms", kFullerColumnSums},
       {"worker_graphs", kWorkerGraphs},
       {"step_graphs,worker_graphs", kStepGraphs | kWorkerGraphs},
+      {"fused_norm_grads,vector_norms", kFusedNormGrads},
       {"fused_attention,step_graphs,relu_masks,weight_grads_beside,fuller_column_sums,"
-       "worker_graphs",
+       "worker_graphs,fused_norm_grads",
        kAllCandidates}};
   for (const auto& [setting, bits] : settings) {
     const Config config = load_config(kTinyIni, {"train.cuda_kernels=" + setting});
@@ -437,7 +438,7 @@ TEST(Config, CudaKernelsNameASetOfCandidates) {
     expect_error([&] { load_config(kTinyIni, {"train.cuda_kernels=" + bad}); },
                  {"tiny.ini", "train.cuda_kernels", "verified, candidate",
                   "or some of fused_attention,step_graphs,relu_masks,weight_grads_beside,"
-                  "fuller_column_sums,worker_graphs"});
+                  "fuller_column_sums,worker_graphs,fused_norm_grads"});
   }
 }
 

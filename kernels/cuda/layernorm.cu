@@ -48,6 +48,7 @@
 #include <atomic>
 #include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 
 #include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/cuda_backend.h"
@@ -260,6 +261,11 @@ struct WarpLanes {
   __device__ float round(float value) const {
     return to_float(from_float<E>(value));
   }
+  // The block's warps, for backward_rows_summing.
+  __device__ int warp() const { return static_cast<int>(threadIdx.x) / kWarp; }
+  __device__ int warps() const { return static_cast<int>(blockDim.x) / kWarp; }
+  __device__ int block_thread() const { return static_cast<int>(threadIdx.x); }
+  __device__ void block_sync() const { __syncthreads(); }
 };
 
 // One warp a row, as the verified kernels (kRowsPerBlock rows a block).
@@ -283,6 +289,22 @@ __global__ void __launch_bounds__(kRowThreads)
   if (row >= rows) return;
   vector_norm::backward_row<T, kVectors>(WarpLanes{}, dx, d_sub, dy, residual, mean, rstd,
                                          gamma, row, d, mask, scale, write);
+}
+
+// The candidate fused_norm_grads (vector_norm::backward_rows_summing): the backward of
+// add & norm that sums dgamma's and dbeta's partials of its block too.
+template <typename T, int kVectors>
+__global__ void __launch_bounds__(kRowThreads)
+    vector_add_norm_backward_summing_kernel(T* dx, T* d_sub, float* partial_gamma,
+                                            float* partial_beta, const T* dy,
+                                            const T* residual, const float* mean,
+                                            const float* rstd, const T* gamma, int rows, int d,
+                                            DropMask mask, float scale, bool write) {
+  extern __shared__ float warp_sums[];  // kRowsPerBlock x 2 x d
+  vector_norm::backward_rows_summing<T, kVectors>(
+      WarpLanes{}, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), warp_sums,
+      partial_gamma, partial_beta, dx, d_sub, dy, residual, mean, rstd, gamma, rows, d, mask,
+      scale, write);
 }
 
 // The vectors a lane holds for these rows, when every tensor the kernels move 16 bytes at
@@ -317,6 +339,47 @@ template <typename T, int kVectors>
 struct VectorBackward {
   static constexpr auto kernel = vector_add_norm_backward_kernel<T, kVectors>;
 };
+
+// dx, d_sub, dgamma and dbeta in one pass over dy and the residual (fused_norm_grads):
+// the summing kernel for `vectors` vectors a lane, its partials in Context scratch, then
+// column_sums.cuh's finish with eight lanes a column (its partial rows are a block each,
+// up to a wave of them).
+template <typename T, int kVectors>
+void launch_summing_backward(Context& context, T* dx, T* d_sub, float* dgamma, float* dbeta,
+                             const T* dy, const T* residual, const float* mean,
+                             const float* rstd, const T* gamma, int rows, int d, DropMask mask,
+                             float scale, bool write) {
+  const auto kernel = vector_add_norm_backward_summing_kernel<T, kVectors>;
+  // Rows of d = kVectors x 32 lanes x kVector<T> (vector_norm::vectors_for): 8 to 64 KB
+  // of warp sums a block; past 48 KB a kernel must ask for it.
+  constexpr int kSharedBytes =
+      vector_norm::summing_shared_bytes(kRowsPerBlock, kVectors * kWarp * kVector<T>);
+  THPC_CHECK(d == kVectors * kWarp * kVector<T>, "summing kernel for rows of " << d);
+  if (kSharedBytes > 48 * 1024) {  // per device, so at each call (a host call, no launch)
+    THPC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         kSharedBytes));
+  }
+  static const int resident_an_sm = [&] {
+    int blocks = 0;
+    THPC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kRowThreads,
+                                                                  kSharedBytes));
+    return blocks;
+  }();
+  const int blocks = vector_norm::summing_blocks(rows, resident_an_sm * context.multiprocessors(),
+                                                kRowsPerBlock);
+  const size_t partial_count = static_cast<size_t>(blocks) * d;
+  float* partials = static_cast<float*>(context.scratch(2 * partial_count * sizeof(float)));
+  float* partial_gamma = partials;
+  float* partial_beta = partials + partial_count;
+  kernel<<<blocks, kRowThreads, kSharedBytes, context.stream()>>>(
+      dx, d_sub, partial_gamma, partial_beta, dy, residual, mean, rstd, gamma, rows, d, mask,
+      scale, write);
+  THPC_CUDA_CHECK_LAUNCH("vector_add_norm_backward_summing_kernel");
+  ++vector_norm_launch_count;
+  finish_column_sums(dgamma, dbeta, partial_gamma, partial_beta, blocks, d, true,
+                     context.stream());
+  THPC_CUDA_CHECK_LAUNCH("finish_column_sums");
+}
 
 // dgamma, dbeta += the column sums of dy * xhat and dy, in a fixed order.
 template <typename T>
@@ -400,6 +463,24 @@ void add_dropout_layernorm_backward(Context& context, T* dx, T* d_sub, float* dg
     // One flag for both outputs: the kernel writes (or adds into) each one it is given.
     const bool write = writes_gradient(store, dx) || writes_gradient(store, d_sub);
     const int vectors = vector_norm_vectors<T>(d, {dx, d_sub, dy, residual, gamma});
+    if (vectors > 0 && dgamma != nullptr && dbeta != nullptr &&
+        context.candidate_kernel(kFusedNormGrads)) {
+      const DropMask mask = make_mask(key, p, d_sub != nullptr);
+      const auto launch = [&](auto vectors_a_lane) {
+        launch_summing_backward<T, decltype(vectors_a_lane)::value>(
+            context, dx, d_sub, dgamma, dbeta, dy, residual, mean, rstd, gamma, rows, d, mask,
+            keep_scale(p), write);
+      };
+      switch (vectors) {
+        case 1: launch(std::integral_constant<int, 1>{}); break;
+        case 2: launch(std::integral_constant<int, 2>{}); break;
+        case 3: launch(std::integral_constant<int, 3>{}); break;
+        case 4: launch(std::integral_constant<int, 4>{}); break;
+        default: THPC_FAIL("vector_add_norm_backward_summing_kernel for " << vectors
+                                                                          << " vectors a lane");
+      }
+      return;
+    }
     if (vectors > 0) {
       launch_vector_norm<T, VectorBackward>(vectors, rows, context.stream(),
                                             "vector_add_norm_backward_kernel", dx, d_sub, dy,

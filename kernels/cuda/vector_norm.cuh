@@ -138,14 +138,33 @@ THPC_VECTOR_NORM_BODY void forward_row(const X& x, T* y, T* residual, float* mea
   }
 }
 
+// Where a lane's sum of column first_column(v) + k lives among a warp's d sums: lane-minor,
+// so that the warp's 32 lanes adding their k-th column of vector v touch 32 consecutive
+// floats, one shared-memory bank each (by column they would be kWidth floats apart: bf16's
+// 8 floats, an 8-way bank conflict at each of a row's 4 d / 32 accesses a lane).
+template <typename T>
+THPC_HOST_DEVICE constexpr int sum_slot(int v, int k, int lane) {
+  return (v * kWidth<T> + k) * kLanes + lane;
+}
+
+// sum_slot of column `col` (col = (v * kLanes + lane) * kWidth + k).
+template <typename T>
+THPC_HOST_DEVICE constexpr int sum_slot_of_column(int col) {
+  return sum_slot<T>(col / (kLanes * kWidth<T>), col % kWidth<T>, col / kWidth<T> % kLanes);
+}
+
 // One row of the backward: g = the norm's input gradient, rounded to T, then dx += g and
 // d_sub += g * scale where kept (write: = instead of +=, a dropped d_sub element 0; not
-// writing, a dropped element keeps its value). dx or d_sub may be null.
+// writing, a dropped element keeps its value). dx or d_sub may be null. With `sums` (a
+// warp's [2, d] floats, each lane's own columns at their sum_slot), the row's dy * xhat
+// and dy are added to the lane's sums of dgamma (sums[slot]) and dbeta (sums[d + slot])
+// too, from the bytes this row has loaded.
 template <typename T, int kVectors, class X>
 THPC_VECTOR_NORM_BODY void backward_row(const X& x, T* dx, T* d_sub, const T* dy,
                                         const T* residual, const float* mean,
                                         const float* rstd, const T* gamma, int row, int d,
-                                        const cuda::DropMask& mask, float scale, bool write) {
+                                        const cuda::DropMask& mask, float scale, bool write,
+                                        float* sums = nullptr) {
   constexpr int W = kWidth<T>;
   const int64_t base = static_cast<int64_t>(row) * d;
   const float row_mean = mean[row], row_rstd = rstd[row];
@@ -164,6 +183,11 @@ THPC_VECTOR_NORM_BODY void backward_row(const X& x, T* dx, T* d_sub, const T* dy
       g[v][k] = gradient[k] * weight[k];
       sum_g += g[v][k];
       sum_g_xhat += g[v][k] * xhat[v][k];
+      if (sums != nullptr) {
+        const int slot = sum_slot<T>(v, k, x.lane());
+        sums[slot] += gradient[k] * xhat[v][k];
+        sums[d + slot] += gradient[k];
+      }
     }
   }
   const float mean_g = x.warp_sum(sum_g) / d, mean_g_xhat = x.warp_sum(sum_g_xhat) / d;
@@ -200,6 +224,84 @@ THPC_VECTOR_NORM_BODY void backward_row(const X& x, T* dx, T* d_sub, const T* dy
       x.store(d_sub + base + col, out);
     }
   }
+}
+
+// `mask` with its seed hidden from the compiler: in a loop over rows it otherwise keeps
+// the Philox rounds' key words, derived from the seed, in 18 registers across the rows
+// (cuobjdump's SASS of backward_rows_summing: 100 registers a thread with them, 80
+// without, for bf16 rows of 512; the one-row kernel derives them as it draws). Costs a
+// few integer adds a row; the draws are the same.
+THPC_VECTOR_NORM_BODY cuda::DropMask mask_drawn_afresh(cuda::DropMask mask) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("" : "+l"(mask.seed));
+#endif
+  return mask;
+}
+
+// The candidate fused_norm_grads: the backward of add & norm with the layer norm's
+// dgamma and dbeta summed where dy and the residual are already loaded, instead of
+// layernorm.cu's partial-sum kernel reading both again ([rows, d] twice: ~51 MB an add &
+// norm of the base step at 25,000 tokens, 1.5 GB over its 30; at one rank's 3,125 tokens,
+// 30 launches fewer). Block `block` of `blocks`, its warps x.warps(): warp w takes rows
+// block * warps + w, then every blocks * warps rows on, summing its lanes' columns in that
+// order into its own [2, d] of `shared` (warps x 2 x d floats, at sum_slot; shared memory,
+// not registers, where the sums took the kernel to 128 on sm_90); then, past the block's one
+// barrier, thread t adds the warps' sums of columns t, t + threads, ... in warp order into
+// row `block` of partial_gamma and partial_beta ([blocks, d]), which column_sums.cuh's
+// finish adds in block order. The order of every sum is fixed by (rows, blocks): the same
+// bits run after run, not those of the verified path (whose chunks sum 64 rows a column).
+template <typename T, int kVectors, class X>
+THPC_VECTOR_NORM_BODY void backward_rows_summing(
+    const X& x, int block, int blocks, float* shared, float* partial_gamma,
+    float* partial_beta, T* dx, T* d_sub, const T* dy, const T* residual, const float* mean,
+    const float* rstd, const T* gamma, int rows, int d, const cuda::DropMask& mask,
+    float scale, bool write) {
+  const int warps = x.warps();
+  float* sums = shared + static_cast<int64_t>(x.warp()) * 2 * d;
+  THPC_VECTOR_NORM_UNROLL
+  for (int v = 0; v < kVectors; ++v) {
+    THPC_VECTOR_NORM_UNROLL
+    for (int k = 0; k < kWidth<T>; ++k) {
+      const int slot = sum_slot<T>(v, k, x.lane());
+      sums[slot] = sums[d + slot] = 0.0f;
+    }
+  }
+  const int64_t stride = static_cast<int64_t>(blocks) * warps;
+  for (int64_t row = static_cast<int64_t>(block) * warps + x.warp(); row < rows; row += stride) {
+    backward_row<T, kVectors>(x, dx, d_sub, dy, residual, mean, rstd, gamma,
+                              static_cast<int>(row), d, mask_drawn_afresh(mask), scale, write,
+                              sums);
+  }
+  x.block_sync();
+  const int64_t out = static_cast<int64_t>(block) * d;
+  for (int col = x.block_thread(); col < d; col += warps * kLanes) {
+    const int slot = sum_slot_of_column<T>(col);
+    float sum_gamma = 0.0f, sum_beta = 0.0f;
+    for (int w = 0; w < warps; ++w) {
+      sum_gamma += shared[static_cast<int64_t>(w) * 2 * d + slot];
+      sum_beta += shared[static_cast<int64_t>(w) * 2 * d + d + slot];
+    }
+    partial_gamma[out + col] = sum_gamma;
+    partial_beta[out + col] = sum_beta;
+  }
+}
+
+// The shared memory backward_rows_summing takes: `warps` x 2 x d floats.
+constexpr int summing_shared_bytes(int warps, int d) {
+  return warps * 2 * d * static_cast<int>(sizeof(float));
+}
+
+// backward_rows_summing's blocks of `warps` warps for `rows` rows, with `resident` such
+// blocks on the device at once: the fewest rows a warp that one wave allows (at least one),
+// then only the blocks those rows need, so that every warp takes as many rows as the
+// busiest one and no more partial rows are written than blocks are at work (25,000 rows
+// on 396 resident blocks of 8 warps: 391 blocks, 8 rows a warp; 3,125 rows: 391, 1).
+inline int summing_blocks(int rows, int resident, int warps) {
+  const int64_t warps_at_once = static_cast<int64_t>(resident > 1 ? resident : 1) * warps;
+  const int64_t wave_rows = (rows + warps_at_once - 1) / warps_at_once;
+  const int64_t rows_a_warp = wave_rows > 1 ? wave_rows : 1;
+  const int64_t warps_needed = (rows + rows_a_warp - 1) / rows_a_warp;
+  return static_cast<int>((warps_needed + warps - 1) / warps);
 }
 
 }  // namespace thpc::vector_norm

@@ -823,6 +823,45 @@ struct VectorLane {
   }
 };
 
+// A block of 8 such warps (backward_rows_summing): each warp's own barrier and sums, and
+// the block's barrier of 256 host threads.
+constexpr int kSummingWarps = 8;
+struct VectorBlockTeam {
+  VectorTeam warps[kSummingWarps];
+  ThreadBarrier block{kSummingWarps * vector_norm::kLanes};
+};
+
+// vector_norm.cuh's policy for a thread of such a block: VectorLane's within its warp.
+struct VectorBlockLane {
+  int thread = 0;  // in the block
+  VectorBlockTeam* team = nullptr;
+  VectorLane in_warp() const {
+    VectorLane lane;
+    lane.thread = thread % vector_norm::kLanes;
+    lane.team = &team->warps[thread / vector_norm::kLanes];
+    return lane;
+  }
+  int lane() const { return thread % vector_norm::kLanes; }
+  int warp() const { return thread / vector_norm::kLanes; }
+  int warps() const { return kSummingWarps; }
+  int block_thread() const { return thread; }
+  void sync() const { team->block.wait(); }
+  void block_sync() const { team->block.wait(); }
+  float warp_sum(float value) const { return in_warp().warp_sum(value); }
+  template <typename E>
+  void load(float (&out)[vector_norm::kWidth<E>], const E* p) const {
+    in_warp().load(out, p);
+  }
+  template <typename E>
+  void store(E* p, const float (&in)[vector_norm::kWidth<E>]) const {
+    in_warp().store(p, in);
+  }
+  template <typename E>
+  float round(float value) const {
+    return in_warp().template round<E>(value);
+  }
+};
+
 // Host vectors of T aligned to 16 bytes, as the GPU's allocations are.
 template <typename T>
 struct AlignedValues {
@@ -945,6 +984,121 @@ TEST(VectorNormOnTheHost, ForwardAndBackwardMatchCpu) {
   }
 }
 
+// The candidate fused_norm_grads' body (vector_norm::backward_rows_summing) on the host:
+// `blocks` blocks of 8 warps of host threads over `rows` rows, then each column's partials
+// added in block order (as column_sums.cuh's finish does). Against the one-row body
+// (backward_row, each row a warp, the default's): dx and d_sub the same bits (the sums
+// change no input gradient, and every row is taken once); against the CPU's add & norm
+// backward: dgamma and dbeta within the column sums' order-free bound.
+template <typename T, int kVectors>
+void expect_summing_rows_match_cpu(int rows, int blocks, float p, bool write, uint32_t seed) {
+  const DType dtype = std::is_same_v<T, float> ? DType::F32 : DType::BF16;
+  const int d = kVectors * vector_norm::kLanes * vector_norm::kWidth<T>;
+  SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " d=" << d << " rows=" << rows
+                                    << " blocks=" << blocks << " p=" << p
+                                    << (write ? " write" : " add"));
+  std::mt19937 rng(seed);
+  const size_t n = static_cast<size_t>(rows) * d;
+  const DropoutKey key{0x5eed00ull + seed, 11u, 3u, 0x40021u};
+  const auto put = [&](size_t count) {
+    return representable(random_values(count, rng), dtype);
+  };
+  const std::vector<float> residual = put(n), gamma = put(d), beta = put(d), dy = put(n);
+  const std::vector<float> dx0 = put(n), d_sub0 = put(n);
+  const std::vector<float> dgamma0 = random_values(d, rng), dbeta0 = random_values(d, rng);
+  std::vector<float> y(n), mean(rows), rstd(rows);
+  cpu::layernorm_forward<float>(y.data(), mean.data(), rstd.data(), residual.data(),
+                                gamma.data(), beta.data(), rows, d, 1e-6f);
+  StoreMode mode;
+  mode.store = write ? GradStore::kWrite : GradStore::kAdd;
+  AlignedValues<T> residual_t(residual), gamma_t(gamma), dy_t(dy);
+  const cuda::DropMask mask = cuda::make_mask(key, p, true);
+  const float scale = cuda::keep_scale(p);
+
+  AlignedValues<T> dx_t(mode.start(dx0)), d_sub_t(mode.start(d_sub0));
+  std::vector<float> partials(2 * static_cast<size_t>(blocks) * d, NAN);
+  float* partial_gamma = partials.data();
+  float* partial_beta = partials.data() + static_cast<size_t>(blocks) * d;
+  run_threaded_blocks<VectorBlockLane, VectorBlockTeam>(
+      kSummingWarps * vector_norm::kLanes, blocks,
+      vector_norm::summing_shared_bytes(kSummingWarps, d),
+      [&](VectorBlockLane& lane, int block, char* shared) {
+        vector_norm::backward_rows_summing<T, kVectors>(
+            lane, block, blocks, reinterpret_cast<float*>(shared), partial_gamma, partial_beta,
+            dx_t.data(), d_sub_t.data(), dy_t.data(), residual_t.data(), mean.data(),
+            rstd.data(), gamma_t.data(), rows, d, mask, scale, write);
+      });
+  std::vector<float> dgamma = dgamma0, dbeta = dbeta0;
+  for (int col = 0; col < d; ++col) {
+    float sum_gamma = 0.0f, sum_beta = 0.0f;
+    for (int block = 0; block < blocks; ++block) {
+      sum_gamma += partial_gamma[static_cast<size_t>(block) * d + col];
+      sum_beta += partial_beta[static_cast<size_t>(block) * d + col];
+    }
+    dgamma[col] += sum_gamma;
+    dbeta[col] += sum_beta;
+  }
+
+  AlignedValues<T> row_dx_t(mode.start(dx0)), row_d_sub_t(mode.start(d_sub0));
+  run_threaded_blocks<VectorLane, VectorTeam>(32, rows, 0, [&](VectorLane& lane, int row, char*) {
+    vector_norm::backward_row<T, kVectors>(lane, row_dx_t.data(), row_d_sub_t.data(),
+                                           dy_t.data(), residual_t.data(), mean.data(),
+                                           rstd.data(), gamma_t.data(), row, d, mask, scale,
+                                           write);
+  });
+  const std::vector<float> dx = dx_t.widened(), d_sub = d_sub_t.widened();
+  const std::vector<float> row_dx = row_dx_t.widened(), row_d_sub = row_d_sub_t.widened();
+  EXPECT_TRUE(same_bits(dx, row_dx)) << "dx";
+  EXPECT_TRUE(same_bits(d_sub, row_d_sub)) << "d_sub";
+
+  std::vector<float> cpu_dx = mode.start(dx0), cpu_d_sub = mode.start(d_sub0);
+  std::vector<float> cpu_dgamma = dgamma0, cpu_dbeta = dbeta0;
+  cpu::add_dropout_layernorm_backward<float>(cpu_dx.data(), cpu_d_sub.data(), cpu_dgamma.data(),
+                                             cpu_dbeta.data(), dy.data(), residual.data(),
+                                             mean.data(), rstd.data(), gamma.data(), rows, d, p,
+                                             key, mode.store);
+  EXPECT_TRUE(within_scaled(dx, cpu_dx,
+                            add_norm_gradient_bound(dtype, cpu_dx, mode.onto(dx0),
+                                                    64 * sum_factor(d)),
+                            1.0))
+      << "dx";
+  const NormShape shape{rows, d};
+  expect_column_sums(dgamma, cpu_dgamma, dgamma0, shape, residual, dy, mean, rstd, true);
+  expect_column_sums(dbeta, cpu_dbeta, dbeta0, shape, residual, dy, mean, rstd, false);
+}
+
+// Blocks whose warps take several rows, one, or none (5 rows on 8 warps; 20 rows on 3
+// blocks: 4 warps idle), with and without dropout, adding and writing; base's d = 512 as
+// 2 bf16 vectors a lane and 4 fp32 ones, big's 1,024 as 4 bf16.
+TEST(VectorNormOnTheHost, SummingBackwardIsTheRowBodysWithTheCpusParameterGradients) {
+  uint32_t seed = 2700;
+  for (float p : kAddNormDropouts) {
+    for (bool write : {false, true}) {
+      expect_summing_rows_match_cpu<HostBf16Element, 2>(37, 2, p, write, seed++);
+      expect_summing_rows_match_cpu<HostBf16Element, 2>(5, 1, p, write, seed++);
+      expect_summing_rows_match_cpu<float, 4>(20, 3, p, write, seed++);
+      expect_summing_rows_match_cpu<HostBf16Element, 4>(9, 1, p, write, seed++);
+      expect_summing_rows_match_cpu<float, 1>(40, 1, p, write, seed++);
+    }
+  }
+}
+
+// As many blocks as the rows need at the rows a warp one wave of resident blocks allows.
+TEST(VectorNormOnTheHost, SummingBlocksGiveEveryWarpTheBusiestWarpsRows) {
+  EXPECT_EQ(vector_norm::summing_blocks(25000, 396, 8), 391);  // 8 rows a warp
+  EXPECT_EQ(vector_norm::summing_blocks(3125, 396, 8), 391);   // 1 row a warp
+  EXPECT_EQ(vector_norm::summing_blocks(100, 396, 8), 13);
+  EXPECT_EQ(vector_norm::summing_blocks(3169, 396, 8), 199);   // 2 rows a warp
+  EXPECT_EQ(vector_norm::summing_blocks(1, 0, 8), 1);
+  for (int rows : {1, 7, 3125, 3169, 25000, 100000}) {
+    for (int resident : {1, 132, 396}) {
+      const int blocks = vector_norm::summing_blocks(rows, resident, 8);
+      EXPECT_LE(blocks, resident) << rows << " rows";
+      EXPECT_LT((blocks - 1) * 8, rows) << "a block without rows";  // warp w's first row: w
+    }
+  }
+}
+
 // Where the rows do not fit, vectors_for says so and the launcher takes the verified
 // kernels: widths that are not a multiple of 32 lanes x a vector, or above 4 a lane.
 // The register-held kernels (kernels/cuda/vector_norm.cuh; the former candidate
@@ -982,24 +1136,35 @@ TEST(CudaVectorNorms, ForwardMatchesCpu) {
   }
 }
 
-TEST(CudaVectorNorms, BackwardMatchesCpu) {
-  THPC_REQUIRE_GPU();
-  uint32_t seed = 2400;
+// The register-held add & norm backward against the CPU over `shapes`, with `kernels`:
+// every output together (with and without dropout), each input gradient alone and with
+// dgamma and dbeta, adding and writing; where rows fit, one launch of those kernels a call.
+void expect_register_held_backward_matches_cpu(const std::vector<NormShape>& shapes,
+                                               uint32_t seed, const CudaKernelChoice& kernels) {
   for (DType dtype : gpu_compute_dtypes()) {
-    for (const NormShape& s : kVectorNormShapes) {
+    for (const NormShape& s : shapes) {
       for (GradStore store : {GradStore::kAdd, GradStore::kWrite}) {
         StoreMode mode;
         mode.store = store;
-        for (float p : kAddNormDropouts) {
+        const auto check = [&](float p, bool want_dx, bool want_d_sub, bool want_params) {
           expect_vector_launch_where_rows_fit(dtype, s.d, [&] {
-            check_add_norm_backward(dtype, s, p, true, true, true, seed++, mode);
+            check_add_norm_backward(dtype, s, p, want_dx, want_d_sub, want_params, seed++, mode,
+                                    kernels);
           });
+        };
+        for (float p : kAddNormDropouts) check(p, true, true, true);
+        for (bool want_params : {false, true}) {
+          check(0.1f, true, false, want_params);
+          check(0.1f, false, true, want_params);
         }
-        check_add_norm_backward(dtype, s, 0.1f, true, false, false, seed++, mode);
-        check_add_norm_backward(dtype, s, 0.1f, false, true, false, seed++, mode);
       }
     }
   }
+}
+
+TEST(CudaVectorNorms, BackwardMatchesCpu) {
+  THPC_REQUIRE_GPU();
+  expect_register_held_backward_matches_cpu(kVectorNormShapes, 2400, {});
 }
 
 // ---- the candidate fuller_column_sums: dgamma and dbeta in chunks that fill the device --
@@ -1030,6 +1195,76 @@ TEST(CudaCandidateFullerColumnSums, LayerNormGradientsAreDeterministic) {
   THPC_REQUIRE_GPU();
   const CudaKernelChoice fuller = kernels_with(kFullerColumnSums);
   expect_layernorm_backward_deterministic(fuller, 3125, 512, 2600);
+}
+
+// ---- the candidate fused_norm_grads: dgamma and dbeta summed by the add & norm backward --
+// (vector_norm::backward_rows_summing.) Where rows fit the register-held kernels, one
+// launch of the summing kernel gives dx, d_sub, dgamma and dbeta (launches counted: a
+// fitting shape that the verified kernels took would prove nothing), against the CPU
+// with the verified path's bounds (the sums' order is other, the bound is order-free),
+// adding and writing, with and without dropout, each input gradient alone; where they
+// do not fit (d = 61, 129), the verified kernels. Base's rows at one rank's batch (a row
+// a warp on 132 SMs) and at the whole one (8 rows a warp), and twice the same bits.
+// (The small shapes in a test of their own: racecheck's, bench/gpu_session.sh.)
+const std::vector<NormShape> kFusedNormGradShapes = {
+    {37, 256}, {129, 512}, {5, 768}, {200, 1024}, {64, 128}, {130, 61}, {1000, 129}};
+
+TEST(CudaCandidateFusedNormGrads, AddNormGradientsMatchCpu) {
+  THPC_REQUIRE_GPU();
+  expect_register_held_backward_matches_cpu(kFusedNormGradShapes, 2800,
+                                            kernels_with(kFusedNormGrads));
+}
+
+TEST(CudaCandidateFusedNormGrads, AddNormGradientsMatchCpuAtOneRanksAndTheWholeBatch) {
+  THPC_REQUIRE_GPU();
+  const CudaKernelChoice fused = kernels_with(kFusedNormGrads);
+  uint32_t seed = 2850;
+  for (DType dtype : gpu_compute_dtypes()) {
+    for (const NormShape& s : {NormShape{3125, 512}, NormShape{25000, 512}}) {
+      expect_vector_launch_where_rows_fit(dtype, s.d, [&] {
+        check_add_norm_backward(dtype, s, 0.1f, true, true, true, seed++, {}, fused);
+      });
+    }
+  }
+}
+
+TEST(CudaCandidateFusedNormGrads, AddNormGradientsAreDeterministic) {
+  THPC_REQUIRE_GPU();
+  const CudaKernelChoice fused = kernels_with(kFusedNormGrads);
+  for (const NormShape& s : {NormShape{3125, 512}, NormShape{25000, 512}}) {
+    for (DType dtype : gpu_compute_dtypes()) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " rows=" << s.rows);
+      const size_t n = static_cast<size_t>(s.rows) * s.d;
+      std::mt19937 rng(2900 + s.rows);
+      const auto residual = random_values(n, rng), dy = random_values(n, rng);
+      const auto dx0 = random_values(n, rng), d_sub0 = random_values(n, rng);
+      const auto gamma = random_values(s.d, rng), beta = random_values(s.d, rng);
+      const auto dgamma0 = random_values(s.d, rng), dbeta0 = random_values(s.d, rng);
+      const DropoutKey key{0x1234567ull, 7u, 5u, 0x10001u};
+      Twins twins(dtype, fused);
+      Scope gpu(*twins.gpu);
+      const Tensor residual_t = gpu.put(dtype, residual), dy_t = gpu.put(dtype, dy),
+                   gamma_t = gpu.put(dtype, gamma);
+      Tensor y = gpu.alloc(dtype, static_cast<int64_t>(n));
+      Tensor mean = gpu.alloc(DType::F32, s.rows), rstd = gpu.alloc(DType::F32, s.rows);
+      twins.gpu->layernorm_forward(y, mean, rstd, residual_t, gamma_t, gpu.put(dtype, beta),
+                                   s.rows, s.d, 1e-6f);
+      std::vector<float> first[4];
+      for (int run = 0; run < 2; ++run) {
+        Tensor dx = gpu.put(dtype, dx0), d_sub = gpu.put(dtype, d_sub0);
+        Tensor dgamma = gpu.put(DType::F32, dgamma0), dbeta = gpu.put(DType::F32, dbeta0);
+        twins.gpu->add_dropout_layernorm_backward(dx, d_sub, dgamma, dbeta, dy_t, residual_t,
+                                                  mean, rstd, gamma_t, s.rows, s.d, 0.1f, key,
+                                                  GradStore::kAdd);
+        const std::vector<float> got[4] = {gpu.get(dx), gpu.get(d_sub), gpu.get(dgamma),
+                                           gpu.get(dbeta)};
+        for (int i = 0; i < 4; ++i) {
+          if (run == 0) first[i] = got[i];
+          else EXPECT_TRUE(same_bits(got[i], first[i])) << "output " << i << " differs";
+        }
+      }
+    }
+  }
 }
 
 TEST(VectorNormOnTheHost, OnlyRowsThatFitAreTaken) {
