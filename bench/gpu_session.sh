@@ -17,18 +17,20 @@
 # at its end by the budget, and its lines are printed as each run ends):
 #   1: run(command="STEP_SECONDS=1 SHORT_ATTENTION_LENGTHS= timeout 350 bash
 #          bench/gpu_session.sh step", timeout_s=365, carry=["gpu-bundle", "shared-for-gpu"])
-#      (~320 s: the twins, fuller_column_sums', worker_graphs' and the fused attention's
-#      second design's first among them, the captured decoding's as changed twins, the
-#      whole model, beside them the peer's compilation, which the profiles wait for until
-#      260 s, in the wait the memcheck of fuller_column_sums' twins (what its promotion
-#      needs), then the fused attention's memcheck and racecheck, then the profiles: each
-#      step candidate alone, fused_attention's by-op and by-length lines against verified)
+#      (~320 s: the twins, fuller_column_sums', worker_graphs', the fused attention's
+#      second design's and fused_norm_grads' first among them, the captured decoding's as
+#      changed twins, the whole model, beside them the peer's compilation, which the
+#      profiles wait for until 260 s, in the wait the memcheck of fuller_column_sums' twins
+#      (what its promotion needs), then the fused attention's and fused_norm_grads', then
+#      their racecheck, then the profiles: each step candidate alone, fused_attention's
+#      by-op and by-length lines against verified, fused_norm_grads' add & norm backward)
 #   2: run(command="timeout 285 env CURVE_SECONDS=270 CURVE_ROWS= CURVE_COMPILED='base 3125
 #          compile-graphs' OURS_VARIANTS='verified=train.cuda_kernels=verified
 #          graphs=train.cuda_kernels=step_graphs
 #          fuller=train.cuda_kernels=step_graphs,fuller_column_sums
 #          short128=train.cuda_kernels=step_graphs,fuller_column_sums,train.short_attention_max_len=128
-#          fusedattn=train.cuda_kernels=step_graphs,fuller_column_sums,fused_attention'
+#          fusedattn=train.cuda_kernels=step_graphs,fuller_column_sums,fused_attention
+#          normgrads=train.cuda_kernels=step_graphs,fuller_column_sums,fused_norm_grads'
 #          bash bench/gpu_session.sh curve", timeout_s=300, same carry)
 #      (issue 51's compile_ratio at 3,125 tokens in one call, each of ours with its warm-up
 #      rounds: the second round with graphs is every shape's capture, what step_graphs
@@ -38,7 +40,8 @@
 #      96 give the batched path (some eight launches an attention, forward and backward)
 #      1.7 ms a step, 4.4 TFLOP/s: the by-bucket lines say which wins at 64 and 96;
 #      fusedattn: the fused attention's second design, only if call 1 passed its twins,
-#      else leave it out: one rank's attention was 1.11 of its 7.10 ms profiled)
+#      else leave it out: one rank's attention was 1.11 of its 7.10 ms profiled;
+#      normgrads: 30 partial-sum launches fewer a step, likewise only if its twins passed)
 #   3: run(command="timeout 240 env TRAIN_MINUTES=0.5 CHECKPOINT_MINUTES=0.09
 #          GPU_WORKERS=2 DECODE_CANDIDATE=worker_graphs TRANSLATE_SECONDS=230 bash
 #          bench/gpu_session.sh translate", timeout_s=250, carry=[".whl", "shared-for-gpu"])
@@ -248,10 +251,10 @@ readonly PLAN=(
   "start|machine start (counted, not in a call)|60|120"
   "1|setup: gpu-bundle unpacked, nvidia-smi|10|20"
   "1|build: bench_step, transformer_hpc, kernel twin tests, test_cuda_training (16 cores)|20|110"
-  "1|candidate twins (CudaCandidate*: fused_attention, step_graphs, relu_masks, weight_grads_beside, fuller_column_sums, worker_graphs) and the whole model with them|5|35"
+  "1|candidate twins (CudaCandidate*: fused_attention, step_graphs, relu_masks, weight_grads_beside, fuller_column_sums, worker_graphs, fused_norm_grads) and the whole model with them|5|35"
   "1|the verified twins of the changed files (OTHER_TWINS=all: every one)|10|40"
   "1|whole model: fp32 3 steps vs the CPU (fused off, on); bf16 short vs batched; decoding|3|25"
-  "1|the timings wait for the CUDA-graph peer's compilation, begun beside the twins (WARM_PEER; until 260 s of the call); meanwhile memcheck of WAIT_MEMCHECK's candidate twins, then racecheck of the fused attention's (WAIT_RACECHECK)|0|150"
+  "1|the timings wait for the CUDA-graph peer's compilation, begun beside the twins (WARM_PEER; until 260 s of the call); meanwhile memcheck of WAIT_MEMCHECK's candidate twins, then racecheck of the fused attention's and fused_norm_grads' (WAIT_RACECHECK)|0|150"
   "1|bf16 GEMM ceiling (8192^3)|10|15"
   "1|profile base verified (27 steps), candidate (36: two warm-up rounds with graphs), candidate without step_graphs; each step-kernel candidate alone; short_attention_max_len 0, 64 (27 each)|50|120"
   "1|program vs benchmark: base, 3,125 tokens, 40 steps each (bench/program_vs_bench.sh)|10|30"
@@ -760,11 +763,13 @@ finish_peer_warmup() {
 # memcheck of the candidates' twins not yet memchecked on a GPU (WAIT_MEMCHECK, regular
 # expressions of CudaCandidate* suites separated by spaces, each in the time the ones
 # before it left; default CudaCandidateFullerColumnSums, then CudaCandidateFusedAttention,
-# whose second design has not run; "" : none), and then racecheck of the fused attention
-# (WAIT_RACECHECK=fused, the default; "" : none): what a candidate's promotion needs
-# besides its twins, so that one window can promote it.
+# whose second design has not run, then CudaCandidateFusedNormGrads; "" : none), and then
+# racecheck (WAIT_RACECHECK: racecheck_kernels' names separated by spaces, default "fused
+# norms": the fused attention's, then fused_norm_grads' warp sums; "" : none): what a
+# candidate's promotion needs besides its twins, so that one window can promote it.
 memcheck_while_the_peer_compiles() {
-  local all=${WAIT_MEMCHECK-CudaCandidateFullerColumnSums CudaCandidateFusedAttention}
+  local all=${WAIT_MEMCHECK-CudaCandidateFullerColumnSums CudaCandidateFusedAttention
+CudaCandidateFusedNormGrads}
   local suites left
   [ -n "${WARM_PEER_PID:-}" ] || return 0
   if ! command -v compute-sanitizer > /dev/null; then
@@ -777,12 +782,13 @@ memcheck_while_the_peer_compiles() {
     echo "memcheck while the peer compiles: $suites, within ${left} s"
     MEMCHECK_SUITES=$suites MEMCHECK_SECONDS=$left MEMCHECK_SUITE_SECONDS=$left memcheck_candidates
   done
-  left=$((${WARM_PEER_SECONDS:-260} - SECONDS - 10))
-  if [ -n "${WAIT_RACECHECK-fused}" ] && kill -0 "$WARM_PEER_PID" 2> /dev/null &&
-     [ "$left" -ge 30 ]; then
-    echo "racecheck while the peer compiles: ${WAIT_RACECHECK-fused} attention, within ${left} s"
-    RACECHECK_SECONDS=$left racecheck_attention "${WAIT_RACECHECK-fused}"
-  fi
+  local kernels
+  for kernels in ${WAIT_RACECHECK-fused norms}; do
+    left=$((${WARM_PEER_SECONDS:-260} - SECONDS - 10))
+    kill -0 "$WARM_PEER_PID" 2> /dev/null && [ "$left" -ge 30 ] || return 0
+    echo "racecheck while the peer compiles: $kernels, within ${left} s"
+    RACECHECK_SECONDS=$left racecheck_kernels "$kernels"
+  done
 }
 
 step_stage() {
@@ -936,7 +942,8 @@ profile_candidates_without_graphs() {
 # on 2026-12-04 the candidates were profiled only together, and each one's share had to
 # be told from the op classes it touches (relu_masks' and weight_grads_beside's both in
 # the GEMM rows). The step's line, the rows those candidates change, and the host's.
-readonly STEP_KERNEL_CANDIDATES="fused_attention relu_masks weight_grads_beside fuller_column_sums"
+readonly STEP_KERNEL_CANDIDATES="fused_attention relu_masks weight_grads_beside \
+fuller_column_sums fused_norm_grads"
 profile_each_step_candidate() {
   local candidate
   for candidate in $(measured_candidates | tr ',' ' '); do
@@ -1038,20 +1045,28 @@ memcheck_candidates() {
 # FusedAttentionOnTheHost.*) check everything but races. Runs whether or not the twins
 # passed: a race would be the likeliest cause of a failure. Capped: a cut-off run still
 # prints the races it found.
-racecheck_attention() {
+# compute-sanitizer racecheck of the kernels that share memory between warps: the short
+# and the fused attention's, fused_norm_grads' warp sums. $1: "short", "fused", "norms"
+# or "" (short and fused, the followup's).
+racecheck_kernels() {
   if [ "$rehearsal" = 1 ]; then
     echo "racecheck: skipped in the rehearsal (compute-sanitizer needs the GPU)"
     return
   fi
-  # $1: "short", "fused" or both (the default).
-  local which test log only=${1:-}
-  for which in short:CudaAttention.ShortSentencesMatchCpu fused:CudaCandidateFusedAttention.MatchesCpu; do
-    [ -z "$only" ] || [ "${which%%:*}" = "$only" ] || continue
-    test=${which#*:}
-    log="$LOGS/racecheck_${which%%:*}_attention.log"
+  local entry name program test log only=${1:-}
+  for entry in short:attention:CudaAttention.ShortSentencesMatchCpu \
+               fused:attention:CudaCandidateFusedAttention.MatchesCpu \
+               norms:layernorm:CudaCandidateFusedNormGrads.AddNormGradientsMatchCpu; do
+    IFS=: read -r name program test <<< "$entry"
+    if [ -z "$only" ]; then
+      [ "$name" != norms ] || continue
+    elif [ "$name" != "$only" ]; then
+      continue
+    fi
+    log="$LOGS/racecheck_${name}_$program.log"
     timeout "${RACECHECK_SECONDS:-60}" compute-sanitizer --tool racecheck --error-exitcode 9 \
-      "$BUILD_DIR/tests/test_kernel_attention" --gtest_filter="$test" > "$log" 2>&1
-    echo "racecheck ${which%%:*} attention: exit $? (races reported: $(grep -c "Race reported" "$log")," \
+      "$BUILD_DIR/tests/test_kernel_$program" --gtest_filter="$test" > "$log" 2>&1
+    echo "racecheck $name $program: exit $? (races reported: $(grep -c "Race reported" "$log")," \
       "$(grep -m1 "RACECHECK SUMMARY" "$log" || echo "no summary: cut off"))"
   done
 }
@@ -1069,7 +1084,7 @@ followup_stage() {
   # 1. memcheck of the candidate kernels' twins, each run capped; racecheck of the
   # short-sentence attention.
   memcheck_candidates
-  racecheck_attention
+  racecheck_kernels
 
   # 2. big: profile and line.
   measure_ceiling
@@ -1163,7 +1178,7 @@ ranks_stage() {
     memcheck_candidates
     # And racecheck of the fused attention's twin (its warps share K and V in shared
     # memory; no window has run it yet; the short kernels' passed on 2026-11-26).
-    racecheck_attention fused
+    racecheck_kernels fused
   else
     echo "memcheck: skipped (no twin tests in $BUILD_DIR: a fresh machine)"
   fi
