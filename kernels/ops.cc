@@ -72,7 +72,8 @@ bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
       {"weight_grads_beside", kWeightGradsBeside},
       {"fuller_column_sums", kFullerColumnSums},
       {"worker_graphs", kWorkerGraphs},
-      {"fused_norm_grads", kFusedNormGrads}};
+      {"fused_norm_grads", kFusedNormGrads},
+      {"fast_loss_exp", kFastLossExp}};
   // Former candidates, the default since their GPU run: a configuration or checkpoint
   // that names them (one trained with them before that) still loads, naming nothing.
   static const std::vector<std::string> kRetired = {

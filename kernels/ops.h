@@ -159,7 +159,10 @@ enum class GradStore { kAdd, kWrite };
 // and residual it has loaded, each warp over several rows into its shared-memory columns,
 // instead of a second kernel reading both again; kernels/cuda/vector_norm.cuh's
 // backward_rows_summing; issue 51: ~1.5 GB a base step at 25,000 tokens, and 30 launches
-// fewer at one rank's 3,125).
+// fewer at one rank's 3,125); and fast_loss_exp (not yet run on a GPU: the loss's
+// vectorised rows take their exps as __expf, the hardware's exp2, instead of expf:
+// kernels/cuda/cross_entropy.cu's row_exp; issue 51's loss, 1.49 ms of the base step,
+// whose ~31 instructions a logit take as long to issue as its bytes take to move).
 // The former ones are the default since their GPU run: write_gradients, short_attention
 // (H100, 2026-11-26), gathered_attention (H100, 2026-11-27), async_upload, step_totals,
 // int8_products, fused_adam (H200, 2026-11-29), vector_norms (the fused add & norm with
@@ -180,8 +183,9 @@ enum CandidateKernels : unsigned {
   kFullerColumnSums = 1u << 12,
   kWorkerGraphs = 1u << 13,
   kFusedNormGrads = 1u << 14,
+  kFastLossExp = 1u << 15,
   kAllCandidates = kFusedAttention | kStepGraphs | kReluMasks | kWeightGradsBeside |
-                   kFullerColumnSums | kWorkerGraphs | kFusedNormGrads,
+                   kFullerColumnSums | kWorkerGraphs | kFusedNormGrads | kFastLossExp,
 };
 
 // The candidate set a train.cuda_kernels value names: "verified" (none), "candidate"

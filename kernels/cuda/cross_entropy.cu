@@ -111,10 +111,33 @@ __device__ Stats row_stats(const T* z, int vocab) {
   return block_stats<Threads>(s);
 }
 
+// exp(x) of the vectorised rows, x = z - max <= 0: expf (the verified kernels), or with
+// kFastExp (the candidate fast_loss_exp) the hardware's exp2 of x * log2(e)
+// (ex2.approx.ftz: a multiply and one MUFU.EX2, where expf's range reduction for full
+// accuracy and __expf's care for denormal results take four to seven more). Why: counted
+// in the SASS (sm_90, bf16), the vectorised rows took ~29 instructions a logit over both
+// passes (12 a logit in pass 1, 17 in pass 2), ~27 G a base step at 25,000 tokens, about
+// as long to issue on an H200 (~0.8 ms) as their bytes take to move (3.7 GB), and the loss
+// took 1.49 ms; with it ~21 (8.6 and 12). ex2.approx errs by at most ~2^-22 relative (PTX
+// ISA), the argument's rounding by |x log2 e| 2^-24: ~1e-6 where a row's logits span
+// e^20, which a bf16 gradient (2^-8) and the fp32 row statistics' sum of 37,000 terms
+// (~sqrt(V) 2^-24) do not see; results below 2^-126 flush to zero, where expf gives
+// denormals that no sum of a row can hold.
+template <bool kFastExp>
+__device__ __forceinline__ float row_exp(float x) {
+  if constexpr (kFastExp) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+    return y;
+  } else {
+    return expf(x);
+  }
+}
+
 // row_stats with 16-byte loads (vocab % kVector<T> == 0, z 16-byte aligned), two vectors
 // in flight per thread, and one rescale of the running sum per vector instead of one
 // exp per element that raises the maximum: pass 1 of cross_entropy_rows_from_l2.
-template <typename T, int Threads>
+template <typename T, int Threads, bool kFastExp = false>
 __device__ Stats row_stats_vectorized(const T* z, int vocab) {
   constexpr int W = kVector<T>;
   const int vectors = vocab / W;
@@ -127,9 +150,9 @@ __device__ Stats row_stats_vectorized(const T* z, int vocab) {
       vector_sum += x[k];
     }
     const float new_max = fmaxf(s.max, vector_max);
-    float sum_exp = s.max == -INFINITY ? 0.0f : s.sum_exp * expf(s.max - new_max);
+    float sum_exp = s.max == -INFINITY ? 0.0f : s.sum_exp * row_exp<kFastExp>(s.max - new_max);
 #pragma unroll
-    for (int k = 0; k < W; ++k) sum_exp += expf(x[k] - new_max);
+    for (int k = 0; k < W; ++k) sum_exp += row_exp<kFastExp>(x[k] - new_max);
     s = Stats{new_max, sum_exp, s.sum + vector_sum};
   };
   int i = threadIdx.x;
@@ -159,7 +182,7 @@ __device__ Stats row_stats_vectorized(const T* z, int vocab) {
 // 2.23 ms (2026-11-26, bench/RESULTS.md, where its twins and memcheck passed too).
 // The body of a block of `Threads` (cross_entropy_rows, scalar, and with kStreaming the
 // vectorised cross_entropy_rows_from_l2 below).
-template <typename T, bool kVectorized, int Threads, bool kStreaming>
+template <typename T, bool kVectorized, int Threads, bool kStreaming, bool kFastExp = false>
 __device__ __forceinline__ void cross_entropy_row(T* d_logits, const T* logits,
                                                   const int32_t* __restrict__ targets,
                                                   int vocab, float eps, int pad_id,
@@ -200,7 +223,7 @@ __device__ __forceinline__ void cross_entropy_row(T* d_logits, const T* logits,
   }
   const T* z = logits + r * vocab;
   const float target_logit = to_float(z[target]);  // read before the barrier in row_stats
-  const Stats s = kVectorized ? row_stats_vectorized<T, Threads>(z, vocab)
+  const Stats s = kVectorized ? row_stats_vectorized<T, Threads, kFastExp>(z, vocab)
                               : row_stats<T, Threads>(z, vocab);
   const float lse = s.max + logf(s.sum_exp);
   if (threadIdx.x == 0) {
@@ -219,7 +242,7 @@ __device__ __forceinline__ void cross_entropy_row(T* d_logits, const T* logits,
 #pragma unroll
       for (int k = 0; k < W; ++k) {
         const float q = uniform_mass + (i * W + k == target ? 1.0f - eps : 0.0f);
-        x[k] = grad_scale * (expf(x[k] - lse) - q);
+        x[k] = grad_scale * (row_exp<kFastExp>(x[k] - lse) - q);
       }
       store16<T, kStreaming>(dz + i * W, x);
     }
@@ -245,16 +268,17 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // The vectorised rows (kWideThreads above, the former loss_rows_from_l2): blocks of
-// 512 threads (at most four an SM by threads; two at its 56 registers), pass 2 streaming.
-template <typename T>
+// 512 threads (at most four an SM by threads; two at its 56 registers), pass 2 streaming;
+// kFastExp: the candidate fast_loss_exp (row_exp).
+template <typename T, bool kFastExp = false>
 __global__ void __launch_bounds__(kWideThreads, 2)
     cross_entropy_rows_from_l2(T* d_logits, const T* logits,
                                const int32_t* __restrict__ targets, int vocab, float eps,
                                int pad_id, float grad_scale, const StepInputs* scale_from,
                                double* row_loss, double* row_nll, int* row_status) {
-  cross_entropy_row<T, true, kWideThreads, true>(d_logits, logits, targets, vocab, eps, pad_id,
-                                                 grad_scale, scale_from, row_loss, row_nll,
-                                                 row_status);
+  cross_entropy_row<T, true, kWideThreads, true, kFastExp>(d_logits, logits, targets, vocab, eps,
+                                                           pad_id, grad_scale, scale_from,
+                                                           row_loss, row_nll, row_status);
 }
 
 struct LossResult {
@@ -379,9 +403,12 @@ LossResult* queue_loss_sums(Context& context, T* d_logits, const T* logits,
   const bool vectorized = vocab % kVector<T> == 0 && aligned16(logits) &&
                           (d_logits == nullptr || aligned16(d_logits));
   if (vectorized) {
-    cross_entropy_rows_from_l2<T><<<rows, kWideThreads, 0, stream>>>(
-        d_logits, logits, targets, vocab, eps, pad_id, grad_scale, scale_from, row_loss,
-        row_nll, row_status);
+    const auto rows_kernel = context.candidate_kernel(kFastLossExp)
+                                 ? cross_entropy_rows_from_l2<T, true>
+                                 : cross_entropy_rows_from_l2<T, false>;
+    rows_kernel<<<rows, kWideThreads, 0, stream>>>(d_logits, logits, targets, vocab, eps, pad_id,
+                                                   grad_scale, scale_from, row_loss, row_nll,
+                                                   row_status);
     THPC_CUDA_CHECK_LAUNCH("cross_entropy_rows (blocks of 512)");
     ++wide_loss_row_launch_count;
   } else {

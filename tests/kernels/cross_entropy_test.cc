@@ -350,14 +350,15 @@ void expect_sums_close(const LossSums& gpu, const LossSums& cpu, int rows) {
   EXPECT_NEAR(gpu.nll, cpu.nll, 1e-4 * rows + 1e-5 * std::abs(cpu.nll));
 }
 
-// The GPU's loss, gradient and sums against the CPU's on `cases`.
-void expect_cross_entropy_matches_cpu(const std::vector<LossCase>& cases) {
+// The GPU's loss, gradient and sums against the CPU's on `cases`, with `kernels`.
+void expect_cross_entropy_matches_cpu(const std::vector<LossCase>& cases,
+                                      const CudaKernelChoice& kernels = {}) {
   for (DType dtype : gpu_compute_dtypes()) {
     std::mt19937 rng(21);
     for (const LossCase& c : cases) {
       for (int mode = 0; mode < 3; ++mode) {
         SCOPED_TRACE(c.name + " in " + dtype_name(dtype) + " mode " + std::to_string(mode));
-        Twins twins(dtype);
+        Twins twins(dtype, kernels);
         const LossData data(c, dtype, rng);
         const float grad_scale = 0.37f;
         const LossResult cpu = run_loss(*twins.cpu, DType::F32, c, data, grad_scale, mode);
@@ -396,10 +397,9 @@ TEST(CudaCrossEntropy, MatchesCpu) {
 // vector a row, an odd number of vectors (a row's last pair of loads is a single one),
 // every thread two vectors and one, the model's 37,000. Launches are counted: a
 // vectorised vocabulary that the scalar kernel took would prove nothing.
-TEST(CudaCrossEntropy, VectorizedRowsMatchCpu) {
-  THPC_REQUIRE_GPU();
+void expect_vectorized_rows_match_cpu(const CudaKernelChoice& kernels) {
   const int64_t before = loss_rows_from_l2_launches();
-  expect_cross_entropy_matches_cpu(loss_cases());
+  expect_cross_entropy_matches_cpu(loss_cases(), kernels);
   EXPECT_EQ(loss_rows_from_l2_launches(), before) << "an odd vocabulary took the vectors";
   expect_cross_entropy_matches_cpu({
       {"vocab_8", 9, 8, 0.1f, 2},
@@ -407,12 +407,26 @@ TEST(CudaCrossEntropy, VectorizedRowsMatchCpu) {
       {"vocab_4104_all_threads_two_vectors_and_one", 3, 4104, 0.1f, 1},
       {"vocab_37000", 5, 37000, 0.1f, 1},
       {"vocab_37000_no_smoothing", 4, 37000, 0.0f, 0},
-  });
+  }, kernels);
   if (!twin_rehearsal()) {
     // 5 cases x 3 modes (the deterministic repeat a fourth call) per compute dtype.
     EXPECT_EQ(loss_rows_from_l2_launches() - before,
               5 * 4 * static_cast<int64_t>(gpu_compute_dtypes().size()));
   }
+}
+
+TEST(CudaCrossEntropy, VectorizedRowsMatchCpu) {
+  THPC_REQUIRE_GPU();
+  expect_vectorized_rows_match_cpu({});
+}
+
+// The candidate fast_loss_exp (the vectorised rows' exps as the hardware's exp2,
+// kernels/cuda/cross_entropy.cu's row_exp): the same cases and bounds, which hold each
+// row's loss to 1e-4 and the fp32 gradient to 1000 eps (1.2e-4 relative), where its
+// exps err by ~1e-6; an exp of the wrong base (2^x for e^x) misses by far.
+TEST(CudaCandidateFastLossExp, VectorizedRowsMatchCpu) {
+  THPC_REQUIRE_GPU();
+  expect_vectorized_rows_match_cpu(kernels_with(kFastLossExp));
 }
 
 TEST(CudaCrossEntropy, AllPadRowsAndNoRows) {
