@@ -18,20 +18,23 @@
 #   1: run(command="STEP_SECONDS=1 SHORT_ATTENTION_LENGTHS= timeout 350 bash
 #          bench/gpu_session.sh step", timeout_s=365, carry=["gpu-bundle", "shared-for-gpu"])
 #      (~320 s: the twins, fuller_column_sums', worker_graphs', the fused attention's
-#      second design's and fused_norm_grads' first among them, the captured decoding's as
-#      changed twins, the whole model, beside them the peer's compilation, which the
-#      profiles wait for until 260 s, in the wait the memcheck of fuller_column_sums' twins
-#      (what its promotion needs), then the fused attention's and fused_norm_grads', then
-#      their racecheck, then the profiles: each step candidate alone, fused_attention's
-#      by-op and by-length lines against verified, fused_norm_grads' add & norm backward)
+#      second design's, fused_norm_grads' and fast_loss_exp's first among them, the
+#      captured decoding's as changed twins, the whole model, beside them the peer's
+#      compilation, which the profiles wait for until 260 s, in the wait the memcheck of
+#      fuller_column_sums' twins (what its promotion needs), then the fused attention's,
+#      fused_norm_grads' and fast_loss_exp's, then the racecheck of the first two, then
+#      the profiles: each step candidate alone, fused_attention's by-op and by-length
+#      lines against verified, fused_norm_grads' add & norm backward, fast_loss_exp's loss)
 #   2: run(command="timeout 285 env CURVE_SECONDS=270 CURVE_ROWS= CURVE_COMPILED='base 3125
 #          compile-graphs' OURS_VARIANTS='verified=train.cuda_kernels=verified
 #          graphs=train.cuda_kernels=step_graphs
 #          fuller=train.cuda_kernels=step_graphs,fuller_column_sums
 #          short128=train.cuda_kernels=step_graphs,fuller_column_sums,train.short_attention_max_len=128
 #          fusedattn=train.cuda_kernels=step_graphs,fuller_column_sums,fused_attention
-#          normgrads=train.cuda_kernels=step_graphs,fuller_column_sums,fused_norm_grads'
-#          bash bench/gpu_session.sh curve", timeout_s=300, same carry)
+#          normgrads=train.cuda_kernels=step_graphs,fuller_column_sums,fused_norm_grads
+#          fastloss=train.cuda_kernels=step_graphs,fuller_column_sums,fused_norm_grads,
+#          fast_loss_exp' bash bench/gpu_session.sh curve", timeout_s=300, same carry; one
+#          line, the fastloss setting's last comma joined to fast_loss_exp)
 #      (issue 51's compile_ratio at 3,125 tokens in one call, each of ours with its warm-up
 #      rounds: the second round with graphs is every shape's capture, what step_graphs
 #      waits for; when call 1 says "peer warm-up: stopped", give it CURVE_SECONDS=330.
@@ -41,7 +44,8 @@
 #      1.7 ms a step, 4.4 TFLOP/s: the by-bucket lines say which wins at 64 and 96;
 #      fusedattn: the fused attention's second design, only if call 1 passed its twins,
 #      else leave it out: one rank's attention was 1.11 of its 7.10 ms profiled;
-#      normgrads: 30 partial-sum launches fewer a step, likewise only if its twins passed)
+#      normgrads: 30 partial-sum launches fewer a step, likewise only if its twins passed;
+#      fastloss: and the loss's exps as exp2, ~29 -> ~21 instructions a logit)
 #   3: run(command="timeout 240 env TRAIN_MINUTES=0.5 CHECKPOINT_MINUTES=0.09
 #          GPU_WORKERS=2 DECODE_CANDIDATE=worker_graphs TRANSLATE_SECONDS=230 bash
 #          bench/gpu_session.sh translate", timeout_s=250, carry=[".whl", "shared-for-gpu"])
@@ -251,7 +255,7 @@ readonly PLAN=(
   "start|machine start (counted, not in a call)|60|120"
   "1|setup: gpu-bundle unpacked, nvidia-smi|10|20"
   "1|build: bench_step, transformer_hpc, kernel twin tests, test_cuda_training (16 cores)|20|110"
-  "1|candidate twins (CudaCandidate*: fused_attention, step_graphs, relu_masks, weight_grads_beside, fuller_column_sums, worker_graphs, fused_norm_grads) and the whole model with them|5|35"
+  "1|candidate twins (CudaCandidate*: fused_attention, step_graphs, relu_masks, weight_grads_beside, fuller_column_sums, worker_graphs, fused_norm_grads, fast_loss_exp) and the whole model with them|5|35"
   "1|the verified twins of the changed files (OTHER_TWINS=all: every one)|10|40"
   "1|whole model: fp32 3 steps vs the CPU (fused off, on); bf16 short vs batched; decoding|3|25"
   "1|the timings wait for the CUDA-graph peer's compilation, begun beside the twins (WARM_PEER; until 260 s of the call); meanwhile memcheck of WAIT_MEMCHECK's candidate twins, then racecheck of the fused attention's and fused_norm_grads' (WAIT_RACECHECK)|0|150"
@@ -763,13 +767,14 @@ finish_peer_warmup() {
 # memcheck of the candidates' twins not yet memchecked on a GPU (WAIT_MEMCHECK, regular
 # expressions of CudaCandidate* suites separated by spaces, each in the time the ones
 # before it left; default CudaCandidateFullerColumnSums, then CudaCandidateFusedAttention,
-# whose second design has not run, then CudaCandidateFusedNormGrads; "" : none), and then
+# whose second design has not run, then CudaCandidateFusedNormGrads and
+# CudaCandidateFastLossExp; "" : none), and then
 # racecheck (WAIT_RACECHECK: racecheck_kernels' names separated by spaces, default "fused
 # norms": the fused attention's, then fused_norm_grads' warp sums; "" : none): what a
 # candidate's promotion needs besides its twins, so that one window can promote it.
 memcheck_while_the_peer_compiles() {
   local all=${WAIT_MEMCHECK-CudaCandidateFullerColumnSums CudaCandidateFusedAttention
-CudaCandidateFusedNormGrads}
+CudaCandidateFusedNormGrads CudaCandidateFastLossExp}
   local suites left
   [ -n "${WARM_PEER_PID:-}" ] || return 0
   if ! command -v compute-sanitizer > /dev/null; then
@@ -943,7 +948,7 @@ profile_candidates_without_graphs() {
 # be told from the op classes it touches (relu_masks' and weight_grads_beside's both in
 # the GEMM rows). The step's line, the rows those candidates change, and the host's.
 readonly STEP_KERNEL_CANDIDATES="fused_attention relu_masks weight_grads_beside \
-fuller_column_sums fused_norm_grads"
+fuller_column_sums fused_norm_grads fast_loss_exp"
 profile_each_step_candidate() {
   local candidate
   for candidate in $(measured_candidates | tr ',' ' '); do
@@ -954,7 +959,8 @@ profile_each_step_candidate() {
     grep -E "^(GEMM|attention |bias\+ReLU|zero, copy|host time|total)" \
       "$LOGS/profile_base_only_$candidate.txt"
     # The ops it replaces, a call's microseconds against the verified profile's.
-    grep -E "^by op: (attention_|relu_bias_backward|add_dropout_layernorm_backward|linear_)" \
+    grep -E "^by op: (attention_|relu_bias_backward|add_dropout_layernorm_backward|linear_|\
+softmax_cross_entropy)" \
       "$LOGS/profile_base_only_$candidate.txt"
     # The attention's by length (the fused attention's second design packs the short ones).
     [ "$candidate" != fused_attention ] ||
