@@ -956,7 +956,7 @@ profile_each_step_candidate() {
     bench_profile "$LOGS/profile_base_only_$candidate.txt" base \
       --set "train.cuda_kernels=$candidate"
     echo "== profile base, train.cuda_kernels=$candidate alone (exit $?)"
-    grep -E "^(GEMM|attention |bias\+ReLU|zero, copy|host time|total)" \
+    grep -E "^(GEMM|attention |bias\+ReLU|residual\+dropout|cross-entropy|zero, copy|host time|total)" \
       "$LOGS/profile_base_only_$candidate.txt"
     # The ops it replaces, a call's microseconds against the verified profile's.
     grep -E "^by op: (attention_|relu_bias_backward|add_dropout_layernorm_backward|linear_|\
