@@ -986,7 +986,8 @@ TEST(VectorNormOnTheHost, ForwardAndBackwardMatchCpu) {
 
 // The candidate fused_norm_grads' body (vector_norm::backward_rows_summing) on the host:
 // `blocks` blocks of 8 warps of host threads over `rows` rows, then each column's partials
-// added in block order (as column_sums.cuh's finish does). Against the one-row body
+// added in block order (column_sums.cuh's finish adds them eight lanes a column; the
+// bound below is order-free). Against the one-row body
 // (backward_row, each row a warp, the default's): dx and d_sub the same bits (the sums
 // change no input gradient, and every row is taken once); against the CPU's add & norm
 // backward: dgamma and dbeta within the column sums' order-free bound.
