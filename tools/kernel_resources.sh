@@ -43,20 +43,23 @@ import sys
 
 ptxas_path, sass_path, pattern = sys.argv[1:4]
 kernels = {}  # mangled name -> [registers, spill stores, stack]
-name = None
+name = None  # the entry being compiled: its "Used N registers" line
+described = None  # the function whose properties follow (an entry, or a device function)
 for line in open(ptxas_path):
     found = re.search(r"Compiling entry function '(\S+)'", line)
     if found:
         name = found.group(1)
         kernels[name] = ["?", "?", "?"]
         continue
-    if name is None:
+    found = re.search(r"Function properties for (\S+)", line)
+    if found:
+        described = found.group(1)
         continue
     frame = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores", line)
-    if frame:
-        kernels[name][2], kernels[name][1] = frame.group(1), frame.group(2)
+    if frame and described in kernels:
+        kernels[described][2], kernels[described][1] = frame.group(1), frame.group(2)
     used = re.search(r"Used (\d+) registers", line)
-    if used:
+    if used and name is not None:
         kernels[name][0] = used.group(1)
 
 sass = {}  # mangled name -> (instructions, local loads + stores)

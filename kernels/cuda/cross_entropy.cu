@@ -112,9 +112,8 @@ __device__ Stats row_stats(const T* z, int vocab) {
 }
 
 // exp(x) of the vectorised rows, x = z - max <= 0: expf (the verified kernels), or with
-// kFastExp (the candidate fast_loss_exp) the hardware's exp2 of x * log2(e)
-// (ex2.approx.ftz: a multiply and one MUFU.EX2, where expf's range reduction for full
-// accuracy and __expf's care for denormal results take four to seven more). Why: counted
+// kFastExp (the candidate fast_loss_exp) device_util.cuh's exp_by_exp2, the hardware's
+// exp2 of x log2(e) (two instructions where expf takes about eight). Why: counted
 // in the SASS (sm_90, bf16), the vectorised rows took ~29 instructions a logit over both
 // passes (12 a logit in pass 1, 17 in pass 2), ~27 G a base step at 25,000 tokens, about
 // as long to issue on an H200 (~0.8 ms) as their bytes take to move (3.7 GB), and the loss
@@ -126,9 +125,7 @@ __device__ Stats row_stats(const T* z, int vocab) {
 template <bool kFastExp>
 __device__ __forceinline__ float row_exp(float x) {
   if constexpr (kFastExp) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
-    return y;
+    return exp_by_exp2(x);
   } else {
     return expf(x);
   }

@@ -50,6 +50,19 @@ __device__ __forceinline__ float warp_max(float x) {
   return x;
 }
 
+// exp(x) as the hardware's exp2 of x log2(e) (ex2.approx.ftz: a multiply and one
+// MUFU.EX2, where expf's range reduction for full accuracy takes about eight instructions
+// and __expf's care for denormal results four to seven): ~2^-22 relative error (PTX ISA)
+// plus the argument's rounding, |x log2 e| 2^-24; results below 2^-126 flush to zero.
+// For the softmax-like sums of the candidates fast_loss_exp (the loss's rows) and
+// fused_attention (a head's scores), whose exps are most of their instructions; the
+// verified kernels keep expf.
+__device__ __forceinline__ float exp_by_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+  return y;
+}
+
 // 16-byte vectors: kVector<T> elements of T (8 bf16 or 4 floats) moved by one load or
 // store instruction, so that a warp moves 512 contiguous bytes at once (the
 // memory-bound row and column passes; a scalar bf16 load moves 64 bytes a warp). The
