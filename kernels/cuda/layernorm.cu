@@ -317,18 +317,28 @@ int vector_norm_vectors(int d, std::initializer_list<const void*> tensors) {
   return vector_norm::vectors_for<T>(d);
 }
 
-// Launches `kernel<T, v>` for the vectors v a lane holds (1 to kMaxVectors).
+// Calls launch(std::integral_constant<int, v>{}) for the vectors v a lane holds (1 to
+// kMaxVectors): the register-held kernels' instantiations, chosen at run time.
+template <typename Launch>
+void with_vectors(int vectors, const char* name, const Launch& launch) {
+  switch (vectors) {
+    case 1: launch(std::integral_constant<int, 1>{}); break;
+    case 2: launch(std::integral_constant<int, 2>{}); break;
+    case 3: launch(std::integral_constant<int, 3>{}); break;
+    case 4: launch(std::integral_constant<int, 4>{}); break;
+    default: THPC_FAIL(name << " for " << vectors << " vectors a lane");
+  }
+}
+
+// Launches `kernel<T, v>` for the vectors v a lane holds, a warp a row.
 template <typename T, template <typename, int> class Kernel, typename... Args>
 void launch_vector_norm(int vectors, int rows, cudaStream_t stream, const char* name,
                         Args... args) {
   const int blocks = row_blocks(rows);
-  switch (vectors) {
-    case 1: Kernel<T, 1>::kernel<<<blocks, kRowThreads, 0, stream>>>(args...); break;
-    case 2: Kernel<T, 2>::kernel<<<blocks, kRowThreads, 0, stream>>>(args...); break;
-    case 3: Kernel<T, 3>::kernel<<<blocks, kRowThreads, 0, stream>>>(args...); break;
-    case 4: Kernel<T, 4>::kernel<<<blocks, kRowThreads, 0, stream>>>(args...); break;
-    default: THPC_FAIL(name << " for " << vectors << " vectors a lane");
-  }
+  with_vectors(vectors, name, [&](auto vectors_a_lane) {
+    Kernel<T, decltype(vectors_a_lane)::value>::kernel<<<blocks, kRowThreads, 0, stream>>>(
+        args...);
+  });
   ++vector_norm_launch_count;
 }
 template <typename T, int kVectors>
@@ -466,19 +476,11 @@ void add_dropout_layernorm_backward(Context& context, T* dx, T* d_sub, float* dg
     if (vectors > 0 && dgamma != nullptr && dbeta != nullptr &&
         context.candidate_kernel(kFusedNormGrads)) {
       const DropMask mask = make_mask(key, p, d_sub != nullptr);
-      const auto launch = [&](auto vectors_a_lane) {
+      with_vectors(vectors, "vector_add_norm_backward_summing_kernel", [&](auto vectors_a_lane) {
         launch_summing_backward<T, decltype(vectors_a_lane)::value>(
             context, dx, d_sub, dgamma, dbeta, dy, residual, mean, rstd, gamma, rows, d, mask,
             keep_scale(p), write);
-      };
-      switch (vectors) {
-        case 1: launch(std::integral_constant<int, 1>{}); break;
-        case 2: launch(std::integral_constant<int, 2>{}); break;
-        case 3: launch(std::integral_constant<int, 3>{}); break;
-        case 4: launch(std::integral_constant<int, 4>{}); break;
-        default: THPC_FAIL("vector_add_norm_backward_summing_kernel for " << vectors
-                                                                          << " vectors a lane");
-      }
+      });
       return;
     }
     if (vectors > 0) {
