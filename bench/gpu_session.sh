@@ -440,8 +440,11 @@ readonly CANDIDATES_ACT_IN_TRAINING=1
 # decoding steps captured without step_graphs, transformer_decode's default with one GPU
 # worker, whose twins (CudaCapturedDecoding.*, in test_cuda_training) passed there as
 # step_graphs'; and linear.cu's and layernorm.cu's column sums, whose verified path
-# fuller_column_sums left as it was (its launches now through finish_column_sums).
-readonly CHANGED_TWINS="CudaCapturedDecoding|CudaReluBiasBackward|CudaLayerNorm|CudaAddNorm|CudaVectorNorms"
+# fuller_column_sums left as it was (its launches now through finish_column_sums); and
+# linear.cu's plans, their descriptors and preference made by describe() and
+# preference_for() (the same calls, moved for the GEMM sweep, whose test is CudaGemmSweep).
+readonly CHANGED_TWINS="CudaCapturedDecoding|CudaReluBiasBackward|CudaLayerNorm|CudaAddNorm|\
+CudaVectorNorms|CudaLinear|CudaGemmSweep"
 
 # What the step and followup stages build: the benchmark, the trainer (the program against
 # the benchmark), every kernel twin test executable and the whole-model GPU tests.
@@ -484,7 +487,7 @@ exec > >(trap '' TERM INT; exec tee -a "$LOGS/console.txt") 2>&1
 # The lines print_summary repeats: builds, the twins' counts and failures, the settings
 # measured, each run's line, the profiles' totals and host rows, the peers' and the other
 # scripts' result lines.
-readonly SUMMARY_LINES='^(build|candidate twins|twins and whole model|twin lines|bf16 GEMM ceiling|ceiling:|== |program vs benchmark|program_vs_bench:|step_vs_torch:|peers:|step: |peer warm-up|ranks: |checkpoint stall|multi30k training|newstest|decode_vs_ctranslate2:|run [0-9]|memcheck|racecheck|gpu-bundle|total \(the step\)|host time between)|tests passed|tests failed|\((Failed|Timeout|Not Run|Skipped)\)|BLEU'
+readonly SUMMARY_LINES='^(build|gemm_sweep_total|candidate twins|twins and whole model|twin lines|bf16 GEMM ceiling|ceiling:|== |program vs benchmark|program_vs_bench:|step_vs_torch:|peers:|step: |peer warm-up|ranks: |checkpoint stall|multi30k training|newstest|decode_vs_ctranslate2:|run [0-9]|memcheck|racecheck|gpu-bundle|total \(the step\)|host time between)|tests passed|tests failed|\((Failed|Timeout|Not Run|Skipped)\)|BLEU'
 print_summary() {
   sleep 1  # the console's copy is written by tee, a moment behind
   echo "==== the $stage call's key lines, again ($SECONDS s) ===="
@@ -827,6 +830,7 @@ step_stage() {
   echo "profiles: at ${SECONDS} s"
   program_vs_bench_step
   small_batch_step
+  gemm_sweep_step
   local left=$((deadline - SECONDS))
   if [ "$left" -lt 60 ]; then
     echo "peers: skipped, ${left} s left of STEP_SECONDS=${deadline}; call 2 (followup) runs them"
@@ -835,6 +839,23 @@ step_stage() {
       remember "COMPILE_PEER_DONE=1"
   fi
   echo "step: ${SECONDS} s"
+}
+
+# The cuBLASLt heuristic's choices against its other offers (transformer_bench_step
+# --gemm-sweep, kernels/gemm_sweep.h): one rank's 3,125 tokens with the verified kernels
+# (GEMMs 3.07 of 7.10 ms profiled there, at 382 TFLOP/s against 628 at 25,000), each
+# product shape of the 18 timed steps with its first GEMM_OFFERS (default 8) offers timed on
+# random operands of the same shape, alignments and epilogue. Its lines say per shape what
+# the fastest offer gains, and gemm_sweep_total the milliseconds a step it would save: a
+# fixed choice per shape is worth writing only if that is more than noise (~20-30 s).
+gemm_sweep_step() {
+  local args
+  read -r -a args <<< "$(bench_args base 18 18 | sed "s/--tokens 25000/--tokens 3125/")"
+  timeout 90 "$BUILD_DIR/transformer_bench_step" "${args[@]}" --gemm-sweep "${GEMM_OFFERS:-8}" \
+    > "$LOGS/gemm_sweep.txt" 2>&1
+  echo "gemm sweep: exit $?"
+  grep -E "^gemm_sweep_total" "$LOGS/gemm_sweep.txt"
+  grep -E "^gemm_sweep:" "$LOGS/gemm_sweep.txt" | head -12
 }
 
 # The program against the benchmark at one rank's batch (issue 51 item 4): base at 3,125

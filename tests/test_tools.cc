@@ -198,6 +198,7 @@ TEST(Tools, OutOfRangeNamesTheOptionAndTheValueGiven) {
            {"transformer_bench_step", "--vocab 4",
             "--vocab must be >= 5 (4 special ids + 1), got 4"},
            {"transformer_bench_step", "--spec-tflops 0", "--spec-tflops must be > 0, got 0"},
+           {"transformer_bench_step", "--gemm-sweep -1", "--gemm-sweep must be >= 0, got -1"},
            // Its config, read as the trainer reads it, is part of the command line: a bad
            // --set or --config is a usage error, exit 2 (before: exit 1, after --help's
            // checks had passed).
@@ -485,6 +486,23 @@ TEST(Tools, BenchStepWithTheProgramsBatchesTrainsAsTheTrainerDoes) {
                         &trainer_loss),
             1);
   EXPECT_NEAR(bench_loss, trainer_loss, 5.1e-5);  // the bench's 4 decimals
+}
+
+// --gemm-sweep times cuBLASLt's offers: on the CPU backend there are none, and the run
+// says so after its JSON line instead of printing no sweep (or an empty total).
+TEST(Tools, BenchStepSaysTheCpuHasNoGemmOffersToSweep) {
+  const ProcessResult bench = run_process(
+      thpc::binary_dir() + "/transformer_bench_step --config " THPC_SOURCE_DIR
+      "/input/tiny.ini --backend cpu --precision fp32 --tokens 200 --steps 1 "
+      "--warmup-steps 0 --set model.max_positions=96 --vocab 300 --gemm-sweep 4");
+  ASSERT_EQ(bench.exit_code, 0) << bench.output;
+  const size_t json = bench.output.find("{\"system\": \"transformer_hpc\"");
+  const size_t skipped = bench.output.find(
+      "gemm_sweep: skipped (the CPU backend: its products are a BLAS's, no cuBLASLt offers)");
+  ASSERT_NE(json, std::string::npos) << bench.output;
+  EXPECT_NE(skipped, std::string::npos) << bench.output;
+  EXPECT_GT(skipped, json) << bench.output;
+  EXPECT_EQ(bench.output.find("gemm_sweep_total"), std::string::npos) << bench.output;
 }
 
 // transformer_bench_step's own batches reach 96 positions a side: a config whose

@@ -5,7 +5,7 @@
 //   transformer_bench_step [--config input/base.ini] [--tokens 25000] [--steps 60]
 //                          [--warmup-steps 15] [--vocab 37000] [--backend auto]
 //                          [--precision bf16] [--peak-tflops 790] [--spec-tflops 989.4]
-//                          [--profile] [--set KEY=VALUE ...]
+//                          [--profile] [--gemm-sweep 8] [--set KEY=VALUE ...]
 //
 // Batches: for L in 12 18 24 28 32 40 48 64 96 (cycled), tokens / L sentences of source
 // length L and target length L + 1 (decoder input and output L each), random ids in
@@ -37,6 +37,13 @@
 // shows there). Timing each op costs
 // two clock marks (two events on the GPU), so the JSON line of a profiled run is not the
 // benchmark's number.
+//
+// --gemm-sweep N (the GPU): after the JSON line, each cuBLASLt product shape of the timed
+// steps with its uses a step, the heuristic's first offer (what the step ran) timed against
+// its next N - 1 on random operands of the same shape, alignments and epilogue, and a total:
+// the GEMM milliseconds a step the fastest offers would save (kernels/gemm_sweep.h).
+// Run it with the verified kernels: with step_graphs the timed steps replay graphs and
+// call no product.
 #include <boost/program_options.hpp>
 
 #include <algorithm>
@@ -50,6 +57,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/factory.h"
 #include "common/error.h"
 #include "config/config.h"
 #include "kernels/cpu/blas.h"
@@ -79,11 +87,44 @@ struct Arguments {
   std::vector<std::string> overrides;  // SECTION.KEY=VALUE, as the trainer's --SECTION.KEY
   bool profile = false;
   bool program_batches = false;  // the trainer's batches instead of kLengths' (--program-batches)
+  int gemm_sweep = 0;  // --gemm-sweep N: the heuristic's first N offers per GEMM shape
   bool help = false;
   // Loaded while the command line is read, so that a bad --config, --set, --backend or
   // --precision is a usage error (exit 2), as the trainer's own config mistakes are.
   thpc::Config config;
 };
+
+// --gemm-sweep: one line per product shape, the most time a step first, then the total.
+void print_gemm_sweep(int algorithms, int steps, bool on_cpu) {
+  std::vector<thpc::GemmSweepRow> rows;
+  if (on_cpu || !thpc::sweep_gemm_algorithms(algorithms, rows)) {
+    std::printf("gemm_sweep: skipped (%s)\n",
+                on_cpu ? "the CPU backend: its products are a BLAS's, no cuBLASLt offers"
+                       : "built without CUDA");
+    return;
+  }
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
+    return a.uses * a.heuristic_us > b.uses * b.heuristic_us;
+  });
+  double heuristic_ms = 0.0, best_ms = 0.0, worst_difference = 0.0;
+  for (const thpc::GemmSweepRow& row : rows) {
+    const double per_step = static_cast<double>(row.uses) / steps;
+    heuristic_ms += per_step * row.heuristic_us / 1e3;
+    best_ms += per_step * row.best_us / 1e3;
+    worst_difference = std::max(worst_difference, row.max_relative_difference);
+    std::printf("gemm_sweep: %s uses_per_step=%.2f heuristic_us=%.2f heuristic_tflops=%.1f "
+                "best_us=%.2f best=%d/%d gain=%.3f max_relative_difference=%.2e\n",
+                row.product.c_str(), per_step, row.heuristic_us,
+                row.heuristic_us > 0 ? row.flops / row.heuristic_us / 1e6 : 0.0, row.best_us,
+                row.best, row.algorithms,
+                row.best_us > 0 ? row.heuristic_us / row.best_us : 0.0,
+                row.max_relative_difference);
+  }
+  std::printf("gemm_sweep_total: shapes=%zu offers=%d heuristic_ms_per_step=%.3f "
+              "best_ms_per_step=%.3f saving_ms_per_step=%.3f max_relative_difference=%.2e\n",
+              rows.size(), algorithms, heuristic_ms, best_ms, heuristic_ms - best_ms,
+              worst_difference);
+}
 
 thpc::Batch random_batch(int length, int tokens, int vocab, std::mt19937& rng) {
   std::uniform_int_distribution<int32_t> id(4, vocab - 1);
@@ -248,6 +289,7 @@ int run(const Arguments& args) {
   // trainer's steps after the warm-up's.
   const size_t first_timed = args.program_batches ? static_cast<size_t>(args.warmup_steps) : 0;
   ops.synchronize();
+  if (args.gemm_sweep > 0) thpc::count_gemm_uses();
 
   std::vector<double> step_seconds;
   double tokens = 0.0, flops = 0.0;
@@ -328,6 +370,7 @@ int run(const Arguments& args) {
               static_cast<long long>(model.capture_counts().replays),
               static_cast<long long>(model.capture_counts().refused), warmup_steps,
               rounds_json.c_str(), cpu_gemm.c_str());
+  if (args.gemm_sweep > 0) print_gemm_sweep(args.gemm_sweep, args.steps, on_cpu);
   return 0;
 }
 
@@ -359,6 +402,9 @@ int main(int argc, char** argv) {
        "the GPU's datasheet dense bf16 rate, for mfu_spec (989.4: H100/H200 SXM)")
       ("profile", po::bool_switch(&args.profile),
        "print the timed steps' time per op class before the JSON line")
+      ("gemm-sweep", po::value(&args.gemm_sweep)->default_value(args.gemm_sweep),
+       "after the timed steps, time the cuBLASLt heuristic's first N offers for each GEMM "
+       "shape they ran against its first (the GPU; 0: not)")
       ("program-batches", po::bool_switch(&args.program_batches),
        "the batches transformer_hpc would train on with this config (data.dir or the "
        "synthetic task, --tokens per step), its vocabulary instead of --vocab")
@@ -372,6 +418,7 @@ int main(int argc, char** argv) {
     require_at_least("--tokens", args.tokens, 1);
     require_at_least("--steps", args.steps, 1);
     require_at_least("--warmup-steps", args.warmup_steps, 0);
+    require_at_least("--gemm-sweep", args.gemm_sweep, 0);
     require_at_least("--vocab", args.vocab, 5, "4 special ids + 1");
     if (!(args.peak_tflops > 0)) THPC_FAIL("--peak-tflops must be > 0, got " << args.peak_tflops);
     if (!(args.spec_tflops > 0)) THPC_FAIL("--spec-tflops must be > 0, got " << args.spec_tflops);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/gemm_sweep.h"
 #include "kernels/ops.h"
 
 namespace thpc {
@@ -58,6 +59,13 @@ int64_t cuda_weight_grads_beside();
 // GEMMs that ran with the ReLU mask's epilogues (candidate relu_masks, linear.cu) in this
 // process: one a linear_relu_mask_forward, one a linear_relu_backward's input gradient.
 int64_t cuda_relu_mask_products();
+
+// From now on, count each cuBLASLt product linear.cu runs, by shape (from zero).
+void cuda_count_gemm_uses();
+// For each product counted since cuda_count_gemm_uses(), on the current device: the
+// heuristic's first max_algorithms offers for its shape (its operands' alignments, epilogue
+// and types) timed on random operands, and checked against the first (kernels/gemm_sweep.h).
+std::vector<GemmSweepRow> cuda_sweep_gemm_algorithms(int max_algorithms);
 
 // The fused attention's fragment probe (fused_attention::fragment_probe) run by one warp
 // on device 0 of this process: its ldmatrix words, ldmatrix.trans words and products.

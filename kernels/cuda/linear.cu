@@ -41,9 +41,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "common/error.h"
 #include "kernels/cuda/column_sums.cuh"
@@ -53,6 +57,7 @@
 #include "kernels/cuda/lt_plan.cuh"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/grad_store.cuh"
+#include "kernels/gemm_sweep.h"
 
 namespace thpc::cuda {
 namespace {
@@ -161,42 +166,19 @@ using Plan = LtPlan;
 // Everything the descriptors and the heuristic's choice depend on.
 using PlanKey = std::array<int64_t, 21>;
 
-class PlanCache {
- public:
-  ~PlanCache() { clear(); }
-  std::mutex& mutex() { return mutex_; }
-  // Callers hold mutex().
-  Plan& get(Context& context, const Gemm& g);
-
- private:
-  void clear() {
-    for (auto& entry : plans_) entry.second.destroy();
-    plans_.clear();
-  }
-  // The row count M follows the batch, so shapes keep coming; past this many plans the
-  // cache starts over (the heuristic is deterministic: a re-made plan is the same).
-  static constexpr size_t kMaxPlans = 4096;
-  std::map<PlanKey, Plan> plans_;
-  std::mutex mutex_;
-};
-
-PlanCache& plan_cache() {
-  static PlanCache cache;
-  return cache;
+PlanKey key_of(const Context& context, const Gemm& g) {
+  return {context.device(), g.trans_a, g.trans_b, g.m, g.n, g.k, g.lda, g.ldb,
+          g.ldc, g.ab_type, g.c_type, g.bias != nullptr,
+          alignment_of(g.A), alignment_of(g.B), alignment_of(g.C),
+          g.bias != nullptr ? alignment_of(g.bias) : 0,
+          static_cast<int64_t>(context.lt_workspace_bytes()), g.relu,
+          g.drelu, g.aux_ld, g.aux != nullptr ? alignment_of(g.aux) : 0};
 }
 
-Plan& PlanCache::get(Context& context, const Gemm& g) {
-  const PlanKey key = {context.device(), g.trans_a, g.trans_b, g.m, g.n, g.k, g.lda, g.ldb,
-                       g.ldc, g.ab_type, g.c_type, g.bias != nullptr,
-                       alignment_of(g.A), alignment_of(g.B), alignment_of(g.C),
-                       g.bias != nullptr ? alignment_of(g.bias) : 0,
-                       static_cast<int64_t>(context.lt_workspace_bytes()), g.relu,
-                       g.drelu, g.aux_ld, g.aux != nullptr ? alignment_of(g.aux) : 0};
-  auto found = plans_.find(key);
-  if (found != plans_.end()) return found->second;
-  if (plans_.size() >= kMaxPlans) clear();
-
-  Plan plan;
+// The plan's matmul descriptor and matrix layouts for `g`: its transposes, epilogue, bias
+// and mask (their pointers, whose alignments the heuristic reads), A, B and C (C and D
+// alike).
+void describe(Plan& plan, const Gemm& g) {
   THPC_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const int32_t trans_a = g.trans_a, trans_b = g.trans_b;
   THPC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA,
@@ -229,7 +211,11 @@ Plan& PlanCache::get(Context& context, const Gemm& g) {
   THPC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, g.ab_type, tb ? g.n : g.k,
                                                tb ? g.k : g.n, g.ldb));
   THPC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, g.c_type, g.m, g.n, g.ldc));
+}
 
+// What the heuristic may choose from for `g` (the caller destroys it): the context's
+// workspace, split-K only with ordered fp32 partials, the pointers' actual alignments.
+cublasLtMatmulPreference_t preference_for(const Context& context, const Gemm& g) {
   cublasLtMatmulPreference_t preference = nullptr;
   THPC_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
   const uint64_t workspace = context.lt_workspace_bytes();
@@ -250,8 +236,69 @@ Plan& PlanCache::get(Context& context, const Gemm& g) {
       preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c)));
   THPC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
+  return preference;
+}
 
-  plan.choose_algorithm(context.lt(), preference);
+// A product's uses, counted for transformer_bench_step --gemm-sweep (count_gemm_uses):
+// the call as first seen (its pointers' values kept for their alignments only).
+struct ProductUses {
+  Gemm call;
+  int64_t uses = 0;
+};
+
+class PlanCache {
+ public:
+  ~PlanCache() { clear(); }
+  std::mutex& mutex() { return mutex_; }
+  // Callers hold mutex().
+  Plan& get(Context& context, const Gemm& g);
+  // The cuBLASLt product `g` ran (callers hold mutex()): counted by its key from
+  // count_uses_from_now() on, the call kept as first seen.
+  void used(Context& context, const Gemm& g) {
+    if (!counting_) return;
+    ProductUses& entry = uses_[key_of(context, g)];
+    if (entry.uses++ == 0) entry.call = g;
+  }
+  void count_uses_from_now() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    uses_.clear();
+    counting_ = true;
+  }
+  std::vector<ProductUses> uses() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<ProductUses> all;
+    for (const auto& entry : uses_) all.push_back(entry.second);
+    return all;
+  }
+
+ private:
+  void clear() {
+    for (auto& entry : plans_) entry.second.destroy();
+    plans_.clear();
+  }
+  // The row count M follows the batch, so shapes keep coming; past this many plans the
+  // cache starts over (the heuristic is deterministic: a re-made plan is the same).
+  static constexpr size_t kMaxPlans = 4096;
+  std::map<PlanKey, Plan> plans_;
+  bool counting_ = false;
+  std::map<PlanKey, ProductUses> uses_;
+  std::mutex mutex_;
+};
+
+PlanCache& plan_cache() {
+  static PlanCache cache;
+  return cache;
+}
+
+Plan& PlanCache::get(Context& context, const Gemm& g) {
+  const PlanKey key = key_of(context, g);
+  auto found = plans_.find(key);
+  if (found != plans_.end()) return found->second;
+  if (plans_.size() >= kMaxPlans) clear();
+
+  Plan plan;
+  describe(plan, g);
+  plan.choose_algorithm(context.lt(), preference_for(context, g));
   return plans_.emplace(key, plan).first->second;
 }
 
@@ -316,6 +363,7 @@ bool gemm(Context& context, const Gemm& g) {
   THPC_CUBLAS_CHECK(cublasLtMatmul(context.lt(), plan.desc, &alpha, g.A, plan.a, g.B, plan.b,
                                    &g.beta, g.C, plan.c, g.C, plan.c, &plan.algo, workspace,
                                    context.lt_workspace_bytes(), stream));
+  cache.used(context, g);
   return true;
 }
 
@@ -759,6 +807,231 @@ void output_projection_backward(Context& context, T* dh, float* dE, const T* d_l
   }
 }
 
+// ---- the sweep of cuBLASLt's offers (transformer_bench_step --gemm-sweep) -------------
+namespace {
+
+// n values of T in [-1, 1) from a hash of the index: neither zero nor special, so that
+// every algorithm does the work a step's product does.
+template <typename T>
+__global__ void fill_sweep_kernel(T* values, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint32_t h = (static_cast<uint32_t>(i) * 0x9e3779b9u) ^ seed;
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16;
+    values[i] = from_float<T>(static_cast<float>(h >> 8) * (2.0f / 16777216.0f) - 1.0f);
+  }
+}
+
+size_t element_bytes(cudaDataType_t type) { return type == CUDA_R_32F ? 4 : 2; }
+
+// Device memory whose start has exactly the alignment a step's operand had (a weight is a
+// slice of the flat parameter buffer: the heuristic's offers depend on it).
+class SweepBuffer {
+ public:
+  SweepBuffer(size_t bytes, uint32_t alignment) : bytes_(bytes) {
+    THPC_CUDA_CHECK(cudaMalloc(&base_, bytes + 256));
+    data_ = static_cast<char*>(base_) + (alignment < 256 ? alignment : 0);
+  }
+  ~SweepBuffer() { cudaFree(base_); }  // errors ignored, as in every destructor here
+  SweepBuffer(const SweepBuffer&) = delete;
+  SweepBuffer& operator=(const SweepBuffer&) = delete;
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  // Random values of `type` (4-byte words of random bits for a mask).
+  void fill(cudaDataType_t type, uint32_t seed, cudaStream_t stream) {
+    const int64_t n = static_cast<int64_t>(bytes_ / element_bytes(type));
+    if (n == 0) return;
+    if (type == CUDA_R_32F) {
+      fill_sweep_kernel<float><<<fill_blocks(n), kFillThreads, 0, stream>>>(
+          static_cast<float*>(data_), n, seed);
+    } else {
+      fill_sweep_kernel<bf16><<<fill_blocks(n), kFillThreads, 0, stream>>>(
+          static_cast<bf16*>(data_), n, seed);
+    }
+    THPC_CUDA_CHECK_LAUNCH("fill_sweep_kernel");
+  }
+
+ private:
+  void* base_ = nullptr;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// A plan made for one sweep, destroyed with it.
+struct SweepPlan {
+  Plan plan;
+  ~SweepPlan() { plan.destroy(); }
+};
+
+// The two events a sweep times between.
+struct SweepEvents {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  SweepEvents() {
+    THPC_CUDA_CHECK(cudaEventCreate(&start));
+    THPC_CUDA_CHECK(cudaEventCreate(&stop));
+  }
+  ~SweepEvents() {
+    if (start) cudaEventDestroy(start);
+    if (stop) cudaEventDestroy(stop);
+  }
+  SweepEvents(const SweepEvents&) = delete;
+  SweepEvents& operator=(const SweepEvents&) = delete;
+};
+
+const char* epilogue_name(const Gemm& g) {
+  switch (epilogue_of(g)) {
+    case CUBLASLT_EPILOGUE_DRELU: return "drelu";
+    case CUBLASLT_EPILOGUE_RELU_AUX_BIAS: return "relu_aux_bias";
+    case CUBLASLT_EPILOGUE_RELU_AUX: return "relu_aux";
+    case CUBLASLT_EPILOGUE_RELU_BIAS: return "relu_bias";
+    case CUBLASLT_EPILOGUE_RELU: return "relu";
+    case CUBLASLT_EPILOGUE_BIAS: return "bias";
+    default: return "none";
+  }
+}
+
+std::string describe_product(const Gemm& g) {
+  char text[256];
+  std::snprintf(text, sizeof text,
+                "m=%d n=%d k=%d op=%c%c ab=%s c=%s beta=%g epilogue=%s ld=%d/%d/%d "
+                "align=%u/%u/%u",
+                g.m, g.n, g.k, g.trans_a == CUBLAS_OP_N ? 'N' : 'T',
+                g.trans_b == CUBLAS_OP_N ? 'N' : 'T', g.ab_type == CUDA_R_32F ? "fp32" : "bf16",
+                g.c_type == CUDA_R_32F ? "fp32" : "bf16", g.beta, epilogue_name(g), g.lda, g.ldb,
+                g.ldc, alignment_of(g.A), alignment_of(g.B), alignment_of(g.C));
+  return text;
+}
+
+// D (m x n, column-major, ld ldc: every stored element, the padding rows too) as floats.
+std::vector<float> download_output(const SweepBuffer& C, cudaDataType_t type,
+                                   cudaStream_t stream) {
+  const size_t n = C.bytes() / element_bytes(type);
+  std::vector<float> values(n);
+  if (type == CUDA_R_32F) {
+    THPC_CUDA_CHECK(cudaMemcpyAsync(values.data(), C.data(), C.bytes(), cudaMemcpyDeviceToHost,
+                                    stream));
+    THPC_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return values;
+  }
+  std::vector<uint16_t> bits(n);
+  THPC_CUDA_CHECK(cudaMemcpyAsync(bits.data(), C.data(), C.bytes(), cudaMemcpyDeviceToHost,
+                                  stream));
+  THPC_CUDA_CHECK(cudaStreamSynchronize(stream));
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t word = static_cast<uint32_t>(bits[i]) << 16;
+    std::memcpy(&values[i], &word, 4);
+  }
+  return values;
+}
+
+// Products run back to back per timing, and timings per offer (the best is kept): a
+// product of a few microseconds is timed over 20 launches, its launch gaps included as
+// in a step.
+constexpr int kSweepRepeats = 20;
+constexpr int kSweepTimings = 3;
+
+GemmSweepRow sweep_product(Context& context, const ProductUses& product, int max_algorithms) {
+  const Gemm& used = product.call;
+  GemmSweepRow row;
+  row.product = describe_product(used);
+  row.uses = product.uses;
+  row.flops = 2.0 * used.m * used.n * static_cast<double>(used.k);
+  const cudaStream_t stream = context.stream();
+  const bool ta = used.trans_a != CUBLAS_OP_N, tb = used.trans_b != CUBLAS_OP_N;
+  const size_t ab = element_bytes(used.ab_type), cb = element_bytes(used.c_type);
+  SweepBuffer A(ab * used.lda * (ta ? used.m : used.k), alignment_of(used.A));
+  SweepBuffer B(ab * used.ldb * (tb ? used.k : used.n), alignment_of(used.B));
+  SweepBuffer C(cb * used.ldc * used.n, alignment_of(used.C));
+  SweepBuffer C0(C.bytes(), 256);
+  std::optional<SweepBuffer> bias, aux;
+  if (used.bias != nullptr) bias.emplace(cb * used.m, alignment_of(used.bias));
+  if (used.aux != nullptr) aux.emplace(used.aux_ld / 8 * used.n, alignment_of(used.aux));
+  A.fill(used.ab_type, 1, stream);
+  B.fill(used.ab_type, 2, stream);
+  C0.fill(used.c_type, 3, stream);
+  if (bias) bias->fill(used.c_type, 4, stream);
+  if (aux) aux->fill(CUDA_R_32F, 5, stream);  // random bits: the mask DRELU reads
+
+  Gemm call = used;
+  call.A = A.data();
+  call.B = B.data();
+  call.C = C.data();
+  call.bias = bias ? bias->data() : nullptr;
+  call.aux = aux ? aux->data() : nullptr;
+  SweepPlan sweep;
+  Plan& plan = sweep.plan;
+  describe(plan, call);
+  std::vector<cublasLtMatmulHeuristicResult_t> offers(static_cast<size_t>(max_algorithms));
+  int returned = 0;
+  cublasLtMatmulPreference_t preference = preference_for(context, call);
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(context.lt(), plan.desc, plan.a, plan.b, plan.c, plan.c,
+                                     preference, max_algorithms, offers.data(), &returned);
+  cublasLtMatmulPreferenceDestroy(preference);
+  THPC_CUBLAS_CHECK(status);
+
+  auto run = [&](const cublasLtMatmulAlgo_t& algo) {
+    const float alpha = 1.0f;
+    THPC_CUBLAS_CHECK(cublasLtMatmul(context.lt(), plan.desc, &alpha, call.A, plan.a, call.B,
+                                     plan.b, &call.beta, call.C, plan.c, call.C, plan.c, &algo,
+                                     context.lt_workspace(), context.lt_workspace_bytes(),
+                                     stream));
+  };
+  // One product on C as the step's was (C0's values), read back.
+  auto output = [&](const cublasLtMatmulAlgo_t& algo) {
+    THPC_CUDA_CHECK(
+        cudaMemcpyAsync(C.data(), C0.data(), C.bytes(), cudaMemcpyDeviceToDevice, stream));
+    run(algo);
+    return download_output(C, call.c_type, stream);
+  };
+  const SweepEvents events;
+  auto time_us = [&](const cublasLtMatmulAlgo_t& algo) {
+    for (int i = 0; i < 3; ++i) run(algo);  // warm: its kernels loaded, caches as in a step
+    double best = std::numeric_limits<double>::infinity();
+    for (int timing = 0; timing < kSweepTimings; ++timing) {
+      THPC_CUDA_CHECK(cudaEventRecord(events.start, stream));
+      for (int r = 0; r < kSweepRepeats; ++r) run(algo);
+      THPC_CUDA_CHECK(cudaEventRecord(events.stop, stream));
+      THPC_CUDA_CHECK(cudaEventSynchronize(events.stop));
+      float ms = 0.0f;
+      THPC_CUDA_CHECK(cudaEventElapsedTime(&ms, events.start, events.stop));
+      best = std::min(best, 1e3 * ms / kSweepRepeats);
+    }
+    return best;
+  };
+  std::vector<float> first;
+  double first_scale = 0.0;
+  for (int i = 0; i < returned; ++i) {
+    if (offers[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    const std::vector<float> values = output(offers[i].algo);
+    const double us = time_us(offers[i].algo);
+    if (row.algorithms == 0) {
+      first = values;
+      for (float v : first) first_scale = std::max(first_scale, std::fabs(double{v}));
+      row.heuristic_us = row.best_us = us;
+    } else {
+      double worst = 0.0;
+      for (size_t e = 0; e < values.size(); ++e) {
+        worst = std::max(worst, std::fabs(double{values[e]} - double{first[e]}));
+      }
+      row.max_relative_difference =
+          std::max(row.max_relative_difference, worst / std::max(first_scale, 1e-30));
+      if (us < row.best_us) {
+        row.best_us = us;
+        row.best = row.algorithms;
+      }
+    }
+    ++row.algorithms;
+  }
+  return row;
+}
+
+}  // namespace
+
 THPC_CUDA_TWIN(linear_forward)
 THPC_CUDA_TWIN(linear_backward)
 THPC_CUDA_TWIN(linear_relu_forward)
@@ -774,4 +1047,19 @@ int64_t thpc::cuda_relu_mask_products() { return thpc::cuda::relu_mask_product_c
 int64_t thpc::cuda_kept_ones_bias_gradients() { return thpc::cuda::kept_ones_count.load(); }
 int64_t thpc::cuda_weight_grads_beside() {
   return thpc::cuda::weight_grads_beside_count.load();
+}
+
+void thpc::cuda_count_gemm_uses() { thpc::cuda::plan_cache().count_uses_from_now(); }
+
+std::vector<thpc::GemmSweepRow> thpc::cuda_sweep_gemm_algorithms(int max_algorithms) {
+  THPC_CHECK(max_algorithms >= 1, "a GEMM sweep of " << max_algorithms << " algorithms");
+  int device = 0;
+  THPC_CUDA_CHECK(cudaGetDevice(&device));
+  thpc::cuda::Context context(device);
+  std::vector<thpc::GemmSweepRow> rows;
+  for (const auto& product : thpc::cuda::plan_cache().uses()) {
+    rows.push_back(thpc::cuda::sweep_product(context, product, max_algorithms));
+  }
+  THPC_CUDA_CHECK(cudaStreamSynchronize(context.stream()));
+  return rows;
 }

@@ -41,6 +41,23 @@ THPC_CUDA_COUNTER(weight_grads_beside)
 THPC_CUDA_COUNTER(relu_mask_products)
 #undef THPC_CUDA_COUNTER
 
+void count_gemm_uses() {
+#if THPC_HAVE_CUDA
+  cuda_count_gemm_uses();
+#endif
+}
+
+bool sweep_gemm_algorithms(int max_algorithms, std::vector<GemmSweepRow>& rows) {
+#if THPC_HAVE_CUDA
+  rows = cuda_sweep_gemm_algorithms(max_algorithms);
+  return true;
+#else
+  (void)max_algorithms;
+  (void)rows;
+  return false;
+#endif
+}
+
 bool fused_attention_fragment_probe(std::vector<uint32_t>& words,
                                     std::vector<uint32_t>& trans_words,
                                     std::vector<float>& products) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "kernels/gemm_sweep.h"
 #include "kernels/ops.h"
 
 namespace thpc {
@@ -57,6 +58,11 @@ int64_t weight_grads_beside();
 // The same for the FFN's products with the ReLU mask's epilogues (candidate relu_masks,
 // kernels/cuda/linear.cu): one a first layer's forward, one a second layer's backward.
 int64_t relu_mask_products();
+// transformer_bench_step --gemm-sweep (kernels/gemm_sweep.h): count the GPU's cuBLASLt
+// products by shape from now on (nothing without CUDA), then time the heuristic's first
+// max_algorithms offers for each shape counted; false without CUDA.
+void count_gemm_uses();
+bool sweep_gemm_algorithms(int max_algorithms, std::vector<GemmSweepRow>& rows);
 // The fused attention's fragment probe on the current GPU (kernels/cuda/
 // fused_attention.cuh, fragment_probe): false without CUDA.
 bool fused_attention_fragment_probe(std::vector<uint32_t>& words,

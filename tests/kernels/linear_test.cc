@@ -1179,6 +1179,55 @@ TEST(CudaCandidateWeightGradsBeside, LayerGradientsEqualTheVerifiedBitForBit) {
   }
 }
 
+// transformer_bench_step --gemm-sweep (kernels/gemm_sweep.h): the cuBLASLt products a
+// layer's forward and backward ran, counted by shape from count_gemm_uses() on, and for
+// each shape the heuristic's first offers timed on random operands, every offer computing
+// the first's product. Bound: each offer sums in fp32 and rounds its output once, so two
+// offers differ by at most one unit in the last place of the output type (eps(bf16) =
+// 2^-7 of the value, so of the largest |D|) plus the fp32 sums' order (K eps(fp32) of the
+// terms, < 1e-4 of |D| here); 2 eps(bf16) leaves room for both, and a wrong product (a
+// transposed operand, a lost bias) is off by O(1).
+TEST(CudaGemmSweep, CountsEachShapesUsesAndEveryOfferComputesTheFirstsProduct) {
+  THPC_REQUIRE_REAL_GPU();
+  const DType dtype = DType::BF16;
+  Twins twins(dtype);
+  constexpr int M = 304, K = 512, N = 256, kForwards = 3, kOffers = 4;
+  std::mt19937 rng(4100);
+  Scope scope(*twins.gpu);
+  const Tensor x = scope.put(dtype, representable(random_values(size_t(M) * K, rng), dtype));
+  const Tensor W = scope.put(dtype, representable(random_values(size_t(K) * N, rng), dtype));
+  const Tensor b = scope.put(dtype, representable(random_values(size_t(N), rng), dtype));
+  Tensor y = scope.alloc(dtype, int64_t(M) * N);
+  count_gemm_uses();
+  for (int i = 0; i < kForwards; ++i) twins.gpu->linear_forward(y, x, W, b, M, K, N);
+  layer_backward(*twins.gpu, dtype, {M, K, N, true, GradStore::kAdd, false}, 4101);
+  std::vector<GemmSweepRow> rows;
+  ASSERT_TRUE(sweep_gemm_algorithms(kOffers, rows));
+  // The forward's product: column-major y^T [N, M] = W^T [N, K] x^T [K, M], with its bias.
+  const std::string forward = "m=" + std::to_string(N) + " n=" + std::to_string(M) +
+                              " k=" + std::to_string(K) + " op=NN ab=bf16 c=bf16 beta=0 "
+                              "epilogue=bias";
+  bool forward_seen = false;
+  ASSERT_GE(rows.size(), 3u) << "the forward's, dx's and dW's products";
+  for (const GemmSweepRow& row : rows) {
+    SCOPED_TRACE(row.product);
+    if (row.product.rfind(forward, 0) == 0) {
+      forward_seen = true;
+      EXPECT_EQ(row.uses, kForwards);
+    } else {
+      EXPECT_EQ(row.uses, 1);
+    }
+    EXPECT_GE(row.algorithms, 1);
+    EXPECT_LE(row.algorithms, kOffers);
+    EXPECT_GE(row.best, 0);
+    EXPECT_LT(row.best, row.algorithms);
+    EXPECT_GT(row.heuristic_us, 0.0);
+    EXPECT_LE(row.best_us, row.heuristic_us);
+    EXPECT_LE(row.max_relative_difference, 2 * eps_of(DType::BF16));
+  }
+  EXPECT_TRUE(forward_seen) << "no product " << forward;
+}
+
 // The tied output projection's backward with the candidate: dE beside dh (one rank's
 // batch against a vocabulary of 8,000, and odd shapes), bit for bit the verified kernels',
 // dh added or written, counted where both took cuBLASLt plans.
