@@ -24,7 +24,10 @@
 #      fuller_column_sums' twins (what its promotion needs), then the fused attention's,
 #      fused_norm_grads' and fast_loss_exp's, then the racecheck of the first two, then
 #      the profiles: each step candidate alone, fused_attention's by-op and by-length
-#      lines against verified, fused_norm_grads' add & norm backward, fast_loss_exp's loss)
+#      lines against verified, fused_norm_grads' add & norm backward, fast_loss_exp's loss;
+#      last, the GEMM sweep at 3,125 tokens: what the cuBLASLt heuristic's other offers
+#      would save of one rank's 3.07 ms of GEMMs, its gemm_sweep_total line, ~30 s; the
+#      call's time-out may cut it, nothing after it)
 #   2: run(command="timeout 285 env CURVE_SECONDS=270 CURVE_ROWS= CURVE_COMPILED='base 3125
 #          compile-graphs' OURS_VARIANTS='verified=train.cuda_kernels=verified
 #          graphs=train.cuda_kernels=step_graphs
@@ -276,6 +279,7 @@ readonly PLAN=(
   "1|profile base verified (27 steps), candidate (36: two warm-up rounds with graphs), candidate without step_graphs; each step-kernel candidate alone; short_attention_max_len 0, 64 (27 each)|50|120"
   "1|program vs benchmark: base, 3,125 tokens, 40 steps each (bench/program_vs_bench.sh)|10|30"
   "1|small batch: base, 3,125 tokens, verified and candidate (CUDA graphs), timed and profiled; candidate without weight_grads_beside timed (and at 25,000); candidate without graphs profiled|30|70"
+  "1|GEMM sweep: base, 3,125 tokens (GEMM_SWEEP_TOKENS), verified, 18 steps; each product shape's first 8 cuBLASLt offers (GEMM_OFFERS) timed|20|45"
   "1|ours verified (and candidate if it acts in training; the loss in chunks of 1,024 rows; 75 steps each); eager|45|90"
   "1|torch.compile peer, only without PEERS=eager (228 s to compile on 2026-11-26)|0|0"
   "2|setup on the warm machine (bundle kept), build of mpi_equivalence, test_distributed, the trainer|15|60"
@@ -842,15 +846,17 @@ step_stage() {
 }
 
 # The cuBLASLt heuristic's choices against its other offers (transformer_bench_step
-# --gemm-sweep, kernels/gemm_sweep.h): one rank's 3,125 tokens with the verified kernels
-# (GEMMs 3.07 of 7.10 ms profiled there, at 382 TFLOP/s against 628 at 25,000), each
+# --gemm-sweep, kernels/gemm_sweep.h): one rank's 3,125 tokens (GEMM_SWEEP_TOKENS) with
+# the verified kernels (GEMMs 3.07 of 7.10 ms profiled there, at 382 TFLOP/s against 628
+# at 25,000, where 15 ms of GEMMs would make a few percent worth a look too), each
 # product shape of the 18 timed steps with its first GEMM_OFFERS (default 8) offers timed on
 # random operands of the same shape, alignments and epilogue. Its lines say per shape what
 # the fastest offer gains, and gemm_sweep_total the milliseconds a step it would save: a
 # fixed choice per shape is worth writing only if that is more than noise (~20-30 s).
 gemm_sweep_step() {
   local args
-  read -r -a args <<< "$(bench_args base 18 18 | sed "s/--tokens 25000/--tokens 3125/")"
+  read -r -a args <<< "$(bench_args base 18 18 |
+    sed "s/--tokens 25000/--tokens ${GEMM_SWEEP_TOKENS:-3125}/")"
   timeout 90 "$BUILD_DIR/transformer_bench_step" "${args[@]}" --gemm-sweep "${GEMM_OFFERS:-8}" \
     > "$LOGS/gemm_sweep.txt" 2>&1
   echo "gemm sweep: exit $?"

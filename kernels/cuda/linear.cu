@@ -906,25 +906,41 @@ std::string describe_product(const Gemm& g) {
   return text;
 }
 
-// D (m x n, column-major, ld ldc: every stored element, the padding rows too) as floats.
+// out[i] = in[i * stride] widened to fp32, i < count.
+template <typename T>
+__global__ void gather_every_kernel(float* out, const T* in, int64_t count, int64_t stride) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = to_float(in[i * stride]);
+  }
+}
+
+// At most this many of an output's elements are compared between offers, evenly spaced:
+// a wrong product shows in any of them, and the logits' product at 25,000 tokens (925M
+// elements) is not copied to the host and compared whole eight times.
+constexpr int64_t kComparedElements = int64_t{1} << 22;
+
+// D (m x n, column-major, ld ldc: its stored elements, the padding rows too; every
+// stride-th of them when there are more than kComparedElements) as floats. `sample` holds
+// kComparedElements floats.
 std::vector<float> download_output(const SweepBuffer& C, cudaDataType_t type,
-                                   cudaStream_t stream) {
-  const size_t n = C.bytes() / element_bytes(type);
-  std::vector<float> values(n);
+                                   SweepBuffer& sample, cudaStream_t stream) {
+  const int64_t n = static_cast<int64_t>(C.bytes() / element_bytes(type));
+  const int64_t stride = (n + kComparedElements - 1) / kComparedElements;
+  const int64_t count = stride > 0 ? n / stride : 0;
+  std::vector<float> values(static_cast<size_t>(count));
+  if (count == 0) return values;
   if (type == CUDA_R_32F) {
-    THPC_CUDA_CHECK(cudaMemcpyAsync(values.data(), C.data(), C.bytes(), cudaMemcpyDeviceToHost,
-                                    stream));
-    THPC_CUDA_CHECK(cudaStreamSynchronize(stream));
-    return values;
+    gather_every_kernel<float><<<fill_blocks(count), kFillThreads, 0, stream>>>(
+        static_cast<float*>(sample.data()), static_cast<const float*>(C.data()), count, stride);
+  } else {
+    gather_every_kernel<bf16><<<fill_blocks(count), kFillThreads, 0, stream>>>(
+        static_cast<float*>(sample.data()), static_cast<const bf16*>(C.data()), count, stride);
   }
-  std::vector<uint16_t> bits(n);
-  THPC_CUDA_CHECK(cudaMemcpyAsync(bits.data(), C.data(), C.bytes(), cudaMemcpyDeviceToHost,
-                                  stream));
+  THPC_CUDA_CHECK_LAUNCH("gather_every_kernel");
+  THPC_CUDA_CHECK(cudaMemcpyAsync(values.data(), sample.data(), values.size() * sizeof(float),
+                                  cudaMemcpyDeviceToHost, stream));
   THPC_CUDA_CHECK(cudaStreamSynchronize(stream));
-  for (size_t i = 0; i < n; ++i) {
-    const uint32_t word = static_cast<uint32_t>(bits[i]) << 16;
-    std::memcpy(&values[i], &word, 4);
-  }
   return values;
 }
 
@@ -947,6 +963,7 @@ GemmSweepRow sweep_product(Context& context, const ProductUses& product, int max
   SweepBuffer B(ab * used.ldb * (tb ? used.k : used.n), alignment_of(used.B));
   SweepBuffer C(cb * used.ldc * used.n, alignment_of(used.C));
   SweepBuffer C0(C.bytes(), 256);
+  SweepBuffer sample(sizeof(float) * kComparedElements, 256);
   std::optional<SweepBuffer> bias, aux;
   if (used.bias != nullptr) bias.emplace(cb * used.m, alignment_of(used.bias));
   if (used.aux != nullptr) aux.emplace(used.aux_ld / 8 * used.n, alignment_of(used.aux));
@@ -986,7 +1003,7 @@ GemmSweepRow sweep_product(Context& context, const ProductUses& product, int max
     THPC_CUDA_CHECK(
         cudaMemcpyAsync(C.data(), C0.data(), C.bytes(), cudaMemcpyDeviceToDevice, stream));
     run(algo);
-    return download_output(C, call.c_type, stream);
+    return download_output(C, call.c_type, sample, stream);
   };
   const SweepEvents events;
   auto time_us = [&](const cublasLtMatmulAlgo_t& algo) {
