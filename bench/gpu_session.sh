@@ -37,9 +37,11 @@
 #          normgrads=train.cuda_kernels=step_graphs,fuller_column_sums,fused_norm_grads
 #          fastloss=train.cuda_kernels=step_graphs,fuller_column_sums,fused_norm_grads,
 #          fast_loss_exp
+#          biasgemm=train.cuda_kernels=step_graphs,fuller_column_sums,fused_norm_grads,
+#          fast_loss_exp,bias_grads_in_gemm
 #          beside=train.cuda_kernels=step_graphs,fuller_column_sums,weight_grads_beside'
-#          bash bench/gpu_session.sh curve", timeout_s=300, same carry; one line, the
-#          fastloss setting's last comma joined to fast_loss_exp)
+#          bash bench/gpu_session.sh curve", timeout_s=300, same carry; one line, each
+#          setting's line-end comma joined to the name after it)
 #      (issue 51's compile_ratio at 3,125 tokens in one call, each of ours with its warm-up
 #      rounds: the second round with graphs is every shape's capture, what step_graphs
 #      waits for; when call 1 says "peer warm-up: stopped", give it CURVE_SECONDS=330.
@@ -51,6 +53,8 @@
 #      else leave it out: one rank's attention was 1.11 of its 7.10 ms profiled;
 #      normgrads: 30 partial-sum launches fewer a step, likewise only if its twins passed;
 #      fastloss: and the loss's exps as exp2, ~29 -> ~21 instructions a logit;
+#      biasgemm: and each layer's bias gradient summed in its weight gradient's GEMM
+#      (BGRADA), ~54 n = 1 products a step fewer;
 #      beside: each weight gradient's GEMM on a side stream beside the input gradient's,
 #      the graphs holding both: neutral at 25,000 tokens (30.40 against 30.24 ms), never
 #      timed at one rank's batch, where a [3,125 x 512] x [512 x 512] product fills 100
@@ -271,7 +275,7 @@ readonly PLAN=(
   "start|machine start (counted, not in a call)|60|120"
   "1|setup: gpu-bundle unpacked, nvidia-smi|10|20"
   "1|build: bench_step, transformer_hpc, kernel twin tests, test_cuda_training (16 cores)|20|110"
-  "1|candidate twins (CudaCandidate*: fused_attention, step_graphs, relu_masks, weight_grads_beside, fuller_column_sums, worker_graphs, fused_norm_grads, fast_loss_exp) and the whole model with them|5|35"
+  "1|candidate twins (CudaCandidate*: fused_attention, step_graphs, relu_masks, weight_grads_beside, fuller_column_sums, worker_graphs, fused_norm_grads, fast_loss_exp, bias_grads_in_gemm) and the whole model with them|5|35"
   "1|the verified twins of the changed files (OTHER_TWINS=all: every one)|10|40"
   "1|whole model: fp32 3 steps vs the CPU (fused off, on); bf16 short vs batched; decoding|3|25"
   "1|the timings wait for the CUDA-graph peer's compilation, begun beside the twins (WARM_PEER; until 260 s of the call); meanwhile memcheck of WAIT_MEMCHECK's candidate twins, then racecheck of the fused attention's and fused_norm_grads' (WAIT_RACECHECK)|0|150"
@@ -787,14 +791,14 @@ finish_peer_warmup() {
 # memcheck of the candidates' twins not yet memchecked on a GPU (WAIT_MEMCHECK, regular
 # expressions of CudaCandidate* suites separated by spaces, each in the time the ones
 # before it left; default CudaCandidateFullerColumnSums, then CudaCandidateFusedAttention,
-# whose second design has not run, then CudaCandidateFusedNormGrads and
-# CudaCandidateFastLossExp; "" : none), and then
+# whose second design has not run, then CudaCandidateFusedNormGrads,
+# CudaCandidateFastLossExp and CudaCandidateBiasGradsInGemm; "" : none), and then
 # racecheck (WAIT_RACECHECK: racecheck_kernels' names separated by spaces, default "fused
 # norms": the fused attention's, then fused_norm_grads' warp sums; "" : none): what a
 # candidate's promotion needs besides its twins, so that one window can promote it.
 memcheck_while_the_peer_compiles() {
   local all=${WAIT_MEMCHECK-CudaCandidateFullerColumnSums CudaCandidateFusedAttention
-CudaCandidateFusedNormGrads CudaCandidateFastLossExp}
+CudaCandidateFusedNormGrads CudaCandidateFastLossExp CudaCandidateBiasGradsInGemm}
   local suites left
   [ -n "${WARM_PEER_PID:-}" ] || return 0
   if ! command -v compute-sanitizer > /dev/null; then
@@ -988,7 +992,7 @@ profile_candidates_without_graphs() {
 # be told from the op classes it touches (relu_masks' and weight_grads_beside's both in
 # the GEMM rows). The step's line, the rows those candidates change, and the host's.
 readonly STEP_KERNEL_CANDIDATES="fused_attention relu_masks weight_grads_beside \
-fuller_column_sums fused_norm_grads fast_loss_exp"
+fuller_column_sums fused_norm_grads fast_loss_exp bias_grads_in_gemm"
 profile_each_step_candidate() {
   local candidate
   for candidate in $(measured_candidates | tr ',' ' '); do
@@ -1169,14 +1173,21 @@ curve_stage() {
       peers=eager
     fi
   fi
-  curve_row() {  # PRESET TOKENS PEERS SECONDS
-    local log="$LOGS/curve_$1_$2_${3// /+}.txt"
+  # PRESET TOKENS PEERS SECONDS [PEERS_FIRST]: with PEERS_FIRST=1 (the compiled rows,
+  # whose peer call 1 warmed) the peer runs first and ours start only in the row's first
+  # SECONDS - 40 (OURS_SECONDS), so that many OURS_VARIANTS cannot cost the ratio's peer
+  # line or the summary; the variants left out say so.
+  curve_row() {
+    local log="$LOGS/curve_$1_$2_${3// /+}.txt" ours_seconds=""
+    [ "${5:-0}" = 1 ] && ours_seconds=$(($4 - 40))
     echo "== curve $1 $2, peers $3 (within $4 s, at ${SECONDS} s)"
     DEVICE=$device BUILD=$BUILD_DIR PEERS=$3 PROFILE=1 CEILING_TFLOPS=${CEILING:-} \
+      PEERS_FIRST=${5:-0} OURS_SECONDS=$ours_seconds \
       timeout "$4" bash bench/step_vs_torch.sh "$1" "$2" > "$log" 2>&1
     local status=$?
     # The console keeps the profile's step and host rows; the log has the whole table.
-    grep -E "^(step_vs_torch:|run |peer |\{|[a-z]+ profiled: (profile:|host time|total))" "$log"
+    grep -E "^(step_vs_torch:|run |peer |ours [a-z0-9_]+: |\{|\
+[a-z0-9]+ profiled: (profile:|host time|total))" "$log"
     [ "$status" = 0 ] || echo "curve $1 $2 $3: exit $status$([ "$status" = 124 ] && echo ", cut off after $4 s")"
   }
   for row in "${rows[@]}"; do
@@ -1189,7 +1200,7 @@ curve_stage() {
     read -r preset tokens peer <<< "$row"
     left=$((deadline - SECONDS))
     [ "$left" -lt 60 ] && { echo "curve: $row skipped, ${left} s left"; continue; }
-    curve_row "$preset" "$tokens" "$peer" "$left"
+    curve_row "$preset" "$tokens" "$peer" "$left" 1
   done
   echo "curve: ${SECONDS} s"
 }

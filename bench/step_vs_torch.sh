@@ -38,7 +38,10 @@
 # list: "graphs=train.cuda_kernels=step_graphs,async_upload,model.fused_ops=on"), against the
 # same peer runs: each variant then ends with its own step_vs_torch line, with an
 # ours=NAME field. Ours run before the peers in each run, so that a call cut off while a
-# peer compiles still has our numbers.
+# peer compiles still has our numbers; PEERS_FIRST=1 runs the peers first (a compiled
+# peer warmed by an earlier call, whose line every ratio needs), and OURS_SECONDS=N starts
+# no variant after N seconds of the script (each left out says so), so that a caller's
+# time-out with many variants still leaves the peer's line and the summary.
 # On the GPU: bf16, vocabulary 37000, 60 timed steps after 15 (compiled peers: after two
 # passes over the shapes). On the CPU (bench/cpu_step_vs_torch.sh): fp32, vocabulary
 # 8000, THREADS threads, 9 timed steps after 2. The last line is always
@@ -181,8 +184,16 @@ fi
 # Every JSON line, tagged with its system, goes to one file that the summary reads.
 lines=$(mktemp)
 trap 'rm -f "$lines"' EXIT
-for ((run = 1; run <= runs; run++)); do
+# Ours, each variant of run $1. OURS_SECONDS: a variant starts only before that many
+# seconds of this script (later ones are reported skipped), so that a caller's time-out
+# leaves the summary below its time (bench/gpu_session.sh's compiled peer row).
+run_ours() {
+  local run=$1 v
   for ((v = 0; v < ${#variant_names[@]}; v++)); do
+    if [[ -n ${OURS_SECONDS:-} && $SECONDS -ge $OURS_SECONDS ]]; then
+      echo "ours ${variant_names[v]}: skipped in run $run, OURS_SECONDS=$OURS_SECONDS spent"
+      continue
+    fi
     sets=()
     # Split at the commas that start another SECTION.KEY=; any other comma belongs to a
     # value that is a list (train.cuda_kernels=async_upload,step_graphs).
@@ -218,6 +229,11 @@ for ((run = 1; run <= runs; run++)); do
         "$(awk -v s="$share" 'BEGIN { printf "%.4f", s / 100 }')" >> "$lines"
     fi
   done
+}
+
+# The peers of run $1.
+run_peers() {
+  local run=$1 peer
   for peer in "${peers[@]}"; do
     read -r -a extra <<< "$(peer_args "$peer")"
     if ! line=$("$python" "$reference" --preset "$preset" --tokens "$tokens" "${torch_args[@]}" \
@@ -228,6 +244,18 @@ for ((run = 1; run <= runs; run++)); do
     echo "$line"
     printf '%s\t%s\t%s\n' "$run" "$peer" "$line" >> "$lines"
   done
+}
+
+# PEERS_FIRST=1: each run's peers before ours, so that the peer a ratio needs has its line
+# even when OURS_SECONDS leaves some of our variants out.
+for ((run = 1; run <= runs; run++)); do
+  if [[ ${PEERS_FIRST:-0} == 1 ]]; then
+    run_peers "$run"
+    run_ours "$run"
+  else
+    run_ours "$run"
+    run_peers "$run"
+  fi
 done
 
 # On the CPU, the kernels OpenBLAS gave ours ("Core: ..." at OPENBLAS_VERBOSE=2), marked

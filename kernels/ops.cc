@@ -73,7 +73,8 @@ bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
       {"fuller_column_sums", kFullerColumnSums},
       {"worker_graphs", kWorkerGraphs},
       {"fused_norm_grads", kFusedNormGrads},
-      {"fast_loss_exp", kFastLossExp}};
+      {"fast_loss_exp", kFastLossExp},
+      {"bias_grads_in_gemm", kBiasGradsInGemm}};
   // Former candidates, the default since their GPU run: a configuration or checkpoint
   // that names them (one trained with them before that) still loads, naming nothing.
   static const std::vector<std::string> kRetired = {

@@ -162,7 +162,11 @@ enum class GradStore { kAdd, kWrite };
 // fewer at one rank's 3,125); and fast_loss_exp (not yet run on a GPU: the loss's
 // vectorised rows take their exps as __expf, the hardware's exp2, instead of expf:
 // kernels/cuda/cross_entropy.cu's row_exp; issue 51's loss, 1.49 ms of the base step,
-// whose ~31 instructions a logit take as long to issue as its bytes take to move).
+// whose ~31 instructions a logit take as long to issue as its bytes take to move); and
+// bias_grads_in_gemm (not yet run on a GPU: a layer's bias gradient summed by its weight
+// gradient's GEMM as it reads dy, cuBLASLt's BGRADA epilogue, instead of a second GEMM of
+// dy against a ones vector; kernels/cuda/linear.cu; issue 51's one-rank step, ~54 such
+// n = 1 products a base step).
 // The former ones are the default since their GPU run: write_gradients, short_attention
 // (H100, 2026-11-26), gathered_attention (H100, 2026-11-27), async_upload, step_totals,
 // int8_products, fused_adam (H200, 2026-11-29), vector_norms (the fused add & norm with
@@ -184,8 +188,10 @@ enum CandidateKernels : unsigned {
   kWorkerGraphs = 1u << 13,
   kFusedNormGrads = 1u << 14,
   kFastLossExp = 1u << 15,
+  kBiasGradsInGemm = 1u << 16,
   kAllCandidates = kFusedAttention | kStepGraphs | kReluMasks | kWeightGradsBeside |
-                   kFullerColumnSums | kWorkerGraphs | kFusedNormGrads | kFastLossExp,
+                   kFullerColumnSums | kWorkerGraphs | kFusedNormGrads | kFastLossExp |
+                   kBiasGradsInGemm,
 };
 
 // The candidate set a train.cuda_kernels value names: "verified" (none), "candidate"

@@ -426,8 +426,9 @@ TEST(Config, CudaKernelsNameASetOfCandidates) {
       {"step_graphs,worker_graphs", kStepGraphs | kWorkerGraphs},
       {"fused_norm_grads,vector_norms", kFusedNormGrads},
       {"fast_loss_exp,loss_rows_from_l2", kFastLossExp},
+      {"bias_grads_in_gemm,kept_ones", kBiasGradsInGemm},
       {"fused_attention,step_graphs,relu_masks,weight_grads_beside,fuller_column_sums,"
-       "worker_graphs,fused_norm_grads,fast_loss_exp",
+       "worker_graphs,fused_norm_grads,fast_loss_exp,bias_grads_in_gemm",
        kAllCandidates}};
   for (const auto& [setting, bits] : settings) {
     const Config config = load_config(kTinyIni, {"train.cuda_kernels=" + setting});
@@ -439,7 +440,8 @@ TEST(Config, CudaKernelsNameASetOfCandidates) {
     expect_error([&] { load_config(kTinyIni, {"train.cuda_kernels=" + bad}); },
                  {"tiny.ini", "train.cuda_kernels", "verified, candidate",
                   "or some of fused_attention,step_graphs,relu_masks,weight_grads_beside,"
-                  "fuller_column_sums,worker_graphs,fused_norm_grads,fast_loss_exp"});
+                  "fuller_column_sums,worker_graphs,fused_norm_grads,fast_loss_exp,"
+                  "bias_grads_in_gemm"});
   }
 }
 

@@ -60,6 +60,10 @@ int64_t cuda_weight_grads_beside();
 // process: one a linear_relu_mask_forward, one a linear_relu_backward's input gradient.
 int64_t cuda_relu_mask_products();
 
+// Bias gradients summed by their weight gradient's product, cuBLASLt's BGRADA epilogue
+// (candidate bias_grads_in_gemm, linear.cu) in this process.
+int64_t cuda_bias_grads_in_gemm();
+
 // From now on, count each cuBLASLt product linear.cu runs, by shape (from zero).
 void cuda_count_gemm_uses();
 // For each product counted since cuda_count_gemm_uses(), on the current device: the

@@ -95,11 +95,16 @@ struct Gemm {
   // handle is bound to the context's stream).
   cudaStream_t stream = nullptr;
   void* workspace = nullptr;
+  // The sums of A's rows over k written here, fp32, m of them (BGRADA: candidate
+  // bias_grads_in_gemm, a layer's bias gradient in its weight gradient's product); never
+  // with a bias.
+  float* bias_grad = nullptr;
 };
 
 // The cuBLASLt epilogue of a product: its bias and ReLU applied before D is stored, the
 // ReLU's mask written (forward) or applied (backward) with an aux buffer.
 uint32_t epilogue_of(const Gemm& g) {
+  if (g.bias_grad != nullptr) return CUBLASLT_EPILOGUE_BGRADA;
   if (g.drelu) return CUBLASLT_EPILOGUE_DRELU;
   if (g.relu && g.aux != nullptr) {
     return g.bias != nullptr ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_RELU_AUX;
@@ -110,7 +115,9 @@ uint32_t epilogue_of(const Gemm& g) {
 
 // Whether a product asks for an epilogue that only cuBLASLt's path gives (the cublasGemmEx
 // fallback adds the bias alone).
-bool asks_epilogue(const Gemm& g) { return g.relu || g.drelu || g.aux != nullptr; }
+bool asks_epilogue(const Gemm& g) {
+  return g.relu || g.drelu || g.aux != nullptr || g.bias_grad != nullptr;
+}
 
 // The largest power of two (<= 256) dividing the address: what cuBLASLt may assume.
 uint32_t alignment_of(const void* pointer) {
@@ -164,7 +171,7 @@ void fill_columns(void* C, cudaDataType_t type, int ldc, int m, int n, const voi
 using Plan = LtPlan;
 
 // Everything the descriptors and the heuristic's choice depend on.
-using PlanKey = std::array<int64_t, 21>;
+using PlanKey = std::array<int64_t, 22>;
 
 PlanKey key_of(const Context& context, const Gemm& g) {
   return {context.device(), g.trans_a, g.trans_b, g.m, g.n, g.k, g.lda, g.ldb,
@@ -172,7 +179,8 @@ PlanKey key_of(const Context& context, const Gemm& g) {
           alignment_of(g.A), alignment_of(g.B), alignment_of(g.C),
           g.bias != nullptr ? alignment_of(g.bias) : 0,
           static_cast<int64_t>(context.lt_workspace_bytes()), g.relu,
-          g.drelu, g.aux_ld, g.aux != nullptr ? alignment_of(g.aux) : 0};
+          g.drelu, g.aux_ld, g.aux != nullptr ? alignment_of(g.aux) : 0,
+          g.bias_grad != nullptr ? alignment_of(g.bias_grad) : 0};
 }
 
 // The plan's matmul descriptor and matrix layouts for `g`: its transposes, epilogue, bias
@@ -195,6 +203,13 @@ void describe(Plan& plan, const Gemm& g) {
     // The heuristic reads the pointer's alignment.
     THPC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                      &g.bias, sizeof(g.bias)));
+  }
+  if (g.bias_grad != nullptr) {  // the sums are fp32 whatever D's type; pointer as the bias's
+    const int32_t sums_type = CUDA_R_32F;
+    THPC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &sums_type, sizeof(sums_type)));
+    THPC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias_grad, sizeof(g.bias_grad)));
   }
   if (g.aux != nullptr) {
     // The bit-mask's leading dimension (bits, a multiple of 128 and at least m); the
@@ -326,14 +341,16 @@ void gemm_ex(Context& context, const Gemm& g) {
 // a multiple of 8 in bf16) may be accepted by the heuristic and then fail or misread at
 // run time. Such products take the cublasGemmEx path with the bias written first.
 bool bypasses_lt(const Gemm& g) {
-  return fallback_forced() || (g.bias != nullptr && alignment_of(g.bias) < 16);
+  return fallback_forced() || (g.bias != nullptr && alignment_of(g.bias) < 16) ||
+         (g.bias_grad != nullptr && alignment_of(g.bias_grad) < 16);
 }
 
-// Returns whether the epilogue asked for (g.relu, the mask's g.aux or g.drelu) was applied;
-// when it was asked for and not, D holds the plain product (+ bias) and the caller applies
-// the rest (the cublasGemmEx path and the empty product have no epilogue).
+// Returns whether the epilogue asked for (g.relu, the mask's g.aux, g.drelu or the sums of
+// g.bias_grad) was applied; when it was asked for and not, D holds the plain product
+// (+ bias) and the caller applies the rest (the cublasGemmEx path and the empty product have
+// no epilogue; a product without columns, n = 0, computes no sums of A's rows either).
 bool gemm(Context& context, const Gemm& g) {
-  if (g.m == 0 || g.n == 0) return true;
+  if (g.m == 0 || g.n == 0) return g.m == 0 || g.bias_grad == nullptr;
   const cudaStream_t stream = g.stream != nullptr ? g.stream : context.stream();
   void* workspace = g.workspace != nullptr ? g.workspace : context.lt_workspace();
   if (g.k == 0) {  // an empty product: D = beta C + bias
@@ -354,6 +371,10 @@ bool gemm(Context& context, const Gemm& g) {
   if (g.bias != nullptr) {  // same alignment as when planned (it is in the key)
     THPC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                      &g.bias, sizeof(g.bias)));
+  }
+  if (g.bias_grad != nullptr) {  // likewise
+    THPC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias_grad, sizeof(g.bias_grad)));
   }
   if (g.aux != nullptr) {  // likewise
     THPC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
@@ -501,6 +522,14 @@ std::atomic<int64_t> relu_mask_product_count{0};
 std::atomic<int64_t> kept_ones_count{0};
 // Weight gradients queued on the side stream (candidate weight_grads_beside).
 std::atomic<int64_t> weight_grads_beside_count{0};
+// Bias gradients summed in their weight gradient's product (candidate bias_grads_in_gemm).
+std::atomic<int64_t> bias_grads_in_gemm_count{0};
+
+// db[i] += sums[i], fp32, one rounding each: what the ones product's beta = 1 adds.
+__global__ void add_sums_kernel(float* db, const float* sums, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) db[i] = __fadd_rn(db[i], sums[i]);
+}
 
 // Whether `products` may run on the side stream (candidate weight_grads_beside): it exists
 // and each takes a cuBLASLt plan (cublasGemmEx's handle is bound to the context's stream).
@@ -562,7 +591,8 @@ void input_gradient(Context& context, T* dx, const T* dy, const T* W, int M, int
 // With the candidate weight_grads_beside they go to the side stream (beside()): the
 // caller queues them first, then its own products on the context's stream, then join();
 // otherwise after its products, on the context's stream, in the
-// verified path's order. Why beside: the products of a layer's backward that read dy, dx's
+// verified path's order. With the candidate bias_grads_in_gemm, db's sums come from dW's
+// product (below). Why beside: the products of a layer's backward that read dy, dx's
 // and dW's, need not wait for each other, and at one rank's 3,125 tokens each fills a wave
 // of the GPU or less (a 512 x 512 weight's dW is 16 output tiles of 128 x 128, its dx
 // 100); side by side, one's tiles take the SMs the other leaves idle. The products are the
@@ -584,6 +614,24 @@ class WeightGradients {
     if (!with_db_) {
       beside_ = beside_ && may_go_beside(context, {&dW_product_});
       return;
+    }
+    // Candidate bias_grads_in_gemm: dW's product sums dy's columns as it reads them, into
+    // the scratch buffer (cuBLASLt's BGRADA epilogue: A = dy^T, its rows summed over k = M),
+    // and one launch of N threads adds them into db; the ones product, which read all of
+    // dy again for N sums (~54 of them a base step, n = 1 GEMMs of a few microseconds at
+    // one rank's 3,125 tokens), is not queued. Only where dW's product takes a cuBLASLt
+    // plan with that epilogue (else the ones, as verified), and on the context's stream
+    // (the scratch buffer is that stream's: such a layer's weight products do not go
+    // beside).
+    if (with_dW_ && K > 0 && context.candidate_kernel(kBiasGradsInGemm)) {
+      Gemm summing = dW_product_;
+      summing.bias_grad = static_cast<float*>(context.scratch(sizeof(float) * N));
+      if (takes_lt_plan(context, summing)) {
+        db_ = db;
+        sums_in_gemm_ = true;
+        beside_ = false;
+        return;
+      }
     }
     // db [N] += dy^T [N, M] ones [M]: a GEMM with n = 1, fp32 accumulation and output.
     // The ones: a vector filled once and kept (a step's ~50 bias gradients each launched a
@@ -609,6 +657,20 @@ class WeightGradients {
   // Forks the side stream first when beside.
   void queue() {
     const cudaStream_t stream = beside_ ? context_.side_stream() : context_.stream();
+    if (sums_in_gemm_) {
+      // The scratch buffer as the constructor saw it (256-byte aligned, as planned), taken
+      // again now: ops queued in between may have used it.
+      Gemm summing = dW_product_;
+      summing.bias_grad = static_cast<float*>(context_.scratch(sizeof(float) * summing.m));
+      THPC_CHECK(gemm(context_, summing), "the bias gradient's sums were planned in dW's "
+                                          "product, and its epilogue was not applied");
+      const int n = summing.m;
+      add_sums_kernel<<<(n + kFillThreads - 1) / kFillThreads, kFillThreads, 0, stream>>>(
+          db_, summing.bias_grad, n);
+      THPC_CUDA_CHECK_LAUNCH("add_sums_kernel");
+      ++bias_grads_in_gemm_count;
+      return;
+    }
     if (beside_) branch_.fork(context_, {&dW_product_, &db_product_});
     if (with_dW_) gemm(context_, dW_product_);
     if (!with_db_) return;
@@ -632,6 +694,8 @@ class WeightGradients {
   size_t to_fill_ = 0;
   bool kept_ = false;  // ones_ is the Context's kept vector (not the scratch buffer)
   bool beside_ = false;
+  bool sums_in_gemm_ = false;  // candidate bias_grads_in_gemm: db's sums in dW's product
+  float* db_ = nullptr;
   SideBranch branch_;
 };
 
@@ -884,6 +948,7 @@ struct SweepEvents {
 
 const char* epilogue_name(const Gemm& g) {
   switch (epilogue_of(g)) {
+    case CUBLASLT_EPILOGUE_BGRADA: return "bgrada";
     case CUBLASLT_EPILOGUE_DRELU: return "drelu";
     case CUBLASLT_EPILOGUE_RELU_AUX_BIAS: return "relu_aux_bias";
     case CUBLASLT_EPILOGUE_RELU_AUX: return "relu_aux";
@@ -964,8 +1029,9 @@ GemmSweepRow sweep_product(Context& context, const ProductUses& product, int max
   SweepBuffer C(cb * used.ldc * used.n, alignment_of(used.C));
   SweepBuffer C0(C.bytes(), 256);
   SweepBuffer sample(sizeof(float) * kComparedElements, 256);
-  std::optional<SweepBuffer> bias, aux;
+  std::optional<SweepBuffer> bias, aux, sums;
   if (used.bias != nullptr) bias.emplace(cb * used.m, alignment_of(used.bias));
+  if (used.bias_grad != nullptr) sums.emplace(sizeof(float) * used.m, alignment_of(used.bias_grad));
   if (used.aux != nullptr) aux.emplace(used.aux_ld / 8 * used.n, alignment_of(used.aux));
   A.fill(used.ab_type, 1, stream);
   B.fill(used.ab_type, 2, stream);
@@ -979,6 +1045,7 @@ GemmSweepRow sweep_product(Context& context, const ProductUses& product, int max
   call.C = C.data();
   call.bias = bias ? bias->data() : nullptr;
   call.aux = aux ? aux->data() : nullptr;
+  call.bias_grad = sums ? static_cast<float*>(sums->data()) : nullptr;
   SweepPlan sweep;
   Plan& plan = sweep.plan;
   describe(plan, call);
@@ -1065,6 +1132,7 @@ int64_t thpc::cuda_kept_ones_bias_gradients() { return thpc::cuda::kept_ones_cou
 int64_t thpc::cuda_weight_grads_beside() {
   return thpc::cuda::weight_grads_beside_count.load();
 }
+int64_t thpc::cuda_bias_grads_in_gemm() { return thpc::cuda::bias_grads_in_gemm_count.load(); }
 
 void thpc::cuda_count_gemm_uses() { thpc::cuda::plan_cache().count_uses_from_now(); }
 

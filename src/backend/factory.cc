@@ -39,6 +39,7 @@ THPC_CUDA_COUNTER(loss_rows_from_l2_launches)
 THPC_CUDA_COUNTER(kept_ones_bias_gradients)
 THPC_CUDA_COUNTER(weight_grads_beside)
 THPC_CUDA_COUNTER(relu_mask_products)
+THPC_CUDA_COUNTER(bias_grads_in_gemm)
 #undef THPC_CUDA_COUNTER
 
 void count_gemm_uses() {

@@ -58,6 +58,9 @@ int64_t weight_grads_beside();
 // The same for the FFN's products with the ReLU mask's epilogues (candidate relu_masks,
 // kernels/cuda/linear.cu): one a first layer's forward, one a second layer's backward.
 int64_t relu_mask_products();
+// The same for the bias gradients summed in their weight gradient's product (candidate
+// bias_grads_in_gemm, kernels/cuda/linear.cu).
+int64_t bias_grads_in_gemm();
 // transformer_bench_step --gemm-sweep (kernels/gemm_sweep.h): count the GPU's cuBLASLt
 // products by shape from now on (nothing without CUDA), then time the heuristic's first
 // max_algorithms offers for each shape counted; false without CUDA.

@@ -142,7 +142,7 @@ const std::vector<Option>& option_table() {
                   "GPU kernels: verified = those whose twin tests passed on a GPU; candidate "
                   "= also the variants not yet made the default (at present fused_attention, "
                   "step_graphs, relu_masks, weight_grads_beside, fuller_column_sums, "
-                  "worker_graphs, fused_norm_grads, fast_loss_exp); or "
+                  "worker_graphs, fused_norm_grads, fast_loss_exp, bias_grads_in_gemm); or "
                   "some of them by name, comma-separated; the CPU ignores it"),
       THPC_OPTION(train, short_attention_max_len, THPC_BETWEEN(0, kShortAttentionLongest),
                   "GPU, bf16, d_k = d_v = 64: attention whose query and key lengths are both "

@@ -870,7 +870,7 @@ struct Wanted {
 };
 
 void check_linear_backward(DType dtype, const LinearShape& s, Wanted wanted, uint32_t seed,
-                           const StoreMode& mode = {}) {
+                           const StoreMode& mode = {}, const CudaKernelChoice& kernels = {}) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " M=" << s.M << " K=" << s.K
                                     << " N=" << s.N << " dx=" << wanted.dx << " dW="
                                     << wanted.dW << " db=" << wanted.db << " " << mode.name());
@@ -883,7 +883,7 @@ void check_linear_backward(DType dtype, const LinearShape& s, Wanted wanted, uin
   const auto dx0 = representable(random_values(MK, rng), dtype);  // activation-side: T
   const auto dW0 = random_values(KN, rng);                         // parameter-side: fp32
   const auto db0 = random_values(static_cast<size_t>(s.N), rng);
-  Twins twins(dtype);
+  Twins twins(dtype, kernels);
   Scope cpu(*twins.cpu), gpu(*twins.gpu);
   Tensor dx_cpu = wanted.dx ? cpu.put(DType::F32, mode.start(dx0)) : Tensor{};
   Tensor dW_cpu = wanted.dW ? cpu.put(DType::F32, dW0) : Tensor{};
@@ -950,8 +950,7 @@ TEST(CudaLinear, BackwardThroughGemmExFallbackMatchesCpu) {
 }
 
 // Two identical backward calls from the same pre-filled gradients: bit-identical.
-TEST(CudaLinear, BackwardIsDeterministic) {
-  THPC_REQUIRE_GPU();
+void expect_backward_deterministic(const CudaKernelChoice& kernels) {
   for (DType dtype : gpu_compute_dtypes()) {
     SCOPED_TRACE(dtype_name(dtype));
     const int M = 1000, K = 129, N = 257;
@@ -962,7 +961,7 @@ TEST(CudaLinear, BackwardIsDeterministic) {
     const auto dx0 = random_values(static_cast<size_t>(M) * K, rng);
     const auto dW0 = random_values(static_cast<size_t>(K) * N, rng);
     const auto db0 = random_values(static_cast<size_t>(N), rng);
-    Twins twins(dtype);
+    Twins twins(dtype, kernels);
     Scope gpu(*twins.gpu);
     const Tensor x_t = gpu.put(dtype, x), W_t = gpu.put(dtype, W), dy_t = gpu.put(dtype, dy);
     std::vector<float> first[3];
@@ -977,6 +976,55 @@ TEST(CudaLinear, BackwardIsDeterministic) {
       }
     }
   }
+}
+
+TEST(CudaLinear, BackwardIsDeterministic) {
+  THPC_REQUIRE_GPU();
+  expect_backward_deterministic({});
+}
+
+// The candidate bias_grads_in_gemm (kernels/cuda/linear.cu: db summed by dW's product,
+// cuBLASLt's BGRADA epilogue, then added into db): the verified twin's cases against the
+// CPU with its bounds (db's is the ones product's: an M-long fp32 sum either way), every
+// shape (odd ones, M = 1, an empty product K = 0 whose db takes the ones) with dx added
+// and written, dx or dW not asked for (db alone takes the ones), one rank's row counts
+// (3,125 and a bucket's 3,128); the sums taken in the product counted where they were
+// planned (a shape with K > 0 whose product cuBLASLt plans with the epilogue).
+TEST(CudaCandidateBiasGradsInGemm, LayerGradientsMatchCpu) {
+  THPC_REQUIRE_GPU();
+  CudaKernelChoice kernels;
+  kernels.candidates = kBiasGradsInGemm;
+  std::vector<LinearShape> shapes = kLinearShapes;
+  shapes.push_back({3125, 512, 512});
+  shapes.push_back({3128, 2048, 512});
+  uint32_t seed = 4200;
+  for (DType dtype : gpu_compute_dtypes()) {
+    const int64_t before = bias_grads_in_gemm();
+    for (const LinearShape& shape : shapes) {
+      for (const StoreMode& mode : {StoreMode{GradStore::kAdd}, StoreMode{GradStore::kWrite}}) {
+        check_linear_backward(dtype, shape, {true, true, true}, seed++, mode, kernels);
+      }
+    }
+    for (const Wanted wanted : {Wanted{false, true, true}, Wanted{false, false, true}}) {
+      check_linear_backward(dtype, {128, 256, 512}, wanted, seed++, {}, kernels);
+    }
+    if (twin_rehearsal()) continue;  // the CPU stands in: no cuBLASLt
+    // At least {128, 256, 512}'s three (dx added, written, not asked for): the model's
+    // layer shape, every operand 16-byte aligned. How many of the calls with dW and db
+    // took the sums in the product is printed for the GPU session's log.
+    const int64_t taken = bias_grads_in_gemm() - before;
+    std::printf("bias_grads_in_gemm %s: %lld of %zu layer backwards with dW and db\n",
+                dtype_name(dtype), static_cast<long long>(taken), 2 * shapes.size() + 1);
+    EXPECT_GE(taken, 3) << dtype_name(dtype)
+                        << ": the aligned layers' sums were not taken in dW's product";
+  }
+}
+
+TEST(CudaCandidateBiasGradsInGemm, LayerGradientsAreDeterministic) {
+  THPC_REQUIRE_GPU();
+  CudaKernelChoice kernels;
+  kernels.candidates = kBiasGradsInGemm;
+  expect_backward_deterministic(kernels);
 }
 
 // The bias gradient db += dy^T ones on `backend` ([M, N] dy, K = 8 for its unused x, W),
