@@ -97,9 +97,9 @@ OpClass op_class(OpId op) {
 }
 
 double OpProfile::host_seconds() const {
-  double ops = 0.0;
-  for (const Row& row : rows) ops += row.seconds;
-  return span_seconds - ops;
+  double in_ops = 0.0;
+  for (const Row& row : rows) in_ops += row.seconds;
+  return span_seconds - in_ops;
 }
 
 double union_length(std::vector<OpProfile::Interval> intervals) {
