@@ -25,9 +25,10 @@
 #      fused_norm_grads' and fast_loss_exp's, then the racecheck of the first two, then
 #      the profiles: each step candidate alone, fused_attention's by-op and by-length
 #      lines against verified, fused_norm_grads' add & norm backward, fast_loss_exp's loss;
-#      last, the GEMM sweep at 3,125 tokens: what the cuBLASLt heuristic's other offers
-#      would save of one rank's 3.07 ms of GEMMs, its gemm_sweep_total line, ~30 s; the
-#      call's time-out may cut it, nothing after it)
+#      after them the GEMM sweep at 3,125 tokens: what the cuBLASLt heuristic's other
+#      offers would save of one rank's 3.07 ms of GEMMs, its gemm_sweep_total line, ~30 s;
+#      then the program against the benchmark and one rank's batch, which earlier windows
+#      and call 2 measure too, and which the call's time-out cuts first)
 #   2: run(command="timeout 285 env CURVE_SECONDS=270 CURVE_ROWS= CURVE_COMPILED='base 3125
 #          compile-graphs' OURS_VARIANTS='verified=train.cuda_kernels=verified
 #          graphs=train.cuda_kernels=step_graphs
@@ -281,9 +282,9 @@ readonly PLAN=(
   "1|the timings wait for the CUDA-graph peer's compilation, begun beside the twins (WARM_PEER; until 260 s of the call); meanwhile memcheck of WAIT_MEMCHECK's candidate twins, then racecheck of the fused attention's and fused_norm_grads' (WAIT_RACECHECK)|0|150"
   "1|bf16 GEMM ceiling (8192^3)|10|15"
   "1|profile base verified (27 steps), candidate (36: two warm-up rounds with graphs), candidate without step_graphs; each step-kernel candidate alone; short_attention_max_len 0, 64 (27 each)|50|120"
+  "1|GEMM sweep: base, 3,125 tokens (GEMM_SWEEP_TOKENS), verified, 18 steps; each product shape's first 8 cuBLASLt offers (GEMM_OFFERS) timed|20|45"
   "1|program vs benchmark: base, 3,125 tokens, 40 steps each (bench/program_vs_bench.sh)|10|30"
   "1|small batch: base, 3,125 tokens, verified and candidate (CUDA graphs), timed and profiled; candidate without weight_grads_beside timed (and at 25,000); candidate without graphs profiled|30|70"
-  "1|GEMM sweep: base, 3,125 tokens (GEMM_SWEEP_TOKENS), verified, 18 steps; each product shape's first 8 cuBLASLt offers (GEMM_OFFERS) timed|20|45"
   "1|ours verified (and candidate if it acts in training; the loss in chunks of 1,024 rows; 75 steps each); eager|45|90"
   "1|torch.compile peer, only without PEERS=eager (228 s to compile on 2026-11-26)|0|0"
   "2|setup on the warm machine (bundle kept), build of mpi_equivalence, test_distributed, the trainer|15|60"
@@ -836,9 +837,12 @@ step_stage() {
   profile_each_step_candidate
   profile_short_attention_lengths
   echo "profiles: at ${SECONDS} s"
+  # Before the two that repeat earlier windows' measurements (the program against the
+  # benchmark: 0.990 on 2026-12-04; one rank's batch: call 2 times it against the peer),
+  # which the call's time-out cuts first.
+  gemm_sweep_step
   program_vs_bench_step
   small_batch_step
-  gemm_sweep_step
   local left=$((deadline - SECONDS))
   if [ "$left" -lt 60 ]; then
     echo "peers: skipped, ${left} s left of STEP_SECONDS=${deadline}; call 2 (followup) runs them"
