@@ -17,12 +17,13 @@
 # at its end by the budget, and its lines are printed as each run ends):
 #   1: run(command="STEP_SECONDS=1 SHORT_ATTENTION_LENGTHS= timeout 350 bash
 #          bench/gpu_session.sh step", timeout_s=365, carry=["gpu-bundle", "shared-for-gpu"])
-#      (~320 s: the twins, fuller_column_sums', worker_graphs', the fused attention's
-#      second design's, fused_norm_grads' and fast_loss_exp's first among them, the
-#      captured decoding's as changed twins, the whole model, beside them the peer's
-#      compilation, which the profiles wait for until 260 s, in the wait the memcheck of
-#      fuller_column_sums' twins (what its promotion needs), then the fused attention's,
-#      fused_norm_grads' and fast_loss_exp's, then the racecheck of the first two, then
+#      (~340 s: the twins, fuller_column_sums', worker_graphs', the fused attention's
+#      second design's, fused_norm_grads', fast_loss_exp's and bias_grads_in_gemm's first
+#      among them, the captured decoding's and linear.cu's (CudaLinear, CudaGemmSweep) as
+#      changed twins, the whole model, beside them the peer's compilation, which the
+#      profiles wait for until 260 s, in the wait the memcheck of fuller_column_sums' twins
+#      (what its promotion needs), then the fused attention's, fused_norm_grads',
+#      fast_loss_exp's and bias_grads_in_gemm's, then the racecheck of the first two, then
 #      the profiles: each step candidate alone, fused_attention's by-op and by-length
 #      lines against verified, fused_norm_grads' add & norm backward, fast_loss_exp's loss;
 #      after them the GEMM sweep at 3,125 tokens: what the cuBLASLt heuristic's other
@@ -46,6 +47,9 @@
 #      (issue 51's compile_ratio at 3,125 tokens in one call, each of ours with its warm-up
 #      rounds: the second round with graphs is every shape's capture, what step_graphs
 #      waits for; when call 1 says "peer warm-up: stopped", give it CURVE_SECONDS=330.
+#      The compiled peer runs first, and ours start only in the row's first seconds less
+#      40 (PEERS_FIRST, OURS_SECONDS): the variants the time leaves out say "skipped",
+#      the ratio's peer line and the summary stay; so list them most wanted first.
 #      short128: the short kernels at every length; their bound of 48 was measured at
 #      25,000 tokens, where the batched GEMMs win from 64, but one rank's 32 sentences of
 #      96 give the batched path (some eight launches an attention, forward and backward)
