@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/philox.h"
 #include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
@@ -874,19 +875,15 @@ void output_projection_backward(Context& context, T* dh, float* dE, const T* d_l
 // ---- the sweep of cuBLASLt's offers (transformer_bench_step --gemm-sweep) -------------
 namespace {
 
-// n values of T in [-1, 1) from a hash of the index: neither zero nor special, so that
-// every algorithm does the work a step's product does.
+// n values of T in [-1, 1), element i from the Philox draws of the dropout masks
+// (common/philox.h; `seed` as the key): neither zero nor special, so that every algorithm
+// does the work a step's product does.
 template <typename T>
 __global__ void fill_sweep_kernel(T* values, int64_t n, uint32_t seed) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    uint32_t h = (static_cast<uint32_t>(i) * 0x9e3779b9u) ^ seed;
-    h ^= h >> 16;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13;
-    h *= 0xc2b2ae35u;
-    h ^= h >> 16;
-    values[i] = from_float<T>(static_cast<float>(h >> 8) * (2.0f / 16777216.0f) - 1.0f);
+    const float u = uniform_from_bits(philox_bits(seed, 0, 0, 0, static_cast<uint64_t>(i)));
+    values[i] = from_float<T>(2.0f * u - 1.0f);
   }
 }
 
