@@ -26,7 +26,8 @@ struct GemmSweepRow {
   // The largest |D - D_first| over the offers, over the largest |D_first|: each algorithm
   // checked against the first on the same inputs (fp32 accumulation everywhere, so
   // differences of the output's rounding, ~eps(output type)); on 4M evenly spaced
-  // elements of a larger output.
+  // elements of a larger output, and a BGRADA product's row sums beside them. algorithms
+  // = 0: the heuristic had none for the shape (not expected: the step planned it).
   double max_relative_difference = 0.0;
 };
 

@@ -103,6 +103,10 @@ void print_gemm_sweep(int algorithms, int steps, bool on_cpu) {
                        : "built without CUDA");
     return;
   }
+  if (rows.empty()) {
+    std::printf("gemm_sweep: no cuBLASLt product ran in the timed steps (with train.cuda_kernels "
+                "step_graphs they replay graphs: sweep the verified kernels)\n");
+  }
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
     return a.uses * a.heuristic_us > b.uses * b.heuristic_us;
   });

@@ -205,7 +205,8 @@ void describe(Plan& plan, const Gemm& g) {
     THPC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                      &g.bias, sizeof(g.bias)));
   }
-  if (g.bias_grad != nullptr) {  // the sums are fp32 whatever D's type; pointer as the bias's
+  if (g.bias_grad != nullptr) {  // the sums have D's type (cublasLt.h): fp32, a dW's
+    THPC_CHECK(g.c_type == CUDA_R_32F, "a product's row sums are fp32 here, its D is not");
     const int32_t sums_type = CUDA_R_32F;
     THPC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &sums_type, sizeof(sums_type)));
@@ -960,11 +961,14 @@ std::string describe_product(const Gemm& g) {
   char text[256];
   std::snprintf(text, sizeof text,
                 "m=%d n=%d k=%d op=%c%c ab=%s c=%s beta=%g epilogue=%s ld=%d/%d/%d "
-                "align=%u/%u/%u",
+                "align=%u/%u/%u/%u/%u aux_ld=%lld",
                 g.m, g.n, g.k, g.trans_a == CUBLAS_OP_N ? 'N' : 'T',
                 g.trans_b == CUBLAS_OP_N ? 'N' : 'T', g.ab_type == CUDA_R_32F ? "fp32" : "bf16",
                 g.c_type == CUDA_R_32F ? "fp32" : "bf16", g.beta, epilogue_name(g), g.lda, g.ldb,
-                g.ldc, alignment_of(g.A), alignment_of(g.B), alignment_of(g.C));
+                g.ldc, alignment_of(g.A), alignment_of(g.B), alignment_of(g.C),
+                g.bias != nullptr ? alignment_of(g.bias) : 0u,
+                g.bias_grad != nullptr ? alignment_of(g.bias_grad) : 0u,
+                static_cast<long long>(g.aux_ld));
   return text;
 }
 
@@ -1053,6 +1057,9 @@ GemmSweepRow sweep_product(Context& context, const ProductUses& product, int max
       cublasLtMatmulAlgoGetHeuristic(context.lt(), plan.desc, plan.a, plan.b, plan.c, plan.c,
                                      preference, max_algorithms, offers.data(), &returned);
   cublasLtMatmulPreferenceDestroy(preference);
+  // None for this case (not expected: the step planned it with the same alignments): the
+  // row says so with no offers timed, the other shapes' rows stand.
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return row;
   THPC_CUBLAS_CHECK(status);
 
   auto run = [&](const cublasLtMatmulAlgo_t& algo) {
@@ -1063,11 +1070,20 @@ GemmSweepRow sweep_product(Context& context, const ProductUses& product, int max
                                      stream));
   };
   // One product on C as the step's was (C0's values), read back.
+  // ... and the row sums a BGRADA product writes beside D, appended (m floats).
   auto output = [&](const cublasLtMatmulAlgo_t& algo) {
     THPC_CUDA_CHECK(
         cudaMemcpyAsync(C.data(), C0.data(), C.bytes(), cudaMemcpyDeviceToDevice, stream));
     run(algo);
-    return download_output(C, call.c_type, sample, stream);
+    std::vector<float> values = download_output(C, call.c_type, sample, stream);
+    if (sums) {
+      std::vector<float> row_sums(static_cast<size_t>(call.m));
+      THPC_CUDA_CHECK(cudaMemcpyAsync(row_sums.data(), sums->data(), sums->bytes(),
+                                      cudaMemcpyDeviceToHost, stream));
+      THPC_CUDA_CHECK(cudaStreamSynchronize(stream));
+      values.insert(values.end(), row_sums.begin(), row_sums.end());
+    }
+    return values;
   };
   const SweepEvents events;
   auto time_us = [&](const cublasLtMatmulAlgo_t& algo) {

@@ -1205,7 +1205,8 @@ TEST(CudaCandidateFullerColumnSums, LayerNormGradientsAreDeterministic) {
 // with the verified path's bounds (the sums' order is other, the bound is order-free),
 // adding and writing, with and without dropout, each input gradient alone; where they
 // do not fit (d = 61, 129), the verified kernels. Base's rows at one rank's batch (a row
-// a warp on 132 SMs) and at the whole one (8 rows a warp), and twice the same bits.
+// a warp on 132 SMs) and at the whole one (8 rows a warp; big's 1,024 too, ~12 a warp),
+// and twice the same bits.
 // (The small shapes in a test of their own: racecheck's, bench/gpu_session.sh.)
 const std::vector<NormShape> kFusedNormGradShapes = {
     {37, 256}, {129, 512}, {5, 768}, {200, 1024}, {64, 128}, {130, 61}, {1000, 129}};
@@ -1221,7 +1222,10 @@ TEST(CudaCandidateFusedNormGrads, AddNormGradientsMatchCpuAtOneRanksAndTheWholeB
   const CudaKernelChoice fused = kernels_with(kFusedNormGrads);
   uint32_t seed = 2850;
   for (DType dtype : gpu_compute_dtypes()) {
-    for (const NormShape& s : {NormShape{3125, 512}, NormShape{25000, 512}}) {
+    // And big's width over the whole batch: several rows a warp at d = 1,024 (bf16 only
+    // fits it), where the kernel holds 127 registers and two blocks an SM.
+    for (const NormShape& s :
+         {NormShape{3125, 512}, NormShape{25000, 512}, NormShape{25000, 1024}}) {
       expect_vector_launch_where_rows_fit(dtype, s.d, [&] {
         check_add_norm_backward(dtype, s, 0.1f, true, true, true, seed++, {}, fused);
       });

@@ -1015,8 +1015,11 @@ TEST(CudaCandidateBiasGradsInGemm, LayerGradientsMatchCpu) {
     const int64_t taken = bias_grads_in_gemm() - before;
     std::printf("bias_grads_in_gemm %s: %lld of %zu layer backwards with dW and db\n",
                 dtype_name(dtype), static_cast<long long>(taken), 2 * shapes.size() + 1);
-    EXPECT_GE(taken, 3) << dtype_name(dtype)
-                        << ": the aligned layers' sums were not taken in dW's product";
+    // Asserted in bf16, what training runs; fp32 (CUBLAS_COMPUTE_32F without TF32) may
+    // have no BGRADA kernel, and then takes the ones, correct either way: printed only.
+    if (dtype == DType::BF16) {
+      EXPECT_GE(taken, 3) << "the aligned layers' sums were not taken in dW's product";
+    }
   }
 }
 
