@@ -190,7 +190,6 @@ struct Operand {
   int array = -1;  // index of its device pointer array (set by PointerArrays::add)
 };
 
-size_t type_size(cudaDataType_t type) { return type == CUDA_R_32F ? 4 : 2; }
 
 template <typename U>
 Operand operand(const U* base, int64_t b_stride, int64_t head_stride, int ld) {
@@ -234,7 +233,7 @@ class PointerArrays {
   }
   void add(Operand& op) {
     THPC_CHECK(plan_.count < kMaxPointerArrays, "attention pointer plan overflow");
-    const int64_t size = static_cast<int64_t>(type_size(op.type));
+    const int64_t size = static_cast<int64_t>(gemm_type_bytes(op.type));
     plan_.spec[plan_.count] = PointerSpec{static_cast<const char*>(op.base),
                                           op.b_stride * size, op.head_stride * size};
     op.array = plan_.count++;
@@ -259,7 +258,7 @@ class PointerArrays {
 // pointer, so it assumes: k % 8 == 0 -> 16-byte aligned, k % 2 == 0 -> 4-byte aligned).
 bool meets_alignment(const Operand& op, int k) {
   const int64_t need = k % 8 == 0 ? 16 : k % 2 == 0 ? 4 : 1;
-  const int64_t size = static_cast<int64_t>(type_size(op.type));
+  const int64_t size = static_cast<int64_t>(gemm_type_bytes(op.type));
   return reinterpret_cast<uintptr_t>(op.base) % need == 0 && op.b_stride * size % need == 0 &&
          op.head_stride * size % need == 0;
 }
@@ -281,7 +280,7 @@ void gemm_pairs(Context& context, const PointerArrays& arrays, int batch, int he
   }
   auto at = [](const Operand& op, int s) {
     return static_cast<const char*>(op.base) +
-           static_cast<int64_t>(s) * op.b_stride * static_cast<int64_t>(type_size(op.type));
+           static_cast<int64_t>(s) * op.b_stride * static_cast<int64_t>(gemm_type_bytes(op.type));
   };
   for (int s = 0; s < batch; ++s) {
     THPC_CUBLAS_CHECK(cublasGemmStridedBatchedEx(

@@ -43,6 +43,9 @@ constexpr DType dtype_of<cuda::bf16>() { return DType::BF16; }
 
 namespace thpc::cuda {
 
+// Bytes an element of a GEMM operand type takes: fp32 4, bf16 2 (the only two used).
+inline size_t gemm_type_bytes(cudaDataType_t type) { return type == CUDA_R_32F ? 4 : 2; }
+
 // What a launcher may use besides its stream: the cuBLAS/cuBLASLt handles bound to the
 // stream, a fixed cuBLASLt workspace, and a scratch buffer that grows on demand. Ops run
 // one after another on `stream`, so an op may use the scratch freely during its own

@@ -888,8 +888,6 @@ __global__ void fill_sweep_kernel(T* values, int64_t n, uint32_t seed) {
   }
 }
 
-size_t element_bytes(cudaDataType_t type) { return type == CUDA_R_32F ? 4 : 2; }
-
 // Device memory whose start has exactly the alignment a step's operand had (a weight is a
 // slice of the flat parameter buffer: the heuristic's offers depend on it).
 class SweepBuffer {
@@ -905,7 +903,7 @@ class SweepBuffer {
   size_t bytes() const { return bytes_; }
   // Random values of `type` (4-byte words of random bits for a mask).
   void fill(cudaDataType_t type, uint32_t seed, cudaStream_t stream) {
-    const int64_t n = static_cast<int64_t>(bytes_ / element_bytes(type));
+    const int64_t n = static_cast<int64_t>(bytes_ / gemm_type_bytes(type));
     if (n == 0) return;
     if (type == CUDA_R_32F) {
       fill_sweep_kernel<float><<<fill_blocks(n), kFillThreads, 0, stream>>>(
@@ -991,7 +989,7 @@ constexpr int64_t kComparedElements = int64_t{1} << 22;
 // kComparedElements floats.
 std::vector<float> download_output(const SweepBuffer& C, cudaDataType_t type,
                                    SweepBuffer& sample, cudaStream_t stream) {
-  const int64_t n = static_cast<int64_t>(C.bytes() / element_bytes(type));
+  const int64_t n = static_cast<int64_t>(C.bytes() / gemm_type_bytes(type));
   const int64_t stride = (n + kComparedElements - 1) / kComparedElements;
   const int64_t count = stride > 0 ? n / stride : 0;
   std::vector<float> values(static_cast<size_t>(count));
@@ -1024,7 +1022,7 @@ GemmSweepRow sweep_product(Context& context, const ProductUses& product, int max
   row.flops = 2.0 * used.m * used.n * static_cast<double>(used.k);
   const cudaStream_t stream = context.stream();
   const bool ta = used.trans_a != CUBLAS_OP_N, tb = used.trans_b != CUBLAS_OP_N;
-  const size_t ab = element_bytes(used.ab_type), cb = element_bytes(used.c_type);
+  const size_t ab = gemm_type_bytes(used.ab_type), cb = gemm_type_bytes(used.c_type);
   SweepBuffer A(ab * used.lda * (ta ? used.m : used.k), alignment_of(used.A));
   SweepBuffer B(ab * used.ldb * (tb ? used.k : used.n), alignment_of(used.B));
   SweepBuffer C(cb * used.ldc * used.n, alignment_of(used.C));
