@@ -206,6 +206,8 @@ void describe(Plan& plan, const Gemm& g) {
                                                      &g.bias, sizeof(g.bias)));
   }
   if (g.bias_grad != nullptr) {  // the sums have D's type (cublasLt.h): fp32, a dW's
+    // One bias pointer a product: a bias added and sums asked for would lose the bias.
+    THPC_CHECK(g.bias == nullptr, "a product asked both to add a bias and to sum its rows");
     THPC_CHECK(g.c_type == CUDA_R_32F, "a product's row sums are fp32 here, its D is not");
     const int32_t sums_type = CUDA_R_32F;
     THPC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
@@ -314,8 +316,14 @@ Plan& PlanCache::get(Context& context, const Gemm& g) {
   if (plans_.size() >= kMaxPlans) clear();
 
   Plan plan;
-  describe(plan, g);
-  plan.choose_algorithm(context.lt(), preference_for(context, g));
+  try {
+    describe(plan, g);
+    // Only the sums are optional: without them the caller takes the ones product.
+    plan.choose_algorithm(context.lt(), preference_for(context, g), g.bias_grad != nullptr);
+  } catch (...) {
+    plan.destroy();  // the descriptors made before the failure
+    throw;
+  }
   return plans_.emplace(key, plan).first->second;
 }
 

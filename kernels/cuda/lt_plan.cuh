@@ -27,8 +27,12 @@ struct LtPlan {
 
   // Asks the heuristic for its best algorithm for desc, a, b and c (C and D alike) under
   // `preference`, which it destroys: usable when there is one; "none for this case"
-  // leaves the plan unusable, any other failure throws.
-  void choose_algorithm(cublasLtHandle_t lt, cublasLtMatmulPreference_t preference) {
+  // leaves the plan unusable, any other failure throws, unless `optional` (a product
+  // asked for with an epilogue the caller can do without, such as BGRADA's sums: which
+  // status cuBLASLt gives for an epilogue it cannot do, e.g. with k = 1 before 12.3.4,
+  // is not documented, so any refusal leaves it unusable and the caller falls back).
+  void choose_algorithm(cublasLtHandle_t lt, cublasLtMatmulPreference_t preference,
+                        bool optional = false) {
     cublasLtMatmulHeuristicResult_t result{};
     int returned = 0;
     const cublasStatus_t status =
@@ -37,7 +41,8 @@ struct LtPlan {
     if (status == CUBLAS_STATUS_SUCCESS && returned > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
       algo = result.algo;
       usable = true;
-    } else if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED) {
+    } else if (!optional && status != CUBLAS_STATUS_SUCCESS &&
+               status != CUBLAS_STATUS_NOT_SUPPORTED) {
       THPC_CUBLAS_CHECK(status);  // a real error, not "no algorithm for this case"
     }
   }
