@@ -369,6 +369,9 @@ void launch_summing_backward(Context& context, T* dx, T* d_sub, float* dgamma, f
     THPC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          kSharedBytes));
   }
+  // Asked once a process (a host query kept off every step): one rank drives one GPU, so
+  // the first device's answer is every call's; a process driving GPUs of different kinds
+  // would size the others' grids by it (still correct, a different summing order).
   static const int resident_an_sm = [&] {
     int blocks = 0;
     THPC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kRowThreads,
