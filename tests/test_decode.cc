@@ -532,6 +532,8 @@ TEST_F(CudaDecodeProgram, OneWorkerCapturesItsStepsAndOffLaunchesThemOneByOne) {
   EXPECT_EQ(err.find("captured passes"), std::string::npos) << err;
   ASSERT_EQ(decode(gpu, captured, err, "model_cuda.h5"), 0) << err;
   EXPECT_NE(err.find("captured passes (CUDA graphs)"), std::string::npos) << err;
+  EXPECT_NE(err.find("captured decoding steps (1 worker): "), std::string::npos) << err;
+  EXPECT_NE(err.find(" 0 refused, "), std::string::npos) << err;
   EXPECT_EQ(lines_of(captured).size(), lines_of(launched).size()) << captured;
   for (const char* several_launched :
        {"--gpu-workers 2 --cuda-kernels verified",
@@ -570,6 +572,11 @@ TEST_F(CudaCandidateWorkerGraphs, EveryWorkerCapturesItsStepsWithoutChangingAnyT
     EXPECT_NE(err.find(std::string("device idle, all ") + workers + " workers"),
               std::string::npos)
         << err;
+    // No worker's calls (a download's wait, a buffer freed) refused another's capture.
+    EXPECT_NE(err.find(std::string("captured decoding steps (") + workers + " workers)"),
+              std::string::npos)
+        << err;
+    EXPECT_NE(err.find(" 0 refused, "), std::string::npos) << err;
   }
 }
 
@@ -599,6 +606,9 @@ TEST_F(DecodeProgram, ProfileTellsWhereTheTimeWentAndChangesNoTranslation) {
   ASSERT_EQ(decode("--max-len-b 6 --threads 1 --batch-tokens 8 --profile", profiled, err), 0)
       << err;
   EXPECT_EQ(profiled, plain);
+  // The CPU captures nothing, so it says nothing of captured steps (none tried, none
+  // refused).
+  EXPECT_EQ(err.find("captured decoding steps"), std::string::npos) << err;
   const size_t header = err.find("profile: ");
   ASSERT_NE(header, std::string::npos) << err;
   int batches = 0;

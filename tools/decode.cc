@@ -38,7 +38,8 @@
 // log-softmax and top-k, the cache's row copies, transfers, and the host time between
 // the backend's ops: on a GPU, the device waiting for the host), for the batches of the
 // first CPU worker, or of every GPU worker with the time the device had no worker's op
-// in flight. --compute-type int8 decodes with int8 weight
+// in flight; where decoding steps are captured into CUDA graphs, a line with the
+// workers' captures, replays and refused captures. --compute-type int8 decodes with int8 weight
 // matrices: oneDNN's products on the CPU, cuBLASLt's on a GPU (decode/compute_type.h).
 // Exit codes:
 // 0 success, 1 a bad file or checkpoint, 2 a bad command line (--dump-lines naming a
@@ -694,6 +695,23 @@ class WorkerPool {
     for (std::thread& helper : helpers_) helper.join();
   }
 
+  // The workers' models' captured decoding steps, summed (between translate calls, every
+  // worker idle: their counts were written before they said they were done).
+  thpc::Transformer::CaptureCounts capture_counts() const {
+    thpc::Transformer::CaptureCounts sum;
+    for (const Worker& worker : workers_) {
+      for (const auto& model : worker.models) {
+        const thpc::Transformer::CaptureCounts& one = model->capture_counts();
+        sum.captures += one.captures;
+        sum.replays += one.replays;
+        sum.refused += one.refused;
+        sum.evicted += one.evicted;
+      }
+    }
+    return sum;
+  }
+  int count() const { return static_cast<int>(workers_.size()); }
+
   // Translates every batch of `buffer` into its hypotheses (and dumps).
   void translate(InputBuffer& buffer) {
     {
@@ -1106,6 +1124,20 @@ int run(const Arguments& args) {
   progress->finish();
   if (found.profile) {
     std::cerr << thpc::format_profile(*found.profile, found.backend_name, 0.0, "batch");
+    // Where steps are captured, how many were: a refused capture leaves its shape's steps
+    // launched one by one for the rest of the run (their host gaps back in the profile),
+    // and with several capturing workers (worker_graphs) whether one's calls ever refuse
+    // another's capture is for a GPU to say.
+    if (workers) {
+      const thpc::Transformer::CaptureCounts captured = workers->capture_counts();
+      if (captured.captures + captured.refused > 0) {
+        std::cerr << "transformer_decode: captured decoding steps (" << workers->count()
+                  << (workers->count() == 1 ? " worker" : " workers")
+                  << "): " << captured.captures << " captured, " << captured.replays
+                  << " replays, " << captured.refused << " refused, " << captured.evicted
+                  << " evicted\n";
+      }
+    }
   }
   if (!args.dump_attention.empty()) {
     write_attention_file(args, ensemble, buffer, found, spm.processor, *dump_claim);

@@ -237,7 +237,9 @@ class CudaBackend final : public Backend {
   }
   void free(Tensor& tensor) override {
     if (tensor.data) {
-      cudaFree(tensor.data);  // no throw: used on cleanup paths
+      // No throw: used on cleanup paths. A failure's error is cleared, or the next
+      // launch's check on this thread would report it as that kernel's.
+      if (cudaFree(tensor.data) != cudaSuccess) cudaGetLastError();
       count_free(tensor.data);
     }
     tensor = Tensor{};
@@ -251,7 +253,7 @@ class CudaBackend final : public Backend {
   }
   void free_ids(int32_t*& ids) override {
     if (ids) {
-      cudaFree(ids);
+      if (cudaFree(ids) != cudaSuccess) cudaGetLastError();  // as free()'s
       count_free(ids);
     }
     ids = nullptr;
