@@ -22,7 +22,12 @@ struct GemmSweepRow {
   double flops = 0.0;   // 2 m n k
   int algorithms = 0;   // the heuristic's offers timed (the first is the plans' choice)
   int best = 0;         // the fastest of them (0: the heuristic's first)
-  double heuristic_us = 0.0, best_us = 0.0;  // one product, the best of three timings
+  // One product, the best of three timings of products queued behind a held stream (run
+  // back to back, as in a step: not at the pace the host queues them).
+  double heuristic_us = 0.0, best_us = 0.0;
+  // Timings whose products the host had not all queued when the device reached them,
+  // with the longest hold: they may hold the host's gaps (expected 0).
+  int unheld_timings = 0;
   // The largest |D - D_first| over the offers, over the largest |D_first|: each algorithm
   // checked against the first on the same inputs (fp32 accumulation everywhere, so
   // differences of the output's rounding, ~eps(output type)); on 4M evenly spaced

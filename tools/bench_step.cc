@@ -111,23 +111,27 @@ void print_gemm_sweep(int algorithms, int steps, bool on_cpu) {
     return a.uses * a.heuristic_us > b.uses * b.heuristic_us;
   });
   double heuristic_ms = 0.0, best_ms = 0.0, worst_difference = 0.0;
+  int unheld_timings = 0;
   for (const thpc::GemmSweepRow& row : rows) {
+    unheld_timings += row.unheld_timings;
     const double per_step = static_cast<double>(row.uses) / steps;
     heuristic_ms += per_step * row.heuristic_us / 1e3;
     best_ms += per_step * row.best_us / 1e3;
     worst_difference = std::max(worst_difference, row.max_relative_difference);
     std::printf("gemm_sweep: %s uses_per_step=%.2f heuristic_us=%.2f heuristic_tflops=%.1f "
-                "best_us=%.2f best=%d/%d gain=%.3f max_relative_difference=%.2e\n",
+                "best_us=%.2f best=%d/%d gain=%.3f max_relative_difference=%.2e "
+                "unheld_timings=%d\n",
                 row.product.c_str(), per_step, row.heuristic_us,
                 row.heuristic_us > 0 ? row.flops / row.heuristic_us / 1e6 : 0.0, row.best_us,
                 row.best, row.algorithms,
                 row.best_us > 0 ? row.heuristic_us / row.best_us : 0.0,
-                row.max_relative_difference);
+                row.max_relative_difference, row.unheld_timings);
   }
   std::printf("gemm_sweep_total: shapes=%zu offers=%d heuristic_ms_per_step=%.3f "
-              "best_ms_per_step=%.3f saving_ms_per_step=%.3f max_relative_difference=%.2e\n",
+              "best_ms_per_step=%.3f saving_ms_per_step=%.3f max_relative_difference=%.2e "
+              "unheld_timings=%d\n",
               rows.size(), algorithms, heuristic_ms, best_ms, heuristic_ms - best_ms,
-              worst_difference);
+              worst_difference, unheld_timings);
 }
 
 thpc::Batch random_batch(int length, int tokens, int vocab, std::mt19937& rng) {

@@ -935,6 +935,21 @@ struct SweepPlan {
   ~SweepPlan() { plan.destroy(); }
 };
 
+// Holds `stream` on the device for `nanoseconds` (the device's global timer), so that the
+// products queued behind it while it runs start back to back: one small product at one
+// rank's 3,125 tokens (a few microseconds, the n = 1 sums one) takes about as long as the
+// host takes to queue one (cublasLtMatmul's own work), and timed as they were queued the
+// offers would all measure the host. In a step they run as queued ahead of the device, or
+// replayed from a graph: back to back.
+__global__ void hold_stream_kernel(uint64_t nanoseconds) {
+  uint64_t start = 0, now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < nanoseconds);
+}
+
 // The two events a sweep times between.
 struct SweepEvents {
   cudaEvent_t start = nullptr, stop = nullptr;
@@ -1021,6 +1036,10 @@ std::vector<float> download_output(const SweepBuffer& C, cudaDataType_t type,
 // in a step.
 constexpr int kSweepRepeats = 20;
 constexpr int kSweepTimings = 3;
+// hold_stream_kernel's first hold (20 products queued in ~5 us each: 100 us) and its
+// longest (a host that slow is reported, not waited for: GemmSweepRow::unheld_timings).
+constexpr uint64_t kFirstHoldNs = 200'000;
+constexpr uint64_t kLongestHoldNs = 12'800'000;
 
 GemmSweepRow sweep_product(Context& context, const ProductUses& product, int max_algorithms) {
   const Gemm& used = product.call;
@@ -1092,14 +1111,29 @@ GemmSweepRow sweep_product(Context& context, const ProductUses& product, int max
     return values;
   };
   const SweepEvents events;
+  // Long enough to queue the repeats behind it (a few microseconds each); doubled when the
+  // device reached the start before they were all queued, up to kLongestHoldNs.
+  uint64_t hold_ns = kFirstHoldNs;
   auto time_us = [&](const cublasLtMatmulAlgo_t& algo) {
     for (int i = 0; i < 3; ++i) run(algo);  // warm: its kernels loaded, caches as in a step
     double best = std::numeric_limits<double>::infinity();
     for (int timing = 0; timing < kSweepTimings; ++timing) {
+      hold_stream_kernel<<<1, 1, 0, stream>>>(hold_ns);
+      THPC_CUDA_CHECK_LAUNCH("hold_stream_kernel");
       THPC_CUDA_CHECK(cudaEventRecord(events.start, stream));
       for (int r = 0; r < kSweepRepeats; ++r) run(algo);
       THPC_CUDA_CHECK(cudaEventRecord(events.stop, stream));
+      // Not ready: the hold still ran when the last repeat was queued (the query is no
+      // error, and leaves none behind).
+      const cudaError_t reached = cudaEventQuery(events.start);
+      if (reached != cudaErrorNotReady) THPC_CUDA_CHECK(reached);
       THPC_CUDA_CHECK(cudaEventSynchronize(events.stop));
+      if (reached == cudaSuccess && hold_ns < kLongestHoldNs) {
+        hold_ns *= 2;  // this timing may hold the host's gaps: not counted, taken again
+        --timing;
+        continue;
+      }
+      if (reached == cudaSuccess) ++row.unheld_timings;
       float ms = 0.0f;
       THPC_CUDA_CHECK(cudaEventElapsedTime(&ms, events.start, events.stop));
       best = std::min(best, 1e3 * ms / kSweepRepeats);
