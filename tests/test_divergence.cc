@@ -185,13 +185,40 @@ TEST_F(DivergenceTest, AFreshRunWithAHugeLearningRateExitsFourNamingNoCheckpoint
       " --train.metrics_dir=" + path("run"));
   EXPECT_EQ(run.exit_code, kDivergedExitCode) << run.output;
   EXPECT_NE(run.output.find("diverged: step "), std::string::npos) << run.output;
-  EXPECT_NE(run.output.find("resume from none (no healthy checkpoint"), std::string::npos)
+  EXPECT_NE(run.output.find("start again with a smaller train.lr_scale (or train.clip_norm): "
+                            "no healthy checkpoint in " + path("run") + " to resume from"),
+            std::string::npos)
       << run.output;
+  EXPECT_EQ(run.output.find("resume from none"), std::string::npos) << run.output;
   EXPECT_EQ(run.output.find("final:"), std::string::npos) << run.output;
   EXPECT_EQ(run.output.find("check failed"), std::string::npos) << run.output;
   for (const CheckpointSummary& summary : checkpoint_summaries(path("run"))) {
     EXPECT_EQ(summary.state, CheckpointState::Healthy) << summary.path;
     EXPECT_LT(summary.loss, 14.0) << summary.path;
+  }
+}
+
+// A factor the initialised model's loss is already above (tiny.ini's vocabulary of 32:
+// ln 32 = 3.47, the first step's loss ~4.2, 1.21 x): the first step diverges whatever
+// the learning rate, under skip too (skipped steps update nothing). The advice is the
+// factor, not a learning rate or a checkpoint that cannot help; the factor as written.
+TEST_F(DivergenceTest, AFactorBelowTheInitialisedModelsLossNamesTheFactorNotTheLearningRate) {
+  for (const char* policy : {"stop", "skip"}) {
+    SCOPED_TRACE(policy);
+    const std::string dir = path(std::string("run_") + policy);
+    const ProcessResult run = run_process(
+        kTrainer + " " + kTinyIni + " --model.layers=1 --train.max_steps=10 " +
+        "--train.divergence_loss_factor=1.0001 --train.divergence=" + policy +
+        " --checkpoint.dir=" + dir + " --train.metrics_dir=" + dir);
+    EXPECT_EQ(run.exit_code, kDivergedExitCode) << run.output;
+    EXPECT_NE(run.output.find("is above 1.0001 x "), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find("before any update the model's loss is judged against "
+                              "train.divergence_loss_factor x ln(vocabulary) = 3.466"),
+              std::string::npos)
+        << run.output;
+    EXPECT_NE(run.output.find("set train.divergence_loss_factor higher"), std::string::npos)
+        << run.output;
+    EXPECT_EQ(run.output.find("train.lr_scale"), std::string::npos) << run.output;
   }
 }
 

@@ -459,7 +459,12 @@ std::string CheckpointKeeping::resume_point() const {
     text << ")";
     return text.str();
   }
-  return "none (no healthy checkpoint in " + config_.checkpoint.dir + ")";
+  return "";
+}
+
+std::string CheckpointKeeping::resume_point_text() const {
+  const std::string point = resume_point();
+  return point.empty() ? "none (no healthy checkpoint in " + config_.checkpoint.dir + ")" : point;
 }
 
 bool CheckpointKeeping::move_aside_a_damaged_best(std::ostream& log) const {

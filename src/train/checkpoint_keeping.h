@@ -105,8 +105,10 @@ class CheckpointKeeping {
   // The checkpoint of run `run_id` at `step` once marked diverged, or "".
   std::string diverged_parameters_file(const std::string& run_id, int64_t step) const;
   // "PATH (step S, loss L)": the newest healthy checkpoint of checkpoint.dir, the one to
-  // resume from; "none (...)" when there is none.
+  // resume from; "" when there is none.
   std::string resume_point() const;
+  // resume_point(), or "none (no healthy checkpoint in DIR)".
+  std::string resume_point_text() const;
 
   // After a resume: a DIR/best.h5 that does not verify is moved aside (best.h5.corrupt)
   // with a warning; true when it was (the caller drops the run's best value with it).

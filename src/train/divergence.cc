@@ -23,6 +23,13 @@ double averaged(double average, double value, int64_t count) {
   return average + weight * (value - average);
 }
 
+// A factor as the user wrote it (float): 1.0001, not the value text's 4 digits ("1").
+std::string factor_text(float factor) {
+  std::ostringstream text;
+  text << std::setprecision(7) << factor;
+  return text.str();
+}
+
 }  // namespace
 
 const char* divergence_name(DivergenceKind kind) {
@@ -87,18 +94,52 @@ std::string DivergenceDetector::describe(const DivergenceVerdict& verdict) const
       text << "the gradient norm is " << verdict.value << " (not finite)";
       break;
     case DivergenceKind::LossSpike:
-      text << "the loss " << verdict.value << " is above " << config_.divergence_loss_factor
+      text << "the loss " << verdict.value << " is above "
+           << factor_text(config_.divergence_loss_factor)
            << " x " << verdict.reference / config_.divergence_loss_factor
            << " (train.divergence_loss_factor x max(1, the running average of the healthy "
               "steps' loss, at most ln(vocabulary)))";
       break;
     case DivergenceKind::GradNormSpike:
       text << "the gradient norm " << verdict.value << " is above "
-           << config_.divergence_gnorm_factor << " x "
+           << factor_text(config_.divergence_gnorm_factor) << " x "
            << verdict.reference / config_.divergence_gnorm_factor
            << " (train.divergence_gnorm_factor x the running average of the healthy steps' "
               "gradient norm)";
       break;
+  }
+  return text.str();
+}
+
+std::string DivergenceDetector::advice(DivergenceKind kind, const std::string& resume_point,
+                                       const std::string& checkpoint_dir,
+                                       const std::string& stop_reason) const {
+  std::ostringstream text;
+  if (kind == DivergenceKind::LossSpike && state_.healthy_steps == 0) {
+    // Skipped steps update nothing: every step so far judged the initialised model.
+    text.precision(4);
+    text << "before any update the model's loss is judged against "
+            "train.divergence_loss_factor x ln(vocabulary) = "
+         << config_.divergence_loss_factor * uniform_loss_
+         << ", and an initialised model can score above ln(vocabulary): set "
+            "train.divergence_loss_factor higher (4 by default), or 0 to stop only on a "
+            "loss that is not finite";
+    return text.str();
+  }
+  if (resume_point.empty()) {
+    text << "start again with a smaller train.lr_scale (or train.clip_norm)";
+    // (a rollback's stop reason has said so already)
+    if (stop_reason.find("no healthy checkpoint") == std::string::npos) {
+      text << ": no healthy checkpoint in " << checkpoint_dir << " to resume from";
+    }
+  } else {
+    text << "resume from " << resume_point
+         << " with a smaller train.lr_scale (or train.clip_norm)";
+  }
+  if (config_.divergence == "stop") {
+    text << ", or set train.divergence = skip or rollback";
+  } else if (stop_reason.find("train.divergence_limit") != std::string::npos) {
+    text << ", or a larger train.divergence_limit";
   }
   return text.str();
 }

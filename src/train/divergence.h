@@ -67,6 +67,15 @@ class DivergenceDetector {
   // "loss nan is not finite", "loss 3.3e+07 is above 4 x max(1, its running average 3.21)".
   std::string describe(const DivergenceVerdict& verdict) const;
 
+  // What a diverged run's last line advises, after its reason (the policy that ran, e.g.
+  // rollback without a checkpoint to go back to, is not advice): `resume_point` is
+  // CheckpointKeeping::resume_point() ("" when no checkpoint is healthy), `stop_reason`
+  // what DivergenceHandling::handle said. A loss spike before any update is the
+  // initialised model's loss against train.divergence_loss_factor x ln(vocabulary): no
+  // learning rate helps there, the factor does.
+  std::string advice(DivergenceKind kind, const std::string& resume_point,
+                     const std::string& checkpoint_dir, const std::string& stop_reason) const;
+
   DivergenceState& state() { return state_; }
   const DivergenceState& state() const { return state_; }
   // A checkpoint's state; one written before the state was stored starts afresh.

@@ -757,15 +757,10 @@ Trainer::AfterStep Trainer::after_divergent_step(StepStats& stats,
             << (kept.empty() ? "not saved"
                              : "in " + kept +
                                    ", marked diverged so that resume=auto passes over it")
-            << "; resume from " << (comm_.is_root() ? keeping_.resume_point() : std::string())
-            << " with a smaller train.lr_scale (or train.clip_norm)"
-            // (the policy that ran, e.g. rollback without a checkpoint to go back to, is
-            // not advice)
-            << (config_.train.divergence == "stop"
-                    ? ", or set train.divergence = skip or rollback"
-                : stop_reason.find("train.divergence_limit") != std::string::npos
-                    ? ", or a larger train.divergence_limit"
-                    : "")
+            << "; "
+            << detector_->advice(decision.divergence,
+                                 comm_.is_root() ? keeping_.resume_point() : std::string(),
+                                 config_.checkpoint.dir, stop_reason)
             << std::endl;
     return AfterStep::Diverged;
   }
@@ -906,7 +901,7 @@ RunEnd Trainer::stop_by_signal(int signal, RunProgress& run) {
           << " checkpoint=" << path << " (resume with --checkpoint.resume=auto";
   if (detector_->state().consecutive_skips > 0) {
     run.out << ", which takes the newest healthy checkpoint: "
-            << (comm_.is_root() ? keeping_.resume_point() : std::string());
+            << (comm_.is_root() ? keeping_.resume_point_text() : std::string());
   }
   run.out << ")" << std::endl;
   return RunEnd::Stopped;
@@ -941,7 +936,7 @@ RunEnd Trainer::finish_training(RunProgress& run) {
                                      << " steps");
   }
   run.out << "checkpoint to resume from: "
-          << (comm_.is_root() ? keeping_.resume_point() : std::string()) << std::endl;
+          << (comm_.is_root() ? keeping_.resume_point_text() : std::string()) << std::endl;
   // Training ends at the schedule's last step, else early: by checkpoint.patience or by
   // train.max_minutes (the loop's only other ways out).
   const char* ended = run.stopped_by_patience                     ? "patience"
