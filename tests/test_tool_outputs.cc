@@ -863,6 +863,42 @@ TEST_F(ToolOutputs, AnInterruptedToolLeavesNoPartialFile) {
   }
 }
 
+// A decode to --output FILE that a signal ends: the file appears only whole, so its
+// temporary one is removed and the translations made so far are gone, which the program
+// now says, with the way to keep them (before: it ended without a word, a long
+// back-translation lost; a helper's finding). Standard output keeps what was written.
+TEST_F(ToolOutputs, AnInterruptedDecodeToAFileSaysTheTranslationsAreGoneAndHowToKeepThem) {
+  train_a_model();
+  {
+    std::ofstream many("many.en");
+    const std::string lines = read_file("source.en");
+    for (int i = 0; i < 2000; ++i) many << lines;
+  }
+  FILE* output = nullptr;
+  const pid_t pid =
+      start_process({kBin + "/transformer_decode", "--greedy", "--checkpoint", "model.h5",
+                     "--input", "many.en", "--output", "out.de", "--buffer-sentences", "100"},
+                    &output);
+  ASSERT_GT(pid, 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!fs::exists(".out.de.tmp") && std::chrono::steady_clock::now() < deadline) {
+    ::usleep(2000);
+  }
+  ASSERT_TRUE(fs::exists(".out.de.tmp")) << "no temporary output appeared";
+  ::usleep(300000);  // its translations under way
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  const std::string log = finish_process(pid, output, &status);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status << "\n" << log;
+  EXPECT_NE(log.find("transformer_decode: interrupted: out.de is not written (--output FILE "
+                     "appears only whole, at the end)"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("write to standard output instead: > out.de\n"), std::string::npos) << log;
+  EXPECT_FALSE(fs::exists(".out.de.tmp"));
+  EXPECT_FALSE(fs::exists("out.de"));
+}
+
 // An interrupt while a corpus takes the place of an earlier one in --destdir: the earlier
 // shards were removed before the new ones were renamed into place, and an interrupt
 // between (the syncs of a large corpus took seconds) left neither corpus, spm.model alone

@@ -917,6 +917,12 @@ void write_output(const Arguments& args, const std::function<void(std::ostream&)
   if (args.output == "-") {
     write(std::cout);
   } else {
+    // Said by the signal's handler, as it removes the temporary file.
+    thpc::say_when_interrupted(
+        "transformer_decode: interrupted: " + args.output + " is not written (--output FILE "
+        "appears only whole, at the end), and the translations made so far are gone; to keep "
+        "them as they are made, a buffer at a time (--buffer-sentences), write to standard "
+        "output instead: > " + args.output + "\n");
     thpc::write_text_atomically(args.output, output_file_name(args.output), write);
   }
 }

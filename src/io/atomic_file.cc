@@ -8,6 +8,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -96,12 +97,20 @@ std::atomic<int> g_interruptions_held{0};
 std::atomic<int> g_held_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free);
 
+// say_when_interrupted's line, written whole before its length is set.
+char g_interruption_line[1024];
+volatile std::sig_atomic_t g_interruption_line_bytes = 0;
+
 extern "C" void remove_temporaries_and_end(int signal_number) {
   if (g_interruptions_held) {
     g_held_signal = signal_number;
     return;
   }
-  remove_registered_temporaries();
+  const size_t line_bytes = static_cast<size_t>(g_interruption_line_bytes);
+  if (remove_registered_temporaries() > 0 && line_bytes > 0) {
+    const ssize_t written = ::write(STDERR_FILENO, g_interruption_line, line_bytes);
+    (void)written;  // nothing better to do in a handler about to end the process
+  }
   std::signal(signal_number, SIG_DFL);
   std::raise(signal_number);
 }
@@ -159,10 +168,20 @@ int InterruptionsHeld::signal_received() {
   return other_thread != 0 ? other_thread : pending_interruption();
 }
 
-void remove_registered_temporaries() {
+int remove_registered_temporaries() {
+  int removed = 0;
   for (int slot = 0; slot < kInterruptSlots; ++slot) {
-    if (g_interrupt_used[slot]) ::unlink(g_interrupt_paths[slot]);  // async-signal-safe
+    // async-signal-safe
+    if (g_interrupt_used[slot] && ::unlink(g_interrupt_paths[slot]) == 0) ++removed;
   }
+  return removed;
+}
+
+void say_when_interrupted(const std::string& line) {
+  g_interruption_line_bytes = 0;  // the handler reads no half-copied line
+  const size_t bytes = std::min(line.size(), sizeof g_interruption_line);
+  std::memcpy(g_interruption_line, line.data(), bytes);
+  g_interruption_line_bytes = static_cast<std::sig_atomic_t>(bytes);
 }
 
 RemovedWhenInterrupted::RemovedWhenInterrupted(const std::string& path) {

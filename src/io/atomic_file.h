@@ -157,7 +157,8 @@ class RemovedWhenInterrupted {
 // Unlinks the temporary files registered now (RemovedWhenInterrupted), async-signal-safe:
 // for a handler that ends the process otherwise (the trainer's second Ctrl-C, which left
 // a checkpoint's .NAME.tmp, as large as the checkpoint, for the next start to remove).
-void remove_registered_temporaries();
+// Returns how many it unlinked.
+int remove_registered_temporaries();
 
 // While one lives, SIGINT, SIGTERM and SIGHUP (as remove_temporaries_when_interrupted
 // handles them) wait for the end of a section that must not stop halfway: a corpus put
@@ -177,6 +178,12 @@ class InterruptionsHeld {
   // The signal that came while held (0: none), for the caller to say what it finished.
   static int signal_received();
 };
+
+// A line the handler writes to standard error when a signal removed a temporary file
+// (at most 1 KiB; the last call's): what was lost and how not to lose it next time, e.g.
+// transformer_decode's --output, which appears only whole at the end (a helper's finding:
+// a Ctrl-C ended a long decode without a word, its translations gone).
+void say_when_interrupted(const std::string& line);
 
 // Installs that handler for SIGINT, SIGTERM and SIGHUP, except where a signal is ignored
 // (a background job, nohup): the tools call it first (tools/tool_main.h). The trainer
