@@ -670,8 +670,7 @@ TEST_F(ToolOutputs, TrainerNeverWritesOverItsInputs) {
                          "--checkpoint.init=./first/ck/../ck/step_00000001.h5",
                  "checkpoint.overwrite = true would delete first/ck/step_00000001.h5, which is "
                  "checkpoint.init");
-  // A file of data.dir is named once (before: "..., which is a file of data.dir X" with
-  // X the same path again): a corpus copied into the run's directory.
+  // A corpus copied into the run's directory.
   ASSERT_EQ(run_process("python3 " THPC_SOURCE_DIR "/tools/make_numbers_corpus.py --train 100 "
                         "--valid 8 --test 2 --seed 1 --out text > /dev/null && " + kBin +
                         "/transformer_preprocess --source-lang en --target-lang de "
@@ -682,14 +681,21 @@ TEST_F(ToolOutputs, TrainerNeverWritesOverItsInputs) {
   for (const char* name : {"train.00000.h5", "valid.00000.h5", "spm.model"}) {
     fs::copy_file(fs::path("corpus") / name, fs::path("first/ck") / name);
   }
-  expect_refused(train + "--checkpoint.dir=first/ck --checkpoint.overwrite=true "
-                         "--data.dir=first/ck",
-                 "checkpoint.overwrite = true would delete first/ck/step_00000001.h5, which is "
-                 "a file of data.dir of this run; copy it out");
   // Beside its inputs, under names of its own, it trains.
   const ProcessResult ok = run_process(kBin + "/" + train + "--checkpoint.dir=d/ck "
                                        "--checkpoint.init=first/ck/step_00000002.h5");
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  // An earlier run's checkpoints beside the corpus (data.dir = checkpoint.dir) are not
+  // data: overwrite deletes them and trains on the corpus, which stays (before: refused,
+  // calling the earlier run's checkpoint "a file of data.dir"; a helper's finding).
+  const std::string corpus_before = read_file("first/ck/train.00000.h5");
+  const ProcessResult beside = run_process(kBin + "/" + train + "--checkpoint.dir=first/ck "
+                                           "--checkpoint.overwrite=true --data.dir=first/ck");
+  EXPECT_EQ(beside.exit_code, 0) << beside.output;
+  EXPECT_NE(beside.output.find("first/ck/step_00000001.h5"), std::string::npos) << beside.output;
+  EXPECT_EQ(read_file("first/ck/train.00000.h5"), corpus_before);
+  EXPECT_TRUE(fs::exists("first/ck/spm.model"));
+  EXPECT_TRUE(fs::exists("first/ck/step_00000002.h5")) << "this run's own";
 }
 
 

@@ -222,7 +222,10 @@ std::string outputs_that_would_destroy_inputs(const Config& config,
   if (!config.data.dir.empty()) {
     for (const fs::directory_entry& entry : fs::directory_iterator(config.data.dir, error)) {
       const std::string name = entry.path().filename().string();
-      if (name == "spm.model" || entry.path().extension() == ".h5") {
+      // A checkpoint's name is not data's (a run's checkpoints in data.dir = checkpoint.dir
+      // are not read as data: they were refused as "a file of data.dir", a helper's finding).
+      if (name == "spm.model" ||
+          (entry.path().extension() == ".h5" && !is_run_checkpoint_file(name))) {
         inputs.emplace_back("a file of data.dir", entry.path().string());
       }
     }
