@@ -389,7 +389,11 @@ int main(int argc, char** argv) {
   thpc::set_out_of_memory_advice(thpc::kTrainingMemoryAdvice);
   thpc::hdf5::use_our_locks_not_hdf5s();
   Arguments args;
-  po::options_description options("transformer_bench_step options");
+  po::options_description options(
+      "usage: transformer_bench_step [--config FILE] [--tokens N] [--steps N] [--profile]\n"
+      "                              [--set KEY=VALUE ...]\n\n"
+      "Times the training step of --config's model on random batches (one JSON line);\n"
+      "bench/step_vs_torch.sh runs it beside the PyTorch peer.\n\noptions");
   options.add_options()
       ("help,h", "this help")
       ("config", po::value(&args.config_path)->default_value(args.config_path),
@@ -406,7 +410,7 @@ int main(int argc, char** argv) {
       ("precision", po::value(&args.precision)->default_value(args.precision), "bf16 | fp32 (GPU)")
       ("peak-tflops", po::value(&args.peak_tflops)->default_value(args.peak_tflops),
        "the GPU's bf16 GEMM ceiling, for MFU (on the CPU it is measured instead)")
-      ("spec-tflops", po::value(&args.spec_tflops)->default_value(args.spec_tflops),
+      ("spec-tflops", po::value(&args.spec_tflops)->default_value(args.spec_tflops, "989.4"),
        "the GPU's datasheet dense bf16 rate, for mfu_spec (989.4: H100/H200 SXM)")
       ("profile", po::bool_switch(&args.profile),
        "print the timed steps' time per op class before the JSON line")
