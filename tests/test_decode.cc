@@ -1077,7 +1077,8 @@ TEST_F(DecodeProgram, BadInputFailsWithAMessage) {
       (dir_ / "model.h5").string() + " --spm-model " + (dir_ / "spm.model").string() +
       " --input " + bad.string() + " --max-len-b 2");
   EXPECT_EQ(invalid.exit_code, 1) << invalid.output;
-  EXPECT_NE(invalid.output.find(bad.string() + ": line 2: invalid UTF-8 at byte 3 of the line"),
+  EXPECT_NE(invalid.output.find(bad.string() + ": line 2: invalid UTF-8 at byte 3 of the line: "
+                                "the text is not UTF-8; convert the file first"),
             std::string::npos)
       << invalid.output;
   // So are a NUL byte and lines ended by a carriage return alone, as transformer_preprocess

@@ -37,4 +37,10 @@ std::string nul_byte_problem(const std::string& path, int64_t line_number,
 std::string carriage_return_lines_problem(const std::string& path, int64_t carriage_returns,
                                           int64_t lines);
 
+// What every program that refuses a line of invalid UTF-8 adds after "PATH: line N:
+// invalid UTF-8 at byte B of the line": what to do (a helper's finding: the NUL byte's and
+// carriage return's messages said it, this one did not).
+inline constexpr const char* kNotUtf8Advice =
+    ": the text is not UTF-8; convert the file first (Latin-1 text: iconv -f LATIN1 -t UTF-8)";
+
 }  // namespace thpc

@@ -118,7 +118,7 @@ class LineReader {
       const size_t length = utf8_sequence_length(*line, at);
       if (length == 0) {
         THPC_FAIL(path_ << ":" << lines_ + 1 << ": invalid UTF-8 at byte " << at + 1
-                        << " of the line");
+                        << " of the line" << kNotUtf8Advice);
       }
       if ((*line)[at] == '\0') {
         THPC_FAIL(nul_byte_problem(path_, lines_ + 1, *line)

@@ -349,7 +349,7 @@ std::vector<std::string> read_lines(std::istream& in, const std::string& source)
     size_t bad_offset = 0;
     if (!decode_utf8(line, &bad_offset)) {
       THPC_FAIL(source << ": line " << lines.size() + 1 << ": invalid UTF-8 at byte "
-                       << bad_offset + 1 << " of the line");
+                       << bad_offset + 1 << " of the line" << kNotUtf8Advice);
     }
     lines.push_back(std::move(line));
   }
@@ -397,7 +397,7 @@ bool read_segment(std::istream& in, const std::string& source, int64_t number,
   const std::optional<std::u32string> text = decode_utf8(*segment, &bad_offset);
   if (!text) {
     THPC_FAIL(source << ": line " << number << ": invalid UTF-8 at byte " << bad_offset + 1
-                     << " of the line");
+                     << " of the line" << kNotUtf8Advice);
   }
   *segment = encode_utf8(python_rstrip(*text));
   return true;
