@@ -753,6 +753,15 @@ TEST_F(ConfigFiles, InvalidLineNamesFile) {
   }
   EXPECT_EQ(load_config(write_ini("good.ini", "[model]  # the model\nlayers = 2\n")).model.layers,
             2);
+  // Spaces inside the brackets named a section " model ", each of its keys then refused
+  // as unknown (' model .layers'): the header is refused, with the way to write it.
+  for (const char* header : {"[ model ]", "[model ]", "[\tmodel]"}) {
+    SCOPED_TRACE(header);
+    expect_error(
+        [&] { load_config(write_ini("spaced.ini", std::string(header) + "\nlayers = 2\n")); },
+        {"spaced.ini:1: the section '" + std::string(header) + "' has spaces inside its "
+         "brackets: write '[model]'"});
+  }
 }
 
 // A line starting with ';' is a comment, as most ini readers (and the job scripts' own)

@@ -334,6 +334,14 @@ std::string with_semicolon_comments_blanked(const std::string& ini_path,
                            << " (a section is '[name]', alone on its line but for a "
                            << "comment after '#' or ';')");
       }
+      // '[ model ]' named the section " model ", whose keys were each refused as unknown
+      // (' model .layers'; a helper's finding).
+      const std::string name = header.substr(1, header.size() - 2);
+      if (header.back() == ']' && !name.empty() && trim(name) != name) {
+        THPC_FAIL(ini_path << ":" << number << ": the section '" << header
+                           << "' has spaces inside its brackets: write '[" << trim(name)
+                           << "]'");
+      }
     } else if (!content.empty() && content[0] != '#' && content.find('=') == std::string::npos) {
       THPC_FAIL(ini_path << ":" << number << ": invalid line " << quoted(content)
                          << " (expected 'key = value', '[section]', or a comment after "
