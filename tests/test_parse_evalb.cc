@@ -169,6 +169,17 @@ TEST_F(EvalbFiles, WhatCannotBeScoredEndsWithOneLineNamingTheFile) {
             "transformer_evalb: error: stopped after 12 errors (-e 10), without a summary; the "
             "first: " + path("not_a_tree") +
                 " line 2: Reading sentence (a line that is not a bracketed tree)");
+  // A tree spread over lines, as a treebank's .mrg file holds it: the way to one a line.
+  const std::string spread = file("spread.mrg", "(S\n  (NP a)\n  (VP b))\n");
+  const EvalbRun over_lines = run_evalb_program("-e 1 " + spread + " " + spread);
+  EXPECT_EQ(over_lines.exit_code, 1);
+  ASSERT_FALSE(over_lines.errors.empty());
+  EXPECT_NE(over_lines.errors.back().find(
+                "(too many open bracket); each line must hold one whole tree: for a "
+                "treebank's .mrg files, `transformer_trees linearize --output PREFIX "
+                "FILE.mrg ...` writes PREFIX.gold"),
+            std::string::npos)
+      << over_lines.errors.back();
   const EvalbRun shorter = run_evalb_program(gold + " " + file("shorter", "(S (NP a) (VP b))\n"));
   EXPECT_EQ(shorter.exit_code, 1);
   ASSERT_FALSE(shorter.errors.empty());

@@ -141,6 +141,13 @@ int run(const CommandLine& command) {
               << (result.first_error.find("Reading sentence") != std::string::npos
                       ? " (a line that is not a bracketed tree)"
                       : "")
+              // A treebank's own file spreads each tree over lines, which EVALB reads as
+              // broken trees (a helper's trial gave wsj_0001.mrg and got no hint).
+              << (result.first_error.find("racket") != std::string::npos
+                      ? "; each line must hold one whole tree: for a treebank's .mrg files, "
+                        "`transformer_trees linearize --output PREFIX FILE.mrg ...` writes "
+                        "PREFIX.gold, one tree a line"
+                      : "")
               << std::endl;
     return 1;
   }
