@@ -762,6 +762,10 @@ TEST_F(ConfigFiles, InvalidLineNamesFile) {
         {"spaced.ini:1: the section '" + std::string(header) + "' has spaces inside its "
          "brackets: write '[model]'"});
   }
+  expect_error([&] { load_config(write_ini("spaced.ini", "[ ]\nlayers = 2\n")); },
+               {"spaced.ini:1: the section '[ ]' has no name"});
+  expect_error([&] { load_config(write_ini("spaced.ini", "[model] ]\nlayers = 2\n")); },
+               {"spaced.ini:1: invalid line", "its name without brackets"});
 }
 
 // A line starting with ';' is a comment, as most ini readers (and the job scripts' own)

@@ -213,13 +213,28 @@ TEST_F(DivergenceTest, AFactorBelowTheInitialisedModelsLossNamesTheFactorNotTheL
     EXPECT_EQ(run.exit_code, kDivergedExitCode) << run.output;
     EXPECT_NE(run.output.find("is above 1.0001 x "), std::string::npos) << run.output;
     EXPECT_NE(run.output.find("before any update the model's loss is judged against "
-                              "train.divergence_loss_factor x ln(vocabulary) = 3.466"),
+                              "train.divergence_loss_factor x max(1, ln(vocabulary)) = 3.466"),
               std::string::npos)
         << run.output;
     EXPECT_NE(run.output.find("set train.divergence_loss_factor higher"), std::string::npos)
         << run.output;
     EXPECT_EQ(run.output.find("train.lr_scale"), std::string::npos) << run.output;
   }
+  // From checkpoint.init the model is not the initialised one: the usual advice.
+  const ProcessResult trained =
+      run_process(kTrainer + " " + kTinyIni + " --model.layers=1 --train.max_steps=2 " +
+                  "--checkpoint.dir=" + path("trained") +
+                  " --train.metrics_dir=" + path("trained"));
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const ProcessResult from_init = run_process(
+      kTrainer + " " + kTinyIni + " --model.layers=1 --train.max_steps=10 " +
+      "--train.divergence_loss_factor=1.0001 --checkpoint.init=" + path("trained") +
+      "/step_00000002.h5 --checkpoint.dir=" + path("from_init") +
+      " --train.metrics_dir=" + path("from_init"));
+  EXPECT_EQ(from_init.exit_code, kDivergedExitCode) << from_init.output;
+  EXPECT_EQ(from_init.output.find("before any update"), std::string::npos) << from_init.output;
+  EXPECT_NE(from_init.output.find("with a smaller train.lr_scale"), std::string::npos)
+      << from_init.output;
 }
 
 // ---- the responses ----

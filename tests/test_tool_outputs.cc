@@ -696,6 +696,13 @@ TEST_F(ToolOutputs, TrainerNeverWritesOverItsInputs) {
   EXPECT_EQ(read_file("first/ck/train.00000.h5"), corpus_before);
   EXPECT_TRUE(fs::exists("first/ck/spm.model"));
   EXPECT_TRUE(fs::exists("first/ck/step_00000002.h5")) << "this run's own";
+  // A shard whose split's name makes it look like a checkpoint's (average_last*.h5) is
+  // still data: never deleted by overwrite.
+  fs::copy_file("first/ck/train.00000.h5", "first/ck/average_last_x.00000.h5");
+  expect_refused(train + "--checkpoint.dir=first/ck --checkpoint.overwrite=true "
+                         "--data.dir=first/ck --data.train=average_last_x",
+                 "checkpoint.overwrite = true would delete first/ck/average_last_x.00000.h5, "
+                 "which is a file of data.dir of this run");
 }
 
 
@@ -891,7 +898,9 @@ TEST_F(ToolOutputs, AnInterruptedDecodeToAFileSaysTheTranslationsAreGoneAndHowTo
     ::usleep(2000);
   }
   ASSERT_TRUE(fs::exists(".out.de.tmp")) << "no temporary output appeared";
-  ::usleep(300000);  // its translations under way
+  // Past its registration for removal, microseconds after the file is made (the decode of
+  // the 16,000 lines takes seconds).
+  ::usleep(50000);
   ::kill(pid, SIGTERM);
   int status = 0;
   const std::string log = finish_process(pid, output, &status);

@@ -917,7 +917,11 @@ void write_output(const Arguments& args, const std::function<void(std::ostream&)
   if (args.output == "-") {
     write(std::cout);
   } else {
-    // Said by the signal's handler, as it removes the temporary file.
+    // Said by the signal's handler, as it removes the temporary file; only while that
+    // is this write's (a later signal, --dump-attention's file being written, says not).
+    struct SaidWhileWriting {
+      ~SaidWhileWriting() { thpc::say_when_interrupted(""); }
+    } said_while_writing;
     thpc::say_when_interrupted(
         "transformer_decode: interrupted: " + args.output + " is not written (--output FILE "
         "appears only whole, at the end), and the translations made so far are gone; to keep "

@@ -336,11 +336,21 @@ std::string with_semicolon_comments_blanked(const std::string& ini_path,
       }
       // '[ model ]' named the section " model ", whose keys were each refused as unknown
       // (' model .layers'; a helper's finding).
-      const std::string name = header.substr(1, header.size() - 2);
-      if (header.back() == ']' && !name.empty() && trim(name) != name) {
-        THPC_FAIL(ini_path << ":" << number << ": the section '" << header
-                           << "' has spaces inside its brackets: write '[" << trim(name)
-                           << "]'");
+      if (header.back() == ']') {
+        const std::string name = header.substr(1, header.size() - 2);
+        if (name.find_first_of("[]") != std::string::npos) {
+          THPC_FAIL(ini_path << ":" << number << ": invalid line " << quoted(content)
+                             << " (a section is '[name]', its name without brackets)");
+        }
+        if (!name.empty() && trim(name).empty()) {
+          THPC_FAIL(ini_path << ":" << number << ": the section '" << header
+                             << "' has no name (a section is '[name]')");
+        }
+        if (trim(name) != name) {
+          THPC_FAIL(ini_path << ":" << number << ": the section '" << header
+                             << "' has spaces inside its brackets: write '[" << trim(name)
+                             << "]'");
+        }
       }
     } else if (!content.empty() && content[0] != '#' && content.find('=') == std::string::npos) {
       THPC_FAIL(ini_path << ":" << number << ": invalid line " << quoted(content)

@@ -97,16 +97,18 @@ std::atomic<int> g_interruptions_held{0};
 std::atomic<int> g_held_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free);
 
-// say_when_interrupted's line, written whole before its length is set.
+// say_when_interrupted's line, written whole before its length is set (release), read
+// after the handler loads the length (acquire): the handler may run on any thread.
 char g_interruption_line[1024];
-volatile std::sig_atomic_t g_interruption_line_bytes = 0;
+std::atomic<size_t> g_interruption_line_bytes{0};
+static_assert(std::atomic<size_t>::is_always_lock_free);
 
 extern "C" void remove_temporaries_and_end(int signal_number) {
   if (g_interruptions_held) {
     g_held_signal = signal_number;
     return;
   }
-  const size_t line_bytes = static_cast<size_t>(g_interruption_line_bytes);
+  const size_t line_bytes = g_interruption_line_bytes.load(std::memory_order_acquire);
   if (remove_registered_temporaries() > 0 && line_bytes > 0) {
     const ssize_t written = ::write(STDERR_FILENO, g_interruption_line, line_bytes);
     (void)written;  // nothing better to do in a handler about to end the process
@@ -178,10 +180,13 @@ int remove_registered_temporaries() {
 }
 
 void say_when_interrupted(const std::string& line) {
-  g_interruption_line_bytes = 0;  // the handler reads no half-copied line
+  g_interruption_line_bytes.store(0, std::memory_order_release);  // no half-copied line read
+  if (line.empty()) return;
+  // Cut to the buffer, ending in a newline whatever it held.
   const size_t bytes = std::min(line.size(), sizeof g_interruption_line);
   std::memcpy(g_interruption_line, line.data(), bytes);
-  g_interruption_line_bytes = static_cast<std::sig_atomic_t>(bytes);
+  g_interruption_line[bytes - 1] = '\n';
+  g_interruption_line_bytes.store(bytes, std::memory_order_release);
 }
 
 RemovedWhenInterrupted::RemovedWhenInterrupted(const std::string& path) {

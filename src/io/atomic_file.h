@@ -180,7 +180,8 @@ class InterruptionsHeld {
 };
 
 // A line the handler writes to standard error when a signal removed a temporary file
-// (at most 1 KiB; the last call's): what was lost and how not to lose it next time, e.g.
+// (at most 1 KiB, ending in a newline; the last call's; "" says none): what was lost and
+// how not to lose it next time, e.g.
 // transformer_decode's --output, which appears only whole at the end (a helper's finding:
 // a Ctrl-C ended a long decode without a word, its translations gone).
 void say_when_interrupted(const std::string& line);

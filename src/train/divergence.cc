@@ -111,16 +111,17 @@ std::string DivergenceDetector::describe(const DivergenceVerdict& verdict) const
   return text.str();
 }
 
-std::string DivergenceDetector::advice(DivergenceKind kind, const std::string& resume_point,
+std::string DivergenceDetector::advice(DivergenceKind kind, bool initialised_parameters,
+                                       const std::string& resume_point,
                                        const std::string& checkpoint_dir,
                                        const std::string& stop_reason) const {
   std::ostringstream text;
-  if (kind == DivergenceKind::LossSpike && state_.healthy_steps == 0) {
+  if (kind == DivergenceKind::LossSpike && state_.healthy_steps == 0 && initialised_parameters) {
     // Skipped steps update nothing: every step so far judged the initialised model.
     text.precision(4);
     text << "before any update the model's loss is judged against "
-            "train.divergence_loss_factor x ln(vocabulary) = "
-         << config_.divergence_loss_factor * uniform_loss_
+            "train.divergence_loss_factor x max(1, ln(vocabulary)) = "
+         << config_.divergence_loss_factor * loss_reference()
          << ", and an initialised model can score above ln(vocabulary): set "
             "train.divergence_loss_factor higher (4 by default), or 0 to stop only on a "
             "loss that is not finite";

@@ -70,11 +70,14 @@ class DivergenceDetector {
   // What a diverged run's last line advises, after its reason (the policy that ran, e.g.
   // rollback without a checkpoint to go back to, is not advice): `resume_point` is
   // CheckpointKeeping::resume_point() ("" when no checkpoint is healthy), `stop_reason`
-  // what DivergenceHandling::handle said. A loss spike before any update is the
+  // what DivergenceHandling::handle said. A loss spike before any update of a run that
+  // started from `initialised_parameters` (no resume, no checkpoint.init) is the
   // initialised model's loss against train.divergence_loss_factor x ln(vocabulary): no
-  // learning rate helps there, the factor does.
-  std::string advice(DivergenceKind kind, const std::string& resume_point,
-                     const std::string& checkpoint_dir, const std::string& stop_reason) const;
+  // learning rate helps there, the factor does. (A trained model's first loss that far
+  // above ln(vocabulary) is something else: its data, say.)
+  std::string advice(DivergenceKind kind, bool initialised_parameters,
+                     const std::string& resume_point, const std::string& checkpoint_dir,
+                     const std::string& stop_reason) const;
 
   DivergenceState& state() { return state_; }
   const DivergenceState& state() const { return state_; }

@@ -32,6 +32,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/output_file.h"
 #include "common/error.h"
+#include "data/shard_file.h"
 #include "io/run_file_names.h"
 #include "train/event_file.h"
 #include "train/run_log.h"
@@ -223,9 +224,12 @@ std::string outputs_that_would_destroy_inputs(const Config& config,
     for (const fs::directory_entry& entry : fs::directory_iterator(config.data.dir, error)) {
       const std::string name = entry.path().filename().string();
       // A checkpoint's name is not data's (a run's checkpoints in data.dir = checkpoint.dir
-      // are not read as data: they were refused as "a file of data.dir", a helper's finding).
+      // are not read as data: they were refused as "a file of data.dir", a helper's
+      // finding), unless it is a shard's too (data.train = average_last_x).
+      const bool shard = is_shard_file_name(name, config.data.train) ||
+                         is_shard_file_name(name, config.data.valid);
       if (name == "spm.model" ||
-          (entry.path().extension() == ".h5" && !is_run_checkpoint_file(name))) {
+          (entry.path().extension() == ".h5" && (shard || !is_run_checkpoint_file(name)))) {
         inputs.emplace_back("a file of data.dir", entry.path().string());
       }
     }

@@ -759,6 +759,7 @@ Trainer::AfterStep Trainer::after_divergent_step(StepStats& stats,
                                    ", marked diverged so that resume=auto passes over it")
             << "; "
             << detector_->advice(decision.divergence,
+                                 resumed_from_.empty() && config_.checkpoint.init.empty(),
                                  comm_.is_root() ? keeping_.resume_point() : std::string(),
                                  config_.checkpoint.dir, stop_reason)
             << std::endl;
