@@ -682,11 +682,16 @@ TEST(Tools, AnOutputCutShortByAFullDiskExitsOne) {
 // spelling, is used once (the job added its own, and the trainer refused the pair as
 // "given more than once" after the whole preprocessing); --data.dir is refused at once.
 TEST(Tools, TheDefaultJobDoesNotEvaluateAStoppedTrainingAndContinuesItWhenAsked) {
-  const ScratchDirectory scratch;
   // BUILD: the programs, through links, and the job's files beside them.
-  for (const char* name : {"transformer_hpc", "transformer_preprocess", "transformer_average",
-                           "transformer_decode", "transformer_score"}) {
-    fs::create_symlink(thpc::binary_dir() + "/" + name, scratch.path() / name);
+  // (terminated/: a run of its own, whose metrics are not the other runs')
+  const ScratchDirectory scratch;
+  const fs::path terminated_dir = scratch.path() / "terminated";
+  fs::create_directories(terminated_dir);
+  for (const fs::path& directory : {scratch.path(), terminated_dir}) {
+    for (const char* name : {"transformer_hpc", "transformer_preprocess", "transformer_average",
+                             "transformer_decode", "transformer_score"}) {
+      fs::create_symlink(thpc::binary_dir() + "/" + name, directory / name);
+    }
   }
   const std::string job = "cd " + scratch.path().string() + " && BUILD=. bash " +
                           std::string(THPC_SOURCE_DIR) +
@@ -701,6 +706,24 @@ TEST(Tools, TheDefaultJobDoesNotEvaluateAStoppedTrainingAndContinuesItWhenAsked)
   EXPECT_EQ(stopped.output.find("translations exact"), std::string::npos) << stopped.output;
   EXPECT_FALSE(fs::exists(scratch.path() / "numbers" / "eval" / "test.hyp"));
   EXPECT_TRUE(fs::exists(scratch.path() / "mine" / "step_00000002.h5")) << stopped.output;
+
+  // A real SIGTERM to the script's whole process group (timeout's, the scheduler's): the
+  // script waits for the trainer's checkpoint and says what to do, exit 1 (before: it
+  // ended at once, exit 143, without a word; a helper's finding).
+  const ProcessResult terminated = run_process(
+      "cd " + terminated_dir.string() + " && (BUILD=. setsid bash " +
+      std::string(THPC_SOURCE_DIR) + "/tools/run_default_job.sh --model.layers=1 "
+      "--model.d_model=32 --model.d_ff=64 --model.heads=2 --train.max_steps=1000000 "
+      "--train.max_minutes=3 --checkpoint.dir=term > term.txt 2>&1 & pid=$!; "
+      "for i in $(seq 1200); do grep -qs '^step ' numbers/train.log && break; sleep 0.1; "
+      "done; env kill -TERM -- -$pid; wait $pid; echo \"exit=$?\"; cat term.txt)");
+  EXPECT_NE(terminated.output.find("exit=1"), std::string::npos) << terminated.output;
+  EXPECT_NE(terminated.output.find("stopped: SIGTERM received"), std::string::npos)
+      << terminated.output;
+  EXPECT_NE(
+      terminated.output.find("run_default_job.sh: the training was stopped before its end"),
+      std::string::npos)
+      << terminated.output;
 
   const ProcessResult continued =
       run_process(job + "--train.max_steps=4 --checkpoint.dir=mine --checkpoint.resume=auto");

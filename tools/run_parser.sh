@@ -150,8 +150,14 @@ checkpoints moved to $checkpoints.previous*)" \
   [[ -n $CHECKPOINT ]] || fail "no checkpoint in $checkpoints after training"
 fi
 
-f_measure() {  # the "-- All --" F-measure of an EVALB report
-  awk '/^-- All --/ { all = 1 } all && /^Bracketing FMeasure/ { print $NF; exit }' "$1"
+# The "-- All --" F-measure of an EVALB report; EVALB's 0/0 (no bracket of a scored
+# sentence matched, a parser that gave flat trees) prints as nan: F1 0.00 (a helper saw
+# "parser F1 -nan" after a 20-step training).
+f_measure() {
+  awk '/^-- All --/ { all = 1 }
+       all && /^Bracketing FMeasure/ {
+         print ($NF ~ /nan/ ? "0.00 (no bracket matched)" : $NF); exit
+       }' "$1"
 }
 # Constrained decoding (transformer_decode --tree-constraints): only well-formed trees
 # over exactly the sentence's words (with words as leaves: its pieces copied in order;

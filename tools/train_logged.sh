@@ -8,11 +8,16 @@
 # A training stopped by a signal exits 0 after its checkpoint (mpirun 1): it is not to be
 # evaluated as if it had finished (the scripts averaged, decoded and scored it, exit 0), so
 # this says "SCRIPT: the training was stopped before its end (the 'stopped' line above):
-# WHAT_TO_DO" and exits 1. Any other failure exits with the trainer's status.
+# WHAT_TO_DO" and exits 1. Any other failure exits with the trainer's status. The script
+# waits for the trainer through TERM and HUP as bash does through INT (a TERM to the group,
+# timeout's or the scheduler's, ended the script at once, exit 143, without the advice,
+# while the trainer wrote its checkpoint; a helper's finding).
 thpc_train_logged() {
   local log=$1 what_to_do=$2 status=0
   shift 2
+  trap : TERM HUP
   "$@" | (trap '' INT TERM HUP; exec tee "$log") || status=$?
+  trap - TERM HUP
   if grep -q '^stopped' "$log"; then
     echo "$(basename "$0"): the training was stopped before its end (the 'stopped' line" \
          "above): $what_to_do" >&2
