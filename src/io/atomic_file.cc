@@ -87,7 +87,9 @@ constexpr int kInterruptSlots = 64;
 constexpr size_t kInterruptPathBytes = 4096;
 char g_interrupt_paths[kInterruptSlots][kInterruptPathBytes];
 // 1 while a slot's path is complete and registered; only then does the handler read it.
-volatile std::sig_atomic_t g_interrupt_used[kInterruptSlots];
+// Set after the path is copied (release) and loaded before it is read (acquire): the
+// handler may run on any thread, where a volatile sig_atomic_t orders nothing.
+std::atomic<int> g_interrupt_used[kInterruptSlots];
 std::mutex g_interrupt_slots;  // between threads that register (never in the handler)
 
 // InterruptionsHeld: 1 while a section holds the signals, and the signal another thread's
@@ -174,7 +176,10 @@ int remove_registered_temporaries() {
   int removed = 0;
   for (int slot = 0; slot < kInterruptSlots; ++slot) {
     // async-signal-safe
-    if (g_interrupt_used[slot] && ::unlink(g_interrupt_paths[slot]) == 0) ++removed;
+    if (g_interrupt_used[slot].load(std::memory_order_acquire) &&
+        ::unlink(g_interrupt_paths[slot]) == 0) {
+      ++removed;
+    }
   }
   return removed;
 }
@@ -193,9 +198,9 @@ RemovedWhenInterrupted::RemovedWhenInterrupted(const std::string& path) {
   if (path.size() >= kInterruptPathBytes) return;
   const std::lock_guard<std::mutex> guard(g_interrupt_slots);
   for (int slot = 0; slot < kInterruptSlots; ++slot) {
-    if (g_interrupt_used[slot]) continue;
+    if (g_interrupt_used[slot].load(std::memory_order_relaxed)) continue;
     std::memcpy(g_interrupt_paths[slot], path.c_str(), path.size() + 1);
-    g_interrupt_used[slot] = 1;
+    g_interrupt_used[slot].store(1, std::memory_order_release);
     slot_ = slot;
     return;
   }
@@ -204,7 +209,7 @@ RemovedWhenInterrupted::RemovedWhenInterrupted(const std::string& path) {
 RemovedWhenInterrupted::~RemovedWhenInterrupted() {
   if (slot_ < 0) return;
   const std::lock_guard<std::mutex> guard(g_interrupt_slots);
-  g_interrupt_used[slot_] = 0;
+  g_interrupt_used[slot_].store(0, std::memory_order_release);
 }
 
 void remove_temporaries_when_interrupted() {

@@ -17,12 +17,18 @@ namespace thpc {
 namespace {
 
 // Written by the handler, read by the loop: a lock-free atomic is what a handler may touch.
-volatile std::sig_atomic_t g_stop_signal = 0;
-// Whether a SIGINT came already (a second one ends the process).
-volatile std::sig_atomic_t g_interrupted = 0;
+// Not volatile sig_atomic_t, which is only for a handler on the thread it interrupted: a
+// process-directed signal goes to any thread that does not block it, Open MPI's progress
+// thread for one (ThreadSanitizer's finding, tools/sanitize.sh --threads: the handler's
+// write on that thread raced with the training loop's read).
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+// Whether a SIGINT came already (a second one ends the process). Set after
+// g_first_interrupt (sequentially consistent): a handler that sees it set sees the time.
+std::atomic<int> g_interrupted{0};
 
 // When the first SIGINT came (CLOCK_MONOTONIC). Only the handler touches it, and SIGINT
-// is blocked while its handler runs.
+// is blocked on the thread that runs its handler.
 struct timespec g_first_interrupt {};
 // A SIGINT this soon after the first is the same request delivered twice, not a second
 // Ctrl-C: `timeout -s INT` signals its child and then its own process group, which holds
@@ -41,8 +47,8 @@ long long nanoseconds_since(const struct timespec& then) {
 // Whether this process says on stderr what a Ctrl-C does (announce_interrupts: the rank
 // that speaks for the job), and whether stderr is a terminal, where the line goes below
 // the ^C the terminal echoed.
-volatile std::sig_atomic_t g_announce = 0;
-volatile std::sig_atomic_t g_on_terminal = 0;
+std::atomic<int> g_announce{0};
+std::atomic<int> g_on_terminal{0};
 
 // write() is async-signal-safe, and the lengths are known: nothing else is called.
 template <size_t N>
@@ -104,7 +110,11 @@ extern "C" void record_stop_signal(int signal_number) {
   // The strongest request stays (SIGTERM over SIGUSR1 over SIGINT over SIGHUP, as the
   // ranks agree by the maximum): a later Ctrl-C does not turn a scheduler's stop into an
   // interactive one.
-  if (signal_number > g_stop_signal) g_stop_signal = signal_number;
+  // A compare-and-swap (lock-free: async-signal-safe): two threads' handlers may race.
+  int strongest = g_stop_signal.load();
+  while (signal_number > strongest &&
+         !g_stop_signal.compare_exchange_weak(strongest, signal_number)) {
+  }
 }
 
 }  // namespace
