@@ -9,7 +9,10 @@
 // ([[gnu::always_inline]]) to take the clone's vectors: GCC does not inline it by itself.
 #pragma once
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+// Not under ThreadSanitizer (tools/sanitize.sh --threads): the clones' resolver runs while
+// the program is relocated, before TSan's runtime is up, and its instrumented code crashed
+// there; that build checks threads, not vector widths.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
 #define THPC_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define THPC_VECTOR_CLONES
