@@ -24,12 +24,14 @@ namespace {
 std::atomic<int> g_stop_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free);
 // Whether a SIGINT came already (a second one ends the process). Set after
-// g_first_interrupt (sequentially consistent): a handler that sees it set sees the time.
+// g_first_interrupt_ns (sequentially consistent): a handler that sees it set sees the time.
 std::atomic<int> g_interrupted{0};
 
-// When the first SIGINT came (CLOCK_MONOTONIC). Only the handler touches it, and SIGINT
-// is blocked on the thread that runs its handler.
-struct timespec g_first_interrupt {};
+// When the first SIGINT came (CLOCK_MONOTONIC, ns). Only the handler touches it. An atomic
+// too: the two SIGINTs of `timeout -s INT` (below) can run their handlers at once on two
+// threads, each taking itself for the first, and a struct written by both could tear.
+std::atomic<long long> g_first_interrupt_ns{0};
+static_assert(std::atomic<long long>::is_always_lock_free);
 // A SIGINT this soon after the first is the same request delivered twice, not a second
 // Ctrl-C: `timeout -s INT` signals its child and then its own process group, which holds
 // the child, microseconds apart (and so ended the run without its checkpoint). Nobody
@@ -37,11 +39,10 @@ struct timespec g_first_interrupt {};
 constexpr long long kSameInterruptNs = 50'000'000;
 
 // clock_gettime is async-signal-safe.
-long long nanoseconds_since(const struct timespec& then) {
+long long monotonic_ns() {
   struct timespec now {};
   clock_gettime(CLOCK_MONOTONIC, &now);
-  return (static_cast<long long>(now.tv_sec) - then.tv_sec) * 1'000'000'000LL +
-         (now.tv_nsec - then.tv_nsec);
+  return static_cast<long long>(now.tv_sec) * 1'000'000'000LL + now.tv_nsec;
 }
 
 // Whether this process says on stderr what a Ctrl-C does (announce_interrupts: the rank
@@ -82,7 +83,7 @@ extern "C" void record_stop_signal(int signal_number) {
   // A second Ctrl-C is the user not wanting to wait for the step and its checkpoint: the
   // default action, as if no handler were there (sigaction and raise are async-signal-safe).
   if (signal_number == SIGINT && g_interrupted) {
-    if (nanoseconds_since(g_first_interrupt) < kSameInterruptNs) return;  // the same one
+    if (monotonic_ns() - g_first_interrupt_ns < kSameInterruptNs) return;  // the same one
     if (g_announce) {
       say("Ctrl-C again: stopping now, without a checkpoint (one being written is lost "
           "too)\n");
@@ -99,7 +100,7 @@ extern "C" void record_stop_signal(int signal_number) {
     return;
   }
   if (signal_number == SIGINT) {
-    clock_gettime(CLOCK_MONOTONIC, &g_first_interrupt);
+    g_first_interrupt_ns = monotonic_ns();
     g_interrupted = 1;
     if (g_announce) {
       say("Ctrl-C: stopping cleanly (a step in progress finishes and is saved in a "
