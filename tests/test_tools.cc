@@ -205,6 +205,15 @@ TEST(Tools, OutOfRangeNamesTheOptionAndTheValueGiven) {
            // checks had passed).
            {"transformer_bench_step", "--config " + base + " --set model.layers=abc",
             base + ": model.layers: 'abc' is not an integer (on the command line)"},
+           // What the tool passes on to the configuration is said as the user typed it
+           // (before: "train.backend: 'gpu' ..." and "unknown command-line option
+           // '--model.layerz=2'", words the command line never held).
+           {"transformer_bench_step", "--backend gpu",
+            "--backend: 'gpu' is not one of auto, cuda, cpu"},
+           {"transformer_bench_step", "--precision fp16",
+            "--precision: 'fp16' is not one of bf16, fp32"},
+           {"transformer_bench_step", "--set layers=2",
+            "--set 'layers=2': write --set SECTION.KEY=VALUE, e.g. --set model.layers=2"},
            {"transformer_bench_step", "--config /nonexistent.ini",
             "cannot open config file '/nonexistent.ini': no such file"},
            // (before: -1 read as 2^64 - 1, a seed like any other)
@@ -266,11 +275,12 @@ TEST(Tools, OutOfRangeNamesTheOptionAndTheValueGiven) {
     expect_one_line_failure(tool, arguments, 2, name + ": " + message + " (see --help)", {});
   }
   // The keys --set takes are the trainer's, listed by its --help, not this tool's (before:
-  // "see --help", whose text has none).
+  // "see --help", whose text has none), and the mistake is said as typed (before:
+  // "unknown command-line option '--model.bogus=3'", an option the user never gave).
   const Tool bench{"transformer_bench_step", {}, "", ""};
   expect_one_line_failure(bench, "--config " + base + " --set model.bogus=3", 2,
-                          "transformer_bench_step: " + base + ": unknown command-line option "
-                          "'--model.bogus=3' (transformer_hpc --help lists the keys of "
+                          "transformer_bench_step: --set 'model.bogus=3': the configuration "
+                          "has no key model.bogus (transformer_hpc --help lists the keys of "
                           "[model])\n",
                           {});
 }
@@ -372,7 +382,10 @@ TEST(Tools, DataStatsDropsThePairsThePositionsLeaveOutAsTheTrainerDoes) {
   EXPECT_NE(within.output.find(": 39 pairs, vocabulary 50"), std::string::npos) << within.output;
   // The trainer's default positions (1024) keep it: the budget is what refuses it then.
   EXPECT_EQ(without.exit_code, 1) << without.output;
-  EXPECT_NE(without.output.find("does not fit a batch of 40 tokens per rank"), std::string::npos)
+  // ... and the advice names this tool's option, not the trainer's key it stands for.
+  EXPECT_NE(without.output.find("does not fit a batch of 40 tokens per rank; raise "
+                                "--tokens-per-step or preprocess with a smaller --max-len"),
+            std::string::npos)
       << without.output;
 }
 

@@ -60,6 +60,7 @@
 #include "backend/factory.h"
 #include "common/error.h"
 #include "config/config.h"
+#include "config/option_table.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/openblas_core.h"
 #include "kernels/profiling_backend.h"
@@ -93,6 +94,38 @@ struct Arguments {
   // --precision is a usage error (exit 2), as the trainer's own config mistakes are.
   thpc::Config config;
 };
+
+// --backend, --precision and each --set said in the words the user typed: passed on to the
+// configuration unchecked, a mistake came back in the trainer's ("train.backend: 'gpu'
+// ...", "unknown command-line option '--model.layerz=2'"), naming what they never wrote.
+// The values of the keys --set names are the configuration's to check, with their types.
+void check_passed_on_options(const Arguments& args) {
+  const auto check_choice = [](const char* flag, const char* key, const std::string& value) {
+    const thpc::Option* option = thpc::find_option(key);
+    THPC_CHECK(option != nullptr, key);
+    thpc::Config values;
+    *std::get<std::string*>(option->field(values)) = value;
+    if (const std::string problem = option->allowed.problem(option->field(values));
+        !problem.empty()) {
+      THPC_FAIL(flag << ": " << problem);
+    }
+  };
+  check_choice("--backend", "train.backend", args.backend);
+  check_choice("--precision", "train.precision", args.precision);
+  for (const std::string& text : args.overrides) {
+    const size_t dashes = text.rfind("--", 0) == 0 ? 2 : 0;  // --set --model.layers=2 too
+    const size_t equals = text.find('=');
+    const std::string key = text.substr(dashes, equals - std::min(equals, dashes));
+    if (equals == std::string::npos || key.find('.') == std::string::npos) {
+      THPC_FAIL("--set '" << text << "': write --set SECTION.KEY=VALUE, e.g. --set "
+                << "model.layers=2");
+    }
+    if (thpc::find_option(key) == nullptr) {
+      THPC_FAIL("--set '" << text << "': the configuration has no key " << key
+                << thpc::unknown_key_hint(key));
+    }
+  }
+}
 
 // --gemm-sweep: one line per product shape, the most time a step first, then the total.
 void print_gemm_sweep(int algorithms, int steps, bool on_cpu) {
@@ -434,6 +467,7 @@ int main(int argc, char** argv) {
     require_at_least("--vocab", args.vocab, 5, "4 special ids + 1");
     if (!(args.peak_tflops > 0)) THPC_FAIL("--peak-tflops must be > 0, got " << args.peak_tflops);
     if (!(args.spec_tflops > 0)) THPC_FAIL("--spec-tflops must be > 0, got " << args.spec_tflops);
+    check_passed_on_options(args);
     std::vector<std::string> overrides = {"train.backend=" + args.backend,
                                           "train.precision=" + args.precision};
     overrides.insert(overrides.end(), args.overrides.begin(), args.overrides.end());

@@ -51,40 +51,6 @@ const po::options_description& table_description() {
   return description;
 }
 
-const Option* find_option(const std::string& name) {
-  for (const Option& option : option_table()) {
-    if (option.name() == name) return &option;
-  }
-  return nullptr;
-}
-
-std::string known_sections() {
-  std::string sections;
-  for (const Option& option : option_table()) {
-    const std::string section = option.section;
-    if (sections.find("[" + section + "]") == std::string::npos) {
-      sections += (sections.empty() ? "" : " ") + ("[" + section + "]");
-    }
-  }
-  return sections;
-}
-
-// A hint after an unknown key: whether its section exists at all.
-std::string unknown_key_hint(const std::string& name) {
-  const auto dot = name.find('.');
-  if (dot == std::string::npos) {
-    return " (every key belongs to a section: " + known_sections() + ")";
-  }
-  const std::string section = name.substr(0, dot);
-  const bool section_known =
-      std::any_of(option_table().begin(), option_table().end(),
-                  [&](const Option& option) { return section == option.section; });
-  if (!section_known) return " (no such section; the sections are " + known_sections() + ")";
-  // Named with the program: tools that read a configuration (transformer_bench_step
-  // --set) list their own options under --help, not the trainer's keys.
-  return " (transformer_hpc --help lists the keys of [" + section + "])";
-}
-
 // Boost prints option names with the prefix of their origin ("--model.heads"); the
 // messages here name keys as the ini file does ("model.heads").
 std::string key_name(const po::error_with_option_name& error) {

@@ -574,4 +574,37 @@ std::string parse_value(const std::string& text, std::string* value) {
   return "";
 }
 
+const Option* find_option(const std::string& name) {
+  for (const Option& option : option_table()) {
+    if (option.name() == name) return &option;
+  }
+  return nullptr;
+}
+
+std::string known_sections() {
+  std::string sections;
+  for (const Option& option : option_table()) {
+    const std::string section = option.section;
+    if (sections.find("[" + section + "]") == std::string::npos) {
+      sections += (sections.empty() ? "" : " ") + ("[" + section + "]");
+    }
+  }
+  return sections;
+}
+
+std::string unknown_key_hint(const std::string& name) {
+  const auto dot = name.find('.');
+  if (dot == std::string::npos) {
+    return " (every key belongs to a section: " + known_sections() + ")";
+  }
+  const std::string section = name.substr(0, dot);
+  const bool section_known =
+      std::any_of(option_table().begin(), option_table().end(),
+                  [&](const Option& option) { return section == option.section; });
+  if (!section_known) return " (no such section; the sections are " + known_sections() + ")";
+  // Named with the program: tools that read a configuration (transformer_bench_step
+  // --set) list their own options under --help, not the trainer's keys.
+  return " (transformer_hpc --help lists the keys of [" + section + "])";
+}
+
 }  // namespace thpc

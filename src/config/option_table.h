@@ -61,6 +61,14 @@ std::string shell_syntax_in_path(const std::string& value, bool on_command_line)
 // Every key of the configuration, in the order of --help and of docs/configuration.md.
 const std::vector<Option>& option_table();
 
+// The key called `name` ("model.layers"), nullptr when the table has none.
+const Option* find_option(const std::string& name);
+// The sections as an ini file heads them: "[model] [train] ...".
+std::string known_sections();
+// What follows a message about a key the table lacks: whether its section exists, and
+// where the keys are listed (" (transformer_hpc --help lists the keys of [model])").
+std::string unknown_key_hint(const std::string& name);
+
 // The type of a field as --help names it: int, int64, uint64, float, bool, string.
 const char* type_name(const FieldPointer& field);
 // The field's value as an ini file writes it (floats with the fewest digits that read

@@ -497,7 +497,8 @@ void ShardReader::plan(int64_t max_tokens) {
       if (lengths.src(pair) > max_tokens || lengths.tgt(pair) > max_tokens) {
         THPC_FAIL(shard->path << ": pair " << pair << " (" << src[pair] << " source and "
                               << tgt[pair] << " target tokens) does not fit a batch of "
-                              << max_tokens << " tokens per rank; raise train.tokens_per_step"
+                              << max_tokens << " tokens per rank; raise "
+                              << spec_.budget_setting
                               << " or preprocess with a smaller --max-len");
       }
     }
