@@ -1015,8 +1015,8 @@ TEST_F(PreprocessInput, BadTextInputFailsWithOneClearMessage) {
   std::ofstream(dir / "bad.en", std::ios::binary) << "a dog\ra cat\ra bird\r";
   std::ofstream(dir / "bad.de", std::ios::binary) << "ein Hund\reine Katze\rein Vogel\r";
   expect_preprocess_failure(dir, "bad.en", "bad.en: its lines end in a carriage return alone "
-                                           "(classic Mac OS text: 2 carriage returns in what "
-                                           "reads as 1 line)");
+                                           "(classic Mac OS text: what reads as 1 line "
+                                           "holds 2 carriage returns before its end)");
   std::ofstream(dir / "bad.en", std::ios::binary) << "a dog\r\na c\rat\r\na bird\r\n";
   write_lines(dir / "bad.de", {"ein Hund", "eine Katze", "ein Vogel"});
   const CommandResult stray = run_command(

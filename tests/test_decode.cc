@@ -376,7 +376,9 @@ TEST_F(DecodeProgram, TheInputIsTranslatedABufferAtATimeWithoutChangingAnyTransl
               1)
         << err;
     EXPECT_EQ(translated, "") << "--buffer-sentences " << lines;
-    EXPECT_NE(err.find("3 carriage returns in what reads as 2 lines"), std::string::npos) << err;
+    EXPECT_NE(err.find("what reads as 2 lines hold 3 carriage returns before their ends"),
+              std::string::npos)
+        << err;
   }
   // Standard input open for writing only (GNU nohup's for a terminal's) is said, not read
   // as an empty input.
@@ -1095,8 +1097,8 @@ TEST_F(DecodeProgram, BadInputFailsWithAMessage) {
            {nul, nul.string() + ":2: a NUL byte at byte 4 of the line"},
            {mac, mac.string() + ": its lines end in a carriage return alone"},
            {mac_two, mac_two.string() + ": its lines end in a carriage return alone "
-                                        "(classic Mac OS text: 1 carriage return in what "
-                                        "reads as 1 line)"}}) {
+                                        "(classic Mac OS text: what reads as 1 line holds "
+                                        "1 carriage return before its end)"}}) {
     const ProcessResult refused = run_process(
         thpc::binary_dir() + "/transformer_decode --checkpoint " +
         (dir_ / "model.h5").string() + " --spm-model " + (dir_ / "spm.model").string() +

@@ -62,10 +62,13 @@ std::string carriage_return_lines_problem(const std::string& path, int64_t carri
   // taken for the two sentences (translated as one, they broke the output's alignment).
   const bool one_line_of_sentences = lines == 1 && carriage_returns >= 1;
   if (carriage_returns <= lines && !one_line_of_sentences) return "";
-  return path + ": its lines end in a carriage return alone (classic Mac OS text: " +
+  // Said as counted: the carriage returns before the lines' ends ("2 in 1 line" for
+  // "one\rtwo\r", whose last ends the line, read as a file's 2 carriage returns).
+  return path + ": its lines end in a carriage return alone (classic Mac OS text: what " +
+         "reads as " + std::to_string(lines) + (lines == 1 ? " line holds " : " lines hold ") +
          std::to_string(carriage_returns) +
-         (carriage_returns == 1 ? " carriage return" : " carriage returns") +
-         " in what reads as " + std::to_string(lines) + (lines == 1 ? " line)" : " lines)");
+         (carriage_returns == 1 ? " carriage return" : " carriage returns") + " before " +
+         (lines == 1 ? "its end)" : "their ends)");
 }
 
 }  // namespace thpc

@@ -29,8 +29,9 @@ std::string read_input_file(const std::string& path, const std::string& what);
 //   (line `line_number`), "" when it has none;
 std::string nul_byte_problem(const std::string& path, int64_t line_number,
                              const std::string& line);
-// - "PATH: its lines end in a carriage return alone (classic Mac OS text: C carriage
-//   returns in what reads as L lines)" when `carriage_returns` inside the lines outnumber
+// - "PATH: its lines end in a carriage return alone (classic Mac OS text: what reads as
+//   L lines hold C carriage returns before their ends)" when `carriage_returns` inside
+//   the lines (a line's last, taken for a CRLF's, not counted) outnumber
 //   the `lines` (one inside a line of ordinary text is kept: web-crawled corpora have
 //   them), or when one line holds any, else "". Such a file reads as one line: its
 //   sentences translated as one.
