@@ -89,6 +89,15 @@ std::vector<std::string> resolve_inputs(Arguments& arguments) {
   if (arguments.best > 0) {
     const std::vector<std::string> paths =
         thpc::best_checkpoints(arguments.inputs[0], arguments.best, &arguments.metric);
+    // None at all is a run that kept none (checkpoint.keep_best = none, the default): no
+    // smaller N helps, which the advice for too few said ("holds 0 ...: give a smaller N").
+    if (paths.empty()) {
+      THPC_FAIL(arguments.inputs[0]
+                << " holds no best checkpoints (best_step_*.h5 with a validation score): "
+                << "the run kept none (they are kept with checkpoint.keep_best = ppl, bleu "
+                << "or chrf and validations, train.valid_every); average its last "
+                << "checkpoints with --last N instead");
+    }
     if (static_cast<int>(paths.size()) < arguments.best) {
       THPC_FAIL(arguments.inputs[0]
                 << " holds " << paths.size() << " best checkpoints (best_step_*.h5 with a "
