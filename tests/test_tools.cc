@@ -49,7 +49,7 @@ const std::vector<Tool>& tools() {
         "--batch-tokens arg (=4096)", "--nbest arg (=1)",
         // Boost wraps the descriptions: fragments within one line.
         "(default: the checkpoint's decode.beam", "decode.alpha", "decode.max_len_a/b",
-        "one stored in the checkpoint)", "(default: the checkpoint's train.threads)"},
+        "one stored in the checkpoint;", "(default: the checkpoint's train.threads)"},
        "--checkpoint /nonexistent.h5 --spm-model /nonexistent.model < /dev/null", "--beam"},
       {"transformer_average",
        {"usage: transformer_average", "--inputs", "--last", "--output"},

@@ -543,8 +543,9 @@ struct Workers {
 // plans every buffer as an input of its size) fills fewer than 2N
 // batches of --batch-tokens: then the workers' batches would be cut to share it out (a
 // budget of a 2N-th of its tokens), each worker reading every weight matrix at each step
-// for few hypotheses. Instead, as many workers as get two whole batches each (at least
-// one) share the N threads, each reading each weight once a step for all its hypotheses.
+// for few hypotheses. Instead, as many workers as get two whole batches each and divide
+// the N threads evenly (at least one) share them, each reading each weight once a step
+// for all its hypotheses.
 // Measured on 2 cores of an Intel Xeon (bench/RESULTS.md, 2026-11-30; base, float32,
 // beam 4, 80 tokens): 40 newstest2014 lines (one batch) 9.6 s as 2 workers, 6.1 s as one
 // worker of 2 threads; 200 lines (2 batches) 27.4 and 25.1 s; 600 lines (5 batches) 69.4
@@ -1178,7 +1179,8 @@ int main(int argc, char** argv) {
        "ensemble weights, one per --checkpoint in order, each > 0, normalised to sum 1 "
        "(default: equal)")
       ("spm-model", po::value(&args.spm_model),
-       "SentencePiece model of the corpus (default: the one stored in the checkpoint)")
+       "SentencePiece model of the corpus (default: the one stored in the checkpoint; one "
+       "that stores another is refused)")
       ("input", po::value(&args.input)->default_value(args.input),
        "source text, one sentence per line (- = stdin)")
       ("output", po::value(&args.output)->default_value(args.output),
@@ -1199,7 +1201,8 @@ int main(int argc, char** argv) {
        "(fairseq-interactive's --buffer-size; 1 for text typed or sent line by line); 0: "
        "the whole input at once (--dump-lines always reads it whole)")
       ("nbest", po::value(&args.search.nbest)->default_value(args.search.nbest),
-       "hypotheses per sentence (<= beam)")
+       "hypotheses per sentence (<= beam); 2 or more: each as INDEX ||| text ||| score, "
+       "1: the translation alone")
       ("greedy", po::bool_switch(&args.search.greedy), "greedy decoding (beam 1, no length penalty)")
       ("profile", po::bool_switch(&args.profile),
        "print to standard error where the decoding time went: each op class's time per "
