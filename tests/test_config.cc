@@ -908,10 +908,17 @@ TEST(Config, TwoFilesGiven) {
                {"more than one config file"});
 }
 
+// A relation between keys broken by a command-line value says so by the key (before: the
+// file alone was named, "tiny.ini: checkpoint.keep_best_count: ...", a key it did not
+// hold); one the file breaks is the file's alone.
 TEST(Config, HeadsNotDividingDModelOnTheCommandLine) {
+  expect_error([] { load_config_text("[checkpoint]\nkeep_best_count = 3\n", "run.ini"); },
+               {"run.ini: checkpoint.keep_best_count: ranks checkpoints by the "
+                "checkpoint.keep_best metric"});
   Config config;
   expect_error([&] { run_command_line({"transformer_hpc", kTinyIni, "--model.heads=3"}, config); },
-               {"tiny.ini", "model.heads: d_model 64 is not divisible by heads 3"});
+               {"tiny.ini", "model.heads (on the command line): d_model 64 is not divisible by "
+                            "heads 3"});
 }
 
 // A range error of a command-line value was blamed on the file ("tiny.ini:
@@ -1002,8 +1009,10 @@ TEST(Config, BadValuesNameKeyAndFile) {
       {{"model.layers=0"}, "model.layers: must be ≥ 1, got 0"},
       {{"model.d_model=0"}, "model.d_model"},
       {{"model.heads=0"}, "model.heads"},
-      {{"model.heads=3"}, "model.heads: d_model 64 is not divisible by heads 3"},
-      {{"model.heads=3", "model.d_k=16"}, "model.heads: d_model 64 is not divisible"},
+      {{"model.heads=3"}, "model.heads (on the command line): d_model 64 is not divisible by "
+                          "heads 3"},
+      {{"model.heads=3", "model.d_k=16"}, "model.heads (on the command line): d_model 64 is not "
+                                          "divisible"},
       {{"model.d_k=-1"}, "model.d_k"},
       {{"model.d_v=-1"}, "model.d_v"},
       {{"model.d_ff=0"}, "model.d_ff"},
@@ -1048,58 +1057,61 @@ TEST(Config, BadValuesNameKeyAndFile) {
       {{"data.synthetic_min_len=0"}, "data.synthetic_min_len"},
       {{"data.synthetic_min_len=13"}, "data.synthetic_max_len"},
       // A side is its sentence and one token (the shards' limit alike): 63 fits 64, 12 fits 13.
-      {{"data.synthetic_max_len=64"}, "data.synthetic_max_len: 64 + 1 (eos, or bos) exceeds"},
+      {{"data.synthetic_max_len=64"}, "data.synthetic_max_len (on the command line): 64 + 1 "
+                                      "(eos, or bos) exceeds"},
       {{"model.max_positions=12"}, "data.synthetic_max_len"},
       {{"checkpoint.minutes=-1"}, "checkpoint.minutes: must be ≥ 0, got -1"},
       {{"checkpoint.every_steps=-1"}, "checkpoint.every_steps"},
       {{"checkpoint.keep=0"}, "checkpoint.keep: must be ≥ 1, got 0"},
       {{"checkpoint.average_last=-1"}, "checkpoint.average_last"},
-      {{"checkpoint.average_last=6"}, "checkpoint.average_last: 6 exceeds checkpoint.keep 5"},
+      {{"checkpoint.average_last=6"}, "checkpoint.average_last (on the command line): 6 exceeds "
+                                      "checkpoint.keep 5"},
       {{"decode.beam=0"}, "decode.beam: must be ≥ 1, got 0"},
       {{"decode.alpha=-0.5"}, "decode.alpha: must be ≥ 0, got -0.5"},
       {{"decode.max_len_b=-1"}, "decode.max_len_b: must be ≥ 0, got -1"},
       {{"decode.tree_leaves=tags"}, "decode.tree_leaves: 'tags' is not one of XX, words"},
       {{"train.valid_every=-1", "data.dir=d"}, "train.valid_every: must be ≥ 0"},
-      {{"train.valid_every=10"}, "train.valid_every: validation reads shards: set data.dir"},
+      {{"train.valid_every=10"}, "train.valid_every (on the command line): validation reads "
+                                 "shards: set data.dir"},
       {{"train.max_epochs=-1", "data.dir=d"}, "train.max_epochs: must be ≥ 0"},
       {{"train.max_epochs=2"},
-       "train.max_epochs: counts passes over shards: set data.dir (the synthetic task has no "
-       "epochs)"},
+       "train.max_epochs (on the command line): counts passes over shards: set data.dir (the "
+       "synthetic task has no epochs)"},
       {{"data.memory_mb=0"}, "data.memory_mb: must be ≥ 1, got 0"},
       {{"train.valid_beam=0"}, "train.valid_beam: must be ≥ 1, got 0"},
-      {{"train.valid_bleu=true"}, "train.valid_bleu: translates at each validation: set "
-                                  "train.valid_every > 0"},
+      {{"train.valid_bleu=true"}, "train.valid_bleu (on the command line): translates at each "
+                                  "validation: set train.valid_every > 0"},
       {{"train.valid_bleu_tokenize=zh"}, "train.valid_bleu_tokenize: 'zh' is not one of"},
       {{"checkpoint.keep_best=loss"},
        "checkpoint.keep_best: 'loss' is not one of none, ppl, bleu, chrf"},
       {{"train.valid_metric=ter"}, "train.valid_metric: 'ter' is not one of bleu, chrf"},
-      {{"checkpoint.keep_best=ppl"}, "checkpoint.keep_best: ppl compares validations: set "
-                                     "train.valid_every > 0"},
+      {{"checkpoint.keep_best=ppl"}, "checkpoint.keep_best (on the command line): ppl compares "
+                                     "validations: set train.valid_every > 0"},
       {{"checkpoint.keep_best=bleu", "train.valid_every=10", "data.dir=d"},
-       "checkpoint.keep_best: bleu needs train.valid_bleu = true"},
+       "checkpoint.keep_best (on the command line): bleu needs train.valid_bleu = true"},
       {{"checkpoint.keep_best=chrf", "train.valid_metric=chrf", "train.valid_every=10",
         "data.dir=d"},
-       "checkpoint.keep_best: chrf needs train.valid_bleu = true"},
+       "checkpoint.keep_best (on the command line): chrf needs train.valid_bleu = true"},
       {{"checkpoint.keep_best=chrf", "train.valid_bleu=true", "train.valid_every=10",
         "data.dir=d"},
-       "checkpoint.keep_best: chrf needs train.valid_metric = chrf (the validations score "
-       "bleu)"},
+       "checkpoint.keep_best (on the command line): chrf needs train.valid_metric = chrf (the "
+       "validations score bleu)"},
       {{"checkpoint.keep_best=bleu", "train.valid_metric=chrf", "train.valid_bleu=true",
         "train.valid_every=10", "data.dir=d"},
-       "checkpoint.keep_best: bleu needs train.valid_metric = bleu (the validations score "
-       "chrf)"},
+       "checkpoint.keep_best (on the command line): bleu needs train.valid_metric = bleu (the "
+       "validations score chrf)"},
       {{"checkpoint.patience=-1"}, "checkpoint.patience: must be ≥ 0, got -1"},
-      {{"checkpoint.patience=2"}, "checkpoint.patience: counts validations without a better "
-                                  "checkpoint.keep_best metric"},
+      {{"checkpoint.patience=2"}, "checkpoint.patience (on the command line): counts "
+                                  "validations without a better checkpoint.keep_best metric"},
       {{"checkpoint.keep_best_count=-1"}, "checkpoint.keep_best_count: must be ≥ 0, got -1"},
       {{"checkpoint.keep_best_count=3"},
-       "checkpoint.keep_best_count: ranks checkpoints by the checkpoint.keep_best metric: set "
-       "checkpoint.keep_best = ppl, bleu or chrf"},
+       "checkpoint.keep_best_count (on the command line): ranks checkpoints by the "
+       "checkpoint.keep_best metric: set checkpoint.keep_best = ppl, bleu or chrf"},
       {{"checkpoint.average_best=-1"}, "checkpoint.average_best: must be ≥ 0, got -1"},
       {{"checkpoint.keep_best=ppl", "train.valid_every=10", "data.dir=d",
         "checkpoint.keep_best_count=2", "checkpoint.average_best=3"},
-       "checkpoint.average_best: 3 exceeds checkpoint.keep_best_count 2 (the run keeps only "
-       "that many best checkpoints)"},
+       "checkpoint.average_best (on the command line): 3 exceeds checkpoint.keep_best_count 2 "
+       "(the run keeps only that many best checkpoints)"},
   };
   for (const auto& [overrides, fragment] : cases) {
     SCOPED_TRACE(overrides.front());

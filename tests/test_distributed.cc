@@ -244,7 +244,8 @@ TEST(Distributed, AFailingRankEndsTheJobWithinThirtySeconds) {
 TEST(Distributed, ABadConfigFailsEveryRankWithOneMessage) {
   const JobResult run = mpirun_trainer("", "--model.heads=3");
   EXPECT_EQ(run.exit_code, 2) << run.output;
-  const std::string needle = "model.heads: d_model 64 is not divisible by heads 3";
+  const std::string needle =
+      "model.heads (on the command line): d_model 64 is not divisible by heads 3";
   const size_t first = run.output.find(needle);
   EXPECT_NE(first, std::string::npos) << run.output;
   EXPECT_EQ(run.output.find(needle, first + 1), std::string::npos) << run.output;
@@ -301,8 +302,8 @@ TEST(Distributed, RanksStartedWithDifferentConfigurationsStopWithOneMessageNamin
   const JobResult bad = run_mpi_job(
       "", "-np 1 " + trainer + " : -np 1 " + trainer + "--model.heads=3");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
-  EXPECT_NE(bad.output.find("rank 1: input/tiny.ini: model.heads: d_model 64 is not divisible "
-                            "by heads 3"),
+  EXPECT_NE(bad.output.find("rank 1: input/tiny.ini: model.heads (on the command line): d_model "
+                            "64 is not divisible by heads 3"),
             std::string::npos)
       << bad.output;
   EXPECT_LT(bad.seconds, 30.0) << bad.output;

@@ -673,7 +673,8 @@ TEST_F(RunOutputs, EvalOfAMissingCheckpointWithoutAFileOrAWideBeamIsAOneLineErro
       run_process("cd " THPC_SOURCE_DIR " && " + kBuild +
                   "transformer_hpc input/numbers.ini --data.dir= --eval " + missing);
   EXPECT_EQ(validating.exit_code, 2) << validating.output;
-  EXPECT_NE(validating.output.find("data.dir: empty: --eval scores the validation shards"),
+  EXPECT_NE(validating.output.find("data.dir (on the command line): empty: --eval scores the "
+                                   "validation shards"),
             std::string::npos)
       << validating.output;
   EXPECT_EQ(validating.output.find("valid_every"), std::string::npos) << validating.output;
@@ -683,7 +684,8 @@ TEST_F(RunOutputs, EvalOfAMissingCheckpointWithoutAFileOrAWideBeamIsAOneLineErro
                                               " --train.valid_bleu=true "
                                               "--train.valid_beam=100000");
   EXPECT_EQ(wide_beam.exit_code, 2) << wide_beam.output;
-  EXPECT_NE(wide_beam.output.find("train.valid_beam 100000 is wider than the "),
+  EXPECT_NE(wide_beam.output.find("train.valid_beam 100000 (on the command line) is wider "
+                                  "than the "),
             std::string::npos)
       << wide_beam.output;
   EXPECT_EQ(lines_of(wide_beam.output).size(), 1u) << wide_beam.output;

@@ -103,9 +103,11 @@ TEST(UserErrors, CommandLineMistakesPointAtTheHelpOnceAndShowTheSpelling) {
 }
 
 TEST(UserErrors, ImpossibleValuesThatPassedTheDryRunAreRefused) {
-  expect_configuration_error("--train.threads=100000", "train.threads: 100000 is more than");
+  expect_configuration_error("--train.threads=100000",
+                             "train.threads (on the command line): 100000 is more than");
   expect_configuration_error("--train.tokens_per_step=100 --train.accumulate=1000",
-                             "train.accumulate: 1000 micro-batches cannot share");
+                             "train.accumulate (on the command line): 1000 micro-batches "
+                             "cannot share");
 }
 
 // A helper's trial of the configuration: values an ini file cannot hold ('#' starts a
@@ -123,8 +125,9 @@ TEST(UserErrors, WhatAnIniFileCannotHoldOrReadBackIsRefused) {
   expect_configuration_error("--train.metrics_dir=\"$(printf 'm\\n[model]\\nlayers = 9')\"",
                              "holds a '#', a ' ;', a line break or a NUL byte");
   expect_configuration_error("--train.tokens_per_step=5",
-                             "train.tokens_per_step 5 gives each of the 1 micro-batches on each "
-                             "of 1 ranks 5 tokens, less than the longest pair of the data takes "
+                             "train.tokens_per_step 5 (on the command line) gives each of the 1 "
+                             "micro-batches on each of 1 ranks 5 tokens, less than the longest "
+                             "pair of the data takes "
                              "(13 tokens a side with eos/bos); raise train.tokens_per_step to at "
                              "least 13, or give a smaller data.synthetic_max_len");
   const std::string dir = ::testing::TempDir() + "thpc_ini_" + std::to_string(::getpid());
@@ -203,14 +206,16 @@ TEST(UserErrors, TheDryRunNotesWhatThisMachineCannotCheck) {
 // checkpoint or of another architecture passed the dry run.
 TEST(UserErrors, TheDryRunRefusesWhatTrainingRefusesWithTheSameExitCode) {
   expect_configuration_error("--model.vocab_size=10",
-                             "model.vocab_size is 10 but the training data has a vocabulary "
-                             "of 32");
+                             "model.vocab_size is 10 (on the command line) but the training data "
+                             "has a vocabulary of 32");
   if (!built_with_cuda()) {
     expect_configuration_error("--train.backend=cuda",
-                               "train.backend = cuda, but built without CUDA");
+                               "train.backend = cuda (on the command line), but built "
+                               "without CUDA");
   }
   expect_configuration_error("--train.backend=cpu --dist.reducer=nccl",
-                             "dist.reducer = nccl sums on GPUs, and this run trains on the CPU");
+                             "dist.reducer = nccl (on the command line) sums on GPUs, and this "
+                             "run trains on the CPU");
   expect_configuration_error("--checkpoint.init=/nonexistent.h5",
                              "checkpoint /nonexistent.h5: no such file", 1);
   // A corpus of numbers (60 pairs, a vocabulary of 60) and a one-step model of it.
@@ -273,13 +278,15 @@ TEST(UserErrors, TheDryRunRefusesWhatTrainingRefusesWithTheSameExitCode) {
                              "eos/bos, in " + lopsided + "/valid.00000.h5); raise");
   expect_configuration_error("--data.dir=" + data + " --train.valid_every=1 "
                              "--train.valid_bleu=true --train.valid_beam=100000",
-                             "train.valid_beam 100000 is wider than the 58 tokens a search can "
-                             "choose (the vocabulary of 60 less pad and bos): give at most 58");
+                             "train.valid_beam 100000 (on the command line) is wider than the 58 "
+                             "tokens a search can choose (the vocabulary of 60 less pad and "
+                             "bos): give at most 58");
   // An alpha whose penalty overflows, as transformer_decode refuses it (a review's finding:
   // every validation score was -0).
   expect_configuration_error("--data.dir=" + data + " --train.valid_every=5 "
                              "--train.valid_bleu=true --train.valid_beam=4 --decode.alpha=1e30",
-                             "decode.alpha 1e+30 makes the validation search's length penalty "
+                             "decode.alpha 1e+30 (on the command line) makes the validation "
+                             "search's length penalty "
                              "((5 + |Y|)/6)^alpha overflow for outputs of 64 tokens");
   expect_configuration_error("--data.dir=" + data + " --train.valid_every=5 --data.valid=nothere",
                              "no shards nothere.00000.h5", 3);
@@ -411,8 +418,9 @@ TEST(UserErrors, TheDryRunLooksAtTheRunDirectoryAsTrainingDoesAndChangesNothing)
   both_refuse("--checkpoint.dir=" + run, 2, "hold 3 files of another run");
   both_refuse("--checkpoint.dir=" + run + "/step_00000001.h5", 2,
               run + "/step_00000001.h5 is no directory");
+  // The seed is named where it was given (before: "tiny.ini has train.seed 7").
   both_refuse("--checkpoint.dir=" + run + " --checkpoint.resume=auto --train.seed=7", 1,
-              "a resumed run keeps its seed");
+              ", the command line gives train.seed 7 (a resumed run keeps its seed)");
   // A symbolic link to nothing as the directory, a directory as the metrics file (before:
   // the dry run passed both; training refused the first, exit 2, and failed at the second
   // when it opened it, exit 1).

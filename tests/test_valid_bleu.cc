@@ -397,9 +397,10 @@ TEST_F(ValidBleu, BadOptionValuesAreOneLineErrorsNamingTheKey) {
   // naming the file and the key (the second says "(see --help)").
   for (const auto& [options, fragment] : std::vector<std::pair<std::string, std::string>>{
            {" --train.valid_bleu=false --checkpoint.keep_best=bleu",
-            "checkpoint.keep_best: bleu needs train.valid_bleu"},
+            "checkpoint.keep_best (on the command line): bleu needs train.valid_bleu"},
            {" --checkpoint.keep_best=chrf",
-            "checkpoint.keep_best: chrf needs train.valid_metric = chrf"},
+            "checkpoint.keep_best (on the command line): chrf needs train.valid_metric = "
+            "chrf"},
            {" --train.valid_metric=chrF", "train.valid_metric: 'chrF' is not one of bleu, chrf"},
            {" --checkpoint.patience=-1", "checkpoint.patience: must be ≥ 0, got -1"}}) {
     const ProcessResult result = run_process(trainer_command() + options + " --dry-run");

@@ -163,6 +163,7 @@ Config resolve(const std::string& ini_path, std::istream& stream, po::variables_
 
   Config config;
   config.source_file = ini_path;
+  config.command_line_keys = from_command_line;
   config.eval_checkpoint = eval_checkpoint;
   for (const Option& option : option_table()) {
     const std::string name = option.name();
@@ -386,6 +387,10 @@ Config resolve_file(const std::string& ini_path, po::variables_map& values,
 
 // ---- public API ----
 
+
+std::string Config::on_command_line(const std::string& key) const {
+  return command_line_keys.count(key) > 0 ? " (on the command line)" : "";
+}
 
 std::string Config::to_ini() const {
   Config copy = *this;  // the table's accessors take a mutable Config

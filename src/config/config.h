@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -156,10 +157,16 @@ struct Config {
   DecodeConfig decode;
 
   std::string source_file;  // the ini file the config came from ("" if none)
+  // The keys given on the command line (--section.key=value) over the file's: a message
+  // about one says so, where the file's name alone sent the user looking in the file.
+  std::set<std::string> command_line_keys;
   bool dry_run = false;
   std::string eval_checkpoint;  // --eval CHECKPOINT: score it on the validation shards
   // The resolved configuration as ini text (every key, file and overrides applied).
   std::string to_ini() const;
+  // " (on the command line)" after a message about `key` ("train.seed") when it was given
+  // there, else "".
+  std::string on_command_line(const std::string& key) const;
 };
 
 // Parses argv. Returns false if --help was given (the help text is printed to stdout).

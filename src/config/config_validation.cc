@@ -17,13 +17,19 @@ namespace {
 class Checker {
  public:
   explicit Checker(const Config& config)
-      : where_(config.source_file.empty() ? std::string("config") : config.source_file) {}
+      : config_(config),
+        where_(config.source_file.empty() ? std::string("config") : config.source_file) {}
 
+  // Said of `key`, and of where it was given: a relation between keys broken by one on
+  // the command line was blamed on the file alone. The note stands by the key, not after
+  // the advice, which it would seem to be part of ("set checkpoint.keep_best = ppl (on
+  // the command line)").
   [[noreturn]] void fail(const char* key, const std::string& problem) const {
-    THPC_FAIL(where_ << ": " << key << ": " << problem);
+    THPC_FAIL(where_ << ": " << key << config_.on_command_line(key) << ": " << problem);
   }
 
  private:
+  const Config& config_;
   std::string where_;
 };
 

@@ -107,6 +107,7 @@ int resolve_vocab_size(const Config& config, const BatchSource& source) {
     // before): exit 2, one message.
     throw AllRanksError(config.source_file + ": model.vocab_size is " +
                             std::to_string(config.model.vocab_size) +
+                            config.on_command_line("model.vocab_size") +
                             " but the training data has a vocabulary of " +
                             std::to_string(data_vocab) + " (set 0 to take the data's)",
                         2);
@@ -116,7 +117,8 @@ int resolve_vocab_size(const Config& config, const BatchSource& source) {
 
 std::string backend_impossible(const Config& config) {
   if (config.train.backend == "cuda" && !built_with_cuda()) {
-    return config.source_file + ": train.backend = cuda, but " + cuda_unavailable_reason() +
+    return config.source_file + ": train.backend = cuda" +
+           config.on_command_line("train.backend") + ", but " + cuda_unavailable_reason() +
            "; set train.backend = cpu or auto";
   }
   const auto on_the_cpu = [&] {
@@ -124,7 +126,8 @@ std::string backend_impossible(const Config& config) {
            (config.train.backend == "auto" && !cuda_unavailable_reason().empty());
   };
   if (config.dist.reducer == "nccl" && on_the_cpu()) {
-    return config.source_file + ": dist.reducer = nccl sums on GPUs, and this run trains on " +
+    return config.source_file + ": dist.reducer = nccl" +
+           config.on_command_line("dist.reducer") + " sums on GPUs, and this run trains on " +
            "the CPU (train.backend = " + config.train.backend + "); set dist.reducer = mpi " +
            "or auto";
   }
@@ -139,6 +142,7 @@ std::string validation_search_impossible(const Config& config, int vocab_size) {
       length_penalty_overflows(config.model.max_positions, config.decode.alpha)) {
     // As transformer_decode refuses it (a greedy validation, valid_beam = 1, has none).
     why << config.source_file << ": decode.alpha " << config.decode.alpha
+        << config.on_command_line("decode.alpha")
         << " makes the validation search's length penalty ((5 + |Y|)/6)^alpha overflow for "
         << "outputs of " << config.model.max_positions << " tokens (model.max_positions): "
         << "every score would be -0; give a smaller alpha (§6.1: 0.6)";
@@ -146,6 +150,7 @@ std::string validation_search_impossible(const Config& config, int vocab_size) {
     // As transformer_decode refuses a beam wider than the tokens a search can choose:
     // valid_beam = 10^9 asked for 26 GB at the first validation, after training up to it.
     why << config.source_file << ": train.valid_beam " << train.valid_beam
+        << config.on_command_line("train.valid_beam")
         << " is wider than the " << selectable_tokens(vocab_size)
         << " tokens a search can choose (the vocabulary of " << vocab_size
         << " less pad and bos): give at most " << selectable_tokens(vocab_size);
@@ -161,6 +166,7 @@ std::string configuration_impossible(const Config& config, const BatchSource& so
     why << backend;
   } else if (train.tokens_per_step < static_cast<int64_t>(train.accumulate) * ranks) {
     why << config.source_file << ": train.tokens_per_step " << train.tokens_per_step
+        << config.on_command_line("train.tokens_per_step")
         << " cannot be shared by " << train.accumulate << " micro-batches on each of " << ranks
         << " ranks (each needs at least one token)";
   } else if (const std::string search = validation_search_impossible(config, source.vocab_size());
@@ -178,6 +184,7 @@ std::string configuration_impossible(const Config& config, const BatchSource& so
       // resumed run is not "from step valid_every".
       const std::string file = longest.longest_pair_file();
       why << config.source_file << ": train.tokens_per_step " << train.tokens_per_step
+          << config.on_command_line("train.tokens_per_step")
           << " gives each of the " << train.accumulate << " micro-batches on each of " << ranks
           << " ranks " << budget << " tokens, less than the longest pair of the "
           << (valid_longer ? "validation shards (read at that budget at each validation, "
@@ -220,8 +227,12 @@ void check_checkpoint_vocabulary(const Checkpoint& checkpoint, const std::string
 void check_checkpoint_resumes_this_run(const Checkpoint& checkpoint, const std::string& path,
                                        const Config& config) {
   if (checkpoint.seed != config.train.seed) {
+    // Named where the user gave it: "tiny.ini has train.seed 7" for --train.seed=7 sent
+    // them to a file that holds none.
+    const bool typed = !config.on_command_line("train.seed").empty();
     THPC_FAIL("checkpoint " << path << ": written with train.seed " << checkpoint.seed << ", "
-                            << config.source_file << " has train.seed " << config.train.seed
+                            << (typed ? "the command line gives" : config.source_file + " has")
+                            << " train.seed " << config.train.seed
                             << " (a resumed run keeps its seed)");
   }
   if (checkpoint.adam_m.empty() || checkpoint.adam_v.empty()) {

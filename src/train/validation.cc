@@ -114,7 +114,9 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
                         2);
   }
   if (config.data.valid.empty()) {
-    throw AllRanksError(config.source_file + ": data.valid: must not be empty", 2);
+    throw AllRanksError(config.source_file + ": data.valid: must not be empty" +
+                            config.on_command_line("data.valid"),
+                        2);
   }
   // Each rank reads the shards and the checkpoint itself; a failure to (a path that is not
   // there, mostly on every rank) is one message and one exit code from every rank (before:
