@@ -1130,6 +1130,12 @@ TEST_F(CheckpointTest, MaxMinutesEndsTheRunLikeMaxStepsAndAResumeCountsAfresh) {
   EXPECT_EQ(first.completed_steps(), 3) << log.str();
   EXPECT_NE(log.str().find("stopping at step 3: train.max_minutes = 0.5"), std::string::npos)
       << log.str();
+  // Its last step has a progress line (train.log_every = 100 logs none before), before the
+  // stop's note: metrics.jsonl and the event file lacked the last step of such a run.
+  const size_t step_line = log.str().find("step 3/20 | loss ");
+  EXPECT_NE(step_line, std::string::npos) << log.str();
+  EXPECT_LT(step_line, log.str().find("stopping at step 3")) << log.str();
+  EXPECT_EQ(log.str().find("step 2/20 | loss "), std::string::npos) << log.str();
   const std::vector<std::string> saved = list_checkpoints(path("limited"));
   ASSERT_EQ(saved.size(), 1u) << log.str();
   EXPECT_EQ(fs::path(saved[0]).filename(), "step_00000003.h5");

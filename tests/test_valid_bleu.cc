@@ -268,6 +268,11 @@ TEST_F(ValidBleu, PatienceStopsAfterThatManyValidationsWithoutImprovement) {
       << run.output;
   EXPECT_NE(run.output.find("final: step=6 "), std::string::npos) << run.output;
   EXPECT_EQ(run.output.find("valid step 8 "), std::string::npos) << run.output;
+  // The step it stopped at has its progress line, and metrics.jsonl its record (the
+  // config logs every 100 steps: before, neither held any step of this run).
+  EXPECT_NE(run.output.find("step 6/100 | loss "), std::string::npos) << run.output;
+  EXPECT_NE(read_file(dir / "metrics.jsonl").find("{\"kind\": \"train\", \"step\": 6, "),
+            std::string::npos);
   // checkpoint.keep = 1 pruned every step checkpoint but the last; best.h5 stays.
   EXPECT_EQ(list_checkpoints(dir.string()), std::vector<std::string>{(dir / "step_00000006.h5").string()});
   EXPECT_EQ(read_checkpoint((dir / "best.h5").string()).step, 2);

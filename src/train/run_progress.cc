@@ -66,6 +66,12 @@ void RunProgress::log_step(int64_t max_steps, int64_t peak_memory_bytes) {
   restart_interval_at(last.step, now_wall);
 }
 
+void RunProgress::log_step_unless_logged(int64_t max_steps, int64_t peak_memory_bytes) {
+  if (steps_trained > 0 && last.step > interval_first_step_) {
+    log_step(max_steps, peak_memory_bytes);
+  }
+}
+
 void RunProgress::log_summary(int64_t completed_step, const ValidationRecord& best,
                               const Config& config, int checkpoints_written,
                               const DivergenceState& divergence, const std::string& ended,

@@ -35,6 +35,10 @@ class RunProgress {
   // The "step N/M | loss ..." line of the last counted step, and its metrics record;
   // `peak_memory_bytes` < 0 when the backend does not know.
   void log_step(int64_t max_steps, int64_t peak_memory_bytes);
+  // log_step() when steps were counted since the last line: the step a run ends at before
+  // train.max_steps (a stop signal, checkpoint.patience, train.max_minutes), which the
+  // schedule's train.log_every did not log (metrics.jsonl and the event file lacked it).
+  void log_step_unless_logged(int64_t max_steps, int64_t peak_memory_bytes);
   // The "summary:" line and record: what this run() trained up to `completed_step`, the
   // best validation values, the checkpoints it wrote, the divergences it met (`divergence`
   // now against the count at begin()), and a stop by checkpoint.patience. The record also

@@ -555,7 +555,9 @@ RunEnd Trainer::run(std::ostream& log) {
     apply_update(stats);
     keeping_.report_finished_write(run.out);
     run.count(stats);
-    if (schedule_.log_due(stats.step)) {
+    // The step a stop or the time limit ends the run at is logged too, before its
+    // validation as every logged step is; one patience or a late stop ends is logged below.
+    if (schedule_.log_due(stats.step) || decision.stop_signal != 0 || decision.out_of_time) {
       run.log_step(schedule_.max_steps(), backend_->peak_memory_bytes());
     }
     if (const std::string timings = sums_->take_timings_line(); !timings.empty()) {
@@ -894,6 +896,7 @@ std::string Trainer::save_completed_step(RunProgress& run) {
 }
 
 RunEnd Trainer::stop_by_signal(int signal, RunProgress& run) {
+  run.log_step_unless_logged(schedule_.max_steps(), backend_->peak_memory_bytes());
   const std::string path = save_completed_step(run);
   keeping_.finish_write(run.out);  // on disk before the job says so and exits
   run.log_summary(completed_steps_, best_valid_, config_, checkpoints_written_,
@@ -913,7 +916,9 @@ bool Trainer::ends_training_early(const StepDecision& decision, RunProgress& run
       run.last.step < schedule_.max_steps()) {
     note_time_limit_stop(completed_steps_, config_.train, run.out);
   }
-  return run.stopped_by_patience || decision.out_of_time;
+  const bool ends = run.stopped_by_patience || decision.out_of_time;
+  if (ends) run.log_step_unless_logged(schedule_.max_steps(), backend_->peak_memory_bytes());
+  return ends;
 }
 
 RunEnd Trainer::finish_training(RunProgress& run) {
