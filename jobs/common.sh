@@ -96,6 +96,7 @@ thpc_trapped=0       # a stop signal arrived during the current `wait`
 thpc_launcher_pid=""
 thpc_run_name=""     # the run directory's name, once thpc_train has made it
 thpc_checkpoints_dir=""  # and the trainer's checkpoint.dir there (or the options')
+thpc_own_checkpoints_dir=""  # the options' checkpoint.dir, if they give one
 thpc_phase=""        # "phase 1" while thpc_train_averaged runs its first phase
 # Taken from here on, not from the launch: a signal before it (the batch shell's first
 # moments, a phase's checks) ended the shell, exit 138, and the job FAILED.
@@ -104,6 +105,10 @@ trap 'thpc_forward_stop TERM' TERM
 # Ctrl-C in a terminal (jobs/run_local.sh, a script run inside salloc): the same stop. The
 # terminal sends SIGINT to mpirun and the ranks too, which mpirun answers with exit 1.
 trap 'thpc_forward_stop INT' INT
+# A closed terminal (jobs/run_local.sh, a script in a terminal's salloc) or `kill -HUP`: the
+# trainer stops at SIGHUP as at the others, and the script too (before: exit 129 without a
+# closing line, while the ranks checkpointed; a helper's trial).
+trap 'thpc_forward_stop HUP' HUP
 
 # The run directory of this job (created): runs/NAME in the job's directory under Slurm
 # (sbatch --chdir's, else the submission directory: before, the submission directory's
@@ -213,10 +218,17 @@ thpc_forward_stop() {
 # What a new job needs to continue this one's run: "THPC_RUN_NAME=NAME", and the job's
 # directory when it is not where sbatch was called (--chdir), as a plain resubmission
 # would look for runs/ there.
+# A checkpoint.dir of the user's own (the job's options) is named too: THPC_RUN_NAME alone
+# looked in runs/NAME/checkpoints, found none and was refused (a helper's trial). A name
+# the shell would split is quoted.
 thpc_continue_with() {
-  local with="THPC_RUN_NAME=${thpc_run_name:-NAME}"
+  local name=${thpc_run_name:-NAME}
+  [[ $name =~ ^[A-Za-z0-9._+-]+$ ]] || name=$(printf '%q' "$name")
+  local with="THPC_RUN_NAME=$name"
   [ "$thpc_job_dir" != "${SLURM_SUBMIT_DIR:-$thpc_job_dir}" ] &&
     with+=" and sbatch --chdir=$thpc_job_dir"
+  [ -n "$thpc_own_checkpoints_dir" ] &&
+    with+=" with --checkpoint.dir=$(printf '%q' "$thpc_own_checkpoints_dir")"
   echo "$with"
 }
 
@@ -378,8 +390,12 @@ thpc_train() {
     fi
   done
   thpc_given checkpoint.dir "$@" || trainer+=("--checkpoint.dir=$run_dir/checkpoints")
-  thpc_checkpoints_dir=$(thpc_option_value checkpoint.dir "$@") ||
+  if thpc_own_checkpoints_dir=$(thpc_option_value checkpoint.dir "$@"); then
+    thpc_checkpoints_dir=$thpc_own_checkpoints_dir
+  else
+    thpc_own_checkpoints_dir=""
     thpc_checkpoints_dir=$run_dir/checkpoints
+  fi
   # The run directory holds the metrics and TensorBoard events beside checkpoints/ (the
   # trainer's own default is checkpoint.dir itself).
   thpc_given train.metrics_dir "$@" || trainer+=("--train.metrics_dir=$run_dir")
@@ -412,7 +428,7 @@ thpc_train() {
     [ -n "${THPC_RANKS:-}${SLURM_NTASKS:-}" ] ||
       how=" (THPC_RANKS sets how many; #SBATCH lines are read by sbatch only)"
     echo "thpc: $where: $ranks rank$([ "$ranks" = 1 ] || echo s) $on$how; kill -USR1 $$" \
-         "(or Ctrl-C) checkpoints and stops it, THPC_RUN_NAME=$thpc_run_name continues it"
+         "(or Ctrl-C) checkpoints and stops it, $(thpc_continue_with) continues it"
   fi
   echo "thpc: ${thpc_launch_command[*]} ${trainer[*]}"
   if [ -n "$thpc_stop_signal" ]; then  # before the launch: nothing to stop, nothing lost
@@ -553,7 +569,7 @@ thpc_train() {
   elif [ -n "$thpc_stop_signal" ] && [ "$batch" = 1 ]; then
     thpc_requeue "$stopped after $thpc_stop_signal" || return $?
   elif [ -n "$thpc_stop_signal" ]; then
-    echo "thpc: $stopped after $thpc_stop_signal; THPC_RUN_NAME=$thpc_run_name continues it"
+    echo "thpc: $stopped after $thpc_stop_signal; $(thpc_continue_with) continues it"
   fi
   return 0
 }
@@ -569,9 +585,12 @@ thpc_end_as_slurm_does() {
   if [ "$thpc_slurm_ends" = cancelled ]; then
     # Exit 1, unfinished: `sbatch --wait jobs/base.sbatch && sbatch my_evaluation` went on
     # to evaluate a cancelled run (exit 0).
-    echo "thpc: the job was cancelled (scancel): not requeued. $1${newest:+ (the newest" \
-         "checkpoint: $newest)}; to continue the run, submit the job again with" \
-         "$(thpc_continue_with)"
+    # (The newest's words built apart: a line continuation inside ${newest:+...} kept the
+    # next line's indentation in the message.)
+    local newest_text=""
+    [ -n "$newest" ] && newest_text=" (the newest checkpoint: $newest)"
+    echo "thpc: the job was cancelled (scancel): not requeued. $1$newest_text; to continue" \
+         "the run, submit the job again with $(thpc_continue_with)"
     return 1
   fi
   echo "thpc: Slurm requeues the job itself (scontrol requeue, or a preemption): it" \
@@ -672,7 +691,7 @@ thpc_train_averaged() {
     # (Unless phase 1's own stop was acted on already: the signal came between the phases,
     # after phase 1 had ended on its own.)
     thpc_stop_untrained "Phase 1 had ended" "$thpc_stop_signal received after phase 1" \
-      "phase 2 not started after $thpc_stop_signal; THPC_RUN_NAME=$thpc_run_name continues it"
+      "phase 2 not started after $thpc_stop_signal; $(thpc_continue_with) continues it"
     return $?
   fi
   # One checkpoint.keep more than the window in phase 2 (unless the options set it): a

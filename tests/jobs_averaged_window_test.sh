@@ -25,7 +25,8 @@
 #   is told to give another; 21. a cancel before the launch is not requeued; 22. nor is
 #   a run that had ended on its own when a stop came, 20. with an empty
 #   train.metrics_dir too (checkpoint.dir's); 23. after phase 1, outside a batch job,
-#   phase 2's not starting is said.
+#   phase 2's not starting is said; 24. SIGHUP stops the job as the others do, and the
+#   advice to continue names a checkpoint.dir of the options'.
 #
 #   tests/jobs_averaged_window_test.sh SOURCE_DIR BINARY_DIR      (ctest runs it)
 source "$(dirname "${BASH_SOURCE[0]}")/shell_test_lib.sh" "$@" || exit 1
@@ -383,4 +384,16 @@ expect_in_log phaseone '^thpc: USR1 came as phase 1 ended on its own \(finished 
   "no line saying phase 1 had ended when the stop came"
 expect_in_log phaseone '^thpc: phase 2 not started after USR1; THPC_RUN_NAME=phaseone' \
   "no line saying phase 2 did not start"
+# 24. SIGHUP (a closed terminal, kill -HUP) is a stop like the others: the script exited
+# 129 without a word while its ranks checkpointed (a helper's trial). Here before the
+# launch, with a checkpoint.dir of the options' own, which the advice to continue names
+# (THPC_RUN_NAME alone looked in runs/NAME/checkpoints and was refused).
+hup=$( (cd "$tmp" && THPC_RUN_NAME=hup bash -c 'source "$1"/jobs/common.sh && kill -HUP $$ &&
+        thpc_train input/tiny.ini --train.max_steps=2 --train.backend=cpu \
+          --checkpoint.dir="$2"' _ "$source_dir" "$tmp/own ck") 2>&1 ) ||
+  fail "a job stopped by SIGHUP before its launch failed: $hup"
+grep -q "^thpc: HUP received before the trainer started; not started" <<< "$hup" ||
+  fail "the SIGHUP before the launch was not said: $hup"
+grep -qF "THPC_RUN_NAME=hup with --checkpoint.dir=$(printf '%q' "$tmp/own ck") continues it" \
+  <<< "$hup" || fail "the advice to continue does not name the options' checkpoint.dir: $hup"
 echo "PASSED"
