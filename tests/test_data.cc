@@ -1291,6 +1291,17 @@ TEST_F(DataPipeline, BadShardsFailWithOneClearMessage) {
   expect_error([&] { find_shards(mixed.string(), "train"); },
                {"train.00002.h5", "shard 1 is missing"});
   expect_error([&] { find_shards(mixed.string(), "valid"); }, {mixed.string(), "no shards"});
+  // A mistyped prefix beside shards of another set is told the sets there, not to
+  // preprocess the directory again (a helper's trial: --data.valid=nope).
+  expect_error([&] { find_shards(mixed.string(), "vaild", "data.valid = vaild"); },
+               {mixed.string() + ": no shards vaild.00000.h5, vaild.00001.h5, ... for "
+                "data.valid = vaild; it holds the shards of train: give one of them, or "
+                "preprocess a corpus named vaild into it"});
+  try {
+    find_shards(mixed.string(), "vaild");
+  } catch (const thpc::Error& error) {
+    EXPECT_EQ(std::string(error.what()).find("transformer_preprocess"), std::string::npos);
+  }
   // Shard 0 lost beside later ones is a gap too (it was said as "no shards").
   fs::rename(mixed / "train.00000.h5", mixed / "train.lost");
   expect_error([&] { find_shards(mixed.string(), "train"); },

@@ -41,7 +41,7 @@ int run(const Arguments& arguments) {
   const int64_t tokens_per_step = arguments.tokens_per_step;
   const int ranks = arguments.ranks, accumulate = arguments.accumulate;
   thpc::ShardReaderSpec spec;
-  spec.files = thpc::find_shards(dir, prefix);
+  spec.files = thpc::find_shards(dir, prefix, "--prefix " + prefix);
   spec.ranks = ranks;
   spec.memory_budget_bytes = static_cast<int64_t>(arguments.memory_mb) << 20;
   // The pairs the trainer drops for model.max_positions are dropped here too (a corpus

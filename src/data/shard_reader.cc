@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 #include <ostream>
+#include <set>
 
 #include <sentencepiece_processor.h>
 
@@ -48,7 +49,8 @@ bool fits_positions(const ShardSummary& summary, int32_t pair, int64_t max_sente
 
 }  // namespace
 
-std::vector<std::string> find_shards(const std::string& directory, const std::string& prefix) {
+std::vector<std::string> find_shards(const std::string& directory, const std::string& prefix,
+                                     const std::string& named_by) {
   std::error_code error;
   if (!std::filesystem::is_directory(directory, error)) {
     if (std::filesystem::exists(directory, error)) {
@@ -81,9 +83,29 @@ std::vector<std::string> find_shards(const std::string& directory, const std::st
     }
   }
   if (files.empty()) {
+    // A directory of other sets (train, valid, test) was told to be preprocessed again
+    // when the prefix was mistyped (--data.valid=nope; a helper's trial): its sets named.
+    std::set<std::string> sets;
+    const std::string first_shard = shard_file_name("", 0);  // ".00000.h5"
+    for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {
+      const std::string name = entry.path().filename().string();
+      if (name.size() > first_shard.size() &&
+          name.compare(name.size() - first_shard.size(), first_shard.size(), first_shard) == 0) {
+        sets.insert(name.substr(0, name.size() - first_shard.size()));
+      }
+    }
+    std::string held;
+    for (const std::string& set : sets) held += (held.empty() ? "" : ", ") + set;
+    const std::string for_setting = named_by.empty() ? "" : " for " + named_by;
+    if (sets.empty()) {
+      THPC_FAIL(directory << ": no shards " << shard_file_name(prefix, 0) << ", "
+                          << shard_file_name(prefix, 1) << ", ..." << for_setting
+                          << " (run transformer_preprocess --destdir " << directory << ")");
+    }
     THPC_FAIL(directory << ": no shards " << shard_file_name(prefix, 0) << ", "
-                        << shard_file_name(prefix, 1) << ", ... (run transformer_preprocess "
-                        << "--destdir " << directory << ")");
+                        << shard_file_name(prefix, 1) << ", ..." << for_setting
+                        << "; it holds the shards of " << held << ": give one of them, or "
+                        << "preprocess a corpus named " << prefix << " into it");
   }
   // A later shard after a gap means one was lost: reading on would silently drop data.
   for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {

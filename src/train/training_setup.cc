@@ -15,12 +15,14 @@ namespace thpc {
 
 namespace {
 
+// `prefix_setting`: the key that names `prefix` (data.train, data.valid), for messages.
 std::unique_ptr<ShardReader> make_shard_reader(const Config& config, const std::string& prefix,
+                                               const std::string& prefix_setting,
                                                bool shuffle, int shard, int shards) {
   // The shards are found and checked here: a failure is the data's, and says so.
   try {
     ShardReaderSpec spec;
-    spec.files = find_shards(config.data.dir, prefix);
+    spec.files = find_shards(config.data.dir, prefix, prefix_setting + " = " + prefix);
     spec.seed = config.train.seed;
     spec.shuffle = shuffle;
     spec.rank = shard;
@@ -40,13 +42,15 @@ std::unique_ptr<ShardReader> make_shard_reader(const Config& config, const std::
 
 std::unique_ptr<ShardReader> make_validation_source(const Config& config, int shard,
                                                     int shards) {
-  return make_shard_reader(config, config.data.valid, /*shuffle=*/false, shard, shards);
+  return make_shard_reader(config, config.data.valid, "data.valid", /*shuffle=*/false, shard,
+                           shards);
 }
 
 std::unique_ptr<BatchSource> make_training_source(const Config& config, int shard,
                                                   int shards) {
   if (!config.data.dir.empty()) {
-    return make_shard_reader(config, config.data.train, /*shuffle=*/true, shard, shards);
+    return make_shard_reader(config, config.data.train, "data.train", /*shuffle=*/true, shard,
+                             shards);
   }
   SyntheticSpec spec;
   spec.task = parse_synthetic_task(config.data.synthetic);
