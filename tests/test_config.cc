@@ -919,6 +919,27 @@ TEST(Config, HeadsNotDividingDModelOnTheCommandLine) {
   expect_error([&] { run_command_line({"transformer_hpc", kTinyIni, "--model.heads=3"}, config); },
                {"tiny.ini", "model.heads (on the command line): d_model 64 is not divisible by "
                             "heads 3"});
+  // A rule between a file's key and one the command line changed names the latter too
+  // (before: the file's key alone, which the user had not touched).
+  const std::string ini =
+      testing::TempDir() + "thpc_keep_best_" + std::to_string(getpid()) + ".ini";
+  std::ofstream(ini) << "[train]\nvalid_every = 10\nvalid_bleu = true\n[data]\ndir = d\n"
+                        "[checkpoint]\nkeep_best = bleu\nkeep_best_count = 2\n";
+  expect_error([&] { load_config(ini, {"train.valid_bleu=false"}); },
+               {ini + ": checkpoint.keep_best: bleu needs train.valid_bleu = true "
+                      "(train.valid_bleu on the command line)"});
+  expect_error([&] { load_config(ini, {"checkpoint.keep_best=none"}); },
+               {ini + ": checkpoint.keep_best_count: ranks checkpoints by the "
+                      "checkpoint.keep_best metric: set checkpoint.keep_best = ppl, bleu or "
+                      "chrf (checkpoint.keep_best on the command line)"});
+  // A key the problem names only as the start of another (keep_best in keep_best_count)
+  // is not taken for it.
+  const std::string message = expect_error(
+      [&] { load_config(ini, {"checkpoint.keep_best=ppl", "checkpoint.average_best=3"}); },
+      {"checkpoint.average_best (on the command line): 3 exceeds checkpoint.keep_best_count "
+       "2 (the run keeps only that many best checkpoints)"});
+  EXPECT_EQ(message.find("keep_best on the command line"), std::string::npos) << message;
+  std::filesystem::remove(ini);
 }
 
 // A range error of a command-line value was blamed on the file ("tiny.ini:

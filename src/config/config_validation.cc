@@ -1,6 +1,7 @@
 // validate(): each key against the values its option-table entry allows, then the
 // relations between keys (config.h). The policy of a configuration, beside the table that
 // declares its keys (option_table.h) and the parser that reads them (config.cc).
+#include <cctype>
 #include <cmath>
 #include <string>
 
@@ -14,6 +15,21 @@ namespace {
 
 // ---- validation helpers ----
 
+// Whether `text` names `key` as a whole key: "checkpoint.keep_best" is not named by
+// "checkpoint.keep_best_count".
+bool names_key(const std::string& text, const std::string& key) {
+  for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + 1)) {
+    const size_t end = at + key.size();
+    const bool word_before = at > 0 && (std::isalnum(static_cast<unsigned char>(text[at - 1])) ||
+                                        text[at - 1] == '_' || text[at - 1] == '.');
+    const bool word_after = end < text.size() &&
+                            (std::isalnum(static_cast<unsigned char>(text[end])) ||
+                             text[end] == '_');
+    if (!word_before && !word_after) return true;
+  }
+  return false;
+}
+
 class Checker {
  public:
   explicit Checker(const Config& config)
@@ -24,8 +40,17 @@ class Checker {
   // the command line was blamed on the file alone. The note stands by the key, not after
   // the advice, which it would seem to be part of ("set checkpoint.keep_best = ppl (on
   // the command line)").
+  // The other keys the problem names that the command line gave are said after it: a
+  // rule broken by --train.valid_bleu=false blamed the file's checkpoint.keep_best alone.
   [[noreturn]] void fail(const char* key, const std::string& problem) const {
-    THPC_FAIL(where_ << ": " << key << config_.on_command_line(key) << ": " << problem);
+    std::string others;
+    for (const std::string& other : config_.command_line_keys) {
+      if (other != key && names_key(problem, other)) {
+        others += (others.empty() ? "" : ", ") + other;
+      }
+    }
+    THPC_FAIL(where_ << ": " << key << config_.on_command_line(key) << ": " << problem
+                     << (others.empty() ? "" : " (" + others + " on the command line)"));
   }
 
  private:
