@@ -1038,6 +1038,20 @@ TEST_F(PreprocessInput, BadTextInputFailsWithOneClearMessage) {
   ASSERT_EQ(::mkfifo((dir / "bad.de").c_str(), 0600), 0);
   expect_preprocess_failure(dir, "bad.de", "bad.de: not a regular file (preprocessing reads");
   fs::remove(dir / "bad.de");
+  // A prefix given with its language (the file's whole name) is told the prefix meant
+  // (before: "bad.en.en: no such file" alone).
+  write_lines(dir / "bad.de", {"ein Hund", "eine Katze", "ein Vogel"});
+  const CommandResult with_language = run_command(
+      thpc::binary_dir() + "/transformer_preprocess --source-lang en --target-lang de "
+      "--trainpref " + (dir / "bad.en").string() + " --validpref " + (dir / "bad").string() +
+      " --destdir " + (dir / "out").string());
+  EXPECT_EQ(with_language.exit_code, 1) << with_language.output;
+  EXPECT_NE(with_language.output.find(
+                "--trainpref " + (dir / "bad.en").string() + ": no file " +
+                (dir / "bad.en.en").string() + "; the prefix is the files' name without the "
+                "language: --trainpref " + (dir / "bad").string() + " reads "),
+            std::string::npos)
+      << with_language.output;
   // An --spm-model that is not one is said so without SentencePiece's internals (before:
   // "Internal: ./src/sentencepiece_processor.cc(232) [model_proto->ParseFromArray(...)]").
   write_lines(dir / "bad.de", {"ein Hund", "eine Katze", "ein Vogel"});

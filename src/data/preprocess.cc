@@ -184,6 +184,21 @@ ParallelFiles check_parallel(const std::string& split, const std::string& prefix
   ParallelFiles files;
   files.source_path = prefix + "." + options.source_lang;
   files.target_path = prefix + "." + options.target_lang;
+  // A prefix given with a language ("--trainpref txt/train.en") reads txt/train.en.en: said
+  // with the prefix meant (before: "txt/train.en.en: no such file" alone; a helper's trial).
+  for (const std::string* language : {&options.source_lang, &options.target_lang}) {
+    const std::string suffix = "." + *language;
+    std::error_code error;
+    if (prefix.size() > suffix.size() &&
+        prefix.compare(prefix.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+        !fs::exists(files.source_path, error)) {
+      const std::string meant = prefix.substr(0, prefix.size() - suffix.size());
+      THPC_FAIL("--" << split << "pref " << prefix << ": no file " << files.source_path
+                     << "; the prefix is the files' name without the language: --" << split
+                     << "pref " << meant << " reads " << meant << "." << options.source_lang
+                     << " and " << meant << "." << options.target_lang);
+    }
+  }
   progress.begin(split, "lines read", ProgressListener::kUnknownTotal);
   const int64_t source_lines =
       count_lines(files.source_path, progress, &files.lines_too_long_for_training);
