@@ -906,6 +906,14 @@ TEST(Config, TwoFilesGiven) {
   Config config;
   expect_error([&] { run_command_line({"transformer_hpc", kTinyIni, kBaseIni}, config); },
                {"more than one config file"});
+  // A value typed after a space ("--train.max_steps= 5") reads as a second file: said
+  // (before: "more than one config file given: '...tiny.ini' and '5'" alone).
+  expect_error(
+      [&] {
+        run_command_line({"transformer_hpc", kTinyIni, "--train.max_steps=", "5"}, config);
+      },
+      {"and '5' (a space after '--train.max_steps='? that key got an empty value: write "
+       "--train.max_steps=5)"});
 }
 
 // A relation between keys broken by a command-line value says so by the key (before: the

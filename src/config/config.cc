@@ -599,9 +599,21 @@ bool parse_command_line(int argc, const char* const* argv, Config& config) {
     const bool a_setting = equals != std::string::npos &&
                            second.substr(0, equals).find('.') != std::string::npos &&
                            second.find('/') == std::string::npos;
+    // "--train.max_steps= 5": the empty value is taken, and the value for a file name.
+    std::string spaced_value;
+    for (int i = 2; i < argc; ++i) {
+      const std::string before = argv[i - 1];
+      if (argv[i] == second && before.size() > 3 && before.rfind("--", 0) == 0 &&
+          before.back() == '=' && before.find('.') != std::string::npos &&
+          before.find('=') == before.size() - 1) {
+        spaced_value = " (a space after '" + before + "'? that key got an empty value: write " +
+                       before + second + ")";
+        break;
+      }
+    }
     THPC_FAIL("more than one config file given: '"
               << config_files[0] << "' and '" << second << "'"
-              << (a_setting ? " (a setting is written --" + second + ")" : std::string()));
+              << (a_setting ? " (a setting is written --" + second + ")" : spaced_value));
   }
   values.erase("config");
   values.erase("help");
