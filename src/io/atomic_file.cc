@@ -1,6 +1,7 @@
 #include "io/atomic_file.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
@@ -267,12 +268,30 @@ std::string standard_input_unreadable() {
   return "";
 }
 
+namespace {
+
+// Whether standard output is a pipe whose reader has gone: `transformer_hpc --help | head
+// -1` read what it wanted and left, and the rest could not be written (EPIPE, SIGPIPE
+// being ignored). A pipe's write end polls as an error once its reader is gone.
+bool standard_output_reader_gone() {
+  struct stat status {};
+  if (::fstat(STDOUT_FILENO, &status) != 0 || !S_ISFIFO(status.st_mode)) return false;
+  pollfd output{STDOUT_FILENO, POLLOUT, 0};
+  return ::poll(&output, 1, 0) == 1 && (output.revents & POLLERR) != 0;
+}
+
+}  // namespace
+
 std::string standard_output_failure() {
   errno = 0;
   std::cout.flush();
   const bool failed = !std::cout || std::fflush(stdout) != 0 || std::ferror(stdout) != 0;
   if (!failed) return "";
   const int error = errno;
+  // A reader that left (`| head`) is no failure: it had what it wanted, as a program that
+  // SIGPIPE ends says nothing either (before: "writing the standard output failed (Broken
+  // pipe)", exit 1, as often as the reader left before the last write; a helper's trial).
+  if (error == EPIPE || standard_output_reader_gone()) return "";
   // Closed (`>&-`): its writes failed with EBADF long before, which a guess at the
   // storage ("a full disk?") misnamed.
   if (standard_output_was_closed() || ::fcntl(STDOUT_FILENO, F_GETFL) == -1) {

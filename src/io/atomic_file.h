@@ -194,7 +194,8 @@ void remove_temporaries_when_interrupted();
 // Flushes standard output (std::cout and C's stdout) and says why what was written there
 // did not all reach it, "" when it did: a full disk or a file-size limit under
 // `> scores.txt` cut the text short while the program exited 0 (a truncated score taken
-// for a success). Every program checks it before it exits 0.
+// for a success). Every program checks it before it exits 0. A pipe whose reader left
+// (`| head -1`) is not said: the reader had what it wanted.
 std::string standard_output_failure();
 
 // Standard input, output and error that the program was started without (`<&-`, `>&-`,
