@@ -206,6 +206,11 @@ TEST(Tools, OutOfRangeNamesTheOptionAndTheValueGiven) {
             "--threads must be >= 0 (0: one per core), got -2"},
            {"transformer_data_stats", "/nonexistent --accumulate 0",
             "--accumulate must be >= 1, got 0"},
+           // DIR given both ways (before: "option '--dir' cannot be specified more than
+           // once", which the user had typed once).
+           {"transformer_data_stats", "/nonexistent --dir /nonexistent",
+            "--dir is given twice: as an argument without an option and as --dir; give it "
+            "once"},
            {"transformer_bench_step", "--tokens 0", "--tokens must be >= 1, got 0"},
            {"transformer_bench_step", "--warmup-steps -1", "--warmup-steps must be >= 0, got -1"},
            {"transformer_bench_step", "--vocab 4",
@@ -387,8 +392,9 @@ TEST(Tools, DataStatsDropsThePairsThePositionsLeaveOutAsTheTrainerDoes) {
   const ProcessResult without = run_process(stats);
   fs::remove_all(dir);
   EXPECT_EQ(within.exit_code, 0) << within.output;
+  // (Said with this tool's option, not the trainer's key it stands for.)
   EXPECT_NE(within.output.find(": 1 of 40 pairs dropped: a side longer than 31 tokens does not "
-                               "fit model.max_positions"),
+                               "fit --max-positions"),
             std::string::npos)
       << within.output;
   EXPECT_NE(within.output.find(": 39 pairs, vocabulary 50"), std::string::npos) << within.output;

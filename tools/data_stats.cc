@@ -48,7 +48,8 @@ int run(const Arguments& arguments) {
   // with a pair longer than the positions was refused here as too long for a batch, and
   // trained on): the same spec as the trainer's (training_setup.cc).
   spec.max_sentence_tokens = arguments.max_positions - 1;
-  spec.budget_setting = "--tokens-per-step";  // this tool's words for train.tokens_per_step
+  // This tool's words for train.tokens_per_step, data.memory_mb and model.max_positions.
+  spec.setting_names = {"--tokens-per-step", "--memory-mb", "--max-positions"};
   thpc::ShardReader reader(spec);
   reader.print_notes(std::cout, dir + "/" + prefix);
   // The trainer's own division of the step's budget (train/validation.h).

@@ -14,6 +14,7 @@
 
 #include <boost/program_options.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <exception>
@@ -271,6 +272,26 @@ inline boost::program_options::variables_map parse_options(
                   .run(),
               values);
     if (!values.count("help")) po::notify(values);
+  } catch (const po::multiple_occurrences& error) {
+    // An option that is also a positional argument, given both ways (transformer_data_stats
+    // DIR --dir DIR): Boost's "option '--dir' cannot be specified more than once" said the
+    // user had typed it twice.
+    const std::string named = error.get_option_name();
+    const std::string bare = named.substr(std::min(named.find_first_not_of('-'), named.size()));
+    int typed = 0;  // how often the option itself is on the command line
+    for (int i = 1; i < argc; ++i) {
+      const std::string token = argv[i];
+      typed += token == "--" + bare || token.rfind("--" + bare + "=", 0) == 0;
+    }
+    for (unsigned position = 0; typed == 1 && position < positional.max_total_count() &&
+                                position < 8;
+         ++position) {
+      if (positional.name_for_position(position) == bare) {
+        THPC_FAIL("--" << bare << " is given twice: as an argument without an option and as --"
+                       << bare << "; give it once");
+      }
+    }
+    THPC_FAIL(message_naming_option(error, options));
   } catch (const po::error_with_option_name& error) {
     THPC_FAIL(message_naming_option(error, options));
   } catch (const po::too_many_positional_options_error&) {

@@ -285,7 +285,8 @@ ShardReader::ShardReader(const ShardReaderSpec& spec) : spec_(spec) {
       // Rounded up ("needs 1 MiB, more than the 1 MiB" said a 1.4 MiB shard).
       THPC_FAIL(path << ": the shard needs " << ((shard->bytes + (1 << 20) - 1) >> 20)
                      << " MiB, more than the " << (spec.memory_budget_bytes >> 20)
-                     << " MiB of data.memory_mb (raise data.memory_mb; or, for training "
+                     << " MiB of " << spec.setting_names.memory << " (raise "
+                     << spec.setting_names.memory << "; or, for training "
                      << "shards, preprocess with more --shards, which cuts the training split "
                      << "only)");
     }
@@ -312,7 +313,7 @@ ShardReader::ShardReader(const ShardReaderSpec& spec) : spec_(spec) {
     THPC_FAIL(spec.files.front() << ": all " << dropped_too_long_ << " sentence pairs are longer "
                                  << "than the model's positions allow ("
                                  << spec.max_sentence_tokens << " tokens + bos/eos; raise "
-                                 << "model.max_positions)");
+                                 << spec.setting_names.positions << ")");
   }
   if (total_pairs_ == 0) THPC_FAIL(spec.files.front() << ": the corpus has no sentence pairs");
   // Hashed as read, not gathered first (WMT14's lengths alone are ~36 MB).
@@ -354,7 +355,8 @@ void ShardReader::print_notes(std::ostream& log, const std::string& what) const 
   if (dropped_too_long_ > 0) {
     log << what << ": " << dropped_too_long_ << " of " << dropped_too_long_ + total_pairs_
         << " pairs dropped: a side longer than " << spec_.max_sentence_tokens
-        << " tokens does not fit model.max_positions with bos/eos" << std::endl;
+        << " tokens does not fit " << spec_.setting_names.positions << " with bos/eos"
+        << std::endl;
   }
   if (!unchecksummed_files_.empty()) {
     log << "warning: " << what << ": " << unchecksummed_files_.size() << " of " << shards_.size()
@@ -520,7 +522,7 @@ void ShardReader::plan(int64_t max_tokens) {
         THPC_FAIL(shard->path << ": pair " << pair << " (" << src[pair] << " source and "
                               << tgt[pair] << " target tokens) does not fit a batch of "
                               << max_tokens << " tokens per rank; raise "
-                              << spec_.budget_setting
+                              << spec_.setting_names.budget
                               << " or preprocess with a smaller --max-len");
       }
     }

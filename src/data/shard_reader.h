@@ -53,9 +53,15 @@ struct ShardReaderSpec {
   // preprocessing drops pairs over --max-len, rather than stopping the run when a batch
   // reaches them.
   int64_t max_sentence_tokens = std::numeric_limits<int32_t>::max();
-  // The setting that sets the batches' budget, in the words of whoever gave it: named by
-  // the error for a pair no batch can hold (transformer_data_stats: --tokens-per-step).
-  std::string budget_setting = "train.tokens_per_step";
+  // The settings behind the batches' budget, memory_budget_bytes and
+  // max_sentence_tokens, in the words of whoever gave them, for the messages that advise
+  // raising one (transformer_data_stats: --tokens-per-step, --memory-mb, --max-positions).
+  struct SettingNames {
+    std::string budget = "train.tokens_per_step";
+    std::string memory = "data.memory_mb";
+    std::string positions = "model.max_positions";
+  };
+  SettingNames setting_names;
   // Called between the summaries' read and the contents' at start-up (tests: a shard
   // replaced there, as another corpus preprocessed into data.dir meanwhile); none: nothing.
   std::function<void()> between_reads;
