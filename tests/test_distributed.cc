@@ -946,6 +946,11 @@ TEST(Distributed, FailuresEveryRankMeetsAtStartUpEndTheJobWithOneMessage) {
                                           "file"),
               1u)
         << refused.output;
+    // The head sizes that follow from d_model say so (never set, they were listed as
+    // values to give the configuration).
+    EXPECT_NE(refused.output.find("in the configuration (d_model / heads, unless set)"),
+              std::string::npos)
+        << refused.output;
     EXPECT_EQ(refused.output.find("MPI_ABORT"), std::string::npos) << refused.output;
     EXPECT_EQ(refused.output.find("error on rank"), std::string::npos) << refused.output;
   }

@@ -955,7 +955,10 @@ std::string architecture_differences(const std::string& first, const std::string
         << (key == "vocab_size" ? "the vocabulary (the shards', or model.vocab_size)"
                                 : "model." + key)
         << " is " << first_value << " in " << first_name << " and " << second_value << " in "
-        << second_name;
+        << second_name
+        // Derived unless set: a d_model changed alone changes them too (a helper took the
+        // advice to give the file's values for keys never set).
+        << (key == "d_k" || key == "d_v" ? " (d_model / heads, unless set)" : "");
   }
   if (out.tellp() == 0) {
     return first_name + " has '" + first + "', " + second_name + " '" + second + "'";
