@@ -42,8 +42,10 @@ esac
 # runs from (a build/ of the working directory was taken, or none found); for the
 # installed copy (PREFIX/share/transformer_hpc/tools) PREFIX/bin, else those on PATH.
 here=$(cd "$(dirname "$0")" && pwd)
-if [ -n "${THPC_BUILD:-${BUILD:-}}" ]; then
-  build=${THPC_BUILD:-$BUILD}
+# BUILD before THPC_BUILD when both are set, as the run_*.sh scripts take them (the one
+# order tools/README.md gives).
+if [ -n "${BUILD:-${THPC_BUILD:-}}" ]; then
+  build=${BUILD:-$THPC_BUILD}
 elif [ -x "$here/../build/transformer_decode" ]; then
   build=$here/../build
 elif [ -x "$here/../../../bin/transformer_decode" ]; then

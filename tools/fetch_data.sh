@@ -48,13 +48,19 @@
 #                   layout; never run here (no network): report what fails.
 set -euo pipefail
 
+# usage [CODE]: 2 (a bad command line, to standard error) unless asked for (--help: 0, to
+# standard output).
 usage() {
-  echo "usage: bash tools/fetch_data.sh [--verify] NAME|all DIR" >&2
-  echo "  NAME: multi30k wmt14_test ptb_sample evalb sacrebleu_tests wmt14 wmt14_enfr" >&2
-  exit 2
+  local code=${1:-2}
+  {
+    echo "usage: bash tools/fetch_data.sh [--verify] NAME|all DIR"
+    echo "  NAME: multi30k wmt14_test ptb_sample evalb sacrebleu_tests wmt14 wmt14_enfr"
+  } >&"$([ "$code" = 0 ] && echo 1 || echo 2)"
+  exit "$code"
 }
 
 verify_only=0
+case ${1:-} in -h | --help) usage 0 ;; esac
 if [ "${1:-}" = "--verify" ]; then verify_only=1; shift; fi
 [ $# -eq 2 ] || usage
 name=$1

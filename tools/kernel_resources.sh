@@ -14,11 +14,22 @@
 #   pip download --no-deps nvidia-cuda-cuobjdump -d DIR && python3 -m zipfile -e DIR/*.whl DIR
 #   CUOBJDUMP=DIR/nvidia/cu13/bin/cuobjdump bash tools/kernel_resources.sh ...
 set -euo pipefail
+usage="usage: bash tools/kernel_resources.sh FILE.cu [NAME_REGEX] [ARCH]"
+[ $# -ge 1 ] || { echo "$usage" >&2; exit 2; }
+case $1 in -h | --help) echo "$usage"; exit 0 ;; esac
+# FILE.cu from where the script was called, or from the repository's root (as the header's
+# example gives it): the script works from the root (a path relative to tools/ was not
+# found; a helper's trial).
+if [ -f "$1" ]; then
+  source=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+else
+  source=$1
+fi
 cd "$(dirname "$0")/.."
-source=${1:?usage: kernel_resources.sh FILE.cu [NAME_REGEX] [ARCH]}
 pattern=${2:-.}
 arch=${3:-90}
-[ -f "$source" ] || { echo "kernel_resources: no file $source" >&2; exit 2; }
+[ -f "$source" ] || { echo "kernel_resources: no file $source, from here or from the" \
+                           "repository's root" >&2; exit 2; }
 command -v nvcc > /dev/null || { echo "kernel_resources: nvcc is not on PATH" >&2; exit 2; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -43,6 +43,8 @@ def main():
     parser.add_argument("--data", default=os.environ.get("THPC_DATA", ""),
                         help="the data directory (default $THPC_DATA)")
     args = parser.parse_args()
+    if args.pairs < 1:  # (0 wrote two empty files, exit 0)
+        parser.error("--pairs must be >= 1, got %d" % args.pairs)
     if not args.data:
         raise SystemExit("make_synthetic_corpus: set THPC_DATA or --data "
                          "(tools/fetch_data.sh multi30k DIR and wmt14_test DIR fill it)")

@@ -74,8 +74,11 @@ def parse_arguments(program=PROGRAM, description=__doc__, model_option="--model"
     parser.add_argument(model_option, required=True, help=model_help)
     parser.add_argument("--input", default="-", help="source text, one sentence a line")
     parser.add_argument("--output", default="-")
-    parser.add_argument("--beam", type=int, default=4)
-    parser.add_argument("--greedy", action="store_true", help="beam 1")
+    # One or the other, as transformer_decode takes them ("--beam 3 --greedy" decoded with
+    # beam 1 without a word; a helper's trial).
+    search = parser.add_mutually_exclusive_group()
+    search.add_argument("--beam", type=int, default=4)
+    search.add_argument("--greedy", action="store_true", help="beam 1")
     parser.add_argument("--lenpen", type=float, default=0.0)
     parser.add_argument("--max-len-a", type=float, default=1.0)
     parser.add_argument("--max-len-b", type=int, default=50)

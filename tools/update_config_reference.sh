@@ -4,8 +4,15 @@
 # test_config (Config.ConfigurationReferenceIsTheHelpText) fails until the two agree.
 #   bash tools/update_config_reference.sh [BUILD_DIR]     # default: build
 set -euo pipefail
-cd "$(dirname "$0")/.."
+# BUILD_DIR from where the script was called, or from the repository's root (build).
 build=${1:-build}
+[ -n "${1:-}" ] && [ -d "$1" ] && build=$(cd "$1" && pwd)
+cd "$(dirname "$0")/.."
+[ -x "$build/transformer_hpc" ] || {
+  echo "update_config_reference: no $build/transformer_hpc: give the build directory" \
+       "(default build, under the repository's root)" >&2
+  exit 2
+}
 doc=docs/configuration.md
 help=$(mktemp)
 updated=$(mktemp "$doc.XXXXXX")
