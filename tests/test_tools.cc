@@ -206,6 +206,12 @@ TEST(Tools, OutOfRangeNamesTheOptionAndTheValueGiven) {
             "--threads must be >= 0 (0: one per core), got -2"},
            {"transformer_data_stats", "/nonexistent --accumulate 0",
             "--accumulate must be >= 1, got 0"},
+           // DIR left out (before: "the option '--dir' is required but missing", where
+           // the usage line shows DIR).
+           {"transformer_data_stats", "", "DIR is missing: give it as the first argument (or "
+                                          "as --dir)"},
+           {"transformer_trees", "",
+            "the first argument is missing: linearize, delinearize or baseline"},
            // DIR given both ways (before: "option '--dir' cannot be specified more than
            // once", which the user had typed once).
            {"transformer_data_stats", "/nonexistent --dir /nonexistent",

@@ -15,6 +15,7 @@
 #include <boost/program_options.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <exception>
@@ -290,6 +291,18 @@ inline boost::program_options::variables_map parse_options(
         THPC_FAIL("--" << bare << " is given twice: as an argument without an option and as --"
                        << bare << "; give it once");
       }
+    }
+    THPC_FAIL(message_naming_option(error, options));
+  } catch (const po::required_option& error) {
+    // A positional argument left out was said as an option ("the option '--dir' is
+    // required but missing", where the usage line shows DIR).
+    const std::string named = error.get_option_name();
+    const std::string bare = named.substr(std::min(named.find_first_not_of('-'), named.size()));
+    if (positional.max_total_count() > 0 && positional.name_for_position(0) == bare) {
+      std::string upper = bare;
+      for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      THPC_FAIL(upper << " is missing: give it as the first argument (or as --" << bare
+                      << ")");
     }
     THPC_FAIL(message_naming_option(error, options));
   } catch (const po::error_with_option_name& error) {

@@ -121,6 +121,9 @@ CommandLine parse_command_line(int argc, char** argv) {
   thpc::tools::refuse_empty_values(values, {"input", "words", "tags", "output"});
   if (command.command != "linearize" && command.command != "delinearize" &&
       command.command != "baseline") {
+    if (command.command.empty()) {  // (was said "..., not ''")
+      THPC_FAIL("the first argument is missing: linearize, delinearize or baseline");
+    }
     THPC_FAIL("the first argument must be linearize, delinearize or baseline, not '"
               << command.command << "'");
   }
