@@ -14,7 +14,6 @@
 
 #include <boost/program_options.hpp>
 
-#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -181,19 +180,27 @@ inline std::string why_not_a_value(const boost::program_options::option_descript
 // it were a long name ("option '--e'"), which the tool does not take. A value of the
 // wrong kind says what the option takes: Boost's "the argument ('two') for option
 // '--shards' is invalid" said neither that nor why ("1,-1" for --weights).
+// Boost's name of the option an error is about without its dashes ("--dir" -> "dir"); ""
+// for none.
+inline std::string option_name_without_dashes(
+    const boost::program_options::error_with_option_name& error) {
+  const std::string named = error.get_option_name();
+  const size_t from = named.find_first_not_of('-');
+  return from == std::string::npos ? "" : named.substr(from);
+}
+
 inline std::string message_naming_option(
     const boost::program_options::error_with_option_name& error,
     const boost::program_options::options_description& options) {
   std::string message = error.what();
   const std::string named = error.get_option_name();
-  const size_t name_from = named.find_first_not_of('-');
   if (dynamic_cast<const boost::program_options::invalid_option_value*>(&error) != nullptr &&
-      name_from != std::string::npos) {
+      !option_name_without_dashes(error).empty()) {
     // "the argument ('two') for option ..."; an empty value has no "('...')".
     const size_t value_from = message.find("('");
     const size_t value_to = message.rfind("')");
     const bool quoted_value = value_from != std::string::npos && value_to > value_from;
-    const std::string bare = named.substr(name_from);
+    const std::string bare = option_name_without_dashes(error);
     const auto* option = options.find_nothrow(bare, false);
     if (option == nullptr) option = options.find_nothrow("-" + bare, false);  // -e
     if (option != nullptr) {
@@ -277,8 +284,7 @@ inline boost::program_options::variables_map parse_options(
     // An option that is also a positional argument, given both ways (transformer_data_stats
     // DIR --dir DIR): Boost's "option '--dir' cannot be specified more than once" said the
     // user had typed it twice.
-    const std::string named = error.get_option_name();
-    const std::string bare = named.substr(std::min(named.find_first_not_of('-'), named.size()));
+    const std::string bare = option_name_without_dashes(error);
     int typed = 0;  // how often the option itself is on the command line
     for (int i = 1; i < argc; ++i) {
       const std::string token = argv[i];
@@ -296,8 +302,7 @@ inline boost::program_options::variables_map parse_options(
   } catch (const po::required_option& error) {
     // A positional argument left out was said as an option ("the option '--dir' is
     // required but missing", where the usage line shows DIR).
-    const std::string named = error.get_option_name();
-    const std::string bare = named.substr(std::min(named.find_first_not_of('-'), named.size()));
+    const std::string bare = option_name_without_dashes(error);
     if (positional.max_total_count() > 0 && positional.name_for_position(0) == bare) {
       std::string upper = bare;
       for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
