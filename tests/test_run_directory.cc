@@ -586,6 +586,47 @@ TEST_F(RunDirectory, ALiveLockIsKeptAndNamesItsHolder) {
   }
 }
 
+// A lock that names no holder (empty: a crash between its creation and its write; or a
+// file of another program's) is no trainer to wait for the ten minutes another host's
+// is given. Fresh, it may be a trainer taking it this moment: refused, saying so and
+// when it will be taken (before: "in use by another trainer (a holder it does not name)"
+// and the ten minutes); a minute old, it is taken over with a note.
+TEST_F(RunDirectory, ALockThatNamesNoHolderIsTakenOverAfterAMinute) {
+  for (const std::string& contents : {std::string(), std::string("garbage\t%%% junk\nmore\n")}) {
+    const fs::path dir = directory_ / (contents.empty() ? "empty" : "garbage");
+    fs::create_directories(dir);
+    const std::string lock = run_lock_path(dir.string());
+    std::ofstream(lock) << contents;
+    std::ostringstream log;
+    try {
+      const RunLock taken(dir.string(), log);
+      ADD_FAILURE() << "a lock made a moment ago was taken: " << log.str();
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("has a lock, " + lock + ", that names no trainer (made or touched "),
+                std::string::npos) << message;
+      EXPECT_NE(message.find(contents.empty() ? "; it is empty)"
+                                              : "; it begins \"garbage?%%% junk\")"),
+                std::string::npos) << message;
+      EXPECT_NE(message.find("taken over once it is 60 s old"), std::string::npos) << message;
+      EXPECT_EQ(message.find("10 minutes"), std::string::npos) << message;
+    }
+    EXPECT_EQ(read_file(lock), contents);
+    timespec times[2];
+    times[0].tv_sec = times[1].tv_sec = ::time(nullptr) - 90;
+    times[0].tv_nsec = times[1].tv_nsec = 0;
+    ASSERT_EQ(::utimensat(AT_FDCWD, lock.c_str(), times, 0), 0);
+    {
+      const RunLock taken(dir.string(), log);
+      EXPECT_NE(read_file(lock).find("pid=" + std::to_string(::getpid()) + "\n"),
+                std::string::npos);
+    }
+    EXPECT_NE(log.str().find("note: taking over the lock " + lock + " of a holder it does not "
+                             "name: it has named none for 9"),
+              std::string::npos) << log.str();
+  }
+}
+
 // A failed start leaves nothing that makes the next start fail (issue 54: a start that
 // failed on a full disk left an event file, and the next run was refused as "another
 // run"): a failure before the first step (here injected at step 1) leaves a "run" record

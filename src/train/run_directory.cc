@@ -294,6 +294,7 @@ std::string environment(const char* name) {
 // What a lock file says of its holder: its KEY=VALUE lines.
 struct LockHolder {
   std::map<std::string, std::string> fields;
+  std::string first_line;  // the file's first line as found, for a lock that names no holder
   std::string field(const std::string& key) const {
     const auto found = fields.find(key);
     return found == fields.end() ? "" : found->second;
@@ -333,6 +334,7 @@ std::optional<LockHolder> read_holder(const std::string& path, std::string* text
   text->clear();
   // A lock is a few lines; a larger file is not one of ours (read no more of it).
   while (text->size() < 4096 && std::getline(in, line)) {
+    if (text->empty()) holder.first_line = line;
     *text += line + "\n";
     const size_t equals = line.find('=');
     if (equals == std::string::npos) continue;
@@ -409,7 +411,7 @@ std::string stale_reason(const LockHolder& holder, double age, const std::string
     // An exclusive create and its write are not one step: a trainer taking the lock right
     // now has an empty file for a moment. One that stays so was left by a crash then.
     if (age > kRunLockRefreshSeconds) {
-      return "it names no holder and is " + std::to_string(static_cast<long long>(age)) + " s old";
+      return "it has named none for " + std::to_string(static_cast<long long>(age)) + " s";
     }
     return "";
   }
@@ -580,6 +582,26 @@ std::string in_use_refusal(const LockedUse& use, const LockHolder& holder,
     }
   }
   std::ostringstream message;
+  if (!holder.complete()) {
+    // Not a holder to wait for, most likely: a file written by hand or by another program,
+    // or a trainer's lock that a crash cut short between its creation and its write.
+    // (stale_reason takes it over once it is kRunLockRefreshSeconds old.)
+    std::string found = holder.first_line.substr(0, 60);
+    for (char& c : found) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+    }
+    message << use.named << " has a lock, " << path << ", that names no " << use.holder
+            << " (made or touched " << static_cast<long long>(age) << " s ago; "
+            << (found.empty() ? std::string("it is empty")
+                              : "it begins \"" + found + "\"")
+            << "): a " << use.holder << " taking a lock writes its host and process into it "
+            << "at once, so either one is starting there now or the file is no lock of ours. "
+            << "Such a lock is taken over once it is " << kRunLockRefreshSeconds
+            << " s old: start again in a minute, or give this run another " << use.key
+            << in_a_job << "; remove " << path << " by hand if you know no " << use.holder
+            << " uses the directory";
+    return message.str();
+  }
   message << use.named << " is in use by another " << use.holder << " (" << holder.describe()
           << "; its lock " << path << " was refreshed " << static_cast<long long>(age)
           << " s ago): two " << use.holders << " on one directory would " << use.clash
