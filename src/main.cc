@@ -117,8 +117,7 @@ DryRunStart check_the_start(const thpc::Config& config, const std::string& chose
       }
     }
   } else if (!options.init.empty()) {
-    const thpc::Checkpoint init =
-        thpc::read_checkpoint(options.init, thpc::CheckpointParts::ParamsOnly);
+    const thpc::Checkpoint init = thpc::read_init_checkpoint(options);
     if (source) thpc::check_checkpoint_vocabulary(init, options.init, *source, config);
     thpc::check_architecture(init, architecture, options.init);
   }

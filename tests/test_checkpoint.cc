@@ -417,6 +417,19 @@ TEST_F(CheckpointTest, AResumeWithAnotherMicroBatchBudgetContinuesAtTheSameShare
                                 "checkpoint of checkpoint.dir give auto"),
             std::string::npos)
       << by_name.output;
+  // So is checkpoint.init's, in training and in the dry run alike (before: "checkpoint
+  // step_00000002.h5: no such file", neither the key nor where it was looked for).
+  for (const char* dry : {"", " --dry-run"}) {
+    const ProcessResult init_by_name = run_process(
+        in_corpus + "--train.max_steps=4 --checkpoint.dir=fresh_ck "
+        "--checkpoint.init=step_00000002.h5" + std::string(dry));
+    EXPECT_EQ(init_by_name.exit_code, 1) << init_by_name.output;
+    EXPECT_NE(init_by_name.output.find("checkpoint.init = step_00000002.h5: no such file (a path "
+                                       "is found from the working directory, " + path("corpus") +
+                                       ", not from checkpoint.dir)\n"),
+              std::string::npos)
+        << dry << "\n" << init_by_name.output;
+  }
 }
 
 // train.max_epochs = E ends the run at the step that reads epoch E's last micro-batch:

@@ -217,7 +217,7 @@ TEST(UserErrors, TheDryRunRefusesWhatTrainingRefusesWithTheSameExitCode) {
                              "dist.reducer = nccl (on the command line) sums on GPUs, and this "
                              "run trains on the CPU");
   expect_configuration_error("--checkpoint.init=/nonexistent.h5",
-                             "checkpoint /nonexistent.h5: no such file", 1);
+                             "checkpoint.init = /nonexistent.h5: no such file\n", 1);
   // A corpus of numbers (60 pairs, a vocabulary of 60) and a one-step model of it.
   const std::filesystem::path root =
       std::filesystem::temp_directory_path() / ("thpc_user_errors_" + std::to_string(getpid()));

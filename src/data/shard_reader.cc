@@ -50,11 +50,13 @@ bool fits_positions(const ShardSummary& summary, int32_t pair, int64_t max_sente
 }  // namespace
 
 std::vector<std::string> find_shards(const std::string& directory, const std::string& prefix,
-                                     const std::string& named_by) {
+                                     const std::string& named_by,
+                                     const std::string& directory_named_by) {
   std::error_code error;
   if (!std::filesystem::is_directory(directory, error)) {
+    const std::string named = directory_named_by.empty() ? directory : directory_named_by;
     if (std::filesystem::exists(directory, error)) {
-      THPC_FAIL(directory << ": is a file, not a data directory (data.dir names the directory "
+      THPC_FAIL(named << ": is a file, not a data directory (data.dir names the directory "
                           << "transformer_preprocess --destdir wrote the shards to)");
     }
     // A relative path is the working directory's, which a job script or mpirun -wdir may
@@ -63,7 +65,7 @@ std::vector<std::string> find_shards(const std::string& directory, const std::st
     if (std::filesystem::path(directory).is_relative()) {
       where = " in " + std::filesystem::current_path(error).string();
     }
-    THPC_FAIL(directory << ": no such data directory" << where << " (run "
+    THPC_FAIL(named << ": no such data directory" << where << " (run "
                         << "transformer_preprocess --destdir " << directory << ")");
   }
   std::vector<std::string> files;

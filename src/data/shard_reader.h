@@ -37,9 +37,11 @@ namespace thpc {
 // The files PREFIX.00000.h5, PREFIX.00001.h5, ... of `directory`, in order. Throws if
 // there are none, or if the numbering has a gap (a shard is missing). With none, the sets
 // the directory does hold are named, and how the user named PREFIX (`named_by`:
-// "data.valid = nope", "--prefix nope"; "": not said).
+// "data.valid = nope", "--prefix nope"; "": not said), and of `directory` when it is
+// missing (`directory_named_by`: "data.dir = nowhere"; "": the path alone).
 std::vector<std::string> find_shards(const std::string& directory, const std::string& prefix,
-                                     const std::string& named_by = "");
+                                     const std::string& named_by = "",
+                                     const std::string& directory_named_by = "");
 
 struct ShardReaderSpec {
   std::vector<std::string> files;  // the shards of one corpus

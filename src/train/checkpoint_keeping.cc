@@ -22,25 +22,41 @@
 
 namespace thpc {
 
-namespace {
-
-// checkpoint.resume = PATH naming no file: the refusal, saying where a relative path was
-// looked for (the working directory, not checkpoint.dir) and what to give instead ("auto",
-// "latest" or a bare name in checkpoint.dir read "checkpoint Auto: no such file"); "" when
-// the file exists.
-std::string resume_file_missing(const CheckpointConfig& options) {
+std::string checkpoint_file_missing(const std::string& key, const std::string& path,
+                                    const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code no_file;
-  if (fs::exists(options.resume, no_file)) return "";
-  const std::string beside = (fs::path(options.dir) / options.resume).string();
+  if (fs::exists(path, no_file)) return "";
+  const std::string beside = (fs::path(dir) / path).string();
+  const bool relative = fs::path(path).is_relative();
   std::ostringstream message;
-  message << "checkpoint.resume = " << options.resume << ": no such file (a path is found "
-          << "from the working directory, " << fs::current_path(no_file).string()
-          << ", not from checkpoint.dir)"
-          << (fs::exists(beside, no_file) ? "; checkpoint.dir holds " + beside + ": give that"
-                                          : std::string())
-          << "; for the newest valid checkpoint of checkpoint.dir give auto";
+  message << key << " = " << path << ": no such file";
+  if (relative) {
+    message << " (a path is found from the working directory, "
+            << fs::current_path(no_file).string() << ", not from checkpoint.dir)";
+  }
+  if (relative && fs::exists(beside, no_file)) {
+    message << "; checkpoint.dir holds " << beside << ": give that";
+  }
   return message.str();
+}
+
+Checkpoint read_init_checkpoint(const CheckpointConfig& options) {
+  const std::string missing = checkpoint_file_missing("checkpoint.init", options.init,
+                                                      options.dir);
+  if (!missing.empty()) throw Error(missing);
+  return read_checkpoint(options.init, CheckpointParts::ParamsOnly);
+}
+
+namespace {
+
+// (checkpoint.resume: "auto", "latest" or a bare name in checkpoint.dir read "checkpoint
+// Auto: no such file", and its refusal says what to give for the newest)
+std::string resume_file_missing(const CheckpointConfig& options) {
+  const std::string missing = checkpoint_file_missing("checkpoint.resume", options.resume,
+                                                      options.dir);
+  if (missing.empty()) return "";
+  return missing + "; for the newest valid checkpoint of checkpoint.dir give auto";
 }
 
 // checkpoint.resume=auto's refusal when `dir` holds checkpoints and every one is marked

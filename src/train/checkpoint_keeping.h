@@ -18,6 +18,16 @@
 
 namespace thpc {
 
+// `key` = `path` (checkpoint.resume, checkpoint.init) naming no file: the refusal, saying
+// where a relative path was looked for (the working directory, not checkpoint.dir) and a
+// file of that name in checkpoint.dir (`dir`) when there is one; "" when the file exists.
+std::string checkpoint_file_missing(const std::string& key, const std::string& path,
+                                    const std::string& dir);
+
+// checkpoint.init's parameters, read as training and the dry run read them; a missing file
+// refused by checkpoint_file_missing's message.
+Checkpoint read_init_checkpoint(const CheckpointConfig& options);
+
 class CheckpointKeeping {
  public:
   // `config` must outlive this (the trainer's own copy).

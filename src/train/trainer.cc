@@ -443,7 +443,7 @@ void Trainer::apply_start_options(std::ostream& log) {
     // Each rank reads it (the start-up agreement compares what they read): a file missing
     // or of another model fails alike on every rank, one message.
     on_every_rank(comm_, [&] {
-      const Checkpoint init = read_checkpoint(options.init, CheckpointParts::ParamsOnly);
+      const Checkpoint init = read_init_checkpoint(options);
       check_checkpoint_vocabulary(init, options.init, *source_, config_);
       load_parameters(init, options.init, *model_);
     });

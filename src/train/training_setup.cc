@@ -22,7 +22,8 @@ std::unique_ptr<ShardReader> make_shard_reader(const Config& config, const std::
   // The shards are found and checked here: a failure is the data's, and says so.
   try {
     ShardReaderSpec spec;
-    spec.files = find_shards(config.data.dir, prefix, prefix_setting + " = " + prefix);
+    spec.files = find_shards(config.data.dir, prefix, prefix_setting + " = " + prefix,
+                             "data.dir = " + config.data.dir);
     spec.seed = config.train.seed;
     spec.shuffle = shuffle;
     spec.rank = shard;

@@ -41,7 +41,8 @@ ValidationBleu::ValidationBleu(const Config& config, const Communicator& comm)
       options_(validation_search(config)),
       metric_(config.train.valid_metric) {
   const std::vector<std::string> files =
-      find_shards(config.data.dir, config.data.valid, "data.valid = " + config.data.valid);
+      find_shards(config.data.dir, config.data.valid, "data.valid = " + config.data.valid,
+                  "data.dir = " + config.data.dir);
   // The pairs the validation loss reads (ShardReader drops those a position table cannot
   // hold with bos/eos).
   const int64_t longest = config.model.max_positions - 1;
