@@ -450,14 +450,15 @@ TEST_F(RunOutputs, TheSummaryRecordSaysHowTheRunEnded) {
        ""},
       // 6 ms: the first step ends after it.
       {"time", "", " --train.max_minutes=0.0001", "time_limit", ""},
-      {"divergence", "THPC_TEST_NAN_LOSS_AT=2", " --train.divergence=stop", "diverged", ""}};
+      // (at 3: the first step is always logged)
+      {"divergence", "THPC_TEST_NAN_LOSS_AT=3", " --train.divergence=stop", "diverged", ""}};
   for (const Ending& ending : endings) {
     SCOPED_TRACE(ending.name);
     const fs::path dir = root_ / ("ended_" + ending.name);
     // (exported: the command starts with a cd)
     const ProcessResult run = run_process(
         (ending.hooks.empty() ? "" : "export " + ending.hooks + "; ") + trainer_command() +
-        " --train.max_steps=4 --train.log_every=1 --train.valid_bleu=false" +
+        " --train.max_steps=4 --train.log_every=1000 --train.valid_bleu=false" +
         " --checkpoint.dir=" + dir.string() + ending.options);
     EXPECT_EQ(run.exit_code, ending.ended == "diverged" ? 4 : 0) << run.output;
     const std::vector<std::string> records = lines_of(read_file(dir / "metrics.jsonl"));
@@ -470,6 +471,14 @@ TEST_F(RunOutputs, TheSummaryRecordSaysHowTheRunEnded) {
               ending.signal.empty() ? "" : "\"" + ending.signal + "\"")
         << records.back();
     EXPECT_LT(std::stoi(summary.at("step")), 4) << records.back();
+    // The last step trained has its train record (and progress line) however the run
+    // ended, between two log_every steps (before: not when it diverged).
+    ASSERT_GE(records.size(), 2u) << run.output;
+    const std::map<std::string, std::string> last = parse_record(records[records.size() - 2]);
+    EXPECT_EQ(last.at("kind"), "\"train\"") << records[records.size() - 2];
+    EXPECT_EQ(last.at("step"), summary.at("step")) << records[records.size() - 2];
+    EXPECT_NE(run.output.find("step " + summary.at("step") + "/4 | loss "), std::string::npos)
+        << run.output;
   }
 }
 

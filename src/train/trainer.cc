@@ -549,7 +549,11 @@ RunEnd Trainer::run(std::ostream& log) {
         end_with_the_epochs(run.out, false);  // a skip read its batches; a rollback went back
         continue;
       }
-      if (next == AfterStep::EndTraining) break;
+      if (next == AfterStep::EndTraining) {
+        // (the last step trained, left out or not, has its progress line as at any end)
+        run.log_step_unless_logged(schedule_.max_steps(), backend_->peak_memory_bytes());
+        break;
+      }
       return next == AfterStep::Stopped ? RunEnd::Stopped : RunEnd::Diverged;
     }
     apply_update(stats);
@@ -750,6 +754,9 @@ Trainer::AfterStep Trainer::after_divergent_step(StepStats& stats,
     if (action != DivergenceHandling::Action::Stop) wait_for_rank_zeros_files();
   }
   if (action == DivergenceHandling::Action::Stop) {
+    // The steps trained since the last progress line have theirs (and their metrics
+    // record), as at any end of a run: the curve up to the divergence is the user's clue.
+    run.log_step_unless_logged(schedule_.max_steps(), backend_->peak_memory_bytes());
     run.log_summary(completed_steps_, best_valid_, config_, checkpoints_written_,
                     detector_->state(), "diverged");
     const std::string kept =
