@@ -28,6 +28,7 @@
 #include "distributed/rank_failures.h"
 #include "io/atomic_file.h"
 #include "io/hdf5.h"
+#include "kernels/cpu/blas.h"
 #include "kernels/cpu/openblas_core.h"
 #include "model/params.h"
 #include "model/transformer.h"
@@ -374,6 +375,17 @@ int main(int argc, char** argv) {
   } catch (const thpc::Error& e) {
     config_error = e.what();
   }
+  // THPC_CPU_GEMM naming no library is a bad configuration (exit 2), said before anything
+  // runs; not on a run that uses no CPU backend. (--help does not list the environment:
+  // its message is not pointed there.)
+  const bool error_in_the_options = !config_error.empty();
+  try {
+    if (!help && config_error.empty() && config.train.backend != "cuda") {
+      thpc::cpu::gemm_library();
+    }
+  } catch (const thpc::Error& e) {
+    config_error = e.what();
+  }
   // A bad configuration is not one rank's own business: every rank takes part in the
   // agreement, so that the job ends together, with one message from rank 0. --help too:
   // a rank that left without it kept the others waiting forever.
@@ -404,8 +416,9 @@ int main(int argc, char** argv) {
     if (comm.is_root()) {
       const std::string& message = disagreement.empty() ? config_error : disagreement;
       // Once: many messages point at --help themselves.
-      std::cerr << "transformer_hpc: " << message
-                << (message.find("--help") == std::string::npos ? "\n(see --help)\n" : "\n");
+      const bool see_help = (error_in_the_options || !disagreement.empty()) &&
+                            message.find("--help") == std::string::npos;
+      std::cerr << "transformer_hpc: " << message << (see_help ? "\n(see --help)\n" : "\n");
     }
     return 2;
   }

@@ -383,8 +383,12 @@ TEST(GemmLibrary, TheFirstLineNamesItAndAWrongNameStopsTheRun) {
               std::string::npos)
         << by_default.output;
   }
+  // A bad configuration: exit 2 before anything runs (before: exit 1 as the backend was
+  // made), and no "(see --help)", which lists no environment variables.
   const ProcessResult wrong = run("mkl");
-  EXPECT_NE(wrong.exit_code, 0) << wrong.output;
+  EXPECT_EQ(wrong.exit_code, 2) << wrong.output;
+  EXPECT_EQ(wrong.output.find("see --help"), std::string::npos) << wrong.output;
+  EXPECT_EQ(wrong.output.find("training "), std::string::npos) << wrong.output;
   EXPECT_NE(wrong.output.find("THPC_CPU_GEMM is 'mkl', not a library of the CPU's matrix "
                               "products: set it to 'onednn' or 'openblas'"),
             std::string::npos)
