@@ -1083,6 +1083,23 @@ TEST_F(DecodeProgram, BadInputFailsWithAMessage) {
                                 "the text is not UTF-8; convert the file first"),
             std::string::npos)
       << invalid.output;
+  // A compressed input, or the checkpoint given for it, is said as such (before: "invalid
+  // UTF-8 ... iconv -f LATIN1", which would not help).
+  const fs::path gzipped = dir_ / "gzipped.en";
+  std::ofstream(gzipped, std::ios::binary) << std::string("\x1f\x8b\x08\x00\x00\x00", 6);
+  for (const auto& [input, message] :
+       {std::pair<std::string, std::string>{gzipped.string(),
+                                            ": is gzip-compressed, not text: decompress it "
+                                            "first (gunzip -k " + gzipped.string() + ")"},
+        {(dir_ / "model.h5").string(), ": is an HDF5 file (a checkpoint or a data shard?), not "
+                                       "text: give the text file"}}) {
+    const ProcessResult binary = run_process(
+        thpc::binary_dir() + "/transformer_decode --checkpoint " +
+        (dir_ / "model.h5").string() + " --spm-model " + (dir_ / "spm.model").string() +
+        " --input " + input + " --max-len-b 2");
+    EXPECT_EQ(binary.exit_code, 1) << binary.output;
+    EXPECT_NE(binary.output.find(input + message), std::string::npos) << binary.output;
+  }
   // So are a NUL byte and lines ended by a carriage return alone, as transformer_preprocess
   // refuses them (before: translated, the second file's three sentences as one line).
   const fs::path nul = dir_ / "nul.en";

@@ -178,6 +178,61 @@ TEST(Tools, RuntimeFailureExitsOneWithOneLineNamingTheProgram) {
   }
 }
 
+// A text input that is a compressed file or an HDF5 file (a checkpoint, a shard) is said
+// as such by every program that reads text, naming the file and what to do (before: its
+// first byte past ASCII read as invalid UTF-8, with advice to convert it from Latin-1;
+// transformer_evalb and transformer_trees read the bytes as trees). transformer_decode's
+// case is in test_decode.cc. A line of text that begins as bzip2's magic does is text.
+TEST(Tools, ACompressedOrHdf5TextInputIsSaidAsSuch) {
+  const fs::path dir = fs::temp_directory_path() / ("thpc_binary_text_" +
+                                                    std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string gz = (dir / "text.en").string(), xz = (dir / "text.de").string();
+  std::ofstream(gz, std::ios::binary) << std::string("\x1f\x8b\x08\x00\x00\x00", 6);
+  std::ofstream(xz, std::ios::binary) << std::string("\xfd" "7zXZ\0\0\x04", 8);
+  const std::string h5 = (dir / "shard.h5").string();
+  // HDF5's signature past a user block, as a checkpoint's header of 512 bytes puts it.
+  std::ofstream(h5, std::ios::binary) << std::string(512, 'c')
+                                      << std::string("\x89HDF\r\n\x1a\n", 8)
+                                      << std::string(100, '\0');
+  const std::string text = (dir / "plain.txt").string();
+  std::ofstream(text) << "BZh is how this sentence begins .\n";
+  const std::string bin = binary_dir() + "/";
+  struct Case {
+    std::string command, file, is;
+  };
+  const std::string gzip_is = "is gzip-compressed, not text: decompress it first (gunzip -k " +
+                              gz + ")";
+  const std::string hdf5_is = "is an HDF5 file (a checkpoint or a data shard?), not text";
+  const std::vector<Case> cases = {
+      {bin + "transformer_score " + text + " -i " + gz, gz, gzip_is},
+      {bin + "transformer_score " + h5 + " -i " + text, h5, hdf5_is},
+      {bin + "transformer_score " + text + " -i " + xz, xz,
+       "is xz-compressed, not text: decompress it first (unxz -k " + xz + ")"},
+      {bin + "transformer_evalb " + gz + " " + text, gz,
+       "is gzip-compressed, not text (the gold file): decompress it first (gunzip -k " + gz +
+           ")"},
+      {bin + "transformer_evalb -p " + h5 + " " + text + " " + text, h5,
+       "is an HDF5 file (a checkpoint or a data shard?), not text (the EVALB parameter file)"},
+      {bin + "transformer_trees linearize --output " + (dir / "o").string() + " " + h5, h5,
+       hdf5_is},
+      {bin + "transformer_preprocess --source-lang en --target-lang de --trainpref " +
+           (dir / "text").string() + " --validpref " + (dir / "text").string() +
+           " --destdir " + (dir / "out").string(),
+       gz, gzip_is},
+  };
+  for (const Case& c : cases) {
+    const ProcessResult result = run_process(c.command);
+    EXPECT_EQ(result.exit_code, 1) << c.command << "\n" << result.output;
+    EXPECT_NE(result.output.find(c.file + ": " + c.is), std::string::npos)
+        << c.command << "\n" << result.output;
+    EXPECT_EQ(result.output.find("iconv"), std::string::npos) << result.output;
+  }
+  const ProcessResult plain = run_process(bin + "transformer_score " + text + " -i " + text);
+  EXPECT_EQ(plain.exit_code, 0) << plain.output;
+  fs::remove_all(dir);
+}
+
 // A number out of its option's range is a usage error whose line names that option and
 // the value given, as transformer_preprocess's do (test_data.cc), not every option that
 // has a range: "--beam must be >= 1, got 0".

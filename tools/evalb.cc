@@ -110,10 +110,10 @@ int run(const CommandLine& command) {
   // ... --output - | transformer_evalb GOLD -`; before: "-: no such file").
   std::ifstream gold_file, test_file;
   if (command.gold_path != "-") {
-    gold_file = thpc::open_input_file(command.gold_path, "the gold file");
+    gold_file = thpc::open_text_file(command.gold_path, "the gold file");
   }
   if (command.test_path != "-") {
-    test_file = thpc::open_input_file(command.test_path, "the test file");
+    test_file = thpc::open_text_file(command.test_path, "the test file");
   }
   std::istream& gold = command.gold_path == "-" ? std::cin : gold_file;
   std::istream& test = command.test_path == "-" ? std::cin : test_file;

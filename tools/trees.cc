@@ -210,7 +210,7 @@ std::string joined(const std::vector<std::string>& items) {
 }
 
 std::vector<std::vector<std::string>> read_token_lines(const std::string& path) {
-  std::ifstream in = thpc::open_input_file(path, "");
+  std::ifstream in = thpc::open_text_file(path, "");
   std::vector<std::vector<std::string>> lines;
   std::string line;
   while (std::getline(in, line)) {
@@ -235,7 +235,7 @@ int linearize_files(const CommandLine& command) {
   for (const std::string& path : command.files) {
     // "-" is standard input, as in the other tools (before: "-: no such file").
     std::ifstream file;
-    if (path != "-") file = thpc::open_input_file(path, "");
+    if (path != "-") file = thpc::open_text_file(path, "");
     std::istream& in = path == "-" ? std::cin : file;
     for (const TreeNode& raw :
          thpc::parse::read_ptb_trees(in, path == "-" ? "<stdin>" : path)) {
@@ -310,7 +310,7 @@ int reconstruct(const CommandLine& command) {
   }
   std::ifstream file;
   if (!command.input_path.empty()) {
-    file = thpc::open_input_file(command.input_path, "");
+    file = thpc::open_text_file(command.input_path, "");
   }
   std::istream& in = command.input_path.empty() ? std::cin : file;
   const std::string input_name = command.input_path.empty() ? "<stdin>" : command.input_path;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <sstream>
+#include <string_view>
 
 #include "common/error.h"
 
@@ -32,6 +33,61 @@ std::ifstream open_input_file(const std::string& path, const std::string& what) 
   errno = 0;
   std::ifstream in(path, std::ios::binary);
   if (!in) THPC_FAIL(path << ": " << (errno != 0 ? std::strerror(errno) : "cannot open") << named);
+  return in;
+}
+
+bool begins_as_hdf5(const std::string& head) {
+  // HDF5's signature is at byte 0 or past a user block of 512 x 2^k bytes (a checkpoint's
+  // header takes the first 512).
+  const std::string_view signature("\x89HDF\r\n\x1a\n", 8);
+  for (size_t at = 0; at + signature.size() <= head.size(); at = at == 0 ? 512 : 2 * at) {
+    if (head.compare(at, signature.size(), signature) == 0) return true;
+  }
+  return false;
+}
+
+std::string binary_format_problem(const std::string& head, const std::string& path) {
+  const auto starts = [&head](std::string_view magic) { return head.rfind(magic, 0) == 0; };
+  // (the formats' magic numbers: RFC 1952, bzip2's "BZh" and block size, the xz and
+  // Zstandard frame formats, a zip's local file header)
+  struct Compressed {
+    std::string_view magic, name, decompress;
+  };
+  static constexpr Compressed kCompressed[] = {
+      {std::string_view("\x1f\x8b", 2), "gzip", "gunzip -k"},
+      {std::string_view("BZh", 3), "bzip2", "bunzip2 -k"},
+      {std::string_view("\xfd" "7zXZ\0", 6), "xz", "unxz -k"},
+      {std::string_view("\x28\xb5\x2f\xfd", 4), "Zstandard", "unzstd"},
+      {std::string_view("PK\x03\x04", 4), "zip", "unzip"}};
+  for (const Compressed& format : kCompressed) {
+    // ("BZh" is also how a line of text may begin: bzip2's next byte is its block size)
+    if (!starts(format.magic)) continue;
+    if (format.name == "bzip2" && (head.size() < 4 || head[3] < '1' || head[3] > '9')) continue;
+    return "is " + std::string(format.name) + "-compressed, not text: decompress it first (" +
+           std::string(format.decompress) + " " + path + ")";
+  }
+  if (begins_as_hdf5(head)) {
+    return "is an HDF5 file (a checkpoint or a data shard?), not text: give the text file";
+  }
+  return "";
+}
+
+std::ifstream open_text_file(const std::string& path, const std::string& what) {
+  std::ifstream in = open_input_file(path, what);
+  std::error_code not_regular;
+  if (!std::filesystem::is_regular_file(path, not_regular)) return in;
+  std::string head(4096, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<size_t>(in.gcount()));
+  const std::string problem = binary_format_problem(head, path);
+  if (!problem.empty()) {
+    const std::string named = what.empty() ? "" : " (" + what + ")";
+    // (the advice after the colon; what the file is named before it)
+    const size_t advice = problem.find(": ");
+    THPC_FAIL(path << ": " << problem.substr(0, advice) << named << problem.substr(advice));
+  }
+  in.clear();
+  in.seekg(0);
   return in;
 }
 

@@ -19,6 +19,22 @@ std::string unreadable_file_reason(const std::string& path);
 // "ev: is a directory, not a file (the EVALB parameter file)". `what` may be empty.
 std::ifstream open_input_file(const std::string& path, const std::string& what);
 
+// open_input_file for a file of text lines (sentences, trees, a parameter file): a regular
+// file in a binary format that text tools are given by mistake is refused, saying what it
+// is and what to do: "PATH: is gzip-compressed, not text (WHAT): decompress it first
+// (gunzip -k PATH)"; also bzip2, xz, zstd, zip and HDF5 (a checkpoint or a data shard).
+// Before: its first byte past ASCII read as "invalid UTF-8 ... iconv -f LATIN1", which
+// would not help. (Pipes and devices are not looked into: what was read would be lost.)
+std::ifstream open_text_file(const std::string& path, const std::string& what);
+
+// Whether `head`, a file's first bytes, holds HDF5's signature where HDF5 puts it.
+bool begins_as_hdf5(const std::string& head);
+
+// What known binary format `head`, a file's first bytes, begins with, in the words of
+// open_text_file's refusal ("is gzip-compressed, not text"), with what to do for `path`;
+// "" for none.
+std::string binary_format_problem(const std::string& head, const std::string& path);
+
 // The whole file's bytes, failing as open_input_file does (and on a read error).
 std::string read_input_file(const std::string& path, const std::string& what);
 

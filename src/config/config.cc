@@ -358,13 +358,7 @@ Config resolve_file(const std::string& ini_path, po::variables_map& values,
   // transformer_decode's) read as lines of binary: "a '#' inside the value of '\x00...'".
   // Before the size's refusal: a real one is larger than 1 MiB.
   if (text.find('\0') != std::string::npos) {
-    // HDF5's signature is at byte 0 or past a user block of 512 x 2^k bytes (a checkpoint's
-    // header takes the first 512).
-    const std::string_view signature("\x89HDF\r\n\x1a\n", 8);
-    bool hdf5 = text.rfind(signature, 0) == 0;
-    for (size_t at = 512; at < text.size() && !hdf5; at *= 2) {
-      hdf5 = text.compare(at, signature.size(), signature) == 0;
-    }
+    const bool hdf5 = begins_as_hdf5(text);
     THPC_FAIL("config file '" << ini_path << "' is not text but "
               << (hdf5 ? "an HDF5 file (a checkpoint or a data shard?)" : "a binary file")
               << ": give the ini file of [section] and key = value lines (a checkpoint is "

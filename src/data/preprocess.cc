@@ -102,7 +102,7 @@ class LineReader {
       THPC_FAIL(path << ": not a regular file (preprocessing reads its inputs more than "
                      << "once: write a pipe's text to a file first)");
     }
-    stream_ = open_input_file(path, "");
+    stream_ = open_text_file(path, "");
   }
 
   // False after the last line.

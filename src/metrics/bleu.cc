@@ -360,7 +360,7 @@ std::vector<std::string> read_lines(std::istream& in, const std::string& source)
 std::vector<std::string> read_lines(const std::string& path) {
   // A directory opens like a file on Linux and then reads as empty: open_input_file says
   // what it is, in the words the other tools use.
-  std::ifstream in = open_input_file(path, "");
+  std::ifstream in = open_text_file(path, "");
   return read_lines(in, path);
 }
 

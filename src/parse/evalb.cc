@@ -469,7 +469,7 @@ double EvalbTotals::f_measure() const {
 }
 
 EvalbParameters read_evalb_parameters(const std::string& path, std::ostream& warnings) {
-  std::ifstream in = open_input_file(path, "the EVALB parameter file");
+  std::ifstream in = open_text_file(path, "the EVALB parameter file");
   EvalbParameters parameters;
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
