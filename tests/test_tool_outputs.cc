@@ -787,6 +787,17 @@ TEST_F(ToolOutputs, AFullDiskStopsEveryWriterWithOneMessageAndNoPartialFile) {
                          "checkpoint full/ck/step_00000002.h5", full + "full/ck is full", "full");
   // Then nothing fits.
   std::ofstream("full/filler") << std::string(1 << 20, 'x');
+  // The trainer's lock, its first file: the full disk said so (before: "make it writable
+  // (a read-only filesystem? permissions?)"), exit 2 before the first step.
+  const ProcessResult locked = run_process(kBin + "/transformer_hpc " THPC_SOURCE_DIR
+                                           "/input/tiny.ini --checkpoint.dir=full/ck2");
+  EXPECT_EQ(locked.exit_code, 2) << locked.output;
+  EXPECT_NE(locked.output.find("creating its lock full/ck2/trainer.lock failed (No space left "
+                               "on device): found now rather than at the first checkpoint; " +
+                               full + "full/ck2 is full"),
+            std::string::npos)
+      << locked.output;
+  EXPECT_EQ(locked.output.find("permissions"), std::string::npos) << locked.output;
   expect_storage_failure("true", "transformer_average --inputs model.h5 --output full/avg.h5",
                          "checkpoint full/avg.h5", full + "full is full", "full");
   expect_storage_failure("true",

@@ -33,6 +33,7 @@
 #include "checkpoint/output_file.h"
 #include "common/error.h"
 #include "data/shard_file.h"
+#include "io/atomic_file.h"
 #include "io/run_file_names.h"
 #include "train/event_file.h"
 #include "train/run_log.h"
@@ -733,10 +734,18 @@ RunLock::RunLock(const std::string& dir, std::ostream& log, const LockedUse& use
       return;
     }
     if (failure != EEXIST) {
+      // A full disk or quota, a read-only mount, a file-size limit: said as a checkpoint's
+      // write says them (before: "a read-only filesystem? permissions?" for a full disk).
+      const std::string storage =
+          storage_advice(fs::path(path_).parent_path().string(),
+                         "(errno " + std::to_string(failure) + ")", 0);
       THPC_FAIL(cannot_write << "creating its lock " << path_ << " failed ("
-                             << std::strerror(failure) << "): " << use.found_now
-                             << "; make it writable (a read-only filesystem? permissions?) or "
-                             << "give " << key << " another directory");
+                             << std::strerror(failure) << "): " << use.found_now << "; "
+                             << (storage.empty() ? "make it writable (a read-only filesystem? "
+                                                   "permissions?) or give " + key +
+                                                       " another directory"
+                                                 : storage + " (give " + key +
+                                                       " another directory)"));
     }
     std::string text;
     const std::optional<LockHolder> holder = read_holder(path_, &text);
