@@ -764,6 +764,13 @@ TEST_F(ConfigFiles, InvalidLineNamesFile) {
   }
   expect_error([&] { load_config(write_ini("spaced.ini", "[ ]\nlayers = 2\n")); },
                {"spaced.ini:1: the section '[ ]' has no name"});
+  // '[]' and a line with no key before its '=' were refused as unknown keys ('.layers',
+  // 'model.'), naming no line (a helper's bad-input walk).
+  expect_error([&] { load_config(write_ini("spaced.ini", "[]\nlayers = 2\n")); },
+               {"spaced.ini:1: the section '[]' has no name"});
+  expect_error([&] { load_config(write_ini("bad_line.ini", "[model]\n  = 2\n")); },
+               {"bad_line.ini:2: invalid line '= 2' (no key before '=': expected 'key = "
+                "value')"});
   expect_error([&] { load_config(write_ini("spaced.ini", "[model] ]\nlayers = 2\n")); },
                {"spaced.ini:1: invalid line", "its name without brackets"});
 }

@@ -309,7 +309,8 @@ std::string with_semicolon_comments_blanked(const std::string& ini_path,
           THPC_FAIL(ini_path << ":" << number << ": invalid line " << quoted(content)
                              << " (a section is '[name]', its name without brackets)");
         }
-        if (!name.empty() && trim(name).empty()) {
+        // ('[]' too: its keys were refused as unknown, '.layers', with no line named)
+        if (trim(name).empty()) {
           THPC_FAIL(ini_path << ":" << number << ": the section '" << header
                              << "' has no name (a section is '[name]')");
         }
@@ -319,6 +320,10 @@ std::string with_semicolon_comments_blanked(const std::string& ini_path,
                              << "]'");
         }
       }
+    } else if (!content.empty() && content[0] == '=') {
+      // (Boost took it for the key "", refused as the unknown key 'model.', no line named)
+      THPC_FAIL(ini_path << ":" << number << ": invalid line " << quoted(content)
+                         << " (no key before '=': expected 'key = value')");
     } else if (!content.empty() && content[0] != '#' && content.find('=') == std::string::npos) {
       THPC_FAIL(ini_path << ":" << number << ": invalid line " << quoted(content)
                          << " (expected 'key = value', '[section]', or a comment after "
