@@ -1606,6 +1606,28 @@ TEST_F(DataPipeline, AnEmptySentenceIsRefusedNamingTheFileAndThePair) {
                {empty_source, "pair 2 has an empty source sentence"});
 }
 
+// A shard of no pairs (transformer_preprocess writes none such) was trained on without a
+// word, and a checkpoint among the shards was refused as "missing attribute vocab_size of
+// /" (a helper's bad-input walk): each is said as what it is.
+TEST_F(DataPipeline, AShardOfNoPairsOrACheckpointAmongTheShardsIsSaidAsSuch) {
+  const std::string no_pairs = altered_shard("no_pairs", [](ShardContents& contents) {
+    contents.source = TokenColumn();
+    contents.target = TokenColumn();
+  });
+  expect_error([&] { read_shard_summary(no_pairs); },
+               {no_pairs + ": holds no pairs, and transformer_preprocess writes none such"});
+  // A checkpoint's file header (checkpoint_header.h) before HDF5's signature, at byte 512.
+  const fs::path dir = root_ / "checkpoint_among_shards";
+  fs::create_directories(dir);
+  const std::string checkpoint = (dir / "train.00000.h5").string();
+  std::string header = "thpc-checkpoint-file 1\nbytes 1\nsha256 0\n";
+  header.resize(512, '\0');
+  std::ifstream shard(train_files().front(), std::ios::binary);
+  std::ofstream(checkpoint, std::ios::binary) << header << shard.rdbuf();
+  expect_error([&] { read_shard_summary(checkpoint); },
+               {checkpoint + ": is a checkpoint, not a data shard"});
+}
+
 TEST_F(DataPipeline, FormatOneShardsWithoutChecksumsLoadWithOneWarning) {
   const std::string old_format = altered_shard("format_one", [](ShardContents& contents) {
     contents.metadata.format_version = 1;

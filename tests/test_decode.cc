@@ -1091,8 +1091,7 @@ TEST_F(DecodeProgram, BadInputFailsWithAMessage) {
        {std::pair<std::string, std::string>{gzipped.string(),
                                             ": is gzip-compressed, not text: decompress it "
                                             "first (gunzip -k " + gzipped.string() + ")"},
-        {(dir_ / "model.h5").string(), ": is an HDF5 file (a checkpoint or a data shard?), not "
-                                       "text: give the text file"}}) {
+        {(dir_ / "model.h5").string(), ": is a checkpoint, not text: give the text file"}}) {
     const ProcessResult binary = run_process(
         thpc::binary_dir() + "/transformer_decode --checkpoint " +
         (dir_ / "model.h5").string() + " --spm-model " + (dir_ / "spm.model").string() +

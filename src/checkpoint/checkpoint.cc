@@ -583,8 +583,9 @@ HeaderFields verify_file_header(const Named& reader, std::string_view head, uint
                                 const std::function<std::string()>& digest_after_header) {
   const ParsedHeader parsed = parse_header(head);
   if (parsed.hdf5_without_header) {
-    reader.fail("an HDF5 file without a checkpoint header (written before checkpoints had "
-                "one, or by another program): refused, since a damaged one could crash HDF5");
+    reader.fail("an HDF5 file without a checkpoint header (a data shard of "
+                "transformer_preprocess's? or written before checkpoints had one, or by another "
+                "program): refused, since a damaged one could crash HDF5");
   }
   if (parsed.not_a_checkpoint) {
     reader.fail("not an HDF5 file (neither a checkpoint header nor an HDF5 signature at its "

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "checkpoint/checkpoint.h"
+#include "common/input_file.h"
 
 namespace thpc {
 
@@ -25,6 +26,8 @@ namespace thpc {
 // signature at byte 0) are refused for the same reason.
 inline constexpr size_t kHeaderBytes = 512;
 inline constexpr std::string_view kHeaderMagic = "thpc-checkpoint-file 1\n";
+static_assert(kHeaderMagic.substr(0, 21) == kCheckpointHeaderStart,
+              "common/input_file.h tells a checkpoint by how its header begins");
 inline constexpr std::string_view kHdf5Signature("\x89HDF\r\n\x1a\n", 8);
 
 // The lines a header may hold after "sha256 HEX" (docs/checkpoints.md, "File header"),

@@ -46,6 +46,10 @@ bool begins_as_hdf5(const std::string& head) {
   return false;
 }
 
+bool begins_as_checkpoint(const std::string& head) {
+  return head.rfind(kCheckpointHeaderStart, 0) == 0;
+}
+
 std::string binary_format_problem(const std::string& head, const std::string& path) {
   const auto starts = [&head](std::string_view magic) { return head.rfind(magic, 0) == 0; };
   // (the formats' magic numbers: RFC 1952, bzip2's "BZh" and block size, the xz and
@@ -66,6 +70,7 @@ std::string binary_format_problem(const std::string& head, const std::string& pa
     return "is " + std::string(format.name) + "-compressed, not text: decompress it first (" +
            std::string(format.decompress) + " " + path + ")";
   }
+  if (begins_as_checkpoint(head)) return "is a checkpoint, not text: give the text file";
   if (begins_as_hdf5(head)) {
     return "is an HDF5 file (a checkpoint or a data shard?), not text: give the text file";
   }

@@ -30,6 +30,12 @@ std::ifstream open_text_file(const std::string& path, const std::string& what);
 // Whether `head`, a file's first bytes, holds HDF5's signature where HDF5 puts it.
 bool begins_as_hdf5(const std::string& head);
 
+// How a checkpoint's file header begins (checkpoint/checkpoint_header.h: "thpc-checkpoint-
+// file 1\n"), whatever its version: what tells a checkpoint from a data shard (both HDF5)
+// before HDF5 reads a byte.
+inline constexpr const char* kCheckpointHeaderStart = "thpc-checkpoint-file ";
+bool begins_as_checkpoint(const std::string& head);
+
 // What known binary format `head`, a file's first bytes, begins with, in the words of
 // open_text_file's refusal ("is gzip-compressed, not text"), with what to do for `path`;
 // "" for none.

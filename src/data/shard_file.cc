@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <limits>
 #include <utility>
 
@@ -229,6 +230,12 @@ class ShardFileReader {
       }
     }
     if (*pairs < 0) THPC_FAIL(path_ << ": negative pair count " << *pairs);
+    // (trained on without a word before: a helper's shard rewritten with none)
+    if (*pairs == 0) {
+      THPC_FAIL(path_ << ": holds no pairs, and transformer_preprocess writes none such (each "
+                      << "of its shards holds at least one): damaged, or written by another "
+                      << "program? (re-run transformer_preprocess)");
+    }
     return meta;
   }
 
@@ -330,6 +337,15 @@ class ShardFileReader {
     if (unreadable == "no such file") THPC_FAIL(path << ": no such shard file");
     if (!unreadable.empty()) THPC_FAIL(path << ": " << unreadable << " (a shard)");
     if (!hdf5::is_hdf5(path)) THPC_FAIL(path << ": not an HDF5 file (or its header is damaged)");
+    // A checkpoint is HDF5 too, and read as a shard said "missing attribute vocab_size of /".
+    std::string head(64, '\0');
+    std::ifstream(path, std::ios::binary)
+        .read(head.data(), static_cast<std::streamsize>(head.size()));
+    if (begins_as_checkpoint(head)) {
+      THPC_FAIL(path << ": is a checkpoint, not a data shard (a shard is one of "
+                     << "transformer_preprocess's PREFIX.NNNNN.h5 files): move it out of the "
+                     << "data directory");
+    }
     return hdf5::Reader::open(path, path);
   }
 
