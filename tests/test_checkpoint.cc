@@ -4,6 +4,7 @@
 // refusing mismatched architectures), and corruption (truncation, a flipped byte)
 // detected by path and skipped by checkpoint.resume=auto.
 #include "checkpoint/checkpoint.h"
+#include "decode/compute_type.h"
 #include "checkpoint/checkpoint_directory.h"
 
 #include <gtest/gtest.h>
@@ -1448,6 +1449,17 @@ TEST_F(CheckpointTest, ParametersOnlyCheckpointServesDecodingAndInit) {
             std::string::npos)
       << log.str();
   EXPECT_NE(log.str().find("final: step=1 "), std::string::npos) << log.str();
+  // A quantized one is said as one, as transformer_average says it (before: nothing).
+  write_checkpoint(path("int8.h5"), quantize_checkpoint(params_only));
+  std::ostringstream int8_log;
+  Trainer from_int8(small_config(path("run5"), {"train.max_steps=1",
+                                                "checkpoint.init=" + path("int8.h5")}));
+  from_int8.run(int8_log);
+  EXPECT_NE(int8_log.str().find("parameters initialised from " + path("int8.h5") +
+                                ", a quantized checkpoint (transformer_quantize): its int8 "
+                                "parameters dequantized, their rounding included\n"),
+            std::string::npos)
+      << int8_log.str();
 
   // Resuming needs the moments: a parameters-only file is refused by name.
   expect_error([&] { read_checkpoint(path("average.h5")); },

@@ -442,12 +442,19 @@ void Trainer::apply_start_options(std::ostream& log) {
   if (!options.init.empty()) {
     // Each rank reads it (the start-up agreement compares what they read): a file missing
     // or of another model fails alike on every rank, one message.
+    bool quantized = false;
     on_every_rank(comm_, [&] {
       const Checkpoint init = read_init_checkpoint(options);
       check_checkpoint_vocabulary(init, options.init, *source_, config_);
       load_parameters(init, options.init, *model_);
+      quantized = !init.quantized.empty();
     });
-    log << "parameters initialised from " << options.init << std::endl;
+    log << "parameters initialised from " << options.init
+        // (as transformer_average says it of such an input; a resume refuses one)
+        << (quantized ? ", a quantized checkpoint (transformer_quantize): its int8 parameters "
+                        "dequantized, their rounding included"
+                      : "")
+        << std::endl;
   }
 }
 
