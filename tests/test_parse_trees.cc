@@ -271,6 +271,22 @@ TEST(Trees, CommandLineTakesTheOtherToolsForms) {
                                "words (see --help)"),
             std::string::npos)
       << leaves.output;
+  // An option of another command is refused naming the commands it belongs to (before:
+  // `baseline --input` and `linearize --words` ran as if it were not there, exit 0).
+  for (const auto& [arguments, said] : std::vector<std::pair<std::string, std::string>>{
+           {" linearize --words " + mrg + " --output " + prefix + " " + mrg,
+            "--words belongs to delinearize and baseline, not linearize"},
+           {" baseline --words " + mrg + " --tags " + mrg + " --input " + mrg + " --output " +
+                prefix + ".gold",
+            "--input belongs to delinearize, not baseline"},
+           {" delinearize --leaves XX --words " + mrg + " --tags " + mrg + " --output " + prefix,
+            "--leaves belongs to linearize"}}) {
+    const auto elsewhere = run_process(kTrees + arguments);
+    EXPECT_EQ(elsewhere.exit_code, 2) << elsewhere.output;
+    EXPECT_NE(elsewhere.output.find("transformer_trees: " + said + " (see --help)"),
+              std::string::npos)
+        << elsewhere.output;
+  }
 
   // "-" is a standard stream, as in the other tools: delinearize reads its sequences from
   // --input - and writes --output - to standard output (before: both a file named "-",

@@ -24,6 +24,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -143,6 +144,18 @@ CommandLine parse_command_line(int argc, char** argv) {
     }
   }
   if (command.input_path == "-") command.input_path.clear();  // standard input
+  // An option of another command was read by none (before: accepted, exit 0, as --leaves
+  // was not: `baseline --input P.tree` ran as if it were not there).
+  const bool delinearizes = command.command == "delinearize";
+  for (const auto& [option, belongs, commands] :
+       {std::tuple<const char*, bool, const char*>{
+            "words", delinearizes || command.command == "baseline", "delinearize and baseline"},
+        {"tags", delinearizes || command.command == "baseline", "delinearize and baseline"},
+        {"input", delinearizes, "delinearize"}}) {
+    if (values.count(option) > 0 && !belongs) {
+      THPC_FAIL("--" << option << " belongs to " << commands << ", not " << command.command);
+    }
+  }
   if (command.command == "linearize") {
     if (command.files.empty()) THPC_FAIL("linearize needs at least one .mrg file");
     if (std::count(command.files.begin(), command.files.end(), "-") > 1) {
