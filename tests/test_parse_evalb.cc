@@ -128,8 +128,9 @@ TEST(Evalb, BugVectorWithCollinsPrmIsAllLengthErrors) {
                             "1 : Length unmatch (32|34)", "2 : Length unmatch (18|20)",
                             "3 : Length unmatch (43|44)", "4 : Length unmatch (23|25)",
                             "5 : Length unmatch (37|38)",
-                            "transformer_evalb: error: none of the 5 sentences was scored (5 in "
-                            "error, as the lines above say): the summary holds no score"}));
+                            "transformer_evalb: error: none of the 5 sentences of " + dir +
+                                "/bug.gld and " + dir + "/bug.tst was scored (5 in error, as "
+                                "the lines above say): the summary holds no score"}));
   EXPECT_NE(std::find(run.report.begin(), run.report.end(),
                       "Number of Error sentence  =      5"),
             run.report.end());
@@ -166,9 +167,33 @@ TEST_F(EvalbFiles, WhatCannotBeScoredEndsWithOneLineNamingTheFile) {
   EXPECT_EQ(not_a_tree.exit_code, 1);
   ASSERT_FALSE(not_a_tree.errors.empty());
   EXPECT_EQ(not_a_tree.errors.back(),
-            "transformer_evalb: error: stopped after 12 errors (-e 10), without a summary; the "
-            "first: " + path("not_a_tree") +
+            "transformer_evalb: error: stopped after 12 errors (-e 10, the default), without a "
+            "summary; the first: " + path("not_a_tree") +
                 " line 2: Reading sentence (a line that is not a bracketed tree)");
+  // A limit from a parameter file's MAX_ERROR is said to be its (before: "-e 10"), and its
+  // numbers are whole numbers >= 0, as -e's and -c's are (before: EVALB's atoi took
+  // "CUTOFF_LEN -5" and "abc" as 0); its warnings name the file and line.
+  const std::string prm = file("limit.prm", "MAX_ERROR 3\nNOT A KEYWORD\n");
+  const EvalbRun limited = run_evalb_program("-p " + prm + " " + gold + " " + path("not_a_tree"));
+  EXPECT_EQ(limited.exit_code, 1);
+  ASSERT_FALSE(limited.errors.empty());
+  EXPECT_EQ(limited.errors.front(),
+            prm + ":2: Unknown keyword (NOT A KEYWORD) in parameter file");
+  EXPECT_NE(limited.errors.back().find("stopped after 5 errors (MAX_ERROR 3 of " + prm +
+                                       "; -e N sets it)"),
+            std::string::npos)
+      << limited.errors.back();
+  for (const char* value : {"-5", "abc", "4x", ""}) {
+    const std::string bad = file("bad.prm", "DEBUG 0\nCUTOFF_LEN " + std::string(value) + "\n");
+    const EvalbRun refused = run_evalb_program("-p " + bad + " " + gold + " " + gold);
+    EXPECT_EQ(refused.exit_code, 1) << value;
+    ASSERT_FALSE(refused.errors.empty()) << value;
+    EXPECT_NE(refused.errors.back().find(bad + ":2: CUTOFF_LEN '" + std::string(value) +
+                                         "': expected a whole "
+                                         "number >= 0 (the EVALB parameter file)"),
+              std::string::npos)
+        << refused.errors.back();
+  }
   // A tree spread over lines, as a treebank's .mrg file holds it: the way to one a line.
   const std::string spread = file("spread.mrg", "(S\n  (NP a)\n  (VP b))\n");
   const EvalbRun over_lines = run_evalb_program("-e 1 " + spread + " " + spread);
@@ -202,8 +227,9 @@ TEST_F(EvalbFiles, WhatCannotBeScoredEndsWithOneLineNamingTheFile) {
   EXPECT_EQ(skipped.exit_code, 1);
   ASSERT_FALSE(skipped.errors.empty());
   EXPECT_EQ(skipped.errors.back(),
-            "transformer_evalb: error: none of the 2 sentences was scored (2 skipped, their "
-            "lines of " + path("blank") + " without a tree): the summary holds no score");
+            "transformer_evalb: error: none of the 2 sentences of " + gold + " and " +
+                path("blank") + " was scored (2 skipped, their lines of " + path("blank") +
+                " without a tree): the summary holds no score");
   EXPECT_EQ(run_evalb_program(gold + " " + file("one", "\n(S (NP c) (VP d))\n")).exit_code, 0);
   // "-" is standard input, for one of the two files (before: "-: no such file").
   const EvalbRun from_files = run_evalb_program(gold + " " + gold);

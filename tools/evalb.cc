@@ -136,8 +136,16 @@ int run(const CommandLine& command) {
                      : where + " line " + line) +
       ": " + result.first_error;
   if (result.stopped) {
-    std::cerr << "transformer_evalb: error: stopped after " << result.errors << " errors (-e "
-              << parameters.max_error << "), without a summary; the first: " << first
+    // Where the limit came from: -e, the parameter file's MAX_ERROR, or EVALB's default
+    // (before: "-e 10" for a MAX_ERROR the user never gave as -e).
+    const std::string limit =
+        command.max_error                  ? "-e " + std::to_string(parameters.max_error)
+        : command.parameter_path.empty()   ? "-e " + std::to_string(parameters.max_error) +
+                                                 ", the default"
+                                           : "MAX_ERROR " + std::to_string(parameters.max_error) +
+                                                 " of " + command.parameter_path + "; -e N sets it";
+    std::cerr << "transformer_evalb: error: stopped after " << result.errors << " errors ("
+              << limit << "), without a summary; the first: " << first
               << (result.first_error.find("Reading sentence") != std::string::npos
                       ? " (a line that is not a bracketed tree)"
                       : "")
@@ -170,7 +178,7 @@ int run(const CommandLine& command) {
     const int skipped = result.all.skipped_sentences;
     const int in_error = result.all.error_sentences;
     std::cerr << "transformer_evalb: error: none of the " << result.all.sentences
-              << " sentences was scored ("
+              << " sentences of " << gold_name << " and " << test_name << " was scored ("
               << (skipped > 0 ? std::to_string(skipped) + " skipped, their lines of " +
                                     test_name + " without a tree"
                               : std::string())

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "common/error.h"
@@ -481,26 +483,42 @@ EvalbParameters read_evalb_parameters(const std::string& path, std::ostream& war
     while (value_start < line.size() && is_space(line[value_start])) ++value_start;
     const std::string key = line.substr(0, key_end);
     const std::string value = line.substr(value_start);
+    // EVALB's warnings, each naming the file and line (EVALB's named neither, or the line
+    // alone: a user had no way to tell which file a word came from).
+    const std::string where = path + ":" + std::to_string(number) + ": ";
     if (value.empty()) {
-      warnings << "Empty value in parameter file (" << number << ")\n";
+      warnings << where << "Empty value in parameter file (" << number << ")\n";
     }
+    // EVALB reads its numbers with atoi: "-5" or "abc" became a cutoff of -5 or 0, which
+    // the command line's -c refuses. A whole number >= 0, or the file is refused.
+    auto whole_number = [&](const char* what) {
+      char* end = nullptr;
+      errno = 0;
+      const long number_read = std::strtol(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || errno != 0 || number_read < 0 ||
+          number_read > std::numeric_limits<int>::max()) {
+        THPC_FAIL(where << what << " " << quoted(value) << ": expected a whole number >= 0 "
+                        << "(the EVALB parameter file)");
+      }
+      return static_cast<int>(number_read);
+    };
     auto pair_of = [&](const char* what) -> std::pair<std::string, std::string> {
       std::istringstream fields(value);
       std::string first, second, extra;
       if (!(fields >> first >> second) || (fields >> extra)) {
-        warnings << what << " requires two values\n";
+        warnings << where << what << " requires two values\n";
         return {};
       }
       return {first, second};
     };
     if (key == "DEBUG") {
-      parameters.debug = std::atoi(value.c_str());
+      parameters.debug = whole_number("DEBUG");
     } else if (key == "MAX_ERROR") {
-      parameters.max_error = std::atoi(value.c_str());
+      parameters.max_error = whole_number("MAX_ERROR");
     } else if (key == "CUTOFF_LEN") {
-      parameters.cutoff_length = std::atoi(value.c_str());
+      parameters.cutoff_length = whole_number("CUTOFF_LEN");
     } else if (key == "LABELED") {
-      parameters.labeled = std::atoi(value.c_str()) != 0;
+      parameters.labeled = whole_number("LABELED") != 0;
     } else if (key == "DELETE_LABEL") {
       parameters.delete_labels.push_back(value);
     } else if (key == "DELETE_LABEL_FOR_LENGTH") {
@@ -512,7 +530,7 @@ EvalbParameters read_evalb_parameters(const std::string& path, std::ostream& war
       if (pair.first.empty()) continue;
       (key == "EQ_LABEL" ? parameters.equal_labels : parameters.equal_words).push_back(pair);
     } else {
-      warnings << "Unknown keyword (" << line << ") in parameter file\n";
+      warnings << where << "Unknown keyword (" << line << ") in parameter file\n";
     }
   }
   return parameters;
