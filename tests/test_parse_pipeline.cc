@@ -130,8 +130,9 @@ TEST(ParsePipeline, TinyParserBeatsTheRightBranchingBaseline) {
 
 // A new run moves an earlier run's checkpoints and metrics aside, to DIR.previous, then
 // DIR.previous.2, ...: a third run removed the first one's (hours of training with
-// parse_wsj.ini). The trainer is stopped at once by a bad value here: the move comes
-// before it.
+// parse_wsj.ini). Each run here trains one step and scores one sentence a split. A bad
+// option is found by a dry run before anything is moved (before: a typo moved the earlier
+// files aside, then the trainer refused it, leaving checkpoints/ empty).
 TEST(ParsePipeline, AnEarlierRunsFilesAreMovedAsideAndNeverRemoved) {
   THPC_REQUIRE_DATA("ptb_sample/combined/wsj_0199.mrg");
   const fs::path work =
@@ -140,16 +141,16 @@ TEST(ParsePipeline, AnEarlierRunsFilesAreMovedAsideAndNeverRemoved) {
   const fs::path checkpoints = work / "run" / "checkpoints";
   const std::string command = "THPC_DATA=" + thpc::data_root() + " BUILD=" +
                               thpc::binary_dir() + " WORK=" + (work / "work").string() +
-                              " bash " + std::string(THPC_SOURCE_DIR) +
+                              " EVAL_LIMIT=1 bash " + std::string(THPC_SOURCE_DIR) +
                               "/tools/run_parser.sh input/parse_tiny.ini --data.dir=" +
                               (work / "data").string() + " --checkpoint.dir=" +
-                              checkpoints.string() + " --train.max_steps=0";
+                              checkpoints.string() + " --train.log_every=1";
   for (int run = 1; run <= 3; ++run) {
     fs::create_directories(checkpoints);
     std::ofstream(checkpoints / ("step_0000000" + std::to_string(run) + ".h5")) << run;
     std::ofstream(work / "run" / "metrics.jsonl") << run;
-    const thpc::ProcessResult result = thpc::run_process(command);
-    EXPECT_EQ(result.exit_code, 2) << result.output;  // max_steps = 0, after the move
+    const thpc::ProcessResult result = thpc::run_process(command + " --train.max_steps=1");
+    EXPECT_EQ(result.exit_code, 0) << result.output;
     const fs::path previous =
         checkpoints.string() + ".previous" + (run == 1 ? "" : "." + std::to_string(run));
     EXPECT_NE(result.output.find("are in " + previous.string()), std::string::npos)
@@ -161,6 +162,13 @@ TEST(ParsePipeline, AnEarlierRunsFilesAreMovedAsideAndNeverRemoved) {
     EXPECT_EQ(thpc::read_file(previous / ("step_0000000" + run + ".h5")), run) << previous;
     EXPECT_EQ(thpc::read_file(previous / "metrics.jsonl"), run) << previous;
   }
+  const thpc::ProcessResult typo = thpc::run_process(command + " --train.max_step=1");
+  EXPECT_EQ(typo.exit_code, 2) << typo.output;
+  EXPECT_NE(typo.output.find("unknown command-line option '--train.max_step=1'"),
+            std::string::npos)
+      << typo.output;
+  EXPECT_FALSE(fs::exists(checkpoints.string() + ".previous.4")) << typo.output;
+  EXPECT_TRUE(fs::exists(checkpoints / "step_00000001.h5")) << "the third run's checkpoint";
   fs::remove_all(work);
 }
 

@@ -10,18 +10,25 @@
 #
 # CONFIG defaults to input/parse_tiny.ini; its model.vocab_size is the SentencePiece
 # vocabulary and its data.dir / checkpoint.dir say where shards and checkpoints go
-# (checkpoints of an earlier run there are moved to DIR.previous first).
+# (checkpoints of an earlier run there are moved to DIR.previous first, once a dry run has
+# accepted the options). CONFIG, the options' paths, CHECKPOINT, BUILD and WORK are read
+# from where the caller stands; the paths inside CONFIG from the repository's root, where
+# the script runs (the repository's configs name build/...).
 # Environment: THPC_DATA (required: the folder `bash tools/fetch_data.sh ptb_sample DIR`
-# and `bash tools/fetch_data.sh evalb DIR` fill), BUILD (default build), WORK (the text
-# and trees, default BUILD/parse), MAX_LEN (the longest training pair in pieces, default
-# 200), EVAL_LIMIT (decode only the first N dev and test sentences; default all),
-# EVAL_MAX_WORDS (decode only the sentences of at most N words; default all), MPIRUN
-# (e.g. "mpirun -np 2"), PREPARE_ONLY=1 (stop after the shards: to train elsewhere, e.g.
-# sbatch jobs/parse_wsj.sbatch), CHECKPOINT=FILE (no preprocessing or training: decode
-# and score this checkpoint, with the SentencePiece model it carries), TREE_CONSTRAINTS=0
-# (decode without the well-formed-tree constraint).
+# and `bash tools/fetch_data.sh evalb DIR` fill), BUILD (default the repository's build/,
+# wherever the caller stands), WORK (the text and trees, default BUILD/parse), MAX_LEN
+# (the longest training pair in pieces, default 200), EVAL_LIMIT (decode only the first N
+# dev and test sentences; default all), EVAL_MAX_WORDS (decode only the sentences of at
+# most N words; default all), MPIRUN (e.g. "mpirun -np 2"), PREPARE_ONLY=1 (stop after
+# the shards: to train elsewhere, e.g. sbatch jobs/parse_wsj.sbatch; options other than
+# --data.dir, --model.vocab_size and --decode.tree_leaves are refused), CHECKPOINT=FILE (no
+# preprocessing or training: decode and score this checkpoint, with the SentencePiece model
+# it carries; --decode.* options go to transformer_decode, others are refused),
+# TREE_CONSTRAINTS=0 (decode without the well-formed-tree constraint).
 set -euo pipefail
 fail() { echo "run_parser.sh: $*" >&2; exit 1; }
+# A setting or option that cannot be right: exit 2, as the trainer's for a bad configuration.
+refuse() { echo "run_parser.sh: $*" >&2; exit 2; }
 fetch="fetch the data with 'bash tools/fetch_data.sh ptb_sample DIR' and 'bash tools/fetch_data.sh evalb DIR', then set THPC_DATA=DIR"
 [[ -n ${THPC_DATA:-} && -d ${THPC_DATA:-} ]] || fail "THPC_DATA (${THPC_DATA:-unset}) is not a folder: $fetch"
 data=$(cd "$THPC_DATA" && pwd)  # absolute: the script changes directory
@@ -34,6 +41,87 @@ if [[ $# -gt 0 && $1 != --* ]]; then config=$(absolute "$1"); shift; fi
 build=${BUILD:-${THPC_BUILD:-}}  # THPC_BUILD as the job scripts and evaluate.sh name it
 [[ -n $build ]] && build=$(absolute "$build")
 [[ -n ${WORK:-} ]] && WORK=$(absolute "$WORK")
+
+# The script's settings, checked before any work (MAX_LEN=abc was transformer_preprocess's
+# "--max-len: 'abc' is not a whole number", an option the user never typed; EVAL_LIMIT=abc
+# decoded everything; EVAL_LIMIT=-3 selected nothing and ended in an EVALB error).
+for setting in MAX_LEN EVAL_LIMIT EVAL_MAX_WORDS; do
+  value=${!setting:-}
+  unset_means="all sentences"
+  if [[ $setting == MAX_LEN ]]; then unset_means=200; fi
+  [[ -z $value || $value =~ ^[1-9][0-9]*$ ]] || refuse "$setting='$value' is not a whole" \
+    "number of at least 1: give one, or unset $setting (then $unset_means)"
+done
+for setting in PREPARE_ONLY TREE_CONSTRAINTS; do  # PREPARE_ONLY=yes trained
+  value=${!setting:-}
+  [[ $value =~ ^[01]?$ ]] || refuse "$setting='$value': give 0 or 1, or unset it"
+done
+if [[ -n ${CHECKPOINT:-} ]]; then
+  [[ ${PREPARE_ONLY:-0} == 0 ]] || refuse "CHECKPOINT= scores a checkpoint and" \
+    "PREPARE_ONLY=1 stops before training: unset one of them"
+  # Before the splits are linearized (the train split too): a missing file was said by
+  # transformer_decode, after all of that.
+  [[ -f $CHECKPOINT ]] || fail "CHECKPOINT=$CHECKPOINT: no such file: give the path" \
+    "of a checkpoint (runs/NAME/checkpoints/step_*.h5)"
+fi
+
+# The options: --section.key=value alone (the trainer also takes --key value, but this
+# script reads some of the keys, and must read what the trainer gets). Their relative
+# paths are the caller's, as CONFIG's are: made absolute before the script moves to the
+# repository (--data.dir=mydata was the repository's mydata). Not a keyword (resume =
+# auto) nor what the trainer refuses, naming it (~, $VAR, quotes).
+options=()
+for option in "$@"; do
+  [[ $option =~ ^--[A-Za-z0-9_]+\.[A-Za-z0-9_]+= ]] || refuse "'$option' is not written" \
+    "--section.key=value: write it so (build/transformer_hpc --help lists the keys)"
+  case $option in
+    --data.dir=*|--checkpoint.dir=*|--checkpoint.init=*|--checkpoint.resume=*|\
+    --train.metrics_dir=*)
+      case ${option#*=} in
+        ''|/*|auto|auto_or_fresh|'~'*|*'$'*|\"*|\'*) ;;
+        *) option=${option%%=*}=$PWD/${option#*=} ;;
+      esac ;;
+  esac
+  options+=("$option")
+done
+set -- "${options[@]}"
+# Options that would have no effect are refused, not dropped (CHECKPOINT= ignored
+# --bogus.key=7, exit 0). With CHECKPOINT= the [decode] keys become transformer_decode's
+# options, their values checked here against the keys' ranges (docs/configuration.md), so
+# that a bad one is said as typed; with PREPARE_ONLY=1 only the keys the shards depend on
+# apply.
+decode_options=()
+decode_option() {  # KEY VALUE
+  local flag pattern range
+  case $1 in
+    beam) flag=--beam pattern='^[1-9][0-9]*$' range='a whole number of at least 1' ;;
+    alpha) flag=--lenpen pattern='^([0-9]+[.]?[0-9]*|[.][0-9]+)$' range='a number >= 0' ;;
+    max_len_a) flag=--max-len-a pattern='^([0-9]+[.]?[0-9]*|[.][0-9]+)$' range='a number >= 0' ;;
+    max_len_b) flag=--max-len-b pattern='^[0-9]+$' range='a whole number >= 0' ;;
+    tree_leaves) flag=--tree-leaves pattern='^(XX|words)$' range='XX or words'
+      [[ ${TREE_CONSTRAINTS:-1} == 1 ]] || refuse "--decode.tree_leaves has no effect with" \
+        "TREE_CONSTRAINTS=0 (only the constrained search reads it): drop one of them" ;;
+    *) refuse "--decode.$1: not a key transformer_decode takes (beam, alpha, max_len_a," \
+         "max_len_b, tree_leaves)" ;;
+  esac
+  [[ $2 =~ $pattern ]] || refuse "--decode.$1='$2': give $range"
+  decode_options+=("$flag" "$2")
+}
+for option in "$@"; do
+  key=${option%%=*}
+  if [[ -n ${CHECKPOINT:-} ]]; then
+    [[ $key == --decode.* ]] || refuse "$option has no effect with CHECKPOINT= (no" \
+      "training): drop it; the --decode.* options apply, to transformer_decode"
+    decode_option "${key#--decode.}" "${option#*=}"
+  elif [[ ${PREPARE_ONLY:-0} == 1 ]]; then
+    case $key in
+      --data.dir|--model.vocab_size|--decode.tree_leaves) ;;
+      *) refuse "$option has no effect with PREPARE_ONLY=1 (no training): give it to" \
+           "the training; the shards take --data.dir, --model.vocab_size, --decode.tree_leaves" ;;
+    esac
+  fi
+done
+
 cd "$(dirname "$0")/.."
 source tools/train_logged.sh
 build=${build:-build}
@@ -89,6 +177,12 @@ for split in dev test; do
   awk -v max="${EVAL_MAX_WORDS:-0}" -v limit="${EVAL_LIMIT:-0}" \
     '(max == 0 || NF <= max) && (limit == 0 || ++kept <= limit) { print NR }' \
     "$work/$split.words" > "$work/$split.eval.lines"
+  # Said before training (EVAL_MAX_WORDS=3 ended in an EVALB error on test's empty files).
+  if [[ ! -s $work/$split.eval.lines ]]; then
+    shortest=$(awk 'NR == 1 || NF < min { min = NF } END { print min }' "$work/$split.words")
+    refuse "EVAL_MAX_WORDS=${EVAL_MAX_WORDS:-}: no $split sentence is that short (the" \
+      "shortest has $shortest word(s)): raise EVAL_MAX_WORDS, or unset it for all lengths"
+  fi
   for part in words tags gold; do
     awk 'NR == FNR { chosen[$1] = 1; next } FNR in chosen' "$work/$split.eval.lines" \
       "$work/$split.$part" > "$work/$split.eval.$part"
@@ -106,7 +200,34 @@ if [[ -z ${CHECKPOINT:-} ]]; then
     --max-len "${MAX_LEN:-200}" --seed 1 2> "$work/preprocess.log" \
     || { cat "$work/preprocess.log" >&2; exit 1; }
   grep -E '^(train|valid|test):' "$work/preprocess.log" || true
-  if [[ ${PREPARE_ONLY:-0} == 1 ]]; then echo "run_parser.sh: shards in $shards"; exit 0; fi
+  if [[ ${PREPARE_ONLY:-0} == 1 ]]; then
+    echo "run_parser.sh: shards in $(absolute "$shards")"
+    exit 0
+  fi
+
+  # The options checked before anything is moved (a typo in one moved the earlier run's
+  # checkpoints aside, then the trainer refused it, exit 2: checkpoints/ empty, and one more
+  # DIR.previous.N for each typo). A dry run of the same config and options on the new shards,
+  # checkpoint.dir and metrics in an empty temporary folder, as the real ones are once the
+  # earlier files are moved (beside them a dry run refuses them, as training would).
+  probe=$(mktemp -d)
+  probe_options=()
+  for option in "$@"; do
+    case $option in
+      --checkpoint.dir=*|--train.metrics_dir=*) ;;
+      *) probe_options+=("$option") ;;
+    esac
+  done
+  status=0
+  ${MPIRUN:-} "$build/transformer_hpc" "$config" --checkpoint.dir="$probe/checkpoints" \
+    --train.metrics_dir="$probe" "${probe_options[@]}" --dry-run > "$probe/dry_run.log" 2>&1 ||
+    status=$?
+  if (( status != 0 )); then
+    cat "$probe/dry_run.log" >&2
+    rm -rf "$probe"
+    exit "$status"
+  fi
+  rm -rf "$probe"
 
   # An earlier run's checkpoints and metrics go to a folder of their own, never removed:
   # DIR.previous, or DIR.previous.2, .3, ... when the earlier ones are taken (a third run
@@ -167,7 +288,7 @@ constraints=--tree-constraints
 [[ ${TREE_CONSTRAINTS:-1} == 0 ]] && constraints=
 for split in dev test; do
   "$build/transformer_decode" --checkpoint "$CHECKPOINT" --input "$work/$split.eval.words" \
-    --output "$work/$split.hyp.tree" $constraints
+    --output "$work/$split.hyp.tree" $constraints "${decode_options[@]}"
   "$build/transformer_trees" delinearize --words "$work/$split.eval.words" \
     --tags "$work/$split.eval.tags" --input "$work/$split.hyp.tree" \
     --output "$work/$split.hyp.gold" 2> "$work/$split.delinearize.log"
@@ -178,7 +299,10 @@ for split in dev test; do
   "$build/transformer_evalb" -p "$prm" "$work/$split.eval.gold" "$work/$split.baseline.gold" \
     > "$work/$split.baseline.evalb"
   sentences=$(wc -l < "$work/$split.eval.gold")
+  # One sentence is "1 sentence", and delinearize's count ("1 tree:" too) is cut either way.
+  noun=sentences
+  (( sentences != 1 )) || noun=sentence
   echo "$split: parser F1 $(f_measure "$work/$split.evalb") | right-branching F1" \
-       "$(f_measure "$work/$split.baseline.evalb") | $sentences sentences," \
-       "$(sed 's/^delinearize: [0-9]* trees: //; s/ ->.*//' "$work/$split.delinearize.log")"
+       "$(f_measure "$work/$split.baseline.evalb") | $sentences $noun," \
+       "$(sed -E 's/^delinearize: [0-9]+ trees?: //; s/ ->.*//' "$work/$split.delinearize.log")"
 done

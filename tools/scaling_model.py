@@ -10,16 +10,19 @@ What is measured and what is modelled:
   (the buckets after the first start while backward runs; backward taken as 2/3 of the
   measured step), and the tied embedding's sum, which is final only when backward ends
   and so is always exposed (30% of base's gradient, 18% of big's).
-- not yet measured: the bucket timings on a GPU (issue 52's overlap measurement), the
-  NCCL transport itself (no machine with two GPUs has been lent). When they exist, the
-  constants below are what to replace.
+- measured, and read with --buckets: the bucket schedule on a GPU (issue 52's overlap
+  measurement: one rank's sums through NCCL timed by CUDA events, docs/scaling.md);
+- not yet measured: the NCCL transport between GPUs (no machine with two GPUs has been
+  lent). When it is, the link constants below are what to replace.
 - with --buckets LOG: a measured bucket schedule replaces the 2/3 rule. LOG is a
   transformer_hpc log with dist.log_buckets = true (its last `buckets at step` line: when
   each bucket's sum could start, as a share of the pass's compute, and each bucket's share
   of the gradient); the sums then run one after another, each as soon as it is posted and
   the one before is done, at the modelled link's rate plus COLLECTIVE_LATENCY_S, and what
   ends after the step's compute is exposed. The posting schedule is measured, the
-  transfer modelled.
+  transfer modelled. The shares are applied to --buckets-preset's gradient as they are,
+  so LOG should come from that model: the output says when the log's run trained another
+  parameter count (its `training N parameters` line), or that the log does not say.
 
     python3 tools/scaling_model.py [--results bench/RESULTS.md]   # the tables of docs/scaling.md
     python3 tools/scaling_model.py --buckets run.log [--buckets-preset base]
@@ -54,20 +57,31 @@ def parameters(N, d, f):
     return VOCAB * d + N * (encoder + decoder)
 
 
+def refuse(message):
+    """A bad argument: one line to standard error, exit 2 (as argparse's own), no traceback."""
+    print(message, file=sys.stderr)
+    sys.exit(2)
+
+
 def measured_steps(results_path):
     """{(preset, tokens): (ms, heading)} from the newest line of each in RESULTS.md."""
     steps = {}
     heading = ""
     line_pattern = re.compile(r"^step_vs_torch: device=cuda preset=(\w+) tokens=(\d+) .*?"
                               r"ours_step_ms=([0-9.]+)")
-    with open(results_path, encoding="utf-8") as results:
-        for line in results:
-            if line.startswith("## "):
-                heading = line[3:].strip()
-            match = line_pattern.match(line)
-            if match:
-                key = (match.group(1), int(match.group(2)))
-                steps.setdefault(key, (float(match.group(3)), heading))  # newest first
+    try:
+        with open(results_path, encoding="utf-8") as results:
+            for line in results:
+                if line.startswith("## "):
+                    heading = line[3:].strip()
+                match = line_pattern.match(line)
+                if match:
+                    key = (match.group(1), int(match.group(2)))
+                    steps.setdefault(key, (float(match.group(3)), heading))  # newest first
+    except OSError as error:
+        refuse(f"--results {results_path}: {error.strerror}")
+    except UnicodeDecodeError:
+        refuse(f"--results {results_path}: not UTF-8 text (give bench/RESULTS.md or a copy)")
     return steps
 
 
@@ -90,30 +104,42 @@ def exposed_seconds(comm, step, embedding_share):
 
 
 def bucket_schedule(log_path):
-    """(shares of the gradient, posting times as shares of the pass's compute) from the
-    last `buckets at step` line of a transformer_hpc log (dist.log_buckets = true)."""
+    """(shares of the gradient, posting times as shares of the pass's compute, the
+    parameter count of the run or None) from the last `buckets at step` line of a
+    transformer_hpc log (dist.log_buckets = true) and the `training N parameters` line
+    before it."""
     line_pattern = re.compile(r"^buckets at step \d+ \(ms from [^)]*\): backward done ([0-9.]+), "
                               r"sums done [0-9.]+, exposed [0-9.]+; \d+ buckets "
                               r"\(MiB posted done\):(.*)$")
+    count_pattern = re.compile(r"^training (\d+) parameters ")
     found = None
+    count = found_count = None
     try:
         with open(log_path, encoding="utf-8") as log:
             for line in log:
+                counted = count_pattern.match(line)
+                if counted:
+                    count = int(counted.group(1))
                 match = line_pattern.match(line.strip())
                 if match:
-                    found = match
+                    found, found_count = match, count
     except OSError as error:
-        sys.exit(f"--buckets {log_path}: {error.strerror}")
+        refuse(f"--buckets {log_path}: {error.strerror}")
+    except UnicodeDecodeError:
+        refuse(f"--buckets {log_path}: not UTF-8 text (give transformer_hpc's log)")
+    # One GPU rank times its sums through NCCL (dist.log_buckets), as docs/scaling.md's
+    # schedule was taken; a CPU rank alone has no sums, so there it takes two.
     if found is None:
-        sys.exit(f"--buckets {log_path}: no 'buckets at step' line (run transformer_hpc with "
-                 f"--dist.log_buckets=true on more than one rank)")
+        refuse(f"--buckets {log_path}: no 'buckets at step' line (run transformer_hpc with "
+               f"--dist.log_buckets=true on one GPU, or on more than one rank)")
     backward_done = float(found.group(1))
     buckets = [(float(mib), float(posted)) for mib, posted, _ in
                re.findall(r"\| ([0-9.]+) ([0-9.]+) ([0-9.]+)", found.group(2))]
     total = sum(mib for mib, _ in buckets)
     if not buckets or total <= 0 or backward_done <= 0:
-        sys.exit(f"--buckets {log_path}: its last 'buckets at step' line holds no buckets")
-    return [mib / total for mib, _ in buckets], [posted / backward_done for _, posted in buckets]
+        refuse(f"--buckets {log_path}: its last 'buckets at step' line holds no buckets")
+    return ([mib / total for mib, _ in buckets], [posted / backward_done for _, posted in buckets],
+            found_count)
 
 
 def scheduled_exposed_seconds(gpus, grad_bytes, step, shares, posted):
@@ -124,26 +150,30 @@ def scheduled_exposed_seconds(gpus, grad_bytes, step, shares, posted):
         return 0.0
     free = 0.0
     for share, at in zip(shares, posted):
-        free = max(free, at * step) + allreduce_seconds(gpus, share * grad_bytes) + COLLECTIVE_LATENCY_S
+        free = (max(free, at * step) + allreduce_seconds(gpus, share * grad_bytes)
+                + COLLECTIVE_LATENCY_S)
     return max(0.0, free - step)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     here = os.path.dirname(os.path.abspath(__file__))
-    parser.add_argument("--results", default=os.path.join(here, "..", "bench", "RESULTS.md"))
+    parser.add_argument("--results", help="the measured steps (default: bench/RESULTS.md)")
     parser.add_argument("--buckets", help="a transformer_hpc log with dist.log_buckets = true")
     parser.add_argument("--buckets-preset", default="base", choices=sorted(MODELS),
                         help="the model whose step the measured schedule is applied to")
     args = parser.parse_args()
     schedule = bucket_schedule(args.buckets) if args.buckets else None
-    steps = measured_steps(args.results)
+    # Named as given, or as the document names the default (the output is pasted there).
+    results_name = args.results or "bench/RESULTS.md"
+    steps = measured_steps(args.results or os.path.join(here, "..", "bench", "RESULTS.md"))
     per_rank = BATCH_TOKENS // 8
     for name, shape in MODELS.items():
         if (name, per_rank) not in steps:
-            sys.exit(f"{args.results}: no step_vs_torch line for {name} at tokens={per_rank}")
+            refuse(f"--results {results_name}: no step_vs_torch line for {name} at "
+                   f"tokens={per_rank}")
 
-    print("Measured steps used (bench/RESULTS.md, newest line of each):\n")
+    print(f"Measured steps used ({results_name}, newest line of each):\n")
     print("| preset | tokens a side | ms per step | from |")
     print("|---|---:|---:|---|")
     for (name, tokens), (ms, heading) in sorted(steps.items()):
@@ -172,11 +202,21 @@ def main():
         print()
 
     if schedule:
-        shares, posted = schedule
+        shares, posted, log_count = schedule
         name = args.buckets_preset
         count = parameters(**MODELS[name])
         step = steps[(name, per_rank)][0] / 1e3
         print(f"### {name} with the measured bucket schedule of {args.buckets}\n")
+        # The shares are the log's model's: another model's (tiny.ini's, or base's shape
+        # with a small vocabulary, whose embedding is no 30% of the gradient) is said.
+        if log_count is None:
+            print(f"The log does not say its model (no 'training N parameters' line): the "
+                  f"schedule is taken as {name}'s, {count:,} parameters; it must come from "
+                  f"a run of that model.\n")
+        elif log_count != count:
+            print(f"Note: the log's run trained {log_count:,} parameters, not {name}'s "
+                  f"{count:,}: its schedule is applied to {name}'s gradient as it is "
+                  f"(a log of a {name} run gives {name}'s own).\n")
         print(f"{len(shares)} buckets posted at "
               + ", ".join(f"{at:.2f}" for at in posted)
               + " of the pass's compute (measured); transfers modelled as above, "
@@ -186,7 +226,8 @@ def main():
         for gpus in GPU_COUNTS:
             link = "NVLink 4" if gpus <= GPUS_PER_NODE else f"NDR x{NICS_PER_NODE} per node"
             for dtype, element_bytes in (("fp32", 4), ("bf16", 2)):
-                exposed = scheduled_exposed_seconds(gpus, element_bytes * count, step, shares, posted)
+                exposed = scheduled_exposed_seconds(gpus, element_bytes * count, step, shares,
+                                                    posted)
                 print(f"| {gpus} | {link} | {dtype} | {exposed * 1e3:.2f} | "
                       f"{(step + exposed) * 1e3:.2f} | {step / (step + exposed):.1%} |")
         print()
