@@ -1066,6 +1066,37 @@ TEST(StopSignal, AnnouncedCtrlCSaysWhatItDoes) {
   std::signal(SIGINT, original);
 }
 
+// A Ctrl-C after another stop signal (a scheduler's SIGTERM) says the run is already
+// stopping (before: that it began stopping then, and, the run being done, after the run's
+// own "stopped:" line; a helper's trial).
+TEST(StopSignal, ACtrlCAfterAnotherStopSaysTheRunIsAlreadyStopping) {
+  int pipe_ends[2];
+  ASSERT_EQ(pipe(pipe_ends), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    dup2(pipe_ends[1], STDERR_FILENO);
+    close(pipe_ends[0]);
+    const StopSignalGuard guard;
+    announce_interrupts();
+    std::raise(SIGTERM);
+    std::raise(SIGINT);
+    _exit(stop_requested_by() == SIGTERM ? 0 : 3);  // the stronger request stays
+  }
+  close(pipe_ends[1]);
+  std::string said;
+  char buffer[256];
+  for (ssize_t got; (got = read(pipe_ends[0], buffer, sizeof buffer)) > 0;) {
+    said.append(buffer, static_cast<size_t>(got));
+  }
+  close(pipe_ends[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ(said, "Ctrl-C: already stopping, as a signal before it asked; Ctrl-C again stops "
+                  "at once, without a checkpoint, and loses one being written\n");
+}
+
 // A closed terminal or ssh session (SIGHUP) asks to stop like SIGTERM: before, it killed
 // the trainer with no checkpoint and no message. Started with it ignored (nohup), the run
 // keeps ignoring it.

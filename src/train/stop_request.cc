@@ -102,7 +102,12 @@ extern "C" void record_stop_signal(int signal_number) {
   if (signal_number == SIGINT) {
     g_first_interrupt_ns = monotonic_ns();
     g_interrupted = 1;
-    if (g_announce) {
+    if (g_announce && g_stop_signal.load() != 0) {
+      // A scheduler's or the user's stop came first (before: the line said it began
+      // stopping now, and came after the run's own "stopped:" line when the run was done).
+      say("Ctrl-C: already stopping, as a signal before it asked; Ctrl-C again stops at "
+          "once, without a checkpoint, and loses one being written\n");
+    } else if (g_announce) {
       say("Ctrl-C: stopping cleanly (a step in progress finishes and is saved in a "
           "checkpoint); Ctrl-C again stops at once, without one, and loses one being "
           "written\n");
