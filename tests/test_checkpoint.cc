@@ -1013,6 +1013,30 @@ TEST(StopSignal, SigintAsksToStopOnceASecondOneEndsTheProcessAndAnIgnoredOneStay
   std::signal(SIGINT, original);
 }
 
+// What a forked child running `body` wrote on its standard error, and how it ended
+// (waitpid's status): `body` raises the signals under test, and ends the child itself.
+std::pair<std::string, int> child_standard_error(const std::function<void()>& body) {
+  int pipe_ends[2];
+  if (pipe(pipe_ends) != 0) return {"pipe failed", -1};
+  const pid_t child = fork();
+  if (child == 0) {
+    dup2(pipe_ends[1], STDERR_FILENO);
+    close(pipe_ends[0]);
+    body();
+    _exit(3);
+  }
+  close(pipe_ends[1]);
+  std::string said;
+  char buffer[256];
+  for (ssize_t got; (got = read(pipe_ends[0], buffer, sizeof buffer)) > 0;) {
+    said.append(buffer, static_cast<size_t>(got));
+  }
+  close(pipe_ends[0]);
+  int status = -1;
+  if (child < 0 || waitpid(child, &status, 0) != child) return {said + "(no child)", -1};
+  return {said, status};
+}
+
 // Where the process announces interrupts (rank 0 of transformer_hpc), a first Ctrl-C
 // says at once on stderr that the run stops cleanly, and a second that it stops now
 // without a checkpoint: before, the first seemed to do nothing for as long as a step and
@@ -1029,13 +1053,7 @@ TEST(StopSignal, AnnouncedCtrlCSaysWhatItDoes) {
                                  (".thpc_ctrl_c_" + std::to_string(getpid()) + ".h5.tmp"))
                                     .string();
   std::ofstream(temporary) << "half a checkpoint";
-  int pipe_ends[2];
-  ASSERT_EQ(pipe(pipe_ends), 0);
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    dup2(pipe_ends[1], STDERR_FILENO);
-    close(pipe_ends[0]);
+  const auto [said, status] = child_standard_error([&] {
     const StopSignalGuard guard;
     remove_at_abrupt_stop(lock);
     const RemovedWhenInterrupted being_written(temporary);
@@ -1043,17 +1061,7 @@ TEST(StopSignal, AnnouncedCtrlCSaysWhatItDoes) {
     std::raise(SIGINT);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     std::raise(SIGINT);  // ends the child by SIGINT, after its line
-    _exit(3);
-  }
-  close(pipe_ends[1]);
-  std::string said;
-  char buffer[256];
-  for (ssize_t got; (got = read(pipe_ends[0], buffer, sizeof buffer)) > 0;) {
-    said.append(buffer, static_cast<size_t>(got));
-  }
-  close(pipe_ends[0]);
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
+  });
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) << status;
   EXPECT_EQ(said,
             "Ctrl-C: stopping cleanly (a step in progress finishes and is saved in a checkpoint); "
@@ -1070,28 +1078,13 @@ TEST(StopSignal, AnnouncedCtrlCSaysWhatItDoes) {
 // stopping (before: that it began stopping then, and, the run being done, after the run's
 // own "stopped:" line; a helper's trial).
 TEST(StopSignal, ACtrlCAfterAnotherStopSaysTheRunIsAlreadyStopping) {
-  int pipe_ends[2];
-  ASSERT_EQ(pipe(pipe_ends), 0);
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    dup2(pipe_ends[1], STDERR_FILENO);
-    close(pipe_ends[0]);
+  const auto [said, status] = child_standard_error([] {
     const StopSignalGuard guard;
     announce_interrupts();
     std::raise(SIGTERM);
     std::raise(SIGINT);
-    _exit(stop_requested_by() == SIGTERM ? 0 : 3);  // the stronger request stays
-  }
-  close(pipe_ends[1]);
-  std::string said;
-  char buffer[256];
-  for (ssize_t got; (got = read(pipe_ends[0], buffer, sizeof buffer)) > 0;) {
-    said.append(buffer, static_cast<size_t>(got));
-  }
-  close(pipe_ends[0]);
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
+    _exit(stop_requested_by() == SIGTERM ? 0 : 4);  // the stronger request stays
+  });
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   EXPECT_EQ(said, "Ctrl-C: already stopping, as a signal before it asked; Ctrl-C again stops "
                   "at once, without a checkpoint, and loses one being written\n");
