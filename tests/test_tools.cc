@@ -386,6 +386,8 @@ TEST(Tools, DataStatsSizesOutOfRangeAreUsageErrors) {
   for (const std::string arguments :
        {"/nonexistent --ranks 0", "/nonexistent --accumulate 0", "/nonexistent --tokens-per-step 0",
         "/nonexistent --tokens-per-step -5", "/nonexistent --epochs -1",
+        // (read for minutes, its memory growing, before: a helper's trial)
+        "/nonexistent --epochs 1000000000",
         "/nonexistent --memory-mb 0", "/nonexistent --tokens-per-step 3 --ranks 2 --accumulate 2",
         "/nonexistent --max-positions 1"}) {
     expect_one_line_failure(stats, arguments, 2, "transformer_data_stats: ", {"(see --help)"});

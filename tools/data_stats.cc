@@ -155,6 +155,15 @@ int main(int argc, char** argv) {
     require_at_least("--ranks", arguments.ranks, 1);
     require_at_least("--accumulate", arguments.accumulate, 1);
     require_at_least("--epochs", arguments.epochs, 1);
+    // Each epoch's batch shapes are kept for the graphs' schedule: --epochs 1000000000 read
+    // for minutes without a word while its memory grew (a helper's trial). The shapes come
+    // back epoch after epoch, so a few tell what many would.
+    constexpr int kMostEpochs = 1000;
+    if (arguments.epochs > kMostEpochs) {
+      THPC_FAIL("--epochs must be <= " << kMostEpochs << " (each epoch is read and its batch "
+                << "shapes kept; they repeat from one epoch to the next), got "
+                << arguments.epochs);
+    }
     require_at_least("--memory-mb", arguments.memory_mb, 1);
     require_at_least("--max-positions", arguments.max_positions, 2);
     if (arguments.tokens_per_step < int64_t{arguments.ranks} * arguments.accumulate) {
