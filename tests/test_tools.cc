@@ -195,6 +195,8 @@ TEST(Tools, ACompressedOrHdf5TextInputIsSaidAsSuch) {
   std::ofstream(h5, std::ios::binary) << std::string(512, 'c')
                                       << std::string("\x89HDF\r\n\x1a\n", 8)
                                       << std::string(100, '\0');
+  const std::string utf16 = (dir / "windows.txt").string();
+  std::ofstream(utf16, std::ios::binary) << std::string("\xff\xfe" "a\0 \0b\0\n\0", 10);
   const std::string text = (dir / "plain.txt").string();
   std::ofstream(text) << "BZh is how this sentence begins .\n";
   const std::string bin = binary_dir() + "/";
@@ -209,6 +211,9 @@ TEST(Tools, ACompressedOrHdf5TextInputIsSaidAsSuch) {
       {bin + "transformer_score " + h5 + " -i " + text, h5, hdf5_is},
       {bin + "transformer_score " + text + " -i " + xz, xz,
        "is xz-compressed, not text: decompress it first (unxz -k " + xz + ")"},
+      {bin + "transformer_score " + utf16 + " -i " + text, utf16,
+       "is UTF-16 text (its byte-order mark), not UTF-8: convert it first (iconv -f UTF-16 -t "
+       "UTF-8 " + utf16 + " > NEW)"},
       {bin + "transformer_evalb " + gz + " " + text, gz,
        "is gzip-compressed, not text (the gold file): decompress it first (gunzip -k " + gz +
            ")"},
@@ -226,7 +231,7 @@ TEST(Tools, ACompressedOrHdf5TextInputIsSaidAsSuch) {
     EXPECT_EQ(result.exit_code, 1) << c.command << "\n" << result.output;
     EXPECT_NE(result.output.find(c.file + ": " + c.is), std::string::npos)
         << c.command << "\n" << result.output;
-    EXPECT_EQ(result.output.find("iconv"), std::string::npos) << result.output;
+    EXPECT_EQ(result.output.find("LATIN1"), std::string::npos) << result.output;
   }
   const ProcessResult plain = run_process(bin + "transformer_score " + text + " -i " + text);
   EXPECT_EQ(plain.exit_code, 0) << plain.output;

@@ -71,6 +71,12 @@ std::string binary_format_problem(const std::string& head, const std::string& pa
            std::string(format.decompress) + " " + path + ")";
   }
   if (begins_as_checkpoint(head)) return "is a checkpoint, not text: give the text file";
+  // UTF-16 text (Windows' "Unicode"), told by its byte-order mark: its NULs and bytes past
+  // ASCII were said as a NUL byte to repair or as Latin-1 to convert.
+  if (starts(std::string_view("\xff\xfe", 2)) || starts(std::string_view("\xfe\xff", 2))) {
+    return "is UTF-16 text (its byte-order mark), not UTF-8: convert it first (iconv -f "
+           "UTF-16 -t UTF-8 " + path + " > NEW)";
+  }
   if (begins_as_hdf5(head)) {
     return "is an HDF5 file (a checkpoint or a data shard?), not text: give the text file";
   }

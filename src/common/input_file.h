@@ -22,7 +22,8 @@ std::ifstream open_input_file(const std::string& path, const std::string& what);
 // open_input_file for a file of text lines (sentences, trees, a parameter file): a regular
 // file in a binary format that text tools are given by mistake is refused, saying what it
 // is and what to do: "PATH: is gzip-compressed, not text (WHAT): decompress it first
-// (gunzip -k PATH)"; also bzip2, xz, zstd, zip and HDF5 (a checkpoint or a data shard).
+// (gunzip -k PATH)"; also bzip2, xz, zstd, zip, a checkpoint, HDF5 (a data shard?) and
+// UTF-16 text.
 // Before: its first byte past ASCII read as "invalid UTF-8 ... iconv -f LATIN1", which
 // would not help. (Pipes and devices are not looked into: what was read would be lost.)
 std::ifstream open_text_file(const std::string& path, const std::string& what);
