@@ -2,17 +2,18 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "common/error.h"
 #include "common/input_file.h"
+#include "common/whole_number.h"
 
 namespace thpc::parse {
 namespace {
@@ -491,16 +492,13 @@ EvalbParameters read_evalb_parameters(const std::string& path, std::ostream& war
     }
     // EVALB reads its numbers with atoi: "-5" or "abc" became a cutoff of -5 or 0, which
     // the command line's -c refuses. A whole number >= 0, or the file is refused.
-    auto whole_number = [&](const char* what) {
-      char* end = nullptr;
-      errno = 0;
-      const long number_read = std::strtol(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0' || errno != 0 || number_read < 0 ||
-          number_read > std::numeric_limits<int>::max()) {
+    auto number_of = [&](const char* what) {
+      const std::optional<uint64_t> number_read = whole_number(value);
+      if (!number_read || *number_read > static_cast<uint64_t>(std::numeric_limits<int>::max())) {
         THPC_FAIL(where << what << " " << quoted(value) << ": expected a whole number >= 0 "
                         << "(the EVALB parameter file)");
       }
-      return static_cast<int>(number_read);
+      return static_cast<int>(*number_read);
     };
     auto pair_of = [&](const char* what) -> std::pair<std::string, std::string> {
       std::istringstream fields(value);
@@ -512,13 +510,13 @@ EvalbParameters read_evalb_parameters(const std::string& path, std::ostream& war
       return {first, second};
     };
     if (key == "DEBUG") {
-      parameters.debug = whole_number("DEBUG");
+      parameters.debug = number_of("DEBUG");
     } else if (key == "MAX_ERROR") {
-      parameters.max_error = whole_number("MAX_ERROR");
+      parameters.max_error = number_of("MAX_ERROR");
     } else if (key == "CUTOFF_LEN") {
-      parameters.cutoff_length = whole_number("CUTOFF_LEN");
+      parameters.cutoff_length = number_of("CUTOFF_LEN");
     } else if (key == "LABELED") {
-      parameters.labeled = whole_number("LABELED") != 0;
+      parameters.labeled = number_of("LABELED") != 0;
     } else if (key == "DELETE_LABEL") {
       parameters.delete_labels.push_back(value);
     } else if (key == "DELETE_LABEL_FOR_LENGTH") {
