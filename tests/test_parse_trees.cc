@@ -280,7 +280,7 @@ TEST(Trees, CommandLineTakesTheOtherToolsForms) {
                 prefix + ".gold",
             "--input belongs to delinearize, not baseline"},
            {" delinearize --leaves XX --words " + mrg + " --tags " + mrg + " --output " + prefix,
-            "--leaves belongs to linearize"}}) {
+            "--leaves belongs to linearize, not delinearize"}}) {
     const auto elsewhere = run_process(kTrees + arguments);
     EXPECT_EQ(elsewhere.exit_code, 2) << elsewhere.output;
     EXPECT_NE(elsewhere.output.find("transformer_trees: " + said + " (see --help)"),

@@ -129,7 +129,6 @@ CommandLine parse_command_line(int argc, char** argv) {
               << command.command << "'");
   }
   if (command.output.empty()) THPC_FAIL(command.command << " needs --output");
-  const bool leaves_given = !values["leaves"].defaulted();
   // "-" is a standard stream where one file is: delinearize's and baseline's --output,
   // delinearize's --input (before: a file named "-", written in the working directory
   // while the output check took it for standard output).
@@ -146,13 +145,15 @@ CommandLine parse_command_line(int argc, char** argv) {
   if (command.input_path == "-") command.input_path.clear();  // standard input
   // An option of another command was read by none (before: accepted, exit 0, as --leaves
   // was not: `baseline --input P.tree` ran as if it were not there).
+  const bool linearizes = command.command == "linearize";
   const bool delinearizes = command.command == "delinearize";
   for (const auto& [option, belongs, commands] :
-       {std::tuple<const char*, bool, const char*>{
-            "words", delinearizes || command.command == "baseline", "delinearize and baseline"},
-        {"tags", delinearizes || command.command == "baseline", "delinearize and baseline"},
+       {std::tuple<const char*, bool, const char*>{"leaves", linearizes, "linearize"},
+        {"words", !linearizes, "delinearize and baseline"},
+        {"tags", !linearizes, "delinearize and baseline"},
         {"input", delinearizes, "delinearize"}}) {
-    if (values.count(option) > 0 && !belongs) {
+    // (given, not a default: --leaves has one)
+    if (values.count(option) > 0 && !values[option].defaulted() && !belongs) {
       THPC_FAIL("--" << option << " belongs to " << commands << ", not " << command.command);
     }
   }
@@ -167,7 +168,6 @@ CommandLine parse_command_line(int argc, char** argv) {
       THPC_FAIL("--leaves: " << error.what());
     }
   } else {
-    if (leaves_given) THPC_FAIL("--leaves belongs to linearize");
     if (command.words_path.empty() || command.tags_path.empty()) {
       THPC_FAIL(command.command << " needs --words and --tags");
     }
