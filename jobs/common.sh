@@ -694,19 +694,10 @@ thpc_train_averaged() {
       "phase 2 not started after $thpc_stop_signal; $(thpc_continue_with) continues it"
     return $?
   fi
-  # One checkpoint.keep more than the window in phase 2 (unless the options set it): a
-  # requeue's stop checkpoint between the window's steps is not averaged, but the newest
-  # one is kept (the last known good), and with keep = LAST (base.ini 5, big.ini 20) it
-  # pruned the window's oldest step. Older stop checkpoints go before the window's steps
-  # (the trainer prunes off-schedule checkpoints first), however many requeues came.
-  local keep=()
-  if ! thpc_given checkpoint.keep "$@"; then
-    local configured
-    configured=$(thpc_config_value checkpoint.keep "$config") || configured=5
-    (( ${configured:-5} > last )) || keep=("--checkpoint.keep=$(( last + 1 ))")
-  fi
-  # (${keep[@]+...}: an empty array is "unbound" under set -u to bash before 4.4, EL7's.)
+  # checkpoint.keep = LAST (base.ini 5, big.ini 20) holds the window however many requeues
+  # came: the trainer prunes a stop checkpoint between its steps before them, and does not
+  # count the one it keeps as the last known good (until 2026-12-06 it did, and phase 2
+  # set keep = LAST + 1 to save the window's oldest step).
   thpc_train "$config" "--train.max_steps=$max_steps" --checkpoint.minutes=0 \
-    "--checkpoint.every_steps=$every" "--checkpoint.average_last=$last" \
-    ${keep[@]+"${keep[@]}"} "$@"
+    "--checkpoint.every_steps=$every" "--checkpoint.average_last=$last" "$@"
 }

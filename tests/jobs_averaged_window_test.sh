@@ -26,7 +26,8 @@
 #   a run that had ended on its own when a stop came, 20. with an empty
 #   train.metrics_dir too (checkpoint.dir's); 23. after phase 1, outside a batch job,
 #   phase 2's not starting is said; 24. SIGHUP stops the job as the others do, and the
-#   advice to continue names a checkpoint.dir of the options'.
+#   advice to continue names a checkpoint.dir of the options'; 25. a requeue inside the
+#   window keeps all of it with checkpoint.keep = the window.
 #
 #   tests/jobs_averaged_window_test.sh SOURCE_DIR BINARY_DIR      (ctest runs it)
 source "$(dirname "${BASH_SOURCE[0]}")/shell_test_lib.sh" "$@" || exit 1
@@ -396,4 +397,27 @@ grep -q "^thpc: HUP received before the trainer started; not started" <<< "$hup"
   fail "the SIGHUP before the launch was not said: $hup"
 grep -qF "THPC_RUN_NAME=hup with --checkpoint.dir=$(printf '%q' "$tmp/own ck") continues it" \
   <<< "$hup" || fail "the advice to continue does not name the options' checkpoint.dir: $hup"
+# 25. A requeue inside phase 2's window with checkpoint.keep = the window (base.ini's 5 and
+# 5, big.ini's 20 and 20): the stop checkpoint at 65, kept as the last known good, pruned
+# step 40 when the run went on (the script set keep = LAST + 1 for it until 2026-12-06).
+# Each job its own shell, as each requeue is.
+export THPC_RUN_NAME=requeued
+for stop in 65 ""; do
+  (source "$source_dir/jobs/common.sh" && THPC_TEST_STOP_AT_STEP=$stop \
+     thpc_train_averaged input/tiny.ini 70 3 20 "${options[@]}") > "$tmp/requeued.log" 2>&1 ||
+    { cat "$tmp/requeued.log"; fail "runs/requeued (stop at '$stop') failed"; }
+done
+requeued=$tmp/runs/requeued/checkpoints
+kept=$(cd "$requeued" && ls step_*.h5 | tr '\n' ' ')
+[ "$kept" = "step_00000040.h5 step_00000060.h5 step_00000065.h5 step_00000070.h5 " ] ||
+  fail "step checkpoints kept after a requeue at 65: '$kept', expected 40, 60, 65 and 70"
+expect_in_log requeued "^average of the last 3 checkpoints written to $requeued/average_last3.h5" \
+  "the requeued run's average was not of 3 checkpoints"
+[ "$(digest_of "$tmp/requeued.log")" = "$two_phase" ] ||
+  fail "the requeued run ended at other parameters than the uninterrupted one"
+if command -v h5dump >/dev/null; then
+  uninterrupted=$(params_digest "$dir/average_last3.h5")
+  [ "$(params_digest "$requeued/average_last3.h5")" = "$uninterrupted" ] ||
+    fail "the requeued run's average_last3.h5 is not the uninterrupted run's"
+fi
 echo "PASSED"

@@ -1243,17 +1243,29 @@ TEST_F(CheckpointTest, KeepsTheLastKAndAveragesTheLastN) {
   // A checkpoint off a schedule by steps alone (a stop signal's at step 9, resumed to the
   // end, as a requeued job's) is no point of the window: steps 6, 8 and 10 are averaged
   // (before: 8, 9 and 10, and jobs/common.sh's paper window held the stop's step). With
-  // checkpoints by time too, any is one of the schedule: 8, 9 and 10.
+  // checkpoints by time too, any is one of the schedule: 8, 9 and 10. checkpoint.keep =
+  // average_last is enough: the stop's checkpoint, kept as the last known good, is not
+  // counted (before, step 6 was pruned and the window held 8 and 10 alone).
   for (const char* minutes : {"checkpoint.minutes=0", "checkpoint.minutes=10"}) {
     const std::string dir = path(std::string("stopped_") + (minutes[19] == '0' ? "0" : "10"));
     Trainer(small_config(dir, {"train.max_steps=9", "checkpoint.every_steps=2", minutes,
-                               "checkpoint.keep=4", "checkpoint.average_last=0"}))
+                               "checkpoint.keep=3", "checkpoint.average_last=0"}))
         .run(log);
     ASSERT_TRUE(fs::exists(dir + "/step_00000009.h5")) << log.str();
     Trainer(small_config(dir, {"train.max_steps=10", "checkpoint.every_steps=2", minutes,
-                               "checkpoint.keep=4", "checkpoint.average_last=3",
+                               "checkpoint.keep=3", "checkpoint.average_last=3",
                                "checkpoint.resume=auto"}))
         .run(log);
+    std::vector<std::string> kept_files;
+    for (const std::string& file : list_checkpoints(dir)) {
+      kept_files.push_back(fs::path(file).filename().string());
+    }
+    EXPECT_EQ(kept_files, minutes[19] == '0'
+                              ? (std::vector<std::string>{"step_00000006.h5", "step_00000008.h5",
+                                                          "step_00000009.h5", "step_00000010.h5"})
+                              : (std::vector<std::string>{"step_00000008.h5", "step_00000009.h5",
+                                                          "step_00000010.h5"}))
+        << minutes;
     const Checkpoint window =
         read_checkpoint(dir + "/average_last3.h5", CheckpointParts::ParamsOnly);
     const bool by_steps = minutes[19] == '0';
@@ -1320,9 +1332,10 @@ TEST_F(CheckpointTest, PruningNeverDeletesTheOneJustWritten) {
 }
 
 // A schedule by steps alone (every 20): the stop checkpoints of two requeues inside the
-// averaged window (45, 65) go before a step of the schedule, so that keep = the window + 1
-// still holds its steps (jobs/common.sh's phase 2; before, the oldest went first and the
-// second requeue pruned one of them). The newest and the one before it stay as always.
+// averaged window (45, 65) go before a step of the schedule, so that the window's steps
+// stay (jobs/common.sh's phase 2; before, the oldest went first and the second requeue
+// pruned one of them). The newest and the one before it stay as always; that one, 85, is
+// off the schedule and not counted in keep (before, keep = 5 held 4 of the schedule's).
 TEST_F(CheckpointTest, PruningBySchedulePassesOverStopCheckpointsFirst) {
   for (int64_t step : {20, 40, 45, 60, 65, 80, 85, 100}) {
     write_checkpoint(path(checkpoint_file_name(step)), constant_checkpoint(1.0f, step, "arch"));
@@ -1330,15 +1343,21 @@ TEST_F(CheckpointTest, PruningBySchedulePassesOverStopCheckpointsFirst) {
   std::vector<std::string> deleted =
       prune_checkpoints(directory_.string(), 5, path(checkpoint_file_name(100)), 20);
   EXPECT_EQ(deleted, (std::vector<std::string>{path(checkpoint_file_name(45)),
-                                               path(checkpoint_file_name(65)),
-                                               path(checkpoint_file_name(20))}));
-  // The window's steps 60, 80, 100 and 40 kept, with 85 (the one before the newest).
-  for (int64_t step : {40, 60, 80, 85, 100}) {
+                                               path(checkpoint_file_name(65))}));
+  // The schedule's last five, 20 to 100, kept, with 85 (the one before the newest).
+  for (int64_t step : {20, 40, 60, 80, 85, 100}) {
     EXPECT_TRUE(fs::exists(path(checkpoint_file_name(step)))) << step;
   }
-  // Without a schedule, oldest first, as before.
-  deleted = prune_checkpoints(directory_.string(), 4, path(checkpoint_file_name(100)));
-  EXPECT_EQ(deleted, std::vector<std::string>{path(checkpoint_file_name(40))});
+  // Once a step of the schedule follows it, 85 goes first, then the schedule's oldest.
+  write_checkpoint(path(checkpoint_file_name(120)), constant_checkpoint(1.0f, 120, "arch"));
+  deleted = prune_checkpoints(directory_.string(), 5, path(checkpoint_file_name(120)), 20);
+  EXPECT_EQ(deleted, (std::vector<std::string>{path(checkpoint_file_name(85)),
+                                               path(checkpoint_file_name(20))}));
+  // Without a schedule, oldest first, each counted, as before.
+  write_checkpoint(path(checkpoint_file_name(125)), constant_checkpoint(1.0f, 125, "arch"));
+  deleted = prune_checkpoints(directory_.string(), 4, path(checkpoint_file_name(125)));
+  EXPECT_EQ(deleted, (std::vector<std::string>{path(checkpoint_file_name(40)),
+                                               path(checkpoint_file_name(60))}));
 }
 
 TEST_F(CheckpointTest, AFailedWriteLeavesNoFileBehind) {

@@ -228,6 +228,10 @@ std::vector<std::string> prune_checkpoints(const std::string& dir, int keep,
                    summaries.rend(), [](const CheckpointSummary& summary) {
                      return summary.state == CheckpointState::Healthy;
                    });
+  const auto must_stay = [&](const CheckpointSummary& summary) {
+    const auto is = [&](auto found) { return found != summaries.rend() && &summary == &*found; };
+    return is(newest_healthy) || is(known_good) || is_protected(summary);
+  };
   // Deletion order: diverged and superseded, oldest first, then healthy, oldest first, of
   // these those off a schedule by steps before those on it.
   const auto rank = [&](const CheckpointSummary& summary) {
@@ -238,14 +242,20 @@ std::vector<std::string> prune_checkpoints(const std::string& dir, int keep,
   for (const int wanted : {0, 1, 2}) {
     for (const CheckpointSummary& summary : summaries) {
       if (rank(summary) != wanted) continue;
-      if (newest_healthy != summaries.rend() && &summary == &*newest_healthy) continue;
-      if (known_good != summaries.rend() && &summary == &*known_good) continue;
-      if (is_protected(summary)) continue;
-      candidates.push_back(&summary);
+      if (!must_stay(summary)) candidates.push_back(&summary);
     }
   }
+  // A checkpoint off a schedule by steps (a stop signal's) that has to stay, the newest or
+  // the last known good, is not one of the schedule's `keep`: counted, it pushed the
+  // averaged window's oldest step out when keep = average_last (a requeued job's stop
+  // inside the window of the run's last N: average_lastN.h5 averaged N - 1). Once a newer
+  // step stands in for it, it goes first.
+  const auto counts_against_keep = [&](const CheckpointSummary& summary) {
+    return !(rank(summary) == 1 && must_stay(summary));
+  };
   std::vector<std::string> deleted;
-  size_t remaining = summaries.size();
+  size_t remaining = static_cast<size_t>(
+      std::count_if(summaries.begin(), summaries.end(), counts_against_keep));
   for (const CheckpointSummary* candidate : candidates) {
     if (remaining <= static_cast<size_t>(keep)) break;
     if (fs::remove(candidate->path, error)) {

@@ -87,8 +87,9 @@ std::string move_aside_corrupt(const std::string& path);
 // written), never the newest healthy one, and never the newest healthy one older than
 // `protected_path`: the next step's loss judges the parameters just written, and may
 // mark them diverged, so the one before them is the run's last checkpoint known good (with
-// keep = 1 two files stay). A run that diverges keeps a checkpoint to resume from.
-// Returns the deleted paths.
+// keep = 1 two files stay). A run that diverges keeps a checkpoint to resume from. An
+// off-schedule one that stays for those reasons is not counted in `keep`: the schedule's
+// last `keep` stay beside it. Returns the deleted paths.
 std::vector<std::string> prune_checkpoints(const std::string& dir, int keep,
                                            const std::string& protected_path,
                                            int64_t every_steps = 0);
