@@ -6,12 +6,14 @@
 // nothing is downloaded.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <regex>
 #include <set>
@@ -433,6 +435,67 @@ TEST_F(RunOutputs, AMetricsFileRemovedDuringTheRunIsMadeAgain) {
     event_files += entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
   }
   EXPECT_EQ(event_files, 1);
+}
+
+// The files replaced under their names while the run writes them (moved away and made
+// again: a log rotation, a copy put back): the records went on into the files moved away,
+// or unlinked and lost, without a word (the check looked at the names, not the files; a
+// helper's trial). The names' new files take the records, with a warning each; a named
+// pipe put there (whose open waits for a reader for ever) ends the records instead.
+TEST_F(RunOutputs, AMetricsFileReplacedDuringTheRunIsTakenForAnother) {
+  const fs::path dir = root_ / "replaced";
+  fs::create_directories(dir);
+  const fs::path metrics_path = dir / "metrics.jsonl";
+  MetricsFile metrics(metrics_path.string());
+  std::ostringstream log;
+  metrics.warn_on(log);
+  const std::vector<LogField> fields = {{"loss", "loss", 2.5, "2.5"}};
+  metrics.write("train", 1, 0.5, fields);
+  std::string events_path;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("events.out.tfevents.", 0) == 0) events_path = entry.path().string();
+  }
+  ASSERT_FALSE(events_path.empty());
+  fs::rename(metrics_path, dir / "rotated.jsonl");
+  std::ofstream(metrics_path).close();  // an empty file: a run's records may go in
+  fs::rename(events_path, dir / "rotated.tfevents");
+  std::ofstream(events_path) << "someone's";
+  metrics.write("train", 2, 1.0, fields);
+  std::vector<std::string> records = lines_of(read_file(metrics_path));
+  ASSERT_EQ(records.size(), 1u) << log.str();
+  EXPECT_NE(records[0].find("\"step\": 2,"), std::string::npos) << records[0];
+  EXPECT_EQ(lines_of(read_file(dir / "rotated.jsonl")).size(), 1u);
+  EXPECT_EQ(read_file(events_path), "someone's");
+  std::vector<std::string> warnings = lines_of(log.str());
+  ASSERT_EQ(warnings.size(), 2u) << log.str();
+  EXPECT_EQ(warnings[0], "warning: the metrics file " + metrics_path.string() +
+                             " had been replaced by another file (moved away or deleted, and "
+                             "made again, while the run wrote it?): the records from step 2 "
+                             "on are appended to that file; those before are not in it");
+  EXPECT_EQ(warnings[1].rfind("warning: the TensorBoard event file " + events_path +
+                                  " had been replaced by another file",
+                              0),
+            0u)
+      << warnings[1];
+  int event_files = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    event_files += entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  }
+  EXPECT_EQ(event_files, 2);  // someone's, and the run's new one
+
+  // A named pipe in the metrics file's place: the records end (before: the next record's
+  // open would have waited on it for ever).
+  fs::remove(metrics_path);
+  ASSERT_EQ(mkfifo(metrics_path.c_str(), 0644), 0);
+  metrics.write("train", 3, 1.5, fields);
+  metrics.write("train", 4, 2.0, fields);
+  warnings = lines_of(log.str());
+  ASSERT_EQ(warnings.size(), 3u) << log.str();
+  EXPECT_EQ(warnings[2], "warning: the metrics file " + metrics_path.string() +
+                             " was replaced by a named pipe while the run wrote it: move it "
+                             "away; training goes on without its records from step 3 on (the "
+                             "checkpoints and this log keep the run; resume to record again)");
 }
 
 // The summary record says how the run ended, which no number in it tells: a job script

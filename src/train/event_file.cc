@@ -1,5 +1,6 @@
 #include "train/event_file.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/crc.hpp>
@@ -67,14 +68,29 @@ bool event_file_records_no_value(const std::string& path) {
   return !error && first < size && size == 8 + 4 + first + 4;
 }
 
+FileAtPath file_at_path(const std::string& path) {
+  struct stat status {};
+  if (::stat(path.c_str(), &status) != 0) return {};
+  return {static_cast<uint64_t>(status.st_dev), static_cast<uint64_t>(status.st_ino)};
+}
+
 EventFile::EventFile(const std::string& dir) {
   const double now = std::chrono::duration<double>(
                          std::chrono::system_clock::now().time_since_epoch())
                          .count();
-  path_ = (std::filesystem::path(dir) /
-           (kEventFilePrefix + std::to_string(static_cast<int64_t>(now)) + "." +
-            event_file_host() + "." + std::to_string(::getpid())))
-              .string();
+  const std::string name = (std::filesystem::path(dir) /
+                            (kEventFilePrefix + std::to_string(static_cast<int64_t>(now)) +
+                             "." + event_file_host() + "." + std::to_string(::getpid())))
+                               .string();
+  // Never another's file: the name of a file this run made and someone replaced (by a
+  // named pipe, whose open would wait for a reader for ever) is not opened again.
+  const auto taken = [](const std::string& path) {
+    std::error_code error;  // (one it cannot look at is left to the open to say)
+    const auto type = std::filesystem::symlink_status(path, error).type();
+    return type != std::filesystem::file_type::not_found && !error;
+  };
+  path_ = name;
+  for (int suffix = 1; taken(path_); ++suffix) path_ = name + "." + std::to_string(suffix);
   // libsentencepiece exports a protobuf runtime of its own (3.14); a link that binds our
   // generated code to it would crash in the first serialization: this says why instead.
   GOOGLE_PROTOBUF_VERIFY_VERSION;
@@ -83,6 +99,7 @@ EventFile::EventFile(const std::string& dir) {
     THPC_FAIL("cannot open the TensorBoard event file " << path_ << " for appending ("
                                                         << std::strerror(errno) << ")");
   }
+  opened_ = file_at_path(path_);
   tensorboard::Event event;
   event.set_wall_time(now);
   event.set_file_version("brain.Event:2");

@@ -36,14 +36,31 @@ using TaggedScalar = std::pair<std::string, double>;
 // run that recorded no value (false when it cannot be read).
 bool event_file_records_no_value(const std::string& path);
 
+// Which file `path` names now, by device and inode ({0, 0} when it names none): a file
+// moved away or deleted and made again under the same name is another file, which a
+// writer holding the first open must not take for its own.
+struct FileAtPath {
+  uint64_t device = 0;
+  uint64_t inode = 0;
+  bool operator==(const FileAtPath& other) const {
+    return device == other.device && inode == other.inode;
+  }
+  bool operator!=(const FileAtPath& other) const { return !(*this == other); }
+};
+FileAtPath file_at_path(const std::string& path);
+
 class EventFile {
  public:
   EventFile() = default;
   // Opens the file in the existing directory `dir` for appending and writes the
-  // file_version record; a failure throws naming the file.
+  // file_version record; a failure throws naming the file. Its name is new: when it is
+  // taken (a file made again within the second of the first, whose name is the same), a
+  // suffix .1, .2, ... follows.
   explicit EventFile(const std::string& dir);
 
   const std::string& path() const { return path_; }
+  // The file it opened (file_at_path of path() then).
+  const FileAtPath& opened() const { return opened_; }
 
   // One Event at `step` and `wall_time` (Unix seconds) with a Summary value per scalar.
   // TensorBoard stores a scalar as a 32-bit float, so each value is rounded to float; a
@@ -55,6 +72,7 @@ class EventFile {
 
   std::string path_;
   std::ofstream file_;
+  FileAtPath opened_;
 };
 
 }  // namespace thpc

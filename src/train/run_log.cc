@@ -215,6 +215,7 @@ MetricsFile::MetricsFile(const std::string& path) : path_(path) {
                                               << (error ? error.message() : std::strerror(errno))
                                               << "; train.metrics_dir chooses its directory)");
   }
+  opened_ = file_at_path(path);
   events_ = EventFile(parent.empty() ? "." : parent.string());
 }
 
@@ -234,7 +235,7 @@ void MetricsFile::write(const std::string& kind, int64_t step, double wall_s,
   }
   for (const auto& [key, text] : texts) record << ", \"" << key << "\": " << json_string(text);
   record << "}\n";
-  reopen_if_removed(step);
+  reopen_if_replaced(step);
   if (!file_.is_open()) return;
   // A record that cannot be written (a full disk or quota, a permission taken away) costs
   // the records, not the run: the run said "(disk full?)" and ended, without a checkpoint
@@ -263,53 +264,95 @@ void MetricsFile::append(const std::string& record) {
   }
 }
 
-void MetricsFile::reopen_if_removed(int64_t step) {
+void MetricsFile::reopen_if_replaced(int64_t step) {
   namespace fs = std::filesystem;
-  std::error_code error;
-  const bool metrics_gone = !fs::exists(path_, error) && !error;
-  const bool events_gone = !events_.path().empty() && !fs::exists(events_.path(), error) && !error;
-  if (!metrics_gone && !events_gone) return;
+  // What each name holds now: nothing (removed: its directory deleted or cleaned), the
+  // file this run opened, or another (moved away and made again, replaced by a rename).
+  enum class Now { Same, Removed, Replaced };
+  const auto now_at = [](const std::string& path, const FileAtPath& opened) {
+    std::error_code error;
+    const auto type = fs::symlink_status(path, error).type();
+    if (type == fs::file_type::not_found) return Now::Removed;  // (error set, or not)
+    if (error) return Now::Same;  // (a name it cannot look at: the write says what fails)
+    return file_at_path(path) == opened ? Now::Same : Now::Replaced;
+  };
+  const Now metrics = now_at(path_, opened_);
+  const Now events = events_.path().empty() ? Now::Same : now_at(events_.path(), events_.opened());
+  if (metrics == Now::Same && events == Now::Same) return;
+  if (metrics == Now::Replaced) {
+    // Appended to only when it is a file a run's records may go into (open would wait on a
+    // named pipe for a reader for ever, and someone's text is not ours to append to).
+    std::error_code error;
+    const fs::file_type type = fs::status(path_, error).type();
+    const std::string what =
+        type == fs::file_type::fifo        ? "a named pipe"
+        : type == fs::file_type::directory ? "a directory"
+        : type == fs::file_type::socket    ? "a socket"
+        : type == fs::file_type::not_found ? "a symbolic link to nothing"
+        : type != fs::file_type::regular   ? ""  // (/dev/null through a link takes records)
+        : !is_metrics_file(path_)          ? "a file that is not a run's metrics file"
+                                           : "";
+    if (!what.empty()) {
+      give_up("the metrics file " + path_ + " was replaced by " + what + " while the run "
+              "wrote it", step, "move it away");
+      return;
+    }
+  }
   const fs::path parent = fs::path(path_).parent_path();
+  const std::string old_events = events_.path();
   try {
+    std::error_code error;
     if (!parent.empty()) fs::create_directories(parent, error);
-    if (metrics_gone) {
+    if (metrics != Now::Same) {
       file_.close();
       file_.open(path_, std::ios::app);
       if (!file_) {
         THPC_FAIL("cannot open the metrics file " << path_ << " again ("
                                                   << std::strerror(errno) << ")");
       }
+      opened_ = file_at_path(path_);
     }
-    if (events_gone) events_ = EventFile(parent.empty() ? "." : parent.string());
+    if (events != Now::Same) events_ = EventFile(parent.empty() ? "." : parent.string());
   } catch (const Error& e) {
     give_up(e.what(), step);
     return;
   }
   if (warnings_ == nullptr) return;
-  // (the old event file's name is gone with it: the new one's is said)
-  const std::string cause = " had been removed (the run's directory deleted or cleaned while "
-                            "it ran?): ";
-  if (metrics_gone) {
-    *warnings_ << "warning: the metrics file " << path_ << cause << "made again from step "
+  const std::string removed = " had been removed (the run's directory deleted or cleaned while "
+                              "it ran?): ";
+  const std::string replaced = " had been replaced by another file (moved away or deleted, "
+                               "and made again, while the run wrote it?): ";
+  if (metrics == Now::Removed) {
+    *warnings_ << "warning: the metrics file " << path_ << removed << "made again from step "
                << step << " on; its records before are lost" << std::endl;
+  } else if (metrics == Now::Replaced) {
+    *warnings_ << "warning: the metrics file " << path_ << replaced << "the records from step "
+               << step << " on are appended to that file; those before are not in it"
+               << std::endl;
   }
-  if (events_gone) {
-    *warnings_ << "warning: the TensorBoard event file" << cause << events_.path()
+  // (the old event file's name is gone with it, or another's now: the new one's is said)
+  if (events == Now::Removed) {
+    *warnings_ << "warning: the TensorBoard event file" << removed << events_.path()
                << " holds the records from step " << step << " on" << std::endl;
+  } else if (events == Now::Replaced) {
+    *warnings_ << "warning: the TensorBoard event file " << old_events << replaced
+               << events_.path() << " holds the records from step " << step << " on"
+               << std::endl;
   }
 }
 
-void MetricsFile::give_up(const std::string& what, int64_t step) {
+void MetricsFile::give_up(const std::string& what, int64_t step, std::string advice) {
   file_.close();
   events_ = EventFile();
   if (warnings_ == nullptr) return;
   // What stopped it, as every writer of the project says it (io/atomic_file.h): the
   // file-size limit, a full file system or quota, an I/O error; else what to check.
-  const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
-  std::error_code error;
-  const uintmax_t written = std::filesystem::file_size(path_, error);
-  std::string advice = storage_advice(parent.empty() ? "." : parent.string(), what,
-                                      error ? 0 : written);
+  if (advice.empty()) {
+    const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
+    std::error_code error;
+    const uintmax_t written = std::filesystem::file_size(path_, error);
+    advice = storage_advice(parent.empty() ? "." : parent.string(), what, error ? 0 : written);
+  }
   if (advice.empty()) advice = "check its directory's permissions and space";
   *warnings_ << "warning: " << what << ": " << advice << "; training goes on without its "
              << "records from step " << step << " on (the checkpoints and this log keep the "

@@ -92,7 +92,10 @@ class MetricsFile {
   // A record that cannot be written (the file's or the event file's write fails) ends the
   // records: both files are closed, and a warning goes to warn_on's stream. A file removed
   // while the run goes on (its directory deleted) is made again, with a warning: the
-  // records went into the unlinked file before, and were lost with it.
+  // records went into the unlinked file before, and were lost with it. So is one replaced
+  // by another file under its name (moved away and made again): the records go on into
+  // the file the name holds, a metrics file, or a new event file; a metrics file replaced
+  // by what is not one (a named pipe, someone's text) ends the records, with a warning.
   void write(const std::string& kind, int64_t step, double wall_s,
              const std::vector<LogField>& fields,
              const std::vector<std::pair<std::string, std::string>>& texts = {});
@@ -101,11 +104,14 @@ class MetricsFile {
 
  private:
   void append(const std::string& record);
-  void give_up(const std::string& what, int64_t step);
-  void reopen_if_removed(int64_t step);
+  // Ends the records with a warning: what stopped them, and `advice` (else the storage's,
+  // io/atomic_file.h's storage_advice).
+  void give_up(const std::string& what, int64_t step, std::string advice = "");
+  void reopen_if_replaced(int64_t step);
 
   std::string path_;
   std::ofstream file_;
+  FileAtPath opened_;  // the metrics file file_ holds open
   EventFile events_;
   std::string repair_note_;
   std::ostream* warnings_ = nullptr;
