@@ -2,14 +2,17 @@
 #include "train/checkpoint_keeping.h"
 
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <future>
 #include <iomanip>
 #include <optional>
 #include <ostream>
 #include <sstream>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -39,6 +42,26 @@ std::string checkpoint_file_missing(const std::string& key, const std::string& p
     message << "; checkpoint.dir holds " << beside << ": give that";
   }
   return message.str();
+}
+
+void write_made_again_if_removed(const std::string& dir, const std::function<void()>& write,
+                                 std::ostream& notes) {
+  try {
+    write();
+    return;
+  } catch (const Error& error) {
+    // The directory gone, or a file the write had made in it (its temporary file, removed
+    // by an rm -rf that had not reached the directory yet): the write says ENOENT.
+    std::error_code unknown;
+    const bool gone = !std::filesystem::exists(dir, unknown) && !unknown;
+    const bool file_removed =
+        std::string_view(error.what()).find(std::strerror(ENOENT)) != std::string_view::npos;
+    if (!gone && !file_removed) throw;
+    notes << "warning: checkpoint.dir " << dir << (gone ? " was removed" : "'s files were removed")
+          << " while a checkpoint was written (deleted or cleaned while the run ran?): the "
+          << "checkpoint written once more (the write said: " << error.what() << ")\n";
+  }
+  write();
 }
 
 Checkpoint read_init_checkpoint(const CheckpointConfig& options) {
@@ -95,11 +118,11 @@ std::string write_and_prune(const std::string& path, Checkpoint& state,
   // would: the next snapshot must not reuse the staging before this write is done.
   if (in_background) hold_checkpoint_write(delay);
   if (fill_state) fill_state(state);
-  write_checkpoint(path, state);
+  std::ostringstream lines;
+  write_made_again_if_removed(dir, [&] { write_checkpoint(path, state); }, lines);
   const double write_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   std::error_code error;
   const auto bytes = std::filesystem::file_size(path, error);
-  std::ostringstream lines;
   lines << "checkpoint " << path << " (" << std::fixed << std::setprecision(1)
         << (error ? 0.0 : static_cast<double>(bytes) / 1e6) << " MB; copy "
         << std::setprecision(2) << copy_seconds << " s, write " << write_seconds << " s"

@@ -28,6 +28,15 @@ std::string checkpoint_file_missing(const std::string& key, const std::string& p
 // refused by checkpoint_file_missing's message.
 Checkpoint read_init_checkpoint(const CheckpointConfig& options);
 
+// Runs `write` (a step checkpoint's into `dir`) and, when it fails because `dir` is gone
+// (the run directory deleted or cleaned while the file was written: by hand, a cleaning
+// script), runs it once more, its write making `dir` again, with a warning on `notes`.
+// Between writes the lock's check makes the directory again (RunLock::check_held); in the
+// middle of one the run ended, exit 1, with its state unsaved. Another failure, or a
+// second, is thrown.
+void write_made_again_if_removed(const std::string& dir, const std::function<void()>& write,
+                                 std::ostream& notes);
+
 class CheckpointKeeping {
  public:
   // `config` must outlive this (the trainer's own copy).
