@@ -798,6 +798,15 @@ TEST_F(ToolOutputs, AFullDiskStopsEveryWriterWithOneMessageAndNoPartialFile) {
             std::string::npos)
       << locked.output;
   EXPECT_EQ(locked.output.find("permissions"), std::string::npos) << locked.output;
+  // The dry run refuses it as training does (before: it passed, exit 0, a helper's trial).
+  const ProcessResult dry = run_process(kBin + "/transformer_hpc " THPC_SOURCE_DIR
+                                        "/input/tiny.ini --checkpoint.dir=full/ck3 --dry-run");
+  EXPECT_EQ(dry.exit_code, 2) << dry.output;
+  EXPECT_NE(dry.output.find("cannot be written: creating its lock full/ck3/trainer.lock would "
+                            "fail (No space left on device): " + full + "full is full"),
+            std::string::npos)
+      << dry.output;
+  EXPECT_FALSE(fs::exists("full/ck3"));
   expect_storage_failure("true", "transformer_average --inputs model.h5 --output full/avg.h5",
                          "checkpoint full/avg.h5", full + "full is full", "full");
   expect_storage_failure("true",

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -619,12 +620,11 @@ std::string in_use_refusal(const LockedUse& use, const LockHolder& holder,
 // Why `dir` cannot be the directory of `use`, before anything is made: it, or the nearest
 // of its parents that exists (which it would be created in), is a file or cannot be
 // written by this user. "" when it can.
-std::string directory_refusal(const std::string& dir, const LockedUse& use) {
+// `dir`, or the nearest of its parents that exists: where it would be created.
+std::filesystem::path nearest_existing(const std::string& dir) {
   namespace fs = std::filesystem;
-  const std::string cannot_write = use.unwritable + " cannot be written: ";
   std::error_code error;
-  const fs::path wanted = dir.empty() ? fs::path(".") : fs::path(dir);
-  fs::path existing = wanted;
+  fs::path existing = dir.empty() ? fs::path(".") : fs::path(dir);
   // (symlink_status: a symbolic link to nothing is there, and creating the directory over
   // it fails)
   while (fs::symlink_status(existing, error).type() == fs::file_type::not_found) {
@@ -632,6 +632,15 @@ std::string directory_refusal(const std::string& dir, const LockedUse& use) {
     if (parent == existing) break;  // the root
     existing = parent.empty() ? fs::path(".") : parent;  // a relative name: the working dir
   }
+  return existing;
+}
+
+std::string directory_refusal(const std::string& dir, const LockedUse& use) {
+  namespace fs = std::filesystem;
+  const std::string cannot_write = use.unwritable + " cannot be written: ";
+  std::error_code error;
+  const fs::path wanted = dir.empty() ? fs::path(".") : fs::path(dir);
+  const fs::path existing = nearest_existing(dir);
   const fs::file_type type = fs::status(existing, error).type();
   if (type != fs::file_type::directory) {
     // (there, by symlink_status: a link, when following it finds nothing)
@@ -680,6 +689,22 @@ std::string lock_refusal_without_taking(const std::string& dir, const LockedUse&
                                         std::ostream& notes) {
   if (std::string refusal = directory_refusal(dir, use); !refusal.empty()) return refusal;
   const std::string path = lock_path(dir, use.lock_name);
+  // No room for the lock, training's first file (not a block, or not an inode, left to
+  // this user): training refuses the directory there, exit 2, as the dry run does now (it
+  // passed such a checkpoint.dir: a helper's trial). Said as training says it.
+  struct statvfs space {};
+  const std::string existing = nearest_existing(dir).string();
+  if (::statvfs(existing.c_str(), &space) == 0 && space.f_blocks > 0) {
+    const bool root = ::geteuid() == 0;  // (who may use the blocks kept for root)
+    const bool no_block = (root ? space.f_bfree : space.f_bavail) == 0;
+    const bool no_inode = space.f_files > 0 && (root ? space.f_ffree : space.f_favail) == 0;
+    if (no_block || no_inode) {
+      return use.unwritable + " cannot be written: creating its lock " + path +
+             " would fail (" + std::strerror(ENOSPC) + "): " +
+             storage_advice(existing, "(errno 28)", 0) + " (give " + use.key +
+             " another directory)";
+    }
+  }
   std::string text;
   const std::optional<LockHolder> holder = read_holder(path, &text);
   if (!holder) return "";
