@@ -34,6 +34,7 @@
 #include "model/transformer.h"
 #include "train/checkpoint_keeping.h"
 #include "train/footprint.h"
+#include "train/idle_settings.h"
 #include "train/rank_agreement.h"
 #include "train/resume.h"
 #include "train/run_directory.h"
@@ -226,6 +227,12 @@ void dry_run(const thpc::Config& config, const thpc::Communicator& comm, std::os
   }
   std::istringstream note_lines(notes.str());
   for (std::string line; std::getline(note_lines, line);) out << "# " << line << "\n";
+  // Values that change nothing in the run, as training says them (on a login node, the
+  // GPU the job's backend would run on: cuda, or auto where one is visible).
+  const bool on_gpu = config.train.backend == "cuda" ||
+                      (config.train.backend == "auto" && thpc::cuda_unavailable_reason().empty());
+  const std::string idle = thpc::idle_settings_note(config, {on_gpu, ranks});
+  if (!idle.empty()) out << "# " << idle << "\n";
   // What this machine cannot check, said rather than passed in silence: a login node may
   // lack the job's GPUs or its data (staged later, or on the compute nodes' file system).
   // Comment lines, so that the output stays an ini file.

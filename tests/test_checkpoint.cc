@@ -392,8 +392,14 @@ TEST_F(CheckpointTest, AResumeWithAnotherMicroBatchBudgetContinuesAtTheSameShare
                     "no effect in this run: "),
         "checkpoint.init = " + path("corpus/ck/step_00000002.h5") +
             " (was empty; a resumed run's parameters are the checkpoint's)",
-        std::string("data.synthetic_vocab = 40 (was 32; data.dir is set)"),
-        std::string("train.precision = fp32 (was bf16; the CPU ignores it)")}) {
+        std::string("data.synthetic_vocab = 40 (was 32; data.dir is set: its shards, not the "
+                    "synthetic task)"),
+        std::string("train.precision = fp32 (was bf16; the CPU computes in fp32 with its own "
+                    "kernels)"),
+        // and at start-up, as every value given that does nothing here
+        std::string("note: set, but without effect in this run: train.precision = fp32 (the "
+                    "CPU computes in fp32 with its own kernels), data.synthetic_vocab = 40 "
+                    "(data.dir is set: its shards, not the synthetic task)\n")}) {
     EXPECT_NE(idle.output.find(line), std::string::npos) << line << "\n" << idle.output;
   }
   // The relative checkpoint.dir resumed from the wrong directory names the folder it

@@ -557,8 +557,11 @@ std::vector<KeyRow> parse_key_table(const std::string& text) {
   std::string line, section;
   std::vector<size_t> starts;  // of key, type, default, range, meaning
   while (std::getline(lines, line)) {
-    if (line.size() > 2 && line.front() == '[' && line.back() == ']') {
-      section = line.substr(1, line.size() - 2);
+    // "[decode]", or "[decode]  what the section holds" (not the usage's "[section] of")
+    const size_t close = line.find(']');
+    if (line.size() > 2 && line.front() == '[' && close != std::string::npos &&
+        (close + 1 == line.size() || line.compare(close + 1, 2, "  ") == 0)) {
+      section = line.substr(1, close - 1);
       starts.clear();
       continue;
     }

@@ -163,8 +163,11 @@ std::set<std::string> configuration_keys(const std::string& help) {
   std::istringstream lines(help);
   std::string line, section;
   while (std::getline(lines, line)) {
-    if (line.size() > 2 && line.front() == '[' && line.back() == ']') {
-      section = line.substr(1, line.size() - 2);
+    // "[decode]", or "[decode]  what the section holds" (not the usage's "[section] of")
+    const size_t close = line.find(']');
+    if (line.size() > 2 && line.front() == '[' && close != std::string::npos &&
+        (close + 1 == line.size() || line.compare(close + 1, 2, "  ") == 0)) {
+      section = line.substr(1, close - 1);
       continue;
     }
     if (section.empty() || line.rfind("  ", 0) != 0) continue;

@@ -451,7 +451,8 @@ std::string help_text() {
   for (const Option& option : option_table()) {
     if (option.section != current_section) {
       current_section = option.section;
-      help << "\n[" << current_section << "]\n"
+      const std::string purpose = section_purpose(current_section);
+      help << "\n[" << current_section << "]" << (purpose.empty() ? "" : "  " + purpose) << "\n"
            << "  " << pad("key", key_width) << "  " << pad("type", type_width) << "  "
            << pad("default", default_width) << "  " << pad("range", range_width)
            << "  meaning\n";

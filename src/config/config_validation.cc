@@ -98,7 +98,7 @@ void validate(const Config& config) {
   if (train.threads > kMaxCpuThreads) {
     check.fail("train.threads", std::to_string(train.threads) + " is more than the " +
                                     std::to_string(kMaxCpuThreads) +
-                                    " a node can run (0 = one per core)");
+                                    " a node can run (0 = OpenMP's default)");
   }
   // (--eval validates once, whatever train.valid_every says.)
   if (train.valid_bleu && train.valid_every == 0 && config.eval_checkpoint.empty()) {

@@ -90,6 +90,21 @@ Allowed path_not_empty() {
 #define THPC_PATH path()
 #define THPC_PATH_NOT_EMPTY path_not_empty()
 
+std::string section_purpose(const std::string& section) {
+  if (section == "model") return "the network: §3 and Table 3";
+  if (section == "train") return "the optimisation (§5), its stopping, validation and divergence";
+  if (section == "data") return "HDF5 shards of transformer_preprocess, or a synthetic task";
+  if (section == "dist") return "the ranks of an MPI job and their gradient sums";
+  if (section == "checkpoint") {
+    return "what rank 0 saves, keeps, averages and resumes from (docs/checkpoints.md)";
+  }
+  if (section == "decode") {
+    return "transformer_decode's defaults (§6.1; the parser's §6.3), stored in every "
+           "checkpoint; training's validation reads train.valid_beam";
+  }
+  return "";
+}
+
 // The single source of truth for the keys. Defaults are the member initializers of
 // config.h (read from a default-constructed Config), so they are not repeated here.
 const std::vector<Option>& option_table() {
@@ -137,7 +152,8 @@ const std::vector<Option>& option_table() {
       THPC_OPTION(train, backend, THPC_ONE_OF("auto", "cuda", "cpu"),
                   "where the math runs; auto = the GPU when one is visible, else the CPU"),
       THPC_OPTION(train, precision, THPC_ONE_OF("bf16", "fp32"),
-                  "GPU activations and GEMM operands (weights, moments stay fp32)"),
+                  "GPU activations and GEMM operands (weights, moments stay fp32); the CPU "
+                  "computes in fp32 and ignores it"),
       THPC_OPTION(train, cuda_kernels, THPC_ANY,
                   "GPU kernels: verified = those whose twin tests passed on a GPU; candidate "
                   "= also the variants not yet made the default (at present fused_attention, "
@@ -193,10 +209,11 @@ const std::vector<Option>& option_table() {
                   "chrf = chrF2 as transformer_score -m chrf (sacreBLEU's defaults)"),
       THPC_OPTION(train, valid_beam, THPC_AT_LEAST(1),
                   "beam of the validation translation; 1 = greedy (no length penalty), "
-                  "else decode.alpha and decode.max_len_a/b as transformer_decode --beam"),
+                  "else decode.alpha too, as transformer_decode --beam; decode.max_len_a/b "
+                  "cap both"),
       THPC_OPTION(train, valid_bleu_tokenize, THPC_ONE_OF("13a", "intl", "char", "none"),
                   "tokenisation of the validation BLEU, as transformer_score -tok (char for "
-                  "targets of one word, such as compounds)"),
+                  "targets of one word, such as compounds); chrF takes none"),
       THPC_OPTION(train, metrics_dir, THPC_PATH,
                   "rank 0 appends every logged value to DIR/metrics.jsonl and a TensorBoard "
                   "event file; empty = checkpoint.dir, the run's own directory (jobs/ give "
@@ -329,7 +346,9 @@ const std::vector<Option>& option_table() {
                   "(best_step_*.h5), N <= keep_best_count; 0 = off"),
 
       // [decode]: transformer_decode's defaults (§6.1; the parser's §6.3).
-      THPC_OPTION(decode, beam, THPC_AT_LEAST(1), "beam size (§6.1: 4; parsing §6.3: 21)"),
+      THPC_OPTION(decode, beam, THPC_AT_LEAST(1),
+                  "beam size (§6.1: 4; parsing §6.3: 21); stored in each checkpoint for "
+                  "transformer_decode (training's validation uses train.valid_beam)"),
       THPC_OPTION(decode, alpha, THPC_AT_LEAST(0),
                   "length penalty ((5+|Y|)/6)^alpha (§6.1: 0.6; parsing: 0.3)"),
       THPC_OPTION(decode, max_len_a, THPC_AT_LEAST(0),

@@ -61,6 +61,9 @@ std::string shell_syntax_in_path(const std::string& value, bool on_command_line)
 // Every key of the configuration, in the order of --help and of docs/configuration.md.
 const std::vector<Option>& option_table();
 
+// What a section ("decode") holds, as --help says it beside the section's name.
+std::string section_purpose(const std::string& section);
+
 // The key called `name` ("model.layers"), nullptr when the table has none.
 const Option* find_option(const std::string& name);
 // The sections as an ini file heads them: "[model] [train] ...".

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "train/idle_settings.h"
 #include "train/validation.h"
 
 namespace thpc {
@@ -38,28 +39,14 @@ bool same_path_written_otherwise(const ConfigDifference& difference,
   return !failed && value == reference;
 }
 
-// Why `key` does nothing in this resumed run, or "": a changed one was said to take
-// effect "from this step on" (checkpoint.init, which a resumed run ignores, among them).
-std::string without_effect_here(const std::string& key, const Config& config, bool on_gpu) {
-  if (key == "checkpoint.init") return "a resumed run's parameters are the checkpoint's";
-  if (key.rfind("data.synthetic", 0) == 0 && !config.data.dir.empty()) {
-    return "data.dir is set";
-  }
-  if (!on_gpu && (key == "train.precision" || key == "train.cuda_kernels" ||
-                  key == "train.short_attention_max_len")) {
-    return "the CPU ignores it";
-  }
-  return "";
-}
-
 // A note naming the settings in which this run differs from the one that wrote the
 // checkpoint (a raised train.max_steps, a lowered train.lr_scale): they take effect from
 // here, and the log should say so rather than leave it to the reader to compare files.
 // checkpoint.resume, which says how this run started, is left out, and so is a
 // path written another way (same_path_written_otherwise). Those that change nothing in
 // this run are said apart, with why.
-void note_changed_settings(const Checkpoint& checkpoint, const Config& config, bool on_gpu,
-                           std::ostream& log) {
+void note_changed_settings(const Checkpoint& checkpoint, const Config& config,
+                           const RunShape& run, std::ostream& log) {
   if (checkpoint.config_ini.empty()) return;
   std::ostringstream changed, idle;
   int count = 0, idle_count = 0;
@@ -72,7 +59,10 @@ void note_changed_settings(const Checkpoint& checkpoint, const Config& config, b
     const auto shown = [](const std::string& value) {
       return value.empty() ? std::string("empty") : value;
     };
-    const std::string why = without_effect_here(difference.key, config, on_gpu);
+    // (checkpoint.init: read by a fresh run alone)
+    const std::string why = difference.key == "checkpoint.init"
+                                ? "a resumed run's parameters are the checkpoint's"
+                                : why_without_effect(difference.key, config, run);
     std::ostringstream& list = why.empty() ? changed : idle;
     int& listed = why.empty() ? count : idle_count;
     list << (listed++ == 0 ? "" : ", ") << difference.key << " = " << shown(difference.value)
@@ -214,7 +204,7 @@ void log_resume_notes(const Checkpoint& checkpoint, const std::string& path,
                       const Config& config, int ranks, bool on_gpu,
                       const std::string& data_position_note, std::ostream& log) {
   note_world_size_change(checkpoint, ranks, config.train, log);
-  note_changed_settings(checkpoint, config, on_gpu, log);
+  note_changed_settings(checkpoint, config, RunShape{on_gpu, ranks}, log);
   if (!data_position_note.empty()) log << data_position_note << std::endl;
   note_missing_best_valid(checkpoint, path, config.train, log);
 }

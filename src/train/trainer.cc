@@ -22,6 +22,7 @@
 #include "common/sha256.h"
 #include "distributed/rank_failures.h"
 #include "train/footprint.h"
+#include "train/idle_settings.h"
 #include "train/lr_schedule.h"
 #include "train/rank_agreement.h"
 #include "train/resume.h"
@@ -611,6 +612,8 @@ bool Trainer::start_up(std::ostream& out) {
       << " on " << comm_.size() << " rank"
       << (comm_.size() > 1 ? "s" : "") << std::endl;
   source_->print_notes(out, "data.train");
+  const std::string idle = idle_settings_note(config_, {backend_->device() >= 0, comm_.size()});
+  if (!idle.empty()) out << idle << std::endl;
   if (valid_source_) {
     valid_source_->print_notes(out, "data.valid");
     const std::string same = same_pairs_warning(config_, *source_, *valid_source_);
