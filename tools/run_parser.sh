@@ -91,12 +91,14 @@ set -- "${options[@]}"
 # that a bad one is said as typed; with PREPARE_ONLY=1 only the keys the shards depend on
 # apply.
 decode_options=()
+# A number >= 0 as the trainer's option table reads one: 0.3, .3, 3, 1e-1, 3E+0.
+number='^([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$'
 decode_option() {  # KEY VALUE
   local flag pattern range
   case $1 in
     beam) flag=--beam pattern='^[1-9][0-9]*$' range='a whole number of at least 1' ;;
-    alpha) flag=--lenpen pattern='^([0-9]+[.]?[0-9]*|[.][0-9]+)$' range='a number >= 0' ;;
-    max_len_a) flag=--max-len-a pattern='^([0-9]+[.]?[0-9]*|[.][0-9]+)$' range='a number >= 0' ;;
+    alpha) flag=--lenpen pattern=$number range='a number >= 0' ;;
+    max_len_a) flag=--max-len-a pattern=$number range='a number >= 0' ;;
     max_len_b) flag=--max-len-b pattern='^[0-9]+$' range='a whole number >= 0' ;;
     tree_leaves) flag=--tree-leaves pattern='^(XX|words)$' range='XX or words'
       [[ ${TREE_CONSTRAINTS:-1} == 1 ]] || refuse "--decode.tree_leaves has no effect with" \
