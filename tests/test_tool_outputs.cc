@@ -366,6 +366,13 @@ TEST_F(ToolOutputs, AnOutputThroughALinkOrAStandardStreamWritesWhatItNames) {
                       " | cat > piped.txt'");
     ASSERT_EQ(run.exit_code, 0) << run.output;
     EXPECT_EQ(read_file("piped.txt"), translations);
+    // Between the shell's own writes to one redirected file: written through the shell's
+    // descriptor, at its offset (opened again and appended to, the shell's "last" went
+    // over the translations' first bytes; a helper's trial).
+    run = run_process("sh -c '(echo first; " + decode + "--output " + stream +
+                      "; echo last) > shared.txt'");
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_EQ(read_file("shared.txt"), "first\n" + translations + "last\n");
   }
   EXPECT_TRUE(fs::is_symlink("stdout.lnk"));
   // The checks are of the file the link names: a harmless name for a run's checkpoint is

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <streambuf>
 #include <thread>
 
 #include "checkpoint/checkpoint.h"
@@ -293,10 +294,69 @@ void write_file(const std::string& target, const std::string& what, std::ios::op
   if (!file) THPC_FAIL("cannot write " << what << ": the write failed (disk full?)");
 }
 
-// In place: a descriptor appended to (whoever opened it chose to truncate it, `>`, or not,
-// `>>`), a device or a pipe truncated.
+// A stream writing through a descriptor of this process: a dup of it, the same open file
+// and offset as the shell's `> file` (or a pipe) that it names.
+class DescriptorBuffer final : public std::streambuf {
+ public:
+  explicit DescriptorBuffer(int descriptor) : descriptor_(::dup(descriptor)) {
+    setp(buffer_, buffer_ + sizeof buffer_);
+  }
+  ~DescriptorBuffer() override {
+    sync();
+    if (descriptor_ >= 0) ::close(descriptor_);
+  }
+  bool opened() const { return descriptor_ >= 0; }
+
+ protected:
+  int_type overflow(int_type next) override {
+    if (sync() != 0) return traits_type::eof();
+    if (!traits_type::eq_int_type(next, traits_type::eof())) {
+      *pptr() = traits_type::to_char_type(next);
+      pbump(1);
+    }
+    return traits_type::not_eof(next);
+  }
+  int sync() override {
+    const char* next = pbase();
+    while (next < pptr()) {
+      const ssize_t written = ::write(descriptor_, next, static_cast<size_t>(pptr() - next));
+      if (written < 0 && errno == EINTR) continue;
+      if (written <= 0) return -1;  // (errno is the write's, for the message)
+      next += written;
+    }
+    setp(buffer_, buffer_ + sizeof buffer_);
+    return 0;
+  }
+
+ private:
+  int descriptor_;
+  char buffer_[1 << 16];
+};
+
+// In place: one of this process's descriptors written through itself (whoever opened it
+// chose to truncate it, `>`, or not, `>>`; opened again, `(echo a; ...; echo b) > f` had
+// the shell's `b` written over the output), another process's appended to, a device or a
+// pipe truncated.
 void write_in_place(const std::string& path, const std::string& what,
                     const std::function<void(std::ostream&)>& write) {
+  if (const std::optional<int> descriptor = own_descriptor_named(path)) {
+    std::cout.flush();  // what this process wrote there before goes first
+    DescriptorBuffer buffer(*descriptor);
+    if (!buffer.opened()) {
+      THPC_FAIL("cannot write " << what << ": " << path << " names descriptor " << *descriptor
+                                << ", which this process has not open (" << std::strerror(errno)
+                                << ")");
+    }
+    std::ostream out(&buffer);
+    write(out);
+    errno = 0;
+    out.flush();
+    if (!out) {
+      THPC_FAIL("cannot write " << what << ": the write failed ("
+                                << (errno != 0 ? std::strerror(errno) : "disk full?") << ")");
+    }
+    return;
+  }
   write_file(path, what, names_an_open_descriptor(path) ? std::ios::app : std::ios::trunc,
              write);
 }

@@ -70,6 +70,25 @@ bool names_an_open_descriptor(const std::string& path) {
   return false;
 }
 
+std::optional<int> own_descriptor_named(const std::string& path) {
+  std::error_code error;
+  const std::string self = std::to_string(::getpid());
+  for (const fs::path& hop : links_from(path)) {
+    const fs::path where = fs::absolute(hop, error).lexically_normal();
+    const std::vector<std::string> parts(where.begin(), where.end());  // "/", dev, fd, N
+    const std::string& last = parts.back();
+    if (last.empty() || last.find_first_not_of("0123456789") != std::string::npos ||
+        last.size() > 9) {
+      continue;
+    }
+    const bool dev_fd = parts.size() == 4 && parts[1] == "dev" && parts[2] == "fd";
+    const bool proc_fd = parts.size() == 5 && parts[1] == "proc" && parts[3] == "fd" &&
+                         (parts[2] == "self" || parts[2] == "thread-self" || parts[2] == self);
+    if (dev_fd || proc_fd) return std::stoi(last);
+  }
+  return std::nullopt;
+}
+
 void fsync_path(const std::string& path, const std::string& what) {
   const int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0 || ::fsync(fd) != 0) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -104,6 +105,13 @@ std::string file_named_by(const std::string& path);
 // a rename (that replaced the link /dev/stdout itself, or left the shell's `>> file`
 // pointing at a removed file). Any other path through /proc is a file.
 bool names_an_open_descriptor(const std::string& path);
+// The descriptor N of this process that `path` names (/dev/stdout, /dev/fd/N,
+// /proc/self/fd/N, /proc/<this pid>/fd/N), when it names one: written through itself (a
+// dup of it: the same open file and offset), not opened again. Opened again, a file the
+// shell redirected with `>` was written at its own end while the shell's offset stayed,
+// and the shell's next write (`(echo a; decode --output /dev/stdout; echo b) > f`) went
+// over the translations (a helper's trial).
+std::optional<int> own_descriptor_named(const std::string& path);
 
 // The temporary name write_atomically writes `path` under first: .NAME.tmp beside the
 // file `path` names (file_named_by).
