@@ -841,6 +841,19 @@ TEST_F(DecodeProgram, EvaluateScriptAveragesDecodesAndScores) {
     EXPECT_TRUE(fs::exists(run / "eval" / "step_00000001.test.en.max-len-b3.hyp"))
         << single.output;
     EXPECT_TRUE(fs::exists(run / "eval" / "average_last2.test.en.max-len-b3.hyp"));
+    // The average the script wrote, decoded again with N given: beside it, not in
+    // eval/eval/, and N said to apply to a directory alone (a helper's trial).
+    const ProcessResult again = run_process(
+        "THPC_BUILD=" + thpc::binary_dir() + " bash " + THPC_SOURCE_DIR + "/tools/evaluate.sh " +
+        (run / "eval" / "average_last2.h5").string() + spm_argument + " " +
+        (dir_ / "test.en").string() + " " + (dir_ / "test.en").string() + " 7 -- --beam 2");
+    EXPECT_EQ(again.exit_code, 0) << again.output;
+    EXPECT_TRUE(fs::exists(run / "eval" / "average_last2.test.en.beam2.hyp")) << again.output;
+    EXPECT_FALSE(fs::exists(run / "eval" / "eval")) << again.output;
+    EXPECT_NE(again.output.find("evaluate.sh: note: N = 7 averages a directory's last "
+                                "checkpoints; "),
+              std::string::npos)
+        << again.output;
   }
   // A decode option that writes no one translation a line is refused before anything is
   // done (--nbest wrote its list over the 1-best file, then the score failed on its line

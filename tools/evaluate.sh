@@ -10,7 +10,8 @@
 # SPM_MODEL defaults to the SentencePiece model stored in the checkpoint (the trainer
 # stores the one of its shards). N (default 5, the paper's base recipe; 20 for big)
 # applies to a directory; a single checkpoint file is decoded as it is. The translations
-# are kept next to the average, named by the model and the source
+# are kept next to the average, named by the model and the source (a checkpoint file's in
+# eval/ beside it, or beside it when it is in an eval/ folder already)
 # (DIR/eval/average_last5.newstest2014.en.hyp; the decode options after -- are part of the
 # name, and those that write no one translation a line, --nbest and --dump-*, are
 # refused). THPC_BUILD names the build directory (default: the repository's build/, or
@@ -21,14 +22,14 @@
 # SCORE_OPTIONS="--tokenize moses-compound" adds the paper's tokenized BLEU with compound
 # splitting (EN-DE; docs/wmt14.md) to sacreBLEU's.
 set -euo pipefail
-usage() { sed -n '2,22p' "$0" >&2; exit 2; }
+usage() { sed -n '2,23p' "$0" >&2; exit 2; }
 positional=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do positional+=("$1"); shift; done
 [ $# -gt 0 ] && shift  # the "--"
-last=5
+last=5 last_given=""
 count=${#positional[@]}
 if [ "$count" -ge 4 ] && [[ ${positional[count - 1]} =~ ^[0-9]+$ ]]; then
-  last=${positional[count - 1]}
+  last=${positional[count - 1]} last_given=1
   unset 'positional[count - 1]'
   count=$((count - 1))
 fi
@@ -88,7 +89,13 @@ if [ -d "$checkpoint" ]; then
     ${EVERY_STEPS:+--every-steps "$EVERY_STEPS"} --output "$model"
 else
   [ -f "$checkpoint" ] || { echo "evaluate.sh: no such checkpoint: $checkpoint" >&2; exit 1; }
-  out_dir=$(dirname "$checkpoint")/eval
+  [ -z "$last_given" ] || echo "evaluate.sh: note: N = $last averages a directory's last" \
+    "checkpoints; $checkpoint is one file, decoded as it is" >&2
+  # Beside the checkpoint's folder, in eval/; a checkpoint in an eval/ folder already (an
+  # average this script wrote, DIR/eval/average_last5.h5) keeps its translations beside it
+  # (they went to DIR/eval/eval/).
+  out_dir=$(dirname "$checkpoint")
+  [ "$(basename "$out_dir")" = eval ] || out_dir=$out_dir/eval
   mkdir -p "$out_dir"
   model=$checkpoint
 fi
