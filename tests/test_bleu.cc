@@ -678,6 +678,17 @@ TEST_F(ScoreProgram, BadCommandLine) {
   EXPECT_NE(result.err.find("-sh (sacreBLEU's --short signature) is not an option here"),
             std::string::npos)
       << result.err;
+  // sacreBLEU's -f text is this program's one format: taken, the same line (scripts pass it;
+  // it was refused, "unrecognised option"); any other -f is refused, naming it.
+  const ProgramResult plain = run_score(kWmt17Ref + " -i " + kUedin);
+  result = run_score(kWmt17Ref + " -i " + kUedin + " -f text");
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out, plain.out);
+  result = run_score(kWmt17Ref + " -i " + kUedin + " -f json");
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_NE(result.err.find("-f json: this program writes sacreBLEU's text format alone"),
+            std::string::npos)
+      << result.err;
   // A huge -sv is printed whole in the signature (a 64-byte buffer cut it), as sacreBLEU's.
   result = run_score(kWmt17Ref + " -i " + kUedin + " -s add-k -sv 1e80");
   EXPECT_EQ(result.exit_code, 0) << result.err;

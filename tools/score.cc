@@ -68,6 +68,7 @@ struct Given {
   std::string moses_lang = "de";
   std::string moses_version = "current";
   std::string smooth_method = "exp";
+  std::string format = "text";
   double smooth_value = 0;
   int width = 1;
   CommandLine command;  // the switches and chrF's numbers are bound here directly
@@ -85,6 +86,8 @@ po::options_description describe(Given& given, bool with_references) {
        "(also -sl) one score per segment (with effective order)")
       ("score-only,b", po::bool_switch(&command.score_only), "print the score alone")
       ("width,w", po::value(&given.width), "decimals of the score (default 1; moses: 2)")
+      ("format,f", po::value(&given.format),
+       "text, the only one: sacreBLEU's -f text, taken so that its command lines run here")
       ("help,h", "print this text and exit");
   po::options_description bleu("BLEU");
   bleu.add_options()
@@ -202,6 +205,11 @@ CommandLine parse_command_line(int argc, char** argv) {
     THPC_FAIL("--max-ngram-order " << command.options.max_ngram_order << " is not in [1, "
               << thpc::metrics::kHighestNgramOrder
               << "] (BLEU uses 4; every line's statistics hold each order)");
+  }
+  // sacreBLEU's JSON (its default) is not written here: its text is (-f text).
+  if (given.format != "text") {
+    THPC_FAIL("-f " << given.format << ": this program writes sacreBLEU's text format alone "
+              "(-f text); drop -f, or score with sacrebleu for " << given.format);
   }
   command.options.smoothing = thpc::metrics::parse_smoothing(given.smooth_method);
   if (given_option("smooth-value")) {
