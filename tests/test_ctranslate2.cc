@@ -357,18 +357,19 @@ TEST_F(CTranslate2Conversion, ConverterRefusesWhatItCannotConvertWithOneLine) {
       {"--checkpoint " + (dir_ / "spm.model").string() + " --output_dir " + out.string(),
        "not a transformer_hpc checkpoint", 1},
       {"--checkpoint " + widths.string() + " --output_dir " + dir_.string(),
-       dir_.string() + " exists (--force replaces it)", 1},
+       dir_.string() + " exists (--force replaces it)", 2},
+      // (An output_dir refused is a usage error, exit 2 as the C++ tools' outputs; it was 1.)
       // --force replaced any directory whole: a run's, with the checkpoint converted (a
       // helper's trial lost a run so); and a file took the whole conversion, then a
       // traceback.
       {"--checkpoint " + widths.string() + " --output_dir " + dir_.string() + " --force",
        dir_.string() + " holds the checkpoint " + widths.string() + ": --force would delete it",
-       1},
+       2},
       {"--checkpoint " + widths.string() + " --output_dir " + run.string() + " --force",
        run.string() + " holds step_00000002.h5, which no conversion writes (a training run's "
-       "directory?)", 1},
+       "directory?)", 2},
       {"--checkpoint " + widths.string() + " --output_dir " + damaged.string() + " --force",
-       damaged.string() + " is a file, not a directory", 1},
+       damaged.string() + " is a file, not a directory", 2},
       {"--checkpoint " + widths.string(), "the following arguments are required: --output_dir",
        2},
   };

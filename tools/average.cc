@@ -123,7 +123,8 @@ std::vector<std::string> resolve_inputs(Arguments& arguments) {
       arguments.inputs[0], arguments.last, arguments.every_steps, newest_step);
   if (static_cast<int>(paths.size()) < arguments.last) {
     THPC_FAIL(arguments.inputs[0]
-              << " holds " << paths.size() << " healthy step_*.h5 checkpoints"
+              << " holds " << paths.size() << " healthy step_*.h5 checkpoint"
+              << (paths.size() == 1 ? "" : "s")
               << (arguments.every_steps > 0
                       ? " of a schedule every " + std::to_string(arguments.every_steps) +
                             " steps (multiples of it, and the newest)"

@@ -48,8 +48,9 @@ what src/data/batch.cc make_batch builds, the pieces then eos, no bos.
 What CTranslate2 cannot represent is refused with one line (exit 1): d_k != d_v (it has
 one head width); and model.norm = pre, not mapped yet. Needs numpy and h5py to read the checkpoint, sentencepiece for its
 pieces and ctranslate2 to write the model (`bash tools/install_deps.sh --ctranslate2`
-installs them into ~/.cache/thpc-venv). Exit codes: 0 done, 2 a bad command line, 1 an
-unreadable or unsupported checkpoint, or a missing package.
+installs them into ~/.cache/thpc-venv). Exit codes: 0 done, 2 a bad command line or an
+--output_dir it may not write, 1 an unreadable or unsupported checkpoint, or a missing
+package.
 """
 import argparse
 import hashlib
@@ -78,6 +79,13 @@ SPECIAL_IDS = {"pad": 0, "unk": 1, "bos": 2, "eos": 3}  # src/data/batch.h Speci
 
 class ConversionError(Exception):
     """The checkpoint cannot be read or converted: exit code 1, one line."""
+    exit_code = 1
+
+
+class OutputDirRefused(ConversionError):
+    """An --output_dir the conversion may not write, refused before any work: a usage
+    error, exit code 2, as the C++ tools refuse their outputs."""
+    exit_code = 2
 
 
 def verify_header(path):
@@ -354,18 +362,18 @@ def check_output_dir(checkpoint, output_dir, force):
     if not os.path.exists(output_dir):
         return
     if not os.path.isdir(output_dir):
-        raise ConversionError(f"{output_dir} is a file, not a directory: give the directory "
+        raise OutputDirRefused(f"{output_dir} is a file, not a directory: give the directory "
                               "to write the CTranslate2 model to")
     if not force:
-        raise ConversionError(f"{output_dir} exists (--force replaces it)")
+        raise OutputDirRefused(f"{output_dir} exists (--force replaces it)")
     inside = os.path.commonpath([os.path.realpath(checkpoint), os.path.realpath(output_dir)])
     if inside == os.path.realpath(output_dir):
-        raise ConversionError(f"{output_dir} holds the checkpoint {checkpoint}: --force would "
+        raise OutputDirRefused(f"{output_dir} holds the checkpoint {checkpoint}: --force would "
                               "delete it; give another --output_dir")
     others = sorted(set(os.listdir(output_dir)) - MODEL_FILES)
     if others:
         shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
-        raise ConversionError(f"{output_dir} holds {shown}, which no conversion writes (a "
+        raise OutputDirRefused(f"{output_dir} holds {shown}, which no conversion writes (a "
                               "training run's directory?): --force replaces a CTranslate2 "
                               "model's directory only; give another --output_dir")
 
@@ -442,7 +450,7 @@ def main():
         print(convert(args.checkpoint, args.output_dir, args.quantization, args.force))
     except ConversionError as error:
         sys.stderr.write(f"{PROGRAM}: error: {error}\n")
-        return 1
+        return error.exit_code
     return 0
 
 
