@@ -22,6 +22,7 @@
 #include <fstream>
 #include <future>
 #include <sstream>
+#include <regex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -178,6 +179,28 @@ TEST_F(DecodeProgram, OneLinePerInputLineInOrderDeterministic) {
                           " in all were truncated to 39 tokens (the first 5 said above)"),
             std::string::npos)
       << many_err;
+  // A length limit beyond the position table: the translations that reached the table's
+  // end are counted (they were cut at 39 tokens without a word, a helper's trial); none
+  // where the limit is below it.
+  ASSERT_EQ(decode("--max-len-a 0 --max-len-b 5 --greedy", many_out, many_err, "model.h5",
+                   true, "many_long.en"),
+            0)
+      << many_err;
+  EXPECT_EQ(many_err.find("stopped at the model's position table"), std::string::npos)
+      << many_err;
+  ASSERT_EQ(decode("--max-len-a 0 --max-len-b 1000 --greedy", many_out, many_err, "model.h5",
+                   true, "many_long.en"),
+            0)
+      << many_err;
+  const std::regex stopped("warning: ([0-9]+) translations? stopped at the model's position "
+                           "table \\(39 tokens, model.max_positions = 40\\), short of the length "
+                           "limit asked for");
+  std::smatch count;
+  ASSERT_TRUE(std::regex_search(many_err, count, stopped)) << many_err;
+  int at_the_end = 0;  // translations of 39 tokens: none ended by eos
+  for (const std::string& line : lines_of(many_out)) at_the_end += line.size() > 0;
+  EXPECT_GE(std::stoi(count[1]), 1) << many_out;
+  EXPECT_LE(std::stoi(count[1]), at_the_end) << many_out;
 }
 
 // --batch-sentences N: at most N sentences a batch (fairseq's --batch-size, CTranslate2's

@@ -906,6 +906,26 @@ void write_translations(std::ostream& out, const InputBuffer& buffer, int nbest,
   }
 }
 
+// How many of `buffer`'s best translations the position table stopped, short of their
+// length limit (max_len_a * |x| + max_len_b): they hold max_len_cap tokens, none of them
+// eos, where the limit without the cap is longer. Said once at the end (a helper's
+// trial: --max-len-a 5 --max-len-b 1000 gave the default's translations, cut at 63
+// tokens, without a word, where truncated inputs are said).
+int64_t translations_stopped_by_the_table(const InputBuffer& buffer,
+                                          const thpc::BeamOptions& options) {
+  thpc::BeamOptions uncapped = options;
+  uncapped.max_len_cap = 0;
+  int64_t stopped = 0;
+  for (size_t i = 0; i < buffer.hypotheses.size(); ++i) {
+    if (buffer.hypotheses[i].empty()) continue;
+    const size_t source = buffer.sources[i].size();
+    const int allowed = thpc::beam_detail::output_length_limit(source, options);
+    stopped += thpc::beam_detail::output_length_limit(source, uncapped) > allowed &&
+               buffer.hypotheses[i][0].tokens.size() >= static_cast<size_t>(allowed);
+  }
+  return stopped;
+}
+
 // What the messages of a write to --output FILE call it.
 std::string output_file_name(const std::string& output) { return "output file " + output; }
 
@@ -1028,6 +1048,7 @@ int run(const Arguments& args) {
   };
   InputBuffer buffer;
   Findings found;
+  int64_t stopped_by_the_table = 0;  // translations_stopped_by_the_table's, summed
   std::optional<thpc::tools::Progress> progress;
   std::optional<WorkerPool> workers;
   bool one_buffer = false;
@@ -1106,6 +1127,7 @@ int run(const Arguments& args) {
         decoding([&] { workers->translate(buffer); });
         if (reader.at_end()) progress->finish();  // its line ended before the translations
         write_translations(out, buffer, options.nbest, spm.processor);
+        stopped_by_the_table += translations_stopped_by_the_table(buffer, options);
         // Each buffer's translations out before the next is read (a reader waiting for
         // them: --output /dev/stdout, a pipe), and a failed write found at once, not after
         // the whole input (a full disk, a reader gone). Standard output is flushed by
@@ -1133,6 +1155,15 @@ int run(const Arguments& args) {
     std::rethrow_exception(decoding_failure);
   }
   progress->finish();
+  if (stopped_by_the_table > 0) {
+    std::cerr << "transformer_decode: warning: " << stopped_by_the_table
+              << (stopped_by_the_table == 1 ? " translation" : " translations")
+              << " stopped at the model's position table (" << options.max_len_cap
+              << " tokens, model.max_positions = " << ensemble.max_positions
+              << "), short of the length limit asked for (max_len_a x source length + "
+              << "max_len_b: --max-len-a, --max-len-b, or the checkpoint's decode.max_len_a/b)"
+              << "; only a model with a larger model.max_positions translates longer\n";
+  }
   if (found.profile) {
     std::cerr << thpc::format_profile(*found.profile, found.backend_name, 0.0, "batch");
     // Where steps are captured, how many were: a refused capture leaves its shape's steps
