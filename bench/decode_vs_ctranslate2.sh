@@ -225,7 +225,12 @@ peer() {
 # model too small to time, noise around zero) gives no rate; none left: n/a.
 rate() { awk -v c="$2" '$c > 0 { printf "%.1f\n", $1 / $c }' "$work/$1" | median; }
 tokens() { awk '{ print $1 }' "$work/$1" | median; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^[0-9]/ && b > 0) printf "%.3f", a / b; else print "n/a" }'; }
+# (b must be a number: awk compared "n/a" > 0 as text, true, and printed a / 0 as inf.)
+ratio() {
+  awk -v a="$1" -v b="$2" 'BEGIN {
+    if (a ~ /^[0-9]/ && b ~ /^[0-9]/ && b + 0 > 0) printf "%.3f", a / b; else print "n/a"
+  }'
+}
 
 if [ "$device" = cpu ]; then
   for threads in "${thread_counts[@]}"; do
