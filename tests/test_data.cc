@@ -172,7 +172,7 @@ class DataPipeline : public ::testing::Test {
   static std::string altered_shard(const std::string& name,
                                    const std::function<void(ShardContents&)>& change) {
     ShardContents contents = read_shard(train_files().front());
-    contents.number = ShardNumber{0, 1};  // a whole set
+    contents.number = ShardNumber{0, 1, ""};  // a whole set
     change(contents);
     const fs::path dir = root_ / name;
     fs::create_directories(dir);
@@ -726,14 +726,17 @@ void expect_preprocess_failure(const fs::path& dir, const std::string& file,
 class PreprocessInput : public ScratchDirectoryTest {
  protected:
   // DIR/text.en and DIR/text.de: 40 pairs, no two alike.
-  void write_forty_pairs() {
+  // DIR/PREFIX.en and .de: forty pairs "EN i" and "DE i".
+  void write_forty_pairs(const std::string& prefix = "text",
+                         const std::string& en_text = "a dog runs",
+                         const std::string& de_text = "ein Hund rennt") {
     std::vector<std::string> en, de;
     for (int i = 0; i < 40; ++i) {
-      en.push_back("a dog runs " + std::to_string(i));
-      de.push_back("ein Hund rennt " + std::to_string(i));
+      en.push_back(en_text + " " + std::to_string(i));
+      de.push_back(de_text + " " + std::to_string(i));
     }
-    write_lines(directory_ / "text.en", en);
-    write_lines(directory_ / "text.de", de);
+    write_lines(directory_ / (prefix + ".en"), en);
+    write_lines(directory_ / (prefix + ".de"), de);
   }
   // DIR/text preprocessed (train and valid) into DIR/DEST with `options` (the languages
   // among them).
@@ -873,8 +876,23 @@ TEST_F(PreprocessInput, ShardsOfAnotherDirectionOrCopiedAreRefused) {
                 " is en->de (shards of different corpora?)");
   const std::string copy = (directory_ / "en_de/train.00002.h5").string();
   fs::copy_file(first, copy);
-  EXPECT_EQ(refusal(copy), copy + ": holds the same pairs as " + first +
-                               " (a copy? each pair belongs to one shard)");
+  EXPECT_EQ(refusal(copy), copy + ": is shard 0 of its split (" + first + "), renamed or "
+                               "copied under another shard's name: give each shard its own "
+                               "name back, or re-run transformer_preprocess");
+  // Shards that record no number (written before 2026-12-02): a copy told by its pairs.
+  fs::create_directories(directory_ / "unnumbered");
+  ShardReaderSpec unnumbered;
+  for (const std::string& from : {first, second, first}) {
+    ShardContents contents = read_shard(from);
+    contents.number = ShardNumber{};
+    unnumbered.files.push_back(
+        (directory_ / "unnumbered" / ("train.0000" + std::to_string(unnumbered.files.size()) +
+                                      ".h5")).string());
+    write_shard(unnumbered.files.back(), contents);
+  }
+  EXPECT_EQ(reader_refusal(unnumbered), unnumbered.files[2] + ": holds the same pairs as " +
+                                            unnumbered.files[0] +
+                                            " (a copy? each pair belongs to one shard)");
   // Validation shards of the other direction, in training and in the dry run alike.
   fs::remove(copy);
   fs::copy_file(directory_ / "de_en/valid.00000.h5", directory_ / "en_de/valid.00000.h5",
@@ -944,6 +962,53 @@ TEST_F(PreprocessInput, ASetOfShardsCopiedShortOrMixedIsRefused) {
                 shard("mixed", "train.00000.h5") + " is one of 3: shards of different "
                 "preprocessing runs in one directory (re-run transformer_preprocess into an "
                 "empty --destdir)");
+  // Shards of the same count from a run on other pairs (a corpus preprocessed again with
+  // another filter, part of its shards copied in: trained on as one corpus, a helper's
+  // trial); the same run again is the same shards.
+  {
+    write_forty_pairs("other", "a cat sleeps", "eine Katze schläft");
+    const CommandResult run = run_command(
+        thpc::binary_dir() + "/transformer_preprocess --trainpref " +
+        (directory_ / "other").string() + " --validpref " + (directory_ / "other").string() +
+        " --destdir " + (directory_ / "other_run").string() + " --source-lang en "
+        "--target-lang de --shards 3 --spm-model " + (directory_ / "full/spm.model").string());
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+  }
+  const ShardReaderSpec other_run = set_of("other_mixed", {{"full", "train.00000.h5"},
+                                                           {"other_run", "train.00001.h5"},
+                                                           {"full", "train.00002.h5"}});
+  EXPECT_EQ(reader_refusal(other_run),
+            shard("other_mixed", "train.00001.h5") + ": a shard of another preprocessing run "
+                "than " + shard("other_mixed", "train.00000.h5") + " (the digests of their "
+                "splits' pairs differ): shards of different preprocessing runs in one "
+                "directory (copy the whole set again, or re-run transformer_preprocess into "
+                "an empty --destdir)");
+  preprocess_into("full_again", "--source-lang en --target-lang de --shards 3 --spm-model " +
+                                    (directory_ / "full/spm.model").string());
+  EXPECT_EQ(reader_refusal(set_of("again_mixed", {{"full", "train.00000.h5"},
+                                                  {"full_again", "train.00001.h5"},
+                                                  {"full", "train.00002.h5"}})),
+            "accepted");
+  // An input that repeats itself, dealt in runs of 256 pairs: shards of the same pairs,
+  // each its own (refused as copies of each other, the corpus preprocessing had written;
+  // a helper's trial).
+  {
+    write_lines(directory_ / "repeated.en", std::vector<std::string>(512, "a dog runs"));
+    write_lines(directory_ / "repeated.de", std::vector<std::string>(512, "ein Hund rennt"));
+    const CommandResult run = run_command(
+        thpc::binary_dir() + "/transformer_preprocess --trainpref " +
+        (directory_ / "repeated").string() + " --validpref " +
+        (directory_ / "repeated").string() + " --destdir " +
+        (directory_ / "repeated_run").string() + " --source-lang en --target-lang de "
+        "--shards 2 --spm-model " + (directory_ / "full/spm.model").string());
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    ShardReaderSpec repeated;
+    repeated.files = {shard("repeated_run", "train.00000.h5"),
+                      shard("repeated_run", "train.00001.h5")};
+    EXPECT_EQ(read_shard(repeated.files[0]).source.tokens,
+              read_shard(repeated.files[1]).source.tokens);
+    EXPECT_EQ(reader_refusal(repeated), "accepted");
+  }
   // Shards written before numbers were recorded: read as they were, with a note; beside a
   // numbered one, refused.
   fs::create_directories(directory_ / "old");

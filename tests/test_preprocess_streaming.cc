@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "common/sha256.h"
 #include "data/preprocess.h"
 #include "data/shard_file.h"
 #include "shard_of_pair.h"
@@ -244,6 +245,18 @@ void write_as_when_held(const PreprocessOptions& options, const fs::path& dest) 
       kept.emplace_back(std::move(src), std::move(tgt));
     }
     const int64_t count = static_cast<int64_t>(kept.size());
+    // The split's digest, as every shard records it: each side's lengths and ids in the
+    // input's order (a length, then its ids), then the sha256 of the two digests.
+    Sha256 source_digest, target_digest;
+    for (const auto& [src, tgt] : kept) {
+      for (const auto& [digest, ids] : {std::pair{&source_digest, &src}, {&target_digest, &tgt}}) {
+        const int32_t length = static_cast<int32_t>(ids->size());
+        digest->update(&length, sizeof length);
+        digest->update(ids->data(), ids->size() * sizeof(int32_t));
+      }
+    }
+    const std::string sides = source_digest.hex_digest() + target_digest.hex_digest();
+    const std::string split_sha256 = sha256_hex(sides.data(), sides.size());
     std::vector<ShardContents> contents(static_cast<size_t>(shards));
     for (int64_t i = 0; i < count; ++i) {
       const int shard = shard_of_pair(i, count, shards, options.pairs_dealt_together);
@@ -252,7 +265,7 @@ void write_as_when_held(const PreprocessOptions& options, const fs::path& dest) 
     }
     for (int shard = 0; shard < shards; ++shard) {
       contents[shard].metadata = metadata;
-      contents[shard].number = ShardNumber{shard, shards};
+      contents[shard].number = ShardNumber{shard, shards, split_sha256};
       write_shard((dest / (name + ".0000" + std::to_string(shard) + ".h5")).string(),
                   contents[shard]);
     }

@@ -21,6 +21,7 @@
 
 #include "common/cores.h"
 #include "common/error.h"
+#include "common/sha256.h"
 #include "common/input_file.h"
 #include "data/shard_file.h"
 #include "io/atomic_file.h"
@@ -486,7 +487,13 @@ class SpilledColumn {
     tokens_.write(reinterpret_cast<const char*>(sentence.data()),
                   static_cast<std::streamsize>(sentence.size() * sizeof(int32_t)));
     if (!lengths_ || !tokens_) fail();
+    digest_.update(&length, sizeof length);
+    digest_.update(sentence.data(), sentence.size() * sizeof(int32_t));
   }
+
+  // The sha256 of the lengths and ids appended (each sentence's length, then its ids),
+  // once, after the last append.
+  std::string hex_digest() { return digest_.hex_digest(); }
 
   // After the last append: the files complete on disk, or an error naming them.
   void finish() {
@@ -525,6 +532,7 @@ class SpilledColumn {
   std::ofstream lengths_, tokens_;
   int64_t run_, sentences_ = 0, token_count_ = 0;
   std::vector<int64_t> run_starts_;  // the first token of sentences 0, run, 2 run, ...
+  Sha256 digest_;
 };
 
 // Sentences [begin, end) of a split's kept pairs.
@@ -939,12 +947,16 @@ void preprocess_split(const sentencepiece::SentencePieceProcessor& processor,
   target.finish();
   const int64_t kept = counts->kept;
   if (kept > 0) check_every_shard_holds_a_pair(shards, kept, split + " pairs kept");
+  // Every shard of the split records the split's pairs' digest: the reader tells a shard
+  // of another run from this run's by it (ShardNumber).
+  const std::string sides = source.hex_digest() + target.hex_digest();
+  const std::string split_sha256 = sha256_hex(sides.data(), sides.size());
   for (int shard = 0; shard < shards; ++shard) {
     const std::vector<PairRange> pairs = dealt_pairs(kept, shards, shard, run);
     SpilledRange source_pairs(source, pairs, options.pairs_per_block);
     SpilledRange target_pairs(target, pairs, options.pairs_per_block);
     write_shard_streamed(outputs.add(shard_path(options.dest_dir, split, shard)), metadata,
-                         source_pairs, target_pairs, ShardNumber{shard, shards});
+                         source_pairs, target_pairs, ShardNumber{shard, shards, split_sha256});
   }
 }
 

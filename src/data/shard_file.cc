@@ -24,6 +24,7 @@ constexpr const char* kSpmModelChecksumAttribute = "spm_model_sha256";
 // ShardNumber's root attributes, both or neither.
 constexpr const char* kShardIndexAttribute = "shard_index";
 constexpr const char* kShardCountAttribute = "shard_count";
+constexpr const char* kSplitChecksumAttribute = "split_sha256";
 
 // ---- writing ----
 
@@ -79,6 +80,9 @@ class ShardWriter {
                  path_ << ": shard " << number.index << " of " << number.count);
       write_int(file.get(), kShardIndexAttribute, number.index);
       write_int(file.get(), kShardCountAttribute, number.count);
+      if (!number.split_sha256.empty()) {
+        write_bytes(file.get(), kSplitChecksumAttribute, number.split_sha256);
+      }
     }
     writer_.check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "flush");
   }
@@ -251,6 +255,9 @@ class ShardFileReader {
     if (!has_index) return number;
     number.index = read_int(kShardIndexAttribute);
     number.count = read_int(kShardCountAttribute);
+    if (file_.has_attribute(file_.root(), kSplitChecksumAttribute)) {
+      number.split_sha256 = read_bytes(kSplitChecksumAttribute);
+    }
     if (number.count < 1 || number.index < 0 || number.index >= number.count) {
       THPC_FAIL(path_ << ": shard_index " << number.index << " of shard_count " << number.count
                       << " (an index from 0 to the count - 1): the shard is damaged (re-run "

@@ -69,9 +69,14 @@ struct ShardMetadata {
 // records it (since 2026-12-02) so that the reader can tell a set copied short: a missing
 // last shard left no gap in the numbering, and the run trained on the rest without a word.
 // count 0: not recorded (older shards, or a test's write_shard without it).
+// With it (since 2026-12-06) the sha256 of the whole split's kept pairs, the same in
+// every shard of one preprocessing run: a shard of another run under the same number (a
+// corpus preprocessed again with another filter, its shards copied in part) is told apart.
+// "" when not recorded.
 struct ShardNumber {
   int64_t index = 0;
   int64_t count = 0;
+  std::string split_sha256;
   bool recorded() const { return count > 0; }
 };
 

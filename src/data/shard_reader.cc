@@ -155,6 +155,21 @@ void check_shard_numbers(const std::vector<std::string>& files,
                          << "preprocessing runs in one directory (re-run "
                          << "transformer_preprocess into an empty --destdir)");
     }
+    // (Shards of the same count from another run of other pairs: one had the same filters
+    // re-run with another --max-len, say, and part of its shards copied in.)
+    if (number.split_sha256 != first.split_sha256) {
+      THPC_FAIL(files[i] << ": a shard of another preprocessing run than " << files.front()
+                         << " (" << (number.split_sha256.empty() ? "records no digest of its "
+                                     "split's pairs, which " + files.front() + " does"
+                                     : first.split_sha256.empty()
+                                         ? "records a digest of its split's pairs, which " +
+                                               files.front() + " does not"
+                                         : std::string("the digests of their splits' pairs "
+                                                       "differ"))
+                         << "): shards of different preprocessing runs in one directory (copy "
+                         << "the whole set again, or re-run transformer_preprocess into an "
+                         << "empty --destdir)");
+    }
     if (number.index != static_cast<int64_t>(i)) {
       THPC_FAIL(files[i] << ": is shard " << number.index << " of its split ("
                          << sibling_shard(files.front(), number.index)
@@ -270,9 +285,12 @@ ShardReader::ShardReader(const ShardReaderSpec& spec) : spec_(spec) {
       }
     }
     // The same pairs twice (a shard copied under the next shard's name) were an epoch
-    // that read them twice.
+    // that read them twice. Shards that record their numbers have that checked
+    // (check_shard_numbers: a copy carries its original's number), and two of one run may
+    // hold the same pairs: an input that repeats itself dealt in runs of 256 (refused as
+    // copies of each other, the corpus preprocessing had written; a helper's trial).
     const ShardSummary& summary = shard->summary;
-    if (!summary.source_tokens_sha256.empty()) {
+    if (!summary.source_tokens_sha256.empty() && !summary.number.recorded()) {
       for (const std::unique_ptr<Shard>& other : shards_) {
         if (other->summary.source_tokens_sha256 == summary.source_tokens_sha256 &&
             other->summary.target_tokens_sha256 == summary.target_tokens_sha256) {
