@@ -1151,7 +1151,8 @@ TEST_F(PreprocessInput, BadTextInputFailsWithOneClearMessage) {
   EXPECT_EQ(many_shards.exit_code, 1) << many_shards.output;
   EXPECT_NE(many_shards.output.find("--shards 4 is more than the 3 training pairs of " +
                                     (dir / "bad.en").string() + ", " +
-                                    (dir / "bad.de").string() + ": give at most 3"),
+                                    (dir / "bad.de").string() + ": give at most 3, fewer "
+                                    "where pairs are dropped (empty, too long, over ratio)"),
             std::string::npos)
       << many_shards.output;
   // A bad --spm-model is said before the text is read (before: after, minutes on WMT14):
@@ -1193,7 +1194,14 @@ TEST_F(DataPipeline, PreprocessOptionsOutOfRangeAreUsageErrors) {
            {"--user-symbols ,", "--user-symbols: an empty symbol (they are separated by one "
                                 "comma) in ','"},
            {"--user-symbols a,", "--user-symbols: an empty symbol (they are separated by one "
-                                 "comma) in 'a,'"}}) {
+                                 "comma) in 'a,'"},
+           // (before: taken, a piece that never matched, or an ordinary '<pad>' beside it)
+           {"--user-symbols '<pad>,XX'",
+            "--user-symbols: '<pad>' is one of the special pieces (<pad> <unk> <s> </s>), "
+            "which have their own ids already in '<pad>,XX'"},
+           {"--user-symbols 'a b'",
+            "--user-symbols: 'a b' holds whitespace, at which the text is split before any "
+            "symbol is matched: it would never match in 'a b'"}}) {
     const CommandResult result = run_command(command + option);
     EXPECT_EQ(result.exit_code, 2) << option << ": " << result.output;
     EXPECT_EQ(result.output, "transformer_preprocess: " + message + " (see --help)\n") << option;

@@ -54,6 +54,18 @@ int run(const Arguments& arguments) {
   reader.print_notes(std::cout, dir + "/" + prefix);
   // The trainer's own division of the step's budget (train/validation.h).
   const int64_t budget = thpc::micro_batch_budget(tokens_per_step, accumulate, ranks);
+  // The least budget that holds the longest pair, as the trainer says it (a pair that
+  // did not fit was named with its tokens less eos/bos, "16 tokens does not fit 16", and
+  // the user raised the value pair by pair; a helper's trial).
+  if (reader.longest_padded_side() > budget) {
+    THPC_FAIL("--tokens-per-step " << tokens_per_step << " gives each of the " << accumulate
+              << " micro-batches on each of " << ranks << " ranks " << budget
+              << " tokens, less than the longest pair takes (" << reader.longest_padded_side()
+              << " tokens a side with eos/bos, in " << reader.longest_pair_file()
+              << "): give --tokens-per-step at least "
+              << reader.longest_padded_side() * accumulate * ranks
+              << ", or preprocess with a smaller --max-len");
+  }
   const auto plan_start = std::chrono::steady_clock::now();
   const int64_t batches = reader.batches_per_epoch(budget);
   const double plan_seconds =

@@ -66,7 +66,8 @@ int main(int argc, char** argv) {
       "SentencePiece model: bpe | unigram")(
       "user-symbols", po::value(&options.user_symbols),
       "comma-separated tokens SentencePiece keeps whole, each as a word of its own (the "
-      "parser's bracket tokens: '(S,(NP,),XX')")(
+      "parser's bracket tokens: '(S,(NP,),XX'); none with whitespace, none of the special "
+      "pieces <pad> <unk> <s> </s>")(
       "shards", po::value(&options.shards)->default_value(options.shards),
       "number of training shards; the kept pairs are dealt to them in runs of 256, so that "
       "each holds pairs from the whole input")(

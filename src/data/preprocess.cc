@@ -922,11 +922,17 @@ void check_inputs_survive(const PreprocessOptions& options) {
 
 // More shards than pairs would write empty shards, one HDF5 file each (--shards 100000
 // wrote for minutes): every shard must hold a pair. `what` says which pairs were counted.
-void check_every_shard_holds_a_pair(int shards, int64_t pairs, const std::string& what) {
+// `read`: counted from the lines, before the filters drop any (a bound the kept pairs may
+// not reach: "give at most 3" then failed as more than the 2 kept; a helper's trial).
+void check_every_shard_holds_a_pair(int shards, int64_t pairs, const std::string& what,
+                                    bool read = false) {
   if (shards > pairs) {
     THPC_FAIL("--shards " << shards << " is more than the " << pairs << " " << what
-                          << ": give at most " << pairs << " (every shard holds at least one "
-                          << "pair)");
+                          << ": give at most " << pairs
+                          << (read ? ", fewer where pairs are dropped (empty, too long, over "
+                                     "ratio)"
+                                   : "")
+                          << " (every shard holds at least one pair)");
   }
 }
 
@@ -995,6 +1001,19 @@ void check_preprocess_options(const PreprocessOptions& options) {
     for (std::string symbol; std::getline(list, symbol, ',');) {
       if (symbol.empty()) refuse("an empty symbol (they are separated by one comma)");
       if (!seen.insert(symbol).second) refuse("'" + symbol + "' is given twice");
+      // SentencePiece splits the text at whitespace before it looks for a symbol, and its
+      // special pieces keep their ids: such a symbol became a piece that never matched, or
+      // an ordinary '<pad>' beside the real one (a helper's trial).
+      if (symbol.find_first_of(" \t\n\r") != std::string::npos) {
+        refuse("'" + symbol + "' holds whitespace, at which the text is split before any "
+               "symbol is matched: it would never match");
+      }
+      for (const char* special : {"<pad>", "<unk>", "<s>", "</s>"}) {
+        if (symbol == special) {
+          refuse("'" + symbol + "' is one of the special pieces (<pad> <unk> <s> </s>), "
+                 "which have their own ids already");
+        }
+      }
     }
     if (given.back() == ',') refuse("an empty symbol (they are separated by one comma)");
   }
@@ -1149,7 +1168,8 @@ PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log
   // the filters keep are checked again once they are known (preprocess_split).
   check_every_shard_holds_a_pair(options.shards, train.pairs,
                                  "training pairs of " + train.source_path + ", " +
-                                     train.target_path);
+                                     train.target_path,
+                                 /*read=*/true);
   const ParallelFiles valid = check_parallel("valid", options.valid_prefix, options, progress);
   ParallelFiles test;
   if (!options.test_prefix.empty()) {
