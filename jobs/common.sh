@@ -697,7 +697,17 @@ thpc_train_averaged() {
   # checkpoint.keep = LAST (base.ini 5, big.ini 20) holds the window however many requeues
   # came: the trainer prunes a stop checkpoint between its steps before them, and does not
   # count the one it keeps as the last known good (until 2026-12-06 it did, and phase 2
-  # set keep = LAST + 1 to save the window's oldest step).
+  # set keep = LAST + 1 to save the window's oldest step). A configured keep below LAST is
+  # raised to it (unless the options set it): the trainer refuses average_last > keep, and
+  # phase 2 would be refused only after phase 1 had trained.
+  local keep=()
+  if ! thpc_given checkpoint.keep "$@"; then
+    local configured
+    configured=$(thpc_config_value checkpoint.keep "$config") || configured=5
+    (( ${configured:-5} >= last )) || keep=("--checkpoint.keep=$last")
+  fi
+  # (${keep[@]+...}: an empty array is "unbound" under set -u to bash before 4.4, EL7's.)
   thpc_train "$config" "--train.max_steps=$max_steps" --checkpoint.minutes=0 \
-    "--checkpoint.every_steps=$every" "--checkpoint.average_last=$last" "$@"
+    "--checkpoint.every_steps=$every" "--checkpoint.average_last=$last" \
+    ${keep[@]+"${keep[@]}"} "$@"
 }

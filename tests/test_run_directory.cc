@@ -549,15 +549,38 @@ TEST_F(RunDirectory, ACheckpointWriteWhoseDirectoryIsRemovedIsWrittenOnceMore) {
   EXPECT_EQ(writes, 1);
   EXPECT_EQ(notes.str(), "");
 
-  // Nor more than once.
+  // Nor into a directory another trainer took since: its lock is there (a review's
+  // finding: the retry wrote and pruned in the new trainer's directory).
+  writes = 0;
+  notes.str("");
+  const auto taken_meanwhile = [&] {
+    ++writes;
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(thpc::run_lock_path(dir.string())) << "host=other\npid=1\n";
+    THPC_FAIL("cannot write " << file.string() << " (" << no_such_file << ")");
+  };
+  EXPECT_THROW(thpc::write_made_again_if_removed(dir.string(), taken_meanwhile, notes),
+               thpc::Error);
+  EXPECT_EQ(writes, 1);
+  EXPECT_EQ(notes.str(), "");
+  fs::remove_all(dir);
+
+  // Nor more than once, the first failure said with the second.
   writes = 0;
   const auto always_removed = [&] {
     ++writes;
     fs::remove_all(dir);
     THPC_FAIL("cannot write " << file.string() << ": gone");
   };
-  EXPECT_THROW(thpc::write_made_again_if_removed(dir.string(), always_removed, notes),
-               thpc::Error);
+  try {
+    thpc::write_made_again_if_removed(dir.string(), always_removed, notes);
+    ADD_FAILURE() << "the second failure was not thrown";
+  } catch (const thpc::Error& error) {
+    EXPECT_NE(std::string(error.what()).find("(the checkpoint written once more, after: "),
+              std::string::npos)
+        << error.what();
+  }
   EXPECT_EQ(writes, 2);
 }
 

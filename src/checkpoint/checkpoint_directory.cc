@@ -207,7 +207,7 @@ std::string move_aside_corrupt(const std::string& path) {
 
 std::vector<std::string> prune_checkpoints(const std::string& dir, int keep,
                                            const std::string& protected_path,
-                                           int64_t every_steps) {
+                                           int64_t every_steps, int64_t last_step) {
   THPC_CHECK(keep >= 1, "keep " << keep);
   const std::vector<CheckpointSummary> summaries = checkpoint_summaries(dir);
   std::error_code error;
@@ -234,9 +234,13 @@ std::vector<std::string> prune_checkpoints(const std::string& dir, int keep,
   };
   // Deletion order: diverged and superseded, oldest first, then healthy, oldest first, of
   // these those off a schedule by steps before those on it.
+  // (The run's last step is the schedule's: its final checkpoint, off the multiples when
+  // train.max_steps is, counted as a stop's was not, kept keep + 1 files; a review's find.)
   const auto rank = [&](const CheckpointSummary& summary) {
     if (summary.state != CheckpointState::Healthy) return 0;
-    return every_steps > 0 && summary.step % every_steps != 0 ? 1 : 2;
+    const bool off = every_steps > 0 && summary.step % every_steps != 0 &&
+                     !(last_step > 0 && summary.step == last_step);
+    return off ? 1 : 2;
   };
   std::vector<const CheckpointSummary*> candidates;
   for (const int wanted : {0, 1, 2}) {

@@ -90,9 +90,10 @@ std::string move_aside_corrupt(const std::string& path);
 // keep = 1 two files stay). A run that diverges keeps a checkpoint to resume from. An
 // off-schedule one that stays for those reasons is not counted in `keep`: the schedule's
 // last `keep` stay beside it. Returns the deleted paths.
+// `last_step` (the run's train.max_steps): on the schedule too, as its average takes it.
 std::vector<std::string> prune_checkpoints(const std::string& dir, int keep,
                                            const std::string& protected_path,
-                                           int64_t every_steps = 0);
+                                           int64_t every_steps = 0, int64_t last_step = 0);
 
 // The parameters of `paths`, averaged element-wise in double precision; the result is
 // parameters-only, carries the newest input's step, seed, config, world size and

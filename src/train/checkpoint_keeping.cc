@@ -20,6 +20,7 @@
 #include "common/error.h"
 #include "common/still_working.h"
 #include "io/hdf5.h"
+#include "train/run_directory.h"
 #include "train/stop_request.h"
 #include "train/test_hooks.h"
 
@@ -46,6 +47,7 @@ std::string checkpoint_file_missing(const std::string& key, const std::string& p
 
 void write_made_again_if_removed(const std::string& dir, const std::function<void()>& write,
                                  std::ostream& notes) {
+  std::string first;
   try {
     write();
     return;
@@ -57,11 +59,23 @@ void write_made_again_if_removed(const std::string& dir, const std::function<voi
     const bool file_removed =
         std::string_view(error.what()).find(std::strerror(ENOENT)) != std::string_view::npos;
     if (!gone && !file_removed) throw;
+    // Never into another trainer's directory: the removal took this run's lock with it, so
+    // a lock there now is one a trainer took since (or this run's own, made again by its
+    // check before the next checkpoint, on the training thread: then the write fails as it
+    // did before the retry). A review's finding: the retry wrote and pruned in the
+    // directory of a trainer started there meanwhile.
+    std::error_code lock_unknown;
+    if (std::filesystem::exists(run_lock_path(dir), lock_unknown) || lock_unknown) throw;
+    first = error.what();
     notes << "warning: checkpoint.dir " << dir << (gone ? " was removed" : "'s files were removed")
           << " while a checkpoint was written (deleted or cleaned while the run ran?): the "
-          << "checkpoint written once more (the write said: " << error.what() << ")\n";
+          << "checkpoint written once more (the write said: " << first << ")\n";
   }
-  write();
+  try {
+    write();
+  } catch (const Error& again) {
+    THPC_FAIL(again.what() << " (the checkpoint written once more, after: " << first << ")");
+  }
 }
 
 Checkpoint read_init_checkpoint(const CheckpointConfig& options) {
@@ -110,7 +124,7 @@ std::string only_unhealthy_checkpoints(const std::string& dir) {
 std::string write_and_prune(const std::string& path, Checkpoint& state,
                             const std::function<void(Checkpoint&)>& fill_state,
                             double copy_seconds, const std::string& dir, int keep,
-                            int64_t schedule, bool in_background,
+                            int64_t schedule, int64_t last_step, bool in_background,
                             InjectedWriteDelay delay = {}) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
@@ -127,7 +141,7 @@ std::string write_and_prune(const std::string& path, Checkpoint& state,
         << (error ? 0.0 : static_cast<double>(bytes) / 1e6) << " MB; copy "
         << std::setprecision(2) << copy_seconds << " s, write " << write_seconds << " s"
         << (in_background ? " beside training" : "") << ")\n";
-  for (const std::string& deleted : prune_checkpoints(dir, keep, path, schedule)) {
+  for (const std::string& deleted : prune_checkpoints(dir, keep, path, schedule, last_step)) {
     lines << "removed old checkpoint " << deleted << " (checkpoint.keep = " << keep << ")\n";
   }
   return lines.str();
@@ -156,17 +170,20 @@ std::string CheckpointKeeping::save(Checkpoint state, double copy_seconds, std::
   // A schedule by steps alone: pruning passes over its steps first (prune_checkpoints).
   const int64_t schedule =
       config_.checkpoint.minutes == 0 ? config_.checkpoint.every_steps : 0;
+  const int64_t last_step = config_.train.max_steps;
   if (!writes_in_background()) {
-    log << write_and_prune(path, state, fill_state, copy_seconds, dir, keep, schedule, false)
+    log << write_and_prune(path, state, fill_state, copy_seconds, dir, keep, schedule,
+                           last_step, false)
         << std::flush;
     return path;
   }
   // The thread owns what it writes; the training thread goes on with its own state.
-  write_ = std::async(std::launch::async, [path, dir, keep, schedule, copy_seconds,
+  write_ = std::async(std::launch::async, [path, dir, keep, schedule, last_step, copy_seconds,
                                            delay = injected_checkpoint_write_delay(),
                                            state = std::move(state),
                                            fill_state = std::move(fill_state)]() mutable {
-    return write_and_prune(path, state, fill_state, copy_seconds, dir, keep, schedule, true,
+    return write_and_prune(path, state, fill_state, copy_seconds, dir, keep, schedule, last_step,
+                           true,
                            delay);
   });
   return path;

@@ -32,8 +32,9 @@ Checkpoint read_init_checkpoint(const CheckpointConfig& options);
 // (the run directory deleted or cleaned while the file was written: by hand, a cleaning
 // script), runs it once more, its write making `dir` again, with a warning on `notes`.
 // Between writes the lock's check makes the directory again (RunLock::check_held); in the
-// middle of one the run ended, exit 1, with its state unsaved. Another failure, or a
-// second, is thrown.
+// middle of one the run ended, exit 1, with its state unsaved. Not when DIR holds a
+// trainer.lock again (another trainer took the directory since: its files are not this
+// run's to write or prune). Another failure, or a second, is thrown.
 void write_made_again_if_removed(const std::string& dir, const std::function<void()>& write,
                                  std::ostream& notes);
 
