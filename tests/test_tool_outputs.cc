@@ -396,6 +396,22 @@ TEST_F(ToolOutputs, AnOutputThroughALinkOrAStandardStreamWritesWhatItNames) {
                     "words.txt --tags tags.txt --output stdout.lnk | cat > trees.txt'");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_EQ(read_file("trees.txt"), "(TOP (S (X a) (Y b)))\n");
+  // A descriptor open for reading only: the failed write's own reason, however much was
+  // buffered (past 64 KiB it said "disk full?": the error was cleared before it was read).
+  {
+    std::ofstream many_words("many_words.txt"), many_tags("many_tags.txt");
+    for (int line = 0; line < 3000; ++line) {
+      many_words << "alpha beta gamma delta epsilon\n";
+      many_tags << "A B C D E\n";
+    }
+  }
+  for (const char* input : {"words.txt --tags tags.txt", "many_words.txt --tags many_tags.txt"}) {
+    run = run_process("timeout 60 sh -c '" + kBin + "/transformer_trees baseline --words " +
+                      input + " --output /dev/fd/1 1< /dev/null'");
+    EXPECT_NE(run.exit_code, 0) << input << "\n" << run.output;
+    EXPECT_NE(run.output.find("the write failed (Bad file descriptor)"), std::string::npos)
+        << input << "\n" << run.output;
+  }
   // A path through /proc that is no descriptor is a file, replaced as any other.
   for (int i = 0; i < 2; ++i) {
     run = run_process(decode + "--output /proc/self/cwd/cwd.txt");

@@ -302,10 +302,13 @@ class DescriptorBuffer final : public std::streambuf {
     setp(buffer_, buffer_ + sizeof buffer_);
   }
   ~DescriptorBuffer() override {
-    sync();
+    if (error_ == 0) sync();  // (after a failure, not again: bytes written twice)
     if (descriptor_ >= 0) ::close(descriptor_);
   }
   bool opened() const { return descriptor_ >= 0; }
+  // The failed write's errno, 0 while none failed (the stream keeps no record of it, and
+  // flushing a bad stream does nothing: "disk full?" was said of a closed descriptor).
+  int error() const { return error_; }
 
  protected:
   int_type overflow(int_type next) override {
@@ -317,11 +320,15 @@ class DescriptorBuffer final : public std::streambuf {
     return traits_type::not_eof(next);
   }
   int sync() override {
+    if (error_ != 0) return -1;
     const char* next = pbase();
     while (next < pptr()) {
       const ssize_t written = ::write(descriptor_, next, static_cast<size_t>(pptr() - next));
       if (written < 0 && errno == EINTR) continue;
-      if (written <= 0) return -1;  // (errno is the write's, for the message)
+      if (written <= 0) {
+        error_ = written < 0 ? errno : EIO;
+        return -1;
+      }
       next += written;
     }
     setp(buffer_, buffer_ + sizeof buffer_);
@@ -330,6 +337,7 @@ class DescriptorBuffer final : public std::streambuf {
 
  private:
   int descriptor_;
+  int error_ = 0;
   char buffer_[1 << 16];
 };
 
@@ -349,11 +357,12 @@ void write_in_place(const std::string& path, const std::string& what,
     }
     std::ostream out(&buffer);
     write(out);
-    errno = 0;
     out.flush();
     if (!out) {
       THPC_FAIL("cannot write " << what << ": the write failed ("
-                                << (errno != 0 ? std::strerror(errno) : "disk full?") << ")");
+                                << (buffer.error() != 0 ? std::strerror(buffer.error())
+                                                        : "disk full?")
+                                << ")");
     }
     return;
   }
