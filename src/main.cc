@@ -227,11 +227,15 @@ void dry_run(const thpc::Config& config, const thpc::Communicator& comm, std::os
   }
   std::istringstream note_lines(notes.str());
   for (std::string line; std::getline(note_lines, line);) out << "# " << line << "\n";
-  // Values that change nothing in the run, as training says them (on a login node, the
-  // GPU the job's backend would run on: cuda, or auto where one is visible).
-  const bool on_gpu = config.train.backend == "cuda" ||
-                      (config.train.backend == "auto" && thpc::cuda_unavailable_reason().empty());
-  const std::string idle = thpc::idle_settings_note(config, {on_gpu, ranks});
+  // Values that change nothing in the run, as training says them, for this dry run's -np
+  // (the job's, as the batch budget's check asks); the GPU known where the backend is
+  // named, or one is visible (auto on a login node may run on the job's GPUs).
+  thpc::RunShape shape;
+  shape.ranks = ranks;
+  const bool gpu_here = thpc::cuda_unavailable_reason().empty();
+  shape.on_gpu = config.train.backend == "cuda" || (config.train.backend == "auto" && gpu_here);
+  shape.gpu_known = config.train.backend != "auto" || gpu_here;
+  const std::string idle = thpc::idle_settings_note(config, shape);
   if (!idle.empty()) out << "# " << idle << "\n";
   // What this machine cannot check, said rather than passed in silence: a login node may
   // lack the job's GPUs or its data (staged later, or on the compute nodes' file system).

@@ -88,6 +88,21 @@ TEST(IdleSettings, EachRuleSaysWhyAndKeysTheRunReadsAreLeftOut) {
   }
 }
 
+// Where the GPU is not known (--dry-run on a login node, train.backend = auto), the GPU's
+// keys are left alone: the job may run on its GPUs (a review's finding).
+TEST(IdleSettings, WhereTheGpuIsNotKnownItsKeysAreLeftAlone) {
+  Config config;
+  RunShape login_node;
+  login_node.gpu_known = false;
+  for (const char* key : {"train.precision", "train.cuda_kernels", "dist.device"}) {
+    EXPECT_EQ(why_without_effect(key, config, login_node), "") << key;
+  }
+  config.dist.log_buckets = true;  // one GPU rank may time NCCL's buckets
+  EXPECT_EQ(why_without_effect("dist.bucket_mb", config, login_node), "");
+  config.dist.log_buckets = false;
+  EXPECT_NE(why_without_effect("dist.bucket_mb", config, login_node), "");
+}
+
 TEST(IdleSettings, TheNoteListsTheValuesGivenThatDoNothingAndOnlyThose) {
   Config config;
   EXPECT_EQ(idle_settings_note(config, kCpuOneRank), "");  // defaults: nothing was given

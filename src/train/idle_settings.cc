@@ -14,14 +14,18 @@ std::string why_without_effect(const std::string& key, const Config& config,
     }
     return false;
   };
-  if (!run.on_gpu &&
+  // (The checkpoint stores them all the same: transformer_decode on a GPU reads its
+  // train.precision and train.cuda_kernels.)
+  const bool on_the_cpu = run.gpu_known && !run.on_gpu;
+  if (on_the_cpu &&
       in({"train.precision", "train.cuda_kernels", "train.short_attention_max_len"})) {
     return "the CPU computes in fp32 with its own kernels";
   }
-  if (!run.on_gpu && key == "dist.device") return "the CPU backend uses no GPU";
-  // One rank sums no gradients (GradientSums), unless it times NCCL's buckets on a GPU.
-  const bool times_one_rank =
-      config.dist.log_buckets && run.on_gpu && config.dist.reducer != "mpi";
+  if (on_the_cpu && key == "dist.device") return "the CPU backend uses no GPU";
+  // One rank sums no gradients (GradientSums), unless it times NCCL's buckets on a GPU
+  // (or may, where the GPU is not known).
+  const bool times_one_rank = config.dist.log_buckets && (run.on_gpu || !run.gpu_known) &&
+                              config.dist.reducer != "mpi";
   if (run.ranks == 1 && !times_one_rank &&
       in({"dist.reducer", "dist.reduce_dtype", "dist.bucket_mb", "dist.embedding_sum",
           "dist.log_buckets"})) {

@@ -16,6 +16,10 @@ namespace thpc {
 struct RunShape {
   bool on_gpu = false;  // the backend computes on a GPU (not the CPU)
   int ranks = 1;
+  // False where that is not known: --dry-run on a login node without the job's GPUs
+  // (train.backend = auto), whose note then leaves the GPU's keys alone (it said the job's
+  // train.precision did nothing; a review's finding).
+  bool gpu_known = true;
 };
 
 // Why `key` ("dist.reduce_dtype") does nothing in a run of `config` shaped `run`, in the
