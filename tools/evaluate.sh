@@ -11,7 +11,7 @@
 # stores the one of its shards). N (default 5, the paper's base recipe; 20 for big)
 # applies to a directory; a single checkpoint file is decoded as it is. The translations
 # are kept next to the average, named by the model and the source (a checkpoint file's in
-# eval/ beside it, or beside it when it is in an eval/ folder already)
+# eval/ beside it, or beside it when it is an average in an eval/ folder already)
 # (DIR/eval/average_last5.newstest2014.en.hyp; the decode options after -- are part of the
 # name, and those that write no one translation a line, --nbest and --dump-*, are
 # refused). THPC_BUILD names the build directory (default: the repository's build/, or
@@ -91,11 +91,15 @@ else
   [ -f "$checkpoint" ] || { echo "evaluate.sh: no such checkpoint: $checkpoint" >&2; exit 1; }
   [ -z "$last_given" ] || echo "evaluate.sh: note: N = $last averages a directory's last" \
     "checkpoints; $checkpoint is one file, decoded as it is" >&2
-  # Beside the checkpoint's folder, in eval/; a checkpoint in an eval/ folder already (an
-  # average this script wrote, DIR/eval/average_last5.h5) keeps its translations beside it
-  # (they went to DIR/eval/eval/).
+  # Beside the checkpoint's folder, in eval/; an average this script wrote
+  # (DIR/eval/average_last5.h5) keeps its translations beside it (they went to
+  # DIR/eval/eval/). Only such an average: a run whose checkpoint.dir is named eval keeps
+  # its .hyp files out of its checkpoints' folder.
   out_dir=$(dirname "$checkpoint")
-  [ "$(basename "$out_dir")" = eval ] || out_dir=$out_dir/eval
+  if [ "$(basename "$out_dir")" != eval ] || [[ $(basename "$checkpoint") != average_*.h5 ]]
+  then
+    out_dir=$out_dir/eval
+  fi
   mkdir -p "$out_dir"
   model=$checkpoint
 fi
