@@ -54,37 +54,40 @@ std::string file_named_by(const std::string& path) {
   return chain.back().string();
 }
 
-bool names_an_open_descriptor(const std::string& path) {
+namespace {
+
+// What `hop` (a path, absolute or not) names when it is a descriptor's: -1 for another
+// process's (/proc/PID/fd/N), N for this process's (/dev/fd/N, /proc/self/fd/N,
+// /proc/thread-self/fd/N, /proc/<this pid>/fd/N), nothing for any other path (through
+// /proc too: /proc/self/cwd/out.txt is a file of the working directory).
+std::optional<int> descriptor_of(const fs::path& hop) {
   std::error_code error;
+  const fs::path where = fs::absolute(hop, error).lexically_normal();
+  const std::vector<std::string> parts(where.begin(), where.end());  // "/", dev, fd, N
+  const bool dev_fd = parts.size() == 4 && parts[1] == "dev" && parts[2] == "fd";
+  const bool proc_fd = parts.size() == 5 && parts[1] == "proc" && parts[3] == "fd";
+  if (!dev_fd && !proc_fd) return std::nullopt;
+  const std::string& last = parts.back();
+  const bool number = !last.empty() && last.size() <= 9 &&
+                      last.find_first_not_of("0123456789") == std::string::npos;
+  const bool own = dev_fd || parts[2] == "self" || parts[2] == "thread-self" ||
+                   parts[2] == std::to_string(::getpid());
+  return own && number ? std::stoi(last) : -1;
+}
+
+}  // namespace
+
+bool names_an_open_descriptor(const std::string& path) {
   for (const fs::path& hop : links_from(path)) {
-    // /dev/fd/N, /proc/self/fd/N, /proc/PID/fd/N, /proc/thread-self/fd/N: not any path
-    // through /proc (/proc/self/cwd/out.txt is a file of the working directory).
-    const fs::path where = fs::absolute(hop, error).lexically_normal();
-    const std::string text = where.string();
-    if (text.rfind("/dev/fd/", 0) == 0) return true;
-    if (text.rfind("/proc/", 0) == 0 && where.parent_path().filename() == "fd" &&
-        std::distance(where.begin(), where.end()) == 5) {  // "/", proc, X, fd, N
-      return true;
-    }
+    if (descriptor_of(hop)) return true;
   }
   return false;
 }
 
 std::optional<int> own_descriptor_named(const std::string& path) {
-  std::error_code error;
-  const std::string self = std::to_string(::getpid());
   for (const fs::path& hop : links_from(path)) {
-    const fs::path where = fs::absolute(hop, error).lexically_normal();
-    const std::vector<std::string> parts(where.begin(), where.end());  // "/", dev, fd, N
-    const std::string& last = parts.back();
-    if (last.empty() || last.find_first_not_of("0123456789") != std::string::npos ||
-        last.size() > 9) {
-      continue;
-    }
-    const bool dev_fd = parts.size() == 4 && parts[1] == "dev" && parts[2] == "fd";
-    const bool proc_fd = parts.size() == 5 && parts[1] == "proc" && parts[3] == "fd" &&
-                         (parts[2] == "self" || parts[2] == "thread-self" || parts[2] == self);
-    if (dev_fd || proc_fd) return std::stoi(last);
+    const std::optional<int> descriptor = descriptor_of(hop);
+    if (descriptor && *descriptor >= 0) return descriptor;
   }
   return std::nullopt;
 }

@@ -246,17 +246,9 @@ std::string outputs_that_would_destroy_inputs(const Config& config,
   // A metrics "file" that cannot be one (a directory, a named pipe, a socket, a link to
   // nothing): training failed when it opened it (exit 1), or waited on the pipe for ever,
   // deaf to signals. (/dev/null, a character device, takes the records and is let be.)
-  if (fs::symlink_status(metrics, error).type() != fs::file_type::not_found) {
-    const fs::file_type type = fs::status(metrics, error).type();
-    const std::string what = type == fs::file_type::directory ? "a directory"
-                             : type == fs::file_type::fifo    ? "a named pipe"
-                             : type == fs::file_type::socket  ? "a socket"
-                             : type == fs::file_type::not_found ? "a symbolic link to nothing"
-                                                                : "";
-    if (!what.empty()) {
-      return "the metrics file " + metrics + " is " + what + ": move it, or give "
-             "train.metrics_dir another directory";
-    }
+  if (const std::string what = MetricsFile::unfit_for_records(metrics); !what.empty()) {
+    return "the metrics file " + metrics + " is " + what + ": move it, or give "
+           "train.metrics_dir another directory";
   }
   if (!MetricsFile::is_metrics_file(metrics)) {
     return "the metrics file " + metrics + " exists and is not a run's metrics file (JSON "

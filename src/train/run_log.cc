@@ -176,6 +176,18 @@ bool MetricsFile::records_no_value(const std::string& path) {
   return any;
 }
 
+std::string MetricsFile::unfit_for_records(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  if (fs::symlink_status(path, error).type() == fs::file_type::not_found) return "";
+  const fs::file_type type = fs::status(path, error).type();
+  return type == fs::file_type::directory   ? "a directory"
+         : type == fs::file_type::fifo      ? "a named pipe"
+         : type == fs::file_type::socket    ? "a socket"
+         : type == fs::file_type::not_found ? "a symbolic link to nothing"
+                                            : "";
+}
+
 bool MetricsFile::is_metrics_file(const std::string& path) {
   std::error_code error;
   if (!std::filesystem::exists(path, error)) return true;
@@ -283,15 +295,10 @@ void MetricsFile::reopen_if_replaced(int64_t step) {
     // Appended to only when it is a file a run's records may go into (open would wait on a
     // named pipe for a reader for ever, and someone's text is not ours to append to).
     std::error_code error;
-    const fs::file_type type = fs::status(path_, error).type();
-    const std::string what =
-        type == fs::file_type::fifo        ? "a named pipe"
-        : type == fs::file_type::directory ? "a directory"
-        : type == fs::file_type::socket    ? "a socket"
-        : type == fs::file_type::not_found ? "a symbolic link to nothing"
-        : type != fs::file_type::regular   ? ""  // (/dev/null through a link takes records)
-        : !is_metrics_file(path_)          ? "a file that is not a run's metrics file"
-                                           : "";
+    std::string what = unfit_for_records(path_);
+    if (what.empty() && fs::is_regular_file(path_, error) && !is_metrics_file(path_)) {
+      what = "a file that is not a run's metrics file";
+    }
     if (!what.empty()) {
       give_up("the metrics file " + path_ + " was replaced by " + what + " while the run "
               "wrote it", step, "move it away");

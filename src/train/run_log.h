@@ -80,6 +80,10 @@ class MetricsFile {
   // first line is a record ({"kind": ...). Anything else (a symbolic link to a model, a
   // text the user keeps under that name) is not ours to append to, nor to cut.
   static bool is_metrics_file(const std::string& path);
+  // What `path` is when a run's records cannot go into it: "a directory", "a named pipe"
+  // (whose open would wait for a reader for ever), "a socket", "a symbolic link to
+  // nothing"; "" when nothing is there, or a file or a device is (/dev/null takes them).
+  static std::string unfit_for_records(const std::string& path);
   // True when `path` holds records and every one is a "run" record: a start that failed
   // before its first step.
   static bool records_no_value(const std::string& path);
