@@ -472,9 +472,9 @@ TEST(Tools, DataStatsDropsThePairsThePositionsLeaveOutAsTheTrainerDoes) {
   // with the least value that holds the pair, as the trainer says it (before: the pair's
   // tokens less eos/bos, "does not fit a batch of 40", and no value to give).
   for (const char* said : {"--tokens-per-step 40 gives each of the 1 micro-batches on each of "
-                           "1 ranks 40 tokens, less than the longest pair takes (",
+                           "1 ranks 40 tokens, less than the longest pair of the data takes (",
                            " tokens a side with eos/bos, in ",
-                           "): give --tokens-per-step at least "}) {
+                           "); raise --tokens-per-step to at least "}) {
     EXPECT_NE(without.output.find(said), std::string::npos) << said << "\n" << without.output;
   }
 }

@@ -20,6 +20,7 @@
 #include "data/shard_reader.h"
 #include "model/capture_schedule.h"
 #include "model/transformer.h"
+#include "train/training_setup.h"
 #include "train/validation.h"
 #include "tools/tool_main.h"
 
@@ -58,13 +59,11 @@ int run(const Arguments& arguments) {
   // did not fit was named with its tokens less eos/bos, "16 tokens does not fit 16", and
   // the user raised the value pair by pair; a helper's trial).
   if (reader.longest_padded_side() > budget) {
-    THPC_FAIL("--tokens-per-step " << tokens_per_step << " gives each of the " << accumulate
-              << " micro-batches on each of " << ranks << " ranks " << budget
-              << " tokens, less than the longest pair takes (" << reader.longest_padded_side()
-              << " tokens a side with eos/bos, in " << reader.longest_pair_file()
-              << "): give --tokens-per-step at least "
-              << reader.longest_padded_side() * accumulate * ranks
-              << ", or preprocess with a smaller --max-len");
+    THPC_FAIL("--tokens-per-step " << tokens_per_step
+              << thpc::budget_below_the_longest_pair(
+                     accumulate, ranks, budget, "data", reader.longest_padded_side(),
+                     reader.longest_pair_file(), "--tokens-per-step",
+                     "or preprocess with a smaller --max-len"));
   }
   const auto plan_start = std::chrono::steady_clock::now();
   const int64_t batches = reader.batches_per_epoch(budget);

@@ -190,18 +190,15 @@ std::string configuration_impossible(const Config& config, const BatchSource& so
       const std::string file = longest.longest_pair_file();
       why << config.source_file << ": train.tokens_per_step " << train.tokens_per_step
           << config.on_command_line("train.tokens_per_step")
-          << " gives each of the " << train.accumulate << " micro-batches on each of " << ranks
-          << " ranks " << budget << " tokens, less than the longest pair of the "
-          << (valid_longer ? "validation shards (read at that budget at each validation, "
-                             "every train.valid_every = " + std::to_string(train.valid_every) +
-                                 " steps)"
-                           : std::string("data"))
-          << " takes (" << longest.longest_padded_side() << " tokens a side with eos/bos"
-          << (file.empty() ? "" : ", in " + file) << "); "
-          << "raise train.tokens_per_step to at least "
-          << longest.longest_padded_side() * train.accumulate * ranks
-          << (longest.spm_model() != nullptr ? ", or preprocess with a smaller --max-len"
-                                             : ", or give a smaller data.synthetic_max_len");
+          << budget_below_the_longest_pair(
+                 train.accumulate, ranks, budget,
+                 valid_longer ? "validation shards (read at that budget at each validation, "
+                                "every train.valid_every = " +
+                                    std::to_string(train.valid_every) + " steps)"
+                              : std::string("data"),
+                 longest.longest_padded_side(), file, "train.tokens_per_step",
+                 longest.spm_model() != nullptr ? "or preprocess with a smaller --max-len"
+                                                : "or give a smaller data.synthetic_max_len");
     }
   }
   return why.str();
@@ -244,6 +241,19 @@ void check_checkpoint_resumes_this_run(const Checkpoint& checkpoint, const std::
     THPC_FAIL("checkpoint " << path << ": holds parameters only (an average?); resume needs "
                             << "the Adam moments, use checkpoint.init to start from it");
   }
+}
+
+std::string budget_below_the_longest_pair(int accumulate, int ranks, int64_t budget,
+                                          const std::string& read, int64_t longest,
+                                          const std::string& file, const std::string& setting,
+                                          const std::string& otherwise) {
+  std::ostringstream why;
+  why << " gives each of the " << accumulate << " micro-batches on each of " << ranks
+      << " ranks " << budget << " tokens, less than the longest pair of the " << read
+      << " takes (" << longest << " tokens a side with eos/bos"
+      << (file.empty() ? "" : ", in " + file) << "); raise " << setting << " to at least "
+      << longest * accumulate * ranks << ", " << otherwise;
+  return why.str();
 }
 
 }  // namespace thpc

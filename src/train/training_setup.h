@@ -89,4 +89,14 @@ void check_checkpoint_vocabulary(const Checkpoint& checkpoint, const std::string
 void check_checkpoint_resumes_this_run(const Checkpoint& checkpoint, const std::string& path,
                                        const Config& config);
 
+// What follows "SETTING VALUE" where that budget cannot hold the longest pair of `read`
+// ("data", "validation shards (...)"), `longest` tokens a side with eos/bos, in `file`:
+// " gives each of the A micro-batches on each of R ranks B tokens, less than the longest
+// pair of the READ takes (...); raise SETTING to at least M, OTHERWISE". The trainer and
+// transformer_data_stats say it alike.
+std::string budget_below_the_longest_pair(int accumulate, int ranks, int64_t budget,
+                                          const std::string& read, int64_t longest,
+                                          const std::string& file, const std::string& setting,
+                                          const std::string& otherwise);
+
 }  // namespace thpc
