@@ -479,6 +479,44 @@ TEST(Tools, DataStatsDropsThePairsThePositionsLeaveOutAsTheTrainerDoes) {
   }
 }
 
+// The trainer refuses a budget below the validation shards' longest pair too (it reads
+// them at that budget at each validation): transformer_data_stats warns of it, and goes
+// on (a run without validation reads no validation shards). Before, it passed a budget the
+// trainer then refused at start-up.
+TEST(Tools, DataStatsWarnsOfABudgetBelowTheValidationShardsLongestPair) {
+  const fs::path dir = one_shard_corpus("thpc_data_stats_valid", 40, [](int i) {
+    return std::pair{1 + i % 9, 1 + i % 9};
+  });
+  ShardContents valid;
+  valid.metadata.vocab_size = 50;
+  valid.metadata.source_lang = "en";
+  valid.metadata.target_lang = "de";
+  for (const int length : {5, 30, 7}) {
+    valid.source.append(std::vector<int>(size_t(length), 6));
+    valid.target.append(std::vector<int>(size_t(length), 7));
+  }
+  write_shard((dir / "valid.00000.h5").string(), valid);
+  const std::string stats = thpc::binary_dir() + "/transformer_data_stats " + dir.string();
+  const ProcessResult below = run_process(stats + " --tokens-per-step 20");
+  const ProcessResult above = run_process(stats + " --tokens-per-step 40");
+  const ProcessResult of_valid = run_process(stats + " --tokens-per-step 40 --prefix valid");
+  fs::remove_all(dir);
+  EXPECT_EQ(below.exit_code, 0) << below.output;
+  // 30 tokens and eos/bos: 31 a side, in the one validation shard.
+  for (const char* said : {"transformer_data_stats: warning: --tokens-per-step 20 gives each of "
+                           "the 1 micro-batches on each of 1 ranks 20 tokens, less than the "
+                           "longest pair of the validation shards (valid, ",
+                           " takes (31 tokens a side with eos/bos, in ",
+                           "valid.00000.h5); raise --tokens-per-step to at least 31, "}) {
+    EXPECT_NE(below.output.find(said), std::string::npos) << said << "\n" << below.output;
+  }
+  EXPECT_NE(below.output.find(": 40 pairs, vocabulary 50"), std::string::npos) << below.output;
+  EXPECT_EQ(above.exit_code, 0) << above.output;
+  EXPECT_EQ(above.output.find("warning"), std::string::npos) << above.output;
+  EXPECT_EQ(of_valid.exit_code, 0) << of_valid.output;
+  EXPECT_EQ(of_valid.output.find("warning"), std::string::npos) << of_valid.output;
+}
+
 // Everything written to `file` (from its start), which is then closed.
 std::string text_and_close(std::FILE* file) {
   std::rewind(file);

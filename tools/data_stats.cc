@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <vector>
@@ -64,6 +65,29 @@ int run(const Arguments& arguments) {
                      accumulate, ranks, budget, "data", reader.longest_padded_side(),
                      reader.longest_pair_file(), "--tokens-per-step",
                      "or preprocess with a smaller --max-len"));
+  }
+  // The trainer reads the validation shards at the same budget and refuses a run whose
+  // longest validation pair does not fit it (training_setup.cc): said here too, as a
+  // warning (only a run that validates, train.valid_every > 0, reads them), so that a
+  // budget this tool passes is not refused by the trainer at start-up.
+  if (prefix == "train") {
+    const std::string valid_prefix = thpc::DataConfig{}.valid;  // the trainer's data.valid
+    if (std::filesystem::exists(dir + "/" + valid_prefix + ".00000.h5")) {
+      thpc::ShardReaderSpec valid_spec = spec;
+      valid_spec.files = thpc::find_shards(dir, valid_prefix, "data.valid = " + valid_prefix);
+      valid_spec.shuffle = false;
+      const thpc::ShardReader valid(valid_spec);
+      if (valid.longest_padded_side() > budget) {
+        std::cerr << "transformer_data_stats: warning: --tokens-per-step " << tokens_per_step
+                  << thpc::budget_below_the_longest_pair(
+                         accumulate, ranks, budget,
+                         "validation shards (" + valid_prefix + ", read at that budget by a "
+                         "run with train.valid_every > 0)",
+                         valid.longest_padded_side(), valid.longest_pair_file(),
+                         "--tokens-per-step", "or preprocess with a smaller --max-len")
+                  << "\n";
+      }
+    }
   }
   const auto plan_start = std::chrono::steady_clock::now();
   const int64_t batches = reader.batches_per_epoch(budget);
