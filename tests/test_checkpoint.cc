@@ -1423,6 +1423,43 @@ TEST_F(CheckpointTest, AveragingKnownValuesIsExact) {
   }
 }
 
+// A damaged checkpoint among those --last chose is refused, naming it, with the way on:
+// moved aside, --last takes the next older one (before: "cannot be opened, the file is
+// truncated or damaged", and nothing of what to do; a helper's trial). A damaged file
+// named by hand gets no such advice: there was no choice.
+TEST_F(CheckpointTest, ADamagedCheckpointAmongTheLastIsNamedWithTheWayOn) {
+  const std::string architecture = "layers=1 test";
+  write_checkpoint(path("ckpt/step_00000010.h5"), constant_checkpoint(1.0f, 10, architecture));
+  write_checkpoint(path("ckpt/step_00000020.h5"), constant_checkpoint(2.0f, 20, architecture));
+  write_checkpoint(path("ckpt/step_00000030.h5"), constant_checkpoint(6.0f, 30, architecture));
+  const std::string damaged = path("ckpt/step_00000030.h5");
+  fs::resize_file(damaged, fs::file_size(damaged) - 100);
+  const std::string average = kAverager + " --inputs " + path("ckpt") + " --last 2 --output " +
+                              path("last2.h5");
+  const ProcessResult refused = run_process(average);
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  for (const std::string& said :
+       {damaged + ": cannot be opened, the file is truncated or damaged",
+        "(--last chose it from " + path("ckpt") + "; to average without it, move it out of " +
+            path("ckpt") + " and run again, and --last takes the next older one, or name the "
+            "checkpoints to average: --inputs FILE FILE ...)"}) {
+    EXPECT_NE(refused.output.find(said), std::string::npos) << said << "\n" << refused.output;
+  }
+  EXPECT_FALSE(fs::exists(path("last2.h5")));
+  const ProcessResult named = run_process(kAverager + " --inputs " + damaged + " " +
+                                          path("ckpt/step_00000020.h5") + " --output " +
+                                          path("named.h5"));
+  EXPECT_EQ(named.exit_code, 1) << named.output;
+  EXPECT_EQ(named.output.find("chose it"), std::string::npos) << named.output;
+  fs::rename(damaged, path("damaged.h5"));
+  const ProcessResult again = run_process(average);
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  for (const NamedTensor& tensor : read_checkpoint(path("last2.h5"), CheckpointParts::ParamsOnly)
+                                       .params) {
+    for (float value : tensor.values) EXPECT_EQ(value, 1.5f) << tensor.name;  // (1 + 2) / 2
+  }
+}
+
 TEST_F(CheckpointTest, AveragingRefusesMismatchedArchitectures) {
   write_checkpoint(path("a.h5"), constant_checkpoint(1.0f, 1, "layers=1 d_model=64"));
   write_checkpoint(path("b.h5"), constant_checkpoint(2.0f, 2, "layers=2 d_model=64"));

@@ -129,7 +129,9 @@ std::vector<std::string> resolve_inputs(Arguments& arguments) {
                       ? " of a schedule every " + std::to_string(arguments.every_steps) +
                             " steps (multiples of it, and the newest)"
                       : std::string())
-              << ", --last asks for " << arguments.last);
+              << ", --last asks for " << arguments.last
+              << (paths.empty() ? std::string()
+                                : ": give --last " + std::to_string(paths.size()) + " or less"));
   }
   return paths;
 }
@@ -251,7 +253,21 @@ int main(int argc, char** argv) {
   const auto run = [](const Arguments& command) {
     warn_of_other_runs(command.paths);
     thpc::tools::StageProgress progress("transformer_average");
-    const thpc::Checkpoint average = thpc::average_checkpoints(command.paths, progress);
+    thpc::Checkpoint average;
+    try {
+      average = thpc::average_checkpoints(command.paths, progress);
+    } catch (const thpc::Error& failure) {
+      // A file the directory's --last / --best chose that cannot be averaged (truncated,
+      // damaged, of another model) said with the way on: the message named the file,
+      // and the user did not (a helper's trial: "cannot be opened", and no more).
+      if (command.last < 1 && command.best < 1) throw;
+      const std::string option = command.last > 0 ? "--last" : "--best";
+      throw thpc::Error(std::string(failure.what()) + " (" + option + " chose it from " +
+                        command.inputs[0] + "; to average without it, move it out of " +
+                        command.inputs[0] + " and run again, and " + option +
+                        " takes the next " + (command.last > 0 ? "older" : "best") +
+                        " one, or name the checkpoints to average: --inputs FILE FILE ...)");
+    }
     for (const std::string& path : command.averages) {
       // (read again: such inputs are few, and the header does not tell the two apart)
       if (!thpc::read_checkpoint(path, thpc::CheckpointParts::ParamsOnly).quantized.empty()) {
