@@ -612,6 +612,18 @@ TEST_F(ScoreProgram, LineCountMismatch) {
   const std::string ref = write("ref.txt", "a b\nc d\n");
   const std::string hyp = write("hyp.txt", "a b\n");
   expect_one_line_error(run_score(ref + " -i " + hyp), 1, {ref, "2 lines", hyp, "has 1"});
+  EXPECT_EQ(run_score(ref + " -i " + hyp).err.find("carriage return"), std::string::npos);
+  // Lines ended by a carriage return alone (classic Mac OS text) read as one line, as
+  // sacreBLEU reads them: the count that differs says why, in transformer_decode's words
+  // (before: "2 lines, but hyp has 1", and nothing of why; a helper's trial).
+  const std::string mac = write("mac.txt", "a b\rc d\r");
+  expect_one_line_error(run_score(ref + " -i " + mac), 1,
+                        {ref + ": 2 lines, but " + mac + " has 1; " + mac +
+                         ": its lines end in a carriage return alone (classic Mac OS text: "
+                         "what reads as 1 line holds 1 carriage return before its end): "
+                         "convert it to \\n line ends, e.g. tr '\\r' '\\n' < FILE > NEW"});
+  expect_one_line_error(run_score(mac + " -i " + ref), 1,
+                        {mac + ": 1 line, but " + ref + " has 2; " + mac + ": its lines end"});
 }
 
 TEST_F(ScoreProgram, InvalidUtf8) {

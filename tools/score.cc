@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/input_file.h"
 #include "metrics/bleu.h"
 #include "metrics/chrf.h"
 #include "metrics/multi_bleu.h"
@@ -327,6 +328,23 @@ void print_multi_bleu(const std::vector<std::string>& hypotheses,
   }
 }
 
+// Why `segments`, read from `source`, may number fewer lines than were meant: lines ended
+// by a carriage return alone (classic Mac OS text) read as one line, as sacreBLEU reads
+// them. Said after a count that differs, in the words transformer_decode and
+// transformer_preprocess refuse such a file in; "" for none.
+std::string carriage_return_hint(const std::string& source,
+                                 const std::vector<std::string>& segments) {
+  int64_t carriage_returns = 0;
+  for (const std::string& segment : segments) {
+    carriage_returns += std::count(segment.begin(), segment.end(), '\r');
+  }
+  const std::string problem = thpc::carriage_return_lines_problem(
+      source, carriage_returns, static_cast<int64_t>(segments.size()));
+  return problem.empty() ? std::string()
+                         : "; " + problem + ": convert it to \\n line ends, e.g. tr '\\r' "
+                                            "'\\n' < FILE > NEW, and give NEW";
+}
+
 int run(const CommandLine& command) {
   // A closed standard input read as an empty one ("<stdin>: no segments", a helper's trial).
   const bool reads_standard_input =
@@ -352,7 +370,11 @@ int run(const CommandLine& command) {
                                            << (references[r].size() == 1 ? " line" : " lines")
                                            << ", but "
                                            << hypothesis_source << " has "
-                                           << hypotheses.size());
+                                           << hypotheses.size()
+                                           << carriage_return_hint(command.reference_paths[r],
+                                                                   references[r])
+                                           << carriage_return_hint(hypothesis_source,
+                                                                   hypotheses));
     }
   }
   if (command.moses) {
