@@ -264,6 +264,12 @@ TEST(Tools, OutOfRangeNamesTheOptionAndTheValueGiven) {
             "--lenpen must be finite (an infinite alpha makes every score -0), got inf"},
            {"transformer_decode", decode + "--threads -2",
             "--threads must be >= 0 (0: one per core), got -2"},
+           // A negative number in a list ends the list and is read as an option's name
+           // (before: "unrecognised option '-1'", and nothing of --weights).
+           {"transformer_decode", decode + "--weights 1 -1",
+            "--weights: '-1' after it is read as an option's name, not as one of its "
+            "values: a value of --weights cannot begin with '-'"},
+           {"transformer_decode", decode + "--threads 1 -1", "unrecognised option '-1'"},
            {"transformer_data_stats", "/nonexistent --accumulate 0",
             "--accumulate must be >= 1, got 0"},
            // DIR left out (before: "the option '--dir' is required but missing", where

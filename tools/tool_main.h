@@ -310,6 +310,27 @@ inline boost::program_options::variables_map parse_options(
                       << ")");
     }
     THPC_FAIL(message_naming_option(error, options));
+  } catch (const po::unknown_option& error) {
+    // A negative number in an option's list of values ("--weights 1 -1") ends the list and
+    // is read as an option's name: "unrecognised option '-1'" said nothing of the list (a
+    // helper's trial). Said of the list's option, the nearest before it.
+    const std::string named = error.get_option_name();
+    const bool a_number = named.size() > 1 && named[0] == '-' &&
+                          (std::isdigit(static_cast<unsigned char>(named[1])) != 0 ||
+                           (named[1] == '.' && named.size() > 2));
+    for (int i = argc - 1; a_number && i > 1; --i) {
+      if (argv[i] != named) continue;
+      for (int j = i - 1; j >= 1; --j) {
+        const std::string token = argv[j];
+        if (token.rfind("--", 0) != 0) continue;
+        const auto* list = options.find_nothrow(token.substr(2), false);
+        if (list == nullptr || list->semantic()->max_tokens() <= 1) break;
+        THPC_FAIL(token << ": '" << named << "' after it is read as an option's name, not as "
+                        << "one of its values: a value of " << token
+                        << " cannot begin with '-'");
+      }
+    }
+    THPC_FAIL(message_naming_option(error, options));
   } catch (const po::error_with_option_name& error) {
     THPC_FAIL(message_naming_option(error, options));
   } catch (const po::too_many_positional_options_error&) {
