@@ -58,6 +58,14 @@ TEST(LearningRate, MatchesThePaperFormula) {
   EXPECT_NEAR(learning_rate(4000, d, warmup, 2.0), 2.0 * learning_rate(4000, d, warmup), 1e-15);
 }
 
+// A run's rate is its settings' schedule: base.ini's d_model and warm-up, and lr_scale.
+TEST(LearningRate, ARunsRateIsItsSettingsSchedule) {
+  const Config base = load_config(kRoot + "/input/base.ini", {"train.lr_scale=1.5"});
+  for (const int64_t step : {1, 3999, 4000, 4001, 100000}) {
+    EXPECT_EQ(scheduled_learning_rate(step, base), learning_rate(step, 512, 4000, 1.5)) << step;
+  }
+}
+
 // The closed form of the parameter count for the paper's architecture (no attention
 // biases, shared embedding, post-norm with no final norm).
 int64_t closed_form_count(int64_t N, int64_t d, int64_t f, int64_t vocab) {

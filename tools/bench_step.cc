@@ -285,10 +285,7 @@ int run(const Arguments& args) {
     const thpc::Tensor grads = model.params().grads();
     ops.sum_squares_into(totals.tensor(), grads, grads.numel);
     const thpc::StepTotals sums = totals.read(vocab);
-    adam.update(static_cast<float>(thpc::learning_rate(step, config.model.d_model,
-                                                       config.train.warmup_steps,
-                                                       config.train.lr_scale)),
-                step);
+    adam.update(static_cast<float>(thpc::scheduled_learning_rate(step, config)), step);
     loss = sums.loss / static_cast<double>(sums.tokens);
   };
   // With the training pass captured (train.cuda_kernels step_graphs: a shape's second pass

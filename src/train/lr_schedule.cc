@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "config/config.h"
 
 namespace thpc {
 
@@ -13,6 +14,11 @@ double learning_rate(int64_t step, int d_model, int warmup_steps, double scale) 
   const double s = static_cast<double>(step);
   return scale * std::pow(static_cast<double>(d_model), -0.5) *
          std::min(std::pow(s, -0.5), s * std::pow(static_cast<double>(warmup_steps), -1.5));
+}
+
+double scheduled_learning_rate(int64_t step, const Config& config) {
+  return learning_rate(step, config.model.d_model, config.train.warmup_steps,
+                       config.train.lr_scale);
 }
 
 }  // namespace thpc

@@ -8,6 +8,15 @@
 
 namespace thpc {
 
+struct Config;
+
 double learning_rate(int64_t step, int d_model, int warmup_steps, double scale = 1.0);
+
+// The learning rate a run's settings give `step` (1-based): what every program that
+// updates the parameters asks (the trainer, which multiplies in its rollbacks' reduction,
+// and transformer_bench_step), so that a schedule changed here is changed for all of them
+// (a helper's trial: a new schedule wired into the trainer alone left the benchmark on the
+// paper's, and nothing said so).
+double scheduled_learning_rate(int64_t step, const Config& config);
 
 }  // namespace thpc

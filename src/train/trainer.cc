@@ -278,9 +278,7 @@ void Trainer::apply_update(StepStats& stats) {
     backend_->scale(grads, grads.numel, static_cast<float>(clip / stats.grad_norm));
   }
   // The §5.3 schedule, times the reduction of the rollbacks so far (1 without any: exact).
-  stats.lr = learning_rate(stats.step, config_.model.d_model, config_.train.warmup_steps,
-                           config_.train.lr_scale) *
-             detector_->state().lr_factor;
+  stats.lr = scheduled_learning_rate(stats.step, config_) * detector_->state().lr_factor;
   adam_->update(static_cast<float>(stats.lr), stats.step);
   detector_->accept(stats.loss, stats.grad_norm);
   checkpoint_loss_ = stats.loss;
