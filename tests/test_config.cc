@@ -12,12 +12,16 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
+#include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "backend/factory.h"
 #include "common/error.h"
+#include "config/option_table.h"
 #include "expect_error.h"
 #include "kernels/ops.h"
 
@@ -1200,6 +1204,55 @@ TEST(ConfigText, StoredTextLoadsLikeItsFileAndNamesItsSourceInErrors) {
             original.to_ini().substr(original.to_ini().find('\n')));
   expect_error([] { load_config_text("[model]\nheads = 3\n", "ckpt.h5 (stored configuration)"); },
                {"ckpt.h5 (stored configuration): model.heads"});
+}
+
+}  // namespace
+}  // namespace thpc
+
+namespace thpc {
+namespace {
+
+// A key of a closed set of values (model.norm, train.divergence, dist.reducer, ...) is
+// read in the code by comparing its string: a value misspelt there ("rolback"), or one
+// the table no longer holds, compiles and takes the other branch without a word (a
+// helper's changeability trial). Every `.KEY == "VALUE"` or `.KEY != "VALUE"` in the
+// sources, where KEY names such a key, must compare with one of its values.
+TEST(ConfigSources, EveryValueComparedWithAKeyOfAClosedSetIsOneOfItsValues) {
+  std::map<std::string, std::set<std::string>> values_of;  // "norm" -> {"post", "pre"}
+  for (const Option& option : option_table()) {
+    if (option.allowed.values.empty()) continue;
+    std::set<std::string>& values = values_of[option.key];
+    values.insert(option.allowed.values.begin(), option.allowed.values.end());
+  }
+  ASSERT_GE(values_of.size(), 10u);
+  const std::regex comparison(R"(\.([a-z_]+)\s*[!=]=\s*"([^"\\]*)\")");
+  int files = 0, compared = 0;
+  for (const char* tree : {"src", "tools", "kernels"}) {
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(
+             std::string(THPC_SOURCE_DIR) + "/" + tree)) {
+      const std::string extension = entry.path().extension().string();
+      if (extension != ".cc" && extension != ".h" && extension != ".cu" && extension != ".cuh") {
+        continue;
+      }
+      ++files;
+      std::ifstream in(entry.path());
+      std::string line;
+      for (int number = 1; std::getline(in, line); ++number) {
+        for (auto match = std::sregex_iterator(line.begin(), line.end(), comparison);
+             match != std::sregex_iterator(); ++match) {
+          const auto values = values_of.find((*match)[1].str());
+          if (values == values_of.end()) continue;
+          ++compared;
+          EXPECT_EQ(values->second.count((*match)[2].str()), 1u)
+              << entry.path().string() << ":" << number << ": ." << (*match)[1].str()
+              << " compared with \"" << (*match)[2].str() << "\", which no key named "
+              << (*match)[1].str() << " takes\n  " << line;
+        }
+      }
+    }
+  }
+  EXPECT_GT(files, 100);
+  EXPECT_GT(compared, 20) << "the comparisons are found";
 }
 
 }  // namespace
