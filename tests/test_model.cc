@@ -20,6 +20,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "model/transformer.h"
 #include "model/transformer_state.h"
+#include "program.h"
 #include "train/lr_schedule.h"
 #include "train/trainer.h"
 
@@ -675,6 +676,35 @@ TEST(Trainer, ProgressAndSummaryLinesCarryEveryField) {
                            "best valid bleu n/a \\| checkpoints 1\nfinal: step=4 ");
   EXPECT_TRUE(std::regex_search(log.str(), summary)) << log.str();
   std::filesystem::remove_all(std::filesystem::path(checkpoints).parent_path());
+  // The documents show the line and say what each field is, by hand: a field added to or
+  // renamed in RunProgress::log_step must be there too (nothing compared them; a helper's
+  // changeability trial). The fields' labels, in order: "loss", ..., "peak mem", "eta".
+  const auto labels = [](const std::string& line) {
+    std::vector<std::string> found;
+    std::istringstream fields(line);
+    std::string field;
+    std::getline(fields, field, '|');  // "step N/M "
+    while (std::getline(fields, field, '|')) {
+      const size_t value = field.find_first_of("0123456789-", 1);
+      found.push_back(field.substr(1, value == std::string::npos ? field.npos : value - 2));
+    }
+    return found;
+  };
+  const auto line_starting = [](const std::string& text, const std::string& start) {
+    const size_t at = text.find(start);
+    return at == std::string::npos ? std::string() : text.substr(at, text.find('\n', at) - at);
+  };
+  const std::vector<std::string> fields = labels(line_starting(log.str(), "step 2/4 |"));
+  ASSERT_EQ(fields.size(), 10u) << log.str();
+  const std::string running = read_file(kRoot + "/docs/running.md");
+  EXPECT_EQ(labels(line_starting(running, "step 100/200 |")), fields) << "docs/running.md";
+  EXPECT_EQ(labels(line_starting(read_file(kRoot + "/README.md"), "step 100/1200 |")), fields)
+      << "README.md";
+  const std::string table = running.substr(running.find("| field | meaning |"));
+  for (const std::string& field : fields) {
+    EXPECT_NE(table.substr(0, table.find("\n\n")).find("`" + field + "`"), std::string::npos)
+        << "docs/running.md's table of the progress line's fields lacks " << field;
+  }
 }
 
 TEST(Trainer, AccumulationEqualsOneBigBatchOfTheSameSentences) {
