@@ -386,21 +386,26 @@ MPI_Request post_all_reduce(void* values, int count, MPI_Datatype type, MPI_Op o
   return request;
 }
 
+// The MPI type of a sum's elements.
+MPI_Datatype mpi_type_of(const int64_t*) { return MPI_INT64_T; }
+MPI_Datatype mpi_type_of(const double*) { return MPI_DOUBLE; }
+
 }  // namespace
 
-int64_t Communicator::sum(int64_t value) const {
-  if (!mpi_) return value;
-  MPI_Request request = post_all_reduce(&value, 1, MPI_INT64_T, MPI_SUM);
+template <typename T>
+std::vector<T> Communicator::sums(std::vector<T> values) const {
+  if (!mpi_ || values.empty()) return values;
+  MPI_Request request = post_all_reduce(values.data(), static_cast<int>(values.size()),
+                                        mpi_type_of(values.data()), MPI_SUM);
   finish(&request, "a sum over the ranks");
-  return value;
+  return values;
 }
+template std::vector<int64_t> Communicator::sums(std::vector<int64_t>) const;
+template std::vector<double> Communicator::sums(std::vector<double>) const;
 
-double Communicator::sum(double value) const {
-  if (!mpi_) return value;
-  MPI_Request request = post_all_reduce(&value, 1, MPI_DOUBLE, MPI_SUM);
-  finish(&request, "a sum over the ranks");
-  return value;
-}
+int64_t Communicator::sum(int64_t value) const { return sums(std::vector<int64_t>{value})[0]; }
+
+double Communicator::sum(double value) const { return sums(std::vector<double>{value})[0]; }
 
 std::vector<int64_t> Communicator::max(std::vector<int64_t> values) const {
   if (!mpi_ || values.empty()) return values;

@@ -75,6 +75,11 @@ class Communicator {
   // In-place sums over all ranks.
   int64_t sum(int64_t value) const;
   double sum(double value) const;
+  // Element-wise sums of every rank's `values` (all of one length), in one collective: a
+  // step's counts, or its loss and likelihood, sum together rather than one wait each.
+  // T: int64_t or double (instantiated in communicator.cc).
+  template <typename T>
+  std::vector<T> sums(std::vector<T> values) const;
   // The element-wise maximum of every rank's `values` (all of one length), on every rank:
   // a decision rank 0 fills in with the flags any rank may raise (a stop signal).
   std::vector<int64_t> max(std::vector<int64_t> values) const;

@@ -227,8 +227,11 @@ StepStats Trainer::compute_step() {
     stats.local_tgt_tokens += micro_batches.back().tgt_tokens();
   }
   stats.micro_batches = accumulate;
-  stats.src_tokens = comm_.sum(stats.src_tokens);
-  stats.tgt_tokens = comm_.sum(stats.local_tgt_tokens);
+  // (one collective for both: each is a wait for every rank, before the step's first pass)
+  const std::vector<int64_t> tokens =
+      comm_.sums(std::vector<int64_t>{stats.src_tokens, stats.local_tgt_tokens});
+  stats.src_tokens = tokens[0];
+  stats.tgt_tokens = tokens[1];
 
   backend_->zero(model_->params().grads());
   step_totals_->zero();
@@ -265,8 +268,9 @@ StepStats Trainer::compute_step() {
   StepTotals total = step_totals_->read(model_->vocab_size());
   if (poison_this_loss(comm_, ++steps_computed_)) total.loss = NAN;
   stats.grad_norm = std::sqrt(total.grad_squares);
-  stats.loss = comm_.sum(total.loss) / static_cast<double>(stats.tgt_tokens);
-  stats.nll = comm_.sum(total.nll) / static_cast<double>(stats.tgt_tokens);
+  const std::vector<double> summed = comm_.sums(std::vector<double>{total.loss, total.nll});
+  stats.loss = summed[0] / static_cast<double>(stats.tgt_tokens);
+  stats.nll = summed[1] / static_cast<double>(stats.tgt_tokens);
   return stats;
 }
 
