@@ -1513,6 +1513,17 @@ TEST_F(CheckpointTest, AveragingNeverOverwritesAnInputOrATrainingCheckpoint) {
   const ProcessResult elsewhere = run_process(kAverager + " --inputs " + path("ck") +
                                               " --last 2 --output " + path("ck/average.h5"));
   EXPECT_EQ(elsewhere.exit_code, 0) << elsewhere.output;
+  EXPECT_EQ(elsewhere.output.find("replacing"), std::string::npos) << elsewhere.output;
+  // An earlier average is replaced, and the line that says the file was written says
+  // what was there (it was replaced without a word, an int8 model by a float one or the
+  // reverse; a helper's trial).
+  const ProcessResult again = run_process(kAverager + " --inputs " + older + " --output " +
+                                          path("ck/average.h5"));
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("; replacing the earlier parameters-only checkpoint of step 20 "
+                              "there, an average or a quantized model)"),
+            std::string::npos)
+      << again.output;
 }
 
 TEST_F(CheckpointTest, ParametersOnlyCheckpointServesDecodingAndInit) {

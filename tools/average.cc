@@ -280,13 +280,15 @@ int main(int argc, char** argv) {
                   << "again in this one" << std::endl;
       }
     }
+    const std::string replaced = thpc::checkpoint_output_replaces(command.output);
     thpc::write_checkpoint(command.output, average);
     std::cout << "averaged " << command.paths.size()
               << (command.metric.empty() ? "" : " best (by valid " + command.metric + ")")
               << (command.paths.size() == 1 ? " checkpoint:" : " checkpoints:");
     for (const std::string& path : command.paths) std::cout << " " << path;
     std::cout << "\nwrote " << command.output << " (step " << average.step << ", "
-              << average.architecture << ")\n";
+              << average.architecture
+              << (replaced.empty() ? "" : "; replacing " + replaced) << ")\n";
     return 0;
   };
   return thpc::tools::tool_main("transformer_average", thpc::tools::usage_text(options), argc,

@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
                               << "matrices are int8): give the float checkpoint it was made from");
     }
     const thpc::Checkpoint quantized = thpc::quantize_checkpoint(source);
+    const std::string replaced = thpc::checkpoint_output_replaces(command.output);
     thpc::write_checkpoint(command.output, quantized);
     int64_t values = 0;
     for (const thpc::QuantizedTensor& tensor : quantized.quantized) {
@@ -92,7 +93,8 @@ int main(int argc, char** argv) {
               << values << " values) of " << command.checkpoint
               << " to int8 with a scale per output channel\nwrote " << command.output << " ("
               << std::fixed << std::setprecision(1) << megabytes(command.output)
-              << " MB; the input: " << megabytes(command.checkpoint) << " MB)\n";
+              << " MB; the input: " << megabytes(command.checkpoint) << " MB"
+              << (replaced.empty() ? "" : "; replacing " + replaced) << ")\n";
     return 0;
   };
   return thpc::tools::tool_main("transformer_quantize", thpc::tools::usage_text(options), argc,

@@ -265,6 +265,15 @@ void check_output_path(const std::string& option, const std::string& output,
   }
 }
 
+std::string checkpoint_output_replaces(const std::string& path) {
+  std::error_code error;
+  if (!fs::is_regular_file(path, error) || fs::file_size(path, error) == 0) return "";
+  const std::optional<CheckpointSummary> summary = read_checkpoint_summary(path);
+  return "the earlier parameters-only checkpoint" +
+         (summary ? " of step " + std::to_string(summary->step) : std::string()) +
+         " there, an average or a quantized model";
+}
+
 namespace {
 
 // Whether `path` is written in place, not through a temporary file and a rename: an open

@@ -44,6 +44,13 @@ void check_output_path(const std::string& option, const std::string& output,
                        const std::vector<std::string>& inputs, OutputKind kind,
                        const std::vector<std::string>& other_outputs = {});
 
+// What a checkpoint output (OutputKind::Checkpoint) would replace at `path`, for the line
+// that says it was written: "the earlier parameters-only checkpoint of step N there, an
+// average or a quantized model"; "" when nothing is there. Asked before the write:
+// transformer_average and transformer_quantize replaced an earlier float average by
+// an int8 model, or the reverse, without a word (a helper's trial).
+std::string checkpoint_output_replaces(const std::string& path);
+
 // Writes the text `write` produces to `path` all at once or not at all: a temporary file
 // beside it (.NAME.tmp), locked while it is written, fsync'ed and renamed over `path`
 // (write_atomically, io/atomic_file.h). A path that exists and is not a regular file
