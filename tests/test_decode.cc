@@ -1125,9 +1125,14 @@ TEST_F(DecodeProgram, BadInputFailsWithAMessage) {
   std::ofstream(gzipped, std::ios::binary) << std::string("\x1f\x8b\x08\x00\x00\x00", 6);
   for (const auto& [input, message] :
        {std::pair<std::string, std::string>{gzipped.string(),
-                                            ": is gzip-compressed, not text: decompress it "
-                                            "first (gunzip -k " + gzipped.string() + ")"},
-        {(dir_ / "model.h5").string(), ": is a checkpoint, not text: give the text file"}}) {
+                                            ": is gzip-compressed, not text (--input): "
+                                            "decompress it first (gunzip -k " +
+                                                gzipped.string() + ")"},
+        {(dir_ / "model.h5").string(),
+         ": is a checkpoint, not text (--input): give the text file"},
+        // (the option named: "in: is a directory, not a file" said nothing of --input; a
+        // helper's trial)
+        {dir_.string(), ": is a directory, not a file (--input)"}}) {
     const ProcessResult binary = run_process(
         thpc::binary_dir() + "/transformer_decode --checkpoint " +
         (dir_ / "model.h5").string() + " --spm-model " + (dir_ / "spm.model").string() +

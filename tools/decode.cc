@@ -176,7 +176,7 @@ class SourceReader {
       : path_(path), name_(path == "-" ? "<stdin>" : path) {
     struct stat status {};
     if (path != "-") {
-      file_ = thpc::open_text_file(path, "");
+      file_ = thpc::open_text_file(path, "--input");
       peekable_ = ::stat(path.c_str(), &status) == 0 && S_ISREG(status.st_mode);
       return;
     }
