@@ -286,6 +286,27 @@ std::string file_bytes(const std::filesystem::path& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// The position table that bounds an ensemble's sources and outputs is its smallest
+// member's, and the warnings of lines it cuts say whose it is when the members' differ (a
+// warning named model.max_positions = 32 in an ensemble whose first model has 64; a
+// helper's trial).
+TEST(Ensemble, ThePositionTableSaidIsTheSmallestMembersAndNamedWhenTheyDiffer) {
+  DecodingCheckpoints ensemble;
+  ensemble.paths = {"big.h5", "small.h5", "small_too.h5"};
+  ensemble.models.resize(3);
+  ensemble.models[0].max_positions = 64;
+  ensemble.models[1].max_positions = 32;
+  ensemble.models[2].max_positions = 32;
+  ensemble.max_positions = 32;
+  EXPECT_EQ(ensemble.max_positions_said(),
+            "model.max_positions = 32 of small.h5, the smallest of the ensemble's");
+  ensemble.models[0].max_positions = 32;
+  EXPECT_EQ(ensemble.max_positions_said(), "model.max_positions = 32");
+  ensemble.paths.resize(1);
+  ensemble.models.resize(1);
+  EXPECT_EQ(ensemble.max_positions_said(), "model.max_positions = 32");
+}
+
 TEST(Ensemble, VocabulariesMustBeOneAndTheMessageNamesBothFiles) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("thpc_ensemble_" + std::to_string(getpid()));

@@ -384,8 +384,13 @@ struct InputBuffer {
 // count (ended by say_count, once the input is read).
 class SourceEncoder {
  public:
-  SourceEncoder(const sentencepiece::SentencePieceProcessor& spm, int max_positions)
-      : spm_(spm), max_positions_(max_positions), longest_source_(max_positions - 1) {}
+  // `positions_said`: the table's size, and whose it is in an ensemble
+  // (DecodingCheckpoints::max_positions_said).
+  SourceEncoder(const sentencepiece::SentencePieceProcessor& spm, int max_positions,
+                std::string positions_said)
+      : spm_(spm),
+        longest_source_(max_positions - 1),
+        positions_said_(std::move(positions_said)) {}
 
   void encode(const std::string& name, InputBuffer& buffer) {
     buffer.sources.resize(buffer.lines.size());
@@ -401,8 +406,8 @@ class SourceEncoder {
       if (static_cast<int>(pieces.size()) > longest_source_) {
         if (++truncated_ <= kTruncationsSaid) {
           std::cerr << "transformer_decode: warning: line " << line << " has " << pieces.size()
-                    << " tokens; truncated to " << longest_source_ << " (model.max_positions = "
-                    << max_positions_ << ")\n";
+                    << " tokens; truncated to " << longest_source_ << " (" << positions_said_
+                    << ")\n";
         }
         pieces.resize(longest_source_);
       }
@@ -422,7 +427,8 @@ class SourceEncoder {
   // newstest2014 through a model of 64 positions printed about a thousand warning lines.
   static constexpr int kTruncationsSaid = 5;
   const sentencepiece::SentencePieceProcessor& spm_;
-  int max_positions_, longest_source_;
+  int longest_source_;
+  std::string positions_said_;
   int64_t truncated_ = 0;
 };
 
@@ -1026,7 +1032,7 @@ int run(const Arguments& args) {
   // buffer encoded, translated in batches sorted by length, and written in input order
   // before the next is read: memory is a buffer's whatever the input's size.
   SourceReader reader(args.input);
-  SourceEncoder encoder(spm.processor, ensemble.max_positions);
+  SourceEncoder encoder(spm.processor, ensemble.max_positions, ensemble.max_positions_said());
   const size_t buffer_size =
       args.dump_lines.empty() ? static_cast<size_t>(args.buffer_sentences) : 0;
   const auto read_buffer = [&](InputBuffer& buffer) {
@@ -1159,7 +1165,7 @@ int run(const Arguments& args) {
     std::cerr << "transformer_decode: warning: " << stopped_by_the_table
               << (stopped_by_the_table == 1 ? " translation" : " translations")
               << " stopped at the model's position table (" << options.max_len_cap
-              << " tokens, model.max_positions = " << ensemble.max_positions
+              << " tokens, " << ensemble.max_positions_said()
               << "), short of the length limit asked for (max_len_a x source length + "
               << "max_len_b: --max-len-a, --max-len-b, or the checkpoint's decode.max_len_a/b)"
               << "; only a model with a larger model.max_positions translates longer\n";

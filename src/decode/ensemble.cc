@@ -166,6 +166,20 @@ DecodingCheckpoints read_decoding_checkpoints(const std::vector<std::string>& pa
   return read;
 }
 
+std::string DecodingCheckpoints::max_positions_said() const {
+  std::string said = "model.max_positions = " + std::to_string(max_positions);
+  const bool all_alike = std::all_of(models.begin(), models.end(), [&](const ModelConfig& m) {
+    return m.max_positions == max_positions;
+  });
+  if (all_alike) return said;
+  for (size_t m = 0; m < models.size(); ++m) {
+    if (models[m].max_positions == max_positions) {
+      return said + " of " + paths[m] + ", the smallest of the ensemble's";
+    }
+  }
+  return said;
+}
+
 std::vector<std::unique_ptr<Transformer>> DecodingCheckpoints::build_models(
     const SpecialIds& ids, Backend& backend) const {
   std::vector<std::unique_ptr<Transformer>> built;

@@ -91,6 +91,11 @@ struct DecodingCheckpoints {
   int vocab_size = 0;     // the first's (embed.weight's rows)
   int max_positions = 0;  // the smallest position table: it bounds sources and outputs
 
+  // "model.max_positions = N", and in an ensemble whose members' tables differ, whose it
+  // is: "model.max_positions = 32 of B.h5, the smallest of the ensemble's" (a warning of
+  // lines cut to 31 tokens named the first model's table of 64 no more than B's).
+  std::string max_positions_said() const;
+
   // One worker's copies of the models, each built by its own [model] for inference (no
   // random initialisation, no gradients) on `backend`, with its checkpoint's parameters.
   std::vector<std::unique_ptr<Transformer>> build_models(const SpecialIds& ids,
