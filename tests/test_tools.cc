@@ -506,7 +506,25 @@ TEST(Tools, DataStatsWarnsOfABudgetBelowTheValidationShardsLongestPair) {
   const ProcessResult below = run_process(stats + " --tokens-per-step 20");
   const ProcessResult above = run_process(stats + " --tokens-per-step 40");
   const ProcessResult of_valid = run_process(stats + " --tokens-per-step 40 --prefix valid");
+  // Validation shards the trainer would refuse for another reason (every pair over the
+  // positions, 5, 30 and 7 tokens over 4): a warning too, the training shards' numbers
+  // printed (they were an error).
+  const ProcessResult refused = run_process(stats + " --tokens-per-step 40 --max-positions 5");
+  // Whatever the training shards are called (the trainer reads data.valid all the same).
+  fs::rename(dir / "train.00000.h5", dir / "mytrain.00000.h5");
+  const ProcessResult renamed = run_process(stats + " --tokens-per-step 20 --prefix mytrain");
   fs::remove_all(dir);
+  EXPECT_EQ(refused.exit_code, 0) << refused.output;
+  EXPECT_NE(refused.output.find("transformer_data_stats: warning: the validation shards (valid) "
+                                "would be refused by a run with train.valid_every > 0: "),
+            std::string::npos)
+      << refused.output;
+  EXPECT_NE(refused.output.find("/train: 20 pairs, vocabulary 50"), std::string::npos)
+      << refused.output;
+  EXPECT_EQ(renamed.exit_code, 0) << renamed.output;
+  EXPECT_NE(renamed.output.find("longest pair of the validation shards (valid, "),
+            std::string::npos)
+      << renamed.output;
   EXPECT_EQ(below.exit_code, 0) << below.output;
   // 30 tokens and eos/bos: 31 a side, in the one validation shard.
   for (const char* said : {"transformer_data_stats: warning: --tokens-per-step 20 gives each of "

@@ -70,9 +70,13 @@ int run(const Arguments& arguments) {
   // longest validation pair does not fit it (training_setup.cc): said here too, as a
   // warning (only a run that validates, train.valid_every > 0, reads them), so that a
   // budget this tool passes is not refused by the trainer at start-up.
-  if (prefix == "train") {
-    const std::string valid_prefix = thpc::DataConfig{}.valid;  // the trainer's data.valid
-    if (std::filesystem::exists(dir + "/" + valid_prefix + ".00000.h5")) {
+  // (the trainer's data.valid, whatever its data.train is called)
+  const std::string valid_prefix = thpc::DataConfig{}.valid;
+  if (prefix != valid_prefix &&
+      std::filesystem::exists(dir + "/" + valid_prefix + ".00000.h5")) {
+    // Shards the trainer would refuse for another reason (damaged, of another run, all
+    // pairs over --max-positions) are a warning too: this tool's subject is --prefix's.
+    try {
       thpc::ShardReaderSpec valid_spec = spec;
       valid_spec.files = thpc::find_shards(dir, valid_prefix, "data.valid = " + valid_prefix);
       valid_spec.shuffle = false;
@@ -87,6 +91,10 @@ int run(const Arguments& arguments) {
                          "--tokens-per-step", "or preprocess with a smaller --max-len")
                   << "\n";
       }
+    } catch (const thpc::Error& refused) {
+      std::cerr << "transformer_data_stats: warning: the validation shards (" << valid_prefix
+                << ") would be refused by a run with train.valid_every > 0: " << refused.what()
+                << "\n";
     }
   }
   const auto plan_start = std::chrono::steady_clock::now();
