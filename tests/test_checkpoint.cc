@@ -1458,6 +1458,14 @@ TEST_F(CheckpointTest, ADamagedCheckpointAmongTheLastIsNamedWithTheWayOn) {
                                        .params) {
     for (float value : tensor.values) EXPECT_EQ(value, 1.5f) << tensor.name;  // (1 + 2) / 2
   }
+  // Two files that do not go together name both, and no one of them to move.
+  write_checkpoint(path("ckpt/step_00000040.h5"), constant_checkpoint(4.0f, 40, "layers=2 x"));
+  const ProcessResult mismatched = run_process(average);
+  EXPECT_EQ(mismatched.exit_code, 1) << mismatched.output;
+  EXPECT_NE(mismatched.output.find("cannot average checkpoints of different architectures"),
+            std::string::npos)
+      << mismatched.output;
+  EXPECT_EQ(mismatched.output.find("chose it"), std::string::npos) << mismatched.output;
 }
 
 TEST_F(CheckpointTest, AveragingRefusesMismatchedArchitectures) {

@@ -18,6 +18,7 @@
 // checkpoints read so far on stderr (tools/progress.h).
 #include <boost/program_options.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -257,16 +258,26 @@ int main(int argc, char** argv) {
     try {
       average = thpc::average_checkpoints(command.paths, progress);
     } catch (const thpc::Error& failure) {
-      // A file the directory's --last / --best chose that cannot be averaged (truncated,
-      // damaged, of another model) said with the way on: the message named the file,
-      // and the user did not (a helper's trial: "cannot be opened", and no more).
+      // A file the directory's --last / --best chose that cannot be read (truncated,
+      // damaged) said with the way on: the message named the file, and the user did not
+      // (a helper's trial: "cannot be opened", and no more). Only where the message names
+      // one of the files: two that do not go together (other architectures) are for the
+      // user to tell apart.
       if (command.last < 1 && command.best < 1) throw;
-      const std::string option = command.last > 0 ? "--last" : "--best";
-      throw thpc::Error(std::string(failure.what()) + " (" + option + " chose it from " +
-                        command.inputs[0] + "; to average without it, move it out of " +
-                        command.inputs[0] + " and run again, and " + option +
-                        " takes the next " + (command.last > 0 ? "older" : "best") +
-                        " one, or name the checkpoints to average: --inputs FILE FILE ...)");
+      const std::string what = failure.what();
+      const auto named = std::count_if(command.paths.begin(), command.paths.end(),
+                                       [&](const std::string& path) {
+                                         return what.find(path) != std::string::npos;
+                                       });
+      if (named != 1) throw;
+      const std::string& dir = command.inputs[0];
+      // (--best: the run kept checkpoint.keep_best_count of them, often N; none is left)
+      throw thpc::Error(what + " (" + (command.last > 0 ? "--last" : "--best") +
+                        " chose it from " + dir + "; to average without it, move it out of " +
+                        dir + " and run again" +
+                        (command.last > 0 ? ", and --last takes the next older one"
+                                          : " with a smaller --best") +
+                        ", or name the checkpoints to average: --inputs FILE FILE ...)");
     }
     for (const std::string& path : command.averages) {
       // (read again: such inputs are few, and the header does not tell the two apart)
