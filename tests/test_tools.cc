@@ -270,6 +270,13 @@ TEST(Tools, OutOfRangeNamesTheOptionAndTheValueGiven) {
             "--weights: '-1' after it is read as an option's name, not as one of its "
             "values: a value of --weights cannot begin with '-'"},
            {"transformer_decode", decode + "--threads 1 -1", "unrecognised option '-1'"},
+           // The list's option as typed (a short name), and a switch between the list and
+           // the number is no list's (transformer_score's -lc, a one-dash long name).
+           {"transformer_score", "/nonexistent -m bleu chrf -1",
+            "-m: '-1' after it is read as an option's name, not as one of its values: a "
+            "value of -m cannot begin with '-'"},
+           {"transformer_score", "/nonexistent --metrics bleu -lc -1",
+            "unrecognised option '-1'"},
            {"transformer_data_stats", "/nonexistent --accumulate 0",
             "--accumulate must be >= 1, got 0"},
            // DIR left out (before: "the option '--dir' is required but missing", where

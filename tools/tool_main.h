@@ -320,15 +320,19 @@ inline boost::program_options::variables_map parse_options(
                            (named[1] == '.' && named.size() > 2));
     for (int i = argc - 1; a_number && i > 1; --i) {
       if (argv[i] != named) continue;
-      for (int j = i - 1; j >= 1; --j) {
-        const std::string token = argv[j];
-        if (token.rfind("--", 0) != 0) continue;
-        const auto* list = options.find_nothrow(token.substr(2), false);
-        if (list == nullptr || list->semantic()->max_tokens() <= 1) break;
-        THPC_FAIL(token << ": '" << named << "' after it is read as an option's name, not as "
-                        << "one of its values: a value of " << token
-                        << " cannot begin with '-'");
-      }
+      // The nearest option before it, as typed (--metrics, -m, or a one-dash long name
+      // such as transformer_score's -lc): a list only if that option takes several values.
+      int j = i - 1;
+      while (j >= 1 && argv[j][0] != '-') --j;
+      if (j < 1) break;
+      const std::string token = argv[j];
+      const bool two_dashes = token.rfind("--", 0) == 0;
+      const auto* list = two_dashes ? options.find_nothrow(token.substr(2), false)
+                                    : options.find_nothrow(token, false);  // -m
+      if (list == nullptr && !two_dashes) list = options.find_nothrow(token.substr(1), false);
+      if (list == nullptr || list->semantic()->max_tokens() <= 1) break;
+      THPC_FAIL(token << ": '" << named << "' after it is read as an option's name, not as "
+                      << "one of its values: a value of " << token << " cannot begin with '-'");
     }
     THPC_FAIL(message_naming_option(error, options));
   } catch (const po::error_with_option_name& error) {
