@@ -1148,7 +1148,10 @@ namespace {
 // read in the code by comparing its string: a value misspelt there ("rolback"), or one
 // the table no longer holds, compiles and takes the other branch without a word (a
 // helper's changeability trial). Every `.KEY == "VALUE"` or `.KEY != "VALUE"` in the
-// sources, where KEY names such a key, must compare with one of its values.
+// sources, where KEY names such a key (also `.value_or(x.KEY) == "VALUE"`), and every
+// comparison of a name a file binds to such a key (`const std::string& policy =
+// config_.train.divergence;`, a member initialised `metric_(config.train.valid_metric)`),
+// must compare with one of its values.
 TEST(ConfigSources, EveryValueComparedWithAKeyOfAClosedSetIsOneOfItsValues) {
   std::map<std::string, std::set<std::string>> values_of;  // "norm" -> {"post", "pre"}
   for (const Option& option : option_table()) {
@@ -1157,8 +1160,12 @@ TEST(ConfigSources, EveryValueComparedWithAKeyOfAClosedSetIsOneOfItsValues) {
     values.insert(option.allowed.values.begin(), option.allowed.values.end());
   }
   ASSERT_GE(values_of.size(), 10u);
-  const std::regex comparison(R"(\.([a-z_]+)\s*[!=]=\s*"([^"\\]*)\")");
-  int files = 0, compared = 0;
+  const std::regex comparison(R"(\.([a-z_]+)\)?\s*[!=]=\s*"([^"\\]*)\")");
+  const std::string section = R"([\w.>-]*\.(?:model|train|data|dist|checkpoint|decode)\.)";
+  const std::regex binding(R"(\b([A-Za-z_]\w*)\s*(?:=\s*|\(\s*))" + section +
+                           R"(([a-z_]+)\s*[;)])");
+  const std::regex bound_comparison(R"(\b([A-Za-z_]\w*)\s*[!=]=\s*"([^"\\]*)\")");
+  int files = 0, compared = 0, bound_compared = 0;
   for (const char* tree : {"src", "tools", "kernels"}) {
     for (const auto& entry : std::filesystem::recursive_directory_iterator(
              std::string(THPC_SOURCE_DIR) + "/" + tree)) {
@@ -1168,8 +1175,27 @@ TEST(ConfigSources, EveryValueComparedWithAKeyOfAClosedSetIsOneOfItsValues) {
       }
       ++files;
       std::ifstream in(entry.path());
-      std::string line;
-      for (int number = 1; std::getline(in, line); ++number) {
+      std::vector<std::string> lines;
+      for (std::string line; std::getline(in, line);) lines.push_back(line);
+      std::map<std::string, std::string> bound_to;  // "policy" -> "divergence"
+      for (const std::string& line : lines) {
+        for (auto match = std::sregex_iterator(line.begin(), line.end(), binding);
+             match != std::sregex_iterator(); ++match) {
+          if (values_of.count((*match)[2].str()) > 0) bound_to[(*match)[1]] = (*match)[2];
+        }
+      }
+      for (int number = 1; number <= static_cast<int>(lines.size()); ++number) {
+        const std::string& line = lines[number - 1];
+        for (auto match = std::sregex_iterator(line.begin(), line.end(), bound_comparison);
+             match != std::sregex_iterator(); ++match) {
+          const auto key = bound_to.find((*match)[1].str());
+          if (key == bound_to.end()) continue;
+          ++bound_compared;
+          EXPECT_EQ(values_of[key->second].count((*match)[2].str()), 1u)
+              << entry.path().string() << ":" << number << ": " << key->first << " (bound to ."
+              << key->second << ") compared with \"" << (*match)[2].str()
+              << "\", which no key named " << key->second << " takes\n  " << line;
+        }
         for (auto match = std::sregex_iterator(line.begin(), line.end(), comparison);
              match != std::sregex_iterator(); ++match) {
           const auto values = values_of.find((*match)[1].str());
@@ -1185,6 +1211,7 @@ TEST(ConfigSources, EveryValueComparedWithAKeyOfAClosedSetIsOneOfItsValues) {
   }
   EXPECT_GT(files, 100);
   EXPECT_GT(compared, 20) << "the comparisons are found";
+  EXPECT_GT(bound_compared, 4) << "the comparisons of bound names are found";
 }
 
 }  // namespace
