@@ -42,8 +42,10 @@ constexpr const char* kUsageHead =
     "Scores the hypothesis (HYP, or standard input) against one or more reference\n"
     "files, one segment per line, with BLEU and chrF exactly as sacreBLEU 2.x computes\n"
     "them, or with the paper's tokenized BLEU (--tokenize moses-compound). A file\n"
-    "named - is standard input (HYP or one REF). Options are sacreBLEU's, spelt as\n"
-    "after `sacrebleu` (-tok, -lc, -sv, -cc ... or their long names)";
+    "named - is standard input (HYP or one REF); a gzip-compressed file, which\n"
+    "sacreBLEU opens itself, is refused (give it as - : zcat F.gz | ...). Options\n"
+    "are sacreBLEU's, spelt as after `sacrebleu` (-tok, -lc, -sv, -cc ... or their\n"
+    "long names)";
 
 struct CommandLine {
   std::vector<std::string> reference_paths;
