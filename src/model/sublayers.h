@@ -37,14 +37,35 @@ struct DecodingStep {
 // forward and backward (kernels/op_list.h), computing what the separate ops compute;
 // pre-norm's add & norm backward is the separate ops either way (add_norm_backward).
 // `pre_norm`: model.norm = pre.
+//
+// Every choice the sub-layers make is derived here, from the backend and the model's
+// settings, in the one constructor, and held const: a choice added as a field must be
+// initialised there or the build fails (a field filled by its place in a brace list was
+// left false without a word when the list was not extended, and the model ran the other
+// branch; a helper's changeability trial).
 struct Sublayers {
+  // model.fused_ops: on, off, or auto: what the backend takes by default
+  // (Backend::fused_ops_by_default: yes on both backends since their twins passed).
+  Sublayers(Backend& backend, const ModelConfig& config)
+      : ops(backend),
+        c(config),
+        act(backend.compute_dtype()),
+        stat(backend.param_dtype()),
+        d(config.d_model),
+        dk(config.head_dim_k()),
+        dv(config.head_dim_v()),
+        h(config.heads),
+        fused(config.fused_ops == "on" ||
+              (config.fused_ops == "auto" && backend.fused_ops_by_default())),
+        pre_norm(config.norm == "pre") {}
+
   Backend& ops;
   const ModelConfig& c;
-  DType act;    // activation dtype
-  DType stat;   // per-row statistics dtype
-  int d, dk, dv, h;
-  bool fused;
-  bool pre_norm;
+  const DType act;   // activation dtype
+  const DType stat;  // per-row statistics dtype
+  const int d, dk, dv, h;
+  const bool fused;
+  const bool pre_norm;
 
   // ---- add & norm: residual = x + Dropout(sub), y = LayerNorm(residual) ----
   // Post-norm, x is the previous block's y and the norm the sub-layer's own; pre-norm, x
@@ -306,14 +327,8 @@ struct Sublayers {
 
 
 
-// model.fused_ops: on, off, or auto: what the backend takes by default
-// (Backend::fused_ops_by_default: yes on both backends since their twins passed).
 inline Sublayers sublayers_for(Backend& backend, const ModelConfig& c) {
-  const bool fused =
-      c.fused_ops == "on" || (c.fused_ops == "auto" && backend.fused_ops_by_default());
-  return Sublayers{backend, c, backend.compute_dtype(), backend.param_dtype(),
-                   c.d_model, c.head_dim_k(), c.head_dim_v(), c.heads, fused,
-                   c.norm == "pre"};
+  return Sublayers(backend, c);
 }
 
 inline AttentionShape attention_shape(const ModelConfig& c, int batch, int query_len,
