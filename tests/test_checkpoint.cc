@@ -31,6 +31,7 @@
 #include "common/sha256.h"
 #include "common/still_working.h"
 #include "config/config.h"
+#include "config/option_table.h"
 #include "data/synthetic.h"
 #include "io/atomic_file.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -1479,6 +1480,50 @@ TEST_F(CheckpointTest, AveragingRefusesMismatchedArchitectures) {
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_NE(refused.output.find("different architectures"), std::string::npos) << refused.output;
   EXPECT_FALSE(fs::exists(path("out.h5")));
+}
+
+// A field only one of two texts records is a difference too, whichever text it is in
+// (walked from the second's fields alone, one only the first held fell back to both whole
+// texts; a helper's trial).
+TEST(ArchitectureText, DifferencesNameAFieldOnlyOneTextRecords) {
+  EXPECT_EQ(architecture_differences("layers=1 activation=gelu", "a.h5", "layers=1", "b.h5"),
+            "model.activation is gelu in a.h5 and absent in b.h5");
+  EXPECT_EQ(architecture_differences("layers=1", "a.h5", "layers=1 activation=gelu", "b.h5"),
+            "model.activation is absent in a.h5 and gelu in b.h5");
+  EXPECT_EQ(architecture_differences("layers=1 d_ff=8", "a.h5", "layers=2", "b.h5"),
+            "model.layers is 1 in a.h5 and 2 in b.h5; model.d_ff is 8 in a.h5 and absent in "
+            "b.h5");
+}
+
+// Every model.* key either shapes or interprets the parameters, and is then recorded in
+// the architecture text (a resume, an average, a checkpoint.init and decoding compare
+// it), or is named here as one that does not, with why. A key added to [model] must be
+// put in one or the other: one that changes what the parameters compute, left out of the
+// text, let a run resume or an average mix models of both kinds (a helper's trial
+// adding model.activation: a gelu checkpoint resumed as relu with a note alone).
+TEST(ArchitectureText, EveryModelKeyIsRecordedOrNamedAsNotShapingTheParameters) {
+  const std::map<std::string, std::string> not_recorded = {
+      {"dropout", "regularisation of training: the same parameters, any rate"},
+      {"attention_dropout", "regularisation of training"},
+      {"label_smoothing", "the training loss, not the model"},
+      {"layernorm_eps", "a numerical guard: another eps computes nearly the same function"},
+      {"fused_ops", "which kernels compute the same function"},
+  };
+  const std::string text = architecture_text(ModelConfig{}, 100);
+  int recorded = 0;
+  for (const Option& option : option_table()) {
+    if (std::string(option.section) != "model") continue;
+    const bool in_text = (" " + text).find(" " + std::string(option.key) + "=") !=
+                         std::string::npos;
+    EXPECT_NE(in_text, not_recorded.count(option.key) > 0)
+        << "model." << option.key << (in_text ? " is recorded in the architecture text and "
+                                                "named as not shaping the parameters"
+                                              : " is neither in the architecture text ('" +
+                                                    text + "') nor named as not shaping the "
+                                                    "parameters");
+    recorded += in_text;
+  }
+  EXPECT_GE(recorded, 10);
 }
 
 TEST_F(CheckpointTest, AveragingNeverOverwritesAnInputOrATrainingCheckpoint) {

@@ -945,21 +945,33 @@ std::string OneDirection::add(const std::string& path, const std::string& direct
 std::string architecture_differences(const std::string& first, const std::string& first_name,
                                      const std::string& second, const std::string& second_name) {
   const auto first_fields = architecture_fields(first);
+  const auto second_fields = architecture_fields(second);
+  const auto setting = [](const std::string& key) {
+    return key == "vocab_size" ? "the vocabulary (the shards', or model.vocab_size)"
+                               : "model." + key;
+  };
   std::ostringstream out;
-  for (const auto& [key, second_value] : architecture_fields(second)) {
+  for (const auto& [key, second_value] : second_fields) {
     std::string first_value = "absent";
     for (const auto& [first_key, value] : first_fields) {
       if (first_key == key) first_value = value;
     }
     if (first_value == second_value) continue;
-    out << (out.tellp() > 0 ? "; " : "")
-        << (key == "vocab_size" ? "the vocabulary (the shards', or model.vocab_size)"
-                                : "model." + key)
-        << " is " << first_value << " in " << first_name << " and " << second_value << " in "
-        << second_name
+    out << (out.tellp() > 0 ? "; " : "") << setting(key) << " is " << first_value << " in "
+        << first_name << " and " << second_value << " in " << second_name
         // Derived unless set: a d_model changed alone changes them too (a helper took the
         // advice to give the file's values for keys never set).
         << (key == "d_k" || key == "d_v" ? " (d_model / heads, unless set)" : "");
+  }
+  // A field the first records and the second does not (a key written by a later version,
+  // or only when it is not its default) is a difference too: walked from the second's
+  // fields alone, it fell to the two whole texts below (a helper's trial).
+  for (const auto& [key, first_value] : first_fields) {
+    const bool in_second = std::any_of(second_fields.begin(), second_fields.end(),
+                                       [&](const auto& field) { return field.first == key; });
+    if (in_second) continue;
+    out << (out.tellp() > 0 ? "; " : "") << setting(key) << " is " << first_value << " in "
+        << first_name << " and absent in " << second_name;
   }
   if (out.tellp() == 0) {
     return first_name + " has '" + first + "', " + second_name + " '" + second + "'";
