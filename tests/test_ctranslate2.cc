@@ -80,7 +80,10 @@ class CTranslate2Conversion : public ::testing::Test {
 
   // Writes NAME.h5: a model of input/tiny.ini shrunk and changed by `overrides`, every
   // parameter moved by 0.1 N(0, 1) from its initial value, with the SentencePiece model.
-  static fs::path write_model(const std::string& name, std::vector<std::string> overrides) {
+  // `recorded_too`: fields the architecture text holds beyond what this version writes (a
+  // later version's key).
+  static fs::path write_model(const std::string& name, std::vector<std::string> overrides,
+                              const std::string& recorded_too = "") {
     for (const char* fixed : {"model.layers=2", "model.d_model=32", "model.d_ff=64",
                               "model.heads=4", "model.max_positions=48"}) {
       overrides.insert(overrides.begin(), fixed);
@@ -90,7 +93,7 @@ class CTranslate2Conversion : public ::testing::Test {
     Transformer model(config.model, kVocab, SpecialIds{}, *backend, /*init_seed=*/7);
     Checkpoint checkpoint;
     checkpoint.seed = config.train.seed;
-    checkpoint.architecture = architecture_text(config.model, kVocab);
+    checkpoint.architecture = architecture_text(config.model, kVocab) + recorded_too;
     checkpoint.config_ini = config.to_ini();
     checkpoint.params = gather_named(model.params(), *backend, model.params().params());
     std::mt19937 generator(11);
@@ -334,6 +337,7 @@ TEST_F(CTranslate2Conversion, ConverterRefusesWhatItCannotConvertWithOneLine) {
   };
   const fs::path widths = write_model("widths", {"model.d_k=8", "model.d_v=16"});
   const fs::path pre_norm = write_model("pre_norm", {"model.norm=pre"});
+  const fs::path later = write_model("later", {}, " activation=gelu");
   const fs::path run = dir_ / "run";
   fs::create_directories(run);
   std::ofstream(run / "step_00000002.h5") << "a run's checkpoint";
@@ -350,6 +354,10 @@ TEST_F(CTranslate2Conversion, ConverterRefusesWhatItCannotConvertWithOneLine) {
        "d_k = 8 and d_v = 16 differ: CTranslate2's attention has one head width", 1},
       {"--checkpoint " + pre_norm.string() + " --output_dir " + out.string(),
        "holds a model.norm = pre model; this converter maps post-norm models only", 1},
+      // A field it does not know is refused, not converted as if absent (a gelu model
+      // would have been converted with ReLU; a helper's trial).
+      {"--checkpoint " + later.string() + " --output_dir " + out.string(),
+       " activation=gelu' records model.activation, which this converter does not map", 1},
       {"--checkpoint " + damaged.string() + " --output_dir " + out.string(),
        "bad checksum for the file", 1},
       {"--checkpoint " + (dir_ / "absent.h5").string() + " --output_dir " + out.string(),

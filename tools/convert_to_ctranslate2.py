@@ -123,6 +123,15 @@ def parse_architecture(text):
     absent = [key for key in needed if key not in fields]
     if absent:
         raise ConversionError(f"its architecture '{text}' lacks {', '.join(absent)}")
+    # A field this converter does not know (a model.* key a later version records) changes
+    # what the parameters compute in a way nothing below maps: refused rather than
+    # converted as if it were absent (a helper's trial: a model.activation = gelu model
+    # would have been converted with ReLU).
+    unknown = sorted(set(fields) - set(needed) - {"norm"})
+    if unknown:
+        raise ConversionError(f"its architecture '{text}' records "
+                              f"{', '.join('model.' + key for key in unknown)}, which this "
+                              "converter does not map")
     for key in needed:
         if key not in ("positions", "attention_bias"):
             fields[key] = int(fields[key])
