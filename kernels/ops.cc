@@ -64,17 +64,12 @@ void check_row_top_k(int rows, int width, int k, int skip_a, int skip_b) {
 
 bool parse_candidate_kernels(const std::string& setting, unsigned& candidates,
                              std::string& error) {
-  // The candidates by name (CandidateKernels); each new one adds {"its_name", kItsBit}.
+  // The candidates by name (kernels/ops.h's THPC_CANDIDATE_KERNELS).
   static const std::vector<std::pair<std::string, unsigned>> kNames = {
-      {"fused_attention", kFusedAttention},
-      {"step_graphs", kStepGraphs},
-      {"relu_masks", kReluMasks},
-      {"weight_grads_beside", kWeightGradsBeside},
-      {"fuller_column_sums", kFullerColumnSums},
-      {"worker_graphs", kWorkerGraphs},
-      {"fused_norm_grads", kFusedNormGrads},
-      {"fast_loss_exp", kFastLossExp},
-      {"bias_grads_in_gemm", kBiasGradsInGemm}};
+#define THPC_CANDIDATE_NAME(enumerator, bit, name) {name, enumerator},
+      THPC_CANDIDATE_KERNELS(THPC_CANDIDATE_NAME)
+#undef THPC_CANDIDATE_NAME
+  };
   // Former candidates, the default since their GPU run: a configuration or checkpoint
   // that names them (one trained with them before that) still loads, naming nothing.
   static const std::vector<std::string> kRetired = {

@@ -331,6 +331,31 @@ TEST(Config, StepsAreInt64) {
   EXPECT_EQ(config.train.tokens_per_step, std::int64_t{5000000000});
 }
 
+// Every candidate of kernels/ops.h's list is in "candidate", is taken by its name alone,
+// and is named in train.cuda_kernels' help (--help and docs/configuration.md), which is
+// written by hand: a candidate left out of it was there to be found by reading ops.h.
+TEST(Config, EveryCandidateKernelIsTakenByNameAndNamedInTheHelp) {
+  const Option* option = find_option("train.cuda_kernels");
+  ASSERT_NE(option, nullptr);
+  const std::string help = option->help;
+  unsigned all = 0;
+  int count = 0;
+#define THPC_CHECK_CANDIDATE(enumerator, bit, name)                                       \
+  {                                                                                       \
+    ++count;                                                                              \
+    all |= enumerator;                                                                    \
+    EXPECT_NE(help.find(name), std::string::npos) << name << " is not in the help: " << help; \
+    unsigned named = 0;                                                                   \
+    std::string error;                                                                    \
+    EXPECT_TRUE(parse_candidate_kernels(name, named, error)) << error;                    \
+    EXPECT_EQ(named, static_cast<unsigned>(enumerator)) << name;                          \
+  }
+  THPC_CANDIDATE_KERNELS(THPC_CHECK_CANDIDATE)
+#undef THPC_CHECK_CANDIDATE
+  EXPECT_EQ(all, static_cast<unsigned>(kAllCandidates));
+  EXPECT_EQ(__builtin_popcount(all), count) << "each candidate its own bit";
+}
+
 // train.cuda_kernels names a set of candidate kernels (kernels/ops.h): none, all, or some
 // by name (a GPU session whose twins fail for one candidate can measure the others); the
 // former candidates, the default since their GPU run (2026-11-26/27 on an H100,
