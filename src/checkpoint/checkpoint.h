@@ -193,7 +193,8 @@ std::string recorded_norm(const std::string& architecture);
 std::string with_norm_recorded(const std::string& architecture);
 // What differs between two architecture texts, each field by the setting a user changes:
 // "model.layers is 2 in FIRST_NAME and 3 in SECOND_NAME; ..." (the vocabulary's by where
-// it comes from), in the second's order; both whole texts when no field differs.
+// it comes from), in the second's order, then the fields only the first records ("... is
+// V in FIRST_NAME and absent in SECOND_NAME"); both whole texts when no field differs.
 std::string architecture_differences(const std::string& first, const std::string& first_name,
                                      const std::string& second, const std::string& second_name);
 

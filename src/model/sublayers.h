@@ -39,10 +39,10 @@ struct DecodingStep {
 // `pre_norm`: model.norm = pre.
 //
 // Every choice the sub-layers make is derived here, from the backend and the model's
-// settings, in the one constructor, and held const: a choice added as a field must be
-// initialised there or the build fails (a field filled by its place in a brace list was
-// left false without a word when the list was not extended, and the model ran the other
-// branch; a helper's changeability trial).
+// settings, in the one constructor, and held const: a choice added as a const field (no
+// default) must be initialised there or the build fails (a field filled by its place in a
+// brace list was left false without a word when the list was not extended, and the model
+// ran the other branch; a helper's changeability trial).
 struct Sublayers {
   // model.fused_ops: on, off, or auto: what the backend takes by default
   // (Backend::fused_ops_by_default: yes on both backends since their twins passed).
