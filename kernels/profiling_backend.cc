@@ -67,6 +67,20 @@ constexpr bool names_every_op_once() {
 static_assert(sizeof(kOpClasses) / sizeof(kOpClasses[0]) == kOpCount && names_every_op_once(),
               "kOpClasses must give every op of kernels/op_list.h its class, once");
 
+// The ops classed as GEMMs or attention are those whose matrix FLOPs are counted.
+constexpr bool products_are_counted() {
+  for (const auto& [op, op_class] : kOpClasses) {
+    const bool product = op_class == OpClass::GemmForward ||
+                         op_class == OpClass::GemmBackward || op_class == OpClass::Attention;
+    if (product != counts_matrix_flops(op)) return false;
+  }
+  return true;
+}
+static_assert(products_are_counted(),
+              "an op classed as a GEMM or attention in kOpClasses must be one of "
+              "counts_matrix_flops' (kernels/profiling_backend.h), with its branch in "
+              "matrix_flops, and only those");
+
 }  // namespace
 
 const char* op_class_label(OpClass op_class) {

@@ -198,6 +198,27 @@ class ProfilingBackend : public ForwardingBackend {
 
 // ---- matrix FLOPs of the ops that multiply matrices ----------------------------------
 
+// The ops whose matrix FLOPs matrix_flops counts, a branch each: every op classed as a GEMM
+// or attention (kOpClasses, profiling_backend.cc, asserts it), so that a new product op is
+// not counted as none, its MFU and TFLOP/s wrong without a word (a helper's trial adding
+// an op).
+constexpr bool counts_matrix_flops(OpId op) {
+  switch (op) {
+    case OpId::linear_forward:
+    case OpId::linear_relu_forward:
+    case OpId::linear_relu_mask_forward:
+    case OpId::linear_backward:
+    case OpId::linear_relu_backward:
+    case OpId::output_projection_forward:
+    case OpId::output_projection_backward:
+    case OpId::attention_forward:
+    case OpId::attention_backward:
+      return true;
+    default:
+      return false;
+  }
+}
+
 template <OpId op, typename Args>
 double matrix_flops(const Args& args) {
   // Each branch unpacks the op's arguments under the op list's names (a change of the
@@ -233,6 +254,7 @@ double matrix_flops(const Args& args) {
     return 4.0 * shape.batch * shape.heads * shape.query_len * shape.key_len *
            (shape.d_k + shape.d_v);
   } else {
+    static_assert(!counts_matrix_flops(op), "counts_matrix_flops names an op without a branch");
     return 0.0;
   }
 }
