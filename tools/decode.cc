@@ -222,8 +222,7 @@ class SourceReader {
     if (const std::string problem =
             thpc::carriage_return_lines_problem(name_, carriage_returns_, lines_);
         !problem.empty()) {
-      THPC_FAIL(problem << ": convert it to \\n line ends, e.g. tr '\\r' '\\n' < FILE > NEW, "
-                        << "and give NEW");
+      THPC_FAIL(problem << thpc::kCarriageReturnAdvice);
     }
   }
 

@@ -342,9 +342,7 @@ std::string carriage_return_hint(const std::string& source,
   }
   const std::string problem = thpc::carriage_return_lines_problem(
       source, carriage_returns, static_cast<int64_t>(segments.size()));
-  return problem.empty() ? std::string()
-                         : "; " + problem + ": convert it to \\n line ends, e.g. tr '\\r' "
-                                            "'\\n' < FILE > NEW, and give NEW";
+  return problem.empty() ? std::string() : "; " + problem + thpc::kCarriageReturnAdvice;
 }
 
 int run(const CommandLine& command) {

@@ -60,6 +60,11 @@ std::string nul_byte_problem(const std::string& path, int64_t line_number,
 //   sentences translated as one.
 std::string carriage_return_lines_problem(const std::string& path, int64_t carriage_returns,
                                           int64_t lines);
+// What a program that meets such a file adds after carriage_return_lines_problem's words
+// (transformer_decode refuses its input so, transformer_score says it of a line count that
+// differs; transformer_preprocess names both languages' files instead).
+inline constexpr const char* kCarriageReturnAdvice =
+    ": convert it to \\n line ends, e.g. tr '\\r' '\\n' < FILE > NEW, and give NEW";
 
 // What every program that refuses a line of invalid UTF-8 adds after "PATH: line N:
 // invalid UTF-8 at byte B of the line": what to do (a helper's finding: the NUL byte's and
