@@ -199,7 +199,7 @@ void Transformer::begin_decoding(DecoderState& state, const std::vector<int>& so
   THPC_CHECK(max_len >= 1 && max_len <= config_.max_positions,
              "incremental decoding of " << max_len << " positions (model.max_positions = "
                                         << config_.max_positions << ")");
-  Sublayers sub = sublayers_for(backend_, config_);
+  Sublayers sub(backend_, config_);
   const int kv_width = sub.h * (sub.dk + sub.dv);
   state.begin(config_.layers, source_of, max_len, s.batch_size, s.src_len, s.src_lengths_host,
               sub.h * sub.dk, sub.h * sub.dv, sub.act);
@@ -280,7 +280,7 @@ Tensor Transformer::captured_decode_step(DecoderState& state, int position,
 Tensor Transformer::queue_decode_step(DecoderState& state, int position, bool position_from_plan,
                                       const StepBestTokens* best) {
   State& s = *state_;
-  Sublayers sub = sublayers_for(backend_, config_);
+  Sublayers sub(backend_, config_);
   const int H = state.hypotheses();
   const int d = config_.d_model;
   const DecoderState::StepPlan& plan = state.step_;

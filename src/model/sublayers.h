@@ -327,10 +327,6 @@ struct Sublayers {
 
 
 
-inline Sublayers sublayers_for(Backend& backend, const ModelConfig& c) {
-  return Sublayers(backend, c);
-}
-
 inline AttentionShape attention_shape(const ModelConfig& c, int batch, int query_len,
                                       int key_len, bool causal, const int32_t* key_lengths,
                                       float dropout, DropoutKey key) {

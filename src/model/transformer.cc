@@ -272,7 +272,7 @@ void Transformer::upload_batch(const Batch& batch) {
 void Transformer::forward_encoder(bool train, const DropoutContext& ctx,
                                   EncoderActivations keep) {
   State& s = *state_;
-  Sublayers sub = sublayers_for(backend_, config_);
+  Sublayers sub(backend_, config_);
   const int rows = s.batch_size * s.src_len;
   const int d = config_.d_model;
   const float p_drop = train ? config_.dropout : 0.0f;
@@ -320,7 +320,7 @@ void Transformer::forward_encoder(bool train, const DropoutContext& ctx,
 void Transformer::forward_decoder(int batch_size, int T, bool train, const DropoutContext& ctx,
                                   bool with_logits) {
   State& s = *state_;
-  Sublayers sub = sublayers_for(backend_, config_);
+  Sublayers sub(backend_, config_);
   const int rows = batch_size * T;
   const int d = config_.d_model;
   const float p_drop = train ? config_.dropout : 0.0f;
@@ -410,7 +410,8 @@ void Transformer::queue_train_pass(const DropoutContext& dropout, Loss&& loss) {
   forward_decoder(s.batch_size, s.tgt_len, true, dropout, /*with_logits=*/false);
   s.grad_arena.reset();
   const int d = config_.d_model;
-  const Tensor d_decoder_out = s.grad_arena.take(sublayers_for(backend_, config_).act, int64_t(rows) * d);
+  const Tensor d_decoder_out =
+      s.grad_arena.take(Sublayers(backend_, config_).act, int64_t(rows) * d);
   logits_in_chunks(rows, chunk, [&](int first, int count, Tensor chunk_logits, Tensor h) {
     loss(chunk_logits, s.tgt_out + first, count);
     backend_.output_projection_backward(d_decoder_out.slice(int64_t(first) * d, int64_t(count) * d),
@@ -579,7 +580,7 @@ LossSums Transformer::evaluate(const Batch& batch) {
 // leaving the encoder output's gradient in `d_encoder_out` for backward_encoder().
 void Transformer::backward_decoder(const DropoutContext& ctx, Tensor d_decoder_out) {
   State& s = *state_;
-  Sublayers sub = sublayers_for(backend_, config_);
+  Sublayers sub(backend_, config_);
   const int rows = s.batch_size * s.tgt_len;
   const int src_rows = s.batch_size * s.src_len;
   const int d = config_.d_model;
@@ -624,7 +625,7 @@ void Transformer::backward_decoder(const DropoutContext& ctx, Tensor d_decoder_o
 
 void Transformer::backward_encoder(const DropoutContext& ctx) {
   State& s = *state_;
-  Sublayers sub = sublayers_for(backend_, config_);
+  Sublayers sub(backend_, config_);
   const int rows = s.batch_size * s.src_len;
   const int d = config_.d_model;
   const float p_drop = config_.dropout;
