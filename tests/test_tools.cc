@@ -416,13 +416,10 @@ TEST(Tools, DataStatsSizesOutOfRangeAreUsageErrors) {
 // four epochs: the batches keep their sentences from epoch to epoch (only their order
 // changes), so each shape's first pass runs uncaptured, its second is captured and the
 // rest replay: of P passes over S shapes, P - 2S replay (model/capture_schedule.h).
-// A directory `name` (made afresh) holding one training shard of `pairs` pairs of a
-// vocabulary of 50, pair i of the lengths lengths(i) (source, target).
-fs::path one_shard_corpus(const std::string& name, int pairs,
-                          const std::function<std::pair<int, int>(int)>& lengths) {
-  const fs::path dir = fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+// A shard `file` of `pairs` pairs of a vocabulary of 50, pair i of the lengths lengths(i)
+// (source, target).
+void write_pairs_shard(const fs::path& file, int pairs,
+                       const std::function<std::pair<int, int>(int)>& lengths) {
   ShardContents contents;
   contents.metadata.vocab_size = 50;
   contents.metadata.source_lang = "en";
@@ -432,7 +429,17 @@ fs::path one_shard_corpus(const std::string& name, int pairs,
     contents.source.append(std::vector<int>(size_t(source_length), 4 + i % 40));
     contents.target.append(std::vector<int>(size_t(target_length), 5 + i % 40));
   }
-  write_shard((dir / "train.00000.h5").string(), contents);
+  write_shard(file.string(), contents);
+}
+
+// A directory `name` (made afresh) holding one training shard, train.00000.h5, of
+// write_pairs_shard's pairs.
+fs::path one_shard_corpus(const std::string& name, int pairs,
+                          const std::function<std::pair<int, int>(int)>& lengths) {
+  const fs::path dir = fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  write_pairs_shard(dir / "train.00000.h5", pairs, lengths);
   return dir;
 }
 
@@ -500,15 +507,10 @@ TEST(Tools, DataStatsWarnsOfABudgetBelowTheValidationShardsLongestPair) {
   const fs::path dir = one_shard_corpus("thpc_data_stats_valid", 40, [](int i) {
     return std::pair{1 + i % 9, 1 + i % 9};
   });
-  ShardContents valid;
-  valid.metadata.vocab_size = 50;
-  valid.metadata.source_lang = "en";
-  valid.metadata.target_lang = "de";
-  for (const int length : {5, 30, 7}) {
-    valid.source.append(std::vector<int>(size_t(length), 6));
-    valid.target.append(std::vector<int>(size_t(length), 7));
-  }
-  write_shard((dir / "valid.00000.h5").string(), valid);
+  write_pairs_shard(dir / "valid.00000.h5", 3, [](int i) {
+    const int length = std::vector<int>{5, 30, 7}[size_t(i)];
+    return std::pair{length, length};
+  });
   const std::string stats = thpc::binary_dir() + "/transformer_data_stats " + dir.string();
   const ProcessResult below = run_process(stats + " --tokens-per-step 20");
   const ProcessResult above = run_process(stats + " --tokens-per-step 40");
