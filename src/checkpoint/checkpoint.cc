@@ -966,7 +966,11 @@ std::string architecture_differences(const std::string& first, const std::string
   // A field the first records and the second does not (a key written by a later version,
   // or only when it is not its default) is a difference too: walked from the second's
   // fields alone, it fell to the two whole texts below (a helper's trial).
-  for (const auto& [key, first_value] : first_fields) {
+  // Not a structured binding: C++17 lets no lambda capture one (clang refuses; CI's fuzz
+  // build compiles with clang).
+  for (const auto& first_field : first_fields) {
+    const std::string& key = first_field.first;
+    const std::string& first_value = first_field.second;
     const bool in_second = std::any_of(second_fields.begin(), second_fields.end(),
                                        [&](const auto& field) { return field.first == key; });
     if (in_second) continue;
