@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "common/error.h"
 #include "kernels/forwarding_backend.h"
@@ -29,6 +30,11 @@ class Int8ProductsBackend : public ForwardingBackend {
   // called, so it refuses.
   // How many matrices have an int8 copy.
   int quantized_matrices() const { return static_cast<int>(matrices_.size()); }
+  // How many of them a product has taken in int8 since they were kept: all of them once
+  // the model has scored a step. A product op this class does not override passes its
+  // weights on in float, silently; a matrix only such an op multiplies stays out of this
+  // count (CapturedDecodingSteps.EveryQuantizedMatrixIsMultipliedInInt8 decodes to see).
+  int matrices_multiplied() const { return static_cast<int>(multiplied_.size()); }
 
   void linear_forward(Tensor y, Tensor x, Tensor W, Tensor b, int M, int K, int N) override {
     if (const Matrix* matrix = find(W, K, N)) return multiply(y, x, *matrix, b, M, false);
@@ -57,11 +63,15 @@ class Int8ProductsBackend : public ForwardingBackend {
   // From now on, products with `weights` take `matrix`.
   void keep(const Tensor& weights, std::unique_ptr<Matrix> matrix) {
     matrices_[weights.data] = std::move(matrix);
+    multiplied_.erase(weights.data);
   }
   const std::unordered_map<const void*, std::unique_ptr<Matrix>>& matrices() const {
     return matrices_;
   }
-  void forget_matrices() { matrices_.clear(); }
+  void forget_matrices() {
+    matrices_.clear();
+    multiplied_.clear();
+  }
 
  private:
   // The int8 copy of `weights` when it has one; null otherwise. A copy of other sizes is
@@ -73,10 +83,13 @@ class Int8ProductsBackend : public ForwardingBackend {
     THPC_CHECK(matrix.inputs() == inputs && matrix.outputs() == outputs,
                "a product of " << inputs << " x " << outputs << " with int8 weights of "
                                << matrix.inputs() << " x " << matrix.outputs());
+    multiplied_.insert(weights.data);
     return &matrix;
   }
 
   std::unordered_map<const void*, std::unique_ptr<Matrix>> matrices_;
+  // The matrices find() has handed to a product (a backend is one thread's).
+  mutable std::unordered_set<const void*> multiplied_;
 };
 
 }  // namespace thpc

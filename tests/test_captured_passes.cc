@@ -477,6 +477,37 @@ TEST(CapturedDecodingSteps, Int8ProductsAreCapturedWithTheirStep) {
   EXPECT_EQ(beneath.captures(), 0);
 }
 
+// Every weight matrix quantize_model_weights keeps in int8 is one that decoding multiplies
+// in int8. A product op Int8ProductsBackend does not override (a new activation's fused
+// linear_gelu_forward, say) passes its weights on to the float path, silently: int8
+// decoding would be partly float with every other test passing (a helper's trial added
+// GELU to the FFN so, 2026-12-06). Each way a model's sub-layers choose their ops.
+TEST(CapturedDecodingSteps, EveryQuantizedMatrixIsMultipliedInInt8) {
+  if (!cpu::int8_available()) GTEST_SKIP() << "no int8 products: " << cpu::int8_description();
+  for (const char* fused_ops : {"on", "off"}) {
+    for (const char* norm : {"post", "pre"}) {
+      for (const bool attention_bias : {false, true}) {
+        ModelConfig c = decoding_model();
+        c.fused_ops = fused_ops;
+        c.norm = norm;
+        c.attention_bias = attention_bias;
+        SCOPED_TRACE(std::string("fused_ops ") + fused_ops + ", norm " + norm +
+                     ", attention_bias " + (attention_bias ? "true" : "false"));
+        Int8CpuBackend int8(make_cpu_backend(DType::F32));
+        Transformer::CaptureCounts counts;
+        int quantized = 0;
+        test::run_two_beam_searches(int8, c, counts, [&](Transformer& model) {
+          quantized = quantize_model_weights(model, int8).quantized;
+        });
+        EXPECT_GT(quantized, 0);
+        EXPECT_EQ(int8.quantized_matrices(), quantized);
+        EXPECT_EQ(int8.matrices_multiplied(), int8.quantized_matrices())
+            << "a weight matrix quantized for int8 decoding was multiplied in float";
+      }
+    }
+  }
+}
+
 // The step padding of captured decoding (padded_step_rows): buckets of 1, 2, 3, 4, 6, 8,
 // 12, 16, 24, ... sentences.
 TEST(StepPadding, BucketsArePowersOfTwoAndThreeTimesThem) {
