@@ -52,7 +52,8 @@ class CapturedPasses : public ::testing::TestWithParam<std::tuple<const char*, i
 // losses), its own 1 / tokens, shapes captured at their second pass and replayed after,
 // captured again after the arenas grew.
 TEST_P(CapturedPasses, TrainingEqualsUncapturedTrainingBitForBit) {
-  const auto [norm, chunk_rows] = GetParam();
+  const char* const norm = std::get<0>(GetParam());
+  const int chunk_rows = std::get<1>(GetParam());  // the lambda below captures it
   const ModelConfig config = test::small_model(norm);
   const std::vector<Batch> batches = schedule(kVocab, 12);
   auto plain_backend = make_cpu_backend(DType::F32);

@@ -233,8 +233,13 @@ TEST_F(CheckpointTest, TheLayerNormOrderIsRecordedAndTheOtherOrderIsRefusedByNam
   EXPECT_NE(read_checkpoint(post_file).architecture.find(" norm=post"), std::string::npos);
   EXPECT_NE(read_checkpoint(pre_file).architecture.find(" norm=pre"), std::string::npos);
 
-  for (const auto& [file, file_norm, trainer, model_norm] :
+  // Not structured bindings: C++17 lets no lambda capture one (clang refuses).
+  for (const auto& file_and_trainer :
        {std::tuple{post_file, "post", &pre, "pre"}, std::tuple{pre_file, "pre", &post, "post"}}) {
+    const std::string& file = std::get<0>(file_and_trainer);
+    const char* const file_norm = std::get<1>(file_and_trainer);
+    Trainer* const trainer = std::get<2>(file_and_trainer);
+    const char* const model_norm = std::get<3>(file_and_trainer);
     const std::vector<std::string> naming = {
         file, std::string("holds a model.norm = ") + file_norm + " model",
         std::string("the configuration has model.norm = ") + model_norm};

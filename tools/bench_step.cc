@@ -369,7 +369,10 @@ int run(const Arguments& args) {
     // candidate's kernels gains or loses at which length.
     std::printf("by bucket length (ms per step):     L   step  attention   GEMMs  "
                 "attention fwd  bwd\n");
-    for (const auto& [length, part] : profile_by_length) {
+    // Not structured bindings: C++17 lets no lambda capture one (clang refuses).
+    for (const auto& length_and_part : profile_by_length) {
+      const int length = length_and_part.first;
+      const auto& part = length_and_part.second;
       const double steps = part.steps > 0 ? part.steps : 1;
       const auto ms = [&](thpc::OpClass c) {
         return 1e3 * part.rows[static_cast<int>(c)].seconds / steps;

@@ -96,7 +96,11 @@ class Inputs {
 constexpr DropoutKey kKey{1234, 5, 6, 7};
 
 TEST(GradStore, LinearBackwardWritesWhatAddingIntoZerosGives) {
-  for (auto [M, K, N] : {std::array<int, 3>{7, 13, 29}, {64, 96, 33}, {5, 0, 3}, {4, 6, 0}}) {
+  // Sizes by name, not by structured binding: the lambdas below capture them, and C++17
+  // lets no lambda capture a structured binding (clang refuses).
+  for (const std::array<int, 3>& size :
+       {std::array<int, 3>{7, 13, 29}, {64, 96, 33}, {5, 0, 3}, {4, 6, 0}}) {
+    const int M = size[0], K = size[1], N = size[2];
     for (bool all : {true, false}) {
       expect_write_is_add_into_zeros(
           {"M=" + std::to_string(M) + " K=" + std::to_string(K) + " N=" + std::to_string(N) +
@@ -114,7 +118,9 @@ TEST(GradStore, LinearBackwardWritesWhatAddingIntoZerosGives) {
 }
 
 TEST(GradStore, OutputProjectionBackwardWritesWhatAddingIntoZerosGives) {
-  for (auto [M, d, vocab] : {std::array<int, 3>{9, 16, 101}, {33, 64, 517}, {3, 8, 0}}) {
+  for (const std::array<int, 3>& size :
+       {std::array<int, 3>{9, 16, 101}, {33, 64, 517}, {3, 8, 0}}) {
+    const int M = size[0], d = size[1], vocab = size[2];  // captured below: not bindings
     expect_write_is_add_into_zeros(
         {"M=" + std::to_string(M) + " d=" + std::to_string(d) + " vocab=" + std::to_string(vocab),
          {int64_t(M) * d},
@@ -129,7 +135,8 @@ TEST(GradStore, OutputProjectionBackwardWritesWhatAddingIntoZerosGives) {
 }
 
 TEST(GradStore, ReluBackwardsWriteWhatAddingIntoZerosGives) {
-  for (auto [rows, n] : {std::array<int, 2>{7, 61}, {130, 512}}) {
+  for (const std::array<int, 2>& size : {std::array<int, 2>{7, 61}, {130, 512}}) {
+    const int rows = size[0], n = size[1];  // captured below: not bindings
     const int64_t count = int64_t(rows) * n;
     expect_write_is_add_into_zeros(
         {"relu_bias_backward rows=" + std::to_string(rows) + " n=" + std::to_string(n),
@@ -186,7 +193,8 @@ std::pair<Tensor, Tensor> row_statistics(Backend& b, Scope& s, Tensor x, Tensor 
 }
 
 TEST(GradStore, LayerNormBackwardsWriteWhatAddingIntoZerosGives) {
-  for (auto [rows, d] : {std::array<int, 2>{5, 37}, {67, 256}}) {
+  for (const std::array<int, 2>& size : {std::array<int, 2>{5, 37}, {67, 256}}) {
+    const int rows = size[0], d = size[1];  // captured below: not bindings
     const int64_t n = int64_t(rows) * d;
     const std::string shape = " rows=" + std::to_string(rows) + " d=" + std::to_string(d);
     expect_write_is_add_into_zeros(
