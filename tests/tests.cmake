@@ -184,6 +184,11 @@ ${THPC_JOB_CHECK_ENVIRONMENT}")
 add_test(NAME Lint.ShellScriptsPassShellcheck
          COMMAND bash ${THPC_TESTS_DIR}/shellcheck_test.sh ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
 set_tests_properties(Lint.ShellScriptsPassShellcheck PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
+# No lambda uses a structured binding (C++17 forbids it; g++ accepts it, clang refuses, and
+# only CI's fuzz stage and users build with clang): under a second.
+add_test(NAME Lint.NoLambdaCapturesAStructuredBinding
+         COMMAND python3 ${THPC_TESTS_DIR}/structured_binding_captures.py ${CMAKE_SOURCE_DIR})
+set_tests_properties(Lint.NoLambdaCapturesAStructuredBinding PROPERTIES TIMEOUT 60)
 # test_spack reads Spack.yaml with a YAML parser, as Spack does (a test-only dependency).
 find_package(yaml-cpp REQUIRED)
 target_link_libraries(test_spack PRIVATE yaml-cpp)
