@@ -109,6 +109,52 @@ Checkpoint constant_checkpoint(float value, int64_t step, const std::string& arc
   return checkpoint;
 }
 
+// What differs between two checkpoints' whole states ("" when nothing does): both written
+// again (PREFIXa.h5 and PREFIXb.h5), with `runs_own_parts_aside` `b` with `a`'s run id
+// and settings (two runs' own, which differ by design), and the two files' bytes
+// compared, so that every part the writer stores is compared without a line here for
+// it. Tests that compared a list of fields (losses, the parameters, the moments) left out
+// what does not feed back into training: a resume that dropped a new field (an EMA of the
+// parameters in a helper's trial) passed them.
+std::string state_difference(const Checkpoint& a, Checkpoint b, const std::string& prefix,
+                             bool runs_own_parts_aside) {
+  if (runs_own_parts_aside) {
+    b.run_id = a.run_id;
+    b.config_ini = a.config_ini;
+  }
+  const std::string a_file = prefix + "a.h5", b_file = prefix + "b.h5";
+  write_checkpoint(a_file, a);
+  write_checkpoint(b_file, b);
+  const auto bytes = [](const std::string& file) {
+    std::ifstream in(file, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  if (bytes(a_file) == bytes(b_file)) return "";
+  std::ostringstream said;
+  said << "the checkpoints' states differ in a part the writer stores";
+  if (a.step != b.step) said << "; step " << a.step << " vs " << b.step;
+  if (a.data_position.epoch != b.data_position.epoch ||
+      a.data_position.index != b.data_position.index) {
+    said << "; data_position";
+  }
+  if (a.divergence.has_value() != b.divergence.has_value() ||
+      (a.divergence && (a.divergence->healthy_steps != b.divergence->healthy_steps ||
+                        a.divergence->skipped_steps != b.divergence->skipped_steps ||
+                        a.divergence->rollbacks != b.divergence->rollbacks))) {
+    said << "; divergence";
+  }
+  if (a.best_valid.has_value() != b.best_valid.has_value()) said << "; best_valid";
+  if (a.validation_pending != b.validation_pending) said << "; validation_pending";
+  for (const auto& [name, x, y] : {std::tuple{"params", &a.params, &b.params},
+                                   std::tuple{"adam_m", &a.adam_m, &b.adam_m},
+                                   std::tuple{"adam_v", &a.adam_v, &b.adam_v}}) {
+    for (size_t t = 0; t < std::min(x->size(), y->size()); ++t) {
+      if ((*x)[t].values != (*y)[t].values) said << "; " << name << "/" << (*x)[t].name;
+    }
+  }
+  return said.str();
+}
+
 // ---- the file ----
 
 TEST_F(CheckpointTest, RoundTripIsBitwise) {
@@ -680,6 +726,12 @@ TEST_F(CheckpointTest, ResumeAfterSigtermIsIdenticalToTheUninterruptedRun) {
   }
   ASSERT_NE(final_line(whole.output), "");
   EXPECT_EQ(final_line(resumed.output), final_line(whole.output));
+  // And the state the two runs end in, every part of it (not only what the losses and the
+  // parameters' hash above see): the run id and the checkpoint directory's settings aside.
+  EXPECT_EQ(state_difference(read_checkpoint(path("whole/step_00000040.h5")),
+                             read_checkpoint(path("interrupted/step_00000040.h5")),
+                             path("final_state_"), true),
+            "");
 }
 
 // checkpoint.background_write: the thread writes what the step would have written, while
@@ -721,14 +773,8 @@ TEST_F(CheckpointTest, ABackgroundWriteHoldsWhatTheStepWouldHaveWritten) {
     const Checkpoint written = read_checkpoint(path("beside/" + checkpoint_file_name(step)));
     const Checkpoint expected = read_checkpoint(path("in_step/" + checkpoint_file_name(step)));
     EXPECT_EQ(written.step, step);
-    EXPECT_EQ(written.loss, expected.loss);
-    EXPECT_EQ(written.data_position.index, expected.data_position.index);
-    ASSERT_EQ(written.params.size(), expected.params.size());
-    for (size_t t = 0; t < written.params.size(); ++t) {
-      EXPECT_EQ(written.params[t].values, expected.params[t].values) << written.params[t].name;
-      EXPECT_EQ(written.adam_m[t].values, expected.adam_m[t].values) << written.adam_m[t].name;
-      EXPECT_EQ(written.adam_v[t].values, expected.adam_v[t].values) << written.adam_v[t].name;
-    }
+    // Every part (the two runs' ids and directories aside).
+    EXPECT_EQ(state_difference(expected, written, path("state_"), true), "");
   }
 }
 
@@ -1426,6 +1472,60 @@ TEST_F(CheckpointTest, AveragingKnownValuesIsExact) {
   for (const NamedTensor& tensor : read_checkpoint(path("pair.h5"), CheckpointParts::ParamsOnly)
                                        .params) {
     for (float value : tensor.values) EXPECT_EQ(value, 3.5f) << tensor.name;  // (1 + 6) / 2
+  }
+}
+
+// An average and an int8 copy (derived_checkpoint_of) keep the model and where its
+// parameters stand, and none of the state of the run at that step, which no run resumes
+// from them: before, an average kept its newest input's corpus, validation-set and
+// directory records and a pending validation, which transformer_quantize's copy dropped.
+TEST_F(CheckpointTest, ADerivedCheckpointKeepsTheModelAndNoneOfTheRunsState) {
+  Trainer trainer(small_config(path("run")));
+  trainer.step();
+  Checkpoint source = trainer.snapshot();
+  source.spm_model = "a SentencePiece model";
+  source.direction = "en->de";
+  source.best_valid->ppl = {3.25, 1, 0};
+  source.run_id = "0123456789abcdef";
+  source.corpus_sha256 = std::string(64, 'c');
+  source.valid_sha256 = std::string(64, 'v');
+  source.loss = 2.5;
+  source.validation_pending = true;
+  ASSERT_FALSE(source.working_directory.empty());
+  ASSERT_TRUE(source.divergence.has_value());
+  ASSERT_FALSE(source.adam_m.empty());
+  Checkpoint with_score = source;
+  with_score.state = CheckpointState::Superseded;
+  with_score.validation = ValidationScore{"bleu", 30.0};
+
+  const Checkpoint derived = derived_checkpoint_of(with_score);
+  EXPECT_EQ(derived.step, source.step);
+  EXPECT_EQ(derived.seed, source.seed);
+  EXPECT_EQ(derived.world_size, source.world_size);
+  EXPECT_EQ(derived.data_position.index, source.data_position.index);
+  EXPECT_EQ(derived.architecture, source.architecture);
+  EXPECT_EQ(derived.config_ini, source.config_ini);
+  EXPECT_EQ(derived.spm_model, source.spm_model);
+  EXPECT_EQ(derived.direction, source.direction);
+  EXPECT_TRUE(derived.params.empty() && derived.quantized.empty());  // the caller's
+  EXPECT_TRUE(derived.adam_m.empty() && derived.adam_v.empty());
+  EXPECT_FALSE(derived.best_valid || derived.divergence || derived.validation);
+  EXPECT_EQ(derived.run_id + derived.working_directory + derived.corpus_sha256 +
+                derived.valid_sha256,
+            "");
+  EXPECT_TRUE(std::isnan(derived.loss));
+  EXPECT_EQ(derived.state, CheckpointState::Healthy);
+  EXPECT_FALSE(derived.validation_pending);
+
+  // The average of a file alone, and its int8 copy: the same parts, and its parameters.
+  write_checkpoint(path("source.h5"), source);
+  for (const Checkpoint& made :
+       {average_checkpoints({path("source.h5")}), quantize_checkpoint(source)}) {
+    EXPECT_EQ(made.params.size(), source.params.size());
+    Checkpoint expected = derived_checkpoint_of(source);
+    expected.params = made.params;
+    expected.quantized = made.quantized;
+    EXPECT_EQ(state_difference(expected, made, path("made_"), false), "");
   }
 }
 

@@ -983,6 +983,33 @@ std::string architecture_differences(const std::string& first, const std::string
   return out.str();
 }
 
+Checkpoint derived_checkpoint_of(const Checkpoint& source) {
+  // One name for each field of Checkpoint, in its order: a structured binding must name
+  // them all, so a field added there stops the build here until it is sorted below.
+  const auto& [step, seed, world_size, data_position, architecture, config_ini, spm_model,
+               direction, params, adam_m, adam_v, best_valid, run_id, working_directory,
+               corpus_sha256, valid_sha256, loss, state, divergence, validation,
+               validation_pending, quantized] = source;
+  Checkpoint derived;
+  derived.step = step;
+  derived.seed = seed;
+  derived.world_size = world_size;
+  derived.data_position = data_position;
+  derived.architecture = architecture;
+  derived.config_ini = config_ini;
+  derived.spm_model = spm_model;
+  derived.direction = direction;
+  // The caller's to make: the parameters and their int8 copies.
+  static_cast<void>(params), static_cast<void>(quantized);
+  // The run's state at `step`, left at "none" (Checkpoint's defaults).
+  static_cast<void>(adam_m), static_cast<void>(adam_v), static_cast<void>(best_valid);
+  static_cast<void>(run_id), static_cast<void>(working_directory);
+  static_cast<void>(corpus_sha256), static_cast<void>(valid_sha256);
+  static_cast<void>(loss), static_cast<void>(state), static_cast<void>(divergence);
+  static_cast<void>(validation), static_cast<void>(validation_pending);
+  return derived;
+}
+
 int64_t embedding_rows(const Checkpoint& checkpoint) {
   for (const NamedTensor& tensor : checkpoint.params) {
     if (tensor.name == "embed.weight") return tensor.rows;

@@ -212,9 +212,15 @@ class OneDirection {
   std::string direction_, path_;
 };
 
-
-
-
+// What a checkpoint made from `source`'s parameters (an average, transformer_quantize's
+// int8 copy) keeps of it: the model (architecture, settings, SentencePiece model,
+// direction) and where its parameters stand (step, seed, world size, data position). Not
+// the run's state at that step, which the new file belongs to no run to resume with (Adam
+// moments, best and pending validations, a kept best's score, loss and health, divergence
+// state, run id, and the corpus, validation-set and directory records only a resume
+// checks), nor the parameters and their int8 copies, which the caller makes. Every field
+// of Checkpoint is sorted here by name: one added to it stops the build here until it is.
+Checkpoint derived_checkpoint_of(const Checkpoint& source);
 
 // Writes atomically (temporary file, fsync, rename). Throws thpc::Error naming the path.
 void write_checkpoint(const std::string& path, const Checkpoint& checkpoint);

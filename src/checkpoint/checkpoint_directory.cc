@@ -375,22 +375,14 @@ Checkpoint average_checkpoints(const std::vector<std::string>& paths,
     progress.advance(1);
   }
   progress.end();
-  Checkpoint average = std::move(newest);
+  // The newest input's step and settings; not its run's state (its validations, loss,
+  // divergence state), which is no state of the average's, nor its int8 copies: a
+  // quantized input's parameters were averaged as read, dequantized, and the average is
+  // a float checkpoint (transformer_quantize makes an int8 one of it).
+  Checkpoint average = derived_checkpoint_of(newest);
   average.params = std::move(first.params);
   average.spm_model = std::move(spm_model);
   average.direction = direction.direction();
-  // The validations, loss and divergence state of one run's step, not of the average,
-  // which belongs to no run.
-  average.best_valid.reset();
-  average.divergence.reset();
-  average.validation.reset();
-  average.loss = NAN;
-  average.run_id.clear();
-  average.state = CheckpointState::Healthy;
-  // A quantized input's parameters were averaged as read, dequantized; its int8 copies
-  // (which the writer would store in their place) are of that one file, not the average.
-  // The average is a float checkpoint (transformer_quantize makes an int8 one of it).
-  average.quantized.clear();
   const double count = static_cast<double>(paths.size());
   for (size_t t = 0; t < average.params.size(); ++t) {
     std::vector<float>& values = average.params[t].values;

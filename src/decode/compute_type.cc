@@ -245,15 +245,7 @@ std::string int8_products_description(const Backend& backend) {
 
 Checkpoint quantize_checkpoint(const Checkpoint& source) {
   THPC_CHECK(source.quantized.empty(), "the checkpoint is quantized already");
-  Checkpoint quantized;
-  quantized.step = source.step;
-  quantized.seed = source.seed;
-  quantized.world_size = source.world_size;
-  quantized.data_position = source.data_position;
-  quantized.architecture = source.architecture;
-  quantized.config_ini = source.config_ini;
-  quantized.spm_model = source.spm_model;
-  quantized.direction = source.direction;
+  Checkpoint quantized = derived_checkpoint_of(source);
   quantized.params = source.params;
   // The weight matrices by name: what product_weights() takes from a model's table.
   for (NamedTensor& param : quantized.params) {
