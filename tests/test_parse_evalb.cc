@@ -327,6 +327,30 @@ TEST(Evalb, ScoresHandMadeTrees) {
   }
 }
 
+// What the EVALB vectors do not hold (a mutation audit found both changeable unseen): a
+// label loses what follows its first '-' or '=' (a function tag, a coindex), so NP-SBJ=2
+// and NP=3 are NP; and the summary of sentences "len<=CUTOFF_LEN" counts one of exactly
+// that length (EVALB's test is <=). kGold is 7 words long.
+TEST(Evalb, TagsAndIndicesAreCutAndASentenceOfTheCutoffLengthIsWithin) {
+  auto parameters = collins_like();
+  const std::string indexed = "(TOP (S (NP-SBJ=2 (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) "
+                              "(NP=3 (DT the) (NN mat)))) (. .)))\n";
+  for (const auto& [gold, test] : {std::pair{kGold, indexed}, std::pair{indexed, kGold}}) {
+    const auto scored = score(parameters, gold, test);
+    EXPECT_EQ(scored.errors, 0);
+    EXPECT_EQ(scored.all.matched_brackets, 5);
+    EXPECT_EQ(scored.all.gold_brackets, 5);
+    EXPECT_EQ(scored.all.complete_matches, 1);
+  }
+  for (const int cutoff : {6, 7, 8}) {
+    parameters.cutoff_length = cutoff;
+    const auto scored = score(parameters, kGold, kGold);
+    EXPECT_EQ(scored.all.sentences, 1);
+    EXPECT_EQ(scored.within_cutoff.sentences, cutoff >= 7 ? 1 : 0) << "CUTOFF_LEN " << cutoff;
+    EXPECT_EQ(scored.within_cutoff.matched_brackets, cutoff >= 7 ? 5 : 0) << cutoff;
+  }
+}
+
 TEST(Evalb, LengthAndWordMismatchesAreErrors) {
   const auto parameters = collins_like();
   const std::string shorter = "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))\n";
