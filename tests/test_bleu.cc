@@ -230,6 +230,10 @@ TEST(ClosestReferenceLength, PrefersTheShorterOnTies) {
   EXPECT_EQ(scorer.segment_statistics(0, "a b c d").ref_len, 3);
   EXPECT_EQ(scorer.segment_statistics(0, "a b c d e f").ref_len, 5);
   EXPECT_EQ(scorer.segment_statistics(0, "a").ref_len, 3);
+  // The longer reference first: still the shorter. With the shorter first, a scorer that
+  // keeps the first of two equally close references passes too (a mutation audit's did).
+  BleuScorer longer_first({{"a b c d e"}, {"a b c"}}, BleuOptions{});
+  EXPECT_EQ(longer_first.segment_statistics(0, "a b c d").ref_len, 3);
 }
 
 TEST(ClosestReferenceLength, EmptyReferenceHasLengthZero) {
