@@ -454,6 +454,39 @@ TEST_F(DataPipeline, SeekToAPositionContinuesExactly) {
   }
 }
 
+// A batch may fill the budget exactly: twelve pairs of 5 + 1 tokens a side at a budget of
+// 4 x 6 make three full batches, and at 6 twelve of one pair each, a pair as long as the
+// budget fitting it. A mutation audit's `<` for `<=` in the packing's test went unseen by
+// this suite (two resume tests' pinned batch counts caught it by the way), and at a
+// budget of one pair's length it plans forever.
+TEST_F(DataPipeline, ABatchFillsTheBudgetExactly) {
+  ShardContents contents;
+  contents.metadata = read_shard(train_files().front()).metadata;
+  for (int pair = 0; pair < 12; ++pair) {
+    std::vector<int> sentence;
+    for (int token = 0; token < 5; ++token) sentence.push_back(4 + (pair + token) % 9);
+    contents.source.append(sentence);
+    contents.target.append(sentence);
+  }
+  const fs::path dir = root_ / "even";
+  fs::create_directories(dir);
+  ShardReaderSpec spec = reader_spec();
+  spec.files = {(dir / "train.00000.h5").string()};
+  write_shard(spec.files.front(), contents);
+  for (const auto& [budget, batches, rows] :
+       {std::tuple{int64_t{24}, int64_t{3}, 4}, std::tuple{int64_t{6}, int64_t{12}, 1}}) {
+    SCOPED_TRACE("budget " + std::to_string(budget));
+    ShardReader reader(spec);
+    ASSERT_EQ(reader.batches_per_epoch(budget), batches);
+    for (int64_t i = 0; i < batches; ++i) {
+      const Batch batch = reader.next(budget);
+      EXPECT_EQ(batch.size, rows);
+      EXPECT_EQ(static_cast<int64_t>(batch.src.size()), budget);  // 6 a pair: 5 + eos
+      EXPECT_EQ(static_cast<int64_t>(batch.tgt_in.size()), budget);
+    }
+  }
+}
+
 // A resume at another micro-batch budget (resume.cc, position_at_this_budget) carries the
 // index shard by shard. Two shards whose batch counts change by different ratios (pairs
 // of at most 16 pieces, and of 26-38: from 300 tokens to 40 a batch of long pairs holds
