@@ -286,6 +286,106 @@ TEST(BeamSearch, StopsEarlyWhenNoLiveHypothesisCanWin) {
   EXPECT_EQ(results[0][0].tokens, exhaustive(table, {4, 5, 4}, 6, 0.6f)[0].tokens);
 }
 
+// The search as BeamOptions states it, with none of beam_search's economies (each row's
+// best extensions only, the early stop): every extension of every live hypothesis ranked
+// (higher log-probability, then the earlier parent, then the smaller token), taken in that
+// order until `beam` continue, one ending by eos or at the length limit finished (the best
+// `beam` kept), until no hypothesis is live.
+std::vector<Hypothesis> plain_beam_search(const TableScorer& table, const TokenSequence& source,
+                                          const BeamOptions& options) {
+  struct Live {
+    TokenSequence tokens;
+    double log_prob;
+  };
+  struct Extension {
+    double log_prob;
+    int parent, token;
+  };
+  const int max_len = beam_detail::output_length_limit(source.size(), options);
+  std::vector<Live> live = {{{}, 0.0}};
+  std::vector<Hypothesis> finished;
+  for (int generated = 1; !live.empty(); ++generated) {
+    std::vector<Extension> extensions;
+    for (size_t parent = 0; parent < live.size(); ++parent) {
+      const std::vector<double> row = table.distribution(source, live[parent].tokens);
+      for (int token = 0; token < kVocab; ++token) {
+        if (token == kIds.pad || token == kIds.bos) continue;
+        // The scorer hands the search floats.
+        extensions.push_back({live[parent].log_prob + static_cast<float>(row[token]),
+                              static_cast<int>(parent), token});
+      }
+    }
+    std::sort(extensions.begin(), extensions.end(), [](const Extension& a, const Extension& b) {
+      return a.log_prob != b.log_prob ? a.log_prob > b.log_prob
+                                      : a.parent != b.parent ? a.parent < b.parent
+                                                             : a.token < b.token;
+    });
+    std::vector<Live> next;
+    for (const Extension& extension : extensions) {
+      if (static_cast<int>(next.size()) == options.beam) break;
+      TokenSequence tokens = live[extension.parent].tokens;
+      if (extension.token != kIds.eos) tokens.push_back(extension.token);
+      if (extension.token == kIds.eos || generated >= max_len) {
+        finished.push_back({tokens, extension.log_prob,
+                            extension.log_prob / length_penalty(generated, options.alpha)});
+        std::stable_sort(
+            finished.begin(), finished.end(),
+            [](const Hypothesis& a, const Hypothesis& b) { return a.score > b.score; });
+        if (static_cast<int>(finished.size()) > options.beam) finished.resize(options.beam);
+      } else {
+        next.push_back({tokens, extension.log_prob});
+      }
+    }
+    live = std::move(next);
+  }
+  if (static_cast<int>(finished.size()) > options.nbest) finished.resize(options.nbest);
+  return finished;
+}
+
+// The early stop loses nothing: on many tables, beams, length penalties and eos biases, the
+// search returns what the plain search above does, which never stops before no hypothesis
+// is live. A mutation audit's stop that compared a live hypothesis' raw log-probability
+// with the finished ones' normalised scores (dropping lp(max_len)) ended searches a longer
+// output would have won, and StopsEarlyWhenNoLiveHypothesisCanWin (eos near certain)
+// could not tell; this fails on it.
+TEST(BeamSearch, StoppingEarlyReturnsWhatTheSearchRunToTheEndReturns) {
+  int compared = 0, stopped_early = 0;
+  for (const double eos_bias : {-1.0, 0.0, 1.5}) {
+    TableScorer table(eos_bias);
+    for (const float alpha : {0.0f, 0.6f, 1.0f, 2.0f}) {
+      for (const int beam : {1, 2, 4}) {
+        BeamOptions options;
+        options.beam = beam;
+        options.alpha = alpha;
+        options.nbest = beam;
+        options.max_len_a = 0;
+        options.max_len_b = 12;
+        for (int source = 0; source < 12; ++source) {
+          const TokenSequence sentence = {4 + source % 2, 5, 4 + source / 2 % 3, source};
+          SCOPED_TRACE("eos bias " + std::to_string(eos_bias) + ", alpha " +
+                       std::to_string(alpha) + ", beam " + std::to_string(beam) +
+                       ", source " + std::to_string(source));
+          table.calls = 0;
+          const std::vector<Hypothesis> searched =
+              beam_search(table, {sentence}, kIds, options).front();
+          const std::vector<Hypothesis> expected = plain_beam_search(table, sentence, options);
+          ASSERT_EQ(searched.size(), expected.size());
+          for (size_t i = 0; i < expected.size(); ++i) {
+            EXPECT_EQ(searched[i].tokens, expected[i].tokens) << "hypothesis " << i;
+            EXPECT_EQ(searched[i].score, expected[i].score) << "hypothesis " << i;
+          }
+          ++compared;
+          // Every step scores one batch: fewer steps than the longest output's is an early stop.
+          stopped_early += table.calls < 12;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, 3 * 4 * 3 * 12);
+  // The comparison is of searches that did stop early, many of them.
+  EXPECT_GT(stopped_early, compared / 4);
+}
+
 TEST(BeamSearch, RespectsTheLengthLimitAndIsDeterministic) {
   TableScorer table(/*eos_bias=*/-30.0);  // eos never wins: every output hits the limit
   BeamOptions options;
