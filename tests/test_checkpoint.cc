@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -732,6 +733,118 @@ TEST_F(CheckpointTest, ResumeAfterSigtermIsIdenticalToTheUninterruptedRun) {
                              read_checkpoint(path("interrupted/step_00000040.h5")),
                              path("final_state_"), true),
             "");
+}
+
+// `file` as a later version might write it: with a dataset /ema and an attribute ema_decay
+// at its root, which this version does not know.
+void add_parts_of_a_later_version(const std::string& file) {
+  const hid_t h5 = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(h5, 0);
+  const hsize_t count = 4;
+  const hid_t space = H5Screate_simple(1, &count, nullptr);
+  const hid_t dataset =
+      H5Dcreate2(h5, "ema", H5T_NATIVE_FLOAT, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  const float values[4] = {0.5f, 1.5f, 2.5f, 3.5f};
+  EXPECT_GE(H5Dwrite(dataset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values), 0);
+  const hid_t scalar = H5Screate(H5S_SCALAR);
+  const hid_t attribute =
+      H5Acreate2(h5, "ema_decay", H5T_NATIVE_DOUBLE, scalar, H5P_DEFAULT, H5P_DEFAULT);
+  const double decay = 0.9999;
+  EXPECT_GE(H5Awrite(attribute, H5T_NATIVE_DOUBLE, &decay), 0);
+  H5Aclose(attribute);
+  H5Sclose(scalar);
+  H5Dclose(dataset);
+  H5Sclose(space);
+  H5Fclose(h5);
+  stamp_checkpoint_header(file);  // edited in place: past the whole-file checksum
+}
+
+// A checkpoint of a later version: parts at its root this version does not know refuse a
+// read of every part (a resume would go on without them; a helper's trial added an EMA of
+// the parameters, which older programs dropped without a word) and not a read of the
+// parameters (decoding, averaging, checkpoint.init); a later format_version refuses both.
+// Either is CheckpointOfANewerVersion, which a resume does not take for damage.
+TEST_F(CheckpointTest, ACheckpointOfALaterVersionIsNotResumedAndItsParametersAreRead) {
+  Trainer trainer(small_config(path("run")));
+  trainer.step();
+  const std::string file = path("later.h5");
+  write_checkpoint(file, trainer.snapshot());
+  add_parts_of_a_later_version(file);
+  try {
+    read_checkpoint(file);
+    ADD_FAILURE() << "read whole";
+  } catch (const CheckpointOfANewerVersion& error) {
+    const std::string said = error.what();
+    for (const std::string& part :
+         {file + ": holds /ema, attribute ema_decay, which this version of the program does "
+                 "not know (the checkpoint of a later version?): a run resumed from it would go "
+                 "on without them; resume with the version that wrote it, or start a new run "
+                 "from its parameters with checkpoint.init"}) {
+      EXPECT_NE(said.find(part), std::string::npos) << said;
+    }
+  }
+  EXPECT_EQ(read_checkpoint(file, CheckpointParts::ParamsOnly).params.size(),
+            trainer.snapshot().params.size());
+
+  const hid_t h5 = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  const hid_t attribute = H5Aopen(h5, "format_version", H5P_DEFAULT);
+  const int64_t later = 3;
+  ASSERT_GE(H5Awrite(attribute, H5T_NATIVE_INT64, &later), 0);
+  H5Aclose(attribute);
+  H5Fclose(h5);
+  stamp_checkpoint_header(file);
+  for (const CheckpointParts parts : {CheckpointParts::All, CheckpointParts::ParamsOnly}) {
+    EXPECT_THROW(read_checkpoint(file, parts), CheckpointOfANewerVersion);
+  }
+  expect_error([&] { read_checkpoint(file, CheckpointParts::ParamsOnly); },
+               {file + ": format_version 3, written by a later version of this program (this "
+                       "one reads versions 1 and 2): use the version that wrote it"});
+}
+
+// checkpoint.resume = auto with a checkpoint of a later version the newest (a job requeued
+// under an older module): the run stops, naming it, and leaves it where it is. Before, it
+// was passed over as invalid, the older one resumed and it moved aside as *.corrupt.
+TEST_F(CheckpointTest, AResumeStopsAtACheckpointOfALaterVersionAndMovesNothingAside) {
+  const std::string run = kTrainer + " " + kTinyIni +
+                          " --train.log_every=1 --checkpoint.every_steps=2 --checkpoint.dir=" +
+                          path("run") + " --train.metrics_dir=" + path("run");
+  const ProcessResult first = run_process(run + " --train.max_steps=4");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string newest = path("run/step_00000004.h5");
+  add_parts_of_a_later_version(newest);
+  const ProcessResult resumed =
+      run_process(run + " --train.max_steps=6 --checkpoint.resume=auto");
+  EXPECT_NE(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find(newest + ": holds /ema, attribute ema_decay, which this version"),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_EQ(resumed.output.find("resumed from " + path("run/step_00000002.h5")),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_EQ(resumed.output.find("skipping invalid"), std::string::npos) << resumed.output;
+  EXPECT_TRUE(fs::exists(newest));
+  for (const auto& entry : fs::directory_iterator(path("run"))) {
+    EXPECT_EQ(entry.path().string().find(".corrupt"), std::string::npos) << entry.path();
+  }
+}
+
+// Every part at a checkpoint's root that this version knows is in docs/checkpoints.md's
+// layout (a part added to the writer and the reader's lists, and not to the page, fails).
+TEST(CheckpointLayout, TheLayoutNamesEveryPartAtTheRoot) {
+  std::ifstream in(std::string(THPC_SOURCE_DIR) + "/docs/checkpoints.md");
+  const std::string page((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t begin = page.find("## Layout (format_version 1)");
+  const size_t end = page.find("\n## ", begin + 1);
+  ASSERT_NE(begin, std::string::npos);
+  const std::string layout = page.substr(begin, end - begin);
+  for (const std::string& attribute : checkpoint_root_attributes()) {
+    EXPECT_TRUE(std::regex_search(layout, std::regex("\\n {10,}" + attribute + " ")))
+        << "attribute " << attribute << " is not in docs/checkpoints.md's layout";
+  }
+  for (const std::string& member : checkpoint_root_members()) {
+    EXPECT_NE(layout.find("\n/" + member), std::string::npos)
+        << "/" << member << " is not in docs/checkpoints.md's layout";
+  }
 }
 
 // checkpoint.background_write: the thread writes what the step would have written, while

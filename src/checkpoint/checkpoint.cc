@@ -117,6 +117,25 @@ void append_bytes_of(const QuantizedTensor& tensor, std::vector<Bytes>& bytes) {
 constexpr const char* kQuantizedGroup = "quantized";
 constexpr const char* kOutputAxisAttribute = "output_axis";
 
+}  // namespace
+
+const std::vector<std::string>& checkpoint_root_attributes() {
+  static const std::vector<std::string> names = {
+      "format_version", "step", "seed", "world_size", "data_epoch", "data_index",
+      "architecture", "config", kRunIdAttribute, kCorpusAttribute, kDirectionAttribute,
+      kValidAttribute, kWorkingDirectoryAttribute};
+  return names;
+}
+
+const std::vector<std::string>& checkpoint_root_members() {
+  static const std::vector<std::string> names = {
+      "params", "adam", kSpmModelDataset, kBestValidGroup, kDivergenceDataset,
+      kValidationPendingDataset, kValidationGroup, kQuantizedGroup};
+  return names;
+}
+
+namespace {
+
 // ---- writing ----
 
 // The checkpoint's own datasets beside hdf5::Writer's attributes and groups.
@@ -617,6 +636,13 @@ HeaderFields verify_file_header(const Named& reader, std::string_view head, uint
 bool read_format(Reader& reader, CheckpointParts parts) {
   const hid_t root = reader.root();
   const auto version = reader.integer_attribute<int64_t>(root, "format_version");
+  if (version > kQuantizedCheckpointFormatVersion) {
+    throw CheckpointOfANewerVersion(
+        reader.subject() + ": format_version " + std::to_string(version) +
+        ", written by a later version of this program (this one reads versions " +
+        std::to_string(kCheckpointFormatVersion) + " and " +
+        std::to_string(kQuantizedCheckpointFormatVersion) + "): use the version that wrote it");
+  }
   if (version != kCheckpointFormatVersion && version != kQuantizedCheckpointFormatVersion) {
     reader.fail("format_version " + std::to_string(version) + ", this program reads versions " +
                 std::to_string(kCheckpointFormatVersion) + " and " +
@@ -633,6 +659,32 @@ bool read_format(Reader& reader, CheckpointParts parts) {
                 "checkpoint it was made from");
   }
   return quantized;
+}
+
+// For a read of every part (a resume): the file holds no part at its root that this
+// version does not know, which a run resumed from it would go on without. A read of the
+// parameters alone (decoding, averaging, checkpoint.init) takes what it reads whatever else
+// the file holds.
+void refuse_unknown_parts(Reader& reader) {
+  const hid_t root = reader.root();
+  std::vector<std::string> unknown;
+  const auto known = [](const std::vector<std::string>& names, const std::string& name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
+  for (const std::string& name : reader.member_names(root, "/")) {
+    if (!known(checkpoint_root_members(), name)) unknown.push_back("/" + name);
+  }
+  for (const std::string& name : reader.attribute_names(root, "/")) {
+    if (!known(checkpoint_root_attributes(), name)) unknown.push_back("attribute " + name);
+  }
+  if (unknown.empty()) return;
+  std::string listed;
+  for (const std::string& part : unknown) listed += (listed.empty() ? "" : ", ") + part;
+  throw CheckpointOfANewerVersion(
+      reader.subject() + ": holds " + listed + ", which this version of the program does not "
+      "know (the checkpoint of a later version?): a run resumed from it would go on without " +
+      (unknown.size() == 1 ? "it" : "them") + "; resume with the version that wrote it, or "
+      "start a new run from its parameters with checkpoint.init");
 }
 
 // The run's attributes and the optional parts beside the tensors (step, seed, data
@@ -769,6 +821,7 @@ void read_tensors(Reader& reader, CheckpointParts parts, bool quantized, Checkpo
 Checkpoint read_open_checkpoint(Reader reader, CheckpointParts parts,
                                 const HeaderFields& header) {
   const bool quantized = read_format(reader, parts);
+  if (parts == CheckpointParts::All) refuse_unknown_parts(reader);
   Checkpoint checkpoint;
   read_run_attributes(reader, checkpoint);
   check_header_is_the_files(reader, header, checkpoint);

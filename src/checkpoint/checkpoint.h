@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/error.h"
 #include "common/progress.h"
 #include "config/config.h"
 #include "data/batch_source.h"
@@ -29,6 +30,24 @@ namespace thpc {
 // version 1 only refuses by its number. A reader refuses other versions.
 constexpr int64_t kCheckpointFormatVersion = 1;
 constexpr int64_t kQuantizedCheckpointFormatVersion = 2;
+
+// What a reader of this version meets in a checkpoint a later version wrote: a later
+// format_version, or, in a read of every part (a resume), parts at the file's root this
+// version does not know (a run resumed from it would go on without them). Not damage: a
+// resume neither passes over such a file nor moves it aside as corrupt, as it does a
+// damaged one, but stops and says so (checkpoint.resume = auto included).
+class CheckpointOfANewerVersion : public Error {
+ public:
+  using Error::Error;
+};
+
+// The names at the root of a checkpoint that this version writes and reads: its
+// attributes, and its groups and datasets. A part write_checkpoint gains goes here too, or
+// resuming from the files it writes is refused; then derived_checkpoint_of,
+// Trainer::restore and docs/checkpoints.md's layout sort it (checked against the layout:
+// CheckpointTest.TheLayoutNamesEveryPartAtTheRoot).
+const std::vector<std::string>& checkpoint_root_attributes();
+const std::vector<std::string>& checkpoint_root_members();
 
 // A parameter stored in int8 with a scale per output channel (a quantized checkpoint):
 // values [rows, cols] as the parameter lies, scales along `output_axis` (1: the columns

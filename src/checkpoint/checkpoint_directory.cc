@@ -183,6 +183,10 @@ std::string newest_valid_checkpoint(const std::string& dir, std::ostream& warnin
       Checkpoint checkpoint = read_checkpoint(summary->path);
       if (loaded) *loaded = std::move(checkpoint);
       return summary->path;
+    } catch (const CheckpointOfANewerVersion&) {
+      // Not damage: passed over, an older checkpoint would be resumed and this one moved
+      // aside as corrupt, the progress since lost (a job requeued under an older module).
+      throw;
     } catch (const Error& error) {
       warnings << "warning: skipping invalid " << error.what() << std::endl;
       if (invalid) invalid->push_back({summary->path, error.what()});

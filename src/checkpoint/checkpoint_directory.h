@@ -66,6 +66,8 @@ std::vector<std::string> best_checkpoints(const std::string& dir, int count, std
 // none does; each invalid file skipped on the way gets a warning line on `warnings`, and its
 // path and the reason (thpc::Error's line) are appended to `invalid` when given; each
 // newer one that is diverged or superseded gets a note line. `loaded` receives its contents.
+// A checkpoint of a later version (CheckpointOfANewerVersion) is not skipped: its error
+// goes to the caller.
 struct InvalidCheckpoint {
   std::string path;
   std::string reason;

@@ -299,6 +299,20 @@ std::vector<std::string> Reader::member_names(hid_t group, const std::string& gr
   return names;
 }
 
+std::vector<std::string> Reader::attribute_names(hid_t object,
+                                                 const std::string& object_name) const {
+  std::vector<std::string> names;
+  const herr_t status = H5Aiterate2(
+      object, H5_INDEX_NAME, H5_ITER_INC, nullptr,
+      [](hid_t, const char* name, const H5A_info_t*, void* data) -> herr_t {
+        static_cast<std::vector<std::string>*>(data)->push_back(name);
+        return 0;
+      },
+      &names);
+  if (status < 0) fail("cannot list the attributes of " + object_name + " (" + reason() + ")");
+  return names;
+}
+
 Handle Reader::open_attribute(hid_t object, const std::string& object_name,
                               const char* name) const {
   if (!has_attribute(object, name)) {

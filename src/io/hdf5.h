@@ -235,6 +235,8 @@ class Reader {
   static Reader open_image(std::string what, const std::string& name, std::string_view image);
 
   [[noreturn]] void fail(const std::string& problem) const;
+  // WHAT, as failures begin.
+  const std::string& subject() const { return what_; }
   hid_t root() const { return file_.get(); }
   // Closes the file now, which fails on some damage that reading did not reach.
   void close();
@@ -247,6 +249,8 @@ class Reader {
   Handle open_dataset(hid_t parent, const std::string& name, const std::string& where) const;
   // The names of a group's members, in HDF5's (alphabetical) order.
   std::vector<std::string> member_names(hid_t group, const std::string& group_path) const;
+  // The names of an object's attributes, alphabetically.
+  std::vector<std::string> attribute_names(hid_t object, const std::string& object_name) const;
 
   // Attributes of `object` (named `object_name` in messages: "/", "/src/tokens").
   std::string string_attribute(hid_t object, const std::string& object_name,

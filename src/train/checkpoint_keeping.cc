@@ -462,7 +462,13 @@ CheckpointKeeping::StartChoice CheckpointKeeping::choose_start(Checkpoint* check
     }
     return choice;
   }
-  choice.path = newest_valid_checkpoint(dir, log, checkpoint, &choice.invalid);
+  try {
+    choice.path = newest_valid_checkpoint(dir, log, checkpoint, &choice.invalid);
+  } catch (const CheckpointOfANewerVersion& error) {
+    choice.refusal = error.what();  // the newest that is not damaged: nothing is passed over
+    choice.invalid.clear();
+    return choice;
+  }
   if (choice.path.empty() && mode == "auto") {
     if (!choice.invalid.empty()) {
       // Only an explicit auto_or_fresh starts over, with the damaged ones moved aside.
