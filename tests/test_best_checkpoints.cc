@@ -380,6 +380,35 @@ TEST_F(BestCheckpointsTraining, ADamagedBestCheckpointIsMovedAsideOnResumeAndWri
   EXPECT_TRUE(fs::exists(best + ".corrupt"));
 }
 
+// A best.h5 a later version wrote (a validation of it, then the job requeued under this
+// one) is not damaged: left as it is with a note, the run's best value kept (before: moved
+// aside as best.h5.corrupt, and the best value dropped; a review's reproduction). Its
+// header holds a line of a key this version does not know.
+TEST_F(BestCheckpointsTraining, ALaterVersionsBestCheckpointIsLeftAsItIsOnResume) {
+  std::ostringstream first_log;
+  Trainer(config("run", {"train.max_steps=8"})).run(first_log);
+  const std::string best = path("run/best.h5");
+  ASSERT_TRUE(fs::exists(best)) << first_log.str();
+  {
+    std::fstream io(best, std::ios::in | std::ios::out | std::ios::binary);
+    std::string header(512, '\0');
+    io.read(header.data(), 512);
+    header.replace(header.find('\0'), 11, "ema 0.9999\n");
+    io.seekp(0);
+    io.write(header.data(), 512);
+  }
+  std::ostringstream log;
+  Trainer(config("run", {"train.max_steps=9", "checkpoint.resume=auto"})).run(log);
+  EXPECT_NE(log.str().find("note: checkpoint " + best + ": its file header holds what this "
+                           "version does not know (a later version's header?): a 'ema' line"),
+            std::string::npos)
+      << log.str();
+  EXPECT_NE(log.str().find("; " + best + " is left as it is\n"), std::string::npos) << log.str();
+  EXPECT_EQ(log.str().find(best + " is damaged ("), std::string::npos) << log.str();
+  EXPECT_FALSE(fs::exists(best + ".corrupt"));
+  EXPECT_TRUE(fs::exists(best));
+}
+
 // A validation whose perplexity exploded (its log more than train.divergence_loss_factor
 // times the best's) while the training loss had not yet crossed the detector's line: the
 // checkpoints from after the last passed validation are marked diverged, so that the one

@@ -759,6 +759,43 @@ void add_parts_of_a_later_version(const std::string& file) {
   stamp_checkpoint_header(file);  // edited in place: past the whole-file checksum
 }
 
+// `file`'s 512-byte header with `change` applied (the header is outside the whole-file
+// checksum: nothing to stamp again).
+void edit_header(const std::string& file, const std::function<void(std::string&)>& change) {
+  std::fstream io(file, std::ios::in | std::ios::out | std::ios::binary);
+  std::string header(512, '\0');
+  io.read(header.data(), 512);
+  change(header);
+  ASSERT_EQ(header.size(), 512u);
+  io.seekp(0);
+  io.write(header.data(), 512);
+}
+
+// The ways a later version's checkpoint can differ from this version's that the reader
+// tells from damage, each made of `file`: parts at its root, a format_version, a header
+// line, a header version.
+const std::vector<std::string> kLaterVersionKinds = {"root parts", "format_version 3",
+                                                     "header line", "header version 2"};
+void make_it_a_later_versions(const std::string& file, const std::string& kind) {
+  if (kind == "root parts") return add_parts_of_a_later_version(file);
+  if (kind == "format_version 3") {
+    const hid_t h5 = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t attribute = H5Aopen(h5, "format_version", H5P_DEFAULT);
+    const int64_t later = 3;
+    EXPECT_GE(H5Awrite(attribute, H5T_NATIVE_INT64, &later), 0);
+    H5Aclose(attribute);
+    H5Fclose(h5);
+    return stamp_checkpoint_header(file);
+  }
+  edit_header(file, [&](std::string& header) {
+    if (kind == "header version 2") {
+      header.replace(0, 22, "thpc-checkpoint-file 2");
+    } else {
+      header.replace(header.find('\0'), 11, "ema 0.9999\n");
+    }
+  });
+}
+
 // A checkpoint of a later version: parts at its root this version does not know refuse a
 // read of every part (a resume would go on without them; a helper's trial added an EMA of
 // the parameters, which older programs dropped without a word) and not a read of the
@@ -775,56 +812,95 @@ TEST_F(CheckpointTest, ACheckpointOfALaterVersionIsNotResumedAndItsParametersAre
     ADD_FAILURE() << "read whole";
   } catch (const CheckpointOfANewerVersion& error) {
     const std::string said = error.what();
-    for (const std::string& part :
-         {file + ": holds /ema, attribute ema_decay, which this version of the program does "
-                 "not know (the checkpoint of a later version?): a run resumed from it would go "
-                 "on without them; resume with the version that wrote it, or start a new run "
-                 "from its parameters with checkpoint.init"}) {
-      EXPECT_NE(said.find(part), std::string::npos) << said;
-    }
+    EXPECT_NE(said.find(file + ": holds /ema, attribute ema_decay, which this version of the "
+                               "program does not know (the checkpoint of a later version?): a "
+                               "run resumed from it would go on without them; resume with the "
+                               "version that wrote it, or start a new run (another "
+                               "checkpoint.dir) from its parameters with checkpoint.init"),
+              std::string::npos)
+        << said;
   }
   EXPECT_EQ(read_checkpoint(file, CheckpointParts::ParamsOnly).params.size(),
             trainer.snapshot().params.size());
 
-  const hid_t h5 = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-  const hid_t attribute = H5Aopen(h5, "format_version", H5P_DEFAULT);
-  const int64_t later = 3;
-  ASSERT_GE(H5Awrite(attribute, H5T_NATIVE_INT64, &later), 0);
-  H5Aclose(attribute);
-  H5Fclose(h5);
-  stamp_checkpoint_header(file);
+  make_it_a_later_versions(file, "format_version 3");
   for (const CheckpointParts parts : {CheckpointParts::All, CheckpointParts::ParamsOnly}) {
     EXPECT_THROW(read_checkpoint(file, parts), CheckpointOfANewerVersion);
   }
   expect_error([&] { read_checkpoint(file, CheckpointParts::ParamsOnly); },
                {file + ": format_version 3, written by a later version of this program (this "
                        "one reads versions 1 and 2): use the version that wrote it"});
+
+  // Its file header: a line of a key, a state or a metric this version does not know, or a
+  // later header version, each a well-formed word; the same with bytes no version writes
+  // is damage, as before.
+  const struct {
+    const char* name;
+    std::function<void(std::string&)> change;
+    const char* said;
+    bool later;
+  } headers[] = {
+      {"line.h5", [](std::string& h) { h.replace(h.find('\0'), 11, "ema 0.9999\n"); },
+       "its file header holds what this version does not know (a later version's header?): a "
+       "'ema' line, which this version does not know; "
+       "use the version that wrote it", true},
+      {"state.h5", [](std::string& h) { h.replace(h.find("state healthy"), 13, "state retired"); },
+       "its state is 'retired', which this version does not know", true},
+      {"version.h5", [](std::string& h) { h.replace(0, 22, "thpc-checkpoint-file 7"); },
+       "its header is of version 7 (this version reads version 1)", true},
+      {"garbage.h5", [](std::string& h) { h.replace(h.find('\0'), 6, "E\x01" "a 1\n"); },
+       "damaged file header (an unknown line): the file is corrupt", false},
+  };
+  for (const auto& header : headers) {
+    SCOPED_TRACE(header.name);
+    const std::string edited = path(header.name);
+    write_checkpoint(edited, trainer.snapshot());
+    edit_header(edited, header.change);
+    for (const CheckpointParts parts : {CheckpointParts::All, CheckpointParts::ParamsOnly}) {
+      try {
+        read_checkpoint(edited, parts);
+        ADD_FAILURE() << "read";
+      } catch (const CheckpointOfANewerVersion& error) {
+        EXPECT_TRUE(header.later) << error.what();
+        EXPECT_NE(std::string(error.what()).find(header.said), std::string::npos) << error.what();
+      } catch (const Error& error) {
+        EXPECT_FALSE(header.later) << error.what();
+        EXPECT_NE(std::string(error.what()).find(header.said), std::string::npos) << error.what();
+      }
+    }
+  }
 }
 
 // checkpoint.resume = auto with a checkpoint of a later version the newest (a job requeued
 // under an older module): the run stops, naming it, and leaves it where it is. Before, it
 // was passed over as invalid, the older one resumed and it moved aside as *.corrupt.
 TEST_F(CheckpointTest, AResumeStopsAtACheckpointOfALaterVersionAndMovesNothingAside) {
-  const std::string run = kTrainer + " " + kTinyIni +
-                          " --train.log_every=1 --checkpoint.every_steps=2 --checkpoint.dir=" +
-                          path("run") + " --train.metrics_dir=" + path("run");
-  const ProcessResult first = run_process(run + " --train.max_steps=4");
-  ASSERT_EQ(first.exit_code, 0) << first.output;
-  const std::string newest = path("run/step_00000004.h5");
-  add_parts_of_a_later_version(newest);
-  const ProcessResult resumed =
-      run_process(run + " --train.max_steps=6 --checkpoint.resume=auto");
-  EXPECT_NE(resumed.exit_code, 0) << resumed.output;
-  EXPECT_NE(resumed.output.find(newest + ": holds /ema, attribute ema_decay, which this version"),
-            std::string::npos)
-      << resumed.output;
-  EXPECT_EQ(resumed.output.find("resumed from " + path("run/step_00000002.h5")),
-            std::string::npos)
-      << resumed.output;
-  EXPECT_EQ(resumed.output.find("skipping invalid"), std::string::npos) << resumed.output;
-  EXPECT_TRUE(fs::exists(newest));
-  for (const auto& entry : fs::directory_iterator(path("run"))) {
-    EXPECT_EQ(entry.path().string().find(".corrupt"), std::string::npos) << entry.path();
+  for (size_t k = 0; k < kLaterVersionKinds.size(); ++k) {
+    const std::string& kind = kLaterVersionKinds[k];
+    SCOPED_TRACE(kind);
+    const std::string dir = path("run_" + std::to_string(k));
+    const std::string run = kTrainer + " " + kTinyIni +
+                            " --train.log_every=1 --checkpoint.every_steps=2 --checkpoint.dir=" +
+                            dir + " --train.metrics_dir=" + dir;
+    const ProcessResult first = run_process(run + " --train.max_steps=4");
+    ASSERT_EQ(first.exit_code, 0) << first.output;
+    const std::string newest = dir + "/step_00000004.h5";
+    make_it_a_later_versions(newest, kind);
+    for (const char* resume : {"auto", "auto_or_fresh"}) {
+      const ProcessResult resumed = run_process(run + " --train.max_steps=6 --checkpoint.resume=" +
+                                                resume);
+      EXPECT_EQ(resumed.exit_code, 1) << resumed.output;
+      EXPECT_NE(resumed.output.find("error: checkpoint " + newest + ": "), std::string::npos)
+          << resumed.output;
+      EXPECT_NE(resumed.output.find("the version that wrote it"), std::string::npos)
+          << resumed.output;
+      EXPECT_EQ(resumed.output.find("resumed from " + dir), std::string::npos) << resumed.output;
+      EXPECT_EQ(resumed.output.find("skipping invalid"), std::string::npos) << resumed.output;
+      EXPECT_TRUE(fs::exists(newest));
+      for (const auto& entry : fs::directory_iterator(dir)) {
+        EXPECT_EQ(entry.path().string().find(".corrupt"), std::string::npos) << entry.path();
+      }
+    }
   }
 }
 

@@ -709,17 +709,27 @@ TEST_F(DivergenceTest, AHeaderThatDisagreesWithItsFileIsRefused) {
   bytes.close();
   expect_error([&] { read_checkpoint(file); },
                {"checkpoint " + file, "damaged file header (its step or run is not the file's)"});
-  // A state word the format does not know is a damaged header too.
-  write_constant(file, 10, CheckpointState::Healthy, 3.0);
-  std::fstream again(file, std::ios::in | std::ios::out | std::ios::binary);
-  again.read(head.data(), 512);
-  const size_t state_at = head.find("state healthy");
-  ASSERT_NE(state_at, std::string::npos);
-  again.seekp(static_cast<std::streamoff>(state_at + 6));
-  again.write("wealthy", 7);
-  again.close();
-  EXPECT_FALSE(read_checkpoint_summary(file).has_value());
-  expect_error([&] { read_checkpoint(file); }, {"damaged file header (its state is not"});
+  // A state word the format does not know: a later version's, perhaps (a word, refused as
+  // CheckpointOfANewerVersion: a resume stops at it rather than pass it over and move it
+  // aside), else a damaged header.
+  for (const std::string word : {"wealthy", "WEALTHY"}) {
+    write_constant(file, 10, CheckpointState::Healthy, 3.0);
+    std::fstream again(file, std::ios::in | std::ios::out | std::ios::binary);
+    again.read(head.data(), 512);
+    const size_t state_at = head.find("state healthy");
+    ASSERT_NE(state_at, std::string::npos);
+    again.seekp(static_cast<std::streamoff>(state_at + 6));
+    again.write(word.data(), 7);
+    again.close();
+    EXPECT_FALSE(read_checkpoint_summary(file).has_value());
+    if (word == "wealthy") {
+      EXPECT_THROW(read_checkpoint(file), CheckpointOfANewerVersion);
+      expect_error([&] { read_checkpoint(file); },
+                   {"its state is 'wealthy', which this version does not know"});
+    } else {
+      expect_error([&] { read_checkpoint(file); }, {"damaged file header (its state is not"});
+    }
+  }
 }
 
 }  // namespace

@@ -264,6 +264,8 @@ int main(int argc, char** argv) {
       // one of the files: two that do not go together (other architectures) are for the
       // user to tell apart.
       if (command.last < 1 && command.best < 1) throw;
+      // A later version's file is no damaged one to move out of the way.
+      if (dynamic_cast<const thpc::CheckpointOfANewerVersion*>(&failure) != nullptr) throw;
       const std::string what = failure.what();
       const auto named = std::count_if(command.paths.begin(), command.paths.end(),
                                        [&](const std::string& path) {

@@ -230,6 +230,7 @@ class Named {
   [[noreturn]] void fail(const std::string& what) const {
     THPC_FAIL("checkpoint " << path_ << ": " << what);
   }
+  std::string subject() const { return "checkpoint " + path_; }
 
  private:
   std::string path_;
@@ -614,6 +615,12 @@ HeaderFields verify_file_header(const Named& reader, std::string_view head, uint
     reader.fail("cannot be opened, the file is truncated or damaged (" + std::to_string(size) +
                 " bytes, shorter than its " + std::to_string(kHeaderBytes) + "-byte header)");
   }
+  if (parsed.later_version) {
+    throw CheckpointOfANewerVersion(
+        reader.subject() + ": its file header holds what this version does not know (a later "
+        "version's header?): " + parsed.problem + "; use the version that wrote it (if none "
+        "did, the header is damaged: move the file aside)");
+  }
   if (!parsed.problem.empty()) {
     reader.fail("damaged file header (" + parsed.problem + "): the file is corrupt");
   }
@@ -684,7 +691,7 @@ void refuse_unknown_parts(Reader& reader) {
       reader.subject() + ": holds " + listed + ", which this version of the program does not "
       "know (the checkpoint of a later version?): a run resumed from it would go on without " +
       (unknown.size() == 1 ? "it" : "them") + "; resume with the version that wrote it, or "
-      "start a new run from its parameters with checkpoint.init");
+      "start a new run (another checkpoint.dir) from its parameters with checkpoint.init");
 }
 
 // The run's attributes and the optional parts beside the tensors (step, seed, data

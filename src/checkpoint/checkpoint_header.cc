@@ -26,10 +26,25 @@ std::string loss_text(double loss) {
   return buffer;
 }
 
+// Whether `text` is a word a later version could have written: 1 to 32 lowercase letters,
+// digits and underscores, beginning with a letter. A damaged byte rarely leaves one.
+bool a_word(std::string_view text) {
+  return !text.empty() && text.size() <= 32 && text.front() >= 'a' && text.front() <= 'z' &&
+         text.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") == std::string::npos;
+}
+
+// Whether a header line's value is printable ASCII, as every value written is.
+bool printable(std::string_view text) {
+  return std::all_of(text.begin(), text.end(), [](char c) { return c >= ' ' && c <= '~'; });
+}
+
 // The fields of a header's lines after "sha256 HEX\n" (`rest`, up to the first NUL and
-// zeros after it), or the reason they do not parse. The reasons never quote the header's
-// bytes: a damaged one may hold anything.
-std::string parse_header_fields(std::string_view rest, HeaderFields* fields) {
+// zeros after it), or the reason they do not parse; `*later_version` set when the reason
+// is a well-formed line this version does not know (a key, a state word, a metric). The
+// reasons never quote the header's bytes but for such a word: a damaged one may hold
+// anything.
+std::string parse_header_fields(std::string_view rest, HeaderFields* fields,
+                                bool* later_version) {
   std::set<std::string> seen;
   while (!rest.empty() && rest.front() != '\0') {
     const size_t end = rest.find('\n');
@@ -53,7 +68,11 @@ std::string parse_header_fields(std::string_view rest, HeaderFields* fields) {
       fields->loss = loss;
     } else if (key == "state") {
       const auto* found = std::find(std::begin(kCheckpointStateNames), std::end(kCheckpointStateNames), value);
-      if (found == std::end(kCheckpointStateNames)) return "its state is not healthy, diverged or superseded";
+      if (found == std::end(kCheckpointStateNames)) {
+        *later_version = a_word(value);
+        if (*later_version) return "its state is '" + value + "', which this version does not know";
+        return "its state is not healthy, diverged or superseded";
+      }
       fields->state = static_cast<CheckpointState>(found - std::begin(kCheckpointStateNames));
     } else if (key == "run") {
       if (value.size() != 16 || value.find_first_not_of("0123456789abcdef") != std::string::npos) {
@@ -69,6 +88,11 @@ std::string parse_header_fields(std::string_view rest, HeaderFields* fields) {
       if (gap == std::string::npos ||
           std::find(std::begin(kValidationMetrics), std::end(kValidationMetrics), metric) ==
               std::end(kValidationMetrics)) {
+        *later_version = a_word(metric) && printable(value);
+        if (*later_version) {
+          return "its valid line names the metric '" + metric +
+                 "', which this version does not know";
+        }
         return "its valid line names no metric ppl, bleu or chrf";
       }
       const std::string number = value.substr(gap + 1);
@@ -79,6 +103,8 @@ std::string parse_header_fields(std::string_view rest, HeaderFields* fields) {
       }
       fields->validation = ValidationScore{metric, score};
     } else {
+      *later_version = a_word(key) && printable(value);
+      if (*later_version) return "a '" + key + "' line, which this version does not know";
       return "an unknown line";
     }
   }
@@ -134,6 +160,22 @@ ParsedHeader parse_header(std::string_view head) {
     parsed.problem = "no header";
     return parsed;
   }
+  // "thpc-checkpoint-file N\n" with N > 1: a later version's header.
+  const std::string_view start = kCheckpointHeaderStart;
+  if (head.substr(0, start.size()) == start &&
+      head.substr(0, kHeaderMagic.size()) != kHeaderMagic) {
+    const std::string_view after = head.substr(start.size());
+    const size_t end = after.find('\n');
+    const std::string_view number = after.substr(0, end);
+    if (end != std::string_view::npos && !number.empty() && number.size() <= 9 &&
+        number.find_first_not_of("0123456789") == std::string_view::npos &&
+        std::stoll(std::string(number)) > 1) {
+      parsed.later_version = true;
+      parsed.problem = "its header is of version " + std::string(number) +
+                       " (this version reads version 1)";
+      return parsed;
+    }
+  }
   if (head.substr(0, kHeaderMagic.size()) != kHeaderMagic) {
     parsed.not_a_checkpoint = true;
     parsed.problem = "no header";
@@ -164,7 +206,7 @@ ParsedHeader parse_header(std::string_view head) {
              parsed.digest.find_first_not_of("0123456789abcdef") != std::string::npos) {
     parsed.problem = "its sha256 is not 64 lowercase hex digits";
   } else {
-    parsed.problem = parse_header_fields(rest, &parsed.fields);
+    parsed.problem = parse_header_fields(rest, &parsed.fields, &parsed.later_version);
   }
   return parsed;
 }

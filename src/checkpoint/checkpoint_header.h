@@ -60,6 +60,10 @@ inline constexpr const char* kCheckpointStateNames[] = {"healthy", "diverged", "
 // digest and the fields, or the reason it is not one ("" and a filled `fields` when it is).
 struct ParsedHeader {
   std::string problem;  // "" when it parses
+  // What the problem is when the header is well formed but this version does not know
+  // it: a later header version, a line of a key it does not know, a state word or a
+  // metric it does not know. Not damage: a later version's (CheckpointOfANewerVersion).
+  bool later_version = false;
   bool hdf5_without_header = false;
   bool not_a_checkpoint = false;
   bool short_file = false;

@@ -317,7 +317,8 @@ const std::vector<Option>& option_table() {
       THPC_OPTION(checkpoint, resume, THPC_PATH,
                   "continue a run: auto = newest valid checkpoint in dir (none there: step 0; "
                   "only invalid, or only diverged, ones: an error), auto_or_fresh = the same but step 0 when all "
-                  "are invalid (they are renamed *.corrupt), or a file; empty = start fresh"),
+                  "are invalid (they are renamed *.corrupt), or a file; empty = start fresh; "
+                  "either stops at a later version's checkpoint, the newest"),
       THPC_OPTION(checkpoint, keep_best, THPC_ONE_OF("none", "ppl", "bleu", "chrf"),
                   "write dir/best.h5 (the whole state, never pruned) at each validation that "
                   "improves this metric: lower perplexity, higher BLEU or chrF (bleu and "

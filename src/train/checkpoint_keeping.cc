@@ -537,6 +537,11 @@ bool CheckpointKeeping::move_aside_a_damaged_best(std::ostream& log) const {
   try {
     read_checkpoint(path);  // every dataset's sha256 verified
     return false;
+  } catch (const CheckpointOfANewerVersion& error) {
+    // Not damage (a later version validated, then the job was requeued under this one):
+    // kept, and replaced as any best.h5 is when a validation beats the run's best value.
+    log << "note: " << error.what() << "; " << path << " is left as it is" << std::endl;
+    return false;
   } catch (const Error& error) {
     const std::string aside = move_aside_corrupt(path);
     log << "warning: " << path << " is damaged (" << error.what() << "); moved aside to "

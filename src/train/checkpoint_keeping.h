@@ -131,7 +131,8 @@ class CheckpointKeeping {
   std::string resume_point_text() const;
 
   // After a resume: a DIR/best.h5 that does not verify is moved aside (best.h5.corrupt)
-  // with a warning; true when it was (the caller drops the run's best value with it).
+  // with a warning; true when it was (the caller drops the run's best value with it). A
+  // later version's best.h5 is no damaged one: left as it is, with a note.
   bool move_aside_a_damaged_best(std::ostream& log) const;
 
   // Blocks until the background write under way (if any) has ended; its outcome stays

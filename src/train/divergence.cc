@@ -203,8 +203,16 @@ bool DivergenceHandling::roll_back(int64_t diverged_step, int64_t completed_step
   if (comm_.is_root()) keeping_.mark_abandoned(run_id_, completed_step, -1, log);
   // Rank 0 chooses, as for resume=auto, and every rank reads its choice.
   Checkpoint checkpoint;
-  std::string path;
-  if (comm_.is_root()) path = newest_valid_checkpoint(config_.checkpoint.dir, log, &checkpoint);
+  std::string path, refusal;
+  if (comm_.is_root()) {
+    try {
+      path = newest_valid_checkpoint(config_.checkpoint.dir, log, &checkpoint);
+    } catch (const CheckpointOfANewerVersion& error) {
+      refusal = error.what();  // every rank ends with it, as at a resume's refusal
+    }
+  }
+  refusal = comm_.broadcast_from_root(refusal);
+  if (!refusal.empty()) throw AllRanksError(refusal, 1);
   path = comm_.broadcast_from_root(path);
   if (path.empty()) return false;
   read_the_checkpoint_rank_zero_chose(comm_, path, &checkpoint);
