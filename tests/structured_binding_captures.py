@@ -14,7 +14,9 @@ structured binding (`auto [a, b] = ...`, `for (const auto& [a, b] : ...)`), the 
 within the binding's scope whose bodies name one of its names (not as a member, `x.a`,
 `x->a`, `X::a`, nor as one of the lambda's own parameters or init-captures). It reads
 text, not C++: comments and string literals are blanked first, and a scope is the for
-statement of a for header's binding, else the rest of the block around it.
+statement of a for header's binding, else the rest of the block around it. It names a
+lambda that declares a variable of a binding's name itself, or uses a binding declared at
+namespace scope (which needs no capture), though clang accepts both: rename the one.
 """
 import pathlib
 import re
@@ -22,9 +24,12 @@ import sys
 
 FOLDERS = ("src", "kernels", "tools", "tests", "fuzz", "bench")
 SUFFIXES = {".cc", ".h", ".cu", ".cuh", ".cpp", ".hpp"}
-BINDING = re.compile(r"\bauto\s*&{0,2}\s*\[\s*([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*\]")
+BINDING = re.compile(r"\bauto(?:\s+const|\s+volatile)*\s*&{0,2}\s*"
+                     r"\[\s*([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*\]")
 IDENTIFIER_CHAR = re.compile(r"[A-Za-z0-9_]")
-LAMBDA_TAIL = re.compile(r"^(\s|mutable\b|constexpr\b|noexcept\b|->[\w\s:<>,*&]*)*$")
+# What may stand between a lambda's parameters and its body: specifiers, noexcept(...),
+# a return type (decltype(...) too).
+LAMBDA_TAIL = re.compile(r"^[\w\s:<>,*&()\->]*$")
 
 
 def blanked(text):
@@ -124,8 +129,8 @@ def lambdas(text, start, end):
                 not re.search(r"\breturn$", before):
             continue
         if text.startswith("[[", k) or before.endswith("[") or \
-                re.search(r"\bauto\s*&{0,2}$", before):  # an attribute, a binding
-            continue
+                re.search(r"\bauto(?:\s+const|\s+volatile)*\s*&{0,2}$", before):
+            continue  # an attribute, a binding
         captures_end = matching(text, k, "[", "]")
         rest = captures_end
         while rest < len(text) and text[rest].isspace():
@@ -139,7 +144,9 @@ def lambdas(text, start, end):
         # Between the parameters and the body: specifiers and a return type only.
         if body < 0 or not LAMBDA_TAIL.match(text[rest:body]):
             continue
-        yield text[k + 1:captures_end - 1], parameters, text[body:matching(text, body, "{", "}")]
+        # The tail is searched with the body: `-> decltype(k)` names k too.
+        yield (text[k + 1:captures_end - 1], parameters,
+               text[rest:body] + text[body:matching(text, body, "{", "}")])
 
 
 def names_used(body, name):
@@ -161,9 +168,14 @@ def findings(root):
                 names = [name.strip() for name in binding.group(1).split(",")]
                 start, end = scope_of(text, binding.start())
                 for captures, parameters, body in lambdas(text, start, end):
-                    own = set(re.findall(r"\b([A-Za-z_]\w*)\s*=", captures)) | \
-                        set(re.findall(r"\b([A-Za-z_]\w*)\s*(?:,|$|=)", parameters.strip()))
-                    used = [name for name in names if name not in own and names_used(body, name)]
+                    initialised = set(re.findall(r"\b([A-Za-z_]\w*)\s*=", captures))
+                    own = initialised | set(re.findall(
+                        r"\b([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)?(?:,|$|=)", parameters.strip()))
+                    # Named in the capture list (`[k]`, `[&k]`), not as an init-capture.
+                    captured = set(re.findall(r"(?:^|,)\s*&?\s*([A-Za-z_]\w*)\s*(?=,|$)",
+                                              captures)) - initialised
+                    used = [name for name in names if name in captured or
+                            (name not in own and names_used(body, name))]
                     if used:
                         line = text.count("\n", 0, binding.start()) + 1
                         yield "%s:%d: a lambda in the scope of the structured binding [%s] " \
