@@ -84,6 +84,17 @@ TEST(BestSet, AHigherBleuReplacesTheWorstOfTheK) {
   EXPECT_EQ(sets, expected);
 }
 
+// chrF ranks as BLEU does, higher the better (a mutation audit made it lower-is-better:
+// keep_best = chrf with keep_best_count > 1 kept, and averaged, the worst, and every test
+// passed; none ranked chrF).
+TEST(BestSet, AHigherChrfReplacesTheWorstOfTheKAsBleuDoes) {
+  EXPECT_EQ(best_sets_over({10, 20, 15, 5, 25, 18, 30}, "chrf", 3),
+            best_sets_over({10, 20, 15, 5, 25, 18, 30}, "bleu", 3));
+  EXPECT_TRUE(lower_is_better("ppl"));
+  EXPECT_FALSE(lower_is_better("bleu"));
+  EXPECT_FALSE(lower_is_better("chrf"));
+}
+
 TEST(BestSet, ALowerPerplexityIsTheBetterOne) {
   // The same numbers as perplexities: the order turns round.
   const std::vector<std::vector<int64_t>> sets =

@@ -1446,7 +1446,8 @@ TEST_F(CheckpointTest, KeepsTheLastKAndAveragesTheLastN) {
   for (const std::string& file : list_checkpoints(path("run"))) {
     names.push_back(fs::path(file).filename().string());
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"step_00000006.h5", "step_00000008.h5",
+  // ASSERT: the mean below reads three of them (a wrong count crashed the test instead).
+  ASSERT_EQ(names, (std::vector<std::string>{"step_00000006.h5", "step_00000008.h5",
                                              "step_00000010.h5"}))
       << log.str();
 

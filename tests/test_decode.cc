@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
 #include <sstream>
 #include <regex>
 #include <string>
@@ -826,6 +827,45 @@ TEST_F(DecodeProgram, NBestGivesKScoredLinesPerSentence) {
     EXPECT_EQ(lines[line].rfind(std::to_string(line / 3) + " ||| ", 0), 0u) << lines[line];
   }
   for (size_t line = 3; line < 6; ++line) EXPECT_EQ(lines[line], "1 |||  ||| 0.0000");
+}
+
+// The n-best score is the length-normalised one, best first: with --lenpen 0 it is the
+// log-probability; with the default 0.6 the same output scores that divided by
+// ((5 + |y|) / 6)^0.6 > 1, so higher (log-probabilities are negative). A mutation audit
+// printed the log-probability under every --lenpen, and the n-best worst first, and
+// this suite's tests passed both (only a CTranslate2 comparison, which skips without
+// its Python packages, saw the order).
+TEST_F(DecodeProgram, NBestScoresAreLengthNormalisedAndBestFirst) {
+  // Each sentence's outputs by text, with their scores.
+  const auto scored = [&](const std::string& lenpen) {
+    std::string out, err;
+    EXPECT_EQ(decode("--nbest 4 --max-len-b 6 --lenpen " + lenpen, out, err), 0) << err;
+    std::map<std::pair<std::string, std::string>, double> scores;
+    std::map<std::string, double> previous;
+    for (const std::string& line : lines_of(out)) {
+      const size_t first = line.find(" ||| "), second = line.rfind(" ||| ");
+      const std::string index = line.substr(0, first);
+      const std::string text = line.substr(first + 5, second - first - 5);
+      const double score = std::stod(line.substr(second + 5));
+      if (previous.count(index) > 0) {
+        EXPECT_LE(score, previous[index]) << "not best first: " << line << "\n" << out;
+      }
+      previous[index] = score;
+      if (!text.empty()) scores[{index, text}] = score;
+    }
+    return scores;
+  };
+  const auto raw = scored("0");
+  const auto normalised = scored("0.6");
+  int shared = 0;
+  for (const auto& [output, score] : normalised) {
+    const auto found = raw.find(output);
+    if (found == raw.end()) continue;
+    ++shared;
+    EXPECT_LT(found->second, 0.0) << output.second;
+    EXPECT_GT(score, found->second + 1e-3) << output.second;
+  }
+  EXPECT_GT(shared, 0) << "no output both searches found";
 }
 
 TEST_F(DecodeProgram, EvaluateScriptAveragesDecodesAndScores) {

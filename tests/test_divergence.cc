@@ -314,6 +314,43 @@ TEST_F(DivergenceTest, RollbackContinuesFromTheNewestHealthyCheckpointWithHalfTh
   ASSERT_EQ(resumed.run(resumed_log), RunEnd::Finished) << resumed_log.str();
   std::snprintf(expected_lr, sizeof expected_lr, "lr %.3e", learning_rate(21, 64, 100, 1.0) * 0.5);
   EXPECT_NE(resumed_log.str().find(expected_lr), std::string::npos) << resumed_log.str();
+  // A second rollback halves the halved rate: the factors compound (a mutation audit set
+  // the factor to divergence_lr_factor at each rollback, and this test, of one, passed).
+  const ScopedEnvironment nan_at_third("THPC_TEST_NAN_LOSS_AT", "3");
+  std::ostringstream second_log;
+  Trainer twice(small_config(dir, {"train.max_steps=26", "checkpoint.resume=auto",
+                                   "train.divergence=rollback"}));
+  ASSERT_EQ(twice.run(second_log), RunEnd::Finished) << second_log.str();
+  EXPECT_EQ(twice.divergence_state().rollbacks, 2) << second_log.str();
+  EXPECT_EQ(twice.divergence_state().lr_factor, 0.25) << second_log.str();
+  EXPECT_NE(second_log.str().find("the learning rate is now 0.25 x the schedule's (rollback 2 "),
+            std::string::npos)
+      << second_log.str();
+}
+
+// A validation diverges past train.divergence_loss_factor (4) times the best validation's
+// nll taken as at least 1: a model whose best nll is 0.3 (perplexity 1.35) is not
+// divergent at 2.0, an ordinary wobble, but is at 4.5; one whose best is 2.0 is at 8.1
+// and not at 7.9. A mutation audit dropped the floor of 1 and every test passed (none
+// validated below a perplexity of e).
+TEST_F(DivergenceTest, AValidationDivergesPastTheFactorTimesTheBestNllOfAtLeastOne) {
+  const Config config = small_config(path("run"), {"train.divergence=rollback"});
+  const Communicator comm = Communicator::single();
+  DivergenceDetector detector(config.train, 32);
+  CheckpointKeeping keeping(config);
+  const std::string run_id = "0123456789abcdef";
+  DivergenceHandling handling(config, comm, detector, keeping, run_id);
+  handling.begin(0);
+  std::ostringstream log;
+  for (const auto& [best_nll, nll, diverged] :
+       {std::tuple{0.3, 2.0, false}, std::tuple{0.3, 4.5, true}, std::tuple{2.0, 7.9, false},
+        std::tuple{2.0, 8.1, true}}) {
+    BestValidation best;
+    best.value = std::exp(best_nll);
+    handling.judge_validation(nll, best, 10, log);
+    EXPECT_EQ(handling.validation_diverged(), diverged)
+        << "best nll " << best_nll << ", nll " << nll << "\n" << log.str();
+  }
 }
 
 TEST_F(DivergenceTest, RollbackWithoutAHealthyCheckpointStopsSayingSo) {

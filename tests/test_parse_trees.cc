@@ -106,6 +106,9 @@ TEST(Trees, DelinearizeRepairsByTheDocumentedRule) {
   // Missing closing brackets are closed at the end (rule 2), the word without a slot
   // goes to the root (rule 4).
   EXPECT_EQ(tree("(S (NP XX ) (VP XX (NP XX", Reconstruction::kRepaired), exact);
+  // Every word in its slot and only the last ')' missing: repaired too, not well formed (a
+  // mutation audit's change counted it well formed, rule 4 not marking this case).
+  EXPECT_EQ(tree("(S (NP XX ) (VP XX (NP XX ) ) XX", Reconstruction::kRepaired), exact);
   // A ')' with nothing open is dropped; the second top-level constituent and the
   // leftover words go under one S (rules 1, 4, 5).
   EXPECT_EQ(tree("(NP XX ) ) (VP XX )", Reconstruction::kRepaired),
