@@ -451,19 +451,38 @@ TEST(BeamSearch, BeamOneWithoutLengthPenaltyIsGreedyOnTheModel) {
   for (size_t s = 0; s < sources.size(); ++s) EXPECT_EQ(beamed[s][0].tokens, greedy[s]) << s;
 }
 
+// Every layer norm's gamma and beta of `model` drawn at random (seeded by `seed`): a fresh
+// model's are all 1 and 0, so that a step taking one norm for another (the encoder's final
+// norm for the decoder's) computes the same.
+void draw_the_norms(Transformer& model, uint32_t seed) {
+  std::mt19937 rng(seed);
+  ParamStore& params = model.params();
+  for (const ParamEntry& entry : params.entries()) {
+    if (entry.name.find("norm") == std::string::npos) continue;
+    std::vector<float> values(static_cast<size_t>(entry.numel()));
+    for (float& value : values) value = std::uniform_real_distribution<float>(-1.5f, 1.5f)(rng);
+    model.backend().upload(params.param(entry.name), values.data());
+  }
+  params.refresh_compute();
+}
+
 TEST(IncrementalDecoding, CachedStepsEqualFullRecomputation) {
   // The same hypotheses, reordered and dropped between steps as a beam search does, scored
   // by the KV-cached decoder and by recomputing every prefix: log-probabilities agree to
   // fp32 rounding of two different summation orders (1e-5). Pre-norm too: each step
-  // normalises x_0 for the first layer and ends in the decoder's final norm.
+  // normalises x_0 for the first layer and ends in the decoder's final norm. The norms are
+  // drawn at random: a mutation audit's cached step took the encoder's final norm for the
+  // decoder's, the same 1 and 0 in a fresh model, and passed.
   for (const auto& [learned, norm] : {std::pair{false, "post"}, std::pair{true, "post"},
                                       std::pair{false, "pre"}, std::pair{true, "pre"}}) {
     auto backend = make_cpu_backend(DType::F32);
     Transformer model = small_model(*backend, learned, norm);
+    draw_the_norms(model, 17);
     const std::vector<TokenSequence>& sources = kReorderingSources;
     CachedTransformerScorer cached(model, kIds, 10);
     auto full_backend = make_cpu_backend(DType::F32);
     Transformer twin = small_model(*full_backend, learned, norm);
+    draw_the_norms(twin, 17);
     TransformerScorer full(twin, kIds);
     cached.start(sources);
     full.start(sources);
