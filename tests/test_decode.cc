@@ -817,6 +817,20 @@ TEST_F(DecodeProgram, SentencePieceModelComesFromTheCheckpointOrTheCommandLine) 
   EXPECT_EQ(out, "");
 }
 
+// An output's unknown token is written as SentencePiece writes it, " ⁇ ", not dropped: the
+// reader sees where the model did not know a word, and BLEU counts it as the miss it is (a
+// mutation audit dropped it in detokenize, which decoding and validation BLEU share, and
+// every test passed: none decoded an output holding one).
+TEST_F(DecodeProgram, AnUnknownTokenIsWrittenNotDropped) {
+  sentencepiece::SentencePieceProcessor spm;
+  ASSERT_TRUE(spm.Load((dir_ / "spm.model").string()).ok());
+  const int man = spm.PieceToId("\xE2\x96\x81man");
+  ASSERT_NE(man, spm.unk_id());
+  const std::string with_unknown = detokenize(spm, {man, spm.unk_id(), man});
+  EXPECT_NE(with_unknown.find("\xE2\x81\x87"), std::string::npos) << with_unknown;  // ⁇
+  EXPECT_EQ(detokenize(spm, {man, man}), "man man");
+}
+
 TEST_F(DecodeProgram, NBestGivesKScoredLinesPerSentence) {
   std::string out, err;
   ASSERT_EQ(decode("--nbest 3 --max-len-b 4", out, err), 0) << err;
