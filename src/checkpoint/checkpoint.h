@@ -32,8 +32,10 @@ constexpr int64_t kCheckpointFormatVersion = 1;
 constexpr int64_t kQuantizedCheckpointFormatVersion = 2;
 
 // What a reader of this version meets in a checkpoint a later version wrote: a later
-// format_version, or, in a read of every part (a resume), parts at the file's root this
-// version does not know (a run resumed from it would go on without them). Not damage: a
+// format_version, a file header of a later version (its version, or a line, state or
+// metric word this version does not know: checkpoint_header.h), or, in a read of every
+// part (a resume), parts at the file's root this version does not know (a run resumed
+// from it would go on without them). Not damage: a
 // resume neither passes over such a file nor moves it aside as corrupt, as it does a
 // damaged one, but stops and says so (checkpoint.resume = auto included).
 class CheckpointOfANewerVersion : public Error {
@@ -234,7 +236,7 @@ class OneDirection {
 // What a checkpoint made from `source`'s parameters (an average, transformer_quantize's
 // int8 copy) keeps of it: the model (architecture, settings, SentencePiece model,
 // direction) and where its parameters stand (step, seed, world size, data position). Not
-// the run's state at that step, which the new file belongs to no run to resume with (Adam
+// the state of the run at that step, since no run resumes from the new file (Adam
 // moments, best and pending validations, a kept best's score, loss and health, divergence
 // state, run id, and the corpus, validation-set and directory records only a resume
 // checks), nor the parameters and their int8 copies, which the caller makes. Every field
