@@ -3,10 +3,12 @@
 // a bad copy would.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <hdf5.h>
 
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <string>
 
 namespace thpc {
@@ -20,6 +22,20 @@ inline void flip_bits(const std::string& path, std::uintmax_t offset, unsigned c
   byte = static_cast<char>(byte ^ static_cast<char>(mask));
   file.seekp(static_cast<std::streamoff>(offset));
   file.write(&byte, 1);
+}
+
+// A checkpoint `file`'s 512-byte header with `change` applied, as a later version or a
+// damaged disk could leave it (the header is outside the whole-file checksum: nothing to
+// stamp again).
+inline void edit_header(const std::string& file,
+                        const std::function<void(std::string&)>& change) {
+  std::fstream io(file, std::ios::in | std::ios::out | std::ios::binary);
+  std::string header(512, '\0');
+  io.read(header.data(), 512);
+  change(header);
+  ASSERT_EQ(header.size(), 512u);
+  io.seekp(0);
+  io.write(header.data(), 512);
 }
 
 // Where a contiguous dataset's values start in the file.

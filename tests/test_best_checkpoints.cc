@@ -27,6 +27,7 @@
 #include "config/config.h"
 #include "train/trainer.h"
 #include "expect_error.h"
+#include "file_bytes.h"
 #include "program.h"
 #include "scratch_directory.h"
 
@@ -400,14 +401,9 @@ TEST_F(BestCheckpointsTraining, ALaterVersionsBestCheckpointIsLeftAsItIsOnResume
   Trainer(config("run", {"train.max_steps=8"})).run(first_log);
   const std::string best = path("run/best.h5");
   ASSERT_TRUE(fs::exists(best)) << first_log.str();
-  {
-    std::fstream io(best, std::ios::in | std::ios::out | std::ios::binary);
-    std::string header(512, '\0');
-    io.read(header.data(), 512);
+  edit_header(best, [](std::string& header) {
     header.replace(header.find('\0'), 11, "ema 0.9999\n");
-    io.seekp(0);
-    io.write(header.data(), 512);
-  }
+  });
   std::ostringstream log;
   Trainer(config("run", {"train.max_steps=9", "checkpoint.resume=auto"})).run(log);
   EXPECT_NE(log.str().find("note: checkpoint " + best + ": its file header holds what this "

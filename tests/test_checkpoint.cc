@@ -759,18 +759,6 @@ void add_parts_of_a_later_version(const std::string& file) {
   stamp_checkpoint_header(file);  // edited in place: past the whole-file checksum
 }
 
-// `file`'s 512-byte header with `change` applied (the header is outside the whole-file
-// checksum: nothing to stamp again).
-void edit_header(const std::string& file, const std::function<void(std::string&)>& change) {
-  std::fstream io(file, std::ios::in | std::ios::out | std::ios::binary);
-  std::string header(512, '\0');
-  io.read(header.data(), 512);
-  change(header);
-  ASSERT_EQ(header.size(), 512u);
-  io.seekp(0);
-  io.write(header.data(), 512);
-}
-
 // The ways a later version's checkpoint can differ from this version's that the reader
 // tells from damage, each made of `file`: parts at its root, a format_version, a header
 // line, a header version.
