@@ -431,12 +431,16 @@ TEST_F(CheckpointTest, AResumeWithAnotherMicroBatchBudgetContinuesAtTheSameShare
       << elsewhere.output;
   // A setting that does nothing in a resumed run is said apart, with why (checkpoint.init
   // was said to take effect "from this step on").
-  const ProcessResult idle = run_process(
-      "cd " + path("corpus") + "/.. && " + kTrainer + " " + kTinyIni + " --model.layers=1 "
-      "--train.tokens_per_step=300 --train.log_every=1 --train.valid_every=0 --data.dir=" +
-      path("corpus/data") + " --train.max_steps=5 --checkpoint.dir=" + path("corpus/ck") +
-      " --checkpoint.resume=auto --checkpoint.init=" + path("corpus/ck/step_00000002.h5") +
-      " --data.synthetic_vocab=40 --train.precision=fp32");
+  const auto resumed_with_idle_values = [&](int max_steps) {
+    return run_process(
+        "cd " + path("corpus") + "/.. && " + kTrainer + " " + kTinyIni + " --model.layers=1 "
+        "--train.tokens_per_step=300 --train.log_every=1 --train.valid_every=0 --data.dir=" +
+        path("corpus/data") + " --train.max_steps=" + std::to_string(max_steps) +
+        " --checkpoint.dir=" + path("corpus/ck") + " --checkpoint.resume=auto "
+        "--checkpoint.init=" + path("corpus/ck/step_00000002.h5") +
+        " --data.synthetic_vocab=40 --train.precision=fp32");
+  };
+  const ProcessResult idle = resumed_with_idle_values(5);
   ASSERT_EQ(idle.exit_code, 0) << idle.output;
   for (const std::string& line :
        {std::string("note: 1 setting differs from the run that wrote the checkpoint, from this "
@@ -448,13 +452,23 @@ TEST_F(CheckpointTest, AResumeWithAnotherMicroBatchBudgetContinuesAtTheSameShare
         std::string("data.synthetic_vocab = 40 (was 32; data.dir is set: its shards, not the "
                     "synthetic task)"),
         std::string("train.precision = fp32 (was bf16; the CPU computes in fp32 with its own "
-                    "kernels)"),
-        // and at start-up, as every value given that does nothing here
-        std::string("note: set, but without effect in this run: train.precision = fp32 (the "
-                    "CPU computes in fp32 with its own kernels), data.synthetic_vocab = 40 "
-                    "(data.dir is set: its shards, not the synthetic task)\n")}) {
+                    "kernels)")}) {
     EXPECT_NE(idle.output.find(line), std::string::npos) << line << "\n" << idle.output;
   }
+  // ... and not a second time at start-up, where every value given that does nothing here
+  // is named, but those the resume's note named (they were listed twice) ...
+  const std::string start_up_note = "note: set, but without effect in this run: ";
+  EXPECT_EQ(idle.output.find(start_up_note), std::string::npos) << idle.output;
+  // ... which names those the checkpoint's run had too.
+  const ProcessResult idle_again = resumed_with_idle_values(6);
+  ASSERT_EQ(idle_again.exit_code, 0) << idle_again.output;
+  EXPECT_NE(idle_again.output.find(start_up_note + "train.precision = fp32 (the CPU computes in "
+                                   "fp32 with its own kernels), data.synthetic_vocab = 40 "
+                                   "(data.dir is set: its shards, not the synthetic task)\n"),
+            std::string::npos)
+      << idle_again.output;
+  EXPECT_EQ(idle_again.output.find("no effect in this run: train.precision"), std::string::npos)
+      << idle_again.output;
   // The relative checkpoint.dir resumed from the wrong directory names the folder it
   // looked in (before: "no valid checkpoint in ck", a fresh start in another folder).
   const ProcessResult astray = run_process(

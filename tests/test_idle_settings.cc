@@ -114,6 +114,12 @@ TEST(IdleSettings, TheNoteListsTheValuesGivenThatDoNothingAndOnlyThose) {
             "computes in fp32 with its own kernels), dist.reduce_dtype = bf16 (one rank: "
             "there are no gradients to sum)");
   EXPECT_EQ(idle_settings_note(config, kGpuTwoRanks), "");
+  // A resume's note named one already, with the checkpoint's value.
+  EXPECT_EQ(idle_settings_note(config, kCpuOneRank, {"train.precision"}),
+            "note: set, but without effect in this run: dist.reduce_dtype = bf16 (one rank: "
+            "there are no gradients to sum)");
+  EXPECT_EQ(idle_settings_note(config, kCpuOneRank, {"dist.reduce_dtype", "train.precision"}),
+            "");
 }
 
 // The trainer says it after its first lines, and --dry-run as a comment line.

@@ -1,6 +1,7 @@
 // Settings that do nothing in a run (idle_settings.h).
 #include "train/idle_settings.h"
 
+#include <algorithm>
 #include <initializer_list>
 #include <sstream>
 
@@ -56,14 +57,18 @@ std::string why_without_effect(const std::string& key, const Config& config,
   return "";
 }
 
-std::string idle_settings_note(const Config& config, const RunShape& run) {
+std::string idle_settings_note(const Config& config, const RunShape& run,
+                               const std::vector<std::string>& said_already) {
   std::ostringstream note;
   int count = 0;
   const Config defaults;
   for (const ConfigDifference& difference :
        config_differences(config.to_ini(), defaults.to_ini())) {
     const std::string why = why_without_effect(difference.key, config, run);
-    if (why.empty()) continue;
+    if (why.empty() || std::find(said_already.begin(), said_already.end(), difference.key) !=
+                           said_already.end()) {
+      continue;
+    }
     note << (count++ == 0 ? "note: set, but without effect in this run: " : ", ")
          << difference.key << " = " << (difference.value.empty() ? "empty" : difference.value)
          << " (" << why << ")";

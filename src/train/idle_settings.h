@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "config/config.h"
 
@@ -28,7 +29,9 @@ std::string why_without_effect(const std::string& key, const Config& config,
                                const RunShape& run);
 
 // "note: set, but without effect in this run: KEY = VALUE (why), ..." for every key whose
-// value differs from its default and does nothing here; "" when there is none.
-std::string idle_settings_note(const Config& config, const RunShape& run);
+// value differs from its default and does nothing here, but those in `said_already` (a
+// resume's note named them, with the checkpoint's value); "" when there is none.
+std::string idle_settings_note(const Config& config, const RunShape& run,
+                               const std::vector<std::string>& said_already = {});
 
 }  // namespace thpc

@@ -45,9 +45,11 @@ bool same_path_written_otherwise(const ConfigDifference& difference,
 // checkpoint.resume, which says how this run started, is left out, and so is a
 // path written another way (same_path_written_otherwise). Those that change nothing in
 // this run are said apart, with why.
-void note_changed_settings(const Checkpoint& checkpoint, const Config& config,
-                           const RunShape& run, std::ostream& log) {
-  if (checkpoint.config_ini.empty()) return;
+std::vector<std::string> note_changed_settings(const Checkpoint& checkpoint,
+                                               const Config& config, const RunShape& run,
+                                               std::ostream& log) {
+  std::vector<std::string> idle_keys;
+  if (checkpoint.config_ini.empty()) return idle_keys;
   std::ostringstream changed, idle;
   int count = 0, idle_count = 0;
   for (const ConfigDifference& difference :
@@ -65,6 +67,7 @@ void note_changed_settings(const Checkpoint& checkpoint, const Config& config,
                                 : why_without_effect(difference.key, config, run);
     std::ostringstream& list = why.empty() ? changed : idle;
     int& listed = why.empty() ? count : idle_count;
+    if (!why.empty()) idle_keys.push_back(difference.key);
     list << (listed++ == 0 ? "" : ", ") << difference.key << " = " << shown(difference.value)
          << " (was " << shown(difference.reference) << (why.empty() ? "" : "; " + why) << ")";
   }
@@ -78,6 +81,7 @@ void note_changed_settings(const Checkpoint& checkpoint, const Config& config,
         << " from the run that wrote the checkpoint but " << (idle_count == 1 ? "has" : "have")
         << " no effect in this run: " << idle.str() << std::endl;
   }
+  return idle_keys;
 }
 
 // A note when the checkpoint resumed from was written by another number of ranks. A step
@@ -200,13 +204,16 @@ EpochsEnd end_of_epochs_from(BatchSource& data, int64_t budget, int ranks,
   return end_of_epochs(train.max_epochs, per_epoch, per_step, read, completed);
 }
 
-void log_resume_notes(const Checkpoint& checkpoint, const std::string& path,
-                      const Config& config, int ranks, bool on_gpu,
-                      const std::string& data_position_note, std::ostream& log) {
+std::vector<std::string> log_resume_notes(const Checkpoint& checkpoint, const std::string& path,
+                                          const Config& config, int ranks, bool on_gpu,
+                                          const std::string& data_position_note,
+                                          std::ostream& log) {
   note_world_size_change(checkpoint, ranks, config.train, log);
-  note_changed_settings(checkpoint, config, RunShape{on_gpu, ranks}, log);
+  std::vector<std::string> idle_keys =
+      note_changed_settings(checkpoint, config, RunShape{on_gpu, ranks}, log);
   if (!data_position_note.empty()) log << data_position_note << std::endl;
   note_missing_best_valid(checkpoint, path, config.train, log);
+  return idle_keys;
 }
 
 }  // namespace thpc

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 #include "checkpoint/checkpoint.h"
 #include "config/config.h"
@@ -38,9 +39,12 @@ EpochsEnd end_of_epochs_from(BatchSource& data, int64_t budget, int ranks,
 // checkpoint's (and whether each step still takes the same micro-batches), the settings
 // that differ from its run's from this step on (and apart, those without effect here:
 // GPU-only keys when `on_gpu` is false), `data_position_note`
-// (position_at_this_budget's), and best validation values the checkpoint lacks.
-void log_resume_notes(const Checkpoint& checkpoint, const std::string& path,
-                      const Config& config, int ranks, bool on_gpu,
-                      const std::string& data_position_note, std::ostream& log);
+// (position_at_this_budget's), and best validation values the checkpoint lacks. Returns
+// the keys it named as without effect here, which the start-up's idle_settings_note then
+// leaves out (it named them twice, the second time without the checkpoint's value).
+std::vector<std::string> log_resume_notes(const Checkpoint& checkpoint, const std::string& path,
+                                          const Config& config, int ranks, bool on_gpu,
+                                          const std::string& data_position_note,
+                                          std::ostream& log);
 
 }  // namespace thpc

@@ -480,8 +480,9 @@ void Trainer::resume_from(const std::string& path, Checkpoint& checkpoint,
     log << "note: " << path << " is marked " << checkpoint_state_name(checkpoint.state)
         << " (checkpoint.resume names it, so the run continues from it)" << std::endl;
   }
-  log_resume_notes(checkpoint, path, config_, comm_.size(), /*on_gpu=*/backend_->device() >= 0,
-                   data_position_note_, log);
+  idle_keys_said_at_resume_ =
+      log_resume_notes(checkpoint, path, config_, comm_.size(),
+                       /*on_gpu=*/backend_->device() >= 0, data_position_note_, log);
   if (!valid_change_note_.empty()) log << valid_change_note_ << std::endl;
   if (completed_steps_ >= config_.train.max_steps) {
     log << "note: the checkpoint is at step " << completed_steps_ << ", train.max_steps is "
@@ -614,8 +615,6 @@ bool Trainer::start_up(std::ostream& out) {
       << " on " << comm_.size() << " rank"
       << (comm_.size() > 1 ? "s" : "") << std::endl;
   source_->print_notes(out, "data.train");
-  const std::string idle = idle_settings_note(config_, {backend_->device() >= 0, comm_.size()});
-  if (!idle.empty()) out << idle << std::endl;
   if (valid_source_) {
     valid_source_->print_notes(out, "data.valid");
     const std::string same = same_pairs_warning(config_, *source_, *valid_source_);
@@ -631,6 +630,11 @@ bool Trainer::start_up(std::ostream& out) {
   }
   run_locks_ = lock_run_directory(config_, comm_, out);
   apply_start_options(out);
+  // After a resume's notes, which named with the checkpoint's values the keys of this
+  // run's that differ from it and do nothing here: the rest are said now.
+  const std::string idle = idle_settings_note(config_, {backend_->device() >= 0, comm_.size()},
+                                              idle_keys_said_at_resume_);
+  if (!idle.empty()) out << idle << std::endl;
   end_with_the_epochs(out, true);  // from the position resumed at
   const CheckpointConfig& start = config_.checkpoint;
   check_every_rank_starts_from_the_same_parameters(

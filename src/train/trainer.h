@@ -233,6 +233,8 @@ class Trainer {
   std::string working_directory_;
 
   std::string resumed_from_;  // the checkpoint this process resumed from, or "".
+  // The keys the resume's note named as without effect in this run (log_resume_notes).
+  std::vector<std::string> idle_keys_said_at_resume_;
   std::string metrics_path_;  // rank 0's metrics file (run_metrics_path), once claimed
   // The loss of the last step judged (applied or left out), which a checkpoint records.
   double checkpoint_loss_ = NAN;
