@@ -5,7 +5,12 @@
 // test_checkpoint.cc and test_best_checkpoints.cc.
 #include <gtest/gtest.h>
 
+#include <sstream>
+#include <string>
+
+#include "checkpoint/checkpoint.h"
 #include "config/config.h"
+#include "train/resume.h"
 #include "train/run_schedule.h"
 
 namespace thpc {
@@ -104,6 +109,55 @@ TEST(RunSchedule, TheEpochsEndAtTheStepThatReadsTheirLastBatch) {
   end = end_of_epochs(4, INT64_MAX / 4, 1, 0, 10);
   EXPECT_EQ(end.last_step, INT64_MAX);
 }
+
+
+// A resume whose schedule gives the next step another learning rate says so, with both
+// rates and their ratio (rollbacks' factor in both); a resume changing other keys, or
+// whose stored configuration this version cannot read, says nothing of it.
+namespace lr_jump {
+
+std::string resume_notes(const Config& then, const Config& now) {
+  Checkpoint checkpoint;
+  checkpoint.step = 5999;
+  checkpoint.config_ini = then.to_ini();
+  DivergenceState rolled_back;
+  rolled_back.lr_factor = 0.5;
+  checkpoint.divergence = rolled_back;
+  std::ostringstream log;
+  log_resume_notes(checkpoint, "ck/step_00005999.h5", now, 1, false, "", log);
+  return log.str();
+}
+
+TEST(ResumeNotes, AChangedScheduleSaysTheLearningRatesJump) {
+  const Config then;  // d_model 512, warmup 4000: the paper's
+  Config longer_warmup = then;
+  longer_warmup.train.warmup_steps = 8000;
+  // 512^-0.5 x 6000 x 8000^-1.5 x 0.5 against 512^-0.5 x 6000^-0.5 x 0.5
+  EXPECT_NE(resume_notes(then, longer_warmup)
+                .find("note: the learning rate of step 6000 is 1.853e-04 where the "
+                      "checkpoint's run would have given 2.853e-04 (0.65x): the schedule's "
+                      "settings changed, and the rate jumps there\n"),
+            std::string::npos)
+      << resume_notes(then, longer_warmup);
+  Config scaled = then;
+  scaled.train.lr_scale = 2.0;
+  EXPECT_NE(resume_notes(then, scaled).find("is 5.705e-04 where the checkpoint's run would "
+                                            "have given 2.853e-04 (2.00x)"),
+            std::string::npos)
+      << resume_notes(then, scaled);
+  Config more_steps = then;
+  more_steps.train.max_steps = 200000;
+  EXPECT_EQ(resume_notes(then, more_steps).find("note: the learning rate"), std::string::npos)
+      << resume_notes(then, more_steps);
+  Checkpoint unreadable;
+  unreadable.step = 10;
+  unreadable.config_ini = "[train]\nno_such_key = 1\n";
+  std::ostringstream log;
+  log_resume_notes(unreadable, "ck.h5", longer_warmup, 1, false, "", log);
+  EXPECT_EQ(log.str().find("note: the learning rate"), std::string::npos) << log.str();
+}
+
+}  // namespace lr_jump
 
 }  // namespace
 }  // namespace thpc

@@ -1,5 +1,6 @@
 #include "train/resume.h"
 
+#include <cmath>
 #include <filesystem>
 #include <iomanip>
 #include <ostream>
@@ -8,6 +9,7 @@
 
 #include "common/error.h"
 #include "train/idle_settings.h"
+#include "train/lr_schedule.h"
 #include "train/validation.h"
 
 namespace thpc {
@@ -37,6 +39,35 @@ bool same_path_written_otherwise(const ConfigDifference& difference,
   const std::filesystem::path reference =
       resolved((std::filesystem::path(written_in) / difference.reference).string());
   return !failed && value == reference;
+}
+
+// A note when this run's schedule gives the next step another learning rate than the
+// checkpoint's run would have (a changed train.warmup_steps or train.lr_scale, or any
+// later key of scheduled_learning_rate's): the settings' note names the keys, this one the
+// jump a reader would otherwise find in the progress lines' lr (warmup_steps 4000 -> 8000
+// at step 6000 halves it at once). Compared by value, not by key name, so a schedule's new
+// key needs no entry here. A stored configuration this version cannot read is passed over.
+void note_learning_rate_jump(const Checkpoint& checkpoint, const Config& config,
+                             std::ostream& log) {
+  Config then;
+  try {
+    then = load_config_text(checkpoint.config_ini, "the checkpoint's configuration");
+  } catch (const Error&) {
+    return;
+  }
+  const int64_t next = checkpoint.step + 1;
+  // A rollback's reduction (kept in the checkpoint) multiplies both alike.
+  const double factor = checkpoint.divergence ? checkpoint.divergence->lr_factor : 1.0;
+  const double now = scheduled_learning_rate(next, config) * factor;
+  const double before = scheduled_learning_rate(next, then) * factor;
+  // Equal settings give the same bits; a relative 1e-9 only spares a rewritten value.
+  if (std::abs(now - before) <= 1e-9 * std::abs(before)) return;
+  std::ostringstream line;
+  line << std::scientific << std::setprecision(3) << "note: the learning rate of step " << next
+       << " is " << now << " where the checkpoint's run would have given " << before << " ("
+       << std::fixed << std::setprecision(2) << now / before
+       << "x): the schedule's settings changed, and the rate jumps there" << std::endl;
+  log << line.str();
 }
 
 // A note naming the settings in which this run differs from the one that wrote the
@@ -81,6 +112,7 @@ std::vector<std::string> note_changed_settings(const Checkpoint& checkpoint,
         << " from the run that wrote the checkpoint but " << (idle_count == 1 ? "has" : "have")
         << " no effect in this run: " << idle.str() << std::endl;
   }
+  note_learning_rate_jump(checkpoint, config, log);
   return idle_keys;
 }
 

@@ -39,7 +39,8 @@ EpochsEnd end_of_epochs_from(BatchSource& data, int64_t budget, int ranks,
 // checkpoint's (and whether each step still takes the same micro-batches), the settings
 // that differ from its run's from this step on (and apart, those without effect here:
 // GPU-only keys when `on_gpu` is false), `data_position_note`
-// (position_at_this_budget's), and best validation values the checkpoint lacks. Returns
+// (position_at_this_budget's), best validation values the checkpoint lacks, and the
+// learning rate's jump where the schedule's settings changed. Returns
 // the keys it named as without effect here, which the start-up's idle_settings_note then
 // leaves out (it named them twice, the second time without the checkpoint's value).
 std::vector<std::string> log_resume_notes(const Checkpoint& checkpoint, const std::string& path,
