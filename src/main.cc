@@ -397,6 +397,11 @@ int main(int argc, char** argv) {
   } catch (const thpc::Error& e) {
     config_error = e.what();
   }
+  // Standard output into a file the run reads (`--dry-run >> m.ini`): refused before a
+  // line is printed.
+  if (!help && config_error.empty()) {
+    config_error = thpc::standard_output_into_an_input(config);
+  }
   // A bad configuration is not one rank's own business: every rank takes part in the
   // agreement, so that the job ends together, with one message from rank 0. --help too:
   // a rank that left without it kept the others waiting forever.

@@ -64,6 +64,21 @@ class ToolOutputs : public ScratchDirectoryTest {
     fs::copy_file("text/valid.en", "source.en");
   }
 
+  // The prefix that runs a program as a user who is not root, in *prefix: "" when this is
+  // none, else setpriv's to run as nobody, the scratch directory opened to all (root may
+  // write any file, and a check of permissions needs another user). False when as root
+  // without /usr/bin/setpriv (util-linux): the test skips with kNoOtherUser.
+  bool as_another_user(std::string* prefix) {
+    prefix->clear();
+    if (::geteuid() != 0) return true;
+    if (::access("/usr/bin/setpriv", X_OK) != 0) return false;
+    *prefix = "/usr/bin/setpriv --reuid=65534 --regid=65534 --clear-groups ";
+    fs::permissions(directory_, fs::perms::all);
+    return true;
+  }
+  static constexpr const char* kNoOtherUser =
+      "run as root without /usr/bin/setpriv (util-linux) to run as nobody";
+
   // Every file under the directory with its bytes: what a refusal must leave as it was.
   static std::map<std::string, std::string> everything() {
     std::map<std::string, std::string> files;
@@ -219,6 +234,56 @@ TEST_F(ToolOutputs, NoToolWritesOverAStandardStreamsFileOrWhereItCannotWrite) {
             std::string::npos)
       << appended.output;
   EXPECT_EQ(changed_since(before), std::vector<std::string>{});
+  // So for the programs that print their results, refused before a line: transformer_score
+  // and transformer_evalb appended their report to the reference or gold file, the
+  // trainer its log to its config file or a shard, exit 0.
+  fs::copy_file("source.en", "hyp.en");
+  std::ofstream("gold.tree") << "(S (X a) (Y b))\n";
+  std::ofstream("test.tree") << "(S (X a) (Y b))\n";
+  fs::copy_file(THPC_SOURCE_DIR "/input/tiny.ini", "tiny.ini");
+  const std::string train = "transformer_hpc tiny.ini --model.layers=1 --train.max_steps=1 ";
+  for (const auto& [command, input] : std::vector<std::pair<std::string, std::string>>{
+           {"transformer_score source.en -i hyp.en >> hyp.en", "hyp.en"},
+           {"transformer_score source.en < hyp.en >> source.en", "source.en"},
+           {"transformer_score source.en < hyp.en >> hyp.en", "standard input (-)"},
+           {"transformer_evalb gold.tree test.tree >> gold.tree", "gold.tree"},
+           {"transformer_evalb gold.tree - < test.tree >> test.tree", "standard input (-)"}}) {
+    SCOPED_TRACE(command);
+    const std::map<std::string, std::string> unchanged = everything();
+    const ProcessResult printed = run_process("sh -c '" + kBin + "/" + command + "'");
+    EXPECT_EQ(printed.exit_code, 2) << printed.output;
+    EXPECT_NE(printed.output.find("standard output is the file of the input " + input +
+                                  ": writing the "),
+              std::string::npos)
+        << printed.output;
+    EXPECT_EQ(changed_since(unchanged), std::vector<std::string>{});
+  }
+  for (const auto& [redirect, input] : std::vector<std::pair<std::string, std::string>>{
+           {"--dry-run >> tiny.ini", "tiny.ini"},
+           {"--data.dir=data --checkpoint.dir=ck >> data/train.00000.h5", "data/train.00000.h5"},
+           {"--data.dir=data --checkpoint.dir=run/ck --checkpoint.resume=auto "
+            ">> run/ck/step_00000002.h5",
+            "run/ck/step_00000002.h5"},
+           {"--checkpoint.init=model.h5 --checkpoint.dir=ck --data.dir=data >> model.h5",
+            "model.h5"}}) {
+    SCOPED_TRACE(redirect);
+    const std::map<std::string, std::string> unchanged = everything();
+    const ProcessResult printed = run_process("sh -c '" + kBin + "/" + train + redirect + "'");
+    EXPECT_EQ(printed.exit_code, 2) << printed.output;
+    EXPECT_NE(printed.output.find("transformer_hpc: standard output is " + input +
+                                  ", a file this run reads or keeps: its lines would be "
+                                  "written into it; redirect the output to another file"),
+              std::string::npos)
+        << printed.output;
+    EXPECT_EQ(changed_since(unchanged), std::vector<std::string>{});
+  }
+  // A log kept beside the checkpoints is no file of the run's.
+  const ProcessResult logged = run_process("sh -c '" + kBin + "/" + train +
+                                           "--checkpoint.dir=ck2 > ck2.log && mkdir -p ck3 && " +
+                                           kBin + "/" + train + "--checkpoint.dir=ck3 > " +
+                                           "ck3/train.log'");
+  EXPECT_EQ(logged.exit_code, 0) << logged.output;
+  EXPECT_NE(read_file("ck3/train.log").find("final: step=1"), std::string::npos);
   // Paths that cannot be written: an empty name, a name ending in /, a directory below a
   // file; for the second output too, so that the first is not left behind.
   expect_refused(decode + "--input source.en --output ''", "--output is empty");
@@ -426,8 +491,11 @@ TEST_F(ToolOutputs, NoToolWritesOverATrainingRunsFiles) {
   const std::string average = "transformer_average --inputs model.h5 ";
   fs::copy_file("model.h5", "run/ck/best.h5");
   // By name: what resume=auto, pruning and keep_best act on, the metrics a run appends to.
+  // A run's lock and a corpus's (renamed over, a running trainer took its replaced lock
+  // for another holder's and stopped without its last checkpoint).
   for (const std::string output : {"run/ck/step_00000002.h5", "run/ck/step_00000009.h5",
-                                    "run/ck/best.h5", "elsewhere/best.h5", "run/metrics.jsonl"}) {
+                                    "run/ck/best.h5", "elsewhere/best.h5", "run/metrics.jsonl",
+                                    "run/ck/trainer.lock", "data/preprocess.lock"}) {
     expect_refused(decode + "--output " + output, "no tool writes over a training run's files");
     expect_refused(average + "--output " + output, "no tool writes over a training run's files");
   }
@@ -605,13 +673,7 @@ TEST_F(ToolOutputs, AnOutputWhoseNameIsAsLongAsAFileNameMayBeIsWritten) {
 TEST_F(ToolOutputs, AnOutputIsWrittenUnderAUmaskThatMakesNewFilesReadOnly) {
   train_a_model();
   std::string as_a_user;
-  if (::geteuid() == 0) {
-    if (::access("/usr/bin/setpriv", X_OK) != 0) {
-      GTEST_SKIP() << "run as root without /usr/bin/setpriv (util-linux) to run as nobody";
-    }
-    as_a_user = "/usr/bin/setpriv --reuid=65534 --regid=65534 --clear-groups ";
-    fs::permissions(directory_, fs::perms::all);
-  }
+  if (!as_another_user(&as_a_user)) GTEST_SKIP() << kNoOtherUser;
   std::ofstream("words.txt") << "a b\n";
   std::ofstream("tags.txt") << "X Y\n";
   std::ofstream("tree.mrg") << "(S (X a) (Y b))\n";
@@ -636,6 +698,71 @@ TEST_F(ToolOutputs, AnOutputIsWrittenUnderAUmaskThatMakesNewFilesReadOnly) {
   }
   EXPECT_TRUE(fs::exists("set.words"));
   EXPECT_FALSE(fs::exists(temporary_path("out.txt")));
+}
+
+// An output this user may not write (chmod a-w, or another user's) is refused, as `cp` and
+// the shell's `>` refuse it: a rename replaced it whatever its permissions, and a
+// protected translation, average or corpus was gone, exit 0. One that is replaced keeps
+// its permissions: a private 0600 output came back 0644 (a helper's trial). Root may
+// write any file, so as root the refusals run as nobody (setpriv), as another user would.
+TEST_F(ToolOutputs, AWriteProtectedOutputIsRefusedAndAReplacedOneKeepsItsPermissions) {
+  train_a_model();
+  const std::string decode =
+      "transformer_decode --greedy --max-len-b 5 --checkpoint model.h5 --input source.en ";
+  const std::vector<std::pair<std::string, std::string>> writes = {
+      {decode + "--output out.de", "out.de"},
+      {"transformer_quantize --checkpoint model.h5 --output quantized.h5", "quantized.h5"},
+      {"transformer_average --inputs model.h5 --output average.h5", "average.h5"}};
+  for (const auto& [command, output] : writes) {
+    SCOPED_TRACE(command);
+    const ProcessResult first = run_process(kBin + "/" + command);
+    ASSERT_EQ(first.exit_code, 0) << first.output;
+    for (const fs::perms mode : {fs::perms(0600), fs::perms(0664)}) {
+      fs::permissions(output, mode);
+      const ProcessResult run = run_process(kBin + "/" + command);
+      ASSERT_EQ(run.exit_code, 0) << run.output;
+      struct stat written {};
+      ASSERT_EQ(::stat(output.c_str(), &written), 0);
+      EXPECT_EQ(written.st_mode & 0777, static_cast<unsigned>(mode)) << output;
+    }
+  }
+  std::string as_a_user;
+  if (!as_another_user(&as_a_user)) GTEST_SKIP() << kNoOtherUser;
+  for (const char* made : {"data", "run", "run/ck", "text"}) {
+    fs::permissions(made, fs::perms::all);
+  }
+  for (const auto& [command, output] : writes) {
+    SCOPED_TRACE(command);
+    fs::permissions(output, fs::perms(0444));
+    const std::string before = read_file(output);
+    const ProcessResult refused = run_process(as_a_user + kBin + "/" + command);
+    EXPECT_EQ(refused.exit_code, 2) << refused.output;
+    EXPECT_NE(refused.output.find(output + ": is not writable by this user (mode 0444, owner "),
+              std::string::npos)
+        << refused.output;
+    EXPECT_NE(refused.output.find("), and a write would replace it: make it writable (chmod u+w " +
+                                  output + ", as its owner)"),
+              std::string::npos)
+        << refused.output;
+    EXPECT_EQ(read_file(output), before);
+  }
+  // A corpus protected so is not removed and written anew by another preprocess run.
+  for (const fs::directory_entry& file : fs::directory_iterator("data")) {
+    fs::permissions(file.path(), fs::perms(0666));
+  }
+  fs::permissions("data/train.00000.h5", fs::perms(0444));
+  const std::string shard = read_file("data/train.00000.h5");
+  const ProcessResult corpus = run_process(
+      as_a_user + kBin + "/transformer_preprocess --source-lang en --target-lang de "
+      "--trainpref text/train --validpref text/valid --destdir data --vocab-size 100 "
+      "--model-type bpe --seed 1");
+  EXPECT_NE(corpus.exit_code, 0) << corpus.output;
+  EXPECT_NE(corpus.output.find("--destdir data holds data/train.00000.h5, which this run would "
+                               "remove or replace, but it is not writable by this user (mode "
+                               "0444, owner "),
+            std::string::npos)
+      << corpus.output;
+  EXPECT_EQ(read_file("data/train.00000.h5"), shard);
 }
 
 // linearize's four files are renamed into place as one section that an interrupt waits

@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 
+#include "checkpoint/output_file.h"
 #include "common/error.h"
 #include "common/input_file.h"
 #include "parse/evalb.h"
@@ -94,6 +95,13 @@ CommandLine parse_command_line(int argc, char** argv) {
   if (!command.help && command.test_path.empty()) THPC_FAIL("needs a gold file and a test file");
   if (command.gold_path == "-" && command.test_path == "-") {
     THPC_FAIL("the gold and the test file cannot both be standard input (-): give one a path");
+  }
+  // `>> gold.tree` appended the report to the gold trees, exit 0.
+  if (const std::string input = thpc::input_standard_output_is(
+          {command.gold_path, command.test_path, command.parameter_path});
+      !input.empty()) {
+    THPC_FAIL("standard output is the file of the input " << input << ": writing the report "
+              "there would change it; redirect the output to another file");
   }
   return command;
 }

@@ -17,6 +17,7 @@
 #include "common/whole_number.h"
 #include "data/preprocess.h"
 #include "io/atomic_file.h"
+#include "io/run_file_names.h"
 #include "train/run_directory.h"
 #include "tools/progress.h"
 #include "tools/tool_main.h"
@@ -112,7 +113,7 @@ int main(int argc, char** argv) {
     // Held until the shards are renamed in; the options, --destdir's contents among them,
     // are checked again under it.
     thpc::LockedUse use;
-    use.lock_name = "preprocess.lock";
+    use.lock_name = thpc::kPreprocessLockName;
     use.holder = "transformer_preprocess";
     use.holders = "runs of transformer_preprocess";
     use.key = "--destdir";
@@ -130,8 +131,9 @@ int main(int argc, char** argv) {
       // line's to mend, exit 2 as the other tools' output paths and the trainer's
       // checkpoint.dir (before: exit 1).
       if (advice.empty()) throw thpc::tools::Refusal(failure.what());
-      THPC_FAIL(given.options.dest_dir << "/preprocess.lock: cannot write the lock of --destdir: "
-                                       << advice << " (nothing was written)");
+      THPC_FAIL(given.options.dest_dir << "/" << thpc::kPreprocessLockName
+                                       << ": cannot write the lock of --destdir: " << advice
+                                       << " (nothing was written)");
     }
     // Ctrl-C removes it with the .partial files (the next run would take it over, with a
     // note).

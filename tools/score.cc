@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/output_file.h"
 #include "common/error.h"
 #include "common/input_file.h"
 #include "metrics/bleu.h"
@@ -181,6 +182,13 @@ CommandLine parse_command_line(int argc, char** argv) {
   if (standard_inputs > 1) {
     THPC_FAIL("standard input can be one file only: the system's (no -i, or -i -) or one "
               "reference's (-, with -i FILE)");
+  }
+  // `>> ref.txt` appended the score to the reference, exit 0; the next scoring failed.
+  std::vector<std::string> inputs = command.reference_paths;
+  inputs.push_back(command.hypothesis_path.value_or("-"));
+  if (const std::string input = thpc::input_standard_output_is(inputs); !input.empty()) {
+    THPC_FAIL("standard output is the file of the input " << input << ": writing the score "
+              "there would change it; redirect the output to another file");
   }
   // sacreBLEU's -m takes one name or more (nargs='+'); each is printed once, by name.
   command.metrics = given.metrics;

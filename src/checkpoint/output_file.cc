@@ -127,6 +127,15 @@ std::string training_run_file(const std::string& path) {
            "(checkpoint.average_last, average_best)";
   }
   if (name == kMetricsFileName) return "named like a training run's metrics file";
+  // A lock replaced by a rename is no longer the file its holder locked: a running trainer
+  // took that for another holder and stopped without its last checkpoint (a helper's
+  // trial, transformer_decode --output ck/trainer.lock).
+  if (name == kTrainerLockName) {
+    return "named like a training run's lock (trainer.lock, which the running trainer holds)";
+  }
+  if (name == kPreprocessLockName) {
+    return "named like transformer_preprocess's lock of its --destdir";
+  }
   if (name.rfind(kEventFilePrefix, 0) == 0) {
     return "named like a training run's TensorBoard event file";
   }
@@ -144,6 +153,16 @@ std::string training_run_file(const std::string& path) {
   return "";
 }
 
+std::string input_standard_output_is(const std::vector<std::string>& inputs) {
+  const std::optional<std::pair<dev_t, ino_t>> standard_output = stream_file(STDOUT_FILENO);
+  for (const std::string& input : inputs) {
+    if (!input.empty() && is_stream_file(input, STDIN_FILENO, standard_output)) {
+      return input == "-" ? "standard input (-)" : input;
+    }
+  }
+  return "";
+}
+
 void check_output_path(const std::string& option, const std::string& output,
                        const std::vector<std::string>& inputs, OutputKind kind,
                        const std::vector<std::string>& other_outputs) {
@@ -154,7 +173,6 @@ void check_output_path(const std::string& option, const std::string& output,
   // read, and `>> x.en` with `--input x.en` writes into it (as cat refuses "input file is
   // output file").
   const std::optional<std::pair<dev_t, ino_t>> standard_input = stream_file(STDIN_FILENO);
-  const std::optional<std::pair<dev_t, ino_t>> standard_output = stream_file(STDOUT_FILENO);
   if (output == "-") {
     // A whole HDF5 file is written under a temporary name and renamed: "-" was a file of
     // that name in the working directory, with exit 0 (transformer_average --output -).
@@ -162,11 +180,9 @@ void check_output_path(const std::string& option, const std::string& output,
       refuse("is an HDF5 file, written whole and renamed into place, not a stream: give a "
              "file name");
     }
-    for (const std::string& input : inputs) {
-      if (!input.empty() && is_stream_file(input, STDIN_FILENO, standard_output)) {
-        refuse("standard output is the file of the input " + input +
-               ": writing it would destroy it; redirect the output to another file");
-      }
+    if (const std::string input = input_standard_output_is(inputs); !input.empty()) {
+      refuse("standard output is the file of the input " + input +
+             ": writing it would destroy it; redirect the output to another file");
     }
     return;
   }
@@ -222,6 +238,10 @@ void check_output_path(const std::string& option, const std::string& output,
   }
   if (!descriptor) {
     if (const std::string why = why_not_writable(target); !why.empty()) refuse(why);
+    if (const std::string why = why_write_protected(target); !why.empty()) {
+      refuse(why + ", and a write would replace it: make it writable (chmod u+w " + target +
+             ", as its owner) or remove it to have it replaced, or give another output file");
+    }
   }
   // A device or a pipe takes a text output as it comes (write_text_atomically writes
   // into it); a whole HDF5 file would be renamed over it, and the device be gone

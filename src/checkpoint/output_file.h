@@ -44,6 +44,12 @@ void check_output_path(const std::string& option, const std::string& output,
                        const std::vector<std::string>& inputs, OutputKind kind,
                        const std::vector<std::string>& other_outputs = {});
 
+// The first of `inputs` ("-": standard input's file, named "standard input (-)") that
+// standard output is (`>> F` where F is an input), or "" when it is none: what a program
+// printing to standard output refuses before it prints (transformer_score and transformer_evalb appended their report
+// to the reference, the trainer its log to its config file, exit 0; a helper's trial).
+std::string input_standard_output_is(const std::vector<std::string>& inputs);
+
 // What a checkpoint output (OutputKind::Checkpoint) would replace at `path`, for the line
 // that says it was written: "the earlier parameters-only checkpoint of step N there, an
 // average or a quantized model"; "" when nothing is there. Asked before the write:

@@ -880,6 +880,13 @@ void check_destdir_holds_only_shards(const PreprocessOptions& options) {
                 << wrong << "): move it out of --destdir (delete it if it is a damaged "
                 << "output of an earlier run), or give another --destdir");
     }
+    // A corpus protected with chmod a-w was removed and written anew, exit 0.
+    if (const std::string why = why_write_protected(entry.path().string()); !why.empty()) {
+      THPC_FAIL("--destdir " << options.dest_dir << " holds " << entry.path().string()
+                << ", which this run would " << (shard ? "remove or replace" : "replace")
+                << ", but it " << why << ": make the corpus writable (chmod u+w, as its "
+                << "owner) to have it replaced, or give another --destdir");
+    }
   }
 }
 

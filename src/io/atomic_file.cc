@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pwd.h>
 #include <pthread.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
@@ -277,6 +278,23 @@ std::string why_no_file_can_be_made_at(const std::string& path) {
                                 : "is not a file (a directory, a pipe?): remove it";
 }
 
+std::string why_write_protected(const std::string& path) {
+  struct stat status {};
+  if (::stat(path.c_str(), &status) != 0 || !S_ISREG(status.st_mode)) return "";
+  if (::access(path.c_str(), W_OK) == 0 || errno != EACCES) return "";
+  char mode[8];
+  std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(status.st_mode & 07777));
+  std::string owner = std::to_string(status.st_uid);
+  std::vector<char> buffer(16384);
+  passwd entry {};
+  passwd* found = nullptr;
+  if (::getpwuid_r(status.st_uid, &entry, buffer.data(), buffer.size(), &found) == 0 &&
+      found != nullptr) {
+    owner = found->pw_name;
+  }
+  return std::string("is not writable by this user (mode ") + mode + ", owner " + owner + ")";
+}
+
 std::string standard_input_unreadable() {
   // Closed (`<&-`), or open for writing only (GNU nohup's for a terminal's).
   const int flags = ::fcntl(STDIN_FILENO, F_GETFL);
@@ -523,6 +541,21 @@ void OutputClaim::restore_mode_made() {
   }
 }
 
+void OutputClaim::keep_mode_of(const std::string& replaced) {
+  struct stat before {};
+  if (descriptor_ < 0 || ::stat(replaced.c_str(), &before) != 0 || !S_ISREG(before.st_mode)) {
+    return;
+  }
+  // The group first: a chown may clear the set-group-ID bit that the chmod then sets.
+  struct stat now {};
+  if (::fstat(descriptor_, &now) == 0 && now.st_gid != before.st_gid) {
+    const int ignored = ::fchown(descriptor_, static_cast<uid_t>(-1), before.st_gid);
+    (void)ignored;  // not a member of that group: the file keeps this user's
+  }
+  // The permission bits alone: no set-user-ID or sticky bit is copied onto a new output.
+  ::fchmod(descriptor_, before.st_mode & 0777);
+}
+
 void OutputClaim::release() {
   interrupted_.reset();
   if (descriptor_ >= 0) ::close(descriptor_);
@@ -611,6 +644,7 @@ void write_atomically(const std::string& path, const std::string& what,
     write(temporary);
     show_still_working();  // (a checkpoint's close and fsync are long single calls)
     claim->restore_mode_made();
+    claim->keep_mode_of(final_path.string());
     fsync_path(temporary, what);
     show_still_working();
   } catch (const Error& failure) {

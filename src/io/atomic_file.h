@@ -75,6 +75,10 @@ class OutputClaim {
   // stays readable and writable by its owner while it is written. Called once the write
   // ends, before the rename.
   void restore_mode_made();
+  // When the rename will replace a file at `replaced`, the file written takes its
+  // permissions (and its group, where this user may give it): a private 0600 output
+  // came back 0644, a group's 0664 file 0644 (a helper's trial). After restore_mode_made.
+  void keep_mode_of(const std::string& replaced);
 
  private:
   friend void write_atomically(const std::string&, const std::string&,
@@ -220,6 +224,13 @@ bool standard_output_was_closed();
 // "" when nothing or a file is there. OutputClaim and transformer_preprocess's files refuse
 // what it names.
 std::string why_no_file_can_be_made_at(const std::string& path);
+// "is not writable by this user (mode 0444, owner ann)" when `path` is an existing file
+// this user may not write, else "". A write replaces its output by a rename, which
+// only the directory's permissions allow or refuse: a file protected with chmod a-w (a
+// corpus, an average, a translation kept) was replaced without a word, where `cp` and the
+// shell's `>` refuse it (a helper's trial). Every check of an output asks this first.
+std::string why_write_protected(const std::string& path);
+
 // Why standard input cannot be read as a text ("closed", "not open for reading", "a
 // directory, not a text"), or "" when it can: each read as an empty input, exit 0.
 std::string standard_input_unreadable();

@@ -10,6 +10,8 @@
 namespace thpc {
 
 constexpr const char* kTrainerLockName = "trainer.lock";  // checkpoint.dir's (RunLock)
+// transformer_preprocess's lock of its --destdir, which no tool writes over either.
+constexpr const char* kPreprocessLockName = "preprocess.lock";
 constexpr const char* kMetricsFileName = "metrics.jsonl";
 constexpr const char* kEventFilePrefix = "events.out.tfevents.";  // TensorBoard's
 

@@ -212,6 +212,31 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
   return message.str();
 }
 
+std::string standard_output_into_an_input(const Config& config) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> inputs = {config.source_file, config.checkpoint.init,
+                                     config.eval_checkpoint, metrics_path(config)};
+  if (config.checkpoint.resume != "auto" && config.checkpoint.resume != "auto_or_fresh") {
+    inputs.push_back(config.checkpoint.resume);
+  }
+  std::error_code error;
+  if (!config.data.dir.empty()) {
+    for (const fs::directory_entry& entry : fs::directory_iterator(config.data.dir, error)) {
+      const std::string name = entry.path().filename().string();
+      if (name == "spm.model" || entry.path().extension() == ".h5") {
+        inputs.push_back(entry.path().string());
+      }
+    }
+  }
+  for (const fs::directory_entry& entry : fs::directory_iterator(config.checkpoint.dir, error)) {
+    if (is_training_run_file(entry.path().string())) inputs.push_back(entry.path().string());
+  }
+  const std::string input = input_standard_output_is(inputs);
+  if (input.empty()) return "";
+  return "standard output is " + input + ", a file this run reads or keeps: its lines would "
+         "be written into it; redirect the output to another file (> train.log)";
+}
+
 std::string outputs_that_would_destroy_inputs(const Config& config,
                                               const std::string& resumed_from,
                                               const std::string& metrics) {

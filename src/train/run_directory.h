@@ -22,6 +22,15 @@ namespace thpc {
 std::string run_metrics_path(const Config& config, const std::string& run_id,
                              const std::string& resumed_from, std::ostream& log);
 
+// "" unless standard output is a file the run reads or keeps (`transformer_hpc m.ini
+// --dry-run >> m.ini`): the config file, checkpoint.init, checkpoint.resume's or --eval's
+// checkpoint, data.dir's shards and spm.model, a training run's files in checkpoint.dir
+// (its checkpoints, lock, metrics file) or its metrics file. Else the refusal, said before
+// anything is printed: the log went into the config (which then failed: "given more than
+// once") or a shard, exit 0 (a helper's trial). A log kept beside the checkpoints
+// (`> ck/train.log`) is no such file.
+std::string standard_output_into_an_input(const Config& config);
+
 // "" when the run's outputs spare its inputs (the config file, checkpoint.init, the
 // checkpoint resumed from, the data's shards and spm.model) whatever the path spelling:
 // the metrics file it appends to is none of them and is a metrics file (or absent), and
