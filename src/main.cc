@@ -8,6 +8,7 @@
 // 1 a runtime failure (on any rank: the whole job is ended); 2 a bad command line or
 // config; 3 missing or invalid training data; 4 training diverged (train.divergence: a
 // loss or gradient norm not finite or spiking), the checkpoint to resume from named.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -358,6 +359,24 @@ class ExitHook {
   const thpc::Communicator& comm_;
 };
 
+// Why the process's file-size limit is too small to start at all, or "": MPI's start-up
+// writes a shared-memory store of a few MiB (PMIx's), and under a smaller limit it failed
+// with fifteen lines of "PMIX ERROR: OUT-OF-RESOURCE" and nothing naming the limit (a
+// helper's trial: 4,000 KiB failed, 5,000 started). 8 MiB leaves it room; a checkpoint
+// of any real model is larger still, and its write is said when the limit stops it.
+std::string file_size_limit_too_small() {
+  constexpr rlim_t kSmallest = rlim_t{8} << 20;
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_FSIZE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY ||
+      limit.rlim_cur >= kSmallest) {
+    return "";
+  }
+  return "the process's file-size limit (ulimit -f, or the batch system's) is " +
+         std::to_string(static_cast<unsigned long long>(limit.rlim_cur >> 10)) +
+         " KiB: MPI's start-up writes files of a few MiB and fails under it, and a "
+         "checkpoint is larger still; raise it to 8 MiB at least (ulimit -f unlimited)";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -375,6 +394,11 @@ int main(int argc, char** argv) {
   // to the program (its own handlers are for crashes).
   const thpc::StopSignalGuard stop_signals;
   thpc::fail_writes_past_the_file_size_limit();
+  // Before MPI's start-up, which fails under it without a word of why: every rank says it.
+  if (const std::string too_small = file_size_limit_too_small(); !too_small.empty()) {
+    std::cerr << "transformer_hpc: error: " << too_small << std::endl;
+    return 2;
+  }
   thpc::MpiSession mpi(&argc, &argv);
   const thpc::Communicator comm = thpc::Communicator::world();
   thpc::Config config;

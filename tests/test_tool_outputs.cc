@@ -916,6 +916,16 @@ TEST_F(ToolOutputs, AFileSizeLimitStopsEveryWriterWithOneMessageAndNoPartialFile
                          "--model.d_model=256 --model.d_ff=1024 --train.max_steps=3 "
                          "--checkpoint.every_steps=2 --checkpoint.dir=big",
                          "checkpoint big/step_00000002.h5", limit + "10240000 bytes stopped it");
+  // A limit under which MPI cannot start is said before it tries (before: fifteen lines of
+  // PMIx's "OUT-OF-RESOURCE", nothing naming the limit).
+  const ProcessResult too_small = run_process(
+      "bash -c 'ulimit -f 4000; exec " + kBin + "/transformer_hpc " THPC_SOURCE_DIR
+      "/input/tiny.ini --dry-run'");
+  EXPECT_EQ(too_small.exit_code, 2) << too_small.output;
+  EXPECT_EQ(too_small.output, "transformer_hpc: error: the process's file-size limit (ulimit "
+                              "-f, or the batch system's) is 4000 KiB: MPI's start-up writes "
+                              "files of a few MiB and fails under it, and a checkpoint is "
+                              "larger still; raise it to 8 MiB at least (ulimit -f unlimited)\n");
 }
 
 // A small tmpfs (the test skips where it may not mount one) filled by the writers.
