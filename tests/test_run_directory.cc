@@ -244,6 +244,29 @@ TEST_F(RunDirectory, NothingToResumeIsANewRunInAnotherRunsMetricsDirectory) {
   EXPECT_EQ(run_records(directory_ / "own" / "metrics.jsonl").size(), 3u);
 }
 
+// A run directory copied (cp -r base copy): its metrics file records the original's
+// checkpoint.dir, and a new run in the copy was refused naming the original as the run to
+// continue (a run there would have trained in it; a helper's trial). The copy is its own:
+// the refusal names it, and resume=auto with its checkpoints gone appends to its metrics.
+TEST_F(RunDirectory, ACopiedRunDirectoryIsARunOfItsOwn) {
+  ASSERT_EQ(train("base", "--train.max_steps=2").exit_code, 0);
+  fs::copy(directory_ / "base", directory_ / "copy", fs::copy_options::recursive);
+  const ProcessResult fresh = train("copy", "--train.max_steps=2");
+  EXPECT_EQ(fresh.exit_code, 2) << fresh.output;
+  EXPECT_NE(fresh.output.find("continue that run with --checkpoint.resume=auto, give this run "
+                              "another checkpoint.dir"),
+            std::string::npos)
+      << fresh.output;
+  EXPECT_EQ(fresh.output.find("/base/"), std::string::npos) << fresh.output;
+  for (const fs::directory_entry& entry :
+       fs::directory_iterator(directory_ / "copy" / "checkpoints")) {
+    if (entry.path().extension() == ".h5") fs::remove(entry.path());
+  }
+  const ProcessResult again = train("copy", "--train.max_steps=2 --checkpoint.resume=auto");
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_EQ(run_records(directory_ / "copy" / "checkpoints" / "metrics.jsonl").size(), 2u);
+}
+
 // A run started when the metrics went beside checkpoint.dir (RUN/metrics.jsonl for
 // RUN/checkpoints) and resumed now goes on appending there, saying so, rather than
 // splitting its curves between two files.

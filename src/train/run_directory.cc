@@ -106,11 +106,17 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
   // directory is then taken as a new run's.
   // A recorded directory that is not there any more is this one moved (a run directory
   // renamed, or mounted elsewhere in a container: refused as another run's, a review's
-  // finding); no other run resumes from it.
+  // finding); no other run resumes from it. So is one recorded in a metrics file inside
+  // checkpoint.dir itself (the default): the directory copied (cp -r run copy), whose
+  // refusal named the original as the run to continue, and a run there would train in it.
   const std::string metrics_run_dir = MetricsFile::last_run_checkpoint_dir(metrics);
   std::error_code error;
+  const fs::path metrics_dir =
+      fs::path(metrics).has_parent_path() ? fs::path(metrics).parent_path() : fs::path(".");
+  const bool metrics_in_checkpoint_dir = fs::equivalent(metrics_dir, options.dir, error);
   const bool metrics_of_another_directory =
-      !metrics_run_dir.empty() && fs::exists(metrics_run_dir, error) &&
+      !metrics_in_checkpoint_dir && !metrics_run_dir.empty() &&
+      fs::exists(metrics_run_dir, error) &&
       fs::absolute(options.dir, error).lexically_normal() != fs::path(metrics_run_dir) &&
       !fs::equivalent(options.dir, metrics_run_dir, error);
   const bool found_nothing = !options.resume.empty() && resumed_from.empty();
@@ -142,9 +148,6 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
   }
   // TensorBoard's files carry no run id: a fresh run's directory has none.
   if (fresh) {
-    const fs::path metrics_dir = fs::path(metrics).parent_path().empty()
-                                     ? fs::path(".")
-                                     : fs::path(metrics).parent_path();
     for (const fs::directory_entry& entry : fs::directory_iterator(metrics_dir, error)) {
       if (entry.path().filename().string().rfind(kEventFilePrefix, 0) != 0) continue;
       if (event_file_records_no_value(entry.path().string())) {
