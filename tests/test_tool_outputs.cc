@@ -277,6 +277,17 @@ TEST_F(ToolOutputs, NoToolWritesOverAStandardStreamsFileOrWhereItCannotWrite) {
         << printed.output;
     EXPECT_EQ(changed_since(unchanged), std::vector<std::string>{});
   }
+  // Standard output closed (>&-), as "-" or as /dev/stdout: said before the work (it was
+  // "the write failed (disk full?)", after the translation).
+  for (const char* output : {"-", "/dev/stdout"}) {
+    const ProcessResult closed = run_process("sh -c '" + kBin + "/" + decode +
+                                             "--input source.en --output " + output + " >&-'");
+    EXPECT_EQ(closed.exit_code, 2) << closed.output;
+    EXPECT_NE(closed.output.find("closed (>&-): what would be written there is lost; give it a "
+                                 "file (> FILE), or give --output a file name"),
+              std::string::npos)
+        << output << "\n" << closed.output;
+  }
   // A log kept beside the checkpoints is no file of the run's.
   const ProcessResult logged = run_process("sh -c '" + kBin + "/" + train +
                                            "--checkpoint.dir=ck2 > ck2.log && mkdir -p ck3 && " +

@@ -184,6 +184,11 @@ void check_output_path(const std::string& option, const std::string& output,
       refuse("standard output is the file of the input " + input +
              ": writing it would destroy it; redirect the output to another file");
     }
+    // Said before the work, not after it (its result lost at the end).
+    if (standard_output_was_closed()) {
+      refuse("standard output is closed (>&-): what would be written there is lost; give "
+             "it a file (> FILE), or give " + option + " a file name");
+    }
     return;
   }
   if (output.empty()) return;  // no such output
@@ -199,6 +204,13 @@ void check_output_path(const std::string& option, const std::string& output,
   // (write_atomically writes there; checked here, a link named the run's best_step_*.h5
   // in a harmless name), or the descriptor itself (/dev/stdout, written through).
   const bool descriptor = names_an_open_descriptor(output);
+  // (/dev/stdout after >&- is the /dev/full guard_standard_streams put there: its failure
+  // was said as "the write failed (disk full?)", after the work.)
+  if (descriptor && own_descriptor_named(output) == STDOUT_FILENO &&
+      standard_output_was_closed()) {
+    refuse("is standard output, which is closed (>&-): what would be written there is lost; "
+           "give it a file (> FILE), or give " + option + " a file name");
+  }
   if (descriptor && kind != OutputKind::Text) {
     refuse("is an open descriptor of this process (a stream), not a file: this output is a "
            "whole HDF5 file; give a file name");
