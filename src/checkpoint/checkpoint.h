@@ -47,7 +47,7 @@ class CheckpointOfANewerVersion : public Error {
 // attributes, and its groups and datasets. A part write_checkpoint gains goes here too, or
 // resuming from the files it writes is refused; then derived_checkpoint_of,
 // Trainer::restore and docs/checkpoints.md's layout sort it (checked against the layout:
-// CheckpointTest.TheLayoutNamesEveryPartAtTheRoot).
+// CheckpointLayout.TheLayoutNamesEveryPartAtTheRoot).
 const std::vector<std::string>& checkpoint_root_attributes();
 const std::vector<std::string>& checkpoint_root_members();
 
