@@ -472,6 +472,14 @@ int main(int argc, char** argv) {
     }
     // Rank 0 speaks for the job: a Ctrl-C says at once what it does.
     if (comm.is_root()) thpc::announce_interrupts();
+    // Closed (>&-), the log went nowhere without a word while the run went on (its files
+    // are written): said once, as a warning.
+    if (comm.is_root() && thpc::standard_output_was_closed()) {
+      std::cerr << "transformer_hpc: warning: standard output is closed (>&-): this run's "
+                << "log (its progress lines and summary) is lost; its checkpoints and metrics "
+                << "file are written. Give it a file (> train.log) to keep the log"
+                << std::endl;
+    }
     if (comm.is_root()) {
       for (const std::string& hook : thpc::test_hooks_set()) {
         std::cerr << "warning: the test suite's hook " << hook << " is set: it fakes what "

@@ -288,6 +288,15 @@ TEST_F(ToolOutputs, NoToolWritesOverAStandardStreamsFileOrWhereItCannotWrite) {
               std::string::npos)
         << output << "\n" << closed.output;
   }
+  // The trainer, whose log is all it prints there, trains on and says the log is lost.
+  const ProcessResult unlogged =
+      run_process("sh -c '" + kBin + "/" + train + "--checkpoint.dir=unlogged >&-'");
+  EXPECT_EQ(unlogged.exit_code, 0) << unlogged.output;
+  EXPECT_NE(unlogged.output.find("transformer_hpc: warning: standard output is closed (>&-): "
+                                 "this run's log (its progress lines and summary) is lost"),
+            std::string::npos)
+      << unlogged.output;
+  EXPECT_TRUE(fs::exists("unlogged/step_00000001.h5"));
   // A log kept beside the checkpoints is no file of the run's.
   const ProcessResult logged = run_process("sh -c '" + kBin + "/" + train +
                                            "--checkpoint.dir=ck2 > ck2.log && mkdir -p ck3 && " +
