@@ -360,12 +360,13 @@ class ExitHook {
 };
 
 // Why the process's file-size limit is too small to start at all, or "": MPI's start-up
-// writes a shared-memory store of a few MiB (PMIx's), and under a smaller limit it failed
+// writes a shared-memory store of 4 MiB (PMIx's), and under a smaller limit it failed
 // with fifteen lines of "PMIX ERROR: OUT-OF-RESOURCE" and nothing naming the limit (a
-// helper's trial: 4,000 KiB failed, 5,000 started). 8 MiB leaves it room; a checkpoint
-// of any real model is larger still, and its write is said when the limit stops it.
+// helper's trial; a bare MPI_Init_thread fails at ulimit -f 4090 and starts at 4096, one
+// rank or two under mpirun). A larger limit that a checkpoint outgrows is said when it
+// stops that write.
 std::string file_size_limit_too_small() {
-  constexpr rlim_t kSmallest = rlim_t{8} << 20;
+  constexpr rlim_t kSmallest = rlim_t{4} << 20;
   rlimit limit{};
   if (::getrlimit(RLIMIT_FSIZE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY ||
       limit.rlim_cur >= kSmallest) {
@@ -373,8 +374,8 @@ std::string file_size_limit_too_small() {
   }
   return "the process's file-size limit (ulimit -f, or the batch system's) is " +
          std::to_string(static_cast<unsigned long long>(limit.rlim_cur >> 10)) +
-         " KiB: MPI's start-up writes files of a few MiB and fails under it, and a "
-         "checkpoint is larger still; raise it to 8 MiB at least (ulimit -f unlimited)";
+         " KiB: MPI's start-up writes a file of 4 MiB and fails under it; raise it "
+         "(ulimit -f unlimited, or enough for the checkpoints)";
 }
 
 }  // namespace
@@ -422,8 +423,10 @@ int main(int argc, char** argv) {
     config_error = e.what();
   }
   // Standard output into a file the run reads (`--dry-run >> m.ini`): refused before a
-  // line is printed.
-  if (!help && config_error.empty()) {
+  // line is printed. Rank 0's alone, which prints the log (the others' mistake would be
+  // said as ranks started unlike); under mpirun or srun every rank's is a pipe to them,
+  // which no check here can follow.
+  if (!help && config_error.empty() && comm.is_root()) {
     config_error = thpc::standard_output_into_an_input(config);
   }
   // A bad configuration is not one rank's own business: every rank takes part in the

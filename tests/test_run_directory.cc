@@ -265,6 +265,19 @@ TEST_F(RunDirectory, ACopiedRunDirectoryIsARunOfItsOwn) {
   const ProcessResult again = train("copy", "--train.max_steps=2 --checkpoint.resume=auto");
   EXPECT_EQ(again.exit_code, 0) << again.output;
   EXPECT_EQ(run_records(directory_ / "copy" / "checkpoints" / "metrics.jsonl").size(), 2u);
+  // So with the metrics file above checkpoint.dir (RUN/metrics.jsonl for RUN/checkpoints).
+  const auto beside = [&](const std::string& run) {
+    return " --train.metrics_dir=" + (directory_ / run).string();
+  };
+  ASSERT_EQ(train("up", "--train.max_steps=2" + beside("up")).exit_code, 0);
+  fs::copy(directory_ / "up", directory_ / "up_copy", fs::copy_options::recursive);
+  const ProcessResult up_copy = train("up_copy", "--train.max_steps=2" + beside("up_copy"));
+  EXPECT_EQ(up_copy.exit_code, 2) << up_copy.output;
+  EXPECT_NE(up_copy.output.find("continue that run with --checkpoint.resume=auto, give this "
+                                "run another checkpoint.dir"),
+            std::string::npos)
+      << up_copy.output;
+  EXPECT_EQ(up_copy.output.find("/up/"), std::string::npos) << up_copy.output;
 }
 
 // A run started when the metrics went beside checkpoint.dir (RUN/metrics.jsonl for

@@ -733,7 +733,22 @@ TEST_F(ToolOutputs, AWriteProtectedOutputIsRefusedAndAReplacedOneKeepsItsPermiss
       {decode + "--output out.de", "out.de"},
       {"transformer_quantize --checkpoint model.h5 --output quantized.h5", "quantized.h5"},
       {"transformer_average --inputs model.h5 --output average.h5", "average.h5"}};
-  for (const auto& [command, output] : writes) {
+  std::ofstream("tree.mrg") << "(S (X a) (Y b))\n";
+  const std::string preprocess =
+      "transformer_preprocess --source-lang en --target-lang de --trainpref text/train "
+      "--validpref text/valid --destdir data --vocab-size 100 --model-type bpe --seed 1";
+  // Each writer: write_atomically's, write_texts_atomically's (linearize's four files),
+  // and the corpus's renames.
+  std::vector<std::pair<std::string, std::string>> replacing = writes;
+  replacing.emplace_back("transformer_trees linearize --output lin tree.mrg", "lin.tags");
+  replacing.emplace_back(preprocess, "data/train.00000.h5");
+  replacing.emplace_back(preprocess, "data/spm.model");
+  const auto mode_of = [](const std::string& path) {
+    struct stat written {};
+    EXPECT_EQ(::stat(path.c_str(), &written), 0) << path;
+    return written.st_mode & 0777;
+  };
+  for (const auto& [command, output] : replacing) {
     SCOPED_TRACE(command);
     const ProcessResult first = run_process(kBin + "/" + command);
     ASSERT_EQ(first.exit_code, 0) << first.output;
@@ -741,15 +756,34 @@ TEST_F(ToolOutputs, AWriteProtectedOutputIsRefusedAndAReplacedOneKeepsItsPermiss
       fs::permissions(output, mode);
       const ProcessResult run = run_process(kBin + "/" + command);
       ASSERT_EQ(run.exit_code, 0) << run.output;
-      struct stat written {};
-      ASSERT_EQ(::stat(output.c_str(), &written), 0);
-      EXPECT_EQ(written.st_mode & 0777, static_cast<unsigned>(mode)) << output;
+      EXPECT_EQ(mode_of(output), static_cast<unsigned>(mode)) << output;
     }
+  }
+  // A named user's entry of an access ACL is kept, and the group's bits are not widened
+  // to the ACL's mask (the mode's group bits).
+  if (::access("/usr/bin/setfacl", X_OK) == 0 &&
+      run_process("chmod 640 out.de && setfacl -m u:65534:rw out.de").exit_code == 0) {
+    const ProcessResult run = run_process(kBin + "/" + writes[0].first);
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    const ProcessResult acl = run_process("getfacl -c out.de");
+    EXPECT_NE(acl.output.find("user:nobody:rw-"), std::string::npos) << acl.output;
+    EXPECT_NE(acl.output.find("group::r--"), std::string::npos) << acl.output;
   }
   std::string as_a_user;
   if (!as_another_user(&as_a_user)) GTEST_SKIP() << kNoOtherUser;
   for (const char* made : {"data", "run", "run/ck", "text"}) {
     fs::permissions(made, fs::perms::all);
+  }
+  // A write-only file of this user's own is replaced (its sync opened it to read: the
+  // whole translation done, then exit 1).
+  if (!as_a_user.empty()) {
+    std::ofstream("write_only.de") << "old\n";
+    ASSERT_EQ(::chown("write_only.de", 65534, 65534), 0);
+    fs::permissions("write_only.de", fs::perms(0200));
+    const ProcessResult written =
+        run_process(as_a_user + kBin + "/" + decode + "--output write_only.de");
+    EXPECT_EQ(written.exit_code, 0) << written.output;
+    EXPECT_EQ(mode_of("write_only.de"), 0200u);
   }
   for (const auto& [command, output] : writes) {
     SCOPED_TRACE(command);
@@ -757,11 +791,15 @@ TEST_F(ToolOutputs, AWriteProtectedOutputIsRefusedAndAReplacedOneKeepsItsPermiss
     const std::string before = read_file(output);
     const ProcessResult refused = run_process(as_a_user + kBin + "/" + command);
     EXPECT_EQ(refused.exit_code, 2) << refused.output;
-    EXPECT_NE(refused.output.find(output + ": is not writable by this user (mode 0444, owner "),
-              std::string::npos)
-        << refused.output;
-    EXPECT_NE(refused.output.find("), and a write would replace it: make it writable (chmod u+w " +
-                                  output + ", as its owner)"),
+    // (root's file to nobody; as another user, this user's own, write-protected)
+    EXPECT_NE(refused.output.find(
+                  output + (as_a_user.empty()
+                                ? ": is write-protected (mode 0444): make it writable (chmod u+w " +
+                                      output + ") or remove it to have it replaced; or give "
+                                      "another output file"
+                                : ": is root's (mode 0444), not writable by this user: remove "
+                                  "it, where its directory lets you, to have it replaced; or "
+                                  "give another output file")),
               std::string::npos)
         << refused.output;
     EXPECT_EQ(read_file(output), before);
@@ -778,8 +816,7 @@ TEST_F(ToolOutputs, AWriteProtectedOutputIsRefusedAndAReplacedOneKeepsItsPermiss
       "--model-type bpe --seed 1");
   EXPECT_NE(corpus.exit_code, 0) << corpus.output;
   EXPECT_NE(corpus.output.find("--destdir data holds data/train.00000.h5, which this run would "
-                               "remove or replace, but it is not writable by this user (mode "
-                               "0444, owner "),
+                               "remove or replace, but it is "),
             std::string::npos)
       << corpus.output;
   EXPECT_EQ(read_file("data/train.00000.h5"), shard);
@@ -944,8 +981,13 @@ TEST_F(ToolOutputs, AFileSizeLimitStopsEveryWriterWithOneMessageAndNoPartialFile
   EXPECT_EQ(too_small.exit_code, 2) << too_small.output;
   EXPECT_EQ(too_small.output, "transformer_hpc: error: the process's file-size limit (ulimit "
                               "-f, or the batch system's) is 4000 KiB: MPI's start-up writes "
-                              "files of a few MiB and fails under it, and a checkpoint is "
-                              "larger still; raise it to 8 MiB at least (ulimit -f unlimited)\n");
+                              "a file of 4 MiB and fails under it; raise it (ulimit -f "
+                              "unlimited, or enough for the checkpoints)\n");
+  // One at which it starts is taken (a tiny model's checkpoints are smaller).
+  const ProcessResult enough = run_process(
+      "bash -c 'ulimit -f 5000; exec " + kBin + "/transformer_hpc " THPC_SOURCE_DIR
+      "/input/tiny.ini --dry-run'");
+  EXPECT_EQ(enough.exit_code, 0) << enough.output;
 }
 
 // A small tmpfs (the test skips where it may not mount one) filled by the writers.

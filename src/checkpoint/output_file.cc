@@ -251,8 +251,7 @@ void check_output_path(const std::string& option, const std::string& output,
   if (!descriptor) {
     if (const std::string why = why_not_writable(target); !why.empty()) refuse(why);
     if (const std::string why = why_write_protected(target); !why.empty()) {
-      refuse(why + ", and a write would replace it: make it writable (chmod u+w " + target +
-             ", as its owner) or remove it to have it replaced, or give another output file");
+      refuse(why + "; or give another output file");
     }
   }
   // A device or a pipe takes a text output as it comes (write_text_atomically writes
@@ -470,6 +469,7 @@ void write_texts_atomically(const std::vector<std::pair<std::string, std::string
       write_file(temporary, path, std::ios::trunc, text_of(files[i].second));
       claims.back()->restore_mode_made();
       fsync_path(temporary, path);
+      keep_permissions_of(path, temporary);
     }
   } catch (const OutputInUse&) {
     remove_written();

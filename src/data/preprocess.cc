@@ -754,6 +754,8 @@ class PendingOutputs {
       if (delay != nullptr) {
         std::this_thread::sleep_for(std::chrono::milliseconds(std::strtol(delay, nullptr, 10)));
       }
+      // (a corpus made private, chmod 600, came back 0644)
+      keep_permissions_of(final_path, temporary);
       fs::rename(temporary, final_path, error);
       if (error) {
         // The new shards renamed so far, beside earlier ones, are a set the trainer
@@ -884,8 +886,7 @@ void check_destdir_holds_only_shards(const PreprocessOptions& options) {
     if (const std::string why = why_write_protected(entry.path().string()); !why.empty()) {
       THPC_FAIL("--destdir " << options.dest_dir << " holds " << entry.path().string()
                 << ", which this run would " << (shard ? "remove or replace" : "replace")
-                << ", but it " << why << ": make the corpus writable (chmod u+w, as its "
-                << "owner) to have it replaced, or give another --destdir");
+                << ", but it " << why << "; or give another --destdir");
     }
   }
 }

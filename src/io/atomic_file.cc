@@ -8,6 +8,7 @@
 #include <sys/statvfs.h>
 #include <sys/stat.h>
 #include <sys/file.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -284,6 +285,10 @@ std::string why_write_protected(const std::string& path) {
   if (::access(path.c_str(), W_OK) == 0 || errno != EACCES) return "";
   char mode[8];
   std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(status.st_mode & 07777));
+  if (status.st_uid == ::geteuid()) {
+    return std::string("is write-protected (mode ") + mode + "): make it writable (chmod u+w " +
+           path + ") or remove it to have it replaced";
+  }
   std::string owner = std::to_string(status.st_uid);
   std::vector<char> buffer(16384);
   passwd entry {};
@@ -292,7 +297,8 @@ std::string why_write_protected(const std::string& path) {
       found != nullptr) {
     owner = found->pw_name;
   }
-  return std::string("is not writable by this user (mode ") + mode + ", owner " + owner + ")";
+  return "is " + owner + "'s (mode " + mode + "), not writable by this user: remove it, where "
+         "its directory lets you, to have it replaced";
 }
 
 std::string standard_input_unreadable() {
@@ -387,6 +393,31 @@ std::string storage_advice(const std::string& directory, const std::string& fail
            "or the file system's health before writing there again";
   }
   return "";
+}
+
+void keep_permissions_of(const std::string& replaced, const std::string& written) {
+  struct stat before {}, now {};
+  if (::stat(replaced.c_str(), &before) != 0 || !S_ISREG(before.st_mode) ||
+      ::stat(written.c_str(), &now) != 0) {
+    return;
+  }
+  if (now.st_gid != before.st_gid) {
+    const int ignored = ::chown(written.c_str(), static_cast<uid_t>(-1), before.st_gid);
+    (void)ignored;  // not a member of that group: the file keeps this user's
+  }
+  // The permission bits alone: no set-user-ID, set-group-ID or sticky bit is copied onto
+  // an output.
+  ::chmod(written.c_str(), before.st_mode & 0777);
+  // The access ACL as the kernel stores it (its xattr; setting it sets the mode's group
+  // bits to its mask). Same directory, same file system: it takes what the other had.
+  std::vector<char> acl(65536);
+  const ssize_t bytes = ::getxattr(replaced.c_str(), "system.posix_acl_access", acl.data(),
+                                   acl.size());
+  if (bytes > 0) {
+    const int ignored = ::setxattr(written.c_str(), "system.posix_acl_access", acl.data(),
+                                   static_cast<size_t>(bytes), 0);
+    (void)ignored;  // a file system without ACLs had none to copy
+  }
 }
 
 bool same_file(const std::string& a, const std::string& b) {
@@ -541,21 +572,6 @@ void OutputClaim::restore_mode_made() {
   }
 }
 
-void OutputClaim::keep_mode_of(const std::string& replaced) {
-  struct stat before {};
-  if (descriptor_ < 0 || ::stat(replaced.c_str(), &before) != 0 || !S_ISREG(before.st_mode)) {
-    return;
-  }
-  // The group first: a chown may clear the set-group-ID bit that the chmod then sets.
-  struct stat now {};
-  if (::fstat(descriptor_, &now) == 0 && now.st_gid != before.st_gid) {
-    const int ignored = ::fchown(descriptor_, static_cast<uid_t>(-1), before.st_gid);
-    (void)ignored;  // not a member of that group: the file keeps this user's
-  }
-  // The permission bits alone: no set-user-ID or sticky bit is copied onto a new output.
-  ::fchmod(descriptor_, before.st_mode & 0777);
-}
-
 void OutputClaim::release() {
   interrupted_.reset();
   if (descriptor_ >= 0) ::close(descriptor_);
@@ -644,8 +660,8 @@ void write_atomically(const std::string& path, const std::string& what,
     write(temporary);
     show_still_working();  // (a checkpoint's close and fsync are long single calls)
     claim->restore_mode_made();
-    claim->keep_mode_of(final_path.string());
     fsync_path(temporary, what);
+    keep_permissions_of(final_path.string(), temporary);
     show_still_working();
   } catch (const Error& failure) {
     const uintmax_t written = fs::file_size(temporary, error);

@@ -75,10 +75,6 @@ class OutputClaim {
   // stays readable and writable by its owner while it is written. Called once the write
   // ends, before the rename.
   void restore_mode_made();
-  // When the rename will replace a file at `replaced`, the file written takes its
-  // permissions (and its group, where this user may give it): a private 0600 output
-  // came back 0644, a group's 0664 file 0644 (a helper's trial). After restore_mode_made.
-  void keep_mode_of(const std::string& replaced);
 
  private:
   friend void write_atomically(const std::string&, const std::string&,
@@ -92,6 +88,15 @@ class OutputClaim {
   bool handed_over_ = false;  // given to write_atomically, which removes it when it fails
   std::unique_ptr<RemovedWhenInterrupted> interrupted_;
 };
+
+// When a rename of `written` will replace the file `replaced`, `written` takes its
+// permissions: its mode's permission bits, its access ACL (whose mask the mode's group bits
+// are: copied alone they widened a named user's entry to the whole group), and its group
+// where this user may give it. A private 0600 output came back 0644, a group's 0664 one
+// 0644 (a helper's trial). Called after the written file's last write and fsync (a
+// write-only 0200 file could not be opened again to sync), before the rename; nothing
+// when `replaced` is no file.
+void keep_permissions_of(const std::string& replaced, const std::string& written);
 
 // Whether `a` and `b` name the same file: the same inode when both exist (hard links,
 // symbolic links, "./" and "../" spellings), else the same path once symbolic links,
@@ -224,11 +229,14 @@ bool standard_output_was_closed();
 // "" when nothing or a file is there. OutputClaim and transformer_preprocess's files refuse
 // what it names.
 std::string why_no_file_can_be_made_at(const std::string& path);
-// "is not writable by this user (mode 0444, owner ann)" when `path` is an existing file
-// this user may not write, else "". A write replaces its output by a rename, which
-// only the directory's permissions allow or refuse: a file protected with chmod a-w (a
-// corpus, an average, a translation kept) was replaced without a word, where `cp` and the
-// shell's `>` refuse it (a helper's trial). Every check of an output asks this first.
+// Why this user may not write the existing file `path`, with what to do, else "": "is
+// write-protected (mode 0444): make it writable (chmod u+w PATH) or remove it to have it
+// replaced", or for another user's file "is ann's (mode 0644), not writable by this user:
+// remove it, where its directory lets you, to have it replaced". A write replaces its
+// output by a rename, which only the directory's permissions allow or refuse: a file
+// protected with chmod a-w (a corpus, an average, a translation kept) was replaced without
+// a word, where `cp` and the shell's `>` refuse it (a helper's trial). Every check of an
+// output asks this first.
 std::string why_write_protected(const std::string& path);
 
 // Why standard input cannot be read as a text ("closed", "not open for reading", "a

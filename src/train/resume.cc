@@ -45,7 +45,7 @@ bool same_path_written_otherwise(const ConfigDifference& difference,
 // checkpoint's run would have (a changed train.warmup_steps or train.lr_scale, or any
 // later key of scheduled_learning_rate's): the settings' note names the keys, this one the
 // jump a reader would otherwise find in the progress lines' lr (warmup_steps 4000 -> 8000
-// at step 6000 halves it at once). Compared by value, not by key name, so a schedule's new
+// at step 6000 cuts it to 0.65x at once). Compared by value, not by key name, so a schedule's new
 // key needs no entry here. A stored configuration this version cannot read is passed over.
 void note_learning_rate_jump(const Checkpoint& checkpoint, const Config& config,
                              std::ostream& log) {

@@ -106,16 +106,36 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
   // directory is then taken as a new run's.
   // A recorded directory that is not there any more is this one moved (a run directory
   // renamed, or mounted elsewhere in a container: refused as another run's, a review's
-  // finding); no other run resumes from it. So is one recorded in a metrics file inside
-  // checkpoint.dir itself (the default): the directory copied (cp -r run copy), whose
-  // refusal named the original as the run to continue, and a run there would train in it.
+  // finding); no other run resumes from it. So is a directory recorded where a copy of
+  // this one's would be: the metrics file in checkpoint.dir (the default) or in a folder
+  // above it (RUN/metrics.jsonl for RUN/ck) and the recorded directory ending as
+  // checkpoint.dir does below it: the run directory copied (cp -r run copy), whose refusal
+  // named the original as the run to continue, and a run there would train in it.
   const std::string metrics_run_dir = MetricsFile::last_run_checkpoint_dir(metrics);
   std::error_code error;
   const fs::path metrics_dir =
       fs::path(metrics).has_parent_path() ? fs::path(metrics).parent_path() : fs::path(".");
-  const bool metrics_in_checkpoint_dir = fs::equivalent(metrics_dir, options.dir, error);
+  const bool recorded_as_a_copy_would_be = [&] {
+    if (metrics_run_dir.empty()) return false;
+    std::error_code unresolved;
+    const fs::path below =
+        fs::weakly_canonical(fs::absolute(options.dir, unresolved), unresolved)
+            .lexically_relative(
+                fs::weakly_canonical(fs::absolute(metrics_dir, unresolved), unresolved));
+    if (unresolved || below.empty() || *below.begin() == "..") return false;
+    // The recorded directory's last components are `below`'s ("." is none).
+    fs::path recorded = fs::path(metrics_run_dir).lexically_normal();
+    if (!recorded.has_filename()) recorded = recorded.parent_path();
+    std::vector<fs::path> parts(below.begin(), below.end());
+    for (auto part = parts.rbegin(); part != parts.rend(); ++part) {
+      if (*part == "." || part->empty()) continue;
+      if (recorded.filename() != *part) return false;
+      recorded = recorded.parent_path();
+    }
+    return true;
+  }();
   const bool metrics_of_another_directory =
-      !metrics_in_checkpoint_dir && !metrics_run_dir.empty() &&
+      !recorded_as_a_copy_would_be && !metrics_run_dir.empty() &&
       fs::exists(metrics_run_dir, error) &&
       fs::absolute(options.dir, error).lexically_normal() != fs::path(metrics_run_dir) &&
       !fs::equivalent(options.dir, metrics_run_dir, error);
