@@ -221,7 +221,7 @@ TEST(Config, TinyIniIsASmallReversalModel) {
   EXPECT_LE(config.model.layers, 3);
   EXPECT_FLOAT_EQ(config.model.dropout, 0.1f);
   EXPECT_FLOAT_EQ(config.model.label_smoothing, 0.1f);
-  EXPECT_GE(config.model.max_positions, config.data.synthetic_max_len + 2);
+  EXPECT_GE(config.model.max_positions, config.data.synthetic_max_len + 1);
   EXPECT_LE(config.train.tokens_per_step, 5000);
 }
 
@@ -1121,9 +1121,17 @@ TEST(Config, BadValuesNameKeyAndFile) {
     const auto& given = overrides;  // no lambda captures a structured binding (C++17)
     expect_error([&] { load_config(kTinyIni, given); }, {"tiny.ini: ", fragment});
   }
-  // The boundaries themselves are legal.
+  // The boundaries themselves are legal (a mutation audit: max_positions 14 let '+ 2' for
+  // '+ 1' pass; accumulate = tokens_per_step and 1,024 threads were not tried).
   EXPECT_NO_THROW(load_config(kTinyIni, {"model.dropout=0", "data.synthetic_vocab=5",
-                                         "data.synthetic_min_len=12", "model.max_positions=14"}));
+                                         "data.synthetic_min_len=12", "model.max_positions=13"}));
+  EXPECT_NO_THROW(load_config(kTinyIni, {"train.tokens_per_step=4", "train.accumulate=4"}));
+  EXPECT_NO_THROW(load_config(kTinyIni, {"train.threads=1024"}));
+  expect_error([&] { load_config(kTinyIni, {"train.tokens_per_step=4", "train.accumulate=5"}); },
+               {"tiny.ini: ", "train.accumulate (on the command line): 5 micro-batches cannot "
+                              "share train.tokens_per_step 4 tokens"});
+  expect_error([&] { load_config(kTinyIni, {"train.threads=1025"}); },
+               {"tiny.ini: ", "train.threads (on the command line): 1025 is more than the 1024"});
   // With shards the synthetic task's lengths are ignored, as data.dir's help says (before:
   // a short model.max_positions was refused for data.synthetic_max_len).
   EXPECT_NO_THROW(load_config(kTinyIni, {"data.dir=corpus", "model.max_positions=10"}));

@@ -430,6 +430,24 @@ TEST_F(DataPipeline, DeterministicPerSeedAndShuffledPerEpoch) {
   EXPECT_EQ(epoch0, epoch1);
 }
 
+// The shuffle's permutations are all equally likely: of 3 over 6,000 epochs each of the 6
+// comes 1,000 times, within 5 standard deviations (sqrt(6000 * 1/6 * 5/6) = 28.9); of 2,
+// both orders come. (A mutation audit's swap loop stopping one step early never swapped
+// the first two: two shards were read in one order every epoch, and the suite passed.)
+TEST(ShardShuffle, EveryPermutationIsEquallyLikely) {
+  std::map<std::vector<int64_t>, int> counts;
+  for (int64_t epoch = 0; epoch < 6000; ++epoch) {
+    ++counts[shuffled_order(3, /*seed=*/7, /*site=*/11, /*stream=*/0, epoch)];
+  }
+  EXPECT_EQ(counts.size(), 6u);
+  for (const auto& [order, count] : counts) {
+    EXPECT_NEAR(count, 1000, 5 * 28.9) << order[0] << order[1] << order[2];
+  }
+  std::set<std::vector<int64_t>> pairs;
+  for (int64_t epoch = 0; epoch < 64; ++epoch) pairs.insert(shuffled_order(2, 7, 11, 3, epoch));
+  EXPECT_EQ(pairs.size(), 2u);
+}
+
 TEST_F(DataPipeline, SeekToAPositionContinuesExactly) {
   const int64_t budget = 300;
   for (int ranks : {1, 2}) {
@@ -1363,6 +1381,16 @@ TEST_F(DataPipeline, BadShardsFailWithOneClearMessage) {
   });
   expect_error([&] { read_shard(big_id); },
                {big_id, "/tgt/tokens[5] = ", "outside the vocabulary"});
+  // A special id one past the vocabulary's last row (the boundary; one far outside was the
+  // only one tried, and `>` for `>=` passed).
+  int64_t vocabulary = 0;
+  const std::string eos_past = altered_shard("eos_past", [&](ShardContents& contents) {
+    vocabulary = contents.metadata.vocab_size;
+    contents.metadata.ids.eos = static_cast<int32_t>(vocabulary);
+  });
+  expect_error([&] { read_shard_summary(eos_past); },
+               {eos_past, "special id " + std::to_string(vocabulary) +
+                              " outside the vocabulary of " + std::to_string(vocabulary)});
   // pad, bos and eos inside a sentence (a shard with fairseq's eos appended, or pads):
   // refused, naming the id (before: taken, and targets of pad left out of the loss).
   for (const auto& [name, id] : {std::pair{"pad", 0}, std::pair{"bos", 2}, std::pair{"eos", 3}}) {

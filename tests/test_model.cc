@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iomanip>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -673,6 +674,18 @@ TEST(Trainer, ClippingScalesTheGradientToTheBound) {
   loose.step();
   EXPECT_EQ(host_gradient_norm(loose), host_gradient_norm(unclipped));
   EXPECT_EQ(loose.model().params().sha256_hex(), unclipped.model().params().sha256_hex());
+  // Just below and just above the norm: a comparison off by any factor (a mutation
+  // audit's `> 2 * clip` clipped nothing between the bound and twice it) fails one of them.
+  for (const double share : {0.99, 1.01}) {
+    const double bound = share * reference.grad_norm;
+    std::ostringstream value;
+    value << std::setprecision(17) << bound;
+    Trainer near(load_config(tiny, {"train.max_steps=1", "train.clip_norm=" + value.str()}));
+    near.step();
+    EXPECT_NEAR(host_gradient_norm(near), std::min(bound, reference.grad_norm),
+                1e-6 * reference.grad_norm)
+        << share;
+  }
 }
 
 TEST(Trainer, ClipNormZeroKeepsTheGoldenLosses) {

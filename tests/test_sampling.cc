@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <limits>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -204,6 +206,38 @@ TEST(Sampling, FirstTokenFrequenciesFollowTheTemperedTruncatedSoftmax) {
       EXPECT_NE(outside_bound(counts, wrong, kDraws), "") << what << " against " << c.wrong_method
                                                           << " T=" << c.wrong_temperature;
     }
+  }
+}
+
+// Every step the same row: tokens 4 and 5 equally likely, every other impossible.
+class TwoEqualTokens final : public NextTokenScorer {
+ public:
+  int vocab_size() const override { return kVocab; }
+  void start(const std::vector<TokenSequence>&) override {}
+  void step(const BeamStep& step, std::vector<float>& log_probs) override {
+    log_probs.assign(static_cast<size_t>(step.size()) * kVocab,
+                     -std::numeric_limits<float>::infinity());
+    for (int row = 0; row < step.size(); ++row) {
+      log_probs[static_cast<size_t>(row) * kVocab + 4] = std::log(0.5f);
+      log_probs[static_cast<size_t>(row) * kVocab + 5] = std::log(0.5f);
+    }
+  }
+};
+
+// The nucleus is the smallest prefix whose mass reaches P, ties ranked by token: at
+// P = 0.5 over two equal tokens the first alone reaches it exactly (1 of a total of 2,
+// both exact), and the second is never drawn; above 0.5 both are. (A mutation audit's
+// `mass > threshold` took the second too, and passed the suite.)
+TEST(Sampling, TheNucleusEndsWhereItsMassReachesPExactly) {
+  for (const auto& [method, drawn] :
+       std::vector<std::pair<std::string, std::set<int>>>{{"topp=0.5", {4}},
+                                                          {"topp=0.6", {4, 5}}}) {
+    TwoEqualTokens scorer;
+    const auto found = sample_search(scorer, {kSource}, {0}, kIds, draws(200, 1),
+                                     sampling(method, 1.0));
+    std::set<int> firsts;
+    for (const Hypothesis& h : found[0]) firsts.insert(first_token(h));
+    EXPECT_EQ(firsts, drawn) << method;
   }
 }
 

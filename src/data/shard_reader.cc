@@ -578,16 +578,24 @@ int64_t ShardReader::index_at_budget(const DataPosition& position, int64_t from_
 
 std::vector<int64_t> ShardReader::permutation(int64_t size, uint32_t site, uint32_t stream,
                                               int64_t epoch) const {
+  if (spec_.shuffle) return shuffled_order(size, spec_.seed, site, stream, epoch);
   std::vector<int64_t> order(static_cast<size_t>(size));
   std::iota(order.begin(), order.end(), 0);
-  if (!spec_.shuffle) return order;
-  // Fisher-Yates driven by Philox keyed by (seed; site, epoch, stream).
+  return order;
+}
+
+std::vector<int64_t> shuffled_order(int64_t size, uint64_t seed, uint32_t site,
+                                    uint32_t stream, int64_t epoch) {
+  std::vector<int64_t> order(static_cast<size_t>(size));
+  std::iota(order.begin(), order.end(), 0);
+  // Each position from the last down takes one of those at or before it: a 64-bit draw
+  // (two of Philox's words), whose remainder's bias is below 2^-40 for any real size.
   for (int64_t i = size - 1; i > 0; --i) {
     const uint64_t draw =
-        (static_cast<uint64_t>(philox_bits(spec_.seed, site, static_cast<uint32_t>(epoch), stream,
+        (static_cast<uint64_t>(philox_bits(seed, site, static_cast<uint32_t>(epoch), stream,
                                            2 * static_cast<uint64_t>(i)))
          << 32) |
-        philox_bits(spec_.seed, site, static_cast<uint32_t>(epoch), stream,
+        philox_bits(seed, site, static_cast<uint32_t>(epoch), stream,
                     2 * static_cast<uint64_t>(i) + 1);
     std::swap(order[i], order[draw % static_cast<uint64_t>(i + 1)]);
   }

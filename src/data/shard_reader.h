@@ -119,8 +119,7 @@ class ShardReader final : public BatchSource {
   void plan(int64_t max_tokens);
   Batch assemble(int64_t epoch, int64_t index);
   const ShardContents& load(int shard);
-  // A permutation of [0, size), from (seed; Philox site, epoch, stream); the identity
-  // when the spec says not to shuffle.
+  // shuffled_order with the spec's seed; the identity when the spec says not to shuffle.
   std::vector<int64_t> permutation(int64_t size, uint32_t site, uint32_t stream,
                                    int64_t epoch) const;
 
@@ -146,5 +145,12 @@ class ShardReader final : public BatchSource {
   int batch_order_shard_ = -1;
   std::vector<int64_t> batch_order_;
 };
+
+// A permutation of [0, size) by Fisher-Yates, its draws Philox's keyed by (seed; site,
+// epoch, stream): the reader's order of the shards in an epoch and of a shard's batches.
+// Every permutation equally likely (a test counts them: a swap loop stopping one step
+// early never swapped the first two, and two shards were read in one order every epoch).
+std::vector<int64_t> shuffled_order(int64_t size, uint64_t seed, uint32_t site,
+                                    uint32_t stream, int64_t epoch);
 
 }  // namespace thpc
