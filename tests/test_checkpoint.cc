@@ -2342,21 +2342,22 @@ TEST_F(CheckpointTest, AllCheckpointsInvalidIsRefusedUnlessAutoOrFreshWhichKeeps
   EXPECT_EQ(read_file(truncated), truncated_bytes);
   EXPECT_EQ(read_file(flipped), flipped_bytes);
 
-  // A copy of the run directory (cp -a to scratch, its checkpoints cut short) is another
-  // run's: auto_or_fresh refuses it, and touches nothing before (it renamed every damaged
-  // checkpoint *.corrupt first, a helper's trial).
+  // A copy of the run directory (cp -a to scratch, its checkpoints cut short) is a run of
+  // its own (RunDirectory.ACopiedRunDirectoryIsARunOfItsOwn): auto_or_fresh starts it
+  // afresh as it would the original, its damaged checkpoints moved aside, and the
+  // original's files are left as they are. (It was refused as another run's, whose
+  // checkpoint.dir, the original, its refusal told the user to continue in.)
   fs::copy(path("run"), path("copy"), fs::copy_options::recursive);
   const std::string copy_command = kTrainer + " " + kTinyIni + " --model.layers=1 " +
                                    "--train.max_steps=4 --checkpoint.every_steps=2 " +
                                    "--checkpoint.dir=" + path("copy") +
                                    " --checkpoint.resume=auto_or_fresh";
   const ProcessResult copied = run_process(copy_command);
-  EXPECT_EQ(copied.exit_code, 2) << copied.output;
-  EXPECT_NE(copied.output.find("files of another run"), std::string::npos) << copied.output;
-  EXPECT_EQ(copied.output.find("moved invalid checkpoint"), std::string::npos) << copied.output;
-  EXPECT_EQ(read_file(path("copy/step_00000002.h5")), truncated_bytes);
-  EXPECT_EQ(read_file(path("copy/step_00000004.h5")), flipped_bytes);
-  EXPECT_FALSE(fs::exists(path("copy/step_00000004.h5.corrupt")));
+  EXPECT_EQ(copied.exit_code, 0) << copied.output;
+  EXPECT_NE(copied.output.find("starting from step 0"), std::string::npos) << copied.output;
+  EXPECT_EQ(read_file(path("copy/step_00000004.h5.corrupt")), flipped_bytes);
+  EXPECT_EQ(read_file(path("run/step_00000002.h5")), truncated_bytes);
+  EXPECT_EQ(read_file(path("run/step_00000004.h5")), flipped_bytes);
 
   const ProcessResult fresh = run_process(command + "auto_or_fresh");
   EXPECT_EQ(fresh.exit_code, 0) << fresh.output;
