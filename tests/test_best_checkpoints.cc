@@ -374,6 +374,28 @@ void expect_same_tensors(const std::vector<NamedTensor>& a, const std::vector<Na
 // A best.h5 damaged while the run was stopped stayed, and the resumed run's summary went
 // on reporting its score (issue 54): it is moved aside with a warning, the best value
 // dropped with it, and the next validation writes best.h5 again.
+// A validation whose loss is not finite (parameters gone NaN under a huge learning rate,
+// divergence = skip) is a divergence whatever train.divergence_loss_factor (0 judges only
+// a non-finite loss), and no best: its BLEU of 0 made best.h5 and best_step_*.h5 of NaN
+// parameters, best.h5 marked healthy (a helper's trial).
+TEST_F(BestCheckpointsTraining, AValidationWhoseLossIsNotFiniteIsNoBest) {
+  std::ostringstream log;
+  Trainer trainer(config("nan", {"train.max_steps=4", "train.lr_scale=3e38",
+                                 "train.divergence=skip", "train.divergence_limit=2",
+                                 "train.valid_every=1", "train.valid_bleu=true",
+                                 "checkpoint.keep_best=bleu", "checkpoint.keep_best_count=1",
+                                 "checkpoint.average_best=1", "train.divergence_loss_factor=0",
+                                 "train.warmup_steps=1"}));
+  trainer.run(log);
+  EXPECT_NE(log.str().find("warning: the validation at step 1 has a loss that is not finite "
+                           "(nan): the checkpoints after step 0 are marked diverged"),
+            std::string::npos)
+      << log.str();
+  EXPECT_FALSE(fs::exists(path("nan/best.h5"))) << log.str();
+  EXPECT_EQ(kept_steps("nan"), std::vector<int64_t>{}) << log.str();
+  EXPECT_NE(log.str().find("best valid bleu n/a"), std::string::npos) << log.str();
+}
+
 TEST_F(BestCheckpointsTraining, ADamagedBestCheckpointIsMovedAsideOnResumeAndWrittenAgain) {
   std::ostringstream first_log;
   Trainer(config("run", {"train.max_steps=8"})).run(first_log);

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <string>
@@ -351,6 +352,25 @@ TEST_F(DivergenceTest, AValidationDivergesPastTheFactorTimesTheBestNllOfAtLeastO
     EXPECT_EQ(handling.validation_diverged(), diverged)
         << "best nll " << best_nll << ", nll " << nll << "\n" << log.str();
   }
+  // A loss that is not finite diverges before any best and at a factor of 0 (which judges
+  // only such a loss), said as what it is (it was "a perplexity of -nan, its log more than
+  // ... times the best's (nan at step 0)").
+  const Config only_non_finite = small_config(
+      path("run"), {"train.divergence=rollback", "train.divergence_loss_factor=0"});
+  DivergenceHandling lenient(only_non_finite, comm, detector, keeping, run_id);
+  lenient.begin(0);
+  for (const double nll : {std::nan(""), std::numeric_limits<double>::infinity(), 1e6}) {
+    std::ostringstream said;
+    lenient.judge_validation(nll, BestValidation{}, 10, said);
+    EXPECT_EQ(lenient.validation_diverged(), !std::isfinite(nll)) << nll;
+    EXPECT_EQ(said.str().find("times the best's"), std::string::npos) << said.str();
+    if (!std::isfinite(nll)) {
+      EXPECT_NE(said.str().find("warning: the validation at step 10 has a loss that is not "
+                                "finite (" + std::string(std::isnan(nll) ? "nan" : "inf") + ")"),
+                std::string::npos)
+          << said.str();
+    }
+  }
 }
 
 TEST_F(DivergenceTest, RollbackWithoutAHealthyCheckpointStopsSayingSo) {
@@ -387,6 +407,29 @@ TEST_F(DivergenceTest, TheCheckpointWhoseParametersDivergedIsMarkedAndPassedOver
   EXPECT_EQ(states_in(dir), expected);
   // Marking rewrote the header only: the file still verifies.
   EXPECT_EQ(read_checkpoint(dir + "/step_00000010.h5").state, CheckpointState::Diverged);
+  // Neither decoded nor quantized, as transformer_average refuses it (they decoded NaN
+  // scores and quantized a NaN model, exit 0; a helper's trial); the healthy one is
+  // quantized (decoding a synthetic task's model needs a SentencePiece model it lacks).
+  for (const auto& [tool, use] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"transformer_decode --greedy --max-len-b 3 --output " + path("out.txt") +
+                " --checkpoint ", "decoding with it"},
+           {"transformer_quantize --output " + path("q.h5") + " --checkpoint ",
+            "quantizing it"}}) {
+    const ProcessResult refused = run_process("echo 4 5 6 | " + thpc::binary_dir() + "/" +
+                                              tool + dir + "/step_00000010.h5");
+    EXPECT_EQ(refused.exit_code, 1) << refused.output;
+    EXPECT_NE(refused.output.find(dir + "/step_00000010.h5 is marked diverged (its run judged "
+                                  "its parameters diverged: a loss or gradient norm not finite "
+                                  "or spiking, or a validation after it): " + use),
+              std::string::npos)
+        << refused.output;
+    if (use == "quantizing it") {
+      const ProcessResult healthy =
+          run_process(thpc::binary_dir() + "/" + tool + dir + "/step_00000005.h5");
+      EXPECT_EQ(healthy.exit_code, 0) << healthy.output;
+    }
+  }
 
   std::ostringstream resumed_log;
   Trainer resumed(small_config(dir, {"train.max_steps=6", "checkpoint.resume=auto"}));

@@ -209,20 +209,42 @@ TEST(Sampling, FirstTokenFrequenciesFollowTheTemperedTruncatedSoftmax) {
   }
 }
 
-// Every step the same row: tokens 4 and 5 equally likely, every other impossible.
+// Every step the same row: tokens 4 and 5 equally likely, every other impossible (or,
+// `broken`, every token, as a model whose outputs are not finite gives).
 class TwoEqualTokens final : public NextTokenScorer {
  public:
+  explicit TwoEqualTokens(bool broken = false) : broken_(broken) {}
   int vocab_size() const override { return kVocab; }
   void start(const std::vector<TokenSequence>&) override {}
   void step(const BeamStep& step, std::vector<float>& log_probs) override {
     log_probs.assign(static_cast<size_t>(step.size()) * kVocab,
                      -std::numeric_limits<float>::infinity());
-    for (int row = 0; row < step.size(); ++row) {
+    for (int row = 0; row < step.size() && !broken_; ++row) {
       log_probs[static_cast<size_t>(row) * kVocab + 4] = std::log(0.5f);
       log_probs[static_cast<size_t>(row) * kVocab + 5] = std::log(0.5f);
     }
   }
+
+ private:
+  bool broken_;
 };
+
+// A model whose outputs are not finite is said in the user's words (it was a failed
+// internal check: "check failed: total > 0 && std::isfinite(total) at sampling.cc:159").
+TEST(Sampling, AModelWithoutAFiniteLogProbabilityIsSaidSo) {
+  TwoEqualTokens broken(/*broken=*/true);
+  expect_error([&] { sample_search(broken, {kSource}, {0}, kIds, draws(2, 1),
+                                   sampling("full", 1.0)); },
+               {"no token to sample has a finite log-probability", "the model's outputs are "
+                "not finite; decode a healthy checkpoint"});
+  TwoEqualTokens broken_again(/*broken=*/true);
+  try {
+    sample_search(broken_again, {kSource}, {0}, kIds, draws(2, 1), sampling("full", 1.0));
+  } catch (const Error& error) {
+    EXPECT_EQ(std::string(error.what()).find("check failed"), std::string::npos)
+        << error.what();
+  }
+}
 
 // The nucleus is the smallest prefix whose mass reaches P, ties ranked by token: at
 // P = 0.5 over two equal tokens the first alone reaches it exactly (1 of a total of 2,

@@ -133,6 +133,7 @@ struct DivergenceState {
 enum class CheckpointState { Healthy, Diverged, Superseded };
 const char* checkpoint_state_name(CheckpointState state);
 
+
 struct Checkpoint {
   int64_t step = 0;          // optimizer steps completed
   uint64_t seed = 0;         // with step, the whole RNG state (Philox is counter-based)
@@ -252,6 +253,14 @@ void write_checkpoint(const std::string& path, const Checkpoint& checkpoint);
 // checkpoint in place with HDF5 must do it after closing the file, or the checkpoint is
 // refused as corrupt.
 void stamp_checkpoint_header(const std::string& path);
+
+// Throws thpc::Error naming `path` when `checkpoint` is marked diverged: its parameters
+// are a diverged step's (or saved after a validation that diverged), whose outputs are
+// not a model's. `use` says what was asked ("decoding it"). transformer_decode and
+// transformer_quantize refuse it as transformer_average does (they decoded NaN scores
+// and quantized a NaN model, exit 0; a helper's trial).
+void refuse_diverged_parameters(const Checkpoint& checkpoint, const std::string& path,
+                                const std::string& use);
 
 // Verifies the file header (size and sha256 of the whole file) before HDF5 reads
 // anything, then structure, format version, shapes and every dataset's sha256. Throws

@@ -156,8 +156,12 @@ std::pair<int32_t, float> TokenSampler::draw_kept(double u) {
     weights_[j] = std::exp((double(kept_[j].log_prob) - best) / options_.temperature);
     total += weights_[j];
   }
-  THPC_CHECK(total > 0 && std::isfinite(total),
-             "no token to sample has a finite log-probability (best " << best << ")");
+  // A model whose outputs are not finite (a diverged one): said in the user's words, not
+  // as a failed internal check.
+  if (!(total > 0 && std::isfinite(total))) {
+    THPC_FAIL("no token to sample has a finite log-probability (the best is " << best
+              << "): the model's outputs are not finite; decode a healthy checkpoint");
+  }
   const double target = u * total;
   double mass = 0;
   size_t chosen = kept_.size();

@@ -229,9 +229,9 @@ void CheckpointKeeping::write_average(bool best, int64_t step, std::ostream& log
     }
     if (paths.empty()) {
       log << "warning: no average of the best written: no best checkpoint in " << options.dir
-          << " (no validation of " << options.keep_best << " ran: train.valid_every = "
-          << config_.train.valid_every << ", the run ended at step " << step << ")"
-          << std::endl;
+          << " (no validation of " << options.keep_best << " gave a finite value: "
+          << "train.valid_every = " << config_.train.valid_every << ", the run ended at step "
+          << step << ")" << std::endl;
       return;
     }
   } else {

@@ -238,9 +238,13 @@ void DivergenceHandling::judge_validation(double nll, const BestValidation& best
                                           int64_t step, std::ostream& log) {
   const double factor = config_.train.divergence_loss_factor;
   const double best_nll = std::log(best_ppl.value);  // NaN before the first
+  // A loss that is not finite is a divergence whatever the factor (0 judges "only a
+  // non-finite loss", as the key's help says: such a validation passed, and its BLEU of
+  // a NaN model became best.h5, marked healthy; a helper's trial).
+  const bool not_finite = !std::isfinite(nll);
   const bool diverged =
-      factor > 0 && (!std::isfinite(nll) ||
-                     (std::isfinite(best_nll) && nll > factor * std::max(1.0, best_nll)));
+      not_finite ||
+      (factor > 0 && std::isfinite(best_nll) && nll > factor * std::max(1.0, best_nll));
   if (!diverged) {
     validation_diverged_ = false;
     last_good_validation_step_ = step;
@@ -248,11 +252,15 @@ void DivergenceHandling::judge_validation(double nll, const BestValidation& best
   }
   validation_diverged_ = true;
   std::ostringstream warning;  // the log's stream may be in fixed notation
-  warning << std::setprecision(4) << "warning: the validation at step " << step
-          << " has a perplexity of " << std::exp(nll)
-          << ", its log more than train.divergence_loss_factor = " << factor
-          << " times the best's (" << best_ppl.value << " at step " << best_ppl.step
-          << "): the checkpoints after step " << last_good_validation_step_
+  warning << std::setprecision(4) << "warning: the validation at step " << step;
+  if (not_finite) {
+    warning << " has a loss that is not finite (" << (std::isnan(nll) ? "nan" : "inf") << ")";
+  } else {
+    warning << " has a perplexity of " << std::exp(nll)
+            << ", its log more than train.divergence_loss_factor = " << factor
+            << " times the best's (" << best_ppl.value << " at step " << best_ppl.step << ")";
+  }
+  warning << ": the checkpoints after step " << last_good_validation_step_
           << " are marked diverged, and those written until a validation is below that again";
   log << warning.str() << std::endl;
   if (comm_.is_root()) {

@@ -839,9 +839,19 @@ void Trainer::agree_on_late_stop_signal(bool validation_due, StepDecision& decis
 void Trainer::record_validation(const ValidationStats& valid, RunProgress& run) {
   const int64_t step = run.last.step;
   divergence_handling_->judge_validation(valid.nll, best_valid_.ppl, step, run.out);
-  note_validation(best_valid_.ppl, std::exp(valid.nll), Better::Lower, step);
-  if (!std::isnan(valid.bleu)) note_validation(best_valid_.bleu, valid.bleu, Better::Higher, step);
-  if (!std::isnan(valid.chrf)) note_validation(best_valid_.chrf, valid.chrf, Better::Higher, step);
+  // A validation that diverged (a loss not finite, or spiking) improves on nothing: its
+  // scores count as a validation without improvement, and its checkpoint, marked diverged,
+  // is no best (a NaN model's BLEU of 0 was the first best: best.h5 and best_step_*.h5
+  // of NaN parameters, which average_best then refused).
+  const bool diverged = divergence_handling_->validation_diverged();
+  const double unless_diverged = diverged ? std::nan("") : 1.0;
+  note_validation(best_valid_.ppl, std::exp(valid.nll) * unless_diverged, Better::Lower, step);
+  if (!std::isnan(valid.bleu)) {
+    note_validation(best_valid_.bleu, valid.bleu * unless_diverged, Better::Higher, step);
+  }
+  if (!std::isnan(valid.chrf)) {
+    note_validation(best_valid_.chrf, valid.chrf * unless_diverged, Better::Higher, step);
+  }
   const std::vector<LogField> fields = validation_fields(valid);
   run.out << log_line("valid step " + std::to_string(step), fields) << std::endl;
   run.metrics.write("valid", step, run.seconds_since_start(), fields);
@@ -853,7 +863,7 @@ void Trainer::record_validation(const ValidationStats& valid, RunProgress& run) 
   // Every rank holds the same values (global sums, BLEU broadcast); rank 0's count
   // is broadcast all the same, so that best.h5 and the patience stop cannot part them.
   const int64_t since = comm_.broadcast_from_root(kept.validations_since);
-  if (comm_.is_root()) {
+  if (comm_.is_root() && !diverged) {
     const std::string key = "valid_" + kept_metric;
     for (const LogField& field : fields) {
       if (field.key == key) {

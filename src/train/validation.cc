@@ -1,6 +1,7 @@
 #include "train/validation.h"
 
 #include <algorithm>
+#include <iostream>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -161,6 +162,11 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
                                           *backend, config.train.seed);
     load_parameters(checkpoint, path, *model);
     step = checkpoint.step;
+    // Evaluated all the same (what it scores is the diagnosis), and said.
+    if (checkpoint.state == CheckpointState::Diverged && comm.is_root()) {
+      std::cerr << "note: " << path << " is marked diverged: its run judged its parameters "
+                << "diverged" << std::endl;
+    }
   });
   // Each rank read the shards and the file itself: the same paths can name different files
   // (working directories, node-local disks), and the numbers were a blend of both.
