@@ -1011,6 +1011,7 @@ TEST(Config, BadValuesNameKeyAndFile) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"model.layers=0"}, "model.layers: must be ≥ 1, got 0"},
       {{"model.d_model=0"}, "model.d_model"},
+      {{"model.d_model=1"}, "model.d_model: must be ≥ 2, got 1"},
       {{"model.heads=0"}, "model.heads"},
       {{"model.heads=3"}, "model.heads (on the command line): d_model 64 is not divisible by "
                           "heads 3"},

@@ -112,8 +112,10 @@ const std::vector<Option>& option_table() {
       // [model]: §3 and Table 3.
       THPC_OPTION(model, layers, THPC_AT_LEAST(1),
                   "N: identical layers in each of the encoder and decoder stacks (§3.1)"),
-      THPC_OPTION(model, d_model, THPC_AT_LEAST(1),
-                  "width of embeddings and of every sub-layer output (§3.1)"),
+      // (1 trained a model blind to its input: a layer norm over one feature is its bias)
+      THPC_OPTION(model, d_model, THPC_AT_LEAST(2),
+                  "width of embeddings and of every sub-layer output (§3.1); at least 2, "
+                  "as a layer norm over one feature outputs its bias alone"),
       THPC_OPTION(model, d_ff, THPC_AT_LEAST(1),
                   "inner width of the position-wise feed-forward (§3.3)"),
       THPC_OPTION(model, heads, THPC_AT_LEAST(1),
