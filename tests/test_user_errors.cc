@@ -288,6 +288,17 @@ TEST(UserErrors, TheDryRunRefusesWhatTrainingRefusesWithTheSameExitCode) {
                              "decode.alpha 1e+30 (on the command line) makes the validation "
                              "search's length penalty "
                              "((5 + |Y|)/6)^alpha overflow for outputs of 64 tokens");
+  // The [decode] defaults every checkpoint stores, as transformer_decode would refuse them
+  // (a helper's trial: decode.beam = 1000 trained, and the model's own default was refused).
+  expect_configuration_error("--data.dir=" + data + " --decode.beam=1000",
+                             "decode.beam 1000 (on the command line) is wider than the 58 tokens "
+                             "a search can choose (the vocabulary of 60 less pad and bos): every "
+                             "checkpoint stores it as transformer_decode's default, which would "
+                             "refuse it; give at most 58");
+  expect_configuration_error("--data.dir=" + data + " --decode.alpha=1e30",
+                             "decode.alpha 1e+30 (on the command line) makes the length penalty "
+                             "((5 + |Y|)/6)^alpha overflow for outputs of 64 tokens "
+                             "(model.max_positions): every checkpoint stores it");
   expect_configuration_error("--data.dir=" + data + " --train.valid_every=5 --data.valid=nothere",
                              "no shards nothere.00000.h5", 3);
   expect_configuration_error("--model.layers=2 --data.dir=" + data + " --checkpoint.init=" +

@@ -163,6 +163,28 @@ std::string validation_search_impossible(const Config& config, int vocab_size) {
   return why.str();
 }
 
+std::string stored_decoding_impossible(const Config& config, int vocab_size) {
+  const DecodeConfig& decode = config.decode;
+  std::ostringstream why;
+  const std::string stored =
+      ": every checkpoint stores it as transformer_decode's default, which would refuse it";
+  if (decode.beam > selectable_tokens(vocab_size)) {
+    why << config.source_file << ": decode.beam " << decode.beam
+        << config.on_command_line("decode.beam") << " is wider than the "
+        << selectable_tokens(vocab_size) << " tokens a search can choose (the vocabulary of "
+        << vocab_size << " less pad and bos)" << stored << "; give at most "
+        << selectable_tokens(vocab_size);
+  } else if (decode.beam > 1 &&
+             length_penalty_overflows(config.model.max_positions, decode.alpha)) {
+    why << config.source_file << ": decode.alpha " << decode.alpha
+        << config.on_command_line("decode.alpha")
+        << " makes the length penalty ((5 + |Y|)/6)^alpha overflow for outputs of "
+        << config.model.max_positions << " tokens (model.max_positions)" << stored
+        << "; give a smaller alpha (§6.1: 0.6)";
+  }
+  return why.str();
+}
+
 std::string configuration_impossible(const Config& config, const BatchSource& source, int ranks,
                                      const BatchSource* valid) {
   const TrainConfig& train = config.train;
@@ -177,6 +199,9 @@ std::string configuration_impossible(const Config& config, const BatchSource& so
   } else if (const std::string search = validation_search_impossible(config, source.vocab_size());
              !search.empty()) {
     why << search;
+  } else if (const std::string stored = stored_decoding_impossible(config, source.vocab_size());
+             !stored.empty()) {
+    why << stored;
   } else {
     const int64_t budget = train.tokens_per_step / (static_cast<int64_t>(train.accumulate) * ranks);
     // Validation reads its batches at the same budget.
