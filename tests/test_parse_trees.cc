@@ -243,6 +243,44 @@ TEST(Trees, MalformedFileLeavesNoOutput) {
 // The command line is Boost's, as every other tool's (tools/tool_main.h): --name=value
 // works as --name value, --help lists every option with its default, and a missing value
 // is a bad command line naming the option.
+// delinearize's report counts each way a tree came: well-formed, repaired, replaced by the
+// baseline (a mutation audit's swap of the last two passed every test); tags that are not
+// one per word are said with the file and line, in delinearize and baseline alike.
+TEST(Trees, DelinearizeCountsEachWayATreeCameAndNamesALineOfOtherTags) {
+  const fs::path dir = fresh_directory("thpc_trees_counts");
+  const auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / name) << text;
+    return (dir / name).string();
+  };
+  const std::string words = write("w", "a b\na b\na b\na b\n");
+  const std::string tags = write("t", "DT NN\nDT NN\nDT NN\nDT NN\n");
+  // well-formed; missing its last ')': repaired twice; no constituent at all: replaced
+  const std::string sequences = write("s", "(S XX XX )\n(S XX XX\n(S XX )\nXX XX\n");
+  const auto counted = run_process(kTrees + " delinearize --words " + words + " --tags " + tags +
+                                   " --input " + sequences + " --output /dev/null");
+  EXPECT_EQ(counted.exit_code, 0) << counted.output;
+  EXPECT_NE(counted.output.find("delinearize: 4 trees: 1 well-formed, 2 repaired, 1 replaced by "
+                                "the right-branching baseline"),
+            std::string::npos)
+      << counted.output;
+  for (const std::string& other : {std::string("DT NN VB\n"), std::string("DT\n")}) {
+    const std::string other_tags = write("t1", other);
+    const std::string two_words = write("w1", "a b\n");
+    const std::string count = other == "DT\n" ? "1" : "3";
+    for (const std::string& tool :
+         {"baseline --words " + two_words + " --tags " + other_tags + " --output -",
+          "delinearize --words " + two_words + " --tags " + other_tags + " --input " +
+              write("s1", "(S XX XX )\n") + " --output -"}) {
+      const auto refused = run_process(kTrees + " " + tool);
+      EXPECT_EQ(refused.exit_code, 1) << refused.output;
+      EXPECT_NE(refused.output.find("transformer_trees: error: " + other_tags + ":1: " +
+                                    count + " tags for 2 words"),
+                std::string::npos)
+          << tool << "\n" << refused.output;
+    }
+  }
+}
+
 TEST(Trees, CommandLineTakesTheOtherToolsForms) {
   const fs::path dir = fresh_directory("thpc_trees_command_line");
   const std::string mrg = (dir / "one.mrg").string();

@@ -542,6 +542,70 @@ TEST_F(RunOutputs, TheSummaryRecordSaysHowTheRunEnded) {
     EXPECT_EQ(last.at("step"), summary.at("step")) << records[records.size() - 2];
     EXPECT_NE(run.output.find("step " + summary.at("step") + "/4 | loss "), std::string::npos)
         << run.output;
+    // ... once: a step logged at log_every and again at the stop was printed and recorded
+    // twice (a mutation audit's `>=` for `>` passed every test).
+    const std::string line = "step " + summary.at("step") + "/4 | loss ";
+    EXPECT_EQ(run.output.find(line), run.output.rfind(line)) << run.output;
+    int64_t previous = -1;
+    for (const std::string& record : records) {
+      const std::map<std::string, std::string> fields = parse_record(record);
+      if (fields.at("kind") != "\"train\"") continue;
+      EXPECT_GT(std::stoll(fields.at("step")), previous) << record;
+      previous = std::stoll(fields.at("step"));
+    }
+  }
+}
+
+// The progress records' numbers agree with each other as docs/running.md defines them:
+// ppl = exp(the loss without label smoothing: the loss itself at eps_ls = 0), each
+// interval's ms/step its share of the elapsed time, eta the elapsed time per step so far
+// times the steps left (0 at the end),
+// the summary's tokens/s every interval's tokens over the training's wall time. Only
+// their format was checked: a mutation audit's ppl of the smoothed loss, ms/step over one
+// step more, eta never reaching 0 and a summary of the last interval's tokens all passed.
+TEST_F(RunOutputs, TheProgressNumbersAgreeWithEachOther) {
+  for (const char* smoothing : {"0", "0.1"}) {
+    SCOPED_TRACE(smoothing);
+    const fs::path dir = root_ / (std::string("numbers_") + smoothing);
+    const ProcessResult run = run_process(
+        trainer_command() + " --train.max_steps=6 --train.log_every=2 --train.valid_every=0"
+        " --train.valid_bleu=false --model.label_smoothing=" + smoothing +
+        " --checkpoint.dir=" + dir.string());
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    std::vector<std::map<std::string, double>> train;
+    std::map<std::string, double> summary;
+    for (const std::string& line : lines_of(read_file(dir / "metrics.jsonl"))) {
+      std::map<std::string, double> numbers;
+      const std::map<std::string, std::string> record = parse_record(line);
+      for (const auto& [key, text] : record) {
+        if (key != "kind" && text != "null" && text.front() != '"') numbers[key] = std::stod(text);
+      }
+      if (record.at("kind") == "\"train\"") train.push_back(numbers);
+      if (record.at("kind") == "\"summary\"") summary = numbers;
+    }
+    ASSERT_EQ(train.size(), 3u) << run.output;
+    double previous_elapsed = 0, tokens = 0;
+    int64_t previous_step = 0;
+    for (const std::map<std::string, double>& at : train) {
+      const double step = at.at("step"), elapsed = at.at("elapsed_s");
+      if (std::string(smoothing) == "0") {
+        EXPECT_NEAR(at.at("ppl"), std::exp(at.at("loss")), 1e-9 * at.at("ppl"));
+      } else {
+        // The loss is smoothed, the perplexity not: they part.
+        EXPECT_GT(std::abs(at.at("ppl") - std::exp(at.at("loss"))), 1e-6 * at.at("ppl"));
+      }
+      const double interval_s = elapsed - previous_elapsed;
+      EXPECT_NEAR(at.at("ms_per_step"), 1000 * interval_s / (step - previous_step),
+                  1e-6 * at.at("ms_per_step") + 1e-6);
+      EXPECT_NEAR(at.at("eta_s"), elapsed / step * (6 - step), 1e-6 * elapsed + 1e-9);
+      tokens += at.at("tgt_tokens_per_s") * interval_s;
+      previous_elapsed = elapsed;
+      previous_step = static_cast<int64_t>(step);
+    }
+    EXPECT_EQ(train.back().at("eta_s"), 0);
+    EXPECT_GT(summary.at("tgt_tokens_per_s"), 0);
+    EXPECT_NEAR(summary.at("tgt_tokens_per_s") * summary.at("train_wall_s"), tokens,
+                1e-3 * tokens);
   }
 }
 
@@ -674,6 +738,29 @@ TEST_F(RunOutputs, ARunDirectoryNamedInBytesThatAreNotUtf8KeepsItsMetricsFileUtf
                   "' --out " + (root_ / "latin1_plots").string() + " --size 320x240");
   EXPECT_EQ(plot.exit_code, 0) << plot.output;
   EXPECT_TRUE(fs::exists(root_ / "latin1_plots" / "loss_step.png")) << plot.output;
+}
+
+// A run directory named with a tab and an escape byte 0x1b (a newline is refused: an ini value
+// cannot hold it): every metrics.jsonl line is one JSON
+// object that Python's json reads, and the recorded directory comes back whole (a
+// mutation audit's escape of only the bytes below 0x0a wrote the tab raw and passed).
+TEST_F(RunOutputs, ARunDirectoryNamedWithControlCharactersKeepsEveryRecordJson) {
+  const fs::path directory = root_ / "tab\tand\x1bone";
+  const ProcessResult run = run_process(trainer_command() + " --train.max_steps=1 "
+                                        "--train.valid_every=0 --train.valid_bleu=false "
+                                        "--checkpoint.dir='" +
+                                        directory.string() + "'");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::string metrics = (directory / "metrics.jsonl").string();
+  const ProcessResult parsed = run_process(
+      python_interpreter().path + " -c 'import json, sys\n"
+      "for line in open(sys.argv[1], encoding=\"utf-8\"):\n"
+      "    record = json.loads(line)\n"
+      "    if record[\"kind\"] == \"run\": print(repr(record[\"checkpoint_dir\"]))' '" +
+      metrics + "'");
+  EXPECT_EQ(parsed.exit_code, 0) << parsed.output;
+  EXPECT_NE(parsed.output.find("tab\\tand\\x1bone'"), std::string::npos) << parsed.output;
+  EXPECT_EQ(MetricsFile::last_run_checkpoint_dir(metrics), directory.lexically_normal().string());
 }
 
 // Validation shards replaced between a run and its resume (re-preprocessed, another

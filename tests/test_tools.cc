@@ -450,8 +450,20 @@ TEST(Tools, DataStatsSaysHowManyPassesGraphsWouldReplay) {
   const ProcessResult result =
       run_process(thpc::binary_dir() + "/transformer_data_stats " + dir.string() +
                   " --tokens-per-step 300 --epochs 4");
+  const ProcessResult one_epoch =
+      run_process(thpc::binary_dir() + "/transformer_data_stats " + dir.string() +
+                  " --tokens-per-step 300 --epochs 1");
   fs::remove_all(dir);
   ASSERT_EQ(result.exit_code, 0) << result.output;
+  // The fill and the padding are an epoch's, however many epochs are read (a mutation
+  // audit's fill over one epoch's batches for four epochs' passes said 4x, and passed).
+  for (const char* what : {"fill \\(rank 0's batches\\): [^\n]*",
+                           "padding \\(rank 0's batches\\): [^\n]*"}) {
+    std::smatch four, one;
+    ASSERT_TRUE(std::regex_search(result.output, four, std::regex(what))) << result.output;
+    ASSERT_TRUE(std::regex_search(one_epoch.output, one, std::regex(what))) << one_epoch.output;
+    EXPECT_EQ(four.str(), one.str());
+  }
   std::smatch found;
   const std::regex line(
       "CUDA graphs \\(step_graphs, rank 0's passes, 256 shapes kept\\): ([0-9]+) shapes in "
