@@ -103,6 +103,25 @@ TEST_F(EventFileTest, AFileVersionRecordThenOneEventPerCall) {
       << path;
 }
 
+// A file of the file-version record alone holds no value (a start that failed before its
+// first record: removed at the next start); one with an Event after it does, and is
+// another run's file to keep (a mutation audit's `>=` for `==` took it for none: a fresh
+// start deleted another run's curves without a word).
+TEST_F(EventFileTest, OnlyAFileOfItsVersionRecordAloneHoldsNoValue) {
+  std::string path;
+  {
+    EventFile events(dir_.string());
+    path = events.path();
+    EXPECT_TRUE(event_file_records_no_value(path));
+    events.write_scalars(7, 1.5, {{"train/loss", 2.5}});
+  }
+  EXPECT_FALSE(event_file_records_no_value(path));
+  // Cut inside the first record: no TFRecord of a version alone either.
+  const std::string bytes = read_file(path);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes.substr(0, 10);
+  EXPECT_FALSE(event_file_records_no_value(path));
+}
+
 TEST_F(EventFileTest, AMissingDirectoryIsAOneLineErrorNamingTheFile) {
   const std::string missing = (dir_ / "no_such_dir").string();
   expect_error([&] { EventFile events(missing); },

@@ -18,6 +18,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "data/shard_file.h"
+#include "data/shard_reader.h"
 #include "program.h"
 #include "tools/progress.h"
 
@@ -453,6 +454,22 @@ TEST(Tools, DataStatsSaysHowManyPassesGraphsWouldReplay) {
   const ProcessResult one_epoch =
       run_process(thpc::binary_dir() + "/transformer_data_stats " + dir.string() +
                   " --tokens-per-step 300 --epochs 1");
+  // The padding is the share of padded tokens, as the reader's own batches count it (a
+  // mutation audit's share of the real tokens passed).
+  ShardReaderSpec spec;
+  spec.files = find_shards(dir.string(), "train", "the test's corpus");
+  ShardReader reader(spec);
+  int64_t padded = 0, real = 0;
+  reader.seek(DataPosition{0, 0});
+  while (std::optional<Batch> batch = reader.next_in_epoch(300)) {
+    padded += static_cast<int64_t>(batch->src.size() + batch->tgt_in.size());
+    real += batch->src_tokens() + batch->tgt_tokens();
+  }
+  char both[64];
+  std::snprintf(both, sizeof both, "%.2f%% of padded tokens",
+                100.0 * static_cast<double>(padded - real) / static_cast<double>(padded));
+  EXPECT_NE(one_epoch.output.find(std::string("both ") + both), std::string::npos)
+      << both << "\n" << one_epoch.output;
   fs::remove_all(dir);
   ASSERT_EQ(result.exit_code, 0) << result.output;
   // The fill and the padding are an epoch's, however many epochs are read (a mutation
