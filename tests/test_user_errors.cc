@@ -130,6 +130,12 @@ TEST(UserErrors, WhatAnIniFileCannotHoldOrReadBackIsRefused) {
                              "pair of the data takes "
                              "(13 tokens a side with eos/bos); raise train.tokens_per_step to at "
                              "least 13, or give a smaller data.synthetic_max_len");
+  // Where the micro-batches made the budget small, fewer of them is the other way (it was
+  // told only to raise the tokens; a helper's trial): 1000 / 76 = 13 tokens fit.
+  expect_configuration_error("--train.accumulate=1000",
+                             "raise train.tokens_per_step to at least 13000, lower "
+                             "train.accumulate to at most 76, or give a smaller "
+                             "data.synthetic_max_len");
   const std::string dir = ::testing::TempDir() + "thpc_ini_" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
   {

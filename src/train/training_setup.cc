@@ -277,7 +277,15 @@ std::string budget_below_the_longest_pair(int accumulate, int ranks, int64_t bud
       << " ranks " << budget << " tokens, less than the longest pair of the " << read
       << " takes (" << longest << " tokens a side with eos/bos"
       << (file.empty() ? "" : ", in " + file) << "); raise " << setting << " to at least "
-      << longest * accumulate * ranks << ", " << otherwise;
+      << longest * accumulate * ranks << ", ";
+  // Where the micro-batches are what made the budget small (train.accumulate = 1000 was
+  // told only to raise the tokens; a helper's trial), fewer of them fit.
+  const int64_t fitting = budget * accumulate / std::max<int64_t>(1, longest);
+  if (accumulate > 1 && fitting >= 1) {
+    why << "lower " << (setting.rfind("--", 0) == 0 ? "--accumulate" : "train.accumulate")
+        << " to at most " << fitting << ", ";
+  }
+  why << otherwise;
   return why.str();
 }
 
