@@ -29,6 +29,7 @@
 #include "expect_error.h"
 #include "file_bytes.h"
 #include "program.h"
+#include "scoped_environment.h"
 #include "scratch_directory.h"
 
 namespace thpc {
@@ -371,9 +372,6 @@ void expect_same_tensors(const std::vector<NamedTensor>& a, const std::vector<Na
   }
 }
 
-// A best.h5 damaged while the run was stopped stayed, and the resumed run's summary went
-// on reporting its score (issue 54): it is moved aside with a warning, the best value
-// dropped with it, and the next validation writes best.h5 again.
 // A validation whose loss is not finite (parameters gone NaN under a huge learning rate,
 // divergence = skip) is a divergence whatever train.divergence_loss_factor (0 judges only
 // a non-finite loss), and no best: its BLEU of 0 made best.h5 and best_step_*.h5 of NaN
@@ -394,8 +392,22 @@ TEST_F(BestCheckpointsTraining, AValidationWhoseLossIsNotFiniteIsNoBest) {
   EXPECT_FALSE(fs::exists(path("nan/best.h5"))) << log.str();
   EXPECT_EQ(kept_steps("nan"), std::vector<int64_t>{}) << log.str();
   EXPECT_NE(log.str().find("best valid bleu n/a"), std::string::npos) << log.str();
+  // A run whose every validation was not finite ends without an average of the best, and
+  // says why (average_best's warning said "no validation of ppl ran" of ones that ran).
+  const ScopedEnvironment nan_validation("THPC_TEST_VALID_NLL_AT", "2:nan");
+  std::ostringstream ended;
+  Trainer to_the_end(config("nan_end", {"train.max_steps=2", "checkpoint.keep_best_count=1",
+                                        "checkpoint.average_best=1"}));
+  EXPECT_EQ(to_the_end.run(ended), RunEnd::Finished) << ended.str();
+  EXPECT_NE(ended.str().find("warning: no average of the best written: no best checkpoint in " +
+                             path("nan_end") + " (no validation of ppl gave a finite value: "),
+            std::string::npos)
+      << ended.str();
 }
 
+// A best.h5 damaged while the run was stopped stayed, and the resumed run's summary went
+// on reporting its score (issue 54): it is moved aside with a warning, the best value
+// dropped with it, and the next validation writes best.h5 again.
 TEST_F(BestCheckpointsTraining, ADamagedBestCheckpointIsMovedAsideOnResumeAndWrittenAgain) {
   std::ostringstream first_log;
   Trainer(config("run", {"train.max_steps=8"})).run(first_log);

@@ -240,6 +240,7 @@ TEST(Sampling, AModelWithoutAFiniteLogProbabilityIsSaidSo) {
   TwoEqualTokens broken_again(/*broken=*/true);
   try {
     sample_search(broken_again, {kSource}, {0}, kIds, draws(2, 1), sampling("full", 1.0));
+    ADD_FAILURE() << "no error";
   } catch (const Error& error) {
     EXPECT_EQ(std::string(error.what()).find("check failed"), std::string::npos)
         << error.what();

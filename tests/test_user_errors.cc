@@ -301,6 +301,8 @@ TEST(UserErrors, TheDryRunRefusesWhatTrainingRefusesWithTheSameExitCode) {
                              "a search can choose (the vocabulary of 60 less pad and bos): every "
                              "checkpoint stores it as transformer_decode's default, which would "
                              "refuse it; give at most 58");
+  expect_configuration_error("--data.dir=" + data + " --decode.beam=1 --decode.alpha=1e30",
+                             "decode.alpha 1e+30 (on the command line) makes the length penalty");
   expect_configuration_error("--data.dir=" + data + " --decode.alpha=1e30",
                              "decode.alpha 1e+30 (on the command line) makes the length penalty "
                              "((5 + |Y|)/6)^alpha overflow for outputs of 64 tokens "

@@ -268,8 +268,15 @@ checkpoints moved to $checkpoints.previous*)" \
     ${MPIRUN:-} "$build/transformer_hpc" "$config" "${metrics[@]}" "$@"
   # (Not `ls | tail`: under pipefail ls's failure ended the script with its exit 2, this
   # line unsaid.)
-  CHECKPOINT=$( { find "$checkpoints" -maxdepth 1 -name 'step_*.h5' 2> /dev/null || true; } |
-               sort | tail -n 1)
+  # The newest healthy checkpoint, as the trainer names it at its end ("checkpoint to
+  # resume from: PATH (step N, loss L)"): the newest by name may be marked diverged (a
+  # validation after it diverged), which transformer_decode refuses (a review's finding).
+  CHECKPOINT=$(sed -n 's/^checkpoint to resume from: \(.*\) (step [0-9]*, loss .*)$/\1/p' \
+               "$work/train.log" | tail -n 1)
+  if [[ -z $CHECKPOINT ]]; then
+    CHECKPOINT=$( { find "$checkpoints" -maxdepth 1 -name 'step_*.h5' 2> /dev/null || true; } |
+                 sort | tail -n 1)
+  fi
   [[ -n $CHECKPOINT ]] || fail "no checkpoint in $checkpoints after training"
 fi
 

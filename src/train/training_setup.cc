@@ -166,6 +166,9 @@ std::string validation_search_impossible(const Config& config, int vocab_size) {
 std::string stored_decoding_impossible(const Config& config, int vocab_size) {
   const DecodeConfig& decode = config.decode;
   std::ostringstream why;
+  // (The synthetic task's checkpoints hold no SentencePiece model to decode text with:
+  // data.synthetic_vocab = 5, its range's least, was refused for decode.beam 4.)
+  if (config.data.dir.empty()) return "";
   const std::string stored =
       ": every checkpoint stores it as transformer_decode's default, which would refuse it";
   if (decode.beam > selectable_tokens(vocab_size)) {
@@ -174,8 +177,8 @@ std::string stored_decoding_impossible(const Config& config, int vocab_size) {
         << selectable_tokens(vocab_size) << " tokens a search can choose (the vocabulary of "
         << vocab_size << " less pad and bos)" << stored << "; give at most "
         << selectable_tokens(vocab_size);
-  } else if (decode.beam > 1 &&
-             length_penalty_overflows(config.model.max_positions, decode.alpha)) {
+  } else if (length_penalty_overflows(config.model.max_positions, decode.alpha)) {
+    // (at any beam: transformer_decode refuses it but with --greedy)
     why << config.source_file << ": decode.alpha " << decode.alpha
         << config.on_command_line("decode.alpha")
         << " makes the length penalty ((5 + |Y|)/6)^alpha overflow for outputs of "

@@ -65,10 +65,12 @@ std::string backend_impossible(const Config& config);
 std::string validation_search_impossible(const Config& config, int vocab_size);
 
 // Why the [decode] defaults every checkpoint stores could not be decoded with, "" when
-// they can: a decode.beam wider than the tokens a search can choose, or a decode.alpha
-// whose length penalty overflows (with a beam). transformer_decode refused the trained
-// model's own defaults after the whole run (a helper's trial: decode.beam = 1000 over a
-// vocabulary of 120 trained); refused at start-up instead, as train.valid_beam is.
+// they can (or the data is the synthetic task's, whose checkpoints hold no SentencePiece
+// model): a decode.beam wider than the tokens a search can choose, or a decode.alpha whose
+// length penalty overflows (transformer_decode refuses it at any beam but --greedy).
+// transformer_decode refused the trained model's own defaults after the whole run (a
+// helper's trial: decode.beam = 1000 over a vocabulary of 120 trained); refused at
+// start-up instead, as train.valid_beam is.
 std::string stored_decoding_impossible(const Config& config, int vocab_size);
 
 // Why the configuration cannot train with this build, or on `source` with `ranks` ranks
