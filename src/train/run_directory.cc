@@ -235,22 +235,49 @@ std::string foreign_run_files(const Config& config, const std::string& run_id,
   return message.str();
 }
 
-std::string standard_output_into_an_input(const Config& config) {
+namespace {
+
+// The files a run reads, (what names it, path): the config file, checkpoint.init, the
+// checkpoint resumed from, and data.dir's shards and spm.model. A checkpoint's name is not
+// data's (a run's checkpoints in data.dir = checkpoint.dir are not read as data: they were
+// refused as "a file of data.dir", a helper's finding), unless it is a shard's too
+// (data.train = average_last_x). Its outputs must spare every one.
+std::vector<std::pair<std::string, std::string>> files_the_run_reads(
+    const Config& config, const std::string& resumed_from) {
   namespace fs = std::filesystem;
-  std::vector<std::string> inputs = {config.source_file, config.checkpoint.init,
-                                     config.eval_checkpoint, metrics_path(config)};
-  if (config.checkpoint.resume != "auto" && config.checkpoint.resume != "auto_or_fresh") {
-    inputs.push_back(config.checkpoint.resume);
-  }
+  std::vector<std::pair<std::string, std::string>> inputs = {
+      {"the config file", config.source_file},
+      {"checkpoint.init", config.checkpoint.init},
+      {"the checkpoint resumed from", resumed_from}};
   std::error_code error;
   if (!config.data.dir.empty()) {
     for (const fs::directory_entry& entry : fs::directory_iterator(config.data.dir, error)) {
       const std::string name = entry.path().filename().string();
-      if (name == "spm.model" || entry.path().extension() == ".h5") {
-        inputs.push_back(entry.path().string());
+      const bool shard = is_shard_file_name(name, config.data.train) ||
+                         is_shard_file_name(name, config.data.valid);
+      if (name == "spm.model" ||
+          (entry.path().extension() == ".h5" && (shard || !is_run_checkpoint_file(name)))) {
+        inputs.emplace_back("a file of data.dir", entry.path().string());
       }
     }
   }
+  return inputs;
+}
+
+}  // namespace
+
+std::string standard_output_into_an_input(const Config& config) {
+  namespace fs = std::filesystem;
+  // (before the start is chosen: checkpoint.resume's file when it names one, and the
+  // files of checkpoint.dir auto would choose among)
+  const bool resume_names_a_file =
+      config.checkpoint.resume != "auto" && config.checkpoint.resume != "auto_or_fresh";
+  std::vector<std::string> inputs = {config.eval_checkpoint, metrics_path(config)};
+  for (const auto& [what, path] :
+       files_the_run_reads(config, resume_names_a_file ? config.checkpoint.resume : "")) {
+    inputs.push_back(path);
+  }
+  std::error_code error;
   for (const fs::directory_entry& entry : fs::directory_iterator(config.checkpoint.dir, error)) {
     if (is_training_run_file(entry.path().string())) inputs.push_back(entry.path().string());
   }
@@ -264,26 +291,9 @@ std::string outputs_that_would_destroy_inputs(const Config& config,
                                               const std::string& resumed_from,
                                               const std::string& metrics) {
   namespace fs = std::filesystem;
-  // (what names it, path)
-  std::vector<std::pair<std::string, std::string>> inputs = {
-      {"the config file", config.source_file},
-      {"checkpoint.init", config.checkpoint.init},
-      {"the checkpoint resumed from", resumed_from}};
+  const std::vector<std::pair<std::string, std::string>> inputs =
+      files_the_run_reads(config, resumed_from);
   std::error_code error;
-  if (!config.data.dir.empty()) {
-    for (const fs::directory_entry& entry : fs::directory_iterator(config.data.dir, error)) {
-      const std::string name = entry.path().filename().string();
-      // A checkpoint's name is not data's (a run's checkpoints in data.dir = checkpoint.dir
-      // are not read as data: they were refused as "a file of data.dir", a helper's
-      // finding), unless it is a shard's too (data.train = average_last_x).
-      const bool shard = is_shard_file_name(name, config.data.train) ||
-                         is_shard_file_name(name, config.data.valid);
-      if (name == "spm.model" ||
-          (entry.path().extension() == ".h5" && (shard || !is_run_checkpoint_file(name)))) {
-        inputs.emplace_back("a file of data.dir", entry.path().string());
-      }
-    }
-  }
   for (const auto& [what, input] : inputs) {
     if (!input.empty() && same_file(metrics, input)) {
       return "the metrics file " + metrics + " is " + what + " " + input +
