@@ -844,13 +844,15 @@ void Trainer::record_validation(const ValidationStats& valid, RunProgress& run) 
   // is no best (a NaN model's BLEU of 0 was the first best: best.h5 and best_step_*.h5
   // of NaN parameters, which average_best then refused).
   const bool diverged = divergence_handling_->validation_diverged();
-  const double unless_diverged = diverged ? std::nan("") : 1.0;
-  note_validation(best_valid_.ppl, std::exp(valid.nll) * unless_diverged, Better::Lower, step);
+  const auto unless_diverged = [diverged](double value) {
+    return diverged ? std::nan("") : value;  // (NaN improves on nothing)
+  };
+  note_validation(best_valid_.ppl, unless_diverged(std::exp(valid.nll)), Better::Lower, step);
   if (!std::isnan(valid.bleu)) {
-    note_validation(best_valid_.bleu, valid.bleu * unless_diverged, Better::Higher, step);
+    note_validation(best_valid_.bleu, unless_diverged(valid.bleu), Better::Higher, step);
   }
   if (!std::isnan(valid.chrf)) {
-    note_validation(best_valid_.chrf, valid.chrf * unless_diverged, Better::Higher, step);
+    note_validation(best_valid_.chrf, unless_diverged(valid.chrf), Better::Higher, step);
   }
   const std::vector<LogField> fields = validation_fields(valid);
   run.out << log_line("valid step " + std::to_string(step), fields) << std::endl;
