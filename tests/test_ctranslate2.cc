@@ -349,7 +349,15 @@ TEST_F(CTranslate2Conversion, ConverterRefusesWhatItCannotConvertWithOneLine) {
     file.seekp(4096);
     file.put('\x5a');
   }
+  // Marked diverged by its run: refused as transformer_decode and transformer_quantize
+  // refuse it (it converted a NaN model, exit 0).
+  const fs::path diverged = dir_ / "diverged.h5";
+  fs::copy_file(write_model("good", {}), diverged, fs::copy_options::overwrite_existing);
+  mark_checkpoint(diverged.string(), CheckpointState::Diverged);
   const std::vector<Case> cases = {
+      {"--checkpoint " + diverged.string() + " --output_dir " + out.string(),
+       "checkpoint " + diverged.string() + ": is marked diverged (its run judged its "
+       "parameters diverged", 2},
       {"--checkpoint " + widths.string() + " --output_dir " + out.string(),
        "d_k = 8 and d_v = 16 differ: CTranslate2's attention has one head width", 1},
       {"--checkpoint " + pre_norm.string() + " --output_dir " + out.string(),

@@ -88,8 +88,16 @@ class OutputDirRefused(ConversionError):
     exit_code = 2
 
 
+class DivergedCheckpoint(ConversionError):
+    """A checkpoint its run marked diverged (the header's "state diverged" line): refused as
+    transformer_decode and transformer_quantize refuse it, exit code 2, a command line
+    naming the wrong file."""
+    exit_code = 2
+
+
 def verify_header(path):
-    """The size and sha256 the checkpoint's header records, as read_checkpoint checks."""
+    """The size and sha256 the checkpoint's header records, as read_checkpoint checks;
+    returns the header's state word (healthy, diverged or superseded)."""
     try:
         size = os.path.getsize(path)
         with open(path, "rb") as file:
@@ -113,6 +121,7 @@ def verify_header(path):
         raise ConversionError(error.strerror or str(error)) from None
     if digest.hexdigest() != fields.get("sha256", "").strip():
         raise ConversionError("bad checksum for the file: it is corrupt")
+    return fields.get("state", "healthy").strip()
 
 
 def parse_architecture(text):
@@ -173,7 +182,12 @@ def sinusoid_table(max_positions, d_model):
 
 def read_checkpoint(path):
     """Architecture, layer-norm epsilon, parameters by name and the SentencePiece model."""
-    verify_header(path)
+    if verify_header(path) == "diverged":
+        raise DivergedCheckpoint("is marked diverged (its run judged its parameters "
+                                 "diverged: a loss or gradient norm not finite or spiking, or "
+                                 "a validation after it): converting it would give a broken "
+                                 "model; take a healthy checkpoint (the newest healthy one of "
+                                 "its directory, or best.h5)")
     try:
         with h5py.File(path, "r") as file:
             attrs = file.attrs
@@ -398,7 +412,7 @@ def convert(checkpoint, output_dir, quantization=None, force=False):
                                   "CTranslate2 model needs the vocabulary's pieces")
         pieces, special = vocabulary(spm_model, arch["vocab_size"])
     except ConversionError as error:
-        raise ConversionError(f"checkpoint {checkpoint}: {error}") from None
+        raise type(error)(f"checkpoint {checkpoint}: {error}") from None
     spec, version = build_spec(arch, eps, params, pieces, special)
     spec.validate()
     spec.optimize(quantization=quantization)  # aliases the three uses of embed.weight

@@ -260,10 +260,16 @@ class SourceReader {
 // the trainer's): pad 0, unk 1, bos 2, eos 3.
 const thpc::SpecialIds kIds{};
 
-// Every model of an ensemble, read and checked before anything is translated: their
-// vocabularies must be one (a usage error naming the two files otherwise).
+// Every model of an ensemble, read and checked before anything is translated: none marked
+// diverged, and their vocabularies must be one (a usage error naming the two files
+// otherwise).
 thpc::DecodingCheckpoints read_checkpoints(const Arguments& args) {
   thpc::DecodingCheckpoints ensemble = thpc::read_decoding_checkpoints(args.checkpoints);
+  for (size_t m = 0; m < ensemble.checkpoints.size(); ++m) {
+    const std::string diverged = thpc::diverged_parameters_refusal(
+        ensemble.checkpoints[m], ensemble.paths[m], "decoding with it");
+    if (!diverged.empty()) throw thpc::tools::Refusal(diverged);
+  }
   const std::string mismatch =
       thpc::ensemble_vocabulary_mismatch(ensemble, !args.spm_model.empty());
   if (!mismatch.empty()) throw thpc::tools::UsageError(mismatch);

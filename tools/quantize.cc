@@ -78,7 +78,9 @@ int main(int argc, char** argv) {
   const auto run = [](const Arguments& command) {
     const thpc::Checkpoint source =
         thpc::read_checkpoint(command.checkpoint, thpc::CheckpointParts::ParamsOnly);
-    thpc::refuse_diverged_parameters(source, command.checkpoint, "quantizing it");
+    const std::string diverged =
+        thpc::diverged_parameters_refusal(source, command.checkpoint, "quantizing it");
+    if (!diverged.empty()) throw thpc::tools::Refusal(diverged);
     if (!source.quantized.empty()) {
       THPC_FAIL("checkpoint " << command.checkpoint << " is quantized already (its weight "
                               << "matrices are int8): give the float checkpoint it was made from");

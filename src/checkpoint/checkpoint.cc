@@ -396,13 +396,13 @@ const char* checkpoint_state_name(CheckpointState state) {
   return kCheckpointStateNames[static_cast<int>(state)];
 }
 
-void refuse_diverged_parameters(const Checkpoint& checkpoint, const std::string& path,
-                                const std::string& use) {
-  if (checkpoint.state != CheckpointState::Diverged) return;
-  THPC_FAIL(path << " is marked diverged (its run judged its parameters diverged: a loss or "
-                 << "gradient norm not finite or spiking, or a validation after it): " << use
-                 << " would give a broken model's output; take a healthy checkpoint (the "
-                 << "newest healthy one of its directory, or best.h5)");
+std::string diverged_parameters_refusal(const Checkpoint& checkpoint, const std::string& path,
+                                        const std::string& use) {
+  if (checkpoint.state != CheckpointState::Diverged) return "";
+  return path + " is marked diverged (its run judged its parameters diverged: a loss or "
+         "gradient norm not finite or spiking, or a validation after it): " + use +
+         " would give a broken model's output; take a healthy checkpoint (the newest healthy "
+         "one of its directory, or best.h5)";
 }
 
 void stamp_checkpoint_header(const std::string& path) {

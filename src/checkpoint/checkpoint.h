@@ -254,13 +254,14 @@ void write_checkpoint(const std::string& path, const Checkpoint& checkpoint);
 // refused as corrupt.
 void stamp_checkpoint_header(const std::string& path);
 
-// Throws thpc::Error naming `path` when `checkpoint` is marked diverged: its parameters
-// are a diverged step's (or saved after a validation that diverged), whose outputs are
-// not a model's. `use` says what was asked ("decoding it"). transformer_decode and
-// transformer_quantize refuse it as transformer_average does (they decoded NaN scores
-// and quantized a NaN model, exit 0; a helper's trial).
-void refuse_diverged_parameters(const Checkpoint& checkpoint, const std::string& path,
-                                const std::string& use);
+// Why `checkpoint`, read from `path`, may not be used (`use` says what was asked:
+// "decoding with it"), or "" when it may: it is marked diverged, its parameters a diverged
+// step's (or saved after a validation that diverged), whose outputs are not a model's.
+// transformer_decode and transformer_quantize refuse it as transformer_average does (they
+// decoded NaN scores and quantized a NaN model, exit 0; a helper's trial), and like it as
+// a command line naming the wrong file (exit 2): the message names the file to take.
+std::string diverged_parameters_refusal(const Checkpoint& checkpoint, const std::string& path,
+                                        const std::string& use);
 
 // Verifies the file header (size and sha256 of the whole file) before HDF5 reads
 // anything, then structure, format version, shapes and every dataset's sha256. Throws

@@ -153,7 +153,6 @@ DecodingCheckpoints read_decoding_checkpoints(const std::vector<std::string>& pa
   for (const std::string& path : paths) {
     read.checkpoints.push_back(read_checkpoint(path, CheckpointParts::ParamsOnly));
     const Checkpoint& checkpoint = read.checkpoints.back();
-    refuse_diverged_parameters(checkpoint, path, "decoding with it");
     // The run configuration stored in the checkpoint, parsed by the same option table.
     Config stored = load_config_text(checkpoint.config_ini, path + " (stored configuration)");
     read.models.push_back(stored.model);
