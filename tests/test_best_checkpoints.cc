@@ -476,6 +476,23 @@ TEST_F(BestCheckpointsTraining, AValidationThatExplodedMarksTheCheckpointsSinceT
   EXPECT_NE(log.str().find("checkpoint to resume from: " + path("run/step_00000006.h5")),
             std::string::npos)
       << log.str();
+  // --eval scores a diverged checkpoint all the same (its score is the diagnosis) and
+  // says that it is marked so; a healthy one without the note.
+  for (const std::string step : {"6", "8"}) {
+    const std::string checkpoint = path("run/step_0000000" + step + ".h5");
+    const ProcessResult eval = run_process(
+        thpc::binary_dir() + "/transformer_hpc " THPC_SOURCE_DIR "/input/numbers.ini --data.dir=" +
+        (corpus_ / "data").string() + " --model.layers=1 --eval " + checkpoint);
+    EXPECT_EQ(eval.exit_code, 0) << eval.output;
+    EXPECT_NE(eval.output.find("evaluated " + checkpoint + " (step " + step + ") on "),
+              std::string::npos)
+        << eval.output;
+    EXPECT_NE(eval.output.find("\nvalid step " + step + " | loss "), std::string::npos)
+        << eval.output;
+    const std::string note = "note: " + checkpoint + " is marked diverged: its run judged its "
+                             "parameters diverged";
+    EXPECT_EQ(eval.output.find(note) != std::string::npos, step == "8") << eval.output;
+  }
 }
 
 TEST_F(BestCheckpointsTraining, TheRunKeepsTheKBestApartFromTheLastAndAveragesExactlyThose) {
