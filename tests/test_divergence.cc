@@ -289,6 +289,9 @@ TEST_F(DivergenceTest, SkipStopsWhenMoreThanTheLimitOfStepsInARowDiverge) {
             std::string::npos)
       << log.str();
   EXPECT_EQ(trainer.divergence_state().consecutive_skips, 3);
+  // The two left out are counted, not the step that ended the run (it was counted too).
+  EXPECT_EQ(trainer.divergence_state().skipped_steps, 2);
+  EXPECT_NE(log.str().find("| skipped steps 2\n"), std::string::npos) << log.str();
 }
 
 TEST_F(DivergenceTest, RollbackContinuesFromTheNewestHealthyCheckpointWithHalfTheLearningRate) {

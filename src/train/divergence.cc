@@ -170,9 +170,9 @@ DivergenceHandling::Action DivergenceHandling::handle(
   const std::string& policy = config_.train.divergence;
   const std::string at = "step " + std::to_string(step) + ": " + why;
   if (policy == "skip") {
-    ++state.skipped_steps;
     ++state.consecutive_skips;
     if (state.consecutive_skips <= limit) {
+      ++state.skipped_steps;  // (the step past the limit is not left out: it ends the run)
       log << "skipped step " << step << ": " << why << "; no update, the next batch ("
           << state.consecutive_skips << " in a row of at most " << limit
           << ", train.divergence_limit)" << std::endl;
