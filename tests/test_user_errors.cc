@@ -576,6 +576,15 @@ TEST(UserErrors, TheFootprintIsComputedWithoutOverflowAndBoundsTheParameterTable
   EXPECT_EQ(training_footprint(wide.model, 37000, wide.train).logit_bytes, 4.0L * 10 * 37000);
   EXPECT_EQ(training_does_not_fit(wide, 37000, 1e8L).find("train.loss_chunk_rows"),
             std::string::npos);
+  // Heads wider than d_model / h make wider projections: model.d_k = d_v = 1024 with 4
+  // heads keeps 4 x 1024 x 4 values a token in each encoder layer's Q|K|V and context, not
+  // 4 x 64: the bound counted d_model's widths whatever the heads' were.
+  Config wide_heads = wide;
+  wide_heads.train.loss_chunk_rows = 0;
+  wide_heads.model.d_k = 1024;
+  wide_heads.model.d_v = 1024;
+  EXPECT_EQ(training_footprint(wide_heads.model, 32, wide_heads.train).activation_bytes,
+            4.0L * 1000 * ((4 * 3 * 1024 + 4 * 1024 + 256) + (4 * 6 * 1024 + 256) + 32));
   // Two ranks and two micro-batches share the step's tokens: a quarter each.
   tiny.train.accumulate = 2;
   EXPECT_EQ(training_footprint(tiny.model, 32, tiny.train, 2).tokens_per_micro_batch, 250);

@@ -59,8 +59,13 @@ TrainingFootprint training_footprint(const ModelConfig& model, int vocab,
     const Real logit_rows =
         train.loss_chunk_rows > 0 ? std::min<Real>(tokens, Real(train.loss_chunk_rows)) : tokens;
     footprint.logit_bytes = 4 * logit_rows * Real(vocab);
+    // Per token and layer, the widths the projections make (h d_k and h d_v, d_model each
+    // with the paper's d_k = d_v = d_model / h): the encoder's Q|K|V and the heads'
+    // concatenated context, the decoder's too and its cross-attention's Q and context.
+    const Real encoder_layer = h * (2 * dk + dv) + h * dv + ff;
+    const Real decoder_layer = h * (2 * dk + dv) + h * dv + h * dk + h * dv + ff;
     footprint.activation_bytes =
-        4 * tokens * Real(model.layers) * ((4 * d + ff) + (6 * d + ff)) + footprint.logit_bytes;
+        4 * tokens * Real(model.layers) * (encoder_layer + decoder_layer) + footprint.logit_bytes;
     footprint.bytes += footprint.activation_bytes;
   }
   return footprint;
