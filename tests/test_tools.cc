@@ -494,6 +494,48 @@ TEST(Tools, DataStatsSaysHowManyPassesGraphsWouldReplay) {
   EXPECT_NEAR(std::stod(found[5]), 100.0 * shapes / passes, 0.05);
 }
 
+// On several ranks a step's last micro-batch also starts the sums over the ranks, so its
+// graph is another than the same shape's in an earlier micro-batch: the tool counts the
+// shapes as the trainer's captures key them, (batch, lengths, summed), rank 0's share
+// read at the per-rank budget (an audit's survivor: the flag was untested).
+TEST(Tools, DataStatsKeysAStepsLastMicroBatchApartOnSeveralRanks) {
+  // Three lengths: shapes recur, in earlier micro-batches and in last ones alike.
+  const fs::path dir = one_shard_corpus("thpc_data_stats_ranks", 400, [](int i) {
+    return std::pair{4 + 4 * (i % 3), 5 + 4 * (i % 3)};
+  });
+  // (ranks, accumulate) -> the shapes the tool says, and the distinct keys of rank 0's
+  // batches counted here.
+  for (const auto& [ranks, accumulate] : std::vector<std::pair<int, int>>{{1, 3}, {2, 3}}) {
+    SCOPED_TRACE(std::to_string(ranks) + " ranks x " + std::to_string(accumulate));
+    const int64_t tokens_per_step = 600;
+    const ProcessResult stats = run_process(
+        thpc::binary_dir() + "/transformer_data_stats " + dir.string() + " --tokens-per-step " +
+        std::to_string(tokens_per_step) + " --ranks " + std::to_string(ranks) +
+        " --accumulate " + std::to_string(accumulate));
+    ASSERT_EQ(stats.exit_code, 0) << stats.output;
+    ShardReaderSpec spec;
+    spec.files = find_shards(dir.string(), "train", "the test's corpus");
+    spec.ranks = ranks;
+    ShardReader reader(spec);
+    std::set<std::tuple<int, int, int, bool>> keys;
+    int64_t passes = 0;
+    reader.seek(DataPosition{0, 0});
+    const int64_t budget = tokens_per_step / (int64_t{ranks} * accumulate);
+    while (std::optional<Batch> batch = reader.next_in_epoch(budget)) {
+      const bool summed = ranks > 1 && passes % accumulate == accumulate - 1;
+      keys.emplace(batch->size, batch->src_len, batch->tgt_len, summed);
+      ++passes;
+    }
+    ASSERT_LT(keys.size(), 256u) << "every shape kept: the count is the distinct keys";
+    ASSERT_LT(keys.size() * 2, static_cast<size_t>(passes)) << "shapes recur";
+    EXPECT_NE(stats.output.find(std::to_string(keys.size()) + " shapes in " +
+                                std::to_string(passes) + " passes;"),
+              std::string::npos)
+        << keys.size() << " keys in " << passes << " passes\n" << stats.output;
+  }
+  fs::remove_all(dir);
+}
+
 // transformer_data_stats drops the pairs model.max_positions (--max-positions) leaves out,
 // as the trainer does, and says how many: a corpus with one pair longer than both the
 // positions and the budget was refused here ("does not fit a batch") and trained on (a
