@@ -1,7 +1,7 @@
 // The whole pipeline on real data, as a user runs it, with a BLEU floor: Multi30k EN->DE
 // preprocessed with a small shared BPE (build/transformer_preprocess), a small model
-// trained on the CPU (build/transformer_hpc input/multi30k_tiny.ini, about 2 minutes
-// on one core), its last two checkpoints averaged at the end of the run, a held-out slice of
+// trained on the CPU (build/transformer_hpc input/multi30k_tiny.ini, under a minute
+// on 2 cores), its last two checkpoints averaged at the end of the run, a held-out slice of
 // test_2016_flickr translated with beam search (build/transformer_decode, with the
 // SentencePiece model the checkpoint carries) and scored with the sacreBLEU-exact
 // scorer (build/transformer_score).
