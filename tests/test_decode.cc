@@ -348,6 +348,29 @@ TEST_F(DecodeProgram, TheInputIsTranslatedABufferAtATimeWithoutChangingAnyTransl
       << late.output;
   EXPECT_EQ(late.output.find("limit"), std::string::npos) << late.output;
   EXPECT_FALSE(fs::exists(dir_ / "made"));
+  // A file's every line is checked before anything is translated, given as --input or on
+  // standard input: the long line 4 is never encoded (its warning never said), where the
+  // buffers before the bad line were translated, and with --output their translations
+  // lost (a helper's trial: 1,000 of them, to a bad byte on line 1,001).
+  {
+    std::ofstream bad(dir_ / "long_then_bad.en", std::ios::binary);
+    bad << read_file(dir_ / "input.en") << "A boy.\nA girl.\n\xff a dog.\n";
+  }
+  ASSERT_EQ(lines_of(read_file(dir_ / "long_then_bad.en")).size(), 7u);
+  for (const std::string input : {"--input " + (dir_ / "long_then_bad.en").string(),
+                                  std::string("< ") + (dir_ / "long_then_bad.en").string()}) {
+    const ProcessResult checked_first = run_process(
+        thpc::binary_dir() + "/transformer_decode --checkpoint " + (dir_ / "model.h5").string() +
+        " --spm-model " + (dir_ / "spm.model").string() + " --max-len-b 4 --buffer-sentences 2 " +
+        "--output " + (dir_ / "checked_first.de").string() + " " + input);
+    EXPECT_EQ(checked_first.exit_code, 1) << checked_first.output;
+    EXPECT_NE(checked_first.output.find(": line 7: invalid UTF-8 at byte 1 of the line"),
+              std::string::npos)
+        << checked_first.output;
+    EXPECT_EQ(checked_first.output.find("warning: line 4 has"), std::string::npos)
+        << checked_first.output;
+    EXPECT_FALSE(fs::exists(dir_ / "checked_first.de"));
+  }
   // Only those it made: "fresh/../kept" took the existing, empty kept for one of them.
   fs::create_directory(dir_ / "kept");
   const ProcessResult dotted = run_process(
