@@ -495,6 +495,54 @@ TEST_F(BestCheckpointsTraining, AValidationThatExplodedMarksTheCheckpointsSinceT
   }
 }
 
+// A resume whose checkpoint.keep_best_count, from the config file, is lower than the run's:
+// refused (exit 2), as its next validation would delete the best checkpoints beyond it;
+// the same value given on the command line deletes them (CheckpointTest's
+// AResumeWhoseKeepIsLowerThanTheRunsDeletesNothingUnlessToldOnTheCommandLine for
+// checkpoint.keep).
+TEST_F(BestCheckpointsTraining, AResumeWhoseKeepBestCountIsLowerDeletesNothingUnlessTold) {
+  {
+    std::ofstream ini(path("two_best.ini"));
+    ini << read_file(THPC_SOURCE_DIR "/input/numbers.ini") << "keep_best_count = 2\n";
+  }
+  const std::string run = path("run");
+  const std::string start =
+      thpc::binary_dir() + "/transformer_hpc " + path("two_best.ini") + " --data.dir=" +
+      (corpus_ / "data").string() + " --model.layers=1 --checkpoint.dir=" + run +
+      " --train.metrics_dir=" + run + " --train.valid_every=2 --train.warmup_steps=4 " +
+      "--checkpoint.every_steps=2 --checkpoint.keep_best=ppl --train.valid_bleu=false";
+  // Lowered from 3 to 2 where 2 are kept: nothing to delete, not refused.
+  const ProcessResult two =
+      run_process(start + " --train.max_steps=4 --checkpoint.keep_best_count=3");
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  ASSERT_EQ(best_checkpoint_summaries(run).size(), 2u) << two.output;
+  const ProcessResult kept_two =
+      run_process(start + " --train.max_steps=5 --checkpoint.resume=auto");
+  EXPECT_EQ(kept_two.exit_code, 0) << kept_two.output;
+  // Three kept by a run of 3: the file's 2 would delete one.
+  const ProcessResult three = run_process(start + " --train.max_steps=8 --checkpoint.resume=auto " +
+                                          "--checkpoint.keep_best_count=3");
+  ASSERT_EQ(three.exit_code, 0) << three.output;
+  ASSERT_EQ(best_checkpoint_summaries(run).size(), 3u) << three.output;
+  const ProcessResult refused =
+      run_process(start + " --train.max_steps=10 --checkpoint.resume=auto");
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("checkpoint.keep_best_count = 2 (not given on the command line) "
+                                "is lower than the 3 of the run that wrote "),
+            std::string::npos)
+      << refused.output;
+  EXPECT_NE(refused.output.find(": its next validation would delete at least 1 of the 3 "
+                                "best_step_*.h5 of ppl in " + run + " (the worst first); give "
+                                "--checkpoint.keep_best_count=2 on the command line"),
+            std::string::npos)
+      << refused.output;
+  EXPECT_EQ(best_checkpoint_summaries(run).size(), 3u);
+  const ProcessResult told = run_process(start + " --train.max_steps=10 --checkpoint.resume=auto "
+                                         "--checkpoint.keep_best_count=2");
+  EXPECT_EQ(told.exit_code, 0) << told.output;
+  EXPECT_EQ(best_checkpoint_summaries(run).size(), 2u) << told.output;
+}
+
 TEST_F(BestCheckpointsTraining, TheRunKeepsTheKBestApartFromTheLastAndAveragesExactlyThose) {
   std::ostringstream log;
   Trainer(config("run")).run(log);

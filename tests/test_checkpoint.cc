@@ -1581,6 +1581,56 @@ TEST_F(CheckpointTest, PruningNeverDeletesTheOneJustWritten) {
   EXPECT_TRUE(fs::exists(path(checkpoint_file_name(9))));
 }
 
+// A resume whose checkpoint.keep, from the config file (or its default), is lower than the
+// run's (its first start had --checkpoint.keep=7): refused before anything is written,
+// exit 2, naming the files its next checkpoint would delete and both ways on; given on
+// the command line it prunes them (a helper's trial: a resume given the config file alone
+// deleted three of the run's checkpoints, with only a note among the settings that differ).
+TEST_F(CheckpointTest, AResumeWhoseKeepIsLowerThanTheRunsDeletesNothingUnlessToldOnTheCommandLine) {
+  const std::string dir = path("run");
+  const std::string start = kTrainer + " " + kTinyIni + " --model.layers=1 " +
+                            "--checkpoint.every_steps=1 --checkpoint.dir=" + dir;
+  // Lowered where nothing is deleted (4 files, and the next makes 5): not refused.
+  const ProcessResult four = run_process(start + " --train.max_steps=4 --checkpoint.keep=7");
+  ASSERT_EQ(four.exit_code, 0) << four.output;
+  const ProcessResult five = run_process(start + " --train.max_steps=5 --checkpoint.resume=auto");
+  ASSERT_EQ(five.exit_code, 0) << five.output;
+  EXPECT_EQ(list_checkpoints(dir).size(), 5u);
+  const ProcessResult first = run_process(start + " --train.max_steps=6 --checkpoint.keep=7 "
+                                          "--checkpoint.resume=auto");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::vector<std::string> kept = list_checkpoints(dir);
+  ASSERT_EQ(kept.size(), 6u);
+  const ProcessResult refused =
+      run_process(start + " --train.max_steps=8 --checkpoint.resume=auto");
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("checkpoint.keep = 5 (not given on the command line) is lower "
+                                "than the 7 of the run that wrote " + dir +
+                                "/step_00000006.h5: its next checkpoint would delete up to 2 of "
+                                "the 6 checkpoints in " + dir + " (the oldest first: "
+                                "step_00000001.h5, step_00000002.h5); give "
+                                "--checkpoint.keep=5 on the command line to delete them, or "
+                                "--checkpoint.keep=7 to keep the run's setting"),
+            std::string::npos)
+      << refused.output;
+  EXPECT_EQ(refused.output.find("step 7/"), std::string::npos) << refused.output;
+  EXPECT_EQ(list_checkpoints(dir), kept);
+  // The run's own keep, or a value at least as large: nothing to refuse.
+  const ProcessResult same =
+      run_process(start + " --train.max_steps=7 --checkpoint.resume=auto --checkpoint.keep=7");
+  EXPECT_EQ(same.exit_code, 0) << same.output;
+  EXPECT_EQ(list_checkpoints(dir).size(), 7u);
+  // Told on the command line: pruned to it.
+  const ProcessResult told =
+      run_process(start + " --train.max_steps=8 --checkpoint.resume=auto --checkpoint.keep=5");
+  EXPECT_EQ(told.exit_code, 0) << told.output;
+  EXPECT_EQ(list_checkpoints(dir).size(), 5u);
+  EXPECT_NE(told.output.find("removed old checkpoint " + dir + "/step_00000001.h5 "
+                             "(checkpoint.keep = 5)"),
+            std::string::npos)
+      << told.output;
+}
+
 // A schedule by steps alone (every 20): the stop checkpoints of two requeues inside the
 // averaged window (45, 65) go before a step of the schedule, so that the window's steps
 // stay (jobs/common.sh's phase 2; before, the oldest went first and the second requeue

@@ -78,6 +78,63 @@ void write_made_again_if_removed(const std::string& dir, const std::function<voi
   }
 }
 
+std::string CheckpointKeeping::lowered_keeping_refusal(const Checkpoint& resumed,
+                                                       const std::string& path) const {
+  Config then;
+  try {
+    then = load_config_text(resumed.config_ini, path + " (stored configuration)");
+  } catch (const Error&) {
+    return "";
+  }
+  const CheckpointConfig& now = config_.checkpoint;
+  namespace fs = std::filesystem;
+  // `doomed` of the `count` files of `what` in checkpoint.dir deleted (`order`: which
+  // first) when `key` is lowered from `was` to `value`: the refusal.
+  const auto refusal = [&](const std::string& key, int value, int was, size_t count,
+                           const std::string& doomed, const std::string& what,
+                           const std::string& when, const std::string& order) {
+    std::ostringstream message;
+    message << key << " = " << value << " (not given on the command line) is lower than the "
+            << was << " of the run that wrote " << path << ": " << when << " would delete "
+            << doomed << " of the " << count << " " << what << " in " << now.dir << " ("
+            << order << "); give --" << key << "=" << value << " on the command line to "
+            << "delete them, or --" << key << "=" << was << " to keep the run's setting";
+    return message.str();
+  };
+  if (now.keep < then.checkpoint.keep && config_.command_line_keys.count("checkpoint.keep") == 0) {
+    const std::vector<std::string> files = list_checkpoints(now.dir);
+    // The next checkpoint is one of the `keep` that stay: the oldest go first (pruning
+    // may spare one more, the last known good).
+    const size_t stay = static_cast<size_t>(now.keep) - 1;
+    if (files.size() > stay) {
+      const size_t doomed = files.size() - stay;
+      std::string named = fs::path(files.front()).filename().string();
+      if (doomed > 1) {
+        named += (doomed > 2 ? ", ..., " : ", ") + fs::path(files[doomed - 1]).filename().string();
+      }
+      return refusal("checkpoint.keep", now.keep, then.checkpoint.keep, files.size(),
+                     "up to " + std::to_string(doomed), "checkpoints", "its next checkpoint",
+                     "the oldest first: " + named);
+    }
+  }
+  if (now.keep_best_count > 0 && now.keep_best_count < then.checkpoint.keep_best_count &&
+      config_.command_line_keys.count("checkpoint.keep_best_count") == 0) {
+    size_t kept = 0;
+    for (const CheckpointSummary& summary : best_checkpoint_summaries(now.dir)) {
+      kept += summary.validation->metric == now.keep_best ? 1 : 0;
+    }
+    const size_t stay = static_cast<size_t>(now.keep_best_count);
+    if (kept > stay) {
+      return refusal("checkpoint.keep_best_count", now.keep_best_count,
+                     then.checkpoint.keep_best_count, kept,
+                     "at least " + std::to_string(kept - stay),
+                     "best_step_*.h5 of " + now.keep_best, "its next validation",
+                     "the worst first");
+    }
+  }
+  return "";
+}
+
 Checkpoint read_init_checkpoint(const CheckpointConfig& options) {
   const std::string missing = checkpoint_file_missing("checkpoint.init", options.init,
                                                       options.dir);
