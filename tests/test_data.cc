@@ -1303,10 +1303,12 @@ TEST_F(DataPipeline, AFailureAfterWritingBeganLeavesNothingThatLooksValid) {
   write_lines(dir / "valid.de", {"eine Katze", "eine Katze"});
   PreprocessOptions late = options(dir / "out");
   late.valid_prefix = (dir / "valid").string();
+  late.valid_max_len = 120;  // (the validation pairs' own limit: --max-len is training's)
   std::ostringstream log;
   expect_error([&] { preprocess(late, log); },
                {"valid.de: no validation pair survived: of 2, 1 with an empty side, 1 with a "
-                "side longer than --max-len 120 pieces; raise --max-len, or check the files"});
+                "side longer than --valid-max-len 120 pieces; raise --valid-max-len, or check "
+                "the files"});
   EXPECT_TRUE(fs::is_empty(dir / "out"));
   // A test split of which nothing survives likewise (it wrote a shard of no pairs, which
   // its readers then refused).

@@ -238,7 +238,9 @@ void write_as_when_held(const PreprocessOptions& options, const fs::path& dest) 
       ASSERT_TRUE(processor.Encode(target[i], &tgt).ok());
       const size_t shorter = std::min(src.size(), tgt.size());
       const size_t longer = std::max(src.size(), tgt.size());
-      if (shorter == 0 || longer > static_cast<size_t>(options.max_len)) continue;
+      // --max-len for the training pairs, --valid-max-len for the validation and test ones.
+      const int limit = ratio ? options.max_len : options.valid_max_len;
+      if (shorter == 0 || longer > static_cast<size_t>(limit)) continue;
       if (ratio && static_cast<double>(longer) > options.max_ratio * static_cast<double>(shorter)) {
         continue;
       }

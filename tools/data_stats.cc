@@ -88,7 +88,7 @@ int run(const Arguments& arguments) {
                          "validation shards (" + valid_prefix + ", read at that budget by a "
                          "run with train.valid_every > 0)",
                          valid.longest_padded_side(), valid.longest_pair_file(),
-                         "--tokens-per-step", "or preprocess with a smaller --max-len")
+                         "--tokens-per-step", "or preprocess with a smaller --valid-max-len")
                   << "\n";
       }
     } catch (const thpc::Error& refused) {

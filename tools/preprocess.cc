@@ -73,7 +73,11 @@ int main(int argc, char** argv) {
       "number of training shards; the kept pairs are dealt to them in runs of 256, so that "
       "each holds pairs from the whole input")(
       "max-len", po::value(&options.max_len)->default_value(options.max_len),
-      "drop pairs with a side longer than this many subword tokens")(
+      "drop training pairs with a side longer than this many subword tokens")(
+      "valid-max-len", po::value(&options.valid_max_len)->default_value(options.valid_max_len),
+      "drop validation and test pairs with a side longer than this many subword tokens "
+      "(Marian's --valid-max-length: they are scored whole, not cut to --max-len; the "
+      "trainer also leaves out those longer than model.max_positions - 1, and says so)")(
       "max-ratio", po::value(&options.max_ratio)->default_value(options.max_ratio),
       "drop training pairs whose longer side exceeds this many times the shorter")(
       "seed", po::value(&command.seed)->default_value(command.seed),

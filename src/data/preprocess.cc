@@ -409,8 +409,8 @@ void load_sentencepiece_model(const std::string& model, const std::string& name,
 // rarely fits in --max-len pieces: only through what normalization removes (runs of
 // spaces), a run of unknown characters (one unk piece), --user-symbols, or an --spm-model
 // trained with longer pieces. 64 KiB at the least, SentencePiece's training limit here.
-size_t longest_encoded_side(const PreprocessOptions& options) {
-  return std::max<size_t>(kSentencePieceLongestLine, 64 * static_cast<size_t>(options.max_len));
+size_t longest_encoded_side(int max_len) {
+  return std::max<size_t>(kSentencePieceLongestLine, 64 * static_cast<size_t>(max_len));
 }
 
 // Encodes lines[0, count) into ids[0, count) on all cores, each thread a contiguous
@@ -655,6 +655,16 @@ class SpilledRange final : public ShardColumnSource {
 
 enum class Filter { LengthOnly, LengthAndRatio };
 
+// The most pieces a side of a split's pairs may have, and the option that says it:
+// --max-len for the training pairs (filtered by length and ratio), --valid-max-len for
+// the validation and test ones (by length only).
+int length_limit(const PreprocessOptions& options, Filter filter) {
+  return filter == Filter::LengthAndRatio ? options.max_len : options.valid_max_len;
+}
+const char* length_option(Filter filter) {
+  return filter == Filter::LengthAndRatio ? "--max-len" : "--valid-max-len";
+}
+
 // Reads a split's pairs a block at a time, encodes each block on all cores and appends
 // the pairs that survive the filters to `source` and `target`, counting each kind of drop.
 void encode_and_filter(const sentencepiece::SentencePieceProcessor& processor,
@@ -668,7 +678,8 @@ void encode_and_filter(const sentencepiece::SentencePieceProcessor& processor,
   // Reused from block to block: their strings and vectors keep their capacity.
   std::vector<std::string> source_lines(block), target_lines(block);
   std::vector<std::vector<int>> source_ids(block), target_ids(block);
-  const size_t longest = longest_encoded_side(options);
+  const int max_len = length_limit(options, filter);
+  const size_t longest = longest_encoded_side(max_len);
   for (int64_t first = 0;;) {
     size_t count = 0, bytes = 0;
     bool ended = false;
@@ -694,9 +705,9 @@ void encode_and_filter(const sentencepiece::SentencePieceProcessor& processor,
     for (size_t i = 0; i < count; ++i) {
       const std::vector<int>& src = source_ids[i];
       const std::vector<int>& tgt = target_ids[i];
-      // A side not encoded (over `longest` bytes) counts as one piece over --max-len.
+      // A side not encoded (over `longest` bytes) counts as one piece over the limit.
       const auto pieces = [&](const std::vector<int>& ids, const std::string& line) {
-        return line.size() > longest ? static_cast<double>(options.max_len) + 1
+        return line.size() > longest ? static_cast<double>(max_len) + 1
                                      : static_cast<double>(ids.size());
       };
       const double source_pieces = pieces(src, source_lines[i]);
@@ -705,7 +716,7 @@ void encode_and_filter(const sentencepiece::SentencePieceProcessor& processor,
       const double longer = std::max(source_pieces, target_pieces);
       if (shorter == 0) {
         ++counts->empty;
-      } else if (longer > options.max_len) {
+      } else if (longer > max_len) {
         ++counts->too_long;
       } else if (filter == Filter::LengthAndRatio && longer > options.max_ratio * shorter) {
         ++counts->over_ratio;
@@ -1031,6 +1042,9 @@ void check_preprocess_options(const PreprocessOptions& options) {
               << "1024, got " << options.threads);
   }
   if (options.max_len < 1) THPC_FAIL("--max-len must be >= 1, got " << options.max_len);
+  if (options.valid_max_len < 1) {
+    THPC_FAIL("--valid-max-len must be >= 1, got " << options.valid_max_len);
+  }
   if (!(options.max_ratio >= 1.0)) {
     THPC_FAIL("--max-ratio must be >= 1, got " << options.max_ratio);
   }
@@ -1055,14 +1069,14 @@ namespace {
 // Nothing of a split kept: says which filter took the pairs and what would keep them.
 [[noreturn]] void refuse_a_split_without_pairs(const ParallelFiles& files, const char* what,
                                                const SplitCounts& c,
-                                               const PreprocessOptions& options) {
+                                               const PreprocessOptions& options, Filter filter) {
   std::ostringstream why;
   std::string limits, suggestion;
   if (c.empty > 0) why << ", " << c.empty << " with an empty side";
   if (c.too_long > 0) {
-    why << ", " << c.too_long << " with a side longer than --max-len " << options.max_len
-        << " pieces";
-    limits = "--max-len";
+    why << ", " << c.too_long << " with a side longer than " << length_option(filter) << " "
+        << length_limit(options, filter) << " pieces";
+    limits = length_option(filter);
   }
   if (c.over_ratio > 0) {
     why << ", " << c.over_ratio << " whose sides' lengths differ by more than --max-ratio "
@@ -1214,13 +1228,15 @@ PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log
   // pairs was refused only where it is read (transformer_data_stats: "the corpus has no
   // sentence pairs"): refused here, as the other splits are.
   if (summary.train.kept == 0) {
-    refuse_a_split_without_pairs(train, "training", summary.train, options);
+    refuse_a_split_without_pairs(train, "training", summary.train, options,
+                                 Filter::LengthAndRatio);
   }
   if (summary.valid.kept == 0) {
-    refuse_a_split_without_pairs(valid, "validation", summary.valid, options);
+    refuse_a_split_without_pairs(valid, "validation", summary.valid, options,
+                                 Filter::LengthOnly);
   }
   if (!options.test_prefix.empty() && summary.test.kept == 0) {
-    refuse_a_split_without_pairs(test, "test", summary.test, options);
+    refuse_a_split_without_pairs(test, "test", summary.test, options, Filter::LengthOnly);
   }
   commit_outputs(options, metadata.spm_model, outputs, log);
   summary.seconds =

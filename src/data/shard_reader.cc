@@ -543,7 +543,8 @@ void ShardReader::plan(int64_t max_tokens) {
                               << tgt[pair] << " target tokens) does not fit a batch of "
                               << max_tokens << " tokens per rank; raise "
                               << spec_.setting_names.budget
-                              << " or preprocess with a smaller --max-len");
+                              << " or preprocess with a smaller --max-len (of the training "
+                              << "pairs) or --valid-max-len (of the validation and test ones)");
       }
     }
     sort_by_lengths(shard->order, lengths);

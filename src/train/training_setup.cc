@@ -225,8 +225,9 @@ std::string configuration_impossible(const Config& config, const BatchSource& so
                                     std::to_string(train.valid_every) + " steps)"
                               : std::string("data"),
                  longest.longest_padded_side(), file, "train.tokens_per_step",
-                 longest.spm_model() != nullptr ? "or preprocess with a smaller --max-len"
-                                                : "or give a smaller data.synthetic_max_len");
+                 longest.spm_model() == nullptr ? "or give a smaller data.synthetic_max_len"
+                 : valid_longer ? "or preprocess with a smaller --valid-max-len"
+                                : "or preprocess with a smaller --max-len");
     }
   }
   return why.str();
