@@ -68,6 +68,10 @@ TEST(Tokenize13a, SplitsPunctuationButKeepsNumbersWhole) {
   EXPECT_EQ(tokenize("end.", TokenizerKind::k13a), "end .");
   EXPECT_EQ(tokenize("1.", TokenizerKind::k13a), "1 .");  // the padding space splits it
   EXPECT_EQ(tokenize("a..b", TokenizerKind::k13a), "a . . b");
+  // The ends of the symbol ranges split off inside a word too (sacreBLEU 2.6's
+  // Tokenizer13a; a mutation audit's survivors: '+' and '~' kept in their words).
+  EXPECT_EQ(tokenize("x a+b y", TokenizerKind::k13a), "x a + b y");
+  EXPECT_EQ(tokenize("x a~b y", TokenizerKind::k13a), "x a ~ b y");
 }
 
 TEST(Tokenize13a, MtevalPreStepsSkippedTagsLineJoinsAndEscapes) {
@@ -281,6 +285,26 @@ TEST(RawCorpusBleu, SacreBleuInlineCases) {
                                                   raw_floor(0.1));
   EXPECT_EQ(sequence.counts, (std::vector<double>{4, 2, 1, 0}));
   EXPECT_EQ(sequence.totals, (std::vector<double>{6, 5, 4, 3}));
+}
+
+// Values of sacreBLEU 2.6.0 (BLEU().corpus_score, its defaults: 13a, exp smoothing, no
+// effective order), for what a mutation audit found unpinned.
+TEST(CorpusBleu, DefaultsAndSeveralReferencesAsSacreBleu) {
+  // Without effective order a corpus without a 4-gram scores 0, whatever it matches (with
+  // it, 100).
+  const BleuScore three = thpc::metrics::corpus_bleu({"a b c"}, {{"a b c"}});
+  EXPECT_EQ(three.score, 0.0);
+  EXPECT_EQ(three.counts, (std::vector<double>{3, 2, 1, 0}));
+  BleuOptions effective;
+  effective.effective_order = true;
+  EXPECT_NEAR(thpc::metrics::corpus_bleu({"a b c"}, {{"a b c"}}, effective).score, 100.0, 1e-9);
+  // Several references clip each n-gram at its largest count in any one of them, not
+  // their sum: "the" counts once against "the cat" and "the dog" (15.97357760615681).
+  const BleuScore clipped =
+      thpc::metrics::corpus_bleu({"the the the the"}, {{"the cat"}, {"the dog"}});
+  EXPECT_EQ(clipped.counts, (std::vector<double>{1, 0, 0, 0}));
+  EXPECT_EQ(clipped.totals, (std::vector<double>{4, 3, 2, 1}));
+  EXPECT_NEAR(clipped.score, 15.97357760615681, 1e-9);
 }
 
 BleuStatistics make_statistics(std::vector<int64_t> matches, std::vector<int64_t> totals,
