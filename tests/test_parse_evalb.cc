@@ -351,6 +351,41 @@ TEST(Evalb, TagsAndIndicesAreCutAndASentenceOfTheCutoffLengthIsWithin) {
   }
 }
 
+// EVALB's rules a mutation audit found unpinned, as evalb.c has them: a test bracket
+// matches one gold bracket at most (a unary chain of one label is two gold brackets);
+// DELETE_LABEL compares labels as EQ_LABEL makes them equal (massage_data's label_comp);
+// and '/' is a quote word as ' and " are (is_quote_term): a deleted gold quote under a
+// QUOTE_LABEL comes back where the test tags it otherwise.
+TEST(Evalb, ABracketMatchesOnceDeletionHonoursEqualLabelsAndSlashIsAQuote) {
+  const thpc::parse::EvalbParameters plain;
+  const auto chain = score(plain, "(S (S (VB go) (NN now)))\n", "(S (VB go) (NN now))\n");
+  EXPECT_EQ(chain.errors, 0);
+  EXPECT_EQ(chain.all.gold_brackets, 2);
+  EXPECT_EQ(chain.all.test_brackets, 1);
+  EXPECT_EQ(chain.all.matched_brackets, 1);
+  EXPECT_DOUBLE_EQ(chain.all.recall(), 50.0);
+  EXPECT_DOUBLE_EQ(chain.all.precision(), 100.0);
+
+  thpc::parse::EvalbParameters root_is_top;
+  root_is_top.delete_labels = {"TOP"};
+  root_is_top.equal_labels = {{"TOP", "ROOT"}};
+  const auto rooted = score(root_is_top, "(ROOT (S (NN a) (NN b)))\n", "(S (NN a) (NN b))\n");
+  EXPECT_EQ(rooted.errors, 0);
+  EXPECT_EQ(rooted.all.gold_brackets, 1);  // ROOT deleted as TOP is
+  EXPECT_DOUBLE_EQ(rooted.all.recall(), 100.0);
+
+  thpc::parse::EvalbParameters quotes;
+  quotes.delete_labels = {"``"};
+  quotes.quote_labels = {"``", "CD"};  // (as new.prm: a quote is one under either side's)
+  const auto slash = score(quotes, "(S (NP (`` /) (NN a) (NN b)))\n",
+                           "(S (NP (CD /) (NN a) (NN b)))\n");
+  EXPECT_EQ(slash.errors, 0) << slash.first_error;
+  EXPECT_EQ(slash.all.matched_brackets, 2);
+  EXPECT_EQ(slash.all.gold_brackets, 2);
+  EXPECT_EQ(slash.all.words, 3);
+  EXPECT_EQ(slash.all.correct_tags, 2);
+}
+
 TEST(Evalb, LengthAndWordMismatchesAreErrors) {
   const auto parameters = collins_like();
   const std::string shorter = "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))\n";
