@@ -242,6 +242,44 @@ TEST(BeamSearch, BestCandidatesSortARankedRunThatTheParentsScoreReordered) {
   EXPECT_EQ(sorted[3].token, 9);
 }
 
+// Every continuation equally likely: unk, eos, 4 and 5 at 1/4 each after any prefix.
+class UniformScorer final : public NextTokenScorer {
+ public:
+  int vocab_size() const override { return kVocab; }
+  void start(const std::vector<TokenSequence>&) override {}
+  void step(const BeamStep& step, std::vector<float>& out) override {
+    out.assign(static_cast<size_t>(step.size()) * kVocab, -1e30f);
+    for (int i = 0; i < step.size(); ++i) {
+      for (const int token : {kIds.unk, kIds.eos, 4, 5}) {
+        out[static_cast<size_t>(i) * kVocab + token] = std::log(0.25f);
+      }
+    }
+  }
+};
+
+// Equal scores rank by the parent's rank, then by the smaller token (ranks_before), so
+// that an n-best list of ties is the same on every run and machine (a mutation audit's
+// survivor: the parents' order reversed made the second translation [4]). With four
+// equally likely tokens at every step, the rule gives [] and then [unk].
+TEST(BeamSearch, TiesGoToTheBetterRankedParentThenTheSmallerToken) {
+  using beam_detail::Candidate;
+  EXPECT_TRUE(beam_detail::ranks_before(Candidate{-1.0, 0, 5}, Candidate{-1.0, 1, 1}));
+  EXPECT_FALSE(beam_detail::ranks_before(Candidate{-1.0, 1, 1}, Candidate{-1.0, 0, 5}));
+  EXPECT_TRUE(beam_detail::ranks_before(Candidate{-1.0, 1, 1}, Candidate{-1.0, 1, 4}));
+  EXPECT_TRUE(beam_detail::ranks_before(Candidate{-0.5, 1, 4}, Candidate{-1.0, 0, 1}));
+  UniformScorer uniform;
+  BeamOptions options;
+  options.beam = 2;
+  options.nbest = 2;
+  options.max_len_a = 0;
+  options.max_len_b = 3;
+  const auto results = beam_search(uniform, {TokenSequence{4}}, kIds, options);
+  ASSERT_EQ(results.size(), 1u);
+  ASSERT_EQ(results[0].size(), 2u);
+  EXPECT_EQ(results[0][0].tokens, TokenSequence{});
+  EXPECT_EQ(results[0][1].tokens, TokenSequence{kIds.unk});
+}
+
 TEST(BeamSearch, AWiderBeamFindsWhatGreedyMisses) {
   // Over many table sentences, beam 1 must sometimes end below the optimum that beam 4
   // reaches, and beam 4 must never be worse than beam 1 when it reaches the optimum.
