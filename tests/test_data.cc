@@ -477,6 +477,59 @@ TEST_F(DataPipeline, SeekToAPositionContinuesExactly) {
 // budget fitting it. A mutation audit's `<` for `<=` in the packing's test went unseen by
 // this suite (two resume tests' pinned batch counts caught it by the way), and at a
 // budget of one pair's length it plans forever.
+// Which pairs make which batch, in shards of three pairs (lengths without eos/bos, budget
+// in padded tokens a side): sort_by_lengths' order (the longer side ascending, then the
+// snake through source - target, then the index) and least_padded_cuts' cut (the fewest
+// batches, then the least padding of both sides, a tie keeping the later cut). Each case
+// was worked out by an independent re-implementation of those rules; each fails one
+// mutant the budget, once-per-epoch and padding tests let through (a mutation audit): the
+// order reversed, the snake turned, the index tie reversed, a tie taking the earlier cut,
+// the padding counted on the source side alone.
+TEST_F(DataPipeline, TheBatchesOfSmallShardsAreThoseTheOrderAndTheCutRulesGive) {
+  struct Case {
+    const char* broken_by;
+    std::vector<int> src, tgt;
+    int64_t budget;
+    std::set<std::set<int>> batches;
+  };
+  const std::vector<Case> cases = {
+      {"the order reversed", {4, 1, 2}, {1, 4, 1}, 13, {{0}, {1, 2}}},
+      {"the snake turned", {4, 3, 4}, {1, 2, 4}, 12, {{0}, {1, 2}}},
+      {"the index tie reversed", {4, 4, 4}, {4, 4, 4}, 14, {{0, 1}, {2}}},
+      {"a tie taking the earlier cut", {5, 1, 1}, {4, 5, 3}, 14, {{0, 2}, {1}}},
+      {"the target's padding left out", {5, 4, 4}, {5, 3, 5}, 14, {{0, 2}, {1}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.broken_by);
+    ShardContents contents;
+    contents.metadata = read_shard(train_files().front()).metadata;
+    // A pair's first source token is 10 + its index: the batches say which pairs they hold.
+    for (size_t pair = 0; pair < c.src.size(); ++pair) {
+      std::vector<int> source(static_cast<size_t>(c.src[pair]), 7), target(c.tgt[pair], 7);
+      source.front() = 10 + static_cast<int>(pair);
+      contents.source.append(source);
+      contents.target.append(target);
+    }
+    const fs::path dir = root_ / "small_shards" / c.broken_by;
+    fs::create_directories(dir);
+    ShardReaderSpec spec = reader_spec();
+    spec.files = {(dir / "train.00000.h5").string()};
+    write_shard(spec.files.front(), contents);
+    ShardReader reader(spec);
+    const int64_t count = reader.batches_per_epoch(c.budget);
+    std::set<std::set<int>> batches;
+    for (int64_t i = 0; i < count; ++i) {
+      const Batch batch = reader.next(c.budget);
+      std::set<int> pairs;
+      for (int row = 0; row < batch.size; ++row) {
+        pairs.insert(batch.src[static_cast<size_t>(row) * batch.src_len] - 10);
+      }
+      batches.insert(pairs);
+    }
+    EXPECT_EQ(batches, c.batches);
+  }
+}
+
 TEST_F(DataPipeline, ABatchFillsTheBudgetExactly) {
   ShardContents contents;
   contents.metadata = read_shard(train_files().front()).metadata;
