@@ -983,6 +983,37 @@ TEST(Config, UnknownCommandLineOption) {
   expect_error([&] { load_config(kTinyIni, {"model.head=4"}); }, {"tiny.ini", "model.head"});
 }
 
+// An unknown key says what was most likely meant: a key a typo or two away, the same key
+// in another section, or the key doing what another toolkit's name does (a fairseq
+// user's --train.lr was "unknown" with nothing more; a helper's trial). Far from every
+// key, it says where the keys are listed.
+TEST(Config, AnUnknownKeySaysTheKeyMostLikelyMeant) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"train.warmup_step", " (did you mean train.warmup_steps?)"},
+      {"model.layer", " (did you mean model.layers?)"},
+      {"model.d_f", " (did you mean model.d_ff, model.d_k or model.d_v?)"},
+      {"train.dropout", " (did you mean model.dropout?)"},
+      {"training.max_steps", "; did you mean train.max_steps?)"},
+      {"layers", "every key belongs to a section: [model] [train] [data] [dist] [checkpoint] "
+                 "[decode]; did you mean model.layers?)"},
+      {"train.lr", " (a name from other toolkits: here it is train.lr_scale, a factor on the "
+                   "paper's schedule"},
+      {"optimizer.learning_rate", "; a name from other toolkits: here it is train.lr_scale"},
+      {"train.update_freq", "here it is train.accumulate, micro-batches that share "
+                            "train.tokens_per_step (fairseq's --update-freq multiplies"},
+      {"train.weight_decay", "there is none here: the paper's Adam has no weight decay"},
+      {"model.foo", " (transformer_hpc --help lists the keys of [model])"},
+      {"model.qq", " (transformer_hpc --help lists the keys of [model])"},
+  };
+  for (const auto& [name, hint] : cases) {
+    EXPECT_NE(unknown_key_hint(name).find(hint), std::string::npos)
+        << name << ": " << unknown_key_hint(name);
+  }
+  // In a file as on the command line.
+  expect_error([&] { load_config(kTinyIni, {"train.warmup_step=10"}); },
+               {"tiny.ini", "'--train.warmup_step=10' (did you mean train.warmup_steps?)"});
+}
+
 TEST(Config, OptionWithoutValue) {
   expect_error([&] { load_config(kTinyIni, {"model.heads"}); },
                {"tiny.ini", "model.heads", "missing value"});

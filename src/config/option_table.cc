@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <sstream>
 #include <type_traits>
+#include <vector>
 
 #include "common/error.h"
 #include "kernels/ops.h"
@@ -181,14 +182,23 @@ const std::vector<Option>& option_table() {
                   "the same step; the earlier of it and max_steps ends the run; needs "
                   "data.dir; 0 = no limit"),
       THPC_OPTION(train, tokens_per_step, THPC_AT_LEAST(1),
-                  "padded tokens per step on each side, source and target (§5.1)"),
-      THPC_OPTION(train, accumulate, THPC_AT_LEAST(1), "micro-batches per optimizer step"),
+                  "padded tokens per step on each side, source and target, over all ranks "
+                  "and micro-batches together (§5.1: ~25000 on the paper's eight GPUs); "
+                  "each micro-batch takes tokens_per_step / (ranks x accumulate) (fairseq's "
+                  "--max-tokens is each GPU's micro-batch)"),
+      THPC_OPTION(train, accumulate, THPC_AT_LEAST(1),
+                  "micro-batches per optimizer step on each rank: they share "
+                  "tokens_per_step, so the step's batch stays the same (fairseq's "
+                  "--update-freq multiplies its --max-tokens instead)"),
       THPC_OPTION(train, loss_chunk_rows, THPC_AT_LEAST(0),
                   "target rows whose vocabulary logits exist at once: the output projection, "
                   "the loss and their backward a chunk of rows at a time (a micro-batch's "
                   "[tokens x vocabulary] logits never whole); 0 = all rows at once"),
       THPC_OPTION(train, warmup_steps, THPC_AT_LEAST(1), "linear learning-rate warmup (§5.3)"),
-      THPC_OPTION(train, lr_scale, THPC_ABOVE(0), "factor on the §5.3 schedule; 1 = the paper"),
+      THPC_OPTION(train, lr_scale, THPC_ABOVE(0),
+                  "factor on the §5.3 schedule, lrate = d_model^-0.5 x min(step^-0.5, step x "
+                  "warmup_steps^-1.5), whose peak at step warmup_steps is lr_scale x "
+                  "(d_model x warmup_steps)^-0.5; 1 = the paper"),
       THPC_OPTION(train, adam_beta1, THPC_FRACTION, "Adam beta1 (§5.3)"),
       THPC_OPTION(train, adam_beta2, THPC_FRACTION, "Adam beta2 (§5.3)"),
       THPC_OPTION(train, adam_eps, THPC_ABOVE(0), "Adam epsilon (§5.3)"),
@@ -614,16 +624,106 @@ std::string known_sections() {
   return sections;
 }
 
+namespace {
+
+// Edits (insertions, deletions, substitutions) between `a` and `b` (Levenshtein).
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The names other toolkits give what a key here does (fairseq's and Marian's options, as
+// users bring them), and what to write instead: said where such a key is unknown.
+struct OtherToolkitsName {
+  const char* name;  // after the section's dot, in any section
+  const char* instead;
+};
+constexpr OtherToolkitsName kOtherToolkitsNames[] = {
+    {"lr", "here it is train.lr_scale, a factor on the paper's schedule (lrate = lr_scale x "
+           "d_model^-0.5 x min(step^-0.5, step x warmup_steps^-1.5), whose peak at step "
+           "warmup_steps is lr_scale x (d_model x warmup_steps)^-0.5)"},
+    {"learning_rate", nullptr},
+    {"max_tokens", "here it is train.tokens_per_step, the step's padded tokens a side over "
+                   "all ranks and micro-batches together (fairseq's --max-tokens is each "
+                   "GPU's)"},
+    {"update_freq", "here it is train.accumulate, micro-batches that share train.tokens_per_step "
+                    "(fairseq's --update-freq multiplies --max-tokens instead)"},
+    {"max_update", "here it is train.max_steps"},
+    {"warmup_updates", "here it is train.warmup_steps"},
+    {"max_epoch", "here it is train.max_epochs"},
+    {"save_dir", "here it is checkpoint.dir"},
+    {"save_interval_updates", "here it is checkpoint.every_steps"},
+    {"keep_last_epochs", "here it is checkpoint.keep, of checkpoints saved by steps"},
+    {"keep_interval_updates", "here it is checkpoint.keep"},
+    {"weight_decay", "there is none here: the paper's Adam has no weight decay"},
+    {"fp16", "here it is train.precision = bf16, on the GPU (the CPU trains in fp32)"},
+};
+
+// What a user who wrote `name` (unknown) most likely meant, said as a hint: another
+// toolkit's name for a key, the same key in another section, or a key a typo or two away
+// ("did you mean train.warmup_steps?"); "" when nothing is close.
+std::string likely_meant(const std::string& name) {
+  const auto dot = name.find('.');
+  const std::string key = dot == std::string::npos ? name : name.substr(dot + 1);
+  for (size_t i = 0; i < std::size(kOtherToolkitsNames); ++i) {
+    if (key != kOtherToolkitsNames[i].name) continue;
+    // (a name without its own text shares the one before it)
+    size_t with_text = i;
+    while (kOtherToolkitsNames[with_text].instead == nullptr) --with_text;
+    return std::string("a name from other toolkits: ") + kOtherToolkitsNames[with_text].instead;
+  }
+  std::vector<std::string> meant;
+  for (const Option& option : option_table()) {
+    if (option.key == key) meant.push_back(option.name());
+  }
+  if (meant.empty()) {
+    // A typo or two, in a name long enough for two edits not to make any other.
+    size_t closest = 3;
+    for (const Option& option : option_table()) {
+      const size_t distance = edit_distance(name, option.name());
+      if (distance > 2 || distance * 4 > name.size()) continue;
+      if (distance < closest) meant.clear();
+      if (distance <= closest) {
+        closest = distance;
+        meant.push_back(option.name());
+      }
+    }
+  }
+  if (meant.empty()) return "";
+  std::string said = "did you mean " + meant.front();
+  for (size_t i = 1; i < meant.size(); ++i) {
+    said += (i + 1 == meant.size() ? " or " : ", ") + meant[i];
+  }
+  return said + "?";
+}
+
+}  // namespace
+
 std::string unknown_key_hint(const std::string& name) {
+  const std::string meant = likely_meant(name);
+  const std::string also = meant.empty() ? "" : "; " + meant;
   const auto dot = name.find('.');
   if (dot == std::string::npos) {
-    return " (every key belongs to a section: " + known_sections() + ")";
+    return " (every key belongs to a section: " + known_sections() + also + ")";
   }
   const std::string section = name.substr(0, dot);
   const bool section_known =
       std::any_of(option_table().begin(), option_table().end(),
                   [&](const Option& option) { return section == option.section; });
-  if (!section_known) return " (no such section; the sections are " + known_sections() + ")";
+  if (!section_known) {
+    return " (no such section; the sections are " + known_sections() + also + ")";
+  }
+  if (!meant.empty()) return " (" + meant + ")";
   // Named with the program: tools that read a configuration (transformer_bench_step
   // --set) list their own options under --help, not the trainer's keys.
   return " (transformer_hpc --help lists the keys of [" + section + "])";
