@@ -1345,6 +1345,40 @@ TEST_F(DataPipeline, PreprocessOptionsOutOfRangeAreUsageErrors) {
       << large.output;
 }
 
+// Text encoded by SentencePiece already (fairseq's spm_encode step, then this program) is
+// said before anything is trained on it: each side whose words mostly begin with U+2581;
+// the raw text of the fixture's corpus is not (a helper's trial: encoded again without a
+// word).
+TEST_F(DataPipeline, TextEncodedBySentencePieceAlreadyIsSaid) {
+  const fs::path dir = root_ / "encoded";
+  fs::create_directories(dir);
+  const std::string mark = "\xE2\x96\x81";  // U+2581
+  std::vector<std::string> english, german;
+  for (int i = 0; i < 40; ++i) {
+    // Three of five words marked: 60%.
+    english.push_back(mark + "Two " + mark + "dog s " + mark + "play " + std::to_string(i));
+    german.push_back("zwei Hunde spielen " + std::to_string(i));  // raw: not said
+  }
+  write_lines(dir / "train.en", english);
+  write_lines(dir / "train.de", german);
+  PreprocessOptions encoded = options(dir / "out");
+  encoded.train_prefix = (dir / "train").string();
+  encoded.valid_prefix = (dir / "train").string();
+  encoded.vocab_size = 40;
+  encoded.shards = 1;
+  std::ostringstream log;
+  preprocess(encoded, log);
+  EXPECT_NE(log.str().find("warning: " + (dir / "train.en").string() + " looks encoded by "
+                           "SentencePiece already (60% of the words of its first lines begin "
+                           "with U+2581"),
+            std::string::npos)
+      << log.str();
+  EXPECT_EQ(log.str().find("train.de looks encoded"), std::string::npos) << log.str();
+  std::ostringstream raw;
+  preprocess(options(root_ / "raw_out"), raw);
+  EXPECT_EQ(raw.str().find("looks encoded"), std::string::npos) << raw.str();
+}
+
 TEST_F(DataPipeline, AFailureAfterWritingBeganLeavesNothingThatLooksValid) {
   // The valid split is read, but nothing of it survives the filters: the training
   // shards are written by then and must not remain.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -179,6 +180,39 @@ struct ParallelFiles {
   // Lines of both files longer than kSentencePieceLongestLine bytes.
   int64_t lines_too_long_for_training = 0;
 };
+
+// The share of the words of `path`'s first `lines` lines that begin with '▁' (U+2581,
+// SentencePiece's word boundary), which no natural text has: text a user encoded with
+// spm_encode already, as fairseq's preparation does, comes out near 1 (its first piece of
+// every word carries it), raw text 0.
+double share_of_words_marked_by_sentencepiece(const std::string& path, int lines = 1000) {
+  std::ifstream text(path, std::ios::binary);
+  int64_t words = 0, marked = 0;
+  std::string line;
+  for (int read = 0; read < lines && std::getline(text, line); ++read) {
+    std::istringstream fields(line);
+    for (std::string word; fields >> word;) {
+      ++words;
+      marked += word.rfind("\xE2\x96\x81", 0) == 0 ? 1 : 0;
+    }
+  }
+  return words == 0 ? 0.0 : static_cast<double>(marked) / static_cast<double>(words);
+}
+
+// Said before the work: text encoded by SentencePiece already is encoded again, its
+// pieces of pieces learnt as a vocabulary, and the model trained on it translates into
+// pieces (a helper's trial: spm_encode's output went through without a word, exit 0).
+void warn_of_text_encoded_already(const ParallelFiles& files, std::ostream& log) {
+  for (const std::string& path : {files.source_path, files.target_path}) {
+    const double share = share_of_words_marked_by_sentencepiece(path);
+    if (share < 0.5) continue;
+    log << "warning: " << path << " looks encoded by SentencePiece already ("
+        << static_cast<int>(std::lround(100 * share)) << "% of the words of its first lines "
+        << "begin with U+2581, SentencePiece's '\xE2\x96\x81'): transformer_preprocess "
+        << "encodes the raw text itself, and a model trained on pieces of pieces translates "
+        << "into them; give it the text before spm_encode (spm_decode restores it)" << std::endl;
+  }
+}
 
 ParallelFiles check_parallel(const std::string& split, const std::string& prefix,
                              const PreprocessOptions& options, ProgressListener& progress) {
@@ -1186,6 +1220,7 @@ PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log
   }
 
   const ParallelFiles train = check_parallel("train", options.train_prefix, options, progress);
+  warn_of_text_encoded_already(train, log);
   // Known from the line count already, before the encoding (the long part); the pairs that
   // the filters keep are checked again once they are known (preprocess_split).
   check_every_shard_holds_a_pair(options.shards, train.pairs,
