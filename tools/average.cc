@@ -215,6 +215,7 @@ int main(int argc, char** argv) {
       "Averages the parameters of checkpoints (in double precision) into a new,\n"
       "parameters-only checkpoint. All inputs must share one architecture.\n\noptions");
   options.add_options()("help,h", "print this text and exit")(
+      "version", "print the git commit the program was built from and exit")(
       "inputs", po::value(&arguments.inputs)->multitoken()->required(),
       "a run's checkpoint directory, or checkpoint files (required)")(
       "last", po::value(&arguments.last),

@@ -429,6 +429,7 @@ int main(int argc, char** argv) {
       "bench/step_vs_torch.sh runs it beside the PyTorch peer.\n\noptions");
   options.add_options()
       ("help,h", "this help")
+      ("version", "print the git commit the program was built from and exit")
       ("config", po::value(&args.config_path)->default_value(args.config_path),
        "model and optimizer config")
       ("tokens", po::value(&args.tokens)->default_value(args.tokens),

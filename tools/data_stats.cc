@@ -167,6 +167,7 @@ int main(int argc, char** argv) {
       "per-rank budget tokens-per-step / (ranks x accumulate): padding waste, reader "
       "throughput, and the share of passes CUDA graphs would replay.\n\noptions");
   description.add_options()("help,h", "print this text and exit")(
+      "version", "print the git commit the program was built from and exit")(
       "dir", po::value(&arguments.dir)->required(),
       "directory of shards (transformer_preprocess --destdir)")(
       "prefix", po::value(&arguments.prefix)->default_value(arguments.prefix),

@@ -1228,7 +1228,8 @@ int main(int argc, char** argv) {
       "Translates the input, one sentence per line, with beam search (or greedily, or by\n"
       "sampling) and writes one line per input line, in input order.\n\noptions");
   options.add_options()
-      ("help,h", "print this text and exit")
+      ("help,h", "print this text and exit")(
+      "version", "print the git commit the program was built from and exit")
       ("checkpoint", po::value(&args.checkpoints)->multitoken()->composing()->required(),
        "checkpoint (a step or an average; required); several decode as an ensemble, the "
        "weighted mean of their log-probabilities at every step (fairseq --path a:b, Marian "

@@ -59,7 +59,8 @@ po::options_description describe(CommandLine& command, int& max_error, int& cuto
        "stop after more than N + 1 errors (overrides MAX_ERROR)")
       (",c", po::value(&cutoff_length)->value_name("N"),
        "cut-off length of the second summary (overrides CUTOFF_LEN)")
-      ("help,h", "print this text and exit");
+      ("help,h", "print this text and exit")(
+      "version", "print the git commit the program was built from and exit");
   if (with_files) {
     options.add_options()("gold", po::value(&command.gold_path))(
         "test", po::value(&command.test_path));

@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
       "DIR/valid.00000.h5, DIR/test.00000.h5 and DIR/spm.model. In a trainer config, "
       "[data] dir = DIR is then all that is needed.\n\noptions");
   description.add_options()("help,h", "print this text and exit")(
+      "version", "print the git commit the program was built from and exit")(
       "source-lang", po::value(&options.source_lang)->required(), "source language suffix")(
       "target-lang", po::value(&options.target_lang)->required(), "target language suffix")(
       "trainpref", po::value(&options.train_prefix)->required(), "training text prefix")(

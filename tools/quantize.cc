@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
       "Writes a parameters-only checkpoint whose weight matrices are int8 with a scale per\n"
       "output channel, for transformer_decode --compute-type int8.\n\noptions");
   options.add_options()("help,h", "print this text and exit")(
+      "version", "print the git commit the program was built from and exit")(
       "checkpoint", po::value(&arguments.checkpoint)->required(),
       "the float checkpoint to quantize: a step_*.h5, best.h5 or an average (required)")(
       "output", po::value(&arguments.output)->required(),

@@ -92,7 +92,8 @@ po::options_description describe(Given& given, bool with_references) {
       ("width,w", po::value(&given.width), "decimals of the score (default 1; moses: 2)")
       ("format,f", po::value(&given.format),
        "text, the only one: sacreBLEU's -f text, taken so that its command lines run here")
-      ("help,h", "print this text and exit");
+      ("help,h", "print this text and exit")(
+      "version", "print the git commit the program was built from and exit");
   po::options_description bleu("BLEU");
   bleu.add_options()
       ("tokenize,tok", po::value(&given.tokenize),

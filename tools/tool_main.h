@@ -24,10 +24,12 @@
 #include <stdexcept>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <typeinfo>
 #include <vector>
 
 #include "common/error.h"
+#include "common/source_version.h"
 #include "io/atomic_file.h"
 #include "io/hdf5.h"
 
@@ -67,6 +69,13 @@ int tool_main(const char* name, const std::string& usage, int argc, char** argv,
   thpc::fail_writes_past_the_file_size_limit();
   thpc::hdf5::use_our_locks_not_hdf5s();
   thpc::remove_temporaries_when_interrupted();
+  // --version anywhere answers alone, before the rest is read (as GNU tools do).
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--version") {
+      std::cout << thpc::version_line(name) << "\n";
+      return thpc::standard_output_failure().empty() ? 0 : 1;
+    }
+  }
   decltype(parse(argc, argv)) command;
   try {
     command = parse(argc, argv);

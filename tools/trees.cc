@@ -75,7 +75,8 @@ po::options_description describe(CommandLine& command, std::string& leaves,
                                  bool with_positionals) {
   po::options_description options(kUsageHead);
   options.add_options()
-      ("help,h", "print this text and exit")
+      ("help,h", "print this text and exit")(
+      "version", "print the git commit the program was built from and exit")
       ("output", po::value(&command.output)->value_name("PREFIX|OUT"),
        "linearize: the prefix of the four files it writes; delinearize, baseline: the file "
        "of the trees (required)")

@@ -27,6 +27,7 @@
 #include <variant>
 
 #include "common/error.h"
+#include "common/source_version.h"
 #include "common/input_file.h"
 #include "config/option_table.h"
 #include "kernels/ops.h"
@@ -433,7 +434,7 @@ std::string help_text() {
 
   std::ostringstream help;
   help << "usage: transformer_hpc CONFIG.ini [--section.key=value ...] [--dry-run | --eval "
-          "CHECKPOINT] [--help]\n"
+          "CHECKPOINT] [--help] [--version]\n"
        << "\n"
        << "Trains the Transformer configured by CONFIG.ini. Every key below belongs to a\n"
        << "[section] of the file; --section.key=value on the command line overrides it.\n"
@@ -539,6 +540,7 @@ Config load_config_text(const std::string& ini_text, const std::string& source_n
 bool parse_command_line(int argc, const char* const* argv, Config& config) {
   po::options_description flags;
   flags.add_options()("help,h", "print the help text and exit")(
+      "version", "print the git commit the program was built from and exit")(
       "dry-run", "check the configuration and stop")(
       "eval", po::value<std::string>(), "score a checkpoint on the validation shards")(
       "config", po::value<std::vector<std::string>>(), "the ini file");
@@ -569,6 +571,10 @@ bool parse_command_line(int argc, const char* const* argv, Config& config) {
     for (const po::option& option : parsed.options) {
       if (option.string_key == "help") {
         std::cout << help_text();
+        return false;
+      }
+      if (option.string_key == "version") {
+        std::cout << version_line("transformer_hpc") << "\n";
         return false;
       }
     }
