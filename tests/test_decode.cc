@@ -371,6 +371,19 @@ TEST_F(DecodeProgram, TheInputIsTranslatedABufferAtATimeWithoutChangingAnyTransl
         << checked_first.output;
     EXPECT_FALSE(fs::exists(dir_ / "checked_first.de"));
   }
+  // Standard input's file is checked from where its descriptor stands: a line its caller
+  // read before is not the program's input (a header, read by the shell; reopening
+  // /dev/stdin checked it, and refused the input for its bad byte).
+  {
+    std::ofstream headed(dir_ / "headed.en", std::ios::binary);
+    headed << "HEADER \xff\nA man.\nTwo dogs.\nA cat.\n";
+  }
+  const ProcessResult after_header = run_process(
+      "bash -c '{ IFS= read -r header; " + thpc::binary_dir() +
+      "/transformer_decode --checkpoint " + (dir_ / "model.h5").string() + " --spm-model " + (dir_ / "spm.model").string() +
+      " --max-len-b 4 --buffer-sentences 2; } < " + (dir_ / "headed.en").string() + "'");
+  EXPECT_EQ(after_header.exit_code, 0) << after_header.output;
+  EXPECT_EQ(lines_of(after_header.output).size(), 3u) << after_header.output;
   // Only those it made: "fresh/../kept" took the existing, empty kept for one of them.
   fs::create_directory(dir_ / "kept");
   const ProcessResult dotted = run_process(

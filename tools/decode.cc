@@ -170,6 +170,32 @@ bool output_is_the_terminal(const std::string& output) {
 // A NUL byte, or lines ended by a carriage return alone (read as one line, whose
 // sentences came out as one translation), are refused as transformer_preprocess refuses
 // them (before: translated, exit 0).
+// A descriptor's bytes from `offset` on, read with pread: a second reading of a regular
+// file that leaves the descriptor's own offset where it is (standard input given as
+// `< FILE`, of which the caller may have read a part already).
+class PositionedReadBuffer : public std::streambuf {
+ public:
+  PositionedReadBuffer(int descriptor, off_t offset) : descriptor_(descriptor), offset_(offset) {}
+
+ protected:
+  int_type underflow() override {
+    if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
+    ssize_t got = 0;
+    do {
+      got = ::pread(descriptor_, block_, sizeof block_, offset_);
+    } while (got < 0 && errno == EINTR);
+    if (got <= 0) return traits_type::eof();
+    offset_ += got;
+    setg(block_, block_, block_ + got);
+    return traits_type::to_int_type(*gptr());
+  }
+
+ private:
+  int descriptor_;
+  off_t offset_;
+  char block_[1 << 16];
+};
+
 class SourceReader {
  public:
   explicit SourceReader(const std::string& path)
@@ -197,7 +223,9 @@ class SourceReader {
   // Up to `count` more lines (0: every line left) into `lines` (replaced); none at the end.
   void read(size_t count, std::vector<std::string>* lines) {
     lines->clear();
-    std::istream& in = path_ == "-" ? static_cast<std::istream&>(std::cin) : file_;
+    std::istream& in = positioned_ ? *positioned_
+                       : path_ == "-" ? static_cast<std::istream&>(std::cin)
+                                      : file_;
     std::string line;
     while (!at_end_ && (count == 0 || lines->size() < count)) {
       if (!thpc::metrics::read_segment(in, name_, lines_ + 1, &line)) {
@@ -253,18 +281,34 @@ class SourceReader {
   // is translated: a bad line late in an input of many buffers stopped the program after
   // it had translated the buffers before it, and --output FILE, written whole at the end,
   // was never written (a helper's trial lost 1,000 translations to a byte on line 1,001).
-  // A file read through standard input (`< FILE`) is read again through /dev/stdin, a
-  // descriptor of its own; a pipe cannot be read twice, and is checked a buffer at a time.
+  // A file read through standard input (`< FILE`) is read with pread from where its
+  // descriptor stands (reopening /dev/stdin read what a caller had read of it before,
+  // and was refused where the file's permissions were the caller's shell's); a pipe cannot
+  // be read twice, and is checked a buffer at a time.
   void check_every_line_first() const {
     if (!peekable_) return;
-    SourceReader whole(path_ == "-" ? "/dev/stdin" : path_);
-    whole.name_ = name_;
+    std::optional<SourceReader> whole;
+    if (path_ == "-") {
+      const off_t start = ::lseek(STDIN_FILENO, 0, SEEK_CUR);
+      if (start < 0) return;  // (not seekable after all: checked a buffer at a time)
+      whole.emplace(SourceReader(name_, std::make_unique<PositionedReadBuffer>(STDIN_FILENO,
+                                                                               start)));
+    } else {
+      whole.emplace(path_);
+    }
     std::vector<std::string> lines;
-    while (!whole.at_end()) whole.read(10000, &lines);
+    while (!whole->at_end()) whole->read(10000, &lines);
   }
 
  private:
+  // A reader of `buffer`'s bytes, said as `name`'s (check_every_line_first's of stdin).
+  SourceReader(const std::string& name, std::unique_ptr<std::streambuf> buffer)
+      : path_(name), name_(name), buffer_(std::move(buffer)),
+        positioned_(std::make_unique<std::istream>(buffer_.get())), peekable_(true) {}
+
   std::string path_, name_;
+  std::unique_ptr<std::streambuf> buffer_;
+  std::unique_ptr<std::istream> positioned_;
   std::ifstream file_;
   int64_t lines_ = 0, carriage_returns_ = 0;
   bool at_end_ = false;
