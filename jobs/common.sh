@@ -681,10 +681,25 @@ thpc_train_averaged() {
   fi
   echo "thpc: phase 1 to step $phase1_end; phase 2 to step $max_steps, a checkpoint every" \
        "$every steps, the last $last averaged"
+  # checkpoint.keep = LAST (base.ini 5, big.ini 20) holds the window however many requeues
+  # came: the trainer prunes a stop checkpoint between its steps before them, and does not
+  # count the one it keeps as the last known good (until 2026-12-06 it did, and phase 2
+  # set keep = LAST + 1 to save the window's oldest step). A configured keep below LAST is
+  # raised to it (unless the options set it): the trainer refuses average_last > keep, and
+  # phase 2 would be refused only after phase 1 had trained. Phase 1 is given it too: a
+  # requeue re-runs phase 1 from phase 2's checkpoints, and the trainer refuses a resume
+  # whose keep, from the config file alone, is lower than its run's.
+  local keep=()
+  if ! thpc_given checkpoint.keep "$@"; then
+    local configured
+    configured=$(thpc_config_value checkpoint.keep "$config") || configured=5
+    (( ${configured:-5} >= last )) || keep=("--checkpoint.keep=$last")
+  fi
   thpc_phase="phase 1"
   local status=0
-  thpc_train "$config" "--train.max_steps=$phase1_end" --checkpoint.average_last=0 "$@" ||
-    status=$?
+  # (${keep[@]+...}: an empty array is "unbound" under set -u to bash before 4.4, EL7's.)
+  thpc_train "$config" "--train.max_steps=$phase1_end" --checkpoint.average_last=0 \
+    ${keep[@]+"${keep[@]}"} "$@" || status=$?
   thpc_phase=""
   [ "$status" = 0 ] || return "$status"
   if [ -n "$thpc_stop_signal" ]; then  # stopped: phase 2 runs in the requeued job
@@ -694,19 +709,6 @@ thpc_train_averaged() {
       "phase 2 not started after $thpc_stop_signal; $(thpc_continue_with) continues it"
     return $?
   fi
-  # checkpoint.keep = LAST (base.ini 5, big.ini 20) holds the window however many requeues
-  # came: the trainer prunes a stop checkpoint between its steps before them, and does not
-  # count the one it keeps as the last known good (until 2026-12-06 it did, and phase 2
-  # set keep = LAST + 1 to save the window's oldest step). A configured keep below LAST is
-  # raised to it (unless the options set it): the trainer refuses average_last > keep, and
-  # phase 2 would be refused only after phase 1 had trained.
-  local keep=()
-  if ! thpc_given checkpoint.keep "$@"; then
-    local configured
-    configured=$(thpc_config_value checkpoint.keep "$config") || configured=5
-    (( ${configured:-5} >= last )) || keep=("--checkpoint.keep=$last")
-  fi
-  # (${keep[@]+...}: an empty array is "unbound" under set -u to bash before 4.4, EL7's.)
   thpc_train "$config" "--train.max_steps=$max_steps" --checkpoint.minutes=0 \
     "--checkpoint.every_steps=$every" "--checkpoint.average_last=$last" \
     ${keep[@]+"${keep[@]}"} "$@"

@@ -27,7 +27,8 @@
 #   train.metrics_dir too (checkpoint.dir's); 23. after phase 1, outside a batch job,
 #   phase 2's not starting is said; 24. SIGHUP stops the job as the others do, and the
 #   advice to continue names a checkpoint.dir of the options'; 25. a requeue inside the
-#   window keeps all of it with checkpoint.keep = the window.
+#   window keeps all of it with checkpoint.keep = the window; 26. a config's keep below
+#   the window, raised by the script, survives requeues.
 #
 #   tests/jobs_averaged_window_test.sh SOURCE_DIR BINARY_DIR      (ctest runs it)
 source "$(dirname "${BASH_SOURCE[0]}")/shell_test_lib.sh" "$@" || exit 1
@@ -420,4 +421,19 @@ if command -v h5dump >/dev/null; then
   [ "$(params_digest "$requeued/average_last3.h5")" = "$uninterrupted" ] ||
     fail "the requeued run's average_last3.h5 is not the uninterrupted run's"
 fi
+# 26. A config whose checkpoint.keep (2) is below the window (3), raised by the script:
+# requeued inside phase 2 and again after the end, each job re-running phase 1 (the
+# trainer refuses a resume whose keep, from the config file alone, is lower than its
+# run's; phase 1 was given the config's 2 against phase 2's 3, and every requeue failed).
+{ cat "$source_dir/input/tiny.ini"; printf '\n[checkpoint]\nkeep = 2\n'; } > "$tmp/keep2.ini"
+export THPC_RUN_NAME=keep_below
+for stop in 65 "" ""; do
+  (source "$source_dir/jobs/common.sh" && THPC_TEST_STOP_AT_STEP=$stop \
+     thpc_train_averaged "$tmp/keep2.ini" 70 3 20 --train.backend=cpu --train.log_every=10) \
+    > "$tmp/keep_below.log" 2>&1 ||
+    { cat "$tmp/keep_below.log"; fail "runs/keep_below (stop at '$stop') failed"; }
+done
+[ "$(digest_of "$tmp/keep_below.log")" = "$two_phase" ] ||
+  fail "the run of keep = 2 ended at other parameters than the uninterrupted one"
+[ -f "$tmp/runs/keep_below/checkpoints/average_last3.h5" ] || fail "runs/keep_below: no average"
 echo "PASSED"

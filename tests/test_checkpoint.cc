@@ -1607,13 +1607,19 @@ TEST_F(CheckpointTest, AResumeWhoseKeepIsLowerThanTheRunsDeletesNothingUnlessTol
   EXPECT_NE(refused.output.find("checkpoint.keep = 5 (not given on the command line) is lower "
                                 "than the 7 of the run that wrote " + dir +
                                 "/step_00000006.h5: its next checkpoint would delete up to 2 of "
-                                "the 6 checkpoints in " + dir + " (the oldest first: "
-                                "step_00000001.h5, step_00000002.h5); give "
-                                "--checkpoint.keep=5 on the command line to delete them, or "
-                                "--checkpoint.keep=7 to keep the run's setting"),
+                                "the 6 checkpoints in " + dir + " (diverged and superseded "
+                                "ones first, then the oldest); give --checkpoint.keep=5 on the "
+                                "command line to delete them, or --checkpoint.keep=7 to keep "
+                                "the run's setting"),
             std::string::npos)
       << refused.output;
   EXPECT_EQ(refused.output.find("step 7/"), std::string::npos) << refused.output;
+  EXPECT_EQ(list_checkpoints(dir), kept);
+  // A resume with no step left writes and prunes nothing: not refused (a requeued job
+  // re-runs its finished first phase so, jobs/common.sh; a review found it refused).
+  const ProcessResult at_the_end =
+      run_process(start + " --train.max_steps=6 --checkpoint.resume=auto");
+  EXPECT_EQ(at_the_end.exit_code, 0) << at_the_end.output;
   EXPECT_EQ(list_checkpoints(dir), kept);
   // The run's own keep, or a value at least as large: nothing to refuse.
   const ProcessResult same =

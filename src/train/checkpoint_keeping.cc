@@ -87,7 +87,6 @@ std::string CheckpointKeeping::lowered_keeping_refusal(const Checkpoint& resumed
     return "";
   }
   const CheckpointConfig& now = config_.checkpoint;
-  namespace fs = std::filesystem;
   // `doomed` of the `count` files of `what` in checkpoint.dir deleted (`order`: which
   // first) when `key` is lowered from `was` to `value`: the refusal.
   const auto refusal = [&](const std::string& key, int value, int was, size_t count,
@@ -107,14 +106,10 @@ std::string CheckpointKeeping::lowered_keeping_refusal(const Checkpoint& resumed
     // may spare one more, the last known good).
     const size_t stay = static_cast<size_t>(now.keep) - 1;
     if (files.size() > stay) {
-      const size_t doomed = files.size() - stay;
-      std::string named = fs::path(files.front()).filename().string();
-      if (doomed > 1) {
-        named += (doomed > 2 ? ", ..., " : ", ") + fs::path(files[doomed - 1]).filename().string();
-      }
       return refusal("checkpoint.keep", now.keep, then.checkpoint.keep, files.size(),
-                     "up to " + std::to_string(doomed), "checkpoints", "its next checkpoint",
-                     "the oldest first: " + named);
+                     "up to " + std::to_string(files.size() - stay), "checkpoints",
+                     "its next checkpoint",
+                     "diverged and superseded ones first, then the oldest");
     }
   }
   if (now.keep_best_count > 0 && now.keep_best_count < then.checkpoint.keep_best_count &&

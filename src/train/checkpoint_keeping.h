@@ -88,6 +88,8 @@ class CheckpointKeeping {
   // resume given the config file without the first run's --checkpoint.keep=10 deleted
   // five of its checkpoints, with only a note among the settings that differ (a helper's
   // trial). "" when nothing would be deleted, or the stored configuration cannot be read.
+  // Asked only of a resume that has steps left to train (one at train.max_steps writes
+  // and prunes nothing: a job's requeue re-runs such a phase, jobs/common.sh).
   std::string lowered_keeping_refusal(const Checkpoint& resumed, const std::string& path) const;
 
   // At the end of training (step `step`): DIR/average_lastN.h5 (checkpoint.average_last,

@@ -467,9 +467,12 @@ void Trainer::resume_from(const std::string& path, Checkpoint& checkpoint,
   // A checkpoint of another architecture, vocabulary or seed fails alike on every rank:
   // one message (before: each rank's, and Open MPI's report of the abort).
   on_every_rank(comm_, [&] { restore(checkpoint, path); });
-  // Settings that would delete what the run kept are refused before anything is written.
+  // Settings that would delete what the run kept are refused before anything is written
+  // (a resume with no step left writes and prunes nothing: not refused).
   std::string lowered;
-  if (comm_.is_root()) lowered = keeping_.lowered_keeping_refusal(checkpoint, path);
+  if (comm_.is_root() && completed_steps_ < config_.train.max_steps) {
+    lowered = keeping_.lowered_keeping_refusal(checkpoint, path);
+  }
   lowered = comm_.broadcast_from_root(lowered);
   if (!lowered.empty()) throw AllRanksError(lowered, 2);
   resumed_from_ = path;
