@@ -215,7 +215,9 @@ TEST_F(BestCheckpointFiles, TheBestAreRankedByTheScoreInsideNotByName) {
   write_checkpoint(path("run/step_00000050.h5"), scored_checkpoint(0.0f, 50, "ppl", 1.0));
   write_checkpoint(path("run/best.h5"), scored_checkpoint(0.0f, 50, "ppl", 1.0));
   std::vector<int64_t> ranked;
-  for (const CheckpointSummary& s : best_checkpoint_summaries(path("run"))) ranked.push_back(s.step);
+  for (const CheckpointSummary& summary : best_checkpoint_summaries(path("run"))) {
+    ranked.push_back(summary.step);
+  }
   EXPECT_EQ(ranked, (std::vector<int64_t>{20, 40, 10, 30}));
 
   // The 3 best, oldest step first (the order every average of them sums in).
@@ -694,6 +696,73 @@ TEST_F(BestCheckpointsTraining, ChooseAverageNamesTheCandidateWithTheBetterValid
                                  std::to_string(best_step)),
             std::string::npos)
       << replaced.output;
+}
+
+// Several files dropping out at once are removed, and logged, worst first, as change_best_set's
+// comment says: bleu 5 > 4 > 3, so 30 (3) goes first. (A mutation audit's survivor.)
+TEST(BestSet, SeveralRemovedAtOnceGoWorstFirst) {
+  std::vector<CheckpointSummary> disk;
+  for (const auto& [step, value] :
+       std::vector<std::pair<int64_t, double>>{{10, 5}, {20, 4}, {30, 3}}) {
+    CheckpointSummary summary;
+    summary.path = best_checkpoint_file_name(step);
+    summary.step = step;
+    summary.validation = ValidationScore{"bleu", value};
+    disk.push_back(summary);
+  }
+  const BestSetChange change = change_best_set(disk, {"bleu", 6}, 40, 1);
+  EXPECT_TRUE(change.admitted);
+  ASSERT_EQ(change.removed.size(), 3u);
+  EXPECT_EQ(change.removed[0].step, 30);
+  EXPECT_EQ(change.removed[1].step, 20);
+  EXPECT_EQ(change.removed[2].step, 10);
+}
+
+// A file whose stored score is not finite ranks after every finite one (rank_best_checkpoints'
+// rule): --best 1 takes the finite one. (A mutation audit's survivor.)
+TEST_F(BestCheckpointFiles, AScoreThatIsNotFiniteRanksLast) {
+  write_checkpoint(path("run/" + best_checkpoint_file_name(10)),
+                   scored_checkpoint(1.0f, 10, "ppl", std::nan("")));
+  write_checkpoint(path("run/" + best_checkpoint_file_name(20)),
+                   scored_checkpoint(2.0f, 20, "ppl", 5.0));
+  std::vector<int64_t> ranked;
+  for (const CheckpointSummary& summary : best_checkpoint_summaries(path("run"))) {
+    ranked.push_back(summary.step);
+  }
+  EXPECT_EQ(ranked, (std::vector<int64_t>{20, 10}));
+}
+
+// A damaged file --best chose is named with the way on, as --last's is. (A mutation audit's
+// survivor.)
+TEST_F(BestCheckpointFiles, ADamagedFileTheBestChoseIsNamedWithTheWayOn) {
+  for (const int64_t step : {10, 20}) {
+    write_checkpoint(path("run/" + best_checkpoint_file_name(step)),
+                     scored_checkpoint(static_cast<float>(step), step, "ppl", 3.0 + step));
+  }
+  const std::string damaged = path("run/" + best_checkpoint_file_name(20));
+  fs::resize_file(damaged, fs::file_size(damaged) - 100);
+  ASSERT_EQ(best_checkpoint_summaries(path("run")).size(), 2u) << "the header still reads";
+  const ProcessResult result = run_process(kAverager + " --inputs " + path("run") +
+                                           " --best 2 --output " + path("avg.h5"));
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_NE(result.output.find("(--best chose it from " + path("run")), std::string::npos)
+      << result.output;
+}
+
+// --every-steps belongs to --last: with --best (or named files) it is a command-line mistake,
+// exit 2, not ignored. (A mutation audit's survivor.)
+TEST_F(BestCheckpointFiles, EveryStepsWithoutLastIsRefused) {
+  write_checkpoint(path("run/" + best_checkpoint_file_name(10)),
+                   scored_checkpoint(1.0f, 10, "ppl", 3.0));
+  const ProcessResult result = run_process(kAverager + " --inputs " + path("run") +
+                                           " --best 1 --every-steps 2 --output " +
+                                           path("avg.h5"));
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_NE(result.output.find("--every-steps chooses among a directory's newest checkpoints: "
+                               "give --last N"),
+            std::string::npos)
+      << result.output;
+  EXPECT_FALSE(fs::exists(path("avg.h5")));
 }
 
 }  // namespace

@@ -2429,5 +2429,39 @@ TEST_F(CheckpointTest, AllCheckpointsInvalidIsRefusedUnlessAutoOrFreshWhichKeeps
   EXPECT_EQ(read_checkpoint(flipped).step, 4);  // the new run's own step 4
 }
 
+// The average carries the newest input's step, whatever the order the inputs are named in. (A
+// mutation audit's survivor.)
+TEST_F(CheckpointTest, AnAverageTakesTheNewestInputsStepInAnyOrder) {
+  write_checkpoint(path("twenty.h5"), constant_checkpoint(1.0f, 20, "arch"));
+  write_checkpoint(path("ten.h5"), constant_checkpoint(3.0f, 10, "arch"));
+  EXPECT_EQ(average_checkpoints({path("twenty.h5"), path("ten.h5")}).step, 20);
+  EXPECT_EQ(average_checkpoints({path("ten.h5"), path("twenty.h5")}).step, 20);
+  const ProcessResult tool = run_process(kAverager + " --inputs " + path("twenty.h5") + " " +
+                                         path("ten.h5") + " --output " + path("avg.h5"));
+  ASSERT_EQ(tool.exit_code, 0) << tool.output;
+  EXPECT_NE(tool.output.find("(step 20, "), std::string::npos) << tool.output;
+}
+
+// --last N --every-steps K: the multiples of K and the newest healthy checkpoint (the run's end,
+// off the schedule here), never a diverged newer one's step nor the oldest's. (A mutation audit's
+// survivor.)
+TEST_F(CheckpointTest, EveryStepsKeepsTheNewestHealthyOffScheduleCheckpoint) {
+  fs::create_directories(path("ck"));
+  for (const int64_t step : {2, 4, 6, 7}) {
+    write_checkpoint(path("ck/" + checkpoint_file_name(step)),
+                     constant_checkpoint(static_cast<float>(step), step, "arch"));
+  }
+  Checkpoint diverged = constant_checkpoint(9.0f, 9, "arch");
+  diverged.state = CheckpointState::Diverged;
+  write_checkpoint(path("ck/" + checkpoint_file_name(9)), diverged);
+  const ProcessResult tool = run_process(kAverager + " --inputs " + path("ck") +
+                                         " --last 3 --every-steps 2 --output " + path("avg.h5"));
+  ASSERT_EQ(tool.exit_code, 0) << tool.output;
+  EXPECT_NE(tool.output.find("averaged 3 checkpoints: " + path("ck/step_00000004.h5") + " " +
+                             path("ck/step_00000006.h5") + " " + path("ck/step_00000007.h5")),
+            std::string::npos)
+      << tool.output;
+}
+
 }  // namespace
 }  // namespace thpc

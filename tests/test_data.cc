@@ -202,6 +202,14 @@ TEST_F(DataPipeline, CountsEachKindOfDroppedPair) {
   EXPECT_NE(log_.find("train: 1004 read, " + std::to_string(summary_.train.kept) + " kept"),
             std::string::npos)
       << log_;
+  // the dropped count is every kind's, the empty ones included (A mutation audit's survivor.)
+  EXPECT_NE(log_.find("train: 1004 read, " + std::to_string(summary_.train.kept) + " kept, " +
+                      std::to_string(summary_.train.empty + summary_.train.too_long +
+                                     summary_.train.over_ratio) +
+                      " dropped (1 empty, 1 too long, " +
+                      std::to_string(summary_.train.over_ratio) + " over ratio)"),
+            std::string::npos)
+      << log_;
   EXPECT_LE(summary_.vocab_size, 600);
 }
 

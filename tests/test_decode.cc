@@ -877,6 +877,10 @@ TEST_F(DecodeProgram, NBestGivesKScoredLinesPerSentence) {
     EXPECT_EQ(lines[line].rfind(std::to_string(line / 3) + " ||| ", 0), 0u) << lines[line];
   }
   for (size_t line = 3; line < 6; ++line) EXPECT_EQ(lines[line], "1 |||  ||| 0.0000");
+  // every score with four decimals, as the empty line's 0.0000 (A mutation audit's survivor.)
+  for (const std::string& line : lines) {
+    EXPECT_TRUE(std::regex_search(line, std::regex(" \\|\\|\\| -?[0-9]+\\.[0-9]{4}$"))) << line;
+  }
 }
 
 // The n-best score is the length-normalised one, best first: with --lenpen 0 it is the
@@ -1326,6 +1330,54 @@ TEST(DecodeBatches, TokenBudgetAndSentenceLimitBothHold) {
   // The limit only ever adds cuts to the budget's.
   EXPECT_GE(make_decode_batches(sources, options, 40, 1, 2).size(),
             make_decode_batches(sources, options, 40, 1, 0).size());
+}
+
+// Exactly 5 truncated lines are each said, and no count line follows (it says "the first 5 said
+// above": only where more were truncated); a line of exactly max_positions - 1 = 39 pieces fits,
+// is not truncated, and is not warned of. (A mutation audit's survivor.)
+TEST_F(DecodeProgram, FiveTruncatedLinesNeedNoCountAndAFullLineNoWarning) {
+  {
+    std::ofstream five(dir_ / "five_long.en");
+    std::string words;
+    for (int w = 0; w < 80; ++w) words += "A man rides a bike. ";
+    for (int line = 0; line < 5; ++line) five << words << "\n";
+  }
+  std::string out, err;
+  ASSERT_EQ(decode("--max-len-b 1 --greedy", out, err, "model.h5", true, "five_long.en"), 0)
+      << err;
+  EXPECT_NE(err.find("warning: line 5 has"), std::string::npos) << err;
+  EXPECT_EQ(err.find("in all were truncated"), std::string::npos) << err;
+  sentencepiece::SentencePieceProcessor spm;
+  ASSERT_TRUE(spm.Load((dir_ / "spm.model").string()).ok());
+  std::string line;
+  std::vector<int> pieces;
+  for (int w = 0; w < 100; ++w) {
+    line += (w == 0 ? "" : " ") + std::string("dog");
+    pieces.clear();
+    ASSERT_TRUE(spm.Encode(line, &pieces).ok());
+    if (pieces.size() >= 39) break;
+  }
+  ASSERT_EQ(pieces.size(), 39u) << line;
+  {
+    std::ofstream full(dir_ / "full.en");
+    full << line << "\n";
+  }
+  ASSERT_EQ(decode("--max-len-b 1 --greedy", out, err, "model.h5", true, "full.en"), 0) << err;
+  EXPECT_EQ(err.find("truncated"), std::string::npos) << err;
+}
+
+// A batch's tokens, its longest source with eos times its sentences, reach --batch-tokens and no
+// further: 8 sources of 9 tokens (10 with eos) make batches of 4 under a budget of 40 (4 x 10 =
+// 40 fits) and of 45 (5 x 10 = 50 does not). (A mutation audit's survivor.)
+TEST(DecodeBatches, ABatchFillsTheBudgetExactlyCountingEos) {
+  const std::vector<TokenSequence> sources(8, TokenSequence(9, 5));
+  BeamOptions options;
+  for (const int budget : {40, 45}) {
+    const std::vector<DecodeBatch> batches = make_decode_batches(sources, options, budget, 1, 0);
+    ASSERT_EQ(batches.size(), 2u) << budget;
+    EXPECT_EQ(batches[0].members.size(), 4u) << budget;
+    EXPECT_EQ(batches[1].members.size(), 4u) << budget;
+  }
 }
 
 }  // namespace

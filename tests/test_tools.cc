@@ -828,7 +828,9 @@ TEST(Tools, PreprocessShowsItsProgressOnATerminalOnly) {
        {"\ntrain: 400 read, 400 kept, 0 dropped (0 empty, 0 too long, 0 over ratio)\n",
         "\nvalid: 60 read, 60 kept, 0 dropped (0 empty, 0 too long, 0 over ratio)\n",
         "\ntest: 10 read, 10 kept, 0 dropped (0 empty, 0 too long, 0 over ratio)\n",
-        "\nwrote 1 train shard, valid, test and spm.model to "}) {
+        "\nwrote 1 train shard, valid, test and spm.model to ",
+        // the total counts the test pairs too: 400 + 60 + 10 (A mutation audit's survivor.)
+        ", 470 pairs (of 470 read) in "}) {
     EXPECT_NE(terminal.output.find(line), std::string::npos) << line << terminal.output;
     EXPECT_NE(pipe.output.find(line), std::string::npos) << line << pipe.output;
   }
