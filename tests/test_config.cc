@@ -1002,6 +1002,10 @@ TEST(Config, AnUnknownKeySaysTheKeyMostLikelyMeant) {
       {"train.update_freq", "here it is train.accumulate, micro-batches that share "
                             "train.tokens_per_step (fairseq's --update-freq multiplies"},
       {"train.weight_decay", "there is none here: the paper's Adam has no weight decay"},
+      // fairseq's spelling, with '-'; and its name where its section is not the key's
+      // ([decode] has no step to size: fairseq-generate's --max-tokens is a batch).
+      {"train.max-tokens", "here it is train.tokens_per_step"},
+      {"decode.max_tokens", " (transformer_hpc --help lists the keys of [decode])"},
       {"model.foo", " (transformer_hpc --help lists the keys of [model])"},
       {"model.qq", " (transformer_hpc --help lists the keys of [model])"},
   };
@@ -1009,9 +1013,12 @@ TEST(Config, AnUnknownKeySaysTheKeyMostLikelyMeant) {
     EXPECT_NE(unknown_key_hint(name).find(hint), std::string::npos)
         << name << ": " << unknown_key_hint(name);
   }
-  // In a file as on the command line.
+  // In a file as on the command line, and an option without a section (fairseq's --lr).
   expect_error([&] { load_config(kTinyIni, {"train.warmup_step=10"}); },
                {"tiny.ini", "'--train.warmup_step=10' (did you mean train.warmup_steps?)"});
+  expect_error([&] { load_config(kTinyIni, {"lr=0.5"}); },
+               {"tiny.ini", "'--lr=0.5' (a name from other toolkits: here it is train.lr_scale"});
+  expect_error([&] { load_config(kTinyIni, {"bogus=1"}); }, {"'--bogus=1' (see --help)"});
 }
 
 TEST(Config, OptionWithoutValue) {

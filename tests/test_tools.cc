@@ -42,7 +42,8 @@ const std::vector<Tool>& tools() {
   static const std::vector<Tool> all = {
       {"transformer_preprocess",
        {"usage: transformer_preprocess", "--vocab-size arg (=37000)", "--model-type arg (=bpe)",
-        "--shards arg (=1)", "--max-len arg (=250)", "--max-ratio arg (=9)", "--seed arg (=1)",
+        "--shards arg (=1)", "--max-len arg (=250)", "--valid-max-len arg (=1024)",
+        "--max-ratio arg (=9)", "--seed arg (=1)",
         "--threads arg (=0)", "--spm-sentences arg (=10000000)"},
        "--source-lang en --target-lang de --trainpref /nonexistent/train "
        "--validpref /nonexistent/valid --destdir /nonexistent/out", "--vocab-size"},

@@ -95,9 +95,11 @@ void reject_unknown_options(const std::string& file_label, const po::parsed_opti
     const std::string token =
         option.original_tokens.empty() ? option.string_key : option.original_tokens.front();
     const bool names_a_key = option.string_key.find('.') != std::string::npos;
+    const std::string meant = names_a_key ? "" : likely_meant_hint(option.string_key);
     THPC_FAIL(file_label << ": unknown command-line option " << quoted(token)
-                         << (names_a_key ? unknown_key_hint(option.string_key)
-                                         : std::string(" (see --help)")));
+                         << (names_a_key       ? unknown_key_hint(option.string_key)
+                             : !meant.empty() ? meant
+                                              : std::string(" (see --help)")));
   }
 }
 

@@ -645,38 +645,49 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 // The names other toolkits give what a key here does (fairseq's and Marian's options, as
 // users bring them), and what to write instead: said where such a key is unknown.
 struct OtherToolkitsName {
-  const char* name;  // after the section's dot, in any section
-  const char* instead;
+  const char* section;  // where the key it means is: the name is taken there, or where the
+                        // user named no section, or one that does not exist
+  const char* name;     // after the section's dot
+  const char* instead;  // nullptr: the text of the name before
 };
 constexpr OtherToolkitsName kOtherToolkitsNames[] = {
-    {"lr", "here it is train.lr_scale, a factor on the paper's schedule (lrate = lr_scale x "
+    {"train", "lr", "here it is train.lr_scale, a factor on the paper's schedule (lrate = lr_scale x "
            "d_model^-0.5 x min(step^-0.5, step x warmup_steps^-1.5), whose peak at step "
            "warmup_steps is lr_scale x (d_model x warmup_steps)^-0.5)"},
-    {"learning_rate", nullptr},
-    {"max_tokens", "here it is train.tokens_per_step, the step's padded tokens a side over "
+    {"train", "learning_rate", nullptr},
+    {"train", "max_tokens", "here it is train.tokens_per_step, the step's padded tokens a side over "
                    "all ranks and micro-batches together (fairseq's --max-tokens is each "
                    "GPU's)"},
-    {"update_freq", "here it is train.accumulate, micro-batches that share train.tokens_per_step "
+    {"train", "update_freq", "here it is train.accumulate, micro-batches that share train.tokens_per_step "
                     "(fairseq's --update-freq multiplies --max-tokens instead)"},
-    {"max_update", "here it is train.max_steps"},
-    {"warmup_updates", "here it is train.warmup_steps"},
-    {"max_epoch", "here it is train.max_epochs"},
-    {"save_dir", "here it is checkpoint.dir"},
-    {"save_interval_updates", "here it is checkpoint.every_steps"},
-    {"keep_last_epochs", "here it is checkpoint.keep, of checkpoints saved by steps"},
-    {"keep_interval_updates", "here it is checkpoint.keep"},
-    {"weight_decay", "there is none here: the paper's Adam has no weight decay"},
-    {"fp16", "here it is train.precision = bf16, on the GPU (the CPU trains in fp32)"},
+    {"train", "max_update", "here it is train.max_steps"},
+    {"train", "warmup_updates", "here it is train.warmup_steps"},
+    {"train", "max_epoch", "here it is train.max_epochs"},
+    {"checkpoint", "save_dir", "here it is checkpoint.dir"},
+    {"checkpoint", "save_interval_updates", "here it is checkpoint.every_steps"},
+    {"checkpoint", "keep_last_epochs", "here it is checkpoint.keep, of checkpoints saved by steps"},
+    {"checkpoint", "keep_interval_updates", "here it is checkpoint.keep"},
+    {"train", "weight_decay", "there is none here: the paper's Adam has no weight decay"},
+    {"train", "fp16", "here it is train.precision = bf16, on the GPU (the CPU trains in fp32)"},
 };
 
 // What a user who wrote `name` (unknown) most likely meant, said as a hint: another
 // toolkit's name for a key, the same key in another section, or a key a typo or two away
 // ("did you mean train.warmup_steps?"); "" when nothing is close.
-std::string likely_meant(const std::string& name) {
+std::string likely_meant(const std::string& written) {
+  // fairseq's options are written with '-' (--max-tokens), the keys here with '_'.
+  std::string name = written;
+  std::replace(name.begin(), name.end(), '-', '_');
   const auto dot = name.find('.');
   const std::string key = dot == std::string::npos ? name : name.substr(dot + 1);
+  const std::string section = dot == std::string::npos ? "" : name.substr(0, dot);
+  const bool section_known =
+      std::any_of(option_table().begin(), option_table().end(),
+                  [&](const Option& option) { return section == option.section; });
   for (size_t i = 0; i < std::size(kOtherToolkitsNames); ++i) {
     if (key != kOtherToolkitsNames[i].name) continue;
+    // ([decode] max_tokens is fairseq-generate's batch, not the training step's)
+    if (section_known && section != kOtherToolkitsNames[i].section) continue;
     // (a name without its own text shares the one before it)
     size_t with_text = i;
     while (kOtherToolkitsNames[with_text].instead == nullptr) --with_text;
@@ -708,6 +719,11 @@ std::string likely_meant(const std::string& name) {
 }
 
 }  // namespace
+
+std::string likely_meant_hint(const std::string& name) {
+  const std::string meant = likely_meant(name);
+  return meant.empty() ? "" : " (" + meant + ")";
+}
 
 std::string unknown_key_hint(const std::string& name) {
   const std::string meant = likely_meant(name);

@@ -71,6 +71,9 @@ std::string known_sections();
 // What follows a message about a key the table lacks: whether its section exists, and
 // where the keys are listed (" (transformer_hpc --help lists the keys of [model])").
 std::string unknown_key_hint(const std::string& name);
+// " (did you mean model.layers?)" or another toolkit's name's key for a command-line
+// option without a section (--lr, --layers), "" when nothing is close.
+std::string likely_meant_hint(const std::string& name);
 
 // The type of a field as --help names it: int, int64, uint64, float, bool, string.
 const char* type_name(const FieldPointer& field);
