@@ -651,15 +651,17 @@ struct OtherToolkitsName {
   const char* instead;  // nullptr: the text of the name before
 };
 constexpr OtherToolkitsName kOtherToolkitsNames[] = {
-    {"train", "lr", "here it is train.lr_scale, a factor on the paper's schedule (lrate = lr_scale x "
-           "d_model^-0.5 x min(step^-0.5, step x warmup_steps^-1.5), whose peak at step "
-           "warmup_steps is lr_scale x (d_model x warmup_steps)^-0.5)"},
+    {"train", "lr",
+     "here it is train.lr_scale, a factor on the paper's schedule (lrate = lr_scale x "
+     "d_model^-0.5 x min(step^-0.5, step x warmup_steps^-1.5), whose peak at step "
+     "warmup_steps is lr_scale x (d_model x warmup_steps)^-0.5)"},
     {"train", "learning_rate", nullptr},
-    {"train", "max_tokens", "here it is train.tokens_per_step, the step's padded tokens a side over "
-                   "all ranks and micro-batches together (fairseq's --max-tokens is each "
-                   "GPU's)"},
-    {"train", "update_freq", "here it is train.accumulate, micro-batches that share train.tokens_per_step "
-                    "(fairseq's --update-freq multiplies --max-tokens instead)"},
+    {"train", "max_tokens",
+     "here it is train.tokens_per_step, the step's padded tokens a side over all ranks and "
+     "micro-batches together (fairseq's --max-tokens is each GPU's)"},
+    {"train", "update_freq",
+     "here it is train.accumulate, micro-batches that share train.tokens_per_step "
+     "(fairseq's --update-freq multiplies --max-tokens instead)"},
     {"train", "max_update", "here it is train.max_steps"},
     {"train", "warmup_updates", "here it is train.warmup_steps"},
     {"train", "max_epoch", "here it is train.max_epochs"},
