@@ -1305,8 +1305,9 @@ int main(int argc, char** argv) {
        "(fairseq-interactive's --buffer-size; 1 for text typed or sent line by line); 0: "
        "the whole input at once (--dump-lines always reads it whole)")
       ("nbest", po::value(&args.search.nbest)->default_value(args.search.nbest),
-       "hypotheses per sentence (<= beam); 2 or more: each as INDEX ||| text ||| score, "
-       "1: the translation alone")
+       "hypotheses per sentence (<= beam); 2 or more: each as INDEX ||| text ||| score (the "
+       "log-probability over the length penalty, as the search ranks them), 1: the "
+       "translation alone")
       ("greedy", po::bool_switch(&args.search.greedy), "greedy decoding (beam 1, no length penalty)")
       ("profile", po::bool_switch(&args.profile),
        "print to standard error where the decoding time went: each op class's time per "
