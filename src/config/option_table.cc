@@ -626,6 +626,12 @@ std::string known_sections() {
 
 namespace {
 
+// Whether some key of the table is in `section` ("train").
+bool is_known_section(const std::string& section) {
+  return std::any_of(option_table().begin(), option_table().end(),
+                     [&](const Option& option) { return section == option.section; });
+}
+
 // Edits (insertions, deletions, substitutions) between `a` and `b` (Levenshtein).
 size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<size_t> row(b.size() + 1);
@@ -683,9 +689,7 @@ std::string likely_meant(const std::string& written) {
   const auto dot = name.find('.');
   const std::string key = dot == std::string::npos ? name : name.substr(dot + 1);
   const std::string section = dot == std::string::npos ? "" : name.substr(0, dot);
-  const bool section_known =
-      std::any_of(option_table().begin(), option_table().end(),
-                  [&](const Option& option) { return section == option.section; });
+  const bool section_known = is_known_section(section);
   for (size_t i = 0; i < std::size(kOtherToolkitsNames); ++i) {
     if (key != kOtherToolkitsNames[i].name) continue;
     // ([decode] max_tokens is fairseq-generate's batch, not the training step's)
@@ -735,10 +739,7 @@ std::string unknown_key_hint(const std::string& name) {
     return " (every key belongs to a section: " + known_sections() + also + ")";
   }
   const std::string section = name.substr(0, dot);
-  const bool section_known =
-      std::any_of(option_table().begin(), option_table().end(),
-                  [&](const Option& option) { return section == option.section; });
-  if (!section_known) {
+  if (!is_known_section(section)) {
     return " (no such section; the sections are " + known_sections() + also + ")";
   }
   if (!meant.empty()) return " (" + meant + ")";
