@@ -24,6 +24,7 @@
 #include "metrics/bleu.h"
 #include "metrics/chrf.h"
 #include "program.h"
+#include "sacrebleu_peer.h"
 
 namespace {
 
@@ -36,11 +37,7 @@ const std::string kSmall = kData + "/small";
 const std::string kWmt17 = kData + "/wmt17_en-de";
 const std::string kWmt17Ref = kWmt17 + "/newstest2017-ende-ref.de";
 
-std::string fixed(double value, int decimals) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), "%.*f", decimals, value);
-  return buffer;
-}
+using thpc::fixed;
 
 double chrf(const std::vector<std::string>& hypotheses,
             const std::vector<std::vector<std::string>>& references, ChrfOptions options = {}) {
@@ -235,26 +232,11 @@ const std::vector<Wmt17Expected> kWmt17Expected = {
 
 // SCORES.tsv's chrF and chrF++ columns, by system file: sacreBLEU's with eps smoothing.
 std::map<std::string, std::pair<double, double>> scores_tsv_eps_columns() {
-  std::ifstream in(kWmt17 + "/SCORES.tsv");
-  std::string line;
-  std::getline(in, line);
-  std::vector<std::string> header;
-  std::stringstream header_stream(line);
-  for (std::string field; std::getline(header_stream, field, '\t');) header.push_back(field);
-  const auto column = [&](const std::string& name) {
-    const auto found = std::find(header.begin(), header.end(), name);
-    EXPECT_NE(found, header.end()) << name;
-    return static_cast<size_t>(found - header.begin());
-  };
-  const size_t chrf_column = column("sacrebleu_chrF_eps");
-  const size_t plus_column = column("sacrebleu_chrF++_eps");
   std::map<std::string, std::pair<double, double>> columns;
-  while (std::getline(in, line)) {
-    std::vector<std::string> fields;
-    std::stringstream stream(line);
-    for (std::string field; std::getline(stream, field, '\t');) fields.push_back(field);
-    if (fields.size() <= std::max(chrf_column, plus_column)) continue;
-    columns[fields[0]] = {std::stod(fields[chrf_column]), std::stod(fields[plus_column])};
+  for (const auto& [file, values] : thpc::scores_tsv(
+           kWmt17 + "/SCORES.tsv", {"sacrebleu_chrF_eps", "sacrebleu_chrF++_eps"})) {
+    if (values[0].empty() || values[1].empty()) continue;
+    columns[file] = {std::stod(values[0]), std::stod(values[1])};
   }
   return columns;
 }
@@ -320,10 +302,7 @@ TEST(ChrfWmt17, SixteenSystemsAsSacreBleuWithAndWithoutEpsSmoothing) {
 
 // ---- the program ----
 
-// transformer_score ARGUMENTS: its exit code and its standard output and error together.
-thpc::ProcessResult run_score(const std::string& arguments) {
-  return thpc::run_process(thpc::binary_dir() + "/transformer_score " + arguments);
-}
+using thpc::run_score;
 
 const std::string kUedin = kWmt17 + "/newstest2017.uedin-nmt.4722.en-de";
 
@@ -398,7 +377,7 @@ TEST(ChrfProgram, BadCommandLinesExitTwo) {
   THPC_REQUIRE_DATA("sacrebleu_tests/wmt17_en-de");
   const std::string files = kWmt17Ref + " -i " + kUedin;
   for (const auto& [arguments, fragment] : std::vector<std::pair<std::string, std::string>>{
-           {" -m ter", "unknown metric 'ter' (expected bleu | chrf)"},
+           {" -m wer", "unknown metric 'wer' (expected bleu | chrf | ter)"},
            {" -m", "the required argument for option '--metrics' is missing"},
            {" -m bleu chrf -sl", "--sentence-level scores one metric, not 2"},
            {" -m chrf -cc -1", "chrF character order -1 < 0"},
@@ -441,22 +420,6 @@ TEST(ChrfProgram, ALineWithoutEndIsRefusedBeforeTheMemoryRunsOut) {
 
 // ---- against Python's sacreBLEU, when it is installed ----
 
-// `output` with sacreBLEU's version ("version:2.6.0") and ours ("version:2.x-compatible")
-// both written "version:*": everything else must be the same, alignment included.
-std::string without_version(const std::string& output) {
-  std::string kept;
-  std::stringstream lines(output);
-  for (std::string line; std::getline(lines, line);) {
-    const size_t at = line.find("|version:");
-    if (at != std::string::npos) {
-      const size_t end = line.find(' ', at);
-      line = line.substr(0, at) + "|version:*" + line.substr(end);
-    }
-    kept += line + "\n";
-  }
-  return kept;
-}
-
 // Random lines that give chrF's rules work: words sharing pieces (so that n-grams of
 // every order match and miss), case pairs, look-alike Unicode (ţ/ț), characters outside
 // the BMP, chrF++'s punctuation, Python's rarer whitespace (U+00A0, U+3000, U+2028, \x1f,
@@ -492,46 +455,9 @@ std::vector<std::string> random_lines(std::mt19937& random, int count) {
   return lines;
 }
 
-struct SacreBleuChrf : ::testing::Test {
-  std::filesystem::path dir;
-  std::string python;
-
-  void SetUp() override {
-    const thpc::Interpreter interpreter = thpc::python_interpreter();
-    python = interpreter.path;
-    const thpc::ProcessResult import = thpc::run_process(python + " -c 'import sacrebleu'");
-    if (import.exit_code != 0) {
-      // Named, or installed by install_deps.sh (as in CI), the interpreter must have it.
-      ASSERT_FALSE(interpreter.named) << python << " cannot import sacrebleu";
-      GTEST_SKIP() << "Python sacrebleu is not importable by '" << python
-                   << "' (pip install sacrebleu, or set THPC_PYTHON); the fixed expected "
-                      "values above still check chrF";
-    }
-    dir = std::filesystem::temp_directory_path() /
-          ("test_chrf_" + std::to_string(::getpid()) + "_" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(dir);
-  }
-  void TearDown() override {
-    if (!dir.empty()) std::filesystem::remove_all(dir);
-  }
-
-  std::string write_lines(const std::string& name, const std::vector<std::string>& lines) {
-    const std::string path = (dir / name).string();
-    std::ofstream out(path, std::ios::binary);
-    for (const std::string& line : lines) out << line << "\n";
-    return path;
-  }
-
-  // Runs sacreBLEU and transformer_score with `arguments`; their lines must agree.
-  void expect_same_output(const std::string& arguments) {
-    const thpc::ProcessResult expected = thpc::run_process(
-        "{ " + python + " -m sacrebleu -q -f text " + arguments + " 2>/dev/null; }");
-    ASSERT_EQ(expected.exit_code, 0) << arguments << "\n" << expected.output;
-    const thpc::ProcessResult ours = run_score(arguments);
-    ASSERT_EQ(ours.exit_code, 0) << arguments << "\n" << ours.output;
-    EXPECT_EQ(without_version(ours.output), without_version(expected.output)) << arguments;
-  }
+// sacreBLEU's chrF and ours, line for line (sacrebleu_peer.h).
+struct SacreBleuChrf : thpc::SacreBleuPeer {
+  SacreBleuChrf() : SacreBleuPeer("the fixed expected values above still check chrF") {}
 };
 
 TEST_F(SacreBleuChrf, SameLinesOnRandomText) {

@@ -192,8 +192,8 @@ set_tests_properties(Lint.NoLambdaCapturesAStructuredBinding PROPERTIES TIMEOUT 
 # test_spack reads Spack.yaml with a YAML parser, as Spack does (a test-only dependency).
 find_package(yaml-cpp REQUIRED)
 target_link_libraries(test_spack PRIVATE yaml-cpp)
-# test_bleu, test_chrf and test_moses_bleu run build/transformer_score as a program.
-foreach(score_test test_bleu test_chrf test_moses_bleu)
+# test_bleu, test_chrf, test_moses_bleu and test_ter run build/transformer_score as a program.
+foreach(score_test test_bleu test_chrf test_moses_bleu test_ter)
   if(TARGET ${score_test} AND TARGET transformer_score)
     add_dependencies(${score_test} transformer_score)
   endif()

@@ -1,12 +1,14 @@
-// transformer_score: corpus or sentence BLEU and chrF exactly as sacreBLEU 2.x computes
-// them, or (--tokenize moses | moses-compound) the paper's tokenized BLEU, exactly as
+// transformer_score: corpus or sentence BLEU, chrF and TER exactly as sacreBLEU 2.x
+// computes them, or (--tokenize moses | moses-compound) the paper's tokenized BLEU, exactly as
 // Moses' tokenizer.perl and multi-bleu.perl compute it (metrics/multi_bleu.h).
 //
-//   transformer_score REF [REF ...] [-i HYP] [-m bleu|chrf ...]
+//   transformer_score REF [REF ...] [-i HYP] [-m bleu|chrf|ter ...]
 //                     [--tokenize 13a|intl|char|none] [-lc]
 //                     [-s none|floor|add-k|exp] [-sv VALUE] [--max-ngram-order N]
 //                     [-cc N] [-cw N] [--chrf-beta N] [--chrf-whitespace]
 //                     [--chrf-lowercase] [--chrf-eps-smoothing]
+//                     [--ter-case-sensitive] [--ter-normalized] [--ter-no-punct]
+//                     [--ter-asian-support]
 //                     [--sentence-level] [-b] [-w WIDTH]
 //   transformer_score REF [REF ...] [-i HYP] --tokenize moses|moses-compound
 //                     [--moses-lang de|fr] [--moses-version current|2017] [-b] [-w WIDTH]
@@ -28,6 +30,7 @@
 #include "metrics/bleu.h"
 #include "metrics/chrf.h"
 #include "metrics/multi_bleu.h"
+#include "metrics/ter.h"
 #include "tools/tool_main.h"
 
 namespace {
@@ -41,8 +44,8 @@ constexpr const char* kUsageHead =
     "usage: transformer_score REF [REF ...] [-i HYP] [options]\n"
     "\n"
     "Scores the hypothesis (HYP, or standard input) against one or more reference\n"
-    "files, one segment per line, with BLEU and chrF exactly as sacreBLEU 2.x computes\n"
-    "them, or with the paper's tokenized BLEU (--tokenize moses-compound). A file\n"
+    "files, one segment per line, with BLEU, chrF and TER exactly as sacreBLEU 2.x\n"
+    "computes them, or with the paper's tokenized BLEU (--tokenize moses-compound). A file\n"
     "named - is standard input (HYP or one REF); a gzip-compressed file, which\n"
     "sacreBLEU opens itself, is refused (give it as - : zcat F.gz | ...). Options\n"
     "are sacreBLEU's, spelt as after `sacrebleu` (-tok, -lc, -sv, -cc ... or their\n"
@@ -55,6 +58,7 @@ struct CommandLine {
   // -m: sacreBLEU's metric names, each once, in sacreBLEU's order of printing (by name).
   std::vector<std::string> metrics = {"bleu"};
   thpc::metrics::ChrfOptions chrf;
+  thpc::metrics::TerOptions ter;
   bool sentence_level = false;
   bool score_only = false;
   std::optional<int> width;  // nullopt: 1, or multi-bleu.perl's 2 with a moses tokenizer
@@ -85,7 +89,7 @@ po::options_description describe(Given& given, bool with_references) {
   general.add_options()
       ("input,i", po::value(&given.input), "hypothesis file (default, or -: standard input)")
       ("metrics,metric,m", po::value(&given.metrics)->multitoken(),
-       "bleu (default) | chrf, one line each: the names up to the next option")
+       "bleu (default) | chrf | ter, one line each: the names up to the next option")
       ("sentence-level,sl", po::bool_switch(&command.sentence_level),
        "(also -sl) one score per segment (with effective order)")
       ("score-only,b", po::bool_switch(&command.score_only), "print the score alone")
@@ -127,8 +131,21 @@ po::options_description describe(Given& given, bool with_references) {
       ("chrf-eps-smoothing", po::bool_switch(&command.chrf.eps_smoothing),
        "average each order's F (chrF++.py) instead of averaging precision and recall over "
        "effective orders");
+  po::options_description ter(
+      "TER (Tercom's defaults: lowercased, not normalized, punctuation kept; lower is "
+      "better)");
+  ter.add_options()
+      ("ter-case-sensitive", po::bool_switch(&command.ter.case_sensitive),
+       "do not lowercase hypothesis and references")
+      ("ter-normalized", po::bool_switch(&command.ter.normalized),
+       "Tercom's normalization first: punctuation split off, possessives, HTML escapes")
+      ("ter-no-punct", po::bool_switch(&command.ter.no_punct),
+       "remove the punctuation . , ? : ; ! \" ( )")
+      ("ter-asian-support", po::bool_switch(&command.ter.asian_support),
+       "with --ter-normalized, CJK split into characters; with --ter-no-punct, CJK and "
+       "full-width punctuation removed too");
   po::options_description all;
-  all.add(general).add(bleu).add(chrf);
+  all.add(general).add(bleu).add(chrf).add(ter);
   if (with_references) all.add_options()("references", po::value(&given.references));
   return all;
 }
@@ -194,8 +211,8 @@ CommandLine parse_command_line(int argc, char** argv) {
   // sacreBLEU's -m takes one name or more (nargs='+'); each is printed once, by name.
   command.metrics = given.metrics;
   for (const std::string& name : command.metrics) {
-    if (name != "bleu" && name != "chrf") {
-      THPC_FAIL("unknown metric '" << name << "' (expected bleu | chrf)");
+    if (name != "bleu" && name != "chrf" && name != "ter") {
+      THPC_FAIL("unknown metric '" << name << "' (expected bleu | chrf | ter)");
     }
   }
   std::sort(command.metrics.begin(), command.metrics.end());
@@ -392,9 +409,11 @@ int run(const CommandLine& command) {
   }
   std::optional<thpc::metrics::BleuScorer> bleu;
   std::optional<thpc::metrics::ChrfScorer> chrf;
+  std::optional<thpc::metrics::TerScorer> ter;
   for (const std::string& metric : command.metrics) {
     if (metric == "bleu") bleu.emplace(references, command.options);
     if (metric == "chrf") chrf.emplace(references, command.chrf);
+    if (metric == "ter") ter.emplace(references, command.ter);
   }
   // The line of one metric for segment `segment`, or for the corpus (nullopt).
   const auto line = [&](const std::string& metric, std::optional<size_t> segment) {
@@ -403,6 +422,11 @@ int run(const CommandLine& command) {
           segment ? bleu->sentence_score(*segment, hypotheses[*segment])
                   : bleu->corpus_score(hypotheses);
       return score_line("BLEU", bleu->signature(), score.score, score.verbose(), command);
+    }
+    if (metric == "ter") {
+      const double score = segment ? ter->sentence_score(*segment, hypotheses[*segment])
+                                   : ter->corpus_score(hypotheses);
+      return score_line("TER", ter->signature(), score, "", command);
     }
     const double score = segment ? chrf->sentence_score(*segment, hypotheses[*segment])
                                  : chrf->corpus_score(hypotheses);

@@ -4,12 +4,22 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "metrics/text_rules.h"
 #include "metrics/unicode_tables.h"
 
 namespace thpc::metrics {
 namespace {
 
 using unicode::in_ranges;
+using text_rules::is_13a_split_character;
+using text_rules::is_ascii_digit;
+using text_rules::is_not_ascii_digit;
+using text_rules::is_period_or_comma;
+using text_rules::join_tokens;
+using text_rules::pad_each;
+using text_rules::PairSpacing;
+using text_rules::replace_all;
+using text_rules::split_pairs;
 
 // The intl tokenizer's classes: the `regex` package's, as sacreBLEU's (unicode_tables.h).
 bool is_punctuation(char32_t c) {
@@ -25,96 +35,6 @@ bool is_cased(char32_t c) { return in_ranges(c, unicode::kCased, unicode::kCased
 bool is_case_ignorable(char32_t c) {
   return in_ranges(c, unicode::kCaseIgnorable, unicode::kCaseIgnorable_size);
 }
-
-bool is_ascii_digit(char32_t c) { return c >= U'0' && c <= U'9'; }
-
-// The first rule of mteval-v13a: [{-~[-` -&(-+:-@/], i.e. ASCII punctuation and
-// symbols except ' - . , which the later rules (or nothing) handle.
-bool is_13a_split_character(char32_t c) {
-  return (c >= U'{' && c <= U'~') || (c >= U'[' && c <= U'`') || (c >= U' ' && c <= U'&') ||
-         (c >= U'(' && c <= U'+') || (c >= U':' && c <= U'@') || c == U'/';
-}
-
-// Python's str.replace(from, to): left to right, non-overlapping.
-std::u32string replace_all(std::u32string_view text, std::u32string_view from,
-                           std::u32string_view to) {
-  std::u32string out;
-  out.reserve(text.size());
-  size_t position = 0;
-  while (true) {
-    size_t found = text.find(from, position);
-    if (found == std::u32string_view::npos) break;
-    out.append(text.substr(position, found - position));
-    out.append(to);
-    position = found + from.size();
-  }
-  out.append(text.substr(position));
-  return out;
-}
-
-// re.sub(r'(X)', r' \1 ', text): every X gets a space either side.
-template <typename Predicate>
-std::u32string pad_each(std::u32string_view text, Predicate matches) {
-  std::u32string out;
-  out.reserve(text.size() * 2);
-  for (char32_t c : text) {
-    if (matches(c)) {
-      out += U' ';
-      out += c;
-      out += U' ';
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-// Which side of the matched pair the replacement adds spaces to:
-//   kAfterFirst:  (A)(B) -> "\1 \2 "     kBeforeFirst: (A)(B) -> " \1 \2"
-enum class PairSpacing { kAfterFirst, kBeforeFirst };
-
-// re.sub on a two-character pattern (A)(B): scanning left to right, a match consumes
-// both characters, so the second one cannot start the next match.
-template <typename FirstPredicate, typename SecondPredicate>
-std::u32string split_pairs(std::u32string_view text, FirstPredicate first_matches,
-                           SecondPredicate second_matches, PairSpacing spacing) {
-  std::u32string out;
-  out.reserve(text.size() * 2);
-  size_t i = 0;
-  while (i < text.size()) {
-    if (i + 1 < text.size() && first_matches(text[i]) && second_matches(text[i + 1])) {
-      if (spacing == PairSpacing::kAfterFirst) {
-        out += text[i];
-        out += U' ';
-        out += text[i + 1];
-        out += U' ';
-      } else {
-        out += U' ';
-        out += text[i];
-        out += U' ';
-        out += text[i + 1];
-      }
-      i += 2;
-    } else {
-      out += text[i];
-      i += 1;
-    }
-  }
-  return out;
-}
-
-// ' '.join(text.split()): single spaces between tokens, none at the ends.
-std::u32string join_tokens(std::u32string_view text) {
-  std::u32string out;
-  for (std::u32string_view token : python_split(text)) {
-    if (!out.empty()) out += U' ';
-    out.append(token);
-  }
-  return out;
-}
-
-bool is_period_or_comma(char32_t c) { return c == U'.' || c == U','; }
-bool is_not_ascii_digit(char32_t c) { return !is_ascii_digit(c); }
 
 std::u32string tokenize_13a(std::u32string_view line) {
   // mteval-v13a's language-independent part: drop <skipped>, join hyphenated line
