@@ -124,7 +124,8 @@ std::string resume_notes(const Config& then, const Config& now) {
   rolled_back.lr_factor = 0.5;
   checkpoint.divergence = rolled_back;
   std::ostringstream log;
-  log_resume_notes(checkpoint, "ck/step_00005999.h5", now, 1, false, "", log);
+  log_resume_notes(checkpoint, "ck/step_00005999.h5", stored_configuration(checkpoint), now, 1,
+                   false, "", log);
   return log.str();
 }
 
@@ -153,7 +154,8 @@ TEST(ResumeNotes, AChangedScheduleSaysTheLearningRatesJump) {
   unreadable.step = 10;
   unreadable.config_ini = "[train]\nno_such_key = 1\n";
   std::ostringstream log;
-  log_resume_notes(unreadable, "ck.h5", longer_warmup, 1, false, "", log);
+  log_resume_notes(unreadable, "ck.h5", stored_configuration(unreadable), longer_warmup, 1, false,
+                   "", log);
   EXPECT_EQ(log.str().find("note: the learning rate"), std::string::npos) << log.str();
 }
 

@@ -78,14 +78,8 @@ void write_made_again_if_removed(const std::string& dir, const std::function<voi
   }
 }
 
-std::string CheckpointKeeping::lowered_keeping_refusal(const Checkpoint& resumed,
+std::string CheckpointKeeping::lowered_keeping_refusal(const Config& then,
                                                        const std::string& path) const {
-  Config then;
-  try {
-    then = load_config_text(resumed.config_ini, path + " (stored configuration)");
-  } catch (const Error&) {
-    return "";
-  }
   const CheckpointConfig& now = config_.checkpoint;
   // `doomed` of the `count` files of `what` in checkpoint.dir deleted (`order`: which
   // first) when `key` is lowered from `was` to `value`: the refusal.

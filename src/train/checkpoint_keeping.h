@@ -80,17 +80,18 @@ class CheckpointKeeping {
   void keep_best(const std::string& metric, const LogField& value, bool improved, int64_t step,
                  const std::function<Checkpoint()>& state_of_step, std::ostream& log) const;
 
-  // A resume (from `resumed`, read from `path`) whose checkpoint.keep or
-  // checkpoint.keep_best_count is lower than those of the run that wrote it (its stored
-  // configuration) and would so delete files that run kept: the next checkpoint pruning
+  // A resume (from the checkpoint read from `path`, whose stored configuration is `then`)
+  // whose checkpoint.keep or checkpoint.keep_best_count is lower than those of the run
+  // that wrote it and would so delete files that run kept: the next checkpoint pruning
   // step_*.h5 to the new keep, the next validation best_step_*.h5 to the new count.
   // Refused (the message), unless the lowered value was given on the command line: a
   // resume given the config file without the first run's --checkpoint.keep=10 deleted
   // five of its checkpoints, with only a note among the settings that differ (a helper's
-  // trial). "" when nothing would be deleted, or the stored configuration cannot be read.
+  // trial). "" when nothing would be deleted. (A stored configuration that cannot be read
+  // is not asked: the caller passes over it.)
   // Asked only of a resume that has steps left to train (one at train.max_steps writes
   // and prunes nothing: a job's requeue re-runs such a phase, jobs/common.sh).
-  std::string lowered_keeping_refusal(const Checkpoint& resumed, const std::string& path) const;
+  std::string lowered_keeping_refusal(const Config& then, const std::string& path) const;
 
   // At the end of training (step `step`): DIR/average_lastN.h5 (checkpoint.average_last,
   // `best` false) of the newest healthy checkpoints, or DIR/average_bestN.h5

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iomanip>
+#include <optional>
 #include <ostream>
 #include <set>
 #include <sstream>
@@ -46,15 +47,9 @@ bool same_path_written_otherwise(const ConfigDifference& difference,
 // later key of scheduled_learning_rate's): the settings' note names the keys, this one the
 // jump a reader would otherwise find in the progress lines' lr (warmup_steps 4000 -> 8000
 // at step 6000 cuts it to 0.65x at once). Compared by value, not by key name, so a schedule's new
-// key needs no entry here. A stored configuration this version cannot read is passed over.
-void note_learning_rate_jump(const Checkpoint& checkpoint, const Config& config,
-                             std::ostream& log) {
-  Config then;
-  try {
-    then = load_config_text(checkpoint.config_ini, "the checkpoint's configuration");
-  } catch (const Error&) {
-    return;
-  }
+// key needs no entry here. `then`: the checkpoint's run's configuration.
+void note_learning_rate_jump(const Checkpoint& checkpoint, const Config& then,
+                             const Config& config, std::ostream& log) {
   const int64_t next = checkpoint.step + 1;
   // A rollback's reduction (kept in the checkpoint) multiplies both alike.
   const double factor = checkpoint.divergence ? checkpoint.divergence->lr_factor : 1.0;
@@ -77,6 +72,7 @@ void note_learning_rate_jump(const Checkpoint& checkpoint, const Config& config,
 // path written another way (same_path_written_otherwise). Those that change nothing in
 // this run are said apart, with why.
 std::vector<std::string> note_changed_settings(const Checkpoint& checkpoint,
+                                               const std::optional<Config>& written,
                                                const Config& config, const RunShape& run,
                                                std::ostream& log) {
   std::vector<std::string> idle_keys;
@@ -112,7 +108,7 @@ std::vector<std::string> note_changed_settings(const Checkpoint& checkpoint,
         << " from the run that wrote the checkpoint but " << (idle_count == 1 ? "has" : "have")
         << " no effect in this run: " << idle.str() << std::endl;
   }
-  note_learning_rate_jump(checkpoint, config, log);
+  if (written) note_learning_rate_jump(checkpoint, *written, config, log);
   return idle_keys;
 }
 
@@ -121,22 +117,17 @@ std::vector<std::string> note_changed_settings(const Checkpoint& checkpoint,
 // train.tokens_per_step unchanged (3 ranks x 2 resumed as 2 x 3 or 1 x 6) every step takes
 // the same micro-batches, and the losses are the original run's up to the order of the
 // sums (the note said otherwise, as for any other change).
-void note_world_size_change(const Checkpoint& checkpoint, int ranks, const TrainConfig& train,
-                            std::ostream& log) {
+void note_world_size_change(const Checkpoint& checkpoint, const std::optional<Config>& written,
+                            int ranks, const TrainConfig& train, std::ostream& log) {
   if (checkpoint.world_size == ranks) return;
   log << "note: the checkpoint was written by " << checkpoint.world_size << " rank"
       << (checkpoint.world_size == 1 ? "" : "s") << ", this run has " << ranks
       << ": parameters, moments, step and schedule continue";
-  bool same_micro_batches = false;
-  try {
-    const Config written = load_config_text(checkpoint.config_ini, "the checkpoint's settings");
-    same_micro_batches =
-        !checkpoint.config_ini.empty() &&
-        written.train.tokens_per_step == train.tokens_per_step &&
-        checkpoint.world_size * written.train.accumulate == int64_t{ranks} * train.accumulate;
-  } catch (const Error&) {
-    // (a checkpoint without readable settings: the general note)
-  }
+  // (a checkpoint without readable settings: the general note)
+  const bool same_micro_batches =
+      written && !checkpoint.config_ini.empty() &&
+      written->train.tokens_per_step == train.tokens_per_step &&
+      checkpoint.world_size * written->train.accumulate == int64_t{ranks} * train.accumulate;
   if (same_micro_batches) {
     log << ", and each step takes the same micro-batches (ranks x train.accumulate is "
         << int64_t{ranks} * train.accumulate << " as before), so the losses are the "
@@ -158,6 +149,14 @@ void note_missing_best_valid(const Checkpoint& checkpoint, const std::string& so
 }
 
 }  // namespace
+
+std::optional<Config> stored_configuration(const Checkpoint& checkpoint) {
+  try {
+    return load_config_text(checkpoint.config_ini, "the checkpoint's configuration");
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
 
 DataPosition position_at_this_budget(const Checkpoint& checkpoint, const std::string& source,
                                      BatchSource& data, int64_t budget, int ranks,
@@ -237,12 +236,13 @@ EpochsEnd end_of_epochs_from(BatchSource& data, int64_t budget, int ranks,
 }
 
 std::vector<std::string> log_resume_notes(const Checkpoint& checkpoint, const std::string& path,
+                                          const std::optional<Config>& written,
                                           const Config& config, int ranks, bool on_gpu,
                                           const std::string& data_position_note,
                                           std::ostream& log) {
-  note_world_size_change(checkpoint, ranks, config.train, log);
+  note_world_size_change(checkpoint, written, ranks, config.train, log);
   std::vector<std::string> idle_keys =
-      note_changed_settings(checkpoint, config, RunShape{on_gpu, ranks}, log);
+      note_changed_settings(checkpoint, written, config, RunShape{on_gpu, ranks}, log);
   if (!data_position_note.empty()) log << data_position_note << std::endl;
   note_missing_best_valid(checkpoint, path, config.train, log);
   return idle_keys;

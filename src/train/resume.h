@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,15 +36,24 @@ DataPosition position_at_this_budget(const Checkpoint& checkpoint, const std::st
 EpochsEnd end_of_epochs_from(BatchSource& data, int64_t budget, int ranks,
                              const TrainConfig& train, int64_t completed);
 
+// The configuration `checkpoint` stores, read once for a resume's notes
+// (log_resume_notes) and checks (CheckpointKeeping::lowered_keeping_refusal), which each
+// read it apart before. Empty where this version cannot read it (a key it does not know):
+// those notes and checks then pass over what they would compare. An empty text (a
+// checkpoint written before configurations were stored) reads as the defaults.
+std::optional<Config> stored_configuration(const Checkpoint& checkpoint);
+
 // The lines after "resumed from PATH at step N": another number of ranks than the
 // checkpoint's (and whether each step still takes the same micro-batches), the settings
 // that differ from its run's from this step on (and apart, those without effect here:
 // GPU-only keys when `on_gpu` is false), `data_position_note`
 // (position_at_this_budget's), best validation values the checkpoint lacks, and the
-// learning rate's jump where the schedule's settings changed. Returns
+// learning rate's jump where the schedule's settings changed (`written`: the checkpoint's
+// stored_configuration, the notes comparing with it left out when it is empty). Returns
 // the keys it named as without effect here, which the start-up's idle_settings_note then
 // leaves out (it named them twice, the second time without the checkpoint's value).
 std::vector<std::string> log_resume_notes(const Checkpoint& checkpoint, const std::string& path,
+                                          const std::optional<Config>& written,
                                           const Config& config, int ranks, bool on_gpu,
                                           const std::string& data_position_note,
                                           std::ostream& log);

@@ -469,9 +469,11 @@ void Trainer::resume_from(const std::string& path, Checkpoint& checkpoint,
   on_every_rank(comm_, [&] { restore(checkpoint, path); });
   // Settings that would delete what the run kept are refused before anything is written
   // (a resume with no step left writes and prunes nothing: not refused).
+  // Read once for the refusal and the notes below (each read it apart before).
+  const std::optional<Config> written = stored_configuration(checkpoint);
   std::string lowered;
-  if (comm_.is_root() && completed_steps_ < config_.train.max_steps) {
-    lowered = keeping_.lowered_keeping_refusal(checkpoint, path);
+  if (comm_.is_root() && written && completed_steps_ < config_.train.max_steps) {
+    lowered = keeping_.lowered_keeping_refusal(*written, path);
   }
   lowered = comm_.broadcast_from_root(lowered);
   if (!lowered.empty()) throw AllRanksError(lowered, 2);
@@ -489,7 +491,7 @@ void Trainer::resume_from(const std::string& path, Checkpoint& checkpoint,
         << " (checkpoint.resume names it, so the run continues from it)" << std::endl;
   }
   idle_keys_said_at_resume_ =
-      log_resume_notes(checkpoint, path, config_, comm_.size(),
+      log_resume_notes(checkpoint, path, written, config_, comm_.size(),
                        /*on_gpu=*/backend_->device() >= 0, data_position_note_, log);
   if (!valid_change_note_.empty()) log << valid_change_note_ << std::endl;
   if (completed_steps_ >= config_.train.max_steps) {
