@@ -73,9 +73,10 @@ std::string choose_the_start(const thpc::Config& config, thpc::Checkpoint* check
   return choice.path;
 }
 
-// The start every rank checks as training does (exit 1 as there): the checkpoint rank 0
-// chose (`chosen`; read here by the other ranks, as training's do), whole, of this
-// architecture, vocabulary and seed, with Adam moments; else checkpoint.init's parameters
+// The start every rank checks as training does (its exit codes: 2 for another
+// architecture or seed, 1 for the rest): the checkpoint rank 0 chose (`chosen`; read here
+// by the other ranks, as training's do), whole, of this architecture, vocabulary and
+// seed, with Adam moments; else checkpoint.init's parameters
 // (not read when a checkpoint is resumed: training ignores it then, and a file moved away
 // after the first run was refused here). Where training would end from there: with
 // train.max_epochs, from the data's position as training reckons it (`source`, when the
@@ -91,7 +92,7 @@ DryRunStart check_the_start(const thpc::Config& config, const std::string& chose
   if (!chosen.empty()) {
     if (read_it) checkpoint = thpc::read_checkpoint(chosen);
     if (source) thpc::check_checkpoint_vocabulary(checkpoint, chosen, *source, config);
-    thpc::check_architecture(checkpoint, architecture, chosen);
+    thpc::check_checkpoint_architecture(checkpoint, chosen, architecture);
     thpc::check_checkpoint_resumes_this_run(checkpoint, chosen, config);
     start = DryRunStart{chosen, checkpoint.step, checkpoint.run_id};
   }
@@ -122,7 +123,7 @@ DryRunStart check_the_start(const thpc::Config& config, const std::string& chose
   } else if (!options.init.empty()) {
     const thpc::Checkpoint init = thpc::read_init_checkpoint(options);
     if (source) thpc::check_checkpoint_vocabulary(init, options.init, *source, config);
-    thpc::check_architecture(init, architecture, options.init);
+    thpc::check_checkpoint_architecture(init, options.init, architecture);
   }
   return start;
 }

@@ -297,12 +297,13 @@ TEST_F(CheckpointTest, TheLayerNormOrderIsRecordedAndTheOtherOrderIsRefusedByNam
                {"different layer-norm orders", post_file + " has model.norm = post",
                 pre_file + " has model.norm = pre"});
 
-  // The trainer program resuming a post-norm run with model.norm = pre: refused, exit 1.
+  // The trainer program resuming a post-norm run with model.norm = pre: refused, exit 2
+  // (the configuration's error).
   write_checkpoint(path("post/" + checkpoint_file_name(post_state.step)), post_state);
   const ProcessResult resumed =
       run_process(kTrainer + " " + kTinyIni + " --model.layers=1 --model.norm=pre "
                   "--checkpoint.dir=" + path("post") + " --checkpoint.resume=auto");
-  EXPECT_EQ(resumed.exit_code, 1) << resumed.output;
+  EXPECT_EQ(resumed.exit_code, 2) << resumed.output;
   EXPECT_NE(resumed.output.find("holds a model.norm = post model, the configuration has "
                                 "model.norm = pre"),
             std::string::npos)

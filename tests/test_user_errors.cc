@@ -311,7 +311,7 @@ TEST(UserErrors, TheDryRunRefusesWhatTrainingRefusesWithTheSameExitCode) {
                              "no shards nothere.00000.h5", 3);
   expect_configuration_error("--model.layers=2 --data.dir=" + data + " --checkpoint.init=" +
                                  (root / "ck/step_00000001.h5").string(),
-                             "architecture mismatch", 1);
+                             "architecture mismatch", 2);
   // --eval alike: a model.vocab_size other than the shards' is the configuration's mistake
   // (exit 2; it was 1 for a while, the failure gathered over the ranks as a runtime one).
   const ProcessResult eval = run_process(
@@ -437,9 +437,13 @@ TEST(UserErrors, TheDryRunLooksAtTheRunDirectoryAsTrainingDoesAndChangesNothing)
   both_refuse("--checkpoint.dir=" + run, 2, "hold 3 files of another run");
   both_refuse("--checkpoint.dir=" + run + "/step_00000001.h5", 2,
               run + "/step_00000001.h5 is no directory");
-  // The seed is named where it was given (before: "tiny.ini has train.seed 7").
-  both_refuse("--checkpoint.dir=" + run + " --checkpoint.resume=auto --train.seed=7", 1,
+  // The seed is named where it was given (before: "tiny.ini has train.seed 7"). A seed or
+  // a model that contradicts the run's checkpoint is the configuration's error, exit 2 as
+  // the others (before: 1, as for a damaged checkpoint).
+  both_refuse("--checkpoint.dir=" + run + " --checkpoint.resume=auto --train.seed=7", 2,
               ", the command line gives train.seed 7 (a resumed run keeps its seed)");
+  both_refuse("--checkpoint.dir=" + run + " --checkpoint.resume=auto --model.d_ff=64", 2,
+              "architecture mismatch: model.d_ff is ");
   // A symbolic link to nothing as the directory, a directory as the metrics file (before:
   // the dry run passed both; training refused the first, exit 2, and failed at the second
   // when it opened it, exit 1).

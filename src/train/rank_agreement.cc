@@ -45,7 +45,9 @@ RankFailure failure_of(const std::exception& error) {
   if (const auto* everyone = dynamic_cast<const AllRanksError*>(&error)) {
     return RankFailure{everyone->exit_code(), everyone->what(), everyone->where()};
   }
-  const int code = dynamic_cast<const DataError*>(&error) != nullptr ? 3 : 1;
+  const int code = dynamic_cast<const DataError*>(&error) != nullptr            ? 3
+                   : dynamic_cast<const ConfigurationError*>(&error) != nullptr ? 2
+                                                                                 : 1;
   return RankFailure::here(code, failure_message(error));
 }
 

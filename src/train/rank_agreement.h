@@ -24,9 +24,9 @@ void check_every_rank_reads_the_same_data(const Communicator& comm, const BatchS
                                           const std::string& split = "training");
 
 // What a failure `error` of this rank means for the job, for throw_if_any_rank_failed:
-// training's exit code for it (docs/running.md "Exit codes": 3 for the data, an
-// AllRanksError's own, else 1) and its message; an AllRanksError speaks for every rank
-// (its own `where`), the others for this one.
+// training's exit code for it (docs/running.md "Exit codes": 3 for the data, 2 for a
+// ConfigurationError, an AllRanksError's own, else 1) and its message; an AllRanksError
+// speaks for every rank (its own `where`), the others for this one.
 RankFailure failure_of(const std::exception& error);
 
 // Runs `phase` on this rank, then gathers every rank's failure (failure_of): the first is

@@ -379,7 +379,8 @@ Checkpoint Trainer::snapshot_without_state() const {
 
 void Trainer::restore(const Checkpoint& checkpoint, const std::string& source) {
   check_checkpoint_vocabulary(checkpoint, source, *source_, config_);
-  check_architecture(checkpoint, *model_, source);
+  check_checkpoint_architecture(checkpoint, source,
+                                architecture_text(model_->config(), model_->vocab_size()));
   check_checkpoint_resumes_this_run(checkpoint, source, config_);
   ParamStore& params = model_->params();
   scatter_named(checkpoint.params, params, *backend_, params.params(), "checkpoint " + source);
@@ -449,6 +450,9 @@ void Trainer::apply_start_options(std::ostream& log) {
     on_every_rank(comm_, [&] {
       const Checkpoint init = read_init_checkpoint(options);
       check_checkpoint_vocabulary(init, options.init, *source_, config_);
+      // (before load_parameters' own check: a mismatch is the configuration's, exit 2)
+      check_checkpoint_architecture(init, options.init,
+                                    architecture_text(model_->config(), model_->vocab_size()));
       load_parameters(init, options.init, *model_);
       quantized = !init.quantized.empty();
     });

@@ -255,16 +255,26 @@ void check_checkpoint_vocabulary(const Checkpoint& checkpoint, const std::string
             << "--spm-model), or start afresh");
 }
 
+void check_checkpoint_architecture(const Checkpoint& checkpoint, const std::string& path,
+                                   const std::string& architecture) {
+  try {
+    check_architecture(checkpoint, architecture, path);
+  } catch (const Error& mismatch) {  // (it throws for a mismatch alone)
+    throw ConfigurationError(mismatch.what());
+  }
+}
+
 void check_checkpoint_resumes_this_run(const Checkpoint& checkpoint, const std::string& path,
                                        const Config& config) {
   if (checkpoint.seed != config.train.seed) {
     // Named where the user gave it: "tiny.ini has train.seed 7" for --train.seed=7 sent
     // them to a file that holds none.
     const bool typed = !config.on_command_line("train.seed").empty();
-    THPC_FAIL("checkpoint " << path << ": written with train.seed " << checkpoint.seed << ", "
-                            << (typed ? "the command line gives" : config.source_file + " has")
-                            << " train.seed " << config.train.seed
-                            << " (a resumed run keeps its seed)");
+    std::ostringstream message;
+    message << "checkpoint " << path << ": written with train.seed " << checkpoint.seed << ", "
+            << (typed ? "the command line gives" : config.source_file + " has") << " train.seed "
+            << config.train.seed << " (a resumed run keeps its seed)";
+    throw ConfigurationError(message.str());
   }
   if (checkpoint.adam_m.empty() || checkpoint.adam_v.empty()) {
     THPC_FAIL("checkpoint " << path << ": holds parameters only (an average?); resume needs "

@@ -24,6 +24,16 @@ class DataError : public Error {
   explicit DataError(const std::string& message) : Error(message) {}
 };
 
+// A configuration that contradicts the checkpoint a run resumes or starts from (another
+// train.seed, another model): the user mends it in the configuration, so transformer_hpc
+// exits 2 for it as for its other configuration errors (docs/running.md "Exit codes"; it
+// was 1, as for a damaged file). Decoding and averaging, which share check_architecture
+// and have no configuration of their own to blame, keep their exit codes.
+class ConfigurationError : public Error {
+ public:
+  explicit ConfigurationError(const std::string& message) : Error(message) {}
+};
+
 // The training data the config names (data.dir's shards, else the synthetic task); rank
 // `shard` of `shards` gets its share. Missing or invalid shards throw DataError.
 std::unique_ptr<BatchSource> make_training_source(const Config& config, int shard = 0,
@@ -91,10 +101,17 @@ std::string configuration_impossible(const Config& config, const BatchSource& so
 void check_checkpoint_vocabulary(const Checkpoint& checkpoint, const std::string& path,
                                  const BatchSource& data, const Config& config);
 
+// Throws ConfigurationError unless `checkpoint` (read from `path`) holds the model
+// `architecture` (architecture_text of the configuration's model and vocabulary): the
+// message of check_architecture, which names the keys to give the file's values. Resume,
+// checkpoint.init and --dry-run check alike.
+void check_checkpoint_architecture(const Checkpoint& checkpoint, const std::string& path,
+                                   const std::string& architecture);
+
 // Throws unless this run can resume from `checkpoint` (read from `path`): it was written
 // with this configuration's train.seed (the random stream of a step is keyed by (seed,
-// step): another seed would continue some other run), and it holds the Adam moments (an
-// average holds the parameters only). Training and --dry-run check alike.
+// step): another seed would continue some other run; ConfigurationError), and it holds the
+// Adam moments (an average holds the parameters only). Training and --dry-run check alike.
 void check_checkpoint_resumes_this_run(const Checkpoint& checkpoint, const std::string& path,
                                        const Config& config);
 
