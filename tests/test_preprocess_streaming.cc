@@ -499,6 +499,40 @@ TEST_F(PreprocessStreaming, SentencePieceTrainsOnABoundedSampleChosenByTheSeed) 
   trained(0, 2, "every_line");  // 0: every line
 }
 
+// Past a million lines SentencePiece warns, in its own format, "Too many sentences are
+// loaded!" and advises its own flags (--input_sentence_size), not --spm-sentences, whose
+// default (10M) lets such a corpus through whole (WMT's 9M lines): noise on the terminal,
+// as the summary already says how many lines it trained on.
+TEST_F(PreprocessStreaming, SentencePiecesOwnWarningsStayOffTheTerminal) {
+  constexpr int kPairs = 500001;  // 1000002 lines, past SentencePiece's million
+  {
+    std::string en_text, de_text;
+    for (int i = 0; i < kPairs; ++i) {
+      en_text += "a dog runs\n";
+      de_text += "ein Hund rennt\n";
+    }
+    std::ofstream(root_ / "million.en", std::ios::binary) << en_text;
+    std::ofstream(root_ / "million.de", std::ios::binary) << de_text;
+  }
+  PreprocessOptions options = this->options("million", root_ / "million_out");
+  options.shards = 1;
+  std::ostringstream log;
+  testing::internal::CaptureStderr();
+  PreprocessSummary summary;
+  try {
+    summary = preprocess(options, log);
+  } catch (...) {
+    testing::internal::GetCapturedStderr();
+    throw;
+  }
+  const std::string stderr_text = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(stderr_text.find("LOG("), std::string::npos) << stderr_text;
+  EXPECT_EQ(summary.spm_lines, 2 * kPairs);
+  EXPECT_NE(log.str().find("SentencePiece trained on 1000002 of 1000002 training lines"),
+            std::string::npos)
+      << log.str();
+}
+
 // SentencePiece skips a line longer than it trains on (64 KiB) with three warnings naming
 // its own flag, --max_sentence_length, which this program does not have. Such a line is
 // left out before SentencePiece sees it, and the summary says so in its own words.

@@ -357,9 +357,12 @@ std::string train_sentencepiece_model(const PreprocessOptions& options,
       // all) may exceed; the encoding below uses them all.
       {"num_threads", std::to_string(std::min(kSentencePieceMaxThreads,
                                               hardware_threads(options.threads)))},
-      // Its warnings and errors only: its ~65 lines of progress (LOG(INFO)) on every run
-      // buried this program's own summary, and made a failure's one line the 66th.
-      {"minloglevel", "1"},
+      // Its errors only, which come with a failure. Its ~65 lines of progress (LOG(INFO))
+      // on every run buried this program's own summary. Its warnings are noise here: "Too
+      // many sentences are loaded!" past a million lines, which the default --spm-sentences
+      // allows (WMT's 9M), advises its own flags, not --spm-sentences, and the summary says
+      // how many lines it trained on; a line too long for it never reaches it.
+      {"minloglevel", "2"},
   };
   if (!options.user_symbols.empty()) {
     // SentencePiece sees a word as "▁word": the symbol must carry that marker to match a
