@@ -993,6 +993,10 @@ TEST(Config, AnUnknownKeySaysTheKeyMostLikelyMeant) {
       {"model.layer", " (did you mean model.layers?)"},
       {"model.d_f", " (did you mean model.d_ff, model.d_k or model.d_v?)"},
       {"train.dropout", " (did you mean model.dropout?)"},
+      // A key of the section written that holds the word, and the same key elsewhere:
+      // the validation's beam, or transformer_decode's.
+      {"train.beam", " (did you mean train.valid_beam or decode.beam?)"},
+      {"beam", "; did you mean decode.beam?)"},
       {"training.max_steps", "; did you mean train.max_steps?)"},
       {"layers", "every key belongs to a section: [model] [train] [data] [dist] [checkpoint] "
                  "[decode]; did you mean model.layers?)"},

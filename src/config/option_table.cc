@@ -679,6 +679,18 @@ constexpr OtherToolkitsName kOtherToolkitsNames[] = {
     {"train", "fp16", "here it is train.precision = bf16, on the GPU (the CPU trains in fp32)"},
 };
 
+// Whether `name` (valid_beam) holds `words` (beam) as one or more of its '_'-separated
+// words, and more: "beam" is in valid_beam, "beam" is not in "beams", "valid_beam" is not in
+// itself.
+bool holds_as_words(const std::string& name, const std::string& words) {
+  if (words.empty() || words.size() >= name.size()) return false;
+  for (size_t at = name.find(words); at != std::string::npos; at = name.find(words, at + 1)) {
+    const size_t end = at + words.size();
+    if ((at == 0 || name[at - 1] == '_') && (end == name.size() || name[end] == '_')) return true;
+  }
+  return false;
+}
+
 // What a user who wrote `name` (unknown) most likely meant, said as a hint: another
 // toolkit's name for a key, the same key in another section, or a key a typo or two away
 // ("did you mean train.warmup_steps?"); "" when nothing is close.
@@ -700,6 +712,16 @@ std::string likely_meant(const std::string& written) {
     return std::string("a name from other toolkits: ") + kOtherToolkitsNames[with_text].instead;
   }
   std::vector<std::string> meant;
+  // Within the section written, a key that holds the written one as whole words of its
+  // name: train.beam is most likely train.valid_beam (the validation's beam), named before
+  // decode.beam (transformer_decode's), the same key in another section.
+  if (section_known) {
+    for (const Option& option : option_table()) {
+      if (option.section == section && holds_as_words(option.key, key)) {
+        meant.push_back(option.name());
+      }
+    }
+  }
   for (const Option& option : option_table()) {
     if (option.key == key) meant.push_back(option.name());
   }
