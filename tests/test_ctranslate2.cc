@@ -30,6 +30,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <random>
 #include <regex>
 #include <sstream>
@@ -44,6 +45,7 @@
 #include "model/transformer.h"
 #include "program.h"
 #include "python_interpreter.h"
+#include "scratch_directory.h"
 #include "spm_model.h"
 
 namespace thpc {
@@ -398,6 +400,35 @@ TEST_F(CTranslate2Conversion, ConverterRefusesWhatItCannotConvertWithOneLine) {
   }
   EXPECT_TRUE(fs::exists(run / "step_00000002.h5"));
   EXPECT_TRUE(fs::exists(widths));
+}
+
+// translate_ctranslate2.py opened its --output only after translating: a directory not
+// made yet lost the whole translation to a traceback. It makes it before the work, as
+// transformer_decode does. Driven here with a stand-in model and SentencePiece (the
+// driver's own arguments), so that it runs without CTranslate2.
+class CTranslate2Translate : public ScratchDirectoryTest {};
+
+TEST_F(CTranslate2Translate, AnOutputInADirectoryNotMadeYetIsWritten) {
+  std::ofstream(path("input.en")) << "a b c\nd e\n";
+  const std::string output = path("not/made/yet/out.de");
+  std::ofstream(path("drive.py")) << R"(import argparse, sys
+sys.path.insert(0, sys.argv[1])
+import translate_ctranslate2 as tool
+class Pieces:
+    def encode(self, line, out_type=str): return line.split()
+    def decode(self, pieces): return " ".join(reversed(pieces))
+args = argparse.Namespace(input=sys.argv[2], output=sys.argv[3], nbest=1, stats=False,
+                          max_len_a=1.0, max_len_b=5)
+tool.translate(args, "translate_ctranslate2.py", "test", 64, Pieces(), lambda: None,
+               lambda model, pieces, limit: [([p], [0.0]) for p in pieces])
+)";
+  const ProcessResult run = run_process(python_interpreter().path + " " + path("drive.py") +
+                                        " " + kTools + " " + path("input.en") + " " + output);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  std::ifstream written(output);
+  const std::string text((std::istreambuf_iterator<char>(written)),
+                         std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "c b a\ne d\n");
 }
 
 }  // namespace

@@ -117,6 +117,19 @@ def translate(args, program, tag, max_positions, spm, load, translate_group):
         lines = [line.rstrip("\n") for line in source]
     except OSError as error:
         fail(f"cannot read input file '{args.input}': {error.strerror}", program)
+    # The --output's missing directories are made before the translation, as
+    # transformer_decode makes them: opened after it, a missing one lost the whole
+    # translation to a traceback.
+    if args.output != "-":
+        directory = os.path.dirname(os.path.abspath(args.output))
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as error:
+            fail(f"--output {args.output}: cannot create its directory {directory}: "
+                 f"{error.strerror}; give a path in a writable directory", program)
+        if not os.access(directory, os.W_OK | os.X_OK):
+            fail(f"--output {args.output}: this user cannot write in {directory}; give a "
+                 "path in a writable directory", program)
 
     started = time.perf_counter()
     model = load()
