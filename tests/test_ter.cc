@@ -124,6 +124,9 @@ TEST(TerByHand, EachOfTercomsLimitsChangesTheEdits) {
             1);
   EXPECT_EQ(edits(numbered_words(3, 54) + " " + numbered_words(0, 3), numbered_words(0, 54)),
             6);
+  // The same 50 positions the other way: the run ahead of where the reference has it.
+  EXPECT_EQ(edits(numbered_words(0, 53), numbered_words(3, 53) + " " + numbered_words(0, 3)),
+            1);
   // 3 words against 150 (ratio 50): the first row's beam of ±25 about column 50 misses w23
   // (column 24), 150 edits (149 with a beam of ±26).
   EXPECT_EQ(edits("w23 w99 w149", numbered_words(0, 150)), 150);

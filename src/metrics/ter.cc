@@ -99,11 +99,27 @@ constexpr int kMaxShiftSize = 10;
 constexpr int kMaxShiftDistance = 50;
 constexpr int kBeamWidth = 25;
 constexpr int kMaxShiftCandidates = 1000;
-// The rows kept for prefixes already seen (sacreBLEU's _MAX_CACHE_SIZE): memory only.
+// The rows kept for prefixes already seen (sacreBLEU's _MAX_CACHE_SIZE), and here at most
+// 2^22 cells (64 MiB) of them: they save time only, the edits are the same without them.
 constexpr size_t kMaxCachedRows = 10000;
+constexpr size_t kMaxCachedCells = size_t{1} << 22;
 
 // Words as numbers: equal words, equal numbers, within one hypothesis-reference pair.
 using Words = std::vector<int32_t>;
+
+// One row of the edit-distance matrix: the cells of its beam, columns first..first +
+// cells.size() - 1; every other cell is outside the beam (sacreBLEU keeps whole rows of
+// them: a row here is the beam's ~50 cells, not the reference's length).
+struct BeamRow {
+  int64_t first = 0;
+  std::vector<Cell> cells;
+
+  Cell at(int64_t column) const {
+    const int64_t k = column - first;
+    return k >= 0 && k < static_cast<int64_t>(cells.size()) ? cells[k]
+                                                            : Cell{kOutsideBeam, 'x'};
+  }
+};
 
 // The word edit distance from a hypothesis to one reference (the reference's words cost
 // an insertion each, the hypothesis' a deletion), over the beam about the diagonal, with
@@ -113,9 +129,9 @@ using Words = std::vector<int32_t>;
 class BeamEditDistance {
  public:
   explicit BeamEditDistance(const Words& reference) : reference_(reference) {
-    std::vector<Cell> first_row(reference.size() + 1);
+    BeamRow first_row;
     for (size_t j = 0; j <= reference.size(); ++j) {
-      first_row[j] = {static_cast<int64_t>(j), 'i'};
+      first_row.cells.push_back({static_cast<int64_t>(j), 'i'});
     }
     nodes_.push_back({std::move(first_row)});
   }
@@ -123,19 +139,18 @@ class BeamEditDistance {
   // The distance, and in *trace the operations from the first words to the last.
   int64_t operator()(const Words& hypothesis, std::string* trace) {
     const size_t length = hypothesis.size();
-    const size_t width = reference_.size() + 1;
+    const auto width = static_cast<int64_t>(reference_.size() + 1);
     // rows[i]: the matrix row after the hypothesis' first i words.
-    std::vector<const Cell*> rows = {nodes_[0].row.data()};
+    std::vector<const BeamRow*> rows = {&nodes_[0].row};
     int32_t node = 0;
     for (int32_t word : hypothesis) {
       const auto child = children_.find(key(node, word));
       if (child == children_.end()) break;
       node = child->second;
-      rows.push_back(nodes_[node].row.data());
+      rows.push_back(&nodes_[node].row);
     }
     const size_t known = rows.size() - 1;
-    std::vector<std::vector<Cell>> fresh(length - known,
-                                         std::vector<Cell>(width, Cell{kOutsideBeam, 'x'}));
+    std::vector<BeamRow> fresh(length - known);
     const double length_ratio =
         length > 0 ? static_cast<double>(reference_.size()) / static_cast<double>(length) : 1.0;
     // A very uneven pair widens the beam, or rows would not overlap.
@@ -143,37 +158,39 @@ class BeamEditDistance {
                                    ? static_cast<int64_t>(std::ceil(length_ratio / 2 + kBeamWidth))
                                    : kBeamWidth;
     for (size_t i = known + 1; i <= length; ++i) {
-      const Cell* previous = rows[i - 1];
-      Cell* row = fresh[i - known - 1].data();
+      const BeamRow& previous = *rows[i - 1];
+      BeamRow& row = fresh[i - known - 1];
       const auto diagonal =
           static_cast<int64_t>(std::floor(static_cast<double>(i) * length_ratio));
-      const int64_t first = std::max<int64_t>(0, diagonal - beam_width);
-      const int64_t end = i == length ? static_cast<int64_t>(width)
-                                      : std::min<int64_t>(width, diagonal + beam_width);
-      for (int64_t j = first; j < end; ++j) {
+      row.first = std::max<int64_t>(0, diagonal - beam_width);
+      const int64_t end =
+          i == length ? width : std::min<int64_t>(width, diagonal + beam_width);
+      row.cells.assign(std::max<int64_t>(0, end - row.first), Cell{kOutsideBeam, 'x'});
+      for (int64_t j = row.first; j < end; ++j) {
+        Cell& cell = row.cells[j - row.first];
         if (j == 0) {
-          row[0] = {previous[0].cost + 1, 'd'};
+          cell = {previous.at(0).cost + 1, 'd'};
           continue;
         }
         const bool same = hypothesis[i - 1] == reference_[j - 1];
         // Tercom prefers a match or substitution, then an insertion, then a deletion; the
         // trace is read the other way round (shifts rewrite the reference into the
         // hypothesis), so deletion comes before insertion here, as in sacreBLEU.
-        const Cell options[] = {{previous[j - 1].cost + (same ? 0 : 1), same ? ' ' : 's'},
-                                {previous[j].cost + 1, 'd'},
-                                {row[j - 1].cost + 1, 'i'}};
+        const Cell options[] = {{previous.at(j - 1).cost + (same ? 0 : 1), same ? ' ' : 's'},
+                                {previous.at(j).cost + 1, 'd'},
+                                {row.at(j - 1).cost + 1, 'i'}};
         for (const Cell& option : options) {
-          if (row[j].cost > option.cost) row[j] = option;
+          if (cell.cost > option.cost) cell = option;
         }
       }
-      rows.push_back(row);
+      rows.push_back(&row);
     }
     // The trace, from the last cell back to the first.
     trace->clear();
     size_t i = length;
-    size_t j = reference_.size();
+    int64_t j = width - 1;
     while (i > 0 || j > 0) {
-      const char operation = rows[i][j].operation;
+      const char operation = rows[i]->at(j).operation;
       trace->push_back(operation);
       if (operation == ' ' || operation == 's') {
         --i;
@@ -188,14 +205,14 @@ class BeamEditDistance {
       }
     }
     std::reverse(trace->begin(), trace->end());
-    const int64_t distance = rows[length][reference_.size()].cost;
+    const int64_t distance = rows[length]->at(width - 1).cost;
     remember(hypothesis, known, node, std::move(fresh));
     return distance;
   }
 
  private:
   struct Node {
-    std::vector<Cell> row;
+    BeamRow row;
   };
 
   static uint64_t key(int32_t node, int32_t word) {
@@ -205,9 +222,10 @@ class BeamEditDistance {
 
   // Keeps the rows after the prefix of `known` words (at `node`), unless the trie is full.
   void remember(const Words& hypothesis, size_t known, int32_t node,
-                std::vector<std::vector<Cell>> fresh) {
-    if (nodes_.size() - 1 >= kMaxCachedRows) return;
+                std::vector<BeamRow> fresh) {
+    if (nodes_.size() - 1 >= kMaxCachedRows || cached_cells_ >= kMaxCachedCells) return;
     for (size_t k = 0; k < fresh.size(); ++k) {
+      cached_cells_ += fresh[k].cells.size();
       const auto child = static_cast<int32_t>(nodes_.size());
       nodes_.push_back({std::move(fresh[k])});
       children_.emplace(key(node, hypothesis[known + k]), child);
@@ -218,6 +236,7 @@ class BeamEditDistance {
   const Words& reference_;
   std::vector<Node> nodes_;  // nodes_[0]: the empty prefix, the first row
   std::unordered_map<uint64_t, int32_t> children_;
+  size_t cached_cells_ = 0;
 };
 
 // Python's words[first:last], indices clamped to the list.
@@ -303,8 +322,12 @@ std::pair<int64_t, Words> best_shift(const Words& hypothesis, const Words& refer
   };
   std::optional<Candidate> best;
   for (int64_t start = 0; start < hypothesis_size; ++start) {
-    for (int64_t reference_start = 0; reference_start < reference_size; ++reference_start) {
-      if (std::abs(reference_start - start) > kMaxShiftDistance) continue;
+    // The reference positions within kMaxShiftDistance, in sacreBLEU's order (it visits
+    // every position and skips the others: quadratic in the length).
+    const int64_t last_reference_start =
+        std::min(reference_size - 1, start + kMaxShiftDistance);
+    for (int64_t reference_start = std::max<int64_t>(0, start - kMaxShiftDistance);
+         reference_start <= last_reference_start; ++reference_start) {
       // Every run of 1..kMaxShiftSize words that starts here on both sides and matches.
       for (int64_t length = 1;
            length <= kMaxShiftSize && start + length <= hypothesis_size &&
