@@ -165,6 +165,22 @@ TEST(TerByHand, LowercasedUnlessCaseSensitive) {
   EXPECT_EQ(ter({"Das Haus"}, {{"das haus"}}, options), 100.0);
 }
 
+// sacreBLEU tokenizes a reference twice (Metric._cache_references, then
+// TER._extract_reference_info) and a hypothesis once; with --ter-normalized the second pass
+// changes words: "jim's<TAB>car" -> "jim's car" -> "jim 's car". sacreBLEU 2.6.0's scores.
+TEST(TerByHand, NormalizedReferencesAreTokenizedTwiceAsSacreBleuDoes) {
+  TerOptions normalized;
+  normalized.normalized = true;
+  EXPECT_EQ(ter({"jim 's car"}, {{"jim's\tcar"}}, normalized), 0.0);
+  EXPECT_EQ(ter({"it 's x"}, {{"it's\u00a0x"}}, normalized), 0.0);
+  EXPECT_EQ(ter({". , 1 a"}, {{".,1 a"}}, normalized), 0.0);
+  // A hypothesis is tokenized once: "jim's car" against "jim 's car", 2 edits in 3 words.
+  EXPECT_EQ(fixed(ter({"jim's\tcar"}, {{"jim 's car"}}, normalized), 12), "66.666666666667");
+  EXPECT_EQ(thpc::metrics::sentence_ter("jim 's car", {"jim's\tcar", "x"}, normalized), 0.0);
+  // Not normalized, the second pass changes nothing: "jim's" is one word, "jim 's" two.
+  EXPECT_EQ(ter({"jim 's car"}, {{"jim's\tcar"}}), 100.0);
+}
+
 // ---- Tercom's normalizer ----
 
 TEST(TercomTokenizer, AsSacreBleusTercomTokenizer) {

@@ -449,8 +449,12 @@ TerScorer::TerScorer(const std::vector<std::vector<std::string>>& references,
 std::vector<std::u32string> TerScorer::words(std::string_view segment,
                                               std::optional<size_t> reference_stream,
                                               size_t index) const {
-  const std::u32string text =
+  std::u32string text =
       tercom_tokenize(decode_segment(segment, reference_stream, index), options_);
+  // sacreBLEU's TER tokenizes a reference twice (Metric._cache_references, then again in
+  // TER._extract_reference_info), a hypothesis once. With --ter-normalized the second pass
+  // changes the words: "it's<TAB>x" -> "it's x" -> "it 's x", ".,1" -> ". ,1" -> ". , 1".
+  if (reference_stream) text = tercom_tokenize(text, options_);
   std::vector<std::u32string> out;
   for (std::u32string_view word : python_split(text)) out.emplace_back(word);
   return out;

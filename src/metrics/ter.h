@@ -19,6 +19,8 @@
 //
 // Defaults are sacreBLEU's and Tercom's: lowercased, not normalized, punctuation kept, words
 // split at Python's str.isspace() (metrics/tokenize.h). Text in and out is UTF-8.
+// As in sacreBLEU, a reference is tokenized twice (tercom_tokenize on its own output), a
+// hypothesis once: with `normalized` the second pass can split more ("jim's\tcar").
 #pragma once
 
 #include <cstdint>
