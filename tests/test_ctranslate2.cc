@@ -431,5 +431,35 @@ tool.translate(args, "translate_ctranslate2.py", "test", 64, Pieces(), lambda: N
   EXPECT_EQ(text, "c b a\ne d\n");
 }
 
+// A directory as --output failed only when the output was opened, after the whole
+// translation, with an IsADirectoryError traceback: refused with one line before the work.
+TEST_F(CTranslate2Translate, ADirectoryAsTheOutputIsRefusedBeforeTranslating) {
+  std::ofstream(path("input.en")) << "a b c\n";
+  fs::create_directories(path("outdir"));
+  std::ofstream(path("drive.py")) << R"(import argparse, sys
+sys.path.insert(0, sys.argv[1])
+import translate_ctranslate2 as tool
+class Pieces:
+    def encode(self, line, out_type=str): return line.split()
+    def decode(self, pieces): return " ".join(pieces)
+def translate_group(model, pieces, limit):
+    print("translated", file=sys.stderr)
+    return [([p], [0.0]) for p in pieces]
+args = argparse.Namespace(input=sys.argv[2], output=sys.argv[3], nbest=1, stats=False,
+                          max_len_a=1.0, max_len_b=5)
+tool.translate(args, "translate_ctranslate2.py", "test", 64, Pieces(), lambda: None,
+               translate_group)
+)";
+  for (const std::string& output : {path("outdir"), path("outdir") + "/"}) {
+    const ProcessResult run = run_process(python_interpreter().path + " " + path("drive.py") +
+                                          " " + kTools + " " + path("input.en") + " " + output);
+    EXPECT_NE(run.exit_code, 0) << run.output;
+    EXPECT_NE(run.output.find("is a directory; give the path of a file"), std::string::npos)
+        << run.output;
+    EXPECT_EQ(run.output.find("translated"), std::string::npos) << run.output;
+    EXPECT_EQ(run.output.find("Traceback"), std::string::npos) << run.output;
+  }
+}
+
 }  // namespace
 }  // namespace thpc

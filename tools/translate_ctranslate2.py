@@ -124,12 +124,19 @@ def translate(args, program, tag, max_positions, spm, load, translate_group):
         directory = os.path.dirname(os.path.abspath(args.output))
         try:
             os.makedirs(directory, exist_ok=True)
+        except FileExistsError:  # a component of the path is a file
+            fail(f"--output {args.output}: {directory} is not a directory; give a path "
+                 "in a writable directory", program)
         except OSError as error:
             fail(f"--output {args.output}: cannot create its directory {directory}: "
                  f"{error.strerror}; give a path in a writable directory", program)
         if not os.access(directory, os.W_OK | os.X_OK):
             fail(f"--output {args.output}: this user cannot write in {directory}; give a "
                  "path in a writable directory", program)
+        # A directory as --output (or a path ending in '/') failed only when it was opened,
+        # after the translation, with a traceback.
+        if os.path.isdir(args.output) or args.output.endswith(os.sep):
+            fail(f"--output {args.output} is a directory; give the path of a file", program)
 
     started = time.perf_counter()
     model = load()
