@@ -339,7 +339,8 @@ struct SacreBleuTer : thpc::SacreBleuPeer {
 // moved runs (shifts of every size, some over the limits), with words replaced, dropped and
 // repeated; lines far shorter than their reference (the beam); Tercom's normalizer's
 // material (possessives, HTML escapes, digits with . , -, ASCII symbols, CJK and full-width
-// punctuation), case pairs, Python's lowercase; some lines empty.
+// punctuation), case pairs, Python's lowercase, words apart by any of Python's whitespace;
+// some lines empty.
 struct RandomPairs {
   std::vector<std::string> hypotheses, references, second_references;
 };
@@ -356,9 +357,14 @@ RandomPairs random_pairs(std::mt19937& random, int count) {
     for (int w = 0; w < words; ++w) out.push_back(pick());
     return out;
   };
-  const auto join = [](const std::vector<std::string>& words) {
+  // Words apart by a space mostly, sometimes by Python's other whitespace (which the
+  // normalizer's possessive rule, written with a space, does not take for one).
+  const std::vector<std::string> spaces = {" ", " ", " ", "  ", "\t", "\u00a0", "\u3000"};
+  const auto join = [&](const std::vector<std::string>& words) {
     std::string text;
-    for (const std::string& word : words) text += (text.empty() ? "" : " ") + word;
+    for (const std::string& word : words) {
+      text += (text.empty() ? "" : spaces[random() % spaces.size()]) + word;
+    }
     return text;
   };
   const auto between = [&](int low, int high) {
