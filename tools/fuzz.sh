@@ -6,7 +6,7 @@
 #   RUNS=1000000 bash tools/fuzz.sh shard 3600  # ... or until RUNS executions, if sooner
 #   FUZZ_JOBS=1 bash tools/fuzz.sh all 60       # one target at a time (default: a core each)
 #
-# TARGET: config, shard, checkpoint, bleu_tokenize, ptb_trees. Seeds: input/*.ini; a
+# TARGET: config, shard, checkpoint, bleu_tokenize, ter, ptb_trees. Seeds: input/*.ini; a
 # shard pair preprocessed from a small numbers corpus and a 1-step checkpoint of a
 # shrunk input/tiny.ini with its quantized form, all made by the programs built here;
 # the trees of the PTB .mrg files (one per seed) and Multi30k / sacreBLEU test lines from
@@ -16,7 +16,7 @@
 # exits 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-targets=(config shard checkpoint bleu_tokenize ptb_trees)
+targets=(config shard checkpoint bleu_tokenize ter ptb_trees)
 which=${1:-all}
 seconds=${2:-60}
 build=${BUILD_FUZZ:-build-fuzz}
@@ -105,6 +105,8 @@ if [ -n "$data" ] && [ -d "$data/multi30k" ]; then
 fi
 printf 'Die Katze saß auf der Matte — „schön“ (1.000,50 €)!' > "$seeds/bleu_tokenize/hand.0"
 printf 'Ελληνικά ΣΊΣΥΦΟΣ 日本語のテキスト، عربى\t end.' > "$seeds/bleu_tokenize/hand.1"
+# TER reads the same lines.
+cp "$seeds/bleu_tokenize/"* "$seeds/ter/"
 
 # ---- runs ----
 # Stopped (Ctrl-C, a job's time limit), the fuzzers started in the background stop too,
