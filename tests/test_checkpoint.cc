@@ -4,6 +4,7 @@
 // refusing mismatched architectures), and corruption (truncation, a flipped byte)
 // detected by path and skipped by checkpoint.resume=auto.
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_header.h"
 #include "decode/compute_type.h"
 #include "checkpoint/checkpoint_directory.h"
 
@@ -2462,6 +2463,148 @@ TEST_F(CheckpointTest, EveryStepsKeepsTheNewestHealthyOffScheduleCheckpoint) {
                              path("ck/step_00000006.h5") + " " + path("ck/step_00000007.h5")),
             std::string::npos)
       << tool.output;
+}
+
+// The header's lines parsed one by one, at the bounds of what each may hold: a header is
+// outside the whole-file checksum, so these checks are all that stand between a damaged
+// line and a field the run believes (a state, a step, a run id), and between damage and a
+// "use the version that wrote it" that sends the user after a version that never was.
+// Each case changes one line of a good header; a mutation audit found every bound below
+// untested (a 33-letter word taken as a later version's, a run id of 15 digits taken, a
+// line given twice taken, a step or a size too long for an integer thrown as
+// std::out_of_range instead of said to be damage).
+TEST(CheckpointHeaderLines, EachLineIsCheckedAtItsBoundsAndALaterVersionsWordIsToldFromDamage) {
+  HeaderFields fields;
+  fields.step = 7;
+  fields.loss = 2.5;
+  fields.run_id = "0123456789abcdef";
+  fields.parameters_only = false;
+  const std::string digest(64, 'a');
+  const std::string good = header_block(4096, digest, fields);
+  {
+    const ParsedHeader parsed = parse_header(good);
+    ASSERT_EQ(parsed.problem, "");
+    EXPECT_EQ(parsed.size, "4096");
+    EXPECT_EQ(parsed.fields.step, 7);
+    EXPECT_EQ(parsed.fields.run_id, "0123456789abcdef");
+    ASSERT_TRUE(parsed.fields.parameters_only.has_value());
+    EXPECT_FALSE(*parsed.fields.parameters_only);  // "contents full"
+  }
+  // `good` with the line beginning `key` replaced by `line` (or `line` added before the
+  // zeros when no line begins so), padded back to 512 bytes.
+  const auto with_line = [&](const std::string& key, const std::string& line) {
+    std::string text = good.substr(0, good.find('\0'));
+    const size_t at = text.find("\n" + key);
+    if (at == std::string::npos) {
+      text += line + "\n";
+    } else {
+      const size_t end = text.find('\n', at + 1);
+      text.replace(at + 1, end - at, line + "\n");
+    }
+    text.resize(kHeaderBytes, '\0');
+    return text;
+  };
+  const std::string word32(32, 'w');
+  const struct {
+    const char* name;
+    std::string header;
+    std::string problem;  // "" when it parses
+    bool later;
+  } cases[] = {
+      {"params", with_line("contents ", "contents params"), "", false},
+      // A state word of 32 letters is a word a later version could write; 33 are damage.
+      {"state of 32 letters", with_line("state ", "state " + word32),
+       "its state is '" + word32 + "', which this version does not know", true},
+      {"state of 33 letters", with_line("state ", "state " + word32 + "w"),
+       "its state is not healthy, diverged or superseded", false},
+      // '~' is the last printable byte; a byte past it (DEL) is damage.
+      {"valid value ending in ~", with_line("valid ", "valid newer 1~"),
+       "its valid line names the metric 'newer', which this version does not know", true},
+      {"valid value with a DEL", with_line("valid ", "valid newer 1\x7f"),
+       "its valid line names no metric ppl, bleu or chrf", false},
+      {"step twice", with_line("valid ", "step 8"), "the 'step' line twice", false},
+      // 18 digits are a step; 19 could overflow int64 and are damage, not an exception.
+      {"step of 18 digits", with_line("step ", "step " + std::string(18, '9')), "", false},
+      {"step of 19 digits", with_line("step ", "step " + std::string(19, '9')),
+       "its step is not a decimal count", false},
+      {"loss with a letter after it", with_line("loss ", "loss 2.5x"),
+       "its loss is not a number", false},
+      {"run of 15 digits", with_line("run ", "run 0123456789abcde"),
+       "its run is not 16 hex digits", false},
+      {"run of 17 digits", with_line("run ", "run 0123456789abcdef0"),
+       "its run is not 16 hex digits", false},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    ASSERT_EQ(c.header.size(), kHeaderBytes);
+    ParsedHeader parsed;
+    ASSERT_NO_THROW(parsed = parse_header(c.header));
+    EXPECT_EQ(parsed.problem, c.problem);
+    EXPECT_EQ(parsed.later_version, c.later);
+  }
+  EXPECT_TRUE(*parse_header(cases[0].header).fields.parameters_only);
+  EXPECT_EQ(parse_header(cases[6].header).fields.step, 999999999999999999LL);
+
+  // The size and the digest: 19 digits at most (a uint64), 64 lowercase hex digits exactly.
+  const auto with_size_and_digest = [&](const std::string& size, const std::string& hex) {
+    std::string text = good;
+    text.replace(text.find("bytes 4096"), 10, "bytes " + size);
+    text.replace(text.find(digest), 64, hex);
+    text.resize(kHeaderBytes, '\0');
+    return text;
+  };
+  ParsedHeader parsed;
+  ASSERT_NO_THROW(parsed = parse_header(with_size_and_digest(std::string(20, '9'), digest)));
+  EXPECT_EQ(parsed.problem, "its size is not a decimal byte count");
+  ASSERT_NO_THROW(parsed = parse_header(with_size_and_digest("4096", digest + "a")));
+  EXPECT_EQ(parsed.problem, "its sha256 is not 64 lowercase hex digits");
+  ASSERT_NO_THROW(parsed = parse_header(with_size_and_digest("4096", digest.substr(1))));
+  EXPECT_EQ(parsed.problem, "its sha256 is not 64 lowercase hex digits");
+
+  // Version 2, the first after this one, is a later version's header (7 was the only one
+  // tried, and "> 2" for "> 1" passed), not "no header".
+  std::string version_2 = good;
+  version_2.replace(0, kHeaderMagic.size(), "thpc-checkpoint-file 2\n");
+  parsed = parse_header(version_2);
+  EXPECT_TRUE(parsed.later_version);
+  EXPECT_FALSE(parsed.not_a_checkpoint);
+  EXPECT_EQ(parsed.problem, "its header is of version 2 (this version reads version 1)");
+}
+
+// The divergence state a resume continues with is checked for what each value can be: a
+// learning-rate factor of 0 would resume a run that trains nothing, every step "healthy"
+// (a mutation audit found (0, 1]'s open end untested: ">= 0" for "> 0" passed); 1, the
+// factor of a run that never rolled back, is its closed end.
+TEST_F(CheckpointTest, ADivergenceStateOutsideItsRangesIsRefused) {
+  const auto with_state = [&](const std::string& name, double lr_factor, int64_t rollbacks) {
+    Checkpoint checkpoint = constant_checkpoint(1.0f, 5, "arch");
+    DivergenceState state;
+    state.lr_factor = lr_factor;
+    state.rollbacks = rollbacks;
+    checkpoint.divergence = state;
+    const std::string file = path(name);
+    write_checkpoint(file, checkpoint);
+    return file;
+  };
+  const Checkpoint never =
+      read_checkpoint(with_state("one.h5", 1.0, 0), CheckpointParts::ParamsOnly);
+  ASSERT_TRUE(never.divergence.has_value());
+  EXPECT_EQ(never.divergence->lr_factor, 1.0);
+  const Checkpoint rolled =
+      read_checkpoint(with_state("quarter.h5", 0.25, 2), CheckpointParts::ParamsOnly);
+  ASSERT_TRUE(rolled.divergence.has_value());
+  EXPECT_EQ(rolled.divergence->lr_factor, 0.25);
+  EXPECT_EQ(rolled.divergence->rollbacks, 2);
+  for (const auto& [name, factor] : {std::pair{"zero.h5", 0.0}, std::pair{"above.h5", 1.5},
+                                     std::pair{"negative.h5", -0.5}}) {
+    SCOPED_TRACE(name);
+    const std::string file = with_state(name, factor, 1);
+    expect_error([&] { read_checkpoint(file, CheckpointParts::ParamsOnly); },
+                 {file, "dataset /divergence is not", "learning-rate factor in (0, 1]"});
+  }
+  const std::string negative = with_state("negative_rollbacks.h5", 0.5, -1);
+  expect_error([&] { read_checkpoint(negative, CheckpointParts::ParamsOnly); },
+               {negative, "dataset /divergence is not"});
 }
 
 }  // namespace
