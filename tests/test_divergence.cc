@@ -826,5 +826,76 @@ TEST_F(DivergenceTest, AHeaderThatDisagreesWithItsFileIsRefused) {
   }
 }
 
+// The running averages the spikes are judged against: the plain mean of the first 50
+// healthy steps, then an exponential average that weighs the newest step 1/50. The tests
+// above accepted one value over and over, whose every average is that value: a mutation
+// audit found the first step dropped from the mean, the weight 1/(n + 2), and the 1/50
+// from the first step on all passing. Values that differ tell them apart.
+TEST(DivergenceDetector, TheAveragesAreTheMeanOfTheFirstFiftyStepsThenWeighTheNewestAFiftieth) {
+  const TrainConfig config;
+  DivergenceDetector detector(config, /*vocab_size=*/32);
+  detector.accept(1.0, 10.0);
+  EXPECT_DOUBLE_EQ(detector.state().loss_average, 1.0);
+  EXPECT_DOUBLE_EQ(detector.state().grad_norm_average, 10.0);
+  detector.accept(3.0, 30.0);
+  EXPECT_DOUBLE_EQ(detector.state().loss_average, 2.0);
+  EXPECT_DOUBLE_EQ(detector.state().grad_norm_average, 20.0);
+  detector.accept(5.0, 50.0);
+  EXPECT_DOUBLE_EQ(detector.state().loss_average, 3.0);
+  EXPECT_DOUBLE_EQ(detector.state().grad_norm_average, 30.0);
+  // Steps 4 to 50: the mean of 1, 3, 5, ..., 99 is 50.
+  for (int i = 4; i <= 50; ++i) detector.accept(2.0 * i - 1.0, 10.0 * (2 * i - 1));
+  EXPECT_NEAR(detector.state().loss_average, 50.0, 1e-9);
+  EXPECT_NEAR(detector.state().grad_norm_average, 500.0, 1e-9);
+  // Step 51 moves the average a fiftieth of the way to its value, not a 51st.
+  detector.accept(150.0, 1500.0);
+  EXPECT_NEAR(detector.state().loss_average, 52.0, 1e-9);
+  EXPECT_NEAR(detector.state().grad_norm_average, 520.0, 1e-9);
+  EXPECT_EQ(detector.state().healthy_steps, 51);
+}
+
+// "Above" the factor times the reference: a loss exactly at the bound is healthy (the
+// docs and the message say "above"; ">=" for ">" passed every test).
+TEST(DivergenceDetector, ALossExactlyAtTheBoundIsHealthyAndOneAboveItIsASpike) {
+  TrainConfig config;  // loss factor 4
+  config.divergence_warmup = 1;
+  DivergenceDetector detector(config, /*vocab_size=*/32);
+  detector.accept(2.0, 1.0);  // reference max(1, min(2, ln 32)) = 2: the bound is 8
+  EXPECT_FALSE(detector.judge(8.0, 1.0).diverged());
+  EXPECT_EQ(detector.judge(std::nextafter(8.0, 9.0), 1.0).kind, DivergenceKind::LossSpike);
+  // The gradient norm's bound, 100 x 1, likewise.
+  EXPECT_FALSE(detector.judge(2.0, 100.0).diverged());
+  EXPECT_EQ(detector.judge(2.0, std::nextafter(100.0, 101.0)).kind,
+            DivergenceKind::GradNormSpike);
+}
+
+// train.divergence_limit bounds the rollbacks of a run, those before a resume included:
+// a run that has rolled back as often as the limit stops at its next divergence instead
+// of rolling back once more (a mutation audit let "<=" for "<" pass: no test diverged
+// past the limit).
+TEST_F(DivergenceTest, ARunThatRolledBackAsOftenAsTheLimitStopsAtItsNextDivergence) {
+  const std::string dir = path("run");
+  std::ostringstream log;
+  ASSERT_EQ(run_with_nan_loss_at("15", dir,
+                                 {"train.max_steps=20", "checkpoint.every_steps=10",
+                                  "train.divergence=rollback", "train.divergence_limit=1"},
+                                 log),
+            RunEnd::Finished)
+      << log.str();
+  std::ostringstream resumed_log;
+  const RunEnd end = run_with_nan_loss_at(
+      "3", dir,
+      {"train.max_steps=26", "checkpoint.every_steps=10", "checkpoint.resume=auto",
+       "train.divergence=rollback", "train.divergence_limit=1"},
+      resumed_log);
+  EXPECT_EQ(end, RunEnd::Diverged) << resumed_log.str();
+  EXPECT_NE(resumed_log.str().find("step 23: "), std::string::npos) << resumed_log.str();
+  EXPECT_NE(resumed_log.str().find("(rolled back 1 times already, the train.divergence_limit of "
+                                   "train.divergence = rollback)"),
+            std::string::npos)
+      << resumed_log.str();
+  EXPECT_EQ(resumed_log.str().find("rolled back to "), std::string::npos) << resumed_log.str();
+}
+
 }  // namespace
 }  // namespace thpc
