@@ -2033,5 +2033,57 @@ TEST(FetchData, VerifyAcceptsTheTestsDataAndRefusesOneChangedByte) {
   fs::remove_all(copy);
 }
 
+// The bounds of a shard's metadata at their edges: the first format version after this
+// program's is refused as 99 is (a mutation audit let "> version + 1" pass, reading a
+// later version's shard as this one's), and a vocabulary of no ids is said to be one (it
+// was refused only by chance, through the special ids outside it).
+TEST_F(DataPipeline, TheNextFormatVersionAndAnEmptyVocabularyAreRefusedAsSuch) {
+  const std::string next = altered_shard("next_version", [](ShardContents& contents) {
+    contents.metadata.format_version = kShardFormatVersion + 1;
+  });
+  expect_error([&] { read_shard_summary(next); },
+               {next, "shard format version " + std::to_string(kShardFormatVersion + 1) +
+                          ", this program reads versions"});
+  const std::string empty = altered_shard("empty_vocabulary", [](ShardContents& contents) {
+    contents.metadata.vocab_size = 0;
+  });
+  expect_error([&] { read_shard_summary(empty); }, {empty, ": vocabulary size 0"});
+}
+
+// Offsets that do not start at 0, or end before the last token, leave tokens in no
+// sentence: the first pair would be read without its first token, the last without its
+// last, silently (a mutation audit removed each check and every test passed; the offsets
+// tried were unordered or short, never shifted).
+TEST_F(DataPipeline, OffsetsThatLeaveTokensOutsideEverySentenceAreRefused) {
+  const std::string shifted = altered_shard("shifted_offsets", [](ShardContents& contents) {
+    ASSERT_GT(contents.source.offsets[1], 1);  // the first sentence keeps a token
+    contents.source.offsets[0] = 1;
+  });
+  expect_error([&] { read_shard_summary(shifted); },
+               {shifted, "/src/offsets does not start at 0"});
+  const std::string cut = altered_shard("cut_offsets", [](ShardContents& contents) {
+    const size_t last = contents.target.offsets.size() - 1;
+    ASSERT_GT(contents.target.length(static_cast<int64_t>(last) - 1), 1);
+    contents.target.offsets[last] -= 1;
+  });
+  const int64_t tokens = read_shard(train_files().front()).target.offsets.back();
+  expect_error([&] { read_shard_summary(cut); },
+               {cut, "/tgt/offsets ends at " + std::to_string(tokens - 1) +
+                         " but /tgt/tokens holds " + std::to_string(tokens) + " tokens"});
+}
+
+// A negative token id is outside the vocabulary as one past its end is: it would index
+// the embedding before its first row (a mutation audit dropped "id < 0" and every test
+// passed: the ids tried were the vocabulary's size and the special ids).
+TEST_F(DataPipeline, ANegativeTokenIdIsOutsideTheVocabulary) {
+  const std::string negative = altered_shard("negative_id", [](ShardContents& contents) {
+    contents.source.tokens[5] = -1;
+  });
+  int64_t vocabulary = read_shard(train_files().front()).metadata.vocab_size;
+  expect_error([&] { read_shard(negative); },
+               {negative, "/src/tokens[5] = -1 is outside the vocabulary [0, " +
+                              std::to_string(vocabulary) + ")"});
+}
+
 }  // namespace
 }  // namespace thpc
