@@ -2607,5 +2607,27 @@ TEST_F(CheckpointTest, ADivergenceStateOutsideItsRangesIsRefused) {
                {negative, "dataset /divergence is not"});
 }
 
+// A valid line that names a metric this version knows but lost its score ("valid ppl",
+// its space damaged into a newline) is damage: it was said to name "the metric 'ppl',
+// which this version does not know", a later version's header, and a resume stopped
+// telling the user to find the version that wrote it.
+TEST(CheckpointHeaderLines, AValidLineOfAKnownMetricWithoutItsScoreIsDamage) {
+  HeaderFields fields;
+  fields.validation = ValidationScore{"ppl", 3.5};
+  std::string header = header_block(4096, std::string(64, 'a'), fields);
+  header.replace(header.find("valid ppl 3.5\n"), 14, "valid ppl\n3.5\n");
+  ParsedHeader parsed = parse_header(header);
+  EXPECT_FALSE(parsed.later_version);
+  EXPECT_EQ(parsed.problem, "its valid line has no score");
+  // A metric this version does not know, with or without a score, is still a later
+  // version's.
+  header = header_block(4096, std::string(64, 'a'), fields);
+  header.replace(header.find("valid ppl 3.5\n"), 14, "valid newer\n\0\0", 14);
+  parsed = parse_header(header);
+  EXPECT_TRUE(parsed.later_version);
+  EXPECT_EQ(parsed.problem,
+            "its valid line names the metric 'newer', which this version does not know");
+}
+
 }  // namespace
 }  // namespace thpc

@@ -85,9 +85,13 @@ std::string parse_header_fields(std::string_view rest, HeaderFields* fields,
     } else if (key == "valid") {
       const size_t gap = value.find(' ');
       const std::string metric = value.substr(0, gap);
-      if (gap == std::string::npos ||
-          std::find(std::begin(kValidationMetrics), std::end(kValidationMetrics), metric) ==
-              std::end(kValidationMetrics)) {
+      const bool known_metric =
+          std::find(std::begin(kValidationMetrics), std::end(kValidationMetrics), metric) !=
+          std::end(kValidationMetrics);
+      // "valid ppl" is a metric this version knows without its score: damage, not a
+      // later version's metric (it was said to be one, "use the version that wrote it").
+      if (known_metric && gap == std::string::npos) return "its valid line has no score";
+      if (!known_metric) {
         *later_version = a_word(metric) && printable(value);
         if (*later_version) {
           return "its valid line names the metric '" + metric +
