@@ -1166,6 +1166,15 @@ TEST_F(PreprocessInput, ASetOfShardsCopiedShortOrMixedIsRefused) {
   }
   expect_error([&] { read_shard_summary(damaged); },
                {damaged, "shard_index 3 of shard_count 3", "the shard is damaged"});
+  // A count without its index is damage too (it was read as a whole unnumbered set).
+  const std::string countless = shard("whole", "train.00002.h5");
+  {
+    const hid_t file = H5Fopen(countless.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    H5Adelete(file, "shard_index");
+    H5Fclose(file);
+  }
+  expect_error([&] { read_shard_summary(countless); },
+               {countless, "attribute shard_count without shard_index", "the shard is damaged"});
 }
 
 TEST_F(PreprocessInput, BadTextInputFailsWithOneClearMessage) {
