@@ -160,6 +160,22 @@ void write_corpus(const fs::path& prefix, int64_t pairs, uint64_t seed) {
   }
 }
 
+// preprocess(options, log), with what SentencePiece writes to standard error meanwhile in
+// *stderr_text (captured also when it throws, so that the next capture can start).
+PreprocessSummary preprocess_capturing_stderr(const PreprocessOptions& options, std::ostream& log,
+                                              std::string* stderr_text) {
+  testing::internal::CaptureStderr();
+  PreprocessSummary summary;
+  try {
+    summary = preprocess(options, log);
+  } catch (...) {
+    *stderr_text = testing::internal::GetCapturedStderr();
+    throw;
+  }
+  *stderr_text = testing::internal::GetCapturedStderr();
+  return summary;
+}
+
 // The corpora and a SentencePiece model trained once on the smallest, for the suite.
 class PreprocessStreaming : public ::testing::Test {
  protected:
@@ -517,15 +533,8 @@ TEST_F(PreprocessStreaming, SentencePiecesOwnWarningsStayOffTheTerminal) {
   PreprocessOptions options = this->options("million", root_ / "million_out");
   options.shards = 1;
   std::ostringstream log;
-  testing::internal::CaptureStderr();
-  PreprocessSummary summary;
-  try {
-    summary = preprocess(options, log);
-  } catch (...) {
-    testing::internal::GetCapturedStderr();
-    throw;
-  }
-  const std::string stderr_text = testing::internal::GetCapturedStderr();
+  std::string stderr_text;
+  const PreprocessSummary summary = preprocess_capturing_stderr(options, log, &stderr_text);
   EXPECT_EQ(stderr_text.find("LOG("), std::string::npos) << stderr_text;
   EXPECT_EQ(summary.spm_lines, 2 * kPairs);
   EXPECT_NE(log.str().find("SentencePiece trained on 1000002 of 1000002 training lines"),
@@ -550,15 +559,8 @@ TEST_F(PreprocessStreaming, ALineTooLongForSentencePieceIsLeftOutAndSaidInOurWor
   PreprocessOptions options = this->options("long_line", root_ / "long_line_out");
   options.shards = 1;
   std::ostringstream log;
-  testing::internal::CaptureStderr();
-  PreprocessSummary summary;
-  try {
-    summary = preprocess(options, log);
-  } catch (...) {
-    testing::internal::GetCapturedStderr();
-    throw;
-  }
-  const std::string stderr_text = testing::internal::GetCapturedStderr();
+  std::string stderr_text;
+  const PreprocessSummary summary = preprocess_capturing_stderr(options, log, &stderr_text);
   EXPECT_EQ(stderr_text.find("max_sentence_length"), std::string::npos) << stderr_text;
   EXPECT_EQ(summary.training_lines, 2002);
   EXPECT_EQ(summary.spm_lines, 2000);
