@@ -300,9 +300,10 @@ std::pair<int64_t, Words> best_shift(const Words& hypothesis, const Words& refer
       reference_wrong.push_back(1);
     }
   }
+  // (The runs below lie within both sides: no bound to clamp, unlike Python's slices.)
   const auto any_wrong = [](const std::vector<char>& wrong, int64_t first, int64_t length) {
-    const auto end = std::min<int64_t>(first + length, static_cast<int64_t>(wrong.size()));
-    return std::any_of(wrong.begin() + first, wrong.begin() + end, [](char w) { return w; });
+    return std::any_of(wrong.begin() + first, wrong.begin() + first + length,
+                       [](char w) { return w; });
   };
 
   struct Candidate {
