@@ -71,7 +71,8 @@ inline std::string without_version(const std::string& output) {
   for (std::string line; std::getline(lines, line);) {
     const size_t at = line.find("|version:");
     if (at != std::string::npos) {
-      const size_t end = line.find(' ', at);
+      // A line of the signatures under a table ends with the version.
+      const size_t end = std::min(line.find(' ', at), line.size());
       line = line.substr(0, at) + "|version:*" + line.substr(end);
     }
     kept += line + "\n";

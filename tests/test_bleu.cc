@@ -674,20 +674,28 @@ TEST_F(ScoreProgram, EmptyReferenceLineIsAReferenceOfLengthZero) {
       << result.out;
 }
 
-// sacreBLEU's way of scoring several systems, -i SYS1 SYS2: here SYS2 was a positional
-// argument, a second reference, and SYS1 scored against both (exit 0, nrefs:2 in the
-// signature the only hint). Refused, naming it; a reference after the one system stays one.
-TEST_F(ScoreProgram, ASecondSystemAfterDashIIsRefusedNotTakenForAReference) {
+// sacreBLEU's way of scoring several systems, -i SYS1 SYS2: once SYS2 was read as a
+// positional argument, a second reference, and SYS1 scored against both (exit 0, nrefs:2 in
+// the signature the only hint). Now each system is scored against the one reference, in
+// sacreBLEU's table; a reference after the one system (past another option) stays one.
+TEST_F(ScoreProgram, SystemsAfterDashIAreSystemsNotReferences) {
   const std::string reference = write("ref.txt", "a small cat sat on the mat\n");
   const std::string first = write("sys1.txt", "a cat sat on the mat\n");
   const std::string second = write("sys2.txt", "the small cat is on a mat\n");
-  ProgramResult result = run_score(reference + " -i " + first + " " + second);
-  EXPECT_EQ(result.exit_code, 2) << result.out;
-  EXPECT_NE(result.err.find("-i takes one system here: " + second + ", after -i " + first +
-                            ", would be read as a reference"),
-            std::string::npos)
-      << result.err;
-  EXPECT_EQ(result.out, "");
+  ProgramResult result = run_score(reference + " -i " + first + " " + second + " -w 2");
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  // Each alone, as one system each.
+  const ProgramResult alone_first = run_score(reference + " -i " + first + " -b -w 2");
+  const ProgramResult alone_second = run_score(reference + " -i " + second + " -b -w 2");
+  for (const auto& [name, alone] : std::vector<std::pair<std::string, ProgramResult>>{
+           {first, alone_first}, {second, alone_second}}) {
+    const std::string score = alone.out.substr(0, alone.out.find('\n'));
+    const size_t row = result.out.find(name + " \u2502");
+    ASSERT_NE(row, std::string::npos) << result.out;
+    const std::string line = result.out.substr(row, result.out.find('\n', row) - row);
+    EXPECT_NE(line.find(" " + score + " "), std::string::npos) << line;
+  }
+  EXPECT_NE(result.out.find(" - BLEU       nrefs:1|"), std::string::npos) << result.out;
   result = run_score("-i " + first + " -b " + reference + " " + second);
   EXPECT_EQ(result.exit_code, 0) << result.err;
 }

@@ -9,19 +9,24 @@
 //                     [--chrf-lowercase] [--chrf-eps-smoothing]
 //                     [--ter-case-sensitive] [--ter-normalized] [--ter-no-punct]
 //                     [--ter-asian-support]
-//                     [--sentence-level] [-b] [-w WIDTH]
+//                     [--sentence-level] [-b] [-w WIDTH] [--confidence [--confidence-n N]]
+//   transformer_score REF [REF ...] -i SYS1 SYS2 [SYS ...] [metric options]
+//                     [--paired-bs [--paired-bs-n N] | --paired-ar [--paired-ar-n N]]
 //   transformer_score REF [REF ...] [-i HYP] --tokenize moses|moses-compound
 //                     [--moses-lang de|fr] [--moses-version current|2017] [-b] [-w WIDTH]
 //
 // The options mean what they mean after `sacrebleu`; the output is sacreBLEU's text
-// format (`sacrebleu -f text`), or multi-bleu.perl's line. Exit codes: 0 success, 1 bad
-// input files, 2 a bad command line.
+// format (`sacrebleu -f text`: for several systems its table), or multi-bleu.perl's line.
+// Intervals and paired tests draw NumPy's samples as sacreBLEU does
+// (metrics/significance.h). Exit codes: 0 success, 1 bad input files, 2 a bad command line.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "checkpoint/output_file.h"
@@ -30,7 +35,9 @@
 #include "metrics/bleu.h"
 #include "metrics/chrf.h"
 #include "metrics/multi_bleu.h"
+#include "metrics/significance.h"
 #include "metrics/ter.h"
+#include "metrics/text_table.h"
 #include "tools/tool_main.h"
 
 namespace {
@@ -39,13 +46,18 @@ namespace po = boost::program_options;
 
 // The most decimals -w prints (see where it is checked).
 constexpr int kWidestScore = 10000;
+// The most bootstrap samples or randomization trials: each is a pass over the corpus, and
+// a million trials of a 3,000-line test set hold 375 MB of coin flips.
+constexpr int64_t kMostSamples = 1000000;
 
 constexpr const char* kUsageHead =
     "usage: transformer_score REF [REF ...] [-i HYP] [options]\n"
     "\n"
     "Scores the hypothesis (HYP, or standard input) against one or more reference\n"
     "files, one segment per line, with BLEU, chrF and TER exactly as sacreBLEU 2.x\n"
-    "computes them, or with the paper's tokenized BLEU (--tokenize moses-compound). A file\n"
+    "computes them, or with the paper's tokenized BLEU (--tokenize moses-compound).\n"
+    "Several systems after -i are scored in one table, and --paired-bs or --paired-ar\n"
+    "compares them with the first (the baseline), with sacreBLEU's samples. A file\n"
     "named - is standard input (HYP or one REF); a gzip-compressed file, which\n"
     "sacreBLEU opens itself, is refused (give it as - : zcat F.gz | ...). Options\n"
     "are sacreBLEU's, spelt as after `sacrebleu` (-tok, -lc, -sv, -cc ... or their\n"
@@ -54,9 +66,14 @@ constexpr const char* kUsageHead =
 struct CommandLine {
   std::vector<std::string> reference_paths;
   std::optional<std::string> hypothesis_path;  // nullopt: standard input
+  // -i SYS1 SYS2 ...: every system after the first (the one hypothesis_path names), each
+  // once; "-" is standard input.
+  std::vector<std::string> more_systems;
   thpc::metrics::BleuOptions options;
   // -m: sacreBLEU's metric names, each once, in sacreBLEU's order of printing (by name).
   std::vector<std::string> metrics = {"bleu"};
+  // ... and in the order given (first mention): the columns of a paired test's table.
+  std::vector<std::string> metrics_as_given = {"bleu"};
   thpc::metrics::ChrfOptions chrf;
   thpc::metrics::TerOptions ter;
   bool sentence_level = false;
@@ -65,12 +82,16 @@ struct CommandLine {
   bool help = false;
   // --tokenize moses | moses-compound: multi-bleu.perl instead of sacreBLEU's BLEU.
   std::optional<thpc::metrics::MosesBleuOptions> moses;
+  // --confidence: bootstrap samples of one system's interval (1: none, as sacreBLEU).
+  std::optional<int64_t> confidence_samples;
+  std::optional<thpc::metrics::PairedTest> paired_test;
+  int64_t paired_samples = 0;  // --paired-bs-n or --paired-ar-n
 };
 
 // The command line as Boost reads it, before it is checked and turned into a CommandLine.
 struct Given {
   std::vector<std::string> references;
-  std::string input;
+  std::vector<std::string> inputs;
   std::vector<std::string> metrics = {"bleu"};
   std::string tokenize = "13a";
   std::string moses_lang = "de";
@@ -79,6 +100,13 @@ struct Given {
   std::string format = "text";
   double smooth_value = 0;
   int width = 1;
+  bool confidence = false;
+  int64_t confidence_n = 1000;
+  bool paired_bs = false;
+  bool paired_ar = false;
+  int64_t paired_bs_n = 1000;
+  int64_t paired_ar_n = 10000;
+  int paired_jobs = 1;
   CommandLine command;  // the switches and chrF's numbers are bound here directly
 };
 
@@ -87,7 +115,8 @@ po::options_description describe(Given& given, bool with_references) {
   CommandLine& command = given.command;
   po::options_description general(kUsageHead);
   general.add_options()
-      ("input,i", po::value(&given.input), "hypothesis file (default, or -: standard input)")
+      ("input,i", po::value(&given.inputs)->multitoken(),
+       "hypothesis file (default, or -: standard input); several: one table of systems")
       ("metrics,metric,m", po::value(&given.metrics)->multitoken(),
        "bleu (default) | chrf | ter, one line each: the names up to the next option")
       ("sentence-level,sl", po::bool_switch(&command.sentence_level),
@@ -144,8 +173,28 @@ po::options_description describe(Given& given, bool with_references) {
       ("ter-asian-support", po::bool_switch(&command.ter.asian_support),
        "with --ter-normalized, CJK split into characters; with --ter-no-punct, CJK and "
        "full-width punctuation removed too");
+  po::options_description tests(
+      "Intervals and paired tests (sacreBLEU's: NumPy's samples, seed SACREBLEU_SEED or 12345)");
+  tests.add_options()
+      ("confidence,ci", po::bool_switch(&given.confidence),
+       "(also -ci) one system's 95% confidence interval by bootstrap resampling")
+      ("confidence-n,cin", po::value(&given.confidence_n),
+       "(also -cin) bootstrap samples of --confidence (default 1000)")
+      ("paired-bs,pbs", po::bool_switch(&given.paired_bs),
+       "(also -pbs) several systems: each against the first by paired bootstrap resampling, "
+       "with intervals")
+      ("paired-bs-n,pbsn", po::value(&given.paired_bs_n),
+       "(also -pbsn) samples of --paired-bs (default 1000)")
+      ("paired-ar,par", po::bool_switch(&given.paired_ar),
+       "(also -par) several systems: each against the first by approximate randomization")
+      ("paired-ar-n,parn", po::value(&given.paired_ar_n),
+       "(also -parn) trials of --paired-ar (default 10000)")
+      ("paired-jobs,j", po::value(&given.paired_jobs),
+       "taken for sacreBLEU's command lines; the tests run in this process (same results)")
+      ("no-color,nc", "(also -nc) taken for sacreBLEU's command lines: nothing is coloured here")
+      ("quiet,q", "(also -q) taken for sacreBLEU's command lines: nothing is logged here");
   po::options_description all;
-  all.add(general).add(bleu).add(chrf).add(ter);
+  all.add(general).add(bleu).add(chrf).add(ter).add(tests);
   if (with_references) all.add_options()("references", po::value(&given.references));
   return all;
 }
@@ -157,6 +206,55 @@ std::string usage() {
   // with their usage line.
   if (!text.empty() && text.front() == '\n') text.erase(text.begin());
   return text;
+}
+
+// --confidence and the paired tests, refused where sacreBLEU refuses them (in its order,
+// in its words), then kept in `command`.
+void check_tests(const Given& given, CommandLine& command) {
+  const size_t systems = 1 + command.more_systems.size();
+  const bool paired = given.paired_bs || given.paired_ar;
+  if (given.paired_bs && given.paired_ar) {
+    THPC_FAIL("--paired-bs and --paired-ar: one paired test at a time");
+  }
+  for (const auto& [option, count] : std::vector<std::pair<const char*, int64_t>>{
+           {"--confidence-n", given.confidence_n}, {"--paired-bs-n", given.paired_bs_n},
+           {"--paired-ar-n", given.paired_ar_n}}) {
+    if (count < 1 || count > kMostSamples) {
+      THPC_FAIL(option << " " << count << " is not in [1, " << kMostSamples
+                << "] (the number of samples or trials)");
+    }
+  }
+  if (given.paired_jobs < 0) {
+    THPC_FAIL("--paired-jobs " << given.paired_jobs << " is below 0");
+  }
+  if (command.moses && (systems > 1 || given.confidence || paired)) {
+    THPC_FAIL("multi-bleu.perl (--tokenize moses or moses-compound) scores one system, "
+              "without intervals or paired tests");
+  }
+  if (command.sentence_level) {
+    if (systems > 1) THPC_FAIL("only one system can be evaluated in sentence-level mode (-sl)");
+    if (given.confidence || paired) {
+      THPC_FAIL("statistical tests (--confidence, --paired-bs, --paired-ar) are unavailable "
+                "in sentence-level mode (-sl)");
+    }
+  }
+  if (paired && systems == 1) {
+    THPC_FAIL("paired tests require several systems after -i: the baseline first, e.g. "
+              "-i BASELINE SYSTEM");
+  }
+  if (systems > 1 && given.confidence) {
+    THPC_FAIL("--confidence is for one system: for several, use a paired test (--paired-bs "
+              "gives each system's interval too)");
+  }
+  // sacreBLEU bootstraps only above one sample: -cin 1 prints no interval.
+  if (given.confidence && given.confidence_n > 1) command.confidence_samples = given.confidence_n;
+  if (given.paired_bs) {
+    command.paired_test = thpc::metrics::PairedTest::kBootstrap;
+    command.paired_samples = given.paired_bs_n;
+  } else if (given.paired_ar) {
+    command.paired_test = thpc::metrics::PairedTest::kApproximateRandomization;
+    command.paired_samples = given.paired_ar_n;
+  }
 }
 
 CommandLine parse_command_line(int argc, char** argv) {
@@ -180,22 +278,26 @@ CommandLine parse_command_line(int argc, char** argv) {
   };
   command.reference_paths = given.references;
   if (command.reference_paths.empty()) THPC_FAIL("no reference file given");
-  // sacreBLEU's -i takes several systems (nargs='+') and scores each; here the second was a
-  // positional argument, a reference, and SYS1 scored against the reference and SYS2
-  // (59.0 for two systems of 28.3 and 26.7, exit 0).
-  for (int i = 1; i + 2 < argc; ++i) {
-    const std::string option = argv[i], after = argv[i + 2];
-    if ((option == "-i" || option == "--input") && !after.empty() && after[0] != '-') {
-      THPC_FAIL("-i takes one system here: " << after << ", after -i " << argv[i + 1]
-                << ", would be read as a reference (sacreBLEU scores every system after -i; "
-                << "run transformer_score once per system, references before -i)");
+  // -i SYS1 SYS2 ... (sacreBLEU's nargs='+'): each system once, by its name; with a
+  // paired test a repetition of the baseline is dropped, as sacreBLEU drops it.
+  const bool paired = given.paired_bs || given.paired_ar;
+  std::vector<std::string> systems;
+  for (const std::string& name : given.inputs) {
+    if (std::find(systems.begin(), systems.end(), name) != systems.end()) {
+      if (paired && name == systems.front()) continue;
+      THPC_FAIL("-i: " << name << " is given twice: each system once (sacreBLEU names a "
+                "system by its file)");
     }
+    systems.push_back(name);
   }
   // "-" is standard input, as decode, evalb and trees read it (sacreBLEU takes a file of
   // that name: "-: no such file" here before); one of the files only.
-  if (given_option("input") && given.input != "-") command.hypothesis_path = given.input;
+  if (!systems.empty() && systems.front() != "-") command.hypothesis_path = systems.front();
+  if (systems.size() > 1) command.more_systems.assign(systems.begin() + 1, systems.end());
   const auto standard_inputs = std::count(command.reference_paths.begin(),
                                           command.reference_paths.end(), std::string("-")) +
+                               std::count(command.more_systems.begin(),
+                                          command.more_systems.end(), std::string("-")) +
                                (command.hypothesis_path ? 0 : 1);
   if (standard_inputs > 1) {
     THPC_FAIL("standard input can be one file only: the system's (no -i, or -i -) or one "
@@ -204,15 +306,21 @@ CommandLine parse_command_line(int argc, char** argv) {
   // `>> ref.txt` appended the score to the reference, exit 0; the next scoring failed.
   std::vector<std::string> inputs = command.reference_paths;
   inputs.push_back(command.hypothesis_path.value_or("-"));
+  inputs.insert(inputs.end(), command.more_systems.begin(), command.more_systems.end());
   if (const std::string input = thpc::input_standard_output_is(inputs); !input.empty()) {
     THPC_FAIL("standard output is the file of the input " << input << ": writing the score "
               "there would change it; redirect the output to another file");
   }
   // sacreBLEU's -m takes one name or more (nargs='+'); each is printed once, by name.
   command.metrics = given.metrics;
+  command.metrics_as_given.clear();
   for (const std::string& name : command.metrics) {
     if (name != "bleu" && name != "chrf" && name != "ter") {
       THPC_FAIL("unknown metric '" << name << "' (expected bleu | chrf | ter)");
+    }
+    if (std::find(command.metrics_as_given.begin(), command.metrics_as_given.end(), name) ==
+        command.metrics_as_given.end()) {
+      command.metrics_as_given.push_back(name);
     }
   }
   std::sort(command.metrics.begin(), command.metrics.end());
@@ -296,6 +404,7 @@ CommandLine parse_command_line(int argc, char** argv) {
   // Whatever the metric: -cw -1 was refused with -m chrf and taken with the default -m
   // bleu, exit 0 (a helper's trial).
   thpc::metrics::check_chrf_options(command.chrf);
+  check_tests(given, command);
   return command;
 }
 
@@ -303,17 +412,6 @@ std::string format_score(double score, int width) {
   std::string text(std::snprintf(nullptr, 0, "%.*f", width, score) + 1, '\0');
   text.resize(std::snprintf(text.data(), text.size(), "%.*f", width, score));
   return text;
-}
-
-// One line of sacreBLEU's text output: "NAME|SIGNATURE = SCORE[ VERBOSE]", or with -b the
-// score alone.
-std::string score_line(const std::string& name, const std::string& signature, double score,
-                       const std::string& verbose, const CommandLine& command) {
-  const int width = command.width.value_or(1);
-  if (command.score_only) return format_score(score, width);
-  std::string line = name + "|" + signature + " = " + format_score(score, width);
-  if (!verbose.empty()) line += " " + verbose;
-  return line;
 }
 
 // The lines of several metrics, as sacreBLEU prints them: right-aligned at their " = "
@@ -371,66 +469,81 @@ std::string carriage_return_hint(const std::string& source,
   return problem.empty() ? std::string() : "; " + problem + thpc::kCarriageReturnAdvice;
 }
 
-int run(const CommandLine& command) {
-  // A closed standard input read as an empty one ("<stdin>: no segments", a helper's trial).
-  const bool reads_standard_input =
-      !command.hypothesis_path ||
-      std::count(command.reference_paths.begin(), command.reference_paths.end(), "-") > 0;
-  if (const std::string why = thpc::standard_input_unreadable();
-      reads_standard_input && !why.empty()) {
-    THPC_FAIL("standard input is " << why << ": give the hypotheses on it or with -i FILE");
-  }
-  std::vector<std::vector<std::string>> references;
-  for (const std::string& path : command.reference_paths) {
-    references.push_back(path == "-" ? read_text(command, std::cin, "<stdin>")
-                                     : read_text(command, path));
-  }
-  const std::string hypothesis_source = command.hypothesis_path.value_or("<stdin>");
-  const std::vector<std::string> hypotheses =
-      command.hypothesis_path ? read_text(command, *command.hypothesis_path)
-                              : read_text(command, std::cin, hypothesis_source);
-  if (hypotheses.empty()) THPC_FAIL(hypothesis_source << ": no segments");
-  for (size_t r = 0; r < references.size(); ++r) {
-    if (references[r].size() != hypotheses.size()) {
-      THPC_FAIL(command.reference_paths[r] << ": " << references[r].size()
-                                           << (references[r].size() == 1 ? " line" : " lines")
-                                           << ", but "
-                                           << hypothesis_source << " has "
-                                           << hypotheses.size()
-                                           << carriage_return_hint(command.reference_paths[r],
-                                                                   references[r])
-                                           << carriage_return_hint(hypothesis_source,
-                                                                   hypotheses));
-    }
-  }
-  if (command.moses) {
-    print_multi_bleu(hypotheses, references, command);
-    return 0;
-  }
+// The systems' names as sacreBLEU's table shows them (the file names as given), and the
+// source each is read from in messages ("<stdin>" for -).
+std::vector<std::string> system_names(const CommandLine& command) {
+  std::vector<std::string> names = {command.hypothesis_path.value_or("-")};
+  names.insert(names.end(), command.more_systems.begin(), command.more_systems.end());
+  return names;
+}
+std::string source_of(const std::string& name) { return name == "-" ? "<stdin>" : name; }
+
+// The metrics' scorers, built once from the references.
+struct Scorers {
   std::optional<thpc::metrics::BleuScorer> bleu;
   std::optional<thpc::metrics::ChrfScorer> chrf;
   std::optional<thpc::metrics::TerScorer> ter;
-  for (const std::string& metric : command.metrics) {
-    if (metric == "bleu") bleu.emplace(references, command.options);
-    if (metric == "chrf") chrf.emplace(references, command.chrf);
-    if (metric == "ter") ter.emplace(references, command.ter);
+
+  // The metric as sacreBLEU's tests take it.
+  std::unique_ptr<thpc::metrics::TestedMetric> tested(const std::string& metric) const {
+    if (metric == "bleu") return thpc::metrics::tested_bleu(*bleu);
+    if (metric == "chrf") return thpc::metrics::tested_chrf(*chrf);
+    return thpc::metrics::tested_ter(*ter);
   }
+};
+
+// " (μ = MEAN ± HALF)", which sacreBLEU's Score.format adds after a score whose bootstrap
+// mean is above 0.
+std::string interval_text(const thpc::metrics::Interval& interval, int width) {
+  if (!(interval.mean > 0)) return "";
+  return " (\u03bc = " + format_score(interval.mean, width) + " \u00b1 " +
+         format_score(interval.half_width, width) + ")";
+}
+
+// One system, one line per metric (or per segment with -sl), as before; with --confidence
+// each line also carries its interval and its signature the samples and the seed.
+void print_one_system(const CommandLine& command, const Scorers& scorers,
+                      const std::vector<std::string>& hypotheses) {
+  const int width = command.width.value_or(1);
+  std::optional<thpc::metrics::Seed> seed;
+  if (command.confidence_samples) seed = thpc::metrics::seed_from_environment();
+  // The signature's "bs:N|seed:S|" and the line's interval, for `metric` with --confidence.
+  const auto with_interval = [&](const std::string& metric, std::string& signature,
+                                 std::string& shown) {
+    if (!seed) return;
+    const auto tested = scorers.tested(metric);
+    signature = tested->signature("bs:" + std::to_string(*command.confidence_samples) +
+                                  "|seed:" + seed->text + "|");
+    shown += interval_text(
+        thpc::metrics::bootstrap_interval(*tested, tested->statistics(hypotheses),
+                                          *command.confidence_samples, *seed),
+        width);
+  };
   // The line of one metric for segment `segment`, or for the corpus (nullopt).
   const auto line = [&](const std::string& metric, std::optional<size_t> segment) {
+    std::string name, signature, verbose;
+    double score = 0;
     if (metric == "bleu") {
-      const thpc::metrics::BleuScore score =
-          segment ? bleu->sentence_score(*segment, hypotheses[*segment])
-                  : bleu->corpus_score(hypotheses);
-      return score_line("BLEU", bleu->signature(), score.score, score.verbose(), command);
+      const thpc::metrics::BleuScore bleu =
+          segment ? scorers.bleu->sentence_score(*segment, hypotheses[*segment])
+                  : scorers.bleu->corpus_score(hypotheses);
+      name = "BLEU", signature = scorers.bleu->signature(), score = bleu.score;
+      verbose = bleu.verbose();
+    } else if (metric == "ter") {
+      name = "TER", signature = scorers.ter->signature();
+      score = segment ? scorers.ter->sentence_score(*segment, hypotheses[*segment])
+                      : scorers.ter->corpus_score(hypotheses);
+    } else {
+      name = scorers.chrf->name(), signature = scorers.chrf->signature();
+      score = segment ? scorers.chrf->sentence_score(*segment, hypotheses[*segment])
+                      : scorers.chrf->corpus_score(hypotheses);
     }
-    if (metric == "ter") {
-      const double score = segment ? ter->sentence_score(*segment, hypotheses[*segment])
-                                   : ter->corpus_score(hypotheses);
-      return score_line("TER", ter->signature(), score, "", command);
-    }
-    const double score = segment ? chrf->sentence_score(*segment, hypotheses[*segment])
-                                 : chrf->corpus_score(hypotheses);
-    return score_line(chrf->name(), chrf->signature(), score, "", command);
+    std::string shown = format_score(score, width);
+    if (!segment) with_interval(metric, signature, shown);
+    if (command.score_only) return shown;
+    std::string text = name + "|" + signature + " = " + shown;
+    if (!verbose.empty()) text += " " + verbose;
+    return text;
   };
   if (command.sentence_level) {
     // One metric (parse_command_line checked): one line per segment.
@@ -441,6 +554,165 @@ int run(const CommandLine& command) {
     std::vector<std::string> lines;
     for (const std::string& metric : command.metrics) lines.push_back(line(metric, std::nullopt));
     print_lines(lines);
+  }
+}
+
+// What sacreBLEU prints under a paired test's table (colours off).
+void print_paired_test_explanation(const CommandLine& command, const std::string& baseline) {
+  const bool bootstrap = command.paired_test == thpc::metrics::PairedTest::kBootstrap;
+  const std::string heading = std::string("Paired ") +
+                              (bootstrap ? "bootstrap resampling" : "approximate randomization") +
+                              " test with " + std::to_string(command.paired_samples) +
+                              (bootstrap ? " resampling trials" : " trials");
+  const std::string rule(heading.size(), '-');
+  std::cout << rule << "\n" << heading << "\n" << rule << "\n"
+            << " - Each system is pairwise compared to " << baseline << ".\n"
+            << (bootstrap ? "   Actual system score / bootstrap estimated true mean / 95% CI "
+                            "are provided for each metric.\n"
+                          : "   Actual system score is provided for each metric.\n")
+            << "\n"
+            << " - Null hypothesis: the system and the baseline translations are essentially\n"
+            << "   generated by the same underlying process. For a given system and the "
+               "baseline,\n"
+            << "   the p-value is roughly the probability of the absolute score difference "
+               "(delta)\n"
+            << "   or higher occurring due to chance, under the assumption that the null "
+               "hypothesis is correct.\n"
+            << "\n"
+            << " - Assuming a significance threshold of 0.05, the null hypothesis can be "
+               "rejected\n"
+            << "   for p-values < 0.05 (marked with \"*\"). This means that the delta is "
+               "unlikely to be attributed\n"
+            << "   to chance, hence the system is significantly \"different\" than the "
+               "baseline.\n"
+            << "   Otherwise, the p-values are highlighted in red.\n"
+            << "\n"
+            << " - NOTE: Significance does not tell whether a system is \"better\" than the "
+               "baseline but rather\n"
+            << "   emphasizes the \"difference\" of the systems in terms of the "
+               "replicability of the delta.\n"
+            << "\n";
+}
+
+// Several systems: sacreBLEU's table (a column per metric, a row per system), with a
+// paired test's intervals and p-values, then the metrics' signatures.
+void print_systems_table(const CommandLine& command, const Scorers& scorers,
+                         const std::vector<std::vector<std::string>>& systems) {
+  const int width = command.width.value_or(1);
+  std::vector<std::string> names = system_names(command);
+  std::vector<std::string> headers = {"System"};
+  std::vector<std::vector<std::string>> columns;
+  std::vector<std::pair<std::string, std::string>> signatures;  // name, signature
+  if (!command.paired_test) {
+    for (const std::string& metric : command.metrics) {
+      const auto tested = scorers.tested(metric);
+      headers.push_back(tested->name());
+      std::vector<std::string>& column = columns.emplace_back();
+      for (const std::vector<std::string>& system : systems) {
+        const thpc::metrics::StatisticsTable statistics = tested->statistics(system);
+        std::vector<double> sums(statistics.width, 0.0);
+        for (size_t i = 0; i < statistics.segments(); ++i) {
+          for (size_t k = 0; k < statistics.width; ++k) sums[k] += statistics.row(i)[k];
+        }
+        column.push_back(format_score(tested->score(sums.data()), width));
+      }
+      signatures.emplace_back(tested->name(), tested->signature(""));
+    }
+  } else {
+    const bool bootstrap = command.paired_test == thpc::metrics::PairedTest::kBootstrap;
+    const thpc::metrics::Seed seed = thpc::metrics::seed_from_environment();
+    // PairedTest's signature: the seed as an integer, "none" without one.
+    const std::string seed_text = seed.value ? std::to_string(*seed.value) : "none";
+    std::vector<std::unique_ptr<thpc::metrics::TestedMetric>> owned;
+    std::vector<const thpc::metrics::TestedMetric*> metrics;
+    for (const std::string& metric : command.metrics_as_given) {
+      owned.push_back(scorers.tested(metric));
+      metrics.push_back(owned.back().get());
+    }
+    const auto results = thpc::metrics::paired_test(metrics, systems, *command.paired_test,
+                                                    command.paired_samples, seed);
+    names.front() = "Baseline: " + names.front();
+    for (size_t m = 0; m < metrics.size(); ++m) {
+      headers.push_back(metrics[m]->name() + (bootstrap ? " (\u03bc \u00b1 95% CI)" : ""));
+      std::vector<std::string>& column = columns.emplace_back();
+      for (const thpc::metrics::PairedResult& result : results[m]) {
+        std::string cell = format_score(result.score, width);
+        if (result.interval) {
+          cell += " (" + format_score(result.interval->mean, width) + " \u00b1 " +
+                  format_score(result.interval->half_width, width) + ")";
+        }
+        if (result.p_value) {
+          // sacreBLEU stars a p-value of at most 0.05 and colours the others red.
+          cell += "\n(p = " + format_score(*result.p_value, 4) + ")" +
+                  (*result.p_value > 0.05 ? "" : "*");
+        }
+        column.push_back(cell);
+      }
+      signatures.emplace_back(
+          metrics[m]->name(),
+          metrics[m]->signature(std::string(bootstrap ? "bs:" : "ar:") +
+                                std::to_string(command.paired_samples) + "|seed:" +
+                                seed_text + "|"));
+    }
+  }
+  columns.insert(columns.begin(), names);
+  std::cout << thpc::metrics::fancy_grid_table(headers, columns, width) << "\n\n";
+  if (command.paired_test) print_paired_test_explanation(command, names.front());
+  std::cout << "-----------------\nMetric signatures\n-----------------\n";
+  for (const auto& [name, signature] : signatures) {
+    std::string padded = name;
+    if (padded.size() < 10) padded.resize(10, ' ');
+    std::cout << " - " << padded << " " << signature << "\n";
+  }
+}
+
+int run(const CommandLine& command) {
+  // A closed standard input read as an empty one ("<stdin>: no segments", a helper's trial).
+  const std::vector<std::string> names = system_names(command);
+  const bool reads_standard_input =
+      std::count(names.begin(), names.end(), "-") > 0 ||
+      std::count(command.reference_paths.begin(), command.reference_paths.end(), "-") > 0;
+  if (const std::string why = thpc::standard_input_unreadable();
+      reads_standard_input && !why.empty()) {
+    THPC_FAIL("standard input is " << why << ": give the hypotheses on it or with -i FILE");
+  }
+  std::vector<std::vector<std::string>> references;
+  for (const std::string& path : command.reference_paths) {
+    references.push_back(path == "-" ? read_text(command, std::cin, "<stdin>")
+                                     : read_text(command, path));
+  }
+  std::vector<std::vector<std::string>> systems;
+  for (const std::string& name : names) {
+    const std::string source = source_of(name);
+    systems.push_back(name == "-" ? read_text(command, std::cin, source)
+                                  : read_text(command, name));
+    const std::vector<std::string>& hypotheses = systems.back();
+    if (hypotheses.empty()) THPC_FAIL(source << ": no segments");
+    for (size_t r = 0; r < references.size(); ++r) {
+      if (references[r].size() != hypotheses.size()) {
+        THPC_FAIL(command.reference_paths[r]
+                  << ": " << references[r].size()
+                  << (references[r].size() == 1 ? " line" : " lines") << ", but " << source
+                  << " has " << hypotheses.size()
+                  << carriage_return_hint(command.reference_paths[r], references[r])
+                  << carriage_return_hint(source, hypotheses));
+      }
+    }
+  }
+  if (command.moses) {
+    print_multi_bleu(systems.front(), references, command);
+    return 0;
+  }
+  Scorers scorers;
+  for (const std::string& metric : command.metrics) {
+    if (metric == "bleu") scorers.bleu.emplace(references, command.options);
+    if (metric == "chrf") scorers.chrf.emplace(references, command.chrf);
+    if (metric == "ter") scorers.ter.emplace(references, command.ter);
+  }
+  if (systems.size() == 1) {
+    print_one_system(command, scorers, systems.front());
+  } else {
+    print_systems_table(command, scorers, systems);
   }
   return 0;
 }

@@ -1,0 +1,266 @@
+// transformer_score's intervals and paired tests (--confidence, --paired-bs, --paired-ar)
+// against sacreBLEU's own: the same NumPy samples and the same float32 arithmetic, so every
+// printed digit agrees, at widths that show a float32's or a double's last bit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "data_dir.h"
+#include "metrics/significance.h"
+#include "sacrebleu_peer.h"
+
+namespace {
+
+using thpc::run_process;
+using thpc::run_score;
+
+const std::string kWmt17 = thpc::data_path("sacrebleu_tests/wmt17_en-de");
+const std::string kWmt17Ref = kWmt17 + "/newstest2017-ende-ref.de";
+
+// Python 3.11's statistics.mean of each list (float.hex()): the exact mean rounded once,
+// where the sum rounded at each step and then divided gives another double for all but one.
+TEST(ExactMean, AsPythonsStatisticsMean) {
+  const std::vector<std::pair<std::vector<double>, double>> cases = {
+      {{0.1, 0.2, 0.3}, 0x1.999999999999ap-3},
+      {{1e16, 1.0, 1.0}, 0x1.7af4c4a80aaacp+51},
+      {{28.3, 28.4, 28.35, 28.31}, 0x1.c570a3d70a3d7p+4},
+      {{1e-300, 3e-300}, 0x1.56e1fc2f8f359p-996},
+      {{0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1}, 0x1.999999999999ap-4},
+      {{100.0, 0.1, 1e-10, 5.5, 33.333333333333336}, 0x1.bc962fc9645c7p+4},
+      {{0.0, 0.0}, 0.0},
+  };
+  for (const auto& [values, expected] : cases) {
+    EXPECT_EQ(thpc::metrics::exact_mean(values), expected) << values.size() << " values";
+  }
+}
+
+// A mean of many values whose exact value lies just off a rounding tie: one rounding of the
+// exact sum, not of a sum rounded on the way.
+TEST(ExactMean, ManyValuesRoundedOnce) {
+  std::vector<double> values(1001, 1.0);
+  values.push_back(std::ldexp(1.0, -60));  // exact mean: 1001/1002 + 2^-60/1002
+  const double mean = thpc::metrics::exact_mean(values);
+  // 1001/1002 correctly rounded; the tiny addend is far below half an ulp.
+  EXPECT_EQ(mean, 1001.0 / 1002.0);
+  values.assign(3, std::ldexp(1.0, 52));
+  values.push_back(1.0);  // (3·2^52 + 1)/4 = 0.75·2^52 + 0.25: a double exactly
+  EXPECT_EQ(thpc::metrics::exact_mean(values), 0.75 * std::ldexp(1.0, 52) + 0.25);
+}
+
+struct SeedVariable : ::testing::Test {
+  void TearDown() override { ::unsetenv("SACREBLEU_SEED"); }
+};
+
+TEST_F(SeedVariable, ReadAsSacreBleuReadsIt) {
+  ::unsetenv("SACREBLEU_SEED");
+  thpc::metrics::Seed seed = thpc::metrics::seed_from_environment();
+  EXPECT_EQ(seed.value, uint64_t{12345});
+  EXPECT_EQ(seed.text, "12345");
+  ::setenv("SACREBLEU_SEED", "NoNe", 1);
+  seed = thpc::metrics::seed_from_environment();
+  EXPECT_FALSE(seed.value);
+  EXPECT_EQ(seed.text, "none");
+  // --confidence's signature shows the variable as written, the paired tests its integer.
+  ::setenv("SACREBLEU_SEED", "007", 1);
+  seed = thpc::metrics::seed_from_environment();
+  EXPECT_EQ(seed.value, uint64_t{7});
+  EXPECT_EQ(seed.text, "007");
+  for (const char* bad : {"", "-1", "1.5", "seven", "12345678901234567890"}) {
+    ::setenv("SACREBLEU_SEED", bad, 1);
+    EXPECT_THROW(thpc::metrics::seed_from_environment(), thpc::Error) << bad;
+  }
+}
+
+// ---- the program, without Python: sacreBLEU 2.6.0's lines, pinned ----
+
+TEST(SignificanceProgram, ConfidenceLinesAsSacreBleuPrintedThem) {
+  THPC_REQUIRE_DATA("sacrebleu_tests/wmt17_en-de");
+  const thpc::ProcessResult result =
+      run_score(kWmt17Ref + " -i " + kWmt17 + "/newstest2017.uedin-nmt.4722.en-de" +
+                " -m bleu chrf -ci -w 3 2>&1");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_EQ(thpc::without_version(result.output),
+            "  BLEU|nrefs:1|bs:1000|seed:12345|case:mixed|eff:no|tok:13a|smooth:exp|version:* = "
+            "28.301 (\u03bc = 28.308 \u00b1 0.682) 59.9/34.0/21.8/14.4 (BP = 1.000 ratio = "
+            "1.026 hyp_len = 62873 ref_len = 61287)\n"
+            "chrF2|nrefs:1|bs:1000|seed:12345|case:mixed|eff:yes|nc:6|nw:0|space:no|version:* "
+            "= 57.723 (\u03bc = 57.731 \u00b1 0.456)\n");
+}
+
+// ---- against Python's sacreBLEU, when it is installed ----
+
+struct SacreBleuSignificance : thpc::SacreBleuPeer {
+  SacreBleuSignificance()
+      : SacreBleuPeer("the pinned lines above still check the intervals") {}
+
+  // sacreBLEU and transformer_score with `arguments`, both under `environment` (e.g.
+  // "SACREBLEU_SEED=7"): the same output, the table included.
+  void expect_same(const std::string& environment, const std::string& arguments) {
+    const thpc::ProcessResult expected =
+        run_process("{ env " + environment + " " + python + " -m sacrebleu -q -f text " +
+                    arguments + " 2>/dev/null; }");
+    ASSERT_EQ(expected.exit_code, 0) << arguments << "\n" << expected.output;
+    const thpc::ProcessResult ours =
+        run_process("env " + environment + " " + thpc::binary_dir() + "/transformer_score " +
+                    arguments);
+    ASSERT_EQ(ours.exit_code, 0) << arguments << "\n" << ours.output;
+    // Line by line, the first difference shown as text (a table's box characters would
+    // otherwise fill the log escaped).
+    std::stringstream ours_lines(thpc::without_version(ours.output));
+    std::stringstream expected_lines(thpc::without_version(expected.output));
+    std::string our_line, expected_line;
+    for (int number = 1;; ++number) {
+      const bool more_ours = static_cast<bool>(std::getline(ours_lines, our_line));
+      const bool more_expected = static_cast<bool>(std::getline(expected_lines, expected_line));
+      if (!more_ours && !more_expected) break;
+      if (more_ours != more_expected || our_line != expected_line) {
+        ADD_FAILURE() << environment << " " << arguments << "\nline " << number
+                      << "\n ours:      " << our_line << "\n sacreBLEU: " << expected_line;
+        break;
+      }
+    }
+  }
+};
+
+TEST_F(SacreBleuSignificance, Wmt17ConfidenceOfEachMetric) {
+  THPC_REQUIRE_DATA("sacrebleu_tests/wmt17_en-de");
+  // Ten decimals: chrF's and TER's samples are float32, so this is their every bit; BLEU's
+  // mean is Python's exact mean.
+  expect_same("", kWmt17Ref + " -i " + kWmt17 + "/newstest2017.online-B.0.en-de" +
+                      " -m bleu chrf ter -ci -w 10");
+}
+
+TEST_F(SacreBleuSignificance, Wmt17PairedBootstrapOfThreeSystems) {
+  THPC_REQUIRE_DATA("sacrebleu_tests/wmt17_en-de");
+  // The metrics' columns in the order given (a paired table's), not sorted.
+  expect_same("", kWmt17Ref + " -i " + kWmt17 + "/newstest2017.uedin-nmt.4722.en-de " +
+                      kWmt17 + "/newstest2017.LMU-nmt-reranked.4934.en-de " + kWmt17 +
+                      "/newstest2017.xmu.4910.en-de -m ter bleu chrf -pbs -w 4");
+}
+
+TEST_F(SacreBleuSignificance, Wmt17PairedRandomizationAndAPlainTable) {
+  THPC_REQUIRE_DATA("sacrebleu_tests/wmt17_en-de");
+  const std::string systems = kWmt17 + "/newstest2017.LMU-nmt-reranked.4934.en-de " + kWmt17 +
+                              "/newstest2017.LMU-nmt-single.4893.en-de";
+  expect_same("", kWmt17Ref + " -i " + systems + " -m chrf bleu -par -parn 1000 -w 3");
+  expect_same("", kWmt17Ref + " -i " + systems + " " + kWmt17 +
+                      "/newstest2017.online-F.0.en-de -m ter chrf bleu -w 2");
+}
+
+// A reference of random words and systems made from it by dropping, replacing and moving
+// words, each system by its own amounts: scores that differ by little or by much, lines
+// empty now and then.
+std::vector<std::vector<std::string>> random_corpus(std::mt19937& random, int lines,
+                                                    int systems) {
+  const auto between = [&](int low, int high) {
+    return std::uniform_int_distribution<int>(low, high)(random);
+  };
+  const auto word = [&] {
+    static const std::vector<std::string> words = {
+        "the", "a", "house", "Haus", "is", "was", "big", "small", "green", ".", ",", "dog",
+        "Hund", "runs", "läuft", "über", "die", "Straße", "!", "?", "1990", "3.5", "and",
+        "und", "cat", "Katze", "it's", "&quot;", "日本", "。"};
+    return words[static_cast<size_t>(between(0, static_cast<int>(words.size()) - 1))];
+  };
+  std::vector<std::vector<std::string>> corpus(systems + 1);  // [0]: the reference
+  std::vector<double> change(systems);
+  for (double& amount : change) amount = std::uniform_real_distribution<double>(0.05, 0.6)(random);
+  for (int i = 0; i < lines; ++i) {
+    std::vector<std::string> reference;
+    for (int w = between(0, 20) == 0 ? 0 : between(1, 25); w > 0; --w) reference.push_back(word());
+    const auto join = [](const std::vector<std::string>& words) {
+      std::string text;
+      for (const std::string& w : words) text += (text.empty() ? "" : " ") + w;
+      return text;
+    };
+    corpus[0].push_back(join(reference));
+    for (int s = 0; s < systems; ++s) {
+      std::vector<std::string> hypothesis;
+      for (const std::string& w : reference) {
+        const double roll = std::uniform_real_distribution<double>(0, 1)(random);
+        if (roll < change[s] / 3) continue;  // dropped
+        hypothesis.push_back(roll < 2 * change[s] / 3 ? word() : w);
+        if (roll > 1 - change[s] / 4) hypothesis.push_back(word());  // inserted
+      }
+      if (hypothesis.size() > 3 && between(0, 2) == 0) {
+        std::swap(hypothesis.front(), hypothesis.back());  // moved
+      }
+      corpus[static_cast<size_t>(s) + 1].push_back(join(hypothesis));
+    }
+  }
+  return corpus;
+}
+
+TEST_F(SacreBleuSignificance, SameOutputOnRandomCorpora) {
+  std::mt19937 random(2026);
+  struct Case {
+    const char* environment;
+    int lines, systems;
+    const char* options;
+  };
+  // Widths that print float32 samples whole (chrF, TER) and doubles to their last digits
+  // (BLEU); every smoothing (add-k with a fractional k, which approximate randomization
+  // truncates as NumPy's int64 arrays do), chrF++ and eps smoothing, TER's options, seeds.
+  const std::vector<Case> cases = {
+      {"", 60, 1, "-m bleu chrf ter -ci -w 10"},
+      {"SACREBLEU_SEED=7", 40, 1, "-m bleu -ci -cin 333 -w 14 -s floor -sv 0.3"},
+      {"SACREBLEU_SEED=0042", 80, 1, "-m chrf ter -ci -cin 41 -w 9 -cw 2 --chrf-eps-smoothing"},
+      {"", 1, 1, "-m bleu chrf ter -ci -cin 50 -w 6"},
+      {"", 50, 3, "-m bleu chrf ter -pbs -pbsn 300 -w 8"},
+      {"SACREBLEU_SEED=99", 70, 2, "-m ter chrf -pbs -w 9 --ter-normalized -cw 2"},
+      {"", 45, 3, "-m bleu ter -par -parn 500 -w 5 -s add-k -sv 0.5"},
+      {"SACREBLEU_SEED=1", 30, 2, "-m chrf bleu -par -parn 777 -w 12 -s none -lc"},
+      {"", 55, 2, "-m bleu -pbs -w 3 -s add-k -sv 0.5 -lc"},
+      {"", 35, 4, "-m chrf ter bleu -w 4 -tok char"},
+  };
+  for (const Case& c : cases) {
+    const auto corpus = random_corpus(random, c.lines, c.systems);
+    std::string arguments = write_lines("ref.txt", corpus[0]) + " -i";
+    for (int s = 1; s <= c.systems; ++s) {
+      arguments += " " + write_lines("system" + std::to_string(s) + ".txt", corpus[s]);
+    }
+    expect_same(c.environment, arguments + " " + c.options);
+  }
+}
+
+// Where sacreBLEU refuses, so does transformer_score (exit 2, a line that says why).
+TEST(SignificanceProgram, RefusedCombinations) {
+  THPC_REQUIRE_DATA("sacrebleu_tests/wmt17_en-de");
+  const std::string one = kWmt17Ref + " -i " + kWmt17 + "/newstest2017.xmu.4910.en-de";
+  const std::string two = one + " " + kWmt17 + "/newstest2017.KIT.4950.en-de";
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {one + " -pbs", "paired tests require several systems"},
+      {two + " -ci", "--confidence is for one system"},
+      {two + " -sl", "only one system can be evaluated in sentence-level mode"},
+      {one + " -sl -ci", "statistical tests"},
+      {two + " -pbs -par", "one paired test at a time"},
+      {one + " -ci -cin 0", "--confidence-n 0 is not in [1, 1000000]"},
+      {two + " -par -parn 2000000", "--paired-ar-n 2000000 is not in"},
+      {two + " --tokenize moses", "multi-bleu.perl"},
+      {one + " " + kWmt17 + "/newstest2017.xmu.4910.en-de", "is given twice"},
+  };
+  for (const auto& [arguments, message] : refused) {
+    const thpc::ProcessResult result = run_score(arguments + " 2>&1");
+    EXPECT_EQ(result.exit_code, 2) << arguments << "\n" << result.output;
+    EXPECT_NE(result.output.find(message), std::string::npos) << arguments << "\n"
+                                                              << result.output;
+  }
+  // A paired test drops the baseline named again, as sacreBLEU does.
+  const thpc::ProcessResult again =
+      run_score(two + " " + kWmt17 + "/newstest2017.xmu.4910.en-de -pbs -pbsn 10 2>&1");
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  ::setenv("SACREBLEU_SEED", "x", 1);
+  const thpc::ProcessResult bad_seed = run_score(one + " -ci 2>&1");
+  ::unsetenv("SACREBLEU_SEED");
+  EXPECT_NE(bad_seed.exit_code, 0);
+  EXPECT_NE(bad_seed.output.find("SACREBLEU_SEED='x' is not a seed"), std::string::npos)
+      << bad_seed.output;
+}
+
+}  // namespace
