@@ -69,6 +69,9 @@ inline std::string without_version(const std::string& output) {
   std::string kept;
   std::stringstream lines(output);
   for (std::string line; std::getline(lines, line);) {
+    // -f json's field of its own.
+    const size_t field = line.find("\"version\": \"");
+    if (field != std::string::npos) line = line.substr(0, field) + "\"version\": *";
     const size_t at = line.find("|version:");
     if (at != std::string::npos) {
       // A line of the signatures under a table ends with the version.
@@ -123,6 +126,35 @@ class SacreBleuPeer : public ::testing::Test {
     const ProcessResult ours = run_score(arguments);
     ASSERT_EQ(ours.exit_code, 0) << arguments << "\n" << ours.output;
     EXPECT_EQ(without_version(ours.output), without_version(expected.output)) << arguments;
+  }
+
+  // sacreBLEU (with -f `format`, none if empty) and transformer_score with `arguments`, both
+  // under `environment` (e.g. "SACREBLEU_SEED=7"): the same output, compared line by line
+  // and the first difference shown as text (a table's box characters would otherwise fill
+  // the log escaped).
+  void expect_same_lines(const std::string& environment, const std::string& arguments,
+                         const std::string& format = "text") {
+    const std::string format_option = format.empty() ? "" : " -f " + format;
+    const ProcessResult expected =
+        run_process("{ env " + environment + " " + python + " -m sacrebleu -q" + format_option +
+                    " " + arguments + " 2>/dev/null; }");
+    ASSERT_EQ(expected.exit_code, 0) << arguments << "\n" << expected.output;
+    const ProcessResult ours = run_process("env " + environment + " " + binary_dir() +
+                                           "/transformer_score " + arguments);
+    ASSERT_EQ(ours.exit_code, 0) << arguments << "\n" << ours.output;
+    std::stringstream ours_lines(without_version(ours.output));
+    std::stringstream expected_lines(without_version(expected.output));
+    std::string our_line, expected_line;
+    for (int number = 1;; ++number) {
+      const bool more_ours = static_cast<bool>(std::getline(ours_lines, our_line));
+      const bool more_expected = static_cast<bool>(std::getline(expected_lines, expected_line));
+      if (!more_ours && !more_expected) break;
+      if (more_ours != more_expected || our_line != expected_line) {
+        ADD_FAILURE() << environment << " " << arguments << "\nline " << number
+                      << "\n ours:      " << our_line << "\n sacreBLEU: " << expected_line;
+        break;
+      }
+    }
   }
 
  private:

@@ -99,32 +99,8 @@ struct SacreBleuSignificance : thpc::SacreBleuPeer {
   SacreBleuSignificance()
       : SacreBleuPeer("the pinned lines above still check the intervals") {}
 
-  // sacreBLEU and transformer_score with `arguments`, both under `environment` (e.g.
-  // "SACREBLEU_SEED=7"): the same output, the table included.
   void expect_same(const std::string& environment, const std::string& arguments) {
-    const thpc::ProcessResult expected =
-        run_process("{ env " + environment + " " + python + " -m sacrebleu -q -f text " +
-                    arguments + " 2>/dev/null; }");
-    ASSERT_EQ(expected.exit_code, 0) << arguments << "\n" << expected.output;
-    const thpc::ProcessResult ours =
-        run_process("env " + environment + " " + thpc::binary_dir() + "/transformer_score " +
-                    arguments);
-    ASSERT_EQ(ours.exit_code, 0) << arguments << "\n" << ours.output;
-    // Line by line, the first difference shown as text (a table's box characters would
-    // otherwise fill the log escaped).
-    std::stringstream ours_lines(thpc::without_version(ours.output));
-    std::stringstream expected_lines(thpc::without_version(expected.output));
-    std::string our_line, expected_line;
-    for (int number = 1;; ++number) {
-      const bool more_ours = static_cast<bool>(std::getline(ours_lines, our_line));
-      const bool more_expected = static_cast<bool>(std::getline(expected_lines, expected_line));
-      if (!more_ours && !more_expected) break;
-      if (more_ours != more_expected || our_line != expected_line) {
-        ADD_FAILURE() << environment << " " << arguments << "\nline " << number
-                      << "\n ours:      " << our_line << "\n sacreBLEU: " << expected_line;
-        break;
-      }
-    }
+    expect_same_lines(environment, arguments);
   }
 };
 

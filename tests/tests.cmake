@@ -192,9 +192,10 @@ set_tests_properties(Lint.NoLambdaCapturesAStructuredBinding PROPERTIES TIMEOUT 
 # test_spack reads Spack.yaml with a YAML parser, as Spack does (a test-only dependency).
 find_package(yaml-cpp REQUIRED)
 target_link_libraries(test_spack PRIVATE yaml-cpp)
-# test_bleu, test_chrf, test_moses_bleu, test_ter and test_significance run
-# build/transformer_score as a program.
-foreach(score_test test_bleu test_chrf test_moses_bleu test_ter test_significance)
+# test_bleu, test_chrf, test_moses_bleu, test_ter, test_significance and test_score_json
+# run build/transformer_score as a program.
+foreach(score_test test_bleu test_chrf test_moses_bleu test_ter test_significance
+        test_score_json)
   if(TARGET ${score_test} AND TARGET transformer_score)
     add_dependencies(${score_test} transformer_score)
   endif()

@@ -21,10 +21,12 @@
 // (metrics/significance.h). Exit codes: 0 success, 1 bad input files, 2 a bad command line.
 #include <algorithm>
 #include <cmath>
+#include <cctype>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,6 +36,7 @@
 #include "common/input_file.h"
 #include "metrics/bleu.h"
 #include "metrics/chrf.h"
+#include "metrics/json_text.h"
 #include "metrics/multi_bleu.h"
 #include "metrics/significance.h"
 #include "metrics/ter.h"
@@ -78,6 +81,7 @@ struct CommandLine {
   thpc::metrics::TerOptions ter;
   bool sentence_level = false;
   bool score_only = false;
+  bool json = false;  // -f json: sacreBLEU's JSON instead of its text
   std::optional<int> width;  // nullopt: 1, or multi-bleu.perl's 2 with a moses tokenizer
   bool help = false;
   // --tokenize moses | moses-compound: multi-bleu.perl instead of sacreBLEU's BLEU.
@@ -124,7 +128,8 @@ po::options_description describe(Given& given, bool with_references) {
       ("score-only,b", po::bool_switch(&command.score_only), "print the score alone")
       ("width,w", po::value(&given.width), "decimals of the score (default 1; moses: 2)")
       ("format,f", po::value(&given.format),
-       "text, the only one: sacreBLEU's -f text, taken so that its command lines run here")
+       "text (default; sacreBLEU's -f text) | json (sacreBLEU's default); SACREBLEU_FORMAT, "
+       "when set, decides as it does for sacreBLEU")
       ("help,h", "print this text and exit")(
       "version", "print the git commit the program was built from and exit");
   po::options_description bleu("BLEU");
@@ -343,11 +348,19 @@ CommandLine parse_command_line(int argc, char** argv) {
               << thpc::metrics::kHighestNgramOrder
               << "] (BLEU uses 4; every line's statistics hold each order)");
   }
-  // sacreBLEU's JSON (its default) is not written here: its text is (-f text).
-  if (given.format != "text") {
-    THPC_FAIL("-f " << given.format << ": this program writes sacreBLEU's text format alone "
-              "(-f text); drop -f, or score with sacrebleu for " << given.format);
+  // sacreBLEU's text (-f text) by default here, its JSON with -f json; as in sacreBLEU,
+  // SACREBLEU_FORMAT overrides -f when it names a format.
+  std::string format = given.format;
+  if (const char* variable = std::getenv("SACREBLEU_FORMAT")) {
+    std::string named = variable;
+    for (char& c : named) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (named == "text" || named == "json" || named == "latex") format = named;
   }
+  if (format != "text" && format != "json") {
+    THPC_FAIL("-f " << format << " (or SACREBLEU_FORMAT): this program writes sacreBLEU's "
+              "text (-f text) and JSON (-f json); score with sacrebleu for " << format);
+  }
+  command.json = format == "json";
   command.options.smoothing = thpc::metrics::parse_smoothing(given.smooth_method);
   if (given_option("smooth-value")) {
     // inf or nan made every BLEU nan, with exit 0.
@@ -371,6 +384,10 @@ CommandLine parse_command_line(int argc, char** argv) {
     }
     if (command.metrics != std::vector<std::string>{"bleu"}) {
       THPC_FAIL("-m: multi-bleu.perl (--tokenize moses or moses-compound) scores BLEU only");
+    }
+    if (command.json && !command.score_only) {
+      THPC_FAIL("-f json: multi-bleu.perl's line (--tokenize moses or moses-compound) has no "
+                "JSON form; give -b for the score alone");
     }
     // Its line is multi-bleu.perl's own, two decimals: -w changed nothing there.
     if (given_option("width") && !command.score_only) {
@@ -492,12 +509,56 @@ struct Scorers {
   }
 };
 
-// " (μ = MEAN ± HALF)", which sacreBLEU's Score.format adds after a score whose bootstrap
-// mean is above 0.
-std::string interval_text(const thpc::metrics::Interval& interval, int width) {
-  if (!(interval.mean > 0)) return "";
-  return " (\u03bc = " + format_score(interval.mean, width) + " \u00b1 " +
-         format_score(interval.half_width, width) + ")";
+// One metric's corpus score as sacreBLEU's Score holds it.
+struct ScoreLine {
+  std::string name, signature, verbose;
+  double score = 0;
+  std::optional<thpc::metrics::Interval> interval;  // --confidence
+};
+
+// "μ = MEAN ± HALF", shown by sacreBLEU's Score.format when the bootstrap mean is above 0.
+std::optional<std::string> interval_text(const ScoreLine& line, int width) {
+  if (!line.interval || !(line.interval->mean > 0)) return std::nullopt;
+  return "\u03bc = " + format_score(line.interval->mean, width) + " \u00b1 " +
+         format_score(line.interval->half_width, width);
+}
+
+// The score as Score.format shows it: with its interval after it, if any.
+std::string shown_score(const ScoreLine& line, int width) {
+  const std::optional<std::string> interval = interval_text(line, width);
+  return format_score(line.score, width) + (interval ? " (" + *interval + ")" : "");
+}
+
+// Score.format's JSON (json.dumps(..., indent=1, ensure_ascii=False)): the name, the score
+// as float(f"{score:.{width}f}"), the signature, the interval, the verbose part, then the
+// signature's fields one by one.
+std::string json_score(const ScoreLine& line, int width) {
+  using thpc::metrics::json_string;
+  std::vector<std::pair<std::string, std::string>> fields = {
+      {"name", json_string(line.name, false)},
+      {"score", thpc::metrics::python_float_repr(
+                    std::strtod(format_score(line.score, width).c_str(), nullptr))},
+      {"signature", json_string(line.signature, false)}};
+  if (const std::optional<std::string> interval = interval_text(line, width)) {
+    for (const auto& [key, value] : {std::pair{"confidence_mean", line.interval->mean},
+                                     std::pair{"confidence_var", line.interval->half_width}}) {
+      fields.emplace_back(key, thpc::metrics::python_float_repr(
+                                   std::strtod(format_score(value, width).c_str(), nullptr)));
+    }
+    fields.emplace_back("confidence", json_string(*interval, false));
+  }
+  if (!line.verbose.empty()) fields.emplace_back("verbose_score", json_string(line.verbose, false));
+  std::stringstream signature(line.signature);
+  for (std::string field; std::getline(signature, field, '|');) {
+    const size_t colon = field.find(':');
+    fields.emplace_back(field.substr(0, colon), json_string(field.substr(colon + 1), false));
+  }
+  std::string text = "{";
+  for (size_t i = 0; i < fields.size(); ++i) {
+    text += std::string(i == 0 ? "" : ",") + "\n " + json_string(fields[i].first, false) + ": " +
+            fields[i].second;
+  }
+  return text + "\n}";
 }
 
 // One system, one line per metric (or per segment with -sl), as before; with --confidence
@@ -507,53 +568,62 @@ void print_one_system(const CommandLine& command, const Scorers& scorers,
   const int width = command.width.value_or(1);
   std::optional<thpc::metrics::Seed> seed;
   if (command.confidence_samples) seed = thpc::metrics::seed_from_environment();
-  // The signature's "bs:N|seed:S|" and the line's interval, for `metric` with --confidence.
-  const auto with_interval = [&](const std::string& metric, std::string& signature,
-                                 std::string& shown) {
-    if (!seed) return;
-    const auto tested = scorers.tested(metric);
-    signature = tested->signature("bs:" + std::to_string(*command.confidence_samples) +
-                                  "|seed:" + seed->text + "|");
-    shown += interval_text(
-        thpc::metrics::bootstrap_interval(*tested, tested->statistics(hypotheses),
-                                          *command.confidence_samples, *seed),
-        width);
-  };
-  // The line of one metric for segment `segment`, or for the corpus (nullopt).
-  const auto line = [&](const std::string& metric, std::optional<size_t> segment) {
-    std::string name, signature, verbose;
-    double score = 0;
+  // One metric's score for segment `segment`, or for the corpus (nullopt).
+  const auto score_of = [&](const std::string& metric, std::optional<size_t> segment) {
+    ScoreLine line;
     if (metric == "bleu") {
       const thpc::metrics::BleuScore bleu =
           segment ? scorers.bleu->sentence_score(*segment, hypotheses[*segment])
                   : scorers.bleu->corpus_score(hypotheses);
-      name = "BLEU", signature = scorers.bleu->signature(), score = bleu.score;
-      verbose = bleu.verbose();
+      line.name = "BLEU", line.signature = scorers.bleu->signature(), line.score = bleu.score;
+      line.verbose = bleu.verbose();
     } else if (metric == "ter") {
-      name = "TER", signature = scorers.ter->signature();
-      score = segment ? scorers.ter->sentence_score(*segment, hypotheses[*segment])
-                      : scorers.ter->corpus_score(hypotheses);
+      line.name = "TER", line.signature = scorers.ter->signature();
+      line.score = segment ? scorers.ter->sentence_score(*segment, hypotheses[*segment])
+                           : scorers.ter->corpus_score(hypotheses);
     } else {
-      name = scorers.chrf->name(), signature = scorers.chrf->signature();
-      score = segment ? scorers.chrf->sentence_score(*segment, hypotheses[*segment])
-                      : scorers.chrf->corpus_score(hypotheses);
+      line.name = scorers.chrf->name(), line.signature = scorers.chrf->signature();
+      line.score = segment ? scorers.chrf->sentence_score(*segment, hypotheses[*segment])
+                           : scorers.chrf->corpus_score(hypotheses);
     }
-    std::string shown = format_score(score, width);
-    if (!segment) with_interval(metric, signature, shown);
-    if (command.score_only) return shown;
-    std::string text = name + "|" + signature + " = " + shown;
-    if (!verbose.empty()) text += " " + verbose;
-    return text;
+    if (!segment && seed) {
+      // The signature's "bs:N|seed:S|" after nrefs, and the interval.
+      const auto tested = scorers.tested(metric);
+      line.signature = tested->signature("bs:" + std::to_string(*command.confidence_samples) +
+                                         "|seed:" + seed->text + "|");
+      line.interval = thpc::metrics::bootstrap_interval(
+          *tested, tested->statistics(hypotheses), *command.confidence_samples, *seed);
+    }
+    return line;
+  };
+  // Score.format's text: "NAME|SIGNATURE = SCORE[ VERBOSE]", or with -b the score alone.
+  const auto text = [&](const ScoreLine& line) {
+    if (command.score_only) return shown_score(line, width);
+    std::string shown = line.name + "|" + line.signature + " = " + shown_score(line, width);
+    return line.verbose.empty() ? shown : shown + " " + line.verbose;
   };
   if (command.sentence_level) {
-    // One metric (parse_command_line checked): one line per segment.
+    // One metric (parse_command_line checked): one line per segment, text even with -f json
+    // (as sacreBLEU).
     for (size_t i = 0; i < hypotheses.size(); ++i) {
-      std::cout << line(command.metrics.front(), i) << "\n";
+      std::cout << text(score_of(command.metrics.front(), i)) << "\n";
     }
-  } else {
-    std::vector<std::string> lines;
-    for (const std::string& metric : command.metrics) lines.push_back(line(metric, std::nullopt));
+    return;
+  }
+  std::vector<std::string> lines;
+  for (const std::string& metric : command.metrics) {
+    const ScoreLine line = score_of(metric, std::nullopt);
+    lines.push_back(command.json && !command.score_only ? json_score(line, width) : text(line));
+  }
+  if (!command.json) {
     print_lines(lines);
+  } else if (lines.size() == 1) {
+    std::cout << lines.front() << "\n";
+  } else {
+    // print_single_results: the metrics' texts (JSON objects, or -b's scores) in a list.
+    std::cout << "[\n";
+    for (size_t i = 0; i < lines.size(); ++i) std::cout << (i ? ",\n" : "") << lines[i];
+    std::cout << "\n]\n";
   }
 }
 
@@ -603,6 +673,8 @@ void print_systems_table(const CommandLine& command, const Scorers& scorers,
   std::vector<std::string> headers = {"System"};
   std::vector<std::vector<std::string>> columns;
   std::vector<std::pair<std::string, std::string>> signatures;  // name, signature
+  // -f json: each metric's name and its value for each system, as JSON text.
+  std::vector<std::pair<std::string, std::vector<std::string>>> json_columns;
   if (!command.paired_test) {
     for (const std::string& metric : command.metrics) {
       const auto tested = scorers.tested(metric);
@@ -617,6 +689,8 @@ void print_systems_table(const CommandLine& command, const Scorers& scorers,
         column.push_back(format_score(tested->score(sums.data()), width));
       }
       signatures.emplace_back(tested->name(), tested->signature(""));
+      auto& [json_name, json_values] = json_columns.emplace_back(tested->name(), column);
+      for (std::string& value : json_values) value = thpc::metrics::json_string(value, true);
     }
   } else {
     const bool bootstrap = command.paired_test == thpc::metrics::PairedTest::kBootstrap;
@@ -635,7 +709,22 @@ void print_systems_table(const CommandLine& command, const Scorers& scorers,
     for (size_t m = 0; m < metrics.size(); ++m) {
       headers.push_back(metrics[m]->name() + (bootstrap ? " (\u03bc \u00b1 95% CI)" : ""));
       std::vector<std::string>& column = columns.emplace_back();
+      std::vector<std::string>& json_values = json_columns.emplace_back(metrics[m]->name(),
+                                                                        std::vector<std::string>{})
+                                                  .second;
       for (const thpc::metrics::PairedResult& result : results[m]) {
+        // Result.__dict__: its score, p-value, mean and half-width as repr(float), or null.
+        const auto number = [](std::optional<double> value) {
+          return value ? thpc::metrics::python_float_repr(*value) : std::string("null");
+        };
+        const std::string indent(12, ' ');
+        json_values.push_back(
+            "{\n" + indent + "\"score\": " + number(result.score) + ",\n" + indent +
+            "\"p_value\": " + number(result.p_value) + ",\n" + indent + "\"mean\": " +
+            number(result.interval ? std::optional(result.interval->mean) : std::nullopt) +
+            ",\n" + indent + "\"ci\": " +
+            number(result.interval ? std::optional(result.interval->half_width) : std::nullopt) +
+            "\n        }");
         std::string cell = format_score(result.score, width);
         if (result.interval) {
           cell += " (" + format_score(result.interval->mean, width) + " \u00b1 " +
@@ -654,6 +743,20 @@ void print_systems_table(const CommandLine& command, const Scorers& scorers,
                                 std::to_string(command.paired_samples) + "|seed:" +
                                 seed_text + "|"));
     }
+  }
+  if (command.json) {
+    // print_results_table's JSON (indent 4, ASCII): a dict per system, no signatures.
+    std::cout << "[";
+    for (size_t s = 0; s < names.size(); ++s) {
+      std::cout << (s ? "," : "") << "\n    {\n        \"system\": "
+                << thpc::metrics::json_string(names[s], true);
+      for (const auto& [name, values] : json_columns) {
+        std::cout << ",\n        " << thpc::metrics::json_string(name, true) << ": " << values[s];
+      }
+      std::cout << "\n    }";
+    }
+    std::cout << "\n]\n";
+    return;
   }
   columns.insert(columns.begin(), names);
   std::cout << thpc::metrics::fancy_grid_table(headers, columns, width) << "\n\n";
