@@ -26,6 +26,7 @@
 #include "metrics/bleu.h"
 #include "metrics/chrf.h"
 #include "metrics/tokenize.h"
+#include "sacrebleu_peer.h"
 
 namespace {
 
@@ -117,6 +118,26 @@ TEST(TokenizeCharAndNone, AsSacreBleu) {
   EXPECT_EQ(tokenize("ab c", TokenizerKind::kChar), "a b   c");
   EXPECT_EQ(tokenize("țară", TokenizerKind::kChar), "ț a r ă");
   EXPECT_EQ(tokenize("a.b  c", TokenizerKind::kNone), "a.b  c");
+}
+
+// sacreBLEU's zh: Chinese characters apart, then 13a's rules (no unescaping, no padding),
+// the line stripped first; its ranges as Python compares them: U+2014 and U+20AC split
+// (read into U+2001..U+2A6D), the supplementary ideograph U+20000 does not. sacreBLEU
+// 2.6.0's tokenizer gave each of these.
+TEST(TokenizeZh, AsSacreBleu) {
+  const auto zh = [](const std::string& text) { return tokenize(text, TokenizerKind::kZh); };
+  EXPECT_EQ(zh("我爱北京天安门。"),
+            "我 爱 北 京 天 安 门 。");
+  EXPECT_EQ(zh("价格 1,000.5 元—很贵!"),
+            "价 格 1,000.5 元 — 很 贵 !");
+  EXPECT_EQ(zh("𠀀abc"), "𠀀abc");
+  EXPECT_EQ(zh("  .句子, 结束. "), ". 句 子 , 结 束 .");
+  EXPECT_EQ(zh("1990-2000年 €5 &quot;x&quot;"),
+            "1990 - 2000 年 € 5 & quot ; x & quot ;");
+  EXPECT_EQ(zh("ａｂｃ１２３"),
+            "ａ ｂ ｃ １ ２ ３");
+  EXPECT_EQ(thpc::metrics::parse_tokenizer("zh"), TokenizerKind::kZh);
+  EXPECT_EQ(thpc::metrics::tokenizer_name(TokenizerKind::kZh), "zh");
 }
 
 TEST(PythonText, LowerIncludingFinalSigmaAndDottedCapitalI) {
@@ -702,11 +723,11 @@ TEST_F(ScoreProgram, SystemsAfterDashIAreSystemsNotReferences) {
 
 TEST_F(ScoreProgram, BadCommandLine) {
   THPC_REQUIRE_DATA("sacrebleu_tests/wmt17_en-de");
-  ProgramResult result = run_score(kWmt17Ref + " -i " + kUedin + " --tokenize zh");
+  ProgramResult result = run_score(kWmt17Ref + " -i " + kUedin + " --tokenize ja-mecab");
   EXPECT_EQ(result.exit_code, 2);
   // Every tokenizer the tool takes is named (before: moses and moses-compound were not).
-  EXPECT_NE(result.err.find("-tok (--tokenize): unknown tokenizer 'zh' (expected 13a | intl | "
-                            "char | none, or moses | moses-compound"),
+  EXPECT_NE(result.err.find("-tok (--tokenize): unknown tokenizer 'ja-mecab' (expected 13a | "
+                            "intl | char | none | zh, or moses | moses-compound"),
             std::string::npos)
       << result.err;
   result = run_score("-i " + kUedin);
@@ -726,15 +747,17 @@ TEST_F(ScoreProgram, BadCommandLine) {
   EXPECT_NE(result.err.find("-sh (sacreBLEU's --short signature) is not an option here"),
             std::string::npos)
       << result.err;
-  // sacreBLEU's -f text is this program's one format: taken, the same line (scripts pass it;
-  // it was refused, "unrecognised option"); any other -f is refused, naming it.
+  // sacreBLEU's -f text is this program's default: taken, the same line (scripts pass it;
+  // it was refused, "unrecognised option"); -f json is sacreBLEU's JSON (test_score_json),
+  // and -f latex is refused, naming it.
   const ProgramResult plain = run_score(kWmt17Ref + " -i " + kUedin);
   result = run_score(kWmt17Ref + " -i " + kUedin + " -f text");
   EXPECT_EQ(result.exit_code, 0) << result.err;
   EXPECT_EQ(result.out, plain.out);
-  result = run_score(kWmt17Ref + " -i " + kUedin + " -f json");
+  result = run_score(kWmt17Ref + " -i " + kUedin + " -f latex");
   EXPECT_EQ(result.exit_code, 2);
-  EXPECT_NE(result.err.find("-f json: this program writes sacreBLEU's text format alone"),
+  EXPECT_NE(result.err.find("-f latex (or SACREBLEU_FORMAT): this program writes sacreBLEU's "
+                            "text (-f text) and JSON (-f json)"),
             std::string::npos)
       << result.err;
   // A huge -sv is printed whole in the signature (a 64-byte buffer cut it), as sacreBLEU's.
@@ -787,6 +810,7 @@ TEST(SacreBleuPython, SameOutputLinesWhenInstalled) {
   const std::vector<std::string> arguments = {
       readme + " -w 6",
       readme + " -w 6 -tok intl -lc",
+      readme + " -w 6 -tok zh",
       readme + " -w 6 -sl -s floor -sv 0.3 -tok char",
       ro + " -w 6 -sl -s add-k -sv 2 -lc",
       ro + " -w 6 -sl -tok intl",
@@ -803,6 +827,52 @@ TEST(SacreBleuPython, SameOutputLinesWhenInstalled) {
     ASSERT_EQ(ours.exit_code, 0) << ours.err;
     EXPECT_EQ(scores_only(ours.out), scores_only(expected)) << argument;
   }
+}
+
+// Every code point of planes 0 to 3 and 14 through sacreBLEU's zh tokenizer and ours, in a
+// line that puts it beside letters, digits, a period, a comma and a dash.
+struct SacreBleuZh : thpc::SacreBleuPeer {
+  SacreBleuZh() : SacreBleuPeer("TokenizeZh.AsSacreBleu still checks the tokenizer") {}
+};
+
+TEST_F(SacreBleuZh, EveryCodePointAsSacreBleusTokenizer) {
+  std::vector<std::u32string> lines;
+  const auto planes = {std::pair<char32_t, char32_t>{0x1, 0x3FFFF}, {0xE0000, 0xEFFFF}};
+  for (const auto& [first, last] : planes) {
+    for (char32_t c = first; c <= last; ++c) {
+      if (c == U'\n' || (c >= 0xD800 && c <= 0xDFFF)) continue;
+      lines.push_back(U" a" + std::u32string(1, c) + U"b." + std::u32string(1, c) + U"2-" +
+                      std::u32string(1, c) + U",x ");
+    }
+  }
+  {
+    std::ofstream input(dir / "lines.txt", std::ios::binary);
+    for (const std::u32string& line : lines) input << thpc::metrics::encode_utf8(line) << "\n";
+    std::ofstream(dir / "zh.py")
+        << "import sys\nfrom sacrebleu.tokenizers.tokenizer_zh import TokenizerZh\n"
+           "tokenize = TokenizerZh()\n"
+           "out = open(sys.argv[2], 'w', encoding='utf-8', newline='\\n')\n"
+           "for line in open(sys.argv[1], encoding='utf-8', newline='\\n'):\n"
+           "    out.write(tokenize(line[:-1]) + '\\n')\n";
+  }
+  int exit_code = -1;
+  run_capture(python + " " + (dir / "zh.py").string() + " " + (dir / "lines.txt").string() +
+                  " " + (dir / "expected.txt").string(),
+              &exit_code);
+  ASSERT_EQ(exit_code, 0);
+  std::ifstream expected_file(dir / "expected.txt", std::ios::binary);
+  std::string expected;
+  int differences = 0;
+  for (const std::u32string& line : lines) {
+    ASSERT_TRUE(std::getline(expected_file, expected));
+    const std::string ours = thpc::metrics::encode_utf8(
+        thpc::metrics::tokenize(line, TokenizerKind::kZh));
+    if (ours != expected && ++differences <= 5) {
+      ADD_FAILURE() << "U+" << std::hex << static_cast<uint32_t>(line[2]) << ": ours '" << ours
+                    << "', sacreBLEU '" << expected << "'";
+    }
+  }
+  EXPECT_EQ(differences, 0);
 }
 
 // Rank 0 of a training job scores each validation's translations alone while the other

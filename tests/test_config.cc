@@ -1127,7 +1127,8 @@ TEST(Config, BadValuesNameKeyAndFile) {
       {{"train.valid_beam=0"}, "train.valid_beam: must be ≥ 1, got 0"},
       {{"train.valid_bleu=true"}, "train.valid_bleu (on the command line): translates at each "
                                   "validation: set train.valid_every > 0"},
-      {{"train.valid_bleu_tokenize=zh"}, "train.valid_bleu_tokenize: 'zh' is not one of"},
+      {{"train.valid_bleu_tokenize=ja-mecab"},
+       "train.valid_bleu_tokenize: 'ja-mecab' is not one of"},
       {{"checkpoint.keep_best=loss"},
        "checkpoint.keep_best: 'loss' is not one of none, ppl, bleu, chrf"},
       {{"train.valid_metric=ter"}, "train.valid_metric: 'ter' is not one of bleu, chrf"},

@@ -3,7 +3,7 @@
 // Moses' tokenizer.perl and multi-bleu.perl compute it (metrics/multi_bleu.h).
 //
 //   transformer_score REF [REF ...] [-i HYP] [-m bleu|chrf|ter ...]
-//                     [--tokenize 13a|intl|char|none] [-lc]
+//                     [--tokenize 13a|intl|char|none|zh] [-lc]
 //                     [-s none|floor|add-k|exp] [-sv VALUE] [--max-ngram-order N]
 //                     [-cc N] [-cw N] [--chrf-beta N] [--chrf-whitespace]
 //                     [--chrf-lowercase] [--chrf-eps-smoothing]
@@ -135,7 +135,8 @@ po::options_description describe(Given& given, bool with_references) {
   po::options_description bleu("BLEU");
   bleu.add_options()
       ("tokenize,tok", po::value(&given.tokenize),
-       "(also -tok) 13a (default) | intl | char | none, or the paper's tokenized BLEU: moses (Moses "
+       "(also -tok) 13a (default) | intl | char | none | zh (Chinese characters apart), or "
+       "the paper's tokenized BLEU: moses (Moses "
        "tokenizer.perl, then multi-bleu.perl) | moses-compound (the same with "
        "tensor2tensor's ##AT## compound splitting: the BLEU of the paper's EN-DE 27.3, "
        "get_ende_bleu.sh)")
@@ -405,7 +406,7 @@ CommandLine parse_command_line(int argc, char** argv) {
       command.options.tokenizer = thpc::metrics::parse_tokenizer(given.tokenize);
     } catch (const thpc::Error&) {
       THPC_FAIL("-tok (--tokenize): unknown tokenizer '"
-                << given.tokenize << "' (expected 13a | intl | char | none, or moses | "
+                << given.tokenize << "' (expected 13a | intl | char | none | zh, or moses | "
                 << "moses-compound for the paper's tokenized BLEU)");
     }
     for (const char* name : {"moses-lang", "moses-version"}) {

@@ -78,7 +78,7 @@ struct TrainConfig {
   bool valid_bleu = false;         // also translate the validation set and score it
   std::string valid_metric = "bleu";  // the score of those translations: bleu | chrf
   int valid_beam = 1;              // beam of that translation; 1 = greedy
-  std::string valid_bleu_tokenize = "13a";  // sacreBLEU's -tok: 13a | intl | char | none
+  std::string valid_bleu_tokenize = "13a";  // sacreBLEU's -tok: 13a | intl | char | none | zh
   int threads = 0;                 // CPU backend threads (ops and BLAS); 0 = OpenMP's default
   std::string metrics_dir;         // metrics.jsonl, event file; "" = checkpoint.dir
   // Divergence detection (train/divergence.h): what a step with a non-finite or spiking

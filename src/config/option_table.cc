@@ -223,9 +223,9 @@ const std::vector<Option>& option_table() {
                   "beam of the validation translation; 1 = greedy (no length penalty), "
                   "else decode.alpha too, as transformer_decode --beam; decode.max_len_a/b "
                   "cap both"),
-      THPC_OPTION(train, valid_bleu_tokenize, THPC_ONE_OF("13a", "intl", "char", "none"),
+      THPC_OPTION(train, valid_bleu_tokenize, THPC_ONE_OF("13a", "intl", "char", "none", "zh"),
                   "tokenisation of the validation BLEU, as transformer_score -tok (char for "
-                  "targets of one word, such as compounds); chrF takes none"),
+                  "targets of one word, such as compounds; zh for Chinese); chrF takes none"),
       THPC_OPTION(train, metrics_dir, THPC_PATH,
                   "rank 0 appends every logged value to DIR/metrics.jsonl and a TensorBoard "
                   "event file; empty = checkpoint.dir, the run's own directory (jobs/ give "

@@ -1,7 +1,9 @@
 #include "metrics/tokenize.h"
 
 #include <algorithm>
+#include <iterator>
 #include <sstream>
+#include <utility>
 
 #include "common/error.h"
 #include "metrics/text_rules.h"
@@ -36,6 +38,19 @@ bool is_case_ignorable(char32_t c) {
   return in_ranges(c, unicode::kCaseIgnorable, unicode::kCaseIgnorable_size);
 }
 
+// The rules 13a and zh share (sacreBLEU's TokenizerRegexp): ASCII punctuation split off,
+// period and comma split off unless between digits, a dash after a digit split off.
+std::u32string apply_13a_rules(std::u32string_view line) {
+  std::u32string text = pad_each(line, is_13a_split_character);
+  // Period and comma split off unless between digits (3.14, 1,000 stay whole).
+  text = split_pairs(text, is_not_ascii_digit, is_period_or_comma, PairSpacing::kAfterFirst);
+  text = split_pairs(text, is_period_or_comma, is_not_ascii_digit, PairSpacing::kBeforeFirst);
+  // A dash after a digit splits off (ranges such as 1990-2000).
+  text = split_pairs(text, is_ascii_digit, [](char32_t c) { return c == U'-'; },
+                     PairSpacing::kAfterFirst);
+  return join_tokens(text);
+}
+
 std::u32string tokenize_13a(std::u32string_view line) {
   // mteval-v13a's language-independent part: drop <skipped>, join hyphenated line
   // breaks, undo the four HTML escapes that WMT's SGML carries.
@@ -47,16 +62,44 @@ std::u32string tokenize_13a(std::u32string_view line) {
   text = replace_all(text, U"&lt;", U"<");
   text = replace_all(text, U"&gt;", U">");
   // The padding spaces let the period/comma rules see a neighbour at both ends.
-  text = U" " + text + U" ";
+  return apply_13a_rules(U" " + text + U" ");
+}
 
-  text = pad_each(text, is_13a_split_character);
-  // Period and comma split off unless between digits (3.14, 1,000 stay whole).
-  text = split_pairs(text, is_not_ascii_digit, is_period_or_comma, PairSpacing::kAfterFirst);
-  text = split_pairs(text, is_period_or_comma, is_not_ascii_digit, PairSpacing::kBeforeFirst);
-  // A dash after a digit splits off (ranges such as 1990-2000).
-  text = split_pairs(text, is_ascii_digit, [](char32_t c) { return c == U'-'; },
-                     PairSpacing::kAfterFirst);
-  return join_tokens(text);
+// What sacreBLEU's zh tokenizer takes for a Chinese character (_UCODE_RANGES), as its
+// comparisons really read: two of its ranges are written '\u20000'..'\u2a6d6' and
+// '\u2f800'..'\u2fa1d', which Python reads as two-character strings, so that one
+// character compares in them as U+2001..U+2A6D (general punctuation, currency, arrows,
+// mathematical and technical symbols among them) and U+2F81..U+2FA1, and the supplementary
+// ideographs (U+20000 on) are no Chinese characters at all.
+bool is_sacrebleu_chinese(char32_t c) {
+  static constexpr std::pair<char32_t, char32_t> kRanges[] = {
+      {0x3400, 0x4DB5}, {0x4E00, 0x9FA5}, {0x9FA6, 0x9FBB}, {0xF900, 0xFA2D},
+      {0xFA30, 0xFA6A}, {0xFA70, 0xFAD9}, {0x2001, 0x2A6D}, {0x2F81, 0x2FA1},
+      {0xFF00, 0xFFEF}, {0x2E80, 0x2EFF}, {0x3000, 0x303F}, {0x31C0, 0x31EF},
+      {0x2F00, 0x2FDF}, {0x2FF0, 0x2FFF}, {0x3100, 0x312F}, {0x31A0, 0x31BF},
+      {0xFE10, 0xFE1F}, {0xFE30, 0xFE4F}, {0x2600, 0x26FF}, {0x2700, 0x27BF},
+      {0x3200, 0x32FF}, {0x3300, 0x33FF}};
+  return std::any_of(std::begin(kRanges), std::end(kRanges),
+                     [c](const auto& range) { return range.first <= c && c <= range.second; });
+}
+
+// sacreBLEU's zh (Shujian Huang's): the line stripped, each Chinese character made a
+// token, then 13a's rules without 13a's unescaping and without its padding spaces.
+std::u32string tokenize_zh(std::u32string_view line) {
+  std::u32string_view stripped = python_rstrip(line);
+  while (!stripped.empty() && is_python_whitespace(stripped.front())) stripped.remove_prefix(1);
+  std::u32string text;
+  text.reserve(stripped.size() * 2);
+  for (const char32_t c : stripped) {
+    if (is_sacrebleu_chinese(c)) {
+      text += U' ';
+      text += c;
+      text += U' ';
+    } else {
+      text += c;
+    }
+  }
+  return apply_13a_rules(text);
 }
 
 std::u32string tokenize_intl(std::u32string_view line) {
@@ -99,7 +142,8 @@ TokenizerKind parse_tokenizer(const std::string& name) {
   if (name == "intl") return TokenizerKind::kIntl;
   if (name == "char") return TokenizerKind::kChar;
   if (name == "none") return TokenizerKind::kNone;
-  THPC_FAIL("unknown tokenizer '" << name << "' (expected 13a | intl | char | none)");
+  if (name == "zh") return TokenizerKind::kZh;
+  THPC_FAIL("unknown tokenizer '" << name << "' (expected 13a | intl | char | none | zh)");
 }
 
 std::string tokenizer_name(TokenizerKind kind) {
@@ -108,6 +152,7 @@ std::string tokenizer_name(TokenizerKind kind) {
     case TokenizerKind::kIntl: return "intl";
     case TokenizerKind::kChar: return "char";
     case TokenizerKind::kNone: return "none";
+    case TokenizerKind::kZh: return "zh";
   }
   return "?";
 }
@@ -230,6 +275,7 @@ std::u32string tokenize(std::u32string_view line, TokenizerKind kind) {
     case TokenizerKind::kIntl: return tokenize_intl(line);
     case TokenizerKind::kChar: return tokenize_char(line);
     case TokenizerKind::kNone: return std::u32string(line);
+    case TokenizerKind::kZh: return tokenize_zh(line);
   }
   return std::u32string(line);
 }

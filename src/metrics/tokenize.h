@@ -1,7 +1,7 @@
 // Text handling for BLEU and chrF, exactly as sacreBLEU 2.x does it in Python: strict
 // UTF-8, Python's str.lower(), str.rstrip() and str.split(), and BLEU's tokenizers 13a
 // (the mteval-v13a.pl rules, sacreBLEU's default), intl (mteval-v14.pl --international-
-// tokenization), char and none.
+// tokenization), char, none and zh (Chinese characters split, then 13a's rules).
 #pragma once
 
 #include <optional>
@@ -11,9 +11,9 @@
 
 namespace thpc::metrics {
 
-enum class TokenizerKind { k13a, kIntl, kChar, kNone };
+enum class TokenizerKind { k13a, kIntl, kChar, kNone, kZh };
 
-// "13a" | "intl" | "char" | "none"; anything else throws thpc::Error.
+// "13a" | "intl" | "char" | "none" | "zh"; anything else throws thpc::Error.
 TokenizerKind parse_tokenizer(const std::string& name);
 // The name sacreBLEU puts in the signature (tok:13a).
 std::string tokenizer_name(TokenizerKind kind);
