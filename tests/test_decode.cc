@@ -357,7 +357,7 @@ TEST_F(DecodeProgram, TheInputIsTranslatedABufferAtATimeWithoutChangingAnyTransl
     bad << read_file(dir_ / "input.en") << "A boy.\nA girl.\n\xff a dog.\n";
   }
   ASSERT_EQ(lines_of(read_file(dir_ / "long_then_bad.en")).size(), 7u);
-  for (const std::string input : {"--input " + (dir_ / "long_then_bad.en").string(),
+  for (const std::string& input : {"--input " + (dir_ / "long_then_bad.en").string(),
                                   std::string("< ") + (dir_ / "long_then_bad.en").string()}) {
     const ProcessResult checked_first = run_process(
         thpc::binary_dir() + "/transformer_decode --checkpoint " + (dir_ / "model.h5").string() +
