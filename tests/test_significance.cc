@@ -205,6 +205,25 @@ TEST_F(SacreBleuSignificance, SameOutputOnRandomCorpora) {
   }
 }
 
+// Approximate randomization with three references: TER's average reference lengths are
+// thirds, and sacreBLEU sums a pseudo-system's as pos_sel @ bl_stats + neg_sel @
+// sys_stats, the baseline's rows and the system's each in segment order, then the two sums:
+// not the sum in segment order. Systems that differ in a few lines make many trials' |a −
+// b| equal to the actual difference, where the last bit decides the p-value.
+TEST_F(SacreBleuSignificance, RandomizedTerWithFractionalLengths) {
+  std::mt19937 random(17);
+  const auto corpus = random_corpus(random, 80, 4);
+  std::vector<std::string> close = corpus[1];
+  for (size_t i = 0; i < close.size(); i += 16) close[i] = corpus[2][i];
+  const std::string arguments =
+      write_lines("ref.txt", corpus[0]) + " " + write_lines("ref2.txt", corpus[3]) + " " +
+      write_lines("ref3.txt", corpus[4]) + " -i " +
+      write_lines("system1.txt", corpus[1]) + " " + write_lines("close.txt", close) + " " +
+      write_lines("system2.txt", corpus[2]);
+  expect_same("", arguments + " -m ter -par -parn 2000 -w 6");
+  expect_same("", arguments + " -m ter bleu -par -parn 500 -w 6 --ter-normalized");
+}
+
 // Where sacreBLEU refuses, so does transformer_score (exit 2, a line that says why).
 TEST(SignificanceProgram, RefusedCombinations) {
   THPC_REQUIRE_DATA("sacrebleu_tests/wmt17_en-de");

@@ -394,19 +394,27 @@ PairedResult paired_randomization(const TestedMetric& metric, const StatisticsTa
   // pos_sel = rng.integers(2, size=(T, N), dtype=bool), drawn at once: its bits are one
   // stream that rows do not restart.
   const std::vector<bool> coins = generator.coin_flips(static_cast<size_t>(trials) * segments);
-  std::vector<double> a(width), b(width);
+  // shuf_a = pos_sel @ bl_stats + neg_sel @ sys_stats: each product sums its rows in
+  // segment order (zeros for the rows not taken add nothing), and the two sums are added
+  // last, which for TER's fractional lengths is not the sum in segment order.
+  std::vector<double> a(width), b(width), a_system(width), b_system(width);
   int64_t above = 0;
   for (int64_t t = 0; t < trials; ++t) {
-    std::fill(a.begin(), a.end(), 0.0);
-    std::fill(b.begin(), b.end(), 0.0);
+    for (std::vector<double>* sums : {&a, &b, &a_system, &b_system}) {
+      std::fill(sums->begin(), sums->end(), 0.0);
+    }
     for (size_t i = 0; i < segments; ++i) {
       const bool from_baseline = coins[static_cast<size_t>(t) * segments + i];
-      const double* to_a = from_baseline ? baseline.row(i) : system.row(i);
-      const double* to_b = from_baseline ? system.row(i) : baseline.row(i);
+      double* to_baseline = from_baseline ? a.data() : b.data();
+      double* to_system = from_baseline ? b_system.data() : a_system.data();
       for (size_t k = 0; k < width; ++k) {
-        a[k] += to_a[k];
-        b[k] += to_b[k];
+        to_baseline[k] += baseline.row(i)[k];
+        to_system[k] += system.row(i)[k];
       }
+    }
+    for (size_t k = 0; k < width; ++k) {
+      a[k] += a_system[k];
+      b[k] += b_system[k];
     }
     const double trial_difference =
         std::abs(metric.randomized_score(a.data()) - metric.randomized_score(b.data()));
