@@ -205,6 +205,18 @@ TEST_F(SacreBleuSignificance, SameOutputOnRandomCorpora) {
   }
 }
 
+// -b with -ci prints as sacreBLEU's print_single_results: a score whose μ is 0 carries no
+// interval and no '=', is printed first, and the '=' lines' alignment is zipped with the
+// lines from the first: here BLEU (0) is printed twice and TER never.
+TEST_F(SacreBleuSignificance, ScoreOnlyWithIntervals) {
+  const std::string arguments =
+      write_lines("ref.txt", {"abcdef ghijkl", "mnopqr stuvwx yz"}) + " -i " +
+      write_lines("system.txt", {"abcdeg ghijkm", "mnopqs stuvwy zz"});
+  expect_same("", arguments + " -m bleu chrf ter -ci -cin 30 -b");
+  expect_same("", arguments + " -m ter chrf -ci -cin 30 -b -w 4");
+  expect_same("", arguments + " -m chrf ter bleu -ci -cin 1 -b");
+}
+
 // Approximate randomization with three references: TER's average reference lengths are
 // thirds, and sacreBLEU sums a pseudo-system's as pos_sel @ bl_stats + neg_sel @
 // sys_stats, the baseline's rows and the system's each in segment order, then the two sums:

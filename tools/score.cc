@@ -432,18 +432,44 @@ std::string format_score(double score, int width) {
   return text;
 }
 
-// The lines of several metrics, as sacreBLEU prints them: right-aligned at their " = "
-// (a -b score has none and is printed as it is).
-void print_lines(const std::vector<std::string>& lines) {
-  size_t width = 0;
-  for (const std::string& line : lines) {
-    const size_t equals = line.find(" = ");
-    if (equals != std::string::npos) width = std::max(width, equals);
+// The byte offset of code point `count` of UTF-8 `text` (its size when it has fewer).
+size_t code_point_offset(const std::string& text, size_t count) {
+  size_t offset = 0;
+  for (size_t seen = 0; offset < text.size(); ++offset) {
+    if ((static_cast<unsigned char>(text[offset]) & 0xC0) == 0x80) continue;
+    if (seen++ == count) return offset;
   }
+  return offset;
+}
+size_t code_points(const std::string& text) {
+  return static_cast<size_t>(std::count_if(text.begin(), text.end(), [](char c) {
+    return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  }));
+}
+
+// The lines of several metrics, as sacreBLEU's print_single_results prints them: a line
+// without '=' (a -b score without its interval) at once; then, right-aligned at one code
+// point before their first '=', as many lines as had one. These are the first lines, not
+// the ones with '=': Python's zip(lens, results) pairs them so, and with -b -ci a metric
+// whose μ is 0 comes first and the last of the others is never printed.
+void print_lines(const std::vector<std::string>& lines) {
+  std::vector<size_t> lengths;  // code points before the '=', less one
   for (const std::string& line : lines) {
-    const size_t equals = line.find(" = ");
-    const size_t pad = equals == std::string::npos ? 0 : width - equals;
-    std::cout << std::string(pad, ' ') << line << "\n";
+    const size_t equals = line.find('=');
+    if (equals == std::string::npos || equals == 0) {
+      std::cout << line << "\n";
+    } else {
+      lengths.push_back(code_points(line.substr(0, equals)) - 1);
+    }
+  }
+  if (lengths.empty()) return;
+  const size_t width = *std::max_element(lengths.begin(), lengths.end());
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    const size_t split = code_point_offset(lines[i], lengths[i]);
+    const std::string left = lines[i].substr(0, split);
+    const size_t shown = code_points(left);
+    std::cout << std::string(width > shown ? width - shown : 0, ' ') << left
+              << lines[i].substr(split) << "\n";
   }
 }
 
