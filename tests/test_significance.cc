@@ -217,6 +217,20 @@ TEST_F(SacreBleuSignificance, ScoreOnlyWithIntervals) {
   expect_same("", arguments + " -m chrf ter bleu -ci -cin 1 -b");
 }
 
+// Counts sacreBLEU takes below 1: -cin 0 or 1 is no interval, -pbsn and -parn of 0 or less
+// their defaults (the signature says which).
+TEST_F(SacreBleuSignificance, CountsBelowOne) {
+  std::mt19937 random(5);
+  const auto corpus = random_corpus(random, 12, 2);
+  const std::string one = write_lines("ref.txt", corpus[0]) + " -i " +
+                          write_lines("system1.txt", corpus[1]);
+  const std::string two = one + " " + write_lines("system2.txt", corpus[2]);
+  expect_same("", one + " -m bleu chrf -ci -cin 0");
+  expect_same("", one + " -m ter -ci -cin -3 -w 3");
+  expect_same("", two + " -m bleu -pbs -pbsn 0");
+  expect_same("", two + " -m chrf -par -parn -1");
+}
+
 // Approximate randomization with three references: TER's average reference lengths are
 // thirds, and sacreBLEU sums a pseudo-system's as pos_sel @ bl_stats + neg_sel @
 // sys_stats, the baseline's rows and the system's each in segment order, then the two sums:
@@ -247,8 +261,8 @@ TEST(SignificanceProgram, RefusedCombinations) {
       {two + " -sl", "only one system can be evaluated in sentence-level mode"},
       {one + " -sl -ci", "statistical tests"},
       {two + " -pbs -par", "one paired test at a time"},
-      {one + " -ci -cin 0", "--confidence-n 0 is not in [1, 1000000]"},
-      {two + " -par -parn 2000000", "--paired-ar-n 2000000 is not in"},
+      {one + " -ci -cin 1000001", "--confidence-n 1000001 is above 1000000"},
+      {two + " -par -parn 2000000", "--paired-ar-n 2000000 is above"},
       {two + " --tokenize moses", "multi-bleu.perl"},
       {one + " " + kWmt17 + "/newstest2017.xmu.4910.en-de", "is given twice"},
   };

@@ -89,7 +89,8 @@ struct CommandLine {
   // --confidence: bootstrap samples of one system's interval (1: none, as sacreBLEU).
   std::optional<int64_t> confidence_samples;
   std::optional<thpc::metrics::PairedTest> paired_test;
-  int64_t paired_samples = 0;  // --paired-bs-n or --paired-ar-n
+  int64_t paired_samples = 0;  // --paired-bs-n or --paired-ar-n (0 or less: the default)
+  int64_t paired_samples_given = 0;  // as given: the heading above the table says it
 };
 
 // The command line as Boost reads it, before it is checked and turned into a CommandLine.
@@ -222,12 +223,14 @@ void check_tests(const Given& given, CommandLine& command) {
   if (given.paired_bs && given.paired_ar) {
     THPC_FAIL("--paired-bs and --paired-ar: one paired test at a time");
   }
+  // As sacreBLEU: --confidence-n 1 or less is no interval, a paired test's count of 0 or
+  // less its default (1,000 or 10,000); only the cap is ours.
   for (const auto& [option, count] : std::vector<std::pair<const char*, int64_t>>{
            {"--confidence-n", given.confidence_n}, {"--paired-bs-n", given.paired_bs_n},
            {"--paired-ar-n", given.paired_ar_n}}) {
-    if (count < 1 || count > kMostSamples) {
-      THPC_FAIL(option << " " << count << " is not in [1, " << kMostSamples
-                << "] (the number of samples or trials)");
+    if (count > kMostSamples) {
+      THPC_FAIL(option << " " << count << " is above " << kMostSamples
+                << " (the number of samples or trials)");
     }
   }
   if (given.paired_jobs < 0) {
@@ -256,10 +259,12 @@ void check_tests(const Given& given, CommandLine& command) {
   if (given.confidence && given.confidence_n > 1) command.confidence_samples = given.confidence_n;
   if (given.paired_bs) {
     command.paired_test = thpc::metrics::PairedTest::kBootstrap;
-    command.paired_samples = given.paired_bs_n;
+    command.paired_samples = given.paired_bs_n < 1 ? 1000 : given.paired_bs_n;
+    command.paired_samples_given = given.paired_bs_n;
   } else if (given.paired_ar) {
     command.paired_test = thpc::metrics::PairedTest::kApproximateRandomization;
-    command.paired_samples = given.paired_ar_n;
+    command.paired_samples = given.paired_ar_n < 1 ? 10000 : given.paired_ar_n;
+    command.paired_samples_given = given.paired_ar_n;
   }
 }
 
@@ -659,7 +664,7 @@ void print_paired_test_explanation(const CommandLine& command, const std::string
   const bool bootstrap = command.paired_test == thpc::metrics::PairedTest::kBootstrap;
   const std::string heading = std::string("Paired ") +
                               (bootstrap ? "bootstrap resampling" : "approximate randomization") +
-                              " test with " + std::to_string(command.paired_samples) +
+                              " test with " + std::to_string(command.paired_samples_given) +
                               (bootstrap ? " resampling trials" : " trials");
   const std::string rule(heading.size(), '-');
   std::cout << rule << "\n" << heading << "\n" << rule << "\n"
