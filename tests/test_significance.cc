@@ -217,6 +217,44 @@ TEST_F(SacreBleuSignificance, ScoreOnlyWithIntervals) {
   expect_same("", arguments + " -m chrf ter bleu -ci -cin 1 -b");
 }
 
+// Corners the random corpora above miss: a system equal to the baseline (every sample's
+// difference 0, a tie that > does not count), add-k with a k float32 cannot hold (NumPy
+// rounds k to float32 before adding), short lines where approximate randomization's
+// add-k (k truncated in int64 arrays) decides between a smoothed precision and none,
+// three references (TER's lengths in thirds, summed in float32 per sample), chrF orders
+// that only the hypotheses have, eps smoothing, and TER on an empty reference.
+TEST_F(SacreBleuSignificance, SamplingCorners) {
+  std::mt19937 random(31);
+  const auto corpus = random_corpus(random, 50, 4);
+  const std::string references = write_lines("ref.txt", corpus[0]) + " " +
+                                 write_lines("ref2.txt", corpus[3]) + " " +
+                                 write_lines("ref3.txt", corpus[4]);
+  const std::string system = write_lines("system1.txt", corpus[1]);
+  expect_same("", references + " -i " + system + " " + write_lines("same.txt", corpus[1]) +
+                      " " + write_lines("system2.txt", corpus[2]) + " -m ter bleu chrf -pbs -w 10");
+  expect_same("", references + " -i " + system + " -m ter chrf -ci -w 10");
+  expect_same("", references + " -i " + system + " -m chrf -ci -w 12 --chrf-eps-smoothing");
+  expect_same("", write_lines("ref.txt", corpus[0]) + " -i " + system +
+                      " -m bleu -ci -w 16 -s add-k -sv 0.01");
+  expect_same("", write_lines("ref.txt", corpus[0]) + " -i " + system + " " +
+                      write_lines("system2.txt", corpus[2]) +
+                      " -m bleu -pbs -w 16 -s add-k -sv 0.01");
+  const std::vector<std::string> reference = {"a b c d e", "f g h", "i j k l", "m n"};
+  expect_same("", write_lines("short.txt", reference) + " -i " +
+                      write_lines("short1.txt", {"a b c d x", "f g h", "i j x l", "m"}) + " " +
+                      write_lines("short2.txt", {"a b x d e", "f x h", "i j k l", "m n"}) +
+                      " -m bleu -par -parn 300 -s add-k -sv 0.5 -w 6");
+  // References shorter than the hypotheses: orders with hypothesis n-grams and no
+  // reference ones, which chrF's effective orders leave out.
+  expect_same("", write_lines("tiny.txt", {"ab", "cd e"}) + " -i " +
+                      write_lines("long.txt", {"abcdefg", "c"}) + " -m chrf -ci -cin 20 -w 10");
+  // An empty reference: samples of it alone score TER 100 * 1.0, a Python float, and
+  // NumPy's arrays of the samples' scores are float64, not float32.
+  expect_same("", write_lines("gaps.txt", {"", "a b c"}) + " -i " +
+                      write_lines("gaps1.txt", {"x y", "a x c"}) + " " +
+                      write_lines("gaps2.txt", {"z", "a c"}) + " -m ter -pbs -pbsn 100 -w 12");
+}
+
 // Counts sacreBLEU takes below 1: -cin 0 or 1 is no interval, -pbsn and -parn of 0 or less
 // their defaults (the signature says which).
 TEST_F(SacreBleuSignificance, CountsBelowOne) {
