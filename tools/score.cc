@@ -453,28 +453,27 @@ size_t code_points(const std::string& text) {
 }
 
 // The lines of several metrics, as sacreBLEU's print_single_results prints them: a line
-// without '=' (a -b score without its interval) at once; then, right-aligned at one code
-// point before their first '=', as many lines as had one. These are the first lines, not
-// the ones with '=': Python's zip(lens, results) pairs them so, and with -b -ci a metric
-// whose μ is 0 comes first and the last of the others is never printed.
+// without '=' (a -b score without its interval) at once; then the lines with one,
+// right-aligned at one code point before their first '='. One departure: sacreBLEU pairs
+// the alignments with the lines from the first (zip(lens, results)), so that with -b -ci a
+// metric whose μ is 0 (no interval, no '=') is printed twice and the last metric never;
+// here each line is printed once.
 void print_lines(const std::vector<std::string>& lines) {
-  std::vector<size_t> lengths;  // code points before the '=', less one
+  std::vector<std::pair<const std::string*, size_t>> aligned;  // code points before '=', − 1
   for (const std::string& line : lines) {
     const size_t equals = line.find('=');
     if (equals == std::string::npos || equals == 0) {
       std::cout << line << "\n";
     } else {
-      lengths.push_back(code_points(line.substr(0, equals)) - 1);
+      aligned.emplace_back(&line, code_points(line.substr(0, equals)) - 1);
     }
   }
-  if (lengths.empty()) return;
-  const size_t width = *std::max_element(lengths.begin(), lengths.end());
-  for (size_t i = 0; i < lengths.size(); ++i) {
-    const size_t split = code_point_offset(lines[i], lengths[i]);
-    const std::string left = lines[i].substr(0, split);
-    const size_t shown = code_points(left);
-    std::cout << std::string(width > shown ? width - shown : 0, ' ') << left
-              << lines[i].substr(split) << "\n";
+  size_t width = 0;
+  for (const auto& [line, length] : aligned) width = std::max(width, length);
+  for (const auto& [line, length] : aligned) {
+    const size_t split = code_point_offset(*line, length);
+    std::cout << std::string(width - length, ' ') << line->substr(0, split)
+              << line->substr(split) << "\n";
   }
 }
 
