@@ -58,20 +58,33 @@ struct SeedVariable : ::testing::Test {
 };
 
 TEST_F(SeedVariable, ReadAsSacreBleuReadsIt) {
+  using Words = std::vector<uint32_t>;
   ::unsetenv("SACREBLEU_SEED");
   thpc::metrics::Seed seed = thpc::metrics::seed_from_environment();
-  EXPECT_EQ(seed.value, uint64_t{12345});
+  EXPECT_EQ(seed.words, Words{12345});
   EXPECT_EQ(seed.text, "12345");
   ::setenv("SACREBLEU_SEED", "NoNe", 1);
   seed = thpc::metrics::seed_from_environment();
-  EXPECT_FALSE(seed.value);
+  EXPECT_FALSE(seed.words);
   EXPECT_EQ(seed.text, "none");
+  EXPECT_EQ(seed.integer, "none");
   // --confidence's signature shows the variable as written, the paired tests its integer.
   ::setenv("SACREBLEU_SEED", "007", 1);
   seed = thpc::metrics::seed_from_environment();
-  EXPECT_EQ(seed.value, uint64_t{7});
+  EXPECT_EQ(seed.words, Words{7});
   EXPECT_EQ(seed.text, "007");
-  for (const char* bad : {"", "-1", "1.5", "seven", "12345678901234567890"}) {
+  EXPECT_EQ(seed.integer, "7");
+  // Python's int(): whitespace, '+', underscores; any size (SeedSequence's 32-bit words).
+  ::setenv("SACREBLEU_SEED", " +1_000 ", 1);
+  seed = thpc::metrics::seed_from_environment();
+  EXPECT_EQ(seed.words, Words{1000});
+  EXPECT_EQ(seed.integer, "1000");
+  ::setenv("SACREBLEU_SEED", "340282366920938463463374607431768211457", 1);  // 2^128 + 1
+  seed = thpc::metrics::seed_from_environment();
+  EXPECT_EQ(seed.words, (Words{1, 0, 0, 0, 1}));
+  ::setenv("SACREBLEU_SEED", "0_0", 1);
+  EXPECT_TRUE(thpc::metrics::seed_from_environment().is_zero());
+  for (const char* bad : {"", "-1", "1.5", "seven", "_1", "1_", "1__0", "+", "0x10"}) {
     ::setenv("SACREBLEU_SEED", bad, 1);
     EXPECT_THROW(thpc::metrics::seed_from_environment(), thpc::Error) << bad;
   }
@@ -185,6 +198,8 @@ TEST_F(SacreBleuSignificance, SameOutputOnRandomCorpora) {
   // truncates as NumPy's int64 arrays do), chrF++ and eps smoothing, TER's options, seeds.
   const std::vector<Case> cases = {
       {"", 60, 1, "-m bleu chrf ter -ci -w 10"},
+      {"SACREBLEU_SEED=18446744073709551617", 30, 2, "-m bleu chrf -pbs -pbsn 200 -w 8"},
+      {"SACREBLEU_SEED=' +4_2'", 30, 1, "-m chrf -ci -cin 100 -w 8"},
       {"SACREBLEU_SEED=7", 40, 1, "-m bleu -ci -cin 333 -w 14 -s floor -sv 0.3"},
       {"SACREBLEU_SEED=0042", 80, 1, "-m chrf ter -ci -cin 41 -w 9 -cw 2 --chrf-eps-smoothing"},
       {"", 1, 1, "-m bleu chrf ter -ci -cin 50 -w 6"},

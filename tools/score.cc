@@ -727,7 +727,7 @@ void print_systems_table(const CommandLine& command, const Scorers& scorers,
     const bool bootstrap = command.paired_test == thpc::metrics::PairedTest::kBootstrap;
     const thpc::metrics::Seed seed = thpc::metrics::seed_from_environment();
     // PairedTest's signature: the seed as an integer, "none" without one.
-    const std::string seed_text = seed.value ? std::to_string(*seed.value) : "none";
+    const std::string& seed_text = seed.integer;
     std::vector<std::unique_ptr<thpc::metrics::TestedMetric>> owned;
     std::vector<const thpc::metrics::TestedMetric*> metrics;
     for (const std::string& metric : command.metrics_as_given) {

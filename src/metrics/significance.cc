@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <random>
+#include <string_view>
 
 #include "common/error.h"
 #include "metrics/numpy_random.h"
@@ -257,7 +258,7 @@ class TestedTer : public TestedMetric {
 
 // The generator sacreBLEU makes: default_rng(seed), or default_rng(None) from the
 // operating system's entropy (NumPy takes 128 bits of it).
-NumpyGenerator make_generator(std::optional<uint64_t> seed) {
+NumpyGenerator make_generator(const std::optional<std::vector<uint32_t>>& seed) {
   if (seed) return NumpyGenerator(*seed);
   std::random_device device;
   std::vector<uint32_t> entropy(4);
@@ -339,7 +340,7 @@ double p_value(int64_t above, size_t samples) {
 // One system against the baseline by paired bootstrap resampling (_paired_bs_test).
 PairedResult paired_bootstrap(const TestedMetric& metric, const StatisticsTable& baseline,
                               double baseline_score, const StatisticsTable& system,
-                              int64_t samples, std::optional<uint64_t> seed) {
+                              int64_t samples, const std::optional<std::vector<uint32_t>>& seed) {
   PairedResult result;
   result.score = actual_score(metric, system);
   NumpyGenerator generator = make_generator(seed);
@@ -385,7 +386,8 @@ PairedResult paired_bootstrap(const TestedMetric& metric, const StatisticsTable&
 // a) and from the system otherwise; b is the other way round.
 PairedResult paired_randomization(const TestedMetric& metric, const StatisticsTable& baseline,
                                   double baseline_score, const StatisticsTable& system,
-                                  int64_t trials, std::optional<uint64_t> seed) {
+                                  int64_t trials,
+                                  const std::optional<std::vector<uint32_t>>& seed) {
   PairedResult result;
   result.score = actual_score(metric, system);
   const double difference = std::abs(baseline_score - result.score);
@@ -436,25 +438,54 @@ std::unique_ptr<TestedMetric> tested_ter(const TerScorer& scorer) {
   return std::make_unique<TestedTer>(scorer);
 }
 
+bool Seed::is_zero() const {
+  return words && std::all_of(words->begin(), words->end(), [](uint32_t w) { return w == 0; });
+}
+
 Seed seed_from_environment() {
   const char* variable = std::getenv("SACREBLEU_SEED");
-  Seed seed{uint64_t{12345}, "12345"};
+  Seed seed{std::vector<uint32_t>{12345}, "12345", "12345"};
   if (variable == nullptr) return seed;
   seed.text = variable;
   for (char& c : seed.text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (seed.text == "none") {
-    seed.value.reset();
+    seed.words.reset();
+    seed.integer = "none";
     return seed;
   }
-  const std::string& text = seed.text;
-  const bool digits = !text.empty() && text.size() <= 19 &&
-                      std::all_of(text.begin(), text.end(),
-                                  [](char c) { return c >= '0' && c <= '9'; });
-  if (!digits) {
+  // Python's int(): surrounding whitespace, a '+', underscores between digits.
+  const auto refuse = [&] {
     THPC_FAIL("SACREBLEU_SEED='" << variable << "' is not a seed: give a whole number from 0 "
-              "to 999999999999999999, or none for a seed from the operating system");
+              "(as Python's int() reads it), or none for a seed from the operating system");
+  };
+  std::string_view text = seed.text;
+  const auto is_space = [](char c) { return c == ' ' || (c >= '\t' && c <= '\r'); };
+  while (!text.empty() && is_space(text.front())) text.remove_prefix(1);
+  while (!text.empty() && is_space(text.back())) text.remove_suffix(1);
+  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+  std::string digits;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] >= '0' && text[i] <= '9') {
+      digits += text[i];
+    } else if (text[i] != '_' || i == 0 || i + 1 == text.size() || text[i + 1] == '_') {
+      refuse();
+    }
   }
-  seed.value = std::stoull(text);
+  if (digits.empty()) refuse();
+  // The decimal digits into 32-bit words: words = words · 10 + digit.
+  std::vector<uint32_t> words = {0};
+  for (const char digit : digits) {
+    uint64_t carry = static_cast<uint64_t>(digit - '0');
+    for (uint32_t& word : words) {
+      const uint64_t value = static_cast<uint64_t>(word) * 10 + carry;
+      word = static_cast<uint32_t>(value);
+      carry = value >> 32;
+    }
+    if (carry != 0) words.push_back(static_cast<uint32_t>(carry));
+  }
+  seed.words = words;
+  const size_t first = digits.find_first_not_of('0');
+  seed.integer = first == std::string::npos ? "0" : digits.substr(first);
   return seed;
 }
 
@@ -463,7 +494,7 @@ Interval bootstrap_interval(const TestedMetric& metric, const StatisticsTable& s
   THPC_CHECK(resamples > 1 && statistics.segments() > 0,
              "bootstrap of " << resamples << " samples of " << statistics.segments()
                              << " segments");
-  NumpyGenerator generator = make_generator(seed.value);
+  NumpyGenerator generator = make_generator(seed.words);
   std::vector<PyNumber> scores = resampled_scores(metric, statistics, resamples, generator);
   // Score.estimate_ci: sorted Python numbers, 0.5 * (upper − lower) in their type, and
   // statistics.mean: exact, rounded once to a double (to float32 for float32 scalars:
@@ -487,8 +518,8 @@ std::vector<std::vector<PairedResult>> paired_test(
   THPC_CHECK(systems.size() >= 2 && samples >= 1,
              systems.size() << " systems, " << samples << " samples");
   // PairedTest: `seed if seed else None`: a seed of 0 leaves each pair's generator unseeded.
-  std::optional<uint64_t> pair_seed;
-  if (seed.value.value_or(0) != 0) pair_seed = seed.value;
+  std::optional<std::vector<uint32_t>> pair_seed;
+  if (seed.words && !seed.is_zero()) pair_seed = seed.words;
   std::vector<std::vector<PairedResult>> results;
   for (const TestedMetric* metric : metrics) {
     std::vector<PairedResult>& row = results.emplace_back();
@@ -499,7 +530,7 @@ std::vector<std::vector<PairedResult>> paired_test(
     if (test == PairedTest::kBootstrap) {
       // The baseline's interval from _bootstrap_resample, seeded from SACREBLEU_SEED as
       // read there (0 stays 0).
-      NumpyGenerator generator = make_generator(seed.value);
+      NumpyGenerator generator = make_generator(seed.words);
       baseline_result.interval =
           numpy_interval(resampled_scores(*metric, baseline, samples, generator));
     }

@@ -77,11 +77,16 @@ std::unique_ptr<TestedMetric> tested_bleu(const BleuScorer& scorer);
 std::unique_ptr<TestedMetric> tested_chrf(const ChrfScorer& scorer);
 std::unique_ptr<TestedMetric> tested_ter(const TerScorer& scorer);
 
-// The generator's seed as sacreBLEU reads SACREBLEU_SEED: a non-negative integer (default
-// 12345), or "none" (any case) for one drawn from the operating system.
+// The generator's seed as sacreBLEU reads SACREBLEU_SEED: a non-negative integer as
+// Python's int() reads it (default 12345; any size, as NumPy's SeedSequence takes it), or
+// "none" (any case) for one drawn from the operating system.
 struct Seed {
-  std::optional<uint64_t> value;  // nullopt: from the operating system
-  std::string text;               // the variable as given, lowercased ("12345", "none")
+  // The integer's 32-bit words, least significant first, as SeedSequence splits an int;
+  // nullopt: from the operating system.
+  std::optional<std::vector<uint32_t>> words;
+  std::string text;     // the variable as given, lowercased: --confidence's signature
+  std::string integer;  // str(int(text)), or "none": the paired tests' signature
+  bool is_zero() const;
 };
 // Reads SACREBLEU_SEED; throws thpc::Error naming it when it is neither.
 Seed seed_from_environment();
