@@ -32,10 +32,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const std::u32string lower = python_lower(*text);
   python_rstrip(lower);
-  for (const TokenizerKind kind :
-       {TokenizerKind::k13a, TokenizerKind::kIntl, TokenizerKind::kChar, TokenizerKind::kNone}) {
+  for (const TokenizerKind kind : {TokenizerKind::k13a, TokenizerKind::kIntl,
+                                   TokenizerKind::kChar, TokenizerKind::kNone}) {
     tokenize(*text, kind);
   }
+  // zh: tokens joined by single spaces, none at either end (' '.join(line.split())).
+  const std::u32string zh = tokenize(*text, TokenizerKind::kZh);
+  fuzz::require(zh.empty() || (zh.front() != U' ' && zh.back() != U' ' &&
+                               zh.find(U"  ") == std::u32string::npos),
+                "zh's tokens are joined by single spaces");
   // The line scored against itself, as transformer_score would.
   const std::string line(bytes);
   const BleuScore score = sentence_bleu(line, {line}, BleuOptions{});

@@ -16,7 +16,7 @@
 # exits 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-targets=(config shard checkpoint bleu_tokenize ter ptb_trees)
+targets=(config shard checkpoint bleu_tokenize ter ptb_trees score_output)
 which=${1:-all}
 seconds=${2:-60}
 build=${BUILD_FUZZ:-build-fuzz}
@@ -107,6 +107,12 @@ printf 'Die Katze saß auf der Matte — „schön“ (1.000,50 €)!' > "$seeds
 printf 'Ελληνικά ΣΊΣΥΦΟΣ 日本語のテキスト، عربى\t end.' > "$seeds/bleu_tokenize/hand.1"
 # TER reads the same lines.
 cp "$seeds/bleu_tokenize/"* "$seeds/ter/"
+# transformer_score's output: a double's bytes, then cells apart at U+001F (a score, a
+# two-line paired cell, a system name with quotes and non-ASCII characters).
+printf '\x9a\x99\x99\x99\x99\x4c\x3c\x40System\x1fBLEU (\xce\xbc \xc2\xb1 95%% CI)\x1fTER\x1f'\
+'Baseline: sys "1".txt\x1f28.3 (28.3 \xc2\xb1 0.7)\x1f61.2\x1fsyst\xc3\xa8me\\2\x1f'\
+'26.1 (26.1 \xc2\xb1 0.7)\n(p = 0.0010)*\x1f64.1\n(p = 0.3417)' > "$seeds/score_output/paired"
+cp "$seeds/bleu_tokenize/hand."* "$seeds/score_output/"
 
 # ---- runs ----
 # Stopped (Ctrl-C, a job's time limit), the fuzzers started in the background stop too,
