@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <random>
 #include <sstream>
 #include <string>
@@ -306,6 +307,47 @@ TEST_F(SacreBleuSignificance, RandomizedTerWithFractionalLengths) {
       write_lines("system2.txt", corpus[2]);
   expect_same("", arguments + " -m ter -par -parn 2000 -w 6");
   expect_same("", arguments + " -m ter bleu -par -parn 500 -w 6 --ter-normalized");
+}
+
+// Without -i, standard input's tab-separated columns are the systems, as sacreBLEU reads
+// them: "System 1", "System 2" (with a paired test "Baseline", "System 1", and the heading's
+// "compared to ."), universal newlines, the first line's fields not stripped.
+TEST_F(SacreBleuSignificance, StandardInputColumnsAreSystems) {
+  std::mt19937 random(5);
+  const auto corpus = random_corpus(random, 40, 3);
+  // (An empty last field would be stripped away with the line, in sacreBLEU too.)
+  const auto field = [](const std::string& text) { return text.empty() ? "x" : text; };
+  std::vector<std::string> rows;
+  for (size_t i = 0; i < corpus[0].size(); ++i) {
+    rows.push_back(field(corpus[1][i]) + (i == 0 ? " \t" : "\t") + field(corpus[2][i]) + "\t" +
+                   field(corpus[3][i]) + (i % 7 == 3 ? " " : ""));
+  }
+  const std::string reference = write_lines("ref.txt", corpus[0]);
+  const std::string columns = write_lines("columns.txt", rows);
+  expect_same("", reference + " -m bleu chrf --chrf-whitespace -w 6 < " + columns);
+  expect_same("", reference + " -m ter bleu -pbs -pbsn 100 -w 3 < " + columns);
+  expect_same("", reference + " -m bleu -par -parn 100 -f json < " + columns);
+  // One column, its lines ended by \r, \r\n and \n: one system, as a file of them.
+  std::string mixed;
+  for (size_t i = 0; i < corpus[1].size(); ++i) {
+    mixed += corpus[1][i] + (i % 3 == 0 ? "\r" : i % 3 == 1 ? "\r\n" : "\n");
+  }
+  std::ofstream(dir / "mixed.txt", std::ios::binary) << mixed;
+  expect_same("", reference + " -m bleu chrf -w 6 < " + (dir / "mixed.txt").string());
+  // Lines of other field counts: refused, the line named (sacreBLEU exits 17).
+  std::ofstream(dir / "ragged.txt") << "a b\tc d\ne f\n";
+  const thpc::ProcessResult ragged = run_score(
+      write_lines("two.txt", {"a b", "e f"}) + " < " + (dir / "ragged.txt").string() + " 2>&1");
+  EXPECT_EQ(ragged.exit_code, 1) << ragged.output;
+  EXPECT_NE(ragged.output.find("<stdin>: line 2 has 1 tab-separated fields, line 1 has 2"),
+            std::string::npos)
+      << ragged.output;
+  // What several systems cannot do, said once they are counted (exit 2, a usage error).
+  const thpc::ProcessResult confidence =
+      run_score(reference + " -ci < " + columns + " 2>&1");
+  EXPECT_EQ(confidence.exit_code, 2) << confidence.output;
+  EXPECT_NE(confidence.output.find("--confidence is for one system"), std::string::npos)
+      << confidence.output;
 }
 
 // Where sacreBLEU refuses, so does transformer_score (exit 2, a line that says why).

@@ -24,6 +24,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -59,8 +60,9 @@ constexpr const char* kUsageHead =
     "Scores the hypothesis (HYP, or standard input) against one or more reference\n"
     "files, one segment per line, with BLEU, chrF and TER exactly as sacreBLEU 2.x\n"
     "computes them, or with the paper's tokenized BLEU (--tokenize moses-compound).\n"
-    "Several systems after -i are scored in one table, and --paired-bs or --paired-ar\n"
-    "compares them with the first (the baseline), with sacreBLEU's samples. A file\n"
+    "Several systems after -i (or without -i, standard input's tab-separated columns)\n"
+    "are scored in one table, and --paired-bs or --paired-ar compares them with the\n"
+    "first (the baseline), with sacreBLEU's samples. A file\n"
     "named - is standard input (HYP or one REF); a gzip-compressed file, which\n"
     "sacreBLEU opens itself, is refused (give it as - : zcat F.gz | ...). Options\n"
     "are sacreBLEU's, spelt as after `sacrebleu` (-tok, -lc, -sv, -cc ... or their\n"
@@ -72,6 +74,9 @@ struct CommandLine {
   // -i SYS1 SYS2 ...: every system after the first (the one hypothesis_path names), each
   // once; "-" is standard input.
   std::vector<std::string> more_systems;
+  // No -i: standard input's lines, each line's tab-separated fields a system each
+  // (sacreBLEU's way of giving several systems without files).
+  bool systems_in_columns = false;
   thpc::metrics::BleuOptions options;
   // -m: sacreBLEU's metric names, each once, in sacreBLEU's order of printing (by name).
   std::vector<std::string> metrics = {"bleu"};
@@ -86,6 +91,7 @@ struct CommandLine {
   bool help = false;
   // --tokenize moses | moses-compound: multi-bleu.perl instead of sacreBLEU's BLEU.
   std::optional<thpc::metrics::MosesBleuOptions> moses;
+  bool confidence = false;  // --confidence given, whatever --confidence-n
   // --confidence: bootstrap samples of one system's interval (1: none, as sacreBLEU).
   std::optional<int64_t> confidence_samples;
   std::optional<thpc::metrics::PairedTest> paired_test;
@@ -215,6 +221,26 @@ std::string usage() {
   return text;
 }
 
+// What `systems` systems cannot be given with the rest of `command`, in sacreBLEU's words
+// ("" for nothing).
+std::string system_count_problem(const CommandLine& command, size_t systems) {
+  if (systems > 1 && command.moses) {
+    return "multi-bleu.perl (--tokenize moses or moses-compound) scores one system";
+  }
+  if (systems > 1 && command.sentence_level) {
+    return "only one system can be evaluated in sentence-level mode (-sl)";
+  }
+  if (command.paired_test && systems == 1) {
+    return "paired tests require several systems: after -i, the baseline first (-i BASELINE "
+           "SYSTEM), or as tab-separated columns of standard input";
+  }
+  if (systems > 1 && command.confidence) {
+    return "--confidence is for one system: for several, use a paired test (--paired-bs "
+           "gives each system's interval too)";
+  }
+  return "";
+}
+
 // --confidence and the paired tests, refused where sacreBLEU refuses them (in its order,
 // in its words), then kept in `command`.
 void check_tests(const Given& given, CommandLine& command) {
@@ -236,25 +262,15 @@ void check_tests(const Given& given, CommandLine& command) {
   if (given.paired_jobs < 0) {
     THPC_FAIL("--paired-jobs " << given.paired_jobs << " is below 0");
   }
-  if (command.moses && (systems > 1 || given.confidence || paired)) {
+  if (command.moses && (given.confidence || paired)) {
     THPC_FAIL("multi-bleu.perl (--tokenize moses or moses-compound) scores one system, "
               "without intervals or paired tests");
   }
-  if (command.sentence_level) {
-    if (systems > 1) THPC_FAIL("only one system can be evaluated in sentence-level mode (-sl)");
-    if (given.confidence || paired) {
-      THPC_FAIL("statistical tests (--confidence, --paired-bs, --paired-ar) are unavailable "
-                "in sentence-level mode (-sl)");
-    }
+  if (command.sentence_level && (given.confidence || paired)) {
+    THPC_FAIL("statistical tests (--confidence, --paired-bs, --paired-ar) are unavailable "
+              "in sentence-level mode (-sl)");
   }
-  if (paired && systems == 1) {
-    THPC_FAIL("paired tests require several systems after -i: the baseline first, e.g. "
-              "-i BASELINE SYSTEM");
-  }
-  if (systems > 1 && given.confidence) {
-    THPC_FAIL("--confidence is for one system: for several, use a paired test (--paired-bs "
-              "gives each system's interval too)");
-  }
+  command.confidence = given.confidence;
   // sacreBLEU bootstraps only above one sample: -cin 1 prints no interval.
   if (given.confidence && given.confidence_n > 1) command.confidence_samples = given.confidence_n;
   if (given.paired_bs) {
@@ -265,6 +281,11 @@ void check_tests(const Given& given, CommandLine& command) {
     command.paired_test = thpc::metrics::PairedTest::kApproximateRandomization;
     command.paired_samples = given.paired_ar_n < 1 ? 10000 : given.paired_ar_n;
     command.paired_samples_given = given.paired_ar_n;
+  }
+  // Standard input's columns are counted once it is read (run()).
+  if (!command.systems_in_columns) {
+    const std::string problem = system_count_problem(command, systems);
+    if (!problem.empty()) THPC_FAIL(problem);
   }
 }
 
@@ -304,6 +325,7 @@ CommandLine parse_command_line(int argc, char** argv) {
   // "-" is standard input, as decode, evalb and trees read it (sacreBLEU takes a file of
   // that name: "-: no such file" here before); one of the files only.
   if (!systems.empty() && systems.front() != "-") command.hypothesis_path = systems.front();
+  command.systems_in_columns = systems.empty();
   if (systems.size() > 1) command.more_systems.assign(systems.begin() + 1, systems.end());
   const auto standard_inputs = std::count(command.reference_paths.begin(),
                                           command.reference_paths.end(), std::string("-")) +
@@ -517,6 +539,46 @@ std::string carriage_return_hint(const std::string& source,
   return problem.empty() ? std::string() : "; " + problem + thpc::kCarriageReturnAdvice;
 }
 
+// Standard input as sacreBLEU reads it without -i: universal newlines (\r\n, \r and \n
+// end a line), each line's trailing whitespace removed, and its tab-separated fields the
+// systems' segments, each field's trailing whitespace removed too but on the first line
+// (sacreBLEU strips those only with the line). One column is one system, as before.
+std::vector<std::vector<std::string>> read_columns(std::istream& in) {
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string lines_text;
+  lines_text.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\r') {
+      lines_text += text[i];
+      continue;
+    }
+    lines_text += '\n';
+    if (i + 1 < text.size() && text[i + 1] == '\n') ++i;
+  }
+  std::istringstream stream(lines_text);
+  const std::vector<std::string> lines = thpc::metrics::read_segments(stream, "<stdin>");
+  std::vector<std::vector<std::string>> columns;
+  for (size_t l = 0; l < lines.size(); ++l) {
+    std::vector<std::string> fields;
+    std::stringstream line(lines[l]);
+    for (std::string field; std::getline(line, field, '\t');) fields.push_back(field);
+    if (lines[l].empty() || lines[l].back() == '\t') fields.emplace_back();
+    if (l == 0) columns.resize(fields.size());
+    if (fields.size() != columns.size()) {
+      THPC_FAIL("<stdin>: line " << l + 1 << " has " << fields.size()
+                << " tab-separated fields, line 1 has " << columns.size()
+                << ": without -i each line holds one segment of every system, apart by tabs "
+                   "(give the systems as files after -i otherwise)");
+    }
+    for (size_t s = 0; s < fields.size(); ++s) {
+      columns[s].push_back(l == 0 ? fields[s]
+                                  : thpc::metrics::encode_utf8(thpc::metrics::python_rstrip(
+                                        *thpc::metrics::decode_utf8(fields[s]))));
+    }
+  }
+  return columns;
+}
+
 // The systems' names as sacreBLEU's table shows them (the file names as given), and the
 // source each is read from in messages ("<stdin>" for -).
 std::vector<std::string> system_names(const CommandLine& command) {
@@ -698,9 +760,9 @@ void print_paired_test_explanation(const CommandLine& command, const std::string
 // Several systems: sacreBLEU's table (a column per metric, a row per system), with a
 // paired test's intervals and p-values, then the metrics' signatures.
 void print_systems_table(const CommandLine& command, const Scorers& scorers,
-                         const std::vector<std::vector<std::string>>& systems) {
+                         const std::vector<std::vector<std::string>>& systems,
+                         std::vector<std::string> names) {
   const int width = command.width.value_or(1);
-  std::vector<std::string> names = system_names(command);
   std::vector<std::string> headers = {"System"};
   std::vector<std::vector<std::string>> columns;
   std::vector<std::pair<std::string, std::string>> signatures;  // name, signature
@@ -736,7 +798,6 @@ void print_systems_table(const CommandLine& command, const Scorers& scorers,
     }
     const auto results = thpc::metrics::paired_test(metrics, systems, *command.paired_test,
                                                     command.paired_samples, seed);
-    names.front() = "Baseline: " + names.front();
     for (size_t m = 0; m < metrics.size(); ++m) {
       headers.push_back(metrics[m]->name() + (bootstrap ? " (\u03bc \u00b1 95% CI)" : ""));
       std::vector<std::string>& column = columns.emplace_back();
@@ -791,7 +852,12 @@ void print_systems_table(const CommandLine& command, const Scorers& scorers,
   }
   columns.insert(columns.begin(), names);
   std::cout << thpc::metrics::fancy_grid_table(headers, columns, width) << "\n\n";
-  if (command.paired_test) print_paired_test_explanation(command, names.front());
+  // sacreBLEU names the baseline here only when its name starts "Baseline:" (a file's;
+  // standard input's columns say "compared to .").
+  if (command.paired_test) {
+    print_paired_test_explanation(
+        command, names.front().rfind("Baseline:", 0) == 0 ? names.front() : std::string());
+  }
   std::cout << "-----------------\nMetric signatures\n-----------------\n";
   for (const auto& [name, signature] : signatures) {
     std::string padded = name;
@@ -816,11 +882,30 @@ int run(const CommandLine& command) {
                                      : read_text(command, path));
   }
   std::vector<std::vector<std::string>> systems;
-  for (const std::string& name : names) {
-    const std::string source = source_of(name);
-    systems.push_back(name == "-" ? read_text(command, std::cin, source)
-                                  : read_text(command, name));
-    const std::vector<std::string>& hypotheses = systems.back();
+  // The names the table shows: the files (the first "Baseline: FILE" with a paired test),
+  // or for standard input's columns sacreBLEU's "System 1", "System 2" ... ("Baseline",
+  // "System 1" ... with a paired test).
+  std::vector<std::string> shown_names = names;
+  if (command.systems_in_columns && !command.moses) {
+    systems = read_columns(std::cin);
+    const std::string problem = system_count_problem(command, systems.size());
+    if (!problem.empty()) throw thpc::tools::UsageError(problem);
+    shown_names.clear();
+    for (size_t s = 0; s < systems.size(); ++s) {
+      shown_names.push_back(command.paired_test && s == 0
+                                ? "Baseline"
+                                : "System " + std::to_string(command.paired_test ? s : s + 1));
+    }
+  } else {
+    for (const std::string& name : names) {
+      systems.push_back(name == "-" ? read_text(command, std::cin, source_of(name))
+                                    : read_text(command, name));
+    }
+    if (command.paired_test) shown_names.front() = "Baseline: " + shown_names.front();
+  }
+  for (size_t s = 0; s < systems.size(); ++s) {
+    const std::string source = s < names.size() ? source_of(names[s]) : "<stdin>";
+    const std::vector<std::string>& hypotheses = systems[s];
     if (hypotheses.empty()) THPC_FAIL(source << ": no segments");
     for (size_t r = 0; r < references.size(); ++r) {
       if (references[r].size() != hypotheses.size()) {
@@ -846,7 +931,7 @@ int run(const CommandLine& command) {
   if (systems.size() == 1) {
     print_one_system(command, scorers, systems.front());
   } else {
-    print_systems_table(command, scorers, systems);
+    print_systems_table(command, scorers, systems, shown_names);
   }
   return 0;
 }
