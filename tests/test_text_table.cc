@@ -1,7 +1,8 @@
-// sacreBLEU's multi-system text table (metrics/text_table.h): pinned tables printed by
-// tabulate 0.10.0 as sacreBLEU 2.6 calls it, so the suite checks without Python; then, when
-// the interpreter has tabulate, hand-picked awkward cells and a few hundred random tables
-// like sacreBLEU's compared byte for byte with tabulate itself (tests/tabulate_tables.py).
+// sacreBLEU's multi-system tables (metrics/text_table.h), -f text (fancy_grid) and -f latex
+// (latex_booktabs): pinned tables printed by tabulate 0.10.0 as sacreBLEU 2.6 calls it, so
+// the suite checks without Python; then, when the interpreter has tabulate, hand-picked
+// awkward cells and a few hundred random tables like sacreBLEU's, in both formats, compared
+// byte for byte with tabulate itself (tests/tabulate_tables.py).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -18,6 +19,7 @@
 namespace {
 
 using thpc::metrics::fancy_grid_table;
+using thpc::metrics::latex_booktabs_table;
 
 struct Table {
   std::vector<std::string> headers;
@@ -25,9 +27,20 @@ struct Table {
   int width = 1;
 };
 
-std::string print(const Table& table) {
-  return fancy_grid_table(table.headers, table.columns, table.width);
+// sacreBLEU's -f text and -f latex; the names are tabulate's (tabulate_tables.py takes them).
+enum class Format { kFancyGrid, kLatexBooktabs };
+
+const char* format_name(Format format) {
+  return format == Format::kFancyGrid ? "fancy_grid" : "latex_booktabs";
 }
+
+std::string print(const Table& table, Format format = Format::kFancyGrid) {
+  return format == Format::kFancyGrid
+             ? fancy_grid_table(table.headers, table.columns, table.width)
+             : latex_booktabs_table(table.headers, table.columns, table.width);
+}
+
+std::string latex(const Table& table) { return print(table, Format::kLatexBooktabs); }
 
 TEST(TextTable, PlainScoresAndTheBaseline) {
   // "1e5" is a number: the column is re-printed with one decimal.
@@ -112,6 +125,62 @@ TEST(TextTable, EmptyTablesAndCells) {
 ╘══════════╧════════╛)");
 }
 
+// ---- -f latex ------------------------------------------------------------------------
+
+TEST(LatexTable, PairedScoresWithAPValueAfterASpace) {
+  // Widths are those of the text before escaping: "ours\&co\%.txt" pads as "ours&co%.txt".
+  const Table table{{"System", "BLEU (μ ± 95% CI)", "chrF2"},
+                    {{"Baseline: sys/base_1.txt", "ours&co%.txt", "x~y^2$#{z}.de"},
+                     {"28.3 (28.3 ± 0.6)", "28.1 (28.0 ± 0.7) (p = 0.0010)*",
+                      "27.9 (28.0 ± 0.5) (p = 0.3170)"},
+                     {"60", "61", "62"}},
+                    1};
+  EXPECT_EQ(latex(table), R"tex(\begin{tabular}{rcc}
+\toprule
+                   System &        BLEU (μ ± 95\% CI)        &  chrF2  \\
+\midrule
+ Baseline: sys/base\_1.txt &        28.3 (28.3 ± 0.6)        &   60    \\
+             ours\&co\%.txt & 28.1 (28.0 ± 0.7) (p = 0.0010)* &   61    \\
+            x\textasciitilde{}y\^{}2\$\#\{z\}.de & 27.9 (28.0 ± 0.5) (p = 0.3170)  &   62    \\
+\bottomrule
+\end{tabular})tex");
+}
+
+TEST(LatexTable, NumericLookingCellsAndBackslashes) {
+  // As in fancy_grid: "1.5" and "007" make a float column, at 0 decimals "2" and "7".
+  const Table table{
+      {"System", "BLEU", "TER"}, {{"1.5", "007"}, {"28", "nan"}, {"  28.3", "a\\b<c>"}}, 0};
+  EXPECT_EQ(latex(table), R"tex(\begin{tabular}{rcc}
+\toprule
+   System &  BLEU  &  TER   \\
+\midrule
+        2 &   28   &  28.3  \\
+        7 &  nan   & a\textbackslash{}b\ensuremath{<}c\ensuremath{>} \\
+\bottomrule
+\end{tabular})tex");
+}
+
+TEST(LatexTable, NoRowsAndLineBreaks) {
+  // Without rows tabulate has no column alignments: an empty column specification.
+  EXPECT_EQ(latex({{"System", "BLEU"}, {{}, {}}, 2}), R"tex(\begin{tabular}{}
+\toprule
+  System  &  BLEU  \\
+\midrule
+\bottomrule
+\end{tabular})tex");
+  // Not a multi-line format: "\n" is one character of the name, printed inside the row.
+  EXPECT_EQ(latex({{"System", "BLEU"}, {{"a\nb_c", "x"}, {"1e5", ""}}, 1}),
+            R"tex(\begin{tabular}{rc}
+\toprule
+   System &   BLEU   \\
+\midrule
+    a
+b\_c & 100000.0 \\
+        x &          \\
+\bottomrule
+\end{tabular})tex");
+}
+
 // ---- Against Python's tabulate -------------------------------------------------------
 
 std::string hex(const std::string& bytes) {
@@ -126,7 +195,7 @@ std::string hex(const std::string& bytes) {
 
 // Prints every table with tests/tabulate_tables.py; empty when the interpreter has no
 // tabulate and was not named (the caller skips), a failure when it was.
-std::vector<std::string> tabulate_in_python(const std::vector<Table>& tables,
+std::vector<std::string> tabulate_in_python(const std::vector<Table>& tables, Format format,
                                             const std::string& scratch, bool* skipped) {
   *skipped = false;
   const thpc::Interpreter python = thpc::python_interpreter();
@@ -153,7 +222,7 @@ std::vector<std::string> tabulate_in_python(const std::vector<Table>& tables,
   }
   const thpc::ProcessResult result = thpc::run_process(
       "'" + python.path + "' " THPC_SOURCE_DIR "/tests/tabulate_tables.py " + scratch +
-      "/tables.txt > " + scratch + "/printed.bin");
+      "/tables.txt " + format_name(format) + " > " + scratch + "/printed.bin");
   EXPECT_EQ(result.exit_code, 0) << result.output;
   const std::string printed = thpc::read_file(scratch + "/printed.bin");
   std::vector<std::string> out;
@@ -167,9 +236,10 @@ std::vector<std::string> tabulate_in_python(const std::vector<Table>& tables,
 
 class TextTableVsTabulate : public thpc::ScratchDirectoryTest {
  protected:
-  void compare(const std::vector<Table>& tables) {
+  void compare(const std::vector<Table>& tables, Format format) {
     bool skipped = false;
-    const std::vector<std::string> expected = tabulate_in_python(tables, path("."), &skipped);
+    const std::vector<std::string> expected =
+        tabulate_in_python(tables, format, path("."), &skipped);
     if (skipped) {
       GTEST_SKIP() << "Python's tabulate (sacreBLEU's dependency) is not importable by "
                    << thpc::python_interpreter().path << ", which was not named ($THPC_PYTHON)";
@@ -180,8 +250,9 @@ class TextTableVsTabulate : public thpc::ScratchDirectoryTest {
         cells << "\n  [" << tables[i].headers[c] << "]";
         for (const std::string& cell : tables[i].columns[c]) cells << " [" << cell << "]";
       }
-      EXPECT_EQ(print(tables[i]), expected[i]) << "table " << i << ", width "
-                                               << tables[i].width << ":" << cells.str();
+      EXPECT_EQ(print(tables[i], format), expected[i])
+          << format_name(format) << " table " << i << ", width " << tables[i].width << ":"
+          << cells.str();
     }
   }
 };
@@ -194,7 +265,10 @@ TEST_F(TextTableVsTabulate, AwkwardCells) {
       "1_000", "1__0", "_1", "0x10", "007", "-0", "-0.04", "2.5", "0.125", "True", "False",
       "١٢٣", "１.５", "\u2003 42\u3000", "\x1c" "5", "\n", "1,000\n", "12\n", "a\rb", "a\r\nb",
       "x\vy\nz", "\xff\xfe.txt", "a\xe4\xb8" "b", "", " ", "système_ä.txt", "中文 文件.txt",
-      "(p = 0.0010)*", "28.3 (28.3 ± 0.6)\n(p = 0.0010)*", "1.5", "1e5", "12"};
+      "(p = 0.0010)*", "28.3 (28.3 ± 0.6)\n(p = 0.0010)*", "1.5", "1e5", "12",
+      // LaTeX's specials, escaped by latex_booktabs after padding
+      "a_b%c&d#e$f", "{x}~^\\", "<sys>.txt", "\\textbf{x}", "~/out_1.de", "^", "\\",
+      "28.1 (28.0 ± 0.7) (p = 0.0010)*"};
   std::vector<Table> tables;
   for (int width = 0; width <= 6; ++width) {
     for (size_t a = 0; a < awkward.size(); ++a) {
@@ -208,7 +282,8 @@ TEST_F(TextTableVsTabulate, AwkwardCells) {
                         width});
     }
   }
-  compare(tables);
+  compare(tables, Format::kFancyGrid);
+  compare(tables, Format::kLatexBooktabs);
 }
 
 std::string fixed(double value, int decimals) {
@@ -217,15 +292,19 @@ std::string fixed(double value, int decimals) {
   return buffer;
 }
 
-TEST_F(TextTableVsTabulate, RandomTablesLikeSacrebleus) {
-  std::mt19937 random(20260611);
+// Tables like sacreBLEU's: system names (digits only, "007", "12.5", paths with Unicode and
+// LaTeX's specials, now and then a line break), scores, bootstrap intervals, p-values: on
+// their own line for -f text, after a space for -f latex (_format_score_lines' multiline).
+std::vector<Table> random_sacrebleu_tables(Format format, unsigned seed) {
+  std::mt19937 random(seed);
   auto pick = [&](int low, int high) {
     return std::uniform_int_distribution<int>(low, high)(random);
   };
   const std::vector<std::string> metrics = {"BLEU", "chrF2", "chrF2++", "TER"};
   const std::vector<std::string> name_parts = {
       "newstest2017", "sys", "out", "système_ä", "中文", "データ", "Ünïcödé", "ölçü", "Ωμέγα",
-      "my system", "a b", "run-3", "ckpt_avg", "x"};
+      "my system", "a b", "run-3", "ckpt_avg", "x", "50%_&_more", "#1$", "{a}", "~user",
+      "x^2", "back\\slash", "<b>", "two\nlines"};
   auto system_name = [&]() -> std::string {
     switch (pick(0, 5)) {
       case 0: return std::to_string(pick(0, 99999));                  // digits only
@@ -236,7 +315,8 @@ TEST_F(TextTableVsTabulate, RandomTablesLikeSacrebleus) {
         std::string name = pick(0, 1) ? "/data/" : "";
         const int parts = pick(1, 3);
         for (int p = 0; p < parts; ++p) {
-          name += (p > 0 ? "/" : "") + name_parts[static_cast<size_t>(pick(0, 13))];
+          const int part = pick(0, static_cast<int>(name_parts.size()) - 1);
+          name += (p > 0 ? "/" : "") + name_parts[static_cast<size_t>(part)];
         }
         return name + (pick(0, 1) ? ".txt" : ".de");
       }
@@ -271,7 +351,8 @@ TEST_F(TextTableVsTabulate, RandomTablesLikeSacrebleus) {
         }
         if (paired && r > 0) {
           const double p = pick(1, 10000) / 10000.0;
-          cell += "\n(p = " + fixed(p, 4) + ")" + (p <= 0.05 ? "*" : "");
+          cell += (format == Format::kFancyGrid ? "\n(p = " : " (p = ") + fixed(p, 4) + ")" +
+                  (p <= 0.05 ? "*" : "");
         }
         cells.push_back(cell);
       }
@@ -279,7 +360,15 @@ TEST_F(TextTableVsTabulate, RandomTablesLikeSacrebleus) {
     }
     tables.push_back(table);
   }
-  compare(tables);
+  return tables;
+}
+
+TEST_F(TextTableVsTabulate, RandomTablesLikeSacrebleus) {
+  compare(random_sacrebleu_tables(Format::kFancyGrid, 20260611), Format::kFancyGrid);
+}
+
+TEST_F(TextTableVsTabulate, RandomLatexTablesLikeSacrebleus) {
+  compare(random_sacrebleu_tables(Format::kLatexBooktabs, 20260612), Format::kLatexBooktabs);
 }
 
 // Short random strings of number-like characters, line breaks, Unicode spaces and digits:
@@ -293,7 +382,8 @@ TEST_F(TextTableVsTabulate, RandomNumberLikeStrings) {
   const std::vector<std::string> alphabet = {
       "0", "1", "2", "5", "9", "0", "1", "7", ".", ",", "+", "-", "_", "e", "E", " ", "n",
       "a", "N", "i", "f", "\n", "\r", "\v", "\t", "\x1c", "\u00a0", "\u3000", "١", "５",
-      "μ", "中", "x", "(", "*", "Tr", "ue", "nan", "inf"};
+      "μ", "中", "x", "(", "*", "Tr", "ue", "nan", "inf", "%", "&", "\\", "{", "}", "~", "^",
+      "<", ">", "$", "#"};
   auto random_text = [&](int longest) {
     std::string text;
     const int length = pick(0, longest);
@@ -322,7 +412,8 @@ TEST_F(TextTableVsTabulate, RandomNumberLikeStrings) {
     }
     tables.push_back(table);
   }
-  compare(tables);
+  compare(tables, Format::kFancyGrid);
+  compare(tables, Format::kLatexBooktabs);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// sacreBLEU's multi-system text table: what tabulate 0.10.0 does with sacreBLEU's call
-// (see text_table.h), step by step, on Python strings (code points).
+// sacreBLEU's multi-system tables: what tabulate 0.10.0 does with sacreBLEU's calls (see
+// text_table.h), step by step, on Python strings (code points).
 #include "metrics/text_table.h"
 
 #include <locale.h>
@@ -368,10 +368,27 @@ void append_row(const std::vector<CellLines>& cells, const std::vector<size_t>& 
   }
 }
 
-}  // namespace
+// ---- What both formats share: typed, formatted, stripped, padded cells ---------------
 
-std::string fancy_grid_table(const std::vector<std::string>& headers,
-                             const std::vector<std::vector<std::string>>& columns, int width) {
+// The table before a format draws it: every header and cell padded to its column's width.
+// In a single-line table each cell is one line; in a multi-line one, its lines.
+struct AlignedTable {
+  std::vector<size_t> widths;
+  // The columns' alignments; none without rows (tabulate derives them from the columns,
+  // and a table without rows has none).
+  std::vector<Align> aligns;
+  std::vector<CellLines> header;
+  std::vector<std::vector<CellLines>> rows;
+};
+
+// What tabulate does before it draws: types each column, re-prints float columns with
+// '.{width}f', strips the cells, aligns them (the first column right, the rest centred)
+// and pads headers and cells to the column width. `multiline_format`: whether the format
+// is one of tabulate's multiline_formats, which split cells at "\r" and "\n" (fancy_grid
+// is; the LaTeX formats are not: there a line break is one more character of the cell).
+AlignedTable align_table(const std::vector<std::string>& headers,
+                         const std::vector<std::vector<std::string>>& columns, int width,
+                         bool multiline_format) {
   THPC_CHECK(headers.size() == columns.size(),
              headers.size() << " headers for " << columns.size() << " columns");
   THPC_CHECK(width >= 0, "a negative number of decimals: " << width);
@@ -381,30 +398,33 @@ std::string fancy_grid_table(const std::vector<std::string>& headers,
 
   std::vector<Text> header_text;
   std::vector<std::vector<Text>> cells(num_columns);
-  bool multiline = false;  // any "\r" or "\n" anywhere, before formatting
   for (size_t c = 0; c < num_columns; ++c) {
     header_text.push_back(decode(headers[c]));
     for (size_t r = 0; r < num_rows; ++r) {
       cells[c].push_back(r < columns[c].size() ? decode(columns[c][r]) : Text());
     }
   }
+  // Multi-line: a multiline format and any "\r" or "\n" anywhere, before formatting.
+  bool multiline = false;
   auto has_line_break = [](const Text& text) {
     return text.find_first_of(U"\r\n") != Text::npos;
   };
-  for (size_t c = 0; c < num_columns; ++c) {
+  for (size_t c = 0; c < num_columns && multiline_format; ++c) {
     multiline = multiline || has_line_break(header_text[c]) ||
                 std::any_of(cells[c].begin(), cells[c].end(), has_line_break);
   }
 
   // Format each column by its type; strip; pad each cell's lines to the column width.
-  std::vector<size_t> widths(num_columns);
-  std::vector<std::vector<CellLines>> laid_out(num_columns);
+  AlignedTable table;
+  table.widths.resize(num_columns);
+  table.rows.assign(num_rows, std::vector<CellLines>(num_columns));
   for (size_t c = 0; c < num_columns; ++c) {
     CellType type = CellType::kBool;
     for (const Text& cell : cells[c]) type = std::max(type, cell_type(cell));
     // colalign=('right',) sets the first column; stralign and numalign centre the rest.
     // Without rows tabulate has no column alignments and centres every header.
     const Align align = c == 0 && num_rows > 0 ? Align::kRight : Align::kCenter;
+    if (num_rows > 0) table.aligns.push_back(align);
     size_t column_width = text_width(header_text[c], multiline) + 2;  // MIN_PADDING
     std::vector<Text> stripped;
     for (const Text& cell : cells[c]) {
@@ -412,44 +432,98 @@ std::string fancy_grid_table(const std::vector<std::string>& headers,
       stripped.emplace_back(strip(formatted));
       column_width = std::max(column_width, text_width(stripped.back(), multiline));
     }
-    for (const Text& cell : stripped) {
+    for (size_t r = 0; r < num_rows; ++r) {
       if (!multiline) {
-        laid_out[c].push_back({pad(cell, column_width, align)});
+        table.rows[r][c] = {pad(stripped[r], column_width, align)};
         continue;
       }
       // Measured between "\r" and "\n" above, but split (and padded) with splitlines().
-      std::vector<Text> lines = splitlines(cell);
+      std::vector<Text> lines = splitlines(stripped[r]);
       for (Text& line : lines) line = pad(line, column_width, align);
-      laid_out[c].push_back(splitlines(join_lines(lines)));
+      table.rows[r][c] = splitlines(join_lines(lines));
     }
-    widths[c] = column_width;
-  }
+    table.widths[c] = column_width;
 
-  // Headers keep their whitespace; in a multi-line table each piece between "\r" and
-  // "\n" is padded, then the row is split again with splitlines().
-  std::vector<CellLines> header_cells;
-  for (size_t c = 0; c < num_columns; ++c) {
-    const Align align = c == 0 && num_rows > 0 ? Align::kRight : Align::kCenter;
+    // Headers keep their whitespace; in a multi-line table each piece between "\r" and
+    // "\n" is padded, then the header is split again with splitlines().
     if (!multiline) {
-      header_cells.push_back({pad(header_text[c], widths[c], align)});
+      table.header.push_back({pad(header_text[c], column_width, align)});
       continue;
     }
     std::vector<Text> pieces = split_cr_lf(header_text[c]);
-    for (Text& piece : pieces) piece = pad(piece, widths[c], align);
-    header_cells.push_back(splitlines(join_lines(pieces)));
+    for (Text& piece : pieces) piece = pad(piece, column_width, align);
+    table.header.push_back(splitlines(join_lines(pieces)));
   }
+  return table;
+}
 
+// ---- latex_booktabs ------------------------------------------------------------------
+
+// tabulate's LATEX_ESCAPE_RULES: each character of a padded cell on its own, so a
+// backslash becomes \textbackslash{} without its braces being escaped again.
+Text latex_escape(TextView text) {
+  Text out;
+  for (const char32_t c : text) {
+    switch (c) {
+      case U'&': out += U"\\&"; break;
+      case U'%': out += U"\\%"; break;
+      case U'$': out += U"\\$"; break;
+      case U'#': out += U"\\#"; break;
+      case U'_': out += U"\\_"; break;
+      case U'^': out += U"\\^{}"; break;
+      case U'{': out += U"\\{"; break;
+      case U'}': out += U"\\}"; break;
+      case U'~': out += U"\\textasciitilde{}"; break;
+      case U'\\': out += U"\\textbackslash{}"; break;
+      case U'<': out += U"\\ensuremath{<}"; break;
+      case U'>': out += U"\\ensuremath{>}"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// A LaTeX row (a single-line table: each cell is one line): each padded cell with a space
+// either side, escaped, joined by "&", then "\\". (tabulate strips whitespace from the
+// row's right end, which a row ending in "\\" never has.)
+Text latex_row(const std::vector<CellLines>& cells) {
+  Text row;
+  for (size_t c = 0; c < cells.size(); ++c) {
+    if (c > 0) row += U'&';
+    row += latex_escape(U" " + cells[c].front() + U" ");
+  }
+  return row + U"\\\\";
+}
+
+}  // namespace
+
+std::string fancy_grid_table(const std::vector<std::string>& headers,
+                             const std::vector<std::vector<std::string>>& columns, int width) {
+  const AlignedTable table = align_table(headers, columns, width, /*multiline_format=*/true);
+  const std::vector<size_t>& widths = table.widths;
   std::vector<Text> lines;
   lines.push_back(rule(widths, U'╒', U'═', U'╤', U'╕'));
-  append_row(header_cells, widths, &lines);
+  append_row(table.header, widths, &lines);
   lines.push_back(rule(widths, U'╞', U'═', U'╪', U'╡'));
-  for (size_t r = 0; r < num_rows; ++r) {
+  for (size_t r = 0; r < table.rows.size(); ++r) {
     if (r > 0) lines.push_back(rule(widths, U'├', U'─', U'┼', U'┤'));
-    std::vector<CellLines> row;
-    for (size_t c = 0; c < num_columns; ++c) row.push_back(laid_out[c][r]);
-    append_row(row, widths, &lines);
+    append_row(table.rows[r], widths, &lines);
   }
   lines.push_back(rule(widths, U'╘', U'═', U'╧', U'╛'));
+  return encode(join_lines(lines));
+}
+
+std::string latex_booktabs_table(const std::vector<std::string>& headers,
+                                 const std::vector<std::vector<std::string>>& columns,
+                                 int width) {
+  const AlignedTable table = align_table(headers, columns, width, /*multiline_format=*/false);
+  Text spec;  // one letter a column alignment: none without rows ("\begin{tabular}{}")
+  for (const Align align : table.aligns) spec += align == Align::kRight ? U'r' : U'c';
+  std::vector<Text> lines = {U"\\begin{tabular}{" + spec + U"}", U"\\toprule",
+                             latex_row(table.header), U"\\midrule"};
+  for (const std::vector<CellLines>& row : table.rows) lines.push_back(latex_row(row));
+  lines.push_back(U"\\bottomrule");
+  lines.push_back(U"\\end{tabular}");
   return encode(join_lines(lines));
 }
 
