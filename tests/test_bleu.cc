@@ -749,15 +749,18 @@ TEST_F(ScoreProgram, BadCommandLine) {
       << result.err;
   // sacreBLEU's -f text is this program's default: taken, the same line (scripts pass it;
   // it was refused, "unrecognised option"); -f json is sacreBLEU's JSON (test_score_json),
-  // and -f latex is refused, naming it.
+  // -f latex is its table of several systems (test_significance; one system: the text), and
+  // another -f is refused, naming it.
   const ProgramResult plain = run_score(kWmt17Ref + " -i " + kUedin);
   result = run_score(kWmt17Ref + " -i " + kUedin + " -f text");
   EXPECT_EQ(result.exit_code, 0) << result.err;
   EXPECT_EQ(result.out, plain.out);
   result = run_score(kWmt17Ref + " -i " + kUedin + " -f latex");
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out, plain.out);
+  result = run_score(kWmt17Ref + " -i " + kUedin + " -f yaml");
   EXPECT_EQ(result.exit_code, 2);
-  EXPECT_NE(result.err.find("-f latex (or SACREBLEU_FORMAT): this program writes sacreBLEU's "
-                            "text (-f text) and JSON (-f json)"),
+  EXPECT_NE(result.err.find("-f yaml: unknown format (expected text | json | latex)"),
             std::string::npos)
       << result.err;
   // A huge -sv is printed whole in the signature (a 64-byte buffer cut it), as sacreBLEU's.

@@ -350,6 +350,22 @@ TEST_F(SacreBleuSignificance, StandardInputColumnsAreSystems) {
       << confidence.output;
 }
 
+// -f latex: tabulate's latex_booktabs of the same table (a p-value after its score on the
+// row's one line, LaTeX's specials escaped in the names and headers); one system: the text.
+TEST_F(SacreBleuSignificance, LatexTablesAsSacreBleu) {
+  std::mt19937 random(11);
+  const auto corpus = random_corpus(random, 50, 3);
+  const std::string arguments = write_lines("ref.txt", corpus[0]) + " -i " +
+                                write_lines("sys_1#x~y.txt", corpus[1]) + " " +
+                                write_lines("system{2}^.txt", corpus[2]) + " " +
+                                write_lines("3.txt", corpus[3]);
+  expect_same("", arguments + " -m bleu chrf ter -w 2 -f latex");
+  expect_same("", arguments + " -m chrf bleu -pbs -pbsn 100 -f latex");
+  expect_same("", arguments + " -m ter -par -parn 100 -w 3 -f latex");
+  expect_same("", write_lines("one.txt", corpus[0]) + " -i " +
+                      write_lines("hyp.txt", corpus[1]) + " -m bleu chrf -ci -cin 50 -f latex");
+}
+
 // Where sacreBLEU refuses, so does transformer_score (exit 2, a line that says why).
 TEST(SignificanceProgram, RefusedCombinations) {
   THPC_REQUIRE_DATA("sacrebleu_tests/wmt17_en-de");

@@ -86,7 +86,8 @@ struct CommandLine {
   thpc::metrics::TerOptions ter;
   bool sentence_level = false;
   bool score_only = false;
-  bool json = false;  // -f json: sacreBLEU's JSON instead of its text
+  bool json = false;   // -f json: sacreBLEU's JSON instead of its text
+  bool latex = false;  // -f latex: several systems' table as LaTeX (one system: text)
   std::optional<int> width;  // nullopt: 1, or multi-bleu.perl's 2 with a moses tokenizer
   bool help = false;
   // --tokenize moses | moses-compound: multi-bleu.perl instead of sacreBLEU's BLEU.
@@ -135,8 +136,9 @@ po::options_description describe(Given& given, bool with_references) {
       ("score-only,b", po::bool_switch(&command.score_only), "print the score alone")
       ("width,w", po::value(&given.width), "decimals of the score (default 1; moses: 2)")
       ("format,f", po::value(&given.format),
-       "text (default; sacreBLEU's -f text) | json (sacreBLEU's default); SACREBLEU_FORMAT, "
-       "when set, decides as it does for sacreBLEU")
+       "text (default; sacreBLEU's -f text) | json (sacreBLEU's default) | latex (several "
+       "systems' table for a paper; one system: text); SACREBLEU_FORMAT, when set, decides "
+       "as it does for sacreBLEU")
       ("help,h", "print this text and exit")(
       "version", "print the git commit the program was built from and exit");
   po::options_description bleu("BLEU");
@@ -384,11 +386,11 @@ CommandLine parse_command_line(int argc, char** argv) {
     for (char& c : named) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     if (named == "text" || named == "json" || named == "latex") format = named;
   }
-  if (format != "text" && format != "json") {
-    THPC_FAIL("-f " << format << " (or SACREBLEU_FORMAT): this program writes sacreBLEU's "
-              "text (-f text) and JSON (-f json); score with sacrebleu for " << format);
+  if (format != "text" && format != "json" && format != "latex") {
+    THPC_FAIL("-f " << format << ": unknown format (expected text | json | latex)");
   }
   command.json = format == "json";
+  command.latex = format == "latex";
   command.options.smoothing = thpc::metrics::parse_smoothing(given.smooth_method);
   if (given_option("smooth-value")) {
     // inf or nan made every BLEU nan, with exit 0.
@@ -824,8 +826,9 @@ void print_systems_table(const CommandLine& command, const Scorers& scorers,
         }
         if (result.p_value) {
           // sacreBLEU stars a p-value of at most 0.05 and colours the others red.
-          cell += "\n(p = " + format_score(*result.p_value, 4) + ")" +
-                  (*result.p_value > 0.05 ? "" : "*");
+          // On a line of its own in the grid, after a space in LaTeX (one line a row).
+          cell += std::string(command.latex ? " " : "\n") + "(p = " +
+                  format_score(*result.p_value, 4) + ")" + (*result.p_value > 0.05 ? "" : "*");
         }
         column.push_back(cell);
       }
@@ -851,7 +854,9 @@ void print_systems_table(const CommandLine& command, const Scorers& scorers,
     return;
   }
   columns.insert(columns.begin(), names);
-  std::cout << thpc::metrics::fancy_grid_table(headers, columns, width) << "\n\n";
+  std::cout << (command.latex ? thpc::metrics::latex_booktabs_table(headers, columns, width)
+                              : thpc::metrics::fancy_grid_table(headers, columns, width))
+            << "\n\n";
   // sacreBLEU names the baseline here only when its name starts "Baseline:" (a file's;
   // standard input's columns say "compared to .").
   if (command.paired_test) {
