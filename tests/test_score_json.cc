@@ -37,8 +37,19 @@ TEST(PythonFloatRepr, AsPythonWritesThem) {
 }
 
 TEST(JsonString, AsJsonDumps) {
+  // ensure_ascii escapes DEL as well (Python's ESCAPE_ASCII: all but ' ' to '~').
   EXPECT_EQ(json_string("a\"b\\c\n\r\t\b\f\x01\x1f\x7f", true),
-            "\"a\\\"b\\\\c\\n\\r\\t\\b\\f\\u0001\\u001f\x7f\"");
+            "\"a\\\"b\\\\c\\n\\r\\t\\b\\f\\u0001\\u001f\\u007f\"");
+  EXPECT_EQ(json_string("\x7f", false), "\"\x7f\"");
+  // Bytes that are not UTF-8, in a file name on sacreBLEU's command line: Python's
+  // surrogateescape makes each a lone \udcXX (overlong, surrogate, past U+10FFFF and
+  // truncated forms byte by byte), as json.dumps(sys.argv[i]) prints them.
+  EXPECT_EQ(json_string("x\xffy", true), "\"x\\udcffy\"");
+  EXPECT_EQ(json_string("\xc0\x80|\xed\xa0\x80|\xf4\x90\x80\x80", true),
+            "\"\\udcc0\\udc80|\\udced\\udca0\\udc80|\\udcf4\\udc90\\udc80\\udc80\"");
+  EXPECT_EQ(json_string("\xe6\x97x|\xe0\x9f\x80|\xed\x9f\xbf|\xef\xbf\xbd", true),
+            "\"\\udce6\\udc97x|\\udce0\\udc9f\\udc80|\\ud7ff|\\ufffd\"");
+  EXPECT_EQ(json_string("x\xffy", false), "\"x\xEF\xBF\xBDy\"");
   EXPECT_EQ(json_string("\u03bc = 1 \u00b1 2", false), "\"\u03bc = 1 \u00b1 2\"");
   EXPECT_EQ(json_string("\u03bc \u00e4 \u65e5 \U0001F600", true),
             "\"\\u03bc \\u00e4 \\u65e5 \\ud83d\\ude00\"");
@@ -136,15 +147,21 @@ TEST(ScoreJson, NonAsciiSystemNamesEscapedAsSacreBleu) {
   std::ofstream(reference) << "a small cat sat here\n";
   std::ofstream(first) << "a cat\n";
   std::ofstream(second) << "a small cat sat here\n";
-  const thpc::ProcessResult result =
-      thpc::run_score(reference + " -i " + first + " " + second + " -f json");
+  // DEL and a byte that is not UTF-8: \u007f, and Python's surrogateescape's \udcff.
+  const std::string third = (dir / "d\x7f\xff.txt").string();
+  std::ofstream(third) << "a cat\n";
+  const thpc::ProcessResult result = thpc::run_score(reference + " -i " + first + " " +
+                                                     second + " '" + third + "' -f json");
   std::filesystem::remove_all(dir);
   ASSERT_EQ(result.exit_code, 0) << result.output;
   // json.dumps(..., indent=4) with ensure_ascii: \u escapes, a surrogate pair past U+FFFF.
   EXPECT_NE(result.output.find("syst\\u00e8me.txt\",\n        \"BLEU\": \"0.0\"\n    }"),
             std::string::npos)
       << result.output;
-  EXPECT_NE(result.output.find("\\ud83d\\ude00.txt\",\n        \"BLEU\": \"100.0\"\n    }\n]"),
+  EXPECT_NE(result.output.find("\\ud83d\\ude00.txt\",\n        \"BLEU\": \"100.0\"\n    }"),
+            std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("d\\u007f\\udcff.txt\",\n        \"BLEU\": \"0.0\"\n    }\n]"),
             std::string::npos)
       << result.output;
 }

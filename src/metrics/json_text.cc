@@ -49,24 +49,29 @@ std::string python_float_repr(double value) {
 
 namespace {
 
-// The next code point of UTF-8 `text` at `at` (advanced past it); U+FFFD for a byte that
-// does not start a well-formed sequence (the inputs here were checked to be UTF-8).
+// A byte that is not part of well-formed UTF-8 comes back as U+DC00 + byte: the lone
+// surrogate Python's surrogateescape makes of it (sacreBLEU's file names come from its
+// command line so), which strict UTF-8 never yields.
+constexpr char32_t kEscapedByteBase = 0xDC00;
+
+// The next code point of UTF-8 `text` at `at` (advanced past it). Well-formed as Python's
+// decoder has it: no overlong forms, no surrogates, nothing past U+10FFFF; else the one
+// byte at `at`, escaped as above.
 char32_t next_code_point(std::string_view text, size_t& at) {
   const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
   const unsigned char lead = byte(at);
-  int length = lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xE ? 3
-                                : (lead >> 3) == 0x1E ? 4 : 0;
-  if (length == 0 || at + static_cast<size_t>(length) > text.size()) {
-    ++at;
-    return U'\uFFFD';
-  }
+  const int length = lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xE ? 3
+                                      : (lead >> 3) == 0x1E ? 4 : 0;
+  const auto bad_byte = [&] { return kEscapedByteBase + byte(at++); };
+  if (length == 0 || at + static_cast<size_t>(length) > text.size()) return bad_byte();
   char32_t code = length == 1 ? lead : lead & (0x7F >> length);
   for (int k = 1; k < length; ++k) {
-    if ((byte(at + static_cast<size_t>(k)) & 0xC0) != 0x80) {
-      ++at;
-      return U'\uFFFD';
-    }
+    if ((byte(at + static_cast<size_t>(k)) & 0xC0) != 0x80) return bad_byte();
     code = (code << 6) | (byte(at + static_cast<size_t>(k)) & 0x3F);
+  }
+  constexpr char32_t kLeast[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (code < kLeast[length] || (code >= 0xD800 && code <= 0xDFFF) || code > 0x10FFFF) {
+    return bad_byte();
   }
   at += static_cast<size_t>(length);
   return code;
@@ -97,8 +102,8 @@ std::string json_string(std::string_view text, bool ensure_ascii) {
     }
     if (c < 0x20) {
       append_escape(out, static_cast<unsigned>(c));
-    } else if (c < 0x80 || !ensure_ascii) {
-      if (c == U'\uFFFD' && text.substr(start, at - start) != "\xEF\xBF\xBD") {
+    } else if (c < 0x7F || !ensure_ascii) {  // json.dumps escapes DEL too
+      if (c >= kEscapedByteBase + 0x80 && c <= kEscapedByteBase + 0xFF) {
         out += "\xEF\xBF\xBD";
       } else {
         out.append(text.substr(start, at - start));

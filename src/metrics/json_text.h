@@ -14,8 +14,11 @@ namespace thpc::metrics {
 std::string python_float_repr(double value);
 
 // json.dumps(text): quoted, with \" \\ \n \r \t \b \f and \u00XX for the other control
-// characters; with `ensure_ascii` every character past U+007F as \uXXXX (lowercase hex, a
-// surrogate pair past U+FFFF). `text` is UTF-8; a byte that is not is written as U+FFFD.
+// characters; with `ensure_ascii` DEL and every character past it as \uXXXX (lowercase hex,
+// a surrogate pair past U+FFFF). A byte that is not well-formed UTF-8 (Python's strict
+// decoder: overlong forms, surrogates and code points past U+10FFFF are not) is the lone
+// surrogate \udcXX with `ensure_ascii`, as Python's surrogateescape makes of a file name on
+// sacreBLEU's command line; without it (no file name goes there), U+FFFD.
 std::string json_string(std::string_view text, bool ensure_ascii);
 
 }  // namespace thpc::metrics
