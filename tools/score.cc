@@ -629,16 +629,19 @@ std::string shown_score(const ScoreLine& line, int width) {
 // signature's fields one by one.
 std::string json_score(const ScoreLine& line, int width) {
   using thpc::metrics::json_string;
+  // float(f"{value:.{width}f}"): the printed decimals read back, then repr'd.
+  const auto printed = [width](double value) {
+    return thpc::metrics::python_float_repr(
+        std::strtod(format_score(value, width).c_str(), nullptr));
+  };
   std::vector<std::pair<std::string, std::string>> fields = {
       {"name", json_string(line.name, false)},
-      {"score", thpc::metrics::python_float_repr(
-                    std::strtod(format_score(line.score, width).c_str(), nullptr))},
+      {"score", printed(line.score)},
       {"signature", json_string(line.signature, false)}};
   if (const std::optional<std::string> interval = interval_text(line, width)) {
     for (const auto& [key, value] : {std::pair{"confidence_mean", line.interval->mean},
                                      std::pair{"confidence_var", line.interval->half_width}}) {
-      fields.emplace_back(key, thpc::metrics::python_float_repr(
-                                   std::strtod(format_score(value, width).c_str(), nullptr)));
+      fields.emplace_back(key, printed(value));
     }
     fields.emplace_back("confidence", json_string(*interval, false));
   }
@@ -776,12 +779,8 @@ void print_systems_table(const CommandLine& command, const Scorers& scorers,
       headers.push_back(tested->name());
       std::vector<std::string>& column = columns.emplace_back();
       for (const std::vector<std::string>& system : systems) {
-        const thpc::metrics::StatisticsTable statistics = tested->statistics(system);
-        std::vector<double> sums(statistics.width, 0.0);
-        for (size_t i = 0; i < statistics.segments(); ++i) {
-          for (size_t k = 0; k < statistics.width; ++k) sums[k] += statistics.row(i)[k];
-        }
-        column.push_back(format_score(tested->score(sums.data()), width));
+        column.push_back(format_score(
+            thpc::metrics::corpus_score(*tested, tested->statistics(system)), width));
       }
       signatures.emplace_back(tested->name(), tested->signature(""));
       auto& [json_name, json_values] = json_columns.emplace_back(tested->name(), column);

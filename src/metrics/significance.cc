@@ -323,15 +323,6 @@ Interval numpy_interval(const std::vector<PyNumber>& scores) {
   return {numpy_mean(values), 0.5 * (values[upper] - values[lower])};
 }
 
-// The actual score: the statistics summed as Python's sum_of_lists does (in order).
-double actual_score(const TestedMetric& metric, const StatisticsTable& table) {
-  std::vector<double> sums(table.width, 0.0);
-  for (size_t i = 0; i < table.segments(); ++i) {
-    for (size_t k = 0; k < table.width; ++k) sums[k] += table.row(i)[k];
-  }
-  return metric.score(sums.data());
-}
-
 // _compute_p_value: (1 + the count of statistics above the actual difference) / (n + 1).
 double p_value(int64_t above, size_t samples) {
   return static_cast<double>(above + 1) / static_cast<double>(samples + 1);
@@ -342,7 +333,7 @@ PairedResult paired_bootstrap(const TestedMetric& metric, const StatisticsTable&
                               double baseline_score, const StatisticsTable& system,
                               int64_t samples, const std::optional<std::vector<uint32_t>>& seed) {
   PairedResult result;
-  result.score = actual_score(metric, system);
+  result.score = corpus_score(metric, system);
   NumpyGenerator generator = make_generator(seed);
   const std::vector<float> baseline_rows = as_float32(baseline), system_rows = as_float32(system);
   std::vector<float> sums(system.width);
@@ -389,7 +380,7 @@ PairedResult paired_randomization(const TestedMetric& metric, const StatisticsTa
                                   int64_t trials,
                                   const std::optional<std::vector<uint32_t>>& seed) {
   PairedResult result;
-  result.score = actual_score(metric, system);
+  result.score = corpus_score(metric, system);
   const double difference = std::abs(baseline_score - result.score);
   NumpyGenerator generator = make_generator(seed);
   const size_t segments = system.segments(), width = system.width;
@@ -427,6 +418,14 @@ PairedResult paired_randomization(const TestedMetric& metric, const StatisticsTa
 }
 
 }  // namespace
+
+double corpus_score(const TestedMetric& metric, const StatisticsTable& table) {
+  std::vector<double> sums(table.width, 0.0);
+  for (size_t i = 0; i < table.segments(); ++i) {
+    for (size_t k = 0; k < table.width; ++k) sums[k] += table.row(i)[k];
+  }
+  return metric.score(sums.data());
+}
 
 std::unique_ptr<TestedMetric> tested_bleu(const BleuScorer& scorer) {
   return std::make_unique<TestedBleu>(scorer);
@@ -524,7 +523,7 @@ std::vector<std::vector<PairedResult>> paired_test(
   for (const TestedMetric* metric : metrics) {
     std::vector<PairedResult>& row = results.emplace_back();
     const StatisticsTable baseline = metric->statistics(systems[0]);
-    const double baseline_score = actual_score(*metric, baseline);
+    const double baseline_score = corpus_score(*metric, baseline);
     PairedResult baseline_result;
     baseline_result.score = baseline_score;
     if (test == PairedTest::kBootstrap) {

@@ -73,6 +73,10 @@ class TestedMetric {
   virtual PyNumber resampled_score(const float* sums) const = 0;
 };
 
+// The actual score of a system: its statistics summed in segment order, as Python's
+// sum_of_lists does, then scored.
+double corpus_score(const TestedMetric& metric, const StatisticsTable& table);
+
 std::unique_ptr<TestedMetric> tested_bleu(const BleuScorer& scorer);
 std::unique_ptr<TestedMetric> tested_chrf(const ChrfScorer& scorer);
 std::unique_ptr<TestedMetric> tested_ter(const TerScorer& scorer);
