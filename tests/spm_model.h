@@ -11,14 +11,21 @@
 
 namespace thpc {
 
-// Trains on the sentences of `text_file` (one a line) and writes PREFIX.model.
+// The project's special ids as spm_train's flags.
+inline const char kProjectSpecialIds[] = "--pad_id=0 --unk_id=1 --bos_id=2 --eos_id=3";
+
+// Trains on the sentences of `text_file` (one a line) and writes PREFIX.model; `ids`
+// gives the special ids as spm_train's flags ("" for its defaults: unk 0, bos 1, eos 2,
+// no pad).
 inline sentencepiece::util::Status train_test_spm_model(const std::string& text_file,
                                                         const std::string& prefix,
-                                                        int vocab_size) {
+                                                        int vocab_size,
+                                                        const std::string& ids =
+                                                            kProjectSpecialIds) {
   return sentencepiece::SentencePieceTrainer::Train(
       "--input=" + text_file + " --model_prefix=" + prefix +
-      " --vocab_size=" + std::to_string(vocab_size) +
-      " --model_type=bpe --pad_id=0 --unk_id=1 --bos_id=2 --eos_id=3 --minloglevel=2");
+      " --vocab_size=" + std::to_string(vocab_size) + " --model_type=bpe " + ids +
+      " --minloglevel=2");
 }
 
 // The tests' usual model: `vocab_size` pieces on the first 3000 Multi30k English

@@ -35,10 +35,12 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
 #include "config/config.h"
+#include "data/sentencepiece_vocabulary.h"
 #include "data_dir.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/checkpoint_params.h"
@@ -67,6 +69,12 @@ class CTranslate2Conversion : public ::testing::Test {
     // first sentences of the test set to translate.
     const auto status = train_multi30k_spm_model(dir_.string(), kVocab);
     ASSERT_TRUE(status.ok()) << status.ToString();
+    // And one as Marian trains them (eos 0, unk 1, neither pad nor bos: pad is id 300 and
+    // bos 301, after its pieces).
+    const auto marian_status =
+        train_test_spm_model((dir_ / "sample.en").string(), (dir_ / "spm_marian").string(),
+                             kVocab, "--unk_id=1 --eos_id=0 --bos_id=-1 --pad_id=-1");
+    ASSERT_TRUE(marian_status.ok()) << marian_status.ToString();
     std::ifstream test(data_path("multi30k/test_2016_flickr.en"));
     std::ofstream input(dir_ / "input.en");
     std::string line;
@@ -81,21 +89,26 @@ class CTranslate2Conversion : public ::testing::Test {
   }
 
   // Writes NAME.h5: a model of input/tiny.ini shrunk and changed by `overrides`, every
-  // parameter moved by 0.1 N(0, 1) from its initial value, with the SentencePiece model.
-  // `recorded_too`: fields the architecture text holds beyond what this version writes (a
-  // later version's key).
+  // parameter moved by 0.1 N(0, 1) from its initial value, with the SentencePiece model
+  // SPM.model (its vocabulary and special ids). `recorded_too`: fields the architecture
+  // text holds beyond what this version writes (a later version's key).
   static fs::path write_model(const std::string& name, std::vector<std::string> overrides,
-                              const std::string& recorded_too = "") {
+                              const std::string& recorded_too = "",
+                              const std::string& spm = "spm") {
     for (const char* fixed : {"model.layers=2", "model.d_model=32", "model.d_ff=64",
                               "model.heads=4", "model.max_positions=48"}) {
       overrides.insert(overrides.begin(), fixed);
     }
     const Config config = load_config(std::string(THPC_SOURCE_DIR) + "/input/tiny.ini", overrides);
     auto backend = make_cpu_backend(DType::F32);
-    Transformer model(config.model, kVocab, SpecialIds{}, *backend, /*init_seed=*/7);
+    sentencepiece::SentencePieceProcessor processor;
+    EXPECT_TRUE(processor.Load((dir_ / (spm + ".model")).string()).ok());
+    const SentencePieceVocabulary vocabulary = vocabulary_of(processor);
+    Transformer model(config.model, vocabulary.size, vocabulary.ids, *backend,
+                      /*init_seed=*/7);
     Checkpoint checkpoint;
     checkpoint.seed = config.train.seed;
-    checkpoint.architecture = architecture_text(config.model, kVocab) + recorded_too;
+    checkpoint.architecture = architecture_text(config.model, vocabulary.size) + recorded_too;
     checkpoint.config_ini = config.to_ini();
     checkpoint.params = gather_named(model.params(), *backend, model.params().params());
     std::mt19937 generator(11);
@@ -103,7 +116,7 @@ class CTranslate2Conversion : public ::testing::Test {
     for (NamedTensor& tensor : checkpoint.params) {
       for (float& value : tensor.values) value += normal(generator);
     }
-    checkpoint.spm_model = read_file(dir_ / "spm.model");
+    checkpoint.spm_model = read_file(dir_ / (spm + ".model"));
     const fs::path path = dir_ / (name + ".h5");
     write_checkpoint(path.string(), checkpoint);
     return path;
@@ -170,15 +183,17 @@ TEST_F(CTranslate2Conversion, GreedyTranslationsAreIdenticalForEveryMapping) {
   const std::string python = interpreter_with("ctranslate2, sentencepiece, h5py, numpy",
                                               /*optional=*/true, why_not);
   if (python.empty()) GTEST_SKIP() << why_not;
-  const std::vector<std::pair<std::string, std::vector<std::string>>> variants = {
-      {"sinusoidal", {}},
-      {"learned", {"model.positions=learned"}},
-      {"biases", {"model.attention_bias=true"}},
-      {"head_width", {"model.d_k=16", "model.d_v=16"}},  // 4 heads of 16 in d_model 32
+  const std::vector<std::tuple<std::string, std::vector<std::string>, std::string>> variants = {
+      {"sinusoidal", {}, "spm"},
+      {"learned", {"model.positions=learned"}, "spm"},
+      {"biases", {"model.attention_bias=true"}, "spm"},
+      {"head_width", {"model.d_k=16", "model.d_v=16"}, "spm"},  // 4 heads of 16 in 32
+      // The vocabulary's pad and bos after its pieces, as "<pad>" and "<s>".
+      {"marian_vocabulary", {}, "spm_marian"},
   };
-  for (const auto& [name, overrides] : variants) {
+  for (const auto& [name, overrides, spm] : variants) {
     std::string ours, theirs;
-    translate_both(write_model(name, overrides), python, "--greedy", ours, theirs);
+    translate_both(write_model(name, overrides, "", spm), python, "--greedy", ours, theirs);
     const std::vector<std::string> our_lines = lines_of(ours), their_lines = lines_of(theirs);
     ASSERT_EQ(our_lines.size(), static_cast<size_t>(kSentences)) << name;
     ASSERT_EQ(their_lines.size(), our_lines.size()) << name;

@@ -30,9 +30,11 @@
 #include "file_bytes.h"
 #include "scratch_directory.h"
 #include "data/preprocess.h"
+#include "data/sentencepiece_vocabulary.h"
 #include "data/shard_file.h"
 #include "data/shard_reader.h"
 #include "shard_of_pair.h"
+#include "spm_model.h"
 
 namespace thpc {
 namespace {
@@ -1017,6 +1019,119 @@ TEST_F(PreprocessInput, ShardsOfAnotherDirectionOrCopiedAreRefused) {
                             "the train shards en->de"),
             std::string::npos)
       << dry.output;
+}
+
+// A SentencePiece model trained with spm_train's defaults (no pad) or as Marian trains
+// one (eos 0, unk 1, neither pad nor bos) is taken: each special it lacks gets the id after
+// its pieces, pad before bos, which the shards record, their check of the stored model
+// derives again, and the batches use (before: refused, "train it with --pad_id=0 ...",
+// where a user's existing vocabulary was the point).
+TEST_F(PreprocessInput, ASentencePieceModelWithoutPadOrBosGetsThemAfterItsPieces) {
+  // Sentences of 1 to 4 clauses: batches of several lengths, so they hold padding.
+  std::vector<std::string> en, de;
+  for (int i = 0; i < 40; ++i) {
+    std::string english, german;
+    for (int clause = 0; clause <= i % 4; ++clause) {
+      english += (clause ? " and a dog runs " : "a dog runs ") + std::to_string(i);
+      german += (clause ? " und ein Hund rennt " : "ein Hund rennt ") + std::to_string(i);
+    }
+    en.push_back(english);
+    de.push_back(german);
+  }
+  write_lines(directory_ / "text.en", en);
+  write_lines(directory_ / "text.de", de);
+  write_lines(directory_ / "both.txt", en);
+  {
+    std::ofstream both(directory_ / "both.txt", std::ios::app);
+    for (const std::string& line : de) both << line << "\n";
+  }
+  struct Case {
+    std::string name, flags;
+    SpecialIds ids;  // of a model of 40 pieces
+    std::string note;
+  };
+  const std::vector<Case> cases = {
+      {"defaults", "", SpecialIds{40, 0, 1, 2}, "it has no pad piece: pad is id 40, after its "
+                                                "40 pieces"},
+      {"marian", "--unk_id=1 --eos_id=0 --bos_id=-1 --pad_id=-1", SpecialIds{40, 1, 41, 0},
+       "it has no pad or bos piece: pad is id 40 and bos is id 41, after its 40 pieces"},
+      {"no_eos", "--unk_id=0 --bos_id=-1 --eos_id=-1 --pad_id=-1", SpecialIds{40, 0, 41, 42},
+       "it has no pad, bos or eos piece: pad is id 40, bos is id 41 and eos is id 42, after "
+       "its 40 pieces"},
+      {"project", kProjectSpecialIds, SpecialIds{0, 1, 2, 3}, ""}};
+  for (const Case& model : cases) {
+    SCOPED_TRACE(model.name);
+    const std::string prefix = (directory_ / model.name).string();
+    const auto trained =
+        train_test_spm_model((directory_ / "both.txt").string(), prefix, 40, model.flags);
+    ASSERT_TRUE(trained.ok()) << trained.ToString();
+    const CommandResult run = run_command(
+        thpc::binary_dir() + "/transformer_preprocess --source-lang en --target-lang de "
+        "--trainpref " + (directory_ / "text").string() + " --validpref " +
+        (directory_ / "text").string() + " --destdir " + (directory_ / model.name).string() +
+        "_out --spm-model " + prefix + ".model");
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    const std::string note = "note: " + prefix + ".model: " + model.note + "\n";
+    EXPECT_EQ(run.output.find(note) != std::string::npos, !model.note.empty()) << run.output;
+    const int size = 40 + static_cast<int>(model.name == "defaults") +
+                     2 * static_cast<int>(model.name == "marian") +
+                     3 * static_cast<int>(model.name == "no_eos");
+    EXPECT_NE(run.output.find(": vocabulary " + std::to_string(size) + ", "), std::string::npos)
+        << run.output;
+
+    const std::string shard = (directory_ / (model.name + "_out") / "train.00000.h5").string();
+    const ShardContents contents = read_shard(shard);
+    EXPECT_EQ(contents.metadata.vocab_size, size);
+    EXPECT_EQ(special_ids_text(contents.metadata.ids), special_ids_text(model.ids));
+    ShardReaderSpec spec;
+    spec.files = {shard};
+    ShardReader reader(spec);  // the stored model's check derives the same ids
+    int64_t padded = 0;
+    for (int64_t b = 0, batches = reader.batches_per_epoch(300); b < batches; ++b) {
+      const Batch batch = reader.next(300);
+      for (int row = 0; row < batch.size; ++row) {
+        const int32_t* src = &batch.src[static_cast<size_t>(row) * batch.src_len];
+        const int32_t* tgt_in = &batch.tgt_in[static_cast<size_t>(row) * batch.tgt_len];
+        const int32_t* tgt_out = &batch.tgt_out[static_cast<size_t>(row) * batch.tgt_len];
+        const int src_length = batch.src_lengths[row], tgt_length = batch.tgt_lengths[row];
+        EXPECT_EQ(src[src_length - 1], model.ids.eos);
+        EXPECT_EQ(tgt_in[0], model.ids.bos);
+        EXPECT_EQ(tgt_out[tgt_length - 1], model.ids.eos);
+        for (int t = 0; t < src_length - 1; ++t) EXPECT_LT(src[t], 40) << "a piece's id";
+        for (int t = src_length; t < batch.src_len; ++t, ++padded) {
+          EXPECT_EQ(src[t], model.ids.pad);
+        }
+        for (int t = tgt_length; t < batch.tgt_len; ++t, ++padded) {
+          EXPECT_EQ(tgt_in[t], model.ids.pad);
+          EXPECT_EQ(tgt_out[t], model.ids.pad);
+        }
+      }
+    }
+    EXPECT_GT(padded, 0) << "no batch held padding";
+  }
+}
+
+// piece_of: the model's pieces, then the added specials' names.
+TEST_F(PreprocessInput, AddedSpecialsAreNamedAfterThePieces) {
+  const std::string dir = directory_.string();
+  write_lines(directory_ / "text.txt", {"a dog runs", "a cat sleeps", "ein Hund rennt"});
+  ASSERT_TRUE(train_test_spm_model(dir + "/text.txt", dir + "/marian", 30,
+                                   "--unk_id=1 --eos_id=0 --bos_id=-1 --pad_id=-1")
+                  .ok());
+  sentencepiece::SentencePieceProcessor processor;
+  ASSERT_TRUE(processor.Load(dir + "/marian.model").ok());
+  const SentencePieceVocabulary vocabulary = vocabulary_of(processor);
+  EXPECT_EQ(vocabulary.pieces, 30);
+  EXPECT_EQ(vocabulary.size, 32);
+  EXPECT_EQ(piece_of(processor, vocabulary, 0), "</s>");
+  EXPECT_EQ(piece_of(processor, vocabulary, 1), "<unk>");
+  EXPECT_EQ(piece_of(processor, vocabulary, 29), processor.IdToPiece(29));
+  EXPECT_EQ(piece_of(processor, vocabulary, 30), "<pad>");
+  EXPECT_EQ(piece_of(processor, vocabulary, 31), "<s>");
+  expect_error([&] { piece_of(processor, vocabulary, 32); },
+               {"token id 32 outside the vocabulary of 32"});
+  expect_error([&] { piece_of(processor, vocabulary, -1); },
+               {"token id -1 outside the vocabulary of 32"});
 }
 
 // The shards of a split record their number and count: a set copied short (before: the

@@ -115,6 +115,21 @@ class DecodeProgram : public ::testing::Test {
       write_checkpoint((dir_ / "model_de_spm.h5").string(), other_vocabulary);
     }
 
+    // A model of a SentencePiece model trained with spm_train's defaults (no pad: it is
+    // id 300, after the 300 pieces), storing it as the trainer does.
+    {
+      const auto default_status = train_test_spm_model(
+          (dir_ / "sample.en").string(), (dir_ / "spm_default").string(), 300, "");
+      ASSERT_TRUE(default_status.ok()) << default_status.ToString();
+      const Transformer default_ids_model = default_ids_transformer(*backend);
+      Checkpoint without_pad = checkpoint;
+      without_pad.spm_model = read_file(dir_ / "spm_default.model");
+      without_pad.architecture = architecture_text(config.model, 301);
+      without_pad.params = gather_named(default_ids_model.params(), *backend,
+                                        default_ids_model.params().params());
+      write_checkpoint((dir_ / "model_default_spm.h5").string(), without_pad);
+    }
+
     std::ofstream input(dir_ / "input.en");
     input << "A man is riding a bike.\n\nTwo dogs play in the snow.\n";
     for (int i = 0; i < 1000; ++i) input << "dog ";
@@ -124,6 +139,19 @@ class DecodeProgram : public ::testing::Test {
     if (!dir_.empty()) fs::remove_all(dir_);
   }
   void SetUp() override { THPC_REQUIRE_DATA("multi30k/train.en"); }
+
+  // The tests' small model, tiny.ini's with `overrides` applied.
+  static Config small_model_config() {
+    return load_config(std::string(THPC_SOURCE_DIR) + "/input/tiny.ini",
+                       {"model.layers=1", "model.d_model=32", "model.d_ff=64",
+                        "model.max_positions=40"});
+  }
+  // The special ids of spm_default.model's vocabulary: unk 0, bos 1, eos 2, pad 300.
+  static SpecialIds default_ids() { return SpecialIds{300, 0, 1, 2}; }
+  // model_default_spm.h5's model: its 300 pieces and pad.
+  static Transformer default_ids_transformer(Backend& backend) {
+    return Transformer(small_model_config().model, 301, default_ids(), backend, 7);
+  }
 
   // Runs the program on `checkpoint` (with --spm-model unless `spm_model` is false);
   // returns its exit code, stdout in `out`, stderr in `err`.
@@ -851,6 +879,58 @@ TEST_F(DecodeProgram, SentencePieceModelComesFromTheCheckpointOrTheCommandLine) 
   EXPECT_NE(err.find("give --spm-model FILE"), std::string::npos) << err;
   EXPECT_EQ(lines_of(err).size(), 1u) << err;
   EXPECT_EQ(out, "");
+}
+
+// A model whose SentencePiece model has no pad (spm_train's defaults: unk 0, bos 1, eos 2)
+// decodes with the ids it was trained with, pad 300 after the pieces, as
+// transformer_preprocess and the trainer derived them (before: refused, "special ids
+// pad/unk/bos/eos are -1/0/1/2, the model expects 0/1/2/3"): the program's translations
+// are the search's with those ids, which other ids would change.
+TEST_F(DecodeProgram, AModelWithoutPadDecodesWithTheIdsItWasTrainedWith) {
+  std::ofstream(dir_ / "short.en") << "A man is riding a bike.\nTwo dogs play in the snow.\n"
+                                      "A woman sings.\n";
+  std::string stored, given, err;
+  ASSERT_EQ(decode("--greedy --max-len-b 5", stored, err, "model_default_spm.h5",
+                   /*spm_model=*/false, "short.en"),
+            0)
+      << err;
+  const std::string with_spm_model = thpc::binary_dir() +
+      "/transformer_decode --checkpoint " + (dir_ / "model_default_spm.h5").string() +
+      " --spm-model " + (dir_ / "spm_default.model").string() + " --input " +
+      (dir_ / "short.en").string() + " --greedy --max-len-b 5 > " +
+      (dir_ / "given.txt").string();
+  ASSERT_EQ(std::system(with_spm_model.c_str()), 0);
+  EXPECT_EQ(read_file(dir_ / "given.txt"), stored);
+
+  sentencepiece::SentencePieceProcessor spm;
+  ASSERT_TRUE(spm.Load((dir_ / "spm_default.model").string()).ok());
+  std::vector<TokenSequence> sources;
+  for (const std::string line :
+       {"A man is riding a bike.", "Two dogs play in the snow.", "A woman sings."}) {
+    std::vector<int> pieces;
+    ASSERT_TRUE(spm.Encode(line, &pieces).ok());
+    sources.emplace_back(pieces.begin(), pieces.end());
+  }
+  auto backend = make_cpu_backend(DType::F32);
+  Transformer model = default_ids_transformer(*backend);
+  // The same parameters (the same seed) with the project's ids.
+  Transformer with_other_ids(small_model_config().model, 301, SpecialIds{}, *backend, 7);
+  SearchOverrides overrides;
+  overrides.greedy = true;
+  overrides.max_len_b = 5;
+  const BeamOptions options =
+      configured_beam_options(small_model_config().decode, 40, overrides);
+  const auto translations = [&](Transformer& searched, const SpecialIds& ids) {
+    std::vector<std::vector<Hypothesis>> found(sources.size());
+    for (const DecodeBatch& batch : make_decode_batches(sources, options, 4096, 1)) {
+      translate_batch(searched, ids, sources, batch, options, found);
+    }
+    std::string text;
+    for (const auto& hypotheses : found) text += detokenize(spm, hypotheses[0].tokens) + "\n";
+    return text;
+  };
+  EXPECT_EQ(stored, translations(model, default_ids()));
+  EXPECT_NE(stored, translations(with_other_ids, SpecialIds{})) << "the ids decided nothing";
 }
 
 // An output's unknown token is written as SentencePiece writes it, " ⁇ ", not dropped: the

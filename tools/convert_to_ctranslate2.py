@@ -40,10 +40,12 @@ ctranslate2/specs/transformer_spec.py):
   *.bias                           the bias; without model.attention_bias the attention
                                    projections have none and neither has their spec
   model.layernorm_eps              config.layer_norm_epsilon
-The vocabulary is the SentencePiece model's pieces in id order; our special ids (pad 0,
-unk 1, bos 2, eos 3) give CTranslate2's unk_token, bos_token (= decoder_start_token:
-our decoder starts from bos) and eos_token; add_source_eos makes CTranslate2's source
-what src/data/batch.cc make_batch builds, the pieces then eos, no bos.
+The vocabulary is the SentencePiece model's pieces in id order, then the specials it
+lacks (<pad>, <s>, </s>: a model of spm_train's defaults has no pad), as
+src/data/sentencepiece_vocabulary.h adds them; its unk, bos and eos pieces give
+CTranslate2's unk_token, bos_token (= decoder_start_token: our decoder starts from bos)
+and eos_token; add_source_eos makes CTranslate2's source what src/data/batch.cc
+make_batch builds, the pieces then eos, no bos.
 
 What CTranslate2 cannot represent is refused with one line (exit 1): d_k != d_v (it has
 one head width); and model.norm = pre, not mapped yet. Needs numpy and h5py to read the checkpoint, sentencepiece for its
@@ -74,7 +76,6 @@ except ImportError as missing:
 # anything (HDF5 1.10 crashes on some damaged files).
 HEADER_BYTES = 512
 HEADER_MAGIC = b"thpc-checkpoint-file 1\n"
-SPECIAL_IDS = {"pad": 0, "unk": 1, "bos": 2, "eos": 3}  # src/data/batch.h SpecialIds
 
 
 class ConversionError(Exception):
@@ -281,7 +282,7 @@ def check_parameters(arch, params):
 
 
 def vocabulary(spm_model, vocab_size):
-    """The pieces in id order and the special tokens, checked against our ids."""
+    """The pieces in id order, then the specials the model lacks, and the special tokens."""
     try:
         import sentencepiece
     except ImportError as missing:
@@ -293,17 +294,24 @@ def vocabulary(spm_model, vocab_size):
     except RuntimeError as error:
         raise ConversionError(f"its SentencePiece model cannot be loaded: {error}") from None
     pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+    own = len(pieces)
+    # The ids the model was trained with: a special the SentencePiece model lacks takes
+    # the id after its pieces, pad before bos before eos (sentencepiece_vocabulary.h).
+    ids = {"unk": processor.unk_id()}
+    for name, token, present in (("pad", "<pad>", processor.pad_id()),
+                                 ("bos", "<s>", processor.bos_id()),
+                                 ("eos", "</s>", processor.eos_id())):
+        ids[name] = present if present >= 0 else len(pieces)
+        if present < 0:
+            pieces.append(token)
     if len(pieces) != vocab_size:
-        raise ConversionError(f"its SentencePiece model has {len(pieces)} pieces, the model "
-                              f"a vocabulary of {vocab_size}")
-    ids = {"pad": processor.pad_id(), "unk": processor.unk_id(), "bos": processor.bos_id(),
-           "eos": processor.eos_id()}
-    if ids != SPECIAL_IDS:
-        raise ConversionError(f"its SentencePiece model's special ids are {ids}, "
-                              f"transformer_hpc's are {SPECIAL_IDS}")
+        added = len(pieces) - own
+        raise ConversionError(f"its SentencePiece model has {own} pieces"
+                              + (f" and {added} special ids after them" if added else "")
+                              + f", the model a vocabulary of {vocab_size}")
     if len(set(pieces)) != len(pieces):
         raise ConversionError("its SentencePiece model has a piece twice")
-    return pieces, {name: pieces[i] for name, i in SPECIAL_IDS.items()}
+    return pieces, {name: pieces[i] for name, i in ids.items() if name != "pad"}
 
 
 def build_spec(arch, eps, params, pieces, special):

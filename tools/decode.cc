@@ -81,6 +81,7 @@
 #include "common/error.h"
 #include "common/input_file.h"
 #include "config/config.h"
+#include "data/sentencepiece_vocabulary.h"
 #include "decode/attention_dump.h"
 #include "decode/beam_search.h"
 #include "decode/compute_type.h"
@@ -315,10 +316,6 @@ class SourceReader {
   bool peekable_ = false;  // a regular file: its end can be seen without waiting
 };
 
-// The special ids every checkpoint's model was trained with (transformer_preprocess's and
-// the trainer's): pad 0, unk 1, bos 2, eos 3.
-const thpc::SpecialIds kIds{};
-
 // Every model of an ensemble, read and checked before anything is translated: none marked
 // diverged, and their vocabularies must be one (a usage error naming the two files
 // otherwise).
@@ -340,11 +337,15 @@ thpc::DecodingCheckpoints read_checkpoints(const Arguments& args) {
 struct SentencePieceModel {
   sentencepiece::SentencePieceProcessor processor;
   std::string name;
+  // Its pieces and the special ids the checkpoints' models were trained with, derived as
+  // transformer_preprocess derived the shards' (a model without pad gets one after its
+  // pieces).
+  thpc::SentencePieceVocabulary vocabulary;
 };
 
 // Loads --spm-model, else the model the first checkpoint stores, into `model`, and checks
-// that it is the checkpoints' vocabulary: their size and the special ids. Throws naming
-// the model or the checkpoint.
+// that it is the checkpoints' vocabulary: their size. Throws naming the model or the
+// checkpoint.
 void load_sentencepiece_model(const Arguments& args, const thpc::DecodingCheckpoints& ensemble,
                               SentencePieceModel& model) {
   const thpc::Checkpoint& checkpoint = ensemble.checkpoints.front();
@@ -409,21 +410,24 @@ void load_sentencepiece_model(const Arguments& args, const thpc::DecodingCheckpo
       }
     }
   }
-  if (spm.GetPieceSize() != ensemble.vocab_size) {
+  try {
+    model.vocabulary = thpc::vocabulary_of(spm);
+  } catch (const thpc::Error& error) {
+    THPC_FAIL(model.name << ": " << error.what());
+  }
+  if (model.vocabulary.size != ensemble.vocab_size) {
     std::ostringstream why;
-    why << model.name << ": a vocabulary of " << spm.GetPieceSize() << " pieces, but "
-        << checkpoint_path << " was trained with " << ensemble.vocab_size;
+    why << model.name << ": a vocabulary of " << spm.GetPieceSize() << " pieces";
+    if (!model.vocabulary.added.empty()) {
+      why << " and " << model.vocabulary.added.size() << " special ids after them";
+    }
+    why << ", but " << checkpoint_path << " was trained with " << ensemble.vocab_size;
     // --spm-model's is the command line's mistake (exit 2, as the check against a stored
     // model says it); a stored model of another size is the checkpoint's.
     if (!args.spm_model.empty()) {
       throw thpc::tools::UsageError(why.str() + ": give the spm.model it was trained with");
     }
     THPC_FAIL(why.str());
-  }
-  const thpc::SpecialIds ids{spm.pad_id(), spm.unk_id(), spm.bos_id(), spm.eos_id()};
-  if (ids != kIds) {
-    THPC_FAIL(model.name << ": special ids pad/unk/bos/eos are " << thpc::special_ids_text(ids)
-                         << ", the model expects " << thpc::special_ids_text(kIds));
   }
 }
 
@@ -574,12 +578,12 @@ std::unique_ptr<thpc::TreeTokenFilter> make_tree_filter(const Arguments& args,
                                                         const SentencePieceModel& spm,
                                                         const InputBuffer& input) {
   std::vector<std::string> pieces;
-  for (int id = 0; id < spm.processor.GetPieceSize(); ++id) {
-    pieces.push_back(spm.processor.IdToPiece(id));
+  for (int id = 0; id < spm.vocabulary.size; ++id) {
+    pieces.push_back(thpc::piece_of(spm.processor, spm.vocabulary, id));
   }
   try {
     if (args.tree_leaves.value_or(stored.tree_leaves) == "words") {
-      return std::make_unique<thpc::TreeTokenFilter>(pieces, kIds, input.sources,
+      return std::make_unique<thpc::TreeTokenFilter>(pieces, spm.vocabulary.ids, input.sources,
                                                      static_cast<size_t>(input.first_line));
     }
     std::vector<int> words;
@@ -589,7 +593,8 @@ std::unique_ptr<thpc::TreeTokenFilter> make_tree_filter(const Arguments& args,
       for (std::string word; fields >> word;) ++count;
       words.push_back(count);
     }
-    return std::make_unique<thpc::TreeTokenFilter>(pieces, kIds.eos, std::move(words));
+    return std::make_unique<thpc::TreeTokenFilter>(pieces, spm.vocabulary.ids.eos,
+                                                   std::move(words));
   } catch (const thpc::Error& error) {
     THPC_FAIL("--tree-constraints: " << spm.name << ": " << error.what());
   }
@@ -735,9 +740,11 @@ struct Findings {
 // rethrown by translate.
 class WorkerPool {
  public:
-  WorkerPool(const Arguments& args, const thpc::DecodingCheckpoints& ensemble, Workers plan,
-             thpc::tools::Progress& progress, Findings& found)
-      : args_(args), ensemble_(ensemble), threads_each_(plan.threads_each),
+  // `ids`: the special ids the checkpoints' models were trained with.
+  WorkerPool(const Arguments& args, const thpc::DecodingCheckpoints& ensemble,
+             const thpc::SpecialIds& ids, Workers plan, thpc::tools::Progress& progress,
+             Findings& found)
+      : args_(args), ensemble_(ensemble), ids_(ids), threads_each_(plan.threads_each),
         progress_(progress), found_(found),
         workers_(plan.backends.size()), failures_(plan.backends.size()) {
     on_gpu_ = !plan.backends.front()->host_memory();
@@ -825,7 +832,7 @@ class WorkerPool {
     if (args_.profile && (index == 0 || on_gpu_)) worker.profiler.emplace(*worker.backend);
     thpc::Backend& ops = worker.profiler ? static_cast<thpc::Backend&>(*worker.profiler)
                                          : *worker.backend;
-    worker.models = ensemble_.build_models(kIds, ops);
+    worker.models = ensemble_.build_models(ids_, ops);
     quantize(index, worker);
     for (const auto& model : worker.models) worker.model_pointers.push_back(model.get());
   }
@@ -908,7 +915,7 @@ class WorkerPool {
       for (size_t b = next_batch_++; b < batches.size(); b = next_batch_++) {
         if (worker.profiler) worker.profiler->begin_step();
         // Each sentence belongs to one batch: the workers write disjoint elements.
-        thpc::translate_batch(worker.model_pointers, args_.weights, kIds, buffer.sources,
+        thpc::translate_batch(worker.model_pointers, args_.weights, ids_, buffer.sources,
                               batches[b], buffer.options,
                               args_.sampling ? &*args_.sampling : nullptr, buffer.hypotheses);
         progress_.advance(static_cast<int64_t>(batches[b].members.size()));
@@ -918,7 +925,7 @@ class WorkerPool {
           if (buffer.dump_slot.empty() || buffer.dump_slot[i] < 0) continue;
           thpc::AttentionDump& dump = found_.dumps[buffer.dump_slot[i]];
           dump = thpc::capture_attention(model, buffer.sources[i],
-                                         buffer.hypotheses[i][0].tokens, kIds);
+                                         buffer.hypotheses[i][0].tokens, ids_);
           dump.line = static_cast<int>(buffer.first_line + static_cast<int64_t>(i)) + 1;
         }
         if (worker.profiler) {
@@ -936,6 +943,7 @@ class WorkerPool {
 
   const Arguments& args_;
   const thpc::DecodingCheckpoints& ensemble_;
+  const thpc::SpecialIds ids_;
   const int threads_each_;
   thpc::tools::Progress& progress_;
   Findings& found_;
@@ -1026,16 +1034,19 @@ void write_output(const Arguments& args, const std::function<void(std::ostream&)
 // pieces (decode/attention_dump.h has the layout), naming the checkpoint they came from.
 void write_attention_file(const Arguments& args, const thpc::DecodingCheckpoints& ensemble,
                           const InputBuffer& input, Findings& found,
-                          const sentencepiece::SentencePieceProcessor& spm,
-                          thpc::OutputClaim& claim) {
+                          const SentencePieceModel& spm, thpc::OutputClaim& claim) {
+  // (eos, which the dumps show, may be one of the ids after the model's pieces)
   const auto pieces_of = [&](const thpc::TokenSequence& ids_of_pieces) {
     std::vector<std::string> pieces;
-    for (int32_t id : ids_of_pieces) pieces.push_back(spm.IdToPiece(id));
+    for (int32_t id : ids_of_pieces) {
+      pieces.push_back(thpc::piece_of(spm.processor, spm.vocabulary, id));
+    }
     return pieces;
   };
   for (thpc::AttentionDump& dump : found.dumps) {
     dump.source_text = input.lines[dump.line - 1];
-    dump.target_text = thpc::detokenize(spm, input.hypotheses[dump.line - 1][0].tokens);
+    dump.target_text =
+        thpc::detokenize(spm.processor, input.hypotheses[dump.line - 1][0].tokens);
     dump.source_tokens = pieces_of(dump.source_ids);
     dump.target_tokens = pieces_of(dump.target_ids);
   }
@@ -1164,7 +1175,7 @@ int run(const Arguments& args) {
     }
     progress.emplace("transformer_decode", "sentences", total, nullptr,
                      !translations_beside_the_line);
-    workers.emplace(args, ensemble, std::move(plan), *progress, found);
+    workers.emplace(args, ensemble, spm.vocabulary.ids, std::move(plan), *progress, found);
   };
   // A failure to read or translate the input is said as it is, not as a failure to write
   // the output (write_text_atomically's storage diagnosis: "the file system is full" for
@@ -1254,7 +1265,7 @@ int run(const Arguments& args) {
     }
   }
   if (!args.dump_attention.empty()) {
-    write_attention_file(args, ensemble, buffer, found, spm.processor, *dump_claim);
+    write_attention_file(args, ensemble, buffer, found, spm, *dump_claim);
   }
   return 0;
 }

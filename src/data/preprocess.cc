@@ -24,6 +24,7 @@
 #include "common/error.h"
 #include "common/sha256.h"
 #include "common/input_file.h"
+#include "data/sentencepiece_vocabulary.h"
 #include "data/shard_file.h"
 #include "io/atomic_file.h"
 #include "io/run_file_names.h"
@@ -424,7 +425,8 @@ std::string train_sentencepiece_model(const PreprocessOptions& options,
 }
 
 // Loads a serialized SentencePiece model (`name` says whose) into `processor`; refused
-// unless it loads and has the pad, bos and eos pieces batches need.
+// unless it loads. A model without pad, bos or eos pieces (spm_train's defaults have no
+// pad) gets them after its pieces (sentencepiece_vocabulary.h).
 void load_sentencepiece_model(const std::string& model, const std::string& name,
                               sentencepiece::SentencePieceProcessor& processor) {
   // SentencePiece's own status reads "Internal: ./src/sentencepiece_processor.cc(232)
@@ -433,9 +435,10 @@ void load_sentencepiece_model(const std::string& model, const std::string& name,
     THPC_FAIL(name << ": not a SentencePiece model (give the .model file that spm_train or "
                    << "an earlier transformer_preprocess wrote)");
   }
-  if (processor.pad_id() < 0 || processor.bos_id() < 0 || processor.eos_id() < 0) {
-    THPC_FAIL(name << ": the model lacks a pad, bos or eos piece (train it with "
-                   << "--pad_id=0 --unk_id=1 --bos_id=2 --eos_id=3)");
+  try {
+    vocabulary_of(processor);
+  } catch (const Error& error) {
+    THPC_FAIL(name << ": " << error.what());
   }
 }
 
@@ -1220,6 +1223,8 @@ PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log
   if (!options.spm_model.empty()) {
     metadata.spm_model = read_input_file(options.spm_model, "--spm-model");
     load_sentencepiece_model(metadata.spm_model, options.spm_model, processor);
+    const std::string added = added_specials_text(vocabulary_of(processor));
+    if (!added.empty()) log << "note: " << options.spm_model << ": " << added << std::endl;
   }
 
   const ParallelFiles train = check_parallel("train", options.train_prefix, options, progress);
@@ -1246,9 +1251,9 @@ PreprocessSummary preprocess(const PreprocessOptions& options, std::ostream& log
     metadata.spm_model = train_sentencepiece_model(options, train, &summary);
     load_sentencepiece_model(metadata.spm_model, "the trained model", processor);
   }
-  metadata.vocab_size = processor.GetPieceSize();
-  metadata.ids = SpecialIds{processor.pad_id(), processor.unk_id(), processor.bos_id(),
-                            processor.eos_id()};
+  const SentencePieceVocabulary vocabulary = vocabulary_of(processor);
+  metadata.vocab_size = vocabulary.size;
+  metadata.ids = vocabulary.ids;
   metadata.source_lang = options.source_lang;
   metadata.target_lang = options.target_lang;
 

@@ -13,6 +13,7 @@
 #include "common/philox.h"
 #include "common/sha256.h"
 #include "common/still_working.h"
+#include "data/sentencepiece_vocabulary.h"
 
 namespace thpc {
 namespace {
@@ -201,13 +202,24 @@ void check_stored_sentencepiece_model(const std::string& path, const ShardMetada
                    << "the shard is damaged, or was written with a newer SentencePiece than "
                    << "this build's (re-run transformer_preprocess)");
   }
-  if (processor.GetPieceSize() != meta.vocab_size) {
-    THPC_FAIL(path << ": vocab_size is " << meta.vocab_size << " but the stored SentencePiece "
-                   << "model has " << processor.GetPieceSize() << " pieces: the shard is "
-                   << "damaged (re-run transformer_preprocess)");
+  // A model without pad, bos or eos pieces has them after its own (vocabulary_of).
+  SentencePieceVocabulary vocabulary;
+  try {
+    vocabulary = vocabulary_of(processor);
+  } catch (const Error& error) {
+    THPC_FAIL(path << ": the stored SentencePiece model (attribute spm_model): " << error.what()
+                   << " (re-run transformer_preprocess)");
   }
-  const SpecialIds model{processor.pad_id(), processor.unk_id(), processor.bos_id(),
-                         processor.eos_id()};
+  if (vocabulary.size != meta.vocab_size) {
+    THPC_FAIL(path << ": vocab_size is " << meta.vocab_size << " but the stored SentencePiece "
+                   << "model has " << vocabulary.pieces << " pieces"
+                   << (vocabulary.added.empty()
+                           ? std::string()
+                           : " and " + std::to_string(vocabulary.added.size()) +
+                                 " special ids after them")
+                   << ": the shard is damaged (re-run transformer_preprocess)");
+  }
+  const SpecialIds model = vocabulary.ids;
   if (model != meta.ids) {
     THPC_FAIL(path << ": special ids pad/unk/bos/eos " << special_ids_text(meta.ids)
                    << " are not the stored SentencePiece model's " << special_ids_text(model)

@@ -1,0 +1,53 @@
+#include "data/sentencepiece_vocabulary.h"
+
+#include "common/error.h"
+
+namespace thpc {
+
+SentencePieceVocabulary vocabulary_of(const sentencepiece::SentencePieceProcessor& model) {
+  SentencePieceVocabulary vocabulary;
+  vocabulary.pieces = model.GetPieceSize();
+  vocabulary.size = vocabulary.pieces;
+  if (model.unk_id() < 0) {
+    THPC_FAIL("the SentencePiece model has no unk piece (every model spm_train writes has "
+              << "one): it is damaged or was not written by SentencePiece");
+  }
+  const auto present_or_added = [&](int id, const char* name) {
+    if (id >= 0) return id;
+    vocabulary.added.push_back(name);
+    return vocabulary.size++;
+  };
+  vocabulary.ids.unk = model.unk_id();
+  vocabulary.ids.pad = present_or_added(model.pad_id(), "<pad>");
+  vocabulary.ids.bos = present_or_added(model.bos_id(), "<s>");
+  vocabulary.ids.eos = present_or_added(model.eos_id(), "</s>");
+  return vocabulary;
+}
+
+std::string piece_of(const sentencepiece::SentencePieceProcessor& model,
+                     const SentencePieceVocabulary& vocabulary, int id) {
+  THPC_CHECK(id >= 0 && id < vocabulary.size,
+             "token id " << id << " outside the vocabulary of " << vocabulary.size);
+  if (id < vocabulary.pieces) return model.IdToPiece(id);
+  return vocabulary.added[static_cast<size_t>(id - vocabulary.pieces)];
+}
+
+std::string added_specials_text(const SentencePieceVocabulary& vocabulary) {
+  if (vocabulary.added.empty()) return "";
+  const auto name = [](const std::string& piece) -> std::string {
+    return piece == "<pad>" ? "pad" : piece == "<s>" ? "bos" : "eos";
+  };
+  std::string lacked, given;
+  for (size_t k = 0; k < vocabulary.added.size(); ++k) {
+    const std::string separator =
+        k == 0 ? "" : k + 1 == vocabulary.added.size() ? " and " : ", ";
+    lacked += (k == 0 ? "" : k + 1 == vocabulary.added.size() ? " or " : ", ") +
+              name(vocabulary.added[k]);
+    given += separator + name(vocabulary.added[k]) + " is id " +
+             std::to_string(vocabulary.pieces + static_cast<int>(k));
+  }
+  return "it has no " + lacked + " piece: " + given + ", after its " +
+         std::to_string(vocabulary.pieces) + " pieces";
+}
+
+}  // namespace thpc
