@@ -3,6 +3,7 @@
 // n-gram counts (SCORES.tsv), the tokenizers rule by rule, and transformer_score run
 // as a program, bad input included.
 #include <gtest/gtest.h>
+#include <sentencepiece_trainer.h>
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,6 +26,7 @@
 #include "expect_error.h"
 #include "metrics/bleu.h"
 #include "metrics/chrf.h"
+#include "metrics/sentencepiece_tokenizer.h"
 #include "metrics/tokenize.h"
 #include "sacrebleu_peer.h"
 
@@ -727,7 +729,8 @@ TEST_F(ScoreProgram, BadCommandLine) {
   EXPECT_EQ(result.exit_code, 2);
   // Every tokenizer the tool takes is named (before: moses and moses-compound were not).
   EXPECT_NE(result.err.find("-tok (--tokenize): unknown tokenizer 'ja-mecab' (expected 13a | "
-                            "intl | char | none | zh, or moses | moses-compound"),
+                            "intl | char | none | zh | flores101 | flores200 | spBLEU-1K, or "
+                            "moses | moses-compound"),
             std::string::npos)
       << result.err;
   result = run_score("-i " + kUedin);
@@ -876,6 +879,140 @@ TEST_F(SacreBleuZh, EveryCodePointAsSacreBleusTokenizer) {
     }
   }
   EXPECT_EQ(differences, 0);
+}
+
+// -tok flores101 | flores200 | spBLEU-1K (spm): spBLEU, a segment's SentencePiece pieces,
+// with the model where sacreBLEU keeps it. Here a model trained on Multi30k German stands
+// in for each (the real ones are downloads), in a folder named by SACREBLEU for both
+// programs; the hypotheses hold whitespace that SentencePiece keeps inside a piece
+// (U+001C..U+001F, U+0085: Python's split() separates there) and that it normalizes.
+struct SacreBleuSentencePiece : thpc::SacreBleuPeer {
+  SacreBleuSentencePiece()
+      : SacreBleuPeer("SentencePieceTokenizer.* still check the model's path and errors") {}
+};
+
+TEST_F(SacreBleuSentencePiece, SpBleuAsSacreBleusWithItsModel) {
+  THPC_REQUIRE_DATA("multi30k/test_2016_flickr.de");
+  if (thpc::run_process(python + " -c 'import sentencepiece'").exit_code != 0) {
+    GTEST_SKIP() << python << " cannot import sentencepiece, which sacreBLEU's spm "
+                 << "tokenizers need (bash tools/install_deps.sh installs it)";
+  }
+  std::filesystem::create_directories(dir / "sacrebleu" / "models");
+  const auto trained = sentencepiece::SentencePieceTrainer::Train(
+      "--input=" + thpc::data_path("multi30k/test_2016_flickr.de") + " --model_prefix=" +
+      (dir / "model").string() + " --vocab_size=800 --model_type=unigram --minloglevel=2");
+  ASSERT_TRUE(trained.ok()) << trained.ToString();
+  for (const char* name : {"sacrebleu_tokenizer_spm.model", "flores200sacrebleuspm",
+                           "spbleu-1k_tokenizer_spm.model"}) {
+    std::filesystem::copy_file(dir / "model.model", dir / "sacrebleu" / "models" / name);
+  }
+  std::vector<std::string> references, hypotheses, others;
+  {
+    std::ifstream text(thpc::data_path("multi30k/test_2016_flickr.de"));
+    const std::vector<std::string> odd = {"\x1c", "\x1f", "\xc2\x85", "\xe3\x80\x80", "\t",
+                                          "\xc2\xa0"};
+    std::string line;
+    for (int i = 0; i < 300 && std::getline(text, line); ++i) {
+      references.push_back(line);
+      std::string changed = line;
+      if (const size_t space = changed.find(' '); space != std::string::npos) {
+        changed.replace(space, 1, odd[i % odd.size()]);
+      }
+      // (cut at a space: a cut inside a UTF-8 sequence would be invalid text)
+      if (const size_t cut = changed.rfind(' ', changed.size() / 2);
+          i % 3 == 0 && cut != std::string::npos) {
+        changed.resize(cut);
+      }
+      hypotheses.push_back(changed);
+      others.push_back(i % 2 ? line : "Ein Hund läuft.");
+    }
+  }
+  const std::string ref = write_lines("ref.de", references);
+  const std::string hyp = write_lines("hyp.de", hypotheses);
+  const std::string other = write_lines("other.de", others);
+  const std::string environment = "SACREBLEU=" + (dir / "sacrebleu").string();
+  for (const char* tokenizer : {"flores101", "flores200", "spBLEU-1K", "spm"}) {
+    expect_same_lines(environment, ref + " -i " + hyp + " -m bleu -tok " + tokenizer);
+  }
+  expect_same_lines(environment, ref + " -i " + hyp + " -m bleu chrf -tok flores200 -lc -b");
+  expect_same_lines(environment, ref + " -i " + hyp + " -m bleu -tok flores200 -sl");
+  expect_same_lines(environment,
+                    ref + " -i " + hyp + " " + other + " -m bleu -tok flores200 -pbs -pbsn 50");
+}
+
+// Where sacreBLEU keeps its models: $SACREBLEU/models, else ~/.sacrebleu/models with ~ as
+// Python's expanduser reads it ($HOME, trailing slashes dropped); os.path.join's rules.
+TEST(SentencePieceTokenizer, TheModelIsWhereSacreBleuKeepsIt) {
+  const auto set = [](const char* name, const char* value) {
+    if (value) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  };
+  const char* home = std::getenv("HOME");
+  const std::string saved_home = home ? home : "";
+  const char* sacrebleu = std::getenv("SACREBLEU");
+  const std::string saved_sacrebleu = sacrebleu ? sacrebleu : "";
+  using thpc::metrics::sacrebleu_model_path;
+  set("SACREBLEU", "/data/sb");
+  EXPECT_EQ(sacrebleu_model_path(TokenizerKind::kFlores200),
+            "/data/sb/models/flores200sacrebleuspm");
+  set("SACREBLEU", "/data/sb/");
+  EXPECT_EQ(sacrebleu_model_path(TokenizerKind::kFlores101),
+            "/data/sb/models/sacrebleu_tokenizer_spm.model");
+  set("SACREBLEU", "");
+  EXPECT_EQ(sacrebleu_model_path(TokenizerKind::kSpBleu1K), "models/spbleu-1k_tokenizer_spm.model");
+  set("SACREBLEU", nullptr);
+  set("HOME", "/home/user//");
+  EXPECT_EQ(sacrebleu_model_path(TokenizerKind::kFlores200),
+            "/home/user/.sacrebleu/models/flores200sacrebleuspm");
+  set("HOME", "/");
+  EXPECT_EQ(sacrebleu_model_path(TokenizerKind::kFlores200),
+            "/.sacrebleu/models/flores200sacrebleuspm");
+  set("HOME", home ? saved_home.c_str() : nullptr);
+  set("SACREBLEU", sacrebleu ? saved_sacrebleu.c_str() : nullptr);
+  EXPECT_EQ(thpc::metrics::parse_tokenizer("spm"), TokenizerKind::kFlores101);
+  EXPECT_EQ(thpc::metrics::tokenizer_name(TokenizerKind::kSpBleu1K), "spBLEU-1K");
+  EXPECT_THROW(thpc::metrics::tokenize(U"a b", TokenizerKind::kFlores200), thpc::Error);
+}
+
+// A missing model says where sacreBLEU would have put it and how to fetch it, exit 1,
+// before any input is read; a file that is not a model is said so; without BLEU the
+// tokenizer's model is not needed (as sacreBLEU).
+TEST(SentencePieceTokenizer, AMissingModelSaysWhereToFetchIt) {
+  const std::string dir = std::filesystem::temp_directory_path() /
+                          ("thpc_spm_tokenizer_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir + "/models");
+  std::ofstream(dir + "/ref.txt") << "a b c\n";
+  const thpc::ProcessResult missing = thpc::run_process(
+      "SACREBLEU=" + dir + "/none " + thpc::binary_dir() + "/transformer_score " + dir +
+      "/ref.txt -i /nonexistent -tok flores200");
+  EXPECT_EQ(missing.exit_code, 1) << missing.output;
+  EXPECT_NE(missing.output.find(
+                "-tok flores200: sacreBLEU's SentencePiece model is not at " + dir +
+                "/none/models/flores200sacrebleuspm (sacreBLEU downloads it there on first "
+                "use; this program does not reach the network): fetch it with  curl -L "
+                "--create-dirs -o " + dir + "/none/models/flores200sacrebleuspm "
+                "https://tinyurl.com/flores200sacrebleuspm"),
+            std::string::npos)
+      << missing.output;
+  EXPECT_EQ(missing.output.find("/nonexistent"), std::string::npos) << "read before";
+  std::ofstream(dir + "/models/flores200sacrebleuspm") << "<html>Too many requests</html>\n";
+  const thpc::ProcessResult garbage = thpc::run_process(
+      "SACREBLEU=" + dir + " " + thpc::binary_dir() + "/transformer_score " + dir +
+      "/ref.txt -i " + dir + "/ref.txt -tok flores200");
+  EXPECT_EQ(garbage.exit_code, 1) << garbage.output;
+  EXPECT_NE(garbage.output.find(dir + "/models/flores200sacrebleuspm is not a SentencePiece "
+                                      "model (a download that failed part way?"),
+            std::string::npos)
+      << garbage.output;
+  const thpc::ProcessResult chrf = thpc::run_process(
+      "SACREBLEU=" + dir + "/none " + thpc::binary_dir() + "/transformer_score " + dir +
+      "/ref.txt -i " + dir + "/ref.txt -tok flores200 -m chrf -b");
+  EXPECT_EQ(chrf.exit_code, 0) << chrf.output;
+  EXPECT_EQ(chrf.output, "100.0\n");
+  std::filesystem::remove_all(dir);
 }
 
 // Rank 0 of a training job scores each validation's translations alone while the other

@@ -51,16 +51,21 @@ fi
 
 # Python packages Debian 12 lacks or has too old, from PyPI into a virtual environment,
 # so the system Python is left alone: sacreBLEU (test_bleu's cross-check with the
-# reference implementation), TensorBoard (to watch runs; test_run_outputs reads the event
-# files back with its reader), matplotlib (tools/plot_metrics.py, tools/plot_attention.py)
-# and h5py (tools/plot_attention.py reads the attention dumps).
+# reference implementation; sentencepiece for its spBLEU tokenizers), TensorBoard (to
+# watch runs; test_run_outputs reads the event files back with its reader), matplotlib
+# (tools/plot_metrics.py, tools/plot_attention.py) and h5py (tools/plot_attention.py
+# reads the attention dumps).
 venv=${THPC_VENV:-$HOME/.cache/thpc-venv}
-if ! "$venv/bin/python" -c 'import sacrebleu, tensorboard, matplotlib, h5py' 2>/dev/null; then
-  echo "install_deps: installing sacrebleu, tensorboard, matplotlib and h5py into $venv"
+if ! "$venv/bin/python" -c 'import sacrebleu, sentencepiece, tensorboard, matplotlib, h5py' \
+    2>/dev/null; then
+  echo "install_deps: installing sacrebleu, sentencepiece, tensorboard, matplotlib and h5py" \
+    "into $venv"
   python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install -q 'sacrebleu>=2,<3' 'tensorboard>=2.12' 'matplotlib>=3.6' h5py
+  "$venv/bin/python" -m pip install -q 'sacrebleu>=2,<3' 'sentencepiece>=0.1.99' \
+    'tensorboard>=2.12' 'matplotlib>=3.6' h5py
 fi
-echo "install_deps: sacrebleu, tensorboard, matplotlib, h5py in $venv (THPC_PYTHON=$venv/bin/python)"
+echo "install_deps: sacrebleu, sentencepiece, tensorboard, matplotlib, h5py in $venv" \
+  "(THPC_PYTHON=$venv/bin/python)"
 if $with_ctranslate2; then
   if ! "$venv/bin/python" -c 'import ctranslate2, sentencepiece' 2>/dev/null; then
     echo "install_deps: installing ctranslate2 and sentencepiece into $venv"

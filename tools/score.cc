@@ -3,7 +3,8 @@
 // Moses' tokenizer.perl and multi-bleu.perl compute it (metrics/multi_bleu.h).
 //
 //   transformer_score REF [REF ...] [-i HYP] [-m bleu|chrf|ter ...]
-//                     [--tokenize 13a|intl|char|none|zh] [-lc]
+//                     [--tokenize 13a|intl|char|none|zh|flores101|flores200|spBLEU-1K]
+//                     [-lc]
 //                     [-s none|floor|add-k|exp] [-sv VALUE] [--max-ngram-order N]
 //                     [-cc N] [-cw N] [--chrf-beta N] [--chrf-whitespace]
 //                     [--chrf-lowercase] [--chrf-eps-smoothing]
@@ -39,6 +40,7 @@
 #include "metrics/chrf.h"
 #include "metrics/json_text.h"
 #include "metrics/multi_bleu.h"
+#include "metrics/sentencepiece_tokenizer.h"
 #include "metrics/significance.h"
 #include "metrics/ter.h"
 #include "metrics/text_table.h"
@@ -144,7 +146,9 @@ po::options_description describe(Given& given, bool with_references) {
   po::options_description bleu("BLEU");
   bleu.add_options()
       ("tokenize,tok", po::value(&given.tokenize),
-       "(also -tok) 13a (default) | intl | char | none | zh (Chinese characters apart), or "
+       "(also -tok) 13a (default) | intl | char | none | zh (Chinese characters apart) | "
+       "flores101 (spm) | flores200 | spBLEU-1K (spBLEU: sacreBLEU's SentencePiece models, "
+       "read from $SACREBLEU/models, else ~/.sacrebleu/models), or "
        "the paper's tokenized BLEU: moses (Moses "
        "tokenizer.perl, then multi-bleu.perl) | moses-compound (the same with "
        "tensor2tensor's ##AT## compound splitting: the BLEU of the paper's EN-DE 27.3, "
@@ -435,8 +439,9 @@ CommandLine parse_command_line(int argc, char** argv) {
       command.options.tokenizer = thpc::metrics::parse_tokenizer(given.tokenize);
     } catch (const thpc::Error&) {
       THPC_FAIL("-tok (--tokenize): unknown tokenizer '"
-                << given.tokenize << "' (expected 13a | intl | char | none | zh, or moses | "
-                << "moses-compound for the paper's tokenized BLEU)");
+                << given.tokenize << "' (expected 13a | intl | char | none | zh | flores101 | "
+                << "flores200 | spBLEU-1K, or moses | moses-compound for the paper's "
+                << "tokenized BLEU)");
     }
     for (const char* name : {"moses-lang", "moses-version"}) {
       if (given_option(name)) THPC_FAIL("--" << name << " needs --tokenize moses or moses-compound");
@@ -871,6 +876,14 @@ void print_systems_table(const CommandLine& command, const Scorers& scorers,
 }
 
 int run(const CommandLine& command) {
+  // A SentencePiece tokenizer's model, before any input is read (a missing one is the
+  // machine's problem, exit 1, not the command line's); only where BLEU is scored, as
+  // sacreBLEU loads it.
+  thpc::metrics::BleuOptions bleu_options = command.options;
+  if (thpc::metrics::is_sentencepiece_tokenizer(bleu_options.tokenizer) &&
+      std::count(command.metrics.begin(), command.metrics.end(), "bleu") > 0) {
+    bleu_options.sentencepiece = thpc::metrics::load_sacrebleu_model(bleu_options.tokenizer);
+  }
   // A closed standard input read as an empty one ("<stdin>: no segments", a helper's trial).
   const std::vector<std::string> names = system_names(command);
   const bool reads_standard_input =
@@ -928,7 +941,7 @@ int run(const CommandLine& command) {
   }
   Scorers scorers;
   for (const std::string& metric : command.metrics) {
-    if (metric == "bleu") scorers.bleu.emplace(references, command.options);
+    if (metric == "bleu") scorers.bleu.emplace(references, bleu_options);
     if (metric == "chrf") scorers.chrf.emplace(references, command.chrf);
     if (metric == "ter") scorers.ter.emplace(references, command.ter);
   }

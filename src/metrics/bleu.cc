@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/input_file.h"
 #include "common/still_working.h"
+#include "metrics/sentencepiece_tokenizer.h"
 
 namespace thpc::metrics {
 namespace {
@@ -210,6 +211,10 @@ BleuScorer::BleuScorer(const std::vector<std::vector<std::string>>& references,
     : options_(std::move(options)) {
   THPC_CHECK(options_.max_ngram_order >= 1,
              "max n-gram order " << options_.max_ngram_order << " < 1");
+  THPC_CHECK(is_sentencepiece_tokenizer(options_.tokenizer) == (options_.sentencepiece != nullptr),
+             "the tokenizer " << tokenizer_name(options_.tokenizer)
+                              << (options_.sentencepiece ? " with" : " without")
+                              << " a SentencePiece model");
   const size_t num_segments = reference_segments(references);
   segments_.resize(num_segments);
   for (size_t i = 0; i < num_segments; ++i) {
@@ -227,7 +232,9 @@ std::vector<std::string> BleuScorer::preprocess(std::string_view segment,
                                                 size_t index) const {
   std::u32string text = decode_segment(segment, reference_stream, index);
   if (options_.lowercase) text = python_lower(text);
-  const std::u32string tokenized = tokenize(python_rstrip(text), options_.tokenizer);
+  const std::u32string tokenized =
+      options_.sentencepiece ? sentencepiece_tokenize(*options_.sentencepiece, python_rstrip(text))
+                             : tokenize(python_rstrip(text), options_.tokenizer);
   std::vector<std::string> tokens;
   for (std::u32string_view token : python_split(tokenized)) tokens.push_back(encode_utf8(token));
   return tokens;

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <istream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -23,6 +24,10 @@
 #include <vector>
 
 #include "metrics/tokenize.h"
+
+namespace sentencepiece {
+class SentencePieceProcessor;
+}
 
 namespace thpc::metrics {
 
@@ -40,6 +45,9 @@ double default_smooth_value(Smoothing smoothing);
 
 struct BleuOptions {
   TokenizerKind tokenizer = TokenizerKind::k13a;
+  // A SentencePiece tokenizer's model (load_sacrebleu_model), set exactly when
+  // `tokenizer` is one.
+  std::shared_ptr<const sentencepiece::SentencePieceProcessor> sentencepiece;
   bool lowercase = false;                // Python str.lower() before tokenising
   Smoothing smoothing = Smoothing::kExp;
   std::optional<double> smooth_value;    // nullopt: the method's default

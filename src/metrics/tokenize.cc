@@ -143,7 +143,11 @@ TokenizerKind parse_tokenizer(const std::string& name) {
   if (name == "char") return TokenizerKind::kChar;
   if (name == "none") return TokenizerKind::kNone;
   if (name == "zh") return TokenizerKind::kZh;
-  THPC_FAIL("unknown tokenizer '" << name << "' (expected 13a | intl | char | none | zh)");
+  if (name == "flores101" || name == "spm") return TokenizerKind::kFlores101;
+  if (name == "flores200") return TokenizerKind::kFlores200;
+  if (name == "spBLEU-1K") return TokenizerKind::kSpBleu1K;
+  THPC_FAIL("unknown tokenizer '" << name << "' (expected 13a | intl | char | none | zh | "
+                                  << "flores101 | flores200 | spBLEU-1K)");
 }
 
 std::string tokenizer_name(TokenizerKind kind) {
@@ -153,8 +157,16 @@ std::string tokenizer_name(TokenizerKind kind) {
     case TokenizerKind::kChar: return "char";
     case TokenizerKind::kNone: return "none";
     case TokenizerKind::kZh: return "zh";
+    case TokenizerKind::kFlores101: return "flores101";
+    case TokenizerKind::kFlores200: return "flores200";
+    case TokenizerKind::kSpBleu1K: return "spBLEU-1K";
   }
   return "?";
+}
+
+bool is_sentencepiece_tokenizer(TokenizerKind kind) {
+  return kind == TokenizerKind::kFlores101 || kind == TokenizerKind::kFlores200 ||
+         kind == TokenizerKind::kSpBleu1K;
 }
 
 std::optional<std::u32string> decode_utf8(std::string_view bytes, size_t* error_offset) {
@@ -276,6 +288,11 @@ std::u32string tokenize(std::u32string_view line, TokenizerKind kind) {
     case TokenizerKind::kChar: return tokenize_char(line);
     case TokenizerKind::kNone: return std::u32string(line);
     case TokenizerKind::kZh: return tokenize_zh(line);
+    case TokenizerKind::kFlores101:
+    case TokenizerKind::kFlores200:
+    case TokenizerKind::kSpBleu1K:
+      THPC_FAIL("the tokenizer " << tokenizer_name(kind) << " needs its SentencePiece model "
+                                 << "(metrics/sentencepiece_tokenizer.h)");
   }
   return std::u32string(line);
 }

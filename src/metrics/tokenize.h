@@ -1,7 +1,9 @@
 // Text handling for BLEU and chrF, exactly as sacreBLEU 2.x does it in Python: strict
 // UTF-8, Python's str.lower(), str.rstrip() and str.split(), and BLEU's tokenizers 13a
 // (the mteval-v13a.pl rules, sacreBLEU's default), intl (mteval-v14.pl --international-
-// tokenization), char, none and zh (Chinese characters split, then 13a's rules).
+// tokenization), char, none and zh (Chinese characters split, then 13a's rules). The
+// SentencePiece tokenizers (flores101, flores200, spBLEU-1K) need their model:
+// metrics/sentencepiece_tokenizer.h.
 #pragma once
 
 #include <optional>
@@ -11,12 +13,15 @@
 
 namespace thpc::metrics {
 
-enum class TokenizerKind { k13a, kIntl, kChar, kNone, kZh };
+enum class TokenizerKind { k13a, kIntl, kChar, kNone, kZh, kFlores101, kFlores200, kSpBleu1K };
 
-// "13a" | "intl" | "char" | "none" | "zh"; anything else throws thpc::Error.
+// "13a" | "intl" | "char" | "none" | "zh" | "flores101" | "flores200" | "spBLEU-1K", or
+// "spm" (sacreBLEU's older name of flores101); anything else throws thpc::Error.
 TokenizerKind parse_tokenizer(const std::string& name);
-// The name sacreBLEU puts in the signature (tok:13a).
+// The name sacreBLEU puts in the signature (tok:13a; spm's is flores101).
 std::string tokenizer_name(TokenizerKind kind);
+// flores101, flores200 or spBLEU-1K: pieces of a SentencePiece model.
+bool is_sentencepiece_tokenizer(TokenizerKind kind);
 
 // Decodes UTF-8 as Python's strict codec does (no overlong forms, no surrogates,
 // nothing above U+10FFFF). Returns nullopt on invalid input and, if given, sets
@@ -38,7 +43,8 @@ std::u32string_view python_rstrip(std::u32string_view text);
 std::vector<std::u32string_view> python_split(std::u32string_view text);
 
 // One segment through the named tokenizer; the result is space-separated tokens
-// (sacreBLEU's tokenizer output, before n-gram extraction splits it).
+// (sacreBLEU's tokenizer output, before n-gram extraction splits it). A SentencePiece
+// tokenizer throws: it needs its model (sentencepiece_tokenize).
 std::u32string tokenize(std::u32string_view line, TokenizerKind kind);
 
 // One segment of a scorer's input decoded, or thpc::Error naming it: "reference 2,
