@@ -128,6 +128,12 @@ class DecodeProgram : public ::testing::Test {
       without_pad.params = gather_named(default_ids_model.params(), *backend,
                                         default_ids_model.params().params());
       write_checkpoint((dir_ / "model_default_spm.h5").string(), without_pad);
+      // The same pieces with bos and eos swapped (spm_train's --bos_piece and --eos_piece):
+      // bos 2, eos 1.
+      const auto swapped_status = train_test_spm_model(
+          (dir_ / "sample.en").string(), (dir_ / "spm_swapped").string(), 300,
+          "--bos_id=2 --eos_id=1 --bos_piece=</s> --eos_piece=<s>");
+      ASSERT_TRUE(swapped_status.ok()) << swapped_status.ToString();
     }
 
     std::ofstream input(dir_ / "input.en");
@@ -931,6 +937,42 @@ TEST_F(DecodeProgram, AModelWithoutPadDecodesWithTheIdsItWasTrainedWith) {
   };
   EXPECT_EQ(stored, translations(model, default_ids()));
   EXPECT_NE(stored, translations(with_other_ids, SpecialIds{})) << "the ids decided nothing";
+}
+
+// --spm-model with the stored model's pieces but other special ids (bos and eos swapped)
+// is refused: the ids come from --spm-model, so the model would have started its
+// translations from eos and ended them at bos, exit 0 (before: accepted silently; the old
+// check against pad/unk/bos/eos 0/1/2/3 went with the derived ids).
+TEST_F(DecodeProgram, ASentencePieceModelOfTheSamePiecesButOtherSpecialIdsIsRefused) {
+  sentencepiece::SentencePieceProcessor stored, swapped;
+  ASSERT_TRUE(stored.Load((dir_ / "spm_default.model").string()).ok());
+  ASSERT_TRUE(swapped.Load((dir_ / "spm_swapped.model").string()).ok());
+  ASSERT_EQ(swapped.GetPieceSize(), stored.GetPieceSize());
+  for (int id = 0; id < stored.GetPieceSize(); ++id) {
+    ASSERT_EQ(swapped.IdToPiece(id), stored.IdToPiece(id)) << id;
+  }
+  ASSERT_EQ(swapped.bos_id(), 2);
+  ASSERT_EQ(swapped.eos_id(), 1);
+  std::ofstream(dir_ / "short.en") << "A man is riding a bike.\n";
+  const std::string command = thpc::binary_dir() + "/transformer_decode --checkpoint " +
+                              (dir_ / "model_default_spm.h5").string() + " --spm-model " +
+                              (dir_ / "spm_swapped.model").string() + " --input " +
+                              (dir_ / "short.en").string() + " --greedy --max-len-b 5 > " +
+                              (dir_ / "swapped.txt").string() + " 2> " +
+                              (dir_ / "swapped.err").string();
+  const int status = std::system(command.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  const std::string err = read_file(dir_ / "swapped.err");
+  EXPECT_NE(err.find("--spm-model " + (dir_ / "spm_swapped.model").string() +
+                     " is not the SentencePiece model stored in " +
+                     (dir_ / "model_default_spm.h5").string() +
+                     " (its special ids pad/unk/bos/eos are -1/0/2/1, the checkpoint's "
+                     "-1/0/1/2)"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(lines_of(err).size(), 1u) << err;
+  EXPECT_EQ(read_file(dir_ / "swapped.txt"), "");
 }
 
 // An output's unknown token is written as SentencePiece writes it, " ⁇ ", not dropped: the

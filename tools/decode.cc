@@ -389,12 +389,30 @@ void load_sentencepiece_model(const Arguments& args, const thpc::DecodingCheckpo
           ++differing;
         }
       }
+      // Leaving it out helps only where every member stores its model (an ensemble with
+      // one that does not was told to, and then refused for not giving it).
+      const bool every_member_stores =
+          std::all_of(ensemble.checkpoints.begin(), ensemble.checkpoints.end(),
+                      [](const thpc::Checkpoint& member) { return !member.spm_model.empty(); });
+      const std::string advice = every_member_stores
+                                     ? "leave --spm-model out to use the stored one"
+                                     : "give the spm.model " + checkpoint_path +
+                                           " was trained with";
+      // The same pieces with other special ids (spm_train's --bos_piece=</s>
+      // --eos_piece=<s>, or pad, bos or eos marked otherwise) give other ids to start and
+      // end the translations with than the model was trained with: refused as well.
+      const thpc::SpecialIds stored_ids{stored.pad_id(), stored.unk_id(), stored.bos_id(),
+                                        stored.eos_id()};
+      const thpc::SpecialIds given_ids{spm.pad_id(), spm.unk_id(), spm.bos_id(), spm.eos_id()};
+      if (differing == 0 && stored_ids != given_ids) {
+        throw thpc::tools::UsageError(
+            "--spm-model " + args.spm_model + " is not the SentencePiece model stored in " +
+            checkpoint_path + " (its special ids pad/unk/bos/eos are " +
+            thpc::special_ids_text(given_ids) + ", the checkpoint's " +
+            thpc::special_ids_text(stored_ids) +
+            "): the model would start and end its translations at other ids; " + advice);
+      }
       if (differing > 0) {
-        // Leaving it out helps only where every member stores its model (an ensemble with
-        // one that does not was told to, and then refused for not giving it).
-        const bool every_member_stores =
-            std::all_of(ensemble.checkpoints.begin(), ensemble.checkpoints.end(),
-                        [](const thpc::Checkpoint& member) { return !member.spm_model.empty(); });
         throw thpc::tools::UsageError(
             "--spm-model " + args.spm_model + " is not the SentencePiece model stored in " +
             checkpoint_path + " (" +
@@ -403,10 +421,7 @@ void load_sentencepiece_model(const Arguments& args, const thpc::DecodingCheckpo
                        std::to_string(stored.GetPieceSize())
                  : "id " + std::to_string(first) + " is '" + spm.IdToPiece(first) +
                        "' there and '" + stored.IdToPiece(first) + "' in the checkpoint") +
-            "): the model's ids would be written as other pieces; " +
-            (every_member_stores ? "leave --spm-model out to use the stored one"
-                                 : "give the spm.model " + checkpoint_path +
-                                       " was trained with"));
+            "): the model's ids would be written as other pieces; " + advice);
       }
     }
   }
