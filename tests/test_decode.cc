@@ -989,6 +989,28 @@ TEST_F(DecodeProgram, AnUnknownTokenIsWrittenNotDropped) {
   EXPECT_EQ(detokenize(spm, {man, man}), "man man");
 }
 
+// A byte_fallback model's byte pieces can spell a line feed, a carriage return or NUL
+// (<0x0A>, <0x0D>, <0x00>; sampling at a high temperature drew them): written as they
+// decode, a translation took two lines and every later line was another input's (a
+// helper's trial: 25 lines out for 23 in). They are written as spaces.
+TEST_F(DecodeProgram, ByteTokensNeverBreakATranslationsLine) {
+  const auto trained = train_test_spm_model((dir_ / "sample.en").string(),
+                                            (dir_ / "spm_bytes").string(), 600,
+                                            std::string(kProjectSpecialIds) +
+                                                " --byte_fallback=true");
+  ASSERT_TRUE(trained.ok()) << trained.ToString();
+  sentencepiece::SentencePieceProcessor spm;
+  ASSERT_TRUE(spm.Load((dir_ / "spm_bytes.model").string()).ok());
+  const int man = spm.PieceToId("\xE2\x96\x81man");
+  ASSERT_NE(man, spm.unk_id());
+  for (const char* byte : {"<0x0A>", "<0x0D>", "<0x00>"}) {
+    const int id = spm.PieceToId(byte);
+    ASSERT_TRUE(spm.IsByte(id)) << byte;
+    EXPECT_EQ(detokenize(spm, {man, id, man}), "man  man") << byte;
+  }
+  EXPECT_EQ(detokenize(spm, {man, spm.PieceToId("<0x41>"), man}), "manA man");
+}
+
 TEST_F(DecodeProgram, NBestGivesKScoredLinesPerSentence) {
   std::string out, err;
   ASSERT_EQ(decode("--nbest 3 --max-len-b 4", out, err), 0) << err;

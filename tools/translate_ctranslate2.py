@@ -164,16 +164,21 @@ def translate(args, program, tag, max_positions, spm, load, translate_group):
             results[i] = result
     translated = time.perf_counter()
 
+    def text(hypothesis):
+        # As transformer_decode's detokenize: line breaks and NUL that byte pieces make
+        # are written as spaces, so that each translation stays one line.
+        return spm.decode(hypothesis).translate({0x0A: " ", 0x0D: " ", 0x00: " "})
+
     tokens = 0
     out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
     for i, (hypotheses, scores) in enumerate(results):
         if hypotheses:
             tokens += len(hypotheses[0])
         if args.nbest == 1:
-            out.write((spm.decode(hypotheses[0]) if hypotheses else "") + "\n")
+            out.write((text(hypotheses[0]) if hypotheses else "") + "\n")
             continue
         for hypothesis, score in zip(hypotheses, scores):
-            out.write(f"{i} ||| {spm.decode(hypothesis)} ||| {score:.4f}\n")
+            out.write(f"{i} ||| {text(hypothesis)} ||| {score:.4f}\n")
         if not hypotheses:
             out.write(f"{i} |||  ||| 0.0000\n")
     out.flush()

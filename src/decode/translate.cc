@@ -127,6 +127,9 @@ std::string detokenize(const sentencepiece::SentencePieceProcessor& spm,
                        const TokenSequence& tokens) {
   std::string text;
   spm.Decode(std::vector<int>(tokens.begin(), tokens.end()), &text);
+  std::replace_if(
+      text.begin(), text.end(), [](char c) { return c == '\n' || c == '\r' || c == '\0'; },
+      ' ');
   return text;
 }
 

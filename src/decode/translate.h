@@ -84,6 +84,9 @@ BeamOptions configured_beam_options(const DecodeConfig& decode, int max_position
 
 // A translation as text: its pieces decoded by `spm` (joined, SentencePiece's
 // normalisation undone), as transformer_decode writes it and the validation BLEU scores it.
+// A line feed, carriage return or NUL that byte pieces make (a byte_fallback model's
+// <0x0A>) is written as a space: each translation stays one line of text, line n of the
+// output the translation of line n of the input.
 std::string detokenize(const sentencepiece::SentencePieceProcessor& spm,
                        const TokenSequence& tokens);
 
