@@ -625,6 +625,21 @@ TEST_F(ScoreProgram, ScoreOnlyOnOneWmt17System) {
                         {"standard input can be one file only"});
 }
 
+// Options of sacreBLEU that change nothing here are taken, so that its command lines run
+// as they are: -nc (colours), -q (its log), --force (its warning that the input looks
+// tokenized; before: "unrecognised option"), -j (the tests' processes).
+TEST_F(ScoreProgram, SacreBleusOptionsWithoutEffectHereAreTaken) {
+  THPC_REQUIRE_DATA("sacrebleu_tests/wmt17_en-de");
+  const ProgramResult plain = run_score(kWmt17Ref + " -i " + kUedin + " -m bleu chrf");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  for (const char* option : {"-nc", "-q", "--force", "-j 2", "--no-color --quiet"}) {
+    const ProgramResult taken =
+        run_score(kWmt17Ref + " -i " + kUedin + " -m bleu chrf " + option);
+    EXPECT_EQ(taken.exit_code, 0) << option << ": " << taken.err;
+    EXPECT_EQ(taken.out, plain.out) << option;
+  }
+}
+
 TEST_F(ScoreProgram, FullLineWithSignature) {
   THPC_REQUIRE_DATA("sacrebleu_tests/small");
   ProgramResult result = run_score(kSmall + "/readme_example.ref1 " + kSmall +

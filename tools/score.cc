@@ -211,7 +211,9 @@ po::options_description describe(Given& given, bool with_references) {
       ("paired-jobs,j", po::value(&given.paired_jobs),
        "taken for sacreBLEU's command lines; the tests run in this process (same results)")
       ("no-color,nc", "(also -nc) taken for sacreBLEU's command lines: nothing is coloured here")
-      ("quiet,q", "(also -q) taken for sacreBLEU's command lines: nothing is logged here");
+      ("quiet,q", "(also -q) taken for sacreBLEU's command lines: nothing is logged here")
+      ("force", "taken for sacreBLEU's command lines: it silences sacreBLEU's warning that the "
+                "input looks tokenized, which is not printed here");
   po::options_description all;
   all.add(general).add(bleu).add(chrf).add(ter).add(tests);
   if (with_references) all.add_options()("references", po::value(&given.references));

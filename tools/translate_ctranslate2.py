@@ -41,7 +41,10 @@ SentencePiece model of DIR turning text into pieces and back. What each option s
                           includes one warm-up translation of a one-piece sentence, so
                           that translate_s holds no one-time set-up such as the first
                           cuBLAS handle, as ours, timed less an empty run, holds none)
---nbest N prints `LINE ||| translation ||| score` lines as transformer_decode does.
+--nbest N prints `LINE ||| translation ||| score` lines in transformer_decode's layout;
+the score is CTranslate2's own (with the default --lenpen 0 the sum of the
+log-probabilities), not transformer_decode's length-normalised one, so only the texts and
+their order compare.
 Needs ctranslate2 and sentencepiece (`bash tools/install_deps.sh --ctranslate2`). Exit
 codes: 0 done, 2 a bad command line, 1 a model or file that cannot be read.
 """
