@@ -128,6 +128,8 @@ class DecodeProgram : public ::testing::Test {
       without_pad.params = gather_named(default_ids_model.params(), *backend,
                                         default_ids_model.params().params());
       write_checkpoint((dir_ / "model_default_spm.h5").string(), without_pad);
+      without_pad.spm_model.clear();  // as a run without a stored model writes it
+      write_checkpoint((dir_ / "model_default_no_spm.h5").string(), without_pad);
       // The same pieces with bos and eos swapped (spm_train's --bos_piece and --eos_piece):
       // bos 2, eos 1.
       const auto swapped_status = train_test_spm_model(
@@ -937,6 +939,23 @@ TEST_F(DecodeProgram, AModelWithoutPadDecodesWithTheIdsItWasTrainedWith) {
   };
   EXPECT_EQ(stored, translations(model, default_ids()));
   EXPECT_NE(stored, translations(with_other_ids, SpecialIds{})) << "the ids decided nothing";
+
+  // A checkpoint that stores no model trained with 0/1/2/3 (a synthetic task): a model of
+  // another layout given for it is refused (a helper's trial: taken, exit 0).
+  const std::string refused = thpc::binary_dir() + "/transformer_decode --checkpoint " +
+                              (dir_ / "model_default_no_spm.h5").string() + " --spm-model " +
+                              (dir_ / "spm_default.model").string() + " --input " +
+                              (dir_ / "short.en").string() + " 2> " +
+                              (dir_ / "refused.txt").string();
+  const int status = std::system(refused.c_str());
+  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 2);
+  EXPECT_NE(read_file(dir_ / "refused.txt")
+                .find("its special ids pad/unk/bos/eos are 300/0/1/2, but " +
+                      (dir_ / "model_default_no_spm.h5").string() +
+                      " stores no SentencePiece model, and a run without one trains with "
+                      "0/1/2/3"),
+            std::string::npos)
+      << read_file(dir_ / "refused.txt");
 }
 
 // --spm-model with the stored model's pieces but other special ids (bos and eos swapped)

@@ -444,6 +444,17 @@ void load_sentencepiece_model(const Arguments& args, const thpc::DecodingCheckpo
     }
     THPC_FAIL(why.str());
   }
+  // A checkpoint without a stored model trained on a synthetic task (or hand-made shards
+  // without one), whose ids are the project's 0/1/2/3: another layout would start and end
+  // its translations at other ids.
+  if (checkpoint.spm_model.empty() && model.vocabulary.ids != thpc::SpecialIds{}) {
+    throw thpc::tools::UsageError(
+        "--spm-model " + args.spm_model + ": its special ids pad/unk/bos/eos are " +
+        thpc::special_ids_text(model.vocabulary.ids) + ", but " + checkpoint_path +
+        " stores no SentencePiece model, and a run without one trains with " +
+        thpc::special_ids_text(thpc::SpecialIds{}) + ": give the spm.model it was trained " +
+        "with (a model spm_train wrote with --pad_id=0 --unk_id=1 --bos_id=2 --eos_id=3)");
+  }
 }
 
 // A buffer of the input: its lines as read, each encoded into the pieces the models
