@@ -29,7 +29,11 @@
 #      after them the GEMM sweep at 3,125 tokens: what the cuBLASLt heuristic's other
 #      offers would save of one rank's 3.07 ms of GEMMs, its gemm_sweep_total line, ~30 s;
 #      then the program against the benchmark and one rank's batch, which earlier windows
-#      and call 2 measure too, and which the call's time-out cuts first)
+#      and call 2 measure too, and which the call's time-out cuts first; reading the
+#      twins: fused_norm_grads finishes its sums with fuller_column_sums' lanes kernel
+#      whether or not that candidate is on, so both failing is that kernel's failure, and
+#      bias_grads_in_gemm's twin covers linear_backward, its linear_relu_backward (the
+#      FFN's second layer) only the whole-model check with the candidates)
 #   2: run(command="timeout 285 env CURVE_SECONDS=270 CURVE_ROWS= CURVE_COMPILED='base 3125
 #          compile-graphs' OURS_VARIANTS='verified=train.cuda_kernels=verified
 #          graphs=train.cuda_kernels=step_graphs
