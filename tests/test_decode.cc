@@ -994,6 +994,33 @@ TEST_F(DecodeProgram, ASentencePieceModelOfTheSamePiecesButOtherSpecialIdsIsRefu
   EXPECT_EQ(read_file(dir_ / "swapped.txt"), "");
 }
 
+// --spm-model's vocabulary, when it is not the checkpoint's size, counts the specials added
+// after the model's pieces: "a vocabulary of 300 pieces, but ... was trained with 300"
+// would read as no mismatch at all (a mutation audit dropped the count, and no test saw
+// it). And a --spm-model of other pieces than the stored model's is said to be of other
+// pieces, even where its special ids differ as well: the pieces are what make it another
+// model (the same audit let the special ids' message speak first, and no test saw it).
+TEST_F(DecodeProgram, AnotherSentencePieceModelIsDescribedByWhatDiffersFirst) {
+  std::string out, err;
+  const std::string default_spm = (dir_ / "spm_default.model").string();
+  EXPECT_EQ(decode("--max-len-b 2 --spm-model " + default_spm, out, err, "model.h5",
+                   /*spm_model=*/false),
+            2)
+      << err;
+  EXPECT_NE(err.find("a vocabulary of 300 pieces and 1 special ids after them, but " +
+                     (dir_ / "model.h5").string() + " was trained with 300"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(decode("--max-len-b 2", out, err, "model_default_spm.h5"), 2) << err;
+  EXPECT_NE(err.find("--spm-model " + (dir_ / "spm.model").string() +
+                     " is not the SentencePiece model stored in " +
+                     (dir_ / "model_default_spm.h5").string() +
+                     " (id 0 is '<pad>' there and '<unk>' in the checkpoint)"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(lines_of(err).size(), 1u) << err;
+}
+
 // An output's unknown token is written as SentencePiece writes it, " ⁇ ", not dropped: the
 // reader sees where the model did not know a word, and BLEU counts it as the miss it is (a
 // mutation audit dropped it in detokenize, which decoding and validation BLEU share, and
