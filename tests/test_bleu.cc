@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <sentencepiece_trainer.h>
 
+#include <pwd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -990,6 +991,34 @@ TEST(SentencePieceTokenizer, TheModelIsWhereSacreBleuKeepsIt) {
   EXPECT_EQ(thpc::metrics::parse_tokenizer("spm"), TokenizerKind::kFlores101);
   EXPECT_EQ(thpc::metrics::tokenizer_name(TokenizerKind::kSpBleu1K), "spBLEU-1K");
   EXPECT_THROW(thpc::metrics::tokenize(U"a b", TokenizerKind::kFlores200), thpc::Error);
+}
+
+// ~ as Python's os.path.expanduser reads it where $HOME does not say it: HOME unset is the
+// password entry's home, HOME set but empty is "/" (not the password entry's: Python takes
+// an empty HOME as set). Either way round, the model was looked for where sacreBLEU never
+// put it (a mutation audit dropped each rule, and no test saw it).
+TEST(SentencePieceTokenizer, AnUnsetOrEmptyHomeIsReadAsPythonReadsIt) {
+  const char* home = std::getenv("HOME");
+  const std::string saved_home = home ? home : "";
+  const char* sacrebleu = std::getenv("SACREBLEU");
+  const std::string saved_sacrebleu = sacrebleu ? sacrebleu : "";
+  unsetenv("SACREBLEU");
+  const passwd* entry = getpwuid(getuid());
+  ASSERT_TRUE(entry && entry->pw_dir);
+  std::string password_home = entry->pw_dir;
+  while (!password_home.empty() && password_home.back() == '/') password_home.pop_back();
+  unsetenv("HOME");
+  EXPECT_EQ(thpc::metrics::sacrebleu_model_path(TokenizerKind::kFlores200),
+            password_home + "/.sacrebleu/models/flores200sacrebleuspm");
+  setenv("HOME", "", 1);
+  EXPECT_EQ(thpc::metrics::sacrebleu_model_path(TokenizerKind::kFlores200),
+            "/.sacrebleu/models/flores200sacrebleuspm");
+  if (home) {
+    setenv("HOME", saved_home.c_str(), 1);
+  } else {
+    unsetenv("HOME");
+  }
+  if (sacrebleu) setenv("SACREBLEU", saved_sacrebleu.c_str(), 1);
 }
 
 // A missing model says where sacreBLEU would have put it and how to fetch it, exit 1,
