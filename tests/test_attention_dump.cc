@@ -604,6 +604,71 @@ TEST_F(AttentionDumpProgram, ChosenLinesWithShapesRowSumsAndMasks) {
   }
 }
 
+// A model whose SentencePiece model lacks pad (spm_train's defaults: unk 0, bos 1, eos 2,
+// pad 60 after its 60 pieces) or lacks eos too (eos 61): the dump's passes start from the
+// model's own bos and end the source with its own eos, named "<s>" and "</s>" where they
+// are ids after the pieces, and the weights are those an independent recomputation gives
+// for those ids (a mutation audit: 0/1/2/3 or SentencePiece's names of the ids passed).
+TEST_F(AttentionDumpProgram, AModelWithoutPadOrEosDumpsWithItsOwnIds) {
+  struct Layout {
+    std::string name, flags;
+    int vocab;
+    SpecialIds ids;
+  };
+  for (const Layout& layout : {Layout{"no_pad", "", 61, SpecialIds{60, 0, 1, 2}},
+                               Layout{"no_eos", "--eos_id=-1", 62, SpecialIds{60, 0, 1, 61}}}) {
+    SCOPED_TRACE(layout.name);
+    const fs::path prefix = dir_ / ("spm_" + layout.name);
+    const auto status = train_test_spm_model((dir_ / "corpus.en").string(), prefix.string(),
+                                             60, layout.flags);
+    ASSERT_TRUE(status.ok()) << status.ToString();
+    auto backend = make_cpu_backend(DType::F32);
+    const Transformer model(config_, layout.vocab, layout.ids, *backend, 3);
+    Checkpoint checkpoint;
+    checkpoint.architecture = architecture_text(config_, layout.vocab);
+    checkpoint.config_ini = small_config().to_ini();
+    checkpoint.params = gather_named(model.params(), *backend, model.params().params());
+    checkpoint.spm_model = read_file(prefix.string() + ".model");
+    const fs::path path = dir_ / ("model_" + layout.name + ".h5");
+    write_checkpoint(path.string(), checkpoint);
+    const std::string dump = (dir_ / ("dump_" + layout.name + ".h5")).string();
+    const std::string command = thpc::binary_dir() + "/transformer_decode --checkpoint " +
+                                path.string() + " --input " + (dir_ / "input.en").string() +
+                                " --max-len-b 6 --dump-attention " + dump +
+                                " --dump-lines 1 > /dev/null 2> " +
+                                (dir_ / "err.txt").string();
+    ASSERT_EQ(std::system(command.c_str()), 0) << read_file(dir_ / "err.txt");
+
+    sentencepiece::SentencePieceProcessor spm;
+    ASSERT_TRUE(spm.Load(prefix.string() + ".model").ok());
+    std::vector<std::string> source_pieces;
+    spm.Encode(lines_of(read_file(dir_ / "input.en")).front(), &source_pieces);
+    source_pieces.push_back("</s>");
+    File file(dump);
+    ASSERT_GE(file.id, 0) << dump;
+    EXPECT_EQ(read_strings(file, "/line_1/source_tokens"), source_pieces);
+    const std::vector<int32_t> source = read_ids(file, "/line_1/source_ids");
+    const std::vector<int32_t> target = read_ids(file, "/line_1/target_ids");
+    ASSERT_FALSE(source.empty());
+    ASSERT_FALSE(target.empty());
+    EXPECT_EQ(source.back(), layout.ids.eos);
+    EXPECT_EQ(target.front(), layout.ids.bos);
+    EXPECT_EQ(read_strings(file, "/line_1/target_tokens").front(), "<s>");
+    const FloatArray cross = read_floats(file, "/line_1/cross");
+    const Reference reference(read_checkpoint(path.string(), CheckpointParts::ParamsOnly),
+                              config_);
+    const int last = config_.layers - 1;
+    const Matrix expected = reference.cross_attention(source, target, last);
+    ASSERT_EQ(cross.values.size(), expected.size() * config_.layers);
+    double largest_error = 0.0;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      largest_error = std::max(
+          largest_error, std::abs(cross.values[last * expected.size() + i] - expected[i]));
+    }
+    EXPECT_LT(largest_error, 1e-5);  // the bound of CrossAttentionEqualsAnIndependent...
+  }
+}
+
 // The dumped cross-attention of the last decoder layer, every head, against softmax(Q_i
 // K_i^T / sqrt(d_k)) computed in double by the Reference above from the checkpoint's
 // parameters and the dumped ids: the float32 forward differs from it by rounding only
