@@ -340,6 +340,30 @@ TEST_F(CTranslate2Conversion, GpuComparisonScriptRehearsesOnTheCpu) {
   }
 }
 
+// translate_ctranslate2.py writes a translation as transformer_decode's detokenize does:
+// the line feed, carriage return and NUL of a byte_fallback model's byte pieces as
+// spaces, so that its output stays line for line with the input and with ours.
+TEST_F(CTranslate2Conversion, ATranslationsBytePiecesNeverBreakItsLine) {
+  std::string why_not;
+  const std::string python = interpreter_with("sentencepiece", /*optional=*/true, why_not);
+  if (python.empty()) GTEST_SKIP() << why_not;
+  const auto trained = train_test_spm_model((dir_ / "sample.en").string(),
+                                            (dir_ / "spm_bytes").string(), 600,
+                                            std::string(kProjectSpecialIds) +
+                                                " --byte_fallback=true");
+  ASSERT_TRUE(trained.ok()) << trained.ToString();
+  std::ofstream(dir_ / "one_line.py")
+      << "import sys\nsys.path.insert(0, '" << kTools << "')\n"
+      << "import sentencepiece\nimport translate_ctranslate2\n"
+      << "spm = sentencepiece.SentencePieceProcessor(model_file=sys.argv[1])\n"
+      << "pieces = ['\\u2581man', '<0x0A>', '<0x0D>', '<0x00>', '\\u2581man']\n"
+      << "print(repr(translate_ctranslate2.one_line_text(spm, pieces)))\n";
+  const ProcessResult printed = run_process(python + " " + (dir_ / "one_line.py").string() +
+                                            " " + (dir_ / "spm_bytes.model").string());
+  EXPECT_EQ(printed.exit_code, 0) << printed.output;
+  EXPECT_EQ(printed.output, "'man    man'\n");
+}
+
 TEST_F(CTranslate2Conversion, ConverterRefusesWhatItCannotConvertWithOneLine) {
   std::string why_not;
   const std::string python = interpreter_with("h5py, numpy", /*optional=*/false, why_not);
@@ -355,6 +379,15 @@ TEST_F(CTranslate2Conversion, ConverterRefusesWhatItCannotConvertWithOneLine) {
   const fs::path widths = write_model("widths", {"model.d_k=8", "model.d_v=16"});
   const fs::path pre_norm = write_model("pre_norm", {"model.norm=pre"});
   const fs::path later = write_model("later", {}, " activation=gelu");
+  // A model of 300 ids storing a SentencePiece model of 300 pieces that lacks pad and bos
+  // (302 ids): the count says the added ones.
+  const fs::path other_vocabulary = dir_ / "other_vocabulary.h5";
+  {
+    Checkpoint checkpoint =
+        read_checkpoint(write_model("good", {}).string(), CheckpointParts::ParamsOnly);
+    checkpoint.spm_model = read_file(dir_ / "spm_marian.model");
+    write_checkpoint(other_vocabulary.string(), checkpoint);
+  }
   const fs::path run = dir_ / "run";
   fs::create_directories(run);
   std::ofstream(run / "step_00000002.h5") << "a run's checkpoint";
@@ -385,6 +418,9 @@ TEST_F(CTranslate2Conversion, ConverterRefusesWhatItCannotConvertWithOneLine) {
        " activation=gelu' records model.activation, which this converter does not map", 1},
       {"--checkpoint " + damaged.string() + " --output_dir " + out.string(),
        "bad checksum for the file", 1},
+      {"--checkpoint " + other_vocabulary.string() + " --output_dir " + out.string(),
+       "its SentencePiece model has 300 pieces and 2 special ids after them, the model a "
+       "vocabulary of 300", 1},
       {"--checkpoint " + (dir_ / "absent.h5").string() + " --output_dir " + out.string(),
        "absent.h5: No such file or directory", 1},
       {"--checkpoint " + (dir_ / "spm.model").string() + " --output_dir " + out.string(),

@@ -108,6 +108,13 @@ def parse_arguments(program=PROGRAM, description=__doc__, model_option="--model"
     return args
 
 
+def one_line_text(spm, hypothesis):
+    """A hypothesis (pieces or ids) as text, as transformer_decode's detokenize writes it:
+    a line feed, carriage return or NUL that byte pieces spell becomes a space, so that
+    each translation stays one line."""
+    return spm.decode(hypothesis).translate({0x0A: " ", 0x0D: " ", 0x00: " "})
+
+
 def translate(args, program, tag, max_positions, spm, load, translate_group):
     """The driver both translate_ctranslate2.py and bench/hf_marian_translate.py run:
     reads args.input, `load()`s the model (timed apart), hands each group of sentences
@@ -167,21 +174,16 @@ def translate(args, program, tag, max_positions, spm, load, translate_group):
             results[i] = result
     translated = time.perf_counter()
 
-    def text(hypothesis):
-        # As transformer_decode's detokenize: line breaks and NUL that byte pieces make
-        # are written as spaces, so that each translation stays one line.
-        return spm.decode(hypothesis).translate({0x0A: " ", 0x0D: " ", 0x00: " "})
-
     tokens = 0
     out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
     for i, (hypotheses, scores) in enumerate(results):
         if hypotheses:
             tokens += len(hypotheses[0])
         if args.nbest == 1:
-            out.write((text(hypotheses[0]) if hypotheses else "") + "\n")
+            out.write((one_line_text(spm, hypotheses[0]) if hypotheses else "") + "\n")
             continue
         for hypothesis, score in zip(hypotheses, scores):
-            out.write(f"{i} ||| {text(hypothesis)} ||| {score:.4f}\n")
+            out.write(f"{i} ||| {one_line_text(spm, hypothesis)} ||| {score:.4f}\n")
         if not hypotheses:
             out.write(f"{i} |||  ||| 0.0000\n")
     out.flush()
