@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -30,6 +31,7 @@
 #include "metrics/sentencepiece_tokenizer.h"
 #include "metrics/tokenize.h"
 #include "sacrebleu_peer.h"
+#include "scoped_environment.h"
 
 namespace {
 
@@ -956,38 +958,29 @@ TEST_F(SacreBleuSentencePiece, SpBleuAsSacreBleusWithItsModel) {
                     ref + " -i " + hyp + " " + other + " -m bleu -tok flores200 -pbs -pbsn 50");
 }
 
+// Where sacreBLEU would keep the model of `kind` with SACREBLEU and HOME as given (nullopt:
+// unset) and put back after.
+std::string model_path_with(const std::optional<std::string>& sacrebleu,
+                            const std::optional<std::string>& home, TokenizerKind kind) {
+  const thpc::ScopedEnvironment given_sacrebleu("SACREBLEU", sacrebleu);
+  const thpc::ScopedEnvironment given_home("HOME", home);
+  return thpc::metrics::sacrebleu_model_path(kind);
+}
+
 // Where sacreBLEU keeps its models: $SACREBLEU/models, else ~/.sacrebleu/models with ~ as
 // Python's expanduser reads it ($HOME, trailing slashes dropped); os.path.join's rules.
 TEST(SentencePieceTokenizer, TheModelIsWhereSacreBleuKeepsIt) {
-  const auto set = [](const char* name, const char* value) {
-    if (value) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  };
-  const char* home = std::getenv("HOME");
-  const std::string saved_home = home ? home : "";
-  const char* sacrebleu = std::getenv("SACREBLEU");
-  const std::string saved_sacrebleu = sacrebleu ? sacrebleu : "";
-  using thpc::metrics::sacrebleu_model_path;
-  set("SACREBLEU", "/data/sb");
-  EXPECT_EQ(sacrebleu_model_path(TokenizerKind::kFlores200),
+  const std::string home = "/home/user";
+  EXPECT_EQ(model_path_with("/data/sb", home, TokenizerKind::kFlores200),
             "/data/sb/models/flores200sacrebleuspm");
-  set("SACREBLEU", "/data/sb/");
-  EXPECT_EQ(sacrebleu_model_path(TokenizerKind::kFlores101),
+  EXPECT_EQ(model_path_with("/data/sb/", home, TokenizerKind::kFlores101),
             "/data/sb/models/sacrebleu_tokenizer_spm.model");
-  set("SACREBLEU", "");
-  EXPECT_EQ(sacrebleu_model_path(TokenizerKind::kSpBleu1K), "models/spbleu-1k_tokenizer_spm.model");
-  set("SACREBLEU", nullptr);
-  set("HOME", "/home/user//");
-  EXPECT_EQ(sacrebleu_model_path(TokenizerKind::kFlores200),
+  EXPECT_EQ(model_path_with("", home, TokenizerKind::kSpBleu1K),
+            "models/spbleu-1k_tokenizer_spm.model");
+  EXPECT_EQ(model_path_with(std::nullopt, "/home/user//", TokenizerKind::kFlores200),
             "/home/user/.sacrebleu/models/flores200sacrebleuspm");
-  set("HOME", "/");
-  EXPECT_EQ(sacrebleu_model_path(TokenizerKind::kFlores200),
+  EXPECT_EQ(model_path_with(std::nullopt, "/", TokenizerKind::kFlores200),
             "/.sacrebleu/models/flores200sacrebleuspm");
-  set("HOME", home ? saved_home.c_str() : nullptr);
-  set("SACREBLEU", sacrebleu ? saved_sacrebleu.c_str() : nullptr);
   EXPECT_EQ(thpc::metrics::parse_tokenizer("spm"), TokenizerKind::kFlores101);
   EXPECT_EQ(thpc::metrics::tokenizer_name(TokenizerKind::kSpBleu1K), "spBLEU-1K");
   EXPECT_THROW(thpc::metrics::tokenize(U"a b", TokenizerKind::kFlores200), thpc::Error);
@@ -998,27 +991,14 @@ TEST(SentencePieceTokenizer, TheModelIsWhereSacreBleuKeepsIt) {
 // an empty HOME as set). Either way round, the model was looked for where sacreBLEU never
 // put it (a mutation audit dropped each rule, and no test saw it).
 TEST(SentencePieceTokenizer, AnUnsetOrEmptyHomeIsReadAsPythonReadsIt) {
-  const char* home = std::getenv("HOME");
-  const std::string saved_home = home ? home : "";
-  const char* sacrebleu = std::getenv("SACREBLEU");
-  const std::string saved_sacrebleu = sacrebleu ? sacrebleu : "";
-  unsetenv("SACREBLEU");
   const passwd* entry = getpwuid(getuid());
   ASSERT_TRUE(entry && entry->pw_dir);
   std::string password_home = entry->pw_dir;
   while (!password_home.empty() && password_home.back() == '/') password_home.pop_back();
-  unsetenv("HOME");
-  EXPECT_EQ(thpc::metrics::sacrebleu_model_path(TokenizerKind::kFlores200),
+  EXPECT_EQ(model_path_with(std::nullopt, std::nullopt, TokenizerKind::kFlores200),
             password_home + "/.sacrebleu/models/flores200sacrebleuspm");
-  setenv("HOME", "", 1);
-  EXPECT_EQ(thpc::metrics::sacrebleu_model_path(TokenizerKind::kFlores200),
+  EXPECT_EQ(model_path_with(std::nullopt, "", TokenizerKind::kFlores200),
             "/.sacrebleu/models/flores200sacrebleuspm");
-  if (home) {
-    setenv("HOME", saved_home.c_str(), 1);
-  } else {
-    unsetenv("HOME");
-  }
-  if (sacrebleu) setenv("SACREBLEU", saved_sacrebleu.c_str(), 1);
 }
 
 // A missing model says where sacreBLEU would have put it and how to fetch it, exit 1,
