@@ -1021,6 +1021,81 @@ TEST_F(DecodeProgram, AnotherSentencePieceModelIsDescribedByWhatDiffersFirst) {
   EXPECT_EQ(lines_of(err).size(), 1u) << err;
 }
 
+// --tree-constraints with a parser's vocabulary that lacks pad (spm_train's defaults, the
+// brackets and XX as user symbols): the filter knows the model's eos and never-generated
+// pad and bos by the ids after the pieces, so every translation is a tree over the line's
+// words, with placeholders and with the words as leaves (a mutation audit: the filter given
+// the pieces without the added pad, or 0/1/2/3, passed every test).
+TEST_F(DecodeProgram, TreeConstraintsHoldWithAParserVocabularyWithoutPad) {
+  {
+    std::ofstream corpus(dir_ / "trees.txt");
+    const char* lines[] = {"the cat sat", "(S (NP XX XX ) (VP XX ) )", "a dog ran home",
+                           "(S (NP XX XX ) (VP XX (NP XX ) ) )", "it rained",
+                           "(S (NP XX ) (VP XX ) )"};
+    for (int copy = 0; copy < 40; ++copy) {
+      for (const char* line : lines) corpus << line << "\n";
+    }
+  }
+  const auto trained = train_test_spm_model(
+      (dir_ / "trees.txt").string(), (dir_ / "spm_trees").string(), 40,
+      "--user_defined_symbols=\xe2\x96\x81(S,\xe2\x96\x81(NP,\xe2\x96\x81(VP,\xe2\x96\x81),"
+      "\xe2\x96\x81XX");
+  ASSERT_TRUE(trained.ok()) << trained.ToString();
+  sentencepiece::SentencePieceProcessor spm;
+  ASSERT_TRUE(spm.Load((dir_ / "spm_trees.model").string()).ok());
+  ASSERT_EQ(spm.pad_id(), -1);
+  const int vocab = spm.GetPieceSize() + 1;
+  auto backend = make_cpu_backend(DType::F32);
+  const Config config = small_model_config();
+  const Transformer model(config.model, vocab, SpecialIds{vocab - 1, 0, 1, 2}, *backend, 11);
+  Checkpoint checkpoint;
+  checkpoint.architecture = architecture_text(config.model, vocab);
+  checkpoint.config_ini = config.to_ini();
+  checkpoint.params = gather_named(model.params(), *backend, model.params().params());
+  checkpoint.spm_model = read_file(dir_ / "spm_trees.model");
+  write_checkpoint((dir_ / "parser_no_pad.h5").string(), checkpoint);
+  const std::vector<std::string> sentences = {"the cat sat", "a dog ran home", "it rained"};
+  {
+    std::ofstream input(dir_ / "sentences.txt");
+    for (const std::string& sentence : sentences) input << sentence << "\n";
+  }
+  for (const std::string leaves : {"XX", "words"}) {
+    SCOPED_TRACE(leaves);
+    std::string out, err;
+    ASSERT_EQ(decode("--tree-constraints --tree-leaves " + leaves + " --beam 2", out, err,
+                     "parser_no_pad.h5", /*spm_model=*/false, "sentences.txt"),
+              0)
+        << err;
+    const std::vector<std::string> trees = lines_of(out);
+    ASSERT_EQ(trees.size(), sentences.size()) << out;
+    for (size_t i = 0; i < trees.size(); ++i) {
+      // Brackets balanced, never closed below the root, each opened one closed; the
+      // leaves the placeholders or the sentence's words, in order.
+      std::istringstream tokens(trees[i]);
+      int depth = 0, roots = 0;
+      std::vector<std::string> leaf_words;
+      for (std::string token; tokens >> token;) {
+        if (token.front() == '(') {
+          roots += depth == 0;
+          ++depth;
+        } else if (token == ")") {
+          EXPECT_GT(depth, 0) << trees[i];
+          --depth;
+        } else {
+          EXPECT_GT(depth, 0) << "a leaf outside the tree: " << trees[i];
+          leaf_words.push_back(token);
+        }
+      }
+      EXPECT_EQ(depth, 0) << trees[i];
+      EXPECT_EQ(roots, 1) << trees[i];
+      std::istringstream words(sentences[i]);
+      std::vector<std::string> expected;
+      for (std::string word; words >> word;) expected.push_back(leaves == "XX" ? "XX" : word);
+      EXPECT_EQ(leaf_words, expected) << trees[i];
+    }
+  }
+}
+
 // An output's unknown token is written as SentencePiece writes it, " ⁇ ", not dropped: the
 // reader sees where the model did not know a word, and BLEU counts it as the miss it is (a
 // mutation audit dropped it in detokenize, which decoding and validation BLEU share, and
