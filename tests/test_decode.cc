@@ -986,8 +986,8 @@ TEST_F(DecodeProgram, ASentencePieceModelOfTheSamePiecesButOtherSpecialIdsIsRefu
   EXPECT_NE(err.find("--spm-model " + (dir_ / "spm_swapped.model").string() +
                      " is not the SentencePiece model stored in " +
                      (dir_ / "model_default_spm.h5").string() +
-                     " (its special ids pad/unk/bos/eos are -1/0/2/1, the checkpoint's "
-                     "-1/0/1/2)"),
+                     " (its special ids pad/unk/bos/eos are 300/0/2/1, the checkpoint's "
+                     "300/0/1/2)"),
             std::string::npos)
       << err;
   EXPECT_EQ(lines_of(err).size(), 1u) << err;

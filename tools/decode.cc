@@ -401,9 +401,10 @@ void load_sentencepiece_model(const Arguments& args, const thpc::DecodingCheckpo
       // The same pieces with other special ids (spm_train's --bos_piece=</s>
       // --eos_piece=<s>, or pad, bos or eos marked otherwise) give other ids to start and
       // end the translations with than the model was trained with: refused as well.
-      const thpc::SpecialIds stored_ids{stored.pad_id(), stored.unk_id(), stored.bos_id(),
-                                        stored.eos_id()};
-      const thpc::SpecialIds given_ids{spm.pad_id(), spm.unk_id(), spm.bos_id(), spm.eos_id()};
+      // (as vocabulary_of derives them, the ids the search would use: a pad the models lack
+      // is said as the id after their pieces, not SentencePiece's -1)
+      const thpc::SpecialIds stored_ids = thpc::vocabulary_of(stored).ids;
+      const thpc::SpecialIds given_ids = thpc::vocabulary_of(spm).ids;
       if (differing == 0 && stored_ids != given_ids) {
         throw thpc::tools::UsageError(
             "--spm-model " + args.spm_model + " is not the SentencePiece model stored in " +
