@@ -1,7 +1,7 @@
 // transformer_hpc: trains the Transformer of "Attention Is All You Need".
 //
 //   [mpirun -np N] transformer_hpc CONFIG.ini [--section.key=value ...]
-//                  [--dry-run | --eval CHECKPOINT] [--help]
+//                  [--dry-run | --eval CHECKPOINT] [--help] [--version]
 //
 // Exit codes (docs/running.md "Exit codes"): 0 trained to the end, or stopped by SIGTERM/SIGUSR1
 // (with a checkpoint, or before training when the signal came during start-up);
@@ -11,18 +11,21 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/factory.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_directory.h"
 #include "common/error.h"
+#include "common/source_version.h"
 #include "config/config.h"
 #include "distributed/communicator.h"
 #include "distributed/mpi_sanitizer_options.h"
@@ -379,6 +382,81 @@ std::string file_size_limit_too_small() {
          "(ulimit -f unlimited, or enough for the checkpoints)";
 }
 
+// Whether a launcher (mpirun, srun with PMI or PMIx) started this process as one rank of
+// a job, read before MPI's start-up from the variables it sets.
+bool started_by_a_launcher() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
+    if (std::getenv(name) != nullptr) return true;
+  }
+  return false;
+}
+
+// --help or --version, whichever comes first anywhere on the command line, answered before
+// MPI's start-up, as the other programs answer them, when no launcher started the
+// process: that start-up fails where the program runs alone inside an `srun --pty bash`
+// step (Open MPI takes it for a direct launch by srun) or with an unusable TMPDIR, and
+// --version is what a report of such a problem gives (a helper's walk: both exited 1 with
+// Open MPI's page of text). Under a launcher MPI has started, and --help is a mode the
+// ranks agree on (a rank that left alone kept the others waiting). Returns the exit code,
+// or -1 when neither is answered here.
+int answer_help_or_version(int argc, char** argv) {
+  if (started_by_a_launcher()) return -1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view argument = argv[i];
+    if (argument == "--version") {
+      std::cout << thpc::version_line("transformer_hpc") << "\n";
+    } else if (argument == "--help" || argument == "-h") {
+      std::cout << thpc::help_text();
+    } else {
+      continue;
+    }
+    const std::string failure = thpc::standard_output_failure();
+    if (!failure.empty()) std::cerr << failure_line("", failure) << std::endl;
+    return failure.empty() ? 0 : 1;
+  }
+  return -1;
+}
+
+// Why MPI's start-up cannot make its session directory in the temporary directory, or "":
+// Open MPI takes the first of TMPDIR, TEMP and TMP that is set (else /tmp) and fails
+// there with "orte_init failed" and a page naming none of them (a helper's walk:
+// TMPDIR=/proc/missing). A directory still to be made is fine where its parent can be
+// written (MPI makes it). Not checked when the directory is set for MPI alone
+// (OMPI_MCA_orte_tmpdir_base) or the launcher started this process (it made the
+// directory already).
+std::string temporary_directory_unusable() {
+  if (std::getenv("OMPI_MCA_orte_tmpdir_base") != nullptr || started_by_a_launcher()) return "";
+  for (const char* name : {"TMPDIR", "TEMP", "TMP"}) {
+    const char* value = std::getenv(name);
+    if (value == nullptr || *value == '\0') continue;
+    const std::string said = std::string(name) + "=" + value;
+    const std::string advice = ": MPI's start-up keeps its session files there and would fail; "
+                               "set " + std::string(name) + " to a directory this process can "
+                               "write (export " + name + "=/tmp), or unset it";
+    std::error_code error;
+    std::filesystem::path path(value);
+    if (std::filesystem::is_directory(path, error)) {
+      if (::access(value, W_OK | X_OK) == 0) return "";
+      return said + " is a directory this process cannot write" + advice;
+    }
+    if (std::filesystem::exists(path, error)) return said + " is not a directory" + advice;
+    // Missing: MPI makes it, and every missing directory above it, from the nearest that
+    // exists.
+    path = std::filesystem::absolute(path, error).lexically_normal();
+    while (path.has_parent_path() && path != path.root_path() &&
+           !std::filesystem::exists(path, error)) {
+      path = path.parent_path();
+    }
+    if (std::filesystem::is_directory(path, error) &&
+        ::access(path.c_str(), W_OK | X_OK) == 0) {
+      return "";
+    }
+    return said + " does not exist, and " + path.string() + " cannot be written to make it" +
+           advice;
+  }
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -396,10 +474,14 @@ int main(int argc, char** argv) {
   // to the program (its own handlers are for crashes).
   const thpc::StopSignalGuard stop_signals;
   thpc::fail_writes_past_the_file_size_limit();
-  // Before MPI's start-up, which fails under it without a word of why: every rank says it.
-  if (const std::string too_small = file_size_limit_too_small(); !too_small.empty()) {
-    std::cerr << "transformer_hpc: error: " << too_small << std::endl;
-    return 2;
+  if (const int code = answer_help_or_version(argc, argv); code >= 0) return code;
+  // Before MPI's start-up, which fails under them without a word of why: every rank says it.
+  for (const std::string& unusable :
+       {file_size_limit_too_small(), temporary_directory_unusable()}) {
+    if (!unusable.empty()) {
+      std::cerr << "transformer_hpc: error: " << unusable << std::endl;
+      return 2;
+    }
   }
   thpc::MpiSession mpi(&argc, &argv);
   const thpc::Communicator comm = thpc::Communicator::world();

@@ -950,6 +950,100 @@ TEST(Tools, AnOutputCutShortByAFullDiskExitsOne) {
   }
 }
 
+// The trainer's log into a full disk (`> train.log` past a quota): the log is lost, which
+// is said once on standard error with the step and why, and training goes on to its end,
+// exit 0, its checkpoints written (a helper's walk: the whole log, summary included, was
+// lost without a word).
+TEST(Tools, ATrainingLogIntoAFullDiskIsSaidLostOnceAndTrainingGoesOn) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full on this machine";
+  const ScratchDirectory scratch;
+  const std::string run = (scratch.path() / "run").string();
+  // (In a subshell: run_process sends standard error where standard output goes.)
+  const ProcessResult trained = run_process(
+      "(" + program(Tool{"transformer_hpc", {}, "", ""}) + " " THPC_SOURCE_DIR
+      "/input/tiny.ini --train.backend=cpu --train.max_steps=4 --train.log_every=2 "
+      "--checkpoint.every_steps=4 --checkpoint.dir=" + run + " > /dev/full)");
+  EXPECT_EQ(trained.exit_code, 0) << trained.output;
+  const std::string said = "transformer_hpc: warning: the log: writing the standard output "
+                           "failed (";
+  const size_t at = trained.output.find(said);
+  ASSERT_NE(at, std::string::npos) << trained.output;
+  EXPECT_EQ(trained.output.find(said, at + 1), std::string::npos) << "said once: "
+                                                                     << trained.output;
+  EXPECT_NE(trained.output.find("(at step 2); training goes on, and its checkpoints and "
+                                "metrics file are written\n"),
+            std::string::npos)
+      << trained.output;
+  EXPECT_TRUE(fs::exists(fs::path(run) / "step_00000004.h5")) << trained.output;
+}
+
+// More threads than the cores the process may use (a cpuset, taskset, mpirun's binding)
+// share them, each a fraction as fast: the trainer and the preprocessor say so, as
+// transformer_decode did (a helper's walk: 8 threads on one core ran a tiny step 20 times
+// slower, without a word).
+TEST(Tools, MoreThreadsThanTheCoresItMayUseAreSaid) {
+  if (run_process("taskset -c 0 true").exit_code != 0) GTEST_SKIP() << "no taskset here";
+  const ScratchDirectory scratch;
+  const ProcessResult trained = run_process(
+      "taskset -c 0 " + program(Tool{"transformer_hpc", {}, "", ""}) + " " THPC_SOURCE_DIR
+      "/input/tiny.ini --train.backend=cpu --train.max_steps=1 --train.threads=3 "
+      "--checkpoint.dir=" + (scratch.path() / "run").string());
+  EXPECT_EQ(trained.exit_code, 0) << trained.output;
+  EXPECT_NE(trained.output.find("\nnote: train.threads = 3 is more than the 1 core this "
+                                "process may use (its CPU affinity: "),
+            std::string::npos)
+      << trained.output;
+  const ProcessResult fitting = run_process(
+      "taskset -c 0 " + program(Tool{"transformer_hpc", {}, "", ""}) + " " THPC_SOURCE_DIR
+      "/input/tiny.ini --train.backend=cpu --train.max_steps=1 --train.threads=1 "
+      "--checkpoint.dir=" + (scratch.path() / "run1").string());
+  EXPECT_EQ(fitting.exit_code, 0) << fitting.output;
+  EXPECT_EQ(fitting.output.find("train.threads = "), std::string::npos) << fitting.output;
+  std::ofstream(scratch.path() / "pair.en") << "a small cat sat\nthe dog ran\na cat\n";
+  std::ofstream(scratch.path() / "pair.de") << "eine kleine Katze\nder Hund lief\neine Katze\n";
+  const ProcessResult preprocessed = run_process(
+      "taskset -c 0 " + program(Tool{"transformer_preprocess", {}, "", ""}) +
+      " --source-lang en --target-lang de --trainpref " + (scratch.path() / "pair").string() +
+      " --validpref " + (scratch.path() / "pair").string() + " --destdir " +
+      (scratch.path() / "corpus").string() + " --vocab-size 30 --threads 2");
+  EXPECT_EQ(preprocessed.exit_code, 0) << preprocessed.output;
+  EXPECT_NE(preprocessed.output.find("note: --threads 2 is more than the 1 core this process "
+                                     "may use: the threads share them (give --threads 1 or "
+                                     "fewer)\n"),
+            std::string::npos)
+      << preprocessed.output;
+}
+
+// --help and --version of a process no launcher started answer before MPI's start-up,
+// which fails where the program runs alone inside an `srun --pty bash` step or with an
+// unusable TMPDIR (a helper's walk: both exited 1 with Open MPI's page of text). An
+// unusable TMPDIR stops a run before MPI's start-up, in one line naming it, exit 2.
+// (Under mpirun --help stays a mode the ranks agree on: test_distributed.)
+TEST(Tools, TheTrainersHelpAndVersionAnswerWhereMpiCannotStart) {
+  const ScratchDirectory scratch;
+  const std::string file = (scratch.path() / "a_file").string();
+  std::ofstream(file) << "not a directory";
+  const std::string trainer = program(Tool{"transformer_hpc", {}, "", ""});
+  for (const std::string& environment :
+       {"TMPDIR=" + file, std::string("SLURM_STEP_ID=0 SLURM_NODELIST=localhost")}) {
+    SCOPED_TRACE(environment);
+    const ProcessResult version = run_process("env " + environment + " " + trainer +
+                                              " --version");
+    EXPECT_EQ(version.exit_code, 0) << version.output;
+    EXPECT_EQ(version.output, std::string("transformer_hpc ") + source_version() + "\n");
+    const ProcessResult help = run_process("env " + environment + " " + trainer + " -h");
+    EXPECT_EQ(help.exit_code, 0) << help.output;
+    EXPECT_EQ(help.output.rfind("usage: transformer_hpc CONFIG.ini", 0), 0u) << help.output;
+  }
+  const ProcessResult run = run_process("env TMPDIR=" + file + " " + trainer +
+                                        " " THPC_SOURCE_DIR "/input/tiny.ini --dry-run");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_EQ(run.output, "transformer_hpc: error: TMPDIR=" + file + " is not a directory: "
+                        "MPI's start-up keeps its session files there and would fail; set "
+                        "TMPDIR to a directory this process can write (export TMPDIR=/tmp), "
+                        "or unset it\n");
+}
+
 // tools/run_default_job.sh does not evaluate a training stopped by a signal (the trainer
 // exits 0 after its checkpoint): before, it averaged, decoded and scored the few steps and
 // exited 0. THPC_TEST_STOP_AT_STEP stops the trainer as a SIGTERM would. Run again with
