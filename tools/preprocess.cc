@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 
+#include "common/cores.h"
 #include "common/error.h"
 #include "common/whole_number.h"
 #include "data/preprocess.h"
@@ -109,6 +110,13 @@ int main(int argc, char** argv) {
           std::cerr << "note: " << unused << " not used: the --spm-model " << options.spm_model
                     << " has its own" << std::endl;
         }
+      }
+      // As transformer_decode and the trainer say it (a helper's walk found it silent).
+      if (const int usable = thpc::cores_this_process_may_use(); options.threads > usable) {
+        std::cerr << "note: --threads " << options.threads << " is more than the " << usable
+                  << (usable == 1 ? " core" : " cores") << " this process may use: the "
+                  << "threads share them (give --threads " << usable << " or fewer)"
+                  << std::endl;
       }
     }
     return command;

@@ -208,7 +208,9 @@ const std::vector<Option>& option_table() {
       THPC_OPTION(train, log_every, THPC_AT_LEAST(1), "steps between progress lines"),
       THPC_OPTION(train, threads, THPC_AT_LEAST(0),
                   "CPU backend threads, for the ops' loops and BLAS alike (one OpenMP "
-                  "team); 0 = OpenMP's default (all cores unless OMP_NUM_THREADS is set)"),
+                  "team); 0 = OpenMP's default (the cores this process may use unless "
+                  "OMP_NUM_THREADS is set); more than those cores share them, said at "
+                  "start-up"),
       THPC_OPTION(train, valid_every, THPC_AT_LEAST(0),
                   "steps between validation loss/perplexity lines; 0 = none (needs data.dir)"),
       THPC_OPTION(train, valid_bleu, THPC_ANY,

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "io/atomic_file.h"
 #include "train/stop_request.h"
 
 namespace thpc {
@@ -64,6 +66,18 @@ void RunProgress::log_step(int64_t max_steps, int64_t peak_memory_bytes) {
       << std::endl;
   metrics.write("train", last.step, elapsed, fields);
   restart_interval_at(last.step, now_wall);
+  say_if_the_log_is_lost();
+}
+
+void RunProgress::say_if_the_log_is_lost() {
+  // (the other ranks' silent stream is never good, and is no file)
+  if (lost_log_said_ || out.good() || &out != &std::cout || standard_output_was_closed()) return;
+  const std::string failure = standard_output_failure();
+  if (failure.empty()) return;  // a reader that left (`| head`): it had what it wanted
+  lost_log_said_ = true;
+  std::cerr << "transformer_hpc: warning: the log: " << failure << " (at step " << last.step
+            << "); training goes on, and its checkpoints and metrics file are written"
+            << std::endl;
 }
 
 void RunProgress::log_step_unless_logged(int64_t max_steps, int64_t peak_memory_bytes) {

@@ -50,6 +50,14 @@ class RunProgress {
                    int checkpoints_written, const DivergenceState& divergence,
                    const std::string& ended, int stop_signal = 0);
 
+  // When the log is standard output and what was written there did not all reach it (a
+  // full disk or a file-size limit under `> train.log`): one warning on standard error,
+  // naming the step and why; nothing more after it. Training goes on: its checkpoints and
+  // metrics file are written (a helper's walk: `> /dev/full` lost the whole log, summary
+  // included, without a word, exit 0). Closed standard output is said at start-up instead.
+  // Called after each progress line and as run() ends.
+  void say_if_the_log_is_lost();
+
   std::ostream& out;         // the log on rank 0, a silent stream on the others
   MetricsFile metrics;       // rank 0's metrics.jsonl and event file; none on the others
   int64_t stop_at_step = 0;  // the test hook's step (THPC_TEST_STOP_AT_STEP), or 0
@@ -67,6 +75,7 @@ class RunProgress {
   int64_t interval_first_step_ = 0;   // the step before the interval's first
   int64_t interval_tgt_tokens_ = 0, total_tgt_tokens_ = 0;
   DivergenceState divergence_at_start_;  // the summary gives this run()'s share
+  bool lost_log_said_ = false;
 };
 
 }  // namespace thpc
