@@ -114,8 +114,13 @@ trap 'thpc_forward_stop HUP' HUP
 # (sbatch --chdir's, else the submission directory: before, the submission directory's
 # whatever --chdir said, apart from the job's log), else in the repository (an installed
 # copy: the caller's directory), or SLURM_SUBMIT_DIR's when set without a job.
+# A job's name is any text (sbatch -J exp/a): its '/' made the folder runs/exp/a-ID, which
+# THPC_RUN_NAME=a-ID, as the messages give it, did not find (a fresh run from step 0), and
+# -J ../../x wrote outside runs/ (a helper's walk): one folder, each '/' as '_'.
 thpc_run_dir() {
-  local name=${THPC_RUN_NAME:-${SLURM_JOB_NAME:-thpc}-${SLURM_JOB_ID:-local-$$}}
+  local job_name=${SLURM_JOB_NAME:-thpc}
+  job_name=${job_name//\//_}
+  local name=${THPC_RUN_NAME:-$job_name-${SLURM_JOB_ID:-local-$$}}
   local base=${SLURM_SUBMIT_DIR:-$thpc_runs_base}
   [ -n "${SLURM_JOB_ID:-}" ] && base=$thpc_job_dir
   local dir=$base/runs/$name
@@ -386,7 +391,7 @@ thpc_train() {
     if ! thpc_given "$key" "$@" && configured=$(thpc_config_value "$key" "$config") &&
        [ -n "$configured" ]; then
       echo "thpc: note: $config sets $key = $configured; the job's run directory" \
-           "$run_dir takes its place (give --$key=$configured to keep it)"
+           "$run_dir takes its place (give $(printf '%q' "--$key=$configured") to keep it)"
     fi
   done
   thpc_given checkpoint.dir "$@" || trainer+=("--checkpoint.dir=$run_dir/checkpoints")
@@ -430,7 +435,10 @@ thpc_train() {
     echo "thpc: $where: $ranks rank$([ "$ranks" = 1 ] || echo s) $on$how; kill -USR1 $$" \
          "(or Ctrl-C) checkpoints and stops it, $(thpc_continue_with) continues it"
   fi
-  echo "thpc: ${thpc_launch_command[*]} ${trainer[*]}"
+  # (quoted as a shell reads it: a path with a space pasted back was two words)
+  local launch_line
+  printf -v launch_line '%q ' "${thpc_launch_command[@]}" "${trainer[@]}"
+  echo "thpc: ${launch_line% }"
   if [ -n "$thpc_stop_signal" ]; then  # before the launch: nothing to stop, nothing lost
     echo "thpc: $thpc_stop_signal received before the trainer started; not started"
     thpc_stop_untrained "Nothing was trained in this run of it" "nothing was trained"

@@ -28,7 +28,8 @@
 #   phase 2's not starting is said; 24. SIGHUP stops the job as the others do, and the
 #   advice to continue names a checkpoint.dir of the options'; 25. a requeue inside the
 #   window keeps all of it with checkpoint.keep = the window; 26. a config's keep below
-#   the window, raised by the script, survives requeues.
+#   the window, raised by the script, survives requeues; 27. a job name with '/' is one
+#   folder under runs/.
 #
 #   tests/jobs_averaged_window_test.sh SOURCE_DIR BINARY_DIR      (ctest runs it)
 source "$(dirname "${BASH_SOURCE[0]}")/shell_test_lib.sh" "$@" || exit 1
@@ -436,4 +437,12 @@ done
 [ "$(digest_of "$tmp/keep_below.log")" = "$two_phase" ] ||
   fail "the run of keep = 2 ended at other parameters than the uninterrupted one"
 [ -f "$tmp/runs/keep_below/checkpoints/average_last3.h5" ] || fail "runs/keep_below: no average"
+# 27. sbatch -J exp/a: runs/exp/a-ID, which the messages' THPC_RUN_NAME=a-ID did not find,
+# and -J ../../x wrote outside runs/ (a helper's walk).
+for job_name in exp/a ../../x; do
+  made=$(unset THPC_RUN_NAME; SLURM_JOB_NAME=$job_name thpc_run_dir)
+  [ "$(dirname -- "$made")" = "$tmp/runs" ] ||
+    fail "the job name $job_name made the run directory $made, not one folder of $tmp/runs"
+done
+[ -d "$tmp/runs/exp_a-local-$$" ] || fail "no run directory runs/exp_a-local-$$: $(ls "$tmp/runs")"
 echo "PASSED"

@@ -698,6 +698,40 @@ TEST_F(BestCheckpointsTraining, ChooseAverageNamesTheCandidateWithTheBetterValid
       << replaced.output;
 }
 
+// Under a decimal comma's locale Debian's awk (mawk) read "13.90" + 0 as 13: scores that
+// differ after the point tied, and the first candidate was named whichever was better (a
+// helper's walk). A stand-in for `transformer_hpc --eval` scores each file; the locale is
+// made here with localedef (the test skips where it cannot be).
+class ChooseAverageLocale : public ScratchDirectoryTest {};
+TEST_F(ChooseAverageLocale, ADecimalCommaLocaleStillNamesTheBetterScore) {
+  const fs::path locales = directory_ / "locales";
+  fs::create_directories(locales);
+  if (run_process("localedef -i de_DE -f UTF-8 " + (locales / "de_DE.UTF-8").string()).exit_code !=
+      0) {
+    GTEST_SKIP() << "cannot make the de_DE.UTF-8 locale here (localedef, Debian's locales)";
+  }
+  std::ofstream(directory_ / "eval.sh")
+      << "#!/bin/bash\nfor a; do f=$a; done\n"
+         "case $f in *last5*) p=13.90;; *) p=13.02;; esac\n"
+         "echo \"valid step 20 | loss 2.6 | ppl $p | target tokens 100\"\n";
+  fs::permissions(directory_ / "eval.sh", fs::perms::owner_all);
+  std::ofstream(directory_ / "train.log")
+      << "average of the last 5 checkpoints written to average_last5.h5\n"
+         "average of the 5 best checkpoints by valid ppl written to average_best5.h5\n"
+         "final: step=20 loss=2.6\n";
+  std::ofstream(directory_ / "average_last5.h5") << "";
+  std::ofstream(directory_ / "average_best5.h5") << "";
+  const ProcessResult chosen = run_process(
+      "cd " + directory_.string() + " && LOCPATH=" + locales.string() +
+      " LC_ALL=de_DE.UTF-8 bash " THPC_SOURCE_DIR "/tools/choose_average.sh run train.log "
+      "./eval.sh config.ini");
+  EXPECT_EQ(chosen.exit_code, 0) << chosen.output;
+  EXPECT_NE(chosen.output.find("run: the better validation ppl is average_best5.h5's (13.02; "
+                               "average_last5.h5: 13.90): average_best5.h5\n"),
+            std::string::npos)
+      << chosen.output;
+}
+
 // Several files dropping out at once are removed, and logged, worst first, as change_best_set's
 // comment says: bleu 5 > 4 > 3, so 30 (3) goes first. (A mutation audit's survivor.)
 TEST(BestSet, SeveralRemovedAtOnceGoWorstFirst) {

@@ -1255,6 +1255,24 @@ TEST_F(DecodeProgram, EvaluateScriptAveragesDecodesAndScores) {
         << nbest.output;
   }
   EXPECT_EQ(read_file(run / "eval" / "average_last2.test.en.max-len-b3.hyp"), before);
+  // Names that start with '-', relative to the working directory: basename took the
+  // source's for its options and the script stopped after averaging, and transformer_score
+  // took the reference's (a helper's walk).
+  const fs::path dashed = dir_ / "-run dir";
+  fs::create_directories(dashed);
+  fs::copy_file(run / "step_00000001.h5", dashed / "step_00000001.h5");
+  fs::copy_file(run / "step_00000002.h5", dashed / "step_00000002.h5");
+  fs::copy_file(dir_ / "test.en", dir_ / "-in ü=1,2.en");
+  fs::copy_file(dir_ / "test.en", dir_ / "-ref ü.de");
+  const ProcessResult dashes = run_process(
+      "cd " + dir_.string() + " && THPC_BUILD=" + thpc::binary_dir() + " bash " +
+      THPC_SOURCE_DIR + "/tools/evaluate.sh '-run dir' '-in ü=1,2.en' '-ref ü.de' 2");
+  EXPECT_EQ(dashes.exit_code, 0) << dashes.output;
+  EXPECT_NE(dashes.output.find("BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp"),
+            std::string::npos)
+      << dashes.output;
+  EXPECT_EQ(lines_of(read_file(dashed / "eval" / "average_last2.-in ü=1,2.en.hyp")).size(), 2u)
+      << dashes.output;
 }
 
 // Ensembles (--checkpoint A B, or --checkpoint A --checkpoint B): two copies of a model

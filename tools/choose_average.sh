@@ -66,7 +66,11 @@ for file in "${candidates[@]}"; do
   fi
   results+=("$file	$line")
 done
-printf '%s\n' "${results[@]}" | awk -F '\t' -v name="$name" -v kept_by="$kept_by" '
+# LC_ALL=C: under a decimal comma's locale (de_DE.UTF-8) Debian's awk, mawk, reads
+# "13.90" + 0 as 13, and scores that differ after the point tied: the first candidate
+# was named, whichever was better (a helper's walk).
+printf '%s\n' "${results[@]}" |
+  LC_ALL=C awk -F '\t' -v name="$name" -v kept_by="$kept_by" '
   {
     metric = "ppl"
     if (kept_by != "") metric = kept_by

@@ -82,11 +82,11 @@ done
 
 if [ -d "$checkpoint" ]; then
   out_dir=$checkpoint/eval
-  mkdir -p "$out_dir"
+  mkdir -p -- "$out_dir"
   # (EVERY_STEPS's window is another average: its own name, its own translations.)
   model=$out_dir/average_last$last${EVERY_STEPS:+_every$EVERY_STEPS}.h5
-  "$build/transformer_average" --inputs "$checkpoint" --last "$last" \
-    ${EVERY_STEPS:+--every-steps "$EVERY_STEPS"} --output "$model"
+  "$build/transformer_average" --inputs="$checkpoint" --last "$last" \
+    ${EVERY_STEPS:+--every-steps "$EVERY_STEPS"} --output="$model"
 else
   [ -f "$checkpoint" ] || { echo "evaluate.sh: no such checkpoint: $checkpoint" >&2; exit 1; }
   [ -z "$last_given" ] || echo "evaluate.sh: note: N = $last averages a directory's last" \
@@ -95,12 +95,13 @@ else
   # (DIR/eval/average_last5.h5) keeps its translations beside it (they went to
   # DIR/eval/eval/). Only such an average: a run whose checkpoint.dir is named eval keeps
   # its .hyp files out of its checkpoints' folder.
-  out_dir=$(dirname "$checkpoint")
-  if [ "$(basename "$out_dir")" != eval ] || [[ $(basename "$checkpoint") != average_*.h5 ]]
+  # (`--`: a name that starts with '-' is a name, not an option; a helper's walk)
+  out_dir=$(dirname -- "$checkpoint")
+  if [ "$(basename -- "$out_dir")" != eval ] || [[ $(basename -- "$checkpoint") != average_*.h5 ]]
   then
     out_dir=$out_dir/eval
   fi
-  mkdir -p "$out_dir"
+  mkdir -p -- "$out_dir"
   model=$checkpoint
 fi
 # Named by the model, the source and the decode options (average_last5.newstest2014.en.hyp,
@@ -115,12 +116,12 @@ for option in "$@"; do
   esac
 done
 suffix=${suffix//[^A-Za-z0-9._-]/_}
-hypothesis=$out_dir/$(basename "$model" .h5).$(basename "$source")$suffix.hyp
-"$build/transformer_decode" --checkpoint "$model" ${spm:+--spm-model "$spm"} --input "$source" \
-  --output "$hypothesis" "$@"
+hypothesis=$out_dir/$(basename -- "$model" .h5).$(basename -- "$source")$suffix.hyp
+"$build/transformer_decode" --checkpoint="$model" ${spm:+--spm-model="$spm"} --input="$source" \
+  --output="$hypothesis" "$@"
 echo "translations: $hypothesis"
-"$build/transformer_score" "$reference" -i "$hypothesis"
+"$build/transformer_score" --input="$hypothesis" -- "$reference"
 if [ -n "${SCORE_OPTIONS:-}" ]; then
   # shellcheck disable=SC2086  # the options are words
-  "$build/transformer_score" "$reference" -i "$hypothesis" $SCORE_OPTIONS
+  "$build/transformer_score" --input="$hypothesis" $SCORE_OPTIONS -- "$reference"
 fi
