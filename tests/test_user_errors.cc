@@ -102,6 +102,25 @@ TEST(UserErrors, CommandLineMistakesPointAtTheHelpOnceAndShowTheSpelling) {
   }
 }
 
+// A config file whose name starts with '-' is an option to the parser: said how to give
+// it (a helper's walk: "unknown command-line option '-x.ini'" alone).
+TEST(UserErrors, AConfigFileNamedLikeAnOptionIsShownHowToBeGiven) {
+  const std::string directory = "/tmp/thpc_user_errors_dash_" + std::to_string(getpid());
+  std::filesystem::create_directories(directory);
+  std::filesystem::copy_file(THPC_SOURCE_DIR "/input/tiny.ini", directory + "/-x.ini");
+  const ProcessResult run =
+      run_process("cd " + directory + " && " + thpc::binary_dir() + "/transformer_hpc -x.ini");
+  const ProcessResult dotted = run_process("cd " + directory + " && " + thpc::binary_dir() +
+                                           "/transformer_hpc ./-x.ini --dry-run");
+  std::filesystem::remove_all(directory);
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("unknown command-line option '-x.ini': to give the file of that "
+                            "name, write ./-x.ini"),
+            std::string::npos)
+      << run.output;
+  EXPECT_EQ(dotted.exit_code, 0) << dotted.output;
+}
+
 TEST(UserErrors, ImpossibleValuesThatPassedTheDryRunAreRefused) {
   expect_configuration_error("--train.threads=100000",
                              "train.threads (on the command line): 100000 is more than");

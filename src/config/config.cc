@@ -94,6 +94,13 @@ void reject_unknown_options(const std::string& file_label, const po::parsed_opti
     if (!option.unregistered) continue;
     const std::string token =
         option.original_tokens.empty() ? option.string_key : option.original_tokens.front();
+    // A file whose name starts with '-' (-x.ini) is an option to any parser: said how to
+    // give it (a helper's walk).
+    std::error_code ignored;
+    if (std::filesystem::is_regular_file(token, ignored)) {
+      THPC_FAIL("unknown command-line option " << quoted(token) << ": to give the file of "
+                << "that name, write ./" << token);
+    }
     const bool names_a_key = option.string_key.find('.') != std::string::npos;
     const std::string meant = names_a_key ? "" : likely_meant_hint(option.string_key);
     THPC_FAIL(file_label << ": unknown command-line option " << quoted(token)
