@@ -420,10 +420,10 @@ int answer_help_or_version(int argc, char** argv) {
 // Why MPI's start-up cannot make its session directory in the temporary directory, or "":
 // Open MPI takes the first of TMPDIR, TEMP and TMP that is set (else /tmp) and fails
 // there with "orte_init failed" and a page naming none of them (a helper's walk:
-// TMPDIR=/proc/missing). A directory still to be made is fine where its parent can be
-// written (MPI makes it). Not checked when the directory is set for MPI alone
-// (OMPI_MCA_orte_tmpdir_base) or the launcher started this process (it made the
-// directory already).
+// TMPDIR=/proc/missing). A missing one is made, as MPI would make it, so that a failure
+// is said with the system's reason. Not checked when the directory is set for MPI alone
+// (OMPI_MCA_orte_tmpdir_base) or a launcher started this process (it made the directory
+// already).
 std::string temporary_directory_unusable() {
   if (std::getenv("OMPI_MCA_orte_tmpdir_base") != nullptr || started_by_a_launcher()) return "";
   for (const char* name : {"TMPDIR", "TEMP", "TMP"}) {
@@ -434,25 +434,16 @@ std::string temporary_directory_unusable() {
                                "set " + std::string(name) + " to a directory this process can "
                                "write (export " + name + "=/tmp), or unset it";
     std::error_code error;
-    std::filesystem::path path(value);
-    if (std::filesystem::is_directory(path, error)) {
-      if (::access(value, W_OK | X_OK) == 0) return "";
+    if (!std::filesystem::exists(value, error)) {
+      std::filesystem::create_directories(value, error);
+      if (error) return said + " does not exist and cannot be made (" + error.message() + ")" +
+                        advice;
+    }
+    if (!std::filesystem::is_directory(value, error)) return said + " is not a directory" + advice;
+    if (::access(value, W_OK | X_OK) != 0) {
       return said + " is a directory this process cannot write" + advice;
     }
-    if (std::filesystem::exists(path, error)) return said + " is not a directory" + advice;
-    // Missing: MPI makes it, and every missing directory above it, from the nearest that
-    // exists.
-    path = std::filesystem::absolute(path, error).lexically_normal();
-    while (path.has_parent_path() && path != path.root_path() &&
-           !std::filesystem::exists(path, error)) {
-      path = path.parent_path();
-    }
-    if (std::filesystem::is_directory(path, error) &&
-        ::access(path.c_str(), W_OK | X_OK) == 0) {
-      return "";
-    }
-    return said + " does not exist, and " + path.string() + " cannot be written to make it" +
-           advice;
+    return "";
   }
   return "";
 }

@@ -1042,6 +1042,21 @@ TEST(Tools, TheTrainersHelpAndVersionAnswerWhereMpiCannotStart) {
                         "MPI's start-up keeps its session files there and would fail; set "
                         "TMPDIR to a directory this process can write (export TMPDIR=/tmp), "
                         "or unset it\n");
+  // One that cannot be made (root may write anywhere but there), with the system's reason.
+  const ProcessResult unmade = run_process("env TMPDIR=" + file + "/tmp " + trainer +
+                                           " " THPC_SOURCE_DIR "/input/tiny.ini --dry-run");
+  EXPECT_EQ(unmade.exit_code, 2) << unmade.output;
+  EXPECT_EQ(unmade.output.rfind("transformer_hpc: error: TMPDIR=" + file + "/tmp does not "
+                                "exist and cannot be made (",
+                                0),
+            0u)
+      << unmade.output;
+  // One still to be made is made, as MPI would, and the run goes on.
+  const ProcessResult made =
+      run_process("env TMPDIR=" + (scratch.path() / "made" / "tmp").string() + " " + trainer +
+                  " " THPC_SOURCE_DIR "/input/tiny.ini --dry-run");
+  EXPECT_EQ(made.exit_code, 0) << made.output;
+  EXPECT_TRUE(fs::is_directory(scratch.path() / "made" / "tmp"));
 }
 
 // tools/run_default_job.sh does not evaluate a training stopped by a signal (the trainer
