@@ -1056,6 +1056,19 @@ TEST(Distributed, TwoRanksEvaluateACheckpointAsOneRankDoes) {
   };
   EXPECT_NE(valid_line(one.output).find("| bleu "), std::string::npos) << one.output;
   EXPECT_EQ(valid_line(two.output), valid_line(one.output)) << two.output;
+  // A budget below the longest validation pair: one line for every rank, exit 2, with
+  // fewer ranks among the ways out (each rank failed apart with its own line, exit 1; a
+  // helper's walk).
+  const JobResult tight = mpirun_trainer("", eval + " --train.tokens_per_step=4", 2);
+  EXPECT_EQ(tight.exit_code, 2) << tight.output;
+  EXPECT_EQ(occurrences(tight.output, "train.tokens_per_step 4 (on the command line) gives each "
+                                      "of the 1 micro-batches on each of 2 ranks 2 tokens, less "
+                                      "than the longest pair of the validation shards (--eval "
+                                      "reads them at that budget)"),
+            1u)
+      << tight.output;
+  EXPECT_NE(tight.output.find(", or run the --eval on fewer ranks\n"), std::string::npos)
+      << tight.output;
   std::filesystem::remove_all(scratch_checkpoints());
 }
 

@@ -146,6 +146,24 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
         !search.empty()) {
       throw AllRanksError(search, 2);
     }
+    // A pair longer than each micro-batch's budget, as training refuses it: it failed
+    // later, every rank apart with its own message (exit 1; a helper's walk on 4 ranks).
+    // The ranks set the budget: fewer of them fit longer pairs.
+    if (const int64_t budget = micro_batch_budget(config, comm);
+        shards->longest_padded_side() > budget) {
+      throw AllRanksError(
+          config.source_file + ": train.tokens_per_step " +
+              std::to_string(config.train.tokens_per_step) +
+              config.on_command_line("train.tokens_per_step") +
+              budget_below_the_longest_pair(
+                  config.train.accumulate, comm.size(), budget,
+                  "validation shards (--eval reads them at that budget)",
+                  shards->longest_padded_side(), shards->longest_pair_file(),
+                  "train.tokens_per_step",
+                  comm.size() > 1 ? "or run the --eval on fewer ranks"
+                                  : "or preprocess with a smaller --valid-max-len"),
+          2);
+    }
     const Checkpoint checkpoint = read_checkpoint(path, CheckpointParts::ParamsOnly);
     // A model scores the pieces of its own vocabulary only.
     if (!checkpoint.spm_model.empty() && checkpoint.spm_model != shards->metadata().spm_model) {
