@@ -25,6 +25,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_directory.h"
 #include "common/error.h"
+#include "common/sha256.h"
 #include "common/source_version.h"
 #include "config/config.h"
 #include "distributed/communicator.h"
@@ -56,7 +57,19 @@ struct DryRunStart {
   int64_t step = 0;
   std::string run_id;
   int64_t last_step = 0;  // where training would end: train.max_steps or max_epochs' end
+  // The sha256 of the parameters this rank read (of the checkpoint resumed, else of
+  // checkpoint.init's; "" for neither), which every rank's must equal, as in training.
+  std::string params_digest;
 };
+
+// The sha256 of a checkpoint's parameters as read, tensor after tensor.
+std::string parameters_digest(const thpc::Checkpoint& checkpoint) {
+  thpc::Sha256 digest;
+  for (const thpc::NamedTensor& tensor : checkpoint.params) {
+    digest.update(tensor.values.data(), tensor.values.size() * sizeof(float));
+  }
+  return digest.hex_digest();
+}
 
 // Rank 0's choice of the checkpoint to resume from, training's own
 // (CheckpointKeeping::choose_start; its refusal exits 1 as there), read into *checkpoint;
@@ -98,6 +111,7 @@ DryRunStart check_the_start(const thpc::Config& config, const std::string& chose
     thpc::check_checkpoint_architecture(checkpoint, chosen, architecture);
     thpc::check_checkpoint_resumes_this_run(checkpoint, chosen, config);
     start = DryRunStart{chosen, checkpoint.step, checkpoint.run_id};
+    start.params_digest = parameters_digest(checkpoint);
   }
   start.last_step = config.train.max_steps;
   if (config.train.max_epochs > 0 && source) {
@@ -127,6 +141,7 @@ DryRunStart check_the_start(const thpc::Config& config, const std::string& chose
     const thpc::Checkpoint init = thpc::read_init_checkpoint(options);
     if (source) thpc::check_checkpoint_vocabulary(init, options.init, *source, config);
     thpc::check_checkpoint_architecture(init, options.init, architecture);
+    start.params_digest = parameters_digest(init);
   }
   return start;
 }
@@ -190,6 +205,32 @@ void dry_run(const thpc::Config& config, const thpc::Communicator& comm, std::os
       if (!impossible.empty()) throw thpc::AllRanksError(impossible, 2);
     }
   });
+  // Each rank read the data itself, and the same path can name different files for them
+  // (relative to their working directories, a node-local disk): refused by training (exit
+  // 3), passed by the dry run (a helper's walk). A rank that found no directory there
+  // while another read it is refused as training would refuse it.
+  if (const std::vector<std::string> read = comm.all_gather_if_different(source ? "1" : "0");
+      !read.empty()) {
+    const auto ranks_that = [&read](const char* flag) {
+      std::string listed;
+      for (size_t rank = 0; rank < read.size(); ++rank) {
+        if (read[rank] == flag) listed += (listed.empty() ? "" : ", ") + std::to_string(rank);
+      }
+      return listed;
+    };
+    throw thpc::AllRanksError("data.dir " + config.data.dir + " is no directory for rank " +
+                                  ranks_that("0") + ", where rank " + ranks_that("1") +
+                                  " read it; every rank must read the same data.dir (a "
+                                  "relative path from different working directories, or a "
+                                  "node without the shared file system?)",
+                              3);
+  }
+  if (source) {
+    thpc::check_every_rank_reads_the_same_data(comm, *source, config.data.dir, "training");
+    if (valid) {
+      thpc::check_every_rank_reads_the_same_data(comm, *valid, config.data.dir, "validation");
+    }
+  }
   // What training would do before writing, with its exit codes, as comment lines: a dry
   // run passed a job that training refused at once (another run's files in checkpoint.dir,
   // a directory that is a file, a trainer still running there).
@@ -211,6 +252,12 @@ void dry_run(const thpc::Config& config, const thpc::Communicator& comm, std::os
     start = check_the_start(config, chosen, checkpoint, !is_root, moved_aside, source.get(),
                             vocab, ranks, notes);
   });
+  // As training: each rank read the file itself (exit 1 when they differ).
+  if (!start.params_digest.empty()) {
+    thpc::check_every_rank_starts_from_the_same_parameters(
+        comm, start.params_digest,
+        chosen.empty() ? "checkpoint.init " + config.checkpoint.init : chosen);
+  }
   thpc::on_every_rank(comm, [&] {
     if (!is_root) return;
     const std::string refusal =

@@ -458,6 +458,15 @@ TEST(Distributed, RanksReadingDifferentValidationDataOrCheckpointsStopWithOneMes
             1u)
       << training.output;
   EXPECT_EQ(training.output.find("step 1/"), std::string::npos) << training.output;
+  // The dry run refuses it as training does (it passed it, exit 0; a helper's walk).
+  const JobResult dry_valid =
+      both("--checkpoint.dir=ck --train.valid_every=2 --train.max_steps=2 --dry-run");
+  EXPECT_EQ(dry_valid.exit_code, 3) << dry_valid.output;
+  EXPECT_EQ(occurrences(dry_valid.output, "the ranks read different validation data: rank 0 "
+                                          "reads 120 pieces"),
+            1u)
+      << dry_valid.output;
+  EXPECT_EQ(dry_valid.output.find("# parameters"), std::string::npos) << dry_valid.output;
   // --eval of model.h5 in each directory: step 1's for rank 0, step 2's for rank 1.
   const std::string trained =
       "cd " + rank0.string() + " && " + thpc::binary_dir() + "/transformer_hpc " THPC_SOURCE_DIR
@@ -473,6 +482,16 @@ TEST(Distributed, RanksReadingDifferentValidationDataOrCheckpointsStopWithOneMes
             1u)
       << eval.output;
   EXPECT_EQ(eval.output.find("evaluated model.h5"), std::string::npos) << eval.output;
+  // Training from them (checkpoint.init) stops at start-up, and so does the dry run (it
+  // passed, exit 0).
+  for (const std::string mode : {"--dry-run", ""}) {
+    const JobResult init = both("--checkpoint.dir=ck_init --checkpoint.init=model.h5 " + mode);
+    EXPECT_EQ(init.exit_code, 1) << mode << "\n" << init.output;
+    EXPECT_EQ(occurrences(init.output, "the ranks start from different parameters: rank 1 read "
+                                       "other values than rank 0 from checkpoint.init model.h5"),
+              1u)
+        << mode << "\n" << init.output;
+  }
   // resume=auto: rank 0 chooses ck/step_00000002.h5, which rank 1's working directory does
   // not hold: training stops, exit 1, and so does the dry run (before: rank 1 chose for
   // itself, found nothing, and the dry run passed).
