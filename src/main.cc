@@ -29,6 +29,7 @@
 #include "common/source_version.h"
 #include "config/config.h"
 #include "distributed/communicator.h"
+#include "distributed/mpi_check.h"
 #include "distributed/mpi_sanitizer_options.h"
 #include "distributed/rank_failures.h"
 #include "io/atomic_file.h"
@@ -464,6 +465,26 @@ int answer_help_or_version(int argc, char** argv) {
   return -1;
 }
 
+// How long MPI's start-up may wait for the other ranks: the configuration's
+// dist.timeout_s, read here once before MPI starts (its mistakes are said after, as
+// every rank's), else its default; 0 (no bound) where no launcher started the process,
+// as MPI then waits for no one.
+double mpi_start_limit(int argc, char** argv) {
+  if (!started_by_a_launcher()) return 0;
+  const double otherwise = thpc::Config{}.dist.timeout_s;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view argument = argv[i];
+    // (answered after MPI's start-up, as a mode the ranks agree on: not printed here)
+    if (argument == "--help" || argument == "-h" || argument == "--version") return otherwise;
+  }
+  try {
+    thpc::Config config;
+    if (thpc::parse_command_line(argc, argv, config)) return config.dist.timeout_s;
+  } catch (const std::exception&) {
+  }
+  return otherwise;
+}
+
 // Why MPI's start-up cannot make its session directory in the temporary directory, or "":
 // Open MPI takes the first of TMPDIR, TEMP and TMP that is set (else /tmp) and fails
 // there with "orte_init failed" and a page naming none of them (a helper's walk:
@@ -521,7 +542,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  thpc::MpiSession mpi(&argc, &argv);
+  thpc::MpiSession mpi(&argc, &argv, mpi_start_limit(argc, argv));
+  // A wait for the other ranks past dist.timeout_s ends the job without unwinding: the run
+  // directory's lock and a checkpoint's temporary file are removed first.
+  thpc::before_a_wait_ends_the_job(&thpc::remove_files_at_abrupt_stop);
   const thpc::Communicator comm = thpc::Communicator::world();
   thpc::Config config;
   std::string config_error;

@@ -770,6 +770,9 @@ void expect_a_stopped_rank_to_end_the_job(const std::string& extra, const std::s
   if (ranks == 2) {
     EXPECT_EQ(occurrences(run.output, "transformer_hpc: error on rank 0 on "), 1u) << run.output;
     EXPECT_EQ(occurrences(run.output, message), 1u) << run.output;
+    // Rank 0, which ended the job, removed its run directory's lock (it stayed: the wait
+    // ends without unwinding; a helper's walk).
+    EXPECT_FALSE(std::filesystem::exists(scratch_checkpoints() + "/trainer.lock")) << run.output;
   } else {
     EXPECT_GE(occurrences(run.output, message), 1u) << run.output;
   }
@@ -1088,6 +1091,26 @@ TEST(Distributed, TwoRanksEvaluateACheckpointAsOneRankDoes) {
       << tight.output;
   EXPECT_NE(tight.output.find(", or run the --eval on fewer ranks\n"), std::string::npos)
       << tight.output;
+  std::filesystem::remove_all(scratch_checkpoints());
+}
+
+// MPI's start-up holds the bound too: a rank that does not reach it (here rank 1 starts
+// 30 s late) ends the job after dist.timeout_s, the wait named (before: the others waited
+// in MPI_Init for it, over ten minutes for a stopped one; a helper's walk).
+TEST(Distributed, ARankThatDoesNotStartEndsTheJobAfterTheTimeout) {
+  const std::string trainer = thpc::binary_dir() + "/transformer_hpc input/tiny.ini "
+                              "--train.max_steps=1 --dist.timeout_s=3 --checkpoint.dir=" +
+                              scratch_checkpoints();
+  const JobResult run = run_mpi_job(
+      "", "-np 1 " + trainer + " : -np 1 bash -c 'sleep 30; exec " + trainer + "'");
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_LT(run.seconds, 25.0) << run.output;
+  EXPECT_EQ(occurrences(run.output, "transformer_hpc: error on rank 0 on " + thpc::host_name() +
+                                        ": this rank waited 3 s (dist.timeout_s) for the others "
+                                        "in MPI's start-up (MPI_Init): a rank did not start"),
+            1u)
+      << run.output;
+  EXPECT_EQ(run.output.find("step 1/"), std::string::npos) << run.output;
   std::filesystem::remove_all(scratch_checkpoints());
 }
 

@@ -129,7 +129,18 @@ bool every_wait_must_be_bounded() {
   return asked;
 }
 
+void (*g_before_ending_the_job)() = nullptr;
+
+// Ends the job from inside a wait (the line said already): the cleanup, then MPI_Abort.
+[[noreturn]] void end_the_job_from_a_wait() {
+  if (g_before_ending_the_job != nullptr) g_before_ending_the_job();
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);
+}
+
 }  // namespace
+
+void before_a_wait_ends_the_job(void (*cleanup)()) { g_before_ending_the_job = cleanup; }
 
 void wait_within(int count, MPI_Request* requests, double limit_seconds, const char* what,
                  bool from_last_sign) {
@@ -138,8 +149,7 @@ void wait_within(int count, MPI_Request* requests, double limit_seconds, const c
       write_whole_line("transformer_hpc: error on " + process_identity() + ": " + what +
                        " waited without a limit (THPC_CHECK_BOUNDED_WAITS: every wait for the "
                        "other ranks is bounded by dist.timeout_s)\n");
-      MPI_Abort(MPI_COMM_WORLD, 1);
-      std::_Exit(1);
+      end_the_job_from_a_wait();
     }
     check_mpi(MPI_Waitall(count, requests, MPI_STATUSES_IGNORE), "MPI_Waitall");
     return;
@@ -170,8 +180,7 @@ void wait_within(int count, MPI_Request* requests, double limit_seconds, const c
            << (from_last_sign ? waiting_context().slow_rank : "a rank that is only slow")
            << ": raise dist.timeout_s)\n";
       write_whole_line(line.str());
-      MPI_Abort(MPI_COMM_WORLD, 1);
-      std::_Exit(1);
+      end_the_job_from_a_wait();
     }
     // A second of polls without pause, as a blocking wait polls (Open MPI moves a
     // non-blocking collective on only inside its calls); a longer wait is for a
@@ -182,11 +191,75 @@ void wait_within(int count, MPI_Request* requests, double limit_seconds, const c
   }
 }
 
-MpiSession::MpiSession(int* argc, char*** argv) {
+namespace {
+
+// While one lives, a thread watches the clock: after `seconds` (WaitClock's, which leaves
+// out this process's own stops) it ends the process, exit 1, with `line` (whole, with its
+// newline), which says why.
+class WaitWatch {
+ public:
+  WaitWatch(double seconds, std::string line)
+      : line_(std::move(line)), watcher_([this, seconds] { watch(seconds); }) {}
+  ~WaitWatch() {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    wake_.notify_one();
+    watcher_.join();
+  }
+  WaitWatch(const WaitWatch&) = delete;
+  WaitWatch& operator=(const WaitWatch&) = delete;
+
+ private:
+  void watch(double seconds) {
+    WaitClock clock;
+    std::unique_lock<std::mutex> lock(mutex_);
+    // Woken every 50 ms, so that the clock sees a SIGCONT between two of its polls.
+    while (!wake_.wait_for(lock, std::chrono::milliseconds(50), [this] { return done_; })) {
+      if (!clock.waited_longer_than(seconds)) continue;
+      write_whole_line(line_);
+      std::fflush(nullptr);
+      std::_Exit(1);
+    }
+  }
+
+  const std::string line_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool done_ = false;
+  std::thread watcher_;  // last: started once the rest is made
+};
+
+// The rank a launcher gave this process, from the variables it sets (-1: none), for the
+// messages written before MPI_Comm_rank can say it.
+int rank_from_the_launcher() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
+    if (const char* value = std::getenv(name); value != nullptr && *value != '\0') {
+      return std::atoi(value);
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
+MpiSession::MpiSession(int* argc, char*** argv, double start_limit_seconds) {
   int provided = 0;
+  if (const int rank = rank_from_the_launcher(); rank >= 0) set_process_rank(rank);
   // FUNNELED: only the main thread calls MPI (the CPU BLAS threads never do).
   {
     const LeakChecksPaused open_mpi_keeps_these_until_exit;
+    std::optional<WaitWatch> watch;
+    if (start_limit_seconds > 0) {
+      std::ostringstream line;
+      line << "transformer_hpc: error on " << process_identity() << ": this rank waited "
+           << start_limit_seconds << " s (dist.timeout_s) for the others in MPI's start-up "
+           << "(MPI_Init): a rank did not start (stopped, hung loading the program or on a "
+           << "file system, lost), so the job is ended; start the job again (a rank that is "
+           << "only slow to start: raise dist.timeout_s)\n";
+      watch.emplace(start_limit_seconds, line.str());
+    }
     check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
   }
   // Errors come back as codes, so they become thpc::Error with the call named.
@@ -196,58 +269,22 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   set_process_rank(rank);
 }
 
-namespace {
-
-// While one lives, a thread watches the clock: after `seconds` (WaitClock's, which leaves
-// out this process's own stops) it ends the process with a line that says why.
-class FinalizeWatch {
- public:
-  explicit FinalizeWatch(double seconds) : watcher_([this, seconds] { watch(seconds); }) {}
-  ~FinalizeWatch() {
-    {
-      const std::lock_guard<std::mutex> lock(mutex_);
-      done_ = true;
-    }
-    wake_.notify_one();
-    watcher_.join();
-  }
-  FinalizeWatch(const FinalizeWatch&) = delete;
-  FinalizeWatch& operator=(const FinalizeWatch&) = delete;
-
- private:
-  void watch(double seconds) {
-    WaitClock clock;
-    std::unique_lock<std::mutex> lock(mutex_);
-    // Woken every 50 ms, so that the clock sees a SIGCONT between two of its polls.
-    while (!wake_.wait_for(lock, std::chrono::milliseconds(50), [this] { return done_; })) {
-      if (!clock.waited_longer_than(seconds)) continue;
-      std::ostringstream line;
-      line << "transformer_hpc: error on " << process_identity() << ": this rank waited "
-           << seconds << " s (dist.timeout_s) for the others at the job's end (MPI_Finalize): "
-           << "a rank is stopped (SIGSTOP, a debugger), hung or lost, so this one leaves "
-           << "without it; its own work is done and written (a rank that is only slow to "
-           << "end: raise dist.timeout_s)\n";
-      write_whole_line(line.str());
-      std::fflush(nullptr);
-      std::_Exit(1);
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  bool done_ = false;
-  std::thread watcher_;  // last: started once the rest is made
-};
-
-}  // namespace
 
 MpiSession::~MpiSession() {
   const LeakChecksPaused open_mpi_keeps_these_until_exit;
   if (!mpi_initialized()) return;
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  std::optional<FinalizeWatch> watch;
-  if (size > 1 && finalize_limit_seconds_ > 0) watch.emplace(finalize_limit_seconds_);
+  std::optional<WaitWatch> watch;
+  if (size > 1 && finalize_limit_seconds_ > 0) {
+    std::ostringstream line;
+    line << "transformer_hpc: error on " << process_identity() << ": this rank waited "
+         << finalize_limit_seconds_ << " s (dist.timeout_s) for the others at the job's end "
+         << "(MPI_Finalize): a rank is stopped (SIGSTOP, a debugger), hung or lost, so this "
+         << "one leaves without it; its own work is done and written (a rank that is only "
+         << "slow to end: raise dist.timeout_s)\n";
+    watch.emplace(finalize_limit_seconds_, line.str());
+  }
   MPI_Finalize();
 }
 

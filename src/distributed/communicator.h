@@ -42,7 +42,13 @@ class AllRanksError : public Error {
 // MPI_Init_thread on construction, MPI_Finalize on destruction; owned by main().
 class MpiSession {
  public:
-  MpiSession(int* argc, char*** argv);
+  // MPI_Init, whose wait for the other ranks of the job (Open MPI's start-up exchange)
+  // is bounded by `start_limit_seconds` (0: none): a rank that never reaches it (stopped,
+  // hung loading the program or reading a file system, lost) held the others there
+  // without limit, past dist.timeout_s (a helper's walk: over ten minutes). After that
+  // long without them (this process's own stops left out) this rank says so and leaves,
+  // exit 1, and the launcher ends the rest.
+  MpiSession(int* argc, char*** argv, double start_limit_seconds = 0);
   ~MpiSession();
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;

@@ -11,6 +11,12 @@ namespace thpc {
 // MPI_ERRORS_RETURN on MPI_COMM_WORLD.
 void check_mpi(int status, const char* call);
 
+// What the process does before a wait below ends the job at once, without unwinding: the
+// trainer removes its run directory's locks and a checkpoint's temporary file, which
+// unwinding removes on every other way out (a helper's walk: rank 0's trainer.lock stayed
+// behind a wait past dist.timeout_s). Set once, before the first wait; nullptr: nothing.
+void before_a_wait_ends_the_job(void (*cleanup)());
+
 // Waits for `count` requests. With limit_seconds > 0 a wait longer than that ends the
 // job (MPI_Abort, exit 1) with one line naming the innermost Communicator::WaitLimit's
 // `during`, `what` (the collective, in the user's words: "the gradient sum"),

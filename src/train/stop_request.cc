@@ -88,10 +88,7 @@ extern "C" void record_stop_signal(int signal_number) {
       say("Ctrl-C again: stopping now, without a checkpoint (one being written is lost "
           "too)\n");
     }
-    for (int slot = 0; slot < kAbruptSlots; ++slot) {
-      if (g_abrupt_used[slot].load()) ::unlink(g_abrupt_paths[slot]);  // async-signal-safe
-    }
-    remove_registered_temporaries();  // a checkpoint being written: its .NAME.tmp
+    remove_files_at_abrupt_stop();
     struct sigaction default_action {};
     default_action.sa_handler = SIG_DFL;
     sigemptyset(&default_action.sa_mask);
@@ -173,6 +170,13 @@ void remove_at_abrupt_stop(const std::string& path) {
     g_abrupt_used[slot].store(true);
     return;
   }
+}
+
+void remove_files_at_abrupt_stop() {
+  for (int slot = 0; slot < kAbruptSlots; ++slot) {
+    if (g_abrupt_used[slot].load()) ::unlink(g_abrupt_paths[slot]);  // async-signal-safe
+  }
+  remove_registered_temporaries();  // a checkpoint being written: its .NAME.tmp
 }
 
 void keep_at_abrupt_stop(const std::string& path) {

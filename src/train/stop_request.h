@@ -42,6 +42,10 @@ int stop_requested_by();
 // before, it stayed for the next start to take over), until keep_at_abrupt_stop.
 void remove_at_abrupt_stop(const std::string& path);
 void keep_at_abrupt_stop(const std::string& path);
+// Removes those files, and a checkpoint's temporary file being written: what a process
+// that ends at once (a second Ctrl-C; a wait for the other ranks past dist.timeout_s,
+// which ends the job without unwinding) would otherwise leave. Async-signal-safe.
+void remove_files_at_abrupt_stop();
 
 // "SIGTERM", "SIGUSR1", "SIGINT", "SIGHUP" (for log lines).
 const char* stop_signal_name(int signal_number);
