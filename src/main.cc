@@ -11,7 +11,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -184,10 +187,46 @@ void dry_run(const thpc::Config& config, const thpc::Communicator& comm, std::os
       source->print_notes(notes, "data.train");
       std::istringstream note_lines(notes.str());
       for (std::string line; std::getline(note_lines, line);) out << "# " << line << "\n";
-      // The validation shards too, when training would read them (exit 3 as there),
-      // before the vocabulary is resolved (exit 2), in training's order.
-      if (config.train.valid_every > 0) {
-        valid = thpc::make_validation_source(config);
+      // The validation shards too, when training would read them (exit 3 as there).
+      if (config.train.valid_every > 0) valid = thpc::make_validation_source(config);
+    }
+  });
+  // Each rank read the data itself, and the same path can name different files for them
+  // (relative to their working directories, a node-local disk): refused by training (exit
+  // 3), passed by the dry run (a helper's walk). Before what is checked of the data (its
+  // vocabulary, its longest pair), in training's order: one rank's other data is said as
+  // such, not as a configuration that does not fit it. A rank that found no directory
+  // there while another read it is refused as training would refuse it.
+  if (const std::vector<std::string> read = comm.all_gather_if_different(source ? "1" : "0");
+      !read.empty()) {
+    const auto ranks_that = [&read](const char* flag) {
+      std::string listed;
+      for (size_t rank = 0; rank < read.size(); ++rank) {
+        if (read[rank] == flag) listed += (listed.empty() ? "" : ", ") + std::to_string(rank);
+      }
+      return listed;
+    };
+    const auto named = [](const std::string& listed) {
+      return (listed.find(',') == std::string::npos ? "rank " : "ranks ") + listed;
+    };
+    throw thpc::AllRanksError("data.dir " + config.data.dir + " is no directory for " +
+                                  named(ranks_that("0")) + ", where " + named(ranks_that("1")) +
+                                  " read it; every rank must read the same data.dir (a "
+                                  "relative path from different working directories, or a "
+                                  "node without the shared file system?)",
+                              3);
+  }
+  if (source) {
+    thpc::check_every_rank_reads_the_same_data(comm, *source, config.data.dir, "training");
+    if (valid) {
+      thpc::check_every_rank_reads_the_same_data(comm, *valid, config.data.dir, "validation");
+    }
+  }
+  thpc::on_every_rank(comm, [&] {
+    if (source) {
+      // The validation shards' vocabulary before the vocabulary is resolved (exit 2), in
+      // training's order.
+      if (valid) {
         if (!config.data.dir.empty()) thpc::check_validation_vocabulary(config, *source, *valid);
         const std::string same = thpc::same_pairs_warning(config, *source, *valid);
         if (!same.empty()) out << "# " << same << "\n";
@@ -206,32 +245,6 @@ void dry_run(const thpc::Config& config, const thpc::Communicator& comm, std::os
       if (!impossible.empty()) throw thpc::AllRanksError(impossible, 2);
     }
   });
-  // Each rank read the data itself, and the same path can name different files for them
-  // (relative to their working directories, a node-local disk): refused by training (exit
-  // 3), passed by the dry run (a helper's walk). A rank that found no directory there
-  // while another read it is refused as training would refuse it.
-  if (const std::vector<std::string> read = comm.all_gather_if_different(source ? "1" : "0");
-      !read.empty()) {
-    const auto ranks_that = [&read](const char* flag) {
-      std::string listed;
-      for (size_t rank = 0; rank < read.size(); ++rank) {
-        if (read[rank] == flag) listed += (listed.empty() ? "" : ", ") + std::to_string(rank);
-      }
-      return listed;
-    };
-    throw thpc::AllRanksError("data.dir " + config.data.dir + " is no directory for rank " +
-                                  ranks_that("0") + ", where rank " + ranks_that("1") +
-                                  " read it; every rank must read the same data.dir (a "
-                                  "relative path from different working directories, or a "
-                                  "node without the shared file system?)",
-                              3);
-  }
-  if (source) {
-    thpc::check_every_rank_reads_the_same_data(comm, *source, config.data.dir, "training");
-    if (valid) {
-      thpc::check_every_rank_reads_the_same_data(comm, *valid, config.data.dir, "validation");
-    }
-  }
   // What training would do before writing, with its exit codes, as comment lines: a dry
   // run passed a job that training refused at once (another run's files in checkpoint.dir,
   // a directory that is a file, a trainer still running there).
@@ -430,30 +443,36 @@ std::string file_size_limit_too_small() {
          "(ulimit -f unlimited, or enough for the checkpoints)";
 }
 
-// Whether a launcher (mpirun, srun with PMI or PMIx) started this process as one rank of
-// a job, read before MPI's start-up from the variables it sets.
+// Whether a launcher started this process as one rank of a job, read before MPI's
+// start-up from the variables it sets: Open MPI's mpirun (OMPI_COMM_WORLD_RANK,
+// PMIX_RANK), srun with PMIx or PMI-2 and MPICH's Hydra (PMIX_RANK, PMI_RANK), MVAPICH's
+// mpirun_rsh (MPIRUN_RANK), Cray's PALS (PALS_RANKID). Inherited ones count too (the shell
+// of an `srun --pty bash` step under PMI): MPI can start there.
 bool started_by_a_launcher() {
-  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "MPIRUN_RANK",
+                           "PALS_RANKID"}) {
     if (std::getenv(name) != nullptr) return true;
   }
   return false;
 }
 
-// --help or --version, whichever comes first anywhere on the command line, answered before
-// MPI's start-up, as the other programs answer them, when no launcher started the
-// process: that start-up fails where the program runs alone inside an `srun --pty bash`
-// step (Open MPI takes it for a direct launch by srun) or with an unusable TMPDIR, and
-// --version is what a report of such a problem gives (a helper's walk: both exited 1 with
-// Open MPI's page of text). Under a launcher MPI has started, and --help is a mode the
-// ranks agree on (a rank that left alone kept the others waiting). Returns the exit code,
-// or -1 when neither is answered here.
+// --version anywhere on the command line, and --help where no launcher started the
+// process, answered before MPI's start-up (whichever comes first), as the other programs
+// answer them: that start-up fails where the program runs alone inside an `srun --pty
+// bash` step (Debian's Open MPI takes it for a direct launch by srun) or with an unusable
+// TMPDIR, and --version is what a report of such a problem gives (a helper's walk: both
+// exited 1 with Open MPI's page of text). --version needs no other rank, and every rank
+// says its own build; under a launcher --help is a mode the ranks agree on (a rank that
+// left alone kept the others waiting), printed by rank 0. Returns the exit code, or -1
+// when neither is answered here.
 int answer_help_or_version(int argc, char** argv) {
-  if (started_by_a_launcher()) return -1;
+  const bool alone = !started_by_a_launcher();
   for (int i = 1; i < argc; ++i) {
     const std::string_view argument = argv[i];
     if (argument == "--version") {
       std::cout << thpc::version_line("transformer_hpc") << "\n";
     } else if (argument == "--help" || argument == "-h") {
+      if (!alone) return -1;
       std::cout << thpc::help_text();
     } else {
       continue;
@@ -465,38 +484,52 @@ int answer_help_or_version(int argc, char** argv) {
   return -1;
 }
 
+// The least bound of MPI's start-up: the ranks of a large job start seconds apart (srun's
+// fan-out, the program loaded from a parallel file system, containers), which a
+// dist.timeout_s chosen for a step's collectives (it may be 1 s) must not take for a rank
+// that never starts.
+constexpr double kLeastMpiStartSeconds = 30;
+
 // How long MPI's start-up may wait for the other ranks: the configuration's
 // dist.timeout_s, read here once before MPI starts (its mistakes are said after, as
-// every rank's), else its default; 0 (no bound) where no launcher started the process,
-// as MPI then waits for no one.
+// every rank's), else its default, and at least kLeastMpiStartSeconds; 0 (no bound) where
+// no launcher started the process, as MPI then waits for no one.
 double mpi_start_limit(int argc, char** argv) {
   if (!started_by_a_launcher()) return 0;
-  const double otherwise = thpc::Config{}.dist.timeout_s;
+  const double otherwise = std::max<double>(thpc::Config{}.dist.timeout_s, kLeastMpiStartSeconds);
   for (int i = 1; i < argc; ++i) {
     const std::string_view argument = argv[i];
-    // (answered after MPI's start-up, as a mode the ranks agree on: not printed here)
-    if (argument == "--help" || argument == "-h" || argument == "--version") return otherwise;
+    // (answered after MPI's start-up, as a mode the ranks agree on)
+    if (argument == "--help" || argument == "-h") return otherwise;
   }
+  // (silenced: Boost's grouped short options, -hh, reach --help's printing there)
+  std::streambuf* const printed = std::cout.rdbuf(nullptr);
+  double limit = otherwise;
   try {
     thpc::Config config;
-    if (thpc::parse_command_line(argc, argv, config)) return config.dist.timeout_s;
+    if (thpc::parse_command_line(argc, argv, config)) limit = config.dist.timeout_s;
   } catch (const std::exception&) {
   }
-  return otherwise;
+  std::cout.rdbuf(printed);
+  std::cout.clear();
+  return std::max(limit, kLeastMpiStartSeconds);
 }
 
 // Why MPI's start-up cannot make its session directory in the temporary directory, or "":
 // Open MPI takes the first of TMPDIR, TEMP and TMP that is set (else /tmp) and fails
 // there with "orte_init failed" and a page naming none of them (a helper's walk:
-// TMPDIR=/proc/missing). A missing one is made, as MPI would make it, so that a failure
-// is said with the system's reason. Not checked when the directory is set for MPI alone
-// (OMPI_MCA_orte_tmpdir_base) or a launcher started this process (it made the directory
-// already).
+// TMPDIR=/proc/missing). Tried as MPI uses it: a directory made in it and removed (a
+// missing one made first, as MPI makes it), so that a failure is said with the system's
+// reason (access() calls anything writable for root: /proc, a read-only mount). Not
+// checked when the directory is set for MPI alone (OMPI_MCA_orte_tmpdir_base) or a
+// launcher started this process (it made the directory already); Open MPI's rule, which
+// another MPI may not share.
 std::string temporary_directory_unusable() {
   if (std::getenv("OMPI_MCA_orte_tmpdir_base") != nullptr || started_by_a_launcher()) return "";
   for (const char* name : {"TMPDIR", "TEMP", "TMP"}) {
     const char* value = std::getenv(name);
-    if (value == nullptr || *value == '\0') continue;
+    if (value == nullptr) continue;
+    if (*value == '\0') return "";  // set, and empty: MPI's own choice then
     const std::string said = std::string(name) + "=" + value;
     const std::string advice = ": MPI's start-up keeps its session files there and would fail; "
                                "set " + std::string(name) + " to a directory this process can "
@@ -508,9 +541,12 @@ std::string temporary_directory_unusable() {
                         advice;
     }
     if (!std::filesystem::is_directory(value, error)) return said + " is not a directory" + advice;
-    if (::access(value, W_OK | X_OK) != 0) {
-      return said + " is a directory this process cannot write" + advice;
+    std::string trial = (std::filesystem::path(value) / "thpc_tmpdir_check.XXXXXX").string();
+    if (::mkdtemp(trial.data()) == nullptr) {
+      return said + " is a directory in which this process cannot make one (" +
+             std::strerror(errno) + ")" + advice;
     }
+    ::rmdir(trial.c_str());
     return "";
   }
   return "";

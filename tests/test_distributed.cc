@@ -502,7 +502,32 @@ TEST(Distributed, RanksReadingDifferentValidationDataOrCheckpointsStopWithOneMes
     EXPECT_NE(resumed.output.find("ck/step_00000002.h5"), std::string::npos) << resumed.output;
     EXPECT_EQ(resumed.output.find("step 3/"), std::string::npos) << resumed.output;
   }
+  // Rank 1's data of another vocabulary, model.vocab_size rank 0's: said as the ranks'
+  // different data, as training says it (exit 3), not as a vocabulary that does not match
+  // the configuration (the dry run checked that first, exit 2; a review's finding).
+  const std::string other_vocabulary =
+      preprocess + "--trainpref " + (root / "text/train").string() + " --validpref " +
+      (root / "text/valid").string() + " --destdir " + (root / "v100").string() +
+      " --vocab-size 100 && rm -r " + (rank1 / "data").string() + " && cp -r " +
+      (root / "v100").string() + " " + (rank1 / "data").string();
+  ASSERT_EQ(std::system(other_vocabulary.c_str()), 0) << other_vocabulary;
+  for (const std::string mode : {"--dry-run", "--checkpoint.dir=ck_vocab --train.max_steps=1"}) {
+    const JobResult other = both("--model.vocab_size=120 " + mode);
+    EXPECT_EQ(other.exit_code, 3) << mode << "\n" << other.output;
+    EXPECT_EQ(occurrences(other.output, "the ranks read different training data: rank 0 reads "
+                                        "120 pieces"),
+              1u)
+        << mode << "\n" << other.output;
+  }
   std::filesystem::remove_all(rank1 / "data");
+  // With the vocabulary configured a rank reads no data where it finds none (a login
+  // node's dry run), which another rank's reading it makes a mistake.
+  const JobResult missing = both("--model.vocab_size=120 --dry-run");
+  EXPECT_EQ(missing.exit_code, 3) << missing.output;
+  EXPECT_EQ(occurrences(missing.output, "data.dir data is no directory for rank 1, where rank 0 "
+                                        "read it; every rank must read the same data.dir"),
+            1u)
+      << missing.output;
   const JobResult dry = both("--dry-run");
   EXPECT_EQ(dry.exit_code, 3) << dry.output;
   EXPECT_EQ(occurrences(dry.output, "transformer_hpc: error on rank 1 on "), 1u) << dry.output;
@@ -1095,19 +1120,22 @@ TEST(Distributed, TwoRanksEvaluateACheckpointAsOneRankDoes) {
 }
 
 // MPI's start-up holds the bound too: a rank that does not reach it (here rank 1 starts
-// 30 s late) ends the job after dist.timeout_s, the wait named (before: the others waited
-// in MPI_Init for it, over ten minutes for a stopped one; a helper's walk).
+// 90 s late) ends the job after dist.timeout_s, at least 30 s (the ranks of a large job
+// start seconds apart), the wait named (before: the others waited in MPI_Init for it,
+// over ten minutes for a stopped one; a helper's walk).
 TEST(Distributed, ARankThatDoesNotStartEndsTheJobAfterTheTimeout) {
   const std::string trainer = thpc::binary_dir() + "/transformer_hpc input/tiny.ini "
                               "--train.max_steps=1 --dist.timeout_s=3 --checkpoint.dir=" +
                               scratch_checkpoints();
   const JobResult run = run_mpi_job(
-      "", "-np 1 " + trainer + " : -np 1 bash -c 'sleep 30; exec " + trainer + "'");
+      "", "-np 1 " + trainer + " : -np 1 bash -c 'sleep 90; exec " + trainer + "'");
   EXPECT_NE(run.exit_code, 0) << run.output;
-  EXPECT_LT(run.seconds, 25.0) << run.output;
+  EXPECT_NE(run.exit_code, 124) << "the job hung until timeout killed it:\n" << run.output;
+  EXPECT_LT(run.seconds, 60.0) << run.output;
   EXPECT_EQ(occurrences(run.output, "transformer_hpc: error on rank 0 on " + thpc::host_name() +
-                                        ": this rank waited 3 s (dist.timeout_s) for the others "
-                                        "in MPI's start-up (MPI_Init): a rank did not start"),
+                                        ": this rank waited 30 s (dist.timeout_s, at least 30 s "
+                                        "in MPI's start-up) for the others in MPI's start-up "
+                                        "(MPI_Init): a rank did not start"),
             1u)
       << run.output;
   EXPECT_EQ(run.output.find("step 1/"), std::string::npos) << run.output;

@@ -970,8 +970,8 @@ TEST(Tools, ATrainingLogIntoAFullDiskIsSaidLostOnceAndTrainingGoesOn) {
   ASSERT_NE(at, std::string::npos) << trained.output;
   EXPECT_EQ(trained.output.find(said, at + 1), std::string::npos) << "said once: "
                                                                      << trained.output;
-  EXPECT_NE(trained.output.find("(at step 2); training goes on, and its checkpoints and "
-                                "metrics file are written\n"),
+  EXPECT_NE(trained.output.find("(noticed at step 2); training goes on, and its checkpoints "
+                                "and metrics file are written\n"),
             std::string::npos)
       << trained.output;
   EXPECT_TRUE(fs::exists(fs::path(run) / "step_00000004.h5")) << trained.output;
@@ -1008,7 +1008,7 @@ TEST(Tools, MoreThreadsThanTheCoresItMayUseAreSaid) {
       (scratch.path() / "corpus").string() + " --vocab-size 30 --threads 2");
   EXPECT_EQ(preprocessed.exit_code, 0) << preprocessed.output;
   EXPECT_NE(preprocessed.output.find("note: --threads 2 is more than the 1 core this process "
-                                     "may use: the threads share them (give --threads 1 or "
+                                     "may use: the threads share it (give --threads 1 or "
                                      "fewer)\n"),
             std::string::npos)
       << preprocessed.output;
@@ -1024,18 +1024,27 @@ TEST(Tools, TheTrainersHelpAndVersionAnswerWhereMpiCannotStart) {
   const std::string file = (scratch.path() / "a_file").string();
   std::ofstream(file) << "not a directory";
   const std::string trainer = program(Tool{"transformer_hpc", {}, "", ""});
+  // (-u: the suite may itself run in a launcher's step)
+  const std::string alone = "env -u OMPI_COMM_WORLD_RANK -u PMIX_RANK -u PMI_RANK ";
   for (const std::string& environment :
        {"TMPDIR=" + file, std::string("SLURM_STEP_ID=0 SLURM_NODELIST=localhost")}) {
     SCOPED_TRACE(environment);
-    const ProcessResult version = run_process("env " + environment + " " + trainer +
+    const ProcessResult version = run_process(alone + environment + " " + trainer +
                                               " --version");
     EXPECT_EQ(version.exit_code, 0) << version.output;
     EXPECT_EQ(version.output, std::string("transformer_hpc ") + source_version() + "\n");
-    const ProcessResult help = run_process("env " + environment + " " + trainer + " -h");
+    const ProcessResult help = run_process(alone + environment + " " + trainer + " -h");
     EXPECT_EQ(help.exit_code, 0) << help.output;
     EXPECT_EQ(help.output.rfind("usage: transformer_hpc CONFIG.ini", 0), 0u) << help.output;
   }
-  const ProcessResult run = run_process("env TMPDIR=" + file + " " + trainer +
+  // --version needs no other rank: answered before MPI's start-up under a launcher's
+  // variables too (an `srun --pty bash` step under PMI-2 passes PMI_RANK to its shell).
+  const ProcessResult launched = run_process("env PMI_RANK=0 SLURM_STEP_ID=0 "
+                                             "SLURM_NODELIST=localhost " +
+                                             trainer + " --version");
+  EXPECT_EQ(launched.exit_code, 0) << launched.output;
+  EXPECT_EQ(launched.output, std::string("transformer_hpc ") + source_version() + "\n");
+  const ProcessResult run = run_process(alone + "TMPDIR=" + file + " " + trainer +
                                         " " THPC_SOURCE_DIR "/input/tiny.ini --dry-run");
   EXPECT_EQ(run.exit_code, 2) << run.output;
   EXPECT_EQ(run.output, "transformer_hpc: error: TMPDIR=" + file + " is not a directory: "
@@ -1043,7 +1052,7 @@ TEST(Tools, TheTrainersHelpAndVersionAnswerWhereMpiCannotStart) {
                         "TMPDIR to a directory this process can write (export TMPDIR=/tmp), "
                         "or unset it\n");
   // One that cannot be made (root may write anywhere but there), with the system's reason.
-  const ProcessResult unmade = run_process("env TMPDIR=" + file + "/tmp " + trainer +
+  const ProcessResult unmade = run_process(alone + "TMPDIR=" + file + "/tmp " + trainer +
                                            " " THPC_SOURCE_DIR "/input/tiny.ini --dry-run");
   EXPECT_EQ(unmade.exit_code, 2) << unmade.output;
   EXPECT_EQ(unmade.output.rfind("transformer_hpc: error: TMPDIR=" + file + "/tmp does not "
@@ -1051,10 +1060,22 @@ TEST(Tools, TheTrainersHelpAndVersionAnswerWhereMpiCannotStart) {
                                 0),
             0u)
       << unmade.output;
+  // One in which nothing can be made, which access() calls writable for root (/proc), is
+  // tried as MPI uses it (a review's finding).
+  if (fs::is_directory("/proc/self")) {
+    const ProcessResult proc = run_process(alone + "TMPDIR=/proc " + trainer +
+                                           " " THPC_SOURCE_DIR "/input/tiny.ini --dry-run");
+    EXPECT_EQ(proc.exit_code, 2) << proc.output;
+    EXPECT_EQ(proc.output.rfind("transformer_hpc: error: TMPDIR=/proc is a directory in which "
+                                "this process cannot make one (",
+                                0),
+              0u)
+        << proc.output;
+  }
   // One still to be made is made, as MPI would, and the run goes on.
-  const ProcessResult made =
-      run_process("env TMPDIR=" + (scratch.path() / "made" / "tmp").string() + " " + trainer +
-                  " " THPC_SOURCE_DIR "/input/tiny.ini --dry-run");
+  const std::string to_make = (scratch.path() / "made" / "tmp").string();
+  const ProcessResult made = run_process(alone + "TMPDIR=" + to_make + " " + trainer +
+                                         " " THPC_SOURCE_DIR "/input/tiny.ini --dry-run");
   EXPECT_EQ(made.exit_code, 0) << made.output;
   EXPECT_TRUE(fs::is_directory(scratch.path() / "made" / "tmp"));
 }

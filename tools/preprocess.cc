@@ -115,7 +115,8 @@ int main(int argc, char** argv) {
       if (const int usable = thpc::cores_this_process_may_use(); options.threads > usable) {
         std::cerr << "note: --threads " << options.threads << " is more than the " << usable
                   << (usable == 1 ? " core" : " cores") << " this process may use: the "
-                  << "threads share them (give --threads " << usable << " or fewer)"
+                  << "threads share " << (usable == 1 ? "it" : "them") << " (give --threads "
+                  << usable << " or fewer)"
                   << std::endl;
       }
     }

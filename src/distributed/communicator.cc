@@ -254,10 +254,11 @@ MpiSession::MpiSession(int* argc, char*** argv, double start_limit_seconds) {
     if (start_limit_seconds > 0) {
       std::ostringstream line;
       line << "transformer_hpc: error on " << process_identity() << ": this rank waited "
-           << start_limit_seconds << " s (dist.timeout_s) for the others in MPI's start-up "
-           << "(MPI_Init): a rank did not start (stopped, hung loading the program or on a "
-           << "file system, lost), so the job is ended; start the job again (a rank that is "
-           << "only slow to start: raise dist.timeout_s)\n";
+           << start_limit_seconds << " s (dist.timeout_s, at least 30 s in MPI's start-up) "
+           << "for the others in MPI's start-up (MPI_Init): a rank did not start (stopped, "
+           << "hung loading the program or on a file system, lost), so the job is ended; "
+           << "start the job again (a rank that is only slow to start: raise "
+           << "dist.timeout_s)\n";
       watch.emplace(start_limit_seconds, line.str());
     }
     check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");

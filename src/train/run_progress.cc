@@ -75,9 +75,9 @@ void RunProgress::say_if_the_log_is_lost() {
   const std::string failure = standard_output_failure();
   if (failure.empty()) return;  // a reader that left (`| head`): it had what it wanted
   lost_log_said_ = true;
-  std::cerr << "transformer_hpc: warning: the log: " << failure << " (at step " << last.step
-            << "); training goes on, and its checkpoints and metrics file are written"
-            << std::endl;
+  std::cerr << "transformer_hpc: warning: the log: " << failure << " (noticed at step "
+            << last.step << "); training goes on, and its checkpoints and metrics file are "
+            << "written" << std::endl;
 }
 
 void RunProgress::log_step_unless_logged(int64_t max_steps, int64_t peak_memory_bytes) {

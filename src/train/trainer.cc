@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <algorithm>
+#include <exception>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -545,11 +546,13 @@ RunEnd Trainer::run(std::ostream& log) {
   // Rank 0 speaks for the job; the other ranks' lines would only repeat it.
   std::ostream silent(nullptr);
   RunProgress run(comm_.is_root() ? log : silent);
-  // However the run ends: its last lines (the summary, a stop's) reached the log or are
-  // said lost.
+  // However the run ends, unless by a failure (said as such): its last lines (the
+  // summary, a stop's) reached the log or are said lost.
   struct SayIfTheLogIsLost {
     RunProgress& run;
-    ~SayIfTheLogIsLost() { run.say_if_the_log_is_lost(); }
+    ~SayIfTheLogIsLost() {
+      if (std::uncaught_exceptions() == 0) run.say_if_the_log_is_lost();
+    }
   } say_if_the_log_is_lost{run};
   if (!start_up(run.out)) return RunEnd::Stopped;
   begin_training(run);
