@@ -384,6 +384,26 @@ TEST_F(DecodeProgram, TheInputIsTranslatedABufferAtATimeWithoutChangingAnyTransl
       << late.output;
   EXPECT_EQ(late.output.find("limit"), std::string::npos) << late.output;
   EXPECT_FALSE(fs::exists(dir_ / "made"));
+  // From a pipe, checked a buffer at a time: the first buffer's two translations were made,
+  // and into --output FILE they are lost with the rest, which the message now says (it
+  // named the bad line alone; a helper's walk).
+  const ProcessResult late_piped = run_process(
+      "cat " + (dir_ / "late_bad.en").string() + " | " + thpc::binary_dir() +
+      "/transformer_decode --checkpoint " + (dir_ / "model.h5").string() + " --spm-model " +
+      (dir_ / "spm.model").string() + " --max-len-b 4 --buffer-sentences 2 --output " +
+      (dir_ / "late_piped.de").string());
+  EXPECT_EQ(late_piped.exit_code, 1) << late_piped.output;
+  EXPECT_NE(late_piped.output.find("<stdin>: line 4: invalid UTF-8 at byte 1 of the line"),
+            std::string::npos)
+      << late_piped.output;
+  EXPECT_NE(late_piped.output.find("; the 2 lines translated before it are not written "
+                                   "either (--output FILE appears only whole): mend the "
+                                   "input, or write to standard output (> " +
+                                   (dir_ / "late_piped.de").string() +
+                                   ") to keep the translations made before a failure"),
+            std::string::npos)
+      << late_piped.output;
+  EXPECT_FALSE(fs::exists(dir_ / "late_piped.de"));
   // A file's every line is checked before anything is translated, given as --input or on
   // standard input: the long line 4 is never encoded (its warning never said), where the
   // buffers before the bad line were translated, and with --output their translations
@@ -459,8 +479,9 @@ TEST_F(DecodeProgram, TheInputIsTranslatedABufferAtATimeWithoutChangingAnyTransl
   EXPECT_EQ(read_file(dir_ / "victim.txt"), "kept\n");
   fs::remove(shared_tmp);
   // A file that ends with a buffer is one buffer, judged whole before anything is written:
-  // two lines with three stray carriage returns, a classic Mac OS file, refused at once
-  // with --buffer-sentences 2 as with 0 (before: both lines translated, then refused).
+  // two lines with three stray carriage returns, a classic Mac OS file joined to one of
+  // \n line ends, refused at once with --buffer-sentences 2 as with 0 (before: both lines
+  // translated, then refused).
   {
     std::ofstream mac(dir_ / "mac_two.en", std::ios::binary);
     mac << "A\rman\ris\rhere.\nA dog.\n";
@@ -472,7 +493,7 @@ TEST_F(DecodeProgram, TheInputIsTranslatedABufferAtATimeWithoutChangingAnyTransl
               1)
         << err;
     EXPECT_EQ(translated, "") << "--buffer-sentences " << lines;
-    EXPECT_NE(err.find("what reads as 2 lines hold 3 carriage returns before their ends"),
+    EXPECT_NE(err.find("(its 2 lines hold 3 carriage returns before their ends: "),
               std::string::npos)
         << err;
   }
@@ -1527,7 +1548,17 @@ TEST_F(DecodeProgram, BadInputFailsWithAMessage) {
   // translated as one sentence, exit 0).
   const fs::path mac_two = dir_ / "mac_two.en";
   std::ofstream(mac_two, std::ios::binary) << "A dog runs.\rA cat.\r";
+  // Carriage returns inside lines of \n line ends: not called classic Mac text, and the
+  // way that keeps the line count said (a helper's walk: told to tr '\r' '\n' alone).
+  const fs::path mixed = dir_ / "mixed.en";
+  std::ofstream(mixed, std::ios::binary) << "A dog\rruns.\rA cat.\nA bird\rsings.\r\n";
   for (const auto& [input, message] : std::vector<std::pair<fs::path, std::string>>{
+           {mixed, mixed.string() + ": more of its sentences end in a carriage return alone "
+                                    "than in a line end (its 2 lines hold 3 carriage returns "
+                                    "before their ends: classic Mac OS text joined to text of "
+                                    "\\n line ends?); if they are not sentence ends, delete "
+                                    "them (tr -d '\\r' < FILE > NEW) or make them spaces, "
+                                    "else: convert it to \\n line ends"},
            {nul, nul.string() + ":2: a NUL byte at byte 4 of the line"},
            {mac, mac.string() + ": its lines end in a carriage return alone"},
            {mac_two, mac_two.string() + ": its lines end in a carriage return alone "

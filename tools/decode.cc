@@ -1210,6 +1210,7 @@ int run(const Arguments& args) {
   // which removes the output's temporary file as any failure does.
   struct DecodingFailed {};
   std::exception_ptr decoding_failure;
+  size_t lines_translated = 0;  // the input's lines whose translations were written
   const auto decoding = [&](const auto& step) {
     try {
       step();
@@ -1237,6 +1238,7 @@ int run(const Arguments& args) {
         decoding([&] { workers->translate(buffer); });
         if (reader.at_end()) progress->finish();  // its line ended before the translations
         write_translations(out, buffer, options.nbest, spm.processor);
+        lines_translated += buffer.lines.size();
         stopped_by_the_table += translations_stopped_by_the_table(buffer, options);
         // Each buffer's translations out before the next is read (a reader waiting for
         // them: --output /dev/stdout, a pipe), and a failed write found at once, not after
@@ -1262,6 +1264,21 @@ int run(const Arguments& args) {
       }
     });
   } catch (const DecodingFailed&) {
+    // A later buffer's failure (a bad line 250 of a pipe) after earlier buffers were
+    // translated: into --output FILE, which appears only whole, those are gone too,
+    // which the input's message alone did not say (a helper's walk; on standard output
+    // they are kept).
+    if (args.output != "-" && lines_translated > 0) {
+      try {
+        std::rethrow_exception(decoding_failure);
+      } catch (const thpc::Error& error) {
+        THPC_FAIL(error.what() << "; the " << lines_translated << " lines translated before "
+                               << "it are not written either (--output FILE appears only "
+                               << "whole): mend the input, or write to standard output (> "
+                               << args.output << ") to keep the translations made before a "
+                               << "failure");
+      }
+    }
     std::rethrow_exception(decoding_failure);
   }
   progress->finish();

@@ -131,11 +131,22 @@ std::string carriage_return_lines_problem(const std::string& path, int64_t carri
   if (carriage_returns <= lines && !one_line_of_sentences) return "";
   // Said as counted: the carriage returns before the lines' ends ("2 in 1 line" for
   // "one\rtwo\r", whose last ends the line, read as a file's 2 carriage returns).
-  return path + ": its lines end in a carriage return alone (classic Mac OS text: what " +
-         "reads as " + std::to_string(lines) + (lines == 1 ? " line holds " : " lines hold ") +
-         std::to_string(carriage_returns) +
-         (carriage_returns == 1 ? " carriage return" : " carriage returns") + " before " +
-         (lines == 1 ? "its end)" : "their ends)");
+  const std::string counted = std::to_string(lines) +
+                              (lines == 1 ? " line holds " : " lines hold ") +
+                              std::to_string(carriage_returns) +
+                              (carriage_returns == 1 ? " carriage return" : " carriage returns") +
+                              " before " + (lines == 1 ? "its end" : "their ends");
+  if (lines == 1) {
+    return path + ": its lines end in a carriage return alone (classic Mac OS text: what " +
+           "reads as " + counted + ")";
+  }
+  // With \n line ends too it is not all classic Mac text (a helper's walk: "a\rb\rc\nd\n"
+  // was called so): what its carriage returns are is the user's to say, and one answer
+  // keeps the line count.
+  return path + ": more of its sentences end in a carriage return alone than in a line end " +
+         "(its " + counted + ": classic Mac OS text joined to text of \\n line ends?); if " +
+         "they are not sentence ends, delete them (tr -d '\\r' < FILE > NEW) or make them " +
+         "spaces, else";
 }
 
 }  // namespace thpc
