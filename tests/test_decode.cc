@@ -305,6 +305,43 @@ TEST_F(DecodeProgram, WorkersShareTheBatchesWithoutChangingAnyTranslation) {
 // sample and warning as the whole input at once gives them; with N = 1 a line's
 // translation is written before the next line is read, as a pipe from a program sending
 // a line at a time needs (fairseq-interactive's --buffer-size).
+// Lines typed on a terminal, translated a line at a time into a pipe: no progress line
+// on that terminal, where it ran into what was typed ("0 sentences, 0.0 stwo dogs"; a
+// helper's walk). Standard input and error on a pseudo-terminal (Python's pty module),
+// the translations into a file.
+TEST_F(DecodeProgram, LinesTypedOnATerminalGetNoProgressLineBesideThem) {
+  const fs::path script = dir_ / "typed.py", translations = dir_ / "typed.de";
+  std::ofstream(script) << R"(import os, pty, sys
+pid, fd = pty.fork()
+if pid == 0:
+    out = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(out, 1)
+    os.execv(sys.argv[2], sys.argv[2:])
+os.write(fd, b"A man.\nTwo dogs.\n")
+os.write(fd, b"\x04")
+seen = b""
+while True:
+    try:
+        chunk = os.read(fd, 4096)
+    except OSError:
+        break
+    if not chunk:
+        break
+    seen += chunk
+os.waitpid(pid, 0)
+sys.stdout.write(seen.decode("utf-8", "replace"))
+)";
+  const ProcessResult typed = run_process(
+      "python3 " + script.string() + " " + translations.string() + " " + thpc::binary_dir() +
+      "/transformer_decode --checkpoint " + (dir_ / "model.h5").string() + " --spm-model " +
+      (dir_ / "spm.model").string() + " --max-len-b 4 --buffer-sentences 1");
+  EXPECT_EQ(typed.exit_code, 0) << typed.output;
+  EXPECT_EQ(lines_of(read_file(translations)).size(), 2u) << typed.output;
+  EXPECT_EQ(typed.output.find("sentences"), std::string::npos) << typed.output;
+  EXPECT_NE(typed.output.find("Two dogs."), std::string::npos) << "the terminal's echo: "
+                                                               << typed.output;
+}
+
 TEST_F(DecodeProgram, TheInputIsTranslatedABufferAtATimeWithoutChangingAnyTranslation) {
   {
     std::ofstream input(dir_ / "buffered.en");

@@ -1191,8 +1191,11 @@ int run(const Arguments& args) {
     // terminal it would be on (it ran into them: "... 1000/5000 sentences (20%), 0.3
     // szweihundert"): they show how far it is themselves. An input of one buffer shows
     // it, ended before its translations are written.
+    // Nor beside lines typed on the terminal (a helper's walk: "... 0.0 stwo dogs"),
+    // whose translations show how far it is too.
     const bool translations_beside_the_line =
-        !one_buffer && output_is_the_terminal(args.output);
+        !one_buffer && (output_is_the_terminal(args.output) ||
+                        (args.input == "-" && isatty(STDIN_FILENO)));
     int64_t total = thpc::ProgressListener::kUnknownTotal;
     if (one_buffer) {
       total = 0;
