@@ -114,7 +114,9 @@ DryRunStart check_the_start(const thpc::Config& config, const std::string& chose
     if (source) thpc::check_checkpoint_vocabulary(checkpoint, chosen, *source, config);
     thpc::check_checkpoint_architecture(checkpoint, chosen, architecture);
     thpc::check_checkpoint_resumes_this_run(checkpoint, chosen, config);
-    start = DryRunStart{chosen, checkpoint.step, checkpoint.run_id};
+    start.resumed_from = chosen;
+    start.step = checkpoint.step;
+    start.run_id = checkpoint.run_id;
     start.params_digest = parameters_digest(checkpoint);
   }
   start.last_step = config.train.max_steps;
