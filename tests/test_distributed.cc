@@ -451,6 +451,16 @@ TEST(Distributed, RanksReadingDifferentValidationDataOrCheckpointsStopWithOneMes
     }
     return run_mpi_job("", contexts);
   };
+  // The dry run refuses what training (`training`: its options) refuses, with training's
+  // exit code and one message (before: the dry run passed, exit 0; a helper's walk).
+  const auto expect_both_refuse = [&](const std::string& options, const std::string& training,
+                                      int code, const std::string& message) {
+    for (const std::string& mode : {std::string("--dry-run"), training}) {
+      const JobResult refused = both(options + " " + mode);
+      EXPECT_EQ(refused.exit_code, code) << mode << "\n" << refused.output;
+      EXPECT_EQ(occurrences(refused.output, message), 1u) << mode << "\n" << refused.output;
+    }
+  };
   const JobResult training = both("--checkpoint.dir=ck --train.valid_every=2 --train.max_steps=2");
   EXPECT_EQ(training.exit_code, 3) << training.output;
   EXPECT_EQ(occurrences(training.output, "the ranks read different validation data: rank 0 "
@@ -482,16 +492,10 @@ TEST(Distributed, RanksReadingDifferentValidationDataOrCheckpointsStopWithOneMes
             1u)
       << eval.output;
   EXPECT_EQ(eval.output.find("evaluated model.h5"), std::string::npos) << eval.output;
-  // Training from them (checkpoint.init) stops at start-up, and so does the dry run (it
-  // passed, exit 0).
-  for (const std::string mode : {"--dry-run", ""}) {
-    const JobResult init = both("--checkpoint.dir=ck_init --checkpoint.init=model.h5 " + mode);
-    EXPECT_EQ(init.exit_code, 1) << mode << "\n" << init.output;
-    EXPECT_EQ(occurrences(init.output, "the ranks start from different parameters: rank 1 read "
-                                       "other values than rank 0 from checkpoint.init model.h5"),
-              1u)
-        << mode << "\n" << init.output;
-  }
+  // Training from them (checkpoint.init) stops at start-up, and so does the dry run.
+  expect_both_refuse("--checkpoint.dir=ck_init --checkpoint.init=model.h5", "", 1,
+                     "the ranks start from different parameters: rank 1 read other values "
+                     "than rank 0 from checkpoint.init model.h5");
   // resume=auto: rank 0 chooses ck/step_00000002.h5, which rank 1's working directory does
   // not hold: training stops, exit 1, and so does the dry run (before: rank 1 chose for
   // itself, found nothing, and the dry run passed).
@@ -511,14 +515,8 @@ TEST(Distributed, RanksReadingDifferentValidationDataOrCheckpointsStopWithOneMes
       " --vocab-size 100 && rm -r " + (rank1 / "data").string() + " && cp -r " +
       (root / "v100").string() + " " + (rank1 / "data").string();
   ASSERT_EQ(std::system(other_vocabulary.c_str()), 0) << other_vocabulary;
-  for (const std::string mode : {"--dry-run", "--checkpoint.dir=ck_vocab --train.max_steps=1"}) {
-    const JobResult other = both("--model.vocab_size=120 " + mode);
-    EXPECT_EQ(other.exit_code, 3) << mode << "\n" << other.output;
-    EXPECT_EQ(occurrences(other.output, "the ranks read different training data: rank 0 reads "
-                                        "120 pieces"),
-              1u)
-        << mode << "\n" << other.output;
-  }
+  expect_both_refuse("--model.vocab_size=120", "--checkpoint.dir=ck_vocab --train.max_steps=1",
+                     3, "the ranks read different training data: rank 0 reads 120 pieces");
   std::filesystem::remove_all(rank1 / "data");
   // With the vocabulary configured a rank reads no data where it finds none (a login
   // node's dry run), which another rank's reading it makes a mistake.
