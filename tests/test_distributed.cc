@@ -451,32 +451,21 @@ TEST(Distributed, RanksReadingDifferentValidationDataOrCheckpointsStopWithOneMes
     }
     return run_mpi_job("", contexts);
   };
-  // The dry run refuses what training (`training`: its options) refuses, with training's
-  // exit code and one message (before: the dry run passed, exit 0; a helper's walk).
+  // Training (`training`: its options) refuses the job at start-up, before a step, and the
+  // dry run refuses it alike, before it prints the configuration: training's exit code and
+  // one message (before: the dry run passed, exit 0; a helper's walk).
   const auto expect_both_refuse = [&](const std::string& options, const std::string& training,
                                       int code, const std::string& message) {
     for (const std::string& mode : {std::string("--dry-run"), training}) {
       const JobResult refused = both(options + " " + mode);
       EXPECT_EQ(refused.exit_code, code) << mode << "\n" << refused.output;
       EXPECT_EQ(occurrences(refused.output, message), 1u) << mode << "\n" << refused.output;
+      EXPECT_EQ(refused.output.find("step 1/"), std::string::npos) << refused.output;
+      EXPECT_EQ(refused.output.find("# parameters"), std::string::npos) << refused.output;
     }
   };
-  const JobResult training = both("--checkpoint.dir=ck --train.valid_every=2 --train.max_steps=2");
-  EXPECT_EQ(training.exit_code, 3) << training.output;
-  EXPECT_EQ(occurrences(training.output, "the ranks read different validation data: rank 0 "
-                                         "reads 120 pieces"),
-            1u)
-      << training.output;
-  EXPECT_EQ(training.output.find("step 1/"), std::string::npos) << training.output;
-  // The dry run refuses it as training does (it passed it, exit 0; a helper's walk).
-  const JobResult dry_valid =
-      both("--checkpoint.dir=ck --train.valid_every=2 --train.max_steps=2 --dry-run");
-  EXPECT_EQ(dry_valid.exit_code, 3) << dry_valid.output;
-  EXPECT_EQ(occurrences(dry_valid.output, "the ranks read different validation data: rank 0 "
-                                          "reads 120 pieces"),
-            1u)
-      << dry_valid.output;
-  EXPECT_EQ(dry_valid.output.find("# parameters"), std::string::npos) << dry_valid.output;
+  expect_both_refuse("--checkpoint.dir=ck --train.valid_every=2 --train.max_steps=2", "", 3,
+                     "the ranks read different validation data: rank 0 reads 120 pieces");
   // --eval of model.h5 in each directory: step 1's for rank 0, step 2's for rank 1.
   const std::string trained =
       "cd " + rank0.string() + " && " + thpc::binary_dir() + "/transformer_hpc " THPC_SOURCE_DIR
