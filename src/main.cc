@@ -445,18 +445,8 @@ std::string file_size_limit_too_small() {
          "(ulimit -f unlimited, or enough for the checkpoints)";
 }
 
-// Whether a launcher started this process as one rank of a job, read before MPI's
-// start-up from the variables it sets: Open MPI's mpirun (OMPI_COMM_WORLD_RANK,
-// PMIX_RANK), srun with PMIx or PMI-2 and MPICH's Hydra (PMIX_RANK, PMI_RANK), MVAPICH's
-// mpirun_rsh (MPIRUN_RANK), Cray's PALS (PALS_RANKID). Inherited ones count too (the shell
-// of an `srun --pty bash` step under PMI): MPI can start there.
-bool started_by_a_launcher() {
-  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "MPIRUN_RANK",
-                           "PALS_RANKID"}) {
-    if (std::getenv(name) != nullptr) return true;
-  }
-  return false;
-}
+// Whether a launcher started this process as one rank of a job (MPI can start then).
+bool started_by_a_launcher() { return thpc::launcher_rank() >= 0; }
 
 // --version anywhere on the command line, and --help where no launcher started the
 // process, answered before MPI's start-up (whichever comes first), as the other programs

@@ -142,6 +142,14 @@ void (*g_before_ending_the_job)() = nullptr;
 
 void before_a_wait_ends_the_job(void (*cleanup)()) { g_before_ending_the_job = cleanup; }
 
+int launcher_rank() {
+  for (const char* name :
+       {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "MPIRUN_RANK", "PALS_RANKID"}) {
+    if (const char* value = std::getenv(name); value != nullptr) return std::atoi(value);
+  }
+  return -1;
+}
+
 void wait_within(int count, MPI_Request* requests, double limit_seconds, const char* what,
                  bool from_last_sign) {
   if (limit_seconds <= 0) {
@@ -231,22 +239,11 @@ class WaitWatch {
   std::thread watcher_;  // last: started once the rest is made
 };
 
-// The rank a launcher gave this process, from the variables it sets (-1: none), for the
-// messages written before MPI_Comm_rank can say it.
-int rank_from_the_launcher() {
-  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
-    if (const char* value = std::getenv(name); value != nullptr && *value != '\0') {
-      return std::atoi(value);
-    }
-  }
-  return -1;
-}
-
 }  // namespace
 
 MpiSession::MpiSession(int* argc, char*** argv, double start_limit_seconds) {
   int provided = 0;
-  if (const int rank = rank_from_the_launcher(); rank >= 0) set_process_rank(rank);
+  if (const int rank = launcher_rank(); rank >= 0) set_process_rank(rank);
   // FUNNELED: only the main thread calls MPI (the CPU BLAS threads never do).
   {
     const LeakChecksPaused open_mpi_keeps_these_until_exit;

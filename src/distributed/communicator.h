@@ -40,6 +40,14 @@ class AllRanksError : public Error {
 };
 
 // MPI_Init_thread on construction, MPI_Finalize on destruction; owned by main().
+// The rank a launcher gave this process, read before MPI starts from the variables it
+// sets (inherited ones too: the shell of an `srun --pty bash` step under PMI); -1 when no
+// launcher started it: Open MPI's mpirun (OMPI_COMM_WORLD_RANK, PMIX_RANK), srun with PMIx
+// or PMI-2 and MPICH's Hydra (PMIX_RANK, PMI_RANK), MVAPICH's mpirun_rsh (MPIRUN_RANK),
+// Cray's PALS (PALS_RANKID). For the messages written before MPI_Comm_rank can say the
+// rank, and for what the trainer does before MPI starts.
+int launcher_rank();
+
 class MpiSession {
  public:
   // MPI_Init, whose wait for the other ranks of the job (Open MPI's start-up exchange)
