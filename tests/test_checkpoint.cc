@@ -1298,6 +1298,10 @@ TEST(StopSignal, AnnouncedCtrlCSaysWhatItDoes) {
   const std::string lock =
       (fs::temp_directory_path() / ("thpc_ctrl_c_lock_" + std::to_string(getpid()))).string();
   std::ofstream(lock) << "host=here\n";
+  // A lock another trainer took over while this one was suspended (past the lock's
+  // staleness) holds the other's text: it stays, the other's.
+  const std::string taken_over = lock + "_taken_over";
+  std::ofstream(taken_over) << "host=there\n";
   // So does a checkpoint's write under way, its temporary file (write_atomically's): before,
   // it stayed, as large as the checkpoint, until the next start removed it.
   const std::string temporary = (fs::temp_directory_path() /
@@ -1306,7 +1310,8 @@ TEST(StopSignal, AnnouncedCtrlCSaysWhatItDoes) {
   std::ofstream(temporary) << "half a checkpoint";
   const auto [said, status] = child_standard_error([&] {
     const StopSignalGuard guard;
-    remove_at_abrupt_stop(lock);
+    remove_at_abrupt_stop(lock, "host=here\n");
+    remove_at_abrupt_stop(taken_over, "host=here\n");
     const RemovedWhenInterrupted being_written(temporary);
     announce_interrupts();
     std::raise(SIGINT);
@@ -1319,9 +1324,11 @@ TEST(StopSignal, AnnouncedCtrlCSaysWhatItDoes) {
             "Ctrl-C again stops at once, without one, and loses one being written\n"
             "Ctrl-C again: stopping now, without a checkpoint (one being written is lost too)\n");
   EXPECT_FALSE(fs::exists(lock));
+  EXPECT_TRUE(fs::exists(taken_over));
   EXPECT_FALSE(fs::exists(temporary));
   fs::remove(temporary);
   fs::remove(lock);
+  fs::remove(taken_over);
   std::signal(SIGINT, original);
 }
 

@@ -842,7 +842,7 @@ void RunLock::hold() {
   refresher_.reset();  // joined: a refresher that found the lock gone has stopped
   refresher_ = std::make_unique<Refresher>(path_, contents_, use_.holder);
   keep_at_abrupt_stop(path_);  // one registration, however often the lock is taken
-  remove_at_abrupt_stop(path_);
+  remove_at_abrupt_stop(path_, contents_);
 }
 
 void RunLock::check_held(std::ostream& log) {

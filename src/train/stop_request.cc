@@ -1,5 +1,6 @@
 #include "train/stop_request.h"
 
+#include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -73,11 +74,28 @@ int g_live_guards = 0;
 struct sigaction g_previous_pipe;
 
 // The lock files a second Ctrl-C removes before the process ends (RunLock's: the next
-// start found them and took them over, with a note, or the user removed them by hand).
-// Fixed buffers: a handler may not allocate.
+// start found them and took them over, with a note, or the user removed them by hand),
+// each with the text it holds while it is this process's. Fixed buffers: a handler may
+// not allocate.
 constexpr int kAbruptSlots = 4;
 char g_abrupt_paths[kAbruptSlots][4096];
+char g_abrupt_contents[kAbruptSlots][1024];
+size_t g_abrupt_content_bytes[kAbruptSlots];
 std::atomic<bool> g_abrupt_used[kAbruptSlots];
+
+// Whether `path` holds exactly `contents` now: open, read and close are async-signal-safe.
+bool still_holds(const char* path, const char* contents, size_t bytes) {
+  const int file = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (file < 0) return false;
+  char found[sizeof g_abrupt_contents[0] + 1];
+  size_t got = 0;
+  for (ssize_t read_now = 1; read_now > 0 && got < sizeof found; got += read_now) {
+    read_now = ::read(file, found + got, sizeof found - got);
+    if (read_now < 0) break;
+  }
+  ::close(file);
+  return got == bytes && std::memcmp(found, contents, bytes) == 0;
+}
 
 extern "C" void record_stop_signal(int signal_number) {
   // A second Ctrl-C is the user not wanting to wait for the step and its checkpoint: the
@@ -162,11 +180,15 @@ void announce_interrupts() {
 
 int stop_requested_by() { return g_stop_signal; }
 
-void remove_at_abrupt_stop(const std::string& path) {
-  if (path.size() >= sizeof g_abrupt_paths[0]) return;  // too long to keep: left as before
+void remove_at_abrupt_stop(const std::string& path, const std::string& while_it_holds) {
+  // Too long to keep: left as before, for the next start to take over.
+  if (path.size() >= sizeof g_abrupt_paths[0]) return;
+  if (while_it_holds.size() > sizeof g_abrupt_contents[0]) return;
   for (int slot = 0; slot < kAbruptSlots; ++slot) {
     if (g_abrupt_used[slot].load()) continue;
     std::memcpy(g_abrupt_paths[slot], path.c_str(), path.size() + 1);
+    std::memcpy(g_abrupt_contents[slot], while_it_holds.data(), while_it_holds.size());
+    g_abrupt_content_bytes[slot] = while_it_holds.size();
     g_abrupt_used[slot].store(true);
     return;
   }
@@ -174,7 +196,14 @@ void remove_at_abrupt_stop(const std::string& path) {
 
 void remove_files_at_abrupt_stop() {
   for (int slot = 0; slot < kAbruptSlots; ++slot) {
-    if (g_abrupt_used[slot].load()) ::unlink(g_abrupt_paths[slot]);  // async-signal-safe
+    // Only while it is still this process's: after a suspension past the lock's staleness
+    // another trainer may have taken it over before this one's refresher noticed (before,
+    // the second Ctrl-C then removed the other's lock, letting a third in beside it).
+    if (g_abrupt_used[slot].load() &&
+        still_holds(g_abrupt_paths[slot], g_abrupt_contents[slot],
+                    g_abrupt_content_bytes[slot])) {
+      ::unlink(g_abrupt_paths[slot]);  // async-signal-safe
+    }
   }
   remove_registered_temporaries();  // a checkpoint being written: its .NAME.tmp
 }

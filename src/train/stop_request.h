@@ -39,8 +39,10 @@ void announce_interrupts();
 int stop_requested_by();
 
 // A file the process removes when a second Ctrl-C ends it at once (a run directory's lock:
-// before, it stayed for the next start to take over), until keep_at_abrupt_stop.
-void remove_at_abrupt_stop(const std::string& path);
+// before, it stayed for the next start to take over), until keep_at_abrupt_stop, and only
+// while it holds exactly `while_it_holds` (at most 1 KiB): a lock another process took
+// over is the other's.
+void remove_at_abrupt_stop(const std::string& path, const std::string& while_it_holds);
 void keep_at_abrupt_stop(const std::string& path);
 // Removes those files, and a checkpoint's temporary file being written: what a process
 // that ends at once (a second Ctrl-C; a wait for the other ranks past dist.timeout_s,
