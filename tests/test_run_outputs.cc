@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -783,7 +784,8 @@ TEST_F(RunOutputs, OtherValidationShardsAtAResumeStartTheBestValuesAfresh) {
   const std::string train =
       "cd " THPC_SOURCE_DIR " && " + kBuild + "transformer_hpc input/numbers.ini "
       "--train.valid_every=2 --checkpoint.keep_best=ppl --checkpoint.every_steps=2 "
-      "--checkpoint.dir=" + (root_ / "other_valid").string();
+      "--checkpoint.keep_best_count=2 --checkpoint.average_best=2 --checkpoint.dir=" +
+      (root_ / "other_valid").string();
   const ProcessResult first =
       run_process(train + " --data.dir=" + (root_ / "data").string() + " --train.max_steps=2");
   ASSERT_EQ(first.exit_code, 0) << first.output;
@@ -803,6 +805,30 @@ TEST_F(RunOutputs, OtherValidationShardsAtAResumeStartTheBestValuesAfresh) {
   EXPECT_NE(resumed.output.find("best checkpoint "), std::string::npos) << resumed.output;
   EXPECT_NE(resumed.output.find("best valid ppl"), std::string::npos) << resumed.output;
   EXPECT_NE(resumed.output.find("(step 6)"), std::string::npos) << resumed.output;
+  // The kept best of the old set (steps 2 and 4) and its best.h5 went aside, kept whole:
+  // before, the new set's scores were ranked against theirs (a worse set never got in, and
+  // average_best2 averaged the old set's steps while best.h5 named a new one), and best.h5
+  // was replaced.
+  const fs::path run = root_ / "other_valid";
+  std::vector<std::string> aside;
+  for (const fs::directory_entry& entry : fs::directory_iterator(run)) {
+    if (entry.path().filename().string().rfind("best_of_valid_", 0) != 0) continue;
+    for (const fs::directory_entry& file : fs::directory_iterator(entry.path())) {
+      aside.push_back(file.path().filename().string());
+    }
+  }
+  std::sort(aside.begin(), aside.end());
+  EXPECT_EQ(aside, (std::vector<std::string>{"best.h5", "best_step_00000002.h5",
+                                            "best_step_00000004.h5"}))
+      << resumed.output;
+  EXPECT_TRUE(fs::exists(run / "best_step_00000006.h5")) << resumed.output;
+  EXPECT_TRUE(fs::exists(run / "best.h5")) << resumed.output;
+  // The average of the best is this set's alone: step 6, the one validation of the new set.
+  EXPECT_NE(resumed.output.find("warning: average of the 1 best checkpoint by valid ppl (fewer "
+                                "than checkpoint.average_best = 2"),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("moved "), std::string::npos) << resumed.output;
 }
 
 TEST_F(RunOutputs, EvalOfAMissingCheckpointWithoutAFileOrAWideBeamIsAOneLineError) {

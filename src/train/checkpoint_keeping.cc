@@ -1,6 +1,7 @@
 // Checkpoint keeping (checkpoint_keeping.h): the files of checkpoint.dir.
 #include "train/checkpoint_keeping.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cerrno>
 #include <cmath>
@@ -20,6 +21,7 @@
 #include "common/error.h"
 #include "common/still_working.h"
 #include "io/hdf5.h"
+#include "io/run_file_names.h"
 #include "train/run_directory.h"
 #include "train/stop_request.h"
 #include "train/test_hooks.h"
@@ -573,6 +575,43 @@ std::string CheckpointKeeping::resume_point() const {
 std::string CheckpointKeeping::resume_point_text() const {
   const std::string point = resume_point();
   return point.empty() ? "none (no healthy checkpoint in " + config_.checkpoint.dir + ")" : point;
+}
+
+void CheckpointKeeping::set_aside_best_of_earlier_validation(
+    const std::string& earlier_valid_sha256, std::ostream& log) const {
+  namespace fs = std::filesystem;
+  const fs::path dir = config_.checkpoint.dir;
+  std::vector<fs::path> best;
+  std::error_code error;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "best.h5" || is_best_checkpoint_name(name)) best.push_back(entry.path());
+  }
+  if (best.empty()) return;
+  std::sort(best.begin(), best.end());
+  const std::string base = "best_of_valid_" + earlier_valid_sha256.substr(0, 12);
+  fs::path folder = dir / base;
+  for (int next = 2; fs::exists(folder, error); ++next) {
+    folder = dir / (base + "." + std::to_string(next));
+  }
+  fs::create_directory(folder, error);
+  if (error) {
+    log << "warning: cannot make " << folder.string() << " (" << error.message() << "): the "
+        << "best checkpoints of the earlier validation shards stay in " << dir.string()
+        << ", ranked with this run's" << std::endl;
+    return;
+  }
+  for (const fs::path& path : best) {
+    fs::rename(path, folder / path.filename(), error);
+    if (error) {
+      log << "warning: cannot move " << path.string() << " into " << folder.string() << " ("
+          << error.message() << "): it stays, ranked with this run's" << std::endl;
+      continue;
+    }
+    log << "moved " << path.string() << " into " << folder.string() << ": scored on the "
+        << "earlier validation shards, it ranks with neither this run's best nor its "
+        << "average_best" << std::endl;
+  }
 }
 
 bool CheckpointKeeping::move_aside_a_damaged_best(std::ostream& log) const {

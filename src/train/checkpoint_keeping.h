@@ -143,6 +143,15 @@ class CheckpointKeeping {
   // resume_point(), or "none (no healthy checkpoint in DIR)".
   std::string resume_point_text() const;
 
+  // After a resume onto other validation shards than the checkpoint's run scored: DIR/best.h5
+  // and DIR/best_step_*.h5, whose scores were of those (`earlier_valid_sha256`), are moved
+  // into DIR/best_of_valid_HEX12/ (".2", ".3", ... when that is taken), a line each on `log`:
+  // out of the run's ranking, its average_best and the next best.h5's way (before: the new
+  // set's scores were ranked against the old set's, and best.h5 replaced). Moves nothing
+  // when there are none.
+  void set_aside_best_of_earlier_validation(const std::string& earlier_valid_sha256,
+                                            std::ostream& log) const;
+
   // After a resume: a DIR/best.h5 that does not verify is moved aside (best.h5.corrupt)
   // with a warning; true when it was (the caller drops the run's best value with it). A
   // later version's best.h5 is no damaged one: left as it is, with a note.

@@ -402,12 +402,15 @@ void Trainer::restore(const Checkpoint& checkpoint, const std::string& source) {
   if (valid_source_ && !checkpoint.valid_sha256.empty() &&
       checkpoint.valid_sha256 != valid_source_->corpus_sha256() && checkpoint.best_valid) {
     best_valid_ = ValidationRecord{};
+    earlier_valid_sha256_ = checkpoint.valid_sha256;
     valid_change_note_ =
         "warning: the validation shards under data.dir are not those the checkpoint's run "
         "scored (validation pairs sha256 " + valid_source_->corpus_sha256().substr(0, 12) +
         "... now, " + checkpoint.valid_sha256.substr(0, 12) + "... then): the best valid "
-        "ppl and bleu, best.h5 and the checkpoint.patience count start afresh at this run's "
-        "first validation";
+        "ppl and bleu, best.h5, the best_step_*.h5 of checkpoint.keep_best_count (and so "
+        "checkpoint.average_best) and the checkpoint.patience count start afresh at this "
+        "run's first validation; training moves checkpoint.dir's best.h5 and best_step_*.h5 "
+        "into its best_of_valid_" + checkpoint.valid_sha256.substr(0, 12) + "/";
   }
   validation_pending_step_ = checkpoint.validation_pending ? checkpoint.step : -1;
   // The run continues under its own id; a checkpoint written before ids were stored gives
@@ -683,6 +686,9 @@ bool Trainer::start_up(std::ostream& out) {
   // The directory is this run's: the damaged checkpoints passed over go aside now, not
   // before a refusal (claim_run_directory judges by the files it can read).
   if (comm_.is_root()) keeping_.move_invalid_aside(start_choice_, out);
+  if (comm_.is_root() && !earlier_valid_sha256_.empty()) {
+    keeping_.set_aside_best_of_earlier_validation(earlier_valid_sha256_, out);
+  }
   // A resume from a checkpoint older than the run's newest (checkpoint.resume = PATH)
   // starts another branch: the later step_*.h5 are marked superseded, as a rollback marks
   // them, so that resume=auto, a rollback, average_last and pruning pass over them (before:

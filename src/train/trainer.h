@@ -131,6 +131,7 @@ class Trainer {
   // budget (empty when it was taken as it was).
   std::string data_position_note_;
   std::string valid_change_note_;  // the validation shards differ from the checkpoint's
+  std::string earlier_valid_sha256_;  // then, the checkpoint's: its best files go aside
   std::unique_ptr<ShardReader> valid_source_;  // when train.valid_every > 0
   std::unique_ptr<ValidationBleu> valid_bleu_;  // when train.valid_bleu
   std::unique_ptr<Transformer> model_;
