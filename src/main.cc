@@ -60,6 +60,7 @@ struct DryRunStart {
   std::string resumed_from;
   int64_t step = 0;
   std::string run_id;
+  std::vector<thpc::BranchStart> lineage;  // the checkpoint's (Checkpoint::lineage)
   int64_t last_step = 0;  // where training would end: train.max_steps or max_epochs' end
   // The sha256 of the parameters this rank read (of the checkpoint resumed, else of
   // checkpoint.init's; "" for neither), which every rank's must equal, as in training.
@@ -117,6 +118,7 @@ DryRunStart check_the_start(const thpc::Config& config, const std::string& chose
     start.resumed_from = chosen;
     start.step = checkpoint.step;
     start.run_id = checkpoint.run_id;
+    start.lineage = checkpoint.lineage;
     start.params_digest = parameters_digest(checkpoint);
   }
   start.last_step = config.train.max_steps;
@@ -134,13 +136,20 @@ DryRunStart check_the_start(const thpc::Config& config, const std::string& chose
   }
   if (!chosen.empty()) {
     // A resume from older than the run's newest starts another branch: training marks the
-    // later healthy checkpoints of the run superseded (CheckpointKeeping::mark_abandoned).
+    // run's checkpoints of the branch it leaves superseded, and those of the one it returns
+    // to healthy again (CheckpointKeeping::follow_resumed_branch).
     if (start.step < start.last_step) {
-      for (const std::string& later :
-           thpc::CheckpointKeeping(config).branch_after(start.run_id, start.step)) {
+      const thpc::CheckpointKeeping::BranchChanges changes =
+          thpc::CheckpointKeeping(config).branch_changes(start.run_id, start.lineage,
+                                                         start.step);
+      for (const std::string& later : changes.supersede) {
         if (moved_aside.count(later) > 0) continue;
         notes << "note: training would mark " << later << " superseded (the resume to step "
               << start.step << " abandons its branch)" << std::endl;
+      }
+      for (const std::string& back : changes.restore) {
+        notes << "note: training would mark " << back << " healthy again (the resume to step "
+              << start.step << " continues its branch)" << std::endl;
       }
     }
   } else if (!options.init.empty()) {
@@ -277,7 +286,8 @@ void dry_run(const thpc::Config& config, const thpc::Communicator& comm, std::os
   thpc::on_every_rank(comm, [&] {
     if (!is_root) return;
     const std::string refusal =
-        thpc::run_directory_refusal(config, start.run_id, start.resumed_from, notes);
+        thpc::run_directory_refusal(config, start.run_id, start.resumed_from, start.step,
+                                    start.lineage, notes);
     if (!refusal.empty()) throw thpc::AllRanksError(refusal, 2);
   });
   thpc::ParamStore table;

@@ -112,8 +112,8 @@ Checkpoint constant_checkpoint(float value, int64_t step, const std::string& arc
 }
 
 // What differs between two checkpoints' whole states ("" when nothing does): both written
-// again (PREFIXa.h5 and PREFIXb.h5), with `runs_own_parts_aside` `b` with `a`'s run id
-// and settings (two runs' own, which differ by design), and the two files' bytes
+// again (PREFIXa.h5 and PREFIXb.h5), with `runs_own_parts_aside` `b` with `a`'s run id,
+// lineage and settings (two runs' own, which differ by design), and the two files' bytes
 // compared, so that every part the writer stores is compared without a line here for
 // it. Tests that compared a list of fields (losses, the parameters, the moments) left out
 // what does not feed back into training: a resume that dropped a new field (an EMA of the
@@ -122,6 +122,7 @@ std::string state_difference(const Checkpoint& a, Checkpoint b, const std::strin
                              bool runs_own_parts_aside) {
   if (runs_own_parts_aside) {
     b.run_id = a.run_id;
+    b.lineage = a.lineage;
     b.config_ini = a.config_ini;
   }
   const std::string a_file = prefix + "a.h5", b_file = prefix + "b.h5";
@@ -745,10 +746,13 @@ TEST_F(CheckpointTest, ResumeAfterSigtermIsIdenticalToTheUninterruptedRun) {
   EXPECT_EQ(final_line(resumed.output), final_line(whole.output));
   // And the state the two runs end in, every part of it (not only what the losses and the
   // parameters' hash above see): the run id and the checkpoint directory's settings aside.
-  EXPECT_EQ(state_difference(read_checkpoint(path("whole/step_00000040.h5")),
-                             read_checkpoint(path("interrupted/step_00000040.h5")),
+  const Checkpoint interrupted = read_checkpoint(path("interrupted/step_00000040.h5"));
+  EXPECT_EQ(state_difference(read_checkpoint(path("whole/step_00000040.h5")), interrupted,
                              path("final_state_"), true),
             "");
+  // A resume from the newest checkpoint (a requeue's) goes on with the run's line: its
+  // files need no header branch line, which an older version would not read.
+  EXPECT_EQ(interrupted.lineage, (std::vector<BranchStart>{{0, interrupted.run_id}}));
 }
 
 // `file` as a later version might write it: with a dataset /ema and an attribute ema_decay
@@ -2540,6 +2544,14 @@ TEST(CheckpointHeaderLines, EachLineIsCheckedAtItsBoundsAndALaterVersionsWordIsT
        "its run is not 16 hex digits", false},
       {"run of 17 digits", with_line("run ", "run 0123456789abcdef0"),
        "its run is not 16 hex digits", false},
+      // A branch line is a step and a line id of 16 hex digits, one of them.
+      {"branch", with_line("branch ", "branch 40:00112233445566ff"), "", false},
+      {"branch of 15 digits", with_line("branch ", "branch 40:00112233445566f"),
+       "its branch is not STEP:ID (a step and 16 hex digits)", false},
+      {"branch without a step", with_line("branch ", "branch :00112233445566ff"),
+       "its branch is not STEP:ID (a step and 16 hex digits)", false},
+      {"two branches", with_line("branch ", "branch 4:00112233445566ff 5:00112233445566ff"),
+       "its branch is not STEP:ID (a step and 16 hex digits)", false},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
@@ -2551,6 +2563,8 @@ TEST(CheckpointHeaderLines, EachLineIsCheckedAtItsBoundsAndALaterVersionsWordIsT
   }
   EXPECT_TRUE(*parse_header(cases[0].header).fields.parameters_only);
   EXPECT_EQ(parse_header(cases[6].header).fields.step, 999999999999999999LL);
+  EXPECT_EQ(parse_header(cases[11].header).fields.branch,
+            (BranchStart{40, "00112233445566ff"}));
 
   // The size and the digest: 19 digits at most (a uint64), 64 lowercase hex digits exactly.
   const auto with_size_and_digest = [&](const std::string& size, const std::string& hex) {
@@ -2618,6 +2632,31 @@ TEST_F(CheckpointTest, ADivergenceStateOutsideItsRangesIsRefused) {
 // its space damaged into a newline) is damage: it was said to name "the metric 'ppl',
 // which this version does not know", a later version's header, and a resume stopped
 // telling the user to find the version that wrote it.
+// Which of a run's checkpoints a lineage was trained through: its lines' steps up to the
+// next line's start (the checkpoint a resume began from included), none of another line,
+// and Unknown where the lineage does not reach (a file without one, lines forgotten).
+TEST(CheckpointLineage, ACheckpointIsOnALineageUpToWhereItsNextLineBegan) {
+  const BranchStart start{0, "000000000000000a"}, back{20, "000000000000000b"};
+  const std::vector<BranchStart> lineage = {start, back};
+  EXPECT_EQ(where_on_lineage(start, 10, lineage, 35), OnLineage::Yes);
+  EXPECT_EQ(where_on_lineage(start, 20, lineage, 35), OnLineage::Yes);  // resumed from
+  EXPECT_EQ(where_on_lineage(start, 25, lineage, 35), OnLineage::No);   // left at 20
+  EXPECT_EQ(where_on_lineage(back, 35, lineage, 35), OnLineage::Yes);
+  EXPECT_EQ(where_on_lineage(back, 40, lineage, 35), OnLineage::No);  // after it
+  EXPECT_EQ(where_on_lineage({20, "000000000000000c"}, 30, lineage, 35), OnLineage::No);
+  EXPECT_EQ(where_on_lineage({25, "000000000000000b"}, 30, lineage, 35), OnLineage::No);
+  EXPECT_EQ(where_on_lineage(start, 10, {}, 35), OnLineage::Unknown);
+  const std::vector<BranchStart> forgotten = {back};  // its start forgotten
+  EXPECT_EQ(where_on_lineage(start, 10, forgotten, 35), OnLineage::Unknown);
+  EXPECT_EQ(where_on_lineage(start, 20, forgotten, 35), OnLineage::Unknown);
+  EXPECT_EQ(where_on_lineage(start, 25, forgotten, 35), OnLineage::No);
+  std::vector<BranchStart> parsed;
+  EXPECT_EQ(parse_lineage(lineage_text(lineage), &parsed), "");
+  EXPECT_EQ(parsed, lineage);
+  EXPECT_NE(parse_lineage("20:000000000000000b 0:000000000000000a", &parsed), "");
+  EXPECT_NE(parse_lineage("20:000000000000000B", &parsed), "");
+}
+
 TEST(CheckpointHeaderLines, AValidLineOfAKnownMetricWithoutItsScoreIsDamage) {
   HeaderFields fields;
   fields.validation = ValidationScore{"ppl", 3.5};

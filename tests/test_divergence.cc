@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -499,6 +500,99 @@ TEST_F(DivergenceTest, AResumeFromAnOlderCheckpointSupersedesTheLaterOnes) {
   EXPECT_NE(resumed_log.str().find("resumed from " + dir + "/step_00000012.h5 at step 12"),
             std::string::npos)
       << resumed_log.str();
+}
+
+// Back to an abandoned branch: a resume from a superseded checkpoint marks the branch it
+// leaves superseded and the checkpoints that led to it healthy again, so that averaging the
+// last N takes one branch (a helper's walk: the other branch's stayed healthy, and
+// average_last averaged steps 15 and 20 of one branch with 25 of the other).
+TEST_F(DivergenceTest, AResumeBackToAnAbandonedBranchLeavesTheOtherOne) {
+  const std::string dir = path("run");
+  std::ostringstream log;
+  Trainer first(small_config(dir, {"train.max_steps=30", "checkpoint.every_steps=5",
+                                   "checkpoint.keep=10"}));
+  ASSERT_EQ(first.run(log), RunEnd::Finished) << log.str();
+  // Another branch from step 10 writes 15 and 20 over the first's and leaves 25 and 30
+  // superseded.
+  Trainer other(small_config(dir, {"train.max_steps=20", "checkpoint.every_steps=5",
+                                   "checkpoint.keep=10", "train.lr_scale=0.5",
+                                   "checkpoint.resume=" + dir + "/step_00000010.h5"}));
+  ASSERT_EQ(other.run(log), RunEnd::Finished) << log.str();
+  // The other branch's checkpoints carry its line after the run's start.
+  EXPECT_EQ(read_checkpoint(dir + "/step_00000020.h5").lineage.size(), 2u);
+  std::ostringstream back_log;
+  Trainer back(small_config(dir, {"train.max_steps=35", "checkpoint.every_steps=5",
+                                  "checkpoint.keep=10", "checkpoint.average_last=3",
+                                  "checkpoint.resume=" + dir + "/step_00000030.h5"}));
+  ASSERT_EQ(back.run(back_log), RunEnd::Finished) << back_log.str();
+  const std::map<std::string, CheckpointState> expected = {
+      {"step_00000005.h5", CheckpointState::Healthy},
+      {"step_00000010.h5", CheckpointState::Healthy},
+      {"step_00000015.h5", CheckpointState::Superseded},  // the other branch's
+      {"step_00000020.h5", CheckpointState::Superseded},
+      {"step_00000025.h5", CheckpointState::Healthy},  // led to 30: healthy again
+      {"step_00000030.h5", CheckpointState::Healthy},
+      {"step_00000035.h5", CheckpointState::Healthy}};
+  EXPECT_EQ(states_in(dir), expected) << back_log.str();
+  EXPECT_NE(back_log.str().find("marked checkpoint " + dir + "/step_00000025.h5 healthy again: "
+                                "the resume to step 30 continues its branch"),
+            std::string::npos)
+      << back_log.str();
+  EXPECT_NE(back_log.str().find("average of the last 3 checkpoints"), std::string::npos)
+      << back_log.str();
+  EXPECT_EQ(newest_healthy_checkpoints(dir, 3),
+            (std::vector<std::string>{dir + "/step_00000025.h5", dir + "/step_00000030.h5",
+                                      dir + "/step_00000035.h5"}));
+}
+
+// A second resume of the same file into the first one's directory (two fine-tunings from
+// one checkpoint, the second given the first's checkpoint.dir) is refused before anything
+// is written: it marked the first's checkpoints superseded and wrote over those of the
+// steps it reached again (a helper's walk). checkpoint.overwrite = true lets it.
+TEST_F(DivergenceTest, AResumeIntoAnotherBranchsDirectoryIsRefused) {
+  const std::string source = path("source"), tuned = path("tuned");
+  std::ostringstream log;
+  Trainer first(small_config(source, {"train.max_steps=10", "checkpoint.every_steps=5"}));
+  ASSERT_EQ(first.run(log), RunEnd::Finished) << log.str();
+  const std::vector<std::string> resume = {"checkpoint.every_steps=5",
+                                           "checkpoint.resume=" + source + "/step_00000010.h5"};
+  std::vector<std::string> longer = resume;
+  longer.push_back("train.max_steps=20");
+  Trainer tuning(small_config(tuned, longer));
+  ASSERT_EQ(tuning.run(log), RunEnd::Finished) << log.str();
+  const std::map<std::string, CheckpointState> kept = {
+      {"step_00000015.h5", CheckpointState::Healthy},
+      {"step_00000020.h5", CheckpointState::Healthy}};
+  const auto bytes = [](const std::string& file) {
+    std::ifstream in(file, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string fifteen = bytes(tuned + "/step_00000015.h5");
+  std::vector<std::string> again = resume;
+  again.push_back("train.max_steps=15");
+  again.push_back("train.lr_scale=0.5");
+  std::ostringstream refused_log;
+  try {
+    Trainer second(small_config(tuned, again));
+    second.run(refused_log);
+    ADD_FAILURE() << "not refused: " << refused_log.str();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint.dir " + tuned + " holds 2 checkpoints of "
+                                         "this run"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("--checkpoint.resume=auto"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(states_in(tuned), kept) << refused_log.str();
+  EXPECT_EQ(bytes(tuned + "/step_00000015.h5"), fifteen);
+  // Asked for: the first tuning's are abandoned, marked, not deleted.
+  again.push_back("checkpoint.overwrite=true");
+  std::ostringstream overwrite_log;
+  Trainer abandoning(small_config(tuned, again));
+  ASSERT_EQ(abandoning.run(overwrite_log), RunEnd::Finished) << overwrite_log.str();
+  EXPECT_EQ(states_in(tuned).at("step_00000020.h5"), CheckpointState::Superseded)
+      << overwrite_log.str();
 }
 
 // A resume whose train.max_steps the checkpoint has reached trains nothing: it says so

@@ -44,6 +44,7 @@ constexpr const char* kCorpusAttribute = "corpus_sha256";
 constexpr const char* kDirectionAttribute = "direction";
 constexpr const char* kValidAttribute = "valid_sha256";
 constexpr const char* kWorkingDirectoryAttribute = "working_directory";
+constexpr const char* kLineageAttribute = "lineage";
 constexpr const char* kValidationGroup = "validation";
 constexpr const char* kValidationPendingDataset = "validation_pending";
 
@@ -123,8 +124,59 @@ const std::vector<std::string>& checkpoint_root_attributes() {
   static const std::vector<std::string> names = {
       "format_version", "step", "seed", "world_size", "data_epoch", "data_index",
       "architecture", "config", kRunIdAttribute, kCorpusAttribute, kDirectionAttribute,
-      kValidAttribute, kWorkingDirectoryAttribute};
+      kValidAttribute, kWorkingDirectoryAttribute, kLineageAttribute};
   return names;
+}
+
+std::string lineage_text(const std::vector<BranchStart>& lineage) {
+  std::string text;
+  for (const BranchStart& branch : lineage) {
+    text += (text.empty() ? "" : " ") + std::to_string(branch.step) + ":" + branch.id;
+  }
+  return text;
+}
+
+std::string parse_lineage(const std::string& text, std::vector<BranchStart>* lineage) {
+  lineage->clear();
+  std::istringstream words(text);
+  for (std::string word; words >> word;) {
+    const size_t colon = word.find(':');
+    const std::string step = word.substr(0, colon);
+    const std::string id = colon == std::string::npos ? "" : word.substr(colon + 1);
+    if (step.empty() || step.size() > 18 ||
+        step.find_first_not_of("0123456789") != std::string::npos || id.size() != 16 ||
+        id.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      return "'" + word.substr(0, 40) + "' is not STEP:ID (a step and 16 hex digits)";
+    }
+    const BranchStart branch{std::stoll(step), id};
+    // A line begins at or after the one it left (a resume or rollback goes back in steps,
+    // never before the line it leaves began).
+    if (!lineage->empty() && branch.step < lineage->back().step) {
+      return "its lines' steps go back (" + std::to_string(lineage->back().step) + ", then " +
+             std::to_string(branch.step) + ")";
+    }
+    lineage->push_back(branch);
+  }
+  if (lineage->size() > kLineageKept) {
+    return "it lists " + std::to_string(lineage->size()) + " lines, more than the " +
+           std::to_string(kLineageKept) + " kept";
+  }
+  return "";
+}
+
+OnLineage where_on_lineage(const BranchStart& branch, int64_t step,
+                           const std::vector<BranchStart>& lineage, int64_t last_step) {
+  if (lineage.empty()) return OnLineage::Unknown;
+  for (size_t i = 0; i < lineage.size(); ++i) {
+    if (lineage[i].id != branch.id) continue;
+    if (lineage[i].step != branch.step) return OnLineage::No;
+    const int64_t line_end = i + 1 < lineage.size() ? lineage[i + 1].step : last_step;
+    return step >= branch.step && step <= line_end ? OnLineage::Yes : OnLineage::No;
+  }
+  // Not one of its lines: another branch's, unless it is as old as the lineage's first line
+  // begins (the checkpoint that line began from, of a file without a lineage, or a line
+  // forgotten beyond kLineageKept).
+  return step <= lineage.front().step ? OnLineage::Unknown : OnLineage::No;
 }
 
 const std::vector<std::string>& checkpoint_root_members() {
@@ -429,6 +481,8 @@ std::optional<CheckpointSummary> read_checkpoint_summary(const std::string& path
   summary.run_id = parsed.fields.run_id;
   summary.parameters_only = parsed.fields.parameters_only.value_or(false);
   summary.validation = parsed.fields.validation;
+  summary.branch = parsed.fields.branch;
+  if (!summary.branch && !summary.run_id.empty()) summary.branch = BranchStart{0, summary.run_id};
   return summary;
 }
 
@@ -507,6 +561,9 @@ void write_hdf5_file(const std::string& temporary, const std::string& path,
   if (!checkpoint.working_directory.empty()) {
     writer.string_attribute(root, kWorkingDirectoryAttribute, checkpoint.working_directory);
   }
+  if (!checkpoint.lineage.empty()) {
+    writer.string_attribute(root, kLineageAttribute, lineage_text(checkpoint.lineage));
+  }
   if (checkpoint.divergence) {
     const std::vector<double> values = divergence_values(checkpoint.loss, *checkpoint.divergence);
     writer.vector_dataset(root, std::string("/") + kDivergenceDataset, kDivergenceDataset,
@@ -550,6 +607,11 @@ void write_hdf5_file(const std::string& temporary, const std::string& path,
   fields.run_id = checkpoint.run_id;
   fields.parameters_only = checkpoint.adam_m.empty() && checkpoint.adam_v.empty();
   fields.validation = checkpoint.validation;
+  // The run's start needs no line (older versions read such files as before).
+  if (!checkpoint.lineage.empty() &&
+      !(checkpoint.lineage.back() == BranchStart{0, checkpoint.run_id})) {
+    fields.branch = checkpoint.lineage.back();
+  }
   stamp_header(temporary, fields);
 }
 
@@ -739,6 +801,11 @@ void read_run_attributes(Reader& reader, Checkpoint& checkpoint) {
   if (reader.has_attribute(root, kWorkingDirectoryAttribute)) {
     checkpoint.working_directory = reader.string_attribute(root, "/", kWorkingDirectoryAttribute);
   }
+  if (reader.has_attribute(root, kLineageAttribute)) {
+    const std::string problem = parse_lineage(
+        reader.string_attribute(root, "/", kLineageAttribute), &checkpoint.lineage);
+    if (!problem.empty()) reader.fail("attribute lineage: " + problem);
+  }
   if (reader.exists(root, kDivergenceDataset)) {
     std::tie(checkpoint.loss, checkpoint.divergence) = reader.divergence(root);
   }
@@ -770,6 +837,16 @@ void check_header_is_the_files(Reader& reader, const HeaderFields& header,
   if ((header.step && *header.step != checkpoint.step) ||
       (!header.run_id.empty() && header.run_id != checkpoint.run_id)) {
     reader.fail("damaged file header (its step or run is not the file's): the file is corrupt");
+  }
+  // The header's branch is the lineage's last line, or absent for the run's start.
+  const std::optional<BranchStart> branch =
+      checkpoint.lineage.empty() ||
+              checkpoint.lineage.back() == BranchStart{0, checkpoint.run_id}
+          ? std::nullopt
+          : std::optional<BranchStart>(checkpoint.lineage.back());
+  if (!(header.branch == branch)) {
+    reader.fail("damaged file header (its branch is not the file's lineage's last): the file "
+                "is corrupt");
   }
   if (!same_score(header.validation, checkpoint.validation)) {
     reader.fail("damaged file header (its validation score is not the file's): the file is "
@@ -1056,9 +1133,9 @@ Checkpoint derived_checkpoint_of(const Checkpoint& source) {
   // One name for each field of Checkpoint, in its order: a structured binding must name
   // them all, so a field added there stops the build here until it is sorted below.
   const auto& [step, seed, world_size, data_position, architecture, config_ini, spm_model,
-               direction, params, adam_m, adam_v, best_valid, run_id, working_directory,
-               corpus_sha256, valid_sha256, loss, state, divergence, validation,
-               validation_pending, quantized] = source;
+               direction, params, adam_m, adam_v, best_valid, run_id, lineage,
+               working_directory, corpus_sha256, valid_sha256, loss, state, divergence,
+               validation, validation_pending, quantized] = source;
   Checkpoint derived;
   derived.step = step;
   derived.seed = seed;
@@ -1072,7 +1149,7 @@ Checkpoint derived_checkpoint_of(const Checkpoint& source) {
   static_cast<void>(params), static_cast<void>(quantized);
   // The run's state at `step`, left at "none" (Checkpoint's defaults).
   static_cast<void>(adam_m), static_cast<void>(adam_v), static_cast<void>(best_valid);
-  static_cast<void>(run_id), static_cast<void>(working_directory);
+  static_cast<void>(run_id), static_cast<void>(lineage), static_cast<void>(working_directory);
   static_cast<void>(corpus_sha256), static_cast<void>(valid_sha256);
   static_cast<void>(loss), static_cast<void>(state), static_cast<void>(divergence);
   static_cast<void>(validation), static_cast<void>(validation_pending);

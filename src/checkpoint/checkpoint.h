@@ -134,6 +134,35 @@ enum class CheckpointState { Healthy, Diverged, Superseded };
 const char* checkpoint_state_name(CheckpointState state);
 
 
+// Where a line of training began: the run's start (step 0, the run's id), or a resume or
+// rollback from a checkpoint that was not the newest of its own line (its step, an id made
+// then: 16 hex digits). A line goes on from one process to the next when a resume takes
+// its newest checkpoint, as a requeued job does.
+struct BranchStart {
+  int64_t step = 0;
+  std::string id;
+  bool operator==(const BranchStart& other) const {
+    return step == other.step && id == other.id;
+  }
+};
+
+// The most lines a checkpoint's lineage keeps, the newest: each is a return to an older
+// checkpoint, and a run that made more has its oldest forgotten (where_on_lineage answers
+// Unknown for checkpoints before them).
+inline constexpr size_t kLineageKept = 64;
+
+// "STEP:ID STEP:ID ..." and back; parse_lineage returns "" or what is wrong with `text`.
+std::string lineage_text(const std::vector<BranchStart>& lineage);
+std::string parse_lineage(const std::string& text, std::vector<BranchStart>* lineage);
+
+// Whether a checkpoint at `step` of line `branch` is one the checkpoint at `last_step`
+// with lineage `lineage` was trained through (itself included): its line is in the
+// lineage, and the step lies before the next line began. Unknown when the lineage does not
+// reach back to it (empty: an older file; or its oldest lines forgotten).
+enum class OnLineage { Yes, No, Unknown };
+OnLineage where_on_lineage(const BranchStart& branch, int64_t step,
+                           const std::vector<BranchStart>& lineage, int64_t last_step);
+
 struct Checkpoint {
   int64_t step = 0;          // optimizer steps completed
   uint64_t seed = 0;         // with step, the whole RNG state (Philox is counter-based)
@@ -160,6 +189,11 @@ struct Checkpoint {
   // The run that wrote it (16 hex digits, made when the run started afresh, kept by its
   // resumes): a run's directory holds its own files only. "" for averages and older files.
   std::string run_id;
+  // The lines of training that led to it, oldest first (the attribute lineage; the file
+  // header's branch line names the last when it is not the run's start): what tells the
+  // checkpoints of the branch a resume continues from those of a branch it abandons.
+  // Empty for averages and older files.
+  std::vector<BranchStart> lineage;
   // The working directory of the run that wrote it, which the relative paths of its
   // config_ini are relative to: a resume from another directory tells the same directory
   // written two ways from another one. "" for averages and older files.
@@ -201,6 +235,9 @@ struct CheckpointSummary {
   std::string run_id;           // "" when the header predates it
   bool parameters_only = false;  // an average (no Adam moments)
   std::optional<ValidationScore> validation;  // a best checkpoint's score (its `valid` line)
+  // Its line of training (the header's branch line; without one, the run's start: step 0
+  // and the run's id). Unset for averages and files without a run id.
+  std::optional<BranchStart> branch;
 };
 
 enum class CheckpointParts { All, ParamsOnly };

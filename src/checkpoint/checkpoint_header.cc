@@ -106,6 +106,12 @@ std::string parse_header_fields(std::string_view rest, HeaderFields* fields,
         return "its valid score is not a number";
       }
       fields->validation = ValidationScore{metric, score};
+    } else if (key == "branch") {
+      std::vector<BranchStart> one;
+      if (!parse_lineage(value, &one).empty() || one.size() != 1) {
+        return "its branch is not STEP:ID (a step and 16 hex digits)";
+      }
+      fields->branch = one.front();
     } else {
       *later_version = a_word(key) && printable(value);
       if (*later_version) return "a '" + key + "' line, which this version does not know";
@@ -151,6 +157,7 @@ std::string header_block(uint64_t size, const std::string& digest, const HeaderF
   if (fields.validation) {
     header += "valid " + fields.validation->metric + " " + loss_text(fields.validation->value) + "\n";
   }
+  if (fields.branch) header += "branch " + lineage_text({*fields.branch}) + "\n";
   THPC_CHECK(header.size() <= kHeaderBytes, "a header of " << header.size() << " bytes");
   header.resize(kHeaderBytes, '\0');
   return header;

@@ -38,6 +38,7 @@ inline constexpr std::string_view kHdf5Signature("\x89HDF\r\n\x1a\n", 8);
 //   run ID            the run that wrote it (16 hex digits)
 //   contents WORD     full (parameters and Adam moments) | params (an average)
 //   valid METRIC X    a best checkpoint's score (ValidationScore: ppl, bleu or chrf; %.17g)
+//   branch STEP:ID    its line of training (BranchStart) when not the run's start
 // They are outside the whole-file checksum, which is what lets a run revise the state
 // without rewriting the file; what they say of the file is checked against it on reading.
 struct HeaderFields {
@@ -47,6 +48,7 @@ struct HeaderFields {
   std::string run_id;
   std::optional<bool> parameters_only;
   std::optional<ValidationScore> validation;
+  std::optional<BranchStart> branch;
 };
 
 

@@ -347,8 +347,10 @@ const std::vector<Option>& option_table() {
       THPC_OPTION(checkpoint, overwrite, THPC_ANY,
                   "a run owns dir and its metrics file: a new run (resume empty) stops when "
                   "they hold another run's files (step_*.h5, best.h5, metrics.jsonl), a "
-                  "resumed one when they hold a different run's; true = delete those files "
-                  "first"),
+                  "resumed one when they hold a different run's, and a resume from a file "
+                  "outside dir when dir holds its run's checkpoints of another branch (an "
+                  "earlier resume of that file, trained on); true = delete another run's "
+                  "files first, mark the other branch's superseded"),
       THPC_OPTION(checkpoint, init, THPC_PATH,
                   "start from this checkpoint's parameters only (ignored when resuming)"),
       THPC_OPTION(checkpoint, average_last, THPC_AT_LEAST(0),

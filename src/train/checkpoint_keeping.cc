@@ -463,6 +463,79 @@ void CheckpointKeeping::mark_abandoned(const std::string& run_id, int64_t step,
   }
 }
 
+CheckpointKeeping::BranchChanges CheckpointKeeping::branch_changes(
+    const std::string& run_id, const std::vector<BranchStart>& lineage, int64_t step) const {
+  wait_for_write();
+  BranchChanges changes;
+  for (const CheckpointSummary& summary : checkpoint_summaries(config_.checkpoint.dir)) {
+    if (!summary.run_id.empty() && summary.run_id != run_id) continue;
+    const OnLineage on = summary.branch
+                             ? where_on_lineage(*summary.branch, summary.step, lineage, step)
+                             : OnLineage::Unknown;
+    const bool trained_through = on == OnLineage::Yes;
+    const bool another_branch =
+        on == OnLineage::No || (on == OnLineage::Unknown && summary.step > step);
+    if (summary.state == CheckpointState::Healthy && another_branch) {
+      changes.supersede.push_back(summary.path);
+    } else if (summary.state == CheckpointState::Superseded && trained_through) {
+      changes.restore.push_back(summary.path);
+    }
+  }
+  return changes;
+}
+
+void CheckpointKeeping::follow_resumed_branch(const std::string& run_id,
+                                              const std::vector<BranchStart>& lineage,
+                                              int64_t step, std::ostream& log) {
+  finish_write(log);
+  const BranchChanges changes = branch_changes(run_id, lineage, step);
+  const std::string why = "the resume to step " + std::to_string(step) + " abandons its branch";
+  for (const std::string& path : changes.supersede) {
+    if (mark_or_warn(path, CheckpointState::Superseded, log, why)) {
+      log << "marked checkpoint " << path << " superseded: " << why << std::endl;
+    }
+  }
+  const std::string back = "the resume to step " + std::to_string(step) + " continues its branch";
+  for (const std::string& path : changes.restore) {
+    if (mark_or_warn(path, CheckpointState::Healthy, log, back)) {
+      log << "marked checkpoint " << path << " healthy again: " << back << std::endl;
+    }
+  }
+}
+
+std::vector<BranchStart> CheckpointKeeping::continued_lineage(const Checkpoint& from,
+                                                              const std::string& from_path,
+                                                              const std::string& run_id,
+                                                              const std::string& new_id) const {
+  namespace fs = std::filesystem;
+  std::vector<BranchStart> lineage = from.lineage;
+  if (!lineage.empty()) {
+    bool newest_of_its_line = true;
+    std::error_code error;
+    const fs::path beside = fs::path(from_path).parent_path();
+    std::vector<std::string> dirs = {config_.checkpoint.dir};
+    if (!fs::equivalent(beside.empty() ? fs::path(".") : beside, config_.checkpoint.dir,
+                        error)) {
+      dirs.push_back(beside.empty() ? "." : beside.string());
+    }
+    wait_for_write();
+    for (const std::string& dir : dirs) {
+      for (const CheckpointSummary& summary : checkpoint_summaries(dir)) {
+        if (summary.run_id == run_id && summary.branch && *summary.branch == lineage.back() &&
+            summary.step > from.step) {
+          newest_of_its_line = false;
+        }
+      }
+    }
+    if (newest_of_its_line) return lineage;
+  }
+  lineage.push_back(BranchStart{from.step, new_id});
+  if (lineage.size() > kLineageKept) {
+    lineage.erase(lineage.begin(), lineage.end() - static_cast<std::ptrdiff_t>(kLineageKept));
+  }
+  return lineage;
+}
+
 std::vector<std::string> CheckpointKeeping::branch_after(const std::string& run_id,
                                                          int64_t step) const {
   wait_for_write();

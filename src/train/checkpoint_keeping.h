@@ -106,6 +106,29 @@ class CheckpointKeeping {
   // abandons).
   void mark_abandoned(const std::string& run_id, int64_t step, int64_t newer_than,
                       std::ostream& log, const std::string& how = "rollback");
+  // What a resume from the checkpoint at `step` with lineage `lineage` (Checkpoint::lineage)
+  // changes among run `run_id`'s checkpoints of checkpoint.dir: the healthy ones it was not
+  // trained through are another branch's (a later step, or a branch it abandoned before,
+  // now left in turn: before, resuming an abandoned branch left the other's checkpoints
+  // healthy, and averaging mixed the two), and the superseded ones it was trained through
+  // (itself included) are on the branch it continues. Without lineages (older files) a
+  // later step alone is another branch's. Changes nothing.
+  struct BranchChanges {
+    std::vector<std::string> supersede, restore;
+  };
+  BranchChanges branch_changes(const std::string& run_id,
+                               const std::vector<BranchStart>& lineage, int64_t step) const;
+  // Makes them: each marked, a line each on `log`.
+  void follow_resumed_branch(const std::string& run_id, const std::vector<BranchStart>& lineage,
+                             int64_t step, std::ostream& log);
+  // The lineage of the checkpoints a run writes after restoring `from` (read from
+  // `from_path`): its own when it is the newest checkpoint of its line of run `run_id` in
+  // checkpoint.dir and beside `from_path` (the line goes on), else its own and a new line
+  // from its step named `new_id` (the oldest forgotten past kLineageKept). A checkpoint
+  // without a lineage (an older file) gives a lineage of that new line alone.
+  std::vector<BranchStart> continued_lineage(const Checkpoint& from, const std::string& from_path,
+                                             const std::string& run_id,
+                                             const std::string& new_id) const;
   // The healthy checkpoints of run `run_id` (or of no run: written before ids were) after
   // `step`: the branch that a rollback or a resume to `step` abandons. Changes nothing.
   std::vector<std::string> branch_after(const std::string& run_id, int64_t step) const;

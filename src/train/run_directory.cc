@@ -36,6 +36,7 @@
 #include "data/shard_file.h"
 #include "io/atomic_file.h"
 #include "io/run_file_names.h"
+#include "train/checkpoint_keeping.h"
 #include "train/event_file.h"
 #include "train/run_log.h"
 #include "train/stop_request.h"
@@ -954,16 +955,53 @@ void remove_interrupted_writes(const std::string& dir, std::ostream& log,
 
 namespace {
 
+// A resume from a file outside checkpoint.dir into one that holds checkpoints of its run
+// on another branch: "" or the refusal (claim_run_directory's account).
+std::string another_branch_refusal(const Config& config, const std::string& run_id,
+                                   const std::string& resumed_from, int64_t resumed_step,
+                                   const std::vector<BranchStart>& resumed_lineage) {
+  namespace fs = std::filesystem;
+  const CheckpointConfig& options = config.checkpoint;
+  // Nothing to train writes nothing (as a resume with no step left is not refused for
+  // lowered keeping).
+  if (resumed_from.empty() || options.overwrite || resumed_step >= config.train.max_steps) {
+    return "";
+  }
+  std::error_code error;
+  const fs::path beside = fs::path(resumed_from).parent_path();
+  if (fs::equivalent(beside.empty() ? fs::path(".") : beside, options.dir, error)) return "";
+  const std::vector<std::string> others =
+      CheckpointKeeping(config).branch_changes(run_id, resumed_lineage, resumed_step).supersede;
+  if (others.empty()) return "";
+  std::ostringstream message;
+  message << "checkpoint.dir " << options.dir << " holds " << others.size() << " checkpoint"
+          << (others.size() > 1 ? "s" : "") << " of this run (" << run_id << ") on another "
+          << "branch than " << resumed_from << " (step " << resumed_step << "): ";
+  for (size_t i = 0; i < others.size() && i < 3; ++i) message << (i ? ", " : "") << others[i];
+  if (others.size() > 3) message << ", ...";
+  message << " (an earlier resume of that file, trained on there?); this resume would mark "
+          << "them superseded and write over the steps it reaches again. Continue them with "
+          << "--checkpoint.resume=auto, give this resume another checkpoint.dir, or set "
+          << "checkpoint.overwrite = true to abandon them (marked superseded, not deleted)";
+  return message.str();
+}
+
 // Rank 0's claim of the run directory, training's (DirectoryChanges::Make) or the dry
 // run's (OnlySay): the metrics file (*metrics), the outputs that would destroy inputs,
-// another run's files, a crash's interrupted writes. "" or the refusal.
+// another run's files, another branch's checkpoints, a crash's interrupted writes. "" or
+// the refusal.
 std::string claim_refusal(const Config& config, const std::string& run_id,
-                          const std::string& resumed_from, std::ostream& log,
+                          const std::string& resumed_from, int64_t resumed_step,
+                          const std::vector<BranchStart>& resumed_lineage, std::ostream& log,
                           DirectoryChanges changes, std::string* metrics) {
   *metrics = run_metrics_path(config, run_id, resumed_from, log);
   std::string refusal = outputs_that_would_destroy_inputs(config, resumed_from, *metrics);
   if (refusal.empty()) {
     refusal = foreign_run_files(config, run_id, resumed_from, *metrics, log, changes);
+  }
+  if (refusal.empty()) {
+    refusal =
+        another_branch_refusal(config, run_id, resumed_from, resumed_step, resumed_lineage);
   }
   if (refusal.empty()) remove_interrupted_writes(config.checkpoint.dir, log, changes);
   return refusal;
@@ -973,10 +1011,13 @@ std::string claim_refusal(const Config& config, const std::string& run_id,
 
 std::string claim_run_directory(const Config& config, const Communicator& comm,
                                 const std::string& run_id, const std::string& resumed_from,
+                                int64_t resumed_step,
+                                const std::vector<BranchStart>& resumed_lineage,
                                 std::ostream& log) {
   std::string metrics, refusal;
   if (comm.is_root()) {
-    refusal = claim_refusal(config, run_id, resumed_from, log, DirectoryChanges::Make, &metrics);
+    refusal = claim_refusal(config, run_id, resumed_from, resumed_step, resumed_lineage, log,
+                            DirectoryChanges::Make, &metrics);
   }
   // Every rank stops with rank 0's reason, before anything is written.
   refusal = comm.broadcast_from_root(refusal);
@@ -1005,10 +1046,12 @@ std::string run_lock_refusal(const Config& config, std::ostream& notes) {
 }
 
 std::string run_directory_refusal(const Config& config, const std::string& run_id,
-                                  const std::string& resumed_from, std::ostream& notes) {
+                                  const std::string& resumed_from, int64_t resumed_step,
+                                  const std::vector<BranchStart>& resumed_lineage,
+                                  std::ostream& notes) {
   std::string metrics;
-  return claim_refusal(config, run_id, resumed_from, notes, DirectoryChanges::OnlySay,
-                       &metrics);
+  return claim_refusal(config, run_id, resumed_from, resumed_step, resumed_lineage, notes,
+                       DirectoryChanges::OnlySay, &metrics);
 }
 
 }  // namespace thpc

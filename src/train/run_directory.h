@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "config/config.h"
 #include "distributed/communicator.h"
 
@@ -143,12 +144,18 @@ std::vector<std::unique_ptr<RunLock>> lock_run_directory(const Config& config,
 
 // A run owns its directory: a fresh run (`resumed_from` empty) refuses a checkpoint.dir or
 // metrics file that holds another run's files, a resumed one those of another run id;
-// with checkpoint.overwrite rank 0 deletes them instead; and no output may destroy an
-// input. Rank 0 then removes, with a note each, the temporary files of checkpoint writes
-// that a crash interrupted. Returns rank 0's metrics file (run_metrics_path; "" on the
+// with checkpoint.overwrite rank 0 deletes them instead. A run resumed from a file outside
+// checkpoint.dir (at `resumed_step`, of lineage `resumed_lineage`) refuses one that holds
+// checkpoints of its run on another branch (CheckpointKeeping::branch_changes: an earlier
+// resume of the same file, trained on there, as a second fine-tuning into the first one's
+// directory, whose checkpoints it marked superseded and wrote over); checkpoint.overwrite
+// lets it mark them. No output may destroy an input. Rank 0 then removes, with a note
+// each, the temporary files of checkpoint writes that a crash interrupted. Returns rank 0's metrics file (run_metrics_path; "" on the
 // other ranks), or throws AllRanksError (exit 2) on every rank before anything is written.
 std::string claim_run_directory(const Config& config, const Communicator& comm,
                                 const std::string& run_id, const std::string& resumed_from,
+                                int64_t resumed_step,
+                                const std::vector<BranchStart>& resumed_lineage,
                                 std::ostream& log);
 
 // --dry-run's look at the run directory, taking no lock and changing nothing there: what
@@ -158,6 +165,8 @@ std::string claim_run_directory(const Config& config, const Communicator& comm,
 // training would change (a stale lock taken over, files deleted) is said on `notes`.
 std::string run_lock_refusal(const Config& config, std::ostream& notes);
 std::string run_directory_refusal(const Config& config, const std::string& run_id,
-                                  const std::string& resumed_from, std::ostream& notes);
+                                  const std::string& resumed_from, int64_t resumed_step,
+                                  const std::vector<BranchStart>& resumed_lineage,
+                                  std::ostream& notes);
 
 }  // namespace thpc

@@ -192,6 +192,7 @@ Trainer::Trainer(const Config& config, Communicator comm)
   divergence_handling_ =
       std::make_unique<DivergenceHandling>(config_, comm_, *detector_, keeping_, run_id_);
   run_id_ = comm_.broadcast_from_root(comm_.is_root() ? new_run_id() : std::string());
+  lineage_ = {BranchStart{0, run_id_}};  // a fresh run's line; a resume continues another
   std::error_code no_directory;  // removed under the process: recorded as unknown
   working_directory_ = std::filesystem::current_path(no_directory).string();
   sums_ = std::make_unique<GradientSums>(config_, comm_, *backend_, model_->params().count());
@@ -362,6 +363,7 @@ Checkpoint Trainer::snapshot_without_state() const {
   checkpoint.direction = source_->direction();
   checkpoint.best_valid = best_valid_;
   checkpoint.run_id = run_id_;
+  checkpoint.lineage = lineage_;
   checkpoint.corpus_sha256 = source_->corpus_sha256();
   if (valid_source_) checkpoint.valid_sha256 = valid_source_->corpus_sha256();
   checkpoint.working_directory = working_directory_;
@@ -416,6 +418,11 @@ void Trainer::restore(const Checkpoint& checkpoint, const std::string& source) {
   // The run continues under its own id; a checkpoint written before ids were stored gives
   // its run this process's.
   if (!checkpoint.run_id.empty()) run_id_ = checkpoint.run_id;
+  // Rank 0 writes the checkpoints, on the restored one's line or a new one from it (a
+  // resume or a rollback to an older checkpoint).
+  if (comm_.is_root()) {
+    lineage_ = keeping_.continued_lineage(checkpoint, source, run_id_, new_run_id());
+  }
   checkpoint_loss_ = checkpoint.loss;
   detector_->restore(checkpoint.divergence.value_or(DivergenceState{}));
 }
@@ -487,6 +494,7 @@ void Trainer::resume_from(const std::string& path, Checkpoint& checkpoint,
   lowered = comm_.broadcast_from_root(lowered);
   if (!lowered.empty()) throw AllRanksError(lowered, 2);
   resumed_from_ = path;
+  resumed_lineage_ = checkpoint.lineage;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::ostringstream line;  // the seconds' format stays off `log`
@@ -682,7 +690,8 @@ bool Trainer::start_up(std::ostream& out) {
       : !start.init.empty()  ? "checkpoint.init " + start.init
                              : "train.seed");
   if (stopped_before_training(comm_, completed_steps_, out)) return false;
-  metrics_path_ = claim_run_directory(config_, comm_, run_id_, resumed_from_, out);
+  metrics_path_ = claim_run_directory(config_, comm_, run_id_, resumed_from_, completed_steps_,
+                                      resumed_lineage_, out);
   // The directory is this run's: the damaged checkpoints passed over go aside now, not
   // before a refusal (claim_run_directory judges by the files it can read).
   if (comm_.is_root()) keeping_.move_invalid_aside(start_choice_, out);
@@ -693,9 +702,11 @@ bool Trainer::start_up(std::ostream& out) {
   // starts another branch: the later step_*.h5 are marked superseded, as a rollback marks
   // them, so that resume=auto, a rollback, average_last and pruning pass over them (before:
   // the stop line's own advice, resume=auto, resumed the abandoned branch, and a rollback
-  // went forward to it). resume=auto took the newest: nothing is later.
+  // went forward to it). resume=auto took the newest: nothing is later. A resume from a
+  // superseded one returns to an abandoned branch: the branch it leaves is marked too, and
+  // the abandoned one's checkpoints that led to it healthy again (their lineages say which).
   if (comm_.is_root() && !resumed_from_.empty() && completed_steps_ < schedule_.max_steps()) {
-    keeping_.mark_abandoned(run_id_, completed_steps_, completed_steps_, out, "resume");
+    keeping_.follow_resumed_branch(run_id_, resumed_lineage_, completed_steps_, out);
   }
   return true;
 }

@@ -234,6 +234,10 @@ class Trainer {
   std::string working_directory_;
 
   std::string resumed_from_;  // the checkpoint this process resumed from, or "".
+  std::vector<BranchStart> resumed_lineage_;  // its lineage (Checkpoint::lineage)
+  // The lineage of the checkpoints rank 0 writes: the run's start, or the restored
+  // checkpoint's continued (CheckpointKeeping::continued_lineage).
+  std::vector<BranchStart> lineage_;
   // The keys the resume's note named as without effect in this run (log_resume_notes).
   std::vector<std::string> idle_keys_said_at_resume_;
   std::string metrics_path_;  // rank 0's metrics file (run_metrics_path), once claimed
