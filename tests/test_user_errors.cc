@@ -372,8 +372,20 @@ TEST(UserErrors, TheDryRunRefusesWhatTrainingRefusesWithTheSameExitCode) {
     expect_configuration_error("--model.layers=1 --data.dir=" + other + " " + option +
                                    (root / "ck/step_00000001.h5").string(),
                                "trained on another SentencePiece vocabulary than the shards of "
-                               "data.dir " + other + " (piece ", 1);
+                               "data.dir " + other + " (piece ", 2);
   }
+  // --eval says it as training does, which piece and what to do, exit 2 (it named the
+  // shards alone, exit 1; a helper's walk).
+  const ProcessResult other_eval = run_process(
+      thpc::binary_dir() + "/transformer_hpc " THPC_SOURCE_DIR "/input/tiny.ini --model.layers=1 "
+      "--data.dir=" + other + " --eval=" + (root / "ck/step_00000001.h5").string());
+  EXPECT_EQ(other_eval.exit_code, 2) << other_eval.output;
+  EXPECT_NE(other_eval.output.find("trained on another SentencePiece vocabulary than the valid "
+                                   "shards of data.dir " + other + " (piece "),
+            std::string::npos)
+      << other_eval.output;
+  EXPECT_NE(other_eval.output.find("transformer_preprocess --spm-model"), std::string::npos)
+      << other_eval.output;
   // Of another size: data.dir holds another corpus, said so (the architecture's check came
   // first and asked for the checkpoint's model.vocab_size, which the shards then refused).
   const std::string resized = (root / "resized").string();
@@ -387,7 +399,7 @@ TEST(UserErrors, TheDryRunRefusesWhatTrainingRefusesWithTheSameExitCode) {
                                  (root / "ck/step_00000001.h5").string(),
                              "(60 pieces in the checkpoint's, 50 in the shards'): data.dir holds "
                              "another corpus than the one it was trained on (preprocessed "
-                             "again?)", 1);
+                             "again?)", 2);
   // transformer_decode alike: a beam wider than the vocabulary is a usage error; so is
   // one of the whole vocabulary, which pad and bos never fill (it wrote 58 n-best lines
   // where --nbest 60 asked for 60; a helper's finding).

@@ -246,13 +246,17 @@ void check_checkpoint_vocabulary(const Checkpoint& checkpoint, const std::string
   // named as such, before the architecture's check would ask for the checkpoint's
   // model.vocab_size, which the shards then refuse.
   const bool same_size = embedding_rows(checkpoint) == data.vocab_size();
-  THPC_FAIL("checkpoint " << path << ": trained on another SentencePiece vocabulary than the "
-            << "shards of data.dir " << config.data.dir << " (" << difference << ")"
-            << (same_size ? ", of the same size: its ids would mean other pieces"
-                          : ": data.dir holds another corpus than the one it was trained on "
-                            "(preprocessed again?)")
-            << ". Preprocess the data with the checkpoint's model (transformer_preprocess "
-            << "--spm-model), or start afresh");
+  // The user mends it in the configuration (data.dir, or which checkpoint): exit 2, as for
+  // another architecture (it was 1, as for a damaged file; a helper's walk).
+  std::ostringstream message;
+  message << "checkpoint " << path << ": trained on another SentencePiece vocabulary than the "
+          << "shards of data.dir " << config.data.dir << " (" << difference << ")"
+          << (same_size ? ", of the same size: its ids would mean other pieces"
+                        : ": data.dir holds another corpus than the one it was trained on "
+                          "(preprocessed again?)")
+          << ". Preprocess the data with the checkpoint's model (transformer_preprocess "
+          << "--spm-model), or start afresh";
+  throw ConfigurationError(message.str());
 }
 
 void check_checkpoint_architecture(const Checkpoint& checkpoint, const std::string& path,

@@ -13,6 +13,7 @@
 
 #include "backend/factory.h"
 #include "common/error.h"
+#include "decode/ensemble.h"
 #include "distributed/rank_failures.h"
 #include "model/checkpoint_params.h"
 #include "train/rank_agreement.h"
@@ -166,9 +167,20 @@ void evaluate_checkpoint(const Config& config, const std::string& path,
     }
     const Checkpoint checkpoint = read_checkpoint(path, CheckpointParts::ParamsOnly);
     // A model scores the pieces of its own vocabulary only.
+    // Said as training says it (before: the shards named alone, without which piece
+    // differs or what to do; a helper's walk), exit 2.
     if (!checkpoint.spm_model.empty() && checkpoint.spm_model != shards->metadata().spm_model) {
-      THPC_FAIL("checkpoint " << path << ": trained with another vocabulary than the "
-                              << config.data.valid << " shards of " << config.data.dir);
+      const std::string difference = sentencepiece_vocabulary_difference(
+          checkpoint.spm_model, "the checkpoint's", shards->metadata().spm_model,
+          "the shards'");
+      if (!difference.empty()) {
+        throw ConfigurationError(
+            "checkpoint " + path + ": trained on another SentencePiece vocabulary than the " +
+            config.data.valid + " shards of data.dir " + config.data.dir + " (" + difference +
+            "): --eval scores shards preprocessed with the checkpoint's own model "
+            "(transformer_preprocess --spm-model); give the data.dir it was trained on, or "
+            "preprocess the pairs to score again with it");
+      }
     }
     // ... and in its own direction: one vocabulary serves both.
     if (!checkpoint.direction.empty() && checkpoint.direction != shards->direction()) {
