@@ -1972,6 +1972,12 @@ TEST_F(CheckpointTest, ParametersOnlyCheckpointServesDecodingAndInit) {
             std::string::npos)
       << log.str();
   EXPECT_NE(log.str().find("final: step=1 "), std::string::npos) << log.str();
+  // What starts afresh is said, as a fairseq user's --reset-* flags would say it.
+  EXPECT_NE(log.str().find("note: checkpoint.init starts a new run from those parameters "
+                           "alone: Adam's moments are zero, and the step, the learning-rate "
+                           "schedule"),
+            std::string::npos)
+      << log.str();
   // A quantized one is said as one, as transformer_average says it (before: nothing).
   write_checkpoint(path("int8.h5"), quantize_checkpoint(params_only));
   std::ostringstream int8_log;

@@ -474,6 +474,14 @@ void Trainer::apply_start_options(std::ostream& log) {
                         "dequantized, their rounding included"
                       : "")
         << std::endl;
+    // What a fairseq user resets by hand (--reset-optimizer, --reset-lr-scheduler,
+    // --reset-dataloader, --reset-meters) is said, beside what resume would keep (a
+    // helper's walk: the line named the file alone).
+    log << "note: checkpoint.init starts a new run from those parameters alone: Adam's "
+        << "moments are zero, and the step, the learning-rate schedule (its warm-up of "
+        << config_.train.warmup_steps << " steps included), the data's position and epochs "
+        << "and the best validation values start from nothing; checkpoint.resume = FILE "
+        << "would continue all of them" << std::endl;
   }
 }
 
