@@ -368,7 +368,8 @@ thpc_train() {
          "continues itself): remove it from $config, then set THPC_RUN_NAME to the name of" \
          "the run that wrote it to continue that run, or give" \
          "--checkpoint.init=$configured to start from its parameters; or keep it and give" \
-         "--checkpoint.resume=$configured (every requeue then starts there again)" >&2
+         "--checkpoint.resume=$configured (the job starts there, a requeue continues its" \
+         "own newest checkpoint)" >&2
     return 2
   fi
   # The launcher first: a THPC_LAUNCHER it refuses left an empty run directory behind.
@@ -412,6 +413,32 @@ thpc_train() {
   [ -n "$metrics_dir" ] || metrics_dir=$thpc_checkpoints_dir
   local metrics=$metrics_dir/metrics.jsonl
   thpc_given checkpoint.resume "$@" || trainer+=(--checkpoint.resume=auto)
+  # A --checkpoint.resume=FILE of another directory starts the job there; once the job's
+  # own checkpoint directory holds checkpoints (a requeue, thpc_train_averaged's phase 2)
+  # it continues their newest instead: FILE again would start over and abandon them, which
+  # the trainer refuses (before 2026-12-07 it marked them superseded and trained again).
+  local given_resume own_newest
+  if given_resume=$(thpc_option_value checkpoint.resume "$@") &&
+     [ -n "$given_resume" ] && [ "$given_resume" != auto ] &&
+     [ "$given_resume" != auto_or_fresh ] && [ -d "$thpc_checkpoints_dir" ] &&
+     [ "$(cd "$(dirname -- "$given_resume")" 2>/dev/null && pwd -P)" != \
+       "$(cd "$thpc_checkpoints_dir" && pwd -P)" ] &&
+     own_newest=$(compgen -G "$thpc_checkpoints_dir/step_*.h5" | sort | tail -n 1) &&
+     [ -n "$own_newest" ]; then
+    echo "thpc: $thpc_checkpoints_dir holds this job's checkpoints (${own_newest##*/}):" \
+         "continuing its newest (checkpoint.resume=auto) rather than $given_resume again"
+    local without_resume=() skip_value=0 argument
+    for argument in "$@"; do
+      if [ "$skip_value" = 1 ]; then skip_value=0; continue; fi
+      case $argument in
+        --checkpoint.resume=*) continue ;;
+        --checkpoint.resume) skip_value=1; continue ;;
+      esac
+      without_resume+=("$argument")
+    done
+    set -- ${without_resume[@]+"${without_resume[@]}"}
+    trainer+=(--checkpoint.resume=auto)
+  fi
   trainer+=("$@")
   echo "thpc: job ${SLURM_JOB_ID:-(none)} run ${SLURM_RESTART_COUNT:-0} on $(hostname)," \
        "run directory $run_dir"

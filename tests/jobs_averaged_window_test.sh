@@ -29,7 +29,8 @@
 #   advice to continue names a checkpoint.dir of the options'; 25. a requeue inside the
 #   window keeps all of it with checkpoint.keep = the window; 26. a config's keep below
 #   the window, raised by the script, survives requeues; 27. a job name with '/' is one
-#   folder under runs/.
+#   folder under runs/; 28. a --checkpoint.resume=FILE of another run starts the job
+#   there, and its requeues and phase 2 continue the job's own checkpoints.
 #
 #   tests/jobs_averaged_window_test.sh SOURCE_DIR BINARY_DIR      (ctest runs it)
 source "$(dirname "${BASH_SOURCE[0]}")/shell_test_lib.sh" "$@" || exit 1
@@ -445,4 +446,19 @@ for job_name in exp/a ../../x; do
     fail "the job name $job_name made the run directory $made, not one folder of $tmp/runs"
 done
 [ -d "$tmp/runs/exp_a-local-$$" ] || fail "no run directory runs/exp_a-local-$$: $(ls "$tmp/runs")"
+# 28. A fine-tuning job given --checkpoint.resume=FILE of another run: phase 1 resumes FILE,
+# phase 2 and a requeue continue the job's own checkpoints (the trainer refuses FILE again
+# into a directory holding its continuation, which it would abandon; the job failed there).
+export THPC_RUN_NAME=from_file
+from_file=$tmp/runs/whole/checkpoints/step_00000070.h5
+for stop in 85 ""; do
+  (source "$source_dir/jobs/common.sh" && THPC_TEST_STOP_AT_STEP=$stop \
+     thpc_train_averaged input/tiny.ini 110 3 10 "${options[@]}" \
+     --checkpoint.resume "$from_file") > "$tmp/from_file.log" 2>&1 ||
+    { cat "$tmp/from_file.log"; fail "runs/from_file (stop at '$stop') failed"; }
+done
+grep -q "continuing its newest (checkpoint.resume=auto) rather than $from_file again" \
+  "$tmp/from_file.log" || { cat "$tmp/from_file.log"; fail "the continuation was not said"; }
+[ -f "$tmp/runs/from_file/checkpoints/average_last3.h5" ] ||
+  { cat "$tmp/from_file.log"; fail "runs/from_file: no average"; }
 echo "PASSED"

@@ -2642,20 +2642,34 @@ TEST_F(CheckpointTest, ADivergenceStateOutsideItsRangesIsRefused) {
 // next line's start (the checkpoint a resume began from included), none of another line,
 // and Unknown where the lineage does not reach (a file without one, lines forgotten).
 TEST(CheckpointLineage, ACheckpointIsOnALineageUpToWhereItsNextLineBegan) {
-  const BranchStart start{0, "000000000000000a"}, back{20, "000000000000000b"};
-  const std::vector<BranchStart> lineage = {start, back};
-  EXPECT_EQ(where_on_lineage(start, 10, lineage, 35), OnLineage::Yes);
-  EXPECT_EQ(where_on_lineage(start, 20, lineage, 35), OnLineage::Yes);  // resumed from
-  EXPECT_EQ(where_on_lineage(start, 25, lineage, 35), OnLineage::No);   // left at 20
-  EXPECT_EQ(where_on_lineage(back, 35, lineage, 35), OnLineage::Yes);
-  EXPECT_EQ(where_on_lineage(back, 40, lineage, 35), OnLineage::No);  // after it
-  EXPECT_EQ(where_on_lineage({20, "000000000000000c"}, 30, lineage, 35), OnLineage::No);
-  EXPECT_EQ(where_on_lineage({25, "000000000000000b"}, 30, lineage, 35), OnLineage::No);
-  EXPECT_EQ(where_on_lineage(start, 10, {}, 35), OnLineage::Unknown);
-  const std::vector<BranchStart> forgotten = {back};  // its start forgotten
-  EXPECT_EQ(where_on_lineage(start, 10, forgotten, 35), OnLineage::Unknown);
-  EXPECT_EQ(where_on_lineage(start, 20, forgotten, 35), OnLineage::Unknown);
-  EXPECT_EQ(where_on_lineage(start, 25, forgotten, 35), OnLineage::No);
+  const std::string run = "000000000000000a";
+  const BranchStart back{20, "000000000000000b"};
+  const std::vector<BranchStart> lineage = {{0, run}, back};
+  const std::optional<BranchStart> start;  // no branch line: the run's start
+  EXPECT_EQ(where_on_lineage(start, run, 10, lineage, 35), OnLineage::Yes);
+  EXPECT_EQ(where_on_lineage(start, run, 20, lineage, 35), OnLineage::Yes);  // resumed from
+  EXPECT_EQ(where_on_lineage(start, run, 25, lineage, 35), OnLineage::No);   // left at 20
+  EXPECT_EQ(where_on_lineage(back, run, 35, lineage, 35), OnLineage::Yes);
+  EXPECT_EQ(where_on_lineage(back, run, 40, lineage, 35), OnLineage::No);  // after it
+  const BranchStart other{20, "000000000000000c"};
+  EXPECT_EQ(where_on_lineage(other, run, 30, lineage, 35), OnLineage::No);
+  EXPECT_EQ(where_on_lineage(other, run, 10, lineage, 35), OnLineage::No);
+  EXPECT_EQ(where_on_lineage(BranchStart{25, back.id}, run, 30, lineage, 35), OnLineage::No);
+  EXPECT_EQ(where_on_lineage(start, run, 10, {}, 35), OnLineage::Unknown);  // an older file
+  // A lineage begun at an older file (step 6): a file without a line at or before it may
+  // be the one it began from; after it, another branch's. One with a line is another's.
+  const std::vector<BranchStart> from_older = {{6, "000000000000000d"}};
+  EXPECT_EQ(where_on_lineage(start, run, 6, from_older, 35), OnLineage::Unknown);
+  EXPECT_EQ(where_on_lineage(start, run, 8, from_older, 35), OnLineage::No);
+  EXPECT_EQ(where_on_lineage(other, run, 6, from_older, 35), OnLineage::No);
+  // Lines forgotten past kLineageKept (the first kept): Unknown up to the oldest kept.
+  std::vector<BranchStart> long_lineage = {{0, run}};
+  for (size_t i = 1; i < kLineageKept; ++i) {
+    long_lineage.push_back({static_cast<int64_t>(1000 + i), "00000000000" + std::to_string(
+                                                                 10000 + i)});
+  }
+  EXPECT_EQ(where_on_lineage(other, run, 30, long_lineage, 5000), OnLineage::Unknown);
+  EXPECT_EQ(where_on_lineage(other, run, 3000, long_lineage, 5000), OnLineage::No);
   std::vector<BranchStart> parsed;
   EXPECT_EQ(parse_lineage(lineage_text(lineage), &parsed), "");
   EXPECT_EQ(parsed, lineage);

@@ -593,6 +593,55 @@ TEST_F(DivergenceTest, AResumeIntoAnotherBranchsDirectoryIsRefused) {
   ASSERT_EQ(abandoning.run(overwrite_log), RunEnd::Finished) << overwrite_log.str();
   EXPECT_EQ(states_in(tuned).at("step_00000020.h5"), CheckpointState::Superseded)
       << overwrite_log.str();
+  // A file in a folder of checkpoint.dir (best_of_valid_HEX12/) is the run's own: resumed
+  // as one of the directory's, not refused (a review's finding).
+  fs::create_directories(tuned + "/best_of_valid_0123456789ab");
+  fs::copy_file(tuned + "/step_00000015.h5",
+                tuned + "/best_of_valid_0123456789ab/best_step_00000015.h5");
+  std::ostringstream inside_log;
+  Trainer on(small_config(tuned, {"train.max_steps=20", "checkpoint.every_steps=5",
+                                  "checkpoint.resume=auto"}));
+  ASSERT_EQ(on.run(inside_log), RunEnd::Finished) << inside_log.str();
+  Trainer inside(small_config(
+      tuned, {"train.max_steps=17", "checkpoint.every_steps=5",
+              "checkpoint.resume=" + tuned + "/best_of_valid_0123456789ab/best_step_00000015.h5"}));
+  EXPECT_EQ(inside.run(inside_log), RunEnd::Finished) << inside_log.str();
+}
+
+// Checkpoints written before lineages (none stored) beside ones written since: a run
+// resumed from an older file begins a line there, and a later resume back to that line
+// leaves the checkpoint another line wrote at or before the older file's step (a review's
+// finding: left healthy, and averaged with the resumed line's).
+TEST_F(DivergenceTest, FilesWithoutALineageAreJudgedWhereALineageCannotPlaceThem) {
+  const std::string dir = path("run");
+  std::ostringstream log;
+  const std::vector<std::string> every = {"checkpoint.every_steps=2", "checkpoint.keep=50"};
+  const auto with = [&](std::vector<std::string> more) {
+    more.insert(more.end(), every.begin(), every.end());
+    return small_config(dir, more);
+  };
+  Trainer older(with({"train.max_steps=6"}));
+  ASSERT_EQ(older.run(log), RunEnd::Finished) << log.str();
+  for (const char* name : {"step_00000002.h5", "step_00000004.h5", "step_00000006.h5"}) {
+    Checkpoint file = read_checkpoint(dir + "/" + name);
+    file.lineage.clear();  // as a version before lineages wrote it
+    write_checkpoint(dir + "/" + name, file);
+  }
+  Trainer requeued(with({"train.max_steps=10", "checkpoint.resume=auto"}));
+  ASSERT_EQ(requeued.run(log), RunEnd::Finished) << log.str();
+  Trainer back(with({"train.max_steps=6", "checkpoint.resume=" + dir + "/step_00000004.h5"}));
+  ASSERT_EQ(back.run(log), RunEnd::Finished) << log.str();
+  std::ostringstream again_log;
+  Trainer again(with({"train.max_steps=12", "checkpoint.resume=" + dir + "/step_00000010.h5"}));
+  ASSERT_EQ(again.run(again_log), RunEnd::Finished) << again_log.str();
+  const std::map<std::string, CheckpointState> expected = {
+      {"step_00000002.h5", CheckpointState::Healthy},
+      {"step_00000004.h5", CheckpointState::Healthy},
+      {"step_00000006.h5", CheckpointState::Superseded},  // the line from 4 wrote it
+      {"step_00000008.h5", CheckpointState::Healthy},
+      {"step_00000010.h5", CheckpointState::Healthy},
+      {"step_00000012.h5", CheckpointState::Healthy}};
+  EXPECT_EQ(states_in(dir), expected) << again_log.str();
 }
 
 // A resume whose train.max_steps the checkpoint has reached trains nothing: it says so

@@ -164,19 +164,24 @@ std::string parse_lineage(const std::string& text, std::vector<BranchStart>* lin
   return "";
 }
 
-OnLineage where_on_lineage(const BranchStart& branch, int64_t step,
-                           const std::vector<BranchStart>& lineage, int64_t last_step) {
-  if (lineage.empty()) return OnLineage::Unknown;
+OnLineage where_on_lineage(const std::optional<BranchStart>& recorded, const std::string& run_id,
+                           int64_t step, const std::vector<BranchStart>& lineage,
+                           int64_t last_step) {
+  if (lineage.empty() || (!recorded && run_id.empty())) return OnLineage::Unknown;
+  const BranchStart branch = recorded ? *recorded : BranchStart{0, run_id};
   for (size_t i = 0; i < lineage.size(); ++i) {
     if (lineage[i].id != branch.id) continue;
     if (lineage[i].step != branch.step) return OnLineage::No;
     const int64_t line_end = i + 1 < lineage.size() ? lineage[i + 1].step : last_step;
     return step >= branch.step && step <= line_end ? OnLineage::Yes : OnLineage::No;
   }
-  // Not one of its lines: another branch's, unless it is as old as the lineage's first line
-  // begins (the checkpoint that line began from, of a file without a lineage, or a line
-  // forgotten beyond kLineageKept).
-  return step <= lineage.front().step ? OnLineage::Unknown : OnLineage::No;
+  // Not one of its lines: another branch's, unless the lineage cannot tell. Without a
+  // recorded line it may be a file older than lineages, which the first line may have begun
+  // from (a lineage that began at an older file starts there) or whose own run it
+  // continued; with one, a line forgotten between the first and the kept ones.
+  if (!recorded) return step <= lineage.front().step ? OnLineage::Unknown : OnLineage::No;
+  const bool forgotten = lineage.size() >= kLineageKept && step <= lineage[1].step;
+  return forgotten ? OnLineage::Unknown : OnLineage::No;
 }
 
 const std::vector<std::string>& checkpoint_root_members() {
@@ -482,7 +487,6 @@ std::optional<CheckpointSummary> read_checkpoint_summary(const std::string& path
   summary.parameters_only = parsed.fields.parameters_only.value_or(false);
   summary.validation = parsed.fields.validation;
   summary.branch = parsed.fields.branch;
-  if (!summary.branch && !summary.run_id.empty()) summary.branch = BranchStart{0, summary.run_id};
   return summary;
 }
 

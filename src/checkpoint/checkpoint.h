@@ -146,22 +146,26 @@ struct BranchStart {
   }
 };
 
-// The most lines a checkpoint's lineage keeps, the newest: each is a return to an older
-// checkpoint, and a run that made more has its oldest forgotten (where_on_lineage answers
-// Unknown for checkpoints before them).
-inline constexpr size_t kLineageKept = 64;
+// The most lines a checkpoint's lineage keeps: the first and the newest. Each is a return
+// to an older checkpoint (a resume or a rollback); a run that made more forgets those
+// after its first (where_on_lineage answers Unknown for checkpoints they may hold).
+inline constexpr size_t kLineageKept = 256;
 
 // "STEP:ID STEP:ID ..." and back; parse_lineage returns "" or what is wrong with `text`.
 std::string lineage_text(const std::vector<BranchStart>& lineage);
 std::string parse_lineage(const std::string& text, std::vector<BranchStart>* lineage);
 
-// Whether a checkpoint at `step` of line `branch` is one the checkpoint at `last_step`
-// with lineage `lineage` was trained through (itself included): its line is in the
-// lineage, and the step lies before the next line began. Unknown when the lineage does not
-// reach back to it (empty: an older file; or its oldest lines forgotten).
+// Whether a checkpoint at `step` of run `run_id` is one the checkpoint at `last_step` with
+// lineage `lineage` was trained through (itself included): its line (`recorded`, its
+// header's branch line; without one, the run's start, 0:RUN_ID) is in the lineage, and
+// the step lies before the next line began. Unknown where the lineage cannot tell: it is
+// empty (an older file), or the checkpoint records no line (an older file's, or one of the
+// run's start) and lies at or before the lineage's first line began, or its line may be
+// one of those forgotten past kLineageKept.
 enum class OnLineage { Yes, No, Unknown };
-OnLineage where_on_lineage(const BranchStart& branch, int64_t step,
-                           const std::vector<BranchStart>& lineage, int64_t last_step);
+OnLineage where_on_lineage(const std::optional<BranchStart>& recorded, const std::string& run_id,
+                           int64_t step, const std::vector<BranchStart>& lineage,
+                           int64_t last_step);
 
 struct Checkpoint {
   int64_t step = 0;          // optimizer steps completed
@@ -235,8 +239,8 @@ struct CheckpointSummary {
   std::string run_id;           // "" when the header predates it
   bool parameters_only = false;  // an average (no Adam moments)
   std::optional<ValidationScore> validation;  // a best checkpoint's score (its `valid` line)
-  // Its line of training (the header's branch line; without one, the run's start: step 0
-  // and the run's id). Unset for averages and files without a run id.
+  // Its line of training as its header's branch line records it; unset without one (the
+  // run's start, or a file older than lineages).
   std::optional<BranchStart> branch;
 };
 

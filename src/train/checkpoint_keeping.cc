@@ -469,9 +469,8 @@ CheckpointKeeping::BranchChanges CheckpointKeeping::branch_changes(
   BranchChanges changes;
   for (const CheckpointSummary& summary : checkpoint_summaries(config_.checkpoint.dir)) {
     if (!summary.run_id.empty() && summary.run_id != run_id) continue;
-    const OnLineage on = summary.branch
-                             ? where_on_lineage(*summary.branch, summary.step, lineage, step)
-                             : OnLineage::Unknown;
+    const OnLineage on =
+        where_on_lineage(summary.branch, summary.run_id, summary.step, lineage, step);
     const bool trained_through = on == OnLineage::Yes;
     const bool another_branch =
         on == OnLineage::No || (on == OnLineage::Unknown && summary.step > step);
@@ -509,6 +508,8 @@ std::vector<BranchStart> CheckpointKeeping::continued_lineage(const Checkpoint& 
                                                               const std::string& new_id) const {
   namespace fs = std::filesystem;
   std::vector<BranchStart> lineage = from.lineage;
+  // A checkpoint older than lineages begins one: its files carry a branch line, which the
+  // versions before lineages do not read (said in docs/checkpoints.md).
   if (!lineage.empty()) {
     bool newest_of_its_line = true;
     std::error_code error;
@@ -521,8 +522,8 @@ std::vector<BranchStart> CheckpointKeeping::continued_lineage(const Checkpoint& 
     wait_for_write();
     for (const std::string& dir : dirs) {
       for (const CheckpointSummary& summary : checkpoint_summaries(dir)) {
-        if (summary.run_id == run_id && summary.branch && *summary.branch == lineage.back() &&
-            summary.step > from.step) {
+        const BranchStart line = summary.branch.value_or(BranchStart{0, summary.run_id});
+        if (summary.run_id == run_id && line == lineage.back() && summary.step > from.step) {
           newest_of_its_line = false;
         }
       }
@@ -530,8 +531,9 @@ std::vector<BranchStart> CheckpointKeeping::continued_lineage(const Checkpoint& 
     if (newest_of_its_line) return lineage;
   }
   lineage.push_back(BranchStart{from.step, new_id});
-  if (lineage.size() > kLineageKept) {
-    lineage.erase(lineage.begin(), lineage.end() - static_cast<std::ptrdiff_t>(kLineageKept));
+  if (lineage.size() > kLineageKept) {  // the first stays: the run's start, most often
+    lineage.erase(lineage.begin() + 1,
+                  lineage.end() - static_cast<std::ptrdiff_t>(kLineageKept - 1));
   }
   return lineage;
 }

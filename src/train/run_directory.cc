@@ -967,20 +967,25 @@ std::string another_branch_refusal(const Config& config, const std::string& run_
   if (resumed_from.empty() || options.overwrite || resumed_step >= config.train.max_steps) {
     return "";
   }
+  // A file in checkpoint.dir or a folder of it (best_of_valid_HEX12/) is the run's own.
   std::error_code error;
-  const fs::path beside = fs::path(resumed_from).parent_path();
-  if (fs::equivalent(beside.empty() ? fs::path(".") : beside, options.dir, error)) return "";
+  const fs::path beside =
+      fs::weakly_canonical(fs::absolute(fs::path(resumed_from), error).parent_path(), error);
+  const fs::path below =
+      beside.lexically_relative(fs::weakly_canonical(fs::absolute(options.dir, error), error));
+  if (!error && !below.empty() && *below.begin() != "..") return "";
   const std::vector<std::string> others =
       CheckpointKeeping(config).branch_changes(run_id, resumed_lineage, resumed_step).supersede;
   if (others.empty()) return "";
   std::ostringstream message;
   message << "checkpoint.dir " << options.dir << " holds " << others.size() << " checkpoint"
-          << (others.size() > 1 ? "s" : "") << " of this run (" << run_id << ") on another "
-          << "branch than " << resumed_from << " (step " << resumed_step << "): ";
+          << (others.size() > 1 ? "s" : "") << " of this run (" << run_id << ") that a resume "
+          << "from " << resumed_from << " (step " << resumed_step << ") would abandon: ";
   for (size_t i = 0; i < others.size() && i < 3; ++i) message << (i ? ", " : "") << others[i];
   if (others.size() > 3) message << ", ...";
-  message << " (an earlier resume of that file, trained on there?); this resume would mark "
-          << "them superseded and write over the steps it reaches again. Continue them with "
+  message << " (trained there from that file before: a requeue of a job that resumes it, or "
+          << "an earlier resume of it?); this one would mark them superseded and write over "
+          << "the steps it reaches again. Continue them with "
           << "--checkpoint.resume=auto, give this resume another checkpoint.dir, or set "
           << "checkpoint.overwrite = true to abandon them (marked superseded, not deleted)";
   return message.str();
