@@ -1008,8 +1008,9 @@ TEST(Tools, MoreThreadsThanTheCoresItMayUseAreSaid) {
       (scratch.path() / "corpus").string() + " --vocab-size 30 --threads 2");
   EXPECT_EQ(preprocessed.exit_code, 0) << preprocessed.output;
   EXPECT_NE(preprocessed.output.find("note: --threads 2 is more than the 1 core this process "
-                                     "may use: the threads share it (give --threads 1 or "
-                                     "fewer)\n"),
+                                     "may use (its CPU affinity: a batch system's cpuset, "
+                                     "taskset, mpirun's binding): the threads share it, each "
+                                     "a fraction as fast; give --threads 1 or fewer\n"),
             std::string::npos)
       << preprocessed.output;
 }

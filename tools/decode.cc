@@ -693,12 +693,13 @@ Workers plan_workers(const Arguments& args, const thpc::TrainConfig& train,
     workers = train.threads > 0 ? train.threads : usable;
     // More threads than cores share them, each a fraction as fast (16 workers of 4
     // threads on 2 cores were planned without a word): said, once, and honoured.
-    if (train.threads > usable) {
-      std::cerr << "transformer_decode: note: "
-                << (args.threads >= 0 ? "--threads " : "the checkpoint's train.threads ")
-                << train.threads << " is more than the " << usable
-                << (usable == 1 ? " core" : " cores") << " this process may use: the "
-                << "threads share them (give --threads " << usable << " or fewer)\n";
+    if (const std::string note = thpc::more_threads_than_cores(
+            train.threads,
+            (args.threads >= 0 ? "--threads " : "the checkpoint's train.threads ") +
+                std::to_string(train.threads),
+            "--threads ");
+        !note.empty()) {
+      std::cerr << "transformer_decode: note: " << note << "\n";
     }
   }
   const int threads = workers;

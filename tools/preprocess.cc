@@ -112,12 +112,10 @@ int main(int argc, char** argv) {
         }
       }
       // As transformer_decode and the trainer say it (a helper's walk found it silent).
-      if (const int usable = thpc::cores_this_process_may_use(); options.threads > usable) {
-        std::cerr << "note: --threads " << options.threads << " is more than the " << usable
-                  << (usable == 1 ? " core" : " cores") << " this process may use: the "
-                  << "threads share " << (usable == 1 ? "it" : "them") << " (give --threads "
-                  << usable << " or fewer)"
-                  << std::endl;
+      if (const std::string note = thpc::more_threads_than_cores(
+              options.threads, "--threads " + std::to_string(options.threads), "--threads ");
+          !note.empty()) {
+        std::cerr << "note: " << note << std::endl;
       }
     }
     return command;

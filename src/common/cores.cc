@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <string>
 #include <thread>
 
 namespace thpc {
@@ -14,6 +15,17 @@ int cores_this_process_may_use() {
     return CPU_COUNT(&allowed);
   }
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+std::string more_threads_than_cores(int threads, const std::string& setting,
+                                    const std::string& fix, const std::string& or_else) {
+  const int usable = cores_this_process_may_use();
+  if (threads <= usable) return "";
+  const bool one = usable == 1;
+  return setting + " is more than the " + std::to_string(usable) + (one ? " core" : " cores") +
+         " this process may use (its CPU affinity: a batch system's cpuset, taskset, mpirun's "
+         "binding): the threads share " + (one ? "it" : "them") + ", each a fraction as fast; "
+         "give " + fix + std::to_string(usable) + " or fewer" + or_else;
 }
 
 }  // namespace thpc

@@ -682,13 +682,11 @@ bool Trainer::start_up(std::ostream& out) {
   // binding of each rank to a core) share them, each a fraction as fast: 8 threads on one
   // core ran a tiny step at 370 ms against 18.5 ms with 1 (a helper's walk), without a
   // word, where transformer_decode said so. Said, and honoured.
-  if (const int usable = cores_this_process_may_use();
-      backend_->host_memory() && config_.train.threads > usable) {
-    out << "note: train.threads = " << config_.train.threads << " is more than the " << usable
-        << (usable == 1 ? " core" : " cores") << " this process may use (its CPU affinity: "
-        << "a batch system's cpuset, taskset, mpirun's binding): the threads share "
-        << (usable == 1 ? "it" : "them") << ", each a fraction as fast; give train.threads = "
-        << usable << " or fewer, or 0 for as many as it may use" << std::endl;
+  if (const std::string note = more_threads_than_cores(
+          config_.train.threads, "train.threads = " + std::to_string(config_.train.threads),
+          "train.threads = ", ", or 0 for as many as it may use");
+      backend_->host_memory() && !note.empty()) {
+    out << "note: " << note << std::endl;
   }
   end_with_the_epochs(out, true);  // from the position resumed at
   const CheckpointConfig& start = config_.checkpoint;
