@@ -106,16 +106,18 @@ TEST_F(RunOutputs, MetricsFileHoldsExactlyTheLoggedValues) {
   // checkpoint.dir is run/checkpoints and train.metrics_dir is unset: the file is in it.
   const std::vector<std::string> records = lines_of(read_file(root_ / "run/checkpoints/metrics.jsonl"));
   // The process's records start with the record of its run (no line shows it): the run's
-  // id, the step it started from, the checkpoint it resumed from (none here) and its
-  // checkpoint.dir, absolute.
+  // id, the step it started from, the checkpoint it resumed from (none here), its
+  // checkpoint.dir, absolute, and its lineage (a fresh run's: 0:RUN_ID).
   ASSERT_FALSE(records.empty());
   EXPECT_TRUE(std::regex_search(
       records[0],
       std::regex(R"re(^\{"kind": "run", "step": 0, "wall_s": 0, "time": [0-9.]+, "run": "[0-9a-f]{16}", "resumed_from": null, "checkpoint_dir": ")re")))
       << records[0];
   // (the path compared as text: a temporary directory's name may hold a regex's characters)
+  const std::string run_id = records[0].substr(records[0].find("\"run\": \"") + 8, 16);
   const std::string directory_field =
-      "\"checkpoint_dir\": \"" + (root_ / "run/checkpoints").lexically_normal().string() + "\"}";
+      "\"checkpoint_dir\": \"" + (root_ / "run/checkpoints").lexically_normal().string() +
+      "\", \"lineage\": \"0:" + run_id + "\"}";
   const size_t tail = std::min(records[0].size(), directory_field.size());
   EXPECT_EQ(records[0].substr(records[0].size() - tail), directory_field);
   size_t next = 1;
@@ -319,6 +321,72 @@ TEST_F(RunOutputs, PlotsOfARunResumedFromAnOlderStepLeaveOutTheBranchItLeft) {
       "')[('valid', 'valid_ppl')])\"");
   ASSERT_EQ(read.exit_code, 0) << read.output;
   EXPECT_EQ(read.output, "[(20, 2.0, 180), (40, 3.0, 260), (50, 4.0, 250)]\n");
+}
+
+// Records with lineages (each process's "run" record, a rollback's "branch" record): the
+// curves are the line the run ended on. A return to a branch left before showed the other
+// branch's step and dropped the returned branch's later ones (a helper's walk: the run
+// record said nothing of the line).
+TEST_F(RunOutputs, PlotsFollowTheLineOfTrainingTheRunEndedOn) {
+  std::string why_not;
+  const std::string python = python_with("matplotlib", &why_not);
+  if (python.empty()) GTEST_SKIP() << why_not;
+  const std::string a = "0:aaaaaaaaaaaaaaaa", b = "20:bbbbbbbbbbbbbbbb",
+                    c = "50:cccccccccccccccc";
+  const auto valid = [](int step, double wall, int ppl) {
+    return "{\"kind\": \"valid\", \"step\": " + std::to_string(step) + ", \"wall_s\": " +
+           std::to_string(wall) + ", \"valid_ppl\": " + std::to_string(ppl) + "}\n";
+  };
+  const auto start = [](const std::string& kind, int step, const std::string& lineage) {
+    return "{\"kind\": \"" + kind + "\", \"step\": " + std::to_string(step) +
+           ", \"wall_s\": 0, \"run\": \"a\", \"lineage\": \"" + lineage + "\"}\n";
+  };
+  std::string records = start("run", 0, a);
+  for (int step = 10; step <= 40; step += 10) records += valid(step, step / 10.0, 100 - step);
+  records += start("run", 20, a + " " + b) + valid(25, 0.5, 500);  // a branch from 20
+  records += start("run", 40, a) + valid(50, 1, 50) + valid(55, 2, 45);  // back to a's 40
+  // A rollback to step 50: a "branch" record (wall_s goes on), then the new line's 55.
+  records += "{\"kind\": \"branch\", \"step\": 50, \"wall_s\": 2.5, \"lineage\": \"" + a +
+             " " + c + "\"}\n" + valid(55, 3, 40);
+  const fs::path file = root_ / "lines.jsonl";
+  std::ofstream(file) << records;
+  const ProcessResult read = run_process(
+      python + " -c \"import sys; sys.path.insert(0, '" THPC_SOURCE_DIR "/tools'); "
+      "import plot_metrics; print(plot_metrics.read_run('" + file.string() +
+      "')[('valid', 'valid_ppl')])\"");
+  ASSERT_EQ(read.exit_code, 0) << read.output;
+  EXPECT_EQ(read.output, "[(10, 1.0, 90), (20, 2.0, 80), (30, 3.0, 70), (40, 4.0, 60), "
+                         "(50, 5.0, 50), (55, 7.0, 40)]\n");
+}
+
+// TensorBoard shows one line too: each process's start, and a rollback, write a session
+// start at the step after the one it went on from, and TensorBoard's reader drops what was
+// logged from there (a helper's walk: steps ..., 5, 6, 3, 4, a zig-zag, as PyTorch's
+// SummaryWriter without purge_step gives).
+TEST_F(RunOutputs, TensorBoardDropsTheStepsOfTheBranchAResumeLeft) {
+  std::string why_not;
+  const std::string python = python_with("tensorboard", &why_not);
+  if (python.empty()) GTEST_SKIP() << why_not;
+  const fs::path dir = root_ / "tensorboard_branch";
+  const std::string train = trainer_command() + " --train.log_every=1 --train.valid_every=0 "
+                            "--train.valid_bleu=false --checkpoint.every_steps=2 "
+                            "--checkpoint.dir=" + dir.string();
+  const ProcessResult first = run_process(train + " --train.max_steps=6");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const ProcessResult resumed = run_process(
+      train + " --train.max_steps=4 --train.lr_scale=0.5 --checkpoint.resume=" +
+      (dir / "step_00000002.h5").string());
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const ProcessResult read =
+      run_process(python + " " THPC_SOURCE_DIR "/tests/tensorboard_scalars.py " + dir.string());
+  ASSERT_EQ(read.exit_code, 0) << read.output;
+  std::vector<std::string> lr_steps;
+  for (const std::string& line : lines_of(read.output)) {
+    if (line.rfind("{", 0) != 0) continue;  // TensorBoard's own log lines
+    const std::map<std::string, std::string> scalar = parse_record(line);
+    if (scalar.at("tag") == "\"train/lr\"") lr_steps.push_back(scalar.at("step"));
+  }
+  EXPECT_EQ(lr_steps, (std::vector<std::string>{"1", "2", "3", "4"})) << read.output;
 }
 
 TEST_F(RunOutputs, PlotsOfAMissingOrMalformedMetricsFileAreAOneLineError) {

@@ -19,9 +19,13 @@ dashed lines with markers:
     chrf        validation chrF (only when a run logged valid_chrf: train.valid_metric)
 
 A resumed run appends to its metrics.jsonl, so a step may appear twice: the later record
-is the one that continued and is the one plotted. Training wall time adds up wall_s over
-the processes of a run (a record whose wall_s is smaller than the one before starts a new
-process), so the time a job waited in the queue between them is not counted.
+is the one that continued and is the one plotted. Where the run went back (a resume from an
+older checkpoint, a rollback), the records of the line of training it ended on are plotted:
+each "run" and "branch" record names its lineage (the lines of training that led to it, as
+its checkpoints record them), and a record belongs to the line its process was on; a
+return to a branch left before plots that branch again. Training wall time adds up wall_s
+over the processes of a run (a record whose wall_s is smaller than the one before starts a
+new process), so the time a job waited in the queue between them is not counted.
 
 Needs matplotlib (tools/install_deps.sh puts it into ~/.cache/thpc-venv). Exit codes: 0
 done, 2 a bad command line, 1 an unreadable or malformed metrics file (one line naming it).
@@ -53,6 +57,26 @@ def metrics_file(run):
     return os.path.join(run, "metrics.jsonl") if os.path.isdir(run) else run
 
 
+def parse_lineage(text):
+    """[(step, line id), ...] of a record's "lineage" ("STEP:ID STEP:ID ..."), or None."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return [(int(word.split(":")[0]), word.split(":")[1]) for word in text.split()]
+    except (ValueError, IndexError):
+        return None
+
+
+def on_lineage(line, step, lineage):
+    """Whether a record at `step` of line `line` is on `lineage`: its line is one of the
+    lineage's, and the step lies before the next line began (the last line goes on)."""
+    ids = [line_id for _, line_id in lineage]
+    if line not in ids:
+        return False
+    index = ids.index(line)
+    return index + 1 == len(lineage) or step <= lineage[index + 1][0]
+
+
 def read_run(run):
     """{(kind, key): [(step, training seconds, value), ...]} of one run, sorted by step."""
     if not os.path.exists(run):
@@ -66,6 +90,8 @@ def read_run(run):
         raise MetricsError(f"{path}: cannot read the metrics file ({error.strerror})") from None
     latest = {}  # (kind, step) -> (training seconds, record); a later record replaces
     offset, previous_wall = 0.0, None
+    # With lineages (every run record has one): every record with its line, in file order.
+    lined, current_line, final_lineage, with_lineages = [], None, None, True
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -76,19 +102,37 @@ def read_run(run):
             if number == len(lines) and not text.endswith("\n"):
                 break  # a record being written (a live run), or cut short by a crash
             raise MetricsError(f"{path}: line {number}: not a metrics record ({error})") from None
-        if kind == "run":
-            # A process's start at the step it resumed from: what earlier processes
-            # recorded past it is a branch left (a resume from an older checkpoint, whose
-            # later steps the trainer marks superseded) or steps done again; dropped, and
-            # the clock goes on from that step's time.
-            latest = {key: value for key, value in latest.items() if key[1] <= step}
-            offset = max((seconds for seconds, _ in latest.values()), default=0.0)
-            previous_wall = None
+        if kind in ("run", "branch"):
+            lineage = parse_lineage(record.get("lineage"))
+            if kind == "run" and lineage is None:
+                with_lineages = False
+            if lineage is not None:
+                # The clock goes on from the time of the step it went back to, on the line
+                # it continues (the records of that line up to that step).
+                offset = max((seconds for (_, at, seconds, _, on) in lined
+                              if at <= step and on_lineage(on, at, lineage)),
+                             default=0.0) if kind == "run" else offset
+                current_line, final_lineage = lineage[-1][1], lineage
+            if kind == "run":
+                # A process's start at the step it resumed from: what earlier processes
+                # recorded past it is a branch left (a resume from an older checkpoint,
+                # whose later steps the trainer marks superseded) or steps done again;
+                # dropped, and the clock goes on from that step's time.
+                latest = {key: value for key, value in latest.items() if key[1] <= step}
+                if lineage is None:
+                    offset = max((seconds for seconds, _ in latest.values()), default=0.0)
+                previous_wall = None
             continue
         if previous_wall is not None and wall < previous_wall:
             offset += previous_wall  # a new process without a run record starts at 0
         previous_wall = wall
         latest[(kind, step)] = (offset + wall, record)
+        lined.append((kind, step, offset + wall, record, current_line))
+    if with_lineages and final_lineage is not None:
+        latest = {}
+        for kind, step, seconds, record, on in lined:  # a later record replaces
+            if on_lineage(on, step, final_lineage):
+                latest[(kind, step)] = (seconds, record)
     if not latest:
         raise MetricsError(f"{path}: no records")
     series = {}

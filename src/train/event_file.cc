@@ -122,6 +122,15 @@ void EventFile::write_scalars(int64_t step, double wall_time,
   write_record(event.SerializeAsString());
 }
 
+void EventFile::write_session_start(int64_t step, double wall_time) {
+  if (!file_.is_open()) return;
+  tensorboard::Event event;
+  event.set_wall_time(wall_time);
+  event.set_step(step);
+  event.mutable_session_log()->set_status(tensorboard::SessionLog::START);
+  write_record(event.SerializeAsString());
+}
+
 void EventFile::write_record(const std::string& event_bytes) {
   errno = 0;
   file_ << tfrecord(event_bytes) << std::flush;

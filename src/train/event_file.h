@@ -1,7 +1,8 @@
 // TensorBoard event files: what `tensorboard --logdir RUN` reads. A file is a sequence of
 // TFRecords, each holding one serialized Event (proto/tensorboard/event.proto, compiled
 // by protoc): first a file_version record, then one Event per metrics.jsonl record with
-// its scalars as Summary values.
+// its scalars as Summary values, and a session start where training goes on from an
+// earlier step (write_session_start).
 #pragma once
 
 #include <cstdint>
@@ -66,6 +67,11 @@ class EventFile {
   // TensorBoard stores a scalar as a 32-bit float, so each value is rounded to float; a
   // value that is not finite (shown as n/a) is left out.
   void write_scalars(int64_t step, double wall_time, const std::vector<TaggedScalar>& scalars);
+  // A SessionLog START at `step`: TensorBoard's readers drop the values of every earlier
+  // event at `step` and after it (in this file and the run directory's others), as
+  // PyTorch's SummaryWriter(purge_step=...) asks. Written where training goes on from
+  // step - 1: a resume, a rollback.
+  void write_session_start(int64_t step, double wall_time);
 
  private:
   void write_record(const std::string& event_bytes);

@@ -368,7 +368,7 @@ void MetricsFile::give_up(const std::string& what, int64_t step, std::string adv
 
 void MetricsFile::write_run_start(int64_t step, const std::string& run_id,
                                   const std::string& resumed_from,
-                                  const std::string& checkpoint_dir) {
+                                  const std::string& checkpoint_dir, const std::string& lineage) {
   if (!file_.is_open()) return;
   const double now = std::chrono::duration<double>(
                          std::chrono::system_clock::now().time_since_epoch())
@@ -377,8 +377,24 @@ void MetricsFile::write_run_start(int64_t step, const std::string& run_id,
   record << "{\"kind\": \"run\", \"step\": " << step << ", \"wall_s\": 0, \"time\": "
          << std::fixed << std::setprecision(3) << now << ", \"run\": " << json_string(run_id)
          << ", \"resumed_from\": " << (resumed_from.empty() ? "null" : json_string(resumed_from))
-         << ", \"checkpoint_dir\": " << json_string(checkpoint_dir) << "}\n";
+         << ", \"checkpoint_dir\": " << json_string(checkpoint_dir)
+         << ", \"lineage\": " << json_string(lineage) << "}\n";
   append(record.str());
+  // (Its failure is said as the first record's: the file was just opened.)
+  events_.write_session_start(step + 1, now);
+}
+
+void MetricsFile::write_branch(int64_t step, double wall_s, const std::string& lineage) {
+  write("branch", step, wall_s, {}, {{"lineage", lineage}});
+  if (!file_.is_open()) return;
+  try {
+    events_.write_session_start(
+        step + 1,
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+            .count());
+  } catch (const Error& e) {
+    give_up(e.what(), step);
+  }
 }
 
 }  // namespace thpc

@@ -64,11 +64,18 @@ class MetricsFile {
 
   // The record a process writes when it starts training: {"kind": "run", "step": STEP,
   // "wall_s": 0, "time": ..., "run": "ID", "resumed_from": "PATH" or null,
-  // "checkpoint_dir": "ABSOLUTE PATH"}. It marks where a process's records begin, and says
-  // whose file it is (last_run_id) and where that run's checkpoints are
-  // (last_run_checkpoint_dir). Not an Event.
+  // "checkpoint_dir": "ABSOLUTE PATH", "lineage": "STEP:ID ..."}. It marks where a
+  // process's records begin, and says whose file it is (last_run_id), where that run's
+  // checkpoints are (last_run_checkpoint_dir) and which line of training its records are
+  // on (the last of its lineage, Checkpoint::lineage: a reader keeps the records of the
+  // final record's lineage, tools/plot_metrics.py). Its Event is a session start at step +
+  // 1, so that TensorBoard drops the values earlier processes logged past `step`.
   void write_run_start(int64_t step, const std::string& run_id, const std::string& resumed_from,
-                       const std::string& checkpoint_dir);
+                       const std::string& checkpoint_dir, const std::string& lineage);
+  // A rollback to the checkpoint of `step` (its line `lineage`): {"kind": "branch", "step":
+  // STEP, "wall_s": ..., "time": ..., "lineage": "..."}, the records after it on that line,
+  // and a session start at step + 1.
+  void write_branch(int64_t step, double wall_s, const std::string& lineage);
 
   // The "run" of the last run record of the metrics file at `path`, "" when it has none
   // (or the file is missing); *has_records says whether it holds any record at all.

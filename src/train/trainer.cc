@@ -781,7 +781,8 @@ void Trainer::begin_training(RunProgress& run) {
   // another run's by it, whatever directory each was started from.)
   run.metrics.write_run_start(
       run.first_step, run_id_, resumed_from_,
-      std::filesystem::absolute(config_.checkpoint.dir).lexically_normal().string());
+      std::filesystem::absolute(config_.checkpoint.dir).lexically_normal().string(),
+      lineage_text(lineage_));
 }
 
 StepDecision Trainer::decide_step(const StepStats& stats, DivergenceKind divergence,
@@ -813,6 +814,10 @@ Trainer::AfterStep Trainer::after_divergent_step(StepStats& stats,
     const ValidationRecord best = best_valid_;
     restore(checkpoint, path);
     best_valid_ = best;
+    // The records after it are the new line's (plot_metrics.py keeps them, TensorBoard
+    // drops the values logged past the step rolled back to).
+    run.metrics.write_branch(checkpoint.step, run.seconds_since_start(),
+                             lineage_text(lineage_));
     // A checkpoint of an earlier run of this directory may have had another budget.
     if (!data_position_note_.empty()) run.out << data_position_note_ << std::endl;
   };
