@@ -58,14 +58,30 @@ std::string tfrecord(std::string_view data) {
 
 bool event_file_records_no_value(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  unsigned char length[8] = {0};
-  if (!in.read(reinterpret_cast<char*>(length), sizeof length)) return false;
-  uint64_t first = 0;
-  for (int i = 7; i >= 0; --i) first = (first << 8) | length[i];  // little-endian
   std::error_code error;
   const uintmax_t size = std::filesystem::file_size(path, error);
-  // A TFRecord: the length, its masked CRC (4 bytes), the data, the data's CRC (4 bytes).
-  return !error && first < size && size == 8 + 4 + first + 4;
+  if (error) return false;
+  // TFRecords: the length, its masked CRC (4 bytes), the data, the data's CRC (4 bytes).
+  // The file_version record and session starts (a process's start) are no value; a
+  // record that does not parse whole is taken for one.
+  uintmax_t at = 0;
+  int records = 0;
+  while (at < size) {
+    unsigned char length[8] = {0};
+    if (!in.read(reinterpret_cast<char*>(length), sizeof length)) return false;
+    uint64_t bytes = 0;
+    for (int i = 7; i >= 0; --i) bytes = (bytes << 8) | length[i];  // little-endian
+    if (bytes > size - at || 8 + 4 + bytes + 4 > size - at) return false;
+    std::string data(bytes, '\0');
+    in.ignore(4);
+    if (!in.read(data.data(), static_cast<std::streamsize>(bytes))) return false;
+    in.ignore(4);
+    tensorboard::Event event;
+    if (!event.ParseFromString(data) || event.has_summary()) return false;
+    at += 8 + 4 + bytes + 4;
+    ++records;
+  }
+  return records > 0;
 }
 
 FileAtPath file_at_path(const std::string& path) {

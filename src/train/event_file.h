@@ -33,8 +33,9 @@ using TaggedScalar = std::pair<std::string, double>;
 // each record flushed at once so that a live TensorBoard, and a job killed mid-run, see
 // every value written.
 // A default-constructed file writes nothing (ranks other than 0).
-// True when the event file `path` holds its file-version record and nothing after it: a
-// run that recorded no value (false when it cannot be read).
+// True when the event file `path` holds its file-version record and nothing after it but
+// session starts (each process's start writes one): a run that recorded no value (false
+// when it cannot be read).
 bool event_file_records_no_value(const std::string& path);
 
 // Which file `path` names now, by device and inode ({0, 0} when it names none): a file
