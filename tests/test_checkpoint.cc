@@ -1972,6 +1972,15 @@ TEST_F(CheckpointTest, ParametersOnlyCheckpointServesDecodingAndInit) {
             std::string::npos)
       << log.str();
   EXPECT_NE(log.str().find("final: step=1 "), std::string::npos) << log.str();
+  // The metrics say so too: the run record names checkpoint.init's file (its curves are a
+  // fine-tuning's, not a run from scratch; a helper's walk).
+  {
+    std::ifstream metrics(path("run3") + "/metrics.jsonl");
+    std::string first;
+    std::getline(metrics, first);
+    EXPECT_NE(first.find("\"init\": \"" + path("average.h5") + "\""), std::string::npos)
+        << first;
+  }
   // What starts afresh is said, as a fairseq user's --reset-* flags would say it.
   EXPECT_NE(log.str().find("note: checkpoint.init starts a new run from those parameters "
                            "alone: Adam's moments are zero, and the step, the learning-rate "

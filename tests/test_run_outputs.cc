@@ -107,7 +107,8 @@ TEST_F(RunOutputs, MetricsFileHoldsExactlyTheLoggedValues) {
   const std::vector<std::string> records = lines_of(read_file(root_ / "run/checkpoints/metrics.jsonl"));
   // The process's records start with the record of its run (no line shows it): the run's
   // id, the step it started from, the checkpoint it resumed from (none here), its
-  // checkpoint.dir, absolute, and its lineage (a fresh run's: 0:RUN_ID).
+  // checkpoint.dir, absolute, its lineage (a fresh run's: 0:RUN_ID) and its validation
+  // pairs' digest.
   ASSERT_FALSE(records.empty());
   EXPECT_TRUE(std::regex_search(
       records[0],
@@ -117,9 +118,11 @@ TEST_F(RunOutputs, MetricsFileHoldsExactlyTheLoggedValues) {
   const std::string run_id = records[0].substr(records[0].find("\"run\": \"") + 8, 16);
   const std::string directory_field =
       "\"checkpoint_dir\": \"" + (root_ / "run/checkpoints").lexically_normal().string() +
-      "\", \"lineage\": \"0:" + run_id + "\"}";
-  const size_t tail = std::min(records[0].size(), directory_field.size());
-  EXPECT_EQ(records[0].substr(records[0].size() - tail), directory_field);
+      "\", \"lineage\": \"0:" + run_id + "\", \"valid_sha256\": \"";
+  EXPECT_NE(records[0].find(directory_field), std::string::npos) << records[0];
+  EXPECT_TRUE(std::regex_search(records[0], std::regex(R"re("valid_sha256": "[0-9a-f]{64}"\}$)re")))
+      << records[0];
+  EXPECT_EQ(records[0].find("\"init\""), std::string::npos) << records[0];  // none here
   size_t next = 1;
   int train_lines = 0, valid_lines = 0, summary_lines = 0;
   const std::regex logged(R"(^(step (\d+)/\d+|valid step (\d+)|summary:) (.*)$)");

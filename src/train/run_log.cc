@@ -368,7 +368,8 @@ void MetricsFile::give_up(const std::string& what, int64_t step, std::string adv
 
 void MetricsFile::write_run_start(int64_t step, const std::string& run_id,
                                   const std::string& resumed_from,
-                                  const std::string& checkpoint_dir, const std::string& lineage) {
+                                  const std::string& checkpoint_dir, const std::string& lineage,
+                                  const std::string& init, const std::string& valid_sha256) {
   if (!file_.is_open()) return;
   const double now = std::chrono::duration<double>(
                          std::chrono::system_clock::now().time_since_epoch())
@@ -378,7 +379,10 @@ void MetricsFile::write_run_start(int64_t step, const std::string& run_id,
          << std::fixed << std::setprecision(3) << now << ", \"run\": " << json_string(run_id)
          << ", \"resumed_from\": " << (resumed_from.empty() ? "null" : json_string(resumed_from))
          << ", \"checkpoint_dir\": " << json_string(checkpoint_dir)
-         << ", \"lineage\": " << json_string(lineage) << "}\n";
+         << ", \"lineage\": " << json_string(lineage);
+  if (!init.empty()) record << ", \"init\": " << json_string(init);
+  if (!valid_sha256.empty()) record << ", \"valid_sha256\": " << json_string(valid_sha256);
+  record << "}\n";
   append(record.str());
   // (Its failure is said as the first record's: the file was just opened.)
   events_.write_session_start(step + 1, now);

@@ -69,9 +69,14 @@ class MetricsFile {
   // checkpoints are (last_run_checkpoint_dir) and which line of training its records are
   // on (the last of its lineage, Checkpoint::lineage: a reader keeps the records of the
   // final record's lineage, tools/plot_metrics.py). Its Event is a session start at step +
-  // 1, so that TensorBoard drops the values earlier processes logged past `step`.
+  // 1, so that TensorBoard drops the values earlier processes logged past `step`. Two
+  // fields only when they are known: "init": PATH (checkpoint.init's parameters began a
+  // new run: its curves are a fine-tuning's, not a run from scratch) and "valid_sha256": the
+  // validation pairs' digest (BatchSource::corpus_sha256), whose change between processes
+  // says that the validation values before and after are of two sets.
   void write_run_start(int64_t step, const std::string& run_id, const std::string& resumed_from,
-                       const std::string& checkpoint_dir, const std::string& lineage);
+                       const std::string& checkpoint_dir, const std::string& lineage,
+                       const std::string& init = "", const std::string& valid_sha256 = "");
   // A rollback to the checkpoint of `step` (its line `lineage`): {"kind": "branch", "step":
   // STEP, "wall_s": ..., "time": ..., "lineage": "..."}, the records after it on that line,
   // and a session start at step + 1.

@@ -782,7 +782,8 @@ void Trainer::begin_training(RunProgress& run) {
   run.metrics.write_run_start(
       run.first_step, run_id_, resumed_from_,
       std::filesystem::absolute(config_.checkpoint.dir).lexically_normal().string(),
-      lineage_text(lineage_));
+      lineage_text(lineage_), resumed_from_.empty() ? config_.checkpoint.init : "",
+      valid_source_ ? valid_source_->corpus_sha256() : "");
 }
 
 StepDecision Trainer::decide_step(const StepStats& stats, DivergenceKind divergence,
