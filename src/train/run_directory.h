@@ -150,8 +150,9 @@ std::vector<std::unique_ptr<RunLock>> lock_run_directory(const Config& config,
 // resume of the same file, trained on there, as a second fine-tuning into the first one's
 // directory, whose checkpoints it marked superseded and wrote over); checkpoint.overwrite
 // lets it mark them. No output may destroy an input. Rank 0 then removes, with a note
-// each, the temporary files of checkpoint writes that a crash interrupted. Returns rank 0's metrics file (run_metrics_path; "" on the
-// other ranks), or throws AllRanksError (exit 2) on every rank before anything is written.
+// each, the temporary files of checkpoint writes that a crash interrupted. Returns rank
+// 0's metrics file (run_metrics_path; "" on the other ranks), or throws AllRanksError
+// (exit 2) on every rank before anything is written.
 std::string claim_run_directory(const Config& config, const Communicator& comm,
                                 const std::string& run_id, const std::string& resumed_from,
                                 int64_t resumed_step,
