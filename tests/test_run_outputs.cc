@@ -362,6 +362,34 @@ TEST_F(RunOutputs, PlotsFollowTheLineOfTrainingTheRunEndedOn) {
                          "(50, 5.0, 50), (55, 7.0, 40)]\n");
 }
 
+// Validation values of two sets (a run record's valid_sha256 changes: a fine-tuning on new
+// data) are not one curve: a NaN between them breaks the line (a helper's walk: one curve
+// ran across both sets).
+TEST_F(RunOutputs, PlotsBreakTheValidationCurveWhereTheValidationSetChanges) {
+  std::string why_not;
+  const std::string python = python_with("matplotlib", &why_not);
+  if (python.empty()) GTEST_SKIP() << why_not;
+  const auto valid = [](int step, int ppl) {
+    return "{\"kind\": \"valid\", \"step\": " + std::to_string(step) + ", \"wall_s\": " +
+           std::to_string(step / 10) + ", \"valid_ppl\": " + std::to_string(ppl) + "}\n";
+  };
+  const auto start = [](int step, const std::string& set) {
+    return "{\"kind\": \"run\", \"step\": " + std::to_string(step) +
+           ", \"wall_s\": 0, \"run\": \"a\", \"lineage\": \"0:aaaaaaaaaaaaaaaa\", "
+           "\"valid_sha256\": \"" + set + "\"}\n";
+  };
+  const fs::path file = root_ / "two_sets.jsonl";
+  std::ofstream(file) << start(0, "x") + valid(10, 90) + valid(20, 80) + start(20, "x") +
+                             valid(30, 70) + start(30, "y") + valid(40, 160);
+  const ProcessResult read = run_process(
+      python + " -c \"import sys; sys.path.insert(0, '" THPC_SOURCE_DIR "/tools'); "
+      "import plot_metrics; print(plot_metrics.read_run('" + file.string() +
+      "')[('valid', 'valid_ppl')])\"");
+  ASSERT_EQ(read.exit_code, 0) << read.output;
+  EXPECT_EQ(read.output, "[(10, 1.0, 90), (20, 2.0, 80), (30, 5.0, 70), (40, 9.0, nan), "
+                         "(40, 9.0, 160)]\n");
+}
+
 // TensorBoard shows one line too: each process's start, and a rollback, write a session
 // start at the step after the one it went on from, and TensorBoard's reader drops what was
 // logged from there (a helper's walk: steps ..., 5, 6, 3, 4, a zig-zag, as PyTorch's

@@ -25,7 +25,10 @@ each "run" and "branch" record names its lineage (the lines of training that led
 its checkpoints record them), and a record belongs to the line its process was on; a
 return to a branch left before plots that branch again. Training wall time adds up wall_s
 over the processes of a run (a record whose wall_s is smaller than the one before starts a
-new process), so the time a job waited in the queue between them is not counted.
+new process), so the time a job waited in the queue between them is not counted. Where a
+process validates on other validation pairs than the one before (its run record's
+valid_sha256: a fine-tuning's new data), the validation curves break there: the values
+before and after are of two sets.
 
 Needs matplotlib (tools/install_deps.sh puts it into ~/.cache/thpc-venv). Exit codes: 0
 done, 2 a bad command line, 1 an unreadable or malformed metrics file (one line naming it).
@@ -92,6 +95,7 @@ def read_run(run):
     offset, previous_wall = 0.0, None
     # With lineages (every run record has one): every record with its line, in file order.
     lined, current_line, final_lineage, with_lineages = [], None, None, True
+    valid_set = None  # the validation pairs of the process's run record, when it names them
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -102,6 +106,10 @@ def read_run(run):
             if number == len(lines) and not text.endswith("\n"):
                 break  # a record being written (a live run), or cut short by a crash
             raise MetricsError(f"{path}: line {number}: not a metrics record ({error})") from None
+        if kind == "run":
+            valid_set = record.get("valid_sha256")
+        if kind == "valid":
+            record = dict(record, valid_set=valid_set)  # (text: no curve of its own)
         if kind in ("run", "branch"):
             lineage = parse_lineage(record.get("lineage"))
             if kind == "run" and lineage is None:
@@ -135,12 +143,18 @@ def read_run(run):
                 latest[(kind, step)] = (seconds, record)
     if not latest:
         raise MetricsError(f"{path}: no records")
-    series = {}
+    series, sets = {}, {}
     for (kind, step), (seconds, record) in sorted(latest.items(), key=lambda item: item[0][1]):
         for key, value in record.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool) and \
                     math.isfinite(value):
-                series.setdefault((kind, key), []).append((step, seconds, value))
+                points = series.setdefault((kind, key), [])
+                now = record.get("valid_set")
+                if points and now is not None and sets.get((kind, key)) not in (None, now):
+                    points.append((step, seconds, math.nan))  # another set: the line breaks
+                if now is not None:
+                    sets[(kind, key)] = now
+                points.append((step, seconds, value))
     return series
 
 
