@@ -295,6 +295,14 @@ TEST_F(RunOutputs, PlotsArePngsOfTheStatedSize) {
   EXPECT_EQ(written, expected);
 }
 
+// The validation perplexity tools/plot_metrics.py reads from the metrics file `file`, as
+// Python prints its [(step, seconds, value), ...].
+ProcessResult valid_ppl_as_plotted(const std::string& python, const fs::path& file) {
+  return run_process(python + " -c \"import sys; sys.path.insert(0, '" THPC_SOURCE_DIR
+                              "/tools'); import plot_metrics; print(plot_metrics.read_run('" +
+                     file.string() + "')[('valid', 'valid_ppl')])\"");
+}
+
 // A run resumed from an older checkpoint (steps 40-60 left, marked superseded): the
 // curves kept the left branch's points past the steps the new process reached (its valid
 // ppl at step 60 ended the curve, and the time axis ran back), a helper's finding. A
@@ -318,10 +326,7 @@ TEST_F(RunOutputs, PlotsOfARunResumedFromAnOlderStepLeaveOutTheBranchItLeft) {
   records << "{\"kind\": \"tra";  // being written
   const fs::path file = root_ / "resumed_older.jsonl";
   std::ofstream(file) << records.str();
-  const ProcessResult read = run_process(
-      python + " -c \"import sys; sys.path.insert(0, '" THPC_SOURCE_DIR "/tools'); "
-      "import plot_metrics; print(plot_metrics.read_run('" + file.string() +
-      "')[('valid', 'valid_ppl')])\"");
+  const ProcessResult read = valid_ppl_as_plotted(python, file);
   ASSERT_EQ(read.exit_code, 0) << read.output;
   EXPECT_EQ(read.output, "[(20, 2.0, 180), (40, 3.0, 260), (50, 4.0, 250)]\n");
 }
@@ -353,10 +358,7 @@ TEST_F(RunOutputs, PlotsFollowTheLineOfTrainingTheRunEndedOn) {
              " " + c + "\"}\n" + valid(55, 3, 40);
   const fs::path file = root_ / "lines.jsonl";
   std::ofstream(file) << records;
-  const ProcessResult read = run_process(
-      python + " -c \"import sys; sys.path.insert(0, '" THPC_SOURCE_DIR "/tools'); "
-      "import plot_metrics; print(plot_metrics.read_run('" + file.string() +
-      "')[('valid', 'valid_ppl')])\"");
+  const ProcessResult read = valid_ppl_as_plotted(python, file);
   ASSERT_EQ(read.exit_code, 0) << read.output;
   EXPECT_EQ(read.output, "[(10, 1.0, 90), (20, 2.0, 80), (30, 3.0, 70), (40, 4.0, 60), "
                          "(50, 5.0, 50), (55, 7.0, 40)]\n");
@@ -381,10 +383,7 @@ TEST_F(RunOutputs, PlotsBreakTheValidationCurveWhereTheValidationSetChanges) {
   const fs::path file = root_ / "two_sets.jsonl";
   std::ofstream(file) << start(0, "x") + valid(10, 90) + valid(20, 80) + start(20, "x") +
                              valid(30, 70) + start(30, "y") + valid(40, 160);
-  const ProcessResult read = run_process(
-      python + " -c \"import sys; sys.path.insert(0, '" THPC_SOURCE_DIR "/tools'); "
-      "import plot_metrics; print(plot_metrics.read_run('" + file.string() +
-      "')[('valid', 'valid_ppl')])\"");
+  const ProcessResult read = valid_ppl_as_plotted(python, file);
   ASSERT_EQ(read.exit_code, 0) << read.output;
   EXPECT_EQ(read.output, "[(10, 1.0, 90), (20, 2.0, 80), (30, 5.0, 70), (40, 9.0, nan), "
                          "(40, 9.0, 160)]\n");
