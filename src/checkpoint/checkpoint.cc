@@ -164,6 +164,19 @@ std::string parse_lineage(const std::string& text, std::vector<BranchStart>* lin
   return "";
 }
 
+// The header's branch line of `checkpoint`: its lineage's last line, none for the run's
+// start (older versions read such files as before) or without a lineage. The writer's and
+// the reader's check alike.
+namespace {
+std::optional<BranchStart> header_branch(const Checkpoint& checkpoint) {
+  if (checkpoint.lineage.empty() ||
+      checkpoint.lineage.back() == BranchStart{0, checkpoint.run_id}) {
+    return std::nullopt;
+  }
+  return checkpoint.lineage.back();
+}
+}  // namespace
+
 OnLineage where_on_lineage(const std::optional<BranchStart>& recorded, const std::string& run_id,
                            int64_t step, const std::vector<BranchStart>& lineage,
                            int64_t last_step) {
@@ -611,11 +624,7 @@ void write_hdf5_file(const std::string& temporary, const std::string& path,
   fields.run_id = checkpoint.run_id;
   fields.parameters_only = checkpoint.adam_m.empty() && checkpoint.adam_v.empty();
   fields.validation = checkpoint.validation;
-  // The run's start needs no line (older versions read such files as before).
-  if (!checkpoint.lineage.empty() &&
-      !(checkpoint.lineage.back() == BranchStart{0, checkpoint.run_id})) {
-    fields.branch = checkpoint.lineage.back();
-  }
+  fields.branch = header_branch(checkpoint);
   stamp_header(temporary, fields);
 }
 
@@ -842,13 +851,7 @@ void check_header_is_the_files(Reader& reader, const HeaderFields& header,
       (!header.run_id.empty() && header.run_id != checkpoint.run_id)) {
     reader.fail("damaged file header (its step or run is not the file's): the file is corrupt");
   }
-  // The header's branch is the lineage's last line, or absent for the run's start.
-  const std::optional<BranchStart> branch =
-      checkpoint.lineage.empty() ||
-              checkpoint.lineage.back() == BranchStart{0, checkpoint.run_id}
-          ? std::nullopt
-          : std::optional<BranchStart>(checkpoint.lineage.back());
-  if (!(header.branch == branch)) {
+  if (!(header.branch == header_branch(checkpoint))) {
     reader.fail("damaged file header (its branch is not the file's lineage's last): the file "
                 "is corrupt");
   }

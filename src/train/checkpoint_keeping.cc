@@ -419,19 +419,21 @@ void CheckpointKeeping::keep_best(const std::string& metric, const LogField& val
 
 namespace {
 
-// Marks a checkpoint, or says why it could not: a file that cannot be marked (its header
-// damaged, maybe why the branch is left; read-only) is no reason to end the run, nor to
-// turn a divergence's stop (exit 4, naming what to resume from) into a failure's.
-bool mark_or_warn(const std::string& path, CheckpointState state, std::ostream& log,
-                  const std::string& why) {
+// Marks a checkpoint and says so ("marked checkpoint PATH STATE: why"; healthy "again"),
+// or says why it could not: a file that cannot be marked (its header damaged, maybe why
+// the branch is left; read-only) is no reason to end the run, nor to turn a divergence's
+// stop (exit 4, naming what to resume from) into a failure's.
+void mark_saying_why(const std::string& path, CheckpointState state, std::ostream& log,
+                     const std::string& why) {
   try {
     mark_checkpoint(path, state);
   } catch (const Error& e) {
     log << "warning: " << e.what() << " (" << why << ": move it out of the run directory)"
         << std::endl;
-    return false;
+    return;
   }
-  return true;
+  log << "marked checkpoint " << path << " " << checkpoint_state_name(state)
+      << (state == CheckpointState::Healthy ? " again" : "") << ": " << why << std::endl;
 }
 
 }  // namespace
@@ -444,9 +446,7 @@ void CheckpointKeeping::mark_abandoned(const std::string& run_id, int64_t step,
     const std::string why =
         "the " + how + " to step " + std::to_string(newer_than) + " abandons its branch";
     for (const std::string& path : branch_after(run_id, newer_than)) {
-      if (mark_or_warn(path, CheckpointState::Superseded, log, why)) {
-        log << "marked checkpoint " << path << " superseded: " << why << std::endl;
-      }
+      mark_saying_why(path, CheckpointState::Superseded, log, why);
     }
     return;
   }
@@ -456,9 +456,7 @@ void CheckpointKeeping::mark_abandoned(const std::string& run_id, int64_t step,
         (summary.run_id.empty() || summary.run_id == run_id)) {
       const std::string why = "its parameters produced the divergent loss of step " +
                               std::to_string(step + 1);
-      if (mark_or_warn(summary.path, CheckpointState::Diverged, log, why)) {
-        log << "marked checkpoint " << summary.path << " diverged: " << why << std::endl;
-      }
+      mark_saying_why(summary.path, CheckpointState::Diverged, log, why);
     }
   }
 }
@@ -490,15 +488,11 @@ void CheckpointKeeping::follow_resumed_branch(const std::string& run_id,
   const BranchChanges changes = branch_changes(run_id, lineage, step);
   const std::string why = "the resume to step " + std::to_string(step) + " abandons its branch";
   for (const std::string& path : changes.supersede) {
-    if (mark_or_warn(path, CheckpointState::Superseded, log, why)) {
-      log << "marked checkpoint " << path << " superseded: " << why << std::endl;
-    }
+    mark_saying_why(path, CheckpointState::Superseded, log, why);
   }
   const std::string back = "the resume to step " + std::to_string(step) + " continues its branch";
   for (const std::string& path : changes.restore) {
-    if (mark_or_warn(path, CheckpointState::Healthy, log, back)) {
-      log << "marked checkpoint " << path << " healthy again: " << back << std::endl;
-    }
+    mark_saying_why(path, CheckpointState::Healthy, log, back);
   }
 }
 
@@ -560,9 +554,7 @@ void CheckpointKeeping::mark_after_failed_validation(const std::string& run_id,
         (summary.run_id.empty() || summary.run_id == run_id)) {
       const std::string why = "its step is past the last validation the model passed (step " +
                               std::to_string(last_passed) + ")";
-      if (mark_or_warn(summary.path, CheckpointState::Diverged, log, why)) {
-        log << "marked checkpoint " << summary.path << " diverged: " << why << std::endl;
-      }
+      mark_saying_why(summary.path, CheckpointState::Diverged, log, why);
     }
   }
 }
